@@ -1,0 +1,113 @@
+"""Host views of kernel arguments for the interpreter.
+
+numpy arrays are used in place (a contiguous array is viewed flat; a strided one is copied and
+written back). Other array objects (torch, cupy, jax) are converted to host arrays and written back
+after the run when they are writable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import types as T
+from .interp_values import Buffer, PtrVal, TensorVal
+from .ir import Function
+
+
+def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """A numpy view or copy of ``obj``, and a function writing a copy back (None if a view)."""
+    obj = getattr(obj, "sparsile_array", lambda: obj)()
+    if isinstance(obj, np.ndarray):
+        return obj, None
+    mod = type(obj).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+
+        t = obj
+        if t.device.type == "cpu":
+            if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+                arr = _torch_special_to_numpy(t)
+
+                def back() -> None:
+                    t.copy_(_numpy_to_torch_special(arr, t.dtype))
+
+                return arr, back
+            return t.detach().numpy(), None
+        host = t.detach().cpu()
+        arr = _torch_special_to_numpy(host) if host.dtype in (torch.bfloat16, torch.float8_e4m3fn,
+                                                              torch.float8_e5m2) else host.numpy()
+
+        def back_dev() -> None:
+            t.copy_(_numpy_to_torch_special(arr, t.dtype) if t.dtype in (torch.bfloat16, torch.float8_e4m3fn,
+                                                                         torch.float8_e5m2)
+                    else torch.from_numpy(arr))
+
+        return arr, back_dev
+    if mod == "cupy":
+        arr = obj.get()
+
+        def back_cp() -> None:
+            obj.set(arr)
+
+        return arr, back_cp
+    arr = np.array(obj)
+    return arr, None
+
+
+def _torch_special_to_numpy(t: Any) -> np.ndarray:
+    import ml_dtypes
+    import torch
+
+    view = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+            torch.float8_e4m3fn: (torch.int8, ml_dtypes.float8_e4m3fn),
+            torch.float8_e5m2: (torch.int8, ml_dtypes.float8_e5m2)}[t.dtype]
+    return t.contiguous().view(view[0]).numpy().view(view[1]).copy()
+
+
+def _numpy_to_torch_special(a: np.ndarray, dtype: Any) -> Any:
+    import torch
+
+    ints = {torch.bfloat16: (np.int16, torch.int16), torch.float8_e4m3fn: (np.int8, torch.int8),
+            torch.float8_e5m2: (np.int8, torch.int8)}[dtype]
+    return torch.from_numpy(a.view(ints[0])).view(dtype)
+
+
+def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str, Any], list[Callable[[], None]]]:
+    """Interpreter values for each run-time parameter, and write-back callbacks."""
+    params: dict[str, Any] = {}
+    writeback: list[Callable[[], None]] = []
+    for p in func.runtime_params:
+        value = bound[p.name]
+        t = p.type
+        if isinstance(t, T.PointerType | T.TensorType):
+            arr, back = to_host(value)
+            if back is not None:
+                writeback.append(back)
+            dt = T.numpy_dtype(t.elem if t.elem != T.tf32 else T.f32)
+            if arr.dtype != dt:
+                arr_conv = arr.astype(dt)
+            else:
+                arr_conv = arr
+            if arr_conv.flags.c_contiguous and arr_conv is arr:
+                flat = arr.reshape(-1)
+                strides = tuple(s // arr.itemsize for s in arr.strides) if arr.ndim else ()
+            else:
+                flat = np.ascontiguousarray(arr_conv).reshape(-1)
+                strides = tuple(s // flat.itemsize for s in np.ascontiguousarray(arr_conv).strides)
+
+                def back_copy(dst: np.ndarray = arr, src: np.ndarray = flat) -> None:
+                    dst[...] = src.reshape(dst.shape).astype(dst.dtype)
+
+                writeback.insert(0, back_copy)
+            buf = Buffer(p.name, flat)
+            if isinstance(t, T.TensorType):
+                params[p.name] = TensorVal(buf, tuple(int(s) for s in arr.shape), strides)
+            else:
+                params[p.name] = PtrVal(buf, np.array(0, np.int64))
+        else:
+            assert isinstance(t, T.ScalarType)
+            params[p.name] = np.array(value, dtype=T.numpy_dtype(t))
+    return params, writeback

@@ -1,0 +1,221 @@
+"""Kernels: what ``@sparsile.jit`` returns and what a ``.spk`` module holds.
+
+A :class:`Kernel` knows its AST, where its global names resolve, and its options. Calling
+``kernel[grid](*args)`` specializes on the arguments, compiles (cached) and launches on the GPU;
+``kernel.interpret[grid](*args)`` runs the same IR in the numpy interpreter; ``kernel.ir(...)``,
+``kernel.compile(...)`` give the IR and the compiled artefacts for a signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ast as A
+from . import types as T
+from .diagnostics import CompileError, Diagnostic, LaunchError
+from .ir import Function
+from .sema import Sema
+from .specialize import ParamInfo, bind_arguments, specialize
+from .values import Const, HelperFunction
+
+KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
+                  "cluster": (1, 1, 1)}
+
+
+@dataclass
+class Kernel:
+    """A kernel definition (not yet specialized)."""
+
+    node: A.FunctionDef
+    globals: Callable[[str], Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    _params: list[ParamInfo] | None = None
+    _ir_cache: dict[Any, Function] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def source(self) -> Any:
+        return self.node.span.source
+
+    def __repr__(self) -> str:
+        return f"<sparsile kernel {self.name}>"
+
+    # -------------------------------------------------------------------------- parameters
+    @property
+    def params(self) -> list[ParamInfo]:
+        if self._params is None:
+            self._params = self._declared_params()
+        return self._params
+
+    def _declared_params(self) -> list[ParamInfo]:
+        sema = Sema(self.globals)
+        out = []
+        errors: list[Diagnostic] = []
+        for p in self.node.params:
+            ann: T.Type | None = None
+            if p.annotation is not None:
+                try:
+                    v = sema.const_expr(p.annotation, f"the annotation of `{p.name}`")
+                except CompileError as e:
+                    errors.extend(e.diagnostics)
+                    continue
+                if not isinstance(v, T.Type):
+                    errors.append(Diagnostic("SP0302", f"the annotation of `{p.name}` must be a type such as "
+                                             f"`i32`, `ptr[f16]`, `tensor[f16, 2]` or `constexpr`, found {v!r}",
+                                             p.annotation.span))
+                    continue
+                ann = v
+            default, has_default = None, p.default is not None
+            if has_default:
+                assert p.default is not None
+                try:
+                    dv = sema.expr(p.default)
+                except CompileError as e:
+                    errors.extend(e.diagnostics)
+                    continue
+                default = _python_value(dv)
+            out.append(ParamInfo(p.name, ann, default, has_default))
+        if errors:
+            raise CompileError(errors)
+        return out
+
+    # -------------------------------------------------------------------------- compilation
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], tuple]:
+        """(bound arguments, sema bindings, specialization key) for a call."""
+        launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
+                       k not in {p.name for p in self.params}}
+        bound = bind_arguments(self.name, self.params, args, kwargs)
+        bindings, key = specialize(self.name, self.params, bound)
+        options = {**KERNEL_OPTIONS, **self.options, **launch_opts}
+        return bound, bindings, (*key, ("options", tuple(sorted((k, str(v)) for k, v in options.items()))))
+
+    def ir_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None) -> Function:
+        if key not in self._ir_cache:
+            attrs = {k: v for k, v in {**KERNEL_OPTIONS, **self.options, **(options or {})}.items()
+                     if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
+            self._ir_cache[key] = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
+        return self._ir_cache[key]
+
+    def ir(self, *args: Any, **kwargs: Any) -> Function:
+        """The IR specialized for these arguments (arrays, scalars, constexpr values)."""
+        _, bindings, key = self.bind(args, dict(kwargs))
+        return self.ir_for(bindings, key)
+
+    def signature_bindings(self, signature: dict[str, Any]) -> tuple[dict[str, Any], tuple]:
+        """Bindings from an ahead-of-time signature: each name maps to a Type (run-time) or a value
+        (constexpr)."""
+        from .sema import ArgSpec
+
+        bindings: dict[str, Any] = {}
+        key: list[Any] = []
+        for p in self.params:
+            if p.name not in signature:
+                if p.has_default:
+                    signature = {**signature, p.name: p.default}
+                else:
+                    raise LaunchError("SP0709", f"the signature of `{self.name}` is missing `{p.name}`")
+            v = signature[p.name]
+            if p.annotation is T.CONSTEXPR:
+                bindings[p.name] = Const(v)
+                key.append((p.name, "c", repr(v)))
+            else:
+                if isinstance(v, ArgSpec):
+                    spec = v
+                elif isinstance(v, T.Type):
+                    spec = ArgSpec(v, True)
+                else:
+                    raise LaunchError("SP0711", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
+                                      "needs a type such as `ptr[f32]` or `i32`")
+                if p.annotation is not None and p.annotation != spec.type:
+                    raise LaunchError("SP0703", f"`{p.name}` is declared {p.annotation} but the signature says "
+                                      f"{spec.type}")
+                bindings[p.name] = spec
+                key.append((p.name, "v", spec.key()))
+        extra = set(signature) - {p.name for p in self.params}
+        if extra:
+            raise LaunchError("SP0707", f"`{self.name}` has no parameter named `{sorted(extra)[0]}`")
+        return bindings, tuple(key)
+
+    # -------------------------------------------------------------------------- launching
+    @property
+    def interpret(self) -> _GridIndexer:
+        """``kernel.interpret[grid](*args)`` runs the kernel on the CPU with numpy."""
+        return _GridIndexer(lambda grid: _InterpretLaunch(self, grid))
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        from ..backend.launch import GpuLaunch
+
+        return GpuLaunch(self, grid)
+
+    def compile(self, signature: dict[str, Any] | None = None, target: str | None = None, **kwargs: Any) -> Any:
+        """Compile ahead of time (no GPU needed): returns a CompiledKernel with ``.ir``, ``.llvm``,
+        ``.ptx`` and ``.cubin``."""
+        from ..backend.compiler import compile_kernel
+
+        return compile_kernel(self, signature or {}, target=target, **kwargs)
+
+    def as_helper(self) -> HelperFunction:
+        """Inline this kernel's body when another kernel calls it."""
+        return HelperFunction(self.node, self.globals, self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"kernel `{self.name}` must be launched with a grid: `{self.name}[grid](...)`, "
+                           f"or run on the CPU with `{self.name}.interpret[grid](...)`")
+
+
+class _GridIndexer:
+    def __init__(self, make: Callable[[Any], Any]):
+        self._make = make
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self._make(grid)
+
+
+def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
+    """A grid given as an int, a tuple, or a callable of the constexpr arguments."""
+    if callable(grid):
+        grid = grid(meta)
+    if isinstance(grid, int):
+        grid = (grid,)
+    try:
+        dims = tuple(int(g) for g in grid)
+    except TypeError:
+        raise LaunchError("SP0712", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}") from None
+    if not 1 <= len(dims) <= 3:
+        raise LaunchError("SP0712", f"the grid must have 1 to 3 dimensions, found {len(dims)}")
+    if any(d <= 0 for d in dims):
+        raise LaunchError("SP0713", f"every grid dimension must be positive, found {dims}",
+                          help="a grid of zero launches nothing; skip the call instead")
+    return ((*dims, 1, 1))[:3]  # type: ignore[return-value]
+
+
+class _InterpretLaunch:
+    def __init__(self, kernel: Kernel, grid: Any):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        from .host_arrays import interpreter_params
+        from .interpreter import Interpreter
+
+        bound, bindings, key = self.kernel.bind(args, dict(kwargs))
+        func = self.kernel.ir_for(bindings, key)
+        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        grid = normalize_grid(self.grid, meta)
+        params, writeback = interpreter_params(func, bound)
+        Interpreter(func).run(grid, params)
+        for fn in writeback:
+            fn()
+
+
+def _python_value(v: Any) -> Any:
+    if isinstance(v, Const):
+        return v.value
+    if isinstance(v, tuple):
+        return tuple(_python_value(x) for x in v)
+    return v

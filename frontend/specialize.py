@@ -1,0 +1,188 @@
+"""Specialization: from the arguments of a call to the compile-time description of a kernel.
+
+The key records every constexpr value, the type of every run-time argument (pointer element type,
+tensor element type and rank, scalar type), and — as Triton does — whether each pointer is
+16-byte aligned and each integer a multiple of 16, so that the code generator may vectorize.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import types as T
+from .diagnostics import LaunchError
+from .sema import ArgSpec
+from .values import Const
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """A kernel parameter as declared: ``annotation`` is a Type, ``T.CONSTEXPR``, or None."""
+
+    name: str
+    annotation: T.Type | None
+    default: Any = None
+    has_default: bool = False
+
+
+def dtype_of(obj: Any) -> T.ScalarType | None:
+    """The element type of an array-like argument (numpy, torch, cupy, jax, MetadataBuffer)."""
+    dt = getattr(obj, "dtype", None)
+    if dt is None:
+        return None
+    try:
+        return T.from_numpy_dtype(np.dtype(dt))
+    except TypeError:
+        pass
+    name = str(dt).replace("torch.", "")
+    table = {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32, "float64": T.f64, "int8": T.i8,
+             "uint8": T.u8, "int16": T.i16, "int32": T.i32, "int64": T.i64, "bool": T.bool_,
+             "float8_e4m3fn": T.e4m3, "float8_e5m2": T.e5m2, "uint32": T.u32, "uint16": T.u16, "uint64": T.u64}
+    return table.get(name)
+
+
+def is_array_like(obj: Any) -> bool:
+    return hasattr(obj, "dtype") and hasattr(obj, "shape") and not isinstance(obj, np.generic)
+
+
+def data_pointer(obj: Any) -> int | None:
+    """The address of an array's first element where it can be read cheaply."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.__array_interface__["data"][0])
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    ptr = getattr(obj, "data_ptr", None)
+    if callable(ptr):
+        return int(ptr())
+    return None
+
+
+def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> ArgSpec:
+    """The ArgSpec of a run-time argument, checked against the parameter's annotation."""
+    value = getattr(value, "sparsile_array", lambda: value)()
+    ann = p.annotation
+    if isinstance(ann, T.TensorType):
+        elem = dtype_of(value)
+        if not is_array_like(value) or elem is None:
+            raise LaunchError("SP0701", f"argument `{p.name}` expects a tensor, found {type(value).__name__}")
+        if value.ndim != ann.rank:
+            raise LaunchError("SP0702", f"argument `{p.name}` expects a tensor of rank {ann.rank}, found "
+                              f"shape {tuple(value.shape)}")
+        if elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
+            raise LaunchError("SP0703", f"argument `{p.name}` expects a {ann} tensor, found {elem} elements",
+                              help=f"convert the array to {ann.elem} before the call")
+        return ArgSpec(ann, _aligned(value, host_copies_aligned))
+    if isinstance(ann, T.PointerType) or (ann is None and is_array_like(value)):
+        elem = dtype_of(value)
+        if not is_array_like(value) or elem is None:
+            what = type(value).__name__
+            raise LaunchError("SP0701", f"argument `{p.name}` expects an array (pointer), found {what}",
+                              help="pass a numpy array or a device tensor")
+        if isinstance(ann, T.PointerType) and elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
+            raise LaunchError("SP0703", f"argument `{p.name}` expects a pointer to {ann.elem}, found an array of "
+                              f"{elem}", help=f"convert the array to {ann.elem} before the call")
+        t = ann if isinstance(ann, T.PointerType) else T.PointerType(elem)
+        return ArgSpec(t, _aligned(value, host_copies_aligned))
+    if isinstance(ann, T.ScalarType) or ann is None:
+        if isinstance(value, bool | np.bool_):
+            t = ann or T.bool_
+            return ArgSpec(t, False)
+        if isinstance(value, int | np.integer):
+            v = int(value)
+            t = ann or (T.i32 if T.fits(v, T.i32) else T.i64)
+            if not isinstance(t, T.ScalarType):
+                raise LaunchError("SP0704", f"argument `{p.name}` has an unsupported annotation {t}")
+            if t.is_int and not T.fits(v, t):
+                raise LaunchError("SP0705", f"argument `{p.name}` = {v} does not fit in {t}")
+            return ArgSpec(t, t.is_int and v % 16 == 0)
+        if isinstance(value, float | np.floating):
+            t = ann or T.f32
+            if not isinstance(t, T.ScalarType) or not t.is_float:
+                raise LaunchError("SP0703", f"argument `{p.name}` expects {t}, found the float {value}")
+            return ArgSpec(t, False)
+        raise LaunchError("SP0701", f"argument `{p.name}` expects a scalar{'' if ann is None else ' ' + str(ann)}, "
+                          f"found {type(value).__name__}")
+    raise LaunchError("SP0704", f"argument `{p.name}` has an unsupported annotation {ann}")
+
+
+def _aligned(value: Any, host_copies_aligned: bool) -> bool:
+    if isinstance(value, np.ndarray):
+        return True if host_copies_aligned else data_pointer(value) % 16 == 0  # type: ignore[operator]
+    ptr = data_pointer(value)
+    return ptr is not None and ptr % 16 == 0
+
+
+def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """Match positional and keyword arguments to parameters (defaults filled in)."""
+    if len(args) > len(params):
+        raise LaunchError("SP0706", f"`{kernel_name}` takes {len(params)} arguments but {len(args)} were given")
+    bound: dict[str, Any] = {}
+    for p, a in zip(params, args, strict=False):
+        bound[p.name] = a
+    names = {p.name for p in params}
+    for k, v in kwargs.items():
+        if k not in names:
+            raise LaunchError("SP0707", f"`{kernel_name}` has no parameter named `{k}`",
+                              help=f"parameters: {', '.join(p.name for p in params)}")
+        if k in bound:
+            raise LaunchError("SP0708", f"`{kernel_name}` got two values for `{k}`")
+        bound[k] = v
+    for p in params:
+        if p.name not in bound:
+            if not p.has_default:
+                raise LaunchError("SP0709", f"`{kernel_name}` is missing the argument `{p.name}`")
+            bound[p.name] = p.default
+    return bound
+
+
+def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any], *,
+               host_copies_aligned: bool = True) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """Bindings for sema (Const / ArgSpec per parameter) and the hashable specialization key."""
+    bindings: dict[str, Any] = {}
+    key: list[Any] = []
+    for p in params:
+        v = bound[p.name]
+        if p.annotation is T.CONSTEXPR:
+            c = _constexpr_value(p, v)
+            bindings[p.name] = Const(c)
+            key.append((p.name, "c", _hashable(c)))
+        else:
+            s = arg_spec(p, v, host_copies_aligned=host_copies_aligned)
+            bindings[p.name] = s
+            key.append((p.name, "v", s.key()))
+    return bindings, tuple(key)
+
+
+def _constexpr_value(p: ParamInfo, v: Any) -> Any:
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, bool | int | float | str | tuple | T.Type) or v is None:
+        return v
+    dt = dtype_of(v) if hasattr(v, "dtype") and not hasattr(v, "shape") else None
+    if dt is not None:
+        return dt
+    try:
+        t = T.from_numpy_dtype(np.dtype(v))
+        if t is not None:
+            return t
+    except TypeError:
+        pass
+    raise LaunchError("SP0710", f"constexpr argument `{p.name}` must be a number, bool, string, tuple or dtype, "
+                      f"found {type(v).__name__}")
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, T.Type):
+        return ("type", str(v))
+    if isinstance(v, tuple):
+        return tuple(_hashable(x) for x in v)
+    return (type(v).__name__, v)
