@@ -1,0 +1,157 @@
+"""Tests for backend/linker.py: nvJitLink linking, cubin inspection, optional ptxas/nvdisasm."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+from sparsile.backend import linker as K
+from sparsile.backend.llvm_to_ptx import llvm_ir_to_ptx
+from sparsile.backend.targets import TARGETS, get_target
+from sparsile.frontend.diagnostics import CompileError, InternalError
+
+VADD_IR = """
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+define ptx_kernel void @vadd(ptr addrspace(1) %a, ptr addrspace(1) %b, ptr addrspace(1) %c) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %blk = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %base = mul i32 %blk, 128
+  %i = add i32 %base, %t
+  %pa = getelementptr float, ptr addrspace(1) %a, i32 %i
+  %pb = getelementptr float, ptr addrspace(1) %b, i32 %i
+  %pc = getelementptr float, ptr addrspace(1) %c, i32 %i
+  %x = load float, ptr addrspace(1) %pa
+  %y = load float, ptr addrspace(1) %pb
+  %s = fadd float %x, %y
+  store float %s, ptr addrspace(1) %pc
+  ret void
+}
+"""
+
+BAD_PTX = """.version 8.8
+.target sm_90a
+.address_size 64
+.visible .entry k()
+{
+  bogus.instr %r1;
+  ret;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def vadd_ptx() -> dict[str, str]:
+    return {name: llvm_ir_to_ptx(VADD_IR, target) for name, target in TARGETS.items()}
+
+
+@pytest.mark.parametrize("name", ["sm_80", "sm_90a", "sm_100a"])
+def test_vector_add_links_to_a_cubin(name, vadd_ptx):
+    target = get_target(name)
+    result = K.ptx_to_cubin(vadd_ptx[name], target)
+    assert K.is_cuda_elf(result.cubin)
+    assert K.elf_sm_arch(result.cubin) == target.sm
+    assert f"Compiling entry function 'vadd' for '{name}'" in result.info_log
+    assert "registers" in result.info_log
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_sm_decoding_for_every_target(name, vadd_ptx):
+    """The e_flags / .nv.compat encoding documented in linker.py holds for every target."""
+    target = TARGETS[name]
+    cubin = K.ptx_to_cubin(vadd_ptx[name], target, verbose=False).cubin
+    assert K.elf_sm_arch(cubin) == target.sm
+    assert K.elf_is_arch_specific(cubin) is target.arch_specific
+
+
+def test_non_verbose_link_has_quiet_log(vadd_ptx):
+    result = K.ptx_to_cubin(vadd_ptx["sm_90a"], get_target("sm_90a"), verbose=False, opt_level=0)
+    assert K.is_cuda_elf(result.cubin)
+    assert "Compiling entry function" not in result.info_log
+
+
+@pytest.mark.skipif(not K.ptxas_available(), reason="ptxas not installed")
+@pytest.mark.parametrize("name", ["sm_80", "sm_90a", "sm_100a", "sm_110a"])
+def test_ptxas_accepts_the_same_ptx(name, vadd_ptx):
+    proc = K.assemble_with_ptxas(vadd_ptx[name], get_target(name))
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(not K.ptxas_available(), reason="ptxas not installed")
+def test_ptxas_rejects_bad_ptx():
+    proc = K.assemble_with_ptxas(BAD_PTX, get_target("sm_90a"))
+    assert proc.returncode != 0
+    assert "bogus" in proc.stderr
+
+
+def test_bad_ptx_gives_sp0610_with_log():
+    with pytest.raises(CompileError) as info:
+        K.ptx_to_cubin(BAD_PTX, get_target("sm_90a"), name="bad.ptx")
+    diag = info.value.diagnostics[0]
+    assert diag.code == "SP0610"
+    assert "bad.ptx" in diag.message and "sm_90a" in diag.message
+    assert any("bogus" in note for note in diag.notes)
+    assert "Traceback" not in str(info.value)
+
+
+def test_arch_specific_ptx_is_not_forward_compatible(vadd_ptx):
+    """§7: sm_90a PTX does not compile for sm_100a; sm_100f PTX does compile for sm_103a."""
+    with pytest.raises(CompileError) as info:
+        K.ptx_to_cubin(vadd_ptx["sm_90a"], get_target("sm_100a"))
+    assert info.value.codes == ["SP0610"]
+    assert any("future architecture" in note for note in info.value.diagnostics[0].notes)
+    cubin = K.ptx_to_cubin(vadd_ptx["sm_100f"], get_target("sm_103a")).cubin
+    assert K.elf_sm_arch(cubin) == 103
+
+
+def test_unknown_arch_option_is_a_diagnostic(vadd_ptx):
+    fake = dataclasses.replace(get_target("sm_90a"), nvjitlink_arch="-arch=sm_999")
+    with pytest.raises(CompileError) as info:
+        K.ptx_to_cubin(vadd_ptx["sm_90a"], fake)
+    assert info.value.codes == ["SP0610"]
+    assert "refused the options" in info.value.diagnostics[0].message
+
+
+def test_bad_opt_level():
+    with pytest.raises(InternalError):
+        K.ptx_to_cubin(BAD_PTX, get_target("sm_90a"), opt_level=7)
+
+
+def test_missing_nvjitlink_is_a_diagnostic(monkeypatch):
+    import cuda.bindings
+
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvjitlink", None)
+    monkeypatch.delattr(cuda.bindings, "nvjitlink", raising=False)
+    with pytest.raises(CompileError) as info:
+        K.ptx_to_cubin(BAD_PTX, get_target("sm_90a"))
+    assert info.value.codes == ["SP0611"]
+    assert "nvidia-nvjitlink" in info.value.diagnostics[0].help
+
+
+def test_nvjitlink_version():
+    major, minor = K.nvjitlink_version()
+    assert major >= 12 and minor >= 0
+
+
+def test_is_cuda_elf_rejects_other_files(vadd_ptx):
+    assert not K.is_cuda_elf(b"")
+    assert not K.is_cuda_elf(b"\x7fELF" + bytes(60))
+    assert not K.is_cuda_elf(vadd_ptx["sm_90a"].encode())
+    with open(sys.executable, "rb") as f:  # a host ELF: right magic, wrong machine
+        host = f.read(64)
+    assert not K.is_cuda_elf(host)
+    with pytest.raises(ValueError):
+        K.elf_sm_arch(host)
+
+
+def test_nvdisasm(vadd_ptx, monkeypatch):
+    cubin = K.ptx_to_cubin(vadd_ptx["sm_90a"], get_target("sm_90a")).cubin
+    if K.nvdisasm_path() is not None:
+        sass = K.nvdisasm_sass(cubin)
+        assert sass is not None
+        assert ".target\tsm_90a" in sass or ".target sm_90a" in sass
+        assert "EXIT" in sass
+        assert K.nvdisasm_sass(b"not a cubin") is None
+    monkeypatch.setattr(K, "nvdisasm_path", lambda: None)
+    assert K.nvdisasm_sass(cubin) is None
