@@ -61,6 +61,7 @@ def test_sm_decoding_for_every_target(name, vadd_ptx):
     """The e_flags / .nv.compat encoding documented in linker.py holds for every target."""
     target = TARGETS[name]
     cubin = K.ptx_to_cubin(vadd_ptx[name], target, verbose=False).cubin
+    assert (cubin[7], cubin[8]) == (0x41, 8)  # EI_OSABI, EI_ABIVERSION of the current CUDA ELF ABI
     assert K.elf_sm_arch(cubin) == target.sm
     assert K.elf_is_arch_specific(cubin) is target.arch_specific
 
