@@ -1,3 +1,81 @@
-"""sparsile: a Triton-style kernel language for structured-sparse matrix multiply on NVIDIA tensor cores."""
+"""sparsile: a Triton-style kernel language for structured-sparse matrix multiply on NVIDIA tensor cores.
+
+The public API::
+
+    import sparsile as sp
+
+    @sp.jit
+    def add(x: sp.ptr[sp.f32], y: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr):
+        offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+        mask = offs < n
+        sp.store(out + offs, sp.load(x + offs, mask=mask) + sp.load(y + offs, mask=mask), mask=mask)
+
+    add.interpret[(4,)](x, y, out, 1000, BLOCK=256)      # numpy interpreter, no GPU needed
+    add[(4,)](x, y, out, 1000, BLOCK=256)                # on the GPU
+    module = sp.load("kernels.spk")                      # a module of kernels from a .spk file
+
+Every builtin, dtype and namespace of the language is an attribute (``sp.program_id``, ``sp.f16``,
+``sp.ptr``, ``sp.constexpr``, ...). Builtins only mean something inside a kernel; called from plain
+Python they raise. ``sp.load`` is two things: called from Python it reads a ``.spk`` file, used
+inside a kernel it is the memory ``load`` builtin.
+
+Importing sparsile registers every op of the language and stays light: the LLVM and CUDA backends
+are imported only when something is compiled or launched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .frontend import opdefs as _opdefs
+from .frontend import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
+from .frontend.builtins import ROOT as _ROOT
+from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError
+from .frontend.interp_values import InterpreterError
+from .frontend.kernel import Kernel
+from .frontend.module import KernelModule, jit, load, loads
+from .frontend.values import Const as _Const
 
 __version__ = "0.1.0"
+
+_opdefs.load_all_ops()
+del _type_ctors
+
+kernel = jit  # `@sparsile.kernel` reads like the `@kernel` of .spk files
+
+_API = ("jit", "kernel", "load", "loads", "Kernel", "KernelModule", "CompileError", "LaunchError",
+        "InternalError", "InterpreterError", "Diagnostic")
+# Language names that would shadow Python builtins under `from sparsile import *` stay attributes only.
+_NOT_STARRED = frozenset({"max", "min", "sum", "abs", "bool", "load"})
+
+
+def _language_value(member: Any) -> Any:
+    return member.value if isinstance(member, _Const) else member
+
+
+def _export_language() -> list[str]:
+    """Put every member of the language's root namespace on this module (API names win)."""
+    names = []
+    for name, member in _ROOT.members.items():
+        if name in _API or name.startswith("_"):
+            continue
+        globals()[name] = _language_value(member)
+        names.append(name)
+    return names
+
+
+_LANGUAGE_NAMES = _export_language()
+
+__all__ = [*_API, *sorted(n for n in _LANGUAGE_NAMES if n not in _NOT_STARRED)]
+
+
+def __getattr__(name: str) -> Any:
+    """Language names registered after import (an op module loaded later) resolve here too."""
+    member = _ROOT.members.get(name)
+    if member is None:
+        raise AttributeError(f"module 'sparsile' has no attribute {name!r}")
+    return _language_value(member)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ROOT.members))

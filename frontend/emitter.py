@@ -16,6 +16,9 @@ from .ir import Builder, Operation, Value
 from .spans import Span
 from .values import POISON, Arg, Const, PoisonError
 
+MAX_TILE_ELEMENTS = 1 << 20
+"""The most elements one tile may have (as Triton's ``TRITON_MAX_TENSOR_NUMEL``)."""
+
 Sema = Any  # the Sema instance (sema.py); typed loosely to avoid an import cycle
 
 
@@ -44,6 +47,10 @@ class Emitter:
     # -- IR creation ---------------------------------------------------------------------------
     def create(self, name: str, operands: list[Value], result_types: list[T.Type],
                attrs: dict[str, Any] | None = None, regions: int = 0) -> Operation:
+        for t in result_types:
+            if isinstance(t, T.TileType) and t.numel > MAX_TILE_ELEMENTS:
+                self.error("SP0344", f"a tile of shape {t.shape} has {t.numel} elements; the limit is "
+                           f"{MAX_TILE_ELEMENTS} (2**20)", help="split the work over more programs or a loop")
         return self.builder.create(name, operands, result_types, attrs, self.span, regions)
 
     def op1(self, name: str, operands: list[Value], result_type: T.Type, **attrs: Any) -> Value:
@@ -57,7 +64,12 @@ class Emitter:
             elif elem.is_bool:
                 value = bool(value)
             else:
+                if isinstance(value, float) and not math.isfinite(value):
+                    self.error("SP0303", f"the constant {value} has no value in {elem}")
                 value = int(value)
+                if not T.fits(value, elem):
+                    self.error("SP0303", f"the constant {value} does not fit in {elem}",
+                               help=f"the range of {elem} is {_int_range(elem)}")
         return self.op1("arith.constant", [], type, value=value)
 
     # -- argument coercion ---------------------------------------------------------------------
@@ -126,6 +138,8 @@ class Emitter:
                     if t.is_int and not t.is_bool and not T.fits(int(v.value), t):
                         self.error("SP0303", f"the literal {v.value} does not fit in {t}", arg.span)
                     return self.constant(v.value, t)
+            if isinstance(v.value, int) and not isinstance(v.value, bool) and not T.fits(v.value, T.i64):
+                self.error("SP0303", f"the literal {v.value} does not fit in i64", arg.span)
             return self.constant(v.value, T.literal_type(v.value))
         self.error("SP0304", f"expected a value as {what}, found {_describe(v)}", arg.span)
 
@@ -169,8 +183,11 @@ class Emitter:
             return v
         return self.op1("arith.cast", [v], T.with_shape(elem, T.shape_of(v.type)), to=elem.name)
 
-    def binary_operands(self, a: Arg, b: Arg, span: Span | None = None) -> tuple[Value, Value]:
-        """Materialize, promote and broadcast two operands of an elementwise op."""
+    def binary_operands(self, a: Arg, b: Arg, span: Span | None = None, *,
+                        keep_bool: bool = False) -> tuple[Value, Value]:
+        """Materialize, promote and broadcast two operands of an elementwise op. With
+        ``keep_bool``, two bool operands stay bool (``&``, ``|``, ``^``, ``and``, ``or``) instead of
+        being promoted to ``i32`` (promotion rule 5)."""
         va, vb = self.unwrap(a), self.unwrap(b)
         if isinstance(va, Const) and isinstance(vb, Value):
             vb_ = vb
@@ -182,14 +199,51 @@ class Emitter:
             va_, vb_ = self.value(a), self.value(b)
         ea, eb = T.element_type(va_.type), T.element_type(vb_.type)
         if isinstance(ea, T.ScalarType) and isinstance(eb, T.ScalarType):
-            elem = T.Promotion.binary(ea, eb)
+            elem = ea if keep_bool and ea.is_bool and eb.is_bool else T.Promotion.binary(ea, eb)
             va_, vb_ = self.cast(va_, elem), self.cast(vb_, elem)
         shape = self.broadcast_shapes(T.shape_of(va_.type), T.shape_of(vb_.type), span)
         return self.broadcast_to(va_, shape), self.broadcast_to(vb_, shape)
 
 
+def _int_range(t: T.ScalarType) -> str:
+    if t.kind == "uint":
+        return f"[0, {2**t.bits - 1}]"
+    return f"[{-(2 ** (t.bits - 1))}, {2 ** (t.bits - 1) - 1}]"
+
+
+MAX_CONSTANT_BITS = 4096
+"""Compile-time integers (and repeated strings and tuples) are kept this small, so that a typo such
+as ``2 ** 10**9`` is a diagnostic rather than a hang."""
+
+
+class ConstantTooLarge(ValueError):
+    """A compile-time expression whose result would exceed :data:`MAX_CONSTANT_BITS`."""
+
+
+def _check_size(op: str, a: Any, b: Any) -> None:
+    ints = isinstance(a, int) and isinstance(b, int)
+    if op == "**" and ints and abs(a) > 1 and b > 0 and abs(a).bit_length() * b > MAX_CONSTANT_BITS:
+        raise ConstantTooLarge
+    if op == "<<" and ints and b > MAX_CONSTANT_BITS:
+        raise ConstantTooLarge
+    if op == "*" and isinstance(b, int) and isinstance(a, str | tuple) and len(a) * b > MAX_CONSTANT_BITS:
+        raise ConstantTooLarge
+    if op == "*" and isinstance(a, int) and isinstance(b, str | tuple) and len(b) * a > MAX_CONSTANT_BITS:
+        raise ConstantTooLarge
+
+
 def fold_binary(op: str, a: Any, b: Any) -> Any:
-    """Compile-time arithmetic with run-time semantics (C division and remainder for integers)."""
+    """Compile-time arithmetic with run-time semantics (C division and remainder for integers).
+    Raises ZeroDivisionError, TypeError/ValueError for undefined operations and
+    :class:`ConstantTooLarge`."""
+    _check_size(op, a, b)
+    r = _fold(op, a, b)
+    if isinstance(r, int) and r.bit_length() > MAX_CONSTANT_BITS:
+        raise ConstantTooLarge
+    return r
+
+
+def _fold(op: str, a: Any, b: Any) -> Any:
     if op in ("//", "%") and isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise ZeroDivisionError

@@ -21,6 +21,9 @@ def wrap_python_value(obj: Any) -> Any:
         return obj
     if isinstance(obj, pytypes.ModuleType) and obj.__name__ == "sparsile":
         return ROOT
+    alias = _builtin_alias(obj)
+    if alias is not None:
+        return alias
     if isinstance(obj, bool | int | float | str) or obj is None:
         return Const(obj)
     if isinstance(obj, T.Type):
@@ -51,3 +54,15 @@ def _is_numpy_dtype_like(obj: Any) -> bool:
         return True
     except TypeError:
         return False
+
+
+def _builtin_alias(obj: Any) -> Any:
+    """The language builtin a Python-side API object stands for inside a kernel (``sparsile.load``
+    reads ``.spk`` files from Python and is the memory ``load`` in a kernel)."""
+    if not callable(obj):
+        return None
+    try:
+        name = getattr(obj, "__sparsile_builtin__", None)
+    except Exception:  # an object with a failing __getattr__ is just a constant
+        return None
+    return ROOT.members.get(name) if isinstance(name, str) else None

@@ -33,6 +33,7 @@ class Kernel:
     options: dict[str, Any] = field(default_factory=dict)
     _params: list[ParamInfo] | None = None
     _ir_cache: dict[Any, Function] = field(default_factory=dict)
+    _key_options: dict[Any, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -92,11 +93,17 @@ class Kernel:
         bound = bind_arguments(self.name, self.params, args, kwargs)
         bindings, key = specialize(self.name, self.params, bound)
         options = {**KERNEL_OPTIONS, **self.options, **launch_opts}
-        return bound, bindings, (*key, ("options", tuple(sorted((k, str(v)) for k, v in options.items()))))
+        full_key = (*key, ("options", tuple(sorted((k, str(v)) for k, v in options.items()))))
+        if launch_opts:
+            self._key_options[full_key] = launch_opts
+        return bound, bindings, full_key
 
     def ir_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None) -> Function:
+        """The IR for sema ``bindings`` (cached by specialization ``key``); ``options`` override the
+        kernel's options (by default those given at the launch that produced ``key``)."""
         if key not in self._ir_cache:
-            attrs = {k: v for k, v in {**KERNEL_OPTIONS, **self.options, **(options or {})}.items()
+            given = options if options is not None else self._key_options.get(key, {})
+            attrs = {k: v for k, v in {**KERNEL_OPTIONS, **self.options, **given}.items()
                      if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
             self._ir_cache[key] = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
         return self._ir_cache[key]
@@ -127,7 +134,7 @@ class Kernel:
                 if isinstance(v, ArgSpec):
                     spec = v
                 elif isinstance(v, T.Type):
-                    spec = ArgSpec(v, True)
+                    spec = ArgSpec(v, isinstance(v, T.PointerType | T.TensorType))
                 else:
                     raise LaunchError("SP0711", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
                                       "needs a type such as `ptr[f32]` or `i32`")

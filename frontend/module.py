@@ -158,8 +158,12 @@ def load(path: str | os.PathLike[str]) -> KernelModule:
         with open(p, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        raise CompileError([Diagnostic("SP0101", f"cannot read `{p}`: {e.strerror}")]) from None
+        raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}")]) from None
     return loads(text, p)
+
+
+# Inside a kernel, `sparsile.load` (reached as a Python global under @jit) is the memory builtin.
+load.__sparsile_builtin__ = "load"  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -180,7 +184,7 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"
         except (OSError, TypeError) as e:
-            raise CompileError([Diagnostic("SP0102", f"cannot read the source of `{getattr(f, '__name__', f)}`: {e}",
+            raise CompileError([Diagnostic("SP0241", f"cannot read the source of `{getattr(f, '__name__', f)}`: {e}",
                                            help="define kernels in a file, or use sparsile.loads(text)")]) from None
         first_line = f.__code__.co_firstlineno
         node = parse_function_source(src, filename, first_line)

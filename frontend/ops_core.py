@@ -367,7 +367,7 @@ def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
     if pyop == "@":
         em.error("SP0308", "`@` is not defined on tiles", em.span, help="use `dot(a, b, acc)`")
     kind = PY_BINARY[pyop]
-    x, y = em.binary_operands(a, b)
+    x, y = em.binary_operands(a, b, keep_bool=kind in ("and", "or", "xor"))
     elem = T.element_type(x.type)
     assert isinstance(elem, T.ScalarType)
     if kind in ("and", "or", "xor", "shl", "shr") and elem.is_float:
@@ -377,8 +377,6 @@ def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
     if kind == "pow" and elem.is_int:
         em.error("SP0309", "`**` on run-time integers is not supported", em.span,
                  help="multiply explicitly, or use a float type")
-    if elem.is_bool and kind in ("and", "or", "xor"):
-        return em.op1("arith.binary", [x, y], x.type, op=kind)
     return em.op1("arith.binary", [x, y], x.type, op=kind)
 
 

@@ -10,13 +10,13 @@ from typing import Any
 from . import ast as A
 from . import types as T
 from .builtins import lookup_global, lookup_method, method_names
-from .diagnostics import CompileError, Diagnostic
-from .emitter import Emitter, describe, fold_binary
+from .diagnostics import CompileError, Diagnostic, Label
+from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .ir import Value
 from .ops_core import emit_binary, emit_unary
 from .spans import Span
 from .type_ctors import TypeCtor
-from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError
+from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
 
 # Python builtins a kernel may call on compile-time values.
 _PY_FOLDABLE = {"len", "int", "float", "bool", "abs", "min", "max", "tuple", "str", "isinstance"}
@@ -86,11 +86,11 @@ class ExprMixin:
     # ------------------------------------------------------------------------------ names
     def name(self, node: A.Name) -> Any:
         try:
-            return self.lookup_local(node.id)  # type: ignore[attr-defined]
+            return _check_bound(node, self.lookup_local(node.id))  # type: ignore[attr-defined]
         except KeyError:
             pass
         try:
-            return self.resolve_global(node.id)  # type: ignore[attr-defined]
+            return _check_bound(node, self.resolve_global(node.id))  # type: ignore[attr-defined]
         except KeyError:
             pass
         b = lookup_global(node.id)
@@ -116,7 +116,10 @@ class ExprMixin:
             tb = b if isinstance(b, tuple) else b.value if isinstance(b, Const) else None
             if op == "+" and isinstance(ta, tuple) and isinstance(tb, tuple):
                 return tuple(_as_sv(x) for x in ta) + tuple(_as_sv(x) for x in tb)
-            if op == "*" and isinstance(ta, tuple) and isinstance(tb, int):
+            if op == "*" and isinstance(ta, tuple) and isinstance(tb, int) and not isinstance(tb, bool):
+                if len(ta) * tb > MAX_CONSTANT_BITS:
+                    raise CompileError([Diagnostic("SP0346", f"the tuple would have {len(ta) * tb} elements (the "
+                                                   f"limit is {MAX_CONSTANT_BITS})", span)])
                 return tuple(_as_sv(x) for x in ta) * tb
             raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(a)} and {describe(b)}",
                                            span)])
@@ -139,6 +142,9 @@ class ExprMixin:
             return Const(fold_binary(op, x, y))
         except ZeroDivisionError:
             raise CompileError([Diagnostic("SP0330", "division by zero in a constant expression", span)]) from None
+        except ConstantTooLarge:
+            raise CompileError([Diagnostic("SP0346", f"the constant expression is too large (more than "
+                                           f"{MAX_CONSTANT_BITS} bits or elements)", span)]) from None
         except (TypeError, ValueError, OverflowError):
             raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {x!r} and {y!r}", span)]) from None
 
@@ -148,7 +154,7 @@ class ExprMixin:
             try:
                 return Const({"-": lambda a: -a, "+": lambda a: +a, "~": lambda a: ~a, "not": lambda a: not a}[node.op](
                     v.value))
-            except TypeError:
+            except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"
                 raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
         if isinstance(v, tuple):
@@ -182,7 +188,7 @@ class ExprMixin:
             else:
                 em = self.emitter()
                 em.span = node.span
-                x, y = em.binary_operands(Arg(result, node.span), Arg(b, e.span), node.span)
+                x, y = em.binary_operands(Arg(result, node.span), Arg(b, e.span), node.span, keep_bool=True)
                 result = em.op1("arith.binary", [x, y], x.type, op="and" if node.op == "and" else "or")
         return result
 
@@ -214,7 +220,9 @@ class ExprMixin:
             else:
                 em = self.emitter()
                 em.span = node.span
-                x, y = em.binary_operands(Arg(result, node.span), Arg(r, node.span), node.span)
+                x = self._as_bool(result, node.span)
+                y = self._as_bool(r, node.span)
+                x, y = em.binary_operands(Arg(x, node.span), Arg(y, node.span), node.span, keep_bool=True)
                 result = em.op1("arith.binary", [x, y], x.type, op="and")
             left, left_span = right, comp.span
         return result
@@ -286,7 +294,11 @@ class ExprMixin:
             em.span = node.span
             v = args[0].value
             if isinstance(v, Const) and isinstance(v.value, int | float | bool):
-                return Const(_convert_const(v.value, func.value))
+                try:
+                    return Const(_convert_const(v.value, func.value))
+                except (OverflowError, ValueError):
+                    raise CompileError([Diagnostic("SP0303", f"{v.value!r} has no value in {func.value}",
+                                                   args[0].span)]) from None
             return em.cast(em.value(args[0]), func.value)
         jit_helper = _jit_function_helper(func)
         if jit_helper is not None:
@@ -342,12 +354,14 @@ class ExprMixin:
             return Const(v.bits)  # type: ignore[union-attr]
         # Python module objects and other constants reached from @jit globals
         if not isinstance(v, int | float | bool | str | T.Type | TypeCtor) and v is not None:
-            try:
-                from .jit_globals import wrap_python_value
+            from .jit_globals import wrap_python_value
 
-                return wrap_python_value(getattr(v, node.attr))
-            except AttributeError:
-                pass
+            try:
+                attr = getattr(v, node.attr)
+            except Exception:  # any failure reading a Python attribute means "no such attribute"
+                attr = _NO_ATTR
+            if attr is not _NO_ATTR:
+                return wrap_python_value(attr)
         raise CompileError([Diagnostic("SP0204", f"{describe(base)} has no attribute `{node.attr}`", node.attr_span)])
 
     # ------------------------------------------------------------------------------ subscripts
@@ -367,9 +381,13 @@ class ExprMixin:
             if isinstance(idx_node, A.Slice):
                 parts = [None if p is None else self.const_expr(p, "a slice bound")
                          for p in (idx_node.lower, idx_node.upper, idx_node.step)]
+                if any(p is not None and (not isinstance(p, int) or isinstance(p, bool)) for p in parts) \
+                        or parts[2] == 0:
+                    raise CompileError([Diagnostic("SP0333", "slice bounds must be integers and the step nonzero",
+                                                   idx_node.span)])
                 return tuple(seq[slice(*parts)])
             i = self.const_expr(idx_node, "a tuple index")
-            if not isinstance(i, int) or not -len(seq) <= i < len(seq):
+            if not isinstance(i, int) or isinstance(i, bool) or not -len(seq) <= i < len(seq):
                 raise CompileError([Diagnostic("SP0333", f"index {i!r} is out of range for a tuple of {len(seq)}",
                                                idx_node.span)])
             return seq[i]
@@ -402,6 +420,17 @@ class ExprMixin:
                     "SP0334", "tiles can only be indexed with `:` and `None` (to insert a dimension)", idx.span,
                     help="select elements with a mask, or reduce; to read one element, load it from memory")])
         return out
+
+
+_NO_ATTR = object()
+
+
+def _check_bound(node: A.Name, v: Any) -> Any:
+    """``v``, unless the name has no value on this path (SP0237)."""
+    if isinstance(v, Unbound):
+        raise CompileError([Diagnostic("SP0237", f"`{node.id}` {v.why}", node.span, help=v.help or None,
+                                       labels=(Label(v.span, "here"),))])
+    return v
 
 
 class _PyBuiltin:
@@ -456,6 +485,14 @@ def _convert_const(v: Any, t: T.ScalarType) -> Any:
 
 def _try_fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:
     """``max(3, 4)`` and friends on constants use Python semantics."""
+    try:
+        return _fold_builtin(name, args, kwargs)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise CompileError([Diagnostic("SP0331", f"`{name}` failed on compile-time values: {e}",
+                                       args[0].span)]) from None
+
+
+def _fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:
     if name not in ("max", "min", "abs", "sum") or kwargs:
         return None
     vals = [a.value for a in args]

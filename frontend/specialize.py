@@ -186,3 +186,73 @@ def _hashable(v: Any) -> Any:
     if isinstance(v, tuple):
         return tuple(_hashable(x) for x in v)
     return (type(v).__name__, v)
+
+
+# ------------------------------------------------------------------------------------------------
+# Ahead-of-time signatures: "x=ptr[f32], n=i32, BLOCK=1024"
+# ------------------------------------------------------------------------------------------------
+def split_signature(text: str) -> list[tuple[str, str, int]]:
+    """``name=expression`` items of a signature, split at top-level commas: (name, expression,
+    offset of the expression in ``text``). Raises LaunchError SP0714 on a malformed item."""
+    items: list[tuple[str, str, int]] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text + ","):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            part = text[start:i]
+            if part.strip():
+                name, eq, rhs = part.partition("=")
+                if not eq or not name.strip().isidentifier() or not rhs.strip():
+                    raise LaunchError("SP0714", f"malformed signature item `{part.strip()}`",
+                                      help="write `name=type` for run-time parameters (`x=ptr[f32]`, `n=i32`) "
+                                           "and `name=value` for constexpr ones (`BLOCK=1024`)")
+                items.append((name.strip(), rhs, start + len(name) + 1))
+            start = i + 1
+    if depth != 0:
+        raise LaunchError("SP0714", f"unbalanced brackets in the signature `{text}`")
+    return items
+
+
+def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
+    """A signature for :meth:`Kernel.signature_bindings` / ``compile_kernel``: each item's right-hand
+    side is a constant expression of the language (``ptr[f16]``, ``tensor[f16, 2]``, ``i32``,
+    ``1024``, ``2 * 64``, ``True``, ``f16``), evaluated with ``resolve`` (a kernel's global names)
+    and then the builtins. Errors are CompileErrors pointing into the signature text."""
+    from .diagnostics import CompileError, Diagnostic
+    from .parser import parse_expression
+    from .sema import Sema
+    from .spans import SourceFile, Span
+
+    def no_globals(name: str) -> Any:
+        raise KeyError(name)
+
+    out: dict[str, Any] = {}
+    errors: list[Diagnostic] = []
+    source = SourceFile("<signature>", text)
+    for name, rhs, offset in split_signature(text):
+        if name in out:
+            raise LaunchError("SP0714", f"`{name}` appears twice in the signature")
+        try:
+            node = parse_expression(rhs.replace("\n", " "), "<signature>")
+            value = Sema(resolve or no_globals).const_expr(node, f"the value of `{name}`")
+        except CompileError as e:
+            errors.extend(_retarget(d, source, offset) for d in e.diagnostics)
+            continue
+        out[name] = value
+    if errors:
+        raise CompileError(errors)
+    return out
+
+
+def _retarget(d: Any, source: Any, offset: int) -> Any:
+    """A diagnostic about one item's expression, re-pointed at the whole signature text."""
+    import dataclasses
+
+    if d.span.line <= 0:
+        return d
+    span = dataclasses.replace(d.span, source=source, line=1, end_line=1, col=d.span.col + offset,
+                               end_col=d.span.end_col + offset if d.span.end_line == 1 else len(source.text) + 1)
+    return dataclasses.replace(d, span=span, labels=())

@@ -5,7 +5,9 @@
 * a Python ``tuple`` of these (tuples exist only at compile time);
 * a :class:`Builtin` (a language function such as ``load``), a :class:`Namespace` (``sp``,
   ``hopper``, ``tcgen05``), or a :class:`HelperFunction` (inlined at each call);
-* :data:`POISON`, bound to a name whose definition failed, so that one mistake gives one diagnostic.
+* :data:`POISON`, bound to a name whose definition failed, so that one mistake gives one diagnostic;
+* :class:`Unbound`, bound to a name that has a value on some paths only (assigned in one branch of a
+  run-time ``if``, or first assigned inside a run-time loop), so that a later use says why.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ POISON = _Poison()
 
 class PoisonError(Exception):
     """Raised when a poisoned value is used: the error was already reported."""
+
+
+@dataclass(frozen=True)
+class Unbound:
+    """A name without a value on every path: ``why`` completes "`x` ..." in the diagnostic and
+    ``span`` points at the statement that made it so."""
+
+    why: str
+    span: Span
+    help: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,284 @@
+"""The ``sparsile`` command line.
+
+::
+
+    sparsile check FILE.spk [--kernel NAME] [--signature SIG]
+    sparsile compile FILE.spk --kernel NAME --signature "x=ptr[f32],n=i32,BLOCK=1024" --emit ir|llvm|ptx|cubin
+                     [--target sm_90a] [-o OUT]
+    sparsile demo [ARGS...]
+    sparsile layout "CONSTRUCTOR(args...)" | --list
+
+Exit status: 0 success, 1 the source has errors (diagnostics on stderr, rustc style), 2 usage
+errors (bad options, unreadable file, malformed signature), 3 a feature this installation does not
+have yet (a backend or the demo).
+
+``check`` parses the file, builds its module (decorators, constants, imports, parameter
+annotations) and runs sema on every kernel it can specialize: run-time parameters need an
+annotation (or a type in ``--signature``), constexpr parameters a default (or a value in
+``--signature``). Kernels it cannot specialize are listed, not failed.
+
+A signature is a comma-separated list of ``name=type`` items for run-time parameters
+(``x=ptr[f32]``, ``n=i32``, ``t=tensor[f16, 2]``) and ``name=value`` items for constexpr ones (an
+integer, float, bool, dtype name or tuple; any constant expression of the language, module
+constants included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from typing import Any, TextIO
+
+EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+EMIT_KINDS = ("ir", "llvm", "ptx", "cubin")
+
+
+class _Usage(Exception):
+    """A usage problem: printed as ``error: ...`` and exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sparsile", description="sparsile kernel language tools")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("check", help="report the diagnostics of a .spk file")
+    c.add_argument("file", help="a .spk source file")
+    c.add_argument("--kernel", help="check only this kernel")
+    c.add_argument("--signature", default="", help='types and constexpr values, e.g. "x=ptr[f32],BLOCK=128"')
+
+    k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature")
+    k.add_argument("file", help="a .spk source file")
+    k.add_argument("--kernel", required=True, help="the kernel to compile")
+    k.add_argument("--signature", default="", help='e.g. "x=ptr[f32],n=i32,BLOCK=1024"')
+    k.add_argument("--emit", choices=EMIT_KINDS, default="ir", help="what to produce (default: ir)")
+    k.add_argument("--target", default=None, help="GPU target, e.g. sm_90a or sm_100a")
+    k.add_argument("-o", "--output", default=None, help="write here instead of stdout")
+
+    d = sub.add_parser("demo", help="run the sparse matmul demo")
+    d.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the demo")
+
+    la = sub.add_parser("layout", help="draw a named layout, e.g. \"wgmma_accumulator(64)\"")
+    la.add_argument("expr", nargs="?", help="a call of a layout constructor with literal arguments")
+    la.add_argument("--list", action="store_true", help="list the layout constructors")
+    la.add_argument("--max-rows", type=int, default=64, help="rows of the picture to print")
+    return p
+
+
+def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed its message
+        return EXIT_OK if e.code in (0, None) else EXIT_USAGE
+    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": _layout}
+    from .frontend.diagnostics import CompileError, LaunchError
+
+    try:
+        return commands[args.command](args, out, err)
+    except _Usage as e:
+        print(f"error: {e}", file=err)
+        return EXIT_USAGE
+    except CompileError as e:
+        print(e.render(), file=err)
+        return EXIT_DIAGNOSTICS
+    except LaunchError as e:  # the command line's signature does not fit the kernel
+        print(str(e), file=err)
+        return EXIT_USAGE
+
+
+# ------------------------------------------------------------------------------------------------
+def _read_module(path: str) -> Any:
+    import sparsile
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _Usage(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}") from None
+    return sparsile.loads(text, path)
+
+
+def _select(module: Any, name: str | None) -> dict[str, Any]:
+    if name is None:
+        return dict(module.kernels)
+    if name not in module.kernels:
+        known = ", ".join(sorted(module.kernels)) or "none"
+        raise _Usage(f"no kernel `{name}` in {module.__name__} (kernels: {known})")
+    return {name: module.kernels[name]}
+
+
+def _signature(text: str, module: Any) -> dict[str, Any]:
+    from .frontend.specialize import parse_signature
+
+    def resolve(name: str) -> Any:
+        return module._resolve(name)
+
+    return parse_signature(text, resolve) if text.strip() else {}
+
+
+def _missing_info(kernel: Any, signature: dict[str, Any]) -> list[str]:
+    """What ``check`` lacks to specialize ``kernel``: parameter descriptions, empty if nothing."""
+    from .frontend import types as T
+
+    missing = []
+    for p in kernel.params:
+        if p.name in signature:
+            continue
+        if p.annotation is T.CONSTEXPR:
+            if not p.has_default:
+                missing.append(f"a value for constexpr `{p.name}`")
+        elif p.annotation is None:
+            missing.append(f"a type for `{p.name}`")
+    return missing
+
+
+def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .frontend import types as T
+    from .frontend.diagnostics import CompileError, Diagnostic
+
+    module = _read_module(args.file)
+    kernels = _select(module, args.kernel)
+    signature = _signature(args.signature, module)
+    diagnostics: list[Diagnostic] = []
+    checked, skipped = [], []
+    for name, kernel in kernels.items():
+        try:
+            params = kernel.params
+        except CompileError as e:
+            diagnostics.extend(e.diagnostics)
+            continue
+        missing = _missing_info(kernel, signature)
+        if missing:
+            skipped.append(f"{name} (needs {', '.join(missing)})")
+            continue
+        own = {p.name: signature[p.name] for p in params if p.name in signature}
+        for p in params:
+            if p.name not in own and p.annotation is not T.CONSTEXPR:
+                own[p.name] = p.annotation
+        bindings, key = kernel.signature_bindings(own)
+        try:
+            kernel.ir_for(bindings, key)
+        except CompileError as e:
+            diagnostics.extend(e.diagnostics)
+            continue
+        checked.append(name)
+    if diagnostics:
+        print(CompileError(diagnostics).render(), file=err)
+        return EXIT_DIAGNOSTICS
+    summary = f"{args.file}: ok ({len(checked)} kernel{'s' if len(checked) != 1 else ''} checked"
+    summary += f": {', '.join(checked)})" if checked else ")"
+    print(summary, file=out)
+    for s in skipped:
+        print(f"note: not specialized: {s}; give it with --signature or a default", file=out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------
+def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    module = _read_module(args.file)
+    kernel = _select(module, args.kernel)[args.kernel]
+    signature = _signature(args.signature, module)
+    if args.emit == "ir":
+        from .frontend.ir_printer import print_function
+
+        bindings, key = kernel.signature_bindings(signature)
+        return _write(print_function(kernel.ir_for(bindings, key)), args.output, out)
+    try:
+        from .backend.compiler import compile_kernel
+    except ImportError as e:
+        print(f"error: `--emit {args.emit}` needs the LLVM backend (sparsile.backend.compiler), which this "
+              f"installation does not have yet ({e})", file=err)
+        return EXIT_UNAVAILABLE
+    compiled = compile_kernel(kernel, signature, target=args.target)
+    artefact = getattr(compiled, args.emit, None)
+    if artefact is None:
+        print(f"error: the compiler produced no {args.emit} for `{args.kernel}`", file=err)
+        return EXIT_UNAVAILABLE
+    if isinstance(artefact, bytes | bytearray):
+        path = args.output or f"{args.kernel}.{args.emit}"
+        with open(path, "wb") as f:
+            f.write(artefact)
+        print(f"wrote {path} ({len(artefact)} bytes)", file=out)
+        return EXIT_OK
+    return _write(str(artefact), args.output, out)
+
+
+def _write(text: str, path: str | None, out: TextIO) -> int:
+    if path is None:
+        out.write(text if text.endswith("\n") else text + "\n")
+        return EXIT_OK
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise _Usage(f"cannot write `{path}`: {e.strerror}") from None
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------
+def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        from .demo import main as demo_main
+    except ImportError as e:
+        print(f"error: the demo (sparsile.demo) is not part of this installation yet ({e})", file=err)
+        return EXIT_UNAVAILABLE
+    takes_args = bool(inspect.signature(demo_main).parameters)
+    result = demo_main(list(args.args)) if takes_args else demo_main()
+    return int(result) if isinstance(result, int) else EXIT_OK
+
+
+def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        from .frontend import layout_library, layout_pictures
+        from .frontend.layouts import LinearLayout
+    except ImportError as e:
+        print(f"error: layout pictures are not part of this installation yet ({e})", file=err)
+        return EXIT_UNAVAILABLE
+    constructors = {n: f for n, f in vars(layout_library).items()
+                    if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == layout_library.__name__}
+    if args.list:
+        for n in sorted(constructors):
+            doc = (inspect.getdoc(constructors[n]) or "").split("\n")[0]
+            print(f"{n}{inspect.signature(constructors[n])}\n    {doc}", file=out)
+        return EXIT_OK
+    if not args.expr:
+        raise _Usage('give a layout constructor call, e.g. `sparsile layout "wgmma_accumulator(64)"`, or --list')
+    name, call_args, call_kwargs = _literal_call(args.expr)
+    if name not in constructors:
+        raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
+    try:
+        layout = constructors[name](*call_args, **call_kwargs)
+    except Exception as e:  # the constructor's own argument checks
+        print(f"error: {name}: {e}", file=err)
+        return EXIT_DIAGNOSTICS
+    if not isinstance(layout, LinearLayout):
+        raise _Usage(f"`{name}` does not build a layout")
+    print(layout_pictures.layout_picture(layout, title=args.expr, max_rows=args.max_rows), file=out)
+    return EXIT_OK
+
+
+def _literal_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
+    """``name(literal, key=literal)`` parsed without evaluating anything but literals."""
+    import ast
+
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    if isinstance(node, ast.Name):
+        return node.id, [], {}
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        raise _Usage(f"expected a call such as `wgmma_accumulator(64)`, found `{text}`")
+    try:
+        pos = [ast.literal_eval(a) for a in node.args]
+        kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+    except ValueError:
+        raise _Usage("layout constructor arguments must be literals (numbers, strings, tuples)") from None
+    return node.func.id, pos, kw
+
+
+if __name__ == "__main__":
+    sys.exit(main())
