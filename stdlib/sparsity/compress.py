@@ -1,0 +1,228 @@
+"""Compression of a structured-sparse matrix into (values, logical indices), and back.
+
+The logical format (the brief's decision, documented in docs/sparse-metadata.md):
+
+* ``values``: shape (M, K/2), the operand's host dtype; the kept elements of each chunk in order.
+* ``indices``: shape (M, K/G, S), uint8, G = chunk size (4; 2 for tf32; 8 for e2m1) and S kept
+  per chunk (2; 1 for tf32; 2 pairs for e2m1); within a chunk idx0 < idx1. For e2m1 an index
+  names a 2-element pair (0-3) of the 8-element chunk.
+
+Chunks with fewer nonzeros than slots follow the CUTLASS compressor (hardware-facts.md §3), see
+:mod:`.chunkops`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .blocks import chunk_blocks, for_blocks
+from .chunkops import (
+    compress_block,
+    decompress_block,
+    nibbles_to_index_array,
+    nonzero_count,
+    pack_nibbles,
+    unit_dtype,
+    values_word_dtype,
+)
+from .dtypes import OperandType, operand_type, operand_type_of_array
+from .errors import SP_BAD_INDICES, SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
+from .hostarray import as_host_array, require_numeric
+from .prune import prune_rows
+from .swar import Workspace
+
+
+def _resolve_operand(array: np.ndarray, dtype: str | OperandType | None) -> OperandType:
+    if dtype is not None:
+        return operand_type(dtype)
+    op = operand_type_of_array(array)
+    if op is None:
+        raise SparsityError(
+            SP_BAD_INPUT,
+            f"cannot tell the sparse operand type of an array of {array.dtype}",
+            help="pass dtype= (one of f16, bf16, tf32, e4m3, e5m2, s8, u8, e2m1); the array is cast to it",
+        )
+    return op
+
+
+def as_operand_matrix(w: Any, dtype: str | OperandType | None, what: str = "w") -> tuple[np.ndarray, OperandType]:
+    """``w`` as a C-contiguous 2-D array of the operand's host dtype, and the operand type."""
+    array = as_host_array(w, what)
+    require_numeric(array, what)
+    if array.ndim != 2:
+        raise SparsityError(SP_BAD_INPUT, f"{what} must be a 2-D (M, K) matrix, got shape {array.shape}",
+                            help="reshape to (M, K) with K the axis the sparsity runs along")
+    op = _resolve_operand(array, dtype)
+    if array.dtype != op.host_dtype:
+        array = array.astype(op.host_dtype)
+    return np.ascontiguousarray(array), op
+
+
+def _pad_k(array: np.ndarray, group: int) -> np.ndarray:
+    rows, k = array.shape
+    padded_k = -(-k // group) * group
+    if padded_k == k:
+        return array
+    out = np.zeros((rows, padded_k), dtype=array.dtype)
+    out[:, :k] = array
+    return out
+
+
+def _not_sparse_error(bits: np.ndarray, op: OperandType, total_bad: int) -> SparsityError:
+    """SP0803 naming the first chunk (row-major) with too many nonzeros."""
+    rows, k = bits.shape
+    for block in chunk_blocks(rows, max(1, (1 << 16) // max(1, k))):
+        counts = nonzero_count(bits[block].reshape(-1), op).reshape(-1, k // op.group)
+        if (counts > op.pattern.keep).any():
+            row, group = (int(i) for i in np.argwhere(counts > op.pattern.keep)[0])
+            count = int(counts[row, group])
+            row += block.start
+            break
+    g = op.group
+    unit = "nonzero pairs" if op.pattern.unit == 2 else "nonzero elements"
+    others = f" ({total_bad - 1} more groups also break it)" if total_bad > 1 else ""
+    prune_name = {"2:4": "prune_2_4", "1:2": "prune_1_2"}.get(op.pattern.name, "prune_4_8_pairs")
+    return SparsityError(
+        SP_NOT_SPARSE,
+        f"w is not {op.pattern.name} sparse for {op.name}: row {row}, group {group} "
+        f"(columns {g * group}..{g * group + g - 1}) has {count} {unit}, at most {op.pattern.keep} "
+        f"allowed{others}",
+        help=f"prune first with {prune_name}(w), or call compress(w, prune=True) to keep the largest magnitudes",
+    )
+
+
+def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = False,
+             workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Split a structured-sparse (M, K) matrix into ``(values, indices)``.
+
+    ``dtype`` names the operand type (inferred from ``w``'s dtype when None: float16 -> f16,
+    float32 -> tf32, ...); ``w`` is cast to its host dtype. K is padded with zeros up to a multiple
+    of the chunk size G (zeros are trivially sparse), so ``values`` is (M, Kg/2) and ``indices``
+    (M, Kg/G, S) with Kg = K rounded up to G. A matrix that breaks the pattern raises SP0803 naming
+    the first offending row and group; with ``prune=True`` it is magnitude-pruned first.
+    """
+    array, op = as_operand_matrix(w, dtype)
+    array = _pad_k(array, op.group)
+    if prune:
+        array = prune_rows(array, op.pattern, want_mask=False, workers=workers)
+    rows, k = array.shape
+    chunks = k // op.group
+    bits = array.view(op.storage_dtype).reshape(-1)
+    values = np.empty((rows, k // 2), dtype=op.host_dtype)
+    indices = np.empty(index_shape(op, rows, k), dtype=np.uint8)
+    index_flat = indices.reshape(-1)
+    units = values.view(np.uint8).view(unit_dtype(op)).reshape(-1)
+    slots = indices.shape[2]
+
+    def work(block: slice, ws: Workspace) -> int:
+        elements = bits[block.start * op.group:block.stop * op.group]
+        return compress_block(elements, op, ws, units[block.start * slots:block.stop * slots],
+                              index_flat[block.start * slots:block.stop * slots])
+
+    bad_counts = for_blocks(rows * chunks, work, workers)
+    if any(bad_counts):
+        raise _not_sparse_error(bits.reshape(rows, k), op, sum(bad_counts))
+    return values, indices
+
+
+def index_shape(op: OperandType, rows: int, k: int) -> tuple[int, int, int]:
+    """Shape of the logical index array for an (rows, k) operand: (rows, ceil(k/G), S)."""
+    return rows, -(-k // op.group), 1 if op.width_class == "tf32" else 2
+
+
+def checked_indices(indices: Any, op: OperandType) -> np.ndarray:
+    """Logical indices as a C-contiguous uint8 (M, K/G, S) array; SP0813 for a wrong shape, an
+    index out of range or a pair that is not increasing."""
+    array = as_host_array(indices, "indices")
+    slots = 1 if op.width_class == "tf32" else 2
+    if array.ndim != 3 or array.shape[2] != slots:
+        raise SparsityError(SP_BAD_INDICES,
+                            f"logical indices for {op.name} must have shape (M, K/{op.group}, {slots}), "
+                            f"got {array.shape}",
+                            help="pass the indices returned by compress() for this operand type")
+    if array.dtype.kind not in "iu":
+        raise SparsityError(SP_BAD_INDICES, f"logical indices must be integers, got {array.dtype}",
+                            help="indices are uint8 positions within a chunk")
+    units = op.pattern.units
+    if array.size and (array.min() < 0 or array.max() >= units):
+        where = np.argwhere((array < 0) | (array >= units))[0]
+        noun = "pairs" if op.pattern.unit == 2 else "elements"
+        raise SparsityError(SP_BAD_INDICES,
+                            f"index {int(array[tuple(where)])} at row {where[0]}, group {where[1]} is out of "
+                            f"range for {op.name} (a chunk has {units} {noun})",
+                            help=f"indices must lie in [0, {units - 1}]")
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    if slots == 2:
+        first, second = array[:, :, 0], array[:, :, 1]
+        unordered = first >= second
+        if unordered.any():
+            row, group = np.argwhere(unordered)[0]
+            raise SparsityError(SP_BAD_INDICES,
+                                f"indices ({first[row, group]}, {second[row, group]}) at row {row}, group {group} "
+                                "are not increasing; the logical format stores idx0 < idx1",
+                                help="sort each pair (the hardware reads bits [1:0] as the first stored element)")
+    return array
+
+
+def indices_to_nibbles(indices: Any, op: OperandType) -> np.ndarray:
+    """Nibble per chunk, uint8 (M, K/G), from logical indices (checked as :func:`checked_indices`)."""
+    array = checked_indices(indices, op)
+    if op.width_class == "tf32":
+        return (np.uint8(4) + np.uint8(10) * array[:, :, 0]).astype(np.uint8)
+    return array[:, :, 0] | (array[:, :, 1] << np.uint8(2))
+
+
+_PACK_MAGIC = np.uint32((1 << 24) + (1 << 18) + (1 << 12) + (1 << 6))
+"""Multiplier that moves the four 2-bit indices of two chunks (bytes 0-3 of a uint32) to bits
+24-31 as ``idx0a | idx1a << 2 | idx0b << 4 | idx1b << 6``: the partial products land on distinct,
+non-overlapping 2-bit fields, so no carry reaches bits 24-31."""
+
+
+def pack_checked_indices(array: np.ndarray, op: OperandType, workers: int | None = None) -> np.ndarray:
+    """Nibbles packed two per byte (chunk 2i in the low nibble), (M, ceil(K/G / 2)) uint8, from
+    indices already passed through :func:`checked_indices`.
+
+    For 2-index operands with an even number of chunks per row this runs one multiply per pair of
+    chunks; otherwise it packs :func:`indices_to_nibbles`.
+    """
+    rows, chunks, slots = array.shape
+    if slots != 2 or chunks % 2:
+        return pack_nibbles(indices_to_nibbles(array, op))
+    words = array.reshape(-1).view(np.uint32)
+    packed = np.empty((rows, chunks // 2), dtype=np.uint8)
+    out = packed.reshape(-1)
+
+    def work(block: slice, ws: Workspace) -> None:
+        tmp = ws("pack", block.stop - block.start, np.uint32)
+        np.bitwise_and(words[block], np.uint32(0x03030303), out=tmp)
+        tmp *= _PACK_MAGIC
+        tmp >>= np.uint32(24)
+        np.copyto(out[block], tmp, casting="unsafe")
+
+    for_blocks(words.size, work, workers)
+    return packed
+
+
+def nibbles_to_indices(nibbles: np.ndarray, op: OperandType) -> np.ndarray:
+    """Logical uint8 indices (M, K/G, S) from a uint8 nibble array (M, K/G)."""
+    return nibbles_to_index_array(nibbles, op)
+
+
+def decompress_nibbles(values: Any, nibbles: np.ndarray, op: OperandType) -> np.ndarray:
+    """Dense (M, K/G·G) matrix from values (M, ≥ K/G·G/2) and valid nibbles (M, K/G)."""
+    array = as_host_array(values, "values")
+    rows, chunks = nibbles.shape
+    expected = (rows, chunks * op.group // 2)
+    if array.ndim != 2 or array.shape[0] != rows or array.shape[1] < expected[1]:
+        raise SparsityError(SP_VALUES_MISMATCH,
+                            f"values must have shape {expected} for this metadata, got {array.shape}",
+                            help="pass the values returned by compress() together with its metadata")
+    if array.dtype != op.host_dtype:
+        raise SparsityError(SP_VALUES_MISMATCH,
+                            f"values have element type {array.dtype}, but {op.name} operands are {op.host_dtype}",
+                            help=f"pass values of dtype {op.host_dtype} or give the right dtype=")
+    packed = np.ascontiguousarray(array[:, :expected[1]]).view(np.uint8).view(values_word_dtype(op))
+    dense_bits = decompress_block(packed.reshape(-1), nibbles.reshape(-1), op)
+    return dense_bits.reshape(rows, chunks * op.group).view(op.host_dtype)

@@ -1,0 +1,111 @@
+"""Turning user inputs (numpy, torch, cupy, anything with ``__dlpack__``) into host numpy arrays.
+
+Order of attempts: a numpy array is used as is; an object with ``__dlpack__`` goes through
+:func:`numpy.from_dlpack`; when numpy refuses (a CUDA tensor, or a dtype DLPack-in-numpy does not
+know such as bfloat16 or float8), a torch-like object is copied with ``.cpu()`` and a cupy-like one
+with ``.get()``; torch's bfloat16/float8 tensors are reinterpreted through an integer view and
+re-tagged with the matching ml_dtypes type. Anything else goes through :func:`numpy.asarray`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import SP_BAD_INPUT, SparsityError
+
+_DLPACK_REFUSALS = (BufferError, TypeError, RuntimeError, ValueError, AttributeError, NotImplementedError)
+
+# torch dtype name -> (same-size torch integer dtype attribute, ml_dtypes host type)
+_TORCH_REINTERPRET = {
+    "torch.bfloat16": ("int16", ml_dtypes.bfloat16),
+    "torch.float8_e4m3fn": ("uint8", ml_dtypes.float8_e4m3fn),
+    "torch.float8_e5m2": ("uint8", ml_dtypes.float8_e5m2),
+}
+
+
+def _from_dlpack(obj: Any) -> np.ndarray | None:
+    try:
+        return np.from_dlpack(obj)
+    except _DLPACK_REFUSALS:
+        return None
+
+
+def _torch_to_numpy(tensor: Any) -> np.ndarray | None:
+    """A host copy of a torch-like tensor (``.cpu()``), reinterpreting dtypes numpy lacks."""
+    host = tensor.detach() if hasattr(tensor, "detach") else tensor
+    host = host.cpu()
+    special = _TORCH_REINTERPRET.get(str(getattr(host, "dtype", "")))
+    if special is not None:
+        torch = sys.modules.get("torch")
+        int_name, host_type = special
+        int_dtype = getattr(torch, int_name, None) if torch is not None else None
+        if int_dtype is not None and hasattr(host, "view"):
+            as_int = host.view(int_dtype)
+            array = _from_dlpack(as_int)
+            if array is None and hasattr(as_int, "numpy"):
+                array = as_int.numpy()
+            if array is not None:
+                return np.asarray(array).view(host_type)
+    array = _from_dlpack(host)
+    if array is None and hasattr(host, "numpy"):
+        array = np.asarray(host.numpy())
+    return array
+
+
+def as_host_array(x: Any, what: str = "input") -> np.ndarray:
+    """``x`` as a numpy array in host memory (a view where possible, a copy for device data).
+
+    Accepts numpy arrays, DLPack producers (torch, cupy, jax), torch CUDA tensors (through
+    ``.cpu()``), cupy arrays (through ``.get()``) and nested sequences. Raises SP0804 when none of
+    these work.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        array = _from_dlpack(x)
+        if array is None and hasattr(x, "cpu"):
+            try:
+                array = _torch_to_numpy(x)
+            except _DLPACK_REFUSALS:
+                array = None
+        if array is None and hasattr(x, "get"):
+            try:
+                array = np.asarray(x.get())
+            except _DLPACK_REFUSALS:
+                array = None
+        if array is None:
+            raise SparsityError(
+                SP_BAD_INPUT,
+                f"cannot read {what} of type {type(x).__name__} on the host: numpy.from_dlpack refused "
+                "it and it has no working .cpu() or .get()",
+                help="pass a numpy array, or copy the tensor to host memory first",
+            )
+        return array
+    try:
+        array = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise SparsityError(SP_BAD_INPUT, f"cannot turn {what} of type {type(x).__name__} into an array: {exc}",
+                            help="pass a numpy array, a torch/cupy tensor or a nested list of numbers") from exc
+    if array.dtype == object:
+        raise SparsityError(SP_BAD_INPUT, f"{what} is not a numeric array (element type object)",
+                            help="pass a numpy array of numbers")
+    return array
+
+
+def require_numeric(array: np.ndarray, what: str) -> None:
+    """Raise SP0804 unless ``array`` holds numbers (bool, int, float or an ml_dtypes float)."""
+    kind = array.dtype.kind
+    if kind in "biuf":
+        return
+    if kind == "V" and array.dtype.names is None and array.dtype.itemsize in (1, 2):
+        try:
+            ml_dtypes.finfo(array.dtype)
+            return
+        except (TypeError, ValueError):
+            pass
+    raise SparsityError(SP_BAD_INPUT, f"{what} has element type {array.dtype}, which is not numeric",
+                        help="pass a real-valued array (float, int or an ml_dtypes float type)")

@@ -1,0 +1,173 @@
+"""Magnitude pruning to the structured-sparsity pattern of each operand type.
+
+``prune_2_4`` keeps the two largest magnitudes of every 4 consecutive elements along ``axis``;
+``prune_1_2`` (tf32) the larger of every 2; ``prune_4_8_pairs`` (e2m1) the two 2-element pairs
+with the largest L1 magnitude |a|+|b| of every 8 elements (PTX ISA 9.7.16.10.8.1-3).
+
+Ties are broken deterministically: between equal magnitudes the element (pair) with the lower
+index along ``axis`` is kept. NaN counts as larger than every number (its magnitude bits are).
+A trailing partial group (length along ``axis`` not a multiple of the group) is pruned as if it
+were padded with zeros.
+
+Inputs are numpy arrays or anything :func:`as_host_array` accepts; results are new numpy arrays
+of the input's dtype (the ``prune_mask_*`` forms return the boolean keep mask instead). The
+operand dtypes (float16, bfloat16, float32 for 1:2, the 8-bit types, float4_e2m1fn for pairs) run
+through bit-parallel kernels; other numeric dtypes go through a direct comparison of magnitudes
+with the same rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .blocks import for_blocks
+from .chunkops import keep_element_mask
+from .dtypes import (
+    PATTERN_1_2,
+    PATTERN_2_4,
+    PATTERN_4_8_PAIRS,
+    OperandType,
+    Pattern,
+    operand_type,
+    operand_type_of_array,
+)
+from .errors import SP_BAD_INPUT, SparsityError
+from .hostarray import as_host_array, require_numeric
+from .swar import Workspace
+
+
+def keep_mask_reference(keys: np.ndarray, keep: int) -> np.ndarray:
+    """Boolean mask over the last axis of ``keys``: True for the ``keep`` largest keys, ties to the
+    lower index. Unit i is dropped iff at least ``keep`` others beat it, where j beats i when
+    key_j > key_i, or key_j == key_i and j < i. (The straightforward rule the kernels implement.)"""
+    n = keys.shape[-1]
+    beaten = np.zeros(keys.shape, dtype=np.int8)
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                beats = keys[..., j] >= keys[..., i] if j < i else keys[..., j] > keys[..., i]
+                beaten[..., i] += beats
+    return beaten < keep
+
+
+def _fast_operand(dtype: np.dtype, pattern: Pattern) -> OperandType | None:
+    """The operand type whose bit-parallel kernel implements ``pattern`` for host ``dtype``."""
+    op = operand_type_of_array(np.empty(0, dtype))
+    if op is None or op.pattern != pattern:
+        return None
+    return op
+
+
+def _magnitudes(array: np.ndarray) -> np.ndarray:
+    """|x| in a type that orders every value (float64, or int64 for integers); NaN -> +inf."""
+    if array.dtype.kind in "biu":
+        return np.abs(array.astype(np.int64))
+    mags = np.abs(array.astype(np.float64))
+    mags[np.isnan(mags)] = np.inf
+    return mags
+
+
+def _reference_keep_mask(array: np.ndarray, pattern: Pattern) -> np.ndarray:
+    rows, k = array.shape
+    mags = _magnitudes(array).reshape(rows, k // pattern.group, pattern.units, pattern.unit).sum(axis=-1)
+    keep = keep_mask_reference(mags, pattern.keep)
+    return np.repeat(keep, pattern.unit, axis=-1).reshape(rows, k)
+
+
+def prune_rows(array: np.ndarray, pattern: Pattern, want_mask: bool,
+               workers: int | None = None) -> np.ndarray:
+    """Prune a C-contiguous 2-D array whose row length is a multiple of ``pattern.group``.
+
+    Returns the pruned array (same dtype) or, with ``want_mask``, the boolean keep mask.
+    """
+    rows, k = array.shape
+    op = _fast_operand(array.dtype, pattern)
+    if op is None:
+        keep = _reference_keep_mask(array, pattern)
+        return keep if want_mask else np.where(keep, array, np.zeros((), array.dtype))
+    group = pattern.group
+    bits = array.view(op.storage_dtype).reshape(-1)
+    out = np.empty((rows, k), dtype=bool if want_mask else array.dtype)
+    out_flat = out.reshape(-1) if want_mask else out.view(op.storage_dtype).reshape(-1)
+
+    def work(chunks: slice, ws: Workspace) -> None:
+        elements = slice(chunks.start * group, chunks.stop * group)
+        mask = keep_element_mask(bits[elements], op, ws)
+        if want_mask:
+            np.not_equal(mask, 0, out=out_flat[elements])
+        else:
+            np.bitwise_and(bits[elements], mask, out=out_flat[elements])
+
+    for_blocks(rows * k // group, work, workers)
+    return out
+
+
+def _prune(w: Any, pattern: Pattern, axis: int, want_mask: bool) -> np.ndarray:
+    array = as_host_array(w, "w")
+    require_numeric(array, "w")
+    if array.ndim == 0:
+        raise SparsityError(SP_BAD_INPUT, "w is a scalar; pruning needs at least one axis",
+                            help="pass an array with the K axis to prune along")
+    if not -array.ndim <= axis < array.ndim:
+        raise SparsityError(SP_BAD_INPUT, f"axis {axis} is out of range for w with {array.ndim} dimensions",
+                            help=f"use an axis in [-{array.ndim}, {array.ndim - 1}]")
+    moved = np.moveaxis(array, axis, -1)
+    lead, k = moved.shape[:-1], moved.shape[-1]
+    rows = int(np.prod(lead, dtype=np.int64))
+    group = pattern.group
+    padded_k = -(-k // group) * group
+    flat = moved.reshape(rows, k)
+    if padded_k != k:
+        flat = np.concatenate([flat, np.zeros((rows, padded_k - k), dtype=array.dtype)], axis=1)
+    result = prune_rows(np.ascontiguousarray(flat), pattern, want_mask)[:, :k]
+    return np.moveaxis(result.reshape(*lead, k), -1, axis)
+
+
+def prune_2_4(w: Any, axis: int = -1) -> np.ndarray:
+    """Keep the 2 largest-magnitude elements of every 4 consecutive ones along ``axis`` (2:4;
+    f16, bf16 and the 8-bit types). Ties keep the lower index."""
+    return _prune(w, PATTERN_2_4, axis, want_mask=False)
+
+
+def prune_1_2(w: Any, axis: int = -1) -> np.ndarray:
+    """Keep the larger-magnitude element of every 2 consecutive ones along ``axis`` (1:2; tf32).
+    A tie keeps the first."""
+    return _prune(w, PATTERN_1_2, axis, want_mask=False)
+
+
+def prune_4_8_pairs(w: Any, axis: int = -1) -> np.ndarray:
+    """Keep the 2 pairs with the largest |a|+|b| among the 4 pairs of every 8 consecutive elements
+    along ``axis`` (4:8 in pairs; e2m1). Ties keep the lower pair."""
+    return _prune(w, PATTERN_4_8_PAIRS, axis, want_mask=False)
+
+
+def prune_mask_2_4(w: Any, axis: int = -1) -> np.ndarray:
+    """The boolean keep mask of :func:`prune_2_4` (exactly 2 True per group of 4)."""
+    return _prune(w, PATTERN_2_4, axis, want_mask=True)
+
+
+def prune_mask_1_2(w: Any, axis: int = -1) -> np.ndarray:
+    """The boolean keep mask of :func:`prune_1_2` (exactly 1 True per pair)."""
+    return _prune(w, PATTERN_1_2, axis, want_mask=True)
+
+
+def prune_mask_4_8_pairs(w: Any, axis: int = -1) -> np.ndarray:
+    """The boolean keep mask of :func:`prune_4_8_pairs` (exactly 4 True per group of 8, in pairs)."""
+    return _prune(w, PATTERN_4_8_PAIRS, axis, want_mask=True)
+
+
+def pattern_for(dtype: str | OperandType) -> Pattern:
+    """The sparsity pattern an operand type needs (2:4, 1:2 or 4:8 in pairs)."""
+    return operand_type(dtype).pattern
+
+
+def prune(w: Any, dtype: str | OperandType, axis: int = -1) -> np.ndarray:
+    """Prune ``w`` with the pattern of operand type ``dtype`` (no cast: the result keeps w's dtype)."""
+    return _prune(w, pattern_for(dtype), axis, want_mask=False)
+
+
+def prune_mask(w: Any, dtype: str | OperandType, axis: int = -1) -> np.ndarray:
+    """The keep mask of :func:`prune` for operand type ``dtype``."""
+    return _prune(w, pattern_for(dtype), axis, want_mask=True)
