@@ -496,7 +496,7 @@ def store_plan(value: LinearLayout, smem: LinearLayout, elem_bits: int, *, metho
     predicate = tuple((d, b) for d, imgs in ((LANE, lanes), (WARP, warps)) for b, v in enumerate(imgs) if not v)
     live_regs = [b for b, v in enumerate(regs) if v]
     if method.startswith("stmatrix"):
-        return _stmatrix_plan(method, elem_bits, regs, lanes, live_regs, predicate)
+        return _stmatrix_plan(method, elem_bits, regs, lanes, warps, live_regs, predicate)
     if method not in ("st.shared", "ld.shared"):
         raise LayoutError("SP0407", f"unknown shared-memory access method {method!r}",
                           help="use 'st.shared', 'ld.shared', 'stmatrix' or 'stmatrix.trans'")
@@ -509,6 +509,10 @@ def store_plan(value: LinearLayout, smem: LinearLayout, elem_bits: int, *, metho
         if hit is None:
             break
         vec_bits.append(hit)
+    # a vector must be aligned: every other basis (further registers, lanes, warps) a multiple of it
+    others = [regs[b] for b in live_regs if b not in vec_bits] + lanes + warps
+    while vec_bits and any(v & ((1 << len(vec_bits)) - 1) for v in others):
+        others.append(regs[vec_bits.pop()])
     if width_bits is not None:
         need = width_bits // elem_bits
         if width_bits % elem_bits or need < 1 or need & (need - 1) or width_bits > 128:
@@ -545,8 +549,8 @@ def _xor_images(images: Sequence[int], index: int) -> int:
     return v
 
 
-def _stmatrix_plan(method: str, elem_bits: int, regs: list[int], lanes: list[int], live_regs: list[int],
-                   predicate: tuple[tuple[str, int], ...]) -> StorePlan:
+def _stmatrix_plan(method: str, elem_bits: int, regs: list[int], lanes: list[int], warps: list[int],
+                   live_regs: list[int], predicate: tuple[tuple[str, int], ...]) -> StorePlan:
     trans = method == "stmatrix.trans"
 
     def fail(reason: str) -> StorePlan:
@@ -572,6 +576,8 @@ def _stmatrix_plan(method: str, elem_bits: int, regs: list[int], lanes: list[int
     others = [b for b in live_regs if b != pair]
     if any(regs[b] % 8 for b in others):
         return fail("every further register must start another 16-byte row (matrix)")
+    if any(v % 8 for v in warps):
+        return fail("every warp must start its own 16-byte rows")
     n_mats = 1 << len(others)
     per_instr = min(4, n_mats)
     groups = []
@@ -659,12 +665,16 @@ class LinearIndex:
 class ShuffleRound:
     """One ``shfl.sync.idx``: the receiver fills element ``dst_reg`` from lane ``src_lane`` (its own
     lane/warp); the sender passes its element ``src_reg`` (evaluated with the sender's lane/warp).
-    ``local`` rounds read the thread's own registers and need no shuffle."""
+    ``local`` rounds read the thread's own registers and need no shuffle.  With ``accept`` set,
+    the receiver keeps the value only if ``accept.eval(lane=own lane) == accept_value`` (a
+    sender owes different registers to several receivers, so ``dst_reg`` takes several rounds)."""
 
     dst_reg: int
     src_lane: LinearIndex
     src_reg: LinearIndex
     local: bool = False
+    accept: LinearIndex | None = None
+    accept_value: int = 0
 
 
 @dataclass(frozen=True)
@@ -719,9 +729,18 @@ def _normalize_reg_layout(layout: LinearLayout, out_order: Sequence[str]) -> Lin
     return layout.transpose_ins([REG, *_THREAD_DIMS]).transpose_outs(list(out_order))
 
 
-def conversion_plan(src: LinearLayout, dst: LinearLayout, *, elem_bits: int = 32) -> ConversionPlan:
+STRATEGIES = ("registers", "shuffle", "shared_memory")
+
+
+def conversion_plan(src: LinearLayout, dst: LinearLayout, *, elem_bits: int = 32,
+                    allow: Sequence[str] = STRATEGIES) -> ConversionPlan:
     """Plan ``convert_layout(src -> dst)`` (Triton's strategy ladder, arXiv 2505.23819 §5.4, with a
-    simple cost model): registers < shuffles < shared memory."""
+    simple cost model): the cheapest of the ``allow``-ed strategies that apply (registers when
+    every thread already holds what it needs, shuffles when elements stay in their warp, shared
+    memory otherwise)."""
+    unknown = set(allow) - set(STRATEGIES)
+    if unknown:
+        raise LayoutError("SP0409", f"unknown conversion strategies {sorted(unknown)}", help=f"use {STRATEGIES}")
     if sorted(src.out_dims) != sorted(dst.out_dims):
         return ConversionPlan("none", reason=f"different tensors: {sorted(src.out_dims)} vs {sorted(dst.out_dims)}")
     order = [n for n, _ in src.out_dims]
@@ -743,8 +762,7 @@ def conversion_plan(src: LinearLayout, dst: LinearLayout, *, elem_bits: int = 32
             candidates.append(reg_plan)
         shfl = _shuffle_plan(s, d, elem_bits) if s.in_size(LANE) == 32 else None
         considered.append(("shuffle", shfl.cost if shfl else None,
-                           "elements stay in their warp" if shfl else "elements change warps, or a sender "
-                           "would owe different registers to several receivers"))
+                           "elements stay in their warp" if shfl else "elements change warps"))
         if shfl:
             candidates.append(shfl)
     smem = _smem_plan(s, d, elem_bits)
@@ -756,6 +774,10 @@ def conversion_plan(src: LinearLayout, dst: LinearLayout, *, elem_bits: int = 32
     if not candidates:
         return ConversionPlan("none", reason="; ".join(f"{k}: {why}" for k, _, why in considered),
                               considered=tuple(considered))
+    candidates = [c for c in candidates if c.kind in allow]
+    if not candidates:
+        return ConversionPlan("none", reason="no allowed strategy applies: " + "; ".join(
+            f"{k}: {why}" for k, _, why in considered), considered=tuple(considered))
     best = min(candidates, key=lambda p: p.cost)
     return ConversionPlan(best.kind, best.cost, None, best.register_map, best.rounds, best.smem, tuple(considered))
 
@@ -810,35 +832,48 @@ def _shuffle_plan(s: LinearLayout, d: LinearLayout, elem_bits: int) -> Conversio
     e = [lane for _, lane in parts[REG]]
     b = [r for r, _ in parts[LANE]]
     f = [lane for _, lane in parts[LANE]]
-    # the sender must know which register each receiver wants: B must vanish on ker(F)
+    # Receivers l' with the same F·l' read the same sender; they want different registers when B
+    # does not vanish on ker(F).  Then one round per value v of B on ker(F): the sender passes the
+    # register for v and only receivers whose B·P_ker(l') == v keep it.
+    kernel = []
     f_span = GF2Span()
     for i, col in enumerate(f):
         if not f_span.add(col):
             sol = f_span.solve(col)
             assert sol is not None
-            if _xor_images(b, (1 << i) ^ sol):
-                return None
+            kernel.append((1 << i) ^ sol)
     f_plus = _pseudo_inverse(f, 5)
+    bk_span = GF2Span(_xor_images(b, k) for k in kernel)
+    values = _span_elements(bk_span.basis())
+    p_ker = [(1 << i) ^ _xor_images(f_plus, f[i]) for i in range(5)]
+    accept = LinearIndex(0, ((LANE, tuple(_xor_images(b, v) for v in p_ker)),)) if len(values) > 1 else None
     shfl_cost = 2 * max(1, -(-elem_bits // 32))
+    recv_masks = ((LANE, tuple(f)), (WARP, tuple(x[1] for x in parts[WARP])),
+                  (BLOCK, tuple(x[1] for x in parts[BLOCK])))
+    send_lane = tuple(_xor_images(b, f_plus[i]) for i in range(5))
+    send_warp = tuple(_xor_images(b, _xor_images(f_plus, lane)) ^ reg for reg, lane in parts[WARP])
+    send_block = tuple(_xor_images(b, _xor_images(f_plus, lane)) ^ reg for reg, lane in parts[BLOCK])
+    identity_lanes = f == [1 << i for i in range(5)] and not any(x[1] for x in parts[WARP] + parts[BLOCK])
     rounds = []
     cost = 0.0
     for r in range(d.in_size(REG)):
         lane_const = _xor_images(e, r)
-        reg_const = _xor_images(a, r) ^ _xor_images(b, _xor_images(f_plus, lane_const))
-        recv_masks = [(LANE, tuple(f)), (WARP, tuple(x[1] for x in parts[WARP])),
-                      (BLOCK, tuple(x[1] for x in parts[BLOCK]))]
-        send_lane = tuple(_xor_images(b, f_plus[i]) for i in range(5))
-        send_warp = tuple(_xor_images(b, _xor_images(f_plus, parts[WARP][j][1])) ^ parts[WARP][j][0]
-                          for j in range(len(parts[WARP])))
-        send_block = tuple(_xor_images(b, _xor_images(f_plus, parts[BLOCK][j][1])) ^ parts[BLOCK][j][0]
-                           for j in range(len(parts[BLOCK])))
-        src_lane = LinearIndex(lane_const, tuple(recv_masks))
-        src_reg = LinearIndex(reg_const, ((LANE, send_lane), (WARP, send_warp), (BLOCK, send_block)))
-        local = lane_const == 0 and f == [1 << i for i in range(5)] and not any(x[1] for x in parts[WARP]) \
-            and not any(x[1] for x in parts[BLOCK])
-        rounds.append(ShuffleRound(r, src_lane, src_reg, local))
-        cost += (0 if local else shfl_cost) + (0 if src_reg.is_static else 1)
+        base_reg = _xor_images(a, r) ^ _xor_images(b, _xor_images(f_plus, lane_const))
+        src_lane = LinearIndex(lane_const, recv_masks)
+        local = lane_const == 0 and identity_lanes
+        for v in values:
+            src_reg = LinearIndex(base_reg ^ v, ((LANE, send_lane), (WARP, send_warp), (BLOCK, send_block)))
+            rounds.append(ShuffleRound(r, src_lane, src_reg, local, accept, v))
+            cost += (0 if local else shfl_cost) + (0 if src_reg.is_static else 1) + (1 if accept else 0)
     return ConversionPlan("shuffle", cost, rounds=tuple(rounds))
+
+
+def _span_elements(basis: Sequence[int]) -> list[int]:
+    """Every XOR combination of ``basis`` (0 first)."""
+    out = [0]
+    for v in basis:
+        out += [x ^ v for x in out]
+    return out
 
 
 def _pseudo_inverse(columns: Sequence[int], nbits: int) -> list[int]:

@@ -1,0 +1,525 @@
+"""Derivations: tcgen05.ld/st plans, register conversions, SMEM descriptors and store plans.
+
+TMEM plans are checked by simulating the instructions with the per-thread mapping of
+hardware-facts §2 (re-implemented here) on a TMEM image filled from the §1.4 formulas.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sparsile.frontend.diagnostics import CompileError
+from sparsile.frontend.layout_derive import (
+    conversion_plan,
+    smem_descriptor_fields,
+    smem_wavefronts,
+    storable_layout,
+    storable_register_layout,
+    store_plan,
+    tmem_access_plan,
+    tmem_register_layout,
+)
+from sparsile.frontend.layout_library import (
+    blocked,
+    mma_sp_fragment,
+    smem_core_matrices,
+    smem_from_strides,
+    smem_tile,
+    tmem_accumulator,
+    tmem_sparse_metadata,
+    wgmma_accumulator,
+    wgmma_sparse_metadata,
+)
+from sparsile.frontend.layouts import LayoutError, LinearLayout
+
+# ---------------------------------------------------------------------------------------------
+# independent references
+# ---------------------------------------------------------------------------------------------
+
+
+def atom_word(shape, t, slot, half_split=None):
+    """(lane, column) of register ``slot`` of thread ``t`` relative to the instruction address
+    (hardware-facts §2)."""
+    if shape == "32x32b":
+        return t, slot
+    if shape == "16x64b":
+        return t // 4 + 8 * (t % 2), (t // 2) % 2 + 2 * slot
+    if shape == "16x128b":
+        return t // 4 + 8 * (slot % 2), t % 4 + 4 * (slot // 2)
+    if shape == "16x256b":
+        return t // 4 + 8 * ((slot // 2) % 2), 2 * (t % 4) + slot % 2 + 8 * (slot // 4)
+    if shape == "16x32bx2":
+        return t % 16, slot + (half_split if t >= 16 else 0)
+    raise AssertionError(shape)
+
+
+def metadata_cell(cls, m, chunk):
+    """(lane, column, nibble) of metadata chunk (m, chunk) in TMEM, hardware-facts §1.4."""
+    if cls in ("16bit", "tf32"):
+        col, h, j = chunk // 8, (chunk % 8) // 4, chunk % 4
+        return 16 * (m // 16) + 8 * h + m % 8, col, 4 * ((m // 8) % 2) + j
+    return m, chunk // 8, chunk % 8
+
+
+def simulate_load(plan, tmem, reg_layout, num_warps=4):
+    """Registers of every thread after the plan's tcgen05.ld instructions + unpacking:
+    {(warp, lane, reg, sub): value}."""
+    out = {}
+    n_sub = reg_layout.in_size("sub")
+    for w in range(num_warps):
+        lane_base, col_base = plan.warp_bases[w]
+        for t in range(32):
+            words = []
+            for ins in plan.instructions:
+                row = []
+                for slot in range(plan.regs_per_instruction):
+                    lane, col = atom_word(plan.shape, t, slot, plan.half_split)
+                    row.append(int(tmem[lane_base + ins.lane_offset + lane, col_base + ins.col_offset + col]))
+                words.append(row)
+            for r, subs in enumerate(plan.sources):
+                for s, src in enumerate(subs[:n_sub]):
+                    word = words[src.instruction][src.slot]
+                    out[(w, t, r, s)] = (word >> src.bit_offset) & ((1 << src.bits) - 1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# acceptance: sparse metadata TMEM -> registers (the load JAX refuses, seed 000)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, cls, g", [("f16", "16bit", 4), ("tf32", "tf32", 2), ("e4m3", "8bit", 4),
+                                           ("e2m1", "4bit", 8)])
+@pytest.mark.parametrize("unpack", [False, True])
+def test_metadata_load_from_tmem_finds_an_atom_and_unpacks(dtype, cls, g, unpack):
+    k = 4 * 8 * g  # one 2 KB tcgen05.cp atom: 4 columns
+    tmem_layout = tmem_sparse_metadata(128, k, dtype)
+    regs = tmem_register_layout(tmem_layout, "32x32b", unpack=unpack)
+    plan = tmem_access_plan(tmem_layout, regs).require()
+    assert plan.ptx == "tcgen05.ld.sync.aligned.32x32b.x4.b32"
+    assert len(plan.instructions) == 1 and plan.unpacks
+    assert [b[0] for b in plan.warp_bases] == [0, 32, 64, 96]
+    # the register layout, element by element, against §2 (32x32b: lane t, register j = column j)
+    # and the §1.4 placement
+    for w, t in itertools.product(range(4), range(32)):
+        for j, s in itertools.product(range(4), range(8)):
+            point = {"warp": w, "lane": t}
+            point.update({"reg": 8 * j + s} if unpack else {"reg": j, "sub": s})
+            got = regs.apply(**point)
+            assert metadata_cell(cls, got["m"], got["chunk"]) == (32 * w + t, j, s)
+    # end to end: a TMEM image written from random nibbles, loaded and unpacked by the plan
+    rng = np.random.default_rng(7)
+    nibbles = rng.integers(0, 16, size=(128, k // g))
+    tmem = np.zeros((128, 4), dtype=np.uint64)
+    for m, c in itertools.product(range(128), range(k // g)):
+        lane, col, nib = metadata_cell(cls, m, c)
+        tmem[lane, col] |= int(nibbles[m, c]) << (4 * nib)
+    loaded = simulate_load(plan, tmem, regs)
+    for (w, t, r, s), value in loaded.items():
+        point = {"warp": w, "lane": t, "reg": r}
+        if not unpack:
+            point["sub"] = s
+        where = regs.apply(**point)
+        assert value == nibbles[where["m"], where["chunk"]]
+
+
+def test_metadata_cross_checks_the_sparsity_toolkit_tcgen05_and_sm90_formats():
+    sp = pytest.importorskip("sparsile.stdlib.sparsity")
+    rng = np.random.default_rng(3)
+
+    def nibble(idx_row):
+        if len(idx_row) == 1:                      # tf32: 1:2 as a 2:4 chunk of halves
+            return 0x4 if idx_row[0] == 0 else 0xE
+        return int(idx_row[0]) | int(idx_row[1]) << 2
+
+    for dtype, g in (("f16", 4), ("tf32", 2), ("e4m3", 4), ("e2m1", 8)):
+        m, k = 128, 32 * 8 * g // 4 * 2  # two 2 KB atoms along K
+        dense = rng.standard_normal((m, k)).astype(np.float32)
+        _, indices = sp.compress(sp.prune(dense, dtype), dtype)
+        image = sp.encode_metadata(indices, "tcgen05", dtype).data
+        layout = tmem_sparse_metadata(m, k, dtype)
+        for lane, col, sub in itertools.product(range(128), range(layout.in_size("col")), range(8)):
+            where = layout.apply(lane=lane, col=col, sub=sub)
+            word = int(image[col // 4, 0, lane, col % 4])
+            assert (word >> (4 * sub)) & 0xF == nibble(indices[where["m"], where["chunk"]])
+        if dtype == "e2m1":
+            continue
+        # sm90: what each wgmma thread loads (brief_sparsity: row L = 16w + 8(t%2) + g, column kb for
+        # 16-bit/tf32; row 16w + g + 8(t%2), word t//2 for 8-bit) against the wgmma register layout
+        words = sp.encode_metadata(indices[:64], "sm90", dtype).data
+        regs = wgmma_sparse_metadata(dtype, 0)
+        for w, lane, sub in itertools.product(range(4), range(32), range(8)):
+            gg, t = lane // 4, lane % 4
+            if dtype == "e4m3":
+                word = int(words[16 * w + gg + 8 * (t % 2), t // 2])
+            elif t // 2 == 0:
+                word = int(words[16 * w + 8 * (t % 2) + gg, 0])
+            else:
+                continue  # the unselected pair's register is ignored by the hardware
+            where = regs.apply(sub=sub, lane=lane, warp=w)
+            assert (word >> (4 * sub)) & 0xF == nibble(indices[where["m"], where["chunk"]])
+
+
+# ---------------------------------------------------------------------------------------------
+# TMEM accumulators: every shape, simulated
+# ---------------------------------------------------------------------------------------------
+
+ACCUMULATORS = [
+    ("D m128", tmem_accumulator(128, 64), ["32x32b", "16x64b", "16x128b", "16x256b", "16x32bx2"]),
+    ("F m64", tmem_accumulator(64, 32), ["16x64b", "16x128b", "16x256b", "16x32bx2"]),
+    ("packed", tmem_accumulator(128, 32, packing=2), ["32x32b", "16x256b"]),
+]
+
+
+@pytest.mark.parametrize("name, tmem_layout, shapes", ACCUMULATORS, ids=[a[0] for a in ACCUMULATORS])
+def test_accumulator_plans_simulate_correctly(name, tmem_layout, shapes):
+    lanes, cols = tmem_layout.in_size("lane"), tmem_layout.in_size("col")
+    rng = np.random.default_rng(1)
+    tmem = rng.integers(0, 2**32, size=(lanes, cols), dtype=np.uint64)
+    for shape in shapes:
+        regs = tmem_register_layout(tmem_layout, shape)
+        plan = tmem_access_plan(tmem_layout, regs)
+        assert plan.ok, (shape, plan.reason)
+        assert plan.shape == shape and plan.regs_per_instruction <= 32
+        loaded = simulate_load(plan, tmem, regs)
+        inv = tmem_layout.invert()
+        sub_bits = 32 // tmem_layout.in_size("sub")
+        for (w, t, r, s), value in loaded.items():
+            point = {"warp": w, "lane": t, "reg": r}
+            if "sub" in regs.in_names:
+                point["sub"] = s
+            where = inv.apply(**regs.apply(**point))
+            cell = int(tmem[where["lane"], where["col"]])
+            assert value == (cell >> (sub_bits * where.get("sub", 0))) & ((1 << sub_bits) - 1)
+
+
+def test_m64_accumulator_read_with_16x256b_is_the_wgmma_fragment():
+    regs = tmem_register_layout(tmem_accumulator(64, 64), "16x256b")
+    assert regs == wgmma_accumulator(64)
+
+
+def test_lane_offset_and_register_cap():
+    layout = tmem_accumulator(64, 32)
+    plan = tmem_access_plan(layout, tmem_register_layout(layout, "16x256b"), lane_offset=16)
+    assert [b[0] for b in plan.warp_bases] == [16, 48, 80, 112]
+    big = tmem_accumulator(128, 256)
+    plan = tmem_access_plan(big, tmem_register_layout(big, "32x32b"), max_regs_per_instruction=32)
+    assert plan.num == 32 and len(plan.instructions) == 8
+    plan16 = tmem_access_plan(big, tmem_register_layout(big, "32x32b"), max_regs_per_instruction=16)
+    assert plan16.num == 16 and len(plan16.instructions) == 16
+
+
+def test_eight_warps_split_columns():
+    layout = tmem_accumulator(128, 64)
+    regs = tmem_register_layout(layout, "32x32b", num_warps=8)
+    plan = tmem_access_plan(layout, regs, num_warps=8).require()
+    assert [b for b in plan.warp_bases] == [(0, 0), (32, 0), (64, 0), (96, 0), (0, 32), (32, 32), (64, 32), (96, 32)]
+
+
+def test_no_atom_for_the_wgmma_metadata_layout_gives_a_reason():
+    tmem_layout = tmem_sparse_metadata(128, 64, "f16")
+    # a thread mapping no tcgen05 shape produces: lane bit 0 walks the chunk dim
+    wrong = LinearLayout.from_bases(
+        {"reg": [(0, 8)], "sub": [(0, 1), (0, 2), (8, 0)],
+         "lane": [(0, 4), (1, 0), (2, 0), (4, 0), (16, 0)], "warp": [(32, 0), (64, 0)]},
+        [("m", 128), ("chunk", 16)])
+    plan = tmem_access_plan(tmem_layout, wrong)
+    assert not plan.ok and "no tcgen05.ld/st shape" in plan.reason
+    with pytest.raises(CompileError) as info:
+        plan.require()
+    assert info.value.codes == ["SP0404"]
+    # and the conversion the help line suggests exists
+    natural = tmem_register_layout(tmem_layout, "32x32b")
+    assert conversion_plan(natural, wrong).ok
+
+
+def test_warp_quarter_rule_is_enforced():
+    layout = tmem_accumulator(128, 16)
+    regs = tmem_register_layout(layout, "32x32b")
+    swapped = LinearLayout(regs.in_dims, regs.out_dims,
+                           (*regs.bases[:-1], (regs.bases[-1][1], regs.bases[-1][0])))
+    plan = tmem_access_plan(layout, swapped)
+    assert not plan.ok and "32*(w%4)" in plan.reason
+
+
+def test_plan_rejects_mismatched_tensors_and_unusable_shapes():
+    a = tmem_accumulator(128, 32)
+    plan = tmem_access_plan(a, wgmma_accumulator(32))
+    assert not plan.ok and "different tensors" in plan.reason
+    with pytest.raises(LayoutError):
+        tmem_register_layout(tmem_accumulator(64, 32), "32x32b")  # would read unused lanes
+    plan = tmem_access_plan(a, tmem_register_layout(a, "32x32b"), num_warps=8)
+    assert not plan.ok
+
+
+# ---------------------------------------------------------------------------------------------
+# conversions
+# ---------------------------------------------------------------------------------------------
+
+def merged(layout):
+    return layout.merge_ins(["reg", "sub"], "reg") if "sub" in layout.in_names else layout
+
+
+def apply_any(layout, **point):
+    return layout.apply(**{k: v for k, v in point.items() if k in layout.in_names})
+
+
+def check_conversion(src, dst, plan):
+    s, d = merged(src), merged(dst)
+    warps = d.in_size("warp")
+    if plan.kind == "shared_memory":
+        smem_inv = plan.smem.smem_layout.invert()
+        memory = {}
+        for group in plan.smem.store.register_groups:
+            for lane, w in itertools.product(range(32), range(warps)):
+                offsets = [smem_inv.apply(**apply_any(s, reg=r, lane=lane, warp=w))["offset"] for r in group]
+                assert offsets == list(range(offsets[0], offsets[0] + len(group)))  # a real vector
+                for r, off in zip(group, offsets):
+                    memory[off] = apply_any(s, reg=r, lane=lane, warp=w)
+        for group in plan.smem.load.register_groups:
+            for lane, w in itertools.product(range(32), range(warps)):
+                offsets = [smem_inv.apply(**apply_any(d, reg=r, lane=lane, warp=w))["offset"] for r in group]
+                assert offsets == list(range(offsets[0], offsets[0] + len(group)))
+                for r, off in zip(group, offsets):
+                    assert memory[off] == apply_any(d, reg=r, lane=lane, warp=w)
+        return
+    for r, lane, w in itertools.product(range(d.in_size("reg")), range(32), range(warps)):
+        want = apply_any(d, reg=r, lane=lane, warp=w)
+        if plan.kind == "registers":
+            got = apply_any(s, reg=plan.register_map[r].eval(lane=lane, warp=w), lane=lane, warp=w)
+        elif plan.kind == "shuffle":
+            kept = [rnd for rnd in plan.rounds if rnd.dst_reg == r
+                    and (rnd.accept is None or rnd.accept.eval(lane=lane, warp=w) == rnd.accept_value)]
+            assert len(kept) == 1
+            rnd = kept[0]
+            sl = rnd.src_lane.eval(lane=lane, warp=w)
+            if rnd.local:
+                assert sl == lane
+            got = apply_any(s, reg=rnd.src_reg.eval(lane=sl, warp=w), lane=sl, warp=w)
+        else:
+            assert plan.kind == "noop"
+            got = apply_any(s, reg=r, lane=lane, warp=w)
+        assert got == want
+
+
+@st.composite
+def register_layout_pairs(draw):
+    """Two random bijective register layouts of one (m, n) tensor: (reg, lane, warp) bits permuted
+    and mixed; dst is either independent, a register shuffle of src, or a lane shuffle of src."""
+    rbits, wbits = draw(st.integers(0, 3)), draw(st.integers(0, 2))
+    n = rbits + 5 + wbits
+    mbits = draw(st.integers(0, n))
+
+    def random_layout():
+        cols = [1 << p for p in draw(st.permutations(range(n)))]
+        for _ in range(draw(st.integers(0, n))):
+            i, j = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+            if i != j:
+                cols[i] ^= cols[j]
+        return cols
+
+    src = random_layout()
+    kind = draw(st.sampled_from(["independent", "registers", "lanes"]))
+    if kind == "independent":
+        dst = random_layout()
+    else:
+        lo, hi = (0, rbits) if kind == "registers" else (rbits, rbits + 5)
+        part = src[lo:hi]
+        perm = draw(st.permutations(range(len(part))))
+        dst = src[:lo] + [part[p] for p in perm] + src[hi:]
+    in_dims = (("reg", 1 << rbits), ("lane", 32), ("warp", 1 << wbits))
+    out_dims = (("m", 1 << mbits), ("n", 1 << (n - mbits)))
+    return (LinearLayout._from_columns(in_dims, out_dims, src), LinearLayout._from_columns(in_dims, out_dims, dst),
+            kind)
+
+
+@settings(max_examples=40, deadline=None)
+@given(register_layout_pairs(), st.sampled_from([16, 32]))
+def test_conversion_plans_are_correct_by_simulation(pair, elem_bits):
+    src, dst, kind = pair
+    plan = conversion_plan(src, dst, elem_bits=elem_bits)
+    assert plan.ok
+    check_conversion(src, dst, plan)
+    if plan.kind != "noop":
+        costs = [c for _, c, _ in plan.considered if c is not None]
+        assert plan.cost == min(costs)
+        # every strategy that applies is correct, not only the cheapest
+        for strategy in ("registers", "shuffle", "shared_memory"):
+            forced = conversion_plan(src, dst, elem_bits=elem_bits, allow=[strategy])
+            if kind == "registers" or (kind == "lanes" and strategy != "registers"):
+                assert forced.ok, strategy
+            if forced.ok:
+                assert forced.kind == strategy
+                check_conversion(src, dst, forced)
+
+
+def test_conversion_examples():
+    nm = ("m", "n")
+    row = blocked((64, 64), (1, 8), (8, 4), (4, 1), (1, 0), nm)
+    col = blocked((64, 64), (8, 1), (4, 8), (4, 1), (0, 1), nm)
+    acc = wgmma_accumulator(64)
+    assert conversion_plan(row, row).kind == "noop"
+    for s, d in ((row, col), (acc, row), (row, acc)):
+        plan = conversion_plan(s, d)
+        assert plan.kind == "shared_memory"
+        check_conversion(s, d, plan)
+    # within a warp: transpose an 8x8 tile across lanes -> shuffles
+    a = LinearLayout.from_bases({"reg": [(0, 1), (0, 2)], "lane": [(0, 4), (1, 0), (2, 0), (4, 0), (8, 0)]},
+                                [("m", 16), ("n", 8)])
+    b = LinearLayout.from_bases({"reg": [(1, 0), (2, 0)], "lane": [(4, 0), (8, 0), (0, 1), (0, 2), (0, 4)]},
+                                [("m", 16), ("n", 8)])
+    plan = conversion_plan(a, b, allow=["shuffle"])
+    # each sender owes 4 receivers different registers: 4 predicated rounds per destination register
+    assert plan.kind == "shuffle" and len(plan.rounds) == 16
+    assert all(rnd.accept is not None for rnd in plan.rounds)
+    check_conversion(a, b, plan)
+    assert conversion_plan(a, b, allow=["registers"]).kind == "none"
+    # one element per thread, lanes permuted: a single shuffle beats shared memory
+    x = LinearLayout.from_bases({"lane": [(0, 1), (0, 2), (0, 4), (1, 0), (2, 0)]}, [("m", 4), ("n", 8)])
+    y = LinearLayout.from_bases({"lane": [(1, 0), (2, 0), (0, 1), (0, 2), (0, 4)]}, [("m", 4), ("n", 8)])
+    plan = conversion_plan(x, y)
+    assert plan.kind == "shuffle" and len(plan.rounds) == 1 and plan.rounds[0].accept is None
+    check_conversion(x, y, plan)
+    bad = conversion_plan(a, wgmma_accumulator(8))
+    assert bad.kind == "none" and not bad.ok
+    with pytest.raises(CompileError) as info:
+        bad.require()
+    assert info.value.codes == ["SP0409"]
+
+
+def test_metadata_conversion_from_tmem_load_layout_to_mma_fragment():
+    # per-warp: the mma.sp metadata fragment vs. a 32x32b-style row-per-lane layout of the same 16x8 chunks
+    frag = mma_sp_fragment("meta")
+    rows = LinearLayout.from_bases({"reg": [], "sub": [(0, 1), (0, 2), (0, 4)],
+                                    "lane": [(1, 0), (2, 0), (4, 0), (8, 0), (0, 0)]}, [("m", 16), ("chunk", 8)])
+    plan = conversion_plan(rows, frag, elem_bits=4)
+    assert plan.ok
+    check_conversion(rows, frag, plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# shared-memory descriptors (hardware-facts §1.5, §4.2, §9; PTX canonical-layout examples)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("swizzle, sbo", [("128B", 1024), ("64B", 512), ("32B", 256)])
+def test_k_major_swizzled_tiles(swizzle, sbo):
+    span_elems = int(swizzle[:-1]) // 2
+    fields = smem_descriptor_fields(smem_tile(128, span_elems, 16, swizzle), 16, "K").require()
+    assert (fields.swizzle, fields.lbo, fields.lbo_field, fields.sbo) == (swizzle, None, 1, sbo)
+    assert fields.mn_extent == 128 and fields.k_extent == span_elems
+    assert fields.base_alignment == 8 * int(swizzle[:-1])
+    assert fields.swizzle_code_sm100 == {"128B": 2, "64B": 4, "32B": 6}[swizzle]
+    assert fields.swizzle_code_sm90 == {"128B": 1, "64B": 2, "32B": 3}[swizzle]
+    # a K extent of two swizzle rows: the second panel is a start-address advance
+    wide = smem_descriptor_fields(smem_tile(128, 2 * span_elems, 16, swizzle), 16, "K").require()
+    assert wide.k_offsets == ((span_elems, 128 * int(swizzle[:-1])),)
+
+
+def test_k_major_core_matrices_both_arrangements():
+    h200 = smem_descriptor_fields(smem_core_matrices(64, 32, 16), 16, "K").require()
+    assert (h200.swizzle, h200.lbo, h200.sbo) == ("none", 128, 4 * 128)  # SBO = bytes per 8-row group
+    cutlass = smem_descriptor_fields(smem_core_matrices(128, 32, 16, k_groups_adjacent=False), 16, "K").require()
+    assert (cutlass.lbo, cutlass.sbo) == (2048, 128)  # hardware-facts §9: LBO = (rows/8)*128 B
+
+
+def test_mn_major_examples():
+    # hardware-facts §9: f16 MN-major, no swizzle, 128x64 tile: LBO = 128 B, SBO = 1024 B
+    f = smem_descriptor_fields(smem_core_matrices(128, 64, 16, k_major=False), 16, "MN").require()
+    assert (f.swizzle, f.lbo, f.sbo, f.mn_extent, f.k_extent) == ("none", 128, 1024, 128, 64)
+    # PTX §9.7.15.5.1.2.1.3 examples (bf16): exact layouts in elements
+    ex = {
+        "none": ([("n", [(8, 1), (2, 64)]), ("k", [(8, 8), (2, 128)])], 256, 128),
+        "32B": ([("n", [(8, 1), (2, 8), (2, 128)]), ("k", [(8, 16), (2, 256)])], 256, 512),
+        "64B": ([("n", [(8, 1), (4, 8), (2, 256)]), ("k", [(8, 32), (2, 512)])], 512, 1024),
+    }
+    for swizzle, (modes, lbo, sbo) in ex.items():
+        f = smem_descriptor_fields(smem_from_strides(modes, 16, swizzle), 16, "MN").require()
+        assert (f.swizzle, f.lbo, f.sbo) == (swizzle, lbo, sbo), swizzle
+    # K-major, no swizzle, tf32: ((8,2),(4,4)):((4,32),(1,64)) -> LBO 256 B, SBO 128 B
+    tf32 = smem_from_strides([("m", [(8, 4), (2, 32)]), ("k", [(4, 1), (4, 64)])], 32, "none")
+    f = smem_descriptor_fields(tf32, 32, "K").require()
+    assert (f.lbo, f.sbo, f.lbo_field, f.sbo_field) == (256, 128, 16, 8)
+
+
+def test_descriptor_failures_have_reasons():
+    plain = smem_tile(128, 32, 16, "none")  # row-major, 64-byte rows: not core matrices
+    f = smem_descriptor_fields(plain, 16, "K")
+    assert not f.ok and "16 bytes apart" in f.reason
+    with pytest.raises(CompileError) as info:
+        f.require()
+    assert info.value.codes == ["SP0406"]
+    narrow = smem_descriptor_fields(smem_tile(128, 32, 16, "128B"), 16, "K")
+    assert not narrow.ok  # 64-byte rows under a 128-byte swizzle
+    assert not smem_descriptor_fields(blocked((8, 8), (1, 1), (4, 8), (1, 1), (1, 0)), 16).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# stores to shared memory (seed 002) and bank conflicts
+# ---------------------------------------------------------------------------------------------
+
+def test_smem_wavefronts_hand_examples():
+    assert smem_wavefronts([4 * i for i in range(32)], 4) == 1
+    assert smem_wavefronts([128 * i for i in range(32)], 4) == 32
+    assert smem_wavefronts([0] * 32, 4) == 1                      # broadcast
+    assert smem_wavefronts([16 * i for i in range(32)], 16) == 4   # 4 phases of 8 lanes
+    assert smem_wavefronts([128 * i for i in range(32)], 16) == 32
+    assert smem_wavefronts([2 * i for i in range(32)], 2) == 1
+
+
+def test_seed_002_tcgen05_accumulator_stores_to_swizzled_smem():
+    acc = tmem_register_layout(tmem_accumulator(128, 64), "32x32b")  # one row per thread
+    swizzled = store_plan(acc, smem_tile(128, 64, 16, "128B", dims=("m", "n")), 16).require()
+    assert swizzled.vector_bits == 128 and swizzled.wavefronts == swizzled.ideal_wavefronts
+    plain = store_plan(acc, smem_tile(128, 64, 16, "none", dims=("m", "n")), 16).require()
+    assert plain.conflict_factor == 8.0
+    best = storable_layout(acc, smem_tile(128, 64, 16, "128B", dims=("m", "n")), 16)
+    assert best.ok and best.method == "st.shared" and best.conflict_factor == 1.0
+
+
+def test_wgmma_accumulator_uses_stmatrix():
+    acc = wgmma_accumulator(64)
+    plan = storable_layout(acc, smem_tile(64, 64, 16, "128B", dims=("m", "n")), 16)
+    assert plan.method == "stmatrix" and plan.matrices_per_instruction == 4
+    assert plan.wavefronts == plan.ideal_wavefronts
+    for group in plan.register_groups:
+        assert len(group) == 8
+    trans = store_plan(acc, smem_tile(64, 64, 16, "128B", dims=("n", "m")).transpose_outs(["m", "n"]), 16,
+                       method="stmatrix.trans")
+    assert trans.ok and trans.transpose
+    wide = store_plan(acc, smem_tile(64, 64, 16, "128B", dims=("m", "n")), 16, width_bits=128)
+    assert not wide.ok and "consecutive elements" in wide.reason
+    assert not store_plan(acc, smem_tile(64, 64, 32, "128B", dims=("m", "n")), 32, method="stmatrix").ok
+
+
+def test_replicated_values_store_from_one_replica():
+    bcast = blocked((16, 16), (1, 1), (1, 32), (4, 1), (1, 0), ("m", "n"))  # lanes 16..31 and warps repeat
+    plan = store_plan(bcast, smem_tile(16, 16, 32, "none", dims=("m", "n")), 32).require()
+    assert ("lane", 4) in plan.predicate
+
+
+def test_storable_register_layout_round_trip():
+    smem = smem_tile(64, 64, 16, "128B")
+    regs = storable_register_layout(smem, 16)
+    plan = store_plan(regs, smem, 16, width_bits=128).require()
+    assert plan.wavefronts == plan.ideal_wavefronts
+    assert storable_layout(wgmma_accumulator(8), smem, 16).ok is False
+
+
+def test_8bit_metadata_loads_straight_into_a_row_per_thread_blocked_layout():
+    # 8-bit metadata: lane = m, so a blocked layout with one row per thread and 8 chunks per
+    # 32-bit word is one 32x32b load plus nibble extraction; the 16-bit image interleaves rows
+    # m and m+8 in one word, so the same register layout needs a conversion first.
+    regs = blocked((128, 32), (1, 8), (32, 1), (4, 1), (1, 0), ("m", "chunk"))
+    plan = tmem_access_plan(tmem_sparse_metadata(128, 128, "e4m3"), regs).require()
+    assert plan.ptx == "tcgen05.ld.sync.aligned.32x32b.x4.b32"
+    for r, (src,) in enumerate(plan.sources):
+        chunk = regs.apply(reg=r)["chunk"]
+        assert (src.slot, src.bit_offset, src.bits) == (chunk // 8, 4 * (chunk % 8), 4)
+    assert tmem_access_plan(tmem_sparse_metadata(128, 128, "e4m3"), regs, direction="store").ptx.startswith(
+        "tcgen05.st.sync.aligned.32x32b.x4")
+    refused = tmem_access_plan(tmem_sparse_metadata(128, 128, "f16"), regs)
+    assert not refused.ok and "share one 32-bit TMEM word" in refused.reason
+    assert "conversion_plan" in refused.help
