@@ -30,9 +30,15 @@ class ProgramContext:
 
 
 class Interpreter:
-    def __init__(self, func: Function):
+    """Runs ``func``. ``max_ops`` bounds the number of operations executed over the whole grid
+    (loops included); exceeding it is an :class:`InterpreterError`, so that a kernel whose loop
+    never ends fails instead of hanging (the fuzz tests rely on it)."""
+
+    def __init__(self, func: Function, max_ops: int | None = None):
         load_all_ops()
         self.func = func
+        self.max_ops = max_ops
+        self.ops_executed = 0
 
     def run(self, grid: tuple[int, int, int], params: dict[str, Any]) -> None:
         """Run every program of ``grid``; ``params`` maps each run-time parameter name to its value
@@ -50,6 +56,10 @@ class Interpreter:
         """Run ``block``; return the operands of its terminator (yield/condition), if any."""
         for op in block.ops:
             name = op.name
+            self.ops_executed += 1
+            if self.max_ops is not None and self.ops_executed > self.max_ops:
+                raise InterpreterError(f"the run exceeded its budget of {self.max_ops} operations", op.span,
+                                       ctx.program_id)
             if name == "scf.yield" or name == "scf.condition":
                 return [env[id(v)] for v in op.operands]
             if name == "scf.for":

@@ -202,6 +202,9 @@ def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
 
 
 class _InterpretLaunch:
+    """``kernel.interpret[grid]``: call it with the kernel's arguments. ``max_ops`` (a keyword of
+    the call, not a kernel parameter) bounds the operations the interpreter may execute."""
+
     def __init__(self, kernel: Kernel, grid: Any):
         self.kernel = kernel
         self.grid = grid
@@ -210,12 +213,16 @@ class _InterpretLaunch:
         from .host_arrays import interpreter_params
         from .interpreter import Interpreter
 
+        max_ops = None
+        if "max_ops" in kwargs and "max_ops" not in {p.name for p in self.kernel.params}:
+            max_ops = kwargs.pop("max_ops")
+
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         func = self.kernel.ir_for(bindings, key)
-        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        meta = {**bound, **{k: v.value for k, v in bindings.items() if isinstance(v, Const)}}
         grid = normalize_grid(self.grid, meta)
         params, writeback = interpreter_params(func, bound)
-        Interpreter(func).run(grid, params)
+        Interpreter(func, max_ops).run(grid, params)
         for fn in writeback:
             fn()
 

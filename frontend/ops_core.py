@@ -339,6 +339,7 @@ def full(em: Emitter, shape: Arg, value: Arg, dtype: Arg) -> Value:
     if isinstance(v, Const):
         if not isinstance(v.value, bool | int | float):
             em.error("SP0304", f"the fill value must be a number, found {describe(v)}", value.span)
+        em.span = value.span  # a value that does not fit in `dtype` is reported at the value
         return em.constant(v.value, T.TileType(dt, dims))
     scalar = em.cast(em.value(value), dt)
     if T.shape_of(scalar.type):
@@ -570,6 +571,9 @@ def _reduce(kind: str) -> None:
             v = em.cast(v, out)
         if axis is None or (isinstance(axis.value, Const) and axis.value.value is None):
             axes = list(range(len(shape)))
+        elif isinstance(axis.value, Value) and kind in ("max", "min"):
+            em.error("SP0201", "the reduction axis must be a compile-time integer, found a run-time value",
+                     axis.span, help=f"for the elementwise {kind}imum of two values use `{kind}imum(a, b)`")
         else:
             ax = em.constexpr(axis, "the reduction axis")
             if not -len(shape) <= ax < len(shape):

@@ -51,6 +51,8 @@ class ExprMixin:
             self.current_span = saved
         if v is POISON:
             raise PoisonError()
+        if isinstance(v, Const) and isinstance(v.value, tuple):
+            return _as_sv(v.value)  # one representation of tuples: a Python tuple of sema values
         return v
 
     def _expr(self, node: A.Expr) -> Any:
@@ -112,17 +114,7 @@ class ExprMixin:
         if isinstance(a, Const) and isinstance(b, Const):
             return self._fold(op, a.value, b.value, span)
         if isinstance(a, tuple) or isinstance(b, tuple):
-            ta = a if isinstance(a, tuple) else a.value if isinstance(a, Const) else None
-            tb = b if isinstance(b, tuple) else b.value if isinstance(b, Const) else None
-            if op == "+" and isinstance(ta, tuple) and isinstance(tb, tuple):
-                return tuple(_as_sv(x) for x in ta) + tuple(_as_sv(x) for x in tb)
-            if op == "*" and isinstance(ta, tuple) and isinstance(tb, int) and not isinstance(tb, bool):
-                if len(ta) * tb > MAX_CONSTANT_BITS:
-                    raise CompileError([Diagnostic("SP0346", f"the tuple would have {len(ta) * tb} elements (the "
-                                                   f"limit is {MAX_CONSTANT_BITS})", span)])
-                return tuple(_as_sv(x) for x in ta) * tb
-            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(a)} and {describe(b)}",
-                                           span)])
+            return self._tuple_binop(op, a, b, span)
         for v, sp in ((a, a_span), (b, b_span)):
             if not isinstance(v, Value | Const):
                 raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
@@ -131,6 +123,27 @@ class ExprMixin:
         em = self.emitter()
         em.span = span
         return emit_binary(em, op, Arg(a, a_span), Arg(b, b_span))
+
+    def _tuple_binop(self, op: str, a: Any, b: Any, span: Span) -> Any:
+        """Tuples exist at compile time: ``+`` concatenates, ``*`` repeats, comparisons fold when
+        every element is a constant."""
+        if op == "+" and isinstance(a, tuple) and isinstance(b, tuple):
+            return a + b
+        if op == "*" and (isinstance(a, tuple) != isinstance(b, tuple)):
+            seq, times = (a, b) if isinstance(a, tuple) else (b, a)
+            if isinstance(times, Const) and isinstance(times.value, int) and not isinstance(times.value, bool):
+                if len(seq) * times.value > MAX_CONSTANT_BITS:
+                    raise CompileError([Diagnostic("SP0346", f"the tuple would have {len(seq) * times.value} "
+                                                   f"elements (the limit is {MAX_CONSTANT_BITS})", span)])
+                return seq * times.value
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            ca, cb = _python_constant(a), _python_constant(b)
+            if ca is not _NOT_CONSTANT and cb is not _NOT_CONSTANT:
+                return self._fold(op, ca, cb, span)
+            raise CompileError([Diagnostic("SP0331", f"`{op}` compares tuples at compile time only; this one holds "
+                                           "run-time values", span)])
+        raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(a)} and {describe(b)}",
+                                       span)])
 
     def _fold(self, op: str, x: Any, y: Any, span: Span) -> Const:
         try:
@@ -423,6 +436,17 @@ class ExprMixin:
 
 
 _NO_ATTR = object()
+_NOT_CONSTANT = object()
+
+
+def _python_constant(v: Any) -> Any:
+    """The Python value of a constant or a tuple of constants, else ``_NOT_CONSTANT``."""
+    if isinstance(v, Const):
+        return v.value
+    if isinstance(v, tuple):
+        items = [_python_constant(x) for x in v]
+        return _NOT_CONSTANT if any(x is _NOT_CONSTANT for x in items) else tuple(items)
+    return _NOT_CONSTANT
 
 
 def _check_bound(node: A.Name, v: Any) -> Any:
