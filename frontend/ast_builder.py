@@ -12,6 +12,7 @@ SP0117  invalid string literal (bad ``\\N{...}`` escape)
 SP0118  invalid parameter list (``*args``, ``**kw``, ``/``, duplicates, default order)
 SP0119  invalid call arguments (positional after keyword, repeated keyword)
 SP0121  expression nested too deeply
+SP0124  ``not`` after an operator other than ``and``/``or`` (see :mod:`.precedence`)
 SP0122  ``return`` outside a function
 SP0123  ``break``/``continue`` outside a loop
 ======  ==============================================================================
@@ -32,21 +33,12 @@ from lark import Token, Tree
 
 from . import ast
 from .diagnostics import DiagnosticBag, Label
+from .precedence import MAX_EXPRESSION_DEPTH, ExpressionTooDeep, OperationGrouper
 from .spans import SourceFile, Span
 from .syntax_errors import PYTHON_ONLY_KEYWORDS
 
-MAX_EXPRESSION_DEPTH = 200
 _LEADING_ZERO = re.compile(r"0[0-9_]*[1-9][0-9_]*")
-_CHAIN_RULES = {"or_test": "or", "and_test": "and"}
-BINARY_PRECEDENCE = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5,
-                     "*": 6, "/": 6, "//": 6, "%": 6, "@": 6}
-"""Binding strength of the operators of the grammar's flat ``binary`` rule (Python reference 6.17);
-all are left-associative. ``**`` binds tighter and has its own rule."""
 _CONSTANT_RULES = {"const_none": None, "const_true": True, "const_false": False}
-
-
-class _TooDeep(Exception):
-    """Raised from deep inside an expression; reported once at the enclosing statement."""
 
 
 class AstBuilder:
@@ -84,7 +76,7 @@ class AstBuilder:
         (child,) = [c for c in tree.children if c is not None]
         try:
             return self._expr(child)
-        except _TooDeep:
+        except ExpressionTooDeep:
             self._too_deep(self._span(tree))
             return None
 
@@ -106,7 +98,7 @@ class AstBuilder:
         try:
             handler: Callable[[Tree], ast.Stmt] = getattr(self, f"_stmt_{kind}")
             return [handler(tree)]
-        except _TooDeep:
+        except ExpressionTooDeep:
             self._too_deep(self._span(tree))
             return []
 
@@ -367,67 +359,33 @@ class AstBuilder:
         self._depth += 1
         try:
             if self._depth > MAX_EXPRESSION_DEPTH:
-                raise _TooDeep
+                raise ExpressionTooDeep
             if isinstance(item, Token):  # only NAME reaches here unwrapped (never, but be exact)
                 return ast.Name(str(item), span=self._span(item))
             return getattr(self, f"_expr_{item.data}", self._expr_operator)(item)
         finally:
             self._depth -= 1
 
+    def _expr_at(self, item: Tree | Token, depth: int) -> ast.Expr:
+        """:meth:`_expr` for an operand found ``depth`` levels deep by the precedence grouper."""
+        saved, self._depth = self._depth, depth
+        try:
+            return self._expr(item)
+        finally:
+            self._depth = saved
+
     def _expr_operator(self, tree: Tree) -> ast.Expr:
         kind = tree.data
-        if kind in _CHAIN_RULES:
-            return ast.BoolOp(_CHAIN_RULES[kind], [self._expr(c) for c in tree.children],  # type: ignore[arg-type]
-                              span=self._span(tree))
-        if kind == "binary":
-            return self._binary(tree)
+        if kind == "operation":
+            grouper = OperationGrouper(tree, self._expr_at, self._span, self.bag, self._depth)
+            return grouper.group()
         if kind in _CONSTANT_RULES:
             return ast.Constant(_CONSTANT_RULES[kind], span=self._span(tree))
         raise AssertionError(f"no AST rule for parse-tree node {kind!r}")
 
-    def _binary(self, tree: Tree) -> ast.Expr:
-        """``a op b op c ...`` from the flat ``binary`` rule, grouped by operator precedence
-        (operator-precedence parsing; every operator is left-associative). A node's span runs over
-        its operands' source text, parentheses included, as in Python."""
-        operands: list[tuple[ast.Expr, Span]] = [(self._expr(tree.children[0]), self._span(tree.children[0]))]
-        pending: list[str] = []
-
-        def reduce() -> None:
-            right, right_span = operands.pop()
-            left, left_span = operands.pop()
-            span = left_span.to(right_span)
-            operands.append((ast.BinOp(pending.pop(), left, right, span=span), span))
-
-        for op_tree, operand in zip(tree.children[1::2], tree.children[2::2]):
-            op = str(op_tree.children[0])
-            while pending and BINARY_PRECEDENCE[pending[-1]] >= BINARY_PRECEDENCE[op]:
-                reduce()
-            pending.append(op)
-            operands.append((self._expr(operand), self._span(operand)))
-        while pending:
-            reduce()
-        return operands[0][0]
-
     def _expr_ifexp(self, tree: Tree) -> ast.Expr:
         body, test, orelse = (self._expr(c) for c in tree.children)
         return ast.IfExp(test, body, orelse, span=self._span(tree))
-
-    def _expr_not_expr(self, tree: Tree) -> ast.Expr:
-        return ast.UnaryOp("not", self._expr(tree.children[0]), span=self._span(tree))
-
-    def _expr_unary(self, tree: Tree) -> ast.Expr:
-        op_tree, operand = tree.children
-        return ast.UnaryOp(str(op_tree.children[0]), self._expr(operand), span=self._span(tree))
-
-    def _expr_power(self, tree: Tree) -> ast.Expr:
-        base, exponent = tree.children
-        return ast.BinOp("**", self._expr(base), self._expr(exponent), span=self._span(tree))
-
-    def _expr_comparison(self, tree: Tree) -> ast.Expr:
-        left = self._expr(tree.children[0])
-        ops = [" ".join(str(t) for t in op.children) for op in tree.children[1::2]]
-        comparators = [self._expr(c) for c in tree.children[2::2]]
-        return ast.Compare(left, ops, comparators, span=self._span(tree))
 
     def _expr_tuple_items(self, tree: Tree) -> ast.Expr:
         return ast.Tuple([self._expr(c) for c in tree.children if c is not None], span=self._span(tree))
@@ -562,4 +520,4 @@ def _describe(expr: ast.Expr) -> str:
     return "an expression"
 
 
-__all__ = ["BINARY_PRECEDENCE", "MAX_EXPRESSION_DEPTH", "AstBuilder"]
+__all__ = ["AstBuilder"]

@@ -22,6 +22,9 @@ import ast as pyast
 import dataclasses
 import functools
 import re
+import statistics
+import time
+import warnings
 
 from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
@@ -75,6 +78,41 @@ def parse_expression(text: str, filename: str = "<string>") -> ast.Expr:
     bag.raise_if_errors()
     assert expr is not None
     return expr
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseTiming:
+    """What :func:`time_parse` measured: the source size, the first parse in this process (which
+    includes building or loading the grammar if nothing parsed before), and the median of later
+    parses."""
+
+    lines: int
+    tokens: int
+    grammar_ready_s: float
+    first_parse_s: float
+    median_parse_s: float
+
+    @property
+    def microseconds_per_line(self) -> float:
+        return self.median_parse_s * 1e6 / max(self.lines, 1)
+
+
+def time_parse(text: str, repeat: int = 20) -> ParseTiming:
+    """Measure :func:`parse_module` on ``text`` (a helper for benchmarks; not used by the compiler)."""
+    start = time.perf_counter()
+    parser = get_parser()
+    _start_sets()
+    ready = time.perf_counter() - start
+    start = time.perf_counter()
+    parse_module(text)
+    first = time.perf_counter() - start
+    samples = []
+    for _ in range(max(repeat, 1)):
+        start = time.perf_counter()
+        parse_module(text)
+        samples.append(time.perf_counter() - start)
+    tokens = sum(1 for _ in parser.lex(_normalize_newlines(text) + "\n"))
+    return ParseTiming(text.count("\n") + 1, tokens, ready, first, statistics.median(samples))
 
 
 # ---------------------------------------------------------------- pipeline
@@ -156,6 +194,9 @@ def _parse_tree(text: str, source: SourceFile, start: str) -> tuple[Tree | None,
     if not text.endswith("\n"):
         text += "\n"
     mapper = SyntaxErrorMapper(parser, source, *_start_sets(), text)
+    null = mapper.null_byte()
+    if null is not None:
+        return None, [null]
     feed = _TokenFeed()
     interactive = parser.parse_interactive(text, start=start)
     try:
@@ -287,7 +328,9 @@ def _parse_without_python_decorators(source: SourceFile, err: CompileError) -> a
     argument, already evaluated by Python), parse the function without them and keep those
     decorators that the kernel grammar does accept. Otherwise return ``None``."""
     try:
-        tree = pyast.parse(source.text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = pyast.parse(source.text)
     except (SyntaxError, ValueError):
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], pyast.FunctionDef):
@@ -311,4 +354,4 @@ def _parse_without_python_decorators(source: SourceFile, err: CompileError) -> a
     return dataclasses.replace(function, decorators=kept)
 
 
-__all__ = ["MAX_ERRORS", "parse_expression", "parse_function_source", "parse_module"]
+__all__ = ["MAX_ERRORS", "ParseTiming", "parse_expression", "parse_function_source", "parse_module", "time_parse"]

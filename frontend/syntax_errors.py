@@ -72,10 +72,11 @@ _TOKEN_WORDS = {
     "NUMBER": "a number",
     "STRING": "a string",
     "AUGASSIGN": "an augmented assignment (`+=`, ...)",
+    "IS_NOT": "`is not`",
 }
 
 _OPERATOR_TEXTS = frozenset(
-    "+ - * / // % ** << >> & | ^ @ < > == >= <= != . ( [ if in not is and or".split()
+    ["is not", *"+ - * / // % ** << >> & | ^ @ < > == >= <= != . ( [ if in not is and or".split()]
 )
 _DISPLAY_ORDER = ("a statement", "an expression", "a name", "`)`", "`]`", "`:`", "an operator", "`,`", "`=`",
                   "end of line")
@@ -263,6 +264,15 @@ class SyntaxErrorMapper:
         if char and not char.isascii():
             return Diagnostic("SP0101", f"invalid character `{char}` (U+{ord(char):04X})", one)
         return Diagnostic("SP0101", f"invalid character `{char}`", one)
+
+    def null_byte(self) -> Diagnostic | None:
+        """CPython refuses a source that contains a NUL character anywhere (even in a comment)."""
+        pos = self._text.find("\0")
+        if pos < 0:
+            return None
+        line = self._text.count("\n", 0, pos) + 1
+        col = pos - (self._text.rfind("\n", 0, pos) + 1) + 1
+        return Diagnostic("SP0101", "invalid null character U+0000 in the source", self.span(line, col, line, col + 1))
 
     # ------------------------------------------------------------ layout errors
 

@@ -15,7 +15,6 @@ diagnostics or source files.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import stat
@@ -61,11 +60,19 @@ class LayoutProblem(Exception):
 
 def _indent_widths(indent: str) -> tuple[int, int]:
     """The width of an indentation string with tabs counted as :data:`TAB_SIZE` and as 1 column
-    (tabs advance to the next multiple of the tab size, as in Python's tokenizer)."""
-    wide = 0
+    (tabs advance to the next multiple of the tab size and a form feed resets the count, as in
+    Python's tokenizer)."""
+    wide = narrow = 0
     for ch in indent:
-        wide = (wide // TAB_SIZE + 1) * TAB_SIZE if ch == "\t" else wide + 1
-    return wide, len(indent)
+        if ch == "\t":
+            wide = (wide // TAB_SIZE + 1) * TAB_SIZE
+            narrow += 1
+        elif ch == "\f":
+            wide = narrow = 0
+        else:
+            wide += 1
+            narrow += 1
+    return wide, narrow
 
 
 class IndentationPostLexer(PostLex):
@@ -209,17 +216,21 @@ def build_parser(*, cache: bool = True, debug: bool = False) -> Lark:
 
 
 _lock = threading.Lock()
-
-
-@functools.cache
-def _parser_once() -> Lark:
-    with _lock:
-        return build_parser()
+_parser: Lark | None = None
+builds = 0
+"""How many parsers :func:`get_parser` has built or loaded in this process (1 after first use)."""
 
 
 def get_parser() -> Lark:
-    """The process-wide kernel parser, built (or loaded from the disk cache) on first use."""
-    return _parser_once()
+    """The process-wide kernel parser, built (or loaded from the disk cache) once, on first use;
+    safe to call from several threads."""
+    global _parser, builds
+    if _parser is None:
+        with _lock:
+            if _parser is None:
+                _parser = build_parser()
+                builds += 1
+    return _parser
 
 
 __all__ = [

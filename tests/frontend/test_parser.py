@@ -24,137 +24,11 @@ import pytest
 from sparsile.frontend import ast
 from sparsile.frontend.ast import dump, walk
 from sparsile.frontend.parser import parse_expression, parse_function_source, parse_module
-from sparsile.frontend.spans import SourceFile, Span
 from sparsile.grammar import build_parser, cache_path, get_parser
+from sparsile.tests.frontend.cpython_oracle import cpython_module
 
 CORPUS = Path(__file__).parent / "corpus" / "valid"
 CORPUS_FILES = sorted(CORPUS.glob("*.spk"))
-
-# ---------------------------------------------------------------- CPython oracle
-
-_BINOPS = {pyast.Add: "+", pyast.Sub: "-", pyast.Mult: "*", pyast.Div: "/", pyast.FloorDiv: "//",
-           pyast.Mod: "%", pyast.Pow: "**", pyast.LShift: "<<", pyast.RShift: ">>", pyast.BitAnd: "&",
-           pyast.BitOr: "|", pyast.BitXor: "^", pyast.MatMult: "@"}
-_UNARY = {pyast.USub: "-", pyast.UAdd: "+", pyast.Invert: "~", pyast.Not: "not"}
-_CMP = {pyast.Lt: "<", pyast.LtE: "<=", pyast.Gt: ">", pyast.GtE: ">=", pyast.Eq: "==", pyast.NotEq: "!=",
-        pyast.In: "in", pyast.NotIn: "not in", pyast.Is: "is", pyast.IsNot: "is not"}
-
-
-class CPythonOracle:
-    """Translate a CPython AST into sparsile AST nodes with CPython's positions."""
-
-    def __init__(self, source: SourceFile):
-        self.source = source
-
-    def span(self, node: pyast.AST) -> Span:
-        return Span(self.source, node.lineno, node.col_offset + 1, node.end_lineno, node.end_col_offset + 1)
-
-    def body(self, stmts: list[pyast.stmt]) -> tuple[str | None, list[ast.Stmt]]:
-        docstring = None
-        if stmts and isinstance(stmts[0], pyast.Expr) and isinstance(stmts[0].value, pyast.Constant) \
-                and isinstance(stmts[0].value.value, str):
-            docstring = inspect.cleandoc(stmts[0].value.value)
-            stmts = stmts[1:]
-        return docstring, [self.stmt(s) for s in stmts]
-
-    def stmt(self, n: pyast.stmt) -> ast.Stmt:
-        sp = self.span(n)
-        e = self.expr
-        match n:
-            case pyast.Assign():
-                return ast.Assign([e(t) for t in n.targets], e(n.value), span=sp)
-            case pyast.AnnAssign():
-                return ast.AnnAssign(e(n.target), e(n.annotation), e(n.value) if n.value else None, span=sp)
-            case pyast.AugAssign():
-                return ast.AugAssign(e(n.target), _BINOPS[type(n.op)], e(n.value), span=sp)
-            case pyast.Expr():
-                return ast.ExprStmt(e(n.value), span=sp)
-            case pyast.For():
-                assert not n.orelse
-                return ast.For(e(n.target), e(n.iter), [self.stmt(s) for s in n.body], span=sp)
-            case pyast.While():
-                return ast.While(e(n.test), [self.stmt(s) for s in n.body], span=sp)
-            case pyast.If():
-                return ast.If(e(n.test), [self.stmt(s) for s in n.body], [self.stmt(s) for s in n.orelse], span=sp)
-            case pyast.Return():
-                return ast.Return(e(n.value) if n.value else None, span=sp)
-            case pyast.Pass():
-                return ast.Pass(span=sp)
-            case pyast.Break():
-                return ast.Break(span=sp)
-            case pyast.Continue():
-                return ast.Continue(span=sp)
-            case pyast.Assert():
-                return ast.Assert(e(n.test), e(n.msg) if n.msg else None, span=sp)
-            case pyast.Import():
-                return ast.Import([(a.name, a.asname) for a in n.names], span=sp)
-            case pyast.ImportFrom():
-                module = "." * n.level + (n.module or "")
-                return ast.ImportFrom(module, [(a.name, a.asname) for a in n.names], span=sp)
-            case pyast.FunctionDef():
-                args = n.args
-                assert not args.posonlyargs and args.vararg is None and args.kwarg is None
-                defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
-                params = [self.param(a, d, "positional") for a, d in zip(args.args, defaults)]
-                params += [self.param(a, d, "keyword_only") for a, d in zip(args.kwonlyargs, args.kw_defaults)]
-                docstring, body = self.body(n.body)
-                name_col = self.source.line(n.lineno).index(n.name, n.col_offset + 3) + 1
-                name_span = Span(self.source, n.lineno, name_col, n.lineno, name_col + len(n.name))
-                return ast.FunctionDef(n.name, params, body, [e(d) for d in n.decorator_list],
-                                       e(n.returns) if n.returns else None, docstring, name_span, span=sp)
-        raise AssertionError(f"oracle lacks {type(n).__name__}")
-
-    def param(self, a: pyast.arg, default, kind) -> ast.Param:
-        return ast.Param(a.arg, self.expr(a.annotation) if a.annotation else None,
-                         self.expr(default) if default is not None else None, kind, span=self.span(a))
-
-    def expr(self, n: pyast.expr) -> ast.Expr:
-        sp = self.span(n)
-        e = self.expr
-        match n:
-            case pyast.Name():
-                return ast.Name(n.id, span=sp)
-            case pyast.Constant():
-                return ast.Constant(n.value, span=sp)
-            case pyast.Tuple():
-                return ast.Tuple([e(x) for x in n.elts], span=sp)
-            case pyast.List():
-                return ast.List([e(x) for x in n.elts], span=sp)
-            case pyast.Attribute():
-                end = self.span(n)
-                attr_span = Span(self.source, end.end_line, end.end_col - len(n.attr), end.end_line, end.end_col)
-                return ast.Attribute(e(n.value), n.attr, attr_span, span=sp)
-            case pyast.Subscript():
-                index = n.slice
-                indices = [e(x) for x in index.elts] if isinstance(index, pyast.Tuple) else [e(index)]
-                return ast.Subscript(e(n.value), indices, span=sp)
-            case pyast.Slice():
-                return ast.Slice(*(e(x) if x is not None else None for x in (n.lower, n.upper, n.step)), span=sp)
-            case pyast.Starred():
-                return ast.Starred(e(n.value), span=sp)
-            case pyast.Call():
-                keywords = [ast.Keyword(k.arg, e(k.value), span=self.span(k)) for k in n.keywords]
-                return ast.Call(e(n.func), [e(a) for a in n.args], keywords, span=sp)
-            case pyast.BinOp():
-                return ast.BinOp(_BINOPS[type(n.op)], e(n.left), e(n.right), span=sp)
-            case pyast.UnaryOp():
-                return ast.UnaryOp(_UNARY[type(n.op)], e(n.operand), span=sp)
-            case pyast.BoolOp():
-                return ast.BoolOp("and" if isinstance(n.op, pyast.And) else "or", [e(v) for v in n.values], span=sp)
-            case pyast.Compare():
-                return ast.Compare(e(n.left), [_CMP[type(o)] for o in n.ops], [e(c) for c in n.comparators],
-                                   span=sp)
-            case pyast.IfExp():
-                return ast.IfExp(e(n.test), e(n.body), e(n.orelse), span=sp)
-        raise AssertionError(f"oracle lacks {type(n).__name__}")
-
-
-def _cpython_module(text: str, name: str) -> ast.Module:
-    source = SourceFile(name, text)
-    oracle = CPythonOracle(source)
-    docstring, body = oracle.body(pyast.parse(text).body)
-    return ast.Module(body, source, docstring, span=Span(source, 1, 1, 1, 1))
-
 
 def _statements_dump(module: ast.Module) -> list[str]:
     return [dump(s, spans=True) for s in module.body]
@@ -164,7 +38,7 @@ def _statements_dump(module: ast.Module) -> list[str]:
 def test_corpus_matches_cpython_including_spans(path: Path):
     text = path.read_text()
     ours = parse_module(text, path.name)
-    expected = _cpython_module(text, path.name)
+    expected = cpython_module(text, path.name)
     assert ours.docstring == expected.docstring
     assert len(ours.body) == len(expected.body)
     for mine, theirs in zip(_statements_dump(ours), _statements_dump(expected)):
@@ -197,6 +71,16 @@ def _expr(text: str) -> str:
     ("-x**2", "UnaryOp(op='-', operand=BinOp(op='**', left=Name(id='x'), right=Constant(value=2)))"),
     ("2**-1", "BinOp(op='**', left=Constant(value=2), right=UnaryOp(op='-', operand=Constant(value=1)))"),
     ("a**b**c", "BinOp(op='**', left=Name(id='a'), right=BinOp(op='**', left=Name(id='b'), right=Name(id='c')))"),
+    ("a ** -b ** c", "BinOp(op='**', left=Name(id='a'), right=UnaryOp(op='-', operand=BinOp(op='**', "
+                     "left=Name(id='b'), right=Name(id='c'))))"),
+    ("-a * b", "BinOp(op='*', left=UnaryOp(op='-', operand=Name(id='a')), right=Name(id='b'))"),
+    ("not not a", "UnaryOp(op='not', operand=UnaryOp(op='not', operand=Name(id='a')))"),
+    ("not a and b", "BoolOp(op='and', values=[UnaryOp(op='not', operand=Name(id='a')), Name(id='b')])"),
+    ("a and not b < c", "BoolOp(op='and', values=[Name(id='a'), UnaryOp(op='not', operand=Compare(left=Name(id='b'), "
+                        "ops=['<'], comparators=[Name(id='c')]))])"),
+    ("a < b | c", "Compare(left=Name(id='a'), ops=['<'], comparators=[BinOp(op='|', left=Name(id='b'), "
+                  "right=Name(id='c'))])"),
+    ("x is not\\\n None", "Compare(left=Name(id='x'), ops=['is not'], comparators=[Constant(value=None)])"),
     ("a - b - c", "BinOp(op='-', left=BinOp(op='-', left=Name(id='a'), right=Name(id='b')), right=Name(id='c'))"),
     ("a + b * c", "BinOp(op='+', left=Name(id='a'), right=BinOp(op='*', left=Name(id='b'), right=Name(id='c')))"),
     ("a | b & c", "BinOp(op='|', left=Name(id='a'), right=BinOp(op='&', left=Name(id='b'), right=Name(id='c')))"),
