@@ -55,7 +55,9 @@ class _Printer:
     def type_str(self, v: Value) -> str:
         s = str(v.type)
         if v.layout is not None:
-            lay = v.layout.short_name() if hasattr(v.layout, "short_name") else str(v.layout)
+            from .tile_layouts import short_name
+
+            lay = v.layout.short_name() if hasattr(v.layout, "short_name") else short_name(v.layout)
             s += f" #{lay}"
         return s
 

@@ -1,0 +1,323 @@
+"""Code generation: from the typed, layout-annotated IR of one kernel to LLVM IR text.
+
+Every IR op has a lowering registered by name in :data:`LOWERINGS` (``lower_*.py`` modules). Scalars
+become one LLVM value (the same in every thread); tiles become a :class:`DTile`, one LLVM value per
+register of the tile's layout, whose logical coordinate in thread ``(lane, warp)`` is
+``thread_base(lane, warp) XOR register_offset(reg)``. Structured control flow becomes basic blocks
+with phi nodes. Shared memory for conversions and reductions is carved out of the kernel's dynamic
+shared memory; its size goes into the compiled kernel's metadata for the launcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..frontend import types as T
+from ..frontend.diagnostics import CompileError, Diagnostic, InternalError
+from ..frontend.ir import Block, Function, Operation, Value
+from ..frontend.layouts import LinearLayout
+from ..frontend.tile_layouts import LANE, WARP, register_coords, thread_bases
+from .llvm_text import FunctionBuilder, LLValue, ModuleBuilder, const, llvm_type
+from .targets import Target
+
+
+@dataclass
+class DTile:
+    """A tile in registers: ``regs[r]`` holds the element at ``thread_base ^ reg_offset[r]``."""
+
+    layout: LinearLayout
+    regs: list[LLValue]
+    elem: T.ScalarType | T.PointerType
+
+    @property
+    def ty(self) -> str:
+        return self.regs[0].type
+
+
+@dataclass
+class TensorArg:
+    """A ``tensor[T, rank]`` parameter: base pointer, shape and strides (elements, i32)."""
+
+    ptr: LLValue
+    shape: list[LLValue]
+    strides: list[LLValue]
+    elem: T.ScalarType
+    tensormaps: dict[Any, LLValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of the generated kernel, for the launcher: ``kind`` is ``"ptr"``,
+    ``"scalar"``, ``"tensor_ptr"``, ``"tensor_dim"``, ``"tensor_stride"`` or ``"tensormap"``."""
+
+    name: str  # source parameter
+    kind: str
+    dtype: str  # element/scalar type name
+    index: int = 0  # dimension for tensor_dim/stride; box key for tensormap
+    extra: Any = None
+
+
+LOWERINGS: dict[str, Callable[[CodeGen, Operation], None]] = {}
+
+
+def lowering(*names: str) -> Callable[[Callable[[CodeGen, Operation], None]], Callable[[CodeGen, Operation], None]]:
+    def deco(fn: Callable[[CodeGen, Operation], None]) -> Callable[[CodeGen, Operation], None]:
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+
+    return deco
+
+
+class CodeGen:
+    def __init__(self, func: Function, target: Target, num_warps: int):
+        self.func = func
+        self.target = target
+        self.num_warps = num_warps
+        self.mod = ModuleBuilder()
+        self.params: list[KernelParam] = []
+        self.vals: dict[int, Any] = {}
+        self.smem_bytes = 0
+        self.smem_align = 16
+        self.extra_fn_attrs: dict[str, str] = {}
+        self._thread_cache: dict[Any, list[LLValue]] = {}
+        self._sreg_cache: dict[str, LLValue] = {}
+        self.fb: FunctionBuilder = FunctionBuilder(func.name, [])
+        self.state: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------------------ driver
+    def generate(self) -> str:
+        self._load_lowerings()
+        decls = self._declare_params()
+        self.fb = FunctionBuilder(self.func.name, decls, "ptx_kernel")
+        self._bind_params()
+        self.lower_block(self.func.body.block)
+        self.fb.terminate("ret void")
+        self.mod.globals.append(f"@sparsile_smem = external addrspace(3) global [0 x i8], align {max(16, 1024)}")
+        self.mod.functions.append(self.fb.render())
+        threads = 32 * self.num_warps
+        attrs = {"nvvm.reqntid": str(threads), **self.extra_fn_attrs}
+        maxnreg = self.func.attrs.get("maxnreg")
+        if maxnreg:
+            attrs["nvvm.maxnreg"] = str(maxnreg)
+        self.mod.attributes["0"] = "nounwind " + " ".join(f'"{k}"="{v}"' for k, v in attrs.items())
+        return self.mod.render()
+
+    @staticmethod
+    def _load_lowerings() -> None:
+        import importlib
+
+        from . import lower_control, lower_dot, lower_elementwise, lower_memory, lower_reduce  # noqa: F401
+
+        for optional in ("lower_hopper", "lower_blackwell"):
+            try:
+                importlib.import_module(f"{__package__}.{optional}")
+            except ModuleNotFoundError as e:
+                if e.name != f"{__package__}.{optional}":
+                    raise
+
+    def _declare_params(self) -> list[str]:
+        decls: list[str] = []
+        for p in self.func.runtime_params:
+            t = p.type
+            if isinstance(t, T.PointerType):
+                align = " align 16" if p.divisible_16 else ""
+                decls.append(f"ptr addrspace(1) noundef{align} %p_{p.name}")
+                self.params.append(KernelParam(p.name, "ptr", t.elem.name))
+            elif isinstance(t, T.ScalarType):
+                decls.append(f"{llvm_type(t)} noundef %p_{p.name}")
+                self.params.append(KernelParam(p.name, "scalar", t.name))
+            elif isinstance(t, T.TensorType):
+                align = " align 16" if p.divisible_16 else ""
+                decls.append(f"ptr addrspace(1) noundef{align} %p_{p.name}")
+                self.params.append(KernelParam(p.name, "tensor_ptr", t.elem.name))
+                for d in range(t.rank):
+                    decls.append(f"i32 noundef %p_{p.name}_dim{d}")
+                    self.params.append(KernelParam(p.name, "tensor_dim", t.elem.name, d))
+                for d in range(t.rank):
+                    decls.append(f"i32 noundef %p_{p.name}_stride{d}")
+                    self.params.append(KernelParam(p.name, "tensor_stride", t.elem.name, d))
+                for key in self.tensormap_keys(p.value):  # type: ignore[arg-type]
+                    idx = len([q for q in self.params if q.kind == "tensormap"])
+                    decls.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" %p_{p.name}_tmap{idx}')
+                    self.params.append(KernelParam(p.name, "tensormap", t.elem.name, idx, key))
+            else:
+                raise InternalError(f"unsupported kernel parameter type {t}", p.span)
+        return decls
+
+    def tensormap_keys(self, v: Value) -> list[Any]:
+        """The distinct TMA boxes a tensor parameter is accessed with (``TmaPlan.keys``), in order."""
+        keys = self.state.get("tma_keys", {}).get(id(v), [])
+        return list(keys)
+
+    def _bind_params(self) -> None:
+        for p in self.func.runtime_params:
+            t = p.type
+            assert p.value is not None
+            if isinstance(t, T.PointerType):
+                self.vals[id(p.value)] = LLValue(f"%p_{p.name}", "ptr addrspace(1)")
+            elif isinstance(t, T.ScalarType):
+                self.vals[id(p.value)] = LLValue(f"%p_{p.name}", llvm_type(t))
+            elif isinstance(t, T.TensorType):
+                maps = {}
+                for q in self.params:
+                    if q.name == p.name and q.kind == "tensormap":
+                        maps[q.extra] = LLValue(f"%p_{p.name}_tmap{q.index}", "ptr")
+                self.vals[id(p.value)] = TensorArg(
+                    LLValue(f"%p_{p.name}", "ptr addrspace(1)"),
+                    [LLValue(f"%p_{p.name}_dim{d}", "i32") for d in range(t.rank)],
+                    [LLValue(f"%p_{p.name}_stride{d}", "i32") for d in range(t.rank)], t.elem, maps)
+
+    # ------------------------------------------------------------------------------ blocks
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            if op.name in ("scf.yield", "scf.condition"):
+                continue  # read by the parent's lowering
+            fn = LOWERINGS.get(op.name)
+            if fn is None:
+                raise CompileError([Diagnostic(
+                    "SP0620", f"`{op.name}` cannot be compiled for {self.target.name} yet", op.span,
+                    help="run the kernel in the interpreter (`kernel.interpret[grid](...)`) or choose another target")])
+            fn(self, op)
+
+    # ------------------------------------------------------------------------------ values
+    def get(self, v: Value) -> Any:
+        try:
+            return self.vals[id(v)]
+        except KeyError:
+            raise InternalError(f"value {v!r} used before it was generated") from None
+
+    def set(self, v: Value, x: Any) -> None:
+        self.vals[id(v)] = x
+
+    def tile(self, v: Value) -> DTile:
+        x = self.get(v)
+        if not isinstance(x, DTile):
+            raise InternalError(f"expected a tile for {v!r}")
+        return x
+
+    def scalar(self, v: Value) -> LLValue:
+        x = self.get(v)
+        if not isinstance(x, LLValue):
+            raise InternalError(f"expected a scalar for {v!r}")
+        return x
+
+    # ------------------------------------------------------------------------------ threads
+    def sreg(self, name: str) -> LLValue:
+        """A special register read once in the entry block (``tid.x``, ``ctaid.y``, ...)."""
+        if name not in self._sreg_cache:
+            fn = f"llvm.nvvm.read.ptx.sreg.{name}"
+            self.mod.declare(fn, f"declare i32 @{fn}()")
+            self._sreg_cache[name] = self.fb.value(f"call i32 @{fn}()", "i32", "sr", entry=True)
+        return self._sreg_cache[name]
+
+    @property
+    def tid(self) -> LLValue:
+        return self.sreg("tid.x")
+
+    def lane_id(self) -> LLValue:
+        if "lane" not in self._sreg_cache:
+            self._sreg_cache["lane"] = self.fb.value(f"and i32 {self.tid.ref}, 31", "i32", "lane", entry=True)
+        return self._sreg_cache["lane"]
+
+    def warp_id(self) -> LLValue:
+        if "warp" not in self._sreg_cache:
+            self._sreg_cache["warp"] = self.fb.value(f"lshr i32 {self.tid.ref}, 5", "i32", "warp", entry=True)
+        return self._sreg_cache["warp"]
+
+    def thread_base(self, layout: LinearLayout) -> list[LLValue]:
+        """Per logical dim, the XOR of the lane and warp bases of this thread (entry block)."""
+        lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
+        key = (tuple(lanes), tuple(warps), len(layout.out_dims))
+        if key in self._thread_cache:
+            return self._thread_cache[key]
+        rank = len(layout.out_dims)
+        out = []
+        for d in range(rank):
+            acc: LLValue = const(0, "i32")
+            for src, bases in ((self.lane_id(), lanes), (self.warp_id(), warps)):
+                for b, basis in enumerate(bases):
+                    if basis[d] == 0:
+                        continue
+                    bit = self.fb.value(f"lshr i32 {src.ref}, {b}", "i32", "tb", entry=True)
+                    bit = self.fb.value(f"and i32 {bit.ref}, 1", "i32", "tb", entry=True)
+                    term = self.fb.value(f"mul i32 {bit.ref}, {basis[d]}", "i32", "tb", entry=True)
+                    acc = self.fb.value(f"xor i32 {acc.ref}, {term.ref}", "i32", "tb", entry=True)
+            out.append(acc)
+        self._thread_cache[key] = out
+        return out
+
+    def coords(self, layout: LinearLayout) -> list[list[LLValue]]:
+        """For each register, its logical coordinates as i32 values (``base ^ offset``)."""
+        base = self.thread_base(layout)
+        offsets = register_coords(layout)
+        disjoint = self._disjoint(layout)
+        out = []
+        for off in offsets:
+            row = []
+            for d, o in enumerate(off):
+                if o == 0:
+                    row.append(base[d])
+                else:
+                    op = "or disjoint" if disjoint[d] else "xor"
+                    row.append(self.fb.value(f"{op} i32 {base[d].ref}, {o}", "i32", "c"))
+            out.append(row)
+        return out
+
+    @staticmethod
+    def _disjoint(layout: LinearLayout) -> list[bool]:
+        rank = len(layout.out_dims)
+        reg_bits = [0] * rank
+        thr_bits = [0] * rank
+        for off in register_coords(layout):
+            for d in range(rank):
+                reg_bits[d] |= off[d]
+        for name in (LANE, WARP):
+            for basis in thread_bases(layout, name):
+                for d in range(rank):
+                    thr_bits[d] |= basis[d]
+        return [(reg_bits[d] & thr_bits[d]) == 0 for d in range(rank)]
+
+    # ------------------------------------------------------------------------------ shared memory
+    def smem_alloc(self, nbytes: int, align: int = 16) -> int:
+        """Reserve ``nbytes`` of the kernel's dynamic shared memory; returns the byte offset."""
+        off = (self.smem_bytes + align - 1) // align * align
+        self.smem_bytes = off + nbytes
+        self.smem_align = max(self.smem_align, align)
+        return off
+
+    def smem_ptr(self, offset: LLValue | int) -> LLValue:
+        off = offset if isinstance(offset, LLValue) else const(offset, "i32")
+        return self.fb.value(f"getelementptr inbounds i8, ptr addrspace(3) @sparsile_smem, i32 {off.ref}",
+                             "ptr addrspace(3)", "sp")
+
+    def barrier(self) -> None:
+        self.mod.declare("llvm.nvvm.barrier0", "declare void @llvm.nvvm.barrier0() #1")
+        self.fb.emit("call void @llvm.nvvm.barrier0() #1")
+
+    def intrinsic(self, ret: str, name: str, args: list[LLValue], convergent: bool = False) -> LLValue | None:
+        arg_types = ", ".join(a.type for a in args)
+        attr = " #1" if convergent else ""
+        self.mod.declare(name, f"declare {ret} @{name}({arg_types}){attr}")
+        return self.fb.call(ret, name, args, "#1" if convergent else "")
+
+    def asm(self, ret: str, text: str, constraints: str, args: list[LLValue], side_effect: bool = True,
+            convergent: bool = False) -> LLValue | None:
+        arglist = ", ".join(str(a) for a in args)
+        se = " sideeffect" if side_effect else ""
+        text = text.replace("\\", "\\\\").replace('"', '\\22').replace("\n", "\\0A")
+        attr = " #1" if convergent else ""
+        if ret == "void":
+            self.fb.emit(f'call void asm{se} "{text}", "{constraints}"({arglist}){attr}')
+            return None
+        return self.fb.value(f'call {ret} asm{se} "{text}", "{constraints}"({arglist}){attr}', ret, "asm")
+
+
+def generate_llvm(func: Function, target: Target, num_warps: int, state: dict[str, Any] | None = None
+                  ) -> tuple[str, CodeGen]:
+    cg = CodeGen(func, target, num_warps)
+    if state:
+        cg.state.update(state)
+    return cg.generate(), cg

@@ -1,0 +1,135 @@
+"""``kernel[grid](*args)``: specialize, compile (cached), and launch on the current GPU.
+
+The compiled kernel's parameter list (:class:`~sparsile.backend.codegen.KernelParam`) becomes the
+runtime's :class:`~sparsile.backend.arguments.ParamSpec`: pointers and scalars pass through, a
+``tensor[T, rank]`` argument becomes its base pointer plus shape and strides the launcher reads
+from the array itself (derived parameters), and constexpr parameters are checked, not passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..frontend.diagnostics import LaunchError
+from ..frontend.kernel import KERNEL_OPTIONS
+from ..frontend.values import Const
+from .codegen import KernelParam
+
+
+def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam], stores: set[str]) -> Any:
+    """The runtime ParamSpec for one compiled specialization."""
+    from .arguments import ConstexprParam, DerivedParam, ParamSpec, PointerParam, ScalarParam
+    from .tensormap import TensorMapParam
+
+    by_name: dict[str, list[KernelParam]] = {}
+    for p in params:
+        by_name.setdefault(p.name, []).append(p)
+    spec: list[Any] = []
+    for p in kernel.params:
+        b = bindings[p.name]
+        if isinstance(b, Const):
+            spec.append(ConstexprParam(p.name, b.value))
+            continue
+        for kp in by_name[p.name]:
+            if kp.kind == "ptr":
+                spec.append(PointerParam(p.name, kp.dtype, aligned16=b.divisible_16, readonly=p.name not in stores))
+            elif kp.kind == "scalar":
+                spec.append(ScalarParam(p.name, kp.dtype, 16 if b.divisible_16 else 1))
+            elif kp.kind == "tensor_ptr":
+                spec.append(PointerParam(p.name, kp.dtype, aligned16=b.divisible_16, readonly=p.name not in stores))
+            elif kp.kind in ("tensor_dim", "tensor_stride"):
+                spec.append(DerivedParam(f"{p.name}.{kp.kind}{kp.index}", p.name,
+                                         "shape" if kp.kind == "tensor_dim" else "stride", kp.index))
+            elif kp.kind == "tensormap":
+                box, swizzle = kp.extra
+                spec.append(_derived_tensormap(TensorMapParam, p.name, kp, box, swizzle))
+            else:
+                raise LaunchError("SP0730", f"unsupported kernel parameter kind {kp.kind}")
+    return ParamSpec(tuple(spec), kernel.name)
+
+
+def _derived_tensormap(cls: Any, source: str, kp: KernelParam, box: tuple[int, ...], swizzle: int) -> Any:
+    from .tensormap import Swizzle
+
+    sw = {0: Swizzle.NONE, 32: Swizzle.B32, 64: Swizzle.B64, 128: Swizzle.B128}[swizzle]
+    return cls(f"{source}.tmap{kp.index}", kp.dtype, tuple(box), sw, source=source)  # type: ignore[call-arg]
+
+
+def _stored_params(func: Any) -> set[str]:
+    """Names of pointer/tensor parameters the kernel may write (host copies are read back)."""
+    origin: dict[int, set[str]] = {}
+    for p in func.runtime_params:
+        if p.value is not None:
+            origin[id(p.value)] = {p.name}
+    written: set[str] = set()
+    for op in func.walk():
+        srcs: set[str] = set()
+        for v in op.operands:
+            srcs |= origin.get(id(v), set())
+        if srcs and op.name != "load":
+            for r in op.results:
+                origin[id(r)] = srcs
+        if op.name in ("store", "tensor.store_tile") or op.name.endswith(".store"):
+            if op.operands:
+                written |= origin.get(id(op.operands[0]), set())
+    return written
+
+
+class GpuLaunch:
+    """``kernel[grid]``: call it with the kernel's arguments (and ``stream=``, launch options)."""
+
+    def __init__(self, kernel: Any, grid: Any):
+        self.kernel = kernel
+        self.grid = grid
+
+    def compile_for(self, target: str, *args: Any, **kwargs: Any) -> Any:
+        """Compile the specialization these arguments would launch, for ``target`` (no GPU needed)."""
+        from .compiler import compile_cached
+
+        _, bindings, key = self.kernel.bind(args, dict(kwargs))
+        options = {**KERNEL_OPTIONS, **self.kernel.options,
+                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+        return compile_cached(self.kernel, bindings, key, _target(target), options)
+
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        from . import runtime
+        from .targets import target_for_capability
+
+        if not runtime.has_gpu():
+            raise LaunchError("SP0731", f"kernel `{self.kernel.name}` cannot run: no NVIDIA GPU is available",
+                              help=f"run it on the CPU with `{self.kernel.name}.interpret[grid](...)`, or compile "
+                                   "ahead of time with `kernel.compile(...)`")
+        dev = runtime.current_device()
+        bound, bindings, key = self.kernel.bind(args, dict(kwargs))
+        options = {**KERNEL_OPTIONS, **self.kernel.options,
+                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+        target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
+            _target(options["target"])
+        cache = self.kernel.__dict__.setdefault("_launchers", {})
+        ck_key = (key, target.name, dev.ordinal)
+        launcher = cache.get(ck_key)
+        if launcher is None:
+            launcher = _build_launcher(self.kernel, bindings, key, target, options)
+            cache[ck_key] = launcher
+        values = [bound[p.name] for p in self.kernel.params]
+        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        grid = self.grid(meta) if callable(self.grid) else self.grid
+        launcher(grid, values, stream=stream)
+
+
+def _target(name: str) -> Any:
+    from .targets import get_target
+
+    return get_target(name)
+
+
+def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: Any, options: dict[str, Any]) -> Any:
+    from . import runtime
+    from .compiler import compile_cached
+
+    ck = compile_cached(kernel, bindings, key, target, options)
+    stores = _stored_params(kernel.ir_for(bindings, key, options))
+    spec = param_spec(kernel, bindings, ck.params, stores)
+    module = runtime.load_module(ck.cubin)
+    fn = module.function(ck.name)
+    return runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
