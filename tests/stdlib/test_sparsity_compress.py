@@ -1,0 +1,125 @@
+"""compress(): the CUTLASS rules for sparse chunks, errors naming the offending group, padding."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from sparsile.stdlib.sparsity import SparsityError, compress, decompress, encode_metadata, prune_2_4
+
+
+def test_f16_chunk_rules_by_hand():
+    w = np.array([[
+        1, 2, 0, 0,     # two nonzeros (0,1)
+        0, 0, 0, 0,     # all zero -> (0,1) with zero values, never 0x0
+        0, 0, 0, 7,     # one nonzero at 3 -> (0,3), explicit zero first
+        0, 5, 0, 0,     # one nonzero at 1 -> (1,3)
+        0, 0, 3, 0,     # one nonzero at 2 -> (2,3)
+        2, 0, 0, 0,     # one nonzero at 0 -> (0,3)
+        0, 1, 0, 2,     # (1,3)
+        -0.0, 0, 4, 0,  # negative zero is zero -> (2,3)
+    ]], dtype=np.float16)
+    values, indices = compress(w)
+    assert indices.dtype == np.uint8 and indices.shape == (1, 8, 2)
+    assert indices[0].tolist() == [[0, 1], [0, 1], [0, 3], [1, 3], [2, 3], [0, 3], [1, 3], [2, 3]]
+    assert values.dtype == np.float16 and values.shape == (1, 16)
+    assert values[0].tolist() == [1, 2, 0, 0, 0, 7, 5, 0, 3, 0, 2, 0, 1, 2, 4, 0]
+
+
+def test_tf32_chunk_rules_by_hand():
+    w = np.array([[0, 0, 0, 3, 3, 0, -0.0, 2, 1.5, -0.0]], dtype=np.float32)
+    values, indices = compress(w, "tf32")
+    assert indices.shape == (1, 5, 1)
+    assert indices[0, :, 0].tolist() == [0, 1, 0, 1, 0]
+    assert values[0].tolist() == [0, 3, 3, 2, 1.5]
+
+
+def test_e2m1_pairs_by_hand():
+    w = np.array([[0, 0, 1.5, -2, 0, 0, 0, 0,    # one nonzero pair at 1 -> (1,3)
+                   0, 0, 0, 0, 0, 0, 0, 0,       # all zero -> (0,1)
+                   0, 6, 0, 0, 0, 0, 0.5, 0]],   # pairs 0 and 3
+                 dtype=ml_dtypes.float4_e2m1fn)
+    values, indices = compress(w)
+    assert indices[0].tolist() == [[1, 3], [0, 1], [0, 3]]
+    assert values.astype(np.float32)[0].tolist() == [1.5, -2, 0, 0, 0, 0, 0, 0, 0, 6, 0.5, 0]
+
+
+@pytest.mark.parametrize("dtype, host", [("e4m3", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2),
+                                         ("s8", np.int8), ("u8", np.uint8)])
+def test_8bit_by_hand(dtype, host):
+    w = np.array([[0, 3, 0, 2, 0, 0, 0, 0, 4, 0, 0, 0]], dtype=host)
+    values, indices = compress(w, dtype)
+    assert indices[0].tolist() == [[1, 3], [0, 1], [0, 3]]
+    assert values.dtype == np.dtype(host)
+    assert values.astype(np.float32)[0].tolist() == [3, 2, 0, 0, 4, 0]
+
+
+def test_negative_zero_e4m3_is_zero():
+    w = np.array([[-0.0, -0.0, 1, -0.0]], dtype=ml_dtypes.float8_e4m3fn)
+    _, indices = compress(w)
+    assert indices[0].tolist() == [[2, 3]]
+
+
+def test_not_sparse_names_first_row_and_group():
+    w = np.zeros((3, 16), dtype=np.float16)
+    w[2, 4:8] = [1, 2, 3, 0]     # row 2, group 1: three nonzeros
+    w[1, 12:16] = [1, 1, 1, 1]   # row 1, group 3: four nonzeros (comes first)
+    with pytest.raises(SparsityError) as info:
+        compress(w)
+    err = info.value
+    assert err.code == "SP0803"
+    assert "row 1, group 3" in err.message and "columns 12..15" in err.message
+    assert "4 nonzero elements" in err.message and "1 more" in err.message
+    assert "prune_2_4" in err.help and "prune=True" in err.help
+
+
+def test_not_sparse_tf32_and_pairs():
+    with pytest.raises(SparsityError, match=r"row 0, group 1 .* 2 nonzero elements, at most 1"):
+        compress(np.array([[1, 0, 2, 3]], dtype=np.float32))
+    w = np.zeros((1, 16), dtype=ml_dtypes.float4_e2m1fn)
+    w[0, 8:14] = [1, 0, 0, 1, 1, 0]
+    with pytest.raises(SparsityError, match=r"row 0, group 1 .* 3 nonzero pairs") as info:
+        compress(w)
+    assert "prune_4_8_pairs" in info.value.help
+
+
+def test_prune_true_equals_prune_then_compress():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((5, 24)).astype(np.float16)
+    a = compress(w, prune=True)
+    b = compress(prune_2_4(w))
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_k_is_padded_to_the_chunk_size():
+    w = np.array([[1, 0, 0, 2, 3, 0]], dtype=np.float16)
+    values, indices = compress(w)
+    assert indices.shape == (1, 2, 2) and values.shape == (1, 4)
+    assert indices[0].tolist() == [[0, 3], [0, 3]]
+    meta = encode_metadata(indices, "logical", "f16", k=6)
+    assert decompress(values, meta).tolist() == w.tolist()
+
+
+def test_dtype_inference_and_cast():
+    assert compress(np.zeros((1, 4), np.float16))[0].dtype == np.float16
+    assert compress(np.zeros((1, 2), np.float32))[1].shape == (1, 1, 1)  # float32 -> tf32
+    values, _ = compress(np.array([[0.0, 1.0, 0.0, 2.0]]), "bf16")
+    assert values.dtype == ml_dtypes.bfloat16
+    with pytest.raises(SparsityError) as info:
+        compress(np.zeros((2, 4)))  # float64: which operand type?
+    assert info.value.code == "SP0804" and "dtype=" in info.value.help
+
+
+def test_rank_errors():
+    with pytest.raises(SparsityError) as info:
+        compress(np.zeros(8, np.float16))
+    assert info.value.code == "SP0804"
+
+
+def test_large_input_uses_blocks_consistently():
+    rng = np.random.default_rng(2)
+    w = prune_2_4(rng.standard_normal((257, 4100)).astype(np.float16))
+    v1, i1 = compress(w, workers=1)
+    v2, i2 = compress(w, workers=2)
+    assert np.array_equal(v1.view(np.uint16), v2.view(np.uint16)) and np.array_equal(i1, i2)
+    assert np.array_equal(decompress(v1, encode_metadata(i1, "logical", "f16", k=4100)), w)
