@@ -8,6 +8,7 @@ compile-time arithmetic also lives here, so that folding and run-time semantics 
 from __future__ import annotations
 
 import math
+import types
 from typing import Any, NoReturn
 
 from . import types as T
@@ -262,10 +263,19 @@ def _fold(op: str, a: Any, b: Any) -> Any:
 
 
 def _describe(v: Any) -> str:
+    """A short phrase naming a sema value in a diagnostic."""
     if isinstance(v, Const):
-        if isinstance(v.value, T.Type):
-            return f"the type {v.value}"
-        return repr(v.value)
+        x = v.value
+        if isinstance(x, T.Type):
+            return f"the type {x}"
+        if isinstance(x, types.ModuleType):
+            return f"the module `{x.__name__}`"
+        if isinstance(x, types.FunctionType | types.BuiltinFunctionType | types.MethodType):
+            return f"the Python function `{getattr(x, '__qualname__', x.__name__)}`"
+        if isinstance(x, bool | int | float | str | None) or x is None:
+            return repr(x)
+        text = repr(x)
+        return text if len(text) <= 60 else f"a Python `{type(x).__name__}` object"
     if isinstance(v, Value):
         return f"a run-time value of type {v.type}"
     if isinstance(v, tuple):

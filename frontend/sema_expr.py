@@ -317,7 +317,11 @@ class ExprMixin:
         if jit_helper is not None:
             return self.inline_call(jit_helper, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
                                     node.span)
-        raise CompileError([Diagnostic("SP0332", f"{describe(func)} is not callable in a kernel", node.func.span)])
+        help_ = None
+        if isinstance(func, Const) and callable(func.value) and not isinstance(func.value, type):
+            help_ = "a Python function called from a kernel must be decorated with `@sparsile.jit` (it is inlined)"
+        raise CompileError([Diagnostic("SP0332", f"{describe(func)} is not callable in a kernel", node.func.span,
+                                       help=help_)])
 
     def call_builtin(self, b: Builtin, args: list[Arg], kwargs: dict[str, Arg], node: A.Call) -> Any:
         try:
