@@ -360,8 +360,8 @@ class AstBuilder:
         try:
             if self._depth > MAX_EXPRESSION_DEPTH:
                 raise ExpressionTooDeep
-            if isinstance(item, Token):  # only NAME reaches here unwrapped (never, but be exact)
-                return ast.Name(str(item), span=self._span(item))
+            if isinstance(item, Token):
+                raise AssertionError(f"bare token {item.type} where an expression tree was expected")
             return getattr(self, f"_expr_{item.data}", self._expr_operator)(item)
         finally:
             self._depth -= 1
@@ -416,11 +416,15 @@ class AstBuilder:
         if _LEADING_ZERO.fullmatch(text):
             self.bag.error("SP0116", "leading zeros in decimal integer literals are not permitted", span,
                            help="use an `0o` prefix for an octal integer")
-            return ast.Constant(int(text.replace("_", "")), span=span)
+            return ast.Constant(0, span=span)
         lowered = text.lower()
-        if lowered.startswith(("0x", "0o", "0b")) or not any(c in lowered for c in ".e"):
-            return ast.Constant(int(text, 0) if not _LEADING_ZERO.fullmatch(text) else 0, span=span)
-        return ast.Constant(float(text), span=span)
+        if not lowered.startswith(("0x", "0o", "0b")) and any(c in lowered for c in ".e"):
+            return ast.Constant(float(text), span=span)
+        try:
+            return ast.Constant(int(text, 0), span=span)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            self.bag.error("SP0116", "integer literal is too large", span)
+            return ast.Constant(0, span=span)
 
     def _expr_string(self, tree: Tree) -> ast.Expr:
         parts = []

@@ -115,6 +115,7 @@ CASES = [
     ("annotate_tuple", 'a, b: i32 = 1, 2\n', "SP0110", 'expected `=`, end of line or `;`, found `:`', 1, 5),
     ("leading_zero", 'x = 007\n',
      "SP0116", 'leading zeros in decimal integer literals are not permitted', 1, 5),
+    ("huge_int", "x = " + "9" * 5000 + "\n", "SP0116", "integer literal is too large", 1, 5),
     ("bad_escape", "s = '\\N{NOT A REAL NAME}'\n",
      "SP0117", 'invalid string literal: unknown Unicode character name', 1, 5),
     ("star_args_param", 'def f(*args):\n    pass\n',
@@ -287,3 +288,12 @@ def test_a_crash_inside_the_ast_builder_is_an_internal_error(monkeypatch):
     monkeypatch.setattr(parser_module.AstBuilder, "module", broken)
     with pytest.raises(InternalError, match="internal compiler error"):
         parse_module("x = 1\n")
+
+
+def test_a_crash_inside_the_error_mapper_is_an_internal_error(monkeypatch):
+    def broken(*args, **kwargs):
+        raise AttributeError("boom")
+
+    monkeypatch.setattr(parser_module.SyntaxErrorMapper, "unexpected_token", broken)
+    with pytest.raises(InternalError, match="AttributeError: boom"):
+        parse_module("x = = 1\n")

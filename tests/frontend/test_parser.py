@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from sparsile.frontend import ast
 from sparsile.frontend.ast import dump, walk
-from sparsile.frontend.parser import parse_expression, parse_function_source, parse_module
+from sparsile.frontend.parser import parse_expression, parse_function_source, parse_module, time_parse
 from sparsile.grammar import build_parser, cache_path, get_parser
 from sparsile.tests.frontend.cpython_oracle import cpython_module
 
@@ -309,3 +309,11 @@ def test_unwritable_cache_dir_falls_back_to_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARSILE_CACHE_DIR", str(blocker))
     assert cache_path() is None
     assert build_parser().parse("x = 1\n", start="module") is not None
+
+
+def test_time_parse_reports_the_source_size():
+    text = (CORPUS / "elementwise.spk").read_text()
+    timing = time_parse(text, repeat=2)
+    assert timing.lines == text.count("\n") + 1
+    assert timing.tokens > 300
+    assert 0 < timing.median_parse_s and timing.microseconds_per_line > 0
