@@ -272,7 +272,11 @@ def test_function_source_with_a_string_line_less_indented_than_the_function():
 
 
 def test_parser_is_built_once_per_process():
+    import sparsile.grammar as grammar
+
+    parse_module("x = 1\n")
     assert get_parser() is get_parser()
+    assert grammar.builds == 1
 
 
 def test_grammar_has_no_lalr_conflicts(caplog):
