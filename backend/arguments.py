@@ -154,17 +154,22 @@ _TORCH_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16"
                 "torch.uint16": "u16", "torch.int32": "i32", "torch.uint32": "u32", "torch.int64": "i64",
                 "torch.uint64": "u64", "torch.bool": "bool", "torch.float8_e4m3fn": "e4m3",
                 "torch.float8_e5m2": "e5m2"}
-_torch_dtype_cache: dict[Any, str | None] = {}
+_torch_dtype_cache: dict[Any, tuple[str | None, str]] = {}
+
+
+def _torch_dtype(torch_dtype: Any) -> tuple[str | None, str]:
+    """``(language dtype or None, readable label)`` of a torch dtype, cached."""
+    try:
+        return _torch_dtype_cache[torch_dtype]
+    except KeyError:
+        text = str(torch_dtype)
+        entry = _torch_dtype_cache[torch_dtype] = (_TORCH_NAMES.get(text), text.removeprefix("torch."))
+        return entry
 
 
 def dtype_from_torch(torch_dtype: Any) -> str | None:
     """The language dtype of a torch dtype (by its ``str``, so torch need not be imported)."""
-    try:
-        return _torch_dtype_cache[torch_dtype]
-    except KeyError:
-        name = _TORCH_NAMES.get(str(torch_dtype))
-        _torch_dtype_cache[torch_dtype] = name
-        return name
+    return _torch_dtype(torch_dtype)[0]
 
 
 def array_dtype_matches(param_dtype: str, array_dtype: str | None) -> bool:
@@ -489,8 +494,7 @@ def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
 
 
 def _describe_torch(t: Any, stream: int) -> ArrayInfo:
-    dtype = dtype_from_torch(t.dtype)
-    label = str(t.dtype).removeprefix("torch.")
+    dtype, label = _torch_dtype(t.dtype)
     if t.is_cuda:
         index = t.get_device()
         return ArrayInfo(t.data_ptr(), dtype, label, tuple(t.shape), tuple(t.stride()), t.is_contiguous(),
@@ -503,6 +507,21 @@ def _describe_torch(t: Any, stream: int) -> ArrayInfo:
     view = host_view(t.data_ptr(), dtype, shape) if contiguous and dtype else None
     return ArrayInfo(t.data_ptr(), dtype, label, shape, tuple(t.stride()), contiguous, HOST, "cpu",
                      False, "CPU torch tensor", None, view, t)
+
+
+def is_torch_type(cls: type) -> bool:
+    """Whether instances of ``cls`` are described as torch tensors."""
+    return _extractors.get(cls) is _describe_torch
+
+
+def torch_device_pointer(t: Any, device: int, dtype: str, contiguous: bool) -> int | None:
+    """The launcher's fast path for a torch tensor: its data pointer when it is a CUDA tensor on
+    ``device`` of language dtype ``dtype`` (and dense when ``contiguous``), else None (the
+    caller then takes the general path, which also produces the error message)."""
+    if t.is_cuda and t.get_device() == device and _torch_dtype(t.dtype)[0] == dtype and (
+            not contiguous or t.is_contiguous()):
+        return t.data_ptr()
+    return None
 
 
 def _describe_cai(obj: Any, stream: int) -> ArrayInfo:

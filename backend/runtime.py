@@ -60,12 +60,14 @@ from .arguments import (
     describe_array,
     dtype_from_numpy,
     encode_scalar,
+    is_torch_type,
     layout_slots,
     normalize_block,
     normalize_grid,
     numpy_dtype,
     register_array_type,
     stream_handle,
+    torch_device_pointer,
 )
 from .tensormap import TENSOR_MAP_BYTES, TensorMap, TensorMapParam, make_tensor_map
 
@@ -341,12 +343,23 @@ class Module:
         self._finalizer()
 
 
-def _unload_module(handle: Any, context: Any) -> None:
+def _in_context(context: Any, operation: Callable[[], Any]) -> None:
+    """Run a cleanup ``operation`` with ``context`` pushed, restoring whatever context the
+    thread had (finalizers run at arbitrary points, e.g. inside torch code on another device).
+    Errors are ignored: this runs from garbage collection and at interpreter exit."""
     try:
-        driver.cuCtxSetCurrent(context)
-        driver.cuModuleUnload(handle)
+        if driver.cuCtxPushCurrent(context)[0] != _SUCCESS:
+            return
+        try:
+            operation()
+        finally:
+            driver.cuCtxPopCurrent()
     except Exception:
         pass
+
+
+def _unload_module(handle: Any, context: Any) -> None:
+    _in_context(context, lambda: driver.cuModuleUnload(handle))
 
 
 def _looks_like_text(image: bytes) -> bool:
@@ -419,11 +432,7 @@ class KernelFunction:
 
 
 def _free_device_memory(ptr: int, context: Any) -> None:
-    try:
-        driver.cuCtxSetCurrent(context)
-        driver.cuMemFree(ptr)
-    except Exception:
-        pass
+    _in_context(context, lambda: driver.cuMemFree(ptr))
 
 
 class DeviceBuffer:
@@ -537,8 +546,9 @@ register_array_type(DeviceBuffer, _describe_device_buffer)
 
 
 class _Call:
-    """Per-launch scratch: the stream, host copies to undo, producer streams to wait on, objects
-    to keep alive until the launch is queued, and array infos for derived parameters."""
+    """Launch scratch (one per launcher, reused under its lock): the stream, host copies to undo,
+    producer streams to wait on, objects to keep alive until the launch is queued, and array
+    infos for derived parameters."""
 
     __slots__ = ("infos", "keep", "staged", "stream", "waits")
 
@@ -584,6 +594,10 @@ def _finish_host_copies(call: _Call, launched: bool) -> None:
 _U64 = struct.Struct("<Q")
 
 
+class _NoGrid:
+    """The type of the cached grid before the first launch (no grid is ever of this type)."""
+
+
 class Launcher:
     """Launches one compiled kernel. Built once per compiled kernel; ``launcher(grid, args,
     kwargs, stream=...)`` converts the arguments into the preallocated parameter buffer and
@@ -614,13 +628,22 @@ class Launcher:
         self.allow_host_copies = allow_host_copies
         self._binder = ArgumentBinder(spec)
         self._lock = threading.Lock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._launch_kernel = driver.cuLaunchKernel
         self._launch_kernel_ex = driver.cuLaunchKernelEx
         self._tensor_maps: dict[tuple[Any, ...], bytes] = {}
         self._build_buffer()
         self._config = self._cluster_config() if math.prod(self.cluster) > 1 else None
         self._last_grid: Any = None
+        self._last_grid_type: type = _NoGrid
         self._last_dims: tuple[int, int, int] = (1, 1, 1)
+        self._n_user = len(self._binder.names)
+        self._n_infos = len(self._needs_info)
+        self._handle = function.handle
+        self._bx, self._by, self._bz = self.block
+        self._params_address = self._buffer.address
+        self._context_key = self._module.context_key
+        self._scratch = _Call(0, self._n_infos)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -655,10 +678,13 @@ class Launcher:
         config.sharedMemBytes = self.dynamic_shared
         config.attrs = [attr]
         config.numAttrs = 1
+        self._cluster_attribute = attr  # kept alive alongside the config that refers to it
         return config
 
-    def _array_info(self, name: str, value: Any, call: _Call, what: str) -> ArrayInfo:
-        info = describe_array(value, call.stream)
+    def _array_info(self, name: str, value: Any, call: _Call, what: str, info: ArrayInfo | None = None
+                    ) -> ArrayInfo:
+        if info is None:
+            info = describe_array(value, call.stream)
         if info is None:
             raise LaunchError(ARG_KIND, f"argument `{name}` expects {what}, got {type(value).__name__}",
                               "pass a numpy array, a CUDA tensor/array (torch, CuPy, JAX) or a DeviceBuffer")
@@ -681,17 +707,35 @@ class Launcher:
     def _pointer_converter(self, p: Any, offset: int, info_slot: int | None) -> Callable[[Any, _Call], None]:
         pack, view, ordinal = _U64.pack_into, self._buffer.view, self.device.ordinal
         name, dtype, writes = p.name, p.dtype, not p.readonly
+        array_dtype = "f32" if dtype == "tf32" else dtype
+        alignment_mask = 15 if p.aligned16 else 0
+        need_contiguous = p.contiguous
+        torch_types: set[type] = set()
 
         def convert(value: Any, call: _Call) -> None:
-            if type(value) is int and info_slot is None:  # a raw device address
+            cls = type(value)
+            if cls is int and info_slot is None:  # a raw device address
                 if not 0 <= value < 1 << 64:
                     raise LaunchError(ARG_RANGE, f"argument `{name}` = {value} is not a 64-bit address")
                 pack(view, offset, value)
                 return
-            info = self._array_info(name, value, call, f"an array (pointer to {dtype})")
-            check_array_argument(name, dtype, info, device=ordinal, allow_host=self.allow_host_copies,
-                                 writes=writes, aligned16=p.aligned16, contiguous=p.contiguous)
-            pack(view, offset, self._device_pointer(info, writes, call))
+            if cls in torch_types and info_slot is None:
+                ptr = torch_device_pointer(value, ordinal, array_dtype, need_contiguous)
+                if ptr is not None and not ptr & alignment_mask:
+                    pack(view, offset, ptr)
+                    return
+            elif is_torch_type(cls):
+                torch_types.add(cls)
+            info = describe_array(value, call.stream)
+            if (info is not None and info.device == ordinal and info.dtype == array_dtype
+                    and not info.ptr & alignment_mask and (info.contiguous or not need_contiguous)
+                    and not (info.readonly and writes) and info.stream is None and info.keepalive is None):
+                pack(view, offset, info.ptr)  # the common case: a matching array on this device
+            else:
+                info = self._array_info(name, value, call, f"an array (pointer to {dtype})", info)
+                check_array_argument(name, dtype, info, device=ordinal, allow_host=self.allow_host_copies,
+                                     writes=writes, aligned16=p.aligned16, contiguous=p.contiguous)
+                pack(view, offset, self._device_pointer(info, writes, call))
             if info_slot is not None:
                 call.infos[info_slot] = info
 
@@ -798,59 +842,79 @@ class Launcher:
         if callable(grid):
             grid = grid(dict(zip(self._binder.names, values)))
         cacheable = type(grid) is int or type(grid) is tuple
-        if cacheable and type(grid) is type(self._last_grid) and grid == self._last_grid:
+        if cacheable and type(grid) is self._last_grid_type and grid == self._last_grid:
             return self._last_dims
         dims = normalize_grid(grid, self.device)
         check_grid_fits_cluster(dims, self.cluster)
         if cacheable:
-            self._last_grid, self._last_dims = grid, dims
+            self._last_grid, self._last_grid_type, self._last_dims = grid, type(grid), dims
         return dims
 
     def __call__(self, grid: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
                  stream: Any = None) -> None:
-        values = self._binder.bind(args, kwargs)
+        values = args if not kwargs and len(args) == self._n_user else self._binder.bind(args, kwargs)
         handle = 0 if stream is None else stream_handle(stream)
-        call = _Call(handle, len(self._needs_info))
+        self._acquire()  # one launch at a time per launcher: the parameter buffer is shared
+        call = self._scratch
+        call.stream = handle
         launched = False
         try:
-            with self._lock:
+            if type(grid) is self._last_grid_type and grid == self._last_grid:
+                dims = self._last_dims
+            else:
                 dims = self._grid(grid, values)
-                for convert, value in zip(self._converters, values):
-                    convert(value, call)
-                for write in self._derived:
-                    write(call)
-                if getattr(_tls, "context", None) is not self._module.context_key or call.staged:
-                    self._module.activate(force=True)
-                if call.waits:
-                    for producer in call.waits:
-                        _stream_wait(self._module._state, handle, producer)
-                self._launch(dims, handle)
-                launched = True
+            for convert, value in zip(self._converters, values):
+                convert(value, call)
+            for write in self._derived:
+                write(call)
+            if call.staged or getattr(_tls, "context", None) is not self._context_key:
+                self._module.activate(force=True)
+            if call.waits:
+                for producer in call.waits:
+                    _stream_wait(self._module._state, handle, producer)
+            if self._config is None:
+                err = self._launch_kernel(self._handle, dims[0], dims[1], dims[2], self._bx, self._by,
+                                          self._bz, self.dynamic_shared, handle, self._params_address, 0)[0]
+                if err != _SUCCESS:
+                    self._launch_failed(err, dims, handle)
+            else:
+                self._launch_cluster(dims, handle)
+            launched = True
         finally:
-            if call.staged:
-                _finish_host_copies(call, launched)
+            try:
+                if call.staged:
+                    _finish_host_copies(call, launched)
+            finally:
+                call.staged = call.waits = call.keep = None
+                self._release()
 
     def launch(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         """``launcher.launch(grid, x, y, n=...)``: the same as ``launcher(grid, args, kwargs)``."""
         self(grid, args, kwargs, stream=stream)
 
-    def _launch(self, dims: tuple[int, int, int], stream: int) -> None:
-        for attempt in (0, 1):
+    def _launch_cluster(self, dims: tuple[int, int, int], stream: int) -> None:
+        config = self._config
+        config.gridDimX, config.gridDimY, config.gridDimZ = dims
+        config.hStream = stream
+        err = self._launch_kernel_ex(config, self._handle, self._params_address, 0)[0]
+        if err != _SUCCESS:
+            self._launch_failed(err, dims, stream)
+
+    def _launch_failed(self, err: Any, dims: tuple[int, int, int], stream: int) -> None:
+        """Retry once when another context was made current behind our back (torch/CuPy on
+        another device), else raise."""
+        name = "cuLaunchKernelEx" if self._config is not None else "cuLaunchKernel"
+        if err in _RETRY_AFTER_CONTEXT_SWITCH:
+            self._module.activate(force=True)
             if self._config is None:
-                bx, by, bz = self.block
-                err = self._launch_kernel(self.function.handle, dims[0], dims[1], dims[2], bx, by, bz,
-                                          self.dynamic_shared, stream, self._buffer.address, 0)[0]
+                err = self._launch_kernel(self._handle, dims[0], dims[1], dims[2], self._bx, self._by, self._bz,
+                                          self.dynamic_shared, stream, self._params_address, 0)[0]
             else:
                 config = self._config
-                config.gridDimX, config.gridDimY, config.gridDimZ = dims
-                config.hStream = stream
-                err = self._launch_kernel_ex(config, self.function.handle, self._buffer.address, 0)[0]
+                err = self._launch_kernel_ex(config, self._handle, self._params_address, 0)[0]
             if err == _SUCCESS:
                 return
-            if attempt == 0 and err in _RETRY_AFTER_CONTEXT_SWITCH:
-                self._module.activate(force=True)  # someone else made another context current
-                continue
-            raise CudaError("cuLaunchKernelEx" if self._config is not None else "cuLaunchKernel", err)
+        raise CudaError(name, err)
 
     def param_bytes(self, index: int) -> bytes:
         """The current bytes of kernel parameter ``index`` (for tests and debugging)."""

@@ -338,6 +338,20 @@ def encode_tensor_map(spec: TensorMapSpec, device_ptr: int, device: int | None =
     return make_tensor_map(spec, device_ptr, device=device).data
 
 
+def driver_call_arguments(spec: TensorMapSpec, device_ptr: int) -> tuple[Any, ...]:
+    """The positional arguments of ``cuTensorMapEncodeTiled`` with the cuda-python types it
+    insists on (``cuuint64_t`` / ``cuuint32_t`` list items, enum members)."""
+    from cuda.bindings import driver
+
+    a = spec.driver_arguments(device_ptr)
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    return (driver.CUtensorMapDataType(a["tensorDataType"]), a["tensorRank"], a["globalAddress"],
+            [u64(v) for v in a["globalDim"]], [u64(v) for v in a["globalStrides"]],
+            [u32(v) for v in a["boxDim"]], [u32(v) for v in a["elementStrides"]],
+            driver.CUtensorMapInterleave(a["interleave"]), driver.CUtensorMapSwizzle(a["swizzle"]),
+            driver.CUtensorMapL2promotion(a["l2Promotion"]), driver.CUtensorMapFloatOOBfill(a["oobFill"]))
+
+
 def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, device: int | None = None
                     ) -> TensorMap:
     """Like :func:`encode_tensor_map`, returning a :class:`TensorMap` value."""
@@ -349,10 +363,6 @@ def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, dev
 
     spec.validate(device_ptr)
     current_device(device)
-    args = spec.driver_arguments(device_ptr)
-    tmap = check("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
-        driver.CUtensorMapDataType(args["tensorDataType"]), args["tensorRank"], args["globalAddress"],
-        args["globalDim"], args["globalStrides"], args["boxDim"], args["elementStrides"],
-        driver.CUtensorMapInterleave(args["interleave"]), driver.CUtensorMapSwizzle(args["swizzle"]),
-        driver.CUtensorMapL2promotion(args["l2Promotion"]), driver.CUtensorMapFloatOOBfill(args["oobFill"])))
+    tmap = check("cuTensorMapEncodeTiled",
+                 driver.cuTensorMapEncodeTiled(*driver_call_arguments(spec, device_ptr)))
     return TensorMap(spec, device_ptr, ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES), owner)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import struct
+import sys
+import types
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -339,7 +341,7 @@ def test_grid_errors_and_callable_grids(monkeypatch):
     gpu = EmulatedGpu(monkeypatch)
     launcher = make_launcher(gpu, VADD, [8, 8, 8, 4])
     args = (0x10, 0x20, 0x30, 1000)
-    for grid in (0, (1, 0), (2**31, 1, 1), (1, 70000)):
+    for grid in (None, 0, (1, 0), (2**31, 1, 1), (1, 70000)):
         with pytest.raises(LaunchError) as exc:
             launcher(grid, args)
         assert exc.value.code == A.GRID
@@ -433,6 +435,17 @@ def test_without_a_gpu():
         assert exc.value.code == A.NO_GPU
 
 
+@pytest.mark.skipif(runtime.has_gpu(), reason="relies on the driver library being absent")
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
+def test_driver_accepts_our_launch_arguments(cluster):
+    # cuda-python converts every argument before it loads libcuda: a well-typed cuLaunchKernel /
+    # cuLaunchKernelEx call fails on the missing library here, never with a TypeError.
+    launcher = Launcher(FakeFunction(handle=driver.CUfunction()), VADD, cluster=cluster)
+    with pytest.raises(Exception) as exc:
+        launcher(2, (0x10, 0x20, 0x30, 4), stream=0x1234)
+    assert type(exc.value).__name__ == "DynamicLibNotFoundError", exc.value
+
+
 def test_device_info_arch():
     assert H200.arch == "sm_90"
 
@@ -442,3 +455,60 @@ def test_dlpack_module_is_used_for_device_buffers():
     capsule = dlpack.export_capsule(0x1234, (3,), "f32", dlpack.DEVICE_CUDA, 0, owner=None)
     t = dlpack.read_capsule(capsule)
     assert (t.data, t.device_type, t.dtype) == (0x1234, dlpack.DEVICE_CUDA, "f32")
+
+
+class FakeTorchDevice:
+    def __init__(self, kind, index):
+        self.type, self.index = kind, index
+
+
+class FakeTorchTensor:
+    """Just the torch.Tensor surface the launcher reads (installed as ``torch.Tensor``)."""
+
+    def __init__(self, ptr, n, dtype="torch.float32", device=("cuda", 0), strides=(1,)):
+        self.shape, self.dtype, self.device = (n,), dtype, FakeTorchDevice(*device)
+        self._ptr, self._strides = ptr, strides
+
+    is_cuda = property(lambda self: self.device.type == "cuda")
+
+    def get_device(self):
+        return self.device.index if self.is_cuda else -1
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+    def is_contiguous(self):
+        return A.is_c_contiguous(self.shape, self._strides)
+
+
+def test_torch_tensors_take_the_fast_path_and_fall_back_for_errors(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(Tensor=FakeTorchTensor))
+    gpu = EmulatedGpu(monkeypatch)
+    spec = A.ParamSpec((A.PointerParam("x", "f32", aligned16=True), A.PointerParam("out", "f32")))
+    launcher = make_launcher(gpu, spec, [8, 8])
+    x, out = FakeTorchTensor(0x1000, 64), FakeTorchTensor(0x2000, 64)
+    for _ in range(3):  # first call classifies the type, later calls use the fast path
+        launcher(1, (x, out))
+        assert gpu.launches[-1]["params"] == [q(0x1000), q(0x2000)]
+    cases = [(FakeTorchTensor(0x1000, 64, "torch.float16"), A.ARG_DTYPE),
+             (FakeTorchTensor(0x1004, 64), A.ARG_ALIGNMENT),
+             (FakeTorchTensor(0x1000, 64, device=("cuda", 1)), A.ARG_DEVICE),
+             (FakeTorchTensor(0x1000, 64, device=("mps", 0)), A.ARG_DEVICE),
+             (FakeTorchTensor(0x1000, 64, strides=(2,)), A.ARG_CONTIGUOUS)]
+    for bad, code in cases:
+        with pytest.raises(LaunchError) as exc:
+            launcher(1, (bad, out))
+        assert exc.value.code == code, str(exc.value)
+    host = np.arange(64, dtype=np.float32)
+    cpu_tensor = FakeTorchTensor(host.ctypes.data, 64, device=("cpu", None))
+
+    def fill_out(record):
+        gpu.array(struct.unpack("<Q", record["params"][1])[0], np.float32, 64)[:] = 5.0
+
+    gpu.kernel = fill_out
+    out_host = np.zeros(64, dtype=np.float32)
+    launcher(1, (cpu_tensor, FakeTorchTensor(out_host.ctypes.data, 64, device=("cpu", None))))
+    assert (out_host == 5.0).all()  # CPU tensors are copied in and back like numpy arrays

@@ -18,6 +18,7 @@ from sparsile.backend.tensormap import (
     TensorMapParam,
     TensorMapSpec,
     TmaDataType,
+    driver_call_arguments,
     encode_tensor_map,
 )
 from sparsile.frontend.diagnostics import LaunchError
@@ -158,6 +159,17 @@ def test_encode_without_a_gpu_is_a_clear_error():
     with pytest.raises(LaunchError) as exc:
         encode_tensor_map(f16_spec(), ALIGNED)
     assert exc.value.code == A.NO_GPU
+
+
+@pytest.mark.skipif(runtime.has_gpu(), reason="relies on the driver library being absent")
+@pytest.mark.parametrize("spec", [f16_spec(), TensorMapSpec("f32", (100,), (4,), (32,)),
+                                  TensorMapSpec("bf16", (2, 3, 64, 64), (3 * 8192, 8192, 128, 2), (1, 1, 8, 64))])
+def test_driver_accepts_our_argument_types(spec):
+    # cuda-python converts every argument before it loads libcuda, so without a driver a call
+    # with well-typed arguments fails on the missing library, never with a TypeError.
+    with pytest.raises(Exception) as exc:
+        driver.cuTensorMapEncodeTiled(*driver_call_arguments(spec, ALIGNED))
+    assert type(exc.value).__name__ == "DynamicLibNotFoundError", exc.value
 
 
 def test_encode_validates_before_touching_the_driver():
