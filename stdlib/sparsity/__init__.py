@@ -24,6 +24,7 @@ from .dtypes import (
 )
 from .errors import ALL_CODES, SparsityError
 from .formats import decode_metadata, decompress, encode_metadata, metadata_shape, pad_sizes
+from .fp4 import pack_e2m1, unpack_e2m1
 from .hostarray import as_host_array
 from .layouts import FORMATS, word_position
 from .placement import hardware_placement, thread_placement
@@ -60,6 +61,7 @@ __all__ = [
     "index_shape",
     "metadata_shape",
     "operand_type",
+    "pack_e2m1",
     "pad_sizes",
     "prune",
     "prune_1_2",
@@ -71,6 +73,7 @@ __all__ = [
     "prune_mask_4_8_pairs",
     "sparse_matmul_reference",
     "thread_placement",
+    "unpack_e2m1",
     "validate_metadata",
     "word_position",
 ]

@@ -22,11 +22,15 @@ from .dtypes import OperandType
 from .swar import (
     U64,
     Workspace,
+    fill_lanes,
     keep_lanes,
+    kept_top_bits,
     lookup_nibbles,
     nibble_table,
     nonzero_pattern,
+    nonzero_top_bits,
     scatter_units,
+    top_bits_to_pattern,
 )
 
 if sys.byteorder != "little":  # pragma: no cover - every CUDA host is little-endian
@@ -80,13 +84,8 @@ def key_words(bits: np.ndarray, op: OperandType, ordered: bool, ws: Workspace) -
     return keys, 16
 
 
-def keep_element_mask(bits: np.ndarray, op: OperandType, ws: Workspace) -> np.ndarray:
-    """All-ones (in the storage type) for the elements a magnitude prune keeps, zero elsewhere.
-
-    The result is a view of scratch memory: use it before the next call with the same ``ws``.
-    """
-    keys, lane_bits = key_words(bits, op, True, ws)
-    lanes = keep_lanes(keys, lane_bits, op.pattern.keep, ws)
+def _lanes_as_elements(lanes: np.ndarray, op: OperandType) -> np.ndarray:
+    """All-ones keep lanes viewed as one all-ones-or-zero value per element (storage type)."""
     if op.width_class == "16-bit":
         return lanes.view(np.uint16)
     if op.width_class == "tf32":
@@ -94,6 +93,15 @@ def keep_element_mask(bits: np.ndarray, op: OperandType, ws: Workspace) -> np.nd
     if op.width_class == "8-bit":
         return lanes.view(np.uint8)[0::2]  # low byte of each 16-bit lane
     return lanes.view(np.uint8)  # a 16-bit pair lane covers both bytes of its pair
+
+
+def keep_element_mask(bits: np.ndarray, op: OperandType, ws: Workspace) -> np.ndarray:
+    """All-ones (in the storage type) for the elements a magnitude prune keeps, zero elsewhere.
+
+    The result is a view of scratch memory: use it before the next call with the same ``ws``.
+    """
+    keys, lane_bits = key_words(bits, op, True, ws)
+    return _lanes_as_elements(keep_lanes(keys, lane_bits, op.pattern.keep, ws), op)
 
 
 def _element_words(bits: np.ndarray, op: OperandType, ws: Workspace) -> tuple[np.ndarray, int]:
@@ -143,19 +151,14 @@ def _unit_offsets(nibbles: np.ndarray, op: OperandType, ws: Workspace,
     return first, second
 
 
-def compress_block(bits: np.ndarray, op: OperandType, ws: Workspace, values_out: np.ndarray,
-                   index_out: np.ndarray) -> int:
-    """Compress a flat run of whole chunks: the kept units, in order, into ``values_out`` (flat,
-    :func:`unit_dtype`, S per chunk) and the logical indices into ``index_out`` (flat uint8, S per
-    chunk). Returns the number of chunks with too many nonzeros (their outputs are junk).
+def _emit(bits: np.ndarray, nibbles: np.ndarray, op: OperandType, ws: Workspace, values_out: np.ndarray,
+          index_out: np.ndarray) -> int:
+    """Shared tail of compression: nibbles -> indices and kept units; returns the bad-chunk count.
 
     Casting a shifted word to the unit type keeps exactly the unit's bits, so the kept units are
     extracted with one shift and one narrowing copy each.
     """
-    n = bits.size // op.group
-    keys, lane_bits = key_words(bits, op, False, ws)
-    nibbles = nonzero_pattern(keys, lane_bits, ws("nibbles", n))
-    lookup_nibbles(nibbles, _TABLE_1_2 if op.width_class == "tf32" else _TABLE_2_4, nibbles)
+    n = nibbles.size
     bad = n - int(np.count_nonzero(nibbles))
     first, second = _unit_offsets(nibbles, op, ws, index_out)
     words, _ = _element_words(bits, op, ws)
@@ -170,12 +173,50 @@ def compress_block(bits: np.ndarray, op: OperandType, ws: Workspace, values_out:
     return bad
 
 
+def _table(op: OperandType) -> int:
+    return _TABLE_1_2 if op.width_class == "tf32" else _TABLE_2_4
+
+
+def compress_block(bits: np.ndarray, op: OperandType, ws: Workspace, values_out: np.ndarray,
+                   index_out: np.ndarray) -> int:
+    """Compress a flat run of whole chunks: the kept units, in order, into ``values_out`` (flat,
+    :func:`unit_dtype`, S per chunk) and the logical indices into ``index_out`` (flat uint8, S per
+    chunk). Returns the number of chunks with too many nonzeros (their outputs are junk).
+    """
+    n = bits.size // op.group
+    keys, lane_bits = key_words(bits, op, False, ws)
+    nibbles = nonzero_pattern(keys, lane_bits, ws("nibbles", n))
+    lookup_nibbles(nibbles, _table(op), nibbles)
+    return _emit(bits, nibbles, op, ws, values_out, index_out)
+
+
+def prune_compress_block(bits: np.ndarray, op: OperandType, ws: Workspace, values_out: np.ndarray,
+                         index_out: np.ndarray) -> None:
+    """:func:`compress_block` of the magnitude-pruned chunks, without writing the pruned matrix.
+
+    The nonzero pattern of a pruned chunk is (kept lanes) AND (nonzero lanes); from there the
+    CUTLASS rules apply as in ``compress_block(prune(bits))``. Units are read from the pruned bits
+    (dropped elements cleared), so even the sign of an explicit zero matches bit for bit.
+    """
+    n = bits.size // op.group
+    keys, lane_bits = key_words(bits, op, True, ws)
+    kept = kept_top_bits(keys, lane_bits, op.pattern.keep, ws)
+    nibbles = nonzero_top_bits(keys, lane_bits, ws("nibbles", n))
+    nibbles &= kept
+    top_bits_to_pattern(nibbles, lane_bits)
+    lookup_nibbles(nibbles, _table(op), nibbles)
+    lanes = fill_lanes(kept, lane_bits, ws("lanes", n))
+    pruned = ws("pruned", bits.size, bits.dtype)
+    np.bitwise_and(bits, _lanes_as_elements(lanes, op), out=pruned)
+    _emit(pruned, nibbles, op, ws, values_out, index_out)
+
+
 def chunk_nibbles(bits: np.ndarray, op: OperandType) -> np.ndarray:
     """Nibble per chunk (0 where the chunk breaks the pattern) of a flat run of whole chunks."""
     ws = Workspace(bits.size // op.group)
     keys, lane_bits = key_words(bits, op, False, ws)
     nibbles = nonzero_pattern(keys, lane_bits, ws("nibbles", keys.size))
-    return lookup_nibbles(nibbles, _TABLE_1_2 if op.width_class == "tf32" else _TABLE_2_4, nibbles).copy()
+    return lookup_nibbles(nibbles, _table(op), nibbles).copy()
 
 
 def nonzero_count(bits: np.ndarray, op: OperandType) -> np.ndarray:

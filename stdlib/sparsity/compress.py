@@ -24,13 +24,13 @@ from .chunkops import (
     nibbles_to_index_array,
     nonzero_count,
     pack_nibbles,
+    prune_compress_block,
     unit_dtype,
     values_word_dtype,
 )
 from .dtypes import OperandType, operand_type, operand_type_of_array
 from .errors import SP_BAD_INDICES, SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
 from .hostarray import as_host_array, require_numeric
-from .prune import prune_rows
 from .swar import Workspace
 
 
@@ -101,12 +101,11 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
     float32 -> tf32, ...); ``w`` is cast to its host dtype. K is padded with zeros up to a multiple
     of the chunk size G (zeros are trivially sparse), so ``values`` is (M, Kg/2) and ``indices``
     (M, Kg/G, S) with Kg = K rounded up to G. A matrix that breaks the pattern raises SP0803 naming
-    the first offending row and group; with ``prune=True`` it is magnitude-pruned first.
+    the first offending row and group; with ``prune=True`` it is magnitude-pruned first (in the
+    same pass, giving exactly ``compress(prune(w, dtype))``).
     """
     array, op = as_operand_matrix(w, dtype)
     array = _pad_k(array, op.group)
-    if prune:
-        array = prune_rows(array, op.pattern, want_mask=False, workers=workers)
     rows, k = array.shape
     chunks = k // op.group
     bits = array.view(op.storage_dtype).reshape(-1)
@@ -115,14 +114,15 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
     index_flat = indices.reshape(-1)
     units = values.view(np.uint8).view(unit_dtype(op)).reshape(-1)
     slots = indices.shape[2]
+    kernel = prune_compress_block if prune else compress_block
 
-    def work(block: slice, ws: Workspace) -> int:
+    def work(block: slice, ws: Workspace) -> int | None:
         elements = bits[block.start * op.group:block.stop * op.group]
-        return compress_block(elements, op, ws, units[block.start * slots:block.stop * slots],
-                              index_flat[block.start * slots:block.stop * slots])
+        return kernel(elements, op, ws, units[block.start * slots:block.stop * slots],
+                      index_flat[block.start * slots:block.stop * slots])
 
     bad_counts = for_blocks(rows * chunks, work, workers)
-    if any(bad_counts):
+    if not prune and any(bad_counts):
         raise _not_sparse_error(bits.reshape(rows, k), op, sum(bad_counts))
     return values, indices
 

@@ -75,8 +75,9 @@ def _not_beaten(keys: np.ndarray, keys_high: np.ndarray, lane_bits: int, distanc
     return np.subtract(keys_high, a, out=out)
 
 
-def keep_lanes(keys: np.ndarray, lane_bits: int, keep: int, ws: Workspace) -> np.ndarray:
-    """All-ones lanes for the ``keep`` largest keys of every word, ties to the lower lane.
+def kept_top_bits(keys: np.ndarray, lane_bits: int, keep: int, ws: Workspace) -> np.ndarray:
+    """Top bit of every lane set iff the lane is among the ``keep`` largest keys of its word, ties
+    to the lower lane; all other bits zero. (A view of scratch memory.)
 
     Supported: four 16-bit lanes keeping 2 (2:4, 4:8 pairs) and two 32-bit lanes keeping 1 (1:2).
     For 2:4 a lane is kept iff at least two of its three comparisons say "not beaten" (a bitwise
@@ -99,10 +100,22 @@ def keep_lanes(keys: np.ndarray, lane_bits: int, keep: int, ws: Workspace) -> np
     elif (lane_bits, keep) != (32, 1):
         raise ValueError(f"no SWAR rule for {64 // lane_bits} lanes of {lane_bits} bits keeping {keep}")
     n1 &= high
-    n1 >>= U64(lane_bits - 1)
-    np.left_shift(n1, U64(lane_bits), out=a)  # (bit << W) - bit fills the lane with ones
-    a -= n1
-    return a
+    return n1
+
+
+def fill_lanes(top_bits: np.ndarray, lane_bits: int, out: np.ndarray) -> np.ndarray:
+    """Turn lanes whose top bit is set into all-ones lanes: (t << 1) - (t >> (W-1)) per lane (the
+    carry out of the top lane is discarded, which is what lane 3 needs)."""
+    np.left_shift(top_bits, U64(1), out=out)
+    top_bits >>= U64(lane_bits - 1)
+    out -= top_bits
+    return out
+
+
+def keep_lanes(keys: np.ndarray, lane_bits: int, keep: int, ws: Workspace) -> np.ndarray:
+    """All-ones lanes for the ``keep`` largest keys of every word, ties to the lower lane."""
+    top = kept_top_bits(keys, lane_bits, keep, ws)
+    return fill_lanes(top, lane_bits, ws("a", keys.size))
 
 
 _GATHER_MAGIC = {16: (U64((1 << 48) + (1 << 33) + (1 << 18) + (1 << 3)), U64(48)),
@@ -112,15 +125,25 @@ For W = 16 the terms 2**(48 - 15 i) put bit 16 i at bit 48 + i; all partial prod
 distinct bit positions, so no carries disturb bits 48..51."""
 
 
-def nonzero_pattern(keys: np.ndarray, lane_bits: int, out: np.ndarray) -> np.ndarray:
-    """Bit i of ``out`` set iff lane i of the word has a nonzero key (keys < 2**(W-1))."""
-    magic, shift = _GATHER_MAGIC[lane_bits]
+def nonzero_top_bits(keys: np.ndarray, lane_bits: int, out: np.ndarray) -> np.ndarray:
+    """Top bit of every lane set iff the lane's key is nonzero (keys < 2**(W-1))."""
     np.add(keys, U64(repeat_lanes((1 << (lane_bits - 1)) - 1, lane_bits)), out=out)
     out &= _high_bits(lane_bits)
-    out >>= U64(lane_bits - 1)
-    out *= magic
-    out >>= shift
     return out
+
+
+def top_bits_to_pattern(top_bits: np.ndarray, lane_bits: int) -> np.ndarray:
+    """In place: lane top bits -> a G-bit pattern, lane i -> bit i."""
+    magic, shift = _GATHER_MAGIC[lane_bits]
+    top_bits >>= U64(lane_bits - 1)
+    top_bits *= magic
+    top_bits >>= shift
+    return top_bits
+
+
+def nonzero_pattern(keys: np.ndarray, lane_bits: int, out: np.ndarray) -> np.ndarray:
+    """Bit i of ``out`` set iff lane i of the word has a nonzero key (keys < 2**(W-1))."""
+    return top_bits_to_pattern(nonzero_top_bits(keys, lane_bits, out), lane_bits)
 
 
 def nibble_table(pattern_bits: int, nibble_of: dict[int, int]) -> int:
@@ -140,24 +163,10 @@ def lookup_nibbles(patterns: np.ndarray, table: int, out: np.ndarray) -> np.ndar
     return out
 
 
-def gather_units(words: np.ndarray, first: np.ndarray, second: np.ndarray | None, unit_bits: int,
-                 out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
-    """Compact the kept units of every word: unit ``first`` to bits [0, U) and unit ``second`` (if
-    given) to bits [U, 2U) of ``out``. ``first`` and ``second`` hold bit offsets (index · U)."""
-    np.right_shift(words, first, out=out)
-    out &= U64((1 << unit_bits) - 1)
-    if second is not None:
-        np.right_shift(words, second, out=tmp)
-        tmp <<= U64(64 - unit_bits)
-        tmp >>= U64(64 - 2 * unit_bits)
-        out |= tmp
-    return out
-
-
 def scatter_units(packed: np.ndarray, first: np.ndarray, second: np.ndarray | None, unit_bits: int,
                   out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`gather_units`: bits [0, U) go to offset ``first`` and bits [U, 2U) to
-    offset ``second`` of an otherwise zero word."""
+    """Decompression of one chunk per word: bits [0, U) of ``packed`` go to bit offset ``first``
+    and bits [U, 2U) to offset ``second`` of an otherwise zero word."""
     mask = U64((1 << unit_bits) - 1)
     np.bitwise_and(packed, mask, out=out)
     out <<= first

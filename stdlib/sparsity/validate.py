@@ -109,6 +109,8 @@ def _check_array(data: np.ndarray, fmt: str, op: OperandType, m: int, k: int) ->
     if data.dtype.kind not in "iu" or data.dtype.itemsize != 4:
         raise SparsityError(SP_META_ELEMENT_TYPE, f"{fmt} metadata must be uint32 words, found {data.dtype}",
                             help="pass the array produced by encode_metadata() (or its .data)")
+    if data.dtype == np.uint32 and data.flags.c_contiguous:
+        return data
     return np.ascontiguousarray(data).view(np.uint32)
 
 

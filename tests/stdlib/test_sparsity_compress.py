@@ -5,7 +5,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from sparsile.stdlib.sparsity import SparsityError, compress, decompress, encode_metadata, prune_2_4
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sparsile.stdlib.sparsity import SparsityError, compress, decompress, encode_metadata, prune, prune_2_4
 
 
 def test_f16_chunk_rules_by_hand():
@@ -83,12 +85,22 @@ def test_not_sparse_tf32_and_pairs():
     assert "prune_4_8_pairs" in info.value.help
 
 
-def test_prune_true_equals_prune_then_compress():
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((5, 24)).astype(np.float16)
-    a = compress(w, prune=True)
-    b = compress(prune_2_4(w))
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+HOSTS = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
+         "e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8, "e2m1": ml_dtypes.float4_e2m1fn}
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(sorted(HOSTS)), rows=st.integers(1, 5), k=st.integers(1, 40),
+       seed=st.integers(0, 2**32 - 1))
+def test_fused_prune_equals_prune_then_compress(dtype, rows, k, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.choice([0.0, -0.0, 1.0, -1.0, 2.0, 3.0, 0.5], size=(rows, k))  # many ties and zeros
+    w = values.astype(np.float32).astype(HOSTS[dtype])
+    fused_values, fused_indices = compress(w, dtype, prune=True)
+    values2, indices2 = compress(prune(w, dtype), dtype)
+    assert np.array_equal(fused_indices, indices2)
+    storage = np.dtype(f"u{w.dtype.itemsize}")
+    assert np.array_equal(fused_values.view(storage), values2.view(storage))
 
 
 def test_k_is_padded_to_the_chunk_size():
@@ -123,3 +135,16 @@ def test_large_input_uses_blocks_consistently():
     v2, i2 = compress(w, workers=2)
     assert np.array_equal(v1.view(np.uint16), v2.view(np.uint16)) and np.array_equal(i1, i2)
     assert np.array_equal(decompress(v1, encode_metadata(i1, "logical", "f16", k=4100)), w)
+
+
+def test_pack_e2m1_round_trip_and_nibble_order():
+    from sparsile.stdlib.sparsity import pack_e2m1, unpack_e2m1
+
+    values = np.array([[0.5, -6.0, 1.0, 0.0]], dtype=ml_dtypes.float4_e2m1fn)  # codes 1, 0xF, 2, 0
+    packed = pack_e2m1(values)
+    assert packed.dtype == np.uint8 and packed.tolist() == [[0xF1, 0x02]]
+    assert unpack_e2m1(packed).astype(np.float32).tolist() == [[0.5, -6.0, 1.0, 0.0]]
+    with pytest.raises(SparsityError):
+        pack_e2m1(np.zeros((1, 3), ml_dtypes.float4_e2m1fn))
+    with pytest.raises(SparsityError):
+        pack_e2m1(np.zeros((1, 4), np.float16))
