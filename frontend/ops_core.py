@@ -426,6 +426,12 @@ def emit_unary(em: Emitter, pyop: str, a: Arg) -> Value:
     return em.op1("arith.unary", [v], v.type, op="not")
 
 
+_MATH_DOCS = {"exp": "``e**x``", "exp2": "``2**x``", "log": "natural logarithm", "log2": "base-2 logarithm",
+              "sqrt": "square root", "rsqrt": "``1 / sqrt(x)``", "abs": "absolute value", "sin": "sine (radians)",
+              "cos": "cosine (radians)", "floor": "rounding down to an integer value",
+              "ceil": "rounding up to an integer value", "sigmoid": "``1 / (1 + exp(-x))``"}
+
+
 def _math(name: str) -> None:
     def impl(em: Emitter, x: Arg) -> Value:
         v = em.value(x)
@@ -436,7 +442,10 @@ def _math(name: str) -> None:
             v = em.cast(v, T.f32)
         return em.op1("math", [v], v.type, fn=name)
 
-    impl.__doc__ = f"Elementwise ``{name}``. Integer inputs are converted to f32 (except ``abs``)."
+    what = _MATH_DOCS[name]
+    impl.__doc__ = (f"Elementwise {what}; keeps the type of ``x``." if name == "abs" else
+                    f"Elementwise {what}. Integer inputs are converted to f32 first; 16-bit floats compute in f32 "
+                    "and round once.")
     builtin(name, also=(), method_of=())(impl)
 
 
@@ -571,6 +580,9 @@ def _reduce(kind: str) -> None:
             v = em.cast(v, out)
         if axis is None or (isinstance(axis.value, Const) and axis.value.value is None):
             axes = list(range(len(shape)))
+            if kind in ("argmax", "argmin") and len(shape) > 1:  # the index into the flattened tile
+                v = em.op1("reshape", [v], T.TileType(elem, (int(np.prod(shape)),)))
+                axes = [0]
         elif isinstance(axis.value, Value) and kind in ("max", "min"):
             em.error("SP0201", "the reduction axis must be a compile-time integer, found a run-time value",
                      axis.span, help=f"for the elementwise {kind}imum of two values use `{kind}imum(a, b)`")
@@ -586,7 +598,16 @@ def _reduce(kind: str) -> None:
                        axis=ax, kind=kind)
         return v
 
-    impl.__doc__ = f"``{kind}`` of a tile along ``axis`` (all axes when None)."
+    impl.__doc__ = {
+        "sum": "The sum of a tile along ``axis`` (all axes when None). Integers narrower than 32 bits sum in i32; "
+               "8- and 16-bit floats accumulate in f32 and round once.",
+        "max": "The maximum of a tile along ``axis`` (all axes when None). For the elementwise maximum of two "
+               "values use ``maximum``.",
+        "min": "The minimum of a tile along ``axis`` (all axes when None). For the elementwise minimum of two "
+               "values use ``minimum``.",
+        "argmax": "The i32 index of the first maximum along ``axis``.",
+        "argmin": "The i32 index of the first minimum along ``axis``.",
+    }[kind]
     builtin(kind, method_of=(T.TileType,))(impl)
 
 

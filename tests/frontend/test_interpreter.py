@@ -386,3 +386,19 @@ def test_operation_budget_stops_endless_loops() -> None:
 def test_builtins_raise_outside_kernels() -> None:
     with pytest.raises(RuntimeError, match="only be called inside a kernel"):
         sp.program_id(0)
+
+
+def test_argmax_over_all_axes_indexes_the_flattened_tile() -> None:
+    k = compile_one("""
+@kernel
+def k(xp: ptr[f32], out: ptr[i32]):
+    r = arange(0, 4)
+    c = arange(0, 8)
+    x = load(xp + r[:, None] * 8 + c[None, :])
+    store(out, argmax(x))
+    store(out + 1, argmin(x))
+""")
+    x = random((4, 8))
+    out = np.zeros(2, np.int32)
+    k.interpret[(1,)](x, out)
+    assert list(out) == [x.argmax(), x.argmin()]
