@@ -61,7 +61,7 @@ class Kernel:
             ann: T.Type | None = None
             if p.annotation is not None:
                 try:
-                    v = sema.const_expr(p.annotation, f"the annotation of `{p.name}`")
+                    v = sema.evaluate(p.annotation, f"the annotation of `{p.name}`")
                 except CompileError as e:
                     errors.extend(e.diagnostics)
                     continue
@@ -75,7 +75,7 @@ class Kernel:
             if has_default:
                 assert p.default is not None
                 try:
-                    dv = sema.expr(p.default)
+                    dv = sema.evaluate(p.default)
                 except CompileError as e:
                     errors.extend(e.diagnostics)
                     continue

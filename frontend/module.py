@@ -61,7 +61,7 @@ class KernelModule:
             value_node = stmt.value
             if value_node is None:
                 return
-            value = sema.expr(value_node)
+            value = sema.evaluate(value_node)
             targets = stmt.targets if isinstance(stmt, A.Assign) else [stmt.target]
             for t in targets:
                 if not isinstance(t, A.Name):
@@ -140,7 +140,7 @@ def _kernel_decorator(fn: A.FunctionDef, resolve: Callable[[str], Any]) -> dict[
                 if k.name not in KERNEL_OPTIONS:
                     raise CompileError([Diagnostic("SP0236", f"unknown kernel option `{k.name}`", k.span,
                                                    help=f"options: {', '.join(KERNEL_OPTIONS)}")])
-                opts[k.name] = sema.const_expr(k.value, f"the option `{k.name}`")
+                opts[k.name] = sema.evaluate(k.value, f"the option `{k.name}`")
     return opts
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from . import ast as A
 from . import types as T
 from .diagnostics import CompileError, DiagnosticBag, InternalError, Severity
-from .ir import Block, Builder, Function, Param, Region
+from .ir import Block, Builder, Function, Param, Region, Value
 from .sema_control import ControlFlowMixin, ReturnSignal, Scope, assigned_names, ends_in_return
 from .sema_expr import ExprMixin
 from .spans import Span
@@ -107,6 +107,18 @@ class Sema(ExprMixin, ControlFlowMixin):
                 seen.add(k)
                 unique.append(d)
         self.bag.items[:] = unique
+
+    # ------------------------------------------------------------------------------ outside kernels
+    def evaluate(self, node: A.Expr, what: str | None = None) -> Any:
+        """An expression evaluated outside a kernel body (a module constant, a decorator option, a
+        parameter annotation or default, a signature item): its sema value, or with ``what`` its
+        compile-time Python value. Errors inside helpers it calls are raised, not swallowed."""
+        try:
+            return self.expr(node) if what is None else self.const_expr(node, what)
+        except PoisonError:
+            if not self.bag.has_errors:
+                raise InternalError("an expression failed without a diagnostic", node.span) from None
+            raise CompileError(self.bag.items) from None
 
     # ------------------------------------------------------------------------------ utilities
     def resolve_global(self, name: str) -> Any:
@@ -278,6 +290,25 @@ class Sema(ExprMixin, ControlFlowMixin):
             raise self.error("SP0312", f"an assert condition must be bool, found {v.type}", s.test.span,
                              help="compare explicitly, e.g. `x != 0`")
         em.create("device_assert", [v], [], {"message": msg})
+
+    # ------------------------------------------------------------------------------ partitions
+    def run_partition(self, helper: Any, args: list[Any], block: Any, span: Span) -> None:
+        """Inline a ``warp_specialize`` partition's helper into its region ``block``. Tiles live in
+        the registers of particular warps, so none may cross into a partition."""
+        for a in args:
+            if isinstance(a, Value) and isinstance(a.type, T.TileType):
+                raise self.error("SP0355", "a tile cannot be passed into a warp_specialize partition: its "
+                                 "registers belong to other warps", span,
+                                 help="pass shared-memory buffers, barriers, tensors or scalars instead")
+        saved = self.builder
+        self.builder = Builder(block)
+        try:
+            ret = self.inline_call(helper, args, {}, span)
+        finally:
+            self.builder = saved
+        if ret is not None:
+            raise self.error("SP0356", "a warp_specialize partition cannot return a value", span,
+                             help="communicate through shared memory or global memory")
 
     # ------------------------------------------------------------------------------ inlining
     def inline_call(self, helper: Any, args: list[Any], kwargs: dict[str, Any], span: Span) -> Any:

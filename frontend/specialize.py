@@ -237,7 +237,7 @@ def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
             raise LaunchError("SP0714", f"`{name}` appears twice in the signature")
         try:
             node = parse_expression(rhs.replace("\n", " "), "<signature>")
-            value = Sema(resolve or no_globals).const_expr(node, f"the value of `{name}`")
+            value = Sema(resolve or no_globals).evaluate(node, f"the value of `{name}`")
         except CompileError as e:
             errors.extend(_retarget(d, source, offset) for d in e.diagnostics)
             continue

@@ -47,6 +47,22 @@ def loops(x: ptr[f32], out: ptr[i32], n: i32, B: constexpr):
     store(out + program_id(0), v)
 """,
     """
+import sparsile as sp
+from sparsile import zeros as z
+
+def twice(v):
+    return v * 2
+
+N = twice(8)
+SHAPE = (N, twice(4))
+
+@kernel(num_warps=twice(2))
+def module_level(x: ptr[f32], n: i32, B: constexpr = twice(N)):
+    t = z(SHAPE, sp.f32) + sp.load(x + sp.arange(0, SHAPE[1]))[None, :]
+    r = sp.arange(0, SHAPE[0])[:, None] * SHAPE[1] + sp.arange(0, SHAPE[1])[None, :]
+    sp.store(x + r, t * B, mask=r < n)
+""",
+    """
 @kernel
 def mm(a: ptr[f16], b: ptr[f16], c: ptr[f32], n: i32, B: constexpr):
     r = arange(0, B)
@@ -204,6 +220,11 @@ def test_mutated_programs_raise_only_diagnostics(text: str) -> None:
     "X = Y\n@kernel\ndef k(x: ptr[f32]):\n    pass\n",
     "from sparsile import *\n@kernel\ndef k(x: ptr[f32]):\n    store(x, 1.0)\n",
     "import sparsile.nothing\n",
+    "def f(x):\n    return x + nope\nX = f(1)\n",
+    "def f(x):\n    return x + nope\n@kernel\ndef k(a: ptr[f32], B: constexpr = f(1)):\n    pass\n",
+    "def f(x):\n    return x + nope\n@kernel(num_warps=f(1))\ndef k(a: ptr[f32]):\n    pass\n",
+    "def f(x):\n    return f(x)\nX = f(1)\n",
+    "def f(x):\n    if x:\n        return 1\nX = f(program_id(0))\n",
     "@kernel\ndef k(x: ptr[e4m3]):\n    store(x + arange(0, 16), load(x + arange(0, 16)) * 2)\n",
     "@kernel\ndef k(x: ptr[f32]):\n    y = where(x > x, x, x)\n",
     "@kernel\ndef k(x: ptr[f32]):\n    store(x, load(x) > 1.0)\n",
