@@ -1,14 +1,16 @@
-"""Core tile ops: creation, shape manipulation, elementwise arithmetic and math, casts, pointers,
-masked loads and stores, and reductions — each IR op with its typing rule and interpreter
-semantics, next to the builtin(s) that create it.
+"""Core tile ops: creation, elementwise arithmetic and math, comparisons, casts, pointers, and
+masked loads and stores — each IR op with its typing rule and interpreter semantics, next to the
+builtin(s) that create it. Shapes and reductions are in :mod:`ops_shape`.
 
-Semantics shared by the interpreter and every backend:
+Semantics shared by the interpreter and every backend (``docs/language.md`` §Promotion):
 
 * masked-off lanes of a ``load`` without ``other`` read as zero;
-* integer ``//`` and ``%`` round toward zero; ``/`` on integers gives ``f32``;
-* every operation on a 16-bit or 8-bit float rounds its result to that type;
-* ``sum`` of integers narrower than 32 bits gives ``i32``; of 8/16-bit floats accumulates in
-  ``f32`` and rounds once at the end.
+* integer ``//`` and ``%`` round toward zero; ``/`` on integers gives ``f32``; on floats ``//`` is
+  ``floor(x / y)`` and ``%`` is ``fmod``;
+* shifts by the width or more give 0 (-1 for an arithmetic right shift of a negative value), as
+  PTX ``shl``/``shr`` clamp the shift amount;
+* float -> integer conversion truncates toward zero and saturates, NaN -> 0 (``cvt.rzi.sat``);
+* every operation on a 16-bit or 8-bit float rounds its result to that type.
 """
 
 from __future__ import annotations
@@ -34,9 +36,6 @@ num_programs_op = define_op("num_programs", doc="The number of programs along a 
 arange_op = define_op("arange", doc="The tile [start, start+1, ..., end-1] of i32.")
 splat = define_op("splat", doc="A tile whose elements all equal a scalar.")
 broadcast = define_op("broadcast", doc="Repeat size-1 dimensions of a tile to a larger shape.")
-expand_dims_op = define_op("expand_dims", doc="Insert a size-1 dimension at `axis`.")
-reshape_op = define_op("reshape", doc="The same elements in row-major order under another shape.")
-permute_op = define_op("permute", doc="Permute the dimensions of a tile.")
 binary = define_op("arith.binary", doc="Elementwise binary arithmetic.")
 compare = define_op("arith.cmp", doc="Elementwise comparison giving bool.")
 unary = define_op("arith.unary", doc="Elementwise negation, logical not, bitwise not.")
@@ -46,7 +45,6 @@ cast_op = define_op("arith.cast", doc="Elementwise conversion to another scalar 
 addptr = define_op("addptr", doc="Pointer plus element offset.")
 load_op = define_op("load", doc="Masked gather from global memory.")
 store_op = define_op("store", side_effects=True, doc="Masked scatter to global memory.")
-reduce_op = define_op("reduce", doc="Reduction of a tile along one axis.")
 convert_layout = define_op("convert_layout", doc="The same tile in another layout (inserted by inference).")
 
 BINARY_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor", "shl", "shr", "max", "min", "pow"}
@@ -94,21 +92,6 @@ def _map_ptr(x: Any, fn: Any) -> Any:
 def _i_broadcast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     shape = T.shape_of(op.result.type)
     return [_map_ptr(args[0], lambda a: np.broadcast_to(a, shape).copy())]
-
-
-@expand_dims_op.interpreter
-def _i_expand_dims(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    return [_map_ptr(args[0], lambda a: np.expand_dims(a, op.attrs["axis"]))]
-
-
-@reshape_op.interpreter
-def _i_reshape(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    return [_map_ptr(args[0], lambda a: np.reshape(a, T.shape_of(op.result.type)))]
-
-
-@permute_op.interpreter
-def _i_permute(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    return [_map_ptr(args[0], lambda a: np.ascontiguousarray(np.transpose(a, op.attrs["perm"])))]
 
 
 def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -274,21 +257,6 @@ def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     val = np.broadcast_to(np.asarray(val), p.off.shape)
     p.buf.data[p.off[live]] = val[live].astype(p.buf.data.dtype)
     return []
-
-
-@reduce_op.interpreter
-def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    (a,) = args
-    axis, kind = op.attrs["axis"], op.attrs["kind"]
-    dt = _np(op.result.type)
-    elem = T.element_type(op.result.type)
-    if kind == "sum":
-        acc = a.astype(np.float32) if elem.is_float and elem.bits < 32 else a.astype(dt)
-        return [np.asarray(np.sum(acc, axis=axis, dtype=acc.dtype)).astype(dt)]
-    if kind in ("argmax", "argmin"):
-        return [np.asarray((np.argmax if kind == "argmax" else np.argmin)(a, axis=axis)).astype(np.int32)]
-    fn = np.max if kind == "max" else np.min
-    return [np.asarray(fn(a, axis=axis)).astype(dt)]
 
 
 @convert_layout.interpreter
@@ -565,117 +533,6 @@ def store(em: Emitter, pointer: Arg, value: Arg, mask: Arg | None = None) -> Non
     return None
 
 
-def _reduce(kind: str) -> None:
-    def impl(em: Emitter, x: Arg, axis: Arg | None = None) -> Value:
-        v = em.value(x)
-        shape = T.shape_of(v.type)
-        elem = T.element_type(v.type)
-        if not shape:
-            em.error("SP0317", f"`{kind}` reduces a tile, found a scalar", x.span)
-        if isinstance(elem, T.PointerType):
-            em.error("SP0317", f"cannot reduce pointers with `{kind}`", x.span)
-        out = elem
-        if kind == "sum" and elem.is_int and elem.bits < 32:
-            out = T.i32
-            v = em.cast(v, out)
-        if axis is None or (isinstance(axis.value, Const) and axis.value.value is None):
-            axes = list(range(len(shape)))
-            if kind in ("argmax", "argmin") and len(shape) > 1:  # the index into the flattened tile
-                v = em.op1("reshape", [v], T.TileType(elem, (int(np.prod(shape)),)))
-                axes = [0]
-        elif isinstance(axis.value, Value) and kind in ("max", "min"):
-            em.error("SP0201", "the reduction axis must be a compile-time integer, found a run-time value",
-                     axis.span, help=f"for the elementwise {kind}imum of two values use `{kind}imum(a, b)`")
-        else:
-            ax = em.constexpr(axis, "the reduction axis")
-            if not -len(shape) <= ax < len(shape):
-                em.error("SP0318", f"axis {ax} is out of range for a tile of rank {len(shape)}", axis.span)
-            axes = [ax % len(shape)]
-        for ax in sorted(axes, reverse=True):
-            cur = T.shape_of(v.type)
-            rest = cur[:ax] + cur[ax + 1:]
-            v = em.op1("reduce", [v], T.with_shape(out if kind != "argmax" and kind != "argmin" else T.i32, rest),
-                       axis=ax, kind=kind)
-        return v
-
-    impl.__doc__ = {
-        "sum": "The sum of a tile along ``axis`` (all axes when None). Integers narrower than 32 bits sum in i32; "
-               "8- and 16-bit floats accumulate in f32 and round once.",
-        "max": "The maximum of a tile along ``axis`` (all axes when None). For the elementwise maximum of two "
-               "values use ``maximum``.",
-        "min": "The minimum of a tile along ``axis`` (all axes when None). For the elementwise minimum of two "
-               "values use ``minimum``.",
-        "argmax": "The i32 index of the first maximum along ``axis``.",
-        "argmin": "The i32 index of the first minimum along ``axis``.",
-    }[kind]
-    builtin(kind, method_of=(T.TileType,))(impl)
-
-
-for _kind in ("sum", "max", "min", "argmax", "argmin"):
-    _reduce(_kind)
-
-
-@builtin("expand_dims", method_of=(T.TileType, T.ScalarType))
-def expand_dims(em: Emitter, x: Arg, axis: Arg) -> Value:
-    """Insert a size-1 dimension at ``axis``."""
-    v = em.value(x)
-    shape = T.shape_of(v.type)
-    ax = em.constexpr(axis, "the axis")
-    if not -(len(shape) + 1) <= ax <= len(shape):
-        em.error("SP0318", f"axis {ax} is out of range for expand_dims of rank {len(shape)}", axis.span)
-    ax %= len(shape) + 1
-    if not shape:
-        return em.broadcast_to(v, (1,))
-    new = (*shape[:ax], 1, *shape[ax:])
-    return em.op1("expand_dims", [v], T.TileType(T.element_type(v.type), new), axis=ax)
-
-
-@builtin("broadcast_to", method_of=(T.TileType, T.ScalarType))
-def broadcast_to(em: Emitter, x: Arg, shape: Arg) -> Value:
-    """Broadcast ``x`` to ``shape`` (numpy rules)."""
-    v = em.value(x)
-    dims = em.shape_arg(shape)
-    if em.broadcast_shapes(T.shape_of(v.type), dims, x.span) != dims:
-        em.error("SP0305", f"cannot broadcast {T.shape_of(v.type)} to {dims}", x.span)
-    return em.broadcast_to(v, dims)
-
-
-@builtin("reshape", method_of=(T.TileType,))
-def reshape(em: Emitter, x: Arg, shape: Arg) -> Value:
-    """The same elements, in row-major order, under ``shape``."""
-    v = em.value(x)
-    dims = em.shape_arg(shape)
-    t = v.type
-    n = t.numel if isinstance(t, T.TileType) else 1
-    if int(np.prod(dims)) != n:
-        em.error("SP0319", f"cannot reshape {T.shape_of(t)} ({n} elements) to {dims}", shape.span)
-    return em.op1("reshape", [v], T.TileType(T.element_type(t), dims))
-
-
-@builtin("permute", method_of=(T.TileType,), also=("trans",))
-def permute(em: Emitter, x: Arg, dims: Arg | None = None) -> Value:
-    """Permute dimensions (``trans(x)`` reverses them)."""
-    v = em.value(x)
-    shape = T.shape_of(v.type)
-    perm = tuple(reversed(range(len(shape)))) if dims is None else em.int_tuple(dims, "the permutation")
-    if sorted(perm) != list(range(len(shape))):
-        em.error("SP0319", f"{perm} is not a permutation of the {len(shape)} dimensions", em.span)
-    return em.op1("permute", [v], T.TileType(T.element_type(v.type), tuple(shape[i] for i in perm)), perm=perm)
-
-
-@builtin("shape", prop_of=(T.TileType, T.ScalarType))
-def shape_prop(em: Emitter, x: Arg) -> Any:
-    """The compile-time shape of a tile (a tuple)."""
-    return tuple(Const(d) for d in T.shape_of(em.value(x).type))
-
-
-@builtin("dtype", prop_of=(T.TileType, T.ScalarType))
-def dtype_prop(em: Emitter, x: Arg) -> Const:
-    """The element type of a tile or scalar."""
-    e = T.element_type(em.value(x).type)
-    return Const(e.elem if isinstance(e, T.PointerType) else e)
-
-
 @builtin("static_assert")
 def static_assert(em: Emitter, cond: Arg, msg: Arg | None = None) -> None:
     """Fail compilation with ``msg`` unless the constant ``cond`` is true."""
@@ -691,3 +548,8 @@ def static_print(em: Emitter, *values: Arg) -> None:
     """Print constants at compile time (for debugging kernels)."""
     print(*(describe(em.unwrap(v)) for v in values))
     return None
+
+
+# Shapes and reductions are defined next door; importing them here keeps one import registering the
+# core language.
+from . import ops_shape  # noqa: E402, F401
