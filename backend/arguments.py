@@ -323,6 +323,18 @@ class ConstexprParam:
 
 
 @dataclass(frozen=True)
+class ArrayParam:
+    """An array argument the kernel does not receive itself: only parameters derived from it
+    (shapes, strides, tensor maps) are passed. Checked and staged like a pointer argument."""
+
+    name: str
+    dtype: str
+    readonly: bool = False
+    contiguous: bool = False
+    kind: ClassVar[str] = "array"
+
+
+@dataclass(frozen=True)
 class DerivedParam:
     """A kernel parameter the launcher fills in from another argument's array: its ``shape`` or
     ``stride`` (in elements) along ``dim`` (negative counts from the end). Not a user argument."""
@@ -343,9 +355,10 @@ class DerivedParam:
 @dataclass(frozen=True)
 class ParamSpec:
     """The kernel's parameters in declaration order. ``user_params``: what the caller passes
-    (everything but derived); ``kernel_params``: what the kernel receives (everything but
-    constexpr), each with a slot in the parameter buffer. Tensor-map parameters are
-    :class:`sparsile.backend.tensormap.TensorMapParam` (kind ``"tensormap"``)."""
+    (everything but derived parameters); ``kernel_params``: what the kernel receives
+    (everything but constexpr and array-only parameters), each with a slot in the parameter
+    buffer. Tensor-map parameters are :class:`sparsile.backend.tensormap.TensorMapParam` (kind
+    ``"tensormap"``); one with a ``source`` is derived from that argument's array."""
 
     params: tuple[Any, ...]
     kernel_name: str = "kernel"
@@ -358,26 +371,36 @@ class ParamSpec:
             raise InternalError(f"parameter spec of `{self.kernel_name}` repeats {', '.join(dupes)}")
         by_name = {p.name: p for p in self.params}
         for p in self.params:
-            if p.kind not in ("pointer", "scalar", "constexpr", "derived", "tensormap"):
+            if p.kind not in ("pointer", "scalar", "constexpr", "derived", "tensormap", "array"):
                 raise InternalError(f"unknown parameter kind {p.kind!r} for `{p.name}`")
-            if p.kind in ("pointer", "scalar", "derived", "tensormap"):
+            if p.kind != "constexpr":
                 dtype_info(p.dtype)
             if p.kind == "scalar" and p.dtype in ("e4m3", "e5m2"):
                 raise InternalError(f"scalar parameter `{p.name}` cannot be {p.dtype}")
-            if p.kind == "derived":
-                src = by_name.get(p.source)
-                if src is None or src.kind not in ("pointer", "tensormap") or p.attribute not in (
-                        "shape", "stride") or dtype_info(p.dtype).category not in ("int", "uint"):
-                    raise InternalError(f"derived parameter `{p.name}` must read the shape or stride of "
-                                        "a pointer or tensor-map parameter into an integer")
+            if not is_derived(p):
+                continue
+            src = by_name.get(p.source)
+            if src is None or is_derived(src) or src.kind not in ("pointer", "tensormap", "array"):
+                raise InternalError(f"derived parameter `{p.name}` must read an array argument (pointer, "
+                                    f"array or tensor map), not `{p.source}`")
+            if p.kind == "derived" and (p.attribute not in ("shape", "stride")
+                                        or dtype_info(p.dtype).category not in ("int", "uint")):
+                raise InternalError(f"derived parameter `{p.name}` must read a shape or stride into an integer")
+            if p.kind == "tensormap" and src.kind == "tensormap":
+                raise InternalError(f"tensor map `{p.name}` cannot be derived from another tensor map")
 
     @property
     def user_params(self) -> tuple[Any, ...]:
-        return tuple(p for p in self.params if p.kind != "derived")
+        return tuple(p for p in self.params if not is_derived(p))
 
     @property
     def kernel_params(self) -> tuple[Any, ...]:
-        return tuple(p for p in self.params if p.kind != "constexpr")
+        return tuple(p for p in self.params if p.kind not in ("constexpr", "array"))
+
+
+def is_derived(param: Any) -> bool:
+    """Derived parameters are filled in by the launcher, not passed by the caller."""
+    return param.kind == "derived" or (param.kind == "tensormap" and getattr(param, "source", None) is not None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from .arguments import (
     describe_array,
     dtype_from_numpy,
     encode_scalar,
+    is_derived,
     is_torch_type,
     layout_slots,
     normalize_block,
@@ -594,6 +595,10 @@ def _finish_host_copies(call: _Call, launched: bool) -> None:
 _U64 = struct.Struct("<Q")
 
 
+def _no_pack(view: Any, offset: Any, value: int) -> None:
+    """Array-only arguments have no slot of their own."""
+
+
 class _NoGrid:
     """The type of the cached grid before the first launch (no grid is ever of this type)."""
 
@@ -653,21 +658,24 @@ class Launcher:
         offsets = dict(zip((p.name for p in kernel_params), self._buffer.layout.offsets))
         users = self.spec.user_params
         user_index = {p.name: i for i, p in enumerate(users)}
-        self._needs_info = sorted({user_index[p.source] for p in self.spec.params if p.kind == "derived"})
+        derived = [p for p in self.spec.params if is_derived(p)]
+        self._needs_info = sorted({user_index[p.source] for p in derived})
         self._info_slot = {u: i for i, u in enumerate(self._needs_info)}
         self._converters: list[Callable[[Any, _Call], None]] = []
         for i, p in enumerate(users):
             slot = self._info_slot.get(i)
-            if p.kind == "pointer":
-                self._converters.append(self._pointer_converter(p, offsets[p.name], slot))
+            if p.kind in ("pointer", "array"):
+                self._converters.append(self._pointer_converter(p, offsets.get(p.name), slot))
             elif p.kind == "tensormap":
                 self._converters.append(self._tensormap_converter(p, offsets[p.name], slot))
             elif p.kind == "scalar":
                 self._converters.append(self._scalar_converter(p, offsets[p.name]))
             else:
                 self._converters.append(self._constexpr_converter(p))
-        self._derived = [self._derived_writer(p, offsets[p.name], self._info_slot[user_index[p.source]])
-                         for p in self.spec.params if p.kind == "derived"]
+        self._derived = [
+            (self._derived_writer if p.kind == "derived" else self._derived_tensormap_writer)(
+                p, offsets[p.name], self._info_slot[user_index[p.source]])
+            for p in derived]
 
     def _cluster_config(self) -> Any:
         attr = driver.CUlaunchAttribute()
@@ -704,11 +712,16 @@ class Launcher:
             call.keep = [*(call.keep or ()), info.keepalive]
         return info.ptr
 
-    def _pointer_converter(self, p: Any, offset: int, info_slot: int | None) -> Callable[[Any, _Call], None]:
-        pack, view, ordinal = _U64.pack_into, self._buffer.view, self.device.ordinal
+    def _pointer_converter(self, p: Any, offset: int | None, info_slot: int | None
+                           ) -> Callable[[Any, _Call], None]:
+        """Converter of a pointer argument (``offset`` = its slot) or of an array-only argument
+        (``offset`` None: checked, staged and recorded for derived parameters, not passed)."""
+        view, ordinal = self._buffer.view, self.device.ordinal
+        pack = _U64.pack_into if offset is not None else _no_pack
         name, dtype, writes = p.name, p.dtype, not p.readonly
         array_dtype = "f32" if dtype == "tf32" else dtype
-        alignment_mask = 15 if p.aligned16 else 0
+        aligned16 = getattr(p, "aligned16", False)
+        alignment_mask = 15 if aligned16 else 0
         need_contiguous = p.contiguous
         torch_types: set[type] = set()
 
@@ -734,8 +747,11 @@ class Launcher:
             else:
                 info = self._array_info(name, value, call, f"an array (pointer to {dtype})", info)
                 check_array_argument(name, dtype, info, device=ordinal, allow_host=self.allow_host_copies,
-                                     writes=writes, aligned16=p.aligned16, contiguous=p.contiguous)
-                pack(view, offset, self._device_pointer(info, writes, call))
+                                     writes=writes, aligned16=aligned16, contiguous=p.contiguous)
+                ptr = self._device_pointer(info, writes, call)
+                pack(view, offset, ptr)
+                if ptr != info.ptr:  # staged host array: derived parameters describe the device copy
+                    info = info._replace(ptr=ptr, device=ordinal, host=None)
             if info_slot is not None:
                 call.infos[info_slot] = info
 
@@ -826,6 +842,23 @@ class Launcher:
                                   f"{expected!r})")
 
         return convert
+
+    def _derived_tensormap_writer(self, p: TensorMapParam, offset: int, info_slot: int
+                                  ) -> Callable[[_Call], None]:
+        view, ordinal, end = self._buffer.view, self.device.ordinal, offset + TENSOR_MAP_BYTES
+        cache: dict[tuple[Any, ...], bytes] = {}
+
+        def write(call: _Call) -> None:
+            info = call.infos[info_slot]
+            key = (info.ptr, info.shape, info.strides)
+            data = cache.get(key)
+            if data is None:
+                if len(cache) >= 64:
+                    cache.clear()
+                data = cache[key] = make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data
+            view[offset:end] = data
+
+        return write
 
     def _derived_writer(self, p: Any, offset: int, info_slot: int) -> Callable[[_Call], None]:
         view, size = self._buffer.view, DTYPES[p.dtype].itemsize

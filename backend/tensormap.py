@@ -301,7 +301,9 @@ class TensorMapParam:
     """A ``tensor[dtype, rank]`` kernel parameter passed as a 128-byte ``__grid_constant__``
     tensor map (``.param .align 64 .b8 [128]``, hardware-facts §0 item 3 and §5.1). The caller
     passes an array (the launcher encodes a map for its layout with this box and options) or a
-    prebuilt :class:`TensorMap`."""
+    prebuilt :class:`TensorMap`. With ``source`` set, the map is *derived*: not a caller
+    argument, but built from the array passed for the pointer/array parameter ``source`` (after
+    any host copy, so it describes device memory)."""
 
     name: str
     dtype: str
@@ -312,6 +314,7 @@ class TensorMapParam:
     oob_fill: OobFill = OobFill.NONE
     element_strides: tuple[int, ...] | None = None
     readonly: bool = False
+    source: str | None = None
     kind: ClassVar[str] = "tensormap"
     slot: ClassVar[tuple[int, int]] = (TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN)
 
