@@ -4,22 +4,29 @@ inlined helpers), attributes and subscripts."""
 from __future__ import annotations
 
 import difflib
-import inspect
 from typing import Any
 
 from . import ast as A
 from . import types as T
-from .builtins import lookup_global, lookup_method, method_names
+from .builtins import lookup_global, lookup_method, method_names, signature_text
 from .diagnostics import CompileError, Diagnostic, Label
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .ir import Value
 from .ops_core import emit_binary, emit_unary
+from .sema_consts import (
+    NOT_CONSTANT,
+    PY_FOLDABLE,
+    PyBuiltin,
+    as_sv,
+    convert_const,
+    python_constant,
+    try_fold_builtin,
+)
 from .spans import Span
 from .type_ctors import TypeCtor
 from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
 
 # Python builtins a kernel may call on compile-time values.
-_PY_FOLDABLE = {"len", "int", "float", "bool", "abs", "min", "max", "tuple", "str", "isinstance"}
 
 
 class ExprMixin:
@@ -52,7 +59,7 @@ class ExprMixin:
         if v is POISON:
             raise PoisonError()
         if isinstance(v, Const) and isinstance(v.value, tuple):
-            return _as_sv(v.value)  # one representation of tuples: a Python tuple of sema values
+            return as_sv(v.value)  # one representation of tuples: a Python tuple of sema values
         return v
 
     def _expr(self, node: A.Expr) -> Any:
@@ -98,8 +105,8 @@ class ExprMixin:
         b = lookup_global(node.id)
         if b is not None:
             return b
-        if node.id in _PY_FOLDABLE:
-            return Const(_PyBuiltin(node.id))
+        if node.id in PY_FOLDABLE:
+            return Const(PyBuiltin(node.id))
         candidates = set(self.scope.all_names()) | set(_known_globals())  # type: ignore[attr-defined]
         close = difflib.get_close_matches(node.id, sorted(candidates), n=1)
         help_ = f"did you mean `{close[0]}`?" if close else None
@@ -137,8 +144,8 @@ class ExprMixin:
                                                    f"elements (the limit is {MAX_CONSTANT_BITS})", span)])
                 return seq * times.value
         if op in ("==", "!=", "<", "<=", ">", ">="):
-            ca, cb = _python_constant(a), _python_constant(b)
-            if ca is not _NOT_CONSTANT and cb is not _NOT_CONSTANT:
+            ca, cb = python_constant(a), python_constant(b)
+            if ca is not NOT_CONSTANT and cb is not NOT_CONSTANT:
                 return self._fold(op, ca, cb, span)
             raise CompileError([Diagnostic("SP0331", f"`{op}` compares tuples at compile time only; this one holds "
                                            "run-time values", span)])
@@ -291,14 +298,14 @@ class ExprMixin:
         if isinstance(func, BoundMethod):
             return self.call_builtin(func.builtin, [func.self_arg, *args], kwargs, node)
         if isinstance(func, Builtin):
-            folded = _try_fold_builtin(func.name, args, kwargs)
+            folded = try_fold_builtin(func.name, args, kwargs)
             if folded is not None:
                 return folded
             return self.call_builtin(func, args, kwargs, node)
         if isinstance(func, HelperFunction):
             return self.inline_call(func, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
                                     node.span)
-        if isinstance(func, Const) and isinstance(func.value, _PyBuiltin):
+        if isinstance(func, Const) and isinstance(func.value, PyBuiltin):
             return func.value.call(args, kwargs, node.span)
         if isinstance(func, Const) and isinstance(func.value, T.ScalarType):
             if len(args) != 1 or kwargs:
@@ -308,7 +315,7 @@ class ExprMixin:
             v = args[0].value
             if isinstance(v, Const) and isinstance(v.value, int | float | bool):
                 try:
-                    return Const(_convert_const(v.value, func.value))
+                    return Const(convert_const(v.value, func.value))
                 except (OverflowError, ValueError):
                     raise CompileError([Diagnostic("SP0303", f"{v.value!r} has no value in {func.value}",
                                                    args[0].span)]) from None
@@ -329,7 +336,7 @@ class ExprMixin:
         except TypeError as e:
             msg = str(e).replace("'", "`")
             raise CompileError([Diagnostic("SP0321", f"wrong arguments to `{b.name}`: {msg}", node.span,
-                                           help=f"signature: {b.name}{_signature_text(b)}")]) from None
+                                           help=f"signature: {signature_text(b)}")]) from None
         em = self.emitter()
         em.span = node.span
         return b.impl(em, *bound.args, **bound.kwargs)
@@ -409,6 +416,14 @@ class ExprMixin:
                                                idx_node.span)])
             return seq[i]
         if isinstance(base, Value):
+            found = lookup_method(base.type, "__getitem__")
+            if found is not None:  # memory references (smem buffers, barrier arrays) index by a value
+                if len(node.indices) != 1:
+                    raise CompileError([Diagnostic("SP0333", "memory references take one index", node.span)])
+                em = self.emitter()
+                em.span = node.span
+                return found[1].impl(em, Arg(base, node.value.span), Arg(self.expr(node.indices[0]),
+                                                                       node.indices[0].span))
             return self._tile_subscript(base, node)
         raise CompileError([Diagnostic("SP0333", f"{describe(base)} cannot be indexed", node.span)])
 
@@ -440,113 +455,12 @@ class ExprMixin:
 
 
 _NO_ATTR = object()
-_NOT_CONSTANT = object()
-
-
-def _python_constant(v: Any) -> Any:
-    """The Python value of a constant or a tuple of constants, else ``_NOT_CONSTANT``."""
-    if isinstance(v, Const):
-        return v.value
-    if isinstance(v, tuple):
-        items = [_python_constant(x) for x in v]
-        return _NOT_CONSTANT if any(x is _NOT_CONSTANT for x in items) else tuple(items)
-    return _NOT_CONSTANT
-
-
 def _check_bound(node: A.Name, v: Any) -> Any:
     """``v``, unless the name has no value on this path (SP0237)."""
     if isinstance(v, Unbound):
         raise CompileError([Diagnostic("SP0237", f"`{node.id}` {v.why}", node.span, help=v.help or None,
                                        labels=(Label(v.span, "here"),))])
     return v
-
-
-class _PyBuiltin:
-    """A Python builtin applied to compile-time values (``len``, ``min``, ``int``, ...)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def call(self, args: list[Arg], kwargs: dict[str, Arg], span: Span) -> Any:
-        vals = []
-        for a in args:
-            v = a.value
-            if isinstance(v, Const):
-                vals.append(v.value)
-            elif isinstance(v, tuple) and self.name in ("len", "tuple"):
-                vals.append(v)
-            elif isinstance(v, tuple) and all(isinstance(x, Const) for x in v):
-                vals.append(tuple(x.value for x in v))
-            else:
-                raise CompileError([Diagnostic("SP0331", f"`{self.name}` works on compile-time values only, found "
-                                               f"{describe(v)}", a.span)])
-        if kwargs:
-            raise CompileError([Diagnostic("SP0321", f"`{self.name}` takes no keyword arguments here", span)])
-        import builtins as py
-
-        try:
-            r = getattr(py, self.name)(*vals)
-        except Exception as e:  # a wrong constant argument: report it at the call
-            msg = f"`{self.name}` failed on compile-time values: {e}"
-            raise CompileError([Diagnostic("SP0331", msg, span)]) from None
-        return _as_sv(r)
-
-    def __repr__(self) -> str:
-        return f"<python builtin {self.name}>"
-
-
-def _as_sv(x: Any) -> Any:
-    if isinstance(x, Const | Value) or x is POISON:
-        return x
-    if isinstance(x, tuple):
-        return tuple(_as_sv(e) for e in x)
-    return Const(x)
-
-
-def _convert_const(v: Any, t: T.ScalarType) -> Any:
-    if t.is_bool:
-        return bool(v)
-    if t.is_int:
-        return int(v)
-    return float(v)
-
-
-def _try_fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:
-    """``max(3, 4)`` and friends on constants use Python semantics."""
-    try:
-        return _fold_builtin(name, args, kwargs)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise CompileError([Diagnostic("SP0331", f"`{name}` failed on compile-time values: {e}",
-                                       args[0].span)]) from None
-
-
-def _fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:
-    if name not in ("max", "min", "abs", "sum") or kwargs:
-        return None
-    vals = [a.value for a in args]
-    if not vals or not all(isinstance(v, Const) and isinstance(v.value, int | float) for v in vals):
-        if len(vals) == 1 and isinstance(vals[0], tuple) and all(isinstance(x, Const) for x in vals[0]):
-            import builtins as py
-
-            return Const(getattr(py, name)(x.value for x in vals[0]))
-        return None
-    import builtins as py
-
-    if name == "sum":
-        return None
-    return Const(getattr(py, name)(*(v.value for v in vals)))
-
-
-def _signature_text(b: Builtin) -> str:
-    params = []
-    for p in b.signature.parameters.values():
-        if p.kind is inspect.Parameter.VAR_POSITIONAL:
-            params.append(f"*{p.name}")
-        elif p.default is inspect.Parameter.empty:
-            params.append(p.name)
-        else:
-            params.append(f"{p.name}=None")
-    return "(" + ", ".join(params) + ")"
 
 
 def _known_globals() -> list[str]:
