@@ -28,23 +28,27 @@ from sparsile.stdlib.sparsity import compress, encode_metadata, operand_type, pr
 TARGET_SECONDS = 2.0
 
 
-def _best(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    best, result = float("inf"), None
+Timing = tuple[float, float]
+"""(wall seconds, CPU seconds of this process) of the fastest run."""
+
+
+def _best(fn: Callable[[], object], repeats: int) -> tuple[Timing, object]:
+    best, result = (float("inf"), float("inf")), None
     for _ in range(repeats):
         result = None  # free the previous result before timing the next run
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
     return best, result
 
 
-def bench_dtype(dtype: str, size: int, repeats: int, workers: int | None) -> dict[str, float]:
-    """Seconds per step for a random (size, size) ``dtype`` matrix."""
+def bench_dtype(dtype: str, size: int, repeats: int, workers: int | None) -> dict[str, Timing]:
+    """(wall, CPU) seconds per step for a random (size, size) ``dtype`` matrix."""
     op = operand_type(dtype)
     rng = np.random.default_rng(0)
     dense = rng.standard_normal((size, size), dtype=np.float32).astype(op.host_dtype)
-    times: dict[str, float] = {}
-    times["prune"], pruned = _best(lambda: prune(dense, dtype), repeats)
+    times: dict[str, Timing] = {}
+    times["prune"], pruned = _best(lambda: prune(dense, dtype, workers=workers), repeats)
     times["compress"], (_, indices) = _best(lambda: compress(pruned, dtype, workers=workers), repeats)
     pruned = None
     times["compress(prune=True)"], _ = _best(lambda: compress(dense, dtype, prune=True, workers=workers), repeats)
@@ -60,21 +64,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=16384, help="M = K of the matrix (default 16384)")
     parser.add_argument("--dtypes", nargs="+", default=["f16"], help="operand types (default f16)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per step; the best is reported")
-    parser.add_argument("--workers", type=int, default=None, help="threads for compress (default: auto)")
+    parser.add_argument("--workers", type=int, default=None, help="threads for prune/compress (default: auto)")
     args = parser.parse_args(argv)
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"sparsity toolkit, {args.size} x {args.size}, best of {args.repeats}, numpy {np.__version__}, "
           f"{cpus} CPUs, workers={args.workers or 'auto'}")
-    print(f"{'dtype':<6} {'step':<32} {'seconds':>8} {'GB/s':>7}")
+    if hasattr(os, "getloadavg"):
+        print(f"load average before the run: {os.getloadavg()[0]:.2f}")
+    print(f"{'dtype':<6} {'step':<32} {'seconds':>8} {'cpu s':>7} {'GB/s':>7}")
     ok = True
     for dtype in args.dtypes:
         gigabytes = args.size * args.size * operand_type(dtype).host_dtype.itemsize / 1e9
         times = bench_dtype(dtype, args.size, args.repeats, args.workers)
-        for step, seconds in times.items():
-            print(f"{dtype:<6} {step:<32} {seconds:8.3f} {gigabytes / seconds:7.2f}")
-        separate = times["prune"] + times["compress"] + times["encode tcgen05"]
-        fused = times["compress(prune=True)"] + times["encode tcgen05"]
+        for step, (seconds, cpu) in times.items():
+            print(f"{dtype:<6} {step:<32} {seconds:8.3f} {cpu:7.3f} {gigabytes / seconds:7.2f}")
+        wall = {step: seconds for step, (seconds, _) in times.items()}
+        separate = wall["prune"] + wall["compress"] + wall["encode tcgen05"]
+        fused = wall["compress(prune=True)"] + wall["encode tcgen05"]
         print(f"{dtype:<6} {'separate: prune+compress+encode':<32} {separate:8.3f}")
         verdict = ""
         if dtype == "f16" and args.size == 16384:

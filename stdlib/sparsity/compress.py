@@ -127,8 +127,9 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
     return values, indices
 
 
-def index_shape(op: OperandType, rows: int, k: int) -> tuple[int, int, int]:
+def index_shape(dtype: str | OperandType, rows: int, k: int) -> tuple[int, int, int]:
     """Shape of the logical index array for an (rows, k) operand: (rows, ceil(k/G), S)."""
+    op = operand_type(dtype)
     return rows, -(-k // op.group), 1 if op.width_class == "tf32" else 2
 
 

@@ -104,7 +104,7 @@ def prune_rows(array: np.ndarray, pattern: Pattern, want_mask: bool,
     return out
 
 
-def _prune(w: Any, pattern: Pattern, axis: int, want_mask: bool) -> np.ndarray:
+def _prune(w: Any, pattern: Pattern, axis: int, want_mask: bool, workers: int | None = None) -> np.ndarray:
     array = as_host_array(w, "w")
     require_numeric(array, "w")
     if array.ndim == 0:
@@ -121,7 +121,7 @@ def _prune(w: Any, pattern: Pattern, axis: int, want_mask: bool) -> np.ndarray:
     flat = moved.reshape(rows, k)
     if padded_k != k:
         flat = np.concatenate([flat, np.zeros((rows, padded_k - k), dtype=array.dtype)], axis=1)
-    result = prune_rows(np.ascontiguousarray(flat), pattern, want_mask)[:, :k]
+    result = prune_rows(np.ascontiguousarray(flat), pattern, want_mask, workers)[:, :k]
     return np.moveaxis(result.reshape(*lead, k), -1, axis)
 
 
@@ -163,9 +163,10 @@ def pattern_for(dtype: str | OperandType) -> Pattern:
     return operand_type(dtype).pattern
 
 
-def prune(w: Any, dtype: str | OperandType, axis: int = -1) -> np.ndarray:
-    """Prune ``w`` with the pattern of operand type ``dtype`` (no cast: the result keeps w's dtype)."""
-    return _prune(w, pattern_for(dtype), axis, want_mask=False)
+def prune(w: Any, dtype: str | OperandType, axis: int = -1, *, workers: int | None = None) -> np.ndarray:
+    """Prune ``w`` with the pattern of operand type ``dtype`` (no cast: the result keeps w's dtype).
+    ``workers`` = 1 keeps large inputs on the calling thread (default: a small thread pool)."""
+    return _prune(w, pattern_for(dtype), axis, want_mask=False, workers=workers)
 
 
 def prune_mask(w: Any, dtype: str | OperandType, axis: int = -1) -> np.ndarray:
