@@ -132,7 +132,7 @@ class Emitter:
         if isinstance(v, Value):
             return v
         if isinstance(v, Const) and isinstance(v.value, bool | int | float) and v.value is not None:
-            if like is not None:
+            if isinstance(like, T.ScalarType | T.PointerType | T.TileType):
                 elem = T.element_type(like)
                 if isinstance(elem, T.ScalarType):
                     t = T.Promotion.with_literal(elem, v.value)
@@ -144,10 +144,13 @@ class Emitter:
             return self.constant(v.value, T.literal_type(v.value))
         self.error("SP0304", f"expected a value as {what}, found {_describe(v)}", arg.span)
 
-    def tile_or_scalar(self, arg: Arg, what: str = "operand") -> Value:
-        v = self.value(arg, what=what)
+    def tile_or_scalar(self, arg: Arg, what: str = "operand", like: T.Type | None = None) -> Value:
+        """Like :meth:`value`, but the value must be a scalar, a pointer or a tile (not a tensor,
+        a memory reference or a token): elementwise ops and most builtins take only those."""
+        v = self.value(arg, like=like, what=what)
         if not isinstance(v.type, T.ScalarType | T.PointerType | T.TileType):
-            self.error("SP0304", f"expected a scalar or tile as {what}, found a value of type {v.type}", arg.span)
+            self.error("SP0304", f"expected a number, pointer or tile as {what}, found a value of type {v.type}",
+                       arg.span)
         return v
 
     # -- shapes and casts ----------------------------------------------------------------------
@@ -185,21 +188,31 @@ class Emitter:
         return self.op1("arith.cast", [v], T.with_shape(elem, T.shape_of(v.type)), to=elem.name)
 
     def binary_operands(self, a: Arg, b: Arg, span: Span | None = None, *,
-                        keep_bool: bool = False) -> tuple[Value, Value]:
+                        keep_bool: bool = False, pointers: bool = False) -> tuple[Value, Value]:
         """Materialize, promote and broadcast two operands of an elementwise op. With
         ``keep_bool``, two bool operands stay bool (``&``, ``|``, ``^``, ``and``, ``or``) instead of
-        being promoted to ``i32`` (promotion rule 5)."""
+        being promoted to ``i32`` (promotion rule 5). Pointers are accepted only with ``pointers``
+        (a choice between two pointers of one type), never mixed with numbers."""
         va, vb = self.unwrap(a), self.unwrap(b)
         if isinstance(va, Const) and isinstance(vb, Value):
-            vb_ = vb
-            va_ = self.value(a, like=vb.type)
+            vb_ = self.tile_or_scalar(b)
+            va_ = self.tile_or_scalar(a, like=vb.type)
         elif isinstance(vb, Const) and isinstance(va, Value):
-            va_ = va
-            vb_ = self.value(b, like=va.type)
+            va_ = self.tile_or_scalar(a)
+            vb_ = self.tile_or_scalar(b, like=va.type)
         else:
-            va_, vb_ = self.value(a), self.value(b)
+            va_, vb_ = self.tile_or_scalar(a), self.tile_or_scalar(b)
         ea, eb = T.element_type(va_.type), T.element_type(vb_.type)
-        if isinstance(ea, T.ScalarType) and isinstance(eb, T.ScalarType):
+        if isinstance(ea, T.PointerType) or isinstance(eb, T.PointerType):
+            if not pointers:
+                bad = a if isinstance(ea, T.PointerType) else b
+                self.error("SP0310", "this operation is not defined on pointers", bad.span,
+                           help="pointers support `ptr + offset`, `ptr - offset`, comparisons and `where`")
+            if ea != eb:
+                self.error("SP0310", f"cannot combine {ea} with {eb}", span,
+                           help="both operands must be pointers to the same type")
+        else:
+            assert isinstance(ea, T.ScalarType) and isinstance(eb, T.ScalarType)
             elem = ea if keep_bool and ea.is_bool and eb.is_bool else T.Promotion.binary(ea, eb)
             va_, vb_ = self.cast(va_, elem), self.cast(vb_, elem)
         shape = self.broadcast_shapes(T.shape_of(va_.type), T.shape_of(vb_.type), span)
@@ -256,7 +269,7 @@ def _fold(op: str, a: Any, b: Any) -> Any:
     table = {
         "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
         "**": operator.pow, "<<": operator.lshift, ">>": operator.rshift, "&": operator.and_, "|": operator.or_,
-        "^": operator.xor, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+        "^": operator.xor, "%": operator.mod, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne,
     }
     return table[op](a, b)

@@ -309,7 +309,7 @@ def full(em: Emitter, shape: Arg, value: Arg, dtype: Arg) -> Value:
             em.error("SP0304", f"the fill value must be a number, found {describe(v)}", value.span)
         em.span = value.span  # a value that does not fit in `dtype` is reported at the value
         return em.constant(v.value, T.TileType(dt, dims))
-    scalar = em.cast(em.value(value), dt)
+    scalar = em.cast(em.tile_or_scalar(value), dt)
     if T.shape_of(scalar.type):
         em.error("SP0307", "the fill value of `full` must be a scalar", value.span)
     return em.broadcast_to(scalar, dims)
@@ -324,8 +324,8 @@ def zeros(em: Emitter, shape: Arg, dtype: Arg) -> Value:
 def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
     """``a <pyop> b`` on run-time values: promotion, broadcasting, pointer arithmetic."""
     va, vb = em.unwrap(a), em.unwrap(b)
-    ta = va.type if isinstance(va, Value) else None
-    tb = vb.type if isinstance(vb, Value) else None
+    ta = em.tile_or_scalar(a).type if isinstance(va, Value) else None
+    tb = em.tile_or_scalar(b).type if isinstance(vb, Value) else None
     pa = ta is not None and isinstance(T.element_type(ta), T.PointerType)
     pb = tb is not None and isinstance(T.element_type(tb), T.PointerType)
     if pa or pb:
@@ -351,16 +351,14 @@ def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
 
 def _pointer_arith(em: Emitter, pyop: str, a: Arg, b: Arg, ptr_is_left: bool) -> Value:
     if pyop in PY_COMPARE:
-        x, y = em.value(a), em.value(b)
-        shape = em.broadcast_shapes(T.shape_of(x.type), T.shape_of(y.type))
-        x, y = em.broadcast_to(x, shape), em.broadcast_to(y, shape)
-        return em.op1("arith.cmp", [x, y], T.with_shape(T.bool_, shape), pred=PY_COMPARE[pyop])
+        x, y = em.binary_operands(a, b, pointers=True)
+        return em.op1("arith.cmp", [x, y], T.with_shape(T.bool_, T.shape_of(x.type)), pred=PY_COMPARE[pyop])
     if pyop not in ("+", "-") or (pyop == "-" and not ptr_is_left):
         em.error("SP0310", f"`{pyop}` is not defined on pointers", em.span,
                  help="pointers support `ptr + offset` and `ptr - offset` with integer offsets")
     ptr_arg, off_arg = (a, b) if ptr_is_left else (b, a)
-    p = em.value(ptr_arg)
-    off = em.value(off_arg, like=T.i32)
+    p = em.tile_or_scalar(ptr_arg)
+    off = em.tile_or_scalar(off_arg, like=T.i32)
     oe = T.element_type(off.type)
     if isinstance(oe, T.PointerType) or not oe.is_int:
         em.error("SP0310", f"a pointer offset must be an integer, found {off.type}", off_arg.span)
@@ -374,7 +372,7 @@ def _pointer_arith(em: Emitter, pyop: str, a: Arg, b: Arg, ptr_is_left: bool) ->
 
 
 def emit_unary(em: Emitter, pyop: str, a: Arg) -> Value:
-    v = em.value(a)
+    v = em.tile_or_scalar(a)
     elem = T.element_type(v.type)
     if isinstance(elem, T.PointerType):
         em.error("SP0310", f"unary `{pyop}` is not defined on pointers", a.span)
@@ -402,7 +400,7 @@ _MATH_DOCS = {"exp": "``e**x``", "exp2": "``2**x``", "log": "natural logarithm",
 
 def _math(name: str) -> None:
     def impl(em: Emitter, x: Arg) -> Value:
-        v = em.value(x)
+        v = em.tile_or_scalar(x)
         elem = T.element_type(v.type)
         if isinstance(elem, T.PointerType):
             em.error("SP0311", f"`{name}` needs a numeric operand, found {v.type}", x.span)
@@ -437,11 +435,11 @@ _minmax("minimum")
 @builtin("where")
 def where(em: Emitter, cond: Arg, x: Arg, y: Arg) -> Value:
     """Elementwise ``x`` where ``cond`` is true, else ``y``."""
-    c = em.value(cond)
+    c = em.tile_or_scalar(cond)
     if T.element_type(c.type) != T.bool_:
         em.error("SP0312", f"the condition of `where` must be bool, found {c.type}", cond.span,
                  help="compare explicitly, e.g. `x != 0`")
-    a, b = em.binary_operands(x, y)
+    a, b = em.binary_operands(x, y, pointers=True)
     shape = em.broadcast_shapes(T.shape_of(c.type), T.shape_of(a.type))
     c, a, b = em.broadcast_to(c, shape), em.broadcast_to(a, shape), em.broadcast_to(b, shape)
     return em.op1("arith.select", [c, a, b], a.type)
@@ -450,7 +448,7 @@ def where(em: Emitter, cond: Arg, x: Arg, y: Arg) -> Value:
 @builtin("to", method_of=(T.TileType, T.ScalarType))
 def to(em: Emitter, x: Arg, dtype: Arg) -> Value:
     """``x.to(dtype)``: elementwise conversion (float->int truncates toward zero, saturating)."""
-    v = em.value(x)
+    v = em.tile_or_scalar(x)
     if isinstance(T.element_type(v.type), T.PointerType):
         em.error("SP0313", "pointers cannot be converted with `.to`", x.span)
     return em.cast(v, em.dtype_arg(dtype))
@@ -475,7 +473,7 @@ def cdiv(em: Emitter, a: Arg, b: Arg) -> Any:
 
 def _load_store_ptr(em: Emitter, pointer: Arg) -> Value:
     p = em.value(pointer, what="the pointer")
-    if not isinstance(T.element_type(p.type), T.PointerType):
+    if not isinstance(p.type, T.PointerType | T.TileType) or not isinstance(T.element_type(p.type), T.PointerType):
         em.error("SP0315", f"expected a pointer or a tile of pointers, found {p.type}", pointer.span,
                  help="index a pointer parameter, e.g. `x + offsets`")
     return p
@@ -484,7 +482,7 @@ def _load_store_ptr(em: Emitter, pointer: Arg) -> Value:
 def _mask(em: Emitter, mask: Arg | None, shape: tuple[int, ...]) -> Value | None:
     if mask is None or (isinstance(mask.value, Const) and mask.value.value is None):
         return None
-    m = em.value(mask, what="the mask")
+    m = em.tile_or_scalar(mask, what="the mask")
     if T.element_type(m.type) != T.bool_:
         em.error("SP0312", f"a mask must be bool, found {m.type}", mask.span, help="compare, e.g. `offs < n`")
     ms = T.shape_of(m.type)
@@ -509,7 +507,7 @@ def load(em: Emitter, pointer: Arg, mask: Arg | None = None, other: Arg | None =
         if m is None:
             em.error("SP0316", "`other` has no effect without a `mask`", other.span,
                      help="add `mask=...` or drop `other`")
-        o = em.cast(em.value(other, like=elem), elem)
+        o = em.cast(em.tile_or_scalar(other, like=elem), elem)
         operands.append(em.broadcast_to(o, shape))
     return em.op1("load", operands, T.with_shape(elem, shape), has_mask=m is not None, has_other=has_other)
 
@@ -520,7 +518,7 @@ def store(em: Emitter, pointer: Arg, value: Arg, mask: Arg | None = None) -> Non
     p = _load_store_ptr(em, pointer)
     shape = T.shape_of(p.type)
     elem = T.element_type(p.type).elem  # type: ignore[union-attr]
-    v = em.value(value, like=elem)
+    v = em.tile_or_scalar(value, like=elem)
     vs = T.shape_of(v.type)
     if em.broadcast_shapes(vs, shape, value.span) != shape:
         em.error("SP0305", f"cannot store a value of shape {vs} through pointers of shape {shape}", value.span)

@@ -59,7 +59,7 @@ def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 def _reduce(kind: str) -> None:
     def impl(em: Emitter, x: Arg, axis: Arg | None = None) -> Value:
-        v = em.value(x)
+        v = em.tile_or_scalar(x)
         shape = T.shape_of(v.type)
         elem = T.element_type(v.type)
         if not shape:
@@ -110,7 +110,7 @@ for _kind in ("sum", "max", "min", "argmax", "argmin"):
 @builtin("expand_dims", method_of=(T.TileType, T.ScalarType))
 def expand_dims(em: Emitter, x: Arg, axis: Arg) -> Value:
     """Insert a size-1 dimension at ``axis``."""
-    v = em.value(x)
+    v = em.tile_or_scalar(x)
     shape = T.shape_of(v.type)
     ax = em.constexpr(axis, "the axis")
     if not -(len(shape) + 1) <= ax <= len(shape):
@@ -125,7 +125,7 @@ def expand_dims(em: Emitter, x: Arg, axis: Arg) -> Value:
 @builtin("broadcast_to", method_of=(T.TileType, T.ScalarType))
 def broadcast_to(em: Emitter, x: Arg, shape: Arg) -> Value:
     """Broadcast ``x`` to ``shape`` (numpy rules)."""
-    v = em.value(x)
+    v = em.tile_or_scalar(x)
     dims = em.shape_arg(shape)
     if em.broadcast_shapes(T.shape_of(v.type), dims, x.span) != dims:
         em.error("SP0305", f"cannot broadcast {T.shape_of(v.type)} to {dims}", x.span)
@@ -135,7 +135,7 @@ def broadcast_to(em: Emitter, x: Arg, shape: Arg) -> Value:
 @builtin("reshape", method_of=(T.TileType,))
 def reshape(em: Emitter, x: Arg, shape: Arg) -> Value:
     """The same elements, in row-major order, under ``shape``."""
-    v = em.value(x)
+    v = em.tile_or_scalar(x)
     dims = em.shape_arg(shape)
     t = v.type
     n = t.numel if isinstance(t, T.TileType) else 1
@@ -147,7 +147,7 @@ def reshape(em: Emitter, x: Arg, shape: Arg) -> Value:
 @builtin("permute", method_of=(T.TileType,), also=("trans",))
 def permute(em: Emitter, x: Arg, dims: Arg | None = None) -> Value:
     """Permute dimensions (``trans(x)`` reverses them)."""
-    v = em.value(x)
+    v = em.tile_or_scalar(x)
     shape = T.shape_of(v.type)
     perm = tuple(reversed(range(len(shape)))) if dims is None else em.int_tuple(dims, "the permutation")
     if sorted(perm) != list(range(len(shape))):
@@ -158,11 +158,11 @@ def permute(em: Emitter, x: Arg, dims: Arg | None = None) -> Value:
 @builtin("shape", prop_of=(T.TileType, T.ScalarType))
 def shape_prop(em: Emitter, x: Arg) -> Any:
     """The compile-time shape of a tile (a tuple)."""
-    return tuple(Const(d) for d in T.shape_of(em.value(x).type))
+    return tuple(Const(d) for d in T.shape_of(em.tile_or_scalar(x).type))
 
 
 @builtin("dtype", prop_of=(T.TileType, T.ScalarType))
 def dtype_prop(em: Emitter, x: Arg) -> Const:
     """The element type of a tile or scalar."""
-    e = T.element_type(em.value(x).type)
+    e = T.element_type(em.tile_or_scalar(x).type)
     return Const(e.elem if isinstance(e, T.PointerType) else e)

@@ -41,7 +41,7 @@ def _offsets(em: Emitter, arg: Arg, rank: int) -> list[Value]:
         em.error("SP0343", f"a tensor of rank {rank} needs {rank} offsets, found {len(items)}", arg.span)
     out = []
     for x in items:
-        v = em.value(Arg(x, arg.span), like=T.i32)
+        v = em.tile_or_scalar(Arg(x, arg.span), like=T.i32)
         e = T.element_type(v.type)
         if T.shape_of(v.type) or not isinstance(e, T.ScalarType) or not e.is_int:
             em.error("SP0343", f"tile offsets must be integer scalars, found {v.type}", arg.span)
@@ -64,7 +64,7 @@ def load_tile(em: Emitter, tensor: Arg, offsets: Arg, shape: Arg) -> Value:
 def store_tile(em: Emitter, tensor: Arg, offsets: Arg, value: Arg) -> None:
     """Write ``value`` (converted to the tensor's type) at ``offsets``, skipping outside elements."""
     t, tt = _tensor(em, tensor)
-    v = em.value(value, like=tt.elem)
+    v = em.tile_or_scalar(value, like=tt.elem)
     if len(T.shape_of(v.type)) != tt.rank:
         em.error("SP0343", f"a tensor of rank {tt.rank} stores a {tt.rank}-D tile, found {v.type}", value.span)
     v = em.cast(v, tt.elem)

@@ -256,7 +256,7 @@ class Sema(ExprMixin, ControlFlowMixin):
         value = self.expr(s.value)
         if isinstance(ann, T.ScalarType):
             em = self.emitter()
-            v = em.value(Arg(value, s.value.span), like=ann)
+            v = em.tile_or_scalar(Arg(value, s.value.span), like=ann)
             if isinstance(T.element_type(v.type), T.PointerType):
                 raise self.error("SP0345", f"`{_target_text(s.target)}` is declared {ann} but the value is "
                                  f"{v.type}", s.value.span)
@@ -285,7 +285,7 @@ class Sema(ExprMixin, ControlFlowMixin):
                 raise self.error("SP0320", f"static assertion failed: {msg}", s.test.span)
             return
         em = self.emitter()
-        v = em.value(Arg(cond, s.test.span))
+        v = em.tile_or_scalar(Arg(cond, s.test.span))
         if T.element_type(v.type) != T.bool_:
             raise self.error("SP0312", f"an assert condition must be bool, found {v.type}", s.test.span,
                              help="compare explicitly, e.g. `x != 0`")

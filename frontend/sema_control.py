@@ -145,7 +145,10 @@ def _same_structure(a: Any, b: Any) -> bool:
 
 
 def _is_number_leaf(v: Any) -> bool:
-    return isinstance(v, Value) or (isinstance(v, Const) and isinstance(v.value, bool | int | float))
+    """A value that may differ between branches or iterations: a number, pointer or tile."""
+    if isinstance(v, Value):
+        return isinstance(v.type, T.ScalarType | T.PointerType | T.TileType)
+    return isinstance(v, Const) and isinstance(v.value, bool | int | float)
 
 
 def _same_const(a: Any, b: Any) -> bool:
@@ -367,7 +370,7 @@ class ControlFlowMixin:
         for b, sp in zip(bounds, spans, strict=True):
             if isinstance(b, Const) and not isinstance(b.value, int):
                 raise self.error("SP0224", f"loop bounds must be integers, found {describe(b)}", sp)
-            v = em.value(Arg(b, sp), like=T.i32, what="a loop bound")
+            v = em.tile_or_scalar(Arg(b, sp), like=T.i32, what="a loop bound")
             e = T.element_type(v.type)
             if not (isinstance(e, T.ScalarType) and e.is_int and not e.is_bool and not T.shape_of(v.type)):
                 raise self.error("SP0224", f"loop bounds must be integer scalars, found {v.type}", sp)

@@ -9,7 +9,7 @@ from typing import Any
 from . import ast as A
 from . import types as T
 from .builtins import lookup_global, lookup_method, method_names, signature_text
-from .diagnostics import CompileError, Diagnostic, Label
+from .diagnostics import CompileError, Diagnostic, InternalError, Label
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .ir import Value
 from .ops_core import emit_binary, emit_unary
@@ -214,7 +214,7 @@ class ExprMixin:
 
     def _as_bool(self, v: Any, span: Span) -> Value:
         em = self.emitter()
-        val = em.value(Arg(v, span))
+        val = em.tile_or_scalar(Arg(v, span))
         e = T.element_type(val.type)
         if e == T.bool_:
             return val
@@ -272,10 +272,12 @@ class ExprMixin:
         if isinstance(c, Const):
             return self.expr(node.body if c.value else node.orelse)
         a, b = self.expr(node.body), self.expr(node.orelse)
+        if a is b:
+            return a
         em = self.emitter()
         em.span = node.span
         cond = self._as_bool(c, node.test.span)
-        x, y = em.binary_operands(Arg(a, node.body.span), Arg(b, node.orelse.span), node.span)
+        x, y = em.binary_operands(Arg(a, node.body.span), Arg(b, node.orelse.span), node.span, pointers=True)
         shape = em.broadcast_shapes(T.shape_of(cond.type), T.shape_of(x.type), node.span)
         cond, x, y = em.broadcast_to(cond, shape), em.broadcast_to(x, shape), em.broadcast_to(y, shape)
         return em.op1("arith.select", [cond, x, y], x.type)
@@ -319,7 +321,7 @@ class ExprMixin:
                 except (OverflowError, ValueError):
                     raise CompileError([Diagnostic("SP0303", f"{v.value!r} has no value in {func.value}",
                                                    args[0].span)]) from None
-            return em.cast(em.value(args[0]), func.value)
+            return em.cast(em.tile_or_scalar(args[0]), func.value)
         jit_helper = _jit_function_helper(func)
         if jit_helper is not None:
             return self.inline_call(jit_helper, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
@@ -339,7 +341,12 @@ class ExprMixin:
                                            help=f"signature: {signature_text(b)}")]) from None
         em = self.emitter()
         em.span = node.span
-        return b.impl(em, *bound.args, **bound.kwargs)
+        try:
+            return b.impl(em, *bound.args, **bound.kwargs)
+        except (CompileError, PoisonError, RecursionError):
+            raise
+        except Exception as e:  # a builtin that failed to diagnose its arguments: a compiler bug
+            raise InternalError(f"`{b.name}` failed on its arguments: {type(e).__name__}: {e}", node.span) from e
 
     # ------------------------------------------------------------------------------ attributes
     def attribute(self, node: A.Attribute) -> Any:
@@ -430,6 +437,8 @@ class ExprMixin:
     def _tile_subscript(self, v: Value, node: A.Subscript) -> Value:
         em = self.emitter()
         em.span = node.span
+        if not isinstance(v.type, T.ScalarType | T.PointerType | T.TileType):
+            raise CompileError([Diagnostic("SP0333", f"a value of type {v.type} cannot be indexed", node.span)])
         shape = T.shape_of(v.type)
         out = v
         dim = 0

@@ -224,7 +224,7 @@ def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
     from .diagnostics import CompileError, Diagnostic
     from .parser import parse_expression
     from .sema import Sema
-    from .spans import SourceFile, Span
+    from .spans import SourceFile
 
     def no_globals(name: str) -> Any:
         raise KeyError(name)
