@@ -232,3 +232,11 @@ def test_import_is_light() -> None:
             "('llvmlite', 'cuda', 'lark', 'torch')]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_functions_without_source_are_a_diagnostic() -> None:
+    fn = eval("lambda out: None")  # no source file to read
+    with pytest.raises(sp.CompileError) as info:
+        sp.jit(fn)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0241" and "cannot read the source" in d.message and "sparsile.loads" in (d.help or "")
