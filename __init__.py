@@ -43,8 +43,9 @@ del _type_ctors
 
 kernel = jit  # `@sparsile.kernel` reads like the `@kernel` of .spk files
 
-_API = ("jit", "kernel", "load", "loads", "Kernel", "KernelModule", "CompileError", "LaunchError",
-        "InternalError", "InterpreterError", "Diagnostic")
+__all__ = ["CompileError", "Diagnostic", "InternalError", "InterpreterError", "Kernel", "KernelModule", "LaunchError",
+           "jit", "kernel", "load", "loads"]
+_API = frozenset(__all__)
 # Language names that would shadow Python builtins under `from sparsile import *` stay attributes only.
 _NOT_STARRED = frozenset({"max", "min", "sum", "abs", "bool", "load"})
 
@@ -66,7 +67,7 @@ def _export_language() -> list[str]:
 
 _LANGUAGE_NAMES = _export_language()
 
-__all__ = [*_API, *sorted(n for n in _LANGUAGE_NAMES if n not in _NOT_STARRED)]
+__all__ += sorted(n for n in _LANGUAGE_NAMES if n not in _NOT_STARRED)
 
 
 def __getattr__(name: str) -> Any:

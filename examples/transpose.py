@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
 import sparsile as sp
 
 
