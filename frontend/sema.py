@@ -19,7 +19,7 @@ from typing import Any
 
 from . import ast as A
 from . import types as T
-from .diagnostics import CompileError, DiagnosticBag, InternalError, Severity
+from .diagnostics import CompileError, Diagnostic, DiagnosticBag, InternalError, Severity
 from .ir import Block, Builder, Function, Param, Region, Value
 from .sema_control import ControlFlowMixin, ReturnSignal, Scope, assigned_names, ends_in_return
 from .sema_expr import ExprMixin
@@ -29,6 +29,17 @@ from .values import POISON, Arg, Const, HelperFunction, PoisonError
 __all__ = ["MAX_INLINE_DEPTH", "ArgSpec", "Frame", "ReturnSignal", "Scope", "Sema", "assigned_names"]
 
 MAX_INLINE_DEPTH = 32
+MAX_STATEMENTS = 100_000
+"""Statements sema may analyse for one kernel (after unrolling and inlining): a bound on the work a
+pathological program (nested ``static_range``, helpers that call themselves many times) can cause."""
+
+
+class SemaAborted(Exception):
+    """Sema gave up on the whole kernel (not one statement): carries the diagnostic that says why."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,9 @@ class Sema(ExprMixin, ControlFlowMixin):
         self.frames: list[Frame] = []
         self.scope = Scope()
         self.source_name = source_name
+        self.in_trial = False
+        self.statements = 0
+        self.too_deep: set[int] = set()  # helpers whose recursion was reported
 
     # ------------------------------------------------------------------------------ entry point
     def kernel(self, node: A.FunctionDef, bindings: dict[str, Any], attrs: dict[str, Any] | None = None) -> Function:
@@ -89,7 +103,11 @@ class Sema(ExprMixin, ControlFlowMixin):
                 raise InternalError(f"parameter {p.name!r} of {node.name} has no binding", p.span)
         func = Function(node.name, params, body, dict(attrs or {}), node.span)
         self.frames = [Frame(node.name, self.globals_resolver, True)]
-        ret = self.block(node.body)
+        try:
+            ret = self.block(node.body)
+        except SemaAborted as e:
+            self.bag.add(e.diagnostic)
+            ret = None
         if isinstance(ret, ReturnSignal) and ret.value is not None and not (
                 isinstance(ret.value, Const) and ret.value.value is None):
             self.bag.error("SP0207", "a kernel cannot return a value", ret.span,
@@ -115,6 +133,8 @@ class Sema(ExprMixin, ControlFlowMixin):
         compile-time Python value. Errors inside helpers it calls are raised, not swallowed."""
         try:
             return self.expr(node) if what is None else self.const_expr(node, what)
+        except SemaAborted as e:
+            raise CompileError([*self.bag.items, e.diagnostic]) from None
         except PoisonError:
             if not self.bag.has_errors:
                 raise InternalError("an expression failed without a diagnostic", node.span) from None
@@ -150,6 +170,11 @@ class Sema(ExprMixin, ControlFlowMixin):
 
     def statement(self, s: A.Stmt) -> ReturnSignal | None:
         self.current_span = s.span
+        self.statements += 1
+        if self.statements > MAX_STATEMENTS:
+            raise SemaAborted(Diagnostic(
+                "SP0239", f"the kernel grows to more than {MAX_STATEMENTS} statements once loops are unrolled and "
+                "helpers inlined", s.span, help="use `range` instead of `static_range` for long loops"))
         try:
             return self._statement(s)
         except PoisonError:
@@ -315,7 +340,10 @@ class Sema(ExprMixin, ControlFlowMixin):
         """Inline ``helper`` at a call: bind its parameters, run its body in a fresh scope and
         return its return value (None when it returns nothing)."""
         node: A.FunctionDef = helper.node
+        if id(node) in self.too_deep:
+            raise PoisonError()  # already reported: do not explore the recursion again
         if len(self.frames) > MAX_INLINE_DEPTH:
+            self.too_deep.add(id(node))
             raise self.error("SP0205", f"helper `{node.name}` is inlined more than {MAX_INLINE_DEPTH} levels deep "
                              "(recursion is not supported)", span)
         bound = self._bind_helper_args(node, args, kwargs, span)

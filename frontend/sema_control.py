@@ -166,6 +166,7 @@ class ControlFlowMixin:
     bag: DiagnosticBag
     builder: Builder
     scope: Scope
+    in_trial: bool
 
     if TYPE_CHECKING:
         def expr(self, node: A.Expr) -> Any: ...
@@ -441,7 +442,9 @@ class ControlFlowMixin:
         em.span = s.span
         trial_env: dict[str, Any] = {}
         needs_trial = [n for n in carried if not isinstance(self.scope.lookup(n), Value)]
-        if needs_trial:
+        # Inside another loop's trial run, constants keep their literal types: nested trial runs
+        # would make sema exponential in the loop depth, and a trial run's IR is thrown away.
+        if needs_trial and not self.in_trial:
             scratch = Block()
             bound: dict[str, Any] = {}
             for n in carried:
@@ -451,7 +454,11 @@ class ControlFlowMixin:
             if iv_name is not None and iv_type is not None:
                 bound[iv_name] = scratch.add_arg(iv_type, iv_name)
             errors_before = len(self.bag.items)
-            trial_env, _ = self._run_loop_body(s.body, scratch, bound)
+            self.in_trial = True
+            try:
+                trial_env, _ = self._run_loop_body(s.body, scratch, bound)
+            finally:
+                self.in_trial = False
             del self.bag.items[errors_before:]  # the real run reports them
         names, inits, types = [], [], []
         for n in carried:

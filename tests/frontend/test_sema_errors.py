@@ -307,3 +307,34 @@ def test_rendering_points_at_the_span() -> None:
     assert caret.index("^") == lines[src_line].index("arange(0, 16) +")
     assert caret.count("^") == len("arange(0, 16) + arange(0, 32)")
     assert any(ln.strip().startswith("= help:") for ln in lines)
+
+
+def test_unrolling_and_inlining_have_a_budget(monkeypatch) -> None:
+    from sparsile.frontend import sema
+
+    monkeypatch.setattr(sema, "MAX_STATEMENTS", 1000)
+    src = kernel("a = 0\nfor i in static_range(100):\n    for j in static_range(100):\n        a += 1")
+    err = _first_error(src, {})
+    d = err.diagnostics[-1]
+    assert (d.code, d.span.line, d.span.col) == ("SP0239", 6, 13)
+    assert "more than 1000 statements" in d.message and "`range`" in (d.help or "")
+
+
+def test_exponential_recursion_stops_at_the_first_report() -> None:
+    import time
+
+    src = ("def f(x):\n    a = f(x)\n    b = f(x)\n    return 1\n\n@kernel\ndef k(out: ptr[f32]):\n    y = f(1)\n")
+    t0 = time.perf_counter()
+    err = _first_error(src, {})
+    assert err.codes == ["SP0205"] and time.perf_counter() - t0 < 5.0
+
+
+def test_nested_loops_carrying_constants_compile_quickly() -> None:
+    import time
+
+    body = "acc = 0\n" + "".join("    " * i + f"for i{i} in range(n):\n" for i in range(16)) + "    " * 16 + "acc += 1"
+    module = loads(kernel(body + "\nstore(out, acc)"), "case.spk")
+    k = module.kernels["k"]
+    t0 = time.perf_counter()
+    k.ir_for(*k.signature_bindings({"out": k.params[0].annotation, "n": k.params[1].annotation}))
+    assert time.perf_counter() - t0 < 5.0  # not exponential in the depth
