@@ -182,9 +182,14 @@ class Emitter:
         return self.op1("broadcast", [v], T.TileType(elem, shape))
 
     def cast(self, v: Value, elem: T.ScalarType) -> Value:
+        if not isinstance(v.type, T.ScalarType | T.PointerType | T.TileType):
+            self.error("SP0304", f"expected a number or a tile, found a value of type {v.type}")
         cur = T.element_type(v.type)
         if cur == elem:
             return v
+        if isinstance(cur, T.PointerType):
+            self.error("SP0313", f"a pointer cannot be converted to {elem}",
+                       help="load the value it points at with `load(...)`")
         return self.op1("arith.cast", [v], T.with_shape(elem, T.shape_of(v.type)), to=elem.name)
 
     def binary_operands(self, a: Arg, b: Arg, span: Span | None = None, *,

@@ -236,6 +236,8 @@ def test_mutated_programs_raise_only_diagnostics(text: str) -> None:
     "@kernel\ndef k(t: tensor[f32, 2], n: i32):\n    x = n\n    if n > 0:\n        x = t\n",
     "@kernel\ndef k(t: tensor[f32, 2], n: i32):\n    x = n\n    for i in range(n):\n        x = t\n",
     "@kernel\ndef k(t: tensor[f32, 2], n: i32):\n    x = t.load_tile((0, t), (16, 16)) + f32(t)\n",
+    "@kernel\ndef k(x: ptr[f32], out: ptr[f32]):\n    store(out + arange(0, 16), x)\n    y = f16(x)\n",
+    "@kernel\ndef k(x: ptr[f32], out: ptr[f32]):\n    y = load(x, mask=True, other=x) + full((16,), x, f32)\n",
     "def f(x):\n    if x:\n        return 1\nX = f(program_id(0))\n",
     "@kernel\ndef k(x: ptr[e4m3]):\n    store(x + arange(0, 16), load(x + arange(0, 16)) * 2)\n",
     "@kernel\ndef k(x: ptr[f32]):\n    y = where(x > x, x, x)\n",
