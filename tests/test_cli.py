@@ -168,3 +168,14 @@ def test_module_entry_point_exit_codes(files) -> None:
     usage = subprocess.run([sys.executable, "-m", "sparsile.cli"], capture_output=True, text=True)
     assert (ok.returncode, bad.returncode, usage.returncode) == (0, 1, 2)
     assert "ok (1 kernel checked" in ok.stdout and "error[SP0202]" in bad.stderr and "usage:" in usage.stderr
+
+
+def test_signature_with_tensor_types_and_expressions(tmp_path) -> None:
+    path = tmp_path / "t.spk"
+    path.write_text("TILE = 16\n\n@kernel\ndef copy(t: tensor[f16, 2], o: tensor[f16, 2], B: constexpr):\n"
+                    "    o.store_tile((0, 0), t.load_tile((0, 0), (B, B)))\n")
+    code, out, err = run("compile", str(path), "--kernel", "copy", "--signature",
+                         "t=tensor[f16, 2], o=tensor[f16,2], B=TILE * 2")
+    assert code == EXIT_OK, err
+    assert out.startswith("kernel @copy(%t: tensor[f16, 2], %o: tensor[f16, 2]) [B=32")
+    assert "tensor.load_tile" in out and "tile<32x32xf16>" in out
