@@ -59,6 +59,16 @@ class KernelParam:
     extra: Any = None
 
 
+@dataclass(frozen=True)
+class PartitionCtx:
+    """The warps the code being generated runs on: the whole CTA (index -1) or one partition of
+    ``warp_specialize``."""
+
+    index: int
+    first_warp: int
+    num_warps: int
+
+
 LOWERINGS: dict[str, Callable[[CodeGen, Operation], None]] = {}
 
 
@@ -75,7 +85,8 @@ class CodeGen:
     def __init__(self, func: Function, target: Target, num_warps: int):
         self.func = func
         self.target = target
-        self.num_warps = num_warps
+        self.total_warps = num_warps
+        self.part = PartitionCtx(-1, 0, num_warps)
         self.mod = ModuleBuilder()
         self.params: list[KernelParam] = []
         self.vals: dict[int, Any] = {}
@@ -90,6 +101,11 @@ class CodeGen:
     # ------------------------------------------------------------------------------ driver
     def generate(self) -> str:
         self._load_lowerings()
+        from .lower_async import collect_tma_keys
+
+        collect_tma_keys(self)
+        threads = 32 * self.total_warps
+        self.state["default_regs"] = min(255, (65536 // threads) // 8 * 8)
         decls = self._declare_params()
         self.fb = FunctionBuilder(self.func.name, decls, "ptx_kernel")
         self._bind_params()
@@ -97,7 +113,6 @@ class CodeGen:
         self.fb.terminate("ret void")
         self.mod.globals.append(f"@sparsile_smem = external addrspace(3) global [0 x i8], align {max(16, 1024)}")
         self.mod.functions.append(self.fb.render())
-        threads = 32 * self.num_warps
         attrs = {"nvvm.reqntid": str(threads), **self.extra_fn_attrs}
         maxnreg = self.func.attrs.get("maxnreg")
         if maxnreg:
@@ -109,7 +124,14 @@ class CodeGen:
     def _load_lowerings() -> None:
         import importlib
 
-        from . import lower_control, lower_dot, lower_elementwise, lower_memory, lower_reduce  # noqa: F401
+        from . import (  # noqa: F401
+            lower_async,
+            lower_control,
+            lower_dot,
+            lower_elementwise,
+            lower_memory,
+            lower_reduce,
+        )
 
         for optional in ("lower_hopper", "lower_blackwell"):
             try:
@@ -204,13 +226,18 @@ class CodeGen:
             raise InternalError(f"expected a scalar for {v!r}")
         return x
 
+    @property
+    def num_warps(self) -> int:
+        """Warps of the current partition (the CTA outside warp specialization)."""
+        return self.part.num_warps
+
     # ------------------------------------------------------------------------------ threads
     def sreg(self, name: str) -> LLValue:
         """A special register read once in the entry block (``tid.x``, ``ctaid.y``, ...)."""
         if name not in self._sreg_cache:
             fn = f"llvm.nvvm.read.ptx.sreg.{name}"
             self.mod.declare(fn, f"declare i32 @{fn}()")
-            self._sreg_cache[name] = self.fb.value(f"call i32 @{fn}()", "i32", "sr", entry=True)
+            self._sreg_cache[name] = self.fb.value(f"call i32 @{fn}()", "i32", "sr", function_entry=True)
         return self._sreg_cache[name]
 
     @property
@@ -219,18 +246,41 @@ class CodeGen:
 
     def lane_id(self) -> LLValue:
         if "lane" not in self._sreg_cache:
-            self._sreg_cache["lane"] = self.fb.value(f"and i32 {self.tid.ref}, 31", "i32", "lane", entry=True)
+            self._sreg_cache["lane"] = self.fb.value(f"and i32 {self.tid.ref}, 31", "i32", "lane",
+                                                     function_entry=True)
         return self._sreg_cache["lane"]
 
     def warp_id(self) -> LLValue:
-        if "warp" not in self._sreg_cache:
-            self._sreg_cache["warp"] = self.fb.value(f"lshr i32 {self.tid.ref}, 5", "i32", "warp", entry=True)
-        return self._sreg_cache["warp"]
+        """The warp index within the current partition (uniform across the warp)."""
+        key = f"warp{self.part.index}"
+        if key not in self._sreg_cache:
+            w = self.fb.value(f"lshr i32 {self.tid.ref}, 5", "i32", "warp", entry=True)
+            if self.part.first_warp:
+                w = self.fb.value(f"sub i32 {w.ref}, {self.part.first_warp}", "i32", "warp", entry=True)
+            self._sreg_cache[key] = w
+        return self._sreg_cache[key]
+
+    def local_tid(self) -> LLValue:
+        """The thread index within the current partition."""
+        key = f"ltid{self.part.index}"
+        if key not in self._sreg_cache:
+            t = self.tid
+            if self.part.first_warp:
+                t = self.fb.value(f"sub i32 {t.ref}, {32 * self.part.first_warp}", "i32", "ltid", entry=True)
+            self._sreg_cache[key] = t
+        return self._sreg_cache[key]
+
+    def is_leader(self) -> LLValue:
+        """True in the first thread of the current partition (it issues single-thread ops)."""
+        key = f"leader{self.part.index}"
+        if key not in self._sreg_cache:
+            self._sreg_cache[key] = self.fb.value(f"icmp eq i32 {self.local_tid().ref}, 0", "i1", "lead", entry=True)
+        return self._sreg_cache[key]
 
     def thread_base(self, layout: LinearLayout) -> list[LLValue]:
         """Per logical dim, the XOR of the lane and warp bases of this thread (entry block)."""
         lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
-        key = (tuple(lanes), tuple(warps), len(layout.out_dims))
+        key = (self.part.index, tuple(lanes), tuple(warps), len(layout.out_dims))
         if key in self._thread_cache:
             return self._thread_cache[key]
         rank = len(layout.out_dims)
@@ -294,8 +344,14 @@ class CodeGen:
                              "ptr addrspace(3)", "sp")
 
     def barrier(self) -> None:
-        self.mod.declare("llvm.nvvm.barrier0", "declare void @llvm.nvvm.barrier0() #1")
-        self.fb.emit("call void @llvm.nvvm.barrier0() #1")
+        """Synchronize the threads of the current partition (``bar.sync 0`` for the whole CTA, a
+        named barrier ``1 + index`` for a partition)."""
+        if self.part.index < 0:
+            self.mod.declare("llvm.nvvm.barrier0", "declare void @llvm.nvvm.barrier0() #1")
+            self.fb.emit("call void @llvm.nvvm.barrier0() #1")
+        else:
+            self.asm("void", f"bar.sync {1 + self.part.index}, {32 * self.part.num_warps};", "", [],
+                     side_effect=True, convergent=True)
 
     def intrinsic(self, ret: str, name: str, args: list[LLValue], convergent: bool = False) -> LLValue | None:
         arg_types = ", ".join(a.type for a in args)

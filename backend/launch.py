@@ -42,17 +42,34 @@ def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam],
                                          "shape" if kp.kind == "tensor_dim" else "stride", kp.index))
             elif kp.kind == "tensormap":
                 box, swizzle = kp.extra
-                spec.append(_derived_tensormap(TensorMapParam, p.name, kp, box, swizzle))
+                spec.append(_tensormap_param(TensorMapParam, p.name, kp, box, swizzle, p.name not in stores))
             else:
                 raise LaunchError("SP0730", f"unsupported kernel parameter kind {kp.kind}")
     return ParamSpec(tuple(spec), kernel.name)
 
 
-def _derived_tensormap(cls: Any, source: str, kp: KernelParam, box: tuple[int, ...], swizzle: int) -> Any:
+def _tensormap_param(cls: Any, source: str, kp: KernelParam, box: tuple[int, ...], swizzle: int,
+                     readonly: bool) -> Any:
+    """A tensor map of argument ``source`` for one TMA box; the launch passes ``source``'s array
+    again for it (see :func:`user_values`)."""
     from .tensormap import Swizzle
 
     sw = {0: Swizzle.NONE, 32: Swizzle.B32, 64: Swizzle.B64, 128: Swizzle.B128}[swizzle]
-    return cls(f"{source}.tmap{kp.index}", kp.dtype, tuple(box), sw, source=source)  # type: ignore[call-arg]
+    return cls(tmap_param_name(source, kp.index), kp.dtype, tuple(box), sw, readonly=readonly)
+
+
+def tmap_param_name(source: str, index: int) -> str:
+    return f"{source}.tmap{index}"
+
+
+def user_values(spec: Any, bound: dict[str, Any]) -> list[Any]:
+    """The argument list the launcher expects: each user parameter's value, a tensor's array
+    repeated for each of its tensor maps."""
+    out = []
+    for p in spec.user_params:
+        name = p.name.split(".tmap")[0] if ".tmap" in p.name else p.name
+        out.append(bound[name])
+    return out
 
 
 def _stored_params(func: Any) -> set[str]:
@@ -111,10 +128,13 @@ class GpuLaunch:
         if launcher is None:
             launcher = _build_launcher(self.kernel, bindings, key, target, options)
             cache[ck_key] = launcher
-        values = [bound[p.name] for p in self.kernel.params]
+        staged = _stage_tma_host_arrays(launcher, bound) if launcher.spec_has_tensormaps else []
+        values = user_values(launcher.spec, bound)
         meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
         grid = self.grid(meta) if callable(self.grid) else self.grid
         launcher(grid, values, stream=stream)
+        for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
+            dev.copy_to_host(host)
 
 
 def _target(name: str) -> Any:
@@ -132,4 +152,26 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     spec = param_spec(kernel, bindings, ck.params, stores)
     module = runtime.load_module(ck.cubin)
     fn = module.function(ck.name)
-    return runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
+    launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
+    launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
+    launcher.written = _stored_params(kernel.ir_for(bindings, key, options))
+    return launcher
+
+
+def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
+    and its tensor maps: copy it once here (and back afterwards if the kernel writes it)."""
+    import numpy as np
+
+    from .runtime import DeviceBuffer
+
+    back = []
+    names = {p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"}
+    for name in names:
+        v = bound[name]
+        if isinstance(v, np.ndarray):
+            dev = DeviceBuffer.from_numpy(np.ascontiguousarray(v))
+            bound[name] = dev
+            if name in launcher.written:
+                back.append((v, dev))
+    return back

@@ -67,6 +67,7 @@ class Block:
     label: str
     lines: list[str] = field(default_factory=list)
     terminated: bool = False
+    prologue: list[str] = field(default_factory=list)  # hoisted instructions, printed first
 
 
 class FunctionBuilder:
@@ -77,8 +78,8 @@ class FunctionBuilder:
         self.params = params  # full parameter declarations, e.g. "ptr addrspace(1) %x"
         self.attrs = attrs
         self.blocks: list[Block] = [Block("entry")]
-        self.entry_lines: list[str] = []
         self.current = self.blocks[0]
+        self.hoist = self.blocks[0]  # where emit_entry puts instructions (a partition's first block)
         self._counter = 0
         self._labels = 0
 
@@ -102,11 +103,20 @@ class FunctionBuilder:
         self.current.lines.append("  " + line)
 
     def emit_entry(self, line: str) -> None:
-        self.entry_lines.append("  " + line)
+        """Emit where it dominates everything that follows: the function entry, or the first block of
+        the warp-specialized partition being generated."""
+        self.hoist.prologue.append("  " + line)
 
-    def value(self, rhs: str, ty: str, hint: str = "v", entry: bool = False) -> LLValue:
+    def value(self, rhs: str, ty: str, hint: str = "v", entry: bool = False, function_entry: bool = False) -> LLValue:
+        """``name = rhs``; ``entry``: hoisted to the current partition's first block;
+        ``function_entry``: hoisted to the function's entry block (valid in every partition)."""
         name = self.fresh(hint)
-        (self.emit_entry if entry else self.emit)(f"{name} = {rhs}")
+        if function_entry:
+            self.blocks[0].prologue.append(f"  {name} = {rhs}")
+        elif entry:
+            self.emit_entry(f"{name} = {rhs}")
+        else:
+            self.emit(f"{name} = {rhs}")
         return LLValue(name, ty)
 
     def terminate(self, line: str) -> None:
@@ -164,12 +174,9 @@ class FunctionBuilder:
 
     def render(self) -> str:
         out = [f"define {self.attrs_prefix()}void @{self.name}({', '.join(self.params)}) #0 {{"]
-        first = True
         for b in self.blocks:
             out.append(f"{b.label}:")
-            if first:
-                out.extend(self.entry_lines)
-                first = False
+            out.extend(b.prologue)
             out.extend(b.lines)
         out.append("}")
         return "\n".join(out)

@@ -21,6 +21,17 @@ def _flatten(x: Any) -> list[LLValue]:
     raise TypeError(f"cannot carry {x!r} through control flow")
 
 
+def _check_layouts(values: list[Any], args: list[Any], what: str) -> None:
+    """A carried tile must have one layout on every edge (inference guarantees it); anything else
+    would silently mix up registers, so it is a compiler bug."""
+    from ..frontend.diagnostics import InternalError
+
+    for v, a in zip(values, args, strict=True):
+        lay = getattr(a, "layout", None)
+        if isinstance(v, DTile) and lay is not None and v.layout != lay:
+            raise InternalError(f"{what}: a carried tile changes layout across the loop edge")
+
+
 def _unflatten(template: Any, regs: list[LLValue]) -> Any:
     if isinstance(template, DTile):
         n = len(template.regs)
@@ -65,6 +76,7 @@ def lower_for(cg: CodeGen, op: Operation) -> None:
     fb.cond_br(cond, body_bb, exit_bb)
     fb.set_block(body_bb)
     body = op.regions[0].block
+    _check_layouts(inits, body.args[1:], "scf.for")
     cg.set(body.args[0], iv)
     carried_templates = []
     regs = list(phi_vals)

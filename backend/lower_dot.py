@@ -49,7 +49,7 @@ def _zero_fill(cg: CodeGen, base: int, nbytes: int) -> None:
     threads = 32 * cg.num_warps
     words = nbytes // 4
     for start in range(0, words, threads):
-        idx = fb.binop("add", cg.tid, const(start, "i32"))
+        idx = fb.binop("add", cg.local_tid(), const(start, "i32"))
         ok = fb.icmp("ult", idx, const(words, "i32"))
         then, done = fb.new_block("zf"), fb.new_block("zf_done")
         fb.cond_br(ok, then, done)

@@ -34,6 +34,11 @@ def map_values(cg: CodeGen, op: Operation, fn: Callable[[list[LLValue]], LLValue
         cg.set(res, fn(args))
         return
     tiles = [a for a in args if isinstance(a, DTile)]
+    for t in tiles:
+        if t.layout != res.layout:
+            from ..frontend.diagnostics import InternalError
+
+            raise InternalError(f"`{op.name}` operands and result have different layouts", op.span)
     n = len(tiles[0].regs)
     memo: dict[tuple[str, ...], LLValue] = {}
     regs = []

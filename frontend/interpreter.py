@@ -45,6 +45,7 @@ class Interpreter:
         (a Buffer-backed PtrVal, a TensorVal, or a numpy scalar)."""
         for pid in itertools.product(*(range(g) for g in grid)):
             ctx = ProgramContext(pid, grid, {})  # type: ignore[arg-type]
+            ctx.warps = int(self.func.attrs.get("num_warps", 4))  # type: ignore[attr-defined]
             env: dict[int, Any] = {}
             for p in self.func.runtime_params:
                 assert p.value is not None
@@ -68,6 +69,8 @@ class Interpreter:
                 self._if(op, env, ctx)
             elif name == "scf.while":
                 self._while(op, env, ctx)
+            elif name == "warp_specialize":
+                self._warp_specialize(op, env, ctx)
             else:
                 self._op(op, env, ctx)
         return []
@@ -115,3 +118,37 @@ class Interpreter:
                 return
             self._bind(env, after.args, vals)
             carried = self.exec_block(after, env, ctx)
+
+    def _warp_specialize(self, op: Operation, env: dict[int, Any], ctx: ProgramContext) -> None:
+        """Run the partitions concurrently (one Python thread each): they synchronize through
+        mbarriers exactly as the warps do on the GPU, so a missing arrival deadlocks here too
+        (reported after a timeout) instead of passing by accident."""
+        import threading
+
+        errors: list[BaseException] = []
+
+        def run(block: Block, warps: int) -> None:
+            import dataclasses
+
+            part_ctx = dataclasses.replace(ctx)
+            part_ctx.warps = warps  # type: ignore[attr-defined]
+            try:
+                self.exec_block(block, dict(env), part_ctx)
+            except BaseException as e:  # reported in the caller's thread
+                errors.append(e)
+                ctx.shared["_abort"] = True
+                cond = ctx.shared.get("_cond")
+                if cond is not None:
+                    with cond:
+                        cond.notify_all()
+
+        threads = [threading.Thread(target=run, args=(r.block, w), daemon=True)
+                   for r, w in zip(op.regions, op.attrs["warps"], strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            first = next((e for e in errors if not (isinstance(e, InterpreterError)
+                                                    and "another partition failed" in str(e))), errors[0])
+            raise first

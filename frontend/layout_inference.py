@@ -35,8 +35,11 @@ from .tile_layouts import (
 SAME = {"arith.binary", "arith.cmp", "arith.unary", "math", "arith.select", "arith.cast", "addptr", "load",
         "store"}
 
+# ops whose accumulator operand (at this index) and result share a layout
+ACC_INDEX = {"dot": 2, "sparse_dot": 3, "hopper.wgmma": 2, "hopper.wgmma_wait": 0}
+
 REMATERIALIZABLE = {"arith.constant", "splat", "arange", "arith.binary", "arith.cmp", "arith.unary", "arith.cast",
-                    "arith.select", "addptr"}
+                    "arith.select", "addptr", "broadcast", "expand_dims"}
 
 # A target may anchor tensor-core ops: (op, num_warps) -> {value id: layout}
 AnchorHook = Callable[[Operation, int], dict[int, LinearLayout]]
@@ -55,18 +58,31 @@ def project(layout: LinearLayout, src_shape: tuple[int, ...]) -> LinearLayout:
     return LinearLayout.from_bases(rows, [(f"dim{i}", s) for i, s in enumerate(src_shape)])
 
 
+def walk_partition(block: Block) -> list[Operation]:
+    """The ops of ``block`` and its nested regions, except those of nested ``warp_specialize``
+    partitions (which run on other warps and are inferred separately)."""
+    out: list[Operation] = []
+    for op in block.ops:
+        out.append(op)
+        if op.name == "warp_specialize":
+            continue
+        for region in op.regions:
+            out.extend(walk_partition(region.block))
+    return out
+
+
 class LayoutInference:
-    def __init__(self, func: Function, num_warps: int, anchor_hook: AnchorHook | None = None):
-        self.func = func
+    def __init__(self, block: Block, num_warps: int, anchor_hook: AnchorHook | None, axis: AxisAnalysis):
+        self.block = block
         self.num_warps = num_warps
         self.anchor_hook = anchor_hook
-        self.axis = AxisAnalysis(func)
+        self.axis = axis
         self.layout: dict[int, LinearLayout] = {}
         self.values: dict[int, Value] = {}
 
     # ------------------------------------------------------------------------------ driver
     def run(self) -> None:
-        ops = list(self.func.walk())
+        ops = walk_partition(self.block)
         for op in ops:
             for v in [*op.operands, *op.results]:
                 if is_tile(v):
@@ -76,6 +92,20 @@ class LayoutInference:
                     if is_tile(a):
                         self.values[id(a)] = a
         self._anchors(ops)
+        self._fixpoint(ops)
+        for vid, v in self.values.items():
+            if vid not in self.layout:
+                self.layout[vid] = default_blocked(T.shape_of(v.type), self.num_warps)
+        for vid, v in self.values.items():
+            v.layout = self.layout[vid]
+        self._resolve(self.block)
+        for op in ops:
+            if op.name == "warp_specialize":
+                for region, warps in zip(op.regions, op.attrs["warps"], strict=True):
+                    LayoutInference(region.block, warps, self.anchor_hook, self.axis).run()
+
+    # ------------------------------------------------------------------------------ anchors
+    def _fixpoint(self, ops: list[Operation]) -> None:
         changed = True
         while changed:
             changed = False
@@ -83,14 +113,7 @@ class LayoutInference:
                 changed |= self._propagate(op)
             for op in reversed(ops):
                 changed |= self._propagate(op)
-        for vid, v in self.values.items():
-            if vid not in self.layout:
-                self.layout[vid] = default_blocked(T.shape_of(v.type), self.num_warps)
-        for vid, v in self.values.items():
-            v.layout = self.layout[vid]
-        self._resolve(self.func.body.block)
 
-    # ------------------------------------------------------------------------------ anchors
     def vector_elems(self, ptr: Value) -> int:
         """Elements per 16-byte-or-narrower access that axis analysis allows for a pointer tile."""
         shape = T.shape_of(ptr.type)
@@ -103,12 +126,22 @@ class LayoutInference:
         return 1 << (max(1, vec).bit_length() - 1)
 
     def _anchors(self, ops: list[Operation]) -> None:
+        # Tensor-core operands first: a load feeding an MMA is cheapest in the MMA's own layout.
+        if self.anchor_hook is not None:
+            for op in ops:
+                for vid, lay in self.anchor_hook(op, self.num_warps).items():
+                    if vid not in self.layout:
+                        self.layout[vid] = lay
+            self._fixpoint(ops)  # spread them (through loops, into the loads feeding them) first
         # One layout per tile shape for every memory access of that shape: wide enough per thread
         # for the widest access (a narrower access still works on it), so that loads and stores of
         # one shape never need a conversion between them.
         widest: dict[tuple[int, ...], int] = {}
         anchored: list[tuple[Value, tuple[int, ...]]] = []
         for op in ops:
+            if op.name == "load" and is_tile(op.operands[0]) and self._get(op.result) is not None:
+                self._set(op.operands[0], self._get(op.result))  # the consumer already chose (e.g. wgmma)
+                continue
             if op.name in ("load", "store") and is_tile(op.operands[0]):
                 shape = T.shape_of(op.operands[0].type)
                 widest[shape] = max(widest.get(shape, 1), self.vector_elems(op.operands[0]))
@@ -121,11 +154,6 @@ class LayoutInference:
                 anchored.append((v, shape))
         for v, shape in anchored:
             self._set(v, default_blocked(shape, self.num_warps, widest[shape]))
-        for op in ops:
-            if op.name in ("dot", "sparse_dot") and self.anchor_hook is not None:
-                for vid, lay in self.anchor_hook(op, self.num_warps).items():
-                    if vid not in self.layout:
-                        self.layout[vid] = lay
 
     def _set(self, v: Value, layout: LinearLayout) -> bool:
         if id(v) in self.layout or not is_tile(v):
@@ -173,8 +201,8 @@ class LayoutInference:
             elif self._get(op.result) is not None:
                 changed |= self._set(op.operands[0], reshape_layout(self._get(op.result),  # type: ignore[arg-type]
                                                                     T.shape_of(op.operands[0].type)))
-        elif name in ("dot", "sparse_dot"):
-            acc, res = op.operands[-1], op.result
+        elif name in ACC_INDEX:
+            acc, res = op.operands[ACC_INDEX[name]], op.result
             for a, b in ((acc, res), (res, acc)):
                 if self._get(a) is not None:
                     changed |= self._set(b, self._get(a))  # type: ignore[arg-type]
@@ -188,8 +216,9 @@ class LayoutInference:
     # ------------------------------------------------------------------------------ resolution
     def _resolve(self, block: Block) -> None:
         for op in list(block.ops):
-            for region in op.regions:
-                self._resolve(region.block)
+            if op.name != "warp_specialize":
+                for region in op.regions:
+                    self._resolve(region.block)
             self._resolve_op(op)
 
     def _convert_before(self, op: Operation, index: int, layout: LinearLayout) -> None:
@@ -214,7 +243,18 @@ class LayoutInference:
             return None
         if d.name not in REMATERIALIZABLE or d.regions:
             return None
-        if d.name in SAME and d.name not in ("load", "store"):
+        if d.name in ("broadcast", "expand_dims"):
+            src = d.operands[0]
+            if not is_tile(src):
+                new_operands = [src]
+            else:
+                want = project(layout, T.shape_of(src.type)) if d.name == "broadcast" else \
+                    remove_unit_dim(layout, d.attrs["axis"])
+                y = src if src.layout == want else self._rematerialize(src, want, before, depth + 1)
+                if y is None:
+                    return None
+                new_operands = [y]
+        elif d.name in SAME and d.name not in ("load", "store"):
             new_operands = []
             for x in d.operands:
                 if not is_tile(x):
@@ -256,12 +296,21 @@ class LayoutInference:
             derived = drop_dim(op.operands[0].layout, op.attrs["axis"])
             if derived != op.result.layout:
                 _convert_result(op, derived)
-        elif name in ("dot", "sparse_dot"):
-            self._convert_before(op, len(op.operands) - 1, op.result.layout)
+        elif name in ACC_INDEX:
+            self._convert_before(op, ACC_INDEX[name], op.result.layout)
+            if self.anchor_hook is not None:
+                for i, v in enumerate(op.operands):
+                    want = self.anchor_hook(op, self.num_warps).get(id(v))
+                    if want is not None and is_tile(v) and i != ACC_INDEX[name]:
+                        self._convert_before(op, i, want)
         elif name in ("scf.for", "scf.while"):
             first = 3 if name == "scf.for" else 0
             for i, r in enumerate(op.results):
                 if is_tile(r):
+                    for region in op.regions:  # block args carry the results' layout
+                        arg = region.block.args[i + (1 if name == "scf.for" else 0)]
+                        if arg.layout != r.layout:
+                            _retype_block_arg(region.block, arg, r.layout)
                     self._convert_before(op, first + i, r.layout)
                     for region in op.regions:
                         term = region.block.terminator
@@ -303,6 +352,30 @@ def _carried_groups(op: Operation) -> list[list[Value]]:
     return groups
 
 
+def _retype_block_arg(block: Block, arg: Value, layout: LinearLayout) -> None:
+    """Give a loop-carried block argument the loop's layout; its users that expected another one
+    read it through a conversion at the top of the body."""
+    old_layout = arg.layout
+    arg.layout = layout
+    users = [op for op in block.ops if any(v is arg for v in op.operands)]
+    if not users or old_layout is None:
+        return
+    conv = Operation("convert_layout", [arg], [], {}, [], block.ops[0].span, block)
+    new = Value(arg.type, conv, 0)
+    new.layout = old_layout
+    conv.results = [new]
+    block.ops.insert(0, conv)
+    for op in block.ops[1:]:
+        _replace_in(op, arg, new)
+
+
+def _replace_in(op: Operation, old: Value, new: Value) -> None:
+    op.operands = [new if v is old else v for v in op.operands]
+    for region in op.regions:
+        for inner in region.block.ops:
+            _replace_in(inner, old, new)
+
+
 def _convert_result(op: Operation, layout: LinearLayout) -> None:
     """Give ``op`` a result in ``layout`` and convert it to the layout its users expect."""
     old = op.results[0]
@@ -319,5 +392,5 @@ def _convert_result(op: Operation, layout: LinearLayout) -> None:
 
 
 def infer_layouts(func: Function, num_warps: int, anchor_hook: AnchorHook | None = None) -> Any:
-    LayoutInference(func, num_warps, anchor_hook).run()
+    LayoutInference(func.body.block, num_warps, anchor_hook, AxisAnalysis(func)).run()
     return func

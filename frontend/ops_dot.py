@@ -114,6 +114,9 @@ def sparse_dot(em: Emitter, a_values: Arg, a_meta: Arg, b: Arg, acc: Arg | None 
                  help="load the rows of the metadata words that `sparsile.stdlib.sparsity.encode_metadata` made")
     if k % per_word:
         em.error("SP0341", f"sparse K tile must be a multiple of {per_word} for {ea}, found K = {k}", a_values.span)
+    if m % 16:
+        em.error("SP0341", f"sparse A tiles have a multiple of 16 rows (metadata words pair rows m and m+8), "
+                 f"found M = {m}", a_values.span)
     c = vacc if vacc is not None else _acc_value(em, None, m, n, elem)
     return em.op1("sparse_dot", [va, vm, vb, c], c.type)
 
@@ -148,10 +151,16 @@ def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from .metadata_words import decompress_tile
 
+    from ..stdlib.sparsity import SparsityError
+    from .interp_values import InterpreterError
+
     vals, meta, b, c = args
     ea = T.element_type(op.operands[0].type)
     assert isinstance(ea, T.ScalarType)
-    dense = decompress_tile(vals, meta, ea)
+    try:
+        dense = decompress_tile(vals, meta, ea)
+    except SparsityError as e:
+        raise InterpreterError(f"invalid sparse metadata: {e}", op.span, ctx.program_id) from None
     if ea in (T.f32, T.tf32):
         from .ops_core import cast_array
 

@@ -26,7 +26,7 @@ class SourceFile:
 
     def line(self, lineno: int) -> str:
         """The text of 1-based line ``lineno`` of ``text`` (without the newline)."""
-        lines = self.text.splitlines()
+        lines = self.text.split("\n")
         if 1 <= lineno <= len(lines):
             return lines[lineno - 1]
         return ""

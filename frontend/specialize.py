@@ -52,7 +52,10 @@ def data_pointer(obj: Any) -> int | None:
     """The address of an array's first element where it can be read cheaply."""
     if isinstance(obj, np.ndarray):
         return int(obj.__array_interface__["data"][0])
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    try:  # torch raises KeyError for dtypes the interface cannot describe (float8)
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception:
+        cai = None
     if cai is not None:
         return int(cai["data"][0])
     ptr = getattr(obj, "data_ptr", None)

@@ -183,9 +183,11 @@ def cache_path(text: str | None = None) -> Path | None:
     text = grammar_text() if text is None else text
     key = f"{text}\0{lark.__version__}\0{sys.version_info[:2]}".encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
-    root = os.environ.get("SPARSILE_CACHE_DIR")
+    root = os.environ.get("SPARSILE_CACHE_DIR", "").strip()
+    if root.lower() in ("off", "0", "false", "no", "none", "disabled"):
+        return None
     if root:
-        folder = Path(root) / "grammar"
+        folder = Path(root).expanduser() / "grammar"
     else:
         user = os.getuid() if hasattr(os, "getuid") else "user"
         folder = Path(tempfile.gettempdir()) / f"sparsile-{user}" / "grammar"

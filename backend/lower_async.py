@@ -1,0 +1,444 @@
+"""Lowering of the explicit-level memory ops (``ops_memory.py``): shared-memory buffers, mbarriers,
+TMA copies, async-proxy fences, partition barriers and warp specialization (sm_90a and later).
+
+Shared-memory buffers live in the kernel's dynamic shared memory, each 1024-byte aligned (the
+128B-swizzle atom, hardware-facts §5.3). A 2-D buffer of R x C elements with swizzle span S is
+stored as column panels of S bytes (rows of exactly S bytes, TMA box per panel); byte address bits
+[4, 4+log2(S/16)) are XORed with bits [7, ...) (PTX ISA 5.5.7). Ops one thread must issue (TMA,
+``arrive.expect_tx``, ``arrive``) run in the first thread of the current partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..frontend import types as T
+from ..frontend.diagnostics import CompileError, Diagnostic
+from ..frontend.ir import Operation
+from .codegen import CodeGen, DTile, PartitionCtx, lowering
+from .llvm_text import LLValue, const
+from .lower_reduce import _storage
+
+
+@dataclass(frozen=True)
+class SmemRef:
+    """A view of a shared-memory buffer: ``base`` is its byte offset in dynamic shared memory;
+    ``full_rows`` the rows of the allocation (the panel stride); the view is ``shape``."""
+
+    base: LLValue
+    elem: T.ScalarType
+    shape: tuple[int, ...]
+    swizzle: int
+    full_rows: int
+    row_bytes: int  # bytes of one full row of the allocation (all panels)
+
+    @property
+    def ebytes(self) -> int:
+        return max(1, self.elem.bits // 8)
+
+    @property
+    def pitch(self) -> int:
+        """Bytes between consecutive rows inside a panel."""
+        return self.swizzle if self.swizzle else self.row_bytes
+
+    @property
+    def panel_cols(self) -> int:
+        return (self.swizzle // self.ebytes) if self.swizzle else self.shape[-1]
+
+    @property
+    def matrix_bytes(self) -> int:
+        """Bytes of one 2-D matrix of the allocation (the stride of leading dims)."""
+        return self.full_rows * self.row_bytes
+
+
+@dataclass(frozen=True)
+class BarRef:
+    base: LLValue  # byte offset of the first barrier
+    count: int
+
+
+def smem_base_address(cg: CodeGen) -> LLValue:
+    """The 32-bit shared-state-space address of the dynamic shared memory."""
+    if "smem_addr" not in cg.state:
+        cg.state["smem_addr"] = cg.fb.value("ptrtoint ptr addrspace(3) @sparsile_smem to i32", "i32", "sbase",
+                                            function_entry=True)
+    return cg.state["smem_addr"]
+
+
+def element_offset(cg: CodeGen, ref: SmemRef, row: LLValue, col: LLValue) -> LLValue:
+    """Byte offset (from the dynamic shared memory start) of element (row, col) of a 2-D view,
+    swizzle applied."""
+    fb = cg.fb
+    eb = ref.ebytes
+    if ref.swizzle:
+        pc = ref.panel_cols
+        panel = fb.binop("udiv", col, const(pc, "i32"))
+        within = fb.binop("urem", col, const(pc, "i32"))
+        off = fb.binop("add", fb.binop("mul", panel, const(ref.full_rows * ref.swizzle, "i32")),
+                       fb.binop("add", fb.binop("mul", row, const(ref.swizzle, "i32")),
+                                fb.binop("mul", within, const(eb, "i32"))))
+        off = fb.binop("add", off, ref.base)
+        mask = ref.swizzle // 16 - 1
+        bits = fb.binop("and", fb.binop("lshr", off, const(7, "i32")), const(mask, "i32"))
+        return fb.binop("xor", off, fb.binop("shl", bits, const(4, "i32")))
+    off = fb.binop("add", fb.binop("mul", row, const(ref.row_bytes, "i32")), fb.binop("mul", col, const(eb, "i32")))
+    return fb.binop("add", off, ref.base)
+
+
+def _nd_offset(cg: CodeGen, ref: SmemRef, coords: list[LLValue]) -> LLValue:
+    """Offset of an element of an N-D view: leading dims stride whole matrices."""
+    fb = cg.fb
+    if len(coords) == 1:
+        return element_offset(cg, ref, const(0, "i32"), coords[0])
+    lead = coords[:-2]
+    base = ref
+    if lead:
+        extra: LLValue = const(0, "i32")
+        stride = ref.matrix_bytes
+        for d in reversed(range(len(lead))):
+            extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(stride, "i32")))
+            stride *= ref.shape[d]
+        base = SmemRef(fb.binop("add", ref.base, extra), ref.elem, ref.shape[-2:], ref.swizzle, ref.full_rows,
+                       ref.row_bytes)
+    return element_offset(cg, base, coords[-2], coords[-1])
+
+
+@lowering("smem.alloc")
+def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
+    t = op.result.type
+    assert isinstance(t, T.SmemType)
+    eb = max(1, t.elem.bits // 8)
+    shape = t.shape
+    rows = shape[-2] if len(shape) >= 2 else 1
+    row_bytes = shape[-1] * eb
+    if t.swizzle and row_bytes % t.swizzle:
+        raise CompileError([Diagnostic("SP0361", f"rows of {row_bytes} bytes do not fill whole {t.swizzle}-byte "
+                                       f"swizzle atoms in {t}", op.span,
+                                       help=f"use swizzle={row_bytes if row_bytes in (32, 64, 128) else 0}, or "
+                                            "widen the buffer")])
+    matrices = 1
+    for d in shape[:-2]:
+        matrices *= d
+    nbytes = matrices * rows * row_bytes
+    off = cg.smem_alloc(nbytes, 1024)
+    cg.set(op.result, SmemRef(const(off, "i32"), t.elem, shape, t.swizzle, rows, row_bytes))
+
+
+@lowering("smem.index")
+def lower_smem_index(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    i = cg.scalar(op.operands[1])
+    stride = ref.matrix_bytes
+    for d in ref.shape[1:-2]:
+        stride *= d
+    base = cg.fb.binop("add", ref.base, cg.fb.binop("mul", i, const(stride, "i32")))
+    cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes))
+
+
+@lowering("smem.slice")
+def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    start = cg.scalar(op.operands[1])
+    d, n = op.attrs["dim"], op.attrs["size"]
+    rank = len(ref.shape)
+    fb = cg.fb
+    shape = tuple(n if i == d else x for i, x in enumerate(ref.shape))
+    if d == rank - 2:  # rows: offset inside each panel
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.pitch, "i32")))
+    elif d < rank - 2:
+        stride = ref.matrix_bytes
+        for x in ref.shape[d + 1:-2]:
+            stride *= x
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(stride, "i32")))
+    else:
+        raise CompileError([Diagnostic("SP0362", "slicing a shared-memory buffer along its last dimension is not "
+                                       "supported yet", op.span, help="allocate separate buffers, or slice rows")])
+    cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes))
+
+
+@lowering("smem.store")
+def lower_smem_store(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    x = cg.tile(op.operands[1])
+    sty, eb = _storage(x.elem)
+    coords = cg.coords(x.layout)
+    seen: set[tuple[str, ...]] = set()
+    for r in range(len(x.regs)):
+        key = tuple(c.ref for c in coords[r])
+        if key in seen:
+            continue
+        seen.add(key)
+        off = _nd_offset(cg, ref, coords[r])
+        ptr = cg.smem_ptr(off)
+        v = x.regs[r]
+        if v.type == "i1":
+            v = cg.fb.cast("zext", v, "i8")
+        cg.fb.emit(f"store {sty} {v.ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+
+
+@lowering("smem.load")
+def lower_smem_load(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    res = op.result
+    elem = T.element_type(res.type)
+    assert isinstance(elem, T.ScalarType)
+    sty, eb = _storage(elem)
+    coords = cg.coords(res.layout)
+    regs = []
+    cache: dict[tuple[str, ...], LLValue] = {}
+    for c in coords:
+        key = tuple(x.ref for x in c)
+        if key not in cache:
+            ptr = cg.smem_ptr(_nd_offset(cg, ref, c))
+            v = cg.fb.value(f"load {sty}, ptr addrspace(3) {ptr.ref}, align {eb}", sty, "ls")
+            cache[key] = cg.fb.icmp("ne", v, const(0, "i8")) if elem.is_bool else v
+        regs.append(cache[key])
+    cg.set(res, DTile(res.layout, regs, elem))
+
+
+# ------------------------------------------------------------------------------------------------
+# mbarriers
+# ------------------------------------------------------------------------------------------------
+def _leader_do(cg: CodeGen, emit: object) -> None:
+    """Run ``emit()`` in the first thread of the current partition only."""
+    fb = cg.fb
+    then, done = fb.new_block("lead"), fb.new_block("lead_done")
+    fb.cond_br(cg.is_leader(), then, done)
+    fb.set_block(then)
+    emit()  # type: ignore[operator]
+    fb.br(done)
+    fb.set_block(done)
+
+
+def bar_ptr(cg: CodeGen, bar: BarRef) -> LLValue:
+    return cg.smem_ptr(bar.base)
+
+
+@lowering("mbarrier.alloc")
+def lower_mbar_alloc(cg: CodeGen, op: Operation) -> None:
+    if cg.part.index >= 0:
+        raise CompileError([Diagnostic("SP0363", "mbarriers must be allocated outside warp_specialize partitions",
+                                       op.span, help="allocate them in the kernel body and pass them in")])
+    n, arrivals = op.attrs["count"], op.attrs["arrivals"]
+    off = cg.smem_alloc(8 * n, 8)
+
+    def init() -> None:
+        for i in range(n):
+            p = cg.smem_ptr(off + 8 * i)
+            cg.intrinsic("void", "llvm.nvvm.mbarrier.init.shared", [p, const(arrivals, "i32")])
+        cg.intrinsic("void", "llvm.nvvm.fence.mbarrier_init.release.cluster", [])
+
+    _leader_do(cg, init)
+    cg.barrier()
+    cg.set(op.result, BarRef(const(off, "i32"), n))
+
+
+@lowering("mbarrier.index")
+def lower_mbar_index(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[0])
+    i = cg.scalar(op.operands[1])
+    cg.set(op.result, BarRef(cg.fb.binop("add", bar.base, cg.fb.binop("mul", i, const(8, "i32"))), 1))
+
+
+@lowering("mbarrier.expect")
+def lower_mbar_expect(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[0])
+    nbytes = cg.scalar(op.operands[1])
+    _leader_do(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta",
+                                         [bar_ptr(cg, bar), nbytes]))
+
+
+@lowering("mbarrier.arrive")
+def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
+    """One arrival on behalf of the whole partition: every thread's earlier work (e.g. another
+    warpgroup's wgmma reading the stage) must be done first, so the partition synchronizes, then
+    its first thread arrives."""
+    bar: BarRef = cg.get(op.operands[0])
+    if op.attrs.get("per") == "warpgroup":
+        if cg.num_warps % 4:
+            raise CompileError([Diagnostic("SP0372", f"per-warpgroup arrival in a partition of {cg.num_warps} warps "
+                                           "(not whole warpgroups)", op.span)])
+        fb = cg.fb
+        # every warpgroup synchronizes its own 128 threads (barrier 8 + its index in the CTA) and
+        # its first thread arrives
+        wg_global = fb.binop("lshr", cg.tid, const(7, "i32"))
+        bar_id = fb.binop("add", wg_global, const(8, "i32"))
+        cg.asm("void", "bar.sync $0, 128;", "r", [bar_id], side_effect=True, convergent=True)
+        first = fb.icmp("eq", fb.binop("and", cg.tid, const(127, "i32")), const(0, "i32"))
+        then, done = fb.new_block("wg_lead"), fb.new_block("wg_lead_done")
+        fb.cond_br(first, then, done)
+        fb.set_block(then)
+        cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)])
+        fb.br(done)
+        fb.set_block(done)
+        return
+    if cg.num_warps > 1 or cg.part.index < 0:
+        cg.barrier()
+    _leader_do(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)]))
+
+
+@lowering("mbarrier.wait")
+def lower_mbar_wait(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[0])
+    parity = cg.fb.binop("and", cg.scalar(op.operands[1]), const(1, "i32"))
+    fb = cg.fb
+    ptr = bar_ptr(cg, bar)
+    loop, done = fb.new_block("mbar_wait"), fb.new_block("mbar_done")
+    fb.br(loop)
+    fb.set_block(loop)
+    ok = cg.intrinsic("i1", "llvm.nvvm.mbarrier.try.wait.parity.scope.cta.space.cta", [ptr, parity])
+    assert ok is not None
+    fb.cond_br(ok, done, loop)
+    fb.set_block(done)
+
+
+# ------------------------------------------------------------------------------------------------
+# TMA
+# ------------------------------------------------------------------------------------------------
+def tma_boxes(ref_type: T.SmemType) -> tuple[tuple[int, ...], int, int]:
+    """(box shape in numpy order, panels, panel columns) of the TMA copies filling a buffer."""
+    eb = max(1, ref_type.elem.bits // 8)
+    cols = ref_type.shape[-1]
+    pc = (ref_type.swizzle // eb) if ref_type.swizzle else cols
+    panels = max(1, cols // pc)
+    return (*ref_type.shape[:-1], pc), panels, pc
+
+
+def tma_key(op: Operation, smem_index: int) -> tuple[tuple[int, ...], int]:
+    t = op.operands[smem_index].type
+    assert isinstance(t, T.SmemType)
+    box, _, _ = tma_boxes(t)
+    return box, t.swizzle
+
+
+def collect_tma_keys(cg: CodeGen) -> None:
+    """Before parameters are declared: the tensor maps each tensor parameter needs."""
+    keys: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for op in cg.func.walk():
+        if op.name in ("tma.load", "tma.store"):
+            smem_index = len(op.operands) - 2 if op.name == "tma.load" else len(op.operands) - 1
+            root = op.operands[0]
+            k = tma_key(op, smem_index)
+            lst = keys.setdefault(id(root), [])
+            if k not in lst:
+                lst.append(k)
+    cg.state["tma_keys"] = keys
+
+
+def _tmap(cg: CodeGen, op: Operation, smem_index: int) -> LLValue:
+    t = cg.get(op.operands[0])
+    return t.tensormaps[tma_key(op, smem_index)]
+
+
+def _coords(cg: CodeGen, offsets: list[LLValue]) -> list[LLValue]:
+    return list(reversed(offsets))  # TMA coordinate 0 is the innermost dimension
+
+
+@lowering("tma.load")
+def lower_tma_load(cg: CodeGen, op: Operation) -> None:
+    offs = [cg.scalar(v) for v in op.operands[1:-2]]
+    dst: SmemRef = cg.get(op.operands[-2])
+    bar: BarRef = cg.get(op.operands[-1])
+    tmap = _tmap(cg, op, len(op.operands) - 2)
+    st = op.operands[-2].type
+    assert isinstance(st, T.SmemType)
+    _, panels, pc = tma_boxes(st)
+    rank = len(offs)
+    name = f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d"
+    fb = cg.fb
+
+    def issue() -> None:
+        for p in range(panels):
+            coords = list(offs)
+            if p:
+                coords[-1] = fb.binop("add", coords[-1], const(p * pc, "i32"))
+            dst_off = fb.binop("add", dst.base, const(p * dst.full_rows * dst.swizzle, "i32")) if p else dst.base
+            d3 = cg.smem_ptr(dst_off)
+            d7 = fb.value(f"addrspacecast ptr addrspace(3) {d3.ref} to ptr addrspace(7)", "ptr addrspace(7)")
+            args = [d7, bar_ptr(cg, bar), tmap, *_coords(cg, coords), const(0, "i16"), const(0, "i64"),
+                    const(0, "i1"), const(0, "i1"), const(0, "i32")]
+            cg.intrinsic("void", name, args)
+
+    _leader_do(cg, issue)
+
+
+@lowering("tma.store")
+def lower_tma_store(cg: CodeGen, op: Operation) -> None:
+    offs = [cg.scalar(v) for v in op.operands[1:-1]]
+    src: SmemRef = cg.get(op.operands[-1])
+    tmap = _tmap(cg, op, len(op.operands) - 1)
+    st = op.operands[-1].type
+    assert isinstance(st, T.SmemType)
+    _, panels, pc = tma_boxes(st)
+    rank = len(offs)
+    name = f"llvm.nvvm.cp.async.bulk.tensor.s2g.tile.{rank}d"
+    fb = cg.fb
+
+    def issue() -> None:
+        for p in range(panels):
+            coords = list(offs)
+            if p:
+                coords[-1] = fb.binop("add", coords[-1], const(p * pc, "i32"))
+            src_off = fb.binop("add", src.base, const(p * src.full_rows * src.swizzle, "i32")) if p else src.base
+            args = [cg.smem_ptr(src_off), tmap, *_coords(cg, coords), const(0, "i64"), const(0, "i1")]
+            cg.intrinsic("void", name, args)
+        cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.commit.group", [])
+
+    _leader_do(cg, issue)
+
+
+@lowering("tma.store_wait")
+def lower_tma_store_wait(cg: CodeGen, op: Operation) -> None:
+    n = op.attrs.get("pending", 0)
+    _leader_do(cg, lambda: cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.wait.group.read", [const(n, "i32")]))
+
+
+@lowering("fence.async_shared")
+def lower_fence_async(cg: CodeGen, op: Operation) -> None:
+    cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
+
+
+@lowering("barrier")
+def lower_barrier(cg: CodeGen, op: Operation) -> None:
+    cg.barrier()
+
+
+# ------------------------------------------------------------------------------------------------
+# warp specialization
+# ------------------------------------------------------------------------------------------------
+@lowering("warp_specialize")
+def lower_warp_specialize(cg: CodeGen, op: Operation) -> None:
+    warps, regs = op.attrs["warps"], op.attrs["regs"]
+    if sum(warps) != cg.total_warps:
+        raise CompileError([Diagnostic("SP0364", f"the partitions use {sum(warps)} warps but the kernel has "
+                                       f"num_warps={cg.total_warps}", op.span,
+                                       help=f"launch with num_warps={sum(warps)} or change the partitions' warps")])
+    if cg.part.index >= 0:
+        raise CompileError([Diagnostic("SP0365", "warp_specialize cannot be nested", op.span)])
+    fb = cg.fb
+    warp = fb.value(f"lshr i32 {cg.tid.ref}, 5", "i32", "pw")
+    done = fb.new_block("ws_done")
+    first = 0
+    saved_part, saved_hoist = cg.part, fb.hoist
+    for i, (region, w, r) in enumerate(zip(op.regions, warps, regs, strict=True)):
+        body = fb.new_block(f"ws_part{i}")
+        nxt = fb.new_block(f"ws_check{i + 1}") if i + 1 < len(warps) else done
+        inside = fb.icmp("ult", fb.binop("sub", warp, const(first, "i32")), const(w, "i32"))
+        fb.cond_br(inside, body, nxt)
+        fb.set_block(body)
+        fb.hoist = body
+        cg.part = PartitionCtx(i, first, w)
+        if r is not None:
+            if w % 4:
+                raise CompileError([Diagnostic("SP0366", f"a partition with a register budget must be whole "
+                                               f"warpgroups (a multiple of 4 warps), found {w}", op.span)])
+            inc = r > cg.state.get("default_regs", 0)
+            kind = "inc" if inc else "dec"
+            cg.intrinsic("void", f"llvm.nvvm.setmaxnreg.{kind}.sync.aligned.u32", [const(r, "i32")],
+                         convergent=True)
+            cg.extra_fn_attrs["nvvm.minctasm"] = "1"
+        cg.lower_block(region.block)
+        fb.br(done)
+        fb.set_block(nxt)
+        first += w
+    cg.part, fb.hoist = saved_part, saved_hoist

@@ -1,0 +1,247 @@
+"""Hopper (sm_90a): ``wgmma.mma_async`` (dense and ``.sp``) from shared-memory descriptors, and the
+layouts it anchors (PTX ISA 9.7.15; hardware-facts §4).
+
+A partition of ``G`` warpgroups computes an ``M x N`` accumulator with ``M = 64·G·R``: warpgroup
+``g`` issues, per K step, ``R`` instructions ``m64nNk*`` for rows ``64(r·G + g)``. Accumulators
+follow PTX Fig. 149 (``wgmma_accumulator``); the sparse metadata word of an instruction sits in
+the thread that the hardware reads (selector 0: lanes ``4g + {0, 1}``).
+
+Shared-memory operands must be swizzled (32/64/128 B) and K-major; descriptors (PTX 9.7.15.5.1,
+hardware-facts §4.3) use SBO = 8 rows x swizzle span, LBO unused, and advance along K by adding
+``bytes >> 4`` to the start address inside a swizzle row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..frontend import types as T
+from ..frontend.diagnostics import CompileError, Diagnostic
+from ..frontend.ir import Function, Operation
+from ..frontend.layout_library import wgmma_accumulator
+from ..frontend.layouts import LinearLayout
+from ..frontend.tile_layouts import normalize
+from .codegen import CodeGen, DTile, lowering
+from .llvm_text import LLValue, const
+from .lower_async import SmemRef, smem_base_address
+
+DENSE_K = {"f16": 16, "bf16": 16, "tf32": 8, "f32": 8, "e4m3": 32, "e5m2": 32, "i8": 32, "u8": 32}
+PTX_TYPE = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2",
+            "i8": "s8", "u8": "u8"}
+SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}
+
+
+def acc_layout(m: int, n: int, warps: int) -> LinearLayout | None:
+    """The wgmma accumulator layout of an ``m x n`` tile over ``warps`` warps, or None if the
+    shape does not fit wgmma (M a multiple of 64 per warpgroup, N 8..256 or a multiple of 256)."""
+    if warps % 4 or n % 8 or (n > 256 and n % 256):
+        return None
+    g = warps // 4
+    if m % (64 * g):
+        return None
+    r = m // (64 * g)
+    if r & (r - 1):
+        return None
+    base = wgmma_accumulator(n, warpgroups=g).rename_outs({"m": "dim0", "n": "dim1"})
+    if r > 1:
+        base = base * LinearLayout.identity("reg", r, "dim0")
+    return normalize(base, warps)
+
+
+def meta_layout(m: int, kw: int, elem: T.ScalarType, warps: int) -> LinearLayout | None:
+    """The layout of an ``m x kw`` block of metadata words fed to sparse wgmma: each thread holds
+    the word of every instruction it supplies (hardware-facts §4.2)."""
+    if warps % 4:
+        return None
+    g = warps // 4
+    if m % (64 * g):
+        return None
+    r = m // (64 * g)
+    eight_bit = elem.bits == 8
+    kbits = (kw.bit_length() - 1)
+    m_warp = [(16, 0), (32, 0)] + [(64 << i, 0) for i in range((g).bit_length() - 1)]
+    if eight_bit:
+        if kw < 2:
+            return None
+        lane = [(8, 0), (0, 1), (1, 0), (2, 0), (4, 0)]
+        reg = [(0, 1 << b) for b in range(1, kbits)]
+    else:
+        lane = [(8, 0), (0, 0), (1, 0), (2, 0), (4, 0)]
+        reg = [(0, 1 << b) for b in range(kbits)]
+    reg += [(64 * g * (1 << i), 0) for i in range(r.bit_length() - 1)]
+    return LinearLayout.from_bases({"reg": reg, "lane": lane, "warp": m_warp}, [("dim0", m), ("dim1", kw)])
+
+
+def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
+    """Layouts that wgmma imposes on accumulators and metadata (the inference anchor hook)."""
+    out: dict[int, LinearLayout] = {}
+    if op.name in ("hopper.wgmma", "dot", "sparse_dot"):
+        shape = T.shape_of(op.result.type)
+        lay = acc_layout(shape[0], shape[1], num_warps)
+        if lay is None:
+            return out
+        acc = op.operands[2] if op.name in ("hopper.wgmma", "dot") else op.operands[3]
+        out[id(op.result)] = lay
+        out[id(acc)] = lay
+        meta = None
+        if op.name == "hopper.wgmma" and op.attrs.get("sparse"):
+            meta = op.operands[3]
+        elif op.name == "sparse_dot":
+            meta = op.operands[1]
+        if meta is not None:
+            at = op.operands[0].type
+            a_elem = at.elem if isinstance(at, T.SmemType) else T.element_type(at)
+            ml = meta_layout(shape[0], T.shape_of(meta.type)[1], a_elem, num_warps)  # type: ignore[arg-type]
+            if ml is not None:
+                out[id(meta)] = ml
+    return out
+
+
+def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
+    return {}
+
+
+HOOKS = {"anchor": anchor, "prepare": prepare}
+
+
+# ------------------------------------------------------------------------------------------------
+def _desc(cg: CodeGen, ref: SmemRef, row: int, col: int) -> LLValue:
+    """The sm90 shared-memory descriptor of the K-major operand sub-tile starting at (row, col)."""
+    if not ref.swizzle:
+        raise CompileError([Diagnostic("SP0367", "wgmma operands in shared memory must be swizzled (32, 64 or 128 "
+                                       "bytes)", help="allocate the buffer with swizzle=128 (or the row width)")])
+    fb = cg.fb
+    eb = ref.ebytes
+    pc = ref.panel_cols
+    panel, within = divmod(col, pc)
+    off = panel * ref.full_rows * ref.swizzle + row * ref.swizzle + within * eb
+    addr = fb.binop("add", smem_base_address(cg), fb.binop("add", ref.base, const(off, "i32")))
+    lo = fb.binop("and", fb.binop("lshr", addr, const(4, "i32")), const(0x3FFF, "i32"))
+    lbo = 1
+    sbo = (8 * ref.swizzle) >> 4
+    hi = (SWIZZLE_CODE[ref.swizzle] << 30) | sbo
+    lo64 = fb.cast("zext", fb.binop("or", lo, const(lbo << 16, "i32")), "i64")
+    return fb.binop("or", lo64, const(hi << 32, "i64"))
+
+
+def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int) -> tuple[str, str]:
+    """The wgmma asm template and its operand constraints (acc in/out, descs, [meta], scale)."""
+    dt = {"f32": "f32", "f16": "f16", "i32": "s32"}[eacc]
+    ta = PTX_TYPE[ea]
+    shape = f"m64n{n}k{k}"
+    sp = ".sp" if sparse else ""
+    regs = "{" + ", ".join(f"${i}" for i in range(nregs)) + "}"
+    a, b = f"${nregs}", f"${nregs + 1}"
+    nxt = nregs + 2
+    meta = ""
+    if sparse:
+        meta = f", ${nxt}, 0"
+        nxt += 1
+    scale = f"${nxt}"
+    if ta in ("s8", "u8"):
+        tail = ""
+    elif ta in ("f16", "bf16"):
+        tail = ", 1, 1, 0, 0"
+    else:
+        tail = ", 1, 1"
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, {scale}, 0; wgmma.mma_async{sp}.sync.aligned.{shape}.{dt}.{ta}.{ta} "
+            f"{regs}, {a}, {b}{meta}, p{tail}; }}")
+    con = "f" if dt in ("f32",) else "r"
+    cons = ",".join([f"={con}"] * nregs) + ",l,l" + (",r" if sparse else "") + ",r," + ",".join(
+        str(i) for i in range(nregs))
+    return text, cons
+
+
+@lowering("hopper.wgmma")
+def lower_wgmma(cg: CodeGen, op: Operation) -> None:
+    a_ref: SmemRef = cg.get(op.operands[0])
+    b_ref: SmemRef = cg.get(op.operands[1])
+    acc = cg.tile(op.operands[2])
+    sparse = op.attrs["sparse"]
+    m, n, k = op.attrs["m"], op.attrs["n"], op.attrs["k"]
+    if not op.attrs["b_kmajor"]:
+        raise CompileError([Diagnostic("SP0368", "MN-major B is not supported by this compiler yet", op.span,
+                                       help="store B as N x K (K-major)")])
+    warps = cg.num_warps
+    want = acc_layout(m, n, warps)
+    if want is None or acc.layout != want:
+        raise CompileError([Diagnostic("SP0369", f"wgmma needs M a multiple of 64 per warpgroup of the partition "
+                                       f"({warps} warps) and N a multiple of 8; found {m}x{n}", op.span)])
+    ea = a_ref.elem.name
+    eacc = T.element_type(op.result.type).name  # type: ignore[union-attr]
+    if eacc == "f16":
+        raise CompileError([Diagnostic("SP0368", "f16 accumulators are not supported by this compiler yet", op.span,
+                                       help="accumulate in f32 and convert the result")])
+    g = warps // 4
+    r_count = m // (64 * g)
+    instr_k = DENSE_K[ea] * (2 if sparse else 1)
+    a_k = instr_k // 2 if sparse else instr_k  # stored A columns per instruction
+    n_split = 256 if n > 256 else n
+    nregs_instr = n_split // 2
+    fb = cg.fb
+    wg = fb.binop("lshr", cg.warp_id(), const(2, "i32"))
+    meta = cg.tile(op.operands[3]) if sparse else None
+    if meta is not None and meta.layout != meta_layout(m, T.shape_of(op.operands[3].type)[1], a_ref.elem, warps):
+        from ..frontend.diagnostics import InternalError
+
+        raise InternalError("wgmma metadata is not in the wgmma metadata layout", op.span)
+    regs = list(acc.regs)
+    cg.intrinsic("void", "llvm.nvvm.wgmma.fence.sync.aligned", [], convergent=True)
+    one = const(1, "i32")
+    for ks in range(k // instr_k):
+        for r in range(r_count):
+            # A rows 64(r·G + g): the warpgroup index is a run-time value; descriptors take the
+            # offset as an addition (64 rows = 8 swizzle atoms, so the swizzle phase is unchanged)
+            a_desc0 = _desc(cg, a_ref, 64 * r * g, ks * a_k)
+            row_off = fb.binop("mul", wg, const((64 * a_ref.swizzle) >> 4, "i32"))
+            a_desc = fb.binop("add", a_desc0, fb.cast("zext", row_off, "i64"))
+            for j in range(max(1, n // 256) if n > 256 else 1):
+                b_desc = _desc(cg, b_ref, j * n_split, ks * instr_k)
+                base = r * (n // 2) + j * nregs_instr
+                chunk = regs[base:base + nregs_instr]
+                text, cons = _instr_text(sparse, ea, eacc, n_split, instr_k, nregs_instr)
+                args = [a_desc, b_desc]
+                if sparse:
+                    assert meta is not None
+                    per = (k // 32 if ea not in ("tf32", "f32") else k // 16)
+                    instr_words = per // (k // instr_k)  # words per row per instruction (1, or 2 for 8-bit)
+                    mreg = ks * (instr_words if instr_words == 1 else 1) + r * (per // instr_words)
+                    args.append(meta.regs[mreg])
+                args.append(one)
+                args.extend(chunk)
+                ty = "float" if eacc == "f32" else "i32"
+                ret = "{" + ", ".join([ty] * nregs_instr) + "}"
+                res = cg.asm(ret, text, cons, args, side_effect=True, convergent=True)
+                assert res is not None
+                for i in range(nregs_instr):
+                    regs[base + i] = fb.extract(res, i, ty)
+    cg.intrinsic("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [], convergent=True)
+    cg.set(op.result, DTile(acc.layout, regs, acc.elem))
+
+
+@lowering("hopper.wgmma_wait")
+def lower_wgmma_wait(cg: CodeGen, op: Operation) -> None:
+    """``wgmma.wait_group N`` that also *redefines* the accumulator registers (tied in/out asm
+    operands): LLVM must not move a read of the accumulator above the wait (ptxas C7514)."""
+    acc = cg.tile(op.operands[0])
+    n = op.attrs["pending"]
+    uniq: list[LLValue] = []
+    seen: dict[str, int] = {}
+    for v in acc.regs:
+        if v.ref not in seen:
+            seen[v.ref] = len(uniq)
+            uniq.append(v)
+    fb = cg.fb
+    out: list[LLValue] = []
+    for start in range(0, len(uniq), 128):
+        chunk = uniq[start:start + 128]
+        con = "f" if chunk[0].type == "float" else "r"
+        ty = chunk[0].type
+        text = f"wgmma.wait_group.sync.aligned {n};"
+        cons = ",".join([f"={con}"] * len(chunk)) + "," + ",".join(str(i) for i in range(len(chunk)))
+        ret = "{" + ", ".join([ty] * len(chunk)) + "}"
+        res = cg.asm(ret, text, cons, chunk, side_effect=True, convergent=True)
+        assert res is not None
+        out.extend(fb.extract(res, i, ty) for i in range(len(chunk)))
+    regs = [out[seen[v.ref]] for v in acc.regs]
+    cg.set(op.result, DTile(acc.layout, regs, acc.elem))

@@ -1,0 +1,110 @@
+"""The explicit-level Hopper sparse GEMM (stdlib/kernels/sparse_gemm_sm90.spk) on the GPU against a
+float64 reference, random 2:4 operands, poisoned outputs; the same kernel in the interpreter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sparsile as sp
+from sparsile.stdlib import sparsity as S
+
+KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
+
+
+def operands(m: int, n: int, k: int, seed: int, dtype: str = "f16"):
+    import ml_dtypes
+
+    host = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype]
+    rng = np.random.default_rng(seed)
+    w = S.prune_2_4(rng.standard_normal((m, k)).astype(np.float32)).astype(host)
+    vals, idx = S.compress(w, dtype)
+    meta = np.asarray(S.encode_metadata(idx, "sm90", dtype).data)
+    b = rng.standard_normal((n, k)).astype(host)
+    ref = w.astype(np.float64) @ b.astype(np.float64).T
+    return vals, meta, b, ref
+
+
+def run(kernel, m, n, k, seed, interpret=False, dtype="f16", **cfg):
+    vals, meta, b, ref = operands(m, n, k, seed, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    bm, bn = cfg.get("BM", 128), cfg.get("BN", 256)
+    grid = (((m + bm - 1) // bm) * ((n + bn - 1) // bn),)
+    launch = kernel.interpret[grid] if interpret else kernel[grid]
+    launch(vals, meta, b, c, m, n, k, meta.shape[1], n, **cfg)
+    return c, ref
+
+
+def check(c, ref, k, abs_products=None, acc_bits=23, instr_k=32):
+    """Output rounding to f16 plus accumulation error. Hopper's fp8 MMAs keep about 14 mantissa
+    bits in the accumulator (DeepSeek-V3 report, §3.3.2) and may truncate at each of the K/instr_k
+    sequential MMA accumulations: at most 2^-13 of the partial sum (<= sum |a||b|) each time."""
+    assert not np.isnan(c).any(), "unwritten output elements"
+    err = np.abs(c.astype(np.float64) - ref)
+    if abs_products is None:
+        acc_term = 1e-3 * np.sqrt(k)
+    else:
+        acc_term = (k // instr_k) * 2.0 ** -(acc_bits - 1) * abs_products + 1e-3
+    bound = 2.0 ** -10 * np.abs(ref) + acc_term
+    assert (err <= bound).all(), f"max error {err.max()} (bound there {bound.flat[err.argmax()]})"
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return sp.load(KERNELS / "sparse_gemm_sm90.spk")
+
+
+def test_interpreter_matches_reference(mod):
+    c, ref = run(mod.sparse_gemm_f16, 200, 130, 192, 0, interpret=True)
+    check(c, ref, 192)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(128, 128, 64), (256, 256, 512), (200, 130, 192), (1000, 1000, 1024),
+                                   (4096, 4096, 4096)])
+def test_sparse_gemm_f16(mod, m, n, k):
+    c, ref = run(mod.sparse_gemm_f16, m, n, k, m + n + k)
+    check(c, ref, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k", [("bf16", 1000, 600, 768), ("e4m3", 1000, 600, 1024),
+                                         ("bf16", 4096, 512, 4096)])
+def test_sparse_gemm_dtypes(mod, dtype, m, n, k):
+    c, ref = run(getattr(mod, f"sparse_gemm_{dtype}"), m, n, k, 7, dtype=dtype)
+    if dtype == "e4m3":
+        absprod = _abs_products(m, n, k, 7, dtype)
+        check(c, ref, k, absprod, acc_bits=14, instr_k=64)
+    else:
+        check(c, ref, k)
+
+
+def _abs_products(m, n, k, seed, dtype):
+    import ml_dtypes
+
+    host = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype]
+    rng = np.random.default_rng(seed)
+    w = S.prune_2_4(rng.standard_normal((m, k)).astype(np.float32)).astype(host)
+    b = rng.standard_normal((n, k)).astype(host)
+    return np.abs(w.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [dict(BN=128, STAGES=4), dict(BN=256, STAGES=3), dict(BN=64, STAGES=2, GROUP_M=2),
+                                 dict(BN=16, STAGES=4)])
+def test_sparse_gemm_configs(mod, cfg):
+    c, ref = run(mod.sparse_gemm_f16, 1000, 600, 768, 3, **cfg)
+    check(c, ref, 768)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(128, 256, 64), (1000, 700, 1024), (2048, 2048, 2048)])
+def test_dense_gemm_f16(m, n, k):
+    dense = sp.load(KERNELS / "dense_gemm_sm90.spk")
+    rng = np.random.default_rng(m + k)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    dense.dense_gemm_f16[(((m + 127) // 128) * ((n + 255) // 256),)](a, b, c, m, n, k, n)
+    check(c, a.astype(np.float64) @ b.astype(np.float64).T, k)
