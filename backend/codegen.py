@@ -70,12 +70,21 @@ class PartitionCtx:
 
 
 LOWERINGS: dict[str, Callable[[CodeGen, Operation], None]] = {}
+# target-specific lowerings, tried before the generic one: (condition on the CodeGen, lowering)
+TARGET_LOWERINGS: dict[str, list[tuple[Callable[[CodeGen], bool], Callable[[CodeGen, Operation], None]]]] = {}
 
 
-def lowering(*names: str) -> Callable[[Callable[[CodeGen, Operation], None]], Callable[[CodeGen, Operation], None]]:
+def lowering(*names: str, when: Callable[[CodeGen], bool] | None = None
+             ) -> Callable[[Callable[[CodeGen, Operation], None]], Callable[[CodeGen, Operation], None]]:
+    """Register a lowering for IR ops ``names``; with ``when``, only for targets where it holds
+    (e.g. ``when=lambda cg: cg.target.has(Feature.WGMMA)``), tried before the generic one."""
+
     def deco(fn: Callable[[CodeGen, Operation], None]) -> Callable[[CodeGen, Operation], None]:
         for n in names:
-            LOWERINGS[n] = fn
+            if when is None:
+                LOWERINGS[n] = fn
+            else:
+                TARGET_LOWERINGS.setdefault(n, []).append((when, fn))
         return fn
 
     return deco
@@ -197,7 +206,8 @@ class CodeGen:
         for op in block.ops:
             if op.name in ("scf.yield", "scf.condition"):
                 continue  # read by the parent's lowering
-            fn = LOWERINGS.get(op.name)
+            fn = next((f for cond, f in TARGET_LOWERINGS.get(op.name, ()) if cond(self)), None) or \
+                LOWERINGS.get(op.name)
             if fn is None:
                 raise CompileError([Diagnostic(
                     "SP0620", f"`{op.name}` cannot be compiled for {self.target.name} yet", op.span,

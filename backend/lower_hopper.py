@@ -154,24 +154,36 @@ def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int) ->
 
 @lowering("hopper.wgmma")
 def lower_wgmma(cg: CodeGen, op: Operation) -> None:
-    a_ref: SmemRef = cg.get(op.operands[0])
-    b_ref: SmemRef = cg.get(op.operands[1])
-    acc = cg.tile(op.operands[2])
-    sparse = op.attrs["sparse"]
-    m, n, k = op.attrs["m"], op.attrs["n"], op.attrs["k"]
     if not op.attrs["b_kmajor"]:
         raise CompileError([Diagnostic("SP0368", "MN-major B is not supported by this compiler yet", op.span,
                                        help="store B as N x K (K-major)")])
+    meta = cg.tile(op.operands[3]) if op.attrs["sparse"] else None
+    out = emit_wgmma(cg, cg.get(op.operands[0]), cg.get(op.operands[1]), cg.tile(op.operands[2]), meta,
+                     op.attrs["m"], op.attrs["n"], op.attrs["k"], T.element_type(op.result.type), op)
+    cg.set(op.result, out)
+
+
+def emit_wgmma(cg: CodeGen, a_ref: SmemRef, b_ref: SmemRef, acc: DTile, meta: DTile | None, m: int, n: int, k: int,
+               acc_elem: Any, op: Operation) -> DTile:
+    """Issue the wgmma instructions computing ``acc + A @ B`` (sparse when ``meta`` is given) for
+    the warpgroups of the current partition, and commit them as one group."""
+    sparse = meta is not None
     warps = cg.num_warps
     want = acc_layout(m, n, warps)
     if want is None or acc.layout != want:
         raise CompileError([Diagnostic("SP0369", f"wgmma needs M a multiple of 64 per warpgroup of the partition "
                                        f"({warps} warps) and N a multiple of 8; found {m}x{n}", op.span)])
     ea = a_ref.elem.name
-    eacc = T.element_type(op.result.type).name  # type: ignore[union-attr]
+    eacc = acc_elem.name
     if eacc == "f16":
         raise CompileError([Diagnostic("SP0368", "f16 accumulators are not supported by this compiler yet", op.span,
                                        help="accumulate in f32 and convert the result")])
+    if meta is not None:
+        kw = T.shape_of(op.operands[3].type)[1] if op.name == "hopper.wgmma" else T.shape_of(op.operands[1].type)[1]
+        if meta.layout != meta_layout(m, kw, a_ref.elem, warps):
+            from ..frontend.diagnostics import InternalError
+
+            raise InternalError("wgmma metadata is not in the wgmma metadata layout", op.span)
     g = warps // 4
     r_count = m // (64 * g)
     instr_k = DENSE_K[ea] * (2 if sparse else 1)
@@ -180,11 +192,6 @@ def lower_wgmma(cg: CodeGen, op: Operation) -> None:
     nregs_instr = n_split // 2
     fb = cg.fb
     wg = fb.binop("lshr", cg.warp_id(), const(2, "i32"))
-    meta = cg.tile(op.operands[3]) if sparse else None
-    if meta is not None and meta.layout != meta_layout(m, T.shape_of(op.operands[3].type)[1], a_ref.elem, warps):
-        from ..frontend.diagnostics import InternalError
-
-        raise InternalError("wgmma metadata is not in the wgmma metadata layout", op.span)
     regs = list(acc.regs)
     cg.intrinsic("void", "llvm.nvvm.wgmma.fence.sync.aligned", [], convergent=True)
     one = const(1, "i32")
@@ -195,18 +202,16 @@ def lower_wgmma(cg: CodeGen, op: Operation) -> None:
             a_desc0 = _desc(cg, a_ref, 64 * r * g, ks * a_k)
             row_off = fb.binop("mul", wg, const((64 * a_ref.swizzle) >> 4, "i32"))
             a_desc = fb.binop("add", a_desc0, fb.cast("zext", row_off, "i64"))
-            for j in range(max(1, n // 256) if n > 256 else 1):
+            for j in range(n // 256 if n > 256 else 1):
                 b_desc = _desc(cg, b_ref, j * n_split, ks * instr_k)
                 base = r * (n // 2) + j * nregs_instr
                 chunk = regs[base:base + nregs_instr]
                 text, cons = _instr_text(sparse, ea, eacc, n_split, instr_k, nregs_instr)
                 args = [a_desc, b_desc]
-                if sparse:
-                    assert meta is not None
-                    per = (k // 32 if ea not in ("tf32", "f32") else k // 16)
+                if meta is not None:
+                    per = k // 32 if ea not in ("tf32", "f32") else k // 16
                     instr_words = per // (k // instr_k)  # words per row per instruction (1, or 2 for 8-bit)
-                    mreg = ks * (instr_words if instr_words == 1 else 1) + r * (per // instr_words)
-                    args.append(meta.regs[mreg])
+                    args.append(meta.regs[ks + r * (per // instr_words)])
                 args.append(one)
                 args.extend(chunk)
                 ty = "float" if eacc == "f32" else "i32"
@@ -216,15 +221,17 @@ def lower_wgmma(cg: CodeGen, op: Operation) -> None:
                 for i in range(nregs_instr):
                     regs[base + i] = fb.extract(res, i, ty)
     cg.intrinsic("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [], convergent=True)
-    cg.set(op.result, DTile(acc.layout, regs, acc.elem))
+    return DTile(acc.layout, regs, acc.elem)
 
 
 @lowering("hopper.wgmma_wait")
 def lower_wgmma_wait(cg: CodeGen, op: Operation) -> None:
+    cg.set(op.result, emit_wgmma_wait(cg, cg.tile(op.operands[0]), op.attrs["pending"]))
+
+
+def emit_wgmma_wait(cg: CodeGen, acc: DTile, n: int) -> DTile:
     """``wgmma.wait_group N`` that also *redefines* the accumulator registers (tied in/out asm
     operands): LLVM must not move a read of the accumulator above the wait (ptxas C7514)."""
-    acc = cg.tile(op.operands[0])
-    n = op.attrs["pending"]
     uniq: list[LLValue] = []
     seen: dict[str, int] = {}
     for v in acc.regs:
@@ -244,4 +251,109 @@ def lower_wgmma_wait(cg: CodeGen, op: Operation) -> None:
         assert res is not None
         out.extend(fb.extract(res, i, ty) for i in range(len(chunk)))
     regs = [out[seen[v.ref]] for v in acc.regs]
-    cg.set(op.result, DTile(acc.layout, regs, acc.elem))
+    return DTile(acc.layout, regs, acc.elem)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile level: dot / sparse_dot with operands in registers, through swizzled shared memory
+# ------------------------------------------------------------------------------------------------
+def _swizzle_for(row_bytes: int) -> int | None:
+    for s in (128, 64, 32):
+        if row_bytes % s == 0:
+            return s
+    return None
+
+
+def _stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -> SmemRef | None:
+    """Write a register tile into a fresh K-major swizzled shared buffer of ``rows x cols``
+    (``transpose``: the tile is cols x rows, i.e. (K, N) stored as N x K)."""
+    from .lower_async import element_offset
+    from .lower_reduce import _storage
+
+    elem = x.elem
+    assert isinstance(elem, T.ScalarType)
+    eb = max(1, elem.bits // 8)
+    sw = _swizzle_for(cols * eb)
+    if sw is None:
+        return None
+    off = cg.smem_alloc(rows * cols * eb, 1024)
+    ref = SmemRef(const(off, "i32"), elem, (rows, cols), sw, rows, cols * eb)
+    sty, _ = _storage(elem)
+    coords = cg.coords(x.layout)
+    seen: set[tuple[str, ...]] = set()
+    for r, c in enumerate(coords):
+        key = tuple(v.ref for v in c)
+        if key in seen:
+            continue
+        seen.add(key)
+        row, col = (c[1], c[0]) if transpose else (c[0], c[1])
+        ptr = cg.smem_ptr(element_offset(cg, ref, row, col))
+        cg.fb.emit(f"store {sty} {x.regs[r].ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+    return ref
+
+
+def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
+    """Lower a tile-level dot through wgmma; False when the shapes do not fit (portable path)."""
+    from .targets import Feature
+
+    if not cg.target.has(Feature.WGMMA):
+        return False
+    a_v = op.operands[0]
+    b_v = op.operands[2] if sparse else op.operands[1]
+    acc = cg.tile(op.operands[-1])
+    m, ka = T.shape_of(a_v.type)
+    k = 2 * ka if sparse else ka
+    n = T.shape_of(b_v.type)[1]
+    ea = T.element_type(a_v.type)
+    eacc = T.element_type(op.result.type)
+    warps = cg.num_warps
+    if not isinstance(ea, T.ScalarType) or ea.name not in DENSE_K or eacc.name == "f16":  # type: ignore[union-attr]
+        return False
+    if acc.layout != acc_layout(m, n, warps) or (n > 256 and n % 256) or n % 8:
+        return False
+    if ea.is_int and n not in (8, 16, 24) and n % 16:
+        return False
+    instr_k = DENSE_K[ea.name] * (2 if sparse else 1)
+    if k % instr_k:
+        return False
+    a = cg.tile(a_v)
+    b = cg.tile(b_v)
+    if ea in (T.f32, T.tf32):
+        from .lower_dot import _tf32
+
+        a, b = _tf32(cg, a), _tf32(cg, b)
+    cg.barrier()  # the previous use of these buffers (another warpgroup's MMA) is over
+    a_ref = _stage_kmajor(cg, a, False, m, ka)
+    b_ref = _stage_kmajor(cg, b, True, n, k)
+    if a_ref is None or b_ref is None:
+        return False
+    cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
+    cg.barrier()
+    meta = cg.tile(op.operands[1]) if sparse else None
+    out = emit_wgmma(cg, a_ref, b_ref, acc, meta, m, n, k, eacc, op)
+    cg.set(op.result, emit_wgmma_wait(cg, out, 0))
+    return True
+
+
+def _portable(name: str) -> Any:
+    from . import lower_dot
+
+    return lower_dot.lower_dot_portable if name == "dot" else lower_dot.lower_sparse_dot_portable
+
+
+def _has_wgmma(cg: CodeGen) -> bool:
+    from .targets import Feature
+
+    return cg.target.has(Feature.WGMMA)
+
+
+@lowering("dot", when=_has_wgmma)
+def lower_dot_hopper(cg: CodeGen, op: Operation) -> None:
+    if not _tile_wgmma(cg, op, sparse=False):
+        _portable("dot")(cg, op)
+
+
+@lowering("sparse_dot", when=_has_wgmma)
+def lower_sparse_dot_hopper(cg: CodeGen, op: Operation) -> None:
+    if not _tile_wgmma(cg, op, sparse=True):
+        _portable("sparse_dot")(cg, op)
