@@ -301,7 +301,8 @@ AXPY_SPEC = A.ParamSpec((A.PointerParam("x", "f32", aligned16=True, readonly=Tru
 
 
 def axpy_launcher(**kw) -> Launcher:
-    return Launcher(kernel("axpy"), AXPY_SPEC, num_warps=4, **kw)
+    kw.setdefault("num_warps", 4)
+    return Launcher(kernel("axpy"), AXPY_SPEC, **kw)
 
 
 def axpy_inputs(n: int, seed: int):
