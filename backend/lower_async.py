@@ -334,54 +334,50 @@ def _coords(cg: CodeGen, offsets: list[LLValue]) -> list[LLValue]:
     return list(reversed(offsets))  # TMA coordinate 0 is the innermost dimension
 
 
-@lowering("tma.load")
-def lower_tma_load(cg: CodeGen, op: Operation) -> None:
-    offs = [cg.scalar(v) for v in op.operands[1:-2]]
-    dst: SmemRef = cg.get(op.operands[-2])
-    bar: BarRef = cg.get(op.operands[-1])
-    tmap = _tmap(cg, op, len(op.operands) - 2)
-    st = op.operands[-2].type
+def _panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLValue, int, list[tuple[list[LLValue],
+                                                                                                 LLValue]]]:
+    """The tensor map, the rank, and for each S-byte column panel of the shared buffer: the TMA
+    coordinates (innermost first) and the panel's shared-memory offset."""
+    offs = [cg.scalar(v) for v in op.operands[1:smem_index]]
+    ref: SmemRef = cg.get(op.operands[smem_index])
+    st = op.operands[smem_index].type
     assert isinstance(st, T.SmemType)
     _, panels, pc = tma_boxes(st)
-    rank = len(offs)
-    name = f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d"
+    fb = cg.fb
+    copies = []
+    for p in range(panels):
+        coords = list(offs)
+        if p:
+            coords[-1] = fb.binop("add", coords[-1], const(p * pc, "i32"))
+        off = fb.binop("add", ref.base, const(p * ref.full_rows * ref.swizzle, "i32")) if p else ref.base
+        copies.append((_coords(cg, coords), off))
+    return _tmap(cg, op, smem_index), len(offs), copies
+
+
+@lowering("tma.load")
+def lower_tma_load(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[-1])
     fb = cg.fb
 
     def issue() -> None:
-        for p in range(panels):
-            coords = list(offs)
-            if p:
-                coords[-1] = fb.binop("add", coords[-1], const(p * pc, "i32"))
-            dst_off = fb.binop("add", dst.base, const(p * dst.full_rows * dst.swizzle, "i32")) if p else dst.base
-            d3 = cg.smem_ptr(dst_off)
+        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 2)
+        for coords, off in copies:
+            d3 = cg.smem_ptr(off)
             d7 = fb.value(f"addrspacecast ptr addrspace(3) {d3.ref} to ptr addrspace(7)", "ptr addrspace(7)")
-            args = [d7, bar_ptr(cg, bar), tmap, *_coords(cg, coords), const(0, "i16"), const(0, "i64"),
-                    const(0, "i1"), const(0, "i1"), const(0, "i32")]
-            cg.intrinsic("void", name, args)
+            args = [d7, bar_ptr(cg, bar), tmap, *coords, const(0, "i16"), const(0, "i64"), const(0, "i1"),
+                    const(0, "i1"), const(0, "i32")]
+            cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d", args)
 
     _leader_do(cg, issue)
 
 
 @lowering("tma.store")
 def lower_tma_store(cg: CodeGen, op: Operation) -> None:
-    offs = [cg.scalar(v) for v in op.operands[1:-1]]
-    src: SmemRef = cg.get(op.operands[-1])
-    tmap = _tmap(cg, op, len(op.operands) - 1)
-    st = op.operands[-1].type
-    assert isinstance(st, T.SmemType)
-    _, panels, pc = tma_boxes(st)
-    rank = len(offs)
-    name = f"llvm.nvvm.cp.async.bulk.tensor.s2g.tile.{rank}d"
-    fb = cg.fb
-
     def issue() -> None:
-        for p in range(panels):
-            coords = list(offs)
-            if p:
-                coords[-1] = fb.binop("add", coords[-1], const(p * pc, "i32"))
-            src_off = fb.binop("add", src.base, const(p * src.full_rows * src.swizzle, "i32")) if p else src.base
-            args = [cg.smem_ptr(src_off), tmap, *_coords(cg, coords), const(0, "i64"), const(0, "i1")]
-            cg.intrinsic("void", name, args)
+        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 1)
+        for coords, off in copies:
+            args = [cg.smem_ptr(off), tmap, *coords, const(0, "i64"), const(0, "i1")]
+            cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.s2g.tile.{rank}d", args)
         cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.commit.group", [])
 
     _leader_do(cg, issue)

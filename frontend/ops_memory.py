@@ -40,6 +40,7 @@ from .emitter import Emitter
 from .interp_values import InterpreterError, TensorVal
 from .ir import Operation, Value
 from .opdefs import define_op
+from .ops_tensor import box_offsets
 from .values import Arg, Const, HelperFunction
 
 SWIZZLES = (0, 32, 64, 128)
@@ -446,24 +447,13 @@ def _i_mbar_wait(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return []
 
 
-def _box(t: TensorVal, offs: list[int], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    grids = np.meshgrid(*[np.arange(o, o + s, dtype=np.int64) for o, s in zip(offs, shape, strict=True)],
-                        indexing="ij")
-    inside = np.ones(shape, bool)
-    flat = np.zeros(shape, np.int64)
-    for g, size, stride in zip(grids, t.shape, t.strides, strict=True):
-        inside &= (g >= 0) & (g < size)
-        flat += g * stride
-    return np.where(inside, flat, 0), inside
-
-
 @tma_load.interpreter
 def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
     dst = args[-2]
     bar = args[-1][0]
     offs = [int(x) for x in args[1:-2]]
-    flat, inside = _box(t, offs, dst.shape)
+    flat, inside = box_offsets(t, offs, dst.shape)
     vals = t.buf.data[flat]
     dst[...] = np.where(inside, vals, np.zeros((), vals.dtype)).astype(dst.dtype)
     bar.complete_tx(dst.nbytes)
@@ -474,7 +464,7 @@ def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_tma_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
     src = np.asarray(args[-1])
-    flat, inside = _box(t, [int(x) for x in args[1:-1]], src.shape)
+    flat, inside = box_offsets(t, [int(x) for x in args[1:-1]], src.shape)
     t.buf.data[flat[inside]] = src[inside].astype(t.buf.data.dtype)
     return []
 

@@ -97,7 +97,7 @@ def _i_stride(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return [np.array(args[0].strides[op.attrs["dim"]], np.int32)]
 
 
-def _box_offsets(t: TensorVal, offs: list[int], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def box_offsets(t: TensorVal, offs: list[int], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     grids = np.meshgrid(*[np.arange(o, o + s, dtype=np.int64) for o, s in zip(offs, shape, strict=True)],
                         indexing="ij")
     inside = np.ones(shape, bool)
@@ -112,7 +112,7 @@ def _box_offsets(t: TensorVal, offs: list[int], shape: tuple[int, ...]) -> tuple
 def _i_load_tile(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
     shape = T.shape_of(op.result.type)
-    flat, inside = _box_offsets(t, [int(x) for x in args[1:]], shape)
+    flat, inside = box_offsets(t, [int(x) for x in args[1:]], shape)
     dt = T.element_type(op.result.type).numpy_dtype  # type: ignore[union-attr]
     vals = t.buf.data[flat] if t.buf.data.size else np.zeros(shape, dt)
     return [np.where(inside, vals, np.zeros((), dt)).astype(dt)]
@@ -122,6 +122,6 @@ def _i_load_tile(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_store_tile(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
     value = np.asarray(args[-1])
-    flat, inside = _box_offsets(t, [int(x) for x in args[1:-1]], value.shape)
+    flat, inside = box_offsets(t, [int(x) for x in args[1:-1]], value.shape)
     t.buf.data[flat[inside]] = value[inside].astype(t.buf.data.dtype)
     return []
