@@ -50,6 +50,9 @@ class AstBuilder:
         self._depth = 0
         self._in_function = 0
         self._in_loop = 0
+        self._lines = source.text.split("\n")
+        # statement (by id) -> end of its line's trailing ";" when it is the last of a simple_stmt
+        self._semicolon_ends: dict[int, tuple[int, int]] = {}
 
     # ------------------------------------------------------------ spans
 
@@ -94,6 +97,10 @@ class AstBuilder:
             for child in tree.children:
                 if isinstance(child, Tree):
                     out.extend(self._statement(child))
+            if out:
+                end = self._trailing_semicolon(out[-1].span.end_line, out[-1].span.end_col)
+                if end is not None:
+                    self._semicolon_ends[id(out[-1])] = end
             return out
         try:
             handler: Callable[[Tree], ast.Stmt] = getattr(self, f"_stmt_{kind}")
@@ -193,10 +200,32 @@ class AstBuilder:
 
     # ------------------------------------------------------------ compound statements
 
-    def _block_span(self, tree: Tree, body: list[ast.Stmt], last: Span | None = None) -> Span:
+    def _trailing_semicolon(self, line: int, col: int) -> tuple[int, int] | None:
+        """The end just past the optional ``;`` that closes a simple statement's line, if there is
+        one after (line, col). CPython ends a compound statement's span there (its block ends with
+        the last token before NEWLINE), so ours does too."""
+        while line <= len(self._lines):
+            text = self._lines[line - 1]
+            i = col - 1
+            while i < len(text) and text[i] in " \t\f":
+                i += 1
+            if i < len(text) and text[i] == ";":
+                return line, i + 2
+            if text[i:] == "\\":  # explicit line joining: the ";" may be on the next line
+                line, col = line + 1, 1
+                continue
+            return None
+        return None
+
+    def _block_span(self, tree: Tree, body: list[ast.Stmt], last: ast.Stmt | None = None) -> Span:
+        """From the start of ``tree`` to the end of its last statement (``last``, else the body's),
+        that statement's line-closing ``;`` included."""
         start = self._span(tree)
-        end = last or (body[-1].span if body else start)
-        return Span(self.source, start.line, start.col, end.end_line, end.end_col)
+        last = last or (body[-1] if body else None)
+        if last is None:
+            return start
+        end = self._semicolon_ends.get(id(last), (last.span.end_line, last.span.end_col))
+        return Span(self.source, start.line, start.col, *end)
 
     def _stmt_if_stmt(self, tree: Tree) -> ast.Stmt:
         test_tree, suite, *clauses = tree.children
@@ -207,9 +236,9 @@ class AstBuilder:
         for clause in reversed(clauses):
             elif_test = self._expr(clause.children[0])
             elif_body = self._suite(clause.children[1])
-            last = (orelse[-1].span if orelse else None)
+            last = orelse[-1] if orelse else None
             orelse = [ast.If(elif_test, elif_body, orelse, span=self._block_span(clause, elif_body, last))]
-        last = orelse[-1].span if orelse else None
+        last = orelse[-1] if orelse else None
         return ast.If(test, body, orelse, span=self._block_span(tree, body, last))
 
     def _loop_body(self, suite: Tree) -> list[ast.Stmt]:
@@ -281,7 +310,7 @@ class AstBuilder:
         trees = [c for c in node.children if isinstance(c, Tree)]
         last = trees[-1] if trees else node
         span = self._span(last)
-        return span.end_line, span.end_col
+        return self._trailing_semicolon(span.end_line, span.end_col) or (span.end_line, span.end_col)
 
     def _parameters(self, tree: Tree | None) -> list[ast.Param]:
         if tree is None:
