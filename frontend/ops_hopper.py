@@ -39,7 +39,7 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
     va, vb, vacc = em.value(a), em.value(b), em.value(acc)
     for v, arg, what in ((va, a, "A"), (vb, b, "B")):
         if not isinstance(v.type, T.SmemType) or len(v.type.shape) != 2:
-            em.error("SP0357", f"{what} of wgmma must be a 2-D shared-memory buffer, found {v.type}", arg.span,
+            em.error("SP0391", f"{what} of wgmma must be a 2-D shared-memory buffer, found {v.type}", arg.span,
                      help="allocate it with `smem.alloc(dtype, (rows, cols), swizzle=128)` and fill it by TMA")
     ta, tb = va.type, vb.type
     assert isinstance(ta, T.SmemType) and isinstance(tb, T.SmemType)
@@ -58,7 +58,7 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
     if ea != eb and not any({ea.name, eb.name} <= p for p in _PAIRS_OK):
         em.error("SP0337", f"A is {ea} but B is {eb}", b.span)
     if not kmajor and ea.bits != 16:
-        em.error("SP0358", f"an MN-major B is only allowed for 16-bit operands, found {ea}", b.span,
+        em.error("SP0392", f"an MN-major B is only allowed for 16-bit operands, found {ea}", b.span,
                  help="store B K-major (N x K) for tf32 and 8-bit types (PTX ISA 9.7.15.5.1)")
     if T.shape_of(vacc.type) != (m, n):
         em.error("SP0338", f"the accumulator must be {m}x{n}, found {vacc.type}", acc.span)
@@ -68,7 +68,7 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
         em.error("SP0339", f"{ea} operands accumulate in {' or '.join(allowed)}, found {eacc}", acc.span)
     instr_k = INSTR_K[ea.name] * (2 if sparse else 1)
     if k % instr_k:
-        em.error("SP0359", f"K = {k} is not a multiple of the {'sparse ' if sparse else ''}wgmma K step {instr_k} "
+        em.error("SP0393", f"K = {k} is not a multiple of the {'sparse ' if sparse else ''}wgmma K step {instr_k} "
                  f"for {ea}", a.span)
     operands = [va, vb, vacc]
     if sparse:
@@ -93,10 +93,10 @@ def wgmma_wait(em: Emitter, pending: Arg, acc: Arg) -> Value:
     with one group pending, right with none)."""
     n = em.constexpr(pending, "the number of pending groups")
     if not 0 <= n <= 7:
-        em.error("SP0360", f"wgmma.wait_group takes 0 to 7 pending groups, found {n}", pending.span)
+        em.error("SP0394", f"wgmma.wait_group takes 0 to 7 pending groups, found {n}", pending.span)
     v = em.value(acc)
     if not isinstance(v.type, T.TileType):
-        em.error("SP0360", f"wgmma_wait passes an accumulator tile through, found {v.type}", acc.span)
+        em.error("SP0394", f"wgmma_wait passes an accumulator tile through, found {v.type}", acc.span)
     if n > 0:
         src = v.owner
         if src is not None and src.name == "hopper.wgmma" and src.attrs.get("sparse"):

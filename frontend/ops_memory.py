@@ -69,16 +69,16 @@ warp_specialize_op = define_op("warp_specialize", side_effects=True, doc="Concur
 def _smem(em: Emitter, arg: Arg) -> tuple[Value, T.SmemType]:
     v = em.value(arg)
     if not isinstance(v.type, T.SmemType):
-        em.error("SP0344", f"expected a shared-memory buffer, found {v.type}", arg.span)
+        em.error("SP0380", f"expected a shared-memory buffer, found {v.type}", arg.span)
     return v, v.type
 
 
 def _bar(em: Emitter, arg: Arg, single: bool = True) -> Value:
     v = em.value(arg)
     if not isinstance(v.type, T.BarrierType):
-        em.error("SP0345", f"expected an mbarrier, found {v.type}", arg.span)
+        em.error("SP0381", f"expected an mbarrier, found {v.type}", arg.span)
     if single and v.type.count != 1:
-        em.error("SP0345", f"expected one mbarrier, found an array of {v.type.count}", arg.span,
+        em.error("SP0381", f"expected one mbarrier, found an array of {v.type.count}", arg.span,
                  help="pick one with `bars[i]`")
     return v
 
@@ -97,12 +97,12 @@ def smem_alloc_builtin(em: Emitter, dtype: Arg, shape: Arg, swizzle: Arg | None 
     dt = em.dtype_arg(dtype)
     dims = em.int_tuple(shape, "the buffer shape")
     if any(d <= 0 for d in dims):
-        em.error("SP0346", f"buffer dimensions must be positive, found {dims}", shape.span)
+        em.error("SP0382", f"buffer dimensions must be positive, found {dims}", shape.span)
     sw = 0 if swizzle is None else em.constexpr(swizzle, "the swizzle")
     if sw not in SWIZZLES:
-        em.error("SP0347", f"swizzle must be 0, 32, 64 or 128 bytes, found {sw}", swizzle.span if swizzle else em.span)
+        em.error("SP0383", f"swizzle must be 0, 32, 64 or 128 bytes, found {sw}", swizzle.span if swizzle else em.span)
     if sw and dims[-1] * dt.bits // 8 < 16:
-        em.error("SP0347", f"a swizzled row must hold at least 16 bytes, found {dims[-1] * dt.bits // 8}",
+        em.error("SP0383", f"a swizzled row must hold at least 16 bytes, found {dims[-1] * dt.bits // 8}",
                  shape.span, help="use swizzle=0 for narrow rows")
     return em.op1("smem.alloc", [], T.SmemType(dt, dims, sw), dtype=dt.name, shape=dims, swizzle=sw)
 
@@ -112,7 +112,7 @@ def smem_getitem(em: Emitter, buf: Arg, index: Arg) -> Value:
     """``buf[i]``: the i-th buffer along the leading dimension."""
     v, t = _smem(em, buf)
     if len(t.shape) < 2:
-        em.error("SP0348", f"`buf[i]` needs a buffer of rank 2 or more, found {t}", buf.span)
+        em.error("SP0384", f"`buf[i]` needs a buffer of rank 2 or more, found {t}", buf.span)
     i = _index_value(em, index)
     return em.op1("smem.index", [v, i], T.SmemType(t.elem, t.shape[1:], t.swizzle))
 
@@ -124,7 +124,7 @@ def smem_slice_builtin(em: Emitter, buf: Arg, dim: Arg, start: Arg, size: Arg) -
     d = em.constexpr(dim, "the dimension")
     n = em.constexpr(size, "the slice size")
     if not 0 <= d < len(t.shape) or not 0 < n <= t.shape[d]:
-        em.error("SP0348", f"cannot take {n} elements of dimension {d} of {t}", em.span)
+        em.error("SP0384", f"cannot take {n} elements of dimension {d} of {t}", em.span)
     s = _index_value(em, start)
     shape = tuple(n if i == d else x for i, x in enumerate(t.shape))
     return em.op1("smem.slice", [v, s], T.SmemType(t.elem, shape, t.swizzle), dim=d, size=n)
@@ -146,7 +146,7 @@ def smem_store_builtin(em: Emitter, buf: Arg, value: Arg) -> None:
     v, t = _smem(em, buf)
     x = em.value(value, like=t.elem)
     if T.shape_of(x.type) != t.shape:
-        em.error("SP0349", f"cannot store a tile of shape {T.shape_of(x.type)} into {t}", value.span)
+        em.error("SP0385", f"cannot store a tile of shape {T.shape_of(x.type)} into {t}", value.span)
     em.create("smem.store", [v, em.cast(x, t.elem)], [])
     return None
 
@@ -157,9 +157,9 @@ def mbar_alloc_builtin(em: Emitter, count: Arg, arrivals: Arg | None = None) -> 
     n = em.constexpr(count, "the number of barriers")
     a = 1 if arrivals is None else em.constexpr(arrivals, "the arrival count")
     if not 1 <= n <= 64:
-        em.error("SP0350", f"between 1 and 64 barriers can be allocated at once, found {n}", count.span)
+        em.error("SP0386", f"between 1 and 64 barriers can be allocated at once, found {n}", count.span)
     if not 1 <= a < (1 << 20):
-        em.error("SP0350", f"the arrival count must be in [1, 2^20), found {a}", arrivals.span if arrivals else em.span)
+        em.error("SP0386", f"the arrival count must be in [1, 2^20), found {a}", arrivals.span if arrivals else em.span)
     return em.op1("mbarrier.alloc", [], T.BarrierType(n), count=n, arrivals=a)
 
 
@@ -218,16 +218,16 @@ def _check_box(em: Emitter, t: Value, s: T.SmemType, span: Any) -> None:
     tt = t.type
     assert isinstance(tt, T.TensorType)
     if tt.elem.bits != s.elem.bits or (tt.elem.is_float != s.elem.is_float and tt.elem != T.tf32):
-        em.error("SP0351", f"a TMA copy between {tt} and {s} needs the same element type", span)
+        em.error("SP0387", f"a TMA copy between {tt} and {s} needs the same element type", span)
     if len(s.shape) != tt.rank:
-        em.error("SP0351", f"the shared buffer {s} must have the tensor's rank {tt.rank}", span)
+        em.error("SP0387", f"the shared buffer {s} must have the tensor's rank {tt.rank}", span)
     for d in s.shape:
         if d > 256:
-            em.error("SP0352", f"a TMA box dimension is at most 256 elements, found {d} in {s.shape}", span,
+            em.error("SP0388", f"a TMA box dimension is at most 256 elements, found {d} in {s.shape}", span,
                      help="split the buffer into several copies (hardware-facts §5.4)")
     row_bytes = s.shape[-1] * s.elem.bits // 8
     if row_bytes % 16:
-        em.error("SP0352", f"the innermost box dimension must span a multiple of 16 bytes, found {row_bytes}",
+        em.error("SP0388", f"the innermost box dimension must span a multiple of 16 bytes, found {row_bytes}",
                  span, help="widen the buffer's last dimension (hardware-facts §5.4)")
 
 
@@ -291,13 +291,13 @@ def partition_builtin(em: Emitter, fn: Arg, *args: Arg, warps: Arg | None = None
     f = em.unwrap(fn)
     helper = f if isinstance(f, HelperFunction) else getattr(getattr(f, "value", None), "as_helper", lambda: None)()
     if not isinstance(helper, HelperFunction):
-        em.error("SP0353", "the first argument of `partition` must be a helper function", fn.span)
+        em.error("SP0389", "the first argument of `partition` must be a helper function", fn.span)
     w = 4 if warps is None else em.constexpr(warps, "the number of warps")
     r = None if regs is None else em.constexpr(regs, "the register budget")
     if w <= 0:
-        em.error("SP0353", f"a partition needs at least one warp, found {w}", warps.span if warps else em.span)
+        em.error("SP0389", f"a partition needs at least one warp, found {w}", warps.span if warps else em.span)
     if r is not None and (r % 8 or not 24 <= r <= 256):
-        em.error("SP0354", f"setmaxnreg takes a multiple of 8 in [24, 256], found {r}", regs.span if regs else em.span)
+        em.error("SP0390", f"setmaxnreg takes a multiple of 8 in [24, 256], found {r}", regs.span if regs else em.span)
     return Const(Partition(helper, tuple(em.unwrap(a) for a in args), w, r, em.span))
 
 
@@ -308,10 +308,10 @@ def warp_specialize_builtin(em: Emitter, *partitions: Arg) -> None:
     for p in partitions:
         v = em.unwrap(p)
         if not (isinstance(v, Const) and isinstance(v.value, Partition)):
-            em.error("SP0353", "`warp_specialize` takes `partition(...)` values", p.span)
+            em.error("SP0389", "`warp_specialize` takes `partition(...)` values", p.span)
         parts.append(v.value)
     if not parts:
-        em.error("SP0353", "`warp_specialize` needs at least one partition", em.span)
+        em.error("SP0389", "`warp_specialize` needs at least one partition", em.span)
     sema = em.sema
     op = em.create("warp_specialize", [], [], {"warps": tuple(p.warps for p in parts),
                                                 "regs": tuple(p.regs for p in parts)}, regions=len(parts))
