@@ -1,0 +1,434 @@
+"""``sparse_matmul``: the Hopper 2:4 sparse GEMM of ``sparse_gemm_sm90.spk`` as a Python function.
+
+    C (M x N) = decompress(values, meta) (M x K) @ b.T            b stored N x K
+
+``values`` (M, K/2) and ``meta`` (the "sm90" metadata words of docs/sparse-metadata.md, best as the
+tagged :class:`~sparsile.stdlib.sparsity.MetadataBuffer` that ``encode_metadata`` returns) come from
+the sparsity toolkit, or from :func:`prune_and_compress`. Arrays may be numpy, torch or cupy: CUDA
+tensors are used in place, host arrays are copied to the GPU and back by the launcher. With
+``interpret=True`` the same kernel runs in the CPU interpreter (no GPU needed).
+
+What is checked before anything is launched (each a :class:`~sparsile.stdlib.sparsity.SparsityError`
+with an SP08xx code): ranks and element types (SP0804), a dtype without a kernel (SP0804), values and
+b covering the same K (SP0815), the metadata's tag, shape and nibbles (``validate_metadata``:
+SP0805-SP0812; a device array is checked for shape and element type only, since reading its nibbles
+would copy it to the host on every call), an ``out`` of the wrong shape or type (SP0804).
+
+Padding: TMA reads rows whose byte length is a multiple of 16 (hardware-facts.md §5.1, CUDA's
+``cuTensorMapEncodeTiled`` stride rule), i.e. K a multiple of 32 / element bytes (16 for 16-bit
+operands, 32 for 8-bit, 8 for tf32). Other K are zero-padded here (a copy of values and b); the
+kernel reads metadata words past the end of a row as 0x44444444, the "indices 0, 1" chunk, which
+paired with zero values adds nothing, so the metadata is never copied.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..sparsity import MetadataBuffer, SparsityError, as_host_array, compress, encode_metadata, validate_metadata
+from ..sparsity.dtypes import OperandType, operand_type
+from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
+from ..sparsity.formats import decompress, metadata_shape
+
+KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
+BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The kernel of ``sparse_gemm_sm90.spk`` for one operand type, and what it needs."""
+
+    operand: str       # toolkit operand name (f16, bf16, e4m3, s8, tf32)
+    kernel: str        # kernel name in the .spk file
+    elem_bytes: int    # bytes per operand element
+    out_dtype: str     # numpy name of C's element type (the kernel's store type)
+    torch_dtype: str   # the torch dtype attribute of the operand
+    max_bn: int        # widest N tile (accumulator registers: 256 f32 columns per 2 warpgroups; tf32 128)
+
+    @property
+    def k_align(self) -> int:
+        """K multiple that makes both TMA row lengths, K/2 values and K b elements, 16-byte multiples."""
+        return 32 // self.elem_bytes
+
+    def block_n(self, n: int) -> int:
+        """BN as benchmarks/bench_sparse_gemm.py picks it: the next power of two of N, 16..max_bn."""
+        bn = 16
+        while bn < min(n, self.max_bn):
+            bn *= 2
+        return bn
+
+
+KERNELS: dict[str, KernelChoice] = {c.operand: c for c in (
+    KernelChoice("f16", "sparse_gemm_f16", 2, "float16", "float16", 256),
+    KernelChoice("bf16", "sparse_gemm_bf16", 2, "float16", "bfloat16", 256),
+    KernelChoice("e4m3", "sparse_gemm_e4m3", 1, "float16", "float8_e4m3fn", 256),
+    KernelChoice("s8", "sparse_gemm_s8", 1, "int32", "int8", 256),
+    KernelChoice("tf32", "sparse_gemm_tf32", 4, "float32", "float32", 128),
+)}
+"""Operand types with a Hopper kernel. f16, bf16 and e4m3 were run on the H200
+(benchmarks/RESULTS.md); s8 (int32 C) and tf32 (float32 C) are interpreter-checked only."""
+
+_TORCH_OPERANDS = {f"torch.{c.torch_dtype}": c.operand for c in KERNELS.values()}
+_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
+
+
+@functools.cache
+def kernel_module() -> Any:
+    """The loaded ``sparse_gemm_sm90.spk`` module (parsed once per process)."""
+    import sparsile
+
+    return sparsile.load(KERNEL_FILE)
+
+
+# ------------------------------------------------------------------------------------------------
+# array kinds: "numpy" (host), "torch" (a CUDA tensor), "cupy"
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    package = type(x).__module__.split(".")[0]
+    if package == "torch":
+        return "torch" if getattr(getattr(x, "device", None), "type", "cpu") == "cuda" else "torch-cpu"
+    return "cupy" if package == "cupy" else "other"
+
+
+def _bad(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:
+    return SparsityError(code, message, help=help)
+
+
+def _operand_of(x: Any) -> str | None:
+    """The operand type an array's element type names, or None."""
+    if _kind(x) in ("torch", "torch-cpu"):
+        return _TORCH_OPERANDS.get(str(x.dtype))
+    try:
+        dt = np.dtype(x.dtype)
+    except TypeError:
+        return None
+    return next((c.operand for c in KERNELS.values() if operand_type(c.operand).host_dtype == dt), None)
+
+
+def _placed(x: Any, what: str, interpret: bool) -> Any:
+    """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
+    if not interpret and _kind(x) in ("torch", "cupy"):
+        return x
+    return as_host_array(x, what)
+
+
+def _cast(x: Any, choice: KernelChoice) -> Any:
+    """``x`` in the operand's element type (a no-op when it already is)."""
+    if _kind(x) == "torch":
+        import torch
+
+        want = getattr(torch, choice.torch_dtype)
+        return x if x.dtype == want else x.to(want)
+    host = operand_type(choice.operand).host_dtype
+    if x.dtype == host:
+        return x
+    if _kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
+        raise _bad(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
+                   help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
+    return x.astype(host)
+
+
+def _pad_columns(x: Any, cols: int) -> Any:
+    """``x`` (rows, k) C-contiguous, zero-extended to ``cols`` columns (zero bits are +0 for every type)."""
+    rows, have = x.shape
+    if _kind(x) == "torch":
+        import torch
+
+        if have == cols:
+            return x.contiguous()
+        ints = getattr(torch, _INT_OF_SIZE[x.element_size()])
+        padded = torch.zeros((rows, cols), dtype=ints, device=x.device)
+        padded[:, :have] = x.view(ints)
+        return padded.view(x.dtype)
+    xp = np
+    if _kind(x) == "cupy":
+        import cupy as xp
+    if have == cols:
+        return xp.ascontiguousarray(x)
+    padded = xp.zeros((rows, cols), dtype=x.dtype)
+    padded[:, :have] = x
+    return padded
+
+
+def _as_u32(meta: Any) -> Any:
+    """Metadata words as C-contiguous uint32 (the kernel's ``ptr[u32]``), reinterpreting int32."""
+    name = str(meta.dtype).removeprefix("torch.")
+    if name not in ("int32", "uint32"):
+        raise _bad(f"metadata words must be 32-bit integers, got {meta.dtype}", code=SP_META_ELEMENT_TYPE,
+                   help='encode them with encode_metadata(indices, "sm90", dtype)')
+    if _kind(meta) == "torch":
+        import torch
+
+        return meta.contiguous().view(torch.uint32)
+    if _kind(meta) == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(meta).view(cupy.uint32)
+    return np.ascontiguousarray(meta).view(np.uint32)
+
+
+def _like(host: np.ndarray, like: Any) -> Any:
+    """A copy of host array ``host``, same element type, where ``like`` lives (its torch device, cupy)."""
+    kind = _kind(like)
+    if kind in ("torch", "torch-cpu"):
+        import torch
+
+        bits = np.ascontiguousarray(host).view(_INT_OF_SIZE[host.itemsize])
+        tensor = torch.from_numpy(bits).to(like.device)
+        return tensor.view(getattr(torch, host.dtype.name))
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(host)
+    return host
+
+
+# ------------------------------------------------------------------------------------------------
+# metadata
+
+
+_validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
+_device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _tagged_metadata(meta: MetadataBuffer, op: OperandType, m: int, k_values: int, k_b: int) -> np.ndarray:
+    """Validate a tagged buffer once (format, width class, m, nibbles) and check its K."""
+    seen = _validated.setdefault(meta, set())
+    if (op.name, m) not in seen:
+        validate_metadata(meta, "sm90", op.name, m=m)
+        seen.add((op.name, m))
+    if meta.k > k_values or -(-meta.k // op.group) * op.group < k_b:
+        raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values} and b has "
+                   f"K = {k_b}", code=SP_MISSING_SIZE,
+                   help="encode the metadata of the operand whose values are passed")
+    return meta.data
+
+
+def _raw_metadata(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -> Any:
+    """Check a raw word array's shape (and its nibbles when it is on the host)."""
+    shape = tuple(getattr(meta, "shape", ()))
+    fits = {k: metadata_shape("sm90", op, m, k) for k in (k_values, k_b)}
+    if shape not in fits.values():
+        want = " or ".join(sorted({str(s) for s in fits.values()}))
+        raise _bad(f"sm90 metadata of a {op.name} operand with M = {m}, K = {k_b} has shape {want}, got {shape}",
+                   code=SP_META_SHAPE, help='encode it with encode_metadata(indices, "sm90", dtype)')
+    if isinstance(meta, np.ndarray):
+        k = next(k for k, s in fits.items() if s == shape)
+        validate_metadata(np.ascontiguousarray(meta).view(np.uint32) if meta.dtype == np.int32 else meta,
+                          "sm90", op.name, m, k)
+    return meta
+
+
+# ------------------------------------------------------------------------------------------------
+# the prepared launch
+
+
+@dataclass(frozen=True, eq=False)
+class SparseMatmul:
+    """One prepared launch of the sparse GEMM: checked, padded arguments, the kernel and the grid.
+
+    :meth:`run` launches it (or interprets it), :meth:`compile` compiles the specialization it would
+    launch for any target without a GPU.
+    """
+
+    choice: KernelChoice
+    m: int
+    n: int
+    k: int            # K of b before padding
+    k_padded: int     # K the kernel is launched with (a multiple of choice.k_align)
+    values: Any
+    meta: Any
+    b: Any
+    out: Any
+    bn: int
+
+    @property
+    def grid(self) -> tuple[int]:
+        """1-D: one CTA per BM x BN tile of C."""
+        return (-(-self.m // BM) * -(-self.n // self.bn),)
+
+    @property
+    def kernel(self) -> Any:
+        return getattr(kernel_module(), self.choice.kernel)
+
+    def arguments(self) -> tuple[Any, ...]:
+        lde = int(self.meta.shape[1])
+        return (self.values, self.meta, self.b, self.out, self.m, self.n, self.k_padded, lde, self.n)
+
+    def compile(self, target: str = "sm_90a") -> Any:
+        """Compile (through the compile cache) for ``target``; returns the CompiledKernel."""
+        return self.kernel[self.grid].compile_for(target, *self.arguments(), BN=self.bn)
+
+    def run(self, interpret: bool = False) -> Any:
+        """Launch on the current GPU (or run in the interpreter) and return ``out``."""
+        if self.m and self.n:
+            launch = self.kernel.interpret[self.grid] if interpret else self.kernel[self.grid]
+            launch(*self.arguments(), BN=self.bn)
+        return self.out
+
+
+def _resolve_operand(values: Any, meta: Any, dtype: str | None) -> KernelChoice:
+    if dtype is not None:
+        name = operand_type(dtype).name
+    else:
+        name = meta.dtype if isinstance(meta, MetadataBuffer) else _operand_of(values)
+        if name is None:
+            raise _bad(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
+                       help=f"pass dtype= (one of {', '.join(KERNELS)})")
+    if name not in KERNELS:
+        raise _bad(f"there is no Hopper sparse GEMM kernel for {name} operands",
+                   help=f"use one of {', '.join(KERNELS)}")
+    return KERNELS[name]
+
+
+def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool) -> Any:
+    """The C array the kernel writes: ``out`` itself when the launch can write it in place, else a
+    new array (a torch/cupy array on ``home``'s device for a GPU launch, numpy otherwise)."""
+    if out is not None:
+        shape = tuple(getattr(out, "shape", ()))
+        dtype = str(getattr(out, "dtype", "")).removeprefix("torch.")
+        if shape != (m, n) or dtype != choice.out_dtype:
+            raise _bad(f"out must be a ({m}, {n}) {choice.out_dtype} array, got {shape} {dtype or type(out)}",
+                       help=f"{choice.operand} operands produce {choice.out_dtype} C")
+        kind = _kind(out)
+        if kind == "torch" and not interpret and out.is_contiguous():
+            return out
+        if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
+            return out
+    kind = "numpy" if interpret else _kind(home)
+    if kind == "torch":
+        import torch
+
+        return torch.empty((m, n), dtype=getattr(torch, choice.out_dtype), device=home.device)
+    if kind == "cupy":
+        import cupy
+
+        return cupy.empty((m, n), dtype=choice.out_dtype)
+    return np.empty((m, n), dtype=choice.out_dtype)
+
+
+def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
+                       interpret: bool = False) -> SparseMatmul:
+    """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching."""
+    choice = _resolve_operand(values, meta, dtype)
+    op = operand_type(choice.operand)
+    home = b
+    values = _cast(_placed(values, "values", interpret), choice)
+    b = _cast(_placed(b, "b", interpret), choice)
+    for what, x in (("values", values), ("b", b)):
+        if len(x.shape) != 2:
+            raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
+                       help="values is (M, K/2) from compress(); b is (N, K)")
+    m, half_k = (int(s) for s in values.shape)
+    n, k = (int(s) for s in b.shape)
+    k_values = 2 * half_k
+    if not k <= k_values < k + max(op.group, choice.k_align):
+        raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
+                   f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
+                   help="b is stored N x K: pass it with the K of the weight (transposed?)")
+    if isinstance(meta, MetadataBuffer):
+        words: Any = _tagged_metadata(meta, op, m, k_values, k)
+        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
+            copies = _device_copies.setdefault(meta, {})
+            device = str(getattr(values, "device", "cupy"))
+            if device not in copies:
+                copies[device] = _as_u32(_like(_as_u32(words), values))
+            words = copies[device]
+    else:
+        words = _raw_metadata(_placed(meta, "meta", interpret), op, m, k_values, k)
+    words = _as_u32(words)
+    k_padded = -(-k_values // choice.k_align) * choice.k_align
+    values = _pad_columns(values, k_padded // 2)
+    b = _pad_columns(b, k_padded)
+    c = _output(out, m, n, choice, home, interpret)
+    return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, choice.block_n(n))
+
+
+def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
+                  interpret: bool = False) -> Any:
+    """``decompress(values, meta) @ b.T`` with the Hopper sparse GEMM.
+
+    values: (M, K/2) compressed operand (f16, bf16, e4m3, s8 or f32-as-tf32); meta: its "sm90"
+    metadata (a MetadataBuffer from ``encode_metadata``, or the raw (M16, W) uint32/int32 words);
+    b: (N, K) dense operand. ``dtype`` names the operand type (default: values' element type);
+    values and b are cast to it. C is (M, N) float16 (int32 for s8, float32 for tf32), returned
+    in ``out`` when given, else as a new array of b's kind (a torch/cupy array on b's device, or
+    numpy). ``interpret=True`` runs the same kernel in the CPU interpreter. Without a GPU (and
+    without ``interpret``) it raises LaunchError SP0731.
+    """
+    if not interpret:
+        from ...backend import runtime
+        from ...frontend.diagnostics import LaunchError
+
+        if not runtime.has_gpu():
+            raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
+                              help="pass interpret=True to run the same kernel in the CPU interpreter")
+    plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret)
+    if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
+        plan.out[...] = 0
+    else:
+        plan.run(interpret)
+    return _deliver(plan.out, out, b)
+
+
+def _deliver(result: Any, out: Any, b: Any) -> Any:
+    """Hand C back: in ``out`` (copied there if the kernel could not write it in place), else in b's
+    kind (a host result becomes a torch tensor on b's device for torch b, a cupy array for cupy b)."""
+    if out is not None:
+        if result is not out:
+            if _kind(out) in ("torch", "torch-cpu"):
+                out.copy_(result if _kind(result) == "torch" else _like(result, out))
+            elif _kind(out) == "cupy":
+                import cupy
+
+                out[...] = cupy.asarray(result)
+            else:
+                out[...] = as_host_array(result, "C")
+        return out
+    if _kind(result) == "numpy" and _kind(b) in ("torch", "torch-cpu", "cupy"):
+        return _like(result, b)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------
+# pruning and compression
+
+
+class CompressedWeight(NamedTuple):
+    """What :func:`prune_and_compress` returns: unpack it as ``values, meta = ...``."""
+
+    values: Any
+    meta: MetadataBuffer
+
+    def dense(self) -> np.ndarray:
+        """The pruned dense (M, K) weight on the host, rebuilt from values and metadata."""
+        return decompress(as_host_array(self.values, "values"), self.meta)
+
+
+def prune_and_compress(weight: Any, dtype: str) -> CompressedWeight:
+    """Magnitude-prune ``weight`` (M, K) to the pattern of operand type ``dtype`` (2:4; 1:2 for tf32),
+    cast, compress, and encode "sm90" metadata: ``(values, meta)`` ready for :func:`sparse_matmul`.
+
+    ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
+    ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.
+    The pruning itself runs on the host (``compress(weight, dtype, prune=True)`` of the toolkit).
+    """
+    choice = _resolve_operand(weight, None, dtype)
+    host = as_host_array(weight, "weight")
+    if host.ndim != 2:
+        raise _bad(f"weight must be a 2-D (M, K) matrix, got shape {host.shape}",
+                   help="reshape to (out features, in features)")
+    values, indices = compress(host, choice.operand, prune=True)
+    meta = encode_metadata(indices, "sm90", choice.operand, k=int(host.shape[1]))
+    if _kind(weight) in ("torch", "torch-cpu", "cupy"):
+        values = _like(values, weight)
+    return CompressedWeight(values, meta)

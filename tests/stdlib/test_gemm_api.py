@@ -1,0 +1,288 @@
+"""sparsile.stdlib.kernels: sparse_matmul / prune_and_compress in the interpreter against float64
+references (random, ragged, K padded), argument checking (each a SparsityError with its code),
+the launch plan (kernel, BN, grid, padding) compiled for sm_90a, and GPU runs (marked gpu)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sparsile.frontend.diagnostics import LaunchError
+from sparsile.stdlib import sparsity as S
+from sparsile.stdlib.kernels import KERNELS, CompressedWeight, plan_sparse_matmul, prune_and_compress, sparse_matmul
+from sparsile.stdlib.sparsity import SparsityError
+
+HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "s8": np.int8,
+        "tf32": np.float32}
+OUT = {"f16": np.float16, "bf16": np.float16, "e4m3": np.float16, "s8": np.int32, "tf32": np.float32}
+
+
+def problem(dtype: str, m: int, n: int, k: int, seed: int):
+    rng = np.random.default_rng(seed)
+    if dtype == "s8":
+        w = rng.integers(-60, 60, (m, k)).astype(np.int8)
+        b = rng.integers(-60, 60, (n, k)).astype(np.int8)
+    else:
+        w = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k)).astype(np.float32).astype(HOST[dtype])
+    return prune_and_compress(w, dtype), b
+
+
+def reference(weight: CompressedWeight, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 C and sum |a||b| (the scale of accumulation errors) from the dense pruned operands."""
+    a64, b64 = weight.dense().astype(np.float64), b.astype(np.float64)
+    return a64 @ b64.T, np.abs(a64) @ np.abs(b64).T
+
+
+def assert_close(c: np.ndarray, ref: np.ndarray, absprod: np.ndarray, k: int, dtype: str) -> None:
+    """Within output rounding plus accumulation error. s8 is exact (int32 accumulation). Otherwise:
+    f32 accumulation (at most K·2^-23·Σ|ab| for any summation order); Hopper's ~14-bit e4m3
+    accumulator ((K/64 + 1)·2^-13·Σ|ab|, DeepSeek-V3 report §3.3.2); tf32 inputs keep 10 mantissa
+    bits, truncated or rounded (2^-9·Σ|ab|); then one rounding to the output type (half an ulp:
+    2^-11 relative for f16, 2^-24 for f32, plus the f16 subnormal spacing)."""
+    assert c.dtype == OUT[dtype]
+    c64 = c.astype(np.float64)
+    assert not np.isnan(c64).any(), "unwritten outputs"
+    if dtype == "s8":
+        np.testing.assert_array_equal(c64, ref)
+        return
+    acc = max(k, 1) * 2.0 ** -23 * absprod
+    if dtype == "e4m3":
+        acc = acc + (k // 64 + 1) * 2.0 ** -13 * absprod
+    if dtype == "tf32":
+        acc = acc + 2.0 ** -9 * absprod
+    out_ulp = 2.0 ** -24 if dtype == "tf32" else 2.0 ** -11
+    bound = acc + out_ulp * (np.abs(ref) + acc) + 2.0 ** -24
+    err = np.abs(c64 - ref)
+    assert (err <= bound).all(), f"max error {err.max()} (bound there {bound.flat[err.argmax()]})"
+
+
+# ------------------------------------------------------------------------------------------------
+# numerics in the interpreter
+
+
+@pytest.mark.parametrize("dtype,m,n,k", [
+    ("f16", 200, 130, 192),   # ragged M and N, two M tiles
+    ("f16", 33, 17, 36),      # K = 36: values and b padded to 48
+    ("bf16", 70, 40, 100),
+    ("e4m3", 64, 20, 100),    # 8-bit: K padded to 128
+    ("s8", 40, 24, 64),       # exact int32 accumulation
+    ("tf32", 40, 24, 50),     # 1:2 sparsity, K padded to 56
+])
+def test_interpreter_matches_float64_reference(dtype, m, n, k):
+    weight, b = problem(dtype, m, n, k, seed=m + n + k)
+    c = sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    assert c.shape == (m, n)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["f16", "bf16", "e4m3"]), st.integers(1, 150), st.integers(1, 300), st.integers(1, 140),
+       st.integers(0, 2**32 - 1))
+def test_any_shape_matches_reference(dtype, m, n, k, seed):
+    weight, b = problem(dtype, m, n, k, seed)
+    c = sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+def test_float32_inputs_are_cast_to_the_operand_type():
+    weight, b = problem("f16", 64, 48, 64, seed=1)
+    c32 = sparse_matmul(weight.values.astype(np.float32), weight.meta, b.astype(np.float32), interpret=True)
+    c16 = sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    np.testing.assert_array_equal(c32, c16)  # the metadata's tag (f16) picks the kernel; inputs are cast
+
+
+def test_raw_metadata_words_uint32_and_int32():
+    weight, b = problem("bf16", 48, 40, 64, seed=2)
+    words = np.asarray(weight.meta)
+    c_tagged = sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    c_u32 = sparse_matmul(weight.values, words, b, interpret=True)
+    c_i32 = sparse_matmul(weight.values, words.view(np.int32), b, interpret=True)
+    np.testing.assert_array_equal(c_u32, c_tagged)
+    np.testing.assert_array_equal(c_i32, c_tagged)
+
+
+def test_values_padded_by_the_caller_are_accepted():
+    """Values compressed from a weight zero-padded to the TMA granularity (as the sweep does), b not."""
+    rng = np.random.default_rng(3)
+    w = S.prune_2_4(rng.standard_normal((40, 36)).astype(np.float32)).astype(np.float16)
+    wp = np.zeros((40, 48), np.float16)
+    wp[:, :36] = w
+    values, idx = S.compress(wp, "f16")
+    meta = S.encode_metadata(idx, "sm90", "f16")
+    b = rng.standard_normal((20, 36)).astype(np.float16)
+    c = sparse_matmul(values, meta, b, interpret=True)
+    ref = w.astype(np.float64) @ b.astype(np.float64).T
+    assert np.abs(c - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 1e-2
+
+
+def test_out_is_written_and_returned():
+    weight, b = problem("f16", 40, 30, 64, seed=4)
+    out = np.full((40, 30), np.nan, np.float16)
+    c = sparse_matmul(weight.values, weight.meta, b, out=out, interpret=True)
+    assert c is out
+    np.testing.assert_array_equal(out, sparse_matmul(weight.values, weight.meta, b, interpret=True))
+    strided = np.full((40, 60), np.nan, np.float16)[:, ::2]  # not contiguous: filled by a copy
+    assert sparse_matmul(weight.values, weight.meta, b, out=strided, interpret=True) is strided
+    np.testing.assert_array_equal(strided, out)
+
+
+def test_empty_problems():
+    weight, b = problem("f16", 5, 4, 8, seed=5)
+    assert sparse_matmul(weight.values, weight.meta, b[:0], interpret=True).shape == (5, 0)
+    empty_k = sparse_matmul(np.zeros((5, 0), np.float16), np.zeros((16, 0), np.uint32), np.zeros((4, 0), np.float16),
+                            interpret=True)
+    np.testing.assert_array_equal(empty_k, np.zeros((5, 4), np.float16))
+
+
+# ------------------------------------------------------------------------------------------------
+# prune_and_compress
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "e4m3", "s8", "tf32"])
+def test_prune_and_compress_gives_the_toolkit_result(dtype):
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((24, 40)).astype(np.float32) * (30 if dtype == "s8" else 1)
+    values, meta = prune_and_compress(w, dtype)
+    pruned = S.prune(w.astype(HOST[dtype]), dtype)
+    assert meta.fmt == "sm90" and meta.dtype == dtype and (meta.m, meta.k) == (24, 40)
+    np.testing.assert_array_equal(CompressedWeight(values, meta).dense().astype(np.float64),
+                                  pruned.astype(np.float64))
+    kept = 1 if dtype == "tf32" else 2
+    group = 2 if dtype == "tf32" else 4
+    assert (np.count_nonzero(pruned.reshape(24, -1, group), axis=-1) <= kept).all()
+
+
+def test_prune_and_compress_rejects_non_matrices():
+    with pytest.raises(SparsityError) as e:
+        prune_and_compress(np.ones(8, np.float32), "f16")
+    assert e.value.code == "SP0804"
+
+
+# ------------------------------------------------------------------------------------------------
+# argument checking
+
+
+def _codes(fn) -> str:
+    with pytest.raises(SparsityError) as e:
+        fn()
+    return e.value.code
+
+
+def test_argument_errors_have_codes():
+    weight, b = problem("f16", 40, 24, 64, seed=7)
+    v, meta = weight.values, weight.meta
+    assert _codes(lambda: sparse_matmul(v, meta, b[:, :32], interpret=True)) == "SP0815"   # K mismatch
+    assert _codes(lambda: sparse_matmul(v, meta, b.T, interpret=True)) == "SP0815"         # b not N x K
+    assert _codes(lambda: sparse_matmul(v[0], meta, b, interpret=True)) == "SP0804"        # 1-D values
+    assert _codes(lambda: sparse_matmul(v, meta, b, dtype="e5m2", interpret=True)) == "SP0804"  # no kernel
+    assert _codes(lambda: sparse_matmul(v, meta, b, dtype="f64", interpret=True)) == "SP0801"   # unknown type
+    assert _codes(lambda: sparse_matmul(v, meta, b, out=np.empty((40, 24), np.float32),
+                                        interpret=True)) == "SP0804"                       # out dtype
+    assert _codes(lambda: sparse_matmul(v, meta, b, out=np.empty((24, 40), np.float16),
+                                        interpret=True)) == "SP0804"                       # out shape
+    words = np.asarray(meta)
+    assert _codes(lambda: sparse_matmul(v, words[:16], b, interpret=True)) == "SP0805"     # too few rows
+    assert _codes(lambda: sparse_matmul(v, words.astype(np.float32), b, interpret=True)) == "SP0806"
+    bad = words.copy()
+    bad[3, 1] &= ~np.uint32(0xF)  # nibble 0x0: an index used twice
+    assert _codes(lambda: sparse_matmul(v, bad, b, interpret=True)) == "SP0807"
+
+
+def test_metadata_for_another_operand_width_is_refused():
+    weight, b = problem("f16", 32, 16, 64, seed=8)
+    idx = S.decode_metadata(weight.meta)
+    meta8 = S.encode_metadata(idx, "sm90", "e4m3")  # 8-bit layout of the same indices
+    assert _codes(lambda: sparse_matmul(weight.values, meta8, b, dtype="f16", interpret=True)) == "SP0809"
+    tcgen = S.encode_metadata(idx, "tcgen05", "f16")
+    assert _codes(lambda: sparse_matmul(weight.values, tcgen, b, interpret=True)) == "SP0810"
+
+
+def test_metadata_of_another_matrix_size_is_refused():
+    weight, b = problem("f16", 32, 16, 64, seed=9)
+    other, _ = problem("f16", 32, 16, 128, seed=9)
+    assert _codes(lambda: sparse_matmul(weight.values, other.meta, b, interpret=True)) == "SP0812"
+    tall, _ = problem("f16", 64, 16, 64, seed=9)
+    assert _codes(lambda: sparse_matmul(weight.values, tall.meta, b, interpret=True)) == "SP0812"
+
+
+def test_without_gpu_a_launch_says_to_interpret():
+    from sparsile.backend import runtime
+
+    if runtime.has_gpu():
+        pytest.skip("this machine has a GPU")
+    weight, b = problem("f16", 32, 16, 64, seed=10)
+    with pytest.raises(LaunchError) as e:
+        sparse_matmul(weight.values, weight.meta, b)
+    assert e.value.code == "SP0731" and "interpret=True" in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# the launch plan
+
+
+@pytest.mark.parametrize("dtype,n,bn", [("f16", 16, 16), ("f16", 17, 32), ("f16", 130, 256), ("f16", 5000, 256),
+                                        ("e4m3", 1, 16), ("tf32", 130, 128), ("tf32", 100, 128), ("s8", 64, 64)])
+def test_block_n_is_the_next_power_of_two_up_to_the_kernel_limit(dtype, n, bn):
+    assert KERNELS[dtype].block_n(n) == bn
+
+
+@pytest.mark.parametrize("dtype,k,k_padded", [("f16", 36, 48), ("f16", 64, 64), ("bf16", 100, 112),
+                                              ("e4m3", 100, 128), ("s8", 32, 32), ("tf32", 50, 56)])
+def test_plan_pads_k_to_16_byte_rows(dtype, k, k_padded):
+    weight, b = problem(dtype, 130, 300, k, seed=11)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    elem = np.dtype(HOST[dtype]).itemsize
+    assert plan.k_padded == k_padded and (plan.k_padded // 2 * elem) % 16 == 0 and (plan.k_padded * elem) % 16 == 0
+    assert plan.values.shape == (130, k_padded // 2) and plan.b.shape == (300, k_padded)
+    assert not np.asarray(plan.b[:, k:]).astype(np.float64).any()  # zero padding
+    assert plan.choice.kernel == f"sparse_gemm_{dtype}"
+    assert plan.grid == (2 * -(-300 // plan.bn),)  # ceil(M/128) * ceil(N/BN)
+    assert plan.meta.dtype == np.uint32 and plan.meta.shape[0] == 144  # M rounded up to 16
+
+
+@pytest.mark.parametrize("dtype", ["f16", "e4m3"])
+def test_plan_compiles_for_sm90a(dtype):
+    weight, b = problem(dtype, 130, 40, 100, seed=12)
+    ck = plan_sparse_matmul(weight.values, weight.meta, b).compile("sm_90a")
+    assert ck.cubin[:4] == b"\x7fELF"
+    assert "mma_async.sp" in ck.ptx
+
+
+# ------------------------------------------------------------------------------------------------
+# on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k", [("f16", 1000, 600, 768), ("bf16", 257, 130, 100), ("e4m3", 300, 200, 1000),
+                                         ("s8", 256, 128, 256), ("tf32", 200, 130, 100)])
+def test_gpu_numpy(dtype, m, n, k):
+    weight, b = problem(dtype, m, n, k, seed=13)
+    c = sparse_matmul(weight.values, weight.meta, b)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "e4m3"])
+def test_gpu_torch_tensors_in_place(dtype):
+    torch = pytest.importorskip("torch")
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[dtype]
+    g = torch.Generator().manual_seed(14)
+    w = torch.randn(500, 300, generator=g).cuda()
+    x = torch.randn(70, 300, generator=g).cuda().to(tdt)
+    values, meta = prune_and_compress(w, dtype)
+    assert values.is_cuda and values.dtype == tdt
+    y = sparse_matmul(values, meta, x)
+    assert y.is_cuda and y.dtype == torch.float16 and y.shape == (500, 70)
+    out = torch.full((500, 70), float("nan"), device="cuda", dtype=torch.float16)
+    assert sparse_matmul(values, meta, x, out=out) is out
+    dense = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64))
+    ref = dense @ x.cpu().double().T
+    tol = 2.0 ** -10 * ref.abs() + (0.05 if dtype == "e4m3" else 0.02)
+    assert ((y.cpu().double() - ref).abs() <= tol).all()
+    assert torch.equal(out, y)
