@@ -1,0 +1,110 @@
+"""``sparsile demo``: the CPU path end to end, its report and exit status, the Blackwell step with and
+without a kernel file, and the GPU branch (with the launch replaced by the interpreter)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from sparsile import cli, demo
+from sparsile.stdlib import kernels
+
+
+def test_demo_on_the_cpu_reports_and_passes(capsys):
+    start = time.perf_counter()
+    assert demo.main(["--cpu"]) == 0
+    took = time.perf_counter() - start
+    out = capsys.readouterr().out
+    assert "prune + compress" in out and "A 200x192 f16" in out
+    assert "compile sm_90a" in out and "sparse_gemm_f16" in out and "cubin" in out
+    assert "interpreter (CPU)" in out and "200x130x192" in out
+    assert "result: OK" in out and "interpreter only" in out and "FAILED" not in out
+    assert took < 60  # the product owner's limit for the demo on a 2-core machine
+
+
+def test_sparsile_demo_command(capsys):
+    assert cli.main(["demo"]) == 0
+    assert "result: OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_demo_other_dtypes(capsys, dtype):
+    assert demo.main(["--cpu", "--dtype", dtype]) == 0
+    out = capsys.readouterr().out
+    assert f"sparse_gemm_{dtype}" in out and f"200x130x192 {dtype}" in out
+
+
+def test_a_failed_check_fails_the_demo(capsys, monkeypatch):
+    monkeypatch.setattr(demo, "check", lambda *a, **k: (False, "max |C - ref| 9.9 (forced)"))
+    assert demo.main(["--cpu"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "result: FAILED" in out
+
+
+def test_check_catches_a_wrong_result():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((20, 64)).astype(np.float16)
+    b = rng.standard_normal((12, 64)).astype(np.float16)
+    exact = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.float16)
+    assert demo.check(exact, a, b, "f16")[0]
+    wrong = exact.copy()
+    wrong[3, 4] += np.float16(0.25)
+    assert not demo.check(wrong, a, b, "f16")[0]
+    unwritten = exact.copy()
+    unwritten[0, 0] = np.nan
+    ok, detail = demo.check(unwritten, a, b, "f16")
+    assert not ok and "unwritten" in detail
+
+
+def test_blackwell_step_without_the_kernel_file(monkeypatch, tmp_path):
+    monkeypatch.setattr(demo, "BLACKWELL_FILE", tmp_path / "sparse_gemm_sm100.spk")
+    (step,) = demo.step_compile_blackwell("f16")
+    assert step.status == "skipped" and "compiled and checked elsewhere" in step.detail
+
+
+BLACKWELL_STANDIN = '''
+@kernel(num_warps=4)
+def sparse_gemm_f16(x: ptr[f16], y: ptr[f16], n: i32, BLOCK: constexpr = 128):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    store(y + offs, load(x + offs, mask=offs < n), mask=offs < n)
+
+
+@kernel(num_warps=4)
+def sparse_gemm_bf16(x: ptr[bf16], n: i32, BLOCK: constexpr):
+    pass
+
+
+@kernel(num_warps=4)
+def sparse_gemm_e4m3(x: ptr[f32], n: i32):
+    store(x, n + "text")
+'''
+
+
+def test_blackwell_step_compiles_what_the_file_has(monkeypatch, tmp_path):
+    path = tmp_path / "sparse_gemm_sm100.spk"
+    path.write_text(BLACKWELL_STANDIN)
+    monkeypatch.setattr(demo, "BLACKWELL_FILE", path)
+    (ok,) = demo.step_compile_blackwell("f16")
+    assert ok.status == "ok" and "sparse_gemm_f16" in ok.detail and "cubin" in ok.detail
+    (skipped,) = demo.step_compile_blackwell("bf16")  # BLOCK has no default
+    assert skipped.status == "skipped"
+    (failed,) = demo.step_compile_blackwell("e4m3")
+    assert failed.status == "FAILED" and "CompileError" in failed.detail
+
+
+def test_gpu_branch_runs_checks_and_reports(capsys, monkeypatch):
+    """A machine with a GPU: the big problem goes through sparse_matmul (here the interpreter)."""
+    real = kernels.sparse_matmul
+    calls = []
+
+    def on_the_interpreter(values, meta, b, interpret=False, **kw):
+        calls.append(interpret)
+        return real(values, meta, b, interpret=True, **kw)
+
+    monkeypatch.setattr(demo, "gpu_name", lambda: "Stand-in GPU (sm_90)")
+    monkeypatch.setattr(kernels, "sparse_matmul", on_the_interpreter)
+    assert demo.main(["--size", "150", "70", "96"]) == 0
+    out = capsys.readouterr().out
+    assert calls == [False, True]  # the GPU run, then the interpreter's
+    assert "GPU run" in out and "150x70x96" in out and "on the GPU and in the interpreter" in out
