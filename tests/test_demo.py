@@ -3,7 +3,11 @@ without a kernel file, and the GPU branch (with the launch replaced by the inter
 
 from __future__ import annotations
 
+import re
+import runpy
+import shlex
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,3 +112,65 @@ def test_gpu_branch_runs_checks_and_reports(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert calls == [False, True]  # the GPU run, then the interpreter's
     assert "GPU run" in out and "150x70x96" in out and "on the GPU and in the interpreter" in out
+
+
+# ------------------------------------------------------------------------------------------------
+# README.md: its commands and quick starts are the ones that work (and .ci/run runs the same)
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+FIRST_COMMANDS = ["pip install -e '.[test]'", "sparsile demo", "python -m pytest -q"]
+
+
+def code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, re.S)
+
+
+def commands(block: str) -> list[str]:
+    """Shell lines of a block, continuations joined and comments dropped."""
+    joined = block.replace("\\\n", " ")
+    return [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
+
+
+def test_readme_opens_with_install_demo_and_test_commands():
+    opening = README.split("```", 1)[0] + "```" + README.split("```", 2)[1]
+    assert "## " not in opening  # nothing comes before the three commands
+    assert commands(code_blocks("sh")[0]) == FIRST_COMMANDS
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in FIRST_COMMANDS:
+        assert command in [line.strip() for line in ci], f".ci/run does not run `{command}`"
+
+
+def test_readme_spk_quick_start_is_the_example_file():
+    (spk,) = code_blocks("spk")
+    assert spk.strip() in (ROOT / "examples" / "vector_add.spk").read_text()
+
+
+def test_readme_cli_commands_work(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    lines = [c for c in commands(code_blocks("sh")[1]) if c.startswith("sparsile ")]
+    assert len(lines) == 2
+    for line in lines:
+        assert cli.main(shlex.split(line)[1:]) == 0, line
+    assert ".target sm_90a" in capsys.readouterr().out
+
+
+def run_block(block: str, tmp_path: Path, monkeypatch, name: str) -> None:
+    monkeypatch.chdir(ROOT)  # the quick starts use paths relative to the checkout
+    path = tmp_path / f"{name}.py"
+    path.write_text(block)  # a file, so that @jit can read the function's source
+    runpy.run_path(str(path), run_name="__main__")
+
+
+def test_readme_python_quick_starts_run(tmp_path, monkeypatch):
+    blocks = [b for b in code_blocks("python") if "torch" not in b]
+    assert len(blocks) == 3
+    for i, block in enumerate(blocks):
+        run_block(block, tmp_path, monkeypatch, f"readme_{i}")
+
+
+@pytest.mark.gpu
+def test_readme_torch_quick_start_runs(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    (block,) = [b for b in code_blocks("python") if "torch" in b]
+    run_block(block, tmp_path, monkeypatch, "readme_torch")
