@@ -1,0 +1,198 @@
+"""Sparse metadata typed by the operand it was formatted for: ``meta[T]``.
+
+The physical metadata layout depends on the operand width (16-bit, tf32, 8-bit, 4-bit:
+hardware-facts §1.4, §3, §4.2; ``docs/sparse-metadata.md``), but a word matrix formatted for f16
+has exactly the shape of one formatted for e4m3 — so nothing downstream can tell them apart and
+the MMA silently computes garbage (jax-mosaic-sparse.md §2, "Consequences"). sparsile types it:
+
+* ``meta[f16]`` (or ``meta[e4m3, "sm90"]``) is a kernel parameter type: a pointer to ``u32``
+  metadata words tagged with the operand type (and optionally the format) they were encoded for.
+  Everything a kernel does with it is what it does with ``ptr[u32]``.
+* **compile time** (the legality rule below, ``SP0574``): the metadata operand of ``sparse_dot``
+  and of a sparse ``hopper.wgmma`` is traced back to the ``meta[T]`` parameters it was loaded
+  from; a tag of another width class than the A operand's is an error at the MMA, with a label at
+  the parameter.
+* **launch time** (:func:`check_metadata_argument`): a
+  :class:`~sparsile.stdlib.sparsity.MetadataBuffer` passed for a ``meta[T]`` parameter must carry
+  a tag of the same width class (and format, when the annotation names one): ``SP0809`` /
+  ``SP0810`` from the sparsity toolkit's own validator. A raw ``uint32`` array is accepted
+  unchecked (it carries no tag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import types as T
+from .builtins import ROOT
+from .diagnostics import Diagnostic, Label
+from .ir import Operation, Value
+from .legality import SP_META_WIDTH, Context, rule
+from .type_ctors import TypeCtor
+from .values import Const
+
+FORMATS = ("sm90", "tcgen05")
+LANGUAGE_TO_OPERAND = {"i8": "s8", "f32": "tf32"}
+"""Language type names whose sparsity-toolkit name differs."""
+
+
+def operand_name(elem: T.ScalarType | str) -> str | None:
+    """The sparsity toolkit's operand name for a language element type (None if not sparse-able)."""
+    from ..stdlib.sparsity.dtypes import OPERAND_TYPES
+
+    name = elem if isinstance(elem, str) else elem.name
+    name = LANGUAGE_TO_OPERAND.get(name, name)
+    return name if name in OPERAND_TYPES else None
+
+
+def width_class(elem: T.ScalarType | str) -> str | None:
+    """``16-bit``, ``tf32``, ``8-bit`` or ``4-bit`` (hardware-facts §1.4), or None."""
+    from ..stdlib.sparsity.dtypes import OPERAND_TYPES
+
+    name = operand_name(elem)
+    return OPERAND_TYPES[name].width_class if name else None
+
+
+@dataclass(frozen=True)
+class MetaPointerType(T.PointerType):
+    """A pointer to ``u32`` metadata words formatted for ``operand`` operands (a language type
+    name), in ``fmt`` ("sm90", "tcgen05") when given."""
+
+    operand: str = "f16"
+    fmt: str | None = None
+
+    def __str__(self) -> str:
+        return f"meta[{self.operand}" + (f", {self.fmt!r}" if self.fmt else "") + "]"
+
+
+class MetaCtor(TypeCtor):
+    """``meta[T]`` / ``meta[T, fmt]`` in annotations."""
+
+    def apply(self, params: tuple[object, ...]) -> T.Type | str:
+        usage = "`meta[...]` takes the sparse operand's type and optionally a format, e.g. `meta[f16]` or " \
+                "`meta[e4m3, \"sm90\"]`"
+        if not 1 <= len(params) <= 2 or not isinstance(params[0], T.ScalarType):
+            return usage
+        elem = params[0]
+        if operand_name(elem) is None:
+            return f"`meta[{elem}]`: {elem} operands have no sparse metadata; use f16, bf16, tf32, e4m3, e5m2, i8 or u8"
+        fmt = params[1] if len(params) == 2 else None
+        if fmt is not None and fmt not in FORMATS:
+            return f"`meta[{elem}, {fmt!r}]`: the format must be one of {', '.join(map(repr, FORMATS))}"
+        return MetaPointerType(T.u32, operand=elem.name, fmt=fmt)  # type: ignore[arg-type]
+
+
+ROOT.members["meta"] = Const(MetaCtor("meta"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Compile time: where did this metadata come from?
+# ------------------------------------------------------------------------------------------------
+def metadata_sources(value: Value, limit: int = 256) -> list[tuple[MetaPointerType, Any]]:
+    """The ``meta[T]`` pointer types (with the span of their parameter or op) that ``value`` was
+    computed from: a backward walk through defining ops, loop-carried values and branches."""
+    seen: set[int] = set()
+    found: dict[MetaPointerType, Any] = {}
+    stack = [value]
+    while stack and len(seen) < limit:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        elem = T.element_type(v.type) if isinstance(v.type, T.ScalarType | T.PointerType | T.TileType) else None
+        if isinstance(elem, MetaPointerType):
+            found.setdefault(elem, v.owner.span if v.owner is not None else _param_span(v))
+            continue
+        if v.owner is not None:
+            stack.extend(v.owner.operands)
+        elif v.block is not None and v.block.parent is not None:
+            stack.extend(_carried_sources(v))
+    return list(found.items())
+
+
+def _param_span(v: Value) -> Any:
+    return None
+
+
+def _carried_sources(arg: Value) -> list[Value]:
+    """Values that flow into block argument ``arg``: the loop's initial value and what the body
+    yields (``scf.for``: args are (iv, carried...); ``scf.while``: carried...)."""
+    block = arg.block
+    assert block is not None and block.parent is not None
+    loop = block.parent
+    out: list[Value] = []
+    if loop.name == "scf.for":
+        i = arg.index - 1
+        if i < 0:
+            return out
+        if 3 + i < len(loop.operands):
+            out.append(loop.operands[3 + i])
+    elif loop.name == "scf.while":
+        i = arg.index
+        if i < len(loop.operands):
+            out.append(loop.operands[i])
+    else:
+        return out
+    for region in loop.regions:
+        term = region.block.terminator
+        if term is None:
+            continue
+        off = 1 if term.name == "scf.condition" else 0
+        if off + i < len(term.operands):
+            out.append(term.operands[off + i])
+    return out
+
+
+def _check(op: Operation, meta: Value, a_elem: T.ScalarType, what: str) -> Iterator[Diagnostic]:
+    want = width_class(a_elem)
+    if want is None:
+        return
+    for tag, span in metadata_sources(meta):
+        have = width_class(tag.operand)
+        if have != want:
+            labels = (Label(span, f"loaded through a pointer of type {tag}"),) if span is not None and \
+                getattr(span, "line", 0) > 0 else ()
+            yield Diagnostic(SP_META_WIDTH, f"{what} has {a_elem} operands ({want}) but its metadata was "
+                             f"declared {tag}, formatted for {have} operands", op.span,
+                             help=f"encode the metadata for {a_elem} (`encode_metadata(..., dtype=\"{a_elem}\")`) "
+                                  f"and declare the parameter `meta[{a_elem}]`", labels=labels,
+                             notes=("metadata layouts differ between operand widths (hardware-facts §1.4, §4.2); "
+                                    "a mismatch is silently wrong on the GPU",))
+
+
+@rule("sparse_dot")
+def sparse_dot_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
+    a_elem = T.element_type(op.operands[0].type)
+    assert isinstance(a_elem, T.ScalarType)
+    yield from _check(op, op.operands[1], a_elem, "this sparse_dot")
+
+
+@rule("hopper.wgmma")
+def wgmma_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
+    if not op.attrs.get("sparse") or len(op.operands) < 4:
+        return
+    ta = op.operands[0].type
+    assert isinstance(ta, T.SmemType)
+    yield from _check(op, op.operands[3], ta.elem, "this sparse wgmma")
+
+
+# ------------------------------------------------------------------------------------------------
+# Launch time
+# ------------------------------------------------------------------------------------------------
+def check_metadata_argument(name: str, annotation: T.Type | None, value: Any) -> Any:
+    """The array to pass for parameter ``name``: a :class:`MetadataBuffer` given for a
+    ``meta[T]`` parameter is checked against the tag (``SparsityError`` SP0809 for another operand
+    width, SP0810 for another format) and unwrapped to its words; anything else is returned as is.
+    The launcher calls this before specializing the argument."""
+    from ..stdlib.sparsity.buffer import MetadataBuffer
+
+    if not isinstance(value, MetadataBuffer):
+        return value
+    if not isinstance(annotation, MetaPointerType):
+        return value.data
+    from ..stdlib.sparsity.validate import _check_tag
+
+    _check_tag(value, annotation.fmt, operand_name(annotation.operand), None, None)
+    return value.data

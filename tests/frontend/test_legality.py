@@ -1,0 +1,328 @@
+"""The legality pass (frontend/legality.py, legality_memory.py): the per-target table, target
+gating of explicit ops at the user's line, shared-memory / TMA / mbarrier / warp-specialization
+rules, and the kernel's resource budgets.
+
+Each error case is a small kernel with one mistake: the test asserts the code, the line and column
+of the offending call, words of the message and that a help line is present. Each rule also has a
+passing twin (the same kernel without the mistake compiles), so no rule can pass by rejecting
+everything.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import sparsile as sp
+from sparsile.backend.compiler import compile_kernel
+from sparsile.backend.targets import TARGETS, Feature, get_target
+from sparsile.frontend import legality
+from sparsile.frontend.diagnostics import CompileError, Severity
+from sparsile.frontend.legality_memory import smem_estimate, smem_footprint, tma_box
+
+HEADER = "@kernel(num_warps={warps})\ndef k({params}):\n"
+TMA_PARAMS = "A: tensor[f16, 2], C: ptr[f32]"
+
+
+def kernel(body: str, params: str = TMA_PARAMS, warps: int = 4) -> str:
+    """A kernel whose body starts on line 3, indented by 4 (a body column is 5 + its offset)."""
+    lines = textwrap.dedent(body).strip("\n").split("\n")
+    return HEADER.format(warps=warps, params=params) + "\n".join("    " + ln for ln in lines) + "\n"
+
+
+def compile_src(src: str, target: str = "sm_90a", stop_after: str = "ir", **consts):
+    k = sp.loads(src, "case.spk").kernels["k"]
+    sig = {p.name: p.annotation for p in k.params if p.annotation is not sp.constexpr}
+    sig.update(consts)
+    return compile_kernel(k, sig, target=target, stop_after=stop_after)
+
+
+def first_error(src: str, target: str = "sm_90a", **consts):
+    with pytest.raises(CompileError) as info:
+        compile_src(src, target, **consts)
+    errors = [d for d in info.value.diagnostics if d.severity is Severity.ERROR]
+    assert errors
+    return errors[0], info.value
+
+
+def assert_error(src: str, code: str, line: int, col: int, words: str, target: str = "sm_90a", **consts) -> None:
+    d, err = first_error(src, target, **consts)
+    assert (d.code, d.span.line, d.span.col) == (code, line, col), err.render()
+    assert words in d.message, d.message
+    assert d.help, f"{code} has no help line"
+    text = err.render()
+    assert f"case.spk:{line}:{col}" in text and "Traceback" not in text
+
+
+# ------------------------------------------------------------------------------------------------
+# The table
+# ------------------------------------------------------------------------------------------------
+def test_codes_are_unique_and_in_the_legality_range() -> None:
+    codes = list(legality.ALL_CODES)
+    assert len(codes) == len(set(codes)) >= 18
+    assert all(c.startswith("SP05") and 560 <= int(c[2:]) < 600 for c in codes)
+
+
+def test_rules_are_selected_per_target() -> None:
+    hopper, blackwell, ampere = (legality.rules_for(t) for t in ("sm_90a", "sm_100a", "sm_80"))
+    from sparsile.frontend.legality_mma import wgmma_operands
+    from sparsile.frontend.legality_tmem import tcgen05_descriptors
+
+    assert wgmma_operands in hopper.op_rules["hopper.wgmma"]
+    assert wgmma_operands not in blackwell.op_rules.get("hopper.wgmma", ())
+    assert tcgen05_descriptors in blackwell.op_rules["tcgen05.mma"]
+    assert "tcgen05.mma" not in hopper.op_rules
+    assert "smem.alloc" in ampere.op_rules  # target-independent rows apply everywhere
+    # every explicit op with a hardware feature is gated, the same table for every target
+    for name in ("hopper.wgmma", "tma.load", "tma.store", "mbarrier.expect", "fence.async_shared", "tcgen05."):
+        assert name in hopper.required
+    assert legality.rules_for(get_target("sm_90a")) is hopper  # cached by target
+
+
+def test_every_gated_feature_exists_on_some_target() -> None:
+    for feature, _ in legality.rules_for("sm_90a").required.values():
+        assert any(t.has(feature) for t in TARGETS.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# Target gating (SP0602 at the user's line)
+# ------------------------------------------------------------------------------------------------
+TMA_KERNEL = kernel("""
+    buf = smem.alloc(f16, (64, 64), swizzle=128)
+    bar = mbarrier.alloc(1)
+    mbarrier.expect(bar[0], 64 * 64 * 2)
+    tma.load(A, (0, 0), buf, bar[0])
+    mbarrier.wait(bar[0], 0)
+    x = buf.load()
+""")
+
+
+def test_tma_compiles_where_the_target_has_it() -> None:
+    for t in ("sm_90a", "sm_100a"):
+        assert "tma.load" in compile_src(TMA_KERNEL, t).ir
+
+
+def test_tma_on_sm80_is_reported_at_each_call() -> None:
+    with pytest.raises(CompileError) as info:
+        compile_src(TMA_KERNEL, "sm_80")
+    found = [(d.code, d.span.line, d.span.col) for d in info.value.diagnostics]
+    assert found == [("SP0602", 5, 5), ("SP0602", 6, 5), ("SP0602", 7, 5)]
+    assert "`tma.load` (TMA) is not available on sm_80" in info.value.render()
+    assert "targets that have it: sm_90" in info.value.render()
+
+
+def test_fence_gated_on_sm80() -> None:
+    assert_error(kernel("fence.async_shared()"), "SP0602", 3, 5, "fence.async_shared", target="sm_80")
+    compile_src(kernel("fence.async_shared()"), "sm_90a")
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared memory
+# ------------------------------------------------------------------------------------------------
+def test_swizzled_rows_must_fill_atoms() -> None:
+    bad = kernel("buf = smem.alloc(f16, (64, 96), swizzle=128)")
+    assert_error(bad, "SP0560", 3, 11, "rows of 192 bytes do not fill whole 128-byte swizzle atoms")
+    compile_src(kernel("buf = smem.alloc(f16, (64, 128), swizzle=128)"))
+    compile_src(kernel("buf = smem.alloc(f16, (64, 96))"))
+
+
+def test_slice_along_the_contiguous_dim() -> None:
+    bad = kernel("buf = smem.alloc(f32, (64, 64))\nv = buf.slice(1, 0, 32)")
+    assert_error(bad, "SP0561", 4, 9, "along its last")
+    compile_src(kernel("buf = smem.alloc(f32, (64, 64))\nv = buf.slice(0, 0, 32)"))
+
+
+WS = """\
+def work(bar):
+    mbarrier.arrive(bar[0], per=PER)
+
+
+def alloc_inside():
+    bar = mbarrier.alloc(1)
+
+
+@kernel(num_warps=WARPS)
+def k(C: ptr[f32]):
+    bar = mbarrier.alloc(1, 2)
+    warp_specialize(partition(work, bar, warps=W0REGS), partition(BODY, warps=W1))
+"""
+
+
+def ws(per: str = '"partition"', warps: int = 8, w0: int = 4, w1: int = 4, r0: str = "None",
+       body: str = "work, bar") -> str:
+    regs = "" if r0 == "None" else f", regs={r0}"
+    return (WS.replace("PER", per).replace("WARPS", str(warps)).replace("W0REGS", f"{w0}{regs}")
+            .replace("W1", str(w1)).replace("BODY", body))
+
+
+def test_warp_specialize_valid() -> None:
+    compile_src(ws())
+    compile_src(ws(per='"warpgroup"', r0="232"))
+
+
+def test_partition_warps_must_add_up() -> None:
+    assert_error(ws(warps=12), "SP0563", 12, 5, "4 + 4 = 8 warps but the kernel has num_warps=12")
+
+
+def test_register_budget_needs_whole_warpgroups() -> None:
+    assert_error(ws(warps=6, w0=2, r0="232"), "SP0565", 12, 5, "setmaxnreg applies to whole warpgroups")
+
+
+def test_per_warpgroup_arrival_needs_whole_warpgroups() -> None:
+    assert_error(ws(per='"warpgroup"', warps=6, w0=2), "SP0566", 2, 5, "this partition has 2 warps")
+
+
+def test_barriers_are_allocated_outside_partitions() -> None:
+    assert_error(ws(body="alloc_inside"), "SP0562", 6, 11, "outside warp_specialize")
+
+
+def test_setmaxnreg_gated_and_budgeted() -> None:
+    d, _ = first_error(ws(r0="232"), "sm_90")  # plain sm_90 has no setmaxnreg (hardware-facts §7)
+    assert (d.code, d.span.line, d.span.col) == ("SP0602", 12, 5)
+    two = 'partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4, regs=240)'
+    three = 'partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4, regs=240), ' \
+            'partition(work, bar, warps=4, regs=240)'
+    src = ws(r0="240").replace("partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4)", "PARTS")
+    compile_src(src.replace("PARTS", two))  # 2 x 128 threads x 240 = 61440 <= 65536
+    assert_error(src.replace("PARTS", three).replace("num_warps=8", "num_warps=12"), "SP0581", 12, 5,
+                 "need 92160 registers")
+
+
+# ------------------------------------------------------------------------------------------------
+# TMA boxes
+# ------------------------------------------------------------------------------------------------
+def test_tma_box_of_a_swizzled_buffer_is_one_span_wide() -> None:
+    from sparsile.frontend import types as T
+
+    assert tma_box(T.SmemType(T.f16, (128, 128), 128)) == ((128, 64), 2)
+    assert tma_box(T.SmemType(T.f16, (4, 64, 32), 64)) == ((4, 64, 32), 1)
+    assert tma_box(T.SmemType(T.f32, (8, 4), 0)) == ((8, 4), 1)
+
+
+def test_tma_destination_must_start_128_byte_aligned() -> None:
+    body = """
+        buf = smem.alloc(f16, (64, 32))
+        bar = mbarrier.alloc(1)
+        mbarrier.expect(bar[0], 32 * 32 * 2)
+        tma.load(A, (0, 0), buf.slice(0, ROW, 32), bar[0])
+    """
+    assert_error(kernel(body.replace("ROW", "1")), "SP0573", 6, 5, "this view starts 64 bytes into its buffer")
+    compile_src(kernel(body.replace("ROW", "2")))  # row 2 of 64-byte rows: 128 bytes in
+
+
+def test_tma_box_rules_on_synthetic_buffers() -> None:
+    """The box rules in isolation (sema rejects most of these buffers before legality)."""
+    from sparsile.frontend import types as T
+    from sparsile.frontend.ir import Builder, Function, Region
+    from sparsile.frontend.legality import Context
+    from sparsile.frontend.legality_memory import tma_box_limits
+
+    func = Function("f", [], Region())
+    b = Builder(func.body.block)
+    ctx = Context(get_target("sm_90a"), 4, 4, -1, func)
+
+    def problems(shape: tuple[int, ...], elem: T.ScalarType, swizzle: int) -> list[str]:
+        t = b.create("tensor.param", [], [T.TensorType(elem, len(shape))]).result
+        s = b.create("smem.alloc", [], [T.SmemType(elem, shape, swizzle)]).result
+        op = b.create("tma.store", [t, s], [])
+        return [d.message for d in tma_box_limits(op, ctx)]
+
+    assert problems((64, 64), T.f16, 128) == []
+    assert any("at most 256" in m for m in problems((512, 8), T.f16, 0))
+    assert any("multiple of 16" in m for m in problems((64, 4), T.f16, 0))
+    assert any("5 dimensions" in m for m in problems((2, 2, 2, 2, 2, 8), T.f32, 0))
+
+
+# ------------------------------------------------------------------------------------------------
+# Resources
+# ------------------------------------------------------------------------------------------------
+def test_shared_memory_capacity_per_target() -> None:
+    body = "a = smem.alloc(f16, (STAGES, 128, 64), swizzle=128)\nb = smem.alloc(f16, (STAGES, 256, 64), swizzle=128)"
+    ok = kernel(body.replace("STAGES", "4"))  # 64 KB + 128 KB = 192 KB < 227 KB
+    compile_src(ok, "sm_90a")
+    d, _ = first_error(ok, "sm_86")  # 99 KB opt-in
+    assert d.code == "SP0572" and "196608 bytes" in d.message and "sm_86 allows 101376" in d.message
+    assert (d.span.line, d.span.col) == (4, 9)  # the largest buffer
+    assert any("buffer smem<4x256x64xf16" in n for n in d.notes)
+    assert_error(kernel(body.replace("STAGES", "5")), "SP0572", 4, 9, "at least 245760 bytes", target="sm_100a")
+
+
+def test_smem_estimate_is_exact_for_the_shipped_kernels() -> None:
+    """A lower bound in general; for these kernels it equals what code generation reserves."""
+    from pathlib import Path
+
+    from sparsile.backend.compiler import _fresh_copy, compile_function
+    from sparsile.frontend.kernel import KERNEL_OPTIONS
+
+    root = Path(__file__).resolve().parents[2]
+    cases = [("stdlib/kernels/sparse_gemm_sm90.spk", "sparse_gemm_f16"),
+             ("stdlib/kernels/dense_gemm_sm90.spk", "dense_gemm_bf16"),
+             ("stdlib/kernels/sparse_gemm_tile.spk", "sparse_gemm_tile")]
+    for path, name in cases:
+        k = sp.load(root / path).kernels[name]
+        sig = {p.name: p.annotation for p in k.params if p.annotation is not sp.constexpr}
+        bindings, key = k.signature_bindings(sig)
+        opts = {**KERNEL_OPTIONS, **k.options}
+        func = _fresh_copy(k, bindings, key, opts, k.ir_for(bindings, key, opts))
+        ck = compile_function(func, get_target("sm_90a"), num_warps=int(opts["num_warps"]), stop_after="llvm")
+        assert smem_estimate(func) == ck.smem_bytes > 0, name
+
+
+def test_scratch_of_conversions_and_reductions_is_a_lower_bound() -> None:
+    src = kernel("""
+        offs = arange(0, 64)
+        x = load(C + offs[:, None] * 64 + offs[None, :])
+        y = permute(x, (1, 0))
+        s = sum(y, 0)
+        store(C + offs, s)
+    """, "C: ptr[f32]")
+    from sparsile.backend.compiler import _fresh_copy, compile_function
+    from sparsile.frontend.kernel import KERNEL_OPTIONS
+
+    k = sp.loads(src, "case.spk").kernels["k"]
+    bindings, key = k.signature_bindings({"C": k.params[0].annotation})
+    opts = {**KERNEL_OPTIONS, **k.options}
+    func = _fresh_copy(k, bindings, key, opts, k.ir_for(bindings, key, opts))
+    ck = compile_function(func, get_target("sm_90a"), num_warps=4, stop_after="llvm")
+    assert 0 < smem_estimate(func) <= ck.smem_bytes
+    assert {what for _, _, what in smem_footprint(func)} <= {"layout conversion through shared memory",
+                                                             "cross-warp reduction"}
+
+
+def test_threads_per_cta() -> None:
+    src = "@kernel(num_warps=40)\ndef k(C: ptr[f32]):\n    pass\n"
+    d, _ = first_error(src)
+    assert d.code == "SP0580" and "1280 threads" in d.message and d.span.line == 2
+
+
+def test_the_pass_collects_errors_in_source_order() -> None:
+    src = kernel("""
+        a = smem.alloc(f16, (64, 96), swizzle=128)
+        b = smem.alloc(f32, (64, 64))
+        v = b.slice(1, 0, 32)
+    """)
+    with pytest.raises(CompileError) as info:
+        compile_src(src)
+    assert [(d.code, d.span.line) for d in info.value.diagnostics] == [("SP0560", 3), ("SP0561", 5)]
+    assert "aborting due to 2 previous errors" in info.value.render()
+
+
+def test_a_crashing_rule_is_an_internal_error(monkeypatch) -> None:
+    from sparsile.frontend.diagnostics import InternalError
+
+    def broken(op, ctx):
+        raise KeyError("boom")
+
+    legality._rules_for_name.cache_clear()
+    monkeypatch.setitem(legality.OP_RULES, "smem.alloc", [legality.RuleEntry(broken)])
+    try:
+        with pytest.raises(InternalError, match="legality rule broken failed: KeyError"):
+            compile_src(kernel("buf = smem.alloc(f16, (64, 64))"))
+    finally:
+        legality._rules_for_name.cache_clear()
+
+
+def test_features_used_by_rules_are_real() -> None:
+    for entries in legality.OP_RULES.values():
+        for e in entries:
+            assert all(isinstance(f, Feature) for f in e.needs | e.unless)
