@@ -106,6 +106,10 @@ def _target_hooks(target: Target) -> dict[str, Any]:
             return HOOKS
         except ModuleNotFoundError:
             return {}
+    if target.has(Feature.TCGEN05):
+        from .lower_blackwell import HOOKS as BLACKWELL_HOOKS
+
+        return BLACKWELL_HOOKS
     return {}
 
 

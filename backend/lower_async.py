@@ -202,7 +202,7 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
 def _leader_do(cg: CodeGen, emit: object) -> None:
     """Run ``emit()`` in the first thread of the current partition only."""
     fb = cg.fb
-    then, done = fb.new_block("lead"), fb.new_block("lead_done")
+    then, done = fb.new_block("lead_then"), fb.new_block("lead_done")
     fb.cond_br(cg.is_leader(), then, done)
     fb.set_block(then)
     emit()  # type: ignore[operator]
