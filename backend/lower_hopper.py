@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..frontend import types as T
-from ..frontend.diagnostics import CompileError, Diagnostic
+from ..frontend.diagnostics import InternalError
 from ..frontend.ir import Function, Operation
 from ..frontend.layout_library import wgmma_accumulator
 from ..frontend.layouts import LinearLayout
@@ -37,7 +37,7 @@ def acc_layout(m: int, n: int, warps: int) -> LinearLayout | None:
     if warps % 4 or n % 8 or (n > 256 and n % 256):
         return None
     g = warps // 4
-    if m % (64 * g):
+    if g & (g - 1) or m % (64 * g):
         return None
     r = m // (64 * g)
     if r & (r - 1):
@@ -54,7 +54,7 @@ def meta_layout(m: int, kw: int, elem: T.ScalarType, warps: int) -> LinearLayout
     if warps % 4:
         return None
     g = warps // 4
-    if m % (64 * g):
+    if g & (g - 1) or m % (64 * g):
         return None
     r = m // (64 * g)
     eight_bit = elem.bits == 8
@@ -108,8 +108,7 @@ HOOKS = {"anchor": anchor, "prepare": prepare}
 def _desc(cg: CodeGen, ref: SmemRef, row: int, col: int) -> LLValue:
     """The sm90 shared-memory descriptor of the K-major operand sub-tile starting at (row, col)."""
     if not ref.swizzle:
-        raise CompileError([Diagnostic("SP0367", "wgmma operands in shared memory must be swizzled (32, 64 or 128 "
-                                       "bytes)", help="allocate the buffer with swizzle=128 (or the row width)")])
+        raise InternalError("an unswizzled wgmma operand reached the lowering (legality SP0567 decides this)")
     fb = cg.fb
     eb = ref.ebytes
     pc = ref.panel_cols
@@ -155,8 +154,7 @@ def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int) ->
 @lowering("hopper.wgmma")
 def lower_wgmma(cg: CodeGen, op: Operation) -> None:
     if not op.attrs["b_kmajor"]:
-        raise CompileError([Diagnostic("SP0368", "MN-major B is not supported by this compiler yet", op.span,
-                                       help="store B as N x K (K-major)")])
+        raise InternalError("an MN-major wgmma B reached the lowering (legality SP0569 decides this)", op.span)
     meta = cg.tile(op.operands[3]) if op.attrs["sparse"] else None
     out = emit_wgmma(cg, cg.get(op.operands[0]), cg.get(op.operands[1]), cg.tile(op.operands[2]), meta,
                      op.attrs["m"], op.attrs["n"], op.attrs["k"], T.element_type(op.result.type), op)
@@ -171,18 +169,15 @@ def emit_wgmma(cg: CodeGen, a_ref: SmemRef, b_ref: SmemRef, acc: DTile, meta: DT
     warps = cg.num_warps
     want = acc_layout(m, n, warps)
     if want is None or acc.layout != want:
-        raise CompileError([Diagnostic("SP0369", f"wgmma needs M a multiple of 64 per warpgroup of the partition "
-                                       f"({warps} warps) and N a multiple of 8; found {m}x{n}", op.span)])
+        raise InternalError(f"a {m}x{n} wgmma accumulator over {warps} warps is not in the wgmma layout "
+                            "(legality SP0571 and layout inference decide this)", op.span)
     ea = a_ref.elem.name
     eacc = acc_elem.name
     if eacc == "f16":
-        raise CompileError([Diagnostic("SP0368", "f16 accumulators are not supported by this compiler yet", op.span,
-                                       help="accumulate in f32 and convert the result")])
+        raise InternalError("an f16 wgmma accumulator reached the lowering (legality SP0570 decides this)", op.span)
     if meta is not None:
         kw = T.shape_of(op.operands[3].type)[1] if op.name == "hopper.wgmma" else T.shape_of(op.operands[1].type)[1]
         if meta.layout != meta_layout(m, kw, a_ref.elem, warps):
-            from ..frontend.diagnostics import InternalError
-
             raise InternalError("wgmma metadata is not in the wgmma metadata layout", op.span)
     g = warps // 4
     r_count = m // (64 * g)

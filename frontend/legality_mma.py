@@ -48,6 +48,8 @@ def wgmma_split(m: int, n: int, warps: int) -> tuple[int, int] | str:
     if warps % 4:
         return f"the partition has {warps} warps, not whole warpgroups (wgmma runs on groups of 4 warps)"
     g = warps // 4
+    if g & (g - 1):
+        return f"the partition has {g} warpgroups; the accumulator layout needs a power of two"
     if m % (64 * g):
         return f"M = {m} is not a multiple of 64 x {g} warpgroup{'s' if g > 1 else ''} = {64 * g}"
     r = m // (64 * g)
