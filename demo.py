@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -87,6 +88,12 @@ def operands(dtype: str, m: int, n: int, k: int, seed: int) -> tuple[Any, np.nda
     return weight, weight.dense(), b
 
 
+def mma_instruction(ptx: str) -> str:
+    """The first sparse tensor-core MMA in a kernel's PTX (what the hardware will run), or a note."""
+    found = re.search(r"\b(wgmma\.mma_async\.sp|tcgen05\.mma\.sp|mma\.sp)[\w.:]*", ptx)
+    return found.group(0) if found else "no sparse MMA instruction"
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     result = fn()
@@ -113,7 +120,8 @@ def step_compile_hopper(dtype: str, problem: Any) -> Step:
     except Exception as e:  # a compiler bug or a broken installation: report it, do not crash
         return Step("compile sm_90a", "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0]}")
     return Step("compile sm_90a", "ok", f"sparse_gemm_sm90.spk::{plan.choice.kernel} (BN={plan.bn}) -> cubin "
-                f"{len(ck.cubin)} B, {ck.smem_bytes // 1024} KiB smem, {ck.num_warps} warps", took)
+                f"{len(ck.cubin)} B, {ck.smem_bytes // 1024} KiB smem, {ck.num_warps} warps, "
+                f"{mma_instruction(ck.ptx)}", took)
 
 
 def step_compile_blackwell(dtype: str) -> list[Step]:
@@ -141,8 +149,8 @@ def step_compile_blackwell(dtype: str) -> list[Step]:
         except Exception as e:
             steps.append(Step("compile sm_100a", "FAILED", f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}"))
             continue
-        steps.append(Step("compile sm_100a", "ok", f"sparse_gemm_sm100.spk::{name} -> cubin {len(ck.cubin)} B",
-                          took))
+        steps.append(Step("compile sm_100a", "ok", f"sparse_gemm_sm100.spk::{name} -> cubin {len(ck.cubin)} B, "
+                          f"{mma_instruction(ck.ptx)}", took))
     return steps
 
 

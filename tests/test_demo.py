@@ -22,6 +22,7 @@ def test_demo_on_the_cpu_reports_and_passes(capsys):
     out = capsys.readouterr().out
     assert "prune + compress" in out and "A 200x192 f16" in out
     assert "compile sm_90a" in out and "sparse_gemm_f16" in out and "cubin" in out
+    assert "wgmma.mma_async.sp.sync.aligned.m64n256k32.f32.f16.f16" in out
     assert "interpreter (CPU)" in out and "200x130x192" in out
     assert "result: OK" in out and "interpreter only" in out and "FAILED" not in out
     assert took < 60  # the product owner's limit for the demo on a 2-core machine
@@ -67,6 +68,15 @@ def test_blackwell_step_without_the_kernel_file(monkeypatch, tmp_path):
     assert step.status == "skipped" and "compiled and checked elsewhere" in step.detail
 
 
+def test_blackwell_step_with_the_shipped_kernel():
+    if not demo.BLACKWELL_FILE.exists():
+        pytest.skip("no sparse_gemm_sm100.spk in this checkout")
+    for dtype in ("f16", "e4m3"):
+        (step,) = demo.step_compile_blackwell(dtype)
+        assert step.status == "ok", step.detail
+        assert f"sparse_gemm_{dtype}" in step.detail and "tcgen05.mma.sp" in step.detail
+
+
 BLACKWELL_STANDIN = '''
 @kernel(num_warps=4)
 def sparse_gemm_f16(x: ptr[f16], y: ptr[f16], n: i32, BLOCK: constexpr = 128):
@@ -91,6 +101,7 @@ def test_blackwell_step_compiles_what_the_file_has(monkeypatch, tmp_path):
     monkeypatch.setattr(demo, "BLACKWELL_FILE", path)
     (ok,) = demo.step_compile_blackwell("f16")
     assert ok.status == "ok" and "sparse_gemm_f16" in ok.detail and "cubin" in ok.detail
+    assert "no sparse MMA instruction" in ok.detail  # a vector copy, not a GEMM
     (skipped,) = demo.step_compile_blackwell("bf16")  # BLOCK has no default
     assert skipped.status == "skipped"
     (failed,) = demo.step_compile_blackwell("e4m3")
