@@ -99,7 +99,7 @@ def test_accumulator_split_over_warpgroups() -> None:
     wgmma_error(source(m=64, n=64, warps=8), "SP0571", "M = 64 is not a multiple of 64 x 2 warpgroups = 128")
     wgmma_error(source(m=64, warps=2), "SP0571", "2 warps, not whole warpgroups")
     # 3 warpgroups: inference's anchor used to raise a LayoutError (a traceback) here
-    wgmma_error(source(m=192, warps=12), "SP0571", "3 warpgroups")
+    wgmma_error(source(m=256, warps=12), "SP0571", "3 warpgroups")
 
 
 def test_integer_n_comes_from_the_descriptor_rules() -> None:
