@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..frontend import types as T
-from ..frontend.diagnostics import CompileError, Diagnostic
+from ..frontend.diagnostics import InternalError
 from ..frontend.ir import Operation
 from .codegen import CodeGen, DTile, PartitionCtx, lowering
 from .llvm_text import LLValue, const
@@ -112,10 +112,7 @@ def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
     rows = shape[-2] if len(shape) >= 2 else 1
     row_bytes = shape[-1] * eb
     if t.swizzle and row_bytes % t.swizzle:
-        raise CompileError([Diagnostic("SP0361", f"rows of {row_bytes} bytes do not fill whole {t.swizzle}-byte "
-                                       f"swizzle atoms in {t}", op.span,
-                                       help=f"use swizzle={row_bytes if row_bytes in (32, 64, 128) else 0}, or "
-                                            "widen the buffer")])
+        raise InternalError(f"swizzled rows of {row_bytes} bytes reached the lowering (legality SP0560)", op.span)
     matrices = 1
     for d in shape[:-2]:
         matrices *= d
@@ -151,8 +148,7 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
             stride *= x
         base = fb.binop("add", ref.base, fb.binop("mul", start, const(stride, "i32")))
     else:
-        raise CompileError([Diagnostic("SP0362", "slicing a shared-memory buffer along its last dimension is not "
-                                       "supported yet", op.span, help="allocate separate buffers, or slice rows")])
+        raise InternalError("a slice along the last dimension reached the lowering (legality SP0561)", op.span)
     cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes))
 
 
@@ -217,8 +213,7 @@ def bar_ptr(cg: CodeGen, bar: BarRef) -> LLValue:
 @lowering("mbarrier.alloc")
 def lower_mbar_alloc(cg: CodeGen, op: Operation) -> None:
     if cg.part.index >= 0:
-        raise CompileError([Diagnostic("SP0363", "mbarriers must be allocated outside warp_specialize partitions",
-                                       op.span, help="allocate them in the kernel body and pass them in")])
+        raise InternalError("an mbarrier allocation in a partition reached the lowering (legality SP0562)", op.span)
     n, arrivals = op.attrs["count"], op.attrs["arrivals"]
     off = cg.smem_alloc(8 * n, 8)
 
@@ -256,8 +251,8 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
     bar: BarRef = cg.get(op.operands[0])
     if op.attrs.get("per") == "warpgroup":
         if cg.num_warps % 4:
-            raise CompileError([Diagnostic("SP0372", f"per-warpgroup arrival in a partition of {cg.num_warps} warps "
-                                           "(not whole warpgroups)", op.span)])
+            raise InternalError(f"a per-warpgroup arrival in {cg.num_warps} warps reached the lowering "
+                                "(legality SP0566)", op.span)
         fb = cg.fb
         # every warpgroup synchronizes its own 128 threads (barrier 8 + its index in the CTA) and
         # its first thread arrives
@@ -406,11 +401,10 @@ def lower_barrier(cg: CodeGen, op: Operation) -> None:
 def lower_warp_specialize(cg: CodeGen, op: Operation) -> None:
     warps, regs = op.attrs["warps"], op.attrs["regs"]
     if sum(warps) != cg.total_warps:
-        raise CompileError([Diagnostic("SP0364", f"the partitions use {sum(warps)} warps but the kernel has "
-                                       f"num_warps={cg.total_warps}", op.span,
-                                       help=f"launch with num_warps={sum(warps)} or change the partitions' warps")])
+        raise InternalError(f"partitions of {sum(warps)} warps in a {cg.total_warps}-warp kernel reached the lowering "
+                            "(legality SP0563)", op.span)
     if cg.part.index >= 0:
-        raise CompileError([Diagnostic("SP0365", "warp_specialize cannot be nested", op.span)])
+        raise InternalError("a nested warp_specialize reached the lowering (legality SP0564)", op.span)
     fb = cg.fb
     warp = fb.value(f"lshr i32 {cg.tid.ref}, 5", "i32", "pw")
     done = fb.new_block("ws_done")
@@ -426,8 +420,7 @@ def lower_warp_specialize(cg: CodeGen, op: Operation) -> None:
         cg.part = PartitionCtx(i, first, w)
         if r is not None:
             if w % 4:
-                raise CompileError([Diagnostic("SP0366", f"a partition with a register budget must be whole "
-                                               f"warpgroups (a multiple of 4 warps), found {w}", op.span)])
+                raise InternalError(f"a register budget on {w} warps reached the lowering (legality SP0565)", op.span)
             inc = r > cg.state.get("default_regs", 0)
             kind = "inc" if inc else "dec"
             cg.intrinsic("void", f"llvm.nvvm.setmaxnreg.{kind}.sync.aligned.u32", [const(r, "i32")],
