@@ -6,8 +6,9 @@ has exactly the shape of one formatted for e4m3 — so nothing downstream can te
 the MMA silently computes garbage (jax-mosaic-sparse.md §2, "Consequences"). sparsile types it:
 
 * ``meta[f16]`` (or ``meta[e4m3, "sm90"]``) is a kernel parameter type: a pointer to ``u32``
-  metadata words tagged with the operand type (and optionally the format) they were encoded for.
-  Everything a kernel does with it is what it does with ``ptr[u32]``.
+  metadata words tagged with the operand type (and optionally the format) they were encoded for;
+  ``meta[f16, 2]`` is the same for a global tensor (``tensor[u32, 2]``). Everything a kernel does
+  with it is what it does with ``ptr[u32]`` / ``tensor[u32, rank]``.
 * **compile time** (the legality rule below, ``SP0574``): the metadata operand of ``sparse_dot``
   and of a sparse ``hopper.wgmma`` is traced back to the ``meta[T]`` parameters it was loaded
   from; a tag of another width class than the A operand's is an error at the MMA, with a label at
@@ -67,21 +68,44 @@ class MetaPointerType(T.PointerType):
         return f"meta[{self.operand}" + (f", {self.fmt!r}" if self.fmt else "") + "]"
 
 
+@dataclass(frozen=True)
+class MetaTensorType(T.TensorType):
+    """A global tensor of ``u32`` metadata words (``meta[T, rank]``), tagged like
+    :class:`MetaPointerType`."""
+
+    operand: str = "f16"
+    fmt: str | None = None
+
+    def __str__(self) -> str:
+        return f"meta[{self.operand}, {self.rank}" + (f", {self.fmt!r}" if self.fmt else "") + "]"
+
+
+META_TYPES = (MetaPointerType, MetaTensorType)
+
+
 class MetaCtor(TypeCtor):
-    """``meta[T]`` / ``meta[T, fmt]`` in annotations."""
+    """``meta[T]`` (a pointer), ``meta[T, rank]`` (a global tensor), optionally with a format
+    last (``meta[e4m3, "sm90"]``, ``meta[f16, 2, "sm90"]``), in annotations."""
 
     def apply(self, params: tuple[object, ...]) -> T.Type | str:
-        usage = "`meta[...]` takes the sparse operand's type and optionally a format, e.g. `meta[f16]` or " \
-                "`meta[e4m3, \"sm90\"]`"
-        if not 1 <= len(params) <= 2 or not isinstance(params[0], T.ScalarType):
+        usage = ("`meta[...]` takes the sparse operand's type, optionally a tensor rank, optionally a format: "
+                 "`meta[f16]`, `meta[e4m3, 2]`, `meta[f16, \"sm90\"]`")
+        if not 1 <= len(params) <= 3 or not isinstance(params[0], T.ScalarType):
             return usage
-        elem = params[0]
+        elem, rest = params[0], list(params[1:])
         if operand_name(elem) is None:
             return f"`meta[{elem}]`: {elem} operands have no sparse metadata; use f16, bf16, tf32, e4m3, e5m2, i8 or u8"
-        fmt = params[1] if len(params) == 2 else None
+        rank = rest.pop(0) if rest and isinstance(rest[0], int) and not isinstance(rest[0], bool) else None
+        fmt = rest.pop(0) if rest else None
+        if rest or (fmt is not None and not isinstance(fmt, str)):
+            return usage
         if fmt is not None and fmt not in FORMATS:
             return f"`meta[{elem}, {fmt!r}]`: the format must be one of {', '.join(map(repr, FORMATS))}"
-        return MetaPointerType(T.u32, operand=elem.name, fmt=fmt)  # type: ignore[arg-type]
+        if rank is None:
+            return MetaPointerType(T.u32, operand=elem.name, fmt=fmt)
+        if not 1 <= rank <= 5:
+            return f"a tensor's rank must be 1 to 5 (the TMA limit), found {rank}"
+        return MetaTensorType(T.u32, rank, operand=elem.name, fmt=fmt)
 
 
 ROOT.members["meta"] = Const(MetaCtor("meta"))
@@ -90,30 +114,34 @@ ROOT.members["meta"] = Const(MetaCtor("meta"))
 # ------------------------------------------------------------------------------------------------
 # Compile time: where did this metadata come from?
 # ------------------------------------------------------------------------------------------------
-def metadata_sources(value: Value, limit: int = 256) -> list[tuple[MetaPointerType, Any]]:
-    """The ``meta[T]`` pointer types (with the span of their parameter or op) that ``value`` was
-    computed from: a backward walk through defining ops, loop-carried values and branches."""
+def metadata_sources(value: Value, param_spans: dict[int, Any] | None = None,
+                     limit: int = 512) -> list[tuple[Any, Any]]:
+    """The ``meta[T]`` pointer types that ``value`` was computed from, each with the span of the
+    kernel parameter declaring it (``param_spans``: id of a parameter's value -> its span): a
+    backward walk through defining ops, loop-carried values and branches."""
+    spans = param_spans or {}
     seen: set[int] = set()
-    found: dict[MetaPointerType, Any] = {}
+    found: dict[Any, Any] = {}
     stack = [value]
     while stack and len(seen) < limit:
         v = stack.pop()
         if id(v) in seen:
             continue
         seen.add(id(v))
-        elem = T.element_type(v.type) if isinstance(v.type, T.ScalarType | T.PointerType | T.TileType) else None
-        if isinstance(elem, MetaPointerType):
-            found.setdefault(elem, v.owner.span if v.owner is not None else _param_span(v))
-            continue
+        if isinstance(v.type, T.ScalarType | T.PointerType | T.TileType):
+            elem: Any = T.element_type(v.type)
+        else:
+            elem = v.type
+        if isinstance(elem, META_TYPES) and v.owner is None:
+            if id(v) in spans:
+                found[elem] = spans[id(v)]
+            else:
+                found.setdefault(elem, None)
         if v.owner is not None:
             stack.extend(v.owner.operands)
         elif v.block is not None and v.block.parent is not None:
             stack.extend(_carried_sources(v))
     return list(found.items())
-
-
-def _param_span(v: Value) -> Any:
-    return None
 
 
 def _carried_sources(arg: Value) -> list[Value]:
@@ -145,15 +173,15 @@ def _carried_sources(arg: Value) -> list[Value]:
     return out
 
 
-def _check(op: Operation, meta: Value, a_elem: T.ScalarType, what: str) -> Iterator[Diagnostic]:
+def _check(op: Operation, meta: Value, a_elem: T.ScalarType, what: str, ctx: Context) -> Iterator[Diagnostic]:
     want = width_class(a_elem)
     if want is None:
         return
-    for tag, span in metadata_sources(meta):
+    spans = {id(p.value): p.span for p in ctx.func.params if p.value is not None}
+    for tag, span in metadata_sources(meta, spans):
         have = width_class(tag.operand)
         if have != want:
-            labels = (Label(span, f"loaded through a pointer of type {tag}"),) if span is not None and \
-                getattr(span, "line", 0) > 0 else ()
+            labels = (Label(span, f"declared {tag} here"),) if span is not None and span.line > 0 else ()
             yield Diagnostic(SP_META_WIDTH, f"{what} has {a_elem} operands ({want}) but its metadata was "
                              f"declared {tag}, formatted for {have} operands", op.span,
                              help=f"encode the metadata for {a_elem} (`encode_metadata(..., dtype=\"{a_elem}\")`) "
@@ -166,7 +194,7 @@ def _check(op: Operation, meta: Value, a_elem: T.ScalarType, what: str) -> Itera
 def sparse_dot_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     a_elem = T.element_type(op.operands[0].type)
     assert isinstance(a_elem, T.ScalarType)
-    yield from _check(op, op.operands[1], a_elem, "this sparse_dot")
+    yield from _check(op, op.operands[1], a_elem, "this sparse_dot", ctx)
 
 
 @rule("hopper.wgmma")
@@ -175,7 +203,7 @@ def wgmma_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
         return
     ta = op.operands[0].type
     assert isinstance(ta, T.SmemType)
-    yield from _check(op, op.operands[3], ta.elem, "this sparse wgmma")
+    yield from _check(op, op.operands[3], ta.elem, "this sparse wgmma", ctx)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -185,14 +213,14 @@ def check_metadata_argument(name: str, annotation: T.Type | None, value: Any) ->
     """The array to pass for parameter ``name``: a :class:`MetadataBuffer` given for a
     ``meta[T]`` parameter is checked against the tag (``SparsityError`` SP0809 for another operand
     width, SP0810 for another format) and unwrapped to its words; anything else is returned as is.
-    The launcher calls this before specializing the argument."""
+    The launcher calls this before specializing the argument; the check is the toolkit's
+    :func:`~sparsile.stdlib.sparsity.validate_metadata` (tag, then the words themselves)."""
     from ..stdlib.sparsity.buffer import MetadataBuffer
 
     if not isinstance(value, MetadataBuffer):
         return value
-    if not isinstance(annotation, MetaPointerType):
+    if not isinstance(annotation, META_TYPES):
         return value.data
-    from ..stdlib.sparsity.validate import _check_tag
+    from ..stdlib.sparsity.validate import validate_metadata
 
-    _check_tag(value, annotation.fmt, operand_name(annotation.operand), None, None)
-    return value.data
+    return validate_metadata(value, annotation.fmt, operand_name(annotation.operand)).data
