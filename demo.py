@@ -183,6 +183,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--size", nargs=3, type=int, metavar=("M", "N", "K"), default=(2048, 2048, 2048),
                     help="problem size of the GPU run (default 2048 2048 2048)")
     ap.add_argument("--cpu", action="store_true", help="do not use a GPU even if there is one")
+    if argv and argv[0] == "--":  # `sparsile demo -- --dtype e4m3` hands the separator through
+        argv = argv[1:]
     return ap.parse_args(argv)
 
 

@@ -33,6 +33,12 @@ def test_sparsile_demo_command(capsys):
     assert "result: OK" in capsys.readouterr().out
 
 
+def test_demo_options_after_a_separator():
+    args = demo.parse_args(["--", "--dtype", "e4m3", "--size", "1", "2", "3", "--cpu"])
+    assert (args.dtype, tuple(args.size), args.cpu) == ("e4m3", (1, 2, 3), True)
+    assert demo.parse_args([]).dtype == "f16"
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
 def test_demo_other_dtypes(capsys, dtype):
     assert demo.main(["--cpu", "--dtype", dtype]) == 0
