@@ -160,9 +160,10 @@ def function_rule(*, needs: Iterable[str] = (), unless: Iterable[str] = ()) -> C
 
 
 def require_feature(feature: str, what: str, *names: str) -> None:
-    """Explicit ops ``names`` need ``feature`` (a Feature member name) on the target."""
+    """Explicit ops ``names`` (or name prefixes ending in ``.``) need ``feature`` (a Feature member
+    name) on the target; ``what`` names the op in the message (``{op}`` is its IR name)."""
     for n in names:
-        REQUIRED_FEATURES[n] = (feature, what.format(op=n.rstrip(".") + ("" if not n.endswith(".") else ".*")))
+        REQUIRED_FEATURES[n] = (feature, what)
 
 
 def _features(names: Iterable[str]) -> frozenset[Any]:
@@ -263,7 +264,7 @@ def _gate(op: Operation, ctx: Context, table: TargetRules) -> list[Diagnostic]:
     from ..backend.targets import feature_problem
 
     feature, what = need
-    d = feature_problem(ctx.target, feature, op.span, what=what)
+    d = feature_problem(ctx.target, feature, op.span, what=what.format(op=op.name))
     return [d] if d is not None else []
 
 

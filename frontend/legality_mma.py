@@ -30,7 +30,7 @@ OPERAND_NAMES = {"f32": "tf32", "i8": "s8"}
 ACC_NAMES = {"i32": "s32"}
 """Language type names -> the names of ``backend/descriptors`` (operands, accumulators)."""
 
-require_feature("WGMMA", "`{op}` (wgmma.mma_async)", "hopper.wgmma", "hopper.wgmma_wait")
+require_feature("WGMMA", "`{op}` (warpgroup MMA, wgmma)", "hopper.wgmma", "hopper.wgmma_wait")
 
 
 def _ptx(name: str) -> str:

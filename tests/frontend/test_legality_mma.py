@@ -115,7 +115,7 @@ def test_on_blackwell_wgmma_is_gated_not_lowered() -> None:
     with pytest.raises(CompileError) as info:
         compile_src(source(), "sm_100a", stop_after="ir")
     assert [(d.code, d.span.line) for d in info.value.diagnostics] == [("SP0602", 12), ("SP0602", 13)]
-    assert "`hopper.wgmma` (wgmma.mma_async) is not available on sm_100a" in info.value.render()
+    assert "`hopper.wgmma` (warpgroup MMA, wgmma) is not available on sm_100a" in info.value.render()
 
 
 def test_split_agrees_with_the_lowering_layout() -> None:
