@@ -73,11 +73,8 @@ SP_META_WIDTH = "SP0574"
 SP_TMEM_CAPACITY = "SP0575"
 """More TMEM columns than a CTA has (512; allocations are packed into one power of two)."""
 SP_TMEM_LANES = "SP0576"
-"""A TMEM access outside the lanes the accessing warp may touch (warp w%4: lanes 32(w%4)..+31)."""
-SP_TMEM_META_COPY = "SP0577"
-"""A metadata copy (``tcgen05.cp``) whose shape the 128x128b copy cannot move."""
-SP_TCGEN05_OPERANDS = "SP0578"
-"""tcgen05 MMA operands whose shapes or memories do not fit together."""
+"""A TMEM access outside the lanes the accessing warp may touch (warp w%4: lanes 32(w%4)..+31):
+``tcgen05.ld``/``st`` need a partition of whole warpgroups starting at a warpgroup boundary."""
 SP_THREADS = "SP0580"
 """More threads per CTA than the target allows (1024)."""
 SP_REGISTERS = "SP0581"
@@ -95,13 +92,15 @@ ALL_CODES: dict[str, str] = {
 @dataclass(frozen=True)
 class Context:
     """Where a rule runs: the target, the warps of the current partition (the whole CTA outside
-    ``warp_specialize``), the CTA's warps, the partition index (-1 outside) and the kernel."""
+    ``warp_specialize``), the CTA's warps, the partition index (-1 outside), the kernel, and the
+    CTA warp the partition starts at (partitions take consecutive warps in order)."""
 
     target: Any  # backend.targets.Target (imported lazily: the frontend does not need LLVM)
     num_warps: int
     total_warps: int
     partition: int
     func: Function
+    first_warp: int = 0
 
     @property
     def in_partition(self) -> bool:
@@ -246,9 +245,11 @@ def walk_with_context(block: Block, ctx: Context) -> Iterator[tuple[Operation, C
     for op in block.ops:
         yield op, ctx
         if op.name == "warp_specialize":
+            first = ctx.first_warp
             for i, (region, w) in enumerate(zip(op.regions, op.attrs.get("warps", ()), strict=False)):
-                inner = Context(ctx.target, w, ctx.total_warps, i, ctx.func)
+                inner = Context(ctx.target, w, ctx.total_warps, i, ctx.func, first)
                 yield from walk_with_context(region.block, inner)
+                first += w
         else:
             for region in op.regions:
                 yield from walk_with_context(region.block, ctx)

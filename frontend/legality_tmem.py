@@ -74,14 +74,19 @@ TRANSFERS = ("tmem.load", "tmem.load_chunks", "tmem.store")
 @rule(*TRANSFERS, needs=("TCGEN05",))
 def tmem_lane_access(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """``tcgen05.ld``/``st`` of a 128-lane tile: warp ``w`` reaches lanes ``32(w%4)..+31``, so the
-    warps of the partition must cover the four quarters: whole warpgroups."""
+    partition's warps must be whole warpgroups, and start at a warpgroup boundary so that its warp
+    ``i`` has quarter ``i % 4`` (the addressing ``backend/lower_blackwell`` emits)."""
+    kind = "tcgen05.st" if op.name == "tmem.store" else "tcgen05.ld"
+    plural = "s" if ctx.num_warps != 1 else ""
     if ctx.num_warps % 4:
-        kind = "tcgen05.st" if op.name == "tmem.store" else "tcgen05.ld"
-        reach = 32 * min(ctx.num_warps, 4)
-        yield Diagnostic(SP_TMEM_LANES, f"{kind} of a {TMEM_LANES}-lane TMEM tile by {ctx.num_warps} warp"
-                         f"{'s' if ctx.num_warps != 1 else ''}: warp w reaches lanes 32(w%4)..32(w%4)+31 only "
-                         f"({'at most ' + str(reach) if ctx.num_warps < 4 else 'not all quarters evenly'})",
-                         op.span, help="run TMEM loads and stores on whole warpgroups (4, 8, ... warps)")
+        yield Diagnostic(SP_TMEM_LANES, f"{kind} of a {TMEM_LANES}-lane TMEM tile by {ctx.num_warps} warp{plural}: "
+                         "warp w reaches lanes 32(w%4)..32(w%4)+31 only, so it needs whole warpgroups", op.span,
+                         help="run TMEM loads and stores on a partition of 4, 8, ... warps")
+    elif ctx.first_warp % 4:
+        yield Diagnostic(SP_TMEM_LANES, f"{kind} by a partition that starts at warp {ctx.first_warp}: its warps "
+                         "do not line up with the TMEM lane quarters (warp w reaches lanes 32(w%4)..+31)", op.span,
+                         help="list this partition first in warp_specialize, or make the partitions before it "
+                              "a multiple of 4 warps")
 
 
 def instruction_tiles(m: int, n: int) -> list[tuple[int, int, int, int]]:
