@@ -368,3 +368,16 @@ def test_gated_by_target(target):
         compile_src(src, target=target)
     d = info.value.diagnostics[0]
     assert d.code == "SP0602" and target in d.message
+
+
+def test_mixed_operand_types_encode_both_codes():
+    """kind::f8f6f4 may mix e4m3 and e5m2, kind::i8 signedness (hardware-facts §1.3: e5m2 = 1,
+    u8 = 0, s8 = 1 at bits 7-9 (A) and 10-12 (B))."""
+    assert mma_plan(T.e5m2, T.e4m3, T.f16, 128, 64, 64, True, 64)[0].idesc == (
+        _idesc(1, 0, 0, 64, 0))
+    assert mma_plan(T.u8, T.i8, T.i32, 128, 64, 64, True, 64)[0].idesc == _idesc(0, 1, 2, 64, 0)
+    src = MMA_KERNEL.replace("b_s = smem.alloc(DT,", "b_s = smem.alloc(u8,")
+    for key, val in (("DT", "i8"), ("ACC", "i32"), ("ASW", 64), ("M", 128), ("N", 64), ("K", 128)):
+        src = re.sub(rf"\b{key}\b", str(val), src)
+    ir = IR(compile_src(src, stop_after="llvm").llvm)
+    assert {int(c[3][1]) for c in ir.calls("llvm.nvvm.tcgen05.mma.sp.shared")} == {_idesc(1, 0, 2, 64, 0)}
