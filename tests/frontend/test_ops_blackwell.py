@@ -275,3 +275,18 @@ def test_metadata_loads_back_to_registers(dtype):
     else:
         want = idx[:, :, 0] | (idx[:, :, 1] << 2)
     assert (chunks[:, :want.shape[1]] == want).all()
+
+
+def test_the_example_of_docs_blackwell_runs_and_compiles():
+    import pathlib
+    import re
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "blackwell.md").read_text()
+    (src,) = re.findall(r"^```spk\n(.*?)^```", doc, re.S | re.M)
+    mod = loads(src)
+    vals, meta, b, ref = operands("f16", "f16", 128, 128, 128, True, seed=11)
+    c = np.full((128, 128), np.nan, np.float32)
+    mod.one_tile.interpret[(1,)](vals, meta, b, c)
+    assert np.abs(c - ref).max() <= 1e-3
+    ck = mod.one_tile[(1,)].compile_for("sm_100a", vals, meta, b, c)
+    assert ck.ptx.count("tcgen05.mma.sp.cta_group::1.kind::f16") == 4
