@@ -81,9 +81,9 @@ _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
 @functools.cache
 def kernel_module() -> Any:
     """The loaded ``sparse_gemm_sm90.spk`` module (parsed once per process)."""
-    import sparsile
+    from ... import load
 
-    return sparsile.load(KERNEL_FILE)
+    return load(KERNEL_FILE)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def _operand_of(x: Any) -> str | None:
         return _TORCH_OPERANDS.get(str(x.dtype))
     try:
         dt = np.dtype(x.dtype)
-    except TypeError:
+    except (AttributeError, TypeError):
         return None
     return next((c.operand for c in KERNELS.values() if operand_type(c.operand).host_dtype == dt), None)
 
