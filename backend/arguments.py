@@ -36,6 +36,9 @@ SP0718  constexpr argument differs from the value the kernel was compiled for
 SP0719  read-only array passed to a parameter the kernel writes
 SP0720  array rank/shape does not match what the kernel parameter needs
 SP0721  kernel name not found in the loaded module
+SP0722  parameter annotation the launcher cannot pass (``frontend/specialize.py``)
+SP0723  constexpr argument of a kind that cannot be a compile-time constant
+SP0724  malformed ahead-of-time signature (``name=type`` / ``name=value`` items)
 ======  ===================================================================
 """
 

@@ -125,7 +125,7 @@ class Kernel:
                 if p.has_default:
                     signature = {**signature, p.name: p.default}
                 else:
-                    raise LaunchError("SP0709", f"the signature of `{self.name}` is missing `{p.name}`")
+                    raise LaunchError("SP0701", f"the signature of `{self.name}` is missing `{p.name}`")
             v = signature[p.name]
             if p.annotation is T.CONSTEXPR:
                 bindings[p.name] = Const(v)
@@ -136,7 +136,7 @@ class Kernel:
                 elif isinstance(v, T.Type):
                     spec = ArgSpec(v, isinstance(v, T.PointerType | T.TensorType))
                 else:
-                    raise LaunchError("SP0711", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
+                    raise LaunchError("SP0724", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
                                       "needs a type such as `ptr[f32]` or `i32`")
                 if p.annotation is not None and p.annotation != spec.type:
                     raise LaunchError("SP0703", f"`{p.name}` is declared {p.annotation} but the signature says "
@@ -145,7 +145,7 @@ class Kernel:
                 key.append((p.name, "v", spec.key()))
         extra = set(signature) - {p.name for p in self.params}
         if extra:
-            raise LaunchError("SP0707", f"`{self.name}` has no parameter named `{sorted(extra)[0]}`")
+            raise LaunchError("SP0702", f"`{self.name}` has no parameter named `{sorted(extra)[0]}`")
         return bindings, tuple(key)
 
     # -------------------------------------------------------------------------- launching
@@ -192,11 +192,11 @@ def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
     try:
         dims = tuple(int(g) for g in grid)
     except TypeError:
-        raise LaunchError("SP0712", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}") from None
+        raise LaunchError("SP0710", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}") from None
     if not 1 <= len(dims) <= 3:
-        raise LaunchError("SP0712", f"the grid must have 1 to 3 dimensions, found {len(dims)}")
+        raise LaunchError("SP0710", f"the grid must have 1 to 3 dimensions, found {len(dims)}")
     if any(d <= 0 for d in dims):
-        raise LaunchError("SP0713", f"every grid dimension must be positive, found {dims}",
+        raise LaunchError("SP0710", f"every grid dimension must be positive, found {dims}",
                           help="a grid of zero launches nothing; skip the call instead")
     return ((*dims, 1, 1))[:3]  # type: ignore[return-value]
 

@@ -71,9 +71,9 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
     if isinstance(ann, T.TensorType):
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:
-            raise LaunchError("SP0701", f"argument `{p.name}` expects a tensor, found {type(value).__name__}")
+            raise LaunchError("SP0708", f"argument `{p.name}` expects a tensor, found {type(value).__name__}")
         if value.ndim != ann.rank:
-            raise LaunchError("SP0702", f"argument `{p.name}` expects a tensor of rank {ann.rank}, found "
+            raise LaunchError("SP0720", f"argument `{p.name}` expects a tensor of rank {ann.rank}, found "
                               f"shape {tuple(value.shape)}")
         if elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
             raise LaunchError("SP0703", f"argument `{p.name}` expects a {ann} tensor, found {elem} elements",
@@ -83,7 +83,7 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:
             what = type(value).__name__
-            raise LaunchError("SP0701", f"argument `{p.name}` expects an array (pointer), found {what}",
+            raise LaunchError("SP0708", f"argument `{p.name}` expects an array (pointer), found {what}",
                               help="pass a numpy array or a device tensor")
         if isinstance(ann, T.PointerType) and elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
             raise LaunchError("SP0703", f"argument `{p.name}` expects a pointer to {ann.elem}, found an array of "
@@ -98,18 +98,18 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
             v = int(value)
             t = ann or (T.i32 if T.fits(v, T.i32) else T.i64)
             if not isinstance(t, T.ScalarType):
-                raise LaunchError("SP0704", f"argument `{p.name}` has an unsupported annotation {t}")
+                raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {t}")
             if t.is_int and not T.fits(v, t):
-                raise LaunchError("SP0705", f"argument `{p.name}` = {v} does not fit in {t}")
+                raise LaunchError("SP0709", f"argument `{p.name}` = {v} does not fit in {t}")
             return ArgSpec(t, t.is_int and v % 16 == 0)
         if isinstance(value, float | np.floating):
             t = ann or T.f32
             if not isinstance(t, T.ScalarType) or not t.is_float:
                 raise LaunchError("SP0703", f"argument `{p.name}` expects {t}, found the float {value}")
             return ArgSpec(t, False)
-        raise LaunchError("SP0701", f"argument `{p.name}` expects a scalar{'' if ann is None else ' ' + str(ann)}, "
+        raise LaunchError("SP0708", f"argument `{p.name}` expects a scalar{'' if ann is None else ' ' + str(ann)}, "
                           f"found {type(value).__name__}")
-    raise LaunchError("SP0704", f"argument `{p.name}` has an unsupported annotation {ann}")
+    raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {ann}")
 
 
 def _aligned(value: Any, host_copies_aligned: bool) -> bool:
@@ -123,22 +123,22 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
                    ) -> dict[str, Any]:
     """Match positional and keyword arguments to parameters (defaults filled in)."""
     if len(args) > len(params):
-        raise LaunchError("SP0706", f"`{kernel_name}` takes {len(params)} arguments but {len(args)} were given")
+        raise LaunchError("SP0701", f"`{kernel_name}` takes {len(params)} arguments but {len(args)} were given")
     bound: dict[str, Any] = {}
     for p, a in zip(params, args, strict=False):
         bound[p.name] = a
     names = {p.name for p in params}
     for k, v in kwargs.items():
         if k not in names:
-            raise LaunchError("SP0707", f"`{kernel_name}` has no parameter named `{k}`",
+            raise LaunchError("SP0702", f"`{kernel_name}` has no parameter named `{k}`",
                               help=f"parameters: {', '.join(p.name for p in params)}")
         if k in bound:
-            raise LaunchError("SP0708", f"`{kernel_name}` got two values for `{k}`")
+            raise LaunchError("SP0702", f"`{kernel_name}` got two values for `{k}`")
         bound[k] = v
     for p in params:
         if p.name not in bound:
             if not p.has_default:
-                raise LaunchError("SP0709", f"`{kernel_name}` is missing the argument `{p.name}`")
+                raise LaunchError("SP0701", f"`{kernel_name}` is missing the argument `{p.name}`")
             bound[p.name] = p.default
     return bound
 
@@ -179,7 +179,7 @@ def _constexpr_value(p: ParamInfo, v: Any) -> Any:
             return t
     except TypeError:
         pass
-    raise LaunchError("SP0710", f"constexpr argument `{p.name}` must be a number, bool, string, tuple or dtype, "
+    raise LaunchError("SP0723", f"constexpr argument `{p.name}` must be a number, bool, string, tuple or dtype, "
                       f"found {type(v).__name__}")
 
 
@@ -196,7 +196,7 @@ def _hashable(v: Any) -> Any:
 # ------------------------------------------------------------------------------------------------
 def split_signature(text: str) -> list[tuple[str, str, int]]:
     """``name=expression`` items of a signature, split at top-level commas: (name, expression,
-    offset of the expression in ``text``). Raises LaunchError SP0714 on a malformed item."""
+    offset of the expression in ``text``). Raises LaunchError SP0724 on a malformed item."""
     items: list[tuple[str, str, int]] = []
     depth, start = 0, 0
     for i, ch in enumerate(text + ","):
@@ -209,13 +209,13 @@ def split_signature(text: str) -> list[tuple[str, str, int]]:
             if part.strip():
                 name, eq, rhs = part.partition("=")
                 if not eq or not name.strip().isidentifier() or not rhs.strip():
-                    raise LaunchError("SP0714", f"malformed signature item `{part.strip()}`",
+                    raise LaunchError("SP0724", f"malformed signature item `{part.strip()}`",
                                       help="write `name=type` for run-time parameters (`x=ptr[f32]`, `n=i32`) "
                                            "and `name=value` for constexpr ones (`BLOCK=1024`)")
                 items.append((name.strip(), rhs, start + len(name) + 1))
             start = i + 1
     if depth != 0:
-        raise LaunchError("SP0714", f"unbalanced brackets in the signature `{text}`")
+        raise LaunchError("SP0724", f"unbalanced brackets in the signature `{text}`")
     return items
 
 
@@ -237,7 +237,7 @@ def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
     source = SourceFile("<signature>", text)
     for name, rhs, offset in split_signature(text):
         if name in out:
-            raise LaunchError("SP0714", f"`{name}` appears twice in the signature")
+            raise LaunchError("SP0724", f"`{name}` appears twice in the signature")
         try:
             node = parse_expression(rhs.replace("\n", " "), "<signature>")
             value = Sema(resolve or no_globals).evaluate(node, f"the value of `{name}`")
