@@ -72,9 +72,10 @@ SP_META_WIDTH = "SP0574"
 """Sparse metadata declared (``meta[T]``) or allocated for one operand width used with another."""
 SP_TMEM_CAPACITY = "SP0575"
 """More TMEM columns than a CTA has (512; allocations are packed into one power of two)."""
-SP_TMEM_LANES = "SP0576"
+SP_TMEM_LANES = "SP0550"
 """A TMEM access outside the lanes the accessing warp may touch (warp w%4: lanes 32(w%4)..+31):
-``tcgen05.ld``/``st`` need a partition of whole warpgroups starting at a warpgroup boundary."""
+``tcgen05.ld``/``st`` need a partition of whole warpgroups starting at a warpgroup boundary (the
+code of the same check in ``backend/lower_blackwell``, which now only guards)."""
 SP_THREADS = "SP0580"
 """More threads per CTA than the target allows (1024)."""
 SP_REGISTERS = "SP0581"

@@ -19,7 +19,7 @@ instructions will encode, so that nothing is left to the lowering:
   does (jax-mosaic-sparse.md §4);
 * **lane access** (§2 "Lane access"): warp ``w`` reaches TMEM lanes ``32(w%4)..+31`` only, so
   ``tcgen05.ld``/``st`` of a 128-lane tile needs the partition to be whole warpgroups
-  (``SP0576``).
+  (``SP0550``, the code the lowering's guard uses).
 """
 
 from __future__ import annotations
@@ -79,12 +79,14 @@ def tmem_lane_access(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     kind = "tcgen05.st" if op.name == "tmem.store" else "tcgen05.ld"
     plural = "s" if ctx.num_warps != 1 else ""
     if ctx.num_warps % 4:
-        yield Diagnostic(SP_TMEM_LANES, f"{kind} of a {TMEM_LANES}-lane TMEM tile by {ctx.num_warps} warp{plural}: "
-                         "warp w reaches lanes 32(w%4)..32(w%4)+31 only, so it needs whole warpgroups", op.span,
+        yield Diagnostic(SP_TMEM_LANES, f"{kind} of a {TMEM_LANES}-lane TMEM tile by {ctx.num_warps} warp{plural} "
+                         f"starting at warp {ctx.first_warp}: warp w reaches lanes 32(w%4)..32(w%4)+31 only, so it "
+                         "needs whole warpgroups", op.span,
                          help="run TMEM loads and stores on a partition of 4, 8, ... warps")
     elif ctx.first_warp % 4:
-        yield Diagnostic(SP_TMEM_LANES, f"{kind} by a partition that starts at warp {ctx.first_warp}: its warps "
-                         "do not line up with the TMEM lane quarters (warp w reaches lanes 32(w%4)..+31)", op.span,
+        yield Diagnostic(SP_TMEM_LANES, f"{kind} by a partition of {ctx.num_warps} warps starting at warp "
+                         f"{ctx.first_warp}: its warps do not line up with the TMEM lane quarters (warp w reaches "
+                         "lanes 32(w%4)..+31)", op.span,
                          help="list this partition first in warp_specialize, or make the partitions before it "
                               "a multiple of 4 warps")
 

@@ -102,14 +102,14 @@ def k(C: ptr[f32]):
     warp_specialize(partition(epilogue, acc, C, warps=W), partition(idle, C, warps=1))
 """
     d = errors(src.replace("WARPS", "3").replace("W", "2"), "sm_100a")[0]
-    assert (d.code, d.span.line, d.span.col) == ("SP0576", 2, 9)
+    assert (d.code, d.span.line, d.span.col) == ("SP0550", 2, 9)
     assert "by 2 warps" in d.message and "32(w%4)" in d.message and d.help
     compile_src(src.replace("WARPS", "5").replace("W", "4"), "sm_100a", stop_after="ptx")
     late = src.replace("WARPS", "5").replace("W", "4").replace(
         "partition(epilogue, acc, C, warps=4), partition(idle, C, warps=1)",
         "partition(idle, C, warps=1), partition(epilogue, acc, C, warps=4)")
     d = errors(late, "sm_100a")[0]
-    assert (d.code, d.span.line) == ("SP0576", 2) and "starts at warp 1" in d.message
+    assert (d.code, d.span.line) == ("SP0550", 2) and "starting at warp 1" in d.message
 
 
 # ------------------------------------------------------------------------------------------------
