@@ -81,21 +81,29 @@ def register_layout(t: T.TmemType, num_warps: int, chunks: bool = False) -> Line
 
 
 def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
-    """``ref.load()`` results and ``ref.store(x)`` values take the region's ``32x32b`` layout."""
+    """``ref.load()`` results and ``ref.store(x)`` values take the region's ``32x32b`` layout; so do
+    the accumulators (and metadata words) of tile MMAs reserved for tcgen05."""
     if op.name in ("tmem.load", "tmem.load_chunks", "tmem.store"):
         lay = register_layout(op.operands[0].type, num_warps, chunks=op.name == "tmem.load_chunks")
         if lay is not None:
             return {id(op.result if op.name != "tmem.store" else op.operands[1]): lay}
+    if op.name in ("dot", "sparse_dot"):
+        from .lower_blackwell_tile import anchor as tile_anchor
+
+        return tile_anchor(op, num_warps)
     return {}
 
 
 def tmem_columns_used(func: Function) -> int:
     """The columns of the CTA's one TMEM allocation: a power of two >= 32 covering every
-    ``tmem.alloc`` (placed by sema, hardware-facts §2 "alloc"), 0 when there is none."""
+    ``tmem.alloc`` (placed by sema, hardware-facts §2 "alloc") and the columns reserved for tile
+    MMAs; 0 when there is nothing."""
     end = 0
     for op in func.walk():
         if op.name == "tmem.alloc":
             end = max(end, op.attrs["col"] + op.attrs["ncols"])
+        elif "tc_col" in op.attrs:
+            end = max(end, op.attrs["tc_col"] + op.attrs["tc_ncols"])
     if not end:
         return 0
     n = 32
@@ -105,14 +113,21 @@ def tmem_columns_used(func: Function) -> int:
 
 
 def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
-    """Insert the kernel-wide TMEM allocation (start) and deallocation (end)."""
+    """Reserve TMEM for tile MMAs, then insert the kernel-wide TMEM allocation (start) and
+    deallocation (end)."""
     from ..frontend.ir import Builder
+    from .lower_blackwell_tile import reserve
 
-    ncols = tmem_columns_used(func)
-    if not ncols or any(op.name == "tmem.init" for op in func.body.block.ops):
-        return {}
     block = func.body.block
-    first = next(op for op in func.walk() if op.name == "tmem.alloc")
+    if any(op.name == "tmem.init" for op in block.ops):
+        return {}
+    user_end = max((op.attrs["col"] + op.attrs["ncols"] for op in func.walk() if op.name == "tmem.alloc"),
+                   default=0)
+    reserve(func, target, num_warps, user_end)
+    ncols = tmem_columns_used(func)
+    if not ncols:
+        return {}
+    first = next(op for op in func.walk() if op.name == "tmem.alloc" or "tc_col" in op.attrs)
     b = Builder(block)
     if block.ops:
         b.set_insertion_point_before(block.ops[0])
@@ -345,22 +360,18 @@ def _from_element(cg: CodeGen, v: LLValue, elem: T.ScalarType) -> LLValue:
     return fb.cast("zext", v, "i32") if v.type != "i32" else v
 
 
-def _emit_load(cg: CodeGen, op: Operation, chunks: bool) -> None:
-    _require_tcgen05(cg, op)
-    _check_partition(cg, op)
-    ref: TmemRef = cg.get(op.operands[0])
-    res = op.result
-    elem = T.element_type(res.type)
-    assert isinstance(elem, T.ScalarType)
+def load_tile(cg: CodeGen, ref: TmemRef, want: LinearLayout, elem: T.ScalarType, span: Any,
+              chunks: bool = False) -> DTile:
+    """``tcgen05.ld`` of a TMEM view into a tile of layout ``want`` (through the region's own
+    ``32x32b`` layout and a conversion when no atom produces ``want`` directly)."""
     nw = cg.num_warps
-    want = res.layout
     plan = _plan(ref.type, want, nw, "load", chunks)
     layout = want
     if not plan.ok:  # load in the region's own layout, then convert
         layout = register_layout(ref.type, nw, chunks)
         if layout is None:
-            raise CompileError([Diagnostic("SP0550", f"no tcgen05.ld atom can read {ref.type}", op.span)])
-        plan = _plan(ref.type, layout, nw, "load", chunks).require(op.span)
+            raise CompileError([Diagnostic("SP0550", f"no tcgen05.ld atom can read {ref.type}", span)])
+        plan = _plan(ref.type, layout, nw, "load", chunks).require(span)
     fb = cg.fb
     waddr = _warp_address(cg, ref, plan)
     name, vec = _access_name(plan, "ld")
@@ -386,8 +397,17 @@ def _emit_load(cg: CodeGen, op: Operation, chunks: bool) -> None:
     if layout != want:
         from .lower_reduce import convert_tile
 
-        tile = convert_tile(cg, tile, want, T.shape_of(res.type))
-    cg.set(res, tile)
+        tile = convert_tile(cg, tile, want, tuple(size for _, size in want.out_dims))
+    return tile
+
+
+def _emit_load(cg: CodeGen, op: Operation, chunks: bool) -> None:
+    _require_tcgen05(cg, op)
+    _check_partition(cg, op)
+    res = op.result
+    elem = T.element_type(res.type)
+    assert isinstance(elem, T.ScalarType)
+    cg.set(res, load_tile(cg, cg.get(op.operands[0]), res.layout, elem, op.span, chunks))
 
 
 @lowering("tmem.load")
@@ -400,12 +420,9 @@ def lower_tmem_load_chunks(cg: CodeGen, op: Operation) -> None:
     _emit_load(cg, op, chunks=True)
 
 
-@lowering("tmem.store")
-def lower_tmem_store(cg: CodeGen, op: Operation) -> None:
-    _require_tcgen05(cg, op)
-    _check_partition(cg, op)
-    ref: TmemRef = cg.get(op.operands[0])
-    x = cg.tile(op.operands[1])
+def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any) -> None:
+    """``tcgen05.st`` of a tile into a TMEM view (converted to the region's ``32x32b`` layout when
+    no atom takes its layout), then ``tcgen05.wait::st``."""
     nw = cg.num_warps
     plan = _plan(ref.type, x.layout, nw, "store", False)
     if not plan.ok:
@@ -413,9 +430,9 @@ def lower_tmem_store(cg: CodeGen, op: Operation) -> None:
 
         layout = register_layout(ref.type, nw)
         if layout is None:
-            raise CompileError([Diagnostic("SP0550", f"no tcgen05.st atom can write {ref.type}", op.span)])
-        x = convert_tile(cg, x, layout, T.shape_of(op.operands[1].type))
-        plan = _plan(ref.type, layout, nw, "store", False).require(op.span)
+            raise CompileError([Diagnostic("SP0550", f"no tcgen05.st atom can write {ref.type}", span)])
+        x = convert_tile(cg, x, layout, tuple(ref.type.shape))
+        plan = _plan(ref.type, layout, nw, "store", False).require(span)
     fb = cg.fb
     elem = x.elem
     assert isinstance(elem, T.ScalarType)
@@ -445,6 +462,13 @@ def lower_tmem_store(cg: CodeGen, op: Operation) -> None:
             args.append(const(plan.half_split, "i64"))
         _intrinsic(cg, "void", name, [*args, packed, const(0, "i1")])
     _intrinsic(cg, "void", "llvm.nvvm.tcgen05.wait.st", [])
+
+
+@lowering("tmem.store")
+def lower_tmem_store(cg: CodeGen, op: Operation) -> None:
+    _require_tcgen05(cg, op)
+    _check_partition(cg, op)
+    store_tile(cg, cg.get(op.operands[0]), cg.tile(op.operands[1]), op.span)
 
 
 # ================================================================================================
@@ -574,5 +598,7 @@ def lower_fence_after(cg: CodeGen, op: Operation) -> None:
     _intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
 
 
-__all__ = ["HOOKS", "MmaInstr", "TmemRef", "anchor", "mma_plan", "prepare", "register_layout", "smem_descriptor",
-           "tmem_columns_used"]
+__all__ = ["HOOKS", "MmaInstr", "TmemRef", "anchor", "load_tile", "mma_plan", "prepare", "register_layout",
+           "smem_descriptor", "store_tile", "tmem_columns_used"]
+
+from . import lower_blackwell_tile  # noqa: E402, F401  (registers the tile-level dot / sparse_dot lowering)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
+import sparsile as sp
 from sparsile.backend.lower_blackwell import mma_plan, register_layout
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
@@ -381,3 +383,62 @@ def test_mixed_operand_types_encode_both_codes():
         src = re.sub(rf"\b{key}\b", str(val), src)
     ir = IR(compile_src(src, stop_after="llvm").llvm)
     assert {int(c[3][1]) for c in ir.calls("llvm.nvvm.tcgen05.mma.sp.shared")} == {_idesc(1, 0, 2, 64, 0)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile level: dot / sparse_dot on tcgen05 (backend/lower_blackwell_tile.py)
+# ------------------------------------------------------------------------------------------------
+TILE_SPARSE = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_tile.spk"
+
+TILE_DOT = """\
+@kernel(num_warps=NW)
+def k(A: ptr[DT], B: ptr[DT], C: ptr[ACC], K: i32, BN: constexpr):
+    rows = arange(0, BM)
+    cols = arange(0, BN)
+    kk = arange(0, 64)
+    acc = zeros((BM, BN), ACC)
+    for k0 in range(0, K, 64):
+        a = load(A + rows[:, None] * K + k0 + kk[None, :])
+        b = load(B + (k0 + kk)[:, None] * BN + cols[None, :])
+        acc = dot(a, b, acc)
+    store(C + rows[:, None] * BN + cols[None, :], acc)
+"""
+
+
+def tile_dot_ptx(dt: str, acc: str, target: str = "sm_100a", bm: int = 128, nw: int = 4) -> str:
+    src = TILE_DOT.replace("NW", str(nw)).replace("DT", dt).replace("ACC", acc).replace("BM", str(bm))
+    kern = loads(src).k
+    sig = {"A": ArgSpec(T.PointerType(T.scalar_type(dt)), True), "B": ArgSpec(T.PointerType(T.scalar_type(dt)), True),
+           "C": ArgSpec(T.PointerType(T.scalar_type(acc)), True), "K": T.i32, "BN": 64}
+    return kern.compile(sig, target=target, stop_after="ptx").ptx
+
+
+def test_tile_sparse_dot_runs_on_tcgen05():
+    """sparse_gemm_tile.spk with a 128-row tile: sparse_dot becomes tcgen05.mma.sp (K = 64: two
+    instructions, selector 0 then 1 on one metadata column) with the metadata words stored into
+    TMEM; a 64-row tile keeps the portable path."""
+    kern = sp.load(TILE_SPARSE).sparse_gemm_tile
+    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
+    ck = kern.compile({**sig, "BM": 128, "BN": 64, "BK": 64}, target="sm_100a")
+    ir = IR(ck.llvm)
+    calls = ir.calls("llvm.nvvm.tcgen05.mma.sp.shared")
+    assert [int(c[3][1]) for c in calls] == [_idesc(0, 0, 1, 64, 0), _idesc(0, 0, 1, 64, 1)]
+    assert len({ir.resolve(c[5][1]) for c in calls}) == 1  # both read the same column
+    assert "tcgen05.st.sync.aligned.32x32b.x2.b32" in ck.ptx  # the (128, 2) metadata words
+    assert "tcgen05.commit" in ck.ptx and "mbarrier.inval" in ck.ptx and "mma.sp::ordered_metadata" not in ck.ptx
+    assert re.search(r"\b0 bytes lmem", ck.info_log)
+    small = kern.compile({**sig, "BM": 64, "BN": 64, "BK": 64}, target="sm_100a", stop_after="ptx").ptx
+    assert "tcgen05.mma" not in small
+
+
+@pytest.mark.parametrize("dt,acc,target,tcgen05", [("f16", "f32", "sm_100a", True), ("e4m3", "f32", "sm_110a", True),
+                                                   ("i8", "i32", "sm_100a", True), ("i8", "i32", "sm_103a", False)])
+def test_tile_dot_runs_on_tcgen05_where_the_kind_exists(dt, acc, target, tcgen05):
+    ptx = tile_dot_ptx(dt, acc, target)
+    assert ("tcgen05.mma.cta_group::1" in ptx) == tcgen05
+    assert "tcgen05.mma.sp" not in ptx
+
+
+def test_tile_dot_shapes_without_a_tcgen05_form_stay_portable():
+    assert "tcgen05.mma" not in tile_dot_ptx("f16", "f32", bm=64)
+    assert "tcgen05.mma" not in tile_dot_ptx("f16", "f32", nw=2)
