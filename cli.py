@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"] and not (set(argv[1:2]) & {"-h", "--help"}):
+        # everything after `demo` belongs to the demo, options included (`sparsile demo --dtype e4m3`)
+        rest = argv[1:]
+        argv = ["demo", "--", *rest] if rest and rest[0] != "--" else argv
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed its message
