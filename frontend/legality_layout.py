@@ -131,12 +131,20 @@ def _conflicts(r: Value, lay: LinearLayout, pin: Operation, ctx: Context,
         if want is not None and want == lay:
             continue
         wanted = f"`{short_name(want)}`" if want is not None else "another layout"
-        help_line = ("remove the pin so that the compiler chooses (it converts where needed), or pin "
-                     + (f"{wanted}" if want is not None else "a layout the op accepts"))
+        spelled = _constructor_for(u, idx, ctx) or (wanted if want is not None else "a layout the op accepts")
+        help_line = f"remove the pin so that the compiler chooses (it converts where needed), or pin {spelled}"
         yield Diagnostic(SP_PIN_CONFLICT, f"the pinned layout `{short_name(lay)}` is not {what}"
                          + (f" (through the loop-carried value at {via})" if via else ""), u.span,
                          help=help_line, labels=(Label(pin.span, "pinned here"),),
                          notes=(f"{what}: {wanted}",))
+
+
+def _constructor_for(user: Operation, index: int, ctx: Context) -> str | None:
+    """How to write the layout a fixed demand wants, where the language has a constructor."""
+    if user.name == "hopper.wgmma" and index == 2:
+        m, n = T.shape_of(user.operands[2].type)
+        return f"`layout.wgmma_accumulator({m}, {n}, {ctx.num_warps})`"
+    return None
 
 
 def _direct_uses(r: Value, users: dict[int, list[Operation]]) -> Iterator[tuple[Operation, int, str]]:

@@ -166,7 +166,8 @@ def test_pinned_accumulator_meeting_wgmma_is_a_diagnostic() -> None:
     assert (d.code, d.span.line, d.span.col) == ("SP0422", 11, 11)
     assert "is not the layout `hopper.wgmma` needs for this operand" in d.message
     assert d.labels and d.labels[0].message == "pinned here" and d.labels[0].span.line == 11
-    assert "remove the pin" in d.help and "L[reg=(0,1),(8,0)" in d.help
+    assert "remove the pin" in d.help and "`layout.wgmma_accumulator(64, 64, 4)`" in d.help
+    assert "L[reg=(0,1),(8,0)" in d.notes[0]  # the layout wgmma needs, spelled out
     # the layout wgmma needs, pinned, compiles with no conversion at the MMA
     ok = compile_src(src(init="pin(zeros((64, 64), f32), layout.wgmma_accumulator(64, 64, 4))"))
     assert "wgmma.mma_async" in ok.ptx
