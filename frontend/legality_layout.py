@@ -22,6 +22,7 @@ demands meet. This module, run at the start of the legality pass, adds the user'
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from . import types as T
@@ -29,8 +30,52 @@ from .diagnostics import Diagnostic, Label
 from .ir import Builder, Function, Operation, Value
 from .layouts import LinearLayout
 from .legality import Context, walk_with_context
-from .ops_layout import SP_PIN_CONFLICT, SP_PIN_WARPS, PinnedLayout, check_pin_warps
-from .tile_layouts import short_name
+from .tile_layouts import LANE, REG, WARP, dim_names, normalize, short_name
+
+SP_PIN_SHAPE = "SP0420"
+"""A layout that does not describe the pinned tile (other logical dims, or elements nobody owns)."""
+SP_PIN_WARPS = "SP0421"
+"""A pinned layout over more lanes or warps than run the code."""
+SP_PIN_CONFLICT = "SP0422"
+"""A pinned layout meets an op that needs another one."""
+SP_NOT_A_LAYOUT = "SP0423"
+"""A layout argument that is not a layout."""
+
+
+@dataclass(frozen=True)
+class PinnedLayout:
+    """The ``layout`` attribute of a pin (printed compactly in ``--emit ir``)."""
+
+    layout: LinearLayout
+    explicit: bool = False
+
+    def short_name(self) -> str:
+        return short_name(self.layout)
+
+
+def fit_to_tile(lay: LinearLayout, shape: tuple[int, ...]) -> LinearLayout | str:
+    """``lay`` with its logical dims renamed ``dim0, dim1, ...`` and input dims ``reg, lane,
+    warp`` (at most 32 lanes), or why it cannot describe a tile of ``shape``."""
+    outs = lay.out_dims
+    if len(outs) != len(shape) or any(s != t for (_, s), t in zip(outs, shape, strict=False)):
+        have = "x".join(str(s) for _, s in outs) or "nothing"
+        return f"the layout describes a {have} tile, the value is {'x'.join(map(str, shape))}"
+    extra = [n for n in lay.in_names if n not in (REG, LANE, WARP)]
+    if extra:
+        return f"a register layout maps `reg`, `lane` and `warp`; this one also has {', '.join(extra)}"
+    lay = lay.rename_outs({name: new for (name, _), new in zip(outs, dim_names(len(shape)), strict=True)})
+    if not lay.is_surjective():
+        return "the layout leaves some elements of the tile without an owner"
+    return lay
+
+
+def check_pin_warps(lay: LinearLayout, num_warps: int) -> LinearLayout | str:
+    """``lay`` normalized to ``reg, lane(32), warp(num_warps)``, or why it uses more threads."""
+    for name, size in ((LANE, 32), (WARP, num_warps)):
+        if name in lay.in_names and lay.in_size(name) > size:
+            return f"the layout spreads the tile over {lay.in_size(name)} {name}s, only {size} run this code"
+    return normalize(lay, num_warps)
+
 
 HARD_PREFIXES = ("hopper.", "tcgen05.", "tmem.")
 """Ops whose operand layouts the hardware fixes (a pinned operand is not converted silently)."""

@@ -5,6 +5,8 @@ hardware-facts §1.4, §3, §4.2; ``docs/sparse-metadata.md``), but a word matri
 has exactly the shape of one formatted for e4m3 — so nothing downstream can tell them apart and
 the MMA silently computes garbage (jax-mosaic-sparse.md §2, "Consequences"). sparsile types it:
 
+The type constructor is registered as the language name ``meta`` by :mod:`ops_layout`.
+
 * ``meta[f16]`` (or ``meta[e4m3, "sm90"]``) is a kernel parameter type: a pointer to ``u32``
   metadata words tagged with the operand type (and optionally the format) they were encoded for;
   ``meta[f16, 2]`` is the same for a global tensor (``tensor[u32, 2]``). Everything a kernel does
@@ -27,12 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import types as T
-from .builtins import ROOT
 from .diagnostics import Diagnostic, Label
 from .ir import Operation, Value
 from .legality import SP_META_WIDTH, Context, rule
 from .type_ctors import TypeCtor
-from .values import Const
 
 FORMATS = ("sm90", "tcgen05")
 LANGUAGE_TO_OPERAND = {"i8": "s8", "f32": "tf32"}
@@ -106,9 +106,6 @@ class MetaCtor(TypeCtor):
         if not 1 <= rank <= 5:
             return f"a tensor's rank must be 1 to 5 (the TMA limit), found {rank}"
         return MetaTensorType(T.u32, rank, operand=elem.name, fmt=fmt)
-
-
-ROOT.members["meta"] = Const(MetaCtor("meta"))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,43 +18,24 @@ Both builtins create a ``convert_layout`` op carrying the layout (attribute ``la
 ``pinned=True``; the legality pass makes the pinned layout the value's layout after inference
 (:func:`~sparsile.frontend.legality_layout.resolve_pins`). The interpreter ignores layouts.
 
-Importing this module also registers the ``meta[T]`` parameter type (:mod:`legality_meta`).
+Importing this module also registers the ``meta[T]`` parameter type (:mod:`legality_meta`). The
+pin checks and codes live in :mod:`legality_layout`, so that the legality pass needs no builtins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from . import legality_meta  # noqa: F401  (registers `meta[...]`)
 from . import types as T
-from .builtins import builtin
+from .builtins import NAMESPACES, ROOT, builtin
 from .emitter import Emitter
 from .layout_library import blocked as _blocked
 from .layout_library import wgmma_accumulator as _wgmma_accumulator
 from .layouts import LayoutError, LinearLayout
-from .tile_layouts import LANE, REG, WARP, default_blocked, dim_names, normalize, short_name
+from .legality_layout import SP_NOT_A_LAYOUT, SP_PIN_SHAPE, PinnedLayout, fit_to_tile
+from .legality_meta import MetaCtor
+from .tile_layouts import REG, default_blocked, normalize
 from .values import Arg, Const
 
-SP_PIN_SHAPE = "SP0420"
-"""A layout that does not describe the pinned tile (other logical dims, or elements nobody owns)."""
-SP_PIN_WARPS = "SP0421"
-"""A pinned layout over more lanes or warps than run the code."""
-SP_PIN_CONFLICT = "SP0422"
-"""A pinned layout meets an op that needs another one."""
-SP_NOT_A_LAYOUT = "SP0423"
-"""A layout argument that is not a layout."""
-
-
-@dataclass(frozen=True)
-class PinnedLayout:
-    """The ``layout`` attribute of a pin (printed compactly in ``--emit ir``)."""
-
-    layout: LinearLayout
-    explicit: bool = False
-
-    def short_name(self) -> str:
-        return short_name(self.layout)
-
+ROOT.members["meta"] = Const(MetaCtor("meta"))
 
 def _layout_arg(em: Emitter, arg: Arg) -> LinearLayout:
     v = em.unwrap(arg)
@@ -64,30 +45,6 @@ def _layout_arg(em: Emitter, arg: Arg) -> LinearLayout:
 
     em.error(SP_NOT_A_LAYOUT, f"expected a layout, found {describe(v)}", arg.span,
              help="build one with `layout.blocked(...)`, `layout.default(...)` or `layout.wgmma_accumulator(...)`")
-
-
-def fit_to_tile(lay: LinearLayout, shape: tuple[int, ...]) -> LinearLayout | str:
-    """``lay`` with its logical dims renamed ``dim0, dim1, ...`` and input dims ``reg, lane,
-    warp`` (at most 32 lanes), or why it cannot describe a tile of ``shape``."""
-    outs = lay.out_dims
-    if len(outs) != len(shape) or any(s != t for (_, s), t in zip(outs, shape, strict=False)):
-        have = "x".join(str(s) for _, s in outs) or "nothing"
-        return f"the layout describes a {have} tile, the value is {'x'.join(map(str, shape))}"
-    extra = [n for n in lay.in_names if n not in (REG, LANE, WARP)]
-    if extra:
-        return f"a register layout maps `reg`, `lane` and `warp`; this one also has {', '.join(extra)}"
-    lay = lay.rename_outs({name: new for (name, _), new in zip(outs, dim_names(len(shape)), strict=True)})
-    if not lay.is_surjective():
-        return "the layout leaves some elements of the tile without an owner"
-    return lay
-
-
-def check_pin_warps(lay: LinearLayout, num_warps: int) -> LinearLayout | str:
-    """``lay`` normalized to ``reg, lane(32), warp(num_warps)``, or why it uses more threads."""
-    for name, size in ((LANE, 32), (WARP, num_warps)):
-        if name in lay.in_names and lay.in_size(name) > size:
-            return f"the layout spreads the tile over {lay.in_size(name)} {name}s, only {size} run this code"
-    return normalize(lay, num_warps)
 
 
 def _pin(em: Emitter, x: Arg, lay: Arg, explicit: bool) -> object:
@@ -178,3 +135,15 @@ def layout_wgmma_accumulator(em: Emitter, m: Arg, n: Arg, num_warps: Arg) -> Con
     §4.2)."""
     mm, nn, w = (em.constexpr(a, what) for a, what in ((m, "M"), (n, "N"), (num_warps, "the number of warps")))
     return _layout_const(em, lambda: wgmma_accumulator_layout(mm, nn, w), em.span)
+
+
+_REGISTERED = {"pin": pin, "convert_layout": convert_layout, "layout": NAMESPACES["layout"],
+               "meta": ROOT.members["meta"]}
+
+
+def install() -> None:
+    """Put this module's names back into the language's root namespace if something removed them
+    (tests that restore the registry); importing the module installs them the first time."""
+    for name, member in _REGISTERED.items():
+        ROOT.members.setdefault(name, member)
+    NAMESPACES.setdefault("layout", _REGISTERED["layout"])

@@ -104,7 +104,6 @@ def _from_exception(e: BaseException, code: str) -> Found | None:
 
 def run_spk(source: str, options: dict[str, str], code: str) -> Found | None:
     import sparsile as sp
-    import sparsile.frontend.ops_layout  # registers pin, layout.*, meta[...]
     from sparsile.backend.compiler import compile_kernel
     from sparsile.frontend import types as T
     from sparsile.frontend.diagnostics import CompileError
@@ -164,6 +163,22 @@ def expected(entry: Entry) -> Found:
 # Tests
 # ------------------------------------------------------------------------------------------------
 ENTRIES = entries() if DOC.exists() else []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _layout_builtins():
+    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
+    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
+    from sparsile.frontend import builtins as B
+    from sparsile.frontend import ops_layout
+
+    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
+    ops_layout.install()
+    yield
+    B.ROOT.members.clear()
+    B.ROOT.members.update(saved_root)
+    B.NAMESPACES.clear()
+    B.NAMESPACES.update(saved_ns)
 
 
 def source_codes() -> dict[str, str]:

@@ -12,14 +12,12 @@ import itertools
 
 import pytest
 import sparsile as sp
-import sparsile.frontend.ops_layout  # registers pin / convert_layout / layout.*
 from sparsile.backend.compiler import compile_kernel
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.layout_library import smem_tile, tmem_accumulator
 from sparsile.frontend.layout_smem import storable_layout
 from sparsile.frontend.legality_layout import smem_layout_of, storable
-from sparsile.frontend.ops_layout import wgmma_accumulator_layout
 
 WGMMA_STORE = """\
 @kernel(num_warps=4)
@@ -42,6 +40,29 @@ def k(A: tensor[f16, 2], B: tensor[f16, 2], C: tensor[f32, 2]):
 """
 ZEROS = "zeros((64, 64), f32)"
 BLOCKED = "layout.blocked((64, 64), (1, 4), (8, 4), (4, 1))"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _layout_builtins():
+    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
+    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
+    from sparsile.frontend import builtins as B
+    from sparsile.frontend import ops_layout
+
+    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
+    ops_layout.install()
+    yield
+    B.ROOT.members.clear()
+    B.ROOT.members.update(saved_root)
+    B.NAMESPACES.clear()
+    B.NAMESPACES.update(saved_ns)
+
+
+
+def wgmma_accumulator_layout(m: int, n: int, warps: int):
+    from sparsile.frontend.ops_layout import wgmma_accumulator_layout as build  # (inside the fixture's window)
+
+    return build(m, n, warps)
 
 
 def src(value: str = "acc", init: str = ZEROS, sw: int = 128) -> str:

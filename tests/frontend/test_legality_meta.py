@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sparsile as sp
-import sparsile.frontend.ops_layout  # registers `meta[...]`
 from sparsile.backend.compiler import compile_kernel
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
@@ -18,6 +17,23 @@ from sparsile.frontend.legality_meta import MetaPointerType, MetaTensorType, che
 from sparsile.stdlib import sparsity as S
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _layout_builtins():
+    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
+    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
+    from sparsile.frontend import builtins as B
+    from sparsile.frontend import ops_layout
+
+    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
+    ops_layout.install()
+    yield
+    B.ROOT.members.clear()
+    B.ROOT.members.update(saved_root)
+    B.NAMESPACES.clear()
+    B.NAMESPACES.update(saved_ns)
+
 
 
 def test_the_type_constructor() -> None:
