@@ -91,6 +91,10 @@ class Kernel:
         launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
                        k not in {p.name for p in self.params}}
         bound = bind_arguments(self.name, self.params, args, kwargs)
+        from .legality_meta import check_metadata_argument
+
+        for p in self.params:  # a tagged MetadataBuffer is checked against a meta[T] parameter, then unwrapped
+            bound[p.name] = check_metadata_argument(p.name, p.annotation, bound[p.name])
         bindings, key = specialize(self.name, self.params, bound)
         options = {**KERNEL_OPTIONS, **self.options, **launch_opts}
         full_key = (*key, ("options", tuple(sorted((k, str(v)) for k, v in options.items()))))

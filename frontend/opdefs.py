@@ -78,8 +78,8 @@ def load_all_ops() -> None:
     """Import every op module so that the registry is complete."""
     import importlib
 
-    for name in ("type_ctors", "ops_core", "ops_control", "ops_dot", "ops_tensor", "ops_memory", "ops_hopper",
-                 "ops_blackwell"):
+    for name in ("type_ctors", "ops_core", "ops_control", "ops_dot", "ops_tensor", "ops_memory", "ops_layout",
+                 "ops_hopper", "ops_blackwell"):
         try:
             importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as e:  # an architecture namespace not written yet
