@@ -62,7 +62,11 @@ def test_width_classes() -> None:
 
 
 def _sm90_kernel(name: str, meta_type: str):
-    src = (KERNELS / "sparse_gemm_sm90.spk").read_text().replace("E: ptr[u32]", f"E: {meta_type}")
+    import re
+
+    text = (KERNELS / "sparse_gemm_sm90.spk").read_text()
+    src = re.sub(rf"(def {name}\(.*?E: )meta\[\w+\]", rf"\g<1>{meta_type}", text)
+    assert src != text or f"E: {meta_type}" in text
     k = sp.loads(src, "sparse_gemm_sm90.spk").kernels[name]
     sig = {p.name: p.annotation for p in k.params if p.annotation is not sp.constexpr}
     return k, sig, src
