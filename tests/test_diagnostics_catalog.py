@@ -165,22 +165,6 @@ def expected(entry: Entry) -> Found:
 ENTRIES = entries() if DOC.exists() else []
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _layout_builtins():
-    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
-    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
-    from sparsile.frontend import builtins as B
-    from sparsile.frontend import ops_layout
-
-    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
-    ops_layout.install()
-    yield
-    B.ROOT.members.clear()
-    B.ROOT.members.update(saved_root)
-    B.NAMESPACES.clear()
-    B.NAMESPACES.update(saved_ns)
-
-
 def source_codes() -> dict[str, str]:
     """Every code written in the source tree (not tests, not docs), with one file using it."""
     found: dict[str, str] = {}

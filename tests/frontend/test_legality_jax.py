@@ -14,23 +14,6 @@ from sparsile.backend.compiler import compile_kernel
 DOC = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _layout_builtins():
-    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
-    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
-    from sparsile.frontend import builtins as B
-    from sparsile.frontend import ops_layout
-
-    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
-    ops_layout.install()
-    yield
-    B.ROOT.members.clear()
-    B.ROOT.members.update(saved_root)
-    B.NAMESPACES.clear()
-    B.NAMESPACES.update(saved_ns)
-
-
-
 def table_rows() -> dict[str, str]:
     text = DOC.read_text()
     start = text.index("### JAX Mosaic GPU's conditions")

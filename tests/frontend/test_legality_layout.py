@@ -42,23 +42,6 @@ ZEROS = "zeros((64, 64), f32)"
 BLOCKED = "layout.blocked((64, 64), (1, 4), (8, 4), (4, 1))"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _layout_builtins():
-    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
-    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
-    from sparsile.frontend import builtins as B
-    from sparsile.frontend import ops_layout
-
-    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
-    ops_layout.install()
-    yield
-    B.ROOT.members.clear()
-    B.ROOT.members.update(saved_root)
-    B.NAMESPACES.clear()
-    B.NAMESPACES.update(saved_ns)
-
-
-
 def wgmma_accumulator_layout(m: int, n: int, warps: int):
     from sparsile.frontend.ops_layout import wgmma_accumulator_layout as build  # (inside the fixture's window)
 

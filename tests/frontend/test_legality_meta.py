@@ -19,23 +19,6 @@ from sparsile.stdlib import sparsity as S
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _layout_builtins():
-    """pin / convert_layout / layout.* / meta[...] for this module only: the registry is restored
-    afterwards, so the generated language reference stays what `opdefs.load_all_ops` registers."""
-    from sparsile.frontend import builtins as B
-    from sparsile.frontend import ops_layout
-
-    saved_root, saved_ns = dict(B.ROOT.members), dict(B.NAMESPACES)
-    ops_layout.install()
-    yield
-    B.ROOT.members.clear()
-    B.ROOT.members.update(saved_root)
-    B.NAMESPACES.clear()
-    B.NAMESPACES.update(saved_ns)
-
-
-
 def test_the_type_constructor() -> None:
     ctor = sp.meta
     t = ctor[sp.f16]
