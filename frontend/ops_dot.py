@@ -149,10 +149,9 @@ def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @sparse_dot_op.interpreter
 def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    from .metadata_words import decompress_tile
-
     from ..stdlib.sparsity import SparsityError
     from .interp_values import InterpreterError
+    from .metadata_words import decompress_tile
 
     vals, meta, b, c = args
     ea = T.element_type(op.operands[0].type)
