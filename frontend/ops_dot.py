@@ -56,6 +56,10 @@ def _check_operands(em: Emitter, a: Value, b: Value, acc: Value | None, a_span: 
         em.error("SP0336", f"inner dimensions differ: A is {m}x{k}{detail} but B is {sb[0]}x{n}", b_span,
                  help="B must have K rows")
     ea, eb = T.element_type(a.type), T.element_type(b.type)
+    for e, span in ((ea, a_span), (eb, b_span)):
+        if not isinstance(e, T.ScalarType):
+            em.error("SP0337", f"tensor cores multiply numbers, found a tile of {e}", span,
+                     help="load the values the pointers point at with `load(...)` first")
     assert isinstance(ea, T.ScalarType) and isinstance(eb, T.ScalarType)
     if ea.name not in _ACC_RULES:
         em.error("SP0337", f"tensor cores do not take {ea} operands", a_span,

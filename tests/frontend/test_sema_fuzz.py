@@ -250,8 +250,6 @@ def test_nasty_programs_raise_only_diagnostics(text: str) -> None:
     run_program(text)
 
 
-@pytest.mark.xfail(strict=True, reason="ops_dot (the lead's module) asserts on pointer operands instead of "
-                   "reporting SP0337; remove this mark when it is fixed")
 def test_dot_of_pointer_tiles_is_a_diagnostic() -> None:
     run_program("@kernel\ndef k(x: ptr[f16]):\n    t = x + arange(0, 16)[:, None] + arange(0, 16)[None, :]\n"
                 "    c = dot(t, t)\n")
