@@ -152,6 +152,36 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
     cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes))
 
 
+def kmajor_swizzle(row_bytes: int) -> int:
+    """The widest swizzle span (128, 64, 32 bytes) whose atoms rows of ``row_bytes`` fill; 0 if none."""
+    return next((s for s in (128, 64, 32) if row_bytes % s == 0), 0)
+
+
+def stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -> SmemRef | None:
+    """A register tile written into a fresh K-major swizzled shared buffer of ``rows x cols``
+    (``transpose``: the tile is cols x rows, e.g. B (K, N) stored as N x K), for an MMA to read by
+    descriptor; None when no swizzle fits the rows."""
+    elem = x.elem
+    assert isinstance(elem, T.ScalarType)
+    eb = max(1, elem.bits // 8)
+    sw = kmajor_swizzle(cols * eb)
+    if not sw:
+        return None
+    off = cg.smem_alloc(rows * cols * eb, 1024)
+    ref = SmemRef(const(off, "i32"), elem, (rows, cols), sw, rows, cols * eb)
+    sty, _ = _storage(elem)
+    seen: set[tuple[str, ...]] = set()
+    for r, c in enumerate(cg.coords(x.layout)):
+        key = tuple(v.ref for v in c)
+        if key in seen:
+            continue
+        seen.add(key)
+        row, col = (c[1], c[0]) if transpose else (c[0], c[1])
+        ptr = cg.smem_ptr(element_offset(cg, ref, row, col))
+        cg.fb.emit(f"store {sty} {x.regs[r].ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+    return ref
+
+
 @lowering("smem.store")
 def lower_smem_store(cg: CodeGen, op: Operation) -> None:
     ref: SmemRef = cg.get(op.operands[0])

@@ -29,9 +29,9 @@ from ..frontend.ir import Function, Operation
 from ..frontend.layout_inference import walk_partition
 from ..frontend.layouts import LinearLayout
 from ..frontend.ops_blackwell import D_DTYPE, META_BITS, MMA_KIND, PTX_DTYPE, WORD_K, instr_k
-from .codegen import CodeGen, DTile, lowering
+from .codegen import CodeGen, lowering
 from .llvm_text import const
-from .lower_async import SmemRef, element_offset
+from .lower_async import kmajor_swizzle, stage_kmajor
 from .targets import Feature
 
 M_TILE = 128
@@ -42,10 +42,6 @@ def _parts(op: Operation) -> tuple[Any, Any, Any, Any | None]:
     if op.name == "sparse_dot":
         return op.operands[0], op.operands[2], op.operands[3], op.operands[1]
     return op.operands[0], op.operands[1], op.operands[2], None
-
-
-def _swizzle_for(row_bytes: int) -> int:
-    return next((s for s in (128, 64, 32) if row_bytes % s == 0), 0)
 
 
 def eligible(op: Operation, num_warps: int) -> int | None:
@@ -72,8 +68,8 @@ def eligible(op: Operation, num_warps: int) -> int | None:
     step = instr_k(ea, sparse)
     a_bytes = ka * max(1, ea.bits // 8)
     b_bytes = k * max(1, eb.bits // 8)
-    if _swizzle_for(a_bytes) < (step // (2 if sparse else 1)) * max(1, ea.bits // 8) or \
-            _swizzle_for(b_bytes) < step * max(1, eb.bits // 8):
+    if kmajor_swizzle(a_bytes) < (step // (2 if sparse else 1)) * max(1, ea.bits // 8) or \
+            kmajor_swizzle(b_bytes) < step * max(1, eb.bits // 8):
         return None
     if meta is None:
         return n
@@ -122,30 +118,6 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
 
 
 # ------------------------------------------------------------------------------------------------
-def _stage(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -> SmemRef:
-    """A register tile into a fresh K-major swizzled shared buffer of ``rows x cols`` (``transpose``:
-    the tile is cols x rows, i.e. B (K, N) stored as N x K)."""
-    from .lower_reduce import _storage
-
-    elem = x.elem
-    assert isinstance(elem, T.ScalarType)
-    eb = max(1, elem.bits // 8)
-    sw = _swizzle_for(cols * eb)
-    off = cg.smem_alloc(rows * cols * eb, 1024)
-    ref = SmemRef(const(off, "i32"), elem, (rows, cols), sw, rows, cols * eb)
-    sty, _ = _storage(elem)
-    seen: set[tuple[str, ...]] = set()
-    for r, c in enumerate(cg.coords(x.layout)):
-        key = tuple(v.ref for v in c)
-        if key in seen:
-            continue
-        seen.add(key)
-        row, col = (c[1], c[0]) if transpose else (c[0], c[1])
-        ptr = cg.smem_ptr(element_offset(cg, ref, row, col))
-        cg.fb.emit(f"store {sty} {x.regs[r].ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
-    return ref
-
-
 def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     from . import lower_blackwell as bw
     from .lower_async import _leader_do
@@ -170,7 +142,8 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
         a, b = _tf32(cg, a), _tf32(cg, b)
     fb = cg.fb
     cg.barrier()  # the previous MMA reading these buffers has completed (its waiters are past this point)
-    a_ref, b_ref = _stage(cg, a, False, m, ka), _stage(cg, b, True, n, k)
+    a_ref, b_ref = stage_kmajor(cg, a, False, m, ka), stage_kmajor(cg, b, True, n, k)
+    assert a_ref is not None and b_ref is not None  # eligible() checked the swizzles
     cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
     base = fb.binop("add", cg.state["tmem_base"], const(op.attrs["tc_col"], "i32"))
     acc_ref = bw.TmemRef(base, acc_t, n)

@@ -23,7 +23,7 @@ from ..frontend.layouts import LinearLayout
 from ..frontend.tile_layouts import normalize
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const
-from .lower_async import SmemRef, smem_base_address
+from .lower_async import SmemRef, smem_base_address, stage_kmajor
 
 DENSE_K = {"f16": 16, "bf16": 16, "tf32": 8, "f32": 8, "e4m3": 32, "e5m2": 32, "i8": 32, "u8": 32}
 PTX_TYPE = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2",
@@ -252,41 +252,6 @@ def emit_wgmma_wait(cg: CodeGen, acc: DTile, n: int) -> DTile:
 # ------------------------------------------------------------------------------------------------
 # Tile level: dot / sparse_dot with operands in registers, through swizzled shared memory
 # ------------------------------------------------------------------------------------------------
-def _swizzle_for(row_bytes: int) -> int | None:
-    for s in (128, 64, 32):
-        if row_bytes % s == 0:
-            return s
-    return None
-
-
-def _stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -> SmemRef | None:
-    """Write a register tile into a fresh K-major swizzled shared buffer of ``rows x cols``
-    (``transpose``: the tile is cols x rows, i.e. (K, N) stored as N x K)."""
-    from .lower_async import element_offset
-    from .lower_reduce import _storage
-
-    elem = x.elem
-    assert isinstance(elem, T.ScalarType)
-    eb = max(1, elem.bits // 8)
-    sw = _swizzle_for(cols * eb)
-    if sw is None:
-        return None
-    off = cg.smem_alloc(rows * cols * eb, 1024)
-    ref = SmemRef(const(off, "i32"), elem, (rows, cols), sw, rows, cols * eb)
-    sty, _ = _storage(elem)
-    coords = cg.coords(x.layout)
-    seen: set[tuple[str, ...]] = set()
-    for r, c in enumerate(coords):
-        key = tuple(v.ref for v in c)
-        if key in seen:
-            continue
-        seen.add(key)
-        row, col = (c[1], c[0]) if transpose else (c[0], c[1])
-        ptr = cg.smem_ptr(element_offset(cg, ref, row, col))
-        cg.fb.emit(f"store {sty} {x.regs[r].ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
-    return ref
-
-
 def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     """Lower a tile-level dot through wgmma; False when the shapes do not fit (portable path)."""
     from .targets import Feature
@@ -318,8 +283,8 @@ def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
 
         a, b = _tf32(cg, a), _tf32(cg, b)
     cg.barrier()  # the previous use of these buffers (another warpgroup's MMA) is over
-    a_ref = _stage_kmajor(cg, a, False, m, ka)
-    b_ref = _stage_kmajor(cg, b, True, n, k)
+    a_ref = stage_kmajor(cg, a, False, m, ka)
+    b_ref = stage_kmajor(cg, b, True, n, k)
     if a_ref is None or b_ref is None:
         return False
     cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
