@@ -118,20 +118,22 @@ class GpuLaunch:
                                    "ahead of time with `kernel.compile(...)`")
         dev = runtime.current_device()
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
-        options = {**KERNEL_OPTIONS, **self.kernel.options,
-                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
-        target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
-            _target(options["target"])
+        # the specialization key already holds the options (a target among them), so the key and the
+        # device name one launcher: the common path is this one lookup
         cache = self.kernel.__dict__.setdefault("_launchers", {})
-        ck_key = (key, target.name, dev.ordinal)
+        ck_key = (key, dev.ordinal)
         launcher = cache.get(ck_key)
         if launcher is None:
+            options = {**KERNEL_OPTIONS, **self.kernel.options,
+                       **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+            target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
+                _target(options["target"])
             launcher = _build_launcher(self.kernel, bindings, key, target, options)
             cache[ck_key] = launcher
         staged = _stage_tma_host_arrays(launcher, bound) if launcher.spec_has_tensormaps else []
         values = user_values(launcher.spec, bound)
-        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
-        grid = self.grid(meta) if callable(self.grid) else self.grid
+        grid = self.grid({k: v.value for k, v in bindings.items() if isinstance(v, Const)}) if callable(self.grid) \
+            else self.grid
         launcher(grid, values, stream=stream)
         for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
             dev.copy_to_host(host)

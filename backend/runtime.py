@@ -171,11 +171,19 @@ def _init_driver() -> int:
 
 
 def has_gpu() -> bool:
-    """Whether a CUDA device can be used. Never raises."""
+    """Whether a CUDA device can be used. Never raises. Once a device was found the answer is
+    kept (the launch path asks on every call; devices do not disappear from a process)."""
+    global _has_gpu
+    if _has_gpu:
+        return True
     try:
-        return _init_driver() > 0
+        _has_gpu = _init_driver() > 0
     except Exception:
         return False
+    return _has_gpu
+
+
+_has_gpu = False
 
 
 def device_count() -> int:

@@ -16,6 +16,7 @@ for sparse and dense alike.
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
@@ -152,10 +153,11 @@ def main() -> None:
             cases.append((dt, m, n, k))
     rows = []
     for dt, m, n, k in cases:
+        started = time.perf_counter()
         r = bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)
         rows.append(r)
         print(f"... {dt} {m}x{n}x{k}: sparsile {r['sparsile']:.1f} us, cuSPARSELt {r['cslt']}, "
-              f"err {r['err']:.1e}", flush=True)
+              f"err {r['err']:.1e} ({time.perf_counter() - started:.0f} s)", flush=True)
     print()
     print(f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'sparsile':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
           f"{'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} {'dense/cuBLAS':>12} {'err':>7}")

@@ -16,8 +16,9 @@ from . import ast as A
 from . import types as T
 from .diagnostics import CompileError, Diagnostic, LaunchError
 from .ir import Function
+from .legality_meta import check_metadata_argument
 from .sema import Sema
-from .specialize import ParamInfo, bind_arguments, specialize
+from .specialize import ParamInfo, bind_arguments, specialize_memo
 from .values import Const, HelperFunction
 
 KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
@@ -34,6 +35,8 @@ class Kernel:
     _params: list[ParamInfo] | None = None
     _ir_cache: dict[Any, Function] = field(default_factory=dict)
     _key_options: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    _default_options_key: tuple[dict[str, Any], tuple] | None = None
+    _spec_memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -91,16 +94,22 @@ class Kernel:
         launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
                        k not in {p.name for p in self.params}}
         bound = bind_arguments(self.name, self.params, args, kwargs)
-        from .legality_meta import check_metadata_argument
-
         for p in self.params:  # a tagged MetadataBuffer is checked against a meta[T] parameter, then unwrapped
             bound[p.name] = check_metadata_argument(p.name, p.annotation, bound[p.name])
-        bindings, key = specialize(self.name, self.params, bound)
-        options = {**KERNEL_OPTIONS, **self.options, **launch_opts}
-        full_key = (*key, ("options", tuple(sorted((k, str(v)) for k, v in options.items()))))
+        bindings, key = specialize_memo(self.name, self.params, bound, self._spec_memo)
         if launch_opts:
+            full_key = (*key, self._options_key(launch_opts))
             self._key_options[full_key] = launch_opts
+        else:  # the common case: the kernel's own options, whose key is reused while they are unchanged
+            cached = self._default_options_key
+            if cached is None or cached[0] != self.options:
+                cached = self._default_options_key = (dict(self.options), self._options_key({}))
+            full_key = (*key, cached[1])
         return bound, bindings, full_key
+
+    def _options_key(self, launch_opts: dict[str, Any]) -> tuple:
+        options = {**KERNEL_OPTIONS, **self.options, **launch_opts}
+        return ("options", tuple(sorted((k, str(v)) for k, v in options.items())))
 
     def ir_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None) -> Function:
         """The IR for sema ``bindings`` (cached by specialization ``key``); ``options`` override the
@@ -163,11 +172,19 @@ class Kernel:
 
         return GpuLaunch(self, grid)
 
-    def compile(self, signature: dict[str, Any] | None = None, target: str | None = None, **kwargs: Any) -> Any:
+    def compile(self, signature: dict[str, Any] | str | None = None, target: str | None = None,
+                **kwargs: Any) -> Any:
         """Compile ahead of time (no GPU needed): returns a CompiledKernel with ``.ir``, ``.llvm``,
-        ``.ptx`` and ``.cubin``."""
+        ``.ptx`` and ``.cubin``. ``signature`` is a dict (name -> type or constexpr value) or the
+        text ``sparsile compile --signature`` takes, e.g. ``"x=ptr[f32], n=i32, BLOCK=1024"``."""
         from ..backend.compiler import compile_kernel
+        from .specialize import parse_signature
 
+        if isinstance(signature, str):
+            signature = parse_signature(signature, self.globals)
+        elif signature is not None and not isinstance(signature, dict):
+            raise LaunchError("SP0724", f"the signature of `{self.name}` must be a dict or a text such as "
+                              f"\"x=ptr[f32], n=i32\", found {type(signature).__name__}")
         return compile_kernel(self, signature or {}, target=target, **kwargs)
 
     def as_helper(self) -> HelperFunction:

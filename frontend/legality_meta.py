@@ -212,6 +212,8 @@ def check_metadata_argument(name: str, annotation: T.Type | None, value: Any) ->
     width, SP0810 for another format) and unwrapped to its words; anything else is returned as is.
     The launcher calls this before specializing the argument; the check is the toolkit's
     :func:`~sparsile.stdlib.sparsity.validate_metadata` (tag, then the words themselves)."""
+    if type(value).__name__ != "MetadataBuffer":  # cheap test first: the launch path asks for every argument
+        return value
     from ..stdlib.sparsity.buffer import MetadataBuffer
 
     if not isinstance(value, MetadataBuffer):

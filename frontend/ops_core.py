@@ -188,6 +188,24 @@ def _i_select(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return [np.where(c, x, y).astype(_np(op.result.type))]
 
 
+def tf32_round(a: Any) -> np.ndarray:
+    """f32 values rounded to tf32 (10 mantissa bits) to nearest, ties away from zero: what
+    ``x.to(tf32)`` computes on the GPU (``cvt.rna.tf32.f32``, PTX ISA 9.7.9.21). NaN stays NaN."""
+    x = np.asarray(a, np.float32)
+    bits = (x.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000
+    return np.where(np.isnan(x), x, bits.astype(np.uint32).view(np.float32))
+
+
+def tf32_truncate(a: Any) -> np.ndarray:
+    """f32 values as a tensor core reads them for a tf32 MMA when they were not rounded first:
+    the low 13 mantissa bits are dropped (rounding toward zero). Measured on the H200 for
+    ``wgmma.mma_async.sp`` with f32 data loaded by TMA: 1 + 3*2^-12 is read as 1 (docs/hopper.md).
+    NaN stays NaN."""
+    x = np.asarray(a, np.float32)
+    bits = x.view(np.uint32) & np.uint32(0xFFFFE000)
+    return np.where(np.isnan(x), x, bits.view(np.float32))
+
+
 def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarray:
     """Elementwise conversion with GPU semantics: float->int truncates toward zero and saturates
     (PTX ``cvt.rzi.sat``), NaN -> 0; int->float and float->float round to nearest even."""
@@ -200,10 +218,7 @@ def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarra
         x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
         return x.astype(ddt)
     if dst.name == "tf32":
-        # tf32 keeps 10 mantissa bits: round the f32 mantissa to nearest even at bit 13
-        bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-        bits = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000
-        return bits.astype(np.uint32).view(np.float32)
+        return tf32_round(a)
     if src.is_float and dst.is_float and dst.bits < 16:
         return a.astype(np.float32).astype(ddt)
     return a.astype(ddt)

@@ -13,6 +13,7 @@ reported once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,19 @@ class ArgSpec:
     divisible_16: bool = False
 
     def key(self) -> tuple[Any, ...]:
-        return (str(self.type), self.divisible_16)
+        return (_type_name(self.type), self.divisible_16)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def of(t: T.Type, divisible_16: bool = False) -> ArgSpec:
+        """The (shared, immutable) ArgSpec for ``t``: the launch path asks for one per argument and call."""
+        return ArgSpec(t, divisible_16)
+
+
+@functools.lru_cache(maxsize=1024)
+def _type_name(t: T.Type) -> str:
+    """``str(t)``, kept per type: every launch builds the key of every argument."""
+    return str(t)
 
 
 @dataclass

@@ -28,20 +28,33 @@ class ParamInfo:
     has_default: bool = False
 
 
+_DTYPE_NAMES = {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32, "float64": T.f64, "int8": T.i8,
+                "uint8": T.u8, "int16": T.i16, "int32": T.i32, "int64": T.i64, "bool": T.bool_,
+                "float8_e4m3fn": T.e4m3, "float8_e5m2": T.e5m2, "uint32": T.u32, "uint16": T.u16,
+                "uint64": T.u64}
+_dtype_memo: dict[Any, T.ScalarType | None] = {}
+"""Element type per dtype object already seen (numpy, torch, cupy and jax dtypes are hashable):
+the launch path asks for every array argument of every call."""
+
+
 def dtype_of(obj: Any) -> T.ScalarType | None:
     """The element type of an array-like argument (numpy, torch, cupy, jax, MetadataBuffer)."""
     dt = getattr(obj, "dtype", None)
     if dt is None:
         return None
     try:
-        return T.from_numpy_dtype(np.dtype(dt))
+        return _dtype_memo[dt]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    try:
+        found: T.ScalarType | None = T.from_numpy_dtype(np.dtype(dt))
+    except TypeError:
+        found = _DTYPE_NAMES.get(str(dt).replace("torch.", ""))
+    try:
+        _dtype_memo[dt] = found
     except TypeError:
         pass
-    name = str(dt).replace("torch.", "")
-    table = {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32, "float64": T.f64, "int8": T.i8,
-             "uint8": T.u8, "int16": T.i16, "int32": T.i32, "int64": T.i64, "bool": T.bool_,
-             "float8_e4m3fn": T.e4m3, "float8_e5m2": T.e5m2, "uint32": T.u32, "uint16": T.u16, "uint64": T.u64}
-    return table.get(name)
+    return found
 
 
 def is_array_like(obj: Any) -> bool:
@@ -52,21 +65,23 @@ def data_pointer(obj: Any) -> int | None:
     """The address of an array's first element where it can be read cheaply."""
     if isinstance(obj, np.ndarray):
         return int(obj.__array_interface__["data"][0])
+    ptr = getattr(obj, "data_ptr", None)  # torch: far cheaper than building its array interface
+    if callable(ptr):
+        return int(ptr())
     try:  # torch raises KeyError for dtypes the interface cannot describe (float8)
         cai = getattr(obj, "__cuda_array_interface__", None)
     except Exception:
         cai = None
     if cai is not None:
         return int(cai["data"][0])
-    ptr = getattr(obj, "data_ptr", None)
-    if callable(ptr):
-        return int(ptr())
     return None
 
 
 def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> ArgSpec:
     """The ArgSpec of a run-time argument, checked against the parameter's annotation."""
-    value = getattr(value, "sparsile_array", lambda: value)()
+    unwrap = getattr(value, "sparsile_array", None)
+    if unwrap is not None:
+        value = unwrap()
     ann = p.annotation
     if isinstance(ann, T.TensorType):
         elem = dtype_of(value)
@@ -78,7 +93,7 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
         if elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
             raise LaunchError("SP0703", f"argument `{p.name}` expects a {ann} tensor, found {elem} elements",
                               help=f"convert the array to {ann.elem} before the call")
-        return ArgSpec(ann, _aligned(value, host_copies_aligned))
+        return ArgSpec.of(ann, _aligned(value, host_copies_aligned))
     if isinstance(ann, T.PointerType) or (ann is None and is_array_like(value)):
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:
@@ -89,11 +104,11 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
             raise LaunchError("SP0703", f"argument `{p.name}` expects a pointer to {ann.elem}, found an array of "
                               f"{elem}", help=f"convert the array to {ann.elem} before the call")
         t = ann if isinstance(ann, T.PointerType) else T.PointerType(elem)
-        return ArgSpec(t, _aligned(value, host_copies_aligned))
+        return ArgSpec.of(t, _aligned(value, host_copies_aligned))
     if isinstance(ann, T.ScalarType) or ann is None:
         if isinstance(value, bool | np.bool_):
             t = ann or T.bool_
-            return ArgSpec(t, False)
+            return ArgSpec.of(t, False)
         if isinstance(value, int | np.integer):
             v = int(value)
             t = ann or (T.i32 if T.fits(v, T.i32) else T.i64)
@@ -101,12 +116,12 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
                 raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {t}")
             if t.is_int and not T.fits(v, t):
                 raise LaunchError("SP0709", f"argument `{p.name}` = {v} does not fit in {t}")
-            return ArgSpec(t, t.is_int and v % 16 == 0)
+            return ArgSpec.of(t, t.is_int and v % 16 == 0)
         if isinstance(value, float | np.floating):
             t = ann or T.f32
             if not isinstance(t, T.ScalarType) or not t.is_float:
                 raise LaunchError("SP0703", f"argument `{p.name}` expects {t}, found the float {value}")
-            return ArgSpec(t, False)
+            return ArgSpec.of(t, False)
         raise LaunchError("SP0708", f"argument `{p.name}` expects a scalar{'' if ann is None else ' ' + str(ann)}, "
                           f"found {type(value).__name__}")
     raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {ann}")
@@ -141,6 +156,54 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
                 raise LaunchError("SP0701", f"`{kernel_name}` is missing the argument `{p.name}`")
             bound[p.name] = p.default
     return bound
+
+
+def _fingerprint(value: Any, constexpr: bool) -> Any:
+    """What the specialization of one argument depends on, computed cheaply, or None when only
+    :func:`specialize` itself can tell (unusual objects). A constexpr: its type and value. A
+    run-time argument: an array's type, dtype, rank and 16-byte alignment; an integer's sign,
+    bit length (so every range check sees the same answer) and 16-divisibility; a float's or
+    bool's type."""
+    kind = type(value)
+    if constexpr:
+        try:
+            hash(value)
+        except TypeError:
+            return None
+        return (kind, value)
+    if kind is int:
+        return (int, value < 0, value.bit_length(), value % 16 == 0)
+    if kind is float or kind is bool:
+        return (kind,)
+    if kind is np.ndarray:
+        return (np.ndarray, value.dtype, value.ndim, value.__array_interface__["data"][0] % 16 == 0)
+    ptr = getattr(value, "data_ptr", None)
+    if callable(ptr) and not hasattr(value, "sparsile_array"):  # torch tensors
+        try:
+            return (kind, value.dtype, value.ndim, ptr() % 16 == 0)
+        except Exception:
+            return None
+    return None
+
+
+def specialize_memo(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
+                    memo: dict[Any, tuple[dict[str, Any], tuple[Any, ...]]]) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """:func:`specialize`, remembered per argument fingerprint (the launch path: the same kinds of
+    arguments come back call after call). Arguments without a fingerprint, and any call that
+    raises, go through :func:`specialize` every time."""
+    prints = []
+    for p in params:
+        fp = _fingerprint(bound[p.name], p.annotation is T.CONSTEXPR)
+        if fp is None:
+            return specialize(kernel_name, params, bound)
+        prints.append(fp)
+    fingerprint = tuple(prints)
+    found = memo.get(fingerprint)
+    if found is None:
+        found = specialize(kernel_name, params, bound)
+        if len(memo) < 4096:
+            memo[fingerprint] = found
+    return found
 
 
 def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any], *,

@@ -43,3 +43,22 @@ def test_example_compiles(target, file, name, sig):
     if ptxas_available():
         res = assemble_with_ptxas(ck.ptx, get_target(target))
         assert res.returncode == 0, res.stderr
+
+
+def test_kernel_compile_takes_a_signature_text():
+    """``kernel.compile`` accepts the CLI's signature syntax as well as a dict."""
+    kernel = sp.load(ROOT / "examples" / "vector_add.spk").vector_add
+    ck = kernel.compile("x=ptr[f32], y=ptr[f32], out=ptr[f32], n=i32, BLOCK=256", target="sm_90a")
+    assert elf_sm_arch(ck.cubin) == 90
+    same = kernel.compile({"x": P32, "y": P32, "out": P32, "n": T.i32, "BLOCK": 256}, target="sm_90a")
+    other = kernel.compile({"x": P32, "y": P32, "out": P32, "n": T.i32, "BLOCK": 1024}, target="sm_90a")
+    assert ck.ptx == same.ptx != other.ptx
+
+
+def test_kernel_compile_rejects_a_signature_of_another_kind():
+    from sparsile.frontend.diagnostics import LaunchError
+
+    kernel = sp.load(ROOT / "examples" / "vector_add.spk").vector_add
+    with pytest.raises(LaunchError) as err:
+        kernel.compile(["x"], target="sm_90a")
+    assert err.value.code == "SP0724" and "must be a dict or a text" in str(err.value)

@@ -91,6 +91,7 @@ class FakeDriver:
             monkeypatch.setattr(driver, name, self._checked(name, getattr(driver, name), fake))
         monkeypatch.setattr(runtime, "_devices", {})
         monkeypatch.setattr(runtime, "_tls", threading.local())
+        monkeypatch.setattr(runtime, "_has_gpu", False)  # the fake GPU must not be remembered afterwards
 
     def _checked(self, name, real, fake):
         def call(*args):

@@ -402,3 +402,23 @@ def k(xp: ptr[f32], out: ptr[i32]):
     out = np.zeros(2, np.int32)
     k.interpret[(1,)](x, out)
     assert list(out) == [x.argmax(), x.argmin()]
+
+
+def test_tf32_round_is_nearest_ties_away_and_truncate_drops_bits():
+    """``x.to(tf32)`` is ``cvt.rna.tf32.f32`` (ties away from zero); an MMA reading raw f32 drops
+    the low 13 bits. Both keep NaN and infinities."""
+    from sparsile.frontend.ops_core import tf32_round, tf32_truncate
+
+    ulp = 2.0 ** -10
+    x = np.array([1 + 0.75 * ulp, 1 + 0.5 * ulp, 1 + 0.25 * ulp, -(1 + 0.5 * ulp), 1 + 1.5 * ulp,
+                  np.inf, -np.inf, np.nan], np.float32)
+    r = tf32_round(x)
+    t = tf32_truncate(x)
+    np.testing.assert_array_equal(r[:7], np.array([1 + ulp, 1 + ulp, 1, -(1 + ulp), 1 + 2 * ulp, np.inf, -np.inf],
+                                                  np.float32))
+    np.testing.assert_array_equal(t[:7], np.array([1, 1, 1, -1, 1 + ulp, np.inf, -np.inf], np.float32))
+    assert np.isnan(r[7]) and np.isnan(t[7])
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(10000).astype(np.float32)
+    for z in (tf32_round(y), tf32_truncate(y)):
+        assert (z.view(np.uint32) & 0x1FFF == 0).all() and (np.abs(z - y) <= 2.0 ** -10 * np.abs(y)).all()

@@ -55,9 +55,12 @@ def mod():
     return sp.load(KERNELS / "sparse_gemm_sm90.spk")
 
 
-def test_interpreter_matches_reference(mod):
-    c, ref = run(mod.sparse_gemm_f16, 200, 130, 192, 0, interpret=True)
-    check(c, ref, 192)
+@pytest.mark.parametrize("m,n,k", [(200, 130, 192), (64, 96, 64), (130, 40, 256), (70, 200, 320)])
+def test_interpreter_matches_reference(mod, m, n, k):
+    """K steps odd (3, 5), one, and even (4): the consumer's main loop is unrolled by two, with a
+    tail step when the count is odd."""
+    c, ref = run(mod.sparse_gemm_f16, m, n, k, 0, interpret=True)
+    check(c, ref, k)
 
 
 @pytest.mark.gpu
@@ -93,7 +96,7 @@ def _abs_products(m, n, k, seed, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", [(256, 256, 512), (1000, 600, 1024)])
 def test_sparse_gemm_s8_tf32(mod, m, n, k):
-    """Not yet run on a GPU (added after this session's H200 time was spent)."""
+    """s8 exactly; tf32 against the inputs as the MMA reads them (truncated to tf32)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sweep", KERNELS.parents[1] / "benchmarks" / "sweep_sparse_gemm.py")
@@ -126,3 +129,38 @@ def test_dense_gemm_f16(m, n, k):
     c = np.full((m, n), np.nan, np.float16)
     dense.dense_gemm_f16[(((m + 127) // 128) * ((n + 255) // 256),)](a, b, c, m, n, k, n)
     check(c, a.astype(np.float64) @ b.astype(np.float64).T, k)
+
+
+def tf32_probe_operands():
+    """A (1:2 sparse) and B whose kept values carry bits below tf32's 10 mantissa bits: rows 0-63
+    hold 1 + 3*2^-12 (0.75 of a tf32 ulp: rounding gives 1 + 2^-10, truncation 1), rows 64-127
+    1 + 2^-11 (a tie); B's rows 64-127 also hold 1 + 3*2^-12. K = 64, so C = 32 * a' * b'."""
+    a = np.ones((128, 64), np.float32)
+    a[:64] = 1 + 3 * 2.0 ** -12
+    a[64:] = 1 + 2.0 ** -11
+    w = S.prune_1_2(a)
+    b = np.ones((128, 64), np.float32)
+    b[64:] = 1 + 3 * 2.0 ** -12
+    vals, idx = S.compress(w, "tf32")
+    return vals, np.asarray(S.encode_metadata(idx, "sm90", "tf32").data), b
+
+
+def run_tf32_probe(launch):
+    vals, meta, b = tf32_probe_operands()
+    c = np.full((128, 128), np.nan, np.float32)
+    launch(vals, meta, b, c, 128, 128, 64, meta.shape[1], 128, BN=128)
+    return c
+
+
+def test_interpreter_reads_tf32_as_the_h200_does(mod):
+    """The H200 drops the low 13 bits of f32 data a tf32 wgmma reads (test below): every product
+    is exactly 1, so C = 32 everywhere; rounding would have given 32.03125 and 32.0625."""
+    c = run_tf32_probe(mod.sparse_gemm_tf32.interpret[(1,)])
+    assert (c == 32.0).all()
+
+
+@pytest.mark.gpu
+def test_tf32_wgmma_truncates_f32_inputs(mod):
+    """Measured on the H200 (2026-11-30): 1 + 3*2^-12 is read as 1, not rounded to 1 + 2^-10."""
+    c = run_tf32_probe(mod.sparse_gemm_tf32[(1,)])
+    assert (c == 32.0).all(), np.unique(c)
