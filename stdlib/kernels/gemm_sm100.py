@@ -136,7 +136,8 @@ def _tagged(meta: MetadataBuffer, op: OperandType, m: int, k_values: int, k_b: i
         seen.add((op.name, m))
     if tc.k > k_values or -(-tc.k // op.group) * op.group < k_b:
         raise _bad(f"the metadata was encoded for k = {tc.k}, but values cover K = {k_values} and b has "
-                   f"K = {k_b}", code=SP_MISSING_SIZE, help="encode the metadata of the operand whose values are passed")
+                   f"K = {k_b}", code=SP_MISSING_SIZE,
+                   help="encode the metadata of the operand whose values are passed")
     return tc.data, int(tc.data.shape[0]) * KERNELS_SM100[op.name].atom_k
 
 
