@@ -126,6 +126,8 @@ class Interpreter:
         import threading
 
         errors: list[BaseException] = []
+        cond = ctx.shared.setdefault("_cond", threading.Condition())
+        ctx.shared["_live"] = len(op.regions)  # partition threads that can still arrive (deadlock check)
 
         def run(block: Block, warps: int) -> None:
             import dataclasses
@@ -137,10 +139,10 @@ class Interpreter:
             except BaseException as e:  # reported in the caller's thread
                 errors.append(e)
                 ctx.shared["_abort"] = True
-                cond = ctx.shared.get("_cond")
-                if cond is not None:
-                    with cond:
-                        cond.notify_all()
+            finally:  # one fewer thread can arrive: waiters re-check for a deadlock
+                with cond:
+                    ctx.shared["_live"] -= 1
+                    cond.notify_all()
 
         threads = [threading.Thread(target=run, args=(r.block, w), daemon=True)
                    for r, w in zip(op.regions, op.attrs["warps"], strict=True)]
@@ -148,6 +150,7 @@ class Interpreter:
             t.start()
         for t in threads:
             t.join()
+        ctx.shared["_live"] = 1
         if errors:
             first = next((e for e in errors if not (isinstance(e, InterpreterError)
                                                     and "another partition failed" in str(e))), errors[0])

@@ -351,15 +351,45 @@ class Mbarrier:
             self.tx -= nbytes
             self._maybe_complete()
 
+    def done(self, parity: int) -> bool:
+        """The phase of parity ``parity`` has completed: the current phase differs from it."""
+        return self.phase != (parity & 1)
+
     def wait(self, parity: int, ctx: Any, op: Operation) -> None:
+        """Block until the phase of parity ``parity`` completed. Every arrival in the interpreter is
+        made by a running partition thread (TMA and tcgen05 complete when issued), so when every
+        live partition of the program waits and no wait can complete, none ever will: that is
+        reported at once as a deadlock (:func:`deadlocked`); a 20 s timeout stays as a backstop."""
         with self.cond:
-            # the phase of parity P has completed when the current phase differs from P
-            ok = self.cond.wait_for(lambda: self.phase != (parity & 1) or ctx.shared.get("_abort"), timeout=20.0)
-            if ctx.shared.get("_abort"):
-                raise InterpreterError("another partition failed", op.span, ctx.program_id)
-            if not ok:
-                raise InterpreterError(f"deadlock: an mbarrier wait for phase parity {parity & 1} never completed",
-                                       op.span, ctx.program_id)
+            waiters: dict[int, tuple[Mbarrier, int, Operation]] = ctx.shared.setdefault("_waiters", {})
+            me = threading.get_ident()
+            waiters[me] = (self, parity, op)
+            try:
+                while not self.done(parity):
+                    if ctx.shared.get("_abort"):
+                        raise InterpreterError("another partition failed", op.span, ctx.program_id)
+                    stuck = deadlocked(ctx)
+                    if stuck:
+                        raise InterpreterError(stuck, op.span, ctx.program_id)
+                    if not self.cond.wait(timeout=20.0) and not self.done(parity):
+                        raise InterpreterError(f"deadlock: an mbarrier wait for phase parity {parity & 1} never "
+                                               "completed", op.span, ctx.program_id)
+            finally:
+                del waiters[me]
+
+
+def deadlocked(ctx: Any) -> str | None:
+    """A message when every live partition thread of the program (``ctx.shared["_live"]``, 1
+    outside ``warp_specialize``) waits on an mbarrier whose phase has not completed, else None.
+    Call it holding the program's condition."""
+    waiters = ctx.shared.get("_waiters", {})
+    live = ctx.shared.get("_live", 1)
+    if not waiters or len(waiters) < live or any(bar.done(parity) for bar, parity, _ in waiters.values()):
+        return None
+    waits = sorted(f"line {op.span.line} (parity {parity & 1})" if op.span is not None else f"parity {parity & 1}"
+                   for _, parity, op in waiters.values())
+    return (f"deadlock: every partition waits on an mbarrier that no one will arrive on ({'; '.join(waits)}); "
+            "an arrival (mbarrier.arrive / expect, tcgen05.commit) is missing or a phase parity is wrong")
 
 
 def _cond(ctx: Any) -> threading.Condition:

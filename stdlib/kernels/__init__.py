@@ -8,6 +8,10 @@
     values, meta = prune_and_compress(weight, "f16")     # weight: (M, K) torch / numpy / cupy
     y = sparse_matmul(values, meta, x)                     # x: (N, K); y = W_pruned @ x.T, (M, N) f16
     y = sparse_matmul(values, meta, x, interpret=True)     # the same kernel in the CPU interpreter
+    y = sparse_matmul(values, meta, x, target="sm_100a")   # Blackwell: the persistent tcgen05 kernel
+
+:mod:`.gemm_sm100` holds the Blackwell path (``sparse_gemm_sm100_persistent.spk`` and, with
+``persistent=False``, ``sparse_gemm_sm100.spk``).
 """
 
 from .gemm import (
@@ -21,13 +25,16 @@ from .gemm import (
     prune_and_compress,
     sparse_matmul,
 )
+from .gemm_sm100 import KERNELS_SM100, SparseMatmulSm100
 
 __all__ = [
     "KERNELS",
+    "KERNELS_SM100",
     "KERNEL_FILE",
     "CompressedWeight",
     "KernelChoice",
     "SparseMatmul",
+    "SparseMatmulSm100",
     "kernel_module",
     "plan_sparse_matmul",
     "prune_and_compress",

@@ -1,4 +1,5 @@
-"""``sparse_matmul``: the Hopper 2:4 sparse GEMM of ``sparse_gemm_sm90.spk`` as a Python function.
+"""``sparse_matmul``: the Hopper 2:4 sparse GEMM of ``sparse_gemm_sm90.spk`` as a Python function
+(and, with ``target="sm_100a"`` / sm_103a / sm_110a, the Blackwell kernels of :mod:`.gemm_sm100`).
 
     C (M x N) = decompress(values, meta) (M x K) @ b.T            b stored N x K
 
@@ -316,9 +317,30 @@ def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret
     return np.empty((m, n), dtype=choice.out_dtype)
 
 
+def _target(target: str | None, interpret: bool) -> str:
+    """The target a launch is planned for: ``target``, else the current GPU's Blackwell target, else
+    sm_90a (the Hopper kernel; also in the interpreter when no target is named)."""
+    from .gemm_sm100 import BLACKWELL_TARGETS, device_target
+
+    if target is None:
+        return (None if interpret else device_target()) or "sm_90a"
+    if target != "sm_90a" and target not in BLACKWELL_TARGETS:
+        raise _bad(f"there is no sparse GEMM kernel for target {target!r}",
+                   help=f"use sm_90a (Hopper) or one of {', '.join(BLACKWELL_TARGETS)} (Blackwell)")
+    return target
+
+
 def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
-                       interpret: bool = False) -> SparseMatmul:
-    """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching."""
+                       interpret: bool = False, target: str | None = None, persistent: bool = True,
+                       num_sms: int | None = None) -> Any:
+    """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
+    a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell."""
+    tgt = _target(target, interpret)
+    if tgt != "sm_90a":
+        from .gemm_sm100 import plan_sparse_matmul_sm100
+
+        return plan_sparse_matmul_sm100(values, meta, b, target=tgt, out=out, dtype=dtype, interpret=interpret,
+                                        persistent=persistent, num_sms=num_sms)
     choice = _resolve_operand(values, meta, dtype)
     op = operand_type(choice.operand)
     home = b
@@ -354,8 +376,16 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
 
 
 def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
-                  interpret: bool = False) -> Any:
-    """``decompress(values, meta) @ b.T`` with the Hopper sparse GEMM.
+                  interpret: bool = False, target: str | None = None, persistent: bool = True,
+                  num_sms: int | None = None) -> Any:
+    """``decompress(values, meta) @ b.T`` with the Hopper or the Blackwell sparse GEMM.
+
+    ``target``: "sm_90a" (the Hopper kernel of ``sparse_gemm_sm90.spk``), or "sm_100a" / "sm_103a" /
+    "sm_110a" (Blackwell, :mod:`.gemm_sm100`: the persistent kernel, or the one-tile-per-program
+    kernel with ``persistent=False``; ``num_sms`` bounds the persistent grid, default the GPU's SM
+    count, 148 without one); default: the current GPU's Blackwell target if it is one, else sm_90a.
+    On Blackwell the metadata may be in any format (re-encoded to "tcgen05" once) and C of f16,
+    bf16, e4m3 and tf32 operands is float16.
 
     values: (M, K/2) compressed operand (f16, bf16, e4m3, s8 or f32-as-tf32); meta: its "sm90"
     metadata (a MetadataBuffer from ``encode_metadata``, or the raw (M16, W) uint32/int32 words);
@@ -372,12 +402,19 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
         if not runtime.has_gpu():
             raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
-    plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret)
-    if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
+    plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret, target=target,
+                              persistent=persistent, num_sms=num_sms)
+    if isinstance(plan, SparseMatmul):
+        if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
+            plan.out[...] = 0
+        else:
+            plan.run(interpret)
+        return _deliver(plan.out, out, b)
+    if plan.k_launch == 0:
         plan.out[...] = 0
     else:
         plan.run(interpret)
-    return _deliver(plan.out, out, b)
+    return _deliver(plan.result(), out, b)
 
 
 def _deliver(result: Any, out: Any, b: Any) -> Any:
@@ -414,9 +451,10 @@ class CompressedWeight(NamedTuple):
         return decompress(as_host_array(self.values, "values"), self.meta)
 
 
-def prune_and_compress(weight: Any, dtype: str) -> CompressedWeight:
+def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> CompressedWeight:
     """Magnitude-prune ``weight`` (M, K) to the pattern of operand type ``dtype`` (2:4; 1:2 for tf32),
-    cast, compress, and encode "sm90" metadata: ``(values, meta)`` ready for :func:`sparse_matmul`.
+    cast, compress, and encode ``fmt`` metadata ("sm90"; "tcgen05" saves the one-time re-encoding
+    for Blackwell): ``(values, meta)`` ready for :func:`sparse_matmul`.
 
     ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
     ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.
@@ -428,7 +466,7 @@ def prune_and_compress(weight: Any, dtype: str) -> CompressedWeight:
         raise _bad(f"weight must be a 2-D (M, K) matrix, got shape {host.shape}",
                    help="reshape to (out features, in features)")
     values, indices = compress(host, choice.operand, prune=True)
-    meta = encode_metadata(indices, "sm90", choice.operand, k=int(host.shape[1]))
+    meta = encode_metadata(indices, fmt, choice.operand, k=int(host.shape[1]))
     if _kind(weight) in ("torch", "torch-cpu", "cupy"):
         values = _like(values, weight)
     return CompressedWeight(values, meta)
