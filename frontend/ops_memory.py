@@ -232,11 +232,19 @@ def _check_box(em: Emitter, t: Value, s: T.SmemType, span: Any) -> None:
 
 
 @builtin("load", ns="tma")
-def tma_load_builtin(em: Emitter, tensor: Arg, offsets: Arg, dst: Arg, bar: Arg) -> None:
-    """Copy the box of ``dst.shape`` at ``offsets`` into ``dst``; completion is counted on ``bar``."""
+def tma_load_builtin(em: Emitter, tensor: Arg, offsets: Arg, dst: Arg, bar: Arg, multicast: Arg | None = None,
+                     bar_cta: Arg | None = None) -> None:
+    """Copy the box of ``dst.shape`` at ``offsets`` into ``dst``; completion is counted on ``bar``.
+    In a cluster, ``multicast`` (a mask of CTA ranks) writes the box into each of those CTAs and
+    ``bar_cta`` counts the bytes on the barrier of that CTA of the pair (``ops_cluster.py``)."""
     t, offs = _tensor_and_offsets(em, tensor, offsets)
     d, st = _smem(em, dst)
     _check_box(em, t, st, dst.span)
+    if multicast is not None or bar_cta is not None:
+        from .ops_cluster import emit_tma_load_cluster
+
+        emit_tma_load_cluster(em, t, offs, d, _bar(em, bar), multicast, bar_cta)
+        return None
     em.create("tma.load", [t, *offs, d, _bar(em, bar)], [])
     return None
 
