@@ -536,7 +536,7 @@ def commit(em: Emitter, bar: Arg, cta_group: Arg | None = None, multicast: Arg |
             em.error("SP0554", f"the multicast mask {m.value:#x} must name CTAs of the {size}-CTA cluster "
                      f"(a non-zero mask below {1 << size:#x})", multicast.span)
         mv = em.value(multicast, like=T.i32)
-        if T.shape_of(mv.type) or not (isinstance(mv.type, T.ScalarType) and mv.type.is_int):
+        if not (isinstance(mv.type, T.ScalarType) and mv.type.is_int):
             em.error("SP0554", f"the multicast mask must be an integer scalar, found {mv.type}", multicast.span)
         operands.append(em.cast(mv, T.i32))
     em.create("tcgen05.commit", operands, [], {"cta_group": group, "multicast": multicast is not None})

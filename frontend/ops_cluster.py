@@ -104,8 +104,7 @@ def cluster_sync(em: Emitter) -> None:
 
 def _rank_value(em: Emitter, arg: Arg, what: str) -> Value:
     v = em.value(arg, like=T.i32)
-    e = T.element_type(v.type)
-    if T.shape_of(v.type) or not isinstance(e, T.ScalarType) or not e.is_int:
+    if not isinstance(v.type, T.ScalarType) or not v.type.is_int:
         em.error("SP0554", f"{what} must be an integer scalar, found {v.type}", arg.span)
     return em.cast(v, T.i32)
 
@@ -165,23 +164,28 @@ class ClusterRun:
                 s["_abort"] = True
             self.cond.notify_all()
 
+    def complete_if_all_arrived(self) -> None:
+        """The barrier completes when every CTA that has not exited arrived (PTX ISA 9.7.13.3:
+        ``barrier.cluster.wait`` waits for all non-exited threads). Call with ``cond`` held."""
+        if self.arrived and self.arrived >= self.size - len(self.exited):
+            self.arrived = 0
+            self.generation += 1
+            self.cond.notify_all()
+
     def sync(self, rank: int, op: Operation, pid: Any) -> None:
-        """``barrier.cluster``: wait until every CTA of the cluster arrived."""
+        """``barrier.cluster``: wait until every (non-exited) CTA of the cluster arrived."""
         with self.cond:
             gen = self.generation
             self.arrived += 1
-            if self.arrived == self.size:
-                self.arrived = 0
-                self.generation += 1
-                self.cond.notify_all()
-            else:
+            self.complete_if_all_arrived()
+            if self.generation == gen:
                 ok = self.cond.wait_for(lambda: self.generation != gen or self.shared[rank].get("_abort"),
                                         timeout=SYNC_TIMEOUT_S)
                 if self.shared[rank].get("_abort"):
                     raise InterpreterError("another CTA of the cluster failed", op.span, pid)
                 if not ok:
                     raise InterpreterError("deadlock: cluster.sync() was not reached by every CTA of the cluster "
-                                           "(a CTA waits elsewhere, or exited)", op.span, pid)
+                                           "(a CTA waits elsewhere)", op.span, pid)
             self.syncs[rank] += 1
 
 
@@ -292,6 +296,7 @@ def run_clusters(interp: Any, grid: tuple[int, int, int], params: dict[str, Any]
             finally:
                 with run.cond:
                     run.exited.add(rank)
+                    run.complete_if_all_arrived()
                     run.cond.notify_all()
 
         threads = [threading.Thread(target=one, args=(r, pid), daemon=True) for r, pid in enumerate(members)]
