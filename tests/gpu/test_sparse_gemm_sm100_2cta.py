@@ -6,7 +6,7 @@ The interpreter runs the kernel's clusters with their CTAs concurrent (frontend/
 against a float64 reference (random 2:4 operands, never all zero; NaN-poisoned outputs; ragged
 M, N, K, including a last pair whose odd CTA lies wholly below M); these tests always run. The
 ``gpu`` tests run it on a Blackwell GPU and skip elsewhere: none was available when they were
-written, so they have never run (docs/blackwell.md §8)."""
+written, so they have never run (docs/blackwell.md §7)."""
 
 from __future__ import annotations
 
