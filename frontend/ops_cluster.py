@@ -268,7 +268,9 @@ def run_clusters(interp: Any, grid: tuple[int, int, int], params: dict[str, Any]
     from .interpreter import ProgramContext
 
     func = interp.func
-    shape = tuple(int(c) for c in func.attrs["cluster"])
+    shape = tuple(func.attrs["cluster"])
+    if len(shape) != 3 or not all(isinstance(c, int) and c >= 1 for c in shape):
+        raise InterpreterError(f"cluster={shape} is not 3 positive ints (SP0558)", func.span)
     if any(g % c for g, c in zip(grid, shape, strict=True)):
         raise InterpreterError(f"the grid {grid} is not a multiple of the cluster {shape} in every dimension",
                                func.span)
