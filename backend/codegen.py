@@ -114,6 +114,10 @@ class CodeGen:
 
         collect_tma_keys(self)
         threads = 32 * self.total_warps
+        cluster = self.func.attrs.get("cluster")
+        if cluster:  # a thread-block cluster kernel: .explicitcluster + .reqnctapercluster, launched with it
+            self.state["cluster"] = tuple(cluster)
+            self.extra_fn_attrs["nvvm.cluster_dim"] = ",".join(str(int(c)) for c in cluster)
         self.state["default_regs"] = min(255, (65536 // threads) // 8 * 8)
         decls = self._declare_params()
         self.fb = FunctionBuilder(self.func.name, decls, "ptx_kernel")
@@ -142,7 +146,7 @@ class CodeGen:
             lower_reduce,
         )
 
-        for optional in ("lower_hopper", "lower_blackwell"):
+        for optional in ("lower_hopper", "lower_blackwell", "lower_cluster"):
             try:
                 importlib.import_module(f"{__package__}.{optional}")
             except ModuleNotFoundError as e:

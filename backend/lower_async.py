@@ -311,7 +311,10 @@ def lower_mbar_wait(cg: CodeGen, op: Operation) -> None:
     loop, done = fb.new_block("mbar_wait"), fb.new_block("mbar_done")
     fb.br(loop)
     fb.set_block(loop)
-    ok = cg.intrinsic("i1", "llvm.nvvm.mbarrier.try.wait.parity.scope.cta.space.cta", [ptr, parity])
+    # in a cluster kernel, arrivals may come from other CTAs (multicast TMA / commit, peer barriers):
+    # acquire at cluster scope (PTX ISA 9.7.13.15.16)
+    scope = "cluster" if cg.state.get("cluster") else "cta"
+    ok = cg.intrinsic("i1", f"llvm.nvvm.mbarrier.try.wait.parity.scope.{scope}.space.cta", [ptr, parity])
     assert ok is not None
     fb.cond_br(ok, done, loop)
     fb.set_block(done)
@@ -340,8 +343,8 @@ def collect_tma_keys(cg: CodeGen) -> None:
     """Before parameters are declared: the tensor maps each tensor parameter needs."""
     keys: dict[int, list[tuple[tuple[int, ...], int]]] = {}
     for op in cg.func.walk():
-        if op.name in ("tma.load", "tma.store"):
-            smem_index = len(op.operands) - 2 if op.name == "tma.load" else len(op.operands) - 1
+        if op.name in ("tma.load", "tma.store", "tma.load_cluster"):
+            smem_index = len(op.operands) + {"tma.load": -2, "tma.store": -1, "tma.load_cluster": -4}[op.name]
             root = op.operands[0]
             k = tma_key(op, smem_index)
             lst = keys.setdefault(id(root), [])

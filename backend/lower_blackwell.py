@@ -131,10 +131,17 @@ def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
     b = Builder(block)
     if block.ops:
         b.set_insertion_point_before(block.ops[0])
-    b.create("tmem.init", [], [], {"ncols": ncols}, first.span)
+    group = kernel_cta_group(func)
+    b.create("tmem.init", [], [], {"ncols": ncols, "cta_group": group}, first.span)
     b.set_insertion_point_end(block)
-    b.create("tmem.release", [], [], {"ncols": ncols}, first.span)
+    b.create("tmem.release", [], [], {"ncols": ncols, "cta_group": group}, first.span)
     return {"tmem_ncols": ncols}
+
+
+def kernel_cta_group(func: Function) -> int:
+    """2 when the kernel's tcgen05 ops work on CTA pairs (all of them must: ptxas rejects a kernel
+    that mixes ``.cta_group::1`` and ``::2``, hardware-facts §1.1; legality SP0556), else 1."""
+    return 2 if any(op.attrs.get("cta_group") == 2 for op in func.walk() if op.name.startswith("tcgen05.")) else 1
 
 
 HOOKS = {"anchor": anchor, "prepare": prepare}
@@ -170,10 +177,18 @@ def _issuer(cg: CodeGen) -> LLValue:
     return cg.state[key]
 
 
-def _issue(cg: CodeGen, emit: Any) -> None:
+def _issue(cg: CodeGen, emit: Any, pair: bool = False) -> None:
+    """Run ``emit()`` in the issuing thread; ``pair`` (a cta_group::2 op): only in the even CTA of
+    the CTA pair, one thread of which issues for both (PTX ISA 9.7.16.5)."""
     fb = cg.fb
     then, done = fb.new_block("tc_issue"), fb.new_block("tc_issued")
-    fb.cond_br(_issuer(cg), then, done)
+    cond = _issuer(cg)
+    if pair:
+        from .lower_cluster import cluster_rank
+
+        odd = fb.binop("and", cluster_rank(cg), const(1, "i32"))
+        cond = fb.binop("and", cond, fb.icmp("eq", odd, const(0, "i32")))
+    fb.cond_br(cond, then, done)
     fb.set_block(then)
     emit()
     fb.br(done)
@@ -222,9 +237,11 @@ def lower_tmem_init(cg: CodeGen, op: Operation) -> None:
     ncols = op.attrs["ncols"]
     slot = cg.smem_alloc(4, 16)
 
+    g = op.attrs.get("cta_group", 1)  # ::2: warp 0 of each CTA of the pair allocates collectively
+
     def alloc() -> None:
-        _intrinsic(cg, "void", "llvm.nvvm.tcgen05.alloc.shared.cg1", [cg.smem_ptr(slot), const(ncols, "i32")])
-        _intrinsic(cg, "void", "llvm.nvvm.tcgen05.relinq.alloc.permit.cg1", [])
+        _intrinsic(cg, "void", f"llvm.nvvm.tcgen05.alloc.shared.cg{g}", [cg.smem_ptr(slot), const(ncols, "i32")])
+        _intrinsic(cg, "void", f"llvm.nvvm.tcgen05.relinq.alloc.permit.cg{g}", [])
 
     _warp0_do(cg, alloc)
     _intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
@@ -241,10 +258,16 @@ def lower_tmem_release(cg: CodeGen, op: Operation) -> None:
         raise InternalError("tmem.release without tmem.init", op.span)
     _intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
     cg.barrier()
+    g = op.attrs.get("cta_group", 1)
+    if g == 2:  # the peer's TMEM accesses (the pair's MMAs) end before the collective dealloc (PTX ISA 9.7.16.5)
+        from .lower_cluster import cluster_barrier
+
+        cluster_barrier(cg)
 
     def free() -> None:
         _intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
-        _intrinsic(cg, "void", "llvm.nvvm.tcgen05.dealloc.cg1", [tmem_ptr(cg, base), const(op.attrs["ncols"], "i32")])
+        _intrinsic(cg, "void", f"llvm.nvvm.tcgen05.dealloc.cg{g}",
+                   [tmem_ptr(cg, base), const(op.attrs["ncols"], "i32")])
 
     _warp0_do(cg, free)
 
@@ -498,13 +521,17 @@ class MmaInstr:
 
 
 def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType, m: int, n: int, k: int,
-             sparse: bool, acc_tile_stride: int, meta_tile_stride: int = 0) -> list[MmaInstr]:
+             sparse: bool, acc_tile_stride: int, meta_tile_stride: int = 0, cta_group: int = 1) -> list[MmaInstr]:
     """The instructions of ``tcgen05.mma`` over an M x N accumulator and K (see module docstring).
 
     Metadata (jax-mosaic-sparse.md §2, hardware-facts §1.4): a 16-bit or tf32 instruction reads one
     column, 8-bit ones two; ``p = 2 // columns`` instructions share a column pair, so step ``ks``
     reads column ``(ks // p)·2`` of its M tile with selector ``ks % p``. The metadata depends on the
-    M tile and K step only: every N tile reuses it."""
+    M tile and K step only: every N tile reuses it.
+
+    ``cta_group=2``: ``m`` is this CTA's 128 rows of the pair's M = 256 and ``n`` the whole N (each
+    CTA's B holds N/2 rows, read at the same offsets in both): one instruction per K step, its
+    descriptor M = 256."""
     from ..frontend.ops_blackwell import MMA_KIND
 
     kind = MMA_KIND[a_elem.name]
@@ -518,8 +545,8 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
         meta_in_tile = (ks // pair) * 2 if sparse else None
         for mt in range(m // 128):
             for n0, nsz in split_n(n):
-                d = InstrDesc(kind, PTX_DTYPE[a_elem.name], PTX_DTYPE[b_elem.name], D_DTYPE[acc_elem.name], 128, nsz,
-                              sparse=sparse, selector=sel)
+                d = InstrDesc(kind, PTX_DTYPE[a_elem.name], PTX_DTYPE[b_elem.name], D_DTYPE[acc_elem.name],
+                              128 * cta_group, nsz, sparse=sparse, selector=sel, cta_group=cta_group)
                 out.append(MmaInstr(ks, mt, n0, nsz, 128 * mt, ks * a_step, n0, ks * step, mt * acc_tile_stride + n0,
                                     None if meta_in_tile is None else mt * meta_tile_stride + meta_in_tile, sel,
                                     encode_idesc(d), ks == 0))
@@ -538,12 +565,13 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
     meta: TmemRef | None = cg.get(op.operands[3]) if sparse else None
     en = cg.scalar(op.operands[-1])
     a_elem = a_v.type.elem
+    group = op.attrs.get("cta_group", 1)
     plan = mma_plan(a_elem, b_v.type.elem, acc_v.type.elem, op.attrs["m"], op.attrs["n"], op.attrs["k"], sparse,
-                    acc.tile_stride, meta.tile_stride if meta else 0)
+                    acc.tile_stride, meta.tile_stride if meta else 0, group)
     suffix = ".sp" if sparse else ""
     a_tmem = isinstance(a, TmemRef)
     name = f"llvm.nvvm.tcgen05.mma{suffix}.{'tensor' if a_tmem else 'shared'}"
-    imm = [const(KIND_CODE[kind], "i32"), const(1, "i32"), const(0, "i32")]
+    imm = [const(KIND_CODE[kind], "i32"), const(group, "i32"), const(0, "i32")]
 
     def issue() -> None:
         for ins in plan:
@@ -558,7 +586,7 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
                 args.append(tmem_ptr(cg, meta.addr, ins.meta_col or 0))
             _intrinsic(cg, "void", name, args + imm)
 
-    _issue(cg, issue)
+    _issue(cg, issue, pair=group == 2)
 
 
 @lowering("tcgen05.copy")
@@ -569,21 +597,34 @@ def lower_copy(cg: CodeGen, op: Operation) -> None:
     src: SmemRef = cg.get(op.operands[0])
     dst: TmemRef = cg.get(op.operands[1])
     fields = SmemDesc(0, 0, 128, "none")
+    g = op.attrs.get("cta_group", 1)
 
     def issue() -> None:
         for i in range(op.attrs["atoms"]):
             off = cg.fb.binop("add", src.base, const(2048 * i, "i32")) if i else src.base
-            _intrinsic(cg, "void", "llvm.nvvm.tcgen05.cp.128x128b.cg1",
+            _intrinsic(cg, "void", f"llvm.nvvm.tcgen05.cp.128x128b.cg{g}",
                        [tmem_ptr(cg, dst.addr, 4 * i), _desc_at(cg, off, fields)])
 
-    _issue(cg, issue)
+    _issue(cg, issue, pair=g == 2)
 
 
 @lowering("tcgen05.commit")
 def lower_commit(cg: CodeGen, op: Operation) -> None:
+    """``tcgen05.commit.cta_group::N.mbarrier::arrive::one.shared::cluster[.multicast::cluster]``."""
     _require_tcgen05(cg, op)
     bar = cg.get(op.operands[0])
-    _issue(cg, lambda: _intrinsic(cg, "void", "llvm.nvvm.tcgen05.commit.shared.cg1", [bar_ptr(cg, bar)]))
+    g = op.attrs.get("cta_group", 1)
+    if op.attrs.get("multicast"):
+        mask = cg.scalar(op.operands[1])
+
+        def issue() -> None:
+            m16 = cg.fb.cast("trunc", mask, "i16")
+            _intrinsic(cg, "void", f"llvm.nvvm.tcgen05.commit.mc.shared.cg{g}", [bar_ptr(cg, bar), m16])
+
+        _issue(cg, issue, pair=g == 2)
+        return
+    _issue(cg, lambda: _intrinsic(cg, "void", f"llvm.nvvm.tcgen05.commit.shared.cg{g}", [bar_ptr(cg, bar)]),
+           pair=g == 2)
 
 
 @lowering("tcgen05.fence_before")

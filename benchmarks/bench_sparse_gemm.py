@@ -16,6 +16,9 @@ for sparse and dense alike.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -118,6 +121,20 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     return row
 
 
+def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float) -> dict:
+    """One case in a child process (kernels come from the compile cache on disk after the first)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--iters", str(iters),
+           "--case", f"{dtype}:{m}x{n}x{k}"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout:.0f} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:160]}
+    return json.loads(lines[-1])
+
+
 def fmt(t: float | None, flops: float) -> str:
     if t is None:
         return f"{'-':>9} {'-':>5}"
@@ -132,6 +149,11 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--case", action="append", default=[],
                     help="only this case, e.g. f16:8192x8192x8192 (repeatable)")
+    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure each case in a fresh process (default; a long in-process run once stalled "
+                         "for minutes inside one case that takes seconds on its own)")
+    ap.add_argument("--case-timeout", type=float, default=180.0, help="seconds allowed per isolated case")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sp_mod = sp.load(ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
     dense_mod = sp.load(ROOT / "stdlib" / "kernels" / "dense_gemm_sm90.spk")
@@ -151,10 +173,20 @@ def main() -> None:
             dt, dims = spec.split(":")
             m, n, k = (int(x) for x in dims.split("x"))
             cases.append((dt, m, n, k))
+    if args.json:  # one case, measured in this process, as one JSON line (the --isolate child)
+        for dt, m, n, k in cases:
+            print(json.dumps(bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)), flush=True)
+        return
     rows = []
     for dt, m, n, k in cases:
         started = time.perf_counter()
-        r = bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)
+        if args.isolate:
+            r = run_isolated(dt, m, n, k, args.iters, args.case_timeout)
+        else:
+            r = bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)
+        if "error" in r:
+            print(f"... {dt} {m}x{n}x{k}: {r['error']} ({time.perf_counter() - started:.0f} s)", flush=True)
+            continue
         rows.append(r)
         print(f"... {dt} {m}x{n}x{k}: sparsile {r['sparsile']:.1f} us, cuSPARSELt {r['cslt']}, "
               f"err {r['err']:.1e} ({time.perf_counter() - started:.0f} s)", flush=True)

@@ -43,6 +43,11 @@ class Interpreter:
     def run(self, grid: tuple[int, int, int], params: dict[str, Any]) -> None:
         """Run every program of ``grid``; ``params`` maps each run-time parameter name to its value
         (a Buffer-backed PtrVal, a TensorVal, or a numpy scalar)."""
+        if self.func.attrs.get("cluster"):  # the CTAs of a cluster run concurrently (ops_cluster.py)
+            from .ops_cluster import run_clusters
+
+            run_clusters(self, grid, params)
+            return
         for pid in itertools.product(*(range(g) for g in grid)):
             ctx = ProgramContext(pid, grid, {})  # type: ignore[arg-type]
             ctx.warps = int(self.func.attrs.get("num_warps", 4))  # type: ignore[attr-defined]

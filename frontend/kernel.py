@@ -116,8 +116,11 @@ class Kernel:
         kernel's options (by default those given at the launch that produced ``key``)."""
         if key not in self._ir_cache:
             given = options if options is not None else self._key_options.get(key, {})
-            attrs = {k: v for k, v in {**KERNEL_OPTIONS, **self.options, **given}.items()
-                     if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
+            merged = {**KERNEL_OPTIONS, **self.options, **given}
+            attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
+            cluster = cluster_option(merged.get("cluster"))
+            if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
+                attrs["cluster"] = cluster
             self._ir_cache[key] = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
         return self._ir_cache[key]
 
@@ -202,6 +205,19 @@ class _GridIndexer:
 
     def __getitem__(self, grid: Any) -> Any:
         return self._make(grid)
+
+
+def cluster_option(value: Any) -> tuple[int, ...]:
+    """The ``cluster=`` kernel option as a tuple of 3 ints (``2`` means ``(2, 1, 1)``); a value that
+    is not 1 to 3 ints is kept as given for the legality pass to report (SP0552)."""
+    if value is None:
+        return (1, 1, 1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, tuple | list) and 1 <= len(value) <= 3 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple((*value, 1, 1)[:3])
+    return tuple(value) if isinstance(value, tuple | list) else (value,)
 
 
 def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:

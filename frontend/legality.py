@@ -201,7 +201,14 @@ def rules_for(target: Any) -> TargetRules:
 
 
 def _load_rule_modules() -> None:
-    from . import legality_layout, legality_memory, legality_meta, legality_mma, legality_tmem  # noqa: F401
+    from . import (  # noqa: F401
+        legality_cluster,
+        legality_layout,
+        legality_memory,
+        legality_meta,
+        legality_mma,
+        legality_tmem,
+    )
 
 
 # ------------------------------------------------------------------------------------------------

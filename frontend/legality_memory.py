@@ -42,7 +42,7 @@ SMEM_BUFFER_ALIGN = 1024
 TMA_MAX_BOX = 256
 TMA_INNER_ALIGN = 16
 
-require_feature("TMA", "`{op}` (TMA)", "tma.load", "tma.store", "tma.store_wait")
+require_feature("TMA", "`{op}` (TMA)", "tma.load", "tma.store", "tma.store_wait", "tma.load_cluster")
 require_feature("MBARRIER", "`{op}`", "mbarrier.alloc", "mbarrier.arrive")
 require_feature("MBARRIER_TX", "`{op}` (transaction counts / try_wait)", "mbarrier.expect", "mbarrier.wait")
 require_feature("FENCE_PROXY_ASYNC", "`fence.async_shared` (fence.proxy.async)", "fence.async_shared")
@@ -142,11 +142,15 @@ def tma_box(t: T.SmemType) -> tuple[tuple[int, ...], int]:
     return (*t.shape[:-1], min(pc, cols)), max(1, cols // max(1, pc))
 
 
-@rule("tma.load", "tma.store")
+TMA_SMEM_OPERAND = {"tma.load": -2, "tma.store": -1, "tma.load_cluster": -4}
+"""Where the shared-memory box is among a TMA op's operands."""
+
+
+@rule("tma.load", "tma.store", "tma.load_cluster")
 def tma_box_limits(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """hardware-facts §5.4: boxDim[i] <= 256, boxDim[0] x element size a multiple of 16 bytes and,
     with a swizzle, at most the swizzle span; the tensor has at most 5 dimensions."""
-    smem = op.operands[-2] if op.name == "tma.load" else op.operands[-1]
+    smem = op.operands[TMA_SMEM_OPERAND[op.name]]
     t = smem.type
     assert isinstance(t, T.SmemType)
     box, _ = tma_box(t)

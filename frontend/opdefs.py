@@ -79,7 +79,7 @@ def load_all_ops() -> None:
     import importlib
 
     for name in ("type_ctors", "ops_core", "ops_control", "ops_dot", "ops_tensor", "ops_memory", "ops_layout",
-                 "ops_hopper", "ops_blackwell"):
+                 "ops_hopper", "ops_blackwell", "ops_cluster"):
         try:
             importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as e:  # an architecture namespace not written yet

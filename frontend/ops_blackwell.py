@@ -370,11 +370,12 @@ def _check_swizzle(em: Emitter, t: T.SmemType, bytes_per_instr: int, span: Any, 
 
 
 def _idesc_diagnostics(em: Emitter, kind: str, ea: T.ScalarType, eb: T.ScalarType, eacc: T.ScalarType, n: int,
-                       sparse: bool, span: Any) -> None:
+                       sparse: bool, span: Any, cta_group: int = 1) -> None:
     from ..backend.descriptors import InstrDesc, idesc_problems
 
     for start, size in split_n(n):
-        d = InstrDesc(kind, PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[eacc.name], 128, size, sparse=sparse)
+        d = InstrDesc(kind, PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[eacc.name], 128 * cta_group, size,
+                      sparse=sparse, cta_group=cta_group)
         problems = idesc_problems(d)
         if problems:
             p = problems[0]
@@ -388,10 +389,7 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
     """``acc = A @ B^T (+ acc if accumulate)`` on the tensor cores, asynchronously (sparse A when
     ``a_meta`` is given); one call may span several instruction tiles."""
     va, vb, vacc = em.value(a), em.value(b), em.value(acc)
-    group = 1 if cta_group is None else em.constexpr(cta_group, "cta_group")
-    if group != 1:
-        em.error("SP0545", f"cta_group={group} is not supported by sparsile yet (2-CTA MMAs need clusters)",
-                 cta_group.span if cta_group else em.span, help="use cta_group=1 (M = 128, or 256 as two tiles)")
+    group = _cta_group(em, cta_group, "tcgen05.mma")
     kmajor = True if b_kmajor is None else bool(em.constexpr(b_kmajor, "b_kmajor", (bool, int)))
     if not kmajor:
         em.error("SP0545", "an MN-major B is not supported by sparsile's tcgen05 lowering yet", b_kmajor.span,  # type: ignore[union-attr]
@@ -415,17 +413,19 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
                  "and 8-bit integers may mix signedness)", b.span)
     if a_shape[0] != m:
         em.error("SP0544", f"A has {a_shape[0]} rows but the accumulator {tacc} has {m}", a.span)
-    if isinstance(va.type, T.TmemType) and m != 128:
-        em.error("SP0545", "an A operand in TMEM needs M = 128", a.span)
+    if isinstance(va.type, T.TmemType) and (m != 128 or group == 2):
+        em.error("SP0545", "an A operand in TMEM needs M = 128 and cta_group=1", a.span)
     k = a_shape[1] * (2 if sparse else 1)
-    if tb.shape != (n, k):
+    if group == 2:
+        _check_pair_shapes(em, m, n, k, tb, acc, b)
+    elif tb.shape != (n, k):
         why = f" for compressed A of K/2 = {a_shape[1]}" if sparse else ""
         em.error("SP0544", f"B must be N x K = {n} x {k} (K-major){why}, found {tb}", b.span)
     step = instr_k(ea, sparse)
     if k % step:
         em.error("SP0544", f"K = {k} is not a multiple of the {'sparse ' if sparse else ''}tcgen05 K step {step} "
                  f"for {ea}", a.span)
-    _idesc_diagnostics(em, MMA_KIND[ea.name], ea, eb, tacc.elem, n, sparse, acc.span)
+    _idesc_diagnostics(em, MMA_KIND[ea.name], ea, eb, tacc.elem, n, sparse, acc.span, group)
     if m % 128:
         em.error("SP0545", f"M = {m} is not supported (sparsile issues M = 128 tiles)", acc.span)
     if not isinstance(va.type, T.TmemType):
@@ -459,14 +459,48 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
         ven = em.cast(ven, T.bool_)
     operands.append(ven)
     em.create("tcgen05.mma", operands, [], {"sparse": sparse, "kind": MMA_KIND[ea.name], "m": m, "n": n, "k": k,
-                                            "a_tmem": isinstance(va.type, T.TmemType)})
+                                            "a_tmem": isinstance(va.type, T.TmemType), "cta_group": group})
     return None
 
 
+def _cta_group(em: Emitter, arg: Arg | None, what: str) -> int:
+    """The ``cta_group=`` of a tcgen05 op: 1, or 2 (a CTA pair of a cluster of even size)."""
+    group = 1 if arg is None else em.constexpr(arg, "cta_group")
+    span = arg.span if arg is not None else em.span
+    if group not in (1, 2):
+        em.error("SP0545", f"cta_group must be 1 or 2, found {group}", span)
+    if group == 2:
+        from .ops_cluster import cluster_size, require_cluster
+
+        shape = require_cluster(em, f"`{what}(..., cta_group=2)`", span)
+        if cluster_size(shape) % 2:
+            em.error("SP0557", f"cta_group=2 runs on CTA pairs (ranks differing in bit 0), but the cluster {shape} "
+                     f"has an odd number of CTAs ({cluster_size(shape)})", span,
+                     help="declare a cluster of an even size, e.g. cluster=(2, 1, 1)")
+    return group
+
+
+def _check_pair_shapes(em: Emitter, m: int, n: int, k: int, tb: T.SmemType, acc: Arg, b: Arg) -> None:
+    """cta_group=2 (hardware-facts §1.2, PTX ISA 9.7.16.10.5.1 Layout A): M = 256 over the pair,
+    each CTA holding 128 accumulator and A rows and half of B's N rows (the even CTA the first
+    half); one instruction's N (sparsile does not split a 2-CTA MMA over N tiles)."""
+    if m != 128:
+        em.error("SP0555", f"with cta_group=2 each CTA holds 128 accumulator rows (M = 256 over the CTA pair), "
+                 f"found {m}", acc.span, help="allocate `tmem.alloc(dtype, (128, N))` in each CTA")
+    if n > 256 or n % 2:
+        em.error("SP0555", f"a cta_group=2 MMA is one instruction of N <= 256 (even), found N = {n}", acc.span,
+                 help="issue one MMA per 256-column slice of the accumulator")
+    if tb.shape != (n // 2, k):
+        em.error("SP0555", f"with cta_group=2 each CTA holds half of B: N/2 x K = {n // 2} x {k} (K-major), "
+                 f"found {tb}", b.span, help="the even CTA of the pair holds B rows [0, N/2), the odd one [N/2, N)")
+
+
 @builtin("copy", ns="tcgen05")
-def copy(em: Emitter, src: Arg, dst: Arg) -> None:
+def copy(em: Emitter, src: Arg, dst: Arg, cta_group: Arg | None = None) -> None:
     """``tcgen05.cp.128x128b``: 2 KB metadata atoms ``(128, 4)`` u32 (or ``(n, 128, 4)``) from shared
-    memory to the columns of a metadata ref (atom ``i`` to columns ``4i..4i+3``)."""
+    memory to the columns of a metadata ref (atom ``i`` to columns ``4i..4i+3``); with
+    ``cta_group=2`` the even CTA of the pair copies in both CTAs (each from its own shared memory)."""
+    group = _cta_group(em, cta_group, "tcgen05.copy")
     vs = em.value(src)
     ts = vs.type
     if not isinstance(ts, T.SmemType) or ts.elem != T.u32 or ts.shape[-2:] != (128, 4) or len(ts.shape) > 3 \
@@ -478,18 +512,34 @@ def copy(em: Emitter, src: Arg, dst: Arg) -> None:
     atoms = ts.shape[0] if len(ts.shape) == 3 else 1
     if td.shape != (128, 4 * atoms):
         em.error("SP0548", f"{atoms} atom(s) fill a (128, {4 * atoms}) metadata view, found {td}", dst.span)
-    em.create("tcgen05.copy", [vs, vd], [], {"atoms": atoms})
+    em.create("tcgen05.copy", [vs, vd], [], {"atoms": atoms, "cta_group": group})
     return None
 
 
 @builtin("commit", ns="tcgen05")
-def commit(em: Emitter, bar: Arg) -> None:
-    """Arrive once on ``bar`` when every tcgen05 operation issued so far by the issuing thread is done."""
+def commit(em: Emitter, bar: Arg, cta_group: Arg | None = None, multicast: Arg | None = None) -> None:
+    """Arrive once on ``bar`` when every tcgen05 operation issued so far by the issuing thread is
+    done; ``multicast`` (a mask of cluster ranks): on the barrier at ``bar``'s offset in each of
+    those CTAs instead."""
+    group = _cta_group(em, cta_group, "tcgen05.commit")
     v = em.value(bar)
     if not isinstance(v.type, T.BarrierType) or v.type.count != 1:
         em.error("SP0549", f"tcgen05.commit arrives on one mbarrier, found {v.type}", bar.span,
                  help="pick one with `bars[i]`")
-    em.create("tcgen05.commit", [v], [])
+    operands = [v]
+    if multicast is not None:
+        from .ops_cluster import cluster_size, require_cluster
+
+        size = cluster_size(require_cluster(em, "`tcgen05.commit(..., multicast=)`", multicast.span))
+        m = em.unwrap(multicast)
+        if isinstance(m, Const) and isinstance(m.value, int) and not 0 < m.value < (1 << size):
+            em.error("SP0554", f"the multicast mask {m.value:#x} must name CTAs of the {size}-CTA cluster "
+                     f"(a non-zero mask below {1 << size:#x})", multicast.span)
+        mv = em.value(multicast, like=T.i32)
+        if not (isinstance(mv.type, T.ScalarType) and mv.type.is_int):
+            em.error("SP0554", f"the multicast mask must be an integer scalar, found {mv.type}", multicast.span)
+        operands.append(em.cast(mv, T.i32))
+    em.create("tcgen05.commit", operands, [], {"cta_group": group, "multicast": multicast is not None})
     return None
 
 
@@ -581,8 +631,43 @@ def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return []
 
 
+def _pair(ctx: Any, op: Operation) -> tuple[int, int] | None:
+    """(this CTA's rank, its peer's) for a cta_group=2 op issued by the even CTA of the pair; None
+    in the odd CTA, where such an op does nothing (PTX ISA 9.7.16.5: one thread of the pair issues)."""
+    from .ops_cluster import cluster_of
+
+    cl = cluster_of(ctx)
+    me = cl[1] if cl else 0
+    return None if me & 1 else (me, me ^ 1)
+
+
 @mma_op.interpreter
 def _i_mma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    if op.attrs.get("cta_group", 1) == 2:
+        return _i_mma_pair(ctx, op, args)
+    _mma_one(ctx, op, args)
+    return []
+
+
+def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    """M = 256 over the CTA pair: D rows of each CTA = its A (and metadata) @ [B of the even CTA;
+    B of the odd CTA]^T (hardware-facts §1.2; PTX ISA 9.7.16.10.5.1)."""
+    from .ops_cluster import peer_array
+
+    pair = _pair(ctx, op)
+    if pair is None:
+        return []
+    _, peer = pair
+    what = "tcgen05.mma(cta_group=2)"
+    peer_args = [peer_array(ctx, op, np.asarray(x), peer, what) if i < len(args) - 1 else x
+                 for i, x in enumerate(args)]
+    b_full = np.concatenate([np.asarray(args[1]), np.asarray(peer_args[1])], axis=0)
+    for which in (args, peer_args):
+        _mma_one(ctx, op, [which[0], b_full, *which[2:]])
+    return []
+
+
+def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
     from .ops_core import tf32_truncate
     from .ops_dot import _mma
 
@@ -605,21 +690,44 @@ def _i_mma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     eacc = op.operands[2].type.elem
     base = acc if en else np.zeros(acc.shape, acc.dtype)
     acc[...] = _mma(a, bm, base, eacc)
-    return []
 
 
 @copy_op.interpreter
 def _i_copy(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    src, dst = np.asarray(args[0]), args[1]
-    atoms = src.reshape(-1, 128, 4)
-    for i in range(atoms.shape[0]):
-        dst[:, 4 * i:4 * i + 4] = atoms[i]
+    from .ops_cluster import peer_array
+
+    ranks: tuple[int, ...] = (-1,)
+    if op.attrs.get("cta_group", 1) == 2:
+        pair = _pair(ctx, op)
+        if pair is None:
+            return []
+        ranks = pair
+    for r in ranks:
+        src, dst = np.asarray(args[0]), args[1]
+        if r >= 0:
+            src = peer_array(ctx, op, src, r, "tcgen05.copy(cta_group=2)")
+            dst = peer_array(ctx, op, dst, r, "tcgen05.copy(cta_group=2)")
+        atoms = src.reshape(-1, 128, 4)
+        for i in range(atoms.shape[0]):
+            dst[:, 4 * i:4 * i + 4] = atoms[i]
     return []
 
 
 @commit_op.interpreter
 def _i_commit(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    args[0][0].arrive()
+    from .ops_cluster import cluster_of, mask_ranks, peer_barrier
+
+    if op.attrs.get("cta_group", 1) == 2 and _pair(ctx, op) is None:
+        return []
+    if not op.attrs.get("multicast"):
+        args[0][0].arrive()
+        return []
+    cl = cluster_of(ctx)
+    for r in mask_ranks(ctx, op, int(args[1]), "tcgen05.commit"):
+        if cl is not None and r == cl[1]:
+            args[0][0].arrive()
+        else:
+            peer_barrier(ctx, op, args[0][0], r, "tcgen05.commit multicast").arrive()
     return []
 
 

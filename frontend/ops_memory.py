@@ -232,11 +232,19 @@ def _check_box(em: Emitter, t: Value, s: T.SmemType, span: Any) -> None:
 
 
 @builtin("load", ns="tma")
-def tma_load_builtin(em: Emitter, tensor: Arg, offsets: Arg, dst: Arg, bar: Arg) -> None:
-    """Copy the box of ``dst.shape`` at ``offsets`` into ``dst``; completion is counted on ``bar``."""
+def tma_load_builtin(em: Emitter, tensor: Arg, offsets: Arg, dst: Arg, bar: Arg, multicast: Arg | None = None,
+                     bar_cta: Arg | None = None) -> None:
+    """Copy the box of ``dst.shape`` at ``offsets`` into ``dst``; completion is counted on ``bar``.
+    In a cluster, ``multicast`` (a mask of CTA ranks) writes the box into each of those CTAs and
+    ``bar_cta`` counts the bytes on the barrier of that CTA of the pair (``ops_cluster.py``)."""
     t, offs = _tensor_and_offsets(em, tensor, offsets)
     d, st = _smem(em, dst)
     _check_box(em, t, st, dst.span)
+    if multicast is not None or bar_cta is not None:
+        from .ops_cluster import emit_tma_load_cluster
+
+        emit_tma_load_cluster(em, t, offs, d, _bar(em, bar), multicast, bar_cta)
+        return None
     em.create("tma.load", [t, *offs, d, _bar(em, bar)], [])
     return None
 
@@ -380,11 +388,22 @@ class Mbarrier:
 
 def deadlocked(ctx: Any) -> str | None:
     """A message when every live partition thread of the program (``ctx.shared["_live"]``, 1
-    outside ``warp_specialize``) waits on an mbarrier whose phase has not completed, else None.
+    outside ``warp_specialize``) — of every running CTA of its cluster in a cluster kernel — waits
+    on an mbarrier whose phase has not completed, else None.
     Call it holding the program's condition."""
-    waiters = ctx.shared.get("_waiters", {})
-    live = ctx.shared.get("_live", 1)
-    if not waiters or len(waiters) < live or any(bar.done(parity) for bar, parity, _ in waiters.values()):
+    cluster = ctx.shared.get("_cluster")
+    in_cluster_sync = 0
+    if cluster is None:
+        shareds = [ctx.shared]
+    else:  # CTAs of a cluster arrive on each other's barriers: count the whole cluster (one condition);
+        # a CTA blocked in cluster.sync() waits too (it is released only when every CTA reaches it)
+        run = cluster[0]
+        shareds = [sh for rank, sh in enumerate(run.shared) if rank not in run.exited]
+        in_cluster_sync = run.arrived
+    waiters = {k: v for sh in shareds for k, v in sh.get("_waiters", {}).items()}
+    live = sum(sh.get("_live", 1) for sh in shareds)
+    if not waiters or len(waiters) + in_cluster_sync < live or \
+            any(bar.done(parity) for bar, parity, _ in waiters.values()):
         return None
     waits = sorted(f"line {op.span.line} (parity {parity & 1})" if op.span is not None else f"parity {parity & 1}"
                    for _, parity, op in waiters.values())

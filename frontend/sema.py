@@ -115,6 +115,7 @@ class Sema(ExprMixin, ControlFlowMixin):
             else:
                 raise InternalError(f"parameter {p.name!r} of {node.name} has no binding", p.span)
         func = Function(node.name, params, body, dict(attrs or {}), node.span)
+        self.kernel_attrs = func.attrs  # read by builtins that depend on kernel options (cluster shape)
         self.frames = [Frame(node.name, self.globals_resolver, True)]
         try:
             ret = self.block(node.body)

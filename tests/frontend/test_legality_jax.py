@@ -165,7 +165,25 @@ def k(A: ptr[e4m3], E: meta[e5m2], B: ptr[e4m3], C: ptr[f32]):
     assert "wgmma.mma_async.sp" in compile_src(src, "sm_90a").ptx
 
 
+def lifted_collective_arrivals() -> None:
+    """JAX allows collective arrivals only for a (2, 1, 1) cluster; sparsile's multicast commit
+    arrives on the barriers of any CTAs of a cluster of up to 8."""
+    src = """\
+@kernel(num_warps=4, cluster=(2, 2, 1))
+def k(C: ptr[f32]):
+    bars = mbarrier.alloc(1)
+    acc = tmem.alloc(f32, (128, 32))
+    cluster.sync()
+    tcgen05.commit(bars[0], multicast=0b1011)
+    cluster.sync()
+"""
+    ptx = compile_src(src, "sm_100a").ptx
+    assert ".reqnctapercluster 2, 2, 1" in ptx and "tcgen05.commit.cta_group::1" in ptx and ".multicast::cluster" in ptx
+    assert re.search(r"mov\.b16\s+%rs\d+, 11;", ptx)
+
+
 LIFTED = {
+    "§5 \"Collective arrivals only support (2,1,1)\"": lifted_collective_arrivals,
     "6 VE \"A layout mismatch\" (A in TMEM must be packed)": lifted_tmem_a_packed,
     "10 VE \"Accumulator layout mismatch\"": lifted_register_accumulator,
     "12 VE M not 64 or 128": lifted_m256,

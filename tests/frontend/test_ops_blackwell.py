@@ -61,7 +61,10 @@ ERRORS = [
      + "tcgen05.mma(a_s, b_s, acc, a_meta=meta)", "SP0544", 7, 17, "not a multiple of the sparse tcgen05 K step 32"),
     ("acc_type", ALLOC.replace("tmem.alloc(f32,", "tmem.alloc(i32,") + "tcgen05.mma(a_s, b_s, acc, a_meta=meta)",
      "SP0503", 7, 27, "accumulator type s32"),
-    ("cta_group", ALLOC + "tcgen05.mma(a_s, b_s, acc, a_meta=meta, cta_group=2)", "SP0545", 7, 55, "cta_group=2"),
+    ("cta_group_without_cluster", ALLOC + "tcgen05.mma(a_s, b_s, acc, a_meta=meta, cta_group=2)", "SP0552", 7, 55,
+     "needs a thread-block cluster"),
+    ("cta_group_3", ALLOC + "tcgen05.mma(a_s, b_s, acc, a_meta=meta, cta_group=3)", "SP0545", 7, 55,
+     "cta_group must be 1 or 2"),
     ("mixed_16bit", ALLOC.replace("(128, 128), swizzle=128)", "(128, 128), swizzle=128)\nb2 = smem.alloc(bf16, "
                                   "(128, 128), swizzle=128)") + "tcgen05.mma(a_s, b2, acc, a_meta=meta)",
      "SP0544", 8, 22, "same type"),
