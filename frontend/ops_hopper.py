@@ -88,9 +88,12 @@ def wgmma_wait(em: Emitter, pending: Arg, acc: Arg) -> Value:
     """Wait until at most ``pending`` wgmma groups are in flight; returns ``acc`` ready to read.
 
     After a *sparse* wgmma only ``pending=0`` is allowed (SP0370): the hardware reads the
-    metadata register asynchronously, and the compiler cannot keep a loop's metadata registers
-    unmodified while an older group is still in flight (observed on an H200: results went wrong
-    with one group pending, right with none)."""
+    metadata register asynchronously, and the compiler cannot prove that the registers of a
+    group still in flight are not rewritten. On an H200, one group pending with a metadata
+    rotation (``meta = meta_next``) gave wrong results; three register sets, each reloaded only
+    after the wait that retired its MMA, gave right results but were no faster than waiting for
+    every group with two warpgroups working independently (benchmarks/RESULTS.md), so nothing
+    is lost by the rule."""
     n = em.constexpr(pending, "the number of pending groups")
     if not 0 <= n <= 7:
         em.error("SP0394", f"wgmma.wait_group takes 0 to 7 pending groups, found {n}", pending.span)

@@ -26,11 +26,12 @@ def operands(m: int, n: int, k: int, seed: int, dtype: str = "f16"):
     return vals, meta, b, ref
 
 
-def run(kernel, m, n, k, seed, interpret=False, dtype="f16", **cfg):
+def run(kernel, m, n, k, seed, interpret=False, dtype="f16", programs=None, **cfg):
+    """``programs``: a grid of that many CTAs (persistent: fewer CTAs than tiles)."""
     vals, meta, b, ref = operands(m, n, k, seed, dtype)
     c = np.full((m, n), np.nan, np.float16)
     bm, bn = cfg.get("BM", 128), cfg.get("BN", 256)
-    grid = (((m + bm - 1) // bm) * ((n + bn - 1) // bn),)
+    grid = (programs or ((m + bm - 1) // bm) * ((n + bn - 1) // bn),)
     launch = kernel.interpret[grid] if interpret else kernel[grid]
     launch(vals, meta, b, c, m, n, k, meta.shape[1], n, **cfg)
     return c, ref
@@ -61,6 +62,23 @@ def test_interpreter_matches_reference(mod, m, n, k):
     tail step when the count is odd."""
     c, ref = run(mod.sparse_gemm_f16, m, n, k, 0, interpret=True)
     check(c, ref, k)
+
+
+@pytest.mark.parametrize("programs,m,n,k,bn", [(2, 300, 200, 192, 64), (3, 260, 130, 128, 64), (1, 130, 70, 96, 32)])
+def test_interpreter_persistent_grid_matches_reference(mod, programs, m, n, k, bn):
+    """Fewer CTAs than tiles (6, 6 and 6 tiles): each CTA runs several tiles, with its ring slots
+    and phases carried on across them (odd and even K-step counts per tile)."""
+    c, ref = run(mod.sparse_gemm_f16, m, n, k, 1, interpret=True, programs=programs, BN=bn)
+    check(c, ref, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("programs", [1, 7, 132])
+def test_sparse_gemm_persistent_grid(mod, programs):
+    """The same kernel with fewer CTAs than its 8 x 8 = 64 tiles (1, 7) and with more (132: the
+    CTAs past the last tile compute nothing)."""
+    c, ref = run(mod.sparse_gemm_f16, 1000, 2000, 1024, 2, programs=programs)
+    check(c, ref, 1024)
 
 
 @pytest.mark.gpu
