@@ -146,7 +146,7 @@ class CodeGen:
             lower_reduce,
         )
 
-        for optional in ("lower_hopper", "lower_blackwell", "lower_cluster"):
+        for optional in ("lower_hopper", "lower_mma", "lower_blackwell", "lower_cluster"):
             try:
                 importlib.import_module(f"{__package__}.{optional}")
             except ModuleNotFoundError as e:

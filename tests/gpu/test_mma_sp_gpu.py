@@ -1,0 +1,212 @@
+"""Tile-level ``dot`` / ``sparse_dot`` through warp-level MMAs (backend/lower_mma.py) on the GPU
+against float64 references, random operands, ragged shapes, poisoned outputs.
+
+Two builds run on an H200: ``target="sm_90"`` (plain sm_90 has no wgmma, so it takes this path;
+its cubin runs natively) and ``target="sm_80"`` loaded as *PTX* that the driver JIT-compiles (a
+cubin runs only on its own major architecture: an sm_80 cubin does not load on sm_90, but sm_80
+PTX does). On an sm_8x GPU the sm_80 cubin itself would run.
+
+The same kernels and harness run in the interpreter (the CPU tests below), so a GPU failure points
+at the lowering, not at the test."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import sparsile as sp
+from sparsile.stdlib import sparsity as S
+
+KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
+HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
+        "e5m2": ml_dtypes.float8_e5m2, "i8": np.int8}
+SPK_TYPE = {"f16": "f16", "bf16": "bf16", "tf32": "f32", "e4m3": "e4m3", "e5m2": "e5m2", "i8": "i8"}
+TOOLKIT = {"i8": "s8"}
+PAD_WORD = 0x44444444  # chunks keeping elements (0, 1) of zero values (docs/sparse-metadata.md)
+
+
+def kernel_source(dtype: str, sparse: bool) -> str:
+    """A tile GEMM ``C = A @ B^T`` (B stored N x K), C in f32 (i32 for i8), BM x BN x BK tiles."""
+    t = SPK_TYPE[dtype]
+    acc = "i32" if dtype == "i8" else "f32"
+    per_word = 16 if dtype == "tf32" else 32
+    if sparse:
+        params = f"A: tensor[{t}, 2], E: tensor[u32, 2], B: tensor[{t}, 2], C: tensor[{acc}, 2]"
+        body = f"""        a = A.load_tile((m0, k * (BK // 2)), (BM, BK // 2))
+        e = E.load_tile((m0, k * (BK // {per_word})), (BM, BK // {per_word}))
+        b = B.load_tile((n0, k * BK), (BN, BK))
+        acc = sparse_dot(a, e, trans(b), acc)"""
+    else:
+        params = f"A: tensor[{t}, 2], B: tensor[{t}, 2], C: tensor[{acc}, 2]"
+        body = """        a = A.load_tile((m0, k * BK), (BM, BK))
+        b = B.load_tile((n0, k * BK), (BN, BK))
+        acc = dot(a, trans(b), acc)"""
+    return f"""
+@kernel(num_warps=4)
+def gemm({params}, BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 64):
+    m0 = program_id(0) * BM
+    n0 = program_id(1) * BN
+    acc = zeros((BM, BN), {acc})
+    K = B.shape[1]
+    for k in range(0, cdiv(K, BK)):
+{body}
+    C.store_tile((m0, n0), acc)
+"""
+
+
+def make_kernel(dtype: str, sparse: bool):
+    return sp.loads(kernel_source(dtype, sparse), f"mma_{dtype}_{'sparse' if sparse else 'dense'}.spk").gemm
+
+
+def operands(dtype: str, m: int, n: int, k: int, seed: int):
+    rng = np.random.default_rng(seed)
+    if dtype == "i8":
+        return rng.integers(-90, 90, (m, k)).astype(np.int8), rng.integers(-90, 90, (n, k)).astype(np.int8)
+    return (rng.standard_normal((m, k)).astype(np.float32).astype(HOST[dtype]),
+            rng.standard_normal((n, k)).astype(np.float32).astype(HOST[dtype]))
+
+
+def padded_meta(meta: np.ndarray, m: int, k: int, bm: int, bk: int, per_word: int) -> np.ndarray:
+    """The "sm90" word matrix padded to whole BM x BK tiles with the valid padding word (the
+    kernel reads whole metadata tiles; a zero word would be the undefined nibble 0x0)."""
+    rows = -(-m // bm) * bm
+    cols = -(-k // bk) * bk // per_word
+    out = np.full((rows, cols), PAD_WORD, np.uint32)
+    out[:meta.shape[0], :meta.shape[1]] = meta
+    return out
+
+
+@contextlib.contextmanager
+def ptx_when_foreign_arch(target: str):
+    """Launch the PTX instead of the cubin when the GPU's major architecture differs from
+    ``target``'s (the driver JIT-compiles PTX of an older target for the GPU at hand)."""
+    from sparsile.backend import compiler, runtime
+    from sparsile.backend.targets import get_target
+
+    if get_target(target).major == runtime.current_device().compute_capability[0]:
+        yield
+        return
+    real = compiler.compile_cached
+
+    def as_ptx(*args, **kwargs):
+        ck = real(*args, **kwargs)
+        return dataclasses.replace(ck, cubin=ck.ptx.encode())
+
+    compiler.compile_cached = as_ptx
+    try:
+        yield
+    finally:
+        compiler.compile_cached = real
+
+
+def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpret: bool = False,
+        target: str = "sm_80", bm: int = 64, bn: int = 64, bk: int = 64):
+    """Launch the kernel; returns (C, float64 reference, sum |a||b| per element)."""
+    a, b = operands(dtype, m, n, k, seed)
+    dt = TOOLKIT.get(dtype, dtype)
+    if sparse:
+        a = S.prune(a, dt)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    absprod = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
+    out_t = np.int32 if dtype == "i8" else np.float32
+    c = np.full((m, n), -(2**31) + 7 if dtype == "i8" else np.nan, out_t)
+    kern = make_kernel(dtype, sparse)
+    grid = (-(-m // bm), -(-n // bn))
+    launch = kern.interpret[grid] if interpret else kern[grid]
+    opts = {} if interpret else {"target": target}
+    cfg = {"BM": bm, "BN": bn, "BK": bk}
+    args = (a, b, c)
+    if sparse:
+        vals, idx = S.compress(a, dt)
+        meta = np.asarray(S.encode_metadata(idx, "sm90", dt).data)
+        args = (vals, padded_meta(meta, m, k, bm, bk, 16 if dtype == "tf32" else 32), b, c)
+    if interpret:
+        launch(*args, **cfg)
+    else:
+        with ptx_when_foreign_arch(target):
+            launch(*args, **cfg, **opts)
+    return c, ref, absprod
+
+
+def check(dtype: str, c: np.ndarray, ref: np.ndarray, absprod: np.ndarray, k: int) -> None:
+    """i8 exactly; floats: f32 accumulation (2^-20 of sum |a||b| covers the K/instr_k roundings)
+    plus, for tf32, operands rounded to 10 mantissa bits; fp8 MMAs may keep fewer accumulator bits
+    (Hopper: about 14, hardware-facts / DeepSeek-V3 §3.3.2), so their bound is looser."""
+    if dtype == "i8":
+        assert (c.astype(np.int64) == ref.astype(np.int64)).all(), \
+            f"{int((c.astype(np.int64) != ref).sum())} wrong elements"
+        return
+    assert not np.isnan(c).any(), f"{int(np.isnan(c).sum())} unwritten output elements"
+    err = np.abs(c.astype(np.float64) - ref)
+    bound = 2.0 ** -20 * absprod + 1e-6
+    if dtype == "tf32":
+        bound += 2.0 ** -9 * absprod
+    if dtype in ("e4m3", "e5m2"):
+        bound += (k // 32 + 1) * 2.0 ** -13 * absprod
+    assert (err <= bound).all(), f"max error {err.max()} (bound there {bound.flat[err.argmax()]})"
+
+
+# ------------------------------------------------------------------------------------------ CPU
+@pytest.mark.parametrize("dtype", ["f16", "i8", "tf32"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_harness_in_interpreter(dtype, sparse):
+    """The kernels and references agree in the interpreter (ragged M, N and K)."""
+    m, n, k = 80, 72, 160 if dtype != "tf32" else 96
+    c, ref, absprod = run(dtype, sparse, m, n, k, seed=1, interpret=True)
+    check(dtype, c, ref, absprod, k)
+
+
+# ------------------------------------------------------------------------------------------ GPU
+SHAPES = [(64, 64, 64), (200, 100, 192), (130, 70, 320), (1000, 1000, 1024)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32", "i8"])
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+@pytest.mark.parametrize("target", ["sm_90", "sm_80"])
+def test_warp_mma_on_gpu(target, sparse, dtype, m, n, k):
+    c, ref, absprod = run(dtype, sparse, m, n, k, seed=3, target=target)
+    check(dtype, c, ref, absprod, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+@pytest.mark.parametrize("target", ["sm_90", "sm_89"])
+def test_fp8_warp_mma_on_gpu(target, sparse, dtype):
+    c, ref, absprod = run(dtype, sparse, 200, 136, 320, seed=4, target=target)
+    check(dtype, c, ref, absprod, 320)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bm,bn,bk", [(128, 128, 64), (64, 128, 128), (32, 64, 32), (16, 32, 64)])
+@pytest.mark.parametrize("target", ["sm_90", "sm_80"])
+def test_tile_configurations_on_gpu(target, bm, bn, bk):
+    """Other warp splits: 2 row tiles per warp, 16 column tiles per warp, warps split over N."""
+    for sparse in (True, False):
+        c, ref, absprod = run("f16", sparse, 150, 190, 256, seed=5, target=target, bm=bm, bn=bn, bk=bk)
+        check("f16", c, ref, absprod, 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["sm_90", "sm_80"])
+def test_stdlib_sparse_gemm_tile_on_gpu(target):
+    """The shipped tile kernel (f16 out) through warp-level mma.sp."""
+    kern = sp.load(KERNELS / "sparse_gemm_tile.spk").sparse_gemm_tile
+    m, n, k = 200, 100, 192
+    rng = np.random.default_rng(6)
+    w = S.prune_2_4(rng.standard_normal((m, k)).astype(np.float16))
+    vals, idx = S.compress(w)
+    meta = padded_meta(np.asarray(S.encode_metadata(idx, "sm90", "f16").data), m, k, 64, 64, 32)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    ref = w.astype(np.float64) @ b.astype(np.float64).T
+    c = np.full((m, n), np.nan, np.float16)
+    with ptx_when_foreign_arch(target):
+        kern[((m + 63) // 64, (n + 63) // 64)](vals, meta, b, c, target=target)
+    assert not np.isnan(c).any()
+    assert np.abs(c.astype(np.float64) - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 0.05
