@@ -10,6 +10,8 @@ Semantics (the interpreter implements them; the backend is ``backend/lower_black
   accumulator: f32, f16 or i32, one 32-bit column per element), ``"a"`` (an A operand, packed:
   two 16-bit / four 8-bit values per column), ``"meta"`` (sparse metadata words, u32, for A
   operands of type ``meta_dtype``; columns in multiples of 4 = one 2 KB ``tcgen05.cp`` atom).
+  ``"scale"`` (UE8M0 block scale factors of a block-scaled MMA, u32 words of 4 bytes, columns in
+  multiples of 4 = one ``tcgen05.cp.32x128b.warpx4`` atom; ``frontend/tmem_scales.py``).
   Every allocation of a kernel is placed, in program order, inside ONE power-of-two allocation
   of at most 512 columns (SP0540 past that); allocations must be at the kernel's top level.
   Contents are undefined until written (NaN / a poison pattern in the interpreter).
@@ -21,16 +23,22 @@ Semantics (the interpreter implements them; the backend is ``backend/lower_black
   a 128-row tile is exactly that word), ``meta.load_chunks()`` the logical 4-bit codes
   (``(rows, 8·cols)`` u8, chunk ``j`` of row ``m`` at ``[m, j]``), which needs the true TMEM
   image of the metadata (rows m and m+8 share a cell for 16-bit operands; seed 000).
-* ``tcgen05.mma(a, b, acc, a_meta=None, accumulate=True)`` — ``acc = A @ B^T (+ acc)`` issued by
+* ``tcgen05.mma(a, b, acc, a_meta=None, accumulate=True, a_scale=None, b_scale=None)`` — ``acc =
+  A @ B^T (+ acc)`` issued by
   one elected thread; A is a shared-memory buffer (M x K, or M x K/2 compressed values when
   ``a_meta`` is given) or a TMEM ``"a"`` ref, B a shared-memory buffer N x K (K-major); ``acc``
   an M x N accumulator ref. One call may span several instruction tiles (M = 256 as two M = 128
   tiles, N > 256 as N chunks); the compiler splits it and addresses the metadata per M tile and K
   step (jax-mosaic-sparse.md §2; seed 001). Asynchronous: completion is observed with
   ``tcgen05.commit(bar)`` (one mbarrier arrival once every earlier tcgen05 operation of the
-  issuing thread is done).
+  issuing thread is done). With ``a_scale`` / ``b_scale`` (``kind="scale"`` refs) the MMA is
+  block-scaled (kind::mxf8f6f4 ``.block_scale``, e4m3/e5m2 operands, f32 accumulator):
+  ``acc = (A · SA) @ (B · SB)^T (+ acc)`` with one UE8M0 scale per row and instruction K (32 dense,
+  64 logical K sparse); see ``tmem_scales.py`` for where the scales live.
 * ``tcgen05.copy(src, dst)`` — ``tcgen05.cp.128x128b``: 2 KB metadata atoms ``(128, 4)`` u32 (or a
-  stack ``(n, 128, 4)``) from shared memory into the columns of a metadata ref.
+  stack ``(n, 128, 4)``) from shared memory into the columns of a metadata ref; into a scale ref,
+  ``tcgen05.cp.32x128b.warpx4``: 512-byte scale atoms ``(32, 4)`` u32 (or ``(32n, 4)`` /
+  ``(n, 32, 4)``), each duplicated into the four lane quarters of 4 columns.
 * ``tcgen05.fence_before()`` / ``tcgen05.fence_after()`` — ``tcgen05.fence::before_thread_sync``
   (before signalling other threads about TMEM) and ``::after_thread_sync`` (after such a wait,
   before ``tcgen05.ld`` / ``mma``).
@@ -181,7 +189,7 @@ def _pow2_at_least(n: int, lo: int = 1) -> int:
     return p
 
 
-def _tmem(em: Emitter, arg: Arg, kinds: tuple[str, ...] = ("acc", "a", "meta"), rank: int | None = 2,
+def _tmem(em: Emitter, arg: Arg, kinds: tuple[str, ...] = ("acc", "a", "meta", "scale"), rank: int | None = 2,
           what: str = "a tensor-memory reference") -> tuple[Value, T.TmemType]:
     v = em.value(arg)
     t = v.type
@@ -195,20 +203,20 @@ def _tmem(em: Emitter, arg: Arg, kinds: tuple[str, ...] = ("acc", "a", "meta"), 
 
 @builtin("alloc", ns="tmem")
 def tmem_alloc(em: Emitter, dtype: Arg, shape: Arg, kind: Arg | None = None, meta_dtype: Arg | None = None) -> Value:
-    """Tensor memory of ``shape`` = (rows, cols) or (stages, rows, cols); ``kind`` "acc", "a" or
-    "meta" (``meta_dtype`` = the sparse A type the metadata describes)."""
+    """Tensor memory of ``shape`` = (rows, cols) or (stages, rows, cols); ``kind`` "acc", "a", "meta"
+    (``meta_dtype`` = the sparse A type the metadata describes) or "scale" (block scale factors)."""
     dt = em.dtype_arg(dtype)
     dims = em.int_tuple(shape, "the TMEM shape")
     k = "acc" if kind is None else em.constexpr(kind, "the TMEM kind", (str,))
     span = shape.span
-    if k not in ("acc", "a", "meta"):
-        em.error("SP0542", f"the TMEM kind must be \"acc\", \"a\" or \"meta\", found {k!r}",
+    if k not in ("acc", "a", "meta", "scale"):
+        em.error("SP0542", f"the TMEM kind must be \"acc\", \"a\", \"meta\" or \"scale\", found {k!r}",
                  kind.span if kind else span)
     if len(dims) not in (2, 3) or any(d <= 0 for d in dims):
         em.error("SP0542", f"a TMEM region is (rows, cols) or (stages, rows, cols), found {dims}", span)
     rows = dims[-2]
-    if rows not in (128, 256) or (k == "a" and rows != 128):
-        also = "" if k == "a" else " or 256 (two 128-row tiles)"
+    if rows not in (128, 256) or (k in ("a", "scale") and rows != 128):
+        also = "" if k in ("a", "scale") else " or 256 (two 128-row tiles)"
         em.error("SP0542", f"a TMEM region has 128 rows (one per TMEM lane){also}, found {rows}", span,
                  help="M = 64 (half the data path) is not supported: its sparse metadata layout is undocumented "
                       "(hardware-facts §0 item 6)")
@@ -236,6 +244,13 @@ def tmem_alloc(em: Emitter, dtype: Arg, shape: Arg, kind: Arg | None = None, met
                      span, help=f"allocate {dims[-1] + (-dims[-1]) % 4} columns")
     elif meta_dtype is not None:
         em.error("SP0542", "`meta_dtype=` only applies to kind=\"meta\"", meta_dtype.span)
+    if k == "scale":
+        if dt != T.u32:
+            em.error("SP0542", f"TMEM scale factors are held as u32 words (4 UE8M0 bytes each), found {dt}", dtype.span,
+                     help="write `tmem.alloc(u32, (128, cols), kind=\"scale\")`")
+        if dims[-1] % 4:
+            em.error("SP0542", f"TMEM scale factors take whole copy atoms of 4 columns, found {dims[-1]} columns",
+                     span, help=f"allocate {dims[-1] + (-dims[-1]) % 4} columns")
     t = T.TmemType(dt if dt != T.f32 or k != "a" else T.tf32, dims, k, meta_bits)
     if em.builder.block.parent is not None:
         em.error("SP0541", "tensor memory must be allocated at the kernel's top level, not in a loop, a branch "
@@ -243,7 +258,7 @@ def tmem_alloc(em: Emitter, dtype: Arg, shape: Arg, kind: Arg | None = None, met
                  "the reference on; all TMEM of a CTA is one allocation made at kernel start")
     st = _placement(em)
     ncols = tmem_alloc_columns(t)
-    align = 4 if k == "meta" else min(32, _pow2_at_least(tmem_tile_columns(t)))
+    align = 4 if k in ("meta", "scale") else min(32, _pow2_at_least(tmem_tile_columns(t)))
     start = -(-st.next_col // align) * align
     end = start + ncols
     if end > TMEM_COLUMNS:
@@ -289,10 +304,10 @@ def tmem_slice(em: Emitter, ref: Arg, dim: Arg, start: Arg, size: Arg) -> Value:
                      help="write `ref.slice(0, 0, 128).slice(1, start, size)`")
         if not 0 < n <= cols or (static is not None and not 0 <= static <= cols - n):
             em.error("SP0543", f"cannot take columns [{static}, +{n}) of {t}", em.span)
-        step = 4 if t.kind == "meta" else tmem_packing(t)
+        step = 4 if t.kind in ("meta", "scale") else tmem_packing(t)
         if step > 1 and (static is None or static % step or n % step):
             em.error("SP0543", f"{t.kind} columns are sliced at constant multiples of {step}", start.span,
-                     help="metadata in whole 4-column atoms; packed operands at whole 32-bit columns")
+                     help="metadata and scales in whole 4-column atoms; packed operands at whole 32-bit columns")
         shape = (rows, n)
     else:
         em.error("SP0543", f"a 2-D TMEM view has dims 0 and 1, found {d}", dim.span)
@@ -373,9 +388,11 @@ def _idesc_diagnostics(em: Emitter, kind: str, ea: T.ScalarType, eb: T.ScalarTyp
                        sparse: bool, span: Any, cta_group: int = 1) -> None:
     from ..backend.descriptors import InstrDesc, idesc_problems
 
+    scaled = kind == "mxf8f6f4"
     for start, size in split_n(n):
         d = InstrDesc(kind, PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[eacc.name], 128 * cta_group, size,
-                      sparse=sparse, cta_group=cta_group)
+                      sparse=sparse, cta_group=cta_group, scale_dtype="ue8m0" if scaled else None,
+                      block_size=32 if scaled else None)
         problems = idesc_problems(d)
         if problems:
             p = problems[0]
@@ -385,9 +402,11 @@ def _idesc_diagnostics(em: Emitter, kind: str, ea: T.ScalarType, eb: T.ScalarTyp
 
 @builtin("mma", ns="tcgen05")
 def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumulate: Arg | None = None,
-        b_kmajor: Arg | None = None, cta_group: Arg | None = None) -> None:
+        b_kmajor: Arg | None = None, cta_group: Arg | None = None, a_scale: Arg | None = None,
+        b_scale: Arg | None = None) -> None:
     """``acc = A @ B^T (+ acc if accumulate)`` on the tensor cores, asynchronously (sparse A when
-    ``a_meta`` is given); one call may span several instruction tiles."""
+    ``a_meta`` is given; block-scaled, ``(A·SA) @ (B·SB)^T``, when ``a_scale`` / ``b_scale`` are);
+    one call may span several instruction tiles."""
     va, vb, vacc = em.value(a), em.value(b), em.value(acc)
     group = _cta_group(em, cta_group, "tcgen05.mma")
     kmajor = True if b_kmajor is None else bool(em.constexpr(b_kmajor, "b_kmajor", (bool, int)))
@@ -404,6 +423,10 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
     _, tb = _smem2d(em, b, "B")
     _, tacc = _tmem(em, acc, kinds=("acc",), what="a TMEM accumulator (kind=\"acc\")")
     m, n = tacc.shape
+    scaled = any(x is not None and not (isinstance(x.value, Const) and x.value.value is None)
+                 for x in (a_scale, b_scale))
+    if scaled:
+        _check_scaled_form(em, a, b, a_scale, b_scale, va, ea, tb.elem, group)
     if ea.name not in MMA_KIND:
         em.error("SP0544", f"tcgen05.mma does not take {ea} operands", a.span, help=f"use one of {', '.join(A_TYPES)}")
     eb = tb.elem
@@ -425,7 +448,8 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
     if k % step:
         em.error("SP0544", f"K = {k} is not a multiple of the {'sparse ' if sparse else ''}tcgen05 K step {step} "
                  f"for {ea}", a.span)
-    _idesc_diagnostics(em, MMA_KIND[ea.name], ea, eb, tacc.elem, n, sparse, acc.span, group)
+    _idesc_diagnostics(em, "mxf8f6f4" if scaled else MMA_KIND[ea.name], ea, eb, tacc.elem, n, sparse, acc.span,
+                       group)
     if m % 128:
         em.error("SP0545", f"M = {m} is not supported (sparsile issues M = 128 tiles)", acc.span)
     if not isinstance(va.type, T.TmemType):
@@ -445,6 +469,10 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
             em.error("SP0544", f"metadata for {m}x{k} {ea} A needs {m} rows and {words} word columns, found {tm}",
                      a_meta.span)
         operands.append(vm)
+    if scaled:
+        assert a_scale is not None and b_scale is not None
+        steps = k // step
+        operands += [_scale_operand(em, a_scale, "A", m, steps, step), _scale_operand(em, b_scale, "B", n, steps, step)]
     en = Const(True) if accumulate is None else em.unwrap(accumulate)
     if isinstance(en, Const):
         if not isinstance(en.value, bool | int):
@@ -459,8 +487,49 @@ def mma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, accumu
         ven = em.cast(ven, T.bool_)
     operands.append(ven)
     em.create("tcgen05.mma", operands, [], {"sparse": sparse, "kind": MMA_KIND[ea.name], "m": m, "n": n, "k": k,
-                                            "a_tmem": isinstance(va.type, T.TmemType), "cta_group": group})
+                                            "a_tmem": isinstance(va.type, T.TmemType), "cta_group": group,
+                                            "block_scale": scaled})
     return None
+
+
+SCALED_TYPES = ("e4m3", "e5m2")
+"""Operand types of the block-scaled kind::mxf8f6f4 sparsile can express (the kind also takes e2m3,
+e3m2 and e2m1, which the language has no types for)."""
+
+
+def _check_scaled_form(em: Emitter, a: Arg, b: Arg, a_scale: Arg | None, b_scale: Arg | None, va: Value,
+                       ea: T.ScalarType, eb: T.ScalarType, group: int) -> None:
+    """What sparsile supports of block-scaled MMAs (PTX ISA 9.7.16.10.7; hardware-facts §1.1-1.3):
+    kind::mxf8f6f4 with ``scale_vec::1X`` (UE8M0, one scale per instruction K), both scales given,
+    A and B in shared memory, cta_group::1, e4m3 / e5m2 operands."""
+    missing = "a_scale" if a_scale is None else ("b_scale" if b_scale is None else None)
+    if missing is not None:
+        em.error("SP0559", f"a block-scaled tcgen05.mma needs both a_scale= and b_scale=; {missing}= is missing",
+                 em.span, help="pass one kind=\"scale\" TMEM ref for each operand (a scale of 1.0 is byte 127)")
+    for what, arg, e in (("A", a, ea), ("B", b, eb)):
+        if e.name not in SCALED_TYPES:
+            em.error("SP0559", f"block-scaled tcgen05.mma (kind::mxf8f6f4) takes e4m3 or e5m2 operands, but {what} is "
+                     f"{e}", arg.span, help="quantize the operand with `stdlib.blockscale.quantize_mx`")
+    if isinstance(va.type, T.TmemType):
+        em.error("SP0559", "a block-scaled tcgen05.mma reads A from shared memory in sparsile (A in TMEM is not "
+                 "lowered for kind::mxf8f6f4)", a.span)
+    if group != 1:
+        em.error("SP0559", "block-scaled tcgen05.mma with cta_group=2 is not supported by sparsile (its scale "
+                 "layout over a CTA pair is not derived)", em.span, help="use cta_group=1 (M = 128 per instruction)")
+
+
+def _scale_operand(em: Emitter, arg: Arg, what: str, rows: int, steps: int, step: int) -> Value:
+    """A ``kind="scale"`` view wide enough for ``steps`` instructions over ``rows`` rows of the operand
+    (``tmem_scales.scale_columns_needed``)."""
+    from .tmem_scales import scale_columns_needed
+
+    v, t = _tmem(em, arg, kinds=("scale",), what=f"the {what} scale factors in TMEM (kind=\"scale\")")
+    need = scale_columns_needed(rows, steps)
+    if t.shape[0] != 128 or t.shape[1] < need:
+        em.error("SP0559", f"{what} scales for {rows} rows and {steps} instruction(s) of K {step} need a "
+                 f"(128, >= {need}) scale view (4 columns per 128 rows and 4 K blocks), found {t}", arg.span,
+                 help="copy one 512-byte scale atom per 128 rows and 4 instructions into it with tcgen05.copy")
+    return v
 
 
 def _cta_group(em: Emitter, arg: Arg | None, what: str) -> int:
@@ -503,6 +572,10 @@ def copy(em: Emitter, src: Arg, dst: Arg, cta_group: Arg | None = None) -> None:
     group = _cta_group(em, cta_group, "tcgen05.copy")
     vs = em.value(src)
     ts = vs.type
+    vd0 = em.value(dst)
+    if isinstance(vd0.type, T.TmemType) and vd0.type.kind == "scale":
+        _copy_scales(em, src, dst, vs, group)
+        return None
     if not isinstance(ts, T.SmemType) or ts.elem != T.u32 or ts.shape[-2:] != (128, 4) or len(ts.shape) > 3 \
             or ts.swizzle:
         em.error("SP0548", f"tcgen05.copy copies 2 KB atoms: a shared buffer of (128, 4) or (n, 128, 4) u32 without "
@@ -514,6 +587,31 @@ def copy(em: Emitter, src: Arg, dst: Arg, cta_group: Arg | None = None) -> None:
         em.error("SP0548", f"{atoms} atom(s) fill a (128, {4 * atoms}) metadata view, found {td}", dst.span)
     em.create("tcgen05.copy", [vs, vd], [], {"atoms": atoms, "cta_group": group})
     return None
+
+
+def _copy_scales(em: Emitter, src: Arg, dst: Arg, vs: Value, group: int) -> None:
+    """``tcgen05.cp.32x128b.warpx4`` per 512-byte scale atom (``tmem_scales.py``): a shared buffer of
+    ``(32n, 4)`` or ``(n, 32, 4)`` u32 words into the ``4n`` columns of a scale ref."""
+    from .tmem_scales import SCALE_ATOM_COLUMNS, SCALE_ATOM_LINES
+
+    ts = vs.type
+    ok = isinstance(ts, T.SmemType) and ts.elem == T.u32 and not ts.swizzle and (
+        (len(ts.shape) == 2 and ts.shape[1] == 4 and ts.shape[0] % SCALE_ATOM_LINES == 0)
+        or (len(ts.shape) == 3 and ts.shape[1:] == (SCALE_ATOM_LINES, 4)))
+    if not ok:
+        em.error("SP0548", f"tcgen05.copy of scale factors copies 512-byte atoms: a shared buffer of (32·n, 4) or "
+                 f"(n, 32, 4) u32 without swizzle, found {ts}", src.span,
+                 help="allocate `smem.alloc(u32, (32, 4))` per 128 rows and fill it by TMA from scales encoded by "
+                      "`stdlib.blockscale.encode_scales`")
+    if group != 1:
+        em.error("SP0559", "block scale factors are copied with cta_group=1 only (sparsile has no block-scaled "
+                 "CTA-pair MMA)", em.span)
+    vd, td = _tmem(em, dst, kinds=("scale",), what="a TMEM scale reference")
+    atoms = ts.shape[0] if len(ts.shape) == 3 else ts.shape[0] // SCALE_ATOM_LINES
+    if td.shape != (128, SCALE_ATOM_COLUMNS * atoms):
+        em.error("SP0548", f"{atoms} scale atom(s) fill a (128, {SCALE_ATOM_COLUMNS * atoms}) scale view, found {td}",
+                 dst.span)
+    em.create("tcgen05.copy", [vs, vd], [], {"atoms": atoms, "cta_group": 1, "scale": True})
 
 
 @builtin("commit", ns="tcgen05")
@@ -570,6 +668,8 @@ def _i_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         t = op.result.type
         if t.kind == "meta":
             arr = np.zeros(t.shape, np.uint32)  # never-copied metadata reads as undefined nibbles 0x0
+        elif t.kind == "scale":
+            arr = np.full(t.shape, 0xFFFFFFFF, np.uint32)  # never-copied scales read as UE8M0 NaN
         elif t.elem.is_float:
             arr = np.full(t.shape, np.nan, T.numpy_dtype(t.elem if t.elem != T.tf32 else T.f32))
         else:
@@ -684,6 +784,8 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
             a = decompress_tile(a, meta, ea)
         except SparsityError as e:
             raise InterpreterError(f"invalid sparse metadata in TMEM: {e}", op.span, ctx.program_id) from None
+    if op.attrs.get("block_scale"):
+        a, b = _scaled_operands(ctx, op, args, a, b)
     bm = b.T
     if ea in (T.f32, T.tf32):  # as wgmma on the H200: low 13 bits dropped (assumed for tcgen05, not measured)
         a, bm = tf32_truncate(a), tf32_truncate(bm)
@@ -692,9 +794,32 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
     acc[...] = _mma(a, bm, base, eacc)
 
 
+def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,
+                     b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A and B (float64) multiplied by the block scales the MMA reads from TMEM (PTX ISA
+    9.7.16.10.7: ``(A * scale_A) @ (B * scale_B)``), one scale per row and instruction K."""
+    from .tmem_scales import apply_scales, read_scales
+
+    i = 4 if op.attrs["sparse"] else 3
+    step = instr_k(op.operands[0].type.elem, op.attrs["sparse"])
+    steps = op.attrs["k"] // step
+    try:
+        sa = read_scales(np.asarray(args[i]), a.shape[0], steps, "A")
+        sb = read_scales(np.asarray(args[i + 1]), b.shape[0], steps, "B")
+    except ValueError as e:
+        raise InterpreterError(str(e), op.span, ctx.program_id) from None
+    return apply_scales(a, sa, step), apply_scales(b, sb, step)
+
+
 @copy_op.interpreter
 def _i_copy(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from .ops_cluster import peer_array
+
+    if op.attrs.get("scale"):
+        atoms = np.asarray(args[0]).reshape(-1, 32, 4)
+        for i in range(atoms.shape[0]):  # tcgen05.cp.32x128b.warpx4: line r to lane r of every quarter
+            args[1][:, 4 * i:4 * i + 4] = np.tile(atoms[i], (4, 1))
+        return []
 
     ranks: tuple[int, ...] = (-1,)
     if op.attrs.get("cta_group", 1) == 2:
