@@ -41,7 +41,8 @@ from typing import Any
 from ..frontend import types as T
 from ..frontend.diagnostics import CompileError, Diagnostic
 from ..frontend.ir import Operation
-from ..frontend.tile_layouts import register_coords
+from ..frontend.layouts import LinearLayout
+from ..frontend.tile_layouts import normalize, register_coords
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const
 from .lower_elementwise import cast_value
@@ -139,6 +140,44 @@ def warp_split(m: int, n: int, warps: int) -> WarpSplit | None:
     return WarpSplit(wm, wn, mt // wm, nt // wn)
 
 
+def acc_layout(m: int, n: int, warps: int) -> LinearLayout | None:
+    """The accumulator layout of :func:`warp_split`'s tiling in the C/D fragment layout (§4.4),
+    when every count is a power of two (else None): ``reg`` = (c0/c1 column, c2/c3 row + 8,
+    column tiles, row tiles), ``lane`` = (2t, g), ``warp`` = (row-tile warps, column-tile warps).
+    Register ``c + 4(j + tiles_n·i)`` is element ``c`` of the warp's tile (i, j)."""
+    split = warp_split(m, n, warps)
+    if split is None or any(x & (x - 1) for x in (m, n, warps, split.wm, split.wn, split.tiles_m, split.tiles_n)):
+        return None
+    reg = [(0, 1), (8, 0)]
+    reg += [(0, 8 * split.wn << b) for b in range(split.tiles_n.bit_length() - 1)]
+    reg += [(16 * split.wm << b, 0) for b in range(split.tiles_m.bit_length() - 1)]
+    lane = [(0, 2), (0, 4), (1, 0), (2, 0), (4, 0)]
+    warp = [(16 << b, 0) for b in range(split.wm.bit_length() - 1)]
+    warp += [(0, 8 << b) for b in range(split.wn.bit_length() - 1)]
+    lay = LinearLayout.from_bases({"reg": reg, "lane": lane, "warp": warp}, [("dim0", m), ("dim1", n)])
+    return normalize(lay, warps)
+
+
+def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
+    """Layout-inference anchor: the accumulator and result of ``dot`` / ``sparse_dot`` in the
+    MMA fragment layout, so no accumulator round trip through shared memory is needed."""
+    if op.name not in ("dot", "sparse_dot"):
+        return {}
+    shape = T.shape_of(op.result.type)
+    lay = acc_layout(shape[0], shape[1], num_warps)
+    if lay is None:
+        return {}
+    return {id(op.result): lay, id(op.operands[-1]): lay}
+
+
+def prepare(func: Any, target: Any, num_warps: int) -> dict[str, Any]:
+    return {}
+
+
+HOOKS = {"anchor": anchor, "prepare": prepare}
+"""Target hooks for the warp-level MMA targets (compiler._target_hooks chooses them)."""
+
+
 def padded_words(words: int) -> int:
     """A row stride in 32-bit words that is 4 (mod 8): the 8 rows x 4 words a fragment load reads
     then fall in 32 different banks."""
@@ -231,9 +270,10 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     sa_w = padded_words(ka * a_eb // 4)
     sb_w = padded_words(k * b_eb // 4)
     sc_w = n + 8 if n % 32 == 0 else n
+    direct = acc.layout == acc_layout(m, n, cg.num_warps)  # anchored: registers are the C fragments
     a_base = cg.smem_alloc(m * sa_w * 4, 16)
     b_base = cg.smem_alloc(n * sb_w * 4, 16)
-    c_base = cg.smem_alloc(m * sc_w * 4, 16)
+    c_base = 0 if direct else cg.smem_alloc(m * sc_w * 4, 16)
     meta = None
     if sparse:
         meta = cg.tile(op.operands[1])
@@ -243,7 +283,8 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     cg.barrier()  # the previous readers of these buffers (this op in an earlier iteration) are done
     _stage(cg, a, a_base, sa_w * 4 // a_eb, False)
     _stage(cg, b, b_base, sb_w * 4 // b_eb, True)
-    _stage(cg, acc, c_base, sc_w, False, work if acc.elem != work else None)
+    if not direct:
+        _stage(cg, acc, c_base, sc_w, False, work if acc.elem != work else None)
     if meta is not None:
         _stage(cg, meta, m_base, sm_w, False)
     cg.barrier()
@@ -277,6 +318,11 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     cregs: dict[tuple[int, int], list[LLValue]] = {}
     for i in range(tm):
         for j in range(tn):
+            if direct:
+                regs = acc.regs[4 * (j + tn * i):4 * (j + tn * i) + 4]
+                cregs[i, j] = [r if acc.elem == work else cast_value(cg, acc.elem, work, r)  # type: ignore[arg-type]
+                               for r in regs]
+                continue
             base = 16 * split.wm * i * sc_w * 4 + 8 * split.wn * j * 4
             cregs[i, j] = [_load(cg, ty, c_lane, base + (8 * sc_w * (p >> 1) + (p & 1)) * 4) for p in range(4)]
     text, cons = instr.text(), instr.constraints()
@@ -295,6 +341,11 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
                 res = cg.asm(ret, text, cons, args, side_effect=False, convergent=True)
                 assert res is not None
                 cregs[i, j] = [fb.extract(res, p, ty) for p in range(4)]
+    if direct:
+        out = [cregs[i, j][p] if acc.elem == work else cast_value(cg, work, acc.elem, cregs[i, j][p])  # type: ignore[arg-type]
+               for i in range(tm) for j in range(tn) for p in range(4)]
+        cg.set(op.result, DTile(acc.layout, out, acc.elem))
+        return True
     for i in range(tm):
         for j in range(tn):
             base = 16 * split.wm * i * sc_w * 4 + 8 * split.wn * j * 4
@@ -302,7 +353,7 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
                 _store(cg, cregs[i, j][p], c_lane, base + (8 * sc_w * (p >> 1) + (p & 1)) * 4)
     cg.barrier()
     coords = cg.coords(acc.layout)
-    out: list[LLValue] = []
+    out = []
     for r in range(len(acc.regs)):
         row, col = coords[r]
         lin = fb.binop("add", fb.binop("mul", row, const(sc_w, "i32")), col)

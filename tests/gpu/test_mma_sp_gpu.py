@@ -58,8 +58,32 @@ def gemm({params}, BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 64):
 """
 
 
-def make_kernel(dtype: str, sparse: bool):
-    return sp.loads(kernel_source(dtype, sparse), f"mma_{dtype}_{'sparse' if sparse else 'dense'}.spk").gemm
+def make_kernel(dtype: str, sparse: bool, anchored: bool = False):
+    """``anchored`` adds a comment so the compile cache keeps the two builds apart."""
+    src = kernel_source(dtype, sparse) + ("# accumulator anchored in the MMA layout\n" if anchored else "")
+    return sp.loads(src, f"mma_{dtype}_{'sparse' if sparse else 'dense'}.spk").gemm
+
+
+@contextlib.contextmanager
+def mma_hooks(enabled: bool):
+    """Compile with backend/lower_mma.py's target hooks (the accumulator anchored in the MMA
+    fragment layout: no round trip through shared memory), as compiler._target_hooks would
+    choose them for these targets once wired."""
+    from sparsile.backend import compiler
+    from sparsile.backend.lower_mma import HOOKS
+
+    if not enabled:
+        yield
+        return
+    real = compiler._target_hooks
+    compiler._target_hooks = lambda target: HOOKS if target.name in WARP_MMA_TARGETS else real(target)
+    try:
+        yield
+    finally:
+        compiler._target_hooks = real
+
+
+WARP_MMA_TARGETS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_120", "sm_121")
 
 
 def operands(dtype: str, m: int, n: int, k: int, seed: int):
@@ -104,7 +128,7 @@ def ptx_when_foreign_arch(target: str):
 
 
 def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpret: bool = False,
-        target: str = "sm_80", bm: int = 64, bn: int = 64, bk: int = 64):
+        target: str = "sm_80", bm: int = 64, bn: int = 64, bk: int = 64, anchored: bool = False):
     """Launch the kernel; returns (C, float64 reference, sum |a||b| per element)."""
     a, b = operands(dtype, m, n, k, seed)
     dt = TOOLKIT.get(dtype, dtype)
@@ -114,7 +138,7 @@ def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpr
     absprod = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
     out_t = np.int32 if dtype == "i8" else np.float32
     c = np.full((m, n), -(2**31) + 7 if dtype == "i8" else np.nan, out_t)
-    kern = make_kernel(dtype, sparse)
+    kern = make_kernel(dtype, sparse, anchored)
     grid = (-(-m // bm), -(-n // bn))
     launch = kern.interpret[grid] if interpret else kern[grid]
     opts = {} if interpret else {"target": target}
@@ -127,7 +151,7 @@ def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpr
     if interpret:
         launch(*args, **cfg)
     else:
-        with ptx_when_foreign_arch(target):
+        with ptx_when_foreign_arch(target), mma_hooks(anchored):
             launch(*args, **cfg, **opts)
     return c, ref, absprod
 
@@ -169,8 +193,9 @@ SHAPES = [(64, 64, 64), (200, 100, 192), (130, 70, 320), (1000, 1000, 1024)]
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32", "i8"])
 @pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
 @pytest.mark.parametrize("target", ["sm_90", "sm_80"])
-def test_warp_mma_on_gpu(target, sparse, dtype, m, n, k):
-    c, ref, absprod = run(dtype, sparse, m, n, k, seed=3, target=target)
+@pytest.mark.parametrize("anchored", [False, True], ids=["smem_acc", "anchored_acc"])
+def test_warp_mma_on_gpu(anchored, target, sparse, dtype, m, n, k):
+    c, ref, absprod = run(dtype, sparse, m, n, k, seed=3, target=target, anchored=anchored)
     check(dtype, c, ref, absprod, k)
 
 
@@ -178,18 +203,21 @@ def test_warp_mma_on_gpu(target, sparse, dtype, m, n, k):
 @pytest.mark.parametrize("dtype", ["e4m3", "e5m2"])
 @pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
 @pytest.mark.parametrize("target", ["sm_90", "sm_89"])
-def test_fp8_warp_mma_on_gpu(target, sparse, dtype):
-    c, ref, absprod = run(dtype, sparse, 200, 136, 320, seed=4, target=target)
+@pytest.mark.parametrize("anchored", [False, True], ids=["smem_acc", "anchored_acc"])
+def test_fp8_warp_mma_on_gpu(anchored, target, sparse, dtype):
+    c, ref, absprod = run(dtype, sparse, 200, 136, 320, seed=4, target=target, anchored=anchored)
     check(dtype, c, ref, absprod, 320)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bm,bn,bk", [(128, 128, 64), (64, 128, 128), (32, 64, 32), (16, 32, 64)])
 @pytest.mark.parametrize("target", ["sm_90", "sm_80"])
-def test_tile_configurations_on_gpu(target, bm, bn, bk):
+@pytest.mark.parametrize("anchored", [False, True], ids=["smem_acc", "anchored_acc"])
+def test_tile_configurations_on_gpu(anchored, target, bm, bn, bk):
     """Other warp splits: 2 row tiles per warp, 16 column tiles per warp, warps split over N."""
     for sparse in (True, False):
-        c, ref, absprod = run("f16", sparse, 150, 190, 256, seed=5, target=target, bm=bm, bn=bn, bk=bk)
+        c, ref, absprod = run("f16", sparse, 150, 190, 256, seed=5, target=target, bm=bm, bn=bn, bk=bk,
+                              anchored=anchored)
         check("f16", c, ref, absprod, 256)
 
 
