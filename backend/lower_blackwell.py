@@ -518,10 +518,13 @@ class MmaInstr:
     selector: int
     idesc: int
     first: bool
+    a_scale_col: int | None = None
+    b_scale_col: int | None = None
 
 
 def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType, m: int, n: int, k: int,
-             sparse: bool, acc_tile_stride: int, meta_tile_stride: int = 0, cta_group: int = 1) -> list[MmaInstr]:
+             sparse: bool, acc_tile_stride: int, meta_tile_stride: int = 0, cta_group: int = 1,
+             block_scale: bool = False) -> list[MmaInstr]:
     """The instructions of ``tcgen05.mma`` over an M x N accumulator and K (see module docstring).
 
     Metadata (jax-mosaic-sparse.md §2, hardware-facts §1.4): a 16-bit or tf32 instruction reads one
@@ -531,10 +534,15 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
 
     ``cta_group=2``: ``m`` is this CTA's 128 rows of the pair's M = 256 and ``n`` the whole N (each
     CTA's B holds N/2 rows, read at the same offsets in both): one instruction per K step, its
-    descriptor M = 256."""
-    from ..frontend.ops_blackwell import MMA_KIND
+    descriptor M = 256.
 
-    kind = MMA_KIND[a_elem.name]
+    ``block_scale`` (kind::mxf8f6f4 ``.block_scale``, ``frontend/tmem_scales.py``): K step ``ks``
+    uses scale block ``ks``: scale-factor ids ``ks % 4`` for A and B in the descriptor, and the
+    scale columns ``a_scale_col`` / ``b_scale_col`` (relative to the scale views)."""
+    from ..frontend.ops_blackwell import MMA_KIND
+    from ..frontend.tmem_scales import a_scale_column, b_scale_column, scale_id
+
+    kind = "mxf8f6f4" if block_scale else MMA_KIND[a_elem.name]
     step = instr_k(a_elem, sparse)
     a_step = step // 2 if sparse else step
     cols = meta_columns_per_instr(a_elem) if sparse else 0
@@ -545,11 +553,16 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
         meta_in_tile = (ks // pair) * 2 if sparse else None
         for mt in range(m // 128):
             for n0, nsz in split_n(n):
+                scales = dict(scale_dtype="ue8m0", a_scale_id=scale_id(ks), b_scale_id=scale_id(ks),
+                              block_size=32) if block_scale else {}
                 d = InstrDesc(kind, PTX_DTYPE[a_elem.name], PTX_DTYPE[b_elem.name], D_DTYPE[acc_elem.name],
-                              128 * cta_group, nsz, sparse=sparse, selector=sel, cta_group=cta_group)
+                              128 * cta_group, nsz, sparse=sparse, selector=sel, cta_group=cta_group,
+                              **scales)  # type: ignore[arg-type]
                 out.append(MmaInstr(ks, mt, n0, nsz, 128 * mt, ks * a_step, n0, ks * step, mt * acc_tile_stride + n0,
                                     None if meta_in_tile is None else mt * meta_tile_stride + meta_in_tile, sel,
-                                    encode_idesc(d), ks == 0))
+                                    encode_idesc(d), ks == 0,
+                                    a_scale_column(ks, mt, m) if block_scale else None,
+                                    b_scale_column(ks, n0, n) if block_scale else None))
     return out
 
 
@@ -566,12 +579,20 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
     en = cg.scalar(op.operands[-1])
     a_elem = a_v.type.elem
     group = op.attrs.get("cta_group", 1)
+    scaled = bool(op.attrs.get("block_scale"))
     plan = mma_plan(a_elem, b_v.type.elem, acc_v.type.elem, op.attrs["m"], op.attrs["n"], op.attrs["k"], sparse,
-                    acc.tile_stride, meta.tile_stride if meta else 0, group)
+                    acc.tile_stride, meta.tile_stride if meta else 0, group, block_scale=scaled)
     suffix = ".sp" if sparse else ""
     a_tmem = isinstance(a, TmemRef)
     name = f"llvm.nvvm.tcgen05.mma{suffix}.{'tensor' if a_tmem else 'shared'}"
     imm = [const(KIND_CODE[kind], "i32"), const(group, "i32"), const(0, "i32")]
+    scale_refs: tuple[TmemRef, TmemRef] | None = None
+    if scaled:  # (hardware-facts §6: no kind immarg; `.block32` = scale_vec::1X for mxf8f6f4, §1.1)
+        require(cg.target, Feature.TCGEN05_MXF8F6F4, op.span)
+        name += ".mxf8f6f4.block_scale.block32"
+        imm = imm[1:]
+        i = 4 if sparse else 3
+        scale_refs = (cg.get(op.operands[i]), cg.get(op.operands[i + 1]))
 
     def issue() -> None:
         for ins in plan:
@@ -584,6 +605,9 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
                      en if ins.first else const(1, "i1")]
             if meta is not None:
                 args.append(tmem_ptr(cg, meta.addr, ins.meta_col or 0))
+            if scale_refs is not None:
+                args += [tmem_ptr(cg, scale_refs[0].addr, ins.a_scale_col or 0),
+                         tmem_ptr(cg, scale_refs[1].addr, ins.b_scale_col or 0)]
             _intrinsic(cg, "void", name, args + imm)
 
     _issue(cg, issue, pair=group == 2)
@@ -598,6 +622,9 @@ def lower_copy(cg: CodeGen, op: Operation) -> None:
     dst: TmemRef = cg.get(op.operands[1])
     fields = SmemDesc(0, 0, 128, "none")
     g = op.attrs.get("cta_group", 1)
+    if op.attrs.get("scale"):
+        _issue(cg, lambda: _copy_scale_atoms(cg, src, dst, op.attrs["atoms"]))
+        return
 
     def issue() -> None:
         for i in range(op.attrs["atoms"]):
@@ -606,6 +633,18 @@ def lower_copy(cg: CodeGen, op: Operation) -> None:
                        [tmem_ptr(cg, dst.addr, 4 * i), _desc_at(cg, off, fields)])
 
     _issue(cg, issue, pair=g == 2)
+
+
+def _copy_scale_atoms(cg: CodeGen, src: SmemRef, dst: TmemRef, atoms: int) -> None:
+    """``tcgen05.cp.cta_group::1.32x128b.warpx4 [tmem + 4i], desc`` per 512-byte scale atom (PTX ISA
+    9.7.16.9.2: ``.warpx4`` multicasts the 32 lanes into all four warps' lane quarters, which block
+    scaling needs, 9.7.16.10.7). The source is 32 lines of 16 bytes, K-major without swizzle: core
+    matrices of 8 lines x 16 bytes, SBO = 128 B between 8-line groups, LBO unused (§1.5)."""
+    fields = SmemDesc(0, 0, 128, "none")
+    for i in range(atoms):
+        off = cg.fb.binop("add", src.base, const(512 * i, "i32")) if i else src.base
+        _intrinsic(cg, "void", "llvm.nvvm.tcgen05.cp.32x128b_warpx4.cg1",
+                   [tmem_ptr(cg, dst.addr, 4 * i), _desc_at(cg, off, fields)])
 
 
 @lowering("tcgen05.commit")
