@@ -61,6 +61,7 @@ def bn_for(n: int) -> int:
 def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int) -> dict:
     import torch
     from sparsile.stdlib import sparsity as S
+    from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[dtype]
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
@@ -86,17 +87,26 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     scale = ref.abs().max().item()
     bn = bn_for(n)
     grid = (((m + 127) // 128) * ((n + bn - 1) // bn),)
-    kern = getattr(sp_mod, f"sparse_gemm_{dtype}")[grid]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    split = choose_split_k(m, n, k, bn, KERNELS[dtype], sms)  # what sparse_matmul would pick
+    kern = getattr(sp_mod, f"sparse_gemm_{dtype}" + ("_splitk" if split > 1 else ""))[(grid[0], split)]
+    if split == 1:
+        def ours():
+            kern(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn)
+    else:
+        work = torch.empty(split, m, n, device="cuda", dtype=torch.float32)
+        reduce = sp_mod.splitk_reduce[((m * n + 1023) // 1024,)]
 
-    def ours():
-        kern(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn)
+        def ours():
+            kern(vals_t, meta_t, b, work, m, n, k, meta.shape[1], n, BN=bn, SPLIT_K=split)
+            reduce(work, c, m * n, SPLIT_K=split)
 
     c.fill_(float("nan"))
     ours()
     torch.cuda.synchronize()
     err = ((c.float() - ref).abs().max() / scale).item()
-    row = {"dtype": dtype, "m": m, "n": n, "k": k, "sparsile": profile_kernel_time(ours, iters), "err": err}
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    row = {"dtype": dtype, "m": m, "n": n, "k": k, "sparsile": profile_kernel_time(ours, iters), "err": err,
+           "split": split}
     if grid[0] > sms:  # persistent: one CTA per SM, each computing several tiles
         pkern = getattr(sp_mod, f"sparse_gemm_{dtype}")[(sms,)]
 
@@ -203,7 +213,8 @@ def main() -> None:
         print(f"... {dt} {m}x{n}x{k}: sparsile {r['sparsile']:.1f} us, cuSPARSELt {r['cslt']}, "
               f"err {r['err']:.1e} ({time.perf_counter() - started:.0f} s)", flush=True)
     print()
-    print(f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'sparsile':>9} {'TF':>5} | {'persist.':>9} {'TF':>5} | "
+    print(f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
+          f"{'persist.':>9} {'TF':>5} | "
           f"{'cuSPARSELt':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} "
           f"{'dense/cuBLAS':>12} {'err':>7}")
     for r in rows:
@@ -211,10 +222,11 @@ def main() -> None:
         vs = f"{r['cslt'] / r['sparsile']:>7.2f}" if r.get("cslt") else f"{'-':>7}"
         dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
         err = max(r["err"], r.get("persistent_err", 0.0))
-        print(f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} | {fmt(r['sparsile'], f)} | "
+        print(f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
               f"{fmt(r.get('persistent'), f)} | {fmt(r.get('cslt'), f)} | {fmt(r.get('cublas'), f)} | "
               f"{fmt(r.get('sp_dense'), f)} | {vs} {dv} {err:>7.1e}")
     print("times: us per call, CUDA profiler kernel time; TF: effective TFLOP/s = 2MNK/t (sparse and dense alike);")
+    print("sk = split-K shares (sparse_matmul's choice: choose_split_k; the time includes splitk_reduce);")
     print("vs cslt = cuSPARSELt time / sparsile time (one CTA per tile); persist. = the same kernel on one CTA per SM")
     print("(each computing several tiles; '-' when there are no more tiles than SMs); e4m3 cuBLAS column is")
     print("torch._scaled_mm; err = max |C - ref| / max |ref| over both sparsile runs (ref: the same inputs")

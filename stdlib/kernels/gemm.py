@@ -51,6 +51,8 @@ class KernelChoice:
     out_dtype: str     # numpy name of C's element type (the kernel's store type)
     torch_dtype: str   # the torch dtype attribute of the operand
     max_bn: int        # widest N tile (accumulator registers: 256 f32 columns per 2 warpgroups; tf32 128)
+    block_k: int = 64               # K elements per pipeline step (the kernel's default BK)
+    partial_dtype: str = "float32"  # numpy name of the split-K workspace element type
 
     @property
     def k_align(self) -> int:
@@ -66,14 +68,27 @@ class KernelChoice:
 
 
 KERNELS: dict[str, KernelChoice] = {c.operand: c for c in (
-    KernelChoice("f16", "sparse_gemm_f16", 2, "float16", "float16", 256),
-    KernelChoice("bf16", "sparse_gemm_bf16", 2, "float16", "bfloat16", 256),
-    KernelChoice("e4m3", "sparse_gemm_e4m3", 1, "float16", "float8_e4m3fn", 256),
-    KernelChoice("s8", "sparse_gemm_s8", 1, "int32", "int8", 256),
-    KernelChoice("tf32", "sparse_gemm_tf32", 4, "float32", "float32", 128),
+    KernelChoice("f16", "sparse_gemm_f16", 2, "float16", "float16", 256, 64, "float32"),
+    KernelChoice("bf16", "sparse_gemm_bf16", 2, "float16", "bfloat16", 256, 64, "float32"),
+    KernelChoice("e4m3", "sparse_gemm_e4m3", 1, "float16", "float8_e4m3fn", 256, 128, "float32"),
+    KernelChoice("s8", "sparse_gemm_s8", 1, "int32", "int8", 256, 128, "int32"),
+    KernelChoice("tf32", "sparse_gemm_tf32", 4, "float32", "float32", 128, 32, "float32"),
 )}
-"""Operand types with a Hopper kernel. f16, bf16 and e4m3 were run on the H200
-(benchmarks/RESULTS.md); s8 (int32 C) and tf32 (float32 C) are interpreter-checked only."""
+"""Operand types with a Hopper kernel, all run on the H200 (benchmarks/RESULTS.md,
+benchmarks/sweep_sparse_gemm.py)."""
+
+H200_SMS = 132  # SMs assumed for the split-K choice when no GPU is visible (interpreter, AOT)
+
+
+def choose_split_k(m: int, n: int, k: int, bn: int, choice: KernelChoice, sms: int) -> int:
+    """Split K when C has too few tiles to occupy the GPU: enough shares to give every SM a CTA,
+    at most 8, and at least 4 K steps per share (each share pays a pipeline fill and an f32
+    workspace write and read). 1 when the tiles already cover half of the SMs."""
+    tiles = -(-m // BM) * -(-n // bn)
+    steps = -(-k // choice.block_k)
+    if tiles == 0 or tiles * 2 > sms:
+        return 1
+    return max(1, min(sms // tiles, steps // 4, 8))
 
 _TORCH_OPERANDS = {f"torch.{c.torch_dtype}": c.operand for c in KERNELS.values()}
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
@@ -251,29 +266,41 @@ class SparseMatmul:
     b: Any
     out: Any
     bn: int
+    split_k: int = 1
+    workspace: Any = None  # (split_k, M, N) partial sums when split_k > 1
 
     @property
-    def grid(self) -> tuple[int]:
-        """1-D: one CTA per BM x BN tile of C."""
-        return (-(-self.m // BM) * -(-self.n // self.bn),)
+    def grid(self) -> tuple[int, int]:
+        """One CTA per BM x BN tile of C and per share of K (split-K)."""
+        return (-(-self.m // BM) * -(-self.n // self.bn), self.split_k)
 
     @property
     def kernel(self) -> Any:
-        return getattr(kernel_module(), self.choice.kernel)
+        name = self.choice.kernel if self.split_k == 1 else f"{self.choice.kernel}_splitk"
+        return getattr(kernel_module(), name)
 
     def arguments(self) -> tuple[Any, ...]:
         lde = int(self.meta.shape[1])
-        return (self.values, self.meta, self.b, self.out, self.m, self.n, self.k_padded, lde, self.n)
+        c = self.out if self.split_k == 1 else self.workspace
+        return (self.values, self.meta, self.b, c, self.m, self.n, self.k_padded, lde, self.n)
 
     def compile(self, target: str = "sm_90a") -> Any:
         """Compile (through the compile cache) for ``target``; returns the CompiledKernel."""
-        return self.kernel[self.grid].compile_for(target, *self.arguments(), BN=self.bn)
+        return self.kernel[self.grid].compile_for(target, *self.arguments(), **self._constexprs())
+
+    def _constexprs(self) -> dict[str, int]:
+        return {"BN": self.bn} if self.split_k == 1 else {"BN": self.bn, "SPLIT_K": self.split_k}
 
     def run(self, interpret: bool = False) -> Any:
         """Launch on the current GPU (or run in the interpreter) and return ``out``."""
         if self.m and self.n:
             launch = self.kernel.interpret[self.grid] if interpret else self.kernel[self.grid]
-            launch(*self.arguments(), BN=self.bn)
+            launch(*self.arguments(), **self._constexprs())
+            if self.split_k > 1:
+                reduce = kernel_module().splitk_reduce
+                grid = (-(-self.m * self.n // 1024),)
+                (reduce.interpret[grid] if interpret else reduce[grid])(
+                    self.workspace, self.out, self.m * self.n, SPLIT_K=self.split_k)
         return self.out
 
 
@@ -305,16 +332,22 @@ def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
             return out
+    return _empty(home, (m, n), choice.out_dtype, interpret)
+
+
+def _empty(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
+    """A new array of numpy dtype name ``dtype``: a torch/cupy array on ``home``'s device for a GPU
+    launch, numpy otherwise."""
     kind = "numpy" if interpret else _kind(home)
     if kind == "torch":
         import torch
 
-        return torch.empty((m, n), dtype=getattr(torch, choice.out_dtype), device=home.device)
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=home.device)
     if kind == "cupy":
         import cupy
 
-        return cupy.empty((m, n), dtype=choice.out_dtype)
-    return np.empty((m, n), dtype=choice.out_dtype)
+        return cupy.empty(shape, dtype=dtype)
+    return np.empty(shape, dtype=dtype)
 
 
 def _target(target: str | None, interpret: bool) -> str:
@@ -332,7 +365,7 @@ def _target(target: str | None, interpret: bool) -> str:
 
 def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                        interpret: bool = False, target: str | None = None, persistent: bool = True,
-                       num_sms: int | None = None) -> Any:
+                       num_sms: int | None = None, split_k: int | None = None) -> Any:
     """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
     a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell."""
     tgt = _target(target, interpret)
@@ -372,12 +405,27 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     values = _pad_columns(values, k_padded // 2)
     b = _pad_columns(b, k_padded)
     c = _output(out, m, n, choice, home, interpret)
-    return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, choice.block_n(n))
+    bn = choice.block_n(n)
+    split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
+                                                               num_sms or _sm_count(interpret))
+    if not isinstance(split, int) or not 1 <= split <= 64:
+        raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
+    workspace = _empty(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
+    return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace)
+
+
+def _sm_count(interpret: bool) -> int:
+    """The current GPU's SM count (H200's 132 without a GPU or in the interpreter)."""
+    if interpret:
+        return H200_SMS
+    from ...backend import runtime
+
+    return runtime.current_device().sm_count if runtime.has_gpu() else H200_SMS
 
 
 def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                   interpret: bool = False, target: str | None = None, persistent: bool = True,
-                  num_sms: int | None = None) -> Any:
+                  num_sms: int | None = None, split_k: int | None = None) -> Any:
     """``decompress(values, meta) @ b.T`` with the Hopper or the Blackwell sparse GEMM.
 
     ``target``: "sm_90a" (the Hopper kernel of ``sparse_gemm_sm90.spk``), or "sm_100a" / "sm_103a" /
@@ -393,7 +441,9 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     values and b are cast to it. C is (M, N) float16 (int32 for s8, float32 for tf32), returned
     in ``out`` when given, else as a new array of b's kind (a torch/cupy array on b's device, or
     numpy). ``interpret=True`` runs the same kernel in the CPU interpreter. Without a GPU (and
-    without ``interpret``) it raises LaunchError SP0731.
+    without ``interpret``) it raises LaunchError SP0731. ``split_k`` (Hopper): shares of K computed
+    by separate CTAs into an f32 (s8: i32) workspace, then added (``splitk_reduce``); default
+    :func:`choose_split_k`, which splits only when C has fewer tiles than half the SMs.
     """
     if not interpret:
         from ...backend import runtime
@@ -403,7 +453,7 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
             raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret, target=target,
-                              persistent=persistent, num_sms=num_sms)
+                              persistent=persistent, num_sms=num_sms, split_k=split_k)
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
             plan.out[...] = 0

@@ -60,11 +60,11 @@ class KernelChoiceSm100(KernelChoice):
 
 
 KERNELS_SM100: dict[str, KernelChoiceSm100] = {c.operand: c for c in (
-    KernelChoiceSm100("f16", "sparse_gemm_f16", 2, "float16", "float16", 128, 128, 128, 128),
-    KernelChoiceSm100("bf16", "sparse_gemm_bf16", 2, "float16", "bfloat16", 128, 128, 128, 128),
-    KernelChoiceSm100("tf32", "sparse_gemm_tf32", 4, "float16", "float32", 128, 128, 128, 64),
-    KernelChoiceSm100("e4m3", "sparse_gemm_e4m3", 1, "float16", "float8_e4m3fn", 192, 192, 256, 128),
-    KernelChoiceSm100("s8", "sparse_gemm_i8", 1, "int32", "int8", 192, 192, 256, 128),
+    KernelChoiceSm100("f16", "sparse_gemm_f16", 2, "float16", "float16", 128, bn=128, tile_bn=128, atom_k=128),
+    KernelChoiceSm100("bf16", "sparse_gemm_bf16", 2, "float16", "bfloat16", 128, bn=128, tile_bn=128, atom_k=128),
+    KernelChoiceSm100("tf32", "sparse_gemm_tf32", 4, "float16", "float32", 128, bn=128, tile_bn=128, atom_k=64),
+    KernelChoiceSm100("e4m3", "sparse_gemm_e4m3", 1, "float16", "float8_e4m3fn", 192, bn=192, tile_bn=256, atom_k=128),
+    KernelChoiceSm100("s8", "sparse_gemm_i8", 1, "int32", "int8", 192, bn=192, tile_bn=256, atom_k=128),
 )}
 """Operand types with a Blackwell kernel (the kernels' default BN). C is float16, int32 for s8
 (the Blackwell tf32 kernel stores f16, unlike the Hopper one). s8 needs kind::i8: not sm_103a."""

@@ -89,6 +89,41 @@ def test_any_shape_matches_reference(dtype, m, n, k, seed):
     assert_close(c, ref, absprod, k, dtype)
 
 
+@pytest.mark.parametrize("dtype,m,n,k,split", [("f16", 130, 40, 512, 3), ("s8", 64, 32, 512, 2),
+                                               ("tf32", 40, 24, 200, 2), ("bf16", 70, 20, 192, 4)])
+def test_split_k_matches_float64_reference(dtype, m, n, k, split):
+    """Shares of K in an f32 (s8: int32, exact) workspace, added by splitk_reduce; the last share of
+    bf16's 3 steps over 4 shares is empty."""
+    weight, b = problem(dtype, m, n, k, seed=m * n + k)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, split_k=split)
+    assert plan.grid[1] == split and plan.workspace.shape == (split, m, n)
+    c = sparse_matmul(weight.values, weight.meta, b, interpret=True, split_k=split)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+@pytest.mark.parametrize("m,n,k,dtype,sms,split", [
+    (4096, 128, 14336, "f16", 132, 4),    # 32 tiles: 132 // 32 = 4 shares of 56 steps
+    (1000, 600, 768, "f16", 132, 3),      # 24 tiles, 12 K steps: at least 4 steps per share
+    (8192, 8192, 8192, "f16", 132, 1),    # 2048 tiles
+    (28672, 16, 8192, "f16", 132, 1),     # 224 tiles
+    (128, 16, 65536, "e4m3", 132, 8),     # 1 tile: at most 8 shares
+    (256, 256, 256, "f16", 132, 1),       # 4 K steps: no share would have 4
+])
+def test_choose_split_k(m, n, k, dtype, sms, split):
+    from sparsile.stdlib.kernels.gemm import choose_split_k
+
+    choice = KERNELS[dtype]
+    assert choose_split_k(m, n, k, choice.block_n(n), choice, sms) == split
+
+
+def test_split_k_must_be_a_small_positive_integer():
+    weight, b = problem("f16", 32, 16, 64, seed=1)
+    for bad in (0, 65, 2.5):
+        with pytest.raises(SparsityError, match="split_k must be an integer from 1 to 64"):
+            plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, split_k=bad)
+
+
 def test_float32_inputs_are_cast_to_the_operand_type():
     weight, b = problem("f16", 64, 48, 64, seed=1)
     c32 = sparse_matmul(weight.values.astype(np.float32), weight.meta, b.astype(np.float32), interpret=True)
@@ -241,7 +276,7 @@ def test_plan_pads_k_to_16_byte_rows(dtype, k, k_padded):
     assert plan.values.shape == (130, k_padded // 2) and plan.b.shape == (300, k_padded)
     assert not np.asarray(plan.b[:, k:]).astype(np.float64).any()  # zero padding
     assert plan.choice.kernel == f"sparse_gemm_{dtype}"
-    assert plan.grid == (2 * -(-300 // plan.bn),)  # ceil(M/128) * ceil(N/BN)
+    assert plan.grid == (2 * -(-300 // plan.bn), 1)  # ceil(M/128) * ceil(N/BN) tiles; K too short to split
     assert plan.meta.dtype == np.uint32 and plan.meta.shape[0] == 144  # M rounded up to 16
 
 
