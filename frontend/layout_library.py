@@ -178,6 +178,52 @@ def wgmma_sparse_metadata(dtype: str, spsel: int | str = 0) -> LinearLayout:
                       help="use tcgen05 (sm_100a) for e2m1 operands")
 
 
+#: K (stored columns) of one wgmma instruction's A fragment per operand class; the sparse
+#: instruction covers twice this logical K (its A is compressed 2:4, or 1:2 for tf32).
+WGMMA_A_COLS = {"16bit": 16, "tf32": 8, "8bit": 32}
+
+
+def wgmma_a_fragment(dtype: str, *, sparse: bool = False, warpgroups: int = 1) -> LinearLayout:
+    """Multiplicand A of ``wgmma.mma_async`` taken from registers: four b32 registers per thread.
+
+    PTX ISA 9.7.15.5.1.1 (Figs. 148, 150, 152 dense; 9.7.15.5.1.2 sparse figures): warp ``w`` of
+    the warpgroup holds rows ``16w..16w+15``; ``g = lane/4, t = lane%4``; element ``a_i``
+    (low to high):
+
+    - 16-bit (``m64nNk16``, sparse ``k32`` over the 16 stored columns): ``a0,a1 = (g, 2t..+1)``,
+      ``a2,a3 = (g+8, ·)``, ``a4,a5 = (g, 2t+8..)``, ``a6,a7 = (g+8, 2t+8..)``; two per register.
+    - tf32 (``k8``, sparse ``k16`` over 8 stored columns): ``a0 = (g, t)``, ``a1 = (g+8, t)``,
+      ``a2 = (g, t+4)``, ``a3 = (g+8, t+4)``; one per register.
+    - 8-bit (``k32``, sparse ``k64`` over 32 stored columns): ``a0..a3 = (g, 4t..+3)``,
+      ``a4..a7 = (g+8, ·)``, ``a8..a11 = (g, 4t+16..)``, ``a12..a15 = (g+8, 4t+16..)``; four per
+      register.
+
+    Per warp these are the ``mma.m16n8k16`` / ``m16n8k8`` / ``m16n8k32`` A fragments (and the
+    sparse forms follow ``mma.sp``'s A on the stored values, hardware-facts §4.2 [U]: not run on
+    the H200 yet).  ``reg`` counts elements ``a_i`` in order.  Output ``("m", 64·warpgroups),
+    ("k", WGMMA_A_COLS)``: ``k`` is the *stored* column (compressed for ``sparse=True``; the
+    layout is the same, the flag documents which instruction reads it).  With ``warpgroups > 1``
+    warp bits 2+ stack further 64-row blocks, as in :func:`wgmma_accumulator`.
+    """
+    cls = operand_class(dtype)
+    del sparse  # the register fragment of the stored values does not depend on it (docstring)
+    gt_rows = [{"m": 1}, {"m": 2}, {"m": 4}]
+    if cls == "16bit":
+        reg = [{"k": 1}, {"m": 8}, {"k": 8}]
+        lane = [{"k": 2}, {"k": 4}, *gt_rows]
+    elif cls == "tf32":
+        reg = [{"m": 8}, {"k": 4}]
+        lane = [{"k": 1}, {"k": 2}, *gt_rows]
+    elif cls == "8bit":
+        reg = [{"k": 1}, {"k": 2}, {"m": 8}, {"k": 16}]
+        lane = [{"k": 4}, {"k": 8}, *gt_rows]
+    else:
+        raise LayoutError("SP0408", f"wgmma has no {dtype} register A (hardware-facts §4.1)",
+                          help="use tcgen05 (sm_100a) for 4-bit operands")
+    warp = [{"m": 16}, {"m": 32}, *_units("m", 6, log2_exact(warpgroups, "warpgroups"))]
+    return _bases({REG: reg, LANE: lane, WARP: warp}, [("m", 64 * warpgroups), ("k", WGMMA_A_COLS[cls])])
+
+
 def mma_sp_fragment(operand: str, *, packed: bool = False) -> LinearLayout:
     """Fragments of ``mma.sp::ordered_metadata.m16n8k32`` with f16/bf16 operands (one warp).
 

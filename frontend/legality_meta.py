@@ -199,8 +199,9 @@ def wgmma_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     if not op.attrs.get("sparse") or len(op.operands) < 4:
         return
     ta = op.operands[0].type
-    assert isinstance(ta, T.SmemType)
-    yield from _check(op, op.operands[3], ta.elem, "this sparse wgmma", ctx)
+    a_elem = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)  # A in shared memory or registers
+    assert isinstance(a_elem, T.ScalarType)
+    yield from _check(op, op.operands[3], a_elem, "this sparse wgmma", ctx)
 
 
 # ------------------------------------------------------------------------------------------------

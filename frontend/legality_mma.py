@@ -67,13 +67,17 @@ def wgmma_operands(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     a, b = op.operands[0], op.operands[1]
     sparse = bool(op.attrs.get("sparse"))
     ta, tb = a.type, b.type
-    assert isinstance(ta, T.SmemType) and isinstance(tb, T.SmemType)
-    elem = ta.elem.name
+    assert isinstance(tb, T.SmemType)
+    a_elem = _a_elem(op)
+    elem = a_elem.name
     if elem not in DENSE_K:
         return  # sema reported the operand type
     ik = instr_k(elem, sparse)
-    eb = max(1, ta.elem.bits // 8)
-    for what, v, t, k_elems in (("A", a, ta, ik // 2 if sparse else ik), ("B", b, tb, ik)):
+    eb = max(1, a_elem.bits // 8)
+    smem_operands = [("B", b, tb, ik)]
+    if isinstance(ta, T.SmemType):  # a register A (PTX ISA 9.7.15.5.1.1) has no tiling to check
+        smem_operands.insert(0, ("A", a, ta, ik // 2 if sparse else ik))
+    for what, v, t, k_elems in smem_operands:
         if not t.swizzle:
             yield Diagnostic(SP_WGMMA_UNSWIZZLED, f"{what} of wgmma is in an unswizzled buffer {t}", op.span,
                              help=f"allocate {what} with `swizzle=` 32, 64 or 128 (the row width in bytes, "
@@ -83,7 +87,7 @@ def wgmma_operands(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
         if need > t.swizzle:
             kind = "sparse " if sparse else ""
             yield Diagnostic(SP_WGMMA_TILING, f"{what}'s swizzle rows are {t.swizzle} bytes but one {kind}wgmma "
-                             f"reads {need} bytes of K ({k_elems} x {ta.elem}) per row", op.span,
+                             f"reads {need} bytes of K ({k_elems} x {a_elem}) per row", op.span,
                              help=f"allocate {what} with swizzle={min(128, max(need, 32))} (the K extent of one "
                                   "instruction must fit in a swizzle row)", labels=_decl(v, f"{what} allocated here"))
     if not op.attrs.get("b_kmajor", True):
@@ -111,14 +115,57 @@ def wgmma_accumulator(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
         yield Diagnostic(SP_WGMMA_SHAPE, f"a {m}x{n} wgmma accumulator does not fit this partition: {split}",
                          op.span, help="wgmma gives each warpgroup m64 row blocks: use M = 64 x warpgroups x "
                                        "a power of two, and partitions of 4, 8, ... warps")
-    ta, tb = op.operands[0].type, op.operands[1].type
-    assert isinstance(ta, T.SmemType) and isinstance(tb, T.SmemType)
+    tb = op.operands[1].type
+    assert isinstance(tb, T.SmemType)
     n_instr = 256 if n > 256 else n
-    for p in wgmma_problems(_ptx(ta.elem.name), _ptx(tb.elem.name), ACC_NAMES.get(acc_elem.name, acc_elem.name),
+    for p in wgmma_problems(_ptx(_a_elem(op).name), _ptx(tb.elem.name), ACC_NAMES.get(acc_elem.name, acc_elem.name),
                                 n_instr, sparse=sparse):
         if p.code == "SP0531" and acc_elem.name == "f16":
             continue
         yield Diagnostic(p.code, p.message, op.span, help=p.help)
+
+
+SP_WGMMA_REG_A_WAIT = "SP0396"
+"""A register-A wgmma whose group is not retired by ``wgmma_wait(0)`` in the same block."""
+
+
+@rule("hopper.wgmma", needs=("WGMMA",))
+def wgmma_register_a_waited(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
+    """The registers of A of a register-A wgmma must stay unmodified until a ``wgmma.wait_group``
+    retires it (PTX ISA 9.7.15.5.2). sparsile keeps them live up to that wait, so it must be a
+    ``hopper.wgmma_wait(0, ...)`` in the same block, reached from this wgmma's result directly or
+    through the accumulators of further wgmmas of that block (``acc = hopper.wgmma(a, b, acc)``
+    repeated, then one wait)."""
+    if not op.attrs.get("a_regs") or op.block is None:
+        return
+    ops = op.block.ops
+    cur = op.result
+    for later in ops[ops.index(op) + 1:]:
+        if cur not in later.operands:
+            if any(cur in inner.operands for inner in later.walk()):
+                break  # used inside a nested region before any wait
+            continue
+        if later.name == "hopper.wgmma" and later.operands[2] is cur:
+            cur = later.result
+            continue
+        if later.name == "hopper.wgmma_wait" and later.attrs.get("pending") == 0:
+            return
+        break
+    yield Diagnostic(SP_WGMMA_REG_A_WAIT, "this wgmma reads A from registers but its result is not passed to "
+                     "`hopper.wgmma_wait(0, ...)` in the same block before any other use", op.span,
+                     help="write `acc = hopper.wgmma_wait(0, hopper.wgmma(a, b, acc))` (or further wgmmas on the "
+                          "accumulator, then the wait) in one block: A's registers must stay unchanged until the "
+                          "wait, and the compiler keeps them live up to it",
+                     notes=("PTX ISA 9.7.15.5.2: the registers of A must not be modified before the "
+                            "wgmma.wait_group that retires the MMA",))
+
+
+def _a_elem(op: Operation) -> T.ScalarType:
+    """The element type of wgmma's A, from shared memory or from registers."""
+    ta = op.operands[0].type
+    elem = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)
+    assert isinstance(elem, T.ScalarType)
+    return elem
 
 
 def _decl(v: object, text: str) -> tuple[Label, ...]:

@@ -37,22 +37,37 @@ INSTR_K = {"f16": 16, "bf16": 16, "tf32": 8, "f32": 8, "e4m3": 32, "e5m2": 32, "
 def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_kmajor: Arg | None = None) -> Value:
     """``acc + A @ B`` on the warpgroup tensor cores (sparse A when ``a_meta`` is given)."""
     va, vb, vacc = em.value(a), em.value(b), em.value(acc)
-    for v, arg, what in ((va, a, "A"), (vb, b, "B")):
-        if not isinstance(v.type, T.SmemType) or len(v.type.shape) != 2:
-            em.error("SP0391", f"{what} of wgmma must be a 2-D shared-memory buffer, found {v.type}", arg.span,
-                     help="allocate it with `smem.alloc(dtype, (rows, cols), swizzle=128)` and fill it by TMA")
+    a_regs = isinstance(va.type, T.TileType)
+    if a_regs:
+        shape_a = T.shape_of(va.type)
+        ea_t = T.element_type(va.type)
+        if len(shape_a) != 2 or not isinstance(ea_t, T.ScalarType):
+            em.error("SP0391", f"A of wgmma must be a 2-D tile of numbers (register A) or a 2-D shared-memory "
+                     f"buffer, found {va.type}", a.span,
+                     help="pass an M x K tile (M x K/2 compressed values when sparse) of f16, bf16, tf32, e4m3, "
+                          "e5m2, i8 or u8")
+    elif not isinstance(va.type, T.SmemType) or len(va.type.shape) != 2:
+        em.error("SP0391", f"A of wgmma must be a 2-D shared-memory buffer or a 2-D register tile, found {va.type}",
+                 a.span, help="allocate it with `smem.alloc(dtype, (rows, cols), swizzle=128)` and fill it by TMA, "
+                              "or pass a tile in registers")
+    if not isinstance(vb.type, T.SmemType) or len(vb.type.shape) != 2:
+        em.error("SP0391", f"B of wgmma must be a 2-D shared-memory buffer, found {vb.type}", b.span,
+                 help="allocate it with `smem.alloc(dtype, (rows, cols), swizzle=128)` and fill it by TMA "
+                      "(only A may come from registers, PTX ISA 9.7.15.5.1)")
     ta, tb = va.type, vb.type
-    assert isinstance(ta, T.SmemType) and isinstance(tb, T.SmemType)
+    assert isinstance(tb, T.SmemType)
+    a_shape = T.shape_of(ta) if a_regs else ta.shape  # type: ignore[union-attr]
     kmajor = True if b_kmajor is None else bool(em.constexpr(b_kmajor, "b_kmajor", (bool, int)))
     sparse = a_meta is not None and not (isinstance(a_meta.value, Const) and a_meta.value.value is None)
-    m = ta.shape[0]
-    k = ta.shape[1] * (2 if sparse else 1)
+    m = a_shape[0]
+    k = a_shape[1] * (2 if sparse else 1)
     n, kb = (tb.shape[0], tb.shape[1]) if kmajor else (tb.shape[1], tb.shape[0])
     if kb != k:
         em.error("SP0336", f"wgmma inner dimensions differ: A covers K = {k}"
-                 f"{' (compressed, K/2 = ' + str(ta.shape[1]) + ')' if sparse else ''} but B has K = {kb}", b.span,
+                 f"{' (compressed, K/2 = ' + str(a_shape[1]) + ')' if sparse else ''} but B has K = {kb}", b.span,
                  help="B is N x K when b_kmajor=True (the default), K x N otherwise")
-    ea, eb = ta.elem, tb.elem
+    ea, eb = (T.element_type(ta) if a_regs else ta.elem), tb.elem  # type: ignore[union-attr]
+    assert isinstance(ea, T.ScalarType)
     if ea.name not in _ACC_RULES:
         em.error("SP0337", f"wgmma does not take {ea} operands", a.span)
     if ea != eb and not any({ea.name, eb.name} <= p for p in _PAIRS_OK):
@@ -80,7 +95,8 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
             em.error("SP0340", f"wgmma sparse metadata for {m}x{k} {ea} A must be a {want[0]}x{want[1]} u32 tile, "
                      f"found {vm.type}", a_meta.span)
         operands.append(vm)
-    return em.op1("hopper.wgmma", operands, vacc.type, sparse=sparse, b_kmajor=kmajor, m=m, n=n, k=k)
+    return em.op1("hopper.wgmma", operands, vacc.type, sparse=sparse, b_kmajor=kmajor, m=m, n=n, k=k,
+                  a_regs=a_regs)
 
 
 @builtin("wgmma_wait", ns="hopper")
@@ -102,7 +118,12 @@ def wgmma_wait(em: Emitter, pending: Arg, acc: Arg) -> Value:
         em.error("SP0394", f"wgmma_wait passes an accumulator tile through, found {v.type}", acc.span)
     if n > 0:
         src = v.owner
-        if src is not None and src.name == "hopper.wgmma" and src.attrs.get("sparse"):
+        if src is not None and src.name == "hopper.wgmma" and src.attrs.get("a_regs"):
+            em.error("SP0395", f"hopper.wgmma_wait({n}, ...) after a wgmma with A in registers: the registers of A "
+                     "must not change while the MMA is in flight", pending.span,
+                     help="wait for all groups after register-A MMAs: `hopper.wgmma_wait(0, acc)`; overlap comes "
+                          "from several warpgroups working independently (PTX ISA 9.7.15.5.2)")
+        elif src is not None and src.name == "hopper.wgmma" and src.attrs.get("sparse"):
             em.error("SP0370", f"hopper.wgmma_wait({n}, ...) after a sparse wgmma: the metadata register of the "
                      "MMA still in flight could be overwritten", pending.span,
                      help="wait for all groups after sparse MMAs: `hopper.wgmma_wait(0, acc)`; overlap comes "
@@ -117,7 +138,7 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from .ops_core import tf32_truncate
 
     a, b, acc = args[0], args[1], args[2]
-    ea = op.operands[0].type.elem
+    ea = T.element_type(op.operands[0].type)
     bm = np.asarray(b) if op.attrs["b_kmajor"] is False else np.asarray(b).T
     if op.attrs["sparse"]:
         from ..stdlib.sparsity import SparsityError
