@@ -157,6 +157,21 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float)
     return json.loads(lines[-1])
 
 
+HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
+          f"{'persist.':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} "
+          f"{'dense/cuBLAS':>12} {'err':>7}")
+
+
+def format_row(r: dict) -> str:
+    f = 2.0 * r["m"] * r["n"] * r["k"]
+    vs = f"{r['cslt'] / r['sparsile']:>7.2f}" if r.get("cslt") else f"{'-':>7}"
+    dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
+    err = max(r["err"], r.get("persistent_err", 0.0))
+    return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
+            f"{fmt(r.get('persistent'), f)} | {fmt(r.get('cslt'), f)} | {fmt(r.get('cublas'), f)} | "
+            f"{fmt(r.get('sp_dense'), f)} | {vs} {dv} {err:>7.1e}")
+
+
 def fmt(t: float | None, flops: float) -> str:
     if t is None:
         return f"{'-':>9} {'-':>5}"
@@ -200,6 +215,7 @@ def main() -> None:
             print(json.dumps(bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)), flush=True)
         return
     rows = []
+    print(HEADER, flush=True)
     for dt, m, n, k in cases:
         started = time.perf_counter()
         if args.isolate:
@@ -207,24 +223,14 @@ def main() -> None:
         else:
             r = bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)
         if "error" in r:
-            print(f"... {dt} {m}x{n}x{k}: {r['error']} ({time.perf_counter() - started:.0f} s)", flush=True)
+            print(f"{dt:>5} {m:>6} {n:>6} {k:>6}: {r['error']} ({time.perf_counter() - started:.0f} s)", flush=True)
             continue
         rows.append(r)
-        print(f"... {dt} {m}x{n}x{k}: sparsile {r['sparsile']:.1f} us, cuSPARSELt {r['cslt']}, "
-              f"err {r['err']:.1e} ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(format_row(r), flush=True)  # as it comes, so a run stopped early still shows its rows
     print()
-    print(f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
-          f"{'persist.':>9} {'TF':>5} | "
-          f"{'cuSPARSELt':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} "
-          f"{'dense/cuBLAS':>12} {'err':>7}")
+    print(HEADER)
     for r in rows:
-        f = 2.0 * r["m"] * r["n"] * r["k"]
-        vs = f"{r['cslt'] / r['sparsile']:>7.2f}" if r.get("cslt") else f"{'-':>7}"
-        dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
-        err = max(r["err"], r.get("persistent_err", 0.0))
-        print(f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
-              f"{fmt(r.get('persistent'), f)} | {fmt(r.get('cslt'), f)} | {fmt(r.get('cublas'), f)} | "
-              f"{fmt(r.get('sp_dense'), f)} | {vs} {dv} {err:>7.1e}")
+        print(format_row(r))
     print("times: us per call, CUDA profiler kernel time; TF: effective TFLOP/s = 2MNK/t (sparse and dense alike);")
     print("sk = split-K shares (sparse_matmul's choice: choose_split_k; the time includes splitk_reduce);")
     print("vs cslt = cuSPARSELt time / sparsile time (one CTA per tile); persist. = the same kernel on one CTA per SM")
