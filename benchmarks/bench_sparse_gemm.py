@@ -158,8 +158,8 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float)
 
 
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
-          f"{'persist.':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} "
-          f"{'dense/cuBLAS':>12} {'err':>7}")
+          f"{'persist.':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | "
+          f"{'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} {'dense/cuBLAS':>12} {'err':>7}")
 
 
 def format_row(r: dict) -> str:
