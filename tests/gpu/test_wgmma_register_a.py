@@ -133,6 +133,49 @@ def check(dt: str, c: np.ndarray, ref: np.ndarray, absprod: np.ndarray, k: int) 
     assert (err <= bound).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
 
 
+LOOP_SRC = """\
+@kernel(num_warps={warps})
+def kloop(X: ptr[f32], scale: f32, B: tensor[{dt}, 2], E: ptr[u32], C: ptr[f32], K: i32):
+    b = smem.alloc({dt}, ({n}, {bk}), swizzle={swb})
+    bar = mbarrier.alloc(1)
+    rows = arange(0, {m})
+    acc = zeros(({m}, {n}), f32)
+    for i in range(0, K // {bk}):
+        barrier()
+        mbarrier.expect(bar[0], {n} * {bk} * {dt}.bits // 8)
+        tma.load(B, (0, i * {bk}), b, bar[0])
+        mbarrier.wait(bar[0], i & 1)
+        x = load(X + rows[:, None] * (K // {div}) + i * {bka} + arange(0, {bka})[None, :])
+        a = (x * scale).to({dt})
+        {meta}
+        acc = hopper.wgmma(a, b, acc{args})
+        acc = hopper.wgmma_wait(0, acc)
+    store(C + rows[:, None] * {n} + arange(0, {n})[None, :], acc)
+"""
+
+
+@functools.cache
+def loop_kernel(dt: str, m: int, n: int, bk: int, sparse: bool, warps: int):
+    """A K loop: each step loads and converts the next A columns and brings the next B block by
+    TMA (the fused-prologue GEMM main loop, one stage)."""
+    div = 2 if sparse else 1
+    words = bk // (16 if dt == "tf32" else 32)
+    meta = (f"meta = load(E + rows[:, None] * (K // {16 if dt == 'tf32' else 32}) + i * {words} "
+            f"+ arange(0, {words})[None, :])") if sparse else "meta = 0"
+    src = LOOP_SRC.format(warps=warps, dt=dt, m=m, n=n, bk=bk, bka=bk // div, div=div, swb=min(128, bk * EB[dt]),
+                          meta=meta, args=", a_meta=meta" if sparse else "")
+    return sp.loads(src, f"rega_loop_{dt}_{sparse}.spk").kernels["kloop"]
+
+
+def run_loop(dt: str, m: int, n: int, k: int, bk: int, sparse: bool, warps: int = 4, seed: int = 0,
+             interpret: bool = True):
+    x, scale, b, meta, ref, absprod = operands(dt, m, n, k, sparse, seed)
+    c = np.full((m, n), np.nan, np.float32)
+    kern = loop_kernel(dt, m, n, bk, sparse, warps)
+    (kern.interpret if interpret else kern)[(1,)](x, scale, b, meta, c, k)
+    return c, ref, absprod
+
+
 # (dtype, m, n, k, warps): one and two warpgroups, two m64 blocks per warpgroup, several K steps
 CASES = [("f16", 64, 64, 64, 4), ("bf16", 64, 128, 32, 4), ("f16", 128, 64, 64, 8), ("f16", 128, 32, 64, 4),
          ("tf32", 64, 64, 32, 4), ("e4m3", 64, 64, 128, 4), ("i8", 64, 32, 64, 4)]
@@ -152,6 +195,21 @@ def test_the_check_sees_a_wrong_fragment() -> None:
     c, ref, absprod = run("f16", 64, 64, 64, False, 4, seed=5)
     with pytest.raises(AssertionError):
         check("f16", c[::-1].copy(), ref, absprod, 64)
+
+
+@pytest.mark.parametrize("dt,sparse", [("f16", False), ("bf16", True)])
+def test_interpreter_k_loop(dt: str, sparse: bool) -> None:
+    c, ref, absprod = run_loop(dt, 64, 64, 256, 64, sparse, seed=3)
+    check(dt, c, ref, absprod, 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt,sparse,warps,m", [("f16", False, 4, 64), ("bf16", True, 4, 64), ("f16", True, 8, 128),
+                                               ("e4m3", True, 4, 64)])
+def test_gpu_k_loop(dt: str, sparse: bool, warps: int, m: int) -> None:
+    bk = 128 if dt == "e4m3" else 64
+    c, ref, absprod = run_loop(dt, m, 128, 1024, bk, sparse, warps, seed=4, interpret=False)
+    check(dt, c, ref, absprod, 1024)
 
 
 @pytest.mark.gpu
