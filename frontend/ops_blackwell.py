@@ -568,7 +568,9 @@ def _check_pair_shapes(em: Emitter, m: int, n: int, k: int, tb: T.SmemType, acc:
 def copy(em: Emitter, src: Arg, dst: Arg, cta_group: Arg | None = None) -> None:
     """``tcgen05.cp.128x128b``: 2 KB metadata atoms ``(128, 4)`` u32 (or ``(n, 128, 4)``) from shared
     memory to the columns of a metadata ref (atom ``i`` to columns ``4i..4i+3``); with
-    ``cta_group=2`` the even CTA of the pair copies in both CTAs (each from its own shared memory)."""
+    ``cta_group=2`` the even CTA of the pair copies in both CTAs (each from its own shared memory).
+    Into a ``kind="scale"`` ref: ``tcgen05.cp.32x128b.warpx4`` of 512-byte scale atoms ``(32, 4)``
+    u32 (or ``(32n, 4)``, ``(n, 32, 4)``), each duplicated into the four TMEM lane quarters."""
     group = _cta_group(em, cta_group, "tcgen05.copy")
     vs = em.value(src)
     ts = vs.type
