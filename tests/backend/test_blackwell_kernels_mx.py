@@ -68,6 +68,9 @@ def test_sass_shows_the_block_scaled_utc_mmas(target, bn):
     assert sass is not None
     mma = [ln for ln in sass.splitlines() if re.search(r"\bUTC\w*MMA\b", ln)]
     assert len(mma) == 4 and all("UTCQMMA" in ln and "idesc" in ln for ln in mma)
+    # the block-scaled form: a trailing TMEM operand (the A/B scale addresses as one register pair)
+    # after the descriptor, which the unscaled UTCQMMA of sparse_gemm_sm100.spk does not have
+    assert all(re.search(r"idesc\[UR\d+\], tmem\[UR\d+\]", ln) for ln in mma), mma
     immediates = {int(x, 16) for x in re.findall(r"\bUMOV UR\d+, (0x[0-9a-f]+)", sass)}
     want = {idesc(bn, sf) for sf in range(4)}
     assert want <= immediates, sorted(hex(x) for x in immediates)
