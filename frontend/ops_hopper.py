@@ -138,7 +138,8 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from .ops_core import tf32_truncate
 
     a, b, acc = args[0], args[1], args[2]
-    ea = T.element_type(op.operands[0].type)
+    ta = op.operands[0].type
+    ea = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)  # A in shared memory or registers
     bm = np.asarray(b) if op.attrs["b_kmajor"] is False else np.asarray(b).T
     if op.attrs["sparse"]:
         from ..stdlib.sparsity import SparsityError
