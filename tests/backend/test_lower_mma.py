@@ -222,3 +222,22 @@ def test_anchored_accumulator_skips_the_shared_memory_round_trip(dtype, sparse):
     assert ck.ptx.count("bar.sync") == plain.ptx.count("bar.sync") - 1
     assert ck.smem_bytes < plain.smem_bytes
     assert "0 bytes lmem" in ck.info_log
+
+
+@pytest.mark.parametrize("anchored", [False, True])
+def test_f16_accumulator_compiles_with_f32_mmas(anchored):
+    """An f16 ``acc`` goes through f32 MMAs (the f16-accumulator mma forms are not used)."""
+    with H.mma_hooks(anchored):
+        kern = H.make_kernel("f16", True, anchored=anchored, acc="f16")
+        a, b = H.operands("f16", 128, 128, 128, 0)
+        vals, idx = S.compress(S.prune(a, "f16"), "f16")
+        meta = np.asarray(S.encode_metadata(idx, "sm90", "f16").data)
+        ck = kern[(2, 2)].compile_for("sm_80", vals, meta, b, np.zeros((128, 128), np.float16))
+    assert set(re.findall(r"\bmma[.\w:]+", ck.ptx)) == {INSTR["f16", True]}
+    assert "cvt.rn.f16.f32" in ck.ptx and "0 bytes lmem" in ck.info_log
+
+
+@pytest.mark.parametrize("target", ["sm_87", "sm_120", "sm_121"])
+def test_other_warp_mma_targets(target):
+    ck = compiled("bf16", True, target)
+    assert INSTR["bf16", True] in ck.ptx and ck.cubin

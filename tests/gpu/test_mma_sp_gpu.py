@@ -29,10 +29,11 @@ TOOLKIT = {"i8": "s8"}
 PAD_WORD = 0x44444444  # chunks keeping elements (0, 1) of zero values (docs/sparse-metadata.md)
 
 
-def kernel_source(dtype: str, sparse: bool) -> str:
-    """A tile GEMM ``C = A @ B^T`` (B stored N x K), C in f32 (i32 for i8), BM x BN x BK tiles."""
+def kernel_source(dtype: str, sparse: bool, acc: str | None = None) -> str:
+    """A tile GEMM ``C = A @ B^T`` (B stored N x K), C in the accumulator type (f32, i32 for i8,
+    or ``acc``), BM x BN x BK tiles."""
     t = SPK_TYPE[dtype]
-    acc = "i32" if dtype == "i8" else "f32"
+    acc = acc or ("i32" if dtype == "i8" else "f32")
     per_word = 16 if dtype == "tf32" else 32
     if sparse:
         params = f"A: tensor[{t}, 2], E: tensor[u32, 2], B: tensor[{t}, 2], C: tensor[{acc}, 2]"
@@ -58,9 +59,9 @@ def gemm({params}, BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 64):
 """
 
 
-def make_kernel(dtype: str, sparse: bool, anchored: bool = False):
+def make_kernel(dtype: str, sparse: bool, anchored: bool = False, acc: str | None = None):
     """``anchored`` adds a comment so the compile cache keeps the two builds apart."""
-    src = kernel_source(dtype, sparse) + ("# accumulator anchored in the MMA layout\n" if anchored else "")
+    src = kernel_source(dtype, sparse, acc) + ("# accumulator anchored in the MMA layout\n" if anchored else "")
     return sp.loads(src, f"mma_{dtype}_{'sparse' if sparse else 'dense'}.spk").gemm
 
 
@@ -128,7 +129,8 @@ def ptx_when_foreign_arch(target: str):
 
 
 def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpret: bool = False,
-        target: str = "sm_80", bm: int = 64, bn: int = 64, bk: int = 64, anchored: bool = False):
+        target: str = "sm_80", bm: int = 64, bn: int = 64, bk: int = 64, anchored: bool = False,
+        acc: str | None = None):
     """Launch the kernel; returns (C, float64 reference, sum |a||b| per element)."""
     a, b = operands(dtype, m, n, k, seed)
     dt = TOOLKIT.get(dtype, dtype)
@@ -136,9 +138,9 @@ def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpr
         a = S.prune(a, dt)
     ref = a.astype(np.float64) @ b.astype(np.float64).T
     absprod = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
-    out_t = np.int32 if dtype == "i8" else np.float32
+    out_t = np.int32 if dtype == "i8" else (np.float16 if acc == "f16" else np.float32)
     c = np.full((m, n), -(2**31) + 7 if dtype == "i8" else np.nan, out_t)
-    kern = make_kernel(dtype, sparse, anchored)
+    kern = make_kernel(dtype, sparse, anchored, acc)
     grid = (-(-m // bm), -(-n // bn))
     launch = kern.interpret[grid] if interpret else kern[grid]
     opts = {} if interpret else {"target": target}
@@ -184,6 +186,21 @@ def test_harness_in_interpreter(dtype, sparse):
     m, n, k = 80, 72, 160 if dtype != "tf32" else 96
     c, ref, absprod = run(dtype, sparse, m, n, k, seed=1, interpret=True)
     check(dtype, c, ref, absprod, k)
+
+
+def check_f16_acc(c: np.ndarray, ref: np.ndarray, absprod: np.ndarray, k: int, bk: int = 64) -> None:
+    """An f16 accumulator is rounded to f16 after every ``dot`` (K/BK times): 2^-11 of the
+    partial sum (<= sum |a||b|) each time."""
+    assert not np.isnan(c).any(), f"{int(np.isnan(c).sum())} unwritten output elements"
+    err = np.abs(c.astype(np.float64) - ref)
+    bound = (k // bk + 1) * 2.0 ** -11 * absprod + 1e-3
+    assert (err <= bound).all(), f"max error {err.max()} (bound there {bound.flat[err.argmax()]})"
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_f16_accumulator_harness_in_interpreter(sparse):
+    c, ref, absprod = run("f16", sparse, 80, 72, 192, seed=2, interpret=True, acc="f16")
+    check_f16_acc(c, ref, absprod, 192)
 
 
 # ------------------------------------------------------------------------------------------ GPU
@@ -240,3 +257,13 @@ def test_stdlib_sparse_gemm_tile_on_gpu(target):
         kern[((m + 63) // 64, (n + 63) // 64)](vals, meta, b, c, target=target)
     assert not np.isnan(c).any()
     assert np.abs(c.astype(np.float64) - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 0.05
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+@pytest.mark.parametrize("target", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("anchored", [False, True], ids=["smem_acc", "anchored_acc"])
+def test_f16_accumulator_on_gpu(anchored, target, sparse):
+    """An f16 ``acc``: carried as f32 through the MMAs of one ``dot``, rounded to f16 after it."""
+    c, ref, absprod = run("f16", sparse, 200, 100, 320, seed=7, target=target, anchored=anchored, acc="f16")
+    check_f16_acc(c, ref, absprod, 320)
