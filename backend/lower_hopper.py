@@ -1,10 +1,12 @@
-"""Hopper (sm_90a): ``wgmma.mma_async`` (dense and ``.sp``) from shared-memory descriptors, and the
-layouts it anchors (PTX ISA 9.7.15; hardware-facts §4).
+"""Hopper (sm_90a): ``wgmma.mma_async`` (dense and ``.sp``) with B from a shared-memory descriptor and
+A from one or from registers, and the layouts it anchors (PTX ISA 9.7.15; hardware-facts §4).
 
 A partition of ``G`` warpgroups computes an ``M x N`` accumulator with ``M = 64·G·R``: warpgroup
 ``g`` issues, per K step, ``R`` instructions ``m64nNk*`` for rows ``64(r·G + g)``. Accumulators
 follow PTX Fig. 149 (``wgmma_accumulator``); the sparse metadata word of an instruction sits in
-the thread that the hardware reads (selector 0: lanes ``4g + {0, 1}``).
+the thread that the hardware reads (selector 0: lanes ``4g + {0, 1}``); a register A follows the
+PTX A fragment (``a_layout``), packed into four b32 registers per instruction and kept live until
+the ``wgmma.wait_group`` that retires it.
 
 Shared-memory operands must be swizzled (32/64/128 B) and K-major; descriptors (PTX 9.7.15.5.1,
 hardware-facts §4.3) use SBO = 8 rows x swizzle span, LBO unused, and advance along K by adding

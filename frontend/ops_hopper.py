@@ -7,7 +7,10 @@ groups are in flight and returns ``acc`` ready to read (PTX ISA 9.7.15.6-7:
 ``wgmma.commit_group`` / ``wgmma.wait_group``).
 
 Operands (PTX ISA 9.7.15.5): ``a`` is a shared-memory buffer of ``M x K`` elements (``M x K/2``
-compressed values when ``a_meta`` is given), stored K-major; ``b`` is ``N x K`` (K-major,
+compressed values when ``a_meta`` is given), stored K-major, or a register tile of that shape
+(PTX ISA 9.7.15.5.1.1: the compiler gives it the wgmma A-fragment layout; after such a wgmma only
+``wgmma_wait(0, ...)`` in the same block may follow, SP0395/SP0396, because A's registers must not
+change while the MMA runs); ``b`` is ``N x K`` (K-major,
 ``b_kmajor=True``) or ``K x N`` (MN-major, 16-bit types only); ``acc`` is an ``M x N`` tile. The
 warpgroups of the partition split M in blocks of 64 rows (each warpgroup issues ``M / 64 /
 warpgroups`` MMAs per K step). ``a_meta`` is the ``M x K/32`` (tf32: ``K/16``) block of
@@ -27,7 +30,8 @@ from .opdefs import define_op
 from .ops_dot import _ACC_RULES, _PAIRS_OK, _mma
 from .values import Arg, Const
 
-wgmma_op = define_op("hopper.wgmma", side_effects=True, doc="Warpgroup MMA from shared memory (async, committed).")
+wgmma_op = define_op("hopper.wgmma", side_effects=True,
+                     doc="Warpgroup MMA: B from shared memory, A from shared memory or registers (async, committed).")
 wgmma_wait_op = define_op("hopper.wgmma_wait", side_effects=True, doc="Wait for committed wgmma groups.")
 
 INSTR_K = {"f16": 16, "bf16": 16, "tf32": 8, "f32": 8, "e4m3": 32, "e5m2": 32, "i8": 32, "u8": 32}
