@@ -333,7 +333,8 @@ def emit_wgmma_wait(cg: CodeGen, acc: DTile, n: int) -> DTile:
         assert res is not None
         out.extend(fb.extract(res, i, ty) for i in range(len(chunk)))
     regs = [out[seen[v.ref]] for v in acc.regs]
-    keep_a_live(cg)
+    if n == 0:  # wait_group 0 retires every group; with n > 0 a register-A group may be the pending one
+        keep_a_live(cg)
     return DTile(acc.layout, regs, acc.elem)
 
 

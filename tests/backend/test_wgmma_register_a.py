@@ -172,3 +172,14 @@ def test_a_and_b_types_must_agree() -> None:
     body = "    acc = hopper.wgmma(a, b, acc)\n    acc = hopper.wgmma_wait(0, acc)"
     code, _, _, msg, _ = first_error(body, adt="bf16")
     assert code == "SP0337" and "A is bf16 but B is f16" in msg
+
+
+def test_a_kept_live_past_a_wait_that_may_leave_it_pending() -> None:
+    """``wait_group 1`` after an older shared-memory group and a newer register-A group may leave
+    the register-A group in flight: A stays live until the ``wait_group 0``."""
+    body = ("    acc2 = hopper.wgmma(b, b, zeros((64, 64), f32))\n    acc = hopper.wgmma(a, b, acc)\n"
+            "    acc2 = hopper.wgmma_wait(1, acc2)\n    acc = hopper.wgmma_wait(0, acc)\n    acc = acc + acc2")
+    kern = sp.loads(BAD.format(body=body, adt="f16"), "case.spk").kernels["k"]
+    llvm = build(kern, stop_after="llvm").llvm
+    keep = llvm.index('asm sideeffect "", "r,')
+    assert llvm.index("wgmma.wait_group.sync.aligned 1") < llvm.index("wgmma.wait_group.sync.aligned 0") < keep
