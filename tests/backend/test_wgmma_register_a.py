@@ -85,6 +85,19 @@ def test_producer_lands_in_the_fragment_layout() -> None:
         assert "convert_layout" not in ck.ir, ck.ir
 
 
+@pytest.mark.parametrize("dt,sparse", [("f16", False), ("bf16", True), ("e4m3", False), ("i8", True)])
+def test_producer_in_another_layout_is_converted(dt: str, sparse: bool) -> None:
+    """A producer pinned to a blocked layout: one conversion into the A fragment, then the
+    register form (the kernel of the H200 test ``test_gpu_converted_producer``)."""
+    k = (128 if sparse else 64) if dt in ("e4m3", "i8") else 64
+    ck = build(K.kernel(dt, 128, 64, k, sparse, 8, True), stop_after="ptx")
+    assert re.search(r"= convert_layout %\d+ : tile<128x\d+xf32> #L\[reg=", ck.ir), ck.ir  # the inserted one
+    assert len(PTX_REG_A.findall(ck.ptx)) == k // (INSTR_K[dt] * (2 if sparse else 1))
+    if ptxas_available():
+        r = assemble_with_ptxas(ck.ptx, get_target("sm_90a"), extra_args=("-v",))
+        assert r.returncode == 0 and "0 bytes spill stores" in r.stdout + r.stderr
+
+
 def test_a_registers_live_until_the_wait() -> None:
     """The packed A registers are operands of an empty asm placed after wgmma.wait_group."""
     ck = build(K.kernel("f16", 64, 64, 32, False, 4), stop_after="llvm")

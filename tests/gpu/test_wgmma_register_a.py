@@ -26,31 +26,36 @@ def k(X: ptr[{xt}], scale: {xt}, B: tensor[{dt}, 2], E: ptr[u32], C: ptr[{acc}])
     mbarrier.wait(bar[0], 0)
     rows = arange(0, {m})
     x = load(X + rows[:, None] * {ka} + arange(0, {ka})[None, :])
+    {pin}
     a = (x * scale).to({dt})
     {meta}
     acc = hopper.wgmma(a, b, zeros(({m}, {n}), {acc}){args})
     acc = hopper.wgmma_wait(0, acc)
     store(C + rows[:, None] * {n} + arange(0, {n})[None, :], acc)
 """
-WGMMA_LINE = 12
+WGMMA_LINE = 13
 EB = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "i8": 1}
 
 
-def source(dt: str = "f16", *, m: int = 64, n: int = 64, k: int = 64, sparse: bool = False, warps: int = 4) -> str:
-    """The fused-prologue kernel ``k`` for these sizes (A is ``m x k``, or ``m x k/2`` values)."""
+def source(dt: str = "f16", *, m: int = 64, n: int = 64, k: int = 64, sparse: bool = False, warps: int = 4,
+           pinned: bool = False) -> str:
+    """The fused-prologue kernel ``k`` for these sizes (A is ``m x k``, or ``m x k/2`` values);
+    ``pinned``: the loaded tile is pinned to the default blocked layout first, so the compiler
+    converts it to the A fragment layout."""
     ka = k // 2 if sparse else k
     per_word = 16 if dt == "tf32" else 32
     meta = f"meta = load(E + rows[:, None] * {k // per_word} + arange(0, {k // per_word})[None, :])" if sparse \
         else "meta = 0"
     return SRC.format(warps=warps, xt="i32" if dt == "i8" else "f32", dt=dt, acc="i32" if dt == "i8" else "f32",
                       m=m, n=n, k=k, ka=ka, swb=min(128, k * EB[dt]), meta=meta,
-                      args=", a_meta=meta" if sparse else "")
+                      args=", a_meta=meta" if sparse else "",
+                      pin=f"x = convert_layout(x, layout.default(({m}, {ka}), {warps}))" if pinned else "")
 
 
 @functools.cache
-def kernel(dt: str, m: int, n: int, k: int, sparse: bool, warps: int):
-    return sp.loads(source(dt, m=m, n=n, k=k, sparse=sparse, warps=warps), f"rega_{dt}_{m}_{n}_{k}_{sparse}.spk"
-                    ).kernels["k"]
+def kernel(dt: str, m: int, n: int, k: int, sparse: bool, warps: int, pinned: bool = False):
+    return sp.loads(source(dt, m=m, n=n, k=k, sparse=sparse, warps=warps, pinned=pinned),
+                    f"rega_{dt}_{m}_{n}_{k}_{sparse}_{pinned}.spk").kernels["k"]
 
 
 def host_dtype(dt: str):
@@ -112,11 +117,11 @@ def operands(dt: str, m: int, n: int, k: int, sparse: bool, seed: int):
 
 
 def run(dt: str, m: int = 64, n: int = 64, k: int = 64, sparse: bool = False, warps: int = 4, seed: int = 0,
-        interpret: bool = True):
+        interpret: bool = True, pinned: bool = False):
     x, scale, b, meta, ref, absprod = operands(dt, m, n, k, sparse, seed)
     out_t = np.int32 if dt == "i8" else np.float32
     c = np.full((m, n), np.iinfo(np.int32).min if dt == "i8" else np.nan, out_t)
-    kern = kernel(dt, m, n, k, sparse, warps)
+    kern = kernel(dt, m, n, k, sparse, warps, pinned)
     (kern.interpret if interpret else kern)[(1,)](x, scale, b, meta, c)
     return c, ref, absprod
 
@@ -219,6 +224,15 @@ def test_gpu_matches_float64(dt: str, m: int, n: int, k: int, warps: int, sparse
     if sparse and dt in ("tf32", "e4m3", "i8"):
         k *= 2
     c, ref, absprod = run(dt, m, n, k, sparse, warps, seed=m + n + k, interpret=False)
+    check(dt, c, ref, absprod, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt,sparse", [("f16", False), ("bf16", True), ("e4m3", False), ("i8", True)])
+def test_gpu_converted_producer(dt: str, sparse: bool) -> None:
+    """A producer pinned to a blocked layout: the compiler's conversion into the A fragment."""
+    k = (128 if sparse else 64) if dt in ("e4m3", "i8") else 64
+    c, ref, absprod = run(dt, 128, 64, k, sparse, 8, seed=9, interpret=False, pinned=True)
     check(dt, c, ref, absprod, k)
 
 
