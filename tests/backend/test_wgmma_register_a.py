@@ -91,7 +91,7 @@ def test_producer_in_another_layout_is_converted(dt: str, sparse: bool) -> None:
     register form (the kernel of the H200 test ``test_gpu_converted_producer``)."""
     k = (128 if sparse else 64) if dt in ("e4m3", "i8") else 64
     ck = build(K.kernel(dt, 128, 64, k, sparse, 8, True), stop_after="ptx")
-    assert re.search(r"= convert_layout %\d+ : tile<128x\d+xf32> #L\[reg=", ck.ir), ck.ir  # the inserted one
+    assert re.search(r"= convert_layout %\d+ : tile<128x\d+x[fi]32> #L\[reg=", ck.ir), ck.ir  # the inserted one
     assert len(PTX_REG_A.findall(ck.ptx)) == k // (INSTR_K[dt] * (2 if sparse else 1))
     if ptxas_available():
         r = assemble_with_ptxas(ck.ptx, get_target("sm_90a"), extra_args=("-v",))
