@@ -130,9 +130,15 @@ def tcgen05_descriptors(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
             if (m_size, n_size, sel) in seen:
                 continue
             seen.add((m_size, n_size, sel))
-            desc = InstrDesc(kind, PTX_DTYPE.get(ea.name, ea.name), PTX_DTYPE.get(eb.name, eb.name),
-                             D_DTYPE.get(ed.name, ed.name), m_size, n_size, sparse=sparse, selector=sel)
-            problems = idesc_problems(desc)
+            if op.attrs.get("block_scale"):  # checked as the block-scaled kind the instruction is (UE8M0, 1X)
+                descs = [InstrDesc("mxf8f6f4", PTX_DTYPE.get(ea.name, ea.name), PTX_DTYPE.get(eb.name, eb.name),
+                                   D_DTYPE.get(ed.name, ed.name), m_size, n_size, sparse=sparse, selector=sel,
+                                   scale_dtype="ue8m0", block_size=32, a_scale_id=i, b_scale_id=i)
+                         for i in range(4)]
+            else:
+                descs = [InstrDesc(kind, PTX_DTYPE.get(ea.name, ea.name), PTX_DTYPE.get(eb.name, eb.name),
+                                   D_DTYPE.get(ed.name, ed.name), m_size, n_size, sparse=sparse, selector=sel)]
+            problems = [p for desc in descs for p in idesc_problems(desc)]
             for p in problems:
                 yield Diagnostic(p.code, f"{p.message} (instruction tile M={m_size}, N={n_size}"
                                  f"{', selector ' + str(sel) if sparse else ''})", op.span, help=p.help)
