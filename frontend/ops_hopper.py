@@ -74,6 +74,11 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
     assert isinstance(ea, T.ScalarType)
     if ea.name not in _ACC_RULES:
         em.error("SP0337", f"wgmma does not take {ea} operands", a.span)
+    if a_regs and ea.name in ("f32", "tf32"):
+        em.error("SP0397", f"wgmma with a {ea} A in registers is not supported: on the H200 its results were off by "
+                 "about 2^-12 relative to the float64 product of the operands as the tensor cores read them "
+                 "(shared-memory A is exact to f32 accumulation)", a.span,
+                 help="store A to shared memory (`smem.alloc(tf32, ...)`, `.store(a)`) and pass the buffer")
     if ea != eb and not any({ea.name, eb.name} <= p for p in _PAIRS_OK):
         em.error("SP0337", f"A is {ea} but B is {eb}", b.span)
     if not kmajor and ea.bits != 16:

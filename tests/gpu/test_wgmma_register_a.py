@@ -183,7 +183,10 @@ def run_loop(dt: str, m: int, n: int, k: int, bk: int, sparse: bool, warps: int 
 
 # (dtype, m, n, k, warps): one and two warpgroups, two m64 blocks per warpgroup, several K steps
 CASES = [("f16", 64, 64, 64, 4), ("bf16", 64, 128, 32, 4), ("f16", 128, 64, 64, 8), ("f16", 128, 32, 64, 4),
-         ("tf32", 64, 64, 32, 4), ("e4m3", 64, 64, 128, 4), ("i8", 64, 32, 64, 4)]
+         ("e4m3", 64, 64, 128, 4), ("i8", 64, 32, 64, 4)]
+# tf32 A from registers is refused (SP0397): on the H200 (2026-11-30) both the dense and the sparse
+# 64 x 64 x 32 case were off by up to 0.0115 (about 2^-12 relative) from the float64 product of the
+# operands as read (A rounded by x.to(tf32), B truncated), while every other type here matched.
 
 
 @pytest.mark.parametrize("dt,m,n,k,warps", CASES)
