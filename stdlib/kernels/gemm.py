@@ -377,19 +377,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     choice = _resolve_operand(values, meta, dtype)
     op = operand_type(choice.operand)
     home = b
-    values = _cast(_placed(values, "values", interpret), choice)
-    b = _cast(_placed(b, "b", interpret), choice)
-    for what, x in (("values", values), ("b", b)):
-        if len(x.shape) != 2:
-            raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
-                       help="values is (M, K/2) from compress(); b is (N, K)")
-    m, half_k = (int(s) for s in values.shape)
-    n, k = (int(s) for s in b.shape)
-    k_values = 2 * half_k
-    if not k <= k_values < k + max(op.group, choice.k_align):
-        raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
-                   f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
-                   help="b is stored N x K: pass it with the K of the weight (transposed?)")
+    values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
     if isinstance(meta, MetadataBuffer):
         words: Any = _tagged_metadata(meta, op, m, k_values, k)
         if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
@@ -412,6 +400,26 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
         raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
     workspace = _empty(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace)
+
+
+def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType, interpret: bool
+                     ) -> tuple[Any, Any, int, int, int, int]:
+    """``values`` and ``b`` placed for the launch and cast to the operand type, with their shapes
+    checked: (values, b, M, N, K of b, K the values cover)."""
+    values = _cast(_placed(values, "values", interpret), choice)
+    b = _cast(_placed(b, "b", interpret), choice)
+    for what, x in (("values", values), ("b", b)):
+        if len(x.shape) != 2:
+            raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
+                       help="values is (M, K/2) from compress(); b is (N, K)")
+    m, half_k = (int(s) for s in values.shape)
+    n, k = (int(s) for s in b.shape)
+    k_values = 2 * half_k
+    if not k <= k_values < k + max(op.group, choice.k_align):
+        raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
+                   f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
+                   help="b is stored N x K: pass it with the K of the weight (transposed?)")
+    return values, b, m, n, k, k_values
 
 
 def _sm_count(interpret: bool) -> int:

@@ -31,9 +31,9 @@ from typing import Any
 
 from ..sparsity import MetadataBuffer, decode_metadata, encode_metadata, validate_metadata
 from ..sparsity.dtypes import OperandType, operand_type
-from ..sparsity.errors import SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
+from ..sparsity.errors import SP_META_SHAPE, SP_MISSING_SIZE
 from ..sparsity.formats import metadata_shape
-from .gemm import KernelChoice, _as_u32, _bad, _cast, _kind, _output, _pad_columns, _placed
+from .gemm import KernelChoice, _as_u32, _bad, _kind, _output, _pad_columns, _placed, checked_operands
 
 KERNEL_DIR = Path(__file__).resolve().parent
 PERSISTENT_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"
@@ -247,19 +247,7 @@ def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out
     choice = resolve_operand(values, meta, dtype)
     op = operand_type(choice.operand)
     home = b
-    values = _cast(_placed(values, "values", interpret), choice)
-    b = _cast(_placed(b, "b", interpret), choice)
-    for what, x in (("values", values), ("b", b)):
-        if len(x.shape) != 2:
-            raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
-                       help="values is (M, K/2) from compress(); b is (N, K)")
-    m, half_k = (int(s) for s in values.shape)
-    n, k = (int(s) for s in b.shape)
-    k_values = 2 * half_k
-    if not k <= k_values < k + max(op.group, choice.k_align):
-        raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
-                   f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
-                   help="b is stored N x K: pass it with the K of the weight (transposed?)")
+    values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
     if isinstance(meta, MetadataBuffer):
         words, k_meta = _tagged(meta, op, m, k_values, k)
         if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
