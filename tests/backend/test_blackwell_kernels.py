@@ -24,6 +24,7 @@ from sparsile.backend.targets import get_target
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.sema import ArgSpec
+from sparsile.tests.golden_ptx import check_golden
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
@@ -128,22 +129,9 @@ def test_accumulator_goes_to_shared_memory_without_a_conversion():
 # ------------------------------------------------------------------------------------------------
 # Golden PTX snapshots (reviewed by reading; regenerate deliberately with SPARSILE_UPDATE_GOLDEN=1)
 # ------------------------------------------------------------------------------------------------
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 @pytest.mark.parametrize("dtype", ["f16", "e4m3", "i8"])
 def test_sparse_gemm_ptx_matches_the_golden_snapshot(dtype):
-    import difflib
-    import os
-
     ptx = compiled("sparse", dtype, "sm_100a").ptx
-    path = GOLDEN / f"sparse_gemm_sm100_{dtype}.sm_100a.ptx"
-    if os.environ.get("SPARSILE_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(ptx)
-    want = path.read_text()
-    if ptx != want:
-        diff = "\n".join(list(difflib.unified_diff(want.splitlines(), ptx.splitlines(), "golden", "now",
-                                                   lineterm=""))[:80])
-        pytest.fail(f"the PTX of sparse_gemm_{dtype} changed; review the diff and regenerate with "
-                    f"SPARSILE_UPDATE_GOLDEN=1 if it is intended:\n{diff}")
+    check_golden(ptx, f"sparse_gemm_sm100_{dtype}.sm_100a.ptx")

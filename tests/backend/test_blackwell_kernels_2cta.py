@@ -25,6 +25,7 @@ from sparsile.backend.targets import get_target
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.sema import ArgSpec
+from sparsile.tests.golden_ptx import check_golden
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
@@ -101,3 +102,9 @@ def test_pair_kernel_is_refused_on_hopper():
     with pytest.raises(CompileError) as info:
         compiled("f16", "sm_90a")
     assert {d.code for d in info.value.diagnostics} == {"SP0602"}
+
+
+def test_pair_kernel_ptx_matches_the_golden_snapshot():
+    """Reviewed by reading: cluster barriers around the pair TMEM allocation, the even CTA's elected
+    thread issuing `tcgen05.mma.cta_group::2` and the multicast commit."""
+    check_golden(compiled("f16", "sm_100a").ptx, "sparse_gemm_sm100_2cta_f16.sm_100a.ptx")

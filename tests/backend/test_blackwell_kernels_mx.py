@@ -24,6 +24,7 @@ from sparsile.backend.targets import get_target
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.sema import ArgSpec
+from sparsile.tests.golden_ptx import check_golden
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
@@ -90,3 +91,9 @@ def test_not_on_targets_without_tcgen05():
     with pytest.raises(CompileError) as info:
         compiled("sm_90a")
     assert any(d.code == "SP0602" for d in info.value.diagnostics)
+
+
+def test_mx_kernel_ptx_matches_the_golden_snapshot():
+    """Reviewed by reading: scale atoms copied with `tcgen05.cp.32x128b.warpx4`, the block-scaled
+    sparse MMAs with per-step scale ids in their instruction descriptors."""
+    check_golden(compiled("sm_100a").ptx, "sparse_gemm_sm100_mx.sm_100a.ptx")

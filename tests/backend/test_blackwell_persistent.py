@@ -8,9 +8,7 @@ compile time; a golden PTX snapshot. No Blackwell GPU ran any of this (docs/blac
 
 from __future__ import annotations
 
-import difflib
 import functools
-import os
 import re
 from pathlib import Path
 
@@ -28,9 +26,9 @@ from sparsile.backend.targets import get_target
 from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.sema import ArgSpec
+from sparsile.tests.golden_ptx import check_golden
 
 KERNEL = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_sm100_persistent.spk"
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 DTYPES = ("f16", "bf16", "tf32", "e4m3", "i8")
 # (A/B type code, D type code, N of the default BN, MMA instructions per K step): hardware-facts
@@ -162,13 +160,4 @@ def test_epilogue_slices_must_divide_the_n_tile():
 
 def test_persistent_ptx_matches_the_golden_snapshot():
     ptx = compiled("f16", "sm_100a").ptx
-    path = GOLDEN / "sparse_gemm_sm100_persistent_f16.sm_100a.ptx"
-    if os.environ.get("SPARSILE_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(ptx)
-    want = path.read_text()
-    if ptx != want:
-        diff = "\n".join(list(difflib.unified_diff(want.splitlines(), ptx.splitlines(), "golden", "now",
-                                                   lineterm=""))[:80])
-        pytest.fail("the PTX of the persistent sparse_gemm_f16 changed; review the diff and regenerate with "
-                    f"SPARSILE_UPDATE_GOLDEN=1 if it is intended:\n{diff}")
+    check_golden(ptx, "sparse_gemm_sm100_persistent_f16.sm_100a.ptx")
