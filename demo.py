@@ -4,8 +4,8 @@
 
 1. prune a random weight to 2:4 and compress it (values + "sm90" metadata, the sparsity toolkit);
 2. compile ``stdlib/kernels/sparse_gemm_sm90.spk`` for sm_90a (source to cubin through nvJitLink,
-   no GPU needed), and the Blackwell kernel ``sparse_gemm_sm100.spk`` for sm_100a when this
-   installation has it;
+   no GPU needed), and the Blackwell kernel ``sparse_gemm_sm100_persistent.spk`` (the one
+   ``sparse_matmul`` runs there) for sm_100a when this installation has it;
 3. on a machine with an NVIDIA GPU, run the kernel there and check C against a float64 reference;
 4. run the same kernel in the CPU interpreter on a small problem and check it the same way.
 
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 KERNEL_DIR = Path(__file__).resolve().parent / "stdlib" / "kernels"
-BLACKWELL_FILE = KERNEL_DIR / "sparse_gemm_sm100.spk"
+BLACKWELL_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"  # what sparse_matmul runs on sm_100a
 INTERPRETER_SIZE = (200, 130, 192)  # ragged in M and N: masking is exercised
 DTYPES = ("f16", "bf16", "e4m3")
 
@@ -126,7 +126,7 @@ def step_compile_hopper(dtype: str, problem: Any) -> Step:
 
 def step_compile_blackwell(dtype: str) -> list[Step]:
     if not BLACKWELL_FILE.exists():
-        return [Step("compile sm_100a", "skipped", "sparse_gemm_sm100.spk is not in this installation: the "
+        return [Step("compile sm_100a", "skipped", f"{BLACKWELL_FILE.name} is not in this installation: the "
                      "Blackwell (tcgen05) kernel is compiled and checked elsewhere")]
     from . import load
     from .frontend import types as T
@@ -149,7 +149,7 @@ def step_compile_blackwell(dtype: str) -> list[Step]:
         except Exception as e:
             steps.append(Step("compile sm_100a", "FAILED", f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}"))
             continue
-        steps.append(Step("compile sm_100a", "ok", f"sparse_gemm_sm100.spk::{name} -> cubin {len(ck.cubin)} B, "
+        steps.append(Step("compile sm_100a", "ok", f"{BLACKWELL_FILE.name}::{name} -> cubin {len(ck.cubin)} B, "
                           f"{mma_instruction(ck.ptx)}", took))
     return steps
 
