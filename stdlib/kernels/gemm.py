@@ -304,18 +304,20 @@ class SparseMatmul:
         return self.out
 
 
-def _resolve_operand(values: Any, meta: Any, dtype: str | None) -> KernelChoice:
+def _resolve_operand(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
+                     family: str = "Hopper") -> Any:
+    """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values."""
     if dtype is not None:
         name = operand_type(dtype).name
     else:
         name = meta.dtype if isinstance(meta, MetadataBuffer) else _operand_of(values)
         if name is None:
             raise _bad(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
-                       help=f"pass dtype= (one of {', '.join(KERNELS)})")
-    if name not in KERNELS:
-        raise _bad(f"there is no Hopper sparse GEMM kernel for {name} operands",
-                   help=f"use one of {', '.join(KERNELS)}")
-    return KERNELS[name]
+                       help=f"pass dtype= (one of {', '.join(kernels)})")
+    if name not in kernels:
+        raise _bad(f"there is no {family} sparse GEMM kernel for {name} operands",
+                   help=f"use one of {', '.join(kernels)}")
+    return kernels[name]
 
 
 def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool) -> Any:

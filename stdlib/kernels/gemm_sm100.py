@@ -222,19 +222,9 @@ class SparseMatmulSm100:
 
 
 def resolve_operand(values: Any, meta: Any, dtype: str | None) -> KernelChoiceSm100:
-    from .gemm import _operand_of
+    from .gemm import _resolve_operand
 
-    if dtype is not None:
-        name = operand_type(dtype).name
-    else:
-        name = meta.dtype if isinstance(meta, MetadataBuffer) else _operand_of(values)
-        if name is None:
-            raise _bad(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
-                       help=f"pass dtype= (one of {', '.join(KERNELS_SM100)})")
-    if name not in KERNELS_SM100:
-        raise _bad(f"there is no Blackwell sparse GEMM kernel for {name} operands",
-                   help=f"use one of {', '.join(KERNELS_SM100)}")
-    return KERNELS_SM100[name]
+    return _resolve_operand(values, meta, dtype, KERNELS_SM100, "Blackwell")
 
 
 def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out: Any = None, dtype: str | None = None,
