@@ -52,15 +52,13 @@ _COMPILER_SOURCE_DIRS = ("frontend", "backend", "grammar")
 
 @functools.cache
 def compiler_version() -> str:
-    """``sparsile <version>+<hash>``: the installed version plus a hash of the compiler's own
+    """``sparsile <version>+<hash>``: the package version plus a hash of the compiler's own
     sources (frontend, backend, grammar, top-level modules), so that an editable install never
-    reuses entries produced by different compiler code."""
-    try:
-        from importlib.metadata import version
+    reuses entries produced by different compiler code. (The version is ``sparsile.__version__``,
+    which tests/test_packaging.py keeps equal to pyproject's: ``importlib.metadata`` would cost a
+    fresh process ~20 ms of imports and a scan of every installed distribution.)"""
+    from .. import __version__
 
-        base = version("sparsile")
-    except Exception:
-        base = "0+unknown"
     digest = hashlib.sha256()
     files = sorted(_PACKAGE_ROOT.glob("*.py"))
     for sub in _COMPILER_SOURCE_DIRS:
@@ -70,7 +68,23 @@ def compiler_version() -> str:
             digest.update(str(path.relative_to(_PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
         except OSError:
             continue
-    return f"sparsile {base}+{digest.hexdigest()[:16]}"
+    return f"sparsile {__version__}+{digest.hexdigest()[:16]}"
+
+
+def _nvjitlink_identity() -> str:
+    """The nvJitLink library the cubins come from: the wheel's file by name, size and mtime
+    (a stat, no loading: a cache hit in a fresh process never loads nvJitLink), else the version
+    the loaded library reports."""
+    from . import nvjitlink
+
+    path = nvjitlink.library_file()
+    if path is not None:
+        stat = os.stat(path)
+        return f"{os.path.basename(path)} {stat.st_size} {stat.st_mtime_ns}"
+    try:
+        return ".".join(map(str, nvjitlink.library().version()))
+    except Exception:
+        return "unavailable"
 
 
 @functools.cache
@@ -78,13 +92,7 @@ def toolchain_versions() -> dict[str, str]:
     """The versions a compiled artifact depends on: compiler, llvmlite (LLVM), nvJitLink."""
     import llvmlite
 
-    try:
-        from .linker import nvjitlink_version
-
-        nvjitlink = ".".join(map(str, nvjitlink_version()))
-    except Exception:
-        nvjitlink = "unavailable"
-    return {"compiler": compiler_version(), "llvmlite": llvmlite.__version__, "nvjitlink": nvjitlink}
+    return {"compiler": compiler_version(), "llvmlite": llvmlite.__version__, "nvjitlink": _nvjitlink_identity()}
 
 
 def _canonical_options(options: object) -> str:

@@ -73,6 +73,38 @@ LOWERINGS: dict[str, Callable[[CodeGen, Operation], None]] = {}
 # target-specific lowerings, tried before the generic one: (condition on the CodeGen, lowering)
 TARGET_LOWERINGS: dict[str, list[tuple[Callable[[CodeGen], bool], Callable[[CodeGen, Operation], None]]]] = {}
 
+# Lowering modules imported for every kernel, and those imported only when a kernel has one of
+# their ops (an op name, or a prefix ending in "."): lower_blackwell alone costs a fresh process
+# ~15 ms of imports (layout_derive, descriptors), which a vector add should not pay.
+# tests/backend/test_codegen_registry.py checks this table against what each module registers.
+CORE_LOWERING_MODULES = ("lower_async", "lower_control", "lower_dot", "lower_elementwise", "lower_memory",
+                         "lower_reduce")
+OPTIONAL_LOWERING_MODULES: dict[str, tuple[str, ...]] = {
+    "lower_hopper": ("hopper.", "dot", "sparse_dot"),
+    "lower_mma": ("dot", "sparse_dot"),
+    "lower_blackwell": ("tmem.", "tcgen05.", "dot", "sparse_dot"),  # imports lower_blackwell_tile
+    "lower_cluster": ("cluster.", "tma.load_cluster"),
+}
+_ENSURED_OPS: set[str] = set()
+
+
+def _needs_module(op_name: str, entries: tuple[str, ...]) -> bool:
+    return any(op_name == e or (e.endswith(".") and op_name.startswith(e)) for e in entries)
+
+
+def ensure_lowerings(op_name: str) -> None:
+    """Import every lowering module that may register a lowering for ``op_name``."""
+    if op_name in _ENSURED_OPS:
+        return
+    import importlib
+
+    for module in CORE_LOWERING_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
+    for module, entries in OPTIONAL_LOWERING_MODULES.items():
+        if _needs_module(op_name, entries):
+            importlib.import_module(f"{__package__}.{module}")
+    _ENSURED_OPS.add(op_name)
+
 
 def lowering(*names: str, when: Callable[[CodeGen], bool] | None = None
              ) -> Callable[[Callable[[CodeGen, Operation], None]], Callable[[CodeGen, Operation], None]]:
@@ -135,23 +167,11 @@ class CodeGen:
 
     @staticmethod
     def _load_lowerings() -> None:
+        """Import the lowering modules every kernel needs (the others: :func:`ensure_lowerings`)."""
         import importlib
 
-        from . import (  # noqa: F401
-            lower_async,
-            lower_control,
-            lower_dot,
-            lower_elementwise,
-            lower_memory,
-            lower_reduce,
-        )
-
-        for optional in ("lower_hopper", "lower_mma", "lower_blackwell", "lower_cluster"):
-            try:
-                importlib.import_module(f"{__package__}.{optional}")
-            except ModuleNotFoundError as e:
-                if e.name != f"{__package__}.{optional}":
-                    raise
+        for module in CORE_LOWERING_MODULES:
+            importlib.import_module(f"{__package__}.{module}")
 
     def _declare_params(self) -> list[str]:
         decls: list[str] = []
@@ -210,6 +230,7 @@ class CodeGen:
         for op in block.ops:
             if op.name in ("scf.yield", "scf.condition"):
                 continue  # read by the parent's lowering
+            ensure_lowerings(op.name)
             fn = next((f for cond, f in TARGET_LOWERINGS.get(op.name, ()) if cond(self)), None) or \
                 LOWERINGS.get(op.name)
             if fn is None:

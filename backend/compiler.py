@@ -160,28 +160,27 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     entry = cache.get(ckey)
     if entry is not None:
         return CompiledKernel.from_cache(entry.metadata, entry.blobs)
-    func = kernel.ir_for(bindings, key, options)
-    func = _fresh_copy(kernel, bindings, key, options, func)
-    ck = compile_function(func, target, num_warps=num_warps)
+    ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps)
     cache.put(ckey, {"cubin": ck.cubin, "ptx": ck.ptx.encode()}, json.loads(json.dumps(ck.metadata())))
     return ck
 
 
-def _fresh_copy(kernel: Any, bindings: dict[str, Any], key: tuple, options: dict[str, Any], func: Function) -> Function:
-    """Passes mutate the IR: compile a private copy so the cached IR stays pristine."""
-    from ..frontend.sema import Sema
-
-    attrs = dict(func.attrs)
-    return Sema(kernel.globals, kernel.source.name).kernel(kernel.node, bindings, attrs)
-
-
-def compile_kernel(kernel: Any, signature: dict[str, Any], *, target: str | None = None,
+def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, target: str | None = None,
                    stop_after: str = "cubin", **options: Any) -> CompiledKernel:
-    """Ahead-of-time compilation of ``kernel`` for ``signature`` (no GPU needed)."""
+    """Ahead-of-time compilation of ``kernel`` for ``signature`` (no GPU needed): a dict (name ->
+    type or constexpr value) or the text ``sparsile compile --signature`` takes, e.g.
+    ``"x=ptr[f32], n=i32, BLOCK=1024"``."""
+    from ..frontend.diagnostics import LaunchError
     from ..frontend.kernel import KERNEL_OPTIONS
+    from ..frontend.specialize import parse_signature
 
-    bindings, key = kernel.signature_bindings(signature)
+    if isinstance(signature, str):
+        signature = parse_signature(signature, kernel.globals)
+    elif signature is not None and not isinstance(signature, dict):
+        raise LaunchError("SP0724", f"the signature of `{kernel.name}` must be a dict or a text such as "
+                          f"\"x=ptr[f32], n=i32\", found {type(signature).__name__}")
+    bindings, _ = kernel.signature_bindings(signature or {})
     opts = {**KERNEL_OPTIONS, **kernel.options, **options}
     tgt = get_target(target or opts.get("target") or "sm_90a")
-    func = _fresh_copy(kernel, bindings, key, opts, kernel.ir_for(bindings, key, opts))
-    return compile_function(func, tgt, num_warps=int(opts.get("num_warps") or 4), stop_after=stop_after)
+    return compile_function(kernel.fresh_ir(bindings, opts), tgt, num_warps=int(opts.get("num_warps") or 4),
+                            stop_after=stop_after)

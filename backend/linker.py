@@ -1,4 +1,4 @@
-"""PTX -> cubin with nvJitLink (``cuda.bindings.nvjitlink``), plus cubin inspection helpers.
+"""PTX -> cubin with nvJitLink (:mod:`.nvjitlink`, a ctypes binding), plus cubin inspection helpers.
 
 The project needs no CUDA toolkit: nvJitLink (PyPI ``nvidia-nvjitlink``) contains ptxas. The
 ``ptxas`` binary and ``nvdisasm`` are only used by tests and tools when they happen to exist.
@@ -21,17 +21,18 @@ for every target in the table (``tests/backend/test_linker.py`` re-checks them):
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import struct
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..frontend.diagnostics import CompileError, Diagnostic, InternalError
+from . import nvjitlink
 from .targets import Target
+
+if TYPE_CHECKING:
+    import subprocess
 
 SP_LINK_FAILED = "SP0610"
 SP_NVJITLINK_MISSING = "SP0611"
@@ -48,31 +49,19 @@ class LinkResult:
     info_log: str
 
 
-def _nvjitlink():
+def _library() -> nvjitlink.NvJitLink:
     try:
-        from cuda.bindings import nvjitlink
-    except Exception as exc:  # ImportError, or a broken shared library
+        return nvjitlink.library()
+    except nvjitlink.NvJitLinkUnavailable as exc:
         raise CompileError([Diagnostic(
             SP_NVJITLINK_MISSING, f"nvJitLink is not available ({exc})",
-            help="install the `nvidia-nvjitlink` and `cuda-python` packages")]) from None
-    return nvjitlink
+            help="install the `nvidia-nvjitlink` package (`pip install nvidia-nvjitlink`), or set "
+                 f"{nvjitlink.ENV_LIBRARY} to the path of a libnvJitLink")]) from None
 
 
 def nvjitlink_version() -> tuple[int, int]:
     """nvJitLink's ``(major, minor)`` version, e.g. ``(13, 5)``."""
-    return tuple(_nvjitlink().version())  # type: ignore[return-value]
-
-
-def _log(getter_size, getter, handle) -> str:
-    try:
-        size = getter_size(handle)
-        if size <= 0:
-            return ""
-        buf = bytearray(size)
-        getter(handle, buf)
-    except Exception:
-        return ""
-    return bytes(buf).rstrip(b"\x00").decode("utf-8", errors="replace").strip()
+    return _library().version()
 
 
 def ptx_to_cubin(ptx: str, target: Target, *, opt_level: int = 3, name: str = "kernel.ptx",
@@ -85,35 +74,23 @@ def ptx_to_cubin(ptx: str, target: Target, *, opt_level: int = 3, name: str = "k
     """
     if opt_level not in (0, 1, 2, 3):
         raise InternalError(f"opt_level must be 0..3, got {opt_level!r}")
-    nvjitlink = _nvjitlink()
+    lib = _library()
     options = [target.nvjitlink_arch, f"-O{opt_level}"] + (["-verbose"] if verbose else [])
-    data = ptx.encode("utf-8")
     try:
-        handle = nvjitlink.create(len(options), options)
-    except nvjitlink.nvJitLinkError as exc:
-        raise CompileError([Diagnostic(
-            SP_LINK_FAILED, f"nvJitLink refused the options {' '.join(options)} ({exc})",
-            help=f"this nvJitLink ({'.'.join(map(str, nvjitlink_version()))}) may be too old for "
-                 f"{target.name}; upgrade `nvidia-nvjitlink`")]) from None
-    try:
-        try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), name)
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as exc:
-            log = _log(nvjitlink.get_error_log_size, nvjitlink.get_error_log, handle)
-            notes = tuple(line for line in log.splitlines() if line.strip()) or (str(exc),)
+        linked = lib.link_ptx(ptx.encode("utf-8"), options, name)
+    except nvjitlink.NvJitLinkError as exc:
+        if exc.call == "nvJitLinkCreate":
             raise CompileError([Diagnostic(
-                SP_LINK_FAILED, f"nvJitLink could not turn {name} into a cubin for {target.name} ({exc})",
-                notes=notes,
-                help="this is most likely a sparsile code-generation bug; please report it with the "
-                     "kernel and this log")]) from None
-        size = nvjitlink.get_linked_cubin_size(handle)
-        cubin = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, cubin)
-        info = _log(nvjitlink.get_info_log_size, nvjitlink.get_info_log, handle)
-        return LinkResult(bytes(cubin), info)
-    finally:
-        nvjitlink.destroy(handle)
+                SP_LINK_FAILED, f"nvJitLink refused the options {' '.join(options)} ({exc})",
+                help=f"this nvJitLink ({'.'.join(map(str, lib.version()))}) may be too old for "
+                     f"{target.name}; upgrade `nvidia-nvjitlink`")]) from None
+        notes = tuple(line for line in exc.log.splitlines() if line.strip()) or (str(exc),)
+        raise CompileError([Diagnostic(
+            SP_LINK_FAILED, f"nvJitLink could not turn {name} into a cubin for {target.name} ({exc})",
+            notes=notes,
+            help="this is most likely a sparsile code-generation bug; please report it with the "
+                 "kernel and this log")]) from None
+    return LinkResult(linked.cubin, linked.info_log)
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,6 +168,8 @@ def elf_is_arch_specific(blob: bytes) -> bool | None:
 
 def ptxas_path() -> str | None:
     """``ptxas`` on PATH or in ``$CUDA_HOME/bin``, else ``None``."""
+    import shutil
+
     found = shutil.which("ptxas")
     if found:
         return found
@@ -208,6 +187,9 @@ def assemble_with_ptxas(ptx: str, target: Target, *, extra_args: tuple[str, ...]
                         timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``ptxas -arch=<target>`` on ``ptx`` (for tests and tools; sparsile itself never
     needs ptxas). ``FileNotFoundError`` when ptxas is not installed."""
+    import subprocess
+    import tempfile
+
     exe = ptxas_path()
     if exe is None:
         raise FileNotFoundError("ptxas is not installed")
@@ -221,6 +203,9 @@ def assemble_with_ptxas(ptx: str, target: Target, *, extra_args: tuple[str, ...]
 def nvdisasm_path() -> str | None:
     """The ``nvdisasm`` of PyPI ``nvidia-cuda-nvdisasm`` (``site-packages/nvidia/cu13/bin``
     for CUDA 13, ``nvidia/cuda_nvdisasm/bin`` for CUDA 12 wheels), else one on PATH."""
+    import importlib.util
+    import shutil
+
     spec = importlib.util.find_spec("nvidia")
     roots = list(spec.submodule_search_locations or []) if spec else []
     for root in roots:
@@ -234,6 +219,9 @@ def nvdisasm_path() -> str | None:
 def nvdisasm_sass(cubin: bytes, *, timeout: float = 120) -> str | None:
     """The SASS listing of ``cubin`` (``nvdisasm -c``), or ``None`` when nvdisasm is missing
     or fails."""
+    import subprocess
+    import tempfile
+
     exe = nvdisasm_path()
     if exe is None:
         return None

@@ -8,6 +8,7 @@ A :class:`Kernel` knows its AST, where its global names resolve, and its options
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +19,57 @@ from .diagnostics import CompileError, Diagnostic, LaunchError
 from .ir import Function
 from .legality_meta import check_metadata_argument
 from .sema import Sema
+from .spans import UNKNOWN_SPAN
 from .specialize import ParamInfo, bind_arguments, specialize_memo
 from .values import Const, HelperFunction
 
 KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
                   "cluster": (1, 1, 1)}
+
+SP_BAD_OPTION = "SP0242"
+"""A kernel option whose value cannot work (``num_warps=0``, ``maxnreg="x"``): refused before the
+compiler turns it into an LLVM attribute that LLVM cannot parse (it exits the process)."""
+MAXNREG_RANGE = (24, 255)
+"""ptxas raises a ``.maxnreg`` below 24 to 24 and ignores one above 255 (checked with ptxas 13.0)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def option_problem(name: str, value: Any) -> tuple[str, str] | None:
+    """(message, help) when kernel option ``name`` cannot take ``value``, else None. ``cluster`` is
+    checked by the legality pass and the interpreter (SP0558); unknown names are SP0236."""
+    if name == "num_warps" and not (_is_int(value) and value >= 1):
+        return (f"num_warps must be a positive integer, found {value!r}",
+                "use the number of warps per CTA, e.g. num_warps=4 (one warpgroup)")
+    if name == "num_stages" and not (_is_int(value) and value >= 0):
+        return f"num_stages must be a non-negative integer, found {value!r}", "e.g. num_stages=3"
+    if name == "num_ctas" and not (_is_int(value) and value >= 1):
+        return (f"num_ctas must be a positive integer, found {value!r}",
+                "leave it at 1; CTA clusters are asked for with cluster=(x, y, z)")
+    low, high = MAXNREG_RANGE
+    if name == "maxnreg" and value is not None and not (_is_int(value) and low <= value <= high):
+        return (f"maxnreg must be an integer from {low} to {high} registers per thread, found {value!r}",
+                f"ptxas raises budgets below {low} to {low} and ignores budgets above {high}; "
+                "leave maxnreg unset to let ptxas choose")
+    if name == "target" and value is not None and not isinstance(value, str):
+        return (f"target must be a target name such as \"sm_90a\", found {value!r}",
+                "pass the name as a string, or leave target unset")
+    return None
+
+
+def check_options(options: dict[str, Any], spans: Callable[[str], Any] | None = None) -> None:
+    """Raise CompileError SP0242 for every known kernel option in ``options`` whose value cannot
+    work; ``spans(name)`` gives the user's span of an option where there is one (a decorator)."""
+    diags = []
+    for name, value in options.items():
+        problem = option_problem(name, value)
+        if problem is not None:
+            span = (spans(name) if spans is not None else None) or UNKNOWN_SPAN
+            diags.append(Diagnostic(SP_BAD_OPTION, problem[0], span, help=problem[1]))
+    if diags:
+        raise CompileError(diags)
 
 
 @dataclass
@@ -93,6 +140,8 @@ class Kernel:
         """(bound arguments, sema bindings, specialization key) for a call."""
         launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
                        k not in {p.name for p in self.params}}
+        if launch_opts:
+            check_options(launch_opts)
         bound = bind_arguments(self.name, self.params, args, kwargs)
         for p in self.params:  # a tagged MetadataBuffer is checked against a meta[T] parameter, then unwrapped
             bound[p.name] = check_metadata_argument(p.name, p.annotation, bound[p.name])
@@ -103,6 +152,7 @@ class Kernel:
         else:  # the common case: the kernel's own options, whose key is reused while they are unchanged
             cached = self._default_options_key
             if cached is None or cached[0] != self.options:
+                check_options(self.options)
                 cached = self._default_options_key = (dict(self.options), self._options_key({}))
             full_key = (*key, cached[1])
         return bound, bindings, full_key
@@ -116,13 +166,18 @@ class Kernel:
         kernel's options (by default those given at the launch that produced ``key``)."""
         if key not in self._ir_cache:
             given = options if options is not None else self._key_options.get(key, {})
-            merged = {**KERNEL_OPTIONS, **self.options, **given}
-            attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
-            cluster = cluster_option(merged.get("cluster"))
-            if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
-                attrs["cluster"] = cluster
-            self._ir_cache[key] = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
+            self._ir_cache[key] = self.fresh_ir(bindings, given)
         return self._ir_cache[key]
+
+    def fresh_ir(self, bindings: dict[str, Any], options: dict[str, Any] | None = None) -> Function:
+        """A new, uncached IR for ``bindings`` with ``options`` over the kernel's (the compiler's
+        passes mutate the IR they are given, so each compile takes its own)."""
+        merged = {**KERNEL_OPTIONS, **self.options, **(options or {})}
+        attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
+        cluster = cluster_option(merged.get("cluster"))
+        if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
+            attrs["cluster"] = cluster
+        return Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
 
     def ir(self, *args: Any, **kwargs: Any) -> Function:
         """The IR specialized for these arguments (arrays, scalars, constexpr values)."""
@@ -181,14 +236,8 @@ class Kernel:
         ``.ptx`` and ``.cubin``. ``signature`` is a dict (name -> type or constexpr value) or the
         text ``sparsile compile --signature`` takes, e.g. ``"x=ptr[f32], n=i32, BLOCK=1024"``."""
         from ..backend.compiler import compile_kernel
-        from .specialize import parse_signature
 
-        if isinstance(signature, str):
-            signature = parse_signature(signature, self.globals)
-        elif signature is not None and not isinstance(signature, dict):
-            raise LaunchError("SP0724", f"the signature of `{self.name}` must be a dict or a text such as "
-                              f"\"x=ptr[f32], n=i32\", found {type(signature).__name__}")
-        return compile_kernel(self, signature or {}, target=target, **kwargs)
+        return compile_kernel(self, signature, target=target, **kwargs)
 
     def as_helper(self) -> HelperFunction:
         """Inline this kernel's body when another kernel calls it."""
@@ -220,21 +269,34 @@ def cluster_option(value: Any) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, tuple | list) else (value,)
 
 
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+"""The most CTAs along x, y, z of one launch on every CUDA GPU sparsile targets (compute capability
+3.0 and later; CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")."""
+
+
 def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
-    """A grid given as an int, a tuple, or a callable of the constexpr arguments."""
+    """A grid given as an int, a tuple or list of up to 3 ints, or a callable of the constexpr
+    arguments returning one (LaunchError SP0710 otherwise)."""
     if callable(grid):
         grid = grid(meta)
-    if isinstance(grid, int):
+    if _is_int(grid):
         grid = (grid,)
-    try:
-        dims = tuple(int(g) for g in grid)
-    except TypeError:
-        raise LaunchError("SP0710", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}") from None
-    if not 1 <= len(dims) <= 3:
-        raise LaunchError("SP0710", f"the grid must have 1 to 3 dimensions, found {len(dims)}")
+    if not isinstance(grid, tuple | list):
+        raise LaunchError("SP0710", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}")
+    if not 1 <= len(grid) <= 3:
+        raise LaunchError("SP0710", f"the grid must have 1 to 3 dimensions, found {len(grid)}")
+    bad = next((g for g in grid if not _is_int(g)), None)
+    if bad is not None:
+        raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad!r} in {tuple(grid)!r}",
+                          help="compute grid sizes with integer arithmetic, e.g. `cdiv(n, BLOCK)` or `(n + B - 1) // B`")
+    dims = tuple(int(g) for g in grid)
     if any(d <= 0 for d in dims):
         raise LaunchError("SP0710", f"every grid dimension must be positive, found {dims}",
                           help="a grid of zero launches nothing; skip the call instead")
+    for axis, (d, most) in enumerate(zip(dims, GRID_LIMITS, strict=False)):
+        if d > most:
+            raise LaunchError("SP0710", f"grid {dims} has {d} programs along {'xyz'[axis]}; CUDA allows at most "
+                              f"{most}", help="use a persistent kernel or move work to another grid dimension")
     return ((*dims, 1, 1))[:3]  # type: ignore[return-value]
 
 
@@ -253,6 +315,10 @@ class _InterpretLaunch:
         max_ops = None
         if "max_ops" in kwargs and "max_ops" not in {p.name for p in self.kernel.params}:
             max_ops = kwargs.pop("max_ops")
+            if max_ops is not None and not (_is_int(max_ops) and max_ops >= 1):
+                raise LaunchError("SP0725", f"max_ops must be a positive integer or None, found {max_ops!r}",
+                                  help="max_ops bounds the operations the interpreter may run; leave it unset "
+                                       "for no bound")
 
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         func = self.kernel.ir_for(bindings, key)

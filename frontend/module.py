@@ -18,7 +18,7 @@ from . import ast as A
 from .builtins import NAMESPACES, ROOT
 from .diagnostics import CompileError, Diagnostic, DiagnosticBag
 from .jit_globals import wrap_python_value
-from .kernel import KERNEL_OPTIONS, Kernel
+from .kernel import KERNEL_OPTIONS, Kernel, check_options
 from .sema import Sema
 from .values import Const, HelperFunction
 
@@ -141,25 +141,58 @@ def _kernel_decorator(fn: A.FunctionDef, resolve: Callable[[str], Any]) -> dict[
                     raise CompileError([Diagnostic("SP0236", f"unknown kernel option `{k.name}`", k.span,
                                                    help=f"options: {', '.join(KERNEL_OPTIONS)}")])
                 opts[k.name] = sema.evaluate(k.value, f"the option `{k.name}`")
+            check_options(opts, lambda name: _option_span(fn, name))
     return opts
+
+
+def _option_span(fn: A.FunctionDef, name: str) -> Any:
+    """The span of ``name=...`` in a decorator call of ``fn``, or None."""
+    for d in fn.decorators:
+        if isinstance(d, A.Call):
+            for k in d.keywords:
+                if k.name == name:
+                    return k.span
+    return None
 
 
 def loads(text: str, name: str = "<string>") -> KernelModule:
     """A module of kernels from source text."""
+    from ..backend import preload
     from .parser import parse_module
 
-    return KernelModule(name, parse_module(text, name))
+    if isinstance(text, bytes | bytearray):
+        text = _decoded(bytes(text), str(name))
+    if not isinstance(text, str):
+        raise CompileError([Diagnostic("SP0240", f"sparsile.loads needs the source text as a str, found "
+                                       f"{type(text).__name__}",
+                                       help="pass the text of a .spk module, or its path to sparsile.load")])
+    preload.start()  # open LLVM and nvJitLink on a thread while this parses (backend/preload.py)
+    return KernelModule(str(name), parse_module(text, str(name)))
+
+
+def _decoded(data: bytes, name: str) -> str:
+    """``data`` as UTF-8 text, or CompileError SP0240."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CompileError([Diagnostic("SP0240", f"cannot read `{name}`: it is not UTF-8 text ({e.reason} at "
+                                       f"byte {e.start})", help=".spk sources are UTF-8 text files")]) from None
 
 
 def load(path: str | os.PathLike[str]) -> KernelModule:
     """A module of kernels from a ``.spk`` file."""
-    p = os.fspath(path)
     try:
-        with open(p, encoding="utf-8") as f:
-            text = f.read()
+        p = os.fsdecode(path)
+    except TypeError:
+        raise CompileError([Diagnostic("SP0240", f"sparsile.load needs a file path (str or os.PathLike), found "
+                                       f"{type(path).__name__}",
+                                       help="pass the path of a .spk file, or its text to sparsile.loads")]) from None
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}")]) from None
-    return loads(text, p)
+    return loads(_decoded(data, p), p)
 
 
 # Inside a kernel, `sparsile.load` (reached as a Python global under @jit) is the memory builtin.
@@ -178,8 +211,10 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
             raise TypeError(f"unknown kernel option `{k}`; options: {', '.join(KERNEL_OPTIONS)}")
 
     def wrap(f: Callable[..., Any]) -> Kernel:
+        from ..backend import preload
         from .parser import parse_function_source
 
+        preload.start()
         try:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"
@@ -188,6 +223,7 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
                                            help="define kernels in a file, or use sparsile.loads(text)")]) from None
         first_line = f.__code__.co_firstlineno
         node = parse_function_source(src, filename, first_line)
+        check_options(options, lambda name: _option_span(node, name))
         return Kernel(node, _python_resolver(f), dict(options))
 
     return wrap(fn) if fn is not None else wrap

@@ -24,7 +24,6 @@ import dataclasses
 import functools
 import gc
 import re
-import statistics
 import time
 import warnings
 from collections.abc import Iterator
@@ -119,6 +118,8 @@ def time_parse(text: str, repeat: int = 20) -> ParseTiming:
         parse_module(text)
         samples.append(time.perf_counter() - start)
     tokens = sum(1 for _ in parser.lex(_normalize_newlines(text) + "\n"))
+    import statistics  # here, not at the top: a fresh process's first compile never needs it
+
     return ParseTiming(text.count("\n") + 1, tokens, ready, first, statistics.median(samples))
 
 

@@ -145,3 +145,13 @@ def test_wheel_holds_modules_and_data_and_works_alone(tmp_path):
                          env=env, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.split() == ["sparse_gemm_bf16", "1"]
+
+
+def test_version_attribute_matches_pyproject():
+    """The compile cache keys on ``sparsile.__version__`` (backend/cache.py compiler_version)."""
+    import sparsile
+
+    assert sparsile.__version__ == PYPROJECT["project"]["version"]
+    from importlib.metadata import version
+
+    assert version("sparsile") == sparsile.__version__

@@ -119,14 +119,18 @@ def test_bad_opt_level():
         K.ptx_to_cubin(BAD_PTX, get_target("sm_90a"), opt_level=7)
 
 
-def test_missing_nvjitlink_is_a_diagnostic(monkeypatch):
-    import cuda.bindings
+def test_missing_nvjitlink_is_a_diagnostic(monkeypatch, tmp_path):
+    from sparsile.backend import nvjitlink
 
-    monkeypatch.setitem(sys.modules, "cuda.bindings.nvjitlink", None)
-    monkeypatch.delattr(cuda.bindings, "nvjitlink", raising=False)
-    with pytest.raises(CompileError) as info:
-        K.ptx_to_cubin(BAD_PTX, get_target("sm_90a"))
+    monkeypatch.setenv(nvjitlink.ENV_LIBRARY, str(tmp_path / "libnvJitLink.so.missing"))
+    nvjitlink._load.cache_clear()
+    try:
+        with pytest.raises(CompileError) as info:
+            K.ptx_to_cubin(BAD_PTX, get_target("sm_90a"))
+    finally:
+        nvjitlink._load.cache_clear()
     assert info.value.codes == ["SP0611"]
+    assert "libnvJitLink.so.missing" in info.value.diagnostics[0].message
     assert "nvidia-nvjitlink" in info.value.diagnostics[0].help
 
 

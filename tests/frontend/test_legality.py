@@ -251,7 +251,7 @@ def test_smem_estimate_is_exact_for_the_shipped_kernels() -> None:
     """A lower bound in general; for these kernels it equals what code generation reserves."""
     from pathlib import Path
 
-    from sparsile.backend.compiler import _fresh_copy, compile_function
+    from sparsile.backend.compiler import compile_function
     from sparsile.frontend.kernel import KERNEL_OPTIONS
 
     root = Path(__file__).resolve().parents[2]
@@ -261,9 +261,9 @@ def test_smem_estimate_is_exact_for_the_shipped_kernels() -> None:
     for path, name in cases:
         k = sp.load(root / path).kernels[name]
         sig = {p.name: p.annotation for p in k.params if p.annotation is not sp.constexpr}
-        bindings, key = k.signature_bindings(sig)
+        bindings, _ = k.signature_bindings(sig)
         opts = {**KERNEL_OPTIONS, **k.options}
-        func = _fresh_copy(k, bindings, key, opts, k.ir_for(bindings, key, opts))
+        func = k.fresh_ir(bindings, opts)
         ck = compile_function(func, get_target("sm_90a"), num_warps=int(opts["num_warps"]), stop_after="llvm")
         assert smem_estimate(func) == ck.smem_bytes > 0, name
 
@@ -276,13 +276,13 @@ def test_scratch_of_conversions_and_reductions_is_a_lower_bound() -> None:
         s = sum(y, 0)
         store(C + offs, s)
     """, "C: ptr[f32]")
-    from sparsile.backend.compiler import _fresh_copy, compile_function
+    from sparsile.backend.compiler import compile_function
     from sparsile.frontend.kernel import KERNEL_OPTIONS
 
     k = sp.loads(src, "case.spk").kernels["k"]
-    bindings, key = k.signature_bindings({"C": k.params[0].annotation})
+    bindings, _ = k.signature_bindings({"C": k.params[0].annotation})
     opts = {**KERNEL_OPTIONS, **k.options}
-    func = _fresh_copy(k, bindings, key, opts, k.ir_for(bindings, key, opts))
+    func = k.fresh_ir(bindings, opts)
     ck = compile_function(func, get_target("sm_90a"), num_warps=4, stop_after="llvm")
     assert 0 < smem_estimate(func) <= ck.smem_bytes
     assert {what for _, _, what in smem_footprint(func)} <= {"layout conversion through shared memory",
