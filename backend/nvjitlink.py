@@ -4,10 +4,10 @@ Why not ``cuda.bindings.nvjitlink``: importing it loads ``cuda.pathfinder`` and,
 ``importlib.metadata``, ``email``, ``zipfile`` and some sixty other modules, about 30 ms of a
 fresh process's first compile (``python -X importtime``; ``benchmarks/bench_compile.py`` column
 ``cold``). The library itself is the same one: the ``libnvJitLink.so`` of the PyPI wheel
-``nvidia-nvjitlink`` (no system CUDA needed), found in ``site-packages/nvidia/cu13/lib``
-(``nvidia/nvjitlink/lib`` in CUDA 12 wheels). ``SPARSILE_NVJITLINK`` names another library
-file; when neither is found, ``cuda.pathfinder`` (a cuda-python dependency) is asked, then the
-system loader.
+``nvidia-nvjitlink`` (no system CUDA needed), found in ``site-packages/nvidia/cu13/lib``.
+``SPARSILE_NVJITLINK`` names another library file; when there is no wheel, ``cuda.pathfinder``
+(a cuda-python dependency: conda, ``CUDA_HOME``, the system) is asked, then the system loader.
+A library older than nvJitLink 13 is passed over (pyproject requires 13).
 
 The calls used (nvJitLink.h, CUDA 13): ``nvJitLinkCreate(handle*, n, options)``,
 ``nvJitLinkAddData(handle, type, data, size, name)``, ``nvJitLinkComplete``,
@@ -24,6 +24,7 @@ import functools
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,10 +41,10 @@ RESULT_NAMES = {
 }
 INPUT_PTX = 2  # nvJitLinkInputType NVJITLINK_INPUT_PTX
 
-# Library files by wheel layout, newest CUDA first (relative to a ``nvidia`` package folder).
-_WHEEL_FILES = ("cu13/lib/libnvJitLink.so.13", "nvjitlink/lib/libnvJitLink.so.12",
-                "cu13/bin/x86_64/nvJitLink_130_0.dll", "cu13/bin/nvJitLink_130_0.dll")
-_SYSTEM_NAMES = ("libnvJitLink.so.13", "libnvJitLink.so")
+MIN_MAJOR = 13  # pyproject requires nvidia-nvjitlink>=13 (PTX ISA 9.0, sm_110a)
+# The library file of the CUDA 13 wheels, relative to a ``nvidia`` package folder.
+_WHEEL_FILES = ("cu13/lib/libnvJitLink.so.13", "cu13/bin/x86_64/nvJitLink_130_0.dll", "cu13/bin/nvJitLink_130_0.dll")
+_SYSTEM_NAMES = ("libnvJitLink.so.13",)
 
 
 class NvJitLinkUnavailable(RuntimeError):
@@ -68,7 +69,7 @@ class Linked:
 
 def _wheel_candidates() -> list[Path]:
     roots = [Path(entry) / "nvidia" for entry in sys.path if entry]
-    return [root / rel for root in roots for rel in _WHEEL_FILES]
+    return [root / rel for rel in _WHEEL_FILES for root in roots]
 
 
 def _pathfinder_path() -> str | None:
@@ -80,21 +81,32 @@ def _pathfinder_path() -> str | None:
         return None
 
 
-def _open_library() -> tuple[ctypes.CDLL, str]:
+def _candidates() -> Iterator[str]:
+    """Library files to try, best first; cuda.pathfinder (slow to import) only when no wheel is
+    found on ``sys.path``."""
     explicit = os.environ.get(ENV_LIBRARY)
-    tried: list[str] = []
     if explicit:
-        candidates = [explicit]
-    else:
-        candidates = [str(p) for p in _wheel_candidates() if p.is_file()]
-        if not candidates:
-            found = _pathfinder_path()
-            candidates = ([found] if found else []) + list(_SYSTEM_NAMES)
-    for candidate in candidates:
+        yield explicit
+        return
+    yield from (str(p) for p in _wheel_candidates() if p.is_file())
+    found = _pathfinder_path()
+    if found:
+        yield found
+    yield from _SYSTEM_NAMES
+
+
+def _open_library() -> NvJitLink:
+    tried: list[str] = []
+    for candidate in _candidates():
         try:
-            return ctypes.CDLL(candidate), candidate
-        except OSError as exc:
+            lib = NvJitLink(ctypes.CDLL(candidate), candidate)
+            major, minor = lib.version()
+        except (OSError, NvJitLinkUnavailable, NvJitLinkError) as exc:
             tried.append(f"{candidate}: {exc}")
+            continue
+        if major >= MIN_MAJOR:
+            return lib
+        tried.append(f"{candidate}: version {major}.{minor}, sparsile needs {MIN_MAJOR} or newer")
     where = "; ".join(tried) or "no libnvJitLink in any site-packages/nvidia folder"
     raise NvJitLinkUnavailable(f"could not load nvJitLink ({where})")
 
@@ -177,8 +189,7 @@ _LOCK = threading.Lock()
 
 @functools.cache
 def _load() -> NvJitLink:
-    lib, path = _open_library()
-    return NvJitLink(lib, path)
+    return _open_library()
 
 
 def library() -> NvJitLink:

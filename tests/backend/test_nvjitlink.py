@@ -90,3 +90,19 @@ def test_env_override_to_a_non_library(monkeypatch, tmp_path):
             nvjitlink.library()
     finally:
         nvjitlink._load.cache_clear()
+
+
+def test_without_a_wheel_on_sys_path_cuda_pathfinder_is_asked(monkeypatch):
+    pytest.importorskip("cuda.pathfinder")
+    monkeypatch.delenv(nvjitlink.ENV_LIBRARY, raising=False)
+    monkeypatch.setattr(nvjitlink, "_wheel_candidates", lambda: [])
+    asked = []
+    real = nvjitlink._pathfinder_path
+    monkeypatch.setattr(nvjitlink, "_pathfinder_path", lambda: asked.append(1) or real())
+    nvjitlink._load.cache_clear()
+    try:
+        lib = nvjitlink.library()
+    finally:
+        nvjitlink._load.cache_clear()
+    assert asked == [1]
+    assert lib.version()[0] >= nvjitlink.MIN_MAJOR
