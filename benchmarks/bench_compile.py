@@ -5,11 +5,12 @@ the Hopper sparse and dense GEMM, cold and warm, and the cost of a compile-cache
 
 Columns (milliseconds unless marked):
   import     ``import sparsile`` in a fresh Python process
-  cold       first compile in that fresh process with an empty cache (``SPARSILE_CACHE_DIR`` a new
-             temporary folder): grammar tables, parse, sema, passes, LLVM, PTX, nvJitLink
-  cold*      the same in another fresh process whose cache folder holds only the grammar's parse
-             tables (built once per installation): every later fresh process with an empty kernel
-             cache; it still pays the first-use loading of lark, llvmlite and nvJitLink
+  cold       first compile in that fresh process with an empty kernel cache (``SPARSILE_CACHE_DIR``
+             a new temporary folder): parse, sema, passes, LLVM, PTX, nvJitLink, and the first-use
+             loading of lark, llvmlite and nvJitLink. The grammar's parse tables are present: like
+             .pyc files they are built once per installation (grammar/__pycache__), not per cache
+  first      the same with the parse tables missing too (``SPARSILE_GRAMMAR_CACHE`` a new temporary
+             folder): the very first compile after installing, which builds them
   warm       median of --reps compiles of the same source in a warm process, nothing cached:
              ``sparsile.loads(text)`` + ``compile_kernel`` (passes/llvm/ptx/cubin: the stages' share)
   hit mem    a compile-cache hit in memory (``compile_cached``, the launch path's lookup), in µs
@@ -144,29 +145,31 @@ print(json.dumps({"import": t_import, "cold": cold, "warm": warm[median], "warm_
 BUILD_TABLES = "from sparsile.grammar import get_parser; get_parser()"
 
 
-def _child(code: str, args: list[str], cache_dir: str) -> subprocess.CompletedProcess:
+def _child(code: str, args: list[str], cache_dir: str, grammar_dir: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "SPARSILE_CACHE_DIR": cache_dir}
+    if grammar_dir is not None:
+        env["SPARSILE_GRAMMAR_CACHE"] = grammar_dir
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # users' Pythons keep .pyc files; so does this benchmark
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def run_case(case: Case, target: str, reps: int) -> dict:
-    """Measure one case in fresh interpreters: once with an entirely empty cache folder (the very
-    first compile after installing: Lark builds the grammar's parse tables), once with only the
-    parse tables present (every later fresh process: the kernel cache is empty)."""
+    """Measure one case in fresh interpreters: once with an empty kernel cache (the installation's
+    grammar tables present: every fresh process of an installed sparsile), once with the grammar
+    tables missing as well (the very first compile after installing)."""
     args = [str(ROOT / case.path), case.kernel, case.signature, target, str(reps)]
     with tempfile.TemporaryDirectory(prefix="sparsile-bench-cache-") as cache_dir:
+        _child(BUILD_TABLES, [], cache_dir)  # this installation's tables, as any earlier use leaves them
         proc = _child(CHILD, args, cache_dir)
     if proc.returncode != 0:
         return {"case": case.name, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    with tempfile.TemporaryDirectory(prefix="sparsile-bench-cache-") as cache_dir:
-        _child(BUILD_TABLES, [], cache_dir)
-        again = _child(CHILD, [*args[:4], "1"], cache_dir)
+    with tempfile.TemporaryDirectory(prefix="sparsile-bench-cache-") as cache_dir, \
+            tempfile.TemporaryDirectory(prefix="sparsile-bench-grammar-") as grammar_dir:
+        again = _child(CHILD, [*args[:4], "1"], cache_dir, grammar_dir)
     if again.returncode == 0:
-        second = json.loads(again.stdout.strip().splitlines()[-1])
-        result["cold_tables"] = second["cold"]
-        result["import_tables"] = second["import"]
+        first = json.loads(again.stdout.strip().splitlines()[-1])
+        result["first"] = first["cold"]
     return {"case": case.name, **result}
 
 
@@ -268,12 +271,12 @@ def format_row(r: dict) -> str:
         return f"{r['case']:<16} error: {r['error']}"
     st = r["stages"]
     stages = "/".join(f"{1e3 * st.get(k, 0.0):.0f}" for k in ("passes", "llvm", "ptx", "cubin"))
-    tables = f"{1e3 * r['cold_tables']:.0f}" if "cold_tables" in r else "-"
-    return (f"{r['case']:<16} {1e3 * r['import']:>7.0f} {1e3 * r['cold']:>8.0f} {tables:>8} {1e3 * r['warm']:>8.1f} "
+    first = f"{1e3 * r['first']:.0f}" if "first" in r else "-"
+    return (f"{r['case']:<16} {1e3 * r['import']:>7.0f} {1e3 * r['cold']:>8.0f} {first:>8} {1e3 * r['warm']:>8.1f} "
             f"{stages:>19} {1e6 * r['hit_mem']:>8.1f} {1e3 * r['hit_disk']:>9.2f} {r['cubin']:>8}")
 
 
-HEADER = (f"{'case':<16} {'import':>7} {'cold':>8} {'cold*':>8} {'warm':>8} {'passes/llvm/ptx/cubin':>19} "
+HEADER = (f"{'case':<16} {'import':>7} {'cold':>8} {'first':>8} {'warm':>8} {'passes/llvm/ptx/cubin':>19} "
           f"{'hit mem':>8} {'hit disk':>9} {'cubin B':>8}\n"
           f"{'':<16} {'ms':>7} {'ms':>8} {'ms':>8} {'ms':>8} {'ms (of warm)':>19} {'us':>8} {'ms':>9} {'':>8}")
 

@@ -2,9 +2,12 @@
 
 :func:`get_parser` builds the Lark LALR(1) parser once per process (``propagate_positions=True``,
 basic lexer, start symbols ``module`` and ``expression_input``). The parse tables are also kept
-on disk through Lark's own cache (``cache=<path>``) under ``$SPARSILE_CACHE_DIR/grammar`` or, when
-that variable is unset, a per-user folder in the temp directory, so that a fresh process loads them
-instead of rebuilding them. A cache that cannot be written is skipped silently.
+on disk through Lark's own cache (``cache=<path>``), so that a fresh process loads them instead of
+rebuilding them (~350 ms). Like Python's ``.pyc`` files they belong to the installation, not to the
+compile cache of kernels (``$SPARSILE_CACHE_DIR``, which does not hold them): they go to
+``grammar/__pycache__`` next to ``kernel.lark`` when that folder is this user's and private, else to
+a per-user folder in the temp directory. ``SPARSILE_GRAMMAR_CACHE`` names another folder, or ``off``.
+A folder that cannot be written is skipped silently.
 
 :class:`IndentationPostLexer` turns Python-style indentation into ``_INDENT``/``_DEDENT`` tokens
 (Python reference, section 2.1.8 "Indentation"), drops newlines inside brackets (section 2.1.6
@@ -177,23 +180,28 @@ def _private_dir(path: Path) -> bool:
     return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+ENV_GRAMMAR_CACHE = "SPARSILE_GRAMMAR_CACHE"
+_OFF_VALUES = ("off", "0", "false", "no", "none", "disabled")
+
+
 def cache_path(text: str | None = None) -> Path | None:
     """Where Lark keeps the parse tables for this grammar, Lark and Python version; ``None`` when no
-    safe writable folder exists."""
+    safe writable folder exists (or ``SPARSILE_GRAMMAR_CACHE=off``)."""
     text = grammar_text() if text is None else text
     key = f"{text}\0{lark.__version__}\0{sys.version_info[:2]}".encode()
-    digest = hashlib.sha256(key).hexdigest()[:16]
-    root = os.environ.get("SPARSILE_CACHE_DIR", "").strip()
-    if root.lower() in ("off", "0", "false", "no", "none", "disabled"):
+    name = f"kernel-{hashlib.sha256(key).hexdigest()[:16]}.lalr"
+    root = os.environ.get(ENV_GRAMMAR_CACHE, "").strip()
+    if root.lower() in _OFF_VALUES:
         return None
     if root:
-        folder = Path(root).expanduser() / "grammar"
+        folders = [Path(root).expanduser()]
     else:
         user = os.getuid() if hasattr(os, "getuid") else "user"
-        folder = Path(tempfile.gettempdir()) / f"sparsile-{user}" / "grammar"
-    if not _private_dir(folder):
-        return None
-    return folder / f"kernel-{digest}.lalr"
+        folders = [GRAMMAR_PATH.parent / "__pycache__", Path(tempfile.gettempdir()) / f"sparsile-{user}" / "grammar"]
+    for folder in folders:
+        if _private_dir(folder):
+            return folder / name
+    return None
 
 
 def build_parser(*, cache: bool = True, debug: bool = False) -> Lark:

@@ -296,11 +296,11 @@ def test_grammar_has_no_lalr_conflicts(caplog):
 
 
 def test_fresh_process_loads_tables_from_the_disk_cache(tmp_path):
-    env = dict(os.environ, SPARSILE_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, SPARSILE_GRAMMAR_CACHE=str(tmp_path))
     code = ("from sparsile.grammar import get_parser, cache_path; get_parser(); print(cache_path())")
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     path = Path(first.stdout.strip())
-    assert path.is_file() and path.parent.parent == tmp_path
+    assert path.is_file() and path.parent == tmp_path
     stamp = path.stat().st_mtime_ns
     second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert second.stdout.strip() == str(path)
@@ -310,9 +310,23 @@ def test_fresh_process_loads_tables_from_the_disk_cache(tmp_path):
 def test_unwritable_cache_dir_falls_back_to_no_cache(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv("SPARSILE_CACHE_DIR", str(blocker))
+    monkeypatch.setenv("SPARSILE_GRAMMAR_CACHE", str(blocker))
     assert cache_path() is None
     assert build_parser().parse("x = 1\n", start="module") is not None
+
+
+def test_tables_are_not_in_the_kernel_cache(tmp_path, monkeypatch):
+    """Emptying the compile cache of kernels keeps the grammar tables, as it keeps .pyc files."""
+    monkeypatch.delenv("SPARSILE_GRAMMAR_CACHE", raising=False)
+    monkeypatch.setenv("SPARSILE_CACHE_DIR", str(tmp_path))
+    path = cache_path()
+    assert path is not None and tmp_path not in path.parents
+    assert path.parent.name in ("__pycache__", "grammar")
+
+
+def test_grammar_cache_off(monkeypatch):
+    monkeypatch.setenv("SPARSILE_GRAMMAR_CACHE", "off")
+    assert cache_path() is None
 
 
 def test_time_parse_reports_the_source_size():
