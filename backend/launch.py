@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..frontend.diagnostics import LaunchError
+from ..frontend.host_arrays import stored_params
 from ..frontend.kernel import KERNEL_OPTIONS
 from ..frontend.values import Const
 from .codegen import KernelParam
@@ -72,26 +73,6 @@ def user_values(spec: Any, bound: dict[str, Any]) -> list[Any]:
     return out
 
 
-def _stored_params(func: Any) -> set[str]:
-    """Names of pointer/tensor parameters the kernel may write (host copies are read back)."""
-    origin: dict[int, set[str]] = {}
-    for p in func.runtime_params:
-        if p.value is not None:
-            origin[id(p.value)] = {p.name}
-    written: set[str] = set()
-    for op in func.walk():
-        srcs: set[str] = set()
-        for v in op.operands:
-            srcs |= origin.get(id(v), set())
-        if srcs and op.name != "load":
-            for r in op.results:
-                origin[id(r)] = srcs
-        if op.name in ("store", "tensor.store_tile") or op.name.endswith(".store"):
-            if op.operands:
-                written |= origin.get(id(op.operands[0]), set())
-    return written
-
-
 class GpuLaunch:
     """``kernel[grid]``: call it with the kernel's arguments (and ``stream=``, launch options)."""
 
@@ -150,13 +131,13 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     from .compiler import compile_cached
 
     ck = compile_cached(kernel, bindings, key, target, options)
-    stores = _stored_params(kernel.ir_for(bindings, key, options))
+    stores = stored_params(kernel.ir_for(bindings, key, options))
     spec = param_spec(kernel, bindings, ck.params, stores)
     module = runtime.load_module(ck.cubin)
     fn = module.function(ck.name)
     launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
     launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
-    launcher.written = _stored_params(kernel.ir_for(bindings, key, options))
+    launcher.written = stored_params(kernel.ir_for(bindings, key, options))
     return launcher
 
 

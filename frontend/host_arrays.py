@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import types as T
+from .diagnostics import LaunchError
 from .interp_values import Buffer, PtrVal, TensorVal
 from .ir import Function
 
@@ -75,15 +76,43 @@ def _numpy_to_torch_special(a: np.ndarray, dtype: Any) -> Any:
     return torch.from_numpy(a.view(ints[0])).view(dtype)
 
 
+def stored_params(func: Function) -> set[str]:
+    """Names of pointer/tensor parameters the kernel may write (host copies are read back, and
+    read-only arrays are refused)."""
+    origin: dict[int, set[str]] = {}
+    for p in func.runtime_params:
+        if p.value is not None:
+            origin[id(p.value)] = {p.name}
+    written: set[str] = set()
+    for op in func.walk():
+        srcs: set[str] = set()
+        for v in op.operands:
+            srcs |= origin.get(id(v), set())
+        if srcs and op.name != "load":
+            for r in op.results:
+                origin[id(r)] = srcs
+        if op.name in ("store", "tensor.store_tile") or op.name.endswith(".store"):
+            if op.operands:
+                written |= origin.get(id(op.operands[0]), set())
+    return written
+
+
 def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str, Any], list[Callable[[], None]]]:
-    """Interpreter values for each run-time parameter, and write-back callbacks."""
+    """Interpreter values for each run-time parameter, and write-back callbacks. A read-only array
+    passed to a parameter the kernel writes is LaunchError SP0719, as on the GPU."""
     params: dict[str, Any] = {}
     writeback: list[Callable[[], None]] = []
+    written: set[str] | None = None
     for p in func.runtime_params:
         value = bound[p.name]
         t = p.type
         if isinstance(t, T.PointerType | T.TensorType):
             arr, back = to_host(value)
+            if not arr.flags.writeable:
+                written = stored_params(func) if written is None else written
+                if p.name in written:
+                    raise LaunchError("SP0719", f"argument `{p.name}` is a read-only array, but the kernel writes "
+                                      "through it", help="pass a writable copy (e.g. `x.copy()`)")
             if back is not None:
                 writeback.append(back)
             dt = T.numpy_dtype(t.elem if t.elem != T.tf32 else T.f32)
@@ -101,7 +130,8 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
                 def back_copy(dst: np.ndarray = arr, src: np.ndarray = flat) -> None:
                     dst[...] = src.reshape(dst.shape).astype(dst.dtype)
 
-                writeback.insert(0, back_copy)
+                if arr.flags.writeable:  # a read-only one is not written (checked above)
+                    writeback.insert(0, back_copy)
             buf = Buffer(p.name, flat)
             if isinstance(t, T.TensorType):
                 params[p.name] = TensorVal(buf, tuple(int(s) for s in arr.shape), strides)

@@ -60,13 +60,18 @@ def option_problem(name: str, value: Any) -> tuple[str, str] | None:
 
 
 def check_options(options: dict[str, Any], spans: Callable[[str], Any] | None = None) -> None:
-    """Raise CompileError SP0242 for every known kernel option in ``options`` whose value cannot
-    work; ``spans(name)`` gives the user's span of an option where there is one (a decorator)."""
+    """Raise CompileError SP0242 for every kernel option in ``options`` whose value cannot work
+    (SP0236 for a name that is no option); ``spans(name)`` gives the user's span of an option where
+    there is one (a decorator)."""
     diags = []
     for name, value in options.items():
+        span = (spans(name) if spans is not None else None) or UNKNOWN_SPAN
+        if name not in KERNEL_OPTIONS:
+            diags.append(Diagnostic("SP0236", f"unknown kernel option `{name}`", span,
+                                    help=f"options: {', '.join(KERNEL_OPTIONS)}"))
+            continue
         problem = option_problem(name, value)
         if problem is not None:
-            span = (spans(name) if spans is not None else None) or UNKNOWN_SPAN
             diags.append(Diagnostic(SP_BAD_OPTION, problem[0], span, help=problem[1]))
     if diags:
         raise CompileError(diags)
@@ -173,6 +178,7 @@ class Kernel:
         """A new, uncached IR for ``bindings`` with ``options`` over the kernel's (the compiler's
         passes mutate the IR they are given, so each compile takes its own)."""
         merged = {**KERNEL_OPTIONS, **self.options, **(options or {})}
+        check_options(merged)
         attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
         cluster = cluster_option(merged.get("cluster"))
         if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
@@ -288,7 +294,7 @@ def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
     bad = next((g for g in grid if not _is_int(g)), None)
     if bad is not None:
         raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad!r} in {tuple(grid)!r}",
-                          help="compute grid sizes with integer arithmetic, e.g. `cdiv(n, BLOCK)` or `(n + B - 1) // B`")
+                          help="compute grid sizes with integer arithmetic, e.g. `(n + BLOCK - 1) // BLOCK`")
     dims = tuple(int(g) for g in grid)
     if any(d <= 0 for d in dims):
         raise LaunchError("SP0710", f"every grid dimension must be positive, found {dims}",

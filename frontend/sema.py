@@ -153,6 +153,10 @@ class Sema(ExprMixin, ControlFlowMixin):
             if not self.bag.has_errors:
                 raise InternalError("an expression failed without a diagnostic", node.span) from None
             raise CompileError(self.bag.items) from None
+        except RecursionError:
+            raise CompileError([*self.bag.items, Diagnostic(
+                "SP0205", "the expression is nested too deeply to evaluate", node.span,
+                help="split it into named constants")]) from None
 
     # ------------------------------------------------------------------------------ utilities
     def resolve_global(self, name: str) -> Any:

@@ -359,3 +359,27 @@ def test_launch_options_reach_the_ir_attributes() -> None:
     x = np.zeros(4, np.float32)
     assert k.ir(x).attrs["num_warps"] == 8
     assert k.ir(x, num_warps=2).attrs["num_warps"] == 2
+
+
+def test_a_constant_too_deeply_nested_to_evaluate_is_sp0205() -> None:
+    # a flat chain of 3000 additions parses, but evaluating it recursed past Python's limit and
+    # escaped as RecursionError (module constants, signature items, decorator options)
+    from sparsile.frontend.diagnostics import CompileError
+
+    source = "A = " + "1 + " * 3000 + "1\n"
+    with pytest.raises(CompileError) as info:
+        loads(source, "t.spk")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message) == ("SP0205", "the expression is nested too deeply to evaluate")
+    assert (str(d.span), d.help) == ("t.spk:1:5", "split it into named constants")
+
+
+def test_a_signature_item_too_deeply_nested_is_sp0205() -> None:
+    from sparsile.frontend.diagnostics import CompileError
+    from sparsile.frontend.specialize import parse_signature
+
+    with pytest.raises(CompileError) as info:
+        parse_signature("n=i32, BLOCK=" + "1+" * 3000 + "1")
+    (d,) = info.value.diagnostics
+    assert d.code == "SP0205"
+    assert (d.span.source.name, d.span.col) == ("<signature>", 14)

@@ -1,0 +1,87 @@
+"""``.spk`` modules and ``@jit`` (frontend/module.py): bad sources, paths and decorator options
+get SP02xx diagnostics, not Python errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sparsile as sp
+from sparsile.frontend.diagnostics import CompileError
+
+
+def only(err: CompileError) -> tuple[str, str]:
+    (d,) = err.diagnostics
+    return d.code, d.message
+
+
+@pytest.mark.parametrize("text", [None, 5, ["@kernel"]])
+def test_loads_needs_text(text: object) -> None:
+    with pytest.raises(CompileError) as info:
+        sp.loads(text)  # type: ignore[arg-type]
+    assert only(info.value) == ("SP0240", f"sparsile.loads needs the source text as a str, found {type(text).__name__}")
+
+
+def test_loads_reads_utf8_bytes() -> None:
+    module = sp.loads(b"@kernel\ndef k(x: ptr[f32]):\n    store(x, 1.0)\n", "case.spk")
+    assert list(module.kernels) == ["k"]
+
+
+def test_loads_refuses_bytes_that_are_not_utf8() -> None:
+    with pytest.raises(CompileError) as info:
+        sp.loads(b"\xff\xfe@kernel", "case.spk")
+    assert only(info.value) == ("SP0240", "cannot read `case.spk`: it is not UTF-8 text (invalid start byte at byte 0)")
+
+
+@pytest.mark.parametrize("path", [None, 5])
+def test_load_needs_a_path(path: object) -> None:
+    with pytest.raises(CompileError) as info:
+        sp.load(path)  # type: ignore[arg-type]
+    assert only(info.value) == ("SP0240", "sparsile.load needs a file path (str or os.PathLike), found "
+                                f"{type(path).__name__}")
+
+
+def test_load_refuses_a_binary_file(tmp_path: Path) -> None:
+    path = tmp_path / "binary.spk"
+    path.write_bytes(b"@kernel\ndef k():\n    pass\n\x80")
+    with pytest.raises(CompileError) as info:
+        sp.load(path)
+    assert only(info.value) == ("SP0240", f"cannot read `{path}`: it is not UTF-8 text (invalid start byte at byte 26)")
+
+
+def test_load_keeps_windows_newlines_working(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.spk"
+    path.write_bytes(b"@kernel\r\ndef k(x: ptr[f32]):\r\n    store(x, 1.0)\r\n")
+    assert list(sp.load(path).kernels) == ["k"]
+
+
+def test_bad_decorator_option_points_at_the_option() -> None:
+    source = "@kernel(num_stages=2, num_warps=-1)\ndef k(x: ptr[f32]):\n    pass\n"
+    with pytest.raises(CompileError) as info:
+        sp.loads(source, "case.spk")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message) == ("SP0242", "num_warps must be a positive integer, found -1")
+    assert (str(d.span), d.span.end_col) == ("case.spk:1:23", 35)
+    assert d.help == "use the number of warps per CTA, e.g. num_warps=4 (one warpgroup)"
+
+
+def test_bad_jit_option_points_at_the_decorator_keyword(tmp_path: Path) -> None:
+    path = tmp_path / "jitted.py"
+    path.write_text("import sparsile as sp\n\n\n@sp.jit(maxnreg=8)\ndef k(x: sp.ptr[sp.f32]):\n    pass\n")
+    namespace: dict = {}
+    with pytest.raises(CompileError) as info:
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message) == ("SP0242", "maxnreg must be an integer from 24 to 255 registers per thread, found 8")
+    assert str(d.span) == f"{path}:4:9"
+
+
+def test_bad_jit_option_without_a_decorator_has_no_span(tmp_path: Path) -> None:
+    path = tmp_path / "plain.py"
+    path.write_text("import sparsile as sp\n\n\ndef k(x: sp.ptr[sp.f32]):\n    pass\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    with pytest.raises(CompileError) as info:
+        sp.jit(namespace["k"], num_ctas=0)
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message, d.span.line) == ("SP0242", "num_ctas must be a positive integer, found 0", 0)
