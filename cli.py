@@ -140,6 +140,24 @@ def _missing_info(kernel: Any, signature: dict[str, Any]) -> list[str]:
     return missing
 
 
+def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -> None:
+    """LaunchError SP0702 for a ``--signature`` name that no checked kernel has (a typo would
+    otherwise be ignored); kernels whose parameters cannot be read report that themselves."""
+    from .frontend.diagnostics import CompileError, LaunchError
+
+    names: set[str] = set()
+    for kernel in kernels.values():
+        try:
+            names |= {p.name for p in kernel.params}
+        except CompileError:
+            return
+    unknown = sorted(set(signature) - names)
+    if unknown:
+        who = f"`{next(iter(kernels))}` has no" if len(kernels) == 1 else "no kernel checked has a"
+        raise LaunchError("SP0702", f"{who} parameter named `{unknown[0]}`",
+                          help=f"parameters: {', '.join(sorted(names)) or 'none'}")
+
+
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .frontend import types as T
     from .frontend.diagnostics import CompileError, Diagnostic
@@ -147,6 +165,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     module = _read_module(args.file)
     kernels = _select(module, args.kernel)
     signature = _signature(args.signature, module)
+    _check_signature_names(signature, kernels)
     diagnostics: list[Diagnostic] = []
     checked, skipped = [], []
     for name, kernel in kernels.items():
@@ -204,8 +223,11 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_UNAVAILABLE
     if isinstance(artefact, bytes | bytearray):
         path = args.output or f"{args.kernel}.{args.emit}"
-        with open(path, "wb") as f:
-            f.write(artefact)
+        try:
+            with open(path, "wb") as f:
+                f.write(artefact)
+        except OSError as e:
+            raise _Usage(f"cannot write `{path}`: {e.strerror}") from None
         print(f"wrote {path} ({len(artefact)} bytes)", file=out)
         return EXIT_OK
     return _write(str(artefact), args.output, out)

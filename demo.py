@@ -177,10 +177,21 @@ def gpu_name() -> str | None:
     return f"{getattr(dev, 'name', 'GPU')} (sm_{dev.compute_capability[0]}{dev.compute_capability[1]})"
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a problem size of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be at least 1, got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sparsile demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=DTYPES, default="f16", help="operand type (default f16)")
-    ap.add_argument("--size", nargs=3, type=int, metavar=("M", "N", "K"), default=(2048, 2048, 2048),
+    ap.add_argument("--size", nargs=3, type=_positive_int, metavar=("M", "N", "K"), default=(2048, 2048, 2048),
                     help="problem size of the GPU run (default 2048 2048 2048)")
     ap.add_argument("--cpu", action="store_true", help="do not use a GPU even if there is one")
     if argv and argv[0] == "--":  # `sparsile demo -- --dtype e4m3` hands the separator through

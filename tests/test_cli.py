@@ -179,3 +179,24 @@ def test_signature_with_tensor_types_and_expressions(tmp_path) -> None:
     assert code == EXIT_OK, err
     assert out.startswith("kernel @copy(%t: tensor[f16, 2], %o: tensor[f16, 2]) [B=32")
     assert "tensor.load_tile" in out and "tile<32x32xf16>" in out
+
+
+def test_check_refuses_a_signature_name_no_kernel_has(files):
+    # a typo in --signature used to be ignored and the check passed
+    code, _, err = run("check", str(files / "good.spk"), "--kernel", "add", "--signature", "BLOKC=64")
+    assert code == EXIT_USAGE
+    assert err.splitlines() == ["error[SP0702]: `add` has no parameter named `BLOKC`",
+                                " = help: parameters: BLOCK, n, out, x, y"]
+    code, _, err = run("check", str(files / "good.spk"), "--signature", "nope=1")
+    assert code == EXIT_USAGE
+    assert err.splitlines()[0] == "error[SP0702]: no kernel checked has a parameter named `nope`"
+
+
+def test_compile_cubin_to_an_unwritable_path_is_a_usage_error(files, tmp_path):
+    # writing the cubin used to raise FileNotFoundError / IsADirectoryError with a traceback
+    sig = "x=ptr[f32], y=ptr[f32], out=ptr[f32], n=i32"
+    for target in (str(tmp_path / "missing" / "add.cubin"), str(tmp_path)):
+        code, _, err = run("compile", str(files / "good.spk"), "--kernel", "add", "--signature", sig,
+                           "--emit", "cubin", "-o", target)
+        assert code == EXIT_USAGE
+        assert err.startswith(f"error: cannot write `{target}`: ")

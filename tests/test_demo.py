@@ -191,3 +191,14 @@ def test_readme_torch_quick_start_runs(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     (block,) = [b for b in code_blocks("python") if "torch" in b]
     run_block(block, tmp_path, monkeypatch, "readme_torch")
+
+
+@pytest.mark.parametrize(("size", "message"), [("0", "sizes must be at least 1, got 0"),
+                                               ("-5", "sizes must be at least 1, got -5"),
+                                               ("x", "expected a positive integer, got 'x'")])
+def test_demo_refuses_sizes_below_one(capsys, size, message):
+    # a zero or negative size used to reach numpy on a GPU machine and fail with a traceback
+    with pytest.raises(SystemExit) as info:
+        demo.parse_args(["--size", "64", size, "64"])
+    assert info.value.code == 2
+    assert f"argument --size: {message}" in capsys.readouterr().err
