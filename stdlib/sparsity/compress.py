@@ -30,7 +30,7 @@ from .chunkops import (
 )
 from .dtypes import OperandType, operand_type, operand_type_of_array
 from .errors import SP_BAD_INDICES, SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
-from .hostarray import as_host_array, require_numeric
+from .hostarray import as_host_array, checked_size, require_numeric
 from .swar import Workspace
 
 
@@ -130,6 +130,7 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
 def index_shape(dtype: str | OperandType, rows: int, k: int) -> tuple[int, int, int]:
     """Shape of the logical index array for an (rows, k) operand: (rows, ceil(k/G), S)."""
     op = operand_type(dtype)
+    rows, k = checked_size(rows, "rows"), checked_size(k, "k")
     return rows, -(-k // op.group), 1 if op.width_class == "tf32" else 2
 
 

@@ -15,7 +15,7 @@ from .buffer import MetadataBuffer
 from .compress import checked_indices, decompress_nibbles, nibbles_to_indices, pack_checked_indices
 from .dtypes import OperandType, operand_type
 from .errors import SP_MISSING_SIZE, SparsityError
-from .hostarray import as_host_array
+from .hostarray import as_host_array, checked_size
 from .layouts import check_format, check_supported, nibbles_from_words, words_from_packed
 from .layouts import metadata_shape as _metadata_shape
 from .layouts import pad_sizes as _pad_sizes
@@ -28,13 +28,13 @@ def pad_sizes(fmt: str, dtype: str | OperandType, m: int, k: int) -> tuple[int, 
     logical: K up to the chunk size; sm90: M up to 16 and K up to the instruction K (32, 16, 64
     for 16-bit, tf32, 8-bit); tcgen05: M up to 128 and K up to the atom K (128, 64, 128, 256).
     """
-    return _pad_sizes(check_format(fmt), operand_type(dtype), int(m), int(k))
+    return _pad_sizes(check_format(fmt), operand_type(dtype), checked_size(m, "m"), checked_size(k, "k"))
 
 
 def metadata_shape(fmt: str, dtype: str | OperandType, m: int, k: int) -> tuple[int, ...]:
     """Shape of the ``fmt`` metadata array of an (m, k) ``dtype`` operand:
     logical (m, ceil(k/G), S); sm90 (Mp, Kp/(8G)); tcgen05 (Kp/atomK, Mp/128, 128, 4)."""
-    return _metadata_shape(check_format(fmt), operand_type(dtype), int(m), int(k))
+    return _metadata_shape(check_format(fmt), operand_type(dtype), checked_size(m, "m"), checked_size(k, "k"))
 
 
 def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int | None = None) -> MetadataBuffer:
@@ -48,7 +48,7 @@ def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int 
     check_supported(fmt, op)
     array = checked_indices(indices, op)
     m, chunks = array.shape[0], array.shape[1]
-    k = chunks * op.group if k is None else int(k)
+    k = chunks * op.group if k is None else checked_size(k, "k")
     if k < 0 or -(-k // op.group) != chunks:
         raise SparsityError(SP_MISSING_SIZE,
                             f"k = {k} does not match indices with {chunks} groups of {op.group} "

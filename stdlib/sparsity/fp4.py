@@ -34,7 +34,11 @@ def pack_e2m1(values: Any) -> np.ndarray:
 
 def unpack_e2m1(packed: Any) -> np.ndarray:
     """Inverse of :func:`pack_e2m1`: (..., n) uint8 -> (..., 2n) float4_e2m1fn."""
-    array = np.asarray(as_host_array(packed, "packed"), dtype=np.uint8)
+    array = as_host_array(packed, "packed")
+    if array.dtype.kind not in "ui" or array.ndim == 0 or (array.size and not 0 <= array.min() <= array.max() <= 0xFF):
+        raise SparsityError(SP_BAD_INPUT, f"unpack_e2m1 needs packed bytes (integers 0-255) with at least one "
+                            f"axis, got {array.dtype} of shape {array.shape}", help="pass what pack_e2m1 returns")
+    array = array.astype(np.uint8, copy=False)
     out = np.empty((*array.shape[:-1], array.shape[-1] * 2), dtype=np.uint8)
     out[..., 0::2] = array & np.uint8(0xF)
     out[..., 1::2] = array >> np.uint8(4)

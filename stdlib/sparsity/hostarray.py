@@ -9,6 +9,7 @@ re-tagged with the matching ml_dtypes type. Anything else goes through :func:`nu
 
 from __future__ import annotations
 
+import numbers
 import sys
 from typing import Any
 
@@ -94,6 +95,14 @@ def as_host_array(x: Any, what: str = "input") -> np.ndarray:
         raise SparsityError(SP_BAD_INPUT, f"{what} is not a numeric array (element type object)",
                             help="pass a numpy array of numbers")
     return array
+
+
+def checked_size(value: Any, what: str) -> int:
+    """``value`` (a size or index such as m, k, a row) as a non-negative int, else SP0804."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    raise SparsityError(SP_BAD_INPUT, f"{what} must be a non-negative integer, got {value!r}",
+                        help=f"pass {what} as an int (the operand's logical, unpadded size)")
 
 
 def require_numeric(array: np.ndarray, what: str) -> None:

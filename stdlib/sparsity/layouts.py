@@ -30,6 +30,7 @@ import numpy as np
 from .chunkops import pack_nibbles, unpack_nibbles
 from .dtypes import OperandType
 from .errors import SP_FORMAT_UNSUPPORTED, SP_UNKNOWN_FORMAT, SparsityError
+from .hostarray import checked_size
 
 FORMATS = ("tcgen05", "sm90", "logical")
 """Every metadata format name."""
@@ -91,6 +92,7 @@ def metadata_shape(fmt: str, op: OperandType, m: int, k: int) -> tuple[int, ...]
 def word_position(fmt: str, op: OperandType, row: int, chunk: int) -> tuple[tuple[int, ...], int]:
     """(index of the uint32 word in the metadata array, nibble slot 0-7 in that word) of the nibble
     of (row, chunk); the nibble occupies bits [4·slot, 4·slot + 4). Not for "logical"."""
+    row, chunk = checked_size(row, "row"), checked_size(chunk, "chunk")
     column, slot = divmod(chunk, NIBBLES_PER_WORD)
     lane = row
     if op.interleaved:

@@ -11,10 +11,25 @@ the picture reads like the bits of consecutive 32-bit words.
 from __future__ import annotations
 
 from .dtypes import OperandType, operand_type
+from .errors import SP_BAD_INPUT, SparsityError
+from .hostarray import checked_size
 from .layouts import NIBBLES_PER_WORD, TMEM_LANES, check_format, check_supported, word_position
 
 Cells = dict[tuple[int, int], tuple[int, int]]
 """(y, x) hardware position -> (row, chunk) of the logical operand."""
+MAX_CELLS = 1 << 22
+"""The most nibbles a placement map enumerates (one Python dict entry each; maps are for pictures)."""
+
+
+def _cell_count(op: OperandType, m: int, k: int) -> tuple[int, int]:
+    """(m, chunks) of an (m, k) operand, checked: sizes are non-negative ints and the map stays
+    within :data:`MAX_CELLS` (a larger one would take minutes and gigabytes to build)."""
+    m, k = checked_size(m, "m"), checked_size(k, "k")
+    chunks = -(-k // op.group)
+    if m * chunks > MAX_CELLS:
+        raise SparsityError(SP_BAD_INPUT, f"a placement map of an ({m}, {k}) operand has {m * chunks} cells; "
+                            f"the limit is {MAX_CELLS}", help="draw a corner of the operand (a few tiles) instead")
+    return m, chunks
 
 
 def hardware_placement(fmt: str, dtype: str | OperandType, m: int, k: int) -> Cells:
@@ -27,7 +42,7 @@ def hardware_placement(fmt: str, dtype: str | OperandType, m: int, k: int) -> Ce
     fmt = check_format(fmt)
     op = operand_type(dtype)
     check_supported(fmt, op)
-    chunks = -(-k // op.group)
+    m, chunks = _cell_count(op, m, k)
     cells: Cells = {}
     for row in range(m):
         for chunk in range(chunks):
@@ -74,7 +89,7 @@ def thread_placement(dtype: str | OperandType, m: int, k: int, spsel: int = 0) -
     For 16-bit and tf32 only the thread pair chosen by ``spsel`` holds metadata."""
     op = operand_type(dtype)
     check_supported("sm90", op)
-    chunks = -(-k // op.group)
+    m, chunks = _cell_count(op, m, k)
     cells: Cells = {}
     for row in range(m):
         for chunk in range(chunks):

@@ -18,6 +18,7 @@ with the same rule.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,9 @@ def _prune(w: Any, pattern: Pattern, axis: int, want_mask: bool, workers: int | 
     if array.ndim == 0:
         raise SparsityError(SP_BAD_INPUT, "w is a scalar; pruning needs at least one axis",
                             help="pass an array with the K axis to prune along")
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise SparsityError(SP_BAD_INPUT, f"axis must be an integer, got {axis!r}",
+                            help="pass the index of the K axis to prune along, e.g. axis=-1")
     if not -array.ndim <= axis < array.ndim:
         raise SparsityError(SP_BAD_INPUT, f"axis {axis} is out of range for w with {array.ndim} dimensions",
                             help=f"use an axis in [-{array.ndim}, {array.ndim - 1}]")

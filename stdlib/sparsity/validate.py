@@ -40,7 +40,7 @@ from .errors import (
     SP_WRONG_WIDTH,
     SparsityError,
 )
-from .hostarray import as_host_array
+from .hostarray import as_host_array, checked_size
 from .layouts import check_format, check_supported, metadata_shape, nibbles_from_words, word_position
 
 UNDEFINED_NIBBLES = (0x0, 0x5, 0xA, 0xF)
@@ -221,7 +221,7 @@ def validate_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandTyp
                                 f"a raw {fmt} metadata array needs the operand sizes m= and k=",
                                 help="pass m and k of the sparse operand (logical, unpadded)")
     check_supported(fmt, op)
-    m, k = int(m), int(k)
+    m, k = checked_size(m, "m"), checked_size(k, "k")
     data = _check_array(data, fmt, op, m, k)
     if fmt == "logical":
         _check_logical_content(data, op, m, k, allow_unordered)

@@ -148,3 +148,29 @@ def test_pack_e2m1_round_trip_and_nibble_order():
         pack_e2m1(np.zeros((1, 3), ml_dtypes.float4_e2m1fn))
     with pytest.raises(SparsityError):
         pack_e2m1(np.zeros((1, 4), np.float16))
+
+
+def test_index_shape_checks_its_sizes() -> None:
+    from sparsile.stdlib.sparsity import index_shape
+
+    assert index_shape("f16", 3, 10) == (3, 3, 2)
+    with pytest.raises(SparsityError) as info:
+        index_shape("f16", None, 10)
+    assert (info.value.code, info.value.message) == ("SP0804", "rows must be a non-negative integer, got None")
+
+
+@pytest.mark.parametrize("packed", ["ab", 5, [256], [-1], np.ones(2, np.float32)])
+def test_unpack_e2m1_needs_bytes(packed: object) -> None:
+    # strings, scalars and floats used to escape as ValueError / IndexError / a silent cast
+    from sparsile.stdlib.sparsity import unpack_e2m1
+
+    with pytest.raises(SparsityError) as info:
+        unpack_e2m1(packed)
+    assert info.value.code == "SP0804"
+    assert info.value.message.startswith("unpack_e2m1 needs packed bytes (integers 0-255) with at least one axis")
+
+
+def test_unpack_e2m1_takes_integer_bytes() -> None:
+    from sparsile.stdlib.sparsity import unpack_e2m1
+
+    assert unpack_e2m1([0x21, 0x43]).astype(np.float32).tolist() == [0.5, 1.0, 1.5, 2.0]

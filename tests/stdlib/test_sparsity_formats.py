@@ -343,3 +343,43 @@ def test_bfloat16_values_keep_their_type():
     w = np.array([[0, 1.5, 0, -2]], dtype=ml_dtypes.bfloat16)
     values, indices = compress(w)
     assert decompress(values, encode_metadata(indices, "sm90", "bf16")).dtype == ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize(("m", "k", "message"), [
+    (-1, 32, "m must be a non-negative integer, got -1"),
+    (16, -4, "k must be a non-negative integer, got -4"),
+    ("a", 32, "m must be a non-negative integer, got 'a'"),
+    (None, 32, "m must be a non-negative integer, got None"),
+    (16.5, 32, "m must be a non-negative integer, got 16.5"),
+])
+def test_sizes_must_be_non_negative_integers(m: object, k: object, message: str) -> None:
+    # these used to give ValueError/TypeError from int(), or a shape for a negative size
+    calls = [lambda: metadata_shape("sm90", "f16", m, k), lambda: pad_sizes("tcgen05", "f16", m, k),
+             lambda: hardware_placement("sm90", "f16", m, k), lambda: thread_placement("f16", m, k),
+             lambda: decode_metadata(np.zeros((16, 1), np.uint32), "sm90", "f16", m=m, k=k)]
+    for call in calls[:4] if m is None else calls:  # no m for raw metadata is SP0812
+        with pytest.raises(SparsityError) as info:
+            call()
+        assert (info.value.code, info.value.message) == ("SP0804", message)
+
+
+def test_encode_metadata_k_must_be_an_integer() -> None:
+    _, indices = compress(prune(np.random.default_rng(2).standard_normal((16, 32)), "f16"), "f16")
+    with pytest.raises(SparsityError) as info:
+        encode_metadata(indices, "sm90", "f16", k=31.5)
+    assert (info.value.code, info.value.message) == ("SP0804", "k must be a non-negative integer, got 31.5")
+
+
+def test_a_placement_map_too_large_to_build_is_refused() -> None:
+    # enumerating 2**80 cells used to run until killed
+    from sparsile.stdlib.sparsity.placement import MAX_CELLS
+
+    for call in (lambda: hardware_placement("sm90", "f16", 1 << 40, 1 << 40),
+                 lambda: thread_placement("f16", 1 << 40, 1 << 40)):
+        with pytest.raises(SparsityError) as info:
+            call()
+        assert info.value.code == "SP0804"
+        big = 1 << 40
+        assert info.value.message == (f"a placement map of an ({big}, {big}) operand has {big * (big // 4)} "
+                                      f"cells; the limit is {MAX_CELLS}")
+    assert len(hardware_placement("logical", "f16", 1024, 16384)) == MAX_CELLS  # 4096 chunks of 4

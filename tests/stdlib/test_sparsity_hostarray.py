@@ -104,3 +104,16 @@ def test_ragged_list_is_a_clear_error():
     with pytest.raises(SparsityError) as info:
         as_host_array([[1, 2], [3]])
     assert info.value.code == "SP0804"
+
+
+def test_checked_size_takes_non_negative_integers() -> None:
+    from sparsile.stdlib.sparsity.hostarray import checked_size
+
+    assert checked_size(0, "m") == 0
+    assert checked_size(np.int64(48), "m") == 48
+    for bad in (-1, 2.0, "16", None, True):
+        with pytest.raises(SparsityError) as info:
+            checked_size(bad, "k")
+        assert info.value.code == "SP0804"
+        assert info.value.message == f"k must be a non-negative integer, got {bad!r}"
+        assert info.value.help == "pass k as an int (the operand's logical, unpadded size)"

@@ -185,3 +185,13 @@ def test_bad_axis_and_dtype_name():
     with pytest.raises(SparsityError) as info:
         prune(np.ones((4, 4)), "f64")
     assert info.value.code == "SP0801"
+
+
+@pytest.mark.parametrize("axis", ["a", None, 1.5, True])
+def test_axis_must_be_an_integer(axis: object) -> None:
+    # a non-integer axis used to escape as TypeError from the range check or from numpy
+    w = np.random.default_rng(5).standard_normal((4, 8))
+    for fn in (lambda: prune_2_4(w, axis=axis), lambda: prune(w, "f16", axis=axis)):
+        with pytest.raises(SparsityError) as info:
+            fn()
+        assert (info.value.code, info.value.message) == ("SP0804", f"axis must be an integer, got {axis!r}")
