@@ -36,6 +36,7 @@ Errors are :class:`BlockScaleError` (a ``ValueError``, code SP0830).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import ml_dtypes
@@ -76,8 +77,19 @@ class BlockScaleError(ValueError):
 # --------------------------------------------------------------------------------------------
 # Checks
 # --------------------------------------------------------------------------------------------
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _count(value: Any, what: str) -> int:
+    """A row/block count or index as a non-negative int."""
+    if not (_is_int(value) and value >= 0):
+        raise BlockScaleError(f"{what} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def _block(block: int) -> int:
-    if block not in BLOCK_SIZES:
+    if not _is_int(block) or block not in BLOCK_SIZES:
         raise BlockScaleError(f"block size {block!r} is not supported",
                               "use 32 (dense kind::mxf8f6f4) or 64 (sparse: one instruction's logical K)")
     return block
@@ -87,6 +99,9 @@ def _matrix(x: Any, what: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.ndim != 2:
         raise BlockScaleError(f"{what} must be a 2-D matrix, got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf" and arr.dtype not in [np.dtype(t) for t in ELEMENT_TYPES.values()]:
+        raise BlockScaleError(f"{what} must hold real numbers, got element type {arr.dtype}",
+                              "pass a float, integer or e4m3/e5m2 (ml_dtypes) array")
     return arr
 
 
@@ -114,7 +129,11 @@ def n_blocks(k: int, block: int) -> int:
 # --------------------------------------------------------------------------------------------
 def decode_ue8m0(scales: Any) -> np.ndarray:
     """``2^(byte - 127)`` as float64 (byte 0xFF is NaN, the only special value of UE8M0)."""
-    s = np.asarray(scales).astype(np.int64)
+    s = np.asarray(scales)
+    if s.dtype.kind not in "ui" or (s.size and not 0 <= s.min() <= s.max() <= UE8M0_NAN):
+        raise BlockScaleError(f"UE8M0 scales are bytes (integers 0-255), got {s.dtype} values",
+                              "pass the uint8 exponents quantize_mx returns")
+    s = s.astype(np.int64)
     out = np.ldexp(1.0, s - UE8M0_BIAS)
     return np.where(s == UE8M0_NAN, np.nan, out)
 
@@ -167,6 +186,7 @@ def dequantize_mx(values: Any, scales: Any, block: int = 32) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 def scale_atoms_shape(rows: int, blocks: int) -> tuple[int, int, int, int]:
     """(K groups, row tiles, 32 lines, 4 words) of the encoded scales of a (rows, blocks) matrix."""
+    rows, blocks = _count(rows, "rows"), _count(blocks, "blocks")
     return (-(-blocks // ATOM_BLOCKS), -(-rows // ATOM_ROWS), ATOM_LINES, ATOM_BLOCKS)
 
 
@@ -174,6 +194,7 @@ def atom_position(row: int, block: int, row_tiles: int) -> tuple[int, int, int]:
     """Where scale (row, block) lives in the encoded array viewed as 2-D ``(-1, 4)`` u32 words:
     (line, word, byte). Line ``(g·row_tiles + t)·32 + r`` with g = block // 4, t = row // 128,
     r = row % 32; word ``(row % 128) // 32``; byte ``block % 4``."""
+    row, block, row_tiles = _count(row, "row"), _count(block, "block"), _count(row_tiles, "row_tiles")
     g, j = divmod(block, ATOM_BLOCKS)
     t, m = divmod(row, ATOM_ROWS)
     c, r = divmod(m, ATOM_LINES)
@@ -194,8 +215,9 @@ def encode_scales(scales: Any, *, pad_value: int = UE8M0_BIAS) -> np.ndarray:
     (rows padded to 128, blocks to 4 with ``pad_value``, 1.0 by default). Pass it to a kernel as
     ``atoms.reshape(-1, 4)``; TMA moves whole atoms (32 lines of 16 bytes)."""
     s = _scale_bytes(scales)
-    if not 0 <= pad_value <= 0xFF:
-        raise BlockScaleError(f"pad_value {pad_value} is not a byte")
+    if not (_is_int(pad_value) and 0 <= pad_value <= 0xFF):
+        raise BlockScaleError(f"pad_value {pad_value!r} is not a byte",
+                              "pass an int from 0 to 255 (127 is a scale of 1.0)")
     rows, nb = s.shape
     kg, rt, _, _ = scale_atoms_shape(rows, nb)
     full = np.full((rt * ATOM_ROWS, kg * ATOM_BLOCKS), pad_value, np.uint8)
@@ -208,6 +230,7 @@ def encode_scales(scales: Any, *, pad_value: int = UE8M0_BIAS) -> np.ndarray:
 def decode_scales(atoms: Any, rows: int, blocks: int) -> np.ndarray:
     """Inverse of :func:`encode_scales`: the (rows, blocks) uint8 scales."""
     a = np.asarray(atoms)
+    rows, blocks = _count(rows, "rows"), _count(blocks, "blocks")
     want = scale_atoms_shape(rows, blocks)
     if a.dtype != np.uint32 or a.size != int(np.prod(want)):
         raise BlockScaleError(f"encoded scales for ({rows}, {blocks}) are {int(np.prod(want))} uint32 words "

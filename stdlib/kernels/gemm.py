@@ -25,6 +25,7 @@ paired with zero values adds nothing, so the metadata is never copied.
 from __future__ import annotations
 
 import functools
+import numbers
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from ..sparsity import MetadataBuffer, SparsityError, as_host_array, compress, e
 from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
 from ..sparsity.formats import decompress, metadata_shape
+from ..sparsity.hostarray import require_numeric
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
@@ -134,7 +136,9 @@ def _placed(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
     if not interpret and _kind(x) in ("torch", "cupy"):
         return x
-    return as_host_array(x, what)
+    host = as_host_array(x, what)
+    require_numeric(host, what)
+    return host
 
 
 def _cast(x: Any, choice: KernelChoice) -> Any:
@@ -330,6 +334,8 @@ def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret
             raise _bad(f"out must be a ({m}, {n}) {choice.out_dtype} array, got {shape} {dtype or type(out)}",
                        help=f"{choice.operand} operands produce {choice.out_dtype} C")
         kind = _kind(out)
+        if kind == "numpy" and not out.flags.writeable:
+            raise _bad("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
         if kind == "torch" and not interpret and out.is_contiguous():
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
@@ -371,6 +377,10 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
     a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell."""
     tgt = _target(target, interpret)
+    if num_sms is not None and not (isinstance(num_sms, numbers.Integral) and not isinstance(num_sms, bool)
+                                    and num_sms >= 1):
+        raise _bad(f"num_sms must be a positive integer, got {num_sms!r}",
+                   help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
     if tgt != "sm_90a":
         from .gemm_sm100 import plan_sparse_matmul_sm100
 
@@ -398,7 +408,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     bn = choice.block_n(n)
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
                                                                num_sms or _sm_count(interpret))
-    if not isinstance(split, int) or not 1 <= split <= 64:
+    if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
         raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
     workspace = _empty(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace)

@@ -129,6 +129,19 @@ def test_scaled_matmul_reference_dense_and_sparse():
     (lambda: BS.dequantize_mx(np.ones((2, 64)), np.ones((2, 3), np.uint8), 32), "(2, 2)"),
     (lambda: BS.scaled_matmul_reference(np.ones((2, 32)), np.full((2, 1), 127, np.uint8), np.ones((2, 64)),
                                         np.full((2, 2), 127, np.uint8)), "K = 32 but B has K = 64"),
+    # these escaped as ValueError/TypeError from numpy or Python before the checks
+    (lambda: BS.quantize_mx(np.array([["a", "b"]])), "x must hold real numbers, got element type <U1"),
+    (lambda: BS.dequantize_mx(np.array([["a"] * 32]), np.ones((1, 1), np.uint8)), "values must hold real numbers"),
+    (lambda: BS.quantize_mx(np.ones((2, 4)), block=32.0), "block size 32.0 is not supported"),
+    (lambda: BS.encode_scales(np.ones((2, 4), np.uint8), pad_value="a"), "pad_value 'a' is not a byte"),
+    (lambda: BS.encode_scales(np.ones((2, 4), np.uint8), pad_value=1.5), "pad_value 1.5 is not a byte"),
+    (lambda: BS.decode_ue8m0(np.array(["a"])), "UE8M0 scales are bytes (integers 0-255), got <U1 values"),
+    (lambda: BS.decode_ue8m0(None), "UE8M0 scales are bytes (integers 0-255), got object values"),
+    (lambda: BS.decode_ue8m0(np.array([256])), "UE8M0 scales are bytes (integers 0-255), got int64 values"),
+    (lambda: BS.scale_atoms_shape("a", 2), "rows must be a non-negative integer, got 'a'"),
+    (lambda: BS.scale_atoms_shape(-1, 2), "rows must be a non-negative integer, got -1"),
+    (lambda: BS.atom_position(None, 2, 1), "row must be a non-negative integer, got None"),
+    (lambda: BS.decode_scales(np.zeros((1, 1, 32, 4), np.uint32), 8.5, 2), "rows must be a non-negative integer"),
 ])
 def test_errors(call, fragment):
     with pytest.raises(BS.BlockScaleError) as info:

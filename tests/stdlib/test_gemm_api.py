@@ -228,6 +228,38 @@ def test_argument_errors_have_codes():
     assert _codes(lambda: sparse_matmul(v, bad, b, interpret=True)) == "SP0807"
 
 
+def test_bad_arguments_are_refused_before_any_work():
+    # strings used to escape as ValueError from astype, num_sms="a" as TypeError, and a read-only
+    # out failed inside the interpreter's store as an internal compiler error
+    weight, b = problem("f16", 40, 24, 64, seed=7)
+    v, meta = weight.values, weight.meta
+    cases = [
+        (lambda: plan_sparse_matmul(v, meta, np.full(b.shape, "a"), interpret=True),
+         "b has element type <U1, which is not numeric"),
+        (lambda: plan_sparse_matmul(np.full(v.shape, "a"), meta, b, dtype="f16", interpret=True),
+         "values has element type <U1, which is not numeric"),
+        (lambda: plan_sparse_matmul(v, meta, b, num_sms="a", interpret=True),
+         "num_sms must be a positive integer, got 'a'"),
+        (lambda: plan_sparse_matmul(v, meta, b, num_sms=0, interpret=True),
+         "num_sms must be a positive integer, got 0"),
+        (lambda: plan_sparse_matmul(v, meta, b, num_sms=2.5, target="sm_100a", interpret=True),
+         "num_sms must be a positive integer, got 2.5"),
+        (lambda: plan_sparse_matmul(v, meta, b, split_k=True, interpret=True),
+         "split_k must be an integer from 1 to 64"),
+    ]
+    out = np.zeros((40, 24), np.float16)
+    out.setflags(write=False)
+    for target in ("sm_90a", "sm_100a"):
+        cases.append((lambda t=target: sparse_matmul(v, meta, b, out=out, target=t, interpret=True),
+                      "out is a read-only array"))
+    for call, message in cases:
+        with pytest.raises(SparsityError) as info:
+            call()
+        assert info.value.code == "SP0804"
+        assert info.value.message.startswith(message)
+    assert plan_sparse_matmul(v, meta, b, num_sms=np.int64(8), interpret=True).m == 40
+
+
 def test_metadata_for_another_operand_width_is_refused():
     weight, b = problem("f16", 32, 16, 64, seed=8)
     idx = S.decode_metadata(weight.meta)
