@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     import subprocess
 
 SP_LINK_FAILED = "SP0610"
+NO_CACHE = "-no-cache"
+"""nvJitLink's own cache lives in the CUDA driver's compute cache: on a machine with a GPU its first
+link initializes the driver (``cuInit``, 185 ms of a 190 ms first link on the H200 host, nvJitLink
+13.0 and 13.4; measured 2026-11-30) and loads libcuda, even in a process that only compiles.
+sparsile caches cubins itself (backend/cache.py), so it links with ``-no-cache``: 16 ms, no driver."""
 SP_NVJITLINK_MISSING = "SP0611"
 
 EM_CUDA = 190
@@ -68,14 +73,15 @@ def ptx_to_cubin(ptx: str, target: Target, *, opt_level: int = 3, name: str = "k
                  verbose: bool = True) -> LinkResult:
     """Assemble and link ``ptx`` for ``target`` with nvJitLink.
 
-    Options: ``target.nvjitlink_arch`` (e.g. ``-arch=sm_100a``), ``-O<opt_level>`` and, with
-    ``verbose``, ``-verbose`` (the info log then reports registers and spills per kernel). A
+    Options: ``target.nvjitlink_arch`` (e.g. ``-arch=sm_100a``), ``-O<opt_level>``, ``-no-cache``
+    (see :data:`NO_CACHE`) and, with ``verbose``, ``-verbose`` (the info log then reports registers
+    and spills per kernel). A
     rejected PTX becomes :class:`CompileError` ``SP0610`` with nvJitLink's error log as notes.
     """
     if opt_level not in (0, 1, 2, 3):
         raise InternalError(f"opt_level must be 0..3, got {opt_level!r}")
     lib = _library()
-    options = [target.nvjitlink_arch, f"-O{opt_level}"] + (["-verbose"] if verbose else [])
+    options = [target.nvjitlink_arch, f"-O{opt_level}", NO_CACHE] + (["-verbose"] if verbose else [])
     try:
         linked = lib.link_ptx(ptx.encode("utf-8"), options, name)
     except nvjitlink.NvJitLinkError as exc:

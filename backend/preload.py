@@ -21,6 +21,7 @@ import os
 import threading
 
 from . import nvjitlink
+from .linker import NO_CACHE  # without it nvJitLink would initialize the CUDA driver (linker.NO_CACHE)
 
 ENV_PRELOAD = "SPARSILE_PRELOAD"
 _OFF_VALUES = frozenset({"0", "off", "no", "false"})
@@ -53,7 +54,7 @@ def _work() -> None:
     except OSError as exc:
         errors.append(f"libllvmlite: {exc}")
     try:
-        nvjitlink.library().link_ptx(_WARMUP_PTX, ["-arch=sm_80"], "warmup.ptx")
+        nvjitlink.library().link_ptx(_WARMUP_PTX, ["-arch=sm_80", NO_CACHE], "warmup.ptx")
     except Exception as exc:  # missing or broken nvJitLink: the compile raises SP0611 itself
         errors.append(f"nvJitLink: {exc}")
 

@@ -160,3 +160,25 @@ def test_nvdisasm(vadd_ptx, monkeypatch):
         assert K.nvdisasm_sass(b"not a cubin") is None
     monkeypatch.setattr(K, "nvdisasm_path", lambda: None)
     assert K.nvdisasm_sass(cubin) is None
+
+
+@pytest.mark.gpu
+def test_compiling_does_not_initialize_the_cuda_driver():
+    """With its own cache nvJitLink would call cuInit (185 ms on the H200 host) and load libcuda in
+    a process that only compiles; sparsile links with -no-cache (K.NO_CACHE)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    code = (
+        "import sys, sparsile\n"
+        "from sparsile.backend import preload\n"
+        "k = sparsile.load(sys.argv[1]).kernels['vector_add']\n"
+        "k.compile('x=ptr[f32], y=ptr[f32], out=ptr[f32], n=i32', target='sm_90a')\n"
+        "preload.wait()\n"
+        "print(any('libcuda.so' in line for line in open('/proc/self/maps')))\n")
+    example = Path(__file__).resolve().parents[2] / "examples" / "vector_add.spk"
+    proc = subprocess.run([sys.executable, "-c", code, str(example)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SPARSILE_CACHE_DIR": "off"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

@@ -106,3 +106,9 @@ def test_without_a_wheel_on_sys_path_cuda_pathfinder_is_asked(monkeypatch):
         nvjitlink._load.cache_clear()
     assert asked == [1]
     assert lib.version()[0] >= nvjitlink.MIN_MAJOR
+
+
+def test_no_cache_gives_the_same_cubin():
+    lib = nvjitlink.library()
+    plain = lib.link_ptx(PTX.encode(), ["-arch=sm_90a", "-O3"]).cubin
+    assert lib.link_ptx(PTX.encode(), ["-arch=sm_90a", "-O3", "-no-cache"]).cubin == plain
