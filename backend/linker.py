@@ -87,12 +87,12 @@ def ptx_to_cubin(ptx: str, target: Target, *, opt_level: int = 3, name: str = "k
     except nvjitlink.NvJitLinkError as exc:
         if exc.call == "nvJitLinkCreate":
             raise CompileError([Diagnostic(
-                SP_LINK_FAILED, f"nvJitLink refused the options {' '.join(options)} ({exc})",
+                SP_LINK_FAILED, f"nvJitLink refused the options {' '.join(options)} ({exc.reason})",
                 help=f"this nvJitLink ({'.'.join(map(str, lib.version()))}) may be too old for "
                      f"{target.name}; upgrade `nvidia-nvjitlink`")]) from None
         notes = tuple(line for line in exc.log.splitlines() if line.strip()) or (str(exc),)
         raise CompileError([Diagnostic(
-            SP_LINK_FAILED, f"nvJitLink could not turn {name} into a cubin for {target.name} ({exc})",
+            SP_LINK_FAILED, f"nvJitLink could not turn {name} into a cubin for {target.name} ({exc.reason})",
             notes=notes,
             help="this is most likely a sparsile code-generation bug; please report it with the "
                  "kernel and this log")]) from None

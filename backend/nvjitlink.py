@@ -56,7 +56,8 @@ class NvJitLinkError(RuntimeError):
 
     def __init__(self, call: str, result: int, log: str = "") -> None:
         self.call, self.result, self.log = call, result, log
-        super().__init__(f"{call}: {RESULT_NAMES.get(result, 'unknown result')} ({result})")
+        self.reason = f"{RESULT_NAMES.get(result, 'unknown result')} ({result})"
+        super().__init__(f"{call}: {self.reason}")
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,6 @@ def _option_span(fn: A.FunctionDef, name: str) -> Any:
 
 def loads(text: str, name: str = "<string>") -> KernelModule:
     """A module of kernels from source text."""
-    from ..backend import preload
     from .parser import parse_module
 
     if isinstance(text, bytes | bytearray):
@@ -166,7 +165,6 @@ def loads(text: str, name: str = "<string>") -> KernelModule:
         raise CompileError([Diagnostic("SP0240", f"sparsile.loads needs the source text as a str, found "
                                        f"{type(text).__name__}",
                                        help="pass the text of a .spk module, or its path to sparsile.load")])
-    preload.start()  # open LLVM and nvJitLink on a thread while this parses (backend/preload.py)
     return KernelModule(str(name), parse_module(text, str(name)))
 
 
@@ -211,10 +209,8 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
             raise TypeError(f"unknown kernel option `{k}`; options: {', '.join(KERNEL_OPTIONS)}")
 
     def wrap(f: Callable[..., Any]) -> Kernel:
-        from ..backend import preload
         from .parser import parse_function_source
 
-        preload.start()
         try:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"
