@@ -88,6 +88,17 @@ OPTIONAL_LOWERING_MODULES: dict[str, tuple[str, ...]] = {
 _ENSURED_OPS: set[str] = set()
 
 
+def llvm_name(name: str) -> str:
+    """``name`` as an LLVM and PTX identifier: unchanged when it is ASCII letters, digits and ``_``
+    (every kernel and parameter name in practice); any other character (Python identifiers may be
+    non-ASCII, PTX ones may not: PTX ISA §4.4 "Identifiers") becomes ``$u<hex code point>``.
+    ``$`` is legal in PTX identifiers and impossible in Python ones, so a mangled name never
+    collides with a plain one. The kernel's PTX entry is ``llvm_name(kernel name)``."""
+    if name.isascii():
+        return name
+    return "".join(ch if ch.isascii() else f"$u{ord(ch):04x}" for ch in name)
+
+
 def _needs_module(op_name: str, entries: tuple[str, ...]) -> bool:
     return any(op_name == e or (e.endswith(".") and op_name.startswith(e)) for e in entries)
 
@@ -152,7 +163,7 @@ class CodeGen:
             self.extra_fn_attrs["nvvm.cluster_dim"] = ",".join(str(int(c)) for c in cluster)
         self.state["default_regs"] = min(255, (65536 // threads) // 8 * 8)
         decls = self._declare_params()
-        self.fb = FunctionBuilder(self.func.name, decls, "ptx_kernel")
+        self.fb = FunctionBuilder(llvm_name(self.func.name), decls, "ptx_kernel")
         self._bind_params()
         self.lower_block(self.func.body.block)
         self.fb.terminate("ret void")
@@ -176,27 +187,27 @@ class CodeGen:
     def _declare_params(self) -> list[str]:
         decls: list[str] = []
         for p in self.func.runtime_params:
-            t = p.type
+            t, name = p.type, f"%p_{llvm_name(p.name)}"
             if isinstance(t, T.PointerType):
                 align = " align 16" if p.divisible_16 else ""
-                decls.append(f"ptr addrspace(1) noundef{align} %p_{p.name}")
+                decls.append(f"ptr addrspace(1) noundef{align} {name}")
                 self.params.append(KernelParam(p.name, "ptr", t.elem.name))
             elif isinstance(t, T.ScalarType):
-                decls.append(f"{llvm_type(t)} noundef %p_{p.name}")
+                decls.append(f"{llvm_type(t)} noundef {name}")
                 self.params.append(KernelParam(p.name, "scalar", t.name))
             elif isinstance(t, T.TensorType):
                 align = " align 16" if p.divisible_16 else ""
-                decls.append(f"ptr addrspace(1) noundef{align} %p_{p.name}")
+                decls.append(f"ptr addrspace(1) noundef{align} {name}")
                 self.params.append(KernelParam(p.name, "tensor_ptr", t.elem.name))
                 for d in range(t.rank):
-                    decls.append(f"i32 noundef %p_{p.name}_dim{d}")
+                    decls.append(f"i32 noundef {name}_dim{d}")
                     self.params.append(KernelParam(p.name, "tensor_dim", t.elem.name, d))
                 for d in range(t.rank):
-                    decls.append(f"i32 noundef %p_{p.name}_stride{d}")
+                    decls.append(f"i32 noundef {name}_stride{d}")
                     self.params.append(KernelParam(p.name, "tensor_stride", t.elem.name, d))
                 for key in self.tensormap_keys(p.value):  # type: ignore[arg-type]
                     idx = len([q for q in self.params if q.kind == "tensormap"])
-                    decls.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" %p_{p.name}_tmap{idx}')
+                    decls.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" {name}_tmap{idx}')
                     self.params.append(KernelParam(p.name, "tensormap", t.elem.name, idx, key))
             else:
                 raise InternalError(f"unsupported kernel parameter type {t}", p.span)
@@ -209,21 +220,21 @@ class CodeGen:
 
     def _bind_params(self) -> None:
         for p in self.func.runtime_params:
-            t = p.type
+            t, name = p.type, f"%p_{llvm_name(p.name)}"
             assert p.value is not None
             if isinstance(t, T.PointerType):
-                self.vals[id(p.value)] = LLValue(f"%p_{p.name}", "ptr addrspace(1)")
+                self.vals[id(p.value)] = LLValue(name, "ptr addrspace(1)")
             elif isinstance(t, T.ScalarType):
-                self.vals[id(p.value)] = LLValue(f"%p_{p.name}", llvm_type(t))
+                self.vals[id(p.value)] = LLValue(name, llvm_type(t))
             elif isinstance(t, T.TensorType):
                 maps = {}
                 for q in self.params:
                     if q.name == p.name and q.kind == "tensormap":
-                        maps[q.extra] = LLValue(f"%p_{p.name}_tmap{q.index}", "ptr")
+                        maps[q.extra] = LLValue(f"{name}_tmap{q.index}", "ptr")
                 self.vals[id(p.value)] = TensorArg(
-                    LLValue(f"%p_{p.name}", "ptr addrspace(1)"),
-                    [LLValue(f"%p_{p.name}_dim{d}", "i32") for d in range(t.rank)],
-                    [LLValue(f"%p_{p.name}_stride{d}", "i32") for d in range(t.rank)], t.elem, maps)
+                    LLValue(name, "ptr addrspace(1)"),
+                    [LLValue(f"{name}_dim{d}", "i32") for d in range(t.rank)],
+                    [LLValue(f"{name}_stride{d}", "i32") for d in range(t.rank)], t.elem, maps)
 
     # ------------------------------------------------------------------------------ blocks
     def lower_block(self, block: Block) -> None:

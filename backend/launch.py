@@ -14,7 +14,7 @@ from ..frontend.diagnostics import LaunchError
 from ..frontend.host_arrays import stored_params
 from ..frontend.kernel import KERNEL_OPTIONS
 from ..frontend.values import Const
-from .codegen import KernelParam
+from .codegen import KernelParam, llvm_name
 
 
 def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam], stores: set[str]) -> Any:
@@ -134,7 +134,7 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     stores = stored_params(kernel.ir_for(bindings, key, options))
     spec = param_spec(kernel, bindings, ck.params, stores)
     module = runtime.load_module(ck.cubin)
-    fn = module.function(ck.name)
+    fn = module.function(llvm_name(ck.name))
     launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
     launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
     launcher.written = stored_params(kernel.ir_for(bindings, key, options))

@@ -64,3 +64,21 @@ def test_vector_add_compiles_without_the_target_specific_modules():
     out = subprocess.run([sys.executable, "-c", code, f"{root}/examples/vector_add.spk"], capture_output=True,
                          text=True, check=True, env={**os.environ, "SPARSILE_CACHE_DIR": "off"}).stdout
     assert out.strip().splitlines()[-1] == "['lower_blackwell']"  # the sm_100a target hooks, nothing else
+
+
+def test_non_ascii_kernel_and_parameter_names_compile():
+    """Python identifiers may be non-ASCII, PTX ones may not: names are mangled (codegen.llvm_name)."""
+    import sparsile
+
+    src = (
+        "@kernel\n"
+        "def ké(é: ptr[f32], n: i32, BLOCK: constexpr = 128):\n"
+        "    offs = program_id(0) * BLOCK + arange(0, BLOCK)\n"
+        "    store(é + offs, load(é + offs, mask=offs < n) * 2.0, mask=offs < n)\n"
+    )
+    kernel = sparsile.loads(src).kernels["ké"]
+    ck = kernel.compile("é=ptr[f32], n=i32", target="sm_90a")
+    assert codegen.llvm_name("ké") == "k$u00e9"
+    assert ".entry k$u00e9(" in ck.ptx
+    assert b"k$u00e9" in ck.cubin
+    assert codegen.llvm_name("vector_add") == "vector_add"

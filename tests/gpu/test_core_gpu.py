@@ -220,3 +220,17 @@ def test_torch_and_cupy_arguments(mod):
     mod.add[((n + 1023) // 1024,)](xc, yc, oc, n, BLOCK=1024)
     cp.cuda.runtime.deviceSynchronize()
     np.testing.assert_array_equal(cp.asnumpy(oc), cp.asnumpy(xc + yc))
+
+
+def test_non_ascii_kernel_and_parameter_names_launch():
+    """`ké` / `é` reach PTX as `k$u00e9` / `p_$u00e9` (backend/codegen.llvm_name) and launch by name."""
+    kernel = sp.loads(
+        "@kernel\n"
+        "def ké(é: ptr[f32], n: i32, BLOCK: constexpr):\n"
+        "    offs = program_id(0) * BLOCK + arange(0, BLOCK)\n"
+        "    store(é + offs, load(é + offs, mask=offs < n) * 2.0 + 1.0, mask=offs < n)\n").kernels["ké"]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(1000).astype(np.float32)
+    expected = x.astype(np.float64) * 2.0 + 1.0
+    kernel[(8,)](x, 1000, BLOCK=128)
+    np.testing.assert_allclose(x, expected, rtol=1e-6, atol=1e-6)
