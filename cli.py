@@ -278,8 +278,9 @@ def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
     try:
         layout = constructors[name](*call_args, **call_kwargs)
-    except Exception as e:  # the constructor's own argument checks
-        print(f"error: {name}: {e}", file=err)
+    except Exception as e:  # the constructor's own argument checks, or arguments of the wrong kind
+        signature = f"{name}{inspect.signature(constructors[name])}"
+        print(f"error: {args.expr.strip()}: {e}\n  the constructor is {signature}", file=err)
         return EXIT_DIAGNOSTICS
     if not isinstance(layout, LinearLayout):
         raise _Usage(f"`{name}` does not build a layout")

@@ -242,6 +242,11 @@ class Sema(ExprMixin, ControlFlowMixin):
         elif isinstance(s, A.Assert):
             self.assert_stmt(s)
         elif isinstance(s, A.FunctionDef):
+            if s.decorators:
+                raise self.error("SP0206", f"a decorator on `{s.name}`, a function defined inside a kernel, has no "
+                                 "effect", s.decorators[0].span,
+                                 help="remove the decorator: a `def` inside a kernel is a helper inlined where it "
+                                      "is called; define kernels at module level")
             self.bind(s.name, HelperFunction(s, self._closure_resolver(), s.name))
         elif isinstance(s, A.Import | A.ImportFrom):
             raise self.error("SP0209", "imports are not allowed inside a kernel", s.span,

@@ -157,6 +157,10 @@ def test_layout_picture_and_list() -> None:
     assert run("layout", "no_such_layout(1)")[0] == EXIT_USAGE
     assert run("layout", "wgmma_accumulator(__import__('os'))")[0] == EXIT_USAGE  # literals only
     assert run("layout")[0] == EXIT_USAGE
+    code, _, err = run("layout", "wgmma_accumulator('a')")  # an argument of the wrong kind
+    assert code == EXIT_DIAGNOSTICS and "Traceback" not in err
+    assert err.startswith("error: wgmma_accumulator('a'): ")
+    assert "the constructor is wgmma_accumulator(n: 'int'" in err
 
 
 # ------------------------------------------------------------------------------------ entry point

@@ -52,6 +52,8 @@ CASES: list[tuple[str, str, dict, str, int, int, str]] = [
      "SP0205", 2, 12, "recursion is not supported"),
     ("kernel_returns_value", kernel("return 1"), {}, "SP0207", 3, 5, "a kernel cannot return a value"),
     ("import_in_kernel", kernel("import math"), {}, "SP0209", 3, 5, "imports are not allowed inside a kernel"),
+    ("decorated_nested_def", kernel("@kernel\ndef twice(x):\n    return 2 * x\ny = twice(1)"), {}, "SP0206", 3, 6,
+     "a decorator on `twice`, a function defined inside a kernel, has no effect"),
     ("assign_nothing", kernel("x = store(out, 1.0)"), {}, "SP0211", 3, 9, "returns nothing"),
     ("unpack_count", kernel("a, b = (1, 2, 3)"), {}, "SP0212", 3, 12, "expected 2 values to unpack, found 3"),
     ("unpack_tile", kernel("a, b = arange(0, 16)"), {}, "SP0212", 3, 12, "cannot unpack"),
