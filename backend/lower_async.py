@@ -10,6 +10,7 @@ stored as column panels of S bytes (rows of exactly S bytes, TMA box per panel);
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..frontend import types as T
@@ -18,6 +19,7 @@ from ..frontend.ir import Operation
 from .codegen import CodeGen, DTile, PartitionCtx, lowering
 from .llvm_text import LLValue, const
 from .lower_reduce import _storage
+from .targets import Feature, require
 
 
 @dataclass(frozen=True)
@@ -277,8 +279,13 @@ def lower_mbar_expect(cg: CodeGen, op: Operation) -> None:
 def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
     """One arrival on behalf of the whole partition: every thread's earlier work (e.g. another
     warpgroup's wgmma reading the stage) must be done first, so the partition synchronizes, then
-    its first thread arrives."""
+    its first thread arrives. With ``multicast``, that thread arrives on the barrier at the same
+    offset in each CTA of the mask (``mapa``; ``mbarrier.arrive.release.cluster.shared::cluster``,
+    PTX ISA 9.7.13.15.13: release at cluster scope orders this CTA's reads of the buffer before
+    the peer's next write into it)."""
     bar: BarRef = cg.get(op.operands[0])
+    arrive = _multicast_arrival(cg, op, bar) if op.attrs.get("multicast") else (
+        lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)]))
     if op.attrs.get("per") == "warpgroup":
         if cg.num_warps % 4:
             raise InternalError(f"a per-warpgroup arrival in {cg.num_warps} warps reached the lowering "
@@ -293,13 +300,37 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
         then, done = fb.new_block("wg_lead"), fb.new_block("wg_lead_done")
         fb.cond_br(first, then, done)
         fb.set_block(then)
-        cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)])
+        arrive()
         fb.br(done)
         fb.set_block(done)
         return
     if cg.num_warps > 1 or cg.part.index < 0:
         cg.barrier()
-    _leader_do(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)]))
+    _leader_do(cg, arrive)
+
+
+def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], None]:
+    """Emit, in the arriving thread, one remote arrival per CTA of the mask (a loop over the
+    cluster's ranks, each arrival predicated on its bit)."""
+    from .lower_cluster import map_shared
+
+    require(cg.target, Feature.CLUSTER, op.span, what="an arrival on other CTAs' mbarriers (multicast=)")
+    mask = cg.scalar(op.operands[1])
+    size = 1
+    for c in cg.state.get("cluster", (1, 1, 1)):
+        size *= int(c)
+
+    def emit() -> None:
+        local = bar_ptr(cg, bar)
+        for rank in range(size):
+            bit = cg.fb.binop("and", cg.fb.binop("lshr", mask, const(rank, "i32")), const(1, "i32"))
+            on = cg.fb.icmp("ne", bit, const(0, "i32"))
+            remote = map_shared(cg, local, const(rank, "i32"))
+            cg.asm("void", "{ .reg .pred p; setp.ne.b32 p, $1, 0; "
+                   "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0]; }", "r,r",
+                   [remote, cg.fb.value(f"zext i1 {on.ref} to i32", "i32", "on")], side_effect=True)
+
+    return emit
 
 
 @lowering("mbarrier.wait")

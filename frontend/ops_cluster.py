@@ -15,6 +15,10 @@ Semantics (the interpreter implements them; the backend is ``backend/lower_clust
   memory written (and mbarriers initialized) before it is visible to the whole cluster after it.
   ``.aligned`` needs every thread of each warp to execute it: it is a kernel-level statement, not
   allowed inside a ``warp_specialize`` partition (SP0553).
+* ``mbarrier.arrive(bar, per=..., multicast=mask)`` — the arrival is made on the barrier at
+  ``bar``'s offset in every CTA whose rank bit is set in ``mask`` (``mapa`` +
+  ``mbarrier.arrive.release.cluster.shared::cluster``, PTX ISA 9.7.9.23 and 9.7.13.15.13): how the
+  consumers of a CTA release a buffer that a peer's multicast TMA load will overwrite.
 * ``tma.load(tensor, offsets, dst, bar, multicast=mask, bar_cta=r)`` — ``multicast``: the box is
   written at ``dst``'s offset in the shared memory of every CTA whose rank bit is set in ``mask``,
   and each of those CTAs' barrier at ``bar``'s offset counts its bytes. ``bar_cta``: the bytes are
@@ -109,6 +113,17 @@ def _rank_value(em: Emitter, arg: Arg, what: str) -> Value:
     return em.cast(v, T.i32)
 
 
+def multicast_mask(em: Emitter, multicast: Arg, what: str) -> Value:
+    """The i32 mask of CTA ranks of a ``multicast=`` argument (SP0552 outside a cluster, SP0554 for
+    a constant mask naming no CTA or CTAs outside the cluster)."""
+    size = cluster_size(require_cluster(em, what, multicast.span))
+    m = em.unwrap(multicast)
+    if isinstance(m, Const) and isinstance(m.value, int) and not 0 < m.value < (1 << size):
+        em.error("SP0554", f"the multicast mask {m.value:#x} must name CTAs of the {size}-CTA cluster "
+                 f"(a non-zero mask below {1 << size:#x})", multicast.span)
+    return _rank_value(em, multicast, "the multicast mask")
+
+
 def emit_tma_load_cluster(em: Emitter, t: Value, offs: list[Value], d: Value, bar: Value, multicast: Arg | None,
                           bar_cta: Arg | None) -> None:
     """``tma.load`` with ``multicast=`` and/or ``bar_cta=`` (called by ``ops_memory.tma.load``)."""
@@ -116,11 +131,7 @@ def emit_tma_load_cluster(em: Emitter, t: Value, offs: list[Value], d: Value, ba
                             (multicast or bar_cta).span)  # type: ignore[union-attr]
     size = cluster_size(shape)
     if multicast is not None:
-        m = em.unwrap(multicast)
-        if isinstance(m, Const) and isinstance(m.value, int) and not 0 < m.value < (1 << size):
-            em.error("SP0554", f"the multicast mask {m.value:#x} must name CTAs of the {size}-CTA cluster "
-                     f"(a non-zero mask below {1 << size:#x})", multicast.span)
-        mask = _rank_value(em, multicast, "the multicast mask")
+        mask = multicast_mask(em, multicast, "`tma.load` with multicast=")
     else:
         mask = em.constant(0, T.i32)
     if bar_cta is not None:
@@ -350,4 +361,4 @@ def _i_tma_load_cluster(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 
 __all__ = ["ClusterRun", "cluster_of", "cluster_size", "declared_cluster", "emit_tma_load_cluster", "mask_ranks",
-           "peer_array", "peer_barrier", "require_cluster", "run_clusters"]
+           "multicast_mask", "peer_array", "peer_barrier", "require_cluster", "run_clusters"]

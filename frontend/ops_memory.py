@@ -180,14 +180,22 @@ def mbar_expect_builtin(em: Emitter, bar: Arg, nbytes: Arg) -> None:
 
 
 @builtin("arrive", ns="mbarrier")
-def mbar_arrive_builtin(em: Emitter, bar: Arg, per: Arg | None = None) -> None:
+def mbar_arrive_builtin(em: Emitter, bar: Arg, per: Arg | None = None, multicast: Arg | None = None) -> None:
     """Arrive on ``bar`` once for the partition (``per="partition"``, the default: after all its
     threads got here), or once for each of its warpgroups (``per="warpgroup"``: each warpgroup
-    arrives when its own four warps got here, without waiting for the others)."""
+    arrives when its own four warps got here, without waiting for the others). In a cluster,
+    ``multicast`` (a mask of CTA ranks) makes that arrival on the barrier at ``bar``'s offset in
+    each of those CTAs instead (``ops_cluster.py``)."""
     unit = "partition" if per is None else em.constexpr(per, "`per`", (str,))
     if unit not in ("partition", "warpgroup"):
         em.error("SP0371", f"`per` must be \"partition\" or \"warpgroup\", found {unit!r}",
                  per.span if per else em.span)
+    if multicast is not None:
+        from .ops_cluster import multicast_mask
+
+        mask = multicast_mask(em, multicast, "`mbarrier.arrive` with multicast=")
+        em.create("mbarrier.arrive", [_bar(em, bar), mask], [], {"per": unit, "multicast": True})
+        return None
     em.create("mbarrier.arrive", [_bar(em, bar)], [], {"per": unit})
     return None
 
@@ -485,8 +493,15 @@ def _i_mbar_expect(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 @mbar_arrive.interpreter
 def _i_mbar_arrive(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     times = max(1, getattr(ctx, "warps", 4) // 4) if op.attrs.get("per") == "warpgroup" else 1
-    for _ in range(times):
-        args[0][0].arrive()
+    bars = [args[0][0]]
+    if op.attrs.get("multicast"):
+        from .ops_cluster import mask_ranks, peer_barrier
+
+        bars = [peer_barrier(ctx, op, args[0][0], r, "mbarrier.arrive")
+                for r in mask_ranks(ctx, op, int(args[1]), "mbarrier.arrive")]
+    for bar in bars:
+        for _ in range(times):
+            bar.arrive()
     return []
 
 

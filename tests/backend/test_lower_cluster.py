@@ -154,3 +154,37 @@ def k():
     text = ptx(src, "sm_100a", {}).ptx
     assert "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64" in text
     check_ptxas(text, "sm_100a")
+
+
+ARRIVALS = """
+@kernel(num_warps=8, cluster=(2, 1, 1))
+def k(Out: ptr[i32]):
+    bars = mbarrier.alloc(1, 2)
+    cluster.sync()
+    warp_specialize(partition(waiter, Out, bars, warps=4), partition(arriver, bars, warps=4))
+    cluster.sync()
+
+def waiter(Out, bars):
+    mbarrier.wait(bars[0], 0)
+    store(Out + program_id(0), 10 + cluster.rank())
+
+def arriver(bars):
+    mbarrier.arrive(bars[0], per="warpgroup", multicast=MASK)
+"""
+
+
+@pytest.mark.parametrize("mask", ["3", "1 << (cluster.rank() ^ 1)"])
+def test_multicast_arrival_maps_the_barrier_to_each_cta(mask):
+    """One elected thread per warpgroup arrives on the barrier's offset in CTAs 0 and 1, each
+    arrival predicated on its mask bit, at cluster scope with release semantics."""
+    ck = ptx(ARRIVALS.replace("MASK", mask), "sm_90a", {"Out": sp.ptr[sp.i32]})
+    text = ck.ptx
+    assert re.search(r"mapa\.shared::cluster\.u(32|64)\s+%\w+, %\w+, 0;", text)
+    assert re.search(r"mapa\.shared::cluster\.u(32|64)\s+%\w+, %\w+, 1;", text)
+    arrivals = [ln for ln in text.splitlines() if "mbarrier.arrive" in ln]
+    assert len(arrivals) == 2 and all("@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [" in a
+                                      for a in arrivals)
+    check_ptxas(text, "sm_90a")
+    cubin = sp.loads(ARRIVALS.replace("MASK", mask), "case.spk").k.compile({"Out": sp.ptr[sp.i32]},
+                                                                           target="sm_90a").cubin
+    assert cubin[:4] == b"\x7fELF"

@@ -194,3 +194,58 @@ def k(Out: ptr[i32]):
     with pytest.raises(InterpreterError, match="deadlock: every partition waits"):
         load(stuck).k.interpret[(2,)](np.zeros(2, np.int32))
     assert time.perf_counter() - start < 10
+
+
+ARRIVALS = """
+@kernel(num_warps=8, cluster=(2, 1, 1))
+def k(Out: ptr[i32]):
+    bars = mbarrier.alloc(1, COUNT)
+    cluster.sync()
+    warp_specialize(partition(waiter, Out, bars, warps=4), partition(arriver, bars, warps=4))
+    cluster.sync()
+
+def waiter(Out, bars):
+    mbarrier.wait(bars[0], 0)
+    store(Out + program_id(0), 10 + cluster.rank())
+
+def arriver(bars):
+    mbarrier.arrive(bars[0], per="warpgroup", multicast=MASK)
+"""
+
+
+@pytest.mark.parametrize("count,mask", [(2, "3"), (1, "1 << (cluster.rank() ^ 1)")])
+def test_multicast_arrival_lands_on_the_barriers_of_the_mask(count, mask):
+    """Each CTA's barrier completes only with the arrivals the masks send it: its own and its
+    peer's (count 2, mask 3), or only its peer's (count 1, mask naming the other CTA)."""
+    out = np.full(4, -1, np.int32)
+    load(ARRIVALS.replace("COUNT", str(count)).replace("MASK", mask)).k.interpret[(4,)](out)
+    assert out.tolist() == [10, 11, 10, 11]
+
+
+def test_multicast_arrival_missing_its_peer_is_a_deadlock():
+    """Count 2 but every CTA arrives only on its own barrier: no phase completes."""
+    with pytest.raises(InterpreterError, match="deadlock"):
+        load(ARRIVALS.replace("COUNT", "2").replace("MASK", "1 << cluster.rank()")).k.interpret[(2,)](
+            np.zeros(2, np.int32))
+
+
+@pytest.mark.parametrize("call,code,col,fragment", [
+    ("mbarrier.arrive(b[0], multicast=4)", "SP0554", 37, "0x4 must name CTAs of the 2-CTA cluster"),
+    ("mbarrier.arrive(b[0], multicast=0)", "SP0554", 37, "non-zero"),
+])
+def test_multicast_arrival_argument_errors(call, code, col, fragment):
+    src = "@kernel(num_warps=4, cluster=(2, 1, 1))\ndef k(X: ptr[i32]):\n    b = mbarrier.alloc(1)\n    " + call + "\n"
+    with pytest.raises(CompileError) as info:
+        load(src).k.ir(np.zeros(4, np.int32))
+    d = info.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == (code, 4, col) and fragment in d.message, d.render()
+
+
+def test_multicast_arrival_needs_a_cluster():
+    src = ("@kernel(num_warps=4)\ndef k(X: ptr[i32]):\n    b = mbarrier.alloc(1)\n"
+           "    mbarrier.arrive(b[0], multicast=1)\n")
+    with pytest.raises(CompileError) as info:
+        load(src).k.ir(np.zeros(4, np.int32))
+    d = info.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == ("SP0552", 4, 37), d.render()
+    assert "`mbarrier.arrive` with multicast= needs a thread-block cluster" in d.message
