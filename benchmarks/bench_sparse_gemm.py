@@ -61,7 +61,7 @@ def bn_for(n: int) -> int:
 def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int) -> dict:
     import torch
     from sparsile.stdlib import sparsity as S
-    from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k
+    from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k, pair_ctas
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[dtype]
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
@@ -101,23 +101,24 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
             kern(vals_t, meta_t, b, work, m, n, k, meta.shape[1], n, BN=bn, SPLIT_K=split)
             reduce(work, c, m * n, SPLIT_K=split)
 
-    c.fill_(float("nan"))
-    ours()
-    torch.cuda.synchronize()
-    err = ((c.float() - ref).abs().max() / scale).item()
-    row = {"dtype": dtype, "m": m, "n": n, "k": k, "sparsile": profile_kernel_time(ours, iters), "err": err,
-           "split": split}
-    if grid[0] > sms:  # persistent: one CTA per SM, each computing several tiles
-        pkern = getattr(sp_mod, f"sparse_gemm_{dtype}")[(sms,)]
-
-        def ours_persistent():
-            pkern(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn)
-
+    def checked_time(fn) -> tuple[float, float]:
+        """(max |C - ref| / max |ref| of one poisoned run, mean kernel time in µs)."""
         c.fill_(float("nan"))
-        ours_persistent()
+        fn()
         torch.cuda.synchronize()
-        row["persistent_err"] = ((c.float() - ref).abs().max() / scale).item()
-        row["persistent"] = profile_kernel_time(ours_persistent, iters)
+        return ((c.float() - ref).abs().max() / scale).item(), profile_kernel_time(fn, iters)
+
+    err, t = checked_time(ours)
+    row = {"dtype": dtype, "m": m, "n": n, "k": k, "sparsile": t, "err": err, "split": split}
+    variants = {}
+    if grid[0] > sms:  # persistent: one CTA per SM, each computing several tiles
+        variants["persistent"] = getattr(sp_mod, f"sparse_gemm_{dtype}")[(sms,)]
+    pairs = pair_ctas(m, n, bn, KERNELS[dtype], split, True, sms)
+    if pairs:  # what sparse_matmul runs for large C: CTA pairs sharing B (multicast), persistent
+        variants["pair"] = getattr(sp_mod, f"sparse_gemm_{dtype}_pair")[(pairs,)]
+    for name, launch in variants.items():
+        row[f"{name}_err"], row[name] = checked_time(
+            lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn))
     try:
         comp = torch._cslt_compress(w)
         bt = b.T
@@ -158,18 +159,19 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float)
 
 
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
-          f"{'persist.':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | "
-          f"{'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} {'dense/cuBLAS':>12} {'err':>7}")
+          f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
+          f"{'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} {'dense/cuBLAS':>12} {'err':>7}")
 
 
 def format_row(r: dict) -> str:
     f = 2.0 * r["m"] * r["n"] * r["k"]
-    vs = f"{r['cslt'] / r['sparsile']:>7.2f}" if r.get("cslt") else f"{'-':>7}"
+    ours = r.get("pair") or r["sparsile"]  # what sparse_matmul runs
+    vs = f"{r['cslt'] / ours:>7.2f}" if r.get("cslt") else f"{'-':>7}"
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
-    err = max(r["err"], r.get("persistent_err", 0.0))
+    err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0))
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
-            f"{fmt(r.get('persistent'), f)} | {fmt(r.get('cslt'), f)} | {fmt(r.get('cublas'), f)} | "
-            f"{fmt(r.get('sp_dense'), f)} | {vs} {dv} {err:>7.1e}")
+            f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
+            f"{fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | {vs} {dv} {err:>7.1e}")
 
 
 def fmt(t: float | None, flops: float) -> str:
@@ -233,8 +235,10 @@ def main() -> None:
         print(format_row(r))
     print("times: us per call, CUDA profiler kernel time; TF: effective TFLOP/s = 2MNK/t (sparse and dense alike);")
     print("sk = split-K shares (sparse_matmul's choice: choose_split_k; the time includes splitk_reduce);")
-    print("vs cslt = cuSPARSELt time / sparsile time (one CTA per tile); persist. = the same kernel on one CTA per SM")
-    print("(each computing several tiles; '-' when there are no more tiles than SMs); e4m3 cuBLAS column is")
+    print("persist. = the one-CTA kernel on one CTA per SM (each computing several tiles; '-' when there are no")
+    print("more tiles than SMs); pair = the CTA-pair kernel (B multicast, persistent), which sparse_matmul runs for")
+    print("large C ('-' where it does not); vs cslt = cuSPARSELt time / the time of sparse_matmul's choice (pair")
+    print("where shown, else one CTA per tile); e4m3 cuBLAS column is")
     print("torch._scaled_mm; err = max |C - ref| / max |ref| over both sparsile runs (ref: the same inputs")
     print("multiplied in float64 on the GPU)")
 

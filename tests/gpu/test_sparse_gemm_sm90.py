@@ -72,6 +72,34 @@ def test_interpreter_persistent_grid_matches_reference(mod, programs, m, n, k, b
     check(c, ref, k)
 
 
+def pair_grid(m: int, n: int, bm: int = 128, bn: int = 256) -> int:
+    """One CTA per tile of the pair kernel: the 2BM x BN tiles, two CTAs each."""
+    return 2 * ((m + 2 * bm - 1) // (2 * bm)) * ((n + bn - 1) // bn)
+
+
+@pytest.mark.parametrize("m,n,k,programs,bn", [
+    (200, 130, 192, None, 64),   # 2 x 3 pair tiles; the second pair row's lower CTA is past M
+    (300, 70, 128, None, 32),    # M tiles 3: the last pair's second CTA computes only zeros
+    (260, 130, 256, 2, 64),      # one persistent pair, 2 x 3 pair tiles, even K-step count
+])
+def test_interpreter_pair_kernel_matches_reference(mod, m, n, k, programs, bn):
+    """CTA pairs share B (each loads half and multicasts it; both release each stage on both CTAs'
+    barriers) with the rest of the kernel unchanged."""
+    c, ref = run(mod.sparse_gemm_f16_pair, m, n, k, 3, interpret=True, programs=programs or pair_grid(m, n, bn=bn),
+                 BN=bn)
+    check(c, ref, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,programs", [("f16", 1000, 2000, 1024, None), ("f16", 4096, 4096, 4096, None),
+                                                  ("bf16", 1000, 600, 768, None), ("f16", 1000, 2000, 1024, 132),
+                                                  ("f16", 1000, 2000, 1024, 2)])
+def test_sparse_gemm_pair(mod, dtype, m, n, k, programs):
+    c, ref = run(getattr(mod, f"sparse_gemm_{dtype}_pair"), m, n, k, 5, dtype=dtype,
+                 programs=programs or pair_grid(m, n))
+    check(c, ref, k)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("programs", [1, 7, 132])
 def test_sparse_gemm_persistent_grid(mod, programs):

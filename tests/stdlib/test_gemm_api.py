@@ -102,6 +102,35 @@ def test_split_k_matches_float64_reference(dtype, m, n, k, split):
     assert_close(c, ref, absprod, k, dtype)
 
 
+@pytest.mark.parametrize("dtype,m,n,k", [("f16", 1000, 90, 192), ("e4m3", 1040, 70, 256)])
+def test_pair_kernel_for_large_c_matches_float64_reference(dtype, m, n, k):
+    """With few SMs even a small C has PAIR_MIN_TILES_PER_SM tiles per SM: the CTA-pair kernel
+    (B multicast) runs, persistent on two CTAs, through sparse_matmul."""
+    weight, b = problem(dtype, m, n, k, seed=m + k)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, num_sms=2)
+    assert plan.pair_ctas == 2 and plan.grid == (2, 1) and plan.kernel.name.endswith("_pair")
+    c = sparse_matmul(weight.values, weight.meta, b, interpret=True, num_sms=2)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+@pytest.mark.parametrize("m,n,k,dtype,sms,persistent,split,pair", [
+    (8192, 8192, 8192, "f16", 132, True, 1, 132),    # 2048 tiles: pairs on every SM
+    (8192, 8192, 8192, "f16", 133, True, 1, 132),    # an even grid
+    (8192, 8192, 8192, "f16", 132, False, 1, 0),     # persistent=False: one CTA per tile
+    (8192, 8192, 8192, "s8", 132, True, 1, 0),       # no pair kernel for s8
+    (4096, 4096, 4096, "f16", 132, True, 1, 0),      # 512 tiles: fewer than 4 per SM
+    (1000, 600, 768, "f16", 2, True, 3, 0),          # split-K
+    (600, 256, 512, "bf16", 2, True, 1, 0),          # 5 tiles: fewer than 4 x 2 SMs
+])
+def test_pair_kernel_choice(m, n, k, dtype, sms, persistent, split, pair):
+    from sparsile.stdlib.kernels.gemm import KERNELS as CHOICES
+    from sparsile.stdlib.kernels.gemm import pair_ctas
+
+    choice = CHOICES[dtype]
+    assert pair_ctas(m, n, choice.block_n(n), choice, split, persistent, sms) == pair
+
+
 @pytest.mark.parametrize("m,n,k,dtype,sms,split", [
     (4096, 128, 14336, "f16", 132, 4),    # 32 tiles: 132 // 32 = 4 shares of 56 steps
     (1000, 600, 768, "f16", 132, 3),      # 24 tiles, 12 K steps: at least 4 steps per share
