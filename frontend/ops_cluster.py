@@ -17,7 +17,7 @@ Semantics (the interpreter implements them; the backend is ``backend/lower_clust
   allowed inside a ``warp_specialize`` partition (SP0553).
 * ``mbarrier.arrive(bar, per=..., multicast=mask)`` — the arrival is made on the barrier at
   ``bar``'s offset in every CTA whose rank bit is set in ``mask`` (``mapa`` +
-  ``mbarrier.arrive.release.cluster.shared::cluster``, PTX ISA 9.7.9.23 and 9.7.13.15.13): how the
+  ``mbarrier.arrive.relaxed.cluster.shared::cluster``, PTX ISA 9.7.9.23 and 9.7.13.15.13): how the
   consumers of a CTA release a buffer that a peer's multicast TMA load will overwrite.
 * ``tma.load(tensor, offsets, dst, bar, multicast=mask, bar_cta=r)`` — ``multicast``: the box is
   written at ``dst``'s offset in the shared memory of every CTA whose rank bit is set in ``mask``,
