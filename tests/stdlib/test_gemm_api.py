@@ -382,3 +382,16 @@ def test_gpu_torch_tensors_in_place(dtype):
     tol = 2.0 ** -10 * ref.abs() + (0.05 if dtype == "e4m3" else 0.02)
     assert ((y.cpu().double() - ref).abs() <= tol).all()
     assert torch.equal(out, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,num_sms", [("f16", 1000, 600, 768, 2), ("bf16", 4096, 8192, 1024, None)])
+def test_gpu_pair_kernel_through_sparse_matmul(dtype, m, n, k, num_sms):
+    """Large C (>= 4 tiles per SM; num_sms=2 makes a small C large): sparse_matmul runs the CTA-pair
+    kernel (B multicast), persistent."""
+    weight, b = problem(dtype, m, n, k, seed=15)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, num_sms=num_sms)
+    assert plan.pair_ctas > 0 and plan.kernel.name.endswith("_pair")
+    c = sparse_matmul(weight.values, weight.meta, b, num_sms=num_sms)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
