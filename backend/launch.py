@@ -137,7 +137,7 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     fn = module.function(llvm_name(ck.name))
     launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
     launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
-    launcher.written = stored_params(kernel.ir_for(bindings, key, options))
+    launcher.written = stores
     return launcher
 
 
