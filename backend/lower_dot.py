@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..frontend import types as T
 from ..frontend.ir import Operation
-from ..frontend.tile_layouts import register_coords
+from ..frontend.tile_layouts import distinct_registers, register_coords
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const, llvm_type
 from .lower_elementwise import cast_value
@@ -24,11 +24,7 @@ def stage_rowmajor(cg: CodeGen, x: DTile, shape: tuple[int, ...], base: int) -> 
     fb = cg.fb
     sty, eb = _storage(x.elem)
     coords = cg.coords(x.layout)
-    seen: set[tuple[int, ...]] = set()
-    for r, off in enumerate(register_coords(x.layout)):
-        if off in seen:
-            continue
-        seen.add(off)
+    for r in distinct_registers(x.layout):
         lin = _linear(cg, coords[r], shape)
         ptr = cg.smem_ptr(fb.binop("add", fb.binop("mul", lin, const(eb, "i32")), const(base, "i32")))
         v = x.regs[r]
@@ -74,11 +70,7 @@ def expand_sparse(cg: CodeGen, vals: DTile, meta: DTile, m: int, k: int, base_de
     stage_rowmajor(cg, meta, meta_shape, meta_base)
     cg.barrier()
     coords = cg.coords(vals.layout)
-    seen: set[tuple[int, ...]] = set()
-    for r, off in enumerate(register_coords(vals.layout)):
-        if off in seen:
-            continue
-        seen.add(off)
+    for r in distinct_registers(vals.layout):
         i, kc = coords[r]
         if tf32:
             k0 = fb.binop("shl", kc, const(1, "i32"))  # one kept element per pair

@@ -42,7 +42,7 @@ from ..frontend import types as T
 from ..frontend.diagnostics import CompileError, Diagnostic
 from ..frontend.ir import Operation
 from ..frontend.layouts import LinearLayout
-from ..frontend.tile_layouts import normalize, register_coords
+from ..frontend.tile_layouts import distinct_registers, normalize
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const
 from .lower_elementwise import cast_value
@@ -194,11 +194,7 @@ def _stage(cg: CodeGen, x: DTile, base: int, stride: int, transpose: bool, elem:
     dst = elem or src
     sty, eb = _storage(dst)
     coords = cg.coords(x.layout)
-    seen: set[tuple[int, ...]] = set()
-    for r, off in enumerate(register_coords(x.layout)):
-        if off in seen:
-            continue
-        seen.add(off)
+    for r in distinct_registers(x.layout):
         row, col = coords[r]
         if transpose:
             row, col = col, row

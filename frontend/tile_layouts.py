@@ -150,6 +150,15 @@ def register_coords(layout: LinearLayout) -> list[tuple[int, ...]]:
     return out
 
 
+def distinct_registers(layout: LinearLayout) -> list[int]:
+    """The register indices holding distinct elements: the first register of each offset in
+    :func:`register_coords` (a broadcast register basis repeats elements), in register order."""
+    first: dict[tuple[int, ...], int] = {}
+    for r, off in enumerate(register_coords(layout)):
+        first.setdefault(off, r)
+    return list(first.values())
+
+
 def thread_bases(layout: LinearLayout, name: str) -> list[tuple[int, ...]]:
     if name not in layout.in_names:
         return []
