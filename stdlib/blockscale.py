@@ -42,6 +42,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .sparsity.errors import SparsityError
+
 SP_BLOCK_SCALE_INPUT = "SP0830"
 """Bad input to the block-scale toolkit: rank, shape, element type, block size, scale bytes."""
 
@@ -61,17 +63,12 @@ BLOCK_SIZES = (32, 64)
 """32: one dense mxf8f6f4 instruction (K = 32); 64: one sparse one (logical K = 64)."""
 
 
-class BlockScaleError(ValueError):
-    """A user-facing error of the block-scale toolkit: ``code``, ``message``, ``help``."""
+class BlockScaleError(SparsityError):
+    """A user-facing error of the block-scale toolkit (SP083x): ``code``, ``message``, ``help``,
+    printed as every toolkit error is (:class:`~.sparsity.errors.SparsityError`)."""
 
     def __init__(self, message: str, help: str | None = None, code: str = SP_BLOCK_SCALE_INPUT):
-        self.code = code
-        self.message = message
-        self.help = help
-        text = f"error[{code}]: {message}"
-        if help:
-            text += f"\n = help: {help}"
-        super().__init__(text)
+        super().__init__(code, message, help)
 
 
 # --------------------------------------------------------------------------------------------
