@@ -104,13 +104,12 @@ def _needs_module(op_name: str, entries: tuple[str, ...]) -> bool:
 
 
 def ensure_lowerings(op_name: str) -> None:
-    """Import every lowering module that may register a lowering for ``op_name``."""
+    """Import the optional lowering modules that may register a lowering for ``op_name`` (the core
+    ones are imported by :meth:`CodeGen.generate` before any op is lowered)."""
     if op_name in _ENSURED_OPS:
         return
     import importlib
 
-    for module in CORE_LOWERING_MODULES:
-        importlib.import_module(f"{__package__}.{module}")
     for module, entries in OPTIONAL_LOWERING_MODULES.items():
         if _needs_module(op_name, entries):
             importlib.import_module(f"{__package__}.{module}")

@@ -313,13 +313,12 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
 def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], None]:
     """Emit, in the arriving thread, one remote arrival per CTA of the mask (a loop over the
     cluster's ranks, each arrival predicated on its bit)."""
+    from ..frontend.ops_cluster import cluster_size
     from .lower_cluster import map_shared
 
     require(cg.target, Feature.CLUSTER, op.span, what="an arrival on other CTAs' mbarriers (multicast=)")
     mask = cg.scalar(op.operands[1])
-    size = 1
-    for c in cg.state.get("cluster", (1, 1, 1)):
-        size *= int(c)
+    size = cluster_size(cg.state.get("cluster", (1, 1, 1)))
 
     def emit() -> None:
         local = bar_ptr(cg, bar)

@@ -12,6 +12,7 @@ import sparsile as sp
 from sparsile.backend.linker import assemble_with_ptxas, ptxas_available
 from sparsile.backend.lower_cluster import tma_load_cluster_text
 from sparsile.backend.targets import get_target
+from sparsile.tests.frontend.test_ops_cluster import ARRIVALS as FRONTEND_ARRIVALS
 
 X = {"X": sp.tensor[sp.f16, 2]}
 
@@ -160,21 +161,7 @@ def k():
     check_ptxas(text, "sm_100a")
 
 
-ARRIVALS = """
-@kernel(num_warps=8, cluster=(2, 1, 1))
-def k(Out: ptr[i32]):
-    bars = mbarrier.alloc(1, 2)
-    cluster.sync()
-    warp_specialize(partition(waiter, Out, bars, warps=4), partition(arriver, bars, warps=4))
-    cluster.sync()
-
-def waiter(Out, bars):
-    mbarrier.wait(bars[0], 0)
-    store(Out + program_id(0), 10 + cluster.rank())
-
-def arriver(bars):
-    mbarrier.arrive(bars[0], per="warpgroup", multicast=MASK)
-"""
+ARRIVALS = FRONTEND_ARRIVALS.replace("COUNT", "2")  # a 2-CTA cluster; each barrier counts 2 arrivals
 
 
 @pytest.mark.parametrize("mask", ["3", "1 << (cluster.rank() ^ 1)"])
