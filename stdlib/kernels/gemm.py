@@ -220,17 +220,24 @@ _validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, int]]] = we
 _device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def _tagged_metadata(meta: MetadataBuffer, op: OperandType, m: int, k_values: int, k_b: int) -> np.ndarray:
-    """Validate a tagged buffer once (format, width class, m, nibbles) and check its K."""
+def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, k_values: int,
+                       k_b: int) -> MetadataBuffer:
+    """``meta`` after validating it once per (operand type, m) as ``fmt`` (format, width class, m,
+    nibbles) and checking that its K fits values (``k_values``) and b (``k_b``)."""
     seen = _validated.setdefault(meta, set())
     if (op.name, m) not in seen:
-        validate_metadata(meta, "sm90", op.name, m=m)
+        validate_metadata(meta, fmt, op.name, m=m)
         seen.add((op.name, m))
     if meta.k > k_values or -(-meta.k // op.group) * op.group < k_b:
         raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values} and b has "
                    f"K = {k_b}", code=SP_MISSING_SIZE,
                    help="encode the metadata of the operand whose values are passed")
-    return meta.data
+    return meta
+
+
+def _tagged_metadata(meta: MetadataBuffer, op: OperandType, m: int, k_values: int, k_b: int) -> np.ndarray:
+    """Validate a tagged "sm90" buffer once and check its K."""
+    return validated_metadata(meta, "sm90", op, m, k_values, k_b).data
 
 
 def _raw_metadata(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -> Any:

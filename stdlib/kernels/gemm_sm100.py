@@ -31,9 +31,19 @@ from typing import Any
 
 from ..sparsity import MetadataBuffer, decode_metadata, encode_metadata, validate_metadata
 from ..sparsity.dtypes import OperandType, operand_type
-from ..sparsity.errors import SP_META_SHAPE, SP_MISSING_SIZE
+from ..sparsity.errors import SP_META_SHAPE
 from ..sparsity.formats import metadata_shape
-from .gemm import KernelChoice, _as_u32, _bad, _kind, _output, _pad_columns, _placed, checked_operands
+from .gemm import (
+    KernelChoice,
+    _as_u32,
+    _bad,
+    _kind,
+    _output,
+    _pad_columns,
+    _placed,
+    checked_operands,
+    validated_metadata,
+)
 
 KERNEL_DIR = Path(__file__).resolve().parent
 PERSISTENT_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"
@@ -113,7 +123,6 @@ def persistent_grid(num_tiles: int, num_sms: int) -> int:
 
 
 _converted: weakref.WeakKeyDictionary[MetadataBuffer, MetadataBuffer] = weakref.WeakKeyDictionary()
-_validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
 _device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -129,15 +138,7 @@ def tcgen05_metadata(meta: MetadataBuffer) -> MetadataBuffer:
 
 def _tagged(meta: MetadataBuffer, op: OperandType, m: int, k_values: int, k_b: int) -> tuple[Any, int]:
     """(words, K covered by the metadata atoms) of a tagged buffer, validated once per (type, m)."""
-    tc = tcgen05_metadata(meta)
-    seen = _validated.setdefault(tc, set())
-    if (op.name, m) not in seen:
-        validate_metadata(tc, "tcgen05", op.name, m=m)
-        seen.add((op.name, m))
-    if tc.k > k_values or -(-tc.k // op.group) * op.group < k_b:
-        raise _bad(f"the metadata was encoded for k = {tc.k}, but values cover K = {k_values} and b has "
-                   f"K = {k_b}", code=SP_MISSING_SIZE,
-                   help="encode the metadata of the operand whose values are passed")
+    tc = validated_metadata(tcgen05_metadata(meta), "tcgen05", op, m, k_values, k_b)
     return tc.data, int(tc.data.shape[0]) * KERNELS_SM100[op.name].atom_k
 
 
