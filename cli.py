@@ -3,7 +3,7 @@
 ::
 
     sparsile check FILE.spk [--kernel NAME] [--signature SIG]
-    sparsile compile FILE.spk --kernel NAME --signature "x=ptr[f32],n=i32,BLOCK=1024" --emit ir|llvm|ptx|cubin
+    sparsile compile FILE.spk --kernel NAME [--signature "x=ptr[f32],n=i32,BLOCK=1024"] --emit ir|llvm|ptx|cubin
                      [--target sm_90a] [-o OUT]
     sparsile demo [ARGS...]
     sparsile layout "CONSTRUCTOR(args...)" | --list
@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature")
     k.add_argument("file", help="a .spk source file")
     k.add_argument("--kernel", required=True, help="the kernel to compile")
-    k.add_argument("--signature", default="", help='e.g. "x=ptr[f32],n=i32,BLOCK=1024"')
+    k.add_argument("--signature", default="",
+                   help='types of unannotated parameters and constexpr values, e.g. "n=i32,BLOCK=1024" '
+                        "(annotated parameters and defaulted constexprs need none)")
     k.add_argument("--emit", choices=EMIT_KINDS, default="ir", help="what to produce (default: ir)")
     k.add_argument("--target", default=None, help="GPU target, e.g. sm_90a or sm_100a")
     k.add_argument("-o", "--output", default=None, help="write here instead of stdout")
@@ -216,7 +218,7 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"error: `--emit {args.emit}` needs the LLVM backend (sparsile.backend.compiler), which this "
               f"installation does not have yet ({e})", file=err)
         return EXIT_UNAVAILABLE
-    compiled = compile_kernel(kernel, signature, target=args.target)
+    compiled = compile_kernel(kernel, signature, target=args.target, stop_after=args.emit)
     artefact = getattr(compiled, args.emit, None)
     if artefact is None:
         print(f"error: the compiler produced no {args.emit} for `{args.kernel}`", file=err)

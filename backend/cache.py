@@ -104,12 +104,15 @@ def _canonical_options(options: object) -> str:
 
 
 def make_key(*, target: object, source: str, kernel_name: str, specialization: object = None,
-             options: object = None, versions: Mapping[str, str] | None = None) -> str:
+             options: object = None, versions: Mapping[str, str] | None = None, captures: str = "") -> str:
     """The SHA-256 (hex) over everything a compiled kernel depends on: toolchain versions
     (:func:`toolchain_versions` unless ``versions`` is given), target name, source text,
-    kernel name, ``repr`` of the specialization key, and the options (a mapping's items are
-    sorted, so their order does not matter)."""
+    kernel name, ``repr`` of the specialization key, the options (a mapping's items are
+    sorted, so their order does not matter) and what a ``@jit`` kernel captured from Python
+    (:meth:`~sparsile.frontend.captures.CaptureSet.disk_key`: its globals, closure values and
+    inlined helpers' sources)."""
     fields = {
+        "captures": captures,
         "versions": dict(sorted((versions if versions is not None else toolchain_versions()).items())),
         "target": getattr(target, "name", None) or str(target),
         "source": source,

@@ -11,7 +11,8 @@
     -> cubin                    (backend/linker.py, nvJitLink)
 
 Results are cached in memory and on disk (backend/cache.py), keyed by source, specialization,
-target, options and toolchain versions.
+target, options, toolchain versions and what a ``@jit`` kernel captured from Python (its globals,
+closure values and inlined helpers: frontend/captures.py).
 """
 
 from __future__ import annotations
@@ -113,13 +114,14 @@ def _target_hooks(target: Target) -> dict[str, Any]:
     return {}
 
 
+STAGES = ("ir", "llvm", "ptx", "cubin")
+"""The stages of :func:`compile_function`, in order; the compile cache keeps the last three."""
+
+
 def compile_function(func: Function, target: Target | str, *, num_warps: int = 4, stop_after: str = "cubin",
                      source_key: str | None = None) -> CompiledKernel:
     """Compile a specialized kernel's IR down to ``stop_after`` (``ir``, ``llvm``, ``ptx`` or
     ``cubin``)."""
-    from .linker import ptx_to_cubin
-    from .llvm_to_ptx import llvm_ir_to_ptx
-
     tgt = get_target(target) if isinstance(target, str) else target
     t0 = time.perf_counter()
     state = run_passes(func, tgt, num_warps)
@@ -133,45 +135,72 @@ def compile_function(func: Function, target: Target | str, *, num_warps: int = 4
     ck.llvm, ck.params, ck.smem_bytes = llvm_text, cg.params, cg.smem_bytes
     ck.cluster = tuple(cg.state.get("cluster", (1, 1, 1)))  # type: ignore[assignment]
     ck.tensormaps = cg.state.get("tensormap_specs", [])
-    t2 = time.perf_counter()
-    ck.timings["llvm"] = t2 - t1
-    if stop_after == "llvm":
-        return ck
-    ck.ptx = llvm_ir_to_ptx(llvm_text, tgt)
-    t3 = time.perf_counter()
-    ck.timings["ptx"] = t3 - t2
-    if stop_after == "ptx":
-        return ck
-    res = ptx_to_cubin(ck.ptx, tgt, name=f"{func.name}.ptx")
-    ck.cubin, ck.info_log = res.cubin, res.info_log
-    ck.timings["cubin"] = time.perf_counter() - t3
+    ck.timings["llvm"] = time.perf_counter() - t1
+    return finish_stages(ck, tgt, stop_after)
+
+
+def finish_stages(ck: CompiledKernel, tgt: Target, stop_after: str) -> CompiledKernel:
+    """Carry ``ck`` (which has its LLVM IR, and maybe its PTX) on to ``stop_after``."""
+    from .linker import ptx_to_cubin
+    from .llvm_to_ptx import llvm_ir_to_ptx
+
+    if stop_after in ("ptx", "cubin") and not ck.ptx:
+        t = time.perf_counter()
+        ck.ptx = llvm_ir_to_ptx(ck.llvm, tgt)
+        ck.timings["ptx"] = time.perf_counter() - t
+    if stop_after == "cubin" and not ck.cubin:
+        t = time.perf_counter()
+        res = ptx_to_cubin(ck.ptx, tgt, name=f"{ck.name}.ptx")
+        ck.cubin, ck.info_log = res.cubin, res.info_log
+        ck.timings["cubin"] = time.perf_counter() - t
     return ck
 
 
-def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Target, options: dict[str, Any]
-                   ) -> CompiledKernel:
-    """Compile (or fetch from the cache) one specialization of a kernel for ``target``."""
+def _has_stage(ck: CompiledKernel, stage: str) -> bool:
+    return bool(getattr(ck, stage)) if stage in ("llvm", "ptx", "cubin") else False
+
+
+def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Target, options: dict[str, Any],
+                   *, stop_after: str = "cubin") -> CompiledKernel:
+    """Compile (or fetch from the compile cache) one specialization of a kernel for ``target``, down
+    to ``stop_after`` (``llvm``, ``ptx`` or ``cubin``; an entry with an earlier stage only is
+    carried on and stored again). The key holds the kernel's source, the specialization, the
+    options, the target and, for a ``@jit`` kernel, every Python value it captured
+    (frontend/captures.py), so that a changed global never reuses a stale cubin."""
     from .cache import default_cache, make_key
 
     num_warps = int(options.get("num_warps") or 4)
+    captures = kernel.captures_for(bindings, key, options)
     ckey = make_key(target=target.name, source=kernel.source.text, kernel_name=kernel.name,
-                    specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())))
+                    specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())),
+                    captures=captures.disk_key())
     cache = default_cache()
     entry = cache.get(ckey)
     if entry is not None:
-        return CompiledKernel.from_cache(entry.metadata, entry.blobs)
-    ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps)
-    cache.put(ckey, {"cubin": ck.cubin, "ptx": ck.ptx.encode()}, json.loads(json.dumps(ck.metadata())))
+        ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
+        if _has_stage(ck, stop_after):
+            return ck
+        if not ck.llvm:
+            entry = None
+    if entry is None:
+        ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps, stop_after="llvm")
+    ck = finish_stages(ck, target, stop_after)
+    blobs = {name: getattr(ck, name).encode() for name in ("ir", "llvm", "ptx") if getattr(ck, name)}
+    if ck.cubin:
+        blobs["cubin"] = ck.cubin
+    cache.put(ckey, blobs, json.loads(json.dumps(ck.metadata())))
     return ck
 
 
 def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, target: str | None = None,
-                   stop_after: str = "cubin", **options: Any) -> CompiledKernel:
+                   stop_after: str = "cubin", cache: bool = True, **options: Any) -> CompiledKernel:
     """Ahead-of-time compilation of ``kernel`` for ``signature`` (no GPU needed): a dict (name ->
     type or constexpr value) or the text ``sparsile compile --signature`` takes, e.g.
-    ``"x=ptr[f32], n=i32, BLOCK=1024"``."""
+    ``"x=ptr[f32], n=i32, BLOCK=1024"``. Parameters the signature leaves out take their annotation
+    (run-time) or default (constexpr). Compiles to ``llvm``, ``ptx`` and ``cubin`` go through the
+    same compile cache as ``kernel[grid]`` (``cache=False`` compiles anew, for benchmarks)."""
     from ..frontend.diagnostics import LaunchError
-    from ..frontend.kernel import KERNEL_OPTIONS
+    from ..frontend.kernel import KERNEL_OPTIONS, check_options
     from ..frontend.specialize import parse_signature
 
     if isinstance(signature, str):
@@ -179,8 +208,14 @@ def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, targe
     elif signature is not None and not isinstance(signature, dict):
         raise LaunchError("SP0724", f"the signature of `{kernel.name}` must be a dict or a text such as "
                           f"\"x=ptr[f32], n=i32\", found {type(signature).__name__}")
-    bindings, _ = kernel.signature_bindings(signature or {})
+    if stop_after not in STAGES:
+        raise LaunchError("SP0724", f"stop_after must be one of {', '.join(STAGES)}, found {stop_after!r}")
+    bindings, sig_key = kernel.signature_bindings(signature or {})
     opts = {**KERNEL_OPTIONS, **kernel.options, **options}
     tgt = get_target(target or opts.get("target") or "sm_90a")
-    return compile_function(kernel.fresh_ir(bindings, opts), tgt, num_warps=int(opts.get("num_warps") or 4),
-                            stop_after=stop_after)
+    if not cache or stop_after == "ir":
+        return compile_function(kernel.fresh_ir(bindings, opts), tgt, num_warps=int(opts.get("num_warps") or 4),
+                                stop_after=stop_after)
+    check_options(options)
+    key = ("aot", *sig_key, kernel._options_key(options))
+    return compile_cached(kernel, bindings, key, tgt, opts, stop_after=stop_after)

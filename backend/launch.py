@@ -8,6 +8,7 @@ from the array itself (derived parameters), and constexpr parameters are checked
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..frontend.diagnostics import LaunchError
@@ -91,7 +92,6 @@ class GpuLaunch:
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         from . import runtime
-        from .targets import target_for_capability
 
         if not runtime.has_gpu():
             raise LaunchError("SP0731", f"kernel `{self.kernel.name}` cannot run: no NVIDIA GPU is available",
@@ -100,17 +100,9 @@ class GpuLaunch:
         dev = runtime.current_device()
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         # the specialization key already holds the options (a target among them), so the key and the
-        # device name one launcher: the common path is this one lookup
-        cache = self.kernel.__dict__.setdefault("_launchers", {})
-        ck_key = (key, dev.ordinal)
-        launcher = cache.get(ck_key)
-        if launcher is None:
-            options = {**KERNEL_OPTIONS, **self.kernel.options,
-                       **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
-            target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
-                _target(options["target"])
-            launcher = _build_launcher(self.kernel, bindings, key, target, options)
-            cache[ck_key] = launcher
+        # device name one launcher: the common path is this one lookup and the check that the Python
+        # values the kernel captured are unchanged (cached_launcher)
+        launcher = cached_launcher(self.kernel, key, dev.ordinal, lambda: self._build(dev, bindings, key, kwargs))
         staged = _stage_tma_host_arrays(launcher, bound) if launcher.spec_has_tensormaps else []
         values = user_values(launcher.spec, bound)
         grid = self.grid({k: v.value for k, v in bindings.items() if isinstance(v, Const)}) if callable(self.grid) \
@@ -118,6 +110,26 @@ class GpuLaunch:
         launcher(grid, values, stream=stream)
         for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
             dev.copy_to_host(host)
+
+    def _build(self, dev: Any, bindings: dict[str, Any], key: tuple, kwargs: dict[str, Any]) -> Any:
+        from .targets import target_for_capability
+
+        options = {**KERNEL_OPTIONS, **self.kernel.options,
+                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+        target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
+            _target(options["target"])
+        return _build_launcher(self.kernel, bindings, key, target, options)
+
+
+def cached_launcher(kernel: Any, key: tuple, ordinal: int, build: Callable[[], Any]) -> Any:
+    """The launcher of ``kernel`` for specialization ``key`` on device ``ordinal``: the cached one
+    while every Python value the kernel captured is unchanged (``launcher.captures``, checked in a
+    few hundred ns), else ``build()``'s, which replaces it."""
+    cache = kernel.__dict__.setdefault("_launchers", {})
+    launcher = cache.get((key, ordinal))
+    if launcher is None or (launcher.captures and not launcher.captures.still_valid()):
+        launcher = cache[(key, ordinal)] = build()
+    return launcher
 
 
 def _target(name: str) -> Any:
@@ -138,6 +150,7 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
     launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
     launcher.written = stores
+    launcher.captures = kernel.captures_for(bindings, key, options)
     return launcher
 
 

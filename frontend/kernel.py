@@ -15,6 +15,7 @@ from typing import Any
 
 from . import ast as A
 from . import types as T
+from .captures import EMPTY, CaptureSet, PythonGlobals, recording
 from .diagnostics import CompileError, Diagnostic, LaunchError
 from .ir import Function
 from .legality_meta import check_metadata_argument
@@ -25,6 +26,10 @@ from .values import Const, HelperFunction
 
 KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
                   "cluster": (1, 1, 1)}
+
+SP_SIGNATURE_MISSING = "SP0740"
+"""An ahead-of-time compile whose signature lacks an unannotated run-time parameter or a constexpr
+without a default (everything else comes from the source)."""
 
 SP_BAD_OPTION = "SP0242"
 """A kernel option whose value cannot work (``num_warps=0``, ``maxnreg="x"``): refused before the
@@ -85,7 +90,8 @@ class Kernel:
     globals: Callable[[str], Any]
     options: dict[str, Any] = field(default_factory=dict)
     _params: list[ParamInfo] | None = None
-    _ir_cache: dict[Any, Function] = field(default_factory=dict)
+    _param_captures: CaptureSet = EMPTY
+    _ir_cache: dict[Any, tuple[Function, CaptureSet]] = field(default_factory=dict)
     _key_options: dict[Any, dict[str, Any]] = field(default_factory=dict)
     _default_options_key: tuple[dict[str, Any], tuple] | None = None
     _spec_memo: dict[Any, Any] = field(default_factory=dict)
@@ -105,8 +111,24 @@ class Kernel:
     @property
     def params(self) -> list[ParamInfo]:
         if self._params is None:
-            self._params = self._declared_params()
+            with recording() as r:
+                self._params = self._declared_params()
+            self._param_captures = r.captures
         return self._params
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether nothing outside the kernel's source text can change what it compiles to (a
+        ``.spk`` kernel: its module's constants are fixed once loaded). A ``@jit`` kernel reads
+        Python names, recorded per IR (frontend/captures.py)."""
+        return not isinstance(self.globals, PythonGlobals)
+
+    def _refresh_params(self) -> None:
+        """Forget the parameters (and what was specialized on them) when a name their annotations
+        or defaults read has changed."""
+        if self._param_captures and not self._param_captures.still_valid():
+            self._params, self._param_captures = None, EMPTY
+            self._spec_memo.clear()
 
     def _declared_params(self) -> list[ParamInfo]:
         sema = Sema(self.globals)
@@ -143,6 +165,8 @@ class Kernel:
     # -------------------------------------------------------------------------- compilation
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], tuple]:
         """(bound arguments, sema bindings, specialization key) for a call."""
+        if self._param_captures:
+            self._refresh_params()
         launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
                        k not in {p.name for p in self.params}}
         if launch_opts:
@@ -167,12 +191,28 @@ class Kernel:
         return ("options", tuple(sorted((k, str(v)) for k, v in options.items())))
 
     def ir_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None) -> Function:
-        """The IR for sema ``bindings`` (cached by specialization ``key``); ``options`` override the
-        kernel's options (by default those given at the launch that produced ``key``)."""
-        if key not in self._ir_cache:
+        """The IR for sema ``bindings`` (cached by specialization ``key`` and by what the kernel
+        captured: a changed global, closure value or helper builds it anew); ``options`` override
+        the kernel's options (by default those given at the launch that produced ``key``)."""
+        return self.ir_entry(bindings, key, options)[0]
+
+    def ir_entry(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None
+                 ) -> tuple[Function, CaptureSet]:
+        """:meth:`ir_for` and the Python values the IR captured (its parameters' included)."""
+        entry = self._ir_cache.get(key)
+        if entry is None or (entry[1] and not entry[1].still_valid()):
             given = options if options is not None else self._key_options.get(key, {})
-            self._ir_cache[key] = self.fresh_ir(bindings, given)
-        return self._ir_cache[key]
+            self.params  # noqa: B018 (evaluated first: its captures join the IR's)
+            with recording() as r:
+                func = self.fresh_ir(bindings, given)
+            entry = self._ir_cache[key] = (func, self._param_captures + r.captures)
+        return entry
+
+    def captures_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None
+                     ) -> CaptureSet:
+        """What the IR for ``key`` captured from Python (nothing for a closed ``.spk`` kernel,
+        without running sema)."""
+        return EMPTY if self.is_closed else self.ir_entry(bindings, key, options)[1]
 
     def fresh_ir(self, bindings: dict[str, Any], options: dict[str, Any] | None = None) -> Function:
         """A new, uncached IR for ``bindings`` with ``options`` over the kernel's (the compiler's
@@ -192,18 +232,26 @@ class Kernel:
 
     def signature_bindings(self, signature: dict[str, Any]) -> tuple[dict[str, Any], tuple]:
         """Bindings from an ahead-of-time signature: each name maps to a Type (run-time) or a value
-        (constexpr)."""
+        (constexpr). A parameter the signature leaves out takes its annotation (a run-time type)
+        or its default (a constexpr); the others are missing: LaunchError SP0740 names them all."""
         from .sema import ArgSpec
 
+        missing = [p for p in self.params if p.name not in signature and not p.has_default and
+                   (p.annotation is None or p.annotation is T.CONSTEXPR)]
+        if missing:
+            raise LaunchError(SP_SIGNATURE_MISSING, missing_signature_message(self.name, missing),
+                              help="give them with --signature (Kernel.compile: signature=), e.g. "
+                                   f"\"{', '.join(_signature_example(p) for p in missing)}\"; "
+                                   "annotated run-time parameters and defaulted constexprs need nothing")
         bindings: dict[str, Any] = {}
         key: list[Any] = []
         for p in self.params:
-            if p.name not in signature:
-                if p.has_default:
-                    signature = {**signature, p.name: p.default}
-                else:
-                    raise LaunchError("SP0701", f"the signature of `{self.name}` is missing `{p.name}`")
-            v = signature[p.name]
+            if p.name in signature:
+                v = signature[p.name]
+            elif p.has_default:
+                v = p.default
+            else:
+                v = p.annotation
             if p.annotation is T.CONSTEXPR:
                 bindings[p.name] = Const(v)
                 key.append((p.name, "c", repr(v)))
@@ -252,6 +300,18 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"kernel `{self.name}` must be launched with a grid: `{self.name}[grid](...)`, "
                            f"or run on the CPU with `{self.name}.interpret[grid](...)`")
+
+
+def missing_signature_message(kernel: str, missing: list[ParamInfo]) -> str:
+    """SP0740's message: each missing parameter and why the source does not give it."""
+    parts = [f"`{p.name}` ({'constexpr without a default' if p.annotation is T.CONSTEXPR else 'no annotation'})"
+             for p in missing]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"the signature of `{kernel}` must give {listed}"
+
+
+def _signature_example(p: ParamInfo) -> str:
+    return f"{p.name}=64" if p.annotation is T.CONSTEXPR else f"{p.name}=ptr[f32]"
 
 
 class _GridIndexer:

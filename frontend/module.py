@@ -16,6 +16,7 @@ from typing import Any
 
 from . import ast as A
 from .builtins import NAMESPACES, ROOT
+from .captures import PythonGlobals
 from .diagnostics import CompileError, Diagnostic, DiagnosticBag
 from .jit_globals import wrap_python_value
 from .kernel import KERNEL_OPTIONS, Kernel, check_options
@@ -202,7 +203,8 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     """Decorate a Python function as a kernel: ``@sparsile.jit`` or ``@sparsile.jit(num_warps=8)``.
 
     The function's source is parsed by the same grammar as ``.spk`` files; names it reads from its
-    module or closure are compile-time constants.
+    module or closure are compile-time constants. A kernel is recompiled when one of them changes
+    (docs/language.md, "What a kernel captures, and when it is recompiled").
     """
     for k in options:
         if k not in KERNEL_OPTIONS:
@@ -226,22 +228,6 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
 
 
 def _python_resolver(f: Callable[..., Any]) -> Callable[[str], Any]:
-    code = f.__code__
-    closure = dict(zip(code.co_freevars, f.__closure__ or (), strict=False))
-    globs = f.__globals__
-
-    def resolve(name: str) -> Any:
-        if name in closure:
-            try:
-                return wrap_python_value(closure[name].cell_contents)
-            except ValueError:
-                raise KeyError(name) from None
-        if name in globs:
-            return wrap_python_value(globs[name])
-        import builtins as py
-
-        if name in ("True", "False", "None"):
-            return Const(getattr(py, name))
-        raise KeyError(name)
-
-    return resolve
+    """How ``f``'s names resolve: closure, then module globals; each read is recorded while a kernel
+    compiles, so that its caches know what it captured (frontend/captures.py)."""
+    return PythonGlobals(f, wrap_python_value)

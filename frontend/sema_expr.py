@@ -385,6 +385,7 @@ class ExprMixin:
             return Const(v.bits)  # type: ignore[union-attr]
         # Python module objects and other constants reached from @jit globals
         if not isinstance(v, int | float | bool | str | T.Type | TypeCtor) and v is not None:
+            from .captures import note_attribute
             from .jit_globals import wrap_python_value
 
             try:
@@ -392,6 +393,7 @@ class ExprMixin:
             except Exception:  # any failure reading a Python attribute means "no such attribute"
                 attr = _NO_ATTR
             if attr is not _NO_ATTR:
+                note_attribute(v, node.attr, attr)
                 return wrap_python_value(attr)
         raise CompileError([Diagnostic("SP0204", f"{describe(base)} has no attribute `{node.attr}`", node.attr_span)])
 

@@ -92,7 +92,7 @@ def test_check_constexpr_errors_with_signature(files) -> None:
     ["compile", "FILE"],                                      # --kernel is required
     ["compile", "FILE", "--kernel", "nope"],                  # unknown kernel
     ["compile", "FILE", "--kernel", "add", "--signature", "x=ptr[f32],,n"],   # malformed signature
-    ["compile", "FILE", "--kernel", "add", "--signature", "BLOCK=64"],        # incomplete signature
+    ["compile", "FILE", "--kernel", "scale", "--signature", "S=64"],          # incomplete signature (x, n)
     ["compile", "FILE", "--kernel", "add", "--emit", "sass"],                 # unknown emit kind
 ])
 def test_usage_errors_exit_2(files, argv, capsys) -> None:

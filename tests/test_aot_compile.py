@@ -1,0 +1,141 @@
+"""Ahead-of-time compiles (issue 15, item 8): the source's annotations are the signature, and
+``compile_kernel`` / ``Kernel.compile`` / ``sparsile compile`` go through the compile cache that
+``kernel[grid]`` uses."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import sparsile as sp
+from sparsile.backend import cache as cache_mod
+from sparsile.backend import compiler
+from sparsile.cli import EXIT_OK, EXIT_USAGE, main
+from sparsile.frontend.diagnostics import LaunchError
+
+ROOT = Path(sp.__file__).resolve().parent
+VECTOR_ADD = ROOT / "examples" / "vector_add.spk"
+
+PARTLY_ANNOTATED = """\
+@kernel
+def k(x, y: ptr[f32], n: i32, BLOCK: constexpr, R: constexpr = 2):
+    i = arange(0, BLOCK)
+    store(y + i, load(x + i, mask=i < n) * R, mask=i < n)
+"""
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> cache_mod.CompileCache:
+    """An empty default compile cache in ``tmp_path`` (and the usual one afterwards)."""
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    yield cache_mod.default_cache()
+    cache_mod.reset_default_cache()
+
+
+@pytest.fixture
+def compiles(monkeypatch) -> list[str]:
+    """The kernels compile_function compiled (a spy: cache hits do not appear)."""
+    seen: list[str] = []
+    real = compiler.compile_function
+
+    def spy(func, *args, **kwargs):
+        seen.append(func.name)
+        return real(func, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_function", spy)
+    return seen
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+
+# ------------------------------------------------------------------------------------ signatures
+def test_cli_compiles_an_annotated_kernel_without_a_signature(fresh_cache) -> None:
+    code, out, err = run_cli("compile", str(VECTOR_ADD), "--kernel", "vector_add", "--emit", "ptx",
+                             "--target", "sm_90a")
+    assert code == EXIT_OK and err == ""
+    assert ".entry vector_add" in out and ".target sm_90a" in out
+
+
+def test_annotations_and_defaults_fill_the_signature() -> None:
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    implicit = k.signature_bindings({})
+    explicit = k.signature_bindings({"x": sp.ptr[sp.f32], "y": sp.ptr[sp.f32], "out": sp.ptr[sp.f32],
+                                     "n": sp.i32, "BLOCK": 1024})
+    assert implicit == explicit
+    assert k.signature_bindings({"BLOCK": 256})[1] != implicit[1]
+
+
+def test_a_missing_signature_names_every_missing_parameter() -> None:
+    k = sp.loads(PARTLY_ANNOTATED, "case.spk").kernels["k"]
+    with pytest.raises(LaunchError) as e:
+        k.compile(stop_after="ir")
+    assert e.value.code == "SP0740"
+    assert str(e.value).splitlines()[0] == ("error[SP0740]: the signature of `k` must give `x` (no annotation) "
+                                            "and `BLOCK` (constexpr without a default)")
+    assert "x=ptr[f32], BLOCK=64" in str(e.value)
+    ck = k.compile({"x": sp.ptr[sp.f32], "BLOCK": 32}, stop_after="ir")  # y, n, R from the source
+    assert "k" in ck.ir
+
+
+def test_cli_missing_signature_is_a_usage_error(tmp_path) -> None:
+    path = tmp_path / "case.spk"
+    path.write_text(PARTLY_ANNOTATED)
+    code, out, err = run_cli("compile", str(path), "--kernel", "k", "--signature", "BLOCK=64", "--emit", "ptx")
+    assert code == EXIT_USAGE and out == ""
+    assert "error[SP0740]: the signature of `k` must give `x` (no annotation)\n" in err
+
+
+# ------------------------------------------------------------------------------------ caching
+def test_a_second_aot_compile_is_a_cache_hit(fresh_cache, compiles) -> None:
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    first = compiler.compile_kernel(k, None, target="sm_90a", stop_after="ptx")
+    assert compiles == ["vector_add"] and fresh_cache.stats.misses == 1
+    again = compiler.compile_kernel(sp.load(VECTOR_ADD).kernels["vector_add"], "BLOCK=1024", target="sm_90a",
+                                    stop_after="ptx")
+    assert compiles == ["vector_add"] and fresh_cache.stats.memory_hits == 1
+    assert again.ptx == first.ptx and again.llvm == first.llvm and again.params == first.params
+    cache_mod.reset_default_cache()  # a new process: read back from disk
+    from_disk = compiler.compile_kernel(k, None, target="sm_90a", stop_after="ptx")
+    assert compiles == ["vector_add"] and cache_mod.default_cache().stats.disk_hits == 1
+    assert from_disk.ptx == first.ptx
+
+
+def test_what_the_key_holds(fresh_cache, compiles) -> None:
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    compiler.compile_kernel(k, None, target="sm_90a", stop_after="llvm")
+    compiler.compile_kernel(k, "BLOCK=256", target="sm_90a", stop_after="llvm")  # another specialization
+    compiler.compile_kernel(k, None, target="sm_90a", stop_after="llvm", num_warps=8)  # other options
+    compiler.compile_kernel(k, None, target="sm_100a", stop_after="llvm")  # another target
+    compiler.compile_kernel(k, None, target="sm_90a", stop_after="llvm", cache=False)  # asked not to
+    assert len(compiles) == 5
+    compiler.compile_kernel(k, None, target="sm_90a", stop_after="llvm", num_warps=8)
+    assert len(compiles) == 5
+
+
+def test_a_later_stage_carries_a_cached_entry_on(fresh_cache, compiles, monkeypatch) -> None:
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    llvm = compiler.compile_kernel(k, None, target="sm_90a", stop_after="llvm")
+    assert not llvm.ptx
+    ptx = compiler.compile_kernel(k, None, target="sm_90a", stop_after="ptx")
+    assert compiles == ["vector_add"] and ptx.llvm == llvm.llvm and ".entry vector_add" in ptx.ptx
+    assert fresh_cache.get(next(iter(fresh_cache._memory))).blobs["ptx"].decode() == ptx.ptx
+
+
+def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compiles) -> None:
+    import numpy as np
+
+    from sparsile.backend.targets import get_target
+
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x = np.ones(4, np.float32)
+    ck = k[(1,)].compile_for("sm_90a", x, x, x, 4)
+    hits = fresh_cache.stats.memory_hits
+    _, bindings, key = k.bind((x, x, x, 4), {})
+    options = {**sp.frontend.kernel.KERNEL_OPTIONS, **k.options}
+    again = compiler.compile_cached(k, bindings, key, get_target("sm_90a"), options)
+    assert compiles == ["vector_add"] and fresh_cache.stats.memory_hits == hits + 1 and again.cubin == ck.cubin
