@@ -288,7 +288,9 @@ class Kernel:
                 **kwargs: Any) -> Any:
         """Compile ahead of time (no GPU needed): returns a CompiledKernel with ``.ir``, ``.llvm``,
         ``.ptx`` and ``.cubin``. ``signature`` is a dict (name -> type or constexpr value) or the
-        text ``sparsile compile --signature`` takes, e.g. ``"x=ptr[f32], n=i32, BLOCK=1024"``."""
+        text ``sparsile compile --signature`` takes, e.g. ``"x=ptr[f32], n=i32, BLOCK=1024"``; it
+        only needs the parameters the source does not type (no annotation, or a constexpr without a
+        default: SP0740 otherwise). The result comes from the compile cache when it is there."""
         from ..backend.compiler import compile_kernel
 
         return compile_kernel(self, signature, target=target, **kwargs)

@@ -210,10 +210,19 @@ def test_fingerprints() -> None:
     assert fingerprint(CFG) == ("object", "types.SimpleNamespace")
 
 
-def test_nothing_is_recorded_outside_a_recording() -> None:
+def test_reads_are_recorded_inside_a_recording_misses_included(monkeypatch) -> None:
+    resolve = scaled.globals
+    resolve("SCALE")  # outside a recording: nothing to record into
     with recording() as r:
-        pass
-    assert r.captures is not None and not r.captures and isinstance(r.captures, CaptureSet)
+        resolve("SCALE")
+        resolve("SCALE")
+        with pytest.raises(KeyError):
+            resolve("no_such_name")  # a miss: the kernel would use a builtin of that name
+    assert isinstance(r.captures, CaptureSet)
+    assert [x.where for x in r.captures.reads] == [("global", __name__, "SCALE"), ("global", __name__, "no_such_name")]
+    assert r.captures.still_valid()
+    monkeypatch.setattr(THIS, "no_such_name", 1.0, raising=False)  # now it would shadow the builtin
+    assert not r.captures.still_valid()
 
 
 # ------------------------------------------------------------------------------------ (d) launchers
@@ -235,6 +244,42 @@ def test_the_launcher_cache_rebuilds_when_a_capture_changes(monkeypatch) -> None
     second = cached_launcher(scaled, key, 0, build)
     assert second is not first and len(built) == 2
     assert cached_launcher(scaled, key, 0, build) is second
+
+
+def test_a_launch_rebuilds_its_launcher_when_a_capture_changes(monkeypatch) -> None:
+    """``kernel[grid](...)`` end to end with the device and the compile-and-load step faked."""
+    from sparsile.backend import launch, runtime
+
+    class FakeLauncher:
+        spec_has_tensormaps = False
+        spec = types.SimpleNamespace(user_params=[])
+
+        def __init__(self, scale: float):
+            self.scale, self.calls = scale, 0
+
+        def __call__(self, grid, values, stream=None) -> None:
+            self.calls += 1
+
+    built: list[FakeLauncher] = []
+
+    def build(kernel, bindings, key, target, options):
+        launcher = FakeLauncher(THIS.SCALE)
+        launcher.captures = kernel.captures_for(bindings, key, options)
+        built.append(launcher)
+        return launcher
+
+    device = types.SimpleNamespace(ordinal=0, compute_capability=(9, 0))
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "current_device", lambda: device)
+    monkeypatch.setattr(launch, "_build_launcher", build)
+    monkeypatch.setattr(scaled, "_launchers", {}, raising=False)
+    x, out = inputs()
+    scaled[(1,)](x, out, 8)
+    scaled[(1,)](x, out, 8)
+    assert [(b.scale, b.calls) for b in built] == [(3.0, 2)]
+    monkeypatch.setattr(THIS, "SCALE", 7.0)
+    scaled[(1,)](x, out, 8)
+    assert [(b.scale, b.calls) for b in built] == [(3.0, 2), (7.0, 1)]
 
 
 @pytest.mark.gpu
