@@ -75,8 +75,13 @@ class _Read:
 
 
 def _same_identity_kind(a: Any, b: Any) -> bool:
-    """Objects compared by identity (kernels, helpers, arbitrary objects) must be the same one."""
-    return a is b or not _by_identity(a)
+    """Objects compared by identity (kernels, helpers, arbitrary objects) must be the same one,
+    in tuples and lists too."""
+    if a is b:
+        return True
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(_same_identity_kind(x, y) for x, y in zip(a, b, strict=True))
+    return not _by_identity(a)
 
 
 def _by_identity(obj: Any) -> bool:

@@ -200,6 +200,16 @@ def test_capture_set_reports_what_changed_and_keys_the_disk_on_values(monkeypatc
     assert scaled.captures_for(bindings, key).disk_key() != before
 
 
+def test_objects_in_a_tuple_are_compared_by_identity(monkeypatch) -> None:
+    monkeypatch.setattr(THIS, "PAIR", (CFG, 1.0), raising=False)
+    with recording() as r:
+        scaled.globals("PAIR")
+    monkeypatch.setattr(THIS, "PAIR", (CFG, 1.0), raising=False)  # another tuple, the same object
+    assert r.captures.still_valid()
+    monkeypatch.setattr(THIS, "PAIR", (types.SimpleNamespace(shift=10.0), 1.0), raising=False)
+    assert not r.captures.still_valid()
+
+
 def test_fingerprints() -> None:
     assert fingerprint(3.0) == fingerprint(float("3.0")) != fingerprint(3)
     assert fingerprint([1, 2]) != fingerprint((1, 2))
