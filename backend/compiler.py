@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,13 +161,19 @@ def _has_stage(ck: CompiledKernel, stage: str) -> bool:
     return bool(getattr(ck, stage)) if stage in ("llvm", "ptx", "cubin") else False
 
 
+LLVM_BLOB = "llvm.z"
+"""The cache entry's blob of zlib-compressed LLVM IR."""
+
+
 def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Target, options: dict[str, Any],
-                   *, stop_after: str = "cubin") -> CompiledKernel:
+                   *, stop_after: str = "cubin", keep_llvm: bool = False) -> CompiledKernel:
     """Compile (or fetch from the compile cache) one specialization of a kernel for ``target``, down
     to ``stop_after`` (``llvm``, ``ptx`` or ``cubin``; an entry with an earlier stage only is
     carried on and stored again). The key holds the kernel's source, the specialization, the
     options, the target and, for a ``@jit`` kernel, every Python value it captured
-    (frontend/captures.py), so that a changed global never reuses a stale cubin."""
+    (frontend/captures.py), so that a changed global never reuses a stale cubin. The entry keeps
+    the IR, PTX and cubin; the LLVM IR (often 20 times the PTX) only with ``keep_llvm`` (ahead of
+    time compiles, which return it), compressed."""
     from .cache import default_cache, make_key
 
     num_warps = int(options.get("num_warps") or 4)
@@ -178,6 +185,8 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     entry = cache.get(ckey)
     if entry is not None:
         ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
+        if LLVM_BLOB in entry.blobs:
+            ck.llvm = zlib.decompress(entry.blobs[LLVM_BLOB]).decode()
         if _has_stage(ck, stop_after):
             return ck
         if not ck.llvm:
@@ -185,9 +194,11 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     if entry is None:
         ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps, stop_after="llvm")
     ck = finish_stages(ck, target, stop_after)
-    blobs = {name: getattr(ck, name).encode() for name in ("ir", "llvm", "ptx") if getattr(ck, name)}
+    blobs = {name: getattr(ck, name).encode() for name in ("ir", "ptx") if getattr(ck, name)}
     if ck.cubin:
         blobs["cubin"] = ck.cubin
+    if ck.llvm and (keep_llvm or stop_after == "llvm"):
+        blobs[LLVM_BLOB] = zlib.compress(ck.llvm.encode(), 1)
     cache.put(ckey, blobs, json.loads(json.dumps(ck.metadata())))
     return ck
 
@@ -218,4 +229,4 @@ def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, targe
                                 stop_after=stop_after)
     check_options(options)
     key = ("aot", *sig_key, kernel._options_key(options))
-    return compile_cached(kernel, bindings, key, tgt, opts, stop_after=stop_after)
+    return compile_cached(kernel, bindings, key, tgt, opts, stop_after=stop_after, keep_llvm=True)

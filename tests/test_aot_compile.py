@@ -139,3 +139,13 @@ def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compil
     options = {**sp.frontend.kernel.KERNEL_OPTIONS, **k.options}
     again = compiler.compile_cached(k, bindings, key, get_target("sm_90a"), options)
     assert compiles == ["vector_add"] and fresh_cache.stats.memory_hits == hits + 1 and again.cubin == ck.cubin
+    (entry,) = fresh_cache._memory.values()
+    assert sorted(entry.blobs) == ["cubin", "ir", "ptx"]  # the launch path keeps no LLVM IR
+
+
+def test_aot_entries_keep_the_llvm_ir_compressed(fresh_cache) -> None:
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    first = compiler.compile_kernel(k, None, target="sm_90a", stop_after="ptx")
+    (entry,) = fresh_cache._memory.values()
+    assert sorted(entry.blobs) == ["ir", compiler.LLVM_BLOB, "ptx"]
+    assert len(entry.blobs[compiler.LLVM_BLOB]) < len(first.llvm) / 3
