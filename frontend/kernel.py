@@ -165,7 +165,7 @@ class Kernel:
     # -------------------------------------------------------------------------- compilation
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], tuple]:
         """(bound arguments, sema bindings, specialization key) for a call."""
-        if self._param_captures:
+        if self._param_captures.reads:
             self._refresh_params()
         launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
                        k not in {p.name for p in self.params}}
