@@ -6,7 +6,7 @@ Before reusing a cached kernel, ``kernel[grid]`` and ``kernel.interpret`` check 
 value the kernel captured is unchanged (frontend/captures.py; docs/language.md, "What a kernel
 captures, and when it is recompiled"). Printed, in ns per call (best of 5 runs):
 
-  check N      ``CaptureSet.still_valid()`` of a kernel that captured N globals
+  check N      ``CaptureSet.still_valid()`` of a kernel that captured N constants (and `sp`)
   lookup       ``backend.launch.cached_launcher`` (the launch path's cache lookup and the check)
                for a kernel capturing 3 names, against a bare dict lookup of the same key
   bind         ``kernel.bind`` (specialization: the rest of the launch path's host work)

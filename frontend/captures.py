@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import operator
 import threading
 import types as pytypes
 from collections.abc import Callable
@@ -91,31 +90,23 @@ def _by_identity(obj: Any) -> bool:
 class CaptureSet:
     """The captured reads of one IR (and of the parameter annotations it was specialized with)."""
 
-    __slots__ = ("_groups", "_rest", "reads")
+    __slots__ = ("_globals", "_rest", "reads")
 
     def __init__(self, reads: tuple[_Read, ...] = ()):
         self.reads = reads
         self._regroup()
 
     def _regroup(self) -> None:
-        """Globals read from one module are checked together: one ``itemgetter`` call fetches them
-        all and one ``map(is_)`` compares them, both in C."""
-        by_dict: dict[int, tuple[dict[str, Any], list[_Read]]] = {}
+        """Globals are checked inline (a dict lookup and an identity test each, no call through
+        a ``_Read``); closure cells, attributes and values compared by value through their read."""
+        fast: list[tuple[dict[str, Any], str, Any]] = []
         rest: list[_Read] = []
         for r in self.reads:
-            if r.globs is not None and not r.by_value and r.obj is not MISSING:
-                by_dict.setdefault(id(r.globs), (r.globs, []))[1].append(r)
+            if r.globs is not None and not r.by_value:
+                fast.append((r.globs, r.where[2], r.obj))
             else:
                 rest.append(r)
-        groups = []
-        for globs, reads in by_dict.values():
-            if len(reads) == 1:
-                rest.extend(reads)
-            else:
-                names = [r.where[2] for r in reads]
-                groups.append((globs, operator.itemgetter(*names), tuple(r.obj for r in reads)))
-        self._groups: tuple[tuple[dict[str, Any], Callable[[dict[str, Any]], Any], tuple[Any, ...]], ...] = \
-            tuple(groups)
+        self._globals = tuple(fast)
         self._rest = tuple(rest)
 
     def __bool__(self) -> bool:
@@ -126,12 +117,8 @@ class CaptureSet:
 
     def still_valid(self) -> bool:
         """Whether every captured place still holds what the kernel compiled with."""
-        for globs, get, objs in self._groups:
-            try:
-                now = get(globs)
-            except KeyError:
-                return self._check_each()
-            if not all(map(operator.is_, now, objs)):
+        for globs, name, obj in self._globals:
+            if globs.get(name, MISSING) is not obj:
                 return self._check_each()
         for r in self._rest:  # a C call and an identity test per read
             if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
@@ -143,7 +130,7 @@ class CaptureSet:
         for r in self.reads:
             if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
                 return False
-        self._regroup()  # equal values in new objects: the grouped identity test holds again
+        self._regroup()  # equal values in new objects: the inline identity test holds again
         return True
 
     def changed(self) -> list[str]:
