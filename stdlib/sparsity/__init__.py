@@ -39,6 +39,7 @@ from .prune import (
     prune_mask_4_8_pairs,
 )
 from .reference import sparse_matmul_reference
+from .transposable import kept_magnitude, prune_transposable_2_4, transposable_mask_2_4
 from .validate import validate_metadata
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "encode_metadata",
     "hardware_placement",
     "index_shape",
+    "kept_magnitude",
     "metadata_shape",
     "operand_type",
     "pack_e2m1",
@@ -71,8 +73,10 @@ __all__ = [
     "prune_mask_1_2",
     "prune_mask_2_4",
     "prune_mask_4_8_pairs",
+    "prune_transposable_2_4",
     "sparse_matmul_reference",
     "thread_placement",
+    "transposable_mask_2_4",
     "unpack_e2m1",
     "validate_metadata",
     "word_position",
