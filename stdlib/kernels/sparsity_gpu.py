@@ -37,6 +37,7 @@ from ..sparsity import MetadataBuffer, SparsityError, as_host_array, compress, v
 from ..sparsity.dtypes import OperandType, operand_type, operand_type_of_array
 from ..sparsity.errors import (
     SP_BAD_INPUT,
+    SP_META_ELEMENT_TYPE,
     SP_META_SHAPE,
     SP_MISSING_SIZE,
     SP_NOT_SPARSE,
@@ -254,8 +255,20 @@ def _require_gpu(interpret: bool) -> None:
                           help="pass interpret=True to run the same kernels in the CPU interpreter")
 
 
+MAX_OFFSET = 2**31 - 1
+"""The kernels index chunks and words with i32 offsets."""
+
+
+def _check_offsets(m: int, k: int, op: OperandType) -> None:
+    chunks = m * -(-k // op.group)
+    if chunks > MAX_OFFSET:
+        raise _bad(f"a {m}x{k} {op.name} matrix has {chunks} chunks, more than the GPU kernels' 32-bit offsets reach "
+                   f"({MAX_OFFSET})", help="split the matrix along M and process the parts separately")
+
+
 def _grid(fmt: str, op: OperandType, m: int, k: int) -> tuple[tuple[int, int], int, int]:
     """(grid, Mp, KW): programs over the (Mp, KW) word grid of format ``fmt``."""
+    _check_offsets(m, k, op)
     mp, kp = pad_sizes(fmt, op, m, k)
     kw = kp // (8 * op.group)
     return (max(1, -(-mp // WR)), max(1, -(-kw // WC))), mp, kw
@@ -310,6 +323,7 @@ def prune_gpu(w: Any, dtype: str | OperandType | None = None, *, interpret: bool
     x = _as_operand(placed, op)
     k = int(placed.shape[1])
     chunk_bytes = op.group * op.host_dtype.itemsize
+    _check_offsets(int(x.shape[0]), int(x.shape[1]), op)
     chunks = _view_uint(x, chunk_bytes)
     out = _empty(x, tuple(int(s) for s in chunks.shape), chunk_bytes)
     n = int(chunks.shape[0]) * int(chunks.shape[1])
@@ -360,9 +374,12 @@ def validate_metadata_gpu(meta: Any, fmt: str | None = None, dtype: str | Operan
     check_supported(fmt, op)
     data = _placed(data, "metadata", interpret)
     expected = metadata_shape(fmt, op, int(m), int(k))
-    if tuple(int(s) for s in data.shape) != expected or _dtype_name(data) not in ("uint32", "int32"):
-        validate_metadata(np.broadcast_to(np.zeros((), _dtype_name(data)), tuple(data.shape)), fmt, op.name, m, k)
-        raise _bad(f"{fmt} metadata must be {expected} uint32 words", code=SP_META_SHAPE)  # pragma: no cover
+    if tuple(int(s) for s in data.shape) != expected:  # the host names the widths whose shape it has
+        validate_metadata(np.broadcast_to(np.uint32(0), tuple(data.shape)), fmt, op.name, m, k)
+        raise _bad(f"{fmt} metadata must have shape {expected}", code=SP_META_SHAPE)  # pragma: no cover
+    if _dtype_name(data) not in ("uint32", "int32"):
+        raise SparsityError(SP_META_ELEMENT_TYPE, f"{fmt} metadata must be uint32 words, found {_dtype_name(data)}",
+                            help="pass the array produced by compress_gpu() or encode_metadata() (or its .data)")
     words = _view_uint(data.contiguous() if _kind(data) == "torch" else _xp(data).ascontiguousarray(data), 4)
     n = int(np.prod(expected))
     bad = _counts(words, max(1, -(-n // FLAT_BLOCK)))

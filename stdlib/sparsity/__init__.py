@@ -9,6 +9,9 @@ are documented, with pictures and worked examples, in docs/sparse-metadata.md::
     validate_metadata(meta, "tcgen05", "f16", m, k)     # what a launcher does
     dense_again = decompress(values, meta)
     ref = sparse_matmul_reference(values, meta, b)      # float64
+    mask = transposable_mask_2_4(w)                     # 2:4 along rows and columns
+
+The GPU versions (bit-identical) are in ``sparsile.stdlib.kernels.sparsity_gpu``.
 """
 
 from .buffer import MetadataBuffer

@@ -23,6 +23,7 @@ import numpy as np
 from .blocks import chunk_blocks
 from .errors import SP_BAD_INPUT, SparsityError
 from .hostarray import as_host_array, require_numeric
+from .prune import _magnitudes
 
 
 def _patterns() -> np.ndarray:
@@ -45,14 +46,6 @@ BLOCKS_PER_STEP = 1 << 16
 """4x4 blocks scored per step (a (blocks, 90) float64 score array of ~47 MB)."""
 
 
-def _magnitudes(array: np.ndarray) -> np.ndarray:
-    if array.dtype.kind in "biu":
-        return np.abs(array.astype(np.float64))
-    mags = np.abs(array.astype(np.float64))
-    mags[np.isnan(mags)] = np.inf
-    return mags
-
-
 def transposable_mask_2_4(w: Any) -> np.ndarray:
     """The boolean keep mask of the (M, K) matrix ``w`` that is 2:4 along every row and every column
     and keeps the largest total magnitude (exact, per aligned 4x4 block; ties to the first pattern
@@ -67,7 +60,7 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
     rows, cols = array.shape
     mp, kp = -(-rows // 4) * 4, -(-cols // 4) * 4
     mags = np.zeros((mp, kp), dtype=np.float64)
-    mags[:rows, :cols] = _magnitudes(array)
+    mags[:rows, :cols] = _magnitudes(array)  # float64, or exact int64 (|-128| = 128); NaN -> inf
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
     weights = PATTERNS.T.astype(np.float64)
     best = np.empty(blocks.shape[0], dtype=np.intp)

@@ -189,6 +189,9 @@ def test_validate_shape_type_and_sizes() -> None:
         G.validate_metadata_gpu(np.zeros((16, 4), np.float32), "sm90", "e4m3", 16, 128, interpret=True)
     assert err.value.code == "SP0806" and "must be uint32 words, found float32" in err.value.message
     with pytest.raises(SparsityError) as err:
+        G.validate_metadata_gpu(np.zeros((16, 4), ml_dtypes.bfloat16), "sm90", "e4m3", 16, 128, interpret=True)
+    assert err.value.code == "SP0806" and "must be uint32 words, found bfloat16" in err.value.message
+    with pytest.raises(SparsityError) as err:
         G.validate_metadata_gpu(np.asarray(meta.data), "sm90", "e4m3", interpret=True)
     assert err.value.code == "SP0812" and "needs fmt=, dtype=, m= and k=" in err.value.message
     with pytest.raises(SparsityError) as err:
@@ -214,6 +217,9 @@ def test_bad_arguments() -> None:
         with pytest.raises(SparsityError) as err:
             call()
         assert err.value.code == code and text in err.value.message, err.value
+    with pytest.raises(SparsityError) as err:
+        G._grid("sm90", S.operand_type("bf16"), 2**20, 2**13 + 4)
+    assert err.value.code == "SP0804" and "more than the GPU kernels' 32-bit offsets reach" in err.value.message
     values, meta = G.compress_gpu(tricky("f16", 8, 32, 1), "f16", interpret=True)
     with pytest.raises(SparsityError) as err:
         G.decompress_gpu(values[:, :8], meta, interpret=True)
