@@ -8,6 +8,8 @@ CUDA events (mean of ``--repeats`` back-to-back calls after a warm-up that compi
   writes M·K/2 values and the metadata words;
 * ``decompress_gpu(values, meta)`` (validation kernel + decompression kernel);
 * ``validate_metadata_gpu(meta)`` alone;
+* ``prune_transposable_gpu(w)`` (the best transposable 2:4 pattern of every 4x4 block: reads and
+  writes M·K elements; compute-bound: 90 patterns scored in f64 per block);
 
 and prints the time, the bandwidth on the bytes moved, its share of the H200's 4.8 TB/s, and the
 host toolkit's ``compress(w, dtype, prune=True)`` + ``encode_metadata`` time on the same weight
@@ -74,6 +76,7 @@ def bench_shape(m: int, k: int, dtype: str, fmt: str, repeats: int, host_repeats
     row["decompress_bytes"] = m * k * elem * 1.5 + meta_bytes * 2
     row["validate_ms"] = _events_ms(lambda: G.validate_metadata_gpu(meta), repeats)
     row["validate_bytes"] = meta_bytes
+    row["transposable_ms"] = _events_ms(lambda: G.prune_transposable_gpu(w), max(1, repeats // 4))
     host = S.as_host_array(w)
     ref_values, ref_indices = S.compress(host, dtype, prune=True)
     ref_meta = S.encode_metadata(ref_indices, fmt, dtype, k=k)
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"GPU: {torch.cuda.get_device_name()}; % of HBM = share of {H200_BYTES_PER_S / 1e12:.1f} TB/s on the bytes "
           f"read + written; metadata format {args.fmt}")
     head = (f"{'shape':>12} {'dtype':>5} {'what':<24} {'compress':>10} {'GB/s':>7} {'%HBM':>5} {'decompress':>10} "
-            f"{'GB/s':>7} {'validate':>9} {'host':>9} {'speedup':>8} {'bit-identical':>13}")
+            f"{'GB/s':>7} {'validate':>9} {'transp.':>9} {'host':>9} {'speedup':>8} {'bit-identical':>13}")
     print(head)
     ok = True
     for dtype in args.dtypes:

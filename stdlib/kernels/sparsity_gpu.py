@@ -147,13 +147,15 @@ def _kind_of(op: OperandType) -> str:
     return KIND_8BIT[op.magnitude] if op.width_class == "8-bit" else KIND[op.width_class]
 
 
-def _as_operand(x: Any, op: OperandType) -> Any:
-    """``x`` cast to the operand's element type, 2-D, C-contiguous, K zero-padded to a whole chunk."""
+def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
+    """``x`` cast to the operand's element type, 2-D, C-contiguous, K zero-padded to a multiple of
+    ``group`` (default: a whole chunk)."""
     if len(x.shape) != 2:
         raise _bad(f"w must be a 2-D (M, K) matrix, got shape {tuple(x.shape)}",
                    help="reshape to (M, K) with K the axis the sparsity runs along")
     rows, k = (int(s) for s in x.shape)
-    padded = -(-k // op.group) * op.group
+    group = group or op.group
+    padded = -(-k // group) * group
     if _kind(x) == "torch":
         import torch
         import torch.nn.functional as F
@@ -419,3 +421,44 @@ def decompress_gpu(values: Any, meta: Any, fmt: str | None = None, dtype: str | 
         _launch("decompress", grid, interpret, _view_uint(vals, chunk_bytes // 2), checked.data, dense, m, kc, mp, kw,
                 KIND=_kind_of(op), FMT=checked.fmt, INTERLEAVED=op.interleaved)
     return _view_as(dense, op)[:, :k]
+
+
+TRANSPOSABLE_FILE = Path(__file__).resolve().parent / "sparsity_transposable.spk"
+TRANSPOSABLE_BQ = 128  # 4x4 blocks per program along K (the kernel's default BQ)
+
+
+@functools.cache
+def transposable_module() -> Any:
+    """The loaded ``sparsity_transposable.spk`` module (parsed once per process)."""
+    from ... import load
+
+    return load(TRANSPOSABLE_FILE)
+
+
+def prune_transposable_gpu(w: Any, *, interpret: bool = False) -> Any:
+    """``w`` (M, K) with every element outside the best transposable 2:4 pattern of its 4x4 block
+    set to zero (2:4 along rows and columns; docs/sparse-metadata.md §12), in w's element type and
+    where w lives. The same choice as the host's ``prune_transposable_2_4`` (bit for bit for f16,
+    e4m3, e5m2, s8 and u8, whose block sums are exact in f64; bf16 and f32 sums are rounded, so
+    near-ties may go the other way)."""
+    _require_gpu(interpret)
+    placed = _placed(w, "w", interpret)
+    op = _operand(placed, None)
+    x = _as_operand(placed, op, 4)
+    m, k = int(placed.shape[0]), int(placed.shape[1])
+    _check_offsets(m, int(x.shape[1]), op)
+    out = _view_as(_empty(x, (m, int(x.shape[1]) * op.host_dtype.itemsize), 1), op)
+    if m and k:
+        kp = int(x.shape[1])
+        grid = (-(-m // 4), -(-(kp // 4) // TRANSPOSABLE_BQ))
+        kernel = transposable_module().prune_transposable
+        (kernel.interpret[grid] if interpret else kernel[grid])(x, out, m, kp, PATTERNS=pattern_bits())
+    return out[:, :k]
+
+
+@functools.cache
+def pattern_bits() -> tuple[int, ...]:
+    """The host's 90 transposable 4x4 patterns as 16-bit masks (bit 4r + c = row r, column c)."""
+    from ..sparsity.transposable import PATTERNS
+
+    return tuple(int(sum(1 << int(i) for i in np.flatnonzero(p))) for p in PATTERNS)

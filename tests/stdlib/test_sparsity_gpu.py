@@ -340,3 +340,55 @@ def test_benchmark_script_needs_cuda(capsys: pytest.CaptureFixture[str]) -> None
     spec.loader.exec_module(module)
     assert module.main([]) == 2 and "needs a CUDA GPU" in capsys.readouterr().out
     assert module.TARGET_SHAPE in module.SHAPES
+
+
+# ------------------------------------------------------------------------------------------------
+# transposable masks (sparsity_transposable.spk)
+
+
+@pytest.mark.parametrize("dtype", ("f16", "bf16", "tf32", "e4m3", "s8"))
+def test_transposable_prune_matches_the_host(dtype: str) -> None:
+    """Small integers: many ties, and block sums exact in f64 for every type, so even bf16 and f32
+    must pick the host's pattern; NaN and inf are kept first; M and K ragged."""
+    w = tricky(dtype, 14, 42, seed=17)
+    if dtype not in ("s8", "e4m3"):
+        w[5, 3] = np.inf
+    got = G.prune_transposable_gpu(w, interpret=True)
+    assert got.dtype == w.dtype and got.shape == w.shape
+    np.testing.assert_array_equal(bits(got), bits(S.prune_transposable_2_4(w)))
+    mask = np.zeros((16, 44), bool)
+    mask[:14, :42] = S.transposable_mask_2_4(w)
+    assert (mask.reshape(16, 11, 4).sum(axis=2) <= 2).all() and (mask.T.reshape(44, 4, 4).sum(axis=2) <= 2).all()
+
+
+def test_transposable_prune_gaussian_f16() -> None:
+    w = np.random.default_rng(8).standard_normal((8, 64)).astype(np.float16)
+    np.testing.assert_array_equal(bits(G.prune_transposable_gpu(w, interpret=True)),
+                                  bits(S.prune_transposable_2_4(w)))
+
+
+def test_transposable_patterns_constant() -> None:
+    from sparsile.stdlib.sparsity.transposable import PATTERNS
+
+    assert len(G.pattern_bits()) == 90
+    for p, b in zip(PATTERNS, G.pattern_bits(), strict=True):
+        assert [(b >> i) & 1 for i in range(16)] == p.astype(int).tolist()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("f16", "bf16"))
+def test_gpu_transposable_large(dtype: str) -> None:
+    torch = _torch_cuda()
+    w = torch.randn(2048 + 12, 4096 + 8, device="cuda").to(getattr(torch, G._TORCH_DTYPES[dtype]))
+    got = S.as_host_array(G.prune_transposable_gpu(w))
+    host = S.as_host_array(w)
+    ref = S.prune_transposable_2_4(host)
+    if dtype == "f16":  # exact block sums: the host's choice bit for bit
+        np.testing.assert_array_equal(bits(got), bits(ref))
+    else:  # rounded sums: near-ties may go the other way, but the mask is valid and as good
+        mask = got[:2048, :4096] != 0  # randn has no zeros: the kept elements are the mask
+        assert (mask.reshape(2048, 1024, 4).sum(axis=2) == 2).all()
+        assert (mask.T.reshape(4096, 512, 4).sum(axis=2) == 2).all()
+        np.testing.assert_array_equal(got[got != 0], host[got != 0])
+        kept, best = S.kept_magnitude(host, got != 0), S.kept_magnitude(host, ref != 0)
+        assert abs(kept - best) <= 1e-6 * best
