@@ -18,6 +18,7 @@ host toolkit's ``compress(w, dtype, prune=True)`` + ``encode_metadata`` time on 
     python benchmarks/bench_sparsity_gpu.py                       # bf16, sm90, the default shapes
     python benchmarks/bench_sparsity_gpu.py --dtypes bf16 e4m3 --fmt tcgen05
     python benchmarks/bench_sparsity_gpu.py --shapes 57344x8192 --no-host
+    python benchmarks/bench_sparsity_gpu.py --sweep --shapes 57344x8192   # program shapes of the fused kernel
 """
 
 from __future__ import annotations
@@ -94,6 +95,36 @@ def bench_shape(m: int, k: int, dtype: str, fmt: str, repeats: int, host_repeats
     return row
 
 
+SWEEP = ((8, 32, 8), (4, 32, 4), (16, 32, 16), (8, 32, 4), (16, 32, 8))
+"""(WR, WC, num_warps) program shapes tried by --sweep (words per program: rows x columns). One word
+row per warp at most (more warps than rows would repeat the work) and WC = 32 (the lanes; fewer
+spread a word's chunks over two lanes). 8 chunks per thread: 57 registers; 16: about 165."""
+
+
+def sweep(m: int, k: int, dtype: str, fmt: str, repeats: int) -> None:
+    """Time compress_gpu for each program shape of SWEEP (checked bit for bit each time)."""
+    import torch
+    from sparsile.stdlib import sparsity as S
+    from sparsile.stdlib.kernels import sparsity_gpu as G
+
+    w = torch.randn(m, k, device="cuda").to(getattr(torch, G._TORCH_DTYPES[dtype]))
+    elem = S.operand_type(dtype).host_dtype.itemsize
+    ref = None
+    default = (G.WR, G.WC, G.NUM_WARPS)
+    try:
+        for G.WR, G.WC, G.NUM_WARPS in SWEEP:
+            values, meta = G.compress_gpu(w, dtype, fmt)
+            got = (S.as_host_array(values).view(np.uint8), meta.to_host().data)
+            ref = ref or got
+            same = np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+            ms = _events_ms(lambda: G.compress_gpu(w, dtype, fmt), repeats)
+            moved = m * k * elem * 1.5 + 4 * int(np.prod(meta.shape))
+            print(f"  WR={G.WR:<3} WC={G.WC:<3} num_warps={G.NUM_WARPS:<3} {ms:7.3f} ms {moved / ms / 1e6:7.0f} GB/s "
+                  f"{100 * moved / (ms / 1e3) / H200_BYTES_PER_S:4.0f}%  {'same' if same else 'DIFFERENT'}")
+    finally:
+        G.WR, G.WC, G.NUM_WARPS = default
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", default=["bf16"])
@@ -102,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--host-repeats", type=int, default=1)
     parser.add_argument("--no-host", action="store_true", help="skip the host toolkit timing")
+    parser.add_argument("--sweep", action="store_true", help="time the fused kernel's program shapes instead")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -111,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_sparsity_gpu needs a CUDA GPU")
         return 2
+    if args.sweep:
+        for dtype in args.dtypes:
+            for text in args.shapes:
+                m, k = (int(v) for v in text.lower().split("x"))
+                print(f"sweep {text} {dtype} {args.fmt}:")
+                sweep(m, k, dtype, args.fmt, args.repeats)
+        return 0
     print(f"GPU: {torch.cuda.get_device_name()}; % of HBM = share of {H200_BYTES_PER_S / 1e12:.1f} TB/s on the bytes "
           f"read + written; metadata format {args.fmt}")
     head = (f"{'shape':>12} {'dtype':>5} {'what':<24} {'compress':>10} {'GB/s':>7} {'%HBM':>5} {'decompress':>10} "

@@ -51,7 +51,8 @@ from ..sparsity.validate import _check_tag as check_tag
 from .gemm import _kind
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
-WR, WC = 8, 32       # metadata words per program: rows x columns (the kernels' defaults)
+WR, WC = 8, 32       # metadata words per program: rows x columns (prune_compress, decompress)
+NUM_WARPS = 8        # warps per program of prune_compress and decompress: 8 chunks per thread
 FLAT_BLOCK = 1024    # chunks (prune_dense) or words (validate) per program
 
 KIND = {"16-bit": "16", "tf32": "tf32"}
@@ -308,7 +309,8 @@ def compress_gpu(w: Any, dtype: str | OperandType | None = None, fmt: str = "sm9
     bad = _counts(x, grid[0] * grid[1])
     if m and kc:
         _launch("prune_compress", grid, interpret, _view_uint(x, chunk_bytes), values, meta, bad, m, kc, mp, kw,
-                KIND=_kind_of(op), FMT=fmt, PRUNE=bool(prune), INTERLEAVED=op.interleaved)
+                KIND=_kind_of(op), FMT=fmt, PRUNE=bool(prune), INTERLEAVED=op.interleaved, WR=WR, WC=WC,
+                num_warps=NUM_WARPS)
     if not prune and m and kc and _total(bad):
         compress(as_host_array(w, "w"), op.name)  # the host names the first offending chunk (SP0803)
         raise _bad("w is not 2:4 sparse", code=SP_NOT_SPARSE)  # pragma: no cover - the host raised
@@ -419,7 +421,8 @@ def decompress_gpu(values: Any, meta: Any, fmt: str | None = None, dtype: str | 
     grid, mp, kw = _grid(checked.fmt, op, m, k)
     if m and kc:
         _launch("decompress", grid, interpret, _view_uint(vals, chunk_bytes // 2), checked.data, dense, m, kc, mp, kw,
-                KIND=_kind_of(op), FMT=checked.fmt, INTERLEAVED=op.interleaved)
+                KIND=_kind_of(op), FMT=checked.fmt, INTERLEAVED=op.interleaved, WR=WR, WC=WC,
+                num_warps=NUM_WARPS)
     return _view_as(dense, op)[:, :k]
 
 
