@@ -36,7 +36,6 @@ import numpy as np
 from ..sparsity import MetadataBuffer, SparsityError, as_host_array, compress, validate_metadata
 from ..sparsity.dtypes import OperandType, operand_type, operand_type_of_array
 from ..sparsity.errors import (
-    SP_BAD_INPUT,
     SP_META_ELEMENT_TYPE,
     SP_META_SHAPE,
     SP_MISSING_SIZE,
@@ -48,7 +47,7 @@ from ..sparsity.hostarray import require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES
 from ..sparsity.validate import _check_tag as check_tag
-from .gemm import _kind
+from .gemm import _bad, _kind
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
 WR, WC = 8, 32       # metadata words per program: rows x columns (prune_compress, decompress)
@@ -107,10 +106,6 @@ class GpuCompressed(NamedTuple):
 
 # ------------------------------------------------------------------------------------------------
 # arrays
-
-
-def _bad(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:
-    return SparsityError(code, message, help=help)
 
 
 def _placed(x: Any, what: str, interpret: bool) -> Any:
