@@ -11,7 +11,10 @@ CUDA events (mean of ``--repeats`` back-to-back calls after a warm-up that compi
 * ``prune_transposable_gpu(w)`` (the best transposable 2:4 pattern of every 4x4 block: reads and
   writes M·K elements; compute-bound: 90 patterns scored in f64 per block);
 
-and prints the time, the bandwidth on the bytes moved, its share of the H200's 4.8 TB/s, and the
+(``compress_gpu`` does not synchronize, so back-to-back calls overlap the Python work of one call
+with the kernel of the previous one; ``validate_metadata_gpu`` and ``decompress_gpu`` read the
+count of bad nibbles back, one synchronization per call; on the small shapes the Python side of a
+call may dominate) and prints the time, the bandwidth on the bytes moved, its share of the H200's 4.8 TB/s, and the
 host toolkit's ``compress(w, dtype, prune=True)`` + ``encode_metadata`` time on the same weight
 (best of ``--host-repeats``). Every GPU result is checked bit for bit against the host's::
 
