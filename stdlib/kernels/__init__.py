@@ -10,6 +10,9 @@
     y = sparse_matmul(values, meta, x, interpret=True)     # the same kernel in the CPU interpreter
     y = sparse_matmul(values, meta, x, target="sm_100a")   # Blackwell: the persistent tcgen05 kernel
 
+:mod:`.sparsity_gpu` runs the 2:4 sparsity toolkit (prune, compress + encode, decompress, validate)
+on the GPU with the kernels of ``sparsity_24.spk``, bit-identical to the host toolkit.
+
 :mod:`.gemm_sm100` holds the Blackwell path (``sparse_gemm_sm100_persistent.spk`` and, with
 ``persistent=False``, ``sparse_gemm_sm100.spk``).
 """

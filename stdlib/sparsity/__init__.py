@@ -9,6 +9,9 @@ are documented, with pictures and worked examples, in docs/sparse-metadata.md::
     validate_metadata(meta, "tcgen05", "f16", m, k)     # what a launcher does
     dense_again = decompress(values, meta)
     ref = sparse_matmul_reference(values, meta, b)      # float64
+    mask = transposable_mask_2_4(w)                     # 2:4 along rows and columns
+
+The GPU versions (bit-identical) are in ``sparsile.stdlib.kernels.sparsity_gpu``.
 """
 
 from .buffer import MetadataBuffer
@@ -39,6 +42,7 @@ from .prune import (
     prune_mask_4_8_pairs,
 )
 from .reference import sparse_matmul_reference
+from .transposable import kept_magnitude, prune_transposable_2_4, transposable_mask_2_4
 from .validate import validate_metadata
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "encode_metadata",
     "hardware_placement",
     "index_shape",
+    "kept_magnitude",
     "metadata_shape",
     "operand_type",
     "pack_e2m1",
@@ -71,8 +76,10 @@ __all__ = [
     "prune_mask_1_2",
     "prune_mask_2_4",
     "prune_mask_4_8_pairs",
+    "prune_transposable_2_4",
     "sparse_matmul_reference",
     "thread_placement",
+    "transposable_mask_2_4",
     "unpack_e2m1",
     "validate_metadata",
     "word_position",

@@ -1,0 +1,90 @@
+"""Transposable 2:4 masks: 2:4 along the rows *and* the columns, so that both W and Wᵀ are 2:4
+(the backward pass dX = dY·W can then use the sparse kernel with the transposed weight too).
+
+Method: exact per 4x4 block. A mask is 2:4 along rows and columns iff every aligned 4x4 block
+keeps exactly 2 elements in each of its rows and columns; the blocks are independent, so the best
+transposable mask is the best of the 90 such 4x4 patterns in every block. The 90 patterns are
+enumerated once; the kept magnitude of every block under every pattern is one (blocks, 16) x
+(16, 90) matrix product, and the best pattern is its arg-max. Ties go to the first pattern in
+:data:`PATTERNS` order (the rows' index pairs in lexicographic order), so the result is
+deterministic. NaN counts as larger than every number (as in :func:`prune_2_4`).
+
+Measured kept magnitude against the row-only 2:4 mask (which keeps the most magnitude possible for
+any 2:4 mask, transposable or not) is in docs/sparse-metadata.md ("Transposable masks").
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from .blocks import chunk_blocks
+from .errors import SP_BAD_INPUT, SparsityError
+from .hostarray import as_host_array, require_numeric
+from .prune import _magnitudes
+
+
+def _patterns() -> np.ndarray:
+    """The 90 4x4 boolean masks with two True in every row and every column, as (90, 16)."""
+    pairs = list(itertools.combinations(range(4), 2))
+    found = []
+    for rows in itertools.product(pairs, repeat=4):
+        mask = np.zeros((4, 4), dtype=bool)
+        for r, (a, b) in enumerate(rows):
+            mask[r, a] = mask[r, b] = True
+        if (mask.sum(axis=0) == 2).all():
+            found.append(mask.reshape(16))
+    return np.array(found)
+
+
+PATTERNS: np.ndarray = _patterns()
+"""Every transposable 2:4 pattern of a 4x4 block, (90, 16) bool, row-major within the block."""
+
+BLOCKS_PER_STEP = 1 << 16
+"""4x4 blocks scored per step (a (blocks, 90) float64 score array of ~47 MB)."""
+
+
+def transposable_mask_2_4(w: Any) -> np.ndarray:
+    """The boolean keep mask of the (M, K) matrix ``w`` that is 2:4 along every row and every column
+    and keeps the largest total magnitude (exact, per aligned 4x4 block; ties to the first pattern
+    of :data:`PATTERNS`). M and K that are not multiples of 4 are handled as if ``w`` were padded
+    with zeros (the mask is cut back to (M, K)); the last partial block is then 2:4 only as a part
+    of the padded one."""
+    array = as_host_array(w, "w")
+    require_numeric(array, "w")
+    if array.ndim != 2:
+        raise SparsityError(SP_BAD_INPUT, f"w must be a 2-D (M, K) matrix, got shape {array.shape}",
+                            help="a transposable mask is 2:4 along both axes of a matrix")
+    rows, cols = array.shape
+    mp, kp = -(-rows // 4) * 4, -(-cols // 4) * 4
+    mags = np.zeros((mp, kp), dtype=np.float64)
+    mags[:rows, :cols] = _magnitudes(array)  # float64, or exact int64 (|-128| = 128); NaN -> inf
+    blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
+    weights = PATTERNS.T.astype(np.float64)
+    best = np.empty(blocks.shape[0], dtype=np.intp)
+    for part in chunk_blocks(blocks.shape[0], BLOCKS_PER_STEP):
+        # rank by the number of infinite (inf, NaN) kept elements first, then by the finite sum
+        infinite = np.isinf(blocks[part])
+        if infinite.any():
+            count = infinite.astype(np.float64) @ weights
+            scores = np.where(infinite, 0.0, blocks[part]) @ weights
+            scores[count < count.max(axis=1, keepdims=True)] = -1.0
+        else:
+            scores = blocks[part] @ weights
+        best[part] = np.argmax(scores, axis=1)
+    mask = PATTERNS[best].reshape(mp // 4, kp // 4, 4, 4).transpose(0, 2, 1, 3).reshape(mp, kp)
+    return np.ascontiguousarray(mask[:rows, :cols])
+
+
+def prune_transposable_2_4(w: Any) -> np.ndarray:
+    """``w`` with every element outside :func:`transposable_mask_2_4` set to zero (same dtype)."""
+    array = as_host_array(w, "w")
+    mask = transposable_mask_2_4(array)
+    return np.where(mask, array, np.zeros((), array.dtype))
+
+
+def kept_magnitude(w: Any, mask: np.ndarray) -> float:
+    """The sum of |w| over the kept elements (float64), to compare masks."""
+    return float(np.abs(as_host_array(w, "w").astype(np.float64))[mask].sum())
