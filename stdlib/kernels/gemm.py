@@ -401,17 +401,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     op = operand_type(choice.operand)
     home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
-    if isinstance(meta, MetadataBuffer):
-        words: Any = _tagged_metadata(meta, op, m, k_values, k)
-        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
-            copies = _device_copies.setdefault(meta, {})
-            device = str(getattr(values, "device", "cupy"))
-            if device not in copies:
-                copies[device] = _as_u32(_like(_as_u32(words), values))
-            words = copies[device]
-    else:
-        words = _raw_metadata(_placed(meta, "meta", interpret), op, m, k_values, k)
-    words = _as_u32(words)
+    words = kernel_words(meta, values, op, m, k_values, k, interpret)
     k_padded = -(-k_values // choice.k_align) * choice.k_align
     values = _pad_columns(values, k_padded // 2)
     b = _pad_columns(b, k_padded)
@@ -424,6 +414,23 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     workspace = _empty(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
     pair = pair_ctas(m, n, bn, choice, split, persistent, num_sms or _sm_count(interpret))
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair)
+
+
+def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int, k: int, interpret: bool) -> Any:
+    """The uint32 "sm90" metadata words the kernel reads, where ``values`` lives: a tagged buffer
+    validated once and copied once per device, or raw words checked for shape (and nibbles on the
+    host)."""
+    if isinstance(meta, MetadataBuffer):
+        words: Any = _tagged_metadata(meta, op, m, k_values, k)
+        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
+            copies = _device_copies.setdefault(meta, {})
+            device = str(getattr(values, "device", "cupy"))
+            if device not in copies:
+                copies[device] = _as_u32(_like(_as_u32(words), values))
+            words = copies[device]
+    else:
+        words = _raw_metadata(_placed(meta, "meta", interpret), op, m, k_values, k)
+    return _as_u32(words)
 
 
 PAIR_MIN_TILES_PER_SM = 4
