@@ -221,7 +221,7 @@ def _code_message(call) -> tuple[str, str]:
 
 def test_argument_errors_have_codes():
     weight, x = problem("f16", 32, 4, 64, seed=9)
-    w8, x8 = problem("e4m3", 32, 4, 64, seed=9)
+    w8, _ = problem("e4m3", 32, 4, 64, seed=9)
     v, m = weight.values, weight.meta
 
     def run(**kw):
