@@ -24,7 +24,9 @@ with activations that are not e4m3, SP0853 a rebind to another shape or dtype.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,6 +70,15 @@ OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat
               "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
 E4M3_MAX = 448.0
 REDUCE_BLOCK = 1024
+QUANTIZE_FILE = Path(__file__).resolve().parent / "quantize.spk"
+
+
+@functools.cache
+def quantize_module() -> Any:
+    """The loaded ``quantize.spk`` module (quantize_e4m3_per_token)."""
+    from ... import load
+
+    return load(QUANTIZE_FILE)
 
 
 def _linear_bad(code: str, message: str, help: str) -> SparsityError:
@@ -383,7 +394,7 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
         block = 16
         while block < min(k, 1024):
             block *= 2
-        kernel = kernel_module().quantize_e4m3_per_token
+        kernel = quantize_module().quantize_e4m3_per_token
         (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=block)
     elif t:
         scale[...] = 1.0 / (E4M3_MAX * 512)
