@@ -175,6 +175,13 @@ def test_launches_list_kernels_grids_arguments():
     assert rcx == {"SPLIT_K": 4, "BIAS": 1, "ACT": "relu", "SCALE_W": 0, "SCALE_X": 0, "BLOCK": 1024}
 
 
+@pytest.mark.parametrize("act,bn", [(None, 256), ("relu", 256), ("silu", 128), ("gelu_tanh", 128)])
+def test_token_tile_of_activations(act, bn):
+    """silu / gelu_tanh keep a second f32 tile live: their token tile is at most ACTIVATION_MAX_BN."""
+    weight, x = problem("bf16", 64, 300, 64, seed=14)
+    assert plan_sparse_linear(weight.values, weight.meta, x, activation=act, interpret=True).bn == bn
+
+
 def test_empty_k_gives_the_epilogue_of_zero():
     values = np.zeros((20, 0), np.float16)
     from sparsile.stdlib.sparsity import encode_metadata
