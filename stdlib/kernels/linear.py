@@ -3,6 +3,9 @@ on the Hopper sparse GEMM of ``sparse_gemm_sm90.spk`` with its epilogue fused.
 
     y (T x N_out, row-major) = act((x (T x K) @ decompress(values, meta).T) * scale_w[n] * scale_x[t] + bias[n])
 
+On Blackwell targets (sm_100a, sm_103a, sm_110a) the persistent kernel of
+``sparse_gemm_sm100_persistent.spk`` runs the same epilogue (:mod:`.linear_sm100`).
+
 ``values`` (N_out, K/2) and ``meta`` (its "sm90" metadata) are the weight as
 :func:`~.gemm.prune_and_compress` returns it; the kernel computes ``W @ x.T`` with the weight as the
 sparse A operand, and its epilogue scales, adds the bias, applies the activation and stores the
@@ -45,13 +48,15 @@ from .gemm import (
     _pad_columns,
     _placed,
     _resolve_operand,
-    _sm_count,
     _target,
     checked_operands,
     choose_split_k,
     kernel_module,
     kernel_words,
     pair_ctas,
+)
+from .gemm import (
+    _sm_count as _hopper_sm_count,
 )
 
 SP_LINEAR_OPTION = "SP0850"
@@ -311,29 +316,43 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                        scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
                        split_k: int | None = None) -> SparseLinearPlan:
-    """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs)."""
+    """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
+    the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
+    split-K) for sm_100a / sm_103a / sm_110a."""
     tgt = _target(target, interpret)
-    if tgt != "sm_90a":
-        raise _bad(f"sparse_linear has no kernel for {tgt} yet", help="use target='sm_90a' (Hopper)")
+    if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
+        raise _bad(f"num_sms must be a positive integer, got {num_sms!r}",
+                   help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
     act = _activation(activation)
-    choice = _resolve_operand(values, meta, None, LINEAR_KERNELS)
     y_dtype = _out_dtype(out_dtype, x)
     x_shape = tuple(int(s) for s in getattr(x, "shape", ()))
     x_dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if tgt != "sm_90a":
+        from .linear_sm100 import blackwell_operands
+
+        choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret)
+    else:
+        choice = _resolve_operand(values, meta, None, LINEAR_KERNELS)
+        op = operand_type(choice.operand)
+        values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret)
+        words = kernel_words(meta, values, op, m, k_values, k, interpret)
+        k_padded = k_launch = -(-k_values // choice.k_align) * choice.k_align
+        values = _pad_columns(values, k_padded // 2)
+        xc = _pad_columns(xc, k_padded)
     if choice.operand == "e4m3" and x_dtype not in ("float8_e4m3fn", "float8_e4m3"):
         raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
                           "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x")
-    op = operand_type(choice.operand)
-    home = x
-    values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret)
-    words = kernel_words(meta, values, op, m, k_values, k, interpret)
-    k_padded = -(-k_values // choice.k_align) * choice.k_align
-    values = _pad_columns(values, k_padded // 2)
-    xc = _pad_columns(xc, k_padded)
-    y = _linear_output(out, t, m, y_dtype, home, interpret)
-    b, bias_mode = _vector(bias, "bias", m, home, interpret, ("float32", y_dtype))
-    sw, sw_mode = _vector(scale_w, "scale_w", m, home, interpret, ("float32",))
-    sx, sx_mode = _vector(scale_x, "scale_x", t, home, interpret, ("float32",))
+    y = _linear_output(out, t, m, y_dtype, x, interpret)
+    b, bias_mode = _vector(bias, "bias", m, x, interpret, ("float32", y_dtype))
+    sw, sw_mode = _vector(scale_w, "scale_w", m, x, interpret, ("float32",))
+    sx, sx_mode = _vector(scale_x, "scale_x", t, x, interpret, ("float32",))
+    common = (m, t, k, k_padded, values, words, xc, x_shape, x_dtype, y, y_dtype, b, sw, sx, act,
+              (min(bias_mode, 1), sw_mode, sx_mode))
+    if tgt != "sm_90a":
+        from .linear_sm100 import SparseLinearPlanSm100
+
+        return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, _zero_workspace(x, t, m, k_launch,
+                                     interpret), 0, interpret, tgt, k_launch, num_sms or _sm_count(interpret, tgt))
     bn = choice.block_n(t)
     if act in ("silu", "gelu_tanh"):
         bn = min(bn, ACTIVATION_MAX_BN)
@@ -341,16 +360,31 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
         raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
-    if k_padded == 0:
-        split = 1
-    workspace = None
-    if split > 1 or k_padded == 0:
-        workspace = _empty(home, (split, t, m), "float32", interpret)
-        if k_padded == 0:
-            workspace[...] = 0
+    split = split if k_padded else 1
+    workspace = _zero_workspace(x, t, m, k_padded, interpret)
+    if split > 1:
+        workspace = _empty(x, (split, t, m), "float32", interpret)
     pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
-    return SparseLinearPlan(choice, m, t, k, k_padded, values, words, xc, x_shape, x_dtype, y, y_dtype, b, sw, sx,
-                            act, (min(bias_mode, 1), sw_mode, sx_mode), bn, split, workspace, pair, interpret)
+    return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
+
+
+def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:
+    """For K = 0 (nothing to multiply; TMA boxes cannot be empty): the zero partial sums that
+    splitk_reduce_linear turns into y = act(bias). None otherwise."""
+    if k:
+        return None
+    workspace = _empty(home, (1, t, m), "float32", interpret)
+    workspace[...] = 0
+    return workspace
+
+
+def _sm_count(interpret: bool, target: str = "sm_90a") -> int:
+    """SMs the split-K and CTA-pair choices (Hopper) or the persistent grid (Blackwell) assume."""
+    if target == "sm_90a":
+        return _hopper_sm_count(interpret)
+    from .gemm_sm100 import device_sm_count
+
+    return device_sm_count(interpret)
 
 
 def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
@@ -365,8 +399,8 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     need e4m3 x: SP0852). bias: (N_out,) f32 or out_dtype. activation: None, "relu", "silu",
     "gelu_tanh". scale_w: a number, a 0-d / (1,) array, or (N_out,) f32; scale_x: a number, 0-d /
     (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU tensors run in the interpreter
-    (``interpret=True``); CUDA tensors are used in place on the current torch stream. ``split_k``
-    and ``num_sms`` as for :func:`~.gemm.sparse_matmul`.
+    (``interpret=True``); CUDA tensors are used in place on the current torch stream. ``target``,
+    ``split_k`` (Hopper only) and ``num_sms`` as for :func:`~.gemm.sparse_matmul`.
     """
     if not interpret:
         from ...backend import runtime
