@@ -338,12 +338,18 @@ def _resolve_operand(values: Any, meta: Any, dtype: str | None, kernels: dict[st
 def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool) -> Any:
     """The C array the kernel writes: ``out`` itself when the launch can write it in place, else a
     new array (a torch/cupy array on ``home``'s device for a GPU launch, numpy otherwise)."""
+    return output_array(out, (m, n), choice.out_dtype, f"{choice.operand} operands produce {choice.out_dtype} C",
+                        home, interpret)
+
+
+def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
+    """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
+    when the launch can write it in place, else a new array like :func:`_empty`."""
     if out is not None:
-        shape = tuple(getattr(out, "shape", ()))
-        dtype = str(getattr(out, "dtype", "")).removeprefix("torch.")
-        if shape != (m, n) or dtype != choice.out_dtype:
-            raise _bad(f"out must be a ({m}, {n}) {choice.out_dtype} array, got {shape} {dtype or type(out)}",
-                       help=f"{choice.operand} operands produce {choice.out_dtype} C")
+        have_shape = tuple(getattr(out, "shape", ()))
+        have = str(getattr(out, "dtype", "")).removeprefix("torch.")
+        if have_shape != shape or have != dtype:
+            raise _bad(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
         kind = _kind(out)
         if kind == "numpy" and not out.flags.writeable:
             raise _bad("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
@@ -351,7 +357,7 @@ def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
             return out
-    return _empty(home, (m, n), choice.out_dtype, interpret)
+    return _empty(home, shape, dtype, interpret)
 
 
 def _empty(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:

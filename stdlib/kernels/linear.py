@@ -53,6 +53,7 @@ from .gemm import (
     choose_split_k,
     kernel_module,
     kernel_words,
+    output_array,
     pair_ctas,
 )
 from .gemm import (
@@ -98,10 +99,13 @@ def _linear_bad(code: str, message: str, help: str) -> SparsityError:
 def _out_dtype(out_dtype: Any, x: Any) -> str:
     """The numpy name of y's element type: ``out_dtype``, else x's (f16/bf16/f32), else bfloat16."""
     if out_dtype is None:
-        name = str(x.dtype).removeprefix("torch.")
+        name = str(getattr(x, "dtype", "")).removeprefix("torch.")
         return name if name in ("float16", "bfloat16", "float32") else "bfloat16"
-    name = OUT_DTYPES.get(str(np.dtype(out_dtype) if isinstance(out_dtype, type) else out_dtype)
-                          .removeprefix("torch."))
+    try:
+        spelled = str(np.dtype(out_dtype) if isinstance(out_dtype, type) else out_dtype)
+    except TypeError:
+        spelled = str(out_dtype)
+    name = OUT_DTYPES.get(spelled.removeprefix("torch."))
     if name is None:
         raise _linear_bad(SP_LINEAR_OPTION, f"sparse_linear has no {out_dtype} output",
                           "out_dtype is float16, bfloat16 or float32")
@@ -296,20 +300,8 @@ class SparseLinearPlan:
 
 def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool) -> Any:
     """``out`` when the kernel can write it in place, else a new (T, N_out) array of ``dtype``."""
-    if out is not None:
-        shape = tuple(getattr(out, "shape", ()))
-        have = str(getattr(out, "dtype", "")).removeprefix("torch.")
-        if shape != (t, m) or have != dtype:
-            raise _bad(f"out must be a ({t}, {m}) {dtype} array, got {shape} {have or type(out)}",
-                       help="y is (tokens, out features) in out_dtype (default: x's dtype)")
-        kind = _kind(out)
-        if kind == "numpy" and not out.flags.writeable:
-            raise _bad("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
-        if kind == "torch" and not interpret and out.is_contiguous():
-            return out
-        if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
-            return out
-    return _empty(home, (t, m), dtype, interpret)
+    return output_array(out, (t, m), dtype, "y is (tokens, out features) in out_dtype (default: x's dtype)", home,
+                        interpret)
 
 
 def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
@@ -327,6 +319,9 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     y_dtype = _out_dtype(out_dtype, x)
     x_shape = tuple(int(s) for s in getattr(x, "shape", ()))
     x_dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if len(x_shape) != 2:
+        raise _bad(f"x must be a 2-D (T, K) array, got shape {x_shape}",
+                   help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
 

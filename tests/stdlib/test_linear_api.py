@@ -48,6 +48,16 @@ def vectors(kind: str | None, size: int, rng: np.random.Generator, unit: float =
     return (rng.uniform(0.25, 2.0, size) * unit).astype(np.float32)
 
 
+def epilogue_case(dtype: str, n_out: int, t: int, out_dtype: str | None, bias: str | None, act: str | None,
+                  sw: str | None, sx: str | None) -> tuple[str, dict[str, Any]]:
+    """(y's dtype name, the epilogue keyword arguments) of a parametrized case: bias None, "f32" or
+    "out" (y's type); scales None, "tensor", "channel" / "token"."""
+    rng = np.random.default_rng(t)
+    want = out_dtype or ("bfloat16" if dtype == "e4m3" else np.dtype(HOST[dtype]).name)
+    b = None if bias is None else rng.standard_normal(n_out).astype(np.float32 if bias == "f32" else NP_OUT[want])
+    return want, dict(bias=b, activation=act, scale_w=vectors(sw, n_out, rng), scale_x=vectors(sx, t, rng, 3 / 448))
+
+
 def assert_linear_close(y, weight, x, k, dtype, out_dtype, **epi) -> None:
     """y within the bound of f32 accumulation (Hopper's ~14-bit accumulator for e4m3: (K/64 + 1)·
     2^-13·Σ|wx|, test_gemm_api.assert_close), scaled by the scales, the few f32 epilogue roundings
@@ -90,10 +100,7 @@ CASES = [
 @pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", CASES)
 def test_epilogue_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
     weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k)
-    rng = np.random.default_rng(t)
-    want = out_dtype or ("bfloat16" if dtype == "e4m3" else np.dtype(HOST[dtype]).name)
-    b = None if bias is None else rng.standard_normal(n_out).astype(np.float32 if bias == "f32" else NP_OUT[want])
-    epi = dict(bias=b, activation=act, scale_w=vectors(sw, n_out, rng), scale_x=vectors(sx, t, rng, 3 / 448))
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
     out = np.full((t, n_out), np.nan, NP_OUT[want])
     plan = plan_sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
                               split_k=split, **epi)
@@ -250,6 +257,15 @@ def test_argument_errors_have_codes():
     assert _code_message(lambda: plan.rebind(x.astype(np.float32))) == (
         "SP0853", "the plan is for x of shape (4, 64) float16, got (4, 64) float32")
     assert _code_message(run(out=np.zeros((32, 4), np.float16)))[0] == "SP0804"  # out is (T, N_out)
+    assert _code_message(lambda: plan_sparse_linear(v, m, x[None], interpret=True)) == (
+        "SP0804", "x must be a 2-D (T, K) array, got shape (1, 4, 64)")
+    assert _code_message(lambda: plan_sparse_linear(v, m, x, out_dtype=object, interpret=True))[0] == "SP0850"
+
+
+def test_no_tokens_or_no_features_launch_nothing():
+    weight, x = problem("f16", 48, 3, 64, seed=15)
+    plan = plan_sparse_linear(weight.values, weight.meta, x[:0], interpret=True)
+    assert plan.launches() == [] and plan.run().shape == (0, 48)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -300,10 +316,7 @@ GPU_CASES = [
 def test_gpu_epilogue_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
     torch = pytest.importorskip("torch")
     weight, x = problem(dtype, n_out, t, k, seed=11)
-    rng = np.random.default_rng(11)
-    want = out_dtype or ("bfloat16" if dtype == "e4m3" else np.dtype(HOST[dtype]).name)
-    b = None if bias is None else rng.standard_normal(n_out).astype(np.float32 if bias == "f32" else NP_OUT[want])
-    epi = dict(bias=b, activation=act, scale_w=vectors(sw, n_out, rng), scale_x=vectors(sx, t, rng, 3 / 448))
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
 
     def cuda(a):
         if a is None or isinstance(a, float):

@@ -10,7 +10,7 @@ from sparsile.stdlib.kernels.linear import plan_sparse_linear, sparse_linear
 from sparsile.stdlib.kernels.linear_sm100 import SparseLinearPlanSm100
 from sparsile.stdlib.sparsity import SparsityError
 
-from .test_linear_api import HOST, NP_OUT, assert_linear_close, problem, vectors
+from .test_linear_api import NP_OUT, assert_linear_close, epilogue_case, problem, vectors
 
 CASES = [
     # dtype, N_out, T, K, out_dtype, bias, activation, scale_w, scale_x, num_sms
@@ -23,10 +23,7 @@ CASES = [
 @pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,sms", CASES)
 def test_epilogue_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, sms):
     weight, x = problem(dtype, n_out, t, k, seed=n_out + t)
-    rng = np.random.default_rng(t)
-    want = out_dtype or ("bfloat16" if dtype == "e4m3" else np.dtype(HOST[dtype]).name)
-    b = None if bias is None else rng.standard_normal(n_out).astype(np.float32 if bias == "f32" else NP_OUT[want])
-    epi = dict(bias=b, activation=act, scale_w=vectors(sw, n_out, rng), scale_x=vectors(sx, t, rng, 3 / 448))
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
     out = np.full((t, n_out), np.nan, NP_OUT[want])
     plan = plan_sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
                               target="sm_100a", num_sms=sms, **epi)
