@@ -352,3 +352,29 @@ def test_gpu_quantize_then_e4m3_linear():
     ref = x.double().cpu().numpy() @ dense.T
     rel = np.abs(y.double().cpu().numpy() - ref).max() / np.abs(ref).max()
     assert rel < 0.05  # e4m3 activations: 3 mantissa bits (2^-4 relative per element, averaged over K)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 4])
+def test_gpu_rebind_on_a_side_stream(split):
+    """A plan made once, rebound to new x / out / scale_x and run on another torch stream."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(16)
+    w = torch.randn(4096, 4096, generator=g) / 64
+    values, meta = prune_and_compress(w.cuda(), "bf16")
+    xs = [torch.randn(16, 4096, generator=g).to(torch.bfloat16).cuda() for _ in range(3)]
+    bias = torch.randn(4096, generator=g).cuda()
+    plan = plan_sparse_linear(values, meta, xs[0], bias=bias, activation="silu", split_k=split)
+    from sparsile.stdlib.kernels import CompressedWeight
+
+    side = torch.cuda.Stream()
+    for x in xs:
+        out = torch.full((16, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+        again = plan.rebind(x, out)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            assert again.run(stream=side) is out
+        side.synchronize()
+        host = out.float().cpu().numpy().astype(ml_dtypes.bfloat16)
+        assert_linear_close(host, CompressedWeight(values, meta), x.float().cpu().numpy().astype(ml_dtypes.bfloat16),
+                            4096, "bf16", "bfloat16", bias=bias.cpu().numpy(), activation="silu")
