@@ -182,7 +182,7 @@ class SparseLinearPlan:
     m: int            # output features (N_out): the kernel's M
     t: int            # tokens: the kernel's N
     k: int            # K of x before padding
-    k_padded: int     # K the kernel is launched with
+    k_padded: int     # K of the padded values and x (16-byte rows); the Hopper launch K
     values: Any
     meta: Any
     x: Any            # (T, k_padded), contiguous, in the operand type
@@ -211,9 +211,6 @@ class SparseLinearPlan:
         if self.pair:
             return (self.pair, 1)
         return (-(-self.m // BM) * -(-self.t // self.bn), self.split_k)
-
-    def _dummy(self) -> Any:
-        return self.workspace if self.workspace is not None else self.out
 
     def _epilogue_pointers(self) -> tuple[Any, Any, Any]:
         d = self.out
@@ -265,8 +262,9 @@ class SparseLinearPlan:
         return [main, reduce] if self.split_k > 1 else [main]
 
     def run(self, interpret: bool | None = None, stream: Any = None) -> Any:
-        """Launch every step on ``stream`` (default: the current one; torch's current stream for
-        torch tensors), or run them in the CPU interpreter; returns ``out``."""
+        """Launch every step (``kernel[grid](*args, stream=stream, **constexprs)``, so ``stream``
+        and its default are those of a kernel launch), or run them in the CPU interpreter (default:
+        as planned); returns ``out``."""
         interpret = self.interpret if interpret is None else interpret
         for kernel, grid, args, constexprs in self.launches():
             if interpret:
