@@ -294,6 +294,16 @@ def test_compiles_for_sm90a(dtype, kw):
     assert bool(plan.pair) == ("num_sms" in kw) and compiled[0].name == plan.kernel.name
 
 
+def test_quantize_kernel_compiles_for_sm90a():
+    from sparsile.stdlib.kernels.linear import quantize_module
+
+    x = np.zeros((4, 300), ml_dtypes.bfloat16)
+    xq, scale = np.zeros((4, 300), ml_dtypes.float8_e4m3fn), np.zeros(4, np.float32)
+    compiled = quantize_module().quantize_e4m3_per_token[(4,)].compile_for("sm_90a", x, xq, scale, 300, 300, 300,
+                                                                          BLOCK=512)
+    assert compiled.cubin[:4] == b"\x7fELF" and "cvt.rn.satfinite.e4m3x2.f32" in compiled.ptx
+
+
 # ------------------------------------------------------------------------------------------------
 # on the GPU
 
