@@ -9,6 +9,10 @@
     y = sparse_matmul(values, meta, x)                     # x: (N, K); y = W_pruned @ x.T, (M, N) f16
     y = sparse_matmul(values, meta, x, interpret=True)     # the same kernel in the CPU interpreter
     y = sparse_matmul(values, meta, x, target="sm_100a")   # Blackwell: the persistent tcgen05 kernel
+    y = sparse_linear(values, meta, x, bias=b, activation="silu")  # torch's x @ W.T + b, (N, M), fused
+
+:mod:`.linear` holds ``sparse_linear`` (the epilogue-fused kernels, a plan API for torch layers)
+and ``quantize_per_token_e4m3``.
 
 :mod:`.sparsity_gpu` runs the 2:4 sparsity toolkit (prune, compress + encode, decompress, validate)
 on the GPU with the kernels of ``sparsity_24.spk``, bit-identical to the host toolkit.
@@ -29,6 +33,7 @@ from .gemm import (
     sparse_matmul,
 )
 from .gemm_sm100 import KERNELS_SM100, SparseMatmulSm100
+from .linear import SparseLinearPlan, plan_sparse_linear, quantize_per_token_e4m3, sparse_linear
 
 __all__ = [
     "KERNELS",
@@ -36,10 +41,14 @@ __all__ = [
     "KERNEL_FILE",
     "CompressedWeight",
     "KernelChoice",
+    "SparseLinearPlan",
     "SparseMatmul",
     "SparseMatmulSm100",
     "kernel_module",
+    "plan_sparse_linear",
     "plan_sparse_matmul",
     "prune_and_compress",
+    "quantize_per_token_e4m3",
+    "sparse_linear",
     "sparse_matmul",
 ]

@@ -338,12 +338,18 @@ def _resolve_operand(values: Any, meta: Any, dtype: str | None, kernels: dict[st
 def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool) -> Any:
     """The C array the kernel writes: ``out`` itself when the launch can write it in place, else a
     new array (a torch/cupy array on ``home``'s device for a GPU launch, numpy otherwise)."""
+    return output_array(out, (m, n), choice.out_dtype, f"{choice.operand} operands produce {choice.out_dtype} C",
+                        home, interpret)
+
+
+def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
+    """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
+    when the launch can write it in place, else a new array like :func:`_empty`."""
     if out is not None:
-        shape = tuple(getattr(out, "shape", ()))
-        dtype = str(getattr(out, "dtype", "")).removeprefix("torch.")
-        if shape != (m, n) or dtype != choice.out_dtype:
-            raise _bad(f"out must be a ({m}, {n}) {choice.out_dtype} array, got {shape} {dtype or type(out)}",
-                       help=f"{choice.operand} operands produce {choice.out_dtype} C")
+        have_shape = tuple(getattr(out, "shape", ()))
+        have = str(getattr(out, "dtype", "")).removeprefix("torch.")
+        if have_shape != shape or have != dtype:
+            raise _bad(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
         kind = _kind(out)
         if kind == "numpy" and not out.flags.writeable:
             raise _bad("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
@@ -351,7 +357,7 @@ def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
             return out
-    return _empty(home, (m, n), choice.out_dtype, interpret)
+    return _empty(home, shape, dtype, interpret)
 
 
 def _empty(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
@@ -401,17 +407,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     op = operand_type(choice.operand)
     home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
-    if isinstance(meta, MetadataBuffer):
-        words: Any = _tagged_metadata(meta, op, m, k_values, k)
-        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
-            copies = _device_copies.setdefault(meta, {})
-            device = str(getattr(values, "device", "cupy"))
-            if device not in copies:
-                copies[device] = _as_u32(_like(_as_u32(words), values))
-            words = copies[device]
-    else:
-        words = _raw_metadata(_placed(meta, "meta", interpret), op, m, k_values, k)
-    words = _as_u32(words)
+    words = kernel_words(meta, values, op, m, k_values, k, interpret)
     k_padded = -(-k_values // choice.k_align) * choice.k_align
     values = _pad_columns(values, k_padded // 2)
     b = _pad_columns(b, k_padded)
@@ -424,6 +420,23 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     workspace = _empty(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
     pair = pair_ctas(m, n, bn, choice, split, persistent, num_sms or _sm_count(interpret))
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair)
+
+
+def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int, k: int, interpret: bool) -> Any:
+    """The uint32 "sm90" metadata words the kernel reads, where ``values`` lives: a tagged buffer
+    validated once and copied once per device, or raw words checked for shape (and nibbles on the
+    host)."""
+    if isinstance(meta, MetadataBuffer):
+        words: Any = _tagged_metadata(meta, op, m, k_values, k)
+        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
+            copies = _device_copies.setdefault(meta, {})
+            device = str(getattr(values, "device", "cupy"))
+            if device not in copies:
+                copies[device] = _as_u32(_like(_as_u32(words), values))
+            words = copies[device]
+    else:
+        words = _raw_metadata(_placed(meta, "meta", interpret), op, m, k_values, k)
+    return _as_u32(words)
 
 
 PAIR_MIN_TILES_PER_SM = 4

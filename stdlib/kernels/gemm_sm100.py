@@ -233,11 +233,30 @@ def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out
                              num_sms: int | None = None) -> SparseMatmulSm100:
     """Check and pad the arguments of ``sparse_matmul(..., target=<Blackwell>)`` and pick the
     kernel and grid, without launching."""
+    home = b
+    choice, values, words, b, m, n, k, k_launch = checked_sm100_operands(values, meta, b, target, dtype, interpret)
+    out_align = 16 // (4 if choice.out_dtype == "int32" else 2)
+    n_padded = -(-n // out_align) * out_align
+    if n_padded == n:
+        c = _output(out, m, n, choice, home, interpret)
+    else:
+        if out is not None:
+            _output(out, m, n, choice, home, True)  # shape / type check only
+        c = _output(None, m, n_padded, choice, home, interpret)
+    sms = device_sm_count(interpret) if num_sms is None else int(num_sms)
+    plan = SparseMatmulSm100(choice, target, persistent, m, n, k, k_launch, values, words, b, c, sms)
+    persistent_grid(plan.num_tiles, sms)  # checks num_sms
+    return plan
+
+
+def checked_sm100_operands(values: Any, meta: Any, b: Any, target: str, dtype: str | None, interpret: bool
+                           ) -> tuple[KernelChoiceSm100, Any, Any, Any, int, int, int, int]:
+    """The operands of a Blackwell launch, checked, placed and padded: (choice, values, "tcgen05"
+    words as (-1, 4) u32, b, M, N, K of b, the K to launch with)."""
     if not is_blackwell(target):
         raise _bad(f"{target!r} is not a Blackwell target", help=f"use one of {', '.join(BLACKWELL_TARGETS)}")
     choice = resolve_operand(values, meta, dtype)
     op = operand_type(choice.operand)
-    home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
     if isinstance(meta, MetadataBuffer):
         words, k_meta = _tagged(meta, op, m, k_values, k)
@@ -255,15 +274,4 @@ def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out
     k_padded = -(-k_values // choice.k_align) * choice.k_align
     values = _pad_columns(values, k_padded // 2)
     b = _pad_columns(b, k_padded)
-    out_align = 16 // (4 if choice.out_dtype == "int32" else 2)
-    n_padded = -(-n // out_align) * out_align
-    if n_padded == n:
-        c = _output(out, m, n, choice, home, interpret)
-    else:
-        if out is not None:
-            _output(out, m, n, choice, home, True)  # shape / type check only
-        c = _output(None, m, n_padded, choice, home, interpret)
-    sms = device_sm_count(interpret) if num_sms is None else int(num_sms)
-    plan = SparseMatmulSm100(choice, target, persistent, m, n, k, min(k_padded, k_meta), values, words, b, c, sms)
-    persistent_grid(plan.num_tiles, sms)  # checks num_sms
-    return plan
+    return choice, values, words, b, m, n, k, min(k_padded, k_meta)

@@ -1,0 +1,85 @@
+"""Kernel time of sparse_linear's fused epilogues on the GPU, against sparse_matmul (no epilogue,
+C = W x^T in f16) at Llama-3 8B layer shapes, each result checked against a float64 reference.
+
+    python benchmarks/bench_linear_epilogue.py                 # the table
+    python benchmarks/bench_linear_epilogue.py --quick         # one shape, T in {1, 16, 1024}
+    python benchmarks/bench_linear_epilogue.py --act-bn 256    # silu/gelu with BN = 256 (spills)
+
+Kernel times are the CUDA profiler's device time per call (all launches of a call: split-K's
+reduce included), as in bench_sparse_gemm.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+TOKENS = (1, 16, 128, 1024, 4096)
+VARIANTS = ("matmul", "plain", "bias", "bias+silu", "gelu_tanh", "fp8 scales+bias")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--act-bn", type=int, default=None, help="override linear.ACTIVATION_MAX_BN")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT.parent))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from bench_sparse_gemm import profile_kernel_time
+    from sparsile.stdlib.kernels import CompressedWeight, linear, prune_and_compress, sparse_matmul
+
+    if args.act_bn:
+        linear.ACTIVATION_MAX_BN = args.act_bn
+    shapes = {"gate_up": SHAPES["gate_up"]} if args.quick else SHAPES
+    tokens = (1, 16, 1024) if args.quick else TOKENS
+    g = torch.Generator().manual_seed(0)
+    print(f"{'shape':8} {'T':>5} {'variant':16} {'dtype':5} {'us':>8} {'max rel err':>12}")
+    for name, (n_out, k) in shapes.items():
+        w = torch.randn(n_out, k, generator=g) / k ** 0.5
+        weights = {dt: prune_and_compress(w.cuda(), dt) for dt in ("bf16", "e4m3")}
+        w8 = prune_and_compress((w * 64).cuda(), "e4m3")
+        bias = torch.randn(n_out, generator=g).cuda()
+        for t in tokens:
+            x = torch.randn(t, k, generator=g).cuda().to(torch.bfloat16)
+            xq, sx = linear.quantize_per_token_e4m3(x)
+            sw = torch.full((n_out,), 1 / 64, device="cuda")
+            for variant in VARIANTS:
+                dt = "e4m3" if variant.startswith("fp8") else "bf16"
+                values, meta = w8 if dt == "e4m3" else weights[dt]
+                if variant == "matmul":
+                    def call(values=values, meta=meta, x=x):
+                        return sparse_matmul(values, meta, x)
+                    ref_kw: dict = {}
+                else:
+                    kw = {"plain": {}, "bias": {"bias": bias}, "bias+silu": {"bias": bias, "activation": "silu"},
+                          "gelu_tanh": {"activation": "gelu_tanh"},
+                          "fp8 scales+bias": {"bias": bias, "scale_x": sx, "scale_w": sw}}[variant]
+                    xin = xq if dt == "e4m3" else x
+                    plan = linear.plan_sparse_linear(values, meta, xin, **kw)
+
+                    def call(plan=plan):
+                        return plan.run()
+                    ref_kw = kw
+                us = profile_kernel_time(call, args.iters)
+                y = call()
+                torch.cuda.synchronize()
+                dense = CompressedWeight(values, meta).dense().astype(np.float64)
+                xin_h = (xq if dt == "e4m3" else x).double().cpu().numpy()
+                if variant == "matmul":
+                    ref = dense @ xin_h.T
+                else:
+                    ref = linear.reference_linear(dense, xin_h, **{key: v.cpu().numpy() if hasattr(v, "cpu") else v
+                                                                  for key, v in ref_kw.items()})
+                err = np.abs(y.double().cpu().numpy() - ref).max() / max(np.abs(ref).max(), 1e-30)
+                print(f"{name:8} {t:5} {variant:16} {dt:5} {us:8.1f} {err:12.2e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

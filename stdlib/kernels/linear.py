@@ -1,0 +1,462 @@
+"""``sparse_linear``: a 2:4 sparse linear layer, ``y = act(x @ W.T * scale_w * scale_x + bias)``,
+on the Hopper sparse GEMM of ``sparse_gemm_sm90.spk`` with its epilogue fused.
+
+    y (T x N_out, row-major) = act((x (T x K) @ decompress(values, meta).T) * scale_w[n] * scale_x[t] + bias[n])
+
+On Blackwell targets (sm_100a, sm_103a, sm_110a) the persistent kernel of
+``sparse_gemm_sm100_persistent.spk`` runs the same epilogue (:mod:`.linear_sm100`).
+
+``values`` (N_out, K/2) and ``meta`` (its "sm90" metadata) are the weight as
+:func:`~.gemm.prune_and_compress` returns it; the kernel computes ``W @ x.T`` with the weight as the
+sparse A operand, and its epilogue scales, adds the bias, applies the activation and stores the
+transposed tile straight into ``y`` in the output element type (the ``sparse_linear_<t>`` kernels:
+docs/hopper.md describes the pipeline they share with ``sparse_gemm_<t>``). The semantics are those
+of vLLM's ``cutlass_scaled_sparse_mm(a, bt_nzs, bt_meta, scale_a, scale_b, out_dtype, bias)``.
+
+:func:`plan_sparse_linear` checks everything once and returns a :class:`SparseLinearPlan`: the
+kernel launches as plain data (``plan.launches()``), ready to run, to compile, or to rebind to a new
+``x`` and ``out`` of the same shape without any re-validation (``plan.rebind``). Split-K (few tiles
+for the GPU) writes f32 partial sums, and ``splitk_reduce_linear`` applies the epilogue while adding
+them. :func:`quantize_per_token_e4m3` quantizes activations for the e4m3 path.
+
+Checks besides those of :func:`~.gemm.sparse_matmul` (each a SparsityError): SP0850 an unknown
+activation or output dtype, SP0851 a bias or scale of the wrong shape or type, SP0852 e4m3 weights
+with activations that are not e4m3, SP0853 a rebind to another shape or dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..sparsity import SparsityError, as_host_array
+from ..sparsity.dtypes import operand_type
+from .gemm import (
+    BM,
+    KERNELS,
+    KernelChoice,
+    _bad,
+    _cast,
+    _deliver,
+    _empty,
+    _kind,
+    _pad_columns,
+    _placed,
+    _resolve_operand,
+    _target,
+    checked_operands,
+    choose_split_k,
+    kernel_module,
+    kernel_words,
+    output_array,
+    pair_ctas,
+)
+from .gemm import (
+    _sm_count as _hopper_sm_count,
+)
+
+SP_LINEAR_OPTION = "SP0850"
+"""An activation or output dtype sparse_linear does not have."""
+SP_LINEAR_VECTOR = "SP0851"
+"""A bias or scale of the wrong shape or element type."""
+SP_LINEAR_FP8_INPUT = "SP0852"
+"""e4m3 weights with activations of another type (they need a scale: quantize them)."""
+SP_LINEAR_REBIND = "SP0853"
+"""SparseLinearPlan.rebind to an x or out of another shape or dtype."""
+
+LINEAR_KERNELS: dict[str, KernelChoice] = {name: KERNELS[name] for name in ("f16", "bf16", "e4m3")}
+"""Operand types with a ``sparse_linear_<t>`` kernel."""
+ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
+OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
+              "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
+E4M3_MAX = 448.0
+REDUCE_BLOCK = 1024
+ACTIVATION_MAX_BN = 128
+"""Widest token tile with a silu / gelu_tanh epilogue. The activation keeps a second f32 tile live
+next to the accumulator: at BN = 256 (128 accumulator registers per thread) ptxas spills 1.3 KB
+(silu) and 2.7 KB (gelu_tanh) per thread under the 168-register budget of the 9-warp CTA, at 128
+only 180 bytes (compiled for sm_90a; not yet timed against the spilling BN = 256 on the H200)."""
+QUANTIZE_FILE = Path(__file__).resolve().parent / "quantize.spk"
+
+
+@functools.cache
+def quantize_module() -> Any:
+    """The loaded ``quantize.spk`` module (quantize_e4m3_per_token)."""
+    from ... import load
+
+    return load(QUANTIZE_FILE)
+
+
+def _linear_bad(code: str, message: str, help: str) -> SparsityError:
+    return SparsityError(code, message, help=help)
+
+
+def _out_dtype(out_dtype: Any, x: Any) -> str:
+    """The numpy name of y's element type: ``out_dtype``, else x's (f16/bf16/f32), else bfloat16."""
+    if out_dtype is None:
+        name = str(getattr(x, "dtype", "")).removeprefix("torch.")
+        return name if name in ("float16", "bfloat16", "float32") else "bfloat16"
+    try:
+        spelled = str(np.dtype(out_dtype) if isinstance(out_dtype, type) else out_dtype)
+    except TypeError:
+        spelled = str(out_dtype)
+    name = OUT_DTYPES.get(spelled.removeprefix("torch."))
+    if name is None:
+        raise _linear_bad(SP_LINEAR_OPTION, f"sparse_linear has no {out_dtype} output",
+                          "out_dtype is float16, bfloat16 or float32")
+    return name
+
+
+def _activation(activation: str | None) -> str:
+    if activation is None:
+        return "none"
+    if activation not in ACTIVATIONS:
+        raise _linear_bad(SP_LINEAR_OPTION, f"unknown activation {activation!r}",
+                          "activation is None, 'relu', 'silu' or 'gelu_tanh'")
+    return activation
+
+
+def _vector(v: Any, what: str, size: int, home: Any, interpret: bool, dtypes: tuple[str, ...]) -> tuple[Any, int]:
+    """(array, mode) of a bias or scale: mode 0 for None, 1 for one value (a Python number, a 0-d or
+    one-element array), 2 for ``size`` values (shape (size,) or (size, 1)). The array is a
+    contiguous 1-D array of one of ``dtypes`` (else cast to the first) where the kernel reads it."""
+    if v is None:
+        return None, 0
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    shape = (1,) if number else tuple(int(s) for s in getattr(v, "shape", (-1,)))
+    got = "a number" if number else f"shape {shape}" if shape != (-1,) else f"a {type(v).__name__}"
+    if what == "bias" and shape != (size,):
+        raise _linear_bad(SP_LINEAR_VECTOR, f"bias must have shape ({size},), got {got}",
+                          "pass one bias value per output feature")
+    if number:
+        v = np.array([v], np.float32)
+    if shape in ((), (1,), (1, 1)):
+        mode = 1
+    elif shape in ((size,), (size, 1)):
+        mode = 2
+    else:
+        raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be a number or of shape ({size},), got {got}",
+                          f"pass one value, or one per {'output feature' if what != 'scale_x' else 'token'}")
+    if not interpret and _kind(v) == "torch" and _kind(home) == "torch":
+        import torch
+
+        if not v.is_floating_point():
+            raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be floating point, got {v.dtype}",
+                              f"pass {what} as {' or '.join(dtypes)}")
+        v = v.reshape(-1).to(home.device)
+        if str(v.dtype).removeprefix("torch.") not in dtypes:
+            v = v.to(getattr(torch, dtypes[0]))
+        return v.contiguous(), mode
+    host = _placed(v, what, interpret)
+    if _kind(host) == "numpy":
+        if host.dtype.kind not in "fV" and not str(host.dtype).startswith(("bfloat", "float8")):
+            raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be floating point, got {host.dtype}",
+                              f"pass {what} as {' or '.join(dtypes)}")
+        host = np.ascontiguousarray(host.reshape(-1))
+        if host.dtype.name not in dtypes:
+            host = host.astype(np.float32)
+        if not interpret and _kind(home) in ("torch", "cupy"):
+            from .gemm import _like
+
+            return _like(host, home), mode
+        return host, mode
+    return v.reshape(-1), mode
+
+
+@dataclass(frozen=True, eq=False)
+class SparseLinearPlan:
+    """One checked sparse_linear call: its launches as data, ready to run, compile or rebind.
+
+    ``launches()`` lists ``(kernel, grid, args, constexprs)``: one launch of ``sparse_linear_<t>``
+    (``_pair`` for large outputs), or with split-K the partial sums into the f32 ``workspace``
+    (SPLIT_K, T, N_out) followed by ``splitk_reduce_linear``, which applies the epilogue. Each is
+    launched as ``kernel[grid](*args, **constexprs)``.
+    """
+
+    choice: KernelChoice
+    m: int            # output features (N_out): the kernel's M
+    t: int            # tokens: the kernel's N
+    k: int            # K of x before padding
+    k_padded: int     # K of the padded values and x (16-byte rows); the Hopper launch K
+    values: Any
+    meta: Any
+    x: Any            # (T, k_padded), contiguous, in the operand type
+    x_shape: tuple[int, int]  # x as passed: (T, K)
+    x_dtype: str              # x's dtype as passed
+    out: Any          # (T, N_out) row-major, out_dtype
+    out_dtype: str
+    bias: Any
+    scale_w: Any
+    scale_x: Any
+    activation: str
+    modes: tuple[int, int, int]  # BIAS, SCALE_W, SCALE_X
+    bn: int
+    split_k: int = 1
+    workspace: Any = None
+    pair: int = 0     # > 0: the CTA-pair kernel on that many CTAs
+    interpret: bool = False
+
+    @property
+    def kernel(self) -> Any:
+        """The main kernel (``sparse_linear_<t>``, ``_pair``)."""
+        return getattr(kernel_module(), f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        if self.pair:
+            return (self.pair, 1)
+        return (-(-self.m // BM) * -(-self.t // self.bn), self.split_k)
+
+    def _epilogue_pointers(self) -> tuple[Any, Any, Any]:
+        d = self.out
+        return (d if self.bias is None else self.bias, d if self.scale_w is None else self.scale_w,
+                d if self.scale_x is None else self.scale_x)
+
+    def _epilogue_constexprs(self) -> dict[str, Any]:
+        bias, sw, sx = self.modes
+        return {"BIAS": bias, "ACT": self.activation, "SCALE_W": sw, "SCALE_X": sx}
+
+    def arguments(self) -> tuple[Any, ...]:
+        """The main kernel's positional arguments: (A, E, B, Y, Bias, SW, SX, M, N, K, lde, ldy)."""
+        lde = int(self.meta.shape[1])
+        if self.split_k > 1:
+            w = self.workspace
+            return (self.values, self.meta, self.x, w, w, w, w, self.m, self.t, self.k_padded, lde, self.m)
+        return (self.values, self.meta, self.x, self.out, *self._epilogue_pointers(), self.m, self.t,
+                self.k_padded, lde, self.m)
+
+    def constexprs(self) -> dict[str, Any]:
+        """The main kernel's compile-time arguments."""
+        if self.split_k > 1:
+            return {"BN": self.bn, "SPLIT_K": self.split_k}
+        return {"BN": self.bn, **self._epilogue_constexprs()}
+
+    @property
+    def reduce_kernel(self) -> Any:
+        return kernel_module().splitk_reduce_linear
+
+    @property
+    def reduce_grid(self) -> tuple[int]:
+        return (-(-self.m * self.t // REDUCE_BLOCK),)
+
+    def reduce_arguments(self) -> tuple[Any, ...]:
+        """splitk_reduce_linear's positional arguments: (W, Y, Bias, SW, SX, M, N, ldy)."""
+        return (self.workspace, self.out, *self._epilogue_pointers(), self.m, self.t, self.m)
+
+    def reduce_constexprs(self) -> dict[str, Any]:
+        return {"SPLIT_K": self.split_k, **self._epilogue_constexprs(), "BLOCK": REDUCE_BLOCK}
+
+    def launches(self) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]:
+        """Every launch, in order, as (kernel, grid, positional args, constexprs)."""
+        if self.m == 0 or self.t == 0:
+            return []
+        reduce = (self.reduce_kernel, self.reduce_grid, self.reduce_arguments(), self.reduce_constexprs())
+        if self.k_padded == 0:  # no K: only the epilogue, of a zero workspace
+            return [reduce]
+        main = (self.kernel, self.grid, self.arguments(), self.constexprs())
+        return [main, reduce] if self.split_k > 1 else [main]
+
+    def run(self, interpret: bool | None = None, stream: Any = None) -> Any:
+        """Launch every step (``kernel[grid](*args, stream=stream, **constexprs)``, so ``stream``
+        and its default are those of a kernel launch), or run them in the CPU interpreter (default:
+        as planned); returns ``out``."""
+        interpret = self.interpret if interpret is None else interpret
+        for kernel, grid, args, constexprs in self.launches():
+            if interpret:
+                kernel.interpret[grid](*args, **constexprs)
+            else:
+                kernel[grid](*args, stream=stream, **constexprs)
+        return self.out
+
+    def compile(self, target: str = "sm_90a") -> list[Any]:
+        """Compile every launch for ``target`` (no GPU needed); the CompiledKernels."""
+        return [kernel[grid].compile_for(target, *args, **cx) for kernel, grid, args, cx in self.launches()]
+
+    def rebind(self, x: Any, out: Any = None, *, scale_x: Any = None) -> SparseLinearPlan:
+        """This plan for a new ``x`` (and ``out``, ``scale_x``) of the same shape and dtype: the
+        weight, its metadata, bias and scale_w are not looked at again. ``out`` None: a new array;
+        ``scale_x`` None keeps the plan's. The split-K workspace is shared with this plan."""
+        shape = tuple(int(s) for s in getattr(x, "shape", ()))
+        dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
+        if shape != self.x_shape or dtype != self.x_dtype:
+            raise _linear_bad(SP_LINEAR_REBIND, f"the plan is for x of shape {self.x_shape} {self.x_dtype}, got "
+                              f"{shape} {dtype}", "plan again with plan_sparse_linear for another shape or dtype")
+        xk = _pad_columns(_cast(_placed(x, "x", self.interpret), self.choice), self.k_padded)
+        changes: dict[str, Any] = {"x": xk, "out": _linear_output(out, self.t, self.m, self.out_dtype, x,
+                                                                  self.interpret)}
+        if scale_x is not None:
+            sx, mode = _vector(scale_x, "scale_x", self.t, x, self.interpret, ("float32",))
+            changes["scale_x"] = sx
+            changes["modes"] = (self.modes[0], self.modes[1], mode)
+        return dataclasses.replace(self, **changes)
+
+
+def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool) -> Any:
+    """``out`` when the kernel can write it in place, else a new (T, N_out) array of ``dtype``."""
+    return output_array(out, (t, m), dtype, "y is (tokens, out features) in out_dtype (default: x's dtype)", home,
+                        interpret)
+
+
+def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
+                       scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
+                       interpret: bool = False, target: str | None = None, num_sms: int | None = None,
+                       split_k: int | None = None) -> SparseLinearPlan:
+    """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
+    the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
+    split-K) for sm_100a / sm_103a / sm_110a."""
+    tgt = _target(target, interpret)
+    if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
+        raise _bad(f"num_sms must be a positive integer, got {num_sms!r}",
+                   help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
+    act = _activation(activation)
+    y_dtype = _out_dtype(out_dtype, x)
+    x_shape = tuple(int(s) for s in getattr(x, "shape", ()))
+    x_dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if len(x_shape) != 2:
+        raise _bad(f"x must be a 2-D (T, K) array, got shape {x_shape}",
+                   help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
+    if tgt != "sm_90a":
+        from .linear_sm100 import blackwell_operands
+
+        choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret)
+    else:
+        choice = _resolve_operand(values, meta, None, LINEAR_KERNELS)
+        op = operand_type(choice.operand)
+        values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret)
+        words = kernel_words(meta, values, op, m, k_values, k, interpret)
+        k_padded = k_launch = -(-k_values // choice.k_align) * choice.k_align
+        values = _pad_columns(values, k_padded // 2)
+        xc = _pad_columns(xc, k_padded)
+    if choice.operand == "e4m3" and x_dtype not in ("float8_e4m3fn", "float8_e4m3"):
+        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
+                          "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x")
+    y = _linear_output(out, t, m, y_dtype, x, interpret)
+    b, bias_mode = _vector(bias, "bias", m, x, interpret, ("float32", y_dtype))
+    sw, sw_mode = _vector(scale_w, "scale_w", m, x, interpret, ("float32",))
+    sx, sx_mode = _vector(scale_x, "scale_x", t, x, interpret, ("float32",))
+    common = (m, t, k, k_padded, values, words, xc, x_shape, x_dtype, y, y_dtype, b, sw, sx, act,
+              (min(bias_mode, 1), sw_mode, sx_mode))
+    if tgt != "sm_90a":
+        from .linear_sm100 import SparseLinearPlanSm100
+
+        return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, _zero_workspace(x, t, m, k_launch,
+                                     interpret), 0, interpret, tgt, k_launch, num_sms or _sm_count(interpret, tgt))
+    bn = choice.block_n(t)
+    if act in ("silu", "gelu_tanh"):
+        bn = min(bn, ACTIVATION_MAX_BN)
+    sms = num_sms or _sm_count(interpret)
+    split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
+    if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
+        raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
+    split = split if k_padded else 1
+    workspace = _zero_workspace(x, t, m, k_padded, interpret)
+    if split > 1:
+        workspace = _empty(x, (split, t, m), "float32", interpret)
+    pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
+    return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
+
+
+def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:
+    """For K = 0 (nothing to multiply; TMA boxes cannot be empty): the zero partial sums that
+    splitk_reduce_linear turns into y = act(bias). None otherwise."""
+    if k:
+        return None
+    workspace = _empty(home, (1, t, m), "float32", interpret)
+    workspace[...] = 0
+    return workspace
+
+
+def _sm_count(interpret: bool, target: str = "sm_90a") -> int:
+    """SMs the split-K and CTA-pair choices (Hopper) or the persistent grid (Blackwell) assume."""
+    if target == "sm_90a":
+        return _hopper_sm_count(interpret)
+    from .gemm_sm100 import device_sm_count
+
+    return device_sm_count(interpret)
+
+
+def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
+                  scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
+                  interpret: bool = False, target: str | None = None, num_sms: int | None = None,
+                  split_k: int | None = None) -> Any:
+    """``act((x @ W.T) * scale_w * scale_x + bias)`` for the pruned weight ``W = decompress(values,
+    meta)`` (N_out, K): y of shape (T, N_out), row-major, in ``out_dtype`` (default x's dtype for
+    f16/bf16/f32 x, bfloat16 for e4m3 x), written into ``out`` when given.
+
+    x: (T, K) of any strides (made contiguous; cast to the weight's type, except that e4m3 weights
+    need e4m3 x: SP0852). bias: (N_out,) f32 or out_dtype. activation: None, "relu", "silu",
+    "gelu_tanh". scale_w: a number, a 0-d / (1,) array, or (N_out,) f32; scale_x: a number, 0-d /
+    (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU tensors run in the interpreter
+    (``interpret=True``); CUDA tensors are used in place on the current torch stream. ``target``,
+    ``split_k`` (Hopper only) and ``num_sms`` as for :func:`~.gemm.sparse_matmul`.
+    """
+    if not interpret:
+        from ...backend import runtime
+        from ...frontend.diagnostics import LaunchError
+
+        if not runtime.has_gpu():
+            raise LaunchError("SP0731", "sparse_linear cannot run: no NVIDIA GPU is available",
+                              help="pass interpret=True to run the same kernel in the CPU interpreter")
+    plan = plan_sparse_linear(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
+                              scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret, target=target,
+                              num_sms=num_sms, split_k=split_k)
+    plan.run(interpret)
+    return _deliver(plan.out, out, x)
+
+
+def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:
+    """(x_q, scale_x) with x ≈ x_q * scale_x[:, None]: per row t of x (T, K), scale_x[t] =
+    max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x / scale_x[t], ±448) rounded to e4m3
+    (the ``quantize_e4m3_per_token`` kernel). Arrays come back where x lives (numpy / torch)."""
+    xh = _placed(x, "x", interpret)
+    if len(xh.shape) != 2:
+        raise _bad(f"x must be a 2-D (T, K) array, got shape {tuple(xh.shape)}",
+                   help="reshape to (tokens, features)")
+    if _kind(xh) == "torch":
+        xh = xh.contiguous()
+    else:
+        xh = np.ascontiguousarray(xh)
+    t, k = (int(s) for s in xh.shape)
+    xq = _empty(xh if _kind(xh) != "numpy" else x, (t, k), "float8_e4m3fn", interpret or _kind(xh) == "numpy")
+    scale = _empty(xh if _kind(xh) != "numpy" else x, (t,), "float32", interpret or _kind(xh) == "numpy")
+    if t and k:
+        block = 16
+        while block < min(k, 1024):
+            block *= 2
+        kernel = quantize_module().quantize_e4m3_per_token
+        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=block)
+    elif t:
+        scale[...] = 1.0 / (E4M3_MAX * 512)
+    if _kind(xq) == "numpy" and _kind(x) in ("torch", "torch-cpu"):
+        from .gemm import _like
+
+        return _like(xq, x), _like(scale, x)
+    return xq, scale
+
+
+def reference_linear(weight_dense: Any, x: Any, bias: Any = None, activation: str | None = None,
+                     scale_x: Any = None, scale_w: Any = None) -> np.ndarray:
+    """The float64 result sparse_linear approximates, on the host (for tests and checks)."""
+    w = as_host_array(weight_dense, "weight").astype(np.float64)
+    y = as_host_array(x, "x").astype(np.float64) @ w.T
+    if scale_w is not None:
+        y = y * np.asarray(as_host_array(scale_w, "scale_w") if not isinstance(scale_w, (int, float))
+                           else scale_w, np.float64).reshape(1, -1)
+    if scale_x is not None:
+        y = y * np.asarray(as_host_array(scale_x, "scale_x") if not isinstance(scale_x, (int, float))
+                           else scale_x, np.float64).reshape(-1, 1)
+    if bias is not None:
+        y = y + as_host_array(bias, "bias").astype(np.float64).reshape(1, -1)
+    act = _activation(activation)
+    if act == "relu":
+        y = np.maximum(y, 0.0)
+    elif act == "silu":
+        y = y / (1.0 + np.exp(-y))
+    elif act == "gelu_tanh":
+        y = 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
+    return y
