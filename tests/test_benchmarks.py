@@ -5,6 +5,7 @@ the reports, and a short real run of the compile benchmark."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -117,3 +118,234 @@ def test_compile_benchmark_runs_one_case():
     row = bc.format_row(r)
     assert row.startswith("vector_add") and str(r["cubin"]) in row
     assert "error" in bc.format_row({"case": "x", "error": "boom"})
+
+
+# ------------------------------------------------------------------------------------------------
+# bench_linear (sparsile.torch.SparseLinear against dense and cuSPARSELt; the GPU run is the lead's)
+
+bl = load_script("bench_linear")
+
+
+def test_linear_arguments_and_shape_selection():
+    args = bl.parse_args([])
+    assert args.shape_list == bl.SHAPES and args.token_list == bl.TOKENS and args.dtypes == ["bf16", "e4m3"]
+    assert bl.parse_args(["--quick"]).token_list == bl.QUICK_TOKENS
+    assert bl.parse_args(["--quick", "--tokens", "2", "8"]).token_list == (2, 8)
+    assert [s.name for s in bl.select_shapes(["70B"])] == ["70B qkv", "70B o", "70B gate_up", "70B down"]
+    assert [s.name for s in bl.select_shapes(["down", "8B:o"])] == ["8B o", "8B down", "70B down"]
+    by_name = {s.name: (s.n, s.k) for s in bl.SHAPES}  # Llama-3 8B / 70B: (out, in) features
+    assert by_name == {"8B qkv": (6144, 4096), "8B o": (4096, 4096), "8B gate_up": (28672, 4096),
+                       "8B down": (4096, 14336), "70B qkv": (10240, 8192), "70B o": (8192, 8192),
+                       "70B gate_up": (57344, 8192), "70B down": (8192, 28672)}
+    assert bl.parse_args(["--variants", "eager", "graph"]).variants == ["eager", "graph"]
+    for bad in (["--shapes", "13B"], ["--shapes", "8B:mlp"], ["--tokens", "0"], ["--dtypes", "f16"],
+                ["--variants", "magic"], ["--blocks", "0"]):
+        with pytest.raises(SystemExit):
+            bl.parse_args(bad)
+
+
+def test_linear_prune_and_quantize_on_cpu():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 32, generator=g, dtype=torch.float64)
+    p = bl.prune_24(w).numpy()
+    ref = w.numpy().reshape(8, 8, 4).copy()
+    order = np.argsort(np.abs(ref), axis=-1)
+    np.put_along_axis(ref, order[..., :2], 0.0, axis=-1)  # zero the two smallest |w| of each group of 4
+    assert np.array_equal(p, ref.reshape(8, 32))
+    x = torch.randn(5, 64, generator=g) * torch.tensor([1e-3, 1.0, 30.0, 1e3, 0.0])[:, None]
+    q, s = bl.quantize_rows_e4m3(x)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (5, 1)
+    back = q.double() * s.double()
+    err = (back - x.double()).abs().max(dim=1).values / x.double().abs().max(dim=1).values.clamp_min(1e-30)
+    assert float(err[:4].max()) <= 2.0**-4  # e4m3: 3 mantissa bits, half an ulp relative to the row's max
+    assert float(q.double().abs().amax(dim=1)[:4].min()) == pytest.approx(448.0)  # each row uses the full range
+    assert not back[4].any()  # a zero row stays zero (no division by zero)
+
+
+def test_linear_time_calls_counts_and_orders():
+    calls = {"fn": 0, "sync": 0}
+
+    def fn():
+        calls["fn"] += 1
+
+    def sync():
+        calls["sync"] += 1
+
+    t = bl.time_calls(fn, sync, blocks=3, max_calls=5)
+    assert calls["fn"] == 2 + 3 * 5  # two warm-up calls, then 3 blocks of max_calls (fn is fast)
+    assert calls["sync"] == 2 + 3 * 2
+    assert 0 < t.host <= t.wall
+    assert bl.graph_reps(None) == 20 and bl.graph_reps(1000.0) == 1 and bl.graph_reps(20.0) == 10
+
+
+def _row(t: int, **values: float) -> dict:
+    return {"model": "8B", "layer": "o", "n": 4096, "k": 4096, "t": t, "dtype": "bf16", "errors": {}, **values}
+
+
+def test_linear_targets_and_table():
+    rows = [_row(1, sl_ovh=3.0, speedup_wall=1.2, speedup_graph=1.6),
+            _row(16, sl_ovh=9.5, speedup_wall=0.9, speedup_graph=1.7),
+            _row(64, sl_ovh=50.0, speedup_wall=0.1, speedup_graph=0.1)]  # T > 16: not judged
+    results = bl.check_targets(rows)
+    assert [ok for _, ok, _ in results] == [False, False, True]
+    assert "1/2 rows; worst 9.50 µs at 8B o T=16 bf16" in results[0][2]
+    assert "worst 0.90x at 8B o T=16" in results[1][2] and "2/2 rows; worst 1.60x" in results[2][2]
+    assert [ok for _, ok, _ in bl.check_targets([_row(4)])] == [None, None, None]
+    text = bl.format_targets(results)
+    assert text.count("[FAIL]") == 2 and text.count("[PASS]") == 1
+    header = bl.table_header().splitlines()
+    line = bl.format_row(_row(4, dense_wall=20.0, sl_wall=10.0, sl_kern=7.5, speedup_wall=2.0, err=1.5e-3))
+    assert len(header[0].split("|")) == len(line.split("|")) == len(bl.COLUMNS) + 2
+    assert "| 8B o | 4096×4096 | 4 | bf16 | 20.0 |" in line and "| 2.00x |" in line and line.endswith("| 1.5e-03 |")
+
+
+def test_linear_without_gpu_says_why(capsys):
+    if bl.requirements_missing() is None:
+        pytest.skip("this machine can run the benchmark")
+    assert bl.main(["--quick"]) == 2
+    assert "bench_linear needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# bench_llama and examples/llama_sparse.py (decoding with a static cache: the loop runs eagerly here)
+
+bll = load_script("bench_llama")
+
+
+def test_llama_arguments():
+    args = bll.parse_args([])
+    assert (args.layers, args.batches, args.prompt, args.new_tokens) == (8, [1, 16], 128, 128)
+    assert args.models == ["dense", "sparsile", "semi"] and args.modes == ["graph"]
+    for bad in (["--layers", "0"], ["--new-tokens", "1"], ["--modes", "fast"], ["--models", "moe"]):
+        with pytest.raises(SystemExit):
+            bll.parse_args(bad)
+    assert bll.within_bf16_tolerance(0.02, 0.01) and not bll.within_bf16_tolerance(0.021, 0.01)
+    ex = load_example("llama_sparse")
+    assert ex.parse_args([]).layers == 4 and ex.is_projection(None, "model.layers.3.mlp.down_proj")
+    assert not ex.is_projection(None, "lm_head") and not ex.is_projection(None, "model.layers.3.mlp")
+    with pytest.raises(SystemExit):
+        ex.parse_args(["--batch", "0"])
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_llama_static_cache_decode_matches_recompute():
+    """The benchmark's decode loop (prefill, then one token a step through StaticCache) gives the
+    tokens of recomputing the whole sequence each step, on a tiny pruned Llama in float32."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    config = bll.llama3_config(2, vocab_size=97, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                               num_key_value_heads=2, bos_token_id=None, eos_token_id=None)
+    assert config.num_key_value_heads == 2 and config.rms_norm_eps == 1e-5
+    with torch.no_grad():
+        model = bll.build_model(config, "cpu", torch.float32)
+        assert bll.prune_projections_(model) == 2 * 7
+    with torch.inference_mode():
+        w = model.model.layers[1].mlp.down_proj.weight.reshape(64, -1, 4)
+        assert int((w != 0).sum(-1).max()) <= 2 and model.lm_head.weight.count_nonzero() == model.lm_head.weight.numel()
+        prompt = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(3))
+        expected = bll.greedy_reference(model, prompt, 6)
+        decoder = bll.Decoder(model, 2, 5 + 6, "eager")
+        decoder.prepare(prompt)
+        for _ in range(2):  # a second generate starts from a reset cache
+            tokens, seconds = decoder.generate(prompt, 6)
+            assert torch.equal(tokens, expected) and seconds > 0
+        logits = bll.logits_of(model, prompt)
+        same = bll.compare_logits(logits, logits.double().float(), logits)
+        assert same["max_abs_err"] == 0 and same["argmax_agree"] == 1.0
+        off = bll.compare_logits(logits + 0.5, logits, logits)
+        assert off["max_abs_err"] == pytest.approx(0.5) and off["rel_err"] == pytest.approx(0.5 / logits.abs().max())
+
+
+def test_llama_without_gpu_says_why(capsys):
+    if bll.requirements_missing() is None:
+        pytest.skip("this machine can run the benchmark")
+    assert bll.main(["--layers", "1"]) == 2
+    assert "bench_llama needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_llama_report_lines():
+    runs = [{"model": "dense", "batch": 1, "mode": "graph", "tokens_per_s": 100.0, "ms_per_step": 10.0,
+             "tokens_equal_eager": True},
+            {"model": "sparsile", "batch": 1, "mode": "graph", "tokens_per_s": 140.0, "ms_per_step": 7.1,
+             "tokens_equal_eager": True, "speedup": 1.4},
+            {"model": "sparsile", "batch": 16, "mode": "graph", "tokens_per_s": 1500.0, "ms_per_step": 10.7,
+             "tokens_equal_eager": False, "speedup": 1.25},
+            {"model": "sparsile", "batch": 16, "mode": "compile", "error": "RuntimeError: boom"}]
+    assert bll.target_lines(runs) == [
+        "- [PASS] sparsile >= 1.3x dense tokens/s, batch 1, graph: 1.40x",
+        "- [FAIL] sparsile >= 1.3x dense tokens/s, batch 16, graph: 1.25x",
+        "- [n/a ] sparsile >= 1.3x dense tokens/s, batch 16, compile: not measured"]
+    assert bll.format_run(runs[0]) == "| dense | 1 | graph | 100.0 | 10.000 | - | yes |"
+    assert bll.format_run(runs[2]).endswith("| 1.25x | NO |")
+    assert "failed: RuntimeError: boom" in bll.format_run(runs[3])
+
+
+def test_linear_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
+    """The whole benchmark on the CPU on one tiny shape, with the GPU-only timers (profiler, CUDA
+    graph) replaced by constants and SparseLinear by a dense stand-in: every column, note, target
+    line and the JSON come out; contenders that need a GPU (cuSPARSELt) are reported, not fatal."""
+    pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    class StandIn:
+        def __init__(self, linear):
+            self.weight = linear.weight.detach().clone()
+
+        def __call__(self, x):
+            return F.linear(x, self.weight)
+
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
+    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
+    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 5.0)[1])
+    monkeypatch.setattr(bl, "graph_time", lambda fn, reps, blocks: (fn(), 4.0)[1])
+    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: StandIn(linear))
+    out = tmp_path / "linear.json"
+    assert bl.main(["--tokens", "1", "32", "--blocks", "1", "--variants", "eager", "graph", "cslt",
+                    "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("| tiny o | 64×128 |") == 4 and "targets:" in text and "- [" in text
+    report = json.loads(out.read_text())
+    rows = {(r["dtype"], r["t"]): r for r in report["rows"]}
+    assert set(rows) == {("bf16", 1), ("bf16", 32), ("e4m3", 1), ("e4m3", 32)}
+    for r in rows.values():
+        assert r["sl_kern"] == 5.0 and r["sl_graph"] == 4.0 and r["sl_ovh"] == pytest.approx(r["sl_wall"] - 5.0)
+        assert 0 < r["sl_host"] <= r["sl_wall"] and r["out_dtype"] == "bfloat16"
+        assert r["err"] < 2**-7  # the stand-in is F.linear in bf16: its rounding only
+        if "cslt" not in r["errors"]:  # cuSPARSELt ran (it should not on a CPU), so it was timed
+            assert r["cslt_kern"] == 5.0
+    assert rows[("bf16", 1)]["speedup_graph"] == 1.0 and rows[("bf16", 1)]["dense_err"] < 2**-7
+    assert report["targets"][2][1] is False  # CUDA graph target: 1.00x < 1.5x at T = 1
+
+
+def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
+    """The whole Llama benchmark on the CPU with a tiny config, eager decoding and a stand-in for
+    sparsify_ (the projections stay dense): the check, the table and the JSON come out; the
+    semi-structured model (GPU only) is reported as not built."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    tiny = {**bll.LLAMA3_8B, "vocab_size": 61, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "bos_token_id": None, "eos_token_id": None}
+    monkeypatch.setattr(bll, "DEVICE", "cpu")
+    monkeypatch.setattr(bll, "LLAMA3_8B", tiny)
+    monkeypatch.setattr(bll, "requirements_missing", lambda: None)
+    monkeypatch.setattr(bll, "sparsify_sparsile", lambda model: "stand-in report")
+    out = tmp_path / "llama.json"
+    assert bll.main(["--layers", "1", "--batches", "1", "3", "--prompt", "4", "--new-tokens", "3", "--modes", "eager",
+                     "--repeats", "1", "--check-tokens", "4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "sparsile: 7 projections swapped" in text and "stand-in report" in text
+    assert "semi: could not be built" in text
+    report = json.loads(out.read_text())
+    assert report["check"]["sparsile"]["ok"] and report["check"]["sparsile"]["vs_dense_bf16"] == 0.0
+    runs = {(r["model"], r["batch"]): r for r in report["runs"]}
+    assert set(runs) == {("dense", 1), ("sparsile", 1), ("dense", 3), ("sparsile", 3)}
+    assert all(r["tokens_equal_eager"] and r["tokens_per_s"] > 0 for r in runs.values())
+    assert runs[("sparsile", 3)]["speedup"] > 0 and "batch 3, eager" in text

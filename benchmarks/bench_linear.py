@@ -1,0 +1,585 @@
+"""A 2:4-sparse linear layer in PyTorch on the GPU: ``sparsile.torch.SparseLinear`` (eager, CUDA
+graph replay, torch.compile) against dense ``F.linear``, torch's ``to_sparse_semi_structured``
+(cuSPARSELt) and ``torch._cslt_sparse_mm`` with the algorithm ``_cslt_sparse_mm_search`` picks, on
+the layer shapes of Llama-3 8B and 70B, in one run, one table (markdown on stdout; ``--json FILE``).
+
+    python benchmarks/bench_linear.py --quick                   # every shape, T in {1, 16, 256}
+    python benchmarks/bench_linear.py --shapes 8B --tokens 1 4 16 --dtypes bf16
+    python benchmarks/bench_linear.py --json linear.json --max-seconds 220
+
+y = x @ W.T with x (T, K) bf16 and W (N, K) pruned to 2:4 by magnitude; every contender gets the same
+pruned weight. e4m3 rows: the weight is quantized with per-output-channel scales and x per token;
+the dense anchor is ``torch._scaled_mm`` with rowwise scales (per-tensor where rowwise is refused),
+the per-token quantization of x (torch ops) included in its time, as SparseLinear includes its own.
+
+Columns (µs per call):
+  wall     host-inclusive time: N back-to-back calls, then one synchronize, divided by N (median of
+           several such blocks); a host-bound call shows its host cost here, a GPU-bound one its
+           kernel time
+  host     the Python/launch side alone: the same N calls timed up to the last return, before the
+           synchronize
+  kern     kernel time: torch.profiler CUDA device time of all kernels one call launches
+  ovh      wall - kern of eager SparseLinear (the host overhead not hidden behind the kernel)
+  graph    CUDA graph replay: R calls captured in one graph, replayed back to back, time / R
+           (kernel time plus the gaps between kernels; no Python)
+  cslt     kernel time of ``torch._cslt_sparse_mm`` with the searched algorithm (e4m3: x quantized
+           beforehand, so the quantization is not in it)
+  x/dense  speedups: the dense time / this time (eager: wall; graph: graph; kern: kern)
+  err      max |y - ref| / max |ref| of eager SparseLinear (in parentheses: of the dense anchor), ref =
+           x @ W_pruned.T in float64 (e4m3 rows: mostly the quantization error, for both)
+Targets (issue 12), at T <= 16 on every shape: ovh <= 8 µs; eager wall <= dense wall; graph >= 1.5x
+dense under the same graph method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A linear layer: N output features, K input features."""
+
+    model: str
+    layer: str
+    n: int
+    k: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.layer}"
+
+
+SHAPES = (Shape("8B", "qkv", 6144, 4096), Shape("8B", "o", 4096, 4096), Shape("8B", "gate_up", 28672, 4096),
+          Shape("8B", "down", 4096, 14336), Shape("70B", "qkv", 10240, 8192), Shape("70B", "o", 8192, 8192),
+          Shape("70B", "gate_up", 57344, 8192), Shape("70B", "down", 8192, 28672))
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
+QUICK_TOKENS = (1, 16, 256)
+DTYPES = ("bf16", "e4m3")
+VARIANTS = ("eager", "graph", "compile", "semi", "cslt")
+SMALL_T = 16  # the targets apply at T <= SMALL_T
+MAX_OVERHEAD_US = 8.0
+MIN_GRAPH_SPEEDUP = 1.5
+FP8_MAX = 448.0
+DEVICE = "cuda"  # the tests run the Python side on "cpu" with the GPU-only timers replaced
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=None, metavar="SEL",
+                    help="8B, 70B, a layer (qkv, o, gate_up, down) or MODEL:LAYER e.g. 70B:down (default: all)")
+    ap.add_argument("--tokens", nargs="+", type=_positive, default=None, help=f"T values (default {TOKENS})")
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                    help="SparseLinear modes and cuSPARSELt contenders to run (dense always runs)")
+    ap.add_argument("--quick", action="store_true", help=f"T in {QUICK_TOKENS} unless --tokens is given")
+    ap.add_argument("--compile-max-tokens", type=_positive, default=SMALL_T,
+                    help="run the torch.compile variant only up to this T (each compile costs seconds)")
+    ap.add_argument("--blocks", type=_positive, default=7, help="timed blocks per measurement (median taken)")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="start no new case after this many seconds (the table keeps the rows measured)")
+    ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    try:
+        args.shape_list = select_shapes(args.shapes)
+    except ValueError as e:
+        ap.error(str(e))
+    args.token_list = tuple(args.tokens) if args.tokens else (QUICK_TOKENS if args.quick else TOKENS)
+    return args
+
+
+def select_shapes(selectors: list[str] | None) -> tuple[Shape, ...]:
+    """The shapes named by ``--shapes`` selectors, in table order; ValueError for a selector that names none."""
+    if not selectors:
+        return SHAPES
+    chosen: set[Shape] = set()
+    for sel in selectors:
+        model, _, layer = sel.partition(":")
+        hits = [s for s in SHAPES if (s.model == model and (not layer or s.layer == layer))
+                or (not layer and s.layer == model)]
+        if not hits:
+            names = ", ".join(f"{s.model}:{s.layer}" for s in SHAPES)
+            raise ValueError(f"--shapes {sel!r} names no shape; use 8B, 70B, a layer or one of {names}")
+        chosen.update(hits)
+    return tuple(s for s in SHAPES if s in chosen)
+
+
+# ------------------------------------------------------------------------------------------------
+# timing
+
+
+def sync() -> None:
+    """Wait for the device (``torch.cuda.synchronize``; nothing on the CPU)."""
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+@dataclass
+class Timing:
+    """Per-call times in µs: ``wall`` includes the synchronize at the end of each block, ``host`` stops
+    when the last call has returned."""
+
+    wall: float
+    host: float
+
+
+def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
+               target_s: float = 0.01, max_calls: int = 200) -> Timing:
+    """Median over ``blocks`` of (N back-to-back calls, then ``sync``) / N; N sized so a block lasts
+    about ``target_s`` (at least 2, at most ``max_calls``: short enough not to fill the launch queue)."""
+    fn()
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    single = time.perf_counter() - start
+    calls = max(2, min(max_calls, int(target_s / max(single, 1e-7))))
+    walls, hosts = [], []
+    for _ in range(blocks):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        launched = time.perf_counter()
+        sync()
+        done = time.perf_counter()
+        walls.append((done - start) / calls * 1e6)
+        hosts.append((launched - start) / calls * 1e6)
+    return Timing(statistics.median(walls), statistics.median(hosts))
+
+
+def kernel_time(fn: Callable[[], Any], calls: int = 10) -> float:
+    """Mean CUDA device time (µs) of all the kernels (and copies) one call of ``fn`` launches."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for evt in prof.events():
+        if evt.device_type.name == "CUDA":
+            total += getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0)
+    if total <= 0:
+        raise RuntimeError("the profiler recorded no CUDA kernel time (CUPTI unavailable?)")
+    return total / calls
+
+
+def graph_time(fn: Callable[[], Any], reps: int, blocks: int) -> float:
+    """µs per call when ``reps`` calls captured in one CUDA graph are replayed back to back."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream (lazy init, autotuning, plans)
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    t = time_calls(graph.replay, sync, blocks=blocks, max_calls=50).wall / reps
+    del graph
+    return t
+
+
+def graph_reps(kernel_us: float | None) -> int:
+    """Calls per captured graph: about 200 µs of kernels, 1 to 20 calls."""
+    return max(1, min(20, int(200.0 / max(kernel_us or 1.0, 1.0))))
+
+
+# ------------------------------------------------------------------------------------------------
+# operands and contenders
+
+
+def prune_24(w: Any) -> Any:
+    """``w`` (N, K) with the two smallest-magnitude values of every 4 along K set to zero (same dtype)."""
+    import torch
+
+    n, k = w.shape
+    groups = w.reshape(n, k // 4, 4)
+    keep = groups.float().abs().topk(2, dim=-1).indices
+    mask = torch.zeros(groups.shape, dtype=torch.bool, device=w.device).scatter_(-1, keep, True)
+    return (groups * mask).reshape(n, k)
+
+
+def quantize_rows_e4m3(t: Any) -> tuple[Any, Any]:
+    """(t / s).to(e4m3), s (rows, 1) float32 = max |row| / 448 (1 for a zero row): per-token or
+    per-output-channel scales."""
+    import torch
+
+    scale = (t.float().abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp_min(1e-12)
+    return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
+
+
+def make_sparse_linear(linear: Any, dtype: str) -> Any:
+    """``SparseLinear.from_dense(linear, dtype=...)``: None for bf16 (the layer's own dtype); for e4m3
+    the name "e4m3" first, then ``torch.float8_e4m3fn``."""
+    import torch
+    from sparsile.torch import SparseLinear
+
+    if dtype == "bf16":
+        return SparseLinear.from_dense(linear)
+    try:
+        return SparseLinear.from_dense(linear, dtype="e4m3")
+    except (TypeError, ValueError, KeyError):
+        return SparseLinear.from_dense(linear, dtype=torch.float8_e4m3fn)
+
+
+def cslt_search(compressed: Any, dense_b: Any, **kw: Any) -> int:
+    """The algorithm id ``torch._cslt_sparse_mm_search`` picks (its result is an int, or a tuple
+    starting with it in some torch versions); 0 where the search is unavailable."""
+    import torch
+
+    search = getattr(torch, "_cslt_sparse_mm_search", None)
+    if search is None:
+        return 0
+    found = search(compressed, dense_b, **kw)
+    return int(found[0] if isinstance(found, tuple | list) else found)
+
+
+class Contenders:
+    """Everything measured on one (shape, dtype): built once, then called for each T."""
+
+    def __init__(self, shape: Shape, dtype: str, variants: tuple[str, ...], errors: dict[str, str]) -> None:
+        import torch
+
+        self.dtype, self.errors = dtype, errors
+        gen = torch.Generator(device=DEVICE).manual_seed(shape.n * 31 + shape.k)
+        w = prune_24(torch.randn(shape.n, shape.k, device=DEVICE, generator=gen).to(torch.bfloat16))
+        self.w = w
+        self.linear = torch.nn.Linear(shape.k, shape.n, bias=False, device=DEVICE, dtype=torch.bfloat16)
+        with torch.no_grad():
+            self.linear.weight.copy_(w)
+        self.sparse = self.compiled = self.semi = self.cslt = None
+        self.fp8_rowwise = True
+        if dtype == "e4m3":
+            self.w8, self.sw = quantize_rows_e4m3(w)  # sw (N, 1)
+        self.sparse = self._try("eager", lambda: make_sparse_linear(self.linear, dtype))
+        if self.sparse is not None and "compile" in variants:
+            self.compiled = self._try("compile", lambda: torch.compile(self.sparse, fullgraph=True, dynamic=True))
+        if dtype == "bf16" and "semi" in variants:
+            from torch.sparse import to_sparse_semi_structured
+
+            self.semi = self._try("semi", lambda: to_sparse_semi_structured(w))
+        if "cslt" in variants:
+            self.cslt = self._try("cslt", lambda: torch._cslt_compress(self.w8 if dtype == "e4m3" else w))
+
+    def _try(self, what: str, build: Callable[[], Any]) -> Any:
+        try:
+            return build()
+        except Exception as e:  # a contender that cannot be built is reported, the others still run
+            self.errors[what] = first_line(e)
+            return None
+
+    def dense(self, x: Any) -> Callable[[], Any]:
+        import torch
+        import torch.nn.functional as F
+
+        if self.dtype == "bf16":
+            return lambda: F.linear(x, self.w)
+        sw_row = self.sw.reshape(1, -1)
+        one = torch.ones((), device=DEVICE)
+
+        def fp8() -> Any:
+            x8, sx = quantize_rows_e4m3(x)
+            if self.fp8_rowwise:
+                return torch._scaled_mm(x8, self.w8.T, scale_a=sx, scale_b=sw_row, out_dtype=torch.bfloat16)
+            y = torch._scaled_mm(x8, self.w8.T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return y * (sx * sw_row)  # per-tensor GEMM, scales applied after (rowwise refused)
+
+        if self.fp8_rowwise:
+            try:
+                fp8()
+            except RuntimeError as e:
+                self.fp8_rowwise = False
+                self.errors["dense fp8"] = f"rowwise _scaled_mm refused, per-tensor used: {first_line(e)}"
+        return fp8
+
+    def cslt_call(self, x: Any) -> Callable[[], Any]:
+        import torch
+
+        kw: dict[str, Any] = {}
+        if self.dtype == "e4m3":
+            x8, _ = quantize_rows_e4m3(x)
+            b = x8.T
+            kw["out_dtype"] = torch.bfloat16
+        else:
+            b = x.T
+        alg = cslt_search(self.cslt, b, **kw)
+        return lambda: torch._cslt_sparse_mm(self.cslt, b, alg_id=alg, **kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# one case
+
+
+def measure(label: str, fn: Callable[[], Any], row: dict[str, Any], errors: dict[str, str], *,
+            blocks: int, wall: bool = True, graph: bool = False) -> None:
+    """Fill ``row[label + '_wall' / '_host' / '_kern' / '_graph']``; an exception goes to ``errors``."""
+    try:
+        if wall:
+            t = time_calls(fn, sync, blocks=blocks)
+            row[f"{label}_wall"], row[f"{label}_host"] = t.wall, t.host
+        row[f"{label}_kern"] = kernel_time(fn)
+        if graph:
+            row[f"{label}_graph"] = graph_time(fn, graph_reps(row[f"{label}_kern"]), blocks)
+    except Exception as e:
+        errors[label] = first_line(e)
+
+
+def first_line(e: BaseException) -> str:
+    """``Type: first line of the message`` (at most 200 characters of it), for a table's notes."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+
+def relative_error(y: Any, ref: Any) -> float:
+    """max |y - ref| / max |ref| (both as float64)."""
+    return ((y.double() - ref).abs().max() / ref.abs().max()).item()
+
+
+def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    errors = dict(c.errors)
+    row: dict[str, Any] = {"model": shape.model, "layer": shape.layer, "n": shape.n, "k": shape.k, "t": t,
+                           "dtype": c.dtype, "errors": errors}
+    gen = torch.Generator(device=DEVICE).manual_seed(t)
+    x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(torch.bfloat16)
+    ref = x.double() @ c.w.double().T
+    try:
+        dense = c.dense(x)
+        row["dense_err"] = relative_error(dense(), ref)
+        measure("dense", dense, row, errors, blocks=args.blocks, graph="graph" in args.variants)
+    except Exception as e:
+        errors["dense"] = first_line(e)
+    if c.sparse is not None:
+        try:
+            y = c.sparse(x)
+            row["err"] = relative_error(y, ref)
+            row["out_dtype"] = str(y.dtype).removeprefix("torch.")
+            if tuple(y.shape) != (t, shape.n):
+                errors["eager"] = f"output shape {tuple(y.shape)}, expected {(t, shape.n)}"
+        except Exception as e:
+            errors["eager"] = first_line(e)
+        if "eager" not in errors:
+            measure("sl", lambda: c.sparse(x), row, errors, blocks=args.blocks, graph="graph" in args.variants)
+    del ref
+    if c.compiled is not None and t <= args.compile_max_tokens:
+        measure("compile", lambda: c.compiled(x), row, errors, blocks=args.blocks)
+    if c.semi is not None:
+        import torch.nn.functional as F
+
+        measure("semi", lambda: F.linear(x, c.semi), row, errors, blocks=args.blocks)
+    if c.cslt is not None:
+        try:
+            measure("cslt", c.cslt_call(x), row, errors, blocks=args.blocks, wall=False)
+        except Exception as e:
+            errors["cslt"] = first_line(e)
+    if "sl_kern" in row and "sl_wall" in row:
+        row["sl_ovh"] = row["sl_wall"] - row["sl_kern"]
+    for mode in ("wall", "graph", "kern"):
+        if row.get(f"sl_{mode}") and row.get(f"dense_{mode}"):
+            row[f"speedup_{mode}"] = row[f"dense_{mode}"] / row[f"sl_{mode}"]
+    return row
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+
+
+COLUMNS = (("shape", None), ("N×K", None), ("T", None), ("dtype", None),
+           ("dense wall", "dense_wall"), ("dense kern", "dense_kern"), ("dense graph", "dense_graph"),
+           ("SL wall", "sl_wall"), ("SL host", "sl_host"), ("SL kern", "sl_kern"), ("SL ovh", "sl_ovh"),
+           ("SL graph", "sl_graph"), ("SL compile wall", "compile_wall"),
+           ("semi wall", "semi_wall"), ("semi kern", "semi_kern"), ("cslt kern", "cslt_kern"),
+           ("eager/dense", "speedup_wall"), ("graph/dense", "speedup_graph"), ("kern/dense", "speedup_kern"),
+           ("err (dense)", "err"))
+
+
+def table_header() -> str:
+    names = [name for name, _ in COLUMNS]
+    return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+
+
+def format_row(r: dict[str, Any]) -> str:
+    cells = [f"{r['model']} {r['layer']}", f"{r['n']}×{r['k']}", str(r["t"]), r["dtype"]]
+    for _, key in COLUMNS[4:]:
+        v = r.get(key)
+        if v is None:
+            cells.append("-")
+        elif key == "err":
+            cells.append(f"{v:.1e}" + (f" ({r['dense_err']:.1e})" if r.get("dense_err") is not None else ""))
+        elif key.startswith("speedup"):
+            cells.append(f"{v:.2f}x")
+        else:
+            cells.append(f"{v:.1f}")
+    return "| " + " | ".join(cells) + " |"
+
+
+def check_targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
+    """The three issue-12 targets over the rows with T <= 16: (target, met (None: not measured), detail)."""
+    small = [r for r in rows if r["t"] <= SMALL_T]
+    out: list[tuple[str, bool | None, str]] = []
+
+    def judge(name: str, key: str, ok: Callable[[float], bool], worst: Callable[..., Any], unit: str) -> None:
+        got = [r for r in small if r.get(key) is not None]
+        if not got:
+            out.append((name, None, "not measured"))
+            return
+        bad = [r for r in got if not ok(r[key])]
+        w = worst(got, key=lambda r: r[key])
+        detail = (f"{len(got) - len(bad)}/{len(got)} rows; worst {w[key]:.2f}{unit} at {w['model']} {w['layer']} "
+                  f"T={w['t']} {w['dtype']}")
+        out.append((name, not bad, detail))
+
+    judge(f"eager host overhead <= {MAX_OVERHEAD_US:g} µs over kernel time (T <= {SMALL_T})", "sl_ovh",
+          lambda v: v <= MAX_OVERHEAD_US, max, " µs")
+    judge(f"eager no slower than dense (T <= {SMALL_T})", "speedup_wall", lambda v: v >= 1.0, min, "x")
+    judge(f"CUDA graph >= {MIN_GRAPH_SPEEDUP}x dense (T <= {SMALL_T})", "speedup_graph",
+          lambda v: v >= MIN_GRAPH_SPEEDUP, min, "x")
+    return out
+
+
+def format_targets(results: list[tuple[str, bool | None, str]]) -> str:
+    mark = {True: "PASS", False: "FAIL", None: "n/a "}
+    return "\n".join(f"- [{mark[ok]}] {name}: {detail}" for name, ok, detail in results)
+
+
+def environment() -> dict[str, str]:
+    """The GPU, torch, CUDA and triton versions, the date and the sparsile commit ('+dirty' with local
+    changes; ``$SPARSILE_COMMIT`` where the tree has no git metadata)."""
+    import torch
+
+    info = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+            "torch": torch.__version__, "cuda": str(torch.version.cuda),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        info["commit"] = sha + ("+dirty" if dirty else "") if sha else ""
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    if not sha:  # a copy of the tree without .git: the commit can be passed in
+        info["commit"] = os.environ.get("SPARSILE_COMMIT", "unknown")
+    return info
+
+
+def raise_dynamo_limits() -> None:
+    """Let torch.compile keep many compiled entries for one function: every SparseLinear (every model)
+    shares one ``forward``, and each shape adds guarded entries; past the default limit of 8 dynamo
+    would silently run the rest eagerly."""
+    import torch
+
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 1024)
+
+
+def requirements_missing() -> str | None:
+    """Why this benchmark cannot run here, or None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible to torch"
+    try:
+        import sparsile.torch  # noqa: F401
+    except ImportError as e:
+        return f"sparsile.torch cannot be imported ({e})"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    missing = requirements_missing()
+    if missing is not None:
+        print(f"bench_linear needs an NVIDIA GPU, torch and sparsile.torch: {missing}", file=sys.stderr)
+        return 2
+    import torch
+
+    if "compile" in args.variants:
+        raise_dynamo_limits()
+    started = time.perf_counter()
+    env = environment()
+    print(" | ".join(f"{k} {v}" for k, v in env.items()))
+    print(f"shapes {', '.join(s.name for s in args.shape_list)}; T {list(args.token_list)}; dtypes {args.dtypes}; "
+          f"variants {args.variants}\n", flush=True)
+    print(table_header(), flush=True)
+    rows: list[dict[str, Any]] = []
+    stopped = None
+    for dtype in args.dtypes:
+        for shape in args.shape_list:
+            if args.max_seconds is not None and time.perf_counter() - started > args.max_seconds:
+                stopped = f"stopped after {args.max_seconds:g} s (--max-seconds) before {shape.name} {dtype}"
+                break
+            build_errors: dict[str, str] = {}
+            with torch.no_grad():  # built as a user would build a model; run under inference_mode
+                contenders = Contenders(shape, dtype, tuple(args.variants), build_errors)
+            for t in args.token_list:
+                with torch.inference_mode():
+                    row = bench_case(contenders, shape, t, args)
+                rows.append(row)
+                print(format_row(row), flush=True)
+            del contenders
+            if "compile" in args.variants:
+                torch._dynamo.reset()  # drop the compiled entries of this shape's modules
+            torch.cuda.empty_cache()
+        if stopped:
+            break
+    print("\nµs per call. wall: N back-to-back calls + 1 sync, / N, median of blocks; host: the same up to the last "
+          "return; kern: torch.profiler CUDA time of one call's kernels; graph: replay of R calls captured in one "
+          "CUDA graph, / R; ovh = SL wall - SL kern; x/dense = dense time / SL time.")
+    notes = sorted({f"{r['dtype']} {k}: {v}" for r in rows for k, v in r["errors"].items()})
+    if notes:
+        print("notes:\n" + "\n".join(f"- {n}" for n in notes))
+    if stopped:
+        print(stopped)
+    targets = check_targets(rows)
+    print("\ntargets:\n" + format_targets(targets))
+    print(f"\n{time.perf_counter() - started:.0f} s in all")
+    if args.json:
+        args.json.write_text(json.dumps({"env": env, "args": sys.argv[1:] if argv is None else argv, "rows": rows,
+                                         "targets": targets, "stopped": stopped}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
