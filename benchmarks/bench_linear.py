@@ -5,12 +5,18 @@ the layer shapes of Llama-3 8B and 70B, in one run, one table (markdown on stdou
 
     python benchmarks/bench_linear.py --quick                   # every shape, T in {1, 16, 256}
     python benchmarks/bench_linear.py --shapes 8B --tokens 1 4 16 --dtypes bf16
-    python benchmarks/bench_linear.py --json linear.json --max-seconds 220
+    python benchmarks/bench_linear.py --dtypes bf16 --json linear.json --max-seconds 200
+
+Most of a run's time outside the measurements is ``SparseLinear.from_dense`` (pruning and compressing
+on the host, slowest for e4m3 and the 70B gate_up weight of 470 M values) and the torch.compile of
+each layer; ``--max-seconds`` starts no new shape after the limit, ``--variants`` drops contenders.
 
 y = x @ W.T with x (T, K) bf16 and W (N, K) pruned to 2:4 by magnitude; every contender gets the same
 pruned weight. e4m3 rows: the weight is quantized with per-output-channel scales and x per token;
-the dense anchor is ``torch._scaled_mm`` with rowwise scales (per-tensor where rowwise is refused),
-the per-token quantization of x (torch ops) included in its time, as SparseLinear includes its own.
+the dense anchor is ``torch._scaled_mm`` with rowwise scales (per-tensor where rowwise is refused)
+on x quantized beforehand, so its time is the GEMM alone while SparseLinear's includes its own
+per-token quantization of x (a conservative comparison; ``--fp8-dense-quantize`` puts a torch-ops
+quantization into the anchor's time instead).
 
 Columns (µs per call):
   wall     host-inclusive time: N back-to-back calls, then one synchronize, divided by N (median of
@@ -34,11 +40,7 @@ dense under the same graph method.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -46,7 +48,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import (  # a sibling script, not a package
+    environment,
+    first_line,
+    graph_reps,
+    graph_time,
+    kernel_time,
+    prune_24,
+    quantize_rows_e4m3,
+    raise_dynamo_limits,
+    relative_error,
+    time_calls,
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +87,6 @@ VARIANTS = ("eager", "graph", "compile", "semi", "cslt")
 SMALL_T = 16  # the targets apply at T <= SMALL_T
 MAX_OVERHEAD_US = 8.0
 MIN_GRAPH_SPEEDUP = 1.5
-FP8_MAX = 448.0
 DEVICE = "cuda"  # the tests run the Python side on "cpu" with the GPU-only timers replaced
 
 
@@ -96,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help=f"T in {QUICK_TOKENS} unless --tokens is given")
     ap.add_argument("--compile-max-tokens", type=_positive, default=SMALL_T,
                     help="run the torch.compile variant only up to this T (each compile costs seconds)")
+    ap.add_argument("--fp8-dense-quantize", action="store_true",
+                    help="e4m3: count the per-token quantization of x (torch ops) in the dense anchor's time "
+                         "(default: x is quantized beforehand, the anchor is _scaled_mm alone)")
     ap.add_argument("--blocks", type=_positive, default=7, help="timed blocks per measurement (median taken)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new case after this many seconds (the table keeps the rows measured)")
@@ -137,107 +153,8 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-@dataclass
-class Timing:
-    """Per-call times in µs: ``wall`` includes the synchronize at the end of each block, ``host`` stops
-    when the last call has returned."""
-
-    wall: float
-    host: float
-
-
-def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
-               target_s: float = 0.01, max_calls: int = 200) -> Timing:
-    """Median over ``blocks`` of (N back-to-back calls, then ``sync``) / N; N sized so a block lasts
-    about ``target_s`` (at least 2, at most ``max_calls``: short enough not to fill the launch queue)."""
-    fn()
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    single = time.perf_counter() - start
-    calls = max(2, min(max_calls, int(target_s / max(single, 1e-7))))
-    walls, hosts = [], []
-    for _ in range(blocks):
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        launched = time.perf_counter()
-        sync()
-        done = time.perf_counter()
-        walls.append((done - start) / calls * 1e6)
-        hosts.append((launched - start) / calls * 1e6)
-    return Timing(statistics.median(walls), statistics.median(hosts))
-
-
-def kernel_time(fn: Callable[[], Any], calls: int = 10) -> float:
-    """Mean CUDA device time (µs) of all the kernels (and copies) one call of ``fn`` launches."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total = 0.0
-    for evt in prof.events():
-        if evt.device_type.name == "CUDA":
-            total += getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0)
-    if total <= 0:
-        raise RuntimeError("the profiler recorded no CUDA kernel time (CUPTI unavailable?)")
-    return total / calls
-
-
-def graph_time(fn: Callable[[], Any], reps: int, blocks: int) -> float:
-    """µs per call when ``reps`` calls captured in one CUDA graph are replayed back to back."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream (lazy init, autotuning, plans)
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    t = time_calls(graph.replay, sync, blocks=blocks, max_calls=50).wall / reps
-    del graph
-    return t
-
-
-def graph_reps(kernel_us: float | None) -> int:
-    """Calls per captured graph: about 200 µs of kernels, 1 to 20 calls."""
-    return max(1, min(20, int(200.0 / max(kernel_us or 1.0, 1.0))))
-
-
 # ------------------------------------------------------------------------------------------------
 # operands and contenders
-
-
-def prune_24(w: Any) -> Any:
-    """``w`` (N, K) with the two smallest-magnitude values of every 4 along K set to zero (same dtype)."""
-    import torch
-
-    n, k = w.shape
-    groups = w.reshape(n, k // 4, 4)
-    keep = groups.float().abs().topk(2, dim=-1).indices
-    mask = torch.zeros(groups.shape, dtype=torch.bool, device=w.device).scatter_(-1, keep, True)
-    return (groups * mask).reshape(n, k)
-
-
-def quantize_rows_e4m3(t: Any) -> tuple[Any, Any]:
-    """(t / s).to(e4m3), s (rows, 1) float32 = max |row| / 448 (1 for a zero row): per-token or
-    per-output-channel scales."""
-    import torch
-
-    scale = (t.float().abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp_min(1e-12)
-    return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
 
 
 def make_sparse_linear(linear: Any, dtype: str) -> Any:
@@ -269,10 +186,11 @@ def cslt_search(compressed: Any, dense_b: Any, **kw: Any) -> int:
 class Contenders:
     """Everything measured on one (shape, dtype): built once, then called for each T."""
 
-    def __init__(self, shape: Shape, dtype: str, variants: tuple[str, ...], errors: dict[str, str]) -> None:
+    def __init__(self, shape: Shape, dtype: str, variants: tuple[str, ...], errors: dict[str, str],
+                 quantize_in_dense: bool = False) -> None:
         import torch
 
-        self.dtype, self.errors = dtype, errors
+        self.dtype, self.errors, self.quantize_in_dense = dtype, errors, quantize_in_dense
         gen = torch.Generator(device=DEVICE).manual_seed(shape.n * 31 + shape.k)
         w = prune_24(torch.randn(shape.n, shape.k, device=DEVICE, generator=gen).to(torch.bfloat16))
         self.w = w
@@ -283,7 +201,9 @@ class Contenders:
         self.fp8_rowwise = True
         if dtype == "e4m3":
             self.w8, self.sw = quantize_rows_e4m3(w)  # sw (N, 1)
+        started = time.perf_counter()
         self.sparse = self._try("eager", lambda: make_sparse_linear(self.linear, dtype))
+        self.build_s = time.perf_counter() - started  # SparseLinear.from_dense: prune, compress, encode
         if self.sparse is not None and "compile" in variants:
             self.compiled = self._try("compile", lambda: torch.compile(self.sparse, fullgraph=True, dynamic=True))
         if dtype == "bf16" and "semi" in variants:
@@ -308,9 +228,10 @@ class Contenders:
             return lambda: F.linear(x, self.w)
         sw_row = self.sw.reshape(1, -1)
         one = torch.ones((), device=DEVICE)
+        pre8, pre_sx = quantize_rows_e4m3(x)
 
         def fp8() -> Any:
-            x8, sx = quantize_rows_e4m3(x)
+            x8, sx = quantize_rows_e4m3(x) if self.quantize_in_dense else (pre8, pre_sx)
             if self.fp8_rowwise:
                 return torch._scaled_mm(x8, self.w8.T, scale_a=sx, scale_b=sw_row, out_dtype=torch.bfloat16)
             y = torch._scaled_mm(x8, self.w8.T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
@@ -356,22 +277,12 @@ def measure(label: str, fn: Callable[[], Any], row: dict[str, Any], errors: dict
         errors[label] = first_line(e)
 
 
-def first_line(e: BaseException) -> str:
-    """``Type: first line of the message`` (at most 200 characters of it), for a table's notes."""
-    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
-
-
-def relative_error(y: Any, ref: Any) -> float:
-    """max |y - ref| / max |ref| (both as float64)."""
-    return ((y.double() - ref).abs().max() / ref.abs().max()).item()
-
-
 def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     errors = dict(c.errors)
     row: dict[str, Any] = {"model": shape.model, "layer": shape.layer, "n": shape.n, "k": shape.k, "t": t,
-                           "dtype": c.dtype, "errors": errors}
+                           "dtype": c.dtype, "errors": errors, "from_dense_s": c.build_s}
     gen = torch.Generator(device=DEVICE).manual_seed(t)
     x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(torch.bfloat16)
     ref = x.double() @ c.w.double().T
@@ -474,44 +385,6 @@ def format_targets(results: list[tuple[str, bool | None, str]]) -> str:
     return "\n".join(f"- [{mark[ok]}] {name}: {detail}" for name, ok, detail in results)
 
 
-def environment() -> dict[str, str]:
-    """The GPU, torch, CUDA and triton versions, the date and the sparsile commit ('+dirty' with local
-    changes; ``$SPARSILE_COMMIT`` where the tree has no git metadata)."""
-    import torch
-
-    info = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
-            "torch": torch.__version__, "cuda": str(torch.version.cuda),
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
-    try:
-        import triton
-
-        info["triton"] = triton.__version__
-    except ImportError:
-        pass
-    try:
-        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        info["commit"] = sha + ("+dirty" if dirty else "") if sha else ""
-    except (OSError, subprocess.SubprocessError):
-        sha = ""
-    if not sha:  # a copy of the tree without .git: the commit can be passed in
-        info["commit"] = os.environ.get("SPARSILE_COMMIT", "unknown")
-    return info
-
-
-def raise_dynamo_limits() -> None:
-    """Let torch.compile keep many compiled entries for one function: every SparseLinear (every model)
-    shares one ``forward``, and each shape adds guarded entries; past the default limit of 8 dynamo
-    would silently run the rest eagerly."""
-    import torch
-
-    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 1024)
-
-
 def requirements_missing() -> str | None:
     """Why this benchmark cannot run here, or None."""
     try:
@@ -552,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             build_errors: dict[str, str] = {}
             with torch.no_grad():  # built as a user would build a model; run under inference_mode
-                contenders = Contenders(shape, dtype, tuple(args.variants), build_errors)
+                contenders = Contenders(shape, dtype, tuple(args.variants), build_errors, args.fp8_dense_quantize)
             for t in args.token_list:
                 with torch.inference_mode():
                     row = bench_case(contenders, shape, t, args)
@@ -567,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\nµs per call. wall: N back-to-back calls + 1 sync, / N, median of blocks; host: the same up to the last "
           "return; kern: torch.profiler CUDA time of one call's kernels; graph: replay of R calls captured in one "
           "CUDA graph, / R; ovh = SL wall - SL kern; x/dense = dense time / SL time.")
+    built = {(r["model"], r["layer"], r["dtype"]): r["from_dense_s"] for r in rows}
+    if built:
+        slowest = max(built, key=built.get)
+        print(f"SparseLinear.from_dense took {sum(built.values()):.1f} s for {len(built)} layers (slowest "
+              f"{' '.join(slowest)}: {built[slowest]:.1f} s); not part of any time above.")
     notes = sorted({f"{r['dtype']} {k}: {v}" for r in rows for k, v in r["errors"].items()})
     if notes:
         print("notes:\n" + "\n".join(f"- {n}" for n in notes))

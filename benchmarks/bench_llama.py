@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_linear import environment, first_line, prune_24, raise_dynamo_limits  # a sibling script, not a package
+from torch_timing import environment, first_line, prune_24, raise_dynamo_limits  # a sibling script, not a package
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MODELS = ("dense", "sparsile", "semi")
@@ -125,15 +125,15 @@ def sparsify_sparsile(model: Any) -> Any:
     return sparsify_(model, filter_fn=is_projection)
 
 
-def sparsify_semi(model: Any) -> int:
-    """Replace each projection's weight by ``to_sparse_semi_structured`` of it; returns how many."""
+def sparsify_semi(model: Any) -> str:
+    """Replace each projection's weight by ``to_sparse_semi_structured`` of it; says how many."""
     import torch
     from torch.sparse import to_sparse_semi_structured
 
     found = projections(model)
     for _, lin in found:
         lin.weight = torch.nn.Parameter(to_sparse_semi_structured(lin.weight.detach()), requires_grad=False)
-    return len(found)
+    return f"{len(found)} projection weights made semi-structured sparse"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -328,7 +328,10 @@ def build_models(args: argparse.Namespace, config: Any) -> dict[str, Any]:
         try:
             models[name] = copy.deepcopy(dense)
             report = builders[name](models[name])
-            print(f"{name}: {pruned} projections swapped ({time.perf_counter() - t:.1f} s): {report}", flush=True)
+            print(f"{name} ({time.perf_counter() - t:.1f} s): {report}", flush=True)
+            swapped = getattr(report, "swapped", None)
+            if swapped is not None and len(swapped) != pruned:
+                print(f"WARNING: {name} swapped {len(swapped)} of the {pruned} projections: the rest stay dense")
         except Exception as e:
             models.pop(name, None)
             print(f"{name}: could not be built: {first_line(e)}", flush=True)

@@ -1,6 +1,9 @@
-"""The CPU-side parts of benchmarks/bench_compile.py and benchmarks/bench_elementwise.py: argument
+"""The CPU-side parts of the benchmark scripts: bench_compile.py and bench_elementwise.py (argument
 parsing, size and case tables, launch configurations that compile for sm_90a, the arithmetic of
-the reports, and a short real run of the compile benchmark."""
+the reports, and a short real run of the compile benchmark); bench_linear.py, bench_llama.py and
+examples/llama_sparse.py (arguments, pruning and quantization numerics, the targets, and whole runs
+on the CPU with the GPU-only timers replaced; the static-cache decode loop against recomputation).
+The torch and transformers tests skip when those are not installed."""
 
 from __future__ import annotations
 
@@ -336,12 +339,18 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bll, "DEVICE", "cpu")
     monkeypatch.setattr(bll, "LLAMA3_8B", tiny)
     monkeypatch.setattr(bll, "requirements_missing", lambda: None)
-    monkeypatch.setattr(bll, "sparsify_sparsile", lambda model: "stand-in report")
+    class Report:
+        swapped = ("one",)
+
+        def __str__(self):
+            return "stand-in report"
+
+    monkeypatch.setattr(bll, "sparsify_sparsile", lambda model: Report())
     out = tmp_path / "llama.json"
     assert bll.main(["--layers", "1", "--batches", "1", "3", "--prompt", "4", "--new-tokens", "3", "--modes", "eager",
                      "--repeats", "1", "--check-tokens", "4", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "sparsile: 7 projections swapped" in text and "stand-in report" in text
+    assert "stand-in report" in text and "WARNING: sparsile swapped 1 of the 7 projections" in text
     assert "semi: could not be built" in text
     report = json.loads(out.read_text())
     assert report["check"]["sparsile"]["ok"] and report["check"]["sparsile"]["vs_dense_bf16"] == 0.0
@@ -349,3 +358,25 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     assert set(runs) == {("dense", 1), ("sparsile", 1), ("dense", 3), ("sparsile", 3)}
     assert all(r["tokens_equal_eager"] and r["tokens_per_s"] > 0 for r in runs.values())
     assert runs[("sparsile", 3)]["speedup"] > 0 and "batch 3, eager" in text
+
+
+def test_linear_fp8_dense_anchor_with_and_without_quantization_agree(monkeypatch):
+    """The e4m3 dense anchor gives the same output whether x is quantized inside the timed call
+    (--fp8-dense-quantize) or beforehand, and it is close to the float64 product."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: None)
+    shape = bl.Shape("tiny", "o", 48, 64)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    outs = []
+    for inside in (False, True):
+        errors: dict = {}
+        c = bl.Contenders(shape, "e4m3", ("eager",), errors, quantize_in_dense=inside)
+        try:
+            outs.append(c.dense(x)())
+        except RuntimeError as e:  # torch builds without a CPU _scaled_mm
+            pytest.skip(f"torch._scaled_mm does not run on this CPU: {e}")
+        ref = x.double() @ c.w.double().T
+        assert bl.relative_error(outs[-1], ref) < 0.1  # e4m3 x and w: a few per cent
+    assert torch.equal(outs[0], outs[1])
+    assert bl.parse_args(["--fp8-dense-quantize"]).fp8_dense_quantize and not bl.parse_args([]).fp8_dense_quantize

@@ -1,0 +1,165 @@
+"""Timing and setup helpers shared by ``bench_linear.py`` and ``bench_llama.py`` (torch on a GPU):
+host-inclusive time per call, profiler kernel time, CUDA-graph replay time, 2:4 magnitude pruning,
+per-row e4m3 quantization, and the machine/commit line a results table starts with."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FP8_MAX = 448.0
+
+
+@dataclass
+class Timing:
+    """Per-call times in µs: ``wall`` includes the synchronize at the end of each block, ``host`` stops
+    when the last call has returned."""
+
+    wall: float
+    host: float
+
+
+def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
+               target_s: float = 0.01, max_calls: int = 200) -> Timing:
+    """Median over ``blocks`` of (N back-to-back calls, then ``sync``) / N; N sized so a block lasts
+    about ``target_s`` (at least 2, at most ``max_calls``: short enough not to fill the launch queue)."""
+    fn()
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    single = time.perf_counter() - start
+    calls = max(2, min(max_calls, int(target_s / max(single, 1e-7))))
+    walls, hosts = [], []
+    for _ in range(blocks):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        launched = time.perf_counter()
+        sync()
+        done = time.perf_counter()
+        walls.append((done - start) / calls * 1e6)
+        hosts.append((launched - start) / calls * 1e6)
+    return Timing(statistics.median(walls), statistics.median(hosts))
+
+
+def kernel_time(fn: Callable[[], Any], calls: int = 10) -> float:
+    """Mean CUDA device time (µs) of all the kernels (and copies) one call of ``fn`` launches."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for evt in prof.events():
+        if evt.device_type.name == "CUDA":
+            total += getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0)
+    if total <= 0:
+        raise RuntimeError("the profiler recorded no CUDA kernel time (CUPTI unavailable?)")
+    return total / calls
+
+
+def graph_time(fn: Callable[[], Any], reps: int, blocks: int) -> float:
+    """µs per call when ``reps`` calls captured in one CUDA graph are replayed back to back."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream (lazy init, autotuning, plans)
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    t = time_calls(graph.replay, torch.cuda.synchronize, blocks=blocks, max_calls=50).wall / reps
+    del graph
+    return t
+
+
+def graph_reps(kernel_us: float | None) -> int:
+    """Calls per captured graph: about 200 µs of kernels, 1 to 20 calls."""
+    return max(1, min(20, int(200.0 / max(kernel_us or 1.0, 1.0))))
+
+
+def prune_24(w: Any) -> Any:
+    """``w`` (N, K) with the two smallest-magnitude values of every 4 along K set to zero (same dtype)."""
+    import torch
+
+    n, k = w.shape
+    groups = w.reshape(n, k // 4, 4)
+    keep = groups.float().abs().topk(2, dim=-1).indices
+    mask = torch.zeros(groups.shape, dtype=torch.bool, device=w.device).scatter_(-1, keep, True)
+    return (groups * mask).reshape(n, k)
+
+
+def quantize_rows_e4m3(t: Any) -> tuple[Any, Any]:
+    """(t / s).to(e4m3), s (rows, 1) float32 = max |row| / 448 (1 for a zero row): per-token or
+    per-output-channel scales."""
+    import torch
+
+    scale = (t.float().abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp_min(1e-12)
+    return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
+
+
+def first_line(e: BaseException) -> str:
+    """``Type: first line of the message`` (at most 200 characters of it), for a table's notes."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+
+def relative_error(y: Any, ref: Any) -> float:
+    """max |y - ref| / max |ref| (both as float64)."""
+    return ((y.double() - ref).abs().max() / ref.abs().max()).item()
+
+
+def environment() -> dict[str, str]:
+    """The GPU, torch, CUDA and triton versions, the date and the sparsile commit ('+dirty' with local
+    changes; ``$SPARSILE_COMMIT`` where the tree has no git metadata)."""
+    import torch
+
+    info = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+            "torch": torch.__version__, "cuda": str(torch.version.cuda),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        info["commit"] = sha + ("+dirty" if dirty else "") if sha else ""
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    if not sha:  # a copy of the tree without .git: the commit can be passed in
+        info["commit"] = os.environ.get("SPARSILE_COMMIT", "unknown")
+    return info
+
+
+def raise_dynamo_limits() -> None:
+    """Let torch.compile keep many compiled entries for one function: every SparseLinear (every model)
+    shares one ``forward``, and each shape adds guarded entries; past the default limit of 8 dynamo
+    would silently run the rest eagerly."""
+    import torch
+
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 1024)
