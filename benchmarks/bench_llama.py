@@ -39,6 +39,7 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 MODELS = ("dense", "sparsile", "semi")
 MODES = ("graph", "compile", "eager")
 TARGET_SPEEDUP = 1.3
+WARMUP_STEPS = 4  # decode steps that Decoder.prepare may run past the prompt (warm-up and capture)
 DEVICE = "cuda"  # the tests run the whole script on "cpu" (eager decoding, a tiny config)
 # Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json), all but the layer count
 LLAMA3_8B = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
@@ -163,7 +164,7 @@ class Decoder:
 
         self.model, self.batch, self.mode = model, batch, mode
         device = next(model.parameters()).device
-        self.cache = make_static_cache(model, batch, max_len)
+        self.cache = make_static_cache(model, batch, max_len + WARMUP_STEPS)  # room for the warm-up steps
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
         self.use_cache_position = "cache_position" in params

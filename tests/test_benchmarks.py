@@ -259,6 +259,9 @@ def test_llama_static_cache_decode_matches_recompute():
         for _ in range(2):  # a second generate starts from a reset cache
             tokens, seconds = decoder.generate(prompt, 6)
             assert torch.equal(tokens, expected) and seconds > 0
+        short = bll.Decoder(model, 2, 5 + 1, "eager")  # the warm-up steps fit past a short cache too
+        short.prepare(prompt)
+        assert torch.equal(short.generate(prompt, 1)[0], expected[:, :1])
         logits = bll.logits_of(model, prompt)
         same = bll.compare_logits(logits, logits.double().float(), logits)
         assert same["max_abs_err"] == 0 and same["argmax_agree"] == 1.0
