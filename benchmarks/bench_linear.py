@@ -55,6 +55,7 @@ from torch_timing import (  # a sibling script, not a package
     graph_reps,
     graph_time,
     kernel_time,
+    positive,
     prune_24,
     quantize_rows_e4m3,
     raise_dynamo_limits,
@@ -90,29 +91,22 @@ MIN_GRAPH_SPEEDUP = 1.5
 DEVICE = "cuda"  # the tests run the Python side on "cpu" with the GPU-only timers replaced
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", nargs="+", default=None, metavar="SEL",
                     help="8B, 70B, a layer (qkv, o, gate_up, down) or MODEL:LAYER e.g. 70B:down (default: all)")
-    ap.add_argument("--tokens", nargs="+", type=_positive, default=None, help=f"T values (default {TOKENS})")
+    ap.add_argument("--tokens", nargs="+", type=positive, default=None, help=f"T values (default {TOKENS})")
     ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                     help="SparseLinear modes and cuSPARSELt contenders to run (dense always runs)")
     ap.add_argument("--quick", action="store_true", help=f"T in {QUICK_TOKENS} unless --tokens is given")
-    ap.add_argument("--compile-max-tokens", type=_positive, default=SMALL_T,
+    ap.add_argument("--compile-max-tokens", type=positive, default=SMALL_T,
                     help="run the torch.compile variant only up to this T (each compile costs seconds)")
     ap.add_argument("--fp8-dense-quantize", action="store_true",
                     help="e4m3: count the per-token quantization of x (torch ops) in the dense anchor's time "
                          "(default: x is quantized beforehand, the anchor is _scaled_mm alone)")
-    ap.add_argument("--blocks", type=_positive, default=7, help="timed blocks per measurement (median taken)")
+    ap.add_argument("--blocks", type=positive, default=7, help="timed blocks per measurement (median taken)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new case after this many seconds (the table keeps the rows measured)")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the rows as JSON")

@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_timing import environment, first_line, prune_24, raise_dynamo_limits  # a sibling script, not a package
+from torch_timing import (  # a sibling script, not a package
+    environment,
+    first_line,
+    positive,
+    prune_24,
+    raise_dynamo_limits,
+)
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MODELS = ("dense", "sparsile", "semi")
@@ -47,23 +53,16 @@ LLAMA3_8B = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 143
              "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 128000, "eos_token_id": 128001}
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=_positive, default=8, help="decoder layers (Llama-3-8B has 32)")
-    ap.add_argument("--batches", nargs="+", type=_positive, default=[1, 16])
-    ap.add_argument("--prompt", type=_positive, default=128, help="prompt tokens")
-    ap.add_argument("--new-tokens", type=_positive, default=128, help="tokens generated (the first by the prefill)")
+    ap.add_argument("--layers", type=positive, default=8, help="decoder layers (Llama-3-8B has 32)")
+    ap.add_argument("--batches", nargs="+", type=positive, default=[1, 16])
+    ap.add_argument("--prompt", type=positive, default=128, help="prompt tokens")
+    ap.add_argument("--new-tokens", type=positive, default=128, help="tokens generated (the first by the prefill)")
     ap.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     ap.add_argument("--modes", nargs="+", choices=MODES, default=["graph"], help="how a decode step runs")
-    ap.add_argument("--repeats", type=_positive, default=3, help="timed decodes per case (median)")
+    ap.add_argument("--repeats", type=positive, default=3, help="timed decodes per case (median)")
     ap.add_argument("--check-tokens", type=int, default=32, help="prompt length of the logits check (0: no check)")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE")
     args = ap.parse_args(argv)

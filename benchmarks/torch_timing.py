@@ -4,6 +4,7 @@ per-row e4m3 quantization, and the machine/commit line a results table starts wi
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import statistics
@@ -16,6 +17,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FP8_MAX = 448.0
+
+
+def positive(text: str) -> int:
+    """An argparse type: a positive integer."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 @dataclass
