@@ -240,17 +240,32 @@ class Contenders:
         return fp8
 
     def cslt_call(self, x: Any) -> Callable[[], Any]:
+        """``torch._cslt_sparse_mm(W_compressed, x.T)`` with the searched algorithm (e4m3: x quantized
+        first, bf16 out). Where cuSPARSELt refuses x.T as it is, a contiguous copy and then x padded to
+        a multiple of 16 tokens (as torch's semi-structured tensors do) are tried; the note says which."""
         import torch
 
         kw: dict[str, Any] = {}
         if self.dtype == "e4m3":
-            x8, _ = quantize_rows_e4m3(x)
-            b = x8.T
+            x, _ = quantize_rows_e4m3(x)
             kw["out_dtype"] = torch.bfloat16
-        else:
-            b = x.T
-        alg = cslt_search(self.cslt, b, **kw)
-        return lambda: torch._cslt_sparse_mm(self.cslt, b, alg_id=alg, **kw)
+        pad = -x.shape[0] % 16
+        padded = torch.cat([x, x.new_zeros(pad, x.shape[1])]) if pad else x
+        tries = [("x.T", x.T), ("x.T contiguous", x.T.contiguous())]
+        if pad:
+            tries.append((f"x padded to {padded.shape[0]} tokens, .T contiguous", padded.T.contiguous()))
+        refused = []
+        for name, b in tries:
+            try:
+                alg = cslt_search(self.cslt, b, **kw)
+                torch._cslt_sparse_mm(self.cslt, b, alg_id=alg, **kw)
+            except RuntimeError as e:
+                refused.append(f"{name}: {first_line(e)}")
+                continue
+            if refused:
+                self.errors[f"cslt T={x.shape[0]}"] = f"ran with {name} after refusals ({'; '.join(refused)})"
+            return lambda: torch._cslt_sparse_mm(self.cslt, b, alg_id=alg, **kw)
+        raise RuntimeError("cuSPARSELt refused every layout: " + "; ".join(refused))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -309,6 +324,8 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
             measure("cslt", c.cslt_call(x), row, errors, blocks=args.blocks, wall=False)
         except Exception as e:
             errors["cslt"] = first_line(e)
+    for key, note in c.errors.items():  # notes the contenders added during this case
+        errors.setdefault(key, note)
     if "sl_kern" in row and "sl_wall" in row:
         row["sl_ovh"] = row["sl_wall"] - row["sl_kern"]
     for mode in ("wall", "graph", "kern"):

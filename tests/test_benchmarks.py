@@ -383,3 +383,28 @@ def test_linear_fp8_dense_anchor_with_and_without_quantization_agree(monkeypatch
         assert bl.relative_error(outs[-1], ref) < 0.1  # e4m3 x and w: a few per cent
     assert torch.equal(outs[0], outs[1])
     assert bl.parse_args(["--fp8-dense-quantize"]).fp8_dense_quantize and not bl.parse_args([]).fp8_dense_quantize
+
+
+def test_linear_cslt_call_falls_back_to_the_layouts_cusparselt_takes(monkeypatch):
+    """cuSPARSELt stand-in that takes only a contiguous B of a multiple of 16 columns: the call pads
+    x, uses the searched algorithm and notes what it did; one that takes nothing is an error."""
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def fake_mm(compressed, b, alg_id=0, **kw):
+        if not b.is_contiguous() or b.shape[1] % 16:
+            raise RuntimeError(f"layout {tuple(b.shape)} refused")
+        seen.append((tuple(b.shape), alg_id, kw))
+        return compressed @ b
+
+    monkeypatch.setattr(torch, "_cslt_sparse_mm", fake_mm, raising=False)
+    monkeypatch.setattr(torch, "_cslt_sparse_mm_search", lambda compressed, b, **kw: (7, 1, -1), raising=False)
+    c = bl.Contenders.__new__(bl.Contenders)
+    c.dtype, c.errors, c.cslt = "bf16", {}, torch.ones(8, 32, dtype=torch.bfloat16)
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    y = c.cslt_call(x)()
+    assert y.shape == (8, 16) and torch.equal(y[:, :3], c.cslt @ x.T) and not y[:, 3:].any()
+    assert seen[-1] == ((32, 16), 7, {}) and "ran with x padded to 16 tokens" in c.errors["cslt T=3"]
+    monkeypatch.setattr(torch, "_cslt_sparse_mm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no")))
+    with pytest.raises(RuntimeError, match="cuSPARSELt refused every layout"):
+        c.cslt_call(x)
