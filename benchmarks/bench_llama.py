@@ -140,15 +140,31 @@ def sparsify_semi(model: Any) -> str:
 # decoding with a static cache, across transformers versions
 
 
+def init_parameters(cls: type) -> set[str]:
+    """The keyword arguments ``cls(...)`` takes: its ``__init__``'s named parameters and, where that
+    passes ``**kwargs`` on, those of the base classes' ``__init__`` it forwards them to."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names - {"self"}
+
+
 def make_static_cache(model: Any, batch: int, max_len: int) -> Any:
     """``StaticCache`` for ``batch`` sequences of ``max_len`` tokens, passing only the arguments this
     transformers version takes (batch size, device and dtype are lazy in recent versions)."""
     from transformers import StaticCache
 
-    params = inspect.signature(StaticCache.__init__).parameters
+    params = init_parameters(StaticCache)
     p = next(model.parameters())
-    offered = {"config": model.config, "max_cache_len": max_len, "max_batch_size": batch, "batch_size": batch,
-               "device": p.device, "dtype": p.dtype}
+    offered = {"config": model.config, "max_cache_len": max_len, "device": p.device, "dtype": p.dtype}
+    size_kw = next((k for k in ("batch_size", "max_batch_size") if k in params), None)  # the newer name first
+    if size_kw:
+        offered[size_kw] = batch
     return StaticCache(**{k: v for k, v in offered.items() if k in params})
 
 

@@ -408,3 +408,23 @@ def test_linear_cslt_call_falls_back_to_the_layouts_cusparselt_takes(monkeypatch
     monkeypatch.setattr(torch, "_cslt_sparse_mm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no")))
     with pytest.raises(RuntimeError, match="cuSPARSELt refused every layout"):
         c.cslt_call(x)
+
+
+def test_llama_cache_arguments_follow_forwarded_kwargs():
+    """StaticCache's keyword arguments across transformers versions: named ones, and those a
+    ``**kwargs`` passes on to a base class (4.5x), stopping at a base that takes no ``**kwargs`` (5.x)."""
+
+    class Base:
+        def __init__(self, config=None, max_batch_size=None, max_cache_len=None, *, device=None):
+            pass
+
+    class Forwarding(Base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    class Named(Base):
+        def __init__(self, config, max_cache_len, offloading=False):
+            pass
+
+    assert bll.init_parameters(Forwarding) == {"config", "max_batch_size", "max_cache_len", "device"}
+    assert bll.init_parameters(Named) == {"config", "max_cache_len", "offloading"}
