@@ -273,6 +273,45 @@ def _overflow(name: str, value: Any, dtype: str) -> LaunchError:
                        "pass a smaller value, or use a wider scalar type in the kernel")
 
 
+def scalar_writer(p: Any, offset: int, view: Any) -> Callable[[Any, Any], None]:
+    """A converter ``(value, call)`` packing scalar parameter ``p`` (a :class:`ScalarParam`) into
+    ``view[offset:]``: Python ints and floats in range are packed directly, anything else goes
+    through :func:`encode_scalar` (which raises SP0708/SP0709); an integer the specialization
+    assumed divisible is checked (SP0709)."""
+    name, dtype, divisor = p.name, p.dtype, p.divisible_by
+    info = DTYPES[dtype]
+    size = info.itemsize
+    packer = struct.Struct(info.struct_format)
+    if info.category in ("int", "uint"):
+        low, high = _int_range(info)
+
+        def convert_int(value: Any, call: Any) -> None:
+            if type(value) is not int or not low <= value <= high:
+                view[offset:offset + size] = encode_scalar(dtype, value, name)  # checks and raises
+                value = int(value)
+            if divisor > 1:
+                check_divisible(name, value, divisor)
+            packer.pack_into(view, offset, value)
+
+        return convert_int
+    if dtype in ("f32", "tf32", "f64"):
+        def convert_float(value: Any, call: Any) -> None:
+            if type(value) is float:
+                try:
+                    packer.pack_into(view, offset, value)
+                    return
+                except OverflowError:
+                    pass
+            view[offset:offset + size] = encode_scalar(dtype, value, name)
+
+        return convert_float
+
+    def convert_other(value: Any, call: Any) -> None:
+        view[offset:offset + size] = encode_scalar(dtype, value, name)
+
+    return convert_other
+
+
 def _describe_value(value: Any) -> str:
     text = repr(value)
     if len(text) > 40:

@@ -11,10 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from ..frontend import types as T
 from ..frontend.diagnostics import LaunchError
 from ..frontend.host_arrays import stored_params
 from ..frontend.kernel import KERNEL_OPTIONS
 from ..frontend.values import Const
+from . import fast_launch
+from .arguments import is_torch_type
 from .codegen import KernelParam, llvm_name
 
 
@@ -75,7 +80,8 @@ def user_values(spec: Any, bound: dict[str, Any]) -> list[Any]:
 
 
 class GpuLaunch:
-    """``kernel[grid]``: call it with the kernel's arguments (and ``stream=``, launch options)."""
+    """``kernel[grid]``: call it with the kernel's arguments (and ``stream=``, launch options);
+    ``prepare(...)`` binds them once for a hot loop (:class:`~sparsile.backend.prepared.PreparedLaunch`)."""
 
     def __init__(self, kernel: Any, grid: Any):
         self.kernel = kernel
@@ -91,6 +97,52 @@ class GpuLaunch:
         return compile_cached(self.kernel, bindings, key, _target(target), options)
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        fast = self.kernel.__dict__.get("_fast_launches")
+        if fast is not None and fast.options == self.kernel.options:
+            key = fast.key(args, kwargs)
+            entry = fast.entries.get(key) if key is not None else None
+            if entry is not None:  # the common path: arguments of a kind seen before
+                entry.launch(self.grid, args, stream)
+                return
+        launcher, bound, bindings = self._launcher(args, kwargs)
+        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        grid = self.grid(meta) if callable(self.grid) else self.grid
+        if launcher.spec_has_tensormaps and any(isinstance(v, np.ndarray) for v in bound.values()):
+            staged = _stage_tma_host_arrays(launcher, bound)
+        else:
+            staged = []
+            fast_launch.remember(self.kernel, args, kwargs, launcher, bound, bindings, grid)
+        values = user_values(launcher.spec, bound)
+        if stream is None and any(is_torch_type(type(v)) and v.is_cuda for v in bound.values()):
+            stream = fast_launch.torch_current_stream(launcher.device.ordinal)
+        launcher(grid, values, stream=stream)
+        for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
+            dev.copy_to_host(host)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+        """Bind, specialize, compile and build the launcher once; returns a
+        :class:`~sparsile.backend.prepared.PreparedLaunch` taking the same positional arguments
+        per call (keyword arguments, constexprs and options among them, are fixed).
+
+        ``vary=("n", "x")`` (unless the kernel has a parameter of that name) names run-time
+        arguments that change per call in ways the specialization would otherwise assume fixed:
+        their 16-divisibility (integers) or 16-byte alignment (arrays) is not assumed, so any value
+        is accepted per call (SP0734 for a name that is no run-time parameter)."""
+        from .prepared import PreparedLaunch
+
+        vary: Any = ()
+        if "vary" in kwargs and "vary" not in {p.name for p in self.kernel.params}:
+            vary = kwargs.pop("vary")
+        launcher, bound, bindings = self._launcher(args, kwargs, _vary_names(self.kernel, vary))
+        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        grid = self.grid(meta) if callable(self.grid) else self.grid
+        return PreparedLaunch(self.kernel, launcher, bound, bindings, len(args), grid)
+
+    def _launcher(self, args: tuple[Any, ...], kwargs: dict[str, Any], vary: tuple[str, ...] = ()
+                  ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """(launcher, bound arguments, sema bindings) of a call: the launcher is built (compiled)
+        once per specialization and device. ``vary``: run-time parameters specialized without the
+        divisibility/alignment assumption."""
         from . import runtime
 
         if not runtime.has_gpu():
@@ -99,17 +151,13 @@ class GpuLaunch:
                                    "ahead of time with `kernel.compile(...)`")
         dev = runtime.current_device()
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
+        if vary:
+            bindings, key = _without_divisibility(bindings, key, vary)
         # the specialization key already holds the options (a target among them), so the key and the
         # device name one launcher: the common path is this one lookup and the check that the Python
         # values the kernel captured are unchanged (cached_launcher)
         launcher = cached_launcher(self.kernel, key, dev.ordinal, lambda: self._build(dev, bindings, key, kwargs))
-        staged = _stage_tma_host_arrays(launcher, bound) if launcher.spec_has_tensormaps else []
-        values = user_values(launcher.spec, bound)
-        grid = self.grid({k: v.value for k, v in bindings.items() if isinstance(v, Const)}) if callable(self.grid) \
-            else self.grid
-        launcher(grid, values, stream=stream)
-        for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
-            dev.copy_to_host(host)
+        return launcher, bound, bindings
 
     def _build(self, dev: Any, bindings: dict[str, Any], key: tuple, kwargs: dict[str, Any]) -> Any:
         from .targets import target_for_capability
@@ -119,6 +167,34 @@ class GpuLaunch:
         target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
             _target(options["target"])
         return _build_launcher(self.kernel, bindings, key, target, options)
+
+
+def _vary_names(kernel: Any, vary: Any) -> tuple[str, ...]:
+    """The ``vary=`` names of :meth:`GpuLaunch.prepare`, checked (SP0734)."""
+    names = (vary,) if isinstance(vary, str) else vary
+    if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+        raise LaunchError("SP0734", f"vary= takes parameter names (a tuple of strings), got {vary!r}",
+                          help='e.g. vary=("n",) for an integer that changes per call')
+    runtime_params = {p.name for p in kernel.params if p.annotation is not T.CONSTEXPR}
+    bad = [n for n in names if n not in runtime_params]
+    if bad:
+        raise LaunchError("SP0734", f"vary= names `{bad[0]}`, which is not a run-time parameter of "
+                          f"`{kernel.name}`", help=f"run-time parameters: {', '.join(sorted(runtime_params))}")
+    return tuple(names)
+
+
+def _without_divisibility(bindings: dict[str, Any], key: tuple, vary: tuple[str, ...]) -> tuple[dict[str, Any], tuple]:
+    """Bindings and key with the 16-divisibility / alignment assumption dropped for ``vary``."""
+    from ..frontend.sema import ArgSpec
+
+    bindings = dict(bindings)
+    for name in vary:
+        b = bindings[name]
+        if isinstance(b, ArgSpec) and b.divisible_16:
+            bindings[name] = ArgSpec.of(b.type, False)
+    key = tuple((e[0], "v", bindings[e[0]].key()) if isinstance(e, tuple) and len(e) == 3 and e[1] == "v"
+                and e[0] in vary else e for e in key)
+    return bindings, key
 
 
 def cached_launcher(kernel: Any, key: tuple, ordinal: int, build: Callable[[], Any]) -> Any:

@@ -31,7 +31,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from ..frontend.diagnostics import LaunchError
-from . import dlpack
+from . import cudalib, dlpack
 from .arguments import (
     ANY_DEVICE,
     ARG_DEVICE,
@@ -53,7 +53,6 @@ from .arguments import (
     ParamSpec,
     check_array_argument,
     check_cluster,
-    check_divisible,
     check_grid_fits_cluster,
     check_shared_memory,
     derived_value,
@@ -67,10 +66,18 @@ from .arguments import (
     normalize_grid,
     numpy_dtype,
     register_array_type,
+    scalar_writer,
     stream_handle,
     torch_device_pointer,
 )
-from .tensormap import TENSOR_MAP_BYTES, TensorMap, TensorMapParam, make_tensor_map
+from .tensormap import (
+    TENSOR_MAP_BYTES,
+    TENSOR_MAP_CACHE_SIZE,
+    TensorMap,
+    TensorMapCache,
+    TensorMapParam,
+    make_tensor_map,
+)
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _RETRY_AFTER_CONTEXT_SWITCH = (driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
@@ -516,6 +523,11 @@ class DeviceBuffer:
     def __exit__(self, *exc: object) -> None:
         self.free()
 
+    @property
+    def ndim(self) -> int:
+        """The rank of the typed shape (1 for an untyped buffer of bytes)."""
+        return len(self._typed_shape())
+
     def _typed_shape(self) -> tuple[int, ...]:
         if self.dtype is None:
             return (self.nbytes,)
@@ -642,17 +654,24 @@ class Launcher:
         self._binder = ArgumentBinder(spec)
         self._lock = threading.Lock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
-        self._launch_kernel = driver.cuLaunchKernel
-        self._launch_kernel_ex = driver.cuLaunchKernelEx
-        self._tensor_maps: dict[tuple[Any, ...], bytes] = {}
+        # libcuda straight through ctypes for a loaded kernel (cudalib.py); cuda.bindings otherwise
+        raw = isinstance(function, KernelFunction)
+        raw_launch = cudalib.raw("cuLaunchKernel") if raw else None
+        raw_ex = cudalib.raw("cuLaunchKernelEx") if raw else None
+        self._launch_kernel = raw_launch or driver.cuLaunchKernel
+        self._launch_kernel_ex = raw_ex or driver.cuLaunchKernelEx
+        self._tensor_maps = TensorMapCache(TENSOR_MAP_CACHE_SIZE)
         self._build_buffer()
-        self._config = self._cluster_config() if math.prod(self.cluster) > 1 else None
+        self._config = None
+        if math.prod(self.cluster) > 1:
+            self._config = (cudalib.cluster_config(self.block, self.dynamic_shared, self.cluster) if raw_ex
+                            else self._cluster_config())
         self._last_grid: Any = None
         self._last_grid_type: type = _NoGrid
         self._last_dims: tuple[int, int, int] = (1, 1, 1)
         self._n_user = len(self._binder.names)
         self._n_infos = len(self._needs_info)
-        self._handle = function.handle
+        self._handle = cudalib.handle_int(function.handle) if raw_launch or raw_ex else function.handle
         self._bx, self._by, self._bz = self.block
         self._params_address = self._buffer.address
         self._context_key = self._module.context_key
@@ -788,9 +807,7 @@ class Launcher:
             key = (info.ptr, info.shape, info.strides)
             data = cache.get(key)
             if data is None:
-                if len(cache) >= 64:
-                    cache.clear()
-                data = cache[key] = make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data
+                data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
             view[offset:end] = data
             if info_slot is not None:
                 call.infos[info_slot] = info
@@ -798,41 +815,7 @@ class Launcher:
         return convert
 
     def _scalar_converter(self, p: Any, offset: int) -> Callable[[Any, _Call], None]:
-        view, name, dtype, divisor = self._buffer.view, p.name, p.dtype, p.divisible_by
-        info = DTYPES[dtype]
-        size = info.itemsize
-        if info.category in ("int", "uint"):
-            packer = struct.Struct(info.struct_format)
-            low = -(1 << (info.bits - 1)) if info.category == "int" else 0
-            high = (1 << (info.bits - (info.category == "int"))) - 1
-
-            def convert_int(value: Any, call: _Call) -> None:
-                if type(value) is not int or not low <= value <= high:
-                    view[offset:offset + size] = encode_scalar(dtype, value, name)  # checks and raises
-                    value = int(value)
-                if divisor > 1:
-                    check_divisible(name, value, divisor)
-                packer.pack_into(view, offset, value)
-
-            return convert_int
-        if dtype in ("f32", "tf32", "f64"):
-            packer = struct.Struct(info.struct_format)
-
-            def convert_float(value: Any, call: _Call) -> None:
-                if type(value) is float:
-                    try:
-                        packer.pack_into(view, offset, value)
-                        return
-                    except OverflowError:
-                        pass
-                view[offset:offset + size] = encode_scalar(dtype, value, name)
-
-            return convert_float
-
-        def convert_other(value: Any, call: _Call) -> None:
-            view[offset:offset + size] = encode_scalar(dtype, value, name)
-
-        return convert_other
+        return scalar_writer(p, offset, self._buffer.view)
 
     def _constexpr_converter(self, p: Any) -> Callable[[Any, _Call], None]:
         expected = p.value
@@ -854,26 +837,28 @@ class Launcher:
     def _derived_tensormap_writer(self, p: TensorMapParam, offset: int, info_slot: int
                                   ) -> Callable[[_Call], None]:
         view, ordinal, end = self._buffer.view, self.device.ordinal, offset + TENSOR_MAP_BYTES
-        cache: dict[tuple[Any, ...], bytes] = {}
+        cache = TensorMapCache(TENSOR_MAP_CACHE_SIZE)
 
         def write(call: _Call) -> None:
             info = call.infos[info_slot]
             key = (info.ptr, info.shape, info.strides)
             data = cache.get(key)
             if data is None:
-                if len(cache) >= 64:
-                    cache.clear()
-                data = cache[key] = make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data
+                data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
             view[offset:end] = data
 
         return write
 
     def _derived_writer(self, p: Any, offset: int, info_slot: int) -> Callable[[_Call], None]:
         view, size = self._buffer.view, DTYPES[p.dtype].itemsize
+        packer = struct.Struct(DTYPES[p.dtype].struct_format)
 
         def write(call: _Call) -> None:
             value = derived_value(p, call.infos[info_slot])
-            view[offset:offset + size] = encode_scalar(p.dtype, value, p.name)
+            try:
+                packer.pack_into(view, offset, value)
+            except struct.error:  # out of range for the parameter's type: the diagnostic
+                view[offset:offset + size] = encode_scalar(p.dtype, value, p.name)
 
         return write
 
@@ -894,7 +879,7 @@ class Launcher:
     def __call__(self, grid: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
                  stream: Any = None) -> None:
         values = args if not kwargs and len(args) == self._n_user else self._binder.bind(args, kwargs)
-        handle = 0 if stream is None else stream_handle(stream)
+        handle = 0 if stream is None else stream if type(stream) is int and stream >= 0 else stream_handle(stream)
         self._acquire()  # one launch at a time per launcher: the parameter buffer is shared
         call = self._scratch
         call.stream = handle

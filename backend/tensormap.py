@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,6 +34,8 @@ MAX_BOX_DIM = 256
 MAX_ELEMENT_STRIDE = 8
 MAX_GLOBAL_DIM = 1 << 32
 MAX_GLOBAL_STRIDE = 1 << 40
+TENSOR_MAP_CACHE_SIZE = 256
+"""Encoded maps a launcher (or the prepared launches, together) keeps: 32 KiB of 128-byte maps."""
 
 
 class TmaDataType(enum.IntEnum):
@@ -362,10 +366,100 @@ def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, dev
 
     from cuda.bindings import driver
 
+    from . import cudalib
     from .runtime import check, current_device
 
     spec.validate(device_ptr)
     current_device(device)
+    raw = cudalib.raw("cuTensorMapEncodeTiled")
+    if raw is not None:
+        return TensorMap(spec, device_ptr, _encode_raw(raw, spec, device_ptr), owner)
     tmap = check("cuTensorMapEncodeTiled",
                  driver.cuTensorMapEncodeTiled(*driver_call_arguments(spec, device_ptr)))
     return TensorMap(spec, device_ptr, ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES), owner)
+
+
+def _encode_raw(encode: Any, spec: TensorMapSpec, device_ptr: int) -> bytes:
+    """``cuTensorMapEncodeTiled`` through libcuda directly (``cudalib``): the argument arrays as
+    ctypes arrays, the map written into a 64-byte aligned buffer (the CUtensorMap alignment)."""
+    import ctypes
+
+    from .runtime import CudaError
+
+    a = spec.driver_arguments(device_ptr)
+    rank = a["tensorRank"]
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    out = ctypes.create_string_buffer(TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN)
+    base = ctypes.addressof(out)
+    aligned = base + (-base) % TENSOR_MAP_ALIGN
+    strides = a["globalStrides"] or [0]
+    err = encode(aligned, a["tensorDataType"], rank, device_ptr, (u64 * rank)(*a["globalDim"]),
+                 (u64 * len(strides))(*strides), (u32 * rank)(*a["boxDim"]), (u32 * rank)(*a["elementStrides"]),
+                 a["interleave"], a["swizzle"], a["l2Promotion"], a["oobFill"])
+    if err:
+        from cuda.bindings import driver
+
+        raise CudaError("cuTensorMapEncodeTiled", driver.CUresult(err))
+    return ctypes.string_at(aligned, TENSOR_MAP_BYTES)
+
+
+class TensorMapCache:
+    """A small LRU of encoded 128-byte maps. A map depends only on what it was encoded from (the
+    address, shape, strides, element type, box, swizzle...), never on the memory's contents, so an
+    entry keyed by all of those stays valid for as long as it is kept: the weight of a layer is
+    encoded once and re-used by every launch that passes it. ``hits``/``misses`` count lookups."""
+
+    def __init__(self, capacity: int = TENSOR_MAP_CACHE_SIZE):
+        if capacity < 1:
+            raise ValueError("a tensor-map cache holds at least one map")
+        self.capacity = capacity
+        self._entries: OrderedDict[Hashable, bytes] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def get(self, key: Hashable) -> bytes | None:
+        """The map stored under ``key`` (now the most recently used), or None."""
+        data = self._entries.get(key)
+        if data is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(key)
+        return data
+
+    def put(self, key: Hashable, data: bytes) -> bytes:
+        """Store ``data`` under ``key``, evicting the least recently used map beyond capacity."""
+        if len(data) != TENSOR_MAP_BYTES:
+            raise ValueError(f"an encoded tensor map has {TENSOR_MAP_BYTES} bytes, got {len(data)}")
+        self._entries[key] = data
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return data
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def encoding_key(param: TensorMapParam) -> tuple[Any, ...]:
+    """What a map of ``param`` depends on besides the array's address and layout."""
+    return (param.dtype, param.box_shape, int(param.swizzle), int(param.interleave), int(param.l2_promotion),
+            int(param.oob_fill), param.element_strides)
+
+
+def layout_spec(param: TensorMapParam, shape: tuple[int, ...], strides: tuple[int, ...]) -> TensorMapSpec:
+    """The spec of a map of ``param`` over an array of ``shape`` and element ``strides`` (rank
+    checked: SP0720)."""
+    if len(shape) != param.rank:
+        raise LaunchError(ARG_SHAPE, f"argument `{param.name}` has rank {len(shape)}, but the kernel's tensor "
+                          f"map is rank {param.rank} (box {param.box_shape})", f"pass a rank-{param.rank} array")
+    return TensorMapSpec.for_array(param.dtype, tuple(shape), tuple(strides), param.box_shape,
+                                   element_strides=param.element_strides, swizzle=param.swizzle,
+                                   interleave=param.interleave, l2_promotion=param.l2_promotion,
+                                   oob_fill=param.oob_fill)

@@ -24,6 +24,9 @@ from .spans import UNKNOWN_SPAN
 from .specialize import ParamInfo, bind_arguments, specialize_memo
 from .values import Const, HelperFunction
 
+_GpuLaunch: Any = None
+"""``backend.launch.GpuLaunch``, once a kernel was first indexed with a grid."""
+
 KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
                   "cluster": (1, 1, 1)}
 
@@ -280,9 +283,12 @@ class Kernel:
         return _GridIndexer(lambda grid: _InterpretLaunch(self, grid))
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        from ..backend.launch import GpuLaunch
+        global _GpuLaunch
+        if _GpuLaunch is None:  # imported on first use (the backend needs cuda-python)
+            from ..backend.launch import GpuLaunch
 
-        return GpuLaunch(self, grid)
+            _GpuLaunch = GpuLaunch
+        return _GpuLaunch(self, grid)
 
     def compile(self, signature: dict[str, Any] | str | None = None, target: str | None = None,
                 **kwargs: Any) -> Any:

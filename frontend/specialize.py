@@ -42,6 +42,8 @@ def dtype_of(obj: Any) -> T.ScalarType | None:
     dt = getattr(obj, "dtype", None)
     if dt is None:
         return None
+    if type(dt) is str and dt in T.SCALAR_TYPES:  # a DeviceBuffer's language dtype ("i8" is not numpy's int64)
+        return T.SCALAR_TYPES[dt]
     try:
         return _dtype_memo[dt]
     except (KeyError, TypeError):  # not seen yet, or not hashable

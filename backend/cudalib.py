@@ -1,0 +1,121 @@
+"""Direct ``ctypes`` entry points into libcuda for the launch hot path.
+
+``cuda.bindings.driver`` converts and type-checks every argument of every call (a ``CUstream``
+wrapper, a kernel-parameter helper object); on the launch path that costs microseconds per call.
+The three calls a launch can make per call (``cuLaunchKernel``, ``cuLaunchKernelEx`` and, when a
+tensor-map input moved, ``cuTensorMapEncodeTiled``) are therefore also bound here straight from
+``libcuda`` with fixed ``argtypes``: plain ints in, a ``CUresult`` int out.
+
+They are used only when the binding in ``cuda.bindings.driver`` is the genuine one
+(:func:`bindings_untouched`): a test or a tracing tool that monkeypatches ``driver.cuLaunchKernel``
+keeps seeing every launch. Without libcuda (a machine without the NVIDIA driver) :func:`library`
+returns None and the runtime keeps using ``cuda.bindings``.
+
+Struct layouts follow ``cuda.h`` (CUDA 12/13): ``CUlaunchConfig`` and ``CUlaunchAttribute`` (a
+4-byte id, 4 bytes of padding, a 64-byte value union whose ``clusterDim`` is three unsigned ints);
+``tests/backend/test_prepared.py`` checks them against ``cuda.bindings``' own structs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from typing import Any
+
+from cuda.bindings import driver
+
+_BOUND = {name: getattr(driver, name) for name in ("cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled")}
+"""The bindings as imported: a call is routed to libcuda only while these are still in place."""
+
+CLUSTER_DIMENSION = int(driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+_OK = driver.CUresult.CUDA_SUCCESS
+_OK_TUPLE = (_OK,)
+
+
+class LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: id, padding to 8 bytes, the 64-byte value union."""
+
+    _fields_ = [("id", ctypes.c_int), ("_pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``; field names as in ``cuda.bindings`` so the launcher sets either one."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def _result(code: int) -> tuple[Any]:
+    """``restype`` of the raw calls: the ``(CUresult,)`` tuple cuda.bindings returns."""
+    return _OK_TUPLE if code == 0 else (driver.CUresult(code),)
+
+
+class Library:
+    """The raw entry points (each returns a ``(CUresult,)`` tuple, like cuda.bindings)."""
+
+    def __init__(self, lib: Any):
+        vp, u32 = ctypes.c_void_p, ctypes.c_uint
+        self.cuLaunchKernel = lib.cuLaunchKernel
+        self.cuLaunchKernel.argtypes = [vp, u32, u32, u32, u32, u32, u32, u32, vp, vp, vp]
+        self.cuLaunchKernel.restype = _result
+        self.cuLaunchKernelEx = lib.cuLaunchKernelEx
+        self.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), vp, vp, vp]
+        self.cuLaunchKernelEx.restype = _result
+        self.cuTensorMapEncodeTiled = lib.cuTensorMapEncodeTiled
+        self.cuTensorMapEncodeTiled.argtypes = [vp, ctypes.c_int, u32, vp, vp, vp, vp, vp, ctypes.c_int,
+                                                ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self.cuTensorMapEncodeTiled.restype = ctypes.c_int
+
+
+_lock = threading.Lock()
+_library: Library | None = None
+_tried = False
+
+
+def library() -> Library | None:
+    """libcuda's raw entry points, or None without the driver library (loaded once)."""
+    global _library, _tried
+    if _tried:
+        return _library
+    with _lock:
+        if not _tried:
+            name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+            try:
+                _library = Library(ctypes.CDLL(name))
+            except (OSError, AttributeError):
+                _library = None
+            _tried = True
+    return _library
+
+
+def bindings_untouched(*names: str) -> bool:
+    """Whether ``driver.<name>`` is still the binding imported with the module for every name."""
+    return all(getattr(driver, n) is _BOUND[n] for n in names)
+
+
+def raw(name: str) -> Any:
+    """The raw entry point ``name`` when libcuda is loaded and the binding is untouched, else None."""
+    lib = library() if bindings_untouched(name) else None
+    return getattr(lib, name) if lib is not None else None
+
+
+def cluster_config(block: tuple[int, int, int], shared: int, cluster: tuple[int, int, int]) -> LaunchConfig:
+    """A ``CUlaunchConfig`` with one cluster-dimension attribute (kept alive by the config)."""
+    attr = LaunchAttribute()
+    attr.id = CLUSTER_DIMENSION
+    attr.value[0], attr.value[1], attr.value[2] = cluster
+    config = LaunchConfig()
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared
+    config.attrs = ctypes.pointer(attr)
+    config.numAttrs = 1
+    config._attribute = attr  # type: ignore[attr-defined]  # the config points at it
+    return config
+
+
+def handle_int(handle: Any) -> int:
+    """A driver handle (``CUfunction``, ``CUstream``...) or int as an int."""
+    return handle if type(handle) is int else int(handle)

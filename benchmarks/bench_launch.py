@@ -1,0 +1,211 @@
+"""Host-inclusive time per launch: ``kernel[grid](...)``, a prepared launch, Triton, torch, and the
+sparse GEMM through ``plan.run()`` against a prepared launch (issue 12 item 3).
+
+    python benchmarks/bench_launch.py [--calls 2000] [--repeats 15] [--tokens 16] [--features 4096]
+
+Needs an NVIDIA GPU and torch (triton, when importable, is measured too). Each row is timed as
+``--repeats`` rounds of ``--calls`` back-to-back calls; ``torch.cuda.synchronize()`` fences each
+round *outside* the timed loop, never inside. Two numbers per row, medians over the rounds:
+
+  enqueue µs    host time per call until the last call returned (what Python costs per call)
+  µs/call       host time per call including the final synchronize (host-inclusive: at least the
+                kernel's own time once the GPU is the slower side)
+
+Rows: an empty kernel and a vector add (1024 f32) through ``kernel[grid]``, ``prepare()``, Triton
+and torch.add; the bf16 sparse GEMM (W: features x features 2:4, x: tokens x features) through
+``sparse_matmul`` (plans every call), ``kernel[grid]`` on a plan built once, ``plan.run()``, the
+prepared launch, and dense ``F.linear`` for scale. The prepared GEMM's output is checked equal to
+``plan.run()``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SOURCE = """
+@kernel
+def empty(x: ptr[f32], n: i32):
+    pass
+
+@kernel
+def vadd(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    m = offs < n
+    store(out + offs, load(x + offs, mask=m) + load(y + offs, mask=m), mask=m)
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="host time per launch: kernel[grid], prepare(), triton, torch")
+    ap.add_argument("--calls", type=int, default=2000, help="calls per timed round")
+    ap.add_argument("--repeats", type=int, default=15, help="timed rounds (the median is reported)")
+    ap.add_argument("--tokens", type=int, default=16, help="T of the sparse GEMM (x is T x features)")
+    ap.add_argument("--features", type=int, default=4096, help="the GEMM weight is features x features")
+    ap.add_argument("--no-gemm", action="store_true", help="skip the sparse GEMM rows")
+    args = ap.parse_args(argv)
+    if args.calls < 1 or args.repeats < 1 or args.tokens < 1 or args.features < 64 or args.features % 64:
+        ap.error("--calls, --repeats, --tokens must be positive; --features a multiple of 64")
+    return args
+
+
+def time_calls(fn: Callable[[], Any], calls: int, repeats: int) -> tuple[float, float]:
+    """(median enqueue µs per call, median host-inclusive µs per call)."""
+    import torch
+
+    for _ in range(min(calls, 200)):
+        fn()
+    torch.cuda.synchronize()
+    enqueue, inclusive = [], []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        queued = time.perf_counter()
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        enqueue.append((queued - start) / calls * 1e6)
+        inclusive.append((done - start) / calls * 1e6)
+    return statistics.median(enqueue), statistics.median(inclusive)
+
+
+def triton_kernels() -> tuple[Any, Any] | None:
+    """Triton's empty and add kernels, or None when triton is not importable."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:
+        return None
+
+    @triton.jit
+    def empty(x, n):
+        pass
+
+    @triton.jit
+    def add(x, y, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+    return empty, add
+
+
+def small_kernel_rows(calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
+    import sparsile as sp
+    import torch
+
+    module = sp.loads(SOURCE, "bench_launch.spk")
+    empty, vadd = module.kernels["empty"], module.kernels["vadd"]
+    n = 1024
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out, ref = torch.empty_like(x), torch.empty_like(x)
+    rows = []
+
+    def row(case: str, how: str, fn: Callable[[], Any]) -> None:
+        rows.append((case, how, *time_calls(fn, calls, repeats)))
+
+    row("empty", "kernel[grid]", lambda: empty[(1,)](x, n))
+    prepared_empty = empty[(1,)].prepare(x, n)
+    row("empty", "prepare()d launch", lambda: prepared_empty(x, n))
+    row("vector add 1024", "kernel[grid]", lambda: vadd[(1,)](x, y, out, n, BLOCK=n))
+    prepared_add = vadd[(1,)].prepare(x, y, out, n, BLOCK=n)
+    row("vector add 1024", "prepare()d launch", lambda: prepared_add(x, y, out, n))
+    torch.add(x, y, out=ref)
+    torch.cuda.synchronize()
+    if not torch.equal(out, ref):
+        raise SystemExit("vector add: the prepared launch disagrees with torch.add")
+    tri = triton_kernels()
+    if tri is not None:
+        t_empty, t_add = tri
+        row("empty", "triton kernel[grid]", lambda: t_empty[(1,)](x, n))
+        row("vector add 1024", "triton kernel[grid]", lambda: t_add[(1,)](x, y, out, n, BLOCK=n))
+    row("vector add 1024", "torch.add(out=)", lambda: torch.add(x, y, out=ref))
+    return rows
+
+
+def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
+    import torch
+    import torch.nn.functional as F
+    from sparsile.stdlib.kernels import plan_sparse_matmul, prune_and_compress, sparse_matmul
+    from sparsile.stdlib.kernels.gemm import kernel_module
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(features, features, generator=g).cuda()
+    x = torch.randn(tokens, features, generator=g).cuda().to(torch.bfloat16)
+    values, meta = prune_and_compress(w, "bf16")
+    plan = plan_sparse_matmul(values, meta, x)
+    args, constexprs = plan.arguments(), plan._constexprs()
+    main = plan.kernel[plan.grid].prepare(*args, **constexprs)
+    reduce = None
+    if plan.split_k > 1:
+        mn = plan.m * plan.n
+        reduce = kernel_module().splitk_reduce[(-(-mn // 1024),)].prepare(plan.workspace, plan.out, mn,
+                                                                           SPLIT_K=plan.split_k)
+
+    def prepared() -> None:
+        main(*args)
+        if reduce is not None:
+            reduce(plan.workspace, plan.out, plan.m * plan.n)
+
+    def grid_call() -> None:
+        plan.kernel[plan.grid](*args, **constexprs)
+        if plan.split_k > 1:
+            mn = plan.m * plan.n
+            kernel_module().splitk_reduce[(-(-mn // 1024),)](plan.workspace, plan.out, mn, SPLIT_K=plan.split_k)
+
+    expected = plan.run().clone()
+    plan.out.fill_(float("nan"))
+    prepared()
+    torch.cuda.synchronize()
+    if not torch.equal(plan.out, expected):
+        raise SystemExit("sparse GEMM: the prepared launch disagrees with plan.run()")
+    case = f"sparse GEMM bf16 T={tokens} {features}x{features}" + (f" split_k={plan.split_k}" if plan.split_k > 1
+                                                                    else "")
+    dense = w.to(torch.bfloat16)
+    rows = []
+    for how, fn in (("sparse_matmul()", lambda: sparse_matmul(values, meta, x)),
+                    ("kernel[grid], plan built once", grid_call),
+                    ("plan.run()", plan.run),
+                    ("prepare()d launch", prepared),
+                    ("dense F.linear", lambda: F.linear(x, dense))):
+        rows.append((case, how, *time_calls(fn, calls, repeats)))
+    return rows
+
+
+def format_rows(rows: list[tuple[str, str, float, float]]) -> str:
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'case':<{width}}  {'launched through':<30} {'enqueue us':>10} {'us/call':>9}"]
+    for case, how, enqueue, inclusive in rows:
+        lines.append(f"{case:<{width}}  {how:<30} {enqueue:>10.2f} {inclusive:>9.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("bench_launch needs torch", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("bench_launch needs an NVIDIA GPU", file=sys.stderr)
+        return 2
+    rows = small_kernel_rows(args.calls, args.repeats)
+    if not args.no_gemm:
+        rows += gemm_rows(args.tokens, args.features, max(args.calls // 4, 1), args.repeats)
+    print(f"{torch.cuda.get_device_name()}: host time per call, median of {args.repeats} rounds "
+          f"(synchronize outside the timed loop)")
+    print(format_rows(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,437 @@
+"""CPU tests of the fast launch paths: ``kernel[grid].prepare(...)`` (backend/prepared.py), the
+fingerprint cache of ``kernel[grid](...)`` (backend/fast_launch.py), the tensor-map LRU and the
+ctypes structs of backend/cudalib.py.
+
+A fake device stands in for the GPU: the kernel is compiled for sm_90a for real (no GPU needed),
+but the launcher runs on a fake ``KernelFunction`` whose launch records the bytes the driver would
+read from ``kernelParams``. Device arrays are :class:`FakeCudaTensor` objects that the launcher
+describes as torch CUDA tensors (the seam ``register_array_type``); they are never dereferenced.
+The same launches on a real GPU are in test_prepared_gpu.py."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import sparsile as sp
+from cuda.bindings import driver
+from sparsile.backend import arguments as A
+from sparsile.backend import cudalib, fast_launch, launch, prepared, runtime
+from sparsile.backend.prepared import PreparedLaunch
+from sparsile.backend.tensormap import Swizzle, TensorMap, TensorMapCache, TensorMapParam
+from sparsile.frontend import types as T
+from sparsile.frontend.diagnostics import LaunchError
+from sparsile.frontend.sema import ArgSpec
+from sparsile.frontend.specialize import ParamInfo
+from sparsile.frontend.values import Const
+
+torch = pytest.importorskip("torch")
+
+OK = driver.CUresult.CUDA_SUCCESS
+H200 = runtime.DeviceInfo(ordinal=0, name="NVIDIA H200", compute_capability=(9, 0), sm_count=132,
+                          max_shared_per_block=49152, max_shared_per_block_optin=232448,
+                          max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                          max_grid_dims=(2**31 - 1, 65535, 65535), max_cluster_size=8, l2_size=52428800)
+ATTRS = runtime.FunctionAttributes(1024, 0, 48128, 32, 0, 0, 80, 90, (0, 0, 0))
+TORCH_STREAM = 0x7070
+
+VECTOR_ADD = Path(__file__).resolve().parents[2] / "examples" / "vector_add.spk"
+
+
+class FakeCudaTensor:
+    """What the launcher reads of a torch CUDA tensor, over a made-up address."""
+
+    is_cuda = True
+
+    def __init__(self, ptr, shape, dtype=torch.float32, device=0, strides=None):
+        self._ptr, self.shape, self.dtype, self._device = ptr, torch.Size(shape), dtype, device
+        self._strides = tuple(strides) if strides is not None else A.dlpack.compact_strides(tuple(shape))
+        self.ndim = len(shape)
+
+    def data_ptr(self):
+        return self._ptr
+
+    def get_device(self):
+        return self._device
+
+    def dim(self):
+        return self.ndim
+
+    def stride(self, dim=None):
+        return self._strides if dim is None else self._strides[dim]
+
+    def is_contiguous(self):
+        return A.is_c_contiguous(tuple(self.shape), self._strides)
+
+
+class Recorder:
+    """The fake driver's launch: records grid, block, stream and the parameter bytes."""
+
+    def __init__(self):
+        self.launches = []
+        self.sizes = [8, 8, 8, 4]
+
+    def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        pointers = (ctypes.c_void_p * len(self.sizes)).from_address(params)
+        data = [ctypes.string_at(p, n) for p, n in zip(pointers, self.sizes)]
+        self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "stream": stream, "params": data})
+        return (OK,)
+
+
+class FakeModule:
+    device = H200
+    context_key = None
+    _state = "state"
+
+    def activate(self, force=False):
+        pass
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A fake H200: kernels compile for real, launches are recorded."""
+    from sparsile.backend.compiler import compile_cached
+    from sparsile.frontend.host_arrays import stored_params
+
+    recorder = Recorder()
+    built = []
+
+    def build(kernel, bindings, key, target, options):
+        ck = compile_cached(kernel, bindings, key, target, options)
+        stores = stored_params(kernel.ir_for(bindings, key, options))
+        spec = launch.param_spec(kernel, bindings, ck.params, stores)
+        fn = SimpleNamespace(module=FakeModule(), attributes=ATTRS, handle=0x500,
+                             set_max_dynamic_shared=lambda n: None)
+        launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, cluster=ck.cluster)
+        launcher._launch_kernel = recorder
+        launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
+        launcher.written = stores
+        built.append(spec)
+        return launcher
+
+    monkeypatch.setattr(runtime, "_has_gpu", True)
+    monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: H200)
+    monkeypatch.setattr(launch, "_build_launcher", build)
+    monkeypatch.setattr(fast_launch, "torch_current_stream", lambda ordinal: TORCH_STREAM)
+    monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: TORCH_STREAM)
+    monkeypatch.setitem(A._extractors, FakeCudaTensor, A._describe_torch)
+    recorder.built = built
+    return recorder
+
+
+def vadd():
+    return sp.load(VECTOR_ADD).kernels["vector_add"]
+
+
+def q(v):
+    return struct.pack("<Q", v)
+
+
+def arrays(base=0x7F00_0000_0000, n=1024, **kw):
+    return tuple(FakeCudaTensor(base + i * 0x10000, (n,), **kw) for i in range(3))
+
+
+# ------------------------------------------------------------------------------------------------
+# prepared launches of a compiled kernel
+
+
+def test_prepared_launch_packs_fresh_arguments_per_call(gpu):
+    x, y, out = arrays()
+    launch_ = vadd()[(4,)].prepare(x, y, out, 1024, BLOCK=256)
+    assert len(gpu.built) == 1
+    x2, y2, out2 = arrays(base=0x7E00_0000_0000)
+    launch_(x2, y2, out2, 2048)
+    record = gpu.launches[-1]
+    assert record["params"] == [q(x2.data_ptr()), q(y2.data_ptr()), q(out2.data_ptr()), struct.pack("<i", 2048)]
+    assert record["grid"] == (4, 1, 1) and record["block"] == (128, 1, 1)
+    assert record["stream"] == TORCH_STREAM  # torch tensors: torch's current stream by default
+    launch_(x, y, out, 16, stream=5, grid=(8, 2))
+    assert gpu.launches[-1]["stream"] == 5 and gpu.launches[-1]["grid"] == (8, 2, 1)
+    launch_(x, y, out, 16, stream=SimpleNamespace(cuda_stream=9))
+    assert gpu.launches[-1]["stream"] == 9 and gpu.launches[-1]["grid"] == (4, 1, 1)
+    assert len(gpu.built) == 1  # compiled once
+
+
+def test_prepared_launch_matches_kernel_grid_call(gpu):
+    k = vadd()
+    x, y, out = arrays()
+    k[(4,)](x, y, out, 1024, BLOCK=256)
+    k[(4,)].prepare(x, y, out, 1024, BLOCK=256)(x, y, out, 1024)
+    assert gpu.launches[0] == gpu.launches[1]
+    assert len(gpu.built) == 1  # the same launcher: one compile
+
+
+@pytest.mark.parametrize(("change", "code", "message"), [
+    (lambda a: (FakeCudaTensor(a[0].data_ptr(), (1024,), dtype=torch.float16), *a[1:], 1024), "SP0703",
+     "argument `x` expects a pointer to f32, got a float16 torch tensor"),
+    (lambda a: (a[0], FakeCudaTensor(0x7F00_0001_0000, (1024,), device=1), a[2], 1024), "SP0707",
+     "argument `y` is on cuda:1 but the kernel runs on cuda:0"),
+    (lambda a: (a[0], a[1], FakeCudaTensor(0x7F00_0002_0004, (1024,)), 1024), "SP0704",
+     "argument `out` points to 0x7f0000020004, which is not 16-byte aligned"),
+    (lambda a: (FakeCudaTensor(0x7F00_0000_0000, (32, 32), strides=(1, 32)), *a[1:], 1024), "SP0705",
+     "argument `x` is not contiguous"),
+    (lambda a: (*a, 1000), "SP0709", "argument `n` = 1000 is not a multiple of 16"),
+    (lambda a: (*a, 2**31), "SP0709", "argument `n` = 2147483648 does not fit in i32"),
+    (lambda a: (*a, 1.5), "SP0708", "argument `n` expects an integer (i32), got float 1.5"),
+    (lambda a: (*a,), "SP0732", "this prepared launch of `vector_add` takes 4 arguments, got 3"),
+    (lambda a: (np.zeros(1024, np.float32), *a[1:], 1024), "SP0733",
+     "argument `x` is a numpy array in host memory, but a prepared launch uses device memory in place only"),
+    (lambda a: ("x", *a[1:], 1024), "SP0708", "argument `x` expects an array of f32, got str"),
+])
+def test_prepared_launch_refuses_arguments_that_break_the_specialization(gpu, change, code, message):
+    args = arrays()
+    launch_ = vadd()[(4,)].prepare(*args, 1024, BLOCK=256)
+    with pytest.raises(LaunchError) as exc:
+        launch_(*change(args))
+    assert exc.value.code == code and message in str(exc.value)
+    launch_(*args, 1024)  # still usable afterwards
+    assert gpu.launches[-1]["params"][3] == struct.pack("<i", 1024)
+
+
+def test_prepared_launch_checks_constexprs_stream_and_grid(gpu):
+    x, y, out = arrays()
+    launch_ = vadd()[(4,)].prepare(x, y, out, 1024, 256)  # BLOCK positional: checked per call
+    launch_(x, y, out, 32, 256)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, y, out, 32, 128)
+    assert exc.value.code == "SP0718" and "the launch was prepared for BLOCK = 256" in str(exc.value)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, y, out, 32, 256, stream=-1)
+    assert exc.value.code == "SP0717"
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, y, out, 32, 256, grid=(0,))
+    assert exc.value.code == "SP0710"
+
+
+def test_prepared_launch_vary_drops_the_divisibility_assumption(gpu):
+    x, y, out = arrays()
+    launch_ = vadd()[(4,)].prepare(x, y, out, 1024, BLOCK=256, vary=("n", "x"))
+    launch_(FakeCudaTensor(0x7F00_0000_0004, (1024,)), y, out, 1001)
+    assert gpu.launches[-1]["params"][0] == q(0x7F00_0000_0004)
+    assert gpu.launches[-1]["params"][3] == struct.pack("<i", 1001)
+    with pytest.raises(LaunchError) as exc:
+        vadd()[(4,)].prepare(x, y, out, 1024, BLOCK=256, vary=("BLOCK",))
+    assert exc.value.code == "SP0734" and "vary= names `BLOCK`, which is not a run-time parameter" in str(exc.value)
+    with pytest.raises(LaunchError) as exc:
+        vadd()[(4,)].prepare(x, y, out, 1024, BLOCK=256, vary=3)
+    assert exc.value.code == "SP0734"
+
+
+def test_prepared_launch_fixed_keyword_arguments(gpu):
+    x, y, out = arrays()
+    launch_ = vadd()[(1,)].prepare(x, y, out=out, n=64, BLOCK=64)
+    x2 = FakeCudaTensor(0x7D00_0000_0000, (64,))
+    launch_(x2, y)
+    assert gpu.launches[-1]["params"] == [q(x2.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), struct.pack("<i", 64)]
+
+
+def test_prepared_launch_needs_a_gpu(monkeypatch):
+    monkeypatch.setattr(runtime, "_has_gpu", False)
+    monkeypatch.setattr(runtime, "has_gpu", lambda: False)
+    with pytest.raises(LaunchError) as exc:
+        vadd()[(1,)].prepare(0, 0, 0, 1, BLOCK=16)
+    assert exc.value.code == "SP0731"
+
+
+# ------------------------------------------------------------------------------------------------
+# the fingerprint cache of kernel[grid](...)
+
+
+def test_kernel_grid_calls_reuse_the_fast_entry(gpu, monkeypatch):
+    k = vadd()
+    x, y, out = arrays()
+    k[(4,)](x, y, out, 1024, BLOCK=256)
+    binds = []
+    real_bind = k.bind
+    monkeypatch.setattr(k, "bind", lambda *a: binds.append(a) or real_bind(*a))
+    x2, y2, out2 = arrays(base=0x7C00_0000_0000)
+    k[(4,)](x2, y2, out2, 4096, BLOCK=256)
+    k[lambda meta: (4096 // meta["BLOCK"],)](x2, y2, out2, 4096, BLOCK=256)
+    assert not binds  # neither call bound nor specialized again
+    assert gpu.launches[-2]["params"] == [q(x2.data_ptr()), q(y2.data_ptr()), q(out2.data_ptr()),
+                                          struct.pack("<i", 4096)]
+    assert gpu.launches[-1]["grid"] == (16, 1, 1) and gpu.launches[-1]["stream"] == TORCH_STREAM
+    k[(4,)](x2, y2, out2, 1000, BLOCK=256)  # another fingerprint (not a multiple of 16): the full path
+    assert len(binds) == 1 and len(gpu.built) == 2
+    k[(4,)](x2, y2, out2, 1000, BLOCK=256)
+    assert len(binds) == 1
+    k.options["num_warps"] = 8  # options changed: entries are dropped
+    k[(4,)](x2, y2, out2, 1000, BLOCK=256)
+    assert len(binds) == 2 and gpu.launches[-1]["block"] == (256, 1, 1)
+    with pytest.raises(LaunchError) as exc:  # the launcher still checks every argument
+        k[(4,)](x2, y2, FakeCudaTensor(0x7C00_0002_0000, (1024,), device=1), 1000, BLOCK=256)
+    assert exc.value.code == "SP0707"
+
+
+def test_kernel_grid_run_time_keyword_takes_the_full_path(gpu):
+    k = vadd()
+    x, y, out = arrays()
+    k[(4,)](x, y, out, n=1024, BLOCK=256)
+    k[(4,)](x, y, out, n=1024, BLOCK=256)
+    assert not k.__dict__["_fast_launches"].entries
+    assert gpu.launches[0] == gpu.launches[1]
+
+
+# ------------------------------------------------------------------------------------------------
+# tensor maps
+
+
+def test_tensor_map_cache_is_an_lru():
+    cache = TensorMapCache(2)
+    a, b, c = (bytes([i]) * 128 for i in range(3))
+    cache.put("a", a)
+    cache.put("b", b)
+    assert cache.get("a") == a  # now most recent: b is evicted next
+    cache.put("c", c)
+    assert "b" not in cache and cache.get("a") == a and cache.get("c") == c and len(cache) == 2
+    assert cache.get("b") is None and (cache.hits, cache.misses) == (3, 1)
+    with pytest.raises(ValueError, match="128 bytes"):
+        cache.put("d", b"\0" * 64)
+    with pytest.raises(ValueError):
+        TensorMapCache(0)
+
+
+def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8):
+    """A prepared launch of a hand-made spec: tensor ``a`` (pointer, shape, stride, tensor map)."""
+    def fake_make(spec, ptr, owner=None, device=None):
+        encoded.append((spec, ptr))
+        return TensorMap(spec, ptr, bytes([len(encoded)]) * 128)
+
+    monkeypatch.setattr(runtime, "make_tensor_map", fake_make)
+    monkeypatch.setattr(prepared, "SHARED_MAPS", TensorMapCache(cache_size))
+    spec = A.ParamSpec((A.PointerParam("a", "f16", aligned16=True, readonly=True),
+                        A.DerivedParam("a.tensor_dim0", "a", "shape", 0), A.DerivedParam("a.tensor_stride0", "a",
+                                                                                           "stride", 0),
+                        TensorMapParam("a.tmap0", "f16", box, swizzle=Swizzle.B128, readonly=True),
+                        A.ScalarParam("k", "i32")), kernel_name="tma")
+    fn = SimpleNamespace(module=FakeModule(), attributes=ATTRS, handle=0x500, set_max_dynamic_shared=lambda n: None)
+    launcher = runtime.Launcher(fn, spec, num_warps=4)
+    recorder = Recorder()
+    recorder.sizes = [8, 4, 4, 128, 4]
+    launcher._launch_kernel = recorder
+    kernel = SimpleNamespace(name="tma", params=[ParamInfo("a", T.TensorType(T.f16, 2)), ParamInfo("k", T.i32),
+                                                 ParamInfo("BK", T.CONSTEXPR)])
+    bindings = {"a": ArgSpec.of(T.TensorType(T.f16, 2), True), "k": ArgSpec.of(T.i32, False), "BK": Const(64)}
+    a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
+    monkeypatch.setitem(A._extractors, FakeCudaTensor, A._describe_torch)
+    monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
+    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, 2, (1,))
+    return made, recorder, a
+
+
+def test_prepared_tensor_maps_are_encoded_once_per_layout(monkeypatch):
+    encoded = []
+    made, recorder, a = tma_launch(monkeypatch, encoded)
+    made(a, 7)
+    made(a, 8)
+    assert len(encoded) == 1  # at prepare time, then reused (the slot is not even rewritten)
+    spec, ptr = encoded[0]
+    assert ptr == a.data_ptr() and spec.global_shape == (256, 512) and spec.global_strides == (1024, 2)
+    assert spec.box_shape == (64, 64) and spec.swizzle == Swizzle.B128
+    params = recorder.launches[-1]["params"]
+    assert params == [q(a.data_ptr()), struct.pack("<i", 256), struct.pack("<i", 512), b"\x01" * 128,
+                      struct.pack("<i", 8)]
+    moved = FakeCudaTensor(0x7A00_0010_0000, (128, 512), dtype=torch.float16)
+    made(moved, 8)
+    assert len(encoded) == 2 and recorder.launches[-1]["params"][1:4] == [struct.pack("<i", 128),
+                                                                         struct.pack("<i", 512), b"\x02" * 128]
+    made(a, 8)  # back to the first layout: from the shared cache, not re-encoded
+    assert len(encoded) == 2 and recorder.launches[-1]["params"][3] == b"\x01" * 128
+    tma_launch(monkeypatch, encoded)  # a fresh shared cache: encodes again
+    assert len(encoded) == 3
+    with pytest.raises(LaunchError) as exc:
+        made(FakeCudaTensor(0x7A00_0000_0000, (256 * 512,), dtype=torch.float16), 8)
+    assert exc.value.code == "SP0720" and "prepared for a rank-2 tensor" in str(exc.value)
+
+
+def test_prepared_tensor_maps_are_shared_and_evicted_least_recently_used(monkeypatch):
+    encoded = []
+    made, _, a = tma_launch(monkeypatch, encoded, cache_size=2)
+    cache = prepared.SHARED_MAPS
+    assert len(cache) == 1
+    b = FakeCudaTensor(0x7A00_0020_0000, (256, 512), dtype=torch.float16)
+    c = FakeCudaTensor(0x7A00_0030_0000, (256, 512), dtype=torch.float16)
+    made(b, 1)
+    made(c, 1)  # a is the least recently used: evicted
+    assert len(encoded) == 3 and len(cache) == 2
+    made(b, 1)
+    assert len(encoded) == 3
+    made(a, 1)
+    assert len(encoded) == 4 and encoded[-1][1] == a.data_ptr()
+    key_box = [k[-1] for k in cache._entries]
+    assert all(k[1] == (64, 64) for k in key_box)  # keyed by the box and swizzle too
+
+
+# ------------------------------------------------------------------------------------------------
+# libcuda through ctypes
+
+
+def test_ctypes_launch_structs_match_cuda_bindings():
+    mine = cudalib.cluster_config((288, 1, 1), 41024, (2, 1, 1))
+    mine.gridDimX, mine.gridDimY, mine.gridDimZ, mine.hStream = 5, 6, 7, 0x1234
+    theirs = driver.CUlaunchConfig()
+    theirs.gridDimX, theirs.gridDimY, theirs.gridDimZ = 5, 6, 7
+    theirs.blockDimX, theirs.blockDimY, theirs.blockDimZ = 288, 1, 1
+    theirs.sharedMemBytes, theirs.hStream = 41024, 0x1234
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 2, 1, 1
+    theirs.attrs, theirs.numAttrs = [attr], 1
+    assert ctypes.sizeof(cudalib.LaunchConfig) == 56 and ctypes.sizeof(cudalib.LaunchAttribute) == 72
+    raw_mine, raw_theirs = ctypes.string_at(ctypes.addressof(mine), 56), ctypes.string_at(theirs.getPtr(), 56)
+    assert raw_mine[:40] == raw_theirs[:40] and raw_mine[48:52] == raw_theirs[48:52]  # 40..48: the attrs pointer
+    assert ctypes.string_at(ctypes.addressof(mine._attribute), 72) == ctypes.string_at(attr.getPtr(), 72)
+
+
+def test_launcher_routes_launches_through_libcuda(monkeypatch):
+    calls = []
+
+    def raw_launch(*args):
+        calls.append(args)
+        return (OK,)
+
+    monkeypatch.setattr(cudalib, "_library", SimpleNamespace(cuLaunchKernel=raw_launch, cuLaunchKernelEx=None,
+                                                            cuTensorMapEncodeTiled=None))
+    monkeypatch.setattr(cudalib, "_tried", True)
+    fn = runtime.KernelFunction(FakeModule(), "k", driver.CUfunction(0x500))
+    fn._attributes = ATTRS
+    launcher = runtime.Launcher(fn, A.ParamSpec((A.PointerParam("x", "f32"),)), num_warps=1)
+    launcher(3, (0x1000,), stream=7)
+    assert calls and calls[-1][:9] == (0x500, 3, 1, 1, 32, 1, 1, 0, 7)
+    monkeypatch.setattr(driver, "cuLaunchKernel", lambda *a: (OK,))  # a patched binding is respected
+    assert runtime.Launcher(fn, A.ParamSpec((A.PointerParam("x", "f32"),)), num_warps=1)._launch_kernel \
+        is driver.cuLaunchKernel
+
+
+def test_fast_entry_falls_back_to_the_launcher_for_host_arrays():
+    calls = []
+
+    class HostOnce:
+        def __call__(self, *args, stream=None, grid=None):
+            raise LaunchError("SP0733", "host memory")
+
+    entry = fast_launch.FastEntry(lambda grid, values, stream=None: calls.append((grid, values, stream)),
+                                  lambda args: args[0], True, (), {"BLOCK": 4}, False, HostOnce())
+    entry.launch(lambda meta: (meta["BLOCK"],), ("host array",), 3)
+    assert calls == [((4,), ("host array",), 3)]
+
+    class Refuses:
+        def __call__(self, *args, stream=None, grid=None):
+            raise LaunchError("SP0707", "another device")
+
+    entry.prepared = Refuses()
+    with pytest.raises(LaunchError) as exc:  # any other diagnostic is the user's
+        entry.launch((1,), ("x",), None)
+    assert exc.value.code == "SP0707" and len(calls) == 1
+
+
+def test_device_buffer_dtypes_are_language_dtypes():
+    from sparsile.frontend.specialize import dtype_of
+
+    assert dtype_of(SimpleNamespace(dtype="i8", shape=(4,))) == T.i8  # numpy would read "i8" as int64
+    assert dtype_of(SimpleNamespace(dtype="f16", shape=(4,))) == T.f16  # and "f16" as float128
+    assert dtype_of(np.zeros(2, np.int64)) == T.i64
