@@ -11,11 +11,12 @@ round *outside* the timed loop, never inside. Two numbers per row, medians over 
   µs/call       host time per call including the final synchronize (host-inclusive: at least the
                 kernel's own time once the GPU is the slower side)
 
-Rows: an empty kernel and a vector add (1024 f32) through ``kernel[grid]``, ``prepare()``, Triton
-and torch.add; the bf16 sparse GEMM (W: features x features 2:4, x: tokens x features) through
-``sparse_matmul`` (plans every call), ``kernel[grid]`` on a plan built once, ``plan.run()``, the
-prepared launch, and dense ``F.linear`` for scale. The prepared GEMM's output is checked equal to
-``plan.run()``'s.
+Rows: an empty kernel and a vector add (1024 f32) through ``kernel[grid]``, ``prepare()``,
+Triton and torch.add, and the floor: one bare ``cuLaunchKernel`` (cuda.bindings, and libcuda
+through ctypes as the launch paths call it) with the parameters already packed; the bf16 sparse
+GEMM (W: features x features 2:4, x: tokens x features) through ``sparse_matmul`` (plans every
+call), ``kernel[grid]`` on a plan built once, ``plan.run()``, the prepared launch, and dense
+``F.linear`` for scale. The prepared GEMM's output is checked equal to ``plan.run()``'s.
 """
 
 from __future__ import annotations
@@ -98,6 +99,24 @@ def triton_kernels() -> tuple[Any, Any] | None:
     return empty, add
 
 
+def floors(prepared: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """The floor under every launch path: one ``cuLaunchKernel`` of the prepared empty kernel with
+    its parameters already packed, through cuda.bindings and through libcuda directly (ctypes)."""
+    from cuda.bindings import driver
+    from sparsile.backend import cudalib
+
+    launcher = prepared.launcher
+    fn, (bx, by, bz), address = launcher.function.handle, launcher.block, prepared._buffer.address
+    out = [("bare cuLaunchKernel (cuda.bindings)",
+            lambda: driver.cuLaunchKernel(fn, 1, 1, 1, bx, by, bz, 0, 0, address, 0))]
+    lib = cudalib.library()
+    if lib is not None:
+        handle = int(fn)
+        out.append(("bare cuLaunchKernel (ctypes)", lambda: lib.cuLaunchKernel(handle, 1, 1, 1, bx, by, bz, 0, 0,
+                                                                                  address, 0)))
+    return out
+
+
 def small_kernel_rows(calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
     import sparsile as sp
     import torch
@@ -115,6 +134,8 @@ def small_kernel_rows(calls: int, repeats: int) -> list[tuple[str, str, float, f
     row("empty", "kernel[grid]", lambda: empty[(1,)](x, n))
     prepared_empty = empty[(1,)].prepare(x, n)
     row("empty", "prepare()d launch", lambda: prepared_empty(x, n))
+    for how, bare in floors(prepared_empty):
+        row("empty", how, bare)
     row("vector add 1024", "kernel[grid]", lambda: vadd[(1,)](x, y, out, n, BLOCK=n))
     prepared_add = vadd[(1,)].prepare(x, y, out, n, BLOCK=n)
     row("vector add 1024", "prepare()d launch", lambda: prepared_add(x, y, out, n))
