@@ -88,25 +88,36 @@ class _Call:
 
 
 class _MapSlot:
-    """One tensor-map parameter: rewritten only when its array's address or layout changes."""
+    """One tensor-map parameter: rewritten only when its array's address or layout changes; the
+    spec of the last layout is kept, validated once, so a new address of the same layout (a fresh
+    activation buffer) costs its alignment check and the encoding only."""
 
-    __slots__ = ("end", "key", "last", "offset", "ordinal", "param", "view")
+    __slots__ = ("end", "key", "last", "layout", "offset", "ordinal", "param", "view")
 
     def __init__(self, param: TensorMapParam, offset: int, view: Any, ordinal: int):
         self.param, self.offset, self.end, self.view = param, offset, offset + TENSOR_MAP_BYTES, view
         self.ordinal, self.key, self.last = ordinal, encoding_key(param), None
+        self.layout: tuple[Any, ...] | None = None
 
     def write(self, ptr: int, shape: Any, strides: Any) -> None:
         here = (ptr, shape, strides)
         if here == self.last:
             return
-        full = (self.ordinal, ptr, tuple(shape), tuple(strides), self.key)
+        shape, strides = tuple(shape), tuple(strides)
+        full = (self.ordinal, ptr, shape, strides, self.key)
         data = SHARED_MAPS.get(full)
         if data is None:
             from . import runtime
 
-            spec = layout_spec(self.param, tuple(shape), tuple(strides))
-            data = SHARED_MAPS.put(full, runtime.make_tensor_map(spec, ptr, device=self.ordinal).data)
+            layout = self.layout
+            if layout is None or layout[0] != shape or layout[1] != strides:
+                spec = layout_spec(self.param, shape, strides)
+                spec.validate(what=f"the tensor map of argument `{self.param.name.split('.tmap')[0]}`")
+                layout = self.layout = (shape, strides, spec)
+            spec = layout[2]
+            if ptr % 32:  # below the strictest base alignment: the full check names the rule broken
+                spec.validate(ptr, what=f"the tensor map of argument `{self.param.name.split('.tmap')[0]}`")
+            data = SHARED_MAPS.put(full, runtime.make_tensor_map(spec, ptr, device=self.ordinal, validated=True).data)
         self.view[self.offset:self.end] = data
         self.last = here
 
@@ -177,6 +188,8 @@ class PreparedLaunch:
 
         if isinstance(binding, Const):
             return _constexpr_check(name, value)
+        if not params:  # nothing of it reaches the kernel
+            return _ignore
         if len(params) == 1 and params[0].kind == "scalar":
             return scalar_writer(params[0], self._offsets[name], self._view)
         return self._array_writer(name, value, binding, params)
@@ -335,6 +348,10 @@ class PreparedLaunch:
 
 def _legacy_stream() -> int:
     return 0
+
+
+def _ignore(value: Any, call: _Call) -> None:
+    """The writer of an argument the kernel does not receive."""
 
 
 def _source_of(p: Any) -> str:

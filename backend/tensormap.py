@@ -34,8 +34,9 @@ MAX_BOX_DIM = 256
 MAX_ELEMENT_STRIDE = 8
 MAX_GLOBAL_DIM = 1 << 32
 MAX_GLOBAL_STRIDE = 1 << 40
-TENSOR_MAP_CACHE_SIZE = 256
-"""Encoded maps a launcher (or the prepared launches, together) keeps: 32 KiB of 128-byte maps."""
+TENSOR_MAP_CACHE_SIZE = 1024
+"""Encoded maps a launcher (or the prepared launches, together) keeps: at most 128 KiB of 128-byte
+maps, enough for every weight and activation map of a large model's layers."""
 
 
 class TmaDataType(enum.IntEnum):
@@ -359,9 +360,10 @@ def driver_call_arguments(spec: TensorMapSpec, device_ptr: int) -> tuple[Any, ..
             driver.CUtensorMapL2promotion(a["l2Promotion"]), driver.CUtensorMapFloatOOBfill(a["oobFill"]))
 
 
-def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, device: int | None = None
-                    ) -> TensorMap:
-    """Like :func:`encode_tensor_map`, returning a :class:`TensorMap` value."""
+def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, device: int | None = None,
+                    validated: bool = False) -> TensorMap:
+    """Like :func:`encode_tensor_map`, returning a :class:`TensorMap` value. ``validated``: the
+    caller already validated ``spec`` for ``device_ptr`` (a prepared launch checks a layout once)."""
     import ctypes
 
     from cuda.bindings import driver
@@ -369,7 +371,8 @@ def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, dev
     from . import cudalib
     from .runtime import check, current_device
 
-    spec.validate(device_ptr)
+    if not validated:
+        spec.validate(device_ptr)
     current_device(device)
     raw = cudalib.raw("cuTensorMapEncodeTiled")
     if raw is not None:
@@ -430,7 +433,10 @@ class TensorMapCache:
             self.misses += 1
             return None
         self.hits += 1
-        self._entries.move_to_end(key)
+        try:
+            self._entries.move_to_end(key)
+        except KeyError:  # evicted by another thread meanwhile: still a valid map
+            pass
         return data
 
     def put(self, key: Hashable, data: bytes) -> bytes:

@@ -295,15 +295,15 @@ def test_tensor_map_cache_is_an_lru():
         TensorMapCache(0)
 
 
-def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8):
+def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True):
     """A prepared launch of a hand-made spec: tensor ``a`` (pointer, shape, stride, tensor map)."""
-    def fake_make(spec, ptr, owner=None, device=None):
+    def fake_make(spec, ptr, owner=None, device=None, validated=False):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, bytes([len(encoded)]) * 128)
 
     monkeypatch.setattr(runtime, "make_tensor_map", fake_make)
     monkeypatch.setattr(prepared, "SHARED_MAPS", TensorMapCache(cache_size))
-    spec = A.ParamSpec((A.PointerParam("a", "f16", aligned16=True, readonly=True),
+    spec = A.ParamSpec((A.PointerParam("a", "f16", aligned16=aligned16, readonly=True),
                         A.DerivedParam("a.tensor_dim0", "a", "shape", 0), A.DerivedParam("a.tensor_stride0", "a",
                                                                                            "stride", 0),
                         TensorMapParam("a.tmap0", "f16", box, swizzle=Swizzle.B128, readonly=True),
@@ -315,7 +315,7 @@ def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8):
     launcher._launch_kernel = recorder
     kernel = SimpleNamespace(name="tma", params=[ParamInfo("a", T.TensorType(T.f16, 2)), ParamInfo("k", T.i32),
                                                  ParamInfo("BK", T.CONSTEXPR)])
-    bindings = {"a": ArgSpec.of(T.TensorType(T.f16, 2), True), "k": ArgSpec.of(T.i32, False), "BK": Const(64)}
+    bindings = {"a": ArgSpec.of(T.TensorType(T.f16, 2), aligned16), "k": ArgSpec.of(T.i32, False), "BK": Const(64)}
     a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
     monkeypatch.setitem(A._extractors, FakeCudaTensor, A._describe_torch)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
@@ -346,6 +346,27 @@ def test_prepared_tensor_maps_are_encoded_once_per_layout(monkeypatch):
     with pytest.raises(LaunchError) as exc:
         made(FakeCudaTensor(0x7A00_0000_0000, (256 * 512,), dtype=torch.float16), 8)
     assert exc.value.code == "SP0720" and "prepared for a rank-2 tensor" in str(exc.value)
+
+
+def test_prepared_tensor_map_layout_is_validated_once_and_addresses_per_encoding(monkeypatch):
+    encoded = []
+    made, recorder, _ = tma_launch(monkeypatch, encoded, aligned16=False)
+    moved = FakeCudaTensor(0x7A00_0040_0000, (256, 512), dtype=torch.float16)
+    made(moved, 1)
+    assert len(encoded) == 2 and encoded[1][0] is encoded[0][0]  # the same layout: its spec is reused
+    with pytest.raises(LaunchError) as exc:
+        made(FakeCudaTensor(0x7A00_0050_0008, (256, 512), dtype=torch.float16), 1)
+    assert exc.value.code == "SP0714" and str(exc.value).startswith(
+        "error[SP0714]: the tensor map of argument `a` is invalid: global address 0x7a0000500008 is not 16-byte "
+        "aligned")
+    with pytest.raises(LaunchError) as exc:
+        made(FakeCudaTensor(0x7A00_0060_0000, (256, 500), dtype=torch.float16), 1)
+    assert exc.value.code == "SP0714" and "global stride of dimension 0 = 1000 bytes is not a multiple of 16" in \
+        str(exc.value)
+    made(moved, 2)  # still usable: every slot describes `moved` again, its map not re-encoded
+    assert len(encoded) == 2
+    assert recorder.launches[-1]["params"] == [q(moved.data_ptr()), struct.pack("<i", 256), struct.pack("<i", 512),
+                                               b"\x02" * 128, struct.pack("<i", 2)]
 
 
 def test_prepared_tensor_maps_are_shared_and_evicted_least_recently_used(monkeypatch):
