@@ -105,6 +105,12 @@ class FastEntry:
         self.launcher, self.getter, self.single, self.pad = launcher, getter, single, pad
         self.meta, self.torch_stream, self.prepared = meta, torch_stream, prepared
 
+    def captures_valid(self, kernel: Any) -> bool:
+        """Whether what the kernel's parameters and this launcher's IR read from Python is unchanged
+        (always, for a ``.spk`` kernel: nothing is captured)."""
+        params, captures = kernel._param_captures, getattr(self.launcher, "captures", None)
+        return (not params or params.still_valid()) and (not captures or captures.still_valid())
+
     def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
         if callable(grid):
             grid = grid(self.meta)

@@ -101,7 +101,9 @@ class GpuLaunch:
         if fast is not None and fast.options == self.kernel.options:
             key = fast.key(args, kwargs)
             entry = fast.entries.get(key) if key is not None else None
-            if entry is not None:  # the common path: arguments of a kind seen before
+            # the common path: arguments of a kind seen before, and the Python values the kernel
+            # captured (a @jit kernel's globals: frontend/captures.py) unchanged
+            if entry is not None and entry.captures_valid(self.kernel):
                 entry.launch(self.grid, args, stream)
                 return
         launcher, bound, bindings = self._launcher(args, kwargs)

@@ -57,6 +57,9 @@ PREPARED_ARGS = "SP0732"
 """A prepared launch called with another number of arguments than it was prepared with."""
 PREPARED_HOST = "SP0733"
 """Host memory (numpy, a CPU tensor) passed to a prepared launch, which uses device memory only."""
+PREPARED_STALE = "SP0735"
+"""A Python value a ``@jit`` kernel captured (a global, a closure value, a helper) changed after the
+launch was prepared: its compiled kernel is stale."""
 
 SHARED_MAPS = TensorMapCache()
 """The encoded maps of every prepared launch (a weight passed to several layers' launches, or to
@@ -144,6 +147,7 @@ class PreparedLaunch:
         self._lock = threading.Lock()
         self._call = _Call()
         self._fixed: list[Any] = []  # run-time arguments given by keyword: written once, kept alive
+        self._captures = getattr(launcher, "captures", None) or None  # what the compiled IR read from Python
         self._dims = self._last_dims = self._checked_grid(grid)
         self._last_grid: Any = grid
         self._handle = launcher._handle
@@ -292,6 +296,10 @@ class PreparedLaunch:
                               f"argument{'s' if self.nargs != 1 else ''}, got {len(args)}",
                               "pass the same positional arguments as to prepare(...); constexprs and keyword "
                               "arguments are fixed when the launch is prepared")
+        if self._captures is not None and not self._captures.still_valid():
+            raise LaunchError(PREPARED_STALE, f"a Python value kernel `{self.kernel_name}` captured (a global, a "
+                              "closure value or a helper) changed after this launch was prepared",
+                              "prepare the launch again: kernel[grid].prepare(...) compiles for the new value")
         if stream is None:
             handle = self._default_stream()
         elif type(stream) is int and stream >= 0:
@@ -376,4 +384,4 @@ def _constexpr_check(name: str, prepared: Any) -> Callable[[Any, _Call], None]:
     return check
 
 
-__all__ = ["PREPARED_ARGS", "PREPARED_HOST", "SHARED_MAPS", "PreparedLaunch", "torch_stream_getter"]
+__all__ = ["PREPARED_ARGS", "PREPARED_HOST", "PREPARED_STALE", "SHARED_MAPS", "PreparedLaunch", "torch_stream_getter"]

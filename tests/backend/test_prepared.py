@@ -42,6 +42,16 @@ TORCH_STREAM = 0x7070
 VECTOR_ADD = Path(__file__).resolve().parents[2] / "examples" / "vector_add.spk"
 
 
+SCALE = 2.0  # read by scaled_copy: a captured Python global
+
+
+@sp.jit
+def scaled_copy(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, sp.load(x + offs, mask=mask) * SCALE, mask=mask)
+
+
 class FakeCudaTensor:
     """What the launcher reads of a torch CUDA tensor, over a made-up address."""
 
@@ -110,6 +120,7 @@ def gpu(monkeypatch):
         launcher._launch_kernel = recorder
         launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
         launcher.written = stores
+        launcher.captures = kernel.captures_for(bindings, key, options)
         built.append(spec)
         return launcher
 
@@ -274,6 +285,23 @@ def test_kernel_grid_run_time_keyword_takes_the_full_path(gpu):
     k[(4,)](x, y, out, n=1024, BLOCK=256)
     assert not k.__dict__["_fast_launches"].entries
     assert gpu.launches[0] == gpu.launches[1]
+
+
+def test_a_changed_global_is_never_launched_stale(gpu, monkeypatch):
+    gpu.sizes = [8, 8, 4]  # x, out, n
+    x, _, out = arrays()
+    launch_ = scaled_copy[(4,)].prepare(x, out, 1024, BLOCK=256)
+    scaled_copy[(4,)](x, out, 1024, BLOCK=256)
+    scaled_copy[(4,)](x, out, 1024, BLOCK=256)  # the fast entry
+    assert len(gpu.built) == 1
+    monkeypatch.setitem(globals(), "SCALE", 3.0)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, 1024)
+    assert exc.value.code == "SP0735" and "changed after this launch was prepared" in str(exc.value)
+    scaled_copy[(4,)](x, out, 1024, BLOCK=256)  # kernel[grid] compiles for the new value
+    assert len(gpu.built) == 2
+    scaled_copy[(4,)].prepare(x, out, 1024, BLOCK=256)(x, out, 1024)
+    assert len(gpu.built) == 2
 
 
 # ------------------------------------------------------------------------------------------------

@@ -191,3 +191,36 @@ def test_prepared_sparse_gemm_matches_plan_run():
         bad[0] = values.to(torch.float16)
         launch(*bad)
     assert exc.value.code == "SP0703"
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_prepared_sparse_linear_steps_match_plan_run(split):
+    """The contract a torch layer codes against: every launch of a SparseLinearPlan prepared once
+    (``kernel[grid].prepare(*args, **constexprs)``), then called with the same arguments, gives
+    plan.run()'s output bit for bit, also replayed from a CUDA graph."""
+    torch = pytest.importorskip("torch")
+    from sparsile.stdlib.kernels import plan_sparse_linear, prune_and_compress
+
+    g = torch.Generator().manual_seed(20)
+    w = torch.randn(1024, 2048, generator=g) / 64
+    values, meta = prune_and_compress(w.cuda(), "bf16")
+    x = torch.randn(16, 2048, generator=g).to(torch.bfloat16).cuda()
+    bias = torch.randn(1024, generator=g).cuda()
+    plan = plan_sparse_linear(values, meta, x, bias=bias, activation="silu", split_k=split)
+    expected = plan.run().clone()
+    assert not torch.isnan(expected.float()).any()
+    steps = [(kernel[grid].prepare(*args, **cx), args) for kernel, grid, args, cx in plan.launches()]
+    assert len(steps) == (2 if split > 1 else 1)
+    plan.out.fill_(float("nan"))
+    for launch, args in steps:
+        launch(*args)
+    torch.cuda.synchronize()
+    assert torch.equal(plan.out, expected)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for launch, args in steps:
+            launch(*args)
+    plan.out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(plan.out, expected)
