@@ -116,7 +116,7 @@ class FastEntry:
             grid = grid(self.meta)
         if self.prepared is not None:
             try:
-                self.prepared(*args, stream=stream, grid=grid)
+                self.prepared.run(args, stream, grid)  # count and captures: checked by the caller
                 return
             except LaunchError as exc:  # a host array this time: the launcher copies it
                 if exc.code != PREPARED_HOST:

@@ -300,6 +300,11 @@ class PreparedLaunch:
             raise LaunchError(PREPARED_STALE, f"a Python value kernel `{self.kernel_name}` captured (a global, a "
                               "closure value or a helper) changed after this launch was prepared",
                               "prepare the launch again: kernel[grid].prepare(...) compiles for the new value")
+        self.run(args, stream, grid)
+
+    def run(self, args: tuple[Any, ...], stream: Any = None, grid: Any = None) -> None:
+        """:meth:`__call__` for a caller that has checked the argument count and the captures
+        itself (``kernel[grid](...)``'s fast path: its fingerprint holds the count)."""
         if stream is None:
             handle = self._default_stream()
         elif type(stream) is int and stream >= 0:

@@ -460,7 +460,7 @@ def test_fast_entry_falls_back_to_the_launcher_for_host_arrays():
     calls = []
 
     class HostOnce:
-        def __call__(self, *args, stream=None, grid=None):
+        def run(self, args, stream=None, grid=None):
             raise LaunchError("SP0733", "host memory")
 
     entry = fast_launch.FastEntry(lambda grid, values, stream=None: calls.append((grid, values, stream)),
@@ -469,7 +469,7 @@ def test_fast_entry_falls_back_to_the_launcher_for_host_arrays():
     assert calls == [((4,), ("host array",), 3)]
 
     class Refuses:
-        def __call__(self, *args, stream=None, grid=None):
+        def run(self, args, stream=None, grid=None):
             raise LaunchError("SP0707", "another device")
 
     entry.prepared = Refuses()
