@@ -21,7 +21,6 @@ Calls with a run-time argument given by keyword, an argument without a cheap fin
 from __future__ import annotations
 
 import operator
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -30,17 +29,10 @@ from ..frontend.diagnostics import LaunchError
 from ..frontend.specialize import _fingerprint
 from ..frontend.values import Const
 from .arguments import MISSING, is_torch_type
-from .prepared import PREPARED_HOST, PreparedLaunch
+from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
 
 MAX_ENTRIES = 256
 """Fast entries kept per kernel (one per argument fingerprint; cleared when full)."""
-
-
-def torch_current_stream(ordinal: int) -> int:
-    """torch's current stream on device ``ordinal`` as an int handle."""
-    torch = sys.modules["torch"]
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream
 
 
 class FastLaunches:

@@ -21,12 +21,16 @@ rewritten into the buffer only when its array moved). Then one ``cuLaunchKernel`
 Nothing per call allocates device memory, copies, or synchronizes, so a prepared launch can be
 captured in a CUDA graph. Host arrays (numpy, CPU tensors) are refused (SP0733): they would need a
 copy and a synchronize. The stream: ``stream=`` (a torch/CuPy stream, an int handle, a CUstream),
-else torch's current stream when torch is imported and an argument is a torch tensor, else the
-legacy default stream.
+else torch's current stream when an argument is a torch CUDA tensor, else the legacy default stream.
+
+``prepare(..., vary=("n",))`` drops the specialization's 16-divisibility (integers) or 16-byte
+alignment (arrays) assumption for the named run-time arguments (SP0734 for other names). A prepared
+``@jit`` kernel whose captured Python values changed refuses to launch (SP0735): prepare it again.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 import threading
@@ -68,14 +72,18 @@ re-prepared launches, is encoded once)."""
 _U64 = struct.Struct("<Q")
 
 
-def torch_stream_getter(ordinal: int) -> Callable[[], int]:
-    """A function returning torch's current stream on device ``ordinal`` as an int handle (the
-    raw-stream accessor Triton uses too; ``current_stream().cuda_stream`` where it is missing)."""
+def torch_current_stream(ordinal: int) -> int:
+    """torch's current stream on device ``ordinal`` as an int handle."""
     torch = sys.modules["torch"]
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return lambda: raw(ordinal)
-    return lambda: torch.cuda.current_stream(ordinal).cuda_stream
+    return raw(ordinal) if raw is not None else torch.cuda.current_stream(ordinal).cuda_stream
+
+
+def torch_stream_getter(ordinal: int) -> Callable[[], int]:
+    """:func:`torch_current_stream` of ``ordinal`` as a function of no arguments, bound to torch's
+    raw-stream accessor (the one Triton uses) where torch has it."""
+    raw = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", None)
+    return functools.partial(raw, ordinal) if raw is not None else functools.partial(torch_current_stream, ordinal)
 
 
 class _Call:
@@ -389,4 +397,5 @@ def _constexpr_check(name: str, prepared: Any) -> Callable[[Any, _Call], None]:
     return check
 
 
-__all__ = ["PREPARED_ARGS", "PREPARED_HOST", "PREPARED_STALE", "SHARED_MAPS", "PreparedLaunch", "torch_stream_getter"]
+__all__ = ["PREPARED_ARGS", "PREPARED_HOST", "PREPARED_STALE", "SHARED_MAPS", "PreparedLaunch", "torch_current_stream",
+           "torch_stream_getter"]
