@@ -16,7 +16,9 @@ Triton and torch.add, and the floor: one bare ``cuLaunchKernel`` (cuda.bindings,
 through ctypes as the launch paths call it) with the parameters already packed; the bf16 sparse
 GEMM (W: features x features 2:4, x: tokens x features) through ``sparse_matmul`` (plans every
 call), ``kernel[grid]`` on a plan built once, ``plan.run()``, the prepared launch, and dense
-``F.linear`` for scale. The prepared GEMM's output is checked equal to ``plan.run()``'s.
+``F.linear`` for scale; ``sparse_linear`` (y = x @ W.T in bf16, the kernel a torch layer runs)
+through ``plan.run()`` and its launches prepared once. Prepared outputs are checked equal to
+``plan.run()``'s.
 """
 
 from __future__ import annotations
@@ -198,7 +200,33 @@ def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tupl
                     ("prepare()d launch", prepared),
                     ("dense F.linear", lambda: F.linear(x, dense))):
         rows.append((case, how, *time_calls(fn, calls, repeats)))
+    rows += linear_rows(values, meta, x, calls, repeats)
     return rows
+
+
+def linear_rows(values: Any, meta: Any, x: Any, calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
+    """sparse_linear (y = x @ W.T, bf16 out, the kernel a torch layer runs): plan.run() against its
+    launches prepared once (checked equal)."""
+    import torch
+    from sparsile.stdlib.kernels import plan_sparse_linear
+
+    plan = plan_sparse_linear(values, meta, x)
+    steps = [(kernel[grid].prepare(*args, **cx), args) for kernel, grid, args, cx in plan.launches()]
+
+    def prepared() -> None:
+        for launch, args in steps:
+            launch(*args)
+
+    expected = plan.run().clone()
+    plan.out.fill_(float("nan"))
+    prepared()
+    torch.cuda.synchronize()
+    if not torch.equal(plan.out, expected):
+        raise SystemExit("sparse_linear: the prepared launches disagree with plan.run()")
+    t, features = plan.t, plan.m
+    case = f"sparse_linear bf16 T={t} {features}x{plan.k}" + (f" split_k={plan.split_k}" if plan.split_k > 1 else "")
+    return [(case, how, *time_calls(fn, calls, repeats)) for how, fn in (("plan.run()", plan.run),
+                                                                         ("prepare()d launches", prepared))]
 
 
 def format_rows(rows: list[tuple[str, str, float, float]]) -> str:
