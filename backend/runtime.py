@@ -11,9 +11,11 @@ use too) and made current on the calling thread when needed.
 Launch path (:class:`Launcher`): per-parameter converters and the parameter buffer are built
 once; a call binds the arguments, converts each one straight into its slot of the buffer, and
 calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` with a cluster-dimension attribute when the cluster
-is not 1x1x1) with ``kernelParams`` = the address of a ``void*`` array pointing at the slots.
-Host arrays are copied in and out around the launch, which then synchronizes; device arrays are
-used in place and the launch stays asynchronous.
+is not 1x1x1) with ``kernelParams`` = the address of a ``void*`` array pointing at the slots:
+for a loaded kernel straight from libcuda through ctypes (``cudalib.py``: cuda.bindings' argument
+conversion costs microseconds per call), else through cuda.bindings. Host arrays are copied in and
+out around the launch, which then synchronizes; device arrays are used in place and the launch
+stays asynchronous. ``prepared.py`` builds on it the prepared launches of ``kernel[grid].prepare``.
 """
 
 from __future__ import annotations
