@@ -1,11 +1,13 @@
 """Host-inclusive time per launch: ``kernel[grid](...)``, a prepared launch, Triton, torch, and the
 sparse GEMM through ``plan.run()`` against a prepared launch (issue 12 item 3).
 
-    python benchmarks/bench_launch.py [--calls 2000] [--repeats 15] [--tokens 16] [--features 4096]
+    python benchmarks/bench_launch.py [--calls 200] [--repeats 15] [--tokens 16] [--features 4096]
 
-Needs an NVIDIA GPU and torch (triton, when importable, is measured too). Each row is timed as
-``--repeats`` rounds of ``--calls`` back-to-back calls; ``torch.cuda.synchronize()`` fences each
-round *outside* the timed loop, never inside. Two numbers per row, medians over the rounds:
+Needs an NVIDIA GPU and torch (triton, when importable, is measured too). Each row is timed by
+``torch_timing.time_calls`` (shared with bench_linear.py): ``--repeats`` blocks of back-to-back
+calls (about 20 ms, at most ``--calls``, so the launch queue does not fill), each followed by
+``torch.cuda.synchronize()`` *outside* the timed calls, never inside. Two numbers per row, medians
+over the blocks:
 
   enqueue µs    host time per call until the last call returned (what Python costs per call)
   µs/call       host time per call including the final synchronize (host-inclusive: at least the
@@ -24,14 +26,14 @@ through ``plan.run()`` and its launches prepared once. Prepared outputs are chec
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import time_calls  # noqa: E402  (a sibling script, not a package)
 
 SOURCE = """
 @kernel
@@ -48,8 +50,8 @@ def vadd(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="host time per launch: kernel[grid], prepare(), triton, torch")
-    ap.add_argument("--calls", type=int, default=2000, help="calls per timed round")
-    ap.add_argument("--repeats", type=int, default=15, help="timed rounds (the median is reported)")
+    ap.add_argument("--calls", type=int, default=200, help="most calls per timed block")
+    ap.add_argument("--repeats", type=int, default=15, help="timed blocks (the median is reported)")
     ap.add_argument("--tokens", type=int, default=16, help="T of the sparse GEMM (x is T x features)")
     ap.add_argument("--features", type=int, default=4096, help="the GEMM weight is features x features")
     ap.add_argument("--no-gemm", action="store_true", help="skip the sparse GEMM rows")
@@ -59,25 +61,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def time_calls(fn: Callable[[], Any], calls: int, repeats: int) -> tuple[float, float]:
-    """(median enqueue µs per call, median host-inclusive µs per call)."""
+def timed(fn: Callable[[], Any], calls: int, repeats: int) -> tuple[float, float]:
+    """(median enqueue µs per call, median host-inclusive µs per call) through the shared
+    ``torch_timing.time_calls`` (blocks of at most ``calls`` calls, synchronize outside them)."""
     import torch
 
-    for _ in range(min(calls, 200)):
+    for _ in range(min(calls, 100)):  # warm-up: compiles, fast entries, tensor maps
         fn()
+    t = time_calls(fn, torch.cuda.synchronize, blocks=repeats, target_s=0.02, max_calls=calls)
+    return t.host, t.wall
+
+
+def check_same(run: Callable[[], Any], prepared: Callable[[], Any], out: Any, what: str) -> None:
+    """Exit unless ``prepared()`` writes into ``out`` (poisoned first) exactly what ``run()`` did."""
+    import torch
+
+    expected = run().clone()
+    out.fill_(float("nan"))
+    prepared()
     torch.cuda.synchronize()
-    enqueue, inclusive = [], []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        queued = time.perf_counter()
-        torch.cuda.synchronize()
-        done = time.perf_counter()
-        enqueue.append((queued - start) / calls * 1e6)
-        inclusive.append((done - start) / calls * 1e6)
-    return statistics.median(enqueue), statistics.median(inclusive)
+    if not torch.equal(out, expected):
+        raise SystemExit(f"{what}: the prepared launch disagrees with plan.run()")
 
 
 def triton_kernels() -> tuple[Any, Any] | None:
@@ -131,7 +135,7 @@ def small_kernel_rows(calls: int, repeats: int) -> list[tuple[str, str, float, f
     rows = []
 
     def row(case: str, how: str, fn: Callable[[], Any]) -> None:
-        rows.append((case, how, *time_calls(fn, calls, repeats)))
+        rows.append((case, how, *timed(fn, calls, repeats)))
 
     row("empty", "kernel[grid]", lambda: empty[(1,)](x, n))
     prepared_empty = empty[(1,)].prepare(x, n)
@@ -184,12 +188,7 @@ def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tupl
             mn = plan.m * plan.n
             kernel_module().splitk_reduce[(-(-mn // 1024),)](plan.workspace, plan.out, mn, SPLIT_K=plan.split_k)
 
-    expected = plan.run().clone()
-    plan.out.fill_(float("nan"))
-    prepared()
-    torch.cuda.synchronize()
-    if not torch.equal(plan.out, expected):
-        raise SystemExit("sparse GEMM: the prepared launch disagrees with plan.run()")
+    check_same(plan.run, prepared, plan.out, "sparse GEMM")
     case = f"sparse GEMM bf16 T={tokens} {features}x{features}" + (f" split_k={plan.split_k}" if plan.split_k > 1
                                                                     else "")
     dense = w.to(torch.bfloat16)
@@ -199,7 +198,7 @@ def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tupl
                     ("plan.run()", plan.run),
                     ("prepare()d launch", prepared),
                     ("dense F.linear", lambda: F.linear(x, dense))):
-        rows.append((case, how, *time_calls(fn, calls, repeats)))
+        rows.append((case, how, *timed(fn, calls, repeats)))
     rows += linear_rows(values, meta, x, calls, repeats)
     return rows
 
@@ -207,7 +206,6 @@ def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tupl
 def linear_rows(values: Any, meta: Any, x: Any, calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
     """sparse_linear (y = x @ W.T, bf16 out, the kernel a torch layer runs): plan.run() against its
     launches prepared once (checked equal)."""
-    import torch
     from sparsile.stdlib.kernels import plan_sparse_linear
 
     plan = plan_sparse_linear(values, meta, x)
@@ -217,15 +215,10 @@ def linear_rows(values: Any, meta: Any, x: Any, calls: int, repeats: int) -> lis
         for launch, args in steps:
             launch(*args)
 
-    expected = plan.run().clone()
-    plan.out.fill_(float("nan"))
-    prepared()
-    torch.cuda.synchronize()
-    if not torch.equal(plan.out, expected):
-        raise SystemExit("sparse_linear: the prepared launches disagree with plan.run()")
+    check_same(plan.run, prepared, plan.out, "sparse_linear")
     t, features = plan.t, plan.m
     case = f"sparse_linear bf16 T={t} {features}x{plan.k}" + (f" split_k={plan.split_k}" if plan.split_k > 1 else "")
-    return [(case, how, *time_calls(fn, calls, repeats)) for how, fn in (("plan.run()", plan.run),
+    return [(case, how, *timed(fn, calls, repeats)) for how, fn in (("plan.run()", plan.run),
                                                                          ("prepare()d launches", prepared))]
 
 
@@ -249,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = small_kernel_rows(args.calls, args.repeats)
     if not args.no_gemm:
-        rows += gemm_rows(args.tokens, args.features, max(args.calls // 4, 1), args.repeats)
-    print(f"{torch.cuda.get_device_name()}: host time per call, median of {args.repeats} rounds "
-          f"(synchronize outside the timed loop)")
+        rows += gemm_rows(args.tokens, args.features, args.calls, args.repeats)
+    print(f"{torch.cuda.get_device_name()}: host time per call, median of {args.repeats} blocks "
+          f"(synchronize outside the timed calls)")
     print(format_rows(rows))
     return 0
 

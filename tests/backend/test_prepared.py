@@ -484,3 +484,33 @@ def test_device_buffer_dtypes_are_language_dtypes():
     assert dtype_of(SimpleNamespace(dtype="i8", shape=(4,))) == T.i8  # numpy would read "i8" as int64
     assert dtype_of(SimpleNamespace(dtype="f16", shape=(4,))) == T.f16  # and "f16" as float128
     assert dtype_of(np.zeros(2, np.int64)) == T.i64
+
+
+# ------------------------------------------------------------------------------------------------
+# benchmarks/bench_launch.py on the CPU
+
+
+def bench_launch_module():
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_launch.py"
+    spec = importlib.util.spec_from_file_location("bench_script_launch", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_launch_arguments_table_and_no_gpu(capsys):
+    bench = bench_launch_module()
+    args = bench.parse_args(["--tokens", "4", "--features", "128"])
+    assert (args.tokens, args.features, args.calls, args.no_gemm) == (4, 128, 200, False)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--features", "100"])
+    table = bench.format_rows([("empty", "prepare()d launch", 2.5, 3.25), ("vector add 1024", "kernel[grid]", 4, 5)])
+    lines = table.splitlines()
+    assert lines[0].split()[-2:] == ["us", "us/call"] and lines[1].endswith("2.50      3.25")
+    if torch.cuda.is_available():
+        return
+    assert bench.main([]) == 2 and "needs an NVIDIA GPU" in capsys.readouterr().err
