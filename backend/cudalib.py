@@ -19,6 +19,7 @@ Struct layouts follow ``cuda.h`` (CUDA 12/13): ``CUlaunchConfig`` and ``CUlaunch
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 from typing import Any
@@ -76,11 +77,15 @@ _tried = False
 
 
 def library() -> Library | None:
-    """libcuda's raw entry points, or None without the driver library (loaded once)."""
+    """libcuda's raw entry points, or None without the driver library (loaded once). The environment
+    variable ``SPARSILE_RAW_DRIVER=0`` keeps every call on ``cuda.bindings`` (a fallback while the raw
+    path is new)."""
     global _library, _tried
     if _tried:
         return _library
     with _lock:
+        if not _tried and os.environ.get("SPARSILE_RAW_DRIVER", "1") == "0":
+            _tried = True
         if not _tried:
             name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
             try:
