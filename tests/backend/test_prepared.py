@@ -514,3 +514,13 @@ def test_bench_launch_arguments_table_and_no_gpu(capsys):
     if torch.cuda.is_available():
         return
     assert bench.main([]) == 2 and "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_raw_driver_env_zero_keeps_calls_on_cuda_bindings(monkeypatch):
+    from sparsile.backend import cudalib
+
+    monkeypatch.setenv("SPARSILE_RAW_DRIVER", "0")
+    monkeypatch.setattr(cudalib, "_tried", False)
+    monkeypatch.setattr(cudalib, "_library", None)
+    assert cudalib.library() is None
+    assert cudalib.raw("cuLaunchKernel") is None
