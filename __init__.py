@@ -29,6 +29,7 @@ from typing import Any
 
 from .frontend import opdefs as _opdefs
 from .frontend import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
+from .frontend.autotune import Autotuner, Config, autotune
 from .frontend.builtins import ROOT as _ROOT
 from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError
 from .frontend.interp_values import InterpreterError
@@ -43,8 +44,16 @@ del _type_ctors
 
 kernel = jit  # `@sparsile.kernel` reads like the `@kernel` of .spk files
 
-__all__ = ["CompileError", "Diagnostic", "InternalError", "InterpreterError", "Kernel", "KernelModule", "LaunchError",
-           "jit", "kernel", "load", "loads"]
+
+def tune(shapes: Any, **kwargs: Any) -> Any:
+    """Pre-tune the shipped sparse GEMM for ``shapes`` and return (and optionally write) its table:
+    :func:`sparsile.stdlib.kernels.tuning.tune_sparse_matmul` (docs/autotune.md)."""
+    from .stdlib.kernels.tuning import tune_sparse_matmul
+
+    return tune_sparse_matmul(shapes, **kwargs)
+
+__all__ = ["Autotuner", "CompileError", "Config", "Diagnostic", "InternalError", "InterpreterError", "Kernel",
+           "KernelModule", "LaunchError", "autotune", "jit", "kernel", "load", "loads", "tune"]
 _API = frozenset(__all__)
 # Language names that would shadow Python builtins under `from sparsile import *` stay attributes only.
 _NOT_STARRED = frozenset({"max", "min", "sum", "abs", "bool", "load"})

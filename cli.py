@@ -7,6 +7,7 @@
                      [--target sm_90a] [-o OUT]
     sparsile demo [ARGS...]
     sparsile layout "CONSTRUCTOR(args...)" | --list
+    sparsile tune SHAPES... [--dtype bf16 --dtype f16] [-o TABLE.json] [--warmup N] [--rep N]
 
 Exit status: 0 success, 1 the source has errors (diagnostics on stderr, rustc style), 2 usage
 errors (bad options, unreadable file, malformed signature), 3 a feature this installation does not
@@ -65,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     la.add_argument("expr", nargs="?", help="a call of a layout constructor with literal arguments")
     la.add_argument("--list", action="store_true", help="list the layout constructors")
     la.add_argument("--max-rows", type=int, default=64, help="rows of the picture to print")
+
+    t = sub.add_parser("tune", help="pre-tune the sparse GEMM for a list of shapes and write a table")
+    t.add_argument("shapes", nargs="+", help="MxNxK shapes (M out features, N tokens, K in features), or files "
+                                             "with one shape per line")
+    t.add_argument("--dtype", action="append", choices=("f16", "bf16", "e4m3", "s8", "tf32"),
+                   help="operand types to tune (repeatable; default bf16 and f16)")
+    t.add_argument("-o", "--output", default=None, help="write the table here (e.g. stdlib/kernels/tuned/h200.json)")
+    t.add_argument("--warmup", type=int, default=10, help="launches before timing each config")
+    t.add_argument("--rep", type=int, default=50, help="timed launches per config (the median is kept)")
     return p
 
 
@@ -80,7 +90,7 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed its message
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
-    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": _layout}
+    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": _layout, "tune": _tune}
     from .frontend.diagnostics import CompileError, LaunchError
 
     try:
@@ -257,6 +267,40 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     takes_args = bool(inspect.signature(demo_main).parameters)
     result = demo_main(list(args.args)) if takes_args else demo_main()
     return int(result) if isinstance(result, int) else EXIT_OK
+
+
+def _tune_shapes(items: list[str]) -> list[str]:
+    """The shapes of ``sparsile tune``: each item a shape or a file of shapes (one per line, ``#``
+    comments)."""
+    import os
+
+    shapes: list[str] = []
+    for item in items:
+        if os.path.isfile(item):
+            try:
+                with open(item, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise _Usage(f"cannot read `{item}`: {getattr(e, 'strerror', None) or e}") from None
+            shapes += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
+        else:
+            shapes.append(item)
+    return shapes
+
+
+def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .backend import runtime
+    from .stdlib.kernels.tuning import parse_shape, tune_sparse_matmul
+
+    shapes = [parse_shape(s) for s in _tune_shapes(args.shapes)]  # LaunchError SP0778: exit status 2
+    if not runtime.has_gpu():
+        print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available", file=err)
+        return EXIT_UNAVAILABLE
+    table = tune_sparse_matmul(shapes, dtypes=args.dtype or ("bf16", "f16"), warmup=args.warmup, rep=args.rep,
+                               out=args.output, stderr=err, progress=True)
+    for name, entry in table["entries"].items():
+        print(f"{name}: {entry['config']} {entry['us']} us (default {entry['default_us']} us)", file=out)
+    return EXIT_OK
 
 
 def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

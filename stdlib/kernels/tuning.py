@@ -1,0 +1,300 @@
+"""Tuning the Hopper sparse GEMM (``sparse_matmul``) per shape, and the tables of tuned choices.
+
+A :class:`GemmConfig` is what the planning of :mod:`.gemm` fixes by heuristics: the N tile (BN),
+the pipeline depth (STAGES), split-K shares and the CTA-pair kernel (BM is 128, the two consumer
+warpgroups of the sm_90a kernel, and is not tuned). :func:`tune_sparse_matmul` times every config
+of :func:`config_space` for each shape on the current GPU (CUDA events, backend/bench.py), checks
+each one's C against the planned default's, and returns a table (written with ``out=``; the
+``sparsile tune`` command line does the same). :func:`sparse_matmul_tuned` launches with a
+table's choice. Tables ship in ``stdlib/kernels/tuned/`` (``h200.json``); docs/autotune.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from ...frontend.autotune import printing_requested
+from ...frontend.autotune_cache import compiler_version, write_json_atomic
+from ...frontend.diagnostics import CompileError, InternalError, LaunchError
+from .gemm import (
+    BM,
+    KERNELS,
+    KernelChoice,
+    SparseMatmul,
+    _deliver,
+    _empty,
+    kernel_module,
+    plan_sparse_matmul,
+)
+
+TABLE_FORMAT = "sparsile-sparse-gemm-table/1"
+TUNED_DIR = Path(__file__).resolve().parent / "tuned"
+SP_BAD_SHAPE = "SP0778"
+SP_BAD_GEMM_TABLE = "SP0779"
+DEFAULT_STAGES = 4  # the kernels' STAGES default (sparse_gemm_sm90.spk)
+DEFAULT_GROUP_M = 16
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One launch configuration of the sm_90a sparse GEMM."""
+
+    bn: int
+    stages: int = DEFAULT_STAGES
+    split_k: int = 1
+    pair: bool = False
+    group_m: int = DEFAULT_GROUP_M
+
+    def to_json(self) -> dict[str, Any]:
+        return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
+                "GROUP_M": self.group_m}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
+        return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
+                   bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)))
+
+    def __str__(self) -> str:
+        return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
+                f"GROUP_M={self.group_m}")
+
+
+def default_config(plan: SparseMatmul) -> GemmConfig:
+    """The config :func:`~.gemm.plan_sparse_matmul`'s heuristics chose for ``plan``."""
+    return GemmConfig(plan.bn, DEFAULT_STAGES, plan.split_k, plan.pair_ctas > 0)
+
+
+def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
+    """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
+    of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
+    has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM."""
+    top = choice.block_n(n)
+    bns = [b for b in (top, top // 2, top // 4) if b >= 16]
+    steps = -(-k // choice.block_k)
+    has_pair = hasattr(kernel_module(), f"{choice.kernel}_pair")
+    out = []
+    for bn in bns:
+        tiles = -(-m // BM) * -(-n // bn)
+        splits = [s for s in (1, 2, 4, 8) if s == 1 or (steps // s >= 4 and tiles < sms)]
+        for stages in (3, 4, 5):
+            out += [GemmConfig(bn, stages, s) for s in splits]
+            if has_pair and tiles >= sms:
+                out.append(GemmConfig(bn, stages, 1, True))
+    return out
+
+
+def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: bool = False) -> SparseMatmul:
+    """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed)."""
+    workspace = plan.workspace
+    if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
+        workspace = _empty(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
+    pair = min(2 * -(-plan.m // (2 * BM)) * -(-plan.n // config.bn), sms - sms % 2) if config.pair else 0
+    return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
+                               workspace=workspace if config.split_k > 1 else None)
+
+
+def launch(plan: SparseMatmul, config: GemmConfig, interpret: bool = False) -> Any:
+    """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES and GROUP_M; returns C."""
+    if plan.m and plan.n:
+        consts = {**plan._constexprs(), "STAGES": config.stages, "GROUP_M": config.group_m}
+        kernel = plan.kernel
+        (kernel.interpret[plan.grid] if interpret else kernel[plan.grid])(*plan.arguments(), **consts)
+        if plan.split_k > 1:
+            reduce = kernel_module().splitk_reduce
+            grid = (-(-plan.m * plan.n // 1024),)
+            (reduce.interpret[grid] if interpret else reduce[grid])(plan.workspace, plan.out, plan.m * plan.n,
+                                                                    SPLIT_K=plan.split_k)
+    return plan.out
+
+
+# ------------------------------------------------------------------------------------------------
+# tables
+def table_key(dtype: str, m: int, n: int, k: int) -> str:
+    return f"{dtype} {m}x{n}x{k}"
+
+
+def load_gemm_table(table: Any) -> dict[str, Any]:
+    """A table's entries from a mapping (a :func:`tune_sparse_matmul` result) or a JSON file;
+    LaunchError SP0779 when it is not one."""
+    import json
+
+    source = "the table"
+    if isinstance(table, str | os.PathLike):
+        source = f"`{os.fspath(table)}`"
+        try:
+            table = json.loads(Path(table).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise LaunchError(SP_BAD_GEMM_TABLE, f"cannot read the sparse GEMM table {source}: "
+                                                 f"{getattr(e, 'strerror', None) or e}") from None
+    if not (isinstance(table, Mapping) and table.get("format") == TABLE_FORMAT
+            and isinstance(table.get("entries"), Mapping)):
+        raise LaunchError(SP_BAD_GEMM_TABLE, f"{source} is not a sparse GEMM table (format {TABLE_FORMAT!r})",
+                          help="write one with `sparsile tune` or sparsile.tune(shapes, out=PATH)")
+    return dict(table["entries"])
+
+
+def lookup(entries: Mapping[str, Any], dtype: str, m: int, n: int, k: int) -> GemmConfig | None:
+    """The table's config for an (M, N, K) problem: the entry of the same dtype, M and K whose N is
+    the smallest at least ``n`` (else the largest), or None."""
+    best: tuple[int, GemmConfig] | None = None
+    for name, entry in entries.items():
+        parts = name.split(" ")
+        if len(parts) != 2 or parts[0] != dtype:
+            continue
+        try:
+            em, en, ek = (int(v) for v in parts[1].split("x"))
+        except ValueError:
+            continue
+        if (em, ek) != (m, k):
+            continue
+        rank = en - n if en >= n else 10**9 + (n - en)
+        if best is None or rank < best[0]:
+            best = (rank, GemmConfig.from_json(entry["config"]))
+    return None if best is None else best[1]
+
+
+def shipped_table(gpu: str) -> Path | None:
+    """``tuned/<gpu>.json`` for a GPU name (``NVIDIA H200`` -> ``h200.json``) if it ships."""
+    slug = gpu.lower().removeprefix("nvidia ").replace(" ", "-")
+    path = TUNED_DIR / f"{slug}.json"
+    return path if path.is_file() else None
+
+
+def sparse_matmul_tuned(values: Any, meta: Any, b: Any, *, table: Any = None, out: Any = None,
+                        dtype: str | None = None) -> Any:
+    """:func:`~.gemm.sparse_matmul` on sm_90a with ``table``'s choice for this shape (default: the
+    shipped table of the current GPU), or the planned default where the table has none."""
+    from ...backend import runtime
+    from ...backend.bench import device_name
+
+    plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, target="sm_90a")
+    if table is None:
+        table = shipped_table(device_name())
+    config = lookup(load_gemm_table(table), plan.choice.operand, plan.m, plan.n, plan.k) if table else None
+    if plan.k_padded == 0:
+        plan.out[...] = 0
+    elif config is None:
+        plan.run()
+    else:
+        launch(with_config(plan, config, runtime.current_device().sm_count), config)
+    return _deliver(plan.out, out, b)
+
+
+# ------------------------------------------------------------------------------------------------
+# tuning
+def parse_shape(shape: Any) -> tuple[int, int, int]:
+    """(M, N, K) from a tuple or ``"MxNxK"`` (M out features, N tokens, K in features)."""
+    if isinstance(shape, str):
+        parts: Iterable[Any] = shape.lower().replace(",", "x").split("x")
+    else:
+        parts = shape if isinstance(shape, tuple | list) else ()
+    try:
+        dims = tuple(int(p) for p in parts)
+    except (TypeError, ValueError):
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise LaunchError(SP_BAD_SHAPE, f"a shape to tune must be M x N x K (three positive integers), found "
+                                        f"{shape!r}", help='e.g. "8192x512x8192" or (8192, 512, 8192): M = out '
+                                                           "features, N = tokens, K = in features")
+    return dims  # type: ignore[return-value]
+
+
+def _f32_copy(x: Any) -> Any:
+    """A float32 copy of a torch or numpy C (the comparison of configs)."""
+    return x.float().clone() if hasattr(x, "clone") else np.asarray(x).astype(np.float32)
+
+
+def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warmup: int = 10, rep: int = 50,
+              space: Callable[..., list[GemmConfig]] = config_space, interpret: bool = False,
+              say: Callable[..., None] = lambda text, end="\n": None) -> dict[str, Any]:
+    """Time the planned default and ``space``'s configs for one planned problem; its table entry
+    ``{"config", "us", "default", "default_us", "skipped"}``. Each config's C (poisoned first) must
+    match the default's within 2 % of the largest |C|, else it is skipped as wrong; configs that do
+    not compile or launch are skipped with the reason. ``interpret`` runs in the interpreter (the
+    CPU tests, with a fake ``bench``)."""
+    default = default_config(base)
+    ref = _f32_copy(launch(base, default, interpret))
+    tol = 2e-2 * (float(abs(ref).max()) or 1.0)
+    timings: dict[GemmConfig, float] = {}
+    skipped: dict[str, str] = {}
+    errors: list[Exception] = []
+    candidates = [default] + [c for c in space(base.choice, base.m, base.n, base.k_padded, sms) if c != default]
+    what = f"{base.choice.operand} {base.m}x{base.n}x{base.k}"
+    for i, config in enumerate(candidates):
+        say(f"\rsparsile tune {what} [{i + 1}/{len(candidates)}] {config}\x1b[K", end="")
+        try:
+            plan = with_config(base, config, sms, interpret)
+            plan.out[...] = float("nan") if "float" in str(plan.out.dtype) else -12345  # poisoned
+            if not bool((abs(_f32_copy(launch(plan, config, interpret)) - ref) <= tol).all()):
+                skipped[str(config)] = "wrong result against the default config"
+                continue
+            run = functools.partial(launch, plan, config, interpret)
+            run.config = config  # type: ignore[attr-defined]  # which config a benchmarker times
+            timings[config] = float(bench(run, warmup=warmup, rep=rep, stream=None))
+        except (CompileError, LaunchError) as e:
+            skipped[str(config)] = str(e).split("\n", 1)[0]
+            errors.append(e)
+    if not timings:
+        say("")
+        if errors:
+            raise errors[0]
+        raise InternalError(f"no config of the sparse GEMM for {what} gave the default config's C")
+    best = min(timings, key=lambda c: timings[c])
+    say(f"\rsparsile tune {what}: {best} {timings[best] * 1e3:.1f} us (default "
+        f"{timings.get(default, float('nan')) * 1e3:.1f} us)\x1b[K")
+    return {"config": best.to_json(), "us": round(timings[best] * 1e3, 2), "default": default.to_json(),
+            "default_us": round(timings[default] * 1e3, 2) if default in timings else None, "skipped": skipped}
+
+
+def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16", "f16"), warmup: int = 10,
+                       rep: int = 50, out: str | os.PathLike[str] | None = None,
+                       benchmarker: Callable[..., float] | None = None, stderr: TextIO | None = None,
+                       progress: bool | None = None, space: Callable[..., list[GemmConfig]] = config_space
+                       ) -> dict[str, Any]:
+    """Tune every shape and dtype on the current GPU with :func:`tune_plan` (random operands); return
+    the table ``{"format", "gpu", "compiler", "entries": {"bf16 MxNxK": entry}}`` and write it to
+    ``out`` (atomically) if given. A progress line and one line per shape go to ``stderr`` when
+    ``progress`` (default: when it is a terminal or SPARSILE_AUTOTUNE_PRINT=1)."""
+    import torch
+
+    from ...backend import runtime
+    from ...backend.bench import device_name, do_bench
+    from .gemm import prune_and_compress
+
+    parsed = [parse_shape(s) for s in shapes]
+    dtypes = list(dtypes)
+    for d in dtypes:
+        if d not in KERNELS:
+            raise LaunchError(SP_BAD_SHAPE, f"no sparse GEMM kernel for dtype {d!r}", help=f"one of {sorted(KERNELS)}")
+    err = stderr or sys.stderr
+    if progress is None:
+        progress = printing_requested() or bool(getattr(err, "isatty", lambda: False)())
+
+    def say(text: str, end: str = "\n") -> None:
+        if progress:
+            print(text, end=end, file=err, flush=True)
+    sms = runtime.current_device().sm_count
+    entries: dict[str, Any] = {}
+    for dtype in dtypes:
+        tdt = getattr(torch, KERNELS[dtype].torch_dtype)
+        for m, n, k in parsed:
+            gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+            weight = torch.randn(m, k, device="cuda", generator=gen)
+            values, meta = prune_and_compress(weight.to(tdt) if dtype not in ("e4m3", "s8") else weight, dtype)
+            b = torch.randn(n, k, device="cuda", generator=gen).to(tdt if dtype != "s8" else torch.int8)
+            base = plan_sparse_matmul(values, meta, b, target="sm_90a")
+            entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or do_bench, warmup=warmup,
+                                                           rep=rep, space=space, say=say)
+    table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
+    if out is not None:
+        write_json_atomic(Path(out), table)
+    return table

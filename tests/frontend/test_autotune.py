@@ -1,0 +1,282 @@
+"""``@sparsile.autotune`` on the CPU (docs/autotune.md): the choice, its caches (memory, disk:
+keying, compiler-version invalidation, corrupt files, atomic writes), SPARSILE_AUTOTUNE=0 and
+tables, skipped configs, the interpreter path, the summary and the diagnostics SP0770-SP0777.
+
+The GPU timer is replaced by a fake benchmarker that gives each config a set time, and launches by
+the interpreter (``Autotuner.launch_kernel``), so every choice here is deterministic; configs are
+still compiled for sm_90a, so compile errors are real."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+import sparsile as sp
+from sparsile.frontend import autotune_cache
+from sparsile.frontend.autotune import Autotuner
+
+N = 300
+
+
+def _grid(meta: dict[str, Any]) -> tuple[int]:
+    return ((N + meta["BLOCK"] - 1) // meta["BLOCK"],)
+
+
+def _axpy_kernel() -> Any:
+    @sp.jit
+    def axpy(x, out, n: sp.i32, a, BLOCK: sp.constexpr):
+        offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+        mask = offs < n
+        sp.store(out + offs, sp.load(out + offs, mask=mask) + a * sp.load(x + offs, mask=mask), mask=mask)
+    return axpy
+
+
+class FakeBench:
+    """A benchmarker: each config's time from ``times`` (by BLOCK); it runs the launch once (the
+    interpreter) so that restores are exercised, and records what it timed."""
+
+    def __init__(self, times: dict[int, float], run: bool = False):
+        self.times, self.run, self.calls = times, run, []
+
+    def __call__(self, fn: Any, *, warmup: int, rep: int, stream: Any) -> float:
+        if self.run:
+            fn()
+        block = fn.config.kwargs["BLOCK"]
+        self.calls.append(block)
+        return self.times[block]
+
+
+def _tuned(bench: FakeBench, configs: list[Any] | None = None, **kw: Any) -> Autotuner:
+    tuner = sp.autotune(configs or [{"BLOCK": 64}, sp.Config({"BLOCK": 128}, num_warps=4), {"BLOCK": 256}],
+                        key=["n"], benchmarker=bench, **kw)(_axpy_kernel())
+
+    def launch_on_cpu(grid: Any, args: Any, call_kwargs: dict[str, Any], stream: Any) -> None:
+        tuner.kernel.interpret[grid](*args, **call_kwargs)
+    tuner.launch_kernel = launch_on_cpu  # type: ignore[method-assign]
+    return tuner
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARSILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPARSILE_AUTOTUNE", raising=False)
+    monkeypatch.delenv("SPARSILE_AUTOTUNE_PRINT", raising=False)
+    monkeypatch.setattr(Autotuner, "_gpu_name", lambda self: "Fake GPU")
+
+
+def _data(n: int = N, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n).astype(np.float32) + 2, rng.standard_normal(n).astype(np.float32) + 2
+
+
+def _files(tmp_path: Any) -> list[Any]:
+    return sorted((tmp_path / "cache" / "autotune").glob("*.json"))
+
+
+def test_picks_the_fastest_and_launches_it_once_with_outputs_restored(tmp_path: Any) -> None:
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0}, run=True)
+    tuner = _tuned(bench)
+    x, out = _data()
+    expected = out.astype(np.float64) + 0.5 * x.astype(np.float64)
+    tuner[_grid](x, out, N, 0.5)
+    assert bench.calls == [64, 128, 256]
+    # every timed run added 0.5 x to out; the restore undid them: out holds the result of one launch
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert str(tuner.cache[next(iter(tuner.cache))].config) == "BLOCK: 128, num_warps: 4"
+    tuner[_grid](x, out, N, 0.5)  # same key: no tuning
+    assert bench.calls == [64, 128, 256]
+    assert len(_files(tmp_path)) == 1
+
+
+def test_keys_separate_values_dtypes_and_gpus(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0})
+    tuner = _tuned(bench)
+    x, out = _data()
+    tuner.choose(_grid, (x, out, N, 0.5), {})
+    tuner.choose(_grid, (x, out, N, 0.25), {})  # `a` is not in the key
+    assert len(bench.calls) == 3
+    tuner.choose(_grid, (x[:200], out[:200], 200, 0.5), {})  # another n
+    assert len(bench.calls) == 6
+    tuner.choose(_grid, (x.astype(np.float64), out.astype(np.float64), N, 0.5), {})  # other dtypes
+    assert len(bench.calls) == 9
+    assert sorted(tuner.cache) == ["Fake GPU|n=200; dtypes: x=float32 out=float32",
+                                   "Fake GPU|n=300; dtypes: x=float32 out=float32",
+                                   "Fake GPU|n=300; dtypes: x=float64 out=float64"]
+    assert sorted(json.loads(_files(tmp_path)[0].read_text())["entries"]) == sorted(tuner.cache)
+    # a fresh tuner (a new process) reads the winners from disk; another GPU tunes anew
+    again = _tuned(bench)
+    assert again.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
+    assert len(bench.calls) == 9 and next(iter(again.cache.values())).how == "disk"
+    monkeypatch.setattr(Autotuner, "_gpu_name", lambda self: "Other GPU")
+    again.choose(_grid, (x, out, N, 0.5), {})  # the same process on another GPU tunes anew too
+    assert len(bench.calls) == 12
+    assert len(json.loads(_files(tmp_path)[0].read_text())["entries"]) == 4
+
+
+def test_other_compiler_version_is_ignored_and_rewritten(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = FakeBench({64: 1.0, 128: 2.0, 256: 3.0})
+    x, out = _data()
+    monkeypatch.setattr(autotune_cache, "compiler_version", lambda: "sparsile 0.0.1+old")
+    _tuned(bench).choose(_grid, (x, out, N, 0.5), {})
+    monkeypatch.setattr(autotune_cache, "compiler_version", lambda: "sparsile 0.0.2+new")
+    with pytest.warns(autotune_cache.AutotuneWarning, match=r"SP0774.*written by 'sparsile 0.0.1\+old'"):
+        _tuned(bench).choose(_grid, (x, out, N, 0.5), {})
+    assert len(bench.calls) == 6  # tuned again
+    assert json.loads(_files(tmp_path)[0].read_text())["compiler"] == "sparsile 0.0.2+new"
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": "something else", "entries": {}}', "[]"])
+def test_corrupt_file_is_ignored_with_a_warning_and_rewritten(tmp_path: Any, text: str) -> None:
+    bench = FakeBench({64: 1.0, 128: 2.0, 256: 3.0})
+    x, out = _data()
+    _tuned(bench).choose(_grid, (x, out, N, 0.5), {})
+    path = _files(tmp_path)[0]
+    path.write_text(text)
+    with pytest.warns(autotune_cache.AutotuneWarning, match="SP0774.*corrupt or of another format"):
+        _tuned(bench).choose(_grid, (x, out, N, 0.5), {})
+    data = json.loads(path.read_text())
+    assert data["format"] == autotune_cache.FORMAT and len(data["entries"]) == 1
+
+
+def test_write_is_atomic(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = FakeBench({64: 1.0, 128: 2.0, 256: 3.0})
+    x, out = _data()
+    _tuned(bench).choose(_grid, (x, out, N, 0.5), {})
+    path = _files(tmp_path)[0]
+    before = path.read_text()
+
+    def crash(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(autotune_cache.os, "replace", crash)
+    with pytest.warns(autotune_cache.AutotuneWarning, match="SP0775.*No space left on device.*in memory only"):
+        _tuned(bench).choose(_grid, (x[:100], out[:100], 100, 0.5), {})
+    assert path.read_text() == before  # the old file is whole
+    assert os.listdir(path.parent) == [path.name]  # and no temporary file is left
+
+
+def test_autotune_off_uses_the_first_config_or_the_table(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARSILE_AUTOTUNE", "0")
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0})
+    x, out = _data()
+    assert _tuned(bench).choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 64})
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"format": autotune_cache.TABLE_FORMAT, "entries": {
+        "n=300; dtypes: x=float32 out=float32": {"BLOCK": 256, "num_warps": 8}, "*": {"BLOCK": 128}}}))
+    tuner = _tuned(bench, defaults=str(table))
+    assert tuner.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 256}, num_warps=8)
+    assert tuner.choose(_grid, (x[:10], out[:10], 10, 0.5), {}) == sp.Config({"BLOCK": 128})
+    assert bench.calls == [] and _files(tmp_path) == []
+    assert "(table)" in tuner.summary()
+
+
+def test_the_table_choice_is_one_more_candidate_when_tuning() -> None:
+    bench = FakeBench({64: 3.0, 128: 2.0, 256: 1.5, 512: 1.0})
+    x, out = _data()
+    tuner = _tuned(bench, defaults={"*": {"BLOCK": 512}})
+    assert tuner.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 512})
+    assert bench.calls == [64, 128, 256, 512]
+
+
+def test_failing_configs_are_skipped_with_the_reason_in_the_summary() -> None:
+    bench = FakeBench({64: 3.0, 128: 2.0})
+    x, out = _data()
+    tuner = _tuned(bench, configs=[{"BLOCK": 100}, {"BLOCK": 64}, {"BLOCK": 128}])
+    assert tuner.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128})
+    assert bench.calls == [64, 128]
+    text = tuner.summary()
+    assert "skipped     BLOCK: 100: SP0301: arange length end - start must be a power of two, found 100" in text
+    assert "[Fake GPU|n=300; dtypes: x=float32 out=float32] -> BLOCK: 128 (tuned, 2.0000 ms)" in text
+
+
+def test_when_every_config_fails_the_first_configs_diagnostic_is_raised() -> None:
+    tuner = _tuned(FakeBench({}), configs=[{"BLOCK": 100}, {"BLOCK": 96}])
+    x, out = _data()
+    with pytest.raises(sp.CompileError) as e:
+        tuner.choose(_grid, (x, out, N, 0.5), {})
+    d = e.value.diagnostics[0]
+    assert (d.code, d.message) == ("SP0301", "arange length end - start must be a power of two, found 100")
+
+
+def test_interpret_runs_the_first_or_the_interpret_config_without_timing() -> None:
+    bench = FakeBench({})
+    x, out = _data(seed=3)
+    for config, expected_block in ((None, 64), ({"BLOCK": 256}, 256)):
+        tuner = _tuned(bench, interpret_config=config)
+        seen: list[int] = []
+        acc = out.copy()
+        tuner.interpret[lambda m, seen=seen: seen.append(m["BLOCK"]) or _grid(m)](x, acc, N, 1.5)
+        np.testing.assert_allclose(acc, out.astype(np.float64) + 1.5 * x.astype(np.float64), rtol=1e-6)
+        assert seen == [expected_block]
+    assert bench.calls == []
+
+
+def test_spk_kernels_compose_and_prune_configs_by() -> None:
+    module = sp.loads('''
+@kernel
+def fill(out: ptr[f32], n: i32, BLOCK: constexpr):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    store(out + offs, offs.to(f32), mask=offs < n)
+''', "fill.spk")
+    calls: list[int] = []
+
+    def bench(fn: Any, **kw: Any) -> float:
+        calls.append(1)
+        return float(len(calls))
+    tuner = sp.autotune([{"BLOCK": b} for b in (32, 64, 128, 256)], key=["n"], benchmarker=bench,
+                        prune_configs_by={"early_config_prune": lambda cs, args: [c for c in cs
+                                                                                  if c.kwargs["BLOCK"] <= args["n"]],
+                                          "perf_model": lambda **a: -a["BLOCK"], "top_k": 2})(module.kernels["fill"])
+    assert tuner.choose(_grid, (np.zeros(100, np.float32), 100), {}) == sp.Config({"BLOCK": 64})
+    assert len(calls) == 2  # 32 and 64 survive the early prune and the model keeps both: 64 first
+    out = np.full(100, np.nan, np.float32)
+    tuner.interpret[_grid](out, 100)
+    np.testing.assert_array_equal(out, np.arange(100, dtype=np.float32))
+
+
+def test_progress_and_print(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    x, out = _data()
+    _tuned(FakeBench({64: 1.0, 128: 2.0, 256: 3.0})).choose(_grid, (x, out, N, 0.5), {})
+    assert capsys.readouterr().err == ""  # stderr is no TTY here
+    monkeypatch.setenv("SPARSILE_AUTOTUNE_PRINT", "1")
+    _tuned(FakeBench({64: 1.0, 128: 2.0, 256: 3.0})).choose(_grid, (x[:50], out[:50], 50, 0.5), {})
+    err = capsys.readouterr().err
+    assert "\rsparsile autotune `axpy` [3/3] BLOCK: 256" in err
+    assert ("sparsile autotune: `axpy` [n=50; dtypes: x=float32 out=float32] on Fake GPU: BLOCK: 64 (tuned, "
+            "3 timed, 0 skipped in") in err
+
+
+@pytest.mark.parametrize("make, code, message", [
+    (lambda k: sp.autotune([], key=["n"])(k), "SP0770", "sparsile.autotune of `axpy` needs at least one config"),
+    (lambda k: sp.autotune([("BLOCK", 64)], key=["n"])(k), "SP0770",
+     "an autotune config must be a sparsile.Config or a dict of constexpr values and options, found ('BLOCK', 64)"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["m"])(k), "SP0771",
+     "autotune key= names `m`, which is no parameter of `axpy`"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], reset_to_zero=["y"])(k), "SP0771",
+     "autotune reset_to_zero= names `y`, which is no parameter of `axpy`"),
+    (lambda k: sp.autotune([{"BLOCK": 64, "n": 3}], key=["n"])(k), "SP0772",
+     "the autotune config {BLOCK: 64, n: 3} sets `n`, which is not a constexpr parameter of `axpy`"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], defaults={"*": 3})(k), "SP0773",
+     "the autotuning table the defaults= mapping must map cache keys to configs (dicts of constexpr values and "
+     "options)"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], defaults="/nonexistent/t.json")(k), "SP0773",
+     "cannot read the autotuning table `/nonexistent/t.json`: No such file or directory"),
+])
+def test_bad_arguments(make: Any, code: str, message: str) -> None:
+    with pytest.raises(sp.LaunchError) as e:
+        make(_axpy_kernel())
+    assert e.value.code == code
+    assert str(e.value).split("\n")[0] == f"error[{code}]: {message}"
+
+
+def test_bad_calls() -> None:
+    x, out = _data()
+    tuner = _tuned(FakeBench({}), prune_configs_by={"early_config_prune": lambda cs, args: []})
+    with pytest.raises(sp.LaunchError, match=r"error\[SP0776\]: prune_configs_by left no config of `axpy` to try"):
+        tuner.choose(_grid, (x, out, N, 0.5), {})
+    with pytest.raises(sp.LaunchError, match=r"error\[SP0777\]: `BLOCK` is chosen by the autotuner of `axpy`"):
+        tuner.choose(_grid, (x, out, N, 0.5), {"BLOCK": 64})
+    with pytest.raises(sp.LaunchError, match=r"SP0770.*wraps a kernel"):
+        sp.autotune([{"BLOCK": 64}], key=["n"])(lambda: None)  # type: ignore[arg-type]

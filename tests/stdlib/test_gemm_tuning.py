@@ -1,0 +1,165 @@
+"""stdlib/kernels/tuning.py on the CPU: the sparse GEMM's config space, every kind of config run in
+the interpreter against float64 with poisoned outputs, tables (lookup, bad files: SP0779), shapes
+(SP0778) and the ``sparsile tune`` command line's checks. Timing needs the GPU:
+tests/gpu/test_autotune_gpu.py."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from sparsile.cli import main
+from sparsile.frontend.autotune_cache import write_json_atomic
+from sparsile.frontend.diagnostics import LaunchError
+from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
+from sparsile.stdlib.kernels.tuning import (
+    TABLE_FORMAT,
+    GemmConfig,
+    config_space,
+    default_config,
+    launch,
+    load_gemm_table,
+    lookup,
+    parse_shape,
+    table_key,
+    with_config,
+)
+from sparsile.tests.stdlib.test_gemm_api import assert_close, problem, reference
+
+
+def test_config_space_follows_the_shape() -> None:
+    f16 = KERNELS["f16"]
+    decode = config_space(f16, 4096, 16, 4096, 132)  # 32 tiles of BN 16: split-K, no pairs
+    assert {c.bn for c in decode} == {16}
+    assert {c.split_k for c in decode} == {1, 2, 4, 8} and not any(c.pair for c in decode)
+    assert {c.stages for c in decode} == {3, 4, 5}
+    big = config_space(f16, 8192, 8192, 8192, 132)  # 2048 tiles: no split-K, pairs
+    assert {c.bn for c in big} == {256, 128, 64}
+    assert {c.split_k for c in big} == {1} and GemmConfig(256, 4, 1, True) in big
+    short_k = config_space(f16, 256, 64, 256, 132)  # 4 K steps: no split
+    assert {c.split_k for c in short_k} == {1}
+    assert {c.bn for c in config_space(KERNELS["tf32"], 1024, 4096, 1024, 132)} == {128, 64, 32}
+
+
+def test_default_config_is_the_planned_one() -> None:
+    weight, b = problem("f16", 8192 // 32, 96, 512, seed=1)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    assert default_config(plan) == GemmConfig(plan.bn, 4, plan.split_k, plan.pair_ctas > 0)
+
+
+@pytest.mark.parametrize("dtype,m,n,k,config,sms", [
+    ("f16", 130, 40, 512, GemmConfig(32, 3, 2), 132),             # a narrower tile, split-K 2, 3 stages
+    ("bf16", 70, 20, 384, GemmConfig(16, 5, 1, group_m=1), 132),  # BN 16, 5 stages
+    ("f16", 256, 64, 256, GemmConfig(32, 3, 1, True), 2),          # the CTA-pair kernel on 2 CTAs
+])
+def test_every_kind_of_config_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig,
+                                              sms: int) -> None:
+    weight, b = problem(dtype, m, n, k, seed=m + n + k)
+    plan = with_config(plan_sparse_matmul(weight.values, weight.meta, b, interpret=True), config, sms,
+                       interpret=True)
+    assert (plan.bn, plan.split_k, plan.pair_ctas > 0) == (config.bn, config.split_k, config.pair)
+    plan.out[...] = np.nan
+    if plan.workspace is not None:
+        plan.workspace[...] = np.nan
+    c = launch(plan, config, interpret=True)
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+def test_table_lookup_and_atomic_write(tmp_path: Any) -> None:
+    entries = {table_key("bf16", 4096, n, 4096): {"config": GemmConfig(bn, 4, s).to_json()}
+               for n, bn, s in ((16, 16, 4), (512, 128, 1), (4096, 256, 1))}
+    entries[table_key("f16", 4096, 512, 4096)] = {"config": GemmConfig(64, 3).to_json()}
+    path = tmp_path / "tuned" / "x.json"
+    write_json_atomic(path, {"format": TABLE_FORMAT, "gpu": "Fake", "entries": entries})
+    table = load_gemm_table(path)
+    assert lookup(table, "bf16", 4096, 16, 4096) == GemmConfig(16, 4, 4)
+    assert lookup(table, "bf16", 4096, 100, 4096) == GemmConfig(128, 4, 1)  # the next tuned N up
+    assert lookup(table, "bf16", 4096, 9000, 4096) == GemmConfig(256, 4, 1)  # past the last: the largest
+    assert lookup(table, "f16", 4096, 16, 4096) == GemmConfig(64, 3)
+    assert lookup(table, "bf16", 4096, 16, 8192) is None
+    assert [p.name for p in path.parent.iterdir()] == ["x.json"]
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"entries": {}}, "the table is not a sparse GEMM table (format 'sparsile-sparse-gemm-table/1')"),
+    ("/nonexistent/h.json", "cannot read the sparse GEMM table `/nonexistent/h.json`: No such file or directory"),
+])
+def test_bad_tables(table: Any, message: str) -> None:
+    with pytest.raises(LaunchError) as e:
+        load_gemm_table(table)
+    assert str(e.value).split("\n")[0] == f"error[SP0779]: {message}"
+
+
+@pytest.mark.parametrize("shape", ["12x3", "0x16x16", (1, 2), "axbxc"])
+def test_bad_shapes(shape: Any) -> None:
+    with pytest.raises(LaunchError) as e:
+        parse_shape(shape)
+    assert str(e.value).split("\n")[0] == ("error[SP0778]: a shape to tune must be M x N x K (three positive "
+                                           f"integers), found {shape!r}")
+    assert parse_shape(" 8192X512x4096".strip()) == (8192, 512, 4096) and parse_shape((1, 2, 3)) == (1, 2, 3)
+
+
+def test_cli_tune_checks_its_shapes_before_the_gpu(tmp_path: Any) -> None:
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("# Llama-3 8B\n4096x16x4096\n\n14336 x 16 x 4096  # up\n12x3\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["tune", "8192x512x8192", str(shapes)], stdout=out, stderr=err) == 2
+    assert err.getvalue().startswith("error[SP0778]: a shape to tune must be M x N x K (three positive integers), "
+                                     "found '12x3'")
+    shapes.write_text("4096x16x4096\n")
+    from sparsile.backend import runtime
+
+    if not runtime.has_gpu():
+        assert main(["tune", str(shapes)], stdout=out, stderr=err) == 3
+        assert "no NVIDIA GPU is available" in err.getvalue()
+    assert main(["tune", "1x1x1", "--dtype", "f8"], stdout=out, stderr=err) == 2  # argparse's choices
+
+
+def test_tables_written_by_tune_round_trip(tmp_path: Any) -> None:
+    """What tune_sparse_matmul writes (its entry layout) is what lookup reads."""
+    entry = {"config": GemmConfig(128, 5, 1, True).to_json(), "us": 1.0, "default": GemmConfig(256).to_json(),
+             "default_us": 2.0, "skipped": {}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": TABLE_FORMAT, "entries": {table_key("f16", 8192, 8192, 8192): entry}}))
+    assert lookup(load_gemm_table(str(path)), "f16", 8192, 8192, 8192) == GemmConfig(128, 5, 1, True)
+
+
+def test_tune_plan_picks_the_fastest_correct_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the interpreter with a fake timer: a config whose C is wrong is skipped even when it is
+    'fastest', one that fails to compile is skipped with its diagnostic, and the fastest of the
+    others (the default included) wins."""
+    from sparsile.stdlib.kernels import tuning
+
+    weight, b = problem("f16", 130, 40, 512, seed=5)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    default = default_config(base)
+    fast_wrong, good, broken = GemmConfig(16, 3, 1), GemmConfig(32, 3, 2), GemmConfig(24, 4, 1)
+    times = {default: 3.0, fast_wrong: 0.5, good: 1.0}
+    real_launch = tuning.launch
+
+    def launch_with_a_bug(plan: Any, config: GemmConfig, interpret: bool = False) -> Any:
+        c = real_launch(plan, config, interpret)
+        if config == fast_wrong:
+            c[0, 0] += 100.0
+        return c
+    monkeypatch.setattr(tuning, "launch", launch_with_a_bug)
+    timed: list[GemmConfig] = []
+
+    def bench(fn: Any, *, warmup: int, rep: int, stream: Any) -> float:
+        config = fn.config
+        timed.append(config)
+        return times[config]
+    said: list[str] = []
+    entry = tuning.tune_plan(base, 132, bench, space=lambda *a: [fast_wrong, good, broken], interpret=True,
+                             say=lambda text, end="\n": said.append(text))
+    assert timed == [default, good]
+    assert GemmConfig.from_json(entry["config"]) == good
+    assert (entry["us"], entry["default_us"]) == (1000.0, 3000.0)
+    assert entry["skipped"][str(fast_wrong)] == "wrong result against the default config"
+    assert entry["skipped"][str(broken)] == ("error[SP0301]: tile dimensions must be powers of two, found 24 in shape "
+                                                "(128, 24)")
+    assert said[-1].startswith("\rsparsile tune f16 130x40x512: BN=32 STAGES=3 split_k=2 pair=0 GROUP_M=16 1000.0 us")
