@@ -260,15 +260,16 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
                        benchmarker: Callable[..., float] | None = None, stderr: TextIO | None = None,
                        progress: bool | None = None, space: Callable[..., list[GemmConfig]] = config_space
                        ) -> dict[str, Any]:
-    """Tune every shape and dtype on the current GPU with :func:`tune_plan` (random operands); return
-    the table ``{"format", "gpu", "compiler", "entries": {"bf16 MxNxK": entry}}`` and write it to
-    ``out`` (atomically) if given. A progress line and one line per shape go to ``stderr`` when
-    ``progress`` (default: when it is a terminal or SPARSILE_AUTOTUNE_PRINT=1)."""
+    """Tune every shape and dtype on the current GPU with :func:`tune_plan` (random operands, pruned
+    and compressed on the GPU by ``compress_gpu``); return the table ``{"format", "gpu", "compiler",
+    "entries": {"bf16 MxNxK": entry}}`` and write it to ``out`` (atomically) if given. A progress
+    line and one line per shape go to ``stderr`` when ``progress`` (default: when it is a terminal
+    or SPARSILE_AUTOTUNE_PRINT=1)."""
     import torch
 
     from ...backend import runtime
     from ...backend.bench import device_name, do_bench
-    from .gemm import prune_and_compress
+    from .sparsity_gpu import compress_gpu
 
     parsed = [parse_shape(s) for s in shapes]
     dtypes = list(dtypes)
@@ -288,10 +289,10 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
         tdt = getattr(torch, KERNELS[dtype].torch_dtype)
         for m, n, k in parsed:
             gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-            weight = torch.randn(m, k, device="cuda", generator=gen)
-            values, meta = prune_and_compress(weight.to(tdt) if dtype not in ("e4m3", "s8") else weight, dtype)
-            b = torch.randn(n, k, device="cuda", generator=gen).to(tdt if dtype != "s8" else torch.int8)
-            base = plan_sparse_matmul(values, meta, b, target="sm_90a")
+            spread = 20.0 if dtype == "s8" else 1.0  # s8: integers beyond 0 and +-1
+            values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen) * spread, dtype, "sm90")
+            b = (torch.randn(n, k, device="cuda", generator=gen) * spread).to(tdt)
+            base = plan_sparse_matmul(values, meta.data, b, target="sm_90a")
             entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or do_bench, warmup=warmup,
                                                            rep=rep, space=space, say=say)
     table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
