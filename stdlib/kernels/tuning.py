@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -125,8 +126,6 @@ def table_key(dtype: str, m: int, n: int, k: int) -> str:
 def load_gemm_table(table: Any) -> dict[str, Any]:
     """A table's entries from a mapping (a :func:`tune_sparse_matmul` result) or a JSON file;
     LaunchError SP0779 when it is not one."""
-    import json
-
     source = "the table"
     if isinstance(table, str | os.PathLike):
         source = f"`{os.fspath(table)}`"
@@ -262,9 +261,10 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
                        ) -> dict[str, Any]:
     """Tune every shape and dtype on the current GPU with :func:`tune_plan` (random operands, pruned
     and compressed on the GPU by ``compress_gpu``); return the table ``{"format", "gpu", "compiler",
-    "entries": {"bf16 MxNxK": entry}}`` and write it to ``out`` (atomically) if given. A progress
-    line and one line per shape go to ``stderr`` when ``progress`` (default: when it is a terminal
-    or SPARSILE_AUTOTUNE_PRINT=1)."""
+    "entries": {"bf16 MxNxK": entry}}`` and write it to ``out`` if given (atomically, keeping the
+    entries the file holds for other shapes of the same GPU). A progress line and one line per shape
+    go to ``stderr`` when ``progress`` (default: when it is a terminal or SPARSILE_AUTOTUNE_PRINT=1).
+    """
     import torch
 
     from ...backend import runtime
@@ -297,5 +297,16 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
                                                            rep=rep, space=space, say=say)
     table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
     if out is not None:
-        write_json_atomic(Path(out), table)
+        write_json_atomic(Path(out), merged_table(Path(out), table))
     return table
+
+
+def merged_table(path: Path, table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` with the entries of the table already at ``path`` for other shapes kept, when that
+    one is a table of the same GPU (so a long list of shapes can be tuned in several runs)."""
+    try:
+        old = load_gemm_table(path) if path.is_file() else {}
+        same_gpu = json.loads(path.read_text(encoding="utf-8")).get("gpu") == table["gpu"] if old else False
+    except (LaunchError, OSError, ValueError):
+        return table
+    return {**table, "entries": {**old, **table["entries"]}} if same_gpu else table

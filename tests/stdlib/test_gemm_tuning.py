@@ -163,3 +163,20 @@ def test_tune_plan_picks_the_fastest_correct_config(monkeypatch: pytest.MonkeyPa
     assert entry["skipped"][str(broken)] == ("error[SP0301]: tile dimensions must be powers of two, found 24 in shape "
                                                 "(128, 24)")
     assert said[-1].startswith("\rsparsile tune f16 130x40x512: BN=32 STAGES=3 split_k=2 pair=0 GROUP_M=16 1000.0 us")
+
+
+def test_a_table_written_again_keeps_other_shapes_of_the_same_gpu(tmp_path: Any) -> None:
+    from sparsile.stdlib.kernels.tuning import merged_table
+
+    def table(gpu: str, **entries: GemmConfig) -> dict[str, Any]:
+        return {"format": TABLE_FORMAT, "gpu": gpu,
+                "entries": {name.replace("_", " "): {"config": c.to_json()} for name, c in entries.items()}}
+    path = tmp_path / "h200.json"
+    path.write_text(json.dumps(table("H200", bf16_1x2x3=GemmConfig(16), bf16_4x5x6=GemmConfig(32))))
+    merged = merged_table(path, table("H200", bf16_4x5x6=GemmConfig(64), f16_1x2x3=GemmConfig(128)))
+    assert {k: GemmConfig.from_json(v["config"]).bn for k, v in merged["entries"].items()} == {
+        "bf16 1x2x3": 16, "bf16 4x5x6": 64, "f16 1x2x3": 128}
+    other_gpu = table("B200", f16_1x2x3=GemmConfig(128))
+    assert merged_table(path, other_gpu) == other_gpu
+    path.write_text("{broken")
+    assert merged_table(path, other_gpu) == other_gpu
