@@ -507,7 +507,9 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     numpy). ``interpret=True`` runs the same kernel in the CPU interpreter. Without a GPU (and
     without ``interpret``) it raises LaunchError SP0731. ``split_k`` (Hopper): shares of K computed
     by separate CTAs into an f32 (s8: i32) workspace, then added (``splitk_reduce``); default
-    :func:`choose_split_k`, which splits only when C has fewer tiles than half the SMs.
+    :func:`choose_split_k`, which splits only when C has fewer tiles than half the SMs. On a GPU
+    with a shipped table of tuned choices (``tuned/<gpu>.json``, docs/autotune.md), a shape it lists
+    runs with its BN, STAGES, split-K and CTA-pair choice unless ``split_k`` or ``num_sms`` is given.
     """
     if not interpret:
         from ...backend import runtime
@@ -521,7 +523,7 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
             plan.out[...] = 0
-        else:
+        elif interpret or split_k is not None or num_sms is not None or not _run_tuned(plan, persistent):
             plan.run(interpret)
         return _deliver(plan.out, out, b)
     if plan.k_launch == 0:
@@ -529,6 +531,14 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     else:
         plan.run(interpret)
     return _deliver(plan.result(), out, b)
+
+
+def _run_tuned(plan: SparseMatmul, persistent: bool) -> bool:
+    """Launch with the shipped table's choice for this shape (``tuned/<gpu>.json``, written by
+    ``sparsile tune``: docs/autotune.md); False when there is none."""
+    from .tuning import run_with_table
+
+    return run_with_table(plan, persistent=persistent)
 
 
 def _deliver(result: Any, out: Any, b: Any) -> Any:

@@ -28,6 +28,7 @@ from ...frontend.autotune_cache import compiler_version, write_json_atomic
 from ...frontend.diagnostics import CompileError, InternalError, LaunchError
 from .gemm import (
     BM,
+    H200_SMS,
     KERNELS,
     KernelChoice,
     SparseMatmul,
@@ -168,23 +169,42 @@ def shipped_table(gpu: str) -> Path | None:
     return path if path.is_file() else None
 
 
+@functools.cache
+def _shipped_entries(gpu: str) -> dict[str, Any]:
+    path = shipped_table(gpu)
+    return load_gemm_table(path) if path is not None else {}
+
+
+def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = None, interpret: bool = False,
+                   sms: int | None = None) -> bool:
+    """Launch ``plan`` with ``table``'s choice for its shape (default: the shipped table of the
+    current GPU, read once) and return True; False, launching nothing, when the table has no entry
+    for it (or only a CTA-pair one and ``persistent`` is False). ``sparse_matmul`` calls this."""
+    from ...backend import runtime
+
+    if table is None:
+        from ...backend.bench import device_name
+
+        entries = _shipped_entries(device_name())
+    else:
+        entries = load_gemm_table(table)
+    config = lookup(entries, plan.choice.operand, plan.m, plan.n, plan.k) if entries else None
+    if config is None or (config.pair and not persistent):
+        return False
+    sms = sms or (H200_SMS if interpret else runtime.current_device().sm_count)
+    launch(with_config(plan, config, sms, interpret), config, interpret)
+    return True
+
+
 def sparse_matmul_tuned(values: Any, meta: Any, b: Any, *, table: Any = None, out: Any = None,
                         dtype: str | None = None) -> Any:
     """:func:`~.gemm.sparse_matmul` on sm_90a with ``table``'s choice for this shape (default: the
     shipped table of the current GPU), or the planned default where the table has none."""
-    from ...backend import runtime
-    from ...backend.bench import device_name
-
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, target="sm_90a")
-    if table is None:
-        table = shipped_table(device_name())
-    config = lookup(load_gemm_table(table), plan.choice.operand, plan.m, plan.n, plan.k) if table else None
     if plan.k_padded == 0:
         plan.out[...] = 0
-    elif config is None:
+    elif not run_with_table(plan, table=table):
         plan.run()
-    else:
-        launch(with_config(plan, config, runtime.current_device().sm_count), config)
     return _deliver(plan.out, out, b)
 
 

@@ -180,3 +180,39 @@ def test_a_table_written_again_keeps_other_shapes_of_the_same_gpu(tmp_path: Any)
     assert merged_table(path, other_gpu) == other_gpu
     path.write_text("{broken")
     assert merged_table(path, other_gpu) == other_gpu
+
+
+def test_run_with_table_launches_the_tables_choice(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What sparse_matmul does on a GPU with a shipped table, here in the interpreter: the listed
+    shape runs the table's config (C checked against float64, poisoned first); an unlisted shape,
+    or a CTA-pair choice with persistent=False, launches nothing and says so."""
+    from sparsile.stdlib.kernels import tuning
+    from sparsile.stdlib.kernels.tuning import run_with_table
+
+    launched: list[tuple[int, int, int]] = []
+    real_launch = tuning.launch
+
+    def recording(plan: Any, config: GemmConfig, interpret: bool = False) -> Any:
+        launched.append((plan.bn, plan.split_k, config.stages))
+        return real_launch(plan, config, interpret)
+    monkeypatch.setattr(tuning, "launch", recording)
+
+    weight, b = problem("bf16", 130, 40, 512, seed=9)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": TABLE_FORMAT, "entries": {
+        table_key("bf16", 130, 64, 512): {"config": GemmConfig(16, 3, 4).to_json()},
+        table_key("bf16", 256, 64, 256): {"config": GemmConfig(32, 3, 1, True).to_json()}}}))
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    plan.out[...] = np.nan
+    assert (plan.bn, plan.split_k) == (64, 2)  # the planned default differs from the table's
+    assert run_with_table(plan, table=path, interpret=True)
+    assert launched == [(16, 4, 3)]
+    ref, absprod = reference(weight, b)
+    assert_close(plan.out, ref, absprod, 512, "bf16")
+    other, b2 = problem("bf16", 130, 40, 256, seed=9)
+    assert not run_with_table(plan_sparse_matmul(other.values, other.meta, b2, interpret=True), table=path,
+                              interpret=True)
+    pair, b3 = problem("bf16", 256, 64, 256, seed=9)
+    assert not run_with_table(plan_sparse_matmul(pair.values, pair.meta, b3, interpret=True), table=path,
+                              interpret=True, persistent=False)
+    assert len(launched) == 1
