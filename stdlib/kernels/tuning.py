@@ -142,24 +142,38 @@ def load_gemm_table(table: Any) -> dict[str, Any]:
     return dict(table["entries"])
 
 
+TableIndex = dict[tuple[str, int, int], list[tuple[int, GemmConfig]]]
+"""A table's configs by (dtype, M, K), each list sorted by N."""
+
+
+def index_table(entries: Mapping[str, Any]) -> TableIndex:
+    """The entries of a table by (dtype, M, K) (names that are no ``dtype MxNxK`` are ignored)."""
+    index: TableIndex = {}
+    for name, entry in entries.items():
+        parts = name.split(" ")
+        try:
+            m, n, k = (int(v) for v in parts[1].split("x"))
+            config = GemmConfig.from_json(entry["config"])
+        except (IndexError, ValueError, KeyError, TypeError):
+            continue
+        index.setdefault((parts[0], m, k), []).append((n, config))
+    for rows in index.values():
+        rows.sort(key=lambda row: row[0])
+    return index
+
+
 def lookup(entries: Mapping[str, Any], dtype: str, m: int, n: int, k: int) -> GemmConfig | None:
     """The table's config for an (M, N, K) problem: the entry of the same dtype, M and K whose N is
     the smallest at least ``n`` (else the largest), or None."""
-    best: tuple[int, GemmConfig] | None = None
-    for name, entry in entries.items():
-        parts = name.split(" ")
-        if len(parts) != 2 or parts[0] != dtype:
-            continue
-        try:
-            em, en, ek = (int(v) for v in parts[1].split("x"))
-        except ValueError:
-            continue
-        if (em, ek) != (m, k):
-            continue
-        rank = en - n if en >= n else 10**9 + (n - en)
-        if best is None or rank < best[0]:
-            best = (rank, GemmConfig.from_json(entry["config"]))
-    return None if best is None else best[1]
+    return find(index_table(entries), dtype, m, n, k)
+
+
+def find(index: TableIndex, dtype: str, m: int, n: int, k: int) -> GemmConfig | None:
+    """:func:`lookup` in an :func:`index_table` (what a launch does: no parsing)."""
+    rows = index.get((dtype, m, k))
+    if not rows:
+        return None
+    return next((c for en, c in rows if en >= n), rows[-1][1])
 
 
 def shipped_table(gpu: str) -> Path | None:
@@ -170,9 +184,9 @@ def shipped_table(gpu: str) -> Path | None:
 
 
 @functools.cache
-def _shipped_entries(gpu: str) -> dict[str, Any]:
+def _shipped_index(gpu: str) -> TableIndex:
     path = shipped_table(gpu)
-    return load_gemm_table(path) if path is not None else {}
+    return index_table(load_gemm_table(path)) if path is not None else {}
 
 
 def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = None, interpret: bool = False,
@@ -185,10 +199,10 @@ def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = 
     if table is None:
         from ...backend.bench import device_name
 
-        entries = _shipped_entries(device_name())
+        index = _shipped_index(device_name())
     else:
-        entries = load_gemm_table(table)
-    config = lookup(entries, plan.choice.operand, plan.m, plan.n, plan.k) if entries else None
+        index = index_table(load_gemm_table(table))
+    config = find(index, plan.choice.operand, plan.m, plan.n, plan.k)
     if config is None or (config.pair and not persistent):
         return False
     sms = sms or (H200_SMS if interpret else runtime.current_device().sm_count)
