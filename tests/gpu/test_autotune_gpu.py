@@ -52,7 +52,7 @@ def test_vector_add_tunes_no_slower_than_the_default(tmp_path, monkeypatch) -> N
     torch.cuda.synchronize()
     np.testing.assert_array_equal(out.cpu().numpy(), (x.double() + y.double()).float().cpu().numpy())
     record = next(iter(add.cache.values()))
-    assert record.how == "tuned" and len(record.timings) == 4
+    assert record.how == "tuned" and len(record.timings) + len(record.skipped) == 4 and len(record.timings) >= 2
     chosen = record.config
     print(add.summary())
     _no_slower(lambda: add.kernel[grid](x, y, out, n, **chosen.all_kwargs()),
