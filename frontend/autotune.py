@@ -7,7 +7,7 @@ Triton's convention (docs/autotune.md)::
     @sp.jit
     def add(x, y, out, n: sp.i32, BLOCK: sp.constexpr): ...
 
-    add[lambda meta: (triton_cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+    add[lambda meta: ((n + meta["BLOCK"] - 1) // meta["BLOCK"],)](x, y, out, n)
 
 The first call with a new key (the ``key`` arguments' values, an array's shape and dtype, plus the
 dtypes of every array argument) compiles every config, skips those that fail to compile (the
@@ -270,9 +270,9 @@ class Autotuner:
     # ------------------------------------------------------------------ tuning
     def _tune(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any], stream: Any,
               gpu: str, key: str) -> TuneRecord:
+        bench = self.benchmarker or _default_benchmarker(self.name)
         configs = self._pruned(self._candidates(gpu, key), bound)
         started = time.perf_counter()
-        bench = self.benchmarker or _default_benchmarker()
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
         errors: list[CompileError] = []
@@ -381,9 +381,15 @@ def _reason(error: CompileError) -> str:
     return f"{d.code}: {d.message}" if d is not None else str(error)
 
 
-def _default_benchmarker() -> Callable[..., float]:
+def _default_benchmarker(kernel: str) -> Callable[..., float]:
+    """The GPU timer; LaunchError SP0731 where there is no GPU (as the kernel's own launch)."""
+    from ..backend import runtime
     from ..backend.bench import do_bench
 
+    if not runtime.has_gpu():
+        raise LaunchError("SP0731", f"kernel `{kernel}` cannot be tuned: no NVIDIA GPU is available",
+                          help=f"run it on the CPU with `{kernel}.interpret[grid](...)` (the first config, or "
+                               "interpret_config=)")
     return do_bench
 
 

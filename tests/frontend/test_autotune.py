@@ -280,3 +280,15 @@ def test_bad_calls() -> None:
         tuner.choose(_grid, (x, out, N, 0.5), {"BLOCK": 64})
     with pytest.raises(sp.LaunchError, match=r"SP0770.*wraps a kernel"):
         sp.autotune([{"BLOCK": 64}], key=["n"])(lambda: None)  # type: ignore[arg-type]
+
+
+def test_tuning_without_a_gpu_says_so() -> None:
+    from sparsile.backend import runtime
+
+    if runtime.has_gpu():
+        pytest.skip("this machine has a GPU")
+    tuner = sp.autotune([{"BLOCK": 64}], key=["n"])(_axpy_kernel())
+    x, out = _data()
+    with pytest.raises(sp.LaunchError) as e:
+        tuner[_grid](x, out, N, 0.5)
+    assert str(e.value).split("\n")[0] == "error[SP0731]: kernel `axpy` cannot be tuned: no NVIDIA GPU is available"
