@@ -1,0 +1,43 @@
+"""The diagnostics of the integrations (SP0900-SP0929, listed in docs/diagnostics.md).
+
+:class:`IntegrationError` is a :class:`~sparsile.stdlib.sparsity.SparsityError` (so a ``ValueError``)
+with a code, a message and a help line, rendered ``error[SP09xx]: message`` / `` = help: ...``.
+"""
+
+from __future__ import annotations
+
+from ..stdlib.sparsity.errors import SparsityError
+
+SP_TORCH_MISSING = "SP0900"
+"""``sparsile.torch`` was imported but PyTorch is not installed."""
+SP_BAD_TENSOR = "SP0901"
+"""An input tensor of a sparse linear layer or op has the wrong type, shape, dtype or device."""
+SP_CANNOT_SPARSIFY = "SP0902"
+"""A module or weight that cannot become a ``SparseLinear`` (not an ``nn.Linear``, no features, meta device)."""
+SP_WEIGHT_DTYPE = "SP0903"
+"""A weight type with no 2:4 sparse linear kernel (``dtype=`` other than bf16, f16, e4m3)."""
+SP_ACTIVATION_FN = "SP0904"
+"""An ``activation=`` name other than None, "relu", "silu", "gelu_tanh"."""
+SP_OUT_DTYPE = "SP0905"
+"""An ``out_dtype=`` other than bf16, f16, f32."""
+SP_OP_ARGUMENTS = "SP0906"
+"""Arguments of ``torch.ops.sparsile.sparse_linear`` that do not fit together (values, meta, bias, scales)."""
+SP_KERNEL_API = "SP0907"
+"""This sparsile has no ``stdlib.kernels.linear`` (the fused sparse linear kernels)."""
+SP_SAFETENSORS_FILE = "SP0910"
+"""A safetensors file that cannot be read: truncated, a bad header, offsets outside the data."""
+SP_SAFETENSORS_DTYPE = "SP0911"
+"""A safetensors dtype (or a numpy array type to write) outside BOOL, U8, I8, I16, I32, I64, F16, BF16,
+F32, F64, F8_E4M3, F8_E5M2."""
+SP_CHECKPOINT_CONFIG = "SP0912"
+"""A checkpoint folder without a readable config.json whose sparsity_config is ``sparse-24-bitmask``."""
+SP_CHECKPOINT_LAYER = "SP0913"
+"""A ``sparse-24-bitmask`` layer whose compressed / bitmask / shape tensors do not fit together."""
+SP_CHECKPOINT_MODULE = "SP0914"
+"""A checkpoint layer the model has no ``nn.Linear`` / ``SparseLinear`` for (or of other features)."""
+SP_CHECKPOINT_WRITE = "SP0915"
+"""A layer the ``sparse-24-bitmask`` format cannot hold (in_features not a multiple of 4)."""
+
+
+class IntegrationError(SparsityError):
+    """A user-facing error of the integrations: ``code`` (SP09xx), ``message`` and ``help``."""

@@ -1,0 +1,141 @@
+"""A minimal reader and writer of safetensors files, in Python and numpy (no dependency).
+
+The format (https://huggingface.co/docs/safetensors): 8 bytes, the little-endian length N of a JSON
+header; N bytes of JSON mapping each tensor name to ``{"dtype", "shape", "data_offsets": [begin,
+end]}`` (offsets into the data that follows the header) and an optional ``"__metadata__"`` map of
+strings; then the tensors' raw little-endian bytes, C order, without gaps. This writer pads the
+header with spaces to a multiple of 8 bytes, as the reference implementation does.
+
+bfloat16 and the float8 types are numpy arrays of ml_dtypes' ``bfloat16``, ``float8_e4m3fn`` and
+``float8_e5m2``. Every malformed file is an :class:`~.errors.IntegrationError` SP0910 naming what
+is wrong; an unknown dtype is SP0911.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import SP_SAFETENSORS_DTYPE, SP_SAFETENSORS_FILE, IntegrationError
+
+DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8),
+    "I16": np.dtype("<i2"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8"),
+    "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16), "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+}
+"""safetensors dtype name -> numpy dtype (little-endian)."""
+
+_NAMES = {dt: name for name, dt in DTYPES.items()}
+MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
+
+
+def _file_error(path: Path, message: str, help: str = "rewrite the file with a safetensors writer") -> IntegrationError:
+    return IntegrationError(SP_SAFETENSORS_FILE, f"{path.name}: {message}", help=help)
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The safetensors name of numpy dtype ``dtype``; SP0911 for types the format has no name for."""
+    dt = np.dtype(dtype)
+    name = _NAMES.get(dt.newbyteorder("<") if dt.byteorder == ">" else dt)
+    if name is None:
+        raise IntegrationError(SP_SAFETENSORS_DTYPE, f"safetensors has no dtype for numpy {dt}",
+                               help="convert to one of " + ", ".join(DTYPES))
+    return name
+
+
+def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], int]:
+    """(tensors, metadata, data start) of a safetensors file, checked: every tensor's offsets lie
+    inside the file and hold exactly its shape times its element size."""
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise _file_error(path, f"{size} bytes is too short for a safetensors file (8-byte header length)")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(MAX_HEADER, size - 8):
+            raise _file_error(path, f"header length {n} exceeds the file ({size} bytes)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _file_error(path, f"the header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise _file_error(path, "the header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise _file_error(path, "__metadata__ must map names to strings")
+    data_size = size - 8 - n
+    for name, info in header.items():
+        _check_entry(path, name, info, data_size)
+    return header, metadata, 8 + n
+
+
+def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise _file_error(path, f"tensor {name!r} lacks dtype, shape or data_offsets")
+    if info["dtype"] not in DTYPES:
+        raise IntegrationError(SP_SAFETENSORS_DTYPE, f"{path.name}: tensor {name!r} has dtype {info['dtype']!r}, "
+                               "which this reader does not know", help="supported: " + ", ".join(DTYPES))
+    shape, offsets = info["shape"], info["data_offsets"]
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise _file_error(path, f"tensor {name!r} has shape {shape!r}, not a list of sizes")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1] <= data_size):
+        raise _file_error(path, f"tensor {name!r} has data_offsets {offsets!r} outside the {data_size} data bytes")
+    want = int(np.prod(shape, dtype=np.int64)) * DTYPES[info["dtype"]].itemsize
+    if offsets[1] - offsets[0] != want:
+        raise _file_error(path, f"tensor {name!r} of shape {shape} {info['dtype']} needs {want} bytes, its offsets "
+                          f"hold {offsets[1] - offsets[0]}")
+
+
+def load_file(path: str | Path, names: set[str] | None = None) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file (those in ``names`` when given) as read-only numpy arrays
+    mapped from the file."""
+    path = Path(path)
+    header, _, start = read_header(path)
+    data = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size > start else np.empty(0, np.uint8)
+    out = {}
+    for name, info in header.items():
+        if names is not None and name not in names:
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[start + begin:start + end]
+        out[name] = np.asarray(raw).view(DTYPES[info["dtype"]]).reshape(tuple(info["shape"]))
+    return out
+
+
+def save_file(tensors: Mapping[str, Any], path: str | Path, metadata: Mapping[str, str] | None = None) -> None:
+    """Write ``tensors`` (name -> numpy array, or anything numpy.asarray accepts) to ``path``
+    (through a ``.partial`` file renamed at the end, so that overwriting a file whose tensors are
+    still mapped by :func:`load_file` is safe)."""
+    arrays = {name: np.asarray(t) for name, t in tensors.items()}
+    arrays = {name: a if a.flags.c_contiguous else a.copy(order="C") for name, a in arrays.items()}  # 0-d stays 0-d
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    offset = 0
+    for name, array in arrays.items():
+        header[name] = {"dtype": dtype_name(array.dtype), "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as f:  # then renamed: arrays still mapped from the old file stay readable
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for array in arrays.values():
+            little = array if array.dtype.byteorder != ">" else array.astype(array.dtype.newbyteorder("<"))
+            f.write(little.tobytes())
+    os.replace(partial, path)

@@ -1,0 +1,151 @@
+"""The compressed-tensors ``sparse-24-bitmask`` layout of one 2:4 weight, in numpy.
+
+A weight W (out, in) is stored as three tensors (compressed-tensors' ``Sparse24BitMaskTensor``):
+
+* ``compressed`` (out, in/2): the kept elements of each row in order, in the weight's dtype (an fp8
+  weight as its int8 bit pattern);
+* ``bitmask`` uint8 (out, ceil(in/8)): which elements were kept, ``numpy.packbits(mask, axis=1,
+  bitorder="little")`` of the boolean (out, in) mask;
+* ``shape`` int64 [out, in].
+
+Decompression scatters the flattened ``compressed`` into the positions of the mask in row-major
+order (the format's own rule), so a reader needs neither exactly two bits per group nor nonzero kept
+values: a writer that ranks by magnitude keeps two elements of an all-zero group, and -0.0 may be
+kept or dropped. This module converts between that layout and the sparsity toolkit's
+(values, logical indices) of docs/sparse-metadata.md, and reads a checkpoint folder's config.json
+and file list; errors are SP0912, SP0913, SP0915 (docs/diagnostics.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import SP_CHECKPOINT_CONFIG, SP_CHECKPOINT_LAYER, SP_CHECKPOINT_WRITE, IntegrationError
+
+GROUP = 4  # 2:4: two of every four consecutive elements along a row
+FORMAT = "sparse-24-bitmask"
+CONFIG = "config.json"
+INDEX = "model.safetensors.index.json"
+
+
+def _layer_error(name: str, message: str, help: str) -> IntegrationError:
+    return IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: {message}", help=help)
+
+
+def checked_shape(shape: Any, name: str) -> tuple[int, int]:
+    """The (out, in) of a ``.shape`` tensor: two non-negative integers."""
+    array = np.asarray(shape)
+    if array.shape != (2,) or array.dtype.kind not in "iu" or (array < 0).any():
+        raise _layer_error(name, f"shape must hold two non-negative integers [out, in], got {array.tolist()!r}",
+                           help="write .shape as an int64 tensor [out_features, in_features]")
+    return int(array[0]), int(array[1])
+
+
+def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str) -> np.ndarray:
+    """The boolean (out, in) mask of a packed ``bitmask``, with at most two elements kept per group."""
+    rows, cols = shape
+    bits = np.asarray(bitmask)
+    want = (rows, -(-cols // 8))
+    if bits.dtype != np.uint8 or bits.shape != want:
+        raise _layer_error(name, f"bitmask must be uint8 of shape {want}, got {bits.dtype} {bits.shape}",
+                           help="pack the mask with numpy.packbits(mask, axis=1, bitorder='little')")
+    mask = np.unpackbits(bits, axis=1, count=cols, bitorder="little").astype(bool)
+    padded = np.zeros((rows, -(-cols // GROUP) * GROUP), dtype=bool)
+    padded[:, :cols] = mask
+    counts = padded.reshape(rows, -1, GROUP).sum(axis=2)
+    if (counts > 2).any():
+        row, group = (int(i) for i in np.argwhere(counts > 2)[0])
+        raise _layer_error(name, f"the bitmask keeps {int(counts[row, group])} elements of row {row}, group {group} "
+                           f"(columns {GROUP * group}..{GROUP * group + 3}); 2:4 keeps at most 2",
+                           help="the checkpoint is not 2:4 sparse; prune it to 2:4 before loading")
+    return mask
+
+
+def dense_from_bitmask(compressed: Any, bitmask: Any, shape: Any, name: str = "?") -> np.ndarray:
+    """The dense (out, in) weight in ``compressed``'s dtype: the compressed values scattered, in
+    row-major order, into the positions the bitmask keeps (zeros elsewhere)."""
+    rows, cols = checked_shape(shape, name)
+    mask = mask_from_bitmask(bitmask, (rows, cols), name)
+    values = np.asarray(compressed)
+    if values.ndim != 2 or values.shape[0] != rows:
+        raise _layer_error(name, f"compressed must be 2-D with {rows} rows, got shape {values.shape}",
+                           help="write compressed as (out_features, in_features / 2)")
+    kept = int(mask.sum())
+    if kept != values.size:
+        raise _layer_error(name, f"the bitmask keeps {kept} elements but compressed holds {values.size}",
+                           help="write exactly one compressed value per set bit of the bitmask")
+    dense = np.zeros((rows, cols), dtype=values.dtype)
+    dense[mask] = values.reshape(-1)
+    return dense
+
+
+def bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name: str = "?"
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compressed, bitmask, shape) of a weight given as the toolkit's ``values`` (out, k/2) and
+    logical ``indices`` (out, k/4, 2): each group keeps exactly the two elements its indices name,
+    so ``compressed`` is ``values`` itself (kept elements in index order)."""
+    rows = values.shape[0]
+    if k % GROUP:
+        raise IntegrationError(SP_CHECKPOINT_WRITE,
+                               f"layer {name}: in_features = {k} is not a multiple of {GROUP}; sparse-24-bitmask "
+                               "stores whole groups of 4", help="keep this layer dense in the checkpoint")
+    mask = np.zeros((rows, k // GROUP, GROUP), dtype=bool)
+    row_ix = np.arange(rows)[:, None]
+    group_ix = np.arange(k // GROUP)[None, :]
+    for slot in range(indices.shape[2]):
+        mask[row_ix, group_ix, indices[:, :, slot]] = True
+    bitmask = np.packbits(mask.reshape(rows, k), axis=1, bitorder="little")
+    return np.ascontiguousarray(values[:, :k // 2]), bitmask, np.array([rows, k], dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------------
+# a checkpoint folder: config.json and the safetensors files
+
+
+def _config_error(message: str, help: str) -> IntegrationError:
+    return IntegrationError(SP_CHECKPOINT_CONFIG, message, help=help)
+
+
+def sparsity_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``sparsity_config`` of a config.json (top level, quantization_config or compression_config)."""
+    for holder in (config, config.get("quantization_config") or {}, config.get("compression_config") or {}):
+        if isinstance(holder, dict) and isinstance(holder.get("sparsity_config"), dict):
+            return holder["sparsity_config"]
+    return None
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """config.json of checkpoint folder ``path``, checked to declare the sparse-24-bitmask format."""
+    path = Path(path)
+    file = path / CONFIG
+    try:
+        config = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise _config_error(f"{path} has no {CONFIG}", help="pass the checkpoint's folder") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _config_error(f"{file} cannot be read as JSON: {exc}", help="repair or rewrite config.json") from exc
+    found = sparsity_config(config) if isinstance(config, dict) else None
+    if found is None or found.get("format") != FORMAT:
+        got = "no sparsity_config" if found is None else f"format {found.get('format')!r}"
+        raise _config_error(f"{file} declares {got}, not {FORMAT!r}",
+                            help="this loader reads compressed-tensors sparse-24-bitmask checkpoints only")
+    return config
+
+
+def shards(path: Path) -> list[Path]:
+    """The safetensors files of checkpoint folder ``path`` (those its index names, else all)."""
+    index = path / INDEX
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise _config_error(f"{index} has no readable weight_map ({exc})", help="rewrite the index") from exc
+        return [path / name for name in sorted(set(weight_map.values()))]
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise _config_error(f"{path} holds no .safetensors file", help="write the weights to model.safetensors")
+    return files

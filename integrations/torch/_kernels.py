@@ -1,0 +1,183 @@
+"""How ``sparsile.torch`` runs the fused sparse linear kernel (``stdlib/kernels/linear.py``).
+
+Two paths, one kernel:
+
+* **CUDA tensors, eager**: a :class:`LaunchRecord` per (tokens T, x dtype, device, output dtype) —
+  and per stream when the plan owns a split-K workspace. It is built once: ``plan_sparse_linear``
+  with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
+  (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty``) and calls the prepared
+  launches with the new x, y (and per-token scale) on torch's current stream. Without ``prepare``
+  it falls back to ``plan.rebind(x, y).run(stream=...)``.
+* **CPU tensors**: the same kernel in sparsile's interpreter (``interpret=True``): exact, slow.
+
+Everything here takes 2-D, contiguous x already in the kernel's operand type; the module and the
+custom op (``linear.py``, ``ops.py``) shape and check the arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import OrderedDict
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import SP_KERNEL_API, IntegrationError
+
+OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+"""The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
+ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
+
+
+@functools.cache
+def kernel_api() -> SimpleNamespace:
+    """``sparse_linear``, ``plan_sparse_linear`` and ``quantize_per_token_e4m3`` of the kernels."""
+    try:
+        from ...stdlib.kernels import linear
+    except ImportError as exc:
+        raise IntegrationError(SP_KERNEL_API, f"this sparsile has no fused sparse linear kernels ({exc})",
+                               help="install a sparsile release with sparsile.stdlib.kernels.linear") from exc
+    quantize = linear.quantize_per_token_e4m3
+    takes_interpret = "interpret" in inspect.signature(quantize).parameters
+    return SimpleNamespace(sparse_linear=linear.sparse_linear, plan_sparse_linear=linear.plan_sparse_linear,
+                           quantize=quantize, quantize_takes_interpret=takes_interpret)
+
+
+@dataclass(frozen=True)
+class Weight:
+    """The bound (per layer) arguments of the kernel."""
+
+    values: torch.Tensor          # (N, K/2) bf16 / f16 / float8_e4m3fn
+    meta: torch.Tensor            # sm90 metadata words, int32
+    bias: torch.Tensor | None     # (N,) float32
+    scale_w: torch.Tensor | None  # (N,) or (1,) float32, e4m3 weights only
+    activation: str | None
+
+
+def as_torch(result: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The kernel API's result as a torch tensor of ``dtype`` on ``device`` (numpy is converted)."""
+    if isinstance(result, torch.Tensor):
+        return result if result.dtype == dtype and result.device == device else result.to(device, dtype)
+    host = np.ascontiguousarray(result)
+    bits = {1: np.uint8, 2: np.int16, 4: np.int32}[host.itemsize]
+    tensor = torch.from_numpy(host.view(bits)).view(getattr(torch, host.dtype.name))
+    return tensor.to(device, dtype)
+
+
+def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_q e4m3 (T, K), scale_x float32 (T,)) of a 2-D x, through the kernel API's quantizer."""
+    api = kernel_api()
+    if x.device.type == "cpu" and api.quantize_takes_interpret:
+        xq, scale = api.quantize(x, interpret=True)
+    else:
+        xq, scale = api.quantize(x)
+    xq = as_torch(xq, x.device, torch.float8_e4m3fn)
+    return xq, as_torch(scale, x.device, torch.float32).reshape(-1)
+
+
+def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype
+                    ) -> torch.Tensor:
+    """y (T, N) = epilogue(x @ W.T) with the kernel in sparsile's CPU interpreter."""
+    y = kernel_api().sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_x=scale_x,
+                                   scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], interpret=True)
+    return as_torch(y, x.device, out_dtype)
+
+
+def _same_memory(a: Any, t: torch.Tensor) -> bool:
+    """``a`` is ``t``, or a view of the same memory, type and size (the plan may reshape x or scale_x)."""
+    return a is t or (isinstance(a, torch.Tensor) and a.data_ptr() == t.data_ptr() and a.dtype == t.dtype
+                      and a.numel() == t.numel())
+
+
+class LaunchRecord:
+    """A planned sparse linear for one (T, x dtype, device, out dtype): the plan and its prepared
+    launches, with the positions where a call's x, y and per-token scale go."""
+
+    def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype):
+        api = kernel_api()
+        self.weight = w
+        self.shape = (int(x.shape[0]), int(w.values.shape[0]))
+        self.out_dtype = out_dtype
+        y = torch.empty(self.shape, dtype=out_dtype, device=x.device)
+        self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+                                           scale_x=scale_x, scale_w=w.scale_w,
+                                           out_dtype=OUT_DTYPES[out_dtype], out=y)
+        self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
+        self.prepared = self._prepare(x, y, scale_x)
+        self.owns_workspace = len(self.plan.launches()) > 1  # split-K: a workspace shared by its launches
+        self.rebind_takes_scale = "scale_x" in inspect.signature(self.plan.rebind).parameters
+
+    def _prepare(self, x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None) -> list[Any] | None:
+        """[(prepared launch, argument template, [(position, 0 x | 1 y | 2 scale_x)])], or None when
+        ``prepare`` is missing or the plan does not pass x and y through unchanged (a padded copy)."""
+        prepared, seen = [], set()
+        for kernel, grid, args, constexprs in self.plan.launches():
+            launcher = kernel[grid]
+            if not hasattr(launcher, "prepare"):
+                return None
+            slots = [(i, which) for i, a in enumerate(args) for which, t in enumerate((x, y, scale_x))
+                     if t is not None and _same_memory(a, t)]
+            seen |= {which for _, which in slots}
+            prepared.append((launcher.prepare(*args, **constexprs), list(args), slots))
+        return prepared if {0, 1} <= seen and (scale_x is None or 2 in seen) else None
+
+    def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
+        first, self.first = self.first, None
+        if first is not None and first[0] is x:
+            y = first[1]
+        else:
+            y = torch.empty(self.shape, dtype=self.out_dtype, device=x.device)
+        if self.prepared is not None:
+            call = (x, y, scale_x)
+            for launch, template, slots in self.prepared:
+                args = template.copy()
+                for i, which in slots:
+                    args[i] = call[which]
+                launch(*args, stream=stream)
+            return y
+        if scale_x is not None and not self.rebind_takes_scale:  # the plan cannot take a new scale: re-plan
+            return self.replan(x, scale_x, y, stream)
+        plan = self.plan.rebind(x, y, scale_x=scale_x) if scale_x is not None else self.plan.rebind(x, y)
+        plan.run(stream=stream)
+        return y
+
+    def replan(self, x: torch.Tensor, scale_x: torch.Tensor, y: torch.Tensor, stream: int) -> torch.Tensor:
+        """A full plan for this call (a kernel API whose rebind cannot change the per-token scale)."""
+        api = kernel_api()
+        w = self.weight
+        api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_x=scale_x,
+                               scale_w=w.scale_w, out_dtype=OUT_DTYPES[self.out_dtype], out=y).run(stream=stream)
+        return y
+
+
+class RecordCache:
+    """Launch records by key, at most ``capacity`` (least recently built dropped first)."""
+
+    def __init__(self, capacity: int = 64):
+        self.capacity = capacity
+        self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
+
+    def clear(self) -> None:
+        self.records.clear()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def run(self, key: tuple, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
+            out_dtype: torch.dtype) -> torch.Tensor:
+        """y for 2-D CUDA x on torch's current stream, through the record of ``key`` (built on a miss)."""
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        records = self.records
+        record = records.get(key)
+        if record is None:
+            record = records.get((*key, stream))
+            if record is None:
+                record = LaunchRecord(x, w, scale_x, out_dtype)
+                records[(*key, stream) if record.owns_workspace else key] = record
+                while len(records) > self.capacity:
+                    records.popitem(last=False)
+        return record(x, scale_x, stream)

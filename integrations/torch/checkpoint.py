@@ -1,0 +1,182 @@
+"""Read and write compressed-tensors ``sparse-24-bitmask`` checkpoints with ``SparseLinear`` layers.
+
+A checkpoint is a folder: ``config.json`` whose ``sparsity_config`` (at the top level, or under
+``quantization_config`` / ``compression_config``) has ``format = "sparse-24-bitmask"``, and
+safetensors files (``model.safetensors``, or the shards named by ``model.safetensors.index.json``).
+Each sparse layer ``<name>`` has ``<name>.weight.compressed``, ``.weight.bitmask`` and
+``.weight.shape`` (:mod:`sparsile.integrations.sparse24`; ``<name>.compressed`` etc. are read too),
+its ``<name>.bias`` and, for fp8 weights (``compressed`` stored as int8 bits), ``<name>.weight_scale``
+(out, 1). Every other tensor is a plain parameter or buffer of the model. docs/torch.md has an example.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+from torch import nn
+
+from ...stdlib.sparsity import as_host_array, compress, decode_metadata
+from ..errors import SP_CHECKPOINT_LAYER, SP_CHECKPOINT_MODULE, IntegrationError
+from ..safetensors import load_file, save_file
+from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
+from .linear import SparseLinear, host_to_torch
+
+WEIGHTS = "model.safetensors"
+_PARTS = ("compressed", "bitmask", "shape")
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_sparse24_checkpoint` did: the layers it built, and the plain tensors the
+    model lacks (``unexpected``) or the checkpoint lacks (``missing``)."""
+
+    sparse: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+
+
+def _layer_groups(names: set[str]) -> dict[str, str]:
+    """module name -> tensor prefix, for every prefix with a ``.compressed`` tensor."""
+    groups = {}
+    for name in sorted(names):
+        if name.endswith(".compressed"):
+            prefix = name[:-len(".compressed")]
+            missing = [p for p in _PARTS if f"{prefix}.{p}" not in names]
+            if missing:
+                raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {prefix}: the checkpoint has {prefix}.compressed "
+                                       f"but no {', '.join(f'{prefix}.{p}' for p in missing)}",
+                                       help="write compressed, bitmask and shape for every sparse layer")
+            groups[prefix.removesuffix(".weight") if prefix.endswith(".weight") else prefix] = prefix
+    return groups
+
+
+def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Module:
+    try:
+        module = model.get_submodule(name) if name else model
+    except AttributeError:
+        module = None
+    if not isinstance(module, nn.Linear | SparseLinear) or not name:
+        what = "no module" if module is None else (type(module).__name__ if name else "the root module")
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint's sparse layer {name or '<root>'} is {what} "
+                               "of the model", help="build the model from the checkpoint's config (an nn.Linear "
+                               "there), or load into a model of the same architecture")
+    if (module.out_features, module.in_features) != shape:
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} is {module.out_features} x {module.in_features} "
+                               f"in the model but {shape[0]} x {shape[1]} in the checkpoint",
+                               help="load into a model built from the checkpoint's config")
+    return module
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    tensor = module.values if isinstance(module, SparseLinear) else module.weight
+    return torch.device("cpu") if tensor.device.type == "meta" else tensor.device
+
+
+def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module) -> SparseLinear:
+    compressed = tensors[f"{prefix}.compressed"]
+    scale = tensors.get(f"{name}.weight_scale")
+    if compressed.dtype == np.int8:
+        if scale is None:
+            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: int8 compressed values without "
+                                   f"{name}.weight_scale (int8 weights have no kernel here)",
+                                   help="fp8 layers store their per-channel weight_scale next to the weight")
+        compressed = compressed.view(ml_dtypes.float8_e4m3fn)
+    if compressed.dtype.name not in ("bfloat16", "float16", "float8_e4m3fn"):
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: compressed values of {compressed.dtype} have no "
+                               "2:4 kernel", help="store bf16, f16 or fp8 (e4m3, as int8 bits) weights")
+    dense = dense_from_bitmask(compressed, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name)
+    values, indices = compress(dense, str(dense.dtype))
+    bias = tensors.get(f"{name}.bias")
+    if scale is not None:
+        scale = np.asarray(scale).astype(np.float32)
+        if scale.size not in (1, dense.shape[0]):
+            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
+                                   f"{dense.shape[0]} output channels", help="one scale per output channel")
+        scale = np.broadcast_to(scale.reshape(-1), (dense.shape[0],)).copy()
+    bias_t = None if bias is None else torch.from_numpy(np.asarray(bias).astype(np.float32))
+    return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale,
+                                        device=_device_of(module))
+
+
+def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
+    """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
+    ``nn.Linear`` (or ``SparseLinear``) of that name by a ``SparseLinear`` (its metadata encoded
+    from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
+    on that module's device; the other tensors load with ``load_state_dict``. ``strict``: raise
+    SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's."""
+    path = Path(path)
+    read_config(path)
+    tensors: dict[str, np.ndarray] = {}
+    for shard in shards(path):
+        tensors.update(load_file(shard))
+    groups = _layer_groups(set(tensors))
+    report = LoadReport()
+    used: set[str] = set()
+    for name, prefix in groups.items():
+        shape = checked_shape(tensors[f"{prefix}.shape"], name)
+        module = _target_module(model, name, shape)
+        layer = _sparse_layer(tensors, name, prefix, module)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, layer)
+        used |= {f"{prefix}.{p}" for p in _PARTS} | {f"{name}.bias", f"{name}.weight_scale"}
+        report.sparse.append(name)
+    plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
+    result = model.load_state_dict(plain, strict=False)
+    layer_keys = tuple(f"{name}." for name in groups)
+    report.missing = [k for k in result.missing_keys if not k.startswith(layer_keys)]
+    report.unexpected = list(result.unexpected_keys)
+    if strict and (report.missing or report.unexpected):
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: missing "
+                               f"{report.missing[:5]}, unexpected {report.unexpected[:5]}",
+                               help="load into a model of the checkpoint's architecture, or pass strict=False")
+    return report
+
+
+def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict[str, Any] | None = None) -> Path:
+    """Write ``model`` to folder ``path`` as a sparse-24-bitmask checkpoint: its ``SparseLinear``
+    layers compressed (bias in float32; fp8 values as int8 bits with ``weight_scale`` (out, 1)),
+    every other tensor of its state dict as is, and config.json (``config``, else the model's
+    ``config.to_dict()`` when it has one, plus the sparsity_config). Returns the folder."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, SparseLinear)}
+    tensors: dict[str, np.ndarray] = {}
+    for key, value in model.state_dict().items():
+        owner = key.rpartition(".")[0]
+        if owner not in layers:
+            tensors[key] = np.ascontiguousarray(as_host_array(value.detach(), key))
+    fp8 = False
+    for name, layer in layers.items():
+        prefix = f"{name}.weight" if name else "weight"
+        words = np.ascontiguousarray(as_host_array(layer.meta.detach(), "meta")).view(np.uint32)
+        indices = decode_metadata(words, "sm90", layer.weight_dtype, m=layer.out_features, k=layer.in_features)
+        values = as_host_array(layer.values.detach(), "values")
+        compressed, bitmask, shape = bitmask_layout(values, indices, layer.in_features, name)
+        if layer.weight_dtype == "e4m3":
+            fp8 = True
+            compressed = compressed.view(np.int8)
+            tensors[f"{name}.weight_scale"] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
+        tensors.update({f"{prefix}.compressed": compressed, f"{prefix}.bitmask": bitmask, f"{prefix}.shape": shape})
+        if layer.bias is not None:
+            tensors[f"{name}.bias"] = as_host_array(layer.bias.detach(), "bias")
+    save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})
+    base = dict(config) if config is not None else (model.config.to_dict() if hasattr(getattr(model, "config", None),
+                                                                                       "to_dict") else {})
+    quant = dict(base.get("quantization_config") or {})
+    quant.update({"quant_method": "compressed-tensors", "sparsity_config": {
+        "format": FORMAT, "sparsity_structure": "2:4", "targets": sorted(layers), "ignore": [],
+        "registry_requires_subclass": False}})
+    if fp8:
+        quant["config_groups"] = {"group_0": {"targets": ["Linear"], "weights": {
+            "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                                  "dynamic": True}}}
+    base["quantization_config"] = quant
+    (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
+    return path

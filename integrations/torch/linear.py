@@ -1,0 +1,295 @@
+"""``SparseLinear``: an ``nn.Linear`` whose weight is 2:4 sparse, run by sparsile's fused kernel.
+
+``forward(x)`` = ``activation(x @ W.T + bias)`` for x (..., K), y (..., N) in x's dtype (bf16, f16 or
+f32; ``out_dtype=`` overrides). The weight is stored compressed: ``values`` (N, K/2), the "sm90"
+metadata words ``meta`` (int32) of docs/sparse-metadata.md, ``bias`` (N,) float32 and, for e4m3
+weights, the per-output-channel ``scale_w`` (N,) float32 (W = values * scale_w; x is quantized per
+token on each call). All four are registered buffers: ``state_dict()``, ``load_state_dict()`` and
+``.to(device)`` work, and the metadata is validated once, when built or loaded (moving the module
+keeps it valid). Dtype conversions (``.half()``, ``.float()``, ``.to(dtype)``) leave the compressed
+weight's type as it is: the output follows x. docs/torch.md has the conventions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from ...stdlib.sparsity import (
+    as_host_array,
+    compress,
+    decompress,
+    encode_metadata,
+    metadata_shape,
+    operand_type,
+    prune_2_4,
+    validate_metadata,
+)
+from ..errors import (
+    SP_ACTIVATION_FN,
+    SP_BAD_TENSOR,
+    SP_CANNOT_SPARSIFY,
+    SP_OUT_DTYPE,
+    SP_WEIGHT_DTYPE,
+    IntegrationError,
+)
+from ._kernels import ACTIVATIONS, OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
+
+WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
+"""The weight types a SparseLinear holds, by the sparsity toolkit's operand name."""
+_NAME_OF = {v: k for k, v in WEIGHT_DTYPES.items()}
+E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
+EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
+_BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
+
+
+def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
+    """The operand name ("bf16", "f16", "e4m3") of ``dtype`` (a name or a torch dtype; None: ``default``)."""
+    given = default if dtype is None else dtype
+    if isinstance(given, torch.dtype) and given in _NAME_OF:
+        return _NAME_OF[given]
+    if isinstance(given, str) and given.strip().lower() in ("bf16", "bfloat16", "f16", "float16", "e4m3",
+                                                             "float8_e4m3fn"):
+        return operand_type(given).name
+    what = "the linear's weight dtype" if dtype is None else "dtype"
+    raise IntegrationError(SP_WEIGHT_DTYPE, f"{what} {given} has no 2:4 sparse linear kernel",
+                           help="pass dtype='bf16', 'f16' or 'e4m3' (fp8 weights with per-channel scales)")
+
+
+def checked_activation(activation: Any) -> str | None:
+    if activation not in ACTIVATIONS:
+        raise IntegrationError(SP_ACTIVATION_FN, f"unknown activation {activation!r}",
+                               help="use None, 'relu', 'silu' or 'gelu_tanh'")
+    return activation
+
+
+def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise IntegrationError(SP_OUT_DTYPE, f"out_dtype {out_dtype} is not one the kernel stores",
+                               help="use torch.bfloat16, torch.float16 or torch.float32 (or None: x's dtype)")
+    return out_dtype
+
+
+def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
+    """A torch copy of a host array, bf16 / float8 included (through an integer view)."""
+    array = np.ascontiguousarray(array)
+    bits = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.itemsize]
+    name = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn"}.get(array.dtype.name, array.dtype.name)
+    return torch.from_numpy(array.view(bits).copy()).view(getattr(torch, name)).to(device)
+
+
+def _tracing(x: Any) -> bool:
+    """True under torch.compile / torch.export / FakeTensorMode / make_fx: the forward goes through
+    the custom op, which tracers see, instead of launching directly."""
+    return torch.compiler.is_compiling() or type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
+
+
+class SparseLinear(nn.Module):
+    """A 2:4 sparse linear layer (inference only): ``y = activation(x @ W.T + bias)``.
+
+    Build it with :meth:`from_dense` (magnitude pruning of an ``nn.Linear``) or load it (a state
+    dict, or a ``sparse-24-bitmask`` checkpoint: ``load_sparse24_checkpoint``). The constructor makes
+    a zero weight of the right shapes, ready for ``load_state_dict``.
+    """
+
+    values: torch.Tensor
+    meta: torch.Tensor
+    bias: torch.Tensor | None
+    scale_w: torch.Tensor | None
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
+                 activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None):
+        super().__init__()
+        if not (isinstance(in_features, int) and isinstance(out_features, int) and in_features > 0
+                and out_features > 0):
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"a SparseLinear needs positive in/out features, got "
+                                   f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
+        self.in_features, self.out_features = in_features, out_features
+        self.weight_dtype = weight_dtype_name(dtype)
+        self.activation = checked_activation(activation)
+        self.out_dtype = checked_out_dtype(out_dtype)
+        op = operand_type(self.weight_dtype)
+        k_values = -(-in_features // op.group) * op.group
+        words = metadata_shape("sm90", op, out_features, in_features)
+        self.register_buffer("values", torch.zeros((out_features, k_values // 2), device=device).to(
+            WEIGHT_DTYPES[self.weight_dtype]))
+        self.register_buffer("meta", torch.full(words, EMPTY_META_WORD, dtype=torch.int32, device=device))
+        self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
+        self.register_buffer("scale_w", torch.ones(out_features, device=device)
+                             if self.weight_dtype == "e4m3" else None)
+        self.__dict__["_records"] = RecordCache()
+        self.__dict__["_weight"] = None
+
+    # -------------------------------------------------------------------------------------------
+    # building
+
+    @classmethod
+    def from_dense(cls, linear: nn.Module, dtype: Any = None, *, activation: str | None = None,
+                   out_dtype: torch.dtype | None = None) -> SparseLinear:
+        """Magnitude-prune ``linear``'s weight to 2:4 (two largest |w| of every four along K),
+        compress it and encode its metadata once. ``dtype``: "bf16", "f16" or "e4m3" (fp8 weights
+        with per-output-channel scales; x quantized per token on each call); None keeps the
+        linear's dtype (bf16 or f16). The layer lands on the linear's device."""
+        if not isinstance(linear, nn.Linear):
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
+                                   help="pass the nn.Linear module itself")
+        weight = linear.weight
+        if weight.device.type == "meta":
+            raise IntegrationError(SP_CANNOT_SPARSIFY, "the linear's weight is on the meta device (no values)",
+                                   help="materialize the weights (to_empty + load) before sparsifying")
+        name = weight_dtype_name(dtype, weight.dtype)
+        host = as_host_array(weight.detach().float(), "weight").astype(np.float64)
+        scale = None
+        if name == "e4m3":
+            pruned = prune_2_4(host)
+            amax = np.abs(pruned).max(axis=1)
+            scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)
+            values, indices = compress(pruned / scale[:, None].astype(np.float64), "e4m3")
+        else:
+            values, indices = compress(host, name, prune=True)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        return cls.from_compressed(values, indices, linear.in_features, bias=bias, scale_w=scale,
+                                   activation=activation, out_dtype=out_dtype, device=weight.device)
+
+    @classmethod
+    def from_compressed(cls, values: np.ndarray, indices: np.ndarray, in_features: int, *,
+                        bias: Any = None, scale_w: Any = None, activation: str | None = None,
+                        out_dtype: torch.dtype | None = None, device: Any = None) -> SparseLinear:
+        """A layer from the sparsity toolkit's host ``values`` (N, K/2) and logical ``indices``
+        (N, K/4, 2) (``compress``), a bias (N,) and, for e4m3 values, the weight scales (N,)."""
+        op_name = operand_type(str(values.dtype)).name
+        layer = cls(in_features, int(values.shape[0]), bias is not None, dtype=op_name, activation=activation,
+                    out_dtype=out_dtype, device="meta")
+        meta = encode_metadata(indices, "sm90", op_name, k=in_features)
+        layer.values = host_to_torch(values, device)
+        layer.meta = host_to_torch(meta.data.view(np.int32), device)
+        if bias is not None:
+            layer.bias = torch.as_tensor(bias, dtype=torch.float32).reshape(-1).to(device)
+        if op_name == "e4m3":
+            scale = np.ones(values.shape[0], np.float32) if scale_w is None else scale_w
+            layer.scale_w = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).to(device)
+        layer.check_metadata()
+        return layer
+
+    def check_metadata(self) -> None:
+        """Validate the metadata words (format, shape, every nibble) and the buffers' shapes; once
+        per build or load, never per call."""
+        host = as_host_array(self.meta.detach(), "meta")
+        validate_metadata(np.ascontiguousarray(host).view(np.uint32), "sm90", self.weight_dtype,
+                          m=self.out_features, k=self.in_features)
+        self._invalidate()
+
+    # -------------------------------------------------------------------------------------------
+    # running
+
+    def _invalidate(self) -> None:
+        self.__dict__["_records"].clear()
+        self.__dict__["_weight"] = None
+
+    def _bound(self) -> Weight:
+        weight = self.__dict__["_weight"]
+        if weight is None:
+            weight = Weight(self.values, self.meta, self.bias, self.scale_w, self.activation)
+            self.__dict__["_weight"] = weight
+        return weight
+
+    def _checked_input(self, x: Any) -> torch.dtype:
+        """The output dtype for ``x``, after checking its type, last dimension, dtype and device."""
+        if not isinstance(x, torch.Tensor):
+            raise IntegrationError(SP_BAD_TENSOR, f"SparseLinear takes a torch.Tensor, got {type(x).__name__}",
+                                   help="pass x of shape (..., in_features)")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
+                                   f"{self.in_features})", help="the last dimension of x is the in_features")
+        if x.dtype not in OUT_DTYPES:
+            raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; SparseLinear takes bfloat16, float16 "
+                                   "or float32 x", help="cast x first")
+        if x.device != self.values.device:
+            raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on "
+                                   f"{self.values.device}", help="move the module or x to the same device")
+        return self.out_dtype or x.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _tracing(x):
+            return self._forward_op(x)
+        out_dtype = self._checked_input(x)
+        lead, n = x.shape[:-1], self.out_features
+        x2 = x.reshape(-1, self.in_features)
+        if x2.shape[0] == 0:
+            return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
+        scale_x = None
+        if self.weight_dtype == "e4m3":
+            x2, scale_x = quantize_per_token(x2.contiguous())
+        elif x2.dtype != self.values.dtype:
+            x2 = x2.to(self.values.dtype)
+        x2 = x2.contiguous()
+        if x2.device.type == "cuda":
+            key = (x2.shape[0], x2.dtype, x2.device.index, out_dtype)
+            y = self.__dict__["_records"].run(key, x2, self._bound(), scale_x, out_dtype)
+        else:
+            y = run_interpreted(x2, self._bound(), scale_x, out_dtype)
+        return y.view(*lead, n)
+
+    def _forward_op(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward as custom ops (``torch.ops.sparsile``), for tracers."""
+        out_dtype = self._checked_input(x)
+        x2 = x.reshape(-1, self.in_features)
+        scale_x = None
+        if self.weight_dtype == "e4m3":
+            x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
+        else:
+            x2 = x2.to(self.values.dtype)
+        y = torch.ops.sparsile.sparse_linear(x2, self.values, self.meta, self.bias, activation=self.activation,
+                                             scale_x=scale_x, scale_w=self.scale_w, out_dtype=out_dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    # -------------------------------------------------------------------------------------------
+    # nn.Module plumbing
+
+    def to_dense(self) -> torch.Tensor:
+        """The pruned dense weight (N, K) in float32 on the layer's device (times ``scale_w`` for
+        e4m3), rebuilt from values and metadata: ``x @ layer.to_dense().T`` is what forward computes
+        before the epilogue."""
+        words = np.ascontiguousarray(as_host_array(self.meta.detach(), "meta")).view(np.uint32)
+        dense = decompress(as_host_array(self.values.detach(), "values"), words, "sm90", self.weight_dtype,
+                           m=self.out_features, k=self.in_features).astype(np.float32)
+        if self.scale_w is not None:
+            dense = dense * as_host_array(self.scale_w.detach().float(), "scale_w").reshape(-1, 1)
+        return torch.from_numpy(np.ascontiguousarray(dense)).to(self.values.device)
+
+    def extra_repr(self) -> str:
+        out = f", out_dtype={self.out_dtype}" if self.out_dtype is not None else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"dtype={self.weight_dtype}, sparsity=2:4, activation={self.activation}{out}")
+
+    def _apply(self, fn: Any, recurse: bool = True) -> SparseLinear:
+        """Device moves apply; dtype conversions do not change the stored weight (its kernel and
+        metadata depend on its type) nor the float32 bias and scales."""
+        def keep_dtype(t: torch.Tensor) -> torch.Tensor:
+            moved = fn(t)
+            return moved if moved.dtype == t.dtype else t.to(device=moved.device)
+
+        result = super()._apply(keep_dtype, recurse)
+        self._invalidate()
+        return result
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if prefix + "meta" in state_dict:
+            self.check_metadata()
+        self._invalidate()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _BUFFERS and "_records" in self.__dict__:
+            self._invalidate()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        state["_records"], state["_weight"] = RecordCache(), None
+        return state

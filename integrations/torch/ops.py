@@ -1,0 +1,127 @@
+"""The custom ops ``torch.ops.sparsile.sparse_linear`` and ``torch.ops.sparsile.quantize_per_token_e4m3``.
+
+Registered with ``torch.library.custom_op`` and a fake (meta) implementation each, so
+``torch.compile(..., fullgraph=True)`` and ``torch.export`` see one opaque node per layer. The
+real implementation runs the kernel: on CUDA tensors through the launch records of
+:mod:`._kernels` (a process-wide cache keyed by the weight's pointers), on CPU tensors in the
+interpreter. ``SparseLinear`` calls these ops only while being traced; in eager mode it calls the
+launch records directly (a custom op's dispatch costs tens of microseconds).
+
+``sparse_linear(x, values, meta, bias=None, scale_x=None, scale_w=None, *, activation=None,
+out_dtype=None)``: ``torch.library`` refuses keyword-only tensors, so the scales may also be passed
+by position; by keyword the call reads as vLLM's ``cutlass_scaled_sparse_mm``. x (..., K) in values'
+dtype (bf16, f16, or float8_e4m3fn with ``scale_x``), values (N, K/2), meta the int32 "sm90"
+metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
+tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). On CUDA the metadata is
+checked for shape only (its nibbles are trusted, as ``sparse_matmul`` trusts device words); on the
+CPU the interpreter checks them on every call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...stdlib.sparsity import metadata_shape
+from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
+from ._kernels import OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
+from .linear import _NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
+
+_RECORDS = RecordCache(capacity=256)
+
+
+def _bad(message: str, help: str, code: str = SP_OP_ARGUMENTS) -> IntegrationError:
+    return IntegrationError(code, f"sparsile.sparse_linear: {message}", help=help)
+
+
+def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+                    activation: str | None, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None,
+                    out_dtype: torch.dtype | None) -> torch.dtype:
+    """The output dtype, after checking that the arguments fit together (shapes only: this runs
+    on fake tensors too)."""
+    checked_activation(activation)
+    checked_out_dtype(out_dtype)
+    if values.dim() != 2 or values.dtype not in _NAME_OF:
+        raise _bad(f"values must be a 2-D bfloat16, float16 or float8_e4m3fn tensor, got {values.dtype} "
+                   f"{tuple(values.shape)}", help="pass SparseLinear.values (N, K/2)")
+    n, k = int(values.shape[0]), 2 * int(values.shape[1])
+    if x.dim() == 0 or not k - 4 < x.shape[-1] <= k:
+        raise _bad(f"x has shape {tuple(x.shape)} but values {tuple(values.shape)} cover K = {k}",
+                   help="x is (..., K) with the weight's in_features", code=SP_BAD_TENSOR)
+    name = _NAME_OF[values.dtype]
+    if x.dtype != values.dtype:
+        raise _bad(f"x has dtype {x.dtype} but the weight is {values.dtype}",
+                   help="cast x to the weight's dtype (fp8: quantize_per_token_e4m3)", code=SP_BAD_TENSOR)
+    want = metadata_shape("sm90", name, n, int(x.shape[-1]))
+    if meta.dtype != torch.int32 or tuple(meta.shape) != want:
+        raise _bad(f"meta must be int32 words of shape {want}, got {meta.dtype} {tuple(meta.shape)}",
+                   help="pass SparseLinear.meta (sm90 metadata words)")
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise _bad(f"bias must have shape ({n},), got {tuple(bias.shape)}", help="one bias per output feature")
+    if (scale_x is None) != (name != "e4m3") or (scale_w is None) != (name != "e4m3"):
+        raise _bad("scale_x and scale_w go with float8_e4m3fn x and values, and only with them",
+                   help="fp8: pass both scales; bf16 / f16: pass neither")
+    if scale_w is not None and scale_w.numel() not in (1, n):
+        raise _bad(f"scale_w has {scale_w.numel()} elements; it is per tensor (1) or per output channel ({n})",
+                   help="pass SparseLinear.scale_w")
+    tokens = x.numel() // max(1, int(x.shape[-1]))
+    if scale_x is not None and scale_x.numel() not in (1, tokens):
+        raise _bad(f"scale_x has {scale_x.numel()} elements; it is per tensor (1) or per token ({tokens})",
+                   help="pass the scale quantize_per_token_e4m3 returned")
+    for what, t in (("values", values), ("meta", meta), ("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
+        if t is not None and t.device != x.device:
+            raise _bad(f"x is on {x.device} but {what} is on {t.device}", help="put every argument on one device")
+    return out_dtype or (torch.bfloat16 if name == "e4m3" else x.dtype)
+
+
+@torch.library.custom_op("sparsile::sparse_linear", mutates_args=())
+def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None = None,
+                  scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
+                  activation: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """y (..., N) = activation((x @ W.T) * scale_x * scale_w + bias) with W = decompress(values, meta)."""
+    out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
+    n = int(values.shape[0])
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    if x2.shape[0] == 0:
+        return x.new_empty((*x.shape[:-1], n), dtype=out)
+    if scale_x is not None and scale_x.numel() > 1:
+        scale_x = scale_x.reshape(-1)
+    w = Weight(values, meta, bias, scale_w, activation)
+    if x2.device.type == "cuda":
+        ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias, scale_w))
+        key = (x2.shape[0], x2.dtype, x2.device.index, out, ptrs, tuple(values.shape), activation)
+        y = _RECORDS.run(key, x2, w, scale_x, out)
+    else:
+        y = run_interpreted(x2, w, scale_x, out)
+    return y.reshape(*x.shape[:-1], n)
+
+
+@sparse_linear.register_fake
+def _sparse_linear_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None = None,
+                        scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
+                        activation: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
+    return x.new_empty((*x.shape[:-1], values.shape[0]), dtype=out)
+
+
+@torch.library.custom_op("sparsile::quantize_per_token_e4m3", mutates_args=())
+def quantize_per_token_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_q float8_e4m3fn of x's shape, scale_x float32 of x.shape[:-1]) with x ≈ x_q * scale_x."""
+    _check_quantize_input(x)
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    xq, scale = quantize_per_token(x2)
+    return xq.reshape(x.shape), scale.reshape(x.shape[:-1])
+
+
+def _check_quantize_input(x: torch.Tensor) -> None:
+    if x.dim() == 0 or x.dtype not in OUT_DTYPES:
+        raise IntegrationError(SP_BAD_TENSOR, f"quantize_per_token_e4m3 takes (..., K) bfloat16, float16 or "
+                               f"float32 x, got {x.dtype} {tuple(x.shape)}", help="cast x first")
+
+
+@quantize_per_token_e4m3.register_fake
+def _quantize_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_quantize_input(x)
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+__all__ = ["WEIGHT_DTYPES", "check_arguments", "quantize_per_token_e4m3", "sparse_linear"]

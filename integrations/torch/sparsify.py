@@ -1,0 +1,94 @@
+"""``sparsify_(model)``: swap the ``nn.Linear`` modules of a model for :class:`.SparseLinear`.
+
+The contract of torchao's ``sparsify_``: in place, ``filter_fn(module, fqn) -> bool`` picks the
+modules (default: every ``nn.Linear``). Unlike torchao, a linear the kernel cannot run well is
+skipped with its reason in the returned :class:`SparsifyReport` (also logged at INFO on the
+``sparsile.torch`` logger), never swapped into a slower or failing layer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from ...stdlib.kernels.gemm import KERNELS
+from ..errors import IntegrationError
+from .linear import SparseLinear, weight_dtype_name
+
+LOG = logging.getLogger("sparsile.torch")
+GROUP = 4
+
+
+@dataclass
+class SparsifyReport:
+    """What :func:`sparsify_` did: the swapped modules' names and, for each skipped one, why."""
+
+    swapped: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"sparsify_: {len(self.swapped)} linear layers swapped for SparseLinear, {len(self.skipped)} skipped"]
+        lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int) -> str | None:
+    """Why ``module`` should stay dense, or None when it fits the kernel."""
+    k, n = module.in_features, module.out_features
+    weight = module.weight
+    try:
+        name = weight_dtype_name(dtype, weight.dtype)
+    except IntegrationError as exc:
+        return exc.message
+    if k % GROUP:
+        return f"in_features = {k} is not a multiple of the 2:4 group ({GROUP})"
+    align = KERNELS[name].k_align
+    if k % align:
+        return (f"in_features = {k} is not a multiple of {align} ({name}): the kernel would copy and pad x on "
+                "every call")
+    if min(k, n) < min_features:
+        return f"too small to gain from 2:4 ({n} x {k}; min_features = {min_features})"
+    if weight.device.type == "meta":
+        return "the weight is on the meta device (no values to prune)"
+    if weight.device.type == "cpu" and not interpret:
+        return "on the CPU: the kernel runs on CUDA GPUs (pass interpret=True to run it in the slow interpreter)"
+    if weight.device.type not in ("cpu", "cuda"):
+        return f"on a {weight.device.type} device: the kernel runs on CUDA GPUs"
+    return None
+
+
+def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
+              interpret: bool = False, min_features: int = 128) -> SparsifyReport:
+    """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
+    (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
+    pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
+
+    Skipped, with the reason in the report: a K (in_features) that is not a multiple of 4, or of
+    the kernel's TMA row alignment (16 for bf16/f16, 32 for e4m3); a layer smaller than
+    ``min_features`` on either side; a weight dtype without a kernel (float32 with dtype=None);
+    weights on the CPU unless ``interpret=True`` (the interpreter is exact but slow), or on
+    another device; the root module itself (it cannot be replaced in place). Modules the
+    filter rejects are not reported.
+    """
+    report = SparsifyReport()
+    for fqn, module in list(model.named_modules()):
+        if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):
+            continue
+        if filter_fn is not None and not filter_fn(module, fqn):
+            continue
+        reason = skip_reason(module, dtype, interpret, min_features)
+        if reason is None and not fqn:
+            reason = "the root module cannot be replaced in place: use SparseLinear.from_dense(model)"
+        if reason is not None:
+            report.skipped[fqn] = reason
+            continue
+        parent_name, _, child = fqn.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, SparseLinear.from_dense(module, dtype))
+        report.swapped.append(fqn)
+    LOG.info("%s", report)
+    return report

@@ -1,0 +1,103 @@
+"""The pure-numpy safetensors reader and writer (integrations/safetensors.py): round trips of every
+dtype, the byte layout, and SP0910 / SP0911 for malformed files."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+from sparsile.integrations import safetensors as st
+from sparsile.integrations.errors import IntegrationError
+
+
+def _arrays() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    f = rng.standard_normal((3, 5))
+    return {
+        "bf16": f.astype(ml_dtypes.bfloat16), "f16": f.astype(np.float16), "f32": f.astype(np.float32),
+        "f64": f, "e4m3": f.astype(ml_dtypes.float8_e4m3fn), "e5m2": f.astype(ml_dtypes.float8_e5m2),
+        "i8": rng.integers(-128, 127, (4,), dtype=np.int8), "u8": rng.integers(0, 255, (2, 2, 2), dtype=np.uint8),
+        "i16": rng.integers(-9, 9, (6,), dtype=np.int16), "i32": rng.integers(-9, 9, (1, 6), dtype=np.int32),
+        "i64": np.array([7, -(2 ** 40)], dtype=np.int64), "bool": np.array([True, False]),
+        "scalar": np.array(3.5, dtype=np.float32), "empty": np.zeros((0, 4), dtype=np.float16),
+    }
+
+
+def test_round_trip_of_every_dtype(tmp_path):
+    arrays = _arrays()
+    st.save_file(arrays, tmp_path / "a.safetensors", metadata={"format": "pt"})
+    back = st.load_file(tmp_path / "a.safetensors")
+    assert set(back) == set(arrays)
+    for name, array in arrays.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape, name
+        assert back[name].tobytes() == array.tobytes(), name
+    _, metadata, _ = st.read_header(tmp_path / "a.safetensors")
+    assert metadata == {"format": "pt"}
+    assert set(st.load_file(tmp_path / "a.safetensors", names={"bf16"})) == {"bf16"}
+
+
+def test_byte_layout_is_the_format(tmp_path):
+    """8-byte little-endian header length, a JSON header padded to 8 bytes, then raw little-endian data."""
+    st.save_file({"b": np.array([1, 2], np.int64), "a": np.array([1.5], np.float16)}, tmp_path / "x.safetensors")
+    raw = (tmp_path / "x.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    assert header["b"] == {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}
+    assert header["a"] == {"dtype": "F16", "shape": [1], "data_offsets": [16, 18]}
+    assert raw[8 + n:] == np.array([1, 2], "<i8").tobytes() + np.array([1.5], "<f2").tobytes()
+
+
+def test_big_endian_arrays_are_written_little_endian(tmp_path):
+    st.save_file({"x": np.array([1.0, -2.0], dtype=">f4")}, tmp_path / "x.safetensors")
+    back = st.load_file(tmp_path / "x.safetensors")["x"]
+    assert back.dtype == np.dtype("<f4") and back.tolist() == [1.0, -2.0]
+
+
+def _write_raw(path, header: bytes, data: bytes = b"", length: int | None = None) -> None:
+    path.write_bytes(struct.pack("<Q", len(header) if length is None else length) + header + data)
+
+
+@pytest.mark.parametrize(("header", "data", "length", "message"), [
+    (b"{}", b"", 10 ** 9, "x.safetensors: header length 1000000000 exceeds the file (10 bytes)"),
+    (b"{nope", b"", None, "x.safetensors: the header is not JSON: Expecting property name enclosed in double "
+                          "quotes: line 1 column 2 (char 1)"),
+    (b"[1]", b"", None, "x.safetensors: the header is not a JSON object"),
+    (b'{"t": {"dtype": "F32", "shape": [2]}}', b"", None, "x.safetensors: tensor 't' lacks dtype, shape or "
+                                                         "data_offsets"),
+    (b'{"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', b"1234", None,
+     "x.safetensors: tensor 't' has data_offsets [0, 8] outside the 4 data bytes"),
+    (b'{"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}', b"12345678", None,
+     "x.safetensors: tensor 't' of shape [3] F32 needs 12 bytes, its offsets hold 8"),
+    (b'{"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}', b"", None,
+     "x.safetensors: tensor 't' has shape [-1], not a list of sizes"),
+    (b'{"__metadata__": {"a": 1}}', b"", None, "x.safetensors: __metadata__ must map names to strings"),
+])
+def test_malformed_files_are_sp0910(tmp_path, header, data, length, message):
+    _write_raw(tmp_path / "x.safetensors", header, data, length)
+    with pytest.raises(IntegrationError) as info:
+        st.load_file(tmp_path / "x.safetensors")
+    assert (info.value.code, info.value.message) == ("SP0910", message)
+
+
+def test_truncated_file_is_sp0910(tmp_path):
+    (tmp_path / "x.safetensors").write_bytes(b"\x01\x02")
+    with pytest.raises(IntegrationError) as info:
+        st.read_header(tmp_path / "x.safetensors")
+    assert info.value.code == "SP0910"
+    assert info.value.message == "x.safetensors: 2 bytes is too short for a safetensors file (8-byte header length)"
+
+
+def test_unknown_dtypes_are_sp0911(tmp_path):
+    _write_raw(tmp_path / "x.safetensors", b'{"t": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}',
+               b"12345678")
+    with pytest.raises(IntegrationError) as info:
+        st.load_file(tmp_path / "x.safetensors")
+    assert (info.value.code, info.value.message) == (
+        "SP0911", "x.safetensors: tensor 't' has dtype 'C64', which this reader does not know")
+    with pytest.raises(IntegrationError) as info:
+        st.save_file({"c": np.zeros(2, np.complex64)}, tmp_path / "y.safetensors")
+    assert (info.value.code, info.value.message) == ("SP0911", "safetensors has no dtype for numpy complex64")

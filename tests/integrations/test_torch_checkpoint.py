@@ -1,0 +1,185 @@
+"""compressed-tensors sparse-24-bitmask checkpoints: write and read back (bf16, f16, e4m3 with scales),
+a hand-written fixture with -0.0, all-zero groups and one-nonzero groups (the products must match,
+not the masks), sharded files, and the SP0912-SP0914 diagnostics."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+from sparsile.integrations import safetensors as st
+from sparsile.integrations.errors import IntegrationError
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, dtype=torch.bfloat16):
+        super().__init__()
+        self.proj = linear(32, 64, dtype=dtype, seed=1)
+        self.head = linear(16, 32, dtype=dtype, bias=False, seed=2)
+        self.norm = torch.nn.LayerNorm(32).to(dtype)
+
+    def forward(self, x):
+        return self.head(self.norm(self.proj(x)))
+
+
+@pytest.mark.parametrize(("dtype", "weights"), [(None, torch.bfloat16), (None, torch.float16),
+                                                ("e4m3", torch.bfloat16)])
+def test_round_trip(tmp_path, dtype, weights):
+    model = _Net(weights)
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+    assert spt.sparsify_(model, dtype=dtype, interpret=True, min_features=16).swapped == ["proj", "head"]
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    sparsity = config["quantization_config"]["sparsity_config"]
+    assert (sparsity["format"], sparsity["sparsity_structure"]) == ("sparse-24-bitmask", "2:4")
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    assert tensors["proj.weight.compressed"].shape == (32, 32) and tensors["proj.weight.bitmask"].shape == (32, 8)
+    assert tensors["proj.weight.shape"].tolist() == [32, 64] and tensors["proj.weight.shape"].dtype == np.int64
+    assert tensors["proj.weight.compressed"].dtype == (np.int8 if dtype else np.dtype(str(weights)[6:]))
+    fresh = _Net(weights)
+    report = spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert (report.sparse, report.missing, report.unexpected) == (["head", "proj"], [], [])
+    for name in ("proj", "head"):
+        a, b = getattr(model, name), getattr(fresh, name)
+        assert isinstance(b, spt.SparseLinear) and b.weight_dtype == a.weight_dtype
+        assert torch.equal(a.to_dense(), b.to_dense())
+    assert torch.equal(fresh.norm.weight, model.norm.weight)
+    x = torch.randn(3, 64).to(weights)
+    assert torch.equal(fresh(x), model(x))
+
+
+def _fixture(tmp_path, dense: np.ndarray, dtype: str = "F16") -> None:
+    """A checkpoint written by hand the way compressed-tensors does: a top-2-by-magnitude mask per
+    group (two bits even in an all-zero group), compressed = dense[mask]."""
+    rows, cols = dense.shape
+    order = np.argsort(-np.abs(dense.reshape(rows, -1, 4)), axis=2, kind="stable")[:, :, :2]
+    mask = np.zeros((rows, cols // 4, 4), bool)
+    np.put_along_axis(mask, order, True, axis=2)
+    mask = mask.reshape(rows, cols)
+    compressed = dense[mask].reshape(rows, cols // 2).astype(st.DTYPES[dtype])
+    st.save_file({"proj.weight.compressed": compressed,
+                  "proj.weight.bitmask": np.packbits(mask, axis=1, bitorder="little"),
+                  "proj.weight.shape": np.array([rows, cols], np.int64),
+                  "proj.bias": np.linspace(-1, 1, rows).astype(np.float32)}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"compression_config": {"sparsity_config": {
+        "format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}}))
+
+
+class _One(torch.nn.Module):
+    def __init__(self, n=16, k=32, dtype=torch.float16):
+        super().__init__()
+        self.proj = torch.nn.Linear(k, n).to(dtype)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def test_negative_zero_all_zero_and_single_nonzero_groups(tmp_path):
+    rng = np.random.default_rng(3)
+    dense = rng.standard_normal((16, 32)).astype(np.float16)
+    dense.reshape(16, 8, 4)[:, :, 2:] = 0
+    dense[0] = 0                                     # all-zero groups
+    dense[1, 0:4] = [0, 0, 0, 2.5]                   # one nonzero
+    dense[2, 4:8] = [-0.0, -0.0, 1.0, 0]             # -0.0 ranks with the zeros
+    dense[3, 8:12] = [-0.0, 0, 0, 0]
+    _fixture(tmp_path, dense)
+    model = _One()
+    spt.load_sparse24_checkpoint(model, tmp_path)
+    layer = model.proj
+    assert torch.equal(layer.to_dense(), torch.from_numpy(dense.astype(np.float32)))
+    x = torch.randn(4, 32).to(torch.float16)
+    y = layer(x)
+    check_against_float64(layer, x, y)
+    ref = x.double() @ torch.from_numpy(dense).double().T + torch.linspace(-1, 1, 16).double()
+    assert torch.allclose(y.double(), ref, rtol=2e-3, atol=2e-3)
+
+
+def test_fp8_int8_bits_with_weight_scale(tmp_path):
+    rng = np.random.default_rng(4)
+    dense = rng.standard_normal((16, 32)).astype(ml_dtypes.float8_e4m3fn)
+    dense.reshape(16, 8, 4)[:, :, ::2] = 0
+    _fixture(tmp_path, dense.view(np.int8).astype(np.int8), "I8")  # ranks the int8 bit patterns, as the writer does
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    tensors = {**tensors, "proj.weight_scale": np.full((16, 1), 0.5, np.float32)}
+    st.save_file(tensors, tmp_path / "model.safetensors")
+    model = _One(dtype=torch.bfloat16)
+    spt.load_sparse24_checkpoint(model, tmp_path)
+    assert model.proj.weight_dtype == "e4m3" and torch.equal(model.proj.scale_w, torch.full((16,), 0.5))
+    assert torch.equal(model.proj.to_dense(), torch.from_numpy(dense.astype(np.float32)) * 0.5)
+
+
+def test_sharded_checkpoint(tmp_path):
+    model = _Net()
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in shards.items():
+        st.save_file({k: tensors[k] for k in keys}, tmp_path / file)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: f for f, keys in shards.items() for k in keys}}))
+    fresh = _Net()
+    spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert torch.equal(fresh.proj.to_dense(), model.proj.to_dense())
+
+
+def _error(fn, *args, **kwargs) -> IntegrationError:
+    with pytest.raises(IntegrationError) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+def test_config_errors_are_sp0912(tmp_path):
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0912", f"{tmp_path} has no config.json")
+    (tmp_path / "config.json").write_text(json.dumps({"sparsity_config": {"format": "dense"}}))
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0912", f"{tmp_path / 'config.json'} declares format 'dense', not "
+                                                 "'sparse-24-bitmask'")
+    (tmp_path / "config.json").write_text(json.dumps({"sparsity_config": {"format": "sparse-24-bitmask"}}))
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0912", f"{tmp_path} holds no .safetensors file")
+
+
+def test_layer_and_module_errors(tmp_path):
+    dense = np.zeros((16, 32), np.float16)
+    _fixture(tmp_path, dense)
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({k: v for k, v in tensors.items() if not k.endswith("bitmask")}, tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0913", "layer proj.weight: the checkpoint has proj.weight.compressed but no "
+                                                 "proj.weight.bitmask")
+    _fixture(tmp_path, dense)
+    err = _error(spt.load_sparse24_checkpoint, _One(n=8), tmp_path)
+    assert (err.code, err.message) == ("SP0914", "layer proj is 8 x 32 in the model but 16 x 32 in the checkpoint")
+
+    class Other(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Conv1d(2, 2, 1)
+
+    err = _error(spt.load_sparse24_checkpoint, Other(), tmp_path)
+    assert (err.code, err.message) == ("SP0914", "the checkpoint's sparse layer proj is Conv1d of the model")
+    err = _error(spt.load_sparse24_checkpoint, torch.nn.Module(), tmp_path)
+    assert (err.code, err.message) == ("SP0914", "the checkpoint's sparse layer proj is no module of the model")
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({**tensors, "extra.weight": np.ones(2, np.float32)}, tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0914", "the checkpoint and the model differ: missing [], unexpected "
+                                                 "['extra.weight']")
+    report = spt.load_sparse24_checkpoint(_One(), tmp_path, strict=False)
+    assert report.unexpected == ["extra.weight"]
+    st.save_file({**tensors, "proj.weight.compressed": tensors["proj.weight.compressed"].view(np.int8)},
+                 tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0913", "layer proj: int8 compressed values without proj.weight_scale (int8 "
+                                                 "weights have no kernel here)")

@@ -1,0 +1,141 @@
+"""SparseLinear on the CPU (the kernel in sparsile's interpreter): numerics of every weight type and
+epilogue against float64, N-D inputs, T = 1 and T = 0, state_dict round trips, .to(), and the
+SP0901-SP0905 diagnostics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sparsile.integrations.errors import IntegrationError
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+
+@pytest.mark.parametrize(("dtype", "x_dtype"), [("bf16", torch.bfloat16), ("f16", torch.float16),
+                                                ("e4m3", torch.bfloat16), ("bf16", torch.float32)])
+@pytest.mark.parametrize("activation", [None, "relu", "silu", "gelu_tanh"])
+def test_every_weight_type_and_epilogue_against_float64(dtype, x_dtype, activation):
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=3), dtype, activation=activation)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(4)).to(x_dtype)
+    check_against_float64(layer, x, layer(x))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_out_dtype_overrides_x_dtype(out_dtype):
+    layer = spt.SparseLinear.from_dense(linear(32, 64), out_dtype=out_dtype)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    check_against_float64(layer, x, layer(x), out_dtype)
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (3, 1), (1,), (2, 3)])
+def test_nd_inputs_and_one_token(lead):
+    layer = spt.SparseLinear.from_dense(linear(32, 64, bias=False))
+    x = torch.randn(*lead, 64).to(torch.bfloat16)
+    y = layer(x)
+    assert y.shape == (*lead, 32)
+    check_against_float64(layer, x, y)
+
+
+def test_zero_tokens_give_an_empty_output():
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    y = layer(torch.empty(0, 4, 64, dtype=torch.bfloat16))
+    assert y.shape == (0, 4, 32) and y.dtype == torch.bfloat16
+
+
+def test_non_contiguous_x():
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    x = torch.randn(64, 6).to(torch.bfloat16).T  # (6, 64), strided
+    check_against_float64(layer, x, layer(x))
+
+
+def test_from_dense_prunes_by_magnitude():
+    dense = linear(16, 32, bias=False)
+    layer = spt.SparseLinear.from_dense(dense)
+    w, kept = dense.weight.float(), layer.to_dense()
+    groups = kept.reshape(16, 8, 4)
+    assert ((groups != 0).sum(-1) <= 2).all()
+    top2 = w.abs().reshape(16, 8, 4).topk(2, dim=-1).indices
+    assert torch.equal(torch.gather(groups, 2, top2), torch.gather(w.reshape(16, 8, 4), 2, top2))
+
+
+def test_e4m3_weights_have_per_channel_scales():
+    dense = linear(16, 32, dtype=torch.float32)
+    layer = spt.SparseLinear.from_dense(dense, "e4m3")
+    assert layer.values.dtype == torch.float8_e4m3fn and layer.scale_w.shape == (16,)
+    pruned = spt.SparseLinear.from_dense(dense.to(torch.bfloat16), "bf16").to_dense()
+    # each channel's largest |w| maps to 448 exactly; the rest within e4m3's half ulp
+    assert torch.allclose(layer.values.float().abs().amax(1), torch.full((16,), 448.0))
+    assert ((layer.to_dense() - dense.weight.float() * (pruned != 0)).abs()
+            <= 2.0 ** -4 * dense.weight.float().abs() + 1e-6).all()
+
+
+def test_state_dict_round_trip_and_to():
+    layer = spt.SparseLinear.from_dense(linear(32, 64), "e4m3", activation="silu")
+    state = layer.state_dict()
+    assert sorted(state) == ["bias", "meta", "scale_w", "values"] and state["meta"].dtype == torch.int32
+    fresh = spt.SparseLinear(64, 32, dtype="e4m3", activation="silu")
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    assert torch.equal(fresh(x), torch.nn.functional.silu(fresh.bias).to(torch.bfloat16).expand(2, 32))
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh(x), layer(x))
+    fresh.half()  # a dtype conversion keeps the compressed weight, its scales and the bias
+    assert fresh.values.dtype == torch.float8_e4m3fn and fresh.bias.dtype == torch.float32
+    assert torch.equal(fresh(x), layer(x))
+    moved = fresh.to("cpu")
+    assert moved is fresh and torch.equal(moved.to_dense(), layer.to_dense())
+
+
+def test_bad_metadata_in_a_state_dict_is_refused():
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    state = layer.state_dict()
+    state["meta"] = torch.zeros_like(state["meta"])  # nibble 0x0 is undefined
+    with pytest.raises(ValueError) as info:
+        spt.SparseLinear(64, 32).load_state_dict(state)
+    assert info.value.code == "SP0807"
+
+
+def test_extra_repr_and_module_repr():
+    layer = spt.SparseLinear.from_dense(linear(32, 64), out_dtype=torch.float32)
+    assert repr(layer) == ("SparseLinear(in_features=64, out_features=32, bias=True, dtype=bf16, sparsity=2:4, "
+                           "activation=None, out_dtype=torch.float32)")
+
+
+def _error(fn, *args, **kwargs) -> IntegrationError:
+    with pytest.raises(IntegrationError) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+def test_input_errors_are_sp0901():
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    cases = [
+        ((np.ones((2, 64)),), "SparseLinear takes a torch.Tensor, got ndarray"),
+        ((torch.ones(2, 63),), "x has shape (2, 63); this layer takes (..., 64)"),
+        ((torch.ones(2, 64, dtype=torch.float64),), "x has dtype torch.float64; SparseLinear takes bfloat16, "
+                                                    "float16 or float32 x"),
+        ((torch.ones(2, 64, device="meta"),), "x is on meta but the layer's weight is on cpu"),
+    ]
+    for args, message in cases:
+        err = _error(layer, *args)
+        assert (err.code, err.message) == ("SP0901", message)
+
+
+def test_build_errors_are_sp0902_to_sp0905():
+    conv = torch.nn.Conv1d(4, 4, 1)
+    err = _error(spt.SparseLinear.from_dense, conv)
+    assert (err.code, err.message) == ("SP0902", "from_dense takes an nn.Linear, got Conv1d")
+    err = _error(spt.SparseLinear.from_dense, torch.nn.Linear(8, 8, device="meta"))
+    assert (err.code, err.message) == ("SP0902", "the linear's weight is on the meta device (no values)")
+    err = _error(spt.SparseLinear, 0, 8)
+    assert (err.code, err.message) == ("SP0902", "a SparseLinear needs positive in/out features, got 0 x 8")
+    err = _error(spt.SparseLinear.from_dense, torch.nn.Linear(8, 8))
+    assert (err.code, err.message) == ("SP0903", "the linear's weight dtype torch.float32 has no 2:4 sparse linear "
+                                                 "kernel")
+    err = _error(spt.SparseLinear.from_dense, torch.nn.Linear(8, 8), "s8")
+    assert (err.code, err.message) == ("SP0903", "dtype s8 has no 2:4 sparse linear kernel")
+    err = _error(spt.SparseLinear, 8, 8, activation="tanh")
+    assert (err.code, err.message) == ("SP0904", "unknown activation 'tanh'")
+    err = _error(spt.SparseLinear, 8, 8, out_dtype=torch.int8)
+    assert (err.code, err.message) == ("SP0905", "out_dtype torch.int8 is not one the kernel stores")

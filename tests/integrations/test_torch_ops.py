@@ -1,0 +1,146 @@
+"""torch.ops.sparsile.sparse_linear / quantize_per_token_e4m3: the schema, torch.library.opcheck,
+fake-tensor shapes, tracing a sparsified model with torch.compile(fullgraph=True) and torch.export
+(on the CPU, the op runs in the interpreter), and the SP0906 diagnostics."""
+
+from __future__ import annotations
+
+import pytest
+from sparsile.integrations.errors import IntegrationError
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+
+def test_schema():
+    schema = str(torch.ops.sparsile.sparse_linear.default._schema)
+    assert schema == ("sparsile::sparse_linear(Tensor x, Tensor values, Tensor meta, Tensor? bias=None, "
+                      "Tensor? scale_x=None, Tensor? scale_w=None, *, str? activation=None, "
+                      "ScalarType? out_dtype=None) -> Tensor")
+    quant = str(torch.ops.sparsile.quantize_per_token_e4m3.default._schema)
+    assert quant == "sparsile::quantize_per_token_e4m3(Tensor x) -> (Tensor, Tensor)"
+
+
+def _args(layer, x):
+    return (x.to(layer.values.dtype), layer.values, layer.meta, layer.bias)
+
+
+def test_opcheck_bf16_and_e4m3():
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.sparsile.sparse_linear.default, _args(layer, x), {"activation": "relu"})
+    fp8 = spt.SparseLinear.from_dense(linear(32, 64), "e4m3")
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    # test_schema compares float8 tensors with arithmetic torch lacks on the CPU ("mul_cpu_reduced_float")
+    fp8_utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch.ops.sparsile.sparse_linear.default, (xq, fp8.values, fp8.meta, fp8.bias),
+                          {"scale_x": sx, "scale_w": fp8.scale_w, "out_dtype": torch.float32}, test_utils=fp8_utils)
+    torch.library.opcheck(torch.ops.sparsile.quantize_per_token_e4m3.default, (x,), test_utils=fp8_utils)
+
+
+def test_op_matches_the_module_and_float64():
+    layer = spt.SparseLinear.from_dense(linear(32, 64), activation="gelu_tanh")
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    y = torch.ops.sparsile.sparse_linear(*_args(layer, x), activation="gelu_tanh")
+    assert torch.equal(y, layer(x))
+    check_against_float64(layer, x, y)
+
+
+def test_fake_tensor_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer = spt.SparseLinear.from_dense(linear(48, 64), "e4m3")
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        for lead in [(), (3,), (3, 1), (1,)]:
+            x = torch.empty(*lead, 64, dtype=torch.float16)
+            y = layer(x)
+            assert y.shape == (*lead, 48) and y.dtype == torch.float16 and mode.is_our_fake(y)
+        xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(torch.empty(5, 64, dtype=torch.bfloat16))
+        assert (xq.shape, xq.dtype, sx.shape, sx.dtype) == ((5, 64), torch.float8_e4m3fn, (5,), torch.float32)
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = linear(64, 32, seed=1)
+        self.down = linear(32, 64, seed=2)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.up(x)))
+
+
+def _sparse_mlp(dtype=None):
+    model = _Mlp()
+    report = spt.sparsify_(model, dtype=dtype, interpret=True, min_features=16)
+    assert report.swapped == ["up", "down"]
+    return model
+
+
+@pytest.mark.parametrize("dtype", [None, "e4m3"])
+def test_torch_compile_fullgraph_traces_the_op(dtype):
+    model = _sparse_mlp(dtype)
+    x = torch.randn(4, 32).to(torch.bfloat16)
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    assert torch.equal(compiled(x), model(x))
+    (gm,) = graphs
+    targets = [str(n.target).removesuffix(".default") for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count("sparsile.sparse_linear") == 2
+    assert targets.count("sparsile.quantize_per_token_e4m3") == (2 if dtype else 0)
+
+
+def test_torch_compile_aot_eager():
+    model = _sparse_mlp()
+    x = torch.randn(2, 3, 32).to(torch.bfloat16)
+    assert torch.equal(torch.compile(model, fullgraph=True, backend="aot_eager")(x), model(x))
+
+
+def test_torch_export():
+    model = _sparse_mlp("e4m3")
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    program = torch.export.export(model, (x,))
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert "sparsile.sparse_linear.default" in targets
+    assert torch.equal(program.module()(x), model(x))
+
+
+def _error(*args, **kwargs) -> IntegrationError:
+    with pytest.raises(IntegrationError) as info:
+        torch.ops.sparsile.sparse_linear(*args, **kwargs)
+    return info.value
+
+
+def test_argument_errors_are_sp0906_and_sp0901():
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    fp8 = spt.SparseLinear.from_dense(linear(32, 64), "e4m3")
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    v, m, b = layer.values, layer.meta, layer.bias
+    cases = [
+        ((x, v.float(), m), "SP0906", "values must be a 2-D bfloat16, float16 or float8_e4m3fn tensor, got "
+                                      "torch.float32 (32, 32)"),
+        ((x[:, :40], v, m), "SP0901", "x has shape (3, 40) but values (32, 32) cover K = 64"),
+        ((x.half(), v, m), "SP0901", "x has dtype torch.float16 but the weight is torch.bfloat16"),
+        ((x, v, m[:, :1]), "SP0906", "meta must be int32 words of shape (32, 2), got torch.int32 (32, 1)"),
+        ((x, v, m, b[:4]), "SP0906", "bias must have shape (32,), got (4,)"),
+        ((x, v, m, b, torch.ones(3)), "SP0906", "scale_x and scale_w go with float8_e4m3fn x and values, and "
+                                                "only with them"),
+        ((x.to(torch.float8_e4m3fn), fp8.values, fp8.meta, None, torch.ones(3), torch.ones(5)), "SP0906",
+         "scale_w has 5 elements; it is per tensor (1) or per output channel (32)"),
+        ((x.to(torch.float8_e4m3fn), fp8.values, fp8.meta, None, torch.ones(2), torch.ones(32)), "SP0906",
+         "scale_x has 2 elements; it is per tensor (1) or per token (3)"),
+        ((x, v, m, b.to("meta")), "SP0906", "x is on cpu but bias is on meta"),
+    ]
+    for args, code, message in cases:
+        err = _error(*args)
+        assert (err.code, err.message) == (code, f"sparsile.sparse_linear: {message}")
+    err = _error(x, v, m, activation="gelu")
+    assert (err.code, err.message) == ("SP0904", "unknown activation 'gelu'")
+    with pytest.raises(IntegrationError) as info:
+        torch.ops.sparsile.quantize_per_token_e4m3(torch.ones(3, 4, dtype=torch.int32))
+    assert (info.value.code, info.value.message) == (
+        "SP0901", "quantize_per_token_e4m3 takes (..., K) bfloat16, float16 or float32 x, got torch.int32 (3, 4)")

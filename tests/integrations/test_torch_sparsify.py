@@ -1,0 +1,109 @@
+"""sparsify_ (the module swap and its skip report), and how sparsile.torch is imported: lazily,
+as an alias of sparsile.integrations.torch, with SP0900 when torch is missing."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.ModuleDict({"q": linear(64, 64, seed=1), "o": linear(64, 64, seed=2, bias=False)})
+        self.mlp = torch.nn.Sequential(linear(64, 64, seed=3), torch.nn.ReLU(), linear(64, 64, seed=4))
+        self.odd = linear(64, 30, seed=5)           # K = 30: not a multiple of 4
+        self.narrow = linear(64, 40, seed=6)        # K = 40: a multiple of 4, not of 16
+        self.tiny = linear(8, 16, seed=7)
+        self.f32 = linear(64, 64, dtype=torch.float32, seed=8)
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        return self.mlp(self.attn["o"](self.attn["q"](x)))
+
+
+def test_swap_and_skip_report(caplog):
+    model = _Block()
+    dense = {name: m.weight.detach().clone() for name, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear)}
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == ["attn.q", "attn.o", "mlp.0", "mlp.2"]
+    assert report.skipped == {
+        "odd": "in_features = 30 is not a multiple of the 2:4 group (4)",
+        "narrow": "in_features = 40 is not a multiple of 16 (bf16): the kernel would copy and pad x on every call",
+        "tiny": "too small to gain from 2:4 (8 x 16; min_features = 16)",
+        "f32": "the linear's weight dtype torch.float32 has no 2:4 sparse linear kernel",
+    }
+    assert "sparsify_: 4 linear layers swapped for SparseLinear, 4 skipped" in caplog.text
+    assert str(report).splitlines()[1] == "  skipped odd: in_features = 30 is not a multiple of the 2:4 group (4)"
+    assert isinstance(model.mlp[0], spt.SparseLinear) and isinstance(model.attn["o"], spt.SparseLinear)
+    assert type(model.odd) is torch.nn.Linear and type(model.norm) is torch.nn.LayerNorm
+    kept = model.attn["q"].to_dense()
+    assert torch.equal(kept[kept != 0], dense["attn.q"].float()[kept != 0])  # pruned, not changed
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    check_against_float64(model.attn["q"], x, model.attn["q"](x))
+    assert model(x).shape == (2, 64)
+
+
+def test_filter_fn_dtype_and_cpu_default():
+    model = _Block()
+    seen = []
+
+    def only_mlp(module, fqn):
+        seen.append(fqn)
+        return fqn.startswith("mlp")
+
+    report = spt.sparsify_(model, only_mlp, "e4m3", interpret=True, min_features=16)
+    assert report.swapped == ["mlp.0", "mlp.2"] and report.skipped == {}
+    assert seen == ["attn.q", "attn.o", "mlp.0", "mlp.2", "odd", "narrow", "tiny", "f32"]
+    assert model.mlp[0].weight_dtype == "e4m3"
+    report = spt.sparsify_(model, min_features=16)  # on the CPU without interpret: nothing swapped
+    assert report.swapped == []
+    assert report.skipped["attn.q"] == ("on the CPU: the kernel runs on CUDA GPUs (pass interpret=True to run it in "
+                                        "the slow interpreter)")
+    assert "mlp.0" not in report.skipped  # already sparse
+
+
+def test_root_linear_is_reported():
+    report = spt.sparsify_(linear(64, 64), interpret=True, min_features=16)
+    assert report.skipped == {"": "the root module cannot be replaced in place: use SparseLinear.from_dense(model)"}
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": ":".join(p for p in sys.path if p)})
+
+
+def test_import_is_lazy_and_aliased():
+    run = _python("""
+        import sys, sparsile
+        assert "torch" not in sys.modules
+        import sparsile.torch as spt
+        import sparsile.integrations.torch as real
+        assert spt is real and sparsile.torch is real and spt.SparseLinear.__module__.endswith("torch.linear")
+        from sparsile.torch import sparsify_
+        print("ok")
+    """)
+    assert run.returncode == 0 and run.stdout.split() == ["ok"], run.stderr
+
+
+def test_missing_torch_is_sp0900():
+    run = _python("""
+        import sys
+        sys.modules["torch"] = None  # as if torch were not installed
+        import sparsile
+        try:
+            import sparsile.torch
+        except ModuleNotFoundError as e:
+            print(e.code, "|", e.message)
+    """)
+    assert run.stdout.strip() == "SP0900 | sparsile.torch needs PyTorch, which is not installed", run.stderr

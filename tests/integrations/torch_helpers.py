@@ -1,0 +1,61 @@
+"""Shared pieces of the sparsile.torch tests: tiny layers and a float64 reference with an error bound."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+"""Half an ulp, relative: the rounding of the stored output."""
+
+
+def linear(n: int, k: int, dtype: torch.dtype = torch.bfloat16, bias: bool = True, seed: int = 0,
+           device: str = "cpu") -> torch.nn.Linear:
+    """An nn.Linear with random non-zero weights and bias (bias values well away from zero)."""
+    gen = torch.Generator().manual_seed(seed)
+    layer = torch.nn.Linear(k, n, bias=bias)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(n, k, generator=gen))
+        if bias:
+            layer.bias.copy_(torch.rand(n, generator=gen) + 0.5)
+    return layer.to(device=device, dtype=dtype)
+
+
+def activation_fn(name: str | None, y: torch.Tensor) -> torch.Tensor:
+    if name is None:
+        return y
+    if name == "relu":
+        return torch.clamp_min(y, 0)
+    if name == "silu":
+        return y / (1 + torch.exp(-y))
+    return 0.5 * y * (1 + torch.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
+
+
+def kernel_input(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """x (T, K) as the kernel sees it (cast to the weight type, or quantized per token) and scale_x."""
+    x2 = x.reshape(-1, layer.in_features)
+    if layer.weight_dtype == "e4m3":
+        xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x2)
+        return xq.double() * sx.double()[:, None], sx
+    return x2.to(layer.values.dtype).double(), None
+
+
+def check_against_float64(layer, x: torch.Tensor, y: torch.Tensor, out_dtype: torch.dtype | None = None) -> None:
+    """y == activation(x @ W.T + bias) computed in float64 from the layer's own dense weight, within
+    the output's rounding, f32 accumulation (K terms) and the activation's f32 evaluation."""
+    out_dtype = out_dtype or x.dtype
+    n = layer.out_features
+    assert y.shape == (*x.shape[:-1], n) and y.dtype == out_dtype
+    xk, _ = kernel_input(layer, x)
+    w = layer.to_dense().double()
+    pre = xk @ w.T + (layer.bias.double() if layer.bias is not None else 0)
+    ref = activation_fn(layer.activation, pre)
+    accumulation = layer.in_features * 2.0 ** -23 * (xk.abs() @ w.abs().T)
+    bound = EPS[out_dtype] * ref.abs() + 1.2 * accumulation + 1e-5 * ref.abs() + 1e-6
+    got = y.reshape(-1, n).double()
+    assert torch.isfinite(got).all()
+    err = (got - ref).abs()
+    assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"
