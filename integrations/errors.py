@@ -1,4 +1,4 @@
-"""The diagnostics of the integrations (SP0900-SP0929, listed in docs/diagnostics.md).
+"""The diagnostics of the integrations (the SP09xx codes of docs/diagnostics.md).
 
 :class:`IntegrationError` is a :class:`~sparsile.stdlib.sparsity.SparsityError` (so a ``ValueError``)
 with a code, a message and a help line, rendered ``error[SP09xx]: message`` / `` = help: ...``.

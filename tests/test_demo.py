@@ -187,9 +187,10 @@ def test_readme_python_quick_starts_run(tmp_path, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_readme_torch_quick_start_runs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", ["sparse_matmul", "sparsile.torch"])
+def test_readme_torch_quick_starts_run(tmp_path, monkeypatch, which):
     pytest.importorskip("torch")
-    (block,) = [b for b in code_blocks("python") if "torch" in b]
+    (block,) = [b for b in code_blocks("python") if "torch" in b and which in b]
     run_block(block, tmp_path, monkeypatch, "readme_torch")
 
 

@@ -39,7 +39,8 @@ def kernel_api() -> SimpleNamespace:
     try:
         from ...stdlib.kernels import linear
     except ImportError as exc:
-        raise IntegrationError(SP_KERNEL_API, f"this sparsile has no fused sparse linear kernels ({exc})",
+        raise IntegrationError(SP_KERNEL_API, "this sparsile has no fused sparse linear kernels "
+                               "(sparsile.stdlib.kernels.linear)",
                                help="install a sparsile release with sparsile.stdlib.kernels.linear") from exc
     quantize = linear.quantize_per_token_e4m3
     takes_interpret = "interpret" in inspect.signature(quantize).parameters

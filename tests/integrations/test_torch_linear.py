@@ -4,6 +4,8 @@ SP0901-SP0905 diagnostics."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from sparsile.integrations.errors import IntegrationError
@@ -85,6 +87,8 @@ def test_state_dict_round_trip_and_to():
     assert torch.equal(fresh(x), layer(x))
     moved = fresh.to("cpu")
     assert moved is fresh and torch.equal(moved.to_dense(), layer.to_dense())
+    twin = copy.deepcopy(fresh)
+    assert torch.equal(twin(x), layer(x)) and twin.meta.data_ptr() != fresh.meta.data_ptr()
 
 
 def test_bad_metadata_in_a_state_dict_is_refused():
@@ -139,3 +143,21 @@ def test_build_errors_are_sp0902_to_sp0905():
     assert (err.code, err.message) == ("SP0904", "unknown activation 'tanh'")
     err = _error(spt.SparseLinear, 8, 8, out_dtype=torch.int8)
     assert (err.code, err.message) == ("SP0905", "out_dtype torch.int8 is not one the kernel stores")
+
+
+def test_missing_kernel_api_is_sp0907(monkeypatch):
+    import sys
+
+    import sparsile.stdlib.kernels as kernels
+    from sparsile.integrations.torch._kernels import kernel_api
+
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    kernel_api.cache_clear()
+    monkeypatch.delattr(kernels, "linear", raising=False)
+    monkeypatch.setitem(sys.modules, "sparsile.stdlib.kernels.linear", None)
+    try:
+        err = _error(layer, torch.ones(2, 64, dtype=torch.bfloat16))
+    finally:
+        kernel_api.cache_clear()
+    assert (err.code, err.message) == ("SP0907", "this sparsile has no fused sparse linear kernels "
+                                                 "(sparsile.stdlib.kernels.linear)")

@@ -1,0 +1,136 @@
+"""sparsile.torch on the GPU: every weight type x epilogue against float64, N-D inputs and T = 1, the
+launch record (one plan per shape, prepared launches), torch.compile(fullgraph=True) with Inductor,
+CUDA graph capture and replay, a side stream, inference_mode, .cuda() of a CPU-built layer."""
+
+from __future__ import annotations
+
+import pytest
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+
+
+def _layer(n=256, k=512, dtype=None, activation=None, bias=True, seed=0):
+    return spt.SparseLinear.from_dense(linear(n, k, bias=bias, seed=seed, device="cuda"), dtype,
+                                       activation=activation)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "e4m3"])
+@pytest.mark.parametrize("activation", [None, "relu", "silu", "gelu_tanh"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("lead", [(1,), (16,), (33,), (2, 3), ()])
+def test_every_dtype_and_epilogue_against_float64(dtype, activation, bias, lead):
+    layer = _layer(dtype=dtype, activation=activation, bias=bias)
+    x_dtype = torch.float16 if dtype == "f16" else torch.bfloat16
+    x = torch.randn(*lead, 512, device="cuda").to(x_dtype)
+    check_against_float64(layer, x, layer(x))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_out_dtype(out_dtype):
+    layer = spt.SparseLinear.from_dense(linear(256, 512, device="cuda"), "e4m3", out_dtype=out_dtype)
+    x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
+    check_against_float64(layer, x, layer(x), out_dtype)
+
+
+def test_large_values_do_not_overflow_bf16():
+    layer = _layer(bias=False)
+    x = torch.full((4, 512), 1.0e4, device="cuda").to(torch.bfloat16)  # |y| ~ 1e5, beyond float16 (65504)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    check_against_float64(layer, x, y)
+
+
+def test_one_plan_per_shape_and_prepared_launches(monkeypatch):
+    from sparsile.integrations.torch import _kernels
+
+    api = _kernels.kernel_api()
+    plans = []
+    real = api.plan_sparse_linear
+
+    def counting(*args, **kwargs):
+        plans.append(kwargs.get("out"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "plan_sparse_linear", counting)
+    layer = _layer()
+    x = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
+    first = layer(x)
+    for _ in range(3):
+        assert torch.equal(layer(x.clone()), first)
+    layer(torch.randn(4, 512, device="cuda").to(torch.bfloat16))
+    assert len(plans) == 2  # T = 16 and T = 4
+    (record, *_) = layer.__dict__["_records"].records.values()
+    kernel, grid = record.plan.launches()[0][:2]
+    if hasattr(kernel[grid], "prepare"):
+        assert record.prepared is not None
+    layer.cuda()  # a move drops the records; the metadata stays validated
+    layer(x)
+    assert len(plans) == 3
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_torch_compile_fullgraph_inductor(dtype):
+    model = torch.nn.Sequential(linear(512, 256, device="cuda", seed=1), torch.nn.SiLU(),
+                                linear(256, 512, device="cuda", seed=2))
+    assert spt.sparsify_(model, dtype=dtype).swapped == ["0", "2"]
+    x = torch.randn(2, 8, 256, device="cuda").to(torch.bfloat16)
+    compiled = torch.compile(model, fullgraph=True)
+    torch.testing.assert_close(compiled(x), model(x), rtol=2 ** -7, atol=2 ** -7)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_cuda_graph_capture_and_replay(dtype):
+    layer = _layer(dtype=dtype, activation="relu")
+    static_x = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compile, plan) outside the capture
+        layer(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    for seed in range(3):
+        new = torch.randn(16, 512, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        static_x.copy_(new.to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, layer(static_x))
+        check_against_float64(layer, static_x, static_y)
+
+
+def test_side_stream_is_followed():
+    layer = _layer()
+    x = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
+    expected = layer(x)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    torch.cuda._sleep(2_000_000_000)  # keep the default stream busy for about a second
+    with torch.cuda.stream(side):
+        y = layer(x)
+        host = y.to("cpu")  # waits for the side stream only
+    assert torch.equal(host, expected.cpu())
+    torch.cuda.synchronize()
+
+
+def test_inference_mode_and_cpu_built_layers():
+    layer = spt.SparseLinear.from_dense(linear(256, 512), "bf16").cuda()
+    assert layer.values.is_cuda and layer.meta.dtype == torch.int32
+    x = torch.randn(1, 512, device="cuda").to(torch.bfloat16)
+    with torch.inference_mode():
+        y = layer(x)
+    check_against_float64(layer, x, y)
+
+
+def test_op_on_cuda_equals_the_module():
+    layer = _layer(dtype="e4m3", activation="silu")
+    x = torch.randn(5, 512, device="cuda").to(torch.bfloat16)
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    y = torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, scale_x=sx,
+                                         scale_w=layer.scale_w, activation="silu", out_dtype=torch.bfloat16)
+    assert torch.equal(y, layer(x))
