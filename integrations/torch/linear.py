@@ -216,23 +216,28 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _tracing(x):
             return self._forward_op(x)
-        out_dtype = self._checked_input(x)
-        lead, n = x.shape[:-1], self.out_features
-        x2 = x.reshape(-1, self.in_features)
-        if x2.shape[0] == 0:
-            return torch.empty((*lead, n), dtype=out_dtype, device=x.device)
+        w = self.__dict__["_weight"] or self._bound()
+        shape = x.shape
+        if not (shape and shape[-1] == self.in_features and x.dtype in OUT_DTYPES and x.device == w.values.device):
+            self._checked_input(x)  # raises the diagnostic
+        out_dtype = self.out_dtype or x.dtype
+        two_d = len(shape) == 2
+        x2 = x if two_d else x.reshape(-1, self.in_features)
+        tokens = x2.shape[0]
+        if tokens == 0:
+            return x.new_empty((*shape[:-1], self.out_features), dtype=out_dtype)
         scale_x = None
-        if self.weight_dtype == "e4m3":
+        if w.scale_w is not None:  # e4m3 weights: x quantized per token
             x2, scale_x = quantize_per_token(x2.contiguous())
-        elif x2.dtype != self.values.dtype:
-            x2 = x2.to(self.values.dtype)
+        elif x2.dtype != w.values.dtype:
+            x2 = x2.to(w.values.dtype)
         x2 = x2.contiguous()
-        if x2.device.type == "cuda":
-            key = (x2.shape[0], x2.dtype, x2.device.index, out_dtype)
-            y = self.__dict__["_records"].run(key, x2, self._bound(), scale_x, out_dtype)
+        if x2.is_cuda:
+            y = self.__dict__["_records"].run((tokens, x2.dtype, x2.get_device(), out_dtype), x2, w, scale_x,
+                                              out_dtype)
         else:
-            y = run_interpreted(x2, self._bound(), scale_x, out_dtype)
-        return y.view(*lead, n)
+            y = run_interpreted(x2, w, scale_x, out_dtype)
+        return y if two_d else y.view(*shape[:-1], self.out_features)
 
     def _forward_op(self, x: torch.Tensor) -> torch.Tensor:
         """The forward as custom ops (``torch.ops.sparsile``), for tracers."""

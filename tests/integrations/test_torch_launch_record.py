@@ -1,0 +1,141 @@
+"""The eager launch record (integrations/torch/_kernels.py) with a stand-in plan and prepared launches:
+one plan per key, x / y / per-token scale substituted into the prepared arguments and everything
+else bound once, the stream passed through, per-stream records only for plans with a workspace,
+and the plan.rebind fallback. (The real kernels run in tests/gpu/test_torch_linear_gpu.py.)"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+kernels = pytest.importorskip("sparsile.integrations.torch._kernels")
+
+
+class _Kernel:
+    def __init__(self, log: list, name: str, can_prepare: bool):
+        self.log, self.name, self.can_prepare = log, name, can_prepare
+
+    def __getitem__(self, grid):
+        kernel = self
+
+        class Launcher:
+            if kernel.can_prepare:
+                def prepare(self, *args, **constexprs):
+                    kernel.log.append(("prepare", kernel.name, grid, constexprs))
+
+                    def launch(*call_args, stream=None):
+                        kernel.log.append(("launch", kernel.name, call_args, stream))
+                    return launch
+
+        return Launcher()
+
+
+class _Plan:
+    def __init__(self, log, x, out, scale_x, split, can_prepare, copy_x):
+        self.log, self.out, self.split, self.can_prepare = log, out, split, can_prepare
+        self.x = x.clone() if copy_x else x
+        self.scale_x = None if scale_x is None else scale_x.reshape(-1)  # a new view of the same memory
+        self.workspace = torch.zeros(2, *out.shape) if split else None
+        self.bias = torch.ones(out.shape[1])
+
+    def launches(self):
+        main = _Kernel(self.log, "main", self.can_prepare)
+        c = self.workspace if self.split else self.out
+        out = [(main, (3, 1), ("values", "meta", self.x, c, self.bias, self.scale_x, 7), {"BN": 16})]
+        if self.split:
+            out.append((_Kernel(self.log, "reduce", self.can_prepare), (2,), (self.workspace, self.out, self.bias), {}))
+        return out
+
+    def rebind(self, x, out, *, scale_x=None):
+        self.log.append(("rebind", x, out, scale_x))
+        return self
+
+    def run(self, interpret=False, stream=None):
+        self.log.append(("run", stream))
+        return self.out
+
+
+def _fake_api(monkeypatch, split=False, can_prepare=True, copy_x=False) -> list:
+    log: list = []
+
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, **kwargs):
+        log.append(("plan", x, out))
+        return _Plan(log, x, out, scale_x, split, can_prepare, copy_x)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear))
+    return log
+
+
+def _weight(scaled=False):
+    return kernels.Weight(torch.zeros(8, 16), torch.zeros(8, 1, dtype=torch.int32), None,
+                          torch.ones(8) if scaled else None, None)
+
+
+def _x(t=4):
+    return torch.randn(t, 32)
+
+
+def test_one_plan_and_substituted_pointers(monkeypatch):
+    log = _fake_api(monkeypatch)
+    cache, w = kernels.RecordCache(), _weight()
+    x1, x2 = _x(), _x()
+    y1 = cache.run((4,), x1, w, None, torch.float32, stream=11)
+    y2 = cache.run((4,), x2, w, None, torch.float32, stream=11)
+    plans = [e for e in log if e[0] == "plan"]
+    assert len(plans) == 1 and plans[0][1] is x1 and plans[0][2] is y1  # the first call uses the plan's y
+    launches = [e for e in log if e[0] == "launch"]
+    assert [e[0] for e in log].count("prepare") == 1 and len(launches) == 2
+    (_, _, args1, s1), (_, _, args2, s2) = launches
+    assert (s1, s2) == (11, 11)
+    assert args1[2] is x1 and args1[3] is y1 and args2[2] is x2 and args2[3] is y2
+    assert y2 is not y1 and y2.shape == (4, 8) and y2.dtype == torch.float32
+    assert args1[:2] == args2[:2] == ("values", "meta") and args1[4] is args2[4] and args2[6] == 7
+
+
+def test_per_token_scale_is_substituted(monkeypatch):
+    log = _fake_api(monkeypatch)
+    cache, w = kernels.RecordCache(), _weight(scaled=True)
+    s1, s2 = torch.ones(4), torch.full((4,), 2.0)
+    cache.run((4,), _x(), w, s1, torch.float32, stream=0)
+    cache.run((4,), _x(), w, s2, torch.float32, stream=0)
+    launches = [e[2] for e in log if e[0] == "launch"]
+    assert launches[0][5].data_ptr() == s1.data_ptr() and launches[1][5] is s2
+
+
+def test_records_with_a_workspace_are_per_stream(monkeypatch):
+    log = _fake_api(monkeypatch, split=True)
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), _x(), w, None, torch.float32, stream=1)
+    cache.run((4,), _x(), w, None, torch.float32, stream=2)
+    cache.run((4,), _x(), w, None, torch.float32, stream=1)
+    assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2
+    reduce = [e for e in log if e[0] == "launch" and e[1] == "reduce"]
+    assert len(reduce) == 3 and all(e[2][1].shape == (4, 8) for e in reduce)
+    log = _fake_api(monkeypatch, split=False)
+    cache = kernels.RecordCache()
+    cache.run((4,), _x(), w, None, torch.float32, stream=1)
+    cache.run((4,), _x(), w, None, torch.float32, stream=2)
+    assert [e[0] for e in log].count("plan") == 1 and len(cache) == 1
+
+
+@pytest.mark.parametrize(("can_prepare", "copy_x"), [(False, False), (True, True)])
+def test_rebind_fallback(monkeypatch, can_prepare, copy_x):
+    """Without prepare, or when the plan copies x (padding), each later call rebinds the plan."""
+    log = _fake_api(monkeypatch, can_prepare=can_prepare, copy_x=copy_x)
+    cache, w = kernels.RecordCache(), _weight()
+    x1, x2 = _x(), _x()
+    cache.run((4,), x1, w, None, torch.float32, stream=5)
+    y2 = cache.run((4,), x2, w, None, torch.float32, stream=5)
+    rebinds = [e for e in log if e[0] == "rebind"]
+    assert [e[0] for e in log].count("plan") == 1 and not [e for e in log if e[0] == "launch"]
+    assert rebinds[-1][1] is x2 and rebinds[-1][2] is y2 and [e for e in log if e[0] == "run"][-1] == ("run", 5)
+
+
+def test_capacity_drops_the_oldest(monkeypatch):
+    _fake_api(monkeypatch)
+    cache, w = kernels.RecordCache(capacity=2), _weight()
+    for t in (1, 2, 3):
+        cache.run((t,), _x(t), w, None, torch.float32, stream=0)
+    assert list(cache.records) == [(2,), (3,)]
