@@ -85,7 +85,12 @@ def __getattr__(name: str) -> Any:
     """Language names registered after import (an op module loaded later) resolve here too, and
     ``sparsile.torch`` is imported on first use."""
     if name in _ALIASES:
-        return importlib.import_module(f"sparsile.{name}")
+        try:
+            return importlib.import_module(f"sparsile.{name}")
+        except ModuleNotFoundError as exc:  # SP0900; hasattr(sparsile, "torch") is then False
+            if getattr(exc, "code", None) != "SP0900":
+                raise
+            raise AttributeError(str(exc)) from exc
     member = _ROOT.members.get(name)
     if member is None:
         raise AttributeError(f"module 'sparsile' has no attribute {name!r}")

@@ -108,7 +108,8 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
     ``nn.Linear`` (or ``SparseLinear``) of that name by a ``SparseLinear`` (its metadata encoded
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
-    on that module's device; the other tensors load with ``load_state_dict``. ``strict``: raise
+    on that module's device (the CPU for the meta device); the other tensors load with
+    ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise
     SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's."""
     path = Path(path)
     read_config(path)
@@ -127,7 +128,8 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
         used |= {f"{prefix}.{p}" for p in _PARTS} | {f"{name}.bias", f"{name}.weight_scale"}
         report.sparse.append(name)
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
-    result = model.load_state_dict(plain, strict=False)
+    on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
+    result = model.load_state_dict(plain, strict=False, assign=on_meta)
     layer_keys = tuple(f"{name}." for name in groups)
     report.missing = [k for k in result.missing_keys if not k.startswith(layer_keys)]
     report.unexpected = list(result.unexpected_keys)

@@ -115,6 +115,17 @@ def test_fp8_int8_bits_with_weight_scale(tmp_path):
     assert torch.equal(model.proj.to_dense(), torch.from_numpy(dense.astype(np.float32)) * 0.5)
 
 
+def test_model_built_on_the_meta_device(tmp_path):
+    model = _Net()
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    empty = _Net().to("meta")
+    spt.load_sparse24_checkpoint(empty, tmp_path)
+    assert not any(t.is_meta for t in empty.state_dict().values())
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    assert torch.equal(empty(x), model(x))
+
+
 def test_sharded_checkpoint(tmp_path):
     model = _Net()
     spt.sparsify_(model, interpret=True, min_features=16)

@@ -94,10 +94,12 @@ def test_torch_compile_fullgraph_traces_the_op(dtype):
     assert targets.count("sparsile.quantize_per_token_e4m3") == (2 if dtype else 0)
 
 
-def test_torch_compile_aot_eager():
-    model = _sparse_mlp()
-    x = torch.randn(2, 3, 32).to(torch.bfloat16)
-    assert torch.equal(torch.compile(model, fullgraph=True, backend="aot_eager")(x), model(x))
+def test_torch_compile_aot_eager_dynamic_shapes():
+    model = _sparse_mlp("e4m3")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
+    for lead in [(2, 3), (5,), (1,)]:
+        x = torch.randn(*lead, 32).to(torch.bfloat16)
+        assert torch.equal(compiled(x), model(x))
 
 
 def test_torch_export():
