@@ -118,22 +118,31 @@ class LaunchRecord:
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y)
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
-        self.prepared = self._prepare(x, y, scale_x)
-        self.owns_workspace = len(self.plan.launches()) > 1  # split-K: a workspace shared by its launches
+        launches = self.plan.launches()
+        self.owns_workspace = len(launches) > 1  # split-K: a workspace shared by its launches
         self.rebind_takes_scale = "scale_x" in inspect.signature(self.plan.rebind).parameters
+        self.prepared = self._prepare(launches, x, y, scale_x)
+        if self.prepared is not None:
+            self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
 
-    def _prepare(self, x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None) -> list[Any] | None:
+    @staticmethod
+    def _prepare(launches: list[Any], x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None
+                 ) -> list[Any] | None:
         """[(prepared launch, argument template, [(position, 0 x | 1 y | 2 scale_x)])], or None when
-        ``prepare`` is missing or the plan does not pass x and y through unchanged (a padded copy)."""
+        ``prepare`` is missing or the plan does not pass x and y through unchanged (a padded copy).
+        The templates hold None where a call's tensors go."""
         prepared, seen = [], set()
-        for kernel, grid, args, constexprs in self.plan.launches():
+        for kernel, grid, args, constexprs in launches:
             launcher = kernel[grid]
             if not hasattr(launcher, "prepare"):
                 return None
             slots = [(i, which) for i, a in enumerate(args) for which, t in enumerate((x, y, scale_x))
                      if t is not None and _same_memory(a, t)]
             seen |= {which for _, which in slots}
-            prepared.append((launcher.prepare(*args, **constexprs), list(args), slots))
+            template = list(args)
+            for i, _ in slots:
+                template[i] = None
+            prepared.append((launcher.prepare(*args, **constexprs), template, slots))
         return prepared if {0, 1} <= seen and (scale_x is None or 2 in seen) else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:

@@ -92,6 +92,8 @@ def test_one_plan_and_substituted_pointers(monkeypatch):
     assert args1[2] is x1 and args1[3] is y1 and args2[2] is x2 and args2[3] is y2
     assert y2 is not y1 and y2.shape == (4, 8) and y2.dtype == torch.float32
     assert args1[:2] == args2[:2] == ("values", "meta") and args1[4] is args2[4] and args2[6] == 7
+    (record,) = cache.records.values()
+    assert record.plan is None and None in record.prepared[0][1]  # the first x and y are not kept
 
 
 def test_per_token_scale_is_substituted(monkeypatch):
