@@ -83,9 +83,10 @@ def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
 
 
 def _tracing(x: Any) -> bool:
-    """True under torch.compile / torch.export / FakeTensorMode / make_fx: the forward goes through
-    the custom op, which tracers see, instead of launching directly."""
-    return torch.compiler.is_compiling() or type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
+    """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace: the
+    forward goes through the custom op, which tracers see, instead of launching directly."""
+    return (torch.compiler.is_compiling() or type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
+            or torch._C._get_tracing_state() is not None)
 
 
 class SparseLinear(nn.Module):

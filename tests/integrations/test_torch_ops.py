@@ -111,6 +111,15 @@ def test_torch_export():
     assert torch.equal(program.module()(x), model(x))
 
 
+@pytest.mark.filterwarnings("ignore")  # torch.jit.trace is deprecated, and warns about shape checks
+def test_jit_trace_records_the_op():
+    layer = spt.SparseLinear.from_dense(linear(32, 64), activation="relu")
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    traced = torch.jit.trace(layer, (x,), check_trace=False)
+    assert "sparsile::sparse_linear" in str(traced.graph)
+    assert torch.equal(traced(x), layer(x))
+
+
 def _error(*args, **kwargs) -> IntegrationError:
     with pytest.raises(IntegrationError) as info:
         torch.ops.sparsile.sparse_linear(*args, **kwargs)
