@@ -5,8 +5,8 @@ f32; ``out_dtype=`` overrides). The weight is stored compressed: ``values`` (N, 
 metadata words ``meta`` (int32) of docs/sparse-metadata.md, ``bias`` (N,) float32 and, for e4m3
 weights, the per-output-channel ``scale_w`` (N,) float32 (W = values * scale_w; x is quantized per
 token on each call). All four are registered buffers: ``state_dict()``, ``load_state_dict()`` and
-``.to(device)`` work, and the metadata is validated once, when built or loaded (moving the module
-keeps it valid). Dtype conversions (``.half()``, ``.float()``, ``.to(dtype)``) leave the compressed
+``.to(device)`` work; the metadata is encoded when built and validated when loaded, never per call
+(moving the module keeps it valid). Dtype conversions (``.half()``, ``.float()``, ``.to(dtype)``) leave the compressed
 weight's type as it is: the output follows x. docs/torch.md has the conventions.
 """
 
@@ -26,7 +26,6 @@ from ...stdlib.sparsity import (
     encode_metadata,
     metadata_shape,
     operand_type,
-    prune_2_4,
     validate_metadata,
 )
 from ..errors import (
@@ -80,6 +79,22 @@ def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
     bits = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.itemsize]
     name = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn"}.get(array.dtype.name, array.dtype.name)
     return torch.from_numpy(array.view(bits).copy()).view(getattr(torch, name)).to(device)
+
+
+def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2:4 e4m3 weight (N, K rounded up to 4), float32 scales (N,)): the two largest |w| of every
+    four along K kept (in float32, where the weight lives), then one scale per output channel that
+    maps the channel's largest kept |w| to 448."""
+    w = weight.float()
+    n, k = w.shape
+    if k % 4:
+        w = torch.nn.functional.pad(w, (0, 4 - k % 4))
+    groups = w.reshape(n, -1, 4)
+    keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, groups.abs().topk(2, dim=2).indices, True)
+    pruned = (groups * keep).reshape(n, -1)
+    amax = pruned.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    return (pruned / scale[:, None]).to(torch.float8_e4m3fn), scale
 
 
 def _tracing(x: Any) -> bool:
@@ -143,15 +158,13 @@ class SparseLinear(nn.Module):
             raise IntegrationError(SP_CANNOT_SPARSIFY, "the linear's weight is on the meta device (no values)",
                                    help="materialize the weights (to_empty + load) before sparsifying")
         name = weight_dtype_name(dtype, weight.dtype)
-        host = as_host_array(weight.detach().float(), "weight").astype(np.float64)
         scale = None
         if name == "e4m3":
-            pruned = prune_2_4(host)
-            amax = np.abs(pruned).max(axis=1)
-            scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)
-            values, indices = compress(pruned / scale[:, None].astype(np.float64), "e4m3")
-        else:
-            values, indices = compress(host, name, prune=True)
+            quantized, scale_t = _prune_quantize_e4m3(weight.detach())
+            values, indices = compress(as_host_array(quantized, "weight"), "e4m3")
+            scale = as_host_array(scale_t, "scale_w")
+        else:  # pruned in the weight's own type (cast first when it differs), as prune_and_compress does
+            values, indices = compress(as_host_array(weight.detach(), "weight"), name, prune=True)
         bias = None if linear.bias is None else linear.bias.detach().float()
         return cls.from_compressed(values, indices, linear.in_features, bias=bias, scale_w=scale,
                                    activation=activation, out_dtype=out_dtype, device=weight.device)
@@ -173,12 +186,11 @@ class SparseLinear(nn.Module):
         if op_name == "e4m3":
             scale = np.ones(values.shape[0], np.float32) if scale_w is None else scale_w
             layer.scale_w = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).to(device)
-        layer.check_metadata()
-        return layer
+        return layer  # encode_metadata checked the indices: its words are valid by construction
 
     def check_metadata(self) -> None:
-        """Validate the metadata words (format, shape, every nibble) and the buffers' shapes; once
-        per build or load, never per call."""
+        """Validate the metadata words (format, shape, every nibble): when a state dict is loaded,
+        never per call (words encoded by :meth:`from_compressed` are valid by construction)."""
         host = as_host_array(self.meta.detach(), "meta")
         validate_metadata(np.ascontiguousarray(host).view(np.uint32), "sm90", self.weight_dtype,
                           m=self.out_features, k=self.in_features)
