@@ -176,6 +176,17 @@ class SparseLinear(nn.Module):
         """A layer from the sparsity toolkit's host ``values`` (N, K/2) and logical ``indices``
         (N, K/4, 2) (``compress``), a bias (N,) and, for e4m3 values, the weight scales (N,)."""
         op_name = operand_type(str(values.dtype)).name
+        n = int(values.shape[0])
+        want = (int(indices.shape[0]), 2 * int(indices.shape[1])) if np.ndim(indices) == 3 else None
+        if values.ndim != 2 or tuple(values.shape) != want or want[1] != 2 * -(-in_features // 4):
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"values {tuple(values.shape)} and indices "
+                                   f"{tuple(np.shape(indices))} do not describe a 2:4 weight of {in_features} "
+                                   "input features",
+                                   help="pass the values and indices compress(weight) returns, and the weight's K")
+        for what, vector in (("bias", bias), ("scale_w", scale_w)):
+            if vector is not None and int(np.prod(np.shape(vector))) != n:
+                raise IntegrationError(SP_CANNOT_SPARSIFY, f"{what} has {int(np.prod(np.shape(vector)))} elements "
+                                       f"for {n} output features", help=f"pass one {what} value per output feature")
         layer = cls(in_features, int(values.shape[0]), bias is not None, dtype=op_name, activation=activation,
                     out_dtype=out_dtype, device="meta")
         meta = encode_metadata(indices, "sm90", op_name, k=in_features)

@@ -9,6 +9,7 @@ import copy
 import numpy as np
 import pytest
 from sparsile.integrations.errors import IntegrationError
+from sparsile.stdlib.sparsity import compress
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 
 torch = pytest.importorskip("torch")
@@ -132,6 +133,12 @@ def test_build_errors_are_sp0902_to_sp0905():
     assert (err.code, err.message) == ("SP0902", "from_dense takes an nn.Linear, got Conv1d")
     err = _error(spt.SparseLinear.from_dense, torch.nn.Linear(8, 8, device="meta"))
     assert (err.code, err.message) == ("SP0902", "the linear's weight is on the meta device (no values)")
+    values, indices = compress(np.tile(np.array([1, 0, 1, 0], np.float16), (8, 4)), "f16")
+    err = _error(spt.SparseLinear.from_compressed, values, indices, 20)
+    assert (err.code, err.message) == ("SP0902", "values (8, 8) and indices (8, 4, 2) do not describe a 2:4 weight of "
+                                                 "20 input features")
+    err = _error(spt.SparseLinear.from_compressed, values, indices, 16, bias=np.ones(3))
+    assert (err.code, err.message) == ("SP0902", "bias has 3 elements for 8 output features")
     err = _error(spt.SparseLinear, 0, 8)
     assert (err.code, err.message) == ("SP0902", "a SparseLinear needs positive in/out features, got 0 x 8")
     err = _error(spt.SparseLinear.from_dense, torch.nn.Linear(8, 8))
