@@ -141,3 +141,14 @@ def test_capacity_drops_the_oldest(monkeypatch):
     for t in (1, 2, 3):
         cache.run((t,), _x(t), w, None, torch.float32, stream=0)
     assert list(cache.records) == [(2,), (3,)]
+
+
+def test_misaligned_x_is_copied(monkeypatch):
+    log = _fake_api(monkeypatch)
+    cache, w = kernels.RecordCache(), _weight()
+    base = torch.randn(4 * 32 + 1)
+    x = base[1:].view(4, 32)  # 4 bytes past an aligned address
+    assert x.data_ptr() % 16
+    cache.run((4,), x, w, None, torch.float32, stream=0)
+    (plan,) = [e for e in log if e[0] == "plan"]
+    assert plan[1].data_ptr() % 16 == 0 and torch.equal(plan[1], x)
