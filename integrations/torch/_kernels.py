@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -59,14 +60,13 @@ class Weight:
     activation: str | None
 
 
-def current_stream(index: int | None) -> int:
-    """torch's current CUDA stream on device ``index`` (None: the current device) as an int handle."""
-    if _RAW_STREAM is not None:
-        return _RAW_STREAM(torch.cuda.current_device() if index is None else index)
-    return torch.cuda.current_stream(index).cuda_stream
+@functools.cache
+def stream_getter(index: int) -> Callable[[], int]:
+    """A function of no arguments returning torch's current stream on CUDA device ``index`` as an
+    int handle (the backend's, bound to torch's raw-stream accessor: no Stream object per call)."""
+    from ...backend.prepared import torch_stream_getter
 
-
-_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's launcher uses: no Stream object
+    return torch_stream_getter(index)
 
 
 def as_torch(result: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -195,7 +195,7 @@ class RecordCache:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
         the record of ``key`` (built on a miss)."""
         if stream is None:
-            stream = current_stream(x.device.index)
+            stream = stream_getter(x.get_device())()
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
         records = self.records
