@@ -17,7 +17,6 @@ custom op (``linear.py``, ``ops.py``) shape and check the arguments.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import SP_KERNEL_API, IntegrationError
-
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
@@ -36,17 +33,12 @@ ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
 
 @functools.cache
 def kernel_api() -> SimpleNamespace:
-    """``sparse_linear``, ``plan_sparse_linear`` and ``quantize_per_token_e4m3`` of the kernels."""
-    try:
-        from ...stdlib.kernels import linear
-    except ImportError as exc:
-        raise IntegrationError(SP_KERNEL_API, "this sparsile has no fused sparse linear kernels "
-                               "(sparsile.stdlib.kernels.linear)",
-                               help="install a sparsile release with sparsile.stdlib.kernels.linear") from exc
-    quantize = linear.quantize_per_token_e4m3
-    takes_interpret = "interpret" in inspect.signature(quantize).parameters
+    """``sparse_linear``, ``plan_sparse_linear`` and ``quantize_per_token_e4m3`` of
+    stdlib/kernels/linear.py (looked up through here so that tests can stand in for them)."""
+    from ...stdlib.kernels import linear
+
     return SimpleNamespace(sparse_linear=linear.sparse_linear, plan_sparse_linear=linear.plan_sparse_linear,
-                           quantize=quantize, quantize_takes_interpret=takes_interpret)
+                           quantize=linear.quantize_per_token_e4m3)
 
 
 @dataclass(frozen=True)
@@ -81,11 +73,7 @@ def as_torch(result: Any, device: torch.device, dtype: torch.dtype) -> torch.Ten
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_q e4m3 (T, K), scale_x float32 (T,)) of a 2-D x, through the kernel API's quantizer."""
-    api = kernel_api()
-    if x.device.type == "cpu" and api.quantize_takes_interpret:
-        xq, scale = api.quantize(x, interpret=True)
-    else:
-        xq, scale = api.quantize(x)
+    xq, scale = kernel_api().quantize(x, interpret=x.device.type == "cpu")
     xq = as_torch(xq, x.device, torch.float8_e4m3fn)
     return xq, as_torch(scale, x.device, torch.float32).reshape(-1)
 
@@ -120,7 +108,6 @@ class LaunchRecord:
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
         launches = self.plan.launches()
         self.owns_workspace = len(launches) > 1  # split-K: a workspace shared by its launches
-        self.rebind_takes_scale = "scale_x" in inspect.signature(self.plan.rebind).parameters
         self.prepared = self._prepare(launches, x, y, scale_x)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
@@ -162,20 +149,8 @@ class LaunchRecord:
         if first is not None and first[0] is x:  # the call the plan was built for
             self.plan.run(stream=stream)
             return y
-        if scale_x is not None and not self.rebind_takes_scale:  # the plan cannot take a new scale: re-plan
-            return self.replan(x, scale_x, y, stream)
-        plan = self.plan.rebind(x, y, scale_x=scale_x) if scale_x is not None else self.plan.rebind(x, y)
-        plan.run(stream=stream)
+        self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
-
-    def replan(self, x: torch.Tensor, scale_x: torch.Tensor, y: torch.Tensor, stream: int) -> torch.Tensor:
-        """A full plan for this call (a kernel API whose rebind cannot change the per-token scale)."""
-        api = kernel_api()
-        w = self.weight
-        api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_x=scale_x,
-                               scale_w=w.scale_w, out_dtype=OUT_DTYPES[self.out_dtype], out=y).run(stream=stream)
-        return y
-
 
 class RecordCache:
     """Launch records by key, at most ``capacity`` (least recently built dropped first)."""

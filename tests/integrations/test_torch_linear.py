@@ -151,20 +151,3 @@ def test_build_errors_are_sp0902_to_sp0905():
     err = _error(spt.SparseLinear, 8, 8, out_dtype=torch.int8)
     assert (err.code, err.message) == ("SP0905", "out_dtype torch.int8 is not one the kernel stores")
 
-
-def test_missing_kernel_api_is_sp0907(monkeypatch):
-    import sys
-
-    import sparsile.stdlib.kernels as kernels
-    from sparsile.integrations.torch._kernels import kernel_api
-
-    layer = spt.SparseLinear.from_dense(linear(32, 64))
-    kernel_api.cache_clear()
-    monkeypatch.delattr(kernels, "linear", raising=False)
-    monkeypatch.setitem(sys.modules, "sparsile.stdlib.kernels.linear", None)
-    try:
-        err = _error(layer, torch.ones(2, 64, dtype=torch.bfloat16))
-    finally:
-        kernel_api.cache_clear()
-    assert (err.code, err.message) == ("SP0907", "this sparsile has no fused sparse linear kernels "
-                                                 "(sparsile.stdlib.kernels.linear)")
