@@ -17,7 +17,8 @@ spt = pytest.importorskip("sparsile.torch")
 
 
 @pytest.mark.parametrize(("dtype", "x_dtype"), [("bf16", torch.bfloat16), ("f16", torch.float16),
-                                                ("e4m3", torch.bfloat16), ("bf16", torch.float32)])
+                                                ("e4m3", torch.bfloat16), ("e4m3", torch.float32),
+                                                ("bf16", torch.float32)])
 @pytest.mark.parametrize("activation", [None, "relu", "silu", "gelu_tanh"])
 def test_every_weight_type_and_epilogue_against_float64(dtype, x_dtype, activation):
     layer = spt.SparseLinear.from_dense(linear(48, 64, seed=3), dtype, activation=activation)
