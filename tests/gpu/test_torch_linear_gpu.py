@@ -30,6 +30,26 @@ def test_every_dtype_and_epilogue_against_float64(dtype, activation, bias, lead)
     check_against_float64(layer, x, layer(x))
 
 
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_exact_on_small_integers(tokens, dtype):
+    """±1 weights in a 2:4 pattern, x in {-1, 0, 1}, integer bias: every sum is an integer of
+    magnitude below 256, exact in bf16 and f16, so y equals the float64 product exactly."""
+    gen = torch.Generator().manual_seed(tokens)
+    n, k = 384, 256
+    signs = torch.randint(0, 2, (n, k // 4, 4), generator=gen) * 2 - 1
+    keep = torch.zeros(n, k // 4, 4).scatter_(2, torch.rand(n, k // 4, 4, generator=gen).topk(2, dim=2).indices, 1.0)
+    dense = torch.nn.Linear(k, n)
+    with torch.no_grad():
+        dense.weight.copy_((signs * keep).reshape(n, k))
+        dense.bias.copy_(torch.randint(-8, 8, (n,), generator=gen))
+    dense = dense.to("cuda", dtype)
+    layer = spt.SparseLinear.from_dense(dense)
+    x = torch.randint(-1, 2, (tokens, k), generator=gen).to("cuda", dtype)
+    exact = x.double() @ dense.weight.double().T + dense.bias.double()
+    assert torch.equal(layer(x).double(), exact)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
 def test_out_dtype(out_dtype):
     layer = spt.SparseLinear.from_dense(linear(256, 512, device="cuda"), "e4m3", out_dtype=out_dtype)

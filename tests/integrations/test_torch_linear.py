@@ -26,6 +26,24 @@ def test_every_weight_type_and_epilogue_against_float64(dtype, x_dtype, activati
     check_against_float64(layer, x, layer(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_exact_on_small_integers(dtype):
+    """±1 weights in a 2:4 pattern, integer x and bias: every sum is an integer below 256, exact in
+    bf16 and f16, so y must equal the float64 product exactly (vLLM's identity-style check)."""
+    gen = torch.Generator().manual_seed(5)
+    signs = torch.randint(0, 2, (24, 16, 4), generator=gen) * 2 - 1
+    keep = torch.zeros(24, 16, 4).scatter_(2, torch.rand(24, 16, 4, generator=gen).topk(2, dim=2).indices, 1.0)
+    dense = torch.nn.Linear(64, 24).to(dtype)
+    with torch.no_grad():
+        dense.weight.copy_((signs * keep).reshape(24, 64))
+        dense.bias.copy_(torch.randint(-8, 8, (24,), generator=gen))
+    layer = spt.SparseLinear.from_dense(dense, activation="relu")
+    assert torch.equal(layer.to_dense(), dense.weight.float())
+    x = torch.randint(-4, 5, (7, 64), generator=gen).to(dtype)
+    exact = torch.relu(x.double() @ dense.weight.double().T + dense.bias.double())
+    assert torch.equal(layer(x).double(), exact)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
 def test_out_dtype_overrides_x_dtype(out_dtype):
     layer = spt.SparseLinear.from_dense(linear(32, 64), out_dtype=out_dtype)
