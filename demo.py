@@ -136,7 +136,8 @@ def step_compile_blackwell(dtype: str) -> list[Step]:
     except Exception as e:
         return [Step("compile sm_100a", "FAILED", f"{BLACKWELL_FILE.name}: {type(e).__name__}: "
                      f"{str(e).splitlines()[0]}")]
-    names = [n for n in module.kernels if n.endswith(f"_{dtype}")] or sorted(module.kernels)[:1]
+    # the GEMM the demo shows (the file's sparse_linear_* kernels need the epilogue module's loader)
+    names = [n for n in module.kernels if n == f"sparse_gemm_{dtype}"] or sorted(module.kernels)[:1]
     steps = []
     for name in names:
         kernel = module.kernels[name]

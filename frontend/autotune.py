@@ -270,8 +270,8 @@ class Autotuner:
     # ------------------------------------------------------------------ tuning
     def _tune(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any], stream: Any,
               gpu: str, key: str) -> TuneRecord:
+        configs = self._pruned(self._candidates(gpu, key), bound)  # a pruning mistake first, GPU or not
         bench = self.benchmarker or _default_benchmarker(self.name)
-        configs = self._pruned(self._candidates(gpu, key), bound)
         started = time.perf_counter()
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
