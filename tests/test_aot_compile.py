@@ -128,7 +128,6 @@ def test_a_later_stage_carries_a_cached_entry_on(fresh_cache, compiles, monkeypa
 
 def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compiles) -> None:
     import numpy as np
-
     from sparsile.backend.targets import get_target
 
     k = sp.load(VECTOR_ADD).kernels["vector_add"]

@@ -166,7 +166,8 @@ def test_readme_spk_quick_start_is_the_example_file():
 def test_readme_cli_commands_work(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     # every command of the block but `sparsile tune`, which times kernels on a GPU
-    lines = [c for c in commands(code_blocks("sh")[1]) if c.startswith("sparsile ") and not c.startswith("sparsile tune")]
+    lines = [c for c in commands(code_blocks("sh")[1])
+             if c.startswith("sparsile ") and not c.startswith("sparsile tune")]
     assert len(lines) == 2
     for line in lines:
         assert cli.main(shlex.split(line)[1:]) == 0, line
