@@ -25,6 +25,8 @@ are imported only when something is compiled or launched.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any
 
 from .frontend import opdefs as _opdefs
@@ -71,7 +73,10 @@ __all__ += sorted(n for n in _LANGUAGE_NAMES if n not in _NOT_STARRED)
 
 
 def __getattr__(name: str) -> Any:
-    """Language names registered after import (an op module loaded later) resolve here too."""
+    """Language names registered after import (an op module loaded later) resolve here too, and
+    ``sparsile.torch`` is imported on first use."""
+    if name in _ALIASES:
+        return importlib.import_module(f"sparsile.{name}")
     member = _ROOT.members.get(name)
     if member is None:
         raise AttributeError(f"module 'sparsile' has no attribute {name!r}")
@@ -80,3 +85,46 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_ROOT.members))
+
+
+# ``sparsile.torch`` lives in integrations/torch: a folder named torch at the package root would
+# shadow PyTorch itself when the checkout is on sys.path. The finder below makes ``import
+# sparsile.torch`` give that module without importing torch before it is asked for.
+_ALIASES = {"torch": "sparsile.integrations.torch"}
+
+
+class _AliasLoader:
+    def __init__(self, target: str):
+        self.target = target
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            real = importlib.import_module(self.target)
+        except ModuleNotFoundError as exc:
+            if exc.name != "torch":
+                raise
+            error = ModuleNotFoundError(
+                "error[SP0900]: sparsile.torch needs PyTorch, which is not installed\n"
+                " = help: pip install 'sparsile[torch]' (or install torch>=2.4)", name="torch")
+            error.code, error.message = "SP0900", "sparsile.torch needs PyTorch, which is not installed"
+            raise error from exc
+        sys.modules[module.__name__] = real  # the import system returns what sys.modules holds
+
+
+class _AliasFinder:
+    """Finds ``sparsile.<alias>`` for the names of ``_ALIASES``."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        head, _, name = fullname.partition(".")
+        if head != "sparsile" or name not in _ALIASES:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(fullname, _AliasLoader(_ALIASES[name]))
+
+
+if not any(type(f).__name__ == "_AliasFinder" for f in sys.meta_path):
+    sys.meta_path.append(_AliasFinder())

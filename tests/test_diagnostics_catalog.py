@@ -35,7 +35,7 @@ DOC = ROOT / "docs" / "diagnostics.md"
 CODE = re.compile(r"SP0\d{3}")
 HEADING = re.compile(r"^### (SP0\d{3}) — (.+)$", re.M)
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
-SOURCE_DIRS = ("frontend", "backend", "stdlib", "grammar")
+SOURCE_DIRS = ("frontend", "backend", "stdlib", "grammar", "integrations")
 
 
 @dataclass(frozen=True)

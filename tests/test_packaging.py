@@ -25,7 +25,8 @@ NOT_PACKAGES = {"benchmarks", "scripts", "build", "dist", "docs"}  # scripts and
 DATA_SUFFIXES = (".spk", ".lark")
 # import name -> distribution name, for the dependencies in pyproject
 DISTRIBUTIONS = {"lark": "lark", "llvmlite": "llvmlite", "numpy": "numpy", "cuda": "cuda-python",
-                 "ml_dtypes": "ml_dtypes", "pytest": "pytest", "hypothesis": "hypothesis"}
+                 "ml_dtypes": "ml_dtypes", "pytest": "pytest", "hypothesis": "hypothesis",
+                 "torch": "torch"}
 
 
 def source_files() -> list[Path]:
@@ -99,6 +100,8 @@ def test_module_level_imports_are_declared_dependencies():
             continue
         is_test = path.parts[0] == "tests" or path.name == "conftest.py"
         allowed = runtime | (test_extra if is_test else set())
+        if len(path.parts) > 2 and path.parts[0] == "integrations":  # integrations/<extra>/ may use that extra
+            allowed |= _distribution_names(PYPROJECT["project"]["optional-dependencies"].get(path.parts[1], []))
         for name in _top_level_imports(ROOT / path):
             if name in sys.stdlib_module_names or name == "sparsile":
                 continue
