@@ -90,7 +90,7 @@ def __dir__() -> list[str]:
 # ``sparsile.torch`` lives in integrations/torch: a folder named torch at the package root would
 # shadow PyTorch itself when the checkout is on sys.path. The finder below makes ``import
 # sparsile.torch`` give that module without importing torch before it is asked for.
-_ALIASES = {"torch": "sparsile.integrations.torch"}
+_ALIASES = {"torch": "sparsile.integrations.torch", "jax": "sparsile.integrations.jax"}
 
 
 class _AliasLoader:
