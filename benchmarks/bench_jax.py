@@ -14,9 +14,10 @@ Needs jax with a CUDA plugin and an NVIDIA GPU. For each (tokens T, in features 
   handler  the time spent in the Python FFI handler per call (it holds the GIL), from ``ffi.STATS``
   busy     µs/call again while another Python thread spins (the handler must win the GIL back)
 
-The profiler check runs the largest shape under ``jax.profiler.trace`` and lists the device memcpy
-events of the trace: a device-to-host copy would show as ``MemcpyDtoH`` (none is expected; the one
-transfer of the result is made after the trace ends).
+The profiler check runs the largest shape under ``jax.profiler.trace`` and counts the events of the
+trace: XLA's executions of ``sparsile_call``, the sparsile kernels on the device, and the device
+memcpys: a device-to-host copy would show as ``MemcpyDtoH`` (none is expected; the one transfer of
+the result is made after the trace ends). The exit status is 2 when a copy is seen.
 """
 
 from __future__ import annotations
@@ -50,11 +51,14 @@ def shapes(args: argparse.Namespace) -> tuple[tuple[int, int, int], ...]:
 
 
 def classify_events(names: Iterable[str]) -> dict[str, int]:
-    """Counts of the trace's event names: device-to-host and host-to-device copies, sparsile kernels."""
-    out = {"dtoh": 0, "htod": 0, "sparsile_kernels": 0}
+    """Counts of the trace's event names: device-to-host and host-to-device copies, sparsile kernels
+    on the device, and XLA's executions of the ``sparsile_call`` custom calls."""
+    out = {"dtoh": 0, "htod": 0, "sparsile_kernels": 0, "ffi_calls": 0}
     for name in names:
         low = name.lower().replace(" ", "").replace("_", "")
-        if "memcpy" in low and ("dtoh" in low or "devicetohost" in low):
+        if low.startswith("sparsilecall"):
+            out["ffi_calls"] += 1
+        elif "memcpy" in low and ("dtoh" in low or "devicetohost" in low):
             out["dtoh"] += 1
         elif "memcpy" in low and ("htod" in low or "hosttodevice" in low):
             out["htod"] += 1
@@ -124,7 +128,7 @@ def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, int]:
         y.block_until_ready()
     files = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
     if not files:
-        return {"dtoh": -1, "htod": -1, "sparsile_kernels": -1}
+        return {"dtoh": -1, "htod": -1, "sparsile_kernels": -1, "ffi_calls": -1}
     data = jax.profiler.ProfileData.from_file(files[-1])
     names = [event.name for plane in data.planes for line in plane.lines for event in line.events]
     return classify_events(names)
@@ -147,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['sparse_us'] / r['dense_us']:.2f} | {r['handler_us']:.1f} | {r['busy_us']:.1f} |")
     t, k, n = shapes(args)[-1]
     counts = profile_check(t, k, n, args.profile_dir)
-    print(f"profiler ({t} x {k} x {n}, 10 calls): {counts['sparsile_kernels']} sparsile kernel events, "
-          f"{counts['dtoh']} device-to-host copies, {counts['htod']} host-to-device copies")
-    return 0 if counts["dtoh"] == 0 and counts["sparsile_kernels"] > 0 else 2
+    print(f"profiler ({t} x {k} x {n}, 10 calls): {counts['ffi_calls']} sparsile_call executions, "
+          f"{counts['sparsile_kernels']} sparsile kernel events, {counts['dtoh']} device-to-host copies, "
+          f"{counts['htod']} host-to-device copies")
+    return 0 if counts["dtoh"] == 0 and (counts["ffi_calls"] > 0 or counts["sparsile_kernels"] > 0) else 2
 
 
 if __name__ == "__main__":

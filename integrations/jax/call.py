@@ -196,8 +196,16 @@ def _abstract_eval(*avals: Any, plan: int, out_avals: tuple[Any, ...], interpret
 sparsile_call_p.def_abstract_eval(_abstract_eval)
 
 
+_eager: dict[tuple, Callable[..., Any]] = {}
+
+
 def _impl(*args: Any, **params: Any) -> Any:
-    return jax.jit(lambda *a: sparsile_call_p.bind(*a, **params))(*args)
+    """A call outside ``jax.jit``: the primitive alone, compiled once per plan."""
+    key = tuple(sorted(params.items()))
+    fn = _eager.get(key)
+    if fn is None:
+        fn = _eager[key] = jax.jit(lambda *a: sparsile_call_p.bind(*a, **params))
+    return fn(*args)
 
 
 sparsile_call_p.def_impl(_impl)
@@ -213,7 +221,7 @@ def _ffi_rule(platform: str) -> Callable[..., Any]:
             from ...backend import runtime
 
             _PLANS[plan].launcher(runtime.current_device().ordinal)
-        lowering = jax.ffi.ffi_lowering(ffi.TARGET, operand_output_aliases=dict(aliases) or None)
+        lowering = ffi.jax_ffi().ffi_lowering(ffi.TARGET, operand_output_aliases=dict(aliases) or None)
         return lowering(ctx, *operands, **{ffi.PLAN_ATTRIBUTE: np.int64(plan)})
 
     return rule
@@ -311,8 +319,10 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     ``{parameter name: struct}``; the result has the same form (an array, a tuple, a dict). Output
     buffers start undefined: the kernel must write every element. ``input_output_aliases`` maps an
     array argument's index (among the array arguments) to an output index whose buffer it becomes
-    (the output then starts with the input's values). ``grid``: 1 to 3 ints or a callable of the
-    constexprs. Kernel options (``num_warps=``...) may be given as keywords.
+    (the output then starts with the input's values, and the kernel may write through either
+    parameter). ``grid``: 1 to 3 ints or a callable of the constexprs. Kernel options
+    (``num_warps=``...) may be given as keywords. ``interpret=True`` runs the kernel in the
+    interpreter through a host callback on any backend.
     """
     out_keys, structs, form = _out_names(kernel, len(args), out_shapes)
     names = [p.name for p in kernel.params]
@@ -372,7 +382,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     dims = normalize_grid(grid, meta)
     plan = CallPlan(kernel, bindings, key, launch_options, dims, sources, [np.dtype(s.dtype) for s in structs],
                     aliases)
-    number = ffi.add_plan(plan)
+    number = ffi.add_plan(plan, _describe(plan, structs))
     out_avals = tuple(jax.core.ShapedArray(tuple(s.shape), np.dtype(s.dtype)) for s in structs)
     arrays = [jax.numpy.asarray(a) for a in operands]
     results = sparsile_call_p.bind(*arrays, plan=number, out_avals=out_avals, interpret=bool(interpret),
@@ -382,6 +392,15 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     if form == "mapping":
         return dict(zip(out_keys, results))
     return tuple(results)
+
+
+def _describe(plan: CallPlan, structs: list[Any]) -> str:
+    """The content of a plan as text (its number is a hash of it): the kernel's source and name, the
+    specialization, grid, argument sources and static values, options, outputs and aliases."""
+    sources = [(n, k, w if k != "value" else repr(w)) for n, k, w in plan.sources]
+    outs = [(tuple(s.shape), str(np.dtype(s.dtype))) for s in structs]
+    return repr((plan.kernel.source.text, plan.kernel.name, plan.key, plan.grid, sources,
+                 sorted(plan.launch_options.items()), sorted(plan.aliases.items()), outs))
 
 
 def _aliases(given: Mapping[int, int] | None, operands: list[Any], structs: list[Any]) -> dict[int, int]:

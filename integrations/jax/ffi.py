@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes as c
 import functools
+import hashlib
 import os
 import re
 import threading
@@ -66,29 +67,25 @@ class _MetadataExtension(c.Structure):
 
 class _Buffer(c.Structure):
     _fields_ = [("struct_size", c.c_size_t), ("extension_start", c.c_void_p), ("dtype", c.c_int),
-                ("data", c.c_void_p), ("rank", c.c_int64), ("dims", c.POINTER(c.c_int64))]
+                ("data", c.c_void_p), ("rank", c.c_int64), ("dims", c.c_void_p)]
 
 
 class _List(c.Structure):  # XLA_FFI_Args and XLA_FFI_Rets have the same layout
     _fields_ = [("struct_size", c.c_size_t), ("extension_start", c.c_void_p), ("size", c.c_int64),
-                ("types", c.POINTER(c.c_int)), ("items", c.POINTER(c.c_void_p))]
+                ("types", c.c_void_p), ("items", c.c_void_p)]
 
 
 class _Attrs(c.Structure):
     _fields_ = [("struct_size", c.c_size_t), ("extension_start", c.c_void_p), ("size", c.c_int64),
-                ("types", c.POINTER(c.c_int)), ("names", c.POINTER(c.c_void_p)), ("attrs", c.POINTER(c.c_void_p))]
-
-
-class _ByteSpan(c.Structure):
-    _fields_ = [("ptr", c.c_char_p), ("len", c.c_size_t)]
+                ("types", c.c_void_p), ("names", c.c_void_p), ("attrs", c.c_void_p)]
 
 
 class _Scalar(c.Structure):
-    _fields_ = [("dtype", c.c_int), ("value", c.c_void_p)]
+    _fields_ = [("dtype", c.c_int), ("value", c.c_void_p)]  # value: a pointer to the scalar
 
 
 class _CallFrame(c.Structure):
-    _fields_ = [("struct_size", c.c_size_t), ("extension_start", c.POINTER(_ExtensionBase)), ("api", c.c_void_p),
+    _fields_ = [("struct_size", c.c_size_t), ("extension_start", c.c_void_p), ("api", c.c_void_p),
                 ("ctx", c.c_void_p), ("stage", c.c_int), ("args", _List), ("rets", _List), ("attrs", _Attrs),
                 ("future", c.c_void_p)]
 
@@ -122,7 +119,7 @@ class _Api(c.Structure):
 _ERROR_CREATE = c.CFUNCTYPE(c.c_void_p, c.POINTER(_ErrorCreateArgs))
 _STREAM_GET = c.CFUNCTYPE(c.c_void_p, c.POINTER(_StreamGetArgs))
 _ORDINAL_GET = c.CFUNCTYPE(c.c_void_p, c.POINTER(_OrdinalGetArgs))
-_HANDLER = c.CFUNCTYPE(c.c_void_p, c.POINTER(_CallFrame))
+_HANDLER = c.CFUNCTYPE(c.c_void_p, c.c_void_p)  # XLA_FFI_Error* handler(XLA_FFI_CallFrame*)
 
 # XLA_FFI_DataType codes (c_api.h) -> numpy dtype names
 XLA_DTYPES: dict[int, str] = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 7: "uint16",
@@ -130,12 +127,20 @@ XLA_DTYPES: dict[int, str] = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "
                               19: "float8_e5m2", 20: "float8_e4m3fn"}
 
 
+def jax_ffi() -> Any:
+    """``jax.ffi`` (``jax.extend.ffi`` before it moved there)."""
+    import jax
+
+    found = getattr(jax, "ffi", None)
+    if found is None:
+        import jax.extend.ffi as found
+    return found
+
+
 @functools.cache
 def api_version() -> tuple[int, int]:
     """(major, minor) FFI API version of the installed jaxlib, from the ``c_api.h`` it ships."""
-    import jax
-
-    path = os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
+    path = os.path.join(jax_ffi().include_dir(), "xla", "ffi", "api", "c_api.h")
     with open(path) as f:
         text = f.read()
     major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
@@ -176,67 +181,106 @@ def numpy_dtype(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
+# Decoding maps the frame's structs in place with ``from_address`` (no copy, and unlike ``cast``
+# or ``string_at`` no foreign-function call per field: those cost microseconds each).
+_U64 = c.c_uint64
+
+
+def _words(address: int, count: int) -> list[int]:
+    return (_U64 * count).from_address(address)[:] if count else []
+
+
 def _buffers(items: _List) -> list[XlaBuffer]:
+    """The buffers of an XLA_FFI_Args / XLA_FFI_Rets."""
     out = []
-    for i in range(items.size):
-        b = c.cast(items.items[i], c.POINTER(_Buffer)).contents
-        shape = tuple(int(b.dims[d]) for d in range(b.rank))
-        out.append(XlaBuffer(int(b.data or 0), XLA_DTYPES.get(b.dtype, f"xla-dtype-{b.dtype}"), shape))
+    for address in _words(items.items, items.size):
+        b = _Buffer.from_address(address)
+        dims = tuple((c.c_int64 * b.rank).from_address(b.dims)[:]) if b.rank else ()
+        out.append(XlaBuffer(b.data or 0, XLA_DTYPES.get(b.dtype, f"xla-dtype-{b.dtype}"), dims))
     return out
 
 
 def _plan_id(attrs: _Attrs) -> int:
-    for i in range(attrs.size):
-        name = c.cast(attrs.names[i], c.POINTER(_ByteSpan)).contents
-        if c.string_at(name.ptr, name.len).decode() == PLAN_ATTRIBUTE:
-            scalar = c.cast(attrs.attrs[i], c.POINTER(_Scalar)).contents
-            return int(c.cast(scalar.value, c.POINTER(c.c_int64)).contents.value)
+    for name, attr in zip(_words(attrs.names, attrs.size), _words(attrs.attrs, attrs.size)):
+        ptr, length = _words(name, 2)  # XLA_FFI_ByteSpan: (const char* ptr, size_t len)
+        if length == len(_PLAN_NAME) and (c.c_char * length).from_address(ptr).raw == _PLAN_NAME:
+            return c.c_int64.from_address(_Scalar.from_address(attr).value).value
     raise RuntimeError(f"the custom call has no `{PLAN_ATTRIBUTE}` attribute")
+
+
+_PLAN_NAME = PLAN_ATTRIBUTE.encode()
 
 
 _plans: dict[int, Any] = {}
 _plans_lock = threading.Lock()
 
 
-def add_plan(plan: Any) -> int:
-    """Keep ``plan`` for the process (compiled executables refer to it by number); its number."""
+def add_plan(plan: Any, description: str | None = None) -> int:
+    """Keep ``plan`` for the process (compiled executables refer to it by number); its number.
+
+    With a ``description`` (the plan's content: kernel source, specialization, grid, arguments) the
+    number is a 63-bit hash of it, the same in every process: an executable that JAX's persistent
+    compilation cache hands to another process then names the plan that process traced for the
+    same program, never another plan that happens to have the same position in the registry."""
     with _plans_lock:
-        number = len(_plans) + 1
+        if description is None:
+            number = len(_plans) + 1
+            while number in _plans:
+                number += 1
+        else:
+            digest = hashlib.blake2b(description.encode(), digest_size=8).digest()
+            number = int.from_bytes(digest, "little") & (2**63 - 1)
         _plans[number] = plan
     return number
 
 
-def _stream(api: _Api, ctx: int) -> int:
-    args = _StreamGetArgs(c.sizeof(_StreamGetArgs), None, ctx, None)
-    err = _STREAM_GET(api.Stream_Get)(c.byref(args))
-    if err:
-        raise RuntimeError("XLA_FFI_Stream_Get failed: XLA gave no CUDA stream for this call")
-    return int(args.stream or 0)
+class _ApiCalls:
+    """The FFI API functions the handler calls, as ctypes callables (built once per API table)."""
+
+    def __init__(self, address: int):
+        api = _Api.from_address(address)
+        self.error_create = _ERROR_CREATE(api.Error_Create)
+        self.stream_get = _STREAM_GET(api.Stream_Get)
+        has_ordinal = api.struct_size >= _Api.DeviceOrdinal_Get.offset + c.sizeof(c.c_void_p)
+        self.ordinal_get = _ORDINAL_GET(api.DeviceOrdinal_Get) if has_ordinal and api.DeviceOrdinal_Get else None
+
+    def stream(self, ctx: int) -> int:
+        args = _StreamGetArgs(c.sizeof(_StreamGetArgs), None, ctx, None)
+        if self.stream_get(c.byref(args)):
+            raise RuntimeError("XLA_FFI_Stream_Get failed: XLA gave no CUDA stream for this call")
+        return int(args.stream or 0)
+
+    def ordinal(self, ctx: int) -> int:
+        if self.ordinal_get is None:
+            return 0  # an older XLA without the call: device 0
+        args = _OrdinalGetArgs(c.sizeof(_OrdinalGetArgs), None, ctx, 0)
+        return 0 if self.ordinal_get(c.byref(args)) else int(args.device_ordinal)
+
+    def error(self, message: str) -> int:
+        args = _ErrorCreateArgs(c.sizeof(_ErrorCreateArgs), None, message.encode("utf-8", "replace"), _ERROR_INTERNAL)
+        return int(self.error_create(c.byref(args)) or 0)
 
 
-def _ordinal(api: _Api, ctx: int) -> int:
-    if api.struct_size < _Api.DeviceOrdinal_Get.offset + c.sizeof(c.c_void_p) or not api.DeviceOrdinal_Get:
-        return 0  # an older XLA without the call: device 0
-    args = _OrdinalGetArgs(c.sizeof(_OrdinalGetArgs), None, ctx, 0)
-    err = _ORDINAL_GET(api.DeviceOrdinal_Get)(c.byref(args))
-    return 0 if err else int(args.device_ordinal)
+_apis: dict[int, _ApiCalls] = {}
 
 
-def _error(api: _Api, message: str) -> int:
-    text = message.encode("utf-8", "replace")
-    args = _ErrorCreateArgs(c.sizeof(_ErrorCreateArgs), None, text, _ERROR_INTERNAL)
-    return int(_ERROR_CREATE(api.Error_Create)(c.byref(args)) or 0)
+def _api(address: int) -> _ApiCalls:
+    found = _apis.get(address)
+    if found is None:
+        found = _apis[address] = _ApiCalls(address)
+    return found
 
 
-def _answer_metadata(frame: _CallFrame) -> int | None:
-    ext = c.cast(frame.extension_start, c.POINTER(_MetadataExtension)).contents
+def _answer_metadata(extension: int) -> None:
+    """Fill XLA_FFI_Metadata: this jaxlib's API version, no traits (not command-buffer compatible:
+    XLA calls the handler on every execution)."""
+    ext = _MetadataExtension.from_address(extension)
     metadata = ext.metadata.contents
     major, minor = api_version()
     metadata.api_version.struct_size = c.sizeof(_ApiVersion)
     metadata.api_version.major_version = major
     metadata.api_version.minor_version = minor
-    metadata.traits = 0  # not command-buffer compatible: XLA calls the handler on every execution
-    return None
+    metadata.traits = 0
 
 
 STATS = {"calls": 0, "seconds": 0.0}
@@ -244,10 +288,10 @@ STATS = {"calls": 0, "seconds": 0.0}
 
 
 def _make_handler(platform: str) -> Any:
-    def handle(frame_ptr: Any) -> int | None:
+    def handle(address: int) -> int | None:
         start = time.perf_counter()
         try:
-            return _handle(frame_ptr, platform)
+            return _handle(address, platform)
         finally:
             STATS["calls"] += 1
             STATS["seconds"] += time.perf_counter() - start
@@ -255,26 +299,26 @@ def _make_handler(platform: str) -> Any:
     return _HANDLER(handle)
 
 
-def _handle(frame_ptr: Any, platform: str) -> int | None:
+def _handle(address: int, platform: str) -> int | None:
     """One call of the handler: the metadata query, or an execution (errors become XLA errors)."""
-    frame = frame_ptr.contents
-    if frame.extension_start and frame.extension_start.contents.type == _EXTENSION_METADATA:
-        return _answer_metadata(frame)
-    api = c.cast(frame.api, c.POINTER(_Api)).contents
+    frame = _CallFrame.from_address(address)
+    extension = frame.extension_start
+    if extension and _ExtensionBase.from_address(extension).type == _EXTENSION_METADATA:
+        return _answer_metadata(extension)
+    api = _api(frame.api)
     try:
         if frame.stage != _STAGE_EXECUTE:
             return None
         plan = _plans[_plan_id(frame.attrs)]
         ins, outs = _buffers(frame.args), _buffers(frame.rets)
-        ordinal = _ordinal(api, frame.ctx)
         if platform == "cuda":
-            plan.run_cuda(ins, outs, _stream(api, frame.ctx), ordinal)
+            plan.run_cuda(ins, outs, api.stream(frame.ctx), api.ordinal(frame.ctx))
         else:
             plan.run_host(ins, outs)
         return None
     except BaseException as exc:  # nothing may unwind through XLA's C frames
         text = str(exc) if getattr(exc, "code", None) else "".join(traceback.format_exception(exc))
-        return _error(api, f"error[SP0936]: a sparsile kernel call failed while XLA ran it\n{text}")
+        return api.error(f"error[SP0936]: a sparsile kernel call failed while XLA ran it\n{text}")
 
 
 _registered: dict[str, Any] = {}
@@ -284,9 +328,7 @@ def register(platform: str) -> None:
     """Register the ``sparsile_call`` handler for ``platform`` ("cpu" or "cuda"), once."""
     if platform in _registered:
         return
-    import jax
-
     callback = _make_handler(platform)
     _registered[platform] = callback  # the callback must outlive every executable using it
-    capsule = jax.ffi.pycapsule(c.cast(callback, c.c_void_p).value)
-    jax.ffi.register_ffi_target(TARGET, capsule, platform="CUDA" if platform == "cuda" else "cpu")
+    capsule = jax_ffi().pycapsule(c.cast(callback, c.c_void_p).value)
+    jax_ffi().register_ffi_target(TARGET, capsule, platform="CUDA" if platform == "cuda" else "cpu")

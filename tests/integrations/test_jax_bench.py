@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,5 +29,12 @@ def test_arguments_and_shapes() -> None:
 def test_classify_events() -> None:
     b = _script()
     names = ["MemcpyDtoH", "Memcpy DtoH (Device -> Pinned)", "MemcpyHtoD", "sparse_gemm_bf16", "splitk_reduce",
-             "loop_convert_fusion", "Memset"]
-    assert b.classify_events(names) == {"dtoh": 2, "htod": 1, "sparsile_kernels": 2}
+             "loop_convert_fusion", "Memset", "sparsile_call.1", "end: sparsile_call.1"]
+    assert b.classify_events(names) == {"dtoh": 2, "htod": 1, "sparsile_kernels": 2, "ffi_calls": 1}
+
+
+def test_profile_check_on_the_cpu(tmp_path: Path) -> None:
+    """The profiler part end to end on the CPU backend (the FFI handler runs the interpreter)."""
+    pytest.importorskip("jax")
+    counts = _script().profile_check(8, 64, 64, str(tmp_path))
+    assert counts["ffi_calls"] >= 10 and counts["dtoh"] == 0

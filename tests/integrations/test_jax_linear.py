@@ -4,6 +4,8 @@ split-K and K-padding launch plans, and the errors."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -143,7 +145,7 @@ def test_empty_batch() -> None:
     assert y.shape == (0, 32) and y.dtype == jnp.float32
 
 
-def test_gpu_launch_values_of_the_sparse_gemm() -> None:
+def test_gpu_launch_values_of_the_sparse_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the CUDA handler hands the launcher, built from the real sm_90a parameter spec without a
     GPU: XLA's addresses for pointers, a described buffer for each TMA tensor, the static scalars."""
     from sparsile.backend.arguments import describe_array
@@ -156,9 +158,11 @@ def test_gpu_launch_values_of_the_sparse_gemm() -> None:
     from sparsile.integrations.jax.call import DeviceView, needs_info
 
     layer = _layer(256, 64, "f16")
-    before = len(ffi._plans)
+    traced = []
+    add_plan = ffi.add_plan
+    monkeypatch.setattr(ffi, "add_plan", lambda plan, *rest: traced.append(plan) or add_plan(plan, *rest))
     jax.jit(layer).lower(_x((24, 64)))
-    (plan,) = [p for n, p in ffi._plans.items() if n > before]
+    (plan,) = traced
     options = {**KERNEL_OPTIONS, **plan.kernel.options}
     ck = compile_cached(plan.kernel, plan.bindings, plan.key, get_target("sm_90a"), options)
     spec = param_spec(plan.kernel, plan.bindings, ck.params, stored_params(plan.kernel.ir_for(plan.bindings, plan.key)))
@@ -176,3 +180,17 @@ def test_gpu_launch_values_of_the_sparse_gemm() -> None:
     info = describe_array(values["B"])
     assert isinstance(values["B"], DeviceView)
     assert (info.ptr, info.dtype, info.shape, info.strides, info.device) == (0x30000, "f16", (24, 64), (64, 1), 0)
+
+
+def test_plan_numbers_are_content_hashes() -> None:
+    """The same program traced twice names the same plan (so a persistent compilation cache entry
+    is valid in another process); another shape names another plan."""
+    layer = _layer(32, 32, "f16")
+    a = jax.jit(layer).lower(_x((2, 32))).as_text()
+    b = jax.jit(lambda x: layer(x)).lower(_x((2, 32))).as_text()
+    c = jax.jit(layer).lower(_x((3, 32))).as_text()
+
+    def plans(text: str) -> list[str]:
+        return re.findall(r"sparsile_plan = (\d+)", text)
+
+    assert plans(a) and plans(a) == plans(b) and plans(a) != plans(c)
