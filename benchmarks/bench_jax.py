@@ -6,8 +6,8 @@ path copies nothing between device and host.
 
 Needs jax with a CUDA plugin and an NVIDIA GPU. For each (tokens T, in features K, out features N):
 
-  sparse   ``jax.jit(layer)`` with ``layer = SparseLinear.from_dense(w, "bf16")``: the sparse GEMM
-           custom call(s), then XLA's transpose/cast
+  sparse   ``jax.jit(layer)`` with ``layer = SparseLinear.from_dense(w, "bf16")``: the fused sparse linear
+           kernel (one custom call, two with split-K), y (T, N) in bf16
   dense    ``jax.jit(lambda x, w: jnp.dot(x, w.T))`` with the pruned weight dense, bf16
   µs/call  wall time of --iters back-to-back calls, then one ``block_until_ready`` (the queue stays
            full: large shapes measure the GPU, tiny ones the host)

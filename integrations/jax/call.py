@@ -34,6 +34,7 @@ from jax.interpreters import ad, batching, mlir
 from ...frontend import types as T
 from ...frontend.host_arrays import stored_params
 from ...frontend.kernel import KERNEL_OPTIONS, Kernel, normalize_grid
+from ...frontend.legality_meta import check_metadata_argument
 from ...frontend.values import Const
 from . import ffi
 from .errors import (
@@ -342,6 +343,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         if p is None:
             stand[name] = value  # a kernel option, or an unknown name bind() reports (SP0702)
             continue
+        if type(value).__name__ == "MetadataBuffer":  # tagged metadata: checked against a meta[T] parameter
+            value = check_metadata_argument(name, p.annotation, value)
         array = _is_traced(value) or isinstance(value, np.ndarray)
         if array and (p.annotation is T.CONSTEXPR or isinstance(p.annotation, T.ScalarType) or
                       (p.annotation is None and np.ndim(value) == 0 and _is_traced(value))):

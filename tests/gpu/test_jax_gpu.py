@@ -102,6 +102,18 @@ def test_two_layer_sparse_mlp_jitted(no_host_staging: None) -> None:
     assert jax.jit(jax.vmap(lambda x: sparse_linear(x, l1.values, l1.meta, l1.bias)))(x).shape == (4, 64, 2048)
 
 
+def test_fused_epilogue_on_gpu(no_host_staging: None) -> None:
+    """bias, gelu_tanh, per-channel and per-token scales, bf16 y: the epilogue of the fused kernel."""
+    from sparsile.tests.stdlib.test_linear_api import assert_linear_close, problem, vectors
+
+    rng = np.random.default_rng(4)
+    weight, x = problem("bf16", 1024, 384, 2048, 4)
+    epi = {"bias": rng.standard_normal(1024).astype(np.float32), "activation": "gelu_tanh",
+           "scale_w": vectors("channel", 1024, rng), "scale_x": vectors("token", 384, rng, 3 / 448)}
+    y = jax.jit(lambda x: sparse_linear(x, jnp.asarray(weight.values), jnp.asarray(weight.meta.data), **epi))(x)
+    assert_linear_close(np.asarray(y), weight, x, 2048, "bf16", "bfloat16", **epi)
+
+
 def test_interpret_flag_still_works_on_gpu() -> None:
     rng = np.random.default_rng(3)
     layer = SparseLinear.from_dense(_signed(rng, (128, 64)), "f16")
