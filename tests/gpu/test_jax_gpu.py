@@ -9,9 +9,9 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-import sparsile as sp  # noqa: E402
 from sparsile.integrations.jax import SparseLinear, call, sparse_linear  # noqa: E402
 from sparsile.integrations.jax import ffi as spffi  # noqa: E402
+from sparsile.tests.integrations.test_jax_call import scale_add  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -34,14 +34,6 @@ def no_host_staging(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "_finish_host_copies", refuse)
 
 
-@sp.jit
-def scale_add(x: sp.ptr[sp.f32], y: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, alpha: sp.f32,
-              BLOCK: sp.constexpr = 1024):
-    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
-    mask = offs < n
-    sp.store(out + offs, alpha * sp.load(x + offs, mask=mask) + sp.load(y + offs, mask=mask), mask=mask)
-
-
 def _signed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.uniform(0.25, 1.0, shape) * rng.choice([-1, 1], shape)
 
@@ -51,7 +43,8 @@ def test_jit_elementwise_kernel_in_jax_jit(no_host_staging: None) -> None:
     rng = np.random.default_rng(0)
     x, y = _signed(rng, (n,)).astype(np.float32), _signed(rng, (n,)).astype(np.float32)
     out = jax.ShapeDtypeStruct((n,), jnp.float32)
-    f = jax.jit(lambda a, b: call(scale_add, (-(-n // 1024),), a, b, out_shapes=out, n=n, alpha=1.5) + 1.0)
+    f = jax.jit(lambda a, b: call(scale_add, (-(-n // 1024),), a, b, out_shapes=out, n=n, alpha=1.5, BLOCK=1024)
+                + 1.0)
     assert "sparsile_call" in f.lower(x, y).as_text()
     before = spffi.STATS["calls"]
     got = np.asarray(f(jnp.asarray(x), jnp.asarray(y)), np.float64)
