@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 
 from ...stdlib.sparsity.errors import SparsityError
 
@@ -35,13 +36,21 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../integ
 _PACKAGE = os.path.dirname(_HERE)
 
 
+_LIBRARIES = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"],
+                                                          sysconfig.get_paths()["platstdlib"]})
+
+
 def caller_location() -> str:
-    """``file:line`` of the innermost frame outside sparsile and jax (the user's call), or ""."""
+    """``file:line`` of the innermost frame outside sparsile, jax and Python's standard library
+    (the user's call), or ""."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
+        name = frame.f_code.co_filename
+        path = os.path.abspath(name)
         inside = path.startswith(_PACKAGE + os.sep) and os.sep + "tests" + os.sep not in path[len(_PACKAGE):]
-        if not inside and f"{os.sep}jax{os.sep}" not in path and not path.startswith("<frozen"):
+        library = path.startswith(_LIBRARIES) and "site-packages" not in path
+        if not (inside or library or f"{os.sep}jax{os.sep}" in path or f"{os.sep}jaxlib{os.sep}" in path
+                or name.startswith("<frozen")):
             return f"{os.path.basename(path)}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
