@@ -337,7 +337,6 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     operands: list[Any] = []
     sources: list[tuple[str, str, Any]] = []
     stand: dict[str, Any] = {}
-    operand_of: dict[str, int] = {}
     for name, value in given.items():
         p = params.get(name)
         if p is None:
@@ -354,7 +353,6 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
                                help=f"pass `{name}` as a Python number: scalars and constexprs are static "
                                     "(part of the compiled program); pass data as a pointer parameter")
         if array:
-            operand_of[name] = len(operands)
             sources.append((name, "in", len(operands)))
             operands.append(value)
             stand[name] = _Stand(np.shape(value), np.dtype(value.dtype))
@@ -377,7 +375,9 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     func = kernel.ir_for(bindings, key)
     written = stored_params(func)
     inputs = {name for name, kind, where in sources if kind == "in" and where not in aliases}
-    for name in sorted(written & inputs):
+    overwritten = sorted(written & inputs)
+    if overwritten:
+        name = overwritten[0]
         raise JaxCallError(SP_JAX_WRITES_INPUT, f"`{kernel.name}` writes `{name}`, which is an input of this call",
                            help=f"declare `{name}` as an output (out_shapes), or alias the input to an output "
                                 "with input_output_aliases={input index: output index}")

@@ -204,6 +204,12 @@ def test_kernel_type_errors_surface_at_trace_time() -> None:
     with pytest.raises(sp.LaunchError) as grid:
         call(scale_add, (0,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0)
     assert "error[SP0710]" in str(grid.value)
+    with pytest.raises(sp.LaunchError) as unknown:
+        call(scale_add, (3,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0, nope=1)
+    assert "error[SP0702]: `scale_add` has no parameter named `nope`" in str(unknown.value)
+    with pytest.raises(sp.LaunchError) as missing:
+        call(scale_add, (3,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N)
+    assert "error[SP0701]: `scale_add` is missing the argument `alpha`" in str(missing.value)
 
 
 def test_autodiff_and_vmap_are_refused() -> None:
