@@ -88,7 +88,7 @@ def __getattr__(name: str) -> Any:
         try:
             return importlib.import_module(f"sparsile.{name}")
         except ModuleNotFoundError as exc:  # SP0900; hasattr(sparsile, "torch") is then False
-            if getattr(exc, "code", None) != "SP0900":
+            if getattr(exc, "code", None) not in ("SP0900", "SP0930"):
                 raise
             raise AttributeError(str(exc)) from exc
     member = _ROOT.members.get(name)
@@ -101,10 +101,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_ROOT.members))
 
 
-# ``sparsile.torch`` lives in integrations/torch: a folder named torch at the package root would
-# shadow PyTorch itself when the checkout is on sys.path. The finder below makes ``import
-# sparsile.torch`` give that module without importing torch before it is asked for.
-_ALIASES = {"torch": "sparsile.integrations.torch"}
+# ``sparsile.torch`` and ``sparsile.jax`` live in integrations/: a folder named torch (jax) at the package root would
+# shadow the library itself when the checkout is on sys.path. The finder below makes ``import
+# sparsile.torch`` give that module without importing torch (jax) before it is asked for.
+_ALIASES = {"torch": "sparsile.integrations.torch", "jax": "sparsile.integrations.jax"}
 
 
 class _AliasLoader:

@@ -26,7 +26,7 @@ DATA_SUFFIXES = (".spk", ".lark")
 # import name -> distribution name, for the dependencies in pyproject
 DISTRIBUTIONS = {"lark": "lark", "llvmlite": "llvmlite", "numpy": "numpy", "cuda": "cuda-python",
                  "ml_dtypes": "ml_dtypes", "pytest": "pytest", "hypothesis": "hypothesis",
-                 "torch": "torch"}
+                 "torch": "torch", "jax": "jax"}
 
 
 def source_files() -> list[Path]:

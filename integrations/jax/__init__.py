@@ -1,0 +1,29 @@
+"""``sparsile.jax``: sparsile kernels inside ``jax.jit``, through XLA's FFI, with no copies
+(needs the ``[jax]`` extra).
+
+    import sparsile.jax as spj
+
+    y = spj.call(kernel, grid, x, n=n, out_shapes=jax.ShapeDtypeStruct(x.shape, x.dtype))
+    layer = spj.SparseLinear.from_dense(w, dtype="f16")      # prune to 2:4 and compress, once
+    y = jax.jit(layer)(x)                                    # y = x @ W_pruned.T, in x's dtype
+
+docs/jax.md describes the API, the FFI mechanism and what is not supported.
+"""
+
+from __future__ import annotations
+
+try:
+    import jax as _jax  # noqa: F401
+except ModuleNotFoundError as _exc:
+    if _exc.name != "jax":
+        raise
+    _error = ModuleNotFoundError("error[SP0930]: sparsile.jax needs JAX, which is not installed\n"
+                                 " = help: pip install 'sparsile[jax]' (or install jax>=0.4.36)", name="jax")
+    _error.code, _error.message = "SP0930", "sparsile.jax needs JAX, which is not installed"  # type: ignore[attr-defined]
+    raise _error from _exc
+
+from .call import call, sparsile_call_p
+from .errors import JaxCallError
+from .linear import SparseLinear, sparse_linear
+
+__all__ = ["JaxCallError", "SparseLinear", "call", "sparse_linear", "sparsile_call_p"]

@@ -1,0 +1,426 @@
+"""``sparsile.jax.call``: a compiled sparsile kernel as one JAX operation, usable inside ``jax.jit``.
+
+    y = sparsile.jax.call(kernel, grid, x, n=n, out_shapes={"out": jax.ShapeDtypeStruct(x.shape, x.dtype)})
+
+Arguments fill the kernel's parameters: JAX (or numpy) arrays become XLA buffers, Python numbers
+are static scalars, constexprs are static; the outputs are buffers XLA allocates from
+``out_shapes``. At trace time the call is checked (argument kinds, dtypes against the kernel's
+annotations, which parameters the kernel writes) and the kernel is specialized and type-checked; a
+``sparsile_call`` primitive is bound whose lowering
+
+* on CUDA compiles the kernel for the GPU's target (through the compile cache), loads it, and emits
+  an XLA custom call to the ``sparsile_call`` FFI target (:mod:`.ffi`): at run time the kernel is
+  launched on XLA's stream with XLA's device pointers;
+* on the CPU emits the same custom call, whose handler runs the numpy interpreter on XLA's host
+  buffers (the path the CPU tests take);
+* with ``interpret=True`` (any platform) runs the interpreter through ``jax.pure_callback`` instead
+  (on a GPU the buffers are copied to the host and back).
+
+Differentiation and ``jax.vmap`` of the primitive raise SP0934 / SP0935. docs/jax.md has the details.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from ...frontend import types as T
+from ...frontend.host_arrays import stored_params
+from ...frontend.kernel import KERNEL_OPTIONS, Kernel, normalize_grid
+from ...frontend.legality_meta import check_metadata_argument
+from ...frontend.values import Const
+from . import ffi
+from .errors import (
+    SP_JAX_ARGUMENT,
+    SP_JAX_NO_AUTODIFF,
+    SP_JAX_NO_VMAP,
+    SP_JAX_OUT_SHAPES,
+    SP_JAX_WRITES_INPUT,
+    JaxCallError,
+)
+
+
+class _Stand:
+    """An array stand-in for specializing a kernel at trace time: shape, dtype, and an address
+    XLA guarantees to be aligned (XLA aligns every buffer to at least 16 bytes)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+
+    def data_ptr(self) -> int:
+        return 0
+
+
+@dataclass(eq=False)
+class CallPlan:
+    """One traced call: the specialized kernel, where each parameter's value comes from, the grid.
+
+    ``sources[i]`` is ``("in", k)`` (operand k), ``("out", k)`` (result k) or ``("value", v)``
+    (a static scalar or constexpr). Launchers are built per device ordinal on first use."""
+
+    kernel: Kernel
+    bindings: dict[str, Any]
+    key: tuple
+    launch_options: dict[str, Any]  # kernel options given with the call (num_warps=...)
+    grid: tuple[int, int, int]
+    sources: list[tuple[str, str, Any]]
+    out_dtypes: list[np.dtype]
+    aliases: dict[int, int]  # input index -> output index sharing its buffer
+    _launchers: dict[int, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- the GPU ---------------------------------------------------------------------------------
+    def launcher(self, ordinal: int) -> Any:
+        """The runtime Launcher of the compiled kernel on device ``ordinal`` (built once)."""
+        found = self._launchers.get(ordinal)
+        if found is not None:
+            return found
+        with self._lock:
+            if ordinal not in self._launchers:
+                from ...backend import launch, runtime
+                from ...backend.targets import target_for_capability
+
+                options = {**KERNEL_OPTIONS, **self.kernel.options, **self.launch_options}
+                previous = runtime.current_device().ordinal
+                dev = runtime.use_device(ordinal)  # the module is loaded on the device XLA runs on
+                try:
+                    target = launch._target(options["target"]) if options.get("target") else \
+                        target_for_capability(*dev.compute_capability)
+                    built = launch._build_launcher(self.kernel, self.bindings, self.key, target, options)
+                finally:
+                    runtime.use_device(previous)
+                built.jax_needs_info = needs_info(built.spec)
+                self._launchers[ordinal] = built
+        return self._launchers[ordinal]
+
+    def run_cuda(self, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer], stream: int, ordinal: int) -> None:
+        """Launch on XLA's ``stream`` with XLA's device buffers (called by the FFI handler)."""
+        launcher = self.launcher(ordinal)
+        values = self.launch_values(launcher.spec, launcher.jax_needs_info, ins, outs, ordinal)
+        launcher(self.grid, values, stream=stream)
+
+    def launch_values(self, spec: Any, needs_info: set[str], ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer],
+                      ordinal: int) -> list[Any]:
+        """The launcher's argument list: a raw device address for a pointer, a :class:`DeviceView`
+        for an array whose tensor maps or shape the launcher derives, the static values."""
+        from ...backend.launch import user_values
+
+        bound: dict[str, Any] = {}
+        for name, kind, where in self.sources:
+            if kind == "value":
+                bound[name] = where
+                continue
+            buf = (ins if kind == "in" else outs)[where]
+            bound[name] = DeviceView(buf, ordinal) if name in needs_info else buf.ptr
+        return user_values(spec, bound)
+
+    # -- the interpreter -------------------------------------------------------------------------
+    def interpret(self, ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        """Run the kernel in the numpy interpreter on host arrays (outputs written in place)."""
+        for k, out in enumerate(outs):
+            if k not in self.aliases.values():
+                _poison(out)
+        bound = {}
+        for name, kind, where in self.sources:
+            bound[name] = where if kind == "value" else (ins if kind == "in" else outs)[where]
+        self.kernel.interpret[self.grid](**bound, **self.launch_options)
+
+    def run_host(self, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]) -> None:
+        """The CPU FFI handler: the interpreter on views of XLA's own host buffers (no copy)."""
+        outs_view = [b.host_view(writable=True) for b in outs]
+        ins_view = [outs_view[self.aliases[i]] if i in self.aliases else b.host_view(writable=False)
+                    for i, b in enumerate(ins)]  # XLA gives an aliased pair one buffer
+        self.interpret(ins_view, outs_view)
+
+
+def needs_info(spec: Any) -> set[str]:
+    """Parameters whose array the launcher must describe (tensor maps, tensor shapes and strides)."""
+    names = {p.name.split(".tmap")[0] for p in spec.params if p.kind == "tensormap"}
+    return names | {p.source for p in spec.params if p.kind == "derived"}
+
+
+class DeviceView:
+    """An XLA device buffer as the launcher sees an array: address, element type, shape, device."""
+
+    __slots__ = ("buffer", "ordinal")
+
+    def __init__(self, buffer: ffi.XlaBuffer, ordinal: int):
+        self.buffer, self.ordinal = buffer, ordinal
+
+
+def _describe_view(view: DeviceView, stream: int) -> Any:
+    from ...backend.arguments import ArrayInfo, dtype_from_numpy
+    from ...backend.dlpack import compact_strides
+
+    b = view.buffer
+    dtype = dtype_from_numpy(ffi.numpy_dtype(b.dtype))
+    return ArrayInfo(b.ptr, dtype, b.dtype, b.shape, compact_strides(b.shape), True, view.ordinal,
+                     f"cuda:{view.ordinal}", False, "XLA buffer")
+
+
+def _register_view() -> None:
+    from ...backend.arguments import register_array_type
+
+    register_array_type(DeviceView, _describe_view)
+
+
+_register_view()
+
+
+def _poison(out: np.ndarray) -> None:
+    """Outputs start undefined on the GPU; the interpreter makes skipped elements visible."""
+    if out.dtype.kind == "f" or out.dtype.name.startswith(("bfloat", "float8")):
+        out[...] = np.nan
+    elif out.size:
+        out.view(np.uint8)[...] = 0xA5
+
+
+# ------------------------------------------------------------------------------------------------
+# the primitive
+
+sparsile_call_p = Primitive("sparsile_call")
+sparsile_call_p.multiple_results = True
+
+
+def _abstract_eval(*avals: Any, plan: int, out_avals: tuple[Any, ...], interpret: bool,
+                   aliases: tuple[tuple[int, int], ...]) -> list[Any]:
+    return list(out_avals)
+
+
+sparsile_call_p.def_abstract_eval(_abstract_eval)
+
+
+_eager: dict[tuple, Callable[..., Any]] = {}
+
+
+def _impl(*args: Any, **params: Any) -> Any:
+    """A call outside ``jax.jit``: the primitive alone, compiled once per plan."""
+    key = tuple(sorted(params.items()))
+    fn = _eager.get(key)
+    if fn is None:
+        fn = _eager[key] = jax.jit(lambda *a: sparsile_call_p.bind(*a, **params))
+    return fn(*args)
+
+
+sparsile_call_p.def_impl(_impl)
+
+
+def _ffi_rule(platform: str) -> Callable[..., Any]:
+    def rule(ctx: Any, *operands: Any, plan: int, out_avals: tuple[Any, ...], interpret: bool,
+             aliases: tuple[tuple[int, int], ...]) -> Any:
+        if interpret:
+            return _callback_rule(ctx, *operands, plan=plan, out_avals=out_avals, aliases=aliases)
+        ffi.register(platform)
+        if platform == "cuda":  # compile and load now, on this device: the first execution only launches
+            from ...backend import runtime
+
+            _PLANS[plan].launcher(runtime.current_device().ordinal)
+        lowering = ffi.jax_ffi().ffi_lowering(ffi.TARGET, operand_output_aliases=dict(aliases) or None)
+        return lowering(ctx, *operands, **{ffi.PLAN_ATTRIBUTE: np.int64(plan)})
+
+    return rule
+
+
+def _callback_rule(ctx: Any, *operands: Any, plan: int, out_avals: tuple[Any, ...],
+                   aliases: tuple[tuple[int, int], ...]) -> Any:
+    the_plan = _PLANS[plan]
+    alias_of = {o: i for i, o in aliases}
+
+    def host(*arrays: Any) -> tuple[np.ndarray, ...]:
+        ins = [np.asarray(a) for a in arrays]
+        outs = [np.array(ins[alias_of[k]]) if k in alias_of else np.empty(a.shape, a.dtype)
+                for k, a in enumerate(out_avals)]
+        for o, i in alias_of.items():  # XLA gives an aliased pair one buffer: so does the interpreter
+            ins[i] = outs[o]
+        the_plan.interpret(ins, outs)
+        return tuple(outs)
+
+    def body(*args: Any) -> Any:
+        shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
+        return jax.pure_callback(host, shapes, *args)
+
+    return mlir.lower_fun(body, multiple_results=True)(ctx, *operands)
+
+
+mlir.register_lowering(sparsile_call_p, _ffi_rule("cpu"), platform="cpu")
+mlir.register_lowering(sparsile_call_p, _ffi_rule("cuda"), platform="cuda")
+
+
+def _no_autodiff(primals: Any, tangents: Any, **params: Any) -> Any:
+    raise JaxCallError(SP_JAX_NO_AUTODIFF, "a sparsile kernel call cannot be differentiated",
+                       help="compute the gradient with jax.lax.stop_gradient around the call, or write the "
+                            "backward pass as another kernel inside a jax.custom_vjp")
+
+
+def _no_vmap(args: Any, dims: Any, **params: Any) -> Any:
+    raise JaxCallError(SP_JAX_NO_VMAP, "jax.vmap cannot batch a sparsile kernel call",
+                       help="fold the batch into the kernel's grid and arrays (reshape, then one call), or loop "
+                            "with jax.lax.map; sparsile.jax.sparse_linear batches by itself")
+
+
+ad.primitive_jvps[sparsile_call_p] = _no_autodiff
+batching.primitive_batchers[sparsile_call_p] = _no_vmap
+
+_PLANS = ffi._plans
+
+
+# ------------------------------------------------------------------------------------------------
+# call()
+
+
+def _is_struct(s: Any) -> bool:
+    return hasattr(s, "shape") and hasattr(s, "dtype") and not isinstance(s, jax.Array | np.ndarray)
+
+
+def _out_names(kernel: Kernel, n_args: int, out_shapes: Any) -> tuple[list[str], list[Any], str]:
+    """(parameter names of the outputs, their structs, "single" / "sequence" / "mapping")."""
+    names = [p.name for p in kernel.params]
+    if isinstance(out_shapes, Mapping):
+        unknown = [k for k in out_shapes if k not in names]
+        if unknown:
+            raise JaxCallError(SP_JAX_OUT_SHAPES, f"out_shapes names `{unknown[0]}`, which is no parameter of "
+                               f"`{kernel.name}`", help=f"parameters: {', '.join(names)}")
+        keys, structs, form = list(out_shapes), list(out_shapes.values()), "mapping"
+    else:
+        form = "single" if _is_struct(out_shapes) else "sequence"
+        structs = [out_shapes] if form == "single" else list(out_shapes)
+        if n_args + len(structs) > len(names):
+            raise JaxCallError(SP_JAX_OUT_SHAPES, f"`{kernel.name}` has {len(names)} parameters; {n_args} "
+                               f"arguments and {len(structs)} outputs do not fit",
+                               help="outputs fill the parameters right after the positional arguments; name "
+                                    "them instead with out_shapes={'param': jax.ShapeDtypeStruct(...)}")
+        keys = names[n_args:n_args + len(structs)]
+    for key, s in zip(keys, structs):
+        if not _is_struct(s):
+            raise JaxCallError(SP_JAX_OUT_SHAPES, f"the output for `{key}` must be a jax.ShapeDtypeStruct, got "
+                               f"{type(s).__name__}", help="describe outputs as jax.ShapeDtypeStruct(shape, dtype)")
+    return keys, structs, form
+
+
+def _is_traced(v: Any) -> bool:
+    return isinstance(v, jax.Array | jax.core.Tracer)
+
+
+def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Mapping[str, Any] | None = None,
+         input_output_aliases: Mapping[int, int] | None = None, interpret: bool = False, **kwargs: Any) -> Any:
+    """Call ``kernel`` on ``grid`` as one JAX operation (usable inside ``jax.jit``).
+
+    ``args`` and ``kwargs`` fill the kernel's parameters (positionally, then by name): JAX or numpy
+    arrays for pointer/tensor parameters, Python numbers for scalars (static: part of the compiled
+    program), values for constexprs (also ``constexprs={...}``). ``out_shapes``: a
+    ``jax.ShapeDtypeStruct`` (one output), a sequence of them (outputs fill the parameters right
+    after the positional arguments, as jax-triton's ``triton_call`` does) or a mapping
+    ``{parameter name: struct}``; the result has the same form (an array, a tuple, a dict). Output
+    buffers start undefined: the kernel must write every element. ``input_output_aliases`` maps an
+    array argument's index (among the array arguments) to an output index whose buffer it becomes
+    (the output then starts with the input's values, and the kernel may write through either
+    parameter). ``grid``: 1 to 3 ints or a callable of the constexprs. Kernel options
+    (``num_warps=``...) may be given as keywords. ``interpret=True`` runs the kernel in the
+    interpreter through a host callback on any backend.
+    """
+    out_keys, structs, form = _out_names(kernel, len(args), out_shapes)
+    names = [p.name for p in kernel.params]
+    positional = [n for n in names if n not in out_keys][:len(args)] if form == "mapping" else names[:len(args)]
+    given: dict[str, Any] = dict(zip(positional, args))
+    for key, value in {**kwargs, **(constexprs or {})}.items():
+        if key in given or key in out_keys:
+            raise JaxCallError(SP_JAX_ARGUMENT, f"`{kernel.name}` got two values for `{key}`")
+        given[key] = value
+    params = {p.name: p for p in kernel.params}
+    operands: list[Any] = []
+    sources: list[tuple[str, str, Any]] = []
+    stand: dict[str, Any] = {}
+    for name, value in given.items():
+        p = params.get(name)
+        if p is None:
+            stand[name] = value  # a kernel option, or an unknown name bind() reports (SP0702)
+            continue
+        if type(value).__name__ == "MetadataBuffer":  # tagged metadata: checked against a meta[T] parameter
+            value = check_metadata_argument(name, p.annotation, value)
+        array = _is_traced(value) or isinstance(value, np.ndarray)
+        if array and (p.annotation is T.CONSTEXPR or isinstance(p.annotation, T.ScalarType) or
+                      (p.annotation is None and np.ndim(value) == 0 and _is_traced(value))):
+            what = "constexpr" if p.annotation is T.CONSTEXPR else "scalar"
+            raise JaxCallError(SP_JAX_ARGUMENT, f"`{name}` is a {what} parameter of `{kernel.name}`, but got a "
+                               f"{'traced ' if _is_traced(value) else ''}array",
+                               help=f"pass `{name}` as a Python number: scalars and constexprs are static "
+                                    "(part of the compiled program); pass data as a pointer parameter")
+        if array:
+            sources.append((name, "in", len(operands)))
+            operands.append(value)
+            stand[name] = _Stand(np.shape(value), np.dtype(value.dtype))
+        elif isinstance(value, Sequence | Mapping) and not isinstance(value, str | tuple):
+            raise JaxCallError(SP_JAX_ARGUMENT, f"`{name}` got a {type(value).__name__}; a sparsile kernel takes "
+                               "arrays and numbers", help="pass a jax.Array, a numpy array or a Python number")
+        else:
+            sources.append((name, "value", value))
+            stand[name] = value
+    for k, (key, s) in enumerate(zip(out_keys, structs)):
+        sources.append((key, "out", k))
+        stand[key] = _Stand(tuple(s.shape), np.dtype(s.dtype))
+    aliases = _aliases(input_output_aliases, operands, structs)
+
+    launch_options = {k: v for k, v in stand.items() if k in KERNEL_OPTIONS and k not in params}
+    bound, bindings, key = kernel.bind((), dict(stand))
+    for p in kernel.params:  # defaults (scalars, constexprs) the call left out are passed as bound
+        if p.name not in given and p.name not in out_keys:
+            sources.append((p.name, "value", bound[p.name]))
+    func = kernel.ir_for(bindings, key)
+    written = stored_params(func)
+    inputs = {name for name, kind, where in sources if kind == "in" and where not in aliases}
+    overwritten = sorted(written & inputs)
+    if overwritten:
+        name = overwritten[0]
+        raise JaxCallError(SP_JAX_WRITES_INPUT, f"`{kernel.name}` writes `{name}`, which is an input of this call",
+                           help=f"declare `{name}` as an output (out_shapes), or alias the input to an output "
+                                "with input_output_aliases={input index: output index}")
+    meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+    dims = normalize_grid(grid, meta)
+    plan = CallPlan(kernel, bindings, key, launch_options, dims, sources, [np.dtype(s.dtype) for s in structs],
+                    aliases)
+    number = ffi.add_plan(plan, _describe(plan, structs))
+    out_avals = tuple(jax.core.ShapedArray(tuple(s.shape), np.dtype(s.dtype)) for s in structs)
+    arrays = [jax.numpy.asarray(a) for a in operands]
+    results = sparsile_call_p.bind(*arrays, plan=number, out_avals=out_avals, interpret=bool(interpret),
+                                   aliases=tuple(sorted(aliases.items())))
+    if form == "single":
+        return results[0]
+    if form == "mapping":
+        return dict(zip(out_keys, results))
+    return tuple(results)
+
+
+def _describe(plan: CallPlan, structs: list[Any]) -> str:
+    """The content of a plan as text (its number is a hash of it): the kernel's source and name, the
+    specialization, grid, argument sources and static values, options, outputs and aliases."""
+    sources = [(n, k, w if k != "value" else repr(w)) for n, k, w in plan.sources]
+    outs = [(tuple(s.shape), str(np.dtype(s.dtype))) for s in structs]
+    return repr((plan.kernel.source.text, plan.kernel.name, plan.key, plan.grid, sources,
+                 sorted(plan.launch_options.items()), sorted(plan.aliases.items()), outs))
+
+
+def _aliases(given: Mapping[int, int] | None, operands: list[Any], structs: list[Any]) -> dict[int, int]:
+    """Checked ``input_output_aliases``: operand index -> output index, same shape and dtype."""
+    out: dict[int, int] = {}
+    for i, o in (given or {}).items():
+        if not (isinstance(i, int) and 0 <= i < len(operands) and isinstance(o, int) and 0 <= o < len(structs)):
+            raise JaxCallError(SP_JAX_WRITES_INPUT, f"input_output_aliases {{{i}: {o}}} names no array argument "
+                               f"or no output (there are {len(operands)} array arguments and {len(structs)} outputs)",
+                               help="map the index of an array argument to the index of an output")
+        a, s = operands[i], structs[o]
+        if tuple(np.shape(a)) != tuple(s.shape) or np.dtype(a.dtype) != np.dtype(s.dtype):
+            raise JaxCallError(SP_JAX_WRITES_INPUT, f"input_output_aliases {{{i}: {o}}}: the input is "
+                               f"{tuple(np.shape(a))} {np.dtype(a.dtype)} but the output is {tuple(s.shape)} "
+                               f"{np.dtype(s.dtype)}",
+                               help="an input becomes an output buffer of its own shape and dtype")
+        if o in out.values():
+            raise JaxCallError(SP_JAX_WRITES_INPUT, f"output {o} is aliased to two inputs")
+        out[i] = o
+    return out

@@ -1,0 +1,65 @@
+"""The diagnostics of ``sparsile.jax`` (the SP093x codes of docs/diagnostics.md).
+
+:class:`JaxCallError` is a :class:`~sparsile.stdlib.sparsity.SparsityError` (so a ``ValueError``)
+with a code, a message and a help line; the message ends with the place in the user's program that
+made the call (``(at model.py:12)``), since inside ``jax.jit`` the error is raised while tracing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+from ...stdlib.sparsity.errors import SparsityError
+
+SP_JAX_MISSING = "SP0930"
+"""``sparsile.jax`` was imported but JAX is not installed."""
+SP_JAX_OUT_SHAPES = "SP0931"
+"""``out_shapes`` that are not shape/dtype structs, name no parameter, or disagree with the kernel."""
+SP_JAX_ARGUMENT = "SP0932"
+"""A kernel argument of a kind the call cannot pass: a traced value for a scalar or constexpr
+parameter (they are static), or something that is neither an array nor a number."""
+SP_JAX_WRITES_INPUT = "SP0933"
+"""The kernel writes a parameter that is an input, not an output, or ``input_output_aliases`` is bad."""
+SP_JAX_NO_AUTODIFF = "SP0934"
+"""Differentiation (``jax.grad``, ``jax.jvp``, ``jax.vjp``) through a sparsile call."""
+SP_JAX_NO_VMAP = "SP0935"
+"""``jax.vmap`` over ``sparsile.jax.call`` (it has no batching rule; ``sparse_linear`` has one)."""
+SP_JAX_RUNTIME = "SP0936"
+"""The FFI handler failed while XLA ran the program (no CUDA stream, a launch error)."""
+SP_JAX_LINEAR_INPUT = "SP0938"
+"""``sparse_linear`` inputs that do not fit together: x, values, meta or bias of the wrong rank,
+shape or element type."""
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../integrations
+_PACKAGE = os.path.dirname(_HERE)
+
+
+_LIBRARIES = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"],
+                                                          sysconfig.get_paths()["platstdlib"]})
+
+
+def caller_location() -> str:
+    """``file:line`` of the innermost frame outside sparsile, jax and Python's standard library
+    (the user's call), or ""."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        path = os.path.abspath(name)
+        inside = path.startswith(_PACKAGE + os.sep) and os.sep + "tests" + os.sep not in path[len(_PACKAGE):]
+        library = path.startswith(_LIBRARIES) and "site-packages" not in path
+        if not (inside or library or f"{os.sep}jax{os.sep}" in path or f"{os.sep}jaxlib{os.sep}" in path
+                or name.startswith("<frozen")):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+class JaxCallError(SparsityError):
+    """A user-facing error of ``sparsile.jax``: ``code`` (SP093x), ``message`` (with the caller's
+    location) and ``help``."""
+
+    def __init__(self, code: str, message: str, help: str | None = None, *, located: bool = True):
+        where = caller_location() if located else ""
+        super().__init__(code, f"{message} (at {where})" if where else message, help)

@@ -1,0 +1,228 @@
+"""``sparsile.jax.sparse_linear``: a 2:4 sparse linear layer for JAX,
+``y = act(x @ W_pruned.T * scale_w * scale_x + bias)``.
+
+The conventions are those of ``sparsile.torch``'s layer and of
+:func:`sparsile.stdlib.kernels.linear.sparse_linear`: ``x`` is (..., K), the weight is (N_out, K)
+given compressed as ``values`` (N_out, K/2) and its "sm90" metadata words ``meta``, and ``y`` is
+(..., N_out) in x's dtype (or ``out_dtype``). The launches are those of
+:class:`~sparsile.stdlib.kernels.linear.SparseLinearPlan` (the Hopper ``sparse_linear_<t>`` kernels
+of ``sparse_gemm_sm90.spk``, whose fused epilogue scales, adds the bias, applies the activation and
+stores (T, N_out) in y's type; with split-K a second kernel, ``splitk_reduce_linear``, applies the
+epilogue), each run through :func:`~.call.call`: inside ``jax.jit`` one or two custom calls on
+XLA's stream. The plan (BN, split-K, CTA pairs, K padding) is chosen at trace time as
+``plan_sparse_linear`` chooses it.
+
+``jax.vmap`` over x folds the batch into the tokens (one call); batching the weight raises SP0935.
+Differentiation raises SP0934. :class:`SparseLinear` is the layer as a pytree dataclass (a Flax or
+Equinox module can hold one, or call :func:`sparse_linear` with its own parameters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...stdlib.kernels import linear as L
+from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
+from ...stdlib.sparsity.dtypes import operand_type
+from ...stdlib.sparsity.formats import decompress, metadata_shape
+from .call import call
+from .errors import SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
+
+LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
+"""values element type -> the operand type of its ``sparse_linear_<t>`` kernel."""
+
+
+def _bad(message: str, help: str) -> JaxCallError:
+    return JaxCallError(SP_JAX_LINEAR_INPUT, message, help=help)
+
+
+def _check(x: Any, values: Any, meta: Any, bias: Any) -> tuple[str, int, int, int]:
+    """(operand type, N_out, K of x, K of values) after checking ranks, shapes and element types."""
+    for what, a in (("x", x), ("values", values), ("meta", meta)):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise _bad(f"{what} must be an array, got {type(a).__name__}", "pass jax or numpy arrays")
+    if np.ndim(x) < 1:
+        raise _bad(f"x must have a feature axis, got shape {tuple(np.shape(x))}", "x is (..., K)")
+    if np.ndim(values) != 2:
+        raise _bad(f"values must be 2-D (N_out, K/2), got shape {tuple(np.shape(values))}",
+                   "pass the compressed weight from SparseLinear.from_dense / prune_and_compress")
+    op = LINEAR_OPERANDS.get(np.dtype(values.dtype).name)
+    if op is None:
+        raise _bad(f"there is no sparse linear kernel for {np.dtype(values.dtype)} values",
+                   f"compress the weight as {', '.join(LINEAR_OPERANDS.values())}")
+    x_dtype = np.dtype(x.dtype).name
+    if op == "e4m3" and x_dtype != "float8_e4m3fn":
+        raise _bad(f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
+                   "quantize x per token to e4m3 and pass the scale as scale_x")
+    if np.dtype(x.dtype).kind != "f" and x_dtype not in LINEAR_OPERANDS:
+        raise _bad(f"x must be floating point, got {x_dtype}", "cast x to bfloat16, float16 or float32")
+    m, half_k = (int(s) for s in values.shape)
+    k = int(np.shape(x)[-1])
+    if k == 0:
+        raise _bad("x has no features (K = 0)", "a linear layer needs at least one input feature")
+    group = operand_type(op).group
+    if not k <= 2 * half_k < k + max(group, L.LINEAR_KERNELS[op].k_align):
+        raise _bad(f"x has K = {k} features but values cover K = {2 * half_k} (shape {tuple(values.shape)})",
+                   "x is (..., in_features) and values (out_features, in_features / 2)")
+    want = metadata_shape("sm90", operand_type(op), m, 2 * half_k)
+    if tuple(meta.shape) != tuple(want) or np.dtype(meta.dtype).name not in ("uint32", "int32"):
+        raise _bad(f"meta must be {want} uint32 sm90 metadata words for a {m} x {2 * half_k} {op} weight, got "
+                   f"{tuple(meta.shape)} {np.dtype(meta.dtype)}", "pass the metadata that came with values")
+    if bias is not None and tuple(np.shape(bias)) != (m,):
+        raise _bad(f"bias must have shape ({m},), got {tuple(np.shape(bias))}", "one bias value per output feature")
+    return op, m, k, 2 * half_k
+
+
+def _scale(v: Any, what: str, shape: tuple[int, ...]) -> tuple[Any, int]:
+    """(f32 vector, mode) of a scale: mode 0 none, 1 one value, 2 one per output feature / token.
+    ``shape``: the shape a per-element scale has (N_out,) or x's leading shape (or flattened)."""
+    if v is None:
+        return None, 0
+    got = tuple(np.shape(v))
+    if math.prod(got) == 1:
+        return jnp.asarray(v, jnp.float32).reshape(1), 1
+    if got in (shape, (math.prod(shape),), (*shape, 1)):
+        return jnp.asarray(v, jnp.float32).reshape(-1), 2
+    raise _bad(f"{what} must be a number or of shape {shape}, got shape {got}",
+               f"pass one value, or one per {'output feature' if what == 'scale_w' else 'token'}")
+
+
+class _Slot:
+    """Where an array of the launch plan comes from: a name, and the shape for ``lde``."""
+
+    def __init__(self, name: str, shape: tuple[int, ...] = ()):
+        self.name, self.shape = name, shape
+
+
+def _linear(x: Any, values: Any, meta: Any, bias: Any, scale_x: Any, scale_w: Any, activation: str | None,
+            out_dtype: Any, interpret: bool, split_k: int | None) -> Any:
+    op, m, k, k_values = _check(x, values, meta, bias)
+    act = L._activation(activation)
+    y_dtype = L._out_dtype(out_dtype, x)
+    lead = tuple(int(s) for s in np.shape(x)[:-1])
+    t = math.prod(lead)
+    if t == 0 or m == 0:
+        return jnp.zeros((*lead, m), y_dtype)
+    sw, sw_mode = _scale(scale_w, "scale_w", (m,))
+    sx, sx_mode = _scale(scale_x, "scale_x", lead)
+    choice = L.LINEAR_KERNELS[op]
+    k_padded = -(-k_values // choice.k_align) * choice.k_align
+    b = jnp.asarray(x).reshape(t, k).astype(operand_type(op).host_dtype)
+    if k_padded != k:  # TMA rows must be 16-byte multiples: zero columns add nothing
+        b = jnp.pad(b, ((0, 0), (0, k_padded - k)))
+    if k_padded != k_values:
+        values = jnp.pad(values, ((0, 0), (0, (k_padded - k_values) // 2)))
+    bn = choice.block_n(t)
+    if act in ("silu", "gelu_tanh"):
+        bn = min(bn, L.ACTIVATION_MAX_BN)
+    sms = L._sm_count(False)
+    split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
+    pair = pair_ctas(m, t, bn, choice, split, True, sms)
+    plan = L.SparseLinearPlan(
+        choice, m, t, k, k_padded, _Slot("values"), _Slot("meta", tuple(meta.shape)), _Slot("x"), (t, k),
+        np.dtype(x.dtype).name, _Slot("out"), y_dtype, None if bias is None else _Slot("bias"),
+        None if sw is None else _Slot("scale_w"), None if sx is None else _Slot("scale_x"), act,
+        (int(bias is not None), sw_mode, sx_mode), bn, split, _Slot("workspace") if split > 1 else None, pair)
+    meta = meta if meta.dtype == jnp.uint32 else jax.lax.bitcast_convert_type(meta, jnp.uint32)
+    env = {"values": values, "meta": meta, "x": b, "scale_w": sw, "scale_x": sx,
+           "bias": None if bias is None else jnp.asarray(bias, jnp.float32)}
+    made = {"out": jax.ShapeDtypeStruct((t, m), y_dtype), "workspace": jax.ShapeDtypeStruct((split, t, m), "float32")}
+    for kernel, grid, args, constexprs in plan.launches():
+        given: dict[str, Any] = {}
+        produced: tuple[str, str] | None = None
+        for param, arg in zip([p.name for p in kernel.params], args):
+            if not isinstance(arg, _Slot):
+                given[param] = arg
+            elif arg.name in env:
+                given[param] = env[arg.name]
+            elif produced is None:  # the array this launch writes
+                produced = (param, arg.name)
+            else:  # the plan passes y again for an epilogue pointer it does not read (its mode is 0)
+                given[param] = jnp.zeros((1,), made[arg.name].dtype)
+        assert produced is not None, f"{kernel.name} writes no array of the plan"
+        result = call(kernel, grid, out_shapes={produced[0]: made[produced[1]]}, interpret=interpret,
+                      **given, **constexprs)
+        env[produced[1]] = result[produced[0]]
+    return env["out"].reshape(*lead, m)
+
+
+def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activation: str | None = None,
+                  scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, interpret: bool = False,
+                  split_k: int | None = None) -> Any:
+    """``y = act(x @ W_pruned.T * scale_w * scale_x + bias)`` with the fused 2:4 sparse linear
+    kernels, usable inside ``jax.jit``.
+
+    x: (..., K) floating point (e4m3 for e4m3 weights); values: (N_out, K/2) f16, bf16 or e4m3 (x
+    is cast to it); meta: its sm90 metadata words, uint32 or int32; bias: (N_out,) or None;
+    activation: None, "relu", "silu", "gelu_tanh"; scale_w: a number or (N_out,); scale_x: a number
+    or one per token (x's leading shape); out_dtype: y's type (default x's dtype for f16/bf16/f32 x,
+    bfloat16 for e4m3 x). Returns (..., N_out). ``interpret=True`` runs the kernels in the CPU
+    interpreter through a host callback (on the CPU backend the FFI handler runs the interpreter
+    anyway). ``split_k`` overrides the split-K choice (static). ``jax.vmap`` over x (and scale_x)
+    folds the batch into the tokens.
+    """
+    statics = (activation, out_dtype, interpret, split_k)
+    fn = jax.custom_batching.custom_vmap(lambda x, v, e, b, sx, sw: _linear(x, v, e, b, sx, sw, *statics))
+
+    @fn.def_vmap
+    def _batched(axis_size: int, in_batched: Any, x: Any, v: Any, e: Any, b: Any, sx: Any, sw: Any) -> Any:
+        x_batched, v_b, e_b, b_b, sx_batched, sw_b = in_batched
+        if any(jax.tree_util.tree_leaves([v_b, e_b, b_b, sw_b])):
+            raise JaxCallError(SP_JAX_NO_VMAP, "jax.vmap over the weight of sparse_linear is not supported",
+                               help="vmap over x (and scale_x) only; stack layers with jax.lax.scan or a loop")
+        if not x_batched:
+            x = jnp.broadcast_to(x, (axis_size, *np.shape(x)))
+        if sx is not None and not sx_batched and np.size(sx) > 1:
+            sx = jnp.broadcast_to(sx, (axis_size, *np.shape(sx)))
+        return _linear(x, v, e, b, sx, sw, *statics), True
+
+    return fn(x, values, meta, bias, scale_x, scale_w)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class SparseLinear:
+    """A 2:4 sparse linear layer as a pytree: ``layer(x)`` is :func:`sparse_linear` with its arrays.
+
+    ``values``, ``meta``, ``bias`` and ``scale_w`` are pytree leaves (so the layer can be a field
+    of an Equinox module, a Flax variable, or an argument of ``jax.jit``); ``activation``,
+    ``out_dtype`` and ``interpret`` are static.
+    """
+
+    values: Any
+    meta: Any
+    bias: Any = None
+    scale_w: Any = None
+    activation: str | None = dataclasses.field(default=None, metadata={"static": True})
+    out_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
+    interpret: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    @classmethod
+    def from_dense(cls, weight: Any, dtype: str = "bf16", bias: Any = None, **options: Any) -> SparseLinear:
+        """Prune ``weight`` (N_out, K) to 2:4 by magnitude, cast to ``dtype`` (f16 or bf16) and
+        compress it, on the host (``prune_and_compress``); the metadata is validated there, once.
+        ``options``: the static fields (activation, out_dtype, interpret)."""
+        from ...stdlib.kernels import prune_and_compress
+
+        if dtype not in ("f16", "bf16"):
+            raise _bad(f"SparseLinear.from_dense has no {dtype!r} weights",
+                       "use f16 or bf16; e4m3 weights need a per-channel scale: build SparseLinear(values, meta, "
+                       "scale_w=...) from your own quantization")
+        values, meta = prune_and_compress(np.asarray(weight), dtype)
+        return cls(jnp.asarray(values), jnp.asarray(meta.data.view(np.uint32)),
+                   None if bias is None else jnp.asarray(bias), **options)
+
+    def dense(self) -> np.ndarray:
+        """The pruned (N_out, K) weight on the host, in the values' dtype (for checks)."""
+        op = LINEAR_OPERANDS[np.dtype(self.values.dtype).name]
+        return decompress(np.asarray(self.values), np.asarray(self.meta).view(np.uint32), "sm90", op)
+
+    def __call__(self, x: Any, scale_x: Any = None) -> Any:
+        return sparse_linear(x, self.values, self.meta, self.bias, activation=self.activation, scale_x=scale_x,
+                             scale_w=self.scale_w, out_dtype=self.out_dtype, interpret=self.interpret)

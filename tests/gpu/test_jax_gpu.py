@@ -1,0 +1,136 @@
+"""sparsile.jax on the GPU (needs jax with a CUDA plugin): kernels launched by XLA's FFI on XLA's
+stream with XLA's buffers, checked against float64; no host staging on the call path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+from sparsile.integrations.jax import SparseLinear, call, sparse_linear  # noqa: E402
+from sparsile.integrations.jax import ffi as spffi  # noqa: E402
+from sparsile.tests.integrations.test_jax_call import scale_add  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _cuda_backend() -> None:
+    if jax.default_backend() != "gpu":
+        pytest.skip(f"jax has no CUDA backend here (default backend: {jax.default_backend()})")
+
+
+@pytest.fixture
+def no_host_staging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail if sparsile's launcher copies anything between host and device on the call path."""
+    from sparsile.backend import runtime
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the launcher staged a host array: the FFI path must use XLA's device buffers")
+
+    monkeypatch.setattr(runtime, "_stage_host_array", refuse)
+    monkeypatch.setattr(runtime, "_finish_host_copies", refuse)
+
+
+def _signed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.uniform(0.25, 1.0, shape) * rng.choice([-1, 1], shape)
+
+
+def test_jit_elementwise_kernel_in_jax_jit(no_host_staging: None) -> None:
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    x, y = _signed(rng, (n,)).astype(np.float32), _signed(rng, (n,)).astype(np.float32)
+    out = jax.ShapeDtypeStruct((n,), jnp.float32)
+    f = jax.jit(lambda a, b: call(scale_add, (-(-n // 1024),), a, b, out_shapes=out, n=n, alpha=1.5, BLOCK=1024)
+                + 1.0)
+    assert "sparsile_call" in f.lower(x, y).as_text()
+    before = spffi.STATS["calls"]
+    got = np.asarray(f(jnp.asarray(x), jnp.asarray(y)), np.float64)
+    assert spffi.STATS["calls"] > before  # the FFI handler ran (not a host callback)
+    ref = 1.5 * x.astype(np.float64) + y + 1.0
+    assert (np.abs(got - ref) <= 2 * np.finfo(np.float32).eps * (1.5 * np.abs(x) + np.abs(y) + 1.0)).all()
+
+
+def _check_linear(layer: SparseLinear, x: np.ndarray, y: jax.Array) -> None:
+    xq = np.asarray(jnp.asarray(x).astype(layer.values.dtype)).astype(np.float64).reshape(-1, x.shape[-1])
+    w = layer.dense().astype(np.float64)
+    c = xq @ w.T
+    ref = c + (0.0 if layer.bias is None else np.asarray(layer.bias, np.float64))
+    bound = 2.0**-11 * np.abs(c) + x.shape[-1] * np.finfo(np.float32).eps * (np.abs(xq) @ np.abs(w).T) + 1e-6
+    err = np.abs(np.asarray(y, np.float64).reshape(ref.shape) - ref)
+    assert (err <= bound).all(), float((err / bound).max())
+
+
+@pytest.mark.parametrize(("dtype", "n_out", "k", "tokens"), [
+    ("f16", 512, 1024, 256),      # one CTA per tile
+    ("bf16", 1024, 4096, 16),     # few tiles: split-K, then splitk_reduce
+    ("f16", 8192, 1024, 8192),    # many tiles: the CTA-pair kernel (a 2-CTA cluster launch)
+    ("f16", 256, 200, 64),        # K = 200 padded to 208
+])
+def test_shipped_sparse_gemm_in_jax_jit(dtype: str, n_out: int, k: int, tokens: int, no_host_staging: None) -> None:
+    rng = np.random.default_rng(1)
+    layer = SparseLinear.from_dense(_signed(rng, (n_out, k)), dtype, bias=rng.standard_normal(n_out))
+    x = _signed(rng, (tokens, k)).astype(np.float32)
+    y = jax.jit(layer)(jnp.asarray(x))
+    assert y.dtype == jnp.float32 and y.shape == (tokens, n_out)
+    _check_linear(layer, x, y)
+
+
+def test_two_layer_sparse_mlp_jitted(no_host_staging: None) -> None:
+    rng = np.random.default_rng(2)
+    l1 = SparseLinear.from_dense(_signed(rng, (2048, 1024)), "bf16", bias=rng.standard_normal(2048))
+    l2 = SparseLinear.from_dense(_signed(rng, (512, 2048)), "bf16")
+    x = _signed(rng, (4, 64, 1024)).astype(np.float32)
+
+    @jax.jit
+    def mlp(x: jax.Array) -> jax.Array:
+        return l2(jax.nn.relu(l1(x)))
+
+    y = mlp(jnp.asarray(x))
+    h = np.asarray(jax.jit(l1)(jnp.asarray(x)))
+    _check_linear(l1, x, jnp.asarray(h))
+    _check_linear(l2, np.maximum(h, 0), y)
+    assert jax.jit(jax.vmap(lambda x: sparse_linear(x, l1.values, l1.meta, l1.bias)))(x).shape == (4, 64, 2048)
+
+
+def test_fused_epilogue_on_gpu(no_host_staging: None) -> None:
+    """bias, gelu_tanh, per-channel and per-token scales, bf16 y: the epilogue of the fused kernel."""
+    from sparsile.tests.stdlib.test_linear_api import assert_linear_close, problem, vectors
+
+    rng = np.random.default_rng(4)
+    weight, x = problem("bf16", 1024, 384, 2048, 4)
+    epi = {"bias": rng.standard_normal(1024).astype(np.float32), "activation": "gelu_tanh",
+           "scale_w": vectors("channel", 1024, rng), "scale_x": vectors("token", 384, rng, 3 / 448)}
+    y = jax.jit(lambda x: sparse_linear(x, jnp.asarray(weight.values), jnp.asarray(weight.meta.data), **epi))(x)
+    assert_linear_close(np.asarray(y), weight, x, 2048, "bf16", "bfloat16", **epi)
+
+
+def test_interpret_flag_still_works_on_gpu() -> None:
+    rng = np.random.default_rng(3)
+    layer = SparseLinear.from_dense(_signed(rng, (128, 64)), "f16")
+    x = _signed(rng, (8, 64)).astype(np.float32)
+    a = jax.jit(layer)(jnp.asarray(x))
+    b = jax.jit(lambda x: sparse_linear(x, layer.values, layer.meta, interpret=True))(jnp.asarray(x))
+    _check_linear(layer, x, b)
+    _check_linear(layer, x, a)
+
+
+def test_seed_kernels_of_docs_jax_on_blackwell(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/jax.md's three seed kernels (tcgen05) inside jax.jit on a Blackwell GPU."""
+    import re
+    from pathlib import Path
+
+    from sparsile.backend import runtime
+
+    if runtime.current_device().compute_capability[0] < 10:
+        pytest.skip("the seed kernels of docs/jax.md use tcgen05 (Blackwell, sm_100a and later)")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "jax.md").read_text()
+    (spk,) = re.findall(r"^```spk\n(.*?)^```", doc, re.S | re.M)
+    program = next(b for b in re.findall(r"^```python\n(.*?)^```", doc, re.S | re.M) if "seeds.spk" in b)
+    (tmp_path / "seeds.spk").write_text(spk)
+    monkeypatch.chdir(tmp_path)
+    before = spffi.STATS["calls"]
+    exec(compile(program, "docs/jax.md", "exec"), {"__name__": "jax_doc"})
+    assert spffi.STATS["calls"] >= before + 3

@@ -1,0 +1,40 @@
+"""The CPU-side parts of benchmarks/bench_jax.py: arguments, shapes, the profiler-event classifier."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_script_bench_jax", ROOT / "benchmarks" / "bench_jax.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_arguments_and_shapes() -> None:
+    b = _script()
+    args = b.parse_args([])
+    assert args.iters == 200 and not args.quick and b.shapes(args) == b.SHAPES
+    assert b.shapes(b.parse_args(["--quick"])) == b.QUICK_SHAPES
+
+
+def test_classify_events() -> None:
+    b = _script()
+    names = ["MemcpyDtoH", "Memcpy DtoH (Device -> Pinned)", "MemcpyHtoD", "sparse_gemm_bf16", "splitk_reduce",
+             "loop_convert_fusion", "Memset", "sparsile_call.1", "end: sparsile_call.1"]
+    assert b.classify_events(names) == {"dtoh": 2, "htod": 1, "sparsile_kernels": 2, "ffi_calls": 1}
+
+
+def test_profile_check_on_the_cpu(tmp_path: Path) -> None:
+    """The profiler part end to end on the CPU backend (the FFI handler runs the interpreter)."""
+    pytest.importorskip("jax")
+    counts = _script().profile_check(8, 64, 64, str(tmp_path))
+    assert counts["ffi_calls"] >= 10 and counts["dtoh"] == 0

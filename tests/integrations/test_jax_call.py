@@ -1,0 +1,247 @@
+"""sparsile.jax.call on the CPU: the FFI handler (the interpreter on XLA's host buffers), the
+host-callback path (interpret=True), and the trace-time checks (shapes, dtypes, errors)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import sparsile as sp  # noqa: E402
+from sparsile.integrations.jax import JaxCallError, call  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@sp.jit
+def scale_add(x: sp.ptr[sp.f32], y: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, alpha: sp.f32,
+              BLOCK: sp.constexpr = 128):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, alpha * sp.load(x + offs, mask=mask) + sp.load(y + offs, mask=mask), mask=mask)
+
+
+@sp.jit
+def copy_half(x, out, n: sp.i32, BLOCK: sp.constexpr = 64):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n // 2
+    sp.store(out + offs, sp.load(x + offs, mask=mask), mask=mask)
+
+
+@sp.jit
+def two_outputs(x: sp.ptr[sp.f32], lo: sp.ptr[sp.f32], hi: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr = 64):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    v = sp.load(x + offs, mask=mask)
+    sp.store(lo + offs, v - 1.0, mask=mask)
+    sp.store(hi + offs, v + 1.0, mask=mask)
+
+
+@sp.jit
+def writes_x(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr = 64):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    v = sp.load(x + offs, mask=mask)
+    sp.store(x + offs, v * 2.0, mask=mask)
+    sp.store(out + offs, v, mask=mask)
+
+
+@sp.jit
+def unmasked(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], BLOCK: sp.constexpr = 64):
+    offs = sp.arange(0, BLOCK)
+    sp.store(out + offs, sp.load(x + offs))
+
+
+N = 300
+
+
+def _inputs(n: int = N) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return (rng.uniform(0.5, 2.0, n) * rng.choice([-1, 1], n)).astype(np.float32), \
+        rng.uniform(0.5, 2.0, n).astype(np.float32)
+
+
+def _scale_add(x: jax.Array, y: jax.Array, interpret: bool = False) -> jax.Array:
+    return call(scale_add, (-(-N // 128),), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N,
+                alpha=1.5, interpret=interpret)
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_jitted_call_matches_float64(interpret: bool) -> None:
+    x, y = _inputs()
+    got = np.asarray(jax.jit(lambda a, b: _scale_add(a, b, interpret) * 2.0)(x, y))
+    ref = (1.5 * x.astype(np.float64) + y) * 2.0
+    _within_f32_rounding(got, ref, 2.0 * (1.5 * np.abs(x.astype(np.float64)) + y))
+
+
+def _within_f32_rounding(got: np.ndarray, ref: np.ndarray, magnitude: np.ndarray) -> None:
+    """|got - ref| within two f32 roundings of the operands' magnitude (a multiply, then an add)."""
+    err = np.abs(got.astype(np.float64) - ref)
+    assert (err <= np.finfo(np.float32).eps * magnitude).all(), float((err / magnitude).max())
+
+
+def test_ffi_path_is_a_custom_call_and_callback_path_is_not() -> None:
+    x, y = _inputs()
+    ffi_text = jax.jit(lambda a, b: _scale_add(a, b)).lower(x, y).as_text()
+    callback_text = jax.jit(lambda a, b: _scale_add(a, b, True)).lower(x, y).as_text()
+    assert "sparsile_call" in ffi_text and "sparsile_plan" in ffi_text
+    assert "sparsile_call" not in callback_text and "callback" in callback_text
+
+
+def test_eager_call_without_jit() -> None:
+    x, y = _inputs()
+    got = np.asarray(_scale_add(jnp.asarray(x), jnp.asarray(y)))
+    _within_f32_rounding(got, 1.5 * x.astype(np.float64) + y, 1.5 * np.abs(x.astype(np.float64)) + y)
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_output_forms(interpret: bool) -> None:
+    x, _ = _inputs(100)
+    s = jax.ShapeDtypeStruct((100,), jnp.float32)
+    lo, hi = call(two_outputs, (2,), x, out_shapes=[s, s], n=100, interpret=interpret)
+    named = call(two_outputs, (2,), x, out_shapes={"hi": s, "lo": s}, n=100, interpret=interpret)
+    assert isinstance(named, dict) and set(named) == {"hi", "lo"}
+    for got, ref in ((lo, x - 1.0), (hi, x + 1.0), (named["lo"], x - 1.0), (named["hi"], x + 1.0)):
+        np.testing.assert_array_equal(np.asarray(got), ref)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "float32"])
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_dtypes_and_undefined_outputs(dtype: str, interpret: bool) -> None:
+    """Untyped pointers take the arrays' dtypes; elements the kernel skips stay poisoned (NaN, or
+    0xA5 bytes for integers): outputs start undefined, as XLA's buffers do on the GPU."""
+    n = 100
+    x = jnp.asarray(np.arange(1, n + 1) % 100 - 50).astype(dtype)
+    out = call(copy_half, (1,), x, out_shapes=jax.ShapeDtypeStruct((n,), dtype), n=n, interpret=interpret)
+    assert out.dtype == jnp.dtype(dtype)
+    got = np.asarray(out.astype(jnp.float32))
+    np.testing.assert_array_equal(got[:50], np.asarray(x.astype(jnp.float32))[:50])
+    if jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        assert np.isnan(got[50:]).all()
+    else:
+        assert (np.asarray(out)[50:] == np.int8(np.uint8(0xA5).view(np.int8))).all()
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_input_output_aliases(interpret: bool) -> None:
+    x, y = _inputs()
+    f = jax.jit(lambda a, b: call(scale_add, (3,), a, b, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N,
+                                  alpha=2.0, input_output_aliases={1: 0}, interpret=interpret))
+    _within_f32_rounding(np.asarray(f(x, y)), 2.0 * x.astype(np.float64) + y, 2.0 * np.abs(x.astype(np.float64)) + y)
+    text = jax.jit(lambda a, b: call(scale_add, (3,), a, b, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32),
+                                     n=N, alpha=2.0, input_output_aliases={1: 0})).lower(x, y).as_text()
+    assert "output_operand_alias" in text
+
+
+def test_kernel_may_write_an_aliased_input() -> None:
+    x, _ = _inputs(64)
+    out = call(writes_x, (1,), x, out_shapes=jax.ShapeDtypeStruct((64,), jnp.float32), n=64,
+               input_output_aliases={0: 0})
+    np.testing.assert_array_equal(np.asarray(out), x)  # the read happens before the write, element by element
+
+
+# ------------------------------------------------------------------------------------------------
+# errors
+
+
+def _raises(code: str, fn, message: str) -> JaxCallError:
+    with pytest.raises(JaxCallError) as info:
+        fn()
+    assert info.value.code == code
+    assert info.value.message.startswith(message), info.value.message
+    assert "(at test_jax_call.py:" in info.value.message
+    return info.value
+
+
+def test_out_shapes_errors() -> None:
+    x, y = _inputs()
+    s = jax.ShapeDtypeStruct((N,), jnp.float32)
+    _raises("SP0931", lambda: call(scale_add, (3,), x, y, out_shapes={"nope": s}, n=N, alpha=1.0),
+            "out_shapes names `nope`, which is no parameter of `scale_add`")
+    _raises("SP0931", lambda: call(scale_add, (3,), x, y, out_shapes=[np.zeros(3)], n=N, alpha=1.0),
+            "the output for `out` must be a jax.ShapeDtypeStruct, got ndarray")
+    _raises("SP0931", lambda: call(scale_add, (3,), x, y, 1, 2.0, 4, out_shapes=[s, s]),
+            "`scale_add` has 6 parameters; 5 arguments and 2 outputs do not fit")
+
+
+def test_traced_scalar_is_refused() -> None:
+    x, y = _inputs()
+    s = jax.ShapeDtypeStruct((N,), jnp.float32)
+    with pytest.raises(JaxCallError) as info:
+        jax.jit(lambda a, b, n: call(scale_add, (3,), a, b, out_shapes=s, n=n, alpha=1.0))(x, y, N)
+    assert info.value.code == "SP0932"
+    assert info.value.message.startswith("`n` is a scalar parameter of `scale_add`, but got a traced array")
+    _raises("SP0932", lambda: call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=1.0, BLOCK=jnp.int32(128)),
+            "`BLOCK` is a constexpr parameter of `scale_add`, but got a traced array")
+    _raises("SP0932", lambda: call(scale_add, (3,), [1.0] * N, y, out_shapes=s, n=N, alpha=1.0),
+            "`x` got a list; a sparsile kernel takes arrays and numbers")
+
+
+def test_writing_an_input_is_refused_at_trace_time() -> None:
+    x, _ = _inputs(64)
+    _raises("SP0933", lambda: call(writes_x, (1,), x, out_shapes=jax.ShapeDtypeStruct((64,), jnp.float32), n=64),
+            "`writes_x` writes `x`, which is an input of this call")
+    s = jax.ShapeDtypeStruct((64,), jnp.float32)
+    _raises("SP0933", lambda: call(writes_x, (1,), x, out_shapes=s, n=64, input_output_aliases={3: 0}),
+            "input_output_aliases {3: 0} names no array argument or no output")
+    _raises("SP0933", lambda: call(writes_x, (1,), x, out_shapes=jax.ShapeDtypeStruct((32,), jnp.float32), n=64,
+                                   input_output_aliases={0: 0}),
+            "input_output_aliases {0: 0}: the input is (64,) float32 but the output is (32,) float32")
+
+
+def test_kernel_type_errors_surface_at_trace_time() -> None:
+    x, y = _inputs()
+    with pytest.raises(sp.LaunchError) as info:
+        call(scale_add, (3,), x.astype(np.float16), y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N,
+             alpha=1.0)
+    assert "error[SP0703]: argument `x` expects a pointer to f32, found an array of f16" in str(info.value)
+    with pytest.raises(sp.LaunchError) as grid:
+        call(scale_add, (0,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0)
+    assert "error[SP0710]" in str(grid.value)
+    with pytest.raises(sp.LaunchError) as unknown:
+        call(scale_add, (3,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0, nope=1)
+    assert "error[SP0702]: `scale_add` has no parameter named `nope`" in str(unknown.value)
+    with pytest.raises(sp.LaunchError) as missing:
+        call(scale_add, (3,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N)
+    assert "error[SP0701]: `scale_add` is missing the argument `alpha`" in str(missing.value)
+
+
+def test_autodiff_and_vmap_are_refused() -> None:
+    x, y = _inputs()
+    e = _raises("SP0934", lambda: jax.grad(lambda a: _scale_add(a, y).sum())(x),
+                "a sparsile kernel call cannot be differentiated")
+    assert "custom_vjp" in e.help
+    _raises("SP0935", lambda: jax.vmap(lambda a: _scale_add(a, y))(np.stack([x, x])),
+            "jax.vmap cannot batch a sparsile kernel call")
+
+
+def test_run_time_failure_becomes_an_xla_error() -> None:
+    x = np.ones(16, np.float32)  # the kernel reads 64 elements without a mask
+    with pytest.raises(Exception) as info:
+        np.asarray(jax.jit(lambda a: call(unmasked, (1,), a, out_shapes=jax.ShapeDtypeStruct((64,), jnp.float32)))(x))
+    text = str(info.value)
+    assert "error[SP0936]: a sparsile kernel call failed while XLA ran it" in text
+    assert "out of bounds" in text.lower() or "outside" in text.lower()
+
+
+# ------------------------------------------------------------------------------------------------
+# the import
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent, timeout=120)
+
+
+def test_import_sparsile_does_not_import_jax_and_missing_jax_is_sp0930() -> None:
+    r = _python("import sys, sparsile; assert 'jax' not in sys.modules; import sparsile.jax as j; "
+                "assert j.call is sparsile.jax.call; print('ok')")
+    assert r.stdout.strip() == "ok", r.stderr
+    r = _python("import sys; sys.modules['jax'] = None\nimport sparsile\ntry:\n import sparsile.jax\n"
+                "except ModuleNotFoundError as e:\n print(e.code, e.message)")
+    assert r.stdout.strip() == "SP0930 sparsile.jax needs JAX, which is not installed", r.stderr
