@@ -11,7 +11,10 @@ tensors are used in place, host arrays are copied to the GPU and back by the lau
 
 What is checked before anything is launched (each a :class:`~sparsile.stdlib.sparsity.SparsityError`
 with an SP08xx code): ranks and element types (SP0804), a dtype without a kernel (SP0804), values and
-b covering the same K (SP0815), the metadata's tag, shape and nibbles (``validate_metadata``:
+b covering the same K (SP0815: b's K must equal the K a tagged metadata buffer records, and values
+may exceed it only by compress()'s padding to a whole chunk; raw metadata words carry no K, so with
+them b may be up to a chunk narrower than values: pass the tagged buffer to have K checked exactly),
+the metadata's tag, shape and nibbles (``validate_metadata``:
 SP0805-SP0812; a device array is checked for shape and element type only, since reading its nibbles
 would copy it to the host on every call), an ``out`` of the wrong shape or type (SP0804).
 
@@ -228,10 +231,14 @@ def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, 
     if (op.name, m) not in seen:
         validate_metadata(meta, fmt, op.name, m=m)
         seen.add((op.name, m))
-    if meta.k > k_values or -(-meta.k // op.group) * op.group < k_b:
-        raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values} and b has "
-                   f"K = {k_b}", code=SP_MISSING_SIZE,
-                   help="encode the metadata of the operand whose values are passed")
+    if not meta.k <= k_values < meta.k + op.group:
+        raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values}",
+                   code=SP_MISSING_SIZE, help="encode the metadata of the operand whose values are passed")
+    if k_b != meta.k:
+        raise _bad(f"b has K = {k_b} columns but the sparse operand's metadata was encoded for K = {meta.k}",
+                   code=SP_OPERAND_MISMATCH,
+                   help=f"b is stored N x K: pass all {meta.k} columns of the weight's K (a narrower b would "
+                        "silently drop the last weight columns)")
     return meta
 
 
@@ -456,7 +463,7 @@ def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType,
     m, half_k = (int(s) for s in values.shape)
     n, k = (int(s) for s in b.shape)
     k_values = 2 * half_k
-    if not k <= k_values < k + max(op.group, choice.k_align):
+    if not k <= k_values < k + op.group:  # compress() pads K to a whole chunk of G, never more
         raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
                    f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
                    help="b is stored N x K: pass it with the K of the weight (transposed?)")
