@@ -566,7 +566,9 @@ def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> Compressed
 
     ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
     ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.
-    The pruning itself runs on the host (``compress(weight, dtype, prune=True)`` of the toolkit).
+    The pruning itself runs on the host (``compress(weight, dtype, prune=True)`` of the toolkit), in
+    the weight's own precision before the cast. e4m3 has no infinity: weights beyond ±448 are
+    saturated to ±448 with a ``SaturationWarning`` (a plain cast would make them NaN).
     """
     choice = _resolve_operand(weight, None, dtype)
     host = as_host_array(weight, "weight")

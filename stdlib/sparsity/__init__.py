@@ -12,7 +12,7 @@ are documented, with pictures and worked examples, in docs/sparse-metadata.md::
 """
 
 from .buffer import MetadataBuffer
-from .compress import compress, index_shape
+from .compress import SaturationWarning, cast_to_operand, compress, index_shape
 from .dtypes import (
     OPERAND_TYPES,
     PATTERN_1_2,
@@ -51,8 +51,10 @@ __all__ = [
     "MetadataBuffer",
     "OperandType",
     "Pattern",
+    "SaturationWarning",
     "SparsityError",
     "as_host_array",
+    "cast_to_operand",
     "compress",
     "decode_metadata",
     "decompress",
