@@ -159,7 +159,10 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     cache = default_cache()
     entry = cache.get(ckey)
     if entry is not None:
-        return CompiledKernel.from_cache(entry.metadata, entry.blobs)
+        try:
+            return CompiledKernel.from_cache(entry.metadata, entry.blobs)
+        except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError):
+            cache.discard(ckey)  # a checksum-valid entry with unusable metadata: rebuild it
     ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps)
     cache.put(ckey, {"cubin": ck.cubin, "ptx": ck.ptx.encode()}, json.loads(json.dumps(ck.metadata())))
     return ck
