@@ -71,8 +71,34 @@ def _parser() -> argparse.ArgumentParser:
     la = sub.add_parser("layout", help="draw a named layout, e.g. \"wgmma_accumulator(64)\"")
     la.add_argument("expr", nargs="?", help="a call of a layout constructor with literal arguments")
     la.add_argument("--list", action="store_true", help="list the layout constructors")
-    la.add_argument("--max-rows", type=int, default=64, help="rows of the picture to print")
+    la.add_argument("--max-rows", type=_picture_rows, default=64,
+                    help=f"rows of the picture to print (1 to {MAX_PICTURE_ROWS}, default 64)")
     return p
+
+
+MAX_PICTURE_ROWS = 4096
+MAX_LAYOUT_ARGUMENT = 1 << 62
+
+
+def _picture_rows(text: str) -> int:
+    """An argparse type: a row count for ``layout --max-rows``."""
+    try:
+        rows = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= rows <= MAX_PICTURE_ROWS:
+        raise argparse.ArgumentTypeError(f"the picture has 1 to {MAX_PICTURE_ROWS} rows, got {rows}")
+    return rows
+
+
+def _check_layout_arguments(name: str, values: list[Any]) -> None:
+    """A usage error for an integer argument too large to be a layout size (pictures only draw
+    the shown cells, but a constructor may still build per-element tables)."""
+    for v in values:
+        if isinstance(v, list | tuple):
+            _check_layout_arguments(name, list(v))
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_LAYOUT_ARGUMENT:
+            raise _Usage(f"`{name}` argument {v} is too large: layout sizes go up to 2**62")
 
 
 def _target_name(text: str) -> str:
@@ -315,6 +341,7 @@ def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     name, call_args, call_kwargs = _literal_call(args.expr)
     if name not in constructors:
         raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
+    _check_layout_arguments(name, [*call_args, *call_kwargs.values()])
     try:
         layout = constructors[name](*call_args, **call_kwargs)
     except Exception as e:  # the constructor's own argument checks, or arguments of the wrong kind
