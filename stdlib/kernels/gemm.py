@@ -36,7 +36,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..sparsity import MetadataBuffer, SparsityError, as_host_array, compress, encode_metadata, validate_metadata
+from ..sparsity import (
+    MetadataBuffer,
+    SparsityError,
+    as_host_array,
+    cast_to_operand,
+    compress,
+    encode_metadata,
+    validate_metadata,
+)
 from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
 from ..sparsity.formats import decompress, metadata_shape
@@ -144,8 +152,9 @@ def _placed(x: Any, what: str, interpret: bool) -> Any:
     return host
 
 
-def _cast(x: Any, choice: KernelChoice) -> Any:
-    """``x`` in the operand's element type (a no-op when it already is)."""
+def _cast(x: Any, choice: KernelChoice, what: str = "b") -> Any:
+    """``x`` in the operand's element type (a no-op when it already is); a numpy array through
+    ``cast_to_operand`` (e4m3 saturates at ±448 with a warning)."""
     if _kind(x) == "torch":
         import torch
 
@@ -157,6 +166,8 @@ def _cast(x: Any, choice: KernelChoice) -> Any:
     if _kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
         raise _bad(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
                    help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
+    if isinstance(x, np.ndarray):
+        return cast_to_operand(x, operand_type(choice.operand), what)
     return x.astype(host)
 
 
@@ -454,8 +465,8 @@ def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType,
                      ) -> tuple[Any, Any, int, int, int, int]:
     """``values`` and ``b`` placed for the launch and cast to the operand type, with their shapes
     checked: (values, b, M, N, K of b, K the values cover)."""
-    values = _cast(_placed(values, "values", interpret), choice)
-    b = _cast(_placed(b, "b", interpret), choice)
+    values = _cast(_placed(values, "values", interpret), choice, "values")
+    b = _cast(_placed(b, "b", interpret), choice, "b")
     for what, x in (("values", values), ("b", b)):
         if len(x.shape) != 2:
             raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",

@@ -59,3 +59,19 @@ def test_no_warning_within_range_and_e5m2_overflows_to_inf() -> None:
     with pytest.warns(S.SaturationWarning):
         cast = S.cast_to_operand(np.array([1e6, -np.inf]), S.operand_type("e4m3"))
     assert cast.dtype == ml_dtypes.float8_e4m3fn and cast.astype(np.float64).tolist() == [448.0, -448.0]
+
+
+def test_sparse_matmul_saturates_an_e4m3_b_beyond_448() -> None:
+    from sparsile.stdlib.kernels import sparse_matmul
+
+    rng = np.random.default_rng(4)
+    w = S.prune(rng.standard_normal((64, 64)).astype(np.float32), "e4m3")
+    weight = prune_and_compress(w, "e4m3")
+    b = rng.standard_normal((16, 64)).astype(np.float32)
+    b[3, 5] = 1000.0
+    with pytest.warns(S.SaturationWarning, match="^1 values of b lie beyond ±448"):
+        c = sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    assert np.isfinite(c.astype(np.float64)).all()
+    bq = np.clip(b, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    ref = weight.dense().astype(np.float64) @ bq.T
+    assert np.abs(c.astype(np.float64) - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 1e-2
