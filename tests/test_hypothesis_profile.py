@@ -14,7 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_no_example_database_by_default() -> None:
+    from hypothesis.configuration import storage_directory
+
     assert settings.default.database is None
+    home = Path(storage_directory("x").home_directory).resolve()
+    assert home != ROOT and ROOT not in home.parents  # nothing of hypothesis's in the checkout
 
 
 def test_ci_profile_is_derandomized() -> None:
