@@ -5,9 +5,14 @@
     sparsile check FILE.spk [--kernel NAME] [--signature SIG]
     sparsile compile FILE.spk --kernel NAME [--signature "x=ptr[f32],n=i32,BLOCK=1024"] --emit ir|llvm|ptx|cubin
                      [--target sm_90a] [-o OUT]
-    sparsile demo [ARGS...]
+    sparsile demo [--dtype f16|bf16|e4m3] [--size M N K] [--cpu]     (sparsile demo -h)
     sparsile layout "CONSTRUCTOR(args...)" | --list
     sparsile tune SHAPES... [--dtype bf16 --dtype f16] [-o TABLE.json] [--warmup N] [--rep N]
+    sparsile --version                   (``python -m sparsile ...`` works the same)
+
+``compile`` writes text artefacts to stdout unless ``-o`` is given; a cubin (binary) goes to
+stdout only when stdout is redirected (a terminal gets a usage error asking for ``-o``). An empty
+or unknown ``--target`` is a usage error.
 
 Exit status: 0 success, 1 the source has errors (diagnostics on stderr, rustc style), 2 usage
 errors (bad options, unreadable file, malformed signature), 3 a feature this installation does not
@@ -40,7 +45,10 @@ class _Usage(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="sparsile", description="sparsile kernel language tools")
+    p.add_argument("--version", action="version", version=f"sparsile {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -56,16 +64,18 @@ def _parser() -> argparse.ArgumentParser:
                    help='types of unannotated parameters and constexpr values, e.g. "n=i32,BLOCK=1024" '
                         "(annotated parameters and defaulted constexprs need none)")
     k.add_argument("--emit", choices=EMIT_KINDS, default="ir", help="what to produce (default: ir)")
-    k.add_argument("--target", default=None, help="GPU target, e.g. sm_90a or sm_100a")
-    k.add_argument("-o", "--output", default=None, help="write here instead of stdout")
+    k.add_argument("--target", default=None, type=_target_name, help="GPU target, e.g. sm_90a or sm_100a")
+    k.add_argument("-o", "--output", default=None,
+                   help="write here instead of stdout (a cubin goes to stdout only when it is not a terminal)")
 
-    d = sub.add_parser("demo", help="run the sparse matmul demo")
+    d = sub.add_parser("demo", help="run the sparse matmul demo (sparsile demo -h: its options)", add_help=False)
     d.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the demo")
 
     la = sub.add_parser("layout", help="draw a named layout, e.g. \"wgmma_accumulator(64)\"")
     la.add_argument("expr", nargs="?", help="a call of a layout constructor with literal arguments")
     la.add_argument("--list", action="store_true", help="list the layout constructors")
-    la.add_argument("--max-rows", type=int, default=64, help="rows of the picture to print")
+    la.add_argument("--max-rows", type=_picture_rows, default=64,
+                    help=f"rows of the picture to print (1 to {MAX_PICTURE_ROWS}, default 64)")
 
     t = sub.add_parser("tune", help="pre-tune the sparse GEMM for a list of shapes and write a table")
     t.add_argument("shapes", nargs="+", help="MxNxK shapes (M out features, N tokens, K in features), or files "
@@ -78,12 +88,51 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_PICTURE_ROWS = 4096
+MAX_LAYOUT_ARGUMENT = 1 << 62
+
+
+def _picture_rows(text: str) -> int:
+    """An argparse type: a row count for ``layout --max-rows``."""
+    try:
+        rows = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= rows <= MAX_PICTURE_ROWS:
+        raise argparse.ArgumentTypeError(f"the picture has 1 to {MAX_PICTURE_ROWS} rows, got {rows}")
+    return rows
+
+
+def _check_layout_arguments(name: str, values: list[Any]) -> None:
+    """A usage error for an integer argument too large to be a layout size (pictures only draw
+    the shown cells, but a constructor may still build per-element tables)."""
+    for v in values:
+        if isinstance(v, list | tuple):
+            _check_layout_arguments(name, list(v))
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_LAYOUT_ARGUMENT:
+            raise _Usage(f"`{name}` argument {v} is too large: layout sizes go up to 2**62")
+
+
+def _target_name(text: str) -> str:
+    """An argparse type: a known target name (an empty or unknown one is a usage error, exit 2)."""
+    from .backend.targets import get_target
+    from .frontend.diagnostics import CompileError
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the target name is empty (e.g. --target sm_90a)")
+    try:
+        return get_target(text).name
+    except CompileError as e:
+        d = e.diagnostics[0]
+        raise argparse.ArgumentTypeError(f"{d.message}; {d.help}" if d.help else d.message) from None
+
+
 def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["demo"] and not (set(argv[1:2]) & {"-h", "--help"}):
-        # everything after `demo` belongs to the demo, options included (`sparsile demo --dtype e4m3`)
+    if argv[:1] == ["demo"]:
+        # everything after `demo` belongs to the demo, options and -h included (`sparsile demo --dtype e4m3`)
         rest = argv[1:]
         argv = ["demo", "--", *rest] if rest and rest[0] != "--" else argv
     try:
@@ -111,7 +160,7 @@ def _read_module(path: str) -> Any:
     import sparsile
 
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a UTF-8 byte-order mark is allowed
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}") from None
@@ -234,7 +283,9 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"error: the compiler produced no {args.emit} for `{args.kernel}`", file=err)
         return EXIT_UNAVAILABLE
     if isinstance(artefact, bytes | bytearray):
-        path = args.output or f"{args.kernel}.{args.emit}"
+        if args.output is None:
+            return _write_binary_stdout(bytes(artefact), args.emit, out)
+        path = args.output
         try:
             with open(path, "wb") as f:
                 f.write(artefact)
@@ -243,6 +294,17 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"wrote {path} ({len(artefact)} bytes)", file=out)
         return EXIT_OK
     return _write(str(artefact), args.output, out)
+
+
+def _write_binary_stdout(data: bytes, what: str, out: TextIO) -> int:
+    """A binary artefact on stdout: only when it is redirected (a terminal gets a usage error)."""
+    buffer = getattr(out, "buffer", None)
+    if buffer is None or out.isatty():
+        raise _Usage(f"`--emit {what}` is binary: give -o FILE, or redirect stdout (`... > k.{what}`)")
+    out.flush()
+    buffer.write(data)
+    buffer.flush()
+    return EXIT_OK
 
 
 def _write(text: str, path: str | None, out: TextIO) -> int:
@@ -265,7 +327,10 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"error: the demo (sparsile.demo) is not part of this installation yet ({e})", file=err)
         return EXIT_UNAVAILABLE
     takes_args = bool(inspect.signature(demo_main).parameters)
-    result = demo_main(list(args.args)) if takes_args else demo_main()
+    try:
+        result = demo_main(list(args.args)) if takes_args else demo_main()
+    except SystemExit as e:  # the demo's own argparse: -h, or a bad option (already printed)
+        return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     return int(result) if isinstance(result, int) else EXIT_OK
 
 
@@ -322,6 +387,7 @@ def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     name, call_args, call_kwargs = _literal_call(args.expr)
     if name not in constructors:
         raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
+    _check_layout_arguments(name, [*call_args, *call_kwargs.values()])
     try:
         layout = constructors[name](*call_args, **call_kwargs)
     except Exception as e:  # the constructor's own argument checks, or arguments of the wrong kind

@@ -1,10 +1,29 @@
-"""Shared pytest configuration: the ``gpu`` marker skips cleanly on machines without an NVIDIA GPU."""
+"""Shared pytest configuration: the ``gpu`` marker skips cleanly on machines without an NVIDIA GPU,
+and the hypothesis profiles.
+
+Hypothesis profiles: ``dev`` (the default) draws random examples but never reads or writes the
+``.hypothesis/`` example database, so a failure found once is not replayed forever from the
+checkout (rerun it with the ``--hypothesis-seed`` the report prints), and hypothesis's caches live
+in a temporary folder; ``ci`` (selected when the
+environment variable ``CI`` is set, as ``.ci/run`` does) is derandomized: the same examples every
+run. ``HYPOTHESIS_PROFILE=dev|ci`` picks one explicitly.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+# hypothesis's own caches (source constants, unicode tables) go to a temporary folder, not the checkout
+set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), f"sparsile-hypothesis-{os.getuid()}"))
+settings.register_profile("dev", database=None)
+settings.register_profile("ci", database=None, derandomize=True, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 @functools.cache

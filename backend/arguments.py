@@ -39,6 +39,8 @@ SP0721  kernel name not found in the loaded module
 SP0722  parameter annotation the launcher cannot pass (``frontend/specialize.py``)
 SP0723  constexpr argument of a kind that cannot be a compile-time constant
 SP0724  malformed ahead-of-time signature (``name=type`` / ``name=value`` items)
+SP0750  host arrays that overlap without being the same memory, one of them written (copies would
+        hide the writes from each other)
 ======  ===================================================================
 """
 
@@ -83,6 +85,7 @@ CONSTEXPR = "SP0718"
 READ_ONLY = "SP0719"
 ARG_SHAPE = "SP0720"
 KERNEL_NOT_FOUND = "SP0721"
+ARG_OVERLAP = "SP0750"
 
 # ---------------------------------------------------------------------------------------------
 # dtypes
@@ -716,6 +719,38 @@ def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int,
                           "16-byte aligned, but the kernel was specialized assuming 16-byte alignment",
                           "pass an array whose data starts on a 16-byte boundary (a fresh allocation, "
                           "or a slice at a multiple of 16 bytes)")
+
+
+def _byte_range(a: np.ndarray) -> tuple[int, int]:
+    """(first byte, one past the last byte) of the memory a numpy array spans."""
+    lo = hi = a.__array_interface__["data"][0]
+    if a.size == 0:
+        return lo, hi
+    for n, st in zip(a.shape, a.strides, strict=True):
+        lo, hi = lo + min(0, (n - 1) * st), hi + max(0, (n - 1) * st)
+    return lo, hi + a.itemsize
+
+
+def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, host: np.ndarray,
+                     writes: bool) -> int | None:
+    """Where the host array ``host`` (argument ``name``) goes among the host arrays
+    already staged for this launch, ``(name, array, written)`` each: the index of one covering the
+    very same bytes (share its device copy, as the GPU would share the memory), or None (a copy of
+    its own). Bytes shared only in part, with either written, are LaunchError SP0750: two copies
+    would hide the writes through one from the other, and the last copied back would win."""
+    lo, hi = _byte_range(host)
+    for i, (other, array, written) in enumerate(staged):
+        a, b = _byte_range(array)
+        if hi > lo and (a, b) == (lo, hi) and (array.strides == host.strides or (array.flags.c_contiguous
+                                               and host.flags.c_contiguous)):
+            return i
+        if a < hi and lo < b and (writes or written):
+            raise LaunchError(ARG_OVERLAP, f"host arrays `{other}` and `{name}` overlap in memory but are not "
+                              "the same array, and the kernel writes "
+                              f"`{name if writes else other}`; each host array is copied to the device on "
+                              "its own, so the writes would be lost",
+                              "pass the same array for both, or separate arrays (e.g. `y.copy()`)")
+    return None
 
 
 def check_divisible(name: str, value: int, divisor: int) -> None:

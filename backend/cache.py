@@ -339,6 +339,19 @@ class CompileCache:
 
     # -- maintenance -------------------------------------------------------------------------
 
+    def discard(self, key: str) -> None:
+        """Forget ``key`` in memory and on disk: for an entry whose checksum is valid but whose
+        content its reader cannot use (bad metadata), so that it is rebuilt instead of failing on
+        every run."""
+        with self._lock:
+            self._memory.pop(key, None)
+        if self.directory is None or not _KEY.match(key):
+            return
+        try:
+            self.entry_path(key).unlink()
+        except OSError:
+            pass
+
     def clear_memory(self) -> None:
         with self._lock:
             self._memory.clear()

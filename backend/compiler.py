@@ -184,13 +184,18 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     cache = default_cache()
     entry = cache.get(ckey)
     if entry is not None:
-        ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
-        if LLVM_BLOB in entry.blobs:
-            ck.llvm = zlib.decompress(entry.blobs[LLVM_BLOB]).decode()
-        if _has_stage(ck, stop_after):
-            return ck
-        if not ck.llvm:
+        try:
+            ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
+            if LLVM_BLOB in entry.blobs:
+                ck.llvm = zlib.decompress(entry.blobs[LLVM_BLOB]).decode()
+        except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError, zlib.error):
+            cache.discard(ckey)  # a checksum-valid entry with unusable metadata: rebuild it
             entry = None
+        else:
+            if _has_stage(ck, stop_after):
+                return ck
+            if not ck.llvm:
+                entry = None
     if entry is None:
         ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps, stop_after="llvm")
     ck = finish_stages(ck, target, stop_after)

@@ -119,7 +119,7 @@ class GpuLaunch:
             stream = fast_launch.torch_current_stream(launcher.device.ordinal)
         launcher(grid, values, stream=stream)
         for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
-            dev.copy_to_host(host)
+            _copy_back(host, dev)
 
     def prepare(self, *args: Any, **kwargs: Any) -> Any:
         """Bind, specialize, compile and build the launcher once; returns a
@@ -234,18 +234,37 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
 
 def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[Any, Any]]:
     """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
-    and its tensor maps: copy it once here (and back afterwards if the kernel writes it)."""
+    and its tensor maps: copy it once here (and back afterwards if the kernel writes it). Another
+    argument that is the same host array gets the same copy; one that overlaps it only in part,
+    with a write, is LaunchError SP0750 (``arguments.shared_host_copy``)."""
     import numpy as np
 
+    from .arguments import shared_host_copy
     from .runtime import DeviceBuffer
 
-    back = []
-    names = {p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"}
-    for name in names:
-        v = bound[name]
-        if isinstance(v, np.ndarray):
-            dev = DeviceBuffer.from_numpy(np.ascontiguousarray(v))
-            bound[name] = dev
-            if name in launcher.written:
-                back.append((v, dev))
-    return back
+    names = sorted({p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"})
+    hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
+    if not hosts:
+        return []
+    staged: list[tuple[str, np.ndarray, bool]] = []
+    devices: list[Any] = []
+    for name in hosts + [n for n, v in bound.items() if n not in names and isinstance(v, np.ndarray)]:
+        v, writes = bound[name], name in launcher.written
+        same = shared_host_copy(staged, name, v, writes)
+        if same is not None:
+            first, host, written = staged[same]
+            staged[same] = (first, host, written or writes)
+            bound[name] = devices[same]
+        elif name in hosts:
+            staged.append((name, v, writes))
+            devices.append(DeviceBuffer.from_numpy(np.ascontiguousarray(v)))
+            bound[name] = devices[-1]
+    return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
+
+
+def _copy_back(host: Any, dev: Any) -> None:
+    """Copy a staged device buffer back into its host array (a strided one through a dense copy)."""
+    if host.flags.c_contiguous:
+        dev.copy_to_host(host)
+    else:
+        host[...] = dev.copy_to_host().reshape(host.shape)

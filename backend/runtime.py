@@ -69,6 +69,7 @@ from .arguments import (
     numpy_dtype,
     register_array_type,
     scalar_writer,
+    shared_host_copy,
     stream_handle,
     torch_device_pointer,
 )
@@ -577,20 +578,26 @@ class _Call:
 
     def __init__(self, stream: int, n_infos: int):
         self.stream = stream
-        self.staged: list[tuple[DeviceBuffer, np.ndarray | None]] | None = None
+        self.staged: list[tuple[DeviceBuffer, np.ndarray, bool, str]] | None = None  # (copy, host, written, name)
         self.waits: list[int] | None = None
         self.keep: list[Any] | None = None
         self.infos: list[ArrayInfo | None] | None = [None] * n_infos if n_infos else None
 
 
-def _stage_host_array(info: ArrayInfo, writes: bool, call: _Call, device: int) -> int:
+def _stage_host_array(name: str, info: ArrayInfo, writes: bool, call: _Call, device: int) -> int:
     """Copy a host array to a fresh device buffer (on the launch stream); remember to copy it
-    back after the launch when the kernel writes it."""
+    back after the launch when the kernel writes it. The same host memory passed twice shares one
+    copy; a partial overlap with a write is SP0750 (``arguments.shared_host_copy``)."""
     host = info.host
-    buf = DeviceBuffer(host.nbytes, device=device)
     if call.staged is None:
         call.staged = []
-    call.staged.append((buf, host if writes else None))
+    same = shared_host_copy([(n, h, w) for _, h, w, n in call.staged], name, host, writes)
+    if same is not None:
+        buf, h, written, first = call.staged[same]
+        call.staged[same] = (buf, h, written or writes, first)
+        return buf.ptr
+    buf = DeviceBuffer(host.nbytes, device=device)
+    call.staged.append((buf, host, writes, name))
     if host.nbytes:
         check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data, host.nbytes,
                                                              call.stream))
@@ -602,15 +609,15 @@ def _finish_host_copies(call: _Call, launched: bool) -> None:
     failed launch (an exception is already propagating) only synchronize and free."""
     try:
         if launched:
-            for buf, host in call.staged:
-                if host is not None and host.nbytes:
+            for buf, host, written, _ in call.staged:
+                if written and host.nbytes:
                     check("cuMemcpyDtoHAsync",
                           driver.cuMemcpyDtoHAsync(host.ctypes.data, buf.ptr, host.nbytes, call.stream))
             check("cuStreamSynchronize", driver.cuStreamSynchronize(call.stream))
         else:
             driver.cuStreamSynchronize(call.stream)
     finally:
-        for buf, _ in call.staged:
+        for buf, *_ in call.staged:
             buf.free()
 
 
@@ -732,9 +739,9 @@ class Launcher:
                                   "device memory")
         return info
 
-    def _device_pointer(self, info: ArrayInfo, writes: bool, call: _Call) -> int:
+    def _device_pointer(self, name: str, info: ArrayInfo, writes: bool, call: _Call) -> int:
         if info.device == HOST:
-            return _stage_host_array(info, writes, call, self.device.ordinal)
+            return _stage_host_array(name, info, writes, call, self.device.ordinal)
         if info.stream is not None and not _same_stream(info.stream, call.stream):
             call.waits = [*(call.waits or ()), info.stream]
         if info.keepalive is not None:
@@ -777,7 +784,7 @@ class Launcher:
                 info = self._array_info(name, value, call, f"an array (pointer to {dtype})", info)
                 check_array_argument(name, dtype, info, device=ordinal, allow_host=self.allow_host_copies,
                                      writes=writes, aligned16=aligned16, contiguous=p.contiguous)
-                ptr = self._device_pointer(info, writes, call)
+                ptr = self._device_pointer(name, info, writes, call)
                 pack(view, offset, ptr)
                 if ptr != info.ptr:  # staged host array: derived parameters describe the device copy
                     info = info._replace(ptr=ptr, device=ordinal, host=None)
@@ -803,7 +810,7 @@ class Launcher:
             info = self._array_info(p.name, value, call, f"an array for a tensor map of {p.dtype}")
             check_array_argument(p.name, p.dtype, info, device=ordinal, allow_host=self.allow_host_copies,
                                  writes=not p.readonly, contiguous=False)
-            ptr = self._device_pointer(info, not p.readonly, call)
+            ptr = self._device_pointer(p.name, info, not p.readonly, call)
             if ptr != info.ptr:
                 info = info._replace(ptr=ptr, device=ordinal)
             key = (info.ptr, info.shape, info.strides)

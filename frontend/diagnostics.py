@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .spans import UNKNOWN_SPAN, Span
 
@@ -110,11 +111,26 @@ def render(diag: Diagnostic) -> str:
     return "\n".join(out)
 
 
+def _unique(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
+    """``diagnostics`` without repeats of the same code, message and span (a helper inlined three
+    times reports its one mistake once), in first-seen order."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for d in diagnostics:
+        sp = d.span
+        where = (getattr(sp.source, "name", None), sp.file_line, sp.col, sp.end_line, sp.end_col)
+        key = (d.code, d.message, where, d.severity)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return tuple(out)
+
+
 class CompileError(Exception):
     """One or more user-facing diagnostics; ``str()`` renders them all."""
 
     def __init__(self, diagnostics: Iterable[Diagnostic]):
-        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
+        self.diagnostics: tuple[Diagnostic, ...] = _unique(diagnostics)
         super().__init__(self.render())
 
     def render(self) -> str:

@@ -85,6 +85,93 @@ def _holders(layout: LinearLayout) -> tuple[np.ndarray, np.ndarray, list[str], i
     return first, count, names, rows, cols
 
 
+def _solver(layout: LinearLayout) -> tuple[list[tuple[int, int, int]], list[int], list[int]]:
+    """GF(2) elimination of the layout's matrix: (image basis as (pivot bit, vector, input
+    combination) with distinct pivots, the kernel in reduced echelon form (highest bit first),
+    output bit offsets). Input bits are numbered as the flat row-major input index of
+    :func:`_point` (first dim most significant), outputs as the dims in order, first lowest."""
+    out_shift = _out_offsets(layout)
+    columns: list[tuple[int, int]] = []  # (image, input bit)
+    in_shift = 0
+    for (_, size), row in reversed(list(zip(layout.in_dims, layout.bases, strict=True))):
+        for b, basis in enumerate(row):
+            image = 0
+            for c, sh in zip(basis, out_shift, strict=True):
+                image |= c << sh
+            columns.append((image, 1 << (in_shift + b)))
+        in_shift += size.bit_length() - 1
+    image_basis: dict[int, tuple[int, int]] = {}  # pivot bit -> (vector, input combination)
+    kernel: list[int] = []
+    for v, combo in columns:
+        while v:
+            top = v.bit_length() - 1
+            if top not in image_basis:
+                image_basis[top] = (v, combo)
+                break
+            w, c = image_basis[top]
+            v, combo = v ^ w, combo ^ c
+        else:
+            kernel.append(combo)
+    reduced: dict[int, int] = {}  # kernel in reduced echelon form: pivot bit -> vector
+    for k in kernel:
+        for top in sorted(reduced, reverse=True):
+            if k >> top & 1:
+                k ^= reduced[top]
+        if k:
+            top = k.bit_length() - 1
+            for t in list(reduced):
+                if reduced[t] >> top & 1:
+                    reduced[t] ^= k
+            reduced[top] = k
+    basis = [(top, v, c) for top, (v, c) in image_basis.items()]
+    return sorted(basis, reverse=True), [reduced[t] for t in sorted(reduced, reverse=True)], out_shift
+
+
+def _out_offsets(layout: LinearLayout) -> list[int]:
+    shifts, s = [], 0
+    for _, size in layout.out_dims:
+        shifts.append(s)
+        s += size.bit_length() - 1
+    return shifts
+
+
+def _first_holder(solver: tuple[list[tuple[int, int, int]], list[int], list[int]],
+                  target: int) -> tuple[int, int]:
+    """(smallest flat input index mapping to the flat output ``target``, number of such inputs);
+    (-1, 0) when no input does."""
+    basis, kernel, _ = solver
+    x = 0
+    for top, v, c in basis:
+        if target >> top & 1:
+            target, x = target ^ v, x ^ c
+    if target:
+        return -1, 0
+    for k in kernel:  # reduced echelon: clearing each pivot bit in turn gives the minimum
+        if x >> (k.bit_length() - 1) & 1:
+            x ^= k
+    return x, 1 << len(kernel)
+
+
+def _shown_holders(layout: LinearLayout, names: list[str], cols: int, shown_r: int, shown_c: int
+                   ) -> tuple[list[list[int]], list[list[int]]]:
+    """First holder and holder count of each shown cell, found by solving the layout's linear
+    system per cell (never enumerating the layout: a 2-row picture of a huge layout is cheap)."""
+    solver = _solver(layout)
+    shifts = dict(zip(layout.out_names, solver[2], strict=True))
+    sizes = [layout.out_size(n) for n in names]
+    first = [[-1] * shown_c for _ in range(shown_r)]
+    count = [[0] * shown_c for _ in range(shown_r)]
+    for r in range(shown_r):
+        base, rest = 0, r
+        for n, size in zip(reversed(names[:-1]), reversed(sizes[:-1]), strict=True):
+            base |= (rest % size) << shifts[n]
+            rest //= size
+        for c in range(shown_c):
+            target = base | (c << shifts[names[-1]]) if names else base
+            first[r][c], count[r][c] = _first_holder(solver, target)
+    return first, count
+
+
 def _point(layout: LinearLayout, flat_index: int) -> dict[str, int]:
     """Input point of a row-major flat index over the input dims (first dim slowest)."""
     point = {}
@@ -98,18 +185,18 @@ def layout_picture(layout: LinearLayout, *, title: str | None = None, max_rows: 
                    max_cols: int = 32) -> str:
     """A text grid of the logical tensor (rows = all but the last logical dim, flattened
     row-major; columns = the last dim), each cell showing its hardware position."""
-    first, count, names, rows, cols = _holders(layout)
+    names, rows, cols = _logical_grid(layout)
     shown_r, shown_c = min(rows, max_rows), min(cols, max_cols)
+    first, count = _shown_holders(layout, names, cols, shown_r, shown_c)
     cells = []
     for r in range(shown_r):
         row = []
         for c in range(shown_c):
-            i = r * cols + c
-            if first[i] < 0:
+            if first[r][c] < 0:
                 row.append(".")
             else:
-                label = hardware_label(layout, _point(layout, int(first[i])))
-                row.append(label + ("*" if count[i] > 1 else ""))
+                label = hardware_label(layout, _point(layout, first[r][c]))
+                row.append(label + ("*" if count[r][c] > 1 else ""))
         cells.append(row)
     width = max([len(x) for row in cells for x in row] + [len(str(shown_c - 1))])
     row_w = len(str(rows - 1))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from . import types as T
@@ -220,7 +221,13 @@ def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarra
     if dst.name == "tf32":
         return tf32_round(a)
     if src.is_float and dst.is_float and dst.bits < 16:
-        return a.astype(np.float32).astype(ddt)
+        # as the GPU: through f32, then cvt.rn.satfinite (out-of-range values and infinities
+        # clamp to the largest finite value, NaN stays NaN), where a plain cast would give NaN/inf
+        x = a.astype(np.float32)
+        if dst.name in ("e4m3", "e5m2"):
+            top = np.float32(ml_dtypes.finfo(ddt).max)
+            x = np.clip(x, -top, top)
+        return x.astype(ddt)
     return a.astype(ddt)
 
 

@@ -161,7 +161,7 @@ def quantize_mx(x: Any, block: int = 32, dtype: str = "e4m3") -> tuple[np.ndarra
     e = np.where(amax > 0, e, 0)
     scaled = blocks / np.ldexp(1.0, e)[:, :, None]
     scaled = np.clip(scaled, -top, top)  # only reachable when e was clipped at 2^127
-    values = scaled.reshape(rows, nb * block)[:, :k].astype(np.float32).astype(host)
+    values = scaled.reshape(rows, nb * block)[:, :k].astype(host)  # one rounding, float64 -> fp8 (RNE)
     return values, (e + UE8M0_BIAS).astype(np.uint8)
 
 

@@ -11,7 +11,10 @@ tensors are used in place, host arrays are copied to the GPU and back by the lau
 
 What is checked before anything is launched (each a :class:`~sparsile.stdlib.sparsity.SparsityError`
 with an SP08xx code): ranks and element types (SP0804), a dtype without a kernel (SP0804), values and
-b covering the same K (SP0815), the metadata's tag, shape and nibbles (``validate_metadata``:
+b covering the same K (SP0815: b's K must equal the K a tagged metadata buffer records, and values
+may exceed it only by compress()'s padding to a whole chunk; raw metadata words carry no K, so with
+them b may be up to a chunk narrower than values: pass the tagged buffer to have K checked exactly),
+the metadata's tag, shape and nibbles (``validate_metadata``:
 SP0805-SP0812; a device array is checked for shape and element type only, since reading its nibbles
 would copy it to the host on every call), an ``out`` of the wrong shape or type (SP0804).
 
@@ -33,7 +36,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..sparsity import MetadataBuffer, SparsityError, as_host_array, compress, encode_metadata, validate_metadata
+from ..sparsity import (
+    MetadataBuffer,
+    SparsityError,
+    as_host_array,
+    cast_to_operand,
+    compress,
+    encode_metadata,
+    validate_metadata,
+)
 from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
 from ..sparsity.formats import decompress, metadata_shape
@@ -141,8 +152,9 @@ def _placed(x: Any, what: str, interpret: bool) -> Any:
     return host
 
 
-def _cast(x: Any, choice: KernelChoice) -> Any:
-    """``x`` in the operand's element type (a no-op when it already is)."""
+def _cast(x: Any, choice: KernelChoice, what: str = "b") -> Any:
+    """``x`` in the operand's element type (a no-op when it already is); a numpy array through
+    ``cast_to_operand`` (e4m3 saturates at ±448 with a warning)."""
     if _kind(x) == "torch":
         import torch
 
@@ -154,6 +166,8 @@ def _cast(x: Any, choice: KernelChoice) -> Any:
     if _kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
         raise _bad(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
                    help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
+    if isinstance(x, np.ndarray):
+        return cast_to_operand(x, operand_type(choice.operand), what)
     return x.astype(host)
 
 
@@ -228,10 +242,14 @@ def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, 
     if (op.name, m) not in seen:
         validate_metadata(meta, fmt, op.name, m=m)
         seen.add((op.name, m))
-    if meta.k > k_values or -(-meta.k // op.group) * op.group < k_b:
-        raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values} and b has "
-                   f"K = {k_b}", code=SP_MISSING_SIZE,
-                   help="encode the metadata of the operand whose values are passed")
+    if not meta.k <= k_values < meta.k + op.group:
+        raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values}",
+                   code=SP_MISSING_SIZE, help="encode the metadata of the operand whose values are passed")
+    if k_b != meta.k:
+        raise _bad(f"b has K = {k_b} columns but the sparse operand's metadata was encoded for K = {meta.k}",
+                   code=SP_OPERAND_MISMATCH,
+                   help=f"b is stored N x K: pass all {meta.k} columns of the weight's K (a narrower b would "
+                        "silently drop the last weight columns)")
     return meta
 
 
@@ -460,8 +478,8 @@ def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType,
                      ) -> tuple[Any, Any, int, int, int, int]:
     """``values`` and ``b`` placed for the launch and cast to the operand type, with their shapes
     checked: (values, b, M, N, K of b, K the values cover)."""
-    values = _cast(_placed(values, "values", interpret), choice)
-    b = _cast(_placed(b, "b", interpret), choice)
+    values = _cast(_placed(values, "values", interpret), choice, "values")
+    b = _cast(_placed(b, "b", interpret), choice, "b")
     for what, x in (("values", values), ("b", b)):
         if len(x.shape) != 2:
             raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
@@ -469,7 +487,7 @@ def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType,
     m, half_k = (int(s) for s in values.shape)
     n, k = (int(s) for s in b.shape)
     k_values = 2 * half_k
-    if not k <= k_values < k + max(op.group, choice.k_align):
+    if not k <= k_values < k + op.group:  # compress() pads K to a whole chunk of G, never more
         raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
                    f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
                    help="b is stored N x K: pass it with the K of the weight (transposed?)")
@@ -582,7 +600,9 @@ def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> Compressed
 
     ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
     ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.
-    The pruning itself runs on the host (``compress(weight, dtype, prune=True)`` of the toolkit).
+    The pruning itself runs on the host (``compress(weight, dtype, prune=True)`` of the toolkit), in
+    the weight's own precision before the cast. e4m3 has no infinity: weights beyond ±448 are
+    saturated to ±448 with a ``SaturationWarning`` (a plain cast would make them NaN).
     """
     choice = _resolve_operand(weight, None, dtype)
     host = as_host_array(weight, "weight")

@@ -15,7 +15,7 @@ The GPU versions (bit-identical) are in ``sparsile.stdlib.kernels.sparsity_gpu``
 """
 
 from .buffer import MetadataBuffer
-from .compress import compress, index_shape
+from .compress import SaturationWarning, cast_to_operand, compress, index_shape
 from .dtypes import (
     OPERAND_TYPES,
     PATTERN_1_2,
@@ -55,8 +55,10 @@ __all__ = [
     "MetadataBuffer",
     "OperandType",
     "Pattern",
+    "SaturationWarning",
     "SparsityError",
     "as_host_array",
+    "cast_to_operand",
     "compress",
     "decode_metadata",
     "decompress",

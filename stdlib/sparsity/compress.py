@@ -56,8 +56,43 @@ def as_operand_matrix(w: Any, dtype: str | OperandType | None, what: str = "w") 
                             help="reshape to (M, K) with K the axis the sparsity runs along")
     op = _resolve_operand(array, dtype)
     if array.dtype != op.host_dtype:
-        array = array.astype(op.host_dtype)
+        array = cast_to_operand(array, op, what)
     return np.ascontiguousarray(array), op
+
+
+def _caller_level() -> int:
+    """``stacklevel`` of the first frame outside the sparsile stdlib (the user's call)."""
+    import os
+    import sys
+
+    stdlib = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(stdlib):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class SaturationWarning(UserWarning):
+    """Values beyond the largest finite value of an operand type were saturated by a cast."""
+
+
+def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.ndarray:
+    """``array`` cast to the host dtype of ``op``, rounding once to nearest even. e4m3 has no
+    infinity: a cast would turn |x| >= 464 into NaN, so values beyond ±448 (infinities included)
+    are saturated to ±448 instead, with a :class:`SaturationWarning` saying how many (NaN stays
+    NaN). Other types round as ml_dtypes / numpy do (e5m2 overflows to ±inf)."""
+    if op.name == "e4m3":
+        wide = array.astype(np.float64)
+        over = np.abs(wide) > 448.0
+        if over.any():
+            import warnings
+
+            warnings.warn(f"{int(over.sum())} values of {what} lie beyond ±448, the largest finite e4m3 "
+                          "value: saturated to ±448 (a plain cast would make them NaN)",
+                          SaturationWarning, stacklevel=_caller_level())
+            wide = np.clip(wide, -448.0, 448.0)
+        return wide.astype(op.host_dtype)
+    return array.astype(op.host_dtype)
 
 
 def _pad_k(array: np.ndarray, group: int) -> np.ndarray:
@@ -102,8 +137,18 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
     of the chunk size G (zeros are trivially sparse), so ``values`` is (M, Kg/2) and ``indices``
     (M, Kg/G, S) with Kg = K rounded up to G. A matrix that breaks the pattern raises SP0803 naming
     the first offending row and group; with ``prune=True`` it is magnitude-pruned first (in the
-    same pass, giving exactly ``compress(prune(w, dtype))``).
+    same pass, giving exactly ``compress(prune(w, dtype))``: a ``w`` of another dtype is pruned in its
+    own precision before the cast). e4m3 values beyond ±448 are saturated to ±448 with a
+    :class:`SaturationWarning` (``cast_to_operand``), not turned into NaN.
     """
+    if prune and dtype is not None:
+        host = as_host_array(w, "w")
+        if host.ndim == 2 and host.dtype != operand_type(dtype).host_dtype:
+            # prune in w's own precision, then cast: rounding first could tie or zero magnitudes
+            # and keep other elements than prune(w, dtype) does
+            from .prune import prune as prune_matrix
+
+            w, prune = prune_matrix(host, dtype, workers=workers), False
     array, op = as_operand_matrix(w, dtype)
     array = _pad_k(array, op.group)
     rows, k = array.shape

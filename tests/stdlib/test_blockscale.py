@@ -95,6 +95,20 @@ def test_quantize_dequantize_error_is_within_half_an_ulp_of_the_block(rows, k, b
     assert (amax / (BS.decode_ue8m0(s) / 2) > float(info.max)).all()
 
 
+def test_quantize_rounds_once_from_float64():
+    """Issue 15 item 5: -431.99999946660427 rounds to -416 (the nearer e4m3 value). Through float32
+    it first became -432.0, the midpoint of 416 and 448, and then -448 (ties to even): an error of
+    16 + 5e-7, beyond half an ulp (16)."""
+    x = np.zeros((1, 32))
+    x[0, 0] = -431.99999946660427
+    x[0, 1] = 1.0
+    q, s = BS.quantize_mx(x, 32, "e4m3")
+    assert s[0, 0] == 127  # scale 1: amax 432 <= 448
+    assert float(q[0, 0]) == -416.0 and float(q[0, 1]) == 1.0
+    d = BS.dequantize_mx(q, s, 32)
+    assert abs(d[0, 0] - x[0, 0]) < 16
+
+
 def test_zero_blocks_get_scale_one():
     q, s = BS.quantize_mx(np.zeros((2, 40)), 32)
     assert (s == 127).all() and (q.astype(np.float32) == 0).all()

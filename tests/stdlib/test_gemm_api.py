@@ -170,8 +170,10 @@ def test_raw_metadata_words_uint32_and_int32():
     np.testing.assert_array_equal(c_i32, c_tagged)
 
 
-def test_values_padded_by_the_caller_are_accepted():
-    """Values compressed from a weight zero-padded to the TMA granularity (as the sweep does), b not."""
+def test_values_padded_by_the_caller_need_b_padded_alike():
+    """Values compressed from a weight zero-padded to the TMA granularity (as the sweep does) have
+    the padded K: b padded the same way is accepted, the unpadded b is refused (its K differs from
+    the metadata's, the same shape as a b that silently drops weight columns: issue 15)."""
     rng = np.random.default_rng(3)
     w = S.prune_2_4(rng.standard_normal((40, 36)).astype(np.float32)).astype(np.float16)
     wp = np.zeros((40, 48), np.float16)
@@ -179,9 +181,15 @@ def test_values_padded_by_the_caller_are_accepted():
     values, idx = S.compress(wp, "f16")
     meta = S.encode_metadata(idx, "sm90", "f16")
     b = rng.standard_normal((20, 36)).astype(np.float16)
-    c = sparse_matmul(values, meta, b, interpret=True)
+    bp = np.zeros((20, 48), np.float16)
+    bp[:, :36] = b
+    c = sparse_matmul(values, meta, bp, interpret=True)
     ref = w.astype(np.float64) @ b.astype(np.float64).T
     assert np.abs(c - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 1e-2
+    for m in (meta, meta.data):
+        with pytest.raises(SparsityError) as info:
+            plan_sparse_matmul(values, m, b, interpret=True)
+        assert info.value.code == "SP0815"
 
 
 def test_out_is_written_and_returned():
@@ -212,7 +220,7 @@ def test_prune_and_compress_gives_the_toolkit_result(dtype):
     rng = np.random.default_rng(6)
     w = rng.standard_normal((24, 40)).astype(np.float32) * (30 if dtype == "s8" else 1)
     values, meta = prune_and_compress(w, dtype)
-    pruned = S.prune(w.astype(HOST[dtype]), dtype)
+    pruned = S.prune(w, dtype).astype(HOST[dtype])  # pruned in float32, then cast (issue 15)
     assert meta.fmt == "sm90" and meta.dtype == dtype and (meta.m, meta.k) == (24, 40)
     np.testing.assert_array_equal(CompressedWeight(values, meta).dense().astype(np.float64),
                                   pruned.astype(np.float64))

@@ -1,0 +1,123 @@
+"""Issue 15 item 3, GPU argument path: host arrays staged to the device for a launch. The same
+host memory passed for two parameters shares one device copy (so writes through one are seen by
+the other and copied back once); a partial overlap with a write is SP0750. The logic is tested on
+the CPU (``arguments.shared_host_copy``, ``launch._stage_tma_host_arrays`` with a stand-in device
+buffer); the gpu-marked tests launch a kernel."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import sparsile as sp
+from sparsile.backend import launch
+from sparsile.backend import runtime as R
+from sparsile.backend.arguments import shared_host_copy
+from sparsile.frontend.diagnostics import LaunchError
+
+
+def test_identical_host_arrays_share_a_copy_and_disjoint_ones_do_not() -> None:
+    base = np.zeros(64, np.float32)
+    staged = [("x", base[:32], False), ("y", base[32:], True)]
+    assert shared_host_copy(staged, "out", base[:32], True) == 0
+    assert shared_host_copy(staged, "out", base.reshape(2, 32)[1], False) == 1
+    assert shared_host_copy(staged, "out", np.zeros(32, np.float32), True) is None
+    with pytest.raises(LaunchError):  # interleaved strided views: their byte ranges overlap
+        shared_host_copy([("x", base[::2], True)], "y", base[1::2], False)
+
+
+def test_partial_overlap_with_a_write_is_sp0750() -> None:
+    base = np.zeros(64, np.float32)
+    with pytest.raises(LaunchError) as info:
+        shared_host_copy([("x", base[:32], False)], "out", base[16:48], True)
+    assert info.value.code == "SP0750"
+    assert str(info.value).splitlines() == [
+        "error[SP0750]: host arrays `x` and `out` overlap in memory but are not the same array, and the "
+        "kernel writes `out`; each host array is copied to the device on its own, so the writes would be lost",
+        " = help: pass the same array for both, or separate arrays (e.g. `y.copy()`)"]
+    assert shared_host_copy([("x", base[:32], False)], "y", base[16:48], False) is None  # both only read
+
+
+class _FakeDevice:
+    """Stands in for runtime.DeviceBuffer: a host copy."""
+
+    def __init__(self, data: np.ndarray):
+        self.data = data.copy()
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray) -> _FakeDevice:
+        return cls(np.ascontiguousarray(array))
+
+    def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return self.data.copy()
+        out[...] = self.data
+        return out
+
+
+def _launcher(tma: list[str], written: set[str]) -> Any:
+    params = [SimpleNamespace(name=f"{n}.tmap0", kind="tensormap") for n in tma]
+    return SimpleNamespace(spec=SimpleNamespace(params=params), written=written)
+
+
+def test_tma_staging_shares_the_copy_with_a_pointer_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
+    x = np.arange(16, dtype=np.float32)
+    bound: dict[str, Any] = {"a": x, "out": x, "n": 16}
+    back = launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), bound)
+    assert bound["a"] is bound["out"] and isinstance(bound["a"], _FakeDevice)
+    assert len(back) == 1 and back[0][0] is x  # written through `out`: copied back once
+    bound["out"].data[:] = -1
+    launch._copy_back(*back[0])
+    np.testing.assert_array_equal(x, np.full(16, -1, np.float32))
+
+
+def test_tma_staging_refuses_a_partial_overlap_with_a_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
+    x = np.arange(32, dtype=np.float32)
+    with pytest.raises(LaunchError) as info:
+        launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), {"a": x[:16], "out": x[8:24]})
+    assert info.value.code == "SP0750"
+
+
+def test_tma_staging_copies_a_strided_array_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
+    base = np.zeros(32, np.float32)
+    bound: dict[str, Any] = {"a": base[::2]}
+    (host, dev), = launch._stage_tma_host_arrays(_launcher(["a"], {"a"}), bound)
+    dev.data[:] = 7
+    launch._copy_back(host, dev)
+    np.testing.assert_array_equal(base[::2], np.full(16, 7, np.float32))
+    np.testing.assert_array_equal(base[1::2], np.zeros(16, np.float32))
+
+
+SOURCE = """
+@kernel
+def twice(a: ptr[f32], b: ptr[f32], n: i32, BLOCK: constexpr = 128):
+    offs = arange(0, BLOCK)
+    m = offs < n
+    store(a + offs, load(a + offs, mask=m) + 1.0, mask=m)
+    store(b + offs, load(b + offs, mask=m) * 10.0, mask=m)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_same_host_array_for_two_written_parameters() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(128).astype(np.float32)
+    ref = (x.astype(np.float64) + 1) * 10
+    k = sp.loads(SOURCE, "twice.spk").kernels["twice"]
+    k[(1,)](x, x, 128)  # one device copy: b sees a's writes; copied back once
+    np.testing.assert_allclose(x, ref, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_partially_overlapping_host_arrays_are_sp0750() -> None:
+    base = np.zeros(256, np.float32)
+    k = sp.loads(SOURCE, "twice.spk").kernels["twice"]
+    with pytest.raises(LaunchError) as info:
+        k[(1,)](base[:128], base[64:192], 128)
+    assert info.value.code == "SP0750"
+    assert not base.any()

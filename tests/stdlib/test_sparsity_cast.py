@@ -1,0 +1,77 @@
+"""Issue 15 item 7: ``compress(w, prune=True)`` equals ``compress(prune(w, dtype))`` when w has
+another dtype (it used to cast first, then prune), and e4m3 casts saturate at ±448 with a warning
+instead of producing NaN (``compress`` and ``prune_and_compress``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+from sparsile.stdlib import sparsity as S
+from sparsile.stdlib.kernels import prune_and_compress
+
+
+@pytest.mark.parametrize("dtype", ["e4m3", "e5m2", "f16", "bf16", "tf32", "e2m1"])
+def test_compress_prune_is_exactly_compress_of_prune(dtype: str) -> None:
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        scale = (0.01, 1.0, 30.0)[seed % 3]
+        w = (rng.standard_normal((8, 64)) * scale).astype(np.float32 if seed % 2 else np.float64)
+        v1, i1 = S.compress(w, dtype, prune=True)
+        v2, i2 = S.compress(S.prune(w, dtype), dtype)
+        assert v1.dtype == v2.dtype
+        np.testing.assert_array_equal(v1.view(np.uint8), v2.view(np.uint8))
+        np.testing.assert_array_equal(i1, i2)
+
+
+def test_e4m3_prune_order_case() -> None:
+    """Three elements that round to the same e4m3 value 1.0: the two larger in float32 are kept
+    (casting first made them tie, and ties keep the lower index: columns 0 and 1)."""
+    w = np.array([[1.0, 1.01, 1.02, 0.0]], np.float32)
+    values, indices = S.compress(w, "e4m3", prune=True)
+    assert indices[0, 0].tolist() == [1, 2]
+    assert values.astype(np.float64).tolist() == [[1.0, 1.0]]
+
+
+def test_e4m3_values_beyond_448_saturate_with_a_warning() -> None:
+    w = np.zeros((16, 8), np.float32)
+    w[0, 0], w[1, 1], w[2, 4], w[3, 5], w[4, 0] = 500.0, -1e9, np.inf, 416.0, np.nan
+    with pytest.warns(S.SaturationWarning, match=r"^3 values of w lie beyond ±448, the largest finite "
+                      r"e4m3 value: saturated to ±448 \(a plain cast would make them NaN\)$") as record:
+        weight = prune_and_compress(w, "e4m3")
+    assert record[0].filename == __file__
+    dense = weight.dense().astype(np.float64)
+    assert dense[0, 0] == 448.0 and dense[1, 1] == -448.0 and dense[2, 4] == 448.0
+    assert dense[3, 5] == 416.0 and np.isnan(dense[4, 0])
+    with pytest.warns(S.SaturationWarning, match="^1 values of w lie"):
+        values, _ = S.compress(np.array([[1000.0, 0, 0, 0]]), "e4m3")
+    assert values.astype(np.float64).tolist() == [[448.0, 0.0]]
+
+
+def test_no_warning_within_range_and_e5m2_overflows_to_inf() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        values, _ = S.compress(np.array([[448.0, 0, -447.0, 0]], np.float32), "e4m3")
+        assert values.astype(np.float64).tolist() == [[448.0, -448.0]]  # -447 rounds to the grid
+        assert S.cast_to_operand(np.array([1e6]), S.operand_type("e5m2")).astype(np.float64)[0] == np.inf
+    with pytest.warns(S.SaturationWarning):
+        cast = S.cast_to_operand(np.array([1e6, -np.inf]), S.operand_type("e4m3"))
+    assert cast.dtype == ml_dtypes.float8_e4m3fn and cast.astype(np.float64).tolist() == [448.0, -448.0]
+
+
+def test_sparse_matmul_saturates_an_e4m3_b_beyond_448() -> None:
+    from sparsile.stdlib.kernels import sparse_matmul
+
+    rng = np.random.default_rng(4)
+    w = S.prune(rng.standard_normal((64, 64)).astype(np.float32), "e4m3")
+    weight = prune_and_compress(w, "e4m3")
+    b = rng.standard_normal((16, 64)).astype(np.float32)
+    b[3, 5] = 1000.0
+    with pytest.warns(S.SaturationWarning, match="^1 values of b lie beyond ±448"):
+        c = sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    assert np.isfinite(c.astype(np.float64)).all()
+    bq = np.clip(b, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    ref = weight.dense().astype(np.float64) @ bq.T
+    assert np.abs(c.astype(np.float64) - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 1e-2

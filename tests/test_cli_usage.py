@@ -1,0 +1,156 @@
+"""Issue 15 item 7, the command line as a new user meets it: ``--target`` checked as usage (exit 2),
+``--version`` and ``python -m sparsile``, ``demo -h`` showing the demo's options, ``--emit cubin``
+without ``-o`` (stdout only when redirected), a UTF-8 byte-order mark, and one diagnostic per
+mistake even when a helper is inlined several times."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sparsile
+from sparsile.cli import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, main
+
+ADD = """\
+@kernel
+def add(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr = 128):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    store(out + offs, load(x + offs, mask=offs < n) + load(y + offs, mask=offs < n), mask=offs < n)
+"""
+
+INLINED = """\
+@jit
+def helper(x: ptr[f32]):
+    fence.async_shared()
+
+
+@kernel
+def k(out: ptr[f32]):
+    helper(out)
+    helper(out)
+    helper(out)
+"""
+
+ROOT = Path(sparsile.__file__).resolve().parent
+
+
+def run(*argv: str, stdout: io.TextIOBase | None = None) -> tuple[int, str, str]:
+    out, err = stdout or io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue() if isinstance(out, io.StringIO) else "", err.getvalue()
+
+
+def compile_args(path: Path, *more: str) -> list[str]:
+    return ["compile", str(path), "--kernel", "add", "--signature", "x=ptr[f32],y=ptr[f32],out=ptr[f32],n=i32",
+            *more]
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("", "argument --target: the target name is empty (e.g. --target sm_90a)"),
+    ("sm_75", "argument --target: unknown target `sm_75`; did you mean `sm_87`? known targets: sm_80,"),
+    ("  ", "argument --target: the target name is empty"),
+])
+def test_bad_targets_are_usage_errors(tmp_path, capsys, target, message) -> None:
+    (tmp_path / "add.spk").write_text(ADD)
+    code, _, _ = run(*compile_args(tmp_path / "add.spk", "--emit", "ptx", "--target", target))
+    assert code == EXIT_USAGE
+    assert f"sparsile compile: error: {message}" in capsys.readouterr().err
+
+
+def test_target_aliases_still_work(tmp_path) -> None:
+    (tmp_path / "add.spk").write_text(ADD)
+    code, out, err = run(*compile_args(tmp_path / "add.spk", "--emit", "ptx", "--target", "sm90a"))
+    assert code == EXIT_OK, err
+    assert ".target sm_90a" in out
+
+
+def test_version(capsys) -> None:
+    assert run("--version")[0] == EXIT_OK
+    assert capsys.readouterr().out == f"sparsile {sparsile.__version__}\n"
+
+
+def test_python_dash_m_sparsile(tmp_path) -> None:
+    (tmp_path / "add.spk").write_text(ADD)
+    env_path = str(ROOT.parent)
+    ok = subprocess.run([sys.executable, "-m", "sparsile", "check", str(tmp_path / "add.spk")], capture_output=True,
+                        text=True, env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"}, check=False)
+    assert ok.returncode == EXIT_OK and ok.stdout.startswith(f"{tmp_path / 'add.spk'}: ok"), ok.stderr
+    version = subprocess.run([sys.executable, "-m", "sparsile", "--version"], capture_output=True, text=True,
+                             env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"}, check=False)
+    assert version.returncode == EXIT_OK and version.stdout.strip() == f"sparsile {sparsile.__version__}"
+
+
+def test_demo_help_shows_the_demo_options(capsys) -> None:
+    for flag in ("-h", "--help"):
+        assert run("demo", flag)[0] == EXIT_OK
+        text = capsys.readouterr().out
+        assert text.startswith("usage: sparsile demo [-h] [--dtype {f16,bf16,e4m3}] [--size M N K] [--cpu]")
+        assert "--cpu" in text and "--size M N K" in text
+
+
+def test_demo_bad_option_is_usage(capsys) -> None:
+    assert run("demo", "--dtype", "f64")[0] == EXIT_USAGE
+    assert "argument --dtype: invalid choice: 'f64'" in capsys.readouterr().err
+
+
+class _Stdout(io.TextIOWrapper):
+    def __init__(self, tty: bool):
+        super().__init__(io.BytesIO(), encoding="utf-8")
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+def test_cubin_without_output_goes_to_a_redirected_stdout(tmp_path, monkeypatch) -> None:
+    (tmp_path / "add.spk").write_text(ADD)
+    monkeypatch.chdir(tmp_path)
+    redirected = _Stdout(tty=False)
+    code, _, err = run(*compile_args(tmp_path / "add.spk", "--emit", "cubin"), stdout=redirected)
+    assert code == EXIT_OK, err
+    data = redirected.buffer.getvalue()
+    assert data[:4] == b"\x7fELF"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["add.spk"]  # no file written
+
+
+def test_cubin_without_output_to_a_terminal_is_usage(tmp_path, monkeypatch) -> None:
+    (tmp_path / "add.spk").write_text(ADD)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*compile_args(tmp_path / "add.spk", "--emit", "cubin"), stdout=_Stdout(tty=True))
+    assert code == EXIT_USAGE
+    assert err == "error: `--emit cubin` is binary: give -o FILE, or redirect stdout (`... > k.cubin`)\n"
+    code, _, err = run(*compile_args(tmp_path / "add.spk", "--emit", "cubin"))  # a text-only stream
+    assert code == EXIT_USAGE and "give -o FILE" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["add.spk"]
+
+
+def test_check_accepts_a_utf8_byte_order_mark(tmp_path) -> None:
+    (tmp_path / "bom.spk").write_bytes(b"\xef\xbb\xbf" + ADD.encode())
+    code, out, err = run("check", str(tmp_path / "bom.spk"))
+    assert code == EXIT_OK, err
+    assert out.startswith(f"{tmp_path / 'bom.spk'}: ok (1 kernel checked: add)")
+
+
+def test_a_mistake_in_an_inlined_helper_is_reported_once(tmp_path) -> None:
+    (tmp_path / "inl.spk").write_text(INLINED)
+    code, _, err = run("compile", str(tmp_path / "inl.spk"), "--kernel", "k", "--signature", "out=ptr[f32]",
+                       "--emit", "ptx", "--target", "sm_80")
+    assert code == EXIT_DIAGNOSTICS
+    assert err.count("error[SP0602]") == 1
+    assert err.startswith("error[SP0602]: `fence.async_shared` (fence.proxy.async) is not available on sm_80\n"
+                          f" --> {tmp_path / 'inl.spk'}:3:5")
+    assert "aborting due to" not in err
+
+
+def test_compile_error_keeps_one_of_each_identical_diagnostic() -> None:
+    from sparsile.frontend.diagnostics import CompileError, Diagnostic
+    from sparsile.frontend.spans import SourceFile, Span
+
+    src = SourceFile("f.spk", "a\nb\nc\nd = x\n")
+    a = Diagnostic("SP0602", "`x` is not available", Span(src, 3, 5, 3, 9))
+    b = Diagnostic("SP0602", "`x` is not available", Span(src, 4, 5, 4, 9))  # another place: kept
+    c = Diagnostic("SP0501", "`x` is not available", Span(src, 3, 5, 3, 9))  # another code: kept
+    assert CompileError([a, a, b, a, c, b]).diagnostics == (a, b, c)
