@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .frontend import opdefs as _opdefs
-from .frontend import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
-from .frontend.builtins import ROOT as _ROOT
+from .driver.kernel import Kernel
+from .driver.module import KernelModule, jit, load, loads
 from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError
-from .frontend.interp_values import InterpreterError
-from .frontend.kernel import Kernel
-from .frontend.module import KernelModule, jit, load, loads
-from .frontend.values import Const as _Const
+from .frontend.interp.values import InterpreterError
+from .frontend.ops import opdefs as _opdefs
+from .frontend.sema import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
+from .frontend.sema.builtins import ROOT as _ROOT
+from .frontend.sema.values import Const as _Const
 
 __version__ = "0.1.0"
 

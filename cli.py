@@ -118,7 +118,7 @@ def _select(module: Any, name: str | None) -> dict[str, Any]:
 
 
 def _signature(text: str, module: Any) -> dict[str, Any]:
-    from .frontend.specialize import parse_signature
+    from .frontend.sema.specialize import parse_signature
 
     def resolve(name: str) -> Any:
         return module._resolve(name)
@@ -128,7 +128,7 @@ def _signature(text: str, module: Any) -> dict[str, Any]:
 
 def _missing_info(kernel: Any, signature: dict[str, Any]) -> list[str]:
     """What ``check`` lacks to specialize ``kernel``: parameter descriptions, empty if nothing."""
-    from .frontend import types as T
+    from .frontend.ir import types as T
 
     missing = []
     for p in kernel.params:
@@ -161,8 +161,8 @@ def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -
 
 
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .frontend import types as T
     from .frontend.diagnostics import CompileError, Diagnostic
+    from .frontend.ir import types as T
 
     module = _read_module(args.file)
     kernels = _select(module, args.kernel)
@@ -208,14 +208,14 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     kernel = _select(module, args.kernel)[args.kernel]
     signature = _signature(args.signature, module)
     if args.emit == "ir":
-        from .frontend.ir_printer import print_function
+        from .frontend.ir.printer import print_function
 
         bindings, key = kernel.signature_bindings(signature)
         return _write(print_function(kernel.ir_for(bindings, key)), args.output, out)
     try:
-        from .backend.compiler import compile_kernel
+        from .driver.compiler import compile_kernel
     except ImportError as e:
-        print(f"error: `--emit {args.emit}` needs the LLVM backend (sparsile.backend.compiler), which this "
+        print(f"error: `--emit {args.emit}` needs the LLVM backend (sparsile.driver.compiler), which this "
               f"installation does not have yet ({e})", file=err)
         return EXIT_UNAVAILABLE
     compiled = compile_kernel(kernel, signature, target=args.target, stop_after=args.emit)
@@ -261,8 +261,9 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
-        from .frontend import layout_library, layout_pictures
-        from .frontend.layouts import LinearLayout
+        from .frontend.layout import library as layout_library
+        from .frontend.layout import pictures as layout_pictures
+        from .frontend.layout.layouts import LinearLayout
     except ImportError as e:
         print(f"error: layout pictures are not part of this installation yet ({e})", file=err)
         return EXIT_UNAVAILABLE

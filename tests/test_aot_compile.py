@@ -8,10 +8,11 @@ import io
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
-from sparsile.backend import cache as cache_mod
-from sparsile.backend import compiler
 from sparsile.cli import EXIT_OK, EXIT_USAGE, main
+from sparsile.driver import cache as cache_mod
+from sparsile.driver import compiler
 from sparsile.frontend.diagnostics import LaunchError
 
 ROOT = Path(sp.__file__).resolve().parent
@@ -129,7 +130,7 @@ def test_a_later_stage_carries_a_cached_entry_on(fresh_cache, compiles, monkeypa
 def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compiles) -> None:
     import numpy as np
 
-    from sparsile.backend.targets import get_target
+    from sparsile.target.targets import get_target
 
     k = sp.load(VECTOR_ADD).kernels["vector_add"]
     x = np.ones(4, np.float32)

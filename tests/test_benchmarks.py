@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import sparsile
 
 ROOT = Path(__file__).resolve().parents[1]

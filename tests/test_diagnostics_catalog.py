@@ -104,9 +104,9 @@ def _from_exception(e: BaseException, code: str) -> Found | None:
 
 def run_spk(source: str, options: dict[str, str], code: str) -> Found | None:
     import sparsile as sp
-    from sparsile.backend.compiler import compile_kernel
-    from sparsile.frontend import types as T
+    from sparsile.driver.compiler import compile_kernel
     from sparsile.frontend.diagnostics import CompileError
+    from sparsile.frontend.ir import types as T
 
     try:
         module = sp.loads(source, "case.spk")

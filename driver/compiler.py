@@ -1,0 +1,232 @@
+"""The compilation pipeline, in one readable list.
+
+``source -> AST -> sema -> typed IR`` happens in the frontend (``Kernel.ir_for``); from there::
+
+    verify IR
+    -> layout inference         (frontend/layout/inference.py; tensor-core anchors from the target)
+    -> legality                 (frontend/legality/core.py, per target; diagnostics at the user's lines)
+    -> verify IR
+    -> LLVM IR                  (backend/lower/codegen.py + lower_*.py)
+    -> PTX                      (backend/toolchain/llvm_to_ptx.py, intrinsics gated by target first)
+    -> cubin                    (backend/toolchain/linker.py, nvJitLink)
+
+Results are cached in memory and on disk (driver/cache.py), keyed by source, specialization,
+target, options, toolchain versions and what a ``@jit`` kernel captured from Python (its globals,
+closure values and inlined helpers: frontend/sema/captures.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backend.lower.codegen import KernelParam, generate_llvm
+from ..frontend.ir.core import Function
+from ..frontend.ir.printer import print_function
+from ..frontend.ir.verify import verify_function
+from ..target.targets import Target, get_target
+
+PASSES: list[tuple[str, Callable[..., Any]]] = []
+
+
+@dataclass
+class CompiledKernel:
+    """Everything the launcher and the tools need about one specialization of a kernel."""
+
+    name: str
+    target: str
+    num_warps: int
+    smem_bytes: int
+    params: list[KernelParam]
+    ir: str = ""
+    llvm: str = ""
+    ptx: str = ""
+    cubin: bytes = b""
+    info_log: str = ""
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    timings: dict[str, float] = field(default_factory=dict)
+    tensormaps: list[dict[str, Any]] = field(default_factory=list)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "target": self.target, "num_warps": self.num_warps,
+                "smem_bytes": self.smem_bytes, "cluster": list(self.cluster),
+                "params": [[p.name, p.kind, p.dtype, p.index, _jsonable(p.extra)] for p in self.params],
+                "tensormaps": self.tensormaps, "info_log": self.info_log}
+
+    @staticmethod
+    def from_cache(meta: dict[str, Any], blobs: dict[str, bytes]) -> CompiledKernel:
+        params = [KernelParam(n, k, d, i, _unjson(e)) for n, k, d, i, e in meta["params"]]
+        return CompiledKernel(meta["name"], meta["target"], meta["num_warps"], meta["smem_bytes"], params,
+                              blobs.get("ir", b"").decode(), blobs.get("llvm", b"").decode(),
+                              blobs.get("ptx", b"").decode(), blobs.get("cubin", b""), meta.get("info_log", ""),
+                              tuple(meta.get("cluster", (1, 1, 1))), {}, meta.get("tensormaps", []))  # type: ignore[arg-type]
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, tuple):
+        return {"__tuple__": [_jsonable(e) for e in x]}
+    return x
+
+
+def _unjson(x: Any) -> Any:
+    if isinstance(x, dict) and "__tuple__" in x:
+        return tuple(_unjson(e) for e in x["__tuple__"])
+    return x
+
+
+def run_passes(func: Function, target: Target, num_warps: int) -> dict[str, Any]:
+    """Layout inference and legality over verified IR; returns state for code generation."""
+    from ..frontend.layout.inference import infer_layouts
+
+    verify_function(func)
+    state: dict[str, Any] = {}
+    hooks = _target_hooks(target)
+    if hooks.get("prepare") is not None:
+        state.update(hooks["prepare"](func, target, num_warps) or {})
+    infer_layouts(func, num_warps, hooks.get("anchor"))
+    try:
+        from ..frontend.legality.core import check_legality
+    except ModuleNotFoundError:
+        check_legality = None  # type: ignore[assignment]
+    if check_legality is not None:
+        check_legality(func, target, num_warps)
+    verify_function(func)
+    return state
+
+
+def _target_hooks(target: Target) -> dict[str, Any]:
+    from ..target.targets import Feature
+
+    if target.has(Feature.WGMMA):
+        try:
+            from ..backend.lower.hopper import HOOKS
+
+            return HOOKS
+        except ModuleNotFoundError:
+            return {}
+    if target.has(Feature.TCGEN05):
+        from ..backend.lower.blackwell import HOOKS as BLACKWELL_HOOKS
+
+        return BLACKWELL_HOOKS
+    return {}
+
+
+STAGES = ("ir", "llvm", "ptx", "cubin")
+"""The stages of :func:`compile_function`, in order; the compile cache keeps the last three."""
+
+
+def compile_function(func: Function, target: Target | str, *, num_warps: int = 4, stop_after: str = "cubin",
+                     source_key: str | None = None) -> CompiledKernel:
+    """Compile a specialized kernel's IR down to ``stop_after`` (``ir``, ``llvm``, ``ptx`` or
+    ``cubin``)."""
+    tgt = get_target(target) if isinstance(target, str) else target
+    t0 = time.perf_counter()
+    state = run_passes(func, tgt, num_warps)
+    ir_text = print_function(func)
+    t1 = time.perf_counter()
+    ck = CompiledKernel(func.name, tgt.name, num_warps, 0, [], ir=ir_text)
+    ck.timings["passes"] = t1 - t0
+    if stop_after == "ir":
+        return ck
+    llvm_text, cg = generate_llvm(func, tgt, num_warps, state)
+    ck.llvm, ck.params, ck.smem_bytes = llvm_text, cg.params, cg.smem_bytes
+    ck.cluster = tuple(cg.state.get("cluster", (1, 1, 1)))  # type: ignore[assignment]
+    ck.tensormaps = cg.state.get("tensormap_specs", [])
+    ck.timings["llvm"] = time.perf_counter() - t1
+    return finish_stages(ck, tgt, stop_after)
+
+
+def finish_stages(ck: CompiledKernel, tgt: Target, stop_after: str) -> CompiledKernel:
+    """Carry ``ck`` (which has its LLVM IR, and maybe its PTX) on to ``stop_after``."""
+    from ..backend.toolchain.linker import ptx_to_cubin
+    from ..backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
+
+    if stop_after in ("ptx", "cubin") and not ck.ptx:
+        t = time.perf_counter()
+        ck.ptx = llvm_ir_to_ptx(ck.llvm, tgt)
+        ck.timings["ptx"] = time.perf_counter() - t
+    if stop_after == "cubin" and not ck.cubin:
+        t = time.perf_counter()
+        res = ptx_to_cubin(ck.ptx, tgt, name=f"{ck.name}.ptx")
+        ck.cubin, ck.info_log = res.cubin, res.info_log
+        ck.timings["cubin"] = time.perf_counter() - t
+    return ck
+
+
+def _has_stage(ck: CompiledKernel, stage: str) -> bool:
+    return bool(getattr(ck, stage)) if stage in ("llvm", "ptx", "cubin") else False
+
+
+LLVM_BLOB = "llvm.z"
+"""The cache entry's blob of zlib-compressed LLVM IR."""
+
+
+def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Target, options: dict[str, Any],
+                   *, stop_after: str = "cubin", keep_llvm: bool = False) -> CompiledKernel:
+    """Compile (or fetch from the compile cache) one specialization of a kernel for ``target``, down
+    to ``stop_after`` (``llvm``, ``ptx`` or ``cubin``; an entry with an earlier stage only is
+    carried on and stored again). The key holds the kernel's source, the specialization, the
+    options, the target and, for a ``@jit`` kernel, every Python value it captured
+    (frontend/sema/captures.py), so that a changed global never reuses a stale cubin. The entry keeps
+    the IR, PTX and cubin; the LLVM IR (often 20 times the PTX) only with ``keep_llvm`` (ahead of
+    time compiles, which return it), compressed."""
+    from .cache import default_cache, make_key
+
+    num_warps = int(options.get("num_warps") or 4)
+    captures = kernel.captures_for(bindings, key, options)
+    ckey = make_key(target=target.name, source=kernel.source.text, kernel_name=kernel.name,
+                    specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())),
+                    captures=captures.disk_key())
+    cache = default_cache()
+    entry = cache.get(ckey)
+    if entry is not None:
+        ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
+        if LLVM_BLOB in entry.blobs:
+            ck.llvm = zlib.decompress(entry.blobs[LLVM_BLOB]).decode()
+        if _has_stage(ck, stop_after):
+            return ck
+        if not ck.llvm:
+            entry = None
+    if entry is None:
+        ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps, stop_after="llvm")
+    ck = finish_stages(ck, target, stop_after)
+    blobs = {name: getattr(ck, name).encode() for name in ("ir", "ptx") if getattr(ck, name)}
+    if ck.cubin:
+        blobs["cubin"] = ck.cubin
+    if ck.llvm and (keep_llvm or stop_after == "llvm"):
+        blobs[LLVM_BLOB] = zlib.compress(ck.llvm.encode(), 1)
+    cache.put(ckey, blobs, json.loads(json.dumps(ck.metadata())))
+    return ck
+
+
+def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, target: str | None = None,
+                   stop_after: str = "cubin", cache: bool = True, **options: Any) -> CompiledKernel:
+    """Ahead-of-time compilation of ``kernel`` for ``signature`` (no GPU needed): a dict (name ->
+    type or constexpr value) or the text ``sparsile compile --signature`` takes, e.g.
+    ``"x=ptr[f32], n=i32, BLOCK=1024"``. Parameters the signature leaves out take their annotation
+    (run-time) or default (constexpr). Compiles to ``llvm``, ``ptx`` and ``cubin`` go through the
+    same compile cache as ``kernel[grid]`` (``cache=False`` compiles anew, for benchmarks)."""
+    from ..frontend.diagnostics import LaunchError
+    from ..frontend.sema.specialize import parse_signature
+    from .kernel import KERNEL_OPTIONS, check_options
+
+    if isinstance(signature, str):
+        signature = parse_signature(signature, kernel.globals)
+    elif signature is not None and not isinstance(signature, dict):
+        raise LaunchError("SP0724", f"the signature of `{kernel.name}` must be a dict or a text such as "
+                          f"\"x=ptr[f32], n=i32\", found {type(signature).__name__}")
+    if stop_after not in STAGES:
+        raise LaunchError("SP0724", f"stop_after must be one of {', '.join(STAGES)}, found {stop_after!r}")
+    bindings, sig_key = kernel.signature_bindings(signature or {})
+    opts = {**KERNEL_OPTIONS, **kernel.options, **options}
+    tgt = get_target(target or opts.get("target") or "sm_90a")
+    if not cache or stop_after == "ir":
+        return compile_function(kernel.fresh_ir(bindings, opts), tgt, num_warps=int(opts.get("num_warps") or 4),
+                                stop_after=stop_after)
+    check_options(options)
+    key = ("aot", *sig_key, kernel._options_key(options))
+    return compile_cached(kernel, bindings, key, tgt, opts, stop_after=stop_after, keep_llvm=True)
