@@ -35,8 +35,7 @@ from .frontend.ops import opdefs as _opdefs
 from .frontend.sema import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
 from .frontend.sema.builtins import ROOT as _ROOT
 from .frontend.sema.values import Const as _Const
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 _opdefs.load_all_ops()
 del _type_ctors

@@ -91,7 +91,7 @@ import json, os, sys, time
 t0 = time.perf_counter()
 import sparsile
 t_import = time.perf_counter() - t0
-from sparsile.backend import cache as cache_mod
+from sparsile.driver import cache as cache_mod
 from sparsile.driver.compiler import compile_cached, compile_kernel
 from sparsile.target.targets import get_target
 from sparsile.driver.kernel import KERNEL_OPTIONS

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..version import __version__
+
 ENV_CACHE_DIR = "SPARSILE_CACHE_DIR"
 ENV_NO_DISK_CACHE = "SPARSILE_NO_DISK_CACHE"
 FORMAT_VERSION = "v1"
@@ -42,7 +44,7 @@ _ON_VALUES = frozenset({"1", "true", "yes", "on"})
 _BLOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-_COMPILER_SOURCE_DIRS = ("frontend", "backend", "grammar")
+_COMPILER_SOURCE_DIRS = ("frontend", "backend", "driver", "target", "grammar")
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,8 +59,6 @@ def compiler_version() -> str:
     reuses entries produced by different compiler code. (The version is ``sparsile.__version__``,
     which tests/test_packaging.py keeps equal to pyproject's: ``importlib.metadata`` would cost a
     fresh process ~20 ms of imports and a scan of every installed distribution.)"""
-    from .. import __version__
-
     digest = hashlib.sha256()
     files = sorted(_PACKAGE_ROOT.glob("*.py"))
     for sub in _COMPILER_SOURCE_DIRS:

@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backend.lower.codegen import KernelParam, generate_llvm
+from ..backend.lower.hooks import hooks_for
 from ..frontend.ir.core import Function
 from ..frontend.ir.printer import print_function
 from ..frontend.ir.verify import verify_function
+from ..frontend.layout.inference import infer_layouts
+from ..frontend.legality.core import check_legality
 from ..target.targets import Target, get_target
 
 PASSES: list[tuple[str, Callable[..., Any]]] = []
@@ -80,39 +83,15 @@ def _unjson(x: Any) -> Any:
 
 def run_passes(func: Function, target: Target, num_warps: int) -> dict[str, Any]:
     """Layout inference and legality over verified IR; returns state for code generation."""
-    from ..frontend.layout.inference import infer_layouts
-
     verify_function(func)
     state: dict[str, Any] = {}
-    hooks = _target_hooks(target)
-    if hooks.get("prepare") is not None:
-        state.update(hooks["prepare"](func, target, num_warps) or {})
-    infer_layouts(func, num_warps, hooks.get("anchor"))
-    try:
-        from ..frontend.legality.core import check_legality
-    except ModuleNotFoundError:
-        check_legality = None  # type: ignore[assignment]
-    if check_legality is not None:
-        check_legality(func, target, num_warps)
+    hooks = hooks_for(target)
+    if hooks.prepare is not None:
+        state.update(hooks.prepare(func, target, num_warps) or {})
+    infer_layouts(func, num_warps, hooks.anchor)
+    check_legality(func, target, num_warps, hooks)
     verify_function(func)
     return state
-
-
-def _target_hooks(target: Target) -> dict[str, Any]:
-    from ..target.targets import Feature
-
-    if target.has(Feature.WGMMA):
-        try:
-            from ..backend.lower.hopper import HOOKS
-
-            return HOOKS
-        except ModuleNotFoundError:
-            return {}
-    if target.has(Feature.TCGEN05):
-        from ..backend.lower.blackwell import HOOKS as BLACKWELL_HOOKS
-
-        return BLACKWELL_HOOKS
-    return {}
 
 
 STAGES = ("ir", "llvm", "ptx", "cubin")

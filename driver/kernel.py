@@ -17,7 +17,7 @@ from ..frontend.diagnostics import CompileError, Diagnostic, LaunchError
 from ..frontend.ir import types as T
 from ..frontend.ir.core import Function
 from ..frontend.legality.meta import check_metadata_argument
-from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording
+from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
 from ..frontend.sema.core import Sema
 from ..frontend.sema.specialize import ParamInfo, bind_arguments, specialize_memo
 from ..frontend.sema.values import Const, HelperFunction
@@ -302,6 +302,9 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"kernel `{self.name}` must be launched with a grid: `{self.name}[grid](...)`, "
                            f"or run on the CPU with `{self.name}.interpret[grid](...)`")
+
+
+register_function_type(Kernel, "kernel")
 
 
 def missing_signature_message(kernel: str, missing: list[ParamInfo]) -> str:

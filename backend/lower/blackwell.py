@@ -44,6 +44,7 @@ from ...frontend.ops.blackwell import (
     tmem_view_layout,
 )
 from ...target.descriptors import InstrDesc, SmemDesc, encode_idesc, encode_tcgen05_smem_desc
+from ...target.hooks import TargetHooks
 from ...target.targets import Feature, require
 from .asynchronous import SmemRef, bar_ptr, smem_base_address
 from .codegen import CodeGen, DTile, lowering
@@ -144,7 +145,7 @@ def kernel_cta_group(func: Function) -> int:
     return 2 if any(op.attrs.get("cta_group") == 2 for op in func.walk() if op.name.startswith("tcgen05.")) else 1
 
 
-HOOKS = {"anchor": anchor, "prepare": prepare}
+HOOKS = TargetHooks(anchor=anchor, prepare=prepare)
 
 
 # ================================================================================================

@@ -23,6 +23,7 @@ from ...frontend.ir.core import Function, Operation
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.library import WGMMA_A_COLS, operand_class, wgmma_a_fragment, wgmma_accumulator
 from ...frontend.layout.tile import normalize
+from ...target.hooks import TargetHooks
 from .asynchronous import SmemRef, smem_base_address, stage_kmajor
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const
@@ -132,7 +133,7 @@ def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
     return {}
 
 
-HOOKS = {"anchor": anchor, "prepare": prepare}
+HOOKS = TargetHooks(anchor=anchor, prepare=prepare)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import distinct_registers, normalize
+from ...target.hooks import TargetHooks
 from .codegen import CodeGen, DTile, lowering
 from .elementwise import cast_value
 from .llvm_text import LLValue, const
@@ -174,8 +175,8 @@ def prepare(func: Any, target: Any, num_warps: int) -> dict[str, Any]:
     return {}
 
 
-HOOKS = {"anchor": anchor, "prepare": prepare}
-"""Target hooks for the warp-level MMA targets (compiler._target_hooks chooses them)."""
+HOOKS = TargetHooks(anchor=anchor, prepare=prepare)
+"""Target hooks for the warp-level MMA targets (backend/lower/hooks.py chooses them)."""
 
 
 def padded_words(words: int) -> int:

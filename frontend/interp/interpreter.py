@@ -9,6 +9,7 @@ instead of corrupting memory.
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..diagnostics import InternalError
 from ..ir.core import Block, Function, Operation, Value
+from ..ops.cluster import ClusterRun
 from ..ops.opdefs import load_all_ops, op_def
 from .values import InterpreterError
 
@@ -43,9 +45,7 @@ class Interpreter:
     def run(self, grid: tuple[int, int, int], params: dict[str, Any]) -> None:
         """Run every program of ``grid``; ``params`` maps each run-time parameter name to its value
         (a Buffer-backed PtrVal, a TensorVal, or a numpy scalar)."""
-        if self.func.attrs.get("cluster"):  # the CTAs of a cluster run concurrently (ops_cluster.py)
-            from ..ops.cluster import run_clusters
-
+        if self.func.attrs.get("cluster"):  # the CTAs of a cluster run concurrently (ops/cluster.py)
             run_clusters(self, grid, params)
             return
         for pid in itertools.product(*(range(g) for g in grid)):
@@ -159,4 +159,52 @@ class Interpreter:
         if errors:
             first = next((e for e in errors if not (isinstance(e, InterpreterError)
                                                     and "another partition failed" in str(e))), errors[0])
+            raise first
+
+
+def run_clusters(interp: Any, grid: tuple[int, int, int], params: dict[str, Any]) -> None:
+    """Run ``interp.func`` over ``grid`` cluster by cluster: the CTAs of one cluster run
+    concurrently (one Python thread each) with their own shared state and a common cluster view."""
+    func = interp.func
+    shape = tuple(func.attrs["cluster"])
+    if len(shape) != 3 or not all(isinstance(c, int) and c >= 1 for c in shape):
+        raise InterpreterError(f"cluster={shape} is not 3 positive ints (SP0558)", func.span)
+    if any(g % c for g, c in zip(grid, shape, strict=True)):
+        raise InterpreterError(f"the grid {grid} is not a multiple of the cluster {shape} in every dimension",
+                               func.span)
+    starts = itertools.product(*(range(0, g, c) for g, c in zip(grid, shape, strict=True)))
+    for start in starts:
+        members = [(start[0] + x, start[1] + y, start[2] + z)
+                   for z in range(shape[2]) for y in range(shape[1]) for x in range(shape[0])]  # rank order
+        cond = threading.Condition()
+        shareds: list[dict[Any, Any]] = [{"_cond": cond} for _ in members]
+        run = ClusterRun(shape, shareds, cond, [0] * len(members))  # type: ignore[arg-type]
+        errors: list[BaseException] = []
+
+        def one(rank: int, pid: tuple[int, int, int], run: ClusterRun = run, errors: list = errors) -> None:
+            ctx = ProgramContext(pid, grid, run.shared[rank])
+            ctx.warps = int(func.attrs.get("num_warps", 4))  # type: ignore[attr-defined]
+            ctx.shared["_cluster"] = (run, rank)
+            env: dict[int, Any] = {}
+            for p in func.runtime_params:
+                env[id(p.value)] = params[p.name]
+            try:
+                interp.exec_block(func.body.block, env, ctx)
+            except BaseException as exc:  # reported in the caller's thread
+                errors.append(exc)
+                run.abort()
+            finally:
+                with run.cond:
+                    run.exited.add(rank)
+                    run.complete_if_all_arrived()
+                    run.cond.notify_all()
+
+        threads = [threading.Thread(target=one, args=(r, pid), daemon=True) for r, pid in enumerate(members)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            first = next((e for e in errors if not (isinstance(e, InterpreterError) and "failed" in str(e)
+                                                    and "another" in str(e))), errors[0])
             raise first

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from ...target.hooks import NO_HOOKS, TargetHooks
 from ..diagnostics import Diagnostic, DiagnosticBag, InternalError
 from ..ir.core import Block, Function, Operation
 
@@ -102,6 +103,7 @@ class Context:
     partition: int
     func: Function
     first_warp: int = 0
+    hooks: TargetHooks = NO_HOOKS  # the target lowering's layout anchor (backend/lower/hooks.py picks it)
 
     @property
     def in_partition(self) -> bool:
@@ -207,16 +209,17 @@ def _load_rule_modules() -> None:
 # ------------------------------------------------------------------------------------------------
 # The pass
 # ------------------------------------------------------------------------------------------------
-def check_legality(func: Function, target: Any, num_warps: int) -> None:
-    """Run every rule of ``target`` over ``func`` (after layout inference); raise one
-    :class:`CompileError` listing all the errors found, in source order."""
-    diags = legality_diagnostics(func, target, num_warps)
+def check_legality(func: Function, target: Any, num_warps: int, hooks: TargetHooks = NO_HOOKS) -> None:
+    """Run every rule of ``target`` over ``func`` (after layout inference with ``hooks.anchor``);
+    raise one :class:`CompileError` listing all the errors found, in source order."""
+    diags = legality_diagnostics(func, target, num_warps, hooks)
     bag = DiagnosticBag()
     bag.extend(sorted(diags, key=_source_order))
     bag.raise_if_errors()
 
 
-def legality_diagnostics(func: Function, target: Any, num_warps: int) -> list[Diagnostic]:
+def legality_diagnostics(func: Function, target: Any, num_warps: int,
+                         hooks: TargetHooks = NO_HOOKS) -> list[Diagnostic]:
     """Every diagnostic the legality rules of ``target`` find in ``func`` (pinned layouts are
     resolved first, see :mod:`legality_layout`)."""
     from ...target.targets import get_target
@@ -226,7 +229,7 @@ def legality_diagnostics(func: Function, target: Any, num_warps: int) -> list[Di
     load_all_ops()
     tgt = get_target(target) if isinstance(target, str) else target
     table = rules_for(tgt)
-    ctx = Context(tgt, num_warps, num_warps, -1, func)
+    ctx = Context(tgt, num_warps, num_warps, -1, func, hooks=hooks)
     out: list[Diagnostic] = list(resolve_pins(func, ctx))
     for op, op_ctx in walk_with_context(func.body.block, ctx):
         out.extend(_gate(op, op_ctx, table))
@@ -248,7 +251,7 @@ def walk_with_context(block: Block, ctx: Context) -> Iterator[tuple[Operation, C
         if op.name == "warp_specialize":
             first = ctx.first_warp
             for i, (region, w) in enumerate(zip(op.regions, op.attrs.get("warps", ()), strict=False)):
-                inner = Context(ctx.target, w, ctx.total_warps, i, ctx.func, first)
+                inner = Context(ctx.target, w, ctx.total_warps, i, ctx.func, first, ctx.hooks)
                 yield from walk_with_context(region.block, inner)
                 first += w
         else:

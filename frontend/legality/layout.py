@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ..diagnostics import Diagnostic, Label
 from ..ir import types as T
@@ -145,7 +144,7 @@ def fixed_demand(user: Operation, index: int, ctx: Context) -> tuple[LinearLayou
     hardware fixes it; None when any layout works (the compiler converts)."""
     v = user.operands[index]
     if user.name.startswith(HARD_PREFIXES):
-        hook = _anchor_hook(ctx.target)
+        hook = ctx.hooks.anchor
         if hook is None:
             return None
         want = hook(user, ctx.num_warps).get(id(v))
@@ -158,12 +157,6 @@ def fixed_demand(user: Operation, index: int, ctx: Context) -> tuple[LinearLayou
             return None
         return want, "a layout the shared-memory store can write"
     return None
-
-
-def _anchor_hook(target: Any) -> Any:
-    from ...driver.compiler import _target_hooks
-
-    return _target_hooks(target).get("anchor")
 
 
 def _conflicts(r: Value, lay: LinearLayout, pin: Operation, ctx: Context,

@@ -653,6 +653,3 @@ def fence_after(em: Emitter) -> None:
     """``tcgen05.fence::after_thread_sync``: after a wait, before ``tcgen05.ld`` / ``mma``."""
     em.create("tcgen05.fence_after", [], [])
     return None
-
-
-from ..interp import blackwell as interp_blackwell  # noqa: E402,F401  (the interpreter semantics of the ops above)

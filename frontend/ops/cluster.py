@@ -34,7 +34,6 @@ cluster that stops making progress is reported as a deadlock after a timeout, li
 
 from __future__ import annotations
 
-import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -274,56 +273,6 @@ def mask_ranks(ctx: Any, op: Operation, mask: int, what: str) -> list[int]:
     return [r for r in range(size) if mask >> r & 1]
 
 
-def run_clusters(interp: Any, grid: tuple[int, int, int], params: dict[str, Any]) -> None:
-    """Run ``interp.func`` over ``grid`` cluster by cluster: the CTAs of one cluster run
-    concurrently (one Python thread each) with their own shared state and a common cluster view."""
-    from ..interp.interpreter import ProgramContext
-
-    func = interp.func
-    shape = tuple(func.attrs["cluster"])
-    if len(shape) != 3 or not all(isinstance(c, int) and c >= 1 for c in shape):
-        raise InterpreterError(f"cluster={shape} is not 3 positive ints (SP0558)", func.span)
-    if any(g % c for g, c in zip(grid, shape, strict=True)):
-        raise InterpreterError(f"the grid {grid} is not a multiple of the cluster {shape} in every dimension",
-                               func.span)
-    starts = itertools.product(*(range(0, g, c) for g, c in zip(grid, shape, strict=True)))
-    for start in starts:
-        members = [(start[0] + x, start[1] + y, start[2] + z)
-                   for z in range(shape[2]) for y in range(shape[1]) for x in range(shape[0])]  # rank order
-        cond = threading.Condition()
-        shareds: list[dict[Any, Any]] = [{"_cond": cond} for _ in members]
-        run = ClusterRun(shape, shareds, cond, [0] * len(members))  # type: ignore[arg-type]
-        errors: list[BaseException] = []
-
-        def one(rank: int, pid: tuple[int, int, int], run: ClusterRun = run, errors: list = errors) -> None:
-            ctx = ProgramContext(pid, grid, run.shared[rank])
-            ctx.warps = int(func.attrs.get("num_warps", 4))  # type: ignore[attr-defined]
-            ctx.shared["_cluster"] = (run, rank)
-            env: dict[int, Any] = {}
-            for p in func.runtime_params:
-                env[id(p.value)] = params[p.name]
-            try:
-                interp.exec_block(func.body.block, env, ctx)
-            except BaseException as exc:  # reported in the caller's thread
-                errors.append(exc)
-                run.abort()
-            finally:
-                with run.cond:
-                    run.exited.add(rank)
-                    run.complete_if_all_arrived()
-                    run.cond.notify_all()
-
-        threads = [threading.Thread(target=one, args=(r, pid), daemon=True) for r, pid in enumerate(members)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if errors:
-            first = next((e for e in errors if not (isinstance(e, InterpreterError) and "failed" in str(e)
-                                                    and "another" in str(e))), errors[0])
-            raise first
-
-
 @cluster_rank_op.interpreter
 def _i_rank(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     cl = cluster_of(ctx)
@@ -361,4 +310,4 @@ def _i_tma_load_cluster(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 
 __all__ = ["ClusterRun", "cluster_of", "cluster_size", "declared_cluster", "emit_tma_load_cluster", "mask_ranks",
-           "multicast_mask", "peer_array", "peer_barrier", "require_cluster", "run_clusters"]
+           "multicast_mask", "peer_array", "peer_barrier", "require_cluster"]

@@ -33,6 +33,8 @@ import types as pytypes
 from collections.abc import Callable
 from typing import Any
 
+from .values import HelperFunction
+
 MISSING: Any = object()
 """Where a name was looked up and not found (it then resolved to a builtin)."""
 
@@ -265,6 +267,16 @@ def _cell_value(cell: Any) -> Any:
 # ------------------------------------------------------------------------------------------------
 # fingerprints
 # ------------------------------------------------------------------------------------------------
+FUNCTION_TYPES: dict[type, str] = {HelperFunction: "helper"}
+"""Classes whose objects a kernel inlines, fingerprinted by their source: class -> kind. The driver
+adds its ``Kernel`` (:func:`register_function_type`), so that this module needs nothing above sema."""
+
+
+def register_function_type(cls: type, kind: str) -> None:
+    """Fingerprint objects of ``cls`` (which have a ``node`` with a span) by their source, as ``kind``."""
+    FUNCTION_TYPES[cls] = kind
+
+
 def fingerprint(obj: Any) -> tuple[Any, ...]:
     """A hashable description of ``obj`` that is equal for equal values and the same in every
     process (see the module docstring for what each kind of object is keyed on)."""
@@ -275,14 +287,11 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         return ("value", kind.__name__, repr(obj))
     if kind is tuple or kind is list:
         return (kind.__name__, *(fingerprint(x) for x in obj))
-    from ...driver.kernel import Kernel
-    from .values import HelperFunction
-
-    if isinstance(obj, Kernel | HelperFunction):
+    function_kind = next((name for cls, name in FUNCTION_TYPES.items() if isinstance(obj, cls)), None)
+    if function_kind is not None:
         node = obj.node
         source = node.span.source
-        return ("kernel" if isinstance(obj, Kernel) else "helper", source.name, source.text, node.name,
-                node.span.line)
+        return (function_kind, source.name, source.text, node.name, node.span.line)
     if isinstance(obj, pytypes.ModuleType):
         return ("module", obj.__name__)
     module = getattr(kind, "__module__", "") or ""

@@ -203,7 +203,7 @@ def test_acc_layout_is_the_c_fragment_tiling():
 
 @pytest.mark.parametrize("dtype,sparse", [("f16", True), ("i8", False), ("tf32", True)])
 def test_anchored_accumulator_skips_the_shared_memory_round_trip(dtype, sparse):
-    """With lower_mma's hooks (as compiler._target_hooks would choose them) the accumulator stays
+    """With lower_mma's hooks (as backend/lower/hooks.py would choose them) the accumulator stays
     in the C fragment registers: two barriers per dot instead of three, less shared memory."""
     with H.mma_hooks(True):
         kern = H.make_kernel(dtype, sparse, anchored=True)

@@ -309,7 +309,7 @@ def test_a_changed_global_on_the_gpu(monkeypatch) -> None:
 SCRIPT = '''
 import os, sys
 import sparsile as sp
-from sparsile.backend import cache
+from sparsile.driver import cache
 
 SCALE = float(os.environ["H1_SCALE"])
 

@@ -68,7 +68,7 @@ def make_kernel(dtype: str, sparse: bool, anchored: bool = False, acc: str | Non
 @contextlib.contextmanager
 def mma_hooks(enabled: bool):
     """Compile with backend/lower/mma.py's target hooks (the accumulator anchored in the MMA
-    fragment layout: no round trip through shared memory), as compiler._target_hooks would
+    fragment layout: no round trip through shared memory), as compiler.hooks_for would
     choose them for these targets once wired."""
     from sparsile.backend.lower.mma import HOOKS
     from sparsile.driver import compiler
@@ -76,12 +76,12 @@ def mma_hooks(enabled: bool):
     if not enabled:
         yield
         return
-    real = compiler._target_hooks
-    compiler._target_hooks = lambda target: HOOKS if target.name in WARP_MMA_TARGETS else real(target)
+    real = compiler.hooks_for
+    compiler.hooks_for = lambda target: HOOKS if target.name in WARP_MMA_TARGETS else real(target)
     try:
         yield
     finally:
-        compiler._target_hooks = real
+        compiler.hooks_for = real
 
 
 WARP_MMA_TARGETS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_120", "sm_121")
