@@ -137,7 +137,7 @@ def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compil
     ck = k[(1,)].compile_for("sm_90a", x, x, x, 4)
     hits = fresh_cache.stats.memory_hits
     _, bindings, key = k.bind((x, x, x, 4), {})
-    options = {**sp.frontend.kernel.KERNEL_OPTIONS, **k.options}
+    options = {**sp.driver.kernel.KERNEL_OPTIONS, **k.options}
     again = compiler.compile_cached(k, bindings, key, get_target("sm_90a"), options)
     assert compiles == ["vector_add"] and fresh_cache.stats.memory_hits == hits + 1 and again.cubin == ck.cubin
     (entry,) = fresh_cache._memory.values()
