@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--emit", choices=EMIT_KINDS, default="ir", help="what to produce (default: ir)")
     k.add_argument("--target", default=None, help="GPU target, e.g. sm_90a or sm_100a")
     k.add_argument("-o", "--output", default=None, help="write here instead of stdout")
+    k.add_argument("--dump-after", action="append", default=[], metavar="STAGE",
+                   help="print the program to stderr after this pipeline stage (parse, build, ..., cubin: "
+                        "docs/architecture.md); repeatable or comma-separated")
 
     d = sub.add_parser("demo", help="run the sparse matmul demo")
     d.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the demo")
@@ -204,6 +207,21 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 # ------------------------------------------------------------------------------------------------
 def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.dump_after:
+        return _compile_now(args, out, err)
+    from .driver.compiler import STAGE_NAMES
+    from .frontend.dump import dumping
+
+    stages = [name.strip() for given in args.dump_after for name in given.split(",") if name.strip()]
+    unknown = [name for name in stages if name not in STAGE_NAMES]
+    if unknown:
+        raise _Usage(f"--dump-after: no stage named {', '.join(map(repr, unknown))}; the stages are "
+                     f"{', '.join(STAGE_NAMES)}")
+    with dumping(stages, err):
+        return _compile_now(args, out, err)
+
+
+def _compile_now(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     module = _read_module(args.file)
     kernel = _select(module, args.kernel)[args.kernel]
     signature = _signature(args.signature, module)

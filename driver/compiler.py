@@ -1,14 +1,22 @@
-"""The compilation pipeline, in one readable list.
+"""The compile pipeline from text to cubin: its stages, in order, in one list (``PIPELINE``).
 
-``source -> AST -> sema -> typed IR`` happens in the frontend (``Kernel.ir_for``); from there::
+::
 
-    verify IR
-    -> layout inference         (frontend/layout/inference.py; tensor-core anchors from the target)
-    -> legality                 (frontend/legality/core.py, per target; diagnostics at the user's lines)
-    -> verify IR
-    -> LLVM IR                  (backend/lower/codegen.py + lower_*.py)
-    -> PTX                      (backend/toolchain/llvm_to_ptx.py, intrinsics gated by target first)
-    -> cubin                    (backend/toolchain/linker.py, nvJitLink)
+    parse       .spk / Python text -> Lark parse tree           frontend/syntax/parser.py
+    build       parse tree -> AST (syntax diagnostics SP01xx)   frontend/syntax/builder.py
+    specialize  arguments or a signature -> sema bindings       frontend/sema/specialize.py
+    sema        AST + bindings -> typed tile IR                 frontend/sema/core.py
+    layout      layout inference (the target's anchors)         frontend/layout/inference.py
+    legality    the target's legality rules                     frontend/legality/core.py
+    llvm        laid-out IR -> LLVM IR                          backend/lower/codegen.py
+    ptx         LLVM IR -> PTX                                  backend/toolchain/llvm_to_ptx.py
+    cubin       PTX -> cubin (nvJitLink)                        backend/toolchain/linker.py
+
+``parse`` and ``build`` run when a module is loaded (``sparsile.load``, ``@jit``), ``specialize`` and
+``sema`` when a kernel is specialized (``Kernel.fresh_ir``), the rest here (:func:`compile_function`).
+``SPARSILE_DUMP_AFTER=stage[,stage]`` or ``sparsile compile --dump-after STAGE`` prints the program
+after those stages (frontend/dump.py); a compile that dumps a stage from specialize on bypasses
+the compile cache.
 
 Results are cached in memory and on disk (driver/cache.py), keyed by source, specialization,
 target, options, toolchain versions and what a ``@jit`` kernel captured from Python (its globals,
@@ -19,13 +27,14 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backend.lower.codegen import KernelParam, generate_llvm
 from ..backend.lower.hooks import hooks_for
+from ..frontend.dump import ENV_DUMP_AFTER, dump, requested_stages
 from ..frontend.ir.core import Function
 from ..frontend.ir.printer import print_function
 from ..frontend.ir.verify import verify_function
@@ -33,7 +42,32 @@ from ..frontend.layout.inference import infer_layouts
 from ..frontend.legality.core import check_legality
 from ..target.targets import Target, get_target
 
-PASSES: list[tuple[str, Callable[..., Any]]] = []
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline: its name (for ``--dump-after``), what it does, where it lives."""
+
+    name: str
+    does: str
+    where: str
+
+
+PIPELINE: tuple[Stage, ...] = (
+    Stage("parse", "text -> Lark parse tree", "frontend/syntax/parser.py"),
+    Stage("build", "parse tree -> AST", "frontend/syntax/builder.py"),
+    Stage("specialize", "arguments or a signature -> sema bindings", "frontend/sema/specialize.py"),
+    Stage("sema", "AST + bindings -> typed tile IR", "frontend/sema/core.py"),
+    Stage("layout", "layout inference, anchored by the target's hooks", "frontend/layout/inference.py"),
+    Stage("legality", "the target's legality rules", "frontend/legality/core.py"),
+    Stage("llvm", "laid-out IR -> LLVM IR", "backend/lower/codegen.py"),
+    Stage("ptx", "LLVM IR -> PTX", "backend/toolchain/llvm_to_ptx.py"),
+    Stage("cubin", "PTX -> cubin", "backend/toolchain/linker.py"),
+)
+"""Every stage from text to cubin, in order (docs/architecture.md)."""
+STAGE_NAMES = tuple(stage.name for stage in PIPELINE)
+FRESH_STAGES = frozenset(STAGE_NAMES[STAGE_NAMES.index("specialize"):])
+"""The stages a compile runs for each specialization (a cache hit skips them: a dump of one of
+them compiles anew)."""
 
 
 @dataclass
@@ -89,9 +123,19 @@ def run_passes(func: Function, target: Target, num_warps: int) -> dict[str, Any]
     if hooks.prepare is not None:
         state.update(hooks.prepare(func, target, num_warps) or {})
     infer_layouts(func, num_warps, hooks.anchor)
+    dump("layout", func.name, lambda: print_function(func))
     check_legality(func, target, num_warps, hooks)
     verify_function(func)
+    dump("legality", func.name, lambda: print_function(func))
     return state
+
+
+def _warn_unknown_dumps() -> None:
+    """A name in SPARSILE_DUMP_AFTER that is no stage would silently dump nothing: say so."""
+    unknown = sorted(requested_stages() - set(STAGE_NAMES))
+    if unknown:
+        warnings.warn(f"{ENV_DUMP_AFTER}: no stage named {', '.join(unknown)}; the stages are "
+                      f"{', '.join(STAGE_NAMES)}", stacklevel=3)
 
 
 STAGES = ("ir", "llvm", "ptx", "cubin")
@@ -103,6 +147,7 @@ def compile_function(func: Function, target: Target | str, *, num_warps: int = 4
     """Compile a specialized kernel's IR down to ``stop_after`` (``ir``, ``llvm``, ``ptx`` or
     ``cubin``)."""
     tgt = get_target(target) if isinstance(target, str) else target
+    _warn_unknown_dumps()
     t0 = time.perf_counter()
     state = run_passes(func, tgt, num_warps)
     ir_text = print_function(func)
@@ -112,6 +157,7 @@ def compile_function(func: Function, target: Target | str, *, num_warps: int = 4
     if stop_after == "ir":
         return ck
     llvm_text, cg = generate_llvm(func, tgt, num_warps, state)
+    dump("llvm", func.name, lambda: llvm_text)
     ck.llvm, ck.params, ck.smem_bytes = llvm_text, cg.params, cg.smem_bytes
     ck.cluster = tuple(cg.state.get("cluster", (1, 1, 1)))  # type: ignore[assignment]
     ck.tensormaps = cg.state.get("tensormap_specs", [])
@@ -128,11 +174,13 @@ def finish_stages(ck: CompiledKernel, tgt: Target, stop_after: str) -> CompiledK
         t = time.perf_counter()
         ck.ptx = llvm_ir_to_ptx(ck.llvm, tgt)
         ck.timings["ptx"] = time.perf_counter() - t
+        dump("ptx", ck.name, lambda: ck.ptx)
     if stop_after == "cubin" and not ck.cubin:
         t = time.perf_counter()
         res = ptx_to_cubin(ck.ptx, tgt, name=f"{ck.name}.ptx")
         ck.cubin, ck.info_log = res.cubin, res.info_log
         ck.timings["cubin"] = time.perf_counter() - t
+        dump("cubin", ck.name, lambda: f"{len(ck.cubin)} bytes of ELF for {tgt.name}\n{ck.info_log}")
     return ck
 
 
@@ -161,7 +209,7 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
                     specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())),
                     captures=captures.disk_key())
     cache = default_cache()
-    entry = cache.get(ckey)
+    entry = None if requested_stages() & FRESH_STAGES else cache.get(ckey)  # a dump needs a fresh compile
     if entry is not None:
         ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
         if LLVM_BLOB in entry.blobs:

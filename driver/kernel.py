@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..frontend.diagnostics import CompileError, Diagnostic, LaunchError
+from ..frontend.dump import dump
 from ..frontend.ir import types as T
 from ..frontend.ir.core import Function
+from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
 from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
 from ..frontend.sema.core import Sema
@@ -223,7 +225,10 @@ class Kernel:
         cluster = cluster_option(merged.get("cluster"))
         if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
             attrs["cluster"] = cluster
-        return Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
+        dump("specialize", self.name, lambda: "\n".join(f"{name} = {value!r}" for name, value in bindings.items()))
+        func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
+        dump("sema", self.name, lambda: print_function(func))
+        return func
 
     def ir(self, *args: Any, **kwargs: Any) -> Function:
         """The IR specialized for these arguments (arrays, scalars, constexpr values)."""

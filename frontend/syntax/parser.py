@@ -33,6 +33,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
 
 from ...grammar import CLOSE_BRACKETS, OPEN_BRACKETS, LayoutProblem, get_parser
 from ..diagnostics import CompileError, Diagnostic, DiagnosticBag, InternalError, Label
+from ..dump import dump
 from ..spans import SourceFile, Span
 from . import ast
 from .builder import AstBuilder
@@ -151,11 +152,13 @@ def _parse_module_source(source: SourceFile, text: str | None = None) -> ast.Mod
     bag = DiagnosticBag(list(diagnostics))
     module = None
     if tree is not None:
+        dump("parse", source.name, tree.pretty)
         module = _guarded(lambda: AstBuilder(source, bag).module(tree), source)
     else:
         _collect_later_errors(text, source, bag)
     bag.raise_if_errors()
     assert module is not None
+    dump("build", source.name, lambda: ast.dump(module))
     return module
 
 
