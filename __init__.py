@@ -29,7 +29,7 @@ from typing import Any
 
 from .driver.kernel import Kernel
 from .driver.module import KernelModule, jit, load, loads
-from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError
+from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError, SparsileError
 from .frontend.interp.values import InterpreterError
 from .frontend.ops import opdefs as _opdefs
 from .frontend.sema import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
@@ -43,7 +43,7 @@ del _type_ctors
 kernel = jit  # `@sparsile.kernel` reads like the `@kernel` of .spk files
 
 __all__ = ["CompileError", "Diagnostic", "InternalError", "InterpreterError", "Kernel", "KernelModule", "LaunchError",
-           "jit", "kernel", "load", "loads"]
+           "SparsileError", "jit", "kernel", "load", "loads"]
 _API = frozenset(__all__)
 # Language names that would shadow Python builtins under `from sparsile import *` stay attributes only.
 _NOT_STARRED = frozenset({"max", "min", "sum", "abs", "bool", "load"})

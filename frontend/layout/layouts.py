@@ -39,31 +39,15 @@ from functools import cached_property
 
 import numpy as np
 
-from ..diagnostics import CompileError, Diagnostic
-from ..spans import UNKNOWN_SPAN, Span
+from ..diagnostics import SparsileError
 
 UNUSED_DIM = "unused"
 
 Dims = tuple[tuple[str, int], ...]
 
 
-class LayoutError(ValueError):
+class LayoutError(SparsileError, ValueError):
     """A layout that cannot be built or an operation whose operands do not fit (codes SP04xx)."""
-
-    def __init__(self, code: str, message: str, help: str | None = None):
-        self.code = code
-        self.message = message
-        self.help = help
-        text = f"error[{code}]: {message}"
-        if help:
-            text += f"\n = help: {help}"
-        super().__init__(text)
-
-    def to_diagnostic(self, span: Span = UNKNOWN_SPAN) -> Diagnostic:
-        return Diagnostic(self.code, self.message, span, help=self.help)
-
-    def to_compile_error(self, span: Span = UNKNOWN_SPAN) -> CompileError:
-        return CompileError([self.to_diagnostic(span)])
 
 
 def log2_exact(n: int, what: str = "size") -> int:
