@@ -34,13 +34,17 @@ from typing import Any
 
 from ..backend.lower.codegen import KernelParam, generate_llvm
 from ..backend.lower.hooks import hooks_for
+from ..frontend.diagnostics import LaunchError
 from ..frontend.dump import ENV_DUMP_AFTER, dump, requested_stages
 from ..frontend.ir.core import Function
 from ..frontend.ir.printer import print_function
 from ..frontend.ir.verify import verify_function
 from ..frontend.layout.inference import infer_layouts
 from ..frontend.legality.core import check_legality
+from ..frontend.sema.specialize import parse_signature
 from ..target.targets import Target, get_target
+from .cache import default_cache, make_key
+from .kernel import KERNEL_OPTIONS, check_options
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,6 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     (frontend/sema/captures.py), so that a changed global never reuses a stale cubin. The entry keeps
     the IR, PTX and cubin; the LLVM IR (often 20 times the PTX) only with ``keep_llvm`` (ahead of
     time compiles, which return it), compressed."""
-    from .cache import default_cache, make_key
 
     num_warps = int(options.get("num_warps") or 4)
     captures = kernel.captures_for(bindings, key, options)
@@ -237,9 +240,6 @@ def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, targe
     ``"x=ptr[f32], n=i32, BLOCK=1024"``. Parameters the signature leaves out take their annotation
     (run-time) or default (constexpr). Compiles to ``llvm``, ``ptx`` and ``cubin`` go through the
     same compile cache as ``kernel[grid]`` (``cache=False`` compiles anew, for benchmarks)."""
-    from ..frontend.diagnostics import LaunchError
-    from ..frontend.sema.specialize import parse_signature
-    from .kernel import KERNEL_OPTIONS, check_options
 
     if isinstance(signature, str):
         signature = parse_signature(signature, kernel.globals)

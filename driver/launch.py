@@ -15,6 +15,7 @@ from ..backend.lower.codegen import KernelParam, llvm_name
 from ..frontend.diagnostics import LaunchError
 from ..frontend.interp.host_arrays import stored_params
 from ..frontend.sema.values import Const
+from ..target.targets import get_target, target_for_capability
 from .kernel import KERNEL_OPTIONS
 
 
@@ -112,7 +113,6 @@ class GpuLaunch:
             dev.copy_to_host(host)
 
     def _build(self, dev: Any, bindings: dict[str, Any], key: tuple, kwargs: dict[str, Any]) -> Any:
-        from ..target.targets import target_for_capability
 
         options = {**KERNEL_OPTIONS, **self.kernel.options,
                    **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
@@ -133,7 +133,6 @@ def cached_launcher(kernel: Any, key: tuple, ordinal: int, build: Callable[[], A
 
 
 def _target(name: str) -> Any:
-    from ..target.targets import get_target
 
     return get_target(name)
 

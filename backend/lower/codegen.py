@@ -19,6 +19,7 @@ from ...frontend.ir import types as T
 from ...frontend.ir.core import Block, Function, Operation, Value
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import LANE, WARP, register_coords, thread_bases
+from ...frontend.ops.opdefs import OPS
 from ...target.targets import Target
 from .llvm_text import FunctionBuilder, LLValue, ModuleBuilder, const, llvm_type
 
@@ -113,6 +114,12 @@ def ensure_lowerings(op_name: str) -> None:
         if _needs_module(op_name, entries):
             importlib.import_module(f"{__package__}.{module}")
     _ENSURED_OPS.add(op_name)
+
+
+def _defined_lowering(op_name: str) -> Callable[[CodeGen, Operation], None] | None:
+    """The lowering an op's own definition carries (``OpDef.lower``, frontend/ops/opdefs.py)."""
+    d = OPS.get(op_name)
+    return d.lower if d is not None else None
 
 
 def lowering(*names: str, when: Callable[[CodeGen], bool] | None = None
@@ -241,7 +248,7 @@ class CodeGen:
                 continue  # read by the parent's lowering
             ensure_lowerings(op.name)
             fn = next((f for cond, f in TARGET_LOWERINGS.get(op.name, ()) if cond(self)), None) or \
-                LOWERINGS.get(op.name)
+                LOWERINGS.get(op.name) or _defined_lowering(op.name)
             if fn is None:
                 raise CompileError([Diagnostic(
                     "SP0620", f"`{op.name}` cannot be compiled for {self.target.name} yet", op.span,

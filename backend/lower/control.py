@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...frontend.diagnostics import InternalError
 from ...frontend.ir.core import Operation
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue
@@ -24,7 +25,6 @@ def _flatten(x: Any) -> list[LLValue]:
 def _check_layouts(values: list[Any], args: list[Any], what: str) -> None:
     """A carried tile must have one layout on every edge (inference guarantees it); anything else
     would silently mix up registers, so it is a compiler bug."""
-    from ...frontend.diagnostics import InternalError
 
     for v, a in zip(values, args, strict=True):
         lay = getattr(a, "layout", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...frontend.diagnostics import CompileError, Diagnostic
+from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation, Value
 from ...frontend.layout.tile import register_coords
@@ -36,7 +36,6 @@ def map_values(cg: CodeGen, op: Operation, fn: Callable[[list[LLValue]], LLValue
     tiles = [a for a in args if isinstance(a, DTile)]
     for t in tiles:
         if t.layout != res.layout:
-            from ...frontend.diagnostics import InternalError
 
             raise InternalError(f"`{op.name}` operands and result have different layouts", op.span)
     n = len(tiles[0].regs)
@@ -113,7 +112,6 @@ def lower_broadcast(cg: CodeGen, op: Operation) -> None:
     for off in register_coords(res.layout):
         proj = tuple(0 if src_shape[d] == 1 else c for d, c in enumerate(off))
         if proj not in lookup:
-            from ...frontend.diagnostics import InternalError
 
             raise InternalError("broadcast source layout does not cover its result", op.span)
         regs.append(src.regs[lookup[proj]])

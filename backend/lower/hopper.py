@@ -24,6 +24,7 @@ from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.library import WGMMA_A_COLS, operand_class, wgmma_a_fragment, wgmma_accumulator
 from ...frontend.layout.tile import normalize
 from ...target.hooks import TargetHooks
+from ...target.targets import Feature
 from .asynchronous import SmemRef, smem_base_address, stage_kmajor
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const
@@ -356,7 +357,6 @@ def keep_a_live(cg: CodeGen) -> None:
 # ------------------------------------------------------------------------------------------------
 def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     """Lower a tile-level dot through wgmma; False when the shapes do not fit (portable path)."""
-    from ...target.targets import Feature
 
     if not cg.target.has(Feature.WGMMA):
         return False
@@ -404,7 +404,6 @@ def _portable(name: str) -> Any:
 
 
 def _has_wgmma(cg: CodeGen) -> bool:
-    from ...target.targets import Feature
 
     return cg.target.has(Feature.WGMMA)
 

@@ -44,6 +44,7 @@ from ...frontend.ir.core import Operation
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import distinct_registers, normalize
 from ...target.hooks import TargetHooks
+from ...target.targets import Feature
 from .codegen import CodeGen, DTile, lowering
 from .elementwise import cast_value
 from .llvm_text import LLValue, const
@@ -364,7 +365,6 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
 # ------------------------------------------------------------------------------------------------
 def uses_warp_mma(cg: CodeGen) -> bool:
     """Targets whose tile-level MMAs are warp-level: mma.sp present, no wgmma / tcgen05 path."""
-    from ...target.targets import Feature
 
     tgt = cg.target
     return tgt.has(Feature.MMA_SP) and not tgt.has(Feature.WGMMA) and not tgt.has(Feature.TCGEN05)

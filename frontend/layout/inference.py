@@ -21,6 +21,7 @@ from typing import Any
 from ..ir import types as T
 from ..ir.axis_info import AxisAnalysis
 from ..ir.core import Block, Builder, Function, Operation, Value
+from ..ops.opdefs import OPS
 from .layouts import LinearLayout
 from .tile import (
     broadcast_layout,
@@ -206,6 +207,8 @@ class LayoutInference:
             for a, b in ((acc, res), (res, acc)):
                 if self._get(a) is not None:
                     changed |= self._set(b, self._get(a))  # type: ignore[arg-type]
+        elif (d := OPS.get(name)) is not None and d.layout is not None:  # the op's own rule (ops/opdefs.py)
+            changed |= bool(d.layout(op, self._get, self._set))
         for group in _carried_groups(op):
             known = next((self._get(v) for v in group if self._get(v) is not None), None)
             if known is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
 from ..ir.core import Function, Operation
 from .core import Context, function_rule, require_feature, rule
@@ -49,7 +50,6 @@ def cluster_sync_whole_cta(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("tma.load_cluster")
 def cluster_tma_target(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
-    from ...target.targets import Feature, feature_problem
 
     d = feature_problem(ctx.target, Feature.CLUSTER, op.span, what="a multicast / peer-barrier TMA load")
     if d is None and op.attrs.get("peer_bar"):
@@ -71,7 +71,6 @@ def cluster_shape(func: Function, ctx: Context) -> Iterator[Diagnostic]:
                          f"CTAs in all, found cluster={tuple(shape)}", func.span,
                          help="e.g. cluster=(2, 1, 1); 8 CTAs is the portable limit")
         return
-    from ...target.targets import Feature, feature_problem
 
     d = feature_problem(ctx.target, Feature.CLUSTER, func.span, what=f"a kernel declaring cluster={tuple(shape)}")
     if d is not None:

@@ -34,8 +34,10 @@ from functools import cache
 from typing import Any
 
 from ...target.hooks import NO_HOOKS, TargetHooks
+from ...target.targets import Feature, feature_problem, get_target
 from ..diagnostics import Diagnostic, DiagnosticBag, InternalError
 from ..ir.core import Block, Function, Operation
+from ..ops.opdefs import OPS, load_all_ops
 
 # ------------------------------------------------------------------------------------------------
 # Codes
@@ -169,7 +171,6 @@ def require_feature(feature: str, what: str, *names: str) -> None:
 
 
 def _features(names: Iterable[str]) -> frozenset[Any]:
-    from ...target.targets import Feature
 
     return frozenset(Feature[n] for n in names)
 
@@ -185,7 +186,6 @@ class TargetRules:
 
 @cache
 def _rules_for_name(target_name: str) -> TargetRules:
-    from ...target.targets import Feature, get_target
 
     _load_rule_modules()
     target = get_target(target_name)
@@ -222,8 +222,6 @@ def legality_diagnostics(func: Function, target: Any, num_warps: int,
                          hooks: TargetHooks = NO_HOOKS) -> list[Diagnostic]:
     """Every diagnostic the legality rules of ``target`` find in ``func`` (pinned layouts are
     resolved first, see :mod:`legality_layout`)."""
-    from ...target.targets import get_target
-    from ..ops.opdefs import OPS, load_all_ops
     from .layout import resolve_pins
 
     load_all_ops()
@@ -266,7 +264,6 @@ def _gate(op: Operation, ctx: Context, table: TargetRules) -> list[Diagnostic]:
         need = table.required.get(prefix) if "." in op.name else None
     if need is None:
         return []
-    from ...target.targets import feature_problem
 
     feature, what = need
     d = feature_problem(ctx.target, feature, op.span, what=what.format(op=op.name))

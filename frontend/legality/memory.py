@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
 from ..ir import types as T
 from ..ir.core import Function, Operation
+from ..layout.tile import WARP, register_coords, same_thread_part, thread_bases
 from .core import (
     SP_ARRIVE_PER_WARPGROUP,
     SP_MBARRIER_IN_PARTITION,
@@ -116,7 +118,6 @@ def partitions_fit_the_cta(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
                        "setmaxnreg applies to whole warpgroups", op,
                        help=f"give it {(w + 3) // 4 * 4} warps, or drop `regs=`")
     if any(r is not None for r in regs):
-        from ...target.targets import Feature, feature_problem
 
         d = feature_problem(ctx.target, Feature.SETMAXNREG, op.span, what="`partition(..., regs=)` (setmaxnreg)")
         if d is not None:
@@ -249,7 +250,6 @@ def smem_footprint(func: Function) -> list[tuple[Operation, int, str]]:
 
 
 def _conversion_scratch(op: Operation) -> int:
-    from ..layout.tile import register_coords, same_thread_part
 
     src, dst = op.operands[0].layout, op.result.layout
     if src is None or dst is None or src == dst:
@@ -262,7 +262,6 @@ def _conversion_scratch(op: Operation) -> int:
 
 
 def _reduce_scratch(op: Operation) -> int:
-    from ..layout.tile import WARP, thread_bases
 
     layout = op.operands[0].layout
     if layout is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...target.descriptors import wgmma_problems
 from ..diagnostics import Diagnostic, Label
 from ..ir import types as T
 from ..ir.core import Operation
@@ -100,7 +101,6 @@ def wgmma_operands(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
 def wgmma_accumulator(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """The accumulator splits into ``m64nN`` instructions per warpgroup of the partition, N per
     instruction obeys §4.1, and the types form a wgmma (``descriptors.wgmma_problems``)."""
-    from ...target.descriptors import wgmma_problems
 
     m, n = op.attrs["m"], op.attrs["n"]
     sparse = bool(op.attrs.get("sparse"))

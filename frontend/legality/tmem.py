@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...target.descriptors import InstrDesc, idesc_problems
+from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
 from ..ir import types as T
 from ..ir.core import Function, Operation
@@ -106,8 +108,6 @@ def instruction_tiles(m: int, n: int) -> list[tuple[int, int, int, int]]:
 @rule("tcgen05.mma", needs=("TCGEN05",))
 def tcgen05_descriptors(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """The descriptor of every instruction the MMA is split into, and the target's kinds."""
-    from ...target.descriptors import InstrDesc, idesc_problems
-    from ...target.targets import Feature, feature_problem
 
     kind = op.attrs.get("kind")
     if kind is None or len(op.operands) < 3:

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..diagnostics import LaunchError
+from ..diagnostics import CompileError, Diagnostic, LaunchError
 from ..ir import types as T
+from ..spans import SourceFile
 from .core import ArgSpec
 from .values import Const
 
@@ -287,8 +288,6 @@ def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
     side is a constant expression of the language (``ptr[f16]``, ``tensor[f16, 2]``, ``i32``,
     ``1024``, ``2 * 64``, ``True``, ``f16``), evaluated with ``resolve`` (a kernel's global names)
     and then the builtins. Errors are CompileErrors pointing into the signature text."""
-    from ..diagnostics import CompileError, Diagnostic
-    from ..spans import SourceFile
     from ..syntax.parser import parse_expression
     from .core import Sema
 
