@@ -88,3 +88,9 @@ def test_an_unknown_stage_is_refused_by_the_cli_and_warned_about_in_the_environm
     kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
     with pytest.warns(UserWarning, match="SPARSILE_DUMP_AFTER: no stage named lowering; the stages are parse"):
         compile_kernel(kernel, None, target="sm_90a", stop_after="ir", cache=False)
+
+
+def test_the_architecture_page_shows_the_pipeline_as_the_code_lists_it():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| `([\w/.]+)` \|$", page, re.M)
+    assert rows == [(stage.name, stage.where) for stage in PIPELINE]
