@@ -10,7 +10,7 @@ from sparsile.stdlib.kernels.linear import plan_sparse_linear, sparse_linear
 from sparsile.stdlib.kernels.linear_sm100 import SparseLinearPlanSm100
 from sparsile.stdlib.sparsity import SparsityError
 
-from ...test_linear_api import NP_OUT, assert_linear_close, epilogue_case, problem, vectors
+from .test_linear_api import NP_OUT, assert_linear_close, epilogue_case, problem, vectors
 
 CASES = [
     # dtype, N_out, T, K, out_dtype, bias, activation, scale_w, scale_x, num_sms
