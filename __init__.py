@@ -29,17 +29,16 @@ import importlib
 import sys
 from typing import Any
 
-from .frontend import opdefs as _opdefs
-from .frontend import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
-from .frontend.autotune import Autotuner, Config, autotune
-from .frontend.builtins import ROOT as _ROOT
-from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError
-from .frontend.interp_values import InterpreterError
-from .frontend.kernel import Kernel
-from .frontend.module import KernelModule, jit, load, loads
-from .frontend.values import Const as _Const
-
-__version__ = "0.1.0"
+from .driver.autotune import Autotuner, Config, autotune
+from .driver.kernel import Kernel
+from .driver.module import KernelModule, jit, load, loads
+from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError, SparsileError
+from .frontend.interp.values import InterpreterError
+from .frontend.ops import opdefs as _opdefs
+from .frontend.sema import type_ctors as _type_ctors  # registers `ptr[...]` and `tensor[...]`
+from .frontend.sema.builtins import ROOT as _ROOT
+from .frontend.sema.values import Const as _Const
+from .version import __version__ as __version__
 
 _opdefs.load_all_ops()
 del _type_ctors
@@ -55,7 +54,7 @@ def tune(shapes: Any, **kwargs: Any) -> Any:
     return tune_sparse_matmul(shapes, **kwargs)
 
 __all__ = ["Autotuner", "CompileError", "Config", "Diagnostic", "InternalError", "InterpreterError", "Kernel",
-           "KernelModule", "LaunchError", "autotune", "jit", "kernel", "load", "loads", "tune"]
+           "KernelModule", "LaunchError", "SparsileError", "autotune", "jit", "kernel", "load", "loads", "tune"]
 _API = frozenset(__all__)
 # Language names that would shadow Python builtins under `from sparsile import *` stay attributes only.
 _NOT_STARRED = frozenset({"max", "min", "sum", "abs", "bool", "load"})

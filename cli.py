@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--target", default=None, type=_target_name, help="GPU target, e.g. sm_90a or sm_100a")
     k.add_argument("-o", "--output", default=None,
                    help="write here instead of stdout (a cubin goes to stdout only when it is not a terminal)")
+    k.add_argument("--dump-after", action="append", default=[], metavar="STAGE",
+                   help="print the program to stderr after this pipeline stage (parse, build, ..., cubin: "
+                        "docs/architecture.md); repeatable or comma-separated")
 
     d = sub.add_parser("demo", help="run the sparse matmul demo (sparsile demo -h: its options)", add_help=False)
     d.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the demo")
@@ -115,8 +118,8 @@ def _check_layout_arguments(name: str, values: list[Any]) -> None:
 
 def _target_name(text: str) -> str:
     """An argparse type: a known target name (an empty or unknown one is a usage error, exit 2)."""
-    from .backend.targets import get_target
     from .frontend.diagnostics import CompileError
+    from .target.targets import get_target
 
     if not text.strip():
         raise argparse.ArgumentTypeError("the target name is empty (e.g. --target sm_90a)")
@@ -177,7 +180,7 @@ def _select(module: Any, name: str | None) -> dict[str, Any]:
 
 
 def _signature(text: str, module: Any) -> dict[str, Any]:
-    from .frontend.specialize import parse_signature
+    from .frontend.sema.specialize import parse_signature
 
     def resolve(name: str) -> Any:
         return module._resolve(name)
@@ -187,7 +190,7 @@ def _signature(text: str, module: Any) -> dict[str, Any]:
 
 def _missing_info(kernel: Any, signature: dict[str, Any]) -> list[str]:
     """What ``check`` lacks to specialize ``kernel``: parameter descriptions, empty if nothing."""
-    from .frontend import types as T
+    from .frontend.ir import types as T
 
     missing = []
     for p in kernel.params:
@@ -220,8 +223,8 @@ def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -
 
 
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .frontend import types as T
     from .frontend.diagnostics import CompileError, Diagnostic
+    from .frontend.ir import types as T
 
     module = _read_module(args.file)
     kernels = _select(module, args.kernel)
@@ -263,18 +266,33 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 # ------------------------------------------------------------------------------------------------
 def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.dump_after:
+        return _compile_now(args, out, err)
+    from .driver.compiler import STAGE_NAMES
+    from .frontend.dump import dumping
+
+    stages = [name.strip() for given in args.dump_after for name in given.split(",") if name.strip()]
+    unknown = [name for name in stages if name not in STAGE_NAMES]
+    if unknown:
+        raise _Usage(f"--dump-after: no stage named {', '.join(map(repr, unknown))}; the stages are "
+                     f"{', '.join(STAGE_NAMES)}")
+    with dumping(stages, err):
+        return _compile_now(args, out, err)
+
+
+def _compile_now(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     module = _read_module(args.file)
     kernel = _select(module, args.kernel)[args.kernel]
     signature = _signature(args.signature, module)
     if args.emit == "ir":
-        from .frontend.ir_printer import print_function
+        from .frontend.ir.printer import print_function
 
         bindings, key = kernel.signature_bindings(signature)
         return _write(print_function(kernel.ir_for(bindings, key)), args.output, out)
     try:
-        from .backend.compiler import compile_kernel
+        from .driver.compiler import compile_kernel
     except ImportError as e:
-        print(f"error: `--emit {args.emit}` needs the LLVM backend (sparsile.backend.compiler), which this "
+        print(f"error: `--emit {args.emit}` needs the LLVM backend (sparsile.driver.compiler), which this "
               f"installation does not have yet ({e})", file=err)
         return EXIT_UNAVAILABLE
     compiled = compile_kernel(kernel, signature, target=args.target, stop_after=args.emit)
@@ -370,8 +388,9 @@ def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
-        from .frontend import layout_library, layout_pictures
-        from .frontend.layouts import LinearLayout
+        from .frontend.layout import library as layout_library
+        from .frontend.layout import pictures as layout_pictures
+        from .frontend.layout.layouts import LinearLayout
     except ImportError as e:
         print(f"error: layout pictures are not part of this installation yet ({e})", file=err)
         return EXIT_UNAVAILABLE

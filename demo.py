@@ -129,7 +129,7 @@ def step_compile_blackwell(dtype: str) -> list[Step]:
         return [Step("compile sm_100a", "skipped", f"{BLACKWELL_FILE.name} is not in this installation: the "
                      "Blackwell (tcgen05) kernel is compiled and checked elsewhere")]
     from . import load
-    from .frontend import types as T
+    from .frontend.ir import types as T
 
     try:
         module = load(BLACKWELL_FILE)

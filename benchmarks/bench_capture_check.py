@@ -3,11 +3,11 @@
     python benchmarks/bench_capture_check.py [--reps 200000]
 
 Before reusing a cached kernel, ``kernel[grid]`` and ``kernel.interpret`` check that every Python
-value the kernel captured is unchanged (frontend/captures.py; docs/language.md, "What a kernel
+value the kernel captured is unchanged (frontend/sema/captures.py; docs/language.md, "What a kernel
 captures, and when it is recompiled"). Printed, in ns per call (best of 5 runs):
 
   check N      ``CaptureSet.still_valid()`` of a kernel that captured N constants (and `sp`)
-  lookup       ``backend.launch.cached_launcher`` (the launch path's cache lookup and the check)
+  lookup       ``driver.launch.cached_launcher`` (the launch path's cache lookup and the check)
                for a kernel capturing 3 names, against a bare dict lookup of the same key
   bind         ``kernel.bind`` (specialization: the rest of the launch path's host work)
 """
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT.parent))
     os.environ.setdefault("SPARSILE_CACHE_DIR", "off")
     import numpy as np
-    from sparsile.backend.launch import cached_launcher
+    from sparsile.driver.launch import cached_launcher
 
     x = np.zeros(16, np.float32)
     for n in (1, 3, 10):

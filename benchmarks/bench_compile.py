@@ -91,11 +91,11 @@ import json, os, sys, time
 t0 = time.perf_counter()
 import sparsile
 t_import = time.perf_counter() - t0
-from sparsile.backend import cache as cache_mod
-from sparsile.backend.compiler import compile_cached, compile_kernel
-from sparsile.backend.targets import get_target
-from sparsile.frontend.kernel import KERNEL_OPTIONS
-from sparsile.frontend.specialize import parse_signature
+from sparsile.driver import cache as cache_mod
+from sparsile.driver.compiler import compile_cached, compile_kernel
+from sparsile.target.targets import get_target
+from sparsile.driver.kernel import KERNEL_OPTIONS
+from sparsile.frontend.sema.specialize import parse_signature
 
 path, kernel_name, signature_text, target_name, reps = sys.argv[1:6]
 text = open(path).read()
@@ -295,7 +295,7 @@ HEADER = (f"{'case':<16} {'import':>7} {'cold':>8} {'first':>8} {'warm':>8} {'pa
 def machine_line() -> str:
     cpus = os.cpu_count()
     try:
-        from sparsile.backend.cache import compiler_version
+        from sparsile.driver.cache import compiler_version
 
         version = compiler_version()
     except Exception:  # the benchmark can run before the package is importable in this process

@@ -43,10 +43,10 @@ def timed(fn: Callable[[], object], reps: int) -> list[float]:
 
 def measure(name: str, reps: int) -> dict[str, list[float]]:
     import sparsile  # noqa: F401  (registers the ops)
-    from sparsile.frontend.module import KernelModule
-    from sparsile.frontend.parser import parse_module
-    from sparsile.frontend.sema import Sema
-    from sparsile.frontend.specialize import parse_signature
+    from sparsile.driver.module import KernelModule
+    from sparsile.frontend.sema.core import Sema
+    from sparsile.frontend.sema.specialize import parse_signature
+    from sparsile.frontend.syntax.parser import parse_module
 
     text = (EXAMPLES / f"{name}.spk").read_text()
     kernel_name, sig_text = SIGNATURES[name]
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     import sparsile  # noqa: F401
     import_ms = (time.perf_counter() - t0) * 1e3
-    from sparsile.frontend.parser import parse_module
+    from sparsile.frontend.syntax.parser import parse_module
 
     t0 = time.perf_counter()
     parse_module("x = 1\n", "warmup.spk")  # builds (or loads) the grammar's parse tables

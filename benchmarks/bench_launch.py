@@ -109,7 +109,7 @@ def floors(prepared: Any) -> list[tuple[str, Callable[[], Any]]]:
     """The floor under every launch path: one ``cuLaunchKernel`` of the prepared empty kernel with
     its parameters already packed, through cuda.bindings and through libcuda directly (ctypes)."""
     from cuda.bindings import driver
-    from sparsile.backend import cudalib
+    from sparsile.backend.runtime import cudalib
 
     launcher = prepared.launcher
     fn, (bx, by, bz), address = launcher.function.handle, launcher.block, prepared._buffer.address

@@ -51,7 +51,7 @@ def make(dtype: str, m: int, n: int, k: int, rng: np.random.Generator):
     meta = np.asarray(S.encode_metadata(idx, "sm90", dtype).data)
     wf, bf = w.astype(np.float64), b.astype(np.float64)
     if dtype == "tf32":  # the tensor cores read f32 data as tf32 by dropping 13 mantissa bits (H200)
-        from sparsile.frontend.ops_core import tf32_truncate
+        from sparsile.frontend.ops.core import tf32_truncate
 
         wf = tf32_truncate(w).astype(np.float64)
         bf = tf32_truncate(b).astype(np.float64)

@@ -126,12 +126,53 @@ def _unique(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
     return tuple(out)
 
 
-class CompileError(Exception):
-    """One or more user-facing diagnostics; ``str()`` renders them all."""
+class SparsileError(Exception):
+    """The base of every user-facing error: a diagnostic ``code`` (frontend/codes.py lists them
+    all), a ``message``, the source ``span`` it points at (UNKNOWN_SPAN when it comes from Python
+    values rather than kernel source) and an optional ``help`` line naming the fix.
+
+    ``str()`` is ``error[CODE]: message`` followed, when there is help, by `` = help: ...``.
+    Subclasses say where the error comes from (:class:`LaunchError`, ``LayoutError``,
+    ``SparsityError``) and may add a Python base (``ValueError``) without repeating this constructor.
+    """
+
+    def __init__(self, code: str, message: str, help: str | None = None, span: Span = UNKNOWN_SPAN):
+        self.code = code
+        self.message = message
+        self.help = help
+        self.span = span
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        """``error[CODE]: message`` and the help line."""
+        text = f"error[{self.code}]: {self.message}"
+        if self.help:
+            text += f"\n = help: {self.help}"
+        return text
+
+    def to_diagnostic(self, span: Span | None = None) -> Diagnostic:
+        """This error as a diagnostic at ``span`` (by default its own)."""
+        return Diagnostic(self.code, self.message, self.span if span is None else span, help=self.help)
+
+    def to_compile_error(self, span: Span | None = None) -> CompileError:
+        """This error as a :class:`CompileError` pointing at ``span`` (by default its own)."""
+        return CompileError([self.to_diagnostic(span)])
+
+
+class CompileError(SparsileError):
+    """One or more user-facing diagnostics; ``str()`` renders them all. ``code``, ``message``,
+    ``span`` and ``help`` are those of the first error (of the first diagnostic when none is an
+    error)."""
 
     def __init__(self, diagnostics: Iterable[Diagnostic]):
         self.diagnostics: tuple[Diagnostic, ...] = _unique(diagnostics)
-        super().__init__(self.render())
+        first = next((d for d in self.diagnostics if d.severity is Severity.ERROR),
+                     self.diagnostics[0] if self.diagnostics else None)
+        self.code = first.code if first is not None else ""
+        self.message = first.message if first is not None else ""
+        self.help = first.help if first is not None else None
+        self.span = first.span if first is not None else UNKNOWN_SPAN
+        Exception.__init__(self, self.render())
 
     def render(self) -> str:
         errors = [d for d in self.diagnostics if d.severity is Severity.ERROR]
@@ -161,16 +202,8 @@ class InternalError(Exception):
         )
 
 
-class LaunchError(Exception):
+class LaunchError(SparsileError):
     """A launch the launcher refused before touching the GPU (wrong argument, grid, device)."""
-
-    def __init__(self, code: str, message: str, help: str | None = None):
-        self.code = code
-        self.help = help
-        text = f"error[{code}]: {message}"
-        if help:
-            text += f"\n = help: {help}"
-        super().__init__(text)
 
 
 @dataclass

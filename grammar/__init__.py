@@ -12,7 +12,7 @@ A folder that cannot be written is skipped silently.
 :class:`IndentationPostLexer` turns Python-style indentation into ``_INDENT``/``_DEDENT`` tokens
 (Python reference, section 2.1.8 "Indentation"), drops newlines inside brackets (section 2.1.6
 "Implicit line joining"), and raises :class:`LayoutProblem` for indentation and bracket errors;
-``frontend/parser.py`` turns those into SP01xx diagnostics. This module knows nothing of
+``frontend/syntax/parser.py`` turns those into SP01xx diagnostics. This module knows nothing of
 diagnostics or source files.
 """
 

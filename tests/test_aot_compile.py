@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import sparsile as sp
-from sparsile.backend import cache as cache_mod
-from sparsile.backend import compiler
 from sparsile.cli import EXIT_OK, EXIT_USAGE, main
+from sparsile.driver import cache as cache_mod
+from sparsile.driver import compiler
 from sparsile.frontend.diagnostics import LaunchError
 
 ROOT = Path(sp.__file__).resolve().parent
@@ -128,14 +128,14 @@ def test_a_later_stage_carries_a_cached_entry_on(fresh_cache, compiles, monkeypa
 
 def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compiles) -> None:
     import numpy as np
-    from sparsile.backend.targets import get_target
+    from sparsile.target.targets import get_target
 
     k = sp.load(VECTOR_ADD).kernels["vector_add"]
     x = np.ones(4, np.float32)
     ck = k[(1,)].compile_for("sm_90a", x, x, x, 4)
     hits = fresh_cache.stats.memory_hits
     _, bindings, key = k.bind((x, x, x, 4), {})
-    options = {**sp.frontend.kernel.KERNEL_OPTIONS, **k.options}
+    options = {**sp.driver.kernel.KERNEL_OPTIONS, **k.options}
     again = compiler.compile_cached(k, bindings, key, get_target("sm_90a"), options)
     assert compiles == ["vector_add"] and fresh_cache.stats.memory_hits == hits + 1 and again.cubin == ck.cubin
     (entry,) = fresh_cache._memory.values()

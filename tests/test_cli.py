@@ -130,7 +130,7 @@ def test_compile_writes_to_a_file(files) -> None:
 def test_compile_ptx_uses_the_backend_or_says_it_is_missing(files) -> None:
     code, out, err = run("compile", str(files / "good.spk"), "--kernel", "add", "--signature",
                          "x=ptr[f32],y=ptr[f32],out=ptr[f32],n=i32,BLOCK=256", "--emit", "ptx", "--target", "sm_90a")
-    if importlib.util.find_spec("sparsile.backend.compiler") is None:
+    if importlib.util.find_spec("sparsile.driver.compiler") is None:
         assert code == EXIT_UNAVAILABLE and "backend" in err
     else:
         assert code == EXIT_OK, err
@@ -146,7 +146,7 @@ def test_demo_runs_or_says_it_is_missing() -> None:
 
 
 def test_layout_picture_and_list() -> None:
-    if importlib.util.find_spec("sparsile.frontend.layout_pictures") is None:
+    if importlib.util.find_spec("sparsile.frontend.layout.pictures") is None:
         code, _, err = run("layout", "--list")
         assert code == EXIT_UNAVAILABLE and "layout" in err
         return

@@ -139,7 +139,7 @@ def test_wheel_holds_modules_and_data_and_works_alone(tmp_path):
                               "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stdout + install.stderr
     probe = ("import sparsile, sys; from sparsile.stdlib.kernels import kernel_module; "
-             "from sparsile.frontend.parser import parse_module; "
+             "from sparsile.frontend.syntax.parser import parse_module; "
              "assert sparsile.__file__.startswith(sys.argv[1]), sparsile.__file__; "
              "print(sorted(kernel_module().kernels)[0]); "
              "print(len(sparsile.load(sparsile.__path__[0] + '/examples/vector_add.spk').kernels))")
@@ -151,7 +151,7 @@ def test_wheel_holds_modules_and_data_and_works_alone(tmp_path):
 
 
 def test_version_attribute_matches_pyproject():
-    """The compile cache keys on ``sparsile.__version__`` (backend/cache.py compiler_version)."""
+    """The compile cache keys on ``sparsile.__version__`` (driver/cache.py compiler_version)."""
     import sparsile
 
     assert sparsile.__version__ == PYPROJECT["project"]["version"]

@@ -31,11 +31,11 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ...frontend import types as T
-from ...frontend.host_arrays import stored_params
-from ...frontend.kernel import KERNEL_OPTIONS, Kernel, normalize_grid
-from ...frontend.legality_meta import check_metadata_argument
-from ...frontend.values import Const
+from ...driver.kernel import KERNEL_OPTIONS, Kernel, normalize_grid
+from ...frontend.interp.host_arrays import stored_params
+from ...frontend.ir import types as T
+from ...frontend.legality.meta import check_metadata_argument
+from ...frontend.sema.values import Const
 from . import ffi
 from .errors import (
     SP_JAX_ARGUMENT,
@@ -84,8 +84,9 @@ class CallPlan:
             return found
         with self._lock:
             if ordinal not in self._launchers:
-                from ...backend import launch, runtime
-                from ...backend.targets import target_for_capability
+                from ...backend import runtime
+                from ...driver import launch
+                from ...target.targets import target_for_capability
 
                 options = {**KERNEL_OPTIONS, **self.kernel.options, **self.launch_options}
                 previous = runtime.current_device().ordinal
@@ -110,7 +111,7 @@ class CallPlan:
                       ordinal: int) -> list[Any]:
         """The launcher's argument list: a raw device address for a pointer, a :class:`DeviceView`
         for an array whose tensor maps or shape the launcher derives, the static values."""
-        from ...backend.launch import user_values
+        from ...driver.launch import user_values
 
         bound: dict[str, Any] = {}
         for name, kind, where in self.sources:
@@ -156,8 +157,8 @@ class DeviceView:
 
 
 def _describe_view(view: DeviceView, stream: int) -> Any:
-    from ...backend.arguments import ArrayInfo, dtype_from_numpy
-    from ...backend.dlpack import compact_strides
+    from ...backend.runtime.arguments import ArrayInfo, dtype_from_numpy
+    from ...backend.runtime.dlpack import compact_strides
 
     b = view.buffer
     dtype = dtype_from_numpy(ffi.numpy_dtype(b.dtype))
@@ -166,7 +167,7 @@ def _describe_view(view: DeviceView, stream: int) -> Any:
 
 
 def _register_view() -> None:
-    from ...backend.arguments import register_array_type
+    from ...backend.runtime.arguments import register_array_type
 
     register_array_type(DeviceView, _describe_view)
 

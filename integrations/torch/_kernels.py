@@ -56,7 +56,7 @@ class Weight:
 def stream_getter(index: int) -> Callable[[], int]:
     """A function of no arguments returning torch's current stream on CUDA device ``index`` as an
     int handle (the backend's, bound to torch's raw-stream accessor: no Stream object per call)."""
-    from ...backend.prepared import torch_stream_getter
+    from ...driver.prepared import torch_stream_getter
 
     return torch_stream_getter(index)
 

@@ -40,7 +40,7 @@ from ._kernels import ACTIVATIONS, OUT_DTYPES, RecordCache, Weight, quantize_per
 
 WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
 """The weight types a SparseLinear holds, by the sparsity toolkit's operand name."""
-_NAME_OF = {v: k for k, v in WEIGHT_DTYPES.items()}
+NAME_OF = {v: k for k, v in WEIGHT_DTYPES.items()}
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
 _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
@@ -49,8 +49,8 @@ _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
 def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
     """The operand name ("bf16", "f16", "e4m3") of ``dtype`` (a name or a torch dtype; None: ``default``)."""
     given = default if dtype is None else dtype
-    if isinstance(given, torch.dtype) and given in _NAME_OF:
-        return _NAME_OF[given]
+    if isinstance(given, torch.dtype) and given in NAME_OF:
+        return NAME_OF[given]
     if isinstance(given, str) and given.strip().lower() in ("bf16", "bfloat16", "f16", "float16", "e4m3",
                                                              "float8_e4m3fn"):
         return operand_type(given).name

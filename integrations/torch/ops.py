@@ -24,7 +24,7 @@ import torch
 from ...stdlib.sparsity import metadata_shape
 from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
 from ._kernels import OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
-from .linear import _NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
+from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
 
 _RECORDS = RecordCache(capacity=256)
 
@@ -40,14 +40,14 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     on fake tensors too)."""
     checked_activation(activation)
     checked_out_dtype(out_dtype)
-    if values.dim() != 2 or values.dtype not in _NAME_OF:
+    if values.dim() != 2 or values.dtype not in NAME_OF:
         raise _bad(f"values must be a 2-D bfloat16, float16 or float8_e4m3fn tensor, got {values.dtype} "
                    f"{tuple(values.shape)}", help="pass SparseLinear.values (N, K/2)")
     n, k = int(values.shape[0]), 2 * int(values.shape[1])
     if x.dim() == 0 or not k - 4 < x.shape[-1] <= k:
         raise _bad(f"x has shape {tuple(x.shape)} but values {tuple(values.shape)} cover K = {k}",
                    help="x is (..., K) with the weight's in_features", code=SP_BAD_TENSOR)
-    name = _NAME_OF[values.dtype]
+    name = NAME_OF[values.dtype]
     if x.dtype != values.dtype:
         raise _bad(f"x has dtype {x.dtype} but the weight is {values.dtype}",
                    help="cast x to the weight's dtype (fp8: quantize_per_token_e4m3)", code=SP_BAD_TENSOR)

@@ -110,7 +110,7 @@ _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
 @functools.cache
 def kernel_module() -> Any:
     """The loaded ``sparse_gemm_sm90.spk`` module (parsed once per process)."""
-    from ... import load
+    from ...driver.module import load
 
     return load(KERNEL_FILE)
 
@@ -362,7 +362,7 @@ def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret
 
 def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
     """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
-    when the launch can write it in place, else a new array like :func:`_empty`."""
+    when the launch can write it in place, else a new array like :func:`empty_array`."""
     if out is not None:
         have_shape = tuple(getattr(out, "shape", ()))
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
@@ -375,10 +375,10 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
             return out
-    return _empty(home, shape, dtype, interpret)
+    return empty_array(home, shape, dtype, interpret)
 
 
-def _empty(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
+def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
     """A new array of numpy dtype name ``dtype``: a torch/cupy array on ``home``'s device for a GPU
     launch, numpy otherwise."""
     kind = "numpy" if interpret else _kind(home)
@@ -435,7 +435,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
                                                                num_sms or _sm_count(interpret))
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
         raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
-    workspace = _empty(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
+    workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
     pair = pair_ctas(m, n, bn, choice, split, persistent, num_sms or _sm_count(interpret))
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair)
 
@@ -543,12 +543,12 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
             plan.out[...] = 0
         elif interpret or split_k is not None or num_sms is not None or not _run_tuned(plan, persistent):
             plan.run(interpret)
-        return _deliver(plan.out, out, b)
+        return deliver_result(plan.out, out, b)
     if plan.k_launch == 0:
         plan.out[...] = 0
     else:
         plan.run(interpret)
-    return _deliver(plan.result(), out, b)
+    return deliver_result(plan.result(), out, b)
 
 
 def _run_tuned(plan: SparseMatmul, persistent: bool) -> bool:
@@ -559,7 +559,7 @@ def _run_tuned(plan: SparseMatmul, persistent: bool) -> bool:
     return run_with_table(plan, persistent=persistent)
 
 
-def _deliver(result: Any, out: Any, b: Any) -> Any:
+def deliver_result(result: Any, out: Any, b: Any) -> Any:
     """Hand C back: in ``out`` (copied there if the kernel could not write it in place), else in b's
     kind (a host result becomes a torch tensor on b's device for torch b, a cupy array for cupy b)."""
     if out is not None:

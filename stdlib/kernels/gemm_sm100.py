@@ -87,7 +87,7 @@ def is_blackwell(target: str | None) -> bool:
 @functools.cache
 def kernel_module(persistent: bool = True) -> Any:
     """The loaded kernel module (parsed once per process)."""
-    from ... import load
+    from ...driver.module import load
 
     return load(PERSISTENT_FILE if persistent else TILE_FILE)
 

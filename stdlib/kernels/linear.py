@@ -42,8 +42,6 @@ from .gemm import (
     KernelChoice,
     _bad,
     _cast,
-    _deliver,
-    _empty,
     _kind,
     _pad_columns,
     _placed,
@@ -51,6 +49,8 @@ from .gemm import (
     _target,
     checked_operands,
     choose_split_k,
+    deliver_result,
+    empty_array,
     kernel_module,
     kernel_words,
     output_array,
@@ -87,7 +87,7 @@ QUANTIZE_FILE = Path(__file__).resolve().parent / "quantize.spk"
 @functools.cache
 def quantize_module() -> Any:
     """The loaded ``quantize.spk`` module (quantize_e4m3_per_token)."""
-    from ... import load
+    from ...driver.module import load
 
     return load(QUANTIZE_FILE)
 
@@ -356,7 +356,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     split = split if k_padded else 1
     workspace = _zero_workspace(x, t, m, k_padded, interpret)
     if split > 1:
-        workspace = _empty(x, (split, t, m), "float32", interpret)
+        workspace = empty_array(x, (split, t, m), "float32", interpret)
     pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
     return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
 
@@ -366,7 +366,7 @@ def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:
     splitk_reduce_linear turns into y = act(bias). None otherwise."""
     if k:
         return None
-    workspace = _empty(home, (1, t, m), "float32", interpret)
+    workspace = empty_array(home, (1, t, m), "float32", interpret)
     workspace[...] = 0
     return workspace
 
@@ -406,7 +406,7 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
                               scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret, target=target,
                               num_sms=num_sms, split_k=split_k)
     plan.run(interpret)
-    return _deliver(plan.out, out, x)
+    return deliver_result(plan.out, out, x)
 
 
 def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:
@@ -422,8 +422,8 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
     else:
         xh = np.ascontiguousarray(xh)
     t, k = (int(s) for s in xh.shape)
-    xq = _empty(xh if _kind(xh) != "numpy" else x, (t, k), "float8_e4m3fn", interpret or _kind(xh) == "numpy")
-    scale = _empty(xh if _kind(xh) != "numpy" else x, (t,), "float32", interpret or _kind(xh) == "numpy")
+    xq = empty_array(xh if _kind(xh) != "numpy" else x, (t, k), "float8_e4m3fn", interpret or _kind(xh) == "numpy")
+    scale = empty_array(xh if _kind(xh) != "numpy" else x, (t,), "float32", interpret or _kind(xh) == "numpy")
     if t and k:
         block = 16
         while block < min(k, 1024):

@@ -67,7 +67,7 @@ _UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 @functools.cache
 def kernel_module() -> Any:
     """The loaded ``sparsity_24.spk`` module (parsed once per process)."""
-    from ... import load
+    from ...driver.module import load
 
     return load(KERNEL_FILE)
 
@@ -428,7 +428,7 @@ TRANSPOSABLE_BQ = 128  # 4x4 blocks per program along K (the kernel's default BQ
 @functools.cache
 def transposable_module() -> Any:
     """The loaded ``sparsity_transposable.spk`` module (parsed once per process)."""
-    from ... import load
+    from ...driver.module import load
 
     return load(TRANSPOSABLE_FILE)
 

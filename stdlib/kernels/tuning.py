@@ -3,7 +3,7 @@
 A :class:`GemmConfig` is what the planning of :mod:`.gemm` fixes by heuristics: the N tile (BN),
 the pipeline depth (STAGES), split-K shares and the CTA-pair kernel (BM is 128, the two consumer
 warpgroups of the sm_90a kernel, and is not tuned). :func:`tune_sparse_matmul` times every config
-of :func:`config_space` for each shape on the current GPU (CUDA events, backend/bench.py), checks
+of :func:`config_space` for each shape on the current GPU (CUDA events, backend/runtime/bench.py), checks
 each one's C against the planned default's, and returns a table (written with ``out=``; the
 ``sparsile tune`` command line does the same). :func:`sparse_matmul_tuned` launches with a
 table's choice. Tables ship in ``stdlib/kernels/tuned/`` (``h200.json``); docs/autotune.md.
@@ -23,8 +23,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from ...frontend.autotune import printing_requested
-from ...frontend.autotune_cache import compiler_version, write_json_atomic
+from ...driver.autotune import printing_requested
+from ...driver.autotune_cache import compiler_version, write_json_atomic
 from ...frontend.diagnostics import CompileError, InternalError, LaunchError
 from .gemm import (
     BM,
@@ -32,8 +32,8 @@ from .gemm import (
     KERNELS,
     KernelChoice,
     SparseMatmul,
-    _deliver,
-    _empty,
+    deliver_result,
+    empty_array,
     kernel_module,
     plan_sparse_matmul,
 )
@@ -98,7 +98,7 @@ def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: boo
     """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed)."""
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
-        workspace = _empty(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
+        workspace = empty_array(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
     pair = min(2 * -(-plan.m // (2 * BM)) * -(-plan.n // config.bn), sms - sms % 2) if config.pair else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
                                workspace=workspace if config.split_k > 1 else None)
@@ -197,7 +197,7 @@ def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = 
     from ...backend import runtime
 
     if table is None:
-        from ...backend.bench import device_name
+        from ...backend.runtime.bench import device_name
 
         index = _shipped_index(device_name())
     else:
@@ -219,7 +219,7 @@ def sparse_matmul_tuned(values: Any, meta: Any, b: Any, *, table: Any = None, ou
         plan.out[...] = 0
     elif not run_with_table(plan, table=table):
         plan.run()
-    return _deliver(plan.out, out, b)
+    return deliver_result(plan.out, out, b)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     import torch
 
     from ...backend import runtime
-    from ...backend.bench import device_name, do_bench
+    from ...backend.runtime.bench import device_name, do_bench
     from .sparsity_gpu import compress_gpu
 
     parsed = [parse_shape(s) for s in shapes]

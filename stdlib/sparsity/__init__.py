@@ -16,15 +16,7 @@ The GPU versions (bit-identical) are in ``sparsile.stdlib.kernels.sparsity_gpu``
 
 from .buffer import MetadataBuffer
 from .compress import SaturationWarning, cast_to_operand, compress, index_shape
-from .dtypes import (
-    OPERAND_TYPES,
-    PATTERN_1_2,
-    PATTERN_2_4,
-    PATTERN_4_8_PAIRS,
-    OperandType,
-    Pattern,
-    operand_type,
-)
+from .dtypes import OPERAND_TYPES, PATTERN_1_2, PATTERN_2_4, PATTERN_4_8_PAIRS, OperandType, Pattern, operand_type
 from .errors import ALL_CODES, SparsityError
 from .formats import decode_metadata, decompress, encode_metadata, metadata_shape, pad_sizes
 from .fp4 import pack_e2m1, unpack_e2m1

@@ -9,6 +9,8 @@ line naming the fix, and renders like the compiler's launch errors
 
 from __future__ import annotations
 
+from ...frontend.diagnostics import SparsileError
+
 SP_UNKNOWN_DTYPE = "SP0801"
 """An operand dtype name that is not one of f16, bf16, tf32/f32, e4m3, e5m2, s8, u8, e2m1."""
 SP_UNKNOWN_FORMAT = "SP0802"
@@ -53,18 +55,10 @@ ALL_CODES: dict[str, str] = {
 """Every SP08xx code of this package, mapped to the constant's name (for docs and tests)."""
 
 
-class SparsityError(ValueError):
+class SparsityError(SparsileError, ValueError):
     """A user-facing error about sparse data: ``code`` (SP08xx), ``message`` and ``help``.
 
     ``str()`` gives ``error[CODE]: message`` and, when there is one, a ``= help: ...`` line, in the
-    same shape as :class:`sparsile.frontend.diagnostics.LaunchError`.
+    same shape as :class:`sparsile.frontend.diagnostics.LaunchError` (both are a
+    :class:`~sparsile.frontend.diagnostics.SparsileError`).
     """
-
-    def __init__(self, code: str, message: str, help: str | None = None):
-        self.code = code
-        self.message = message
-        self.help = help
-        text = f"error[{code}]: {message}"
-        if help:
-            text += f"\n = help: {help}"
-        super().__init__(text)

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sparsile.backend import arguments as A
-from sparsile.backend import dlpack
-from sparsile.backend.runtime import DeviceInfo
+from sparsile.backend.runtime import DeviceInfo, dlpack
+from sparsile.backend.runtime import arguments as A
 from sparsile.frontend.diagnostics import InternalError, LaunchError
 
 H200 = DeviceInfo(ordinal=0, name="NVIDIA H200", compute_capability=(9, 0), sm_count=132,

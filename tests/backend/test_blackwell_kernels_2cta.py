@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import sparsile as sp
-from sparsile.backend.linker import (
+from sparsile.backend.toolchain.linker import (
     assemble_with_ptxas,
     elf_is_arch_specific,
     elf_sm_arch,
@@ -21,10 +21,10 @@ from sparsile.backend.linker import (
     nvdisasm_sass,
     ptxas_available,
 )
-from sparsile.backend.targets import get_target
-from sparsile.frontend import types as T
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.sema import ArgSpec
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.sema.core import ArgSpec
+from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"

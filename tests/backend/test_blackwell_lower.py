@@ -1,4 +1,4 @@
-"""Lowering of the Blackwell explicit ops (backend/lower_blackwell.py).
+"""Lowering of the Blackwell explicit ops (backend/lower/blackwell.py).
 
 * The MMA split of seed 001 (:func:`mma_plan`) against golden values written by hand from
   jax-mosaic-sparse.md §2 and hardware-facts §1.3 (idesc) — not taken from the implementation.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import sparsile as sp
-from sparsile.backend.lower_blackwell import mma_plan, register_layout
-from sparsile.frontend import types as T
+from sparsile.backend.lower.blackwell import mma_plan, register_layout
+from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.module import loads
-from sparsile.frontend.ops_blackwell import tmem_chunk_layout
-from sparsile.frontend.sema import ArgSpec
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.ops.blackwell import tmem_chunk_layout
+from sparsile.frontend.sema.core import ArgSpec
 
 
 def compile_src(src: str, target: str = "sm_100a", stop_after: str = "ptx", name: str = "k"):
@@ -386,7 +386,7 @@ def test_mixed_operand_types_encode_both_codes():
 
 
 # ------------------------------------------------------------------------------------------------
-# Tile level: dot / sparse_dot on tcgen05 (backend/lower_blackwell_tile.py)
+# Tile level: dot / sparse_dot on tcgen05 (backend/lower/blackwell_tile.py)
 # ------------------------------------------------------------------------------------------------
 TILE_SPARSE = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_tile.spk"
 

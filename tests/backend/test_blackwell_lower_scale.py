@@ -1,5 +1,5 @@
 """Lowering of block-scaled tcgen05.mma (kind::mxf8f6f4 ``.block_scale``) and of scale-factor copies
-(backend/lower_blackwell.py, frontend/tmem_scales.py).
+(backend/lower/blackwell.py, frontend/ops/tmem_scales.py).
 
 Golden values are written by hand from the PTX ISA, not taken from the implementation:
 
@@ -19,11 +19,11 @@ import re
 import textwrap
 
 import pytest
-from sparsile.backend.lower_blackwell import mma_plan
-from sparsile.frontend import types as T
+from sparsile.backend.lower.blackwell import mma_plan
+from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.module import loads
-from sparsile.frontend.sema import ArgSpec
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.sema.core import ArgSpec
 
 
 def compile_src(src: str, target: str = "sm_100a", stop_after: str = "llvm"):

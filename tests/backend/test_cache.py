@@ -1,4 +1,4 @@
-"""Tests for backend/cache.py: keys, memory/disk behaviour, corruption, concurrency, env."""
+"""Tests for driver/cache.py: keys, memory/disk behaviour, corruption, concurrency, env."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import textwrap
 import time
 
 import pytest
-from sparsile.backend import cache as C
-from sparsile.backend.targets import get_target
+from sparsile.driver import cache as C
+from sparsile.target.targets import get_target
 
 VERSIONS = {"compiler": "sparsile test", "llvmlite": "0.50.0", "nvjitlink": "13.5"}
 
@@ -241,7 +241,7 @@ def test_default_cache_reads_environment(tmp_path, monkeypatch):
 
 _WORKER = textwrap.dedent("""
     import hashlib, sys
-    from sparsile.backend.cache import CompileCache, make_key
+    from sparsile.driver.cache import CompileCache, make_key
     directory, worker = sys.argv[1], int(sys.argv[2])
     versions = {"compiler": "c", "llvmlite": "l", "nvjitlink": "n"}
     keys = [make_key(target="sm_90a", source=f"kernel {i}", kernel_name="k", versions=versions)

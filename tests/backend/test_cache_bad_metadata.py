@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.backend import cache as C
-from sparsile.backend.compiler import compile_cached
-from sparsile.backend.targets import get_target
-from sparsile.frontend.kernel import KERNEL_OPTIONS
+from sparsile.driver import cache as C
+from sparsile.driver.compiler import compile_cached
+from sparsile.driver.kernel import KERNEL_OPTIONS
+from sparsile.target.targets import get_target
 
 SOURCE = """
 @kernel

@@ -1,4 +1,4 @@
-"""The lazy import table of lowering modules (backend/codegen.py) against what the modules register:
+"""The lazy import table of lowering modules (backend/lower/codegen.py) against what the modules register:
 a kernel must never miss a lowering because its module was not imported."""
 
 from __future__ import annotations
@@ -9,24 +9,24 @@ import pathlib
 import subprocess
 import sys
 
-from sparsile.backend import codegen
+from sparsile.backend.lower import codegen
 
-ALL_MODULES = (*codegen.CORE_LOWERING_MODULES, *codegen.OPTIONAL_LOWERING_MODULES, "lower_blackwell_tile")
-IMPORTED_BY = {"lower_blackwell_tile": "lower_blackwell"}  # registered when its importer is loaded
+ALL_MODULES = (*codegen.CORE_LOWERING_MODULES, *codegen.OPTIONAL_LOWERING_MODULES, "blackwell_tile")
+IMPORTED_BY = {"blackwell_tile": "blackwell"}  # registered when its importer is loaded
 
 
 def _registrations() -> list[tuple[str, str]]:
     """(op name, short module name) of every registered lowering, generic and target-specific."""
     for module in ALL_MODULES:
-        importlib.import_module(f"sparsile.backend.{module}")
+        importlib.import_module(f"sparsile.backend.lower.{module}")
     found = [(name, fn.__module__) for name, fn in codegen.LOWERINGS.items()]
     found += [(name, fn.__module__) for name, entries in codegen.TARGET_LOWERINGS.items() for _, fn in entries]
     return [(name, module.rsplit(".", 1)[-1]) for name, module in found]
 
 
 def test_every_lowering_module_is_in_the_table():
-    on_disk = {p.stem for p in pathlib.Path(codegen.__file__).parent.glob("lower_*.py")}
-    assert on_disk == set(ALL_MODULES)
+    on_disk = {p.stem for p in pathlib.Path(codegen.__file__).parent.glob("*.py")}
+    assert on_disk - {"__init__", "codegen", "llvm_text", "hooks"} == set(ALL_MODULES)
 
 
 def test_every_registered_op_imports_its_module():
@@ -52,18 +52,18 @@ def test_table_entries_match_registered_ops():
 def test_vector_add_compiles_without_the_target_specific_modules():
     code = (
         "import sys, sparsile\n"
-        "from sparsile.backend.compiler import compile_kernel\n"
+        "from sparsile.driver.compiler import compile_kernel\n"
         "m = sparsile.load(sys.argv[1])\n"
         "ck = compile_kernel(m.kernels['vector_add'], 'x=ptr[f32], y=ptr[f32], out=ptr[f32], n=i32', "
         "target='sm_100a', stop_after='llvm')\n"
         "assert 'define ptx_kernel void @vector_add' in ck.llvm\n"
-        "print(sorted(n for n in ('lower_blackwell', 'lower_cluster', 'lower_mma', 'lower_hopper') "
-        "if 'sparsile.backend.' + n in sys.modules))\n"
+        "print(sorted(n for n in ('blackwell', 'cluster', 'mma', 'hopper') "
+        "if 'sparsile.backend.lower.' + n in sys.modules))\n"
     )
-    root = pathlib.Path(codegen.__file__).parents[1]
+    root = pathlib.Path(codegen.__file__).parents[2]
     out = subprocess.run([sys.executable, "-c", code, f"{root}/examples/vector_add.spk"], capture_output=True,
                          text=True, check=True, env={**os.environ, "SPARSILE_CACHE_DIR": "off"}).stdout
-    assert out.strip().splitlines()[-1] == "['lower_blackwell']"  # the sm_100a target hooks, nothing else
+    assert out.strip().splitlines()[-1] == "['blackwell']"  # the sm_100a target hooks, nothing else
 
 
 def test_non_ascii_kernel_and_parameter_names_compile():

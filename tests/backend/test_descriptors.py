@@ -1,4 +1,4 @@
-"""Tests for backend/descriptors.py. Expected words are computed by hand from the bit tables of
+"""Tests for target/descriptors.py. Expected words are computed by hand from the bit tables of
 hardware-facts.md §1.3, §1.5 and §4.3 (the arithmetic is in the comments)."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from sparsile.backend import descriptors as D
-from sparsile.backend.descriptors import InstrDesc, SmemDesc
 from sparsile.frontend.diagnostics import InternalError
+from sparsile.target import descriptors as D
+from sparsile.target.descriptors import InstrDesc, SmemDesc
 
 # --------------------------------------------------------------------------------------------
 # Instruction descriptor: worked and hand-computed examples

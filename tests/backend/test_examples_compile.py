@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
-from sparsile.backend.linker import assemble_with_ptxas, elf_sm_arch, is_cuda_elf, ptxas_available
-from sparsile.backend.targets import get_target
-from sparsile.frontend import types as T
+from sparsile.backend.toolchain.linker import assemble_with_ptxas, elf_sm_arch, is_cuda_elf, ptxas_available
+from sparsile.driver.compiler import compile_kernel
+from sparsile.frontend.ir import types as T
+from sparsile.target.targets import get_target
 
 ROOT = Path(__file__).resolve().parents[2]
 P32 = T.PointerType(T.f32)

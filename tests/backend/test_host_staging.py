@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.backend import launch
 from sparsile.backend import runtime as R
-from sparsile.backend.arguments import shared_host_copy
+from sparsile.backend.runtime.arguments import shared_host_copy
+from sparsile.driver import launch
 from sparsile.frontend.diagnostics import LaunchError
 
 

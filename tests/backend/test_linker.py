@@ -1,4 +1,4 @@
-"""Tests for backend/linker.py: nvJitLink linking, cubin inspection, optional ptxas/nvdisasm."""
+"""Tests for backend/toolchain/linker.py: nvJitLink linking, cubin inspection, optional ptxas/nvdisasm."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import dataclasses
 import sys
 
 import pytest
-from sparsile.backend import linker as K
-from sparsile.backend.llvm_to_ptx import llvm_ir_to_ptx
-from sparsile.backend.targets import TARGETS, get_target
+from sparsile.backend.toolchain import linker as K
+from sparsile.backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
 from sparsile.frontend.diagnostics import CompileError, InternalError
+from sparsile.target.targets import TARGETS, get_target
 
 VADD_IR = """
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
@@ -120,7 +120,7 @@ def test_bad_opt_level():
 
 
 def test_missing_nvjitlink_is_a_diagnostic(monkeypatch, tmp_path):
-    from sparsile.backend import nvjitlink
+    from sparsile.backend.toolchain import nvjitlink
 
     monkeypatch.setenv(nvjitlink.ENV_LIBRARY, str(tmp_path / "libnvJitLink.so.missing"))
     nvjitlink._load.cache_clear()

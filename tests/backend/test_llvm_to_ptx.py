@@ -1,4 +1,4 @@
-"""Tests for backend/llvm_to_ptx.py: PTX emission, error mapping, and the intrinsic gate."""
+"""Tests for backend/toolchain/llvm_to_ptx.py: PTX emission, error mapping, and the intrinsic gate."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 import textwrap
 
 import pytest
-from sparsile.backend import llvm_to_ptx as L
-from sparsile.backend.targets import TARGETS, Feature, get_target
+from sparsile.backend.toolchain import llvm_to_ptx as L
 from sparsile.frontend.diagnostics import CompileError, InternalError
+from sparsile.target.targets import TARGETS, Feature, get_target
 
 VADD_IR = """
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
@@ -276,8 +276,8 @@ def test_gate_collects_every_missing_feature():
 
 _MATRIX_CHILD = textwrap.dedent("""
     import json, sys
-    from sparsile.backend.llvm_to_ptx import llvm_ir_to_ptx
-    from sparsile.backend.targets import TARGETS
+    from sparsile.backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
+    from sparsile.target.targets import TARGETS
     from sparsile.frontend.diagnostics import CompileError
     cases = json.load(sys.stdin)
     for case, ir in cases.items():
@@ -334,8 +334,8 @@ def test_gate_in_subprocess_gives_diagnostic_and_normal_exit():
     with an SP0603 diagnostic instead of an LLVM abort."""
     child = textwrap.dedent("""
         import sys
-        from sparsile.backend.llvm_to_ptx import llvm_ir_to_ptx
-        from sparsile.backend.targets import get_target
+        from sparsile.backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
+        from sparsile.target.targets import get_target
         from sparsile.frontend.diagnostics import CompileError
         try:
             llvm_ir_to_ptx(sys.stdin.read(), get_target("sm_90a"))

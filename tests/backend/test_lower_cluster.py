@@ -1,5 +1,5 @@
-"""Lowering of clusters (backend/lower_cluster.py) and of the cta_group::2 tcgen05 forms
-(backend/lower_blackwell.py): the emitted PTX, checked instruction by instruction, assembled by
+"""Lowering of clusters (backend/lower/cluster.py) and of the cta_group::2 tcgen05 forms
+(backend/lower/blackwell.py): the emitted PTX, checked instruction by instruction, assembled by
 ptxas where it is installed; the cluster shape reaches the PTX and the compiled kernel's launch
 metadata."""
 
@@ -9,9 +9,9 @@ import re
 
 import pytest
 import sparsile as sp
-from sparsile.backend.linker import assemble_with_ptxas, ptxas_available
-from sparsile.backend.lower_cluster import tma_load_cluster_text
-from sparsile.backend.targets import get_target
+from sparsile.backend.lower.cluster import tma_load_cluster_text
+from sparsile.backend.toolchain.linker import assemble_with_ptxas, ptxas_available
+from sparsile.target.targets import get_target
 from sparsile.tests.frontend.test_ops_cluster import ARRIVALS as FRONTEND_ARRIVALS
 
 X = {"X": sp.tensor[sp.f16, 2]}

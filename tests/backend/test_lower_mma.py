@@ -1,4 +1,4 @@
-"""backend/lower_mma.py: tile-level dot / sparse_dot on warp-level mma.sync / mma.sp for sm_80+.
+"""backend/lower/mma.py: tile-level dot / sparse_dot on warp-level mma.sync / mma.sp for sm_80+.
 
 Compiles the tile GEMMs of tests/gpu/test_mma_sp_gpu.py and the shipped sparse_gemm_tile.spk to
 cubins (nvJitLink), checks the instructions in the PTX, ptxas, no local memory, SASS HMMA/IMMA
@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.backend.linker import assemble_with_ptxas, nvdisasm_path, nvdisasm_sass, ptxas_available
-from sparsile.backend.lower_mma import MmaInstr, padded_words, select_instr, warp_split
-from sparsile.backend.targets import get_target
-from sparsile.frontend import types as T
+from sparsile.backend.lower.mma import MmaInstr, padded_words, select_instr, warp_split
+from sparsile.backend.toolchain.linker import assemble_with_ptxas, nvdisasm_path, nvdisasm_sass, ptxas_available
 from sparsile.frontend.diagnostics import CompileError
+from sparsile.frontend.ir import types as T
 from sparsile.stdlib import sparsity as S
+from sparsile.target.targets import get_target
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("mma_gpu_harness", ROOT / "tests" / "gpu" / "test_mma_sp_gpu.py")
@@ -181,7 +181,7 @@ def test_warp_split():
 def test_acc_layout_is_the_c_fragment_tiling():
     """Register c + 4(j + tiles_n·i) of lane (g, t) in warp w is element c of C tile
     (w % wm + wm·i, w // wm + wn·j): row g + 8(c>>1), column 2t + (c&1) (§4.4)."""
-    from sparsile.backend.lower_mma import acc_layout
+    from sparsile.backend.lower.mma import acc_layout
 
     for m, n, warps in ((64, 64, 4), (128, 128, 4), (16, 32, 4), (32, 64, 8)):
         lay = acc_layout(m, n, warps)
@@ -203,7 +203,7 @@ def test_acc_layout_is_the_c_fragment_tiling():
 
 @pytest.mark.parametrize("dtype,sparse", [("f16", True), ("i8", False), ("tf32", True)])
 def test_anchored_accumulator_skips_the_shared_memory_round_trip(dtype, sparse):
-    """With lower_mma's hooks (as compiler._target_hooks would choose them) the accumulator stays
+    """With lower_mma's hooks (as backend/lower/hooks.py would choose them) the accumulator stays
     in the C fragment registers: two barriers per dot instead of three, less shared memory."""
     with H.mma_hooks(True):
         kern = H.make_kernel(dtype, sparse, anchored=True)

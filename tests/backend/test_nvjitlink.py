@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sparsile.backend import nvjitlink
+from sparsile.backend.toolchain import nvjitlink
 
 PTX = """.version 8.0
 .target sm_90a

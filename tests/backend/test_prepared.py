@@ -1,6 +1,6 @@
-"""CPU tests of the fast launch paths: ``kernel[grid].prepare(...)`` (backend/prepared.py), the
-fingerprint cache of ``kernel[grid](...)`` (backend/fast_launch.py), the tensor-map LRU and the
-ctypes structs of backend/cudalib.py.
+"""CPU tests of the fast launch paths: ``kernel[grid].prepare(...)`` (driver/prepared.py), the
+fingerprint cache of ``kernel[grid](...)`` (driver/fast_launch.py), the tensor-map LRU and the
+ctypes structs of backend/runtime/cudalib.py.
 
 A fake device stands in for the GPU: the kernel is compiled for sm_90a for real (no GPU needed),
 but the launcher runs on a fake ``KernelFunction`` whose launch records the bytes the driver would
@@ -19,15 +19,17 @@ import numpy as np
 import pytest
 import sparsile as sp
 from cuda.bindings import driver
-from sparsile.backend import arguments as A
-from sparsile.backend import cudalib, fast_launch, launch, prepared, runtime
-from sparsile.backend.prepared import PreparedLaunch
-from sparsile.backend.tensormap import Swizzle, TensorMap, TensorMapCache, TensorMapParam
-from sparsile.frontend import types as T
+from sparsile.backend import runtime
+from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime import cudalib
+from sparsile.backend.runtime.tensormap import Swizzle, TensorMap, TensorMapCache, TensorMapParam
+from sparsile.driver import fast_launch, launch, prepared
+from sparsile.driver.prepared import PreparedLaunch
 from sparsile.frontend.diagnostics import LaunchError
-from sparsile.frontend.sema import ArgSpec
-from sparsile.frontend.specialize import ParamInfo
-from sparsile.frontend.values import Const
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.sema.core import ArgSpec
+from sparsile.frontend.sema.specialize import ParamInfo
+from sparsile.frontend.sema.values import Const
 
 torch = pytest.importorskip("torch")
 
@@ -104,8 +106,8 @@ class FakeModule:
 @pytest.fixture
 def gpu(monkeypatch):
     """A fake H200: kernels compile for real, launches are recorded."""
-    from sparsile.backend.compiler import compile_cached
-    from sparsile.frontend.host_arrays import stored_params
+    from sparsile.driver.compiler import compile_cached
+    from sparsile.frontend.interp.host_arrays import stored_params
 
     recorder = Recorder()
     built = []
@@ -479,7 +481,7 @@ def test_fast_entry_falls_back_to_the_launcher_for_host_arrays():
 
 
 def test_device_buffer_dtypes_are_language_dtypes():
-    from sparsile.frontend.specialize import dtype_of
+    from sparsile.frontend.sema.specialize import dtype_of
 
     assert dtype_of(SimpleNamespace(dtype="i8", shape=(4,))) == T.i8  # numpy would read "i8" as int64
     assert dtype_of(SimpleNamespace(dtype="f16", shape=(4,))) == T.f16  # and "f16" as float128
@@ -517,7 +519,7 @@ def test_bench_launch_arguments_table_and_no_gpu(capsys):
 
 
 def test_raw_driver_env_zero_keeps_calls_on_cuda_bindings(monkeypatch):
-    from sparsile.backend import cudalib
+    from sparsile.backend.runtime import cudalib
 
     monkeypatch.setenv("SPARSILE_RAW_DRIVER", "0")
     monkeypatch.setattr(cudalib, "_tried", False)

@@ -17,10 +17,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cuda.bindings import driver
-from sparsile.backend import arguments as A
-from sparsile.backend import dlpack, runtime
-from sparsile.backend.runtime import CudaError, FunctionAttributes, Launcher, check
-from sparsile.backend.tensormap import Swizzle, TensorMap, TensorMapParam, TensorMapSpec
+from sparsile.backend import runtime
+from sparsile.backend.runtime import CudaError, FunctionAttributes, Launcher, check, dlpack
+from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime.tensormap import Swizzle, TensorMap, TensorMapParam, TensorMapSpec
 from sparsile.frontend.diagnostics import LaunchError
 
 OK = driver.CUresult.CUDA_SUCCESS

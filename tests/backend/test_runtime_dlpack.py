@@ -1,4 +1,4 @@
-"""CPU tests of the ctypes DLPack reader/writer (backend/dlpack.py), using numpy as the
+"""CPU tests of the ctypes DLPack reader/writer (backend/runtime/dlpack.py), using numpy as the
 independent producer and consumer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import gc
 
 import numpy as np
 import pytest
-from sparsile.backend import dlpack
+from sparsile.backend.runtime import dlpack
 
 
 def test_codes_follow_dlpack_h():

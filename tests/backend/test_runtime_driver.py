@@ -17,9 +17,9 @@ import threading
 import numpy as np
 import pytest
 from cuda.bindings import driver
-from sparsile.backend import arguments as A
 from sparsile.backend import runtime
-from sparsile.backend.tensormap import TensorMapParam, TensorMapSpec, encode_tensor_map
+from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime.tensormap import TensorMapParam, TensorMapSpec, encode_tensor_map
 from sparsile.frontend.diagnostics import LaunchError
 
 pytestmark = pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")

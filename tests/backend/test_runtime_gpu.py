@@ -16,10 +16,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cuda.bindings import driver, nvjitlink
-from sparsile.backend import arguments as A
-from sparsile.backend import dlpack, runtime
-from sparsile.backend.runtime import DeviceBuffer, Launcher, check
-from sparsile.backend.tensormap import (
+from sparsile.backend import runtime
+from sparsile.backend.runtime import DeviceBuffer, Launcher, check, dlpack
+from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime.tensormap import (
     Swizzle,
     TensorMapParam,
     TensorMapSpec,

@@ -1,4 +1,4 @@
-"""Tests for backend/targets.py: the table, lookups, diagnostics, and a ptxas cross-check."""
+"""Tests for target/targets.py: the table, lookups, diagnostics, and a ptxas cross-check."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import shutil
 import subprocess
 
 import pytest
-from sparsile.backend import targets as T
-from sparsile.backend.targets import Feature
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.spans import SourceFile, Span
+from sparsile.target import targets as T
+from sparsile.target.targets import Feature
 
 # One PTX instruction per feature (hardware-facts.md §1.1, §2, §4, §5, §7 syntax).
 PTX_PROBES: dict[Feature, str] = {

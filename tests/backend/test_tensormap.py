@@ -8,9 +8,9 @@ import pytest
 from cuda.bindings import driver
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sparsile.backend import arguments as A
 from sparsile.backend import runtime
-from sparsile.backend.tensormap import (
+from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime.tensormap import (
     Interleave,
     L2Promotion,
     OobFill,

@@ -1,4 +1,4 @@
-"""``hopper.wgmma`` with A from registers (backend/lower_hopper.py, frontend/ops_hopper.py,
+"""``hopper.wgmma`` with A from registers (backend/lower/hopper.py, frontend/ops/hopper.py,
 legality_mma.py): the kernels of tests/gpu/test_wgmma_register_a.py compile to the register-A
 ``wgmma.mma_async[.sp]`` form, ptxas accepts them without local memory, the SASS has the
 HGMMA/QGMMA/IGMMA with a register A operand; the producer of A is put in the fragment layout
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
-from sparsile.backend.linker import assemble_with_ptxas, nvdisasm_path, nvdisasm_sass, ptxas_available
-from sparsile.backend.targets import get_target
+from sparsile.backend.toolchain.linker import assemble_with_ptxas, nvdisasm_path, nvdisasm_sass, ptxas_available
+from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
+from sparsile.target.targets import get_target
 
 _spec = importlib.util.spec_from_file_location(
     "wgmma_register_a_kernels", Path(__file__).resolve().parents[1] / "gpu" / "test_wgmma_register_a.py")

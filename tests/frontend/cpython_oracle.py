@@ -12,8 +12,8 @@ import inspect
 import re
 import warnings
 
-from sparsile.frontend import ast
 from sparsile.frontend.spans import SourceFile, Span
+from sparsile.frontend.syntax import ast
 
 _BINOPS = {pyast.Add: "+", pyast.Sub: "-", pyast.Mult: "*", pyast.Div: "/", pyast.FloorDiv: "//",
            pyast.Mod: "%", pyast.Pow: "**", pyast.LShift: "<<", pyast.RShift: ">>", pyast.BitAnd: "&",

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.frontend import autotune_cache
-from sparsile.frontend.autotune import Autotuner
+from sparsile.driver import autotune_cache
+from sparsile.driver.autotune import Autotuner
 
 N = 300
 

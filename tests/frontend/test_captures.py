@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.backend.launch import cached_launcher
-from sparsile.frontend.captures import EMPTY, CaptureSet, fingerprint, recording
+from sparsile.driver.launch import cached_launcher
+from sparsile.frontend.sema.captures import EMPTY, CaptureSet, fingerprint, recording
 
 SCALE = 3.0
 OFFSET_LIST = [1.0, 2.0]
@@ -237,7 +237,7 @@ def test_reads_are_recorded_inside_a_recording_misses_included(monkeypatch) -> N
 
 # ------------------------------------------------------------------------------------ (d) launchers
 def test_the_launcher_cache_rebuilds_when_a_capture_changes(monkeypatch) -> None:
-    """kernel[grid]'s launcher cache (backend/launch.py) without a GPU: ``build`` stands in for
+    """kernel[grid]'s launcher cache (driver/launch.py) without a GPU: ``build`` stands in for
     compiling and loading a module."""
     x, out = inputs()
     _, bindings, key = scaled.bind((x, out, 8), {})
@@ -258,7 +258,8 @@ def test_the_launcher_cache_rebuilds_when_a_capture_changes(monkeypatch) -> None
 
 def test_a_launch_rebuilds_its_launcher_when_a_capture_changes(monkeypatch) -> None:
     """``kernel[grid](...)`` end to end with the device and the compile-and-load step faked."""
-    from sparsile.backend import launch, runtime
+    from sparsile.backend import runtime
+    from sparsile.driver import launch
 
     class FakeLauncher:
         spec_has_tensormaps = False
@@ -308,7 +309,7 @@ def test_a_changed_global_on_the_gpu(monkeypatch) -> None:
 SCRIPT = '''
 import os, sys
 import sparsile as sp
-from sparsile.backend import cache
+from sparsile.driver import cache
 
 SCALE = float(os.environ["H1_SCALE"])
 

@@ -102,7 +102,7 @@ def test_example_main_reports_ok(name: str, argv: list[str], capsys) -> None:
 
 
 def test_spk_and_py_twins_build_the_same_ir() -> None:
-    from sparsile.frontend.ir_printer import print_function
+    from sparsile.frontend.ir.printer import print_function
 
     x, y, out = rand(100), rand(100), np.zeros(100, np.float32)
     spk = sp.load(EXAMPLES / "vector_add.spk").vector_add.ir(x, y, out, 100, BLOCK=64)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sparsile as sp
 from sparsile.frontend.diagnostics import LaunchError
-from sparsile.frontend.host_arrays import stored_params
+from sparsile.frontend.interp.host_arrays import stored_params
 
 SOURCE = """
 @kernel

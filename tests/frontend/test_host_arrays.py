@@ -1,4 +1,4 @@
-"""Host views of interpreter arguments (frontend/host_arrays.py): which parameters a kernel writes,
+"""Host views of interpreter arguments (frontend/interp/host_arrays.py): which parameters a kernel writes,
 and read-only arrays, refused where the kernel writes them (SP0719, as on the GPU) and left alone
 where it only reads them."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sparsile as sp
 from sparsile.frontend.diagnostics import LaunchError
-from sparsile.frontend.host_arrays import stored_params
+from sparsile.frontend.interp.host_arrays import stored_params
 
 SOURCE = """
 @kernel

@@ -7,8 +7,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.frontend.interp_values import InterpreterError
-from sparsile.frontend.module import loads
+from sparsile.driver.module import loads
+from sparsile.frontend.interp.values import InterpreterError
 
 RNG = np.random.default_rng(1234)
 SIZES = (1, 100, 1000, 1025)
@@ -407,7 +407,7 @@ def k(xp: ptr[f32], out: ptr[i32]):
 def test_tf32_round_is_nearest_ties_away_and_truncate_drops_bits():
     """``x.to(tf32)`` is ``cvt.rna.tf32.f32`` (ties away from zero); an MMA reading raw f32 drops
     the low 13 bits. Both keep NaN and infinities."""
-    from sparsile.frontend.ops_core import tf32_round, tf32_truncate
+    from sparsile.frontend.ops.core import tf32_round, tf32_truncate
 
     ulp = 2.0 ** -10
     x = np.array([1 + 0.75 * ulp, 1 + 0.5 * ulp, 1 + 0.25 * ulp, -(1 + 0.5 * ulp), 1 + 1.5 * ulp,

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from sparsile.frontend.interp_values import InterpreterError
-from sparsile.frontend.module import loads
+from sparsile.driver.module import loads
+from sparsile.frontend.interp.values import InterpreterError
 
 PING_PONG = """
 def ping(bars, out, N):

@@ -14,9 +14,9 @@ import pytest
 import sparsile
 import sparsile as sp
 from sparsile import arange, jit, load, program_id, store
-from sparsile.frontend import types as T
-from sparsile.frontend.builtins import ROOT
-from sparsile.frontend.values import Builtin, Namespace
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.sema.builtins import ROOT
+from sparsile.frontend.sema.values import Builtin, Namespace
 
 SCALE = 2.5                      # a Python global: a compile-time constant in kernels
 SHAPE = (4, 8)                   # tuples too

@@ -1,4 +1,4 @@
-"""Kernel objects (frontend/kernel.py): the checks on kernel options, interpreter grids and the
+"""Kernel objects (driver/kernel.py): the checks on kernel options, interpreter grids and the
 interpreter's ``max_ops`` bound, so that bad values get a diagnostic instead of a Python error
 from the interpreter or an LLVM attribute that makes LLVM exit the process."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sparsile as sp
+from sparsile.driver.kernel import GRID_LIMITS, check_options, normalize_grid
 from sparsile.frontend.diagnostics import CompileError, LaunchError
-from sparsile.frontend.kernel import GRID_LIMITS, check_options, normalize_grid
 
 SOURCE = """
 @kernel

@@ -17,9 +17,9 @@ import re
 
 import pytest
 import sparsile as sp
-from sparsile.frontend import types as T
-from sparsile.frontend.builtins import METHODS, PROPERTIES, ROOT, builtin_reference, scalar_type_table
-from sparsile.frontend.values import Builtin, Namespace
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.sema.builtins import METHODS, PROPERTIES, ROOT, builtin_reference, scalar_type_table
+from sparsile.frontend.sema.values import Builtin, Namespace
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "language.md"
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.S | re.M)

@@ -11,9 +11,9 @@ import tracemalloc
 import numpy as np
 import pytest
 from sparsile.cli import EXIT_OK, EXIT_USAGE, main
-from sparsile.frontend import layout_library as L
-from sparsile.frontend.layout_pictures import _first_holder, _solver, layout_picture
-from sparsile.frontend.layouts import UNUSED_DIM, LinearLayout
+from sparsile.frontend.layout import library as L
+from sparsile.frontend.layout.layouts import UNUSED_DIM, LinearLayout
+from sparsile.frontend.layout.pictures import _first_holder, _solver, layout_picture
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -1,4 +1,4 @@
-"""Property tests of the GF(2) linear-layout algebra (frontend/layouts.py)."""
+"""Property tests of the GF(2) linear-layout algebra (frontend/layout/layouts.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sparsile.frontend.diagnostics import Diagnostic
-from sparsile.frontend.layouts import (
+from sparsile.frontend.layout.layouts import (
     GF2Span,
     LayoutError,
     LinearLayout,

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.layout_derive import (
+from sparsile.frontend.layout.derive import (
     conversion_plan,
     tmem_access_plan,
     tmem_register_layout,
 )
-from sparsile.frontend.layout_library import (
+from sparsile.frontend.layout.layouts import LayoutError, LinearLayout
+from sparsile.frontend.layout.library import (
     blocked,
     mma_sp_fragment,
     tmem_accumulator,
@@ -26,7 +27,6 @@ from sparsile.frontend.layout_library import (
     wgmma_accumulator,
     wgmma_sparse_metadata,
 )
-from sparsile.frontend.layouts import LayoutError, LinearLayout
 
 # ---------------------------------------------------------------------------------------------
 # independent references

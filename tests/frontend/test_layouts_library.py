@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sparsile.frontend.layout_library import (
+from sparsile.frontend.layout.layouts import UNUSED_DIM, LayoutError
+from sparsile.frontend.layout.library import (
     blocked,
     mma_sp_fragment,
     operand_class,
@@ -25,7 +26,6 @@ from sparsile.frontend.layout_library import (
     wgmma_accumulator,
     wgmma_sparse_metadata,
 )
-from sparsile.frontend.layouts import UNUSED_DIM, LayoutError
 
 
 def points(layout):
@@ -446,7 +446,7 @@ def test_smem_from_strides_reproduces_ptx_examples():
 
 
 def test_swizzle_names():
-    from sparsile.frontend.layout_library import swizzle_name
+    from sparsile.frontend.layout.library import swizzle_name
     assert swizzle_name(None) == swizzle_name(0) == "none"
     assert swizzle_name(128) == "128B" and swizzle_name("64B") == "64B"
     with pytest.raises(LayoutError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sparsile.frontend.layout_library import (
+from sparsile.frontend.layout.library import (
     blocked,
     mma_sp_fragment,
     smem_tile,
@@ -11,7 +11,7 @@ from sparsile.frontend.layout_library import (
     tmem_sparse_metadata,
     wgmma_sparse_metadata,
 )
-from sparsile.frontend.layout_pictures import hardware_label, layout_picture, placement_cells
+from sparsile.frontend.layout.pictures import hardware_label, layout_picture, placement_cells
 
 
 def grid(picture: str) -> list[list[str]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.layout_derive import tmem_register_layout
-from sparsile.frontend.layout_library import (
+from sparsile.frontend.layout.derive import tmem_register_layout
+from sparsile.frontend.layout.library import (
     blocked,
     smem_core_matrices,
     smem_from_strides,
@@ -13,7 +13,7 @@ from sparsile.frontend.layout_library import (
     tmem_accumulator,
     wgmma_accumulator,
 )
-from sparsile.frontend.layout_smem import (
+from sparsile.frontend.layout.smem import (
     smem_descriptor_fields,
     smem_wavefronts,
     storable_layout,

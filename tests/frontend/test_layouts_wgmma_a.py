@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sparsile.backend.lower_hopper import a_layout
-from sparsile.frontend import types as T
-from sparsile.frontend.layout_library import wgmma_a_fragment
-from sparsile.frontend.layouts import LayoutError
+from sparsile.backend.lower.hopper import a_layout
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.layout.layouts import LayoutError
+from sparsile.frontend.layout.library import wgmma_a_fragment
 
 
 def ptx_a_element(cls: str, warp: int, lane: int, i: int) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""The legality pass (frontend/legality.py, legality_memory.py): the per-target table, target
+"""The legality pass (frontend/legality/core.py, legality_memory.py): the per-target table, target
 gating of explicit ops at the user's line, shared-memory / TMA / mbarrier / warp-specialization
 rules, and the kernel's resource budgets.
 
@@ -14,11 +14,11 @@ import textwrap
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
-from sparsile.backend.targets import TARGETS, Feature, get_target
-from sparsile.frontend import legality
+from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
-from sparsile.frontend.legality_memory import smem_estimate, smem_footprint, tma_box
+from sparsile.frontend.legality import core as legality
+from sparsile.frontend.legality.memory import smem_estimate, smem_footprint, tma_box
+from sparsile.target.targets import TARGETS, Feature, get_target
 
 HEADER = "@kernel(num_warps={warps})\ndef k({params}):\n"
 TMA_PARAMS = "A: tensor[f16, 2], C: ptr[f32]"
@@ -65,8 +65,8 @@ def test_codes_are_unique_and_in_the_legality_range() -> None:
 
 def test_rules_are_selected_per_target() -> None:
     hopper, blackwell, ampere = (legality.rules_for(t) for t in ("sm_90a", "sm_100a", "sm_80"))
-    from sparsile.frontend.legality_mma import wgmma_operands
-    from sparsile.frontend.legality_tmem import tcgen05_descriptors
+    from sparsile.frontend.legality.mma import wgmma_operands
+    from sparsile.frontend.legality.tmem import tcgen05_descriptors
 
     assert wgmma_operands in hopper.op_rules["hopper.wgmma"]
     assert wgmma_operands not in blackwell.op_rules.get("hopper.wgmma", ())
@@ -192,7 +192,7 @@ def test_setmaxnreg_gated_and_budgeted() -> None:
 # TMA boxes
 # ------------------------------------------------------------------------------------------------
 def test_tma_box_of_a_swizzled_buffer_is_one_span_wide() -> None:
-    from sparsile.frontend import types as T
+    from sparsile.frontend.ir import types as T
 
     assert tma_box(T.SmemType(T.f16, (128, 128), 128)) == ((128, 64), 2)
     assert tma_box(T.SmemType(T.f16, (4, 64, 32), 64)) == ((4, 64, 32), 1)
@@ -212,10 +212,10 @@ def test_tma_destination_must_start_128_byte_aligned() -> None:
 
 def test_tma_box_rules_on_synthetic_buffers() -> None:
     """The box rules in isolation (sema rejects most of these buffers before legality)."""
-    from sparsile.frontend import types as T
-    from sparsile.frontend.ir import Builder, Function, Region
-    from sparsile.frontend.legality import Context
-    from sparsile.frontend.legality_memory import tma_box_limits
+    from sparsile.frontend.ir import types as T
+    from sparsile.frontend.ir.core import Builder, Function, Region
+    from sparsile.frontend.legality.core import Context
+    from sparsile.frontend.legality.memory import tma_box_limits
 
     func = Function("f", [], Region())
     b = Builder(func.body.block)
@@ -251,8 +251,8 @@ def test_smem_estimate_is_exact_for_the_shipped_kernels() -> None:
     """A lower bound in general; for these kernels it equals what code generation reserves."""
     from pathlib import Path
 
-    from sparsile.backend.compiler import compile_function
-    from sparsile.frontend.kernel import KERNEL_OPTIONS
+    from sparsile.driver.compiler import compile_function
+    from sparsile.driver.kernel import KERNEL_OPTIONS
 
     root = Path(__file__).resolve().parents[2]
     cases = [("stdlib/kernels/sparse_gemm_sm90.spk", "sparse_gemm_f16"),
@@ -276,8 +276,8 @@ def test_scratch_of_conversions_and_reductions_is_a_lower_bound() -> None:
         s = sum(y, 0)
         store(C + offs, s)
     """, "C: ptr[f32]")
-    from sparsile.backend.compiler import compile_function
-    from sparsile.frontend.kernel import KERNEL_OPTIONS
+    from sparsile.driver.compiler import compile_function
+    from sparsile.driver.kernel import KERNEL_OPTIONS
 
     k = sp.loads(src, "case.spk").kernels["k"]
     bindings, _ = k.signature_bindings({"C": k.params[0].annotation})

@@ -1,4 +1,4 @@
-"""Legality of clusters and CTA pairs (frontend/legality_cluster.py, and the cta_group=2 rules of
+"""Legality of clusters and CTA pairs (frontend/legality/cluster.py, and the cta_group=2 rules of
 ops_blackwell): each diagnostic's code, message and span, and target gating."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
+from sparsile.driver.compiler import compile_kernel
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
 
@@ -227,5 +227,5 @@ def test_every_cited_code_is_a_tested_catalog_entry() -> None:
 def test_lifted(row: str) -> None:
     if LIFTED[row] not in (lifted_register_accumulator, lifted_descriptors, lifted_replicated_store,
                            lifted_accumulator_store):
-        pytest.importorskip("sparsile.backend.lower_blackwell")
+        pytest.importorskip("sparsile.backend.lower.blackwell")
     LIFTED[row]()

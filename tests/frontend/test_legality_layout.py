@@ -1,4 +1,4 @@
-"""Layout pins and accumulator stores (frontend/ops_layout.py, frontend/legality_layout.py).
+"""Layout pins and accumulator stores (frontend/ops/layout.py, frontend/legality/layout.py).
 
 Issue 5 acceptance 3 (seed 002): an MMA accumulator — from wgmma, or loaded from TMEM by
 tcgen05.ld — stored to a swizzled shared-memory buffer with ``buf.store(acc)`` compiles with no
@@ -12,12 +12,12 @@ import itertools
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
-from sparsile.frontend import types as T
+from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.layout_library import smem_tile, tmem_accumulator
-from sparsile.frontend.layout_smem import storable_layout
-from sparsile.frontend.legality_layout import smem_layout_of, storable
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.layout.library import smem_tile, tmem_accumulator
+from sparsile.frontend.layout.smem import storable_layout
+from sparsile.frontend.legality.layout import smem_layout_of, storable
 
 WGMMA_STORE = """\
 @kernel(num_warps=4)
@@ -43,7 +43,7 @@ BLOCKED = "layout.blocked((64, 64), (1, 4), (8, 4), (4, 1))"
 
 
 def wgmma_accumulator_layout(m: int, n: int, warps: int):
-    from sparsile.frontend.ops_layout import wgmma_accumulator_layout as build  # (inside the fixture's window)
+    from sparsile.frontend.ops.layout import wgmma_accumulator_layout as build  # (inside the fixture's window)
 
     return build(m, n, warps)
 
@@ -75,7 +75,7 @@ def test_wgmma_accumulator_stores_without_conversion(sw: int) -> None:
 
 
 def test_tcgen05_accumulator_stores_without_conversion() -> None:
-    pytest.importorskip("sparsile.backend.lower_blackwell")
+    pytest.importorskip("sparsile.backend.lower.blackwell")
     source = """\
 @kernel(num_warps=4)
 def k(C: tensor[f32, 2]):
@@ -96,7 +96,7 @@ def k(C: tensor[f32, 2]):
 def test_tcgen05_ld_layouts_are_storable_to_every_swizzle() -> None:
     """The algebra behind the previous test: the register layout a 32x32b tcgen05.ld gives a
     128 x N accumulator (thread t = TMEM lane t) stores to every swizzled tile with st.shared."""
-    from sparsile.frontend.layout_derive import tmem_register_layout
+    from sparsile.frontend.layout.derive import tmem_register_layout
 
     for n, sw in itertools.product((32, 64, 128), ("none", "32B", "64B", "128B")):
         reg = tmem_register_layout(tmem_accumulator(128, n), "32x32b")
@@ -132,8 +132,8 @@ def test_a_pinned_storable_layout_is_respected() -> None:
     ck = compile_src(src(value=f"pin(acc, {BLOCKED})"))
     convs = [ln for ln in ck.ir.splitlines() if "convert_layout" in ln]
     assert len(convs) == 1 and "pinned=True" in convs[0]  # the pin itself; the store takes it as is
-    from sparsile.frontend.layout_library import blocked
-    from sparsile.frontend.tile_layouts import normalize, short_name
+    from sparsile.frontend.layout.library import blocked
+    from sparsile.frontend.layout.tile import normalize, short_name
 
     want = short_name(normalize(blocked((64, 64), (1, 4), (8, 4), (4, 1), (1, 0)), 4))
     assert convs[0].endswith(f"#{want}")  # the pinned value has exactly the pinned layout
@@ -221,7 +221,7 @@ def k(X: ptr[f32], Y: ptr[f32]):
 
 
 def test_layout_constructors() -> None:
-    from sparsile.backend.lower_hopper import acc_layout
+    from sparsile.backend.lower.hopper import acc_layout
 
     for m, n, w in ((64, 64, 4), (128, 256, 8), (128, 64, 4), (256, 128, 8)):
         assert wgmma_accumulator_layout(m, n, w) == acc_layout(m, n, w)

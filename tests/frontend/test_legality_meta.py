@@ -1,5 +1,5 @@
 """``meta[T]``: sparse metadata typed by the operand width it was formatted for
-(frontend/legality_meta.py). A mismatch is a compile-time error at the MMA (SP0574, through
+(frontend/legality/meta.py). A mismatch is a compile-time error at the MMA (SP0574, through
 helpers and loop-carried values), or a launch-time error for a tagged MetadataBuffer (the sparsity
 toolkit's SP0809 / SP0810); matching tags compile and run (interpreter, float64 reference)."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
-from sparsile.frontend import types as T
+from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.legality_meta import MetaPointerType, MetaTensorType, check_metadata_argument, width_class
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.legality.meta import MetaPointerType, MetaTensorType, check_metadata_argument, width_class
 from sparsile.stdlib import sparsity as S
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"

@@ -1,4 +1,4 @@
-"""Legality of ``hopper.wgmma`` (frontend/legality_mma.py): operand tiling, accumulator split over
+"""Legality of ``hopper.wgmma`` (frontend/legality/mma.py): operand tiling, accumulator split over
 warpgroups, types and N through ``descriptors.wgmma_problems``, and the limits of sparsile's own
 lowering — each reported at the wgmma call, never from the lowering (which now only has
 InternalError guards). Valid variants compile to PTX (and, where ptxas is installed, assemble)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
+from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
-from sparsile.frontend.legality_mma import instr_k, wgmma_split
+from sparsile.frontend.legality.mma import instr_k, wgmma_split
 
 SRC = """\
 @kernel(num_warps={warps})
@@ -105,7 +105,7 @@ def test_accumulator_split_over_warpgroups() -> None:
 def test_integer_n_comes_from_the_descriptor_rules() -> None:
     # int8 wgmma has no N = 8..256 step 8: 40 is not allowed (hardware-facts §4.1); tiles are
     # powers of two, so check the rule through the descriptor table directly as well
-    from sparsile.backend.descriptors import wgmma_problems
+    from sparsile.target.descriptors import wgmma_problems
 
     assert [p.code for p in wgmma_problems("s8", "s8", "s32", 40)] == ["SP0532"]
     assert wgmma_problems("s8", "s8", "s32", 64) == []
@@ -120,7 +120,7 @@ def test_on_blackwell_wgmma_is_gated_not_lowered() -> None:
 
 def test_split_agrees_with_the_lowering_layout() -> None:
     """legality's split condition and backend/lower_hopper.acc_layout accept the same shapes."""
-    from sparsile.backend.lower_hopper import acc_layout
+    from sparsile.backend.lower.hopper import acc_layout
 
     for warps in (2, 4, 8, 12, 16):
         for m in (32, 64, 128, 192, 256, 512):
@@ -138,7 +138,7 @@ def test_the_lowering_guards_are_internal_errors() -> None:
     """The lowering's checks are now guards: reaching one is a compiler bug, not a diagnostic."""
     import inspect
 
-    from sparsile.backend import lower_hopper
+    from sparsile.backend.lower import hopper as lower_hopper
 
     text = inspect.getsource(lower_hopper)
     assert "CompileError" not in text and "SP0567" in text and "SP0571" in text

@@ -1,4 +1,4 @@
-"""Legality of the Blackwell explicit level (frontend/legality_tmem.py): target gating of tcgen05 /
+"""Legality of the Blackwell explicit level (frontend/legality/tmem.py): target gating of tcgen05 /
 TMEM ops and of kind::i8 (hardware-facts §7), lane access per warp, the instruction descriptors of
 an MMA split into instruction tiles (idesc_problems, which ptxas does not check), and the packed
 TMEM allocation. Kernels use ``ops_blackwell`` (skipped where it is not installed); the rules are
@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import pytest
 import sparsile as sp
-from sparsile.backend.compiler import compile_kernel
-from sparsile.backend.targets import get_target
-from sparsile.frontend import types as T
+from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.ir import Builder, Function, Region
-from sparsile.frontend.legality import Context
-from sparsile.frontend.legality_tmem import (
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.ir.core import Builder, Function, Region
+from sparsile.frontend.legality.core import Context
+from sparsile.frontend.legality.tmem import (
     allocation_columns,
     instruction_tiles,
     tcgen05_descriptors,
     tmem_capacity,
 )
+from sparsile.target.targets import get_target
 
 MMA = """\
 @kernel(num_warps=4)
@@ -43,7 +43,7 @@ EPILOGUE = "x = acc.load()\n    r = arange(0, 128)\n    store(C + r[:, None] * 6
 
 @pytest.fixture(autouse=True, scope="module")
 def _blackwell_ops():
-    pytest.importorskip("sparsile.backend.lower_blackwell")
+    pytest.importorskip("sparsile.backend.lower.blackwell")
 
 
 def compile_src(src: str, target: str, stop_after: str = "ptx"):

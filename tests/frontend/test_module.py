@@ -1,4 +1,4 @@
-"""``.spk`` modules and ``@jit`` (frontend/module.py): bad sources, paths and decorator options
+"""``.spk`` modules and ``@jit`` (driver/module.py): bad sources, paths and decorator options
 get SP02xx diagnostics, not Python errors."""
 
 from __future__ import annotations

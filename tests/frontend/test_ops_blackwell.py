@@ -1,4 +1,4 @@
-"""The Blackwell explicit ops (frontend/ops_blackwell.py): typing rules with their diagnostics, and
+"""The Blackwell explicit ops (frontend/ops/blackwell.py): typing rules with their diagnostics, and
 interpreter semantics checked against the float64 sparse reference for every MMA kind."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import textwrap
 import ml_dtypes
 import numpy as np
 import pytest
+from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.interp_values import InterpreterError
-from sparsile.frontend.module import loads
+from sparsile.frontend.interp.values import InterpreterError
 from sparsile.stdlib import sparsity as S
 
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,

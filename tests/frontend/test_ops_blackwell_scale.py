@@ -1,4 +1,4 @@
-"""Block-scaled tcgen05.mma (kind::mxf8f6f4 ``.block_scale``) in frontend/ops_blackwell.py: typing
+"""Block-scaled tcgen05.mma (kind::mxf8f6f4 ``.block_scale``) in frontend/ops/blackwell.py: typing
 rules with their diagnostics (code, message, span), TMEM scale regions and copies, and interpreter
 semantics against the float64 reference of stdlib/blockscale.py (random non-zero operands whose
 blocks span many binades, so that a wrong scale, block or byte shows)."""
@@ -9,9 +9,9 @@ import textwrap
 
 import numpy as np
 import pytest
+from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.interp_values import InterpreterError
-from sparsile.frontend.module import loads
+from sparsile.frontend.interp.values import InterpreterError
 from sparsile.stdlib import blockscale as BS
 from sparsile.stdlib import sparsity as S
 
@@ -117,7 +117,7 @@ def operands(m: int, n: int, k: int, sparse: bool, seed: int):
 def scaled_source(m: int, n: int, k: int, sparse: bool = True, b_type: str = "e4m3") -> str:
     """One CTA: TMA A, B, metadata and both scale tensors in, copy metadata and scales to TMEM, one
     block-scaled tcgen05.mma, load the accumulator."""
-    from sparsile.frontend.tmem_scales import scale_columns_needed
+    from sparsile.frontend.ops.tmem_scales import scale_columns_needed
 
     ka = k // 2 if sparse else k
     steps = k // (64 if sparse else 32)

@@ -1,4 +1,4 @@
-"""Clusters in the language (frontend/ops_cluster.py): cluster.rank / size / sync, TMA multicast
+"""Clusters in the language (frontend/ops/cluster.py): cluster.rank / size / sync, TMA multicast
 and peer-CTA barriers, and the interpreter running the CTAs of a cluster concurrently (shared
 memory per CTA, remote barriers, checks of remote use before cluster.sync and of bad ranks)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sparsile as sp
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.interp_values import InterpreterError
+from sparsile.frontend.interp.values import InterpreterError
 
 
 def load(src: str):

@@ -8,9 +8,9 @@ wording where CPython has one.
 from __future__ import annotations
 
 import pytest
-from sparsile.frontend import parser as parser_module
 from sparsile.frontend.diagnostics import CompileError, InternalError
-from sparsile.frontend.parser import parse_expression, parse_function_source, parse_module
+from sparsile.frontend.syntax import parser as parser_module
+from sparsile.frontend.syntax.parser import parse_expression, parse_function_source, parse_module
 
 CASES = [
     ("invalid_dollar", 'x = $\n', "SP0101", 'invalid character `$`', 1, 5),

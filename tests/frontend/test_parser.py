@@ -21,9 +21,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sparsile.frontend import ast
-from sparsile.frontend.ast import dump, walk
-from sparsile.frontend.parser import parse_expression, parse_function_source, parse_module, time_parse
+from sparsile.frontend.syntax import ast
+from sparsile.frontend.syntax.ast import dump, walk
+from sparsile.frontend.syntax.parser import parse_expression, parse_function_source, parse_module, time_parse
 from sparsile.grammar import build_parser, cache_path, get_parser
 from sparsile.tests.frontend.cpython_oracle import cpython_module
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sparsile.frontend import ast
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.parser import parse_expression, parse_function_source, parse_module
+from sparsile.frontend.syntax import ast
+from sparsile.frontend.syntax.parser import parse_expression, parse_function_source, parse_module
 from sparsile.tests.frontend.cpython_oracle import cpython_module
 
 CORPUS = Path(__file__).parent / "corpus" / "valid"

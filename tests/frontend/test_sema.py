@@ -8,10 +8,10 @@ import textwrap
 import numpy as np
 import pytest
 import sparsile  # noqa: F401  (registers every op)
-from sparsile.frontend import types as T
-from sparsile.frontend.ir import Function, Operation, Value
-from sparsile.frontend.ir_verify import verify_function
-from sparsile.frontend.module import loads
+from sparsile.driver.module import loads
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.ir.core import Function, Operation, Value
+from sparsile.frontend.ir.verify import verify_function
 
 
 def kernel(body: str, params: str = "out: ptr[f32]", helpers: str = "") -> str:
@@ -376,7 +376,7 @@ def test_a_constant_too_deeply_nested_to_evaluate_is_sp0205() -> None:
 
 def test_a_signature_item_too_deeply_nested_is_sp0205() -> None:
     from sparsile.frontend.diagnostics import CompileError
-    from sparsile.frontend.specialize import parse_signature
+    from sparsile.frontend.sema.specialize import parse_signature
 
     with pytest.raises(CompileError) as info:
         parse_signature("n=i32, BLOCK=" + "1+" * 3000 + "1")

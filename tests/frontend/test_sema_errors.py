@@ -13,8 +13,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError, Severity
-from sparsile.frontend.module import loads
 
 FULL = "full"
 
@@ -312,7 +312,7 @@ def test_rendering_points_at_the_span() -> None:
 
 
 def test_unrolling_and_inlining_have_a_budget(monkeypatch) -> None:
-    from sparsile.frontend import sema
+    from sparsile.frontend.sema import core as sema
 
     monkeypatch.setattr(sema, "MAX_STATEMENTS", 1000)
     src = kernel("a = 0\nfor i in static_range(100):\n    for j in static_range(100):\n        a += 1")

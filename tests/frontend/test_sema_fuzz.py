@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sparsile.frontend import types as T
+from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError, LaunchError
-from sparsile.frontend.interp_values import InterpreterError
-from sparsile.frontend.module import loads
+from sparsile.frontend.interp.values import InterpreterError
+from sparsile.frontend.ir import types as T
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 

@@ -1,4 +1,4 @@
-"""frontend/specialize.py: the launch path's remembered specializations give exactly what a fresh
+"""frontend/sema/specialize.py: the launch path's remembered specializations give exactly what a fresh
 specialization gives, and every check still runs for an argument that would fail it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import sparsile as sp
 from sparsile.frontend.diagnostics import LaunchError
-from sparsile.frontend.specialize import specialize
+from sparsile.frontend.sema.specialize import specialize
 
 SOURCE = """
 @kernel

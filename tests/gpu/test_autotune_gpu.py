@@ -1,6 +1,6 @@
 """The autotuner on the GPU (docs/autotune.md): a tuned vector add and the tuned sparse GEMM pick a
 config no slower than the default one, measured with the same benchmarker (CUDA events,
-backend/bench.py) right after tuning; results are checked against float64 with poisoned outputs,
+backend/runtime/bench.py) right after tuning; results are checked against float64 with poisoned outputs,
 and tuning an in-place kernel leaves its output as one launch makes it.
 
 Re-measuring two configs repeats the timing noise of the machine, so "no slower" allows the
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 
 def _spread(fn: object, rounds: int = 5) -> tuple[float, float]:
     """The best time of ``rounds`` medians of ``fn`` and their relative spread (max/min - 1)."""
-    from sparsile.backend.bench import do_bench
+    from sparsile.backend.runtime.bench import do_bench
 
     times = [do_bench(fn, warmup=5, rep=50) for _ in range(rounds)]
     return min(times), max(times) / min(times) - 1

@@ -1,4 +1,4 @@
-"""Tile-level ``dot`` / ``sparse_dot`` through warp-level MMAs (backend/lower_mma.py) on the GPU
+"""Tile-level ``dot`` / ``sparse_dot`` through warp-level MMAs (backend/lower/mma.py) on the GPU
 against float64 references, random operands, ragged shapes, poisoned outputs.
 
 Two builds run on an H200: ``target="sm_90"`` (plain sm_90 has no wgmma, so it takes this path;
@@ -67,21 +67,21 @@ def make_kernel(dtype: str, sparse: bool, anchored: bool = False, acc: str | Non
 
 @contextlib.contextmanager
 def mma_hooks(enabled: bool):
-    """Compile with backend/lower_mma.py's target hooks (the accumulator anchored in the MMA
-    fragment layout: no round trip through shared memory), as compiler._target_hooks would
+    """Compile with backend/lower/mma.py's target hooks (the accumulator anchored in the MMA
+    fragment layout: no round trip through shared memory), as compiler.hooks_for would
     choose them for these targets once wired."""
-    from sparsile.backend import compiler
-    from sparsile.backend.lower_mma import HOOKS
+    from sparsile.backend.lower.mma import HOOKS
+    from sparsile.driver import compiler
 
     if not enabled:
         yield
         return
-    real = compiler._target_hooks
-    compiler._target_hooks = lambda target: HOOKS if target.name in WARP_MMA_TARGETS else real(target)
+    real = compiler.hooks_for
+    compiler.hooks_for = lambda target: HOOKS if target.name in WARP_MMA_TARGETS else real(target)
     try:
         yield
     finally:
-        compiler._target_hooks = real
+        compiler.hooks_for = real
 
 
 WARP_MMA_TARGETS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_120", "sm_121")
@@ -109,8 +109,9 @@ def padded_meta(meta: np.ndarray, m: int, k: int, bm: int, bk: int, per_word: in
 def ptx_when_foreign_arch(target: str):
     """Launch the PTX instead of the cubin when the GPU's major architecture differs from
     ``target``'s (the driver JIT-compiles PTX of an older target for the GPU at hand)."""
-    from sparsile.backend import compiler, runtime
-    from sparsile.backend.targets import get_target
+    from sparsile.backend import runtime
+    from sparsile.driver import compiler
+    from sparsile.target.targets import get_target
 
     if get_target(target).major == runtime.current_device().compute_capability[0]:
         yield

@@ -2,7 +2,7 @@
 pair, tcgen05.mma.sp.cta_group::2, B split over the pair, TMA bytes counted on the even CTA's
 barrier, commits multicast to both CTAs.
 
-The interpreter runs the kernel's clusters with their CTAs concurrent (frontend/ops_cluster.py)
+The interpreter runs the kernel's clusters with their CTAs concurrent (frontend/ops/cluster.py)
 against a float64 reference (random 2:4 operands, never all zero; NaN-poisoned outputs; ragged
 M, N, K, including a last pair whose odd CTA lies wholly below M); these tests always run. The
 ``gpu`` tests run it on a Blackwell GPU and skip elsewhere: none was available when they were

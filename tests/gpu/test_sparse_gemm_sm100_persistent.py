@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import sparsile as sp
-from sparsile.frontend.interp_values import InterpreterError
+from sparsile.frontend.interp.values import InterpreterError
 from sparsile.stdlib import sparsity as S
 
 KERNEL = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_sm100_persistent.spk"

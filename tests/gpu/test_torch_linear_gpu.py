@@ -84,7 +84,7 @@ def test_one_plan_per_shape_and_prepared_launches(monkeypatch):
         assert torch.equal(layer(x.clone()), first)
     layer(torch.randn(4, 512, device="cuda").to(torch.bfloat16))
     assert len(plans) == 2  # T = 16 and T = 4
-    from sparsile.backend.launch import GpuLaunch
+    from sparsile.driver.launch import GpuLaunch
 
     if hasattr(GpuLaunch, "prepare"):  # the prepared launches are used, not plan.rebind
         assert all(r.prepared is not None for r in layer.__dict__["_records"].records.values())

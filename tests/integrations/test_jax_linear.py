@@ -156,14 +156,14 @@ def test_gpu_launch_values_of_the_sparse_gemm(monkeypatch: pytest.MonkeyPatch) -
     """What the CUDA handler hands the launcher, built from the real sm_90a parameter spec without a
     GPU: XLA's addresses for pointers, a described buffer for each TMA tensor, the static scalars
     and the epilogue's constexprs (a bias, no scales: their pointers are unread dummies)."""
-    from sparsile.backend.arguments import describe_array
-    from sparsile.backend.compiler import compile_cached
-    from sparsile.backend.launch import param_spec
-    from sparsile.backend.targets import get_target
-    from sparsile.frontend.host_arrays import stored_params
-    from sparsile.frontend.kernel import KERNEL_OPTIONS
+    from sparsile.backend.runtime.arguments import describe_array
+    from sparsile.driver.compiler import compile_cached
+    from sparsile.driver.kernel import KERNEL_OPTIONS
+    from sparsile.driver.launch import param_spec
+    from sparsile.frontend.interp.host_arrays import stored_params
     from sparsile.integrations.jax import ffi
     from sparsile.integrations.jax.call import DeviceView, needs_info
+    from sparsile.target.targets import get_target
 
     layer = _layer(256, 64, "f16")
     traced = []

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from sparsile.cli import main
-from sparsile.frontend.autotune_cache import write_json_atomic
+from sparsile.driver.autotune_cache import write_json_atomic
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
 from sparsile.stdlib.kernels.tuning import (

@@ -1,0 +1,501 @@
+"""Lowering of the explicit-level memory ops (``ops_memory.py``): shared-memory buffers, mbarriers,
+TMA copies, async-proxy fences, partition barriers and warp specialization (sm_90a and later).
+
+Shared-memory buffers live in the kernel's dynamic shared memory, each 1024-byte aligned (the
+128B-swizzle atom, hardware-facts §5.3). A 2-D buffer of R x C elements with swizzle span S is
+stored as column panels of S bytes (rows of exactly S bytes, TMA box per panel); byte address bits
+[4, 4+log2(S/16)) are XORed with bits [7, ...) (PTX ISA 5.5.7). Ops one thread must issue (TMA,
+``arrive.expect_tx``, ``arrive``) run in the first thread of the current partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...frontend.diagnostics import InternalError
+from ...frontend.ir import types as T
+from ...frontend.ir.core import Operation
+from ...target.targets import Feature, require
+from .codegen import CodeGen, DTile, PartitionCtx, lowering
+from .llvm_text import LLValue, const
+from .reduce import _storage
+
+
+@dataclass(frozen=True)
+class SmemRef:
+    """A view of a shared-memory buffer: ``base`` is its byte offset in dynamic shared memory;
+    ``full_rows`` the rows of the allocation (the panel stride); the view is ``shape``."""
+
+    base: LLValue
+    elem: T.ScalarType
+    shape: tuple[int, ...]
+    swizzle: int
+    full_rows: int
+    row_bytes: int  # bytes of one full row of the allocation (all panels)
+
+    @property
+    def ebytes(self) -> int:
+        return max(1, self.elem.bits // 8)
+
+    @property
+    def pitch(self) -> int:
+        """Bytes between consecutive rows inside a panel."""
+        return self.swizzle if self.swizzle else self.row_bytes
+
+    @property
+    def panel_cols(self) -> int:
+        return (self.swizzle // self.ebytes) if self.swizzle else self.shape[-1]
+
+    @property
+    def matrix_bytes(self) -> int:
+        """Bytes of one 2-D matrix of the allocation (the stride of leading dims)."""
+        return self.full_rows * self.row_bytes
+
+
+@dataclass(frozen=True)
+class BarRef:
+    base: LLValue  # byte offset of the first barrier
+    count: int
+
+
+def smem_base_address(cg: CodeGen) -> LLValue:
+    """The 32-bit shared-state-space address of the dynamic shared memory."""
+    if "smem_addr" not in cg.state:
+        cg.state["smem_addr"] = cg.fb.value("ptrtoint ptr addrspace(3) @sparsile_smem to i32", "i32", "sbase",
+                                            function_entry=True)
+    return cg.state["smem_addr"]
+
+
+def element_offset(cg: CodeGen, ref: SmemRef, row: LLValue, col: LLValue) -> LLValue:
+    """Byte offset (from the dynamic shared memory start) of element (row, col) of a 2-D view,
+    swizzle applied."""
+    fb = cg.fb
+    eb = ref.ebytes
+    if ref.swizzle:
+        pc = ref.panel_cols
+        panel = fb.binop("udiv", col, const(pc, "i32"))
+        within = fb.binop("urem", col, const(pc, "i32"))
+        off = fb.binop("add", fb.binop("mul", panel, const(ref.full_rows * ref.swizzle, "i32")),
+                       fb.binop("add", fb.binop("mul", row, const(ref.swizzle, "i32")),
+                                fb.binop("mul", within, const(eb, "i32"))))
+        off = fb.binop("add", off, ref.base)
+        mask = ref.swizzle // 16 - 1
+        bits = fb.binop("and", fb.binop("lshr", off, const(7, "i32")), const(mask, "i32"))
+        return fb.binop("xor", off, fb.binop("shl", bits, const(4, "i32")))
+    off = fb.binop("add", fb.binop("mul", row, const(ref.row_bytes, "i32")), fb.binop("mul", col, const(eb, "i32")))
+    return fb.binop("add", off, ref.base)
+
+
+def _nd_offset(cg: CodeGen, ref: SmemRef, coords: list[LLValue]) -> LLValue:
+    """Offset of an element of an N-D view: leading dims stride whole matrices."""
+    fb = cg.fb
+    if len(coords) == 1:
+        return element_offset(cg, ref, const(0, "i32"), coords[0])
+    lead = coords[:-2]
+    base = ref
+    if lead:
+        extra: LLValue = const(0, "i32")
+        stride = ref.matrix_bytes
+        for d in reversed(range(len(lead))):
+            extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(stride, "i32")))
+            stride *= ref.shape[d]
+        base = SmemRef(fb.binop("add", ref.base, extra), ref.elem, ref.shape[-2:], ref.swizzle, ref.full_rows,
+                       ref.row_bytes)
+    return element_offset(cg, base, coords[-2], coords[-1])
+
+
+@lowering("smem.alloc")
+def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
+    t = op.result.type
+    assert isinstance(t, T.SmemType)
+    eb = max(1, t.elem.bits // 8)
+    shape = t.shape
+    rows = shape[-2] if len(shape) >= 2 else 1
+    row_bytes = shape[-1] * eb
+    if t.swizzle and row_bytes % t.swizzle:
+        raise InternalError(f"swizzled rows of {row_bytes} bytes reached the lowering (legality SP0560)", op.span)
+    matrices = 1
+    for d in shape[:-2]:
+        matrices *= d
+    nbytes = matrices * rows * row_bytes
+    off = cg.smem_alloc(nbytes, 1024)
+    cg.set(op.result, SmemRef(const(off, "i32"), t.elem, shape, t.swizzle, rows, row_bytes))
+
+
+@lowering("smem.index")
+def lower_smem_index(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    i = cg.scalar(op.operands[1])
+    stride = ref.matrix_bytes
+    for d in ref.shape[1:-2]:
+        stride *= d
+    base = cg.fb.binop("add", ref.base, cg.fb.binop("mul", i, const(stride, "i32")))
+    cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes))
+
+
+@lowering("smem.slice")
+def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    start = cg.scalar(op.operands[1])
+    d, n = op.attrs["dim"], op.attrs["size"]
+    rank = len(ref.shape)
+    fb = cg.fb
+    shape = tuple(n if i == d else x for i, x in enumerate(ref.shape))
+    if d == rank - 2:  # rows: offset inside each panel
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.pitch, "i32")))
+    elif d < rank - 2:
+        stride = ref.matrix_bytes
+        for x in ref.shape[d + 1:-2]:
+            stride *= x
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(stride, "i32")))
+    else:
+        raise InternalError("a slice along the last dimension reached the lowering (legality SP0561)", op.span)
+    cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes))
+
+
+def kmajor_swizzle(row_bytes: int) -> int:
+    """The widest swizzle span (128, 64, 32 bytes) whose atoms rows of ``row_bytes`` fill; 0 if none."""
+    return next((s for s in (128, 64, 32) if row_bytes % s == 0), 0)
+
+
+def stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -> SmemRef | None:
+    """A register tile written into a fresh K-major swizzled shared buffer of ``rows x cols``
+    (``transpose``: the tile is cols x rows, e.g. B (K, N) stored as N x K), for an MMA to read by
+    descriptor; None when no swizzle fits the rows."""
+    elem = x.elem
+    assert isinstance(elem, T.ScalarType)
+    eb = max(1, elem.bits // 8)
+    sw = kmajor_swizzle(cols * eb)
+    if not sw:
+        return None
+    off = cg.smem_alloc(rows * cols * eb, 1024)
+    ref = SmemRef(const(off, "i32"), elem, (rows, cols), sw, rows, cols * eb)
+    sty, _ = _storage(elem)
+    seen: set[tuple[str, ...]] = set()
+    for r, c in enumerate(cg.coords(x.layout)):
+        key = tuple(v.ref for v in c)
+        if key in seen:
+            continue
+        seen.add(key)
+        row, col = (c[1], c[0]) if transpose else (c[0], c[1])
+        ptr = cg.smem_ptr(element_offset(cg, ref, row, col))
+        cg.fb.emit(f"store {sty} {x.regs[r].ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+    return ref
+
+
+@lowering("smem.store")
+def lower_smem_store(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    x = cg.tile(op.operands[1])
+    sty, eb = _storage(x.elem)
+    coords = cg.coords(x.layout)
+    seen: set[tuple[str, ...]] = set()
+    for r in range(len(x.regs)):
+        key = tuple(c.ref for c in coords[r])
+        if key in seen:
+            continue
+        seen.add(key)
+        off = _nd_offset(cg, ref, coords[r])
+        ptr = cg.smem_ptr(off)
+        v = x.regs[r]
+        if v.type == "i1":
+            v = cg.fb.cast("zext", v, "i8")
+        cg.fb.emit(f"store {sty} {v.ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+
+
+@lowering("smem.load")
+def lower_smem_load(cg: CodeGen, op: Operation) -> None:
+    ref: SmemRef = cg.get(op.operands[0])
+    res = op.result
+    elem = T.element_type(res.type)
+    assert isinstance(elem, T.ScalarType)
+    sty, eb = _storage(elem)
+    coords = cg.coords(res.layout)
+    regs = []
+    cache: dict[tuple[str, ...], LLValue] = {}
+    for c in coords:
+        key = tuple(x.ref for x in c)
+        if key not in cache:
+            ptr = cg.smem_ptr(_nd_offset(cg, ref, c))
+            v = cg.fb.value(f"load {sty}, ptr addrspace(3) {ptr.ref}, align {eb}", sty, "ls")
+            cache[key] = cg.fb.icmp("ne", v, const(0, "i8")) if elem.is_bool else v
+        regs.append(cache[key])
+    cg.set(res, DTile(res.layout, regs, elem))
+
+
+# ------------------------------------------------------------------------------------------------
+# mbarriers
+# ------------------------------------------------------------------------------------------------
+def _leader_do(cg: CodeGen, emit: object) -> None:
+    """Run ``emit()`` in the first thread of the current partition only."""
+    fb = cg.fb
+    then, done = fb.new_block("lead_then"), fb.new_block("lead_done")
+    fb.cond_br(cg.is_leader(), then, done)
+    fb.set_block(then)
+    emit()  # type: ignore[operator]
+    fb.br(done)
+    fb.set_block(done)
+
+
+def bar_ptr(cg: CodeGen, bar: BarRef) -> LLValue:
+    return cg.smem_ptr(bar.base)
+
+
+@lowering("mbarrier.alloc")
+def lower_mbar_alloc(cg: CodeGen, op: Operation) -> None:
+    if cg.part.index >= 0:
+        raise InternalError("an mbarrier allocation in a partition reached the lowering (legality SP0562)", op.span)
+    n, arrivals = op.attrs["count"], op.attrs["arrivals"]
+    off = cg.smem_alloc(8 * n, 8)
+
+    def init() -> None:
+        for i in range(n):
+            p = cg.smem_ptr(off + 8 * i)
+            cg.intrinsic("void", "llvm.nvvm.mbarrier.init.shared", [p, const(arrivals, "i32")])
+        cg.intrinsic("void", "llvm.nvvm.fence.mbarrier_init.release.cluster", [])
+
+    _leader_do(cg, init)
+    cg.barrier()
+    cg.set(op.result, BarRef(const(off, "i32"), n))
+
+
+@lowering("mbarrier.index")
+def lower_mbar_index(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[0])
+    i = cg.scalar(op.operands[1])
+    cg.set(op.result, BarRef(cg.fb.binop("add", bar.base, cg.fb.binop("mul", i, const(8, "i32"))), 1))
+
+
+@lowering("mbarrier.expect")
+def lower_mbar_expect(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[0])
+    nbytes = cg.scalar(op.operands[1])
+    _leader_do(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta",
+                                         [bar_ptr(cg, bar), nbytes]))
+
+
+@lowering("mbarrier.arrive")
+def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
+    """One arrival on behalf of the whole partition: every thread's earlier work (e.g. another
+    warpgroup's wgmma reading the stage) must be done first, so the partition synchronizes, then
+    its first thread arrives. With ``multicast``, that thread arrives on the barrier at the same
+    offset in each CTA of the mask (``mapa``; ``mbarrier.arrive.relaxed.cluster.shared::cluster``,
+    PTX ISA 9.7.13.15.13). Relaxed: the arrival releases a buffer whose reads have completed
+    (``wgmma_wait``), so it needs no memory ordering; with ``.release.cluster`` the H200 ran the
+    multicast sparse GEMM 2.5x slower (2784 against 1100 µs at 8192³, measured 2026-11-30)."""
+    bar: BarRef = cg.get(op.operands[0])
+    arrive = _multicast_arrival(cg, op, bar) if op.attrs.get("multicast") else (
+        lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)]))
+    if op.attrs.get("per") == "warpgroup":
+        if cg.num_warps % 4:
+            raise InternalError(f"a per-warpgroup arrival in {cg.num_warps} warps reached the lowering "
+                                "(legality SP0566)", op.span)
+        fb = cg.fb
+        # every warpgroup synchronizes its own 128 threads (barrier 8 + its index in the CTA) and
+        # its first thread arrives
+        wg_global = fb.binop("lshr", cg.tid, const(7, "i32"))
+        bar_id = fb.binop("add", wg_global, const(8, "i32"))
+        cg.asm("void", "bar.sync $0, 128;", "r", [bar_id], side_effect=True, convergent=True)
+        first = fb.icmp("eq", fb.binop("and", cg.tid, const(127, "i32")), const(0, "i32"))
+        then, done = fb.new_block("wg_lead"), fb.new_block("wg_lead_done")
+        fb.cond_br(first, then, done)
+        fb.set_block(then)
+        arrive()
+        fb.br(done)
+        fb.set_block(done)
+        return
+    if cg.num_warps > 1 or cg.part.index < 0:
+        cg.barrier()
+    _leader_do(cg, arrive)
+
+
+def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], None]:
+    """Emit, in the arriving thread, one remote arrival per CTA of the mask (a loop over the
+    cluster's ranks, each arrival predicated on its bit)."""
+    from ...frontend.ops.cluster import cluster_size
+    from .cluster import map_shared
+
+    require(cg.target, Feature.CLUSTER, op.span, what="an arrival on other CTAs' mbarriers (multicast=)")
+    mask = cg.scalar(op.operands[1])
+    size = cluster_size(cg.state.get("cluster", (1, 1, 1)))
+
+    def emit() -> None:
+        local = bar_ptr(cg, bar)
+        for rank in range(size):
+            bit = cg.fb.binop("and", cg.fb.binop("lshr", mask, const(rank, "i32")), const(1, "i32"))
+            on = cg.fb.icmp("ne", bit, const(0, "i32"))
+            remote = map_shared(cg, local, const(rank, "i32"))
+            cg.asm("void", "{ .reg .pred p; setp.ne.b32 p, $1, 0; "
+                   "@p mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [$0]; }", "r,r",
+                   [remote, cg.fb.value(f"zext i1 {on.ref} to i32", "i32", "on")], side_effect=True)
+
+    return emit
+
+
+@lowering("mbarrier.wait")
+def lower_mbar_wait(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[0])
+    parity = cg.fb.binop("and", cg.scalar(op.operands[1]), const(1, "i32"))
+    fb = cg.fb
+    ptr = bar_ptr(cg, bar)
+    loop, done = fb.new_block("mbar_wait"), fb.new_block("mbar_done")
+    fb.br(loop)
+    fb.set_block(loop)
+    # In a cluster kernel, arrivals may come from other CTAs. On sm_90 they are TMA completions
+    # (multicast) and relaxed arrivals (mbarrier.arrive multicast=): neither is a release to pair
+    # with, so the wait acquires at CTA scope; at cluster scope the H200 ran the multicast sparse
+    # GEMM 8% slower (1191 against 1100 µs, 2026-11-30). Blackwell cluster kernels (tcgen05 commits
+    # to peer barriers, unverified on hardware) keep the conservative cluster scope (PTX ISA
+    # 9.7.13.15.16; docs/blackwell.md §7).
+    scope = "cluster" if cg.state.get("cluster") and cg.target.has(Feature.TCGEN05) else "cta"
+    ok = cg.intrinsic("i1", f"llvm.nvvm.mbarrier.try.wait.parity.scope.{scope}.space.cta", [ptr, parity])
+    assert ok is not None
+    fb.cond_br(ok, done, loop)
+    fb.set_block(done)
+
+
+# ------------------------------------------------------------------------------------------------
+# TMA
+# ------------------------------------------------------------------------------------------------
+def tma_boxes(ref_type: T.SmemType) -> tuple[tuple[int, ...], int, int]:
+    """(box shape in numpy order, panels, panel columns) of the TMA copies filling a buffer."""
+    eb = max(1, ref_type.elem.bits // 8)
+    cols = ref_type.shape[-1]
+    pc = (ref_type.swizzle // eb) if ref_type.swizzle else cols
+    panels = max(1, cols // pc)
+    return (*ref_type.shape[:-1], pc), panels, pc
+
+
+def tma_key(op: Operation, smem_index: int) -> tuple[tuple[int, ...], int]:
+    t = op.operands[smem_index].type
+    assert isinstance(t, T.SmemType)
+    box, _, _ = tma_boxes(t)
+    return box, t.swizzle
+
+
+def collect_tma_keys(cg: CodeGen) -> None:
+    """Before parameters are declared: the tensor maps each tensor parameter needs."""
+    keys: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for op in cg.func.walk():
+        if op.name in ("tma.load", "tma.store", "tma.load_cluster"):
+            smem_index = len(op.operands) + {"tma.load": -2, "tma.store": -1, "tma.load_cluster": -4}[op.name]
+            root = op.operands[0]
+            k = tma_key(op, smem_index)
+            lst = keys.setdefault(id(root), [])
+            if k not in lst:
+                lst.append(k)
+    cg.state["tma_keys"] = keys
+
+
+def _tmap(cg: CodeGen, op: Operation, smem_index: int) -> LLValue:
+    t = cg.get(op.operands[0])
+    return t.tensormaps[tma_key(op, smem_index)]
+
+
+def _coords(cg: CodeGen, offsets: list[LLValue]) -> list[LLValue]:
+    return list(reversed(offsets))  # TMA coordinate 0 is the innermost dimension
+
+
+def _panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLValue, int, list[tuple[list[LLValue],
+                                                                                                 LLValue]]]:
+    """The tensor map, the rank, and for each S-byte column panel of the shared buffer: the TMA
+    coordinates (innermost first) and the panel's shared-memory offset."""
+    offs = [cg.scalar(v) for v in op.operands[1:smem_index]]
+    ref: SmemRef = cg.get(op.operands[smem_index])
+    st = op.operands[smem_index].type
+    assert isinstance(st, T.SmemType)
+    _, panels, pc = tma_boxes(st)
+    fb = cg.fb
+    copies = []
+    for p in range(panels):
+        coords = list(offs)
+        if p:
+            coords[-1] = fb.binop("add", coords[-1], const(p * pc, "i32"))
+        off = fb.binop("add", ref.base, const(p * ref.full_rows * ref.swizzle, "i32")) if p else ref.base
+        copies.append((_coords(cg, coords), off))
+    return _tmap(cg, op, smem_index), len(offs), copies
+
+
+@lowering("tma.load")
+def lower_tma_load(cg: CodeGen, op: Operation) -> None:
+    bar: BarRef = cg.get(op.operands[-1])
+    fb = cg.fb
+
+    def issue() -> None:
+        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 2)
+        for coords, off in copies:
+            d3 = cg.smem_ptr(off)
+            d7 = fb.value(f"addrspacecast ptr addrspace(3) {d3.ref} to ptr addrspace(7)", "ptr addrspace(7)")
+            args = [d7, bar_ptr(cg, bar), tmap, *coords, const(0, "i16"), const(0, "i64"), const(0, "i1"),
+                    const(0, "i1"), const(0, "i32")]
+            cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d", args)
+
+    _leader_do(cg, issue)
+
+
+@lowering("tma.store")
+def lower_tma_store(cg: CodeGen, op: Operation) -> None:
+    def issue() -> None:
+        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 1)
+        for coords, off in copies:
+            args = [cg.smem_ptr(off), tmap, *coords, const(0, "i64"), const(0, "i1")]
+            cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.s2g.tile.{rank}d", args)
+        cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.commit.group", [])
+
+    _leader_do(cg, issue)
+
+
+@lowering("tma.store_wait")
+def lower_tma_store_wait(cg: CodeGen, op: Operation) -> None:
+    n = op.attrs.get("pending", 0)
+    _leader_do(cg, lambda: cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.wait.group.read", [const(n, "i32")]))
+
+
+@lowering("fence.async_shared")
+def lower_fence_async(cg: CodeGen, op: Operation) -> None:
+    cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
+
+
+@lowering("barrier")
+def lower_barrier(cg: CodeGen, op: Operation) -> None:
+    cg.barrier()
+
+
+# ------------------------------------------------------------------------------------------------
+# warp specialization
+# ------------------------------------------------------------------------------------------------
+@lowering("warp_specialize")
+def lower_warp_specialize(cg: CodeGen, op: Operation) -> None:
+    warps, regs = op.attrs["warps"], op.attrs["regs"]
+    if sum(warps) != cg.total_warps:
+        raise InternalError(f"partitions of {sum(warps)} warps in a {cg.total_warps}-warp kernel reached the lowering "
+                            "(legality SP0563)", op.span)
+    if cg.part.index >= 0:
+        raise InternalError("a nested warp_specialize reached the lowering (legality SP0564)", op.span)
+    fb = cg.fb
+    warp = fb.value(f"lshr i32 {cg.tid.ref}, 5", "i32", "pw")
+    done = fb.new_block("ws_done")
+    first = 0
+    saved_part, saved_hoist = cg.part, fb.hoist
+    for i, (region, w, r) in enumerate(zip(op.regions, warps, regs, strict=True)):
+        body = fb.new_block(f"ws_part{i}")
+        nxt = fb.new_block(f"ws_check{i + 1}") if i + 1 < len(warps) else done
+        inside = fb.icmp("ult", fb.binop("sub", warp, const(first, "i32")), const(w, "i32"))
+        fb.cond_br(inside, body, nxt)
+        fb.set_block(body)
+        fb.hoist = body
+        cg.part = PartitionCtx(i, first, w)
+        if r is not None:
+            if w % 4:
+                raise InternalError(f"a register budget on {w} warps reached the lowering (legality SP0565)", op.span)
+            inc = r > cg.state.get("default_regs", 0)
+            kind = "inc" if inc else "dec"
+            cg.intrinsic("void", f"llvm.nvvm.setmaxnreg.{kind}.sync.aligned.u32", [const(r, "i32")],
+                         convergent=True)
+            cg.extra_fn_attrs["nvvm.minctasm"] = "1"
+        cg.lower_block(region.block)
+        fb.br(done)
+        fb.set_block(nxt)
+        first += w
+    cg.part, fb.hoist = saved_part, saved_hoist

@@ -1,0 +1,337 @@
+"""Lowering of constants, program ids, ``arange``, shape ops that move no data, and elementwise
+arithmetic, comparisons, math functions, selects and casts.
+
+Elementwise semantics follow ``frontend/ops/core.py``: integer ``//`` and ``%`` round toward zero
+(``sdiv``/``srem``); shifts by the bit width or more give 0 (or the sign for ``>>`` of a negative);
+16-bit float ops are computed natively (correctly rounded, like the interpreter's per-op rounding);
+math functions on 8/16-bit floats run in f32 and round once; float->int casts saturate (NaN -> 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
+from ...frontend.ir import types as T
+from ...frontend.ir.core import Operation, Value
+from ...frontend.layout.tile import register_coords
+from .codegen import CodeGen, DTile, lowering
+from .llvm_text import LLValue, const, llvm_type
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def elem_of(v: Value) -> T.ScalarType | T.PointerType:
+    return T.element_type(v.type)
+
+
+def map_values(cg: CodeGen, op: Operation, fn: Callable[[list[LLValue]], LLValue]) -> None:
+    """Apply ``fn`` register by register (memoized, so replicated registers cost nothing)."""
+    args = [cg.get(v) for v in op.operands]
+    res = op.results[0]
+    if not isinstance(res.type, T.TileType):
+        cg.set(res, fn(args))
+        return
+    tiles = [a for a in args if isinstance(a, DTile)]
+    for t in tiles:
+        if t.layout != res.layout:
+
+            raise InternalError(f"`{op.name}` operands and result have different layouts", op.span)
+    n = len(tiles[0].regs)
+    memo: dict[tuple[str, ...], LLValue] = {}
+    regs = []
+    for r in range(n):
+        ins = [a.regs[r] if isinstance(a, DTile) else a for a in args]
+        key = tuple(x.ref for x in ins)
+        if key not in memo:
+            memo[key] = fn(ins)
+        regs.append(memo[key])
+    cg.set(res, DTile(res.layout, regs, elem_of(res)))
+
+
+@lowering("arith.constant")
+def lower_constant(cg: CodeGen, op: Operation) -> None:
+    res = op.result
+    elem = elem_of(res)
+    assert isinstance(elem, T.ScalarType)
+    c = const(op.attrs["value"], llvm_type(elem))
+    if isinstance(res.type, T.TileType):
+        n = res.layout.in_size("reg")
+        cg.set(res, DTile(res.layout, [c] * n, elem))
+    else:
+        cg.set(res, c)
+
+
+@lowering("program_id", "num_programs")
+def lower_program_id(cg: CodeGen, op: Operation) -> None:
+    axis = "xyz"[op.attrs["axis"]]
+    cg.set(op.result, cg.sreg(("ctaid." if op.name == "program_id" else "nctaid.") + axis))
+
+
+@lowering("arange")
+def lower_arange(cg: CodeGen, op: Operation) -> None:
+    res = op.result
+    coords = cg.coords(res.layout)
+    start = op.attrs["start"]
+    regs = []
+    for c in coords:
+        v = c[0]
+        if start:
+            v = cg.fb.binop("add", v, const(start, "i32"))
+        regs.append(v)
+    cg.set(res, DTile(res.layout, regs, T.i32))
+
+
+@lowering("splat")
+def lower_splat(cg: CodeGen, op: Operation) -> None:
+    res = op.result
+    s = cg.get(op.operands[0])
+    cg.set(res, DTile(res.layout, [s] * res.layout.in_size("reg"), elem_of(res)))
+
+
+@lowering("expand_dims", "reshape", "permute", "convert_layout_noop")
+def lower_same_registers(cg: CodeGen, op: Operation) -> None:
+    src = cg.get(op.operands[0])
+    res = op.result
+    if isinstance(src, DTile):
+        cg.set(res, DTile(res.layout, list(src.regs), src.elem))
+    else:  # expand_dims of a scalar is a splat to shape (1,)
+        cg.set(res, DTile(res.layout, [src] * res.layout.in_size("reg"), elem_of(res)))
+
+
+@lowering("broadcast")
+def lower_broadcast(cg: CodeGen, op: Operation) -> None:
+    src = cg.tile(op.operands[0])
+    res = op.result
+    src_shape = T.shape_of(op.operands[0].type)
+    lookup = {}
+    for r, off in enumerate(register_coords(src.layout)):
+        lookup.setdefault(off, r)
+    regs = []
+    for off in register_coords(res.layout):
+        proj = tuple(0 if src_shape[d] == 1 else c for d, c in enumerate(off))
+        if proj not in lookup:
+
+            raise InternalError("broadcast source layout does not cover its result", op.span)
+        regs.append(src.regs[lookup[proj]])
+    cg.set(res, DTile(res.layout, regs, src.elem))
+
+
+# ------------------------------------------------------------------------------------------------
+_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or", "xor": "xor"}
+_FLOAT_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "mod": "frem"}
+
+
+def binary_value(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue, span: object = None) -> LLValue:
+    fb = cg.fb
+    ty = a.type
+    if t.is_float:
+        if kind in _FLOAT_OPS:
+            return fb.binop(_FLOAT_OPS[kind], a, b)
+        if kind in ("max", "min"):
+            return cg.intrinsic(ty, f"llvm.{kind}num.{_sfx(ty)}", [a, b])  # type: ignore[return-value]
+        if kind == "floordiv":
+            q = fb.binop("fdiv", a, b)
+            return cg.intrinsic(ty, f"llvm.floor.{_sfx(ty)}", [q])  # type: ignore[return-value]
+        if kind == "pow":
+            return _float_pow(cg, t, a, b)
+    else:
+        signed = t.is_signed
+        if kind in _INT_OPS:
+            return fb.binop(_INT_OPS[kind], a, b)
+        if kind in ("floordiv", "mod"):
+            # division by zero is undefined on the GPU; avoid LLVM UB by dividing by 1 instead
+            zero = fb.icmp("eq", b, const(0, ty))
+            safe = fb.select(zero, const(1, ty), b)
+            op = ("sdiv" if signed else "udiv") if kind == "floordiv" else ("srem" if signed else "urem")
+            r = fb.binop(op, a, safe)
+            return fb.select(zero, const(0, ty), r)
+        if kind in ("max", "min"):
+            name = f"llvm.{'s' if signed else 'u'}{kind}.{ty}"
+            return cg.intrinsic(ty, name, [a, b])  # type: ignore[return-value]
+        if kind in ("shl", "shr"):
+            bits = t.bits
+            big = fb.icmp("uge", b, const(bits, ty))
+            safe = fb.select(big, const(0, ty), b)
+            r = fb.binop("shl" if kind == "shl" else ("ashr" if signed else "lshr"), a, safe)
+            if kind == "shr" and signed:
+                fill = fb.binop("ashr", a, const(bits - 1, ty))
+            else:
+                fill = const(0, ty)
+            return fb.select(big, fill, r)
+    raise CompileError([Diagnostic("SP0621", f"`{kind}` on {t} cannot be compiled", span)])  # type: ignore[arg-type]
+
+
+def _sfx(ty: str) -> str:
+    return {"float": "f32", "double": "f64", "half": "f16", "bfloat": "bf16"}[ty]
+
+
+def _float_pow(cg: CodeGen, t: T.ScalarType, a: LLValue, b: LLValue) -> LLValue:
+    x, y = to_f32(cg, a), to_f32(cg, b)
+    lg = cg.intrinsic("float", "llvm.nvvm.lg2.approx.f", [x])
+    assert lg is not None
+    e = cg.intrinsic("float", "llvm.nvvm.ex2.approx.f", [cg.fb.binop("fmul", y, lg)])
+    assert e is not None
+    return from_f32(cg, e, a.type)
+
+
+def to_f32(cg: CodeGen, v: LLValue) -> LLValue:
+    if v.type == "float":
+        return v
+    return cg.fb.cast("fpext", v, "float")
+
+
+def from_f32(cg: CodeGen, v: LLValue, ty: str) -> LLValue:
+    if ty == "float":
+        return v
+    return cg.fb.cast("fptrunc", v, ty)
+
+
+@lowering("arith.binary")
+def lower_binary(cg: CodeGen, op: Operation) -> None:
+    t = elem_of(op.results[0])
+    assert isinstance(t, T.ScalarType)
+    kind = op.attrs["op"]
+    if t.is_bool and kind in ("and", "or", "xor"):
+        map_values(cg, op, lambda v: cg.fb.binop(kind, v[0], v[1]))
+        return
+    map_values(cg, op, lambda v: binary_value(cg, kind, t, v[0], v[1], op.span))
+
+
+_ICMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+_FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+
+
+@lowering("arith.cmp")
+def lower_cmp(cg: CodeGen, op: Operation) -> None:
+    t = elem_of(op.operands[0])
+    pred = op.attrs["pred"]
+    if isinstance(t, T.PointerType) or not t.is_float:
+        signed = isinstance(t, T.ScalarType) and t.is_signed
+        p = pred if pred in ("eq", "ne") else ("s" if signed else "u") + _ICMP[pred]
+        map_values(cg, op, lambda v: cg.fb.icmp(p, v[0], v[1]))
+    else:
+        map_values(cg, op, lambda v: cg.fb.fcmp(_FCMP[pred], v[0], v[1]))
+
+
+@lowering("arith.unary")
+def lower_unary(cg: CodeGen, op: Operation) -> None:
+    t = elem_of(op.results[0])
+    assert isinstance(t, T.ScalarType)
+    kind = op.attrs["op"]
+
+    def fn(v: list[LLValue]) -> LLValue:
+        x = v[0]
+        if kind == "neg":
+            if t.is_float:
+                return cg.fb.value(f"fneg {x.type} {x.ref}", x.type)
+            return cg.fb.binop("sub", const(0, x.type), x)
+        if kind == "not":
+            return cg.fb.binop("xor", x, const(1, "i1"))
+        return cg.fb.binop("xor", x, const(-1, x.type))
+
+    map_values(cg, op, fn)
+
+
+def math_value(cg: CodeGen, fn: str, t: T.ScalarType, x: LLValue) -> LLValue:
+    fb = cg.fb
+    if fn == "abs":
+        if t.is_float:
+            return cg.intrinsic(x.type, f"llvm.fabs.{_sfx(x.type)}", [x])  # type: ignore[return-value]
+        return cg.intrinsic(x.type, f"llvm.abs.{x.type}", [x, const(0, "i1")])  # type: ignore[return-value]
+    f = to_f32(cg, x)
+    if fn in ("exp", "exp2"):
+        arg = fb.binop("fmul", f, const(LOG2E, "float")) if fn == "exp" else f
+        r = cg.intrinsic("float", "llvm.nvvm.ex2.approx.f", [arg])
+    elif fn in ("log", "log2"):
+        r = cg.intrinsic("float", "llvm.nvvm.lg2.approx.f", [f])
+        assert r is not None
+        if fn == "log":
+            r = fb.binop("fmul", r, const(LN2, "float"))
+    elif fn == "sqrt":
+        r = cg.intrinsic("float", "llvm.sqrt.f32", [f])
+    elif fn == "rsqrt":
+        r = cg.intrinsic("float", "llvm.nvvm.rsqrt.approx.f", [f])
+    elif fn in ("sin", "cos"):
+        r = cg.intrinsic("float", f"llvm.nvvm.{fn}.approx.f", [f])
+    elif fn in ("floor", "ceil"):
+        r = cg.intrinsic("float", f"llvm.{fn}.f32", [f])
+    elif fn == "sigmoid":
+        neg = fb.value(f"fneg float {f.ref}", "float")
+        e = cg.intrinsic("float", "llvm.nvvm.ex2.approx.f", [fb.binop("fmul", neg, const(LOG2E, "float"))])
+        assert e is not None
+        r = fb.binop("fdiv", const(1.0, "float"), fb.binop("fadd", const(1.0, "float"), e))
+    else:
+        raise CompileError([Diagnostic("SP0621", f"math function `{fn}` cannot be compiled")])
+    assert r is not None
+    return from_f32(cg, r, x.type)
+
+
+@lowering("math")
+def lower_math(cg: CodeGen, op: Operation) -> None:
+    t = elem_of(op.results[0])
+    assert isinstance(t, T.ScalarType)
+    map_values(cg, op, lambda v: math_value(cg, op.attrs["fn"], t, v[0]))
+
+
+@lowering("arith.select")
+def lower_select(cg: CodeGen, op: Operation) -> None:
+    map_values(cg, op, lambda v: cg.fb.select(v[0], v[1], v[2]))
+
+
+_F8 = {"e4m3": "e4m3x2", "e5m2": "e5m2x2"}
+
+
+def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) -> LLValue:
+    """Convert one value (see the module docstring for the semantics)."""
+    fb = cg.fb
+    sty, dty = llvm_type(src), llvm_type(dst)
+    if src == dst or (src.name in ("f32", "tf32") and dst.name in ("f32", "tf32") and dst.name == "f32"):
+        return x
+    if dst.is_bool:
+        if src.is_float:
+            return fb.fcmp("une", x, const(0.0, sty))
+        return fb.icmp("ne", x, const(0, sty))
+    if src.name in _F8:
+        # fp8 -> f16 exactly (cvt.rn.f16x2.e4m3x2), then on to the destination
+        wide = fb.cast("zext", x, "i16")
+        h2 = cg.asm("i32", f"cvt.rn.f16x2.{_F8[src.name]} $0, $1;", "=r,h", [wide], side_effect=False)
+        assert h2 is not None
+        lo = fb.cast("trunc", h2, "i16")
+        h = fb.cast("bitcast", lo, "half")
+        return cast_value(cg, T.f16, dst, h)
+    if dst.name in _F8:
+        f = cast_value(cg, src, T.f32, x) if src != T.f32 else x
+        packed = cg.asm("i16", f"cvt.rn.satfinite.{_F8[dst.name]}.f32 $0, $2, $1;", "=h,f,f",
+                        [f, const(0.0, "float")], side_effect=False)
+        assert packed is not None
+        return fb.cast("trunc", packed, "i8")
+    if dst.name == "tf32":
+        f = cast_value(cg, src, T.f32, x) if src.name != "f32" else x
+        r = cg.asm("i32", "cvt.rna.tf32.f32 $0, $1;", "=r,f", [f], side_effect=False)
+        assert r is not None
+        return fb.cast("bitcast", r, "float")
+    if src.is_float and dst.is_float:
+        if src.bits == dst.bits and src.name != dst.name:  # f16 <-> bf16 through f32
+            return cast_value(cg, T.f32, dst, cast_value(cg, src, T.f32, x))
+        return fb.cast("fpext" if dst.bits > src.bits else "fptrunc", x, dty)
+    if src.is_float and dst.is_int:
+        sat = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.{dty}.{_sfx(sty)}"
+        return cg.intrinsic(dty, sat, [x])  # type: ignore[return-value]
+    if src.is_int and dst.is_float:
+        op = "uitofp" if (src.is_bool or not src.is_signed) else "sitofp"
+        return fb.cast(op, x, dty)
+    # int -> int
+    if dst.bits > src.bits:
+        return fb.cast("sext" if src.is_signed else "zext", x, dty)
+    if dst.bits < src.bits:
+        return fb.cast("trunc", x, dty)
+    return x
+
+
+@lowering("arith.cast")
+def lower_cast(cg: CodeGen, op: Operation) -> None:
+    src, dst = elem_of(op.operands[0]), elem_of(op.results[0])
+    assert isinstance(src, T.ScalarType) and isinstance(dst, T.ScalarType)
+    map_values(cg, op, lambda v: cast_value(cg, src, dst, v[0]))

@@ -1,0 +1,279 @@
+"""Lowering of pointer arithmetic, masked global loads and stores, and tensor queries/tile I/O.
+
+Loads and stores are vectorized to up to 16 bytes when (a) consecutive registers of the layout hold
+consecutive elements of the last dimension, (b) axis analysis proves the pointers contiguous and
+aligned, and (c) the mask is constant across the vector. Masked accesses are predicated PTX
+(``@p ld.global.v4.b32``); masked-off lanes of a load read ``other`` (zero by default).
+"""
+
+from __future__ import annotations
+
+from ...frontend.ir import types as T
+from ...frontend.ir.axis_info import AxisAnalysis
+from ...frontend.ir.core import Operation, Value
+from ...frontend.layout.tile import register_coords
+from .codegen import CodeGen, DTile, lowering
+from .llvm_text import LLValue, const, llvm_type
+
+_WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8: ("b64", "l", "i64")}
+
+
+def _axis(cg: CodeGen) -> AxisAnalysis:
+    if "axis" not in cg.state:
+        cg.state["axis"] = AxisAnalysis(cg.func)
+    return cg.state["axis"]
+
+
+@lowering("addptr")
+def lower_addptr(cg: CodeGen, op: Operation) -> None:
+    from .elementwise import map_values
+
+    elem = T.element_type(op.result.type)
+    assert isinstance(elem, T.PointerType)
+    ety = llvm_type(elem.elem) if elem.elem.bits >= 8 else "i8"
+
+    def fn(v: list[LLValue]) -> LLValue:
+        off = v[1]
+        if off.type != "i64":
+            off = cg.fb.cast("sext", off, "i64")
+        return cg.fb.gep(ety, v[0], off)
+
+    map_values(cg, op, fn)
+
+
+def vector_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> int:
+    """Elements per access for a pointer tile (a power of two, 16 bytes at most)."""
+    if not isinstance(ptr.type, T.TileType):
+        return 1
+    layout = ptr.layout
+    shape = T.shape_of(ptr.type)
+    last = len(shape) - 1
+    info = _axis(cg).get(ptr)
+    vec = max(1, 16 // elem_bytes)
+    vec = min(vec, info.contiguity[last], max(1, info.divisibility[last] // elem_bytes))
+    if mask is not None and isinstance(mask.type, T.TileType):
+        vec = min(vec, _axis(cg).get(mask).constancy[last])
+    # consecutive registers must walk the last dim: reg bit b -> last-dim bit b
+    offs = register_coords(layout)
+    v = 1
+    while v < vec and v < len(offs):
+        ok = all(offs[i] == tuple(i if d == last else 0 for d in range(len(shape))) for i in range(2 * v))
+        if not ok:
+            break
+        v *= 2
+    return max(1, v)
+
+
+def _groups(n_regs: int, vec: int) -> list[list[int]]:
+    return [list(range(s, s + vec)) for s in range(0, n_regs, vec)]
+
+
+def _pack_words(cg: CodeGen, vals: list[LLValue], elem_bytes: int, word_bytes: int) -> list[LLValue]:
+    """Bit-pack element values into ``word_bytes``-sized integers (little-endian)."""
+    fb = cg.fb
+    ity = f"i{8 * elem_bytes}"
+    ints = [fb.cast("bitcast", v, ity) if v.type != ity else v for v in vals]
+    per = word_bytes // elem_bytes
+    if per == 1:
+        wty = f"i{8 * word_bytes}"
+        return [fb.cast("zext", x, wty) if x.type != wty else x for x in ints] if word_bytes >= elem_bytes else ints
+    words = []
+    wty = f"i{8 * word_bytes}"
+    for s in range(0, len(ints), per):
+        acc: LLValue = const(0, wty)
+        for i, x in enumerate(ints[s:s + per]):
+            z = fb.cast("zext", x, wty)
+            if i:
+                z = fb.binop("shl", z, const(8 * elem_bytes * i, wty))
+            acc = fb.binop("or", acc, z)
+        words.append(acc)
+    return words
+
+
+def _unpack_words(cg: CodeGen, words: list[LLValue], elem_bytes: int, word_bytes: int, ety: str) -> list[LLValue]:
+    fb = cg.fb
+    ity = f"i{8 * elem_bytes}"
+    per = word_bytes // elem_bytes
+    out = []
+    for w in words:
+        for i in range(per):
+            x = w
+            if i:
+                x = fb.binop("lshr", x, const(8 * elem_bytes * i, w.type))
+            x = fb.cast("trunc", x, ity) if ity != w.type else x
+            out.append(fb.cast("bitcast", x, ety) if ety != ity else x)
+    return out
+
+
+def _elem_bytes(elem: T.ScalarType) -> int:
+    return 1 if elem.is_bool else elem.bytes
+
+
+def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None, vals: list[LLValue] | None,
+                  others: list[LLValue] | None, elem: T.ScalarType, vec: int) -> list[LLValue]:
+    """One (possibly predicated) access of ``vec`` consecutive elements starting at ``ptr``."""
+    fb = cg.fb
+    eb = _elem_bytes(elem)
+    ety = llvm_type(elem) if not elem.is_bool else "i8"
+    total = eb * vec
+    word = eb if eb > 4 else (4 if total >= 4 else total)
+    nwords = total // word
+    wname, wcon, wty = _WORD[word]
+    if word == 1:  # PTX has no 8-bit registers: bytes travel in 16-bit ones
+        wcon, wty = "h", "i16"
+    vsuffix = f".v{nwords}" if nwords > 1 else ""
+    regs = "{" + ", ".join(f"${i}" for i in range(nwords)) + "}" if nwords > 1 else "$0"
+    if is_load:
+        if mask is None:
+            vty = f"<{nwords} x i{8 * word}>" if nwords > 1 else f"i{8 * word}"
+            raw = fb.value(f"load {vty}, ptr addrspace(1) {ptr.ref}, align {total}", vty, "ld")
+            words = [raw] if nwords == 1 else [fb.extract_element(raw, i, f"i{8 * word}") for i in range(nwords)]
+        else:
+            zero = const(0, f"i{8 * word}")
+            other_words = _pack_words(cg, others, eb, word) if others is not None else [zero] * nwords
+            if word == 1:
+                other_words = [fb.cast("zext", w, "i16") for w in other_words]
+            movs = " ".join(f"mov.b{16 if word == 1 else 8 * word} ${i}, ${nwords + 1 + i};" for i in range(nwords))
+            text = f"{movs} @${2 * nwords + 1} ld.global{vsuffix}.{wname} {regs}, [${nwords}];"
+            cons = ",".join(["=&" + wcon] * nwords) + ",l," + ",".join([wcon] * nwords) + ",b"
+            ret = wty if nwords == 1 else "{" + ", ".join([wty] * nwords) + "}"
+            res = cg.asm(ret, text, cons, [ptr, *other_words, mask], side_effect=True)
+            assert res is not None
+            words = [res] if nwords == 1 else [fb.extract(res, i, wty) for i in range(nwords)]
+            if word == 1:
+                words = [fb.cast("trunc", w, "i8") for w in words]
+        elems = _unpack_words(cg, words, eb, word, ety)
+        if elem.is_bool:
+            elems = [fb.icmp("ne", e, const(0, "i8")) for e in elems]
+        return elems
+    assert vals is not None
+    if elem.is_bool:
+        vals = [fb.cast("zext", v, "i8") for v in vals]
+    words = _pack_words(cg, vals, eb, word)
+    if mask is None:
+        vty = f"<{nwords} x i{8 * word}>" if nwords > 1 else f"i{8 * word}"
+        if nwords > 1:
+            vec_v = LLValue("poison", vty)
+            for i, w in enumerate(words):
+                vec_v = fb.insert_element(vec_v, w, i)
+        else:
+            vec_v = words[0]
+        fb.emit(f"store {vty} {vec_v.ref}, ptr addrspace(1) {ptr.ref}, align {total}")
+        return []
+    if word == 1:
+        words = [fb.cast("zext", w, "i16") for w in words]
+    ins = ", ".join(f"${i + 1}" for i in range(nwords))
+    text = f"@${nwords + 1} st.global{vsuffix}.{wname} [$0], {('{' + ins + '}') if nwords > 1 else ins};"
+    cons = "l," + ",".join([wcon] * nwords) + ",b"
+    cg.asm("void", text, cons, [ptr, *words, mask], side_effect=True)
+    return []
+
+
+@lowering("load")
+def lower_load(cg: CodeGen, op: Operation) -> None:
+    ptr_v = op.operands[0]
+    has_mask, has_other = op.attrs.get("has_mask"), op.attrs.get("has_other")
+    mask_v = op.operands[1] if has_mask else None
+    other_v = op.operands[2 if has_mask else 1] if has_other else None
+    elem = T.element_type(op.result.type)
+    assert isinstance(elem, T.ScalarType)
+    ptr = cg.get(ptr_v)
+    if not isinstance(ptr, DTile):
+        mask = cg.get(mask_v) if mask_v is not None else None
+        other = [cg.get(other_v)] if other_v is not None else None
+        cg.set(op.result, global_access(cg, True, ptr, mask, None, other, elem, 1)[0])
+        return
+    vec = vector_width(cg, ptr_v, mask_v, _elem_bytes(elem))
+    mask = cg.tile(mask_v) if mask_v is not None else None
+    other = cg.tile(other_v) if other_v is not None else None
+    regs: list[LLValue] = []
+    for g in _groups(len(ptr.regs), vec):
+        m = mask.regs[g[0]] if mask is not None else None
+        o = [other.regs[i] for i in g] if other is not None else None
+        regs.extend(global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec))
+    cg.set(op.result, DTile(op.result.layout, regs, elem))
+
+
+@lowering("store")
+def lower_store(cg: CodeGen, op: Operation) -> None:
+    ptr_v, val_v = op.operands[0], op.operands[1]
+    mask_v = op.operands[2] if op.attrs.get("has_mask") else None
+    elem = T.element_type(val_v.type)
+    assert isinstance(elem, T.ScalarType)
+    ptr = cg.get(ptr_v)
+    if not isinstance(ptr, DTile):
+        mask = cg.get(mask_v) if mask_v is not None else None
+        global_access(cg, False, ptr, mask, [cg.get(val_v)], None, elem, 1)
+        return
+    val = cg.tile(val_v)
+    mask = cg.tile(mask_v) if mask_v is not None else None
+    vec = vector_width(cg, ptr_v, mask_v, _elem_bytes(elem))
+    seen: set[tuple[str, ...]] = set()
+    for g in _groups(len(ptr.regs), vec):
+        key = tuple(ptr.regs[i].ref for i in g)
+        if key in seen:  # replicated registers hold the same element: store it once per thread
+            continue
+        seen.add(key)
+        m = mask.regs[g[0]] if mask is not None else None
+        global_access(cg, False, ptr.regs[g[0]], m, [val.regs[i] for i in g], None, elem, vec)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tensors (generic path: per-element addresses; the Hopper/Blackwell lowering uses TMA instead)
+# ------------------------------------------------------------------------------------------------
+@lowering("tensor.dim", "tensor.stride")
+def lower_tensor_query(cg: CodeGen, op: Operation) -> None:
+    t = cg.get(op.operands[0])
+    d = op.attrs["dim"]
+    cg.set(op.result, t.shape[d] if op.name == "tensor.dim" else t.strides[d])
+
+
+def _tile_addresses(cg: CodeGen, t: object, offsets: list[LLValue], layout: object, rank: int
+                    ) -> tuple[list[LLValue], list[LLValue]]:
+    """Per register: the element pointer and the in-bounds predicate of a tensor tile."""
+    fb = cg.fb
+    coords = cg.coords(layout)  # type: ignore[arg-type]
+    ptrs, preds = [], []
+    elem = t.elem  # type: ignore[attr-defined]
+    ety = llvm_type(elem)
+    for c in coords:
+        lin: LLValue = const(0, "i64")
+        ok: LLValue | None = None
+        for d in range(rank):
+            idx = fb.binop("add", c[d], offsets[d])
+            inside = fb.icmp("ult", idx, t.shape[d])  # type: ignore[attr-defined]
+            ok = inside if ok is None else fb.binop("and", ok, inside)
+            term = fb.binop("mul", fb.cast("sext", idx, "i64"), fb.cast("sext", t.strides[d], "i64"))  # type: ignore[attr-defined]
+            lin = fb.binop("add", lin, term)
+        ptrs.append(fb.gep(ety, t.ptr, lin))  # type: ignore[attr-defined]
+        assert ok is not None
+        preds.append(ok)
+    return ptrs, preds
+
+
+@lowering("tensor.load_tile")
+def lower_load_tile(cg: CodeGen, op: Operation) -> None:
+    t = cg.get(op.operands[0])
+    offs = [cg.scalar(v) for v in op.operands[1:]]
+    res = op.result
+    elem = T.element_type(res.type)
+    assert isinstance(elem, T.ScalarType)
+    ptrs, preds = _tile_addresses(cg, t, offs, res.layout, len(offs))
+    regs = [global_access(cg, True, p, m, None, None, elem, 1)[0] for p, m in zip(ptrs, preds, strict=True)]
+    cg.set(res, DTile(res.layout, regs, elem))
+
+
+@lowering("tensor.store_tile")
+def lower_store_tile(cg: CodeGen, op: Operation) -> None:
+    t = cg.get(op.operands[0])
+    offs = [cg.scalar(v) for v in op.operands[1:-1]]
+    val = cg.tile(op.operands[-1])
+    elem = T.element_type(op.operands[-1].type)
+    assert isinstance(elem, T.ScalarType)
+    ptrs, preds = _tile_addresses(cg, t, offs, val.layout, len(offs))
+    seen: set[str] = set()
+    for p, m, v in zip(ptrs, preds, val.regs, strict=True):
+        if p.ref in seen:
+            continue
+        seen.add(p.ref)
+        global_access(cg, False, p, m, [v], None, elem, 1)

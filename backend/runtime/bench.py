@@ -1,0 +1,54 @@
+"""Timing kernels on the GPU for the autotuner (docs/autotune.md).
+
+:func:`do_bench` runs a launch function ``warmup`` times, then ``rep`` times each bracketed by a
+pair of CUDA events recorded on the launch stream, and returns the median in milliseconds. Events
+on the stream measure the GPU time of the launches queued there (host overhead between launches
+is not counted, as long as the host stays ahead of the GPU). The autotuner takes any function of
+the same signature (``benchmarker=``), which is how the CPU tests make its choice deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Benchmarker = Callable[..., float]
+"""``benchmarker(fn, *, warmup, rep, stream) -> milliseconds`` (the median time of one ``fn()``)."""
+
+
+def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream: Any = None) -> float:
+    """The median GPU time of ``fn()`` in milliseconds, from CUDA events on ``stream`` (a stream
+    handle or stream object as ``kernel[grid](..., stream=)`` takes; None: the legacy default
+    stream). ``fn`` must queue its work on that stream."""
+    from cuda.bindings import driver
+
+    from .. import runtime
+    from .arguments import stream_handle
+
+    runtime.current_device()  # the context is current on this thread
+    handle = stream_handle(stream)
+    for _ in range(max(0, warmup)):
+        fn()
+    count = max(1, rep)
+    starts = [runtime.check("cuEventCreate", driver.cuEventCreate(0)) for _ in range(count)]
+    ends = [runtime.check("cuEventCreate", driver.cuEventCreate(0)) for _ in range(count)]
+    try:
+        for start, end in zip(starts, ends, strict=True):
+            runtime.check("cuEventRecord", driver.cuEventRecord(start, handle))
+            fn()
+            runtime.check("cuEventRecord", driver.cuEventRecord(end, handle))
+        runtime.check("cuEventSynchronize", driver.cuEventSynchronize(ends[-1]))
+        times = sorted(runtime.check("cuEventElapsedTime", driver.cuEventElapsedTime(s, e))
+                       for s, e in zip(starts, ends, strict=True))
+    finally:
+        for event in starts + ends:
+            driver.cuEventDestroy(event)
+    middle = len(times) // 2
+    return float(times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2)
+
+
+def device_name() -> str:
+    """The current GPU's name (``NVIDIA H200``), or ``"cpu"`` where there is none."""
+    from .. import runtime
+
+    return runtime.current_device().name if runtime.has_gpu() else "cpu"

@@ -1,0 +1,1 @@
+"""LLVM IR to PTX (llvmlite) and PTX to cubin (nvJitLink)."""

@@ -1,0 +1,441 @@
+"""``@sparsile.autotune``: pick the fastest of several configs of a kernel, per call key.
+
+Triton's convention (docs/autotune.md)::
+
+    @sp.autotune(configs=[sp.Config({"BLOCK": 256}, num_warps=4), {"BLOCK": 1024, "num_warps": 8}],
+                 key=["n"])
+    @sp.jit
+    def add(x, y, out, n: sp.i32, BLOCK: sp.constexpr): ...
+
+    add[lambda meta: ((n + meta["BLOCK"] - 1) // meta["BLOCK"],)](x, y, out, n)
+
+The first call with a new key (the ``key`` arguments' values, an array's shape and dtype, plus the
+dtypes of every array argument) compiles every config, skips those that fail to compile (the
+reason is kept for :meth:`Autotuner.summary`), times the others on the GPU (``warmup``/``rep``
+launches, CUDA events on the launch stream) and launches the fastest. Arrays the kernel writes are
+saved before tuning and restored after it, so tuning does not change the results. The winner is
+cached in memory and on disk per GPU name, key and compiler version (driver/autotune_cache.py).
+``SPARSILE_AUTOTUNE=0`` turns tuning off: the ``defaults=`` table's choice, else the first config.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ..frontend.diagnostics import CompileError, LaunchError
+from ..frontend.ir import types as T
+from ..frontend.sema.specialize import bind_arguments
+from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
+from .kernel import KERNEL_OPTIONS, GridIndexer, Kernel
+
+ENV_AUTOTUNE = "SPARSILE_AUTOTUNE"
+ENV_PRINT = "SPARSILE_AUTOTUNE_PRINT"
+SP_BAD_CONFIG = "SP0770"
+SP_BAD_NAME = "SP0771"
+SP_CONFIG_PARAM = "SP0772"
+SP_PRUNED_ALL = "SP0776"
+SP_TUNED_ARGUMENT = "SP0777"
+_OFF = frozenset({"0", "off", "false", "no"})
+
+
+class Config:
+    """One choice for an autotuned kernel: constexpr values (``kwargs``) and kernel options."""
+
+    def __init__(self, kwargs: Mapping[str, Any] | None = None, num_warps: int | None = None,
+                 num_stages: int | None = None, maxnreg: int | None = None, num_ctas: int | None = None,
+                 cluster: Any = None, pre_hook: Callable[[dict[str, Any]], None] | None = None):
+        self.kwargs = dict(kwargs or {})
+        given = {"num_warps": num_warps, "num_stages": num_stages, "maxnreg": maxnreg, "num_ctas": num_ctas,
+                 "cluster": cluster}
+        self.options = {k: v for k, v in given.items() if v is not None}
+        self.pre_hook = pre_hook
+
+    @classmethod
+    def of(cls, value: Any) -> Config:
+        """A Config as given, or one from a plain dict (its option names become options)."""
+        if isinstance(value, Config):
+            return value
+        if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+            options = {k: v for k, v in value.items() if k in KERNEL_OPTIONS}
+            return cls({k: v for k, v in value.items() if k not in KERNEL_OPTIONS}, **options)
+        raise LaunchError(SP_BAD_CONFIG, f"an autotune config must be a sparsile.Config or a dict of constexpr "
+                                         f"values and options, found {value!r}",
+                          help='e.g. sparsile.Config({"BLOCK": 256}, num_warps=4) or {"BLOCK": 256, "num_warps": 4}')
+
+    def all_kwargs(self) -> dict[str, Any]:
+        """The constexpr values and the options, as the launch takes them."""
+        return {**self.kwargs, **self.options}
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.all_kwargs().items()}
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k}: {v}" for k, v in self.all_kwargs().items()) or "(no values)"
+
+    def __repr__(self) -> str:
+        return f"Config({self})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.to_json().items())))
+
+
+@dataclass
+class TuneRecord:
+    """What the tuner decided for one key: the config, how (``tuned``, ``disk``, ``table``,
+    ``first``), the time of every timed config (ms) and the reason of every skipped one."""
+
+    config: Config
+    how: str
+    timings: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _enabled() -> bool:
+    return os.environ.get(ENV_AUTOTUNE, "1").strip().lower() not in _OFF
+
+
+def printing_requested() -> bool:
+    """Whether SPARSILE_AUTOTUNE_PRINT asks for progress and chosen configs on stderr."""
+    return os.environ.get(ENV_PRINT, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class Autotuner:
+    """An autotuned kernel: ``tuned[grid](*args)`` launches the best config for the call's key,
+    ``tuned.interpret[grid](*args)`` runs ``interpret_config`` (default the first config) in the
+    interpreter without timing, :meth:`summary` tells what was chosen."""
+
+    def __init__(self, kernel: Kernel, configs: Sequence[Any], key: Sequence[str], *,
+                 prune_configs_by: Mapping[str, Any] | None = None, warmup: int = 10, rep: int = 50,
+                 restore_value: Sequence[str] | None = None, reset_to_zero: Sequence[str] = (),
+                 defaults: Any = None, interpret_config: Any = None, benchmarker: Callable[..., float] | None = None,
+                 cache_results: bool = True):
+        if not isinstance(kernel, Kernel):
+            raise LaunchError(SP_BAD_CONFIG, f"sparsile.autotune wraps a kernel (@sparsile.jit or a .spk module's "
+                                             f"kernel), found {kernel!r}",
+                              help="put @sparsile.autotune(...) above @sparsile.jit")
+        self.kernel = kernel
+        self.configs = [Config.of(c) for c in configs]
+        if not self.configs:
+            raise LaunchError(SP_BAD_CONFIG, f"sparsile.autotune of `{kernel.name}` needs at least one config")
+        if isinstance(key, str):
+            key = [key]
+        self.key = list(key)
+        self.prune_configs_by = dict(prune_configs_by or {})
+        self.warmup, self.rep = warmup, rep
+        self.restore_value = None if restore_value is None else list(restore_value)
+        self.reset_to_zero = list(reset_to_zero)
+        self.table = load_table(defaults)
+        self.interpret_config = Config.of(interpret_config) if interpret_config is not None else self.configs[0]
+        self.benchmarker = benchmarker
+        self.cache: dict[str, TuneRecord] = {}  # by "GPU name|cache key"
+        self.stderr: TextIO | None = None
+        self._check_names()
+        ident = identity_hash(kernel.source.text, kernel.name, [c.to_json() for c in self.configs], self.key)
+        self.file = TuningFile(tuning_path(kernel.name, ident) if cache_results else None, kernel.name)
+
+    # ------------------------------------------------------------------ checks
+    def _check_names(self) -> None:
+        params = {p.name: p for p in self.kernel.params}
+        listed = ", ".join(params)
+        for what, names in (("key", self.key), ("restore_value", self.restore_value or []),
+                            ("reset_to_zero", self.reset_to_zero)):
+            for n in names:
+                if n not in params:
+                    raise LaunchError(SP_BAD_NAME, f"autotune {what}= names `{n}`, which is no parameter of "
+                                                   f"`{self.kernel.name}`", help=f"parameters: {listed}")
+        for c in [*self.configs, self.interpret_config]:
+            for n in c.kwargs:
+                p = params.get(n)
+                if p is None or p.annotation is not T.CONSTEXPR:
+                    what = "no parameter" if p is None else "not a constexpr parameter"
+                    raise LaunchError(SP_CONFIG_PARAM, f"the autotune config {{{c}}} sets `{n}`, which is {what} "
+                                                       f"of `{self.kernel.name}`",
+                                      help="a config gives constexpr parameters (`NAME: constexpr`) and kernel "
+                                           f"options ({', '.join(KERNEL_OPTIONS)})")
+
+    # ------------------------------------------------------------------ the kernel's face
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @property
+    def params(self) -> Any:
+        return self.kernel.params
+
+    def __repr__(self) -> str:
+        return f"<sparsile autotuned kernel {self.name}: {len(self.configs)} configs, key {self.key}>"
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return lambda *args, stream=None, **kwargs: self._launch(grid, args, kwargs, stream)
+
+    @property
+    def interpret(self) -> GridIndexer:
+        """``tuned.interpret[grid](*args)``: ``interpret_config`` (default: the first config) in the
+        numpy interpreter; nothing is timed or cached."""
+        def run(grid: Any) -> Callable[..., None]:
+            return lambda *args, **kwargs: self.kernel.interpret[grid](
+                *args, **self._user_kwargs(kwargs, self.interpret_config), **self.interpret_config.all_kwargs())
+        return GridIndexer(run)
+
+    # ------------------------------------------------------------------ choosing
+    def _user_kwargs(self, kwargs: dict[str, Any], config: Config) -> dict[str, Any]:
+        clash = sorted(set(kwargs) & set(config.all_kwargs()))
+        if clash:
+            raise LaunchError(SP_TUNED_ARGUMENT, f"`{clash[0]}` is chosen by the autotuner of `{self.name}`; do "
+                                                 "not pass it to the call",
+                              help="drop it from the call, or from the configs")
+        return kwargs
+
+    def _bound(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config | None = None
+               ) -> dict[str, Any]:
+        """The call's arguments by parameter name; constexprs the call leaves out take ``config``'s
+        (default: the first config's) values."""
+        names = {p.name for p in self.params}
+        plain = {k: v for k, v in kwargs.items() if k in names or k not in KERNEL_OPTIONS}
+        return bind_arguments(self.name, self.params, args, {**(config or self.configs[0]).kwargs, **plain})
+
+    def _launch(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], stream: Any) -> None:
+        config = self.choose(grid, args, kwargs, stream)
+        if config.pre_hook is not None:
+            config.pre_hook(self._bound(args, kwargs, config))
+        self.launch_kernel(grid, args, {**self._user_kwargs(kwargs, config), **config.all_kwargs()}, stream)
+
+    def launch_kernel(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], stream: Any) -> None:
+        """One launch of the kernel with a config's values in ``call_kwargs`` (tuning and the tuned
+        call both launch here; the CPU tests replace it by the interpreter)."""
+        self.kernel[grid](*args, stream=stream, **call_kwargs)
+
+    def choose(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], stream: Any = None) -> Config:
+        """The config for this call: cached in memory, stored on disk, the table's or the first
+        (``SPARSILE_AUTOTUNE=0``), else tuned now."""
+        for c in self.configs:
+            self._user_kwargs(kwargs, c)
+        bound = self._bound(args, kwargs)
+        key = key_string(self.key, bound)
+        gpu = self._gpu_name()
+        record = self.cache.get(f"{gpu}|{key}")
+        if record is not None:
+            return record.config
+        if not _enabled():
+            shipped = table_choice(self.table, gpu, key)
+            record = TuneRecord(Config.of(shipped), "table") if shipped else TuneRecord(self.configs[0], "first")
+        else:
+            record = self._stored(gpu, key) or self._tune(grid, args, kwargs, bound, stream, gpu, key)
+        self.cache[f"{gpu}|{key}"] = record
+        if printing_requested():
+            print(f"sparsile autotune: `{self.name}` [{key}] on {gpu}: {record.config} ({record.how}"
+                  + (f", {len(record.timings)} timed, {len(record.skipped)} skipped in {record.seconds:.2f} s"
+                     if record.how == "tuned" else "") + ")", file=self._err())
+        return record.config
+
+    def _stored(self, gpu: str, key: str) -> TuneRecord | None:
+        entry = self.file.read().get(f"{gpu}|{key}")
+        if entry is None or not isinstance(entry.get("config"), dict):
+            return None
+        config = Config.of(entry["config"])
+        if config not in self._candidates(gpu, key):
+            return None
+        return TuneRecord(config, "disk", dict(entry.get("timings") or {}), dict(entry.get("skipped") or {}))
+
+    def _candidates(self, gpu: str, key: str) -> list[Config]:
+        """The configs, with the table's choice for this key added when it is none of them (so a
+        tuned choice is never slower than the shipped one)."""
+        shipped = table_choice(self.table, gpu, key)
+        extra = Config.of(shipped) if shipped else None
+        return self.configs + ([extra] if extra is not None and extra not in self.configs else [])
+
+    def _pruned(self, configs: list[Config], bound: dict[str, Any]) -> list[Config]:
+        prune = self.prune_configs_by
+        if "early_config_prune" in prune:
+            configs = list(prune["early_config_prune"](configs, bound))
+        if "perf_model" in prune:
+            model = prune["perf_model"]
+            top = prune.get("top_k", len(configs))
+            keep = int(top * len(configs)) if isinstance(top, float) else int(top)
+            configs = sorted(configs, key=lambda c: model(**{**bound, **c.all_kwargs()}))[:max(1, keep)]
+        if not configs:
+            raise LaunchError(SP_PRUNED_ALL, f"prune_configs_by left no config of `{self.name}` to try",
+                              help="make early_config_prune keep at least one config")
+        return configs
+
+    # ------------------------------------------------------------------ tuning
+    def _tune(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any], stream: Any,
+              gpu: str, key: str) -> TuneRecord:
+        configs = self._pruned(self._candidates(gpu, key), bound)  # a pruning mistake first, GPU or not
+        bench = self.benchmarker or _default_benchmarker(self.name)
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
+        skipped: dict[str, str] = {}
+        errors: list[CompileError] = []
+        saved: list[Callable[[], None]] | None = None
+        progress = self._progress()
+        try:
+            for i, config in enumerate(configs):
+                if progress:
+                    print(f"\rsparsile autotune `{self.name}` [{i + 1}/{len(configs)}] {config}\x1b[K", end="",
+                          file=self._err(), flush=True)
+                call_kwargs = {**self._user_kwargs(kwargs, config), **config.all_kwargs()}
+                try:
+                    self._compile(grid, args, call_kwargs)
+                except CompileError as e:
+                    skipped[str(config)] = _reason(e)
+                    errors.append(e)
+                    continue
+                if saved is None:
+                    saved = self._save(args, call_kwargs)
+                try:
+                    timings[str(config)] = float(bench(self._runner(grid, args, call_kwargs, config, stream),
+                                                       warmup=self.warmup, rep=self.rep, stream=stream))
+                finally:
+                    for restore in saved:
+                        restore()
+        finally:
+            if progress:
+                print(file=self._err(), flush=True)
+        if not timings:
+            raise errors[0]
+        best = min((c for c in configs if str(c) in timings), key=lambda c: timings[str(c)])
+        record = TuneRecord(best, "tuned", timings, skipped, time.perf_counter() - started)
+        self.file.store(f"{gpu}|{key}", {"config": best.to_json(), "ms": timings[str(best)], "timings": timings,
+                                          "skipped": skipped})
+        return record
+
+    def _runner(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], config: Config,
+                stream: Any) -> Callable[[], None]:
+        bound = self._bound(args, {k: v for k, v in call_kwargs.items() if k not in config.all_kwargs()}, config)
+        zero = [bound[n] for n in self.reset_to_zero]
+
+        def run() -> None:
+            for x in zero:
+                _zero(x)
+            if config.pre_hook is not None:
+                config.pre_hook(bound)
+            self.launch_kernel(grid, args, call_kwargs, stream)
+        run.config = config  # type: ignore[attr-defined]  # which config a benchmarker times
+        return run
+
+    def _save(self, args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> list[Callable[[], None]]:
+        """Restore functions of the arrays tuning may change: ``restore_value``, by default every
+        array argument the kernel stores to, and ``reset_to_zero``."""
+        if self.restore_value is not None:
+            names = set(self.restore_value)
+        else:
+            from ..frontend.interp.host_arrays import stored_params
+
+            names = stored_params(self.kernel.ir(*args, **call_kwargs))
+        names |= set(self.reset_to_zero)
+        bound = self._bound(args, call_kwargs)
+        return [_snapshot(bound[n]) for n in sorted(names) if hasattr(bound[n], "shape")]
+
+    def _compile(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
+        """Compile one config for the current GPU (for sm_90a where there is none, so that the CPU
+        tests reach the same compile errors); CompileError when it cannot be."""
+        from ..backend import runtime
+        from ..target.targets import target_for_capability
+        from .launch import GpuLaunch
+
+        target = target_for_capability(*runtime.current_device().compute_capability).name \
+            if runtime.has_gpu() else "sm_90a"
+        GpuLaunch(self.kernel, grid).compile_for(call_kwargs.get("target") or target, *args, **call_kwargs)
+
+    # ------------------------------------------------------------------ reporting
+    def _gpu_name(self) -> str:
+        from ..backend.runtime.bench import device_name
+
+        return device_name()
+
+    def _err(self) -> TextIO:
+        return self.stderr or sys.stderr
+
+    def _progress(self) -> bool:
+        err = self._err()
+        return printing_requested() or bool(getattr(err, "isatty", lambda: False)())
+
+    def summary(self) -> str:
+        """The chosen config per key, how it was chosen, the times and the skipped configs."""
+        lines = [f"sparsile autotune `{self.name}`: {len(self.configs)} configs, key {self.key}"]
+        if not self.cache:
+            lines.append("  (no call yet)")
+        for key, r in self.cache.items():
+            ms = r.timings.get(str(r.config))
+            lines.append(f"  [{key or 'no key'}] -> {r.config} ({r.how}" + (f", {ms:.4f} ms" if ms is not None else "")
+                         + ")")
+            for name, t in sorted(r.timings.items(), key=lambda kv: kv[1]):
+                lines.append(f"      {t:10.4f} ms  {name}")
+            for name, why in r.skipped.items():
+                lines.append(f"      skipped     {name}: {why}")
+        return "\n".join(lines)
+
+
+def _reason(error: CompileError) -> str:
+    d = error.diagnostics[0] if error.diagnostics else None
+    return f"{d.code}: {d.message}" if d is not None else str(error)
+
+
+def _default_benchmarker(kernel: str) -> Callable[..., float]:
+    """The GPU timer; LaunchError SP0731 where there is no GPU (as the kernel's own launch)."""
+    from ..backend import runtime
+    from ..backend.runtime.bench import do_bench
+
+    if not runtime.has_gpu():
+        raise LaunchError("SP0731", f"kernel `{kernel}` cannot be tuned: no NVIDIA GPU is available",
+                          help=f"run it on the CPU with `{kernel}.interpret[grid](...)` (the first config, or "
+                               "interpret_config=)")
+    return do_bench
+
+
+def _zero(x: Any) -> None:
+    if hasattr(x, "zero_"):
+        x.zero_()
+    elif hasattr(x, "fill_byte"):
+        x.fill_byte(0)
+    else:
+        x[...] = 0
+
+
+def _snapshot(x: Any) -> Callable[[], None]:
+    """A function that puts ``x``'s current contents back (torch, numpy, cupy, DeviceBuffer)."""
+    if hasattr(x, "clone") and hasattr(x, "copy_"):  # torch
+        saved = x.clone()
+        return lambda: x.copy_(saved)
+    if hasattr(x, "copy_to_host") and hasattr(x, "copy_from_host"):  # DeviceBuffer
+        host = x.copy_to_host()
+        return lambda: x.copy_from_host(host)
+    saved = x.copy()  # numpy, cupy
+
+    def restore() -> None:
+        x[...] = saved
+    return restore
+
+
+def autotune(configs: Sequence[Any], key: Sequence[str], *, prune_configs_by: Mapping[str, Any] | None = None,
+             warmup: int = 10, rep: int = 50, restore_value: Sequence[str] | None = None,
+             reset_to_zero: Sequence[str] = (), defaults: Any = None, interpret_config: Any = None,
+             benchmarker: Callable[..., float] | None = None, cache_results: bool = True
+             ) -> Callable[[Kernel], Autotuner]:
+    """Decorate a kernel (above ``@sparsile.jit``, or called on a ``.spk`` module's kernel) to pick
+    the fastest of ``configs`` per value of the ``key`` arguments (docs/autotune.md).
+
+    ``configs``: ``sparsile.Config(kwargs, num_warps=, num_stages=, ...)`` or plain dicts.
+    ``prune_configs_by``: ``early_config_prune(configs, named_args)`` and/or ``perf_model`` with
+    ``top_k``. ``warmup``/``rep``: launches before and during timing. ``restore_value``: arrays
+    restored after timing each config (default: every array the kernel writes); ``reset_to_zero``:
+    arrays zeroed before every timed launch. ``defaults``: a table (mapping or JSON file) of choices
+    used with ``SPARSILE_AUTOTUNE=0`` and tried as one more candidate. ``interpret_config``: what
+    ``.interpret`` runs. ``benchmarker(fn, warmup=, rep=, stream=) -> ms``: the timer (default:
+    CUDA events, backend/runtime/bench.py). ``cache_results=False``: no disk cache.
+    """
+    def wrap(kernel: Kernel) -> Autotuner:
+        return Autotuner(kernel, configs, key, prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                         restore_value=restore_value, reset_to_zero=reset_to_zero, defaults=defaults,
+                         interpret_config=interpret_config, benchmarker=benchmarker, cache_results=cache_results)
+    return wrap

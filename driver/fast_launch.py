@@ -1,0 +1,159 @@
+"""The common path of ``kernel[grid](*args)``: a launch whose arguments are of kinds seen before.
+
+A full call binds the arguments to the parameters, specializes them (element types, ranks,
+16-byte alignment, 16-divisibility of integers, constexpr values), looks up the launcher and maps
+the bound arguments onto the launcher's parameters. All of that depends only on the arguments'
+*fingerprints* (``frontend.sema.specialize.fingerprint``: an array's type, dtype, rank and alignment;
+an integer's sign, bit length and divisibility, only its divisibility when the parameter is
+annotated with an integer type, whose range the launcher checks; a constexpr's type and value), the number of
+positional arguments, the keyword names, the device and the kernel's options. So after one full
+call, :func:`remember` files a :class:`FastEntry` under that key; later calls with the same key
+build the launcher's argument list with one ``itemgetter`` and launch. The launcher still checks
+every argument (device, dtype, contiguity, ranges) exactly as before. When the first call's
+arrays were all device arrays, the entry holds a :class:`~.prepared.PreparedLaunch` of the call,
+which packs later arguments straight into its own parameter buffer (a host array met later, e.g. a
+CPU tensor where a CUDA one was, falls back to the launcher, which copies it).
+
+Calls with a run-time argument given by keyword, an argument without a cheap fingerprint (a
+``MetadataBuffer``, unusual objects), or host arrays read through TMA take the full path.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from ..backend.runtime.arguments import MISSING, is_torch_type
+from ..frontend.diagnostics import LaunchError
+from ..frontend.ir import types as T
+from ..frontend.sema.specialize import fingerprint
+from ..frontend.sema.values import Const
+from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
+
+MAX_ENTRIES = 256
+"""Fast entries kept per kernel (one per argument fingerprint; cleared when full)."""
+
+
+class FastLaunches:
+    """The fast entries of one kernel, valid while its options are unchanged."""
+
+    def __init__(self, kernel: Any):
+        self.options = dict(kernel.options)
+        self.entries: dict[tuple[Any, ...], FastEntry] = {}
+        self.flags = tuple(p.annotation is T.CONSTEXPR for p in kernel.params)
+        self.tensor_types: set[type] = set()
+        self.ints = tuple(isinstance(p.annotation, T.ScalarType) and p.annotation.is_int for p in kernel.params)
+        self.constexpr = {p.name: p.annotation is T.CONSTEXPR for p in kernel.params}
+        from ..backend import runtime
+
+        self._runtime = runtime
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The fingerprint of a call, or None when some argument has none."""
+        prints: list[Any] = [self._runtime._default_ordinal, len(args)]
+        tensors = self.tensor_types
+        for value, constexpr, annotated_int in zip(args, self.flags, self.ints):
+            cls = type(value)
+            if cls in tensors and not constexpr:  # fingerprint of a torch tensor, inlined
+                prints.append((cls, value.dtype, value.ndim, value.data_ptr() % 16 == 0))
+                continue
+            if annotated_int and cls is int:  # its range is the launcher's check: only 16-divisibility
+                prints.append(value % 16 == 0)
+                continue
+            fp = fingerprint(value, constexpr)
+            if fp is None:
+                fp = _buffer_fingerprint(value)
+                if fp is None:
+                    return None
+            elif is_torch_type(cls):
+                tensors.add(cls)
+            prints.append(fp)
+        for name, value in kwargs.items():  # options (num_warps=...) count as constexprs
+            fp = fingerprint(value, self.constexpr.get(name, True))
+            if fp is None:
+                return None
+            prints.append((name, fp))
+        return tuple(prints)
+
+
+def _buffer_fingerprint(value: Any) -> Any:
+    """A DeviceBuffer's fingerprint (it has no ``data_ptr``)."""
+    if type(value).__name__ == "DeviceBuffer" and hasattr(value, "ptr"):
+        return (type(value), value.dtype, value.ndim, value.ptr % 16 == 0)
+    return None
+
+
+class FastEntry:
+    """What a call with a known fingerprint needs: a prepared launch (when the arguments were
+    device arrays: it packs them straight into its own parameter buffer), else the launcher with
+    where each of its arguments comes from in ``args + pad``; the constexpr values (for a callable
+    grid) and whether the stream defaults to torch's current one."""
+
+    __slots__ = ("getter", "launcher", "meta", "pad", "prepared", "single", "torch_stream")
+
+    def __init__(self, launcher: Any, getter: Callable[[tuple[Any, ...]], Any], single: bool, pad: tuple[Any, ...],
+                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None):
+        self.launcher, self.getter, self.single, self.pad = launcher, getter, single, pad
+        self.meta, self.torch_stream, self.prepared = meta, torch_stream, prepared
+
+    def captures_valid(self, kernel: Any) -> bool:
+        """Whether what the kernel's parameters and this launcher's IR read from Python is unchanged
+        (always, for a ``.spk`` kernel: nothing is captured)."""
+        params, captures = kernel._param_captures, getattr(self.launcher, "captures", None)
+        return (not params or params.still_valid()) and (not captures or captures.still_valid())
+
+    def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
+        if callable(grid):
+            grid = grid(self.meta)
+        if self.prepared is not None:
+            try:
+                self.prepared.run(args, stream, grid)  # count and captures: checked by the caller
+                return
+            except LaunchError as exc:  # a host array this time: the launcher copies it
+                if exc.code != PREPARED_HOST:
+                    raise
+        values = self.getter(args + self.pad if self.pad else args)
+        if self.single:
+            values = (values,)
+        if stream is None and self.torch_stream:
+            stream = torch_current_stream(self.launcher.device.ordinal)
+        self.launcher(grid, values, stream=stream)
+
+
+def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launcher: Any, bound: dict[str, Any],
+             bindings: dict[str, Any], grid: Any) -> None:
+    """File the fast entry of a call that took the full path (when it can have one); ``grid``: the
+    call's grid, resolved."""
+    fast = kernel.__dict__.get("_fast_launches")
+    if fast is None or fast.options != kernel.options:
+        fast = kernel.__dict__["_fast_launches"] = FastLaunches(kernel)
+    names = [p.name for p in kernel.params]
+    if any(name in kwargs and not isinstance(bindings.get(name), Const) for name in names):
+        return  # a run-time argument by keyword: the full path
+    key = fast.key(args, kwargs)
+    if key is None:
+        return
+    pad: list[Any] = [MISSING]  # constexprs: in the key already, so the launcher need not check them
+    index: dict[str, int] = {}
+    for j, name in enumerate(names):
+        if isinstance(bindings.get(name), Const):
+            index[name] = len(args)
+        elif j < len(args):
+            index[name] = j
+        else:  # a run-time parameter left at its default
+            index[name] = len(args) + len(pad)
+            pad.append(bound[name])
+    sources = [index[p.name.split(".tmap")[0] if p.kind == "tensormap" else p.name] for p in launcher.spec.user_params]
+    if not sources:
+        return
+    meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+    torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
+    try:  # device arrays only (host arrays raise SP0733): the prepared launch's faster packing
+        prepared = PreparedLaunch(kernel, launcher, bound, bindings, len(args), grid)
+    except LaunchError:
+        prepared = None
+    if len(fast.entries) >= MAX_ENTRIES:
+        fast.entries.clear()
+    fast.entries[key] = FastEntry(launcher, operator.itemgetter(*sources), len(sources) == 1,
+                                  tuple(pad) if max(sources) >= len(args) else (), meta, torch_stream, prepared)

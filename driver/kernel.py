@@ -1,0 +1,420 @@
+"""Kernels: what ``@sparsile.jit`` returns and what a ``.spk`` module holds.
+
+A :class:`Kernel` knows its AST, where its global names resolve, and its options. Calling
+``kernel[grid](*args)`` specializes on the arguments, compiles (cached) and launches on the GPU;
+``kernel.interpret[grid](*args)`` runs the same IR in the numpy interpreter; ``kernel.ir(...)``,
+``kernel.compile(...)`` give the IR and the compiled artefacts for a signature.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..frontend.diagnostics import CompileError, Diagnostic, LaunchError
+from ..frontend.dump import dump
+from ..frontend.ir import types as T
+from ..frontend.ir.core import Function
+from ..frontend.ir.printer import print_function
+from ..frontend.legality.meta import check_metadata_argument
+from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
+from ..frontend.sema.core import Sema
+from ..frontend.sema.specialize import ParamInfo, bind_arguments, specialize_memo
+from ..frontend.sema.values import Const, HelperFunction
+from ..frontend.spans import UNKNOWN_SPAN
+from ..frontend.syntax import ast as A
+
+_GpuLaunch: Any = None
+"""``driver.launch.GpuLaunch``, once a kernel was first indexed with a grid."""
+
+KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
+                  "cluster": (1, 1, 1)}
+
+SP_SIGNATURE_MISSING = "SP0740"
+"""An ahead-of-time compile whose signature lacks an unannotated run-time parameter or a constexpr
+without a default (everything else comes from the source)."""
+
+SP_BAD_OPTION = "SP0242"
+"""A kernel option whose value cannot work (``num_warps=0``, ``maxnreg="x"``): refused before the
+compiler turns it into an LLVM attribute that LLVM cannot parse (it exits the process)."""
+MAXNREG_RANGE = (24, 255)
+"""ptxas raises a ``.maxnreg`` below 24 to 24 and ignores one above 255 (checked with ptxas 13.0)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def option_problem(name: str, value: Any) -> tuple[str, str] | None:
+    """(message, help) when kernel option ``name`` cannot take ``value``, else None. ``cluster`` is
+    checked by the legality pass and the interpreter (SP0558); unknown names are SP0236."""
+    if name == "num_warps" and not (_is_int(value) and value >= 1):
+        return (f"num_warps must be a positive integer, found {value!r}",
+                "use the number of warps per CTA, e.g. num_warps=4 (one warpgroup)")
+    if name == "num_stages" and not (_is_int(value) and value >= 0):
+        return f"num_stages must be a non-negative integer, found {value!r}", "e.g. num_stages=3"
+    if name == "num_ctas" and not (_is_int(value) and value >= 1):
+        return (f"num_ctas must be a positive integer, found {value!r}",
+                "leave it at 1; CTA clusters are asked for with cluster=(x, y, z)")
+    low, high = MAXNREG_RANGE
+    if name == "maxnreg" and value is not None and not (_is_int(value) and low <= value <= high):
+        return (f"maxnreg must be an integer from {low} to {high} registers per thread, found {value!r}",
+                f"ptxas raises budgets below {low} to {low} and ignores budgets above {high}; "
+                "leave maxnreg unset to let ptxas choose")
+    if name == "target" and value is not None and not isinstance(value, str):
+        return (f"target must be a target name such as \"sm_90a\", found {value!r}",
+                "pass the name as a string, or leave target unset")
+    return None
+
+
+def check_options(options: dict[str, Any], spans: Callable[[str], Any] | None = None) -> None:
+    """Raise CompileError SP0242 for every kernel option in ``options`` whose value cannot work
+    (SP0236 for a name that is no option); ``spans(name)`` gives the user's span of an option where
+    there is one (a decorator)."""
+    diags = []
+    for name, value in options.items():
+        span = (spans(name) if spans is not None else None) or UNKNOWN_SPAN
+        if name not in KERNEL_OPTIONS:
+            diags.append(Diagnostic("SP0236", f"unknown kernel option `{name}`", span,
+                                    help=f"options: {', '.join(KERNEL_OPTIONS)}"))
+            continue
+        problem = option_problem(name, value)
+        if problem is not None:
+            diags.append(Diagnostic(SP_BAD_OPTION, problem[0], span, help=problem[1]))
+    if diags:
+        raise CompileError(diags)
+
+
+@dataclass
+class Kernel:
+    """A kernel definition (not yet specialized)."""
+
+    node: A.FunctionDef
+    globals: Callable[[str], Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    _params: list[ParamInfo] | None = None
+    _param_captures: CaptureSet = EMPTY
+    _ir_cache: dict[Any, tuple[Function, CaptureSet]] = field(default_factory=dict)
+    _key_options: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    _default_options_key: tuple[dict[str, Any], tuple] | None = None
+    _spec_memo: dict[Any, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def source(self) -> Any:
+        return self.node.span.source
+
+    def __repr__(self) -> str:
+        return f"<sparsile kernel {self.name}>"
+
+    # -------------------------------------------------------------------------- parameters
+    @property
+    def params(self) -> list[ParamInfo]:
+        if self._params is None:
+            with recording() as r:
+                self._params = self._declared_params()
+            self._param_captures = r.captures
+        return self._params
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether nothing outside the kernel's source text can change what it compiles to (a
+        ``.spk`` kernel: its module's constants are fixed once loaded). A ``@jit`` kernel reads
+        Python names, recorded per IR (frontend/sema/captures.py)."""
+        return not isinstance(self.globals, PythonGlobals)
+
+    def _refresh_params(self) -> None:
+        """Forget the parameters (and what was specialized on them) when a name their annotations
+        or defaults read has changed."""
+        if self._param_captures and not self._param_captures.still_valid():
+            self._params, self._param_captures = None, EMPTY
+            self._spec_memo.clear()
+
+    def _declared_params(self) -> list[ParamInfo]:
+        sema = Sema(self.globals)
+        out = []
+        errors: list[Diagnostic] = []
+        for p in self.node.params:
+            ann: T.Type | None = None
+            if p.annotation is not None:
+                try:
+                    v = sema.evaluate(p.annotation, f"the annotation of `{p.name}`")
+                except CompileError as e:
+                    errors.extend(e.diagnostics)
+                    continue
+                if not isinstance(v, T.Type):
+                    errors.append(Diagnostic("SP0302", f"the annotation of `{p.name}` must be a type such as "
+                                             f"`i32`, `ptr[f16]`, `tensor[f16, 2]` or `constexpr`, found {v!r}",
+                                             p.annotation.span))
+                    continue
+                ann = v
+            default, has_default = None, p.default is not None
+            if has_default:
+                assert p.default is not None
+                try:
+                    dv = sema.evaluate(p.default)
+                except CompileError as e:
+                    errors.extend(e.diagnostics)
+                    continue
+                default = _python_value(dv)
+            out.append(ParamInfo(p.name, ann, default, has_default))
+        if errors:
+            raise CompileError(errors)
+        return out
+
+    # -------------------------------------------------------------------------- compilation
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], tuple]:
+        """(bound arguments, sema bindings, specialization key) for a call."""
+        if self._param_captures.reads:
+            self._refresh_params()
+        launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
+                       k not in {p.name for p in self.params}}
+        if launch_opts:
+            check_options(launch_opts)
+        bound = bind_arguments(self.name, self.params, args, kwargs)
+        for p in self.params:  # a tagged MetadataBuffer is checked against a meta[T] parameter, then unwrapped
+            bound[p.name] = check_metadata_argument(p.name, p.annotation, bound[p.name])
+        bindings, key = specialize_memo(self.name, self.params, bound, self._spec_memo)
+        if launch_opts:
+            full_key = (*key, self._options_key(launch_opts))
+            self._key_options[full_key] = launch_opts
+        else:  # the common case: the kernel's own options, whose key is reused while they are unchanged
+            cached = self._default_options_key
+            if cached is None or cached[0] != self.options:
+                check_options(self.options)
+                cached = self._default_options_key = (dict(self.options), self._options_key({}))
+            full_key = (*key, cached[1])
+        return bound, bindings, full_key
+
+    def _options_key(self, launch_opts: dict[str, Any]) -> tuple:
+        options = {**KERNEL_OPTIONS, **self.options, **launch_opts}
+        return ("options", tuple(sorted((k, str(v)) for k, v in options.items())))
+
+    def ir_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None) -> Function:
+        """The IR for sema ``bindings`` (cached by specialization ``key`` and by what the kernel
+        captured: a changed global, closure value or helper builds it anew); ``options`` override
+        the kernel's options (by default those given at the launch that produced ``key``)."""
+        return self.ir_entry(bindings, key, options)[0]
+
+    def ir_entry(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None
+                 ) -> tuple[Function, CaptureSet]:
+        """:meth:`ir_for` and the Python values the IR captured (its parameters' included)."""
+        entry = self._ir_cache.get(key)
+        if entry is None or (entry[1] and not entry[1].still_valid()):
+            given = options if options is not None else self._key_options.get(key, {})
+            self.params  # noqa: B018 (evaluated first: its captures join the IR's)
+            with recording() as r:
+                func = self.fresh_ir(bindings, given)
+            entry = self._ir_cache[key] = (func, self._param_captures + r.captures)
+        return entry
+
+    def captures_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None
+                     ) -> CaptureSet:
+        """What the IR for ``key`` captured from Python (nothing for a closed ``.spk`` kernel,
+        without running sema)."""
+        return EMPTY if self.is_closed else self.ir_entry(bindings, key, options)[1]
+
+    def fresh_ir(self, bindings: dict[str, Any], options: dict[str, Any] | None = None) -> Function:
+        """A new, uncached IR for ``bindings`` with ``options`` over the kernel's (the compiler's
+        passes mutate the IR they are given, so each compile takes its own)."""
+        merged = {**KERNEL_OPTIONS, **self.options, **(options or {})}
+        check_options(merged)
+        attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
+        cluster = cluster_option(merged.get("cluster"))
+        if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
+            attrs["cluster"] = cluster
+        dump("specialize", self.name, lambda: "\n".join(f"{name} = {value!r}" for name, value in bindings.items()))
+        func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
+        dump("sema", self.name, lambda: print_function(func))
+        return func
+
+    def ir(self, *args: Any, **kwargs: Any) -> Function:
+        """The IR specialized for these arguments (arrays, scalars, constexpr values)."""
+        _, bindings, key = self.bind(args, dict(kwargs))
+        return self.ir_for(bindings, key)
+
+    def signature_bindings(self, signature: dict[str, Any]) -> tuple[dict[str, Any], tuple]:
+        """Bindings from an ahead-of-time signature: each name maps to a Type (run-time) or a value
+        (constexpr). A parameter the signature leaves out takes its annotation (a run-time type)
+        or its default (a constexpr); the others are missing: LaunchError SP0740 names them all."""
+        from ..frontend.sema.core import ArgSpec
+
+        missing = [p for p in self.params if p.name not in signature and not p.has_default and
+                   (p.annotation is None or p.annotation is T.CONSTEXPR)]
+        if missing:
+            raise LaunchError(SP_SIGNATURE_MISSING, missing_signature_message(self.name, missing),
+                              help="give them with --signature (Kernel.compile: signature=), e.g. "
+                                   f"\"{', '.join(_signature_example(p) for p in missing)}\"; "
+                                   "annotated run-time parameters and defaulted constexprs need nothing")
+        bindings: dict[str, Any] = {}
+        key: list[Any] = []
+        for p in self.params:
+            if p.name in signature:
+                v = signature[p.name]
+            elif p.has_default:
+                v = p.default
+            else:
+                v = p.annotation
+            if p.annotation is T.CONSTEXPR:
+                bindings[p.name] = Const(v)
+                key.append((p.name, "c", repr(v)))
+            else:
+                if isinstance(v, ArgSpec):
+                    spec = v
+                elif isinstance(v, T.Type):
+                    spec = ArgSpec(v, isinstance(v, T.PointerType | T.TensorType))
+                else:
+                    raise LaunchError("SP0724", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
+                                      "needs a type such as `ptr[f32]` or `i32`")
+                if p.annotation is not None and p.annotation != spec.type:
+                    raise LaunchError("SP0703", f"`{p.name}` is declared {p.annotation} but the signature says "
+                                      f"{spec.type}")
+                bindings[p.name] = spec
+                key.append((p.name, "v", spec.key()))
+        extra = set(signature) - {p.name for p in self.params}
+        if extra:
+            raise LaunchError("SP0702", f"`{self.name}` has no parameter named `{sorted(extra)[0]}`")
+        return bindings, tuple(key)
+
+    # -------------------------------------------------------------------------- launching
+    @property
+    def interpret(self) -> GridIndexer:
+        """``kernel.interpret[grid](*args)`` runs the kernel on the CPU with numpy."""
+        return GridIndexer(lambda grid: _InterpretLaunch(self, grid))
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        global _GpuLaunch
+        if _GpuLaunch is None:  # imported on first use (the backend needs cuda-python)
+            from .launch import GpuLaunch
+
+            _GpuLaunch = GpuLaunch
+        return _GpuLaunch(self, grid)
+
+    def compile(self, signature: dict[str, Any] | str | None = None, target: str | None = None,
+                **kwargs: Any) -> Any:
+        """Compile ahead of time (no GPU needed): returns a CompiledKernel with ``.ir``, ``.llvm``,
+        ``.ptx`` and ``.cubin``. ``signature`` is a dict (name -> type or constexpr value) or the
+        text ``sparsile compile --signature`` takes, e.g. ``"x=ptr[f32], n=i32, BLOCK=1024"``; it
+        only needs the parameters the source does not type (no annotation, or a constexpr without a
+        default: SP0740 otherwise). The result comes from the compile cache when it is there."""
+        from .compiler import compile_kernel
+
+        return compile_kernel(self, signature, target=target, **kwargs)
+
+    def as_helper(self) -> HelperFunction:
+        """Inline this kernel's body when another kernel calls it."""
+        return HelperFunction(self.node, self.globals, self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"kernel `{self.name}` must be launched with a grid: `{self.name}[grid](...)`, "
+                           f"or run on the CPU with `{self.name}.interpret[grid](...)`")
+
+
+register_function_type(Kernel, "kernel")
+
+
+def missing_signature_message(kernel: str, missing: list[ParamInfo]) -> str:
+    """SP0740's message: each missing parameter and why the source does not give it."""
+    parts = [f"`{p.name}` ({'constexpr without a default' if p.annotation is T.CONSTEXPR else 'no annotation'})"
+             for p in missing]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"the signature of `{kernel}` must give {listed}"
+
+
+def _signature_example(p: ParamInfo) -> str:
+    return f"{p.name}=64" if p.annotation is T.CONSTEXPR else f"{p.name}=ptr[f32]"
+
+
+class GridIndexer:
+    def __init__(self, make: Callable[[Any], Any]):
+        self._make = make
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self._make(grid)
+
+
+def cluster_option(value: Any) -> tuple[int, ...]:
+    """The ``cluster=`` kernel option as a tuple of 3 ints (``2`` means ``(2, 1, 1)``); a value that
+    is not 1 to 3 ints is kept as given for the legality pass to report (SP0552)."""
+    if value is None:
+        return (1, 1, 1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, tuple | list) and 1 <= len(value) <= 3 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple((*value, 1, 1)[:3])
+    return tuple(value) if isinstance(value, tuple | list) else (value,)
+
+
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+"""The most CTAs along x, y, z of one launch on every CUDA GPU sparsile targets (compute capability
+3.0 and later; CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")."""
+
+
+def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
+    """A grid given as an int, a tuple or list of up to 3 ints, or a callable of the constexpr
+    arguments returning one (LaunchError SP0710 otherwise)."""
+    if callable(grid):
+        grid = grid(meta)
+    if _is_int(grid):
+        grid = (grid,)
+    if not isinstance(grid, tuple | list):
+        raise LaunchError("SP0710", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}")
+    if not 1 <= len(grid) <= 3:
+        raise LaunchError("SP0710", f"the grid must have 1 to 3 dimensions, found {len(grid)}")
+    bad = next((g for g in grid if not _is_int(g)), None)
+    if bad is not None:
+        raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad!r} in {tuple(grid)!r}",
+                          help="compute grid sizes with integer arithmetic, e.g. `(n + BLOCK - 1) // BLOCK`")
+    dims = tuple(int(g) for g in grid)
+    if any(d <= 0 for d in dims):
+        raise LaunchError("SP0710", f"every grid dimension must be positive, found {dims}",
+                          help="a grid of zero launches nothing; skip the call instead")
+    for axis, (d, most) in enumerate(zip(dims, GRID_LIMITS, strict=False)):
+        if d > most:
+            raise LaunchError("SP0710", f"grid {dims} has {d} programs along {'xyz'[axis]}; CUDA allows at most "
+                              f"{most}", help="use a persistent kernel or move work to another grid dimension")
+    return ((*dims, 1, 1))[:3]  # type: ignore[return-value]
+
+
+class _InterpretLaunch:
+    """``kernel.interpret[grid]``: call it with the kernel's arguments. ``max_ops`` (a keyword of
+    the call, not a kernel parameter) bounds the operations the interpreter may execute."""
+
+    def __init__(self, kernel: Kernel, grid: Any):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        from ..frontend.interp.host_arrays import interpreter_params
+        from ..frontend.interp.interpreter import Interpreter
+
+        max_ops = None
+        if "max_ops" in kwargs and "max_ops" not in {p.name for p in self.kernel.params}:
+            max_ops = kwargs.pop("max_ops")
+            if max_ops is not None and not (_is_int(max_ops) and max_ops >= 1):
+                raise LaunchError("SP0725", f"max_ops must be a positive integer or None, found {max_ops!r}",
+                                  help="max_ops bounds the operations the interpreter may run; leave it unset "
+                                       "for no bound")
+
+        bound, bindings, key = self.kernel.bind(args, dict(kwargs))
+        func = self.kernel.ir_for(bindings, key)
+        meta = {**bound, **{k: v.value for k, v in bindings.items() if isinstance(v, Const)}}
+        grid = normalize_grid(self.grid, meta)
+        params, writeback = interpreter_params(func, bound)
+        Interpreter(func, max_ops).run(grid, params)
+        for fn in writeback:
+            fn()
+
+
+def _python_value(v: Any) -> Any:
+    if isinstance(v, Const):
+        return v.value
+    if isinstance(v, tuple):
+        return tuple(_python_value(x) for x in v)
+    return v

@@ -1,0 +1,269 @@
+"""``kernel[grid](*args)``: specialize, compile (cached), and launch on the current GPU.
+
+The compiled kernel's parameter list (:class:`~sparsile.backend.lower.codegen.KernelParam`) becomes the
+runtime's :class:`~sparsile.backend.runtime.arguments.ParamSpec`: pointers and scalars pass through, a
+``tensor[T, rank]`` argument becomes its base pointer plus shape and strides the launcher reads
+from the array itself (derived parameters), and constexpr parameters are checked, not passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..backend.lower.codegen import KernelParam, llvm_name
+from ..backend.runtime.arguments import is_torch_type
+from ..frontend.diagnostics import LaunchError
+from ..frontend.interp.host_arrays import stored_params
+from ..frontend.ir import types as T
+from ..frontend.sema.values import Const
+from ..target.targets import get_target, target_for_capability
+from . import fast_launch
+from .kernel import KERNEL_OPTIONS
+
+
+def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam], stores: set[str]) -> Any:
+    """The runtime ParamSpec for one compiled specialization."""
+    from ..backend.runtime.arguments import ConstexprParam, DerivedParam, ParamSpec, PointerParam, ScalarParam
+    from ..backend.runtime.tensormap import TensorMapParam
+
+    by_name: dict[str, list[KernelParam]] = {}
+    for p in params:
+        by_name.setdefault(p.name, []).append(p)
+    spec: list[Any] = []
+    for p in kernel.params:
+        b = bindings[p.name]
+        if isinstance(b, Const):
+            spec.append(ConstexprParam(p.name, b.value))
+            continue
+        for kp in by_name[p.name]:
+            if kp.kind == "ptr":
+                spec.append(PointerParam(p.name, kp.dtype, aligned16=b.divisible_16, readonly=p.name not in stores))
+            elif kp.kind == "scalar":
+                spec.append(ScalarParam(p.name, kp.dtype, 16 if b.divisible_16 else 1))
+            elif kp.kind == "tensor_ptr":
+                spec.append(PointerParam(p.name, kp.dtype, aligned16=b.divisible_16, readonly=p.name not in stores))
+            elif kp.kind in ("tensor_dim", "tensor_stride"):
+                spec.append(DerivedParam(f"{p.name}.{kp.kind}{kp.index}", p.name,
+                                         "shape" if kp.kind == "tensor_dim" else "stride", kp.index))
+            elif kp.kind == "tensormap":
+                box, swizzle = kp.extra
+                spec.append(_tensormap_param(TensorMapParam, p.name, kp, box, swizzle, p.name not in stores))
+            else:
+                raise LaunchError("SP0730", f"unsupported kernel parameter kind {kp.kind}")
+    return ParamSpec(tuple(spec), kernel.name)
+
+
+def _tensormap_param(cls: Any, source: str, kp: KernelParam, box: tuple[int, ...], swizzle: int,
+                     readonly: bool) -> Any:
+    """A tensor map of argument ``source`` for one TMA box; the launch passes ``source``'s array
+    again for it (see :func:`user_values`)."""
+    from ..backend.runtime.tensormap import Swizzle
+
+    sw = {0: Swizzle.NONE, 32: Swizzle.B32, 64: Swizzle.B64, 128: Swizzle.B128}[swizzle]
+    return cls(tmap_param_name(source, kp.index), kp.dtype, tuple(box), sw, readonly=readonly)
+
+
+def tmap_param_name(source: str, index: int) -> str:
+    return f"{source}.tmap{index}"
+
+
+def user_values(spec: Any, bound: dict[str, Any]) -> list[Any]:
+    """The argument list the launcher expects: each user parameter's value, a tensor's array
+    repeated for each of its tensor maps."""
+    out = []
+    for p in spec.user_params:
+        name = p.name.split(".tmap")[0] if ".tmap" in p.name else p.name
+        out.append(bound[name])
+    return out
+
+
+class GpuLaunch:
+    """``kernel[grid]``: call it with the kernel's arguments (and ``stream=``, launch options);
+    ``prepare(...)`` binds them once for a hot loop (:class:`~sparsile.driver.prepared.PreparedLaunch`)."""
+
+    def __init__(self, kernel: Any, grid: Any):
+        self.kernel = kernel
+        self.grid = grid
+
+    def compile_for(self, target: str, *args: Any, **kwargs: Any) -> Any:
+        """Compile the specialization these arguments would launch, for ``target`` (no GPU needed)."""
+        from .compiler import compile_cached
+
+        _, bindings, key = self.kernel.bind(args, dict(kwargs))
+        options = {**KERNEL_OPTIONS, **self.kernel.options,
+                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+        return compile_cached(self.kernel, bindings, key, _target(target), options)
+
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        fast = self.kernel.__dict__.get("_fast_launches")
+        if fast is not None and fast.options == self.kernel.options:
+            key = fast.key(args, kwargs)
+            entry = fast.entries.get(key) if key is not None else None
+            # the common path: arguments of a kind seen before, and the Python values the kernel
+            # captured (a @jit kernel's globals: frontend/sema/captures.py) unchanged
+            if entry is not None and entry.captures_valid(self.kernel):
+                entry.launch(self.grid, args, stream)
+                return
+        launcher, bound, bindings = self._launcher(args, kwargs)
+        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        grid = self.grid(meta) if callable(self.grid) else self.grid
+        if launcher.spec_has_tensormaps and any(isinstance(v, np.ndarray) for v in bound.values()):
+            staged = _stage_tma_host_arrays(launcher, bound)
+        else:
+            staged = []
+            fast_launch.remember(self.kernel, args, kwargs, launcher, bound, bindings, grid)
+        values = user_values(launcher.spec, bound)
+        if stream is None and any(is_torch_type(type(v)) and v.is_cuda for v in bound.values()):
+            stream = fast_launch.torch_current_stream(launcher.device.ordinal)
+        launcher(grid, values, stream=stream)
+        for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
+            _copy_back(host, dev)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+        """Bind, specialize, compile and build the launcher once; returns a
+        :class:`~sparsile.driver.prepared.PreparedLaunch` taking the same positional arguments
+        per call (keyword arguments, constexprs and options among them, are fixed).
+
+        ``vary=("n", "x")`` (unless the kernel has a parameter of that name) names run-time
+        arguments that change per call in ways the specialization would otherwise assume fixed:
+        their 16-divisibility (integers) or 16-byte alignment (arrays) is not assumed, so any value
+        is accepted per call (SP0734 for a name that is no run-time parameter)."""
+        from .prepared import PreparedLaunch
+
+        vary: Any = ()
+        if "vary" in kwargs and "vary" not in {p.name for p in self.kernel.params}:
+            vary = kwargs.pop("vary")
+        launcher, bound, bindings = self._launcher(args, kwargs, _vary_names(self.kernel, vary))
+        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+        grid = self.grid(meta) if callable(self.grid) else self.grid
+        return PreparedLaunch(self.kernel, launcher, bound, bindings, len(args), grid)
+
+    def _launcher(self, args: tuple[Any, ...], kwargs: dict[str, Any], vary: tuple[str, ...] = ()
+                  ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """(launcher, bound arguments, sema bindings) of a call: the launcher is built (compiled)
+        once per specialization and device. ``vary``: run-time parameters specialized without the
+        divisibility/alignment assumption."""
+        from ..backend import runtime
+
+        if not runtime.has_gpu():
+            raise LaunchError("SP0731", f"kernel `{self.kernel.name}` cannot run: no NVIDIA GPU is available",
+                              help=f"run it on the CPU with `{self.kernel.name}.interpret[grid](...)`, or compile "
+                                   "ahead of time with `kernel.compile(...)`")
+        dev = runtime.current_device()
+        bound, bindings, key = self.kernel.bind(args, dict(kwargs))
+        if vary:
+            bindings, key = _without_divisibility(bindings, key, vary)
+        # the specialization key already holds the options (a target among them), so the key and the
+        # device name one launcher: the common path is this one lookup and the check that the Python
+        # values the kernel captured are unchanged (cached_launcher)
+        launcher = cached_launcher(self.kernel, key, dev.ordinal, lambda: self._build(dev, bindings, key, kwargs))
+        return launcher, bound, bindings
+
+    def _build(self, dev: Any, bindings: dict[str, Any], key: tuple, kwargs: dict[str, Any]) -> Any:
+
+        options = {**KERNEL_OPTIONS, **self.kernel.options,
+                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+        target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
+            _target(options["target"])
+        return _build_launcher(self.kernel, bindings, key, target, options)
+
+
+def _vary_names(kernel: Any, vary: Any) -> tuple[str, ...]:
+    """The ``vary=`` names of :meth:`GpuLaunch.prepare`, checked (SP0734)."""
+    names = (vary,) if isinstance(vary, str) else vary
+    if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+        raise LaunchError("SP0734", f"vary= takes parameter names (a tuple of strings), got {vary!r}",
+                          help='e.g. vary=("n",) for an integer that changes per call')
+    runtime_params = {p.name for p in kernel.params if p.annotation is not T.CONSTEXPR}
+    bad = [n for n in names if n not in runtime_params]
+    if bad:
+        raise LaunchError("SP0734", f"vary= names `{bad[0]}`, which is not a run-time parameter of "
+                          f"`{kernel.name}`", help=f"run-time parameters: {', '.join(sorted(runtime_params))}")
+    return tuple(names)
+
+
+def _without_divisibility(bindings: dict[str, Any], key: tuple, vary: tuple[str, ...]) -> tuple[dict[str, Any], tuple]:
+    """Bindings and key with the 16-divisibility / alignment assumption dropped for ``vary``."""
+    from ..frontend.sema.core import ArgSpec
+
+    bindings = dict(bindings)
+    for name in vary:
+        b = bindings[name]
+        if isinstance(b, ArgSpec) and b.divisible_16:
+            bindings[name] = ArgSpec.of(b.type, False)
+    key = tuple((e[0], "v", bindings[e[0]].key()) if isinstance(e, tuple) and len(e) == 3 and e[1] == "v"
+                and e[0] in vary else e for e in key)
+    return bindings, key
+
+
+def cached_launcher(kernel: Any, key: tuple, ordinal: int, build: Callable[[], Any]) -> Any:
+    """The launcher of ``kernel`` for specialization ``key`` on device ``ordinal``: the cached one
+    while every Python value the kernel captured is unchanged (``launcher.captures``, checked in a
+    few hundred ns), else ``build()``'s, which replaces it."""
+    cache = kernel.__dict__.setdefault("_launchers", {})
+    launcher = cache.get((key, ordinal))
+    if launcher is None or (launcher.captures and not launcher.captures.still_valid()):
+        launcher = cache[(key, ordinal)] = build()
+    return launcher
+
+
+def _target(name: str) -> Any:
+
+    return get_target(name)
+
+
+def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: Any, options: dict[str, Any]) -> Any:
+    from ..backend import runtime
+    from .compiler import compile_cached
+
+    ck = compile_cached(kernel, bindings, key, target, options)
+    stores = stored_params(kernel.ir_for(bindings, key, options))
+    spec = param_spec(kernel, bindings, ck.params, stores)
+    module = runtime.load_module(ck.cubin)
+    fn = module.function(llvm_name(ck.name))
+    launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
+    launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
+    launcher.written = stores
+    launcher.captures = kernel.captures_for(bindings, key, options)
+    return launcher
+
+
+def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
+    and its tensor maps: copy it once here (and back afterwards if the kernel writes it). Another
+    argument that is the same host array gets the same copy; one that overlaps it only in part,
+    with a write, is LaunchError SP0750 (``arguments.shared_host_copy``)."""
+    import numpy as np
+
+    from ..backend.runtime import DeviceBuffer
+    from ..backend.runtime.arguments import shared_host_copy
+
+    names = sorted({p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"})
+    hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
+    if not hosts:
+        return []
+    staged: list[tuple[str, np.ndarray, bool]] = []
+    devices: list[Any] = []
+    for name in hosts + [n for n, v in bound.items() if n not in names and isinstance(v, np.ndarray)]:
+        v, writes = bound[name], name in launcher.written
+        same = shared_host_copy(staged, name, v, writes)
+        if same is not None:
+            first, host, written = staged[same]
+            staged[same] = (first, host, written or writes)
+            bound[name] = devices[same]
+        elif name in hosts:
+            staged.append((name, v, writes))
+            devices.append(DeviceBuffer.from_numpy(np.ascontiguousarray(v)))
+            bound[name] = devices[-1]
+    return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
+
+
+def _copy_back(host: Any, dev: Any) -> None:
+    """Copy a staged device buffer back into its host array (a strided one through a dense copy)."""
+    if host.flags.c_contiguous:
+        dev.copy_to_host(host)
+    else:
+        host[...] = dev.copy_to_host().reshape(host.shape)

@@ -1,0 +1,233 @@
+"""``.spk`` modules and ``@sparsile.jit``.
+
+A ``.spk`` file holds decorated kernels (``@kernel`` or ``@jit``, optionally with options such as
+``@kernel(num_warps=8)``), undecorated helper functions, module-level constants and
+``import sparsile [as sp]`` / ``from sparsile[.ns] import name`` lines. Names resolve in that
+module. A ``@jit`` Python function resolves names in its Python globals and closure, read as
+compile-time constants when the kernel is specialized.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..frontend.diagnostics import CompileError, Diagnostic, DiagnosticBag
+from ..frontend.sema.builtins import NAMESPACES, ROOT
+from ..frontend.sema.captures import PythonGlobals
+from ..frontend.sema.core import Sema
+from ..frontend.sema.jit_globals import wrap_python_value
+from ..frontend.sema.values import Const, HelperFunction
+from ..frontend.syntax import ast as A
+from .kernel import KERNEL_OPTIONS, Kernel, check_options
+
+_DECORATOR_NAMES = ("kernel", "jit")
+
+
+class KernelModule:
+    """The kernels, helpers and constants of one ``.spk`` source."""
+
+    def __init__(self, name: str, tree: A.Module):
+        self.__name__ = name
+        self._tree = tree
+        self._env: dict[str, Any] = {}
+        self.kernels: dict[str, Kernel] = {}
+        self.helpers: dict[str, HelperFunction] = {}
+        bag = DiagnosticBag()
+        for stmt in tree.body:
+            try:
+                self._top_level(stmt)
+            except CompileError as e:
+                bag.extend(e.diagnostics)
+        bag.raise_if_errors()
+
+    def _resolve(self, name: str) -> Any:
+        return self._env[name]
+
+    def _top_level(self, stmt: A.Stmt) -> None:
+        if isinstance(stmt, A.FunctionDef):
+            opts = _kernel_decorator(stmt, self._resolve)
+            if opts is None:
+                h = HelperFunction(stmt, self._resolve, stmt.name)
+                self.helpers[stmt.name] = h
+                self._env[stmt.name] = h
+            else:
+                k = Kernel(stmt, self._resolve, opts)
+                self.kernels[stmt.name] = k
+                self._env[stmt.name] = Const(k)
+        elif isinstance(stmt, A.Assign | A.AnnAssign):
+            sema = Sema(self._resolve)
+            value_node = stmt.value
+            if value_node is None:
+                return
+            value = sema.evaluate(value_node)
+            targets = stmt.targets if isinstance(stmt, A.Assign) else [stmt.target]
+            for t in targets:
+                if not isinstance(t, A.Name):
+                    raise CompileError([Diagnostic("SP0230", "module-level assignments bind plain names", t.span)])
+                if not isinstance(value, Const | tuple):
+                    raise CompileError([Diagnostic("SP0231", "module-level names must be compile-time constants",
+                                                   value_node.span)])
+                self._env[t.id] = value
+        elif isinstance(stmt, A.Import):
+            for mod, alias in stmt.names:
+                ns = _namespace_for(mod)
+                if ns is None:
+                    raise CompileError([Diagnostic("SP0232", f"unknown module `{mod}` (kernels can import `sparsile` "
+                                                   "and its namespaces)", stmt.span)])
+                self._env[alias or mod.split(".")[0]] = ns if alias else _namespace_for(mod.split(".")[0])
+        elif isinstance(stmt, A.ImportFrom):
+            ns = _namespace_for(stmt.module)
+            if ns is None:
+                raise CompileError([Diagnostic("SP0232", f"unknown module `{stmt.module}`", stmt.span)])
+            for name, alias in stmt.names:
+                if name == "*":
+                    self._env.update({k: v for k, v in ns.members.items()})
+                    continue
+                if name not in ns.members:
+                    raise CompileError([Diagnostic("SP0233", f"`{stmt.module}` has no member `{name}`", stmt.span)])
+                self._env[alias or name] = ns.members[name]
+        elif isinstance(stmt, A.ExprStmt) and isinstance(stmt.value, A.Constant):
+            pass  # docstring
+        elif isinstance(stmt, A.Pass):
+            pass
+        else:
+            raise CompileError([Diagnostic("SP0234", "only functions, constants and imports may appear at module level "
+                                           "of a .spk file", stmt.span)])
+
+    def __getattr__(self, name: str) -> Any:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        env = self.__dict__.get("_env", {})
+        if name in env:
+            v = env[name]
+            return v.value if isinstance(v, Const) else v
+        raise AttributeError(f"module `{self.__dict__.get('__name__')}` has no kernel or constant `{name}`")
+
+    def __repr__(self) -> str:
+        return f"<sparsile module {self.__name__}: kernels {sorted(self.kernels)}>"
+
+
+def _namespace_for(module: str) -> Any:
+    if module == "sparsile":
+        return ROOT
+    if module.startswith("sparsile."):
+        return NAMESPACES.get(module[len("sparsile."):])
+    return None
+
+
+def _kernel_decorator(fn: A.FunctionDef, resolve: Callable[[str], Any]) -> dict[str, Any] | None:
+    """The options of a ``@kernel``/``@jit`` decorator, or None for an undecorated helper."""
+    if not fn.decorators:
+        return None
+    opts: dict[str, Any] | None = None
+    for d in fn.decorators:
+        call = d if isinstance(d, A.Call) else None
+        target = call.func if call else d
+        leaf = target.attr if isinstance(target, A.Attribute) else target.id if isinstance(target, A.Name) else None
+        if leaf not in _DECORATOR_NAMES:
+            raise CompileError([Diagnostic("SP0235", "unknown decorator; kernels are marked `@kernel` or `@jit`",
+                                           d.span)])
+        opts = {}
+        if call:
+            if call.args:
+                raise CompileError([Diagnostic("SP0235", "decorator options are keyword arguments, e.g. "
+                                               "`@kernel(num_warps=8)`", call.args[0].span)])
+            sema = Sema(resolve)
+            for k in call.keywords:
+                if k.name not in KERNEL_OPTIONS:
+                    raise CompileError([Diagnostic("SP0236", f"unknown kernel option `{k.name}`", k.span,
+                                                   help=f"options: {', '.join(KERNEL_OPTIONS)}")])
+                opts[k.name] = sema.evaluate(k.value, f"the option `{k.name}`")
+            check_options(opts, lambda name: _option_span(fn, name))
+    return opts
+
+
+def _option_span(fn: A.FunctionDef, name: str) -> Any:
+    """The span of ``name=...`` in a decorator call of ``fn``, or None."""
+    for d in fn.decorators:
+        if isinstance(d, A.Call):
+            for k in d.keywords:
+                if k.name == name:
+                    return k.span
+    return None
+
+
+def loads(text: str, name: str = "<string>") -> KernelModule:
+    """A module of kernels from source text."""
+    from ..frontend.syntax.parser import parse_module
+
+    if isinstance(text, bytes | bytearray):
+        text = _decoded(bytes(text), str(name))
+    if not isinstance(text, str):
+        raise CompileError([Diagnostic("SP0240", f"sparsile.loads needs the source text as a str, found "
+                                       f"{type(text).__name__}",
+                                       help="pass the text of a .spk module, or its path to sparsile.load")])
+    return KernelModule(str(name), parse_module(text, str(name)))
+
+
+def _decoded(data: bytes, name: str) -> str:
+    """``data`` as UTF-8 text, or CompileError SP0240."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CompileError([Diagnostic("SP0240", f"cannot read `{name}`: it is not UTF-8 text ({e.reason} at "
+                                       f"byte {e.start})", help=".spk sources are UTF-8 text files")]) from None
+
+
+def load(path: str | os.PathLike[str]) -> KernelModule:
+    """A module of kernels from a ``.spk`` file."""
+    try:
+        p = os.fsdecode(path)
+    except TypeError:
+        raise CompileError([Diagnostic("SP0240", f"sparsile.load needs a file path (str or os.PathLike), found "
+                                       f"{type(path).__name__}",
+                                       help="pass the path of a .spk file, or its text to sparsile.loads")]) from None
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}")]) from None
+    return loads(_decoded(data, p), p)
+
+
+# Inside a kernel, `sparsile.load` (reached as a Python global under @jit) is the memory builtin.
+load.__sparsile_builtin__ = "load"  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------------
+def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """Decorate a Python function as a kernel: ``@sparsile.jit`` or ``@sparsile.jit(num_warps=8)``.
+
+    The function's source is parsed by the same grammar as ``.spk`` files; names it reads from its
+    module or closure are compile-time constants. A kernel is recompiled when one of them changes
+    (docs/language.md, "What a kernel captures, and when it is recompiled").
+    """
+    for k in options:
+        if k not in KERNEL_OPTIONS:
+            raise TypeError(f"unknown kernel option `{k}`; options: {', '.join(KERNEL_OPTIONS)}")
+
+    def wrap(f: Callable[..., Any]) -> Kernel:
+        from ..frontend.syntax.parser import parse_function_source
+
+        try:
+            src = inspect.getsource(f)
+            filename = inspect.getsourcefile(f) or "<unknown>"
+        except (OSError, TypeError) as e:
+            raise CompileError([Diagnostic("SP0241", f"cannot read the source of `{getattr(f, '__name__', f)}`: {e}",
+                                           help="define kernels in a file, or use sparsile.loads(text)")]) from None
+        first_line = f.__code__.co_firstlineno
+        node = parse_function_source(src, filename, first_line)
+        check_options(options, lambda name: _option_span(node, name))
+        return Kernel(node, _python_resolver(f), dict(options))
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _python_resolver(f: Callable[..., Any]) -> Callable[[str], Any]:
+    """How ``f``'s names resolve: closure, then module globals; each read is recorded while a kernel
+    compiles, so that its caches know what it captured (frontend/sema/captures.py)."""
+    return PythonGlobals(f, wrap_python_value)

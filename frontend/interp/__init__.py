@@ -1,0 +1,1 @@
+"""The numpy interpreter of kernels and its host views of arguments."""

@@ -1,0 +1,239 @@
+"""Interpreter semantics of the Blackwell explicit ops (``frontend/ops/blackwell.py``: namespaces
+``tmem`` and ``tcgen05``). Tensor memory is a per-program numpy array per allocation; an MMA or a
+copy runs when it is issued (a valid order of the asynchronous hardware: completion is only
+observable through ``tcgen05.commit`` + ``mbarrier.wait``)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..ir import types as T
+from ..ir.core import Operation
+from ..ops.blackwell import (
+    CLASS_DTYPE,
+    META_BITS,
+    WORD_K,
+    commit_op,
+    copy_op,
+    fence_after_op,
+    fence_before_op,
+    instr_k,
+    mma_op,
+    tmem_alloc_op,
+    tmem_index_op,
+    tmem_init_op,
+    tmem_load_chunks_op,
+    tmem_load_op,
+    tmem_release_op,
+    tmem_slice_op,
+    tmem_store_op,
+)
+from .values import InterpreterError
+
+_POISON_I32 = 0x7EADBEEF
+
+
+@tmem_alloc_op.interpreter
+def _i_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    key = ("tmem", id(op))
+    if key not in ctx.shared:
+        t = op.result.type
+        if t.kind == "meta":
+            arr = np.zeros(t.shape, np.uint32)  # never-copied metadata reads as undefined nibbles 0x0
+        elif t.kind == "scale":
+            arr = np.full(t.shape, 0xFFFFFFFF, np.uint32)  # never-copied scales read as UE8M0 NaN
+        elif t.elem.is_float:
+            arr = np.full(t.shape, np.nan, T.numpy_dtype(t.elem if t.elem != T.tf32 else T.f32))
+        else:
+            arr = np.full(t.shape, _POISON_I32 if t.elem.bits == 32 else 0x5A, T.numpy_dtype(t.elem))
+        ctx.shared[key] = arr
+    return [ctx.shared[key]]
+
+
+@tmem_index_op.interpreter
+def _i_index(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    ref, i = args
+    if not 0 <= int(i) < ref.shape[0]:
+        raise InterpreterError(f"TMEM stage {int(i)} is out of range [0, {ref.shape[0]})", op.span, ctx.program_id)
+    return [ref[int(i)]]
+
+
+@tmem_slice_op.interpreter
+def _i_slice(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    ref, start = args
+    d, n, s = op.attrs["dim"], op.attrs["size"], int(start)
+    if not 0 <= s <= ref.shape[d] - n:
+        raise InterpreterError(f"TMEM slice [{s}, {s + n}) of dimension {d} is outside {ref.shape[d]}", op.span,
+                               ctx.program_id)
+    return [ref[s:s + n] if d == 0 else ref[:, s:s + n]]
+
+
+@tmem_load_op.interpreter
+def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [np.array(args[0], copy=True)]
+
+
+@functools.cache
+def _chunk_positions(rows: int, cols: int, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(word row, word column, nibble slot) of every (row, chunk) of a metadata word matrix, from
+    the sparsity toolkit's "sm90" placement (independent of the layout algebra)."""
+    from ...stdlib.sparsity import operand_type, word_position
+
+    op_t = operand_type(CLASS_DTYPE[bits])
+    r = np.zeros((rows, 8 * cols), np.int64)
+    c, s = np.zeros_like(r), np.zeros_like(r)
+    for m in range(rows):
+        for j in range(8 * cols):
+            (lane, col), slot = word_position("sm90", op_t, m, j)
+            r[m, j], c[m, j], s[m, j] = lane, col, slot
+    return r, c, s
+
+
+@tmem_load_chunks_op.interpreter
+def _i_load_chunks(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    words = np.asarray(args[0])
+    t = op.operands[0].type
+    r, c, s = _chunk_positions(words.shape[0], words.shape[1], t.meta_bits)
+    return [((words[r, c] >> (4 * s).astype(np.uint32)) & 0xF).astype(np.uint8)]
+
+
+@tmem_store_op.interpreter
+def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    args[0][...] = args[1]
+    return []
+
+
+def _pair(ctx: Any, op: Operation) -> tuple[int, int] | None:
+    """(this CTA's rank, its peer's) for a cta_group=2 op issued by the even CTA of the pair; None
+    in the odd CTA, where such an op does nothing (PTX ISA 9.7.16.5: one thread of the pair issues)."""
+    from ..ops.cluster import cluster_of
+
+    cl = cluster_of(ctx)
+    me = cl[1] if cl else 0
+    return None if me & 1 else (me, me ^ 1)
+
+
+@mma_op.interpreter
+def _i_mma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    if op.attrs.get("cta_group", 1) == 2:
+        return _i_mma_pair(ctx, op, args)
+    _mma_one(ctx, op, args)
+    return []
+
+
+def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    """M = 256 over the CTA pair: D rows of each CTA = its A (and metadata) @ [B of the even CTA;
+    B of the odd CTA]^T (hardware-facts §1.2; PTX ISA 9.7.16.10.5.1)."""
+    from ..ops.cluster import peer_array
+
+    pair = _pair(ctx, op)
+    if pair is None:
+        return []
+    _, peer = pair
+    what = "tcgen05.mma(cta_group=2)"
+    peer_args = [peer_array(ctx, op, np.asarray(x), peer, what) if i < len(args) - 1 else x
+                 for i, x in enumerate(args)]
+    b_full = np.concatenate([np.asarray(args[1]), np.asarray(peer_args[1])], axis=0)
+    for which in (args, peer_args):
+        _mma_one(ctx, op, [which[0], b_full, *which[2:]])
+    return []
+
+
+def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
+    from ..ops.core import tf32_truncate
+    from ..ops.dot import _mma
+
+    a, b, acc = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    en = bool(args[-1])
+    ta = op.operands[0].type
+    ea = ta.elem
+    if op.attrs["sparse"]:
+        from ...stdlib.sparsity import SparsityError
+        from ..ops.metadata_words import decompress_tile
+
+        meta = np.asarray(args[3])[:, :op.attrs["k"] // WORD_K[META_BITS[ea.name]]]
+        try:
+            a = decompress_tile(a, meta, ea)
+        except SparsityError as e:
+            raise InterpreterError(f"invalid sparse metadata in TMEM: {e}", op.span, ctx.program_id) from None
+    if op.attrs.get("block_scale"):
+        a, b = _scaled_operands(ctx, op, args, a, b)
+    bm = b.T
+    if ea in (T.f32, T.tf32):  # as wgmma on the H200: low 13 bits dropped (assumed for tcgen05, not measured)
+        a, bm = tf32_truncate(a), tf32_truncate(bm)
+    eacc = op.operands[2].type.elem
+    base = acc if en else np.zeros(acc.shape, acc.dtype)
+    acc[...] = _mma(a, bm, base, eacc)
+
+
+def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,
+                     b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A and B (float64) multiplied by the block scales the MMA reads from TMEM (PTX ISA
+    9.7.16.10.7: ``(A * scale_A) @ (B * scale_B)``), one scale per row and instruction K."""
+    from ..ops.tmem_scales import apply_scales, read_scales
+
+    i = 4 if op.attrs["sparse"] else 3
+    step = instr_k(op.operands[0].type.elem, op.attrs["sparse"])
+    steps = op.attrs["k"] // step
+    try:
+        sa = read_scales(np.asarray(args[i]), a.shape[0], steps, "A")
+        sb = read_scales(np.asarray(args[i + 1]), b.shape[0], steps, "B")
+    except ValueError as e:
+        raise InterpreterError(str(e), op.span, ctx.program_id) from None
+    return apply_scales(a, sa, step), apply_scales(b, sb, step)
+
+
+@copy_op.interpreter
+def _i_copy(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    from ..ops.cluster import peer_array
+
+    if op.attrs.get("scale"):
+        atoms = np.asarray(args[0]).reshape(-1, 32, 4)
+        for i in range(atoms.shape[0]):  # tcgen05.cp.32x128b.warpx4: line r to lane r of every quarter
+            args[1][:, 4 * i:4 * i + 4] = np.tile(atoms[i], (4, 1))
+        return []
+
+    ranks: tuple[int, ...] = (-1,)
+    if op.attrs.get("cta_group", 1) == 2:
+        pair = _pair(ctx, op)
+        if pair is None:
+            return []
+        ranks = pair
+    for r in ranks:
+        src, dst = np.asarray(args[0]), args[1]
+        if r >= 0:
+            src = peer_array(ctx, op, src, r, "tcgen05.copy(cta_group=2)")
+            dst = peer_array(ctx, op, dst, r, "tcgen05.copy(cta_group=2)")
+        atoms = src.reshape(-1, 128, 4)
+        for i in range(atoms.shape[0]):
+            dst[:, 4 * i:4 * i + 4] = atoms[i]
+    return []
+
+
+@commit_op.interpreter
+def _i_commit(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    from ..ops.cluster import cluster_of, mask_ranks, peer_barrier
+
+    if op.attrs.get("cta_group", 1) == 2 and _pair(ctx, op) is None:
+        return []
+    if not op.attrs.get("multicast"):
+        args[0][0].arrive()
+        return []
+    cl = cluster_of(ctx)
+    for r in mask_ranks(ctx, op, int(args[1]), "tcgen05.commit"):
+        if cl is not None and r == cl[1]:
+            args[0][0].arrive()
+        else:
+            peer_barrier(ctx, op, args[0][0], r, "tcgen05.commit multicast").arrive()
+    return []
+
+
+@tmem_init_op.interpreter
+@tmem_release_op.interpreter
+@fence_before_op.interpreter
+@fence_after_op.interpreter
+def _i_noop(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return []

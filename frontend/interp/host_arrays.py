@@ -1,0 +1,265 @@
+"""Host views of kernel arguments for the interpreter.
+
+numpy arrays are used in place (a contiguous array is viewed flat; a strided one is copied and
+written back). Other array objects (torch, cupy, jax) are converted to host arrays and written back
+after the run when they are writable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..diagnostics import LaunchError
+from ..ir import types as T
+from ..ir.core import Function, Operation
+from .values import Buffer, PtrVal, TensorVal
+
+
+def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """A numpy view or copy of ``obj``, and a function writing a copy back (None if a view)."""
+    obj = getattr(obj, "sparsile_array", lambda: obj)()
+    if isinstance(obj, np.ndarray):
+        return obj, None
+    mod = type(obj).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+
+        t = obj
+        if t.device.type == "cpu":
+            if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+                arr = _torch_special_to_numpy(t)
+
+                def back() -> None:
+                    t.copy_(_numpy_to_torch_special(arr, t.dtype))
+
+                return arr, back
+            return t.detach().numpy(), None
+        host = t.detach().cpu()
+        arr = _torch_special_to_numpy(host) if host.dtype in (torch.bfloat16, torch.float8_e4m3fn,
+                                                              torch.float8_e5m2) else host.numpy()
+
+        def back_dev() -> None:
+            t.copy_(_numpy_to_torch_special(arr, t.dtype) if t.dtype in (torch.bfloat16, torch.float8_e4m3fn,
+                                                                         torch.float8_e5m2)
+                    else torch.from_numpy(arr))
+
+        return arr, back_dev
+    if mod == "cupy":
+        arr = obj.get()
+
+        def back_cp() -> None:
+            obj.set(arr)
+
+        return arr, back_cp
+    arr = np.array(obj)
+    return arr, None
+
+
+def _torch_special_to_numpy(t: Any) -> np.ndarray:
+    import ml_dtypes
+    import torch
+
+    view = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+            torch.float8_e4m3fn: (torch.int8, ml_dtypes.float8_e4m3fn),
+            torch.float8_e5m2: (torch.int8, ml_dtypes.float8_e5m2)}[t.dtype]
+    return t.contiguous().view(view[0]).numpy().view(view[1]).copy()
+
+
+def _numpy_to_torch_special(a: np.ndarray, dtype: Any) -> Any:
+    import torch
+
+    ints = {torch.bfloat16: (np.int16, torch.int16), torch.float8_e4m3fn: (np.int8, torch.int8),
+            torch.float8_e5m2: (np.int8, torch.int8)}[dtype]
+    return torch.from_numpy(a.view(ints[0])).view(dtype)
+
+
+def _terminator(block: Any) -> list[Any]:
+    """Operands of a block's scf.yield / scf.condition (empty when it has none)."""
+    last = block.ops[-1] if block.ops else None
+    return list(last.operands) if last is not None and last.name in ("scf.yield", "scf.condition") else []
+
+
+def _flow_edges(op: Operation) -> list[tuple[list[Any], list[Any]]]:
+    """(sources, destinations), element by element, of the values structured control flow passes
+    on: loop-carried values into block arguments and results, yields into results."""
+    if op.name == "scf.for":
+        body = op.regions[0].block
+        carried = body.args[1:]
+        return [(op.operands[3:], carried), (_terminator(body), carried), (_terminator(body), op.results)]
+    if op.name == "scf.while":
+        before, after = op.regions[0].block, op.regions[1].block
+        forwarded = _terminator(before)[1:]
+        return [(op.operands, before.args), (forwarded, after.args), (forwarded, op.results),
+                (_terminator(after), before.args)]
+    if op.name == "scf.if":
+        return [(_terminator(r.block), op.results) for r in op.regions]
+    if op.regions:  # anything else with regions: every input may reach every output (conservative)
+        ins = list(op.operands) + [v for r in op.regions for v in _terminator(r.block)]
+        outs = list(op.results) + [a for r in op.regions for a in r.block.args]
+        return [([v], outs) for v in ins]
+    if op.name == "load":  # a loaded value is data, not a pointer
+        return []
+    return [([v], list(op.results)) for v in op.operands]
+
+
+def stored_params(func: Function) -> set[str]:
+    """Names of pointer/tensor parameters the kernel may write (host copies are read back, and
+    read-only arrays are refused).
+
+    A value derived from a parameter (pointer arithmetic, selects, ...) keeps its origin; so do
+    loop-carried values and the results of structured control flow (a pointer advanced in a loop,
+    an ``if`` that picks a pointer), through the values their regions yield, until nothing changes.
+    """
+    origin: dict[int, frozenset[str]] = {}
+    for p in func.runtime_params:
+        if p.value is not None:
+            origin[id(p.value)] = frozenset({p.name})
+    ops = list(func.walk())
+    edges: list[tuple[list[Any], list[Any]]] = []
+    for op in ops:
+        for srcs, dsts in _flow_edges(op):
+            if op.name.startswith("scf.") and len(srcs) == len(dsts):
+                edges += [([a], [b]) for a, b in zip(srcs, dsts, strict=True)]
+            else:
+                edges.append((srcs, dsts))
+    changed = True
+    while changed:
+        changed = False
+        for srcs, dsts in edges:
+            names: frozenset[str] = frozenset().union(*(origin.get(id(v), frozenset()) for v in srcs))
+            if not names:
+                continue
+            for d in dsts:
+                old = origin.get(id(d), frozenset())
+                if not names <= old:
+                    origin[id(d)] = old | names
+                    changed = True
+    written: set[str] = set()
+    for op in ops:
+        if (op.name in ("store", "tensor.store_tile") or op.name.endswith(".store")) and op.operands:
+            written |= origin.get(id(op.operands[0]), frozenset())
+    return written
+
+
+def _byte_span(value: Any, arr: np.ndarray, copied_by_to_host: bool) -> tuple[str, int, int]:
+    """(memory space, first byte, one past the last byte) the user's array ``value`` spans."""
+    if copied_by_to_host:
+        value = getattr(value, "sparsile_array", lambda: value)()
+        if type(value).__module__.split(".")[0] == "torch":
+            ptr, steps, size, space = (value.data_ptr(), [st * value.element_size() for st in value.stride()],
+                                       value.element_size(), str(value.device))
+        else:  # cupy
+            ptr, steps, size, space = value.data.ptr, list(value.strides), value.itemsize, f"cuda:{value.device.id}"
+        shape = tuple(value.shape)
+    else:
+        ptr, steps, size, space, shape = (arr.__array_interface__["data"][0], list(arr.strides), arr.itemsize,
+                                          "cpu", arr.shape)
+    if any(n == 0 for n in shape):
+        return space, ptr, ptr
+    lo = ptr + sum(min(0, (n - 1) * st) for n, st in zip(shape, steps, strict=True))
+    hi = ptr + sum(max(0, (n - 1) * st) for n, st in zip(shape, steps, strict=True)) + size
+    return space, lo, hi
+
+
+def _overlap(a: _HostArg, b: _HostArg) -> bool:
+    """Whether two arguments' user arrays share memory."""
+    if a.back is None and b.back is None:  # both numpy memory: exact
+        try:
+            return bool(np.shares_memory(a.arr, b.arr, max_work=100_000))
+        except np.exceptions.TooHardError:
+            return True
+    sa, sb = a.span, b.span
+    return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2]
+
+
+class _HostArg:
+    """One pointer/tensor argument on the host: the user's array as numpy (``arr``, with ``back``
+    copying it to the user's object when to_host had to copy), and what the kernel sees."""
+
+    def __init__(self, name: str, value: Any, arr: np.ndarray, back: Callable[[], None] | None, dt: np.dtype,
+                 writes: bool):
+        self.name, self.arr, self.back, self.writes, self.dt = name, arr, back, writes, dt
+        self.copied = back is not None or arr.dtype != dt or not arr.flags.c_contiguous
+        self.view_key = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype, dt,
+                         id(arr) if back is not None else 0)
+        self.span = _byte_span(value, arr, back is not None)
+
+
+def _check_overlaps(args: list[_HostArg]) -> None:
+    """Two arguments that share memory, at least one of them written, must be the identical view
+    (they then share one host copy) or both be used in place; otherwise a copy would hide one's
+    writes from the other: LaunchError SP0750."""
+    for i, a in enumerate(args):
+        for b in args[i + 1:]:
+            if (a.writes or b.writes) and a.view_key != b.view_key and (a.copied or b.copied) and _overlap(a, b):
+                raise LaunchError("SP0750", f"arguments `{a.name}` and `{b.name}` overlap in memory but are "
+                                  "different views, and the kernel writes through "
+                                  f"`{a.name if a.writes else b.name}`; the interpreter runs on a copy of "
+                                  "non-contiguous (or converted) arrays, so the writes would be lost",
+                                  help="pass the same array for both (aliasing the identical view works), "
+                                       "or separate arrays (e.g. `y.copy()`)")
+
+
+def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str, Any], list[Callable[[], None]]]:
+    """Interpreter values for each run-time parameter, and write-back callbacks. A read-only array
+    passed to a parameter the kernel writes is LaunchError SP0719, as on the GPU.
+
+    Only what the kernel writes is written back (a copy of a non-contiguous or converted array,
+    then the user's object when it is not numpy). Arguments that are the identical view of the
+    same memory share one copy, so ``out=x`` works whatever x's strides; arguments that overlap
+    otherwise, one of them written, through a copy, are LaunchError SP0750.
+    """
+    params: dict[str, Any] = {}
+    written = stored_params(func)
+    hosts: dict[int, tuple[np.ndarray, Callable[[], None] | None]] = {}
+    args: list[_HostArg] = []
+    for p in func.runtime_params:
+        value = bound[p.name]
+        t = p.type
+        if not isinstance(t, T.PointerType | T.TensorType):
+            assert isinstance(t, T.ScalarType)
+            params[p.name] = np.array(value, dtype=T.numpy_dtype(t))
+            continue
+        if id(value) not in hosts:  # the same object converted once
+            hosts[id(value)] = to_host(value)
+        arr, back = hosts[id(value)]
+        if not arr.flags.writeable and p.name in written:
+            raise LaunchError("SP0719", f"argument `{p.name}` is a read-only array, but the kernel writes "
+                              "through it", help="pass a writable copy (e.g. `x.copy()`)")
+        args.append(_HostArg(p.name, value, arr, back, T.numpy_dtype(t.elem if t.elem != T.tf32 else T.f32),
+                             p.name in written))
+    _check_overlaps(args)
+    views: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+    copies_back: dict[tuple[Any, ...], Callable[[], None]] = {}
+    objects_back: dict[int, Callable[[], None]] = {}
+    pointer_params = [p for p in func.runtime_params if isinstance(p.type, T.PointerType | T.TensorType)]
+    for a, p in zip(args, pointer_params, strict=True):
+        arr, dt = a.arr, a.dt
+        in_place = arr.dtype == dt and arr.flags.c_contiguous
+        if a.view_key not in views:
+            if in_place:
+                flat = arr.reshape(-1)
+                strides = tuple(s // arr.itemsize for s in arr.strides) if arr.ndim else ()
+            else:
+                dense = np.ascontiguousarray(arr.astype(dt, copy=False))
+                flat = dense.reshape(-1)
+                strides = tuple(s // flat.itemsize for s in dense.strides)
+            views[a.view_key] = (flat, strides)
+        flat, strides = views[a.view_key]
+        buf = Buffer(p.name, flat)  # identical views share ``flat``, so each sees the other's writes
+        if a.writes:
+            if not in_place and a.view_key not in copies_back:
+                def back_copy(dst: np.ndarray = arr, src: np.ndarray = flat) -> None:
+                    dst[...] = src.reshape(dst.shape).astype(dst.dtype)
+
+                copies_back[a.view_key] = back_copy
+            if a.back is not None:
+                objects_back[id(arr)] = a.back
+        if isinstance(p.type, T.TensorType):
+            params[p.name] = TensorVal(buf, tuple(int(s) for s in arr.shape), strides)
+        else:
+            params[p.name] = PtrVal(buf, np.array(0, np.int64))
+    return params, [*copies_back.values(), *objects_back.values()]

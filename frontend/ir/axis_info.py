@@ -1,0 +1,194 @@
+"""Axis information: per-dimension contiguity, divisibility and constancy of integer and pointer
+values (the analysis Triton calls AxisInfo).
+
+* ``contiguity[d]``: the values form runs of this many consecutive integers (step 1) along dim d;
+* ``divisibility[d]``: the first value of each such run is a multiple of this power of two (for
+  pointers: in bytes);
+* ``constancy[d]``: runs of this many equal values along dim d.
+
+Layout inference uses it to pick vector widths for loads and stores; code generation uses it to
+emit 16-byte accesses only where alignment and masks allow. Every answer is conservative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from . import types as T
+from .core import Function, Operation, Value
+
+MAX_DIV = 1 << 30
+
+
+@dataclass(frozen=True)
+class AxisInfo:
+    contiguity: tuple[int, ...]
+    divisibility: tuple[int, ...]
+    constancy: tuple[int, ...]
+
+    @staticmethod
+    def unknown(rank: int) -> AxisInfo:
+        return AxisInfo((1,) * rank, (1,) * rank, (1,) * rank)
+
+
+def pow2_factor(n: int) -> int:
+    if n == 0:
+        return MAX_DIV
+    return min(MAX_DIV, n & -n)
+
+
+def _rank(v: Value) -> int:
+    return len(T.shape_of(v.type))
+
+
+def _shape(v: Value) -> tuple[int, ...]:
+    return T.shape_of(v.type)
+
+
+class AxisAnalysis:
+    def __init__(self, func: Function):
+        self.info: dict[int, AxisInfo] = {}
+        for p in func.runtime_params:
+            if p.value is None:
+                continue
+            t = p.type
+            if isinstance(t, T.PointerType):
+                self.info[id(p.value)] = AxisInfo((1,), (16 if p.divisible_16 else t.elem.bytes,), (1,))
+            elif isinstance(t, T.ScalarType) and t.is_int:
+                self.info[id(p.value)] = AxisInfo((1,), (16 if p.divisible_16 else 1,), (1,))
+        for op in func.walk():
+            self._visit(op)
+
+    def get(self, v: Value) -> AxisInfo:
+        info = self.info.get(id(v))
+        if info is None:
+            r = max(1, _rank(v))
+            return AxisInfo.unknown(r)
+        return info
+
+    def _set(self, v: Value, info: AxisInfo) -> None:
+        self.info[id(v)] = info
+
+    def _visit(self, op: Operation) -> None:
+        name = op.name
+        if not op.results:
+            return
+        res = op.results[0]
+        shape = _shape(res)
+        rank = max(1, len(shape))
+        full = shape if shape else (1,)
+        if name == "arith.constant":
+            val = op.attrs["value"]
+            div = pow2_factor(int(val)) if isinstance(val, int) and not isinstance(val, bool) else 1
+            self._set(res, AxisInfo((1,) * rank, (div,) * rank, full))
+        elif name == "arange":
+            self._set(res, AxisInfo((shape[0],), (pow2_factor(op.attrs["start"]),), (1,)))
+        elif name == "program_id" or name == "num_programs":
+            self._set(res, AxisInfo((1,), (1,), (1,)))
+        elif name in ("splat",):
+            s = self.get(op.operands[0])
+            self._set(res, AxisInfo((1,) * rank, (s.divisibility[0],) * rank, full))
+        elif name == "broadcast":
+            s = self.get(op.operands[0])
+            src_shape = _shape(op.operands[0])
+            cont, div, const = [], [], []
+            for d in range(rank):
+                if src_shape[d] == 1 and shape[d] != 1:
+                    cont.append(1)
+                    div.append(s.divisibility[d])
+                    const.append(shape[d])
+                else:
+                    cont.append(s.contiguity[d])
+                    div.append(s.divisibility[d])
+                    const.append(s.constancy[d])
+            self._set(res, AxisInfo(tuple(cont), tuple(div), tuple(const)))
+        elif name == "expand_dims":
+            s = self.get(op.operands[0])
+            ax = op.attrs["axis"]
+            src_rank = _rank(op.operands[0])
+            if src_rank == 0:
+                s = AxisInfo((), (), ())
+            c, dv, k = list(s.contiguity), list(s.divisibility), list(s.constancy)
+            base_div = dv[0] if dv else 1
+            c.insert(ax, 1)
+            dv.insert(ax, base_div)
+            k.insert(ax, 1)
+            self._set(res, AxisInfo(tuple(c), tuple(dv), tuple(k)))
+        elif name == "arith.binary":
+            self._binary(op)
+        elif name == "addptr":
+            p, off = self.get(op.operands[0]), self.get(op.operands[1])
+            elem = T.element_type(res.type)
+            eb = elem.elem.bytes if isinstance(elem, T.PointerType) else 1
+            r = len(p.contiguity)
+            off = _fit(off, r)
+            p = _fit(p, r)
+            cont = tuple(max(gcd(a, b), gcd(c, d)) for a, b, c, d in
+                         zip(p.contiguity, off.constancy, p.constancy, off.contiguity, strict=True))
+            div = tuple(gcd(a, pow2_factor(b * eb) if b < MAX_DIV else MAX_DIV)
+                        for a, b in zip(p.divisibility, off.divisibility, strict=True))
+            const = tuple(gcd(a, b) for a, b in zip(p.constancy, off.constancy, strict=True))
+            self._set(res, AxisInfo(cont, div, const))
+        elif name == "arith.cmp":
+            self._compare(op)
+        elif name in ("arith.cast", "arith.select", "arith.unary", "math", "load"):
+            # constancy survives elementwise maps of constant runs
+            srcs = [self.get(v) for v in op.operands if _rank(v) == len(shape)]
+            if srcs and shape:
+                const = tuple(min(s.constancy[d] for s in srcs) for d in range(rank))
+                self._set(res, AxisInfo((1,) * rank, (1,) * rank, const))
+        elif name == "scf.for":
+            body = op.regions[0].block
+            lb, step = self.get(op.operands[0]), self.get(op.operands[2])
+            self._set(body.args[0], AxisInfo((1,), (gcd(lb.divisibility[0], step.divisibility[0]),), (1,)))
+        # everything else: unknown (default)
+
+    def _binary(self, op: Operation) -> None:
+        res = op.results[0]
+        a, b = self.get(op.operands[0]), self.get(op.operands[1])
+        rank = max(len(a.contiguity), len(b.contiguity))
+        a, b = _fit(a, rank), _fit(b, rank)
+        kind = op.attrs["op"]
+        z = list(zip(a.contiguity, a.divisibility, a.constancy, b.contiguity, b.divisibility, b.constancy,
+                     strict=True))
+        if kind in ("add", "sub"):
+            cont = tuple(max(gcd(ca, kb), gcd(ka, cb)) for ca, _, ka, cb, _, kb in z)
+            div = tuple(gcd(da, db) for _, da, _, _, db, _ in z)
+        elif kind == "mul":
+            cont = tuple(1 for _ in z)
+            div = tuple(min(MAX_DIV, da * db) for _, da, _, _, db, _ in z)
+        elif kind == "shl":
+            cont = tuple(1 for _ in z)
+            div = tuple(1 for _ in z)
+        else:
+            cont = tuple(1 for _ in z)
+            div = tuple(1 for _ in z)
+        const = tuple(gcd(ka, kb) for _, _, ka, _, _, kb in z)
+        if kind in ("floordiv", "and", "shr", "mod"):
+            # x // c with contiguous x keeps runs of c equal values when aligned
+            const = tuple(gcd(ka, kb) for _, _, ka, _, _, kb in z)
+        self._set(res, AxisInfo(cont, div, const))
+
+    def _compare(self, op: Operation) -> None:
+        res = op.results[0]
+        a, b = self.get(op.operands[0]), self.get(op.operands[1])
+        rank = max(len(a.contiguity), len(b.contiguity))
+        a, b = _fit(a, rank), _fit(b, rank)
+        const = []
+        for d in range(rank):
+            c = gcd(a.constancy[d], b.constancy[d])
+            if op.attrs["pred"] in ("lt", "le", "gt", "ge") and b.constancy[d] > 1:
+                # contiguous runs starting at multiples of k, compared with a multiple of k, stay constant
+                run = min(a.contiguity[d], a.divisibility[d], b.divisibility[d])
+                c = max(c, gcd(run, b.constancy[d]))
+            const.append(c)
+        self._set(res, AxisInfo((1,) * rank, (1,) * rank, tuple(const)))
+
+
+def _fit(info: AxisInfo, rank: int) -> AxisInfo:
+    if len(info.contiguity) == rank:
+        return info
+    if len(info.contiguity) == 1:
+        return AxisInfo((1,) * rank, info.divisibility * rank, (MAX_DIV,) * rank)
+    raise ValueError("rank mismatch in axis analysis")

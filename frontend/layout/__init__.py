@@ -1,0 +1,1 @@
+"""Layouts: the linear-layout algebra, the named library, shared-memory layouts and layout inference."""

@@ -1,0 +1,716 @@
+"""Derivations from the layout algebra: plans the code generator consumes.
+
+Pure functions returning frozen plan objects (never hand-written tables):
+
+- :func:`tmem_access_plan` — the ``tcgen05.ld/st`` shape, ``.num``, instructions and per-thread
+  (un)packing that move a TMEM layout to or from a register layout, or the reason none exists;
+  :func:`tmem_register_layout` — the register layout a given shape produces;
+- :func:`conversion_plan` — register layout to register layout: no-op, register permutation,
+  intra-warp shuffles or a round trip through shared memory, chosen by a small cost model;
+- re-exported from :mod:`layout_smem`: :func:`smem_descriptor_fields` (swizzle mode, LBO, SBO
+  implied by a SMEM layout) and :func:`store_plan`/:func:`storable_layout`/
+  :func:`storable_register_layout` (vectorized ``st.shared``/``stmatrix`` stores and their bank
+  conflicts; seed 002).
+
+A plan that cannot be made has ``ok == False``, a ``reason`` and a ``help`` line; ``require()``
+turns it into a :class:`CompileError` (codes SP0404-SP0409).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..spans import UNKNOWN_SPAN, Span
+from .layouts import UNUSED_DIM, GF2Span, LayoutError, LinearLayout, bit_list, log2_exact
+from .library import (
+    BLOCK,
+    COL,
+    CTA,
+    LANE,
+    REG,
+    SUB,
+    SWIZZLE_BYTES,
+    TCGEN05_MAX_NUM,
+    TCGEN05_SHAPES,
+    WARP,
+    _bases,
+    _smem_from_address_map,
+    tcgen05_regs_per_num,
+)
+from .smem import (
+    SmemDescriptorFields,
+    StorePlan,
+    _require,
+    _xor_images,
+    smem_descriptor_fields,
+    smem_wavefronts,
+    storable_layout,
+    storable_register_layout,
+    store_plan,
+)
+
+_LANE_SHIFT = 0   # W vectors: TMEM lane in bits 0..7, column in bits 8..
+_COL_SHIFT = 8
+
+
+def _w(lane: int, col: int) -> int:
+    return lane << _LANE_SHIFT | col << _COL_SHIFT
+
+
+def _w_split(v: int) -> tuple[int, int]:
+    return v & 0xFF, v >> _COL_SHIFT
+
+
+def _describe_w(v: int) -> str:
+    lane, col = _w_split(v)
+    return f"(TMEM lane +{lane}, column +{col})"
+
+
+# ============================================================================================
+# TMEM <-> registers
+# ============================================================================================
+
+@dataclass(frozen=True)
+class TmemInstruction:
+    """One ``tcgen05.ld/st`` issued by every warp: TMEM address = warp base + these offsets."""
+
+    lane_offset: int
+    col_offset: int
+
+
+@dataclass(frozen=True)
+class RegisterSource:
+    """Where one element of the register layout lives in the instructions' 32-bit registers."""
+
+    instruction: int
+    slot: int
+    bit_offset: int
+    bits: int
+
+
+@dataclass(frozen=True)
+class TmemAccessPlan:
+    """How to move a TMEM layout to (``load``) or from (``store``) a register layout.
+
+    ``warp_bases[w]`` is the (lane, column) base of warp ``w`` (lane base ``32·(w%4)`` plus the
+    lane offset: warp ``w`` may only touch lanes ``32(w%4)..+31``, hardware-facts §2).
+    ``sources[r][s]`` locates element (``reg`` r, ``sub`` s) of the register layout; an element
+    that is a sub-field of a 32-bit word is extracted (load) or inserted (store) with shifts:
+    the per-thread unpacking.
+    """
+
+    ok: bool
+    reason: str | None = None
+    help: str | None = None
+    direction: str = "load"
+    shape: str | None = None
+    num: int = 0
+    half_split: int | None = None
+    regs_per_instruction: int = 0
+    instructions: tuple[TmemInstruction, ...] = ()
+    warp_bases: tuple[tuple[int, int], ...] = ()
+    sources: tuple[tuple[RegisterSource, ...], ...] = ()
+    element_bits: int = 32
+
+    @property
+    def ptx(self) -> str:
+        op = "ld" if self.direction == "load" else "st"
+        return f"tcgen05.{op}.sync.aligned.{self.shape}.x{self.num}.b32"
+
+    @property
+    def unpacks(self) -> bool:
+        """True when some register element is not a whole 32-bit word at bit 0."""
+        return any(src.bit_offset or src.bits != 32 for row in self.sources for src in row)
+
+    def require(self, span: Span = UNKNOWN_SPAN) -> TmemAccessPlan:
+        _require(self.ok, "SP0404", self.reason, self.help, span)
+        return self
+
+
+def _images(layout: LinearLayout, dim: str) -> list[dict[str, int]]:
+    return [layout.basis(dim, b) for b in range(layout.in_bits(dim))] if dim in layout.in_names else []
+
+
+def _check_dims(layout: LinearLayout, allowed: set[str], what: str) -> str | None:
+    extra = [n for n in layout.in_names if n not in allowed]
+    if extra:
+        return f"the {what} layout has input dims {extra}; expected only {sorted(allowed)}"
+    return None
+
+
+def tmem_access_plan(tmem_layout: LinearLayout, reg_layout: LinearLayout, num_warps: int = 4, *,
+                     direction: str = "load", lane_offset: int = 0,
+                     max_regs_per_instruction: int = 32) -> TmemAccessPlan:
+    """Find the ``tcgen05.ld/st`` atom, ``.num`` and instructions moving ``tmem_layout`` (input
+    dims ``lane``, ``col``[, ``sub``][, ``cta``]) to/from ``reg_layout`` (``reg``[, ``sub``],
+    ``lane``, ``warp``[, ``block``]) over the same logical dims.
+
+    Method: ``H = reg_layout ∘ tmem_layout⁻¹`` maps register/thread bits to TMEM address bits.
+    The thread (``lane``) bits of ``H`` must be one shape's per-thread mapping (hardware-facts
+    §2); the warp bits must select the warp's own lane quarter; the per-thread bits must span the
+    shape's own register bits, then ``.num`` repetitions (capped by
+    ``max_regs_per_instruction``), then instruction offsets (lane + 16 for 16-lane shapes, higher
+    columns).  Sub-word positions become shifts (the per-thread unpacking of packed 16-bit values
+    or metadata nibbles).
+    """
+    def fail(reason: str, help: str | None = None) -> TmemAccessPlan:
+        return TmemAccessPlan(False, reason, help or "convert the register layout first: "
+                              "conversion_plan(reg_layout, tmem_register_layout(tmem_layout, shape))",
+                              direction)
+
+    if direction not in ("load", "store"):
+        raise LayoutError("SP0404", f"direction must be 'load' or 'store', found {direction!r}")
+    for msg in (_check_dims(tmem_layout, {LANE, COL, SUB, CTA}, "TMEM"),
+                _check_dims(reg_layout, {REG, SUB, LANE, WARP, BLOCK}, "register")):
+        if msg:
+            return fail(msg, "TMEM layouts use (lane, col, sub, cta); register layouts (reg, sub, lane, warp, block)")
+    logical = sorted(d for d in tmem_layout.out_dims if d[0] != UNUSED_DIM)
+    if logical != sorted(reg_layout.out_dims):
+        return fail(f"the layouts describe different tensors: TMEM {logical}, registers "
+                    f"{sorted(reg_layout.out_dims)}", "give both layouts the same logical dims and sizes")
+    if not tmem_layout.is_bijective():
+        return fail("the TMEM layout is not a bijection between TMEM positions and elements",
+                    "a TMEM layout must place every element exactly once")
+    if reg_layout.in_size(WARP) != num_warps:
+        return fail(f"the register layout spans {reg_layout.in_size(WARP)} warps, the kernel has {num_warps}",
+                    "build the register layout for the kernel's number of warps")
+    if reg_layout.in_size(LANE) != 32:
+        return fail("the register layout does not span the 32 lanes of a warp")
+    t_sub = tmem_layout.in_size(SUB)
+    r_sub = reg_layout.in_size(SUB)
+    if r_sub > 1 and r_sub != t_sub:
+        return fail(f"element widths differ: {32 // r_sub}-bit elements in registers, "
+                    f"{32 // t_sub}-bit elements in TMEM cells")
+    ebits = 32 // t_sub
+    h = reg_layout.compose(tmem_layout.invert())
+
+    def img(b: dict[str, int]) -> tuple[int, int, int]:
+        return _w(b.get(LANE, 0), b.get(COL, 0)), b.get(SUB, 0), b.get(CTA, 0)
+
+    # --- threads: block -> cta, warps -> lane quarters, lanes -> one shape --------------------
+    blocks = [img(b) for b in _images(h, BLOCK)]
+    if tmem_layout.in_size(CTA) != reg_layout.in_size(BLOCK) or any(
+            bw or bs or bc != 1 << i for i, (bw, bs, bc) in enumerate(blocks)):
+        return fail("CTA bits do not line up: each CTA of the pair must access its own TMEM at the same "
+                    "addresses (register dim 'block' <-> TMEM dim 'cta')")
+    per_thread = [img(b) for b in _images(h, REG)] + [img(b) for b in _images(h, SUB)]
+    lanes = [img(b) for b in _images(h, LANE)]
+    warps = [img(b) for b in _images(h, WARP)]
+    if any(c for _, _, c in per_thread + lanes + warps):
+        return fail("a thread would need TMEM of the other CTA of the pair")
+    if any(s for _, s, _ in lanes + warps):
+        return fail("two threads would share one 32-bit TMEM word (a word goes to exactly one thread)")
+    quarter_bits = min(2, log2_exact(num_warps))  # warp w%4 owns TMEM lanes 32(w%4)..+31
+    warp_cols = 0
+    for i, (ww, _, _) in enumerate(warps):
+        wl, wc = _w_split(ww)
+        want = 32 << i if i < quarter_bits else 0
+        if wl != want:
+            return fail(f"warp bit {i} moves to TMEM lane +{wl}; warp w may only touch lanes 32*(w%4)..+31 "
+                        f"(hardware-facts §2), so it must move by +{want}",
+                        "assign warp w%4 to the rows held in TMEM lanes 32*(w%4)..+31")
+        warp_cols |= wc
+    shape, half_split = _match_shape([w for w, _, _ in lanes])
+    if shape is None:
+        got = ", ".join(_describe_w(w) for w, _, _ in lanes)
+        return fail(f"no tcgen05.ld/st shape has this thread mapping: lane bits 0..4 move to {got}")
+    _lane_b, reg_b, span = TCGEN05_SHAPES[shape]
+    native = [_w(lb, cb) for lb, cb in reg_b]
+    lane_used = 0
+    for w, _, _ in lanes:
+        lane_used |= w
+    # --- per-thread words --------------------------------------------------------------------
+    words = GF2Span(w for w, _, _ in per_thread)
+    for v in native:
+        if not words.contains(v):
+            return fail(f"the {shape} shape gives every thread the word at {_describe_w(v)} as well, "
+                        "but the register layout does not hold it")
+    max_num = TCGEN05_MAX_NUM[shape]
+    num = 1
+    while (num * 2 <= max_num and tcgen05_regs_per_num(shape) * num * 2 <= max_regs_per_instruction
+           and words.contains(_w(0, span * num))
+           and (half_split is None or span * num * 2 <= half_split)):
+        num *= 2
+    inside = native + [_w(0, span << i) for i in range(log2_exact(num))]
+    inside_mask = 0
+    for v in inside:
+        inside_mask |= v
+    offset_mask = _w(16 if shape != "32x32b" else 0, 0)
+    col_limit = span * num
+    for c in range(16):
+        if (1 << c) >= col_limit and (half_split is None or (1 << c) != half_split):
+            offset_mask |= _w(0, 1 << c)
+    instr_span = GF2Span()
+    for w, _, _ in per_thread:
+        rest = w & ~inside_mask
+        if rest & ~offset_mask:
+            return fail(f"a register would hold the word at {_describe_w(w)}, which the {shape} shape "
+                        f"cannot give to the same thread (.x{num})")
+        instr_span.add(rest)
+    instr_basis = instr_span.basis()
+    offset_used = 0
+    for v in instr_basis:
+        offset_used |= v
+    if warp_cols & ((inside_mask | offset_used | lane_used) >> _COL_SHIFT):
+        return fail("the warps' column offsets overlap the columns each warp reads",
+                    "give warps >= 4 disjoint column ranges")
+    instructions = []
+    for i in range(1 << len(instr_basis)):
+        v = 0
+        for j, bv in enumerate(instr_basis):
+            if i >> j & 1:
+                v ^= bv
+        lane, col = _w_split(v)
+        instructions.append(TmemInstruction(lane, col))
+    instr_index = GF2Span(instr_basis)
+    # --- where every register element comes from ----------------------------------------------
+    slot_of_bit = {}
+    for j, v in enumerate(inside):
+        slot_of_bit[v] = j
+    reg_cols = h.flat_columns()
+    offs = h.in_bit_offsets()
+    sources = []
+    for r in range(reg_layout.in_size(REG)):
+        row = []
+        for s in range(r_sub):
+            w_img, sub_img = 0, 0
+            for b in bit_list(r):
+                wi, si, _ = img(h.decode_out(reg_cols[offs[REG] + b]))
+                w_img ^= wi
+                sub_img ^= si
+            for b in bit_list(s):
+                wi, si, _ = img(h.decode_out(reg_cols[offs[SUB] + b]))
+                w_img ^= wi
+                sub_img ^= si
+            slot = 0
+            for v, j in slot_of_bit.items():
+                if w_img & v:
+                    slot |= 1 << j
+            instr = instr_index.solve(w_img & ~inside_mask)
+            assert instr is not None
+            row.append(RegisterSource(instr, slot, sub_img * ebits, ebits))
+        sources.append(tuple(row))
+    warp_bases = []
+    for wv in range(num_warps):
+        v = 0
+        for b in bit_list(wv):
+            v ^= warps[b][0]
+        lane, col = _w_split(v)
+        warp_bases.append((lane + lane_offset, col))
+    return TmemAccessPlan(True, None, None, direction, shape, num, half_split,
+                          tcgen05_regs_per_num(shape) * num, tuple(instructions), tuple(warp_bases),
+                          tuple(sources), ebits)
+
+
+def _match_shape(lane_w: Sequence[int]) -> tuple[str | None, int | None]:
+    for shape, (lane_b, _, _) in TCGEN05_SHAPES.items():
+        expect = [_w(lb, cb) for lb, cb in lane_b]
+        if shape == "16x32bx2":
+            lane, col = _w_split(lane_w[4])
+            if list(lane_w[:4]) == expect[:4] and lane == 0 and col and not col & (col - 1):
+                return shape, col
+            continue
+        if list(lane_w) == expect:
+            return shape, None
+    return None, None
+
+
+def tmem_register_layout(tmem_layout: LinearLayout, shape: str = "32x32b", num_warps: int = 4, *,
+                         unpack: bool = False, max_regs_per_instruction: int = 32) -> LinearLayout:
+    """The register layout that ``tcgen05.ld.<shape>`` produces from ``tmem_layout`` (and that
+    ``tcgen05.st`` consumes).
+
+    Threads follow the shape's mapping (hardware-facts §2), warp ``w`` its lane quarter; registers
+    walk the shape's own registers, then ``.num`` column steps, then the remaining TMEM address
+    bits that hold data (lane + 16 for 16-lane shapes, then columns).  For ``16x32bx2`` the half
+    split is the highest column bit.  Warps beyond the lane quarters take the highest columns.
+    Packed cells keep their ``sub`` dim (one 32-bit register per cell); ``unpack=True`` folds it
+    into ``reg`` (``reg = sub + S·word``), one element per register.
+    """
+    if shape not in TCGEN05_SHAPES:
+        raise LayoutError("SP0404", f"unknown tcgen05.ld/st shape {shape!r}", help=f"use one of {list(TCGEN05_SHAPES)}")
+    tlanes, tcols = tmem_layout.in_size(LANE), tmem_layout.in_size(COL)
+    data_bits = []  # W unit vectors of TMEM address bits that hold data
+    for dim, count in ((LANE, log2_exact(tlanes)), (COL, log2_exact(tcols))):
+        for b in range(count):
+            image = tmem_layout.basis(dim, b)
+            if image.get(UNUSED_DIM, 0):
+                if any(v for k, v in image.items() if k != UNUSED_DIM):
+                    raise LayoutError("SP0404", "TMEM layout mixes data and unused positions in one address bit")
+                continue
+            data_bits.append(_w(1 << b, 0) if dim == LANE else _w(0, 1 << b))
+    lane_b, reg_b, span = TCGEN05_SHAPES[shape]
+    thread = [_w(lb, cb) for lb, cb in lane_b]
+    col_bits = [_w(0, 1 << b) for b in range(log2_exact(tcols))]
+    half_split = None
+    if shape == "16x32bx2":
+        half_split = 1 << (log2_exact(tcols) - 1) if tcols > 1 else 0
+        if not half_split:
+            raise LayoutError("SP0404", "16x32bx2 needs at least 2 TMEM columns")
+        thread[4] = _w(0, half_split)
+    regs = [_w(lb, cb) for lb, cb in reg_b]
+    used = set(thread) | set(regs)
+    quarter_bits = min(2, log2_exact(num_warps))  # warp w%4 owns TMEM lanes 32(w%4)..+31
+    if tlanes < 32 << quarter_bits:
+        raise LayoutError("SP0404", f"{num_warps} warps read TMEM lanes 0..{(32 << quarter_bits) - 1}, "
+                          f"but the layout has only {tlanes} lanes",
+                          help="use fewer warps or a layout over all 128 lanes")
+    warps = [_w(32 << i, 0) for i in range(quarter_bits)]
+    spare_cols = [c for c in reversed(col_bits) if c not in used and c in data_bits]
+    for _ in range(log2_exact(num_warps) - quarter_bits):
+        warps.append(spare_cols.pop(0) if spare_cols else 0)  # further warpgroups: highest columns
+    used |= set(warps)
+    num = 1
+    while (num * 2 <= TCGEN05_MAX_NUM[shape]
+           and tcgen05_regs_per_num(shape) * num * 2 <= max_regs_per_instruction
+           and _w(0, span * num) in data_bits and _w(0, span * num) not in used):
+        regs.append(_w(0, span * num))
+        used.add(_w(0, span * num))
+        num *= 2
+    for v in data_bits:
+        if v not in used:
+            regs.append(v)
+            used.add(v)
+    covered = set(data_bits)
+    if not set(regs) | set(thread) | {w for w in warps if w} >= covered or any(
+            v and v not in covered for v in regs + thread + warps):
+        raise LayoutError("SP0404", f"the {shape} shape cannot cover this TMEM layout "
+                          "(it would touch unused lanes or miss data)",
+                          help="use 16x32bx2, 16x64b, 16x128b or 16x256b for half-datapath layouts")
+
+    def as_dict(v: int) -> dict[str, int]:
+        lane, col = _w_split(v)
+        return {LANE: lane, COL: col}
+
+    rows: dict[str, list[dict[str, int]]] = {REG: [as_dict(v) for v in regs]}
+    out = [(LANE, tlanes), (COL, tcols)]
+    if tmem_layout.in_size(SUB) > 1:
+        rows[SUB] = [{SUB: 1 << b} for b in range(tmem_layout.in_bits(SUB))]
+        out.append((SUB, tmem_layout.in_size(SUB)))
+    rows[LANE] = [as_dict(v) for v in thread]
+    rows[WARP] = [as_dict(v) for v in warps]
+    if tmem_layout.in_size(CTA) > 1:
+        rows[BLOCK] = [{CTA: 1 << b} for b in range(tmem_layout.in_bits(CTA))]
+        out.append((CTA, tmem_layout.in_size(CTA)))
+    atom = _bases(rows, out)
+    result = atom.compose(tmem_layout)
+    result = result.sublayout(result.in_names, [n for n in result.out_names if n != UNUSED_DIM])
+    if unpack and SUB in result.in_names:
+        result = result.merge_ins([REG, SUB], REG)
+    return result
+
+
+# ============================================================================================
+# Register layout conversions
+# ============================================================================================
+
+@dataclass(frozen=True)
+class LinearIndex:
+    """A run-time index ``const ^ XOR(masks[dim][i] for each set bit i of dim)``."""
+
+    const: int
+    masks: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def eval(self, **dims: int) -> int:
+        v = self.const
+        for dim, masks in self.masks:
+            x = dims.get(dim, 0)
+            for i, m in enumerate(masks):
+                if x >> i & 1:
+                    v ^= m
+        return v
+
+    @property
+    def is_static(self) -> bool:
+        return not any(m for _, ms in self.masks for m in ms)
+
+
+@dataclass(frozen=True)
+class ShuffleRound:
+    """One ``shfl.sync.idx``: the receiver fills element ``dst_reg`` from lane ``src_lane`` (its own
+    lane/warp); the sender passes its element ``src_reg`` (evaluated with the sender's lane/warp).
+    ``local`` rounds read the thread's own registers and need no shuffle.  With ``accept`` set,
+    the receiver keeps the value only if ``accept.eval(lane=own lane) == accept_value`` (a
+    sender owes different registers to several receivers, so ``dst_reg`` takes several rounds)."""
+
+    dst_reg: int
+    src_lane: LinearIndex
+    src_reg: LinearIndex
+    local: bool = False
+    accept: LinearIndex | None = None
+    accept_value: int = 0
+
+
+@dataclass(frozen=True)
+class SmemExchange:
+    smem_layout: LinearLayout
+    swizzle: str
+    store: StorePlan
+    load: StorePlan
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """How to convert a register layout ``src`` to ``dst`` over the same logical tensor.
+
+    ``kind``: ``noop``; ``registers`` (same thread ownership: ``register_map[r]`` gives the source
+    element of destination element ``r``); ``shuffle`` (same warp: ``rounds``); ``shared_memory``
+    (``smem``: store with ``src``, barrier, load with ``dst``); or ``none`` with ``reason``.
+    Element indices merge ``reg`` and ``sub`` (``reg·S + sub``).  ``cost`` is in issue slots per
+    warp (register move 0, select 1, shuffle 2, shared-memory wavefront 2, barrier 8);
+    ``considered`` lists every strategy with its cost or why it does not apply.
+    """
+
+    kind: str
+    cost: float = 0.0
+    reason: str | None = None
+    register_map: tuple[LinearIndex, ...] = ()
+    rounds: tuple[ShuffleRound, ...] = ()
+    smem: SmemExchange | None = None
+    considered: tuple[tuple[str, float | None, str], ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.kind != "none"
+
+    def require(self, span: Span = UNKNOWN_SPAN) -> ConversionPlan:
+        _require(self.ok, "SP0409", self.reason, "the two layouts must describe the same tensor", span)
+        return self
+
+
+_THREAD_DIMS = (LANE, WARP, BLOCK)
+
+
+def _normalize_reg_layout(layout: LinearLayout, out_order: Sequence[str]) -> LinearLayout:
+    if SUB in layout.in_names:
+        layout = layout.merge_ins([REG, SUB], REG)
+    extra = [n for n in layout.in_names if n not in (REG, *_THREAD_DIMS)]
+    if extra:
+        raise LayoutError("SP0409", f"register layouts have input dims reg/sub/lane/warp/block, found {extra}")
+    for n in (REG, *_THREAD_DIMS):
+        if n not in layout.in_names:
+            layout = layout * LinearLayout.zeros(n, 1, ())
+    return layout.transpose_ins([REG, *_THREAD_DIMS]).transpose_outs(list(out_order))
+
+
+STRATEGIES = ("registers", "shuffle", "shared_memory")
+
+
+def conversion_plan(src: LinearLayout, dst: LinearLayout, *, elem_bits: int = 32,
+                    allow: Sequence[str] = STRATEGIES) -> ConversionPlan:
+    """Plan ``convert_layout(src -> dst)`` (Triton's strategy ladder, arXiv 2505.23819 §5.4, with a
+    simple cost model): the cheapest of the ``allow``-ed strategies that apply (registers when
+    every thread already holds what it needs, shuffles when elements stay in their warp, shared
+    memory otherwise)."""
+    unknown = set(allow) - set(STRATEGIES)
+    if unknown:
+        raise LayoutError("SP0409", f"unknown conversion strategies {sorted(unknown)}", help=f"use {STRATEGIES}")
+    if sorted(src.out_dims) != sorted(dst.out_dims):
+        return ConversionPlan("none", reason=f"different tensors: {sorted(src.out_dims)} vs {sorted(dst.out_dims)}")
+    order = [n for n, _ in src.out_dims]
+    s = _normalize_reg_layout(src, order)
+    d = _normalize_reg_layout(dst, order)
+    if s == d:
+        return ConversionPlan("noop", 0.0, considered=(("noop", 0.0, "identical layouts"),))
+    considered: list[tuple[str, float | None, str]] = []
+    candidates: list[ConversionPlan] = []
+    same_threads = all(s.in_size(n) == d.in_size(n) for n in _THREAD_DIMS)
+    if not same_threads:
+        considered.append(("registers", None, "different numbers of lanes/warps/CTAs"))
+        considered.append(("shuffle", None, "different numbers of lanes/warps/CTAs"))
+    else:
+        reg_plan = _register_plan(s, d)
+        considered.append(("registers", reg_plan.cost if reg_plan else None,
+                           "same thread ownership" if reg_plan else "elements change threads"))
+        if reg_plan:
+            candidates.append(reg_plan)
+        shfl = _shuffle_plan(s, d, elem_bits) if s.in_size(LANE) == 32 else None
+        considered.append(("shuffle", shfl.cost if shfl else None,
+                           "elements stay in their warp" if shfl else "elements change warps"))
+        if shfl:
+            candidates.append(shfl)
+    smem = _smem_plan(s, d, elem_bits)
+    if isinstance(smem, str):
+        considered.append(("shared_memory", None, smem))
+    else:
+        considered.append(("shared_memory", smem.cost, f"{smem.smem.swizzle} swizzle"))
+        candidates.append(smem)
+    if not candidates:
+        return ConversionPlan("none", reason="; ".join(f"{k}: {why}" for k, _, why in considered),
+                              considered=tuple(considered))
+    candidates = [c for c in candidates if c.kind in allow]
+    if not candidates:
+        return ConversionPlan("none", reason="no allowed strategy applies: " + "; ".join(
+            f"{k}: {why}" for k, _, why in considered), considered=tuple(considered))
+    best = min(candidates, key=lambda p: p.cost)
+    return ConversionPlan(best.kind, best.cost, None, best.register_map, best.rounds, best.smem, tuple(considered))
+
+
+def _cols(layout: LinearLayout, dim: str) -> list[int]:
+    cols = layout.flat_columns()
+    start = layout.in_bit_offsets()[dim]
+    return list(cols[start:start + layout.in_bits(dim)])
+
+
+def _register_plan(s: LinearLayout, d: LinearLayout) -> ConversionPlan | None:
+    span = GF2Span(_cols(s, REG))
+    const_cols = []
+    for v in _cols(d, REG):
+        sol = span.solve(v)
+        if sol is None:
+            return None
+        const_cols.append(sol)
+    masks = []
+    for dim in _THREAD_DIMS:
+        dim_masks = []
+        for dv, sv in zip(_cols(d, dim), _cols(s, dim)):
+            sol = span.solve(dv ^ sv)
+            if sol is None:
+                return None
+            dim_masks.append(sol)
+        masks.append((dim, tuple(dim_masks)))
+    reg_map = tuple(LinearIndex(_xor_images(const_cols, r), tuple(masks)) for r in range(d.in_size(REG)))
+    selects = sum(1 for m in reg_map if not m.is_static)
+    return ConversionPlan("registers", float(selects), register_map=reg_map)
+
+
+def _shuffle_plan(s: LinearLayout, d: LinearLayout, elem_bits: int) -> ConversionPlan | None:
+    nr = s.in_bits(REG)
+    span = GF2Span(_cols(s, REG) + _cols(s, LANE))
+
+    def solve(v: int) -> tuple[int, int] | None:
+        sol = span.solve(v)
+        return None if sol is None else (sol & ((1 << nr) - 1), sol >> nr)
+
+    parts: dict[str, list[tuple[int, int]]] = {}
+    for dim in (REG, LANE, WARP, BLOCK):
+        out = []
+        for i, dv in enumerate(_cols(d, dim)):
+            sv = _cols(s, dim)[i] if dim in (WARP, BLOCK) else 0
+            sol = solve(dv ^ sv)
+            if sol is None:
+                return None
+            out.append(sol)
+        parts[dim] = out
+    a = [r for r, _ in parts[REG]]
+    e = [lane for _, lane in parts[REG]]
+    b = [r for r, _ in parts[LANE]]
+    f = [lane for _, lane in parts[LANE]]
+    # Receivers l' with the same F·l' read the same sender; they want different registers when B
+    # does not vanish on ker(F).  Then one round per value v of B on ker(F): the sender passes the
+    # register for v and only receivers whose B·P_ker(l') == v keep it.
+    kernel = []
+    f_span = GF2Span()
+    for i, col in enumerate(f):
+        if not f_span.add(col):
+            sol = f_span.solve(col)
+            assert sol is not None
+            kernel.append((1 << i) ^ sol)
+    f_plus = _pseudo_inverse(f, 5)
+    bk_span = GF2Span(_xor_images(b, k) for k in kernel)
+    values = _span_elements(bk_span.basis())
+    p_ker = [(1 << i) ^ _xor_images(f_plus, f[i]) for i in range(5)]
+    accept = LinearIndex(0, ((LANE, tuple(_xor_images(b, v) for v in p_ker)),)) if len(values) > 1 else None
+    shfl_cost = 2 * max(1, -(-elem_bits // 32))
+    recv_masks = ((LANE, tuple(f)), (WARP, tuple(x[1] for x in parts[WARP])),
+                  (BLOCK, tuple(x[1] for x in parts[BLOCK])))
+    send_lane = tuple(_xor_images(b, f_plus[i]) for i in range(5))
+    send_warp = tuple(_xor_images(b, _xor_images(f_plus, lane)) ^ reg for reg, lane in parts[WARP])
+    send_block = tuple(_xor_images(b, _xor_images(f_plus, lane)) ^ reg for reg, lane in parts[BLOCK])
+    identity_lanes = f == [1 << i for i in range(5)] and not any(x[1] for x in parts[WARP] + parts[BLOCK])
+    rounds = []
+    cost = 0.0
+    for r in range(d.in_size(REG)):
+        lane_const = _xor_images(e, r)
+        base_reg = _xor_images(a, r) ^ _xor_images(b, _xor_images(f_plus, lane_const))
+        src_lane = LinearIndex(lane_const, recv_masks)
+        local = lane_const == 0 and identity_lanes
+        for v in values:
+            src_reg = LinearIndex(base_reg ^ v, ((LANE, send_lane), (WARP, send_warp), (BLOCK, send_block)))
+            rounds.append(ShuffleRound(r, src_lane, src_reg, local, accept, v))
+            cost += (0 if local else shfl_cost) + (0 if src_reg.is_static else 1) + (1 if accept else 0)
+    return ConversionPlan("shuffle", cost, rounds=tuple(rounds))
+
+
+def _span_elements(basis: Sequence[int]) -> list[int]:
+    """Every XOR combination of ``basis`` (0 first)."""
+    out = [0]
+    for v in basis:
+        out += [x ^ v for x in out]
+    return out
+
+
+def _pseudo_inverse(columns: Sequence[int], nbits: int) -> list[int]:
+    """``P`` with ``M·P·y == y`` for ``y`` in the image of ``M`` (columns over ``nbits``-bit
+    inputs); returned as the images of the unit vectors of the output space."""
+    span = GF2Span(columns)
+    image = [columns[i] for i in span.pivots]
+    pre = [1 << i for i in span.pivots]
+    basis = GF2Span(image)
+    completion = list(image)
+    for j in range(nbits):
+        if basis.add(1 << j):
+            completion.append(1 << j)
+    full = GF2Span(completion)
+    out = []
+    for j in range(nbits):
+        sol = full.solve(1 << j)
+        v = 0
+        for k in bit_list(sol or 0):
+            if k < len(pre):
+                v ^= pre[k]
+        out.append(v)
+    return out
+
+
+def _row_major_smem(logical: Sequence[tuple[str, int]], elem_bits: int, swizzle: str,
+                    order: Sequence[int]) -> LinearLayout:
+    """``offset -> logical`` with logical dims flattened in ``order`` (first fastest), then a
+    hardware swizzle on byte addresses."""
+    addr: dict[str, list[int]] = {n: [] for n, _ in logical}
+    shift = 0
+    for i in order:
+        name, size = logical[i]
+        for _ in range(log2_exact(size)):
+            addr[name].append((1 << shift) * elem_bits)
+            shift += 1
+    return _smem_from_address_map(list(logical), addr, elem_bits, swizzle)
+
+
+def _smem_plan(s: LinearLayout, d: LinearLayout, elem_bits: int) -> ConversionPlan | str:
+    if s.in_size(BLOCK) > 1 or d.in_size(BLOCK) > 1:
+        return "the layouts span several CTAs; shared memory is per CTA"
+    logical = list(s.out_dims)
+    total_bytes = 1
+    for _, size in logical:
+        total_bytes *= size
+    total_bytes = total_bytes * elem_bits // 8
+    best: ConversionPlan | None = None
+    rank = len(logical)
+    orders = [list(range(rank - 1, -1, -1)), list(range(rank))] if rank > 1 else [[0]]
+    s_sub = s.sublayout([REG, LANE, WARP], s.out_names)
+    d_sub = d.sublayout([REG, LANE, WARP], d.out_names)
+    for order in orders:
+        for sw in ("none", "32B", "64B", "128B"):
+            if sw != "none" and total_bytes < 8 * SWIZZLE_BYTES[sw]:
+                continue
+            smem = _row_major_smem(logical, elem_bits, sw, order)
+            st = store_plan(s_sub, smem, elem_bits, method="st.shared")
+            ld = store_plan(d_sub, smem, elem_bits, method="ld.shared")
+            if not (st.ok and ld.ok):
+                continue
+            warps = s.in_size(WARP)
+            cost = 2.0 * (st.wavefronts + ld.wavefronts) * warps + 8.0
+            if best is None or cost < best.cost:
+                best = ConversionPlan("shared_memory", cost, smem=SmemExchange(smem, sw, st, ld))
+    return best if best is not None else "no shared-memory layout could hold both access patterns"
+
+
+__all__ = [
+    "ConversionPlan", "LinearIndex", "RegisterSource", "ShuffleRound", "SmemDescriptorFields",
+    "SmemExchange", "StorePlan", "TmemAccessPlan", "TmemInstruction",
+    "conversion_plan", "smem_descriptor_fields", "smem_wavefronts", "storable_layout",
+    "storable_register_layout", "store_plan", "tmem_access_plan", "tmem_register_layout",
+]
+

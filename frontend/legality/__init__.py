@@ -1,0 +1,1 @@
+"""Target-aware legality checks run on the typed, laid-out IR before lowering."""

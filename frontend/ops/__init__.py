@@ -1,0 +1,1 @@
+"""The ops of the language: the op registry (opdefs) and one module per family of ops."""

@@ -1,0 +1,575 @@
+"""Core tile ops: creation, elementwise arithmetic and math, comparisons, casts, pointers, and
+masked loads and stores — each IR op with its typing rule and interpreter semantics, next to the
+builtin(s) that create it. Shapes and reductions are in :mod:`ops_shape`.
+
+Semantics shared by the interpreter and every backend (``docs/language.md`` §Promotion):
+
+* masked-off lanes of a ``load`` without ``other`` read as zero;
+* integer ``//`` and ``%`` round toward zero; ``/`` on integers gives ``f32``; on floats ``//`` is
+  ``floor(x / y)`` and ``%`` is ``fmod``;
+* shifts by the width or more give 0 (-1 for an arithmetic right shift of a negative value), as
+  PTX ``shl``/``shr`` clamp the shift amount;
+* float -> integer conversion truncates toward zero and saturates, NaN -> 0 (``cvt.rzi.sat``);
+* every operation on a 16-bit or 8-bit float rounds its result to that type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..interp.values import InterpreterError, PtrVal
+from ..ir import types as T
+from ..ir.core import Operation, Value
+from ..sema.builtins import builtin
+from ..sema.emitter import Emitter, c_floordiv, describe
+from ..sema.values import Arg, Const
+from .opdefs import define_op
+
+# ------------------------------------------------------------------------------------------------
+# IR ops
+# ------------------------------------------------------------------------------------------------
+constant = define_op("arith.constant", doc="A scalar constant or a tile filled with one value.")
+program_id_op = define_op("program_id", doc="The index of this program along a grid axis.")
+num_programs_op = define_op("num_programs", doc="The number of programs along a grid axis.")
+arange_op = define_op("arange", doc="The tile [start, start+1, ..., end-1] of i32.")
+splat = define_op("splat", doc="A tile whose elements all equal a scalar.")
+broadcast = define_op("broadcast", doc="Repeat size-1 dimensions of a tile to a larger shape.")
+binary = define_op("arith.binary", doc="Elementwise binary arithmetic.")
+compare = define_op("arith.cmp", doc="Elementwise comparison giving bool.")
+unary = define_op("arith.unary", doc="Elementwise negation, logical not, bitwise not.")
+math_op = define_op("math", doc="Elementwise math function (exp, log, sqrt, ...).")
+select = define_op("arith.select", doc="Elementwise choice: where(cond, x, y).")
+cast_op = define_op("arith.cast", doc="Elementwise conversion to another scalar type.")
+addptr = define_op("addptr", doc="Pointer plus element offset.")
+load_op = define_op("load", doc="Masked gather from global memory.")
+store_op = define_op("store", side_effects=True, doc="Masked scatter to global memory.")
+convert_layout = define_op("convert_layout", doc="The same tile in another layout (inserted by inference).")
+
+BINARY_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor", "shl", "shr", "max", "min", "pow"}
+PY_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "&": "and",
+             "|": "or", "^": "xor", "<<": "shl", ">>": "shr", "**": "pow"}
+PY_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+MATH_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "floor", "ceil", "sigmoid")
+
+
+def _np(t: T.Type) -> np.dtype:
+    e = T.element_type(t)
+    return e.numpy_dtype if isinstance(e, T.ScalarType) else np.dtype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------------
+# Interpreter semantics
+# ------------------------------------------------------------------------------------------------
+@constant.interpreter
+def _i_constant(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    t = op.result.type
+    return [np.full(T.shape_of(t), op.attrs["value"], dtype=_np(t))]
+
+
+@program_id_op.interpreter
+def _i_program_id(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [np.array(ctx.program_id[op.attrs["axis"]], dtype=np.int32)]
+
+
+@num_programs_op.interpreter
+def _i_num_programs(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [np.array(ctx.grid[op.attrs["axis"]], dtype=np.int32)]
+
+
+@arange_op.interpreter
+def _i_arange(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)]
+
+
+def _map_ptr(x: Any, fn: Any) -> Any:
+    return PtrVal(x.buf, fn(x.off)) if isinstance(x, PtrVal) else fn(x)
+
+
+@splat.interpreter
+@broadcast.interpreter
+def _i_broadcast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    shape = T.shape_of(op.result.type)
+    return [_map_ptr(args[0], lambda a: np.broadcast_to(a, shape).copy())]
+
+
+def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bs = np.where(b == 0, 1, b)
+        q = np.floor_divide(a, bs)
+        fix = (np.remainder(a, bs) != 0) & ((a < 0) != (bs < 0))
+        return np.where(b == 0, 0, q + fix.astype(q.dtype)).astype(a.dtype)
+
+
+@binary.interpreter
+def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    a, b = args
+    kind = op.attrs["op"]
+    dt = _np(op.result.type)
+    elem = T.element_type(op.result.type)
+    with np.errstate(all="ignore"):
+        if elem.is_float:
+            wa, wb = a.astype(np.float64), b.astype(np.float64)
+            r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.fmax,
+                 "min": np.fmin, "pow": np.power, "mod": np.fmod,
+                 "floordiv": lambda x, y: np.floor(x / y)}[kind](wa, wb)
+            if elem.bits == 32:
+                # single rounding of the exact f64 result matches IEEE f32 add/sub/mul/div
+                r = r.astype(np.float32)
+            return [np.asarray(r).astype(dt)]
+        if kind == "floordiv":
+            return [_c_div(a, b)]
+        if kind == "mod":
+            return [(a - b * _c_div(a, b)).astype(dt)]
+        if kind in ("shl", "shr"):
+            bits = elem.bits
+            sh = b.astype(np.int64)
+            big = (sh < 0) | (sh >= bits)
+            shs = np.where(big, 0, sh).astype(a.dtype)
+            r = np.left_shift(a, shs) if kind == "shl" else np.right_shift(a, shs)
+            fill = (np.where(a < 0, -1, 0) if elem.is_signed and kind == "shr" else 0)
+            return [np.where(big, fill, r).astype(dt)]
+        if kind == "div":
+            raise AssertionError("integer `/` is lowered to f32 by sema")
+        fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and, "or": np.bitwise_or,
+              "xor": np.bitwise_xor, "max": np.maximum, "min": np.minimum, "pow": np.power}[kind]
+        return [np.asarray(fn(a, b)).astype(dt)]
+
+
+@compare.interpreter
+def _i_compare(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    a, b = args
+    if isinstance(a, PtrVal):
+        a, b = a.off, b.off
+    fn = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+          "ne": np.not_equal}[op.attrs["pred"]]
+    return [np.asarray(fn(a, b))]
+
+
+@unary.interpreter
+def _i_unary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    (a,) = args
+    kind = op.attrs["op"]
+    with np.errstate(all="ignore"):
+        if kind == "neg":
+            return [np.asarray(-a).astype(a.dtype)]
+        if kind == "not":
+            return [np.logical_not(a)]
+        return [np.asarray(~a)]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@math_op.interpreter
+def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    (a,) = args
+    fn = op.attrs["fn"]
+    dt = _np(op.result.type)
+    with np.errstate(all="ignore"):
+        if fn == "abs":
+            return [np.abs(a).astype(dt)]
+        x = a.astype(np.float32)
+        table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+                 "rsqrt": lambda v: 1.0 / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
+                 "ceil": np.ceil, "sigmoid": _sigmoid}
+        return [np.asarray(table[fn](x)).astype(np.float32).astype(dt)]
+
+
+@select.interpreter
+def _i_select(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    c, x, y = args
+    if isinstance(x, PtrVal):
+        if x.buf is not y.buf:
+            raise InterpreterError("`where` between pointers into different arguments", op.span)
+        return [PtrVal(x.buf, np.where(c, x.off, y.off))]
+    return [np.where(c, x, y).astype(_np(op.result.type))]
+
+
+def tf32_round(a: Any) -> np.ndarray:
+    """f32 values rounded to tf32 (10 mantissa bits) to nearest, ties away from zero: what
+    ``x.to(tf32)`` computes on the GPU (``cvt.rna.tf32.f32``, PTX ISA 9.7.9.21). NaN stays NaN."""
+    x = np.asarray(a, np.float32)
+    bits = (x.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000
+    return np.where(np.isnan(x), x, bits.astype(np.uint32).view(np.float32))
+
+
+def tf32_truncate(a: Any) -> np.ndarray:
+    """f32 values as a tensor core reads them for a tf32 MMA when they were not rounded first:
+    the low 13 mantissa bits are dropped (rounding toward zero). Measured on the H200 for
+    ``wgmma.mma_async.sp`` with f32 data loaded by TMA: 1 + 3*2^-12 is read as 1 (docs/hopper.md).
+    NaN stays NaN."""
+    x = np.asarray(a, np.float32)
+    bits = x.view(np.uint32) & np.uint32(0xFFFFE000)
+    return np.where(np.isnan(x), x, bits.view(np.float32))
+
+
+def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarray:
+    """Elementwise conversion with GPU semantics: float->int truncates toward zero and saturates
+    (PTX ``cvt.rzi.sat``), NaN -> 0; int->float and float->float round to nearest even."""
+    ddt = dst.numpy_dtype
+    if dst.is_bool:
+        return a != 0
+    if src.is_float and dst.is_int:
+        x = np.trunc(a.astype(np.float64))
+        info = np.iinfo(ddt)
+        x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
+        return x.astype(ddt)
+    if dst.name == "tf32":
+        return tf32_round(a)
+    if src.is_float and dst.is_float and dst.bits < 16:
+        # as the GPU: through f32, then cvt.rn.satfinite (out-of-range values and infinities
+        # clamp to the largest finite value, NaN stays NaN), where a plain cast would give NaN/inf
+        x = a.astype(np.float32)
+        if dst.name in ("e4m3", "e5m2"):
+            top = np.float32(ml_dtypes.finfo(ddt).max)
+            x = np.clip(x, -top, top)
+        return x.astype(ddt)
+    return a.astype(ddt)
+
+
+@cast_op.interpreter
+def _i_cast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    src = T.element_type(op.operands[0].type)
+    dst = T.element_type(op.result.type)
+    assert isinstance(src, T.ScalarType) and isinstance(dst, T.ScalarType)
+    with np.errstate(all="ignore"):
+        return [np.asarray(cast_array(np.asarray(args[0]), src, dst))]
+
+
+@addptr.interpreter
+def _i_addptr(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    p, off = args
+    return [PtrVal(p.buf, (p.off + off.astype(np.int64)))]
+
+
+def _check_bounds(ctx: Any, op: Operation, p: PtrVal, mask: np.ndarray | None, what: str) -> np.ndarray:
+    off = p.off
+    live = np.ones(off.shape, bool) if mask is None else np.broadcast_to(mask, off.shape)
+    bad = live & ((off < 0) | (off >= p.buf.data.size))
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise InterpreterError(
+            f"out-of-bounds {what} of `{p.buf.name}`: element offset {int(off[idx])} at tile index {idx} "
+            f"is outside [0, {p.buf.data.size})", op.span, ctx.program_id)
+    return live
+
+
+@load_op.interpreter
+def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    p = args[0]
+    mask = args[1] if op.attrs.get("has_mask") else None
+    other = args[2 if mask is not None else 1] if op.attrs.get("has_other") else None
+    live = _check_bounds(ctx, op, p, mask, "load")
+    dt = _np(op.result.type)
+    safe = np.where(live, p.off, 0)
+    out = p.buf.data[safe].astype(dt) if p.buf.data.size else np.zeros(safe.shape, dt)
+    fill = np.zeros((), dt) if other is None else np.asarray(other).astype(dt)
+    return [np.where(live, out, fill).astype(dt)]
+
+
+@store_op.interpreter
+def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    p, val = args[0], args[1]
+    mask = args[2] if op.attrs.get("has_mask") else None
+    live = _check_bounds(ctx, op, p, mask, "store")
+    val = np.broadcast_to(np.asarray(val), p.off.shape)
+    p.buf.data[p.off[live]] = val[live].astype(p.buf.data.dtype)
+    return []
+
+
+@convert_layout.interpreter
+def _i_convert_layout(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [args[0]]
+
+
+# ------------------------------------------------------------------------------------------------
+# Builtins
+# ------------------------------------------------------------------------------------------------
+def _axis(em: Emitter, arg: Arg) -> int:
+    ax = em.constexpr(arg, "the grid axis")
+    if ax not in (0, 1, 2):
+        em.error("SP0306", f"the grid axis must be 0, 1 or 2, found {ax}", arg.span)
+    return ax
+
+
+@builtin("program_id")
+def program_id(em: Emitter, axis: Arg) -> Value:
+    """The index of this program along grid axis ``axis`` (0, 1 or 2)."""
+    return em.op1("program_id", [], T.i32, axis=_axis(em, axis))
+
+
+@builtin("num_programs")
+def num_programs(em: Emitter, axis: Arg) -> Value:
+    """The number of programs along grid axis ``axis``."""
+    return em.op1("num_programs", [], T.i32, axis=_axis(em, axis))
+
+
+@builtin("arange")
+def arange(em: Emitter, start: Arg, end: Arg) -> Value:
+    """The 1-D tile ``[start, ..., end-1]`` of i32; ``end - start`` must be a power of two."""
+    s = em.constexpr(start, "`start` of arange")
+    e = em.constexpr(end, "`end` of arange")
+    n = e - s
+    if not T.is_power_of_two(n):
+        em.error("SP0301", f"arange length end - start must be a power of two, found {n}", em.span,
+                 help="round the range up to a power of two and mask the extra elements")
+    return em.op1("arange", [], T.TileType(T.i32, (n,)), start=s, end=e)
+
+
+@builtin("full")
+def full(em: Emitter, shape: Arg, value: Arg, dtype: Arg) -> Value:
+    """A tile of ``shape`` filled with ``value`` converted to ``dtype``."""
+    dims = em.shape_arg(shape)
+    dt = em.dtype_arg(dtype)
+    v = em.unwrap(value)
+    if isinstance(v, Const):
+        if not isinstance(v.value, bool | int | float):
+            em.error("SP0304", f"the fill value must be a number, found {describe(v)}", value.span)
+        em.span = value.span  # a value that does not fit in `dtype` is reported at the value
+        return em.constant(v.value, T.TileType(dt, dims))
+    scalar = em.cast(em.tile_or_scalar(value), dt)
+    if T.shape_of(scalar.type):
+        em.error("SP0307", "the fill value of `full` must be a scalar", value.span)
+    return em.broadcast_to(scalar, dims)
+
+
+@builtin("zeros")
+def zeros(em: Emitter, shape: Arg, dtype: Arg) -> Value:
+    """A tile of ``shape`` and ``dtype`` filled with zeros."""
+    return em.constant(0, T.TileType(em.dtype_arg(dtype), em.shape_arg(shape)))
+
+
+def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
+    """``a <pyop> b`` on run-time values: promotion, broadcasting, pointer arithmetic."""
+    va, vb = em.unwrap(a), em.unwrap(b)
+    ta = em.tile_or_scalar(a).type if isinstance(va, Value) else None
+    tb = em.tile_or_scalar(b).type if isinstance(vb, Value) else None
+    pa = ta is not None and isinstance(T.element_type(ta), T.PointerType)
+    pb = tb is not None and isinstance(T.element_type(tb), T.PointerType)
+    if pa or pb:
+        return _pointer_arith(em, pyop, a, b, pa)
+    if pyop in PY_COMPARE:
+        x, y = em.binary_operands(a, b)
+        return em.op1("arith.cmp", [x, y], T.with_shape(T.bool_, T.shape_of(x.type)), pred=PY_COMPARE[pyop])
+    if pyop == "@":
+        em.error("SP0308", "`@` is not defined on tiles", em.span, help="use `dot(a, b, acc)`")
+    kind = PY_BINARY[pyop]
+    x, y = em.binary_operands(a, b, keep_bool=kind in ("and", "or", "xor"))
+    elem = T.element_type(x.type)
+    assert isinstance(elem, T.ScalarType)
+    if kind in ("and", "or", "xor", "shl", "shr") and elem.is_float:
+        em.error("SP0309", f"`{pyop}` needs integer operands, found {elem}", em.span)
+    if kind == "div" and elem.is_int:
+        x, y = em.cast(x, T.f32), em.cast(y, T.f32)
+    if kind == "pow" and elem.is_int:
+        em.error("SP0309", "`**` on run-time integers is not supported", em.span,
+                 help="multiply explicitly, or use a float type")
+    return em.op1("arith.binary", [x, y], x.type, op=kind)
+
+
+def _pointer_arith(em: Emitter, pyop: str, a: Arg, b: Arg, ptr_is_left: bool) -> Value:
+    if pyop in PY_COMPARE:
+        x, y = em.binary_operands(a, b, pointers=True)
+        return em.op1("arith.cmp", [x, y], T.with_shape(T.bool_, T.shape_of(x.type)), pred=PY_COMPARE[pyop])
+    if pyop not in ("+", "-") or (pyop == "-" and not ptr_is_left):
+        em.error("SP0310", f"`{pyop}` is not defined on pointers", em.span,
+                 help="pointers support `ptr + offset` and `ptr - offset` with integer offsets")
+    ptr_arg, off_arg = (a, b) if ptr_is_left else (b, a)
+    p = em.tile_or_scalar(ptr_arg)
+    off = em.tile_or_scalar(off_arg, like=T.i32)
+    oe = T.element_type(off.type)
+    if isinstance(oe, T.PointerType) or not oe.is_int:
+        em.error("SP0310", f"a pointer offset must be an integer, found {off.type}", off_arg.span)
+    if oe.bits < 32 or oe.is_bool:
+        off = em.cast(off, T.i32)
+    if pyop == "-":
+        off = em.op1("arith.unary", [off], off.type, op="neg")
+    shape = em.broadcast_shapes(T.shape_of(p.type), T.shape_of(off.type))
+    p, off = em.broadcast_to(p, shape), em.broadcast_to(off, shape)
+    return em.op1("addptr", [p, off], p.type)
+
+
+def emit_unary(em: Emitter, pyop: str, a: Arg) -> Value:
+    v = em.tile_or_scalar(a)
+    elem = T.element_type(v.type)
+    if isinstance(elem, T.PointerType):
+        em.error("SP0310", f"unary `{pyop}` is not defined on pointers", a.span)
+    if pyop == "+":
+        return v
+    if pyop == "-":
+        return em.op1("arith.unary", [v], v.type, op="neg")
+    if pyop == "~":
+        if elem.is_float:
+            em.error("SP0309", f"`~` needs an integer operand, found {elem}", a.span)
+        return em.op1("arith.unary", [v], v.type, op="not" if elem.is_bool else "invert")
+    # not
+    if not elem.is_bool:
+        zero = em.value(Arg(Const(0), a.span), like=v.type)
+        shape = T.shape_of(v.type)
+        v = em.op1("arith.cmp", [v, em.broadcast_to(zero, shape)], T.with_shape(T.bool_, shape), pred="ne")
+    return em.op1("arith.unary", [v], v.type, op="not")
+
+
+_MATH_DOCS = {"exp": "``e**x``", "exp2": "``2**x``", "log": "natural logarithm", "log2": "base-2 logarithm",
+              "sqrt": "square root", "rsqrt": "``1 / sqrt(x)``", "abs": "absolute value", "sin": "sine (radians)",
+              "cos": "cosine (radians)", "floor": "rounding down to an integer value",
+              "ceil": "rounding up to an integer value", "sigmoid": "``1 / (1 + exp(-x))``"}
+
+
+def _math(name: str) -> None:
+    def impl(em: Emitter, x: Arg) -> Value:
+        v = em.tile_or_scalar(x)
+        elem = T.element_type(v.type)
+        if isinstance(elem, T.PointerType):
+            em.error("SP0311", f"`{name}` needs a numeric operand, found {v.type}", x.span)
+        if name != "abs" and elem.is_int:
+            v = em.cast(v, T.f32)
+        return em.op1("math", [v], v.type, fn=name)
+
+    what = _MATH_DOCS[name]
+    impl.__doc__ = (f"Elementwise {what}; keeps the type of ``x``." if name == "abs" else
+                    f"Elementwise {what}. Integer inputs are converted to f32 first; 16-bit floats compute in f32 "
+                    "and round once.")
+    builtin(name, also=(), method_of=())(impl)
+
+
+for _name in MATH_FUNCS:
+    _math(_name)
+
+
+def _minmax(name: str) -> None:
+    def impl(em: Emitter, x: Arg, y: Arg) -> Value:
+        a, b = em.binary_operands(x, y)
+        return em.op1("arith.binary", [a, b], a.type, op=name[:3])
+
+    impl.__doc__ = f"Elementwise {name} of two tiles (broadcast, promoted)."
+    builtin(name)(impl)
+
+
+_minmax("maximum")
+_minmax("minimum")
+
+
+@builtin("where")
+def where(em: Emitter, cond: Arg, x: Arg, y: Arg) -> Value:
+    """Elementwise ``x`` where ``cond`` is true, else ``y``."""
+    c = em.tile_or_scalar(cond)
+    if T.element_type(c.type) != T.bool_:
+        em.error("SP0312", f"the condition of `where` must be bool, found {c.type}", cond.span,
+                 help="compare explicitly, e.g. `x != 0`")
+    a, b = em.binary_operands(x, y, pointers=True)
+    shape = em.broadcast_shapes(T.shape_of(c.type), T.shape_of(a.type))
+    c, a, b = em.broadcast_to(c, shape), em.broadcast_to(a, shape), em.broadcast_to(b, shape)
+    return em.op1("arith.select", [c, a, b], a.type)
+
+
+@builtin("to", method_of=(T.TileType, T.ScalarType))
+def to(em: Emitter, x: Arg, dtype: Arg) -> Value:
+    """``x.to(dtype)``: elementwise conversion (float->int truncates toward zero, saturating)."""
+    v = em.tile_or_scalar(x)
+    if isinstance(T.element_type(v.type), T.PointerType):
+        em.error("SP0313", "pointers cannot be converted with `.to`", x.span)
+    return em.cast(v, em.dtype_arg(dtype))
+
+
+@builtin("cdiv")
+def cdiv(em: Emitter, a: Arg, b: Arg) -> Any:
+    """``(a + b - 1) // b`` for positive integers (folded when both are constants)."""
+    va, vb = em.unwrap(a), em.unwrap(b)
+    if isinstance(va, Const) and isinstance(vb, Const):
+        if not isinstance(va.value, int) or not isinstance(vb.value, int) or vb.value == 0:
+            em.error("SP0314", f"cdiv needs integers with a nonzero divisor, found {va.value!r}, {vb.value!r}", em.span)
+        return Const(c_floordiv(va.value + vb.value - 1, vb.value))
+    x, y = em.binary_operands(a, b)
+    if not T.element_type(x.type).is_int:
+        em.error("SP0314", f"cdiv needs integer operands, found {x.type}", em.span)
+    one = em.constant(1, x.type)
+    s = em.op1("arith.binary", [x, y], x.type, op="add")
+    s = em.op1("arith.binary", [s, one], x.type, op="sub")
+    return em.op1("arith.binary", [s, y], x.type, op="floordiv")
+
+
+def _load_store_ptr(em: Emitter, pointer: Arg) -> Value:
+    p = em.value(pointer, what="the pointer")
+    if not isinstance(p.type, T.PointerType | T.TileType) or not isinstance(T.element_type(p.type), T.PointerType):
+        em.error("SP0315", f"expected a pointer or a tile of pointers, found {p.type}", pointer.span,
+                 help="index a pointer parameter, e.g. `x + offsets`")
+    return p
+
+
+def _mask(em: Emitter, mask: Arg | None, shape: tuple[int, ...]) -> Value | None:
+    if mask is None or (isinstance(mask.value, Const) and mask.value.value is None):
+        return None
+    m = em.tile_or_scalar(mask, what="the mask")
+    if T.element_type(m.type) != T.bool_:
+        em.error("SP0312", f"a mask must be bool, found {m.type}", mask.span, help="compare, e.g. `offs < n`")
+    ms = T.shape_of(m.type)
+    if em.broadcast_shapes(ms, shape, mask.span) != shape:
+        em.error("SP0305", f"the mask shape {ms} does not broadcast to the pointer shape {shape}", mask.span)
+    return em.broadcast_to(m, shape)
+
+
+@builtin("load")
+def load(em: Emitter, pointer: Arg, mask: Arg | None = None, other: Arg | None = None) -> Value:
+    """Load the elements ``pointer`` points at; where ``mask`` is false, give ``other`` (default 0)."""
+    p = _load_store_ptr(em, pointer)
+    shape = T.shape_of(p.type)
+    elem = T.element_type(p.type).elem  # type: ignore[union-attr]
+    operands = [p]
+    m = _mask(em, mask, shape)
+    if m is not None:
+        operands.append(m)
+    has_other = other is not None and not (isinstance(other.value, Const) and other.value.value is None)
+    if has_other:
+        assert other is not None
+        if m is None:
+            em.error("SP0316", "`other` has no effect without a `mask`", other.span,
+                     help="add `mask=...` or drop `other`")
+        o = em.cast(em.tile_or_scalar(other, like=elem), elem)
+        operands.append(em.broadcast_to(o, shape))
+    return em.op1("load", operands, T.with_shape(elem, shape), has_mask=m is not None, has_other=has_other)
+
+
+@builtin("store")
+def store(em: Emitter, pointer: Arg, value: Arg, mask: Arg | None = None) -> None:
+    """Store ``value`` (converted to the pointee type) where ``mask`` is true."""
+    p = _load_store_ptr(em, pointer)
+    shape = T.shape_of(p.type)
+    elem = T.element_type(p.type).elem  # type: ignore[union-attr]
+    v = em.tile_or_scalar(value, like=elem)
+    vs = T.shape_of(v.type)
+    if em.broadcast_shapes(vs, shape, value.span) != shape:
+        em.error("SP0305", f"cannot store a value of shape {vs} through pointers of shape {shape}", value.span)
+    v = em.broadcast_to(em.cast(v, elem), shape)
+    operands = [p, v]
+    m = _mask(em, mask, shape)
+    if m is not None:
+        operands.append(m)
+    em.create("store", operands, [], {"has_mask": m is not None})
+    return None
+
+
+@builtin("static_assert")
+def static_assert(em: Emitter, cond: Arg, msg: Arg | None = None) -> None:
+    """Fail compilation with ``msg`` unless the constant ``cond`` is true."""
+    c = em.constexpr(cond, "the condition of static_assert", (bool, int))
+    if not c:
+        text = em.constexpr(msg, "the message", (str,)) if msg is not None else "static_assert failed"
+        em.error("SP0320", f"static assertion failed: {text}", cond.span)
+    return None
+
+
+@builtin("static_print")
+def static_print(em: Emitter, *values: Arg) -> None:
+    """Print constants at compile time (for debugging kernels)."""
+    print(*(describe(em.unwrap(v)) for v in values))
+    return None
+
+
+# Shapes and reductions are defined next door; importing them here keeps one import registering the
+# core language.
+from . import shape as ops_shape  # noqa: E402, F401

@@ -1,0 +1,168 @@
+"""Shapes and reductions: ``expand_dims``, ``broadcast_to``, ``reshape``, ``permute``/``trans``,
+the ``shape`` and ``dtype`` properties, and ``sum max min argmax argmin`` along an axis — each IR op
+with its typing rule and interpreter semantics, next to the builtin(s) that create it.
+
+Reductions: ``sum`` of integers narrower than 32 bits gives ``i32``; of 8/16-bit floats it
+accumulates in ``f32`` and rounds once at the end. ``argmax``/``argmin`` give the i32 index of the
+first extreme element (of the flattened tile when no axis is given).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ir import types as T
+from ..ir.core import Operation, Value
+from ..sema.builtins import builtin
+from ..sema.emitter import Emitter
+from ..sema.values import Arg, Const
+from .core import _map_ptr, _np
+from .opdefs import define_op
+
+expand_dims_op = define_op("expand_dims", doc="Insert a size-1 dimension at `axis`.")
+reshape_op = define_op("reshape", doc="The same elements in row-major order under another shape.")
+permute_op = define_op("permute", doc="Permute the dimensions of a tile.")
+reduce_op = define_op("reduce", doc="Reduction of a tile along one axis.")
+
+
+@expand_dims_op.interpreter
+def _i_expand_dims(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [_map_ptr(args[0], lambda a: np.expand_dims(a, op.attrs["axis"]))]
+
+
+@reshape_op.interpreter
+def _i_reshape(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [_map_ptr(args[0], lambda a: np.reshape(a, T.shape_of(op.result.type)))]
+
+
+@permute_op.interpreter
+def _i_permute(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return [_map_ptr(args[0], lambda a: np.ascontiguousarray(np.transpose(a, op.attrs["perm"])))]
+
+
+@reduce_op.interpreter
+def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    (a,) = args
+    axis, kind = op.attrs["axis"], op.attrs["kind"]
+    dt = _np(op.result.type)
+    elem = T.element_type(op.result.type)
+    if kind == "sum":
+        acc = a.astype(np.float32) if elem.is_float and elem.bits < 32 else a.astype(dt)
+        return [np.asarray(np.sum(acc, axis=axis, dtype=acc.dtype)).astype(dt)]
+    if kind in ("argmax", "argmin"):
+        return [np.asarray((np.argmax if kind == "argmax" else np.argmin)(a, axis=axis)).astype(np.int32)]
+    fn = np.max if kind == "max" else np.min
+    return [np.asarray(fn(a, axis=axis)).astype(dt)]
+
+
+def _reduce(kind: str) -> None:
+    def impl(em: Emitter, x: Arg, axis: Arg | None = None) -> Value:
+        v = em.tile_or_scalar(x)
+        shape = T.shape_of(v.type)
+        elem = T.element_type(v.type)
+        if not shape:
+            em.error("SP0317", f"`{kind}` reduces a tile, found a scalar", x.span)
+        if isinstance(elem, T.PointerType):
+            em.error("SP0317", f"cannot reduce pointers with `{kind}`", x.span)
+        out = elem
+        if kind == "sum" and elem.is_int and elem.bits < 32:
+            out = T.i32
+            v = em.cast(v, out)
+        if axis is None or (isinstance(axis.value, Const) and axis.value.value is None):
+            axes = list(range(len(shape)))
+            if kind in ("argmax", "argmin") and len(shape) > 1:  # the index into the flattened tile
+                v = em.op1("reshape", [v], T.TileType(elem, (int(np.prod(shape)),)))
+                axes = [0]
+        elif isinstance(axis.value, Value) and kind in ("max", "min"):
+            em.error("SP0201", "the reduction axis must be a compile-time integer, found a run-time value",
+                     axis.span, help=f"for the elementwise {kind}imum of two values use `{kind}imum(a, b)`")
+        else:
+            ax = em.constexpr(axis, "the reduction axis")
+            if not -len(shape) <= ax < len(shape):
+                em.error("SP0318", f"axis {ax} is out of range for a tile of rank {len(shape)}", axis.span)
+            axes = [ax % len(shape)]
+        for ax in sorted(axes, reverse=True):
+            cur = T.shape_of(v.type)
+            rest = cur[:ax] + cur[ax + 1:]
+            v = em.op1("reduce", [v], T.with_shape(out if kind != "argmax" and kind != "argmin" else T.i32, rest),
+                       axis=ax, kind=kind)
+        return v
+
+    impl.__doc__ = {
+        "sum": "The sum of a tile along ``axis`` (all axes when None). Integers narrower than 32 bits sum in i32; "
+               "8- and 16-bit floats accumulate in f32 and round once.",
+        "max": "The maximum of a tile along ``axis`` (all axes when None). For the elementwise maximum of two "
+               "values use ``maximum``.",
+        "min": "The minimum of a tile along ``axis`` (all axes when None). For the elementwise minimum of two "
+               "values use ``minimum``.",
+        "argmax": "The i32 index of the first maximum along ``axis``.",
+        "argmin": "The i32 index of the first minimum along ``axis``.",
+    }[kind]
+    builtin(kind, method_of=(T.TileType,))(impl)
+
+
+for _kind in ("sum", "max", "min", "argmax", "argmin"):
+    _reduce(_kind)
+
+
+@builtin("expand_dims", method_of=(T.TileType, T.ScalarType))
+def expand_dims(em: Emitter, x: Arg, axis: Arg) -> Value:
+    """Insert a size-1 dimension at ``axis``."""
+    v = em.tile_or_scalar(x)
+    shape = T.shape_of(v.type)
+    ax = em.constexpr(axis, "the axis")
+    if not -(len(shape) + 1) <= ax <= len(shape):
+        em.error("SP0318", f"axis {ax} is out of range for expand_dims of rank {len(shape)}", axis.span)
+    ax %= len(shape) + 1
+    if not shape:
+        return em.broadcast_to(v, (1,))
+    new = (*shape[:ax], 1, *shape[ax:])
+    return em.op1("expand_dims", [v], T.TileType(T.element_type(v.type), new), axis=ax)
+
+
+@builtin("broadcast_to", method_of=(T.TileType, T.ScalarType))
+def broadcast_to(em: Emitter, x: Arg, shape: Arg) -> Value:
+    """Broadcast ``x`` to ``shape`` (numpy rules)."""
+    v = em.tile_or_scalar(x)
+    dims = em.shape_arg(shape)
+    if em.broadcast_shapes(T.shape_of(v.type), dims, x.span) != dims:
+        em.error("SP0305", f"cannot broadcast {T.shape_of(v.type)} to {dims}", x.span)
+    return em.broadcast_to(v, dims)
+
+
+@builtin("reshape", method_of=(T.TileType,))
+def reshape(em: Emitter, x: Arg, shape: Arg) -> Value:
+    """The same elements, in row-major order, under ``shape``."""
+    v = em.tile_or_scalar(x)
+    dims = em.shape_arg(shape)
+    t = v.type
+    n = t.numel if isinstance(t, T.TileType) else 1
+    if int(np.prod(dims)) != n:
+        em.error("SP0319", f"cannot reshape {T.shape_of(t)} ({n} elements) to {dims}", shape.span)
+    return em.op1("reshape", [v], T.TileType(T.element_type(t), dims))
+
+
+@builtin("permute", method_of=(T.TileType,), also=("trans",))
+def permute(em: Emitter, x: Arg, dims: Arg | None = None) -> Value:
+    """Permute dimensions (``trans(x)`` reverses them)."""
+    v = em.tile_or_scalar(x)
+    shape = T.shape_of(v.type)
+    perm = tuple(reversed(range(len(shape)))) if dims is None else em.int_tuple(dims, "the permutation")
+    if sorted(perm) != list(range(len(shape))):
+        em.error("SP0319", f"{perm} is not a permutation of the {len(shape)} dimensions", em.span)
+    return em.op1("permute", [v], T.TileType(T.element_type(v.type), tuple(shape[i] for i in perm)), perm=perm)
+
+
+@builtin("shape", prop_of=(T.TileType, T.ScalarType))
+def shape_prop(em: Emitter, x: Arg) -> Any:
+    """The compile-time shape of a tile (a tuple)."""
+    return tuple(Const(d) for d in T.shape_of(em.tile_or_scalar(x).type))
+
+
+@builtin("dtype", prop_of=(T.TileType, T.ScalarType))
+def dtype_prop(em: Emitter, x: Arg) -> Const:
+    """The element type of a tile or scalar."""
+    e = T.element_type(em.tile_or_scalar(x).type)
+    return Const(e.elem if isinstance(e, T.PointerType) else e)

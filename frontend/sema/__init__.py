@@ -1,0 +1,1 @@
+"""Semantic analysis: names, builtins, constants, Python captures and specialization to a signature."""

@@ -1,0 +1,328 @@
+"""What a ``@jit`` kernel captures from Python, and whether it has changed since the kernel compiled.
+
+A ``@jit`` kernel reads names from its Python module and closure (``SCALE``, ``sp``, a ``@jit``
+helper it inlines, ``cfg.BLOCK``) and folds their values into its IR. Every such read made while
+sema builds an IR (or evaluates the parameter annotations and defaults) is recorded here: where
+the name was read (the module's dict, the closure cell, the object an attribute was read from),
+the object found there and a fingerprint of its value. The result is a :class:`CaptureSet`:
+
+* :meth:`CaptureSet.still_valid` re-reads just those few places (a dict lookup, a cell read, a
+  ``getattr`` each) and compares: the same object as before is unchanged (values of the kinds
+  below are immutable, and a helper's own reads are recorded too); another object is compared by
+  fingerprint. Every cache of a kernel (its IR per specialization, its GPU launchers) calls it
+  before it reuses an entry, so the check is on the launch path and stays a few hundred ns.
+* :meth:`CaptureSet.disk_key` is a process-independent text of every fingerprint: part of the
+  disk cache key, so that another process with other values compiles anew.
+
+Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
+strings, ``None``, tuples, lists (compared element by element at every check: a list may be
+changed in place), sparsile and NumPy dtypes, by value; modules and classes by name; ``@jit``
+kernels and ``.spk`` helpers by their source text; any other object by identity in the process and
+its type's name on disk, together with each attribute a kernel reads from it.
+
+``.spk`` modules need none of this: their constants cannot change after loading and the whole
+module text is already part of every key.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import threading
+import types as pytypes
+from collections.abc import Callable
+from typing import Any
+
+from .values import HelperFunction
+
+MISSING: Any = object()
+"""Where a name was looked up and not found (it then resolved to a builtin)."""
+
+_state = threading.local()
+
+_IMMUTABLE = (bool, int, float, complex, str, bytes, type(None))
+
+
+class _Recorder:
+    """The reads of one sema run, one entry per place read."""
+
+    def __init__(self) -> None:
+        self.reads: dict[tuple[Any, ...], _Read] = {}
+
+
+class _Read:
+    """One place a kernel read: ``fetch()`` gives what is there now."""
+
+    __slots__ = ("by_value", "fetch", "fp", "globs", "ident", "obj", "where")
+
+    def __init__(self, fetch: Callable[[], Any], where: tuple[Any, ...], obj: Any,
+                 globs: dict[str, Any] | None = None):
+        self.ident: tuple[Any, ...] = ()
+        self.globs = globs  # a module's dict, for a global read (checked together with its module's others)
+        self.fetch = fetch
+        self.where = where
+        self.obj = obj
+        self.fp = fingerprint(obj)
+        self.by_value = _compared_by_value(obj)
+
+    def unchanged(self) -> bool:
+        now = self.fetch()
+        if now is self.obj and not self.by_value:
+            return True
+        if type(now) is not type(self.obj) or fingerprint(now) != self.fp or not _same_identity_kind(now, self.obj):
+            return False
+        self.obj = now  # an equal value in another object: later checks take the identity path again
+        return True
+
+
+def _same_identity_kind(a: Any, b: Any) -> bool:
+    """Objects compared by identity (kernels, helpers, arbitrary objects) must be the same one,
+    in tuples and lists too."""
+    if a is b:
+        return True
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(_same_identity_kind(x, y) for x, y in zip(a, b, strict=True))
+    return not _by_identity(a)
+
+
+def _by_identity(obj: Any) -> bool:
+    return fingerprint(obj)[0] in ("kernel", "helper", "object", "module", "class", "function")
+
+
+class CaptureSet:
+    """The captured reads of one IR (and of the parameter annotations it was specialized with)."""
+
+    __slots__ = ("_globals", "_rest", "reads")
+
+    def __init__(self, reads: tuple[_Read, ...] = ()):
+        self.reads = reads
+        self._regroup()
+
+    def _regroup(self) -> None:
+        """Globals are checked inline (a dict lookup and an identity test each, no call through
+        a ``_Read``); closure cells, attributes and values compared by value through their read."""
+        fast: list[tuple[dict[str, Any], str, Any]] = []
+        rest: list[_Read] = []
+        for r in self.reads:
+            if r.globs is not None and not r.by_value:
+                fast.append((r.globs, r.where[2], r.obj))
+            else:
+                rest.append(r)
+        self._globals = tuple(fast)
+        self._rest = tuple(rest)
+
+    def __bool__(self) -> bool:
+        return bool(self.reads)
+
+    def __len__(self) -> int:
+        return len(self.reads)
+
+    def still_valid(self) -> bool:
+        """Whether every captured place still holds what the kernel compiled with."""
+        for globs, name, obj in self._globals:
+            if globs.get(name, MISSING) is not obj:
+                return self._check_each()
+        for r in self._rest:  # a C call and an identity test per read
+            if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
+                return False
+        return True
+
+    def _check_each(self) -> bool:
+        """Every read compared by value (some global is another object now)."""
+        for r in self.reads:
+            if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
+                return False
+        self._regroup()  # equal values in new objects: the inline identity test holds again
+        return True
+
+    def changed(self) -> list[str]:
+        """The places whose value changed, described for messages and tests."""
+        return [_describe(r.where) for r in self.reads if not r.unchanged()]
+
+    def disk_key(self) -> str:
+        """A text of every captured place and value fingerprint, the same in every process."""
+        return repr(sorted(repr((r.where, r.fp)) for r in self.reads))
+
+    def __add__(self, other: CaptureSet) -> CaptureSet:
+        if not other.reads:
+            return self
+        if not self.reads:
+            return other
+        seen = {r.ident for r in self.reads}
+        return CaptureSet(self.reads + tuple(r for r in other.reads if r.ident not in seen))
+
+
+EMPTY = CaptureSet()
+
+
+def _describe(where: tuple[Any, ...]) -> str:
+    kind = where[0]
+    if kind == "global":
+        return f"global `{where[2]}` of module `{where[1]}`"
+    if kind == "closure":
+        return f"closure variable `{where[2]}` of `{where[1]}`"
+    return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
+
+
+def recording() -> _Recording:
+    """``with recording() as r:`` collects the captured reads of the code inside; ``r.captures``
+    is then the :class:`CaptureSet`."""
+    return _Recording()
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.captures = EMPTY
+        self._recorder = _Recorder()
+
+    def __enter__(self) -> _Recording:
+        stack = getattr(_state, "stack", None)
+        if stack is None:
+            stack = _state.stack = []
+        stack.append(self._recorder)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _state.stack.pop()
+        self.captures = CaptureSet(tuple(self._recorder.reads.values()))
+
+
+def _note(ident: tuple[Any, ...], make: Callable[[], _Read]) -> None:
+    stack = getattr(_state, "stack", None)
+    if not stack:
+        return
+    read = None
+    for rec in stack:  # a read inside a nested recording counts for the outer ones too
+        if ident not in rec.reads:
+            if read is None:
+                read = make()
+                read.ident = ident
+            rec.reads[ident] = read
+
+
+def note_attribute(base: Any, attr: str, value: Any) -> None:
+    """Record that a kernel read ``base.attr`` (and found ``value``)."""
+    if getattr(_state, "stack", None):
+        _note(("attr", id(base), attr), lambda: _Read(_attr_fetch(base, attr), ("attr", fingerprint(base)[:2], attr),
+                                                      value))
+
+
+def _attr_fetch(base: Any, attr: str) -> Callable[[], Any]:
+    def fetch() -> Any:
+        try:
+            return getattr(base, attr)
+        except Exception:  # the attribute went away: a change
+            return MISSING
+
+    return fetch
+
+
+class PythonGlobals:
+    """How a ``@jit`` function's names resolve: its closure, then its module's globals (then the
+    language's builtins, which sema looks up when this raises KeyError). Every lookup made while a
+    :func:`recording` is active is recorded, misses included (a global defined later would shadow
+    the builtin)."""
+
+    def __init__(self, f: Callable[..., Any], wrap: Callable[[Any], Any]):
+        code = f.__code__  # type: ignore[attr-defined]
+        self.closure = dict(zip(code.co_freevars, f.__closure__ or (), strict=False))  # type: ignore[attr-defined]
+        self.globs: dict[str, Any] = f.__globals__  # type: ignore[attr-defined]
+        self.where = str(f.__qualname__)  # type: ignore[attr-defined]
+        self.module = str(self.globs.get("__name__", "?"))
+        self._wrap = wrap
+
+    def __call__(self, name: str) -> Any:
+        cell = self.closure.get(name)
+        if cell is not None:
+            try:
+                obj = cell.cell_contents
+            except ValueError:
+                obj = MISSING
+            if getattr(_state, "stack", None):
+                _note(("closure", id(cell)), lambda: _Read(lambda: _cell_value(cell), ("closure", self.where, name),
+                                                           obj))
+            if obj is MISSING:
+                raise KeyError(name)
+            return self._wrap(obj)
+        globs = self.globs
+        obj = globs.get(name, MISSING)
+        if getattr(_state, "stack", None):
+            _note(("global", id(globs), name),
+                  lambda: _Read(functools.partial(globs.get, name, MISSING), ("global", self.module, name), obj,
+                                globs))
+        if obj is MISSING:
+            if name in ("True", "False", "None"):
+                return self._wrap({"True": True, "False": False, "None": None}[name])
+            raise KeyError(name)
+        return self._wrap(obj)
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return MISSING
+
+
+# ------------------------------------------------------------------------------------------------
+# fingerprints
+# ------------------------------------------------------------------------------------------------
+FUNCTION_TYPES: dict[type, str] = {HelperFunction: "helper"}
+"""Classes whose objects a kernel inlines, fingerprinted by their source: class -> kind. The driver
+adds its ``Kernel`` (:func:`register_function_type`), so that this module needs nothing above sema."""
+
+
+def register_function_type(cls: type, kind: str) -> None:
+    """Fingerprint objects of ``cls`` (which have a ``node`` with a span) by their source, as ``kind``."""
+    FUNCTION_TYPES[cls] = kind
+
+
+def fingerprint(obj: Any) -> tuple[Any, ...]:
+    """A hashable description of ``obj`` that is equal for equal values and the same in every
+    process (see the module docstring for what each kind of object is keyed on)."""
+    if obj is MISSING:
+        return ("missing",)
+    kind = type(obj)
+    if kind in _IMMUTABLE:
+        return ("value", kind.__name__, repr(obj))
+    if kind is tuple or kind is list:
+        return (kind.__name__, *(fingerprint(x) for x in obj))
+    function_kind = next((name for cls, name in FUNCTION_TYPES.items() if isinstance(obj, cls)), None)
+    if function_kind is not None:
+        node = obj.node
+        source = node.span.source
+        return (function_kind, source.name, source.text, node.name, node.span.line)
+    if isinstance(obj, pytypes.ModuleType):
+        return ("module", obj.__name__)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith("numpy") and not isinstance(obj, type):
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return ("value", kind.__name__, repr(obj.item()))
+        if isinstance(obj, np.dtype):
+            return ("dtype", str(obj))
+    if isinstance(obj, enum.Enum):
+        return ("value", f"{module}.{kind.__qualname__}", obj.name)
+    if module.split(".")[0] == "sparsile" and module != "sparsile.driver.module":
+        from ..ir import types as T
+
+        name = getattr(obj, "name", None)  # builtins, namespaces, type constructors: registered once
+        label = repr(obj) if isinstance(obj, T.Type) or not isinstance(name, str) else name
+        return ("sparsile", kind.__qualname__, label)
+    if isinstance(obj, type):
+        return ("class", f"{obj.__module__}.{obj.__qualname__}")
+    if isinstance(obj, pytypes.FunctionType | pytypes.BuiltinFunctionType):
+        return ("function", f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}")
+    return ("object", f"{module}.{kind.__qualname__}")
+
+
+def _compared_by_value(obj: Any) -> bool:
+    """Whether an unchanged identity does not prove an unchanged value (a list, or a tuple holding
+    one, may be changed in place)."""
+    kind = type(obj)
+    if kind is list:
+        return True
+    if kind is tuple:
+        return any(_compared_by_value(x) for x in obj)
+    return False

@@ -1,0 +1,490 @@
+"""Sema for expressions: names, constants and folding, operators, calls (builtins, methods,
+inlined helpers), attributes and subscripts."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from ..diagnostics import CompileError, Diagnostic, InternalError, Label
+from ..ir import types as T
+from ..ir.core import Value
+from ..ops.core import emit_binary, emit_unary
+from ..spans import Span
+from ..syntax import ast as A
+from .builtins import lookup_global, lookup_method, method_names, signature_text
+from .consts import (
+    NOT_CONSTANT,
+    PY_FOLDABLE,
+    PyBuiltin,
+    as_sv,
+    convert_const,
+    python_constant,
+    try_fold_builtin,
+)
+from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
+from .type_ctors import TypeCtor
+from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
+
+# Python builtins a kernel may call on compile-time values.
+
+
+class ExprMixin:
+    # provided by Sema
+    builder: Any
+    current_span: Span | None
+
+    def emitter(self) -> Emitter:
+        return Emitter(self.builder, self)
+
+    def describe(self, v: Any) -> str:
+        return describe(v)
+
+    def const_expr(self, node: A.Expr, what: str) -> Any:
+        v = self.expr(node)
+        if isinstance(v, Const):
+            return v.value
+        if isinstance(v, tuple) and all(isinstance(x, Const) for x in v):
+            return tuple(x.value for x in v)
+        raise CompileError([Diagnostic("SP0201", f"{what} must be a compile-time constant", node.span)])
+
+    # ------------------------------------------------------------------------------ dispatch
+    def expr(self, node: A.Expr) -> Any:
+        saved = self.current_span
+        self.current_span = node.span
+        try:
+            v = self._expr(node)
+        finally:
+            self.current_span = saved
+        if v is POISON:
+            raise PoisonError()
+        if isinstance(v, Const) and isinstance(v.value, tuple):
+            return as_sv(v.value)  # one representation of tuples: a Python tuple of sema values
+        return v
+
+    def _expr(self, node: A.Expr) -> Any:
+        if isinstance(node, A.Constant):
+            return Const(node.value)
+        if isinstance(node, A.Name):
+            return self.name(node)
+        if isinstance(node, A.Tuple | A.List):
+            return tuple(self.expr(e) for e in node.elts)
+        if isinstance(node, A.BinOp):
+            return self.binop(node.op, self.expr(node.left), self.expr(node.right), node.left.span,
+                              node.right.span, node.span)
+        if isinstance(node, A.UnaryOp):
+            return self.unaryop(node)
+        if isinstance(node, A.BoolOp):
+            return self.boolop(node)
+        if isinstance(node, A.Compare):
+            return self.compare(node)
+        if isinstance(node, A.IfExp):
+            return self.ifexp(node)
+        if isinstance(node, A.Call):
+            return self.call(node)
+        if isinstance(node, A.Attribute):
+            return self.attribute(node)
+        if isinstance(node, A.Subscript):
+            return self.subscript(node)
+        if isinstance(node, A.Slice):
+            raise CompileError([Diagnostic("SP0227", "a slice is only allowed inside `[...]`", node.span)])
+        if isinstance(node, A.Starred):
+            raise CompileError([Diagnostic("SP0228", "`*` unpacking is not supported in kernels", node.span)])
+        raise CompileError([Diagnostic("SP0210", f"`{type(node).__name__}` expressions are not supported", node.span)])
+
+    # ------------------------------------------------------------------------------ names
+    def name(self, node: A.Name) -> Any:
+        try:
+            return _check_bound(node, self.lookup_local(node.id))  # type: ignore[attr-defined]
+        except KeyError:
+            pass
+        try:
+            return _check_bound(node, self.resolve_global(node.id))  # type: ignore[attr-defined]
+        except KeyError:
+            pass
+        b = lookup_global(node.id)
+        if b is not None:
+            return b
+        if node.id in PY_FOLDABLE:
+            return Const(PyBuiltin(node.id))
+        candidates = set(self.scope.all_names()) | set(_known_globals())  # type: ignore[attr-defined]
+        close = difflib.get_close_matches(node.id, sorted(candidates), n=1)
+        help_ = f"did you mean `{close[0]}`?" if close else None
+        if node.id in ("range", "static_range"):
+            help_ = f"`{node.id}` can only be used as the iterable of a `for` loop"
+        raise CompileError([Diagnostic("SP0202", f"unknown name `{node.id}`", node.span, help=help_)])
+
+    # ------------------------------------------------------------------------------ operators
+    def binop(self, op: str, a: Any, b: Any, a_span: Span, b_span: Span, span: Span) -> Any:
+        if a is POISON or b is POISON:
+            raise PoisonError()
+        if isinstance(a, Const) and isinstance(b, Const):
+            return self._fold(op, a.value, b.value, span)
+        if isinstance(a, tuple) or isinstance(b, tuple):
+            return self._tuple_binop(op, a, b, span)
+        for v, sp in ((a, a_span), (b, b_span)):
+            if not isinstance(v, Value | Const):
+                raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
+            if isinstance(v, Const) and not isinstance(v.value, bool | int | float):
+                raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
+        em = self.emitter()
+        em.span = span
+        return emit_binary(em, op, Arg(a, a_span), Arg(b, b_span))
+
+    def _tuple_binop(self, op: str, a: Any, b: Any, span: Span) -> Any:
+        """Tuples exist at compile time: ``+`` concatenates, ``*`` repeats, comparisons fold when
+        every element is a constant."""
+        if op == "+" and isinstance(a, tuple) and isinstance(b, tuple):
+            return a + b
+        if op == "*" and (isinstance(a, tuple) != isinstance(b, tuple)):
+            seq, times = (a, b) if isinstance(a, tuple) else (b, a)
+            if isinstance(times, Const) and isinstance(times.value, int) and not isinstance(times.value, bool):
+                if len(seq) * times.value > MAX_CONSTANT_BITS:
+                    raise CompileError([Diagnostic("SP0346", f"the tuple would have {len(seq) * times.value} "
+                                                   f"elements (the limit is {MAX_CONSTANT_BITS})", span)])
+                return seq * times.value
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            ca, cb = python_constant(a), python_constant(b)
+            if ca is not NOT_CONSTANT and cb is not NOT_CONSTANT:
+                return self._fold(op, ca, cb, span)
+            raise CompileError([Diagnostic("SP0331", f"`{op}` compares tuples at compile time only; this one holds "
+                                           "run-time values", span)])
+        raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(a)} and {describe(b)}",
+                                       span)])
+
+    def _fold(self, op: str, x: Any, y: Any, span: Span) -> Const:
+        try:
+            if op == "@":
+                raise TypeError
+            if isinstance(x, tuple) or isinstance(y, tuple):
+                if op in ("==", "!="):
+                    return Const((x == y) if op == "==" else (x != y))
+            return Const(fold_binary(op, x, y))
+        except ZeroDivisionError:
+            raise CompileError([Diagnostic("SP0330", "division by zero in a constant expression", span)]) from None
+        except ConstantTooLarge:
+            raise CompileError([Diagnostic("SP0346", f"the constant expression is too large (more than "
+                                           f"{MAX_CONSTANT_BITS} bits or elements)", span)]) from None
+        except (TypeError, ValueError, OverflowError):
+            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {x!r} and {y!r}", span)]) from None
+
+    def unaryop(self, node: A.UnaryOp) -> Any:
+        v = self.expr(node.operand)
+        if isinstance(v, Const):
+            try:
+                return Const({"-": lambda a: -a, "+": lambda a: +a, "~": lambda a: ~a, "not": lambda a: not a}[node.op](
+                    v.value))
+            except (TypeError, ValueError):
+                msg = f"`{node.op}` is not defined on {v.value!r}"
+                raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
+        if isinstance(v, tuple):
+            if node.op == "not":
+                return Const(not v)
+            raise CompileError([Diagnostic("SP0329", f"`{node.op}` is not defined on a tuple", node.span)])
+        em = self.emitter()
+        em.span = node.span
+        return emit_unary(em, node.op, Arg(v, node.operand.span))
+
+    def boolop(self, node: A.BoolOp) -> Any:
+        # Constants short-circuit as in Python; run-time operands combine elementwise as bools.
+        result: Any = None
+        for i, e in enumerate(node.values):
+            v = self.expr(e)
+            if isinstance(v, Const | tuple):
+                truth = bool(v.value) if isinstance(v, Const) else bool(v)
+                if result is None or isinstance(result, Const | tuple):
+                    if (node.op == "and" and not truth) or (node.op == "or" and truth):
+                        return v
+                    result = v
+                    continue
+                if (node.op == "and" and not truth) or (node.op == "or" and truth):
+                    if i == len(node.values) - 1 or True:
+                        # a constant decides the whole expression from here on
+                        return Const(truth)
+                continue
+            b = self._as_bool(v, e.span)
+            if result is None or isinstance(result, Const | tuple):
+                result = b
+            else:
+                em = self.emitter()
+                em.span = node.span
+                x, y = em.binary_operands(Arg(result, node.span), Arg(b, e.span), node.span, keep_bool=True)
+                result = em.op1("arith.binary", [x, y], x.type, op="and" if node.op == "and" else "or")
+        return result
+
+    def _as_bool(self, v: Any, span: Span) -> Value:
+        em = self.emitter()
+        val = em.tile_or_scalar(Arg(v, span))
+        e = T.element_type(val.type)
+        if e == T.bool_:
+            return val
+        if isinstance(e, T.PointerType):
+            raise CompileError([Diagnostic("SP0312", "a pointer is not a condition", span)])
+        zero = em.broadcast_to(em.constant(0, e), T.shape_of(val.type))
+        return em.op1("arith.cmp", [val, zero], T.with_shape(T.bool_, T.shape_of(val.type)), pred="ne")
+
+    def compare(self, node: A.Compare) -> Any:
+        left = self.expr(node.left)
+        left_span = node.left.span
+        result: Any = None
+        for op, comp in zip(node.ops, node.comparators, strict=True):
+            right = self.expr(comp)
+            if op in ("in", "not in", "is", "is not"):
+                r = self._const_membership(op, left, right, node.span)
+            else:
+                r = self.binop(op, left, right, left_span, comp.span, node.span)
+            if result is None:
+                result = r
+            elif isinstance(result, Const) and isinstance(r, Const):
+                result = Const(bool(result.value) and bool(r.value))
+            else:
+                em = self.emitter()
+                em.span = node.span
+                x = self._as_bool(result, node.span)
+                y = self._as_bool(r, node.span)
+                x, y = em.binary_operands(Arg(x, node.span), Arg(y, node.span), node.span, keep_bool=True)
+                result = em.op1("arith.binary", [x, y], x.type, op="and")
+            left, left_span = right, comp.span
+        return result
+
+    def _const_membership(self, op: str, a: Any, b: Any, span: Span) -> Const:
+        def val(x: Any) -> Any:
+            if isinstance(x, Const):
+                return x.value
+            if isinstance(x, tuple):
+                return tuple(val(e) for e in x)
+            raise CompileError([Diagnostic("SP0331", f"`{op}` works on compile-time values only, found {describe(x)}",
+                                           span)])
+
+        x, y = val(a), val(b)
+        if op in ("is", "is not"):
+            same = x is y or ((x is None) == (y is None) and (x is None or x == y))
+            return Const(same if op == "is" else not same)
+        try:
+            inside = x in y
+        except TypeError:
+            msg = f"`{op}` needs a tuple on the right, found {y!r}"
+            raise CompileError([Diagnostic("SP0331", msg, span)]) from None
+        return Const(inside if op == "in" else not inside)
+
+    def ifexp(self, node: A.IfExp) -> Any:
+        c = self.expr(node.test)
+        if isinstance(c, Const):
+            return self.expr(node.body if c.value else node.orelse)
+        a, b = self.expr(node.body), self.expr(node.orelse)
+        if a is b:
+            return a
+        em = self.emitter()
+        em.span = node.span
+        cond = self._as_bool(c, node.test.span)
+        x, y = em.binary_operands(Arg(a, node.body.span), Arg(b, node.orelse.span), node.span, pointers=True)
+        shape = em.broadcast_shapes(T.shape_of(cond.type), T.shape_of(x.type), node.span)
+        cond, x, y = em.broadcast_to(cond, shape), em.broadcast_to(x, shape), em.broadcast_to(y, shape)
+        return em.op1("arith.select", [cond, x, y], x.type)
+
+    # ------------------------------------------------------------------------------ calls
+    def call(self, node: A.Call) -> Any:
+        func = self.expr(node.func)
+        args: list[Arg] = []
+        for a in node.args:
+            if isinstance(a, A.Starred):
+                raise CompileError([Diagnostic("SP0228", "`*args` is not supported in kernel calls", a.span)])
+            args.append(Arg(self.expr(a), a.span))
+        kwargs: dict[str, Arg] = {}
+        for k in node.keywords:
+            if k.name is None:
+                raise CompileError([Diagnostic("SP0228", "`**kwargs` is not supported in kernel calls", k.span)])
+            if k.name in kwargs:
+                raise CompileError([Diagnostic("SP0323", f"keyword argument `{k.name}` repeated", k.span)])
+            kwargs[k.name] = Arg(self.expr(k.value), k.value.span)
+        if isinstance(func, BoundMethod):
+            return self.call_builtin(func.builtin, [func.self_arg, *args], kwargs, node)
+        if isinstance(func, Builtin):
+            folded = try_fold_builtin(func.name, args, kwargs)
+            if folded is not None:
+                return folded
+            return self.call_builtin(func, args, kwargs, node)
+        if isinstance(func, HelperFunction):
+            return self.inline_call(func, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
+                                    node.span)
+        if isinstance(func, Const) and isinstance(func.value, PyBuiltin):
+            return func.value.call(args, kwargs, node.span)
+        if isinstance(func, Const) and isinstance(func.value, T.ScalarType):
+            if len(args) != 1 or kwargs:
+                raise CompileError([Diagnostic("SP0321", f"`{func.value}(x)` takes one argument", node.span)])
+            em = self.emitter()
+            em.span = node.span
+            v = args[0].value
+            if isinstance(v, Const) and isinstance(v.value, int | float | bool):
+                try:
+                    return Const(convert_const(v.value, func.value))
+                except (OverflowError, ValueError):
+                    raise CompileError([Diagnostic("SP0303", f"{v.value!r} has no value in {func.value}",
+                                                   args[0].span)]) from None
+            return em.cast(em.tile_or_scalar(args[0]), func.value)
+        jit_helper = _jit_function_helper(func)
+        if jit_helper is not None:
+            return self.inline_call(jit_helper, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
+                                    node.span)
+        help_ = None
+        if isinstance(func, Const) and callable(func.value) and not isinstance(func.value, type):
+            help_ = "a Python function called from a kernel must be decorated with `@sparsile.jit` (it is inlined)"
+        raise CompileError([Diagnostic("SP0332", f"{describe(func)} is not callable in a kernel", node.func.span,
+                                       help=help_)])
+
+    def call_builtin(self, b: Builtin, args: list[Arg], kwargs: dict[str, Arg], node: A.Call) -> Any:
+        try:
+            bound = b.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            msg = str(e).replace("'", "`")
+            raise CompileError([Diagnostic("SP0321", f"wrong arguments to `{b.name}`: {msg}", node.span,
+                                           help=f"signature: {signature_text(b)}")]) from None
+        em = self.emitter()
+        em.span = node.span
+        try:
+            return b.impl(em, *bound.args, **bound.kwargs)
+        except (CompileError, PoisonError, RecursionError):
+            raise
+        except Exception as e:  # a builtin that failed to diagnose its arguments: a compiler bug
+            raise InternalError(f"`{b.name}` failed on its arguments: {type(e).__name__}: {e}", node.span) from e
+
+    # ------------------------------------------------------------------------------ attributes
+    def attribute(self, node: A.Attribute) -> Any:
+        base = self.expr(node.value)
+        if isinstance(base, Namespace):
+            if node.attr in base.members:
+                return base.members[node.attr]
+            close = difflib.get_close_matches(node.attr, sorted(base.members), n=1)
+            raise CompileError([Diagnostic("SP0204", f"`{base.name}` has no member `{node.attr}`", node.attr_span,
+                                           help=f"did you mean `{close[0]}`?" if close else None)])
+        if isinstance(base, Value):
+            found = lookup_method(base.type, node.attr)
+            if found is None:
+                names = method_names(base.type)
+                close = difflib.get_close_matches(node.attr, names, n=1)
+                raise CompileError([Diagnostic("SP0204", f"a value of type {base.type} has no attribute `{node.attr}`",
+                                               node.attr_span,
+                                               help=f"did you mean `{close[0]}`?" if close else
+                                               (f"available: {', '.join(names)}" if names else None))])
+            kind, b = found
+            self_arg = Arg(base, node.value.span)
+            if kind == "property":
+                em = self.emitter()
+                em.span = node.span
+                return b.impl(em, self_arg)
+            return BoundMethod(b, self_arg)
+        if isinstance(base, Const):
+            return self._const_attribute(base, node)
+        raise CompileError([Diagnostic("SP0204", f"{describe(base)} has no attribute `{node.attr}`", node.attr_span)])
+
+    def _const_attribute(self, base: Const, node: A.Attribute) -> Any:
+        v = base.value
+        if isinstance(v, T.ScalarType) and node.attr in ("bits", "is_float", "is_int", "is_signed", "name"):
+            return Const(getattr(v, node.attr))
+        if isinstance(v, T.ScalarType | T.Type) and node.attr == "primitive_bitwidth":
+            return Const(v.bits)  # type: ignore[union-attr]
+        # Python module objects and other constants reached from @jit globals
+        if not isinstance(v, int | float | bool | str | T.Type | TypeCtor) and v is not None:
+            from .captures import note_attribute
+            from .jit_globals import wrap_python_value
+
+            try:
+                attr = getattr(v, node.attr)
+            except Exception:  # any failure reading a Python attribute means "no such attribute"
+                attr = _NO_ATTR
+            if attr is not _NO_ATTR:
+                note_attribute(v, node.attr, attr)
+                return wrap_python_value(attr)
+        raise CompileError([Diagnostic("SP0204", f"{describe(base)} has no attribute `{node.attr}`", node.attr_span)])
+
+    # ------------------------------------------------------------------------------ subscripts
+    def subscript(self, node: A.Subscript) -> Any:
+        base = self.expr(node.value)
+        if isinstance(base, Const) and isinstance(base.value, TypeCtor):
+            params = tuple(self.const_expr(i, "a type parameter") for i in node.indices)
+            t = base.value.apply(params)
+            if isinstance(t, str):
+                raise CompileError([Diagnostic("SP0302", t, node.span)])
+            return Const(t)
+        if isinstance(base, tuple) or (isinstance(base, Const) and isinstance(base.value, tuple | str)):
+            if len(node.indices) != 1:
+                raise CompileError([Diagnostic("SP0333", "a tuple takes one index", node.span)])
+            seq = base if isinstance(base, tuple) else tuple(Const(x) for x in base.value)
+            idx_node = node.indices[0]
+            if isinstance(idx_node, A.Slice):
+                parts = [None if p is None else self.const_expr(p, "a slice bound")
+                         for p in (idx_node.lower, idx_node.upper, idx_node.step)]
+                if any(p is not None and (not isinstance(p, int) or isinstance(p, bool)) for p in parts) \
+                        or parts[2] == 0:
+                    raise CompileError([Diagnostic("SP0333", "slice bounds must be integers and the step nonzero",
+                                                   idx_node.span)])
+                return tuple(seq[slice(*parts)])
+            i = self.const_expr(idx_node, "a tuple index")
+            if not isinstance(i, int) or isinstance(i, bool) or not -len(seq) <= i < len(seq):
+                raise CompileError([Diagnostic("SP0333", f"index {i!r} is out of range for a tuple of {len(seq)}",
+                                               idx_node.span)])
+            return seq[i]
+        if isinstance(base, Value):
+            found = lookup_method(base.type, "__getitem__")
+            if found is not None:  # memory references (smem buffers, barrier arrays) index by a value
+                if len(node.indices) != 1:
+                    raise CompileError([Diagnostic("SP0333", "memory references take one index", node.span)])
+                em = self.emitter()
+                em.span = node.span
+                return found[1].impl(em, Arg(base, node.value.span), Arg(self.expr(node.indices[0]),
+                                                                       node.indices[0].span))
+            return self._tile_subscript(base, node)
+        raise CompileError([Diagnostic("SP0333", f"{describe(base)} cannot be indexed", node.span)])
+
+    def _tile_subscript(self, v: Value, node: A.Subscript) -> Value:
+        em = self.emitter()
+        em.span = node.span
+        if not isinstance(v.type, T.ScalarType | T.PointerType | T.TileType):
+            raise CompileError([Diagnostic("SP0333", f"a value of type {v.type} cannot be indexed", node.span)])
+        shape = T.shape_of(v.type)
+        out = v
+        dim = 0
+        for idx in node.indices:
+            if isinstance(idx, A.Constant) and idx.value is None:
+                cur = T.shape_of(out.type)
+                new = (*cur[:dim], 1, *cur[dim:])
+                if not cur:
+                    out = em.broadcast_to(out, (1,))
+                else:
+                    out = em.op1("expand_dims", [out], T.TileType(T.element_type(out.type), new), axis=dim)
+                dim += 1
+            elif isinstance(idx, A.Slice) and idx.lower is None and idx.upper is None and idx.step is None:
+                if dim >= len(T.shape_of(out.type)):
+                    raise CompileError([Diagnostic("SP0333", f"too many indices for a tile of rank {len(shape)}",
+                                                   idx.span)])
+                dim += 1
+            else:
+                raise CompileError([Diagnostic(
+                    "SP0334", "tiles can only be indexed with `:` and `None` (to insert a dimension)", idx.span,
+                    help="select elements with a mask, or reduce; to read one element, load it from memory")])
+        return out
+
+
+_NO_ATTR = object()
+def _check_bound(node: A.Name, v: Any) -> Any:
+    """``v``, unless the name has no value on this path (SP0237)."""
+    if isinstance(v, Unbound):
+        raise CompileError([Diagnostic("SP0237", f"`{node.id}` {v.why}", node.span, help=v.help or None,
+                                       labels=(Label(v.span, "here"),))])
+    return v
+
+
+def _known_globals() -> list[str]:
+    from .builtins import ROOT
+
+    return list(ROOT.members)
+
+
+def _jit_function_helper(func: Any) -> HelperFunction | None:
+    """A ``@sparsile.jit`` function called from another kernel is inlined as a helper."""
+    if isinstance(func, Const):
+        inner = func.value
+        as_helper = getattr(inner, "as_helper", None)
+        if callable(as_helper):
+            return as_helper()
+    return None

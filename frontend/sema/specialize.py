@@ -1,0 +1,325 @@
+"""Specialization: from the arguments of a call to the compile-time description of a kernel.
+
+The key records every constexpr value, the type of every run-time argument (pointer element type,
+tensor element type and rank, scalar type), and — as Triton does — whether each pointer is
+16-byte aligned and each integer a multiple of 16, so that the code generator may vectorize.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..diagnostics import CompileError, Diagnostic, LaunchError
+from ..ir import types as T
+from ..spans import SourceFile
+from .core import ArgSpec
+from .values import Const
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """A kernel parameter as declared: ``annotation`` is a Type, ``T.CONSTEXPR``, or None."""
+
+    name: str
+    annotation: T.Type | None
+    default: Any = None
+    has_default: bool = False
+
+
+_DTYPE_NAMES = {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32, "float64": T.f64, "int8": T.i8,
+                "uint8": T.u8, "int16": T.i16, "int32": T.i32, "int64": T.i64, "bool": T.bool_,
+                "float8_e4m3fn": T.e4m3, "float8_e5m2": T.e5m2, "uint32": T.u32, "uint16": T.u16,
+                "uint64": T.u64}
+_dtype_memo: dict[Any, T.ScalarType | None] = {}
+"""Element type per dtype object already seen (numpy, torch, cupy and jax dtypes are hashable):
+the launch path asks for every array argument of every call."""
+
+
+def dtype_of(obj: Any) -> T.ScalarType | None:
+    """The element type of an array-like argument (numpy, torch, cupy, jax, MetadataBuffer)."""
+    dt = getattr(obj, "dtype", None)
+    if dt is None:
+        return None
+    if type(dt) is str and dt in T.SCALAR_TYPES:  # a DeviceBuffer's language dtype ("i8" is not numpy's int64)
+        return T.SCALAR_TYPES[dt]
+    try:
+        return _dtype_memo[dt]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    try:
+        found: T.ScalarType | None = T.from_numpy_dtype(np.dtype(dt))
+    except TypeError:
+        found = _DTYPE_NAMES.get(str(dt).replace("torch.", ""))
+    try:
+        _dtype_memo[dt] = found
+    except TypeError:
+        pass
+    return found
+
+
+def is_array_like(obj: Any) -> bool:
+    return hasattr(obj, "dtype") and hasattr(obj, "shape") and not isinstance(obj, np.generic)
+
+
+def data_pointer(obj: Any) -> int | None:
+    """The address of an array's first element where it can be read cheaply."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.__array_interface__["data"][0])
+    ptr = getattr(obj, "data_ptr", None)  # torch: far cheaper than building its array interface
+    if callable(ptr):
+        return int(ptr())
+    try:  # torch raises KeyError for dtypes the interface cannot describe (float8)
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception:
+        cai = None
+    if cai is not None:
+        return int(cai["data"][0])
+    return None
+
+
+def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> ArgSpec:
+    """The ArgSpec of a run-time argument, checked against the parameter's annotation."""
+    unwrap = getattr(value, "sparsile_array", None)
+    if unwrap is not None:
+        value = unwrap()
+    ann = p.annotation
+    if isinstance(ann, T.TensorType):
+        elem = dtype_of(value)
+        if not is_array_like(value) or elem is None:
+            raise LaunchError("SP0708", f"argument `{p.name}` expects a tensor, found {type(value).__name__}")
+        if value.ndim != ann.rank:
+            raise LaunchError("SP0720", f"argument `{p.name}` expects a tensor of rank {ann.rank}, found "
+                              f"shape {tuple(value.shape)}")
+        if elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
+            raise LaunchError("SP0703", f"argument `{p.name}` expects a {ann} tensor, found {elem} elements",
+                              help=f"convert the array to {ann.elem} before the call")
+        return ArgSpec.of(ann, _aligned(value, host_copies_aligned))
+    if isinstance(ann, T.PointerType) or (ann is None and is_array_like(value)):
+        elem = dtype_of(value)
+        if not is_array_like(value) or elem is None:
+            what = type(value).__name__
+            raise LaunchError("SP0708", f"argument `{p.name}` expects an array (pointer), found {what}",
+                              help="pass a numpy array or a device tensor")
+        if isinstance(ann, T.PointerType) and elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
+            raise LaunchError("SP0703", f"argument `{p.name}` expects a pointer to {ann.elem}, found an array of "
+                              f"{elem}", help=f"convert the array to {ann.elem} before the call")
+        t = ann if isinstance(ann, T.PointerType) else T.PointerType(elem)
+        return ArgSpec.of(t, _aligned(value, host_copies_aligned))
+    if isinstance(ann, T.ScalarType) or ann is None:
+        if isinstance(value, bool | np.bool_):
+            t = ann or T.bool_
+            return ArgSpec.of(t, False)
+        if isinstance(value, int | np.integer):
+            v = int(value)
+            t = ann or (T.i32 if T.fits(v, T.i32) else T.i64)
+            if not isinstance(t, T.ScalarType):
+                raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {t}")
+            if t.is_int and not T.fits(v, t):
+                raise LaunchError("SP0709", f"argument `{p.name}` = {v} does not fit in {t}")
+            return ArgSpec.of(t, t.is_int and v % 16 == 0)
+        if isinstance(value, float | np.floating):
+            t = ann or T.f32
+            if not isinstance(t, T.ScalarType) or not t.is_float:
+                raise LaunchError("SP0703", f"argument `{p.name}` expects {t}, found the float {value}")
+            return ArgSpec.of(t, False)
+        raise LaunchError("SP0708", f"argument `{p.name}` expects a scalar{'' if ann is None else ' ' + str(ann)}, "
+                          f"found {type(value).__name__}")
+    raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {ann}")
+
+
+def _aligned(value: Any, host_copies_aligned: bool) -> bool:
+    if isinstance(value, np.ndarray):
+        return True if host_copies_aligned else data_pointer(value) % 16 == 0  # type: ignore[operator]
+    ptr = data_pointer(value)
+    return ptr is not None and ptr % 16 == 0
+
+
+def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """Match positional and keyword arguments to parameters (defaults filled in)."""
+    if len(args) > len(params):
+        raise LaunchError("SP0701", f"`{kernel_name}` takes {len(params)} arguments but {len(args)} were given")
+    bound: dict[str, Any] = {}
+    for p, a in zip(params, args, strict=False):
+        bound[p.name] = a
+    names = {p.name for p in params}
+    for k, v in kwargs.items():
+        if k not in names:
+            raise LaunchError("SP0702", f"`{kernel_name}` has no parameter named `{k}`",
+                              help=f"parameters: {', '.join(p.name for p in params)}")
+        if k in bound:
+            raise LaunchError("SP0702", f"`{kernel_name}` got two values for `{k}`")
+        bound[k] = v
+    for p in params:
+        if p.name not in bound:
+            if not p.has_default:
+                raise LaunchError("SP0701", f"`{kernel_name}` is missing the argument `{p.name}`")
+            bound[p.name] = p.default
+    return bound
+
+
+def fingerprint(value: Any, constexpr: bool) -> Any:
+    """What the specialization of one argument depends on, computed cheaply, or None when only
+    :func:`specialize` itself can tell (unusual objects). A constexpr: its type and value. A
+    run-time argument: an array's type, dtype, rank and 16-byte alignment; an integer's sign,
+    bit length (so every range check sees the same answer) and 16-divisibility; a float's or
+    bool's type."""
+    kind = type(value)
+    if constexpr:
+        try:
+            hash(value)
+        except TypeError:
+            return None
+        return (kind, value)
+    if kind is int:
+        return (int, value < 0, value.bit_length(), value % 16 == 0)
+    if kind is float or kind is bool:
+        return (kind,)
+    if kind is np.ndarray:
+        return (np.ndarray, value.dtype, value.ndim, value.__array_interface__["data"][0] % 16 == 0)
+    ptr = getattr(value, "data_ptr", None)
+    if callable(ptr) and not hasattr(value, "sparsile_array"):  # torch tensors
+        try:
+            return (kind, value.dtype, value.ndim, ptr() % 16 == 0)
+        except Exception:
+            return None
+    return None
+
+
+def specialize_memo(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
+                    memo: dict[Any, tuple[dict[str, Any], tuple[Any, ...]]]) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """:func:`specialize`, remembered per argument fingerprint (the launch path: the same kinds of
+    arguments come back call after call). Arguments without a fingerprint, and any call that
+    raises, go through :func:`specialize` every time."""
+    prints = []
+    for p in params:
+        fp = fingerprint(bound[p.name], p.annotation is T.CONSTEXPR)
+        if fp is None:
+            return specialize(kernel_name, params, bound)
+        prints.append(fp)
+    key = tuple(prints)
+    found = memo.get(key)
+    if found is None:
+        found = specialize(kernel_name, params, bound)
+        if len(memo) < 4096:
+            memo[key] = found
+    return found
+
+
+def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any], *,
+               host_copies_aligned: bool = True) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """Bindings for sema (Const / ArgSpec per parameter) and the hashable specialization key."""
+    bindings: dict[str, Any] = {}
+    key: list[Any] = []
+    for p in params:
+        v = bound[p.name]
+        if p.annotation is T.CONSTEXPR:
+            c = _constexpr_value(p, v)
+            bindings[p.name] = Const(c)
+            key.append((p.name, "c", _hashable(c)))
+        else:
+            s = arg_spec(p, v, host_copies_aligned=host_copies_aligned)
+            bindings[p.name] = s
+            key.append((p.name, "v", s.key()))
+    return bindings, tuple(key)
+
+
+def _constexpr_value(p: ParamInfo, v: Any) -> Any:
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, bool | int | float | str | tuple | T.Type) or v is None:
+        return v
+    dt = dtype_of(v) if hasattr(v, "dtype") and not hasattr(v, "shape") else None
+    if dt is not None:
+        return dt
+    try:
+        t = T.from_numpy_dtype(np.dtype(v))
+        if t is not None:
+            return t
+    except TypeError:
+        pass
+    raise LaunchError("SP0723", f"constexpr argument `{p.name}` must be a number, bool, string, tuple or dtype, "
+                      f"found {type(v).__name__}")
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, T.Type):
+        return ("type", str(v))
+    if isinstance(v, tuple):
+        return tuple(_hashable(x) for x in v)
+    return (type(v).__name__, v)
+
+
+# ------------------------------------------------------------------------------------------------
+# Ahead-of-time signatures: "x=ptr[f32], n=i32, BLOCK=1024"
+# ------------------------------------------------------------------------------------------------
+def split_signature(text: str) -> list[tuple[str, str, int]]:
+    """``name=expression`` items of a signature, split at top-level commas: (name, expression,
+    offset of the expression in ``text``). Raises LaunchError SP0724 on a malformed item."""
+    items: list[tuple[str, str, int]] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text + ","):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            part = text[start:i]
+            if part.strip():
+                name, eq, rhs = part.partition("=")
+                if not eq or not name.strip().isidentifier() or not rhs.strip():
+                    raise LaunchError("SP0724", f"malformed signature item `{part.strip()}`",
+                                      help="write `name=type` for run-time parameters (`x=ptr[f32]`, `n=i32`) "
+                                           "and `name=value` for constexpr ones (`BLOCK=1024`)")
+                items.append((name.strip(), rhs, start + len(name) + 1))
+            start = i + 1
+    if depth != 0:
+        raise LaunchError("SP0724", f"unbalanced brackets in the signature `{text}`")
+    return items
+
+
+def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
+    """A signature for :meth:`Kernel.signature_bindings` / ``compile_kernel``: each item's right-hand
+    side is a constant expression of the language (``ptr[f16]``, ``tensor[f16, 2]``, ``i32``,
+    ``1024``, ``2 * 64``, ``True``, ``f16``), evaluated with ``resolve`` (a kernel's global names)
+    and then the builtins. Errors are CompileErrors pointing into the signature text."""
+    from ..syntax.parser import parse_expression
+    from .core import Sema
+
+    def no_globals(name: str) -> Any:
+        raise KeyError(name)
+
+    out: dict[str, Any] = {}
+    errors: list[Diagnostic] = []
+    source = SourceFile("<signature>", text)
+    for name, rhs, offset in split_signature(text):
+        if name in out:
+            raise LaunchError("SP0724", f"`{name}` appears twice in the signature")
+        try:
+            node = parse_expression(rhs.replace("\n", " "), "<signature>")
+            value = Sema(resolve or no_globals).evaluate(node, f"the value of `{name}`")
+        except CompileError as e:
+            errors.extend(_retarget(d, source, offset) for d in e.diagnostics)
+            continue
+        out[name] = value
+    if errors:
+        raise CompileError(errors)
+    return out
+
+
+def _retarget(d: Any, source: Any, offset: int) -> Any:
+    """A diagnostic about one item's expression, re-pointed at the whole signature text."""
+    import dataclasses
+
+    if d.span.line <= 0:
+        return d
+    span = dataclasses.replace(d.span, source=source, line=1, end_line=1, col=d.span.col + offset,
+                               end_col=d.span.end_col + offset if d.span.end_line == 1 else len(source.text) + 1)
+    return dataclasses.replace(d, span=span, labels=())

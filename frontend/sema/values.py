@@ -1,0 +1,124 @@
+"""What a name can stand for during sema.
+
+* an :class:`~sparsile.frontend.ir.core.Value` (a run-time scalar, tile, tensor or memory reference);
+* a :class:`Const` (a compile-time constant: number, bool, string, None, dtype or type);
+* a Python ``tuple`` of these (tuples exist only at compile time);
+* a :class:`Builtin` (a language function such as ``load``), a :class:`Namespace` (``sp``,
+  ``hopper``, ``tcgen05``), or a :class:`HelperFunction` (inlined at each call);
+* :data:`POISON`, bound to a name whose definition failed, so that one mistake gives one diagnostic;
+* :class:`Unbound`, bound to a name that has a value on some paths only (assigned in one branch of a
+  run-time ``if``, or first assigned inside a run-time loop), so that a later use says why.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spans import Span
+
+
+@dataclass(frozen=True)
+class Const:
+    """A compile-time constant."""
+
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"Const({self.value!r})"
+
+
+class _Poison:
+    def __repr__(self) -> str:
+        return "POISON"
+
+
+POISON = _Poison()
+
+
+class PoisonError(Exception):
+    """Raised when a poisoned value is used: the error was already reported."""
+
+
+@dataclass(frozen=True)
+class Unbound:
+    """A name without a value on every path: ``why`` completes "`x` ..." in the diagnostic and
+    ``span`` points at the statement that made it so."""
+
+    why: str
+    span: Span
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """An argument of a builtin call: its sema value and the span of its expression."""
+
+    value: Any
+    span: Span
+
+
+@dataclass
+class Builtin:
+    """A language builtin. ``impl(em, *args: Arg, **kwargs: Arg)`` emits IR through the emitter
+    and returns a sema value. ``constexpr_args`` names the parameters that must be constants."""
+
+    name: str
+    impl: Callable[..., Any]
+    doc: str = ""
+    signature: inspect.Signature = field(init=False)
+
+    def __post_init__(self) -> None:
+        sig = inspect.signature(self.impl)
+        params = list(sig.parameters.values())[1:]  # drop the emitter
+        self.signature = sig.replace(parameters=params)
+        if not self.doc:
+            self.doc = inspect.getdoc(self.impl) or ""
+
+    def __repr__(self) -> str:
+        return f"<builtin {self.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"`sparsile.{self.name}` can only be called inside a kernel "
+                           "(a function decorated with @sparsile.jit or defined in a .spk file)")
+
+
+@dataclass
+class BoundMethod:
+    """``value.method`` before it is called: a builtin with ``self`` bound."""
+
+    builtin: Builtin
+    self_arg: Arg
+
+
+@dataclass
+class Namespace:
+    """A dotted namespace of builtins and constants (``sp``, ``hopper``, ``tcgen05``, ``math``)."""
+
+    name: str
+    members: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<namespace {self.name}>"
+
+    def __getattr__(self, name: str) -> Any:
+        members = self.__dict__.get("members", {})
+        if name in members:
+            m = members[name]
+            return m.value if isinstance(m, Const) else m
+        raise AttributeError(f"`{self.__dict__.get('name', '?')}` has no member `{name}`")
+
+
+@dataclass
+class HelperFunction:
+    """A function called from a kernel; sema inlines its body at every call. ``globals`` resolves
+    names that are not local (module constants for .spk, Python globals under @jit)."""
+
+    node: Any  # ast.FunctionDef
+    globals: Callable[[str], Any]
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"<helper {self.name or self.node.name}>"
