@@ -6,6 +6,9 @@ shapes, each result checked against a float64 reference on the GPU.
     python benchmarks/bench_decode.py --dtype f16 --quick  # one shape per model
     python benchmarks/bench_decode.py --splits 1,2,4,8,16  # the decode kernel at each split-K as well
 
+"decode" is the weight as prune_and_compress gives it; "decode tiled" the same kernel on the
+weight copied into the tiled layout (decode.tile_for_decode: each TMA box one contiguous run).
+
 Kernel times are the CUDA profiler's device time per call (every launch of a call: split-K's reduce
 included; bench_sparse_gemm.profile_kernel_time). Each case rotates over enough copies of the
 weight that their total exceeds 3x the 50 MB L2, so every call reads its weight from HBM.
@@ -51,11 +54,12 @@ def main() -> None:
     import torch
     from bench_sparse_gemm import profile_kernel_time
     from sparsile.stdlib.kernels import linear, prune_and_compress
+    from sparsile.stdlib.kernels.decode import plan_sparse_decode
 
     tdt = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     splits = [int(s) for s in args.splits.split(",") if s]
     g = torch.Generator().manual_seed(0)
-    print(f"{'shape':12} {'T':>3} {'kernel':14} {'us':>8} {'GB/s':>7} {'%HBM':>6} {'vs dense':>8} {'rel err':>9} "
+    print(f"{'shape':12} {'T':>3} {'kernel':18} {'us':>8} {'GB/s':>7} {'%HBM':>6} {'vs dense':>8} {'rel err':>9} "
           "config")
     for name in (QUICK if args.quick else SHAPES):
         n_out, k = SHAPES[name]
@@ -75,12 +79,13 @@ def main() -> None:
             plans = [linear.plan_sparse_linear(v, m, x, kernel="gemm") for v, m in weights]
             variants.append(("sparse_linear", [p.run for p in plans],
                              f"BN={plans[0].bn} split={plans[0].split_k} pair={plans[0].pair}"))
-            for split in [None, *splits]:
-                dplans = [linear.plan_sparse_linear(v, m, x, kernel="decode", split_k=split) for v, m in weights]
-                c = dplans[0].config
-                label = "decode" if split is None else f"decode s={split}"
-                variants.append((label, [p.run for p in dplans],
-                                 f"BN={c.bn} BK={c.bk} stages={c.stages} split={c.split_k}"))
+            for tiled in (False, True):
+                for split in [None, *splits]:
+                    dplans = [plan_sparse_decode(v, m, x, split_k=split, tiled=tiled) for v, m in weights]
+                    c = dplans[0].config
+                    label = ("decode tiled" if tiled else "decode") + ("" if split is None else f" s={split}")
+                    variants.append((label, [p.run for p in dplans],
+                                     f"BN={c.bn} BK={c.bk} stages={c.stages} split={c.split_k}"))
             for label, calls, config in variants:
                 state = {"i": 0}
 
@@ -97,7 +102,7 @@ def main() -> None:
                 if label == "dense":
                     dense_us = us
                 ratio = dense_us / us if dense_us else float("nan")
-                print(f"{name:12} {t:3} {label:14} {us:8.1f} {gbs:7.0f} {100 * gbs * 1e9 / HBM_BYTES_PER_S:5.1f}% "
+                print(f"{name:12} {t:3} {label:18} {us:8.1f} {gbs:7.0f} {100 * gbs * 1e9 / HBM_BYTES_PER_S:5.1f}% "
                       f"{ratio:7.2f}x {err:9.1e} {config}", flush=True)
         del weights, dense_copies, ref_w
         torch.cuda.empty_cache()

@@ -18,7 +18,9 @@ Every argument is checked by :func:`~.linear.plan_sparse_linear` (same codes); t
 re-pads K to its step (BK = 128 elements for f16/bf16, 256 for e4m3) and the metadata words to
 whole CTA slabs (rows: a multiple of BM, filled with ``0x44444444``, the code of two zero values)
 so that every TMA box of metadata is in bounds and well formed; for Llama-style shapes (N_out a
-multiple of 128, K of 256) nothing is copied.
+multiple of 128, K of 256) nothing is copied. ``plan_sparse_decode(..., tiled=True)`` copies the
+weight once into the tiled layout of :func:`tile_for_decode`, where every TMA box of the kernel is
+one contiguous run of memory (plan once, ``rebind`` per call).
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .gemm import KernelChoice, _bad, _kind, _pad_columns, kernel_module
+from .linear import SparseLinearPlan
 
 SP_DECODE = "SP0860"
 """A kernel choice sparse_linear does not have, or a call the decode kernel cannot take."""
@@ -110,24 +115,46 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     return DecodeConfig(bn, bk, stages, split_k, ctas)
 
 
-def _pad_words(words: Any, rows: int, cols: int) -> Any:
-    """Metadata words (r, c) extended to (rows, cols) with EMPTY_META_WORD (no copy when they fit)."""
-    have_r, have_c = (int(s) for s in words.shape)
+def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
+    """2-D ``x`` extended to (rows, cols), new elements of bit pattern ``fill`` (``x`` itself when it
+    fits)."""
+    have_r, have_c = (int(s) for s in x.shape)
     if (have_r, have_c) == (rows, cols):
-        return words
-    if _kind(words) in ("torch", "torch-cpu"):
+        return x
+    if _kind(x) in ("torch", "torch-cpu"):
         import torch
 
-        out = torch.full((rows, cols), EMPTY_META_WORD, dtype=torch.int32, device=words.device)
-        out[:have_r, :have_c] = words.view(torch.int32)
-        return out.view(torch.uint32)
-    if _kind(words) == "cupy":
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+        fill = fill - (1 << 32) if ints is torch.int32 and fill >= 1 << 31 else fill
+        out = torch.full((rows, cols), fill, dtype=ints, device=x.device)
+        out[:have_r, :have_c] = x.view(ints)
+        return out.view(x.dtype)
+    if _kind(x) == "cupy":
         import cupy as xp
     else:
         import numpy as xp
-    out = xp.full((rows, cols), EMPTY_META_WORD, dtype=xp.uint32)
-    out[:have_r, :have_c] = words
-    return out
+    ints = xp.dtype(f"u{x.dtype.itemsize}")
+    out = xp.full((rows, cols), fill, dtype=ints)
+    out[:have_r, :have_c] = x.view(ints)
+    return out.view(x.dtype)
+
+
+def tile_for_decode(x: Any, bm: int, cols: int) -> Any:
+    """The tiled layout of the decode kernel (``TILED=1``): ``x`` (slabs * bm, steps * cols) as
+    (slabs * steps * bm, cols), box (slab i, step k) at rows (i * steps + k) * bm.., so that each
+    TMA box of the kernel is one contiguous run of memory (a copy of ``x``)."""
+    rows, total = (int(s) for s in x.shape)
+    slabs, steps = rows // bm, total // cols
+    if _kind(x) in ("torch", "torch-cpu"):
+        import torch
+
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+        t = x.view(ints).reshape(slabs, bm, steps, cols).permute(0, 2, 1, 3).contiguous()
+        return t.view(slabs * steps * bm, cols).view(x.dtype)
+    xp = np
+    if _kind(x) == "cupy":
+        import cupy as xp
+    return xp.ascontiguousarray(x.reshape(slabs, bm, steps, cols).transpose(0, 2, 1, 3)).reshape(-1, cols)
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,11 +167,12 @@ class SparseDecodePlan:
 
     base: Any          # the SparseLinearPlan of the shipped path (the checks and operands)
     config: DecodeConfig
-    values: Any        # (N_out, k_padded / 2)
-    meta: Any          # (cdiv(N_out, 128) * 128, k_padded / 32) uint32
+    values: Any        # (N_out, k_padded / 2); tiled: (slabs * steps * 128, bk / 2)
+    meta: Any          # (cdiv(N_out, 128) * 128, k_padded / 32) uint32; tiled: (slabs * steps * 128, bk / 32)
     x: Any             # (T, k_padded)
     k_padded: int      # K rounded up to config.bk
     workspace: Any = None
+    tiled: bool = False  # values and meta in the tiled layout (tile_for_decode)
 
     @property
     def out(self) -> Any:
@@ -172,7 +200,7 @@ class SparseDecodePlan:
 
     def constexprs(self) -> dict[str, Any]:
         c = self.config
-        common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages}
+        common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {})}
         if c.split_k > 1:
             return {**common, "SPLIT_K": c.split_k}
         return {**common, **self.base._epilogue_constexprs()}
@@ -188,19 +216,9 @@ class SparseDecodePlan:
                   {"SPLIT_K": self.config.split_k, **b._epilogue_constexprs(), "BLOCK": 1024})
         return [main, reduce]
 
-    def run(self, interpret: bool | None = None, stream: Any = None) -> Any:
-        """Launch every step (or run them in the CPU interpreter, default: as planned); returns out."""
-        interpret = self.interpret if interpret is None else interpret
-        for kernel, grid, args, constexprs in self.launches():
-            if interpret:
-                kernel.interpret[grid](*args, **constexprs)
-            else:
-                kernel[grid](*args, stream=stream, **constexprs)
-        return self.out
-
-    def compile(self, target: str = "sm_90a") -> list[Any]:
-        """Compile every launch for ``target`` (no GPU needed); the CompiledKernels."""
-        return [kernel[grid].compile_for(target, *args, **cx) for kernel, grid, args, cx in self.launches()]
+    # the same as SparseLinearPlan's: they only use launches(), interpret and out
+    run = SparseLinearPlan.run
+    compile = SparseLinearPlan.compile
 
     def rebind(self, x: Any, out: Any = None, *, scale_x: Any = None) -> SparseDecodePlan:
         """This plan for a new ``x`` (and ``out``, ``scale_x``) of the same shape and dtype (SP0853
@@ -210,10 +228,12 @@ class SparseDecodePlan:
 
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
-                       interpret: bool = False, **linear: Any) -> Any:
+                       interpret: bool = False, tiled: bool = False, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
-    (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16)."""
+    (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16). ``tiled``:
+    copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
+    run) once, here; plan once and ``rebind`` per call to keep that copy."""
     from .gemm import _empty
     from .linear import _sm_count, plan_sparse_linear
 
@@ -231,8 +251,12 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     rows = -(-base.m // DECODE_BM) * DECODE_BM
-    vals = _pad_columns(base.values, k_padded // 2)
-    words = _pad_words(base.meta, rows, k_padded // 32)
+    words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
+    if tiled:
+        vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), DECODE_BM, cfg.bk // 2)
+        words = tile_for_decode(words, DECODE_BM, cfg.bk // 32)
+    else:
+        vals = _pad_columns(base.values, k_padded // 2)
     xk = _pad_columns(base.x, k_padded)
     work = _empty(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
-    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work)
+    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled))

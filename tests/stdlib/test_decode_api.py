@@ -19,11 +19,12 @@ from sparsile.stdlib.kernels.decode import (
     SparseDecodePlan,
     choose_decode_config,
     plan_sparse_decode,
+    tile_for_decode,
 )
 from sparsile.stdlib.kernels.linear import SparseLinearPlan, plan_sparse_linear, sparse_linear
 from sparsile.stdlib.sparsity import SparsityError
 
-from .test_linear_api import NP_OUT, assert_linear_close, epilogue_case, problem
+from .test_linear_api import NP_OUT, _code_message, assert_linear_close, cuda_copy, epilogue_case, problem
 
 # dtype, N_out, T, K, out_dtype, bias, activation, scale_w, scale_x, split_k (None: the plan's)
 CASES = [
@@ -57,6 +58,38 @@ def test_decode_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, a
                       kernel="decode", **epi)
     assert y is out and y.shape == (t, n_out)
     assert_linear_close(y, weight, x, k, dtype, want, **epi)
+
+
+TILED_CASES = [CASES[1], CASES[3], CASES[6], CASES[7], CASES[10]]
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", TILED_CASES)
+def test_tiled_layout_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
+    """tiled=True: the weight copied so that each TMA box is contiguous; the same results."""
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k + 1)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              split_k=split, tiled=True, **epi)
+    steps = plan.k_padded // plan.config.bk
+    assert plan.constexprs()["TILED"] == 1
+    assert plan.values.shape == (-(-n_out // DECODE_BM) * steps * DECODE_BM, plan.config.bk // 2)
+    assert plan.meta.shape == (plan.values.shape[0], plan.config.bk // 32)
+    assert plan.run() is out
+    assert_linear_close(out, weight, x, k, dtype, want, **epi)
+
+
+def test_tile_for_decode_puts_each_box_in_consecutive_rows():
+    x = np.arange(256 * 48, dtype=np.uint32).reshape(256, 48)
+    tiled = tile_for_decode(x, 128, 16)
+    assert tiled.shape == (6 * 128, 16) and tiled.flags.c_contiguous
+    for i in range(2):
+        for k in range(3):
+            np.testing.assert_array_equal(tiled[(i * 3 + k) * 128:(i * 3 + k + 1) * 128],
+                                          x[i * 128:(i + 1) * 128, k * 16:(k + 1) * 16])
+    torch = pytest.importorskip("torch")
+    xt = torch.from_numpy(x.view(np.int32)).view(torch.uint32)
+    assert np.array_equal(tile_for_decode(xt, 128, 16).view(torch.int32).numpy().view(np.uint32), tiled)
 
 
 def test_decode_is_opt_in(monkeypatch):
@@ -123,12 +156,6 @@ def test_empty_k_keeps_the_shipped_plan():
     np.testing.assert_array_equal(y, np.tile(np.maximum(bias, 0).astype(np.float16), (3, 1)))
 
 
-def _code_message(call) -> tuple[str, str]:
-    with pytest.raises(SparsityError) as info:
-        call()
-    return info.value.code, info.value.message
-
-
 def test_argument_errors_have_codes():
     weight, x = problem("f16", 32, 4, 64, seed=9)
     _, x65 = problem("f16", 32, 65, 64, seed=9)
@@ -143,15 +170,16 @@ def test_argument_errors_have_codes():
         "SP0850", "unknown activation 'gelu'")
 
 
-@pytest.mark.parametrize("dtype,t,split,act", [("f16", 1, 1, None), ("bf16", 64, 1, "gelu_tanh"),
-                                               ("e4m3", 16, 4, None)])
-def test_compiles_for_sm90a(dtype, t, split, act, tmp_path):
+@pytest.mark.parametrize("dtype,t,split,act,tiled", [("f16", 1, 1, None, False), ("bf16", 64, 1, "gelu_tanh", False),
+                                                     ("e4m3", 16, 4, None, False), ("bf16", 16, 1, "silu", True)])
+def test_compiles_for_sm90a(dtype, t, split, act, tiled, tmp_path):
     """One wgmma.sp group per K step (BK/32 instructions), four TMA copies per step (values, metadata,
     two 128-byte panels of x for 16-bit types), metadata read from shared memory (128-bit loads for
     16-bit types), no global loads in the loop; ptxas: no spills, under maxnreg."""
     weight, x = problem(dtype, 256, t, 512, seed=11)
     epi = {"scale_x": np.ones(t, np.float32), "scale_w": 0.5} if dtype == "e4m3" else {}
-    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=split, activation=act, **epi)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=split, activation=act,
+                              tiled=tiled, **epi)
     ck = plan.compile("sm_90a")[0]
     ptx = ck.ptx
     assert len(re.findall(r"wgmma\.mma_async\.sp", ptx)) == 4
@@ -184,22 +212,17 @@ GPU_CASES = [  # Llama-3 8B / 70B layer shapes and ragged ones, every T of the d
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", GPU_CASES)
-def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
+def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled):
     torch = pytest.importorskip("torch")
     weight, x = problem(dtype, n_out, t, k, seed=12)
     want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
-
-    def cuda(a):
-        if a is None or isinstance(a, float):
-            return a
-        bits = torch.from_numpy(np.ascontiguousarray(a).view(f"u{a.itemsize}" if a.itemsize > 1 else "u1"))
-        return bits.cuda().view(getattr(torch, a.dtype.name))
-
+    cuda = cuda_copy
     values = cuda(np.asarray(weight.values))
     out = torch.full((t, n_out), float("nan"), device="cuda", dtype=getattr(torch, want))
-    plan = plan_sparse_linear(values, weight.meta, cuda(x), out=out, out_dtype=out_dtype, split_k=split,
-                              kernel="decode", **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
+    plan = plan_sparse_decode(values, weight.meta, cuda(x), out=out, out_dtype=out_dtype, split_k=split, tiled=tiled,
+                              **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
     assert isinstance(plan, SparseDecodePlan)
     assert plan.run() is out
     torch.cuda.synchronize()
