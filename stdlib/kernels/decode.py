@@ -46,6 +46,7 @@ DECODE_ENV = "SPARSILE_DECODE_KERNEL"
 DECODE_MAX_T = 64
 DECODE_BM = 128           # weight rows per CTA: two consumer warpgroups of 64
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
+SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
 MAX_SPLIT = 16
 EMPTY_META_WORD = 0x44444444  # eight nibbles 0x4: kept positions 0 and 1 (of zero values)
@@ -88,13 +89,14 @@ class DecodeConfig:
 
 
 def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
-                         split_k: int | None = None) -> DecodeConfig:
+                         split_k: int | None = None, stages: int | None = None) -> DecodeConfig:
     """Tile, ring and split for N_out = ``m``, T = ``t``, K = ``k`` on ``sms`` SMs.
 
     Two CTAs per SM when at least three steps fit in half the shared memory (keeps ~2 x 2 steps,
     70-90 KB, in flight per SM: Little's law wants ~30 KB at 4.8 TB/s and ~700 ns), else one CTA
     with a deeper ring. K is split so that the grid fills the resident CTA slots at most once
-    (no second wave), with at least two steps per share."""
+    (no second wave), with at least two steps per share. ``split_k`` / ``stages`` override the
+    choice (for tuning on the GPU); the occupancy follows from the stages."""
     eb = choice.elem_bytes
     bn = 8
     while bn < t:
@@ -103,10 +105,14 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     probe = DecodeConfig(bn, bk, 1, 1, 1)
     stage = probe.stage_bytes(eb)
     per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
+    forced = stages
     stages, ctas = per_cta // stage, 2
     if stages < 3:
         stages, ctas = (SMEM_PER_SM - 2048) // stage, 1
     stages = max(2, min(MAX_STAGES, stages))
+    if forced is not None:
+        stages = forced
+        ctas = 2 if stages * (stage + 16) <= per_cta else 1
     tiles = -(-m // DECODE_BM)
     steps = -(-k // bk)
     if split_k is None:
@@ -228,10 +234,12 @@ class SparseDecodePlan:
 
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
-                       interpret: bool = False, tiled: bool = False, **linear: Any) -> Any:
+                       interpret: bool = False, tiled: bool = False, stages: int | None = None,
+                       **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
-    (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16). ``tiled``:
+    (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
+    the ring depth (2..8, within the 227 KB of shared memory a CTA may use). ``tiled``:
     copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
     run) once, here; plan once and ``rebind`` per call to keep that copy."""
     from .gemm import _empty
@@ -248,7 +256,14 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                                 or not 1 <= split_k <= MAX_SPLIT):
         raise _bad(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
     sms = num_sms or _sm_count(interpret)
-    cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k)
+    bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
+                                         or not 2 <= stages <= MAX_STAGES)
+    cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
+                               None if bad_stages else stages)
+    if bad_stages or cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA:
+        raise _bad(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
+                   f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
+                   help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     rows = -(-base.m // DECODE_BM) * DECODE_BM
     words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)

@@ -166,6 +166,11 @@ def test_argument_errors_have_codes():
         "SP0860", "the decode kernel takes at most 64 tokens, got 65")
     assert _code_message(lambda: plan_sparse_decode(v, m, x, interpret=True, split_k=17)) == (
         "SP0804", "split_k of the decode kernel must be an integer from 1 to 16, got 17")
+    big = "stages of the decode kernel must be an integer from 2 to 8 whose ring fits in 227 KB of shared memory, got"
+    assert _code_message(lambda: plan_sparse_decode(v, m, x, interpret=True, stages=1)) == ("SP0804", f"{big} 1")
+    assert _code_message(lambda: plan_sparse_decode(v, m, x65[:64], interpret=True, stages=8)) == ("SP0804", f"{big} 8")
+    plan = plan_sparse_decode(v, m, x65[:64], interpret=True, stages=6)  # 6 x 34.8 KB: one CTA per SM
+    assert (plan.config.stages, plan.config.ctas_per_sm) == (6, 1) and plan.constexprs()["STAGES"] == 6
     assert _code_message(lambda: plan_sparse_decode(v, m, x, interpret=True, activation="gelu")) == (
         "SP0850", "unknown activation 'gelu'")
 
