@@ -305,10 +305,12 @@ def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: b
 def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
                        scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
-                       split_k: int | None = None) -> SparseLinearPlan:
+                       split_k: int | None = None, kernel: str | None = None) -> SparseLinearPlan:
     """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
     the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
-    split-K) for sm_100a / sm_103a / sm_110a."""
+    split-K) for sm_100a / sm_103a / sm_110a. ``kernel="decode"`` (or SPARSILE_DECODE_KERNEL=1)
+    plans the opt-in decode kernel for T <= 64 on sm_90a instead (:mod:`.decode`, a
+    ``SparseDecodePlan`` with the same interface); "gemm" or None: the shipped kernels."""
     tgt = _target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
         raise _bad(f"num_sms must be a positive integer, got {num_sms!r}",
@@ -320,6 +322,12 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if len(x_shape) != 2:
         raise _bad(f"x must be a 2-D (T, K) array, got shape {x_shape}",
                    help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
+    from .decode import plan_sparse_decode, wants_decode
+
+    if wants_decode(kernel, x_shape[0], tgt):
+        return plan_sparse_decode(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
+                                  scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret,
+                                  num_sms=num_sms, split_k=split_k if kernel == "decode" else None)
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
 
@@ -383,7 +391,7 @@ def _sm_count(interpret: bool, target: str = "sm_90a") -> int:
 def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
                   scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                   interpret: bool = False, target: str | None = None, num_sms: int | None = None,
-                  split_k: int | None = None) -> Any:
+                  split_k: int | None = None, kernel: str | None = None) -> Any:
     """``act((x @ W.T) * scale_w * scale_x + bias)`` for the pruned weight ``W = decompress(values,
     meta)`` (N_out, K): y of shape (T, N_out), row-major, in ``out_dtype`` (default x's dtype for
     f16/bf16/f32 x, bfloat16 for e4m3 x), written into ``out`` when given.
@@ -393,7 +401,9 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     "gelu_tanh". scale_w: a number, a 0-d / (1,) array, or (N_out,) f32; scale_x: a number, 0-d /
     (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU tensors run in the interpreter
     (``interpret=True``); CUDA tensors are used in place on the current torch stream. ``target``,
-    ``split_k`` (Hopper only) and ``num_sms`` as for :func:`~.gemm.sparse_matmul`.
+    ``split_k`` (Hopper only) and ``num_sms`` as for :func:`~.gemm.sparse_matmul`; ``kernel``:
+    None / "auto" (the shipped kernels unless SPARSILE_DECODE_KERNEL=1), "gemm", or "decode" (the
+    opt-in decode kernel for T <= 64 on sm_90a, :mod:`.decode`).
     """
     if not interpret:
         from ...backend import runtime
@@ -404,7 +414,7 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
     plan = plan_sparse_linear(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
                               scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret, target=target,
-                              num_sms=num_sms, split_k=split_k)
+                              num_sms=num_sms, split_k=split_k, kernel=kernel)
     plan.run(interpret)
     return deliver_result(plan.out, out, x)
 

@@ -321,19 +321,24 @@ GPU_CASES = [
 ]
 
 
+def cuda_copy(a: Any) -> Any:
+    """A host array (ml_dtypes included) as a CUDA tensor of the same element type; None and
+    Python floats as they are."""
+    import torch
+
+    if a is None or isinstance(a, float):
+        return a
+    bits = torch.from_numpy(np.ascontiguousarray(a).view(f"u{a.itemsize}" if a.itemsize > 1 else "u1"))
+    return bits.cuda().view(getattr(torch, a.dtype.name))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", GPU_CASES)
 def test_gpu_epilogue_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
     torch = pytest.importorskip("torch")
     weight, x = problem(dtype, n_out, t, k, seed=11)
     want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
-
-    def cuda(a):
-        if a is None or isinstance(a, float):
-            return a
-        bits = torch.from_numpy(np.ascontiguousarray(a).view(f"u{a.itemsize}" if a.itemsize > 1 else "u1"))
-        return bits.cuda().view(getattr(torch, a.dtype.name))
-
+    cuda = cuda_copy
     tx = cuda(x)
     values = cuda(np.asarray(weight.values))
     out = torch.full((t, n_out), float("nan"), device="cuda", dtype=getattr(torch, want))

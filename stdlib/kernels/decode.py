@@ -1,0 +1,277 @@
+"""The decode kernel of ``sparse_linear`` (T <= 64 tokens): a 2:4 weight stream at HBM speed.
+
+At decode the compressed weight (N_out x K/2 values and N_out x K/8 bytes of 16-bit metadata) is
+nearly all the traffic, so ``sparse_decode_sm90.spk`` (its docstring has the pipeline) gives each
+CTA a 128-row slab of the weight and streams it with wide TMA steps that carry the **values, the
+metadata words and x together** (one ``full`` barrier per step), several steps in flight per CTA,
+two CTAs per SM, and splits K over CTAs when the slabs alone do not fill the GPU. The f32 partial
+sums of a split are added by ``splitk_reduce_linear`` (sparse_gemm_sm90.spk), which applies the
+same epilogue as the shipped kernels: bias, activation, scales, output type, transposed store.
+
+It is **opt-in** until it is measured on the H200: ``plan_sparse_linear(..., kernel="decode")``
+(or ``sparse_linear``), or ``SPARSILE_DECODE_KERNEL=1`` in the environment, for T <= 64 on sm_90a;
+otherwise the shipped ``sparse_linear_<t>`` kernels run. ``plan_sparse_decode`` returns a
+:class:`SparseDecodePlan` with the interface of :class:`~.linear.SparseLinearPlan`
+(``launches()``, ``run()``, ``compile()``, ``rebind()``).
+
+Every argument is checked by :func:`~.linear.plan_sparse_linear` (same codes); the decode plan then
+re-pads K to its step (BK = 128 elements for f16/bf16, 256 for e4m3) and the metadata words to
+whole CTA slabs (rows: a multiple of BM, filled with ``0x44444444``, the code of two zero values)
+so that every TMA box of metadata is in bounds and well formed; for Llama-style shapes (N_out a
+multiple of 128, K of 256) nothing is copied. ``plan_sparse_decode(..., tiled=True)`` copies the
+weight once into the tiled layout of :func:`tile_for_decode`, where every TMA box of the kernel is
+one contiguous run of memory (plan once, ``rebind`` per call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .gemm import KernelChoice, _bad, _kind, _pad_columns, kernel_module
+from .linear import SparseLinearPlan
+
+SP_DECODE = "SP0860"
+"""A kernel choice sparse_linear does not have, or a call the decode kernel cannot take."""
+
+DECODE_FILE = Path(__file__).resolve().parent / "sparse_decode_sm90.spk"
+DECODE_ENV = "SPARSILE_DECODE_KERNEL"
+"""Set to 1 to let plan_sparse_linear choose the decode kernel for T <= DECODE_MAX_T on sm_90a."""
+DECODE_MAX_T = 64
+DECODE_BM = 128           # weight rows per CTA: two consumer warpgroups of 64
+SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
+SMEM_PER_CTA = 227 * 1024
+MAX_STAGES = 8
+MAX_SPLIT = 16
+EMPTY_META_WORD = 0x44444444  # eight nibbles 0x4: kept positions 0 and 1 (of zero values)
+KERNEL_CHOICES = ("auto", "gemm", "decode")
+
+
+@functools.cache
+def decode_module() -> Any:
+    """The loaded ``sparse_decode_sm90.spk`` module (parsed once per process)."""
+    from ... import load
+
+    return load(DECODE_FILE)
+
+
+def wants_decode(kernel: str | None, t: int, target: str) -> bool:
+    """Whether plan_sparse_linear plans the decode kernel: ``kernel="decode"``, or ``kernel``
+    None / "auto" with ``SPARSILE_DECODE_KERNEL=1``; only for T <= 64 tokens on sm_90a (other
+    cases keep the shipped kernels, also when "decode" is asked for)."""
+    if kernel is not None and kernel not in KERNEL_CHOICES:
+        raise _bad(f"unknown sparse_linear kernel {kernel!r}",
+                   help="kernel is None / 'auto' (the default choice), 'gemm' or 'decode'", code=SP_DECODE)
+    if kernel == "gemm" or target != "sm_90a" or not 1 <= t <= DECODE_MAX_T:
+        return False
+    return kernel == "decode" or os.environ.get(DECODE_ENV, "0") == "1"
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """The decode kernel's compile-time choices for one problem."""
+
+    bn: int          # token tile: T rounded up to a power of two, 8..64 (the wgmma N)
+    bk: int          # K elements per pipeline step (128 for 16-bit operands, 256 for e4m3)
+    stages: int      # ring depth
+    split_k: int     # CTAs along K
+    ctas_per_sm: int  # the occupancy the shared-memory budget was sized for
+
+    def stage_bytes(self, elem_bytes: int, bm: int = DECODE_BM) -> int:
+        """Bytes one pipeline step moves: values, metadata words, x."""
+        return bm * self.bk // 2 * elem_bytes + bm * (self.bk // 32) * 4 + self.bn * self.bk * elem_bytes
+
+
+def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
+                         split_k: int | None = None, stages: int | None = None) -> DecodeConfig:
+    """Tile, ring and split for N_out = ``m``, T = ``t``, K = ``k`` on ``sms`` SMs.
+
+    Two CTAs per SM when at least three steps fit in half the shared memory (keeps ~2 x 2 steps,
+    70-90 KB, in flight per SM: Little's law wants ~30 KB at 4.8 TB/s and ~700 ns), else one CTA
+    with a deeper ring. K is split so that the grid fills the resident CTA slots at most once
+    (no second wave), with at least two steps per share. ``split_k`` / ``stages`` override the
+    choice (for tuning on the GPU); the occupancy follows from the stages."""
+    eb = choice.elem_bytes
+    bn = 8
+    while bn < t:
+        bn *= 2
+    bk = 128 if eb == 2 else 256
+    probe = DecodeConfig(bn, bk, 1, 1, 1)
+    stage = probe.stage_bytes(eb)
+    per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
+    forced = stages
+    stages, ctas = per_cta // stage, 2
+    if stages < 3:
+        stages, ctas = (SMEM_PER_SM - 2048) // stage, 1
+    stages = max(2, min(MAX_STAGES, stages))
+    if forced is not None:
+        stages = forced
+        ctas = 2 if stages * (stage + 16) <= per_cta else 1
+    tiles = -(-m // DECODE_BM)
+    steps = -(-k // bk)
+    if split_k is None:
+        slots = sms * ctas
+        split_k = max(1, min(slots // max(tiles, 1), steps // 2, MAX_SPLIT))
+    return DecodeConfig(bn, bk, stages, split_k, ctas)
+
+
+def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
+    """2-D ``x`` extended to (rows, cols), new elements of bit pattern ``fill`` (``x`` itself when it
+    fits)."""
+    have_r, have_c = (int(s) for s in x.shape)
+    if (have_r, have_c) == (rows, cols):
+        return x
+    if _kind(x) in ("torch", "torch-cpu"):
+        import torch
+
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+        fill = fill - (1 << 32) if ints is torch.int32 and fill >= 1 << 31 else fill
+        out = torch.full((rows, cols), fill, dtype=ints, device=x.device)
+        out[:have_r, :have_c] = x.view(ints)
+        return out.view(x.dtype)
+    if _kind(x) == "cupy":
+        import cupy as xp
+    else:
+        import numpy as xp
+    ints = xp.dtype(f"u{x.dtype.itemsize}")
+    out = xp.full((rows, cols), fill, dtype=ints)
+    out[:have_r, :have_c] = x.view(ints)
+    return out.view(x.dtype)
+
+
+def tile_for_decode(x: Any, bm: int, cols: int) -> Any:
+    """The tiled layout of the decode kernel (``TILED=1``): ``x`` (slabs * bm, steps * cols) as
+    (slabs * steps * bm, cols), box (slab i, step k) at rows (i * steps + k) * bm.., so that each
+    TMA box of the kernel is one contiguous run of memory (a copy of ``x``)."""
+    rows, total = (int(s) for s in x.shape)
+    slabs, steps = rows // bm, total // cols
+    if _kind(x) in ("torch", "torch-cpu"):
+        import torch
+
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+        t = x.view(ints).reshape(slabs, bm, steps, cols).permute(0, 2, 1, 3).contiguous()
+        return t.view(slabs * steps * bm, cols).view(x.dtype)
+    xp = np
+    if _kind(x) == "cupy":
+        import cupy as xp
+    return xp.ascontiguousarray(x.reshape(slabs, bm, steps, cols).transpose(0, 2, 1, 3)).reshape(-1, cols)
+
+
+@dataclass(frozen=True, eq=False)
+class SparseDecodePlan:
+    """One checked sparse_linear call on the decode kernel: ``base`` is the checked
+    :class:`~.linear.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
+
+    ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, 128), split_k), then with split-K
+    ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out)."""
+
+    base: Any          # the SparseLinearPlan of the shipped path (the checks and operands)
+    config: DecodeConfig
+    values: Any        # (N_out, k_padded / 2); tiled: (slabs * steps * 128, bk / 2)
+    meta: Any          # (cdiv(N_out, 128) * 128, k_padded / 32) uint32; tiled: (slabs * steps * 128, bk / 32)
+    x: Any             # (T, k_padded)
+    k_padded: int      # K rounded up to config.bk
+    workspace: Any = None
+    tiled: bool = False  # values and meta in the tiled layout (tile_for_decode)
+
+    @property
+    def out(self) -> Any:
+        return self.base.out
+
+    @property
+    def interpret(self) -> bool:
+        return self.base.interpret
+
+    @property
+    def kernel(self) -> Any:
+        return getattr(decode_module(), f"sparse_decode_{self.base.choice.operand}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (-(-self.base.m // DECODE_BM), self.config.split_k)
+
+    def arguments(self) -> tuple[Any, ...]:
+        """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel."""
+        b = self.base
+        if self.config.split_k > 1:
+            w = self.workspace
+            return (self.values, self.meta, self.x, w, w, w, w, b.m, b.t, self.k_padded, b.m)
+        return (self.values, self.meta, self.x, b.out, *b._epilogue_pointers(), b.m, b.t, self.k_padded, b.m)
+
+    def constexprs(self) -> dict[str, Any]:
+        c = self.config
+        common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {})}
+        if c.split_k > 1:
+            return {**common, "SPLIT_K": c.split_k}
+        return {**common, **self.base._epilogue_constexprs()}
+
+    def launches(self) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]:
+        """Every launch, in order, as (kernel, grid, positional args, constexprs)."""
+        b = self.base
+        main = (self.kernel, self.grid, self.arguments(), self.constexprs())
+        if self.config.split_k == 1:
+            return [main]
+        reduce = (kernel_module().splitk_reduce_linear, (-(-b.m * b.t // 1024),),
+                  (self.workspace, b.out, *b._epilogue_pointers(), b.m, b.t, b.m),
+                  {"SPLIT_K": self.config.split_k, **b._epilogue_constexprs(), "BLOCK": 1024})
+        return [main, reduce]
+
+    # the same as SparseLinearPlan's: they only use launches(), interpret and out
+    run = SparseLinearPlan.run
+    compile = SparseLinearPlan.compile
+
+    def rebind(self, x: Any, out: Any = None, *, scale_x: Any = None) -> SparseDecodePlan:
+        """This plan for a new ``x`` (and ``out``, ``scale_x``) of the same shape and dtype (SP0853
+        otherwise), without re-checking the weight; the workspace is shared with this plan."""
+        base = self.base.rebind(x, out, scale_x=scale_x)
+        return dataclasses.replace(self, base=base, x=_pad_columns(base.x, self.k_padded))
+
+
+def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
+                       interpret: bool = False, tiled: bool = False, stages: int | None = None,
+                       **linear: Any) -> Any:
+    """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
+    (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
+    (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
+    the ring depth (2..8, within the 227 KB of shared memory a CTA may use). ``tiled``:
+    copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
+    run) once, here; plan once and ``rebind`` per call to keep that copy."""
+    from .gemm import _empty
+    from .linear import _sm_count, plan_sparse_linear
+
+    base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
+                              split_k=1, kernel="gemm", **linear)
+    if base.k_padded == 0 or base.m == 0 or base.t == 0:
+        return base
+    if base.t > DECODE_MAX_T:
+        raise _bad(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
+                   help="plan it with plan_sparse_linear (kernel unset or 'gemm') for more tokens", code=SP_DECODE)
+    if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
+                                or not 1 <= split_k <= MAX_SPLIT):
+        raise _bad(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
+    sms = num_sms or _sm_count(interpret)
+    bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
+                                         or not 2 <= stages <= MAX_STAGES)
+    cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
+                               None if bad_stages else stages)
+    if bad_stages or cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA:
+        raise _bad(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
+                   f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
+                   help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
+    k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
+    rows = -(-base.m // DECODE_BM) * DECODE_BM
+    words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
+    if tiled:
+        vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), DECODE_BM, cfg.bk // 2)
+        words = tile_for_decode(words, DECODE_BM, cfg.bk // 32)
+    else:
+        vals = _pad_columns(base.values, k_padded // 2)
+    xk = _pad_columns(base.x, k_padded)
+    work = _empty(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
+    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled))

@@ -1,0 +1,235 @@
+"""sparsile.stdlib.kernels.decode: the opt-in decode kernel of sparse_linear (T <= 64) in the
+interpreter against float64 references with poisoned outputs (f16, bf16, e4m3 with scales; ragged
+N_out and K; bias, activations, split-K), its selection (opt-in: kernel="decode" or
+SPARSILE_DECODE_KERNEL=1), the plan (launches, rebind, configuration), argument errors with their
+codes, sm_90a compilation (PTX facts, ptxas without spills) and a GPU run (marked gpu)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from sparsile.stdlib.kernels import KERNELS
+from sparsile.stdlib.kernels.decode import (
+    DECODE_BM,
+    SMEM_PER_SM,
+    SparseDecodePlan,
+    choose_decode_config,
+    plan_sparse_decode,
+    tile_for_decode,
+)
+from sparsile.stdlib.kernels.linear import SparseLinearPlan, plan_sparse_linear, sparse_linear
+from sparsile.stdlib.sparsity import SparsityError
+
+from .test_linear_api import NP_OUT, _code_message, assert_linear_close, cuda_copy, epilogue_case, problem
+
+# dtype, N_out, T, K, out_dtype, bias, activation, scale_w, scale_x, split_k (None: the plan's)
+CASES = [
+    ("f16", 200, 1, 384, None, None, None, None, None, None),
+    ("f16", 130, 3, 520, None, "f32", "relu", None, None, 3),
+    ("bf16", 96, 16, 256, None, "out", "silu", None, None, 1),
+    ("bf16", 200, 33, 392, "float32", None, "gelu_tanh", None, None, 3),
+    ("f16", 64, 64, 256, "float32", "f32", "gelu_tanh", None, None, 1),
+    ("bf16", 300, 64, 1000, None, None, None, None, None, None),
+    ("f16", 136, 16, 300, "bfloat16", "out", "relu", "channel", "token", 2),
+    ("e4m3", 200, 16, 600, None, "f32", "gelu_tanh", "channel", "token", 2),
+    ("e4m3", 96, 3, 256, "float16", None, None, "tensor", "tensor", 1),
+    ("e4m3", 130, 64, 520, None, "out", "relu", "channel", "token", 1),
+    ("e4m3", 70, 1, 264, "float32", "f32", "silu", "tensor", "token", None),
+]
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", CASES)
+def test_decode_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              split_k=split, kernel="decode", **epi)
+    assert isinstance(plan, SparseDecodePlan)
+    if split is not None:
+        assert plan.config.split_k == split
+    assert len(plan.launches()) == (2 if plan.config.split_k > 1 else 1)
+    assert plan.meta.shape[0] % DECODE_BM == 0 and plan.k_padded % plan.config.bk == 0
+    y = sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True, split_k=split,
+                      kernel="decode", **epi)
+    assert y is out and y.shape == (t, n_out)
+    assert_linear_close(y, weight, x, k, dtype, want, **epi)
+
+
+TILED_CASES = [CASES[1], CASES[3], CASES[6], CASES[7], CASES[10]]
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", TILED_CASES)
+def test_tiled_layout_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
+    """tiled=True: the weight copied so that each TMA box is contiguous; the same results."""
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k + 1)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              split_k=split, tiled=True, **epi)
+    steps = plan.k_padded // plan.config.bk
+    assert plan.constexprs()["TILED"] == 1
+    assert plan.values.shape == (-(-n_out // DECODE_BM) * steps * DECODE_BM, plan.config.bk // 2)
+    assert plan.meta.shape == (plan.values.shape[0], plan.config.bk // 32)
+    assert plan.run() is out
+    assert_linear_close(out, weight, x, k, dtype, want, **epi)
+
+
+def test_tile_for_decode_puts_each_box_in_consecutive_rows():
+    x = np.arange(256 * 48, dtype=np.uint32).reshape(256, 48)
+    tiled = tile_for_decode(x, 128, 16)
+    assert tiled.shape == (6 * 128, 16) and tiled.flags.c_contiguous
+    for i in range(2):
+        for k in range(3):
+            np.testing.assert_array_equal(tiled[(i * 3 + k) * 128:(i * 3 + k + 1) * 128],
+                                          x[i * 128:(i + 1) * 128, k * 16:(k + 1) * 16])
+    torch = pytest.importorskip("torch")
+    xt = torch.from_numpy(x.view(np.int32)).view(torch.uint32)
+    assert np.array_equal(tile_for_decode(xt, 128, 16).view(torch.int32).numpy().view(np.uint32), tiled)
+
+
+def test_decode_is_opt_in(monkeypatch):
+    """The shipped kernels stay the default; SPARSILE_DECODE_KERNEL=1 picks the decode kernel for
+    T <= 64 only, and kernel="gemm" keeps the shipped one."""
+    weight, x = problem("f16", 64, 8, 128, seed=1)
+    _, x65 = problem("f16", 64, 65, 128, seed=1)
+    v, m = weight.values, weight.meta
+    monkeypatch.delenv("SPARSILE_DECODE_KERNEL", raising=False)
+    assert isinstance(plan_sparse_linear(v, m, x, interpret=True), SparseLinearPlan)
+    monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "1")
+    assert isinstance(plan_sparse_linear(v, m, x, interpret=True), SparseDecodePlan)
+    assert isinstance(plan_sparse_linear(v, m, x65, interpret=True), SparseLinearPlan)
+    assert isinstance(plan_sparse_linear(v, m, x, interpret=True, kernel="gemm"), SparseLinearPlan)
+    assert isinstance(plan_sparse_linear(v, m, x65, interpret=True, kernel="decode"), SparseLinearPlan)
+    y = sparse_linear(v, m, x, interpret=True)  # through the environment
+    assert_linear_close(y, weight, x, 128, "f16", "float16")
+
+
+def test_launches_and_rebind():
+    weight, x = problem("bf16", 130, 20, 512, seed=7)
+    _, x2 = problem("bf16", 130, 20, 512, seed=8)
+    bias = np.linspace(-1, 1, 130).astype(np.float32)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, bias=bias, activation="relu", interpret=True,
+                              split_k=2)
+    (main, mgrid, margs, mcx), (red, rgrid, rargs, rcx) = plan.launches()
+    assert rgrid == (-(-130 * 20 // 1024),)
+    assert main.name == "sparse_decode_bf16" and mgrid == (2, 2)
+    assert mcx == {"BN": 32, "BK": 128, "STAGES": plan.config.stages, "SPLIT_K": 2}
+    assert margs[3] is plan.workspace and plan.workspace.shape == (2, 20, 130) and margs[7:] == (130, 20, 512, 130)
+    assert plan.meta.shape == (256, 16) and plan.meta.dtype == np.uint32
+    assert int(plan.meta[255, 15]) == 0x44444444  # padded rows: two zero values per chunk
+    assert red.name == "splitk_reduce_linear" and rargs[:3] == (plan.workspace, plan.out, plan.base.bias)
+    assert rcx == {"SPLIT_K": 2, "BIAS": 1, "ACT": "relu", "SCALE_W": 0, "SCALE_X": 0, "BLOCK": 1024}
+    out = np.full((20, 130), np.nan, NP_OUT["bfloat16"])
+    again = plan.rebind(x2, out)
+    assert again.meta is plan.meta and again.workspace is plan.workspace and again.run() is out
+    assert_linear_close(out, weight, x2, 512, "bf16", "bfloat16", bias=bias, activation="relu")
+    y = plan.rebind(x).run()
+    assert_linear_close(y, weight, x, 512, "bf16", "bfloat16", bias=bias, activation="relu")
+    with pytest.raises(SparsityError) as info:
+        plan.rebind(x[:3])
+    assert info.value.code == "SP0853"
+
+
+@pytest.mark.parametrize("m,k,t,split,bn", [(4096, 4096, 16, 8, 16), (14336, 4096, 1, 2, 8),
+                                            (28672, 4096, 64, 1, 64), (4096, 14336, 64, 8, 64),
+                                            (8192, 28672, 32, 4, 32), (1024, 256, 4, 1, 8)])
+def test_configuration_fills_the_gpu_once(m, k, t, split, bn):
+    """Two CTAs per SM fit in shared memory; the split fills the resident slots at most once."""
+    cfg = choose_decode_config(m, t, k, KERNELS["bf16"], 132)
+    assert (cfg.split_k, cfg.bn, cfg.ctas_per_sm) == (split, bn, 2)
+    assert cfg.stages >= 3 and cfg.ctas_per_sm * (cfg.stages * cfg.stage_bytes(2) + 2048) <= SMEM_PER_SM
+    assert -(-m // DECODE_BM) * cfg.split_k <= 2 * 132
+
+
+def test_empty_k_keeps_the_shipped_plan():
+    from sparsile.stdlib.sparsity import encode_metadata
+
+    meta = encode_metadata(np.zeros((20, 0, 2), np.uint8), "sm90", "f16", k=0)
+    bias = np.linspace(-1, 1, 20).astype(np.float32)
+    y = sparse_linear(np.zeros((20, 0), np.float16), meta, np.zeros((3, 0), np.float16), bias=bias,
+                      activation="relu", interpret=True, kernel="decode")
+    np.testing.assert_array_equal(y, np.tile(np.maximum(bias, 0).astype(np.float16), (3, 1)))
+
+
+def test_argument_errors_have_codes():
+    weight, x = problem("f16", 32, 4, 64, seed=9)
+    _, x65 = problem("f16", 32, 65, 64, seed=9)
+    v, m = weight.values, weight.meta
+    assert _code_message(lambda: plan_sparse_linear(v, m, x, interpret=True, kernel="fast")) == (
+        "SP0860", "unknown sparse_linear kernel 'fast'")
+    assert _code_message(lambda: plan_sparse_decode(v, m, x65, interpret=True)) == (
+        "SP0860", "the decode kernel takes at most 64 tokens, got 65")
+    assert _code_message(lambda: plan_sparse_decode(v, m, x, interpret=True, split_k=17)) == (
+        "SP0804", "split_k of the decode kernel must be an integer from 1 to 16, got 17")
+    big = "stages of the decode kernel must be an integer from 2 to 8 whose ring fits in 227 KB of shared memory, got"
+    assert _code_message(lambda: plan_sparse_decode(v, m, x, interpret=True, stages=1)) == ("SP0804", f"{big} 1")
+    assert _code_message(lambda: plan_sparse_decode(v, m, x65[:64], interpret=True, stages=8)) == ("SP0804", f"{big} 8")
+    plan = plan_sparse_decode(v, m, x65[:64], interpret=True, stages=6)  # 6 x 34.8 KB: one CTA per SM
+    assert (plan.config.stages, plan.config.ctas_per_sm) == (6, 1) and plan.constexprs()["STAGES"] == 6
+    assert _code_message(lambda: plan_sparse_decode(v, m, x, interpret=True, activation="gelu")) == (
+        "SP0850", "unknown activation 'gelu'")
+
+
+@pytest.mark.parametrize("dtype,t,split,act,tiled", [("f16", 1, 1, None, False), ("bf16", 64, 1, "gelu_tanh", False),
+                                                     ("e4m3", 16, 4, None, False), ("bf16", 16, 1, "silu", True)])
+def test_compiles_for_sm90a(dtype, t, split, act, tiled, tmp_path):
+    """One wgmma.sp group per K step (BK/32 instructions), four TMA copies per step (values, metadata,
+    two 128-byte panels of x for 16-bit types), metadata read from shared memory (128-bit loads for
+    16-bit types), no global loads in the loop; ptxas: no spills, under maxnreg."""
+    weight, x = problem(dtype, 256, t, 512, seed=11)
+    epi = {"scale_x": np.ones(t, np.float32), "scale_w": 0.5} if dtype == "e4m3" else {}
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=split, activation=act,
+                              tiled=tiled, **epi)
+    ck = plan.compile("sm_90a")[0]
+    ptx = ck.ptx
+    assert len(re.findall(r"wgmma\.mma_async\.sp", ptx)) == 4
+    assert len(re.findall(r"cp\.async\.bulk\.tensor", ptx)) == 4
+    if dtype != "e4m3":
+        assert "ld.shared.v4.b32" in ptx
+    cfg = plan.config
+    assert ck.smem_bytes == cfg.stages * (cfg.stage_bytes(KERNELS[dtype].elem_bytes) + 16)  # + two mbarriers
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    path = tmp_path / "decode.ptx"
+    path.write_text(ptx)
+    proc = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(path), "-o", str(tmp_path / "decode.cubin")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr and "0 bytes stack frame" in proc.stderr
+    regs = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
+    assert regs <= 112  # maxnreg: two 9-warp CTAs per SM
+
+
+GPU_CASES = [  # Llama-3 8B / 70B layer shapes and ragged ones, every T of the decode range
+    ("bf16", 4096, 1, 4096, None, None, None, None, None, None),
+    ("bf16", 6144, 16, 4096, None, "f32", "silu", None, None, None),
+    ("f16", 4096, 64, 14336, "float32", "out", "gelu_tanh", None, None, None),
+    ("f16", 28672, 33, 4096, None, None, "relu", None, None, None),
+    ("bf16", 1000, 3, 1000, None, "f32", None, None, None, 4),
+    ("e4m3", 8192, 16, 8192, None, "f32", None, "channel", "token", None),
+    ("e4m3", 130, 64, 520, "float16", None, "silu", "tensor", "tensor", 2),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", GPU_CASES)
+def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled):
+    torch = pytest.importorskip("torch")
+    weight, x = problem(dtype, n_out, t, k, seed=12)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    cuda = cuda_copy
+    values = cuda(np.asarray(weight.values))
+    out = torch.full((t, n_out), float("nan"), device="cuda", dtype=getattr(torch, want))
+    plan = plan_sparse_decode(values, weight.meta, cuda(x), out=out, out_dtype=out_dtype, split_k=split, tiled=tiled,
+                              **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
+    assert isinstance(plan, SparseDecodePlan)
+    assert plan.run() is out
+    torch.cuda.synchronize()
+    host = out.float().cpu().numpy().astype(NP_OUT[want]) if want != "float32" else out.cpu().numpy()
+    assert_linear_close(host, weight, x, k, dtype, want, **epi)
