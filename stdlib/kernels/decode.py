@@ -56,7 +56,7 @@ KERNEL_CHOICES = ("auto", "gemm", "decode")
 @functools.cache
 def decode_module() -> Any:
     """The loaded ``sparse_decode_sm90.spk`` module (parsed once per process)."""
-    from ... import load
+    from ...driver.module import load
 
     return load(DECODE_FILE)
 
@@ -242,7 +242,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     the ring depth (2..8, within the 227 KB of shared memory a CTA may use). ``tiled``:
     copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
     run) once, here; plan once and ``rebind`` per call to keep that copy."""
-    from .gemm import _empty
+    from .gemm import empty_array
     from .linear import _sm_count, plan_sparse_linear
 
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
@@ -273,5 +273,5 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     else:
         vals = _pad_columns(base.values, k_padded // 2)
     xk = _pad_columns(base.x, k_padded)
-    work = _empty(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
+    work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled))
