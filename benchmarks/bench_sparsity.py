@@ -7,6 +7,9 @@ tcgen05 format in under 2 s on the 2-core CI machine. Each step is timed separat
 * separate: ``prune`` (writes the pruned dense matrix), ``compress``, ``encode_metadata``;
 * fused: ``compress(w, prune=True)`` (prunes in the same pass, identical output), ``encode_metadata``.
 
+The ``validate`` rows time ``validate_metadata`` of the encoded words given as a raw array (every
+word checked, as when a ``SparseLinear`` state_dict is loaded).
+
 The PASS line is the fused pipeline, the one a weight-loading path uses::
 
     python benchmarks/bench_sparsity.py                    # f16, 16384 x 16384
@@ -23,7 +26,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from sparsile.stdlib.sparsity import compress, encode_metadata, operand_type, prune
+from sparsile.stdlib.sparsity import compress, encode_metadata, operand_type, prune, validate_metadata
 
 TARGET_SECONDS = 2.0
 
@@ -55,7 +58,9 @@ def bench_dtype(dtype: str, size: int, repeats: int, workers: int | None) -> dic
     for fmt in ("tcgen05", "sm90"):
         if fmt == "sm90" and op.width_class == "4-bit":
             continue
-        times[f"encode {fmt}"], _ = _best(lambda fmt=fmt: encode_metadata(indices, fmt, dtype), repeats)
+        times[f"encode {fmt}"], encoded = _best(lambda fmt=fmt: encode_metadata(indices, fmt, dtype), repeats)
+        times[f"validate {fmt}"], _ = _best(
+            lambda fmt=fmt, words=encoded.data: validate_metadata(words, fmt, dtype, size, size), repeats)
     return times
 
 

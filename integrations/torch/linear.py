@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from ...stdlib.kernels.gemm import prunes_on_gpu
 from ...stdlib.sparsity import (
     as_host_array,
     compress,
@@ -163,11 +164,29 @@ class SparseLinear(nn.Module):
             quantized, scale_t = _prune_quantize_e4m3(weight.detach())
             values, indices = compress(as_host_array(quantized, "weight"), "e4m3")
             scale = as_host_array(scale_t, "scale_w")
+        elif prunes_on_gpu(weight, operand_type(name)):  # a CUDA weight of the layer's type: pruned there
+            return cls._from_gpu(linear, name, activation=activation, out_dtype=out_dtype)
         else:  # pruned in the weight's own type (cast first when it differs), as prune_and_compress does
             values, indices = compress(as_host_array(weight.detach(), "weight"), name, prune=True)
         bias = None if linear.bias is None else linear.bias.detach().float()
         return cls.from_compressed(values, indices, linear.in_features, bias=bias, scale_w=scale,
                                    activation=activation, out_dtype=out_dtype, device=weight.device)
+
+    @classmethod
+    def _from_gpu(cls, linear: nn.Linear, name: str, *, activation: str | None,
+                  out_dtype: torch.dtype | None) -> SparseLinear:
+        """``from_dense`` of a CUDA weight in the layer's type: pruned, compressed and encoded on its
+        GPU (``compress_gpu``, bit-identical to the host toolkit's ``compress`` + ``encode_metadata``)."""
+        from ...stdlib.kernels.sparsity_gpu import compress_gpu
+
+        values, meta = compress_gpu(linear.weight.detach(), name, "sm90")
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, dtype=name,
+                    activation=activation, out_dtype=out_dtype, device="meta")
+        layer.values = values
+        layer.meta = meta.data.view(torch.int32)
+        if linear.bias is not None:
+            layer.bias = linear.bias.detach().float().reshape(-1)
+        return layer
 
     @classmethod
     def from_compressed(cls, values: np.ndarray, indices: np.ndarray, in_features: int, *,

@@ -49,6 +49,7 @@ from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
 from ..sparsity.formats import decompress, metadata_shape
 from ..sparsity.hostarray import require_numeric
+from ..sparsity.layouts import check_format
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
@@ -296,8 +297,16 @@ class SparseMatmul:
     out: Any
     bn: int
     split_k: int = 1
-    workspace: Any = None  # (split_k, M, N) partial sums when split_k > 1
+    workspace: Any = None  # (split_k, M, N) partial sums when split_k > 1 or C is stored by splitk_reduce
     pair_ctas: int = 0     # > 0: the CTA-pair kernel (B multicast) on that many CTAs (persistent)
+    out_dtype: str = ""    # numpy name of C's element type ("": the kernel's own, choice.out_dtype)
+
+    @property
+    def partials(self) -> bool:
+        """Whether the ``_splitk`` kernel runs: K is split, or C is not the kernel's own store type
+        (the f32 partial sums then go to C itself when it is f32, else through ``splitk_reduce``,
+        which converts on its store)."""
+        return self.split_k > 1 or self.out_dtype not in ("", self.choice.out_dtype)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -309,12 +318,12 @@ class SparseMatmul:
 
     @property
     def kernel(self) -> Any:
-        name = self.choice.kernel if self.split_k == 1 else f"{self.choice.kernel}_splitk"
+        name = f"{self.choice.kernel}_splitk" if self.partials else self.choice.kernel
         return getattr(kernel_module(), f"{name}_pair" if self.pair_ctas else name)
 
     def arguments(self) -> tuple[Any, ...]:
         lde = int(self.meta.shape[1])
-        c = self.out if self.split_k == 1 else self.workspace
+        c = self.out if self.workspace is None else self.workspace
         return (self.values, self.meta, self.b, c, self.m, self.n, self.k_padded, lde, self.n)
 
     def compile(self, target: str = "sm_90a") -> Any:
@@ -322,14 +331,14 @@ class SparseMatmul:
         return self.kernel[self.grid].compile_for(target, *self.arguments(), **self._constexprs())
 
     def _constexprs(self) -> dict[str, int]:
-        return {"BN": self.bn} if self.split_k == 1 else {"BN": self.bn, "SPLIT_K": self.split_k}
+        return {"BN": self.bn, "SPLIT_K": self.split_k} if self.partials else {"BN": self.bn}
 
     def run(self, interpret: bool = False) -> Any:
         """Launch on the current GPU (or run in the interpreter) and return ``out``."""
         if self.m and self.n:
             launch = self.kernel.interpret[self.grid] if interpret else self.kernel[self.grid]
             launch(*self.arguments(), **self._constexprs())
-            if self.split_k > 1:
+            if self.workspace is not None:
                 reduce = kernel_module().splitk_reduce
                 grid = (-(-self.m * self.n // 1024),)
                 (reduce.interpret[grid] if interpret else reduce[grid])(
@@ -353,11 +362,43 @@ def _resolve_operand(values: Any, meta: Any, dtype: str | None, kernels: dict[st
     return kernels[name]
 
 
-def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool) -> Any:
-    """The C array the kernel writes: ``out`` itself when the launch can write it in place, else a
-    new array (a torch/cupy array on ``home``'s device for a GPU launch, numpy otherwise)."""
-    return output_array(out, (m, n), choice.out_dtype, f"{choice.operand} operands produce {choice.out_dtype} C",
-                        home, interpret)
+def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool,
+            dtype: str | None = None) -> Any:
+    """The C array the kernel writes (numpy dtype name ``dtype``, default the kernel's own): ``out``
+    itself when the launch can write it in place, else a new array (a torch/cupy array on
+    ``home``'s device for a GPU launch, numpy otherwise)."""
+    dtype = dtype or choice.out_dtype
+    rule = (f"{choice.operand} operands produce {dtype} C" if dtype == choice.out_dtype
+            else f"C is out_dtype={dtype}")
+    return output_array(out, (m, n), dtype, rule, home, interpret)
+
+
+OUT_DTYPES = {"f16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
+              "f32": "float32", "float32": "float32", "i32": "int32", "int32": "int32"}
+"""Spellings of C's element types (numpy names)."""
+
+
+def checked_out_dtype(out_dtype: Any, choice: KernelChoice) -> str:
+    """The numpy name of C's element type: the kernel's own (float16; int32 for s8, float32 for
+    tf32) when ``out_dtype`` is None, else float16, bfloat16 or float32 for floating-point operands."""
+    if out_dtype is None:
+        return choice.out_dtype
+    spelled = str(out_dtype)
+    if not isinstance(out_dtype, str) and type(out_dtype).__module__.split(".")[0] != "torch":
+        try:  # numpy dtypes and scalar types (ml_dtypes' bfloat16 too)
+            spelled = np.dtype(out_dtype).name
+        except TypeError:
+            pass
+    name = OUT_DTYPES.get(spelled.removeprefix("torch.").lower())
+    if choice.out_dtype == "int32":
+        allowed = ("int32",)
+    else:
+        allowed = ("float16", "bfloat16", "float32")
+    if name not in allowed:
+        raise _bad(f"sparse_matmul has no {out_dtype} output for {choice.operand} operands",
+                   help=f"out_dtype is one of {', '.join(allowed)} for {choice.operand} operands "
+                        "(None: " + choice.out_dtype + ")")
+    return name
 
 
 def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
@@ -390,7 +431,7 @@ def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) 
         import cupy
 
         return cupy.empty(shape, dtype=dtype)
-    return np.empty(shape, dtype=dtype)
+    return np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
 
 
 def _target(target: str | None, interpret: bool) -> str:
@@ -408,7 +449,7 @@ def _target(target: str | None, interpret: bool) -> str:
 
 def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                        interpret: bool = False, target: str | None = None, persistent: bool = True,
-                       num_sms: int | None = None, split_k: int | None = None) -> Any:
+                       num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None) -> Any:
     """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
     a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell."""
     tgt = _target(target, interpret)
@@ -419,9 +460,16 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     if tgt != "sm_90a":
         from .gemm_sm100 import plan_sparse_matmul_sm100
 
+        if out_dtype is not None:
+            choice = _resolve_operand(values, meta, dtype)
+            if checked_out_dtype(out_dtype, choice) != choice.out_dtype:
+                raise _bad(f"out_dtype={out_dtype} is not available on {tgt}: the Blackwell kernels store "
+                           f"{choice.out_dtype} C", help="leave out_dtype unset, or plan for target='sm_90a'")
+
         return plan_sparse_matmul_sm100(values, meta, b, target=tgt, out=out, dtype=dtype, interpret=interpret,
                                         persistent=persistent, num_sms=num_sms)
     choice = _resolve_operand(values, meta, dtype)
+    c_dtype = checked_out_dtype(out_dtype, choice)
     op = operand_type(choice.operand)
     home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
@@ -429,15 +477,19 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     k_padded = -(-k_values // choice.k_align) * choice.k_align
     values = _pad_columns(values, k_padded // 2)
     b = _pad_columns(b, k_padded)
-    c = _output(out, m, n, choice, home, interpret)
+    if c_dtype == "bfloat16" and not interpret and "cupy" in (_kind(home), _kind(out)):
+        raise _bad("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
+    c = _output(out, m, n, choice, home, interpret, c_dtype)
     bn = choice.block_n(n)
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
                                                                num_sms or _sm_count(interpret))
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
         raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
-    workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if split > 1 else None
-    pair = pair_ctas(m, n, bn, choice, split, persistent, num_sms or _sm_count(interpret))
-    return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair)
+    converts = c_dtype != choice.out_dtype  # the _splitk kernel's f32 partials, then C's type on the reduce
+    needs_workspace = split > 1 or (converts and c_dtype != choice.partial_dtype)
+    workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if needs_workspace else None
+    pair = 0 if converts else pair_ctas(m, n, bn, choice, split, persistent, num_sms or _sm_count(interpret))
+    return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair, c_dtype)
 
 
 def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int, k: int, interpret: bool) -> Any:
@@ -505,7 +557,7 @@ def _sm_count(interpret: bool) -> int:
 
 def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                   interpret: bool = False, target: str | None = None, persistent: bool = True,
-                  num_sms: int | None = None, split_k: int | None = None) -> Any:
+                  num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None) -> Any:
     """``decompress(values, meta) @ b.T`` with the Hopper or the Blackwell sparse GEMM.
 
     ``target``: "sm_90a" (the Hopper kernels of ``sparse_gemm_sm90.spk``: one CTA per tile, or, for
@@ -520,14 +572,18 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     values: (M, K/2) compressed operand (f16, bf16, e4m3, s8 or f32-as-tf32); meta: its "sm90"
     metadata (a MetadataBuffer from ``encode_metadata``, or the raw (M16, W) uint32/int32 words);
     b: (N, K) dense operand. ``dtype`` names the operand type (default: values' element type);
-    values and b are cast to it. C is (M, N) float16 (int32 for s8, float32 for tf32), returned
-    in ``out`` when given, else as a new array of b's kind (a torch/cupy array on b's device, or
-    numpy). ``interpret=True`` runs the same kernel in the CPU interpreter. Without a GPU (and
-    without ``interpret``) it raises LaunchError SP0731. ``split_k`` (Hopper): shares of K computed
-    by separate CTAs into an f32 (s8: i32) workspace, then added (``splitk_reduce``); default
-    :func:`choose_split_k`, which splits only when C has fewer tiles than half the SMs. On a GPU
-    with a shipped table of tuned choices (``tuned/<gpu>.json``, docs/autotune.md), a shape it lists
-    runs with its BN, STAGES, split-K and CTA-pair choice unless ``split_k`` or ``num_sms`` is given.
+    values and b are cast to it. C is (M, N) float16 (int32 for s8, float32 for tf32), or
+    ``out_dtype`` ("bfloat16" or "float32", any spelling torch or numpy uses; f16, bf16, e4m3 and
+    tf32 operands, Hopper only): float16 C overflows to inf beyond ±65504, bfloat16 and float32 C
+    hold any f32 accumulator (the ``_splitk`` kernel stores the f32 sums, ``splitk_reduce`` converts
+    them; no CTA-pair kernel). C is returned in ``out`` when given, else as a new array of b's kind (a
+    torch/cupy array on b's device, or numpy). ``interpret=True`` runs the same kernel in the CPU
+    interpreter. Without a GPU (and without ``interpret``) it raises LaunchError SP0731. ``split_k``
+    (Hopper): shares of K computed by separate CTAs into an f32 (s8: i32) workspace, then added
+    (``splitk_reduce``); default :func:`choose_split_k`, which splits only when C has fewer tiles than
+    half the SMs. On a GPU with a shipped table of tuned choices (``tuned/<gpu>.json``,
+    docs/autotune.md), a shape it lists runs with its BN, STAGES, split-K and CTA-pair choice unless
+    ``split_k`` or ``num_sms`` is given.
     """
     if not interpret:
         from ...backend import runtime
@@ -537,11 +593,12 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
             raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret, target=target,
-                              persistent=persistent, num_sms=num_sms, split_k=split_k)
+                              persistent=persistent, num_sms=num_sms, split_k=split_k, out_dtype=out_dtype)
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
             plan.out[...] = 0
-        elif interpret or split_k is not None or num_sms is not None or not _run_tuned(plan, persistent):
+        elif (interpret or split_k is not None or num_sms is not None or plan.out_dtype != plan.choice.out_dtype
+              or not _run_tuned(plan, persistent)):  # the tuned table's choices are for the kernel's own C
             plan.run(interpret)
         return deliver_result(plan.out, out, b)
     if plan.k_launch == 0:
@@ -593,6 +650,28 @@ class CompressedWeight(NamedTuple):
         return decompress(as_host_array(self.values, "values"), self.meta)
 
 
+def prunes_on_gpu(weight: Any, op: OperandType) -> bool:
+    """Whether :func:`prune_and_compress` hands ``weight`` to the GPU toolkit: a CUDA torch tensor or
+    a cupy array already in the operand's element type. ``compress_gpu`` is bit-identical to the
+    host's ``compress(prune=True)`` for it; a weight of another type stays on the host path, which
+    prunes in the weight's own precision before the cast (the GPU kernels cast first) and saturates
+    e4m3 at ±448."""
+    return _kind(weight) in ("torch", "cupy") and _operand_of(weight) == op.name and op.width_class != "4-bit"
+
+
+def _compress_on_gpu(weight: Any, op: OperandType, fmt: str) -> CompressedWeight:
+    """``compress_gpu`` of a device weight: values stay on its device; the metadata words come back
+    to the host once (a tagged buffer, as the host path returns) and the device words are kept as
+    the buffer's device copy, so :func:`sparse_matmul` does not upload them again."""
+    from .sparsity_gpu import compress_gpu
+
+    values, device_meta = compress_gpu(weight.detach() if hasattr(weight, "detach") else weight, op.name, fmt)
+    meta = device_meta.to_host()
+    if fmt == "sm90":
+        _device_copies.setdefault(meta, {})[str(getattr(values, "device", "cupy"))] = _as_u32(device_meta.data)
+    return CompressedWeight(values, meta)
+
+
 def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> CompressedWeight:
     """Magnitude-prune ``weight`` (M, K) to the pattern of operand type ``dtype`` (2:4; 1:2 for tf32),
     cast, compress, and encode ``fmt`` metadata ("sm90"; "tcgen05" saves the one-time re-encoding
@@ -600,11 +679,20 @@ def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> Compressed
 
     ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
     ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.
-    The pruning itself runs on the host (``compress(weight, dtype, prune=True)`` of the toolkit), in
-    the weight's own precision before the cast. e4m3 has no infinity: weights beyond ±448 are
-    saturated to ±448 with a ``SaturationWarning`` (a plain cast would make them NaN).
+    A CUDA torch tensor or cupy array already in the operand's element type is pruned and compressed
+    on its GPU (``compress_gpu`` of the GPU toolkit, bit-identical to the host toolkit; only the
+    metadata words are copied back). Everything else is pruned on the host
+    (``compress(weight, dtype, prune=True)`` of the toolkit), in the weight's own precision before
+    the cast. e4m3 has no infinity: weights beyond ±448 are saturated to ±448 with a
+    ``SaturationWarning`` (a plain cast would make them NaN).
     """
     choice = _resolve_operand(weight, None, dtype)
+    op = operand_type(choice.operand)
+    if check_format(fmt) != "logical" and prunes_on_gpu(weight, op):
+        if len(weight.shape) != 2:
+            raise _bad(f"weight must be a 2-D (M, K) matrix, got shape {tuple(weight.shape)}",
+                       help="reshape to (out features, in features)")
+        return _compress_on_gpu(weight, op, fmt)
     host = as_host_array(weight, "weight")
     if host.ndim != 2:
         raise _bad(f"weight must be a 2-D (M, K) matrix, got shape {host.shape}",

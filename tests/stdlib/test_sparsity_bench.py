@@ -14,6 +14,6 @@ def test_bench_runs_small(capsys):
     spec.loader.exec_module(module)
     assert module.main(["--size", "256", "--repeats", "1", "--dtypes", "f16", "e2m1"]) == 0
     out = capsys.readouterr().out
-    for step in ("prune", "compress", "encode tcgen05", "encode sm90"):
+    for step in ("prune", "compress", "encode tcgen05", "encode sm90", "validate tcgen05", "validate sm90"):
         assert step in out
     assert "e2m1" in out
