@@ -33,6 +33,7 @@ from ..errors import (
     SP_BAD_TENSOR,
     SP_CANNOT_SPARSIFY,
     SP_OUT_DTYPE,
+    SP_TRAIN_LAYER,
     SP_WEIGHT_DTYPE,
     IntegrationError,
 )
@@ -145,11 +146,22 @@ class SparseLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear: nn.Module, dtype: Any = None, *, activation: str | None = None,
-                   out_dtype: torch.dtype | None = None) -> SparseLinear:
+                   out_dtype: torch.dtype | None = None, trainable: bool = False) -> Any:
         """Magnitude-prune ``linear``'s weight to 2:4 (two largest |w| of every four along K),
         compress it and encode its metadata once. ``dtype``: "bf16", "f16" or "e4m3" (fp8 weights
         with per-output-channel scales; x quantized per token on each call); None keeps the
-        linear's dtype (bf16 or f16). The layer lands on the linear's device."""
+        linear's dtype (bf16 or f16). The layer lands on the linear's device.
+
+        ``trainable=True`` returns a :class:`~.training.SemiSparseLinear` instead (a master weight,
+        a transposable mask and a backward pass; docs/training.md): bf16 / f16 only, no fused
+        activation or out_dtype (SP0916)."""
+        if trainable:
+            from .training import SemiSparseLinear
+
+            if activation is not None or out_dtype is not None:
+                raise IntegrationError(SP_TRAIN_LAYER, "a trainable sparse layer fuses no activation or out_dtype",
+                                       help="apply the activation after the layer; y follows x's dtype")
+            return SemiSparseLinear.from_dense(linear, dtype)
         if not isinstance(linear, nn.Linear):
             raise IntegrationError(SP_CANNOT_SPARSIFY, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
                                    help="pass the nn.Linear module itself")
