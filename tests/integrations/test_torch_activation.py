@@ -7,20 +7,10 @@ import numpy as np
 import pytest
 from sparsile.integrations.errors import IntegrationError
 from sparsile.stdlib.sparsity import as_host_array, prune_mask_2_4
-from sparsile.tests.integrations.torch_helpers import EPS
+from sparsile.tests.integrations.training_helpers import within
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
-
-U = 2.0 ** -23
-
-
-def within(got: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor, terms: int, dtype: torch.dtype) -> None:
-    assert got.shape == ref.shape and torch.isfinite(got).all()
-    bound = EPS[dtype] * ref.abs() + 1.2 * terms * U * magnitude + 1e-6
-    err = (got.double() - ref).abs()
-    assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"
-
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_mask_is_the_toolkits_pruning_rule(dtype):
