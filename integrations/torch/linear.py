@@ -82,6 +82,22 @@ def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
     return torch.from_numpy(array.view(bits).copy()).view(getattr(torch, name)).to(device)
 
 
+def check_input(x: Any, in_features: int, device: torch.device, layer: str) -> None:
+    """SP0901 unless ``x`` is a bf16 / f16 / f32 tensor of shape (..., in_features) on ``device``."""
+    if not isinstance(x, torch.Tensor):
+        raise IntegrationError(SP_BAD_TENSOR, f"{layer} takes a torch.Tensor, got {type(x).__name__}",
+                               help="pass x of shape (..., in_features)")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
+                               f"{in_features})", help="the last dimension of x is the in_features")
+    if x.dtype not in OUT_DTYPES:
+        raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; {layer} takes bfloat16, float16 "
+                               "or float32 x", help="cast x first")
+    if x.device != device:
+        raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on {device}",
+                               help="move the module or x to the same device")
+
+
 def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(2:4 e4m3 weight (N, K rounded up to 4), float32 scales (N,)): the two largest |w| of every
     four along K kept (in float32, where the weight lives), then one scale per output channel that
@@ -235,18 +251,7 @@ class SparseLinear(nn.Module):
 
     def _checked_input(self, x: Any) -> torch.dtype:
         """The output dtype for ``x``, after checking its type, last dimension, dtype and device."""
-        if not isinstance(x, torch.Tensor):
-            raise IntegrationError(SP_BAD_TENSOR, f"SparseLinear takes a torch.Tensor, got {type(x).__name__}",
-                                   help="pass x of shape (..., in_features)")
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
-                                   f"{self.in_features})", help="the last dimension of x is the in_features")
-        if x.dtype not in OUT_DTYPES:
-            raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; SparseLinear takes bfloat16, float16 "
-                                   "or float32 x", help="cast x first")
-        if x.device != self.values.device:
-            raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on "
-                                   f"{self.values.device}", help="move the module or x to the same device")
+        check_input(x, self.in_features, self.values.device, type(self).__name__)
         return self.out_dtype or x.dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

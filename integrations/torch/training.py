@@ -35,7 +35,7 @@ from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadat
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, RecordCache, Weight, kernel_api, run_interpreted
-from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, _tracing, weight_dtype_name
+from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, _tracing, check_input, weight_dtype_name
 
 _RECORDS = RecordCache(capacity=256)
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
@@ -279,22 +279,8 @@ class SemiSparseLinear(nn.Module):
     # -------------------------------------------------------------------------------------------
     # running
 
-    def _checked_input(self, x: Any) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise IntegrationError(SP_BAD_TENSOR, f"SemiSparseLinear takes a torch.Tensor, got {type(x).__name__}",
-                                   help="pass x of shape (..., in_features)")
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
-                                   f"{self.in_features})", help="the last dimension of x is the in_features")
-        if x.dtype not in OUT_DTYPES:
-            raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; SemiSparseLinear takes bfloat16, float16 "
-                                   "or float32 x", help="cast x first")
-        if x.device != self.values.device:
-            raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on "
-                                   f"{self.values.device}", help="move the module or x to the same device")
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._checked_input(x)
+        check_input(x, self.in_features, self.values.device, "SemiSparseLinear")
         if not _tracing(x) and self.__dict__["_fresh"] != self._state_key():
             self.refresh()
         x2 = x.reshape(-1, self.in_features).to(self.values.dtype)

@@ -227,6 +227,9 @@ def test_sp0916_layers_that_cannot_be_trained():
     _raises("SP0916", "a trainable sparse layer fuses no activation or out_dtype",
             spt.SparseLinear.from_dense, dense, activation="relu", trainable=True)
     _raises("SP0916", "from_dense takes an nn.Linear, got ReLU", spt.SemiSparseLinear.from_dense, torch.nn.ReLU())
+    _raises("SP0916", "a SemiSparseLinear needs positive in/out features, got 0 x 4", spt.SemiSparseLinear, 0, 4)
+    _raises("SP0916", "the linear's weight is on the meta device (no values)", spt.SemiSparseLinear.from_dense,
+            torch.nn.Linear(8, 8, device="meta"), "bf16")
     _raises("SP0903", "the linear's weight dtype torch.float32 has no 2:4 sparse linear kernel",
             spt.SemiSparseLinear.from_dense, linear(32, 32, torch.float32))
 
