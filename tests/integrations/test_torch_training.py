@@ -298,3 +298,17 @@ def test_bench_training_arguments_and_table():
     assert "| 2:4 fwd | 80 | 1.25x |" in text and "| 2:4 fwd+bwd | 250 | 1.20x |" in text
     assert "| refresh | 20 | |" in text and "| reprune | RuntimeError: boom | |" in text
     assert "| dense fwd | 100 | |" in text and "dX 2.00e-03" in text
+
+
+def test_opcheck_of_the_training_and_activation_ops():
+    """torch.library.opcheck: schema, autograd registration, fake tensors and AOT dispatch of
+    sparsile::sparse_linear_train and sparsile::sparse24_linear."""
+    layer = spt.SemiSparseLinear.from_dense(linear(32, 32, torch.float32), "bf16")
+    x = torch.randn(4, 32).to(torch.bfloat16).requires_grad_()
+    args = (x, layer.weight, layer.mask, layer.values, layer.meta, layer.values_t, layer.meta_t, layer.bias)
+    result = torch.library.opcheck(torch.ops.sparsile.sparse_linear_train.default, args, {"out_dtype": torch.float32})
+    assert set(result.values()) == {"SUCCESS"}, result
+    w = torch.randn(8, 32).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(8, requires_grad=True)
+    result = torch.library.opcheck(torch.ops.sparsile.sparse24_linear.default, (x, w, b), {"out_dtype": torch.bfloat16})
+    assert set(result.values()) == {"SUCCESS"}, result
