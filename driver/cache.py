@@ -109,7 +109,7 @@ def make_key(*, target: object, source: str, kernel_name: str, specialization: o
     (:func:`toolchain_versions` unless ``versions`` is given), target name, source text,
     kernel name, ``repr`` of the specialization key, the options (a mapping's items are
     sorted, so their order does not matter) and what a ``@jit`` kernel captured from Python
-    (:meth:`~sparsile.frontend.sema.core.captures.CaptureSet.disk_key`: its globals, closure values and
+    (:meth:`~sparsile.frontend.sema.captures.CaptureSet.disk_key`: its globals, closure values and
     inlined helpers' sources)."""
     fields = {
         "captures": captures,

@@ -35,6 +35,14 @@ SP_CHECKPOINT_MODULE = "SP0914"
 """A checkpoint layer the model has no ``nn.Linear`` / ``SparseLinear`` for (or of other features)."""
 SP_CHECKPOINT_WRITE = "SP0915"
 """A layer the ``sparse-24-bitmask`` format cannot hold (in_features not a multiple of 4)."""
+SP_TRAIN_LAYER = "SP0916"
+"""A trainable sparse layer that cannot be built: e4m3 weights, a fused activation or out_dtype."""
+SP_TRAIN_SETUP = "SP0917"
+"""``SparseTrainer`` / ``recompress_`` / ``reprune_`` arguments: no trainable sparse layer, a bad ``reprune_every``."""
+SP_TRAIN_MASK = "SP0918"
+"""A trainable layer's mask (loaded or assigned) that is not transposable 2:4 or not of the weight's shape."""
+SP_ACT_SPARSE = "SP0919"
+"""``sparse24_activation_linear`` arguments that do not fit together (x, weight, bias)."""
 
 
 class IntegrationError(SparsityError):

@@ -8,15 +8,21 @@
     spt.save_sparse24_checkpoint(model, "ckpt")     # compressed-tensors sparse-24-bitmask
     spt.load_sparse24_checkpoint(other_model, "ckpt")
 
-docs/torch.md describes the API, the conventions and what is fused.
+    layer = spt.SparseLinear.from_dense(linear, trainable=True)   # 2:4 training (docs/training.md)
+    y = spt.sparse24_activation_linear(x, weight)                 # 2:4 activation sparsity
+
+docs/torch.md describes the API, the conventions and what is fused; docs/training.md sparse training.
 """
 
 from __future__ import annotations
 
 from . import ops
+from .activation import sparse24_activation_linear, sparse24_mask
 from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint
 from .linear import WEIGHT_DTYPES, SparseLinear
 from .sparsify import SparsifyReport, sparsify_
+from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask
 
-__all__ = ["WEIGHT_DTYPES", "LoadReport", "SparseLinear", "SparsifyReport", "load_sparse24_checkpoint", "ops",
-           "save_sparse24_checkpoint", "sparsify_"]
+__all__ = ["WEIGHT_DTYPES", "LoadReport", "SemiSparseLinear", "SparseLinear", "SparseTrainer", "SparsifyReport",
+           "load_sparse24_checkpoint", "ops", "recompress_", "reprune_", "save_sparse24_checkpoint",
+           "sparse24_activation_linear", "sparse24_mask", "sparsify_", "transposable_mask"]

@@ -34,6 +34,7 @@ from ..errors import (
     SP_BAD_TENSOR,
     SP_CANNOT_SPARSIFY,
     SP_OUT_DTYPE,
+    SP_TRAIN_LAYER,
     SP_WEIGHT_DTYPE,
     IntegrationError,
 )
@@ -82,6 +83,22 @@ def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
     return torch.from_numpy(array.view(bits).copy()).view(getattr(torch, name)).to(device)
 
 
+def check_input(x: Any, in_features: int, device: torch.device, layer: str) -> None:
+    """SP0901 unless ``x`` is a bf16 / f16 / f32 tensor of shape (..., in_features) on ``device``."""
+    if not isinstance(x, torch.Tensor):
+        raise IntegrationError(SP_BAD_TENSOR, f"{layer} takes a torch.Tensor, got {type(x).__name__}",
+                               help="pass x of shape (..., in_features)")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
+                               f"{in_features})", help="the last dimension of x is the in_features")
+    if x.dtype not in OUT_DTYPES:
+        raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; {layer} takes bfloat16, float16 "
+                               "or float32 x", help="cast x first")
+    if x.device != device:
+        raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on {device}",
+                               help="move the module or x to the same device")
+
+
 def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(2:4 e4m3 weight (N, K rounded up to 4), float32 scales (N,)): the two largest |w| of every
     four along K kept (in float32, where the weight lives), then one scale per output channel that
@@ -98,7 +115,7 @@ def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return (pruned / scale[:, None]).to(torch.float8_e4m3fn), scale
 
 
-def _tracing(x: Any) -> bool:
+def tracing(x: Any) -> bool:
     """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace: the
     forward goes through the custom op, which tracers see, instead of launching directly."""
     return (torch.compiler.is_compiling() or type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
@@ -146,11 +163,22 @@ class SparseLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear: nn.Module, dtype: Any = None, *, activation: str | None = None,
-                   out_dtype: torch.dtype | None = None) -> SparseLinear:
+                   out_dtype: torch.dtype | None = None, trainable: bool = False) -> Any:
         """Magnitude-prune ``linear``'s weight to 2:4 (two largest |w| of every four along K),
         compress it and encode its metadata once. ``dtype``: "bf16", "f16" or "e4m3" (fp8 weights
         with per-output-channel scales; x quantized per token on each call); None keeps the
-        linear's dtype (bf16 or f16). The layer lands on the linear's device."""
+        linear's dtype (bf16 or f16). The layer lands on the linear's device.
+
+        ``trainable=True`` returns a :class:`~.training.SemiSparseLinear` instead (a master weight,
+        a transposable mask and a backward pass; docs/training.md): bf16 / f16 only, no fused
+        activation or out_dtype (SP0916)."""
+        if trainable:
+            from .training import SemiSparseLinear
+
+            if activation is not None or out_dtype is not None:
+                raise IntegrationError(SP_TRAIN_LAYER, "a trainable sparse layer fuses no activation or out_dtype",
+                                       help="apply the activation after the layer; y follows x's dtype")
+            return SemiSparseLinear.from_dense(linear, dtype)
         if not isinstance(linear, nn.Linear):
             raise IntegrationError(SP_CANNOT_SPARSIFY, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
                                    help="pass the nn.Linear module itself")
@@ -242,22 +270,11 @@ class SparseLinear(nn.Module):
 
     def _checked_input(self, x: Any) -> torch.dtype:
         """The output dtype for ``x``, after checking its type, last dimension, dtype and device."""
-        if not isinstance(x, torch.Tensor):
-            raise IntegrationError(SP_BAD_TENSOR, f"SparseLinear takes a torch.Tensor, got {type(x).__name__}",
-                                   help="pass x of shape (..., in_features)")
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
-                                   f"{self.in_features})", help="the last dimension of x is the in_features")
-        if x.dtype not in OUT_DTYPES:
-            raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; SparseLinear takes bfloat16, float16 "
-                                   "or float32 x", help="cast x first")
-        if x.device != self.values.device:
-            raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on "
-                                   f"{self.values.device}", help="move the module or x to the same device")
+        check_input(x, self.in_features, self.values.device, type(self).__name__)
         return self.out_dtype or x.dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _tracing(x):
+        if tracing(x):
             return self._forward_op(x)
         w = self.__dict__["_weight"] or self._bound()
         shape = x.shape

@@ -36,7 +36,8 @@ class SparsifyReport:
         return "\n".join(lines)
 
 
-def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int) -> str | None:
+def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int,
+                trainable: bool = False) -> str | None:
     """Why ``module`` should stay dense, or None when it fits the kernel."""
     k, n = module.in_features, module.out_features
     weight = module.weight
@@ -50,6 +51,9 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     if k % align:
         return (f"in_features = {k} is not a multiple of {align} ({name}): the kernel would copy and pad x on "
                 "every call")
+    if trainable and n % align:
+        return (f"out_features = {n} is not a multiple of {align} ({name}): the input gradient's kernel would "
+                "copy and pad dY on every call")
     if min(k, n) < min_features:
         return f"too small to gain from 2:4 ({n} x {k}; min_features = {min_features})"
     if weight.device.type == "meta":
@@ -62,7 +66,7 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
-              interpret: bool = False, min_features: int = 128) -> SparsifyReport:
+              interpret: bool = False, min_features: int = 128, trainable: bool = False) -> SparsifyReport:
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
@@ -72,7 +76,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``min_features`` on either side; a weight dtype without a kernel (float32 with dtype=None);
     weights on the CPU unless ``interpret=True`` (the interpreter is exact but slow), or on
     another device; the root module itself (it cannot be replaced in place). Modules the
-    filter rejects are not reported.
+    filter rejects are not reported. ``trainable=True`` swaps in trainable
+    :class:`~.training.SemiSparseLinear` layers instead (docs/training.md; e4m3 is refused, SP0916).
     """
     report = SparsifyReport()
     for fqn, module in list(model.named_modules()):
@@ -80,7 +85,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
             continue
         if filter_fn is not None and not filter_fn(module, fqn):
             continue
-        reason = skip_reason(module, dtype, interpret, min_features)
+        reason = skip_reason(module, dtype, interpret, min_features, trainable)
         if reason is None and not fqn:
             reason = "the root module cannot be replaced in place: use SparseLinear.from_dense(model)"
         if reason is not None:
@@ -88,7 +93,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
             continue
         parent_name, _, child = fqn.rpartition(".")
         parent = model.get_submodule(parent_name)
-        setattr(parent, child, SparseLinear.from_dense(module, dtype))
+        setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))
         report.swapped.append(fqn)
     LOG.info("%s", report)
     return report

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .gemm import KernelChoice, _bad, _kind, _pad_columns, kernel_module
+from .gemm import KernelChoice, array_kind, bad_input, kernel_module, pad_columns
 from .linear import SparseLinearPlan
 
 SP_DECODE = "SP0860"
@@ -66,8 +66,8 @@ def wants_decode(kernel: str | None, t: int, target: str) -> bool:
     None / "auto" with ``SPARSILE_DECODE_KERNEL=1``; only for T <= 64 tokens on sm_90a (other
     cases keep the shipped kernels, also when "decode" is asked for)."""
     if kernel is not None and kernel not in KERNEL_CHOICES:
-        raise _bad(f"unknown sparse_linear kernel {kernel!r}",
-                   help="kernel is None / 'auto' (the default choice), 'gemm' or 'decode'", code=SP_DECODE)
+        raise bad_input(f"unknown sparse_linear kernel {kernel!r}",
+                        help="kernel is None / 'auto' (the default choice), 'gemm' or 'decode'", code=SP_DECODE)
     if kernel == "gemm" or target != "sm_90a" or not 1 <= t <= DECODE_MAX_T:
         return False
     return kernel == "decode" or os.environ.get(DECODE_ENV, "0") == "1"
@@ -127,7 +127,7 @@ def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
     have_r, have_c = (int(s) for s in x.shape)
     if (have_r, have_c) == (rows, cols):
         return x
-    if _kind(x) in ("torch", "torch-cpu"):
+    if array_kind(x) in ("torch", "torch-cpu"):
         import torch
 
         ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
@@ -135,7 +135,7 @@ def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
         out = torch.full((rows, cols), fill, dtype=ints, device=x.device)
         out[:have_r, :have_c] = x.view(ints)
         return out.view(x.dtype)
-    if _kind(x) == "cupy":
+    if array_kind(x) == "cupy":
         import cupy as xp
     else:
         import numpy as xp
@@ -151,14 +151,14 @@ def tile_for_decode(x: Any, bm: int, cols: int) -> Any:
     TMA box of the kernel is one contiguous run of memory (a copy of ``x``)."""
     rows, total = (int(s) for s in x.shape)
     slabs, steps = rows // bm, total // cols
-    if _kind(x) in ("torch", "torch-cpu"):
+    if array_kind(x) in ("torch", "torch-cpu"):
         import torch
 
         ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
         t = x.view(ints).reshape(slabs, bm, steps, cols).permute(0, 2, 1, 3).contiguous()
         return t.view(slabs * steps * bm, cols).view(x.dtype)
     xp = np
-    if _kind(x) == "cupy":
+    if array_kind(x) == "cupy":
         import cupy as xp
     return xp.ascontiguousarray(x.reshape(slabs, bm, steps, cols).transpose(0, 2, 1, 3)).reshape(-1, cols)
 
@@ -230,7 +230,7 @@ class SparseDecodePlan:
         """This plan for a new ``x`` (and ``out``, ``scale_x``) of the same shape and dtype (SP0853
         otherwise), without re-checking the weight; the workspace is shared with this plan."""
         base = self.base.rebind(x, out, scale_x=scale_x)
-        return dataclasses.replace(self, base=base, x=_pad_columns(base.x, self.k_padded))
+        return dataclasses.replace(self, base=base, x=pad_columns(base.x, self.k_padded))
 
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
@@ -243,27 +243,27 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
     run) once, here; plan once and ``rebind`` per call to keep that copy."""
     from .gemm import empty_array
-    from .linear import _sm_count, plan_sparse_linear
+    from .linear import plan_sparse_linear, planned_sm_count
 
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
                               split_k=1, kernel="gemm", **linear)
     if base.k_padded == 0 or base.m == 0 or base.t == 0:
         return base
     if base.t > DECODE_MAX_T:
-        raise _bad(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
-                   help="plan it with plan_sparse_linear (kernel unset or 'gemm') for more tokens", code=SP_DECODE)
+        raise bad_input(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
+                        help="plan it with plan_sparse_linear (kernel unset or 'gemm') for more tokens", code=SP_DECODE)
     if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
                                 or not 1 <= split_k <= MAX_SPLIT):
-        raise _bad(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
-    sms = num_sms or _sm_count(interpret)
+        raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
+    sms = num_sms or planned_sm_count(interpret)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
                                None if bad_stages else stages)
     if bad_stages or cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA:
-        raise _bad(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
-                   f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
-                   help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
+        raise bad_input(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
+                        f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
+                        help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     rows = -(-base.m // DECODE_BM) * DECODE_BM
     words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
@@ -271,7 +271,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), DECODE_BM, cfg.bk // 2)
         words = tile_for_decode(words, DECODE_BM, cfg.bk // 32)
     else:
-        vals = _pad_columns(base.values, k_padded // 2)
-    xk = _pad_columns(base.x, k_padded)
+        vals = pad_columns(base.values, k_padded // 2)
+    xk = pad_columns(base.x, k_padded)
     work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled))

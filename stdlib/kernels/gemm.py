@@ -120,7 +120,7 @@ def kernel_module() -> Any:
 # array kinds: "numpy" (host), "torch" (a CUDA tensor), "cupy"
 
 
-def _kind(x: Any) -> str:
+def array_kind(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return "numpy"
     package = type(x).__module__.split(".")[0]
@@ -129,13 +129,13 @@ def _kind(x: Any) -> str:
     return "cupy" if package == "cupy" else "other"
 
 
-def _bad(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:
+def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:
     return SparsityError(code, message, help=help)
 
 
 def _operand_of(x: Any) -> str | None:
     """The operand type an array's element type names, or None."""
-    if _kind(x) in ("torch", "torch-cpu"):
+    if array_kind(x) in ("torch", "torch-cpu"):
         return _TORCH_OPERANDS.get(str(x.dtype))
     try:
         dt = np.dtype(x.dtype)
@@ -144,19 +144,19 @@ def _operand_of(x: Any) -> str | None:
     return next((c.operand for c in KERNELS.values() if operand_type(c.operand).host_dtype == dt), None)
 
 
-def _placed(x: Any, what: str, interpret: bool) -> Any:
+def placed_array(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
-    if not interpret and _kind(x) in ("torch", "cupy"):
+    if not interpret and array_kind(x) in ("torch", "cupy"):
         return x
     host = as_host_array(x, what)
     require_numeric(host, what)
     return host
 
 
-def _cast(x: Any, choice: KernelChoice, what: str = "b") -> Any:
+def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
     """``x`` in the operand's element type (a no-op when it already is); a numpy array through
     ``cast_to_operand`` (e4m3 saturates at ±448 with a warning)."""
-    if _kind(x) == "torch":
+    if array_kind(x) == "torch":
         import torch
 
         want = getattr(torch, choice.torch_dtype)
@@ -164,18 +164,18 @@ def _cast(x: Any, choice: KernelChoice, what: str = "b") -> Any:
     host = operand_type(choice.operand).host_dtype
     if x.dtype == host:
         return x
-    if _kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
-        raise _bad(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
-                   help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
+    if array_kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
+        raise bad_input(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
+                        help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
     if isinstance(x, np.ndarray):
         return cast_to_operand(x, operand_type(choice.operand), what)
     return x.astype(host)
 
 
-def _pad_columns(x: Any, cols: int) -> Any:
+def pad_columns(x: Any, cols: int) -> Any:
     """``x`` (rows, k) C-contiguous, zero-extended to ``cols`` columns (zero bits are +0 for every type)."""
     rows, have = x.shape
-    if _kind(x) == "torch":
+    if array_kind(x) == "torch":
         import torch
 
         if have == cols:
@@ -185,7 +185,7 @@ def _pad_columns(x: Any, cols: int) -> Any:
         padded[:, :have] = x.view(ints)
         return padded.view(x.dtype)
     xp = np
-    if _kind(x) == "cupy":
+    if array_kind(x) == "cupy":
         import cupy as xp
     if have == cols:
         return xp.ascontiguousarray(x)
@@ -194,26 +194,26 @@ def _pad_columns(x: Any, cols: int) -> Any:
     return padded
 
 
-def _as_u32(meta: Any) -> Any:
+def as_u32_words(meta: Any) -> Any:
     """Metadata words as C-contiguous uint32 (the kernel's ``ptr[u32]``), reinterpreting int32."""
     name = str(meta.dtype).removeprefix("torch.")
     if name not in ("int32", "uint32"):
-        raise _bad(f"metadata words must be 32-bit integers, got {meta.dtype}", code=SP_META_ELEMENT_TYPE,
-                   help='encode them with encode_metadata(indices, "sm90", dtype)')
-    if _kind(meta) == "torch":
+        raise bad_input(f"metadata words must be 32-bit integers, got {meta.dtype}", code=SP_META_ELEMENT_TYPE,
+                        help='encode them with encode_metadata(indices, "sm90", dtype)')
+    if array_kind(meta) == "torch":
         import torch
 
         return meta.contiguous().view(torch.uint32)
-    if _kind(meta) == "cupy":
+    if array_kind(meta) == "cupy":
         import cupy
 
         return cupy.ascontiguousarray(meta).view(cupy.uint32)
     return np.ascontiguousarray(meta).view(np.uint32)
 
 
-def _like(host: np.ndarray, like: Any) -> Any:
+def copy_like(host: np.ndarray, like: Any) -> Any:
     """A copy of host array ``host``, same element type, where ``like`` lives (its torch device, cupy)."""
-    kind = _kind(like)
+    kind = array_kind(like)
     if kind in ("torch", "torch-cpu"):
         import torch
 
@@ -244,12 +244,12 @@ def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, 
         validate_metadata(meta, fmt, op.name, m=m)
         seen.add((op.name, m))
     if not meta.k <= k_values < meta.k + op.group:
-        raise _bad(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values}",
-                   code=SP_MISSING_SIZE, help="encode the metadata of the operand whose values are passed")
+        raise bad_input(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values}",
+                        code=SP_MISSING_SIZE, help="encode the metadata of the operand whose values are passed")
     if k_b != meta.k:
-        raise _bad(f"b has K = {k_b} columns but the sparse operand's metadata was encoded for K = {meta.k}",
-                   code=SP_OPERAND_MISMATCH,
-                   help=f"b is stored N x K: pass all {meta.k} columns of the weight's K (a narrower b would "
+        raise bad_input(f"b has K = {k_b} columns but the sparse operand's metadata was encoded for K = {meta.k}",
+                        code=SP_OPERAND_MISMATCH,
+                        help=f"b is stored N x K: pass all {meta.k} columns of the weight's K (a narrower b would "
                         "silently drop the last weight columns)")
     return meta
 
@@ -265,8 +265,8 @@ def _raw_metadata(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -
     fits = {k: metadata_shape("sm90", op, m, k) for k in (k_values, k_b)}
     if shape not in fits.values():
         want = " or ".join(sorted({str(s) for s in fits.values()}))
-        raise _bad(f"sm90 metadata of a {op.name} operand with M = {m}, K = {k_b} has shape {want}, got {shape}",
-                   code=SP_META_SHAPE, help='encode it with encode_metadata(indices, "sm90", dtype)')
+        raise bad_input(f"sm90 metadata of a {op.name} operand with M = {m}, K = {k_b} has shape {want}, got {shape}",
+                        code=SP_META_SHAPE, help='encode it with encode_metadata(indices, "sm90", dtype)')
     if isinstance(meta, np.ndarray):
         k = next(k for k, s in fits.items() if s == shape)
         validate_metadata(np.ascontiguousarray(meta).view(np.uint32) if meta.dtype == np.int32 else meta,
@@ -346,24 +346,24 @@ class SparseMatmul:
         return self.out
 
 
-def _resolve_operand(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
-                     family: str = "Hopper") -> Any:
+def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
+                          family: str = "Hopper") -> Any:
     """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values."""
     if dtype is not None:
         name = operand_type(dtype).name
     else:
         name = meta.dtype if isinstance(meta, MetadataBuffer) else _operand_of(values)
         if name is None:
-            raise _bad(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
-                       help=f"pass dtype= (one of {', '.join(kernels)})")
+            raise bad_input(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
+                            help=f"pass dtype= (one of {', '.join(kernels)})")
     if name not in kernels:
-        raise _bad(f"there is no {family} sparse GEMM kernel for {name} operands",
-                   help=f"use one of {', '.join(kernels)}")
+        raise bad_input(f"there is no {family} sparse GEMM kernel for {name} operands",
+                        help=f"use one of {', '.join(kernels)}")
     return kernels[name]
 
 
-def _output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool,
-            dtype: str | None = None) -> Any:
+def matmul_output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool,
+                  dtype: str | None = None) -> Any:
     """The C array the kernel writes (numpy dtype name ``dtype``, default the kernel's own): ``out``
     itself when the launch can write it in place, else a new array (a torch/cupy array on
     ``home``'s device for a GPU launch, numpy otherwise)."""
@@ -395,8 +395,8 @@ def checked_out_dtype(out_dtype: Any, choice: KernelChoice) -> str:
     else:
         allowed = ("float16", "bfloat16", "float32")
     if name not in allowed:
-        raise _bad(f"sparse_matmul has no {out_dtype} output for {choice.operand} operands",
-                   help=f"out_dtype is one of {', '.join(allowed)} for {choice.operand} operands "
+        raise bad_input(f"sparse_matmul has no {out_dtype} output for {choice.operand} operands",
+                        help=f"out_dtype is one of {', '.join(allowed)} for {choice.operand} operands "
                         "(None: " + choice.out_dtype + ")")
     return name
 
@@ -408,10 +408,10 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
         have_shape = tuple(getattr(out, "shape", ()))
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
         if have_shape != shape or have != dtype:
-            raise _bad(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
-        kind = _kind(out)
+            raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
+        kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:
-            raise _bad("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
+            raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
         if kind == "torch" and not interpret and out.is_contiguous():
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
@@ -422,7 +422,7 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
 def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
     """A new array of numpy dtype name ``dtype``: a torch/cupy array on ``home``'s device for a GPU
     launch, numpy otherwise."""
-    kind = "numpy" if interpret else _kind(home)
+    kind = "numpy" if interpret else array_kind(home)
     if kind == "torch":
         import torch
 
@@ -434,7 +434,7 @@ def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) 
     return np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
 
 
-def _target(target: str | None, interpret: bool) -> str:
+def plan_target(target: str | None, interpret: bool) -> str:
     """The target a launch is planned for: ``target``, else the current GPU's Blackwell target, else
     sm_90a (the Hopper kernel; also in the interpreter when no target is named)."""
     from .gemm_sm100 import BLACKWELL_TARGETS, device_target
@@ -442,8 +442,8 @@ def _target(target: str | None, interpret: bool) -> str:
     if target is None:
         return (None if interpret else device_target()) or "sm_90a"
     if target != "sm_90a" and target not in BLACKWELL_TARGETS:
-        raise _bad(f"there is no sparse GEMM kernel for target {target!r}",
-                   help=f"use sm_90a (Hopper) or one of {', '.join(BLACKWELL_TARGETS)} (Blackwell)")
+        raise bad_input(f"there is no sparse GEMM kernel for target {target!r}",
+                        help=f"use sm_90a (Hopper) or one of {', '.join(BLACKWELL_TARGETS)} (Blackwell)")
     return target
 
 
@@ -452,43 +452,43 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
                        num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None) -> Any:
     """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
     a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell."""
-    tgt = _target(target, interpret)
+    tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, numbers.Integral) and not isinstance(num_sms, bool)
                                     and num_sms >= 1):
-        raise _bad(f"num_sms must be a positive integer, got {num_sms!r}",
-                   help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
+        raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
+                        help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
     if tgt != "sm_90a":
         from .gemm_sm100 import plan_sparse_matmul_sm100
 
         if out_dtype is not None:
-            choice = _resolve_operand(values, meta, dtype)
+            choice = resolve_kernel_choice(values, meta, dtype)
             if checked_out_dtype(out_dtype, choice) != choice.out_dtype:
-                raise _bad(f"out_dtype={out_dtype} is not available on {tgt}: the Blackwell kernels store "
-                           f"{choice.out_dtype} C", help="leave out_dtype unset, or plan for target='sm_90a'")
+                raise bad_input(f"out_dtype={out_dtype} is not available on {tgt}: the Blackwell kernels store "
+                                f"{choice.out_dtype} C", help="leave out_dtype unset, or plan for target='sm_90a'")
 
         return plan_sparse_matmul_sm100(values, meta, b, target=tgt, out=out, dtype=dtype, interpret=interpret,
                                         persistent=persistent, num_sms=num_sms)
-    choice = _resolve_operand(values, meta, dtype)
+    choice = resolve_kernel_choice(values, meta, dtype)
     c_dtype = checked_out_dtype(out_dtype, choice)
     op = operand_type(choice.operand)
     home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
     words = kernel_words(meta, values, op, m, k_values, k, interpret)
     k_padded = -(-k_values // choice.k_align) * choice.k_align
-    values = _pad_columns(values, k_padded // 2)
-    b = _pad_columns(b, k_padded)
-    if c_dtype == "bfloat16" and not interpret and "cupy" in (_kind(home), _kind(out)):
-        raise _bad("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
-    c = _output(out, m, n, choice, home, interpret, c_dtype)
+    values = pad_columns(values, k_padded // 2)
+    b = pad_columns(b, k_padded)
+    if c_dtype == "bfloat16" and not interpret and "cupy" in (array_kind(home), array_kind(out)):
+        raise bad_input("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
+    c = matmul_output(out, m, n, choice, home, interpret, c_dtype)
     bn = choice.block_n(n)
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
-                                                               num_sms or _sm_count(interpret))
+                                                               num_sms or gpu_sm_count(interpret))
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
-        raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
+        raise bad_input(f"split_k must be an integer from 1 to 64, got {split!r}")
     converts = c_dtype != choice.out_dtype  # the _splitk kernel's f32 partials, then C's type on the reduce
     needs_workspace = split > 1 or (converts and c_dtype != choice.partial_dtype)
     workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if needs_workspace else None
-    pair = 0 if converts else pair_ctas(m, n, bn, choice, split, persistent, num_sms or _sm_count(interpret))
+    pair = 0 if converts else pair_ctas(m, n, bn, choice, split, persistent, num_sms or gpu_sm_count(interpret))
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair, c_dtype)
 
 
@@ -498,15 +498,15 @@ def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int,
     host)."""
     if isinstance(meta, MetadataBuffer):
         words: Any = _tagged_metadata(meta, op, m, k_values, k)
-        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
+        if array_kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
             copies = _device_copies.setdefault(meta, {})
             device = str(getattr(values, "device", "cupy"))
             if device not in copies:
-                copies[device] = _as_u32(_like(_as_u32(words), values))
+                copies[device] = as_u32_words(copy_like(as_u32_words(words), values))
             words = copies[device]
     else:
-        words = _raw_metadata(_placed(meta, "meta", interpret), op, m, k_values, k)
-    return _as_u32(words)
+        words = _raw_metadata(placed_array(meta, "meta", interpret), op, m, k_values, k)
+    return as_u32_words(words)
 
 
 PAIR_MIN_TILES_PER_SM = 4
@@ -530,23 +530,23 @@ def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType,
                      ) -> tuple[Any, Any, int, int, int, int]:
     """``values`` and ``b`` placed for the launch and cast to the operand type, with their shapes
     checked: (values, b, M, N, K of b, K the values cover)."""
-    values = _cast(_placed(values, "values", interpret), choice, "values")
-    b = _cast(_placed(b, "b", interpret), choice, "b")
+    values = cast_operand(placed_array(values, "values", interpret), choice, "values")
+    b = cast_operand(placed_array(b, "b", interpret), choice, "b")
     for what, x in (("values", values), ("b", b)):
         if len(x.shape) != 2:
-            raise _bad(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
-                       help="values is (M, K/2) from compress(); b is (N, K)")
+            raise bad_input(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
+                            help="values is (M, K/2) from compress(); b is (N, K)")
     m, half_k = (int(s) for s in values.shape)
     n, k = (int(s) for s in b.shape)
     k_values = 2 * half_k
     if not k <= k_values < k + op.group:  # compress() pads K to a whole chunk of G, never more
-        raise _bad(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
-                   f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
-                   help="b is stored N x K: pass it with the K of the weight (transposed?)")
+        raise bad_input(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
+                        f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
+                        help="b is stored N x K: pass it with the K of the weight (transposed?)")
     return values, b, m, n, k, k_values
 
 
-def _sm_count(interpret: bool) -> int:
+def gpu_sm_count(interpret: bool) -> int:
     """The current GPU's SM count (H200's 132 without a GPU or in the interpreter)."""
     if interpret:
         return H200_SMS
@@ -621,17 +621,17 @@ def deliver_result(result: Any, out: Any, b: Any) -> Any:
     kind (a host result becomes a torch tensor on b's device for torch b, a cupy array for cupy b)."""
     if out is not None:
         if result is not out:
-            if _kind(out) in ("torch", "torch-cpu"):
-                out.copy_(result if _kind(result) == "torch" else _like(result, out))
-            elif _kind(out) == "cupy":
+            if array_kind(out) in ("torch", "torch-cpu"):
+                out.copy_(result if array_kind(result) == "torch" else copy_like(result, out))
+            elif array_kind(out) == "cupy":
                 import cupy
 
                 out[...] = cupy.asarray(result)
             else:
                 out[...] = as_host_array(result, "C")
         return out
-    if _kind(result) == "numpy" and _kind(b) in ("torch", "torch-cpu", "cupy"):
-        return _like(result, b)
+    if array_kind(result) == "numpy" and array_kind(b) in ("torch", "torch-cpu", "cupy"):
+        return copy_like(result, b)
     return result
 
 
@@ -656,7 +656,7 @@ def prunes_on_gpu(weight: Any, op: OperandType) -> bool:
     host's ``compress(prune=True)`` for it; a weight of another type stays on the host path, which
     prunes in the weight's own precision before the cast (the GPU kernels cast first) and saturates
     e4m3 at ±448."""
-    return _kind(weight) in ("torch", "cupy") and _operand_of(weight) == op.name and op.width_class != "4-bit"
+    return array_kind(weight) in ("torch", "cupy") and _operand_of(weight) == op.name and op.width_class != "4-bit"
 
 
 def _compress_on_gpu(weight: Any, op: OperandType, fmt: str) -> CompressedWeight:
@@ -668,7 +668,7 @@ def _compress_on_gpu(weight: Any, op: OperandType, fmt: str) -> CompressedWeight
     values, device_meta = compress_gpu(weight.detach() if hasattr(weight, "detach") else weight, op.name, fmt)
     meta = device_meta.to_host()
     if fmt == "sm90":
-        _device_copies.setdefault(meta, {})[str(getattr(values, "device", "cupy"))] = _as_u32(device_meta.data)
+        _device_copies.setdefault(meta, {})[str(getattr(values, "device", "cupy"))] = as_u32_words(device_meta.data)
     return CompressedWeight(values, meta)
 
 
@@ -686,19 +686,19 @@ def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> Compressed
     the cast. e4m3 has no infinity: weights beyond ±448 are saturated to ±448 with a
     ``SaturationWarning`` (a plain cast would make them NaN).
     """
-    choice = _resolve_operand(weight, None, dtype)
+    choice = resolve_kernel_choice(weight, None, dtype)
     op = operand_type(choice.operand)
     if check_format(fmt) != "logical" and prunes_on_gpu(weight, op):
         if len(weight.shape) != 2:
-            raise _bad(f"weight must be a 2-D (M, K) matrix, got shape {tuple(weight.shape)}",
-                       help="reshape to (out features, in features)")
+            raise bad_input(f"weight must be a 2-D (M, K) matrix, got shape {tuple(weight.shape)}",
+                            help="reshape to (out features, in features)")
         return _compress_on_gpu(weight, op, fmt)
     host = as_host_array(weight, "weight")
     if host.ndim != 2:
-        raise _bad(f"weight must be a 2-D (M, K) matrix, got shape {host.shape}",
-                   help="reshape to (out features, in features)")
+        raise bad_input(f"weight must be a 2-D (M, K) matrix, got shape {host.shape}",
+                        help="reshape to (out features, in features)")
     values, indices = compress(host, choice.operand, prune=True)
     meta = encode_metadata(indices, fmt, choice.operand, k=int(host.shape[1]))
-    if _kind(weight) in ("torch", "torch-cpu", "cupy"):
-        values = _like(values, weight)
+    if array_kind(weight) in ("torch", "torch-cpu", "cupy"):
+        values = copy_like(values, weight)
     return CompressedWeight(values, meta)

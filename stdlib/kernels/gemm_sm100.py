@@ -35,13 +35,13 @@ from ..sparsity.errors import SP_META_SHAPE
 from ..sparsity.formats import metadata_shape
 from .gemm import (
     KernelChoice,
-    _as_u32,
-    _bad,
-    _kind,
-    _output,
-    _pad_columns,
-    _placed,
+    array_kind,
+    as_u32_words,
+    bad_input,
     checked_operands,
+    matmul_output,
+    pad_columns,
+    placed_array,
     validated_metadata,
 )
 
@@ -114,7 +114,7 @@ def device_sm_count(interpret: bool) -> int:
 def persistent_grid(num_tiles: int, num_sms: int) -> int:
     """Programs of the persistent kernel: one per SM, never more than there are tiles."""
     if num_sms < 1:
-        raise _bad(f"num_sms must be at least 1, got {num_sms}", help="pass the GPU's SM count (148 on a B200)")
+        raise bad_input(f"num_sms must be at least 1, got {num_sms}", help="pass the GPU's SM count (148 on a B200)")
     return max(1, min(num_tiles, num_sms))
 
 
@@ -151,10 +151,11 @@ def _raw(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -> tuple[A
     k = next((k for k in fits if shape in (fits[k], flat[k])), None)
     if k is None:
         want = " or ".join(sorted({str(s) for s in fits.values()} | {str(s) for s in flat.values()}))
-        raise _bad(f"tcgen05 metadata of a {op.name} operand with M = {m}, K = {k_b} has shape {want}, got {shape}",
-                   code=SP_META_SHAPE, help='encode it with encode_metadata(indices, "tcgen05", dtype)')
-    if _kind(meta) == "numpy":
-        validate_metadata(_as_u32(meta).reshape(fits[k]), "tcgen05", op.name, m, k)
+        raise bad_input(f"tcgen05 metadata of a {op.name} operand with M = {m}, K = {k_b} has shape {want}, "
+                        f"got {shape}", code=SP_META_SHAPE,
+                        help='encode it with encode_metadata(indices, "tcgen05", dtype)')
+    if array_kind(meta) == "numpy":
+        validate_metadata(as_u32_words(meta).reshape(fits[k]), "tcgen05", op.name, m, k)
     return meta, fits[k][0] * KERNELS_SM100[op.name].atom_k
 
 
@@ -219,13 +220,13 @@ class SparseMatmulSm100:
         if int(self.out.shape[1]) == self.n:
             return self.out
         c = self.out[:, :self.n]
-        return c.contiguous() if _kind(c) in ("torch", "torch-cpu") else c.copy()
+        return c.contiguous() if array_kind(c) in ("torch", "torch-cpu") else c.copy()
 
 
 def resolve_operand(values: Any, meta: Any, dtype: str | None) -> KernelChoiceSm100:
-    from .gemm import _resolve_operand
+    from .gemm import resolve_kernel_choice
 
-    return _resolve_operand(values, meta, dtype, KERNELS_SM100, "Blackwell")
+    return resolve_kernel_choice(values, meta, dtype, KERNELS_SM100, "Blackwell")
 
 
 def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out: Any = None, dtype: str | None = None,
@@ -238,11 +239,11 @@ def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out
     out_align = 16 // (4 if choice.out_dtype == "int32" else 2)
     n_padded = -(-n // out_align) * out_align
     if n_padded == n:
-        c = _output(out, m, n, choice, home, interpret)
+        c = matmul_output(out, m, n, choice, home, interpret)
     else:
         if out is not None:
-            _output(out, m, n, choice, home, True)  # shape / type check only
-        c = _output(None, m, n_padded, choice, home, interpret)
+            matmul_output(out, m, n, choice, home, True)  # shape / type check only
+        c = matmul_output(None, m, n_padded, choice, home, interpret)
     sms = device_sm_count(interpret) if num_sms is None else int(num_sms)
     plan = SparseMatmulSm100(choice, target, persistent, m, n, k, k_launch, values, words, b, c, sms)
     persistent_grid(plan.num_tiles, sms)  # checks num_sms
@@ -254,24 +255,24 @@ def checked_sm100_operands(values: Any, meta: Any, b: Any, target: str, dtype: s
     """The operands of a Blackwell launch, checked, placed and padded: (choice, values, "tcgen05"
     words as (-1, 4) u32, b, M, N, K of b, the K to launch with)."""
     if not is_blackwell(target):
-        raise _bad(f"{target!r} is not a Blackwell target", help=f"use one of {', '.join(BLACKWELL_TARGETS)}")
+        raise bad_input(f"{target!r} is not a Blackwell target", help=f"use one of {', '.join(BLACKWELL_TARGETS)}")
     choice = resolve_operand(values, meta, dtype)
     op = operand_type(choice.operand)
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
     if isinstance(meta, MetadataBuffer):
         words, k_meta = _tagged(meta, op, m, k_values, k)
-        if _kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
-            from .gemm import _like
+        if array_kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
+            from .gemm import copy_like
 
             copies = _device_copies.setdefault(tcgen05_metadata(meta), {})
             device = str(getattr(values, "device", "cupy"))
             if device not in copies:
-                copies[device] = _like(_as_u32(words), values)
+                copies[device] = copy_like(as_u32_words(words), values)
             words = copies[device]
     else:
-        words, k_meta = _raw(_placed(meta, "meta", interpret), op, m, k_values, k)
-    words = _as_u32(words).reshape(-1, 4)
+        words, k_meta = _raw(placed_array(meta, "meta", interpret), op, m, k_values, k)
+    words = as_u32_words(words).reshape(-1, 4)
     k_padded = -(-k_values // choice.k_align) * choice.k_align
-    values = _pad_columns(values, k_padded // 2)
-    b = _pad_columns(b, k_padded)
+    values = pad_columns(values, k_padded // 2)
+    b = pad_columns(b, k_padded)
     return choice, values, words, b, m, n, k, min(k_padded, k_meta)

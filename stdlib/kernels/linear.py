@@ -40,13 +40,9 @@ from .gemm import (
     BM,
     KERNELS,
     KernelChoice,
-    _bad,
-    _cast,
-    _kind,
-    _pad_columns,
-    _placed,
-    _resolve_operand,
-    _target,
+    array_kind,
+    bad_input,
+    cast_operand,
     checked_operands,
     choose_split_k,
     deliver_result,
@@ -54,10 +50,14 @@ from .gemm import (
     kernel_module,
     kernel_words,
     output_array,
+    pad_columns,
     pair_ctas,
+    placed_array,
+    plan_target,
+    resolve_kernel_choice,
 )
 from .gemm import (
-    _sm_count as _hopper_sm_count,
+    gpu_sm_count as _hopper_sm_count,
 )
 
 SP_LINEAR_OPTION = "SP0850"
@@ -142,7 +142,7 @@ def _vector(v: Any, what: str, size: int, home: Any, interpret: bool, dtypes: tu
     else:
         raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be a number or of shape ({size},), got {got}",
                           f"pass one value, or one per {'output feature' if what != 'scale_x' else 'token'}")
-    if not interpret and _kind(v) == "torch" and _kind(home) == "torch":
+    if not interpret and array_kind(v) == "torch" and array_kind(home) == "torch":
         import torch
 
         if not v.is_floating_point():
@@ -152,18 +152,18 @@ def _vector(v: Any, what: str, size: int, home: Any, interpret: bool, dtypes: tu
         if str(v.dtype).removeprefix("torch.") not in dtypes:
             v = v.to(getattr(torch, dtypes[0]))
         return v.contiguous(), mode
-    host = _placed(v, what, interpret)
-    if _kind(host) == "numpy":
+    host = placed_array(v, what, interpret)
+    if array_kind(host) == "numpy":
         if host.dtype.kind not in "fV" and not str(host.dtype).startswith(("bfloat", "float8")):
             raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be floating point, got {host.dtype}",
                               f"pass {what} as {' or '.join(dtypes)}")
         host = np.ascontiguousarray(host.reshape(-1))
         if host.dtype.name not in dtypes:
             host = host.astype(np.float32)
-        if not interpret and _kind(home) in ("torch", "cupy"):
-            from .gemm import _like
+        if not interpret and array_kind(home) in ("torch", "cupy"):
+            from .gemm import copy_like
 
-            return _like(host, home), mode
+            return copy_like(host, home), mode
         return host, mode
     return v.reshape(-1), mode
 
@@ -286,7 +286,7 @@ class SparseLinearPlan:
         if shape != self.x_shape or dtype != self.x_dtype:
             raise _linear_bad(SP_LINEAR_REBIND, f"the plan is for x of shape {self.x_shape} {self.x_dtype}, got "
                               f"{shape} {dtype}", "plan again with plan_sparse_linear for another shape or dtype")
-        xk = _pad_columns(_cast(_placed(x, "x", self.interpret), self.choice), self.k_padded)
+        xk = pad_columns(cast_operand(placed_array(x, "x", self.interpret), self.choice), self.k_padded)
         changes: dict[str, Any] = {"x": xk, "out": _linear_output(out, self.t, self.m, self.out_dtype, x,
                                                                   self.interpret)}
         if scale_x is not None:
@@ -311,17 +311,17 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     split-K) for sm_100a / sm_103a / sm_110a. ``kernel="decode"`` (or SPARSILE_DECODE_KERNEL=1)
     plans the opt-in decode kernel for T <= 64 on sm_90a instead (:mod:`.decode`, a
     ``SparseDecodePlan`` with the same interface); "gemm" or None: the shipped kernels."""
-    tgt = _target(target, interpret)
+    tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
-        raise _bad(f"num_sms must be a positive integer, got {num_sms!r}",
-                   help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
+        raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
+                        help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
     act = _activation(activation)
     y_dtype = _out_dtype(out_dtype, x)
     x_shape = tuple(int(s) for s in getattr(x, "shape", ()))
     x_dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
     if len(x_shape) != 2:
-        raise _bad(f"x must be a 2-D (T, K) array, got shape {x_shape}",
-                   help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
+        raise bad_input(f"x must be a 2-D (T, K) array, got shape {x_shape}",
+                        help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
     from .decode import plan_sparse_decode, wants_decode
 
     if wants_decode(kernel, x_shape[0], tgt):
@@ -333,13 +333,13 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
 
         choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret)
     else:
-        choice = _resolve_operand(values, meta, None, LINEAR_KERNELS)
+        choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS)
         op = operand_type(choice.operand)
         values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret)
         words = kernel_words(meta, values, op, m, k_values, k, interpret)
         k_padded = k_launch = -(-k_values // choice.k_align) * choice.k_align
-        values = _pad_columns(values, k_padded // 2)
-        xc = _pad_columns(xc, k_padded)
+        values = pad_columns(values, k_padded // 2)
+        xc = pad_columns(xc, k_padded)
     if choice.operand == "e4m3" and x_dtype not in ("float8_e4m3fn", "float8_e4m3"):
         raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
                           "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x")
@@ -352,15 +352,16 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if tgt != "sm_90a":
         from .linear_sm100 import SparseLinearPlanSm100
 
-        return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, _zero_workspace(x, t, m, k_launch,
-                                     interpret), 0, interpret, tgt, k_launch, num_sms or _sm_count(interpret, tgt))
+        workspace = _zero_workspace(x, t, m, k_launch, interpret)
+        return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, workspace, 0, interpret, tgt, k_launch,
+                                     num_sms or planned_sm_count(interpret, tgt))
     bn = choice.block_n(t)
     if act in ("silu", "gelu_tanh"):
         bn = min(bn, ACTIVATION_MAX_BN)
-    sms = num_sms or _sm_count(interpret)
+    sms = num_sms or planned_sm_count(interpret)
     split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
-        raise _bad(f"split_k must be an integer from 1 to 64, got {split!r}")
+        raise bad_input(f"split_k must be an integer from 1 to 64, got {split!r}")
     split = split if k_padded else 1
     workspace = _zero_workspace(x, t, m, k_padded, interpret)
     if split > 1:
@@ -379,7 +380,7 @@ def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:
     return workspace
 
 
-def _sm_count(interpret: bool, target: str = "sm_90a") -> int:
+def planned_sm_count(interpret: bool, target: str = "sm_90a") -> int:
     """SMs the split-K and CTA-pair choices (Hopper) or the persistent grid (Blackwell) assume."""
     if target == "sm_90a":
         return _hopper_sm_count(interpret)
@@ -423,17 +424,18 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
     """(x_q, scale_x) with x ≈ x_q * scale_x[:, None]: per row t of x (T, K), scale_x[t] =
     max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x / scale_x[t], ±448) rounded to e4m3
     (the ``quantize_e4m3_per_token`` kernel). Arrays come back where x lives (numpy / torch)."""
-    xh = _placed(x, "x", interpret)
+    xh = placed_array(x, "x", interpret)
     if len(xh.shape) != 2:
-        raise _bad(f"x must be a 2-D (T, K) array, got shape {tuple(xh.shape)}",
-                   help="reshape to (tokens, features)")
-    if _kind(xh) == "torch":
+        raise bad_input(f"x must be a 2-D (T, K) array, got shape {tuple(xh.shape)}",
+                        help="reshape to (tokens, features)")
+    if array_kind(xh) == "torch":
         xh = xh.contiguous()
     else:
         xh = np.ascontiguousarray(xh)
     t, k = (int(s) for s in xh.shape)
-    xq = empty_array(xh if _kind(xh) != "numpy" else x, (t, k), "float8_e4m3fn", interpret or _kind(xh) == "numpy")
-    scale = empty_array(xh if _kind(xh) != "numpy" else x, (t,), "float32", interpret or _kind(xh) == "numpy")
+    home, on_host = (xh if array_kind(xh) != "numpy" else x), interpret or array_kind(xh) == "numpy"
+    xq = empty_array(home, (t, k), "float8_e4m3fn", on_host)
+    scale = empty_array(home, (t,), "float32", on_host)
     if t and k:
         block = 16
         while block < min(k, 1024):
@@ -442,10 +444,10 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
         (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=block)
     elif t:
         scale[...] = 1.0 / (E4M3_MAX * 512)
-    if _kind(xq) == "numpy" and _kind(x) in ("torch", "torch-cpu"):
-        from .gemm import _like
+    if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):
+        from .gemm import copy_like
 
-        return _like(xq, x), _like(scale, x)
+        return copy_like(xq, x), copy_like(scale, x)
     return xq, scale
 
 

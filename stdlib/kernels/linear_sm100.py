@@ -38,9 +38,9 @@ def blackwell_module() -> Any:
 def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: bool
                        ) -> tuple[KernelChoiceSm100, Any, Any, Any, int, int, int, int, int]:
     """(choice, values, words, x, N_out, T, K, K x is padded to, K to launch with)."""
-    from .gemm import _resolve_operand
+    from .gemm import resolve_kernel_choice
 
-    choice = _resolve_operand(values, meta, None, LINEAR_KERNELS_SM100, "Blackwell")
+    choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS_SM100, "Blackwell")
     _, values, words, xc, m, t, k, k_launch = checked_sm100_operands(values, meta, x, target, choice.operand,
                                                                       interpret)
     return choice, values, words, xc, m, t, k, int(xc.shape[1]), k_launch

@@ -47,7 +47,7 @@ from ..sparsity.hostarray import require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES
 from ..sparsity.validate import _check_tag as check_tag
-from .gemm import _bad, _kind
+from .gemm import array_kind, bad_input
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
 WR, WC = 8, 32       # metadata words per program: rows x columns (prune_compress, decompress)
@@ -111,7 +111,7 @@ class GpuCompressed(NamedTuple):
 def _placed(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when the launch uses it in place (a torch CUDA tensor or cupy array on a GPU
     launch, a numpy array), else a host numpy array."""
-    kind = _kind(x)
+    kind = array_kind(x)
     if not interpret and kind in ("torch", "cupy"):
         return x
     if kind == "numpy":
@@ -127,15 +127,15 @@ def _operand(x: Any, dtype: str | OperandType | None) -> OperandType:
     if dtype is not None:
         op = operand_type(dtype)
     else:
-        name = _OPERAND_OF_TORCH.get(str(x.dtype)) if _kind(x) == "torch" else None
-        found = operand_type_of_array(np.empty(0, np.dtype(x.dtype))) if _kind(x) != "torch" else None
+        name = _OPERAND_OF_TORCH.get(str(x.dtype)) if array_kind(x) == "torch" else None
+        found = operand_type_of_array(np.empty(0, np.dtype(x.dtype))) if array_kind(x) != "torch" else None
         op = operand_type(name) if name else found
         if op is None:
-            raise _bad(f"cannot tell the sparse operand type of an array of {x.dtype}",
-                       help="pass dtype= (one of " + ", ".join(_TORCH_DTYPES) + ")")
+            raise bad_input(f"cannot tell the sparse operand type of an array of {x.dtype}",
+                            help="pass dtype= (one of " + ", ".join(_TORCH_DTYPES) + ")")
     if op.width_class == "4-bit":
-        raise _bad(f"the GPU sparsity kernels do not handle {op.name} (4:8 in pairs) operands",
-                   help="use the host toolkit: sparsile.stdlib.sparsity.compress(w, 'e2m1', prune=True)")
+        raise bad_input(f"the GPU sparsity kernels do not handle {op.name} (4:8 in pairs) operands",
+                        help="use the host toolkit: sparsile.stdlib.sparsity.compress(w, 'e2m1', prune=True)")
     return op
 
 
@@ -147,12 +147,12 @@ def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
     """``x`` cast to the operand's element type, 2-D, C-contiguous, K zero-padded to a multiple of
     ``group`` (default: a whole chunk)."""
     if len(x.shape) != 2:
-        raise _bad(f"w must be a 2-D (M, K) matrix, got shape {tuple(x.shape)}",
-                   help="reshape to (M, K) with K the axis the sparsity runs along")
+        raise bad_input(f"w must be a 2-D (M, K) matrix, got shape {tuple(x.shape)}",
+                        help="reshape to (M, K) with K the axis the sparsity runs along")
     rows, k = (int(s) for s in x.shape)
     group = group or op.group
     padded = -(-k // group) * group
-    if _kind(x) == "torch":
+    if array_kind(x) == "torch":
         import torch
         import torch.nn.functional as F
 
@@ -165,8 +165,8 @@ def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
     xp = _xp(x)
     if x.dtype != op.host_dtype:
         if xp is not np and op.name in ("bf16", "e4m3", "e5m2"):
-            raise _bad(f"cupy has no {op.name} arrays: cannot cast a {x.dtype} array to it",
-                       help="pass torch tensors, or numpy arrays (ml_dtypes)")
+            raise bad_input(f"cupy has no {op.name} arrays: cannot cast a {x.dtype} array to it",
+                            help="pass torch tensors, or numpy arrays (ml_dtypes)")
         x = x.astype(op.host_dtype)
     if padded != k:
         grown = xp.zeros((rows, padded), dtype=x.dtype)
@@ -176,7 +176,7 @@ def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
 
 
 def _xp(x: Any) -> Any:
-    if _kind(x) == "cupy":
+    if array_kind(x) == "cupy":
         import cupy
 
         return cupy
@@ -185,7 +185,7 @@ def _xp(x: Any) -> Any:
 
 def _view_uint(x: Any, nbytes: int) -> Any:
     """The bits of C-contiguous ``x`` as unsigned integers of ``nbytes`` (the last axis shrinks)."""
-    if _kind(x) == "torch":
+    if array_kind(x) == "torch":
         import torch
 
         return x.view(getattr(torch, _UINT[nbytes]))
@@ -194,16 +194,16 @@ def _view_uint(x: Any, nbytes: int) -> Any:
 
 def _view_as(x: Any, op: OperandType) -> Any:
     """Unsigned words ``x`` reinterpreted as the operand's element type."""
-    if _kind(x) == "torch":
+    if array_kind(x) == "torch":
         import torch
 
         return x.view(getattr(torch, _TORCH_DTYPES[op.name]))
-    return x.view(op.host_dtype) if _kind(x) == "numpy" else x.view(np.dtype(op.host_dtype).name)
+    return x.view(op.host_dtype) if array_kind(x) == "numpy" else x.view(np.dtype(op.host_dtype).name)
 
 
 def _empty(like: Any, shape: tuple[int, ...], nbytes: int) -> Any:
     """A new unsigned array of ``nbytes`` elements where ``like`` lives."""
-    if _kind(like) == "torch":
+    if array_kind(like) == "torch":
         import torch
 
         return torch.empty(shape, dtype=getattr(torch, _UINT[nbytes]), device=like.device)
@@ -212,7 +212,7 @@ def _empty(like: Any, shape: tuple[int, ...], nbytes: int) -> Any:
 
 def _counts(like: Any, n: int) -> Any:
     """A new int32 array of ``n`` per-program counts where ``like`` lives."""
-    if _kind(like) == "torch":
+    if array_kind(like) == "torch":
         import torch
 
         return torch.empty((n,), dtype=torch.int32, device=like.device)
@@ -221,18 +221,18 @@ def _counts(like: Any, n: int) -> Any:
 
 def _host_words(data: Any) -> np.ndarray:
     """Metadata words copied to the host as uint32."""
-    if _kind(data) == "torch":
+    if array_kind(data) == "torch":
         import torch
 
         return data.contiguous().view(torch.int32).cpu().numpy().view(np.uint32)
-    if _kind(data) == "cupy":
+    if array_kind(data) == "cupy":
         return data.get().view(np.uint32)
     return np.ascontiguousarray(as_host_array(data, "metadata")).view(np.uint32)
 
 
 def _total(counts: Any) -> int:
     """The sum of a small per-program count array (one device synchronisation)."""
-    if _kind(counts) == "numpy":
+    if array_kind(counts) == "numpy":
         return int(counts.sum())
     return int(counts.sum().item())
 
@@ -260,8 +260,9 @@ MAX_OFFSET = 2**31 - 1
 def _check_offsets(m: int, k: int, op: OperandType) -> None:
     chunks = m * -(-k // op.group)
     if chunks > MAX_OFFSET:
-        raise _bad(f"a {m}x{k} {op.name} matrix has {chunks} chunks, more than the GPU kernels' 32-bit offsets reach "
-                   f"({MAX_OFFSET})", help="split the matrix along M and process the parts separately")
+        raise bad_input(f"a {m}x{k} {op.name} matrix has {chunks} chunks, more than the GPU kernels' 32-bit "
+                        f"offsets reach ({MAX_OFFSET})",
+                        help="split the matrix along M and process the parts separately")
 
 
 def _grid(fmt: str, op: OperandType, m: int, k: int) -> tuple[tuple[int, int], int, int]:
@@ -283,13 +284,17 @@ def compress_gpu(w: Any, dtype: str | OperandType | None = None, fmt: str = "sm9
     ``fmt`` ("sm90" or "tcgen05") metadata words, bit-identical to the host's
     ``compress(w, dtype, prune=prune)`` + ``encode_metadata(indices, fmt, dtype, k=K)``.
 
-    ``dtype`` defaults to w's element type; w is cast to it. With ``prune=False`` a chunk that is
-    not 2:4 (1:2) raises SP0803 naming the first one. Outputs live where ``w`` does.
+    ``dtype`` defaults to w's element type; w is cast to it *before* pruning (the kernels read the
+    operand type), whereas the host toolkit prunes in w's own precision first: for a w already in
+    the operand type the two are bit-identical; for a wider w (f32 to bf16) a near-tie that the cast
+    rounds together may keep the other element (``prune_and_compress`` sends such weights to the
+    host). With ``prune=False`` a chunk that is not 2:4 (1:2) raises SP0803 naming the first one.
+    Outputs live where ``w`` does.
     """
     fmt = check_format(fmt)
     if fmt == "logical":
-        raise _bad("compress_gpu writes the hardware formats only, not 'logical'",
-                   help="use fmt='sm90' or 'tcgen05', or the host toolkit's compress() for logical indices")
+        raise bad_input("compress_gpu writes the hardware formats only, not 'logical'",
+                        help="use fmt='sm90' or 'tcgen05', or the host toolkit's compress() for logical indices")
     _require_gpu(interpret)
     placed = _placed(w, "w", interpret)
     op = _operand(placed, dtype)
@@ -308,7 +313,7 @@ def compress_gpu(w: Any, dtype: str | OperandType | None = None, fmt: str = "sm9
                 num_warps=NUM_WARPS)
     if not prune and m and kc and _total(bad):
         compress(as_host_array(w, "w"), op.name)  # the host names the first offending chunk (SP0803)
-        raise _bad("w is not 2:4 sparse", code=SP_NOT_SPARSE)  # pragma: no cover - the host raised
+        raise bad_input("w is not 2:4 sparse", code=SP_NOT_SPARSE)  # pragma: no cover - the host raised
     return GpuCompressed(_view_as(values, op), DeviceMetadata(meta, fmt, op.name, m, k))
 
 
@@ -367,19 +372,19 @@ def validate_metadata_gpu(meta: Any, fmt: str | None = None, dtype: str | Operan
                                 help="pass the DeviceMetadata returned by compress_gpu(), or give fmt, dtype, m, k")
         fmt, op, data = check_format(fmt), operand_type(dtype), meta
     if fmt == "logical":
-        raise _bad("the GPU validation checks the hardware formats only, not 'logical'",
-                   help="use the host toolkit's validate_metadata() for logical indices")
+        raise bad_input("the GPU validation checks the hardware formats only, not 'logical'",
+                        help="use the host toolkit's validate_metadata() for logical indices")
     _require_gpu(interpret)
     check_supported(fmt, op)
     data = _placed(data, "metadata", interpret)
     expected = metadata_shape(fmt, op, int(m), int(k))
     if tuple(int(s) for s in data.shape) != expected:  # the host names the widths whose shape it has
         validate_metadata(np.broadcast_to(np.uint32(0), tuple(data.shape)), fmt, op.name, m, k)
-        raise _bad(f"{fmt} metadata must have shape {expected}", code=SP_META_SHAPE)  # pragma: no cover
+        raise bad_input(f"{fmt} metadata must have shape {expected}", code=SP_META_SHAPE)  # pragma: no cover
     if _dtype_name(data) not in ("uint32", "int32"):
         raise SparsityError(SP_META_ELEMENT_TYPE, f"{fmt} metadata must be uint32 words, found {_dtype_name(data)}",
                             help="pass the array produced by compress_gpu() or encode_metadata() (or its .data)")
-    words = _view_uint(data.contiguous() if _kind(data) == "torch" else _xp(data).ascontiguousarray(data), 4)
+    words = _view_uint(data.contiguous() if array_kind(data) == "torch" else _xp(data).ascontiguousarray(data), 4)
     n = int(np.prod(expected))
     bad = _counts(words, max(1, -(-n // FLAT_BLOCK)))
     if n:
@@ -387,7 +392,7 @@ def validate_metadata_gpu(meta: Any, fmt: str | None = None, dtype: str | Operan
                 ACCEPT=_accepted(op, fmt, allow_unordered))
         if _total(bad):
             validate_metadata(_host_words(words), fmt, op.name, m, k, allow_unordered=allow_unordered)
-            raise _bad("metadata holds invalid nibbles", code=SP_UNDEFINED_NIBBLE)  # pragma: no cover
+            raise bad_input("metadata holds invalid nibbles", code=SP_UNDEFINED_NIBBLE)  # pragma: no cover
     return DeviceMetadata(words, fmt, op.name, int(m), int(k))
 
 
@@ -407,11 +412,11 @@ def decompress_gpu(values: Any, meta: Any, fmt: str | None = None, dtype: str | 
     kc = -(-k // op.group)
     chunk_bytes = op.group * op.host_dtype.itemsize
     if tuple(int(s) for s in placed.shape) != (m, kc * op.group // 2) or _dtype_name(placed) != (
-            _TORCH_DTYPES[op.name] if _kind(placed) == "torch" else np.dtype(op.host_dtype).name):
+            _TORCH_DTYPES[op.name] if array_kind(placed) == "torch" else np.dtype(op.host_dtype).name):
         raise SparsityError(SP_VALUES_MISMATCH, f"values must be a ({m}, {kc * op.group // 2}) {op.name} array "
                             f"for this metadata, got {tuple(placed.shape)} {_dtype_name(placed)}",
                             help="pass the values returned by compress_gpu() together with its metadata")
-    vals = placed.contiguous() if _kind(placed) == "torch" else _xp(placed).ascontiguousarray(placed)
+    vals = placed.contiguous() if array_kind(placed) == "torch" else _xp(placed).ascontiguousarray(placed)
     dense = _empty(vals, (m, kc), chunk_bytes)
     grid, mp, kw = _grid(checked.fmt, op, m, k)
     if m and kc:

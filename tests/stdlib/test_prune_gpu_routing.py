@@ -73,7 +73,7 @@ def test_device_weight_goes_to_compress_gpu(fake_gpu, fmt):
 
 def test_host_weights_stay_on_the_host(fake_gpu, monkeypatch):
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(gemm, "_like", lambda host, like: host)  # no cupy here to copy values back to
+    monkeypatch.setattr(gemm, "copy_like", lambda host, like: host)  # no cupy here to copy values back to
     w = weight()
     prune_and_compress(w, "f16")
     prune_and_compress(torch.from_numpy(w), "f16")

@@ -84,10 +84,12 @@ def test_random_shapes_bit_identical(dtype: str, fmt: str, m: int, k: int, seed:
                                   bits(S.decompress(ref_values, ref_meta)))
 
 
-def test_float32_input_is_cast_like_the_host() -> None:
+def test_float32_input_is_cast_then_pruned() -> None:
+    """The GPU kernels read the operand type: a wider w is cast first, then pruned (the host's
+    compress(prune=True) prunes in w's precision first, so the reference casts explicitly)."""
     w = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float32)
     values, meta = G.compress_gpu(w, "bf16", "tcgen05", interpret=True)
-    ref_values, ref_meta = host_reference(w, "bf16", "tcgen05")
+    ref_values, ref_meta = host_reference(w.astype(S.operand_type("bf16").host_dtype), "bf16", "tcgen05")
     np.testing.assert_array_equal(bits(values), bits(ref_values))
     np.testing.assert_array_equal(meta.data, ref_meta.data)
     f32_values, _ = G.compress_gpu(w, interpret=True)  # float32 means tf32 (1:2)

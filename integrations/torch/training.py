@@ -1,0 +1,413 @@
+"""Sparse training: ``SemiSparseLinear``, a 2:4 linear layer with a backward pass (docs/training.md).
+
+    layer = SemiSparseLinear.from_dense(linear, "bf16")      # or SparseLinear.from_dense(linear, trainable=True)
+    trainer = SparseTrainer(model, optimizer, reprune_every=100)
+    loss(model(x)).backward(); optimizer.step()              # the hook re-compresses after each step
+
+The weight is a dense *master* ``nn.Parameter`` (any float dtype; the optimizer sees an ordinary
+dense tensor) with a fixed boolean ``mask`` buffer that is 2:4 along rows **and** columns
+(transposable, docs/sparse-metadata.md §12). Two compressions of ``weight * mask`` live in buffers:
+``values``/``meta`` of W (N, K) and ``values_t``/``meta_t`` of Wᵀ (K, N), both "sm90" metadata.
+
+* forward: y = x @ (W·mask)ᵀ + bias, the sparse kernel with W (``torch.ops.sparsile.sparse_linear_train``);
+* dX = dY @ (W·mask): the same kernel with the compressed Wᵀ (2:4 along its rows because the mask is
+  transposable), through ``torch.ops.sparsile.sparse_linear``;
+* dW = (dYᵀ @ X) · mask (a dense GEMM, ``torch.matmul``; ``mask_grad=False``: not masked, the
+  straight-through estimator), db = dY summed over tokens.
+
+After the optimizer changes the master weight the compressions are stale: :meth:`SemiSparseLinear.refresh`
+(``compress_gpu`` twice on the GPU) rebuilds them in place. :class:`SparseTrainer` does it from an
+optimizer step hook, and every ``reprune_every`` steps first recomputes the transposable mask from
+the master weight's magnitude (:meth:`SemiSparseLinear.reprune`). An eager forward also refreshes by
+itself when the weight or mask changed since the last compression (``Tensor._version``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ...stdlib.kernels.sparsity_gpu import compress_gpu, prune_transposable_gpu
+from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadata_shape, operand_type
+from ...stdlib.sparsity.transposable import transposable_mask_2_4
+from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
+from ._kernels import OUT_DTYPES, RecordCache, Weight, kernel_api, run_interpreted
+from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, check_input, tracing, weight_dtype_name
+
+_RECORDS = RecordCache(capacity=256)
+_COMPRESSED = ("values", "meta", "values_t", "meta_t")
+
+
+# ------------------------------------------------------------------------------------------------
+# the op and its backward
+
+
+def _run_kernel(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+                out_dtype: torch.dtype) -> torch.Tensor:
+    """y (T, N) = x @ decompress(values, meta).T + bias for 2-D x in values' dtype."""
+    if x.shape[0] == 0:
+        return x.new_empty((0, values.shape[0]), dtype=out_dtype)
+    kernel_bias = bias if bias is None or bias.dtype in (torch.float32, out_dtype) else bias.float()
+    w = Weight(values, meta, kernel_bias, None, None)
+    if x.device.type != "cuda":
+        return run_interpreted(x.contiguous(), w, None, out_dtype)
+    if kernel_bias is not bias:  # a converted bias is a new tensor per call: no launch record for it
+        return kernel_api().sparse_linear(values, meta, x.contiguous(), bias=kernel_bias,
+                                          out_dtype=OUT_DTYPES[out_dtype])
+    ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias))
+    key = (int(x.shape[0]), x.dtype, x.device.index, out_dtype, ptrs, tuple(values.shape))
+    return _RECORDS.run(key, x.contiguous(), w, None, out_dtype)
+
+
+def _check_op(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
+              values_t: torch.Tensor, bias: torch.Tensor | None) -> None:
+    n, k = int(weight.shape[0]), int(weight.shape[1])
+    if x.dim() != 2 or x.shape[1] != k or x.dtype != values.dtype:
+        raise IntegrationError(SP_BAD_TENSOR, f"sparsile.sparse_linear_train: x must be (T, {k}) {values.dtype}, "
+                               f"got {x.dtype} {tuple(x.shape)}", help="call it through SemiSparseLinear")
+    if (tuple(mask.shape) != (n, k) or values.shape[0] != n or values_t.shape[0] != k
+            or (bias is not None and tuple(bias.shape) != (n,))):
+        raise IntegrationError(SP_TRAIN_MASK, "sparsile.sparse_linear_train: weight, mask, compressions and bias "
+                               "do not describe one layer", help="pass a SemiSparseLinear's own tensors")
+
+
+@torch.library.custom_op("sparsile::sparse_linear_train", mutates_args=())
+def sparse_linear_train(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
+                        meta: torch.Tensor, values_t: torch.Tensor, meta_t: torch.Tensor,
+                        bias: torch.Tensor | None = None, *, out_dtype: torch.dtype | None = None,
+                        mask_grad: bool = True) -> torch.Tensor:
+    """y (T, N) = x @ (weight * mask).T + bias, computed by the sparse kernel from ``values``/``meta``
+    (the compression of weight * mask; ``weight`` and ``mask`` are there for the backward)."""
+    _check_op(x, weight, mask, values, values_t, bias)
+    return _run_kernel(x, values, meta, bias, out_dtype or x.dtype)
+
+
+@sparse_linear_train.register_fake
+def _sparse_linear_train_fake(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
+                              meta: torch.Tensor, values_t: torch.Tensor, meta_t: torch.Tensor,
+                              bias: torch.Tensor | None = None, *, out_dtype: torch.dtype | None = None,
+                              mask_grad: bool = True) -> torch.Tensor:
+    _check_op(x, weight, mask, values, values_t, bias)
+    return x.new_empty((x.shape[0], weight.shape[0]), dtype=out_dtype or x.dtype)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
+    x, weight, mask, _values, _meta, values_t, meta_t, bias = inputs
+    ctx.save_for_backward(x, mask, values_t, meta_t)
+    ctx.weight_dtype = weight.dtype
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.mask_grad = keyword_only_inputs.get("mask_grad", True)
+
+
+def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """dX = dY @ (W·mask) (sparse kernel, Wᵀ compressed), dW = (dYᵀ @ X)·mask (dense GEMM), db = Σ dY."""
+    x, mask, values_t, meta_t = ctx.saved_tensors
+    dyk = dy.to(x.dtype)
+    dx = dw = db = None
+    if ctx.needs_input_grad[0]:
+        dx = torch.ops.sparsile.sparse_linear(dyk, values_t, meta_t, out_dtype=x.dtype)
+    if ctx.needs_input_grad[1]:
+        dw = torch.matmul(dyk.t(), x)
+        if ctx.mask_grad:
+            dw = dw * mask
+        dw = dw.to(ctx.weight_dtype)
+    if ctx.bias_dtype is not None and ctx.needs_input_grad[7]:
+        db = dy.float().sum(0).to(ctx.bias_dtype)
+    return dx, dw, None, None, None, None, None, db
+
+
+torch.library.register_autograd("sparsile::sparse_linear_train", _backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------------------------------
+# masks and compressions
+
+
+def transposable_mask(weight: torch.Tensor, *, interpret: bool = False) -> torch.Tensor:
+    """The transposable 2:4 keep mask (bool, weight's shape and device) of largest total magnitude
+    (exact per 4x4 block, docs/sparse-metadata.md §12): ``prune_transposable_gpu`` on CUDA (or on
+    the CPU with ``interpret=True``), else the host's ``transposable_mask_2_4``."""
+    w = weight.detach()
+    if not (w.is_cuda or interpret):
+        return torch.from_numpy(transposable_mask_2_4(as_host_array(w.float(), "weight"))).to(w.device)
+    mags = w.float().abs()
+    # a zero keeps its place: the kernel keeps values, so a zero kept by the best pattern would look
+    # dropped. Every pattern keeps 8 of 16, so lifting zeros to the smallest normal float moves no choice
+    # except between patterns whose kept sums tie.
+    mags = torch.where(mags == 0, torch.finfo(torch.float32).tiny, mags)
+    pruned = prune_transposable_gpu(mags, interpret=interpret)
+    if isinstance(pruned, np.ndarray):
+        pruned = torch.from_numpy(np.ascontiguousarray(pruned))
+    return (pruned != 0).to(w.device)
+
+
+def check_mask(mask: torch.Tensor, shape: tuple[int, int]) -> None:
+    """Raise SP0918 unless ``mask`` is a bool (N, K) tensor keeping at most 2 of every 4 along its
+    rows and along its columns (groups from index 0; a partial last group counts as padded)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape):
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise IntegrationError(SP_TRAIN_MASK, f"the mask must be a bool tensor of shape {tuple(shape)}, got {got}",
+                               help="build it with transposable_mask(weight)")
+    n, k = shape
+    padded = torch.zeros((-(-n // 4) * 4, -(-k // 4) * 4), dtype=torch.int32)
+    padded[:n, :k] = mask.detach().cpu()
+    for axis, what in ((1, "row"), (0, "column")):
+        counts = (padded if axis == 1 else padded.t()).reshape(-1, 4).sum(1).reshape(padded.shape[1 - axis], -1)
+        bad = (counts > 2).nonzero()
+        if len(bad):
+            line, group = (int(v) for v in bad[0])
+            raise IntegrationError(SP_TRAIN_MASK, f"the mask keeps {int(counts[line, group])} elements of {what} "
+                                   f"{line}, group {group} ({4 * group}..{4 * group + 3}); a trainable layer keeps "
+                                   "at most 2 of every 4 along rows and columns",
+                                   help="build the mask with transposable_mask(weight), or call layer.reprune()")
+
+
+def _compressed(matrix: torch.Tensor, name: str, interpret: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, int32 "sm90" words) of a 2:4 matrix, on its device: ``compress_gpu`` on CUDA (or in
+    the interpreter), else the host toolkit (compress + encode_metadata)."""
+    if matrix.is_cuda or interpret:
+        values, meta = compress_gpu(matrix, name, "sm90", interpret=interpret)
+        words = meta.data
+        if isinstance(values, np.ndarray):
+            return (torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).view(matrix.dtype),
+                    torch.from_numpy(np.ascontiguousarray(words).view(np.int32)))
+        return values, words.view(torch.int32)
+    values, indices = compress(as_host_array(matrix, "weight"), name, prune=True)
+    words = encode_metadata(indices, "sm90", name, k=int(matrix.shape[1])).data
+    return (torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).view(matrix.dtype),
+            torch.from_numpy(np.ascontiguousarray(words).view(np.int32)))
+
+
+# ------------------------------------------------------------------------------------------------
+# the layer
+
+
+class SemiSparseLinear(nn.Module):
+    """A trainable 2:4 linear layer: ``y = x @ (weight * mask).T + bias``, forward and dX on the
+    sparse kernel (module docstring; docs/training.md). ``dtype`` ("bf16" or "f16") is the type the
+    kernel computes in; the master ``weight`` and ``bias`` keep their own dtype (float32 for mixed
+    precision, or bf16). ``mask_grad=False`` lets dW through unmasked (straight-through), so the
+    pruned weights keep learning and :meth:`reprune` can bring them back."""
+
+    weight: nn.Parameter
+    bias: nn.Parameter | None
+    mask: torch.Tensor
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
+                 mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        if not (isinstance(in_features, int) and isinstance(out_features, int) and in_features > 0
+                and out_features > 0):
+            raise IntegrationError(SP_TRAIN_LAYER, f"a SemiSparseLinear needs positive in/out features, got "
+                                   f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
+        self.in_features, self.out_features = in_features, out_features
+        self.weight_dtype = weight_dtype_name(dtype)
+        if self.weight_dtype == "e4m3":
+            raise IntegrationError(SP_TRAIN_LAYER, "sparse training computes in bf16 or f16, not e4m3",
+                                   help="train with dtype='bf16', then convert: layer.to_sparse_linear() keeps bf16")
+        self.mask_grad = bool(mask_grad)
+        n, k = out_features, in_features
+        op = operand_type(self.weight_dtype)
+        kind = WEIGHT_DTYPES[self.weight_dtype]
+        self.weight = nn.Parameter(torch.zeros((n, k), dtype=param_dtype, device=device))
+        self.bias = nn.Parameter(torch.zeros(n, dtype=param_dtype, device=device)) if bias else None
+        self.register_buffer("mask", torch.zeros((n, k), dtype=torch.bool, device=device))
+        for name, rows, cols in (("values", n, k), ("values_t", k, n)):
+            self.register_buffer(name, torch.zeros((rows, -(-cols // 4) * 2), dtype=kind, device=device))
+            words = metadata_shape("sm90", op, rows, cols)
+            self.register_buffer(name.replace("values", "meta"),
+                                 torch.full(words, EMPTY_META_WORD, dtype=torch.int32, device=device))
+        self.__dict__["_fresh"] = None
+
+    @classmethod
+    def from_dense(cls, linear: nn.Module, dtype: Any = None, *, mask_grad: bool = True,
+                   interpret: bool = False) -> SemiSparseLinear:
+        """A trainable layer from ``linear``: its weight becomes the master weight (a copy, same
+        dtype and device), the mask the transposable 2:4 mask of largest magnitude. ``dtype``:
+        "bf16" or "f16" (None: the linear's own dtype; a float32 linear needs one, SP0903)."""
+        if not isinstance(linear, nn.Linear):
+            raise IntegrationError(SP_TRAIN_LAYER, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
+                                   help="pass the nn.Linear module itself")
+        weight = linear.weight
+        if weight.device.type == "meta":
+            raise IntegrationError(SP_TRAIN_LAYER, "the linear's weight is on the meta device (no values)",
+                                   help="materialize the weights (to_empty + load) before sparsifying")
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
+                    dtype=weight_dtype_name(dtype, weight.dtype), mask_grad=mask_grad, device=weight.device,
+                    param_dtype=weight.dtype)
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            if linear.bias is not None:
+                layer.bias.copy_(linear.bias)
+        layer.reprune(interpret=interpret)
+        return layer
+
+    # -------------------------------------------------------------------------------------------
+    # keeping the compressions in step with the master weight
+
+    def _state_key(self) -> tuple[int, ...]:
+        w, m = self.weight, self.mask
+        return (w._version, m._version, w.data_ptr(), m.data_ptr(), w.device.index or 0)
+
+    @torch.no_grad()
+    def refresh(self, *, interpret: bool = False) -> None:
+        """Re-compress ``weight * mask`` into values/meta and its transpose into values_t/meta_t, in
+        place (the buffers keep their addresses: launch records and CUDA graphs stay valid). On
+        CUDA: two ``compress_gpu`` passes and a transposed copy (about 5 weight-sized passes of
+        memory traffic in the compute dtype, docs/training.md); on the CPU: the host toolkit, or
+        the same GPU kernels in the interpreter with ``interpret=True``."""
+        masked = torch.where(self.mask, self.weight.detach(), 0).to(self.values.dtype)
+        for name, matrix in (("values", masked), ("values_t", masked.t().contiguous())):
+            values, words = _compressed(matrix, self.weight_dtype, interpret)
+            getattr(self, name).copy_(values)
+            getattr(self, name.replace("values", "meta")).copy_(words)
+        self.__dict__["_fresh"] = self._state_key()
+
+    @torch.no_grad()
+    def reprune(self, *, interpret: bool = False) -> float:
+        """Recompute the mask from the master weight's magnitude (:func:`transposable_mask`), then
+        :meth:`refresh`. Returns the share of mask entries that changed."""
+        mask = transposable_mask(self.weight, interpret=interpret)
+        changed = float((mask != self.mask).float().mean())
+        self.mask.copy_(mask)
+        self.refresh(interpret=interpret)
+        return changed
+
+    # -------------------------------------------------------------------------------------------
+    # running
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.in_features, self.values.device, "SemiSparseLinear")
+        if not tracing(x) and self.__dict__["_fresh"] != self._state_key():
+            self.refresh()
+        x2 = x.reshape(-1, self.in_features).to(self.values.dtype)
+        y = torch.ops.sparsile.sparse_linear_train(x2, self.weight, self.mask, self.values, self.meta,
+                                                   self.values_t, self.meta_t, self.bias, out_dtype=x.dtype,
+                                                   mask_grad=self.mask_grad)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    # -------------------------------------------------------------------------------------------
+    # conversions and nn.Module plumbing
+
+    def to_dense(self) -> torch.Tensor:
+        """``weight * mask`` in float32: the weight the forward multiplies by (before the cast to
+        the compute dtype)."""
+        return torch.where(self.mask, self.weight.detach().float(), 0)
+
+    def to_sparse_linear(self) -> SparseLinear:
+        """An inference :class:`SparseLinear` with copies of the current compression (refreshed
+        first if stale): for deployment and ``save_sparse24_checkpoint``."""
+        if self.__dict__["_fresh"] != self._state_key():
+            self.refresh()
+        layer = SparseLinear(self.in_features, self.out_features, self.bias is not None, dtype=self.weight_dtype,
+                             device="meta")
+        layer.values = self.values.detach().clone()
+        layer.meta = self.meta.detach().clone()
+        if self.bias is not None:
+            layer.bias = self.bias.detach().float().clone()
+        return layer
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"dtype={self.weight_dtype}, sparsity=2:4 transposable, mask_grad={self.mask_grad}")
+
+    def _apply(self, fn: Any, recurse: bool = True) -> SemiSparseLinear:
+        """Device moves apply to everything; dtype conversions only to the master weight and bias
+        (the compressions and their metadata belong to the compute dtype)."""
+        kept = {id(getattr(self, name)) for name in (*_COMPRESSED, "mask")}
+
+        def keep_dtype(t: torch.Tensor) -> torch.Tensor:
+            moved = fn(t)
+            return t.to(device=moved.device) if id(t) in kept and moved.dtype != t.dtype else moved
+
+        result = super()._apply(keep_dtype, recurse)
+        self.__dict__["_fresh"] = None
+        return result
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if prefix + "mask" in state_dict:
+            check_mask(self.mask, (self.out_features, self.in_features))
+        if self.weight.device.type != "meta":
+            self.refresh()  # the compressions follow the loaded master weight and mask
+
+
+# ------------------------------------------------------------------------------------------------
+# the training loop
+
+
+def trainable_layers(model: nn.Module) -> list[SemiSparseLinear]:
+    """Every :class:`SemiSparseLinear` in ``model`` (the model itself included)."""
+    return [m for m in model.modules() if isinstance(m, SemiSparseLinear)]
+
+
+def _layers_of(model: Any) -> list[SemiSparseLinear]:
+    if not isinstance(model, nn.Module):
+        raise IntegrationError(SP_TRAIN_SETUP, f"expected an nn.Module, got {type(model).__name__}",
+                               help="pass the model whose SemiSparseLinear layers are trained")
+    layers = trainable_layers(model)
+    if not layers:
+        raise IntegrationError(SP_TRAIN_SETUP, f"the {type(model).__name__} has no SemiSparseLinear layer",
+                               help="build them with SparseLinear.from_dense(linear, trainable=True) or "
+                                    "sparsify_(model, trainable=True)")
+    return layers
+
+
+def recompress_(model: nn.Module, *, interpret: bool = False) -> int:
+    """:meth:`SemiSparseLinear.refresh` of every trainable layer of ``model``; the number of layers."""
+    layers = _layers_of(model)
+    for layer in layers:
+        layer.refresh(interpret=interpret)
+    return len(layers)
+
+
+def reprune_(model: nn.Module, *, interpret: bool = False) -> float:
+    """:meth:`SemiSparseLinear.reprune` of every trainable layer; the share of mask entries (over
+    all layers) that changed."""
+    layers = _layers_of(model)
+    changed = sum(layer.reprune(interpret=interpret) * layer.mask.numel() for layer in layers)
+    return changed / sum(layer.mask.numel() for layer in layers)
+
+
+class SparseTrainer:
+    """Keeps a model's trainable sparse layers in step with its optimizer: after every
+    ``optimizer.step()`` (a step post-hook, so a step skipped by an AMP GradScaler does nothing)
+    the compressions are rebuilt (:func:`recompress_`), and every ``reprune_every`` steps the masks
+    are first recomputed from the master weights (:func:`reprune_`). ``remove()`` detaches it."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, reprune_every: int | None = None,
+                 interpret: bool = False):
+        self.layers = _layers_of(model)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise IntegrationError(SP_TRAIN_SETUP, f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}",
+                                   help="pass the optimizer that steps the model's parameters")
+        if reprune_every is not None and (not isinstance(reprune_every, int) or isinstance(reprune_every, bool)
+                                          or reprune_every < 1):
+            raise IntegrationError(SP_TRAIN_SETUP, f"reprune_every must be a positive integer or None, got "
+                                   f"{reprune_every!r}", help="e.g. reprune_every=100; None keeps the masks fixed")
+        self.model, self.optimizer = model, optimizer
+        self.reprune_every, self.interpret = reprune_every, interpret
+        self.steps = 0
+        self.changed: list[float] = []
+        """The share of mask entries each re-prune changed, in order."""
+        self._handle = optimizer.register_step_post_hook(self._after_step)
+
+    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.steps += 1
+        if self.reprune_every and self.steps % self.reprune_every == 0:
+            changed = sum(layer.reprune(interpret=self.interpret) * layer.mask.numel() for layer in self.layers)
+            self.changed.append(changed / sum(layer.mask.numel() for layer in self.layers))
+        else:
+            for layer in self.layers:
+                layer.refresh(interpret=self.interpret)
+
+    def remove(self) -> None:
+        """Stop following the optimizer's steps."""
+        self._handle.remove()
+
+
+__all__ = ["SemiSparseLinear", "SparseTrainer", "check_mask", "recompress_", "reprune_", "sparse_linear_train",
+           "trainable_layers", "transposable_mask"]
