@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks, in parts that each fit one call of the GPU machine (< 10 minutes),
+# in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
+# `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
+#
+#   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
+#   bash scripts/gpu_runs.sh tests-kernels    # every other GPU test of the kernels and toolkits
+#   bash scripts/gpu_runs.sh tests-torch      # sparsile.torch, training, sparsile.jax on the GPU
+#   bash scripts/gpu_runs.sh bench-layer      # launch overhead and the torch layer against dense / cuSPARSELt
+#   bash scripts/gpu_runs.sh bench-llama      # tokens/s of a Llama-3-8B-shaped model, dense vs 2:4
+#   bash scripts/gpu_runs.sh bench-kernels    # decode kernel, GPU toolkit, epilogues, output types
+#   bash scripts/gpu_runs.sh bench-rest       # e4m3 layer, training step, JAX overhead
+#   bash scripts/gpu_runs.sh tune             # write stdlib/kernels/tuned/h200.json (Llama-3 8B shapes)
+#
+# Each part writes its log (and JSON where a benchmark has one) under $OUT (default ./gpu-out).
+# A part stops at its first failing step only for tests-launch: nothing after it can be trusted
+# if a launch is wrong. SPARSILE_RAW_DRIVER=0 keeps launches on cuda.bindings (a fallback).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+part="${1:?usage: gpu_runs.sh PART (see the header)}"
+out="${OUT:-gpu-out}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 SPARSILE_CACHE_DIR="${SPARSILE_CACHE_DIR:-/tmp/sparsile-gpu-cache}"
+export SPARSILE_COMMIT="${SPARSILE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+log="$out/$part.log"
+run() {  # run STEP_SECONDS command...: one step, its output appended to the part's log
+    local limit="$1"; shift
+    echo "=== $* (limit ${limit} s)" | tee -a "$log"
+    timeout "$limit" "$@" 2>&1 | tee -a "$log"
+    return "${PIPESTATUS[0]}"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
+
+case "$part" in
+tests-launch)
+    run 300 python -m pytest -q -x -m gpu tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py \
+        tests/backend/test_host_staging.py tests/gpu/test_core_gpu.py tests/frontend/test_captures.py || exit 1
+    run 240 python -m pytest -q -m gpu tests/gpu/test_sparse_gemm_sm90.py tests/stdlib/test_gemm_api.py
+    ;;
+tests-kernels)
+    run 560 python -m pytest -q -m gpu tests/gpu/test_mma_sp_gpu.py tests/gpu/test_cluster_gpu.py \
+        tests/gpu/test_sparse_gemm_tile.py tests/gpu/test_wgmma_register_a.py tests/gpu/test_autotune_gpu.py \
+        tests/stdlib tests/frontend tests/backend
+    ;;
+tests-torch)
+    run 560 python -m pytest -q -m gpu tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_training_gpu.py \
+        tests/gpu/test_jax_gpu.py tests/integrations tests/test_demo.py
+    ;;
+bench-layer)
+    run 120 python benchmarks/bench_launch.py
+    run 420 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 300 --json "$out/linear_bf16.json"
+    ;;
+bench-llama)
+    run 300 python benchmarks/bench_llama.py --layers 8 --json "$out/llama.json"
+    run 240 python examples/llama_sparse.py --layers 4
+    ;;
+bench-kernels)
+    run 200 python benchmarks/bench_decode.py
+    run 120 python benchmarks/bench_sparsity_gpu.py
+    run 120 python benchmarks/bench_linear_epilogue.py --quick
+    run 100 python benchmarks/bench_gemm_out_dtype.py
+    ;;
+bench-rest)
+    run 200 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B --max-seconds 150 --json "$out/linear_e4m3.json"
+    run 150 python benchmarks/bench_training.py --json "$out/training.json"
+    run 120 python benchmarks/bench_jax.py --quick
+    ;;
+tune)
+    sed -n 3,38p stdlib/kernels/tuned/llama3-shapes.txt > /tmp/llama3-8b-shapes.txt
+    run 560 python -m sparsile tune /tmp/llama3-8b-shapes.txt --dtype bf16 --dtype f16 --warmup 3 --rep 10 \
+        -o stdlib/kernels/tuned/h200.json
+    cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    ;;
+*)
+    echo "unknown part: $part" >&2
+    exit 2
+    ;;
+esac
