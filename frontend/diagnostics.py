@@ -132,6 +132,16 @@ class CompileError(Exception):
         return self.render()
 
 
+def coded_error_diagnostic(e: BaseException, span: Span) -> Diagnostic | None:
+    """The diagnostic at ``span`` of an exception that carries its own ``SPxxxx`` code, message and
+    help (LayoutError, SparsityError, LaunchError raised below an op); None for any other."""
+    code = getattr(e, "code", None)
+    if not (isinstance(code, str) and code.startswith("SP")):
+        return None
+    message = getattr(e, "message", None) or str(e).split("\n")[0].removeprefix(f"error[{code}]: ")
+    return Diagnostic(code, message, span, help=getattr(e, "help", None))
+
+
 class InternalError(Exception):
     """A compiler bug. Never the user's fault; the message asks for a report."""
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from .diagnostics import Diagnostic, DiagnosticBag, InternalError
+from .diagnostics import Diagnostic, DiagnosticBag, InternalError, coded_error_diagnostic
 from .ir import Block, Function, Operation
 
 # ------------------------------------------------------------------------------------------------
@@ -284,6 +284,9 @@ def _run(fn: Callable[..., Iterable[Diagnostic]], subject: Any, ctx: Context) ->
         raise
     except Exception as e:  # a crashing rule is a compiler bug, reported with its span
         span = getattr(subject, "span", None)
+        located = coded_error_diagnostic(e, span) if span is not None else None
+        if located is not None:  # a LayoutError / SparsityError of the op's operands: the user's error
+            return [located]
         raise InternalError(f"legality rule {getattr(fn, '__name__', fn)} failed: {type(e).__name__}: {e}",
                             span) from e
 

@@ -351,8 +351,9 @@ class ControlFlowMixin:
         if vals[2] == 0:
             raise self.error("SP0221", "the step of a loop cannot be zero", spans[2])
         trips = range(*vals)
-        if len(trips) > MAX_UNROLL:
-            raise self.error("SP0222", f"`static_range` would unroll {len(trips)} iterations (the limit is "
+        count = max(0, -((vals[0] - vals[1]) // vals[2]))  # len(trips), which overflows past 2**63
+        if count > MAX_UNROLL:
+            raise self.error("SP0222", f"`static_range` would unroll {count} iterations (the limit is "
                              f"{MAX_UNROLL})", s.iter.span, help="use `range(...)`")
         assert isinstance(s.target, A.Name)
         for i in trips:

@@ -9,7 +9,7 @@ from typing import Any
 from . import ast as A
 from . import types as T
 from .builtins import lookup_global, lookup_method, method_names, signature_text
-from .diagnostics import CompileError, Diagnostic, InternalError, Label
+from .diagnostics import CompileError, Diagnostic, InternalError, Label, coded_error_diagnostic
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .ir import Value
 from .ops_core import emit_binary, emit_unary
@@ -345,6 +345,11 @@ class ExprMixin:
             return b.impl(em, *bound.args, **bound.kwargs)
         except (CompileError, PoisonError, RecursionError):
             raise
+        except ValueError as e:  # a LayoutError / SparsityError of its arguments is the user's error
+            located = coded_error_diagnostic(e, node.span)
+            if located is None:
+                raise InternalError(f"`{b.name}` failed on its arguments: {type(e).__name__}: {e}", node.span) from e
+            raise CompileError([located]) from None
         except Exception as e:  # a builtin that failed to diagnose its arguments: a compiler bug
             raise InternalError(f"`{b.name}` failed on its arguments: {type(e).__name__}: {e}", node.span) from e
 
