@@ -13,8 +13,9 @@ same code for every candidate, and its source text does not mention a representa
 arity does not), or it does mention one but is no ``static_assert`` and says the same for every
 candidate but for the numbers in it (a 2-D tile stored through 1-D pointers, whatever BLOCK is).
 When only value-dependent errors remain the kernel is :data:`PARTIAL`: checked up to the first
-check that depends on the value. A run-time parameter without a type (no annotation
-and no ``--signature`` type) leaves the kernel :data:`UNCHECKED`.
+check that depends on the value. A run-time parameter without a type (no annotation and no
+``--signature`` type) is poisoned: sema checks everything that does not depend on it, and the
+kernel is at best :data:`PARTIAL`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any
 from . import types as T
 from .diagnostics import CompileError, Diagnostic, LaunchError, Severity
 from .spans import UNKNOWN_SPAN
+from .values import POISON
 
-CHECKED, PARTIAL, UNCHECKED, FAILED = "checked", "partial", "unchecked", "failed"
+CHECKED, PARTIAL, FAILED = "checked", "partial", "failed"
 
 CANDIDATES: tuple[Callable[[int], int], ...] = (
     lambda i: 16,
@@ -59,9 +61,8 @@ class KernelCheck:
         if self.status == CHECKED and values:
             return f"`{self.name}` was checked with representative values {values}; give yours with --signature"
         if self.status == PARTIAL:
-            return f"`{self.name}` was checked partially: {self.reason}; give its constexprs with --signature"
-        if self.status == UNCHECKED:
-            return f"`{self.name}` was not checked: it needs {self.reason}; give it with --signature or annotate it"
+            at = f" (with representative values {values})" if values and "tried" not in self.reason else ""
+            return f"`{self.name}` was checked partially{at}: {self.reason}; give them with --signature"
         return ""
 
 
@@ -87,15 +88,20 @@ def missing_constexprs(kernel: Any, signature: dict[str, Any]) -> list[str]:
             if p.name not in signature and p.annotation is T.CONSTEXPR and not p.has_default]
 
 
-def _specialize(kernel: Any, signature: dict[str, Any]) -> list[Diagnostic]:
-    """The diagnostics of sema on ``kernel`` for ``signature`` (empty when it specializes)."""
+def _specialize(kernel: Any, signature: dict[str, Any], untyped: tuple[str, ...] = ()) -> list[Diagnostic]:
+    """The diagnostics of sema on ``kernel`` for ``signature`` (empty when it specializes); the
+    ``untyped`` run-time parameters are poisoned: what depends on them is not checked."""
     own = dict(signature)
     for p in kernel.params:
         if p.name not in own and p.annotation is not T.CONSTEXPR and p.annotation is not None:
             own[p.name] = p.annotation
+    own.update({n: T.i32 for n in untyped})
     bindings, key = kernel.signature_bindings(own)
     try:
-        kernel.ir_for(bindings, key)
+        if untyped:
+            kernel.fresh_ir({**bindings, **{n: POISON for n in untyped}})
+        else:
+            kernel.ir_for(bindings, key)
     except CompileError as e:
         return [d for d in e.diagnostics if d.severity.value == "error"] or list(e.diagnostics)
     return []
@@ -149,7 +155,7 @@ def _wrong_kind(d: Diagnostic, value: Any) -> bool:
     return d.code == SP_NOT_A_TYPE or d.message.endswith(f"found {value!r}")
 
 
-def _try(kernel: Any, signature: dict[str, Any], assignments: list[dict[str, Any]]
+def _try(kernel: Any, signature: dict[str, Any], assignments: list[dict[str, Any]], untyped: tuple[str, ...]
          ) -> tuple[KernelCheck | None, list[tuple[dict[str, Any], list[Diagnostic]]]]:
     """Specialize ``kernel`` with each assignment in turn: the result of the first that works
     (CHECKED), or of errors that every assignment shares and that no value explains (FAILED), else
@@ -160,7 +166,7 @@ def _try(kernel: Any, signature: dict[str, Any], assignments: list[dict[str, Any
         if any(values == v for v, _ in attempts):
             continue
         try:
-            diags = _specialize(kernel, {**signature, **values})
+            diags = _specialize(kernel, {**signature, **values}, untyped)
         except LaunchError as e:  # a representative value the signature binding refuses
             diags = [Diagnostic(e.code, str(e), kernel.node.span)]
         if not diags:
@@ -174,26 +180,35 @@ def _try(kernel: Any, signature: dict[str, Any], assignments: list[dict[str, Any
 def check_kernel(kernel: Any, signature: dict[str, Any]) -> KernelCheck:
     """Check ``kernel`` for the parameters ``signature`` gives (see the module docstring).
     ``signature`` holds only this kernel's names. LaunchErrors of a bad signature propagate."""
-    name = kernel.name
     try:
-        untyped = missing_types(kernel, signature)
+        untyped = tuple(missing_types(kernel, signature))
     except CompileError as e:  # the parameters' annotations themselves are wrong
-        return KernelCheck(name, FAILED, list(e.diagnostics))
-    if untyped:
-        return KernelCheck(name, UNCHECKED, reason=", ".join(f"a type for `{n}`" for n in untyped))
+        return KernelCheck(kernel.name, FAILED, list(e.diagnostics))
+    result = _check_values(kernel, signature, untyped)
+    if untyped and result.status == CHECKED:
+        names = ", ".join(f"`{n}`" for n in untyped)
+        result.status = PARTIAL
+        result.reason = f"{names} {'has' if len(untyped) == 1 else 'have'} no type, so what depends on " \
+                        f"{'it' if len(untyped) == 1 else 'them'} was not checked"
+    return result
+
+
+def _check_values(kernel: Any, signature: dict[str, Any], untyped: tuple[str, ...]) -> KernelCheck:
+    """:func:`check_kernel` for the constexprs: their values, or representative ones."""
+    name = kernel.name
     free = missing_constexprs(kernel, signature)
     if not free:
-        diags = _specialize(kernel, signature)
+        diags = _specialize(kernel, signature, untyped)
         return KernelCheck(name, FAILED if diags else CHECKED, diags)
     int_assignments = [{n: candidate(i) for i, n in enumerate(free)} for candidate in CANDIDATES]
-    result, attempts = _try(kernel, signature, int_assignments)
+    result, attempts = _try(kernel, signature, int_assignments, untyped)
     if result is not None:
         return result
     first_values, first = attempts[0]
     suspects = [n for n in free if any(_mentions(d, [n]) and _wrong_kind(d, first_values[n]) for d in first)]
     if suspects:  # constexprs used as dtypes: try f32 for them, two sizes for the others
         dtype_assignments = [{n: DTYPE_CANDIDATE if n in suspects else a[n] for n in free} for a in int_assignments[:2]]
-        result, dtype_attempts = _try(kernel, signature, dtype_assignments)
+        result, dtype_attempts = _try(kernel, signature, dtype_assignments, untyped)
         if result is not None:
             return result
         attempts += dtype_attempts
@@ -202,8 +217,10 @@ def check_kernel(kernel: Any, signature: dict[str, Any]) -> KernelCheck:
     tried = "; ".join(", ".join(f"{k}={v}" for k, v in values.items()) for values, _ in attempts)
     reason = (f"every representative value tried ({tried}) stops at a check that depends on the value "
               f"(first: error[{d.code}]{where}: {d.message})")
+    if untyped:
+        reason += f"; {', '.join(f'`{n}`' for n in untyped)} had no type"
     return KernelCheck(name, PARTIAL, [], first_values, reason)
 
 
-__all__ = ["CANDIDATES", "CHECKED", "FAILED", "PARTIAL", "UNCHECKED", "KernelCheck", "check_kernel",
-           "missing_constexprs", "missing_types", "no_kernel_warning"]
+__all__ = ["CANDIDATES", "CHECKED", "FAILED", "PARTIAL", "KernelCheck", "check_kernel", "missing_constexprs",
+           "missing_types", "no_kernel_warning"]

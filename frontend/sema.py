@@ -112,6 +112,8 @@ class Sema(ExprMixin, ControlFlowMixin):
                 v = body.block.add_arg(b.type, p.name)
                 params.append(Param(p.name, b.type, v, None, p.span, b.divisible_16))
                 self.scope.names[p.name] = v
+            elif b is POISON:  # `sparsile check` of a parameter without a type: its uses are not checked
+                self.scope.names[p.name] = POISON
             else:
                 raise InternalError(f"parameter {p.name!r} of {node.name} has no binding", p.span)
         func = Function(node.name, params, body, dict(attrs or {}), node.span)

@@ -87,13 +87,19 @@ class Worker:
 
 
 def jobs(n_check: int, n_compile: int, seed: int) -> list[dict[str, Any]]:
-    """The mutants of the run: the shipped files in turn, seeds counting up from ``seed``."""
+    """The mutants of the run: the shipped files in turn, seeds counting up from ``seed`` (compile
+    mutants from ``seed + 10**6``), compile jobs spread evenly among the check jobs."""
     from sparsile.tests.fuzz.mutate import SOURCES
 
-    out = [{"file": str(SOURCES[i % len(SOURCES)]), "seed": seed + i, "mode": "check"} for i in range(n_check)]
-    out += [{"file": str(SOURCES[i % len(SOURCES)]), "seed": seed + 10**6 + i, "mode": "compile"}
+    check = [{"file": str(SOURCES[i % len(SOURCES)]), "seed": seed + i, "mode": "check"} for i in range(n_check)]
+    comp = [{"file": str(SOURCES[i % len(SOURCES)]), "seed": seed + 10**6 + i, "mode": "compile"}
             for i in range(n_compile)]
-    return out
+    # interleaved, so that a run cut short has made progress on both
+    every = max(1, len(check) // max(1, len(comp)))
+    out: list[dict[str, Any]] = []
+    for i, job in enumerate(comp):
+        out += [*check[i * every:(i + 1) * every], job]
+    return out + check[len(comp) * every:]
 
 
 def run(all_jobs: list[dict[str, Any]], n_workers: int, timeout: float, log: Any) -> dict[str, collections.Counter]:

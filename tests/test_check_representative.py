@@ -91,11 +91,20 @@ def test_a_constexpr_used_as_a_dtype_gets_a_dtype(tmp_path) -> None:
     assert "error[SP0202]: unknown name `nope`" in err and "SP0302" not in err
 
 
-def test_a_kernel_without_parameter_types_is_named_as_not_checked(tmp_path) -> None:
-    src = "@kernel\ndef k(x, n: i32):\n    pass\n"
+def test_a_kernel_without_parameter_types_is_checked_where_they_are_not_used(tmp_path) -> None:
+    src = "@kernel\ndef k(x, n: i32):\n    v = load(x + arange(0, 16))\n    w = frobnicate(n)\n"
+    status, _, err = check(tmp_path, src)
+    assert status == EXIT_DIAGNOSTICS
+    assert f"error[SP0202]: unknown name `frobnicate`\n --> {tmp_path / 'k.spk'}:4:9\n" in err
+    assert "SP0202" not in err.split("frobnicate")[1]  # nothing reported about `x`, whose type is unknown
+
+
+def test_a_kernel_without_parameter_types_is_reported_as_checked_partially(tmp_path) -> None:
+    src = "@kernel\ndef k(x, n: i32):\n    store(x + arange(0, 16), 1.0)\n"
     status, out, _ = check(tmp_path, src)
     assert status == EXIT_OK
-    assert "warning: `k` was not checked: it needs a type for `x`; give it with --signature or annotate it" in out
+    assert ("warning: `k` was checked partially: `x` has no type, so what depends on it was not checked; give them "
+            "with --signature") in out
     assert check(tmp_path, src, "--strict")[0] == EXIT_DIAGNOSTICS
     assert check(tmp_path, src, "--strict", "--signature", "x=ptr[f32]")[0] == EXIT_OK
 

@@ -56,7 +56,8 @@ def test_check_clean_file(files) -> None:
     code, out, err = run("check", str(files / "good.spk"))
     assert code == EXIT_OK and err == ""
     assert "good.spk: no errors found, but only 1 of 2 kernels fully checked (add)" in out
-    assert "warning: `scale` was not checked: it needs a type for `x`, a type for `n`; give it with --signature" in out
+    assert ("warning: `scale` was checked partially (with representative values S=16): `x`, `n` have no type, so "
+            "what depends on them was not checked; give them with --signature") in out
 
 
 def test_check_with_a_signature_specializes_more_kernels(files) -> None:
