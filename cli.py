@@ -13,10 +13,11 @@ errors (bad options, unreadable file, malformed signature), 3 a feature this ins
 have yet (a backend or the demo).
 
 ``check`` parses the file, builds its module (decorators, constants, imports, parameter
-annotations) and runs sema on every kernel: run-time parameters need an annotation (or a type in
+annotations) and runs sema on every kernel: run-time parameters take their annotation (or a type in
 ``--signature``); constexpr parameters without a default or a ``--signature`` value get
-representative values (frontend/check_kernels.py). Kernels checked partially or not at all are
-warned about, and so is a file without kernels; ``--strict`` makes those exit 1.
+representative values, and parameters without a type are left out of the check
+(frontend/check_kernels.py). Kernels checked only partially are warned about, and so is a file
+without kernels; ``--strict`` makes those exit 1.
 
 A signature is a comma-separated list of ``name=type`` items for run-time parameters
 (``x=ptr[f32]``, ``n=i32``, ``t=tensor[f16, 2]``) and ``name=value`` items for constexpr ones (an
@@ -49,8 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel", help="check only this kernel")
     c.add_argument("--signature", default="", help='types and constexpr values, e.g. "x=ptr[f32],BLOCK=128"')
     c.add_argument("--strict", action="store_true",
-                   help="exit 1 unless every kernel was fully checked (none partially, none skipped, "
-                        "at least one kernel)")
+                   help="exit 1 unless every kernel was fully checked (none only partially, at least one "
+                        "kernel in the file)")
 
     k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature")
     k.add_argument("file", help="a .spk source file")
@@ -148,8 +149,8 @@ def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -
 
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Check every kernel (see frontend/check_kernels.py): errors are exit 1; kernels checked with
-    representative constexpr values are named, kernels checked partially or not at all are warned
-    about (exit 1 with ``--strict``), and so is a file without kernels (SP0251)."""
+    representative constexpr values are named, kernels checked only partially are warned about
+    (exit 1 with ``--strict``), and so is a file without kernels (SP0251)."""
     from .frontend.check_kernels import CHECKED, FAILED, check_kernel, no_kernel_warning
     from .frontend.diagnostics import CompileError, Diagnostic
 
