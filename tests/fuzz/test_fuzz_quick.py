@@ -12,7 +12,7 @@ from .mutate import SOURCES, mutant
 from .runner import DIAGNOSTIC, OK, run_check, run_compile, targets_for
 
 HEAVY = "sparse_gemm_sm90.spk"  # 13 kernels: ten times the others' check time
-CHECK_MUTANTS = 140
+CHECK_MUTANTS = 200
 HEAVY_MUTANTS = 6
 COMPILE_MUTANTS = [("vector_add.spk", 1), ("vector_add.spk", 2), ("softmax.spk", 2), ("transpose.spk", 2),
                    ("transpose.spk", 3), ("sparse_gemm_tile.spk", 3), ("sparse_gemm_tile.spk", 5)]
