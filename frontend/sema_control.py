@@ -499,9 +499,10 @@ class ControlFlowMixin:
                                  span)
             val = em.value(Arg(v, span), like=t)
             if val.type != t:
+                convert = (f"convert it with `.to({T.element_type(t)})` inside the loop, or "
+                           if isinstance(t, T.ScalarType | T.PointerType | T.TileType) else "")
                 raise self.error("SP0226", f"`{n}` enters the loop as {t} and leaves an iteration as {val.type}",
-                                 span, help=f"convert it with `.to({T.element_type(t)})` inside the loop, "
-                                            "or give it its final type and shape before the loop")
+                                 span, help=f"{convert}give it its final type and shape before the loop")
             outs.append(val)
         em.create("scf.yield", outs, [])
 

@@ -61,3 +61,14 @@ def test_a_legality_rule_raising_a_layout_error_reports_it_at_the_op() -> None:
 
     (d,) = _run(rule, Op(), None)  # type: ignore[arg-type]
     assert (d.code, d.message, d.span) == ("SP0409", "no conversion plan", Op.span)
+
+
+def test_a_loop_carried_barrier_replaced_by_a_number_is_a_diagnostic() -> None:
+    src = ("@kernel\ndef k(x: ptr[f32]):\n    bar = mbarrier.alloc(4)\n    for i in range(0, 4):\n"
+           "        bar = i\n")
+    k = sparsile.loads(src, "m.spk").kernels["k"]
+    with pytest.raises(CompileError) as e:
+        k.compile("x=ptr[f32]", target="sm_90a", stop_after="ir")
+    (d,) = e.value.diagnostics
+    assert (d.code, d.message) == ("SP0226", "`bar` enters the loop as mbarrier[4] and leaves an iteration as i32")
+    assert (d.span.line, d.span.col) == (4, 5) and d.help == "give it its final type and shape before the loop"
