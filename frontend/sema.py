@@ -20,7 +20,7 @@ from typing import Any
 
 from . import ast as A
 from . import types as T
-from .diagnostics import CompileError, Diagnostic, DiagnosticBag, InternalError, Severity
+from .diagnostics import CompileError, Diagnostic, DiagnosticBag, InternalError, Severity, not_a_value
 from .ir import Block, Builder, Function, Param, Region, Value
 from .sema_control import ControlFlowMixin, ReturnSignal, Scope, assigned_names, ends_in_return
 from .sema_expr import ExprMixin
@@ -204,6 +204,9 @@ class Sema(ExprMixin, ControlFlowMixin):
             self._poison_targets(s)
         except RecursionError:
             self.bag.error("SP0205", "the program is nested too deeply to compile", s.span)
+            self._poison_targets(s)
+        except T.NotAValueTypeError as e:  # an operator applied to a descriptor, buffer or barrier
+            self.bag.add(not_a_value(e, "this statement", s.span))
             self._poison_targets(s)
         return None
 

@@ -9,7 +9,7 @@ from typing import Any
 from . import ast as A
 from . import types as T
 from .builtins import lookup_global, lookup_method, method_names, signature_text
-from .diagnostics import CompileError, Diagnostic, InternalError, Label, coded_error_diagnostic
+from .diagnostics import CompileError, Diagnostic, InternalError, Label, coded_error_diagnostic, not_a_value
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .ir import Value
 from .ops_core import emit_binary, emit_unary
@@ -345,6 +345,8 @@ class ExprMixin:
             return b.impl(em, *bound.args, **bound.kwargs)
         except (CompileError, PoisonError, RecursionError):
             raise
+        except T.NotAValueTypeError as e:
+            raise CompileError([not_a_value(e, f"`{b.name}`", node.span)]) from None
         except ValueError as e:  # a LayoutError / SparsityError of its arguments is the user's error
             located = coded_error_diagnostic(e, node.span)
             if located is None:

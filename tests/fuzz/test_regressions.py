@@ -72,3 +72,26 @@ def test_a_loop_carried_barrier_replaced_by_a_number_is_a_diagnostic() -> None:
     (d,) = e.value.diagnostics
     assert (d.code, d.message) == ("SP0226", "`bar` enters the loop as mbarrier[4] and leaves an iteration as i32")
     assert (d.span.line, d.span.col) == (4, 5) and d.help == "give it its final type and shape before the loop"
+
+
+def test_a_tensor_descriptor_as_a_shared_memory_index_is_sp0343() -> None:
+    src = ("@kernel\ndef k(A: tensor[f16, 2]):\n    b = smem.alloc(f16, (4, 64))\n    v = b[A]\n")
+    k = sparsile.loads(src, "m.spk").kernels["k"]
+    with pytest.raises(CompileError) as e:
+        k.compile("A=tensor[f16, 2]", target="sm_90a", stop_after="ir")
+    (d,) = e.value.diagnostics
+    assert (d.code, d.message) == ("SP0343", "an index must be an integer scalar, found tensor[f16, 2]")
+    assert (d.span.line, d.span.col) == (4, 11)
+
+
+def test_the_element_type_of_a_descriptor_is_the_sp0252_safety_net() -> None:
+    from sparsile.frontend import types as T
+    from sparsile.frontend.diagnostics import not_a_value
+
+    t = T.TensorType(T.f16, 2)
+    with pytest.raises(T.NotAValueTypeError) as e:
+        T.element_type(t)
+    span = Span(SourceFile("f.spk", "x = 1\n"), 1, 1, 1, 6)
+    d = not_a_value(e.value, "`exp`", span)
+    assert (d.code, d.message, d.span) == ("SP0252", "`exp` needs numbers, pointers or tiles, found tensor[f16, 2]",
+                                           span)
