@@ -2,7 +2,7 @@
 
 ::
 
-    sparsile check FILE.spk [--kernel NAME] [--signature SIG]
+    sparsile check FILE.spk [--kernel NAME] [--signature SIG] [--strict]
     sparsile compile FILE.spk --kernel NAME [--signature "x=ptr[f32],n=i32,BLOCK=1024"] --emit ir|llvm|ptx|cubin
                      [--target sm_90a] [-o OUT]
     sparsile demo [--dtype f16|bf16|e4m3] [--size M N K] [--cpu]     (sparsile demo -h)
@@ -19,9 +19,11 @@ errors (bad options, unreadable file, malformed signature), 3 a feature this ins
 have yet (a backend or the demo).
 
 ``check`` parses the file, builds its module (decorators, constants, imports, parameter
-annotations) and runs sema on every kernel it can specialize: run-time parameters need an
-annotation (or a type in ``--signature``), constexpr parameters a default (or a value in
-``--signature``). Kernels it cannot specialize are listed, not failed.
+annotations) and runs sema on every kernel: run-time parameters take their annotation (or a type in
+``--signature``); constexpr parameters without a default or a ``--signature`` value get
+representative values, and parameters without a type are left out of the check
+(frontend/sema/check_kernels.py). Kernels checked only partially are warned about, and so is a file
+without kernels; ``--strict`` makes those exit 1.
 
 A signature is a comma-separated list of ``name=type`` items for run-time parameters
 (``x=ptr[f32]``, ``n=i32``, ``t=tensor[f16, 2]``) and ``name=value`` items for constexpr ones (an
@@ -56,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file", help="a .spk source file")
     c.add_argument("--kernel", help="check only this kernel")
     c.add_argument("--signature", default="", help='types and constexpr values, e.g. "x=ptr[f32],BLOCK=128"')
+    c.add_argument("--strict", action="store_true",
+                   help="exit 1 unless every kernel was fully checked (none only partially, at least one "
+                        "kernel in the file)")
 
     k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature")
     k.add_argument("file", help="a .spk source file")
@@ -188,22 +193,6 @@ def _signature(text: str, module: Any) -> dict[str, Any]:
     return parse_signature(text, resolve) if text.strip() else {}
 
 
-def _missing_info(kernel: Any, signature: dict[str, Any]) -> list[str]:
-    """What ``check`` lacks to specialize ``kernel``: parameter descriptions, empty if nothing."""
-    from .frontend.ir import types as T
-
-    missing = []
-    for p in kernel.params:
-        if p.name in signature:
-            continue
-        if p.annotation is T.CONSTEXPR:
-            if not p.has_default:
-                missing.append(f"a value for constexpr `{p.name}`")
-        elif p.annotation is None:
-            missing.append(f"a type for `{p.name}`")
-    return missing
-
-
 def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -> None:
     """LaunchError SP0702 for a ``--signature`` name that no checked kernel has (a typo would
     otherwise be ignored); kernels whose parameters cannot be read report that themselves."""
@@ -223,45 +212,50 @@ def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -
 
 
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Check every kernel (see frontend/sema/check_kernels.py): errors are exit 1; kernels checked with
+    representative constexpr values are named, kernels checked only partially are warned about
+    (exit 1 with ``--strict``), and so is a file without kernels (SP0251)."""
     from .frontend.diagnostics import CompileError, Diagnostic
-    from .frontend.ir import types as T
+    from .frontend.sema.check_kernels import CHECKED, FAILED, check_kernel, no_kernel_warning
 
     module = _read_module(args.file)
     kernels = _select(module, args.kernel)
     signature = _signature(args.signature, module)
     _check_signature_names(signature, kernels)
+    if not kernels:
+        print(no_kernel_warning(args.file).render(), file=err)
+        return EXIT_DIAGNOSTICS if args.strict else EXIT_OK
     diagnostics: list[Diagnostic] = []
-    checked, skipped = [], []
-    for name, kernel in kernels.items():
+    results = []
+    for kernel in kernels.values():
         try:
-            params = kernel.params
+            own = {k: v for k, v in signature.items() if k in {p.name for p in kernel.params}}
         except CompileError as e:
             diagnostics.extend(e.diagnostics)
             continue
-        missing = _missing_info(kernel, signature)
-        if missing:
-            skipped.append(f"{name} (needs {', '.join(missing)})")
-            continue
-        own = {p.name: signature[p.name] for p in params if p.name in signature}
-        for p in params:
-            if p.name not in own and p.annotation is not T.CONSTEXPR:
-                own[p.name] = p.annotation
-        bindings, key = kernel.signature_bindings(own)
-        try:
-            kernel.ir_for(bindings, key)
-        except CompileError as e:
-            diagnostics.extend(e.diagnostics)
-            continue
-        checked.append(name)
+        result = check_kernel(kernel, own)
+        diagnostics.extend(result.diagnostics)
+        results.append(result)
+    notes = [r.describe() for r in results if r.describe()]
     if diagnostics:
         print(CompileError(diagnostics).render(), file=err)
+        for n in notes:
+            print(f"note: {n}", file=err)
         return EXIT_DIAGNOSTICS
-    summary = f"{args.file}: ok ({len(checked)} kernel{'s' if len(checked) != 1 else ''} checked"
-    summary += f": {', '.join(checked)})" if checked else ")"
+    checked = [r.name for r in results if r.status == CHECKED]
+    incomplete = [r for r in results if r.status not in (CHECKED, FAILED)]
+    plural = "s" if len(checked) != 1 else ""
+    if incomplete:
+        summary = (f"{args.file}: no errors found, but only {len(checked)} of {len(results)} kernels fully checked"
+                   + (f" ({', '.join(checked)})" if checked else ""))
+    else:
+        summary = f"{args.file}: ok ({len(checked)} kernel{plural} checked: {', '.join(checked)})"
     print(summary, file=out)
-    for s in skipped:
-        print(f"note: not specialized: {s}; give it with --signature or a default", file=out)
-    return EXIT_OK
+    for r in results:
+        line = r.describe()
+        if line:
+            print(f"{'warning' if r.status != CHECKED else 'note'}: {line}", file=out)
+    return EXIT_DIAGNOSTICS if args.strict and incomplete else EXIT_OK
 
 
 # ------------------------------------------------------------------------------------------------

@@ -39,6 +39,9 @@ without a default (everything else comes from the source)."""
 SP_BAD_OPTION = "SP0242"
 """A kernel option whose value cannot work (``num_warps=0``, ``maxnreg="x"``): refused before the
 compiler turns it into an LLVM attribute that LLVM cannot parse (it exits the process)."""
+MAX_CLUSTER_CTAS = 8
+"""The portable cluster size limit (docs/blackwell.md, SP0558): each dimension and the product."""
+SP_CLUSTER_SHAPE = "SP0558"
 MAXNREG_RANGE = (24, 255)
 """ptxas raises a ``.maxnreg`` below 24 to 24 and ignores one above 255 (checked with ptxas 13.0)."""
 
@@ -47,12 +50,30 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def cluster_problem(value: Any) -> tuple[str, str] | None:
+    """(message, help) when ``value`` is no cluster shape: 1 to 3 positive ints of at most
+    MAX_CLUSTER_CTAS CTAs in all (checked before sema, which computes masks from the shape)."""
+    dims = (value,) if _is_int(value) else value
+    ok = isinstance(dims, tuple | list) and 1 <= len(dims) <= 3 and all(_is_int(d) for d in dims)
+    size = 1
+    if ok:
+        for d in dims:
+            ok = ok and d >= 1
+            size = size * d if ok else 0
+    if ok and size <= MAX_CLUSTER_CTAS:
+        return None
+    return (f"a cluster is 1 to 3 positive ints of at most {MAX_CLUSTER_CTAS} CTAs in all, found cluster={value!r}",
+            f"e.g. cluster=(2, 1, 1); {MAX_CLUSTER_CTAS} CTAs is the portable limit")
+
+
 def option_problem(name: str, value: Any) -> tuple[str, str] | None:
-    """(message, help) when kernel option ``name`` cannot take ``value``, else None. ``cluster`` is
-    checked by the legality pass and the interpreter (SP0558); unknown names are SP0236."""
+    """(message, help) when kernel option ``name`` cannot take ``value``, else None (``cluster``:
+    :func:`cluster_problem`, code SP0558); unknown names are SP0236."""
     if name == "num_warps" and not (_is_int(value) and value >= 1):
         return (f"num_warps must be a positive integer, found {value!r}",
                 "use the number of warps per CTA, e.g. num_warps=4 (one warpgroup)")
+    if name == "cluster" and value is not None:
+        return cluster_problem(value)
     if name == "num_stages" and not (_is_int(value) and value >= 0):
         return f"num_stages must be a non-negative integer, found {value!r}", "e.g. num_stages=3"
     if name == "num_ctas" and not (_is_int(value) and value >= 1):
@@ -82,7 +103,8 @@ def check_options(options: dict[str, Any], spans: Callable[[str], Any] | None = 
             continue
         problem = option_problem(name, value)
         if problem is not None:
-            diags.append(Diagnostic(SP_BAD_OPTION, problem[0], span, help=problem[1]))
+            code = SP_CLUSTER_SHAPE if name == "cluster" else SP_BAD_OPTION
+            diags.append(Diagnostic(code, problem[0], span, help=problem[1]))
     if diags:
         raise CompileError(diags)
 
@@ -223,7 +245,7 @@ class Kernel:
         """A new, uncached IR for ``bindings`` with ``options`` over the kernel's (the compiler's
         passes mutate the IR they are given, so each compile takes its own)."""
         merged = {**KERNEL_OPTIONS, **self.options, **(options or {})}
-        check_options(merged)
+        check_options(merged, self._option_span)
         attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
         cluster = cluster_option(merged.get("cluster"))
         if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
@@ -232,6 +254,15 @@ class Kernel:
         func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
         dump("sema", self.name, lambda: print_function(func))
         return func
+
+    def _option_span(self, name: str) -> Any:
+        """The span of ``name=`` in the kernel's decorator, else the kernel's (an option given at
+        the launch or to ``compile``)."""
+        for d in self.node.decorators:
+            for k in getattr(d, "keywords", ()):
+                if k.name == name:
+                    return k.span
+        return self.node.span
 
     def ir(self, *args: Any, **kwargs: Any) -> Function:
         """The IR specialized for these arguments (arrays, scalars, constexpr values)."""

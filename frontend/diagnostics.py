@@ -189,6 +189,24 @@ class CompileError(SparsileError):
         return self.render()
 
 
+def coded_error_diagnostic(e: BaseException, span: Span) -> Diagnostic | None:
+    """The diagnostic at ``span`` of an exception that carries its own ``SPxxxx`` code, message and
+    help (LayoutError, SparsityError, LaunchError raised below an op); None for any other."""
+    code = getattr(e, "code", None)
+    if not (isinstance(code, str) and code.startswith("SP")):
+        return None
+    message = getattr(e, "message", None) or str(e).split("\n")[0].removeprefix(f"error[{code}]: ")
+    return Diagnostic(code, message, span, help=getattr(e, "help", None))
+
+
+def not_a_value(e: Exception, what: str, span: Span) -> Diagnostic:
+    """SP0252: ``what`` needs numbers, pointers or tiles but got a value of ``e.type`` (a tensor
+    descriptor, a shared-memory buffer, an mbarrier); ``e`` is a ``types.NotAValueTypeError``."""
+    return Diagnostic("SP0252", f"{what} needs numbers, pointers or tiles, found {getattr(e, 'type', e)}", span,
+                      help="tensor descriptors, shared-memory buffers and mbarriers are passed whole to the "
+                           "builtins that take them (tma.load, wgmma, mbarrier.wait, ...)")
+
+
 class InternalError(Exception):
     """A compiler bug. Never the user's fault; the message asks for a report."""
 

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MOVES: dict[str, str] = {
     # modules that branches merged at the same time added at flat paths
+    "frontend/check_kernels.py": "frontend/sema/check_kernels.py",
     "frontend/autotune.py": "driver/autotune.py", "frontend/autotune_cache.py": "driver/autotune_cache.py",
     "backend/fast_launch.py": "driver/fast_launch.py", "backend/prepared.py": "driver/prepared.py",
     "backend/cudalib.py": "backend/runtime/cudalib.py", "backend/bench.py": "backend/runtime/bench.py",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
+from ...frontend.diagnostics import CompileError, Diagnostic, InternalError, coded_error_diagnostic
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Block, Function, Operation, Value
 from ...frontend.layout.layouts import LinearLayout
@@ -253,7 +253,15 @@ class CodeGen:
                 raise CompileError([Diagnostic(
                     "SP0620", f"`{op.name}` cannot be compiled for {self.target.name} yet", op.span,
                     help="run the kernel in the interpreter (`kernel.interpret[grid](...)`) or choose another target")])
-            fn(self, op)
+            try:
+                fn(self, op)
+            except (CompileError, InternalError):
+                raise
+            except ValueError as e:  # LayoutError, SparsityError: an operand the op cannot take
+                located = coded_error_diagnostic(e, op.span)
+                if located is None:
+                    raise
+                raise CompileError([located]) from None
 
     # ------------------------------------------------------------------------------ values
     def get(self, v: Value) -> Any:
@@ -301,9 +309,15 @@ class CodeGen:
                                                      function_entry=True)
         return self._sreg_cache["lane"]
 
+    def _part_key(self) -> str:
+        """The cache scope of values hoisted to the current partition's first block: the partition
+        and that block (two ``warp_specialize`` ops of one kernel both have a partition 0, and a
+        value hoisted into the first does not dominate the second)."""
+        return f"{self.part.index}@{self.fb.hoist.label}" if self.part.index >= 0 else "-1"
+
     def warp_id(self) -> LLValue:
         """The warp index within the current partition (uniform across the warp)."""
-        key = f"warp{self.part.index}"
+        key = f"warp{self._part_key()}"
         if key not in self._sreg_cache:
             w = self.fb.value(f"lshr i32 {self.tid.ref}, 5", "i32", "warp", entry=True)
             if self.part.first_warp:
@@ -313,7 +327,7 @@ class CodeGen:
 
     def local_tid(self) -> LLValue:
         """The thread index within the current partition."""
-        key = f"ltid{self.part.index}"
+        key = f"ltid{self._part_key()}"
         if key not in self._sreg_cache:
             t = self.tid
             if self.part.first_warp:
@@ -323,7 +337,7 @@ class CodeGen:
 
     def is_leader(self) -> LLValue:
         """True in the first thread of the current partition (it issues single-thread ops)."""
-        key = f"leader{self.part.index}"
+        key = f"leader{self._part_key()}"
         if key not in self._sreg_cache:
             self._sreg_cache[key] = self.fb.value(f"icmp eq i32 {self.local_tid().ref}, 0", "i1", "lead", entry=True)
         return self._sreg_cache[key]
@@ -331,7 +345,7 @@ class CodeGen:
     def thread_base(self, layout: LinearLayout) -> list[LLValue]:
         """Per logical dim, the XOR of the lane and warp bases of this thread (entry block)."""
         lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
-        key = (self.part.index, tuple(lanes), tuple(warps), len(layout.out_dims))
+        key = (self._part_key(), tuple(lanes), tuple(warps), len(layout.out_dims))
         if key in self._thread_cache:
             return self._thread_cache[key]
         rank = len(layout.out_dims)

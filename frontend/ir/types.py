@@ -250,11 +250,21 @@ class ConstexprType(Type):
 CONSTEXPR = ConstexprType()
 
 
+class NotAValueTypeError(TypeError):
+    """:func:`element_type` of a type that has no elements (a tensor descriptor, a shared-memory
+    buffer, an mbarrier): in sema, a user's argument of the wrong kind (SP0252 at the expression)."""
+
+    def __init__(self, t: Type):
+        self.type = t
+        super().__init__(str(t))
+
+
 def element_type(t: Type) -> ScalarType | PointerType:
-    """The per-element type of a scalar, pointer or tile type."""
+    """The per-element type of a scalar, pointer or tile type (NotAValueTypeError otherwise)."""
     if isinstance(t, TileType):
         return t.elem
-    assert isinstance(t, ScalarType | PointerType), t
+    if not isinstance(t, ScalarType | PointerType):
+        raise NotAValueTypeError(t)
     return t
 
 

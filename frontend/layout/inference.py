@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..diagnostics import CompileError, Diagnostic
 from ..ir import types as T
 from ..ir.axis_info import AxisAnalysis
 from ..ir.core import Block, Builder, Function, Operation, Value
 from ..ops.opdefs import OPS
-from .layouts import LinearLayout
+from ..spans import UNKNOWN_SPAN
+from .layouts import LayoutError, LinearLayout
 from .tile import (
     broadcast_layout,
     default_blocked,
@@ -44,6 +46,10 @@ REMATERIALIZABLE = {"arith.constant", "splat", "arange", "arith.binary", "arith.
 
 # A target may anchor tensor-core ops: (op, num_warps) -> {value id: layout}
 AnchorHook = Callable[[Operation, int], dict[int, LinearLayout]]
+
+SP_WARPS_NOT_POW2 = "SP0250"
+"""A register tile in a kernel (or warp_specialize partition) whose warp count is not a power of
+two: distributed layouts spread a tile over a power-of-two number of warps (docs/language.md)."""
 
 
 def is_tile(v: Value) -> bool:
@@ -80,9 +86,32 @@ class LayoutInference:
         self.axis = axis
         self.layout: dict[int, LinearLayout] = {}
         self.values: dict[int, Value] = {}
+        self.where: Operation | None = None  # the op being laid out, for the span of a LayoutError
 
     # ------------------------------------------------------------------------------ driver
     def run(self) -> None:
+        """Lay out this partition's tiles, then nested partitions'; a layout that cannot be built
+        is a located diagnostic at the op that needed it (never a LayoutError traceback)."""
+        try:
+            self._run()
+        except LayoutError as e:
+            raise self._located(e) from None
+
+    def _located(self, e: LayoutError) -> CompileError:
+        op = self.where or next(iter(self.block.ops), None)
+        span = op.span if op is not None else UNKNOWN_SPAN
+        n = self.num_warps
+        if n < 1 or n & (n - 1):
+            tile = next((v.type for v in self.where.results if is_tile(v)), None) if self.where else None
+            what = f"a {tile}" if tile is not None else "a register tile"
+            return CompileError([Diagnostic(
+                SP_WARPS_NOT_POW2, f"{what} needs a power-of-two number of warps to spread over, but this code "
+                f"runs on {n} warps", span,
+                help="use num_warps=4 or 8, or compute tiles inside a warp_specialize partition whose `warps=` "
+                     "is a power of two")])
+        return e.to_compile_error(span)
+
+    def _run(self) -> None:
         ops = walk_partition(self.block)
         for op in ops:
             for v in [*op.operands, *op.results]:
@@ -96,6 +125,7 @@ class LayoutInference:
         self._fixpoint(ops)
         for vid, v in self.values.items():
             if vid not in self.layout:
+                self.where = v.owner if isinstance(v.owner, Operation) else self.where
                 self.layout[vid] = default_blocked(T.shape_of(v.type), self.num_warps)
         for vid, v in self.values.items():
             v.layout = self.layout[vid]
@@ -130,6 +160,7 @@ class LayoutInference:
         # Tensor-core operands first: a load feeding an MMA is cheapest in the MMA's own layout.
         if self.anchor_hook is not None:
             for op in ops:
+                self.where = op
                 for vid, lay in self.anchor_hook(op, self.num_warps).items():
                     if vid not in self.layout:
                         self.layout[vid] = lay
@@ -139,7 +170,9 @@ class LayoutInference:
         # one shape never need a conversion between them.
         widest: dict[tuple[int, ...], int] = {}
         anchored: list[tuple[Value, tuple[int, ...]]] = []
+        where: dict[int, Operation] = {}
         for op in ops:
+            self.where = op
             if op.name == "load" and is_tile(op.operands[0]) and self._get(op.result) is not None:
                 self._set(op.operands[0], self._get(op.result))  # the consumer already chose (e.g. wgmma)
                 continue
@@ -147,13 +180,16 @@ class LayoutInference:
                 shape = T.shape_of(op.operands[0].type)
                 widest[shape] = max(widest.get(shape, 1), self.vector_elems(op.operands[0]))
                 anchored.append((op.operands[0], shape))
+                where[id(op.operands[0])] = op
             elif op.name in ("tensor.load_tile", "tensor.store_tile"):
                 v = op.result if op.name == "tensor.load_tile" else op.operands[-1]
                 shape = T.shape_of(v.type)
                 eb = T.element_type(v.type).bytes  # type: ignore[union-attr]
                 widest[shape] = max(widest.get(shape, 1), max(1, 16 // eb))
                 anchored.append((v, shape))
+                where[id(v)] = op
         for v, shape in anchored:
+            self.where = where[id(v)]
             self._set(v, default_blocked(shape, self.num_warps, widest[shape]))
 
     def _set(self, v: Value, layout: LinearLayout) -> bool:
@@ -167,6 +203,7 @@ class LayoutInference:
 
     # ------------------------------------------------------------------------------ propagation
     def _propagate(self, op: Operation) -> bool:
+        self.where = op
         name = op.name
         changed = False
         if name in SAME:
@@ -279,6 +316,7 @@ class LayoutInference:
         return clone.result
 
     def _resolve_op(self, op: Operation) -> None:
+        self.where = op
         name = op.name
         if name in SAME:
             ref = op.results[0].layout if op.results and is_tile(op.results[0]) else op.operands[0].layout

@@ -35,7 +35,7 @@ from typing import Any
 
 from ...target.hooks import NO_HOOKS, TargetHooks
 from ...target.targets import Feature, feature_problem, get_target
-from ..diagnostics import Diagnostic, DiagnosticBag, InternalError
+from ..diagnostics import Diagnostic, DiagnosticBag, InternalError, coded_error_diagnostic
 from ..ir.core import Block, Function, Operation
 from ..ops.opdefs import OPS, load_all_ops
 
@@ -277,6 +277,9 @@ def _run(fn: Callable[..., Iterable[Diagnostic]], subject: Any, ctx: Context) ->
         raise
     except Exception as e:  # a crashing rule is a compiler bug, reported with its span
         span = getattr(subject, "span", None)
+        located = coded_error_diagnostic(e, span) if span is not None else None
+        if located is not None:  # a LayoutError / SparsityError of the op's operands: the user's error
+            return [located]
         raise InternalError(f"legality rule {getattr(fn, '__name__', fn)} failed: {type(e).__name__}: {e}",
                             span) from e
 

@@ -85,8 +85,7 @@ def _bar(em: Emitter, arg: Arg, single: bool = True) -> Value:
 
 def _index_value(em: Emitter, arg: Arg) -> Value:
     v = em.value(arg, like=T.i32)
-    e = T.element_type(v.type)
-    if T.shape_of(v.type) or not isinstance(e, T.ScalarType) or not e.is_int:
+    if not (isinstance(v.type, T.ScalarType) and v.type.is_int):  # not a tile, a tensor, an smem buffer
         em.error("SP0343", f"an index must be an integer scalar, found {v.type}", arg.span)
     return em.cast(v, T.i32)
 

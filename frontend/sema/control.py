@@ -351,8 +351,9 @@ class ControlFlowMixin:
         if vals[2] == 0:
             raise self.error("SP0221", "the step of a loop cannot be zero", spans[2])
         trips = range(*vals)
-        if len(trips) > MAX_UNROLL:
-            raise self.error("SP0222", f"`static_range` would unroll {len(trips)} iterations (the limit is "
+        count = max(0, -((vals[0] - vals[1]) // vals[2]))  # len(trips), which overflows past 2**63
+        if count > MAX_UNROLL:
+            raise self.error("SP0222", f"`static_range` would unroll {count} iterations (the limit is "
                              f"{MAX_UNROLL})", s.iter.span, help="use `range(...)`")
         assert isinstance(s.target, A.Name)
         for i in trips:
@@ -498,9 +499,10 @@ class ControlFlowMixin:
                                  span)
             val = em.value(Arg(v, span), like=t)
             if val.type != t:
+                convert = (f"convert it with `.to({T.element_type(t)})` inside the loop, or "
+                           if isinstance(t, T.ScalarType | T.PointerType | T.TileType) else "")
                 raise self.error("SP0226", f"`{n}` enters the loop as {t} and leaves an iteration as {val.type}",
-                                 span, help=f"convert it with `.to({T.element_type(t)})` inside the loop, "
-                                            "or give it its final type and shape before the loop")
+                                 span, help=f"{convert}give it its final type and shape before the loop")
             outs.append(val)
         em.create("scf.yield", outs, [])
 

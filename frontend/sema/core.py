@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..diagnostics import CompileError, Diagnostic, DiagnosticBag, InternalError, Severity
+from ..diagnostics import CompileError, Diagnostic, DiagnosticBag, InternalError, Severity, not_a_value
 from ..ir import types as T
 from ..ir.core import Block, Builder, Function, Param, Region, Value
 from ..spans import Span
@@ -112,6 +112,8 @@ class Sema(ExprMixin, ControlFlowMixin):
                 v = body.block.add_arg(b.type, p.name)
                 params.append(Param(p.name, b.type, v, None, p.span, b.divisible_16))
                 self.scope.names[p.name] = v
+            elif b is POISON:  # `sparsile check` of a parameter without a type: its uses are not checked
+                self.scope.names[p.name] = POISON
             else:
                 raise InternalError(f"parameter {p.name!r} of {node.name} has no binding", p.span)
         func = Function(node.name, params, body, dict(attrs or {}), node.span)
@@ -202,6 +204,9 @@ class Sema(ExprMixin, ControlFlowMixin):
             self._poison_targets(s)
         except RecursionError:
             self.bag.error("SP0205", "the program is nested too deeply to compile", s.span)
+            self._poison_targets(s)
+        except T.NotAValueTypeError as e:  # an operator applied to a descriptor, buffer or barrier
+            self.bag.add(not_a_value(e, "this statement", s.span))
             self._poison_targets(s)
         return None
 

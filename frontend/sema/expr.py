@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from ..diagnostics import CompileError, Diagnostic, InternalError, Label
+from ..diagnostics import CompileError, Diagnostic, InternalError, Label, coded_error_diagnostic, not_a_value
 from ..ir import types as T
 from ..ir.core import Value
 from ..ops.core import emit_binary, emit_unary
@@ -345,6 +345,13 @@ class ExprMixin:
             return b.impl(em, *bound.args, **bound.kwargs)
         except (CompileError, PoisonError, RecursionError):
             raise
+        except T.NotAValueTypeError as e:
+            raise CompileError([not_a_value(e, f"`{b.name}`", node.span)]) from None
+        except ValueError as e:  # a LayoutError / SparsityError of its arguments is the user's error
+            located = coded_error_diagnostic(e, node.span)
+            if located is None:
+                raise InternalError(f"`{b.name}` failed on its arguments: {type(e).__name__}: {e}", node.span) from e
+            raise CompileError([located]) from None
         except Exception as e:  # a builtin that failed to diagnose its arguments: a compiler bug
             raise InternalError(f"`{b.name}` failed on its arguments: {type(e).__name__}: {e}", node.span) from e
 

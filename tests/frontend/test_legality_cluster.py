@@ -98,7 +98,7 @@ def k():
                                            ("(2, 2, 2, 2)", "(2, 2, 2, 2)")])
 def test_cluster_shape(cluster, shown):
     d = first_error(kernel("x = 1", cluster=cluster), "sm_90a")
-    assert (d.code, d.span.line) == ("SP0558", 2) and f"found cluster={shown}" in d.message, d.render()
+    assert (d.code, d.span.line) == ("SP0558", 1) and f"found cluster={shown}" in d.message, d.render()  # the option
 
 
 def test_clusters_need_sm90():

@@ -1,0 +1,178 @@
+"""Long mutation-fuzzing run of the shipped ``.spk`` kernels (tests/fuzz/).
+
+    python scripts/fuzz.py --check 20000 --compile 1000 --jobs 2 [--timeout 60] [--seed 0]
+
+Each mutant (``tests/fuzz/mutate.py``: one to three token- or AST-level mutations of a shipped
+file, reproducible from the file and its seed) goes through ``sparsile check`` or through
+compilation to PTX of one of the file's kernels (chosen by the seed) for sm_90a and/or sm_100a, as
+the file is written for (the examples and the portable tile kernel: both). Mutants run in worker
+subprocesses, one job at a time each, so that a hang (past ``--timeout`` seconds) or a crash of
+the interpreter (an abort in LLVM, a segfault) is caught and the worker replaced. Outcomes are
+counted as ok / diagnostic / internal / traceback / hang / crash; everything but the first two is
+printed with the file, seed and mutation to reproduce it (``--replay FILE:SEED:MODE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+if PACKAGE_PARENT not in sys.path:  # the checkout is the package `sparsile`
+    sys.path.insert(0, PACKAGE_PARENT)
+
+
+def _worker() -> None:
+    """Read ``{"file", "seed", "mode"}`` lines on stdin, answer ``{"outcome", "detail", "what"}``."""
+    from sparsile.tests.fuzz.mutate import mutant
+    from sparsile.tests.fuzz.runner import run_check, run_compile, targets_for
+
+    sys.setrecursionlimit(4000)
+    for line in sys.stdin:
+        job = json.loads(line)
+        path = Path(job["file"])
+        text, what = mutant(path, job["seed"])
+        if job["mode"] == "check":
+            outcome, detail = run_check(text, path.name)
+        else:
+            outcome, detail = run_compile(text, targets_for(path.name), path.name, pick=job["seed"])
+        print(json.dumps({"outcome": outcome, "detail": detail, "what": what}), flush=True)
+
+
+class Worker:
+    """One worker subprocess; :meth:`run` returns the job's result, or a hang / crash outcome."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        return subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+
+    def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self.proc = None
+            return {"outcome": "crash", "detail": "the worker died before the job", "what": ""}
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line:
+            return json.loads(line)
+        status = self.proc.poll()
+        self.close()
+        if status is None:
+            return {"outcome": "hang", "detail": f"no answer in {timeout:.0f} s", "what": ""}
+        return {"outcome": "crash", "detail": f"worker exit status {status}", "what": ""}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def jobs(n_check: int, n_compile: int, seed: int) -> list[dict[str, Any]]:
+    """The mutants of the run: the shipped files in turn, seeds counting up from ``seed`` (compile
+    mutants from ``seed + 10**6``), compile jobs spread evenly among the check jobs."""
+    from sparsile.tests.fuzz.mutate import SOURCES
+
+    check = [{"file": str(SOURCES[i % len(SOURCES)]), "seed": seed + i, "mode": "check"} for i in range(n_check)]
+    comp = [{"file": str(SOURCES[i % len(SOURCES)]), "seed": seed + 10**6 + i, "mode": "compile"}
+            for i in range(n_compile)]
+    # interleaved, so that a run cut short has made progress on both
+    every = max(1, len(check) // max(1, len(comp)))
+    out: list[dict[str, Any]] = []
+    for i, job in enumerate(comp):
+        out += [*check[i * every:(i + 1) * every], job]
+    return out + check[len(comp) * every:]
+
+
+def run(all_jobs: list[dict[str, Any]], n_workers: int, timeout: float, log: Any) -> dict[str, collections.Counter]:
+    """Run ``all_jobs`` on ``n_workers`` workers; returns the outcome counts per mode."""
+    counts: dict[str, collections.Counter] = {"check": collections.Counter(), "compile": collections.Counter()}
+    lock = threading.Lock()
+    queue = list(reversed(all_jobs))
+    start = time.time()
+
+    def loop() -> None:
+        w = Worker()
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    job = queue.pop()
+                res = w.run(job, timeout)
+                with lock:
+                    counts[job["mode"]][res["outcome"]] += 1
+                    done = sum(sum(c.values()) for c in counts.values())
+                    if res["outcome"] not in ("ok", "diagnostic"):
+                        name = Path(job["file"]).name
+                        print(f"== {res['outcome']}: --replay {name}:{job['seed']}:{job['mode']} ({res['what']})\n"
+                              f"{res['detail']}", file=log, flush=True)
+                    if done % 500 == 0:
+                        print(f"{done}/{len(all_jobs)} in {time.time() - start:.0f} s: "
+                              f"{ {m: dict(c) for m, c in counts.items()} }", file=log, flush=True)
+        finally:
+            w.close()
+
+    threads = [threading.Thread(target=loop) for _ in range(n_workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts
+
+
+def replay(spec: str) -> None:
+    """Print the mutant ``FILE:SEED:MODE`` and run it in this process."""
+    from sparsile.tests.fuzz.mutate import SOURCES, mutant
+    from sparsile.tests.fuzz.runner import run_check, run_compile, targets_for
+
+    name, seed, mode = spec.split(":")
+    path = next(p for p in SOURCES if p.name == name)
+    text, what = mutant(path, int(seed))
+    print(f"# {what}\n{text}")
+    result = run_check(text, name) if mode == "check" else run_compile(text, targets_for(name), name, int(seed))
+    print(result[0], result[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", type=int, default=20000, help="mutants through `sparsile check`")
+    p.add_argument("--compile", type=int, default=1000, help="mutants compiled to PTX")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a mutant counts as a hang")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--replay", help="FILE:SEED:MODE: print and run one mutant")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        _worker()
+        return 0
+    if args.replay:
+        replay(args.replay)
+        return 0
+    counts = run(jobs(args.check, args.compile, args.seed), args.jobs, args.timeout, sys.stdout)
+    print(json.dumps({m: dict(c) for m, c in counts.items()}))
+    bad = sum(c[k] for c in counts.values() for k in ("internal", "traceback", "hang", "crash"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
