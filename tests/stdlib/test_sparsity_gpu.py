@@ -278,8 +278,8 @@ def test_torch_path_in_the_interpreter(dtype: str, monkeypatch: pytest.MonkeyPat
     F.pad, the cast, reading metadata back) on CPU tensors: treated as device tensors, which the
     interpreter reads and writes in place."""
     torch = pytest.importorskip("torch")
-    real_kind = G._kind
-    monkeypatch.setattr(G, "_kind", lambda x: "torch" if real_kind(x) == "torch-cpu" else real_kind(x))
+    real_kind = G.array_kind
+    monkeypatch.setattr(G, "array_kind", lambda x: "torch" if real_kind(x) == "torch-cpu" else real_kind(x))
     monkeypatch.setattr(G, "_placed", lambda x, what, interpret: x)
     w = torch.from_numpy(tricky(dtype, 21, 50, seed=6).view(f"i{2 if dtype in ('f16', 'bf16') else 1}")
                          if dtype not in ("tf32", "s8") else tricky(dtype, 21, 50, seed=6))
