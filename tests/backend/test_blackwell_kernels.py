@@ -21,10 +21,9 @@ from sparsile.backend.toolchain.linker import (
     ptxas_available,
 )
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
 from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
+from sparsile.tests.support import compile_stdlib
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
@@ -47,11 +46,8 @@ def module(which: str):
     return sp.load(KERNELS / f"{which}_gemm_sm100.spk")
 
 
-@functools.cache
 def compiled(which: str, dtype: str, target: str):
-    kern = getattr(module(which), f"{which}_gemm_{dtype}")
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target)
+    return compile_stdlib(f"{which}_gemm_sm100.spk", f"{which}_gemm_{dtype}", target)
 
 
 def idesc(which: str, dtype: str, selector: int) -> int:

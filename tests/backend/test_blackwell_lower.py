@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from pathlib import Path
@@ -24,12 +25,9 @@ from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.ops.blackwell import tmem_chunk_layout
 from sparsile.frontend.sema.core import ArgSpec
+from sparsile.tests import support
 
-
-def compile_src(src: str, target: str = "sm_100a", stop_after: str = "ptx", name: str = "k"):
-    kern = getattr(loads(src), name)
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target, stop_after=stop_after)
+compile_src = functools.partial(support.compile_src, target="sm_100a", aligned=True)
 
 
 def kernel(body: str, params: str, warps: int = 4) -> str:

@@ -15,21 +15,17 @@ The emitted LLVM IR is resolved back to TMEM columns and compared with those val
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 
 import pytest
 from sparsile.backend.lower.blackwell import mma_plan
-from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
+from sparsile.tests import support
 
-
-def compile_src(src: str, target: str = "sm_100a", stop_after: str = "llvm"):
-    kern = loads(src).k
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target, stop_after=stop_after)
+compile_src = functools.partial(support.compile_src, target="sm_100a", stop_after="llvm", aligned=True)
 
 
 def kernel(body: str) -> str:

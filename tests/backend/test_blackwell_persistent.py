@@ -23,10 +23,9 @@ from sparsile.backend.toolchain.linker import (
     ptxas_available,
 )
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
 from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
+from sparsile.tests.support import compile_stdlib, signature
 
 KERNEL = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_sm100_persistent.spk"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
@@ -48,15 +47,11 @@ def module(src: str | None = None):
 
 def compile_kernel(dtype: str, target: str, src: str | None = None, **constexprs):
     kern = getattr(module(src), f"sparse_gemm_{dtype}")
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    for name, value in constexprs.items():
-        sig[name] = value
-    return kern.compile(sig, target=target)
+    return kern.compile(signature(kern, aligned=True, **constexprs), target=target)
 
 
-@functools.cache
 def compiled(dtype: str, target: str):
-    return compile_kernel(dtype, target)
+    return compile_stdlib("sparse_gemm_sm100_persistent.spk", f"sparse_gemm_{dtype}", target)
 
 
 def idesc(dtype: str, selector: int) -> int:

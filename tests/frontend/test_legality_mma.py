@@ -6,10 +6,9 @@ InternalError guards). Valid variants compile to PTX (and, where ptxas is instal
 from __future__ import annotations
 
 import pytest
-import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
 from sparsile.frontend.legality.mma import instr_k, wgmma_split
+from sparsile.tests.support import compile_src
 
 SRC = """\
 @kernel(num_warps={warps})
@@ -43,11 +42,6 @@ def source(*, dt: str = "f16", acc: str = "f32", m: int = 64, n: int = 64, k: in
     bshape = f"{k}, {n}" if "b_kmajor=False" in args else f"{n}, {k}"
     return SRC.format(warps=warps, dt=dt, acc=acc, m=m, n=n, k=k, ka=ka, swa=swa, swb=swb, meta=meta,
                       args=a_meta + args, bshape=bshape)
-
-
-def compile_src(src: str, target: str = "sm_90a", stop_after: str = "ptx"):
-    k = sp.loads(src, "case.spk").kernels["k"]
-    return compile_kernel(k, {p.name: p.annotation for p in k.params}, target=target, stop_after=stop_after)
 
 
 def wgmma_error(src: str, code: str, words: str, target: str = "sm_90a"):

@@ -7,19 +7,13 @@ also exercised on hand-built IR."""
 from __future__ import annotations
 
 import pytest
-import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.ir.core import Builder, Function, Region
 from sparsile.frontend.legality.core import Context
-from sparsile.frontend.legality.tmem import (
-    allocation_columns,
-    instruction_tiles,
-    tcgen05_descriptors,
-    tmem_capacity,
-)
+from sparsile.frontend.legality.tmem import allocation_columns, instruction_tiles, tcgen05_descriptors, tmem_capacity
 from sparsile.target.targets import get_target
+from sparsile.tests.support import compile_src
 
 MMA = """\
 @kernel(num_warps=4)
@@ -44,11 +38,6 @@ EPILOGUE = "x = acc.load()\n    r = arange(0, 128)\n    store(C + r[:, None] * 6
 @pytest.fixture(autouse=True, scope="module")
 def _blackwell_ops():
     pytest.importorskip("sparsile.backend.lower.blackwell")
-
-
-def compile_src(src: str, target: str, stop_after: str = "ptx"):
-    k = sp.loads(src, "case.spk").kernels["k"]
-    return compile_kernel(k, {p.name: p.annotation for p in k.params}, target=target, stop_after=stop_after)
 
 
 def errors(src: str, target: str) -> list:
