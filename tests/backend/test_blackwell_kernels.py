@@ -29,7 +29,7 @@ KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 DTYPES = ("f16", "bf16", "tf32", "e4m3", "i8")
 # (A type code, D type code, N per instruction, MMAs per K step) of the default configurations;
-# instruction descriptor per hardware-facts §1.3 (A/B code at 7 and 10, D at 4, N>>3 at 17, M>>4 at 24)
+# instruction descriptor per docs/hardware.md §1.3 (A/B code at 7 and 10, D at 4, N>>3 at 17, M>>4 at 24)
 CONFIG = {
     ("sparse", "f16"): (0, 1, 128, 4), ("sparse", "bf16"): (1, 1, 128, 4), ("sparse", "tf32"): (2, 1, 128, 4),
     ("sparse", "e4m3"): (0, 1, 256, 2), ("sparse", "i8"): (1, 2, 256, 2),

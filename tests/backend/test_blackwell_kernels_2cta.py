@@ -27,7 +27,7 @@ from sparsile.tests.support import compile_stdlib
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 DTYPES = ("f16", "bf16", "e4m3", "i8")
-# (A/B type code, D type code) per hardware-facts §1.3; default BN = 256 = the pair's N; K step 128
+# (A/B type code, D type code) per docs/hardware.md §1.3; default BN = 256 = the pair's N; K step 128
 CODES = {"f16": (0, 1), "bf16": (1, 1), "e4m3": (0, 1), "i8": (1, 2)}
 MMAS_PER_STEP = {"f16": 4, "bf16": 4, "e4m3": 2, "i8": 2}
 SASS_MMA = {"f16": "UTCHMMA", "bf16": "UTCHMMA", "e4m3": "UTCQMMA", "i8": "UTCIMMA"}

@@ -3,7 +3,7 @@
 
 Golden values are written by hand from the PTX ISA, not taken from the implementation:
 
-* instruction descriptor, Table 43 of PTX ISA 9.7.16.4.2 (= hardware-facts §1.3 "block-scaled"):
+* instruction descriptor, Table 43 of PTX ISA 9.7.16.4.2 (= docs/hardware.md §1.3 "block-scaled"):
   sparse bit 2, B scale id 4-5, A type 7-9, B type 10-12, N>>3 at 17, scale type UE8M0 = 1 at 23,
   M>>7 at 27-28, A scale id 29-30;
 * the scale-factor id of K step ks is the byte ``ks % 4`` of the TMEM word; the scale column is

@@ -174,7 +174,7 @@ def test_barriers_are_allocated_outside_partitions() -> None:
 
 
 def test_setmaxnreg_gated_and_budgeted() -> None:
-    d, _ = first_error(ws(r0="232"), "sm_90")  # plain sm_90 has no setmaxnreg (hardware-facts §7)
+    d, _ = first_error(ws(r0="232"), "sm_90")  # plain sm_90 has no setmaxnreg (docs/hardware.md §7)
     assert (d.code, d.span.line, d.span.col) == ("SP0602", 12, 5)
     two = 'partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4, regs=240)'
     three = 'partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4, regs=240), ' \

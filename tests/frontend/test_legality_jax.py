@@ -1,4 +1,4 @@
-"""JAX Mosaic GPU's sparse-MMA conditions (jax-mosaic-sparse.md §1 and §5), one by one, as
+"""JAX Mosaic GPU's sparse-MMA conditions, one by one, as
 docs/diagnostics.md lists them: every "lifted" row compiles here (the restriction is gone), and
 every code a "diagnosed" row cites is a documented, tested entry of the catalog."""
 

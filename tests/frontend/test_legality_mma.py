@@ -75,7 +75,7 @@ def test_unswizzled_operand() -> None:
 
 
 def test_b_tiling_too_small_for_sparse() -> None:
-    """jax-mosaic-sparse.md §1 item 21: a sparse instruction reads 64 bytes of B's K per row."""
+    """JAX's "B tiling too small": a sparse instruction reads 64 bytes of B's K per row (docs/hardware.md §4.3)."""
     wgmma_error(source(sparse=True, swb=32), "SP0568", "B's swizzle rows are 32 bytes but one sparse wgmma reads 64")
     compile_src(source(sparse=True, swb=64))
     compile_src(source(sparse=False, swb=32, k=16))  # dense f16: 32 bytes per instruction fit
@@ -97,7 +97,7 @@ def test_accumulator_split_over_warpgroups() -> None:
 
 
 def test_integer_n_comes_from_the_descriptor_rules() -> None:
-    # int8 wgmma has no N = 8..256 step 8: 40 is not allowed (hardware-facts §4.1); tiles are
+    # int8 wgmma has no N = 8..256 step 8: 40 is not allowed (docs/hardware.md §4.1); tiles are
     # powers of two, so check the rule through the descriptor table directly as well
     from sparsile.target.descriptors import wgmma_problems
 

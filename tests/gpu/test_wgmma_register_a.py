@@ -4,7 +4,7 @@ brought into shared memory by TMA. Checked against a float64 reference on random
 with poisoned (NaN) outputs: in the interpreter (always) and on an H200 (``@pytest.mark.gpu``).
 
 The register fragment of A (``layout_library.wgmma_a_fragment``) is the PTX figure's; the
-sparse register form was never run before these GPU tests (hardware-facts §4.2 [U]).
+sparse register form was never run before these GPU tests (docs/hardware.md §4.2 [U]).
 """
 
 from __future__ import annotations
