@@ -100,9 +100,12 @@ def test_blocked_matches_brute_force_reference(config):
     layout = blocked(shape, spt, tpw, wpc, order)
     names = [f"dim{i}" for i in range(len(shape))]
     assert layout.in_size("lane") == 32 and layout.in_size("warp") == int(np.prod(wpc))
-    for point, image in table_dicts(layout):
-        want = blocked_reference(shape, spt, tpw, wpc, order, point["reg"], point["lane"], point["warp"])
-        assert [image[n] for n in names] == want
+    # every input point at once: the reference's arithmetic is elementwise on index arrays
+    table = layout.table()
+    point = dict(zip(layout.in_names, np.meshgrid(*[np.arange(s) for _, s in layout.in_dims], indexing="ij")))
+    want = blocked_reference(shape, spt, tpw, wpc, order, point["reg"], point["lane"], point["warp"])
+    for n, w in zip(names, want):
+        assert np.array_equal(table[..., layout.out_names.index(n)], w), n
 
 
 def test_blocked_broadcast_and_repeat_examples():
