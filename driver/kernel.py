@@ -248,7 +248,7 @@ class Kernel:
         check_options(merged, self._option_span)
         attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
         cluster = cluster_option(merged.get("cluster"))
-        if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
+        if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/blackwell.md §7)
             attrs["cluster"] = cluster
         dump("specialize", self.name, lambda: "\n".join(f"{name} = {value!r}" for name, value in bindings.items()))
         func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)

@@ -777,7 +777,7 @@ def derived_value(param: DerivedParam, info: ArrayInfo) -> int:
 class SlotLayout:
     """Byte offsets of the kernel parameters inside one buffer, each aligned to its own
     alignment (the driver reads parameter i from ``kernelParams[i]``, so the buffer layout is
-    ours; the 64-byte alignment of a tensor map follows the CUtensorMap rule, hardware-facts §5.1)."""
+    ours; the 64-byte alignment of a tensor map follows the CUtensorMap rule, docs/hardware.md §5.1)."""
 
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]

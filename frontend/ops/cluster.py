@@ -50,7 +50,7 @@ from .opdefs import define_op
 from .tensor import box_offsets
 
 MAX_PORTABLE_CLUSTER = 8
-"""The portable cluster size limit (CUDA programming guide; hardware-facts §7)."""
+"""The portable cluster size limit (CUDA programming guide; docs/hardware.md §7)."""
 SYNC_TIMEOUT_S = 20.0
 
 cluster_rank_op = define_op("cluster.rank", doc="%cluster_ctarank: this CTA's rank in its cluster.")

@@ -493,15 +493,9 @@ def test_device_buffer_dtypes_are_language_dtypes():
 
 
 def bench_launch_module():
-    import importlib.util
-    import sys
+    from sparsile.tests.support import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_launch.py"
-    spec = importlib.util.spec_from_file_location("bench_script_launch", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_launch.py", "bench_script_launch", register=True)
 
 
 def test_bench_launch_arguments_table_and_no_gpu(capsys):
