@@ -18,10 +18,12 @@ Exit status: 0 success, 1 the source has errors (diagnostics on stderr, rustc st
 errors (bad options, unreadable file, malformed signature), 3 a feature this installation does not
 have yet (a backend or the demo).
 
-``check`` parses the file, builds its module (decorators, constants, imports, parameter
-annotations) and runs sema on every kernel it can specialize: run-time parameters need an
-annotation (or a type in ``--signature``), constexpr parameters a default (or a value in
-``--signature``). Kernels it cannot specialize are listed, not failed.
+``check`` parses each file given, builds its module (decorators, constants, imports, parameter
+annotations; the ``.spk`` files it imports relative to its folder) and runs sema on every kernel it
+can specialize: run-time parameters need an annotation (or a type in ``--signature``), constexpr
+parameters a default (or a value in ``--signature``). Kernels it cannot specialize are listed, not
+failed. With several files (``sparsile check stdlib/kernels/*.spk``) each is checked and reported
+in turn; the exit status is the worst of theirs.
 
 A signature is a comma-separated list of ``name=type`` items for run-time parameters
 (``x=ptr[f32]``, ``n=i32``, ``t=tensor[f16, 2]``) and ``name=value`` items for constexpr ones (an
@@ -52,9 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    c = sub.add_parser("check", help="report the diagnostics of a .spk file")
-    c.add_argument("file", help="a .spk source file")
-    c.add_argument("--kernel", help="check only this kernel")
+    c = sub.add_parser("check", help="report the diagnostics of .spk files")
+    c.add_argument("file", nargs="+", help="one or more .spk source files")
+    c.add_argument("--kernel", help="check only this kernel (of the one file given)")
     c.add_argument("--signature", default="", help='types and constexpr values, e.g. "x=ptr[f32],BLOCK=128"')
 
     k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature")
@@ -167,7 +169,7 @@ def _read_module(path: str) -> Any:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}") from None
-    return sparsile.loads(text, path)
+    return sparsile.loads(text, path, path=path)
 
 
 def _select(module: Any, name: str | None) -> dict[str, Any]:
@@ -223,10 +225,36 @@ def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -
 
 
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Check each file; the exit status is the worst of theirs (a file's usage error or load-time
+    diagnostics do not stop the others)."""
+    from .frontend.diagnostics import CompileError, LaunchError
+
+    if len(args.file) == 1:
+        return _check_file(args.file[0], args, out, err)
+    if args.kernel is not None:
+        raise _Usage("--kernel selects a kernel of one file; give only that file")
+    status = EXIT_OK
+    for file in args.file:
+        try:
+            code = _check_file(file, args, out, err)
+        except _Usage as e:
+            print(f"error: {e}", file=err)
+            code = EXIT_USAGE
+        except CompileError as e:
+            print(e.render(), file=err)
+            code = EXIT_DIAGNOSTICS
+        except LaunchError as e:
+            print(str(e), file=err)
+            code = EXIT_USAGE
+        status = max(status, code)
+    return status
+
+
+def _check_file(file: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .frontend.diagnostics import CompileError, Diagnostic
     from .frontend.ir import types as T
 
-    module = _read_module(args.file)
+    module = _read_module(file)
     kernels = _select(module, args.kernel)
     signature = _signature(args.signature, module)
     _check_signature_names(signature, kernels)
@@ -256,7 +284,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if diagnostics:
         print(CompileError(diagnostics).render(), file=err)
         return EXIT_DIAGNOSTICS
-    summary = f"{args.file}: ok ({len(checked)} kernel{'s' if len(checked) != 1 else ''} checked"
+    summary = f"{file}: ok ({len(checked)} kernel{'s' if len(checked) != 1 else ''} checked"
     summary += f": {', '.join(checked)})" if checked else ")"
     print(summary, file=out)
     for s in skipped:
