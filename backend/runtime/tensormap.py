@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...frontend.diagnostics import LaunchError
-from .arguments import ARG_SHAPE, TENSOR_MAP, ArrayInfo, dtype_info
+from .arrays import ArrayInfo
+from .codes import ARG_SHAPE, TENSOR_MAP
+from .dtypes import dtype_info
 
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
