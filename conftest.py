@@ -12,6 +12,10 @@ checkout (rerun it with the ``--hypothesis-seed`` the report prints), and hypoth
 in a temporary folder; ``ci`` (selected when the
 environment variable ``CI`` is set, as ``.ci/run`` does) is derandomized: the same examples every
 run. ``HYPOTHESIS_PROFILE=dev|ci`` picks one explicitly.
+
+Global random generators (numpy's legacy ``np.random.*``, torch's default generator when torch is
+loaded) are seeded before every test, so a test that draws from them without its own seed still
+sees the same numbers on every run, in any order and in any worker.
 """
 
 from __future__ import annotations
@@ -31,6 +35,19 @@ set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), f"sparsile-hypothesi
 settings.register_profile("dev", database=None, deadline=None, print_blob=True)
 settings.register_profile("ci", database=None, derandomize=True, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _seeded_global_generators() -> None:
+    """The same global random numbers for every test on every run (see the module docstring)."""
+    import sys
+
+    import numpy as np
+
+    np.random.seed(20261201)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(20261201)
 
 
 @functools.cache

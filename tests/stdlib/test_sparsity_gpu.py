@@ -304,10 +304,10 @@ def test_torch_path_in_the_interpreter(dtype: str, monkeypatch: pytest.MonkeyPat
     with pytest.raises(SparsityError) as err:
         G.validate_metadata_gpu(bad, "tcgen05", dtype, 21, 50, interpret=True)
     assert err.value.code == "SP0807" and "row 3, group " in err.value.message
-    if dtype == "bf16":  # float32 in: cast on the "device" by torch, as ml_dtypes casts on the host
-        w32 = torch.randn(16, 64)
+    if dtype == "bf16":  # float32 in: cast on the "device" by torch (as ml_dtypes casts), then pruned
+        w32 = torch.randn(16, 64, generator=torch.Generator().manual_seed(11))
         values, _ = G.compress_gpu(w32, "bf16", "sm90", interpret=True)
-        host_values = S.compress(w32.numpy(), "bf16", prune=True)[0]
+        host_values = S.compress(w32.numpy().astype(S.operand_type("bf16").host_dtype), "bf16", prune=True)[0]
         np.testing.assert_array_equal(bits(S.as_host_array(values)), bits(host_values))
 
 
