@@ -574,10 +574,10 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
     if kind == "i8":
         require(cg.target, Feature.TCGEN05_I8, op.span)
     sparse = op.attrs["sparse"]
-    a_v, b_v, acc_v = op.operands[0], op.operands[1], op.operands[2]
+    a_v, b_v, acc_v = op.operand("a"), op.operand("b"), op.operand("d")
     a, b, acc = cg.get(a_v), cg.get(b_v), cg.get(acc_v)
-    meta: TmemRef | None = cg.get(op.operands[3]) if sparse else None
-    en = cg.scalar(op.operands[-1])
+    meta: TmemRef | None = cg.get(op.operand("a_meta")) if sparse else None
+    en = cg.scalar(op.operand("enable"))
     a_elem = a_v.type.elem
     group = op.attrs.get("cta_group", 1)
     scaled = bool(op.attrs.get("block_scale"))
@@ -592,8 +592,7 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
         require(cg.target, Feature.TCGEN05_MXF8F6F4, op.span)
         name += ".mxf8f6f4.block_scale.block32"
         imm = imm[1:]
-        i = 4 if sparse else 3
-        scale_refs = (cg.get(op.operands[i]), cg.get(op.operands[i + 1]))
+        scale_refs = (cg.get(op.operand("a_scale")), cg.get(op.operand("b_scale")))
 
     def issue() -> None:
         for ins in plan:

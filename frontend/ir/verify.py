@@ -46,7 +46,7 @@ def _verify_op(op: Operation, scope: set[int]) -> None:
             raise InternalError(f"`{op.name}` result {i} is not linked to its op", op.span)
     for region in op.regions:
         _verify_block(region.block, scope)
-    if d.verify is not None:
+    if callable(d.verify):  # none(...) where the builtin types the op
         problem = d.verify(op)
         if problem:
             raise InternalError(f"invalid `{op.name}`: {problem}", op.span)

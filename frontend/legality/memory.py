@@ -275,8 +275,8 @@ def _reduce_scratch(op: Operation) -> int:
 
 
 def _mma_staging(op: Operation) -> int:
-    a = op.operands[0]
-    b = op.operands[2] if op.name == "sparse_dot" else op.operands[1]
+    a = op.operand("a")
+    b = op.operand("b")
     return (_numel(T.shape_of(a.type)) * _storage_bytes(T.element_type(a.type))
             + _numel(T.shape_of(b.type)) * _storage_bytes(T.element_type(b.type)))
 
