@@ -99,3 +99,31 @@ def test_the_ops_command_lists_every_op_with_its_targets_and_parts():
     assert "operands: a, a_meta, b, acc" in sparse[2]
     assert all(f"{p}: " in sparse[1] for p in PARTS)
     assert "MISSING" not in text
+
+
+def test_the_ir_verifier_checks_the_operands_against_their_names():
+    """An op emitted with fewer operands than its definition names is a compiler bug, caught by the
+    IR verifier before any pass reads an operand by name."""
+    import sparsile as sp
+    from sparsile.driver.compiler import compile_kernel
+    from sparsile.frontend.sema.builtins import NAMESPACES, ROOT, builtin
+    from sparsile.frontend.sema.emitter import Emitter
+    from sparsile.frontend.sema.values import Arg
+
+    define_op("test.pair", operands=("x", "y"), verify=none("test"), layout=none("test"), legality=none("test"),
+              doc="a test op emitted with one operand")
+
+    @builtin("pair", ns="test")
+    def pair(em: Emitter, x: Arg) -> None:
+        v = em.tile_or_scalar(x)
+        return em.op1("test.pair", [v], v.type)
+
+    try:
+        src = "@kernel\ndef k(x: ptr[f32]):\n    y = test.pair(load(x))\n    store(x, y)\n"
+        with pytest.raises(InternalError, match=re.escape("`test.pair` has 1 operands, its definition names 2: x, y")):
+            compile_kernel(sp.loads(src).kernels["k"], "x=ptr[f32]", target="sm_90a", stop_after="llvm",
+                           cache=False)
+    finally:
+        undefine_op("test.pair")
+        ROOT.members.pop("test", None)
+        NAMESPACES.pop("test", None)

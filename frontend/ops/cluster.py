@@ -46,7 +46,7 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op
+from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, variadic
 from .tensor import box_offsets
 
 MAX_PORTABLE_CLUSTER = 8
@@ -57,7 +57,9 @@ cluster_rank_op = define_op("cluster.rank", verify=TYPED_BY_SEMA, layout=NO_LAYO
                             doc="%cluster_ctarank: this CTA's rank in its cluster.")
 cluster_sync_op = define_op("cluster.sync", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
                             doc="barrier.cluster.arrive + wait (all threads).")
-tma_load_cluster_op = define_op("tma.load_cluster", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+tma_load_cluster_op = define_op("tma.load_cluster",
+                                operands=variadic(("tensor",), "offset", ("smem", "bar", "mask", "rank")),
+                                verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
                                 doc="cp.async.bulk.tensor with .multicast::cluster and/or a peer-CTA mbarrier.")
 
 

@@ -27,7 +27,7 @@ from ..layout.rules import BROADCAST, ELEMENTWISE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter, c_floordiv, describe
 from ..sema.values import Arg, Const
-from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, none
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, flagged, none
 
 # ------------------------------------------------------------------------------------------------
 # IR ops
@@ -40,31 +40,33 @@ num_programs_op = define_op("num_programs", verify=TYPED_BY_SEMA, layout=NO_LAYO
                             doc="The number of programs along a grid axis.")
 arange_op = define_op("arange", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
                       doc="The tile [start, start+1, ..., end-1] of i32.")
-splat = define_op("splat", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+splat = define_op("splat", operands=("x",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
                   doc="A tile whose elements all equal a scalar.")
-broadcast = define_op("broadcast", verify=TYPED_BY_SEMA, layout=BROADCAST, legality=NO_LEGALITY,
+broadcast = define_op("broadcast", operands=("x",), verify=TYPED_BY_SEMA, layout=BROADCAST, legality=NO_LEGALITY,
                       doc="Repeat size-1 dimensions of a tile to a larger shape.")
-binary = define_op("arith.binary", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
-                   doc="Elementwise binary arithmetic.")
-compare = define_op("arith.cmp", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
-                    doc="Elementwise comparison giving bool.")
-unary = define_op("arith.unary", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+binary = define_op("arith.binary", operands=("lhs", "rhs"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                   legality=NO_LEGALITY, doc="Elementwise binary arithmetic.")
+compare = define_op("arith.cmp", operands=("lhs", "rhs"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                    legality=NO_LEGALITY, doc="Elementwise comparison giving bool.")
+unary = define_op("arith.unary", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
                   doc="Elementwise negation, logical not, bitwise not.")
-math_op = define_op("math", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+math_op = define_op("math", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
                     doc="Elementwise math function (exp, log, sqrt, ...).")
-select = define_op("arith.select", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
-                   doc="Elementwise choice: where(cond, x, y).")
-cast_op = define_op("arith.cast", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+select = define_op("arith.select", operands=("cond", "x", "y"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                   legality=NO_LEGALITY, doc="Elementwise choice: where(cond, x, y).")
+cast_op = define_op("arith.cast", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
                     doc="Elementwise conversion to another scalar type.")
-addptr = define_op("addptr", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
-                   doc="Pointer plus element offset.")
-load_op = define_op("load", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+addptr = define_op("addptr", operands=("ptr", "offset"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                   legality=NO_LEGALITY, doc="Pointer plus element offset.")
+load_op = define_op("load", operands=flagged(("ptr",), ("mask", "has_mask"), ("other", "has_other")),
+                    verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
                     doc="Masked gather from global memory.")
-store_op = define_op("store", verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY, side_effects=True,
+store_op = define_op("store", operands=flagged(("ptr", "value"), ("mask", "has_mask")), verify=TYPED_BY_SEMA,
+                     layout=ELEMENTWISE, legality=NO_LEGALITY, side_effects=True,
                      doc="Masked scatter to global memory.")
-convert_layout = define_op("convert_layout", verify=none("inserted by layout inference with its operand's type"),
-                           layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
-                           doc="The same tile in another layout (inserted by inference).")
+convert_layout = define_op("convert_layout", operands=("x",),
+                           verify=none("inserted by layout inference with its operand's type"), layout=NO_LAYOUT_RULE,
+                           legality=NO_LEGALITY, doc="The same tile in another layout (inserted by inference).")
 
 BINARY_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor", "shl", "shr", "max", "min", "pow"}
 PY_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "&": "and",

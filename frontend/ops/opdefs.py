@@ -44,6 +44,29 @@ OperandNames = tuple[str, ...] | Callable[[Operation], tuple[str, ...]]
 its attributes (``hopper.wgmma`` has ``a_meta`` only when ``sparse``)."""
 
 
+def variadic(head: tuple[str, ...], rest: str, tail: tuple[str, ...] = ()) -> Callable[[Operation], tuple[str, ...]]:
+    """Operand names ``head``, then ``rest0, rest1, ...`` for the operands between, then ``tail``
+    (``tma.load``: ``tensor, offset0, ..., dst, bar``)."""
+
+    def names(op: Operation) -> tuple[str, ...]:
+        n = len(op.operands) - len(head) - len(tail)
+        return head + tuple(f"{rest}{i}" for i in range(max(0, n))) + tail
+
+    names.__doc__ = ", ".join([*head, f"{rest}0, ...", *tail])
+    return names
+
+
+def flagged(head: tuple[str, ...], *optional: tuple[str, str]) -> Callable[[Operation], tuple[str, ...]]:
+    """Operand names ``head``, then each ``(name, attr)`` of ``optional`` whose attribute is true
+    (``load``: ``ptr``, then ``mask`` with ``has_mask``, ``other`` with ``has_other``)."""
+
+    def names(op: Operation) -> tuple[str, ...]:
+        return head + tuple(name for name, attr in optional if op.attrs.get(attr))
+
+    names.__doc__ = ", ".join([*head, *(f"{name} (when {attr})" for name, attr in optional)])
+    return names
+
+
 @dataclass(frozen=True)
 class NoPart:
     """An explicit "this op has no such part", with the reason (shown by ``sparsile ops``)."""
@@ -177,18 +200,24 @@ class OpDef:
         self.add_legality(LegalityRule(fn))
         return fn
 
+    def _entries(self, slot: str, what: str) -> list[Any]:
+        """The list of part ``slot`` (``legality`` or ``lowerings``), created on first use; an
+        internal error where the op declared that part none."""
+        value = getattr(self, slot)
+        if isinstance(value, NoPart):
+            raise InternalError(f"`{self.name}` declares no {what} ({value.why}) but one is added")
+        if value is None:
+            value = []
+            setattr(self, slot, value)
+        return value
+
     def add_legality(self, entry: LegalityRule) -> None:
-        if not isinstance(self.legality, list):
-            if isinstance(self.legality, NoPart):
-                raise InternalError(f"`{self.name}` declares no legality rule ({self.legality.why}) but one is added")
-            self.legality = []
-        self.legality.append(entry)
+        self._entries("legality", "legality rule").append(entry)
 
     def require(self, feature: str, what: str) -> None:
         """The op needs ``feature`` (a Feature member name) on the target; ``what`` names it."""
+        self._entries("legality", "legality rule")
         self.required = (feature, what)
-        if not isinstance(self.legality, list):
-            self.legality = [] if self.legality is None else self.legality
 
     def lowering_rule(self, fn: Callable[[Any, Operation], None]) -> Callable[[Any, Operation], None]:
         """Attach the generic lowering."""
@@ -196,11 +225,7 @@ class OpDef:
         return fn
 
     def add_lowering(self, lowering: Lowering) -> None:
-        if not isinstance(self.lowerings, list):
-            if isinstance(self.lowerings, NoPart):
-                raise InternalError(f"`{self.name}` declares no lowering ({self.lowerings.why}) but one is added")
-            self.lowerings = []
-        self.lowerings.append(lowering)
+        self._entries("lowerings", "lowering").append(lowering)
 
     def lowering_for(self, cg: Any) -> Callable[[Any, Operation], None] | None:
         """The lowering for the target of ``cg``: the first target-specific one whose ``when``

@@ -22,13 +22,13 @@ from ..sema.values import Arg, Const
 from .core import _map_ptr, _np
 from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op
 
-expand_dims_op = define_op("expand_dims", verify=TYPED_BY_SEMA, layout=EXPAND_DIMS, legality=NO_LEGALITY,
-                           doc="Insert a size-1 dimension at `axis`.")
-reshape_op = define_op("reshape", verify=TYPED_BY_SEMA, layout=RESHAPE, legality=NO_LEGALITY,
+expand_dims_op = define_op("expand_dims", operands=("x",), verify=TYPED_BY_SEMA, layout=EXPAND_DIMS,
+                           legality=NO_LEGALITY, doc="Insert a size-1 dimension at `axis`.")
+reshape_op = define_op("reshape", operands=("x",), verify=TYPED_BY_SEMA, layout=RESHAPE, legality=NO_LEGALITY,
                        doc="The same elements in row-major order under another shape.")
-permute_op = define_op("permute", verify=TYPED_BY_SEMA, layout=PERMUTE, legality=NO_LEGALITY,
+permute_op = define_op("permute", operands=("x",), verify=TYPED_BY_SEMA, layout=PERMUTE, legality=NO_LEGALITY,
                        doc="Permute the dimensions of a tile.")
-reduce_op = define_op("reduce", verify=TYPED_BY_SEMA, layout=REDUCE, legality=NO_LEGALITY,
+reduce_op = define_op("reduce", operands=("x",), verify=TYPED_BY_SEMA, layout=REDUCE, legality=NO_LEGALITY,
                       doc="Reduction of a tile along one axis.")
 
 
