@@ -83,6 +83,11 @@ def test_named_operands_follow_the_op_attributes():
     mma = Operation("tcgen05.mma", ["A", "B", "D", "E", "SA", "SB", "EN"], [], {"sparse": True, "block_scale": True})
     assert [mma.operand(n) for n in ("d", "a_meta", "b_scale", "enable")] == ["D", "E", "SB", "EN"]
     assert Operation("sparse_dot", ["A", "E", "B", "C"], []).operand("a_meta") == "E"
+    masked = Operation("load", ["P", "M"], [], {"has_mask": True, "has_other": False})
+    assert masked.operand("mask") == "M" and masked.optional_operand("other") is None
+    assert Operation("load", ["P", "M", "O"], [], {"has_mask": True, "has_other": True}).operand("other") == "O"
+    tma = Operation("tma.load", ["T", "I", "J", "S", "B"], [])
+    assert [tma.operand(n) for n in ("tensor", "offset1", "smem", "bar")] == ["T", "J", "S", "B"]
 
 
 def test_the_ops_command_lists_every_op_with_its_targets_and_parts():

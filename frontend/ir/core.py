@@ -111,6 +111,12 @@ class Operation:
         """The operand named ``name`` by the op's definition (``op.operand("acc")``)."""
         return self.operands[self.operand_index(name)]
 
+    def optional_operand(self, name: str) -> Value | None:
+        """The operand named ``name``, or None where this op has none of that name (``load``'s
+        ``mask`` without ``has_mask``)."""
+        names = OPERAND_NAMES[self.name](self) if self.name in OPERAND_NAMES else ()
+        return self.operands[names.index(name)] if name in names else None
+
     def set_operand(self, index: int, value: Value) -> None:
         self.operands[index] = value
 
