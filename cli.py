@@ -18,12 +18,14 @@ Exit status: 0 success, 1 the source has errors (diagnostics on stderr, rustc st
 errors (bad options, unreadable file, malformed signature), 3 a feature this installation does not
 have yet (a backend or the demo).
 
-``check`` parses the file, builds its module (decorators, constants, imports, parameter
-annotations) and runs sema on every kernel: run-time parameters take their annotation (or a type in
-``--signature``); constexpr parameters without a default or a ``--signature`` value get
-representative values, and parameters without a type are left out of the check
-(frontend/sema/check_kernels.py). Kernels checked only partially are warned about, and so is a file
-without kernels; ``--strict`` makes those exit 1.
+``check`` parses each file given, builds its module (decorators, constants, imports, parameter
+annotations; the ``.spk`` files it imports relative to its folder) and runs sema on every kernel:
+run-time parameters take their annotation (or a type in ``--signature``); constexpr parameters
+without a default or a ``--signature`` value get representative values, and parameters without a
+type are left out of the check (frontend/sema/check_kernels.py). Kernels checked only partially are
+warned about, and so is a file without kernels; ``--strict`` makes those exit 1. With several files
+(``sparsile check stdlib/kernels/*.spk``) each is checked and reported in turn; the exit status is
+the worst of theirs.
 
 A signature is a comma-separated list of ``name=type`` items for run-time parameters
 (``x=ptr[f32]``, ``n=i32``, ``t=tensor[f16, 2]``) and ``name=value`` items for constexpr ones (an
@@ -54,9 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    c = sub.add_parser("check", help="report the diagnostics of a .spk file")
-    c.add_argument("file", help="a .spk source file")
-    c.add_argument("--kernel", help="check only this kernel")
+    c = sub.add_parser("check", help="report the diagnostics of .spk files")
+    c.add_argument("file", nargs="+", help="one or more .spk source files")
+    c.add_argument("--kernel", help="check only this kernel (of the one file given)")
     c.add_argument("--signature", default="", help='types and constexpr values, e.g. "x=ptr[f32],BLOCK=128"')
     c.add_argument("--strict", action="store_true",
                    help="exit 1 unless every kernel was fully checked (none only partially, at least one "
@@ -184,7 +186,7 @@ def _read_module(path: str) -> Any:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}") from None
-    return sparsile.loads(text, path)
+    return sparsile.loads(text, path, path=path)
 
 
 def _select(module: Any, name: str | None) -> dict[str, Any]:
@@ -224,18 +226,44 @@ def _check_signature_names(signature: dict[str, Any], kernels: dict[str, Any]) -
 
 
 def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Check each file; the exit status is the worst of theirs (a file's usage error or load-time
+    diagnostics do not stop the others)."""
+    from .frontend.diagnostics import CompileError, LaunchError
+
+    if len(args.file) == 1:
+        return _check_file(args.file[0], args, out, err)
+    if args.kernel is not None:
+        raise _Usage("--kernel selects a kernel of one file; give only that file")
+    status = EXIT_OK
+    for file in args.file:
+        try:
+            code = _check_file(file, args, out, err)
+        except _Usage as e:
+            print(f"error: {e}", file=err)
+            code = EXIT_USAGE
+        except CompileError as e:
+            print(e.render(), file=err)
+            code = EXIT_DIAGNOSTICS
+        except LaunchError as e:
+            print(str(e), file=err)
+            code = EXIT_USAGE
+        status = max(status, code)
+    return status
+
+
+def _check_file(file: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Check every kernel (see frontend/sema/check_kernels.py): errors are exit 1; kernels checked with
     representative constexpr values are named, kernels checked only partially are warned about
     (exit 1 with ``--strict``), and so is a file without kernels (SP0251)."""
     from .frontend.diagnostics import CompileError, Diagnostic
     from .frontend.sema.check_kernels import CHECKED, FAILED, check_kernel, no_kernel_warning
 
-    module = _read_module(args.file)
+    module = _read_module(file)
     kernels = _select(module, args.kernel)
     signature = _signature(args.signature, module)
     _check_signature_names(signature, kernels)
     if not kernels:
-        print(no_kernel_warning(args.file).render(), file=err)
+        print(no_kernel_warning(file).render(), file=err)
         return EXIT_DIAGNOSTICS if args.strict else EXIT_OK
     diagnostics: list[Diagnostic] = []
     results = []
@@ -258,10 +286,10 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     incomplete = [r for r in results if r.status not in (CHECKED, FAILED)]
     plural = "s" if len(checked) != 1 else ""
     if incomplete:
-        summary = (f"{args.file}: no errors found, but only {len(checked)} of {len(results)} kernels fully checked"
+        summary = (f"{file}: no errors found, but only {len(checked)} of {len(results)} kernels fully checked"
                    + (f" ({', '.join(checked)})" if checked else ""))
     else:
-        summary = f"{args.file}: ok ({len(checked)} kernel{plural} checked: {', '.join(checked)})"
+        summary = f"{file}: ok ({len(checked)} kernel{plural} checked: {', '.join(checked)})"
     print(summary, file=out)
     for r in results:
         line = r.describe()

@@ -139,7 +139,7 @@ class Autotuner:
         self.cache: dict[str, TuneRecord] = {}  # by "GPU name|cache key"
         self.stderr: TextIO | None = None
         self._check_names()
-        ident = identity_hash(kernel.source.text, kernel.name, [c.to_json() for c in self.configs], self.key)
+        ident = identity_hash(kernel.source_key, kernel.name, [c.to_json() for c in self.configs], self.key)
         self.file = TuningFile(tuning_path(kernel.name, ident) if cache_results else None, kernel.name)
 
     # ------------------------------------------------------------------ checks

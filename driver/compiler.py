@@ -208,7 +208,7 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
 
     num_warps = int(options.get("num_warps") or 4)
     captures = kernel.captures_for(bindings, key, options)
-    ckey = make_key(target=target.name, source=kernel.source.text, kernel_name=kernel.name,
+    ckey = make_key(target=target.name, source=kernel.source_key, kernel_name=kernel.name,
                     specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())),
                     captures=captures.disk_key())
     cache = default_cache()

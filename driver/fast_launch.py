@@ -45,13 +45,13 @@ class FastLaunches:
         self.tensor_types: set[type] = set()
         self.ints = tuple(isinstance(p.annotation, T.ScalarType) and p.annotation.is_int for p in kernel.params)
         self.constexpr = {p.name: p.annotation is T.CONSTEXPR for p in kernel.params}
-        from ..backend import runtime
+        from ..backend.runtime import devices
 
-        self._runtime = runtime
+        self._devices = devices
 
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
         """The fingerprint of a call, or None when some argument has none."""
-        prints: list[Any] = [self._runtime._default_ordinal, len(args)]
+        prints: list[Any] = [self._devices.default_ordinal, len(args)]
         tensors = self.tensor_types
         for value, constexpr, annotated_int in zip(args, self.flags, self.ints):
             cls = type(value)

@@ -122,6 +122,8 @@ class Kernel:
     _key_options: dict[Any, dict[str, Any]] = field(default_factory=dict)
     _default_options_key: tuple[dict[str, Any], tuple] | None = None
     _spec_memo: dict[Any, Any] = field(default_factory=dict)
+    imports: tuple[str, ...] = ()
+    """The texts of the ``.spk`` modules the kernel's module imports, transitively (driver/imports.py)."""
 
     @property
     def name(self) -> str:
@@ -130,6 +132,15 @@ class Kernel:
     @property
     def source(self) -> Any:
         return self.node.span.source
+
+    @property
+    def source_key(self) -> str:
+        """The source text a compile-cache key holds: the kernel's module text, followed by the text
+        of every module it imports (so that an edited imported helper recompiles the kernel). A
+        kernel without imports keys on its own text alone, as before imports existed."""
+        if not self.imports:
+            return self.source.text
+        return "\0".join((self.source.text, *self.imports))
 
     def __repr__(self) -> str:
         return f"<sparsile kernel {self.name}>"
@@ -248,7 +259,7 @@ class Kernel:
         check_options(merged, self._option_span)
         attrs = {k: v for k, v in merged.items() if v is not None and k in ("num_warps", "num_stages", "maxnreg")}
         cluster = cluster_option(merged.get("cluster"))
-        if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/clusters.md)
+        if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/blackwell.md §7)
             attrs["cluster"] = cluster
         dump("specialize", self.name, lambda: "\n".join(f"{name} = {value!r}" for name, value in bindings.items()))
         func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
@@ -339,7 +350,7 @@ class Kernel:
 
     def as_helper(self) -> HelperFunction:
         """Inline this kernel's body when another kernel calls it."""
-        return HelperFunction(self.node, self.globals, self.name)
+        return HelperFunction(self.node, self.globals, self.name, self.imports)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"kernel `{self.name}` must be launched with a grid: `{self.name}[grid](...)`, "

@@ -2,8 +2,9 @@
 
 A ``.spk`` file holds decorated kernels (``@kernel`` or ``@jit``, optionally with options such as
 ``@kernel(num_warps=8)``), undecorated helper functions, module-level constants and
-``import sparsile [as sp]`` / ``from sparsile[.ns] import name`` lines. Names resolve in that
-module. A ``@jit`` Python function resolves names in its Python globals and closure, read as
+``import sparsile [as sp]`` / ``from sparsile[.ns] import name`` lines, and relative imports of
+helpers and constants from other ``.spk`` files (``from .helpers import f``: driver/imports.py).
+Names resolve in that module. A ``@jit`` Python function resolves names in its Python globals and closure, read as
 compile-time constants when the kernel is specialized.
 """
 
@@ -21,27 +22,52 @@ from ..frontend.sema.core import Sema
 from ..frontend.sema.jit_globals import wrap_python_value
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.syntax import ast as A
+from .imports import import_module, is_exported, loading_stack, real_path, transitive_sources
 from .kernel import KERNEL_OPTIONS, Kernel, check_options
 
 _DECORATOR_NAMES = ("kernel", "jit")
 
 
 class KernelModule:
-    """The kernels, helpers and constants of one ``.spk`` source."""
+    """The kernels, helpers and constants of one ``.spk`` source. ``path`` is the file the source
+    stands for (None for text without a folder): relative imports resolve against its folder."""
 
-    def __init__(self, name: str, tree: A.Module):
+    def __init__(self, name: str, tree: A.Module, path: str | None = None):
         self.__name__ = name
         self._tree = tree
         self._env: dict[str, Any] = {}
+        self.path = path
+        self.identity = real_path(path) if path is not None else name
+        self.text = tree.source.text
         self.kernels: dict[str, Kernel] = {}
         self.helpers: dict[str, HelperFunction] = {}
+        self._imported: list[KernelModule] = []
+        self._exported: set[str] = set()
         bag = DiagnosticBag()
-        for stmt in tree.body:
-            try:
-                self._top_level(stmt)
-            except CompileError as e:
-                bag.extend(e.diagnostics)
+        stack = loading_stack()
+        stack.append(self.identity)
+        try:
+            for stmt in tree.body:
+                try:
+                    self._top_level(stmt)
+                except CompileError as e:
+                    bag.extend(e.diagnostics)
+        finally:
+            stack.pop()
         bag.raise_if_errors()
+        self.imported_sources = transitive_sources(self._imported)
+        """(identity, text) of every module this one imports, transitively: part of its kernels'
+        cache keys (``Kernel.source_key``) and of its helpers' fingerprints."""
+        texts = tuple(text for _, text in self.imported_sources)
+        for k in self.kernels.values():
+            k.imports = texts
+        for h in self.helpers.values():
+            h.imports = texts
+
+    def exports(self) -> dict[str, Any]:
+        """What another module can import from this one: its helper functions and module-level
+        constants, its own imports of those included."""
+        return {name: v for name, v in self._env.items() if name in self._exported and is_exported(v)}
 
     def _resolve(self, name: str) -> Any:
         return self._env[name]
@@ -53,6 +79,7 @@ class KernelModule:
                 h = HelperFunction(stmt, self._resolve, stmt.name)
                 self.helpers[stmt.name] = h
                 self._env[stmt.name] = h
+                self._exported.add(stmt.name)
             else:
                 k = Kernel(stmt, self._resolve, opts)
                 self.kernels[stmt.name] = k
@@ -71,6 +98,7 @@ class KernelModule:
                     raise CompileError([Diagnostic("SP0231", "module-level names must be compile-time constants",
                                                    value_node.span)])
                 self._env[t.id] = value
+                self._exported.add(t.id)
         elif isinstance(stmt, A.Import):
             for mod, alias in stmt.names:
                 ns = _namespace_for(mod)
@@ -78,6 +106,11 @@ class KernelModule:
                     raise CompileError([Diagnostic("SP0232", f"unknown module `{mod}` (kernels can import `sparsile` "
                                                    "and its namespaces)", stmt.span)])
                 self._env[alias or mod.split(".")[0]] = ns if alias else _namespace_for(mod.split(".")[0])
+        elif isinstance(stmt, A.ImportFrom) and stmt.module.startswith("."):
+            module, names = import_module(stmt, self.__name__, self.path, _load_imported)
+            self._imported.append(module)
+            self._env.update(names)
+            self._exported.update(names)
         elif isinstance(stmt, A.ImportFrom):
             ns = _namespace_for(stmt.module)
             if ns is None:
@@ -156,8 +189,10 @@ def _option_span(fn: A.FunctionDef, name: str) -> Any:
     return None
 
 
-def loads(text: str, name: str = "<string>") -> KernelModule:
-    """A module of kernels from source text."""
+def loads(text: str, name: str = "<string>", *, path: str | os.PathLike[str] | None = None) -> KernelModule:
+    """A module of kernels from source text. ``path``: the file the text stands for (it need not
+    exist), whose folder relative imports (``from .helpers import f``) read; without it the text
+    has no folder and a relative import is diagnostic SP0246."""
     from ..frontend.syntax.parser import parse_module
 
     if isinstance(text, bytes | bytearray):
@@ -166,7 +201,20 @@ def loads(text: str, name: str = "<string>") -> KernelModule:
         raise CompileError([Diagnostic("SP0240", f"sparsile.loads needs the source text as a str, found "
                                        f"{type(text).__name__}",
                                        help="pass the text of a .spk module, or its path to sparsile.load")])
-    return KernelModule(str(name), parse_module(text, str(name)))
+    if path is not None:
+        try:
+            path = os.fsdecode(path)
+        except TypeError:
+            raise CompileError([Diagnostic("SP0240", f"sparsile.loads: path= needs a file path (str or "
+                                           f"os.PathLike), found {type(path).__name__}")]) from None
+    return KernelModule(str(name), parse_module(text, str(name)), path)
+
+
+def _load_imported(text: str, path: str) -> KernelModule:
+    """The module of an imported file (named by its path, as ``load`` names it)."""
+    from ..frontend.syntax.parser import parse_module
+
+    return KernelModule(path, parse_module(text, path), path)
 
 
 def _decoded(data: bytes, name: str) -> str:
@@ -191,7 +239,7 @@ def load(path: str | os.PathLike[str]) -> KernelModule:
             data = f.read()
     except OSError as e:
         raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}")]) from None
-    return loads(_decoded(data, p), p)
+    return loads(_decoded(data, p), p, path=p)
 
 
 # Inside a kernel, `sparsile.load` (reached as a Python global under @jit) is the memory builtin.

@@ -146,7 +146,7 @@ class PreparedLaunch:
         self.device = launcher.device
         self.nargs = nargs
         self._runtime = runtime
-        self._tls = runtime._tls
+        self._tls = runtime.devices.tls
         self._module = launcher._module
         self._context_key = launcher._context_key
         self._buffer = ParamBuffer(launcher._buffer.layout)
@@ -239,7 +239,7 @@ class PreparedLaunch:
                 raise LaunchError(ARG_KIND, f"argument `{name}` expects an array of {dtype}, got {type(v).__name__}",
                                   "pass a CUDA tensor/array (torch, CuPy, JAX) or a DeviceBuffer")
             if info.device == UNKNOWN_DEVICE:
-                info = info._replace(device=runtime._pointer_device(info.ptr))
+                info = info._replace(device=runtime.pointer_device(info.ptr))
             if info.device == HOST:
                 raise LaunchError(PREPARED_HOST, f"argument `{name}` is a {info.source} in host memory, but a "
                                   "prepared launch uses device memory in place only (no copies, no synchronize)",
@@ -251,7 +251,7 @@ class PreparedLaunch:
                 raise LaunchError(ARG_SHAPE, f"argument `{name}` has rank {len(info.shape)}, but the launch was "
                                   f"prepared for a rank-{rank} tensor (shape {info.shape})",
                                   "prepare another launch for this rank")
-            if info.stream is not None and not runtime._same_stream(info.stream, call.stream):
+            if info.stream is not None and not runtime.same_stream(info.stream, call.stream):
                 call.waits = [*(call.waits or ()), info.stream]
             if info.keepalive is not None:
                 call.keep = [*(call.keep or ()), info.keepalive]
@@ -334,15 +334,15 @@ class PreparedLaunch:
                 write(value, call)
             if call.waits:
                 for producer in call.waits:
-                    self._runtime._stream_wait(self._module._state, handle, producer)
+                    self._runtime.stream_wait(self._module._state, handle, producer)
             if getattr(self._tls, "context", None) is not self._context_key:
                 self._module.activate(force=True)
             err = self._launch_once(dims, handle)
-            if err != self._runtime._SUCCESS:
-                if err in self._runtime._RETRY_AFTER_CONTEXT_SWITCH:  # torch/CuPy switched contexts
+            if err != self._runtime.SUCCESS:
+                if err in self._runtime.RETRY_AFTER_CONTEXT_SWITCH:  # torch/CuPy switched contexts
                     self._module.activate(force=True)
                     err = self._launch_once(dims, handle)
-                if err != self._runtime._SUCCESS:
+                if err != self._runtime.SUCCESS:
                     raise self._runtime.CudaError("cuLaunchKernelEx" if self._config is not None
                                                   else "cuLaunchKernel", err)
         finally:

@@ -42,9 +42,9 @@ def _worker() -> None:
         path = Path(job["file"])
         text, what = mutant(path, job["seed"])
         if job["mode"] == "check":
-            outcome, detail = run_check(text, path.name)
+            outcome, detail = run_check(text, path.name, path.parent)
         else:
-            outcome, detail = run_compile(text, targets_for(path.name), path.name, pick=job["seed"])
+            outcome, detail = run_compile(text, targets_for(path.name), path.name, pick=job["seed"], home=path.parent)
         print(json.dumps({"outcome": outcome, "detail": detail, "what": what}), flush=True)
 
 
@@ -148,7 +148,8 @@ def replay(spec: str) -> None:
     path = next(p for p in SOURCES if p.name == name)
     text, what = mutant(path, int(seed))
     print(f"# {what}\n{text}")
-    result = run_check(text, name) if mode == "check" else run_compile(text, targets_for(name), name, int(seed))
+    result = (run_check(text, name, path.parent) if mode == "check"
+              else run_compile(text, targets_for(name), name, int(seed), home=path.parent))
     print(result[0], result[1])
 
 

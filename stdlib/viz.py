@@ -8,7 +8,7 @@ the logical ``(row, group)`` it holds. Cells are coloured by logical row (hue) a
 * :func:`render_placement` -> text (always available);
 * :func:`save_placement` -> PNG or SVG by file suffix (needs matplotlib, imported lazily; a clear
   SP0816 error says how to install it);
-* :func:`metadata_picture` draws one sparse-metadata format (hardware-facts.md §1.4, §4.2):
+* :func:`metadata_picture` draws one sparse-metadata format (docs/hardware.md §1.4, §4.2):
   "tcgen05" as TMEM lanes x nibble columns, "sm90" as warpgroup threads x register nibbles,
   "logical" as rows x groups.
 """

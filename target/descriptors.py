@@ -1,6 +1,6 @@
 """Descriptor encoders, decoders and their legality rules, as pure functions on ints.
 
-* tcgen05 instruction descriptor (``hardware-facts.md`` §1.3), plain kinds f16/tf32/f8f6f4/i8
+* tcgen05 instruction descriptor (``docs/hardware.md`` §1.3), plain kinds f16/tf32/f8f6f4/i8
   and block-scaled kinds mxf8f6f4/mxf4/mxf4nvf4, with the §1.2 shape table and §9 precisions.
 * tcgen05 shared-memory matrix descriptor (§1.5, §9).
 * sm90 wgmma shared-memory descriptor (§4.3) and the wgmma instruction rules (§4.1).
@@ -237,7 +237,7 @@ def _shape_problems(d: InstrDesc) -> list[Problem]:
     elif d.sparse and d.m == 64:
         out.append(Problem("SP0512", "sparse M = 64 is not supported: its TMEM metadata layout is "
                            "undocumented", "use M = 128 (cta_group::1) or M = 256 (cta_group::2) "
-                           "(hardware-facts.md §0 item 6)", "m"))
+                           "(docs/hardware.md §0 item 6)", "m"))
     rule = _n_rule_for(d)
     n = d.n
     if not isinstance(n, int) or not rule.lo <= n <= rule.hi:
@@ -286,7 +286,7 @@ def _selector_problems(d: InstrDesc) -> list[Problem]:
         ok, help_text = sel == 0, "a dense MMA has no sparsity selector; use 0"
     elif d.kind in ("f16", "tf32"):
         ok, help_text = sel in (0, 1), ("use selector 0 or 1 (values 2 and 3 are encodable but their meaning "
-                                        "is unverified, hardware-facts.md §8)")
+                                        "is unverified, docs/hardware.md §8)")
     else:
         ok, help_text = sel == 0, f"kind::{d.kind} needs selector 0"
     if ok:

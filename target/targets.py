@@ -4,7 +4,7 @@ A :class:`Target` says how to drive the toolchain (LLVM cpu name, PTX version fe
 nvJitLink ``-arch=``) and what the hardware can do (a frozenset of :class:`Feature` plus the
 :class:`SMResources` that legality checks against).
 
-Feature availability follows ``hardware-facts.md`` §7 (tcgen05 table) and §0 items 4, 5, 9; the
+Feature availability follows ``docs/hardware.md`` §7 (tcgen05 table) and §0 items 4, 5, 9; the
 rows for sm_8x / sm_90 / sm_12x and for the non-tcgen05 features (TMA, mbarrier, cluster, elect,
 setmaxnreg, ``fence.proxy.async``, TMA ``.cta_group``) were probed here with ptxas 13.0: one
 instruction per feature, assembled for every target in the table (``tests/backend/test_targets.py``
@@ -64,7 +64,7 @@ class Feature(enum.Enum):
 @dataclass(frozen=True)
 class SMResources:
     """Per-block / per-SM limits that legality checks (CUDA programming guide, "Technical
-    Specifications per Compute Capability"; TMEM geometry from ``hardware-facts.md`` §1.4)."""
+    Specifications per Compute Capability"; TMEM geometry from ``docs/hardware.md`` §1.4)."""
 
     max_threads_per_block: int = 1024
     max_registers_per_thread: int = 255
@@ -232,7 +232,7 @@ def get_target(name: str | Target, span: Span = UNKNOWN_SPAN) -> Target:
     help_line += f"known targets: {', '.join(TARGETS)}"
     notes: tuple[str, ...] = ()
     if key in ("sm_101a", "sm_101f", "sm_101"):
-        notes = ("sm_101a was renamed sm_110a (hardware-facts.md §7)",)
+        notes = ("sm_101a was renamed sm_110a (docs/hardware.md §7)",)
     raise CompileError([Diagnostic(SP_UNKNOWN_TARGET, f"unknown target `{name}`", span, help=help_line,
                                    notes=notes)])
 
@@ -267,7 +267,7 @@ def _suffix_note(target: Target, having: list[Target]) -> str | None:
     if not siblings:
         return None
     return (f"{target.name} and {', '.join(siblings)} are the same GPU; the feature is only "
-            "reachable through the listed target (hardware-facts.md §7: `a` targets get every "
+            "reachable through the listed target (docs/hardware.md §7: `a` targets get every "
             "feature of the chip, `f` targets a family-portable subset)")
 
 

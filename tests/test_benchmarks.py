@@ -7,24 +7,18 @@ The torch and transformers tests skip when those are not installed."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import sparsile
-
-ROOT = Path(__file__).resolve().parents[1]
+from sparsile.tests.support import ROOT
+from sparsile.tests.support import load_script as _load
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_script_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return _load(f"benchmarks/{name}.py", f"bench_script_{name}", register=True)  # dataclasses look their module up
 
 
 be = load_script("bench_elementwise")
@@ -232,10 +226,7 @@ def test_llama_arguments():
 
 
 def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"sparsile.examples.{name}")
 
 
 def test_llama_static_cache_decode_matches_recompute():

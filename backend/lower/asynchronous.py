@@ -2,7 +2,7 @@
 TMA copies, async-proxy fences, partition barriers and warp specialization (sm_90a and later).
 
 Shared-memory buffers live in the kernel's dynamic shared memory, each 1024-byte aligned (the
-128B-swizzle atom, hardware-facts §5.3). A 2-D buffer of R x C elements with swizzle span S is
+128B-swizzle atom, docs/hardware.md §5.3). A 2-D buffer of R x C elements with swizzle span S is
 stored as column panels of S bytes (rows of exactly S bytes, TMA box per panel); byte address bits
 [4, 4+log2(S/16)) are XORed with bits [7, ...) (PTX ISA 5.5.7). Ops one thread must issue (TMA,
 ``arrive.expect_tx``, ``arrive``) run in the first thread of the current partition.

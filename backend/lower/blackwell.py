@@ -1,5 +1,5 @@
 """Blackwell (sm_100a / sm_103a / sm_110a): tensor memory and ``tcgen05`` (PTX ISA 9.7.16;
-hardware-facts.md §1-2, §6-7), the lowering of ``frontend/ops/blackwell.py``.
+docs/hardware.md §1-2, §6-7), the lowering of ``frontend/ops/blackwell.py``.
 
 * **One TMEM allocation per CTA.** The ``prepare`` hook inserts ``tmem.init`` at the start of the
   kernel (warp 0: ``tcgen05.alloc`` of the power-of-two column count sema placed every
@@ -13,7 +13,7 @@ hardware-facts.md §1-2, §6-7), the lowering of ``frontend/ops/blackwell.py``.
 * **MMA splitting** (:func:`mma_plan`): one ``tcgen05.mma`` call becomes K steps x M tiles (128
   rows) x N tiles (<= 256 columns); the metadata column of step ``ks`` in M tile ``mt`` is
   ``mt·tile_stride + (ks // p)·2`` with selector ``ks % p``, ``p = 2 // columns-per-instruction``
-  (jax-mosaic-sparse.md §2: 16-bit/tf32 column pairs with selector 0/1; 8-bit selector 0 and two
+  (docs/hardware.md §11: 16-bit/tf32 column pairs with selector 0/1; 8-bit selector 0 and two
   columns per instruction). Instruction descriptors come from ``descriptors.encode_idesc``,
   shared-memory descriptors from ``descriptors.encode_tcgen05_smem_desc`` (version bit 46).
 * **TMEM <-> registers** through the access plan of the layout algebra
@@ -50,7 +50,7 @@ from .asynchronous import SmemRef, bar_ptr, smem_base_address
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const, llvm_type
 
-KIND_CODE = {"f16": 0, "tf32": 1, "f8f6f4": 2, "i8": 3}  # intrinsic immarg (hardware-facts §6)
+KIND_CODE = {"f16": 0, "tf32": 1, "f8f6f4": 2, "i8": 3}  # intrinsic immarg (docs/hardware.md §6)
 SWIZZLE_NAME = {128: "128B", 64: "64B", 32: "32B"}
 TMEM_PTR = "ptr addrspace(6)"
 
@@ -97,7 +97,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
 
 def tmem_columns_used(func: Function) -> int:
     """The columns of the CTA's one TMEM allocation: a power of two >= 32 covering every
-    ``tmem.alloc`` (placed by sema, hardware-facts §2 "alloc") and the columns reserved for tile
+    ``tmem.alloc`` (placed by sema, docs/hardware.md §2 "alloc") and the columns reserved for tile
     MMAs; 0 when there is nothing."""
     end = 0
     for op in func.walk():
@@ -141,7 +141,7 @@ def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
 
 def kernel_cta_group(func: Function) -> int:
     """2 when the kernel's tcgen05 ops work on CTA pairs (all of them must: ptxas rejects a kernel
-    that mixes ``.cta_group::1`` and ``::2``, hardware-facts §1.1; legality SP0556), else 1."""
+    that mixes ``.cta_group::1`` and ``::2``, docs/hardware.md §1.1; legality SP0556), else 1."""
     return 2 if any(op.attrs.get("cta_group") == 2 for op in func.walk() if op.name.startswith("tcgen05.")) else 1
 
 
@@ -209,7 +209,7 @@ def _warp0_do(cg: CodeGen, emit: Any) -> None:
 
 
 def smem_descriptor(cg: CodeGen, ref: SmemRef, row: int, col: int) -> LLValue:
-    """The tcgen05 shared-memory descriptor (hardware-facts §1.5, §9) of the K-major swizzled
+    """The tcgen05 shared-memory descriptor (docs/hardware.md §1.5, §9) of the K-major swizzled
     operand sub-tile at (row, col): start address of that element (K advances inside a swizzle
     row by adding ``bytes >> 4``), LBO unused (16), SBO = 8 rows x swizzle span, version bit 46,
     swizzle code, base offset 0 (buffers are 1024-byte aligned)."""
@@ -311,7 +311,7 @@ def lower_tmem_slice(cg: CodeGen, op: Operation) -> None:
 # TMEM <-> registers
 # ================================================================================================
 def _check_partition(cg: CodeGen, op: Operation) -> None:
-    """Warp w may only touch TMEM lanes 32·(%warpid % 4).. (hardware-facts §2): the partition must
+    """Warp w may only touch TMEM lanes 32·(%warpid % 4).. (docs/hardware.md §2): the partition must
     be whole warpgroups starting at a warpgroup boundary, so its warp i has quarter i % 4."""
     if cg.num_warps % 4 or cg.part.first_warp % 4:
         raise CompileError([Diagnostic(
@@ -528,7 +528,7 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
              block_scale: bool = False) -> list[MmaInstr]:
     """The instructions of ``tcgen05.mma`` over an M x N accumulator and K (see module docstring).
 
-    Metadata (jax-mosaic-sparse.md §2, hardware-facts §1.4): a 16-bit or tf32 instruction reads one
+    Metadata (docs/hardware.md §11, §1.4): a 16-bit or tf32 instruction reads one
     column, 8-bit ones two; ``p = 2 // columns`` instructions share a column pair, so step ``ks``
     reads column ``(ks // p)·2`` of its M tile with selector ``ks % p``. The metadata depends on the
     M tile and K step only: every N tile reuses it.
@@ -588,7 +588,7 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
     name = f"llvm.nvvm.tcgen05.mma{suffix}.{'tensor' if a_tmem else 'shared'}"
     imm = [const(KIND_CODE[kind], "i32"), const(group, "i32"), const(0, "i32")]
     scale_refs: tuple[TmemRef, TmemRef] | None = None
-    if scaled:  # (hardware-facts §6: no kind immarg; `.block32` = scale_vec::1X for mxf8f6f4, §1.1)
+    if scaled:  # (docs/hardware.md §6: no kind immarg; `.block32` = scale_vec::1X for mxf8f6f4, §1.1)
         require(cg.target, Feature.TCGEN05_MXF8F6F4, op.span)
         name += ".mxf8f6f4.block_scale.block32"
         imm = imm[1:]
@@ -615,7 +615,7 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
 
 @lowering("tcgen05.copy")
 def lower_copy(cg: CodeGen, op: Operation) -> None:
-    """``tcgen05.cp.cta_group::1.128x128b [tmem + 4i], desc`` per 2 KB atom (hardware-facts §1.4:
+    """``tcgen05.cp.cta_group::1.128x128b [tmem + 4i], desc`` per 2 KB atom (docs/hardware.md §1.4:
     no swizzle, SBO = 128 B, LBO unused, version bit 46; byte row r lands in lane r)."""
     _require_tcgen05(cg, op)
     src: SmemRef = cg.get(op.operand("src"))

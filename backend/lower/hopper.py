@@ -1,5 +1,5 @@
 """Hopper (sm_90a): ``wgmma.mma_async`` (dense and ``.sp``) with B from a shared-memory descriptor and
-A from one or from registers, and the layouts it anchors (PTX ISA 9.7.15; hardware-facts §4).
+A from one or from registers, and the layouts it anchors (PTX ISA 9.7.15; docs/hardware.md §4).
 
 A partition of ``G`` warpgroups computes an ``M x N`` accumulator with ``M = 64·G·R``: warpgroup
 ``g`` issues, per K step, ``R`` instructions ``m64nNk*`` for rows ``64(r·G + g)``. Accumulators
@@ -9,7 +9,7 @@ PTX A fragment (``a_layout``), packed into four b32 registers per instruction an
 the ``wgmma.wait_group`` that retires it.
 
 Shared-memory operands must be swizzled (32/64/128 B) and K-major; descriptors (PTX 9.7.15.5.1,
-hardware-facts §4.3) use SBO = 8 rows x swizzle span, LBO unused, and advance along K by adding
+docs/hardware.md §4.3) use SBO = 8 rows x swizzle span, LBO unused, and advance along K by adding
 ``bytes >> 4`` to the start address inside a swizzle row.
 """
 
@@ -54,7 +54,7 @@ def acc_layout(m: int, n: int, warps: int) -> LinearLayout | None:
 
 def meta_layout(m: int, kw: int, elem: T.ScalarType, warps: int) -> LinearLayout | None:
     """The layout of an ``m x kw`` block of metadata words fed to sparse wgmma: each thread holds
-    the word of every instruction it supplies (hardware-facts §4.2)."""
+    the word of every instruction it supplies (docs/hardware.md §4.2)."""
     if warps % 4:
         return None
     g = warps // 4
@@ -158,7 +158,7 @@ def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int, a_
                 ) -> tuple[str, str]:
     """The wgmma asm template and its operand constraints (acc out, A descriptor or the four b32
     A registers, B descriptor, [meta], scale, acc in tied). The register-A form has no A
-    transpose immediate (PTX ISA 9.7.15.5.2; hardware-facts §4.1)."""
+    transpose immediate (PTX ISA 9.7.15.5.2; docs/hardware.md §4.1)."""
     dt = {"f32": "f32", "f16": "f16", "i32": "s32"}[eacc]
     ta = PTX_TYPE[ea]
     shape = f"m64n{n}k{k}"

@@ -1,6 +1,6 @@
 """sm_80+ tile-level ``dot`` / ``sparse_dot`` on warp-level tensor cores: ``mma.sync.aligned`` (dense)
 and ``mma.sp::ordered_metadata.sync.aligned`` (2:4 sparse), PTX ISA 9.7.14 (warp-level MMA) and
-hardware-facts §4.4.
+docs/hardware.md §4.4.
 
 Chosen on targets with :attr:`Feature.MMA_SP` that have neither the wgmma (sm_90a) nor the tcgen05
 (sm_100a ...) tile path: sm_80, sm_86, sm_87, sm_89, sm_90 and sm_120/121. Instructions (one warp,
@@ -97,7 +97,7 @@ class MmaInstr:
 def select_instr(target: Any, a_elem: Any, b_elem: Any, acc_elem: Any, sparse: bool) -> MmaInstr | None:
     """The MMA for these operand types on ``target``, or None (the portable lowering runs).
 
-    Gated per hardware-facts §7 / PTX ISA 9.7.14.5.14: fp8 ``mma`` needs sm_89 or later."""
+    Gated per docs/hardware.md §7 / PTX ISA 9.7.14.5.14: fp8 ``mma`` needs sm_89 or later."""
     if not isinstance(a_elem, T.ScalarType) or not isinstance(b_elem, T.ScalarType):
         return None
     ea, eb = a_elem.name, b_elem.name

@@ -23,7 +23,7 @@ def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream:
     from cuda.bindings import driver
 
     from .. import runtime
-    from .arguments import stream_handle
+    from .launch_config import stream_handle
 
     runtime.current_device()  # the context is current on this thread
     handle = stream_handle(stream)

@@ -6,7 +6,7 @@ element size). The driver wants the reverse (innermost first, ``globalStrides`` 
 innermost entry): :meth:`TensorMapSpec.driver_arguments` does that conversion, so TMA coordinate
 ``c0`` in PTX is the *last* array dimension.
 
-Validation implements hardware-facts.md §5.4 plus the ``cuTensorMapEncodeTiled`` documentation
+Validation implements docs/hardware.md §5.4 plus the ``cuTensorMapEncodeTiled`` documentation
 (CUDA 13): rank 1..5 (>= 3 when interleaved), base address 16-byte aligned (32 for 32-byte
 interleave and the 16U4/16U6 ALIGN16B types), dims in 1..2^32, outer strides multiples of 16 (32)
 and < 2^40, box dims 1..256, inner box bytes a multiple of 16 (no interleave) and at most the
@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...frontend.diagnostics import LaunchError
-from .arguments import ARG_SHAPE, TENSOR_MAP, ArrayInfo, dtype_info
+from .arrays import ArrayInfo
+from .codes import ARG_SHAPE, TENSOR_MAP
+from .dtypes import dtype_info
 
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
@@ -40,7 +42,7 @@ maps, enough for every weight and activation map of a large model's layers."""
 
 
 class TmaDataType(enum.IntEnum):
-    """``CUtensorMapDataType`` (hardware-facts §5.4)."""
+    """``CUtensorMapDataType`` (docs/hardware.md §5.4)."""
 
     UINT8 = 0
     UINT16 = 1
@@ -195,12 +197,12 @@ class TensorMapSpec:
     @property
     def box_bytes(self) -> int:
         """Bytes one load of the box writes to shared memory, out-of-bounds fill included (the
-        ``expect_tx`` count, hardware-facts §5.2)."""
+        ``expect_tx`` count, docs/hardware.md §5.2)."""
         counts = [math.ceil(b / e) if e > 0 else 0 for b, e in zip(self.box_shape, self.element_strides)]
         return math.prod(counts) * self.dtype.bits // 8
 
     def problems(self, address: int | None = None) -> list[str]:
-        """Every rule of hardware-facts §5.4 / the driver documentation this spec breaks."""
+        """Every rule of docs/hardware.md §5.4 / the driver documentation this spec breaks."""
         out: list[str] = []
         rank = self.rank
         if not 1 <= rank <= MAX_RANK:
@@ -270,7 +272,7 @@ class TensorMapSpec:
         problems = self.problems(address)
         if problems:
             raise LaunchError(TENSOR_MAP, f"{what} is invalid: " + "; ".join(problems),
-                              "see hardware-facts.md §5.4 for the cuTensorMapEncodeTiled rules")
+                              "see docs/hardware.md §5.4 for the cuTensorMapEncodeTiled rules")
 
     def driver_arguments(self, address: int) -> dict[str, Any]:
         """Keyword values for ``cuTensorMapEncodeTiled`` (innermost dimension first)."""
@@ -304,7 +306,7 @@ class TensorMap:
 @dataclass(frozen=True)
 class TensorMapParam:
     """A ``tensor[dtype, rank]`` kernel parameter passed as a 128-byte ``__grid_constant__``
-    tensor map (``.param .align 64 .b8 [128]``, hardware-facts §0 item 3 and §5.1). The caller
+    tensor map (``.param .align 64 .b8 [128]``, docs/hardware.md §0 item 3 and §5.1). The caller
     passes an array (the launcher encodes a map for its layout with this box and options) or a
     prebuilt :class:`TensorMap`. With ``source`` set, the map is *derived*: not a caller
     argument, but built from the array passed for the pointer/array parameter ``source`` (after

@@ -1,7 +1,7 @@
 """LLVM IR (text) -> PTX with llvmlite's NVPTX backend, gated by the target table.
 
 LLVM 22 aborts the whole Python process ("LLVM ERROR: Cannot select: intrinsic ...") on an
-NVVM intrinsic the selected SM cannot execute (``hardware-facts.md`` §0 item 2, §7 "LLVM's
+NVVM intrinsic the selected SM cannot execute (``docs/hardware.md`` §0 item 2, §7 "LLVM's
 selector mirrors the table"). So before LLVM sees a module, every ``llvm.nvvm.*`` intrinsic it
 declares is mapped to the :class:`~.targets.Feature` it needs (:func:`intrinsic_features`)
 and checked against the target; a missing feature becomes diagnostic ``SP0603`` instead of a
@@ -35,7 +35,7 @@ NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 _NVVM = "llvm.nvvm."
 _LLVM_LOCK = threading.Lock()
 
-# tcgen05.mma ``kind`` immarg values (hardware-facts.md §6 "Flag encodings").
+# tcgen05.mma ``kind`` immarg values (docs/hardware.md §6 "Flag encodings").
 TCGEN05_MMA_KIND_CODES = {"f16": 0, "tf32": 1, "f8f6f4": 2, "i8": 3}
 
 
@@ -144,7 +144,7 @@ def intrinsic_problem(target: Target, name: str, immargs: Sequence[int] = (),
                                code=SP_INTRINSIC_UNAVAILABLE)
         if diag is not None:
             note = ("LLVM's NVPTX backend would abort the process on this intrinsic "
-                    "(hardware-facts.md §0 item 2), so sparsile refuses it first")
+                    "(docs/hardware.md §0 item 2), so sparsile refuses it first")
             return Diagnostic(diag.code, diag.message, diag.span, diag.severity, diag.help, diag.labels,
                               (*diag.notes, note))
     return None

@@ -126,7 +126,7 @@ def _i_mma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     """M = 256 over the CTA pair: D rows of each CTA = its A (and metadata) @ [B of the even CTA;
-    B of the odd CTA]^T (hardware-facts §1.2; PTX ISA 9.7.16.10.5.1)."""
+    B of the odd CTA]^T (docs/hardware.md §1.2; PTX ISA 9.7.16.10.5.1)."""
     from ..ops.cluster import peer_array
 
     pair = _pair(ctx, op)

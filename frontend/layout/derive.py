@@ -94,7 +94,7 @@ class TmemAccessPlan:
     """How to move a TMEM layout to (``load``) or from (``store``) a register layout.
 
     ``warp_bases[w]`` is the (lane, column) base of warp ``w`` (lane base ``32·(w%4)`` plus the
-    lane offset: warp ``w`` may only touch lanes ``32(w%4)..+31``, hardware-facts §2).
+    lane offset: warp ``w`` may only touch lanes ``32(w%4)..+31``, docs/hardware.md §2).
     ``sources[r][s]`` locates element (``reg`` r, ``sub`` s) of the register layout; an element
     that is a sub-field of a 32-bit word is extracted (load) or inserted (store) with shifts:
     the per-thread unpacking.
@@ -147,7 +147,7 @@ def tmem_access_plan(tmem_layout: LinearLayout, reg_layout: LinearLayout, num_wa
     ``lane``, ``warp``[, ``block``]) over the same logical dims.
 
     Method: ``H = reg_layout ∘ tmem_layout⁻¹`` maps register/thread bits to TMEM address bits.
-    The thread (``lane``) bits of ``H`` must be one shape's per-thread mapping (hardware-facts
+    The thread (``lane``) bits of ``H`` must be one shape's per-thread mapping (docs/hardware.md
     §2); the warp bits must select the warp's own lane quarter; the per-thread bits must span the
     shape's own register bits, then ``.num`` repetitions (capped by
     ``max_regs_per_instruction``), then instruction offsets (lane + 16 for 16-lane shapes, higher
@@ -208,7 +208,7 @@ def tmem_access_plan(tmem_layout: LinearLayout, reg_layout: LinearLayout, num_wa
         want = 32 << i if i < quarter_bits else 0
         if wl != want:
             return fail(f"warp bit {i} moves to TMEM lane +{wl}; warp w may only touch lanes 32*(w%4)..+31 "
-                        f"(hardware-facts §2), so it must move by +{want}",
+                        f"(docs/hardware.md §2), so it must move by +{want}",
                         "assign warp w%4 to the rows held in TMEM lanes 32*(w%4)..+31")
         warp_cols |= wc
     shape, half_split = _match_shape([w for w, _, _ in lanes])
@@ -321,7 +321,7 @@ def tmem_register_layout(tmem_layout: LinearLayout, shape: str = "32x32b", num_w
     """The register layout that ``tcgen05.ld.<shape>`` produces from ``tmem_layout`` (and that
     ``tcgen05.st`` consumes).
 
-    Threads follow the shape's mapping (hardware-facts §2), warp ``w`` its lane quarter; registers
+    Threads follow the shape's mapping (docs/hardware.md §2), warp ``w`` its lane quarter; registers
     walk the shape's own registers, then ``.num`` column steps, then the remaining TMEM address
     bits that hold data (lane + 16 for 16-lane shapes, then columns).  For ``16x32bx2`` the half
     split is the highest column bit.  Warps beyond the lane quarters take the highest columns.

@@ -5,7 +5,7 @@ A :class:`LinearLayout` maps the bits of named *input* (hardware) dimensions to 
 image of an input point is the XOR of the bases of its set bits (Triton's LinearLayout, arXiv
 2505.23819, §3).  All dimension sizes are powers of two.
 
-Dimension names used across sparsile (``DESIGN.md`` §Layouts):
+Dimension names used across sparsile (this list is their reference):
 
 - registers: ``reg`` (register index within a thread), ``sub`` (position of a packed sub-word
   inside a 32-bit register, when several elements share one), ``lane``, ``warp``, ``block`` (CTA);

@@ -2,12 +2,12 @@
 
 Every constructor returns a :class:`~sparsile.frontend.layout.layouts.LinearLayout` from hardware index
 bits to logical coordinates and cites where its formula comes from.  Provenance tags follow
-``hardware-facts.md``: [H] checked on an H200, [D] PTX ISA text, [C] CUTLASS, [J] JAX,
+``docs/hardware.md``: [H] checked on an H200, [D] PTX ISA text, [C] CUTLASS, [J] JAX,
 [T] TVM tirx documentation's transcription of PTX figures, [U] unverified.
 
 Metadata layouts use the logical dims ``("m", M), ("chunk", K/G)``: one *chunk* is the group of
 ``G`` consecutive K elements described by one 4-bit metadata nibble (G = 4 for 16-bit and 8-bit
-operands, 2 for tf32, 8 for 4-bit operands; ``hardware-facts.md`` §1.4, §3).  Packed cells and
+operands, 2 for tf32, 8 for 4-bit operands; ``docs/hardware.md`` §1.4, §3).  Packed cells and
 registers carry the nibble position in the input dim ``sub`` (8 nibbles per 32-bit word).
 """
 
@@ -28,7 +28,7 @@ from .layouts import (
 REG, SUB, LANE, WARP, BLOCK = "reg", "sub", "lane", "warp", "block"
 COL, CTA, OFFSET = "col", "cta", "offset"
 
-#: elements per metadata chunk (one 4-bit nibble) by operand class (hardware-facts §1.4, §3)
+#: elements per metadata chunk (one 4-bit nibble) by operand class (docs/hardware.md §1.4, §3)
 CHUNK_ELEMS = {"16bit": 4, "tf32": 2, "8bit": 4, "4bit": 8}
 
 _DTYPE_CLASS = {
@@ -118,7 +118,7 @@ def blocked(shape: Sequence[int], size_per_thread: Sequence[int], threads_per_wa
 def wgmma_accumulator(n: int, *, packed: bool = False, warpgroups: int = 1) -> LinearLayout:
     """The ``wgmma.mma_async`` m64nN accumulator fragment (f32 or f16 D).
 
-    hardware-facts §4.2 [H]: warp ``w`` holds rows 16w..16w+15; with ``g = lane/4, t = lane%4``
+    docs/hardware.md §4.2 [H]: warp ``w`` holds rows 16w..16w+15; with ``g = lane/4, t = lane%4``
     element ``d[4i + 2h + b]`` is (row ``16w + g + 8h``, column ``8i + 2t + b``) (PTX Fig. 149,
     repeated along N in blocks of 8 columns).  ``packed=True`` gives the f16-accumulator view:
     ``reg`` counts ``.f16x2`` registers and ``sub`` the half (element ``2·reg + sub``).  With
@@ -143,7 +143,7 @@ def wgmma_accumulator(n: int, *, packed: bool = False, warpgroups: int = 1) -> L
 def wgmma_sparse_metadata(dtype: str, spsel: int | str = 0) -> LinearLayout:
     """The metadata register of sparse ``wgmma.mma_async.sp`` (one b32 per thread, 8 nibbles).
 
-    hardware-facts §4.2 [H] (PTX Figs. 176-181).  Warp ``w`` covers A rows 16w..16w+15;
+    docs/hardware.md §4.2 [H] (PTX Figs. 176-181).  Warp ``w`` covers A rows 16w..16w+15;
     ``g = lane/4, t = lane%4``.
 
     - 16-bit (k32) and tf32 (k16): the threads with ``t/2 == spsel`` supply the metadata; ``t%2``
@@ -174,7 +174,7 @@ def wgmma_sparse_metadata(dtype: str, spsel: int | str = 0) -> LinearLayout:
             raise LayoutError("SP0408", f"sparsity selector must be 0 for 8-bit operands, found {spsel!r}")
         rows = {REG: [], SUB: _units("chunk", 0, 3), LANE: [{"m": 8}, {"chunk": 8}, *lane_gt], WARP: warp}
         return _bases(rows, [("m", 64), ("chunk", 16)])
-    raise LayoutError("SP0408", "sparse wgmma has no 4-bit operand kind (hardware-facts §4.1)",
+    raise LayoutError("SP0408", "sparse wgmma has no 4-bit operand kind (docs/hardware.md §4.1)",
                       help="use tcgen05 (sm_100a) for e2m1 operands")
 
 
@@ -199,7 +199,7 @@ def wgmma_a_fragment(dtype: str, *, sparse: bool = False, warpgroups: int = 1) -
       register.
 
     Per warp these are the ``mma.m16n8k16`` / ``m16n8k8`` / ``m16n8k32`` A fragments (and the
-    sparse forms follow ``mma.sp``'s A on the stored values, hardware-facts §4.2 [U]: not run on
+    sparse forms follow ``mma.sp``'s A on the stored values, docs/hardware.md §4.2 [U]: not run on
     the H200 yet).  ``reg`` counts elements ``a_i`` in order.  Output ``("m", 64·warpgroups),
     ("k", WGMMA_A_COLS)``: ``k`` is the *stored* column (compressed for ``sparse=True``; the
     layout is the same, the flag documents which instruction reads it).  With ``warpgroups > 1``
@@ -218,7 +218,7 @@ def wgmma_a_fragment(dtype: str, *, sparse: bool = False, warpgroups: int = 1) -
         reg = [{"k": 1}, {"k": 2}, {"m": 8}, {"k": 16}]
         lane = [{"k": 4}, {"k": 8}, *gt_rows]
     else:
-        raise LayoutError("SP0408", f"wgmma has no {dtype} register A (hardware-facts §4.1)",
+        raise LayoutError("SP0408", f"wgmma has no {dtype} register A (docs/hardware.md §4.1)",
                           help="use tcgen05 (sm_100a) for 4-bit operands")
     warp = [{"m": 16}, {"m": 32}, *_units("m", 6, log2_exact(warpgroups, "warpgroups"))]
     return _bases({REG: reg, LANE: lane, WARP: warp}, [("m", 64 * warpgroups), ("k", WGMMA_A_COLS[cls])])
@@ -227,7 +227,7 @@ def wgmma_a_fragment(dtype: str, *, sparse: bool = False, warpgroups: int = 1) -
 def mma_sp_fragment(operand: str, *, packed: bool = False) -> LinearLayout:
     """Fragments of ``mma.sp::ordered_metadata.m16n8k32`` with f16/bf16 operands (one warp).
 
-    hardware-facts §4.4 [H] (g = lane/4, t = lane%4):
+    docs/hardware.md §4.4 [H] (g = lane/4, t = lane%4):
 
     - ``"a"`` (compressed A, 16×16): a0,a1 = (g, 2t..+1); a2,a3 = (g+8, ·); a4,a5 = (g, 2t+8..);
       a6,a7 = (g+8, 2t+8..).  Output ``("m", 16), ("k", 16)`` (compressed K).
@@ -326,7 +326,7 @@ def tmem_sparse_metadata(m: int, k: int, dtype: str, *, cta_group: int = 1) -> L
     """The TMEM image of ``tcgen05.mma.sp`` metadata: (``lane``, ``col``, ``sub``[, ``cta``]) to
     ``("m", M), ("chunk", K/G)``.
 
-    hardware-facts §1.4 (M=128 per CTA; CUTLASS ``tmem_e_frg`` and JAX
+    docs/hardware.md §1.4 (M=128 per CTA; CUTLASS ``tmem_e_frg`` and JAX
     ``format_tcgen05_sparse_metadata`` agree [C][J]):
 
     - 16-bit and tf32: row ``m`` and instruction K-half ``h`` live in lane
@@ -338,7 +338,7 @@ def tmem_sparse_metadata(m: int, k: int, dtype: str, *, cta_group: int = 1) -> L
 
     M=256 (cta_group::2) is the M=128 image in each CTA.  **M=64 is not provided**: its layout
     exists only as PTX Figs. 262/264/266, which are images the fact sheet could not transcribe
-    (hardware-facts §0 item 6, §8) — a :class:`LayoutError` SP0408 says so.
+    (docs/hardware.md §0 item 6, §8) — a :class:`LayoutError` SP0408 says so.
     """
     cls = operand_class(dtype)
     if cta_group not in (1, 2):
@@ -347,7 +347,7 @@ def tmem_sparse_metadata(m: int, k: int, dtype: str, *, cta_group: int = 1) -> L
         raise LayoutError(
             "SP0408", f"no known TMEM sparse-metadata layout for M={m} with cta_group::{cta_group}",
             help="use M=128 (cta_group::1) or M=256 (cta_group::2); the M=64 layout is only given as "
-                 "PTX figures 262/264/266 and is unverified (hardware-facts §0 item 6)")
+                 "PTX figures 262/264/266 and is unverified (docs/hardware.md §0 item 6)")
     g = CHUNK_ELEMS[cls]
     chunks = next_power_of_two(max(1, -(-k // g)))
     chunks = max(chunks, 8)  # one column holds 8 chunks; a narrower K still occupies the column
@@ -365,7 +365,7 @@ def tmem_sparse_metadata(m: int, k: int, dtype: str, *, cta_group: int = 1) -> L
 
 
 #: (lane bases, native register bases, columns covered by one ``.num`` step) per tcgen05.ld/st
-#: shape, relative to the warp's lane base; hardware-facts §2 per-thread mapping [C].
+#: shape, relative to the warp's lane base; docs/hardware.md §2 per-thread mapping [C].
 TCGEN05_SHAPES: dict[str, tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...], int]] = {
     # 32x32b: lane t; register j = column j
     "32x32b": (((1, 0), (2, 0), (4, 0), (8, 0), (16, 0)), (), 1),
@@ -379,7 +379,7 @@ TCGEN05_SHAPES: dict[str, tuple[tuple[tuple[int, int], ...], tuple[tuple[int, in
     "16x32bx2": (((1, 0), (2, 0), (4, 0), (8, 0), (0, 0)), (), 1),
 }
 
-#: the largest ``.num`` per shape (hardware-facts §2: registers = num·k, at most 128; ptxas rejects
+#: the largest ``.num`` per shape (docs/hardware.md §2: registers = num·k, at most 128; ptxas rejects
 #: 16x256b.x64)
 TCGEN05_MAX_NUM = {"32x32b": 128, "16x64b": 128, "16x128b": 64, "16x256b": 32, "16x32bx2": 128}
 
@@ -393,7 +393,7 @@ def tcgen05_atom(shape: str, num: int = 1, *, num_warps: int = 4,
     """One ``tcgen05.ld/st.<shape>.x<num>`` per warp as a layout from (``reg``, ``lane``, ``warp``)
     to TMEM (``lane``, ``col``), relative to the TMEM base address.
 
-    hardware-facts §2 [C] (PTX §9.7.16.2.3.1; TVM's table [T] agrees): ``.num`` repeats the
+    docs/hardware.md §2 [C] (PTX §9.7.16.2.3.1; TVM's table [T] agrees): ``.num`` repeats the
     shape's columns; warp ``w`` accesses lanes ``32·(w%4)..+31`` (16-lane shapes the first half
     of them).  Warps beyond a warpgroup repeat the same TMEM positions (zero bases).
     ``16x32bx2`` needs ``half_split``: the immediate column offset read by threads 16-31 (a power
@@ -442,7 +442,7 @@ def swizzle_name(swizzle: str | int | None) -> str:
 
 
 def swizzle_address(byte_address: int, swizzle: str | int | None) -> int:
-    """The hardware swizzle of a byte address (PTX ISA §5.5.7 tables; hardware-facts §5.3 [H]).
+    """The hardware swizzle of a byte address (PTX ISA §5.5.7 tables; docs/hardware.md §5.3 [H]).
 
     The 16-byte chunk index (address bits 4..) is XORed with the 128-byte line index (bits 7..):
     ``bits[4, 4+s) ^= bits[7, 7+s)`` with s = 1, 2, 3 for 32B, 64B, 128B (CuTe Swizzle<s,4,3>).
@@ -519,7 +519,7 @@ def smem_core_matrices(rows: int, cols: int, elem_bits: int, *, k_major: bool = 
     Core matrices are 8 rows × 16 bytes, stored contiguously (128 B).  ``dims`` are (MN, K).
     K-major: a core-matrix row runs along K; MN-major: along MN.  ``k_groups_adjacent`` chooses
     the arrangement of core matrices: K-direction neighbours adjacent (the H200-verified choice of
-    hardware-facts §4.2, LBO = 128 B) or MN-direction neighbours adjacent (CUTLASS, §9).
+    docs/hardware.md §4.2, LBO = 128 B) or MN-direction neighbours adjacent (CUTLASS, §9).
     """
     mn_name, k_name = dims
     mn, k = padded_shape((rows, cols))

@@ -4,7 +4,7 @@
   in a register layout can be written to a SMEM layout with vectorized ``st.shared``/``stmatrix``
   and at what bank-conflict cost (seed 002: the tcgen05.ld accumulator stored to swizzled SMEM);
 - :func:`smem_descriptor_fields` — swizzle mode, LBO and SBO implied by a SMEM layout
-  (hardware-facts §1.5, §4.3, §9; PTX ISA §9.7.16.3.3 canonical layouts);
+  (docs/hardware.md §1.5, §4.3, §9; PTX ISA §9.7.16.3.3 canonical layouts);
 - :func:`smem_wavefronts` — the bank model both use.
 
 A plan that cannot be made has ``ok == False``, a ``reason`` and a ``help`` line; ``require()``
@@ -275,7 +275,7 @@ SM100_SWIZZLE_CODE = {"none": 0, "128B": 2, "64B": 4, "32B": 6}
 
 @dataclass(frozen=True)
 class SmemDescriptorFields:
-    """The matrix-descriptor fields a SMEM layout implies (hardware-facts §1.5, §4.3, §9).
+    """The matrix-descriptor fields a SMEM layout implies (docs/hardware.md §1.5, §4.3, §9).
 
     ``lbo``/``sbo`` are byte strides (``lbo`` is ``None`` where the canonical layout does not use
     it; the field is then encoded as 1).  The descriptor covers ``mn_extent`` × ``k_extent``
@@ -364,7 +364,7 @@ def _canonical(major: str, span: int, mn: list[int], k: list[int], elem_bits: in
         if span:   # swizzled MN-major: LBO = MN step between atoms, SBO = K step between 8-row groups
             lbo, mn_run = c_stride, c_run
             sbo, k_run = s_stride, s_run
-        else:      # no swizzle: LBO = K step, SBO = MN step (hardware-facts §9)
+        else:      # no swizzle: LBO = K step, SBO = MN step (docs/hardware.md §9)
             sbo, mn_run = c_stride, c_run
             lbo, k_run = s_stride, s_run
         mn_ext = (1 << n_row) << mn_run
@@ -388,7 +388,7 @@ def smem_descriptor_fields(smem_layout: LinearLayout, elem_bits: int, major: str
 
     The layout's byte addresses are un-swizzled with each mode (:func:`swizzle_address`, linear
     over GF(2)) and matched against the canonical layouts of PTX §9.7.16.3.3 /
-    §9.7.15.5.1.2.1.3 with the LBO/SBO roles of hardware-facts §9: K-major swizzled: SBO = step
+    §9.7.15.5.1.2.1.3 with the LBO/SBO roles of docs/hardware.md §9: K-major swizzled: SBO = step
     between 8-row groups, LBO unused; K-major no swizzle: LBO = K step between core matrices,
     SBO = MN step; MN-major swizzled: LBO = MN step between swizzle atoms, SBO = K step between
     8-row groups; MN-major no swizzle: LBO = K step, SBO = MN step.  ``mn_dim``/``k_dim`` default

@@ -7,7 +7,7 @@
   cluster must reach: not inside a ``warp_specialize`` partition, whose warps run other code
   (SP0553; PTX ISA 9.7.13.3);
 * all tcgen05 ops of a kernel use one ``cta_group`` (ptxas rejects a kernel mixing ``::1`` and
-  ``::2``, hardware-facts §1.1; PTX ISA 9.7.16.9.2, 9.7.16.12.1): SP0556 at the first op of the
+  ``::2``, docs/hardware.md §1.1; PTX ISA 9.7.16.9.2, 9.7.16.12.1): SP0556 at the first op of the
   minority group.
 """
 

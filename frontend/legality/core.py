@@ -1,6 +1,6 @@
 """The legality pass: one pass over the typed IR, after layout inference and before any emission,
 that decides every hardware rule statically and reports it at the line the user wrote
-(``DESIGN.md`` §Legality).
+(docs/diagnostics.md, "The legality pass").
 
 It is **data-driven per target**. An op's rules are part of its definition
 (``OpDef.legality``, ``frontend/ops/opdefs.py``); the rule modules of this package register them
@@ -10,7 +10,7 @@ into the OpDefs by op name:
   restricted to targets with (or without) a :class:`~sparsile.target.targets.Feature`;
 * :func:`require_feature` — the feature an explicit op needs (``hopper.*`` needs wgmma, ``tma.*``
   needs TMA, ...; ``OpDef.required``): a missing feature is ``SP0602`` at the op's span, before
-  LLVM or ptxas ever see the instruction;
+  LLVM or ptxas ever see the instruction (docs/hardware.md §0 items 2 and 9);
 * :data:`FUNCTION_RULES` — whole-kernel rules (shared-memory and TMEM capacity, thread and
   register budgets), which belong to no op.
 
@@ -20,7 +20,7 @@ and raises one :class:`CompileError`.
 
 Each rule either **diagnoses** (a code, the span of the offending expression, what was expected
 and what was found, and a ``help:`` line) or documents that sparsile **lifts** the restriction;
-``docs/diagnostics.md`` lists both, per condition of ``jax-mosaic-sparse.md`` §1 and §5.
+``docs/diagnostics.md`` lists both, per condition of JAX Mosaic GPU ("JAX Mosaic GPU's conditions").
 
 Codes of this pass (SP056x-SP058x; the descriptor rules of ``target/descriptors.py`` keep their
 own SP050x-SP053x codes, layout pins use SP042x, target gating SP0602):
@@ -69,7 +69,7 @@ SP_WGMMA_SHAPE = "SP0571"
 SP_SMEM_CAPACITY = "SP0572"
 """More shared memory than the target lets one CTA use (explicit buffers plus compiler scratch)."""
 SP_TMA_BOX = "SP0573"
-"""A TMA box the tensor map cannot describe (hardware-facts §5.4)."""
+"""A TMA box the tensor map cannot describe (docs/hardware.md §5.4)."""
 SP_META_WIDTH = "SP0574"
 """Sparse metadata declared (``meta[T]``) or allocated for one operand width used with another."""
 SP_TMEM_CAPACITY = "SP0575"

@@ -1,6 +1,6 @@
 """Legality rules of the explicit memory ops (``ops_memory.py``) and of the kernel's resources.
 
-Shared memory (PTX ISA 5.5.7 swizzles, hardware-facts §5.3), TMA boxes (hardware-facts §5.4:
+Shared memory (PTX ISA 5.5.7 swizzles, docs/hardware.md §5.3), TMA boxes (docs/hardware.md §5.4:
 at most 256 elements per dimension, an inner extent of a multiple of 16 bytes and at most the
 swizzle span), mbarriers (§5.2), warp specialization (``setmaxnreg`` acts per warpgroup, PTX ISA
 9.7.17.1), the CTA's thread, register and shared-memory budgets (``SMResources`` of the target).
@@ -145,7 +145,7 @@ def tma_box(t: T.SmemType) -> tuple[tuple[int, ...], int]:
 
 @rule("tma.load", "tma.store", "tma.load_cluster")
 def tma_box_limits(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
-    """hardware-facts §5.4: boxDim[i] <= 256, boxDim[0] x element size a multiple of 16 bytes and,
+    """docs/hardware.md §5.4: boxDim[i] <= 256, boxDim[0] x element size a multiple of 16 bytes and,
     with a swizzle, at most the swizzle span; the tensor has at most 5 dimensions."""
     smem = op.operand("smem")
     t = smem.type
@@ -157,10 +157,10 @@ def tma_box_limits(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     big = [d for d in box if d > TMA_MAX_BOX]
     if big:
         yield _err(SP_TMA_BOX, f"a TMA box dimension is at most {TMA_MAX_BOX} elements, the box of {t} is "
-                   f"{box}", op, help="split the copy into several boxes (hardware-facts §5.4)")
+                   f"{box}", op, help="split the copy into several boxes (docs/hardware.md §5.4)")
     if inner_bytes % TMA_INNER_ALIGN:
         yield _err(SP_TMA_BOX, f"the inner box dimension spans {inner_bytes} bytes, not a multiple of 16", op,
-                   help="widen the buffer's last dimension (hardware-facts §5.4)")
+                   help="widen the buffer's last dimension (docs/hardware.md §5.4)")
     if t.swizzle and inner_bytes > t.swizzle:
         yield _err(SP_TMA_BOX, f"the inner box dimension spans {inner_bytes} bytes, more than the "
                    f"{t.swizzle}-byte swizzle span", op, help="use a wider swizzle or a narrower buffer")

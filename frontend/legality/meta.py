@@ -1,9 +1,9 @@
 """Sparse metadata typed by the operand it was formatted for: ``meta[T]``.
 
 The physical metadata layout depends on the operand width (16-bit, tf32, 8-bit, 4-bit:
-hardware-facts §1.4, §3, §4.2; ``docs/sparse-metadata.md``), but a word matrix formatted for f16
+docs/hardware.md §1.4, §3, §4.2; ``docs/sparse-metadata.md``), but a word matrix formatted for f16
 has exactly the shape of one formatted for e4m3 — so nothing downstream can tell them apart and
-the MMA silently computes garbage (jax-mosaic-sparse.md §2, "Consequences"). sparsile types it:
+the MMA silently computes garbage (docs/hardware.md §11). sparsile types it:
 
 The type constructor is registered as the language name ``meta`` by :mod:`ops_layout`.
 
@@ -49,7 +49,7 @@ def operand_name(elem: T.ScalarType | str) -> str | None:
 
 
 def width_class(elem: T.ScalarType | str) -> str | None:
-    """``16-bit``, ``tf32``, ``8-bit`` or ``4-bit`` (hardware-facts §1.4), or None."""
+    """``16-bit``, ``tf32``, ``8-bit`` or ``4-bit`` (docs/hardware.md §1.4), or None."""
     from ...stdlib.sparsity.dtypes import OPERAND_TYPES
 
     name = operand_name(elem)
@@ -183,7 +183,7 @@ def _check(op: Operation, meta: Value, a_elem: T.ScalarType, what: str, ctx: Con
                              f"declared {tag}, formatted for {have} operands", op.span,
                              help=f"encode the metadata for {a_elem} (`encode_metadata(..., dtype=\"{a_elem}\")`) "
                                   f"and declare the parameter `meta[{a_elem}]`", labels=labels,
-                             notes=("metadata layouts differ between operand widths (hardware-facts §1.4, §4.2); "
+                             notes=("metadata layouts differ between operand widths (docs/hardware.md §1.4, §4.2); "
                                     "a mismatch is silently wrong on the GPU",))
 
 

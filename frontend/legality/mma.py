@@ -1,9 +1,9 @@
 """Legality rules of warpgroup MMA (``hopper.wgmma``, sm_90a): the hardware's shapes and types
-(hardware-facts §4.1 through ``backend/descriptors.wgmma_problems``), the shared-memory operand
+(docs/hardware.md §4.1 through ``backend/descriptors.wgmma_problems``), the shared-memory operand
 tiling the descriptors need (§4.3: swizzled, K-major, one instruction's K within a swizzle row),
 the accumulator split over the warpgroups of the partition, and what sparsile's lowering does not
 implement yet (MN-major B, f16 accumulators) — all decided here, at the user's line, instead of
-during emission (JAX raises these from its lowering, jax-mosaic-sparse.md §5).
+during emission (JAX raises these from its lowering; docs/diagnostics.md, "JAX Mosaic GPU's conditions").
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def wgmma_split(m: int, n: int, warps: int) -> tuple[int, int] | str:
 @rule("hopper.wgmma", needs=("WGMMA",))
 def wgmma_operands(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """Shared-memory operands: swizzled, K-major, each instruction's K bytes within a swizzle row
-    (hardware-facts §4.3; "B tiling too small" in jax-mosaic-sparse.md §1 item 21)."""
+    (docs/hardware.md §4.3; JAX's "B tiling too small", row 21 of docs/diagnostics.md)."""
     a, b = op.operand("a"), op.operand("b")
     sparse = bool(op.attrs.get("sparse"))
     ta, tb = a.type, b.type

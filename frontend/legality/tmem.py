@@ -6,17 +6,17 @@ decide what depends on the target and on where the op runs, and re-derive what t
 instructions will encode, so that nothing is left to the lowering:
 
 * every ``tcgen05.*`` / ``tmem.*`` op needs a target with tcgen05 (``SP0602``: sm_100a/f,
-  sm_103a/f, sm_110a/f — hardware-facts §7); ``kind::i8`` needs ``TCGEN05_I8`` (sm_100a and
+  sm_103a/f, sm_110a/f — docs/hardware.md §7); ``kind::i8`` needs ``TCGEN05_I8`` (sm_100a and
   sm_110a only, §0 item 5);
 * **instruction descriptors** (ptxas checks none of them, §0 item 1): a ``tcgen05.mma`` whose
   accumulator spans several instruction tiles (M = 256 as two M = 128 tiles, N > 256 in chunks of
   256 — the lifted JAX restriction of seed 001) is issued as one instruction per tile; each
   tile's :class:`~sparsile.target.descriptors.InstrDesc` must have no
   :func:`~sparsile.target.descriptors.idesc_problems` (SP050x codes), with the selector each K
-  step uses (16-bit/tf32: alternating column 0/1; 8-bit: 0; jax-mosaic-sparse.md §2);
+  step uses (16-bit/tf32: alternating column 0/1; 8-bit: 0; docs/hardware.md §11);
 * **TMEM capacity** (§1.4, §2): every region is placed in one allocation of a power of two
   between 32 and the target's 512 columns (``SP0575``) — not one allocation per buffer as JAX
-  does (jax-mosaic-sparse.md §4);
+  does (docs/hardware.md §11);
 * **lane access** (§2 "Lane access"): warp ``w`` reaches TMEM lanes ``32(w%4)..+31`` only, so
   ``tcgen05.ld``/``st`` of a 128-lane tile needs the partition to be whole warpgroups
   (``SP0550``, the code the lowering's guard uses).
@@ -43,7 +43,7 @@ require_feature("TCGEN05", "`{op}` (tcgen05 / tensor memory)", "tcgen05.", "tmem
 PTX_DTYPE = {"f32": "tf32", "i8": "s8"}
 D_DTYPE = {"i32": "s32"}
 SELECTORS = {"f16": (0, 1), "tf32": (0, 1)}
-"""Selectors the K steps of a sparse MMA use (jax-mosaic-sparse.md §2: 16-bit and tf32 read one
+"""Selectors the K steps of a sparse MMA use (docs/hardware.md §11: 16-bit and tf32 read one
 column of a pair per instruction; 8-bit kinds read two columns with selector 0)."""
 
 

@@ -1,5 +1,5 @@
 """The Blackwell explicit level: tensor memory (namespace ``tmem``) and the fifth-generation tensor
-core (namespace ``tcgen05``) of sm_100a / sm_103a / sm_110a (PTX ISA 9.7.16; hardware-facts.md
+core (namespace ``tcgen05``) of sm_100a / sm_103a / sm_110a (PTX ISA 9.7.16; docs/hardware.md
 §1-2, §6-7).
 
 Semantics (``frontend/interp/blackwell.py`` implements them; the backend is
@@ -30,7 +30,7 @@ Semantics (``frontend/interp/blackwell.py`` implements them; the backend is
   ``a_meta`` is given) or a TMEM ``"a"`` ref, B a shared-memory buffer N x K (K-major); ``acc``
   an M x N accumulator ref. One call may span several instruction tiles (M = 256 as two M = 128
   tiles, N > 256 as N chunks); the compiler splits it and addresses the metadata per M tile and K
-  step (jax-mosaic-sparse.md §2; seed 001). Asynchronous: completion is observed with
+  step (docs/hardware.md §11; seed 001). Asynchronous: completion is observed with
   ``tcgen05.commit(bar)`` (one mbarrier arrival once every earlier tcgen05 operation of the
   issuing thread is done). With ``a_scale`` / ``b_scale`` (``kind="scale"`` refs) the MMA is
   block-scaled (kind::mxf8f6f4 ``.block_scale``, e4m3/e5m2 operands, f32 accumulator):
@@ -105,7 +105,7 @@ fence_after_op = define_op("tcgen05.fence_after", verify=TYPED_BY_SEMA, layout=N
                            doc="tcgen05.fence::after_thread_sync")
 
 # --------------------------------------------------------------------------------------------
-# Operand classes (hardware-facts.md §1.2-1.4)
+# Operand classes (docs/hardware.md §1.2-1.4)
 # --------------------------------------------------------------------------------------------
 MMA_KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "f32": "tf32", "e4m3": "f8f6f4", "e5m2": "f8f6f4",
             "i8": "i8", "u8": "i8"}
@@ -173,7 +173,7 @@ def tmem_view_layout(t: T.TmemType) -> LinearLayout:
 def tmem_chunk_layout(t: T.TmemType) -> LinearLayout:
     """The metadata image of a (rows, cols) metadata view in logical chunks: (lane, col, sub =
     nibble) -> (dim0 = row, dim1 = chunk), from ``layout_library.tmem_sparse_metadata``
-    (hardware-facts §1.4), with a second 128-row tile in the next ``cols`` columns."""
+    (docs/hardware.md §1.4), with a second 128-row tile in the next ``cols`` columns."""
     from ..layout.library import tmem_sparse_metadata
 
     rows, cols = t.shape
@@ -242,7 +242,7 @@ def tmem_alloc(em: Emitter, dtype: Arg, shape: Arg, kind: Arg | None = None, met
         also = "" if k in ("a", "scale") else " or 256 (two 128-row tiles)"
         em.error("SP0542", f"a TMEM region has 128 rows (one per TMEM lane){also}, found {rows}", span,
                  help="M = 64 (half the data path) is not supported: its sparse metadata layout is undocumented "
-                      "(hardware-facts §0 item 6)")
+                      "(docs/hardware.md §0 item 6)")
     meta_bits = 0
     if k == "acc" and dt.name not in ACC_TYPES:
         em.error("SP0542", f"a TMEM accumulator holds f32, f16 or i32, found {dt}", dtype.span)
@@ -378,7 +378,7 @@ def tmem_store(em: Emitter, ref: Arg, value: Arg) -> None:
 # --------------------------------------------------------------------------------------------
 def split_n(n: int) -> list[tuple[int, int]]:
     """(start, size) of the instruction N tiles of an N-wide accumulator: 256 columns each, then
-    the rest (one instruction's N is at most 256, hardware-facts §1.2)."""
+    the rest (one instruction's N is at most 256, docs/hardware.md §1.2)."""
     out, start = [], 0
     while start < n:
         size = min(256, n - start)
@@ -397,7 +397,7 @@ def _smem2d(em: Emitter, arg: Arg, what: str) -> tuple[Value, T.SmemType]:
 
 def _check_swizzle(em: Emitter, t: T.SmemType, bytes_per_instr: int, span: Any, what: str) -> None:
     """K-major canonical layouts (PTX ISA 9.7.16.3.3): every instruction's K bytes must lie in one
-    swizzle atom row (jax-mosaic-sparse.md §1 "B tiling too small")."""
+    swizzle atom row (docs/hardware.md §4.3; JAX's "B tiling too small")."""
     if not t.swizzle:
         em.error("SP0547", f"{what} of tcgen05.mma must be swizzled (32, 64 or 128 bytes), found {t}", span,
                  help="allocate it with swizzle=128 (or the row width in bytes)")
@@ -522,7 +522,7 @@ e3m2 and e2m1, which the language has no types for)."""
 
 def _check_scaled_form(em: Emitter, a: Arg, b: Arg, a_scale: Arg | None, b_scale: Arg | None, va: Value,
                        ea: T.ScalarType, eb: T.ScalarType, group: int) -> None:
-    """What sparsile supports of block-scaled MMAs (PTX ISA 9.7.16.10.7; hardware-facts §1.1-1.3):
+    """What sparsile supports of block-scaled MMAs (PTX ISA 9.7.16.10.7; docs/hardware.md §1.1-1.3):
     kind::mxf8f6f4 with ``scale_vec::1X`` (UE8M0, one scale per instruction K), both scales given,
     A and B in shared memory, cta_group::1, e4m3 / e5m2 operands."""
     missing = "a_scale" if a_scale is None else ("b_scale" if b_scale is None else None)
@@ -573,7 +573,7 @@ def _cta_group(em: Emitter, arg: Arg | None, what: str) -> int:
 
 
 def _check_pair_shapes(em: Emitter, m: int, n: int, k: int, tb: T.SmemType, acc: Arg, b: Arg) -> None:
-    """cta_group=2 (hardware-facts §1.2, PTX ISA 9.7.16.10.5.1 Layout A): M = 256 over the pair,
+    """cta_group=2 (docs/hardware.md §1.2, PTX ISA 9.7.16.10.5.1 Layout A): M = 256 over the pair,
     each CTA holding 128 accumulator and A rows and half of B's N rows (the even CTA the first
     half); one instruction's N (sparsile does not split a 2-CTA MMA over N tiles)."""
     if m != 128:

@@ -50,7 +50,7 @@ from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, variadic
 from .tensor import box_offsets
 
 MAX_PORTABLE_CLUSTER = 8
-"""The portable cluster size limit (CUDA programming guide; hardware-facts §7)."""
+"""The portable cluster size limit (CUDA programming guide; docs/hardware.md §7)."""
 SYNC_TIMEOUT_S = 20.0
 
 cluster_rank_op = define_op("cluster.rank", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,

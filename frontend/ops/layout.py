@@ -6,8 +6,8 @@ for the cases where the user wants to say which:
 * ``pin(x, lay)`` — ``x`` has layout ``lay`` at this point (the compiler converts into it if it
   must, and never converts the pinned value away silently: an op that *needs* another layout —
   the wgmma accumulator, a store that cannot take it — is a diagnostic ``SP0422`` with a ``help``
-  line, not a hidden conversion; DESIGN.md §Legality, "diagnose only when the user pinned an
-  incompatible layout").
+  line, not a hidden conversion (docs/diagnostics.md, "The legality pass": diagnose only when the user
+  pinned an incompatible layout).
 * ``convert_layout(x, lay)`` — the same tile redistributed into ``lay``: an explicit conversion,
   whose result is pinned.
 * ``layout.blocked(...)``, ``layout.default(...)``, ``layout.wgmma_accumulator(...)`` — named
@@ -116,7 +116,7 @@ def layout_default(em: Emitter, shape: Arg, num_warps: Arg) -> Const:
 
 def wgmma_accumulator_layout(m: int, n: int, num_warps: int) -> LinearLayout:
     """The ``m x n`` wgmma accumulator over ``num_warps`` warps: each warpgroup owns m64 row
-    blocks (hardware-facts §4.2; the layout ``backend/lower_hopper.acc_layout`` anchors)."""
+    blocks (docs/hardware.md §4.2; the layout ``backend/lower_hopper.acc_layout`` anchors)."""
     if num_warps % 4:
         raise LayoutError("SP0401", f"wgmma accumulators live on whole warpgroups, not {num_warps} warps")
     g = num_warps // 4
@@ -131,7 +131,7 @@ def wgmma_accumulator_layout(m: int, n: int, num_warps: int) -> LinearLayout:
 
 @builtin("wgmma_accumulator", ns="layout")
 def layout_wgmma_accumulator(em: Emitter, m: Arg, n: Arg, num_warps: Arg) -> Const:
-    """The wgmma accumulator layout of an ``m x n`` tile on ``num_warps`` warps (hardware-facts
+    """The wgmma accumulator layout of an ``m x n`` tile on ``num_warps`` warps (docs/hardware.md
     §4.2)."""
     mm, nn, w = (em.constexpr(a, what) for a, what in ((m, "M"), (n, "N"), (num_warps, "the number of warps")))
     return _layout_const(em, lambda: wgmma_accumulator_layout(mm, nn, w), em.span)

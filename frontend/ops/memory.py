@@ -18,7 +18,7 @@ Semantics (the interpreter implements them; PTX ISA sections cited per op):
   stores of this thread to finish reading shared memory.
 * ``fence.async_shared()`` — orders this thread's shared-memory writes before later async-proxy
   reads (``fence.proxy.async.shared::cta``); needed before TMA stores and MMAs read data written by
-  ordinary stores (the fence TileLang omitted, peers.md §2).
+  ordinary stores (the fence TileLang's sparse GEMM once omitted: tile-ai/tilelang issue #2634).
 * ``barrier()`` — all threads of the current partition (the CTA outside warp specialization).
 * ``warp_specialize(partition(fn, *args, warps=, regs=), ...)`` — run each partition's helper on its
   own warps (consecutive, in order), concurrently; ``regs`` sets the register budget with
@@ -248,11 +248,11 @@ def _check_box(em: Emitter, t: Value, s: T.SmemType, span: Any) -> None:
     for d in s.shape:
         if d > 256:
             em.error("SP0388", f"a TMA box dimension is at most 256 elements, found {d} in {s.shape}", span,
-                     help="split the buffer into several copies (hardware-facts §5.4)")
+                     help="split the buffer into several copies (docs/hardware.md §5.4)")
     row_bytes = s.shape[-1] * s.elem.bits // 8
     if row_bytes % 16:
         em.error("SP0388", f"the innermost box dimension must span a multiple of 16 bytes, found {row_bytes}",
-                 span, help="widen the buffer's last dimension (hardware-facts §5.4)")
+                 span, help="widen the buffer's last dimension (docs/hardware.md §5.4)")
 
 
 @builtin("load", ns="tma")

@@ -1,5 +1,5 @@
 """Block scale factors in tensor memory for ``tcgen05.mma(..., a_scale=, b_scale=)`` (kind::mxf8f6f4
-``.block_scale``, ``scale_vec::1X``; PTX ISA 9.7.16.10.7, hardware-facts.md §1.1-1.3).
+``.block_scale``, ``scale_vec::1X``; PTX ISA 9.7.16.10.7, docs/hardware.md §1.1-1.3).
 
 One place for the rules the typing (``ops_blackwell.mma``), the interpreter and the lowering
 (``backend/lower_blackwell.mma_plan``) share:

@@ -17,7 +17,8 @@ the object found there and a fingerprint of its value. The result is a :class:`C
 Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
 strings, ``None``, tuples, lists (compared element by element at every check: a list may be
 changed in place), sparsile and NumPy dtypes, by value; modules and classes by name; ``@jit``
-kernels and ``.spk`` helpers by their source text; any other object by identity in the process and
+kernels and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
+imports); any other object by identity in the process and
 its type's name on disk, together with each attribute a kernel reads from it.
 
 ``.spk`` modules need none of this: their constants cannot change after loading and the whole
@@ -291,7 +292,8 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
     if function_kind is not None:
         node = obj.node
         source = node.span.source
-        return (function_kind, source.name, source.text, node.name, node.span.line)
+        imports = getattr(obj, "imports", ())  # the .spk modules its module imports (driver/imports.py)
+        return (function_kind, source.name, source.text, node.name, node.span.line, *imports)
     if isinstance(obj, pytypes.ModuleType):
         return ("module", obj.__name__)
     module = getattr(kind, "__module__", "") or ""

@@ -126,9 +126,11 @@ def _mentions(diag: Diagnostic, names: list[str]) -> bool:
 
 
 SP_NOT_A_TYPE = "SP0302"
-VALUE_CHECKS = frozenset({"SP0320", SP_NOT_A_TYPE})
+SP_CONST_EVAL_FAILED = "SP0331"
+VALUE_CHECKS = frozenset({"SP0320", SP_NOT_A_TYPE, SP_CONST_EVAL_FAILED})
 """Codes whose failure is about a constexpr's value by nature (``static_assert``, a size given
-where a dtype belongs)."""
+where a dtype belongs, a compile-time operation the value does not support: ``len(T)`` of an
+integer where the kernel wants a tuple)."""
 
 
 def _shape_of_message(d: Diagnostic) -> str:

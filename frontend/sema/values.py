@@ -119,6 +119,8 @@ class HelperFunction:
     node: Any  # ast.FunctionDef
     globals: Callable[[str], Any]
     name: str = ""
+    imports: tuple[str, ...] = ()
+    """The texts of the modules its ``.spk`` module imports, transitively (part of its fingerprint)."""
 
     def __repr__(self) -> str:
         return f"<helper {self.name or self.node.name}>"

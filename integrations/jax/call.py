@@ -403,7 +403,7 @@ def _describe(plan: CallPlan, structs: list[Any]) -> str:
     specialization, grid, argument sources and static values, options, outputs and aliases."""
     sources = [(n, k, w if k != "value" else repr(w)) for n, k, w in plan.sources]
     outs = [(tuple(s.shape), str(np.dtype(s.dtype))) for s in structs]
-    return repr((plan.kernel.source.text, plan.kernel.name, plan.key, plan.grid, sources,
+    return repr((plan.kernel.source_key, plan.kernel.name, plan.key, plan.grid, sources,
                  sorted(plan.launch_options.items()), sorted(plan.aliases.items()), outs))
 
 

@@ -18,7 +18,7 @@ the metadata's tag, shape and nibbles (``validate_metadata``:
 SP0805-SP0812; a device array is checked for shape and element type only, since reading its nibbles
 would copy it to the host on every call), an ``out`` of the wrong shape or type (SP0804).
 
-Padding: TMA reads rows whose byte length is a multiple of 16 (hardware-facts.md §5.1, CUDA's
+Padding: TMA reads rows whose byte length is a multiple of 16 (docs/hardware.md §5.1, CUDA's
 ``cuTensorMapEncodeTiled`` stride rule), i.e. K a multiple of 32 / element bytes (16 for 16-bit
 operands, 32 for 8-bit, 8 for tf32). Other K are zero-padded here (a copy of values and b); the
 kernel reads metadata words past the end of a row as 0x44444444, the "indices 0, 1" chunk, which

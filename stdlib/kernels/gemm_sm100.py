@@ -13,7 +13,7 @@ operand by TMA, so the arrays are prepared for it here:
   either ``(Kp/atomK, Mp/128, 128, 4)`` or its ``(-1, 4)`` view (SP0806 otherwise).
 * **K**: the values and b rows are zero-padded to 16-byte rows (``KernelChoice.k_align``), and the
   launch K never exceeds the K the metadata atoms cover (a K step past them would read
-  out-of-bounds metadata, zero nibbles, whose meaning is undefined: hardware-facts §3).
+  out-of-bounds metadata, zero nibbles, whose meaning is undefined: docs/hardware.md §3).
 * **C** is written by TMA stores, whose rows must be 16-byte multiples: for an N that is not, the
   kernel writes a C with padded columns and the first N columns are handed back (a copy).
 

@@ -12,27 +12,15 @@ sm_100a (tests/stdlib/test_linear_api_sm100.py).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
-from .gemm import kernel_module
 from .gemm_sm100 import BM, KERNELS_SM100, KernelChoiceSm100, checked_sm100_operands, persistent_grid
 from .gemm_sm100 import kernel_module as sm100_module
 from .linear import SparseLinearPlan
 
 LINEAR_KERNELS_SM100: dict[str, KernelChoiceSm100] = {name: KERNELS_SM100[name] for name in ("f16", "bf16", "e4m3")}
 """Operand types with a Blackwell ``sparse_linear_<t>`` kernel."""
-
-
-@functools.cache
-def blackwell_module() -> Any:
-    """The persistent Blackwell kernel module with ``linear_epilogue`` bound to the helper of
-    ``sparse_gemm_sm90.spk`` (the one definition of the epilogue; .spk files cannot import each
-    other, so the name is bound here, once; the sparse_gemm kernels of the module never read it)."""
-    module = sm100_module(True)
-    module._env.setdefault("linear_epilogue", kernel_module().helpers["linear_epilogue"])
-    return module
 
 
 def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: bool
@@ -57,7 +45,7 @@ class SparseLinearPlanSm100(SparseLinearPlan):
 
     @property
     def kernel(self) -> Any:
-        return getattr(blackwell_module(), f"sparse_linear_{self.choice.operand}")
+        return getattr(sm100_module(True), f"sparse_linear_{self.choice.operand}")
 
     @property
     def grid(self) -> tuple[int]:  # type: ignore[override]

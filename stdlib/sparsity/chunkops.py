@@ -2,7 +2,7 @@
 
 Every function takes raw element bits (the operand's unsigned storage type) forming whole chunks (a
 flat run of chunks of a matrix whose K is padded to a multiple of the chunk size) and returns one
-value per chunk. The nibble rules are the ones of hardware-facts.md §3:
+value per chunk. The nibble rules are the ones of docs/hardware.md §3:
 
 * 2:4 and 4:8-in-pairs: nibble = idx0 | idx1 << 2 with idx0 < idx1 (0x4 0x8 0xC 0x9 0xD 0xE).
 * 1:2 (tf32): 0x4 keeps element 0, 0xE keeps element 1.

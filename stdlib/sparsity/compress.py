@@ -7,7 +7,7 @@ The logical format (the brief's decision, documented in docs/sparse-metadata.md)
   per chunk (2; 1 for tf32; 2 pairs for e2m1); within a chunk idx0 < idx1. For e2m1 an index
   names a 2-element pair (0-3) of the 8-element chunk.
 
-Chunks with fewer nonzeros than slots follow the CUTLASS compressor (hardware-facts.md §3), see
+Chunks with fewer nonzeros than slots follow the CUTLASS compressor (docs/hardware.md §3), see
 :mod:`.chunkops`.
 """
 

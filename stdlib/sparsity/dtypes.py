@@ -1,6 +1,6 @@
 """Operand types of sparse MMA and the structured-sparsity rule each one follows.
 
-Four width classes (PTX ISA 9.7.16.10.8 "Sparse Matrices", hardware-facts.md §1.2 and §3):
+Four width classes (PTX ISA 9.7.16.10.8 "Sparse Matrices", docs/hardware.md §1.2 and §3):
 
 ==========  ===================  ===========  ===========  ======================  ==============
 class       dtypes               pattern      chunk (G)    one MMA instruction K   2 KB TMEM atom
@@ -14,7 +14,7 @@ tf32        tf32 (alias f32)     1:2          2 elements   16                   
 Every chunk is described by one 4-bit nibble. For 2:4 its bits [1:0] and [3:2] are the positions
 of the two kept elements; for 4:8 in pairs they are positions of two kept 2-element pairs; for 1:2
 the hardware treats a tf32 chunk as a 2:4 chunk of 16-bit halves, so 0x4 keeps element 0 and 0xE
-keeps element 1 (hardware-facts.md §3).
+keeps element 1 (docs/hardware.md §3).
 
 Host arrays use numpy's float16/float32/int8/uint8 and ml_dtypes' bfloat16, float8_e4m3fn,
 float8_e5m2 and float4_e2m1fn (one 4-bit value per byte, in the low nibble).
@@ -62,7 +62,7 @@ class OperandType:
 
     ``width_class`` is "16-bit", "tf32", "8-bit" or "4-bit"; operand types of one class share every
     metadata layout. ``instr_k`` is the logical K of one sparse MMA instruction and ``atom_k`` the
-    logical K covered by one 2 KB (128 lanes x 4 columns) TMEM metadata atom (hardware-facts.md
+    logical K covered by one 2 KB (128 lanes x 4 columns) TMEM metadata atom (docs/hardware.md
     §1.2, §1.4). ``magnitude`` says how to read |x| from the element's bits: "sign-magnitude"
     (floats: clear the sign bit), "twos-complement" (s8) or "unsigned" (u8).
     """

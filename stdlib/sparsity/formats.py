@@ -1,7 +1,7 @@
 """Encoding logical indices into the hardware metadata formats, decoding them back, and
 decompressing (values, metadata) to a dense matrix.
 
-The layouts themselves are described (with their hardware-facts.md sources) in :mod:`.layouts`
+The layouts themselves are described (with their docs/hardware.md sources) in :mod:`.layouts`
 and, with pictures and worked examples, in docs/sparse-metadata.md.
 """
 

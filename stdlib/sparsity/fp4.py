@@ -2,7 +2,7 @@
 
 ml_dtypes keeps one float4_e2m1fn per byte (value in the low nibble); a kernel's global-memory
 operand holds two per byte. Element 2i goes to the low nibble of byte i and element 2i+1 to the
-high nibble: the same little-endian order as the metadata nibbles (hardware-facts.md §3) and as
+high nibble: the same little-endian order as the metadata nibbles (docs/hardware.md §3) and as
 CUTLASS's sub-byte arrays. This order is not yet checked on hardware (no fp4 MMA on the H200).
 """
 

@@ -4,7 +4,7 @@ A metadata nibble describes one chunk (row m, chunk c) of the sparse operand. Al
 computed from the same "nibble grid" (M, K/G) of uint8 nibbles:
 
 * "logical": no nibbles at all, the (M, K/G, S) uint8 index array.
-* "sm90" (hardware-facts.md §4.2 and §3): uint32 words, Mp = M rounded up to 16, Kp = K rounded
+* "sm90" (docs/hardware.md §4.2 and §3): uint32 words, Mp = M rounded up to 16, Kp = K rounded
   up to the instruction K. 8-bit: word [m, j] = the 8 nibbles of row m for chunks 8j..8j+7 (chunk
   8j+i at bits 4i), i.e. K [32j, +32). 16-bit and tf32: word [L, kb] with
   ``L = 16·(m//16) + 8·h + m%8`` holds chunks 8kb+4h .. +3 of row m (m%16 < 8) in bits [15:0] and
@@ -12,7 +12,7 @@ computed from the same "nibble grid" (M, K/G) of uint8 nibbles:
   halves h, and a thread of the selected pair loads the word of its half (K [32kb+16h, +16) for
   16-bit, [16kb+8h, +8) for tf32). This equals CUTLASS's word index ``kb + NumK·((m%8) + 8h +
   16(m/16))``. 4-bit operands have no sm90 format.
-* "tcgen05" (hardware-facts.md §1.4): the TMEM image that TMA and ``tcgen05.cp.128x128b`` load
+* "tcgen05" (docs/hardware.md §1.4): the TMEM image that TMA and ``tcgen05.cp.128x128b`` load
   unchanged. The cell (lane, column) of a 128-row M tile holds the sm90-style word of that lane
   and column (16-bit, tf32: one column per instruction; 8-bit: lane = m, column c = K [32c, +32);
   4-bit: lane = m, column c = 8 nibbles of 8-element chunks, K [64c, +64)). An atom is 128 lanes x
@@ -36,7 +36,7 @@ FORMATS = ("tcgen05", "sm90", "logical")
 """Every metadata format name."""
 
 PAD_NIBBLE = 0x4
-"""Nibble of a padding chunk: (0,1) with zero values (hardware-facts.md §3: never 0x0)."""
+"""Nibble of a padding chunk: (0,1) with zero values (docs/hardware.md §3: never 0x0)."""
 
 TMEM_LANES = 128
 ATOM_COLUMNS = 4

@@ -1,6 +1,6 @@
 """Where each logical (row, chunk) nibble sits in hardware, as explicit per-cell maps.
 
-These maps are written directly from the formulas of hardware-facts.md §1.4 and §4.2, one cell
+These maps are written directly from the formulas of docs/hardware.md §1.4 and §4.2, one cell
 at a time, independently of the vectorized encoders in :mod:`.layouts`; the tests check that the
 two agree, and :mod:`sparsile.stdlib.viz` draws them.
 
@@ -61,7 +61,7 @@ def hardware_placement(fmt: str, dtype: str | OperandType, m: int, k: int) -> Ce
 
 def sm90_thread_slot(op: OperandType, row: int, chunk: int, spsel: int = 0) -> tuple[int, int, int]:
     """(thread of its warpgroup, instruction k-step, nibble slot) that supplies the nibble of
-    (row, chunk) to ``wgmma.mma_async.sp`` (hardware-facts.md §4.2); the warpgroup covers rows
+    (row, chunk) to ``wgmma.mma_async.sp`` (docs/hardware.md §4.2); the warpgroup covers rows
     64·(row // 64) ...
 
     16-bit/tf32: warp w = r//16, lane 4g+t with g = r%8 and t = 2·spsel + h, where h = (chunk//4)%2

@@ -10,13 +10,13 @@ What is rejected, each with its own SP08xx code:
   types whose shape it does have;
 * the wrong element type (SP0806);
 * undefined nibbles (SP0807): 0x0, 0x5, 0xA, 0xF (an index used twice; PTX ISA 9.7.15.6.1 and
-  9.7.14.6.1, hardware-facts.md §3), and for tf32 anything but 0x4 and 0xE (PTX ISA
+  9.7.14.6.1, docs/hardware.md §3), and for tf32 anything but 0x4 and 0xE (PTX ISA
   9.7.16.10.8.1). A tf32 buffer full of other 2:4 codes is reported as formatted for another
   width (SP0809);
 * unordered pairs (SP0808), idx0 > idx1: ``mma.sp::ordered_metadata`` requires order and the
   encoders never produce them. With ``allow_unordered=True`` they pass for "sm90" (wgmma.sp only
   forbids the four undefined values) and only 0x6 passes for "tcgen05", the one unordered value
-  the tcgen05 text lists (PTX ISA 9.7.16.10.8.2; hardware-facts.md §3 advises against it).
+  the tcgen05 text lists (PTX ISA 9.7.16.10.8.2; docs/hardware.md §3 advises against it).
 
 Padding is checked too: the hardware reads it.
 """

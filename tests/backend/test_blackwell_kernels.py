@@ -21,16 +21,15 @@ from sparsile.backend.toolchain.linker import (
     ptxas_available,
 )
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
 from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
+from sparsile.tests.support import compile_stdlib
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 DTYPES = ("f16", "bf16", "tf32", "e4m3", "i8")
 # (A type code, D type code, N per instruction, MMAs per K step) of the default configurations;
-# instruction descriptor per hardware-facts §1.3 (A/B code at 7 and 10, D at 4, N>>3 at 17, M>>4 at 24)
+# instruction descriptor per docs/hardware.md §1.3 (A/B code at 7 and 10, D at 4, N>>3 at 17, M>>4 at 24)
 CONFIG = {
     ("sparse", "f16"): (0, 1, 128, 4), ("sparse", "bf16"): (1, 1, 128, 4), ("sparse", "tf32"): (2, 1, 128, 4),
     ("sparse", "e4m3"): (0, 1, 256, 2), ("sparse", "i8"): (1, 2, 256, 2),
@@ -47,11 +46,8 @@ def module(which: str):
     return sp.load(KERNELS / f"{which}_gemm_sm100.spk")
 
 
-@functools.cache
 def compiled(which: str, dtype: str, target: str):
-    kern = getattr(module(which), f"{which}_gemm_{dtype}")
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target)
+    return compile_stdlib(f"{which}_gemm_sm100.spk", f"{which}_gemm_{dtype}", target)
 
 
 def idesc(which: str, dtype: str, selector: int) -> int:

@@ -7,12 +7,10 @@ TMA loads with the pair qualifier, and no local memory. No Blackwell GPU ran any
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
 import pytest
-import sparsile as sp
 from sparsile.backend.toolchain.linker import (
     assemble_with_ptxas,
     elf_is_arch_specific,
@@ -22,15 +20,14 @@ from sparsile.backend.toolchain.linker import (
     ptxas_available,
 )
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
 from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
+from sparsile.tests.support import compile_stdlib
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 DTYPES = ("f16", "bf16", "e4m3", "i8")
-# (A/B type code, D type code) per hardware-facts §1.3; default BN = 256 = the pair's N; K step 128
+# (A/B type code, D type code) per docs/hardware.md §1.3; default BN = 256 = the pair's N; K step 128
 CODES = {"f16": (0, 1), "bf16": (1, 1), "e4m3": (0, 1), "i8": (1, 2)}
 MMAS_PER_STEP = {"f16": 4, "bf16": 4, "e4m3": 2, "i8": 2}
 SASS_MMA = {"f16": "UTCHMMA", "bf16": "UTCHMMA", "e4m3": "UTCQMMA", "i8": "UTCIMMA"}
@@ -38,11 +35,8 @@ PTX_KIND = {"f16": "f16", "bf16": "f16", "e4m3": "f8f6f4", "i8": "i8"}
 CASES = [(d, t) for d in DTYPES for t in TARGETS if not (d == "i8" and t == "sm_103a")]
 
 
-@functools.cache
 def compiled(dtype: str, target: str):
-    kern = getattr(sp.load(KERNELS / "sparse_gemm_sm100_2cta.spk"), f"sparse_gemm_{dtype}")
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target)
+    return compile_stdlib("sparse_gemm_sm100_2cta.spk", f"sparse_gemm_{dtype}", target)
 
 
 def idesc(dtype: str, selector: int) -> int:

@@ -6,7 +6,6 @@ the metadata copies (128dp128bit). Nothing of it ran on a Blackwell GPU (docs/bl
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
@@ -25,16 +24,14 @@ from sparsile.frontend.ir import types as T
 from sparsile.frontend.sema.core import ArgSpec
 from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
+from sparsile.tests.support import compile_stdlib
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 
 
-@functools.cache
 def compiled(target: str, bn: int = 128):
-    kern = sp.load(KERNELS / "sparse_gemm_sm100_mx.spk").sparse_gemm_mxf8
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile({**sig, "BN": bn, "STAGES": 2 if bn == 256 else 3}, target=target)
+    return compile_stdlib("sparse_gemm_sm100_mx.spk", "sparse_gemm_mxf8", target, BN=bn, STAGES=2 if bn == 256 else 3)
 
 
 def idesc(n: int, sf: int) -> int:

@@ -1,7 +1,7 @@
 """Lowering of the Blackwell explicit ops (backend/lower/blackwell.py).
 
 * The MMA split of seed 001 (:func:`mma_plan`) against golden values written by hand from
-  jax-mosaic-sparse.md §2 and hardware-facts §1.3 (idesc) — not taken from the implementation.
+  docs/hardware.md §11 and §1.3 (idesc) — not taken from the implementation.
 * The emitted LLVM IR: every ``tcgen05.mma.sp`` call is resolved back to its accumulator column,
   metadata column (relative to the kernel's TMEM base), instruction descriptor and shared-memory
   operand addresses, and compared with the same golden values.
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from pathlib import Path
@@ -24,12 +25,9 @@ from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.ops.blackwell import tmem_chunk_layout
 from sparsile.frontend.sema.core import ArgSpec
+from sparsile.tests import support
 
-
-def compile_src(src: str, target: str = "sm_100a", stop_after: str = "ptx", name: str = "k"):
-    kern = getattr(loads(src), name)
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target, stop_after=stop_after)
+compile_src = functools.partial(support.compile_src, target="sm_100a", aligned=True)
 
 
 def kernel(body: str, params: str, warps: int = 4) -> str:
@@ -38,7 +36,7 @@ def kernel(body: str, params: str, warps: int = 4) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# The split plan: golden values from the formulas (jax-mosaic-sparse.md §2, hardware-facts §1.3)
+# The split plan: golden values from the formulas (docs/hardware.md §11, §1.3)
 # ------------------------------------------------------------------------------------------------
 def _idesc(a: int, b: int, d: int, n: int, sel: int, sparse: bool = True) -> int:
     """§1.3 bit table, written out: selector 0-1, sparse 2, D 4-5, A 7-9, B 10-12, N>>3 at 17, M>>4 at 24."""
@@ -201,7 +199,7 @@ def test_emitted_mma_addresses_match_the_golden_plan(dt, acc, m, n, k, asw):
         a_hi, a_off = ir.descriptor(adesc)
         b_hi, b_off = ir.descriptor(bdesc)
         # K-major swizzled: start = row·S + K bytes within a swizzle row (+ panels of all rows);
-        # LBO 16 (unused), SBO = 8·S, version bit 46, swizzle code at 61-63 (hardware-facts §1.5, §9)
+        # LBO 16 (unused), SBO = 8·S, version bit 46, swizzle code at 61-63 (docs/hardware.md §1.5, §9)
         for hi, sw in ((a_hi, asw), (b_hi, 128)):
             assert hi == (1 << 16) | ((8 * sw >> 4) << 32) | (1 << 46) | ({128: 2, 64: 4, 32: 6}[sw] << 61)
         a_bytes = ins.a_col * eb
@@ -248,7 +246,7 @@ tcgen05.copy(e_s, meta)
 
 
 def test_metadata_copy_descriptor_and_columns():
-    """tcgen05.cp.128x128b per 2 KB atom: no swizzle, SBO = 128 B, version bit 46 (hardware-facts
+    """tcgen05.cp.128x128b per 2 KB atom: no swizzle, SBO = 128 B, version bit 46 (docs/hardware.md
     §1.4); atom i to metadata columns 4i."""
     ck = compile_src(COPY, stop_after="ptx")
     ir = IR(ck.llvm)
@@ -279,7 +277,7 @@ def test_metadata_chunk_layout_agrees_with_the_toolkit_placement():
 
 
 def test_metadata_register_layout_holds_rows_m_and_m_plus_8_together():
-    """What a TiledLayout with one vector dim cannot express (jax-mosaic-sparse.md §2): one thread
+    """What a TiledLayout with one vector dim cannot express (docs/hardware.md §1.4): one thread
     holds chunks of rows m and m+8 in one 32-bit word for 16-bit operands, of row m only for 8-bit."""
     f16 = register_layout(T.TmemType(T.u32, (128, 4), "meta", 16), 4, chunks=True)
     e4m3 = register_layout(T.TmemType(T.u32, (128, 4), "meta", 8), 4, chunks=True)
@@ -373,7 +371,7 @@ def test_gated_by_target(target):
 
 
 def test_mixed_operand_types_encode_both_codes():
-    """kind::f8f6f4 may mix e4m3 and e5m2, kind::i8 signedness (hardware-facts §1.3: e5m2 = 1,
+    """kind::f8f6f4 may mix e4m3 and e5m2, kind::i8 signedness (docs/hardware.md §1.3: e5m2 = 1,
     u8 = 0, s8 = 1 at bits 7-9 (A) and 10-12 (B))."""
     assert mma_plan(T.e5m2, T.e4m3, T.f16, 128, 64, 64, True, 64)[0].idesc == (
         _idesc(1, 0, 0, 64, 0))

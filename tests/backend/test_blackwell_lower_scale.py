@@ -3,7 +3,7 @@
 
 Golden values are written by hand from the PTX ISA, not taken from the implementation:
 
-* instruction descriptor, Table 43 of PTX ISA 9.7.16.4.2 (= hardware-facts §1.3 "block-scaled"):
+* instruction descriptor, Table 43 of PTX ISA 9.7.16.4.2 (= docs/hardware.md §1.3 "block-scaled"):
   sparse bit 2, B scale id 4-5, A type 7-9, B type 10-12, N>>3 at 17, scale type UE8M0 = 1 at 23,
   M>>7 at 27-28, A scale id 29-30;
 * the scale-factor id of K step ks is the byte ``ks % 4`` of the TMEM word; the scale column is
@@ -15,21 +15,17 @@ The emitted LLVM IR is resolved back to TMEM columns and compared with those val
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 
 import pytest
 from sparsile.backend.lower.blackwell import mma_plan
-from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
+from sparsile.tests import support
 
-
-def compile_src(src: str, target: str = "sm_100a", stop_after: str = "llvm"):
-    kern = loads(src).k
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    return kern.compile(sig, target=target, stop_after=stop_after)
+compile_src = functools.partial(support.compile_src, target="sm_100a", stop_after="llvm", aligned=True)
 
 
 def kernel(body: str) -> str:

@@ -2,7 +2,7 @@
 every kind x legal target (sm_100a; sm_103a and sm_110a where the kind exists) compiles to PTX
 that ptxas accepts and to a cubin through nvJitLink with no local memory; the SASS (nvdisasm)
 shows the UTC MMAs of one K step with the sparse instruction descriptors computed by hand from
-hardware-facts §1.3; the epilogue gives the accumulator buffer back right after its last
+docs/hardware.md §1.3; the epilogue gives the accumulator buffer back right after its last
 ``tcgen05.ld``; the TMEM budget (2 accumulators + metadata slots <= 512 columns) is enforced at
 compile time; a golden PTX snapshot. No Blackwell GPU ran any of this (docs/blackwell.md)."""
 
@@ -23,15 +23,14 @@ from sparsile.backend.toolchain.linker import (
     ptxas_available,
 )
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.ir import types as T
-from sparsile.frontend.sema.core import ArgSpec
 from sparsile.target.targets import get_target
 from sparsile.tests.golden_ptx import check_golden
+from sparsile.tests.support import compile_stdlib, signature
 
 KERNEL = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_sm100_persistent.spk"
 TARGETS = ("sm_100a", "sm_103a", "sm_110a")
 DTYPES = ("f16", "bf16", "tf32", "e4m3", "i8")
-# (A/B type code, D type code, N of the default BN, MMA instructions per K step): hardware-facts
+# (A/B type code, D type code, N of the default BN, MMA instructions per K step): docs/hardware.md
 # §1.3 (f16 0 / bf16 1 / tf32 2 / e4m3 0 / s8 1; D f32 1, s32 2); one K step is one metadata atom
 # (128 K for 16-bit and 8-bit, 64 for tf32) = 4 instructions of K 32 / 16, or 2 of K 64.
 CONFIG = {"f16": (0, 1, 128, 4), "bf16": (1, 1, 128, 4), "tf32": (2, 1, 128, 4), "e4m3": (0, 1, 192, 2),
@@ -48,15 +47,11 @@ def module(src: str | None = None):
 
 def compile_kernel(dtype: str, target: str, src: str | None = None, **constexprs):
     kern = getattr(module(src), f"sparse_gemm_{dtype}")
-    sig = {p.name: ArgSpec(p.annotation, True) for p in kern.params if p.annotation is not T.CONSTEXPR}
-    for name, value in constexprs.items():
-        sig[name] = value
-    return kern.compile(sig, target=target)
+    return kern.compile(signature(kern, aligned=True, **constexprs), target=target)
 
 
-@functools.cache
 def compiled(dtype: str, target: str):
-    return compile_kernel(dtype, target)
+    return compile_stdlib("sparse_gemm_sm100_persistent.spk", f"sparse_gemm_{dtype}", target)
 
 
 def idesc(dtype: str, selector: int) -> int:
@@ -145,7 +140,7 @@ def test_two_accumulators_and_the_metadata_must_fit_tmem(dtype, bn):
 
 def test_a_wide_n_tile_that_fits_compiles():
     """BN = 224 for i8 (2 x 224 + 16 = 464 of 512 columns; 7 epilogue slices of 32 i32 columns):
-    compiles, one instruction of N = 224 per K-step half (hardware-facts §1.2: N step 16)."""
+    compiles, one instruction of N = 224 per K-step half (docs/hardware.md §1.2: N step 16)."""
     ck = compile_kernel("i8", "sm_100a", BN=224, STAGES=3)
     mma = [ln for ln in ck.ptx.splitlines() if "tcgen05.mma" in ln]
     assert len(mma) == 2

@@ -1,5 +1,5 @@
 """Tests for target/descriptors.py. Expected words are computed by hand from the bit tables of
-hardware-facts.md §1.3, §1.5 and §4.3 (the arithmetic is in the comments)."""
+docs/hardware.md §1.3, §1.5 and §4.3 (the arithmetic is in the comments)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,7 @@ cubins (nvJitLink), checks the instructions in the PTX, ptxas, no local memory, 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,11 +19,8 @@ from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.stdlib import sparsity as S
 from sparsile.target.targets import get_target
-
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("mma_gpu_harness", ROOT / "tests" / "gpu" / "test_mma_sp_gpu.py")
-H = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(H)  # type: ignore[union-attr]
+from sparsile.tests.support import ROOT
+from sparsile.tests.support import mma_harness as H
 
 INSTR = {  # (dtype, sparse) -> the instruction the PTX must contain
     ("f16", False): "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",

@@ -21,7 +21,8 @@ import sparsile as sp
 from cuda.bindings import driver
 from sparsile.backend import runtime
 from sparsile.backend.runtime import arguments as A
-from sparsile.backend.runtime import cudalib
+from sparsile.backend.runtime import arrays as array_args
+from sparsile.backend.runtime import cudalib, devices
 from sparsile.backend.runtime.tensormap import Swizzle, TensorMap, TensorMapCache, TensorMapParam
 from sparsile.driver import fast_launch, launch, prepared
 from sparsile.driver.prepared import PreparedLaunch
@@ -126,12 +127,12 @@ def gpu(monkeypatch):
         built.append(spec)
         return launcher
 
-    monkeypatch.setattr(runtime, "_has_gpu", True)
+    monkeypatch.setattr(devices, "_has_gpu", True)
     monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: H200)
     monkeypatch.setattr(launch, "_build_launcher", build)
     monkeypatch.setattr(fast_launch, "torch_current_stream", lambda ordinal: TORCH_STREAM)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: TORCH_STREAM)
-    monkeypatch.setitem(A._extractors, FakeCudaTensor, A._describe_torch)
+    monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
     recorder.built = built
     return recorder
 
@@ -243,7 +244,7 @@ def test_prepared_launch_fixed_keyword_arguments(gpu):
 
 
 def test_prepared_launch_needs_a_gpu(monkeypatch):
-    monkeypatch.setattr(runtime, "_has_gpu", False)
+    monkeypatch.setattr(devices, "_has_gpu", False)
     monkeypatch.setattr(runtime, "has_gpu", lambda: False)
     with pytest.raises(LaunchError) as exc:
         vadd()[(1,)].prepare(0, 0, 0, 1, BLOCK=16)
@@ -347,7 +348,7 @@ def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True)
                                                  ParamInfo("BK", T.CONSTEXPR)])
     bindings = {"a": ArgSpec.of(T.TensorType(T.f16, 2), aligned16), "k": ArgSpec.of(T.i32, False), "BK": Const(64)}
     a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
-    monkeypatch.setitem(A._extractors, FakeCudaTensor, A._describe_torch)
+    monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
     made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, 2, (1,))
     return made, recorder, a
@@ -493,15 +494,9 @@ def test_device_buffer_dtypes_are_language_dtypes():
 
 
 def bench_launch_module():
-    import importlib.util
-    import sys
+    from sparsile.tests.support import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_launch.py"
-    spec = importlib.util.spec_from_file_location("bench_script_launch", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_launch.py", "bench_script_launch", register=True)
 
 
 def test_bench_launch_arguments_table_and_no_gpu(capsys):

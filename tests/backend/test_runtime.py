@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from cuda.bindings import driver
 from sparsile.backend import runtime
-from sparsile.backend.runtime import CudaError, FunctionAttributes, Launcher, check, dlpack
+from sparsile.backend.runtime import CudaError, FunctionAttributes, Launcher, check, dlpack, staging
 from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime import launcher as launcher_module
 from sparsile.backend.runtime.tensormap import Swizzle, TensorMap, TensorMapParam, TensorMapSpec
 from sparsile.frontend.diagnostics import LaunchError
 
@@ -100,7 +101,7 @@ class EmulatedGpu:
             def free(self):
                 gpu.freed.append(self.ptr)
 
-        monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
+        monkeypatch.setattr(staging, "DeviceBuffer", Buffer)
         monkeypatch.setattr(driver, "cuMemcpyHtoDAsync", self.htod)
         monkeypatch.setattr(driver, "cuMemcpyDtoHAsync", self.dtoh)
         monkeypatch.setattr(driver, "cuStreamSynchronize", self.sync)
@@ -247,7 +248,7 @@ def test_tensor_map_parameters(monkeypatch):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, bytes([len(encoded)]) * 128)
 
-    monkeypatch.setattr(runtime, "make_tensor_map", fake_make)
+    monkeypatch.setattr(launcher_module, "make_tensor_map", fake_make)
     spec = A.ParamSpec((TensorMapParam("a", "f16", (64, 64), swizzle=Swizzle.B128, readonly=True),
                         A.DerivedParam("k", "a", "shape", 1)))
     launcher = make_launcher(gpu, spec, [128, 4])
@@ -377,24 +378,24 @@ def test_cuda_array_interface_device_and_stream(monkeypatch):
     gpu = EmulatedGpu(monkeypatch)
     launcher = make_launcher(gpu, VADD, [8, 8, 8, 4])
     waits = []
-    monkeypatch.setattr(runtime, "_stream_wait",
+    monkeypatch.setattr(launcher_module, "stream_wait",
                         lambda state, consumer, producer: waits.append((consumer, producer)))
-    monkeypatch.setattr(runtime, "_pointer_device", lambda ptr: 0)
+    monkeypatch.setattr(launcher_module, "pointer_device", lambda ptr: 0)
     x = FakeCai(0x1000, (4,), "<f4", stream=1)  # legacy default stream == our stream 0: no wait
     y = FakeCai(0x2000, (4,), "<f4", stream=0x99)
     launcher(1, (x, y, 0x3000, 4))
     assert waits == [(0, 0x99)]
-    monkeypatch.setattr(runtime, "_pointer_device", lambda ptr: 1)
+    monkeypatch.setattr(launcher_module, "pointer_device", lambda ptr: 1)
     with pytest.raises(LaunchError) as exc:
         launcher(1, (x, y, 0x3000, 4))
     assert exc.value.code == A.ARG_DEVICE and "cuda:1" in str(exc.value)
-    monkeypatch.setattr(runtime, "_pointer_device", lambda ptr: A.HOST)
+    monkeypatch.setattr(launcher_module, "pointer_device", lambda ptr: A.HOST)
     with pytest.raises(LaunchError) as exc:
         launcher(1, (x, y, 0x3000, 4))
     assert exc.value.code == A.ARG_DEVICE and "does not point to CUDA device memory" in str(exc.value)
     aligned = A.ParamSpec((A.PointerParam("p", "f32", aligned16=True),))
     strict = make_launcher(gpu, aligned, [8])
-    monkeypatch.setattr(runtime, "_pointer_device", lambda ptr: 0)
+    monkeypatch.setattr(launcher_module, "pointer_device", lambda ptr: 0)
     with pytest.raises(LaunchError) as exc:
         strict(1, (FakeCai(0x1004, (4,), "<f4"),))
     assert exc.value.code == A.ARG_ALIGNMENT and "0x1004" in str(exc.value)
@@ -524,7 +525,7 @@ def test_tensor_maps_derived_from_array_arguments(monkeypatch):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, ptr.to_bytes(8, "little") * 16)
 
-    monkeypatch.setattr(runtime, "make_tensor_map", fake_make)
+    monkeypatch.setattr(launcher_module, "make_tensor_map", fake_make)
     spec = A.ParamSpec((A.PointerParam("a", "f16"), A.DerivedParam("a.dim1", "a", "shape", 1),
                         TensorMapParam("a.tmap0", "f16", (64, 64), swizzle=Swizzle.B128, source="a"),
                         TensorMapParam("a.tmap1", "f16", (16, 32), source="a"), A.ArrayParam("b", "f16"),

@@ -19,6 +19,7 @@ import pytest
 from cuda.bindings import driver
 from sparsile.backend import runtime
 from sparsile.backend.runtime import arguments as A
+from sparsile.backend.runtime import devices
 from sparsile.backend.runtime.tensormap import TensorMapParam, TensorMapSpec, encode_tensor_map
 from sparsile.frontend.diagnostics import LaunchError
 
@@ -89,9 +90,9 @@ class FakeDriver:
         }
         for name, fake in fakes.items():
             monkeypatch.setattr(driver, name, self._checked(name, getattr(driver, name), fake))
-        monkeypatch.setattr(runtime, "_devices", {})
-        monkeypatch.setattr(runtime, "_tls", threading.local())
-        monkeypatch.setattr(runtime, "_has_gpu", False)  # the fake GPU must not be remembered afterwards
+        monkeypatch.setattr(devices, "_devices", {})
+        monkeypatch.setattr(devices, "tls", threading.local())
+        monkeypatch.setattr(devices, "_has_gpu", False)  # the fake GPU must not be remembered afterwards
 
     def _checked(self, name, real, fake):
         def call(*args):

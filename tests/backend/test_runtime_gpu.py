@@ -195,7 +195,7 @@ DONE:
 
 TMA_LOAD = HEADER + r"""
 // One CTA: TMA-load the box at element coordinates (c1 = row, c0 = column) into 1024-byte
-// aligned shared memory (hardware-facts 5.1-5.3), then copy the raw shared-memory bytes to out,
+// aligned shared memory (docs/hardware.md 5.1-5.3), then copy the raw shared-memory bytes to out,
 // so that a swizzled arrangement stays visible.
 .visible .entry tma_load_2d(.param .align 64 .b8 tmap[128], .param .u64 pout, .param .u32 c0,
                             .param .u32 c1, .param .u32 nbytes)
@@ -515,7 +515,7 @@ def expected_box(g: np.ndarray, c1: int, c0: int, rows: int, cols: int) -> np.nd
 
 
 def swizzle_128b(box: np.ndarray) -> np.ndarray:
-    """hardware-facts §5.3: 16-byte chunk j of row r lands at chunk j ^ (r % 8)."""
+    """docs/hardware.md §5.3: 16-byte chunk j of row r lands at chunk j ^ (r % 8)."""
     rows = box.shape[0]
     chunks = box.reshape(rows, -1, 8)  # 8 x u16 = 16 bytes
     out = np.empty_like(chunks)

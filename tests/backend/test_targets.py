@@ -12,7 +12,7 @@ from sparsile.frontend.spans import SourceFile, Span
 from sparsile.target import targets as T
 from sparsile.target.targets import Feature
 
-# One PTX instruction per feature (hardware-facts.md §1.1, §2, §4, §5, §7 syntax).
+# One PTX instruction per feature (docs/hardware.md §1.1, §2, §4, §5, §7 syntax).
 PTX_PROBES: dict[Feature, str] = {
     Feature.MMA_SP: "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 "
                     "{%f0,%f1,%f2,%f3}, {%r0,%r1,%r2,%r3}, {%r4,%r5,%r6,%r7}, {%f4,%f5,%f6,%f7}, %r8, 0x0;",
@@ -81,7 +81,7 @@ def test_feature_table_matches_ptxas(name, tmp_path):
         f"table claims {sorted(f.name for f in target.features - accepted)} that ptxas rejects")
 
 
-# hardware-facts.md §7 tcgen05 availability table, transcribed by hand (columns 100a .. 120a).
+# docs/hardware.md §7 tcgen05 availability table, transcribed by hand (columns 100a .. 120a).
 _S7_COLUMNS = ["sm_100a", "sm_100f", "sm_103a", "sm_103f", "sm_110a", "sm_110f", "sm_120a"]
 _S7_ROWS = {
     Feature.TCGEN05:           "YYYYYY.",

@@ -1,4 +1,4 @@
-"""CPU tests of tensor-map description and validation (hardware-facts §5.4); the encoding itself
+"""CPU tests of tensor-map description and validation (docs/hardware.md §5.4); the encoding itself
 needs the driver and is tested on the GPU in test_runtime_gpu.py."""
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ allowed (code, message, span)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 import sparsile as sp
@@ -17,12 +15,7 @@ from sparsile.backend.toolchain.linker import assemble_with_ptxas, nvdisasm_path
 from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
 from sparsile.target.targets import get_target
-
-_spec = importlib.util.spec_from_file_location(
-    "wgmma_register_a_kernels", Path(__file__).resolve().parents[1] / "gpu" / "test_wgmma_register_a.py")
-assert _spec is not None and _spec.loader is not None
-K = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(K)
+from sparsile.tests.support import wgmma_register_a as K
 
 PTX_REG_A = re.compile(r"wgmma\.mma_async(\.sp)?\.sync\.aligned\.m64n(\d+)k(\d+)\.(\w+)\.(\w+)\.\w+ "
                        r"\{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+")

@@ -4,7 +4,7 @@ the blocks."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import pathlib
 from types import ModuleType
 
@@ -17,11 +17,7 @@ RNG = np.random.default_rng(7)
 
 
 def example_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"sparsile_example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"sparsile.examples.{name}")
 
 
 def rand(shape) -> np.ndarray:

@@ -9,7 +9,6 @@ When the registry changes (a builtin is added or its docstring edited), regenera
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import pathlib
@@ -20,6 +19,7 @@ import sparsile as sp
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.sema.builtins import METHODS, PROPERTIES, ROOT, builtin_reference, scalar_type_table
 from sparsile.frontend.sema.values import Builtin, Namespace
+from sparsile.tests.support import load_script
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "language.md"
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.S | re.M)
@@ -73,9 +73,7 @@ PYTHON_BLOCKS = blocks("python")
 def test_python_examples_run(line: int, body: str, tmp_path) -> None:
     path = tmp_path / f"language_doc_line{line}.py"  # @jit reads its source from a real file
     path.write_text(body)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    load_script(path)
 
 
 SPK_BLOCKS = blocks("spk")

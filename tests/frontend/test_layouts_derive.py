@@ -1,7 +1,7 @@
 """Derivations: tcgen05.ld/st plans, register conversions, SMEM descriptors and store plans.
 
 TMEM plans are checked by simulating the instructions with the per-thread mapping of
-hardware-facts §2 (re-implemented here) on a TMEM image filled from the §1.4 formulas.
+docs/hardware.md §2 (re-implemented here) on a TMEM image filled from the §1.4 formulas.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from sparsile.frontend.layout.library import (
 
 def atom_word(shape, t, slot, half_split=None):
     """(lane, column) of register ``slot`` of thread ``t`` relative to the instruction address
-    (hardware-facts §2)."""
+    (docs/hardware.md §2)."""
     if shape == "32x32b":
         return t, slot
     if shape == "16x64b":
@@ -50,7 +50,7 @@ def atom_word(shape, t, slot, half_split=None):
 
 
 def metadata_cell(cls, m, chunk):
-    """(lane, column, nibble) of metadata chunk (m, chunk) in TMEM, hardware-facts §1.4."""
+    """(lane, column, nibble) of metadata chunk (m, chunk) in TMEM, docs/hardware.md §1.4."""
     if cls in ("16bit", "tf32"):
         col, h, j = chunk // 8, (chunk % 8) // 4, chunk % 4
         return 16 * (m // 16) + 8 * h + m % 8, col, 4 * ((m // 8) % 2) + j

@@ -1,4 +1,4 @@
-"""Named layouts checked against the formulas of hardware-facts.md / the PTX ISA on every index.
+"""Named layouts checked against the formulas of docs/hardware.md / the PTX ISA on every index.
 
 The expected values are written here from the documents, independently of the constructors.
 """
@@ -100,9 +100,12 @@ def test_blocked_matches_brute_force_reference(config):
     layout = blocked(shape, spt, tpw, wpc, order)
     names = [f"dim{i}" for i in range(len(shape))]
     assert layout.in_size("lane") == 32 and layout.in_size("warp") == int(np.prod(wpc))
-    for point, image in table_dicts(layout):
-        want = blocked_reference(shape, spt, tpw, wpc, order, point["reg"], point["lane"], point["warp"])
-        assert [image[n] for n in names] == want
+    # every input point at once: the reference's arithmetic is elementwise on index arrays
+    table = layout.table()
+    point = dict(zip(layout.in_names, np.meshgrid(*[np.arange(s) for _, s in layout.in_dims], indexing="ij")))
+    want = blocked_reference(shape, spt, tpw, wpc, order, point["reg"], point["lane"], point["warp"])
+    for n, w in zip(names, want):
+        assert np.array_equal(table[..., layout.out_names.index(n)], w), n
 
 
 def test_blocked_broadcast_and_repeat_examples():
@@ -185,11 +188,11 @@ def test_tmem_accumulator_pads_n_and_rejects_unknown_m():
 
 
 # --------------------------------------------------------------------------------------------
-# TMEM sparse metadata (hardware-facts §1.4)
+# TMEM sparse metadata (docs/hardware.md §1.4)
 # --------------------------------------------------------------------------------------------
 
 def metadata_position(cls: str, m: int, k: int) -> tuple[int, int, int]:
-    """(lane, column, bit) of the nibble describing logical element (m, k), from hardware-facts
+    """(lane, column, bit) of the nibble describing logical element (m, k), from docs/hardware.md
     §1.4 written in K units."""
     if cls == "16bit":       # K=32 per instruction (one column), halves of 16, chunks of 4
         col, h, j = k // 32, (k % 32) // 16, (k % 16) // 4
@@ -241,11 +244,11 @@ def test_tmem_sparse_metadata_m256_and_m64():
 
 
 # --------------------------------------------------------------------------------------------
-# tcgen05.ld/st atoms (hardware-facts §2)
+# tcgen05.ld/st atoms (docs/hardware.md §2)
 # --------------------------------------------------------------------------------------------
 
 def atom_reference(shape, num, t, r, half_split=None):
-    """(lane, column) of register r of thread t, from hardware-facts §2."""
+    """(lane, column) of register r of thread t, from docs/hardware.md §2."""
     if shape == "32x32b":
         return t, r
     if shape == "16x64b":
@@ -283,7 +286,7 @@ def test_tcgen05_atom_validation():
 
 
 # --------------------------------------------------------------------------------------------
-# wgmma / mma.sp fragments (hardware-facts §4.2, §4.4)
+# wgmma / mma.sp fragments (docs/hardware.md §4.2, §4.4)
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n", [8, 64, 256])
@@ -362,7 +365,7 @@ def test_mma_sp_fragments():
 
 
 # --------------------------------------------------------------------------------------------
-# Shared memory and swizzles (PTX §5.5.7 tables, hardware-facts §5.3)
+# Shared memory and swizzles (PTX §5.5.7 tables, docs/hardware.md §5.3)
 # --------------------------------------------------------------------------------------------
 
 #: PTX ISA §5.5.7: 16-byte chunk order of consecutive 128-byte lines, per swizzle mode
@@ -388,7 +391,7 @@ def test_swizzle_address_matches_ptx_tables(mode):
 
 
 def test_smem_tile_128b_matches_the_h200_tma_observation():
-    # hardware-facts §5.3: 64x64 f16 box, SWIZZLE_128B: chunk j of row r lands at chunk j ^ (r % 8)
+    # docs/hardware.md §5.3: 64x64 f16 box, SWIZZLE_128B: chunk j of row r lands at chunk j ^ (r % 8)
     layout = smem_tile(64, 64, 16, "128B")
     inv = layout.invert()
     for r in range(64):
@@ -419,7 +422,7 @@ def test_smem_tile_rows_panels_and_swizzle(mode, cols):
 
 
 def test_smem_core_matrices_both_arrangements():
-    # K-major, K-adjacent core matrices (hardware-facts §4.2): LBO = 128 B
+    # K-major, K-adjacent core matrices (docs/hardware.md §4.2): LBO = 128 B
     kadj = smem_core_matrices(16, 32, 16).invert()
     for m in range(16):
         for k in range(32):

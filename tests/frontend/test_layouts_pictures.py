@@ -27,7 +27,7 @@ def grid(picture: str) -> list[list[str]]:
 def test_mma_accumulator_picture_labels_thread_and_register():
     cells = grid(layout_picture(mma_sp_fragment("c")))
     assert len(cells) == 16 and all(len(r) == 8 for r in cells)
-    # hardware-facts §4.4: c0,c1 = (g, 2t..2t+1); c2,c3 = (g+8, ..)
+    # docs/hardware.md §4.4: c0,c1 = (g, 2t..2t+1); c2,c3 = (g+8, ..)
     for m in range(16):
         for n in range(8):
             g, t = m % 8, n // 2

@@ -22,7 +22,7 @@ from sparsile.frontend.layout.smem import (
 )
 
 # ---------------------------------------------------------------------------------------------
-# shared-memory descriptors (hardware-facts §1.5, §4.2, §9; PTX canonical-layout examples)
+# shared-memory descriptors (docs/hardware.md §1.5, §4.2, §9; PTX canonical-layout examples)
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("swizzle, sbo", [("128B", 1024), ("64B", 512), ("32B", 256)])
@@ -43,11 +43,11 @@ def test_k_major_core_matrices_both_arrangements():
     h200 = smem_descriptor_fields(smem_core_matrices(64, 32, 16), 16, "K").require()
     assert (h200.swizzle, h200.lbo, h200.sbo) == ("none", 128, 4 * 128)  # SBO = bytes per 8-row group
     cutlass = smem_descriptor_fields(smem_core_matrices(128, 32, 16, k_groups_adjacent=False), 16, "K").require()
-    assert (cutlass.lbo, cutlass.sbo) == (2048, 128)  # hardware-facts §9: LBO = (rows/8)*128 B
+    assert (cutlass.lbo, cutlass.sbo) == (2048, 128)  # docs/hardware.md §9: LBO = (rows/8)*128 B
 
 
 def test_mn_major_examples():
-    # hardware-facts §9: f16 MN-major, no swizzle, 128x64 tile: LBO = 128 B, SBO = 1024 B
+    # docs/hardware.md §9: f16 MN-major, no swizzle, 128x64 tile: LBO = 128 B, SBO = 1024 B
     f = smem_descriptor_fields(smem_core_matrices(128, 64, 16, k_major=False), 16, "MN").require()
     assert (f.swizzle, f.lbo, f.sbo, f.mn_extent, f.k_extent) == ("none", 128, 1024, 128, 64)
     # PTX §9.7.15.5.1.2.1.3 examples (bf16): exact layouts in elements

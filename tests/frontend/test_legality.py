@@ -10,15 +10,16 @@ everything.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 
 import pytest
 import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
 from sparsile.frontend.legality import core as legality
 from sparsile.frontend.legality.memory import smem_estimate, smem_footprint, tma_box
 from sparsile.target.targets import TARGETS, Feature, get_target
+from sparsile.tests import support
 
 HEADER = "@kernel(num_warps={warps})\ndef k({params}):\n"
 TMA_PARAMS = "A: tensor[f16, 2], C: ptr[f32]"
@@ -30,11 +31,7 @@ def kernel(body: str, params: str = TMA_PARAMS, warps: int = 4) -> str:
     return HEADER.format(warps=warps, params=params) + "\n".join("    " + ln for ln in lines) + "\n"
 
 
-def compile_src(src: str, target: str = "sm_90a", stop_after: str = "ir", **consts):
-    k = sp.loads(src, "case.spk").kernels["k"]
-    sig = {p.name: p.annotation for p in k.params if p.annotation is not sp.constexpr}
-    sig.update(consts)
-    return compile_kernel(k, sig, target=target, stop_after=stop_after)
+compile_src = functools.partial(support.compile_src, stop_after="ir")  # the legality pass runs before "ir" ends
 
 
 def first_error(src: str, target: str = "sm_90a", **consts):
@@ -178,7 +175,7 @@ def test_barriers_are_allocated_outside_partitions() -> None:
 
 
 def test_setmaxnreg_gated_and_budgeted() -> None:
-    d, _ = first_error(ws(r0="232"), "sm_90")  # plain sm_90 has no setmaxnreg (hardware-facts §7)
+    d, _ = first_error(ws(r0="232"), "sm_90")  # plain sm_90 has no setmaxnreg (docs/hardware.md §7)
     assert (d.code, d.span.line, d.span.col) == ("SP0602", 12, 5)
     two = 'partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4, regs=240)'
     three = 'partition(work, bar, warps=4, regs=240), partition(work, bar, warps=4, regs=240), ' \

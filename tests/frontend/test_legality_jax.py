@@ -1,4 +1,4 @@
-"""JAX Mosaic GPU's sparse-MMA conditions (jax-mosaic-sparse.md §1 and §5), one by one, as
+"""JAX Mosaic GPU's sparse-MMA conditions, one by one, as
 docs/diagnostics.md lists them: every "lifted" row compiles here (the restriction is gone), and
 every code a "diagnosed" row cites is a documented, tested entry of the catalog."""
 
@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
+from sparsile.tests.support import compile_src
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
 
@@ -24,11 +23,6 @@ def table_rows() -> dict[str, str]:
         if len(cells) == 3 and cells[0] not in ("#", "---"):
             rows[cells[0] + " " + cells[1]] = cells[2]
     return rows
-
-
-def compile_src(src: str, target: str):
-    k = sp.loads(src, "case.spk").kernels["k"]
-    return compile_kernel(k, {p.name: p.annotation for p in k.params}, target=target, stop_after="ptx")
 
 
 BLACKWELL_SPARSE = """\

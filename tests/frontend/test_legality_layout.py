@@ -12,12 +12,12 @@ import itertools
 
 import pytest
 import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.layout.library import smem_tile, tmem_accumulator
 from sparsile.frontend.layout.smem import storable_layout
 from sparsile.frontend.legality.layout import smem_layout_of, storable
+from sparsile.tests.support import compile_src
 
 WGMMA_STORE = """\
 @kernel(num_warps=4)
@@ -50,11 +50,6 @@ def wgmma_accumulator_layout(m: int, n: int, warps: int):
 
 def src(value: str = "acc", init: str = ZEROS, sw: int = 128) -> str:
     return WGMMA_STORE.replace("VALUE", value).replace("INIT", init).replace("SW", str(sw))
-
-
-def compile_src(source: str, target: str = "sm_90a", stop_after: str = "ptx"):
-    k = sp.loads(source, "case.spk").kernels["k"]
-    return compile_kernel(k, {p.name: p.annotation for p in k.params}, target=target, stop_after=stop_after)
 
 
 def error(source: str, target: str = "sm_90a"):

@@ -6,10 +6,9 @@ InternalError guards). Valid variants compile to PTX (and, where ptxas is instal
 from __future__ import annotations
 
 import pytest
-import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Severity
 from sparsile.frontend.legality.mma import instr_k, wgmma_split
+from sparsile.tests.support import compile_src
 
 SRC = """\
 @kernel(num_warps={warps})
@@ -45,11 +44,6 @@ def source(*, dt: str = "f16", acc: str = "f32", m: int = 64, n: int = 64, k: in
                       args=a_meta + args, bshape=bshape)
 
 
-def compile_src(src: str, target: str = "sm_90a", stop_after: str = "ptx"):
-    k = sp.loads(src, "case.spk").kernels["k"]
-    return compile_kernel(k, {p.name: p.annotation for p in k.params}, target=target, stop_after=stop_after)
-
-
 def wgmma_error(src: str, code: str, words: str, target: str = "sm_90a"):
     with pytest.raises(CompileError) as info:
         compile_src(src, target, stop_after="ir")
@@ -81,7 +75,7 @@ def test_unswizzled_operand() -> None:
 
 
 def test_b_tiling_too_small_for_sparse() -> None:
-    """jax-mosaic-sparse.md §1 item 21: a sparse instruction reads 64 bytes of B's K per row."""
+    """JAX's "B tiling too small": a sparse instruction reads 64 bytes of B's K per row (docs/hardware.md §4.3)."""
     wgmma_error(source(sparse=True, swb=32), "SP0568", "B's swizzle rows are 32 bytes but one sparse wgmma reads 64")
     compile_src(source(sparse=True, swb=64))
     compile_src(source(sparse=False, swb=32, k=16))  # dense f16: 32 bytes per instruction fit
@@ -103,7 +97,7 @@ def test_accumulator_split_over_warpgroups() -> None:
 
 
 def test_integer_n_comes_from_the_descriptor_rules() -> None:
-    # int8 wgmma has no N = 8..256 step 8: 40 is not allowed (hardware-facts §4.1); tiles are
+    # int8 wgmma has no N = 8..256 step 8: 40 is not allowed (docs/hardware.md §4.1); tiles are
     # powers of two, so check the rule through the descriptor table directly as well
     from sparsile.target.descriptors import wgmma_problems
 

@@ -1,5 +1,5 @@
 """Legality of the Blackwell explicit level (frontend/legality/tmem.py): target gating of tcgen05 /
-TMEM ops and of kind::i8 (hardware-facts §7), lane access per warp, the instruction descriptors of
+TMEM ops and of kind::i8 (docs/hardware.md §7), lane access per warp, the instruction descriptors of
 an MMA split into instruction tiles (idesc_problems, which ptxas does not check), and the packed
 TMEM allocation. Kernels use ``ops_blackwell`` (skipped where it is not installed); the rules are
 also exercised on hand-built IR."""
@@ -7,19 +7,13 @@ also exercised on hand-built IR."""
 from __future__ import annotations
 
 import pytest
-import sparsile as sp
-from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.ir.core import Builder, Function, Region
 from sparsile.frontend.legality.core import Context
-from sparsile.frontend.legality.tmem import (
-    allocation_columns,
-    instruction_tiles,
-    tcgen05_descriptors,
-    tmem_capacity,
-)
+from sparsile.frontend.legality.tmem import allocation_columns, instruction_tiles, tcgen05_descriptors, tmem_capacity
 from sparsile.target.targets import get_target
+from sparsile.tests.support import compile_src
 
 MMA = """\
 @kernel(num_warps=4)
@@ -46,11 +40,6 @@ def _blackwell_ops():
     pytest.importorskip("sparsile.backend.lower.blackwell")
 
 
-def compile_src(src: str, target: str, stop_after: str = "ptx"):
-    k = sp.loads(src, "case.spk").kernels["k"]
-    return compile_kernel(k, {p.name: p.annotation for p in k.params}, target=target, stop_after=stop_after)
-
-
 def errors(src: str, target: str) -> list:
     with pytest.raises(CompileError) as info:
         compile_src(src, target, stop_after="ir")
@@ -74,7 +63,7 @@ def test_tcgen05_on_hopper_is_reported_at_each_op() -> None:
 @pytest.mark.parametrize(("target", "ok"), [("sm_100a", True), ("sm_110a", True), ("sm_100f", False),
                                             ("sm_103a", False), ("sm_110f", False)])
 def test_kind_i8_only_where_the_target_has_it(target: str, ok: bool) -> None:
-    """hardware-facts §0 item 5 / §7: kind::i8 exists on sm_100a and sm_110a only."""
+    """docs/hardware.md §0 item 5 / §7: kind::i8 exists on sm_100a and sm_110a only."""
     src = mma("i8", "i32")
     if ok:
         assert "kind::i8" in compile_src(src, target).ptx
@@ -138,7 +127,7 @@ def test_instruction_tiles() -> None:
 
 def test_every_instruction_tile_is_a_valid_descriptor() -> None:
     """M = 256, N = 512 (seed 001) is four valid M = 128, N = 256 instructions; an s32 accumulator
-    for f16 operands, or a last N chunk of 8 for sparse f8f6f4 (N % 16, hardware-facts §1.2), is not."""
+    for f16 operands, or a last N chunk of 8 for sparse f8f6f4 (N % 16, docs/hardware.md §1.2), is not."""
     func, op = _mma_op(T.f16, T.f32, 256, 512, "f16")
     assert list(tcgen05_descriptors(op, _ctx(func))) == []
     func, op = _mma_op(T.f16, T.i32, 128, 64, "f16")

@@ -12,6 +12,7 @@ import io
 import os
 import tempfile
 import traceback
+from pathlib import Path
 from typing import Any
 
 OK, DIAGNOSTIC, INTERNAL, TRACEBACK, HANG, CRASH = "ok", "diagnostic", "internal", "traceback", "hang", "crash"
@@ -28,11 +29,18 @@ def _classify(e: BaseException) -> tuple[str, str]:
     return kind, "".join(tb[-6:])[-2000:]
 
 
-def run_check(text: str, name: str = "mutant.spk") -> tuple[str, str]:
-    """``sparsile check`` on ``text`` (through the command line's own code, in this process)."""
+def run_check(text: str, name: str = "mutant.spk", home: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """``sparsile check`` on ``text`` (through the command line's own code, in this process).
+    ``home``: the folder of the file mutated, whose other .spk files are put beside the mutant so
+    that its relative imports (``from .sparse_gemm_sm90 import ...``) resolve."""
+    import shutil
+
     from sparsile import cli
 
     with tempfile.TemporaryDirectory() as d:
+        for sibling in ([] if home is None else sorted(Path(home).glob("*.spk"))):
+            if sibling.name != name:
+                shutil.copy(sibling, d)
         path = os.path.join(d, name)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
@@ -63,8 +71,8 @@ def compile_signature(kernel: Any) -> dict[str, Any]:
     return sig
 
 
-def run_compile(text: str, targets: tuple[str, ...], name: str = "mutant.spk", pick: int | None = None
-                ) -> tuple[str, str]:
+def run_compile(text: str, targets: tuple[str, ...], name: str = "mutant.spk", pick: int | None = None,
+                home: str | os.PathLike[str] | None = None) -> tuple[str, str]:
     """Compile the kernels of ``text`` to PTX for each target (with ``pick``: only kernel number
     ``pick`` modulo their count, so that a file of 14 kernels costs one compile); the worst outcome
     wins."""
@@ -74,7 +82,7 @@ def run_compile(text: str, targets: tuple[str, ...], name: str = "mutant.spk", p
     outcome, detail = OK, ""
     rank = {OK: 0, DIAGNOSTIC: 1, INTERNAL: 2, TRACEBACK: 3}
     try:
-        module = sparsile.loads(text, name)
+        module = sparsile.loads(text, name, path=None if home is None else Path(home) / name)
         kernels = list(module.kernels.values())
         if pick is not None and kernels:
             kernels = [kernels[pick % len(kernels)]]

@@ -28,7 +28,7 @@ def test_mutants_through_check_end_in_a_result_or_a_diagnostic() -> None:
     jobs += [(heavy[0], s) for s in range(HEAVY_MUTANTS)]
     for path, seed in jobs:
         text, what = mutant(path, seed)
-        outcome, detail = run_check(text, path.name)
+        outcome, detail = run_check(text, path.name, path.parent)
         outcomes[outcome] += 1
         if outcome not in (OK, DIAGNOSTIC):
             bad.append(f"{path.name}:{seed}:check ({what}): {outcome}\n{detail}")
@@ -41,7 +41,7 @@ def test_mutants_through_check_end_in_a_result_or_a_diagnostic() -> None:
 def test_mutants_compiled_to_ptx_end_in_a_result_or_a_diagnostic(name: str, seed: int) -> None:
     path = next(p for p in SOURCES if p.name == name)
     text, what = mutant(path, seed)
-    outcome, detail = run_compile(text, targets_for(name), name)
+    outcome, detail = run_compile(text, targets_for(name), name, home=path.parent)
     assert outcome in (OK, DIAGNOSTIC), f"{name}:{seed}:compile ({what}): {outcome}\n{detail}"
 
 

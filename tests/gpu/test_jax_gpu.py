@@ -25,13 +25,13 @@ def _cuda_backend() -> None:
 @pytest.fixture
 def no_host_staging(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail if sparsile's launcher copies anything between host and device on the call path."""
-    from sparsile.backend import runtime
+    from sparsile.backend.runtime import launcher
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the launcher staged a host array: the FFI path must use XLA's device buffers")
 
-    monkeypatch.setattr(runtime, "_stage_host_array", refuse)
-    monkeypatch.setattr(runtime, "_finish_host_copies", refuse)
+    monkeypatch.setattr(launcher, "stage_host_array", refuse)
+    monkeypatch.setattr(launcher, "finish_host_copies", refuse)
 
 
 def _signed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

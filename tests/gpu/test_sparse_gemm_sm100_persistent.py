@@ -128,7 +128,7 @@ def test_result_does_not_depend_on_the_number_of_programs(persistent):
 def mutated(old: str, new: str):
     src = KERNEL.read_text()
     assert src.count(old) == 1, old
-    return sp.loads(src.replace(old, new), name="mutated")
+    return sp.loads(src.replace(old, new), name="mutated", path=KERNEL)  # its imports resolve beside it
 
 
 @pytest.mark.parametrize("old,new", [

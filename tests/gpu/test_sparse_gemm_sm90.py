@@ -143,11 +143,9 @@ def _abs_products(m, n, k, seed, dtype):
 @pytest.mark.parametrize("m,n,k", [(256, 256, 512), (1000, 600, 1024)])
 def test_sparse_gemm_s8_tf32(mod, m, n, k):
     """s8 exactly; tf32 against the inputs as the MMA reads them (truncated to tf32)."""
-    import importlib.util
+    from sparsile.tests.support import load_script
 
-    spec = importlib.util.spec_from_file_location("sweep", KERNELS.parents[1] / "benchmarks" / "sweep_sparse_gemm.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = load_script("benchmarks/sweep_sparse_gemm.py", "sweep")
     rng = np.random.default_rng(5)
     for dtype, out_dt, bn in (("s8", np.int32, 256), ("tf32", np.float32, 128)):
         vals, meta, b, ref, absprod, kp = sweep.make(dtype, m, n, k, rng)

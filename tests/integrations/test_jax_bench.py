@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from sparsile.tests.support import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("bench_script_bench_jax", ROOT / "benchmarks" / "bench_jax.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_jax.py", "bench_script_bench_jax", register=True)
 
 
 def test_arguments_and_shapes() -> None:

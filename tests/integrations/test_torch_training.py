@@ -271,14 +271,9 @@ def test_sp0901_bad_input():
 
 
 def _bench_script():
-    import importlib.util
-    from pathlib import Path
+    from sparsile.tests.support import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training.py"
-    spec = importlib.util.spec_from_file_location("bench_script_training", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_training.py", "bench_script_training")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message printed without a GPU")

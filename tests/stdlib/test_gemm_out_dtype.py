@@ -149,13 +149,9 @@ def test_splitk_kernel_with_one_share_compiles_for_sm90():
 
 def test_benchmark_arguments():
     """benchmarks/bench_gemm_out_dtype.py (a GPU script): its shapes and token counts parse."""
-    import importlib.util
-    from pathlib import Path
+    from sparsile.tests.support import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gemm_out_dtype.py"
-    spec = importlib.util.spec_from_file_location("bench_gemm_out_dtype", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/bench_gemm_out_dtype.py")
     args = module.parse_args(["--shapes", "14336x4096", "128X64", "--tokens", "1", "16"])
     assert args.shapes == [(14336, 4096), (128, 64)] and args.tokens == [1, 16] and args.iters == 50
     assert module.parse_args([]).shapes == module.SHAPES

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sparsity.py"
+from sparsile.tests.support import load_script
 
 
 def test_bench_runs_small(capsys):
-    spec = importlib.util.spec_from_file_location("bench_sparsity", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/bench_sparsity.py")
     assert module.main(["--size", "256", "--repeats", "1", "--dtypes", "f16", "e2m1"]) == 0
     out = capsys.readouterr().out
     for step in ("prune", "compress", "encode tcgen05", "encode sm90", "validate tcgen05", "validate sm90"):

@@ -1,4 +1,4 @@
-"""Operand types: names, aliases, classes and the per-class constants of hardware-facts.md §1.2/§1.4."""
+"""Operand types: names, aliases, classes and the per-class constants of docs/hardware.md §1.2/§1.4."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sparsile.stdlib.sparsity.errors import ALL_CODES
 def test_operand_table(name, width_class, pattern, instr_k, atom_k):
     op = operand_type(name)
     assert (op.width_class, op.pattern.name, op.instr_k, op.atom_k) == (width_class, pattern, instr_k, atom_k)
-    # one compressed A row per instruction is 32 bytes of K (hardware-facts §1.2)
+    # one compressed A row per instruction is 32 bytes of K (docs/hardware.md §1.2)
     bits = {"16-bit": 16, "tf32": 32, "8-bit": 8, "4-bit": 4}[width_class]
     assert op.instr_k // 2 * bits == 256
     assert op.chunks_per_atom == 32  # 4 columns x 8 nibbles

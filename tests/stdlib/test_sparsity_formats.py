@@ -1,5 +1,5 @@
 """Metadata formats: hand-worked words, a cell-by-cell encoder written from the formulas of
-hardware-facts.md §1.4/§3/§4.2, placements, shapes, and round trips for every format and dtype."""
+docs/hardware.md §1.4/§3/§4.2, placements, shapes, and round trips for every format and dtype."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def idx(pairs: list[tuple[int, int]]) -> list[list[int]]:
 # ---------------------------------------------------------------- hand-worked examples
 
 def test_half_word_example_0xE94C():
-    # hardware-facts §3: 0xE94C = chunk0 (0,3), chunk1 (0,1), chunk2 (1,2), chunk3 (2,3)
+    # docs/hardware.md §3: 0xE94C = chunk0 (0,3), chunk1 (0,1), chunk2 (1,2), chunk3 (2,3)
     indices = np.zeros((1, 4, 2), np.uint8)
     indices[0] = idx([(0, 3), (0, 1), (1, 2), (2, 3)])
     words = encode_metadata(indices, "sm90", "f16", k=16).data
@@ -129,7 +129,7 @@ def test_atoms_are_m_first_then_k():
 # ---------------------------------------------------------------- formula-driven reference
 
 def reference_words(nibbles: np.ndarray, fmt: str, dtype: str, m: int, k: int) -> np.ndarray:
-    """Cell by cell, straight from hardware-facts.md: sm90 word index and bit per (row, chunk),
+    """Cell by cell, straight from docs/hardware.md: sm90 word index and bit per (row, chunk),
     then the tcgen05 atoms by explicit loops."""
     group = {"tf32": 2, "e2m1": 8}.get(dtype, 4)
     instr_k = {"tf32": 16, "e4m3": 64, "e5m2": 64, "s8": 64, "u8": 64, "e2m1": 128}.get(dtype, 32)

@@ -369,16 +369,12 @@ def test_gpu_bf16_from_float32_torch() -> None:
 
 
 def test_benchmark_script_needs_cuda(capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
-    from pathlib import Path
+    from sparsile.tests.support import load_script
 
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the GPU run is the benchmark itself")
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sparsity_gpu.py"
-    spec = importlib.util.spec_from_file_location("bench_sparsity_gpu", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/bench_sparsity_gpu.py")
     assert module.main([]) == 2 and "needs a CUDA GPU" in capsys.readouterr().out
     assert module.TARGET_SHAPE in module.SHAPES
 

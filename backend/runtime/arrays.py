@@ -1,0 +1,260 @@
+"""Array arguments: what the launcher needs to know about an array (:class:`ArrayInfo`), read
+from numpy arrays, torch tensors, ``__cuda_array_interface__`` objects and DLPack producers, and
+the checks of an array passed for a pointer or tensor-map parameter. Pure Python (no CUDA calls).
+
+Where arrays come from
+    * numpy arrays and other **host** memory (a CPU torch tensor, a CPU DLPack export) are copied
+      to the device before the launch and back after it (unless the parameter is read-only); the
+      launch then synchronizes. A launcher built with ``allow_host_copies=False`` refuses them.
+    * torch CUDA tensors, ``__cuda_array_interface__`` objects (CuPy, Numba, torch) and
+      ``__dlpack__`` objects on a CUDA device (torch, JAX, CuPy) are used **in place**.
+    * a Python int is taken as a raw device address (no checks possible).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ...frontend.diagnostics import LaunchError
+from . import dlpack
+from .codes import ARG_ALIGNMENT, ARG_CONTIGUOUS, ARG_DEVICE, ARG_DTYPE, ARG_HOST_MEMORY, ARG_KIND, READ_ONLY
+from .dtypes import (
+    ARRAY_DTYPE_ALIASES,
+    DTYPES,
+    array_dtype_matches,
+    dtype_from_numpy,
+    dtype_info,
+    numpy_dtype,
+    torch_dtype_info,
+)
+
+HOST = -1
+"""``ArrayInfo.device`` of host memory."""
+UNKNOWN_DEVICE = -2
+"""A CUDA pointer whose device must be asked from the driver (``__cuda_array_interface__``)."""
+FOREIGN_DEVICE = -3
+"""Memory of a non-CUDA device (MPS, ROCm, XLA...)."""
+ANY_DEVICE = -4
+"""CUDA managed memory: usable from every device."""
+
+
+class ArrayInfo(NamedTuple):
+    """What the launcher needs to know about an array argument (a NamedTuple: cheap to build on
+    every launch). ``strides`` are in elements; ``host`` is a numpy view of host memory (the
+    source/target of the copies) or None for device memory; ``stream`` is the producer stream a
+    ``__cuda_array_interface__`` asks us to order after; ``keepalive`` holds a DLPack capsule."""
+
+    ptr: int
+    dtype: str | None
+    dtype_label: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    contiguous: bool
+    device: int
+    device_label: str
+    readonly: bool
+    source: str
+    stream: int | None = None
+    host: np.ndarray | None = None
+    keepalive: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        itemsize = DTYPES[self.dtype].itemsize if self.dtype else 0
+        return math.prod(self.shape) * itemsize
+
+
+def is_c_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Row-major dense (strides in elements); extents of 1 may carry any stride."""
+    expected = 1
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent == 0:
+            return True
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def host_view(ptr: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A writable numpy view of dense row-major host memory at ``ptr``."""
+    dt = numpy_dtype(ARRAY_DTYPE_ALIASES.get(dtype, dtype))
+    count = math.prod(shape)
+    if count == 0 or ptr == 0:
+        return np.empty(shape, dtype=dt)
+    raw = (ctypes.c_ubyte * (count * dt.itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype=dt).reshape(shape)
+
+
+def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
+    itemsize = arr.itemsize or 1
+    label = arr.dtype.name if arr.dtype.isnative else f"{arr.dtype.name} (byte-swapped)"
+    return ArrayInfo(arr.ctypes.data, dtype_from_numpy(arr.dtype), label, arr.shape,
+                     tuple(s // itemsize for s in arr.strides), arr.flags.c_contiguous, HOST, "host",
+                     not arr.flags.writeable, "numpy array", None, arr)
+
+
+def _describe_torch(t: Any, stream: int) -> ArrayInfo:
+    dtype, label = torch_dtype_info(t.dtype)
+    if t.is_cuda:
+        index = t.get_device()
+        return ArrayInfo(t.data_ptr(), dtype, label, tuple(t.shape), tuple(t.stride()), t.is_contiguous(),
+                         index, f"cuda:{index}", False, "torch tensor")
+    device = t.device
+    if device.type != "cpu":
+        return ArrayInfo(t.data_ptr(), dtype, label, tuple(t.shape), tuple(t.stride()), t.is_contiguous(),
+                         FOREIGN_DEVICE, str(device), False, "torch tensor")
+    shape, contiguous = tuple(t.shape), t.is_contiguous()
+    view = host_view(t.data_ptr(), dtype, shape) if contiguous and dtype else None
+    return ArrayInfo(t.data_ptr(), dtype, label, shape, tuple(t.stride()), contiguous, HOST, "cpu",
+                     False, "CPU torch tensor", None, view, t)
+
+
+def is_torch_type(cls: type) -> bool:
+    """Whether instances of ``cls`` are described as torch tensors."""
+    return _extractors.get(cls) is _describe_torch
+
+
+def torch_device_pointer(t: Any, device: int, dtype: str, contiguous: bool) -> int | None:
+    """The launcher's fast path for a torch tensor: its data pointer when it is a CUDA tensor on
+    ``device`` of language dtype ``dtype`` (and dense when ``contiguous``), else None (the
+    caller then takes the general path, which also produces the error message)."""
+    if t.is_cuda and t.get_device() == device and torch_dtype_info(t.dtype)[0] == dtype and (
+            not contiguous or t.is_contiguous()):
+        return t.data_ptr()
+    return None
+
+
+def _describe_cai(obj: Any, stream: int) -> ArrayInfo:
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception:  # e.g. torch raises for bfloat16: DLPack describes those
+        if hasattr(type(obj), "__dlpack__"):
+            return _describe_dlpack(obj, stream)
+        raise
+    if cai.get("mask") is not None:
+        raise LaunchError(ARG_KIND, f"masked {type(obj).__name__} arrays are not supported")
+    dt = np.dtype(cai["typestr"])
+    dtype = dtype_from_numpy(dt)
+    if dtype is None and hasattr(type(obj), "__dlpack__"):
+        return _describe_dlpack(obj, stream)
+    shape = tuple(int(s) for s in cai["shape"])
+    ptr, readonly = cai["data"]
+    itemsize = dt.itemsize or 1
+    byte_strides = cai.get("strides")
+    if byte_strides is None:
+        strides, contiguous = dlpack.compact_strides(shape), True
+    else:
+        strides = tuple(int(s) // itemsize for s in byte_strides)
+        contiguous = all(int(s) % itemsize == 0 for s in byte_strides) and is_c_contiguous(shape, strides)
+    return ArrayInfo(int(ptr or 0), dtype, dt.name, shape, strides, contiguous, UNKNOWN_DEVICE, "cuda",
+                     bool(readonly), f"{type(obj).__name__} (__cuda_array_interface__)", cai.get("stream"))
+
+
+def _describe_dlpack(obj: Any, stream: int) -> ArrayInfo:
+    try:
+        t = dlpack.from_object(obj, stream)
+    except (dlpack.DLPackError, BufferError, RuntimeError, ValueError) as exc:
+        raise LaunchError(ARG_KIND, f"could not read {type(obj).__name__} through DLPack: {exc}") from None
+    contiguous = is_c_contiguous(t.shape, t.strides)
+    source = f"{type(obj).__name__} (DLPack)"
+    if t.is_host:
+        view = host_view(t.data, t.dtype, t.shape) if contiguous and t.dtype else None
+        return ArrayInfo(t.data, t.dtype, t.dtype_label, t.shape, t.strides, contiguous, HOST,
+                         t.device_label, t.readonly, source, None, view, (t.capsule, obj))
+    if t.device_type == dlpack.DEVICE_CUDA:
+        device = t.device_id
+    elif t.device_type == dlpack.DEVICE_CUDA_MANAGED:
+        device = ANY_DEVICE
+    else:
+        device = FOREIGN_DEVICE
+    return ArrayInfo(t.data, t.dtype, t.dtype_label, t.shape, t.strides, contiguous, device, t.device_label,
+                     t.readonly, source, None, None, t.capsule)
+
+
+def _not_an_array(value: Any, stream: int) -> ArrayInfo | None:
+    # Objects may carry the protocol as an instance attribute (a common Numba-docs pattern).
+    if hasattr(value, "__cuda_array_interface__"):
+        return _describe_cai(value, stream)
+    return None
+
+
+_extractors: dict[type, Callable[[Any, int], ArrayInfo | None]] = {}
+
+
+def _choose_extractor(cls: type) -> Callable[[Any, int], ArrayInfo | None]:
+    if issubclass(cls, np.ndarray):
+        return _describe_numpy
+    torch = sys.modules.get("torch")
+    if torch is not None and issubclass(cls, torch.Tensor):
+        return _describe_torch
+    if hasattr(cls, "__cuda_array_interface__"):
+        return _describe_cai
+    if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
+        return _describe_dlpack
+    return _not_an_array
+
+
+def register_array_type(cls: type, extractor: Callable[[Any, int], ArrayInfo | None]) -> None:
+    """Describe instances of exactly ``cls`` with ``extractor`` (the runtime registers its
+    ``DeviceBuffer`` this way, skipping the generic protocols)."""
+    _extractors[cls] = extractor
+
+
+def describe_array(value: Any, stream: int = 0) -> ArrayInfo | None:
+    """Describe an array-like argument, or None if ``value`` is not one. ``stream`` is the launch
+    stream handle (DLPack producers order their pending work before it)."""
+    cls = type(value)
+    extractor = _extractors.get(cls)
+    if extractor is None:
+        extractor = _extractors[cls] = _choose_extractor(cls)
+    return extractor(value, stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks on array arguments
+
+
+def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int, allow_host: bool,
+                         writes: bool, aligned16: bool = False, contiguous: bool = True) -> None:
+    """All checks of an array passed for a ``ptr[dtype]`` (or tensor-map) parameter of a kernel
+    that runs on CUDA device ``device``; raises the first violation."""
+    if not array_dtype_matches(dtype, info.dtype):
+        expected = dtype_info(ARRAY_DTYPE_ALIASES.get(dtype, dtype)).numpy_name
+        raise LaunchError(ARG_DTYPE, f"argument `{name}` expects a pointer to {dtype}, got a "
+                          f"{info.dtype_label} {info.source}", f"convert it to {expected} first")
+    if info.readonly and writes:
+        raise LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source}, but the kernel "
+                          "writes through it", "pass a writable copy")
+    if info.device == HOST:
+        if not allow_host:
+            raise LaunchError(ARG_HOST_MEMORY, f"argument `{name}` is a {info.source} in host memory, but "
+                              "this launcher uses device memory in place only",
+                              "move it to the GPU first (torch: x.cuda(), cupy: cupy.asarray(x)) or build "
+                              "the launcher with allow_host_copies=True")
+        if not info.contiguous or info.host is None:
+            raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is a non-contiguous host array; host "
+                              "arrays are copied to the device and must be C-contiguous",
+                              "pass np.ascontiguousarray(x) (and copy results back yourself)")
+        return
+    if info.device == FOREIGN_DEVICE:
+        raise LaunchError(ARG_DEVICE, f"argument `{name}` lives on {info.device_label}, not on a CUDA "
+                          "device", "move it to the CUDA device the kernel runs on")
+    if info.device >= 0 and info.device != device:
+        raise LaunchError(ARG_DEVICE, f"argument `{name}` is on cuda:{info.device} but the kernel runs on "
+                          f"cuda:{device}", f"move it to cuda:{device} (or load the kernel on "
+                          f"cuda:{info.device})")
+    if contiguous and not info.contiguous:
+        raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is not contiguous (shape {info.shape}, "
+                          f"strides {info.strides} elements)", "pass a contiguous copy (x.contiguous())")
+    if aligned16 and info.ptr % 16:
+        raise LaunchError(ARG_ALIGNMENT, f"argument `{name}` points to {info.ptr:#x}, which is not "
+                          "16-byte aligned, but the kernel was specialized assuming 16-byte alignment",
+                          "pass an array whose data starts on a 16-byte boundary (a fresh allocation, "
+                          "or a slice at a multiple of 16 bytes)")

@@ -1,0 +1,399 @@
+"""The kernel launcher (:class:`Launcher`).
+
+Per-parameter converters and the parameter buffer are built once; a call binds the arguments,
+converts each one straight into its slot of the buffer, and calls ``cuLaunchKernel``
+(``cuLaunchKernelEx`` with a cluster-dimension attribute when the cluster is not 1x1x1) with
+``kernelParams`` = the address of a ``void*`` array pointing at the slots: for a loaded kernel
+straight from libcuda through ctypes (``cudalib.py``: cuda.bindings' argument conversion costs
+microseconds per call), else through cuda.bindings. Host arrays are copied in and out around the
+launch (``staging.py``), which then synchronizes; device arrays are used in place and the launch
+stays asynchronous. ``driver/prepared.py`` builds on it the prepared launches of
+``kernel[grid].prepare``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cuda.bindings import driver
+
+from ...frontend.diagnostics import LaunchError
+from . import cudalib, devices
+from .arrays import (
+    HOST,
+    UNKNOWN_DEVICE,
+    ArrayInfo,
+    check_array_argument,
+    describe_array,
+    is_torch_type,
+    torch_device_pointer,
+)
+from .codes import ARG_DEVICE, ARG_KIND, ARG_RANGE, CLUSTER, CONSTEXPR
+from .devices import (
+    RETRY_AFTER_CONTEXT_SWITCH,
+    SUCCESS,
+    CudaError,
+    DeviceInfo,
+    pointer_device,
+    same_stream,
+    stream_wait,
+)
+from .dtypes import DTYPES
+from .launch_config import (
+    check_cluster,
+    check_grid_fits_cluster,
+    check_shared_memory,
+    normalize_block,
+    normalize_grid,
+    stream_handle,
+)
+from .module import KernelFunction
+from .params import MISSING, ArgumentBinder, ParamBuffer, ParamSpec, derived_value, is_derived, layout_slots
+from .scalars import encode_scalar, scalar_writer
+from .staging import Call, finish_host_copies, stage_host_array
+from .tensormap import (
+    TENSOR_MAP_BYTES,
+    TENSOR_MAP_CACHE_SIZE,
+    TensorMap,
+    TensorMapCache,
+    TensorMapParam,
+    make_tensor_map,
+)
+
+_U64 = struct.Struct("<Q")
+
+
+def _no_pack(view: Any, offset: Any, value: int) -> None:
+    """Array-only arguments have no slot of their own."""
+
+
+class _NoGrid:
+    """The type of the cached grid before the first launch (no grid is ever of this type)."""
+
+
+class Launcher:
+    """Launches one compiled kernel. Built once per compiled kernel; ``launcher(grid, args,
+    kwargs, stream=...)`` converts the arguments into the preallocated parameter buffer and
+    launches. ``block`` (or ``num_warps``), ``dynamic_shared`` and ``cluster`` are fixed at
+    compile time; ``static_shared`` defaults to what the driver reports for the kernel."""
+
+    def __init__(self, function: KernelFunction, spec: ParamSpec, *, num_warps: int | None = None,
+                 block: Any = None, static_shared: int | None = None, dynamic_shared: int = 0,
+                 cluster: Any = (1, 1, 1), allow_host_copies: bool = True):
+        self.function = function
+        self.spec = spec
+        self.device: DeviceInfo = function.module.device
+        self._module = function.module
+        attrs = function.attributes
+        if block is None:
+            block = 32 * (num_warps if num_warps is not None else 4)
+        self.block = normalize_block(block, self.device, attrs.max_threads_per_block)
+        self.static_shared = attrs.static_shared_bytes if static_shared is None else static_shared
+        self.dynamic_shared = int(dynamic_shared)
+        check_shared_memory(self.static_shared, self.dynamic_shared, self.device)
+        self.cluster = check_cluster(cluster, self.device)
+        required = attrs.required_cluster
+        if any(required) and tuple(max(r, 1) for r in required) != self.cluster:
+            raise LaunchError(CLUSTER, f"the kernel was compiled for cluster {required}, but the launcher "
+                              f"uses {self.cluster}", f"launch with cluster={tuple(required)}")
+        if self.dynamic_shared:
+            function.set_max_dynamic_shared(self.dynamic_shared)
+        self.allow_host_copies = allow_host_copies
+        self._binder = ArgumentBinder(spec)
+        self._lock = threading.Lock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
+        # libcuda straight through ctypes for a loaded kernel (cudalib.py); cuda.bindings otherwise
+        raw = isinstance(function, KernelFunction)
+        raw_launch = cudalib.raw("cuLaunchKernel") if raw else None
+        raw_ex = cudalib.raw("cuLaunchKernelEx") if raw else None
+        self._launch_kernel = raw_launch or driver.cuLaunchKernel
+        self._launch_kernel_ex = raw_ex or driver.cuLaunchKernelEx
+        self._tensor_maps = TensorMapCache(TENSOR_MAP_CACHE_SIZE)
+        self._build_buffer()
+        self._config = None
+        if math.prod(self.cluster) > 1:
+            self._config = (cudalib.cluster_config(self.block, self.dynamic_shared, self.cluster) if raw_ex
+                            else self._cluster_config())
+        self._last_grid: Any = None
+        self._last_grid_type: type = _NoGrid
+        self._last_dims: tuple[int, int, int] = (1, 1, 1)
+        self._n_user = len(self._binder.names)
+        self._n_infos = len(self._needs_info)
+        self._handle = cudalib.handle_int(function.handle) if raw_launch or raw_ex else function.handle
+        self._bx, self._by, self._bz = self.block
+        self._params_address = self._buffer.address
+        self._context_key = self._module.context_key
+        self._scratch = Call(0, self._n_infos)
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _build_buffer(self) -> None:
+        kernel_params = self.spec.kernel_params
+        self._buffer = ParamBuffer(layout_slots([p.slot for p in kernel_params]))
+        offsets = dict(zip((p.name for p in kernel_params), self._buffer.layout.offsets))
+        users = self.spec.user_params
+        user_index = {p.name: i for i, p in enumerate(users)}
+        derived = [p for p in self.spec.params if is_derived(p)]
+        self._needs_info = sorted({user_index[p.source] for p in derived})
+        self._info_slot = {u: i for i, u in enumerate(self._needs_info)}
+        self._converters: list[Callable[[Any, Call], None]] = []
+        for i, p in enumerate(users):
+            slot = self._info_slot.get(i)
+            if p.kind in ("pointer", "array"):
+                self._converters.append(self._pointer_converter(p, offsets.get(p.name), slot))
+            elif p.kind == "tensormap":
+                self._converters.append(self._tensormap_converter(p, offsets[p.name], slot))
+            elif p.kind == "scalar":
+                self._converters.append(self._scalar_converter(p, offsets[p.name]))
+            else:
+                self._converters.append(self._constexpr_converter(p))
+        self._derived = [
+            (self._derived_writer if p.kind == "derived" else self._derived_tensormap_writer)(
+                p, offsets[p.name], self._info_slot[user_index[p.source]])
+            for p in derived]
+
+    def _cluster_config(self) -> Any:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = self.cluster
+        config = driver.CUlaunchConfig()
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block
+        config.sharedMemBytes = self.dynamic_shared
+        config.attrs = [attr]
+        config.numAttrs = 1
+        self._cluster_attribute = attr  # kept alive alongside the config that refers to it
+        return config
+
+    def _array_info(self, name: str, value: Any, call: Call, what: str, info: ArrayInfo | None = None
+                    ) -> ArrayInfo:
+        if info is None:
+            info = describe_array(value, call.stream)
+        if info is None:
+            raise LaunchError(ARG_KIND, f"argument `{name}` expects {what}, got {type(value).__name__}",
+                              "pass a numpy array, a CUDA tensor/array (torch, CuPy, JAX) or a DeviceBuffer")
+        if info.device == UNKNOWN_DEVICE:
+            info = info._replace(device=pointer_device(info.ptr))
+            if info.device == HOST:
+                raise LaunchError(ARG_DEVICE, f"argument `{name}` ({info.source}) does not point to CUDA "
+                                  "device memory")
+        return info
+
+    def _device_pointer(self, name: str, info: ArrayInfo, writes: bool, call: Call) -> int:
+        if info.device == HOST:
+            return stage_host_array(name, info, writes, call, self.device.ordinal)
+        if info.stream is not None and not same_stream(info.stream, call.stream):
+            call.waits = [*(call.waits or ()), info.stream]
+        if info.keepalive is not None:
+            call.keep = [*(call.keep or ()), info.keepalive]
+        return info.ptr
+
+    def _pointer_converter(self, p: Any, offset: int | None, info_slot: int | None
+                           ) -> Callable[[Any, Call], None]:
+        """Converter of a pointer argument (``offset`` = its slot) or of an array-only argument
+        (``offset`` None: checked, staged and recorded for derived parameters, not passed)."""
+        view, ordinal = self._buffer.view, self.device.ordinal
+        pack = _U64.pack_into if offset is not None else _no_pack
+        name, dtype, writes = p.name, p.dtype, not p.readonly
+        array_dtype = "f32" if dtype == "tf32" else dtype
+        aligned16 = getattr(p, "aligned16", False)
+        alignment_mask = 15 if aligned16 else 0
+        need_contiguous = p.contiguous
+        torch_types: set[type] = set()
+
+        def convert(value: Any, call: Call) -> None:
+            cls = type(value)
+            if cls is int and info_slot is None:  # a raw device address
+                if not 0 <= value < 1 << 64:
+                    raise LaunchError(ARG_RANGE, f"argument `{name}` = {value} is not a 64-bit address")
+                pack(view, offset, value)
+                return
+            if cls in torch_types and info_slot is None:
+                ptr = torch_device_pointer(value, ordinal, array_dtype, need_contiguous)
+                if ptr is not None and not ptr & alignment_mask:
+                    pack(view, offset, ptr)
+                    return
+            elif is_torch_type(cls):
+                torch_types.add(cls)
+            info = describe_array(value, call.stream)
+            if (info is not None and info.device == ordinal and info.dtype == array_dtype
+                    and not info.ptr & alignment_mask and (info.contiguous or not need_contiguous)
+                    and not (info.readonly and writes) and info.stream is None and info.keepalive is None):
+                pack(view, offset, info.ptr)  # the common case: a matching array on this device
+            else:
+                info = self._array_info(name, value, call, f"an array (pointer to {dtype})", info)
+                check_array_argument(name, dtype, info, device=ordinal, allow_host=self.allow_host_copies,
+                                     writes=writes, aligned16=aligned16, contiguous=p.contiguous)
+                ptr = self._device_pointer(name, info, writes, call)
+                pack(view, offset, ptr)
+                if ptr != info.ptr:  # staged host array: derived parameters describe the device copy
+                    info = info._replace(ptr=ptr, device=ordinal, host=None)
+            if info_slot is not None:
+                call.infos[info_slot] = info
+
+        return convert
+
+    def _tensormap_converter(self, p: TensorMapParam, offset: int, info_slot: int | None
+                             ) -> Callable[[Any, Call], None]:
+        view, ordinal, cache = self._buffer.view, self.device.ordinal, self._tensor_maps
+        end = offset + TENSOR_MAP_BYTES
+
+        def convert(value: Any, call: Call) -> None:
+            if isinstance(value, TensorMap):
+                view[offset:end] = value.data
+                if info_slot is not None:
+                    spec, size = value.spec, value.spec.dtype.bits // 8
+                    call.infos[info_slot] = ArrayInfo(value.address, p.dtype, p.dtype, spec.global_shape,
+                                                      tuple(s // max(size, 1) for s in spec.global_strides),
+                                                      False, ordinal, "", False, "TensorMap")
+                return
+            info = self._array_info(p.name, value, call, f"an array for a tensor map of {p.dtype}")
+            check_array_argument(p.name, p.dtype, info, device=ordinal, allow_host=self.allow_host_copies,
+                                 writes=not p.readonly, contiguous=False)
+            ptr = self._device_pointer(p.name, info, not p.readonly, call)
+            if ptr != info.ptr:
+                info = info._replace(ptr=ptr, device=ordinal)
+            key = (info.ptr, info.shape, info.strides)
+            data = cache.get(key)
+            if data is None:
+                data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
+            view[offset:end] = data
+            if info_slot is not None:
+                call.infos[info_slot] = info
+
+        return convert
+
+    def _scalar_converter(self, p: Any, offset: int) -> Callable[[Any, Call], None]:
+        return scalar_writer(p, offset, self._buffer.view)
+
+    def _constexpr_converter(self, p: Any) -> Callable[[Any, Call], None]:
+        expected = p.value
+
+        def convert(value: Any, call: Call) -> None:
+            if expected is None or value is MISSING:
+                return
+            try:
+                same = bool(value == expected)
+            except Exception:
+                same = False
+            if not same:
+                raise LaunchError(CONSTEXPR, f"argument `{p.name}` = {value!r}, but the kernel was compiled "
+                                  f"for {p.name} = {expected!r}", "recompile for this value (or pass "
+                                  f"{expected!r})")
+
+        return convert
+
+    def _derived_tensormap_writer(self, p: TensorMapParam, offset: int, info_slot: int
+                                  ) -> Callable[[Call], None]:
+        view, ordinal, end = self._buffer.view, self.device.ordinal, offset + TENSOR_MAP_BYTES
+        cache = TensorMapCache(TENSOR_MAP_CACHE_SIZE)
+
+        def write(call: Call) -> None:
+            info = call.infos[info_slot]
+            key = (info.ptr, info.shape, info.strides)
+            data = cache.get(key)
+            if data is None:
+                data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
+            view[offset:end] = data
+
+        return write
+
+    def _derived_writer(self, p: Any, offset: int, info_slot: int) -> Callable[[Call], None]:
+        view, size = self._buffer.view, DTYPES[p.dtype].itemsize
+        packer = struct.Struct(DTYPES[p.dtype].struct_format)
+
+        def write(call: Call) -> None:
+            value = derived_value(p, call.infos[info_slot])
+            try:
+                packer.pack_into(view, offset, value)
+            except struct.error:  # out of range for the parameter's type: the diagnostic
+                view[offset:offset + size] = encode_scalar(p.dtype, value, p.name)
+
+        return write
+
+    # -- launching ----------------------------------------------------------------------------
+
+    def _grid(self, grid: Any, values: Sequence[Any]) -> tuple[int, int, int]:
+        if callable(grid):
+            grid = grid(dict(zip(self._binder.names, values)))
+        cacheable = type(grid) is int or type(grid) is tuple
+        if cacheable and type(grid) is self._last_grid_type and grid == self._last_grid:
+            return self._last_dims
+        dims = normalize_grid(grid, self.device)
+        check_grid_fits_cluster(dims, self.cluster)
+        if cacheable:
+            self._last_grid, self._last_grid_type, self._last_dims = grid, type(grid), dims
+        return dims
+
+    def __call__(self, grid: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+                 stream: Any = None) -> None:
+        values = args if not kwargs and len(args) == self._n_user else self._binder.bind(args, kwargs)
+        handle = 0 if stream is None else stream if type(stream) is int and stream >= 0 else stream_handle(stream)
+        self._acquire()  # one launch at a time per launcher: the parameter buffer is shared
+        call = self._scratch
+        call.stream = handle
+        launched = False
+        try:
+            if type(grid) is self._last_grid_type and grid == self._last_grid:
+                dims = self._last_dims
+            else:
+                dims = self._grid(grid, values)
+            for convert, value in zip(self._converters, values):
+                convert(value, call)
+            for write in self._derived:
+                write(call)
+            if call.staged or getattr(devices.tls, "context", None) is not self._context_key:
+                self._module.activate(force=True)
+            if call.waits:
+                for producer in call.waits:
+                    stream_wait(self._module._state, handle, producer)
+            if self._config is None:
+                err = self._launch_kernel(self._handle, dims[0], dims[1], dims[2], self._bx, self._by,
+                                          self._bz, self.dynamic_shared, handle, self._params_address, 0)[0]
+                if err != SUCCESS:
+                    self._launch_failed(err, dims, handle)
+            else:
+                self._launch_cluster(dims, handle)
+            launched = True
+        finally:
+            try:
+                if call.staged:
+                    finish_host_copies(call, launched)
+            finally:
+                call.staged = call.waits = call.keep = None
+                self._release()
+
+    def launch(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        """``launcher.launch(grid, x, y, n=...)``: the same as ``launcher(grid, args, kwargs)``."""
+        self(grid, args, kwargs, stream=stream)
+
+    def _launch_cluster(self, dims: tuple[int, int, int], stream: int) -> None:
+        config = self._config
+        config.gridDimX, config.gridDimY, config.gridDimZ = dims
+        config.hStream = stream
+        err = self._launch_kernel_ex(config, self._handle, self._params_address, 0)[0]
+        if err != SUCCESS:
+            self._launch_failed(err, dims, stream)
+
+    def _launch_failed(self, err: Any, dims: tuple[int, int, int], stream: int) -> None:
+        """Retry once when another context was made current behind our back (torch/CuPy on
+        another device), else raise."""
+        name = "cuLaunchKernelEx" if self._config is not None else "cuLaunchKernel"
+        if err in RETRY_AFTER_CONTEXT_SWITCH:
+            self._module.activate(force=True)
+            if self._config is None:
+                err = self._launch_kernel(self._handle, dims[0], dims[1], dims[2], self._bx, self._by, self._bz,
+                                          self.dynamic_shared, stream, self._params_address, 0)[0]
+            else:
+                config = self._config
+                err = self._launch_kernel_ex(config, self._handle, self._params_address, 0)[0]
+            if err == SUCCESS:
+                return
+        raise CudaError(name, err)
+
+    def param_bytes(self, index: int) -> bytes:
+        """The current bytes of kernel parameter ``index`` (for tests and debugging)."""
+        return self._buffer.slot_bytes(index)

@@ -1,0 +1,135 @@
+"""Device memory: :class:`DeviceBuffer`, a ``cuMemAlloc`` allocation that torch, CuPy and the
+launcher use in place (``__cuda_array_interface__``, ``__dlpack__``), freed in its own context."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver
+
+from ...frontend.diagnostics import LaunchError
+from . import dlpack
+from .arrays import ArrayInfo, register_array_type
+from .codes import ARG_SHAPE
+from .devices import check, device_state, in_context, make_current
+from .dtypes import DTYPES, dtype_from_numpy, numpy_dtype
+from .launch_config import stream_handle
+
+
+def _free_device_memory(ptr: int, context: Any) -> None:
+    in_context(context, lambda: driver.cuMemFree(ptr))
+
+
+class DeviceBuffer:
+    """A device allocation (``cuMemAlloc``), optionally typed (``dtype``: a language dtype
+    name, ``shape``). It exposes ``__cuda_array_interface__`` and ``__dlpack__``, so torch / CuPy
+    / the launcher use it in place. Freed by :meth:`free` or when garbage collected."""
+
+    def __init__(self, nbytes: int, *, dtype: str | None = None, shape: Sequence[int] | None = None,
+                 device: int | None = None):
+        state = device_state(device)
+        make_current(state, force=True)
+        self.nbytes = int(nbytes)
+        self.dtype = dtype
+        self.shape = tuple(int(s) for s in shape) if shape is not None else None
+        self.device = state.info.ordinal
+        self._state = state
+        self.ptr = int(check("cuMemAlloc", driver.cuMemAlloc(max(self.nbytes, 1))))
+        self._finalizer = weakref.finalize(self, _free_device_memory, self.ptr, state.context)
+
+    @classmethod
+    def empty(cls, shape: Sequence[int], dtype: str, device: int | None = None) -> DeviceBuffer:
+        return cls(math.prod(shape) * DTYPES[dtype].itemsize, dtype=dtype, shape=shape, device=device)
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, device: int | None = None, stream: Any = None) -> DeviceBuffer:
+        array = np.ascontiguousarray(array)
+        buf = cls(array.nbytes, dtype=dtype_from_numpy(array.dtype), shape=array.shape, device=device)
+        buf.copy_from_host(array, stream)
+        return buf
+
+    def _numpy_dtype(self) -> np.dtype:
+        return numpy_dtype(self.dtype) if self.dtype else np.dtype(np.uint8)
+
+    def copy_from_host(self, array: np.ndarray, stream: Any = None) -> None:
+        array = np.ascontiguousarray(array)
+        if array.nbytes > self.nbytes:
+            raise LaunchError(ARG_SHAPE, f"cannot copy {array.nbytes} bytes into a {self.nbytes}-byte buffer")
+        handle = stream_handle(stream)
+        make_current(self._state)
+        check("cuMemcpyHtoDAsync",
+              driver.cuMemcpyHtoDAsync(self.ptr, array.ctypes.data, array.nbytes, handle))
+        check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+
+    def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
+        """Copy to ``out`` (or a new array of the buffer's dtype and shape) and synchronize."""
+        if out is None:
+            shape = self.shape if self.shape is not None else (self.nbytes,)
+            out = np.empty(shape, dtype=self._numpy_dtype())
+        if not out.flags.c_contiguous or not out.flags.writeable or out.nbytes > self.nbytes:
+            raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
+                              f"{self.nbytes} bytes")
+        handle = stream_handle(stream)
+        make_current(self._state)
+        check("cuMemcpyDtoHAsync", driver.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, handle))
+        check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+        return out
+
+    to_numpy = copy_to_host
+
+    def fill_byte(self, value: int) -> None:
+        """Set every byte to ``value`` (poisoning outputs in tests) and synchronize."""
+        make_current(self._state)
+        check("cuMemsetD8", driver.cuMemsetD8(self.ptr, value & 0xFF, max(self.nbytes, 1)))
+        check("cuCtxSynchronize", driver.cuCtxSynchronize())
+
+    def free(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> DeviceBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    @property
+    def ndim(self) -> int:
+        """The rank of the typed shape (1 for an untyped buffer of bytes)."""
+        return len(self._typed_shape())
+
+    def _typed_shape(self) -> tuple[int, ...]:
+        if self.dtype is None:
+            return (self.nbytes,)
+        return self.shape if self.shape is not None else (self.nbytes // DTYPES[self.dtype].itemsize,)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        dt = self._numpy_dtype()
+        return {"shape": self._typed_shape(), "typestr": dt.str, "data": (self.ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        return dlpack.export_capsule(self.ptr, self._typed_shape(), self.dtype or "u8", dlpack.DEVICE_CUDA,
+                                     self.device, owner=self)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.DEVICE_CUDA, self.device
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer({self.nbytes} bytes at {self.ptr:#x} on cuda:{self.device}, " \
+               f"dtype={self.dtype}, shape={self.shape})"
+
+
+def _describe_device_buffer(buf: DeviceBuffer, stream: int) -> ArrayInfo:
+    shape = buf._typed_shape()
+    return ArrayInfo(buf.ptr, buf.dtype, buf.dtype or "untyped", shape,
+                     dlpack.compact_strides(shape), True, buf.device, f"cuda:{buf.device}", False,
+                     "DeviceBuffer")
+
+
+register_array_type(DeviceBuffer, _describe_device_buffer)

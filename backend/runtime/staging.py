@@ -1,0 +1,104 @@
+"""Host arrays staged for a launch: each is copied to a fresh device buffer on the launch stream
+before the launch and, when the kernel writes it, back after it; the launch then synchronizes.
+:func:`shared_host_copy` decides which host arguments share one copy (the same memory passed
+twice) and refuses a partial overlap with a write (SP0750). :class:`Call` is a launcher's
+per-launch scratch that records the copies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver
+
+from ...frontend.diagnostics import LaunchError
+from .arrays import ArrayInfo
+from .codes import ARG_OVERLAP
+from .devices import check
+from .memory import DeviceBuffer
+
+
+class Call:
+    """Launch scratch (one per launcher, reused under its lock): the stream, host copies to undo,
+    producer streams to wait on, objects to keep alive until the launch is queued, and array
+    infos for derived parameters."""
+
+    __slots__ = ("infos", "keep", "staged", "stream", "waits")
+
+    def __init__(self, stream: int, n_infos: int):
+        self.stream = stream
+        self.staged: list[tuple[DeviceBuffer, np.ndarray, bool, str]] | None = None  # (copy, host, written, name)
+        self.waits: list[int] | None = None
+        self.keep: list[Any] | None = None
+        self.infos: list[ArrayInfo | None] | None = [None] * n_infos if n_infos else None
+
+
+def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, device: int) -> int:
+    """Copy a host array to a fresh device buffer (on the launch stream); remember to copy it
+    back after the launch when the kernel writes it. The same host memory passed twice shares one
+    copy; a partial overlap with a write is SP0750 (:func:`shared_host_copy`)."""
+    host = info.host
+    if call.staged is None:
+        call.staged = []
+    same = shared_host_copy([(n, h, w) for _, h, w, n in call.staged], name, host, writes)
+    if same is not None:
+        buf, h, written, first = call.staged[same]
+        call.staged[same] = (buf, h, written or writes, first)
+        return buf.ptr
+    buf = DeviceBuffer(host.nbytes, device=device)
+    call.staged.append((buf, host, writes, name))
+    if host.nbytes:
+        check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data, host.nbytes,
+                                                             call.stream))
+    return buf.ptr
+
+
+def finish_host_copies(call: Call, launched: bool) -> None:
+    """Copy written host arrays back, synchronize the stream, free the staging buffers. After a
+    failed launch (an exception is already propagating) only synchronize and free."""
+    try:
+        if launched:
+            for buf, host, written, _ in call.staged:
+                if written and host.nbytes:
+                    check("cuMemcpyDtoHAsync",
+                          driver.cuMemcpyDtoHAsync(host.ctypes.data, buf.ptr, host.nbytes, call.stream))
+            check("cuStreamSynchronize", driver.cuStreamSynchronize(call.stream))
+        else:
+            driver.cuStreamSynchronize(call.stream)
+    finally:
+        for buf, *_ in call.staged:
+            buf.free()
+
+
+
+def _byte_range(a: np.ndarray) -> tuple[int, int]:
+    """(first byte, one past the last byte) of the memory a numpy array spans."""
+    lo = hi = a.__array_interface__["data"][0]
+    if a.size == 0:
+        return lo, hi
+    for n, st in zip(a.shape, a.strides, strict=True):
+        lo, hi = lo + min(0, (n - 1) * st), hi + max(0, (n - 1) * st)
+    return lo, hi + a.itemsize
+
+
+def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, host: np.ndarray,
+                     writes: bool) -> int | None:
+    """Where the host array ``host`` (argument ``name``) goes among the host arrays
+    already staged for this launch, ``(name, array, written)`` each: the index of one covering the
+    very same bytes (share its device copy, as the GPU would share the memory), or None (a copy of
+    its own). Bytes shared only in part, with either written, are LaunchError SP0750: two copies
+    would hide the writes through one from the other, and the last copied back would win."""
+    lo, hi = _byte_range(host)
+    for i, (other, array, written) in enumerate(staged):
+        a, b = _byte_range(array)
+        if hi > lo and (a, b) == (lo, hi) and (array.strides == host.strides or (array.flags.c_contiguous
+                                               and host.flags.c_contiguous)):
+            return i
+        if a < hi and lo < b and (writes or written):
+            raise LaunchError(ARG_OVERLAP, f"host arrays `{other}` and `{name}` overlap in memory but are not "
+                              "the same array, and the kernel writes "
+                              f"`{name if writes else other}`; each host array is copied to the device on "
+                              "its own, so the writes would be lost",
+                              "pass the same array for both, or separate arrays (e.g. `y.copy()`)")
+    return None
