@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     la.add_argument("--max-rows", type=_picture_rows, default=64,
                     help=f"rows of the picture to print (1 to {MAX_PICTURE_ROWS}, default 64)")
 
+    o = sub.add_parser("ops", help="list every IR op with its targets and the parts of its definition")
+    o.add_argument("-v", "--verbose", action="store_true", help="also show operand names and why a part is none")
+
     t = sub.add_parser("tune", help="pre-tune the sparse GEMM for a list of shapes and write a table")
     t.add_argument("shapes", nargs="+", help="MxNxK shapes (M out features, N tokens, K in features), or files "
                                              "with one shape per line")
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed its message
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
-    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": _layout, "tune": _tune}
+    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": _layout, "ops": _ops,
+                "tune": _tune}
     from .frontend.diagnostics import CompileError, LaunchError
 
     try:
@@ -166,6 +170,14 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr:
 
 
 # ------------------------------------------------------------------------------------------------
+def _ops(args: Any, out: TextIO, err: TextIO) -> int:
+    """``sparsile ops``: the op registry (driver/op_listing.py)."""
+    from .driver.op_listing import op_rows, render
+
+    print(render(op_rows(), verbose=args.verbose), file=out)
+    return EXIT_OK
+
+
 def _read_module(path: str) -> Any:
     import sparsile
 

@@ -24,7 +24,7 @@ from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError, Diagnostic, InternalError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.ir.core import Operation, Value
-from sparsile.frontend.ops.opdefs import OPS, OpDef, define_op
+from sparsile.frontend.ops.opdefs import OPS, OpDef, define_op, undefine_op
 from sparsile.frontend.sema.builtins import NAMESPACES, ROOT, builtin
 from sparsile.frontend.sema.emitter import Emitter
 from sparsile.frontend.sema.values import Arg
@@ -95,7 +95,7 @@ def toy() -> Iterator[list[str]]:
     try:
         yield calls
     finally:
-        OPS.pop("toy.axpb", None)
+        undefine_op("toy.axpb")
         ROOT.members.pop("toy", None)
         NAMESPACES.pop("toy", None)
         codegen._ENSURED_OPS.discard("toy.axpb")

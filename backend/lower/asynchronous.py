@@ -125,8 +125,8 @@ def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
 
 @lowering("smem.index")
 def lower_smem_index(cg: CodeGen, op: Operation) -> None:
-    ref: SmemRef = cg.get(op.operands[0])
-    i = cg.scalar(op.operands[1])
+    ref: SmemRef = cg.get(op.operand("buf"))
+    i = cg.scalar(op.operand("index"))
     stride = ref.matrix_bytes
     for d in ref.shape[1:-2]:
         stride *= d
@@ -136,8 +136,8 @@ def lower_smem_index(cg: CodeGen, op: Operation) -> None:
 
 @lowering("smem.slice")
 def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
-    ref: SmemRef = cg.get(op.operands[0])
-    start = cg.scalar(op.operands[1])
+    ref: SmemRef = cg.get(op.operand("buf"))
+    start = cg.scalar(op.operand("start"))
     d, n = op.attrs["dim"], op.attrs["size"]
     rank = len(ref.shape)
     fb = cg.fb
@@ -186,8 +186,8 @@ def stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -
 
 @lowering("smem.store")
 def lower_smem_store(cg: CodeGen, op: Operation) -> None:
-    ref: SmemRef = cg.get(op.operands[0])
-    x = cg.tile(op.operands[1])
+    ref: SmemRef = cg.get(op.operand("buf"))
+    x = cg.tile(op.operand("value"))
     sty, eb = _storage(x.elem)
     coords = cg.coords(x.layout)
     seen: set[tuple[str, ...]] = set()
@@ -206,7 +206,7 @@ def lower_smem_store(cg: CodeGen, op: Operation) -> None:
 
 @lowering("smem.load")
 def lower_smem_load(cg: CodeGen, op: Operation) -> None:
-    ref: SmemRef = cg.get(op.operands[0])
+    ref: SmemRef = cg.get(op.operand("buf"))
     res = op.result
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
@@ -262,15 +262,15 @@ def lower_mbar_alloc(cg: CodeGen, op: Operation) -> None:
 
 @lowering("mbarrier.index")
 def lower_mbar_index(cg: CodeGen, op: Operation) -> None:
-    bar: BarRef = cg.get(op.operands[0])
-    i = cg.scalar(op.operands[1])
+    bar: BarRef = cg.get(op.operand("bar"))
+    i = cg.scalar(op.operand("index"))
     cg.set(op.result, BarRef(cg.fb.binop("add", bar.base, cg.fb.binop("mul", i, const(8, "i32"))), 1))
 
 
 @lowering("mbarrier.expect")
 def lower_mbar_expect(cg: CodeGen, op: Operation) -> None:
-    bar: BarRef = cg.get(op.operands[0])
-    nbytes = cg.scalar(op.operands[1])
+    bar: BarRef = cg.get(op.operand("bar"))
+    nbytes = cg.scalar(op.operand("bytes"))
     _leader_do(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta",
                                          [bar_ptr(cg, bar), nbytes]))
 
@@ -284,7 +284,7 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
     PTX ISA 9.7.13.15.13). Relaxed: the arrival releases a buffer whose reads have completed
     (``wgmma_wait``), so it needs no memory ordering; with ``.release.cluster`` the H200 ran the
     multicast sparse GEMM 2.5x slower (2784 against 1100 µs at 8192³, measured 2026-11-30)."""
-    bar: BarRef = cg.get(op.operands[0])
+    bar: BarRef = cg.get(op.operand("bar"))
     arrive = _multicast_arrival(cg, op, bar) if op.attrs.get("multicast") else (
         lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)]))
     if op.attrs.get("per") == "warpgroup":
@@ -317,7 +317,7 @@ def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], 
     from .cluster import map_shared
 
     require(cg.target, Feature.CLUSTER, op.span, what="an arrival on other CTAs' mbarriers (multicast=)")
-    mask = cg.scalar(op.operands[1])
+    mask = cg.scalar(op.operand("mask"))
     size = cluster_size(cg.state.get("cluster", (1, 1, 1)))
 
     def emit() -> None:
@@ -335,8 +335,8 @@ def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], 
 
 @lowering("mbarrier.wait")
 def lower_mbar_wait(cg: CodeGen, op: Operation) -> None:
-    bar: BarRef = cg.get(op.operands[0])
-    parity = cg.fb.binop("and", cg.scalar(op.operands[1]), const(1, "i32"))
+    bar: BarRef = cg.get(op.operand("bar"))
+    parity = cg.fb.binop("and", cg.scalar(op.operand("phase")), const(1, "i32"))
     fb = cg.fb
     ptr = bar_ptr(cg, bar)
     loop, done = fb.new_block("mbar_wait"), fb.new_block("mbar_done")
@@ -379,9 +379,8 @@ def collect_tma_keys(cg: CodeGen) -> None:
     keys: dict[int, list[tuple[tuple[int, ...], int]]] = {}
     for op in cg.func.walk():
         if op.name in ("tma.load", "tma.store", "tma.load_cluster"):
-            smem_index = len(op.operands) + {"tma.load": -2, "tma.store": -1, "tma.load_cluster": -4}[op.name]
-            root = op.operands[0]
-            k = tma_key(op, smem_index)
+            root = op.operand("tensor")
+            k = tma_key(op, op.operand_index("smem"))
             lst = keys.setdefault(id(root), [])
             if k not in lst:
                 lst.append(k)
@@ -389,7 +388,7 @@ def collect_tma_keys(cg: CodeGen) -> None:
 
 
 def _tmap(cg: CodeGen, op: Operation, smem_index: int) -> LLValue:
-    t = cg.get(op.operands[0])
+    t = cg.get(op.operand("tensor"))
     return t.tensormaps[tma_key(op, smem_index)]
 
 
@@ -419,11 +418,11 @@ def _panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLValue,
 
 @lowering("tma.load")
 def lower_tma_load(cg: CodeGen, op: Operation) -> None:
-    bar: BarRef = cg.get(op.operands[-1])
+    bar: BarRef = cg.get(op.operand("bar"))
     fb = cg.fb
 
     def issue() -> None:
-        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 2)
+        tmap, rank, copies = _panel_copies(cg, op, op.operand_index("smem"))
         for coords, off in copies:
             d3 = cg.smem_ptr(off)
             d7 = fb.value(f"addrspacecast ptr addrspace(3) {d3.ref} to ptr addrspace(7)", "ptr addrspace(7)")
@@ -437,7 +436,7 @@ def lower_tma_load(cg: CodeGen, op: Operation) -> None:
 @lowering("tma.store")
 def lower_tma_store(cg: CodeGen, op: Operation) -> None:
     def issue() -> None:
-        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 1)
+        tmap, rank, copies = _panel_copies(cg, op, op.operand_index("smem"))
         for coords, off in copies:
             args = [cg.smem_ptr(off), tmap, *coords, const(0, "i64"), const(0, "i1")]
             cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.s2g.tile.{rank}d", args)

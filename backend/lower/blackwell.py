@@ -85,9 +85,9 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
     """``ref.load()`` results and ``ref.store(x)`` values take the region's ``32x32b`` layout; so do
     the accumulators (and metadata words) of tile MMAs reserved for tcgen05."""
     if op.name in ("tmem.load", "tmem.load_chunks", "tmem.store"):
-        lay = register_layout(op.operands[0].type, num_warps, chunks=op.name == "tmem.load_chunks")
+        lay = register_layout(op.operand("ref").type, num_warps, chunks=op.name == "tmem.load_chunks")
         if lay is not None:
-            return {id(op.result if op.name != "tmem.store" else op.operands[1]): lay}
+            return {id(op.result if op.name != "tmem.store" else op.operand("value")): lay}
     if op.name in ("dot", "sparse_dot"):
         from .blackwell_tile import anchor as tile_anchor
 
@@ -287,8 +287,8 @@ def lower_tmem_alloc(cg: CodeGen, op: Operation) -> None:
 
 @lowering("tmem.index")
 def lower_tmem_index(cg: CodeGen, op: Operation) -> None:
-    ref: TmemRef = cg.get(op.operands[0])
-    i = cg.scalar(op.operands[1])
+    ref: TmemRef = cg.get(op.operand("ref"))
+    i = cg.scalar(op.operand("index"))
     fb = cg.fb
     addr = fb.binop("add", ref.addr, fb.binop("mul", i, const(ref.stage_stride, "i32")))
     cg.set(op.result, TmemRef(addr, op.result.type, ref.tile_stride))
@@ -296,8 +296,8 @@ def lower_tmem_index(cg: CodeGen, op: Operation) -> None:
 
 @lowering("tmem.slice")
 def lower_tmem_slice(cg: CodeGen, op: Operation) -> None:
-    ref: TmemRef = cg.get(op.operands[0])
-    start = cg.scalar(op.operands[1])
+    ref: TmemRef = cg.get(op.operand("ref"))
+    start = cg.scalar(op.operand("start"))
     fb = cg.fb
     if op.attrs["dim"] == 0:
         off = fb.binop("mul", fb.binop("lshr", start, const(7, "i32")), const(ref.tile_stride, "i32"))
@@ -431,7 +431,7 @@ def _emit_load(cg: CodeGen, op: Operation, chunks: bool) -> None:
     res = op.result
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
-    cg.set(res, load_tile(cg, cg.get(op.operands[0]), res.layout, elem, op.span, chunks))
+    cg.set(res, load_tile(cg, cg.get(op.operand("ref")), res.layout, elem, op.span, chunks))
 
 
 @lowering("tmem.load")
@@ -492,7 +492,7 @@ def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any) -> None:
 def lower_tmem_store(cg: CodeGen, op: Operation) -> None:
     _require_tcgen05(cg, op)
     _check_partition(cg, op)
-    store_tile(cg, cg.get(op.operands[0]), cg.tile(op.operands[1]), op.span)
+    store_tile(cg, cg.get(op.operand("ref")), cg.tile(op.operand("value")), op.span)
 
 
 # ================================================================================================
@@ -574,10 +574,10 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
     if kind == "i8":
         require(cg.target, Feature.TCGEN05_I8, op.span)
     sparse = op.attrs["sparse"]
-    a_v, b_v, acc_v = op.operands[0], op.operands[1], op.operands[2]
+    a_v, b_v, acc_v = op.operand("a"), op.operand("b"), op.operand("d")
     a, b, acc = cg.get(a_v), cg.get(b_v), cg.get(acc_v)
-    meta: TmemRef | None = cg.get(op.operands[3]) if sparse else None
-    en = cg.scalar(op.operands[-1])
+    meta: TmemRef | None = cg.get(op.operand("a_meta")) if sparse else None
+    en = cg.scalar(op.operand("enable"))
     a_elem = a_v.type.elem
     group = op.attrs.get("cta_group", 1)
     scaled = bool(op.attrs.get("block_scale"))
@@ -592,8 +592,7 @@ def lower_mma(cg: CodeGen, op: Operation) -> None:
         require(cg.target, Feature.TCGEN05_MXF8F6F4, op.span)
         name += ".mxf8f6f4.block_scale.block32"
         imm = imm[1:]
-        i = 4 if sparse else 3
-        scale_refs = (cg.get(op.operands[i]), cg.get(op.operands[i + 1]))
+        scale_refs = (cg.get(op.operand("a_scale")), cg.get(op.operand("b_scale")))
 
     def issue() -> None:
         for ins in plan:
@@ -619,8 +618,8 @@ def lower_copy(cg: CodeGen, op: Operation) -> None:
     """``tcgen05.cp.cta_group::1.128x128b [tmem + 4i], desc`` per 2 KB atom (docs/hardware.md §1.4:
     no swizzle, SBO = 128 B, LBO unused, version bit 46; byte row r lands in lane r)."""
     _require_tcgen05(cg, op)
-    src: SmemRef = cg.get(op.operands[0])
-    dst: TmemRef = cg.get(op.operands[1])
+    src: SmemRef = cg.get(op.operand("src"))
+    dst: TmemRef = cg.get(op.operand("dst"))
     fields = SmemDesc(0, 0, 128, "none")
     g = op.attrs.get("cta_group", 1)
     if op.attrs.get("scale"):
@@ -652,10 +651,10 @@ def _copy_scale_atoms(cg: CodeGen, src: SmemRef, dst: TmemRef, atoms: int) -> No
 def lower_commit(cg: CodeGen, op: Operation) -> None:
     """``tcgen05.commit.cta_group::N.mbarrier::arrive::one.shared::cluster[.multicast::cluster]``."""
     _require_tcgen05(cg, op)
-    bar = cg.get(op.operands[0])
+    bar = cg.get(op.operand("bar"))
     g = op.attrs.get("cta_group", 1)
     if op.attrs.get("multicast"):
-        mask = cg.scalar(op.operands[1])
+        mask = cg.scalar(op.operand("mask"))
 
         def issue() -> None:
             m16 = cg.fb.cast("trunc", mask, "i16")

@@ -39,9 +39,8 @@ M_TILE = 128
 
 def _parts(op: Operation) -> tuple[Any, Any, Any, Any | None]:
     """(A, B, accumulator, metadata) values of a dot / sparse_dot."""
-    if op.name == "sparse_dot":
-        return op.operands[0], op.operands[2], op.operands[3], op.operands[1]
-    return op.operands[0], op.operands[1], op.operands[2], None
+    meta = op.operand("a_meta") if op.name == "sparse_dot" else None
+    return op.operand("a"), op.operand("b"), op.operand("acc"), meta
 
 
 def eligible(op: Operation, num_warps: int) -> int | None:
@@ -89,7 +88,7 @@ def reserve(func: Function, target: Any, num_warps: int, user_end: int, capacity
         n = eligible(op, num_warps)
         if n is None or start + n > capacity:
             continue
-        if MMA_KIND[T.element_type(op.operands[0].type).name] == "i8" and not target.has(Feature.TCGEN05_I8):  # type: ignore[union-attr]
+        if MMA_KIND[T.element_type(op.operand("a").type).name] == "i8" and not target.has(Feature.TCGEN05_I8):  # type: ignore[union-attr]
             continue
         op.attrs["tc_col"] = start
         op.attrs["tc_ncols"] = n
@@ -109,7 +108,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
     lay = register_layout(T.TmemType(eacc, (M_TILE, n), "acc"), num_warps)  # type: ignore[arg-type]
     out = {} if lay is None else {id(op.result): lay, id(acc): lay}
     if meta is not None:
-        ea = T.element_type(op.operands[0].type)
+        ea = T.element_type(op.operand("a").type)
         mt = T.TmemType(T.u32, T.shape_of(meta.type), "meta", META_BITS[ea.name])  # type: ignore[union-attr]
         ml = register_layout(mt, num_warps)
         if ml is not None:

@@ -69,13 +69,13 @@ def lower_tma_load_cluster(cg: CodeGen, op: Operation) -> None:
     require(cg.target, Feature.CLUSTER, op.span, what="a TMA load in a cluster")
     if peer_bar:
         require(cg.target, Feature.TMA_CTA_GROUP, op.span, what="a TMA load counted on a peer CTA's mbarrier")
-    bar = cg.get(op.operands[-3])
-    mask = cg.scalar(op.operands[-2])
-    bar_cta = cg.scalar(op.operands[-1])
+    bar = cg.get(op.operand("bar"))
+    mask = cg.scalar(op.operand("mask"))
+    bar_cta = cg.scalar(op.operand("rank"))
     fb = cg.fb
 
     def issue() -> None:
-        tmap, rank, copies = _panel_copies(cg, op, len(op.operands) - 4)
+        tmap, rank, copies = _panel_copies(cg, op, op.operand_index("smem"))
         b = bar_ptr(cg, bar)
         mbar = map_shared(cg, b, bar_cta) if peer_bar else fb.value(f"ptrtoint ptr addrspace(3) {b.ref} to i32",
                                                                     "i32", "bar")

@@ -1,6 +1,8 @@
 """Code generation: from the typed, layout-annotated IR of one kernel to LLVM IR text.
 
-Every IR op has a lowering registered by name in :data:`LOWERINGS` (``lower_*.py`` modules). Scalars
+Every IR op's lowerings are part of its definition (``OpDef.lowerings``, frontend/ops/opdefs.py):
+the modules of this package register them into the OpDefs by op name with :func:`lowering` when
+they are imported (the frontend imports no backend code), the target-specific ones tried first. Scalars
 become one LLVM value (the same in every thread); tiles become a :class:`DTile`, one LLVM value per
 register of the tile's layout, whose logical coordinate in thread ``(lane, warp)`` is
 ``thread_base(lane, warp) XOR register_offset(reg)``. Structured control flow becomes basic blocks
@@ -19,7 +21,7 @@ from ...frontend.ir import types as T
 from ...frontend.ir.core import Block, Function, Operation, Value
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import LANE, WARP, register_coords, thread_bases
-from ...frontend.ops.opdefs import OPS
+from ...frontend.ops.opdefs import OPS, Lowering, attach
 from ...target.targets import Target
 from .llvm_text import FunctionBuilder, LLValue, ModuleBuilder, const, llvm_type
 
@@ -70,10 +72,6 @@ class PartitionCtx:
     num_warps: int
 
 
-LOWERINGS: dict[str, Callable[[CodeGen, Operation], None]] = {}
-# target-specific lowerings, tried before the generic one: (condition on the CodeGen, lowering)
-TARGET_LOWERINGS: dict[str, list[tuple[Callable[[CodeGen], bool], Callable[[CodeGen, Operation], None]]]] = {}
-
 # Lowering modules imported for every kernel, and those imported only when a kernel has one of
 # their ops (an op name, or a prefix ending in "."): lower_blackwell alone costs a fresh process
 # ~15 ms of imports (layout_derive, descriptors), which a vector add should not pay.
@@ -116,26 +114,27 @@ def ensure_lowerings(op_name: str) -> None:
     _ENSURED_OPS.add(op_name)
 
 
-def _defined_lowering(op_name: str) -> Callable[[CodeGen, Operation], None] | None:
-    """The lowering an op's own definition carries (``OpDef.lower``, frontend/ops/opdefs.py)."""
-    d = OPS.get(op_name)
-    return d.lower if d is not None else None
-
-
 def lowering(*names: str, when: Callable[[CodeGen], bool] | None = None
              ) -> Callable[[Callable[[CodeGen, Operation], None]], Callable[[CodeGen, Operation], None]]:
-    """Register a lowering for IR ops ``names``; with ``when``, only for targets where it holds
-    (e.g. ``when=lambda cg: cg.target.has(Feature.WGMMA)``), tried before the generic one."""
+    """Register a lowering of the IR ops ``names`` into their OpDefs; with ``when``, only for
+    targets where it holds (e.g. ``when=lambda cg: cg.target.has(Feature.WGMMA)``), tried before
+    the generic one."""
 
     def deco(fn: Callable[[CodeGen, Operation], None]) -> Callable[[CodeGen, Operation], None]:
+        entry = Lowering(fn, when)
         for n in names:
-            if when is None:
-                LOWERINGS[n] = fn
-            else:
-                TARGET_LOWERINGS.setdefault(n, []).append((when, fn))
+            attach(n, lambda d: d.add_lowering(entry))
         return fn
 
     return deco
+
+
+def load_all_lowerings() -> None:
+    """Import every lowering module (``sparsile ops`` and the tests list every op's lowerings)."""
+    import importlib
+
+    for module in (*CORE_LOWERING_MODULES, *OPTIONAL_LOWERING_MODULES):
+        importlib.import_module(f"{__package__}.{module}")
 
 
 class CodeGen:
@@ -247,8 +246,8 @@ class CodeGen:
             if op.name in ("scf.yield", "scf.condition"):
                 continue  # read by the parent's lowering
             ensure_lowerings(op.name)
-            fn = next((f for cond, f in TARGET_LOWERINGS.get(op.name, ()) if cond(self)), None) or \
-                LOWERINGS.get(op.name) or _defined_lowering(op.name)
+            d = OPS.get(op.name)
+            fn = d.lowering_for(self) if d is not None else None
             if fn is None:
                 raise CompileError([Diagnostic(
                     "SP0620", f"`{op.name}` cannot be compiled for {self.target.name} yet", op.span,

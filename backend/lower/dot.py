@@ -174,8 +174,8 @@ def _tf32(cg: CodeGen, x: DTile) -> DTile:
 @lowering("dot")
 def lower_dot_portable(cg: CodeGen, op: Operation) -> None:
     a, b, acc = (cg.tile(v) for v in op.operands)
-    m, k = T.shape_of(op.operands[0].type)
-    n = T.shape_of(op.operands[1].type)[1]
+    m, k = T.shape_of(op.operand("a").type)
+    n = T.shape_of(op.operand("b").type)[1]
     a, b = _tf32(cg, a), _tf32(cg, b)
     _, a_eb = _storage(a.elem)
     _, b_eb = _storage(b.elem)
@@ -191,9 +191,9 @@ def lower_dot_portable(cg: CodeGen, op: Operation) -> None:
 @lowering("sparse_dot")
 def lower_sparse_dot_portable(cg: CodeGen, op: Operation) -> None:
     vals, meta, b, acc = (cg.tile(v) for v in op.operands)
-    m, kh = T.shape_of(op.operands[0].type)
+    m, kh = T.shape_of(op.operand("a").type)
     k = 2 * kh
-    n = T.shape_of(op.operands[2].type)[1]
+    n = T.shape_of(op.operand("b").type)[1]
     vals, b = _tf32(cg, vals), _tf32(cg, b)
     _, a_eb = _storage(vals.elem)
     _, b_eb = _storage(b.elem)

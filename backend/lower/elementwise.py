@@ -90,7 +90,7 @@ def lower_splat(cg: CodeGen, op: Operation) -> None:
     cg.set(res, DTile(res.layout, [s] * res.layout.in_size("reg"), elem_of(res)))
 
 
-@lowering("expand_dims", "reshape", "permute", "convert_layout_noop")
+@lowering("expand_dims", "reshape", "permute")
 def lower_same_registers(cg: CodeGen, op: Operation) -> None:
     src = cg.get(op.operands[0])
     res = op.result

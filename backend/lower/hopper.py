@@ -106,10 +106,10 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
         lay = acc_layout(shape[0], shape[1], num_warps)
         if lay is None:
             return out
-        acc = op.operands[2] if op.name in ("hopper.wgmma", "dot") else op.operands[3]
+        acc = op.operand("acc")
         out[id(op.result)] = lay
         out[id(acc)] = lay
-        a_v = op.operands[0]
+        a_v = op.operand("a")
         if op.name == "hopper.wgmma" and isinstance(a_v.type, T.TileType):
             a_elem = T.element_type(a_v.type)
             if isinstance(a_elem, T.ScalarType):
@@ -117,12 +117,10 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
                 if al is not None:
                     out[id(a_v)] = al
         meta = None
-        if op.name == "hopper.wgmma" and op.attrs.get("sparse"):
-            meta = op.operands[3]
-        elif op.name == "sparse_dot":
-            meta = op.operands[1]
+        if (op.name == "hopper.wgmma" and op.attrs.get("sparse")) or op.name == "sparse_dot":
+            meta = op.operand("a_meta")
         if meta is not None:
-            at = op.operands[0].type
+            at = a_v.type
             a_elem = at.elem if isinstance(at, T.SmemType) else T.element_type(at)
             ml = meta_layout(shape[0], T.shape_of(meta.type)[1], a_elem, num_warps)  # type: ignore[arg-type]
             if ml is not None:
@@ -224,9 +222,10 @@ def pack_a(cg: CodeGen, a: DTile) -> list[LLValue]:
 def lower_wgmma(cg: CodeGen, op: Operation) -> None:
     if not op.attrs["b_kmajor"]:
         raise InternalError("an MN-major wgmma B reached the lowering (legality SP0569 decides this)", op.span)
-    meta = cg.tile(op.operands[3]) if op.attrs["sparse"] else None
-    a = cg.tile(op.operands[0]) if isinstance(op.operands[0].type, T.TileType) else cg.get(op.operands[0])
-    out = emit_wgmma(cg, a, cg.get(op.operands[1]), cg.tile(op.operands[2]), meta,
+    meta = cg.tile(op.operand("a_meta")) if op.attrs["sparse"] else None
+    a_v = op.operand("a")
+    a = cg.tile(a_v) if isinstance(a_v.type, T.TileType) else cg.get(a_v)
+    out = emit_wgmma(cg, a, cg.get(op.operand("b")), cg.tile(op.operand("acc")), meta,
                      op.attrs["m"], op.attrs["n"], op.attrs["k"], T.element_type(op.result.type), op)
     cg.set(op.result, out)
 
@@ -250,7 +249,7 @@ def emit_wgmma(cg: CodeGen, a_ref: SmemRef | DTile, b_ref: SmemRef, acc: DTile, 
     if eacc == "f16":
         raise InternalError("an f16 wgmma accumulator reached the lowering (legality SP0570 decides this)", op.span)
     if meta is not None:
-        kw = T.shape_of(op.operands[3].type)[1] if op.name == "hopper.wgmma" else T.shape_of(op.operands[1].type)[1]
+        kw = T.shape_of(op.operand("a_meta").type)[1]
         if meta.layout != meta_layout(m, kw, a_elem, warps):
             raise InternalError("wgmma metadata is not in the wgmma metadata layout", op.span)
     g = warps // 4
@@ -310,7 +309,7 @@ def emit_wgmma(cg: CodeGen, a_ref: SmemRef | DTile, b_ref: SmemRef, acc: DTile, 
 
 @lowering("hopper.wgmma_wait")
 def lower_wgmma_wait(cg: CodeGen, op: Operation) -> None:
-    cg.set(op.result, emit_wgmma_wait(cg, cg.tile(op.operands[0]), op.attrs["pending"]))
+    cg.set(op.result, emit_wgmma_wait(cg, cg.tile(op.operand("acc")), op.attrs["pending"]))
 
 
 def emit_wgmma_wait(cg: CodeGen, acc: DTile, n: int) -> DTile:
@@ -360,9 +359,9 @@ def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
 
     if not cg.target.has(Feature.WGMMA):
         return False
-    a_v = op.operands[0]
-    b_v = op.operands[2] if sparse else op.operands[1]
-    acc = cg.tile(op.operands[-1])
+    a_v = op.operand("a")
+    b_v = op.operand("b")
+    acc = cg.tile(op.operand("acc"))
     m, ka = T.shape_of(a_v.type)
     k = 2 * ka if sparse else ka
     n = T.shape_of(b_v.type)[1]
@@ -391,7 +390,7 @@ def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
         return False
     cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
     cg.barrier()
-    meta = cg.tile(op.operands[1]) if sparse else None
+    meta = cg.tile(op.operand("a_meta")) if sparse else None
     out = emit_wgmma(cg, a_ref, b_ref, acc, meta, m, n, k, eacc, op)
     cg.set(op.result, emit_wgmma_wait(cg, out, 0))
     return True

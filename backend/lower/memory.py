@@ -171,10 +171,7 @@ def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None
 
 @lowering("load")
 def lower_load(cg: CodeGen, op: Operation) -> None:
-    ptr_v = op.operands[0]
-    has_mask, has_other = op.attrs.get("has_mask"), op.attrs.get("has_other")
-    mask_v = op.operands[1] if has_mask else None
-    other_v = op.operands[2 if has_mask else 1] if has_other else None
+    ptr_v, mask_v, other_v = op.operand("ptr"), op.optional_operand("mask"), op.optional_operand("other")
     elem = T.element_type(op.result.type)
     assert isinstance(elem, T.ScalarType)
     ptr = cg.get(ptr_v)
@@ -196,8 +193,7 @@ def lower_load(cg: CodeGen, op: Operation) -> None:
 
 @lowering("store")
 def lower_store(cg: CodeGen, op: Operation) -> None:
-    ptr_v, val_v = op.operands[0], op.operands[1]
-    mask_v = op.operands[2] if op.attrs.get("has_mask") else None
+    ptr_v, val_v, mask_v = op.operand("ptr"), op.operand("value"), op.optional_operand("mask")
     elem = T.element_type(val_v.type)
     assert isinstance(elem, T.ScalarType)
     ptr = cg.get(ptr_v)
@@ -223,7 +219,7 @@ def lower_store(cg: CodeGen, op: Operation) -> None:
 # ------------------------------------------------------------------------------------------------
 @lowering("tensor.dim", "tensor.stride")
 def lower_tensor_query(cg: CodeGen, op: Operation) -> None:
-    t = cg.get(op.operands[0])
+    t = cg.get(op.operand("tensor"))
     d = op.attrs["dim"]
     cg.set(op.result, t.shape[d] if op.name == "tensor.dim" else t.strides[d])
 
@@ -253,8 +249,8 @@ def _tile_addresses(cg: CodeGen, t: object, offsets: list[LLValue], layout: obje
 
 @lowering("tensor.load_tile")
 def lower_load_tile(cg: CodeGen, op: Operation) -> None:
-    t = cg.get(op.operands[0])
-    offs = [cg.scalar(v) for v in op.operands[1:]]
+    t = cg.get(op.operand("tensor"))
+    offs = [cg.scalar(v) for v in op.operands[1:]]  # offset0, offset1, ...
     res = op.result
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
@@ -265,10 +261,11 @@ def lower_load_tile(cg: CodeGen, op: Operation) -> None:
 
 @lowering("tensor.store_tile")
 def lower_store_tile(cg: CodeGen, op: Operation) -> None:
-    t = cg.get(op.operands[0])
-    offs = [cg.scalar(v) for v in op.operands[1:-1]]
-    val = cg.tile(op.operands[-1])
-    elem = T.element_type(op.operands[-1].type)
+    t = cg.get(op.operand("tensor"))
+    offs = [cg.scalar(v) for v in op.operands[1:-1]]  # offset0, offset1, ...
+    val_v = op.operand("value")
+    val = cg.tile(val_v)
+    elem = T.element_type(val_v.type)
     assert isinstance(elem, T.ScalarType)
     ptrs, preds = _tile_addresses(cg, t, offs, val.layout, len(offs))
     seen: set[str] = set()

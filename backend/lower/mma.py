@@ -169,7 +169,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
     lay = acc_layout(shape[0], shape[1], num_warps)
     if lay is None:
         return {}
-    return {id(op.result): lay, id(op.operands[-1]): lay}
+    return {id(op.result): lay, id(op.operand("acc")): lay}
 
 
 def prepare(func: Any, target: Any, num_warps: int) -> dict[str, Any]:
@@ -244,8 +244,8 @@ def _refuse_fp8_below_sm89(cg: CodeGen, op: Operation, a_elem: Any, b_elem: Any)
 
 def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     """Lower ``op`` through warp-level MMAs; False when it does not fit (nothing was emitted)."""
-    a_v = op.operands[0]
-    b_v = op.operands[2] if sparse else op.operands[1]
+    a_v = op.operand("a")
+    b_v = op.operand("b")
     _refuse_fp8_below_sm89(cg, op, T.element_type(a_v.type), T.element_type(b_v.type))
     m, ka = T.shape_of(a_v.type)
     k = 2 * ka if sparse else ka
@@ -259,7 +259,7 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
 
     a = _tf32(cg, cg.tile(a_v))
     b = _tf32(cg, cg.tile(b_v))
-    acc = cg.tile(op.operands[-1])
+    acc = cg.tile(op.operand("acc"))
     a_eb = _storage(a.elem)[1]
     b_eb = _storage(b.elem)[1]
     work = T.f32 if instr.acc == "f32" else T.i32
@@ -274,8 +274,8 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     c_base = 0 if direct else cg.smem_alloc(m * sc_w * 4, 16)
     meta = None
     if sparse:
-        meta = cg.tile(op.operands[1])
-        kw = T.shape_of(op.operands[1].type)[1]
+        meta = cg.tile(op.operand("a_meta"))
+        kw = T.shape_of(op.operand("a_meta").type)[1]
         sm_w = kw
         m_base = cg.smem_alloc(m * sm_w * 4, 16)
     cg.barrier()  # the previous readers of these buffers (this op in an earlier iteration) are done

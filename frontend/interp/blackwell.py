@@ -134,11 +134,12 @@ def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         return []
     _, peer = pair
     what = "tcgen05.mma(cta_group=2)"
-    peer_args = [peer_array(ctx, op, np.asarray(x), peer, what) if i < len(args) - 1 else x
+    enable, ib = op.operand_index("enable"), op.operand_index("b")
+    peer_args = [peer_array(ctx, op, np.asarray(x), peer, what) if i != enable else x
                  for i, x in enumerate(args)]
-    b_full = np.concatenate([np.asarray(args[1]), np.asarray(peer_args[1])], axis=0)
+    b_full = np.concatenate([np.asarray(args[ib]), np.asarray(peer_args[ib])], axis=0)
     for which in (args, peer_args):
-        _mma_one(ctx, op, [which[0], b_full, *which[2:]])
+        _mma_one(ctx, op, [b_full if i == ib else x for i, x in enumerate(which)])
     return []
 
 
@@ -146,15 +147,16 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
     from ..ops.core import tf32_truncate
     from ..ops.dot import _mma
 
-    a, b, acc = np.asarray(args[0]), np.asarray(args[1]), args[2]
-    en = bool(args[-1])
-    ta = op.operands[0].type
+    a, b, acc = (args[op.operand_index(n)] for n in ("a", "b", "d"))
+    a, b = np.asarray(a), np.asarray(b)
+    en = bool(args[op.operand_index("enable")])
+    ta = op.operand("a").type
     ea = ta.elem
     if op.attrs["sparse"]:
         from ...stdlib.sparsity import SparsityError
         from ..ops.metadata_words import decompress_tile
 
-        meta = np.asarray(args[3])[:, :op.attrs["k"] // WORD_K[META_BITS[ea.name]]]
+        meta = np.asarray(args[op.operand_index("a_meta")])[:, :op.attrs["k"] // WORD_K[META_BITS[ea.name]]]
         try:
             a = decompress_tile(a, meta, ea)
         except SparsityError as e:
@@ -164,7 +166,7 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
     bm = b.T
     if ea in (T.f32, T.tf32):  # as wgmma on the H200: low 13 bits dropped (assumed for tcgen05, not measured)
         a, bm = tf32_truncate(a), tf32_truncate(bm)
-    eacc = op.operands[2].type.elem
+    eacc = op.operand("d").type.elem
     base = acc if en else np.zeros(acc.shape, acc.dtype)
     acc[...] = _mma(a, bm, base, eacc)
 
@@ -175,12 +177,12 @@ def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,
     9.7.16.10.7: ``(A * scale_A) @ (B * scale_B)``), one scale per row and instruction K."""
     from ..ops.tmem_scales import apply_scales, read_scales
 
-    i = 4 if op.attrs["sparse"] else 3
-    step = instr_k(op.operands[0].type.elem, op.attrs["sparse"])
+    i = op.operand_index("a_scale")
+    step = instr_k(op.operand("a").type.elem, op.attrs["sparse"])
     steps = op.attrs["k"] // step
     try:
         sa = read_scales(np.asarray(args[i]), a.shape[0], steps, "A")
-        sb = read_scales(np.asarray(args[i + 1]), b.shape[0], steps, "B")
+        sb = read_scales(np.asarray(args[op.operand_index("b_scale")]), b.shape[0], steps, "B")
     except ValueError as e:
         raise InterpreterError(str(e), op.span, ctx.program_id) from None
     return apply_scales(a, sa, step), apply_scales(b, sb, step)

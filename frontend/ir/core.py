@@ -10,10 +10,11 @@ invariants and each op's own ``verify`` rule.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..diagnostics import InternalError
 from ..spans import UNKNOWN_SPAN, Span
 from .types import Type
 
@@ -72,6 +73,11 @@ class Region:
     block: Block = field(default_factory=Block)
 
 
+OPERAND_NAMES: dict[str, Callable[[Operation], tuple[str, ...]]] = {}
+"""Op name -> the names of an op's operands; filled by ``frontend/ops/opdefs.define_op`` (the IR
+sits below the op registry, so the registry fills this table in)."""
+
+
 @dataclass(eq=False)
 class Operation:
     name: str
@@ -93,6 +99,23 @@ class Operation:
         for region in self.regions:
             for op in region.block.ops:
                 yield from op.walk()
+
+    def operand_index(self, name: str) -> int:
+        """The position of the operand named ``name`` by the op's definition (``frontend/ops/opdefs.py``)."""
+        names = OPERAND_NAMES[self.name](self) if self.name in OPERAND_NAMES else ()
+        if name not in names:
+            raise InternalError(f"`{self.name}` has no operand named {name!r} (it has {names})")
+        return names.index(name)
+
+    def operand(self, name: str) -> Value:
+        """The operand named ``name`` by the op's definition (``op.operand("acc")``)."""
+        return self.operands[self.operand_index(name)]
+
+    def optional_operand(self, name: str) -> Value | None:
+        """The operand named ``name``, or None where this op has none of that name (``load``'s
+        ``mask`` without ``has_mask``)."""
+        names = OPERAND_NAMES[self.name](self) if self.name in OPERAND_NAMES else ()
+        return self.operands[names.index(name)] if name in names else None
 
     def set_operand(self, index: int, value: Value) -> None:
         self.operands[index] = value

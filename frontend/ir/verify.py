@@ -1,5 +1,6 @@
 """The IR verifier: structural invariants (every operand defined before use and visible from its
-use, terminators where regions need them, known ops) plus each op's own ``verify`` rule.
+use, terminators where regions need them, known ops, one operand per name the op's definition
+gives) plus each op's own ``verify`` rule.
 
 A failure is a compiler bug (:class:`InternalError`), never a user diagnostic: sema and the passes
 must only build valid IR.
@@ -38,6 +39,10 @@ def _verify_op(op: Operation, scope: set[int]) -> None:
     d = OPS.get(op.name)
     if d is None:
         raise InternalError(f"unknown IR op `{op.name}`", op.span)
+    names = d.operand_names(op)
+    if len(names) != len(op.operands):
+        raise InternalError(f"`{op.name}` has {len(op.operands)} operands, its definition names {len(names)}: "
+                            f"{', '.join(names) or 'none'}", op.span)
     for v in op.operands:
         if id(v) not in scope:
             raise InternalError(f"`{op.name}` uses a value that is not defined before it", op.span)
@@ -46,7 +51,7 @@ def _verify_op(op: Operation, scope: set[int]) -> None:
             raise InternalError(f"`{op.name}` result {i} is not linked to its op", op.span)
     for region in op.regions:
         _verify_block(region.block, scope)
-    if d.verify is not None:
+    if callable(d.verify):  # none(...) where the builtin types the op
         problem = d.verify(op)
         if problem:
             raise InternalError(f"invalid `{op.name}`: {problem}", op.span)

@@ -3,12 +3,13 @@
 1. **Anchors**: the pointer tile of a ``load``/``store`` gets a coalesced blocked layout whose
    vector width comes from axis analysis (16-byte accesses where contiguity, alignment and mask
    constancy allow); tensor-core ops ask the target for their operand/accumulator layouts.
-2. **Propagation**, forward and backward, through ops that move no data: elementwise ops share one
-   layout; ``expand_dims``, ``broadcast``, ``reduce``, ``permute``, ``reshape`` transform it;
+2. **Propagation**, forward and backward, by each op's layout rule (``OpDef.layout``, the shared
+   rules of ``rules.py``): elementwise ops share one layout; ``expand_dims``, ``broadcast``,
+   ``reduce``, ``permute``, ``reshape`` transform it; an MMA's accumulator and result share one;
    loop-carried and branch-merged values share one layout. The first demand wins.
 3. **Defaults**: a tile nobody constrained gets the default blocked layout of its shape.
-4. **Resolution**: where an op's operand does not have the layout the op needs, a
-   ``convert_layout`` is inserted on that edge — only where two demands meet.
+4. **Resolution**: where an op's operand does not have the layout the op needs (the op's layout
+   rule says which), a ``convert_layout`` is inserted on that edge — only where two demands meet.
 
 Layouts show in ``--emit ir`` after the type of each value.
 """
@@ -22,24 +23,11 @@ from ..diagnostics import CompileError, Diagnostic
 from ..ir import types as T
 from ..ir.axis_info import AxisAnalysis
 from ..ir.core import Block, Builder, Function, Operation, Value
-from ..ops.opdefs import OPS
+from ..ops.opdefs import OPS, LayoutRule
 from ..spans import UNKNOWN_SPAN
 from .layouts import LayoutError, LinearLayout
-from .tile import (
-    broadcast_layout,
-    default_blocked,
-    drop_dim,
-    insert_unit_dim,
-    permute_layout,
-    remove_unit_dim,
-    reshape_layout,
-)
-
-SAME = {"arith.binary", "arith.cmp", "arith.unary", "math", "arith.select", "arith.cast", "addptr", "load",
-        "store"}
-
-# ops whose accumulator operand (at this index) and result share a layout
-ACC_INDEX = {"dot": 2, "sparse_dot": 3, "hopper.wgmma": 2, "hopper.wgmma_wait": 0}
+from .rules import ELEMENTWISE, is_tile, project
+from .tile import default_blocked, remove_unit_dim
 
 REMATERIALIZABLE = {"arith.constant", "splat", "arange", "arith.binary", "arith.cmp", "arith.unary", "arith.cast",
                     "arith.select", "addptr", "broadcast", "expand_dims"}
@@ -50,19 +38,6 @@ AnchorHook = Callable[[Operation, int], dict[int, LinearLayout]]
 SP_WARPS_NOT_POW2 = "SP0250"
 """A register tile in a kernel (or warp_specialize partition) whose warp count is not a power of
 two: distributed layouts spread a tile over a power-of-two number of warps (docs/language.md)."""
-
-
-def is_tile(v: Value) -> bool:
-    return isinstance(v.type, T.TileType)
-
-
-def project(layout: LinearLayout, src_shape: tuple[int, ...]) -> LinearLayout:
-    """``layout`` of a broadcast result, seen from its size-1 source dims (their bits zeroed)."""
-    rows = {}
-    for name in layout.in_names:
-        rows[name] = [tuple(c if src_shape[d] != 1 else 0 for d, c in enumerate(layout.basis(name, b).values()))
-                      for b in range(layout.in_bits(name))]
-    return LinearLayout.from_bases(rows, [(f"dim{i}", s) for i, s in enumerate(src_shape)])
 
 
 def walk_partition(block: Block) -> list[Operation]:
@@ -203,55 +178,10 @@ class LayoutInference:
 
     # ------------------------------------------------------------------------------ propagation
     def _propagate(self, op: Operation) -> bool:
+        """Spread layouts through ``op`` by its definition's layout rule (``OpDef.layout``)."""
         self.where = op
-        name = op.name
-        changed = False
-        if name in SAME:
-            group = [v for v in [*op.operands, *op.results] if is_tile(v)]
-            known = next((self._get(v) for v in group if self._get(v) is not None), None)
-            if known is not None:
-                for v in group:
-                    changed |= self._set(v, known)
-        elif name == "expand_dims" and is_tile(op.operands[0]):
-            src, res, ax = op.operands[0], op.result, op.attrs["axis"]
-            if self._get(src) is not None:
-                changed |= self._set(res, insert_unit_dim(self._get(src), ax))  # type: ignore[arg-type]
-            elif self._get(res) is not None:
-                changed |= self._set(src, remove_unit_dim(self._get(res), ax))  # type: ignore[arg-type]
-        elif name == "broadcast":
-            src, res = op.operands[0], op.result
-            if self._get(res) is not None:
-                changed |= self._set(src, project(self._get(res), T.shape_of(src.type)))  # type: ignore[arg-type]
-            elif self._get(src) is not None:
-                changed |= self._set(res, broadcast_layout(self._get(src), T.shape_of(res.type)))  # type: ignore[arg-type]
-        elif name == "reduce" and self._get(op.operands[0]) is not None and is_tile(op.result):
-            changed |= self._set(op.result, drop_dim(self._get(op.operands[0]), op.attrs["axis"]))  # type: ignore[arg-type]
-        elif name == "permute":
-            perm = op.attrs["perm"]
-            inv = [perm.index(i) for i in range(len(perm))]
-            if self._get(op.operands[0]) is not None:
-                changed |= self._set(op.result, permute_layout(self._get(op.operands[0]), perm))  # type: ignore[arg-type]
-            elif self._get(op.result) is not None:
-                changed |= self._set(op.operands[0], permute_layout(self._get(op.result), inv))  # type: ignore[arg-type]
-        elif name == "reshape" and is_tile(op.operands[0]):
-            if self._get(op.operands[0]) is not None:
-                changed |= self._set(op.result, reshape_layout(self._get(op.operands[0]), T.shape_of(op.result.type)))  # type: ignore[arg-type]
-            elif self._get(op.result) is not None:
-                changed |= self._set(op.operands[0], reshape_layout(self._get(op.result),  # type: ignore[arg-type]
-                                                                    T.shape_of(op.operands[0].type)))
-        elif name in ACC_INDEX:
-            acc, res = op.operands[ACC_INDEX[name]], op.result
-            for a, b in ((acc, res), (res, acc)):
-                if self._get(a) is not None:
-                    changed |= self._set(b, self._get(a))  # type: ignore[arg-type]
-        elif (d := OPS.get(name)) is not None and d.layout is not None:  # the op's own rule (ops/opdefs.py)
-            changed |= bool(d.layout(op, self._get, self._set))
-        for group in _carried_groups(op):
-            known = next((self._get(v) for v in group if self._get(v) is not None), None)
-            if known is not None:
-                for v in group:
-                    changed |= self._set(v, known)
-        return changed
+        rule = _rule(op)
+        return bool(rule.propagate(op, self._get, self._set)) if rule is not None else False
 
     # ------------------------------------------------------------------------------ resolution
     def _resolve(self, block: Block) -> None:
@@ -294,7 +224,7 @@ class LayoutInference:
                 if y is None:
                     return None
                 new_operands = [y]
-        elif d.name in SAME and d.name not in ("load", "store"):
+        elif _elementwise(d) and d.name not in ("load", "store"):
             new_operands = []
             for x in d.operands:
                 if not is_tile(x):
@@ -317,104 +247,32 @@ class LayoutInference:
 
     def _resolve_op(self, op: Operation) -> None:
         self.where = op
-        name = op.name
-        if name in SAME:
-            ref = op.results[0].layout if op.results and is_tile(op.results[0]) else op.operands[0].layout
-            for i, v in enumerate(op.operands):
-                if is_tile(v) and ref is not None:
-                    self._convert_before(op, i, ref)
-        elif name == "expand_dims" and is_tile(op.operands[0]):
-            self._convert_before(op, 0, remove_unit_dim(op.result.layout, op.attrs["axis"]))
-        elif name == "broadcast":
-            self._convert_before(op, 0, project(op.result.layout, T.shape_of(op.operands[0].type)))
-        elif name == "permute":
-            perm = op.attrs["perm"]
-            inv = [perm.index(i) for i in range(len(perm))]
-            self._convert_before(op, 0, permute_layout(op.result.layout, inv))
-        elif name == "reshape" and is_tile(op.operands[0]):
-            self._convert_before(op, 0, reshape_layout(op.result.layout, T.shape_of(op.operands[0].type)))
-        elif name == "reduce" and is_tile(op.result):
-            derived = drop_dim(op.operands[0].layout, op.attrs["axis"])
-            if derived != op.result.layout:
-                _convert_result(op, derived)
-        elif name in ACC_INDEX:
-            self._convert_before(op, ACC_INDEX[name], op.result.layout)
-            if self.anchor_hook is not None:
-                for i, v in enumerate(op.operands):
-                    want = self.anchor_hook(op, self.num_warps).get(id(v))
-                    if want is not None and is_tile(v) and i != ACC_INDEX[name]:
-                        self._convert_before(op, i, want)
-        elif name in ("scf.for", "scf.while"):
-            first = 3 if name == "scf.for" else 0
-            for i, r in enumerate(op.results):
-                if is_tile(r):
-                    for region in op.regions:  # block args carry the results' layout
-                        arg = region.block.args[i + (1 if name == "scf.for" else 0)]
-                        if arg.layout != r.layout:
-                            _retype_block_arg(region.block, arg, r.layout)
-                    self._convert_before(op, first + i, r.layout)
-                    for region in op.regions:
-                        term = region.block.terminator
-                        if term is not None:
-                            off = 1 if term.name == "scf.condition" else 0
-                            self._convert_before(term, off + i, r.layout)
-        elif name == "scf.if":
-            for i, r in enumerate(op.results):
-                if is_tile(r):
-                    for region in op.regions:
-                        term = region.block.terminator
-                        assert term is not None
-                        self._convert_before(term, i, r.layout)
+        rule = _rule(op)
+        if rule is not None and rule.resolve is not None:
+            rule.resolve(op, self)
+
+    # the LayoutResolver interface of the ops' layout rules (frontend/ops/opdefs.py)
+    def convert_operand(self, op: Operation, index: int, layout: LinearLayout) -> None:
+        """Read operand ``index`` of ``op`` in ``layout`` (recomputed or converted if it differs)."""
+        self._convert_before(op, index, layout)
+
+    def convert_result(self, op: Operation, layout: LinearLayout) -> None:
+        """Produce ``op``'s result in ``layout`` and convert it to the one its users expect."""
+        _convert_result(op, layout)
+
+    def anchored(self, op: Operation) -> dict[int, LinearLayout]:
+        """The layouts the target anchors ``op``'s values at (value id -> layout)."""
+        return self.anchor_hook(op, self.num_warps) if self.anchor_hook is not None else {}
 
 
-def _carried_groups(op: Operation) -> list[list[Value]]:
-    groups: list[list[Value]] = []
-    if op.name == "scf.for":
-        body = op.regions[0].block
-        term = body.terminator
-        for i, r in enumerate(op.results):
-            g = [op.operands[3 + i], body.args[1 + i], r]
-            if term is not None:
-                g.append(term.operands[i])
-            groups.append([v for v in g if is_tile(v)])
-    elif op.name == "scf.if":
-        for i, r in enumerate(op.results):
-            g = [r] + [reg.block.terminator.operands[i] for reg in op.regions if reg.block.terminator is not None]
-            groups.append([v for v in g if is_tile(v)])
-    elif op.name == "scf.while":
-        before, after = op.regions[0].block, op.regions[1].block
-        for i, r in enumerate(op.results):
-            g = [op.operands[i], before.args[i], after.args[i], r]
-            if before.terminator is not None:
-                g.append(before.terminator.operands[1 + i])
-            if after.terminator is not None:
-                g.append(after.terminator.operands[i])
-            groups.append([v for v in g if is_tile(v)])
-    return groups
+def _rule(op: Operation) -> LayoutRule | None:
+    """The layout rule of ``op``'s definition (None for an op that declares none)."""
+    d = OPS.get(op.name)
+    return d.layout if d is not None and isinstance(d.layout, LayoutRule) else None
 
 
-def _retype_block_arg(block: Block, arg: Value, layout: LinearLayout) -> None:
-    """Give a loop-carried block argument the loop's layout; its users that expected another one
-    read it through a conversion at the top of the body."""
-    old_layout = arg.layout
-    arg.layout = layout
-    users = [op for op in block.ops if any(v is arg for v in op.operands)]
-    if not users or old_layout is None:
-        return
-    conv = Operation("convert_layout", [arg], [], {}, [], block.ops[0].span, block)
-    new = Value(arg.type, conv, 0)
-    new.layout = old_layout
-    conv.results = [new]
-    block.ops.insert(0, conv)
-    for op in block.ops[1:]:
-        _replace_in(op, arg, new)
-
-
-def _replace_in(op: Operation, old: Value, new: Value) -> None:
-    op.operands = [new if v is old else v for v in op.operands]
-    for region in op.regions:
-        for inner in region.block.ops:
-            _replace_in(inner, old, new)
+def _elementwise(op: Operation) -> bool:
+    return _rule(op) is ELEMENTWISE
 
 
 def _convert_result(op: Operation, layout: LinearLayout) -> None:

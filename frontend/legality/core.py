@@ -2,17 +2,17 @@
 that decides every hardware rule statically and reports it at the line the user wrote
 (docs/diagnostics.md, "The legality pass").
 
-It is **data-driven per target**. Rules live in tables:
+It is **data-driven per target**. An op's rules are part of its definition
+(``OpDef.legality``, ``frontend/ops/opdefs.py``); the rule modules of this package register them
+into the OpDefs by op name:
 
-* :data:`OP_RULES` — op name -> rule functions ``rule(op, ctx) -> Iterable[Diagnostic]``; a rule
-  may be restricted to targets with (or without) a :class:`~sparsile.target.targets.Feature`;
-* :data:`REQUIRED_FEATURES` — op name -> the feature an explicit op needs (``hopper.*`` needs
-  wgmma, ``tma.*`` needs TMA, ...): a missing feature is ``SP0602`` at the op's span, before LLVM
-  or ptxas ever see the instruction (docs/hardware.md §0 items 2 and 9);
+* :func:`rule` — ``rule(op, ctx) -> Iterable[Diagnostic]`` for the ops named; a rule may be
+  restricted to targets with (or without) a :class:`~sparsile.target.targets.Feature`;
+* :func:`require_feature` — the feature an explicit op needs (``hopper.*`` needs wgmma, ``tma.*``
+  needs TMA, ...; ``OpDef.required``): a missing feature is ``SP0602`` at the op's span, before
+  LLVM or ptxas ever see the instruction (docs/hardware.md §0 items 2 and 9);
 * :data:`FUNCTION_RULES` — whole-kernel rules (shared-memory and TMEM capacity, thread and
-  register budgets);
-* an op's own :attr:`OpDef.legality` hook (``opdefs.py``), so an op module can keep its rule next
-  to its definition.
+  register budgets), which belong to no op.
 
 :func:`rules_for` selects the rows that apply to one target; :func:`check_legality` walks the
 kernel (each ``warp_specialize`` partition with its own warp count), collects every diagnostic
@@ -30,14 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from ...target.hooks import NO_HOOKS, TargetHooks
 from ...target.targets import Feature, feature_problem, get_target
 from ..diagnostics import Diagnostic, DiagnosticBag, InternalError, coded_error_diagnostic
 from ..ir.core import Block, Function, Operation
-from ..ops.opdefs import OPS, load_all_ops
+from ..ops.opdefs import OPS, LegalityRule, OpDef, attach, attach_prefix, features, load_all_ops
 
 # ------------------------------------------------------------------------------------------------
 # Codes
@@ -116,38 +115,21 @@ Rule = Callable[[Operation, Context], Iterable[Diagnostic]]
 FunctionRule = Callable[[Function, Context], Iterable[Diagnostic]]
 
 
-@dataclass(frozen=True)
-class RuleEntry:
-    """One row of the table: ``rule`` applies to targets that have every feature of ``needs`` and
-    none of ``unless``."""
+RuleEntry = LegalityRule
+"""One rule with the targets it applies to (``frontend/ops/opdefs.py``)."""
 
-    rule: Rule | FunctionRule
-    needs: frozenset[Any] = frozenset()
-    unless: frozenset[Any] = frozenset()
-
-    def applies(self, target: Any) -> bool:
-        return all(target.has(f) for f in self.needs) and not any(target.has(f) for f in self.unless)
-
-
-OP_RULES: dict[str, list[RuleEntry]] = {}
-"""op name -> its rules (all targets; filtered by :func:`rules_for`)."""
 FUNCTION_RULES: list[RuleEntry] = []
 """Whole-kernel rules."""
-REQUIRED_FEATURES: dict[str, tuple[str, str]] = {}
-"""op name (or a prefix ending in ``.``, e.g. ``tcgen05.``) -> (Feature member name, how the user
-wrote it): the target must have that feature."""
-ANY_OP = "*"
-"""Rules registered under this name run on every op."""
 
 
 def rule(*names: str, needs: Iterable[str] = (), unless: Iterable[str] = ()) -> Callable[[Rule], Rule]:
-    """Register ``fn(op, ctx)`` as a rule of the ops ``names``; ``needs``/``unless`` name
-    :class:`Feature` members that select the targets it applies to."""
+    """Register ``fn(op, ctx)`` as a rule of the ops ``names`` (into their OpDefs); ``needs`` /
+    ``unless`` name :class:`Feature` members that select the targets it applies to."""
 
     def deco(fn: Rule) -> Rule:
-        entry = RuleEntry(fn, _features(needs), _features(unless))
+        entry = RuleEntry(fn, features(needs), features(unless))
         for n in names:
-            OP_RULES.setdefault(n, []).append(entry)
+            attach(n, lambda d, entry=entry: d.add_legality(entry))  # type: ignore[misc]
         return fn
 
     return deco
@@ -157,7 +139,7 @@ def function_rule(*, needs: Iterable[str] = (), unless: Iterable[str] = ()) -> C
     """Register ``fn(func, ctx)`` as a whole-kernel rule."""
 
     def deco(fn: FunctionRule) -> FunctionRule:
-        FUNCTION_RULES.append(RuleEntry(fn, _features(needs), _features(unless)))
+        FUNCTION_RULES.append(RuleEntry(fn, features(needs), features(unless)))
         return fn
 
     return deco
@@ -166,13 +148,15 @@ def function_rule(*, needs: Iterable[str] = (), unless: Iterable[str] = ()) -> C
 def require_feature(feature: str, what: str, *names: str) -> None:
     """Explicit ops ``names`` (or name prefixes ending in ``.``) need ``feature`` (a Feature member
     name) on the target; ``what`` names the op in the message (``{op}`` is its IR name)."""
+
+    def need(d: OpDef) -> None:
+        d.require(feature, what)
+
     for n in names:
-        REQUIRED_FEATURES[n] = (feature, what)
-
-
-def _features(names: Iterable[str]) -> frozenset[Any]:
-
-    return frozenset(Feature[n] for n in names)
+        if n.endswith("."):
+            attach_prefix(n, need)
+        else:
+            attach(n, need)
 
 
 @dataclass(frozen=True)
@@ -184,25 +168,26 @@ class TargetRules:
     required: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
 
-@cache
 def _rules_for_name(target_name: str) -> TargetRules:
-
-    _load_rule_modules()
+    load_all_ops()
+    load_rule_modules()
     target = get_target(target_name)
-    ops = {name: tuple(e.rule for e in entries if e.applies(target))  # type: ignore[misc]
-           for name, entries in OP_RULES.items()}
+    ops = {name: tuple(e.rule for e in d.legality if e.applies(target))
+           for name, d in OPS.items() if isinstance(d.legality, list)}
     funcs = tuple(e.rule for e in FUNCTION_RULES if e.applies(target))  # type: ignore[misc]
-    required = {name: (Feature[f], what) for name, (f, what) in REQUIRED_FEATURES.items()}
+    required = {name: (Feature[d.required[0]], d.required[1]) for name, d in OPS.items() if d.required is not None}
     return TargetRules({k: v for k, v in ops.items() if v}, funcs, required)  # type: ignore[arg-type]
 
 
 def rules_for(target: Any) -> TargetRules:
-    """The legality table of ``target`` (a Target or a name)."""
+    """The legality table of ``target`` (a Target or a name), read from the OpDefs when called (a
+    rule attached later, such as a test's op, is seen by the next call)."""
     name = target if isinstance(target, str) else target.name
     return _rules_for_name(name)
 
 
-def _load_rule_modules() -> None:
+def load_rule_modules() -> None:
+    """Import the rule modules, which register their rules into the OpDefs."""
     from . import cluster, layout, memory, meta, mma, tmem  # noqa: F401
 
 
@@ -231,11 +216,8 @@ def legality_diagnostics(func: Function, target: Any, num_warps: int,
     out: list[Diagnostic] = list(resolve_pins(func, ctx))
     for op, op_ctx in walk_with_context(func.body.block, ctx):
         out.extend(_gate(op, op_ctx, table))
-        for r in (*table.op_rules.get(op.name, ()), *table.op_rules.get(ANY_OP, ())):
+        for r in table.op_rules.get(op.name, ()):
             out.extend(_run(r, op, op_ctx))
-        d = OPS.get(op.name)
-        if d is not None and d.legality is not None:
-            out.extend(_run(d.legality, op, op_ctx))
     for fr in table.function_rules:
         out.extend(_run(fr, func, ctx))
     return out
@@ -259,9 +241,6 @@ def walk_with_context(block: Block, ctx: Context) -> Iterator[tuple[Operation, C
 
 def _gate(op: Operation, ctx: Context, table: TargetRules) -> list[Diagnostic]:
     need = table.required.get(op.name)
-    if need is None:
-        prefix = op.name.split(".", 1)[0] + "."
-        need = table.required.get(prefix) if "." in op.name else None
     if need is None:
         return []
 

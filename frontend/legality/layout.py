@@ -179,8 +179,8 @@ def _conflicts(r: Value, lay: LinearLayout, pin: Operation, ctx: Context,
 
 def _constructor_for(user: Operation, index: int, ctx: Context) -> str | None:
     """How to write the layout a fixed demand wants, where the language has a constructor."""
-    if user.name == "hopper.wgmma" and index == 2:
-        m, n = T.shape_of(user.operands[2].type)
+    if user.name == "hopper.wgmma" and index == user.operand_index("acc"):
+        m, n = T.shape_of(user.operand("acc").type)
         return f"`layout.wgmma_accumulator({m}, {n}, {ctx.num_warps})`"
     return None
 

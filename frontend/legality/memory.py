@@ -74,7 +74,7 @@ def swizzled_rows_fill_atoms(op: Operation, ctx: Context) -> Iterator[Diagnostic
 
 @rule("smem.slice")
 def no_slice_of_contiguous_dim(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
-    t = op.operands[0].type
+    t = op.operand("buf").type
     assert isinstance(t, T.SmemType)
     if op.attrs["dim"] == len(t.shape) - 1:
         yield _err(SP_SMEM_SLICE_LAST_DIM, f"cannot slice {t} along its last (contiguous, swizzled) dimension",
@@ -143,15 +143,11 @@ def tma_box(t: T.SmemType) -> tuple[tuple[int, ...], int]:
     return (*t.shape[:-1], min(pc, cols)), max(1, cols // max(1, pc))
 
 
-TMA_SMEM_OPERAND = {"tma.load": -2, "tma.store": -1, "tma.load_cluster": -4}
-"""Where the shared-memory box is among a TMA op's operands."""
-
-
 @rule("tma.load", "tma.store", "tma.load_cluster")
 def tma_box_limits(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """docs/hardware.md §5.4: boxDim[i] <= 256, boxDim[0] x element size a multiple of 16 bytes and,
     with a swizzle, at most the swizzle span; the tensor has at most 5 dimensions."""
-    smem = op.operands[TMA_SMEM_OPERAND[op.name]]
+    smem = op.operand("smem")
     t = smem.type
     assert isinstance(t, T.SmemType)
     box, _ = tma_box(t)
@@ -275,8 +271,8 @@ def _reduce_scratch(op: Operation) -> int:
 
 
 def _mma_staging(op: Operation) -> int:
-    a = op.operands[0]
-    b = op.operands[2] if op.name == "sparse_dot" else op.operands[1]
+    a = op.operand("a")
+    b = op.operand("b")
     return (_numel(T.shape_of(a.type)) * _storage_bytes(T.element_type(a.type))
             + _numel(T.shape_of(b.type)) * _storage_bytes(T.element_type(b.type)))
 

@@ -189,19 +189,19 @@ def _check(op: Operation, meta: Value, a_elem: T.ScalarType, what: str, ctx: Con
 
 @rule("sparse_dot")
 def sparse_dot_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
-    a_elem = T.element_type(op.operands[0].type)
+    a_elem = T.element_type(op.operand("a").type)
     assert isinstance(a_elem, T.ScalarType)
-    yield from _check(op, op.operands[1], a_elem, "this sparse_dot", ctx)
+    yield from _check(op, op.operand("a_meta"), a_elem, "this sparse_dot", ctx)
 
 
 @rule("hopper.wgmma")
 def wgmma_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     if not op.attrs.get("sparse") or len(op.operands) < 4:
         return
-    ta = op.operands[0].type
+    ta = op.operand("a").type
     a_elem = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)  # A in shared memory or registers
     assert isinstance(a_elem, T.ScalarType)
-    yield from _check(op, op.operands[3], a_elem, "this sparse wgmma", ctx)
+    yield from _check(op, op.operand("a_meta"), a_elem, "this sparse wgmma", ctx)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def wgmma_split(m: int, n: int, warps: int) -> tuple[int, int] | str:
 def wgmma_operands(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """Shared-memory operands: swizzled, K-major, each instruction's K bytes within a swizzle row
     (docs/hardware.md §4.3; JAX's "B tiling too small", row 21 of docs/diagnostics.md)."""
-    a, b = op.operands[0], op.operands[1]
+    a, b = op.operand("a"), op.operand("b")
     sparse = bool(op.attrs.get("sparse"))
     ta, tb = a.type, b.type
     assert isinstance(tb, T.SmemType)
@@ -115,7 +115,7 @@ def wgmma_accumulator(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
         yield Diagnostic(SP_WGMMA_SHAPE, f"a {m}x{n} wgmma accumulator does not fit this partition: {split}",
                          op.span, help="wgmma gives each warpgroup m64 row blocks: use M = 64 x warpgroups x "
                                        "a power of two, and partitions of 4, 8, ... warps")
-    tb = op.operands[1].type
+    tb = op.operand("b").type
     assert isinstance(tb, T.SmemType)
     n_instr = 256 if n > 256 else n
     for p in wgmma_problems(_ptx(_a_elem(op).name), _ptx(tb.elem.name), ACC_NAMES.get(acc_elem.name, acc_elem.name),
@@ -145,7 +145,7 @@ def wgmma_register_a_waited(op: Operation, ctx: Context) -> Iterator[Diagnostic]
             if any(cur in inner.operands for inner in later.walk()):
                 break  # used inside a nested region before any wait
             continue
-        if later.name == "hopper.wgmma" and later.operands[2] is cur:
+        if later.name == "hopper.wgmma" and later.operand("acc") is cur:
             cur = later.result
             continue
         if later.name == "hopper.wgmma_wait" and later.attrs.get("pending") == 0:
@@ -162,7 +162,7 @@ def wgmma_register_a_waited(op: Operation, ctx: Context) -> Iterator[Diagnostic]
 
 def _a_elem(op: Operation) -> T.ScalarType:
     """The element type of wgmma's A, from shared memory or from registers."""
-    ta = op.operands[0].type
+    ta = op.operand("a").type
     elem = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)
     assert isinstance(elem, T.ScalarType)
     return elem

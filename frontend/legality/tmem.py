@@ -112,7 +112,7 @@ def tcgen05_descriptors(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     kind = op.attrs.get("kind")
     if kind is None or len(op.operands) < 3:
         return
-    a, b, acc = op.operands[:3]
+    a, b, acc = op.operand("a"), op.operand("b"), op.operand("d")
     ea = a.type.elem if isinstance(a.type, T.SmemType | T.TmemType) else None
     eb = b.type.elem if isinstance(b.type, T.SmemType) else None
     ed = acc.type.elem if isinstance(acc.type, T.TmemType) else None

@@ -55,29 +55,54 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir import types as T
-from ..ir.core import Value
+from ..ir.core import Operation, Value
 from ..layout.layouts import LinearLayout, log2_exact
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .opdefs import define_op
+from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, flagged, none
 
 TMEM_COLUMNS = 512
 TMEM_LANES = 128
 
-tmem_alloc_op = define_op("tmem.alloc", side_effects=True, doc="A region of tensor memory (placed at compile time).")
-tmem_index_op = define_op("tmem.index", doc="One stage of a stacked TMEM region.")
-tmem_slice_op = define_op("tmem.slice", doc="A row tile or a column range of a TMEM region.")
-tmem_load_op = define_op("tmem.load", doc="tcgen05.ld: a TMEM region into registers.")
-tmem_load_chunks_op = define_op("tmem.load_chunks", doc="tcgen05.ld of metadata as logical 4-bit codes.")
-tmem_store_op = define_op("tmem.store", side_effects=True, doc="tcgen05.st: registers into a TMEM region.")
-tmem_init_op = define_op("tmem.init", side_effects=True, doc="Kernel start: allocate all TMEM (added by the backend).")
-tmem_release_op = define_op("tmem.release", side_effects=True, doc="Kernel end: free all TMEM (added by the backend).")
-mma_op = define_op("tcgen05.mma", side_effects=True, doc="Asynchronous tcgen05.mma[.sp] issued by one thread.")
-copy_op = define_op("tcgen05.copy", side_effects=True, doc="tcgen05.cp.128x128b: metadata atoms SMEM -> TMEM.")
-commit_op = define_op("tcgen05.commit", side_effects=True, doc="tcgen05.commit: arrive on an mbarrier when done.")
-fence_before_op = define_op("tcgen05.fence_before", side_effects=True, doc="tcgen05.fence::before_thread_sync")
-fence_after_op = define_op("tcgen05.fence_after", side_effects=True, doc="tcgen05.fence::after_thread_sync")
+
+
+def mma_operands(op: Operation) -> tuple[str, ...]:
+    """``a, b, d`` (the TMEM accumulator), ``a_meta`` when sparse, ``a_scale, b_scale`` when
+    block-scaled, and last ``enable`` (accumulate into d, or overwrite it)."""
+    names = ("a", "b", "d") + (("a_meta",) if op.attrs.get("sparse") else ())
+    return names + (("a_scale", "b_scale") if op.attrs.get("block_scale") else ()) + ("enable",)
+
+
+tmem_alloc_op = define_op("tmem.alloc", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                          doc="A region of tensor memory (placed at compile time).")
+tmem_index_op = define_op("tmem.index", operands=("ref", "index"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                          doc="One stage of a stacked TMEM region.")
+tmem_slice_op = define_op("tmem.slice", operands=("ref", "start"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                          doc="A row tile or a column range of a TMEM region.")
+tmem_load_op = define_op("tmem.load", operands=("ref",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                         doc="tcgen05.ld: a TMEM region into registers.")
+tmem_load_chunks_op = define_op("tmem.load_chunks", operands=("ref",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                                doc="tcgen05.ld of metadata as logical 4-bit codes.")
+tmem_store_op = define_op("tmem.store", operands=("ref", "value"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                          side_effects=True, doc="tcgen05.st: registers into a TMEM region.")
+tmem_init_op = define_op("tmem.init", verify=none("added by the backend, without operands or results"),
+                         layout=NO_LAYOUT_RULE, side_effects=True,
+                         doc="Kernel start: allocate all TMEM (added by the backend).")
+tmem_release_op = define_op("tmem.release", verify=none("added by the backend, without operands or results"),
+                            layout=NO_LAYOUT_RULE, side_effects=True,
+                            doc="Kernel end: free all TMEM (added by the backend).")
+mma_op = define_op("tcgen05.mma", operands=mma_operands, verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                   side_effects=True, doc="Asynchronous tcgen05.mma[.sp] issued by one thread.")
+copy_op = define_op("tcgen05.copy", operands=("src", "dst"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                    side_effects=True, doc="tcgen05.cp.128x128b: metadata atoms SMEM -> TMEM.")
+commit_op = define_op("tcgen05.commit", operands=flagged(("bar",), ("mask", "multicast")), verify=TYPED_BY_SEMA,
+                      layout=NO_LAYOUT_RULE, side_effects=True,
+                      doc="tcgen05.commit: arrive on an mbarrier when done.")
+fence_before_op = define_op("tcgen05.fence_before", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                            doc="tcgen05.fence::before_thread_sync")
+fence_after_op = define_op("tcgen05.fence_after", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                           doc="tcgen05.fence::after_thread_sync")
 
 # --------------------------------------------------------------------------------------------
 # Operand classes (docs/hardware.md §1.2-1.4)

@@ -46,16 +46,20 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .opdefs import define_op
+from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, variadic
 from .tensor import box_offsets
 
 MAX_PORTABLE_CLUSTER = 8
 """The portable cluster size limit (CUDA programming guide; docs/hardware.md §7)."""
 SYNC_TIMEOUT_S = 20.0
 
-cluster_rank_op = define_op("cluster.rank", doc="%cluster_ctarank: this CTA's rank in its cluster.")
-cluster_sync_op = define_op("cluster.sync", side_effects=True, doc="barrier.cluster.arrive + wait (all threads).")
-tma_load_cluster_op = define_op("tma.load_cluster", side_effects=True,
+cluster_rank_op = define_op("cluster.rank", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                            doc="%cluster_ctarank: this CTA's rank in its cluster.")
+cluster_sync_op = define_op("cluster.sync", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                            doc="barrier.cluster.arrive + wait (all threads).")
+tma_load_cluster_op = define_op("tma.load_cluster",
+                                operands=variadic(("tensor",), "offset", ("smem", "bar", "mask", "rank")),
+                                verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
                                 doc="cp.async.bulk.tensor with .multicast::cluster and/or a peer-CTA mbarrier.")
 
 

@@ -16,14 +16,26 @@ import numpy as np
 
 from ..interp.values import InterpreterError
 from ..ir.core import Operation
-from .opdefs import define_op
+from ..layout.rules import BRANCH, LOOP
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, RUN_BY_REGION_WALK, TYPED_BY_SEMA, define_op, none, variadic
 
-scf_for = define_op("scf.for", doc="A counted loop with loop-carried values.")
-scf_if = define_op("scf.if", doc="A two-way branch on a scalar bool, with merged results.")
-scf_while = define_op("scf.while", doc="A loop whose condition is computed in its first region.")
-scf_yield = define_op("scf.yield", terminator=True, doc="The values a region passes on.")
-scf_condition = define_op("scf.condition", terminator=True, doc="The condition of a while loop and its values.")
-device_assert = define_op("device_assert", side_effects=True, doc="A run-time assertion (interpreter only).")
+scf_for = define_op("scf.for", operands=variadic(("lower", "upper", "step"), "init"), interpret=RUN_BY_REGION_WALK,
+                    layout=LOOP, legality=NO_LEGALITY, doc="A counted loop with loop-carried values.")
+scf_if = define_op("scf.if", operands=("cond",), interpret=RUN_BY_REGION_WALK, layout=BRANCH, legality=NO_LEGALITY,
+                   doc="A two-way branch on a scalar bool, with merged results.")
+scf_while = define_op("scf.while", operands=variadic((), "init"), verify=TYPED_BY_SEMA, interpret=RUN_BY_REGION_WALK,
+                      layout=LOOP, legality=NO_LEGALITY,
+                      doc="A loop whose condition is computed in its first region.")
+scf_yield = define_op("scf.yield", operands=variadic((), "value"), verify=TYPED_BY_SEMA, interpret=RUN_BY_REGION_WALK,
+                      layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                      lower=none("read by the enclosing op's lowering (backend/lower/control.py)"), terminator=True,
+                      doc="The values a region passes on.")
+scf_condition = define_op("scf.condition", operands=variadic(("cond",), "value"), verify=TYPED_BY_SEMA,
+                          interpret=RUN_BY_REGION_WALK, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                          lower=none("read by the enclosing op's lowering (backend/lower/control.py)"),
+                          terminator=True, doc="The condition of a while loop and its values.")
+device_assert = define_op("device_assert", operands=("cond",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                          legality=NO_LEGALITY, side_effects=True, doc="A run-time assertion (interpreter only).")
 
 
 @scf_for.verifier

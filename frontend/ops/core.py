@@ -23,30 +23,50 @@ import numpy as np
 from ..interp.values import InterpreterError, PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
+from ..layout.rules import BROADCAST, ELEMENTWISE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter, c_floordiv, describe
 from ..sema.values import Arg, Const
-from .opdefs import define_op
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, flagged, none
 
 # ------------------------------------------------------------------------------------------------
 # IR ops
 # ------------------------------------------------------------------------------------------------
-constant = define_op("arith.constant", doc="A scalar constant or a tile filled with one value.")
-program_id_op = define_op("program_id", doc="The index of this program along a grid axis.")
-num_programs_op = define_op("num_programs", doc="The number of programs along a grid axis.")
-arange_op = define_op("arange", doc="The tile [start, start+1, ..., end-1] of i32.")
-splat = define_op("splat", doc="A tile whose elements all equal a scalar.")
-broadcast = define_op("broadcast", doc="Repeat size-1 dimensions of a tile to a larger shape.")
-binary = define_op("arith.binary", doc="Elementwise binary arithmetic.")
-compare = define_op("arith.cmp", doc="Elementwise comparison giving bool.")
-unary = define_op("arith.unary", doc="Elementwise negation, logical not, bitwise not.")
-math_op = define_op("math", doc="Elementwise math function (exp, log, sqrt, ...).")
-select = define_op("arith.select", doc="Elementwise choice: where(cond, x, y).")
-cast_op = define_op("arith.cast", doc="Elementwise conversion to another scalar type.")
-addptr = define_op("addptr", doc="Pointer plus element offset.")
-load_op = define_op("load", doc="Masked gather from global memory.")
-store_op = define_op("store", side_effects=True, doc="Masked scatter to global memory.")
-convert_layout = define_op("convert_layout", doc="The same tile in another layout (inserted by inference).")
+constant = define_op("arith.constant", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                     doc="A scalar constant or a tile filled with one value.")
+program_id_op = define_op("program_id", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                          doc="The index of this program along a grid axis.")
+num_programs_op = define_op("num_programs", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                            doc="The number of programs along a grid axis.")
+arange_op = define_op("arange", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                      doc="The tile [start, start+1, ..., end-1] of i32.")
+splat = define_op("splat", operands=("x",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                  doc="A tile whose elements all equal a scalar.")
+broadcast = define_op("broadcast", operands=("x",), verify=TYPED_BY_SEMA, layout=BROADCAST, legality=NO_LEGALITY,
+                      doc="Repeat size-1 dimensions of a tile to a larger shape.")
+binary = define_op("arith.binary", operands=("lhs", "rhs"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                   legality=NO_LEGALITY, doc="Elementwise binary arithmetic.")
+compare = define_op("arith.cmp", operands=("lhs", "rhs"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                    legality=NO_LEGALITY, doc="Elementwise comparison giving bool.")
+unary = define_op("arith.unary", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+                  doc="Elementwise negation, logical not, bitwise not.")
+math_op = define_op("math", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+                    doc="Elementwise math function (exp, log, sqrt, ...).")
+select = define_op("arith.select", operands=("cond", "x", "y"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                   legality=NO_LEGALITY, doc="Elementwise choice: where(cond, x, y).")
+cast_op = define_op("arith.cast", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+                    doc="Elementwise conversion to another scalar type.")
+addptr = define_op("addptr", operands=("ptr", "offset"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
+                   legality=NO_LEGALITY, doc="Pointer plus element offset.")
+load_op = define_op("load", operands=flagged(("ptr",), ("mask", "has_mask"), ("other", "has_other")),
+                    verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+                    doc="Masked gather from global memory.")
+store_op = define_op("store", operands=flagged(("ptr", "value"), ("mask", "has_mask")), verify=TYPED_BY_SEMA,
+                     layout=ELEMENTWISE, legality=NO_LEGALITY, side_effects=True,
+                     doc="Masked scatter to global memory.")
+convert_layout = define_op("convert_layout", operands=("x",),
+                           verify=none("inserted by layout inference with its operand's type"), layout=NO_LAYOUT_RULE,
+                           legality=NO_LEGALITY, doc="The same tile in another layout (inserted by inference).")
 
 BINARY_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor", "shl", "shr", "max", "min", "pow"}
 PY_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "&": "and",

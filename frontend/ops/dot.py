@@ -27,13 +27,17 @@ import numpy as np
 
 from ..ir import types as T
 from ..ir.core import Operation, Value
+from ..layout.rules import accumulator
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .opdefs import define_op
+from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op
 
-dot_op = define_op("dot", doc="acc + a @ b on tensor cores.")
-sparse_dot_op = define_op("sparse_dot", doc="acc + decompress(a_values, a_meta) @ b on sparse tensor cores.")
+dot_op = define_op("dot", operands=("a", "b", "acc"), verify=TYPED_BY_SEMA, layout=accumulator("acc"),
+                   legality=NO_LEGALITY, doc="acc + a @ b on tensor cores.")
+sparse_dot_op = define_op("sparse_dot", operands=("a", "a_meta", "b", "acc"), verify=TYPED_BY_SEMA,
+                          layout=accumulator("acc"),
+                          doc="acc + decompress(a_values, a_meta) @ b on sparse tensor cores.")
 
 _ACC_RULES: dict[str, tuple[str, ...]] = {
     "f16": ("f16", "f32"), "bf16": ("f32",), "tf32": ("f32",), "f32": ("f32",),
@@ -143,7 +147,7 @@ def _mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarType) -> np
 @dot_op.interpreter
 def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     a, b, c = args
-    ea = T.element_type(op.operands[0].type)
+    ea = T.element_type(op.operand("a").type)
     if ea in (T.f32, T.tf32):
         from .core import cast_array
 
@@ -158,7 +162,7 @@ def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from .metadata_words import decompress_tile
 
     vals, meta, b, c = args
-    ea = T.element_type(op.operands[0].type)
+    ea = T.element_type(op.operand("a").type)
     assert isinstance(ea, T.ScalarType)
     try:
         dense = decompress_tile(vals, meta, ea)

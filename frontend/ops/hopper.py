@@ -24,15 +24,24 @@ from typing import Any
 
 from ..ir import types as T
 from ..ir.core import Operation, Value
+from ..layout.rules import accumulator
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
 from .dot import _ACC_RULES, _PAIRS_OK, _mma
-from .opdefs import define_op
+from .opdefs import TYPED_BY_SEMA, define_op
 
-wgmma_op = define_op("hopper.wgmma", side_effects=True,
+
+def wgmma_operands(op: Operation) -> tuple[str, ...]:
+    """``a, b, acc``, then ``a_meta`` when the wgmma is sparse."""
+    return ("a", "b", "acc", "a_meta") if op.attrs.get("sparse") else ("a", "b", "acc")
+
+
+wgmma_op = define_op("hopper.wgmma", operands=wgmma_operands, verify=TYPED_BY_SEMA, layout=accumulator("acc"),
+                     side_effects=True,
                      doc="Warpgroup MMA: B from shared memory, A from shared memory or registers (async, committed).")
-wgmma_wait_op = define_op("hopper.wgmma_wait", side_effects=True, doc="Wait for committed wgmma groups.")
+wgmma_wait_op = define_op("hopper.wgmma_wait", operands=("acc",), verify=TYPED_BY_SEMA, layout=accumulator("acc"),
+                          side_effects=True, doc="Wait for committed wgmma groups.")
 
 INSTR_K = {"f16": 16, "bf16": 16, "tf32": 8, "f32": 8, "e4m3": 32, "e5m2": 32, "i8": 32, "u8": 32}
 
@@ -146,8 +155,8 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
     from .core import tf32_truncate
 
-    a, b, acc = args[0], args[1], args[2]
-    ta = op.operands[0].type
+    a, b, acc = (args[op.operand_index(n)] for n in ("a", "b", "acc"))
+    ta = op.operand("a").type
     ea = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)  # A in shared memory or registers
     bm = np.asarray(b) if op.attrs["b_kmajor"] is False else np.asarray(b).T
     if op.attrs["sparse"]:
@@ -156,7 +165,7 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         from .metadata_words import decompress_tile
 
         try:
-            a = decompress_tile(np.asarray(a), np.asarray(args[3]), ea)
+            a = decompress_tile(np.asarray(a), np.asarray(args[op.operand_index("a_meta")]), ea)
         except SparsityError as e:
             raise InterpreterError(f"invalid sparse metadata: {e}", op.span, ctx.program_id) from None
     if ea in (T.f32, T.tf32):  # the tensor cores drop the low 13 bits of f32 data (measured, docs/hopper.md)

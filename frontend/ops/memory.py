@@ -40,27 +40,44 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const, HelperFunction
-from .opdefs import define_op
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, RUN_BY_REGION_WALK, TYPED_BY_SEMA, define_op, flagged, variadic
 from .tensor import box_offsets
 
 SWIZZLES = (0, 32, 64, 128)
 
-smem_alloc = define_op("smem.alloc", side_effects=True, doc="A shared-memory buffer.")
-smem_index = define_op("smem.index", doc="One buffer of a stacked shared-memory buffer.")
-smem_slice = define_op("smem.slice", doc="A sub-range of a shared-memory buffer along one dim.")
-smem_load = define_op("smem.load", doc="Read a shared-memory buffer into a tile.")
-smem_store = define_op("smem.store", side_effects=True, doc="Write a tile into a shared-memory buffer.")
-mbar_alloc = define_op("mbarrier.alloc", side_effects=True, doc="An array of initialized mbarriers.")
-mbar_index = define_op("mbarrier.index", doc="One mbarrier of an array.")
-mbar_expect = define_op("mbarrier.expect", side_effects=True, doc="Arrive once, expecting async bytes.")
-mbar_arrive = define_op("mbarrier.arrive", side_effects=True, doc="Arrive once.")
-mbar_wait = define_op("mbarrier.wait", side_effects=True, doc="Wait for a phase to complete.")
-tma_load = define_op("tma.load", side_effects=True, doc="Async bulk tensor copy global -> shared.")
-tma_store = define_op("tma.store", side_effects=True, doc="Async bulk tensor copy shared -> global.")
-tma_store_wait = define_op("tma.store_wait", side_effects=True, doc="Wait until TMA stores read shared memory.")
-fence_async = define_op("fence.async_shared", side_effects=True, doc="fence.proxy.async.shared::cta")
-barrier_op = define_op("barrier", side_effects=True, doc="Barrier over the current partition's threads.")
-warp_specialize_op = define_op("warp_specialize", side_effects=True, doc="Concurrent partitions on disjoint warps.")
+smem_alloc = define_op("smem.alloc", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                       doc="A shared-memory buffer.")
+smem_index = define_op("smem.index", operands=("buf", "index"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                       legality=NO_LEGALITY, doc="One buffer of a stacked shared-memory buffer.")
+smem_slice = define_op("smem.slice", operands=("buf", "start"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                       doc="A sub-range of a shared-memory buffer along one dim.")
+smem_load = define_op("smem.load", operands=("buf",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                      legality=NO_LEGALITY, doc="Read a shared-memory buffer into a tile.")
+smem_store = define_op("smem.store", operands=("buf", "value"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                       legality=NO_LEGALITY, side_effects=True, doc="Write a tile into a shared-memory buffer.")
+mbar_alloc = define_op("mbarrier.alloc", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                       doc="An array of initialized mbarriers.")
+mbar_index = define_op("mbarrier.index", operands=("bar", "index"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                       legality=NO_LEGALITY, doc="One mbarrier of an array.")
+mbar_expect = define_op("mbarrier.expect", operands=("bar", "bytes"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                        side_effects=True, doc="Arrive once, expecting async bytes.")
+mbar_arrive = define_op("mbarrier.arrive", operands=flagged(("bar",), ("mask", "multicast")), verify=TYPED_BY_SEMA,
+                        layout=NO_LAYOUT_RULE, side_effects=True, doc="Arrive once.")
+mbar_wait = define_op("mbarrier.wait", operands=("bar", "phase"), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                      side_effects=True, doc="Wait for a phase to complete.")
+tma_load = define_op("tma.load", operands=variadic(("tensor",), "offset", ("smem", "bar")), verify=TYPED_BY_SEMA,
+                     layout=NO_LAYOUT_RULE, side_effects=True, doc="Async bulk tensor copy global -> shared.")
+tma_store = define_op("tma.store", operands=variadic(("tensor",), "offset", ("smem",)), verify=TYPED_BY_SEMA,
+                      layout=NO_LAYOUT_RULE, side_effects=True, doc="Async bulk tensor copy shared -> global.")
+tma_store_wait = define_op("tma.store_wait", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                           doc="Wait until TMA stores read shared memory.")
+fence_async = define_op("fence.async_shared", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, side_effects=True,
+                        doc="fence.proxy.async.shared::cta")
+barrier_op = define_op("barrier", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                       side_effects=True, doc="Barrier over the current partition's threads.")
+warp_specialize_op = define_op("warp_specialize", verify=TYPED_BY_SEMA, interpret=RUN_BY_REGION_WALK,
+                               layout=NO_LAYOUT_RULE, side_effects=True,
+                               doc="Concurrent partitions on disjoint warps.")
 
 
 # ------------------------------------------------------------------------------------------------

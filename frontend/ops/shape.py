@@ -15,16 +15,21 @@ import numpy as np
 
 from ..ir import types as T
 from ..ir.core import Operation, Value
+from ..layout.rules import EXPAND_DIMS, PERMUTE, REDUCE, RESHAPE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
 from .core import _map_ptr, _np
-from .opdefs import define_op
+from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op
 
-expand_dims_op = define_op("expand_dims", doc="Insert a size-1 dimension at `axis`.")
-reshape_op = define_op("reshape", doc="The same elements in row-major order under another shape.")
-permute_op = define_op("permute", doc="Permute the dimensions of a tile.")
-reduce_op = define_op("reduce", doc="Reduction of a tile along one axis.")
+expand_dims_op = define_op("expand_dims", operands=("x",), verify=TYPED_BY_SEMA, layout=EXPAND_DIMS,
+                           legality=NO_LEGALITY, doc="Insert a size-1 dimension at `axis`.")
+reshape_op = define_op("reshape", operands=("x",), verify=TYPED_BY_SEMA, layout=RESHAPE, legality=NO_LEGALITY,
+                       doc="The same elements in row-major order under another shape.")
+permute_op = define_op("permute", operands=("x",), verify=TYPED_BY_SEMA, layout=PERMUTE, legality=NO_LEGALITY,
+                       doc="Permute the dimensions of a tile.")
+reduce_op = define_op("reduce", operands=("x",), verify=TYPED_BY_SEMA, layout=REDUCE, legality=NO_LEGALITY,
+                      doc="Reduction of a tile along one axis.")
 
 
 @expand_dims_op.interpreter

@@ -19,12 +19,18 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg
-from .opdefs import define_op
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, variadic
 
-tensor_dim = define_op("tensor.dim", doc="The size of one dimension of a global tensor.")
-tensor_stride = define_op("tensor.stride", doc="The stride (in elements) of one dimension of a global tensor.")
-load_tile_op = define_op("tensor.load_tile", doc="Read a box of a global tensor; outside reads zero.")
-store_tile_op = define_op("tensor.store_tile", side_effects=True, doc="Write a box of a global tensor, clipped.")
+tensor_dim = define_op("tensor.dim", operands=("tensor",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                       legality=NO_LEGALITY, doc="The size of one dimension of a global tensor.")
+tensor_stride = define_op("tensor.stride", operands=("tensor",), verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE,
+                          legality=NO_LEGALITY, doc="The stride (in elements) of one dimension of a global tensor.")
+load_tile_op = define_op("tensor.load_tile", operands=variadic(("tensor",), "offset"), verify=TYPED_BY_SEMA,
+                         layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                         doc="Read a box of a global tensor; outside reads zero.")
+store_tile_op = define_op("tensor.store_tile", operands=variadic(("tensor",), "offset", ("value",)),
+                          verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY, side_effects=True,
+                          doc="Write a box of a global tensor, clipped.")
 
 
 def _tensor(em: Emitter, arg: Arg) -> tuple[Value, T.TensorType]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from sparsile.backend.lower import codegen
+from sparsile.frontend.ops.opdefs import OPS
 
 ALL_MODULES = (*codegen.CORE_LOWERING_MODULES, *codegen.OPTIONAL_LOWERING_MODULES, "blackwell_tile")
 IMPORTED_BY = {"blackwell_tile": "blackwell"}  # registered when its importer is loaded
@@ -19,8 +20,8 @@ def _registrations() -> list[tuple[str, str]]:
     """(op name, short module name) of every registered lowering, generic and target-specific."""
     for module in ALL_MODULES:
         importlib.import_module(f"sparsile.backend.lower.{module}")
-    found = [(name, fn.__module__) for name, fn in codegen.LOWERINGS.items()]
-    found += [(name, fn.__module__) for name, entries in codegen.TARGET_LOWERINGS.items() for _, fn in entries]
+    found = [(name, e.fn.__module__) for name, d in OPS.items() if isinstance(d.lowerings, list)
+             for e in d.lowerings]
     return [(name, module.rsplit(".", 1)[-1]) for name, module in found]
 
 

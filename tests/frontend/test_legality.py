@@ -71,9 +71,10 @@ def test_rules_are_selected_per_target() -> None:
     assert "tcgen05.mma" not in hopper.op_rules
     assert "smem.alloc" in ampere.op_rules  # target-independent rows apply everywhere
     # every explicit op with a hardware feature is gated, the same table for every target
-    for name in ("hopper.wgmma", "tma.load", "tma.store", "mbarrier.expect", "fence.async_shared", "tcgen05."):
+    for name in ("hopper.wgmma", "tma.load", "tma.store", "mbarrier.expect", "fence.async_shared", "tcgen05.mma",
+                 "tcgen05.commit", "tmem.alloc"):  # the last two by the prefixes `tcgen05.` and `tmem.`
         assert name in hopper.required
-    assert legality.rules_for(get_target("sm_90a")) is hopper  # cached by target
+    assert legality.rules_for(get_target("sm_90a")) == hopper  # read from the OpDefs, a Target or its name
 
 
 def test_every_gated_feature_exists_on_some_target() -> None:
@@ -310,16 +311,17 @@ def test_a_crashing_rule_is_an_internal_error(monkeypatch) -> None:
     def broken(op, ctx):
         raise KeyError("boom")
 
-    legality._rules_for_name.cache_clear()
-    monkeypatch.setitem(legality.OP_RULES, "smem.alloc", [legality.RuleEntry(broken)])
-    try:
-        with pytest.raises(InternalError, match="legality rule broken failed: KeyError"):
-            compile_src(kernel("buf = smem.alloc(f16, (64, 64))"))
-    finally:
-        legality._rules_for_name.cache_clear()
+    from sparsile.frontend.ops.opdefs import op_def
+
+    monkeypatch.setattr(op_def("smem.alloc"), "legality", [legality.RuleEntry(broken)])
+    with pytest.raises(InternalError, match="legality rule broken failed: KeyError"):
+        compile_src(kernel("buf = smem.alloc(f16, (64, 64))"))
 
 
 def test_features_used_by_rules_are_real() -> None:
-    for entries in legality.OP_RULES.values():
-        for e in entries:
+    from sparsile.frontend.ops.opdefs import OPS
+
+    legality.load_rule_modules()
+    for d in OPS.values():
+        for e in d.legality if isinstance(d.legality, list) else ():
             assert all(isinstance(f, Feature) for f in e.needs | e.unless)
