@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -35,6 +37,27 @@ set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), f"sparsile-hypothesi
 settings.register_profile("dev", database=None, deadline=None, print_blob=True)
 settings.register_profile("ci", database=None, derandomize=True, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _alias_the_checkout_root() -> None:
+    """The checkout root is the package ``sparsile`` itself, but its folder may have any name
+    (``sparsile-main``). Before a test runs, pytest imports the ``__init__.py`` of each package
+    above it, this one included, under a name made from the folder; where that name is no Python
+    identifier it imports the file as a lone module ``__init__``, whose relative imports fail. That
+    name is registered here as the installed ``sparsile``, which pytest then takes as it is."""
+    try:
+        from _pytest.pathlib import module_name_from_path
+    except ImportError:  # another pytest layout: nothing to do
+        return
+    import sparsile
+
+    sys.modules.setdefault(module_name_from_path(ROOT / "__init__.py", ROOT), sparsile)
+
+
+_alias_the_checkout_root()
 
 
 @pytest.fixture(autouse=True)
