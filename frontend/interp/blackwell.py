@@ -31,7 +31,7 @@ from ..ops.blackwell import (
     tmem_slice_op,
     tmem_store_op,
 )
-from .values import InterpreterError
+from .values import BAD_OPERAND_DATA, OUT_OF_BOUNDS, InterpreterError
 
 _POISON_I32 = 0x7EADBEEF
 
@@ -57,7 +57,8 @@ def _i_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_index(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     ref, i = args
     if not 0 <= int(i) < ref.shape[0]:
-        raise InterpreterError(f"TMEM stage {int(i)} is out of range [0, {ref.shape[0]})", op.span, ctx.program_id)
+        raise InterpreterError(OUT_OF_BOUNDS,
+                               f"TMEM stage {int(i)} is out of range [0, {ref.shape[0]})", op.span, ctx.program_id)
     return [ref[int(i)]]
 
 
@@ -66,7 +67,8 @@ def _i_slice(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     ref, start = args
     d, n, s = op.attrs["dim"], op.attrs["size"], int(start)
     if not 0 <= s <= ref.shape[d] - n:
-        raise InterpreterError(f"TMEM slice [{s}, {s + n}) of dimension {d} is outside {ref.shape[d]}", op.span,
+        raise InterpreterError(OUT_OF_BOUNDS,
+                               f"TMEM slice [{s}, {s + n}) of dimension {d} is outside {ref.shape[d]}", op.span,
                                ctx.program_id)
     return [ref[s:s + n] if d == 0 else ref[:, s:s + n]]
 
@@ -160,7 +162,8 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
         try:
             a = decompress_tile(a, meta, ea)
         except SparsityError as e:
-            raise InterpreterError(f"invalid sparse metadata in TMEM: {e}", op.span, ctx.program_id) from None
+            raise InterpreterError(BAD_OPERAND_DATA, f"invalid sparse metadata in TMEM: {e.message}", op.span,
+                                   ctx.program_id, help=e.help) from None
     if op.attrs.get("block_scale"):
         a, b = _scaled_operands(ctx, op, args, a, b)
     bm = b.T
@@ -184,7 +187,7 @@ def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,
         sa = read_scales(np.asarray(args[i]), a.shape[0], steps, "A")
         sb = read_scales(np.asarray(args[op.operand_index("b_scale")]), b.shape[0], steps, "B")
     except ValueError as e:
-        raise InterpreterError(str(e), op.span, ctx.program_id) from None
+        raise InterpreterError(BAD_OPERAND_DATA, str(e), op.span, ctx.program_id) from None
     return apply_scales(a, sa, step), apply_scales(b, sb, step)
 
 

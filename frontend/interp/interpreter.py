@@ -19,7 +19,7 @@ from ..diagnostics import InternalError
 from ..ir.core import Block, Function, Operation, Value
 from ..ops.cluster import ClusterRun
 from ..ops.opdefs import load_all_ops, op_def
-from .values import InterpreterError
+from .values import ANOTHER_FAILED, BUDGET_EXCEEDED, GRID_NOT_CLUSTERS, InterpreterError
 
 
 @dataclass
@@ -64,8 +64,9 @@ class Interpreter:
             name = op.name
             self.ops_executed += 1
             if self.max_ops is not None and self.ops_executed > self.max_ops:
-                raise InterpreterError(f"the run exceeded its budget of {self.max_ops} operations", op.span,
-                                       ctx.program_id)
+                raise InterpreterError(BUDGET_EXCEEDED, f"the run exceeded its budget of {self.max_ops} operations",
+                                       op.span, ctx.program_id,
+                                       help="pass a larger max_ops= (None for no bound), or make every loop end")
             if name == "scf.yield" or name == "scf.condition":
                 return [env[id(v)] for v in op.operands]
             if name == "scf.for":
@@ -157,8 +158,7 @@ class Interpreter:
             t.join()
         ctx.shared["_live"] = 1
         if errors:
-            first = next((e for e in errors if not (isinstance(e, InterpreterError)
-                                                    and "another partition failed" in str(e))), errors[0])
+            first = next((e for e in errors if getattr(e, "code", None) != ANOTHER_FAILED), errors[0])
             raise first
 
 
@@ -168,10 +168,11 @@ def run_clusters(interp: Any, grid: tuple[int, int, int], params: dict[str, Any]
     func = interp.func
     shape = tuple(func.attrs["cluster"])
     if len(shape) != 3 or not all(isinstance(c, int) and c >= 1 for c in shape):
-        raise InterpreterError(f"cluster={shape} is not 3 positive ints (SP0558)", func.span)
+        raise InterpreterError(GRID_NOT_CLUSTERS, f"cluster={shape} is not 3 positive ints (SP0558)", func.span)
     if any(g % c for g, c in zip(grid, shape, strict=True)):
-        raise InterpreterError(f"the grid {grid} is not a multiple of the cluster {shape} in every dimension",
-                               func.span)
+        raise InterpreterError(GRID_NOT_CLUSTERS,
+                               f"the grid {grid} is not a multiple of the cluster {shape} in every dimension",
+                               func.span, help="launch a grid whose every dimension is a multiple of the cluster's")
     starts = itertools.product(*(range(0, g, c) for g, c in zip(grid, shape, strict=True)))
     for start in starts:
         members = [(start[0] + x, start[1] + y, start[2] + z)
@@ -205,6 +206,5 @@ def run_clusters(interp: Any, grid: tuple[int, int, int], params: dict[str, Any]
         for th in threads:
             th.join()
         if errors:
-            first = next((e for e in errors if not (isinstance(e, InterpreterError) and "failed" in str(e)
-                                                    and "another" in str(e))), errors[0])
+            first = next((e for e in errors if getattr(e, "code", None) != ANOTHER_FAILED), errors[0])
             raise first

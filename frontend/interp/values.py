@@ -11,18 +11,48 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spans import Span
+from ..diagnostics import Diagnostic, SparsileError
+from ..spans import UNKNOWN_SPAN, Span
+
+# The codes of the interpreter's run-time faults (docs/diagnostics.md, SP078x).
+OUT_OF_BOUNDS = "SP0780"      # a load, store or index outside its buffer, shared buffer, TMEM or mbarriers
+ASSERTION_FAILED = "SP0781"   # a device `assert` was false
+DEADLOCK = "SP0782"           # waits that can never complete (mbarriers, cluster.sync)
+ANOTHER_FAILED = "SP0783"     # a thread stopped because another partition or CTA failed first
+BUDGET_EXCEEDED = "SP0784"    # more operations than ``max_ops``
+CLUSTER_ACCESS = "SP0785"     # a cluster operation on a CTA, buffer or mbarrier it cannot reach
+BAD_OPERAND_DATA = "SP0786"   # sparse metadata or block scales the MMA cannot decode
+GRID_NOT_CLUSTERS = "SP0787"  # the grid is no whole number of clusters
+UNSUPPORTED = "SP0788"        # a program the interpreter cannot represent
 
 
-class InterpreterError(Exception):
-    """A run-time fault found by the interpreter (out-of-bounds access, failed assert)."""
+class InterpreterError(SparsileError):
+    """A run-time fault found by the interpreter (out-of-bounds access, failed assert, deadlock):
+    a :class:`SparsileError` with a ``code`` (SP078x), the ``message``, the ``span`` of the op
+    being interpreted, the ``program`` (CTA index) that faulted, and an optional ``help`` line.
 
-    def __init__(self, message: str, span: Span | None = None, program: tuple[int, ...] | None = None):
-        where = f"{span}: " if span is not None and span.line > 0 else ""
-        prog = f" (program {program})" if program is not None else ""
-        super().__init__(f"{where}{message}{prog}")
-        self.span = span
+    ``str()`` is ``error[CODE]: file:line:col: message (program (x, y, z))`` and the help line.
+    """
+
+    def __init__(self, code: str, message: str, span: Span | None = None,
+                 program: tuple[int, ...] | None = None, help: str | None = None):
         self.program = program
+        super().__init__(code, message, help, UNKNOWN_SPAN if span is None else span)
+
+    def render(self) -> str:
+        """``error[CODE]: where: message (program ...)`` and the help line."""
+        where = f"{self.span}: " if self.span.line > 0 else ""
+        prog = f" (program {self.program})" if self.program is not None else ""
+        text = f"error[{self.code}]: {where}{self.message}{prog}"
+        if self.help:
+            text += f"\n = help: {self.help}"
+        return text
+
+    def to_diagnostic(self, span: Span | None = None) -> Diagnostic:
+        """This error as a diagnostic at ``span`` (by default its own), naming the program."""
+        notes = (f"in program {self.program}",) if self.program is not None else ()
+        return Diagnostic(self.code, self.message, self.span if span is None else span, help=self.help,
+                          notes=notes)
 
 
 @dataclass(eq=False)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..interp.values import InterpreterError, TensorVal
+from ..interp.values import ANOTHER_FAILED, CLUSTER_ACCESS, DEADLOCK, InterpreterError, TensorVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
@@ -197,10 +197,10 @@ class ClusterRun:
                 ok = self.cond.wait_for(lambda: self.generation != gen or self.shared[rank].get("_abort"),
                                         timeout=SYNC_TIMEOUT_S)
                 if self.shared[rank].get("_abort"):
-                    raise InterpreterError("another CTA of the cluster failed", op.span, pid)
+                    raise InterpreterError(ANOTHER_FAILED, "another CTA of the cluster failed", op.span, pid)
                 if not ok:
-                    raise InterpreterError("deadlock: cluster.sync() was not reached by every CTA of the cluster "
-                                           "(a CTA waits elsewhere)", op.span, pid)
+                    raise InterpreterError(DEADLOCK, "deadlock: cluster.sync() was not reached by every CTA of the "
+                                           "cluster (a CTA waits elsewhere)", op.span, pid)
             self.syncs[rank] += 1
 
 
@@ -214,20 +214,22 @@ def _remote(ctx: Any, op: Operation, rank: int, what: str) -> dict[Any, Any]:
     must separate the allocations from remote use, and the CTA must still run)."""
     cl = cluster_of(ctx)
     if cl is None:
-        raise InterpreterError(f"{what} outside a cluster", op.span, ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"{what} outside a cluster", op.span, ctx.program_id)
     run, me = cl
     if not 0 <= rank < run.size:
-        raise InterpreterError(f"{what}: CTA rank {rank} is not in the {run.size}-CTA cluster", op.span,
-                               ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"{what}: CTA rank {rank} is not in the {run.size}-CTA cluster",
+                               op.span, ctx.program_id)
     if rank == me:
         return ctx.shared
     if run.syncs[me] == 0:
-        raise InterpreterError(f"{what}: CTA {me} accesses the shared memory of CTA {rank} before any "
-                               "cluster.sync(): its buffers and mbarriers may not be initialized yet", op.span,
-                               ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"{what}: CTA {me} accesses the shared memory of CTA {rank} before "
+                               "any cluster.sync(): its buffers and mbarriers may not be initialized yet", op.span,
+                               ctx.program_id, help="call cluster.sync() after allocating the shared buffers and "
+                                                    "mbarriers, before the first access to another CTA's")
     if rank in run.exited:
-        raise InterpreterError(f"{what}: CTA {rank} already exited (end the kernel with cluster.sync() so that "
-                               "no CTA exits while others use its shared memory)", op.span, ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"{what}: CTA {rank} already exited (end the kernel with "
+                               "cluster.sync() so that no CTA exits while others use its shared memory)", op.span,
+                               ctx.program_id)
     return run.shared[rank]
 
 
@@ -246,7 +248,7 @@ def peer_array(ctx: Any, op: Operation, view: np.ndarray, rank: int, what: str) 
     root = _root(view)
     key = next((k for k, v in ctx.shared.items() if v is root), None)
     if key is None or key not in target:
-        raise InterpreterError(f"{what}: CTA {rank} has no such buffer yet", op.span, ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"{what}: CTA {rank} has no such buffer yet", op.span, ctx.program_id)
     peer_root = target[key]
     offset = view.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     return np.ndarray(view.shape, view.dtype, buffer=peer_root, offset=offset, strides=view.strides)
@@ -264,7 +266,8 @@ def peer_barrier(ctx: Any, op: Operation, bar: Any, rank: int, what: str) -> Any
                     if key not in target:
                         break
                     return target[key][i]
-    raise InterpreterError(f"{what}: CTA {rank} has not initialized this mbarrier yet", op.span, ctx.program_id)
+    raise InterpreterError(CLUSTER_ACCESS,
+                           f"{what}: CTA {rank} has not initialized this mbarrier yet", op.span, ctx.program_id)
 
 
 def mask_ranks(ctx: Any, op: Operation, mask: int, what: str) -> list[int]:
@@ -272,8 +275,8 @@ def mask_ranks(ctx: Any, op: Operation, mask: int, what: str) -> list[int]:
     cl = cluster_of(ctx)
     size = cl[0].size if cl else 1
     if not 0 < mask < (1 << size):
-        raise InterpreterError(f"{what}: the multicast mask {mask:#x} names no CTA or CTAs outside the "
-                               f"{size}-CTA cluster", op.span, ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"{what}: the multicast mask {mask:#x} names no CTA or CTAs outside "
+                               f"the {size}-CTA cluster", op.span, ctx.program_id)
     return [r for r in range(size) if mask >> r & 1]
 
 
@@ -300,8 +303,9 @@ def _i_tma_load_cluster(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     me = cl[1] if cl else 0
     dests = mask_ranks(ctx, op, mask, "tma.load") if op.attrs["multicast"] else [me]
     if op.attrs["peer_bar"] and bar_cta not in (me, me ^ 1):
-        raise InterpreterError(f"tma.load: bar_cta={bar_cta} is neither this CTA ({me}) nor its peer ({me ^ 1}) "
-                               "(.cta_group::2 signals a barrier of the CTA pair)", op.span, ctx.program_id)
+        raise InterpreterError(CLUSTER_ACCESS, f"tma.load: bar_cta={bar_cta} is neither this CTA ({me}) nor its "
+                               f"peer ({me ^ 1}) (.cta_group::2 signals a barrier of the CTA pair)", op.span,
+                               ctx.program_id)
     flat, inside = box_offsets(t, offs, dst.shape)
     vals = t.buf.data[flat]
     box = np.where(inside, vals, np.zeros((), vals.dtype)).astype(dst.dtype)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..interp.values import InterpreterError
+from ..interp.values import ASSERTION_FAILED, InterpreterError
 from ..ir.core import Operation
 from ..layout.rules import BRANCH, LOOP
 from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, RUN_BY_REGION_WALK, TYPED_BY_SEMA, define_op, none, variadic
@@ -70,5 +70,6 @@ def _verify_if(op: Operation) -> str | None:
 @device_assert.interpreter
 def _i_assert(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     if not np.all(args[0]):
-        raise InterpreterError(f"device assertion failed: {op.attrs.get('message', '')}", op.span, ctx.program_id)
+        raise InterpreterError(ASSERTION_FAILED,
+                               f"device assertion failed: {op.attrs.get('message', '')}", op.span, ctx.program_id)
     return []

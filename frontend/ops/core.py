@@ -20,7 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..interp.values import InterpreterError, PtrVal
+from ..interp.values import OUT_OF_BOUNDS, UNSUPPORTED, InterpreterError, PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..layout.rules import BROADCAST, ELEMENTWISE
@@ -204,7 +204,9 @@ def _i_select(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     c, x, y = args
     if isinstance(x, PtrVal):
         if x.buf is not y.buf:
-            raise InterpreterError("`where` between pointers into different arguments", op.span)
+            raise InterpreterError(UNSUPPORTED, "`where` between pointers into different arguments", op.span,
+                                   ctx.program_id, help="select offsets and add them to one pointer: "
+                                                        "`p + where(c, i, j)`")
         return [PtrVal(x.buf, np.where(c, x.off, y.off))]
     return [np.where(c, x, y).astype(_np(op.result.type))]
 
@@ -273,8 +275,10 @@ def _check_bounds(ctx: Any, op: Operation, p: PtrVal, mask: np.ndarray | None, w
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise InterpreterError(
+            OUT_OF_BOUNDS,
             f"out-of-bounds {what} of `{p.buf.name}`: element offset {int(off[idx])} at tile index {idx} "
-            f"is outside [0, {p.buf.data.size})", op.span, ctx.program_id)
+            f"is outside [0, {p.buf.data.size})", op.span, ctx.program_id,
+            help=f"mask the lanes outside `{p.buf.name}` (`mask=offs < n`)")
     return live
 
 

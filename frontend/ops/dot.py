@@ -158,7 +158,7 @@ def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 @sparse_dot_op.interpreter
 def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from ...stdlib.sparsity import SparsityError
-    from ..interp.values import InterpreterError
+    from ..interp.values import BAD_OPERAND_DATA, InterpreterError
     from .metadata_words import decompress_tile
 
     vals, meta, b, c = args
@@ -167,7 +167,8 @@ def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     try:
         dense = decompress_tile(vals, meta, ea)
     except SparsityError as e:
-        raise InterpreterError(f"invalid sparse metadata: {e}", op.span, ctx.program_id) from None
+        raise InterpreterError(BAD_OPERAND_DATA, f"invalid sparse metadata: {e.message}", op.span, ctx.program_id,
+                               help=e.help) from None
     if ea in (T.f32, T.tf32):
         from .core import cast_array
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..interp.values import InterpreterError, TensorVal
+from ..interp.values import ANOTHER_FAILED, DEADLOCK, OUT_OF_BOUNDS, InterpreterError, TensorVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
@@ -399,12 +399,13 @@ class Mbarrier:
             try:
                 while not self.done(parity):
                     if ctx.shared.get("_abort"):
-                        raise InterpreterError("another partition failed", op.span, ctx.program_id)
+                        raise InterpreterError(ANOTHER_FAILED, "another partition failed", op.span, ctx.program_id)
                     stuck = deadlocked(ctx)
                     if stuck:
-                        raise InterpreterError(stuck, op.span, ctx.program_id)
+                        raise InterpreterError(DEADLOCK, stuck, op.span, ctx.program_id)
                     if not self.cond.wait(timeout=20.0) and not self.done(parity):
-                        raise InterpreterError(f"deadlock: an mbarrier wait for phase parity {parity & 1} never "
+                        raise InterpreterError(DEADLOCK,
+                                               f"deadlock: an mbarrier wait for phase parity {parity & 1} never "
                                                "completed", op.span, ctx.program_id)
             finally:
                 del waiters[me]
@@ -455,7 +456,8 @@ def _i_smem_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_smem_index(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     buf, i = args
     if not 0 <= int(i) < buf.shape[0]:
-        raise InterpreterError(f"shared buffer index {int(i)} is out of range [0, {buf.shape[0]})", op.span,
+        raise InterpreterError(OUT_OF_BOUNDS,
+                               f"shared buffer index {int(i)} is out of range [0, {buf.shape[0]})", op.span,
                                ctx.program_id)
     return [buf[int(i)]]
 
@@ -466,7 +468,8 @@ def _i_smem_slice(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     d, n = op.attrs["dim"], op.attrs["size"]
     s = int(start)
     if not 0 <= s <= buf.shape[d] - n:
-        raise InterpreterError(f"slice [{s}, {s + n}) of dimension {d} is outside a buffer of {buf.shape[d]}",
+        raise InterpreterError(OUT_OF_BOUNDS,
+                               f"slice [{s}, {s + n}) of dimension {d} is outside a buffer of {buf.shape[d]}",
                                op.span, ctx.program_id)
     idx = tuple(slice(s, s + n) if i == d else slice(None) for i in range(buf.ndim))
     return [buf[idx]]
@@ -496,7 +499,8 @@ def _i_mbar_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_mbar_index(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     bars, i = args
     if not 0 <= int(i) < len(bars):
-        raise InterpreterError(f"barrier index {int(i)} is out of range [0, {len(bars)})", op.span, ctx.program_id)
+        raise InterpreterError(OUT_OF_BOUNDS,
+                               f"barrier index {int(i)} is out of range [0, {len(bars)})", op.span, ctx.program_id)
     return [[bars[int(i)]]]
 
 
