@@ -9,26 +9,122 @@ a call launches, averaged over the timed calls), so per-call host work (torch's 
 Python launch overhead) is excluded for every contender alike. Effective TFLOP/s = 2*M*N*K / time
 for sparse and dense alike.
 
+cuSPARSELt is measured twice: with its default algorithm (column *cuSPARSELt*) and with the one
+``torch._cslt_sparse_mm_search`` picks (column *tuned*, passed as ``alg_id``); every ratio is
+against the faster of the two (see docs/ for the kernels' design).
+
     python benchmarks/bench_sparse_gemm.py            # the full table
     python benchmarks/bench_sparse_gemm.py --quick    # 4096 and 8192 squares, f16 only
+    python benchmarks/bench_sparse_gemm.py --grid llama3 --json gemm.json   # Llama-3 layers x T x dtype
+    python benchmarks/plot_gemm.py gemm.json --out plots/                   # a PNG per layer shape
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import environment, positive  # a sibling script, not a package
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SQUARES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384)]
 # (out features, in features) of Llama-3 8B / 70B MLP layers, with T tokens
 LLM = [((14336, 4096), (16, 2048, 8192)), ((4096, 14336), (128, 4096)), ((28672, 8192), (16, 4096))]
+# --grid llama3: (name, out features M, in features K) of the Llama-3 8B / 70B projections (QKV
+# fused, gate+up fused), each with every T of LLAMA3_TOKENS, in bf16 and f16
+LLAMA3_SHAPES = [("8B-qkv", 6144, 4096), ("8B-o", 4096, 4096), ("8B-gate_up", 28672, 4096),
+                 ("8B-down", 4096, 14336), ("70B-qkv", 10240, 8192), ("70B-o", 8192, 8192),
+                 ("70B-gate_up", 57344, 8192), ("70B-down", 8192, 28672)]
+LLAMA3_TOKENS = (1, 16, 64, 256, 512, 1024, 4096, 8192)
+GRIDS = {"llama3": LLAMA3_SHAPES}
+DTYPES = ("f16", "bf16", "e4m3")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: C (M x N) = A_2:4 (M x K) @ B^T; ``shape`` names the layer (grid cases)."""
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    shape: str | None = None
+
+
+def select_shapes(grid: str, names: list[str] | None) -> list[tuple[str, int, int]]:
+    """The grid's shapes whose name, model (``8B``) or layer (``down``) is one of ``names`` (all if None)."""
+    shapes = GRIDS[grid]
+    if not names:
+        return list(shapes)
+    return [s for s in shapes if {s[0], *s[0].split("-", 1)} & set(names)]
+
+
+def grid_cases(grid: str, names: list[str] | None, tokens: tuple[int, ...], dtypes: list[str]) -> list[Case]:
+    """Every (shape, T, dtype) of ``grid``: M = out features, N = T tokens, K = in features."""
+    return [Case(dt, m, t, k, name) for name, m, k in select_shapes(grid, names) for t in tokens for dt in dtypes]
+
+
+def shape_name(text: str) -> str:
+    """An argparse type: a shape, model or layer name of some grid (``8B-qkv``, ``70B``, ``down``)."""
+    known = {part for shapes in GRIDS.values() for s in shapes for part in (s[0], *s[0].split("-", 1))}
+    if text not in known:
+        raise argparse.ArgumentTypeError(f"unknown shape {text!r}; known: {', '.join(sorted(known))}")
+    return text
+
+
+def case_spec(text: str) -> Case:
+    """An argparse type: ``DTYPE:MxNxK``, e.g. ``f16:8192x8192x8192``."""
+    try:
+        dt, dims = text.split(":")
+        m, n, k = (int(x) for x in dims.split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected DTYPE:MxNxK (e.g. f16:8192x8192x8192), got {text!r}") from None
+    if dt not in DTYPES or min(m, n, k) <= 0 or k % 4:
+        raise argparse.ArgumentTypeError(f"{text!r}: dtype one of {', '.join(DTYPES)}, positive sizes, K % 4 == 0")
+    return Case(dt, m, n, k)
+
+
+# ------------------------------------------------------------------------------------------------
+# row arithmetic (shared with plot_gemm.py; no GPU needed)
+
+
+def ours(r: dict) -> float:
+    """Time (µs) of what sparse_matmul runs: the pair kernel where measured, else one CTA per tile."""
+    return r.get("pair") or r["sparsile"]
+
+
+def best_cslt(r: dict) -> float | None:
+    """The faster of cuSPARSELt's default and searched algorithm (µs), None if neither ran."""
+    times = [t for t in (r.get("cslt"), r.get("cslt_tuned")) if t]
+    return min(times) if times else None
+
+
+def speedups(r: dict) -> dict[str, float | None]:
+    """sparsile's speed-up over the best cuSPARSELt (``vs_cslt``) and over cuBLAS (``vs_cublas``)."""
+    best, cublas = best_cslt(r), r.get("cublas")
+    return {"vs_cslt": best / ours(r) if best else None, "vs_cublas": cublas / ours(r) if cublas else None}
+
+
+def tflops(r: dict, t_us: float | None) -> float | None:
+    """Effective TFLOP/s of a time in µs on the row's shape: 2MNK / t."""
+    return 2.0 * r["m"] * r["n"] * r["k"] / t_us / 1e6 if t_us else None
+
+
+def geomean(values: list[float]) -> float:
+    """The geometric mean of positive numbers."""
+    if not values or min(values) <= 0:
+        raise ValueError("geometric mean of an empty list or of non-positive values")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def profile_kernel_time(fn, iters: int, warmup: int = 3) -> float:
@@ -119,14 +215,7 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     for name, launch in variants.items():
         row[f"{name}_err"], row[name] = checked_time(
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn))
-    try:
-        comp = torch._cslt_compress(w)
-        bt = b.T
-        row["cslt"] = profile_kernel_time(lambda: torch._cslt_sparse_mm(comp, bt, out_dtype=torch.float16)
-                                          if dtype == "e4m3" else torch._cslt_sparse_mm(comp, bt), iters)
-    except Exception as e:  # cuSPARSELt may not take this dtype/shape
-        row["cslt"] = None
-        row["cslt_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+    row.update(cslt_times(w, b, dtype, iters))
     if dtype != "e4m3":
         row["cublas"] = profile_kernel_time(lambda: torch.mm(w, b.T), iters)
         dkern = getattr(dense_mod, f"dense_gemm_{dtype}")[grid]
@@ -144,9 +233,49 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     return row
 
 
+def cslt_search(comp, bt, **kw) -> int:
+    """The algorithm id ``torch._cslt_sparse_mm_search`` picks (an int, or a tuple starting with it
+    in some torch versions)."""
+    import torch
+
+    found = torch._cslt_sparse_mm_search(comp, bt, **kw)
+    return int(found[0] if isinstance(found, tuple | list) else found)
+
+
+def cslt_times(w, b, dtype: str, iters: int) -> dict:
+    """cuSPARSELt on W (M x K, 2:4) @ B^T: ``cslt`` with the default algorithm, ``cslt_tuned`` with
+    the searched one (``cslt_alg``). Where it refuses B^T as a view, a contiguous copy is used
+    (``cslt_note`` says so); what cannot run is None with ``cslt_error`` / ``cslt_tuned_error``."""
+    import torch
+
+    out: dict = {"cslt": None, "cslt_tuned": None}
+    kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
+    try:
+        comp = torch._cslt_compress(w)
+    except Exception as e:  # cuSPARSELt may not take this dtype/shape
+        out["cslt_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+        return out
+    bt = b.T
+    try:
+        torch._cslt_sparse_mm(comp, bt, **kw)
+    except Exception as e:
+        bt = b.T.contiguous()
+        out["cslt_note"] = f"B^T copied to contiguous (the view was refused: {type(e).__name__})"
+    for key, alg in (("cslt", None), ("cslt_tuned", "search")):
+        try:
+            if alg == "search":
+                alg = out["cslt_alg"] = cslt_search(comp, bt, **kw)
+                out[key] = profile_kernel_time(lambda a=alg: torch._cslt_sparse_mm(comp, bt, alg_id=a, **kw), iters)
+            else:
+                out[key] = profile_kernel_time(lambda: torch._cslt_sparse_mm(comp, bt, **kw), iters)
+        except Exception as e:
+            out[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+    return out
+
+
 def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float) -> dict:
     """One case in a child process (kernels come from the compile cache on disk after the first)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--iters", str(iters),
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--iters", str(iters),
            "--case", f"{dtype}:{m}x{n}x{k}"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -160,18 +289,21 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float)
 
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
           f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
-          f"{'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'vs cslt':>7} {'dense/cuBLAS':>12} {'err':>7}")
+          f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | "
+          f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
 
 
 def format_row(r: dict) -> str:
     f = 2.0 * r["m"] * r["n"] * r["k"]
-    ours = r.get("pair") or r["sparsile"]  # what sparse_matmul runs
-    vs = f"{r['cslt'] / ours:>7.2f}" if r.get("cslt") else f"{'-':>7}"
+    s = speedups(r)
+    vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
+    vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
     err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0))
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
-            f"{fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | {vs} {dv} {err:>7.1e}")
+            f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
+            f"{vs} {vb} {dv} {err:>7.1e}")
 
 
 def fmt(t: float | None, flops: float) -> str:
@@ -180,55 +312,88 @@ def fmt(t: float | None, flops: float) -> str:
     return f"{t:>9.1f} {flops / t / 1e6:>5.0f}"
 
 
-def main() -> None:
-    import sparsile as sp
-
-    ap = argparse.ArgumentParser()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--case", action="append", default=[],
-                    help="only this case, e.g. f16:8192x8192x8192 (repeatable)")
+    ap.add_argument("--iters", type=positive, default=20)
+    ap.add_argument("--case", action="append", default=[], type=case_spec,
+                    help="only this case, e.g. f16:8192x8192x8192 (repeatable; overrides --grid and --quick)")
+    ap.add_argument("--grid", choices=sorted(GRIDS),
+                    help="llama3: the Llama-3 8B and 70B projections x T in --tokens x --dtypes")
+    ap.add_argument("--shapes", nargs="+", type=shape_name, metavar="NAME",
+                    help="with --grid: only these shapes (8B-qkv), models (70B) or layers (down)")
+    ap.add_argument("--tokens", nargs="+", type=positive, metavar="T",
+                    help=f"with --grid: the token counts N (default {' '.join(map(str, LLAMA3_TOKENS))})")
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["bf16", "f16"], help="with --grid")
+    ap.add_argument("--json", type=Path, metavar="FILE", help="also write the rows (and the machine) to FILE")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                     help="measure each case in a fresh process (default; a long in-process run once stalled "
                          "for minutes inside one case that takes seconds on its own)")
     ap.add_argument("--case-timeout", type=float, default=180.0, help="seconds allowed per isolated case")
-    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the --isolate child
+    args = ap.parse_args(argv)
+    if (args.shapes or args.tokens) and not args.grid:
+        ap.error("--shapes and --tokens select within a grid: add --grid llama3")
+    args.tokens = tuple(args.tokens or LLAMA3_TOKENS)
+    return args
+
+
+def select_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases the options ask for: --case, else --grid, else --quick, else the full table."""
+    if args.case:
+        return list(args.case)
+    if args.grid:
+        return grid_cases(args.grid, args.shapes, args.tokens, args.dtypes)
+    if args.quick:
+        return [Case("f16", 4096, 4096, 4096), Case("f16", 8192, 8192, 8192)]
+    cases = [Case(dt, *s) for dt in ("f16", "bf16") for s in SQUARES]
+    cases.append(Case("e4m3", 8192, 8192, 8192))
+    for (out, inp), tokens in LLM:
+        for t in tokens:
+            cases += [Case("f16", out, t, inp), Case("bf16", out, t, inp)]
+    return cases
+
+
+def write_json(path: Path, rows: list[dict], failed: list[dict], argv: list[str]) -> None:
+    """``{"environment", "command", "rows", "failed"}`` to ``path`` (plot_gemm.py reads it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = {"environment": environment(), "command": " ".join(["benchmarks/bench_sparse_gemm.py", *argv]),
+              "rows": rows, "failed": failed}
+    path.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sparsile as sp
+
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     sp_mod = sp.load(ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
     dense_mod = sp.load(ROOT / "stdlib" / "kernels" / "dense_gemm_sm90.spk")
-    cases: list[tuple[str, int, int, int]] = []
-    if args.quick:
-        cases = [("f16", 4096, 4096, 4096), ("f16", 8192, 8192, 8192)]
-    else:
-        for dt in ("f16", "bf16"):
-            cases += [(dt, *s) for s in SQUARES]
-        cases += [("e4m3", 8192, 8192, 8192)]
-        for (out, inp), tokens in LLM:
-            for t in tokens:
-                cases += [("f16", out, t, inp), ("bf16", out, t, inp)]
-    if args.case:
-        cases = []
-        for spec in args.case:
-            dt, dims = spec.split(":")
-            m, n, k = (int(x) for x in dims.split("x"))
-            cases.append((dt, m, n, k))
-    if args.json:  # one case, measured in this process, as one JSON line (the --isolate child)
-        for dt, m, n, k in cases:
-            print(json.dumps(bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)), flush=True)
+    cases = select_cases(args)
+    if args.child:  # one case, measured in this process, as one JSON line (the --isolate child)
+        for c in cases:
+            print(json.dumps(bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters)), flush=True)
         return
-    rows = []
+    rows, failed = [], []
     print(HEADER, flush=True)
-    for dt, m, n, k in cases:
+    for c in cases:
         started = time.perf_counter()
         if args.isolate:
-            r = run_isolated(dt, m, n, k, args.iters, args.case_timeout)
+            r = run_isolated(c.dtype, c.m, c.n, c.k, args.iters, args.case_timeout)
         else:
-            r = bench_case(sp_mod, dense_mod, dt, m, n, k, args.iters)
+            r = bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters)
         if "error" in r:
-            print(f"{dt:>5} {m:>6} {n:>6} {k:>6}: {r['error']} ({time.perf_counter() - started:.0f} s)", flush=True)
+            print(f"{c.dtype:>5} {c.m:>6} {c.n:>6} {c.k:>6}: {r['error']} ({time.perf_counter() - started:.0f} s)",
+                  flush=True)
+            failed.append({**asdict(c), "error": r["error"]})
             continue
+        if c.shape:
+            r["shape"] = c.shape
         rows.append(r)
         print(format_row(r), flush=True)  # as it comes, so a run stopped early still shows its rows
+        if args.json:  # rewritten after every case, so a run stopped early keeps its rows
+            write_json(args.json, rows, failed, argv)
     print()
     print(HEADER)
     for r in rows:
@@ -237,10 +402,14 @@ def main() -> None:
     print("sk = split-K shares (sparse_matmul's choice: choose_split_k; the time includes splitk_reduce);")
     print("persist. = the one-CTA kernel on one CTA per SM (each computing several tiles; '-' when there are no")
     print("more tiles than SMs); pair = the CTA-pair kernel (B multicast, persistent), which sparse_matmul runs for")
-    print("large C ('-' where it does not); vs cslt = cuSPARSELt time / the time of sparse_matmul's choice (pair")
-    print("where shown, else one CTA per tile); e4m3 cuBLAS column is")
-    print("torch._scaled_mm; err = max |C - ref| / max |ref| over both sparsile runs (ref: the same inputs")
+    print("large C ('-' where it does not); cuSPARSELt = torch._cslt_sparse_mm with its default algorithm, tuned =")
+    print("with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the two / the time of")
+    print("sparse_matmul's choice (pair where shown, else one CTA per tile); vs cuBLAS likewise; e4m3 cuBLAS column")
+    print("is torch._scaled_mm; err = max |C - ref| / max |ref| over both sparsile runs (ref: the same inputs")
     print("multiplied in float64 on the GPU)")
+    if args.json:
+        write_json(args.json, rows, failed, argv)
+        print(f"rows written to {args.json}")
 
 
 if __name__ == "__main__":

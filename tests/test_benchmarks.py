@@ -2,7 +2,9 @@
 parsing, size and case tables, launch configurations that compile for sm_90a, the arithmetic of
 the reports, and a short real run of the compile benchmark); bench_linear.py, bench_llama.py and
 examples/llama_sparse.py (arguments, pruning and quantization numerics, the targets, and whole runs
-on the CPU with the GPU-only timers replaced; the static-cache decode loop against recomputation).
+on the CPU with the GPU-only timers replaced; the static-cache decode loop against recomputation);
+bench_sparse_gemm.py and plot_gemm.py (the Llama-3 grid and its options, cuSPARSELt's default and
+searched algorithm, the speed-up arithmetic, and the plots of a synthetic JSON).
 The torch and transformers tests skip when those are not installed."""
 
 from __future__ import annotations
@@ -419,3 +421,161 @@ def test_llama_cache_arguments_follow_forwarded_kwargs():
 
     assert bll.init_parameters(Forwarding) == {"config", "max_batch_size", "max_cache_len", "device"}
     assert bll.init_parameters(Named) == {"config", "max_cache_len", "offloading"}
+
+
+# ------------------------------------------------------------------------------------------------
+# bench_sparse_gemm (--grid, --json, cuSPARSELt default and tuned) and plot_gemm (the GPU run is the lead's)
+
+bsg = load_script("bench_sparse_gemm")
+pg = load_script("plot_gemm")
+
+
+def test_sparse_gemm_arguments_and_llama3_grid():
+    args = bsg.parse_args([])
+    assert args.grid is None and args.json is None and not args.child and args.tokens == bsg.LLAMA3_TOKENS
+    full = bsg.select_cases(args)  # the table as before: squares, e4m3 8192³, the LLM rows
+    assert full[0] == bsg.Case("f16", 4096, 4096, 4096) and bsg.Case("e4m3", 8192, 8192, 8192) in full
+    assert len(full) == 2 * 3 + 1 + 2 * 7 and all(c.shape is None for c in full)
+    assert [c.m for c in bsg.select_cases(bsg.parse_args(["--quick"]))] == [4096, 8192]
+    grid = bsg.select_cases(bsg.parse_args(["--grid", "llama3", "--json", "out.json"]))
+    assert len(grid) == 8 * 8 * 2 and {c.dtype for c in grid} == {"bf16", "f16"}
+    assert sorted({c.n for c in grid}) == [1, 16, 64, 256, 512, 1024, 4096, 8192]
+    assert {c.shape: (c.m, c.k) for c in grid} == {  # M = out features, K = in features
+        "8B-qkv": (6144, 4096), "8B-o": (4096, 4096), "8B-gate_up": (28672, 4096), "8B-down": (4096, 14336),
+        "70B-qkv": (10240, 8192), "70B-o": (8192, 8192), "70B-gate_up": (57344, 8192), "70B-down": (8192, 28672)}
+    few = bsg.select_cases(bsg.parse_args(["--grid", "llama3", "--shapes", "70B", "8B-o", "--tokens", "16", "64",
+                                           "--dtypes", "bf16"]))
+    assert [(c.shape, c.n) for c in few] == [("8B-o", 16), ("8B-o", 64), ("70B-qkv", 16), ("70B-qkv", 64),
+                                             ("70B-o", 16), ("70B-o", 64), ("70B-gate_up", 16), ("70B-gate_up", 64),
+                                             ("70B-down", 16), ("70B-down", 64)]
+    assert [c.shape for c in bsg.select_cases(bsg.parse_args(["--grid", "llama3", "--shapes", "down",
+                                                              "--tokens", "1"]))] == ["8B-down"] * 2 + ["70B-down"] * 2
+    one = bsg.parse_args(["--grid", "llama3", "--case", "bf16:10240x512x8192"])  # --case wins
+    assert bsg.select_cases(one) == [bsg.Case("bf16", 10240, 512, 8192)]
+    assert bsg.parse_args(["--child", "--case", "f16:64x16x64"]).child
+
+
+@pytest.mark.parametrize("bad,message", [
+    (["--grid", "llama4"], "invalid choice"), (["--shapes", "8B"], "add --grid llama3"),
+    (["--tokens", "16"], "add --grid llama3"), (["--grid", "llama3", "--shapes", "13B"], "unknown shape '13B'"),
+    (["--grid", "llama3", "--tokens", "0"], "must be positive"), (["--iters", "0"], "must be positive"),
+    (["--case", "f16:8192x8192"], "expected DTYPE:MxNxK"), (["--case", "f32:64x64x64"], "dtype one of"),
+    (["--case", "f16:64x64x62"], "K % 4 == 0"), (["--grid", "llama3", "--dtypes", "f32"], "invalid choice")])
+def test_sparse_gemm_bad_arguments_say_why(bad, message, capsys):
+    with pytest.raises(SystemExit):
+        bsg.parse_args(bad)
+    assert message in capsys.readouterr().err
+
+
+def _gemm_row(shape: str | None, dtype: str, n: int, **times: float | None) -> dict:
+    return {"dtype": dtype, "m": 256, "n": n, "k": 512, "split": 1, "err": 1e-4, "shape": shape, **times}
+
+
+def test_sparse_gemm_ratios_use_the_faster_cusparselt():
+    r = _gemm_row("x", "bf16", 64, sparsile=10.0, pair=8.0, cslt=12.0, cslt_tuned=6.0, cublas=16.0)
+    assert bsg.ours(r) == 8.0 and bsg.best_cslt(r) == 6.0  # the pair kernel; the searched algorithm
+    assert bsg.speedups(r) == {"vs_cslt": pytest.approx(0.75), "vs_cublas": pytest.approx(2.0)}
+    r2 = _gemm_row("x", "bf16", 64, sparsile=10.0, cslt=5.0, cslt_tuned=7.0, cublas=None)  # default faster
+    assert bsg.speedups(r2) == {"vs_cslt": pytest.approx(0.5), "vs_cublas": None}
+    r3 = _gemm_row("x", "bf16", 64, sparsile=10.0, cslt=None, cslt_tuned=20.0)
+    assert bsg.best_cslt(r3) == 20.0 and bsg.best_cslt(_gemm_row("x", "f16", 1, sparsile=1.0)) is None
+    assert bsg.tflops(r, 2.0) == pytest.approx(2 * 256 * 64 * 512 / 2e-6 / 1e12) and bsg.tflops(r, None) is None
+    assert bsg.geomean([2.0, 8.0]) == pytest.approx(4.0) and bsg.geomean([1.5]) == pytest.approx(1.5)
+    for bad in ([], [1.0, 0.0], [-2.0]):
+        with pytest.raises(ValueError, match="geometric mean"):
+            bsg.geomean(bad)
+    line = bsg.format_row({**r, "persistent": 9.0, "sp_dense": 20.0})
+    assert len(line.split("|")) == len(bsg.HEADER.split("|")) and "tuned" in bsg.HEADER
+    assert line.rstrip().endswith("0.75      2.00         0.80 1.0e-04")
+
+
+def _synthetic_report(tmp_path) -> tuple:
+    """A JSON as bench_sparse_gemm.py --json writes it, with made-up times (no measurement)."""
+    rows = []
+    for shape in ("8B-qkv", "70B-down"):
+        for dtype in ("bf16", "f16"):
+            for n, (ours_t, cslt, tuned, cublas) in zip((1, 16, 4096), ((2.0, 4.0, 3.0, 4.0), (4.0, 4.0, 4.0, 2.0),
+                                                                      (8.0, 9.0, 16.0, 8.0)), strict=True):
+                rows.append(_gemm_row(shape, dtype, n, sparsile=ours_t, cslt=cslt, cslt_tuned=tuned, cublas=cublas))
+    rows.append(_gemm_row(None, "f16", 4096, sparsile=5.0, cslt=None, cslt_tuned=None, cublas=None))
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps({"environment": {}, "command": "synthetic", "rows": rows, "failed": []}))
+    return path, rows
+
+
+def test_plot_summary_geomeans_on_synthetic_rows(tmp_path):
+    _, rows = _synthetic_report(tmp_path)
+    assert set(pg.group_by_shape(rows)) == {"8B-qkv_256x512", "70B-down_256x512", "M256_K512"}
+    lines = pg.summary(rows)
+    # per row vs the faster cuSPARSELt: 3/2 = 1.5, 4/4 = 1, 9/8 = 1.125; vs cuBLAS: 2, 0.5, 1
+    vs_cslt, vs_cublas = (1.5 * 1.0 * 1.125) ** (1 / 3), 1.0
+    assert lines[0] == (f"bf16: vs cuSPARSELt (faster of default, tuned): geomean {vs_cslt:.2f}x, min 1.00x over "
+                        f"6/6 rows; vs cuBLAS: geomean {vs_cublas:.2f}x, min 0.50x over 6/6 rows")
+    assert "over 6/7 rows" in lines[1] and lines[2].startswith(" all:") and "over 12/13 rows" in lines[2]
+    nothing = "vs cuSPARSELt (faster of default, tuned): not measured; vs cuBLAS: not measured"
+    assert pg.summary([_gemm_row(None, "f16", 8, sparsile=1.0)]) == [f" f16: {nothing}", f" all: {nothing}"]
+
+
+def test_plot_writes_one_png_per_shape(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path, _ = _synthetic_report(tmp_path)
+    out = tmp_path / "plots"
+    assert pg.main([str(path), "--out", str(out)]) == 0
+    pngs = sorted(p.name for p in out.iterdir())
+    assert pngs == ["70B-down_256x512.png", "8B-qkv_256x512.png", "M256_K512.png"]
+    assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / p).stat().st_size > 5000 for p in pngs)
+    text = capsys.readouterr().out
+    assert text.count("wrote ") == 3 and f"geomean {(1.5 * 1.125) ** (1 / 3):.2f}x" in text
+    assert "(1 rows without a cuSPARSELt time)" in text
+    report = json.loads(path.read_text())  # the same rows split over two files, as runs split by model
+    halves = [tmp_path / "a.json", tmp_path / "b.json"]
+    for half, rows in zip(halves, (report["rows"][:6], report["rows"][6:]), strict=True):
+        half.write_text(json.dumps({**report, "rows": rows}))
+    assert pg.main([*map(str, halves), "--out", str(tmp_path / "split")]) == 0
+    assert sorted(p.name for p in (tmp_path / "split").iterdir()) == pngs
+
+    def summary_lines(out: str) -> list[str]:
+        return [line for line in out.splitlines() if not line.startswith("wrote ")]
+
+    assert summary_lines(capsys.readouterr().out) == summary_lines(text)
+
+
+def test_plot_bad_json_says_why(tmp_path):
+    bad = tmp_path / "bad.json"
+    for content, message in (("not json", "not a bench_sparse_gemm.py --json file (JSONDecodeError"),
+                             ('{"runs": []}', "not a bench_sparse_gemm.py --json file (KeyError"),
+                             ('{"rows": [{"m": 1}]}', "row 0 lacks dtype, n, k, sparsile")):
+        bad.write_text(content)
+        with pytest.raises(SystemExit, match=message.replace("(", r"\(")):
+            pg.main([str(bad)])
+    with pytest.raises(SystemExit, match="No such file"):
+        pg.main([str(tmp_path / "absent.json")])
+    bad.write_text('{"rows": []}')
+    assert pg.main([str(bad)]) == 1
+
+
+def test_sparse_gemm_cusparselt_default_and_searched_algorithm(monkeypatch):
+    """cslt_times times torch._cslt_sparse_mm twice: without alg_id (default) and with the id the
+    search picks; a B^T view it refuses is copied; a failing search is reported, not fatal."""
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def fake_mm(comp, b, alg_id=None, **kw):
+        if not b.is_contiguous():
+            raise RuntimeError("view refused")
+        calls.append(alg_id)
+        return comp @ b
+
+    monkeypatch.setattr(torch, "_cslt_compress", lambda w: w * 1, raising=False)
+    monkeypatch.setattr(torch, "_cslt_sparse_mm", fake_mm, raising=False)
+    monkeypatch.setattr(torch, "_cslt_sparse_mm_search", lambda comp, b, **kw: (3, 1, -1), raising=False)
+    monkeypatch.setattr(bsg, "profile_kernel_time", lambda fn, iters: (fn(), 10.0 + len(calls))[1])
+    w, b = torch.ones(8, 16), torch.ones(4, 16)
+    out = bsg.cslt_times(w, b, "bf16", 5)
+    assert calls == [None, 3] and out["cslt_alg"] == 3  # one call each: the default, then alg_id=3
+    assert out["cslt"] == 11.0 and out["cslt_tuned"] == 12.0 and "B^T copied to contiguous" in out["cslt_note"]
+    monkeypatch.setattr(torch, "_cslt_sparse_mm_search", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no")))
+    out = bsg.cslt_times(w, b, "bf16", 5)
+    assert out["cslt"] and out["cslt_tuned"] is None and out["cslt_tuned_error"] == "RuntimeError: no"
+    monkeypatch.setattr(torch, "_cslt_compress", lambda w: (_ for _ in ()).throw(ValueError("dtype")))
+    assert bsg.cslt_times(w, b, "bf16", 5) == {"cslt": None, "cslt_tuned": None, "cslt_error": "ValueError: dtype"}
