@@ -10,6 +10,7 @@
 #   bash scripts/gpu_runs.sh bench-llama      # tokens/s of a Llama-3-8B-shaped model, dense vs 2:4
 #   bash scripts/gpu_runs.sh bench-kernels    # decode kernel, GPU toolkit, epilogues, output types
 #   bash scripts/gpu_runs.sh bench-rest       # e4m3 layer, training step, JAX overhead
+#   bash scripts/gpu_runs.sh bench-gemm-8B    # sparse GEMM grid vs default and tuned cuSPARSELt and cuBLAS (+ bench-gemm-70B)
 #   bash scripts/gpu_runs.sh tune             # write stdlib/kernels/tuned/h200.json (Llama-3 8B shapes)
 #
 # Each part writes its log (and JSON where a benchmark has one) under $OUT (default ./gpu-out).
@@ -64,6 +65,12 @@ bench-rest)
     run 200 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B --max-seconds 150 --json "$out/linear_e4m3.json"
     run 150 python benchmarks/bench_training.py --json "$out/training.json"
     run 120 python benchmarks/bench_jax.py --quick
+    ;;
+bench-gemm-8B|bench-gemm-70B)
+    model="${part#bench-gemm-}"
+    run 560 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes "$model" --iters 10 --case-timeout 60 \
+        --json "$out/gemm-$model.json"
+    python benchmarks/plot_gemm.py "$out"/gemm-*.json --out "$out" 2>&1 | tee -a "$log"
     ;;
 tune)
     sed -n 3,38p stdlib/kernels/tuned/llama3-shapes.txt > /tmp/llama3-8b-shapes.txt
