@@ -68,6 +68,15 @@ def checked_activation(activation: Any) -> str | None:
     return activation
 
 
+def checked_features(in_features: Any, out_features: Any, layer: str, code: str) -> tuple[int, int]:
+    """``(in_features, out_features)`` when both are positive integers, else ``code`` for ``layer``."""
+    if not (isinstance(in_features, int) and isinstance(out_features, int) and in_features > 0
+            and out_features > 0):
+        raise IntegrationError(code, f"a {layer} needs positive in/out features, got "
+                               f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
+    return in_features, out_features
+
+
 def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:
     if out_dtype is not None and out_dtype not in OUT_DTYPES:
         raise IntegrationError(SP_OUT_DTYPE, f"out_dtype {out_dtype} is not one the kernel stores",
@@ -138,11 +147,8 @@ class SparseLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None):
         super().__init__()
-        if not (isinstance(in_features, int) and isinstance(out_features, int) and in_features > 0
-                and out_features > 0):
-            raise IntegrationError(SP_CANNOT_SPARSIFY, f"a SparseLinear needs positive in/out features, got "
-                                   f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features, self.out_features = checked_features(in_features, out_features, "SparseLinear",
+                                                               SP_CANNOT_SPARSIFY)
         self.weight_dtype = weight_dtype_name(dtype)
         self.activation = checked_activation(activation)
         self.out_dtype = checked_out_dtype(out_dtype)

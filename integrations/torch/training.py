@@ -35,7 +35,15 @@ from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadat
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, RecordCache, Weight, kernel_api, run_interpreted
-from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, check_input, tracing, weight_dtype_name
+from .linear import (
+    EMPTY_META_WORD,
+    WEIGHT_DTYPES,
+    SparseLinear,
+    check_input,
+    checked_features,
+    tracing,
+    weight_dtype_name,
+)
 
 _RECORDS = RecordCache(capacity=256)
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
@@ -199,11 +207,8 @@ class SemiSparseLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):
         super().__init__()
-        if not (isinstance(in_features, int) and isinstance(out_features, int) and in_features > 0
-                and out_features > 0):
-            raise IntegrationError(SP_TRAIN_LAYER, f"a SemiSparseLinear needs positive in/out features, got "
-                                   f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features, self.out_features = checked_features(in_features, out_features, "SemiSparseLinear",
+                                                               SP_TRAIN_LAYER)
         self.weight_dtype = weight_dtype_name(dtype)
         if self.weight_dtype == "e4m3":
             raise IntegrationError(SP_TRAIN_LAYER, "sparse training computes in bf16 or f16, not e4m3",
