@@ -15,8 +15,16 @@ from __future__ import annotations
 from ...frontend.diagnostics import CompileError, Diagnostic
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation
-from ...frontend.layout.layouts import LinearLayout
-from ...frontend.layout.tile import LANE, WARP, register_coords, same_thread_part, thread_bases
+from ...frontend.layout.layouts import GF2Span, LinearLayout
+from ...frontend.layout.tile import (
+    LANE,
+    REG,
+    WARP,
+    distinct_registers,
+    register_coords,
+    same_thread_part,
+    thread_bases,
+)
 from .codegen import CodeGen, DTile, lowering
 from .elementwise import binary_value, cast_value
 from .llvm_text import LLValue, const, llvm_type
@@ -83,6 +91,33 @@ def _pure(basis: tuple[int, ...], axis: int) -> str:
     return "other"
 
 
+def _packed(basis: tuple[int, ...]) -> int:
+    """A basis as one bit vector (each coordinate in its own 32-bit field): XOR of bases is XOR of
+    the packed ints."""
+    return sum(c << (32 * d) for d, c in enumerate(basis))
+
+
+def counts_each_element_once(layout: LinearLayout, axis: int) -> bool:
+    """Whether folding a thread's distinct registers, then the lanes and warps whose bases move
+    along ``axis`` only, adds every element of a reduced line exactly once: those lane and warp
+    bases must be independent of each other and of the registers' span (a lane that repeats a
+    register's element, or two lanes that hold the same one, would count it twice)."""
+    span = GF2Span(_packed(tuple(layout.basis(REG, i).values()))
+                   for i in range(layout.in_bits(REG) if REG in layout.in_names else 0))
+    moved = [_packed(b) for name in (LANE, WARP) for b in thread_bases(layout, name) if _pure(b, axis) == "axis"]
+    return all(span.add(v) for v in moved)
+
+
+def thread_combines(layout: LinearLayout, axis: int) -> list[tuple[tuple[int, ...], int]]:
+    """(output key, register) for each register a thread folds into its partial results: the key
+    is the register's offset with ``axis`` dropped. A broadcast register basis (zero) makes
+    registers repeat elements; only the first register of each offset is taken, so that a ``sum``
+    counts each element once (a tile broadcast along the reduced axis would otherwise be summed
+    once per copy)."""
+    offs = register_coords(layout)
+    return [(tuple(c for d, c in enumerate(offs[r]) if d != axis), r) for r in distinct_registers(layout)]
+
+
 @lowering("reduce")
 def lower_reduce(cg: CodeGen, op: Operation) -> None:
     x = cg.tile(op.operands[0])
@@ -98,17 +133,19 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
     layout = x.layout
     fb = cg.fb
     # 1. within the thread
-    offs = register_coords(layout)
     groups: dict[tuple[int, ...], LLValue] = {}
     order: list[tuple[int, ...]] = []
-    for r, off in enumerate(offs):
-        key = tuple(c for d, c in enumerate(off) if d != axis)
+    for key, r in thread_combines(layout, axis):
         v = cast_value(cg, elem, acc_t, x.regs[r]) if acc_t != elem else x.regs[r]
         if key in groups:
             groups[key] = _combine(cg, kind, acc_t, groups[key], v)
         else:
             groups[key] = v
             order.append(key)
+    if kind == "sum" and not counts_each_element_once(layout, axis):
+        raise CompileError([Diagnostic("SP0623", "this reduction's layout holds one element of the reduced axis in "
+                                       "two threads; a sum would count it twice", op.span,
+                                       help="let inference choose the layout of the reduced tile")])
     # 2. across lanes
     for b, basis in enumerate(thread_bases(layout, LANE)):
         p = _pure(basis, axis)
