@@ -150,7 +150,7 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
     torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
     try:  # device arrays only (host arrays raise SP0733): the prepared launch's faster packing
-        prepared = PreparedLaunch(kernel, launcher, bound, bindings, len(args), grid)
+        prepared = PreparedLaunch(kernel, launcher, bound, bindings, list(range(len(args))), grid)
     except LaunchError:
         prepared = None
     if len(fast.entries) >= MAX_ENTRIES:

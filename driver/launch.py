@@ -127,19 +127,29 @@ class GpuLaunch:
         :class:`~sparsile.driver.prepared.PreparedLaunch` taking the same positional arguments
         per call (keyword arguments, constexprs and options among them, are fixed).
 
+        ``per_call=("x", "out")`` (unless the kernel has a parameter of that name) names the
+        run-time parameters a call passes, in that order, instead of the leading positional ones:
+        every other argument is fixed at prepare time, and its checks are not repeated per call
+        (SP0734 for a name that is no run-time parameter, or named twice).
+
         ``vary=("n", "x")`` (unless the kernel has a parameter of that name) names run-time
         arguments that change per call in ways the specialization would otherwise assume fixed:
         their 16-divisibility (integers) or 16-byte alignment (arrays) is not assumed, so any value
         is accepted per call (SP0734 for a name that is no run-time parameter)."""
         from .prepared import PreparedLaunch
 
+        names = {p.name for p in self.kernel.params}
         vary: Any = ()
-        if "vary" in kwargs and "vary" not in {p.name for p in self.kernel.params}:
+        if "vary" in kwargs and "vary" not in names:
             vary = kwargs.pop("vary")
+        per_call: Any = None
+        if "per_call" in kwargs and "per_call" not in names:
+            per_call = kwargs.pop("per_call")
         launcher, bound, bindings = self._launcher(args, kwargs, _vary_names(self.kernel, vary))
         meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
         grid = self.grid(meta) if callable(self.grid) else self.grid
-        return PreparedLaunch(self.kernel, launcher, bound, bindings, len(args), grid)
+        order = list(range(len(args))) if per_call is None else _per_call_indices(self.kernel, per_call)
+        return PreparedLaunch(self.kernel, launcher, bound, bindings, order, grid)
 
     def _launcher(self, args: tuple[Any, ...], kwargs: dict[str, Any], vary: tuple[str, ...] = ()
                   ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -183,6 +193,23 @@ def _vary_names(kernel: Any, vary: Any) -> tuple[str, ...]:
         raise LaunchError("SP0734", f"vary= names `{bad[0]}`, which is not a run-time parameter of "
                           f"`{kernel.name}`", help=f"run-time parameters: {', '.join(sorted(runtime_params))}")
     return tuple(names)
+
+
+def _per_call_indices(kernel: Any, per_call: Any) -> list[int]:
+    """The parameter indices of :meth:`GpuLaunch.prepare`'s ``per_call=`` names, in their order,
+    checked (SP0734)."""
+    names = (per_call,) if isinstance(per_call, str) else per_call
+    if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+        raise LaunchError("SP0734", f"per_call= takes parameter names (a tuple of strings), got {per_call!r}",
+                          help='e.g. per_call=("x", "out") for the arrays that change per call')
+    index = {p.name: i for i, p in enumerate(kernel.params) if p.annotation is not T.CONSTEXPR}
+    for i, n in enumerate(names):
+        if n not in index:
+            raise LaunchError("SP0734", f"per_call= names `{n}`, which is not a run-time parameter of "
+                              f"`{kernel.name}`", help=f"run-time parameters: {', '.join(sorted(index))}")
+        if n in names[:i]:
+            raise LaunchError("SP0734", f"per_call= names `{n}` twice", help="name each parameter once")
+    return [index[n] for n in names]
 
 
 def _without_divisibility(bindings: dict[str, Any], key: tuple, vary: tuple[str, ...]) -> tuple[dict[str, Any], tuple]:

@@ -23,6 +23,9 @@ captured in a CUDA graph. Host arrays (numpy, CPU tensors) are refused (SP0733):
 copy and a synchronize. The stream: ``stream=`` (a torch/CuPy stream, an int handle, a CUstream),
 else torch's current stream when an argument is a torch CUDA tensor, else the legacy default stream.
 
+``prepare(..., per_call=("x", "out"))`` makes the named parameters, in that order, the per-call
+arguments instead of the leading positional ones; everything else is fixed, checked once.
+
 ``prepare(..., vary=("n",))`` drops the specialization's 16-divisibility (integers) or 16-byte
 alignment (arrays) assumption for the named run-time arguments (SP0734 for other names). A prepared
 ``@jit`` kernel whose captured Python values changed refuses to launch (SP0735): prepare it again.
@@ -137,14 +140,14 @@ class PreparedLaunch:
     """One specialization of a kernel, bound to a grid, launched with fresh arguments per call.
     Built by ``kernel[grid].prepare(...)`` (:meth:`sparsile.driver.launch.GpuLaunch.prepare`)."""
 
-    def __init__(self, kernel: Any, launcher: Any, bound: dict[str, Any], bindings: dict[str, Any], nargs: int,
-                 grid: Any):
+    def __init__(self, kernel: Any, launcher: Any, bound: dict[str, Any], bindings: dict[str, Any],
+                 per_call: list[int], grid: Any):
         from ..backend import runtime
 
         self.kernel_name = kernel.name
         self.launcher = launcher
         self.device = launcher.device
-        self.nargs = nargs
+        self.nargs = len(per_call)
         self._runtime = runtime
         self._tls = runtime.devices.tls
         self._module = launcher._module
@@ -172,7 +175,7 @@ class PreparedLaunch:
         groups: dict[str, list[Any]] = {}
         for p in launcher.spec.params:
             groups.setdefault(_source_of(p), []).append(p)
-        self._writers: list[Callable[[Any, _Call], None]] = []
+        writers: dict[int, Callable[[Any, _Call], None]] = {}
         uses_torch = False
         self._call.stream = 0
         for j, kp in enumerate(kernel.params):
@@ -180,10 +183,11 @@ class PreparedLaunch:
             uses_torch = uses_torch or (is_torch_type(type(value)) and value.is_cuda)
             writer = self._writer(kp.name, value, bindings[kp.name], groups.get(kp.name, []))
             writer(value, self._call)  # checks the prepared arguments themselves, fills the buffer
-            if j < nargs:
-                self._writers.append(writer)
+            if j in per_call:
+                writers[j] = writer
             else:
                 self._fixed.append(value)
+        self._writers: list[Callable[[Any, _Call], None]] = [writers[j] for j in per_call]
         self._call.waits = self._call.keep = None
         self._default_stream: Callable[[], int] = (torch_stream_getter(self.device.ordinal) if uses_torch
                                                    else _legacy_stream)

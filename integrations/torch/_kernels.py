@@ -115,9 +115,10 @@ class LaunchRecord:
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None
                  ) -> list[Any] | None:
-        """[(prepared launch, argument template, [(position, 0 x | 1 y | 2 scale_x)])], or None when
+        """[(prepared launch, what it takes per call: 0 x | 1 y | 2 scale_x, in order)], or None when
         ``prepare`` is missing or the plan does not pass x and y through unchanged (a padded copy).
-        The templates hold None where a call's tensors go."""
+        Every other argument (the weight, its metadata, bias, scales, sizes) is fixed when the
+        launch is prepared (``per_call=``), so a call checks and writes only its own tensors."""
         prepared, seen = [], set()
         for kernel, grid, args, constexprs in launches:
             launcher = kernel[grid]
@@ -126,10 +127,11 @@ class LaunchRecord:
             slots = [(i, which) for i, a in enumerate(args) for which, t in enumerate((x, y, scale_x))
                      if t is not None and _same_memory(a, t)]
             seen |= {which for _, which in slots}
-            template = list(args)
-            for i, _ in slots:
-                template[i] = None
-            prepared.append((launcher.prepare(*args, **constexprs), template, slots))
+            names = [p.name for p in kernel.params]
+            fixed = {names[i]: a for i, a in enumerate(args)}  # the weight, bias, scales, sizes: checked once
+            per_call = tuple(names[i] for i, _ in slots)
+            launch = launcher.prepare(**fixed, **constexprs, per_call=per_call)
+            prepared.append((launch, tuple(which for _, which in slots)))
         return prepared if {0, 1} <= seen and (scale_x is None or 2 in seen) else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
@@ -140,11 +142,8 @@ class LaunchRecord:
             y = torch.empty(self.shape, dtype=self.out_dtype, device=x.device)
         if self.prepared is not None:
             call = (x, y, scale_x)
-            for launch, template, slots in self.prepared:
-                args = template.copy()
-                for i, which in slots:
-                    args[i] = call[which]
-                launch(*args, stream=stream)
+            for launch, which in self.prepared:
+                launch.run(tuple(call[w] for w in which), stream)
             return y
         if first is not None and first[0] is x:  # the call the plan was built for
             self.plan.run(stream=stream)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-
 from sparsile.backend.lower.reduce import _pure, counts_each_element_once, thread_combines
 from sparsile.frontend.layout.layouts import LinearLayout
 from sparsile.frontend.layout.tile import LANE, REG, WARP, thread_bases
@@ -71,7 +70,7 @@ def _expected(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.nda
         coord[d] = t[d] ^ key[i]
     if any(coord[d] >= shape[d] for d in other):
         return 0
-    return int(sum(int(x[tuple(coord[:axis] + [i] + coord[axis + 1:])]) for i in range(shape[axis])))
+    return int(sum(int(x[tuple([*coord[:axis], i, *coord[axis + 1:]])]) for i in range(shape[axis])))
 
 
 @st.composite

@@ -243,6 +243,30 @@ def test_prepared_launch_fixed_keyword_arguments(gpu):
     assert gpu.launches[-1]["params"] == [q(x2.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), struct.pack("<i", 64)]
 
 
+def test_prepared_launch_per_call_names_the_changing_arguments(gpu):
+    """per_call= makes out and x (in that order) the per-call arguments; y and n stay as prepared
+    and are not checked again."""
+    x, y, out = arrays()
+    launch_ = vadd()[(1,)].prepare(x, y, out, 64, BLOCK=64, per_call=("out", "x"))
+    assert launch_.nargs == 2
+    x2, out2 = FakeCudaTensor(0x7D00_0000_0000, (64,)), FakeCudaTensor(0x7C00_0000_0000, (64,))
+    launch_(out2, x2)
+    assert gpu.launches[-1]["params"] == [q(x2.data_ptr()), q(y.data_ptr()), q(out2.data_ptr()),
+                                          struct.pack("<i", 64)]
+    with pytest.raises(LaunchError) as exc:
+        launch_(x2)
+    assert exc.value.code == "SP0732"
+    with pytest.raises(LaunchError) as exc:
+        launch_(out2, FakeCudaTensor(0x7D00_0000_0004, (64,)))  # x was specialized 16-byte aligned
+    assert exc.value.code == "SP0704"
+    for bad, message in ((("BLOCK",), "per_call= names `BLOCK`, which is not a run-time parameter"),
+                         (("x", "x"), "per_call= names `x` twice"),
+                         (3, "per_call= takes parameter names")):
+        with pytest.raises(LaunchError) as exc:
+            vadd()[(1,)].prepare(x, y, out, 64, BLOCK=64, per_call=bad)
+        assert exc.value.code == "SP0734" and message in str(exc.value)
+
+
 def test_prepared_launch_needs_a_gpu(monkeypatch):
     monkeypatch.setattr(devices, "_has_gpu", False)
     monkeypatch.setattr(runtime, "has_gpu", lambda: False)
@@ -350,7 +374,7 @@ def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True)
     a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
     monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
-    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, 2, (1,))
+    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, [0, 1], (1,))
     return made, recorder, a
 
 

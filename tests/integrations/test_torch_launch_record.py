@@ -14,20 +14,30 @@ kernels = pytest.importorskip("sparsile.integrations.torch._kernels")
 
 
 class _Kernel:
-    def __init__(self, log: list, name: str, can_prepare: bool):
+    def __init__(self, log: list, name: str, can_prepare: bool, params: tuple[str, ...]):
         self.log, self.name, self.can_prepare = log, name, can_prepare
+        self.params = [SimpleNamespace(name=n) for n in params]
 
     def __getitem__(self, grid):
         kernel = self
+        names = [p.name for p in self.params]
+
+        class Prepared:
+            def __init__(self, fixed, per_call):
+                self.fixed, self.per_call = fixed, per_call  # like PreparedLaunch: per-call values not kept
+
+            def run(self, args, stream=None):
+                values = {**self.fixed, **dict(zip(self.per_call, args, strict=True))}
+                kernel.log.append(("launch", kernel.name, tuple(values[n] for n in names), stream))
 
         class Launcher:
             if kernel.can_prepare:
-                def prepare(self, *args, **constexprs):
-                    kernel.log.append(("prepare", kernel.name, grid, constexprs))
-
-                    def launch(*call_args, stream=None):
-                        kernel.log.append(("launch", kernel.name, call_args, stream))
-                    return launch
+                def prepare(self, *args, per_call=None, **kwargs):
+                    assert not args  # every argument by name: the per-call ones are named in per_call
+                    constexprs = {k: v for k, v in kwargs.items() if k not in names}
+                    kernel.log.append(("prepare", kernel.name, grid, constexprs, per_call))
+                    fixed = {k: v for k, v in kwargs.items() if k in names and k not in per_call}
+                    return Prepared(fixed, per_call)
 
         return Launcher()
 
@@ -41,11 +51,12 @@ class _Plan:
         self.bias = torch.ones(out.shape[1])
 
     def launches(self):
-        main = _Kernel(self.log, "main", self.can_prepare)
+        main = _Kernel(self.log, "main", self.can_prepare, ("values", "meta", "x", "c", "bias", "scale_x", "n"))
         c = self.workspace if self.split else self.out
         out = [(main, (3, 1), ("values", "meta", self.x, c, self.bias, self.scale_x, 7), {"BN": 16})]
         if self.split:
-            out.append((_Kernel(self.log, "reduce", self.can_prepare), (2,), (self.workspace, self.out, self.bias), {}))
+            out.append((_Kernel(self.log, "reduce", self.can_prepare, ("ws", "out", "bias")), (2,),
+                        (self.workspace, self.out, self.bias), {}))
         return out
 
     def rebind(self, x, out, *, scale_x=None):
@@ -93,7 +104,11 @@ def test_one_plan_and_substituted_pointers(monkeypatch):
     assert y2 is not y1 and y2.shape == (4, 8) and y2.dtype == torch.float32
     assert args1[:2] == args2[:2] == ("values", "meta") and args1[4] is args2[4] and args2[6] == 7
     (record,) = cache.records.values()
-    assert record.plan is None and None in record.prepared[0][1]  # the first x and y are not kept
+    (launch, which), = record.prepared
+    assert which == (0, 1) and launch.per_call == ("x", "c")  # x and y per call, in that order
+    assert record.plan is None and not any(v is x1 or v is y1 for v in launch.fixed.values())
+    prepares = [e for e in log if e[0] == "prepare"]
+    assert prepares[0][3] == {"BN": 16}
 
 
 def test_per_token_scale_is_substituted(monkeypatch):
