@@ -258,7 +258,7 @@ CODES: dict[str, str] = {
     "SP0731": "no GPU to launch on",
     "SP0732": "prepared launch called with other arguments",
     "SP0733": "host memory in a prepared launch",
-    "SP0734": "`vary=` names no run-time parameter",
+    "SP0734": "`vary=` or `per_call=` names no run-time parameter",
     "SP0735": "a prepared launch of a changed `@jit` kernel",
     "SP0740": "ahead-of-time signature incomplete",
     "SP0750": "overlapping arguments written through a copy",
