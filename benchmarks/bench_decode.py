@@ -1,4 +1,4 @@
-"""Decode (T <= 64) on the H200: the opt-in decode kernel (stdlib/kernels/decode.py) against the
+"""Decode (T <= 64) on the H200: the decode kernel (stdlib/kernels/decode.py) against the
 shipped sparse_linear kernels and dense ``torch.nn.functional.linear``, at Llama-3 8B and 70B layer
 shapes, each result checked against a float64 reference on the GPU.
 

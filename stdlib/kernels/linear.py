@@ -308,9 +308,9 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                        split_k: int | None = None, kernel: str | None = None) -> SparseLinearPlan:
     """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
     the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
-    split-K) for sm_100a / sm_103a / sm_110a. ``kernel="decode"`` (or SPARSILE_DECODE_KERNEL=1)
-    plans the opt-in decode kernel for T <= 64 on sm_90a instead (:mod:`.decode`, a
-    ``SparseDecodePlan`` with the same interface); "gemm" or None: the shipped kernels."""
+    split-K) for sm_100a / sm_103a / sm_110a. For T <= 64 on sm_90a the decode kernel is planned
+    instead (:mod:`.decode`, a ``SparseDecodePlan`` with the same interface) unless ``kernel="gemm"``
+    or SPARSILE_DECODE_KERNEL=0."""
     tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
@@ -403,8 +403,8 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU tensors run in the interpreter
     (``interpret=True``); CUDA tensors are used in place on the current torch stream. ``target``,
     ``split_k`` (Hopper only) and ``num_sms`` as for :func:`~.gemm.sparse_matmul`; ``kernel``:
-    None / "auto" (the shipped kernels unless SPARSILE_DECODE_KERNEL=1), "gemm", or "decode" (the
-    opt-in decode kernel for T <= 64 on sm_90a, :mod:`.decode`).
+    None / "auto" (the decode kernel for T <= 64 on sm_90a unless SPARSILE_DECODE_KERNEL=0, the
+    tiled kernels otherwise), "gemm" (the tiled kernels), or "decode" (:mod:`.decode`).
     """
     if not interpret:
         from ...backend import runtime

@@ -1,7 +1,7 @@
-"""sparsile.stdlib.kernels.decode: the opt-in decode kernel of sparse_linear (T <= 64) in the
+"""sparsile.stdlib.kernels.decode: the decode kernel of sparse_linear (T <= 64) in the
 interpreter against float64 references with poisoned outputs (f16, bf16, e4m3 with scales; ragged
-N_out and K; bias, activations, split-K), its selection (opt-in: kernel="decode" or
-SPARSILE_DECODE_KERNEL=1), the plan (launches, rebind, configuration), argument errors with their
+N_out and K; bias, activations, split-K), its selection (the default for T <= 64 unless
+kernel="gemm" or SPARSILE_DECODE_KERNEL=0), the plan (launches, rebind, configuration), argument errors with their
 codes, sm_90a compilation (PTX facts, ptxas without spills) and a GPU run (marked gpu)."""
 
 from __future__ import annotations
@@ -92,15 +92,15 @@ def test_tile_for_decode_puts_each_box_in_consecutive_rows():
     assert np.array_equal(tile_for_decode(xt, 128, 16).view(torch.int32).numpy().view(np.uint32), tiled)
 
 
-def test_decode_is_opt_in(monkeypatch):
-    """The shipped kernels stay the default; SPARSILE_DECODE_KERNEL=1 picks the decode kernel for
-    T <= 64 only, and kernel="gemm" keeps the shipped one."""
+def test_decode_is_the_default_for_few_tokens(monkeypatch):
+    """The decode kernel is the default for T <= 64 only; SPARSILE_DECODE_KERNEL=0 and
+    kernel="gemm" keep the tiled kernels."""
     weight, x = problem("f16", 64, 8, 128, seed=1)
     _, x65 = problem("f16", 64, 65, 128, seed=1)
     v, m = weight.values, weight.meta
-    monkeypatch.delenv("SPARSILE_DECODE_KERNEL", raising=False)
+    monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "0")
     assert isinstance(plan_sparse_linear(v, m, x, interpret=True), SparseLinearPlan)
-    monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "1")
+    monkeypatch.delenv("SPARSILE_DECODE_KERNEL", raising=False)
     assert isinstance(plan_sparse_linear(v, m, x, interpret=True), SparseDecodePlan)
     assert isinstance(plan_sparse_linear(v, m, x65, interpret=True), SparseLinearPlan)
     assert isinstance(plan_sparse_linear(v, m, x, interpret=True, kernel="gemm"), SparseLinearPlan)

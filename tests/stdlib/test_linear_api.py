@@ -1,7 +1,10 @@
 """sparsile.stdlib.kernels.linear: sparse_linear's fused epilogue (transposed store, output type,
 bias, activation, fp8 scales; split-K, CTA pairs) in the interpreter against float64 references
 with poisoned outputs, the plan (launches, rebind), quantize_per_token_e4m3, argument errors with
-their codes, sm_90a compilation, and GPU runs (marked gpu)."""
+their codes, sm_90a compilation, and GPU runs (marked gpu).
+
+These tests are about the tiled kernels, so SPARSILE_DECODE_KERNEL=0 keeps them planned for
+T <= 64 too (where the decode kernel is the default: test_decode_api.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,11 @@ from sparsile.stdlib.kernels.linear import (
     sparse_linear,
 )
 from sparsile.stdlib.sparsity import SparsityError
+
+
+@pytest.fixture(autouse=True)
+def _tiled_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "0")
 
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
 NP_OUT = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
