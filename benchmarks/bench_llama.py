@@ -410,8 +410,26 @@ def decode_runs(models: dict[str, Any], args: argparse.Namespace, vocab: int) ->
                     run["speedup"] = run["tokens_per_s"] / base
                 runs.append(run)
                 print(format_run(run), flush=True)
+                if mode == "compile":
+                    fresh_compile_state()
                 torch.cuda.empty_cache()
     return runs
+
+
+def fresh_compile_state() -> None:
+    """Forget the compiled step of the model just timed: its CUDA-graph tree keeps the static outputs
+    of its last replay alive in the shared graph pool, and the next model's recording refuses a pool
+    holding tensors it does not track ("Detected N tensor(s) in the cudagraph pool not tracked as
+    outputs")."""
+    import gc
+
+    import torch
+
+    torch._dynamo.reset()
+    from torch._inductor import cudagraph_trees
+
+    cudagraph_trees.reset_cudagraph_trees()
+    gc.collect()
 
 
 def target_lines(runs: list[dict[str, Any]]) -> list[str]:
