@@ -19,7 +19,7 @@ from ...frontend.ir.core import Operation
 from ...target.targets import Feature, require
 from .codegen import CodeGen, DTile, PartitionCtx, lowering
 from .llvm_text import LLValue, const
-from .reduce import _storage
+from .reduce import storage_of
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -
         return None
     off = cg.smem_alloc(rows * cols * eb, 1024)
     ref = SmemRef(const(off, "i32"), elem, (rows, cols), sw, rows, cols * eb)
-    sty, _ = _storage(elem)
+    sty, _ = storage_of(elem)
     seen: set[tuple[str, ...]] = set()
     for r, c in enumerate(cg.coords(x.layout)):
         key = tuple(v.ref for v in c)
@@ -188,7 +188,7 @@ def stage_kmajor(cg: CodeGen, x: DTile, transpose: bool, rows: int, cols: int) -
 def lower_smem_store(cg: CodeGen, op: Operation) -> None:
     ref: SmemRef = cg.get(op.operand("buf"))
     x = cg.tile(op.operand("value"))
-    sty, eb = _storage(x.elem)
+    sty, eb = storage_of(x.elem)
     coords = cg.coords(x.layout)
     seen: set[tuple[str, ...]] = set()
     for r in range(len(x.regs)):
@@ -210,7 +210,7 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
     res = op.result
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
-    sty, eb = _storage(elem)
+    sty, eb = storage_of(elem)
     coords = cg.coords(res.layout)
     regs = []
     cache: dict[tuple[str, ...], LLValue] = {}
@@ -227,7 +227,7 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
 # ------------------------------------------------------------------------------------------------
 # mbarriers
 # ------------------------------------------------------------------------------------------------
-def _leader_do(cg: CodeGen, emit: object) -> None:
+def emit_in_leader(cg: CodeGen, emit: object) -> None:
     """Run ``emit()`` in the first thread of the current partition only."""
     fb = cg.fb
     then, done = fb.new_block("lead_then"), fb.new_block("lead_done")
@@ -255,7 +255,7 @@ def lower_mbar_alloc(cg: CodeGen, op: Operation) -> None:
             cg.intrinsic("void", "llvm.nvvm.mbarrier.init.shared", [p, const(arrivals, "i32")])
         cg.intrinsic("void", "llvm.nvvm.fence.mbarrier_init.release.cluster", [])
 
-    _leader_do(cg, init)
+    emit_in_leader(cg, init)
     cg.barrier()
     cg.set(op.result, BarRef(const(off, "i32"), n))
 
@@ -271,7 +271,7 @@ def lower_mbar_index(cg: CodeGen, op: Operation) -> None:
 def lower_mbar_expect(cg: CodeGen, op: Operation) -> None:
     bar: BarRef = cg.get(op.operand("bar"))
     nbytes = cg.scalar(op.operand("bytes"))
-    _leader_do(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta",
+    emit_in_leader(cg, lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta",
                                          [bar_ptr(cg, bar), nbytes]))
 
 
@@ -307,7 +307,7 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
         return
     if cg.num_warps > 1 or cg.part.index < 0:
         cg.barrier()
-    _leader_do(cg, arrive)
+    emit_in_leader(cg, arrive)
 
 
 def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], None]:
@@ -396,7 +396,7 @@ def _coords(cg: CodeGen, offsets: list[LLValue]) -> list[LLValue]:
     return list(reversed(offsets))  # TMA coordinate 0 is the innermost dimension
 
 
-def _panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLValue, int, list[tuple[list[LLValue],
+def tma_panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLValue, int, list[tuple[list[LLValue],
                                                                                                  LLValue]]]:
     """The tensor map, the rank, and for each S-byte column panel of the shared buffer: the TMA
     coordinates (innermost first) and the panel's shared-memory offset."""
@@ -422,7 +422,7 @@ def lower_tma_load(cg: CodeGen, op: Operation) -> None:
     fb = cg.fb
 
     def issue() -> None:
-        tmap, rank, copies = _panel_copies(cg, op, op.operand_index("smem"))
+        tmap, rank, copies = tma_panel_copies(cg, op, op.operand_index("smem"))
         for coords, off in copies:
             d3 = cg.smem_ptr(off)
             d7 = fb.value(f"addrspacecast ptr addrspace(3) {d3.ref} to ptr addrspace(7)", "ptr addrspace(7)")
@@ -430,25 +430,25 @@ def lower_tma_load(cg: CodeGen, op: Operation) -> None:
                     const(0, "i1"), const(0, "i32")]
             cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d", args)
 
-    _leader_do(cg, issue)
+    emit_in_leader(cg, issue)
 
 
 @lowering("tma.store")
 def lower_tma_store(cg: CodeGen, op: Operation) -> None:
     def issue() -> None:
-        tmap, rank, copies = _panel_copies(cg, op, op.operand_index("smem"))
+        tmap, rank, copies = tma_panel_copies(cg, op, op.operand_index("smem"))
         for coords, off in copies:
             args = [cg.smem_ptr(off), tmap, *coords, const(0, "i64"), const(0, "i1")]
             cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.s2g.tile.{rank}d", args)
         cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.commit.group", [])
 
-    _leader_do(cg, issue)
+    emit_in_leader(cg, issue)
 
 
 @lowering("tma.store_wait")
 def lower_tma_store_wait(cg: CodeGen, op: Operation) -> None:
     n = op.attrs.get("pending", 0)
-    _leader_do(cg, lambda: cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.wait.group.read", [const(n, "i32")]))
+    emit_in_leader(cg, lambda: cg.intrinsic("void", "llvm.nvvm.cp.async.bulk.wait.group.read", [const(n, "i32")]))
 
 
 @lowering("fence.async_shared")

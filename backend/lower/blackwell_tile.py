@@ -119,7 +119,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
 # ------------------------------------------------------------------------------------------------
 def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     from . import blackwell as bw
-    from .asynchronous import _leader_do
+    from .asynchronous import emit_in_leader
 
     if "tc_col" not in op.attrs or cg.part.index >= 0 or cg.state.get("tmem_base") is None:
         return False
@@ -136,9 +136,9 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     a, b = cg.tile(a_v), cg.tile(b_v)
     ea = T.element_type(a_v.type)
     if ea in (T.f32, T.tf32):
-        from .dot import _tf32
+        from .dot import round_to_tf32
 
-        a, b = _tf32(cg, a), _tf32(cg, b)
+        a, b = round_to_tf32(cg, a), round_to_tf32(cg, b)
     fb = cg.fb
     cg.barrier()  # the previous MMA reading these buffers has completed (its waiters are past this point)
     a_ref, b_ref = stage_kmajor(cg, a, False, m, ka), stage_kmajor(cg, b, True, n, k)
@@ -160,7 +160,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
         cg.intrinsic("void", "llvm.nvvm.mbarrier.init.shared", [cg.smem_ptr(bar), const(1, "i32")])
         cg.intrinsic("void", "llvm.nvvm.fence.mbarrier_init.release.cluster", [])
 
-    _leader_do(cg, init)
+    emit_in_leader(cg, init)
     bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
     cg.barrier()
     bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
@@ -190,7 +190,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
     result = bw.load_tile(cg, acc_ref, want, eacc, op.span)  # type: ignore[arg-type]
     cg.barrier()  # every thread is past the wait: the barrier may be invalidated (and re-initialized)
-    _leader_do(cg, lambda: cg.intrinsic("void", "llvm.nvvm.mbarrier.inval.shared", [cg.smem_ptr(bar)]))
+    emit_in_leader(cg, lambda: cg.intrinsic("void", "llvm.nvvm.mbarrier.inval.shared", [cg.smem_ptr(bar)]))
     cg.set(op.result, result)
     return True
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...frontend.ir.core import Operation
 from ...target.targets import Feature, require
-from .asynchronous import _leader_do, _panel_copies, bar_ptr
+from .asynchronous import bar_ptr, emit_in_leader, tma_panel_copies
 from .codegen import CodeGen, lowering
 from .llvm_text import LLValue
 
@@ -75,7 +75,7 @@ def lower_tma_load_cluster(cg: CodeGen, op: Operation) -> None:
     fb = cg.fb
 
     def issue() -> None:
-        tmap, rank, copies = _panel_copies(cg, op, op.operand_index("smem"))
+        tmap, rank, copies = tma_panel_copies(cg, op, op.operand_index("smem"))
         b = bar_ptr(cg, bar)
         mbar = map_shared(cg, b, bar_cta) if peer_bar else fb.value(f"ptrtoint ptr addrspace(3) {b.ref} to i32",
                                                                     "i32", "bar")
@@ -87,7 +87,7 @@ def lower_tma_load_cluster(cg: CodeGen, op: Operation) -> None:
             cons = ",".join(["r", "l", *(["r"] * rank), "r", *(["h"] if m16 is not None else []), "~{memory}"])
             cg.asm("void", text, cons, args, side_effect=True)
 
-    _leader_do(cg, issue)
+    emit_in_leader(cg, issue)
 
 
 __all__ = ["cluster_barrier", "cluster_rank", "map_shared", "tma_load_cluster_text"]

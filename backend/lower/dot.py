@@ -16,16 +16,16 @@ from ...frontend.layout.tile import distinct_registers, register_coords
 from .codegen import CodeGen, DTile, lowering
 from .elementwise import cast_value
 from .llvm_text import LLValue, const, llvm_type
-from .reduce import _linear, _storage
+from .reduce import linear_index, storage_of
 
 
 def stage_rowmajor(cg: CodeGen, x: DTile, shape: tuple[int, ...], base: int) -> None:
     """Write every element a thread holds at ``base + linear(coord) * size`` (no barriers)."""
     fb = cg.fb
-    sty, eb = _storage(x.elem)
+    sty, eb = storage_of(x.elem)
     coords = cg.coords(x.layout)
     for r in distinct_registers(x.layout):
-        lin = _linear(cg, coords[r], shape)
+        lin = linear_index(cg, coords[r], shape)
         ptr = cg.smem_ptr(fb.binop("add", fb.binop("mul", lin, const(eb, "i32")), const(base, "i32")))
         v = x.regs[r]
         if v.type == "i1":
@@ -61,7 +61,7 @@ def expand_sparse(cg: CodeGen, vals: DTile, meta: DTile, m: int, k: int, base_de
     fb = cg.fb
     elem = vals.elem
     assert isinstance(elem, T.ScalarType)
-    sty, eb = _storage(elem)
+    sty, eb = storage_of(elem)
     tf32 = elem in (T.tf32, T.f32)
     eight_bit = elem.bits == 8
     per_word = 16 if tf32 else 32
@@ -113,8 +113,8 @@ def fma_dot(cg: CodeGen, a_base: int, b_base: int, a_elem: T.ScalarType, b_elem:
     assert isinstance(acc_t, T.ScalarType)
     work_t = T.f32 if acc_t.is_float else T.i32
     wty = llvm_type(work_t)
-    a_ty, a_eb = _storage(a_elem)
-    b_ty, b_eb = _storage(b_elem)
+    a_ty, a_eb = storage_of(a_elem)
+    b_ty, b_eb = storage_of(b_elem)
     coords = cg.coords(acc.layout)
     offs = register_coords(acc.layout)
     uniq: list[int] = []
@@ -164,7 +164,7 @@ def fma_dot(cg: CodeGen, a_base: int, b_base: int, a_elem: T.ScalarType, b_elem:
     return DTile(acc.layout, [out_by_off[off] for off in offs], acc_t)
 
 
-def _tf32(cg: CodeGen, x: DTile) -> DTile:
+def round_to_tf32(cg: CodeGen, x: DTile) -> DTile:
     """Round f32 operands to tf32, as the tensor cores read them."""
     if x.elem not in (T.f32, T.tf32):
         return x
@@ -176,9 +176,9 @@ def lower_dot_portable(cg: CodeGen, op: Operation) -> None:
     a, b, acc = (cg.tile(v) for v in op.operands)
     m, k = T.shape_of(op.operand("a").type)
     n = T.shape_of(op.operand("b").type)[1]
-    a, b = _tf32(cg, a), _tf32(cg, b)
-    _, a_eb = _storage(a.elem)
-    _, b_eb = _storage(b.elem)
+    a, b = round_to_tf32(cg, a), round_to_tf32(cg, b)
+    _, a_eb = storage_of(a.elem)
+    _, b_eb = storage_of(b.elem)
     a_base = cg.smem_alloc(m * k * a_eb, 16)
     b_base = cg.smem_alloc(k * n * b_eb, 16)
     cg.barrier()
@@ -194,9 +194,9 @@ def lower_sparse_dot_portable(cg: CodeGen, op: Operation) -> None:
     m, kh = T.shape_of(op.operand("a").type)
     k = 2 * kh
     n = T.shape_of(op.operand("b").type)[1]
-    vals, b = _tf32(cg, vals), _tf32(cg, b)
-    _, a_eb = _storage(vals.elem)
-    _, b_eb = _storage(b.elem)
+    vals, b = round_to_tf32(cg, vals), round_to_tf32(cg, b)
+    _, a_eb = storage_of(vals.elem)
+    _, b_eb = storage_of(b.elem)
     a_base = cg.smem_alloc(m * k * a_eb, 16)
     b_base = cg.smem_alloc(k * n * b_eb, 16)
     cg.barrier()

@@ -380,9 +380,9 @@ def _tile_wgmma(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     a = cg.tile(a_v)
     b = cg.tile(b_v)
     if ea in (T.f32, T.tf32):
-        from .dot import _tf32
+        from .dot import round_to_tf32
 
-        a, b = _tf32(cg, a), _tf32(cg, b)
+        a, b = round_to_tf32(cg, a), round_to_tf32(cg, b)
     cg.barrier()  # the previous use of these buffers (another warpgroup's MMA) is over
     a_ref = stage_kmajor(cg, a, False, m, ka)
     b_ref = stage_kmajor(cg, b, True, n, k)

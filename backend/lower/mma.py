@@ -48,7 +48,7 @@ from ...target.targets import Feature
 from .codegen import CodeGen, DTile, lowering
 from .elementwise import cast_value
 from .llvm_text import LLValue, const
-from .reduce import _storage
+from .reduce import storage_of
 
 PTX_TYPE = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2",
             "i8": "s8", "u8": "u8"}
@@ -194,7 +194,7 @@ def _stage(cg: CodeGen, x: DTile, base: int, stride: int, transpose: bool, elem:
     fb = cg.fb
     src = x.elem
     dst = elem or src
-    sty, eb = _storage(dst)
+    sty, eb = storage_of(dst)
     coords = cg.coords(x.layout)
     for r in distinct_registers(x.layout):
         row, col = coords[r]
@@ -255,13 +255,13 @@ def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:
     split = warp_split(m, n, cg.num_warps)
     if instr is None or split is None or k % instr.k:
         return False
-    from .dot import _tf32
+    from .dot import round_to_tf32
 
-    a = _tf32(cg, cg.tile(a_v))
-    b = _tf32(cg, cg.tile(b_v))
+    a = round_to_tf32(cg, cg.tile(a_v))
+    b = round_to_tf32(cg, cg.tile(b_v))
     acc = cg.tile(op.operand("acc"))
-    a_eb = _storage(a.elem)[1]
-    b_eb = _storage(b.elem)[1]
+    a_eb = storage_of(a.elem)[1]
+    b_eb = storage_of(b.elem)[1]
     work = T.f32 if instr.acc == "f32" else T.i32
     ty = "float" if instr.acc == "f32" else "i32"
     # shared-memory images (row strides in words, padded)

@@ -69,7 +69,8 @@ def _bits(ty: str) -> int:
     return {"half": 16, "bfloat": 16, "i16": 16, "i8": 8, "i1": 1}.get(ty, 32)
 
 
-def _linear(cg: CodeGen, coords: list[LLValue], shape: tuple[int, ...]) -> LLValue:
+def linear_index(cg: CodeGen, coords: list[LLValue], shape: tuple[int, ...]) -> LLValue:
+    """The row-major ``i32`` index of the element at ``coords`` in a tensor of ``shape``."""
     fb = cg.fb
     lin: LLValue = const(0, "i32")
     stride = 1
@@ -183,7 +184,7 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
         if out_layout is not None:
             coords = cg.coords(out_layout)
             for r, off in enumerate(register_coords(out_layout)):
-                key_lin.setdefault(off, _linear(cg, coords[r], out_shape))
+                key_lin.setdefault(off, linear_index(cg, coords[r], out_shape))
         else:
             key_lin[()] = const(0, "i32")
         cg.barrier()
@@ -212,7 +213,9 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-def _storage(elem: T.ScalarType | T.PointerType) -> tuple[str, int]:
+def storage_of(elem: T.ScalarType | T.PointerType) -> tuple[str, int]:
+    """The LLVM type one element is stored as in memory, and its size in bytes (pointers are
+    ``i64``, booleans ``i8``)."""
     if isinstance(elem, T.PointerType):
         return "i64", 8
     if elem.is_bool:
@@ -233,7 +236,7 @@ def convert_tile(cg: CodeGen, x: DTile, dst: LinearLayout, shape: tuple[int, ...
         if all(off in lookup for off in dst_offs):
             return DTile(dst, [x.regs[lookup[off]] for off in dst_offs], x.elem)
     fb = cg.fb
-    sty, eb = _storage(x.elem)
+    sty, eb = storage_of(x.elem)
     numel = 1
     for s in shape:
         numel *= s
@@ -260,7 +263,7 @@ def convert_tile(cg: CodeGen, x: DTile, dst: LinearLayout, shape: tuple[int, ...
         if off in written:
             continue
         written.add(off)
-        lin = _linear(cg, src_coords[r], shape)
+        lin = linear_index(cg, src_coords[r], shape)
         ptr = cg.smem_ptr(fb.binop("add", fb.binop("mul", lin, const(eb, "i32")), const(base, "i32")))
         fb.emit(f"store {sty} {to_storage(x.regs[r]).ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
     cg.barrier()
@@ -269,7 +272,7 @@ def convert_tile(cg: CodeGen, x: DTile, dst: LinearLayout, shape: tuple[int, ...
     cache: dict[tuple[int, ...], LLValue] = {}
     for r, off in enumerate(register_coords(dst)):
         if off not in cache:
-            lin = _linear(cg, dst_coords[r], shape)
+            lin = linear_index(cg, dst_coords[r], shape)
             ptr = cg.smem_ptr(fb.binop("add", fb.binop("mul", lin, const(eb, "i32")), const(base, "i32")))
             cache[off] = from_storage(fb.value(f"load {sty}, ptr addrspace(3) {ptr.ref}, align {eb}", sty, "cv"))
         regs.append(cache[off])

@@ -147,7 +147,7 @@ def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
     from ..ops.core import tf32_truncate
-    from ..ops.dot import _mma
+    from ..ops.dot import mma_reference
 
     a, b, acc = (args[op.operand_index(n)] for n in ("a", "b", "d"))
     a, b = np.asarray(a), np.asarray(b)
@@ -171,7 +171,7 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
         a, bm = tf32_truncate(a), tf32_truncate(bm)
     eacc = op.operand("d").type.elem
     base = acc if en else np.zeros(acc.shape, acc.dtype)
-    acc[...] = _mma(a, bm, base, eacc)
+    acc[...] = mma_reference(a, bm, base, eacc)
 
 
 def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,

@@ -34,20 +34,20 @@ from .library import (
     TCGEN05_MAX_NUM,
     TCGEN05_SHAPES,
     WARP,
-    _bases,
-    _smem_from_address_map,
+    layout_from_bases,
+    smem_from_address_map,
     tcgen05_regs_per_num,
 )
 from .smem import (
     SmemDescriptorFields,
     StorePlan,
-    _require,
-    _xor_images,
+    require_plan,
     smem_descriptor_fields,
     smem_wavefronts,
     storable_layout,
     storable_register_layout,
     store_plan,
+    xor_images,
 )
 
 _LANE_SHIFT = 0   # W vectors: TMEM lane in bits 0..7, column in bits 8..
@@ -124,7 +124,7 @@ class TmemAccessPlan:
         return any(src.bit_offset or src.bits != 32 for row in self.sources for src in row)
 
     def require(self, span: Span = UNKNOWN_SPAN) -> TmemAccessPlan:
-        _require(self.ok, "SP0404", self.reason, self.help, span)
+        require_plan(self.ok, "SP0404", self.reason, self.help, span)
         return self
 
 
@@ -393,7 +393,7 @@ def tmem_register_layout(tmem_layout: LinearLayout, shape: str = "32x32b", num_w
     if tmem_layout.in_size(CTA) > 1:
         rows[BLOCK] = [{CTA: 1 << b} for b in range(tmem_layout.in_bits(CTA))]
         out.append((CTA, tmem_layout.in_size(CTA)))
-    atom = _bases(rows, out)
+    atom = layout_from_bases(rows, out)
     result = atom.compose(tmem_layout)
     result = result.sublayout(result.in_names, [n for n in result.out_names if n != UNUSED_DIM])
     if unpack and SUB in result.in_names:
@@ -475,7 +475,7 @@ class ConversionPlan:
         return self.kind != "none"
 
     def require(self, span: Span = UNKNOWN_SPAN) -> ConversionPlan:
-        _require(self.ok, "SP0409", self.reason, "the two layouts must describe the same tensor", span)
+        require_plan(self.ok, "SP0409", self.reason, "the two layouts must describe the same tensor", span)
         return self
 
 
@@ -570,7 +570,7 @@ def _register_plan(s: LinearLayout, d: LinearLayout) -> ConversionPlan | None:
                 return None
             dim_masks.append(sol)
         masks.append((dim, tuple(dim_masks)))
-    reg_map = tuple(LinearIndex(_xor_images(const_cols, r), tuple(masks)) for r in range(d.in_size(REG)))
+    reg_map = tuple(LinearIndex(xor_images(const_cols, r), tuple(masks)) for r in range(d.in_size(REG)))
     selects = sum(1 for m in reg_map if not m.is_static)
     return ConversionPlan("registers", float(selects), register_map=reg_map)
 
@@ -608,22 +608,22 @@ def _shuffle_plan(s: LinearLayout, d: LinearLayout, elem_bits: int) -> Conversio
             assert sol is not None
             kernel.append((1 << i) ^ sol)
     f_plus = _pseudo_inverse(f, 5)
-    bk_span = GF2Span(_xor_images(b, k) for k in kernel)
+    bk_span = GF2Span(xor_images(b, k) for k in kernel)
     values = _span_elements(bk_span.basis())
-    p_ker = [(1 << i) ^ _xor_images(f_plus, f[i]) for i in range(5)]
-    accept = LinearIndex(0, ((LANE, tuple(_xor_images(b, v) for v in p_ker)),)) if len(values) > 1 else None
+    p_ker = [(1 << i) ^ xor_images(f_plus, f[i]) for i in range(5)]
+    accept = LinearIndex(0, ((LANE, tuple(xor_images(b, v) for v in p_ker)),)) if len(values) > 1 else None
     shfl_cost = 2 * max(1, -(-elem_bits // 32))
     recv_masks = ((LANE, tuple(f)), (WARP, tuple(x[1] for x in parts[WARP])),
                   (BLOCK, tuple(x[1] for x in parts[BLOCK])))
-    send_lane = tuple(_xor_images(b, f_plus[i]) for i in range(5))
-    send_warp = tuple(_xor_images(b, _xor_images(f_plus, lane)) ^ reg for reg, lane in parts[WARP])
-    send_block = tuple(_xor_images(b, _xor_images(f_plus, lane)) ^ reg for reg, lane in parts[BLOCK])
+    send_lane = tuple(xor_images(b, f_plus[i]) for i in range(5))
+    send_warp = tuple(xor_images(b, xor_images(f_plus, lane)) ^ reg for reg, lane in parts[WARP])
+    send_block = tuple(xor_images(b, xor_images(f_plus, lane)) ^ reg for reg, lane in parts[BLOCK])
     identity_lanes = f == [1 << i for i in range(5)] and not any(x[1] for x in parts[WARP] + parts[BLOCK])
     rounds = []
     cost = 0.0
     for r in range(d.in_size(REG)):
-        lane_const = _xor_images(e, r)
-        base_reg = _xor_images(a, r) ^ _xor_images(b, _xor_images(f_plus, lane_const))
+        lane_const = xor_images(e, r)
+        base_reg = xor_images(a, r) ^ xor_images(b, xor_images(f_plus, lane_const))
         src_lane = LinearIndex(lane_const, recv_masks)
         local = lane_const == 0 and identity_lanes
         for v in values:
@@ -675,7 +675,7 @@ def _row_major_smem(logical: Sequence[tuple[str, int]], elem_bits: int, swizzle:
         for _ in range(log2_exact(size)):
             addr[name].append((1 << shift) * elem_bits)
             shift += 1
-    return _smem_from_address_map(list(logical), addr, elem_bits, swizzle)
+    return smem_from_address_map(list(logical), addr, elem_bits, swizzle)
 
 
 def _smem_plan(s: LinearLayout, d: LinearLayout, elem_bits: int) -> ConversionPlan | str:

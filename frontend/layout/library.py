@@ -48,7 +48,7 @@ def operand_class(dtype: str) -> str:
                           help=f"use one of {sorted(_DTYPE_CLASS)}") from None
 
 
-def _bases(layout_in: dict[str, list[dict[str, int]]], out_dims: Sequence[tuple[str, int]]) -> LinearLayout:
+def layout_from_bases(layout_in: dict[str, list[dict[str, int]]], out_dims: Sequence[tuple[str, int]]) -> LinearLayout:
     """Build a layout from bases written as ``{out_dim: coord}`` dicts (missing dims are 0)."""
     names = [n for n, _ in out_dims]
     rows = {k: [tuple(b.get(n, 0) for n in names) for b in v] for k, v in layout_in.items()}
@@ -137,7 +137,7 @@ def wgmma_accumulator(n: int, *, packed: bool = False, warpgroups: int = 1) -> L
         rows[REG] = elem
     rows[LANE] = [{"n": 2}, {"n": 4}, {"m": 1}, {"m": 2}, {"m": 4}]
     rows[WARP] = [{"m": 16}, {"m": 32}, *_units("m", 6, log2_exact(warpgroups))]
-    return _bases(rows, [("m", 64 * warpgroups), ("n", n_pad)])
+    return layout_from_bases(rows, [("m", 64 * warpgroups), ("n", n_pad)])
 
 
 def wgmma_sparse_metadata(dtype: str, spsel: int | str = 0) -> LinearLayout:
@@ -168,12 +168,12 @@ def wgmma_sparse_metadata(dtype: str, spsel: int | str = 0) -> LinearLayout:
         pair = {"chunk": 8} if spsel == "alternate" else {}
         rows = {REG: [], SUB: sub, LANE: [{"chunk": 4}, pair, *lane_gt], WARP: warp}
         chunks = 16 if spsel == "alternate" else 8
-        return _bases(rows, [("m", 64), ("chunk", chunks)])
+        return layout_from_bases(rows, [("m", 64), ("chunk", chunks)])
     if cls == "8bit":
         if spsel != 0:
             raise LayoutError("SP0408", f"sparsity selector must be 0 for 8-bit operands, found {spsel!r}")
         rows = {REG: [], SUB: _units("chunk", 0, 3), LANE: [{"m": 8}, {"chunk": 8}, *lane_gt], WARP: warp}
-        return _bases(rows, [("m", 64), ("chunk", 16)])
+        return layout_from_bases(rows, [("m", 64), ("chunk", 16)])
     raise LayoutError("SP0408", "sparse wgmma has no 4-bit operand kind (docs/hardware.md §4.1)",
                       help="use tcgen05 (sm_100a) for e2m1 operands")
 
@@ -221,7 +221,7 @@ def wgmma_a_fragment(dtype: str, *, sparse: bool = False, warpgroups: int = 1) -
         raise LayoutError("SP0408", f"wgmma has no {dtype} register A (docs/hardware.md §4.1)",
                           help="use tcgen05 (sm_100a) for 4-bit operands")
     warp = [{"m": 16}, {"m": 32}, *_units("m", 6, log2_exact(warpgroups, "warpgroups"))]
-    return _bases({REG: reg, LANE: lane, WARP: warp}, [("m", 64 * warpgroups), ("k", WGMMA_A_COLS[cls])])
+    return layout_from_bases({REG: reg, LANE: lane, WARP: warp}, [("m", 64 * warpgroups), ("k", WGMMA_A_COLS[cls])])
 
 
 def mma_sp_fragment(operand: str, *, packed: bool = False) -> LinearLayout:
@@ -250,7 +250,7 @@ def mma_sp_fragment(operand: str, *, packed: bool = False) -> LinearLayout:
     elif operand in ("c", "d"):
         if packed:
             raise LayoutError("SP0408", "mma.sp C/D fragments are f32 registers; packed=True does not apply")
-        return _bases({REG: [{"n": 1}, {"m": 8}], LANE: [{"n": 2}, {"n": 4}, *gt_rows]},
+        return layout_from_bases({REG: [{"n": 1}, {"m": 8}], LANE: [{"n": 2}, {"n": 4}, *gt_rows]},
                       [("m", 16), ("n", 8)])
     elif operand == "meta":
         return wgmma_sparse_metadata("f16", 0).sublayout([REG, SUB, LANE], ["m", "chunk"]).with_out_dims(
@@ -260,7 +260,7 @@ def mma_sp_fragment(operand: str, *, packed: bool = False) -> LinearLayout:
                           help="use 'a', 'b', 'c', 'd' or 'meta'")
     rows = {REG: elem[1:], SUB: elem[:1]} if packed else {REG: elem}
     rows[LANE] = lane
-    return _bases(rows, out)
+    return layout_from_bases(rows, out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def tmem_accumulator(m: int, n: int, *, cta_group: int = 1, packing: int = 1,
         rows[SUB] = sub
     if cta_group == 2:
         rows[CTA] = [{"m": per_cta}]
-    return _bases(rows, out)
+    return layout_from_bases(rows, out)
 
 
 def tmem_sparse_metadata(m: int, k: int, dtype: str, *, cta_group: int = 1) -> LinearLayout:
@@ -361,7 +361,7 @@ def tmem_sparse_metadata(m: int, k: int, dtype: str, *, cta_group: int = 1) -> L
     rows = {LANE: lanes, COL: _units("chunk", 3, col_bits), SUB: sub}
     if cta_group == 2:
         rows[CTA] = [{"m": 128}]
-    return _bases(rows, [("m", m), ("chunk", chunks)])
+    return layout_from_bases(rows, [("m", m), ("chunk", chunks)])
 
 
 #: (lane bases, native register bases, columns covered by one ``.num`` step) per tcgen05.ld/st
@@ -419,7 +419,7 @@ def tcgen05_atom(shape: str, num: int = 1, *, num_warps: int = 4,
     warp_rows = [{"lane": 32}, {"lane": 64}][:log2_exact(min(num_warps, 4))]
     warp_rows += [{}] * (log2_exact(num_warps) - len(warp_rows))
     lanes = 32 * min(num_warps, 4)
-    return _bases({REG: reg_rows, LANE: lane_rows, WARP: warp_rows},
+    return layout_from_bases({REG: reg_rows, LANE: lane_rows, WARP: warp_rows},
                   [("lane", lanes), (COL, next_power_of_two(extent))])
 
 
@@ -457,7 +457,7 @@ def swizzle_address(byte_address: int, swizzle: str | int | None) -> int:
     return byte_address ^ (((byte_address >> 7) & ((1 << s) - 1)) << 4)
 
 
-def _smem_from_address_map(dims: Sequence[tuple[str, int]], bit_address_of_basis: dict[str, list[int]],
+def smem_from_address_map(dims: Sequence[tuple[str, int]], bit_address_of_basis: dict[str, list[int]],
                            elem_bits: int, swizzle: str | int | None) -> LinearLayout:
     """Invert a logical -> (swizzled) address map into an ``offset -> logical`` layout."""
     ebits = log2_exact(elem_bits, "element bits")
@@ -509,7 +509,7 @@ def smem_tile(rows: int, cols: int, elem_bits: int, swizzle: str | int | None = 
             addr[dims[1]].append((c // panel_cols) * rows_p * pitch_bits)
     for b in range(log2_exact(rows_p)):
         addr[dims[0]].append((1 << b) * pitch_bits)
-    return _smem_from_address_map([(dims[0], rows_p), (dims[1], cols_p)], addr, elem_bits, name)
+    return smem_from_address_map([(dims[0], rows_p), (dims[1], cols_p)], addr, elem_bits, name)
 
 
 def smem_core_matrices(rows: int, cols: int, elem_bits: int, *, k_major: bool = True,
@@ -543,7 +543,7 @@ def smem_core_matrices(rows: int, cols: int, elem_bits: int, *, k_major: bool = 
         addr = {k_name: addr_contig, mn_name: addr_strided}
     else:
         addr = {mn_name: addr_contig, k_name: addr_strided}
-    return _smem_from_address_map([(mn_name, mn), (k_name, k)], addr, elem_bits, "none")
+    return smem_from_address_map([(mn_name, mn), (k_name, k)], addr, elem_bits, "none")
 
 
 def smem_from_strides(dims: Sequence[tuple[str, Sequence[tuple[int, int]]]], elem_bits: int,
@@ -566,13 +566,14 @@ def smem_from_strides(dims: Sequence[tuple[str, Sequence[tuple[int, int]]]], ele
         for a in addr[name]:
             if a and a & (a - 1):
                 raise LayoutError("SP0401", f"stride of {name!r} is not a power of two")
-    return _smem_from_address_map(out, addr, elem_bits, swizzle)
+    return smem_from_address_map(out, addr, elem_bits, swizzle)
 
 
 __all__ = [
     "BLOCK", "CHUNK_ELEMS", "COL", "CTA", "LANE", "OFFSET", "REG", "SUB", "SWIZZLE_BYTES",
     "TCGEN05_MAX_NUM", "TCGEN05_SHAPES", "WARP",
-    "blocked", "mma_sp_fragment", "operand_class", "smem_core_matrices", "smem_from_strides",
-    "smem_tile", "swizzle_address", "swizzle_name", "tcgen05_atom", "tcgen05_regs_per_num",
-    "tmem_accumulator", "tmem_sparse_metadata", "wgmma_accumulator", "wgmma_sparse_metadata",
+    "blocked", "layout_from_bases", "mma_sp_fragment", "operand_class", "smem_core_matrices",
+    "smem_from_address_map", "smem_from_strides", "smem_tile", "swizzle_address", "swizzle_name",
+    "tcgen05_atom", "tcgen05_regs_per_num", "tmem_accumulator", "tmem_sparse_metadata",
+    "wgmma_accumulator", "wgmma_sparse_metadata",
 ]

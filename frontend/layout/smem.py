@@ -22,7 +22,8 @@ from .layouts import UNUSED_DIM, LayoutError, LinearLayout, bit_list, log2_exact
 from .library import LANE, OFFSET, REG, SUB, SWIZZLE_BYTES, WARP
 
 
-def _require(ok: bool, code: str, reason: str | None, help: str | None, span: Span) -> None:
+def require_plan(ok: bool, code: str, reason: str | None, help: str | None, span: Span) -> None:
+    """Raise diagnostic ``code`` at ``span`` with the plan's ``reason`` and ``help`` unless ``ok``."""
     if not ok:
         raise error(code, reason or "no plan", span, help=help)
 
@@ -84,7 +85,7 @@ class StorePlan:
         return self.wavefronts / self.ideal_wavefronts if self.ideal_wavefronts else 0.0
 
     def require(self, span: Span = UNKNOWN_SPAN) -> StorePlan:
-        _require(self.ok, "SP0407", self.reason, self.help, span)
+        require_plan(self.ok, "SP0407", self.reason, self.help, span)
         return self
 
 
@@ -163,15 +164,17 @@ def store_plan(value: LinearLayout, smem: LinearLayout, elem_bits: int, *, metho
         group = tuple(base ^ sum(1 << vec_bits[j] for j in range(len(vec_bits)) if e >> j & 1)
                       for e in range(1 << len(vec_bits)))
         groups.append(group)
-        base_off = _xor_images(regs, base)
-        addrs = [(base_off ^ _xor_images(lanes, lane)) * elem_bits // 8 for lane in range(32)]
+        base_off = xor_images(regs, base)
+        addrs = [(base_off ^ xor_images(lanes, lane)) * elem_bits // 8 for lane in range(32)]
         wavefronts += smem_wavefronts(addrs, access_bytes)
     ideal = len(groups) * max(1, 32 * access_bytes // 128)
     return StorePlan(True, None, None, method, 1 << len(vec_bits), elem_bits, False, 0, tuple(groups),
                      wavefronts, ideal, predicate if method == "st.shared" else ())
 
 
-def _xor_images(images: Sequence[int], index: int) -> int:
+def xor_images(images: Sequence[int], index: int) -> int:
+    """The image of ``index`` under a linear map over GF(2): the XOR of ``images[b]`` over the set
+    bits ``b`` of ``index``."""
     v = 0
     for b in bit_list(index):
         v ^= images[b]
@@ -215,10 +218,10 @@ def _stmatrix_plan(method: str, elem_bits: int, regs: list[int], lanes: list[int
         base = sum(1 << others[j] for j in range(len(others)) if i >> j & 1)
         groups.append((base, base ^ (1 << pair)))
         if trans:
-            rows = [_xor_images(regs, base ^ (x << pair)) ^ _xor_images(lanes, y)
+            rows = [xor_images(regs, base ^ (x << pair)) ^ xor_images(lanes, y)
                     for x in range(2) for y in range(4)]
         else:
-            rows = [_xor_images(regs, base) ^ _xor_images(lanes, 4 * j) for j in range(8)]
+            rows = [xor_images(regs, base) ^ xor_images(lanes, 4 * j) for j in range(8)]
         byte_rows = [r * elem_bits // 8 for r in rows]
         counts: dict[int, int] = {}
         for a in byte_rows:
@@ -314,7 +317,7 @@ class SmemDescriptorFields:
         return SM100_SWIZZLE_CODE[self.swizzle]
 
     def require(self, span: Span = UNKNOWN_SPAN) -> SmemDescriptorFields:
-        _require(self.ok, "SP0406", self.reason, self.help, span)
+        require_plan(self.ok, "SP0406", self.reason, self.help, span)
         return self
 
 
@@ -438,7 +441,7 @@ def smem_descriptor_fields(smem_layout: LinearLayout, elem_bits: int, major: str
 
 
 __all__ = [
-    "SM90_SWIZZLE_CODE", "SM100_SWIZZLE_CODE", "SmemDescriptorFields", "StorePlan",
+    "SM90_SWIZZLE_CODE", "SM100_SWIZZLE_CODE", "SmemDescriptorFields", "StorePlan", "require_plan",
     "smem_descriptor_fields", "smem_wavefronts", "storable_layout", "storable_register_layout",
-    "store_plan",
+    "store_plan", "xor_images",
 ]

@@ -75,7 +75,8 @@ PY_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "n
 MATH_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "floor", "ceil", "sigmoid")
 
 
-def _np(t: T.Type) -> np.dtype:
+def numpy_dtype_of(t: T.Type) -> np.dtype:
+    """The numpy dtype the interpreter holds a value of type ``t`` in (pointers: ``int64`` offsets)."""
     e = T.element_type(t)
     return e.numpy_dtype if isinstance(e, T.ScalarType) else np.dtype(np.int64)
 
@@ -86,7 +87,7 @@ def _np(t: T.Type) -> np.dtype:
 @constant.interpreter
 def _i_constant(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t = op.result.type
-    return [np.full(T.shape_of(t), op.attrs["value"], dtype=_np(t))]
+    return [np.full(T.shape_of(t), op.attrs["value"], dtype=numpy_dtype_of(t))]
 
 
 @program_id_op.interpreter
@@ -104,7 +105,9 @@ def _i_arange(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return [np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)]
 
 
-def _map_ptr(x: Any, fn: Any) -> Any:
+def map_tile(x: Any, fn: Any) -> Any:
+    """``fn`` applied to an interpreter tile: to the offsets of a pointer tile (same buffer), else to
+    the array itself; for ops that move elements around (broadcast, reshape, permute)."""
     return PtrVal(x.buf, fn(x.off)) if isinstance(x, PtrVal) else fn(x)
 
 
@@ -112,7 +115,7 @@ def _map_ptr(x: Any, fn: Any) -> Any:
 @broadcast.interpreter
 def _i_broadcast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     shape = T.shape_of(op.result.type)
-    return [_map_ptr(args[0], lambda a: np.broadcast_to(a, shape).copy())]
+    return [map_tile(args[0], lambda a: np.broadcast_to(a, shape).copy())]
 
 
 def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -127,7 +130,7 @@ def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     a, b = args
     kind = op.attrs["op"]
-    dt = _np(op.result.type)
+    dt = numpy_dtype_of(op.result.type)
     elem = T.element_type(op.result.type)
     with np.errstate(all="ignore"):
         if elem.is_float:
@@ -188,7 +191,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     (a,) = args
     fn = op.attrs["fn"]
-    dt = _np(op.result.type)
+    dt = numpy_dtype_of(op.result.type)
     with np.errstate(all="ignore"):
         if fn == "abs":
             return [np.abs(a).astype(dt)]
@@ -208,7 +211,7 @@ def _i_select(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
                                    ctx.program_id, help="select offsets and add them to one pointer: "
                                                         "`p + where(c, i, j)`")
         return [PtrVal(x.buf, np.where(c, x.off, y.off))]
-    return [np.where(c, x, y).astype(_np(op.result.type))]
+    return [np.where(c, x, y).astype(numpy_dtype_of(op.result.type))]
 
 
 def tf32_round(a: Any) -> np.ndarray:
@@ -288,7 +291,7 @@ def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     mask = args[1] if op.attrs.get("has_mask") else None
     other = args[2 if mask is not None else 1] if op.attrs.get("has_other") else None
     live = _check_bounds(ctx, op, p, mask, "load")
-    dt = _np(op.result.type)
+    dt = numpy_dtype_of(op.result.type)
     safe = np.where(live, p.off, 0)
     out = p.buf.data[safe].astype(dt) if p.buf.data.size else np.zeros(safe.shape, dt)
     fill = np.zeros((), dt) if other is None else np.asarray(other).astype(dt)

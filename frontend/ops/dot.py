@@ -39,11 +39,13 @@ sparse_dot_op = define_op("sparse_dot", operands=("a", "a_meta", "b", "acc"), ve
                           layout=accumulator("acc"),
                           doc="acc + decompress(a_values, a_meta) @ b on sparse tensor cores.")
 
-_ACC_RULES: dict[str, tuple[str, ...]] = {
+ALLOWED_ACCUMULATORS: dict[str, tuple[str, ...]] = {
     "f16": ("f16", "f32"), "bf16": ("f32",), "tf32": ("f32",), "f32": ("f32",),
     "e4m3": ("f16", "f32"), "e5m2": ("f16", "f32"), "i8": ("i32",), "u8": ("i32",),
 }
-_PAIRS_OK = ({"e4m3", "e5m2"}, {"i8", "u8"})
+"""Operand element type -> the accumulator types a (sparse) dot on it may use."""
+MIXABLE_OPERANDS = ({"e4m3", "e5m2"}, {"i8", "u8"})
+"""Sets of operand element types that ``a`` and ``b`` of one dot may mix (else they must match)."""
 
 
 def _check_operands(em: Emitter, a: Value, b: Value, acc: Value | None, a_span: Any, b_span: Any,
@@ -65,10 +67,10 @@ def _check_operands(em: Emitter, a: Value, b: Value, acc: Value | None, a_span: 
             em.error("SP0337", f"tensor cores multiply numbers, found a tile of {e}", span,
                      help="load the values the pointers point at with `load(...)` first")
     assert isinstance(ea, T.ScalarType) and isinstance(eb, T.ScalarType)
-    if ea.name not in _ACC_RULES:
+    if ea.name not in ALLOWED_ACCUMULATORS:
         em.error("SP0337", f"tensor cores do not take {ea} operands", a_span,
                  help="use f16, bf16, tf32/f32, e4m3, e5m2, i8 or u8")
-    if ea != eb and not any({ea.name, eb.name} <= p for p in _PAIRS_OK):
+    if ea != eb and not any({ea.name, eb.name} <= p for p in MIXABLE_OPERANDS):
         em.error("SP0337", f"A is {ea} but B is {eb}; the two operands must have the same type "
                  "(fp8 kinds and 8-bit integers may mix)", b_span, help=f"convert B with `.to({ea})`")
     if acc is None:
@@ -78,7 +80,7 @@ def _check_operands(em: Emitter, a: Value, b: Value, acc: Value | None, a_span: 
         em.error("SP0338", f"the accumulator must be {m}x{n}, found {acc.type}", acc_span)
     eacc = T.element_type(acc.type)
     assert isinstance(eacc, T.ScalarType)
-    allowed = _ACC_RULES[ea.name]
+    allowed = ALLOWED_ACCUMULATORS[ea.name]
     if eacc.name not in allowed:
         em.error("SP0339", f"{ea} operands accumulate in {' or '.join(allowed)}, found {eacc}", acc_span,
                  help=f"create the accumulator with `zeros(({m}, {n}), {allowed[-1]})`")
@@ -134,7 +136,7 @@ def _f(x: np.ndarray) -> np.ndarray:
         else x.astype(np.int64)
 
 
-def _mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarType) -> np.ndarray:
+def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarType) -> np.ndarray:
     """acc + a @ b: integer exactly (wrapping to i32); float products exact in f64, rounded once
     to the accumulator type (the GPU's per-instruction order differs only in rounding)."""
     if acc_t.is_int:
@@ -152,7 +154,7 @@ def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         from .core import cast_array
 
         a, b = cast_array(a, T.f32, T.tf32), cast_array(b, T.f32, T.tf32)
-    return [_mma(a, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]
+    return [mma_reference(a, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]
 
 
 @sparse_dot_op.interpreter
@@ -173,4 +175,4 @@ def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         from .core import cast_array
 
         dense, b = cast_array(dense, T.f32, T.tf32), cast_array(b, T.f32, T.tf32)
-    return [_mma(dense, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]
+    return [mma_reference(dense, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]

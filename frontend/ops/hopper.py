@@ -28,7 +28,7 @@ from ..layout.rules import accumulator
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .dot import _ACC_RULES, _PAIRS_OK, _mma
+from .dot import ALLOWED_ACCUMULATORS, MIXABLE_OPERANDS, mma_reference
 from .opdefs import TYPED_BY_SEMA, define_op
 
 
@@ -81,14 +81,14 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
                  help="B is N x K when b_kmajor=True (the default), K x N otherwise")
     ea, eb = (T.element_type(ta) if a_regs else ta.elem), tb.elem  # type: ignore[union-attr]
     assert isinstance(ea, T.ScalarType)
-    if ea.name not in _ACC_RULES:
+    if ea.name not in ALLOWED_ACCUMULATORS:
         em.error("SP0337", f"wgmma does not take {ea} operands", a.span)
     if a_regs and ea.name in ("f32", "tf32"):
         em.error("SP0397", f"wgmma with a {ea} A in registers is not supported: on the H200 its results were off by "
                  "about 2^-12 relative to the float64 product of the operands as the tensor cores read them "
                  "(shared-memory A is exact to f32 accumulation)", a.span,
                  help="store A to shared memory (`smem.alloc(tf32, ...)`, `.store(a)`) and pass the buffer")
-    if ea != eb and not any({ea.name, eb.name} <= p for p in _PAIRS_OK):
+    if ea != eb and not any({ea.name, eb.name} <= p for p in MIXABLE_OPERANDS):
         em.error("SP0337", f"A is {ea} but B is {eb}", b.span)
     if not kmajor and ea.bits != 16:
         em.error("SP0392", f"an MN-major B is only allowed for 16-bit operands, found {ea}", b.span,
@@ -96,7 +96,7 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
     if T.shape_of(vacc.type) != (m, n):
         em.error("SP0338", f"the accumulator must be {m}x{n}, found {vacc.type}", acc.span)
     eacc = T.element_type(vacc.type)
-    allowed = _ACC_RULES[ea.name]
+    allowed = ALLOWED_ACCUMULATORS[ea.name]
     if eacc.name not in allowed:  # type: ignore[union-attr]
         em.error("SP0339", f"{ea} operands accumulate in {' or '.join(allowed)}, found {eacc}", acc.span)
     instr_k = INSTR_K[ea.name] * (2 if sparse else 1)
@@ -171,7 +171,7 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
                                    ctx.program_id, help=e.help) from None
     if ea in (T.f32, T.tf32):  # the tensor cores drop the low 13 bits of f32 data (measured, docs/hopper.md)
         a, bm = tf32_truncate(a), tf32_truncate(bm)
-    return [_mma(np.asarray(a), bm, acc, T.element_type(op.result.type))]  # type: ignore[arg-type]
+    return [mma_reference(np.asarray(a), bm, acc, T.element_type(op.result.type))]  # type: ignore[arg-type]
 
 
 @wgmma_wait_op.interpreter

@@ -19,7 +19,7 @@ from ..layout.rules import EXPAND_DIMS, PERMUTE, REDUCE, RESHAPE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .core import _map_ptr, _np
+from .core import map_tile, numpy_dtype_of
 from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op
 
 expand_dims_op = define_op("expand_dims", operands=("x",), verify=TYPED_BY_SEMA, layout=EXPAND_DIMS,
@@ -34,24 +34,24 @@ reduce_op = define_op("reduce", operands=("x",), verify=TYPED_BY_SEMA, layout=RE
 
 @expand_dims_op.interpreter
 def _i_expand_dims(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    return [_map_ptr(args[0], lambda a: np.expand_dims(a, op.attrs["axis"]))]
+    return [map_tile(args[0], lambda a: np.expand_dims(a, op.attrs["axis"]))]
 
 
 @reshape_op.interpreter
 def _i_reshape(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    return [_map_ptr(args[0], lambda a: np.reshape(a, T.shape_of(op.result.type)))]
+    return [map_tile(args[0], lambda a: np.reshape(a, T.shape_of(op.result.type)))]
 
 
 @permute_op.interpreter
 def _i_permute(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    return [_map_ptr(args[0], lambda a: np.ascontiguousarray(np.transpose(a, op.attrs["perm"])))]
+    return [map_tile(args[0], lambda a: np.ascontiguousarray(np.transpose(a, op.attrs["perm"])))]
 
 
 @reduce_op.interpreter
 def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     (a,) = args
     axis, kind = op.attrs["axis"], op.attrs["kind"]
-    dt = _np(op.result.type)
+    dt = numpy_dtype_of(op.result.type)
     elem = T.element_type(op.result.type)
     if kind == "sum":
         acc = a.astype(np.float32) if elem.is_float and elem.bits < 32 else a.astype(dt)

@@ -45,8 +45,7 @@ from ..sparsity.errors import (
 )
 from ..sparsity.hostarray import require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
-from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES
-from ..sparsity.validate import _check_tag as check_tag
+from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
 from .gemm import array_kind, bad_input
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"

@@ -61,7 +61,7 @@ def _fast_operand(dtype: np.dtype, pattern: Pattern) -> OperandType | None:
     return op
 
 
-def _magnitudes(array: np.ndarray) -> np.ndarray:
+def orderable_magnitudes(array: np.ndarray) -> np.ndarray:
     """|x| in a type that orders every value (float64, or int64 for integers); NaN -> +inf."""
     if array.dtype.kind in "biu":
         return np.abs(array.astype(np.int64))
@@ -72,7 +72,7 @@ def _magnitudes(array: np.ndarray) -> np.ndarray:
 
 def _reference_keep_mask(array: np.ndarray, pattern: Pattern) -> np.ndarray:
     rows, k = array.shape
-    mags = _magnitudes(array).reshape(rows, k // pattern.group, pattern.units, pattern.unit).sum(axis=-1)
+    mags = orderable_magnitudes(array).reshape(rows, k // pattern.group, pattern.units, pattern.unit).sum(axis=-1)
     keep = keep_mask_reference(mags, pattern.keep)
     return np.repeat(keep, pattern.unit, axis=-1).reshape(rows, k)
 

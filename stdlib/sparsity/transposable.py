@@ -23,7 +23,7 @@ import numpy as np
 from .blocks import chunk_blocks
 from .errors import SP_BAD_INPUT, SparsityError
 from .hostarray import as_host_array, require_numeric
-from .prune import _magnitudes
+from .prune import orderable_magnitudes
 
 
 def _patterns() -> np.ndarray:
@@ -60,7 +60,7 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
     rows, cols = array.shape
     mp, kp = -(-rows // 4) * 4, -(-cols // 4) * 4
     mags = np.zeros((mp, kp), dtype=np.float64)
-    mags[:rows, :cols] = _magnitudes(array)  # float64, or exact int64 (|-128| = 128); NaN -> inf
+    mags[:rows, :cols] = orderable_magnitudes(array)  # float64, or exact int64 (|-128| = 128); NaN -> inf
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
     weights = PATTERNS.T.astype(np.float64)
     best = np.empty(blocks.shape[0], dtype=np.intp)

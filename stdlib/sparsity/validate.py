@@ -58,8 +58,10 @@ def _class_phrase(op: OperandType) -> str:
     return f"{op.width_class} operands ({', '.join(class_members(op.width_class))})"
 
 
-def _check_tag(meta: MetadataBuffer, fmt: str | None, dtype: str | OperandType | None,
-               m: int | None, k: int | None) -> None:
+def check_tag(meta: MetadataBuffer, fmt: str | None, dtype: str | OperandType | None,
+              m: int | None, k: int | None) -> None:
+    """Check that a metadata buffer's tag (format, operand width class, M x K) matches what the
+    caller expects (``None``: anything); raises ``SparsityError`` otherwise. The bits are not read."""
     if fmt is not None and check_format(fmt) != meta.fmt:
         raise SparsityError(SP_WRONG_FORMAT,
                             f"metadata is in the {meta.fmt!r} format but {fmt!r} is expected",
@@ -240,7 +242,7 @@ def validate_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandTyp
     except for "logical", where they default to the array's). Raises :class:`SparsityError`.
     """
     if isinstance(meta, MetadataBuffer):
-        _check_tag(meta, fmt, dtype, m, k)
+        check_tag(meta, fmt, dtype, m, k)
         fmt, op, m, k = meta.fmt, meta.operand, meta.m, meta.k
         data = meta.data
     else:
