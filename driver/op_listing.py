@@ -65,6 +65,14 @@ def _describe(part: str, value: Any) -> str:
     return getattr(value, "__qualname__", "yes")
 
 
+def _operand_names(d: OpDef) -> str:
+    """The op's operand names as one line: the tuple it declares, or the docstring of the function
+    that names them from the op (its markup dropped, its lines joined)."""
+    if isinstance(d.operands, tuple):
+        return ", ".join(d.operands)
+    return " ".join((d.operands.__doc__ or "").split()).replace("``", "")
+
+
 def op_rows() -> list[OpRow]:
     """The table, one row per op in registry order."""
     rows = []
@@ -80,8 +88,7 @@ def op_rows() -> list[OpRow]:
                 parts[part] = _describe(part, value)
         if d.required is not None:
             parts["legality"] = f"needs {d.required[0]}" + (f", {parts['legality']}" if d.legality else "")
-        operands = d.operands if isinstance(d.operands, tuple) else (d.operands.__doc__ or "").split("\n")[0]
-        rows.append(OpRow(name, ", ".join(operands) if isinstance(operands, tuple) else operands,
+        rows.append(OpRow(name, _operand_names(d),
                           tuple(t.name for t in TARGETS.values() if compiles_for(d, t)), parts, why))
     return rows
 

@@ -400,7 +400,7 @@ def tma_panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLVal
                                                                                                  LLValue]]]:
     """The tensor map, the rank, and for each S-byte column panel of the shared buffer: the TMA
     coordinates (innermost first) and the panel's shared-memory offset."""
-    offs = [cg.scalar(v) for v in op.operands[1:smem_index]]
+    offs = [cg.scalar(v) for v in op.operand_group("offset")]
     ref: SmemRef = cg.get(op.operands[smem_index])
     st = op.operands[smem_index].type
     assert isinstance(st, T.SmemType)

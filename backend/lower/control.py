@@ -52,8 +52,8 @@ def _phi_lines(cg: CodeGen, names: list[str], types: list[str], incoming: list[t
 @lowering("scf.for")
 def lower_for(cg: CodeGen, op: Operation) -> None:
     fb = cg.fb
-    lb, ub, step = (cg.scalar(v) for v in op.operands[:3])
-    inits = [cg.get(v) for v in op.operands[3:]]
+    lb, ub, step = (cg.scalar(op.operand(name)) for name in ("lower", "upper", "step"))
+    inits = [cg.get(v) for v in op.operand_group("init")]
     flat_init = [r for x in inits for r in _flatten(x)]
     pre = fb.current
     header, body_bb, exit_bb = fb.new_block("for_head"), fb.new_block("for_body"), fb.new_block("for_exit")
@@ -63,8 +63,9 @@ def lower_for(cg: CodeGen, op: Operation) -> None:
     iv = LLValue(iv_name, lb.type)
     phi_names = [fb.fresh("carry") for _ in flat_init]
     phi_vals = [LLValue(n, r.type) for n, r in zip(phi_names, flat_init, strict=True)]
-    step_const = op.operands[2].owner is not None and op.operands[2].owner.name == "arith.constant"
-    if step_const and int(op.operands[2].owner.attrs["value"]) < 0:  # type: ignore[union-attr]
+    step_def = op.operand("step").owner
+    step_const = step_def is not None and step_def.name == "arith.constant"
+    if step_const and int(step_def.attrs["value"]) < 0:  # type: ignore[union-attr]
         cond = fb.icmp("sgt", iv, ub)
     elif step_const:
         cond = fb.icmp("slt", iv, ub)
@@ -104,7 +105,7 @@ def lower_for(cg: CodeGen, op: Operation) -> None:
 @lowering("scf.if")
 def lower_if(cg: CodeGen, op: Operation) -> None:
     fb = cg.fb
-    cond = cg.scalar(op.operands[0])
+    cond = cg.scalar(op.operand("cond"))
     then_bb, else_bb, merge = fb.new_block("then"), fb.new_block("else"), fb.new_block("endif")
     fb.cond_br(cond, then_bb, else_bb)
     ends = []
@@ -148,8 +149,8 @@ def lower_while(cg: CodeGen, op: Operation) -> None:
     cg.lower_block(before)
     cterm = before.terminator
     assert cterm is not None and cterm.name == "scf.condition"
-    cond = cg.scalar(cterm.operands[0])
-    passed = [cg.get(v) for v in cterm.operands[1:]]
+    cond = cg.scalar(cterm.operand("cond"))
+    passed = [cg.get(v) for v in cterm.operand_group("value")]
     fb.cond_br(cond, after_bb, exit_bb)
     fb.set_block(after_bb)
     for arg, val in zip(after.args, passed, strict=True):

@@ -86,13 +86,13 @@ def lower_arange(cg: CodeGen, op: Operation) -> None:
 @lowering("splat")
 def lower_splat(cg: CodeGen, op: Operation) -> None:
     res = op.result
-    s = cg.get(op.operands[0])
+    s = cg.get(op.operand("x"))
     cg.set(res, DTile(res.layout, [s] * res.layout.in_size("reg"), elem_of(res)))
 
 
 @lowering("expand_dims", "reshape", "permute")
 def lower_same_registers(cg: CodeGen, op: Operation) -> None:
-    src = cg.get(op.operands[0])
+    src = cg.get(op.operand("x"))
     res = op.result
     if isinstance(src, DTile):
         cg.set(res, DTile(res.layout, list(src.regs), src.elem))
@@ -102,9 +102,9 @@ def lower_same_registers(cg: CodeGen, op: Operation) -> None:
 
 @lowering("broadcast")
 def lower_broadcast(cg: CodeGen, op: Operation) -> None:
-    src = cg.tile(op.operands[0])
+    src = cg.tile(op.operand("x"))
     res = op.result
-    src_shape = T.shape_of(op.operands[0].type)
+    src_shape = T.shape_of(op.operand("x").type)
     lookup = {}
     for r, off in enumerate(register_coords(src.layout)):
         lookup.setdefault(off, r)
@@ -205,7 +205,7 @@ _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": 
 
 @lowering("arith.cmp")
 def lower_cmp(cg: CodeGen, op: Operation) -> None:
-    t = elem_of(op.operands[0])
+    t = elem_of(op.operand("lhs"))
     pred = op.attrs["pred"]
     if isinstance(t, T.PointerType) or not t.is_float:
         signed = isinstance(t, T.ScalarType) and t.is_signed
@@ -332,6 +332,6 @@ def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) ->
 
 @lowering("arith.cast")
 def lower_cast(cg: CodeGen, op: Operation) -> None:
-    src, dst = elem_of(op.operands[0]), elem_of(op.results[0])
+    src, dst = elem_of(op.operand("x")), elem_of(op.results[0])
     assert isinstance(src, T.ScalarType) and isinstance(dst, T.ScalarType)
     map_values(cg, op, lambda v: cast_value(cg, src, dst, v[0]))

@@ -250,7 +250,7 @@ def _tile_addresses(cg: CodeGen, t: object, offsets: list[LLValue], layout: obje
 @lowering("tensor.load_tile")
 def lower_load_tile(cg: CodeGen, op: Operation) -> None:
     t = cg.get(op.operand("tensor"))
-    offs = [cg.scalar(v) for v in op.operands[1:]]  # offset0, offset1, ...
+    offs = [cg.scalar(v) for v in op.operand_group("offset")]
     res = op.result
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
@@ -262,7 +262,7 @@ def lower_load_tile(cg: CodeGen, op: Operation) -> None:
 @lowering("tensor.store_tile")
 def lower_store_tile(cg: CodeGen, op: Operation) -> None:
     t = cg.get(op.operand("tensor"))
-    offs = [cg.scalar(v) for v in op.operands[1:-1]]  # offset0, offset1, ...
+    offs = [cg.scalar(v) for v in op.operand_group("offset")]
     val_v = op.operand("value")
     val = cg.tile(val_v)
     elem = T.element_type(val_v.type)

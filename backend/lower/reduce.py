@@ -121,7 +121,7 @@ def thread_combines(layout: LinearLayout, axis: int) -> list[tuple[tuple[int, ..
 
 @lowering("reduce")
 def lower_reduce(cg: CodeGen, op: Operation) -> None:
-    x = cg.tile(op.operands[0])
+    x = cg.tile(op.operand("x"))
     axis, kind = op.attrs["axis"], op.attrs["kind"]
     if kind not in ("sum", "max", "min"):
         raise CompileError([Diagnostic("SP0622", f"`{kind}` cannot be compiled for the GPU yet", op.span,
@@ -281,5 +281,5 @@ def convert_tile(cg: CodeGen, x: DTile, dst: LinearLayout, shape: tuple[int, ...
 
 @lowering("convert_layout")
 def lower_convert(cg: CodeGen, op: Operation) -> None:
-    x = cg.tile(op.operands[0])
+    x = cg.tile(op.operand("x"))
     cg.set(op.result, convert_tile(cg, x, op.result.layout, T.shape_of(op.result.type)))

@@ -97,7 +97,7 @@ def _chunk_positions(rows: int, cols: int, bits: int) -> tuple[np.ndarray, np.nd
 @tmem_load_chunks_op.interpreter
 def _i_load_chunks(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     words = np.asarray(args[0])
-    t = op.operands[0].type
+    t = op.operand("ref").type
     r, c, s = _chunk_positions(words.shape[0], words.shape[1], t.meta_bits)
     return [((words[r, c] >> (4 * s).astype(np.uint32)) & 0xF).astype(np.uint8)]
 

@@ -88,7 +88,7 @@ def _flow_edges(op: Operation) -> list[tuple[list[Any], list[Any]]]:
     if op.name == "scf.for":
         body = op.regions[0].block
         carried = body.args[1:]
-        return [(op.operands[3:], carried), (_terminator(body), carried), (_terminator(body), op.results)]
+        return [(op.operand_group("init"), carried), (_terminator(body), carried), (_terminator(body), op.results)]
     if op.name == "scf.while":
         before, after = op.regions[0].block, op.regions[1].block
         forwarded = _terminator(before)[1:]
@@ -103,6 +103,12 @@ def _flow_edges(op: Operation) -> list[tuple[list[Any], list[Any]]]:
     if op.name == "load":  # a loaded value is data, not a pointer
         return []
     return [([v], list(op.results)) for v in op.operands]
+
+
+STORED_OPERAND = {"store": "ptr", "tensor.store_tile": "tensor", "tma.store": "tensor", "smem.store": "buf",
+                  "tmem.store": "ref"}
+"""The operand each storing op writes through, by op name (tests/test_named_operands.py checks that
+every op named ``store`` or ``*.store`` is here)."""
 
 
 def stored_params(func: Function) -> set[str]:
@@ -139,8 +145,8 @@ def stored_params(func: Function) -> set[str]:
                     changed = True
     written: set[str] = set()
     for op in ops:
-        if (op.name in ("store", "tensor.store_tile") or op.name.endswith(".store")) and op.operands:
-            written |= origin.get(id(op.operands[0]), frozenset())
+        if op.name in STORED_OPERAND:
+            written |= origin.get(id(op.operand(STORED_OPERAND[op.name])), frozenset())
     return written
 
 

@@ -100,8 +100,8 @@ class Interpreter:
             env[id(v)] = x
 
     def _for(self, op: Operation, env: dict[int, Any], ctx: ProgramContext) -> None:
-        lb, ub, step = (int(env[id(v)]) for v in op.operands[:3])
-        carried = [env[id(v)] for v in op.operands[3:]]
+        lb, ub, step = (int(env[id(op.operand(name))]) for name in ("lower", "upper", "step"))
+        carried = [env[id(v)] for v in op.operand_group("init")]
         body = op.regions[0].block
         iv_dtype = np.dtype(body.args[0].type.numpy_dtype)  # type: ignore[attr-defined]
         for i in range(lb, ub, step):
@@ -110,7 +110,7 @@ class Interpreter:
         self._bind(env, op.results, carried)
 
     def _if(self, op: Operation, env: dict[int, Any], ctx: ProgramContext) -> None:
-        region = op.regions[0] if bool(env[id(op.operands[0])]) else op.regions[1]
+        region = op.regions[0] if bool(env[id(op.operand("cond"))]) else op.regions[1]
         self._bind(env, op.results, self.exec_block(region.block, env, ctx))
 
     def _while(self, op: Operation, env: dict[int, Any], ctx: ProgramContext) -> None:

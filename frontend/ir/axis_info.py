@@ -87,11 +87,11 @@ class AxisAnalysis:
         elif name == "program_id" or name == "num_programs":
             self._set(res, AxisInfo((1,), (1,), (1,)))
         elif name in ("splat",):
-            s = self.get(op.operands[0])
+            s = self.get(op.operand("x"))
             self._set(res, AxisInfo((1,) * rank, (s.divisibility[0],) * rank, full))
         elif name == "broadcast":
-            s = self.get(op.operands[0])
-            src_shape = _shape(op.operands[0])
+            s = self.get(op.operand("x"))
+            src_shape = _shape(op.operand("x"))
             cont, div, const = [], [], []
             for d in range(rank):
                 if src_shape[d] == 1 and shape[d] != 1:
@@ -104,9 +104,9 @@ class AxisAnalysis:
                     const.append(s.constancy[d])
             self._set(res, AxisInfo(tuple(cont), tuple(div), tuple(const)))
         elif name == "expand_dims":
-            s = self.get(op.operands[0])
+            s = self.get(op.operand("x"))
             ax = op.attrs["axis"]
-            src_rank = _rank(op.operands[0])
+            src_rank = _rank(op.operand("x"))
             if src_rank == 0:
                 s = AxisInfo((), (), ())
             c, dv, k = list(s.contiguity), list(s.divisibility), list(s.constancy)
@@ -118,7 +118,7 @@ class AxisAnalysis:
         elif name == "arith.binary":
             self._binary(op)
         elif name == "addptr":
-            p, off = self.get(op.operands[0]), self.get(op.operands[1])
+            p, off = self.get(op.operand("ptr")), self.get(op.operand("offset"))
             elem = T.element_type(res.type)
             eb = elem.elem.bytes if isinstance(elem, T.PointerType) else 1
             r = len(p.contiguity)
@@ -140,13 +140,13 @@ class AxisAnalysis:
                 self._set(res, AxisInfo((1,) * rank, (1,) * rank, const))
         elif name == "scf.for":
             body = op.regions[0].block
-            lb, step = self.get(op.operands[0]), self.get(op.operands[2])
+            lb, step = self.get(op.operand("lower")), self.get(op.operand("step"))
             self._set(body.args[0], AxisInfo((1,), (gcd(lb.divisibility[0], step.divisibility[0]),), (1,)))
         # everything else: unknown (default)
 
     def _binary(self, op: Operation) -> None:
         res = op.results[0]
-        a, b = self.get(op.operands[0]), self.get(op.operands[1])
+        a, b = self.get(op.operand("lhs")), self.get(op.operand("rhs"))
         rank = max(len(a.contiguity), len(b.contiguity))
         a, b = _fit(a, rank), _fit(b, rank)
         kind = op.attrs["op"]
@@ -172,7 +172,7 @@ class AxisAnalysis:
 
     def _compare(self, op: Operation) -> None:
         res = op.results[0]
-        a, b = self.get(op.operands[0]), self.get(op.operands[1])
+        a, b = self.get(op.operand("lhs")), self.get(op.operand("rhs"))
         rank = max(len(a.contiguity), len(b.contiguity))
         a, b = _fit(a, rank), _fit(b, rank)
         const = []

@@ -117,6 +117,13 @@ class Operation:
         names = OPERAND_NAMES[self.name](self) if self.name in OPERAND_NAMES else ()
         return self.operands[names.index(name)] if name in names else None
 
+    def operand_group(self, prefix: str) -> list[Value]:
+        """The operands of a variadic group, in order: those named ``prefix0, prefix1, ...``
+        (``scf.for``'s ``init``, ``scf.yield``'s ``value``, ``tma.load``'s ``offset``)."""
+        names = OPERAND_NAMES[self.name](self) if self.name in OPERAND_NAMES else ()
+        return [v for n, v in zip(names, self.operands, strict=False)
+                if n.startswith(prefix) and n[len(prefix):].isdigit()]
+
     def set_operand(self, index: int, value: Value) -> None:
         self.operands[index] = value
 

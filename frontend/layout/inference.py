@@ -148,16 +148,16 @@ class LayoutInference:
         where: dict[int, Operation] = {}
         for op in ops:
             self.where = op
-            if op.name == "load" and is_tile(op.operands[0]) and self._get(op.result) is not None:
-                self._set(op.operands[0], self._get(op.result))  # the consumer already chose (e.g. wgmma)
-                continue
-            if op.name in ("load", "store") and is_tile(op.operands[0]):
-                shape = T.shape_of(op.operands[0].type)
-                widest[shape] = max(widest.get(shape, 1), self.vector_elems(op.operands[0]))
-                anchored.append((op.operands[0], shape))
-                where[id(op.operands[0])] = op
+            if op.name in ("load", "store") and is_tile(ptr := op.operand("ptr")):
+                if op.name == "load" and self._get(op.result) is not None:
+                    self._set(ptr, self._get(op.result))  # the consumer already chose (e.g. wgmma)
+                    continue
+                shape = T.shape_of(ptr.type)
+                widest[shape] = max(widest.get(shape, 1), self.vector_elems(ptr))
+                anchored.append((ptr, shape))
+                where[id(ptr)] = op
             elif op.name in ("tensor.load_tile", "tensor.store_tile"):
-                v = op.result if op.name == "tensor.load_tile" else op.operands[-1]
+                v = op.result if op.name == "tensor.load_tile" else op.operand("value")
                 shape = T.shape_of(v.type)
                 eb = T.element_type(v.type).bytes  # type: ignore[union-attr]
                 widest[shape] = max(widest.get(shape, 1), max(1, 16 // eb))
@@ -214,7 +214,7 @@ class LayoutInference:
         if d.name not in REMATERIALIZABLE or d.regions:
             return None
         if d.name in ("broadcast", "expand_dims"):
-            src = d.operands[0]
+            src = d.operand("x")
             if not is_tile(src):
                 new_operands = [src]
             else:

@@ -15,7 +15,7 @@ backward, and then to insert the conversions its edges need. The rules here:
 from __future__ import annotations
 
 from ..ir import types as T
-from ..ir.core import OPERAND_NAMES, Block, Operation, Value
+from ..ir.core import Block, Operation, Value
 from ..ops.opdefs import LayoutGet, LayoutResolver, LayoutRule, LayoutSet
 from .layouts import LinearLayout
 from .tile import broadcast_layout, drop_dim, insert_unit_dim, permute_layout, remove_unit_dim, reshape_layout
@@ -51,7 +51,12 @@ def _elementwise(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
 
 
 def _elementwise_resolve(op: Operation, r: LayoutResolver) -> None:
-    ref = op.results[0].layout if op.results and is_tile(op.results[0]) else op.operands[0].layout
+    # the result's layout (a scalar result has scalar operands: nothing to convert); ``store``, the
+    # one elementwise op without a result, follows its pointers
+    if op.results:
+        ref = op.results[0].layout if is_tile(op.results[0]) else None
+    else:
+        ref = op.operand("ptr").layout
     for i, v in enumerate(op.operands):
         if is_tile(v) and ref is not None:
             r.convert_operand(op, i, ref)
@@ -64,7 +69,7 @@ ELEMENTWISE = LayoutRule("elementwise", _elementwise, _elementwise_resolve)
 # shape ops
 # ------------------------------------------------------------------------------------------------
 def _expand_dims(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
-    src, res, ax = op.operands[0], op.result, op.attrs["axis"]
+    src, res, ax = op.operand("x"), op.result, op.attrs["axis"]
     if not is_tile(src):
         return False
     if get(src) is not None:
@@ -75,15 +80,15 @@ def _expand_dims(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
 
 
 def _expand_dims_resolve(op: Operation, r: LayoutResolver) -> None:
-    if is_tile(op.operands[0]):
-        r.convert_operand(op, 0, remove_unit_dim(op.result.layout, op.attrs["axis"]))
+    if is_tile(op.operand("x")):
+        r.convert_operand(op, op.operand_index("x"), remove_unit_dim(op.result.layout, op.attrs["axis"]))
 
 
 EXPAND_DIMS = LayoutRule("expand_dims", _expand_dims, _expand_dims_resolve)
 
 
 def _broadcast(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
-    src, res = op.operands[0], op.result
+    src, res = op.operand("x"), op.result
     if get(res) is not None:
         return set(src, project(get(res), T.shape_of(src.type)))
     if get(src) is not None:
@@ -92,21 +97,21 @@ def _broadcast(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
 
 
 def _broadcast_resolve(op: Operation, r: LayoutResolver) -> None:
-    r.convert_operand(op, 0, project(op.result.layout, T.shape_of(op.operands[0].type)))
+    r.convert_operand(op, op.operand_index("x"), project(op.result.layout, T.shape_of(op.operand("x").type)))
 
 
 BROADCAST = LayoutRule("broadcast", _broadcast, _broadcast_resolve)
 
 
 def _reduce(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
-    if get(op.operands[0]) is not None and is_tile(op.result):
-        return set(op.result, drop_dim(get(op.operands[0]), op.attrs["axis"]))
+    if get(op.operand("x")) is not None and is_tile(op.result):
+        return set(op.result, drop_dim(get(op.operand("x")), op.attrs["axis"]))
     return False
 
 
 def _reduce_resolve(op: Operation, r: LayoutResolver) -> None:
     if is_tile(op.result):
-        derived = drop_dim(op.operands[0].layout, op.attrs["axis"])
+        derived = drop_dim(op.operand("x").layout, op.attrs["axis"])
         if derived != op.result.layout:
             r.convert_result(op, derived)
 
@@ -119,34 +124,36 @@ def _inverse(perm: list[int]) -> list[int]:
 
 
 def _permute(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
-    perm = op.attrs["perm"]
-    if get(op.operands[0]) is not None:
-        return set(op.result, permute_layout(get(op.operands[0]), perm))
+    perm, src = op.attrs["perm"], op.operand("x")
+    if get(src) is not None:
+        return set(op.result, permute_layout(get(src), perm))
     if get(op.result) is not None:
-        return set(op.operands[0], permute_layout(get(op.result), _inverse(perm)))
+        return set(src, permute_layout(get(op.result), _inverse(perm)))
     return False
 
 
 def _permute_resolve(op: Operation, r: LayoutResolver) -> None:
-    r.convert_operand(op, 0, permute_layout(op.result.layout, _inverse(op.attrs["perm"])))
+    r.convert_operand(op, op.operand_index("x"), permute_layout(op.result.layout, _inverse(op.attrs["perm"])))
 
 
 PERMUTE = LayoutRule("permute", _permute, _permute_resolve)
 
 
 def _reshape(op: Operation, get: LayoutGet, set: LayoutSet) -> bool:
-    if not is_tile(op.operands[0]):
+    src = op.operand("x")
+    if not is_tile(src):
         return False
-    if get(op.operands[0]) is not None:
-        return set(op.result, reshape_layout(get(op.operands[0]), T.shape_of(op.result.type)))
+    if get(src) is not None:
+        return set(op.result, reshape_layout(get(src), T.shape_of(op.result.type)))
     if get(op.result) is not None:
-        return set(op.operands[0], reshape_layout(get(op.result), T.shape_of(op.operands[0].type)))
+        return set(src, reshape_layout(get(op.result), T.shape_of(src.type)))
     return False
 
 
 def _reshape_resolve(op: Operation, r: LayoutResolver) -> None:
-    if is_tile(op.operands[0]):
-        r.convert_operand(op, 0, reshape_layout(op.result.layout, T.shape_of(op.operands[0].type)))
+    src = op.operand("x")
+    if is_tile(src):
+        r.convert_operand(op, op.operand_index("x"), reshape_layout(op.result.layout, T.shape_of(src.type)))
 
 
 RESHAPE = LayoutRule("reshape", _reshape, _reshape_resolve)
@@ -168,7 +175,7 @@ def accumulator(name: str = "acc") -> LayoutRule:
         return changed
 
     def resolve(op: Operation, r: LayoutResolver) -> None:
-        index = OPERAND_NAMES[op.name](op).index(name)
+        index = op.operand_index(name)
         r.convert_operand(op, index, op.result.layout)
         anchors = r.anchored(op)
         for i, v in enumerate(op.operands):
@@ -189,23 +196,26 @@ def carried_groups(op: Operation) -> list[list[Value]]:
     if op.name == "scf.for":
         body = op.regions[0].block
         term = body.terminator
+        inits = op.operand_group("init")
         for i, r in enumerate(op.results):
-            g = [op.operands[3 + i], body.args[1 + i], r]
+            g = [inits[i], body.args[1 + i], r]
             if term is not None:
-                g.append(term.operands[i])
+                g.append(term.operand_group("value")[i])
             groups.append([v for v in g if is_tile(v)])
     elif op.name == "scf.if":
         for i, r in enumerate(op.results):
-            g = [r] + [reg.block.terminator.operands[i] for reg in op.regions if reg.block.terminator is not None]
+            g = [r] + [reg.block.terminator.operand_group("value")[i] for reg in op.regions
+                       if reg.block.terminator is not None]
             groups.append([v for v in g if is_tile(v)])
     elif op.name == "scf.while":
         before, after = op.regions[0].block, op.regions[1].block
+        inits = op.operand_group("init")
         for i, r in enumerate(op.results):
-            g = [op.operands[i], before.args[i], after.args[i], r]
-            if before.terminator is not None:
-                g.append(before.terminator.operands[1 + i])
+            g = [inits[i], before.args[i], after.args[i], r]
+            if before.terminator is not None:  # scf.condition: cond, value0, ...
+                g.append(before.terminator.operand_group("value")[i])
             if after.terminator is not None:
-                g.append(after.terminator.operands[i])
+                g.append(after.terminator.operand_group("value")[i])
             groups.append([v for v in g if is_tile(v)])
     return groups
 

@@ -151,7 +151,7 @@ def fixed_demand(user: Operation, index: int, ctx: Context) -> tuple[LinearLayou
         if want is None:
             return None
         return want, f"the layout `{user.name}` needs for this operand"
-    if user.name == "smem.store" and index == 1:
+    if user.name == "smem.store" and index == user.operand_index("value"):
         plan_ok, want = _store_plan(user, v.layout, ctx)
         if plan_ok:
             return None
@@ -225,7 +225,7 @@ def _store_plan(op: Operation, layout: LinearLayout | None, ctx: Context) -> tup
     """(storable, a storable layout) for ``layout`` stored by ``smem.store`` ``op``."""
     from ..layout.smem import storable_layout, storable_register_layout
 
-    t = op.operands[0].type
+    t = op.operand("buf").type
     assert isinstance(t, T.SmemType)
     smem = smem_layout_of(t)
     if smem is None or layout is None:
@@ -241,7 +241,7 @@ def _store_plan(op: Operation, layout: LinearLayout | None, ctx: Context) -> tup
 
 def _make_storable(op: Operation, ctx: Context) -> list[Diagnostic]:
     """A store whose value no plan can write gets a conversion (pinned values were reported)."""
-    v = op.operands[1]
+    v = op.operand("value")
     owner = v.owner
     if owner is not None and is_pin(owner):
         return []

@@ -174,10 +174,10 @@ def _constant_slice_offset(owner: Operation | None) -> int | None:
     """The byte offset of an ``smem.slice`` view with a constant start, else None."""
     if owner is None or owner.name != "smem.slice":
         return None
-    start = owner.operands[1].owner
+    start = owner.operand("start").owner
     if start is None or start.name != "arith.constant":
         return None
-    t = owner.operands[0].type
+    t = owner.operand("buf").type
     assert isinstance(t, T.SmemType)
     d = owner.attrs["dim"]
     eb = max(1, t.elem.bits // 8)
@@ -247,7 +247,7 @@ def smem_footprint(func: Function) -> list[tuple[Operation, int, str]]:
 
 def _conversion_scratch(op: Operation) -> int:
 
-    src, dst = op.operands[0].layout, op.result.layout
+    src, dst = op.operand("x").layout, op.result.layout
     if src is None or dst is None or src == dst:
         return 0
     if same_thread_part(src, dst):
@@ -259,7 +259,7 @@ def _conversion_scratch(op: Operation) -> int:
 
 def _reduce_scratch(op: Operation) -> int:
 
-    layout = op.operands[0].layout
+    layout = op.operand("x").layout
     if layout is None:
         return 0
     axis = op.attrs["axis"]

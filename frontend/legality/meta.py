@@ -152,21 +152,20 @@ def _carried_sources(arg: Value) -> list[Value]:
         i = arg.index - 1
         if i < 0:
             return out
-        if 3 + i < len(loop.operands):
-            out.append(loop.operands[3 + i])
     elif loop.name == "scf.while":
         i = arg.index
-        if i < len(loop.operands):
-            out.append(loop.operands[i])
     else:
         return out
+    inits = loop.operand_group("init")
+    if i < len(inits):
+        out.append(inits[i])
     for region in loop.regions:
         term = region.block.terminator
         if term is None:
             continue
-        off = 1 if term.name == "scf.condition" else 0
-        if off + i < len(term.operands):
-            out.append(term.operands[off + i])
+        values = term.operand_group("value")  # scf.yield: value0, ...; scf.condition: cond, value0, ...
+        if i < len(values):
+            out.append(values[i])
     return out
 
 
@@ -196,12 +195,13 @@ def sparse_dot_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnosti
 
 @rule("hopper.wgmma")
 def wgmma_metadata_width(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
-    if not op.attrs.get("sparse") or len(op.operands) < 4:
+    meta = op.optional_operand("a_meta")  # a sparse wgmma's
+    if meta is None:
         return
     ta = op.operand("a").type
     a_elem = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)  # A in shared memory or registers
     assert isinstance(a_elem, T.ScalarType)
-    yield from _check(op, op.operand("a_meta"), a_elem, "this sparse wgmma", ctx)
+    yield from _check(op, meta, a_elem, "this sparse wgmma", ctx)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def _a_elem(op: Operation) -> T.ScalarType:
 def _decl(v: object, text: str) -> tuple[Label, ...]:
     owner = getattr(v, "owner", None)
     while owner is not None and owner.name in ("smem.index", "smem.slice"):
-        owner = owner.operands[0].owner
+        owner = owner.operand("buf").owner
     if owner is None or owner.span.line <= 0:
         return ()
     return (Label(owner.span, text),)

@@ -110,7 +110,7 @@ def tcgen05_descriptors(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
     """The descriptor of every instruction the MMA is split into, and the target's kinds."""
 
     kind = op.attrs.get("kind")
-    if kind is None or len(op.operands) < 3:
+    if kind is None:
         return
     a, b, acc = op.operand("a"), op.operand("b"), op.operand("d")
     ea = a.type.elem if isinstance(a.type, T.SmemType | T.TmemType) else None

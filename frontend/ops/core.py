@@ -258,7 +258,7 @@ def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarra
 
 @cast_op.interpreter
 def _i_cast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    src = T.element_type(op.operands[0].type)
+    src = T.element_type(op.operand("x").type)
     dst = T.element_type(op.result.type)
     assert isinstance(src, T.ScalarType) and isinstance(dst, T.ScalarType)
     with np.errstate(all="ignore"):
