@@ -157,6 +157,7 @@ class RecordCache:
     def __init__(self, capacity: int = 64):
         self.capacity = capacity
         self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
+        self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
 
     def clear(self) -> None:
         self.records.clear()
@@ -169,7 +170,11 @@ class RecordCache:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
         the record of ``key`` (built on a miss)."""
         if stream is None:
-            stream = stream_getter(x.get_device())()
+            device = x.get_device()
+            getter = self._streams.get(device)
+            if getter is None:
+                getter = self._streams[device] = stream_getter(device)
+            stream = getter()
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
         records = self.records
