@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 2 minutes on the H200)
 #   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
 #   bash scripts/gpu_runs.sh tests-kernels    # every other GPU test of the kernels and toolkits
 #   bash scripts/gpu_runs.sh tests-torch      # sparsile.torch, training, sparsile.jax on the GPU
@@ -33,6 +34,9 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+tests-all)
+    run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    ;;
 tests-launch)
     run 300 python -m pytest -q -x -m gpu tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py \
         tests/backend/test_host_staging.py tests/gpu/test_core_gpu.py tests/frontend/test_captures.py || exit 1
@@ -52,8 +56,8 @@ bench-layer)
     run 420 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 300 --json "$out/linear_bf16.json"
     ;;
 bench-llama)
-    run 300 python benchmarks/bench_llama.py --layers 8 --json "$out/llama.json"
-    run 240 python examples/llama_sparse.py --layers 4
+    run 420 python benchmarks/bench_llama.py --layers 32 --modes graph compile --json "$out/llama.json"
+    run 120 python examples/llama_sparse.py --layers 4
     ;;
 bench-kernels)
     run 200 python benchmarks/bench_decode.py
