@@ -42,6 +42,7 @@ from ..frontend.ir.verify import verify_function
 from ..frontend.layout.inference import infer_layouts
 from ..frontend.legality.core import check_legality
 from ..frontend.sema.specialize import parse_signature
+from ..target.hooks import PreparedState
 from ..target.targets import Target, get_target
 from .cache import default_cache, make_key
 from .kernel import KERNEL_OPTIONS, check_options
@@ -119,19 +120,18 @@ def _unjson(x: Any) -> Any:
     return x
 
 
-def run_passes(func: Function, target: Target, num_warps: int) -> dict[str, Any]:
-    """Layout inference and legality over verified IR; returns state for code generation."""
+def run_passes(func: Function, target: Target, num_warps: int) -> PreparedState:
+    """The target's prepare hook, layout inference and legality over verified IR; returns what the
+    prepare hook hands to code generation (``generate_llvm``)."""
     verify_function(func)
-    state: dict[str, Any] = {}
     hooks = hooks_for(target)
-    if hooks.prepare is not None:
-        state.update(hooks.prepare(func, target, num_warps) or {})
+    prepared = hooks.prepare(func, target, num_warps) if hooks.prepare is not None else None
     infer_layouts(func, num_warps, hooks.anchor)
     dump("layout", func.name, lambda: print_function(func))
     check_legality(func, target, num_warps, hooks)
     verify_function(func)
     dump("legality", func.name, lambda: print_function(func))
-    return state
+    return prepared if prepared is not None else PreparedState()
 
 
 def _warn_unknown_dumps() -> None:
@@ -153,18 +153,17 @@ def compile_function(func: Function, target: Target | str, *, num_warps: int = 4
     tgt = get_target(target) if isinstance(target, str) else target
     _warn_unknown_dumps()
     t0 = time.perf_counter()
-    state = run_passes(func, tgt, num_warps)
+    prepared = run_passes(func, tgt, num_warps)
     ir_text = print_function(func)
     t1 = time.perf_counter()
     ck = CompiledKernel(func.name, tgt.name, num_warps, 0, [], ir=ir_text)
     ck.timings["passes"] = t1 - t0
     if stop_after == "ir":
         return ck
-    llvm_text, cg = generate_llvm(func, tgt, num_warps, state)
+    llvm_text, cg = generate_llvm(func, tgt, num_warps, prepared)
     dump("llvm", func.name, lambda: llvm_text)
     ck.llvm, ck.params, ck.smem_bytes = llvm_text, cg.params, cg.smem_bytes
-    ck.cluster = tuple(cg.state.get("cluster", (1, 1, 1)))  # type: ignore[assignment]
-    ck.tensormaps = cg.state.get("tensormap_specs", [])
+    ck.cluster = cg.state.cluster or (1, 1, 1)  # type: ignore[assignment]  (legality: 3 dimensions)
     ck.timings["llvm"] = time.perf_counter() - t1
     return finish_stages(ck, tgt, stop_after)
 

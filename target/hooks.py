@@ -2,10 +2,10 @@
 
 A target whose instructions fix some layouts (wgmma and tcgen05 accumulators, mma fragments) gives
 layout inference an *anchor*, and may *prepare* the function before code generation (tcgen05
-reserves tensor memory). The lowering modules of the backend provide a :class:`TargetHooks` for
-their target (``backend/lower/hooks.py`` chooses one per target); layout inference and the legality
-pass (frontend) read it through this interface only, so the frontend never imports the backend.
-See docs/architecture.md.
+reserves tensor memory), handing code generation a :class:`PreparedState`. The lowering modules of
+the backend provide a :class:`TargetHooks` for their target (``backend/lower/hooks.py`` chooses one
+per target); layout inference and the legality pass (frontend) read it through this interface only,
+so the frontend never imports the backend. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -25,9 +25,22 @@ class AnchorHook(Protocol):
     def __call__(self, op: Operation, num_warps: int) -> dict[int, LinearLayout]: ...
 
 
-PrepareHook = Callable[["Function", Any, int], "dict[str, Any] | None"]
-"""``prepare(func, target, num_warps)``: rewrites ``func`` before layout inference and returns the
-state code generation reads (or None)."""
+@dataclass(frozen=True)
+class PreparedState:
+    """What a target's prepare hook hands on: ``run_passes`` (driver/compiler.py) returns it and
+    ``generate_llvm`` keeps it as ``CodeGen.prepared``. A target without a prepare hook, or whose
+    hook prepared nothing, gets the defaults."""
+
+    tmem_ncols: int = 0
+    """The tensor-memory columns of the kernel-wide allocation the tcgen05 prepare hook inserted
+    (``blackwell.prepare``: the ``tmem.init`` op it puts at the start of the kernel carries the same
+    count, and its lowering reads it there); 0 when the kernel uses no tensor memory, or on targets
+    without tcgen05."""
+
+
+PrepareHook = Callable[["Function", Any, int], "PreparedState | None"]
+"""``prepare(func, target, num_warps)``: rewrites ``func`` before layout inference and returns what
+it hands to code generation (None: nothing, the same as ``PreparedState()``)."""
 
 
 @dataclass(frozen=True)

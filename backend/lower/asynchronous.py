@@ -61,10 +61,10 @@ class BarRef:
 
 def smem_base_address(cg: CodeGen) -> LLValue:
     """The 32-bit shared-state-space address of the dynamic shared memory."""
-    if "smem_addr" not in cg.state:
-        cg.state["smem_addr"] = cg.fb.value("ptrtoint ptr addrspace(3) @sparsile_smem to i32", "i32", "sbase",
-                                            function_entry=True)
-    return cg.state["smem_addr"]
+    if cg.state.smem_addr is None:
+        cg.state.smem_addr = cg.fb.value("ptrtoint ptr addrspace(3) @sparsile_smem to i32", "i32", "sbase",
+                                         function_entry=True)
+    return cg.state.smem_addr
 
 
 def element_offset(cg: CodeGen, ref: SmemRef, row: LLValue, col: LLValue) -> LLValue:
@@ -318,7 +318,7 @@ def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], 
 
     require(cg.target, Feature.CLUSTER, op.span, what="an arrival on other CTAs' mbarriers (multicast=)")
     mask = cg.scalar(op.operand("mask"))
-    size = cluster_size(cg.state.get("cluster", (1, 1, 1)))
+    size = cluster_size(cg.state.cluster or (1, 1, 1))
 
     def emit() -> None:
         local = bar_ptr(cg, bar)
@@ -348,7 +348,7 @@ def lower_mbar_wait(cg: CodeGen, op: Operation) -> None:
     # GEMM 8% slower (1191 against 1100 µs, 2026-11-30). Blackwell cluster kernels (tcgen05 commits
     # to peer barriers, unverified on hardware) keep the conservative cluster scope (PTX ISA
     # 9.7.13.15.16; docs/blackwell.md §7).
-    scope = "cluster" if cg.state.get("cluster") and cg.target.has(Feature.TCGEN05) else "cta"
+    scope = "cluster" if cg.state.cluster and cg.target.has(Feature.TCGEN05) else "cta"
     ok = cg.intrinsic("i1", f"llvm.nvvm.mbarrier.try.wait.parity.scope.{scope}.space.cta", [ptr, parity])
     assert ok is not None
     fb.cond_br(ok, done, loop)
@@ -384,7 +384,7 @@ def collect_tma_keys(cg: CodeGen) -> None:
             lst = keys.setdefault(id(root), [])
             if k not in lst:
                 lst.append(k)
-    cg.state["tma_keys"] = keys
+    cg.state.tma_keys = keys
 
 
 def _tmap(cg: CodeGen, op: Operation, smem_index: int) -> LLValue:
@@ -488,7 +488,7 @@ def lower_warp_specialize(cg: CodeGen, op: Operation) -> None:
         if r is not None:
             if w % 4:
                 raise InternalError(f"a register budget on {w} warps reached the lowering (legality SP0565)", op.span)
-            inc = r > cg.state.get("default_regs", 0)
+            inc = r > cg.state.default_regs
             kind = "inc" if inc else "dec"
             cg.intrinsic("void", f"llvm.nvvm.setmaxnreg.{kind}.sync.aligned.u32", [const(r, "i32")],
                          convergent=True)

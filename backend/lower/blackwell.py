@@ -44,7 +44,7 @@ from ...frontend.ops.blackwell import (
     tmem_view_layout,
 )
 from ...target.descriptors import InstrDesc, SmemDesc, encode_idesc, encode_tcgen05_smem_desc
-from ...target.hooks import TargetHooks
+from ...target.hooks import PreparedState, TargetHooks
 from ...target.targets import Feature, require
 from .asynchronous import SmemRef, bar_ptr, smem_base_address
 from .codegen import CodeGen, DTile, lowering
@@ -113,21 +113,22 @@ def tmem_columns_used(func: Function) -> int:
     return n
 
 
-def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
+def prepare(func: Function, target: Any, num_warps: int) -> PreparedState | None:
     """Reserve TMEM for tile MMAs, then insert the kernel-wide TMEM allocation (start) and
-    deallocation (end)."""
+    deallocation (end); None when the kernel uses no TMEM."""
     from ...frontend.ir.core import Builder
     from .blackwell_tile import reserve
 
     block = func.body.block
-    if any(op.name == "tmem.init" for op in block.ops):
-        return {}
+    init = next((op for op in block.ops if op.name == "tmem.init"), None)
+    if init is not None:  # prepared before (the same function compiled again)
+        return PreparedState(tmem_ncols=init.attrs["ncols"])
     user_end = max((op.attrs["col"] + op.attrs["ncols"] for op in func.walk() if op.name == "tmem.alloc"),
                    default=0)
     reserve(func, target, num_warps, user_end)
     ncols = tmem_columns_used(func)
     if not ncols:
-        return {}
+        return None
     first = next(op for op in func.walk() if op.name == "tmem.alloc" or "tc_col" in op.attrs)
     b = Builder(block)
     if block.ops:
@@ -136,7 +137,7 @@ def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
     b.create("tmem.init", [], [], {"ncols": ncols, "cta_group": group}, first.span)
     b.set_insertion_point_end(block)
     b.create("tmem.release", [], [], {"ncols": ncols, "cta_group": group}, first.span)
-    return {"tmem_ncols": ncols}
+    return PreparedState(tmem_ncols=ncols)
 
 
 def kernel_cta_group(func: Function) -> int:
@@ -167,15 +168,15 @@ def tmem_ptr(cg: CodeGen, addr: LLValue, offset: int = 0) -> LLValue:
 def _issuer(cg: CodeGen) -> LLValue:
     """True in the one thread of the current partition that issues tcgen05 operations: the
     ``elect.sync`` leader of its warp 0, computed once at the partition's entry."""
-    key = ("tc_issuer", id(cg.fb.hoist))
-    if key not in cg.state:
+    key = id(cg.fb.hoist)
+    if key not in cg.state.issuers:
         fb = cg.fb
         cg.mod.declare("llvm.nvvm.elect.sync", "declare {i32, i1} @llvm.nvvm.elect.sync(i32) #1")
         w0 = fb.value(f"icmp eq i32 {cg.warp_id().ref}, 0", "i1", "w0", entry=True)
         e = fb.value("call {i32, i1} @llvm.nvvm.elect.sync(i32 -1) #1", "{i32, i1}", "el", entry=True)
         p = fb.value(f"extractvalue {{i32, i1}} {e.ref}, 1", "i1", "elp", entry=True)
-        cg.state[key] = fb.value(f"and i1 {w0.ref}, {p.ref}", "i1", "issuer", entry=True)
-    return cg.state[key]
+        cg.state.issuers[key] = fb.value(f"and i1 {w0.ref}, {p.ref}", "i1", "issuer", entry=True)
+    return cg.state.issuers[key]
 
 
 def _issue(cg: CodeGen, emit: Any, pair: bool = False) -> None:
@@ -249,12 +250,12 @@ def lower_tmem_init(cg: CodeGen, op: Operation) -> None:
     cg.barrier()
     _intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
     base = cg.fb.value(f"load i32, ptr addrspace(3) {cg.smem_ptr(slot).ref}, align 4", "i32", "tmem_base")
-    cg.state["tmem_base"] = base
+    cg.state.tmem_base = base
 
 
 @lowering("tmem.release")
 def lower_tmem_release(cg: CodeGen, op: Operation) -> None:
-    base = cg.state.get("tmem_base")
+    base = cg.state.tmem_base
     if base is None:
         raise InternalError("tmem.release without tmem.init", op.span)
     _intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
@@ -276,7 +277,7 @@ def lower_tmem_release(cg: CodeGen, op: Operation) -> None:
 @lowering("tmem.alloc")
 def lower_tmem_alloc(cg: CodeGen, op: Operation) -> None:
     _require_tcgen05(cg, op)
-    base = cg.state.get("tmem_base")
+    base = cg.state.tmem_base
     if base is None:
         raise InternalError("tmem.alloc lowered before the kernel's TMEM allocation", op.span)
     t = op.result.type

@@ -121,7 +121,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     from . import blackwell as bw
     from .asynchronous import emit_in_leader
 
-    if "tc_col" not in op.attrs or cg.part.index >= 0 or cg.state.get("tmem_base") is None:
+    if "tc_col" not in op.attrs or cg.part.index >= 0 or cg.state.tmem_base is None:
         return False
     sparse = op.name == "sparse_dot"
     a_v, b_v, acc_v, meta_v = _parts(op)
@@ -144,7 +144,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     a_ref, b_ref = stage_kmajor(cg, a, False, m, ka), stage_kmajor(cg, b, True, n, k)
     assert a_ref is not None and b_ref is not None  # eligible() checked the swizzles
     cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
-    base = fb.binop("add", cg.state["tmem_base"], const(op.attrs["tc_col"], "i32"))
+    base = fb.binop("add", cg.state.tmem_base, const(op.attrs["tc_col"], "i32"))
     acc_ref = bw.TmemRef(base, acc_t, n)
     bw.store_tile(cg, acc_ref, acc, op.span)
     meta_ref = None

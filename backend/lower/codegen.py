@@ -22,7 +22,9 @@ from ...frontend.ir.core import Block, Function, Operation, Value
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import LANE, WARP, register_coords, thread_bases
 from ...frontend.ops.opdefs import OPS, Lowering, attach
+from ...target.hooks import PreparedState
 from ...target.targets import Target
+from .codegen_state import CodegenState
 from .llvm_text import FunctionBuilder, LLValue, ModuleBuilder, const, llvm_type
 
 
@@ -138,7 +140,10 @@ def load_all_lowerings() -> None:
 
 
 class CodeGen:
-    def __init__(self, func: Function, target: Target, num_warps: int):
+    """Generates the LLVM IR of one kernel. ``prepared`` is what the target's prepare hook handed
+    on (``run_passes``); ``state`` is what the lowerings leave for each other (codegen_state.py)."""
+
+    def __init__(self, func: Function, target: Target, num_warps: int, prepared: PreparedState | None = None):
         self.func = func
         self.target = target
         self.total_warps = num_warps
@@ -152,7 +157,8 @@ class CodeGen:
         self._thread_cache: dict[Any, list[LLValue]] = {}
         self._sreg_cache: dict[str, LLValue] = {}
         self.fb: FunctionBuilder = FunctionBuilder(func.name, [])
-        self.state: dict[str, Any] = {}
+        self.prepared = prepared if prepared is not None else PreparedState()
+        self.state = CodegenState()
 
     # ------------------------------------------------------------------------------ driver
     def generate(self) -> str:
@@ -163,9 +169,9 @@ class CodeGen:
         threads = 32 * self.total_warps
         cluster = self.func.attrs.get("cluster")
         if cluster:  # a thread-block cluster kernel: .explicitcluster + .reqnctapercluster, launched with it
-            self.state["cluster"] = tuple(cluster)
+            self.state.cluster = tuple(cluster)
             self.extra_fn_attrs["nvvm.cluster_dim"] = ",".join(str(int(c)) for c in cluster)
-        self.state["default_regs"] = min(255, (65536 // threads) // 8 * 8)
+        self.state.default_regs = min(255, (65536 // threads) // 8 * 8)
         decls = self._declare_params()
         self.fb = FunctionBuilder(llvm_name(self.func.name), decls, "ptx_kernel")
         self._bind_params()
@@ -219,8 +225,7 @@ class CodeGen:
 
     def tensormap_keys(self, v: Value) -> list[Any]:
         """The distinct TMA boxes a tensor parameter is accessed with (``TmaPlan.keys``), in order."""
-        keys = self.state.get("tma_keys", {}).get(id(v), [])
-        return list(keys)
+        return list(self.state.tma_keys.get(id(v), []))
 
     def _bind_params(self) -> None:
         for p in self.func.runtime_params:
@@ -435,9 +440,9 @@ class CodeGen:
         return self.fb.value(f'call {ret} asm{se} "{text}", "{constraints}"({arglist}){attr}', ret, "asm")
 
 
-def generate_llvm(func: Function, target: Target, num_warps: int, state: dict[str, Any] | None = None
+def generate_llvm(func: Function, target: Target, num_warps: int, prepared: PreparedState | None = None
                   ) -> tuple[str, CodeGen]:
-    cg = CodeGen(func, target, num_warps)
-    if state:
-        cg.state.update(state)
+    """The LLVM IR of ``func`` (laid out and checked by ``run_passes``, which returned ``prepared``),
+    and the :class:`CodeGen` that generated it (its parameters, shared memory and state)."""
+    cg = CodeGen(func, target, num_warps, prepared)
     return cg.generate(), cg

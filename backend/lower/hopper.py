@@ -19,7 +19,7 @@ from typing import Any
 
 from ...frontend.diagnostics import InternalError
 from ...frontend.ir import types as T
-from ...frontend.ir.core import Function, Operation
+from ...frontend.ir.core import Operation
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.library import WGMMA_A_COLS, operand_class, wgmma_a_fragment, wgmma_accumulator
 from ...frontend.layout.tile import normalize
@@ -128,11 +128,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
     return out
 
 
-def prepare(func: Function, target: Any, num_warps: int) -> dict[str, Any]:
-    return {}
-
-
-HOOKS = TargetHooks(anchor=anchor, prepare=prepare)
+HOOKS = TargetHooks(anchor=anchor)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -194,8 +190,6 @@ def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int, a_
 
 A_ELEMS_PER_REG = {"16bit": 2, "tf32": 1, "8bit": 4}
 """Elements of A per b32 register of the register-A wgmma form (PTX ISA 9.7.15.5.1.1)."""
-LIVE_A = "wgmma_live_a"
-"""``cg.state`` key: the packed A registers of register-A wgmmas not yet waited for."""
 
 
 def pack_a(cg: CodeGen, a: DTile) -> list[LLValue]:
@@ -303,7 +297,7 @@ def emit_wgmma(cg: CodeGen, a_ref: SmemRef | DTile, b_ref: SmemRef, acc: DTile, 
                     regs[base + i] = fb.extract(res, i, ty)
     cg.intrinsic("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [], convergent=True)
     if a_packed is not None:
-        cg.state.setdefault(LIVE_A, []).extend(a_packed)
+        cg.state.live_a.extend(a_packed)
     return DTile(acc.layout, regs, acc.elem)
 
 
@@ -345,7 +339,7 @@ def keep_a_live(cg: CodeGen) -> None:
     the MMA may still read them (PTX ISA 9.7.15.5.2: A must not be modified before the wait).
     The asm is empty: it emits no instruction. Legality (SP0396) puts that wait in the block of the
     wgmma, so the values dominate it."""
-    live = cg.state.pop(LIVE_A, [])
+    live, cg.state.live_a = cg.state.live_a, []
     for start in range(0, len(live), 64):
         chunk = live[start:start + 64]
         cg.asm("void", "", ",".join(["r"] * len(chunk)), chunk, side_effect=True, convergent=True)

@@ -19,9 +19,9 @@ _WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8
 
 
 def _axis(cg: CodeGen) -> AxisAnalysis:
-    if "axis" not in cg.state:
-        cg.state["axis"] = AxisAnalysis(cg.func)
-    return cg.state["axis"]
+    if cg.state.axis is None:
+        cg.state.axis = AxisAnalysis(cg.func)
+    return cg.state.axis
 
 
 @lowering("addptr")

@@ -172,11 +172,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
     return {id(op.result): lay, id(op.operand("acc")): lay}
 
 
-def prepare(func: Any, target: Any, num_warps: int) -> dict[str, Any]:
-    return {}
-
-
-HOOKS = TargetHooks(anchor=anchor, prepare=prepare)
+HOOKS = TargetHooks(anchor=anchor)
 """Target hooks for the warp-level MMA targets (backend/lower/hooks.py chooses them)."""
 
 
