@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT.parent))
     os.environ.setdefault("SPARSILE_CACHE_DIR", "off")
     import numpy as np
+
     from sparsile.driver.launch import cached_launcher
 
     x = np.zeros(16, np.float32)

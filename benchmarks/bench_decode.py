@@ -56,6 +56,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch
     from bench_sparse_gemm import profile_kernel_time
+
     from sparsile.stdlib.kernels import linear, prune_and_compress
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
 

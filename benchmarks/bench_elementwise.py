@@ -200,6 +200,7 @@ def bench_softmax(module: Any, shapes: tuple[tuple[int, int], ...], iters: int) 
 def launch_overheads(module: Any, launches: int) -> dict[str, float | None]:
     """Host µs per launch of a one-element kernel, ours at every level and the others'."""
     import torch
+
     from sparsile.backend.runtime import measure_launch_overhead
 
     base = measure_launch_overhead(launches)
@@ -274,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         print(f"bench_elementwise needs an NVIDIA GPU and torch: {missing}", file=sys.stderr)
         return 2
-    import sparsile
     import torch
+
+    import sparsile
 
     vector = sparsile.load(ROOT / "examples" / "vector_add.spk")
     softmax = sparsile.load(ROOT / "examples" / "softmax.spk")

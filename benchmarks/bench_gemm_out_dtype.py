@@ -51,6 +51,7 @@ def kernel_us(plan, iters: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     import torch
+
     from sparsile.stdlib.kernels import plan_sparse_matmul, prune_and_compress
 
     args = parse_args(argv)

@@ -88,6 +88,7 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
     import numpy as np
+
     from sparsile.integrations.jax import SparseLinear
     from sparsile.integrations.jax import ffi as spffi
 
@@ -115,6 +116,7 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
 def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, int]:
     import jax
     import numpy as np
+
     from sparsile.integrations.jax import SparseLinear
 
     rng = np.random.default_rng(0)

@@ -109,6 +109,7 @@ def floors(prepared: Any) -> list[tuple[str, Callable[[], Any]]]:
     """The floor under every launch path: one ``cuLaunchKernel`` of the prepared empty kernel with
     its parameters already packed, through cuda.bindings and through libcuda directly (ctypes)."""
     from cuda.bindings import driver
+
     from sparsile.backend.runtime import cudalib
 
     launcher = prepared.launcher
@@ -124,8 +125,9 @@ def floors(prepared: Any) -> list[tuple[str, Callable[[], Any]]]:
 
 
 def small_kernel_rows(calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
-    import sparsile as sp
     import torch
+
+    import sparsile as sp
 
     module = sp.loads(SOURCE, "bench_launch.spk")
     empty, vadd = module.kernels["empty"], module.kernels["vadd"]
@@ -161,6 +163,7 @@ def small_kernel_rows(calls: int, repeats: int) -> list[tuple[str, str, float, f
 def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tuple[str, str, float, float]]:
     import torch
     import torch.nn.functional as F
+
     from sparsile.stdlib.kernels import plan_sparse_matmul, prune_and_compress, sparse_matmul
     from sparsile.stdlib.kernels.gemm import kernel_module
 

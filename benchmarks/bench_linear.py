@@ -156,6 +156,7 @@ def make_sparse_linear(linear: Any, dtype: str) -> Any:
     """``SparseLinear.from_dense(linear, dtype=...)``: None for bf16 (the layer's own dtype); for e4m3
     the name "e4m3" first, then ``torch.float8_e4m3fn``."""
     import torch
+
     from sparsile.torch import SparseLinear
 
     if dtype == "bf16":

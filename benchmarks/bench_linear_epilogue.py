@@ -33,6 +33,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch
     from bench_sparse_gemm import profile_kernel_time
+
     from sparsile.stdlib.kernels import CompressedWeight, linear, prune_and_compress, sparse_matmul
 
     if args.act_bn:

@@ -156,6 +156,7 @@ def bn_for(n: int) -> int:
 
 def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int) -> dict:
     import torch
+
     from sparsile.stdlib import sparsity as S
     from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k, pair_ctas
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
 from sparsile.stdlib.sparsity import compress, encode_metadata, operand_type, prune, validate_metadata
 
 TARGET_SECONDS = 2.0

@@ -61,6 +61,7 @@ def _events_ms(fn, repeats: int) -> float:
 
 def bench_shape(m: int, k: int, dtype: str, fmt: str, repeats: int, host_repeats: int) -> dict[str, float]:
     import torch
+
     from sparsile.stdlib import sparsity as S
     from sparsile.stdlib.kernels import sparsity_gpu as G
 
@@ -107,6 +108,7 @@ spread a word's chunks over two lanes). 8 chunks per thread: 57 registers; 16: a
 def sweep(m: int, k: int, dtype: str, fmt: str, repeats: int) -> None:
     """Time compress_gpu for each program shape of SWEEP (checked bit for bit each time)."""
     import torch
+
     from sparsile.stdlib import sparsity as S
     from sparsile.stdlib.kernels import sparsity_gpu as G
 

@@ -109,8 +109,9 @@ def forward_call(block: Block, x: Any) -> Callable[[], None]:
 
 def build(args: argparse.Namespace) -> tuple[Block, Block, Block, Any, Any]:
     """(dense, 2:4, dense-with-the-2:4-masks) blocks, x and the output gradient."""
-    import sparsile.torch as spt
     import torch
+
+    import sparsile.torch as spt
 
     torch.manual_seed(0)
     shapes = ((args.intermediate, args.hidden), (args.intermediate, args.hidden), (args.hidden, args.intermediate))
@@ -143,8 +144,9 @@ def check(sparse: Block, masked: Block, x: Any, grad: Any) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import sparsile.torch as spt
     import torch
+
+    import sparsile.torch as spt
 
     dense, sparse, masked, x, grad = build(args)
     sync = torch.cuda.synchronize

@@ -29,6 +29,7 @@ DTYPES = ("f16", "bf16", "e4m3", "s8", "tf32")
 
 def make(dtype: str, m: int, n: int, k: int, rng: np.random.Generator):
     import ml_dtypes
+
     from sparsile.stdlib import sparsity as S
 
     kp = -(-k // K_ALIGN[dtype]) * K_ALIGN[dtype]

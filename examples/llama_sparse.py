@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("llama_sparse.py needs an NVIDIA GPU (sparsile's sparse kernels run on Hopper)", file=sys.stderr)
         return 2
-    from sparsile.torch import sparsify_
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sparsile.torch import sparsify_
 
     config = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                          num_key_value_heads=8, num_hidden_layers=args.layers, max_position_embeddings=8192)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+
 import sparsile as sp
 
 

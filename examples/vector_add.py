@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+
 import sparsile as sp
 
 DEFAULT_BLOCK = 1024  # a Python global read by the kernel as a compile-time constant

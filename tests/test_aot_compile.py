@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
 from sparsile.cli import EXIT_OK, EXIT_USAGE, main
 from sparsile.driver import cache as cache_mod
@@ -128,6 +129,7 @@ def test_a_later_stage_carries_a_cached_entry_on(fresh_cache, compiles, monkeypa
 
 def test_compile_for_and_the_launch_path_share_cache_entries(fresh_cache, compiles) -> None:
     import numpy as np
+
     from sparsile.target.targets import get_target
 
     k = sp.load(VECTOR_ADD).kernels["vector_add"]

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+
 import sparsile
 from sparsile.tests.support import ROOT
 from sparsile.tests.support import load_script as _load

@@ -9,6 +9,7 @@ import io
 import re
 
 import pytest
+
 import sparsile
 from sparsile.cli import EXIT_DIAGNOSTICS, EXIT_OK, main
 from sparsile.frontend.diagnostics import CompileError

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sparsile.cli import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, main
 
 GOOD = """\

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import sparsile
 from sparsile.cli import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_USAGE, main
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from sparsile import cli, demo
 from sparsile.stdlib import kernels
 

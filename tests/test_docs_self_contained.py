@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from sparsile.tests.support import ROOT
 
 # Spelled in pieces so that this file does not match itself.

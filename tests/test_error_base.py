@@ -4,6 +4,7 @@ message, span and help, one constructor, one rendering; codes come from the regi
 from __future__ import annotations
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.runtime import CudaError
 from sparsile.frontend.codes import CODES

@@ -9,6 +9,7 @@ import io
 import re
 
 import pytest
+
 from sparsile.cli import main
 from sparsile.driver.op_listing import compiles_for, load_registry, op_rows
 from sparsile.frontend.diagnostics import InternalError

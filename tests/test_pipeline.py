@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
 from sparsile.cli import EXIT_OK, EXIT_USAGE, main
 from sparsile.driver import cache as cache_mod

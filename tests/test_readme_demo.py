@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from sparsile import demo
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.backend.lower import codegen
 from sparsile.backend.lower.elementwise import map_values

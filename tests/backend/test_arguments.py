@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.backend.runtime import DeviceInfo, dlpack
 from sparsile.backend.runtime import arguments as A
 from sparsile.frontend.diagnostics import InternalError, LaunchError

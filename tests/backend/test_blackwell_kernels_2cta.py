@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from sparsile.backend.toolchain.linker import (
     assemble_with_ptxas,
     elf_is_arch_specific,

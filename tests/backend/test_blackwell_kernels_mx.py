@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.toolchain.linker import (
     assemble_with_ptxas,

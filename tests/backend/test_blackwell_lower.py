@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.lower.blackwell import mma_plan, register_layout
 from sparsile.driver.module import loads

@@ -20,6 +20,7 @@ import re
 import textwrap
 
 import pytest
+
 from sparsile.backend.lower.blackwell import mma_plan
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T

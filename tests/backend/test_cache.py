@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import pytest
+
 from sparsile.driver import cache as C
 from sparsile.target.targets import get_target
 

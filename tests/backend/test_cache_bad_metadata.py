@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.driver import cache as C
 from sparsile.driver.compiler import compile_cached

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+
 from sparsile.frontend.diagnostics import InternalError
 from sparsile.target import descriptors as D
 from sparsile.target.descriptors import InstrDesc, SmemDesc

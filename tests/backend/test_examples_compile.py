@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.toolchain.linker import assemble_with_ptxas, elf_sm_arch, is_cuda_elf, ptxas_available
 from sparsile.driver.compiler import compile_kernel

@@ -10,6 +10,7 @@ the compiler's own code (backend/cache.py), so a cached build is the build of th
 from __future__ import annotations
 
 import pytest
+
 import sparsile as sp
 from sparsile.tests.golden_ptx import check_golden
 from sparsile.tests.support import compile_stdlib

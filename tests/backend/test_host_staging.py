@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.backend import runtime as R
 from sparsile.backend.runtime.arguments import shared_host_copy

@@ -6,6 +6,7 @@ import dataclasses
 import sys
 
 import pytest
+
 from sparsile.backend.toolchain import linker as K
 from sparsile.backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
 from sparsile.frontend.diagnostics import CompileError, InternalError

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+
 from sparsile.backend.toolchain import llvm_to_ptx as L
 from sparsile.frontend.diagnostics import CompileError, InternalError
 from sparsile.target.targets import TARGETS, Feature, get_target

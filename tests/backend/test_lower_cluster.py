@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.lower.cluster import tma_load_cluster_text
 from sparsile.backend.toolchain.linker import assemble_with_ptxas, ptxas_available

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.backend.lower.mma import MmaInstr, padded_words, select_instr, warp_split
 from sparsile.backend.toolchain.linker import assemble_with_ptxas, nvdisasm_path, nvdisasm_sass, ptxas_available

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+
 from sparsile.backend.lower.reduce import _pure, counts_each_element_once, thread_combines
 from sparsile.frontend.layout.layouts import LinearLayout
 from sparsile.frontend.layout.tile import LANE, REG, WARP, thread_bases

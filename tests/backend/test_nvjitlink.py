@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sparsile.backend.toolchain import nvjitlink
 
 PTX = """.version 8.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.lower.codegen import generate_llvm
 from sparsile.backend.lower.codegen_state import CodegenState

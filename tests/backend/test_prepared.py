@@ -17,8 +17,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import sparsile as sp
 from cuda.bindings import driver
+
+import sparsile as sp
 from sparsile.backend import runtime
 from sparsile.backend.runtime import arguments as A
 from sparsile.backend.runtime import arrays as array_args

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.backend import runtime
 from sparsile.frontend.diagnostics import LaunchError

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cuda.bindings import driver
+
 from sparsile.backend import runtime
 from sparsile.backend.runtime import CudaError, FunctionAttributes, Launcher, check, dlpack, staging
 from sparsile.backend.runtime import arguments as A

@@ -8,6 +8,7 @@ import gc
 
 import numpy as np
 import pytest
+
 from sparsile.backend.runtime import dlpack
 
 

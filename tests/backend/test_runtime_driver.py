@@ -17,6 +17,7 @@ import threading
 import numpy as np
 import pytest
 from cuda.bindings import driver
+
 from sparsile.backend import runtime
 from sparsile.backend.runtime import arguments as A
 from sparsile.backend.runtime import devices

@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cuda.bindings import driver, nvjitlink
+
 from sparsile.backend import runtime
 from sparsile.backend.runtime import DeviceBuffer, Launcher, check, dlpack
 from sparsile.backend.runtime import arguments as A

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.spans import SourceFile, Span
 from sparsile.target import targets as T

@@ -8,6 +8,7 @@ import pytest
 from cuda.bindings import driver
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.backend import runtime
 from sparsile.backend.runtime import arguments as A
 from sparsile.backend.runtime.tensormap import (

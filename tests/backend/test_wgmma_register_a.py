@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 import sparsile as sp
 from sparsile.backend.toolchain.linker import assemble_with_ptxas, nvdisasm_path, nvdisasm_sass, ptxas_available
 from sparsile.driver.compiler import compile_kernel

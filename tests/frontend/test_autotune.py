@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.driver import autotune_cache
 from sparsile.driver.autotune import Autotuner

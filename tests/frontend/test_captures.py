@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.driver.launch import cached_launcher
 from sparsile.frontend.sema.captures import EMPTY, CaptureSet, fingerprint, recording

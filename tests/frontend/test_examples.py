@@ -10,6 +10,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 import sparsile as sp
 from sparsile.tests.golden_ptx import check_golden
 from sparsile.tests.support import ROOT, signature

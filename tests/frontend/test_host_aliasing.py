@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.frontend.interp.host_arrays import stored_params

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.driver.module import loads
 from sparsile.frontend.interp.values import InterpreterError

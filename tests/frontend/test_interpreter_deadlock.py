@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+
 from sparsile.driver.module import loads
 from sparsile.frontend.interp.values import InterpreterError
 

@@ -11,6 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
+
 import sparsile
 import sparsile as sp
 from sparsile import arange, jit, load, program_id, store

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.driver.kernel import GRID_LIMITS, check_options, normalize_grid
 from sparsile.frontend.diagnostics import CompileError, LaunchError

@@ -15,6 +15,7 @@ import pathlib
 import re
 
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.sema.builtins import METHODS, PROPERTIES, ROOT, builtin_reference, scalar_type_table

@@ -10,6 +10,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+
 from sparsile.cli import EXIT_OK, EXIT_USAGE, main
 from sparsile.frontend.layout import library as L
 from sparsile.frontend.layout.layouts import UNUSED_DIM, LinearLayout

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.frontend.diagnostics import Diagnostic
 from sparsile.frontend.layout.layouts import (
     GF2Span,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.layout.derive import (
     conversion_plan,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.frontend.layout.layouts import UNUSED_DIM, LayoutError
 from sparsile.frontend.layout.library import (
     blocked,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sparsile.frontend.layout.library import (
     blocked,
     mma_sp_fragment,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.layout.derive import tmem_register_layout
 from sparsile.frontend.layout.library import (

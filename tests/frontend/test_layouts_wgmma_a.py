@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.backend.lower.hopper import a_layout
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.layout.layouts import LayoutError

@@ -14,6 +14,7 @@ import functools
 import textwrap
 
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import CompileError, Severity
 from sparsile.frontend.legality import core as legality

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import CompileError
 

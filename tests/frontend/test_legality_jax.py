@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from sparsile.tests.support import compile_src
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"

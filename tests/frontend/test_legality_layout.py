@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError

@@ -6,6 +6,7 @@ InternalError guards). Valid variants compile to PTX (and, where ptxas is instal
 from __future__ import annotations
 
 import pytest
+
 from sparsile.frontend.diagnostics import CompileError, Severity
 from sparsile.frontend.legality.mma import instr_k, wgmma_split
 from sparsile.tests.support import compile_src

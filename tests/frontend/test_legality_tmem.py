@@ -7,6 +7,7 @@ also exercised on hand-built IR."""
 from __future__ import annotations
 
 import pytest
+
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.ir.core import Builder, Function, Region

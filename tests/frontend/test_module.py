@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import CompileError
 

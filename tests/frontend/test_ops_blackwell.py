@@ -8,6 +8,7 @@ import textwrap
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.interp.values import InterpreterError

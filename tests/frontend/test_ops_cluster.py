@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.interp.values import InterpreterError

@@ -8,6 +8,7 @@ wording where CPython has one.
 from __future__ import annotations
 
 import pytest
+
 from sparsile.frontend.diagnostics import CompileError, InternalError
 from sparsile.frontend.syntax import parser as parser_module
 from sparsile.frontend.syntax.parser import parse_expression, parse_function_source, parse_module

@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from sparsile.frontend.syntax import ast
 from sparsile.frontend.syntax.ast import dump, walk
 from sparsile.frontend.syntax.parser import parse_expression, parse_function_source, parse_module, time_parse

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.syntax import ast
 from sparsile.frontend.syntax.parser import parse_expression, parse_function_source, parse_module

@@ -7,6 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
+
 import sparsile  # noqa: F401  (registers every op)
 from sparsile.driver.module import loads
 from sparsile.frontend.ir import types as T

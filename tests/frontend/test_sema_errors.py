@@ -13,6 +13,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError, Severity
 

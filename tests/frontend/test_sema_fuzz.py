@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError, LaunchError
 from sparsile.frontend.interp.values import InterpreterError

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.frontend.sema.specialize import specialize

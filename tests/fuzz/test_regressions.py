@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 import sparsile
 from sparsile.frontend.diagnostics import CompileError, coded_error_diagnostic
 from sparsile.frontend.layout.layouts import LayoutError

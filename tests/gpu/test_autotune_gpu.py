@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 
 pytestmark = pytest.mark.gpu

@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.stdlib import sparsity as S
 from sparsile.tests.support import KERNELS

@@ -16,6 +16,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.frontend.interp.values import InterpreterError
 from sparsile.stdlib import sparsity as S

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import sparsile as sp
 from sparsile.stdlib import sparsity as S
 

@@ -5,6 +5,7 @@ CUDA graph capture and replay, a side stream, inference_mode, .cuda() of a CPU-b
 from __future__ import annotations
 
 import pytest
+
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 
 torch = pytest.importorskip("torch")

@@ -9,6 +9,7 @@ import copy
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.sparsity import as_host_array, prune_mask_2_4, transposable_mask_2_4
 from sparsile.tests.integrations.torch_helpers import linear
 from sparsile.tests.integrations.training_helpers import DenseMasked, Mlp, bf16, masked_weight, train_pair, within

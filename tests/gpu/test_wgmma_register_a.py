@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib import sparsity as S
 from sparsile.tests.support.wgmma_register_a import kernel, loop_kernel
 

@@ -9,6 +9,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.integrations import safetensors as st
 from sparsile.integrations.errors import IntegrationError
 

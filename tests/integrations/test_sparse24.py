@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.integrations.errors import IntegrationError
 from sparsile.integrations.sparse24 import bitmask_layout, dense_from_bitmask
 from sparsile.stdlib.sparsity import compress, prune_2_4

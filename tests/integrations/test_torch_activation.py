@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.integrations.errors import IntegrationError
 from sparsile.stdlib.sparsity import as_host_array, prune_mask_2_4
 from sparsile.tests.integrations.training_helpers import within

@@ -9,6 +9,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.integrations import safetensors as st
 from sparsile.integrations.errors import IntegrationError
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear

@@ -8,6 +8,7 @@ import copy
 
 import numpy as np
 import pytest
+
 from sparsile.integrations.errors import IntegrationError
 from sparsile.stdlib.sparsity import compress
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear

@@ -5,6 +5,7 @@ fake-tensor shapes, tracing a sparsified model with torch.compile(fullgraph=True
 from __future__ import annotations
 
 import pytest
+
 from sparsile.integrations.errors import IntegrationError
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 
 torch = pytest.importorskip("torch")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.integrations.errors import IntegrationError
 from sparsile.stdlib.sparsity import as_host_array, decompress, transposable_mask_2_4
 from sparsile.tests.integrations.torch_helpers import linear

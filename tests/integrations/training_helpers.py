@@ -4,6 +4,7 @@ bound, and the masked weight as the kernel sees it."""
 from __future__ import annotations
 
 import pytest
+
 from sparsile.tests.integrations.torch_helpers import EPS
 
 torch = pytest.importorskip("torch")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.stdlib import blockscale as BS
 from sparsile.stdlib import sparsity as S
 

@@ -12,6 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.kernels import KERNELS
 from sparsile.stdlib.kernels.decode import (
     DECODE_BM,

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.kernels import KERNELS, CompressedWeight, plan_sparse_matmul, prune_and_compress, sparse_matmul

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.kernels import (

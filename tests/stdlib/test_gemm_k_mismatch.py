@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.kernels import plan_sparse_matmul, prune_and_compress
 from sparsile.stdlib.kernels.gemm_sm100 import tcgen05_metadata
 from sparsile.stdlib.sparsity import SparsityError

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul, prune_and_compress, sparse_matmul
 from sparsile.stdlib.kernels.gemm import checked_out_dtype
 from sparsile.stdlib.sparsity import SparsityError

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from sparsile.cli import main
 from sparsile.driver.autotune_cache import write_json_atomic
 from sparsile.frontend.diagnostics import LaunchError

@@ -13,6 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.stdlib.kernels import prune_and_compress
 from sparsile.stdlib.kernels.linear import (
     plan_sparse_linear,

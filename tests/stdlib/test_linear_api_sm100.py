@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.kernels.linear import plan_sparse_linear, sparse_linear
 from sparsile.stdlib.kernels.linear_sm100 import SparseLinearPlanSm100
 from sparsile.stdlib.sparsity import SparsityError

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.kernels import gemm, sparsity_gpu
 from sparsile.stdlib.kernels.gemm import prune_and_compress, prunes_on_gpu
 from sparsile.stdlib.sparsity import as_host_array, compress, encode_metadata, operand_type

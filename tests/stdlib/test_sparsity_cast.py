@@ -9,6 +9,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.kernels import prune_and_compress
 

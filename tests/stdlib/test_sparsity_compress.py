@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparsile.stdlib.sparsity import SparsityError, compress, decompress, encode_metadata, prune, prune_2_4
 
 

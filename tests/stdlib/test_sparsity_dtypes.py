@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.sparsity import OPERAND_TYPES, SparsityError, operand_type
 from sparsile.stdlib.sparsity.dtypes import class_members, operand_type_of_array
 from sparsile.stdlib.sparsity.errors import ALL_CODES

@@ -8,9 +8,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-import sparsile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import sparsile
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.kernels import sparsity_gpu as G
 from sparsile.stdlib.sparsity import SparsityError

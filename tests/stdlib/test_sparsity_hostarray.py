@@ -8,6 +8,7 @@ import types
 import ml_dtypes
 import numpy as np
 import pytest
+
 from sparsile.stdlib.sparsity import SparsityError, as_host_array, prune_2_4
 
 

@@ -6,6 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.sparsity import (
     SparsityError,
     compress,

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.sparsity import SparsityError
 from sparsile.stdlib.sparsity.transposable import PATTERNS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sparsile.stdlib.sparsity import (
     MetadataBuffer,
     SparsityError,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from sparsile.stdlib.sparsity import SparsityError, operand_type, validate_metadata
 from sparsile.stdlib.sparsity.layouts import metadata_shape, nibbles_from_words
 from sparsile.stdlib.sparsity.validate import (

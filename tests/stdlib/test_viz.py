@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from sparsile.stdlib import viz
 from sparsile.stdlib.sparsity import SparsityError
 

@@ -8,6 +8,7 @@ import contextlib
 
 import ml_dtypes
 import numpy as np
+
 import sparsile as sp
 
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
