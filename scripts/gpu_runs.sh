@@ -16,7 +16,8 @@
 #
 # Each part writes its log (and JSON where a benchmark has one) under $OUT (default ./gpu-out).
 # A part stops at its first failing step only for tests-launch: nothing after it can be trusted
-# if a launch is wrong. SPARSILE_RAW_DRIVER=0 keeps launches on cuda.bindings (a fallback).
+# if a launch is wrong. Launches go through cuda.bindings; SPARSILE_RAW_DRIVER=1 routes them through
+# libcuda directly (ctypes), which is opt-in (measured no faster).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part="${1:?usage: gpu_runs.sh PART (see the header)}"

@@ -1,10 +1,10 @@
-"""Direct ``ctypes`` entry points into libcuda for the launch hot path.
+"""Direct ``ctypes`` entry points into libcuda for the launch hot path (opt-in: ``SPARSILE_RAW_DRIVER=1``).
 
-``cuda.bindings.driver`` converts and type-checks every argument of every call (a ``CUstream``
-wrapper, a kernel-parameter helper object); on the launch path that costs microseconds per call.
-The three calls a launch can make per call (``cuLaunchKernel``, ``cuLaunchKernelEx`` and, when a
-tensor-map input moved, ``cuTensorMapEncodeTiled``) are therefore also bound here straight from
-``libcuda`` with fixed ``argtypes``: plain ints in, a ``CUresult`` int out.
+``cuda.bindings.driver`` converts and type-checks every argument of every call; the three calls a
+launch can make per call (``cuLaunchKernel``, ``cuLaunchKernelEx`` and, when a tensor-map input
+moved, ``cuTensorMapEncodeTiled``) are also bound here straight from ``libcuda`` with fixed
+``argtypes``: plain ints in, a ``CUresult`` int out. That was meant to be faster; measured, it is
+not (the ``argtypes`` conversions cost about what cuda.bindings' checks do), so it is opt-in.
 
 They are used only when the binding in ``cuda.bindings.driver`` is the genuine one
 (:func:`bindings_untouched`): a test or a tracing tool that monkeypatches ``driver.cuLaunchKernel``
@@ -77,14 +77,15 @@ _tried = False
 
 
 def library() -> Library | None:
-    """libcuda's raw entry points, or None without the driver library (loaded once). The environment
-    variable ``SPARSILE_RAW_DRIVER=0`` keeps every call on ``cuda.bindings`` (a fallback while the raw
-    path is new)."""
+    """libcuda's raw entry points when ``SPARSILE_RAW_DRIVER=1``, else None (every call stays on
+    ``cuda.bindings``); None without the driver library too. Loaded once. Off by default: measured on
+    the H200 machine a bare ``cuLaunchKernel`` through this path took 5.3–6.3 µs against 4.0–5.7 µs
+    through ``cuda.bindings`` (benchmarks/RESULTS.md, bench_launch.py), so it is no win there."""
     global _library, _tried
     if _tried:
         return _library
     with _lock:
-        if not _tried and os.environ.get("SPARSILE_RAW_DRIVER", "1") == "0":
+        if not _tried and os.environ.get("SPARSILE_RAW_DRIVER", "0") != "1":
             _tried = True
         if not _tried:
             name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"

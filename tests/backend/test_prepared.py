@@ -538,10 +538,14 @@ def test_bench_launch_arguments_table_and_no_gpu(capsys):
     assert bench.main([]) == 2 and "needs an NVIDIA GPU" in capsys.readouterr().err
 
 
-def test_raw_driver_env_zero_keeps_calls_on_cuda_bindings(monkeypatch):
+@pytest.mark.parametrize("value", [None, "0", "yes"])
+def test_calls_stay_on_cuda_bindings_unless_raw_driver_is_1(monkeypatch, value):
     from sparsile.backend.runtime import cudalib
 
-    monkeypatch.setenv("SPARSILE_RAW_DRIVER", "0")
+    if value is None:
+        monkeypatch.delenv("SPARSILE_RAW_DRIVER", raising=False)
+    else:
+        monkeypatch.setenv("SPARSILE_RAW_DRIVER", value)
     monkeypatch.setattr(cudalib, "_tried", False)
     monkeypatch.setattr(cudalib, "_library", None)
     assert cudalib.library() is None
