@@ -181,3 +181,62 @@ def test_compiling_does_not_initialize_the_cuda_driver():
                           env={**os.environ, "SPARSILE_CACHE_DIR": "off"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+SETMAXNREG_PTX = """.version 8.7
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 p)
+.maxntid 384, 1, 1
+.minnctapersm 1
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  .reg .pred %p<2>;
+  mov.u32 %r1, %tid.x;
+  setp.lt.u32 %p1, %r1, 128;
+  @%p1 bra PRODUCER;
+  setmaxnreg.inc.sync.aligned.u32 240;
+  bra.uni DONE;
+PRODUCER:
+  setmaxnreg.dec.sync.aligned.u32 40;
+DONE:
+  ld.param.u64 %rd1, [p];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+"""
+"""A warp-specialized entry that moves registers between warpgroups (PTX ISA, setmaxnreg): its
+register count at entry is known (.maxntid with .minnctapersm), as whole-program ptxas needs."""
+
+
+def test_nvjitlink_drops_setmaxnreg():
+    """docs/hopper.md: nvJitLink compiles PTX as a relocatable unit (ptxas --compile-only), where
+    ptxas ignores setmaxnreg (info C7504), with every option that could change it. If a future
+    nvJitLink keeps it, this test fails and the kernels can use register reallocation."""
+    sm90 = get_target("sm_90a")
+    for extra in ((), ("-Xptxas=--extensible-whole-program",), ("-kernels-used=k",)):
+        linked = K._library().link_ptx(SETMAXNREG_PTX.encode(), [sm90.nvjitlink_arch, "-O3", "-verbose", *extra],
+                                       "k.ptx")
+        assert "C7504" in linked.info_log, extra
+        sass = K.nvdisasm_sass(linked.cubin)
+        if sass is not None:
+            assert "SETMAXREG" not in sass
+
+
+@pytest.mark.skipif(not K.ptxas_available(), reason="ptxas is not installed (the PyPI wheel nvidia-cuda-nvcc has one)")
+def test_whole_program_ptxas_keeps_setmaxnreg(tmp_path):
+    """The same PTX through ptxas without --compile-only keeps it (USETMAXREG in the SASS)."""
+    import subprocess
+
+    src, out = tmp_path / "k.ptx", tmp_path / "k.cubin"
+    src.write_text(SETMAXNREG_PTX)
+    done = subprocess.run([K.ptxas_path(), "-arch=sm_90a", str(src), "-o", str(out)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "C7504" not in done.stdout + done.stderr
+    sass = K.nvdisasm_sass(out.read_bytes())
+    if sass is None:
+        pytest.skip("nvdisasm is not installed")
+    assert "USETMAXREG.TRY_ALLOC" in sass and "USETMAXREG.DEALLOC" in sass
