@@ -89,10 +89,14 @@ def _nvjitlink_identity() -> str:
 
 @functools.cache
 def toolchain_versions() -> dict[str, str]:
-    """The versions a compiled artifact depends on: compiler, llvmlite (LLVM), nvJitLink."""
+    """The versions a compiled artifact depends on: compiler, llvmlite (LLVM), nvJitLink, and the
+    whole-program ptxas of ``setmaxnreg`` kernels (backend/toolchain/whole_program.py)."""
     import llvmlite
 
-    return {"compiler": compiler_version(), "llvmlite": llvmlite.__version__, "nvjitlink": _nvjitlink_identity()}
+    from ..backend.toolchain import whole_program
+
+    return {"compiler": compiler_version(), "llvmlite": llvmlite.__version__, "nvjitlink": _nvjitlink_identity(),
+            "ptxas": whole_program.identity()}
 
 
 def _canonical_options(options: object) -> str:

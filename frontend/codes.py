@@ -225,6 +225,8 @@ CODES: dict[str, str] = {
     "SP0603": "intrinsic not on the target",
     "SP0610": "nvJitLink rejected the PTX",
     "SP0611": "nvJitLink unavailable",
+    "SP0612": "register budgets dropped by nvJitLink",
+    "SP0613": "SPARSILE_PTXAS is no ptxas",
     "SP0620": "op without a lowering",
     "SP0621": "elementwise op not compilable",
     "SP0622": "reduction not compilable",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
 from ...target.targets import Target
-from . import nvjitlink
+from . import nvjitlink, whole_program
 
 if TYPE_CHECKING:
     import subprocess
@@ -71,7 +71,8 @@ def nvjitlink_version() -> tuple[int, int]:
 
 def ptx_to_cubin(ptx: str, target: Target, *, opt_level: int = 3, name: str = "kernel.ptx",
                  verbose: bool = True) -> LinkResult:
-    """Assemble and link ``ptx`` for ``target`` with nvJitLink.
+    """Assemble and link ``ptx`` for ``target`` with nvJitLink (a PTX with ``setmaxnreg``: with a
+    whole-program ptxas when one is configured, :mod:`.whole_program`).
 
     Options: ``target.nvjitlink_arch`` (e.g. ``-arch=sm_100a``), ``-O<opt_level>``, ``-no-cache``
     (see :data:`NO_CACHE`) and, with ``verbose``, ``-verbose`` (the info log then reports registers
@@ -80,6 +81,11 @@ def ptx_to_cubin(ptx: str, target: Target, *, opt_level: int = 3, name: str = "k
     """
     if opt_level not in (0, 1, 2, 3):
         raise InternalError(f"opt_level must be 0..3, got {opt_level!r}")
+    if whole_program.needs_whole_program(ptx):  # setmaxnreg survives only whole-program ptxas
+        ptxas = whole_program.whole_program_ptxas()
+        if ptxas is not None:
+            return LinkResult(*whole_program.assemble(ptx, target, ptxas, opt_level=opt_level, name=name))
+        whole_program.warn_budgets_dropped(name)
     lib = _library()
     options = [target.nvjitlink_arch, f"-O{opt_level}", NO_CACHE] + (["-verbose"] if verbose else [])
     try:

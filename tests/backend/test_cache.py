@@ -57,7 +57,7 @@ def test_option_order_does_not_matter_and_targets_may_be_objects():
 
 def test_default_versions_are_filled_in():
     versions = C.toolchain_versions()
-    assert set(versions) == {"compiler", "llvmlite", "nvjitlink"}
+    assert set(versions) == {"compiler", "llvmlite", "nvjitlink", "ptxas"}
     assert versions["compiler"].startswith("sparsile ")
     k = C.make_key(target="sm_90a", source="s", kernel_name="k")
     assert k == C.make_key(target="sm_90a", source="s", kernel_name="k", versions=versions)
