@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...frontend.ir import types as T
 from ...frontend.ir.axis_info import AxisAnalysis
 from ...frontend.ir.core import Operation, Value
-from ...frontend.layout.tile import register_coords
+from ...frontend.layout.tile import distinct_registers, register_coords, replicated_thread_bits
 from .codegen import CodeGen, DTile, lowering
 from .llvm_text import LLValue, const, llvm_type
 
@@ -274,3 +274,132 @@ def lower_store_tile(cg: CodeGen, op: Operation) -> None:
             continue
         seen.add(p.ref)
         global_access(cg, False, p, m, [v], None, elem, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Atomics (frontend/ops/atomic.py). PTX ``atom`` through inline asm: LLVM 22's NVPTX backend drops
+# the ordering and the syncscope of ``atomicrmw`` (``acq_rel`` at block scope became a plain
+# relaxed ``atom.global.add.u32``; checked in tests/backend/test_lower_atomic.py), and the asm
+# predicates each access on its mask as the masked loads and stores above do.
+# ------------------------------------------------------------------------------------------------
+_ATOM_TYPES = {
+    "add": {"i32": "s32", "u32": "u32", "i64": "u64", "u64": "u64", "f16": "noftz.f16", "f32": "f32", "f64": "f64"},
+    "max": {"i32": "s32", "u32": "u32", "i64": "s64", "u64": "u64"},
+    "xchg": {n: f"b{b}" for n, b in (("i32", 32), ("u32", 32), ("f32", 32), ("i64", 64), ("u64", 64), ("f64", 64))},
+}
+_ATOM_TYPES["min"] = _ATOM_TYPES["max"]
+_ATOM_TYPES["cas"] = _ATOM_TYPES["xchg"]
+_ATOM_OP = {"add": "add", "max": "max", "min": "min", "xchg": "exch", "cas": "cas"}
+
+
+def atom_instruction(kind: str, elem: T.ScalarType, sem: str, scope: str) -> str:
+    """The PTX instruction of one atomic, e.g. ``atom.acq_rel.gpu.global.add.u32``."""
+    return f"atom.{sem}.{scope}.global.{_ATOM_OP[kind]}.{_ATOM_TYPES[kind][elem.name]}"
+
+
+def _atomic_one(cg: CodeGen, op: Operation, elem: T.ScalarType, ptr: LLValue, operands: list[LLValue],
+                pred: LLValue | None) -> LLValue:
+    """One atomic where ``pred`` holds (always when None); its old value, 0 where it did not run."""
+    fb = cg.fb
+    wname, wcon, wty = _WORD[_elem_bytes(elem)]
+    ety = llvm_type(elem)
+    words = [fb.cast("bitcast", v, wty) for v in operands]
+    ins = ", ".join(f"${i + 2}" for i in range(len(words)))
+    inst = atom_instruction(op.attrs["kind"], elem, op.attrs["sem"], op.attrs["scope"])
+    args = [ptr, *words]
+    if pred is None:
+        text, cons = f"{inst} $0, [$1], {ins};", f"=&{wcon},l," + ",".join([wcon] * len(words))
+    else:
+        text = f"mov.{wname} $0, 0; @${2 + len(words)} {inst} $0, [$1], {ins};"
+        cons = f"=&{wcon},l," + ",".join([wcon] * len(words)) + ",b"
+        args.append(pred)
+    res = cg.asm(wty, text, cons + ",~{memory}", args, side_effect=True)
+    assert res is not None
+    return fb.cast("bitcast", res, ety)
+
+
+def _and(cg: CodeGen, a: LLValue | None, b: LLValue | None) -> LLValue | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return cg.fb.binop("and", a, b)
+
+
+def _result_used(cg: CodeGen, op: Operation) -> bool:
+    res = op.result
+    return any(v is res for o in cg.func.body.block.ops for x in o.walk() for v in x.operands)
+
+
+def _holder_predicate(cg: CodeGen, lane_mask: int, warp_mask: int) -> LLValue | None:
+    """True in the threads whose replicated lane and warp bits are zero (``replicated_thread_bits``)."""
+    fb = cg.fb
+    pred: LLValue | None = None
+    for src, bits in ((cg.lane_id, lane_mask), (cg.warp_id, warp_mask)):
+        if bits:
+            masked = fb.value(f"and i32 {src().ref}, {bits}", "i32", "rep", entry=True)
+            pred = _and(cg, pred, fb.value(f"icmp eq i32 {masked.ref}, 0", "i1", "rep", entry=True))
+    return pred
+
+
+@lowering("atomic_rmw", "atomic_cas")
+def lower_atomic(cg: CodeGen, op: Operation) -> None:
+    from .reduce import linear_index, storage_of
+
+    names = ("cmp", "value") if op.name == "atomic_cas" else ("value",)
+    ptr_v, mask_v = op.operand("ptr"), op.optional_operand("mask")
+    elem = T.element_type(op.result.type)
+    assert isinstance(elem, T.ScalarType)
+    fb = cg.fb
+    ptr = cg.get(ptr_v)
+    used = _result_used(cg, op)
+    if not isinstance(ptr, DTile):  # a scalar: one thread performs it, the others read its result
+        pred = _and(cg, cg.get(mask_v) if mask_v is not None else None, cg.is_leader())
+        old = _atomic_one(cg, op, elem, ptr, [cg.get(op.operand(n)) for n in names], pred)
+        if used:
+            sty, eb = storage_of(elem)
+            slot = cg.smem_ptr(cg.smem_alloc(eb, max(eb, 4)))
+            cg.barrier()
+            then, cont = fb.new_block("atom_w"), fb.new_block("atom_c")
+            fb.cond_br(cg.is_leader(), then, cont)
+            fb.set_block(then)
+            fb.emit(f"store {sty} {old.ref}, ptr addrspace(3) {slot.ref}, align {eb}")
+            fb.br(cont)
+            fb.set_block(cont)
+            cg.barrier()
+            old = fb.value(f"load {sty}, ptr addrspace(3) {slot.ref}, align {eb}", sty, "atom")
+        cg.set(op.result, old)
+        return
+    layout = ptr.layout
+    vals = [cg.tile(op.operand(n)) for n in names]
+    mask = cg.tile(mask_v) if mask_v is not None else None
+    lane_mask, warp_mask = replicated_thread_bits(layout)
+    holder = _holder_predicate(cg, lane_mask, warp_mask)
+    offs = register_coords(layout)
+    first: dict[tuple[int, ...], LLValue] = {}
+    for r in distinct_registers(layout):  # each element once: its first register, in its holder thread
+        pred = _and(cg, mask.regs[r] if mask is not None else None, holder)
+        first[offs[r]] = _atomic_one(cg, op, elem, ptr.regs[r], [v.regs[r] for v in vals], pred)
+    if used and holder is not None:  # the other threads holding an element read its old value
+        shape = T.shape_of(op.result.type)
+        sty, eb = storage_of(elem)
+        numel = 1
+        for s in shape:
+            numel *= s
+        base = cg.smem_alloc(numel * eb, 16)
+        coords = cg.coords(layout)
+        cg.barrier()
+        then, cont = fb.new_block("atom_w"), fb.new_block("atom_c")
+        fb.cond_br(holder, then, cont)
+        fb.set_block(then)
+
+        def slot(r: int) -> LLValue:
+            lin = linear_index(cg, coords[r], shape)
+            return cg.smem_ptr(fb.binop("add", fb.binop("mul", lin, const(eb, "i32")), const(base, "i32")))
+
+        for r in distinct_registers(layout):
+            fb.emit(f"store {sty} {first[offs[r]].ref}, ptr addrspace(3) {slot(r).ref}, align {eb}")
+        fb.br(cont)
+        fb.set_block(cont)
+        cg.barrier()
+        for r in distinct_registers(layout):
+            first[offs[r]] = fb.value(f"load {sty}, ptr addrspace(3) {slot(r).ref}, align {eb}", sty, "atom")
+    cg.set(op.result, DTile(op.result.layout, [first[o] for o in offs], elem))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .layouts import LinearLayout
+from .layouts import GF2Span, LinearLayout
 from .library import blocked
 
 REG, LANE, WARP = "reg", "lane", "warp"
@@ -157,6 +157,33 @@ def distinct_registers(layout: LinearLayout) -> list[int]:
     for r, off in enumerate(register_coords(layout)):
         first.setdefault(off, r)
     return list(first.values())
+
+
+def replicated_thread_bits(layout: LinearLayout) -> tuple[int, int]:
+    """``(lane mask, warp mask)``: the lane and warp bits whose basis repeats elements that the
+    registers or earlier lane/warp bits already reach (a zero basis, a duplicate, or an XOR of
+    earlier ones). Together with :func:`distinct_registers` this picks one holder of each
+    element: the thread whose lane and warp have those bits zero, in its first register of that
+    offset. Each element of the tile has exactly one such holder (the bases taken in the order
+    registers, lanes, warps; a dependent basis is a kernel vector whose highest input bit is its
+    own, so the holders with every dependent bit zero are one per element). Ops that must act
+    once per element (atomics) predicate on it."""
+    rank = len(layout.out_dims)
+
+    def packed(basis: tuple[int, ...]) -> int:
+        return sum(c << (32 * d) for d, c in enumerate(basis))
+
+    rbits = layout.in_bits(REG) if REG in layout.in_names else 0
+    span = GF2Span(packed(tuple(layout.basis(REG, b).values())) for b in range(rbits))
+    masks = []
+    for name in (LANE, WARP):
+        mask = 0
+        for b, basis in enumerate(thread_bases(layout, name)):
+            assert len(basis) == rank
+            if not span.add(packed(basis)):
+                mask |= 1 << b
+        masks.append(mask)
+    return masks[0], masks[1]
 
 
 def thread_bases(layout: LinearLayout, name: str) -> list[tuple[int, ...]]:

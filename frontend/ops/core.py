@@ -271,7 +271,9 @@ def _i_addptr(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return [PtrVal(p.buf, (p.off + off.astype(np.int64)))]
 
 
-def _check_bounds(ctx: Any, op: Operation, p: PtrVal, mask: np.ndarray | None, what: str) -> np.ndarray:
+def check_bounds(ctx: Any, op: Operation, p: PtrVal, mask: np.ndarray | None, what: str) -> np.ndarray:
+    """The live lanes of an access through ``p`` (``mask``, or all); an out-of-bounds live lane is
+    an interpreter error naming the argument and the tile index (loads, stores, atomics)."""
     off = p.off
     live = np.ones(off.shape, bool) if mask is None else np.broadcast_to(mask, off.shape)
     bad = live & ((off < 0) | (off >= p.buf.data.size))
@@ -290,7 +292,7 @@ def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     p = args[0]
     mask = args[1] if op.attrs.get("has_mask") else None
     other = args[2 if mask is not None else 1] if op.attrs.get("has_other") else None
-    live = _check_bounds(ctx, op, p, mask, "load")
+    live = check_bounds(ctx, op, p, mask, "load")
     dt = numpy_dtype_of(op.result.type)
     safe = np.where(live, p.off, 0)
     out = p.buf.data[safe].astype(dt) if p.buf.data.size else np.zeros(safe.shape, dt)
@@ -302,7 +304,7 @@ def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     p, val = args[0], args[1]
     mask = args[2] if op.attrs.get("has_mask") else None
-    live = _check_bounds(ctx, op, p, mask, "store")
+    live = check_bounds(ctx, op, p, mask, "store")
     val = np.broadcast_to(np.asarray(val), p.off.shape)
     p.buf.data[p.off[live]] = val[live].astype(p.buf.data.dtype)
     return []
@@ -520,7 +522,8 @@ def cdiv(em: Emitter, a: Arg, b: Arg) -> Any:
     return em.op1("arith.binary", [s, y], x.type, op="floordiv")
 
 
-def _load_store_ptr(em: Emitter, pointer: Arg) -> Value:
+def pointer_operand(em: Emitter, pointer: Arg) -> Value:
+    """The pointer (or tile of pointers) operand of a memory access, or SP0315."""
     p = em.value(pointer, what="the pointer")
     if not isinstance(p.type, T.PointerType | T.TileType) or not isinstance(T.element_type(p.type), T.PointerType):
         em.error("SP0315", f"expected a pointer or a tile of pointers, found {p.type}", pointer.span,
@@ -528,7 +531,8 @@ def _load_store_ptr(em: Emitter, pointer: Arg) -> Value:
     return p
 
 
-def _mask(em: Emitter, mask: Arg | None, shape: tuple[int, ...]) -> Value | None:
+def mask_operand(em: Emitter, mask: Arg | None, shape: tuple[int, ...]) -> Value | None:
+    """The ``mask=`` of a memory access broadcast to the pointers' ``shape`` (None when absent)."""
     if mask is None or (isinstance(mask.value, Const) and mask.value.value is None):
         return None
     m = em.tile_or_scalar(mask, what="the mask")
@@ -543,11 +547,11 @@ def _mask(em: Emitter, mask: Arg | None, shape: tuple[int, ...]) -> Value | None
 @builtin("load")
 def load(em: Emitter, pointer: Arg, mask: Arg | None = None, other: Arg | None = None) -> Value:
     """Load the elements ``pointer`` points at; where ``mask`` is false, give ``other`` (default 0)."""
-    p = _load_store_ptr(em, pointer)
+    p = pointer_operand(em, pointer)
     shape = T.shape_of(p.type)
     elem = T.element_type(p.type).elem  # type: ignore[union-attr]
     operands = [p]
-    m = _mask(em, mask, shape)
+    m = mask_operand(em, mask, shape)
     if m is not None:
         operands.append(m)
     has_other = other is not None and not (isinstance(other.value, Const) and other.value.value is None)
@@ -564,7 +568,7 @@ def load(em: Emitter, pointer: Arg, mask: Arg | None = None, other: Arg | None =
 @builtin("store")
 def store(em: Emitter, pointer: Arg, value: Arg, mask: Arg | None = None) -> None:
     """Store ``value`` (converted to the pointee type) where ``mask`` is true."""
-    p = _load_store_ptr(em, pointer)
+    p = pointer_operand(em, pointer)
     shape = T.shape_of(p.type)
     elem = T.element_type(p.type).elem  # type: ignore[union-attr]
     v = em.tile_or_scalar(value, like=elem)
@@ -573,7 +577,7 @@ def store(em: Emitter, pointer: Arg, value: Arg, mask: Arg | None = None) -> Non
         em.error("SP0305", f"cannot store a value of shape {vs} through pointers of shape {shape}", value.span)
     v = em.broadcast_to(em.cast(v, elem), shape)
     operands = [p, v]
-    m = _mask(em, mask, shape)
+    m = mask_operand(em, mask, shape)
     if m is not None:
         operands.append(m)
     em.create("store", operands, [], {"has_mask": m is not None})

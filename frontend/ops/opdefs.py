@@ -327,7 +327,7 @@ def load_all_ops() -> None:
     import importlib.util
 
     for name in ("..sema.type_ctors", ".core", ".control", ".dot", ".tensor", ".memory", ".layout",
-                 ".hopper", ".blackwell", "..interp.blackwell", ".cluster"):
+                 ".hopper", ".blackwell", "..interp.blackwell", ".cluster", ".atomic"):
         try:
             importlib.import_module(name, __package__)
         except ModuleNotFoundError as e:  # an architecture namespace not written yet
