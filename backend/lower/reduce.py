@@ -21,6 +21,7 @@ from ...frontend.layout.tile import (
     REG,
     WARP,
     distinct_registers,
+    packed_basis,
     register_coords,
     same_thread_part,
     thread_bases,
@@ -92,20 +93,14 @@ def _pure(basis: tuple[int, ...], axis: int) -> str:
     return "other"
 
 
-def _packed(basis: tuple[int, ...]) -> int:
-    """A basis as one bit vector (each coordinate in its own 32-bit field): XOR of bases is XOR of
-    the packed ints."""
-    return sum(c << (32 * d) for d, c in enumerate(basis))
-
-
 def counts_each_element_once(layout: LinearLayout, axis: int) -> bool:
     """Whether folding a thread's distinct registers, then the lanes and warps whose bases move
     along ``axis`` only, adds every element of a reduced line exactly once: those lane and warp
     bases must be independent of each other and of the registers' span (a lane that repeats a
     register's element, or two lanes that hold the same one, would count it twice)."""
-    span = GF2Span(_packed(tuple(layout.basis(REG, i).values()))
+    span = GF2Span(packed_basis(tuple(layout.basis(REG, i).values()))
                    for i in range(layout.in_bits(REG) if REG in layout.in_names else 0))
-    moved = [_packed(b) for name in (LANE, WARP) for b in thread_bases(layout, name) if _pure(b, axis) == "axis"]
+    moved = [packed_basis(b) for name in (LANE, WARP) for b in thread_bases(layout, name) if _pure(b, axis) == "axis"]
     return all(span.add(v) for v in moved)
 
 

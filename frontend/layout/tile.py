@@ -159,6 +159,12 @@ def distinct_registers(layout: LinearLayout) -> list[int]:
     return list(first.values())
 
 
+def packed_basis(basis: tuple[int, ...]) -> int:
+    """A basis as one bit vector, each coordinate in its own 32-bit field: the XOR of bases is the
+    XOR of their packed ints (for GF(2) rank checks, :class:`~.layouts.GF2Span`)."""
+    return sum(c << (32 * d) for d, c in enumerate(basis))
+
+
 def replicated_thread_bits(layout: LinearLayout) -> tuple[int, int]:
     """``(lane mask, warp mask)``: the lane and warp bits whose basis repeats elements that the
     registers or earlier lane/warp bits already reach (a zero basis, a duplicate, or an XOR of
@@ -169,18 +175,14 @@ def replicated_thread_bits(layout: LinearLayout) -> tuple[int, int]:
     own, so the holders with every dependent bit zero are one per element). Ops that must act
     once per element (atomics) predicate on it."""
     rank = len(layout.out_dims)
-
-    def packed(basis: tuple[int, ...]) -> int:
-        return sum(c << (32 * d) for d, c in enumerate(basis))
-
     rbits = layout.in_bits(REG) if REG in layout.in_names else 0
-    span = GF2Span(packed(tuple(layout.basis(REG, b).values())) for b in range(rbits))
+    span = GF2Span(packed_basis(tuple(layout.basis(REG, b).values())) for b in range(rbits))
     masks = []
     for name in (LANE, WARP):
         mask = 0
         for b, basis in enumerate(thread_bases(layout, name)):
             assert len(basis) == rank
-            if not span.add(packed(basis)):
+            if not span.add(packed_basis(basis)):
                 mask |= 1 << b
         masks.append(mask)
     return masks[0], masks[1]
