@@ -10,7 +10,7 @@
     legality    the target's legality rules                     frontend/legality/core.py
     llvm        laid-out IR -> LLVM IR                          backend/lower/codegen.py
     ptx         LLVM IR -> PTX                                  backend/toolchain/llvm_to_ptx.py
-    cubin       PTX -> cubin (nvJitLink)                        backend/toolchain/linker.py
+    cubin       PTX -> cubin (nvJitLink; setmaxnreg: ptxas)     backend/toolchain/linker.py
 
 ``parse`` and ``build`` run when a module is loaded (``sparsile.load``, ``@jit``), ``specialize`` and
 ``sema`` when a kernel is specialized (``Kernel.fresh_ir``), the rest here (:func:`compile_function`).
