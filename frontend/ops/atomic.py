@@ -30,7 +30,8 @@ from ..layout.rules import ELEMENTWISE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .core import check_bounds, mask_operand, numpy_dtype_of, pointer_operand
+from .core import numpy_dtype_of
+from .global_memory import check_bounds, mask_operand, pointer_operand
 from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op, flagged
 
 SEMS = ("relaxed", "acquire", "release", "acq_rel")

@@ -1,10 +1,10 @@
-"""Core tile ops: creation, elementwise arithmetic and math, comparisons, casts, pointers, and
-masked loads and stores — each IR op with its typing rule and interpreter semantics, next to the
-builtin(s) that create it. Shapes and reductions are in :mod:`ops_shape`.
+"""Core tile ops: creation, elementwise arithmetic and math, comparisons, casts and pointer
+arithmetic — each IR op with its typing rule and interpreter semantics, next to the builtin(s)
+that create it. Global loads and stores are in :mod:`.global_memory`, shapes and reductions in
+:mod:`.shape`.
 
 Semantics shared by the interpreter and every backend (``docs/language.md`` §Promotion):
 
-* masked-off lanes of a ``load`` without ``other`` read as zero;
 * integer ``//`` and ``%`` round toward zero; ``/`` on integers gives ``f32``; on floats ``//`` is
   ``floor(x / y)`` and ``%`` is ``fmod``;
 * shifts by the width or more give 0 (-1 for an arithmetic right shift of a negative value), as
@@ -20,14 +20,14 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..interp.values import OUT_OF_BOUNDS, UNSUPPORTED, InterpreterError, PtrVal
+from ..interp.values import UNSUPPORTED, InterpreterError, PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..layout.rules import BROADCAST, ELEMENTWISE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter, c_floordiv, describe
 from ..sema.values import Arg, Const
-from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, flagged, none
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, none
 
 # ------------------------------------------------------------------------------------------------
 # IR ops
@@ -58,12 +58,6 @@ cast_op = define_op("arith.cast", operands=("x",), verify=TYPED_BY_SEMA, layout=
                     doc="Elementwise conversion to another scalar type.")
 addptr = define_op("addptr", operands=("ptr", "offset"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
                    legality=NO_LEGALITY, doc="Pointer plus element offset.")
-load_op = define_op("load", operands=flagged(("ptr",), ("mask", "has_mask"), ("other", "has_other")),
-                    verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
-                    doc="Masked gather from global memory.")
-store_op = define_op("store", operands=flagged(("ptr", "value"), ("mask", "has_mask")), verify=TYPED_BY_SEMA,
-                     layout=ELEMENTWISE, legality=NO_LEGALITY, side_effects=True,
-                     doc="Masked scatter to global memory.")
 convert_layout = define_op("convert_layout", operands=("x",),
                            verify=none("inserted by layout inference with its operand's type"), layout=NO_LAYOUT_RULE,
                            legality=NO_LEGALITY, doc="The same tile in another layout (inserted by inference).")
@@ -269,45 +263,6 @@ def _i_cast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_addptr(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     p, off = args
     return [PtrVal(p.buf, (p.off + off.astype(np.int64)))]
-
-
-def check_bounds(ctx: Any, op: Operation, p: PtrVal, mask: np.ndarray | None, what: str) -> np.ndarray:
-    """The live lanes of an access through ``p`` (``mask``, or all); an out-of-bounds live lane is
-    an interpreter error naming the argument and the tile index (loads, stores, atomics)."""
-    off = p.off
-    live = np.ones(off.shape, bool) if mask is None else np.broadcast_to(mask, off.shape)
-    bad = live & ((off < 0) | (off >= p.buf.data.size))
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise InterpreterError(
-            OUT_OF_BOUNDS,
-            f"out-of-bounds {what} of `{p.buf.name}`: element offset {int(off[idx])} at tile index {idx} "
-            f"is outside [0, {p.buf.data.size})", op.span, ctx.program_id,
-            help=f"mask the lanes outside `{p.buf.name}` (`mask=offs < n`)")
-    return live
-
-
-@load_op.interpreter
-def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    p = args[0]
-    mask = args[1] if op.attrs.get("has_mask") else None
-    other = args[2 if mask is not None else 1] if op.attrs.get("has_other") else None
-    live = check_bounds(ctx, op, p, mask, "load")
-    dt = numpy_dtype_of(op.result.type)
-    safe = np.where(live, p.off, 0)
-    out = p.buf.data[safe].astype(dt) if p.buf.data.size else np.zeros(safe.shape, dt)
-    fill = np.zeros((), dt) if other is None else np.asarray(other).astype(dt)
-    return [np.where(live, out, fill).astype(dt)]
-
-
-@store_op.interpreter
-def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    p, val = args[0], args[1]
-    mask = args[2] if op.attrs.get("has_mask") else None
-    live = check_bounds(ctx, op, p, mask, "store")
-    val = np.broadcast_to(np.asarray(val), p.off.shape)
-    p.buf.data[p.off[live]] = val[live].astype(p.buf.data.dtype)
-    return []
 
 
 @convert_layout.interpreter
@@ -520,68 +475,6 @@ def cdiv(em: Emitter, a: Arg, b: Arg) -> Any:
     s = em.op1("arith.binary", [x, y], x.type, op="add")
     s = em.op1("arith.binary", [s, one], x.type, op="sub")
     return em.op1("arith.binary", [s, y], x.type, op="floordiv")
-
-
-def pointer_operand(em: Emitter, pointer: Arg) -> Value:
-    """The pointer (or tile of pointers) operand of a memory access, or SP0315."""
-    p = em.value(pointer, what="the pointer")
-    if not isinstance(p.type, T.PointerType | T.TileType) or not isinstance(T.element_type(p.type), T.PointerType):
-        em.error("SP0315", f"expected a pointer or a tile of pointers, found {p.type}", pointer.span,
-                 help="index a pointer parameter, e.g. `x + offsets`")
-    return p
-
-
-def mask_operand(em: Emitter, mask: Arg | None, shape: tuple[int, ...]) -> Value | None:
-    """The ``mask=`` of a memory access broadcast to the pointers' ``shape`` (None when absent)."""
-    if mask is None or (isinstance(mask.value, Const) and mask.value.value is None):
-        return None
-    m = em.tile_or_scalar(mask, what="the mask")
-    if T.element_type(m.type) != T.bool_:
-        em.error("SP0312", f"a mask must be bool, found {m.type}", mask.span, help="compare, e.g. `offs < n`")
-    ms = T.shape_of(m.type)
-    if em.broadcast_shapes(ms, shape, mask.span) != shape:
-        em.error("SP0305", f"the mask shape {ms} does not broadcast to the pointer shape {shape}", mask.span)
-    return em.broadcast_to(m, shape)
-
-
-@builtin("load")
-def load(em: Emitter, pointer: Arg, mask: Arg | None = None, other: Arg | None = None) -> Value:
-    """Load the elements ``pointer`` points at; where ``mask`` is false, give ``other`` (default 0)."""
-    p = pointer_operand(em, pointer)
-    shape = T.shape_of(p.type)
-    elem = T.element_type(p.type).elem  # type: ignore[union-attr]
-    operands = [p]
-    m = mask_operand(em, mask, shape)
-    if m is not None:
-        operands.append(m)
-    has_other = other is not None and not (isinstance(other.value, Const) and other.value.value is None)
-    if has_other:
-        assert other is not None
-        if m is None:
-            em.error("SP0316", "`other` has no effect without a `mask`", other.span,
-                     help="add `mask=...` or drop `other`")
-        o = em.cast(em.tile_or_scalar(other, like=elem), elem)
-        operands.append(em.broadcast_to(o, shape))
-    return em.op1("load", operands, T.with_shape(elem, shape), has_mask=m is not None, has_other=has_other)
-
-
-@builtin("store")
-def store(em: Emitter, pointer: Arg, value: Arg, mask: Arg | None = None) -> None:
-    """Store ``value`` (converted to the pointee type) where ``mask`` is true."""
-    p = pointer_operand(em, pointer)
-    shape = T.shape_of(p.type)
-    elem = T.element_type(p.type).elem  # type: ignore[union-attr]
-    v = em.tile_or_scalar(value, like=elem)
-    vs = T.shape_of(v.type)
-    if em.broadcast_shapes(vs, shape, value.span) != shape:
-        em.error("SP0305", f"cannot store a value of shape {vs} through pointers of shape {shape}", value.span)
-    v = em.broadcast_to(em.cast(v, elem), shape)
-    operands = [p, v]
-    m = mask_operand(em, mask, shape)
-    if m is not None:
-        operands.append(m)
-    em.create("store", operands, [], {"has_mask": m is not None})
-    return None
 
 
 @builtin("static_assert")

@@ -326,7 +326,7 @@ def load_all_ops() -> None:
     """Import every op module so that the registry is complete."""
     import importlib.util
 
-    for name in ("..sema.type_ctors", ".core", ".control", ".dot", ".tensor", ".memory", ".layout",
+    for name in ("..sema.type_ctors", ".core", ".global_memory", ".control", ".dot", ".tensor", ".memory", ".layout",
                  ".hopper", ".blackwell", "..interp.blackwell", ".cluster", ".atomic"):
         try:
             importlib.import_module(name, __package__)
