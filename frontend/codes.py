@@ -149,7 +149,7 @@ CODES: dict[str, str] = {
     "SP0397": "tf32 A from registers",
     "SP0396": "register-A wgmma not waited in its block",
     "SP0398": "atomic on an unsupported element type",
-    "SP0399": "bad `sem` or `scope` of an atomic",
+    "SP0399": "bad `sem` or `scope` of an atomic or a fence",
     "SP0401": "layout construction",
     "SP0402": "coordinate or input out of range",
     "SP0403": "layout not invertible",

@@ -58,10 +58,12 @@ bench-layer)
     ;;
 bench-llama)
     run 420 python benchmarks/bench_llama.py --layers 32 --modes graph compile --json "$out/llama.json"
+    SPARSILE_DECODE_REDUCE=kernel run 200 python benchmarks/bench_llama.py --layers 32 --json "$out/llama-reduce.json"
     run 120 python examples/llama_sparse.py --layers 4
     ;;
 bench-kernels)
     run 200 python benchmarks/bench_decode.py
+    SPARSILE_DECODE_REDUCE=kernel run 150 python benchmarks/bench_decode.py --quick  # split-K reduced in the kernel
     run 120 python benchmarks/bench_sparsity_gpu.py
     run 120 python benchmarks/bench_linear_epilogue.py --quick
     run 100 python benchmarks/bench_gemm_out_dtype.py

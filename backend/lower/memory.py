@@ -403,3 +403,9 @@ def lower_atomic(cg: CodeGen, op: Operation) -> None:
         for r in distinct_registers(layout):
             first[offs[r]] = fb.value(f"load {sty}, ptr addrspace(3) {slot(r).ref}, align {eb}", sty, "atom")
     cg.set(op.result, DTile(op.result.layout, [first[o] for o in offs], elem))
+
+
+@lowering("fence.memory")
+def lower_fence(cg: CodeGen, op: Operation) -> None:
+    """``fence.<sem>.<scope>`` (inline asm with a memory clobber, so LLVM moves no access across)."""
+    cg.asm("void", f"fence.{op.attrs['sem']}.{op.attrs['scope']};", "~{memory}", [], side_effect=True)

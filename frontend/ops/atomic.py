@@ -32,7 +32,7 @@ from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
 from .core import numpy_dtype_of
 from .global_memory import check_bounds, mask_operand, pointer_operand
-from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op, flagged
+from .opdefs import NO_LAYOUT_RULE, NO_LEGALITY, TYPED_BY_SEMA, define_op, flagged
 
 SEMS = ("relaxed", "acquire", "release", "acq_rel")
 SCOPES = ("cta", "gpu", "sys")
@@ -56,6 +56,10 @@ atomic_rmw = define_op("atomic_rmw", operands=flagged(("ptr", "value"), ("mask",
 atomic_cas = define_op("atomic_cas", operands=flagged(("ptr", "cmp", "value"), ("mask", "has_mask")),
                        verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY, side_effects=True,
                        doc="Atomic compare-and-swap of global memory; gives the old values.")
+fence_op = define_op("fence.memory", verify=TYPED_BY_SEMA, layout=NO_LAYOUT_RULE, legality=NO_LEGALITY,
+                     side_effects=True, doc="A memory fence (PTX fence.<sem>.<scope>): orders this thread's accesses.")
+FENCE_SEMS = ("acq_rel", "sc")
+"""PTX ``fence`` orders (PTX ISA "Parallel synchronization: membar/fence")."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -108,16 +112,22 @@ atomic_rmw.interpreter(_interpret)
 atomic_cas.interpreter(_interpret)
 
 
+@fence_op.interpreter
+def _interpret_fence(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    return []  # the interpreter runs one thread of one program at a time: every write is already visible
+
+
 # ------------------------------------------------------------------------------------------------
 # Builtins
 # ------------------------------------------------------------------------------------------------
-def _choice(em: Emitter, arg: Arg | None, what: str, allowed: tuple[str, ...], default: str) -> str:
+def _choice(em: Emitter, arg: Arg | None, what: str, allowed: tuple[str, ...], default: str,
+            of: str = "an atomic") -> str:
     if arg is None or (isinstance(arg.value, Const) and arg.value.value is None):
         return default
     v = em.unwrap(arg)
     if not (isinstance(v, Const) and isinstance(v.value, str) and v.value in allowed):
         found = repr(v.value) if isinstance(v, Const) else "a run-time value"
-        em.error("SP0399", f"`{what}` of an atomic must be one of {', '.join(map(repr, allowed))}, found {found}",
+        em.error("SP0399", f"`{what}` of {of} must be one of {', '.join(map(repr, allowed))}, found {found}",
                  arg.span, help=f"pass a string constant, e.g. `{what}={default!r}` (the default)")
     return v.value
 
@@ -182,3 +192,16 @@ def atomic_cas_builtin(em: Emitter, pointer: Arg, cmp: Arg, val: Arg, mask: Arg 
     """Atomically write ``val`` to each element ``pointer`` points at that equals ``cmp`` (bit for bit)
     and give the old values (0 where ``mask`` is false); ``sem`` and ``scope`` as ``atomic_add``."""
     return _emit(em, "cas", pointer, [cmp, val], mask, sem, scope)
+
+
+@builtin("memory", ns="fence")
+def fence_memory(em: Emitter, sem: Arg | None = None, scope: Arg | None = None) -> None:
+    """Order this thread's memory accesses before the fence against those after it, as seen by the
+    threads of ``scope`` (PTX ``fence.<sem>.<scope>``; ``sem`` "acq_rel" (default) or "sc", ``scope``
+    "cta", "gpu" (default) or "sys"). With a barrier and an atomic it publishes a CTA's stores to
+    another CTA: every thread stores, fences, meets the others at a barrier, and one thread then
+    signals with an atomic (docs/language.md, "Atomics")."""
+    attrs = {"sem": _choice(em, sem, "sem", FENCE_SEMS, DEFAULT_SEM, of="a fence"),
+             "scope": _choice(em, scope, "scope", SCOPES, DEFAULT_SCOPE, of="a fence")}
+    em.create("fence.memory", [], [], attrs)
+    return None

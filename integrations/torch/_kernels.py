@@ -107,7 +107,9 @@ class LaunchRecord:
                                            out_dtype=OUT_DTYPES[out_dtype], out=y)
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
         launches = self.plan.launches()
-        self.owns_workspace = len(launches) > 1  # split-K: a workspace shared by its launches
+        # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
+        # that two streams must not share
+        self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
         self.prepared = self._prepare(launches, x, y, scale_x)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call

@@ -181,6 +181,7 @@ class SparseDecodePlan:
     k_padded: int      # K rounded up to config.bk
     workspace: Any = None
     tiled: bool = False  # values and meta in the tiled layout (tile_for_decode)
+    counters: Any = None  # reduce="kernel": one zeroed int32 per 128-row tile (the kernel re-zeroes it)
 
     @property
     def out(self) -> Any:
@@ -191,8 +192,13 @@ class SparseDecodePlan:
         return self.base.interpret
 
     @property
+    def reduces_in_kernel(self) -> bool:
+        return self.counters is not None and self.config.split_k > 1
+
+    @property
     def kernel(self) -> Any:
-        return getattr(decode_module(), f"sparse_decode_{self.base.choice.operand}")
+        name = "sparse_decode_reduce_" if self.reduces_in_kernel else "sparse_decode_"
+        return getattr(decode_module(), name + self.base.choice.operand)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -201,6 +207,9 @@ class SparseDecodePlan:
     def arguments(self) -> tuple[Any, ...]:
         """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel."""
         b = self.base
+        if self.reduces_in_kernel:  # (A, E, B, Y, W, Count, Bias, SW, SX, M, N, K, ldy)
+            return (self.values, self.meta, self.x, b.out, self.workspace, self.counters, *b._epilogue_pointers(),
+                    b.m, b.t, self.k_padded, b.m)
         if self.config.split_k > 1:
             w = self.workspace
             return (self.values, self.meta, self.x, w, w, w, w, b.m, b.t, self.k_padded, b.m)
@@ -209,6 +218,8 @@ class SparseDecodePlan:
     def constexprs(self) -> dict[str, Any]:
         c = self.config
         common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {})}
+        if self.reduces_in_kernel:
+            return {**common, "SPLIT_K": c.split_k, **self.base._epilogue_constexprs()}
         if c.split_k > 1:
             return {**common, "SPLIT_K": c.split_k}
         return {**common, **self.base._epilogue_constexprs()}
@@ -217,7 +228,7 @@ class SparseDecodePlan:
         """Every launch, in order, as (kernel, grid, positional args, constexprs)."""
         b = self.base
         main = (self.kernel, self.grid, self.arguments(), self.constexprs())
-        if self.config.split_k == 1:
+        if self.config.split_k == 1 or self.reduces_in_kernel:
             return [main]
         reduce = (kernel_module().splitk_reduce_linear, (-(-b.m * b.t // 1024),),
                   (self.workspace, b.out, *b._epilogue_pointers(), b.m, b.t, b.m),
@@ -237,13 +248,18 @@ class SparseDecodePlan:
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
-                       **linear: Any) -> Any:
+                       reduce: str | None = None, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
     the ring depth (2..8, within the 227 KB of shared memory a CTA may use). ``tiled``:
     copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
-    run) once, here; plan once and ``rebind`` per call to keep that copy."""
+    run) once, here; plan once and ``rebind`` per call to keep that copy. ``reduce`` (split-K only):
+    "launch" (default, or ``SPARSILE_DECODE_REDUCE``) adds the partial sums in a second launch
+    (``splitk_reduce_linear``); "kernel" lets the last CTA of each tile add them
+    (``reduce_in_kernel`` of sparse_decode_sm90.spk, through a per-tile arrival counter the plan
+    zeroes once and the kernel re-zeroes): one launch per call. "kernel" is opt-in until measured on
+    a GPU. Plans sharing a workspace (``rebind``) share the counters too: run them on one stream."""
     from .gemm import empty_array
     from .linear import plan_sparse_linear, planned_sm_count
 
@@ -276,4 +292,22 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         vals = pad_columns(base.values, k_padded // 2)
     xk = pad_columns(base.x, k_padded)
     work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
-    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled))
+    counters = None
+    if _reduce_mode(reduce) == "kernel" and cfg.split_k > 1:
+        counters = empty_array(x, (rows // DECODE_BM,), "int32", interpret)
+        counters[...] = 0
+    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters)
+
+
+DECODE_REDUCE_ENV = "SPARSILE_DECODE_REDUCE"
+REDUCE_MODES = ("launch", "kernel")
+
+
+def _reduce_mode(reduce: str | None) -> str:
+    """``reduce`` checked (SP0860), else the environment's choice, else "launch"."""
+    mode = reduce if reduce is not None else os.environ.get(DECODE_REDUCE_ENV, "launch")
+    if mode not in REDUCE_MODES:
+        raise bad_input(f"reduce of the decode kernel must be 'launch' or 'kernel', got {mode!r}",
+                        help="'launch': a second kernel adds the split-K partial sums; 'kernel': the last CTA does",
+                        code=SP_DECODE)
+    return mode

@@ -197,3 +197,27 @@ def test_an_out_of_bounds_atomic_is_reported() -> None:
     kern = loads(src, "t.spk").kernels["k"]
     with pytest.raises(InterpreterError, match="out-of-bounds atomic access of `p`"):
         kern.interpret[(1,)](np.zeros(5, np.int32))
+
+
+@pytest.mark.parametrize(("args", "col", "message"), [
+    ('sem="relaxed"', 22, "`sem` of a fence must be one of 'acq_rel', 'sc', found 'relaxed'"),
+    ('scope="device"', 24, "`scope` of a fence must be one of 'cta', 'gpu', 'sys', found 'device'"),
+])
+def test_fence_diagnostics(args: str, col: int, message: str) -> None:
+    err = _compile_error(kernel(f"fence.memory({args})\nstore(out, 1)", "out: ptr[i32]"))
+    d = err.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == ("SP0399", 3, col), d.render()
+    assert message in d.message and "default" in (d.help or "")
+
+
+def test_fence_orders_and_compiles() -> None:
+    """fence.memory() is a no-op in the (sequential) interpreter and PTX fence.<sem>.<scope> on the GPU."""
+    src = kernel('store(out, 7)\nfence.memory()\nfence.memory(sem="sc", scope="cta")\nstore(out + 1, 8)',
+                 "out: ptr[i32]")
+    kern = loads(src, "case.spk").kernels["k"]
+    out = np.full(2, -1, np.int32)
+    kern.interpret[(1,)](out)
+    assert out.tolist() == [7, 8]
+    ptx = kern.compile(target="sm_90a", stop_after="ptx", cache=False).ptx
+    fences = [ln.strip() for ln in ptx.splitlines() if ln.strip().startswith("fence.")]
+    assert fences == ["fence.acq_rel.gpu;", "fence.sc.cta;"]

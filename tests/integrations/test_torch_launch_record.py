@@ -167,3 +167,18 @@ def test_misaligned_x_is_copied(monkeypatch):
     cache.run((4,), x, w, None, torch.float32, stream=0)
     (plan,) = [e for e in log if e[0] == "plan"]
     assert plan[1].data_ptr() % 16 == 0 and torch.equal(plan[1], x)
+
+
+def test_a_single_launch_with_a_workspace_is_per_stream(monkeypatch):
+    """The decode kernel's in-kernel split-K reduction: one launch, but a workspace and arrival
+    counters that two streams must not share."""
+    log = _fake_api(monkeypatch, split=True)
+    monkeypatch.setattr(_Plan, "launches", lambda self: [(_Kernel(self.log, "main", True, ("values", "meta", "x",
+                                                                                          "c", "bias", "scale_x",
+                                                                                          "n")),
+                                                          (3, 1), ("values", "meta", self.x, self.out, self.bias,
+                                                                   self.scale_x, 7), {})])
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), _x(), w, None, torch.float32, stream=1)
+    cache.run((4,), _x(), w, None, torch.float32, stream=2)
+    assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2

@@ -61,6 +61,54 @@ def test_decode_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, a
     assert_linear_close(y, weight, x, k, dtype, want, **epi)
 
 
+REDUCE_CASES = [CASES[1], CASES[3], CASES[6], CASES[7]]
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", REDUCE_CASES)
+def test_split_k_reduced_in_the_kernel(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
+    """reduce="kernel": one launch; the last CTA of each tile adds the partial sums and applies the
+    epilogue, and leaves its arrival counter at zero, so a second run (a replayed graph) is right too."""
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k + 2)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              split_k=split, reduce="kernel", **epi)
+    (main,) = plan.launches()
+    assert main[0].name == f"sparse_decode_reduce_{dtype}" and main[1] == (-(-n_out // DECODE_BM), split)
+    assert plan.counters.shape == (-(-n_out // DECODE_BM),) and not plan.counters.any()
+    plan.workspace[...] = np.nan  # every share is written before it is read
+    plan.run()
+    assert_linear_close(out, weight, x, k, dtype, want, **epi)
+    assert not plan.counters.any()
+    first = out.copy()
+    out[...] = np.nan
+    plan.run()
+    np.testing.assert_array_equal(out, first)
+
+
+def test_reduce_mode_is_checked_and_read_from_the_environment(monkeypatch):
+    weight, x = problem("f16", 130, 3, 520, seed=5)
+    monkeypatch.setenv("SPARSILE_DECODE_REDUCE", "kernel")
+    assert plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2).counters is not None
+    assert plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=1).counters is None
+    monkeypatch.delenv("SPARSILE_DECODE_REDUCE")
+    assert len(plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2).launches()) == 2
+    assert _code_message(lambda: plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2,
+                                                    reduce="atomic")) == (
+        "SP0860", "reduce of the decode kernel must be 'launch' or 'kernel', got 'atomic'")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_reduce_in_kernel_compiles_for_sm90a(dtype):
+    weight, x = problem(dtype, 256, 16, 512, seed=3)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=4, reduce="kernel",
+                              bias=np.ones(256, np.float32), activation="silu")
+    (ck,) = plan.compile("sm_90a")
+    atoms = [ln.split("atom.")[1].split()[0] for ln in ck.ptx.splitlines() if "atom." in ln]
+    assert sorted(atoms) == ["acq_rel.gpu.global.add.s32", "acq_rel.gpu.global.exch.b32"]
+    assert ck.ptx.count("fence.acq_rel.gpu;") == 2
+
+
 TILED_CASES = [CASES[1], CASES[3], CASES[6], CASES[7], CASES[10]]
 
 
@@ -218,9 +266,10 @@ GPU_CASES = [  # Llama-3 8B / 70B layer shapes and ragged ones, every T of the d
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("reduce", ["launch", "kernel"])
 @pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", GPU_CASES)
-def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled):
+def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled, reduce):
     torch = pytest.importorskip("torch")
     weight, x = problem(dtype, n_out, t, k, seed=12)
     want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
@@ -228,9 +277,13 @@ def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw,
     values = cuda(np.asarray(weight.values))
     out = torch.full((t, n_out), float("nan"), device="cuda", dtype=getattr(torch, want))
     plan = plan_sparse_decode(values, weight.meta, cuda(x), out=out, out_dtype=out_dtype, split_k=split, tiled=tiled,
-                              **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
+                              reduce=reduce, **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
     assert isinstance(plan, SparseDecodePlan)
-    assert plan.run() is out
-    torch.cuda.synchronize()
-    host = out.float().cpu().numpy().astype(NP_OUT[want]) if want != "float32" else out.cpu().numpy()
-    assert_linear_close(host, weight, x, k, dtype, want, **epi)
+    for _ in range(3):  # in-kernel reduction: the arrival counters must be back at zero after each run
+        out.fill_(float("nan"))
+        assert plan.run() is out
+        torch.cuda.synchronize()
+        host = out.float().cpu().numpy().astype(NP_OUT[want]) if want != "float32" else out.cpu().numpy()
+        assert_linear_close(host, weight, x, k, dtype, want, **epi)
+    if plan.counters is not None:
+        assert not plan.counters.any()
