@@ -61,6 +61,7 @@ from torch_timing import (  # a sibling script, not a package
     raise_dynamo_limits,
     relative_error,
     time_calls,
+    torch_layer_missing,
 )
 
 
@@ -400,17 +401,7 @@ def format_targets(results: list[tuple[str, bool | None, str]]) -> str:
 
 def requirements_missing() -> str | None:
     """Why this benchmark cannot run here, or None."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device is visible to torch"
-    try:
-        import sparsile.torch  # noqa: F401
-    except ImportError as e:
-        return f"sparsile.torch cannot be imported ({e})"
-    return None
+    return torch_layer_missing()
 
 
 def main(argv: list[str] | None = None) -> int:

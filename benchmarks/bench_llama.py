@@ -39,6 +39,7 @@ from torch_timing import (  # a sibling script, not a package
     positive,
     prune_24,
     raise_dynamo_limits,
+    torch_layer_missing,
 )
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -313,18 +314,7 @@ def within_bf16_tolerance(sparse_err: float, dense_err: float) -> bool:
 
 def requirements_missing() -> str | None:
     """Why this benchmark cannot run here, or None."""
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError as e:
-        return f"{e.name} is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device is visible to torch"
-    try:
-        import sparsile.torch  # noqa: F401
-    except ImportError as e:
-        return f"sparsile.torch cannot be imported ({e})"
-    return None
+    return torch_layer_missing("transformers")
 
 
 def build_models(args: argparse.Namespace, config: Any) -> dict[str, Any]:

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_timing import environment, first_line, positive, relative_error, time_calls  # a sibling script
+from torch_timing import (  # a sibling script
+    environment,
+    first_line,
+    positive,
+    relative_error,
+    time_calls,
+    torch_layer_missing,
+)
 
 HIDDEN, INTERMEDIATE, TOKENS = 4096, 14336, 8192  # Llama-3-8B's MLP, one 8192-token batch
 
@@ -49,17 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def requirements_missing() -> str | None:
     """Why the benchmark cannot run here, or None."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    try:
-        import sparsile.torch  # noqa: F401
-    except ImportError as e:
-        return first_line(e)
-    return None
+    return torch_layer_missing()
 
 
 class Block:

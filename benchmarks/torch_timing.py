@@ -126,6 +126,26 @@ def quantize_rows_e4m3(t: Any) -> tuple[Any, Any]:
     return (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
 
 
+def torch_layer_missing(*also: str) -> str | None:
+    """Why a benchmark of the torch layer cannot run here (torch and the modules ``also`` installed,
+    a CUDA device visible to torch, ``sparsile.torch`` importable), or None."""
+    import importlib
+
+    try:
+        torch = importlib.import_module("torch")
+        for name in also:
+            importlib.import_module(name)
+    except ImportError as e:
+        return f"{e.name} is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible to torch"
+    try:
+        importlib.import_module("sparsile.torch")
+    except ImportError as e:
+        return f"sparsile.torch cannot be imported ({e})"
+    return None
+
+
 def first_line(e: BaseException) -> str:
     """``Type: first line of the message`` (at most 200 characters of it), for a table's notes."""
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
