@@ -77,6 +77,18 @@ def checked_features(in_features: Any, out_features: Any, layer: str, code: str)
     return in_features, out_features
 
 
+def dense_weight(linear: Any, code: str) -> torch.Tensor:
+    """The weight of ``linear`` when it is an ``nn.Linear`` with materialized weights, else
+    ``code`` (what ``from_dense`` of both sparse layers takes)."""
+    if not isinstance(linear, nn.Linear):
+        raise IntegrationError(code, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
+                               help="pass the nn.Linear module itself")
+    if linear.weight.device.type == "meta":
+        raise IntegrationError(code, "the linear's weight is on the meta device (no values)",
+                               help="materialize the weights (to_empty + load) before sparsifying")
+    return linear.weight
+
+
 def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:
     if out_dtype is not None and out_dtype not in OUT_DTYPES:
         raise IntegrationError(SP_OUT_DTYPE, f"out_dtype {out_dtype} is not one the kernel stores",
@@ -185,13 +197,7 @@ class SparseLinear(nn.Module):
                 raise IntegrationError(SP_TRAIN_LAYER, "a trainable sparse layer fuses no activation or out_dtype",
                                        help="apply the activation after the layer; y follows x's dtype")
             return SemiSparseLinear.from_dense(linear, dtype)
-        if not isinstance(linear, nn.Linear):
-            raise IntegrationError(SP_CANNOT_SPARSIFY, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
-                                   help="pass the nn.Linear module itself")
-        weight = linear.weight
-        if weight.device.type == "meta":
-            raise IntegrationError(SP_CANNOT_SPARSIFY, "the linear's weight is on the meta device (no values)",
-                                   help="materialize the weights (to_empty + load) before sparsifying")
+        weight = dense_weight(linear, SP_CANNOT_SPARSIFY)
         name = weight_dtype_name(dtype, weight.dtype)
         scale = None
         if name == "e4m3":

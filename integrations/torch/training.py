@@ -41,6 +41,7 @@ from .linear import (
     SparseLinear,
     check_input,
     checked_features,
+    dense_weight,
     tracing,
     weight_dtype_name,
 )
@@ -233,13 +234,7 @@ class SemiSparseLinear(nn.Module):
         """A trainable layer from ``linear``: its weight becomes the master weight (a copy, same
         dtype and device), the mask the transposable 2:4 mask of largest magnitude. ``dtype``:
         "bf16" or "f16" (None: the linear's own dtype; a float32 linear needs one, SP0903)."""
-        if not isinstance(linear, nn.Linear):
-            raise IntegrationError(SP_TRAIN_LAYER, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
-                                   help="pass the nn.Linear module itself")
-        weight = linear.weight
-        if weight.device.type == "meta":
-            raise IntegrationError(SP_TRAIN_LAYER, "the linear's weight is on the meta device (no values)",
-                                   help="materialize the weights (to_empty + load) before sparsifying")
+        weight = dense_weight(linear, SP_TRAIN_LAYER)
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
                     dtype=weight_dtype_name(dtype, weight.dtype), mask_grad=mask_grad, device=weight.device,
                     param_dtype=weight.dtype)
