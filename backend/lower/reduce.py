@@ -93,6 +93,20 @@ def _pure(basis: tuple[int, ...], axis: int) -> str:
     return "other"
 
 
+def _axis_bits(layout: LinearLayout, name: str, axis: int, op: Operation) -> list[int]:
+    """The ``name`` (lane or warp) bits whose basis moves along ``axis`` only; SP0623 for a bit that
+    mixes the axis with another."""
+    bits = []
+    for b, basis in enumerate(thread_bases(layout, name)):
+        p = _pure(basis, axis)
+        if p == "mixed":
+            raise CompileError([Diagnostic("SP0623", "this reduction's layout mixes the reduced axis with "
+                                           f"another in one {name} bit; the compiler cannot reduce it yet", op.span)])
+        if p == "axis":
+            bits.append(b)
+    return bits
+
+
 def counts_each_element_once(layout: LinearLayout, axis: int) -> bool:
     """Whether folding a thread's distinct registers, then the lanes and warps whose bases move
     along ``axis`` only, adds every element of a reduced line exactly once: those lane and warp
@@ -143,23 +157,11 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
                                        "two threads; a sum would count it twice", op.span,
                                        help="let inference choose the layout of the reduced tile")])
     # 2. across lanes
-    for b, basis in enumerate(thread_bases(layout, LANE)):
-        p = _pure(basis, axis)
-        if p == "mixed":
-            raise CompileError([Diagnostic("SP0623", "this reduction's layout mixes the reduced axis with "
-                                           "another in one lane bit; the compiler cannot reduce it yet", op.span)])
-        if p == "axis":
-            for k in order:
-                groups[k] = _combine(cg, kind, acc_t, groups[k], shuffle_xor(cg, groups[k], 1 << b))
+    for b in _axis_bits(layout, LANE, axis, op):
+        for k in order:
+            groups[k] = _combine(cg, kind, acc_t, groups[k], shuffle_xor(cg, groups[k], 1 << b))
     # 3. across warps, through shared memory
-    warp_axis_bits = []
-    for b, basis in enumerate(thread_bases(layout, WARP)):
-        p = _pure(basis, axis)
-        if p == "mixed":
-            raise CompileError([Diagnostic("SP0623", "this reduction's layout mixes the reduced axis with "
-                                           "another in one warp bit; the compiler cannot reduce it yet", op.span)])
-        if p == "axis":
-            warp_axis_bits.append(b)
+    warp_axis_bits = _axis_bits(layout, WARP, axis, op)
     out_layout: LinearLayout = op.result.layout if isinstance(op.result.type, T.TileType) else None  # type: ignore[assignment]
     if warp_axis_bits:
         out_shape = T.shape_of(op.result.type)
