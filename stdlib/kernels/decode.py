@@ -46,6 +46,9 @@ DECODE_ENV = "SPARSILE_DECODE_KERNEL"
 """Set to 0 to keep plan_sparse_linear on the tiled kernels for T <= DECODE_MAX_T on sm_90a (the
 decode kernel is the default there)."""
 DECODE_MAX_T = 64
+DECODE_REDUCE_ENV = "SPARSILE_DECODE_REDUCE"
+"""Set to "kernel" to let the last CTA of each tile add the split-K partial sums (plan_sparse_decode's reduce)."""
+REDUCE_MODES = ("launch", "kernel")
 DECODE_BM = 128           # weight rows per CTA: two consumer warpgroups of 64
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
@@ -298,9 +301,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         counters[...] = 0
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters)
 
-
-DECODE_REDUCE_ENV = "SPARSILE_DECODE_REDUCE"
-REDUCE_MODES = ("launch", "kernel")
 
 
 def _reduce_mode(reduce: str | None) -> str:
