@@ -72,12 +72,14 @@ def test_operand_group_reads_a_variadic_group_in_order():
     assert store.operand_group("offset") == ["I", "J"] and store.operand_group("value") == []
 
 
-@pytest.mark.parametrize("name", ["store", "tensor.store_tile", "tma.store", "smem.store", "tmem.store"])
+@pytest.mark.parametrize("name", ["store", "tensor.store_tile", "tma.store", "smem.store", "tmem.store", "atomic_rmw",
+                                  "atomic_cas"])
 def test_every_storing_op_names_the_operand_it_writes_through(name):
     """The interpreter finds the parameters a kernel writes (host copies read back) through this
     table: a storing op missing from it would leave a written array stale."""
     ops = load_registry()
-    assert {n for n in ops if n == "store" or n.endswith(".store")} <= set(STORED_OPERAND) <= set(ops)
+    writers = {n for n in ops if n == "store" or n.endswith(".store") or n.startswith("atomic_")}
+    assert writers <= set(STORED_OPERAND) <= set(ops)
     probe = Operation(name, ["V0", "V1", "V2", "V3"], [])
     assert STORED_OPERAND[name] in ops[name].operand_names(probe)
 

@@ -106,9 +106,10 @@ def _flow_edges(op: Operation) -> list[tuple[list[Any], list[Any]]]:
 
 
 STORED_OPERAND = {"store": "ptr", "tensor.store_tile": "tensor", "tma.store": "tensor", "smem.store": "buf",
-                  "tmem.store": "ref"}
+                  "tmem.store": "ref", "atomic_rmw": "ptr", "atomic_cas": "ptr"}
 """The operand each storing op writes through, by op name (tests/test_named_operands.py checks that
-every op named ``store`` or ``*.store`` is here)."""
+every op named ``store``, ``*.store`` or ``atomic_*`` is here): an array only atomics update is
+written too, so a host copy of it must be read back."""
 
 
 def stored_params(func: Function) -> set[str]:

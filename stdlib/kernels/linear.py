@@ -322,12 +322,15 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if len(x_shape) != 2:
         raise bad_input(f"x must be a 2-D (T, K) array, got shape {x_shape}",
                         help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
-    from .decode import plan_sparse_decode, wants_decode
+    from .decode import MAX_SPLIT, plan_sparse_decode, wants_decode
 
-    if wants_decode(kernel, x_shape[0], tgt):
+    # an explicit split_k is honoured: by the decode kernel up to its MAX_SPLIT, else (kernel unset) by
+    # the tiled kernels, which split up to 64
+    beyond_decode = type(split_k) is int and split_k > MAX_SPLIT and kernel != "decode"
+    if wants_decode(kernel, x_shape[0], tgt) and not beyond_decode:
         return plan_sparse_decode(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
                                   scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret,
-                                  num_sms=num_sms, split_k=split_k if kernel == "decode" else None)
+                                  num_sms=num_sms, split_k=split_k)
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
 

@@ -53,7 +53,8 @@ def test_decode_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, a
     assert isinstance(plan, SparseDecodePlan)
     if split is not None:
         assert plan.config.split_k == split
-    assert len(plan.launches()) == (2 if plan.config.split_k > 1 else 1)
+    # split-K: reduced in the kernel up to 16 tokens (reduce="auto"), by a second launch above
+    assert len(plan.launches()) == (2 if plan.config.split_k > 1 and t > 16 else 1)
     assert plan.meta.shape[0] % DECODE_BM == 0 and plan.k_padded % plan.config.bk == 0
     y = sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True, split_k=split,
                       kernel="decode", **epi)
@@ -84,18 +85,31 @@ def test_split_k_reduced_in_the_kernel(dtype, n_out, t, k, out_dtype, bias, act,
     out[...] = np.nan
     plan.run()
     np.testing.assert_array_equal(out, first)
+    # the shares are added in the same order as splitk_reduce_linear adds them: bit for bit
+    out[...] = np.nan
+    plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True, split_k=split,
+                       reduce="launch", **epi).run()
+    np.testing.assert_array_equal(out, first)
 
 
 def test_reduce_mode_is_checked_and_read_from_the_environment(monkeypatch):
     weight, x = problem("f16", 130, 3, 520, seed=5)
+    _, x33 = problem("f16", 130, 33, 520, seed=5)
+
+    def launches(x, **kw):
+        return len(plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2, **kw).launches())
+
+    monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
+    assert (launches(x), launches(x33)) == (1, 2)  # "auto": in the kernel up to 16 tokens
+    assert (launches(x, reduce="launch"), launches(x33, reduce="kernel")) == (2, 1)
     monkeypatch.setenv("SPARSILE_DECODE_REDUCE", "kernel")
-    assert plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2).counters is not None
+    assert launches(x33) == 1
     assert plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=1).counters is None
-    monkeypatch.delenv("SPARSILE_DECODE_REDUCE")
-    assert len(plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2).launches()) == 2
+    monkeypatch.setenv("SPARSILE_DECODE_REDUCE", "launch")
+    assert launches(x) == 2
     assert _code_message(lambda: plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2,
                                                     reduce="atomic")) == (
-        "SP0860", "reduce of the decode kernel must be 'launch' or 'kernel', got 'atomic'")
+        "SP0860", "reduce of the decode kernel must be 'auto', 'launch' or 'kernel', got 'atomic'")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
@@ -233,7 +247,7 @@ def test_compiles_for_sm90a(dtype, t, split, act, tiled, tmp_path):
     weight, x = problem(dtype, 256, t, 512, seed=11)
     epi = {"scale_x": np.ones(t, np.float32), "scale_w": 0.5} if dtype == "e4m3" else {}
     plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=split, activation=act,
-                              tiled=tiled, **epi)
+                              tiled=tiled, reduce="launch", **epi)  # reduce="kernel": its own test above
     ck = plan.compile("sm_90a")[0]
     ptx = ck.ptx
     assert len(re.findall(r"wgmma\.mma_async\.sp", ptx)) == 4

@@ -1,0 +1,136 @@
+"""Where the host time of one eager ``SparseLinear`` call goes (issue 12's eager targets), on the GPU.
+
+    python benchmarks/bench_layer_host.py                 # 8B o and 8B gate_up, T = 1, bf16
+    python benchmarks/bench_layer_host.py --profile 8B_o  # and a cProfile of that layer's calls
+
+Each row is the host time per call (µs) of one step of the call path, measured alone: N calls back
+to back timed up to the last return (the GPU work they queue is drained before and after each block,
+never inside), median of several blocks. The steps: the whole module call, ``forward`` without
+``nn.Module.__call__``, the record cache's run, each prepared launch alone, the output allocation,
+torch's current-stream query, and a bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the
+floor, beside dense ``F.linear`` of the same shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import environment, torch_layer_missing  # a sibling script, not a package
+
+SHAPES = {"8B_o": (4096, 4096), "8B_gate_up": (28672, 4096), "8B_qkv": (6144, 4096), "70B_down": (8192, 28672)}
+
+
+def host_us(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 300, blocks: int = 7) -> float:
+    """Median over blocks of the host time per call of ``calls`` back-to-back calls."""
+    for _ in range(3):
+        fn()
+    sync()
+    times = []
+    for _ in range(blocks):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+        sync()
+    return statistics.median(times)
+
+
+def profile_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 2000, top: int = 25) -> str:
+    """The ``top`` functions by own time over ``calls`` calls of ``fn`` (cProfile)."""
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(calls):
+        fn()
+        if i % 200 == 199:
+            sync()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def rows_for(name: str, n: int, k: int, t: int, torch: Any) -> list[tuple[str, float]]:
+    import torch.nn.functional as F
+
+    from sparsile.integrations.torch import SparseLinear
+    from sparsile.integrations.torch._kernels import stream_getter
+
+    sync = torch.cuda.synchronize
+    dense = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = SparseLinear.from_dense(dense)
+    x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
+    layer(x)
+    sync()
+    records = layer.__dict__["_records"]
+    (key, record), = records.records.items()
+    w = layer.__dict__["_weight"]
+    getter = stream_getter(x.get_device())
+    stream = getter()
+    y = torch.empty((t, n), dtype=torch.bfloat16, device="cuda")
+    rows = [("dense F.linear", host_us(lambda: F.linear(x, dense.weight), sync)),
+            ("SparseLinear __call__", host_us(lambda: layer(x), sync)),
+            ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync)),
+            ("RecordCache.run", host_us(lambda: records.run(key, x, w, None, torch.bfloat16), sync)),
+            ("LaunchRecord call", host_us(lambda: record(x, None, stream), sync))]
+    for i, (launch, which) in enumerate(record.prepared or ()):
+        call = (x, y, None)
+        args = tuple(call[j] for j in which)
+        run = functools.partial(launch.run, args, stream)
+        bare = functools.partial(launch._launch_once, launch._dims, stream)
+        rows.append((f"prepared launch {i} ({launch.kernel_name})", host_us(run, sync)))
+        rows.append((f"  bare cuLaunchKernel {i}", host_us(bare, sync)))
+    rows += [("torch.empty (T, N)", host_us(lambda: torch.empty((t, n), dtype=torch.bfloat16, device="cuda"), sync)),
+             ("current stream query", host_us(getter, sync)),
+             ("x.data_ptr()", host_us(x.data_ptr, sync))]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=["8B_o", "8B_gate_up"], choices=sorted(SHAPES))
+    parser.add_argument("--tokens", type=int, default=1)
+    parser.add_argument("--profile", nargs="*", default=[], choices=sorted(SHAPES))
+    args = parser.parse_args()
+    missing = torch_layer_missing()
+    if missing:
+        print(missing)
+        return
+    import torch
+
+    print(", ".join(f"{k} {v}" for k, v in environment().items()))
+    print(f"T = {args.tokens}, bf16; SPARSILE_DECODE_REDUCE={os.environ.get('SPARSILE_DECODE_REDUCE', '')!r}")
+    table: dict[str, dict[str, float]] = {}
+    for name in args.shapes:
+        n, k = SHAPES[name]
+        for step, us in rows_for(name, n, k, args.tokens, torch):
+            table.setdefault(step, {})[name] = us
+    print("| step | " + " | ".join(args.shapes) + " |")
+    print("|---|" + "---|" * len(args.shapes))
+    for step, cols in table.items():
+        print(f"| {step} | " + " | ".join(f"{cols[s]:.1f}" if s in cols else "-" for s in args.shapes) + " |")
+    for name in args.profile:
+        from sparsile.integrations.torch import SparseLinear
+
+        n, k = SHAPES[name]
+        layer = SparseLinear.from_dense(torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16))
+        x = torch.randn(args.tokens, k, device="cuda", dtype=torch.bfloat16)
+        print(f"\ncProfile of 2000 calls of SparseLinear {name} (T = {args.tokens}):")
+        print(profile_calls(functools.partial(layer, x), torch.cuda.synchronize))
+
+
+if __name__ == "__main__":
+    main()
