@@ -86,14 +86,16 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any) -> list[tuple[str, f
             ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync)),
             ("RecordCache.run", host_us(lambda: records.run(key, x, w, None, torch.bfloat16), sync)),
             ("LaunchRecord call", host_us(lambda: record(x, None, stream), sync))]
-    for i, (launch, which) in enumerate(record.prepared or ()):
-        call = (x, y, None)
-        args = tuple(call[j] for j in which)
-        run = functools.partial(launch.run, args, stream)
+    for i, (prepared_run, which) in enumerate(record.prepared or ()):
+        launch = prepared_run.__self__
+        args = which((x, y, None))
+        run = functools.partial(prepared_run, args, stream)
         bare = functools.partial(launch._launch_once, launch._dims, stream)
         rows.append((f"prepared launch {i} ({launch.kernel_name})", host_us(run, sync)))
         rows.append((f"  bare cuLaunchKernel {i}", host_us(bare, sync)))
     rows += [("torch.empty (T, N)", host_us(lambda: torch.empty((t, n), dtype=torch.bfloat16, device="cuda"), sync)),
+             ("torch.empty_like (the record's y)",
+              host_us(lambda: torch.empty_like(record.y_like, memory_format=torch.contiguous_format), sync)),
              ("current stream query", host_us(getter, sync)),
              ("x.data_ptr()", host_us(x.data_ptr, sync))]
     return rows

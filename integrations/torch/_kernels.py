@@ -5,7 +5,7 @@ Two paths, one kernel:
 * **CUDA tensors, eager**: a :class:`LaunchRecord` per (tokens T, x dtype, device, output dtype) —
   and per stream when the plan owns a split-K workspace. It is built once: ``plan_sparse_linear``
   with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
-  (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty``) and calls the prepared
+  (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty_like``) and calls the prepared
   launches with the new x, y (and per-token scale) on torch's current stream. Without ``prepare``
   it falls back to ``plan.rebind(x, y).run(stream=...)``.
 * **CPU tensors**: the same kernel in sparsile's interpreter (``interpret=True``): exact, slow.
@@ -17,6 +17,7 @@ custom op (``linear.py``, ``ops.py``) shape and check the arguments.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,6 +107,9 @@ class LaunchRecord:
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y)
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
+        # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
+        # with one tensor argument to parse (about half of torch.empty's host time)
+        self.y_like = torch.empty((1,), dtype=out_dtype, device=x.device).expand(self.shape)
         launches = self.plan.launches()
         # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
         # that two streams must not share
@@ -117,7 +121,8 @@ class LaunchRecord:
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None
                  ) -> list[Any] | None:
-        """[(prepared launch, what it takes per call: 0 x | 1 y | 2 scale_x, in order)], or None when
+        """[(a prepared launch's ``run``, a function picking what it takes per call from (x, y,
+        scale_x), in order)], or None when
         ``prepare`` is missing or the plan does not pass x and y through unchanged (a padded copy).
         Every other argument (the weight, its metadata, bias, scales, sizes) is fixed when the
         launch is prepared (``per_call=``), so a call checks and writes only its own tensors."""
@@ -133,7 +138,7 @@ class LaunchRecord:
             fixed = {names[i]: a for i, a in enumerate(args)}  # the weight, bias, scales, sizes: checked once
             per_call = tuple(names[i] for i, _ in slots)
             launch = launcher.prepare(**fixed, **constexprs, per_call=per_call)
-            prepared.append((launch, tuple(which for _, which in slots)))
+            prepared.append((launch.run, _picker(tuple(which for _, which in slots))))
         return prepared if {0, 1} <= seen and (scale_x is None or 2 in seen) else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
@@ -141,17 +146,25 @@ class LaunchRecord:
         if first is not None and first[0] is x:
             y = first[1]
         else:
-            y = torch.empty(self.shape, dtype=self.out_dtype, device=x.device)
+            y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
         if self.prepared is not None:
             call = (x, y, scale_x)
-            for launch, which in self.prepared:
-                launch.run(tuple(call[w] for w in which), stream)
+            for run, which in self.prepared:
+                run(which(call), stream)
             return y
         if first is not None and first[0] is x:  # the call the plan was built for
             self.plan.run(stream=stream)
             return y
         self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
+
+def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A function of (x, y, scale_x) giving the members at ``which``, as a tuple."""
+    if len(which) == 1:
+        (only,) = which
+        return lambda call: (call[only],)
+    return operator.itemgetter(*which)
+
 
 class RecordCache:
     """Launch records by key, at most ``capacity`` (least recently built dropped first)."""

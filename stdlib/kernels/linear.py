@@ -213,9 +213,11 @@ class SparseLinearPlan:
         return (-(-self.m // BM) * -(-self.t // self.bn), self.split_k)
 
     def _epilogue_pointers(self) -> tuple[Any, Any, Any]:
-        d = self.out
-        return (d if self.bias is None else self.bias, d if self.scale_w is None else self.scale_w,
-                d if self.scale_x is None else self.scale_x)
+        """Bias, SW, SX: the vectors, or 0 for those the epilogue leaves out (its constexprs say so
+        and it never reads them; an integer rather than a placeholder array is fixed once in a
+        prepared launch, where an alias of ``out`` would be re-checked on every call)."""
+        return (0 if self.bias is None else self.bias, 0 if self.scale_w is None else self.scale_w,
+                0 if self.scale_x is None else self.scale_x)
 
     def _epilogue_constexprs(self) -> dict[str, Any]:
         bias, sw, sx = self.modes

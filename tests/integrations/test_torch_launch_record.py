@@ -104,8 +104,9 @@ def test_one_plan_and_substituted_pointers(monkeypatch):
     assert y2 is not y1 and y2.shape == (4, 8) and y2.dtype == torch.float32
     assert args1[:2] == args2[:2] == ("values", "meta") and args1[4] is args2[4] and args2[6] == 7
     (record,) = cache.records.values()
-    (launch, which), = record.prepared
-    assert which == (0, 1) and launch.per_call == ("x", "c")  # x and y per call, in that order
+    (run, which), = record.prepared
+    launch = run.__self__
+    assert which(("X", "Y", "S")) == ("X", "Y") and launch.per_call == ("x", "c")  # x and y per call, in order
     assert record.plan is None and not any(v is x1 or v is y1 for v in launch.fixed.values())
     prepares = [e for e in log if e[0] == "prepare"]
     assert prepares[0][3] == {"BN": 16}
