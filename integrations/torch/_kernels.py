@@ -7,7 +7,9 @@ Two paths, one kernel:
   with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
   (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty_like``) and calls the prepared
   launches with the new x, y (and per-token scale) on torch's current stream. Without ``prepare``
-  it falls back to ``plan.rebind(x, y).run(stream=...)``.
+  it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
+  16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
+  and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`).
 * **CPU tensors**: the same kernel in sparsile's interpreter (``interpret=True``): exact, slow.
 
 Everything here takes 2-D, contiguous x already in the kernel's operand type; the module and the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +33,12 @@ import torch
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
+EAGER_REDUCE_MAX_T = 16
+"""Up to this many tokens an eager call of the decode kernel with split-K adds the partial sums in
+the kernel (plan_sparse_decode's reduce="kernel": one launch, 10-20 µs less host time per call on
+the H200) and a call captured into a CUDA graph in a second launch (1-3 µs less GPU time there);
+both give the same bits. Measured in docs/torch.md; SPARSILE_DECODE_REDUCE set picks one mode for
+both."""
 
 
 @functools.cache
@@ -115,6 +124,14 @@ class LaunchRecord:
         # that two streams must not share
         self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
         self.prepared = self._prepare(launches, x, y, scale_x)
+        self.eager = None  # one launch for eager calls, where the plan's split-K takes two
+        if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
+                and os.environ.get("SPARSILE_DECODE_REDUCE") is None and not _capturing():
+            one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+                                         scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
+                                         out=y, reduce="kernel").launches()
+            if len(one) == 1:  # the decode kernel (the tiled kernels always reduce in a second launch)
+                self.eager = self._prepare(one, x, y, scale_x)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
 
@@ -149,7 +166,8 @@ class LaunchRecord:
             y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
         if self.prepared is not None:
             call = (x, y, scale_x)
-            for run, which in self.prepared:
+            prepared = self.prepared if self.eager is None or _capturing() else self.eager
+            for run, which in prepared:
                 run(which(call), stream)
             return y
         if first is not None and first[0] is x:  # the call the plan was built for
@@ -157,6 +175,16 @@ class LaunchRecord:
             return y
         self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
+
+def _capturing() -> bool:
+    """torch's current CUDA stream is capturing a graph."""
+    return _IS_CAPTURING()
+
+
+_IS_CAPTURING: Callable[[], bool] = (getattr(torch._C, "_cuda_isCurrentStreamCapturing",
+                                             torch.cuda.is_current_stream_capturing)
+                                     if torch.cuda.is_available() else bool)  # bool(): False
+
 
 def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     """A function of (x, y, scale_x) giving the members at ``which``, as a tuple."""

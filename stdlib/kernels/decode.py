@@ -47,14 +47,9 @@ DECODE_ENV = "SPARSILE_DECODE_KERNEL"
 decode kernel is the default there)."""
 DECODE_MAX_T = 64
 DECODE_REDUCE_ENV = "SPARSILE_DECODE_REDUCE"
-"""Set to "kernel" or "launch" to choose how split-K partial sums are added for every token count
-(plan_sparse_decode's ``reduce``); unset: "auto"."""
-REDUCE_MODES = ("auto", "launch", "kernel")
-REDUCE_IN_KERNEL_MAX_BN = 16
-"""reduce="auto" adds the partial sums in the kernel up to this token tile, with a second launch
-above it. Measured on the H200 (docs/hopper.md): up to 16 tokens the in-kernel reduction costs
-0.5-1.2 µs of kernel time and saves a launch (10-20 µs of host time per eager call); at 32 and 64
-tokens the last CTA's serial reduction of the larger tiles costs 4-16 µs."""
+"""Set to "kernel" to let the last CTA of each tile add the split-K partial sums (plan_sparse_decode's
+reduce), or "launch" (the default)."""
+REDUCE_MODES = ("launch", "kernel")
 DECODE_BM = 128           # weight rows per CTA: two consumer warpgroups of 64
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
@@ -264,13 +259,13 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     the ring depth (2..8, within the 227 KB of shared memory a CTA may use). ``tiled``:
     copy the weight into the tiled layout (:func:`tile_for_decode`: every TMA box one contiguous
     run) once, here; plan once and ``rebind`` per call to keep that copy. ``reduce`` (split-K only):
-    "launch" adds the partial sums in a second launch (``splitk_reduce_linear``); "kernel" lets the
-    last CTA of each tile add them (``reduce_in_kernel`` of sparse_decode_sm90.spk, through a
-    per-tile arrival counter the plan zeroes once and the kernel re-zeroes): one launch per call,
-    the same result bit for bit (the shares are added in the same order). "auto" (the default, or
-    ``SPARSILE_DECODE_REDUCE``) is "kernel" up to 16 tokens and "launch" above
-    (:data:`REDUCE_IN_KERNEL_MAX_BN`). Plans sharing a workspace (``rebind``) share the counters
-    too: run them on one stream."""
+    "launch" (the default, or ``SPARSILE_DECODE_REDUCE``) adds the partial sums in a second launch
+    (``splitk_reduce_linear``); "kernel" lets the last CTA of each tile add them
+    (``reduce_in_kernel`` of sparse_decode_sm90.spk, through a per-tile arrival counter the plan
+    zeroes once and the kernel re-zeroes): one launch per call, the same result bit for bit (the
+    shares are added in the same order), 1-3 µs more kernel time on the H200 at up to 16 tokens
+    (docs/hopper.md): worth it where the host's launch costs more (sparsile.torch's eager calls).
+    Plans sharing a workspace (``rebind``) share the counters too: run them on one stream."""
     from .gemm import empty_array
     from .linear import plan_sparse_linear, planned_sm_count
 
@@ -304,20 +299,18 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     xk = pad_columns(base.x, k_padded)
     work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
     counters = None
-    mode = _reduce_mode(reduce)
-    if cfg.split_k > 1 and (mode == "kernel" or (mode == "auto" and cfg.bn <= REDUCE_IN_KERNEL_MAX_BN)):
+    if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
         counters = empty_array(x, (rows // DECODE_BM,), "int32", interpret)
         counters[...] = 0
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters)
 
 
 
-def _reduce_mode(reduce: str | None) -> str:
-    """``reduce`` checked (SP0860), else the environment's choice, else "auto"."""
-    mode = reduce if reduce is not None else os.environ.get(DECODE_REDUCE_ENV, "auto")
+def reduce_mode(reduce: str | None) -> str:
+    """``reduce`` checked (SP0860), else the environment's choice, else "launch"."""
+    mode = reduce if reduce is not None else os.environ.get(DECODE_REDUCE_ENV, "launch")
     if mode not in REDUCE_MODES:
-        raise bad_input(f"reduce of the decode kernel must be 'auto', 'launch' or 'kernel', got {mode!r}",
-                        help="'launch': a second kernel adds the split-K partial sums; 'kernel': the last CTA does; "
-                             f"'auto': 'kernel' up to {REDUCE_IN_KERNEL_MAX_BN} tokens, 'launch' above",
+        raise bad_input(f"reduce of the decode kernel must be 'launch' or 'kernel', got {mode!r}",
+                        help="'launch': a second kernel adds the split-K partial sums; 'kernel': the last CTA does",
                         code=SP_DECODE)
     return mode

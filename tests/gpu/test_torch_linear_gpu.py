@@ -105,9 +105,12 @@ def test_torch_compile_fullgraph_inductor(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
-def test_cuda_graph_capture_and_replay(dtype):
-    layer = _layer(dtype=dtype, activation="relu")
-    static_x = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
+@pytest.mark.parametrize("k", [512, 8192])
+def test_cuda_graph_capture_and_replay(dtype, k):
+    """Replays equal eager calls bit for bit; at K = 8192 the decode kernel splits K, and eager calls
+    add the shares in the kernel while the captured call adds them in a second launch."""
+    layer = _layer(k=k, dtype=dtype, activation="relu")
+    static_x = torch.randn(16, k, device="cuda").to(torch.bfloat16)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up (compile, plan) outside the capture
@@ -117,12 +120,15 @@ def test_cuda_graph_capture_and_replay(dtype):
     with torch.cuda.graph(graph):
         static_y = layer(static_x)
     for seed in range(3):
-        new = torch.randn(16, 512, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        new = torch.randn(16, k, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
         static_x.copy_(new.to(torch.bfloat16))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_y, layer(static_x))
         check_against_float64(layer, static_x, static_y)
+    if k == 8192:
+        records = layer.__dict__["_records"].records.values()
+        assert any(r.eager is not None and len(r.eager) == 1 and len(r.prepared) == 2 for r in records)
 
 
 def test_side_stream_is_followed():

@@ -43,14 +43,17 @@ class _Kernel:
 
 
 class _Plan:
-    def __init__(self, log, x, out, scale_x, split, can_prepare, copy_x):
-        self.log, self.out, self.split, self.can_prepare = log, out, split, can_prepare
+    def __init__(self, log, x, out, scale_x, split, can_prepare, copy_x, one_launch=False):
+        self.log, self.out, self.split, self.can_prepare, self.one_launch = log, out, split, can_prepare, one_launch
         self.x = x.clone() if copy_x else x
         self.scale_x = None if scale_x is None else scale_x.reshape(-1)  # a new view of the same memory
         self.workspace = torch.zeros(2, *out.shape) if split else None
         self.bias = torch.ones(out.shape[1])
 
     def launches(self):
+        if self.one_launch:  # the decode kernel reducing split-K itself (reduce="kernel")
+            main = _Kernel(self.log, "main+reduce", self.can_prepare, ("values", "meta", "x", "c", "ws"))
+            return [(main, (3, 2), ("values", "meta", self.x, self.out, self.workspace), {"BN": 16})]
         main = _Kernel(self.log, "main", self.can_prepare, ("values", "meta", "x", "c", "bias", "scale_x", "n"))
         c = self.workspace if self.split else self.out
         out = [(main, (3, 1), ("values", "meta", self.x, c, self.bias, self.scale_x, 7), {"BN": 16})]
@@ -68,12 +71,12 @@ class _Plan:
         return self.out
 
 
-def _fake_api(monkeypatch, split=False, can_prepare=True, copy_x=False) -> list:
+def _fake_api(monkeypatch, split=False, can_prepare=True, copy_x=False, reduces_in_kernel=False) -> list:
     log: list = []
 
-    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, **kwargs):
-        log.append(("plan", x, out))
-        return _Plan(log, x, out, scale_x, split, can_prepare, copy_x)
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
+        log.append(("plan", x, out, reduce))
+        return _Plan(log, x, out, scale_x, split, can_prepare, copy_x, reduces_in_kernel and reduce == "kernel")
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear))
     return log
@@ -128,7 +131,8 @@ def test_records_with_a_workspace_are_per_stream(monkeypatch):
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
-    assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2
+    # (each record also asks for a one-launch plan for eager calls; this one has none: reduce=None plans only)
+    assert [e[0] for e in log if e[0] != "plan" or e[3] is None].count("plan") == 2 and len(cache) == 2
     reduce = [e for e in log if e[0] == "launch" and e[1] == "reduce"]
     assert len(reduce) == 3 and all(e[2][1].shape == (4, 8) for e in reduce)
     log = _fake_api(monkeypatch, split=False)
@@ -182,4 +186,32 @@ def test_a_single_launch_with_a_workspace_is_per_stream(monkeypatch):
     cache, w = kernels.RecordCache(), _weight()
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
-    assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2
+    # (each record also asks for a one-launch plan for eager calls; this one has none: reduce=None plans only)
+    assert [e[0] for e in log if e[0] != "plan" or e[3] is None].count("plan") == 2 and len(cache) == 2
+
+
+@pytest.mark.parametrize("env", [None, "launch"])
+def test_eager_calls_reduce_split_k_in_the_kernel_and_captures_in_a_second_launch(monkeypatch, env):
+    """Up to 16 tokens an eager call takes the one-launch variant (reduce="kernel"), a call captured
+    into a CUDA graph the two-launch plan; SPARSILE_DECODE_REDUCE set keeps one plan for both."""
+    if env is None:
+        monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
+    else:
+        monkeypatch.setenv("SPARSILE_DECODE_REDUCE", env)
+    log = _fake_api(monkeypatch, split=True, reduces_in_kernel=True)
+    capturing = [False]
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: capturing[0])
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), _x(), w, None, torch.float32, stream=1)
+    capturing[0] = True
+    cache.run((4,), _x(), w, None, torch.float32, stream=1)
+    names = [e[1] for e in log if e[0] == "launch"]
+    if env is None:
+        assert [e[3] for e in log if e[0] == "plan"] == [None, "kernel"]
+        assert names == ["main+reduce", "main", "reduce"]
+    else:
+        assert names == ["main", "reduce", "main", "reduce"]
+    log = _fake_api(monkeypatch, split=True, reduces_in_kernel=True)
+    capturing[0] = False
+    kernels.RecordCache().run((32,), _x(32), w, None, torch.float32, stream=1)  # more than 16 tokens
+    assert [e[1] for e in log if e[0] == "launch"] == ["main", "reduce"]

@@ -6,6 +6,7 @@ codes, sm_90a compilation (PTX facts, ptxas without spills) and a GPU run (marke
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -53,8 +54,7 @@ def test_decode_matches_float64_reference(dtype, n_out, t, k, out_dtype, bias, a
     assert isinstance(plan, SparseDecodePlan)
     if split is not None:
         assert plan.config.split_k == split
-    # split-K: reduced in the kernel up to 16 tokens (reduce="auto"), by a second launch above
-    assert len(plan.launches()) == (2 if plan.config.split_k > 1 and t > 16 else 1)
+    assert len(plan.launches()) == (2 if plan.config.split_k > 1 else 1)
     assert plan.meta.shape[0] % DECODE_BM == 0 and plan.k_padded % plan.config.bk == 0
     y = sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True, split_k=split,
                       kernel="decode", **epi)
@@ -94,22 +94,21 @@ def test_split_k_reduced_in_the_kernel(dtype, n_out, t, k, out_dtype, bias, act,
 
 def test_reduce_mode_is_checked_and_read_from_the_environment(monkeypatch):
     weight, x = problem("f16", 130, 3, 520, seed=5)
-    _, x33 = problem("f16", 130, 33, 520, seed=5)
 
-    def launches(x, **kw):
+    def launches(**kw):
         return len(plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2, **kw).launches())
 
     monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
-    assert (launches(x), launches(x33)) == (1, 2)  # "auto": in the kernel up to 16 tokens
-    assert (launches(x, reduce="launch"), launches(x33, reduce="kernel")) == (2, 1)
+    assert (launches(), launches(reduce="kernel")) == (2, 1)
+    assert len(plan_sparse_linear(weight.values, weight.meta, x, interpret=True, split_k=2, kernel="decode",
+                                  reduce="kernel").launches()) == 1
     monkeypatch.setenv("SPARSILE_DECODE_REDUCE", "kernel")
-    assert launches(x33) == 1
+    assert (launches(), launches(reduce="launch")) == (1, 2)
     assert plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=1).counters is None
-    monkeypatch.setenv("SPARSILE_DECODE_REDUCE", "launch")
-    assert launches(x) == 2
-    assert _code_message(lambda: plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=2,
-                                                    reduce="atomic")) == (
-        "SP0860", "reduce of the decode kernel must be 'auto', 'launch' or 'kernel', got 'atomic'")
+    for plan in (plan_sparse_decode, functools.partial(plan_sparse_linear, kernel="gemm")):
+        assert _code_message(lambda: plan(weight.values, weight.meta, x, interpret=True, split_k=2,  # noqa: B023
+                                          reduce="atomic")) == (
+            "SP0860", "reduce of the decode kernel must be 'launch' or 'kernel', got 'atomic'")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
