@@ -194,8 +194,10 @@ def test_prepared_sparse_gemm_matches_plan_run():
     assert exc.value.code == "SP0703"
 
 
-@pytest.mark.parametrize("kernel,split,launches", [("gemm", 1, 1), ("gemm", 4, 2), ("decode", 1, 1), ("decode", 4, 1)])
-def test_prepared_sparse_linear_steps_match_plan_run(kernel, split, launches):
+@pytest.mark.parametrize("kernel,split,reduce,launches", [("gemm", 1, None, 1), ("gemm", 4, None, 2),
+                                                          ("decode", 1, None, 1), ("decode", 4, "launch", 2),
+                                                          ("decode", 4, "kernel", 1)])
+def test_prepared_sparse_linear_steps_match_plan_run(kernel, split, reduce, launches):
     """The contract a torch layer codes against: every launch of a SparseLinearPlan prepared once
     (``kernel[grid].prepare(*args, **constexprs)``), then called with the same arguments, gives
     plan.run()'s output bit for bit, also replayed from a CUDA graph."""
@@ -207,11 +209,12 @@ def test_prepared_sparse_linear_steps_match_plan_run(kernel, split, launches):
     values, meta = prune_and_compress(w.cuda(), "bf16")
     x = torch.randn(16, 2048, generator=g).to(torch.bfloat16).cuda()
     bias = torch.randn(1024, generator=g).cuda()
-    plan = plan_sparse_linear(values, meta, x, bias=bias, activation="silu", split_k=split, kernel=kernel)
+    plan = plan_sparse_linear(values, meta, x, bias=bias, activation="silu", split_k=split, kernel=kernel,
+                              reduce=reduce)
     expected = plan.run().clone()
     assert not torch.isnan(expected.float()).any()
     steps = [(kernel[grid].prepare(*args, **cx), args) for kernel, grid, args, cx in plan.launches()]
-    assert len(steps) == launches  # the decode kernel reduces split-K in the kernel at T = 16
+    assert len(steps) == launches
     plan.out.fill_(float("nan"))
     for launch, args in steps:
         launch(*args)
