@@ -18,11 +18,12 @@ custom op (``linear.py``, ``ops.py``) shape and check the arguments.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -111,27 +112,30 @@ class LaunchRecord:
         self.weight = w
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
-        y = torch.empty(self.shape, dtype=out_dtype, device=x.device)
-        self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
-                                           scale_x=scale_x, scale_w=w.scale_w,
-                                           out_dtype=OUT_DTYPES[out_dtype], out=y)
-        self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
-        # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
-        # with one tensor argument to parse (about half of torch.empty's host time)
-        self.y_like = torch.empty((1,), dtype=out_dtype, device=x.device).expand(self.shape)
-        launches = self.plan.launches()
-        # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
-        # that two streams must not share
-        self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
-        self.prepared = self._prepare(launches, x, y, scale_x)
-        self.eager = None  # one launch for eager calls, where the plan's split-K takes two
-        if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
-                and os.environ.get("SPARSILE_DECODE_REDUCE") is None and not _capturing():
-            one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
-                                         scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
-                                         out=y, reduce="kernel").launches()
-            if len(one) == 1:  # the decode kernel (the tiled kernels always reduce in a second launch)
-                self.eager = self._prepare(one, x, y, scale_x)
+        y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
+        # the workspace, counters and template outlive the call: allocated outside any CUDA-graph
+        # memory pool (torch.compile's CUDA graph trees refuse untracked tensors in theirs)
+        with _persistent_allocations(x.device):
+            self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+                                               scale_x=scale_x, scale_w=w.scale_w,
+                                               out_dtype=OUT_DTYPES[out_dtype], out=y)
+            self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
+            # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
+            # with one tensor argument to parse (about half of torch.empty's host time)
+            self.y_like = torch.empty((1,), dtype=out_dtype, device=x.device).expand(self.shape)
+            launches = self.plan.launches()
+            # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
+            # that two streams must not share
+            self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
+            self.prepared = self._prepare(launches, x, y, scale_x)
+            self.eager = None  # one launch for eager calls, where the plan's split-K takes two
+            if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
+                    and os.environ.get("SPARSILE_DECODE_REDUCE") is None and not _capturing():
+                one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+                                             scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
+                                             out=y, reduce="kernel").launches()
+                if len(one) == 1:  # the decode kernel (the tiled kernels always reduce in a second launch)
+                    self.eager = self._prepare(one, x, y, scale_x)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
 
@@ -175,6 +179,32 @@ class LaunchRecord:
             return y
         self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
+
+_SIDE_STREAMS: dict[int, Any] = {}
+
+
+@contextlib.contextmanager
+def _persistent_allocations(device: torch.device) -> Iterator[None]:
+    """Run the body (planning: allocations and the counters' zero fill) on a side stream ordered
+    after torch's current one, and the current stream after it. torch.compile's CUDA graph trees
+    route the current stream's allocations into their graph's memory pool while they warm up, and
+    refuse tensors left there that are not outputs; the side stream allocates from the ordinary
+    pool. While a graph is being captured nothing may allocate on another stream: the body then
+    runs as it is (a manually captured graph owns what it allocates)."""
+    if device.type != "cuda" or _capturing():
+        yield
+        return
+    current = torch.cuda.current_stream(device)
+    side = _SIDE_STREAMS.get(current.device_index)
+    if side is None:
+        side = _SIDE_STREAMS[current.device_index] = torch.cuda.Stream(current.device)
+    side.wait_stream(current)
+    try:
+        with torch.cuda.stream(side):
+            yield
+    finally:
+        current.wait_stream(side)
+
 
 def _capturing() -> bool:
     """torch's current CUDA stream is capturing a graph."""
