@@ -18,12 +18,12 @@ custom op (``linear.py``, ``ops.py``) shape and check the arguments.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import operator
 import os
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -107,37 +107,43 @@ class LaunchRecord:
     """A planned sparse linear for one (T, x dtype, device, out dtype): the plan and its prepared
     launches, with the positions where a call's x, y and per-token scale go."""
 
-    def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype):
+    def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
+                 off_pool: bool = False):
         api = kernel_api()
         self.weight = w
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
-        # the workspace, counters and template outlive the call: allocated outside any CUDA-graph
-        # memory pool (torch.compile's CUDA graph trees refuse untracked tensors in theirs)
-        with _persistent_allocations(x.device):
-            self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
-                                               scale_x=scale_x, scale_w=w.scale_w,
-                                               out_dtype=OUT_DTYPES[out_dtype], out=y)
-            self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
-            # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
-            # with one tensor argument to parse (about half of torch.empty's host time)
-            self.y_like = torch.empty((1,), dtype=out_dtype, device=x.device).expand(self.shape)
-            launches = self.plan.launches()
-            # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
-            # that two streams must not share
-            self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
-            self.prepared = self._prepare(launches, x, y, scale_x)
-            self.eager = None  # one launch for eager calls, where the plan's split-K takes two
-            if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
-                    and os.environ.get("SPARSILE_DECODE_REDUCE") is None and not _capturing():
-                one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
-                                             scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
-                                             out=y, reduce="kernel").launches()
-                if len(one) == 1:  # the decode kernel (the tiled kernels always reduce in a second launch)
-                    self.eager = self._prepare(one, x, y, scale_x)
+        if off_pool:  # the workspace, counters and y template outlive the call (see _outside_graph_pools)
+            _outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype))
+        else:
+            self._plan(api, x, y, w, scale_x, out_dtype)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
+
+    def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
+              out_dtype: torch.dtype) -> None:
+        """Plan and prepare the launches (the one-launch eager variant too, where there is one)."""
+        self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+                                           scale_x=scale_x, scale_w=w.scale_w,
+                                           out_dtype=OUT_DTYPES[out_dtype], out=y)
+        self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
+        # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
+        # with one tensor argument to parse (about half of torch.empty's host time)
+        self.y_like = torch.empty((1,), dtype=out_dtype, device=x.device).expand(self.shape)
+        launches = self.plan.launches()
+        # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
+        # that two streams must not share
+        self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
+        self.prepared = self._prepare(launches, x, y, scale_x)
+        self.eager = None  # one launch for eager calls, where the plan's split-K takes two
+        if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
+                and os.environ.get("SPARSILE_DECODE_REDUCE") is None and not _capturing():
+            one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+                                         scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
+                                         out=y, reduce="kernel").launches()
+            if len(one) == 1:  # the decode kernel (the tiled kernels always reduce in a second launch)
+                self.eager = self._prepare(one, x, y, scale_x)
 
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None
@@ -183,27 +189,37 @@ class LaunchRecord:
 _SIDE_STREAMS: dict[int, Any] = {}
 
 
-@contextlib.contextmanager
-def _persistent_allocations(device: torch.device) -> Iterator[None]:
-    """Run the body (planning: allocations and the counters' zero fill) on a side stream ordered
-    after torch's current one, and the current stream after it. torch.compile's CUDA graph trees
-    route the current stream's allocations into their graph's memory pool while they warm up, and
-    refuse tensors left there that are not outputs; the side stream allocates from the ordinary
-    pool. While a graph is being captured nothing may allocate on another stream: the body then
-    runs as it is (a manually captured graph owns what it allocates)."""
+def _outside_graph_pools(device: torch.device, build: Callable[[], None]) -> None:
+    """Run ``build`` (planning: allocations, the counters' zero fill) where torch.compile's CUDA
+    graph trees do not route allocations into their graph's memory pool: they route every
+    allocation of the *thread* that warms a graph up, and refuse tensors left in the pool that are
+    not outputs. So it runs in a short-lived thread, on a side stream ordered after torch's current
+    one (and the current stream after it); its exception, if any, is raised here. While a graph is
+    being captured ``build`` runs as it is (nothing may allocate on another stream then, and a
+    manually captured graph owns what it allocates)."""
     if device.type != "cuda" or _capturing():
-        yield
+        build()
         return
     current = torch.cuda.current_stream(device)
     side = _SIDE_STREAMS.get(current.device_index)
     if side is None:
         side = _SIDE_STREAMS[current.device_index] = torch.cuda.Stream(current.device)
     side.wait_stream(current)
-    try:
-        with torch.cuda.stream(side):
-            yield
-    finally:
-        current.wait_stream(side)
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with torch.cuda.device(current.device), torch.cuda.stream(side):
+                build()
+        except BaseException as e:  # re-raised in the calling thread
+            failure.append(e)
+
+    worker = threading.Thread(target=work, name="sparsile-plan")
+    worker.start()
+    worker.join()
+    current.wait_stream(side)
+    if failure:
+        raise failure[0]
 
 
 def _capturing() -> bool:
@@ -239,9 +255,10 @@ class RecordCache:
         return len(self.records)
 
     def run(self, key: tuple, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-            stream: int | None = None) -> torch.Tensor:
+            stream: int | None = None, off_pool: bool = False) -> torch.Tensor:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
-        the record of ``key`` (built on a miss)."""
+        the record of ``key`` (built on a miss; ``off_pool``: outside any CUDA-graph memory pool,
+        for the custom op that torch.compile's CUDA graph trees call)."""
         if stream is None:
             device = x.get_device()
             getter = self._streams.get(device)
@@ -255,7 +272,7 @@ class RecordCache:
         if record is None:
             record = records.get((*key, stream))
             if record is None:
-                record = LaunchRecord(x, w, scale_x, out_dtype)
+                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool)
                 records[(*key, stream) if record.owns_workspace else key] = record
                 while len(records) > self.capacity:
                     records.popitem(last=False)

@@ -106,7 +106,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     if x2.device.type == "cuda":
         ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias, scale_w))
         key = (x2.shape[0], x2.dtype, x2.device.index, out, ptrs, tuple(values.shape), activation)
-        y = _RECORDS.run(key, x2, w, scale_x, out)
+        y = _RECORDS.run(key, x2, w, scale_x, out, off_pool=True)
     else:
         y = run_interpreted(x2, w, scale_x, out)
     return y.reshape(*x.shape[:-1], n)

@@ -215,3 +215,41 @@ def test_eager_calls_reduce_split_k_in_the_kernel_and_captures_in_a_second_launc
     capturing[0] = False
     kernels.RecordCache().run((32,), _x(32), w, None, torch.float32, stream=1)  # more than 16 tokens
     assert [e[1] for e in log if e[0] == "launch"] == ["main", "reduce"]
+
+
+def test_planning_for_the_custom_op_runs_in_another_thread_on_a_side_stream(monkeypatch):
+    """torch.compile's CUDA graph trees route every allocation of the warming-up thread into their
+    pool: the custom op plans in a short-lived thread on a side stream, ordered both ways with the
+    current stream; an error raised there is raised to the caller."""
+    import contextlib
+    import threading
+
+    events: list = []
+
+    class Stream:
+        def __init__(self, name, device=None):
+            self.name, self.device, self.device_index = name, device, 0
+
+        def wait_stream(self, other):
+            events.append((self.name, "waits", other.name))
+
+    current = Stream("current", "cuda:0")
+    monkeypatch.setattr(kernels, "_SIDE_STREAMS", {})
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream("side", device))
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext(events.append(("on", s.name))))
+    main = threading.get_ident()
+    kernels._outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() != main))
+    assert events == [("side", "waits", "current"), ("on", "side"), True, ("current", "waits", "side")]
+
+    def fails():
+        raise ValueError("planned badly")
+
+    with pytest.raises(ValueError, match="planned badly"):
+        kernels._outside_graph_pools(torch.device("cuda", 0), fails)
+    events.clear()
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # capturing: in place, no thread, no side stream
+    kernels._outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() == main))
+    assert events == [True]
