@@ -36,10 +36,10 @@ OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f1
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
 EAGER_REDUCE_MAX_T = 16
 """Up to this many tokens an eager call of the decode kernel with split-K adds the partial sums in
-the kernel (plan_sparse_decode's reduce="kernel": one launch, 10-20 µs less host time per call on
-the H200) and a call captured into a CUDA graph in a second launch (1-3 µs less GPU time there);
-both give the same bits. Measured in docs/torch.md; SPARSILE_DECODE_REDUCE set picks one mode for
-both."""
+the kernel (plan_sparse_decode's reduce="kernel": one launch, 5-11 µs less host time per call on
+the H200) and a call captured into a CUDA graph in a second launch (0.5-3 µs less GPU time there);
+both give the same bits. Measured in benchmarks/RESULTS.md (docs/torch.md); SPARSILE_DECODE_REDUCE
+set picks one mode for both."""
 
 
 @functools.cache
@@ -185,6 +185,7 @@ class LaunchRecord:
             return y
         self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
+
 
 _SIDE_STREAMS: dict[int, Any] = {}
 
