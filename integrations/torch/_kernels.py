@@ -108,22 +108,24 @@ class LaunchRecord:
     launches, with the positions where a call's x, y and per-token scale go."""
 
     def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-                 off_pool: bool = False):
+                 off_pool: bool = False, stream: int | None = None):
         api = kernel_api()
         self.weight = w
+        self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
         if off_pool:  # the workspace, counters and y template outlive the call (see _outside_graph_pools)
-            _outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype))
+            _outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype), stream)
         else:
             self._plan(api, x, y, w, scale_x, out_dtype)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
-              out_dtype: torch.dtype) -> None:
-        """Plan and prepare the launches (the one-launch eager variant too, where there is one)."""
+              out_dtype: torch.dtype) -> list[Any]:
+        """Plan and prepare the launches (the one-launch eager variant too, where there is one);
+        the arguments the prepared launches keep (workspace, counters, padded copies, the weight)."""
         self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y)
@@ -138,12 +140,16 @@ class LaunchRecord:
         self.prepared = self._prepare(launches, x, y, scale_x)
         self.eager = None  # one launch for eager calls, where the plan's split-K takes two
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
-                and os.environ.get("SPARSILE_DECODE_REDUCE") is None and not _capturing():
+                and hasattr(self.plan, "reduces_in_kernel") and os.environ.get("SPARSILE_DECODE_REDUCE") is None \
+                and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
             one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
                                          scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
                                          out=y, reduce="kernel").launches()
-            if len(one) == 1:  # the decode kernel (the tiled kernels always reduce in a second launch)
+            if len(one) == 1:
                 self.eager = self._prepare(one, x, y, scale_x)
+        owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
+        return [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
+                for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
 
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None
@@ -176,10 +182,17 @@ class LaunchRecord:
             y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
         if self.prepared is not None:
             call = (x, y, scale_x)
-            prepared = self.prepared if self.eager is None or _capturing() else self.eager
+            prepared = self.prepared
+            if self.eager is not None or not self.captured:
+                if _capturing():
+                    self.captured = True  # a graph holds this record's workspace addresses now
+                elif self.eager is not None:
+                    prepared = self.eager
             for run, which in prepared:
                 run(which(call), stream)
             return y
+        if not self.captured and _capturing():
+            self.captured = True
         if first is not None and first[0] is x:  # the call the plan was built for
             self.plan.run(stream=stream)
             return y
@@ -190,28 +203,35 @@ class LaunchRecord:
 _SIDE_STREAMS: dict[int, Any] = {}
 
 
-def _outside_graph_pools(device: torch.device, build: Callable[[], None]) -> None:
+def _outside_graph_pools(device: torch.device, build: Callable[[], Any], stream: int | None = None) -> None:
     """Run ``build`` (planning: allocations, the counters' zero fill) where torch.compile's CUDA
     graph trees do not route allocations into their graph's memory pool: they route every
     allocation of the *thread* that warms a graph up, and refuse tensors left in the pool that are
     not outputs. So it runs in a short-lived thread, on a side stream ordered after torch's current
-    one (and the current stream after it); its exception, if any, is raised here. While a graph is
-    being captured ``build`` runs as it is (nothing may allocate on another stream then, and a
-    manually captured graph owns what it allocates)."""
+    one, or ``stream`` (an int handle) where the record will launch (and that stream after it); its
+    exception, if any, is raised here. What it allocates there is used on ``stream``: each CUDA
+    tensor ``build`` returns is marked as used by that stream (``record_stream``), so that when the
+    record is dropped its memory is not handed out again before the work queued there has run.
+    While a graph is being captured ``build`` runs as it is (nothing may allocate on another stream
+    then, and a manually captured graph owns what it allocates)."""
     if device.type != "cuda" or _capturing():
         build()
         return
     current = torch.cuda.current_stream(device)
+    if stream is not None and stream != current.cuda_stream:
+        current = torch.cuda.ExternalStream(stream, device=device)
     side = _SIDE_STREAMS.get(current.device_index)
     if side is None:
         side = _SIDE_STREAMS[current.device_index] = torch.cuda.Stream(current.device)
     side.wait_stream(current)
     failure: list[BaseException] = []
 
+    kept: list[Any] = []
+
     def work() -> None:
         try:
             with torch.cuda.device(current.device), torch.cuda.stream(side):
-                build()
+                kept.extend(build() or ())
         except BaseException as e:  # re-raised in the calling thread
             failure.append(e)
 
@@ -221,6 +241,9 @@ def _outside_graph_pools(device: torch.device, build: Callable[[], None]) -> Non
     current.wait_stream(side)
     if failure:
         raise failure[0]
+    for t in kept:
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            t.record_stream(current)
 
 
 def _capturing() -> bool:
@@ -228,9 +251,13 @@ def _capturing() -> bool:
     return _IS_CAPTURING()
 
 
-_IS_CAPTURING: Callable[[], bool] = (getattr(torch._C, "_cuda_isCurrentStreamCapturing",
-                                             torch.cuda.is_current_stream_capturing)
-                                     if torch.cuda.is_available() else bool)  # bool(): False
+def _cuda_capturing() -> bool:
+    """torch's current CUDA stream is capturing (False before torch has initialized CUDA: nothing
+    can be capturing then, and asking must not initialize it)."""
+    return torch.cuda.is_initialized() and torch._C._cuda_isCurrentStreamCapturing()
+
+
+_IS_CAPTURING: Callable[[], bool] = _cuda_capturing
 
 
 def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
@@ -251,6 +278,15 @@ class RecordCache:
 
     def clear(self) -> None:
         self.records.clear()
+
+    def _trim(self) -> None:
+        """Drop the oldest records beyond ``capacity``, except those a CUDA graph captured: a replay
+        writes their workspace and counters, which must stay allocated as long as the graph may run."""
+        records = self.records
+        if len(records) <= self.capacity:
+            return
+        for key in [k for k, r in records.items() if not r.captured][:len(records) - self.capacity]:
+            del records[key]
 
     def __len__(self) -> int:
         return len(self.records)
@@ -273,8 +309,7 @@ class RecordCache:
         if record is None:
             record = records.get((*key, stream))
             if record is None:
-                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool)
+                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream)
                 records[(*key, stream) if record.owns_workspace else key] = record
-                while len(records) > self.capacity:
-                    records.popitem(last=False)
+                self._trim()
         return record(x, scale_x, stream)

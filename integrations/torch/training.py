@@ -68,7 +68,7 @@ def _run_kernel(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias:
                                           out_dtype=OUT_DTYPES[out_dtype])
     ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias))
     key = (int(x.shape[0]), x.dtype, x.device.index, out_dtype, ptrs, tuple(values.shape))
-    return _RECORDS.run(key, x.contiguous(), w, None, out_dtype)
+    return _RECORDS.run(key, x.contiguous(), w, None, out_dtype, off_pool=True)
 
 
 def _check_op(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,

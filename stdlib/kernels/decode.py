@@ -11,7 +11,7 @@ same epilogue as the shipped kernels: bias, activation, scales, output type, tra
 It is the **default** of ``plan_sparse_linear`` / ``sparse_linear`` (and so of ``SparseLinear``)
 for T <= 64 on sm_90a: measured on the H200 it is 1.16-1.33x faster than the tiled
 ``sparse_linear_<t>`` kernels there (docs/hopper.md). ``kernel="gemm"`` or
-``SPARSILE_DECODE_KERNEL=0`` keeps the tiled kernels; ``kernel="decode"`` also takes ``split_k``.
+``SPARSILE_DECODE_KERNEL=0`` keeps the tiled kernels; an explicit ``split_k`` (1-16) is honoured.
 ``plan_sparse_decode`` returns a :class:`SparseDecodePlan` with the interface of
 :class:`~.linear.SparseLinearPlan` (``launches()``, ``run()``, ``compile()``, ``rebind()``).
 

@@ -76,7 +76,10 @@ def _fake_api(monkeypatch, split=False, can_prepare=True, copy_x=False, reduces_
 
     def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
         log.append(("plan", x, out, reduce))
-        return _Plan(log, x, out, scale_x, split, can_prepare, copy_x, reduces_in_kernel and reduce == "kernel")
+        plan = _Plan(log, x, out, scale_x, split, can_prepare, copy_x, reduces_in_kernel and reduce == "kernel")
+        if reduces_in_kernel:  # a decode plan (what the record looks for before planning a one-launch variant)
+            plan.reduces_in_kernel = reduce == "kernel"
+        return plan
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear))
     return log
@@ -131,8 +134,7 @@ def test_records_with_a_workspace_are_per_stream(monkeypatch):
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
-    # (each record also asks for a one-launch plan for eager calls; this one has none: reduce=None plans only)
-    assert [e[0] for e in log if e[0] != "plan" or e[3] is None].count("plan") == 2 and len(cache) == 2
+    assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2  # not a decode plan: no eager variant
     reduce = [e for e in log if e[0] == "launch" and e[1] == "reduce"]
     assert len(reduce) == 3 and all(e[2][1].shape == (4, 8) for e in reduce)
     log = _fake_api(monkeypatch, split=False)
@@ -186,8 +188,7 @@ def test_a_single_launch_with_a_workspace_is_per_stream(monkeypatch):
     cache, w = kernels.RecordCache(), _weight()
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
-    # (each record also asks for a one-launch plan for eager calls; this one has none: reduce=None plans only)
-    assert [e[0] for e in log if e[0] != "plan" or e[3] is None].count("plan") == 2 and len(cache) == 2
+    assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2  # not a decode plan: no eager variant
 
 
 @pytest.mark.parametrize("env", [None, "launch"])
@@ -253,3 +254,19 @@ def test_planning_for_the_custom_op_runs_in_another_thread_on_a_side_stream(monk
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # capturing: in place, no thread, no side stream
     kernels._outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() == main))
     assert events == [True]
+
+
+def test_records_a_graph_captured_are_never_dropped(monkeypatch):
+    """A replayed graph writes the workspace of the record it captured: the cache keeps that record
+    past its capacity and drops the oldest uncaptured ones instead."""
+    _fake_api(monkeypatch, split=True)
+    capturing = [False]
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: capturing[0])
+    cache, w = kernels.RecordCache(capacity=2), _weight()
+    capturing[0] = True
+    cache.run((1,), _x(1), w, None, torch.float32, stream=1)
+    capturing[0] = False
+    for t in (2, 3, 4):
+        cache.run((t,), _x(t), w, None, torch.float32, stream=1)
+    assert list(cache.records) == [(1, 1), (4, 1)]  # (T, stream): per-stream records (a workspace)
+    assert cache.records[(1, 1)].captured and not cache.records[(4, 1)].captured
