@@ -105,6 +105,23 @@ def test_torch_compile_fullgraph_inductor(dtype):
     torch.testing.assert_close(compiled(x), model(x), rtol=2 ** -7, atol=2 ** -7)
 
 
+def test_torch_compile_reduce_overhead_cuda_graph_trees():
+    """mode="reduce-overhead" (CUDA graph trees): the launch records of the custom op, built on the
+    first compiled call with a split-K workspace (K = 8192, 4 tokens: the decode kernel splits K),
+    stay out of the graph's memory pool, which refuses untracked tensors ("Detected N tensor(s) in
+    the cudagraph pool not tracked as outputs", as a 32-layer Llama did before b899d46); replays
+    equal eager calls of the same layers to bf16 rounding, for new inputs each time."""
+    model = torch.nn.Sequential(linear(1024, 8192, device="cuda", seed=3), torch.nn.SiLU(),
+                                linear(8192, 1024, device="cuda", seed=4))
+    spt.sparsify_(model)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    gen = torch.Generator("cuda").manual_seed(7)
+    for _ in range(4):  # warm-up, recording, then replays
+        x = torch.randn(4, 8192, device="cuda", generator=gen).to(torch.bfloat16)
+        y = compiled(x).clone()
+        torch.testing.assert_close(y, model(x), rtol=2 ** -7, atol=2 ** -7)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
 @pytest.mark.parametrize("k", [512, 8192])
 def test_cuda_graph_capture_and_replay(dtype, k):
