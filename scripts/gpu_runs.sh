@@ -3,7 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 2 minutes on the H200)
+#   bash scripts/gpu_runs.sh first            # tests-all, then the Llama model under torch.compile (one call)
+#   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
 #   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
 #   bash scripts/gpu_runs.sh tests-kernels    # every other GPU test of the kernels and toolkits
 #   bash scripts/gpu_runs.sh tests-torch      # sparsile.torch, training, sparsile.jax on the GPU
@@ -35,6 +36,11 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+first)  # what the last session left unrun: the whole suite, and reduce-overhead compile of the model
+    run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --check-tokens 0 \
+        --json "$out/llama-compile.json"
+    ;;
 tests-all)
     run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     ;;
