@@ -180,19 +180,14 @@ class LaunchRecord:
             y = first[1]
         else:
             y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
+        capturing = _capturing()
+        if capturing:
+            self.captured = True  # a graph holds this record's workspace addresses now
         if self.prepared is not None:
             call = (x, y, scale_x)
-            prepared = self.prepared
-            if self.eager is not None or not self.captured:
-                if _capturing():
-                    self.captured = True  # a graph holds this record's workspace addresses now
-                elif self.eager is not None:
-                    prepared = self.eager
-            for run, which in prepared:
+            for run, which in self.eager if self.eager is not None and not capturing else self.prepared:
                 run(which(call), stream)
             return y
-        if not self.captured and _capturing():
-            self.captured = True
         if first is not None and first[0] is x:  # the call the plan was built for
             self.plan.run(stream=stream)
             return y
