@@ -50,6 +50,7 @@ from ..backend.runtime.arguments import (
     ParamBuffer,
     check_array_argument,
     check_grid_fits_cluster,
+    constexpr_equal,
     describe_array,
     encode_scalar,
     is_torch_type,
@@ -388,13 +389,7 @@ def _source_of(p: Any) -> str:
 
 def _constexpr_check(name: str, prepared: Any) -> Callable[[Any, _Call], None]:
     def check(v: Any, call: _Call) -> None:
-        if v is prepared:
-            return
-        try:
-            same = bool(v == prepared)
-        except Exception:
-            same = False
-        if not same:
+        if v is not prepared and not constexpr_equal(v, prepared):
             raise LaunchError(CONSTEXPR, f"argument `{name}` = {v!r}, but the launch was prepared for {name} = "
                               f"{prepared!r}", "prepare another launch for this value")
 

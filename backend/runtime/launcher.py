@@ -52,7 +52,16 @@ from .launch_config import (
     stream_handle,
 )
 from .module import KernelFunction
-from .params import MISSING, ArgumentBinder, ParamBuffer, ParamSpec, derived_value, is_derived, layout_slots
+from .params import (
+    MISSING,
+    ArgumentBinder,
+    ParamBuffer,
+    ParamSpec,
+    constexpr_equal,
+    derived_value,
+    is_derived,
+    layout_slots,
+)
 from .scalars import encode_scalar, scalar_writer
 from .staging import Call, finish_host_copies, stage_host_array
 from .tensormap import (
@@ -275,11 +284,7 @@ class Launcher:
         def convert(value: Any, call: Call) -> None:
             if expected is None or value is MISSING:
                 return
-            try:
-                same = bool(value == expected)
-            except Exception:
-                same = False
-            if not same:
+            if not constexpr_equal(value, expected):
                 raise LaunchError(CONSTEXPR, f"argument `{p.name}` = {value!r}, but the kernel was compiled "
                                   f"for {p.name} = {expected!r}", "recompile for this value (or pass "
                                   f"{expected!r})")

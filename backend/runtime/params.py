@@ -60,6 +60,15 @@ class ConstexprParam:
     kind: ClassVar[str] = "constexpr"
 
 
+def constexpr_equal(value: Any, expected: Any) -> bool:
+    """Whether a constexpr argument equals the value a kernel was specialized (or a launch
+    prepared) for; a comparison that raises or gives no truth value counts as unequal."""
+    try:
+        return bool(value == expected)
+    except Exception:
+        return False
+
+
 @dataclass(frozen=True)
 class ArrayParam:
     """An array argument the kernel does not receive itself: only parameters derived from it
