@@ -24,7 +24,7 @@ from sparsile.frontend.layout.tile import (
     thread_bases,
 )
 from sparsile.target.targets import get_target
-from sparsile.tests.backend.test_lower_reduce import layouts
+from sparsile.tests.backend.test_lower_reduce import layouts, point
 from sparsile.tests.support import compile_src
 
 TARGETS = ("sm_80", "sm_90a", "sm_100a")
@@ -111,19 +111,12 @@ def _executions(layout: LinearLayout, shape: tuple[int, ...]) -> dict[tuple[int,
     lane_mask, warp_mask = replicated_thread_bits(layout)
     offs = register_coords(layout)
 
-    def xor(bits: int, bases: list[tuple[int, ...]]) -> tuple[int, ...]:
-        c = [0] * len(shape)
-        for b, v in enumerate(bases):
-            if bits >> b & 1:
-                c = [p ^ q for p, q in zip(c, v, strict=True)]
-        return tuple(c)
-
     count: dict[tuple[int, ...], int] = {}
     for lane in range(1 << len(lanes)):
         for warp in range(1 << len(warps)):
             if lane & lane_mask or warp & warp_mask:
                 continue
-            base = tuple(p ^ q for p, q in zip(xor(lane, lanes), xor(warp, warps), strict=True))
+            base = point(layout, lane=lane, warp=warp)
             for r in distinct_registers(layout):
                 e = tuple(p ^ q for p, q in zip(base, offs[r], strict=True))
                 count[e] = count.get(e, 0) + 1

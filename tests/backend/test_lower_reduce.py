@@ -18,17 +18,15 @@ from sparsile.frontend.layout.layouts import LinearLayout
 from sparsile.frontend.layout.tile import LANE, REG, WARP, thread_bases
 
 
+def point(layout: LinearLayout, **inputs: int) -> tuple[int, ...]:
+    """The element ``layout`` maps these (reg, lane, warp) inputs to (input dims it lacks are 0)."""
+    return tuple(layout.apply(**{k: v for k, v in inputs.items() if k in layout.in_names}).values())
+
+
 def _emulate_sum(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.ndarray
                  ) -> dict[tuple[int, int], dict[tuple[int, ...], int]]:
     """Each thread's (lane, warp) result per output key, as the lowering computes it."""
     lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
-
-    def base(bits: int, bases: list[tuple[int, ...]]) -> tuple[int, ...]:
-        c = [0] * len(shape)
-        for b, v in enumerate(bases):
-            if bits >> b & 1:
-                c = [p ^ q for p, q in zip(c, v, strict=True)]
-        return tuple(c)
 
     def element(c: tuple[int, ...]) -> int:
         return int(x[c]) if all(v < s for v, s in zip(c, shape, strict=True)) else 0
@@ -36,11 +34,9 @@ def _emulate_sum(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.
     partial = {}
     for lane in range(1 << len(lanes)):
         for warp in range(1 << len(warps)):
-            t = tuple(p ^ q for p, q in zip(base(lane, lanes), base(warp, warps), strict=True))
             groups: dict[tuple[int, ...], int] = {}
             for key, r in thread_combines(layout, axis):
-                c = base(r, [tuple(layout.basis(REG, b).values()) for b in range(layout.in_bits(REG))])
-                groups[key] = groups.get(key, 0) + element(tuple(p ^ q for p, q in zip(t, c, strict=True)))
+                groups[key] = groups.get(key, 0) + element(point(layout, reg=r, lane=lane, warp=warp))
             partial[(lane, warp)] = groups
     for b, basis in enumerate(lanes):  # butterflies, one lane bit at a time
         if _pure(basis, axis) == "axis":
