@@ -104,7 +104,7 @@ entry:
 # ------------------------------------------------------------------------------------------------
 # replicated layouts: each element once
 # ------------------------------------------------------------------------------------------------
-def _executions(layout: LinearLayout, shape: tuple[int, ...]) -> dict[tuple[int, ...], int]:
+def _executions(layout: LinearLayout) -> dict[tuple[int, ...], int]:
     """How many (register, lane, warp) perform the atomic of each element, as the lowering picks
     them: the distinct registers, in the threads whose replicated lane/warp bits are zero."""
     lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
@@ -130,7 +130,7 @@ def _all_elements(shape: tuple[int, ...]) -> set[tuple[int, ...]]:
 @given(layouts())
 def test_every_element_is_updated_exactly_once(case: tuple[LinearLayout, tuple[int, ...]]) -> None:
     layout, shape = case
-    count = _executions(layout, shape)
+    count = _executions(layout)
     assert set(count) == _all_elements(shape)
     assert set(count.values()) == {1}, (layout, count)
 
@@ -143,7 +143,7 @@ def test_broadcast_register_and_lane_bases_are_masked() -> None:
         [("dim0", 2), ("dim1", 16)])
     assert distinct_registers(layout) == [0, 2]
     assert replicated_thread_bits(layout) == (0b10010, 0b10)
-    count = _executions(layout, (2, 16))
+    count = _executions(layout)
     assert set(count) == _all_elements((2, 16)) and set(count.values()) == {1}
     # without the masks each element would be updated 2 (registers) x 4 (lanes) x 2 (warps) times
     assert len(register_coords(layout)) * 32 * 4 == 16 * 32
