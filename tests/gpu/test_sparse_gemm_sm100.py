@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import sparsile as sp
 from sparsile.stdlib import sparsity as S
+from sparsile.tests.support.mma_harness import operands
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
-HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
-        "i8": np.int8}
 TOOLKIT = {"i8": "s8"}
 BN = {"f16": 128, "bf16": 128, "tf32": 128, "e4m3": 256, "i8": 256}
 DENSE_BN = {"f16": 256, "bf16": 256, "tf32": 128, "e4m3": 256, "i8": 256}
@@ -34,18 +32,10 @@ def dense():
     return sp.load(KERNELS / "dense_gemm_sm100.spk")
 
 
-def dense_operands(dtype: str, m: int, n: int, k: int, seed: int):
-    rng = np.random.default_rng(seed)
-    if dtype == "i8":
-        return rng.integers(-90, 90, (m, k)).astype(np.int8), rng.integers(-90, 90, (n, k)).astype(np.int8)
-    return (rng.standard_normal((m, k)).astype(np.float32).astype(HOST[dtype]),
-            rng.standard_normal((n, k)).astype(np.float32).astype(HOST[dtype]))
-
-
 def sparse_operands(dtype: str, m: int, n: int, k: int, seed: int):
     """Compressed A values (M, K/2), metadata in the "tcgen05" format as the 2-D view the kernel's
     TMA reads, B (N x K), and the float64 reference (with |A||B| for the accumulation bound)."""
-    a, b = dense_operands(dtype, m, n, k, seed)
+    a, b = operands(dtype, m, n, k, seed)
     dt = TOOLKIT.get(dtype, dtype)
     w = S.prune(a, dt)
     vals, idx = S.compress(w, dt)
@@ -99,7 +89,7 @@ def test_sparse_interpreter_configurations(sparse, cfg):
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32", "e4m3", "i8"])
 def test_dense_interpreter_matches_reference(dense, dtype):
     m, n, k = 150, 260, 200
-    a, b = dense_operands(dtype, m, n, k, 3)
+    a, b = operands(dtype, m, n, k, 3)
     ref = a.astype(np.float64) @ b.astype(np.float64).T
     absprod = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
     c = np.full((m, n), 0 if dtype == "i8" else np.nan, np.int32 if dtype == "i8" else np.float16)
@@ -142,7 +132,7 @@ def test_sparse_gemm_i8_on_blackwell(blackwell, sparse):
 @pytest.mark.parametrize("dtype", ["f16", "e4m3"])
 def test_dense_gemm_on_blackwell(blackwell, dense, dtype):
     m, n, k = 1000, 700, 1024
-    a, b = dense_operands(dtype, m, n, k, 4)
+    a, b = operands(dtype, m, n, k, 4)
     c = np.full((m, n), np.nan, np.float16)
     grid = (((m + 127) // 128) * ((n + 255) // 256),)
     getattr(dense, f"dense_gemm_{dtype}")[grid](a, b, c, m, n, k)
