@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
+
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
@@ -140,7 +142,7 @@ class LaunchRecord:
         self.prepared = self._prepare(launches, x, y, scale_x)
         self.eager = None  # one launch for eager calls, where the plan's split-K takes two
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
-                and hasattr(self.plan, "reduces_in_kernel") and os.environ.get("SPARSILE_DECODE_REDUCE") is None \
+                and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
                 and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
             one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
                                          scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
