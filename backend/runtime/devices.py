@@ -222,9 +222,13 @@ def use_device(ordinal: int) -> DeviceInfo:
 
 
 def synchronize(ordinal: int | None = None) -> None:
-    """Wait for all work on the device (``cuCtxSynchronize``)."""
+    """Wait for all work on the device (``cuCtxSynchronize``), then release what garbage
+    collection left behind (release.py)."""
+    from .release import drain
+
     make_current(device_state(ordinal))
     check("cuCtxSynchronize", driver.cuCtxSynchronize())
+    drain()
 
 
 def same_stream(a: int, b: int) -> bool:

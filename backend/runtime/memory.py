@@ -18,16 +18,24 @@ from .codes import ARG_SHAPE
 from .devices import check, device_state, in_context, make_current
 from .dtypes import DTYPES, dtype_from_numpy, numpy_dtype
 from .launch_config import stream_handle
+from .release import defer, drain
 
 
 def _free_device_memory(ptr: int, context: Any) -> None:
     in_context(context, lambda: driver.cuMemFree(ptr))
 
 
+def _collected(ptr: int, context: Any) -> None:
+    """The finalizer: garbage collection may run inside a CUDA graph capture, where ``cuMemFree``
+    would invalidate the capture, so the free waits for the next safe point (release.py)."""
+    defer(lambda: _free_device_memory(ptr, context))
+
+
 class DeviceBuffer:
     """A device allocation (``cuMemAlloc``), optionally typed (``dtype``: a language dtype
     name, ``shape``). It exposes ``__cuda_array_interface__`` and ``__dlpack__``, so torch / CuPy
-    / the launcher use it in place. Freed by :meth:`free` or when garbage collected."""
+    / the launcher use it in place. Freed by :meth:`free` (at once), or after garbage collection at
+    the next allocation, module load or ``synchronize`` (backend/runtime/release.py)."""
 
     def __init__(self, nbytes: int, *, dtype: str | None = None, shape: Sequence[int] | None = None,
                  device: int | None = None):
@@ -38,8 +46,9 @@ class DeviceBuffer:
         self.shape = tuple(int(s) for s in shape) if shape is not None else None
         self.device = state.info.ordinal
         self._state = state
+        drain()  # memory of collected buffers first: cuMemAlloc is no more legal in a capture than cuMemFree
         self.ptr = int(check("cuMemAlloc", driver.cuMemAlloc(max(self.nbytes, 1))))
-        self._finalizer = weakref.finalize(self, _free_device_memory, self.ptr, state.context)
+        self._finalizer = weakref.finalize(self, _collected, self.ptr, state.context)
 
     @classmethod
     def empty(cls, shape: Sequence[int], dtype: str, device: int | None = None) -> DeviceBuffer:
@@ -88,7 +97,9 @@ class DeviceBuffer:
         check("cuCtxSynchronize", driver.cuCtxSynchronize())
 
     def free(self) -> None:
-        self._finalizer()
+        """Free the memory now (the buffer must not be used afterwards)."""
+        if self._finalizer.detach() is not None:
+            _free_device_memory(self.ptr, self._state.context)
 
     def __enter__(self) -> DeviceBuffer:
         return self

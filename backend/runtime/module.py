@@ -14,6 +14,7 @@ from cuda.bindings import driver
 from ...frontend.diagnostics import LaunchError
 from .codes import KERNEL_NOT_FOUND
 from .devices import CudaError, DeviceInfo, DeviceState, check, device_state, in_context, make_current
+from .release import defer, drain
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 """Dynamic + static shared memory a kernel gets without opting in (CUDA programming guide)."""
@@ -43,7 +44,7 @@ class Module:
         self.device: DeviceInfo = state.info
         self.context_key = state.context
         self._functions: dict[str, KernelFunction] = {}
-        self._finalizer = weakref.finalize(self, _unload_module, handle, state.context)
+        self._finalizer = weakref.finalize(self, _collected, handle, state.context)
 
     def activate(self, force: bool = False) -> None:
         make_current(self._state, force)
@@ -72,11 +73,19 @@ class Module:
             return []
 
     def unload(self) -> None:
-        self._finalizer()
+        """Unload now (its kernels must not be launched afterwards)."""
+        if self._finalizer.detach() is not None:
+            _unload_module(self.handle, self._state.context)
 
 
 def _unload_module(handle: Any, context: Any) -> None:
     in_context(context, lambda: driver.cuModuleUnload(handle))
+
+
+def _collected(handle: Any, context: Any) -> None:
+    """The finalizer: ``cuModuleUnload`` inside a CUDA graph capture would invalidate it, so the
+    unload waits for the next safe point (release.py)."""
+    defer(lambda: _unload_module(handle, context))
 
 
 def _looks_like_text(image: bytes) -> bool:
@@ -91,6 +100,7 @@ def load_module(image: bytes | str, device: int | None = None) -> Module:
         image += b"\0"
     state = device_state(device)
     make_current(state)
+    drain()  # modules and memory garbage collection left behind (release.py)
     out = driver.cuModuleLoadData(image)
     if out[0] == driver.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU:
         raise CudaError("cuModuleLoadData", out[0], f"the binary was built for another architecture than "

@@ -111,6 +111,38 @@ def test_prepared_vector_add_under_cuda_graph_capture():
         check_sum(torch, x1, y1, out2)
 
 
+def test_buffer_collected_during_graph_capture_is_freed_after_it():
+    """Garbage collection inside a capture (torch no longer collects before capturing) must not
+    call cuMemFree there: that invalidates the user's capture (backend/runtime/release.py)."""
+    import gc
+
+    from sparsile.backend.runtime import release
+
+    torch = pytest.importorskip("torch")
+    k = vadd()
+    x, y, out = torch_inputs(torch, 12)
+    k[GRID](x, y, out, N, BLOCK=BLOCK)
+    torch.cuda.synchronize()
+
+    class Cycle:
+        pass
+
+    cycle = Cycle()
+    cycle.self, cycle.buf = cycle, runtime.DeviceBuffer(1 << 20)
+    del cycle
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gc.collect()  # finds the cycle and its buffer while the stream captures
+        k[GRID](x, y, out, N, BLOCK=BLOCK)
+    assert release.pending() >= 1
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check_sum(torch, x, y, out)
+    runtime.synchronize()  # a safe point: the buffer's memory is freed now
+    assert release.pending() == 0
+
+
 def test_prepared_vector_add_with_cupy_and_device_buffers():
     rng = np.random.default_rng(11)
     hx = (rng.random(N) + 0.5).astype(np.float32)
