@@ -99,7 +99,7 @@ def bench_shape(m: int, k: int, dtype: str, fmt: str, repeats: int, host_repeats
     return row
 
 
-SWEEP = ((8, 32, 8), (4, 32, 4), (16, 32, 16), (8, 32, 4), (16, 32, 8))
+SWEEP = ((8, 32, 8), (4, 32, 4), (16, 32, 16), (32, 32, 32), (8, 32, 4), (16, 32, 8))
 """(WR, WC, num_warps) program shapes tried by --sweep (words per program: rows x columns). At least
 one word row per warp (more warps than rows would repeat the work) and WC = 32 (the lanes; fewer
 spread a word's chunks over two lanes). 8 chunks per thread: 57 registers; 16: about 165."""
