@@ -134,3 +134,58 @@ def test_seed_kernels_of_docs_jax_on_blackwell(tmp_path, monkeypatch: pytest.Mon
     before = spffi.STATS["calls"]
     exec(compile(program, "docs/jax.md", "exec"), {"__name__": "jax_doc"})
     assert spffi.STATS["calls"] >= before + 3
+
+
+def _poison_allocator(shape: tuple[int, ...], dtype: object) -> None:
+    """Fill a buffer of the output's size with NaN and free it: XLA's allocator tends to hand that
+    block to the next output, so a launch that did not happen leaves NaN (or stale values), not y."""
+    jnp.full(shape, jnp.nan, dtype).block_until_ready()
+
+
+@pytest.fixture
+def native_path() -> object:
+    from sparsile.integrations.jax import native
+
+    if not native.enabled():
+        pytest.skip(f"{native.ENV}=0: the native fast path is off")
+    return native
+
+
+def test_native_fast_path_serves_jitted_elementwise_calls(native_path, no_host_staging: None) -> None:
+    n, calls = 1 << 16, 8
+    rng = np.random.default_rng(5)
+    out = jax.ShapeDtypeStruct((n,), jnp.float32)
+    f = jax.jit(lambda a, b: call(scale_add, (n // 1024,), a, b, out_shapes=out, n=n, alpha=1.5, BLOCK=1024))
+    pairs = [(_signed(rng, (n,)).astype(np.float32), _signed(rng, (n,)).astype(np.float32)) for _ in range(calls + 1)]
+    f(*map(jnp.asarray, pairs[0])).block_until_ready()  # warm-up: compiles, runs the slow path, arms the plan
+    before = native_path.counts()
+    for x, y in pairs[1:]:  # new input buffers every call
+        a, b = jnp.asarray(x), jnp.asarray(y)
+        _poison_allocator((n,), jnp.float32)
+        got = np.asarray(f(a, b), np.float64)
+        ref = 1.5 * x.astype(np.float64) + y
+        assert (np.abs(got - ref) <= 2 * np.finfo(np.float32).eps * (1.5 * np.abs(x) + np.abs(y))).all()
+    after = native_path.counts()
+    assert after["fast"] - before["fast"] == calls and after["slow"] == before["slow"], (before, after)
+    assert after["launch_failures"] == before["launch_failures"]
+
+
+@pytest.mark.parametrize(("n_out", "k", "tokens"), [(1024, 4096, 16), (512, 1024, 256), (8192, 1024, 8192)])
+def test_native_fast_path_serves_jitted_sparse_linear(native_path, n_out: int, k: int, tokens: int,
+                                                      no_host_staging: None) -> None:
+    """Split-K (two custom calls), one CTA per tile, the CTA-pair cluster launch; x moves every call
+    (its TMA tensor map is re-encoded natively)."""
+    calls = 6
+    rng = np.random.default_rng(6)
+    layer = SparseLinear.from_dense(_signed(rng, (n_out, k)), "bf16", bias=rng.standard_normal(n_out))
+    f = jax.jit(layer)
+    xs = [_signed(rng, (tokens, k)).astype(np.float32) for _ in range(calls + 1)]
+    f(jnp.asarray(xs[0])).block_until_ready()
+    before = native_path.counts()
+    for x in xs[1:]:
+        xj = jnp.asarray(x)
+        _poison_allocator((tokens, n_out), jnp.float32)
+        _check_linear(layer, x, f(xj))
+    after = native_path.counts()
+    assert after["slow"] == before["slow"], (before, after, native_path.DISABLED)
+    assert after["fast"] - before["fast"] in (calls, 2 * calls), (before, after)
