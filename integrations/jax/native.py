@@ -5,8 +5,9 @@ Python thread busy, each call also waits for the GIL (milliseconds). So the hand
 is a native function, generated here as LLVM IR and compiled for the host by llvmlite's MCJIT (no C
 compiler involved). Per call it
 
-1. sends a frame with an extension (the metadata query at registration) or of a stage other than
-   *execute* to the Python handler (the *slow path*);
+1. sends the metadata query (a frame whose extension chain starts with XLA_FFI_Extension_Metadata,
+   once at registration) or a frame of a stage other than *execute* to the Python handler (the
+   *slow path*);
 2. finds the ``sparsile_plan`` int64 attribute and looks the plan up in an open-addressing table
    (plan id -> record, an int64 array) that Python fills;
 3. when the plan's record is armed: asks XLA for the stream (``XLA_FFI_Stream_Get``), copies the

@@ -48,7 +48,12 @@ entry:
   %ext_p = getelementptr i8, ptr %frame, i64 {EXT}
   %ext = load ptr, ptr %ext_p
   %has_ext = icmp ne ptr %ext, null
-  br i1 %has_ext, label %slow, label %stage
+  br i1 %has_ext, label %ext_type, label %stage
+ext_type:
+  %et_p = getelementptr i8, ptr %ext, i64 {EXT_TYPE}
+  %et = load i32, ptr %et_p
+  %metadata = icmp eq i32 %et, {METADATA}
+  br i1 %metadata, label %slow, label %stage
 stage:
   %stage_p = getelementptr i8, ptr %frame, i64 {STAGE}
   %st = load i32, ptr %stage_p

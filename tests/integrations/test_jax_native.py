@@ -224,6 +224,13 @@ def test_metadata_query_reaches_the_python_handler_and_is_answered() -> None:
     assert h.counts()["slow"] == 1 and fakes.launches == []
 
 
+def test_other_extensions_do_not_leave_the_fast_path(setup: Any) -> None:
+    fakes, h, call = setup
+    other = ffi._ExtensionBase(c.sizeof(ffi._ExtensionBase), 7, None)
+    assert call(Frame(fakes.api, PLAN, extension=c.addressof(other))) is None
+    assert len(fakes.launches) == 1 and fakes.slow == [] and h.counts()["fast"] == 1
+
+
 def test_republishing_keeps_old_records_alive_and_swaps_the_pointer(setup: Any) -> None:
     fakes, h, call = setup
     first = h.record(PLAN)
@@ -355,3 +362,26 @@ def test_launcher_snapshot_packs_without_launching(monkeypatch: pytest.MonkeyPat
     assert gpu.launches == []
     host = np.zeros(4, np.float32)
     assert launcher.snapshot([host, 0x2000, 0x3000, 4, 128]) is None and gpu.launches == []
+
+
+def test_concurrent_calls_each_launch_their_own_pointers(setup: Any) -> None:
+    """Threads calling the handler at once (ctypes drops the GIL around the call): every launch
+    sees its own frame's addresses (each call packs into its own stack copy)."""
+    import threading
+
+    fakes, h, call = setup
+    frames = {t: [Frame(fakes.api, PLAN, (X + 16 * (100 * t + i), W, OUT + 16 * (100 * t + i))) for i in range(50)]
+              for t in range(4)}
+
+    def worker(t: int) -> None:
+        for frame in frames[t]:
+            call(frame)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seen = sorted((int.from_bytes(p[0], "little"), int.from_bytes(p[3], "little")) for *_, p, _ in fakes.launches)
+    assert seen == sorted((X + 16 * k, OUT + 16 * k) for k in (100 * t + i for t in range(4) for i in range(50)))
+    assert h.counts() == {"fast": 200, "slow": 0, "launch_failures": 0}
