@@ -10,7 +10,8 @@ compiler involved). Per call it
    *slow path*);
 2. finds the ``sparsile_plan`` int64 attribute and looks the plan up in an open-addressing table
    (plan id -> record, an int64 array) that Python fills;
-3. when the plan's record is armed: asks XLA for the stream (``XLA_FFI_Stream_Get``), copies the
+3. when the plan's record is armed: asks XLA for the stream (``XLA_FFI_Stream_Get``) and the device
+   (``XLA_FFI_DeviceOrdinal_Get``, which must be the record's), copies the
    record's pre-packed kernel parameters onto its own stack (so concurrent calls never share a
    buffer; ``cuLaunchKernel`` copies ``kernelParams`` before it returns), writes XLA's buffer
    addresses into the pointer slots (checking the 16-byte alignment a specialization assumed),
@@ -54,7 +55,7 @@ L2 promotion, OOB fill, 5 dims (u64), 5 strides (u64), box (5 u32 in 3 words), e
 (likewise), the address the pre-packed map was encoded for."""
 # a record's header words; the variable part follows at _R_DATA
 (_R_ARMED, _R_FUNCTION, _R_GX, _R_GY, _R_GZ, _R_BX, _R_BY, _R_BZ, _R_SHARED, _R_NPARAMS, _R_NBYTES, _R_NPTR,
- _R_NCHECK, _R_ATTRS, _R_ERROR) = range(15)
+ _R_NCHECK, _R_ATTRS, _R_ERROR, _R_ORDINAL) = range(16)
 _R_DATA = 16
 
 
@@ -88,6 +89,10 @@ def _constants() -> dict[str, int]:
         "ATTR_VALS": _offset(ffi._CallFrame, "attrs", "attrs"), "EXT_TYPE": _offset(ffi._ExtensionBase, "type"),
         "SCALAR_VALUE": _offset(ffi._Scalar, "value"), "DATA": _offset(ffi._Buffer, "data"),
         "STREAM_GET": _offset(ffi._Api, "Stream_Get"), "SG_SIZE": c.sizeof(ffi._StreamGetArgs),
+        "ORDINAL_GET": _offset(ffi._Api, "DeviceOrdinal_Get"),
+        "ORD_END": _offset(ffi._Api, "DeviceOrdinal_Get") + c.sizeof(c.c_void_p),
+        "OG_SIZE": c.sizeof(ffi._OrdinalGetArgs), "OG_CTX": _offset(ffi._OrdinalGetArgs, "ctx"),
+        "OG_ORDINAL": _offset(ffi._OrdinalGetArgs, "device_ordinal"),
         "SG_CTX": _offset(ffi._StreamGetArgs, "ctx"), "SG_STREAM": _offset(ffi._StreamGetArgs, "stream"),
         "NAME0": int.from_bytes(name[:8], "little"), "NAME1": int.from_bytes(name[5:13], "little"),
         "CFG_SIZE": c.sizeof(LaunchConfig), "CFG_STREAM": LaunchConfig.hStream.offset,
@@ -177,12 +182,13 @@ def tmap_entry(source: int, offset: int, arguments: dict[str, Any], address: int
 
 
 def record_words(function: int, grid: Sequence[int], block: Sequence[int], shared: int, attrs: int,
-                 params: bytes, offsets: Sequence[int], pointers: Sequence[tuple[int, int]],
-                 tmaps: Sequence[Sequence[int]]) -> list[int]:
+                 params: bytes, offsets: Sequence[int], pointers: Sequence[tuple[int, int, int]],
+                 tmaps: Sequence[Sequence[int]], ordinal: int = 0) -> list[int]:
     """A record: ``pointers`` are (source, byte offset, alignment mask) of each pointer slot (an
     address with a bit of the mask set goes to the slow path, whose launcher reports it), ``tmaps`` entries of
     :func:`tmap_entry`; a source is ``i`` for operand i and ``-1 - j`` for result j. ``attrs``: the
-    address of a cluster launch attribute (then ``cuLaunchKernelEx``), or 0."""
+    address of a cluster launch attribute (then ``cuLaunchKernelEx``), or 0. ``ordinal``: the device
+    the kernel is loaded on (a call XLA runs on another device goes to the slow path)."""
     padded = params + bytes(-len(params) % 8 or (8 if not params else 0))
     words = [0] * _R_DATA
     words[_R_ARMED], words[_R_FUNCTION] = 1, function
@@ -190,6 +196,7 @@ def record_words(function: int, grid: Sequence[int], block: Sequence[int], share
     words[_R_BX], words[_R_BY], words[_R_BZ] = block
     words[_R_SHARED], words[_R_NPARAMS], words[_R_NBYTES] = shared, len(offsets), len(padded)
     words[_R_NPTR], words[_R_NCHECK], words[_R_ATTRS] = len(pointers), len(tmaps), attrs
+    words[_R_ORDINAL] = ordinal
     words += list(offsets)
     for triple in pointers:
         words += list(triple)
@@ -253,9 +260,10 @@ def arm(plan_id: int, plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuf
     old = h.record(plan_id)
     if old is not None:
         error = launch_failed(old)
-        if not error:
+        if not error and old[_R_ORDINAL] == ordinal:
             return True  # armed already: this slow call had a per-call reason (e.g. a misaligned buffer)
-        DISABLED[plan_id] = f"the fast-path launch failed with CUresult {error}"
+        DISABLED[plan_id] = (f"the fast-path launch failed with CUresult {error}" if error else
+                             f"runs on devices {old[_R_ORDINAL]} and {ordinal} (a record launches on one)")
         h.publish(plan_id, None)
         return False
     try:
@@ -305,4 +313,5 @@ def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]
         _keep.append(attr)
         attrs = c.addressof(attr)
     return record_words(cudalib.handle_int(launcher.function.handle), normalize_grid(plan.grid, launcher.device),
-                        launcher.block, launcher.dynamic_shared, attrs, params, offsets, pointers, tmaps)
+                        launcher.block, launcher.dynamic_shared, attrs, params, offsets, pointers, tmaps,
+                        ordinal)

@@ -44,6 +44,7 @@ define ptr @sparsile_cuda_handler(ptr %frame) {
 entry:
   %sg = alloca [4 x i64], align 8
   %cfg = alloca [8 x i64], align 8
+  %og_args = alloca [4 x i64], align 8
   %state = inttoptr i64 {STATE} to ptr
   %ext_p = getelementptr i8, ptr %frame, i64 {EXT}
   %ext = load ptr, ptr %ext_p
@@ -145,7 +146,35 @@ stream:
   %get = load ptr, ptr %get_p
   %sg_err = call ptr %get(ptr %sg)
   %sg_failed = icmp ne ptr %sg_err, null
-  br i1 %sg_failed, label %slow, label %params
+  br i1 %sg_failed, label %slow, label %ordinal
+ordinal:
+  %api_size = load i64, ptr %api
+  %has_og = icmp uge i64 %api_size, {ORD_END}
+  %og_p = getelementptr i8, ptr %api, i64 {ORDINAL_GET}
+  br i1 %has_og, label %ordinal_fn, label %device
+ordinal_fn:
+  %og = load ptr, ptr %og_p
+  %og_null = icmp eq ptr %og, null
+  br i1 %og_null, label %device, label %ordinal_call
+ordinal_call:
+  store i64 {OG_SIZE}, ptr %og_args
+  %og_ext = getelementptr i8, ptr %og_args, i64 8
+  store i64 0, ptr %og_ext
+  %og_ctx = getelementptr i8, ptr %og_args, i64 {OG_CTX}
+  store i64 %ctx, ptr %og_ctx
+  %og_out = getelementptr i8, ptr %og_args, i64 {OG_ORDINAL}
+  store i32 0, ptr %og_out
+  %og_err = call ptr %og(ptr %og_args)
+  %og_failed = icmp ne ptr %og_err, null
+  %got_ordinal = load i32, ptr %og_out
+  br i1 %og_failed, label %slow, label %device
+device:
+  %ord = phi i32 [0, %ordinal], [0, %ordinal_fn], [%got_ordinal, %ordinal_call]
+  %ord64 = sext i32 %ord to i64
+  %rord_p = getelementptr i64, ptr %rec, i64 15
+  %rord = load i64, ptr %rord_p
+  %same_device = icmp eq i64 %ord64, %rord
+  br i1 %same_device, label %params, label %slow
 params:
   %strm = load ptr, ptr %sg_stream
   %np_p = getelementptr i64, ptr %rec, i64 9

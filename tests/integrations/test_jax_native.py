@@ -80,10 +80,24 @@ class Fakes:
             args.contents.stream = STREAM
             return 0
 
+        self.ordinal: int | None = None  # what DeviceOrdinal_Get answers (None: it fails)
+
+        def ordinal_get(args: Any) -> int:
+            assert args.contents.ctx == CTX and args.contents.struct_size == c.sizeof(ffi._OrdinalGetArgs)
+            if self.ordinal is None:
+                return 0xE770
+            args.contents.device_ordinal = self.ordinal
+            return 0
+
         self.callbacks = (_LAUNCH(launch), _LAUNCH_EX(launch_ex), _ENCODE(encode), ffi._HANDLER(slow),
-                          ffi._STREAM_GET(stream_get))
+                          ffi._STREAM_GET(stream_get), ffi._ORDINAL_GET(ordinal_get))
         self.api = ffi._Api(struct_size=c.sizeof(ffi._Api))
         self.api.Stream_Get = c.cast(self.callbacks[4], c.c_void_p).value
+
+    def with_ordinal(self, ordinal: int | None) -> None:
+        """Give the API table DeviceOrdinal_Get (answering ``ordinal``; None: failing)."""
+        self.ordinal = ordinal
+        self.api.DeviceOrdinal_Get = c.cast(self.callbacks[5], c.c_void_p).value
 
     def addresses(self) -> tuple[int, ...]:
         return tuple(c.cast(f, c.c_void_p).value for f in self.callbacks[:4])
@@ -231,6 +245,17 @@ def test_other_extensions_do_not_leave_the_fast_path(setup: Any) -> None:
     assert len(fakes.launches) == 1 and fakes.slow == [] and h.counts()["fast"] == 1
 
 
+@pytest.mark.parametrize(("record", "xla", "fast"), [(1, 1, True), (0, 0, True), (0, 1, False), (1, None, False)])
+def test_the_device_xla_runs_on_must_be_the_record_s(setup: Any, record: int, xla: int | None, fast: bool) -> None:
+    fakes, h, call = setup
+    fakes.with_ordinal(xla)
+    words = _record()
+    words[15] = record
+    h.publish(PLAN, words)
+    assert call(Frame(fakes.api, PLAN)) == (None if fast else 0x5105)
+    assert (len(fakes.launches), len(fakes.slow)) == ((1, 0) if fast else (0, 1))
+
+
 def test_republishing_keeps_old_records_alive_and_swaps_the_pointer(setup: Any) -> None:
     fakes, h, call = setup
     first = h.record(PLAN)
@@ -282,7 +307,6 @@ class FakePlan:
         self._launcher = FakeLauncher()
 
     def launcher(self, ordinal: int) -> FakeLauncher:
-        assert ordinal == 0
         return self._launcher
 
     def launch_values(self, spec: Any, needs: set[str], ins: list, outs: list, ordinal: int) -> list[Any]:
@@ -306,6 +330,9 @@ def test_arm_publishes_the_launcher_packing_once_and_failures_disable_the_plan()
                                     (0x3300).to_bytes(8, "little")], None)]
         record = native.handler().record(plan_id)
         assert list(record[16:19]) == [0, 8, 16] and list(record[19:25]) == [0, 0, 0, -1, 16, 0]
+        assert not native.arm(plan_id, plan, ins, outs, 1)
+        assert native.DISABLED.pop(plan_id) == "runs on devices 0 and 1 (a record launches on one)"
+        assert native.handler().record(plan_id) is None and native.arm(plan_id, plan, ins, outs, 0)
         native.handler().record(plan_id)[14] = 700  # as a failed fast launch leaves it
         assert not native.arm(plan_id, plan, ins, outs, 0)
         assert native.DISABLED[plan_id] == "the fast-path launch failed with CUresult 700"
