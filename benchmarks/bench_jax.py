@@ -11,13 +11,20 @@ Needs jax with a CUDA plugin and an NVIDIA GPU. For each (tokens T, in features 
   dense    ``jax.jit(lambda x, w: jnp.dot(x, w.T))`` with the pruned weight dense, bf16
   µs/call  wall time of --iters back-to-back calls, then one ``block_until_ready`` (the queue stays
            full: large shapes measure the GPU, tiny ones the host)
-  handler  the time spent in the Python FFI handler per call (it holds the GIL), from ``ffi.STATS``
-  busy     µs/call again while another Python thread spins (the handler must win the GIL back)
+  handler  the time spent in the Python FFI handler per call (it holds the GIL), from ``ffi.STATS``;
+           calls the native fast path served (integrations/jax/native.py) hold no GIL and are not
+           timed: they count in ``fast``
+  fast / slow  custom-call executions served by the native fast path / by the Python handler during
+           the timed sparse calls (``native.counts()``; all slow with ``SPARSILE_JAX_NATIVE=0``)
+  busy     µs/call again while another Python thread spins (the Python handler must win the GIL
+           back; the native fast path does not take it)
 
 The profiler check runs the largest shape under ``jax.profiler.trace`` and counts the events of the
-trace: XLA's executions of ``sparsile_call``, the sparsile kernels on the device, and the device
-memcpys: a device-to-host copy would show as ``MemcpyDtoH`` (none is expected; the one transfer of
-the result is made after the trace ends). The exit status is 2 when a copy is seen.
+trace: XLA's executions of ``sparsile_call``, the sparsile kernels on the device (by the names of
+the kernels the layer's plans launched), and the device memcpys: a device-to-host copy would show
+as ``MemcpyDtoH`` (none is expected; the one transfer of the result is made after the trace ends).
+It also prints the distinct device event names containing "sparse", so that a kernel-name mismatch
+is visible. The exit status is 2 when a copy is seen.
 """
 
 from __future__ import annotations
@@ -50,21 +57,40 @@ def shapes(args: argparse.Namespace) -> tuple[tuple[int, int, int], ...]:
     return QUICK_SHAPES if args.quick else SHAPES
 
 
-def classify_events(names: Iterable[str]) -> dict[str, int]:
-    """Counts of the trace's event names: device-to-host and host-to-device copies, sparsile kernels
-    on the device, and XLA's executions of the ``sparsile_call`` custom calls."""
+def _squash(name: str) -> str:
+    return name.lower().replace(" ", "").replace("_", "")
+
+
+def classify_events(names: Iterable[str], kernels: Iterable[str]) -> dict[str, int]:
+    """Counts of the trace's event names: device-to-host and host-to-device copies, events of the
+    sparsile ``kernels`` (the names of the kernels launched), and XLA's executions of the
+    ``sparsile_call`` custom calls."""
+    wanted = [_squash(k) for k in kernels]
     out = {"dtoh": 0, "htod": 0, "sparsile_kernels": 0, "ffi_calls": 0}
     for name in names:
-        low = name.lower().replace(" ", "").replace("_", "")
+        low = _squash(name)
         if low.startswith("sparsilecall"):
             out["ffi_calls"] += 1
         elif "memcpy" in low and ("dtoh" in low or "devicetohost" in low):
             out["dtoh"] += 1
         elif "memcpy" in low and ("htod" in low or "hosttodevice" in low):
             out["htod"] += 1
-        elif "sparsegemm" in low or "splitkreduce" in low:
+        elif any(k in low for k in wanted):
             out["sparsile_kernels"] += 1
     return out
+
+
+def sparse_names(names: Iterable[str]) -> list[str]:
+    """The distinct event names containing "sparse" (sorted)."""
+    return sorted({n for n in names if "sparse" in n.lower()})
+
+
+def launched_kernels() -> list[str]:
+    """The PTX entry names of every kernel the process's sparsile.jax plans loaded."""
+    from sparsile.integrations.jax import ffi as spffi
+
+    return sorted({launcher.function.name for plan in list(spffi._plans.values())
+                   for launcher in list(getattr(plan, "_launchers", {}).values())})
 
 
 def per_call_us(fn: Callable[[], Any], iters: int) -> float:
@@ -89,7 +115,7 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
     import jax.numpy as jnp
     import numpy as np
 
-    from sparsile.integrations.jax import SparseLinear
+    from sparsile.integrations.jax import SparseLinear, native
     from sparsile.integrations.jax import ffi as spffi
 
     rng = np.random.default_rng(0)
@@ -99,7 +125,10 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
     sparse = jax.jit(layer)
     dense = jax.jit(lambda x, w: jnp.dot(x, w.T))
     calls, seconds = spffi.STATS["calls"], spffi.STATS["seconds"]
+    sparse(x).block_until_ready()  # the first call compiles and arms the plans (the slow path)
+    before = native.counts()
     sparse_us = per_call_us(lambda: sparse(x), iters)
+    after = native.counts()
     handler_us = (spffi.STATS["seconds"] - seconds) / max(1, spffi.STATS["calls"] - calls) * 1e6
     dense_us = per_call_us(lambda: dense(x, w), iters)
     stop = threading.Event()
@@ -110,10 +139,11 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
     finally:
         stop.set()
         spinner.join()
-    return {"sparse_us": sparse_us, "dense_us": dense_us, "handler_us": handler_us, "busy_us": busy_us}
+    return {"sparse_us": sparse_us, "dense_us": dense_us, "handler_us": handler_us, "busy_us": busy_us,
+            "fast": after["fast"] - before["fast"], "slow": after["slow"] - before["slow"]}
 
 
-def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, int]:
+def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, Any]:
     import jax
     import numpy as np
 
@@ -129,11 +159,13 @@ def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, int]:
             y = f(x)
         y.block_until_ready()
     files = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
+    kernels = launched_kernels()
     if not files:
-        return {"dtoh": -1, "htod": -1, "sparsile_kernels": -1, "ffi_calls": -1}
+        return {"dtoh": -1, "htod": -1, "sparsile_kernels": -1, "ffi_calls": -1, "kernels": kernels,
+                "sparse_names": []}
     data = jax.profiler.ProfileData.from_file(files[-1])
     names = [event.name for plane in data.planes for line in plane.lines for event in line.events]
-    return classify_events(names)
+    return {**classify_events(names, kernels), "kernels": kernels, "sparse_names": sparse_names(names)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,18 +176,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_jax needs jax with a CUDA backend (default backend: {jax.default_backend()})")
         return 1
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}; bf16, y = x @ W.T, {args.iters} calls each")
+    from sparsile.integrations.jax import native
+
+    print(f"native fast path: {'on' if native.enabled() else 'off'} ({native.ENV})")
     print("| T x K x N | sparse µs/call | jnp.dot µs/call | sparse / dense | handler µs (GIL) "
-          "| sparse µs, busy thread |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| fast / slow calls | sparse µs, busy thread |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for t, k, n in shapes(args):
         r = run_shape(t, k, n, args.iters)
         print(f"| {t} x {k} x {n} | {r['sparse_us']:.1f} | {r['dense_us']:.1f} | "
-              f"{r['sparse_us'] / r['dense_us']:.2f} | {r['handler_us']:.1f} | {r['busy_us']:.1f} |")
+              f"{r['sparse_us'] / r['dense_us']:.2f} | {r['handler_us']:.1f} | {r['fast']} / {r['slow']} | "
+              f"{r['busy_us']:.1f} |")
+    if native.DISABLED:
+        print(f"plans left on the slow path: {native.DISABLED}")
     t, k, n = shapes(args)[-1]
     counts = profile_check(t, k, n, args.profile_dir)
     print(f"profiler ({t} x {k} x {n}, 10 calls): {counts['ffi_calls']} sparsile_call executions, "
           f"{counts['sparsile_kernels']} sparsile kernel events, {counts['dtoh']} device-to-host copies, "
           f"{counts['htod']} host-to-device copies")
+    print(f"  kernels counted: {', '.join(counts['kernels']) or '(none loaded)'}")
+    print(f"  device event names containing 'sparse': {', '.join(counts['sparse_names']) or '(none)'}")
     return 0 if counts["dtoh"] == 0 and (counts["ffi_calls"] > 0 or counts["sparsile_kernels"] > 0) else 2
 
 

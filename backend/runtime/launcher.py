@@ -399,6 +399,26 @@ class Launcher:
                 return
         raise CudaError(name, err)
 
+    def snapshot(self, args: Sequence[Any]) -> tuple[bytes, tuple[int, ...]] | None:
+        """Pack ``args`` (every user argument, positionally) as a launch would, without launching:
+        (the parameter buffer's bytes, each kernel parameter's byte offset in them), or None when the
+        call would need host copies, stream waits or keep-alives (it cannot be replayed from bytes).
+        For launches replayed outside Python (integrations/jax/native.py)."""
+        call = Call(0, self._n_infos)
+        self._acquire()
+        try:
+            for convert, value in zip(self._converters, args):
+                convert(value, call)
+            for write in self._derived:
+                write(call)
+            if call.staged:
+                finish_host_copies(call, False)
+            if call.staged or call.waits or call.keep:
+                return None
+            return bytes(self._buffer.view), self._buffer.layout.offsets
+        finally:
+            self._release()
+
     def param_bytes(self, index: int) -> bytes:
         """The current bytes of kernel parameter ``index`` (for tests and debugging)."""
         return self._buffer.slot_bytes(index)

@@ -18,7 +18,9 @@ takes the GIL and runs :func:`_handle`, which
 * turns any Python exception into an ``XLA_FFI_Error`` (``XLA_FFI_Error_Create``), which jax raises
   as an ``XlaRuntimeError`` carrying the sparsile diagnostic text.
 
-No C compiler is involved: docs/jax.md explains the choice and its cost (the GIL per call).
+No C compiler is involved: docs/jax.md explains the choice. On CUDA the handler XLA calls is
+native code (:mod:`.native`, JIT-compiled by llvmlite) that launches armed plans without the GIL and
+calls the Python handler here for everything else (the *slow path*), which then arms the plan.
 """
 
 from __future__ import annotations
@@ -284,7 +286,9 @@ def _answer_metadata(extension: int) -> None:
 
 
 STATS = {"calls": 0, "seconds": 0.0}
-"""Executions of the handler and the time spent in them (GIL held), for benchmarks/bench_jax.py."""
+"""Executions of the Python handler and the time spent in them (GIL held), for benchmarks/bench_jax.py.
+Calls the native fast path serves (integrations/jax/native.py) are not counted or timed here: they
+are counted natively (``native.counts()``)."""
 
 
 def _make_handler(platform: str) -> Any:
@@ -309,10 +313,16 @@ def _handle(address: int, platform: str) -> int | None:
     try:
         if frame.stage != _STAGE_EXECUTE:
             return None
-        plan = _plans[_plan_id(frame.attrs)]
+        plan_id = _plan_id(frame.attrs)
+        plan = _plans[plan_id]
         ins, outs = _buffers(frame.args), _buffers(frame.rets)
         if platform == "cuda":
-            plan.run_cuda(ins, outs, api.stream(frame.ctx), api.ordinal(frame.ctx))
+            ordinal = api.ordinal(frame.ctx)
+            plan.run_cuda(ins, outs, api.stream(frame.ctx), ordinal)
+            if _native_on:
+                from . import native
+
+                native.arm(plan_id, plan, ins, outs, ordinal)
         else:
             plan.run_host(ins, outs)
         return None
@@ -322,13 +332,30 @@ def _handle(address: int, platform: str) -> int | None:
 
 
 _registered: dict[str, Any] = {}
+_native_on = False  # the CUDA handler registered is the native one (integrations/jax/native.py)
 
 
 def register(platform: str) -> None:
-    """Register the ``sparsile_call`` handler for ``platform`` ("cpu" or "cuda"), once."""
+    """Register the ``sparsile_call`` handler for ``platform`` ("cpu" or "cuda"), once. On CUDA the
+    handler is the native fast path wrapped around the Python one (:mod:`.native`) unless
+    ``SPARSILE_JAX_NATIVE=0`` or it cannot be built (no libcuda): then the Python handler itself."""
+    global _native_on
     if platform in _registered:
         return
     callback = _make_handler(platform)
     _registered[platform] = callback  # the callback must outlive every executable using it
-    capsule = jax_ffi().pycapsule(c.cast(callback, c.c_void_p).value)
+    address = c.cast(callback, c.c_void_p).value
+    if platform == "cuda":
+        from . import native
+
+        if native.enabled():
+            try:
+                address = native.install(address)
+                _native_on = True
+            except (OSError, RuntimeError) as exc:  # no libcuda / llvmlite cannot JIT here
+                import warnings
+
+                warnings.warn(f"sparsile.jax: no native fast path ({exc}); every call runs the Python "
+                              f"handler (set {native.ENV}=0 to silence this)", RuntimeWarning, stacklevel=2)
+    capsule = jax_ffi().pycapsule(address)
     jax_ffi().register_ffi_target(TARGET, capsule, platform="CUDA" if platform == "cuda" else "cpu")

@@ -34,6 +34,14 @@ def no_host_staging(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launcher, "finish_host_copies", refuse)
 
 
+def _handler_calls() -> int:
+    """Executions of the sparsile_call handler: the Python handler's and the native fast path's (a
+    plan another test armed already runs natively from its first execution)."""
+    from sparsile.integrations.jax import native
+
+    return spffi.STATS["calls"] + native.counts()["fast"]
+
+
 def _signed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.uniform(0.25, 1.0, shape) * rng.choice([-1, 1], shape)
 
@@ -46,9 +54,9 @@ def test_jit_elementwise_kernel_in_jax_jit(no_host_staging: None) -> None:
     f = jax.jit(lambda a, b: call(scale_add, (-(-n // 1024),), a, b, out_shapes=out, n=n, alpha=1.5, BLOCK=1024)
                 + 1.0)
     assert "sparsile_call" in f.lower(x, y).as_text()
-    before = spffi.STATS["calls"]
+    before = _handler_calls()
     got = np.asarray(f(jnp.asarray(x), jnp.asarray(y)), np.float64)
-    assert spffi.STATS["calls"] > before  # the FFI handler ran (not a host callback)
+    assert _handler_calls() > before  # the FFI handler ran (not a host callback)
     ref = 1.5 * x.astype(np.float64) + y + 1.0
     assert (np.abs(got - ref) <= 2 * np.finfo(np.float32).eps * (1.5 * np.abs(x) + np.abs(y) + 1.0)).all()
 
@@ -131,6 +139,66 @@ def test_seed_kernels_of_docs_jax_on_blackwell(tmp_path, monkeypatch: pytest.Mon
     program = next(b for b in re.findall(r"^```python\n(.*?)^```", doc, re.S | re.M) if "seeds.spk" in b)
     (tmp_path / "seeds.spk").write_text(spk)
     monkeypatch.chdir(tmp_path)
-    before = spffi.STATS["calls"]
+    before = _handler_calls()
     exec(compile(program, "docs/jax.md", "exec"), {"__name__": "jax_doc"})
-    assert spffi.STATS["calls"] >= before + 3
+    assert _handler_calls() >= before + 3
+
+
+def _poison_allocator(shape: tuple[int, ...], dtype: object) -> None:
+    """Fill a buffer of the output's size with NaN and free it: XLA's allocator tends to hand that
+    block to the next output, so a launch that did not happen leaves NaN (or stale values), not y."""
+    jnp.full(shape, jnp.nan, dtype).block_until_ready()
+
+
+@pytest.fixture
+def native_path() -> object:
+    from sparsile.integrations.jax import native
+
+    if not native.enabled():
+        pytest.skip(f"{native.ENV}=0: the native fast path is off")
+    spffi.register("cuda")  # XLA's metadata query (a slow-path call) happens now, not inside a count
+    assert native.handler() is not None, "the native handler was not installed (see the warning)"
+    return native
+
+
+def test_native_fast_path_serves_jitted_elementwise_calls(native_path, no_host_staging: None) -> None:
+    n, calls = 1 << 16, 8
+    rng = np.random.default_rng(5)
+    out = jax.ShapeDtypeStruct((n,), jnp.float32)
+    f = jax.jit(lambda a, b: call(scale_add, (n // 1024,), a, b, out_shapes=out, n=n, alpha=1.5, BLOCK=1024))
+    pairs = [(_signed(rng, (n,)).astype(np.float32), _signed(rng, (n,)).astype(np.float32)) for _ in range(calls + 1)]
+    f(*map(jnp.asarray, pairs[0])).block_until_ready()  # warm-up: compiles, runs the slow path, arms the plan
+    before = native_path.counts()
+    for x, y in pairs[1:]:  # new input buffers every call
+        a, b = jnp.asarray(x), jnp.asarray(y)
+        _poison_allocator((n,), jnp.float32)
+        got = np.asarray(f(a, b), np.float64)
+        ref = 1.5 * x.astype(np.float64) + y
+        assert (np.abs(got - ref) <= 2 * np.finfo(np.float32).eps * (1.5 * np.abs(x) + np.abs(y))).all()
+    after = native_path.counts()
+    assert after["fast"] - before["fast"] == calls and after["slow"] == before["slow"], (before, after)
+    assert after["launch_failures"] == before["launch_failures"]
+
+
+@pytest.mark.parametrize(("n_out", "k", "tokens"), [(1024, 4096, 16), (512, 1024, 256), (8192, 1024, 8192)])
+def test_native_fast_path_serves_jitted_sparse_linear(native_path, n_out: int, k: int, tokens: int,
+                                                      no_host_staging: None) -> None:
+    """Split-K (two custom calls), one CTA per tile, the CTA-pair cluster launch; x moves every call
+    (its TMA tensor map is re-encoded natively)."""
+    calls = 3
+    rng = np.random.default_rng(6)
+    layer = SparseLinear.from_dense(_signed(rng, (n_out, k)), "bf16", bias=rng.standard_normal(n_out))
+    f = jax.jit(layer)
+    xs = [_signed(rng, (tokens, k)).astype(np.float32) for _ in range(calls + 1)]
+    start = native_path.counts()
+    f(jnp.asarray(xs[0])).block_until_ready()  # warm-up: compiles, runs the slow path, arms the plans
+    before = native_path.counts()
+    per_call = before["fast"] + before["slow"] - start["fast"] - start["slow"]  # custom calls per call
+    assert per_call in (1, 2, 3), (start, before)
+    for x in xs[1:]:
+        xj = jnp.asarray(x)
+        _poison_allocator((tokens, n_out), jnp.float32)
+        _check_linear(layer, x, f(xj))
+    after = native_path.counts()
+    assert after["slow"] == before["slow"], (before, after, native_path.DISABLED)
+    assert after["fast"] - before["fast"] == calls * per_call, (before, after)

@@ -22,9 +22,13 @@ def test_arguments_and_shapes() -> None:
 
 def test_classify_events() -> None:
     b = _script()
-    names = ["MemcpyDtoH", "Memcpy DtoH (Device -> Pinned)", "MemcpyHtoD", "sparse_gemm_bf16", "splitk_reduce",
-             "loop_convert_fusion", "Memset", "sparsile_call.1", "end: sparsile_call.1"]
-    assert b.classify_events(names) == {"dtoh": 2, "htod": 1, "sparsile_kernels": 2, "ffi_calls": 1}
+    names = ["MemcpyDtoH", "Memcpy DtoH (Device -> Pinned)", "MemcpyHtoD", "sparse_linear_bf16",
+             "splitk_reduce_linear", "sparse_gemm_bf16", "loop_convert_fusion", "Memset", "sparsile_call.1",
+             "end: sparsile_call.1"]
+    kernels = ["sparse_linear_bf16", "splitk_reduce_linear"]
+    assert b.classify_events(names, kernels) == {"dtoh": 2, "htod": 1, "sparsile_kernels": 2, "ffi_calls": 1}
+    assert b.classify_events(names, []) == {"dtoh": 2, "htod": 1, "sparsile_kernels": 0, "ffi_calls": 1}
+    assert b.sparse_names([*names, "sparse_linear_bf16"]) == ["sparse_gemm_bf16", "sparse_linear_bf16"]
 
 
 def test_profile_check_on_the_cpu(tmp_path: Path) -> None:

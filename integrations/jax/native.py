@@ -1,0 +1,317 @@
+"""The native fast path of the CUDA ``sparsile_call`` handler: machine code JIT-compiled by llvmlite.
+
+The Python handler (:mod:`.ffi`) takes the GIL and runs 100-200 µs of Python per call; with another
+Python thread busy, each call also waits for the GIL (milliseconds). So the handler XLA calls on CUDA
+is a native function, generated here as LLVM IR and compiled for the host by llvmlite's MCJIT (no C
+compiler involved). Per call it
+
+1. sends the metadata query (a frame whose extension chain starts with XLA_FFI_Extension_Metadata,
+   once at registration) or a frame of a stage other than *execute* to the Python handler (the
+   *slow path*);
+2. finds the ``sparsile_plan`` int64 attribute and looks the plan up in an open-addressing table
+   (plan id -> record, an int64 array) that Python fills;
+3. when the plan's record is armed: asks XLA for the stream (``XLA_FFI_Stream_Get``) and the device
+   (``XLA_FFI_DeviceOrdinal_Get``, which must be the record's), copies the
+   record's pre-packed kernel parameters onto its own stack (so concurrent calls never share a
+   buffer; ``cuLaunchKernel`` copies ``kernelParams`` before it returns), writes XLA's buffer
+   addresses into the pointer slots (checking the 16-byte alignment a specialization assumed),
+   re-encodes in that stack copy (``cuTensorMapEncodeTiled``) the TMA tensor map of every buffer
+   that is not at the address the record's map was encoded for, builds the ``void*`` array on the
+   stack and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` with a cluster attribute) from libcuda;
+4. anything else (unknown plan, unarmed record, a misaligned buffer, a failing Stream_Get, encode
+   or launch) goes to the Python handler, which does the whole call (and its diagnostics) and then
+   arms the plan's record from a packing of the same arguments (:meth:`Launcher.snapshot`).
+
+Records are immutable once published: arming builds a new one and stores its address into the
+table with one aligned 8-byte store; old records stay alive for the process (a native call may still
+read one). A launch failure on the fast path marks the record, and the Python handler then leaves
+that plan on the slow path for good. Counters (fast calls, slow calls, fast-path launch failures)
+are native atomics: :func:`counts`. ``SPARSILE_JAX_NATIVE=0`` turns all of this off (docs/jax.md).
+"""
+
+from __future__ import annotations
+
+import ctypes as c
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from . import ffi
+from .native_ir import HANDLER_IR
+
+ENV = "SPARSILE_JAX_NATIVE"
+"""``SPARSILE_JAX_NATIVE=0``: the Python handler for every call (no native fast path)."""
+
+TABLE_CAPACITY = 1 << 14
+"""Slots of the plan table (a power of two); a plan that finds no free slot stays on the slow path."""
+
+# the global state the native handler reads (one int64 array): entry points, table, counters
+_G_LAUNCH, _G_LAUNCH_EX, _G_SLOW, _G_TABLE, _G_MASK, _G_FAST, _G_SLOWS, _G_FAILS, _G_ENCODE = range(9)
+_G_WORDS = 9
+TMAP_WORDS = 25
+"""Words of a record's tensor-map entry: source, slot offset, data type, rank, interleave, swizzle,
+L2 promotion, OOB fill, 5 dims (u64), 5 strides (u64), box (5 u32 in 3 words), element strides
+(likewise), the address the pre-packed map was encoded for."""
+# a record's header words; the variable part follows at _R_DATA
+(_R_ARMED, _R_FUNCTION, _R_GX, _R_GY, _R_GZ, _R_BX, _R_BY, _R_BZ, _R_SHARED, _R_NPARAMS, _R_NBYTES, _R_NPTR,
+ _R_NCHECK, _R_ATTRS, _R_ERROR, _R_ORDINAL) = range(16)
+_R_DATA = 16
+
+
+def enabled() -> bool:
+    """Whether the native fast path is on (``SPARSILE_JAX_NATIVE`` is not "0")."""
+    return os.environ.get(ENV, "1") != "0"
+
+
+def _offset(struct: Any, *path: str) -> int:
+    total, kind = 0, struct
+    for name in path:
+        field = getattr(kind, name)
+        total += field.offset
+        kind = dict(kind._fields_)[name]
+    return total
+
+
+def _constants() -> dict[str, int]:
+    """Byte offsets of the call frame's fields (from :mod:`.ffi`'s structs, i.e. c_api.h) and the
+    attribute name as two overlapping little-endian words."""
+    name = ffi.PLAN_ATTRIBUTE.encode()
+    assert len(name) == 13
+    from ...backend.runtime.cudalib import LaunchConfig
+
+    return {
+        "EXT": _offset(ffi._CallFrame, "extension_start"), "API": _offset(ffi._CallFrame, "api"),
+        "CTX": _offset(ffi._CallFrame, "ctx"), "STAGE": _offset(ffi._CallFrame, "stage"),
+        "ARGS_N": _offset(ffi._CallFrame, "args", "size"), "ARGS_ITEMS": _offset(ffi._CallFrame, "args", "items"),
+        "RETS_N": _offset(ffi._CallFrame, "rets", "size"), "RETS_ITEMS": _offset(ffi._CallFrame, "rets", "items"),
+        "ATTR_N": _offset(ffi._CallFrame, "attrs", "size"), "ATTR_NAMES": _offset(ffi._CallFrame, "attrs", "names"),
+        "ATTR_VALS": _offset(ffi._CallFrame, "attrs", "attrs"), "EXT_TYPE": _offset(ffi._ExtensionBase, "type"),
+        "SCALAR_VALUE": _offset(ffi._Scalar, "value"), "DATA": _offset(ffi._Buffer, "data"),
+        "STREAM_GET": _offset(ffi._Api, "Stream_Get"), "SG_SIZE": c.sizeof(ffi._StreamGetArgs),
+        "ORDINAL_GET": _offset(ffi._Api, "DeviceOrdinal_Get"),
+        "ORD_END": _offset(ffi._Api, "DeviceOrdinal_Get") + c.sizeof(c.c_void_p),
+        "OG_SIZE": c.sizeof(ffi._OrdinalGetArgs), "OG_CTX": _offset(ffi._OrdinalGetArgs, "ctx"),
+        "OG_ORDINAL": _offset(ffi._OrdinalGetArgs, "device_ordinal"),
+        "SG_CTX": _offset(ffi._StreamGetArgs, "ctx"), "SG_STREAM": _offset(ffi._StreamGetArgs, "stream"),
+        "NAME0": int.from_bytes(name[:8], "little"), "NAME1": int.from_bytes(name[5:13], "little"),
+        "CFG_SIZE": c.sizeof(LaunchConfig), "CFG_STREAM": LaunchConfig.hStream.offset,
+        "CFG_ATTRS": LaunchConfig.attrs.offset, "CFG_NATTRS": LaunchConfig.numAttrs.offset,
+        "EXECUTE": ffi._STAGE_EXECUTE, "METADATA": ffi._EXTENSION_METADATA,
+    }
+
+
+class NativeHandler:
+    """The compiled handler, its global state and plan table, and the records it was armed with."""
+
+    def __init__(self, slow: int, launch: int, launch_ex: int, encode: int):
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.state = (c.c_int64 * _G_WORDS)()
+        self.table = (c.c_int64 * (2 * TABLE_CAPACITY))()
+        self.state[_G_LAUNCH], self.state[_G_LAUNCH_EX], self.state[_G_SLOW] = launch, launch_ex, slow
+        self.state[_G_TABLE], self.state[_G_MASK] = c.addressof(self.table), TABLE_CAPACITY - 1
+        self.state[_G_ENCODE] = encode
+        text = HANDLER_IR
+        for key, value in {**_constants(), "STATE": c.addressof(self.state)}.items():
+            text = text.replace("{" + key + "}", str(value))
+        module = llvm.parse_assembly(text)
+        module.verify()
+        machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
+        self._engine = llvm.create_mcjit_compiler(module, machine)
+        self._engine.finalize_object()
+        self.address = self._engine.get_function_address("sparsile_cuda_handler")
+        self._records: list[Any] = []  # every record ever published (a native call may still read one)
+        self._current: dict[int, Any] = {}  # plan id -> its published record
+        self._lock = threading.Lock()
+
+    def _slot(self, plan: int) -> int | None:
+        mask = TABLE_CAPACITY - 1
+        h = plan & mask
+        for _ in range(TABLE_CAPACITY):
+            key = self.table[2 * h]
+            if key in (plan, 0):
+                return h
+            h = (h + 1) & mask
+        return None
+
+    def publish(self, plan: int, words: Sequence[int] | None) -> bool:
+        """Make ``words`` (a record, or None: no record) the plan's record; False if the table is full.
+        The record's address is stored before the key, each with one aligned 8-byte store."""
+        if plan <= 0:
+            return False
+        with self._lock:
+            h = self._slot(plan)
+            if h is None:
+                return False
+            record = (c.c_int64 * len(words))(*words) if words is not None else None
+            if record is not None:
+                self._records.append(record)
+            self._current[plan] = record
+            self.table[2 * h + 1] = c.addressof(record) if record is not None else 0
+            self.table[2 * h] = plan
+        return True
+
+    def record(self, plan: int) -> Any:
+        """The plan's published record (a ctypes int64 array) or None."""
+        return self._current.get(plan)
+
+    def counts(self) -> dict[str, int]:
+        """Native counters: fast-path calls, Python-handler calls, fast-path launch failures."""
+        return {"fast": self.state[_G_FAST], "slow": self.state[_G_SLOWS], "launch_failures": self.state[_G_FAILS]}
+
+
+def tmap_entry(source: int, offset: int, arguments: dict[str, Any], address: int) -> list[int]:
+    """A record's tensor-map entry from ``TensorMapSpec.driver_arguments`` (the keyword arguments of
+    ``cuTensorMapEncodeTiled``) for the map encoded at ``address``: the native path re-encodes the
+    map in its stack copy of the parameters when the buffer moved (backend/runtime/tensormap.py)."""
+    a, rank = arguments, arguments["tensorRank"]
+
+    def u32s(values: Sequence[int]) -> list[int]:
+        raw = b"".join(int(v).to_bytes(4, "little") for v in values).ljust(24, b"\0")
+        return [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 24, 8)]
+
+    def u64s(values: Sequence[int]) -> list[int]:
+        return [int(v) for v in values] + [0] * (5 - len(values))
+
+    return [source, offset, int(a["tensorDataType"]), rank, int(a["interleave"]), int(a["swizzle"]),
+            int(a["l2Promotion"]), int(a["oobFill"]), *u64s(a["globalDim"]), *u64s(a["globalStrides"] or []),
+            *u32s(a["boxDim"]), *u32s(a["elementStrides"]), address]
+
+
+def record_words(function: int, grid: Sequence[int], block: Sequence[int], shared: int, attrs: int,
+                 params: bytes, offsets: Sequence[int], pointers: Sequence[tuple[int, int, int]],
+                 tmaps: Sequence[Sequence[int]], ordinal: int = 0) -> list[int]:
+    """A record: ``pointers`` are (source, byte offset, alignment mask) of each pointer slot (an
+    address with a bit of the mask set goes to the slow path, whose launcher reports it), ``tmaps`` entries of
+    :func:`tmap_entry`; a source is ``i`` for operand i and ``-1 - j`` for result j. ``attrs``: the
+    address of a cluster launch attribute (then ``cuLaunchKernelEx``), or 0. ``ordinal``: the device
+    the kernel is loaded on (a call XLA runs on another device goes to the slow path)."""
+    padded = params + bytes(-len(params) % 8 or (8 if not params else 0))
+    words = [0] * _R_DATA
+    words[_R_ARMED], words[_R_FUNCTION] = 1, function
+    words[_R_GX], words[_R_GY], words[_R_GZ] = grid
+    words[_R_BX], words[_R_BY], words[_R_BZ] = block
+    words[_R_SHARED], words[_R_NPARAMS], words[_R_NBYTES] = shared, len(offsets), len(padded)
+    words[_R_NPTR], words[_R_NCHECK], words[_R_ATTRS] = len(pointers), len(tmaps), attrs
+    words[_R_ORDINAL] = ordinal
+    words += list(offsets)
+    for triple in pointers:
+        words += list(triple)
+    for entry in tmaps:
+        assert len(entry) == TMAP_WORDS
+        words += list(entry)
+    words += [int.from_bytes(padded[i:i + 8], "little") for i in range(0, len(padded), 8)]
+    return [w if w < 1 << 63 else w - (1 << 64) for w in words]
+
+
+def launch_failed(record: Any) -> int:
+    """The CUresult a fast-path launch of ``record`` failed with (0: none)."""
+    return int(record[_R_ERROR]) if record is not None else 0
+
+
+_handler: NativeHandler | None = None
+_keep: list[Any] = []  # cluster launch attributes the records point at
+DISABLED: dict[int, str] = {}
+"""Plans left on the slow path for good, with the reason (a failed fast launch, an unreplayable call)."""
+
+
+def handler() -> NativeHandler | None:
+    """The installed native handler (None before :func:`install` or when it is off)."""
+    return _handler
+
+
+def counts() -> dict[str, int]:
+    """Native counters (zeros when the native handler is not installed)."""
+    return _handler.counts() if _handler is not None else {"fast": 0, "slow": 0, "launch_failures": 0}
+
+
+def _libcuda_entry_points() -> tuple[int, int, int]:
+    lib = c.CDLL("libcuda.so.1")
+    return tuple(c.cast(getattr(lib, name), c.c_void_p).value or 0  # type: ignore[return-value]
+                 for name in ("cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"))
+
+
+def install(slow: int, entry_points: tuple[int, int, int] | None = None) -> int:
+    """Build the native handler around the Python handler at address ``slow`` (libcuda's launch
+    and encode entry points unless given: tests pass fakes); the handler's address."""
+    global _handler
+    launch, launch_ex, encode = entry_points or _libcuda_entry_points()
+    _handler = NativeHandler(slow, launch, launch_ex, encode)
+    return _handler.address
+
+
+def uninstall() -> None:
+    """Forget the native handler (tests; a registered handler stays valid: its memory is kept)."""
+    global _handler
+    if _handler is not None:
+        _keep.append(_handler)
+    _handler = None
+
+
+def arm(plan_id: int, plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer], ordinal: int) -> bool:
+    """After the Python handler ran ``plan``: publish its record (once per plan), or leave the plan
+    on the slow path for good when its fast launch failed or its call cannot be replayed natively."""
+    h = _handler
+    if h is None or plan_id in DISABLED:
+        return False
+    old = h.record(plan_id)
+    if old is not None:
+        error = launch_failed(old)
+        if not error and old[_R_ORDINAL] == ordinal:
+            return True  # armed already: this slow call had a per-call reason (e.g. a misaligned buffer)
+        DISABLED[plan_id] = (f"the fast-path launch failed with CUresult {error}" if error else
+                             f"runs on devices {old[_R_ORDINAL]} and {ordinal} (a record launches on one)")
+        h.publish(plan_id, None)
+        return False
+    try:
+        words = _build_record(plan, ins, outs, ordinal)
+    except Exception as exc:  # the plan keeps working on the slow path; the reason is kept for bench_jax
+        words = None
+        DISABLED[plan_id] = f"not replayable: {type(exc).__name__}: {exc}"
+    if words is None:
+        DISABLED.setdefault(plan_id, "the launch needs host copies, stream waits or keep-alives")
+        return False
+    return h.publish(plan_id, words)
+
+
+def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer], ordinal: int) -> list[int] | None:
+    """The record of ``plan`` for these buffers, packed by the launcher itself (Launcher.snapshot)."""
+    import math
+
+    from ...backend.runtime import cudalib
+    from ...backend.runtime.arrays import describe_array
+    from ...backend.runtime.launch_config import normalize_grid
+    from .call import DeviceView
+
+    launcher = plan.launcher(ordinal)
+    spec = launcher.spec
+    snap = launcher.snapshot(plan.launch_values(spec, launcher.jax_needs_info, ins, outs, ordinal))
+    if snap is None:
+        return None
+    params, offsets = snap
+    offset_of = dict(zip((p.name for p in spec.kernel_params), offsets))
+    where = {name: ((k, ins[k]) if kind == "in" else (-1 - k, outs[k])) for name, kind, k in plan.sources
+             if kind != "value"}
+    by_name = {p.name: p for p in spec.params}
+    pointers = [(where[n][0], offset_of[n], 15 if getattr(by_name[n], "aligned16", False) else 0) for n in where
+                if by_name[n].kind == "pointer" and n in offset_of]
+    tmaps = []
+    for p in spec.params:
+        if p.kind != "tensormap":
+            continue
+        source, buf = where[getattr(p, "source", None) or p.name]
+        info = describe_array(DeviceView(buf, ordinal), 0)
+        tmaps.append(tmap_entry(source, offset_of[p.name], p.spec_for(info).driver_arguments(buf.ptr), buf.ptr))
+    attrs = 0
+    if math.prod(launcher.cluster) > 1:
+        attr = cudalib.LaunchAttribute()
+        attr.id = cudalib.CLUSTER_DIMENSION
+        attr.value[0], attr.value[1], attr.value[2] = launcher.cluster
+        _keep.append(attr)
+        attrs = c.addressof(attr)
+    return record_words(cudalib.handle_int(launcher.function.handle), normalize_grid(plan.grid, launcher.device),
+                        launcher.block, launcher.dynamic_shared, attrs, params, offsets, pointers, tmaps,
+                        ordinal)
