@@ -232,21 +232,26 @@ def test_gpu_tiny_sweep_writes_a_table_plans_use(tmp_path, monkeypatch):
         pytest.skip("no GPU")
     monkeypatch.delenv(DECODE_REDUCE_ENV, raising=False)
     out = tmp_path / "decode.json"
-    got = dt.tune_sparse_decode(["1024x2048"], [4, 16], warmup=2, rep=5, out=out)
+    got = dt.tune_sparse_decode(["1024x1024"], [4, 16], warmup=2, rep=5, out=out)
     dev = runtime.current_device()
-    assert set(got["entries"]) == {dt.table_key(dev.name, dev.sm_count, "bf16", 1024, 2048, bn) for bn in (8, 16)}
+    assert set(got["entries"]) == {dt.table_key(dev.name, dev.sm_count, "bf16", 1024, 1024, bn) for bn in (8, 16)}
     for e in got["entries"].values():
         assert 0 < e["us"] <= e["default_us"] and not any("wrong" in why for why in e["skipped"].values())
     assert dt.load_decode_table(out).keys() == got["entries"].keys()
     monkeypatch.setenv(dt.TABLE_ENV, str(out))
     from sparsile.stdlib.kernels.sparsity_gpu import compress_gpu
 
-    values, meta = compress_gpu(torch.randn(1024, 2048, device="cuda"), "bf16", "sm90")
-    x = torch.randn(16, 2048, device="cuda", dtype=torch.bfloat16)
+    values, meta = compress_gpu(torch.randn(1024, 1024, device="cuda"), "bf16", "sm90")
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
     plan = plan_sparse_linear(values, meta.data, x)
-    best = got["entries"][dt.table_key(dev.name, dev.sm_count, "bf16", 1024, 2048, 16)]["config"]
+    best = got["entries"][dt.table_key(dev.name, dev.sm_count, "bf16", 1024, 1024, 16)]["config"]
     assert plan.config.source == "table:decode.json"
     assert (plan.config.split_k, plan.config.stages) == (best["split_k"], best["stages"])
+    assert plan.reduces_in_kernel == (best["reduce"] == "kernel" and best["split_k"] > 1)
+    y = plan.run().float()
+    ref = plan_sparse_decode(values, meta.data, x, table=False).run().float()
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any() and ((y - ref).abs() <= 2e-2 * ref.abs().max()).all()
 
 
 def test_sweep_writes_a_table_in_token_order_and_merges(tmp_path):
