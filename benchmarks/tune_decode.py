@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=150.0)
+    ap.add_argument("--no-graph", action="store_true",
+                    help="time the plain launches (default: replays of a CUDA graph of ten calls)")
     ap.add_argument("-o", "--out", help="write (merge into) this JSON table")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per problem while tuning")
     args = ap.parse_args(argv)
@@ -47,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         table = tune_sparse_decode(args.shapes, args.tokens, dtypes=args.dtype, warmup=args.warmup, rep=args.rep,
                                    max_seconds=args.max_seconds, out=args.out,
+                                   **({"benchmarker": None} if args.no_graph else {}),
                                    say=(lambda text: print(text, file=sys.stderr, flush=True)) if args.verbose
                                    else (lambda text: None))
     except SparsileError as e:

@@ -288,10 +288,13 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
         run(stream=side)  # compiled and loaded before the capture
         side.synchronize()
         graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, stream=side):
+        try:  # capture_begin/end: torch.cuda.graph would also gc.collect() and empty the cache, per candidate
+            graph.capture_begin()
+            try:
                 for _ in range(GRAPH_CALLS):
                     run(stream=side)
+            finally:
+                graph.capture_end()
         except (RuntimeError, SparsileError):  # no capture here: time the launches themselves
             torch.cuda.synchronize()
             return do_bench(run, warmup=warmup, rep=rep, stream=None)
