@@ -297,7 +297,7 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
                 graph.capture_end()
         except (RuntimeError, SparsileError):  # no capture here: time the launches themselves
             torch.cuda.synchronize()
-            return do_bench(run, warmup=warmup, rep=rep, stream=None)
+            return do_bench(functools.partial(run, stream=side), warmup=warmup, rep=rep, stream=side)
         try:
             return do_bench(graph.replay, warmup=max(1, warmup // GRAPH_CALLS), rep=rep, stream=side) / GRAPH_CALLS
         finally:
