@@ -230,6 +230,35 @@ def _poison(out: Any) -> None:
     out[...] = float("nan") if "float" in str(out.dtype) else -12345
 
 
+L2_BYTES = 50 * 2 ** 20  # the L2 of the H100 / H200
+GRAPH_CALLS = 10
+
+
+class Rotation:
+    """``run(stream=None)`` of one candidate: each call runs the next of ``plans`` (the same
+    problem on copies of the weight), so that the timed calls stream the weight from HBM, as the
+    layers of a model do, instead of from L2. ``calls``: how many calls a timed graph holds (a
+    multiple of the copies)."""
+
+    def __init__(self, plans: list[SparseDecodePlan], candidate: DecodeCandidate):
+        self.plans, self.candidate, self.next = plans, candidate, 0
+        self.calls = len(plans) * max(1, GRAPH_CALLS // len(plans))
+
+    def __call__(self, stream: Any = None) -> Any:
+        plan = self.plans[self.next % len(self.plans)]
+        self.next += 1
+        return plan.run(stream=stream)
+
+
+def weight_copies(plan: SparseDecodePlan, cold_bytes: int = 3 * L2_BYTES) -> list[tuple[Any, Any]]:
+    """Copies of ``plan``'s values and metadata, so that the weight and its copies take at least
+    ``cold_bytes`` (at most 7 copies)."""
+    size = int(plan.values.nbytes) + int(plan.meta.nbytes)
+    extra = max(0, min(7, -(-cold_bytes // max(size, 1)) - 1))
+    copy = (lambda a: a.clone()) if hasattr(plan.values, "clone") else (lambda a: a.copy())
+    return [(copy(plan.values), copy(plan.meta)) for _ in range(extra)]
+
+
 def tune_decode_plan(base: SparseDecodePlan, sms: int, bench: Callable[..., float], *, warmup: int = 10,
                      rep: int = 50, space: Callable[..., list[DecodeCandidate]] = candidate_space,
                      say: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
@@ -237,8 +266,10 @@ def tune_decode_plan(base: SparseDecodePlan, sms: int, bench: Callable[..., floa
     entry ``{"config", "us", "default", "default_us", "tokens", "skipped"}``. Each candidate's
     output (poisoned first) must match the default's within :func:`~.tuning.reference_tolerance`,
     else it is skipped as wrong; candidates that do not compile or launch are skipped with the
-    reason. ``bench(run, warmup=, rep=, stream=)`` gives milliseconds; ``run.candidate`` says which."""
+    reason. ``bench(run, warmup=, rep=, stream=)`` gives milliseconds; ``run`` is a
+    :class:`Rotation` over :func:`weight_copies` (``run.candidate`` says which candidate)."""
     default = default_candidate(base)
+    copies = weight_copies(base)
     _poison(base.out)
     ref = f32_copy(base.run())
     tol = reference_tolerance(ref)
@@ -254,8 +285,7 @@ def tune_decode_plan(base: SparseDecodePlan, sms: int, bench: Callable[..., floa
             if not matches_reference(plan.run(), ref, tol):
                 skipped[str(cand)] = "wrong result against the default config"
                 continue
-            run = functools.partial(plan.run)
-            run.candidate = cand  # type: ignore[attr-defined]
+            run = Rotation([plan] + [dataclasses.replace(plan, values=v, meta=m) for v, m in copies], cand)
             timings[cand] = float(bench(run, warmup=warmup, rep=rep, stream=None))
         except (CompileError, LaunchError) as e:
             skipped[str(cand)] = str(e).split("\n", 1)[0]
@@ -269,19 +299,18 @@ def tune_decode_plan(base: SparseDecodePlan, sms: int, bench: Callable[..., floa
             "default_us": round(timings[default] * 1e3, 3), "tokens": b.t, "skipped": skipped}
 
 
-GRAPH_CALLS = 10
-
-
 def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any = None) -> float:
     """Milliseconds per ``run(stream=)``, timed (backend/runtime/bench.py's ``do_bench``) as one
-    replay of a CUDA graph of :data:`GRAPH_CALLS` calls divided by that: as the graph-mode decode
-    step runs them, with no host time between the launches of a call (a split-K reduction launch
-    is not charged the host's launch cost, as it would be when the host cannot keep ahead of ~10 µs
-    kernels). ``stream`` is ignored (the graph runs on a side stream of torch's)."""
+    replay of a CUDA graph of ``run.calls`` (default :data:`GRAPH_CALLS`) calls divided by that: as
+    the graph-mode decode step runs them, with no host time between the launches of a call (a
+    split-K reduction launch is not charged the host's launch cost, as it would be when the host
+    cannot keep ahead of ~10 µs kernels). ``stream`` is ignored (the graph runs on a side stream of
+    torch's; where capturing fails, the launches themselves are timed there)."""
     import torch
 
     from ...backend.runtime.bench import do_bench
 
+    calls = int(getattr(run, "calls", GRAPH_CALLS))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -291,7 +320,7 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
         try:  # capture_begin/end: torch.cuda.graph would also gc.collect() and empty the cache, per candidate
             graph.capture_begin()
             try:
-                for _ in range(GRAPH_CALLS):
+                for _ in range(calls):
                     run(stream=side)
             finally:
                 graph.capture_end()
@@ -299,7 +328,7 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
             torch.cuda.synchronize()
             return do_bench(functools.partial(run, stream=side), warmup=warmup, rep=rep, stream=side)
         try:
-            return do_bench(graph.replay, warmup=max(1, warmup // GRAPH_CALLS), rep=rep, stream=side) / GRAPH_CALLS
+            return do_bench(graph.replay, warmup=max(1, warmup // calls), rep=rep, stream=side) / calls
         finally:
             side.synchronize()
             del graph

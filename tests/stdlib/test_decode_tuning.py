@@ -282,3 +282,29 @@ def test_sweep_writes_a_table_in_token_order_and_merges(tmp_path):
     gemm.write_text(json.dumps({"format": "sparsile-sparse-gemm-table/1", "entries": {}}))
     sweep([2], out=gemm)
     assert list(dt.load_decode_table(gemm)) == [dt.table_key(*H200, "bf16", N_OUT, K, 8)]
+
+
+def test_timed_calls_rotate_over_weight_copies(weight):
+    """The weight and its copies take 3 x L2 (at most 8 in all); each timed call runs the next copy,
+    a graph holds whole rounds."""
+    (w, x) = weight
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False)
+    size = plan.values.nbytes + plan.meta.nbytes
+    assert len(dt.weight_copies(plan)) == 7
+    assert len(dt.weight_copies(plan, cold_bytes=3 * size)) == 2 and dt.weight_copies(plan, cold_bytes=size) == []
+    copies = dt.weight_copies(plan, cold_bytes=3 * size)
+    assert all(np.array_equal(v, plan.values) and v is not plan.values for v, _ in copies)
+    ran = []
+
+    class Fake:
+        def __init__(self, i):
+            self.i = i
+
+        def run(self, stream=None):
+            ran.append((self.i, stream))
+
+    rot = dt.Rotation([Fake(0), Fake(1), Fake(2)], dt.DecodeCandidate(1, 2))
+    for _ in range(4):
+        rot(stream="s")
+    assert ran == [(0, "s"), (1, "s"), (2, "s"), (0, "s")] and rot.calls == 9
+    assert dt.Rotation([Fake(0)], dt.DecodeCandidate(1, 2)).calls == dt.GRAPH_CALLS
