@@ -14,6 +14,7 @@
 #   bash scripts/gpu_runs.sh bench-rest       # e4m3 layer, training step, JAX overhead
 #   bash scripts/gpu_runs.sh bench-gemm-8B    # sparse GEMM grid vs default and tuned cuSPARSELt and cuBLAS (+ bench-gemm-70B)
 #   bash scripts/gpu_runs.sh tune             # write stdlib/kernels/tuned/h200.json (Llama-3 8B shapes)
+#   bash scripts/gpu_runs.sh tune-decode      # write stdlib/kernels/tuned/decode-h200.json (decode kernel, Llama-3 8B)
 #
 # Each part writes its log (and JSON where a benchmark has one) under $OUT (default ./gpu-out).
 # A part stops at its first failing step only for tests-launch: nothing after it can be trusted
@@ -90,6 +91,10 @@ tune)
     run 560 python -m sparsile tune /tmp/llama3-8b-shapes.txt --dtype bf16 --dtype f16 --warmup 3 --rep 10 \
         -o stdlib/kernels/tuned/h200.json
     cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    ;;
+tune-decode)  # the decode kernel's table (split-K, STAGES, reduction) for the Llama-3-8B shapes, ~2 minutes
+    run 200 python benchmarks/tune_decode.py --max-seconds 150 -v -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
     ;;
 *)
     echo "unknown part: $part" >&2

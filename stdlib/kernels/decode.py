@@ -12,6 +12,9 @@ It is the **default** of ``plan_sparse_linear`` / ``sparse_linear`` (and so of `
 for T <= 64 on sm_90a: measured on the H200 it is 1.16-1.33x faster than the tiled
 ``sparse_linear_<t>`` kernels there (docs/hopper.md). ``kernel="gemm"`` or
 ``SPARSILE_DECODE_KERNEL=0`` keeps the tiled kernels; an explicit ``split_k`` (1-16) is honoured.
+Split-K, ring depth and reduction come from a tuned table where one has an entry for the problem
+(``$SPARSILE_DECODE_TABLE`` or ``tuned/decode-<gpu>.json``: :mod:`.decode_tuning`, docs/autotune.md),
+else from :func:`choose_decode_config`.
 ``plan_sparse_decode`` returns a :class:`SparseDecodePlan` with the interface of
 :class:`~.linear.SparseLinearPlan` (``launches()``, ``run()``, ``compile()``, ``rebind()``).
 
@@ -88,6 +91,7 @@ class DecodeConfig:
     stages: int      # ring depth
     split_k: int     # CTAs along K
     ctas_per_sm: int  # the occupancy the shared-memory budget was sized for
+    source: str = "heuristic"  # where split_k / stages came from: "heuristic", "explicit", "table:<file>"
 
     def stage_bytes(self, elem_bytes: int, bm: int = DECODE_BM) -> int:
         """Bytes one pipeline step moves: values, metadata words, x."""
@@ -252,7 +256,7 @@ class SparseDecodePlan:
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
-                       reduce: str | None = None, **linear: Any) -> Any:
+                       reduce: str | None = None, table: Any = None, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -265,7 +269,13 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     zeroes once and the kernel re-zeroes): one launch per call, the same result bit for bit (the
     shares are added in the same order), 1-3 µs more kernel time on the H200 at up to 16 tokens
     (docs/hopper.md): worth it where the host's launch costs more (sparsile.torch's eager calls).
-    Plans sharing a workspace (``rebind``) share the counters too: run them on one stream."""
+    Plans sharing a workspace (``rebind``) share the counters too: run them on one stream.
+
+    Without ``split_k`` and ``stages`` a tuned table decides them (and ``reduce``, unless given or
+    set by ``SPARSILE_DECODE_REDUCE``) where it has an entry for this device, dtype, N_out, K and
+    token tile: ``table`` (a path or a table mapping; False: none), else ``$SPARSILE_DECODE_TABLE``,
+    else the shipped ``tuned/decode-<gpu>.json`` (:mod:`.decode_tuning`, docs/autotune.md); the
+    plan's ``config.source`` says which ("heuristic", "explicit", "table:<file>")."""
     from .gemm import empty_array
     from .linear import plan_sparse_linear, planned_sm_count
 
@@ -280,6 +290,15 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                                 or not 1 <= split_k <= MAX_SPLIT):
         raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
     sms = num_sms or planned_sm_count(interpret)
+    source = "heuristic" if split_k is None and stages is None else "explicit"
+    if source == "heuristic" and table is not False:
+        from .decode_tuning import table_choice
+
+        found = table_choice(base.choice.operand, base.m, base.k, base.t, interpret, table)
+        if found is not None:
+            split_k, stages, source = found[0].split_k, found[0].stages, found[1]
+            if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
+                reduce = found[0].reduce
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
@@ -288,6 +307,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         raise bad_input(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
                         f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
                         help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
+    cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     rows = -(-base.m // DECODE_BM) * DECODE_BM
     words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)

@@ -224,16 +224,22 @@ def sparse_matmul_tuned(values: Any, meta: Any, b: Any, *, table: Any = None, ou
 
 # ------------------------------------------------------------------------------------------------
 # tuning
-def parse_shape(shape: Any) -> tuple[int, int, int]:
-    """(M, N, K) from a tuple or ``"MxNxK"`` (M out features, N tokens, K in features)."""
+def shape_dims(shape: Any) -> tuple[int, ...]:
+    """The integers of a tuple / list or of a text ``"AxBxC"`` (``,`` also separates); () when
+    some part is no integer (the callers check the count and signs)."""
     if isinstance(shape, str):
         parts: Iterable[Any] = shape.lower().replace(",", "x").split("x")
     else:
         parts = shape if isinstance(shape, tuple | list) else ()
     try:
-        dims = tuple(int(p) for p in parts)
+        return tuple(int(p) for p in parts)
     except (TypeError, ValueError):
-        dims = ()
+        return ()
+
+
+def parse_shape(shape: Any) -> tuple[int, int, int]:
+    """(M, N, K) from a tuple or ``"MxNxK"`` (M out features, N tokens, K in features)."""
+    dims = shape_dims(shape)
     if len(dims) != 3 or min(dims) < 1:
         raise LaunchError(SP_BAD_SHAPE, f"a shape to tune must be M x N x K (three positive integers), found "
                                         f"{shape!r}", help='e.g. "8192x512x8192" or (8192, 512, 8192): M = out '
@@ -241,9 +247,23 @@ def parse_shape(shape: Any) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
-def _f32_copy(x: Any) -> Any:
-    """A float32 copy of a torch or numpy C (the comparison of configs)."""
+def f32_copy(x: Any) -> Any:
+    """A float32 copy of a torch or numpy output (the comparison of configs)."""
     return x.float().clone() if hasattr(x, "clone") else np.asarray(x).astype(np.float32)
+
+
+def reference_tolerance(ref: Any) -> float:
+    """How far a config's output may be from the default config's ``ref`` (a :func:`f32_copy`):
+    2 % of the largest |ref|. Configs differ in the order of the f32 sums (split-K shares, K
+    steps), which moves a 16-bit output by at most an ulp or so (0.4-0.8 % of a value), while a
+    wrong tile, share or reduction is off by the size of the values themselves."""
+    return 2e-2 * (float(abs(ref).max()) or 1.0)
+
+
+def matches_reference(out: Any, ref: Any, tol: float) -> bool:
+    """Whether every element of ``out`` is within ``tol`` of ``ref`` (NaN, e.g. a poisoned element
+    left unwritten, never is)."""
+    return bool((abs(f32_copy(out) - ref) <= tol).all())
 
 
 def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warmup: int = 10, rep: int = 50,
@@ -255,8 +275,8 @@ def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warm
     not compile or launch are skipped with the reason. ``interpret`` runs in the interpreter (the
     CPU tests, with a fake ``bench``)."""
     default = default_config(base)
-    ref = _f32_copy(launch(base, default, interpret))
-    tol = 2e-2 * (float(abs(ref).max()) or 1.0)
+    ref = f32_copy(launch(base, default, interpret))
+    tol = reference_tolerance(ref)
     timings: dict[GemmConfig, float] = {}
     skipped: dict[str, str] = {}
     errors: list[Exception] = []
@@ -267,7 +287,7 @@ def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warm
         try:
             plan = with_config(base, config, sms, interpret)
             plan.out[...] = float("nan") if "float" in str(plan.out.dtype) else -12345  # poisoned
-            if not bool((abs(_f32_copy(launch(plan, config, interpret)) - ref) <= tol).all()):
+            if not matches_reference(launch(plan, config, interpret), ref, tol):
                 skipped[str(config)] = "wrong result against the default config"
                 continue
             run = functools.partial(launch, plan, config, interpret)
