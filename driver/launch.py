@@ -70,14 +70,16 @@ def tmap_param_name(source: str, index: int) -> str:
     return f"{source}.tmap{index}"
 
 
+def argument_of(param_name: str) -> str:
+    """The kernel argument a launcher parameter takes its value from: ``A`` for the tensor map
+    ``A.tmap0`` of ``tensor[...]`` argument ``A`` (:func:`tmap_param_name`), else the name itself."""
+    return param_name.split(".tmap")[0] if ".tmap" in param_name else param_name
+
+
 def user_values(spec: Any, bound: dict[str, Any]) -> list[Any]:
     """The argument list the launcher expects: each user parameter's value, a tensor's array
     repeated for each of its tensor maps."""
-    out = []
-    for p in spec.user_params:
-        name = p.name.split(".tmap")[0] if ".tmap" in p.name else p.name
-        out.append(bound[name])
-    return out
+    return [bound[argument_of(p.name)] for p in spec.user_params]
 
 
 class GpuLaunch:

@@ -284,6 +284,7 @@ def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]
     from ...backend.runtime import cudalib
     from ...backend.runtime.arrays import describe_array
     from ...backend.runtime.launch_config import normalize_grid
+    from ...driver.launch import argument_of
     from .call import DeviceView
 
     launcher = plan.launcher(ordinal)
@@ -297,12 +298,12 @@ def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]
              if kind != "value"}
     by_name = {p.name: p for p in spec.params}
     pointers = [(where[n][0], offset_of[n], 15 if getattr(by_name[n], "aligned16", False) else 0) for n in where
-                if by_name[n].kind == "pointer" and n in offset_of]
+                if n in by_name and by_name[n].kind == "pointer" and n in offset_of]  # a tensor[...] A is A.tmap0
     tmaps = []
     for p in spec.params:
         if p.kind != "tensormap":
             continue
-        source, buf = where[getattr(p, "source", None) or p.name]
+        source, buf = where[getattr(p, "source", None) or argument_of(p.name)]  # derived, or A.tmap0 of A
         info = describe_array(DeviceView(buf, ordinal), 0)
         tmaps.append(tmap_entry(source, offset_of[p.name], p.spec_for(info).driver_arguments(buf.ptr), buf.ptr))
     attrs = 0

@@ -367,6 +367,35 @@ def test_arm_describes_a_derived_tensor_map_from_the_xla_buffer() -> None:
         native.uninstall()
 
 
+def test_arm_encodes_the_tensor_map_of_a_tensor_argument_from_its_xla_buffer() -> None:
+    """A ``tensor[...]`` argument ``A`` reaches the launcher as the user parameter ``A.tmap0`` (no
+    ``source``; the launch passes A's array again): the record re-encodes it from A's XLA buffer.
+    (The H200 run of the GPU tests found every shipped sparse_linear plan left on the slow path with
+    "KeyError: 'A.tmap0'".)"""
+    from sparsile.backend.runtime.params import ParamSpec
+    from sparsile.backend.runtime.tensormap import TensorMapParam
+    from sparsile.driver.launch import tmap_param_name
+
+    fakes = Fakes(sizes=(128,))
+    native.install(fakes.addresses()[3], fakes.addresses()[:3])
+    try:
+        plan, plan_id = FakePlan(), 0x77_0000_0003
+        plan.sources = [("A", "in", 0)]
+        launcher = plan._launcher
+        launcher.spec = ParamSpec((TensorMapParam(tmap_param_name("A", 0), "bf16", (16, 64)),))
+        launcher.jax_needs_info = {"A"}
+        launcher.snapshot = lambda values: (b"\xcd" * 128, (0,))
+        plan.launch_values = lambda *args: [None]
+        a = ffi.XlaBuffer(0x10000, "bfloat16", (32, 128))
+        assert native.arm(plan_id, plan, [a], [ffi.XlaBuffer(0x3000, "float32", (4,))], 0), native.DISABLED
+        frame = Frame(fakes.api, plan_id, (0x40000, 0x2000, 0x3000))
+        assert c.CFUNCTYPE(c.c_void_p, c.c_void_p)(native.handler().address)(c.addressof(frame.frame)) is None
+        assert fakes.encodes == [(0, 9, 2, 0x40000, [128, 32], [256], [64, 16], [1, 1], 0, 0, 0, 0)]
+        assert fakes.launches[0][5] == [b"\xe1" * 128] and fakes.slow == []
+    finally:
+        native.uninstall()
+
+
 def test_switch_is_documented() -> None:
     from pathlib import Path
 
