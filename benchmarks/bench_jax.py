@@ -11,13 +11,16 @@ Needs jax with a CUDA plugin and an NVIDIA GPU. For each (tokens T, in features 
   dense    ``jax.jit(lambda x, w: jnp.dot(x, w.T))`` with the pruned weight dense, bf16
   µs/call  wall time of --iters back-to-back calls, then one ``block_until_ready`` (the queue stays
            full: large shapes measure the GPU, tiny ones the host)
-  handler  the time spent in the Python FFI handler per call (it holds the GIL), from ``ffi.STATS``;
+  handler  the time spent in the Python FFI handler per slow call after the first (compiling) one
+           (it holds the GIL), from ``ffi.STATS``;
            calls the native fast path served (integrations/jax/native.py) hold no GIL and are not
            timed: they count in ``fast``
   fast / slow  custom-call executions served by the native fast path / by the Python handler during
            the timed sparse calls (``native.counts()``; all slow with ``SPARSILE_JAX_NATIVE=0``)
-  busy     µs/call again while another Python thread spins (the Python handler must win the GIL
-           back; the native fast path does not take it)
+  busy     µs/call again while another Python thread spins, sparse and jnp.dot: the Python handler
+           must win the GIL back (the native fast path does not take it), but so must JAX's own
+           dispatch, which releases it per call (on the CPU backend a spinning thread already turns a
+           14 µs jnp.dot call into 114 µs)
 
 The profiler check runs the largest shape under ``jax.profiler.trace`` and counts the events of the
 trace: XLA's executions of ``sparsile_call``, the sparsile kernels on the device (by the names of
@@ -124,8 +127,8 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
     x = jnp.asarray(rng.standard_normal((t, k)), jnp.bfloat16)
     sparse = jax.jit(layer)
     dense = jax.jit(lambda x, w: jnp.dot(x, w.T))
-    calls, seconds = spffi.STATS["calls"], spffi.STATS["seconds"]
     sparse(x).block_until_ready()  # the first call compiles and arms the plans (the slow path)
+    calls, seconds = spffi.STATS["calls"], spffi.STATS["seconds"]
     before = native.counts()
     sparse_us = per_call_us(lambda: sparse(x), iters)
     after = native.counts()
@@ -136,10 +139,12 @@ def run_shape(t: int, k: int, n: int, iters: int) -> dict[str, float]:
     spinner.start()
     try:
         busy_us = per_call_us(lambda: sparse(x), max(20, iters // 4))
+        dense_busy_us = per_call_us(lambda: dense(x, w), max(20, iters // 4))
     finally:
         stop.set()
         spinner.join()
     return {"sparse_us": sparse_us, "dense_us": dense_us, "handler_us": handler_us, "busy_us": busy_us,
+            "dense_busy_us": dense_busy_us,
             "fast": after["fast"] - before["fast"], "slow": after["slow"] - before["slow"]}
 
 
@@ -180,13 +185,13 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"native fast path: {'on' if native.enabled() else 'off'} ({native.ENV})")
     print("| T x K x N | sparse µs/call | jnp.dot µs/call | sparse / dense | handler µs (GIL) "
-          "| fast / slow calls | sparse µs, busy thread |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| fast / slow calls | sparse µs, busy thread | jnp.dot µs, busy thread |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for t, k, n in shapes(args):
         r = run_shape(t, k, n, args.iters)
         print(f"| {t} x {k} x {n} | {r['sparse_us']:.1f} | {r['dense_us']:.1f} | "
               f"{r['sparse_us'] / r['dense_us']:.2f} | {r['handler_us']:.1f} | {r['fast']} / {r['slow']} | "
-              f"{r['busy_us']:.1f} |")
+              f"{r['busy_us']:.1f} | {r['dense_busy_us']:.1f} |")
     if native.DISABLED:
         print(f"plans left on the slow path: {native.DISABLED}")
     t, k, n = shapes(args)[-1]

@@ -389,6 +389,8 @@ def decode_runs(models: dict[str, Any], args: argparse.Namespace, vocab: int) ->
         for mode in args.modes:
             base = None
             for name, model in models.items():
+                if name not in args.models:  # dense built as the source of the others, not asked to be timed
+                    continue
                 run: dict[str, Any] = {"model": name, "batch": batch, "mode": mode}
                 try:
                     run.update(time_decode(model, prompt, args.new_tokens, mode, args.repeats))
