@@ -4,6 +4,7 @@
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
 #   bash scripts/gpu_runs.sh first            # tests-all, then the Llama model under torch.compile (one call)
+#   bash scripts/gpu_runs.sh second           # GPU toolkit, JAX (native and Python handler), the model in CUDA graphs
 #   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
 #   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
 #   bash scripts/gpu_runs.sh tests-kernels    # every other GPU test of the kernels and toolkits
@@ -37,10 +38,17 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-first)  # what the last session left unrun: the whole suite, and reduce-overhead compile of the model
+first)  # what the seventh session left unrun: the whole suite, and the model with the decode table
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
-    run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --check-tokens 0 \
-        --json "$out/llama-compile.json"
+    run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --batches 16 1 \
+        --check-tokens 0 --repeats 2 --json "$out/llama-compile.json"
+    ;;
+second)  # the toolkits changed in the seventh session: 32-bit compress, the native JAX handler
+    run 120 python benchmarks/bench_sparsity_gpu.py
+    run 150 python benchmarks/bench_jax.py
+    SPARSILE_JAX_NATIVE=0 run 100 python benchmarks/bench_jax.py --quick
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes graph --models dense sparsile --batches 16 1 \
+        --json "$out/llama-graph.json"
     ;;
 tests-all)
     run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
