@@ -123,6 +123,8 @@ class NativeHandler:
         self._engine = llvm.create_mcjit_compiler(module, machine)
         self._engine.finalize_object()
         self.address = self._engine.get_function_address("sparsile_cuda_handler")
+        self._store_entry = c.CFUNCTYPE(None, c.c_void_p, c.c_int64, c.c_int64)(
+            self._engine.get_function_address("sparsile_publish"))
         self._records: list[Any] = []  # every record ever published (a native call may still read one)
         self._current: dict[int, Any] = {}  # plan id -> its published record
         self._lock = threading.Lock()
@@ -139,7 +141,8 @@ class NativeHandler:
 
     def publish(self, plan: int, words: Sequence[int] | None) -> bool:
         """Make ``words`` (a record, or None: no record) the plan's record; False if the table is full.
-        The record's address is stored before the key, each with one aligned 8-byte store."""
+        The record's address is stored before the key, each with one aligned 8-byte release store
+        (native ``sparsile_publish``), so a handler on another core that reads the key sees the record."""
         if plan <= 0:
             return False
         with self._lock:
@@ -150,8 +153,7 @@ class NativeHandler:
             if record is not None:
                 self._records.append(record)
             self._current[plan] = record
-            self.table[2 * h + 1] = c.addressof(record) if record is not None else 0
-            self.table[2 * h] = plan
+            self._store_entry(c.addressof(self.table) + 16 * h, plan, c.addressof(record) if record is not None else 0)
         return True
 
     def record(self, plan: int) -> Any:

@@ -359,4 +359,15 @@ slow:
   %result = call ptr %slow_fn(ptr %frame)
   ret ptr %result
 }
+
+define void @sparsile_publish(ptr %entry_p, i64 %key, i64 %rec) {
+entry:
+  ; the record's words were written before this call: release stores order them before the
+  ; address, and the address before the key, for a handler reading with acquire loads on another
+  ; core (needed on weakly ordered CPUs such as aarch64; free on x86-64)
+  %rec_p = getelementptr i64, ptr %entry_p, i64 1
+  store atomic i64 %rec, ptr %rec_p release, align 8
+  store atomic i64 %key, ptr %entry_p release, align 8
+  ret void
+}
 """
