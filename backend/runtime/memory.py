@@ -35,7 +35,7 @@ class DeviceBuffer:
     """A device allocation (``cuMemAlloc``), optionally typed (``dtype``: a language dtype
     name, ``shape``). It exposes ``__cuda_array_interface__`` and ``__dlpack__``, so torch / CuPy
     / the launcher use it in place. Freed by :meth:`free` (at once), or after garbage collection at
-    the next allocation, module load or ``synchronize`` (backend/runtime/release.py)."""
+    the next allocation or ``synchronize`` (backend/runtime/release.py)."""
 
     def __init__(self, nbytes: int, *, dtype: str | None = None, shape: Sequence[int] | None = None,
                  device: int | None = None):

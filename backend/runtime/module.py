@@ -14,7 +14,7 @@ from cuda.bindings import driver
 from ...frontend.diagnostics import LaunchError
 from .codes import KERNEL_NOT_FOUND
 from .devices import CudaError, DeviceInfo, DeviceState, check, device_state, in_context, make_current
-from .release import defer, drain
+from .release import defer
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 """Dynamic + static shared memory a kernel gets without opting in (CUDA programming guide)."""
@@ -100,7 +100,6 @@ def load_module(image: bytes | str, device: int | None = None) -> Module:
         image += b"\0"
     state = device_state(device)
     make_current(state)
-    drain()  # modules and memory garbage collection left behind (release.py)
     out = driver.cuModuleLoadData(image)
     if out[0] == driver.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU:
         raise CudaError("cuModuleLoadData", out[0], f"the binary was built for another architecture than "

@@ -10,25 +10,28 @@ with ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`` for a reason that has nothing to 
 
 So a collected resource is not released on the spot: its release is queued here, and the queue is
 drained at the next call that is itself illegal during a capture anyway (a ``cuMemAlloc`` of a new
-:class:`~.memory.DeviceBuffer`, a ``cuModuleLoadData``, :func:`~.devices.synchronize`). Explicit
-releases (``DeviceBuffer.free()``, ``Module.unload()``, leaving a ``with`` block) still happen at
-once: the caller chose the moment.
+:class:`~.memory.DeviceBuffer`, :func:`~.devices.synchronize`). Module loads do not drain: whether
+``cuModuleLoadData`` is allowed during a capture is not established here, and a first kernel load
+inside a capture must not free anything there. Explicit releases (``DeviceBuffer.free()``,
+``Module.unload()``, leaving a ``with`` block) still happen at once: the caller chose the moment.
+
+The queue is a ``collections.deque`` without a lock: ``append`` and ``popleft`` are atomic under
+the GIL, and a finalizer that runs while :func:`drain` works (a collection inside a release) only
+appends, so it can neither deadlock on a lock its own thread holds nor be lost.
 """
 
 from __future__ import annotations
 
-import threading
+from collections import deque
 from collections.abc import Callable
 
-_pending: list[Callable[[], None]] = []
-_lock = threading.Lock()
+_pending: deque[Callable[[], None]] = deque()
 
 
 def defer(release: Callable[[], None]) -> None:
     """Queue ``release`` (a finalizer's driver call) for the next :func:`drain`. Safe from any
-    thread and from inside the garbage collector: it only appends to a list."""
-    with _lock:
-        _pending.append(release)
+    thread and from inside the garbage collector: it only appends."""
+    _pending.append(release)
 
 
 def pending() -> int:
@@ -37,13 +40,18 @@ def pending() -> int:
 
 
 def drain() -> int:
-    """Run the queued releases, oldest first; how many ran. Each release ignores its own driver
-    errors (``devices.in_context``), so one stale handle cannot keep the others from being freed."""
-    with _lock:
-        if not _pending:
-            return 0
-        todo = _pending[:]
-        del _pending[:]
-    for release in todo:
-        release()
-    return len(todo)
+    """Run the releases queued when it starts, oldest first; how many ran. A release queued while
+    it runs waits for the next drain. Each release ignores its own driver errors
+    (``devices.in_context``); any other exception of one is dropped too, so that it cannot keep the
+    others from being freed."""
+    count = len(_pending)
+    for _ in range(count):
+        try:
+            release = _pending.popleft()
+        except IndexError:  # another thread drained them
+            break
+        try:
+            release()
+        except Exception:
+            pass
+    return count

@@ -73,3 +73,14 @@ def test_a_collected_module_is_unloaded_only_at_the_next_drain(monkeypatch):
     assert unloaded == [] and release.pending() == 1
     release.drain()
     assert unloaded == [("handle", "ctx")]
+
+
+def test_a_failing_release_does_not_keep_the_others_queued():
+    ran = []
+
+    def broken():
+        raise RuntimeError("a stale handle")
+
+    release.defer(broken)
+    release.defer(lambda: ran.append("after"))
+    assert release.drain() == 2 and ran == ["after"] and release.pending() == 0
