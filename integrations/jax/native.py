@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes as c
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -139,7 +140,7 @@ class NativeHandler:
             h = (h + 1) & mask
         return None
 
-    def publish(self, plan: int, words: Sequence[int] | None) -> bool:
+    def publish(self, plan: int, words: Sequence[int] | None, owner: Any = None) -> bool:
         """Make ``words`` (a record, or None: no record) the plan's record; False if the table is full.
         The record's address is stored before the key, each with one aligned 8-byte release store
         (native ``sparsile_publish``), so a handler on another core that reads the key sees the record."""
@@ -151,7 +152,7 @@ class NativeHandler:
                 return False
             record = (c.c_int64 * len(words))(*words) if words is not None else None
             if record is not None:
-                self._records.append(record)
+                self._records.append((record, owner))  # owner: what the record's handles belong to
             self._current[plan] = record
             self._store_entry(c.addressof(self.table) + 16 * h, plan, c.addressof(record) if record is not None else 0)
         return True
@@ -218,6 +219,7 @@ _handler: NativeHandler | None = None
 _keep: list[Any] = []  # cluster launch attributes the records point at
 DISABLED: dict[int, str] = {}
 """Plans left on the slow path for good, with the reason (a failed fast launch, an unreplayable call)."""
+_WARNED: set[str] = set()  # record-builder errors already warned about
 
 
 def handler() -> NativeHandler | None:
@@ -241,6 +243,8 @@ def install(slow: int, entry_points: tuple[int, int, int] | None = None) -> int:
     and encode entry points unless given: tests pass fakes); the handler's address."""
     global _handler
     launch, launch_ex, encode = entry_points or _libcuda_entry_points()
+    if _handler is not None:
+        _keep.append(_handler)  # a handler XLA was given must stay valid
     _handler = NativeHandler(slow, launch, launch_ex, encode)
     return _handler.address
 
@@ -272,11 +276,19 @@ def arm(plan_id: int, plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuf
         words = _build_record(plan, ins, outs, ordinal)
     except Exception as exc:  # the plan keeps working on the slow path; the reason is kept for bench_jax
         words = None
-        DISABLED[plan_id] = f"not replayable: {type(exc).__name__}: {exc}"
+        DISABLED[plan_id] = reason = f"not replayable: {type(exc).__name__}: {exc}"
+        if reason not in _WARNED:  # an internal error of the record builder: make it visible, once
+            _WARNED.add(reason)
+            warnings.warn(f"sparsile.jax: a kernel call stays on the Python handler ({reason})",
+                          RuntimeWarning, stacklevel=2)
     if words is None:
         DISABLED.setdefault(plan_id, "the launch needs host copies, stream waits or keep-alives")
         return False
-    return h.publish(plan_id, words)
+    # the record keeps the launcher (and so its kernel's module) alive: the record holds its handle
+    if not h.publish(plan_id, words, owner=plan.launcher(ordinal)):
+        DISABLED[plan_id] = f"the native plan table is full ({TABLE_CAPACITY} plans)"
+        return False
+    return True
 
 
 def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer], ordinal: int) -> list[int] | None:

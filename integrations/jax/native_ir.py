@@ -225,7 +225,9 @@ ptr_body:
   %j_next = add i64 %j, 1
   %pdata_i = ptrtoint ptr %pdata to i64
   %p_low = and i64 %pdata_i, %pmask
-  %p_bad = icmp ne i64 %p_low, 0
+  %p_misaligned = icmp ne i64 %p_low, 0
+  %p_missing = icmp eq i64 %pdata_i, -1
+  %p_bad = or i1 %p_misaligned, %p_missing
   br i1 %p_bad, label %slow, label %pointers
 checks:
   %q = phi i64 [0, %pointers], [%q_next, %chk_body], [%q_next, %encode]

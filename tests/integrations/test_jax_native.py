@@ -262,9 +262,48 @@ def test_republishing_keeps_old_records_alive_and_swaps_the_pointer(setup: Any) 
     words = _record()
     words[2] = 9  # grid x
     h.publish(PLAN, words)
-    assert h.record(PLAN) is not first and first in h._records
+    assert h.record(PLAN) is not first and any(r is first for r, _ in h._records)
     call(Frame(fakes.api, PLAN))
     assert fakes.launches[0][1] == (9, 2, 1)
+
+
+def test_a_pointer_slot_naming_a_missing_buffer_takes_the_slow_path(setup: Any) -> None:
+    """A record whose pointer names operand 5 of a frame with 2 operands: never a launch with the
+    out-of-range sentinel as an address."""
+    fakes, h, call = setup
+    words = native.record_words(0xF00D, (3, 2, 1), (128, 1, 1), 1024, 0, _template(), OFFSETS,
+                                [(5, 0, 0), (-1, OUT_OFF, 15)], [native.tmap_entry(1, TMAP_OFF, TMAP_ARGS, W_CACHED)])
+    assert h.publish(PLAN, words)
+    frame = Frame(fakes.api, PLAN)
+    call(frame)
+    assert fakes.launches == [] and fakes.slow == [c.addressof(frame.frame)]
+
+
+def test_the_same_plan_traced_again_keeps_the_first_plan_object() -> None:
+    """A plan number names the plan's content: tracing it again (an eager call, a retrace) keeps the
+    first CallPlan, whose launcher and module an armed native record launches."""
+    first, second = object(), object()
+    number = ffi.add_plan(first, "test plan: same content")
+    assert ffi.add_plan(second, "test plan: same content") == number and ffi._plans[number] is first
+    del ffi._plans[number]
+
+
+def test_a_published_record_keeps_its_owner_alive(setup: Any) -> None:
+    import gc
+    import weakref
+
+    _fakes, h, _call = setup
+
+    class Launcher:
+        pass
+
+    owner = Launcher()
+    alive = weakref.ref(owner)
+    assert h.publish(PLAN, _record(), owner=owner)
+    h.publish(PLAN, _record())  # replaced: the old record and its owner are still kept
+    del owner
+    gc.collect()
+    assert alive() is not None
 
 
 def test_env_switch() -> None:
