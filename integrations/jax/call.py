@@ -400,10 +400,13 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
 
 def _describe(plan: CallPlan, structs: list[Any]) -> str:
     """The content of a plan as text (its number is a hash of it): the kernel's source and name, the
-    specialization, grid, argument sources and static values, options, outputs and aliases."""
+    specialization, the Python values a ``@jit`` kernel captured (a changed global is another plan:
+    the registry keeps the first plan of a number, ffi.add_plan), grid, argument sources and static
+    values, options, outputs and aliases."""
     sources = [(n, k, w if k != "value" else repr(w)) for n, k, w in plan.sources]
     outs = [(tuple(s.shape), str(np.dtype(s.dtype))) for s in structs]
-    return repr((plan.kernel.source_key, plan.kernel.name, plan.key, plan.grid, sources,
+    captures = plan.kernel.captures_for(plan.bindings, plan.key).disk_key()
+    return repr((plan.kernel.source_key, plan.kernel.name, plan.key, captures, plan.grid, sources,
                  sorted(plan.launch_options.items()), sorted(plan.aliases.items()), outs))
 
 

@@ -245,3 +245,34 @@ def test_import_sparsile_does_not_import_jax_and_missing_jax_is_sp0930() -> None
     r = _python("import sys; sys.modules['jax'] = None\nimport sparsile\ntry:\n import sparsile.jax\n"
                 "except ModuleNotFoundError as e:\n print(e.code, e.message)")
     assert r.stdout.strip() == "SP0930 sparsile.jax needs JAX, which is not installed", r.stderr
+
+
+SHIFT = 1.0
+
+
+@sp.jit
+def add_shift(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr = 64):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, sp.load(x + offs, mask=mask) + SHIFT, mask=mask)
+
+
+def test_a_changed_captured_global_is_another_plan() -> None:
+    """The plan registry keeps the first plan of a number (its launcher stays what a native record
+    launches), so a @jit kernel's captured global must be part of the number: a changed SHIFT is a
+    new plan, and its calls see the new value."""
+    global SHIFT
+    from sparsile.integrations.jax import ffi
+
+    x = np.linspace(-1.0, 1.0, 50, dtype=np.float32)
+    shape = jax.ShapeDtypeStruct((50,), jnp.float32)
+    before = set(ffi._plans)
+    try:
+        first = np.asarray(call(add_shift, (1,), jnp.asarray(x), out_shapes=shape, n=50))
+        SHIFT = 3.0
+        second = np.asarray(call(add_shift, (1,), jnp.asarray(x), out_shapes=shape, n=50))
+    finally:
+        SHIFT = 1.0
+    np.testing.assert_array_equal(first, x + np.float32(1.0))
+    np.testing.assert_array_equal(second, x + np.float32(3.0))
+    assert len(set(ffi._plans) - before) == 2
