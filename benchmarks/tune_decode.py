@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-LLAMA3_8B = ("6144x4096", "4096x4096", "28672x4096", "4096x14336")  # qkv, o, gate_up, down
+LLAMA3_8B = ("4096x4096", "1024x4096", "14336x4096", "4096x14336", "6144x4096", "28672x4096")
+"""Llama-3-8B's projections as transformers builds them (q / o, k / v, gate / up, down), then the fused
+qkv and gate_up of benchmarks/bench_linear.py."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -292,13 +292,19 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     sms = num_sms or planned_sm_count(interpret)
     source = "heuristic" if split_k is None and stages is None else "explicit"
     if source == "heuristic" and table is not False:
-        from .decode_tuning import table_choice
+        from .decode_tuning import SP_TABLE_ENTRY, table_choice
 
-        found = table_choice(base.choice.operand, base.m, base.k, base.t, interpret, table)
+        found = table_choice(base.choice.operand, base.m, base.k, base.t, interpret, table, num_sms)
         if found is not None:
             split_k, stages, source = found[0].split_k, found[0].stages, found[1]
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
+            fits = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k, stages)
+            if fits.stages * (fits.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA:
+                raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "
+                                f"{base.t} tokens: {stages} stages do not fit in {SMEM_PER_CTA // 1024} KB of "
+                                "shared memory", help="tune the table again (benchmarks/tune_decode.py) or "
+                                "remove that entry", code=SP_TABLE_ENTRY)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,

@@ -167,12 +167,14 @@ def current_device(interpret: bool) -> tuple[str, int] | None:
     return dev.name, dev.sm_count
 
 
-def table_choice(dtype: str, n_out: int, k: int, t: int, interpret: bool, table: Any = None
-                 ) -> tuple[DecodeCandidate, str] | None:
+def table_choice(dtype: str, n_out: int, k: int, t: int, interpret: bool, table: Any = None,
+                 num_sms: int | None = None) -> tuple[DecodeCandidate, str] | None:
     """The table's candidate for this problem on the current device and where it came from
-    (``"table:<file>"``), or None. ``table``: a path or mapping instead of :func:`active_table`."""
+    (``"table:<file>"``), or None. ``table``: a path or mapping instead of :func:`active_table`.
+    A plan for another SM count than the device's (``num_sms``) takes no entry: entries were timed
+    on the whole GPU."""
     device = current_device(interpret)
-    if device is None:
+    if device is None or (num_sms is not None and num_sms != device[1]):
         return None
     if table is None:
         path = active_table(device[0])
@@ -317,7 +319,7 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
         run(stream=side)  # compiled and loaded before the capture
         side.synchronize()
         graph = torch.cuda.CUDAGraph()
-        try:  # capture_begin/end: torch.cuda.graph would also gc.collect() and empty the cache, per candidate
+        try:  # capture_begin/end: torch.cuda.graph would also synchronize and empty the cache, per candidate
             graph.capture_begin()
             try:
                 for _ in range(calls):

@@ -22,6 +22,7 @@ from sparsile.stdlib.kernels.decode import (
     plan_sparse_decode,
 )
 from sparsile.stdlib.kernels.linear import plan_sparse_linear
+from sparsile.stdlib.sparsity.errors import SparsityError
 
 from .test_linear_api import problem
 
@@ -308,3 +309,22 @@ def test_timed_calls_rotate_over_weight_copies(weight):
         rot(stream="s")
     assert ran == [(0, "s"), (1, "s"), (2, "s"), (0, "s")] and rot.calls == 9
     assert dt.Rotation([Fake(0)], dt.DecodeCandidate(1, 2)).calls == dt.GRAPH_CALLS
+
+
+def test_a_plan_for_another_sm_count_takes_no_entry(on_h200, weight):
+    (w, x) = weight
+    t = table({KEY: entry(2, 3)})
+    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=t).config.source == "table"
+    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=t, num_sms=132).config.source == "table"
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=t, num_sms=66)
+    assert plan.config.source == "heuristic"
+
+
+def test_an_entry_whose_stages_do_not_fit_its_tile_names_the_table(on_h200):
+    w, x = problem("bf16", N_OUT, 64, K, seed=5)  # bn 64: a step moves 34 KB, 8 stages do not fit
+    key = dt.table_key(*H200, "bf16", N_OUT, K, 64)
+    with pytest.raises(SparsityError) as e:
+        plan_sparse_decode(w.values, w.meta, x, interpret=True, table=table({key: entry(1, 8)}))
+    assert e.value.code == "SP0863"
+    assert "the decode table (table) gives split_k=1 stages=8 for 256 x 512, 64 tokens: 8 stages do not fit " \
+           "in 227 KB of shared memory" in str(e.value)
