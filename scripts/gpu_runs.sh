@@ -40,7 +40,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 case "$part" in
 first)  # what the seventh session left unrun: the whole suite, and the model with the decode table
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
-    run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --batches 16 1 \
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --batches 16 \
         --check-tokens 0 --repeats 2 --json "$out/llama-compile.json"
     ;;
 second)  # the toolkits changed in the seventh session: 32-bit compress, the native JAX handler
