@@ -268,7 +268,6 @@ def _sm_count() -> int:
     ("bf16", 4096, 4096, 4096, None, {}),          # 1024 tiles on one CTA per SM
     ("f16", 4096, 4096, 4096, None, {"BM": 64, "BN": 256, "STAGES": 5}),
     ("bf16", 4096, 4096, 4096, None, {"BK": 128, "STAGES": 4}),
-    ("bf16", 8192, 8192, 8192, None, {}),
 ])
 def test_sparse_gemm_pingpong(pingpong, dtype, m, n, k, programs, cfg):
     cfg = {"BN": 128, **cfg}
@@ -279,20 +278,25 @@ def test_sparse_gemm_pingpong(pingpong, dtype, m, n, k, programs, cfg):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_sparse_matmul_pingpong_schedule(dtype):
-    """sparse_matmul(..., schedule="pingpong") on torch CUDA tensors against the float64 product."""
+@pytest.mark.parametrize("dtype,m,n,k", [("f16", 3000, 700, 2048), ("bf16", 3000, 700, 2048),
+                                         ("bf16", 8192, 8192, 8192), ("f16", 8192, 8192, 8192)])
+def test_sparse_matmul_pingpong_schedule(dtype, m, n, k):
+    """sparse_matmul(..., schedule="pingpong") on torch CUDA tensors, NaN-poisoned C, against the
+    float64 product computed on the GPU (8192³ included: the size the schedule is for)."""
     import torch
 
     from sparsile.stdlib.kernels import prune_and_compress, sparse_matmul
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    g = torch.Generator(device="cuda").manual_seed(11)
-    w = torch.randn(3000, 2048, device="cuda", generator=g).to(tdt)
-    x = torch.randn(700, 2048, device="cuda", generator=g).to(tdt)
-    pruned = prune_and_compress(w, dtype)
-    c = sparse_matmul(*pruned, x, schedule="pingpong")
-    ref = torch.from_numpy(pruned.dense().astype(np.float64)).cuda() @ x.double().T
-    assert c.dtype == torch.float16 and not c.isnan().any()
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    w = torch.randn(m, k, device="cuda", generator=g)
+    groups = w.view(m, k // 4, 4)
+    keep = groups.abs().topk(2, dim=-1).indices  # 2:4 magnitude pruning, so that the float64 product is on the GPU
+    w = (groups * torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True)).view(m, k).to(tdt)
+    x = torch.randn(n, k, device="cuda", generator=g).to(tdt)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    c = sparse_matmul(*prune_and_compress(w, dtype), x, schedule="pingpong", out=out)
+    ref = w.double() @ x.double().T
+    assert c is out and not c.isnan().any()
     err = (c.double() - ref).abs()
-    assert (err <= 2.0 ** -10 * ref.abs() + 1e-3 * 2048 ** 0.5).all(), f"max error {err.max().item()}"
+    assert (err <= 2.0 ** -10 * ref.abs() + 1e-3 * k ** 0.5).all(), f"max error {err.max().item()}"
