@@ -17,6 +17,7 @@ import pytest
 import sparsile as sp
 from sparsile.backend.toolchain import linker as K
 from sparsile.backend.toolchain import whole_program as W
+from sparsile.driver import cache
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.kernels import gemm_schedule as GS
 from sparsile.stdlib.kernels.gemm import plan_sparse_matmul, sparse_matmul
@@ -84,6 +85,39 @@ def test_the_turns_are_real_waits(mod):
         broken.sparse_gemm_f16_pingpong.interpret[(1,)](vals, meta, b, c, 70, 40, 64, meta.shape[1], 40, BM=64, BN=32)
     line = 1 + text[:text.index("mbarrier.wait(order[1 - WG]")].count("\n")  # the turn wait of turn_wait
     assert exc.value.code == "SP0782" and f"broken.spk:{line}:5: deadlock" in str(exc.value)
+
+
+@pytest.mark.parametrize("dtype,y_dtype,act,scales,m,t,k,programs", [
+    ("f16", "float32", "silu", (2, 1), 200, 70, 128, 1),      # 2 x 3 tiles on one CTA
+    ("bf16", "bfloat16", "gelu_tanh", (1, 2), 130, 100, 192, 2),  # 2 x 4 tiles, 4 per CTA
+])
+def test_linear_kernel_matches_float64(mod, dtype, y_dtype, act, scales, m, t, k, programs):
+    """sparse_linear_<t>_pingpong: Y[t, m] = act(C[m, t] * SW * SX + Bias[m]) in Y's type, stored
+    transposed (the epilogue of sparse_gemm_sm90.spk's linear kernels), Y poisoned with NaN."""
+    import ml_dtypes
+
+    vals, meta, b, ref, absp = operands(m, t, k, m + t, dtype)
+    rng = np.random.default_rng(3)
+    bias = rng.uniform(-1, 1, m).astype(np.float32)
+    sw = rng.uniform(0.5, 1.5, m if scales[0] == 2 else 1).astype(np.float32)
+    sx = rng.uniform(0.5, 1.5, t if scales[1] == 2 else 1).astype(np.float32)
+    host = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[y_dtype]
+    y = np.full((t, m), np.nan, host)
+    kernel = getattr(mod, f"sparse_linear_{dtype}_pingpong")
+    kernel.interpret[(programs,)](vals, meta, b, y, bias, sw, sx, m, t, k, meta.shape[1], m, BN=32, BIAS=1,
+                                  ACT=act, SCALE_W=scales[0], SCALE_X=scales[1])
+    scale = sw.astype(np.float64)[:, None] * sx.astype(np.float64)[None, :]
+    pre = ref * scale + bias.astype(np.float64)[:, None]
+    if act == "silu":
+        want = pre / (1 + np.exp(-pre))
+    else:
+        want = 0.5 * pre * (1 + np.tanh(np.sqrt(2 / np.pi) * (pre + 0.044715 * pre ** 3)))
+    rounding = {"float32": 2.0 ** -22, "bfloat16": 2.0 ** -8}[y_dtype]  # Y's rounding (+ f32 epilogue ops)
+    bound = rounding * np.abs(want) + 1.2 * (2.0 ** -20 * absp * scale) + 1e-5
+    got = y.astype(np.float64).T
+    assert not np.isnan(got).any(), "unwritten output elements"
+    err = np.abs(got - want)
+    assert (err <= bound).all(), f"max error {err.max()} (bound there {bound.flat[err.argmax()]})"
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -242,3 +276,25 @@ def test_bench_pingpong_times_every_config_once_and_reports_the_fastest(bench):
                                       "cslt": 950.0, "cslt_tuned": 942.0, **row})
     assert len(line.split("|")) == len(bench.PP_HEADER.split("|"))
     assert " 1.26    1.10 2.0e-04 | 128x128x64x6 906.0 64x256x64x5 855.0" in line
+
+
+@pytest.mark.parametrize("assembler", ["nvjitlink", "whole-program"])
+def test_linear_kernel_with_gelu_compiles_without_spills(mod, assembler, monkeypatch, request):
+    """sparse_linear_bf16_pingpong at its default BN (64) with bias, both scales and gelu_tanh, the
+    epilogue with the most live registers: no spills under either assembler."""
+    import ml_dtypes
+
+    if assembler == "whole-program" and not K.ptxas_available():
+        pytest.skip("no ptxas here (pip install 'sparsile[ptxas]' brings one)")
+    monkeypatch.setenv(W.ENV_PTXAS, "0" if assembler == "nvjitlink" else K.ptxas_path())
+    cache.toolchain_versions.cache_clear()  # the compile cache keys on the assembler, read once per process
+    request.addfinalizer(cache.toolchain_versions.cache_clear)
+    vals, meta, b, _, _ = operands(256, 256, 256, 0, "bf16")
+    y = np.zeros((256, 256), ml_dtypes.bfloat16)
+    ones = np.ones(256, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", W.RegisterBudgetWarning)
+        ck = mod.sparse_linear_bf16_pingpong[(4,)].compile_for(
+            "sm_90a", vals, meta, b, y, ones, ones, ones, 256, 256, 256, meta.shape[1], 256, BIAS=1, ACT="gelu_tanh",
+            SCALE_W=2, SCALE_X=2)
+    assert "0 bytes spill stores" in ck.info_log and ("C7504" in ck.info_log) == (assembler == "nvjitlink")
