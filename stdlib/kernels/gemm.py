@@ -465,7 +465,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     if schedule is not None:
         choice = resolve_kernel_choice(values, meta, dtype)
         schedule = checked_schedule(schedule, choice.operand, tgt, split_k,
-                                    checked_out_dtype(out_dtype, choice) != choice.out_dtype)
+                                    checked_out_dtype(out_dtype, choice) != choice.out_dtype, persistent)
     if num_sms is not None and not (isinstance(num_sms, numbers.Integral) and not isinstance(num_sms, bool)
                                     and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",

@@ -6,7 +6,8 @@
 * ``"pingpong"``: the kernels of ``sparse_gemm_sm90_pingpong.spk``: a persistent grid of
   min(tiles, SMs) CTAs whose consumer warpgroups take alternate whole 128 x BN tiles (BN <= 128)
   and take turns on the tensor cores, so that one warpgroup's epilogue overlaps the other's MMAs
-  (docs/hopper.md, "The ping-pong schedule"). f16 and bf16 operands, float16 C, no split-K.
+  (docs/hopper.md, "The ping-pong schedule"). f16 and bf16 operands, float16 C, no split-K,
+  always persistent.
   Not yet timed on a GPU, hence not the default.
 
 A schedule that is not one of these, or that the call cannot use, is SP0865.
@@ -31,10 +32,12 @@ per thread; at BN = 256 ptxas spills about 16 KB per thread even under the 232-r
 PINGPONG_OPERANDS = ("f16", "bf16")
 
 
-def checked_schedule(schedule: Any, operand: str, target: str, split_k: int | None, converts: bool) -> str:
+def checked_schedule(schedule: Any, operand: str, target: str, split_k: int | None, converts: bool,
+                     persistent: bool = True) -> str:
     """``schedule`` as one of :data:`SCHEDULES` ("default" for None), after checking that this call
     can use it: SP0865 for an unknown schedule, or for "pingpong" with another target than sm_90a,
-    another operand type than f16/bf16, split-K, or a C type other than float16 (``converts``)."""
+    another operand type than f16/bf16, split-K, a C type other than float16 (``converts``), or
+    ``persistent=False`` (its grid is persistent by design)."""
     if schedule is None:
         return "default"
     if not isinstance(schedule, str) or schedule not in SCHEDULES:
@@ -51,6 +54,8 @@ def checked_schedule(schedule: Any, operand: str, target: str, split_k: int | No
         why = f"split_k={split_k} (a ping-pong warpgroup computes a tile's whole K)"
     elif converts:
         why = "out_dtype other than float16 (the ping-pong kernels store float16 C)"
+    elif not persistent:
+        why = "persistent=False (its warpgroups alternate over the tiles of a persistent CTA)"
     if why is not None:
         raise SparsityError(SP_SCHEDULE, f"the ping-pong schedule is not available for {why}",
                             help="leave schedule unset (the default kernels), or change the call")

@@ -154,6 +154,9 @@ def test_pingpong_plan_caps_bn_and_the_grid():
     ({"schedule": "pingpong", "out_dtype": "float32"}, "bf16",
      "the ping-pong schedule is not available for out_dtype other than float16 (the ping-pong kernels store "
      "float16 C)"),
+    ({"schedule": "pingpong", "persistent": False}, "bf16",
+     "the ping-pong schedule is not available for persistent=False (its warpgroups alternate over the tiles of "
+     "a persistent CTA)"),
     ({"schedule": "pingpong", "target": "sm_100a"}, "f16",
      "the ping-pong schedule is not available for target sm_100a (the ping-pong kernels are Hopper kernels: "
      "sm_90a)"),
