@@ -17,6 +17,15 @@ against the faster of the two (see docs/ for the kernels' design).
     python benchmarks/bench_sparse_gemm.py --quick    # 4096 and 8192 squares, f16 only
     python benchmarks/bench_sparse_gemm.py --grid llama3 --json gemm.json   # Llama-3 layers x T x dtype
     python benchmarks/plot_gemm.py gemm.json --out plots/                   # a PNG per layer shape
+    python benchmarks/bench_sparse_gemm.py --schedule pingpong --case bf16:8192x8192x8192 \
+        --pingpong-config 64x256x64x5       # also the ping-pong kernel (column pingpong; f16/bf16)
+
+``--schedule pingpong`` adds the kernel ``sparse_matmul(..., schedule="pingpong")`` runs
+(sparse_gemm_sm90_pingpong.spk, docs/hopper.md "The ping-pong schedule": BM 128, BN = min(BN, 128),
+BK 64, 6 stages, min(tiles, SMs) CTAs) to every f16/bf16 case without split-K; each
+``--pingpong-config BMxBNxBKxSTAGES`` is timed too (JSON ``pingpong_configs``; the column shows the
+fastest). Its register budgets need the whole-program ptxas: run with SPARSILE_PTXAS=<ptxas> or the
+``nvidia-cuda-nvcc`` wheel installed, else it runs without them (warning SP0612, row ``pingpong_note``).
 """
 
 from __future__ import annotations
@@ -154,7 +163,42 @@ def bn_for(n: int) -> int:
     return bn
 
 
-def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int) -> dict:
+def pingpong_config(text: str) -> tuple[int, int, int, int]:
+    """An argparse type: ``BMxBNxBKxSTAGES`` of the ping-pong kernel, e.g. ``128x128x64x6``."""
+    try:
+        bm, bn, bk, stages = (int(x) for x in text.split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected BMxBNxBKxSTAGES (e.g. 128x128x64x6), got {text!r}") from None
+    if bm not in (64, 128) or bm * bn > 128 * 128 or bn % 16 or bk not in (64, 128) or not 2 <= stages <= 12:
+        raise argparse.ArgumentTypeError(f"{text!r}: BM 64 or 128, BM x BN <= 128 x 128, BK 64 or 128, 2-12 stages")
+    return bm, bn, bk, stages
+
+
+def pingpong_times(run, sp_dtype: str, m: int, n: int, bn: int, sms: int,
+                   configs: tuple[tuple[int, int, int, int], ...]) -> dict:
+    """The ping-pong kernel (sparse_gemm_<t>_pingpong) at the planner's configuration and at each of
+    ``configs``: ``pingpong`` (µs) and ``pingpong_err`` of the fastest, ``pingpong_configs``
+    {"BMxBNxBKxSTAGES": [µs, err]}. ``run(kernel, constexprs)`` -> (err, µs)."""
+    from sparsile.backend.toolchain.whole_program import whole_program_ptxas
+    from sparsile.stdlib.kernels.gemm_schedule import pingpong_block_n, pingpong_module
+
+    mod = pingpong_module()
+    out: dict = {"pingpong_configs": {}}
+    if whole_program_ptxas() is None:  # nvJitLink assembles it (warning SP0612 on the first compile only)
+        out["pingpong_note"] = "register budgets dropped (SP0612): no whole-program ptxas"
+    planned = (128, pingpong_block_n(bn), 64, 6)
+    for bm, bnp, bk, stages in dict.fromkeys((planned, *configs)):
+        tiles = -(-m // bm) * -(-n // bnp)
+        kern = getattr(mod, f"sparse_gemm_{sp_dtype}_pingpong")[(min(tiles, sms),)]
+        err, t = run(kern, {"BM": bm, "BN": bnp, "BK": bk, "STAGES": stages})
+        out["pingpong_configs"][f"{bm}x{bnp}x{bk}x{stages}"] = [t, err]
+    best = min(out["pingpong_configs"].values())
+    out["pingpong"], out["pingpong_err"] = best
+    return out
+
+
+def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int, schedule: str = "default",
+               pp_configs: tuple[tuple[int, int, int, int], ...] = ()) -> dict:
     import torch
 
     from sparsile.stdlib import sparsity as S
@@ -216,6 +260,10 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     for name, launch in variants.items():
         row[f"{name}_err"], row[name] = checked_time(
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn))
+    if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
+        row.update(pingpong_times(
+            lambda kern, cfg: checked_time(lambda: kern(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, **cfg)),
+            dtype, m, n, bn, sms, pp_configs))
     row.update(cslt_times(w, b, dtype, iters))
     if dtype != "e4m3":
         row["cublas"] = profile_kernel_time(lambda: torch.mm(w, b.T), iters)
@@ -274,10 +322,13 @@ def cslt_times(w, b, dtype: str, iters: int) -> dict:
     return out
 
 
-def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float) -> dict:
+def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float, schedule: str = "default",
+                 pp_configs: tuple[tuple[int, int, int, int], ...] = ()) -> dict:
     """One case in a child process (kernels come from the compile cache on disk after the first)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--iters", str(iters),
-           "--case", f"{dtype}:{m}x{n}x{k}"]
+           "--case", f"{dtype}:{m}x{n}x{k}", "--schedule", schedule]
+    for cfg in pp_configs:
+        cmd += ["--pingpong-config", "x".join(map(str, cfg))]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -292,6 +343,8 @@ HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} 
           f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
           f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | "
           f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
+PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'pingpong':>9} {'TF':>5} | "
+             f"{'best cslt':>9} {'TF':>5} | {'pp/ours':>7} {'pp/cslt':>7} {'pp err':>7} | configs (µs)")
 
 
 def format_row(r: dict) -> str:
@@ -305,6 +358,19 @@ def format_row(r: dict) -> str:
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
             f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
             f"{vs} {vb} {dv} {err:>7.1e}")
+
+
+def format_pingpong_row(r: dict) -> str:
+    """The ping-pong table's line of a row (``--schedule pingpong``): sparse_matmul's choice, the
+    fastest ping-pong configuration, the faster cuSPARSELt, their ratios, every configuration's time."""
+    f = 2.0 * r["m"] * r["n"] * r["k"]
+    pp, best = r.get("pingpong"), best_cslt(r)
+    pp_ours = f"{ours(r) / pp:>7.2f}" if pp else f"{'-':>7}"
+    pp_cslt = f"{best / pp:>7.2f}" if pp and best else f"{'-':>7}"
+    err = f"{r['pingpong_err']:>7.1e}" if pp else f"{'-':>7}"
+    configs = " ".join(f"{name} {t:.1f}" for name, (t, _) in r.get("pingpong_configs", {}).items()) or "-"
+    return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} | {fmt(ours(r), f)} | {fmt(pp, f)} | "
+            f"{fmt(best, f)} | {pp_ours} {pp_cslt} {err} | {configs}")
 
 
 def fmt(t: float | None, flops: float) -> str:
@@ -332,10 +398,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="measure each case in a fresh process (default; a long in-process run once stalled "
                          "for minutes inside one case that takes seconds on its own)")
     ap.add_argument("--case-timeout", type=float, default=180.0, help="seconds allowed per isolated case")
+    ap.add_argument("--schedule", choices=("default", "pingpong"), default="default",
+                    help="pingpong: also time the ping-pong kernel (f16/bf16 cases without split-K)")
+    ap.add_argument("--pingpong-config", action="append", default=[], type=pingpong_config, metavar="BMxBNxBKxST",
+                    help="with --schedule pingpong: also this configuration (repeatable), e.g. 64x256x64x5")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the --isolate child
     args = ap.parse_args(argv)
     if (args.shapes or args.tokens) and not args.grid:
         ap.error("--shapes and --tokens select within a grid: add --grid llama3")
+    if args.pingpong_config and args.schedule != "pingpong":
+        ap.error("--pingpong-config configures the ping-pong kernel: add --schedule pingpong")
+    args.pingpong_config = tuple(args.pingpong_config)
     args.tokens = tuple(args.tokens or LLAMA3_TOKENS)
     return args
 
@@ -374,16 +447,19 @@ def main(argv: list[str] | None = None) -> None:
     cases = select_cases(args)
     if args.child:  # one case, measured in this process, as one JSON line (the --isolate child)
         for c in cases:
-            print(json.dumps(bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters)), flush=True)
+            print(json.dumps(bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters, args.schedule,
+                                        args.pingpong_config)), flush=True)
         return
     rows, failed = [], []
     print(HEADER, flush=True)
     for c in cases:
         started = time.perf_counter()
         if args.isolate:
-            r = run_isolated(c.dtype, c.m, c.n, c.k, args.iters, args.case_timeout)
+            r = run_isolated(c.dtype, c.m, c.n, c.k, args.iters, args.case_timeout, args.schedule,
+                             args.pingpong_config)
         else:
-            r = bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters)
+            r = bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters, args.schedule,
+                           args.pingpong_config)
         if "error" in r:
             print(f"{c.dtype:>5} {c.m:>6} {c.n:>6} {c.k:>6}: {r['error']} ({time.perf_counter() - started:.0f} s)",
                   flush=True)
@@ -408,6 +484,15 @@ def main(argv: list[str] | None = None) -> None:
     print("sparse_matmul's choice (pair where shown, else one CTA per tile); vs cuBLAS likewise; e4m3 cuBLAS column")
     print("is torch._scaled_mm; err = max |C - ref| / max |ref| over both sparsile runs (ref: the same inputs")
     print("multiplied in float64 on the GPU)")
+    if args.schedule == "pingpong":
+        print()
+        print(PP_HEADER)
+        for r in rows:
+            print(format_pingpong_row(r))
+        print("ours = sparse_matmul's choice (as above); pingpong = the fastest ping-pong configuration (BMxBNxBKx")
+        print("STAGES, all listed in µs); pp/ours and pp/cslt: speed-ups of the ping-pong kernel ('-': not run, for")
+        print("e4m3 and split-K cases); pp err = its max |C - ref| / max |ref|"
+              + ("; " + rows[0]["pingpong_note"] if rows and "pingpong_note" in rows[0] else ""))
     if args.json:
         write_json(args.json, rows, failed, argv)
         print(f"rows written to {args.json}")

@@ -313,6 +313,7 @@ CODES: dict[str, str] = {
     "SP0862": "not a decode table",
     "SP0863": "bad decode table entry",
     "SP0864": "bad decode tuning input",
+    "SP0865": "sparse GEMM schedule",
     "SP0900": "sparsile.torch without PyTorch",
     "SP0901": "bad input tensor",
     "SP0902": "cannot become a SparseLinear",

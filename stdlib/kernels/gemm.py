@@ -300,6 +300,7 @@ class SparseMatmul:
     workspace: Any = None  # (split_k, M, N) partial sums when split_k > 1 or C is stored by splitk_reduce
     pair_ctas: int = 0     # > 0: the CTA-pair kernel (B multicast) on that many CTAs (persistent)
     out_dtype: str = ""    # numpy name of C's element type ("": the kernel's own, choice.out_dtype)
+    pingpong_ctas: int = 0  # > 0: the ping-pong kernel (gemm_schedule.py) on that many CTAs (persistent)
 
     @property
     def partials(self) -> bool:
@@ -311,13 +312,17 @@ class SparseMatmul:
     @property
     def grid(self) -> tuple[int, int]:
         """One CTA per BM x BN tile of C and per share of K (split-K); the pair kernel: its
-        persistent grid of ``pair_ctas`` CTAs."""
-        if self.pair_ctas:
-            return (self.pair_ctas, 1)
+        persistent grid of ``pair_ctas`` CTAs; the ping-pong kernel: ``pingpong_ctas``."""
+        if self.pair_ctas or self.pingpong_ctas:
+            return (self.pair_ctas or self.pingpong_ctas, 1)
         return (-(-self.m // BM) * -(-self.n // self.bn), self.split_k)
 
     @property
     def kernel(self) -> Any:
+        if self.pingpong_ctas:
+            from .gemm_schedule import pingpong_module
+
+            return getattr(pingpong_module(), f"{self.choice.kernel}_pingpong")
         name = f"{self.choice.kernel}_splitk" if self.partials else self.choice.kernel
         return getattr(kernel_module(), f"{name}_pair" if self.pair_ctas else name)
 
@@ -449,10 +454,18 @@ def plan_target(target: str | None, interpret: bool) -> str:
 
 def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                        interpret: bool = False, target: str | None = None, persistent: bool = True,
-                       num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None) -> Any:
+                       num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None,
+                       schedule: str | None = None) -> Any:
     """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
-    a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell."""
+    a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell.
+    ``schedule``: see :mod:`.gemm_schedule` (SP0865)."""
+    from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
+
     tgt = plan_target(target, interpret)
+    if schedule is not None:
+        choice = resolve_kernel_choice(values, meta, dtype)
+        schedule = checked_schedule(schedule, choice.operand, tgt, split_k,
+                                    checked_out_dtype(out_dtype, choice) != choice.out_dtype, persistent)
     if num_sms is not None and not (isinstance(num_sms, numbers.Integral) and not isinstance(num_sms, bool)
                                     and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
@@ -481,6 +494,10 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
         raise bad_input("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
     c = matmul_output(out, m, n, choice, home, interpret, c_dtype)
     bn = choice.block_n(n)
+    if schedule == "pingpong":  # checked above: f16/bf16, float16 C, no split-K
+        bn = pingpong_block_n(bn)
+        return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, out_dtype=c_dtype,
+                            pingpong_ctas=pingpong_ctas(m, n, bn, num_sms or gpu_sm_count(interpret)))
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
                                                                num_sms or gpu_sm_count(interpret))
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
@@ -557,7 +574,8 @@ def gpu_sm_count(interpret: bool) -> int:
 
 def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                   interpret: bool = False, target: str | None = None, persistent: bool = True,
-                  num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None) -> Any:
+                  num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None,
+                  schedule: str | None = None) -> Any:
     """``decompress(values, meta) @ b.T`` with the Hopper or the Blackwell sparse GEMM.
 
     ``target``: "sm_90a" (the Hopper kernels of ``sparse_gemm_sm90.spk``: one CTA per tile, or, for
@@ -583,7 +601,10 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     (``splitk_reduce``); default :func:`choose_split_k`, which splits only when C has fewer tiles than
     half the SMs. On a GPU with a shipped table of tuned choices (``tuned/<gpu>.json``,
     docs/autotune.md), a shape it lists runs with its BN, STAGES, split-K and CTA-pair choice unless
-    ``split_k`` or ``num_sms`` is given.
+    ``split_k`` or ``num_sms`` is given. ``schedule="pingpong"`` (sm_90a; f16, bf16; float16 C; no
+    split-K) runs the ping-pong kernel of ``sparse_gemm_sm90_pingpong.spk`` on a persistent grid
+    (:mod:`.gemm_schedule`; not yet timed on a GPU); None or "default" the kernels above (SP0865
+    for another value).
     """
     if not interpret:
         from ...backend import runtime
@@ -593,12 +614,13 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
             raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret, target=target,
-                              persistent=persistent, num_sms=num_sms, split_k=split_k, out_dtype=out_dtype)
+                              persistent=persistent, num_sms=num_sms, split_k=split_k, out_dtype=out_dtype,
+                              schedule=schedule)
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
             plan.out[...] = 0
         elif (interpret or split_k is not None or num_sms is not None or plan.out_dtype != plan.choice.out_dtype
-              or not _run_tuned(plan, persistent)):  # the tuned table's choices are for the kernel's own C
+              or plan.pingpong_ctas or not _run_tuned(plan, persistent)):  # the table: the default kernel, own C
             plan.run(interpret)
         return deliver_result(plan.out, out, b)
     if plan.k_launch == 0:

@@ -240,3 +240,63 @@ def test_sparse_gemm_split_k(mod, m, n, k, split):
     work, c, ref = run_split_k(mod, m, n, k, split, interpret=False, bn=128)
     assert not np.isnan(work).any()
     check(c, ref, k)
+
+
+# ------------------------------------------------------------------------------------------------
+# the ping-pong schedule (sparse_gemm_sm90_pingpong.spk; interpreter tests in tests/stdlib/test_gemm_pingpong.py).
+# Its register budgets (setmaxnreg) need the whole-program ptxas: run these with SPARSILE_PTXAS=<ptxas> (or the
+# nvidia-cuda-nvcc wheel installed) to test the kernel as it is meant to run; without one nvJitLink drops them
+# (warning SP0612) and the kernel runs on the 168 registers of its 384-thread launch.
+
+
+@pytest.fixture(scope="module")
+def pingpong():
+    return sp.load(KERNELS / "sparse_gemm_sm90_pingpong.spk")
+
+
+def _sm_count() -> int:
+    from sparsile.backend import runtime
+
+    return runtime.current_device().sm_count
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,programs,cfg", [
+    ("f16", 1000, 2000, 1024, None, {}),           # 8 x 16 = 128 tiles, one per CTA: warpgroup 1 idle
+    ("bf16", 1000, 600, 768, 7, {}),               # 8 x 5 = 40 tiles on 7 CTAs: 5-6 each, odd and even
+    ("f16", 1000, 2000, 1000, 3, {"BN": 64}),      # ragged K (the last step half zero-filled), 3 CTAs
+    ("bf16", 4096, 4096, 4096, None, {}),          # 1024 tiles on one CTA per SM
+    ("f16", 4096, 4096, 4096, None, {"BM": 64, "BN": 256, "STAGES": 5}),
+    ("bf16", 4096, 4096, 4096, None, {"BK": 128, "STAGES": 4}),
+])
+def test_sparse_gemm_pingpong(pingpong, dtype, m, n, k, programs, cfg):
+    cfg = {"BN": 128, **cfg}
+    tiles = -(-m // cfg.get("BM", 128)) * -(-n // cfg["BN"])
+    kernel = getattr(pingpong, f"sparse_gemm_{dtype}_pingpong")
+    c, ref = run(kernel, m, n, k, m + k, dtype=dtype, programs=programs or min(tiles, _sm_count()), **cfg)
+    check(c, ref, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k", [("f16", 3000, 700, 2048), ("bf16", 3000, 700, 2048),
+                                         ("bf16", 8192, 8192, 8192), ("f16", 8192, 8192, 8192)])
+def test_sparse_matmul_pingpong_schedule(dtype, m, n, k):
+    """sparse_matmul(..., schedule="pingpong") on torch CUDA tensors, NaN-poisoned C, against the
+    float64 product computed on the GPU (8192³ included: the size the schedule is for)."""
+    import torch
+
+    from sparsile.stdlib.kernels import prune_and_compress, sparse_matmul
+
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    w = torch.randn(m, k, device="cuda", generator=g)
+    groups = w.view(m, k // 4, 4)
+    keep = groups.abs().topk(2, dim=-1).indices  # 2:4 magnitude pruning, so that the float64 product is on the GPU
+    w = (groups * torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True)).view(m, k).to(tdt)
+    x = torch.randn(n, k, device="cuda", generator=g).to(tdt)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    c = sparse_matmul(*prune_and_compress(w, dtype), x, schedule="pingpong", out=out)
+    ref = w.double() @ x.double().T
+    assert c is out and not c.isnan().any()
+    err = (c.double() - ref).abs()
+    assert (err <= 2.0 ** -10 * ref.abs() + 1e-3 * k ** 0.5).all(), f"max error {err.max().item()}"
