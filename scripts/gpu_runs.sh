@@ -4,6 +4,7 @@
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
 #   bash scripts/gpu_runs.sh first            # tests-all, then the Llama model under torch.compile (one call)
+#   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
 #   bash scripts/gpu_runs.sh second           # GPU toolkit, JAX (native and Python handler), the model in CUDA graphs
 #   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
 #   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
@@ -49,6 +50,15 @@ second)  # the toolkits changed in the seventh session: 32-bit compress, the nat
     SPARSILE_JAX_NATIVE=0 run 100 python benchmarks/bench_jax.py --quick
     run 200 python benchmarks/bench_llama.py --layers 32 --modes graph --models dense sparsile --batches 16 1 \
         --json "$out/llama-graph.json"
+    ;;
+pingpong)  # the ping-pong schedule of the sparse GEMM (seventh session, unmeasured): tests, then time it
+    export SPARSILE_PTXAS="${SPARSILE_PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}"
+    run 150 python -m pytest -q -m gpu -rfE tests/gpu/test_sparse_gemm_sm90.py -k pingpong
+    run 200 python benchmarks/bench_sparse_gemm.py --schedule pingpong --case bf16:8192x8192x8192 \
+        --case f16:8192x8192x8192 --pingpong-config 64x256x64x5 --pingpong-config 128x128x128x4 \
+        --pingpong-config 128x128x64x8 --json "$out/pingpong-8192.json"
+    run 200 python benchmarks/bench_sparse_gemm.py --schedule pingpong --grid llama3 --tokens 1024 4096 8192 \
+        --dtypes bf16 f16 --pingpong-config 64x256x64x5 --pingpong-config 128x128x128x4 --json "$out/pingpong-llama.json"
     ;;
 tests-all)
     run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
