@@ -73,11 +73,11 @@ class ProjectionGroup:
         for m in self.members:
             starts.append(starts[-1] + m.out_features)
         self.rows = tuple(itertools.pairwise(starts))
-        self.columns = tuple((Ellipsis, slice(a, b)) for a, b in self.rows)
+        self.sizes = tuple(m.out_features for m in self.members)
         self.full = (1 << len(self.members)) - 1
         # (a member's buffer dict, buffer name, the view it must still hold): checked on each fused run
         self.expect = tuple((m._buffers, name, m._buffers.get(name)) for m in self.members for name in _BUFFER_NAMES)
-        self.pending: list[Any] | None = None  # [x, x's version, fused y, bitmask of the members served]
+        self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served]
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
 
@@ -132,7 +132,7 @@ class ProjectionGroup:
                 self.pending = None
             else:
                 p[3] = served
-            return p[2][self.columns[index]]
+            return p[2][index]
         self.pending = None
         if not self.intact():
             LOG.info("fused projections: a member's buffers were replaced or moved; running them unfused "
@@ -140,11 +140,11 @@ class ProjectionGroup:
             self.release()
             return self.members[index].forward(x)
         version = _version(x)
-        y = self.fused.forward(x)
+        parts = self.fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
         self.runs += 1
         if self.full != 1 << index:
-            self.pending = [x, version, y, 1 << index]
-        return y[self.columns[index]]
+            self.pending = [x, version, parts, 1 << index]
+        return parts[index]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
