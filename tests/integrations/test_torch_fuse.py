@@ -209,6 +209,17 @@ def test_sparse24_checkpoint_of_a_fused_model(llama_pair, tmp_path):
     assert [g.runs for g in groups_of(model)] == [1, 1, 1, 1]
 
 
+def test_save_pretrained_of_a_fused_model(llama_pair, tmp_path):
+    """transformers' save_pretrained writes the same tensors for the fused model as for the unfused one."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    model, _ = fused_copy(llama_pair)
+    model.save_pretrained(tmp_path / "fused")
+    llama_pair[0].save_pretrained(tmp_path / "plain")
+    fused, plain = (safetensors.load_file(tmp_path / d / "model.safetensors") for d in ("fused", "plain"))
+    assert sorted(fused) == sorted(plain) and all(torch.equal(fused[k], plain[k]) for k in plain)
+    assert "model.layers.0.self_attn.k_proj.values" in fused
+
+
 def test_dtype_conversion_keeps_fusion(llama_pair):
     model, unfused = fused_copy(llama_pair)
     model.float()  # SparseLinear keeps its weight type: the views stay
@@ -241,12 +252,9 @@ def test_deepcopy_keeps_a_consistent_group_and_pickle_falls_back(llama_pair):
 
 def test_torch_compile_runs_unfused_without_graph_breaks(llama_pair):
     model, unfused = fused_copy(llama_pair)
-    plain = copy.deepcopy(llama_pair[0])
     with torch.no_grad():
         explained = torch._dynamo.explain(model)(input_ids=PROMPT)
-        baseline = torch._dynamo.explain(plain)(input_ids=PROMPT)
-    assert explained.graph_break_count == baseline.graph_break_count
-    assert explained.graph_count == baseline.graph_count
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="aot_eager")
     with torch.no_grad():
