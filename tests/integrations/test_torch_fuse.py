@@ -220,6 +220,18 @@ def test_save_pretrained_of_a_fused_model(llama_pair, tmp_path):
     assert "model.layers.0.self_attn.k_proj.values" in fused
 
 
+def test_fusing_a_moved_model_again(llama_pair):
+    """After a move (new tensors for every buffer), fuse_projections_ releases the stale groups and
+    fuses the moved layers, without a forward in between."""
+    model, unfused = fused_copy(llama_pair)
+    stale = groups_of(model)
+    model._apply(lambda t: t.clone())
+    assert spt.fuse_projections_(model).fused == GROUPS
+    fresh = groups_of(model)
+    assert all(g.fused is None for g in stale) and not set(map(id, fresh)) & set(map(id, stale))
+    assert torch.equal(logits(model), unfused) and [g.runs for g in fresh] == [1, 1, 1, 1]
+
+
 def test_dtype_conversion_keeps_fusion(llama_pair):
     model, unfused = fused_copy(llama_pair)
     model.float()  # SparseLinear keeps its weight type: the views stay
