@@ -339,6 +339,7 @@ CODES: dict[str, str] = {
     "SP0935": "jax.vmap that cannot be batched",
     "SP0936": "the kernel call failed while XLA ran it",
     "SP0938": "sparse_linear inputs that do not fit together",
+    "SP0944": "bad projection groups",
 }
 """code -> short title (the heading of its docs/diagnostics.md section)."""
 

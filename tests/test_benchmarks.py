@@ -216,7 +216,8 @@ bll = load_script("bench_llama")
 def test_llama_arguments():
     args = bll.parse_args([])
     assert (args.layers, args.batches, args.prompt, args.new_tokens) == (8, [1, 16], 128, 128)
-    assert args.models == ["dense", "sparsile", "semi"] and args.modes == ["graph"]
+    assert args.models == ["dense", "sparsile", "sparsile-fused", "semi"] and args.modes == ["graph"]
+    assert bll.parse_args(["--models", "dense", "sparsile-fused"]).models == ["dense", "sparsile-fused"]
     for bad in (["--layers", "0"], ["--new-tokens", "1"], ["--modes", "fast"], ["--models", "moe"]):
         with pytest.raises(SystemExit):
             bll.parse_args(bad)
@@ -277,11 +278,16 @@ def test_llama_report_lines():
              "tokens_equal_eager": True, "speedup": 1.4},
             {"model": "sparsile", "batch": 16, "mode": "graph", "tokens_per_s": 1500.0, "ms_per_step": 10.7,
              "tokens_equal_eager": False, "speedup": 1.25},
-            {"model": "sparsile", "batch": 16, "mode": "compile", "error": "RuntimeError: boom"}]
+            {"model": "sparsile", "batch": 16, "mode": "compile", "error": "RuntimeError: boom"},
+            {"model": "sparsile-fused", "batch": 16, "mode": "graph", "tokens_per_s": 1560.0, "ms_per_step": 10.3,
+             "tokens_equal_eager": True, "speedup": 1.3},
+            {"model": "semi", "batch": 16, "mode": "graph", "tokens_per_s": 1000.0, "ms_per_step": 16.0,
+             "tokens_equal_eager": True, "speedup": 0.83}]
     assert bll.target_lines(runs) == [
         "- [PASS] sparsile >= 1.3x dense tokens/s, batch 1, graph: 1.40x",
         "- [FAIL] sparsile >= 1.3x dense tokens/s, batch 16, graph: 1.25x",
-        "- [n/a ] sparsile >= 1.3x dense tokens/s, batch 16, compile: not measured"]
+        "- [n/a ] sparsile >= 1.3x dense tokens/s, batch 16, compile: not measured",
+        "- [PASS] sparsile-fused >= 1.3x dense tokens/s, batch 16, graph: 1.30x"]
     assert bll.format_run(runs[0]) == "| dense | 1 | graph | 100.0 | 10.000 | - | yes |"
     assert bll.format_run(runs[2]).endswith("| 1.25x | NO |")
     assert "failed: RuntimeError: boom" in bll.format_run(runs[3])
@@ -325,10 +331,8 @@ def test_linear_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     assert report["targets"][2][1] is False  # CUDA graph target: 1.00x < 1.5x at T = 1
 
 
-def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
-    """The whole Llama benchmark on the CPU with a tiny config, eager decoding and a stand-in for
-    sparsify_ (the projections stay dense): the check, the table and the JSON come out; the
-    semi-structured model (GPU only) is reported as not built."""
+def _tiny_llama_on_cpu(monkeypatch) -> None:
+    """bench_llama on the CPU with a tiny Llama config (skips without torch and transformers)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     tiny = {**bll.LLAMA3_8B, "vocab_size": 61, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
@@ -336,6 +340,13 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bll, "DEVICE", "cpu")
     monkeypatch.setattr(bll, "LLAMA3_8B", tiny)
     monkeypatch.setattr(bll, "requirements_missing", lambda: None)
+
+
+def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
+    """The whole Llama benchmark on the CPU with a tiny config, eager decoding and a stand-in for
+    sparsify_ (the projections stay dense): the check, the table and the JSON come out; the
+    semi-structured model (GPU only) is reported as not built."""
+    _tiny_llama_on_cpu(monkeypatch)
     class Report:
         swapped = ("one",)
 
@@ -345,7 +356,8 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bll, "sparsify_sparsile", lambda model: Report())
     out = tmp_path / "llama.json"
     assert bll.main(["--layers", "1", "--batches", "1", "3", "--prompt", "4", "--new-tokens", "3", "--modes", "eager",
-                     "--repeats", "1", "--check-tokens", "4", "--json", str(out)]) == 0
+                     "--repeats", "1", "--check-tokens", "4", "--models", "dense", "sparsile", "semi",
+                     "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "stand-in report" in text and "WARNING: sparsile swapped 1 of the 7 projections" in text
     assert "semi: could not be built" in text
@@ -355,6 +367,36 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     assert set(runs) == {("dense", 1), ("sparsile", 1), ("dense", 3), ("sparsile", 3)}
     assert all(r["tokens_equal_eager"] and r["tokens_per_s"] > 0 for r in runs.values())
     assert runs[("sparsile", 3)]["speedup"] > 0 and "batch 3, eager" in text
+
+
+def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
+    """The sparsile-fused model for real on the CPU (sparsify_ in the interpreter, then
+    fuse_projections_): its groups are fused and run while it decodes eagerly through the static
+    cache, its tokens equal an eager decode's and its logits pass the bf16 check."""
+    _tiny_llama_on_cpu(monkeypatch)
+    from sparsile.integrations.torch.fuse import fused_group_of
+    from sparsile.torch import sparsify_
+
+    monkeypatch.setattr(bll, "sparsify_sparsile",
+                        lambda model: sparsify_(model, filter_fn=bll.is_projection, interpret=True, min_features=16))
+    built = []
+    real = bll.sparsify_sparsile_fused
+    monkeypatch.setattr(bll, "sparsify_sparsile_fused", lambda model: (built.append(model), real(model))[1])
+    out = tmp_path / "llama.json"
+    assert bll.main(["--layers", "1", "--batches", "2", "--prompt", "4", "--new-tokens", "3", "--modes", "eager",
+                     "--repeats", "1", "--check-tokens", "4", "--models", "dense", "sparsile-fused",
+                     "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "sparsify_: 7 linear layers swapped" in text
+    assert "fuse_projections_: 2 projection groups fused, 0 skipped" in text
+    assert "WARNING" not in text
+    report = json.loads(out.read_text())
+    assert report["check"]["sparsile-fused"]["ok"]
+    runs = {r["model"]: r for r in report["runs"]}
+    assert runs["sparsile-fused"]["tokens_equal_eager"] and runs["sparsile-fused"]["speedup"] > 0
+    layer = built[0].model.layers[0]
+    assert fused_group_of(layer.self_attn.q_proj).runs > 0 and fused_group_of(layer.mlp.up_proj).runs > 0
+    assert "sparsile-fused >= 1.3x dense tokens/s, batch 2, eager" in text
 
 
 def test_linear_fp8_dense_anchor_with_and_without_quantization_agree(monkeypatch):

@@ -3,6 +3,7 @@
     import sparsile.torch as spt
 
     report = spt.sparsify_(model, dtype="bf16")     # nn.Linear -> SparseLinear (magnitude 2:4)
+    spt.fuse_projections_(model)                    # q/k/v and gate/up: one launch each (eager, CUDA graphs)
     y = model(x)                                    # eager: a cached launch per input shape
     compiled = torch.compile(model, fullgraph=True) # traced through torch.ops.sparsile.sparse_linear
     spt.save_sparse24_checkpoint(model, "ckpt")     # compressed-tensors sparse-24-bitmask
@@ -19,10 +20,12 @@ from __future__ import annotations
 from . import ops
 from .activation import sparse24_activation_linear, sparse24_mask
 from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint
+from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_
 from .linear import WEIGHT_DTYPES, SparseLinear
 from .sparsify import SparsifyReport, sparsify_
 from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask
 
-__all__ = ["WEIGHT_DTYPES", "LoadReport", "SemiSparseLinear", "SparseLinear", "SparseTrainer", "SparsifyReport",
-           "load_sparse24_checkpoint", "ops", "recompress_", "reprune_", "save_sparse24_checkpoint",
-           "sparse24_activation_linear", "sparse24_mask", "sparsify_", "transposable_mask"]
+__all__ = ["DEFAULT_GROUPS", "WEIGHT_DTYPES", "FuseReport", "LoadReport", "SemiSparseLinear", "SparseLinear",
+           "SparseTrainer", "SparsifyReport", "fuse_projections_", "load_sparse24_checkpoint", "ops", "recompress_",
+           "reprune_", "save_sparse24_checkpoint", "sparse24_activation_linear", "sparse24_mask", "sparsify_",
+           "transposable_mask"]

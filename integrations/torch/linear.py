@@ -272,6 +272,9 @@ class SparseLinear(nn.Module):
     def _invalidate(self) -> None:
         self.__dict__["_records"].clear()
         self.__dict__["_weight"] = None
+        fused = self.__dict__.get("_fused")  # a group of fuse_projections_ (fuse.py): re-verified on its next run
+        if fused is not None:
+            fused[0].invalidate()
 
     def _bound(self) -> Weight:
         weight = self.__dict__["_weight"]
@@ -288,6 +291,9 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if tracing(x):
             return self._forward_op(x)
+        fused = self.__dict__.get("_fused")
+        if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
+            return fused[0].run(fused[1], x)
         w = self.__dict__["_weight"] or self._bound()
         shape = x.shape
         if not (shape and shape[-1] == self.in_features and x.dtype in OUT_DTYPES and x.device == w.values.device):

@@ -17,6 +17,7 @@ from torch import nn
 
 from ...stdlib.kernels.gemm import KERNELS
 from ..errors import IntegrationError
+from .fuse import DEFAULT_GROUPS, FuseReport, checked_groups, fuse_projections_
 from .linear import SparseLinear, weight_dtype_name
 
 LOG = logging.getLogger("sparsile.torch")
@@ -29,10 +30,13 @@ class SparsifyReport:
 
     swapped: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    fusion: FuseReport | None = None  # with fuse=: what fuse_projections_ did
 
     def __str__(self) -> str:
         lines = [f"sparsify_: {len(self.swapped)} linear layers swapped for SparseLinear, {len(self.skipped)} skipped"]
         lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
+        if self.fusion is not None:
+            lines.append(str(self.fusion))
         return "\n".join(lines)
 
 
@@ -66,7 +70,8 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
-              interpret: bool = False, min_features: int = 128, trainable: bool = False) -> SparsifyReport:
+              interpret: bool = False, min_features: int = 128, trainable: bool = False,
+              fuse: Any = False) -> SparsifyReport:
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
@@ -78,7 +83,11 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     another device; the root module itself (it cannot be replaced in place). Modules the
     filter rejects are not reported. ``trainable=True`` swaps in trainable
     :class:`~.training.SemiSparseLinear` layers instead (docs/training.md; e4m3 is refused, SP0916).
+
+    ``fuse=True`` then calls :func:`~.fuse.fuse_projections_` (sibling projections such as q/k/v run
+    as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``.
     """
+    groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
     for fqn, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):
@@ -95,5 +104,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         parent = model.get_submodule(parent_name)
         setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))
         report.swapped.append(fqn)
+    if groups is not None:
+        report.fusion = fuse_projections_(model, groups)
     LOG.info("%s", report)
     return report

@@ -179,3 +179,67 @@ def test_op_on_cuda_equals_the_module():
     y = torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, scale_x=sx,
                                          scale_w=layer.scale_w, activation="silu", out_dtype=torch.bfloat16)
     assert torch.equal(y, layer(x))
+
+
+@pytest.mark.parametrize("tokens", [1, 16])
+def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
+    """fuse_projections_ on a 2-layer Llama (bf16, CUDA): one capture holds one fused launch per
+    group; each member's columns of a replay are within its float64 bound (the fused shape may split
+    K unlike the member's own, so fused and unfused logits need not be bit-identical), a replay
+    equals an eager fused forward bit for bit, and the logits stay within the benchmark's bf16
+    tolerance (at most twice the dense bf16 model's distance to a float32 copy of the pruned model)."""
+    import copy
+
+    transformers = pytest.importorskip("transformers")
+    from sparsile.integrations.torch.fuse import fused_group_of
+
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    dense = copy.deepcopy(model)
+    report = spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, min_features=16, fuse=True)
+    assert len(report.swapped) == 14 and len(report.fusion.fused) == 4 and not report.fusion.skipped
+    with torch.no_grad():  # the dense models carry the pruned weights
+        for name, m in model.named_modules():
+            if isinstance(m, spt.SparseLinear):
+                dense.get_submodule(name).weight.copy_(m.to_dense())
+    reference = copy.deepcopy(dense).float()
+    members = [(m, fused_group_of(m)) for m in model.modules() if fused_group_of(m) is not None]
+    assert len(members) == 10
+    ids = torch.randint(0, 128, (tokens, 1), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+
+    def forward(ids):
+        return model(input_ids=ids, use_cache=False).logits
+
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                forward(ids)
+        torch.cuda.current_stream().wait_stream(side)
+        seen = {}
+        hooks = [m.register_forward_hook(lambda mod, args, out: seen.__setitem__(mod, (args[0], out)))
+                 for m, _ in members]
+        runs = [g.runs for _, g in members]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = forward(ids)
+        for h in hooks:
+            h.remove()
+        assert [g.runs - r for (_, g), r in zip(members, runs)] == [1] * 10  # one fused launch per group
+        for seed in range(2):
+            ids.copy_(torch.randint(0, 128, (tokens, 1), device="cuda", generator=torch.Generator("cuda")
+                                    .manual_seed(seed + 2)))
+            graph.replay()
+            torch.cuda.synchronize()
+            for m, (x, y) in seen.items():
+                check_against_float64(m, x, y)
+            assert torch.equal(static, forward(ids))
+            ref = reference(input_ids=ids, use_cache=False).logits.float()
+            dense_err = (dense(input_ids=ids, use_cache=False).logits.float() - ref).abs().max().item()
+            assert (static.float() - ref).abs().max().item() <= 2.0 * dense_err

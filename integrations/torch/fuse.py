@@ -1,0 +1,266 @@
+"""``fuse_projections_(model)``: sibling :class:`.SparseLinear` layers that read the same input run as one.
+
+A transformer layer applies several projections to one input: Llama's attention q, k and v, its
+MLP gate and up. At decode sizes each is a small, latency-bound kernel launch. Where the
+projections of a group are :class:`.SparseLinear` layers of one parent that fit together (same
+in_features, weight type, device, out_dtype, no fused activation, bias on all or none, every
+out_features a multiple of 16), :func:`fuse_projections_` builds one fused ``SparseLinear`` whose
+weight is the row-concatenation of theirs, and makes each child's buffers row-slice *views* of the
+fused ones: no weight memory is duplicated, every child still runs on its own, and ``state_dict()``
+is unchanged (the fused layer is not a registered submodule). Concatenating the "sm90" metadata
+words of the children gives the metadata of the concatenated weight because each block of 16
+rows is encoded on its own (docs/sparse-metadata.md §4).
+
+At run time (eager, or while a CUDA graph is captured; never under torch.compile / export, where
+each child runs its own custom op) the first sibling called with x runs the fused layer; a sibling
+called next with the *same tensor object* x (its ``_version`` unchanged) gets its columns of that
+result, a view. Each member is served once per fused run; a member called again, or with another
+x, runs the fused layer again. docs/torch.md ("Fusing sibling projections") has the details.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import SP_FUSE_GROUPS, IntegrationError
+from .linear import SparseLinear
+
+LOG = logging.getLogger("sparsile.torch")
+DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""The sibling projections fused by default: attention q/k/v and the gated MLP's gate/up (Llama,
+Mistral, Qwen and most transformers decoders name them so)."""
+ROW_ALIGN = 16
+"""Each member's out_features must be a multiple of this: the sm90 metadata encodes blocks of 16 rows
+on their own, so a member's words are a row slice of the fused words (docs/sparse-metadata.md §4)."""
+_BUFFER_NAMES = ("values", "meta", "bias", "scale_w")
+
+
+@dataclass
+class FuseReport:
+    """What :func:`fuse_projections_` did: the fused groups (``"parent.q_proj+k_proj+v_proj"``)
+    and, for each group it could not fuse, why."""
+
+    fused: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.skipped)} skipped"]
+        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def _version(x: torch.Tensor) -> int:
+    """x's version counter (-1 for an inference tensor, which keeps none: identity alone then)."""
+    return -1 if x.is_inference() else x._version
+
+
+class ProjectionGroup:
+    """The fused layer of one group of sibling :class:`.SparseLinear` layers and the run it last
+    made. Each member holds ``(group, index)`` in its ``__dict__["_fused"]``; its ``forward`` (when
+    not tracing) calls :meth:`run`."""
+
+    def __init__(self, fused: SparseLinear, members: Sequence[SparseLinear]):
+        self.fused = fused
+        self.members = tuple(members)
+        starts = [0]
+        for m in self.members:
+            starts.append(starts[-1] + m.out_features)
+        self.rows = tuple(itertools.pairwise(starts))
+        self.sizes = tuple(m.out_features for m in self.members)
+        self.full = (1 << len(self.members)) - 1
+        # (a member's buffer dict, buffer name, the view it must still hold): checked on each fused run
+        self.expect = tuple((m._buffers, name, m._buffers.get(name)) for m in self.members for name in _BUFFER_NAMES)
+        self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served]
+        self.checked = True  # the views were verified since the last _invalidate of a member
+        self.runs = 0  # fused launches (tests count them)
+
+    def attach(self) -> None:
+        for i, m in enumerate(self.members):
+            m.__dict__["_fused"] = (self, i)
+
+    def release(self) -> None:
+        """Stop fusing: every member runs on its own again (its buffers are left as they are)."""
+        for m in self.members:
+            if m.__dict__.get("_fused", (None,))[0] is self:
+                del m.__dict__["_fused"]
+        self.pending = None
+        self.fused = None  # its memory is freed once no member holds a view of it
+
+    def invalidate(self) -> None:
+        """A member's buffers may have changed (``SparseLinear._invalidate``): verify before the next run."""
+        self.checked = False
+        self.pending = None
+
+    def intact(self) -> bool:
+        """Each member still holds the views this group made, and (after an invalidation, a copy or
+        an unpickling) each view still lies where it should in the fused buffers."""
+        for buffers, name, view in self.expect:
+            if buffers.get(name) is not view:
+                return False
+        if not self.checked:
+            for m, (a, b) in zip(self.members, self.rows):
+                for name in _BUFFER_NAMES:
+                    whole, part = self.fused._buffers.get(name), m._buffers.get(name)
+                    if whole is None or part is None:
+                        if whole is not part:
+                            return False
+                        continue
+                    expected = whole[a:b]
+                    if not (part.device == whole.device and part.dtype == whole.dtype
+                            and part.shape == expected.shape and part.stride() == expected.stride()
+                            and part.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
+                            and part.data_ptr() == expected.data_ptr()):
+                        return False
+            self.fused._invalidate()  # as a member's own launch records, the fused layer's are rebuilt after a change
+            self.checked = True
+        return True
+
+    def run(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """Member ``index``'s output for x: its columns of the fused run that the previous sibling
+        started with this same x, or of a new fused run."""
+        p = self.pending
+        if p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x):
+            served = p[3] | (1 << index)
+            if served == self.full:
+                self.pending = None
+            else:
+                p[3] = served
+            return p[2][index]
+        self.pending = None
+        if not self.intact():
+            LOG.info("fused projections: a member's buffers were replaced or moved; running them unfused "
+                     "(call fuse_projections_ again to fuse them)")
+            self.release()
+            return self.members[index].forward(x)
+        version = _version(x)
+        parts = self.fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
+        self.runs += 1
+        if self.full != 1 << index:
+            self.pending = [x, version, parts, 1 << index]
+        return parts[index]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["pending"], state["runs"] = None, 0
+        state["checked"] = False  # a copy may not share the fused storage (plain pickle does not)
+        return state
+
+
+def checked_groups(groups: Any) -> tuple[tuple[str, ...], ...]:
+    """``groups`` as a tuple of name tuples, or SP0944 when it is not a sequence of groups of at
+    least two distinct child names."""
+    help_ = "pass a sequence of name tuples, e.g. [('q_proj', 'k_proj', 'v_proj'), ('gate_proj', 'up_proj')]"
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
+        raise IntegrationError(SP_FUSE_GROUPS, f"groups must be a non-empty sequence of name tuples, got {groups!r}",
+                               help=help_)
+    out = []
+    for group in groups:
+        if isinstance(group, (str, bytes)) or not isinstance(group, Sequence) or len(group) < 2 \
+                or not all(isinstance(n, str) and n and "." not in n for n in group) or len(set(group)) != len(group):
+            raise IntegrationError(SP_FUSE_GROUPS, f"projection group {group!r} is not a tuple of two or more distinct "
+                                   "child module names", help=help_)
+        out.append(tuple(group))
+    return tuple(out)
+
+
+def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
+    """Why these named children cannot be fused, or None."""
+    seen: dict[int, str] = {}
+    for name, m in children:
+        if id(m) in seen:
+            return f"{name} is the same module as {seen[id(m)]}"
+        seen[id(m)] = name
+        if type(m) is not SparseLinear:
+            return f"{name} is a {type(m).__name__}, not a SparseLinear"
+        if m.activation is not None:
+            return f"{name} fuses activation {m.activation!r}"
+        if m.out_features % ROW_ALIGN:
+            return (f"{name} has out_features = {m.out_features}, not a multiple of {ROW_ALIGN} (its metadata rows "
+                    "would not be a slice of the fused layer's)")
+        if "_fused" in m.__dict__:
+            return f"{name} is already fused"
+        if m.values.device.type == "meta":
+            return f"{name} is on the meta device (no weights yet)"
+        if not all(t is None or t.is_contiguous() for t in (m.values, m.meta, m.bias, m.scale_w)):
+            return f"{name} has non-contiguous buffers"
+    (first_name, first), rest = children[0], children[1:]
+    for name, m in rest:
+        for what, a, b in (("in_features", m.in_features, first.in_features),
+                           ("weight dtype", m.weight_dtype, first.weight_dtype),
+                           ("device", m.values.device, first.values.device),
+                           ("out_dtype", m.out_dtype, first.out_dtype),
+                           ("bias", m.bias is not None, first.bias is not None)):
+            if a != b:
+                return f"{name} has {what} {a} but {first_name} has {b}"
+    return None
+
+
+def fuse_group(members: Sequence[SparseLinear]) -> ProjectionGroup:
+    """Fuse ``members`` (checked by :func:`mismatch`): the fused layer, the members' buffers made
+    views of its buffers, the members attached."""
+    first = members[0]
+    n = sum(m.out_features for m in members)
+    fused = SparseLinear(first.in_features, n, first.bias is not None, dtype=first.weight_dtype,
+                         out_dtype=first.out_dtype, device="meta")
+    with torch.no_grad():
+        for name in _BUFFER_NAMES:
+            if getattr(first, name) is not None:
+                setattr(fused, name, torch.cat([getattr(m, name) for m in members]))
+        start = 0
+        for m in members:
+            end = start + m.out_features
+            for name in _BUFFER_NAMES:
+                whole = getattr(fused, name)
+                if whole is not None:
+                    setattr(m, name, whole[start:end])  # a view; SparseLinear.__setattr__ drops its launch records
+            start = end
+    group = ProjectionGroup(fused, members)
+    group.attach()
+    return group
+
+
+def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS) -> FuseReport:
+    """For every module of ``model`` whose children named by a group (default
+    :data:`DEFAULT_GROUPS`) fit together, run them as one fused :class:`.SparseLinear` (in place).
+
+    A module that has every child of a group is a candidate; its group is fused when all are
+    ``SparseLinear`` with the same in_features, weight dtype, device and out_dtype, no fused
+    activation, a bias on all or none, and out_features multiples of 16; otherwise it is skipped,
+    with the reason in the returned :class:`FuseReport` (logged at INFO on ``sparsile.torch``).
+    Call it again after moving the model (``model.to(device)``): a moved or replaced member makes
+    its group fall back to unfused runs, never to stale weights. Bad ``groups``: SP0944.
+    """
+    groups = checked_groups(groups)
+    report = FuseReport()
+    for fqn, parent in list(model.named_modules()):
+        children = parent._modules  # named_children() would hide a module registered under two names
+        for group in groups:
+            if not all(name in children for name in group):
+                continue
+            key = f"{fqn + '.' if fqn else ''}{'+'.join(group)}"
+            named = [(name, children[name]) for name in group]
+            for _, m in named:  # a stale group (its members moved or replaced) is released first
+                held = m.__dict__.get("_fused") if isinstance(m, SparseLinear) else None
+                if held is not None and not held[0].intact():
+                    held[0].release()
+            reason = mismatch(named)
+            if reason is not None:
+                report.skipped[key] = reason
+                continue
+            fuse_group([m for _, m in named])
+            report.fused.append(key)
+    LOG.info("%s", report)
+    return report
+
+
+def fused_group_of(layer: nn.Module) -> ProjectionGroup | None:
+    """The group ``layer`` runs in, or None (not fused, or fusion was given up)."""
+    held = layer.__dict__.get("_fused")
+    return None if held is None else held[0]

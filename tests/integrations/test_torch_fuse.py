@@ -1,0 +1,403 @@
+"""fuse_projections_: sibling SparseLinear layers (q/k/v, gate/up) run as one fused layer whose
+buffers the children view. On the CPU (the interpreter): the metadata row-slice property it relies
+on, a tiny transformers Llama fused against unfused (bit-identical), one fused run per group per
+forward, state dicts, fallback when a member is moved or replaced, copies, skipped groups, SP0944,
+torch.compile (unfused inside, no graph break) and the serving rules (same x object and version)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import pickle
+
+import numpy as np
+import pytest
+
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+from sparsile.integrations.errors import IntegrationError  # noqa: E402
+from sparsile.integrations.torch.fuse import ProjectionGroup, fused_group_of  # noqa: E402
+from sparsile.stdlib.sparsity import compress, encode_metadata  # noqa: E402
+
+BUFFERS = ("values", "meta", "bias", "scale_w")
+
+
+# ------------------------------------------------------------------------------------------------
+# the metadata property
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_sm90_metadata_of_a_concatenation_is_the_row_slices(dtype):
+    """The sm90 words of row-concatenated weights, sliced at multiples of 16 rows, are each part's own
+    words (16-row blocks are encoded on their own); at a row count that is not a multiple of 16 they are not."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(7)
+    host = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype]
+    k = 128
+    parts = [rng.standard_normal((n, k)).astype(np.float32) for n in (48, 16, 32)]
+    own = [encode_metadata(compress(p.astype(host), dtype, prune=True)[1], "sm90", dtype, k=k).data for p in parts]
+    whole = encode_metadata(compress(np.concatenate(parts).astype(host), dtype, prune=True)[1], "sm90", dtype,
+                            k=k).data
+    start = 0
+    for p, words in zip(parts, own):
+        assert whole.shape[1] == words.shape[1] and np.array_equal(whole[start:start + len(p)], words)
+        start += len(p)
+    assert start == whole.shape[0]
+    odd = [rng.standard_normal((n, k)).astype(np.float32) for n in (24, 40)]  # 24: the first block is split
+    first = encode_metadata(compress(odd[0].astype(host), dtype, prune=True)[1], "sm90", dtype, k=k).data
+    both = encode_metadata(compress(np.concatenate(odd).astype(host), dtype, prune=True)[1], "sm90", dtype, k=k).data
+    assert first.shape[0] == 32 and not np.array_equal(both[:32], first)
+
+
+# ------------------------------------------------------------------------------------------------
+# a tiny Llama
+
+
+def tiny_llama(seed: int = 0):
+    """A 2-layer LlamaForCausalLM (hidden 64, intermediate 128, 4 heads, 2 kv heads) in bf16 with
+    its projections sparse (the CPU interpreter), lm_head dense."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    report = spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, interpret=True, min_features=16)
+    assert len(report.swapped) == 14
+    return model
+
+
+PROMPT = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+GROUPS = [f"model.layers.{i}.{g}" for i in range(2) for g in ("self_attn.q_proj+k_proj+v_proj",
+                                                               "mlp.gate_proj+up_proj")]
+
+
+def logits(model, ids=PROMPT):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def groups_of(model) -> list[ProjectionGroup]:
+    layers = model.model.layers
+    return [fused_group_of(g) for layer in layers for g in (layer.self_attn.q_proj, layer.mlp.gate_proj)]
+
+
+@pytest.fixture(scope="module")
+def llama_pair():
+    model = tiny_llama()
+    return model, logits(model)
+
+
+def fused_copy(pair):
+    model, unfused = pair
+    model = copy.deepcopy(model)
+    report = spt.fuse_projections_(model)
+    assert report.fused == GROUPS and report.skipped == {}
+    return model, unfused
+
+
+def test_fused_llama_equals_unfused_and_runs_once_per_group(llama_pair, caplog):
+    model, _ = llama_pair
+    model = copy.deepcopy(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        report = spt.fuse_projections_(model)
+    assert "fuse_projections_: 4 projection groups fused, 0 skipped" in caplog.text and report.fused == GROUPS
+    after = model.state_dict()
+    assert list(after) == list(before) and all(torch.equal(after[k], v) for k, v in before.items())
+    attn = model.model.layers[0].self_attn
+    group = fused_group_of(attn.q_proj)
+    assert group is fused_group_of(attn.v_proj) and fused_group_of(attn.o_proj) is None
+    assert group.fused.out_features == 64 + 32 + 32 and group.fused not in list(model.modules())
+    base = group.fused.values.untyped_storage().data_ptr()
+    for m in (attn.q_proj, attn.k_proj, attn.v_proj):  # views: no weight memory duplicated
+        assert all(getattr(m, b) is None or getattr(m, b).untyped_storage().data_ptr()
+                   == getattr(group.fused, b).untyped_storage().data_ptr() for b in BUFFERS)
+        assert m.values.untyped_storage().data_ptr() == base and m.values.is_contiguous()
+    calls = []
+    for g in groups_of(model):
+        real = g.fused.forward
+        g.fused.forward = lambda x, real=real: (calls.append(x.shape), real(x))[1]
+    # the CPU interpreter computes each output column from that column's weights alone: the fused
+    # run gives the same bits as the three layers (a GPU kernel may split K differently per shape)
+    assert torch.equal(logits(model), llama_pair[1])
+    assert len(calls) == 4 and [g.runs for g in groups_of(model)] == [1, 1, 1, 1]
+    assert all(g.pending is None for g in groups_of(model))  # every member served: the result is dropped
+    with torch.inference_mode():  # inference tensors keep no version counter: served by identity
+        assert torch.equal(model(input_ids=PROMPT).logits, llama_pair[1])
+    assert [g.runs for g in groups_of(model)] == [2, 2, 2, 2]
+    standalone = model.model.layers[1].mlp.up_proj  # each member still runs on its own
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    ref = copy.deepcopy(llama_pair[0].model.layers[1].mlp.up_proj)
+    y = standalone(x)
+    assert torch.equal(y, ref(x)) and y.shape == (3, 128)
+    check_against_float64(standalone, x, y)
+
+
+def test_load_state_dict_copies_into_the_views(llama_pair):
+    model, _ = fused_copy(llama_pair)
+    other = tiny_llama(seed=5)
+    expected = logits(other)
+    assert not torch.equal(expected, llama_pair[1])
+    buffer = io.BytesIO()
+    torch.save(other.state_dict(), buffer)
+    buffer.seek(0)
+    result = model.load_state_dict(torch.load(buffer))
+    assert not result.missing_keys and not result.unexpected_keys
+    groups = groups_of(model)
+    assert all(g is not None and not g.checked for g in groups)  # loading re-verifies on the next run
+    assert torch.equal(logits(model), expected)
+    assert groups_of(model) == groups and [g.runs for g in groups] == [1, 1, 1, 1]  # still fused
+    saved = io.BytesIO()  # and a fused model's state dict round-trips (the views' shared storage saved once)
+    torch.save(model.state_dict(), saved)
+    saved.seek(0)
+    back = copy.deepcopy(llama_pair[0])
+    back.load_state_dict(torch.load(saved))
+    assert torch.equal(logits(back), expected)
+
+
+@pytest.mark.parametrize("how", ["setattr", "apply", "buffers"])
+def test_a_replaced_or_moved_member_falls_back(llama_pair, how, caplog):
+    model, unfused = fused_copy(llama_pair)
+    reference = copy.deepcopy(llama_pair[0])
+    k_proj = model.model.layers[0].self_attn.k_proj
+    group = fused_group_of(k_proj)
+    changed = k_proj.values.flip(0).contiguous()  # other weights: stale fused weights would show
+    if how == "setattr":
+        k_proj.values = changed
+    elif how == "buffers":  # no _invalidate: caught by the identity check of every fused run
+        k_proj._buffers["values"] = changed
+    else:  # a device move makes new tensors (here: clones on the same device), then written in place
+        model.model.layers[0].self_attn._apply(lambda t: t.clone())
+        with torch.no_grad():
+            k_proj.values.copy_(changed)
+    reference.model.layers[0].self_attn.k_proj.values = changed.clone()
+    expected = logits(reference)
+    assert not torch.equal(expected, unfused)
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        assert torch.equal(logits(model), expected)
+    assert "running them unfused" in caplog.text
+    assert fused_group_of(k_proj) is None and group.fused is None and group.runs == 0
+    assert fused_group_of(model.model.layers[1].self_attn.k_proj) is not None  # the other layers stay fused
+    report = spt.fuse_projections_(model)  # fusing again picks the released group up
+    assert report.fused == GROUPS[:1] and "model.layers.1.self_attn.q_proj+k_proj+v_proj" in report.skipped
+    assert report.skipped["model.layers.1.self_attn.q_proj+k_proj+v_proj"] == "q_proj is already fused"
+    assert torch.equal(logits(model), expected) and fused_group_of(k_proj).runs == 1
+
+
+def test_sparse24_checkpoint_of_a_fused_model(llama_pair, tmp_path):
+    """A fused model saves like the unfused one; loading a checkpoint swaps in new (unfused) layers,
+    which fuse_projections_ fuses again."""
+    model, _ = fused_copy(llama_pair)
+    spt.save_sparse24_checkpoint(model, tmp_path / "fused")
+    spt.save_sparse24_checkpoint(llama_pair[0], tmp_path / "plain")
+    assert (tmp_path / "fused" / "model.safetensors").read_bytes() == (tmp_path / "plain" / "model.safetensors"
+                                                                       ).read_bytes()
+    other = tiny_llama(seed=5)
+    expected = logits(other)
+    spt.save_sparse24_checkpoint(other, tmp_path / "other")
+    report = spt.load_sparse24_checkpoint(model, tmp_path / "other")
+    assert len(report.sparse) == 14 and all(g is None for g in groups_of(model))
+    assert torch.equal(logits(model), expected)
+    assert spt.fuse_projections_(model).fused == GROUPS and torch.equal(logits(model), expected)
+    assert [g.runs for g in groups_of(model)] == [1, 1, 1, 1]
+
+
+def test_save_pretrained_of_a_fused_model(llama_pair, tmp_path):
+    """transformers' save_pretrained writes the same tensors for the fused model as for the unfused one."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    model, _ = fused_copy(llama_pair)
+    model.save_pretrained(tmp_path / "fused")
+    llama_pair[0].save_pretrained(tmp_path / "plain")
+    fused, plain = (safetensors.load_file(tmp_path / d / "model.safetensors") for d in ("fused", "plain"))
+    assert sorted(fused) == sorted(plain) and all(torch.equal(fused[k], plain[k]) for k in plain)
+    assert "model.layers.0.self_attn.k_proj.values" in fused
+
+
+def test_fusing_a_moved_model_again(llama_pair):
+    """After a move (new tensors for every buffer), fuse_projections_ releases the stale groups and
+    fuses the moved layers, without a forward in between."""
+    model, unfused = fused_copy(llama_pair)
+    stale = groups_of(model)
+    model._apply(lambda t: t.clone())
+    assert spt.fuse_projections_(model).fused == GROUPS
+    fresh = groups_of(model)
+    assert all(g.fused is None for g in stale) and not set(map(id, fresh)) & set(map(id, stale))
+    assert torch.equal(logits(model), unfused) and [g.runs for g in fresh] == [1, 1, 1, 1]
+
+
+def test_dtype_conversion_keeps_fusion(llama_pair):
+    model, unfused = fused_copy(llama_pair)
+    model.float()  # SparseLinear keeps its weight type: the views stay
+    model.to(torch.bfloat16)
+    assert torch.equal(logits(model), unfused) and all(g is not None and g.runs == 1 for g in groups_of(model))
+
+
+def test_deepcopy_keeps_a_consistent_group_and_pickle_falls_back(llama_pair):
+    model, unfused = fused_copy(llama_pair)
+    twin = copy.deepcopy(model)  # deepcopy keeps views of one storage: the copy's group is its own
+    q = twin.model.layers[0].self_attn.q_proj
+    group = fused_group_of(q)
+    assert group is not fused_group_of(model.model.layers[0].self_attn.q_proj)
+    assert q.values.untyped_storage().data_ptr() == group.fused.values.untyped_storage().data_ptr()
+    assert torch.equal(logits(twin), unfused) and [g.runs for g in groups_of(twin)] == [1, 1, 1, 1]
+    with torch.no_grad():
+        q.values.zero_()  # the copy's weights are its own
+    assert torch.equal(logits(model), unfused) and not torch.equal(logits(twin), unfused)
+    thawed = pickle.loads(pickle.dumps(model))  # plain pickle does not keep the shared storage
+    q = thawed.model.layers[0].self_attn.q_proj
+    assert q.values.untyped_storage().data_ptr() != fused_group_of(q).fused.values.untyped_storage().data_ptr()
+    assert torch.equal(logits(thawed), unfused)
+    assert all(g is None for g in groups_of(thawed))  # verified, found apart, released
+    saved = io.BytesIO()
+    torch.save(model, saved)  # torch.save keeps the shared storage: still fused
+    saved.seek(0)
+    loaded = torch.load(saved, weights_only=False)
+    assert torch.equal(logits(loaded), unfused) and [g.runs for g in groups_of(loaded)] == [1, 1, 1, 1]
+
+
+def test_torch_compile_runs_unfused_without_graph_breaks(llama_pair):
+    model, unfused = fused_copy(llama_pair)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(model)(input_ids=PROMPT)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")
+    with torch.no_grad():
+        got = compiled(input_ids=PROMPT).logits
+    assert torch.equal(got, unfused)
+    assert [g.runs for g in groups_of(model)] == [0, 0, 0, 0]  # traced: each member's own op
+    torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------------------------------------
+# the serving rules, the skip reasons, the diagnostics
+
+
+class Siblings(torch.nn.Module):
+    def __init__(self, sizes=(32, 16, 16), dtype=None, **kinds):
+        super().__init__()
+        for i, (name, n) in enumerate(zip(("q_proj", "k_proj", "v_proj"), sizes)):
+            kind = kinds.get(name, {})
+            layer = linear(n, 64, seed=i, bias=kind.pop("bias", True), dtype=kind.pop("x", torch.bfloat16))
+            setattr(self, name, layer if kind.pop("dense", False) else
+                    spt.SparseLinear.from_dense(layer, kind.pop("dtype", dtype), **kind))
+
+
+def test_same_object_and_version_are_served_else_recomputed():
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    assert spt.fuse_projections_(block).fused == ["q_proj+k_proj+v_proj"]
+    group = fused_group_of(block.q_proj)
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    q = block.q_proj(x)
+    assert group.runs == 1 and q.shape == (2, 3, 32) and not q.is_contiguous()
+    assert q.view(2, 3, 2, 16).shape == (2, 3, 2, 16)  # transformers' head split works on the column view
+    assert torch.equal(q, plain.q_proj(x))
+    x.add_(1)  # an in-place write between sibling calls: recomputed
+    k = block.k_proj(x)
+    assert group.runs == 2 and torch.equal(k, plain.k_proj(x))
+    assert torch.equal(block.k_proj(x), k) and group.runs == 3  # k served already: a new run
+    twin = x.clone()
+    assert torch.equal(block.v_proj(twin), plain.v_proj(x)) and group.runs == 4  # another x object
+    assert torch.equal(block.q_proj(twin), plain.q_proj(x)) and group.runs == 4  # served from that run
+    assert group.pending is not None  # k is still owed
+    assert torch.equal(block.k_proj(x), plain.k_proj(x)) and group.runs == 5  # equal values, not the object
+    same = torch.randn(4, 64).to(torch.bfloat16)
+    ys = [m(same) for m in (block.v_proj, block.q_proj, block.k_proj)]  # any order
+    assert group.runs == 6 and group.pending is None
+    for m, y in zip((plain.v_proj, plain.q_proj, plain.k_proj), ys):
+        assert torch.equal(y, m(same))
+    with pytest.raises(IntegrationError, match="x has shape") as err:  # a bad x: the layer's own diagnostic
+        block.k_proj(torch.randn(2, 48).to(torch.bfloat16))
+    assert err.value.code == "SP0901"
+
+
+def test_e4m3_group_and_no_bias():
+    block = Siblings(dtype="e4m3", q_proj={"bias": False}, k_proj={"bias": False}, v_proj={"bias": False})
+    plain = copy.deepcopy(block)
+    assert spt.fuse_projections_(block).fused == ["q_proj+k_proj+v_proj"]
+    group = fused_group_of(block.q_proj)
+    assert group.fused.bias is None and group.fused.scale_w.shape == (64,)
+    x = torch.randn(5, 64).to(torch.bfloat16)
+    for name in ("k_proj", "q_proj", "v_proj"):
+        y = getattr(block, name)(x)
+        assert torch.equal(y, getattr(plain, name)(x))
+        check_against_float64(getattr(block, name), x, y)
+    assert group.runs == 1
+
+
+@pytest.mark.parametrize(("kinds", "sizes", "reason"), [
+    ({"v_proj": {"dense": True}}, (32, 16, 16), "v_proj is a Linear, not a SparseLinear"),
+    ({}, (32, 24, 16), "k_proj has out_features = 24, not a multiple of 16 (its metadata rows would not be a slice "
+                       "of the fused layer's)"),
+    ({"k_proj": {"activation": "relu"}}, (32, 16, 16), "k_proj fuses activation 'relu'"),
+    ({"v_proj": {"dtype": "e4m3"}}, (32, 16, 16), "v_proj has weight dtype e4m3 but q_proj has bf16"),
+    ({"v_proj": {"bias": False}}, (32, 16, 16), "v_proj has bias False but q_proj has True"),
+    ({"k_proj": {"out_dtype": torch.float32}}, (32, 16, 16),
+     "k_proj has out_dtype torch.float32 but q_proj has None"),
+])
+def test_mismatched_groups_are_skipped_with_the_reason(kinds, sizes, reason):
+    block = Siblings(sizes, **kinds)
+    report = spt.fuse_projections_(block)
+    assert report.fused == [] and report.skipped == {"q_proj+k_proj+v_proj": reason}
+    assert str(report).splitlines()[1] == f"  skipped q_proj+k_proj+v_proj: {reason}"
+    assert all(fused_group_of(m) is None for m in block.children())
+
+
+def test_in_features_mismatch_and_custom_groups():
+    block = Siblings()
+    block.k_proj = spt.SparseLinear.from_dense(linear(16, 32, seed=9))
+    report = spt.fuse_projections_(block, [("q_proj", "v_proj"), ("q_proj", "k_proj"), ("up_proj", "q_proj")])
+    assert report.fused == ["q_proj+v_proj"]  # up_proj is missing: not a candidate, not reported
+    assert report.skipped == {"q_proj+k_proj": "q_proj is already fused"}
+    block = Siblings()
+    block.k_proj = spt.SparseLinear.from_dense(linear(16, 32, seed=9))
+    assert spt.fuse_projections_(block).skipped == {"q_proj+k_proj+v_proj": "k_proj has in_features 32 but q_proj "
+                                                                            "has 64"}
+
+
+def test_aliased_and_meta_members_are_skipped():
+    block = Siblings()
+    block.v_proj = block.k_proj
+    assert spt.fuse_projections_(block).skipped == {"q_proj+k_proj+v_proj": "v_proj is the same module as k_proj"}
+    block = torch.nn.Module()
+    block.q_proj, block.k_proj = (spt.SparseLinear(64, 32, device="meta") for _ in range(2))
+    report = spt.fuse_projections_(block, [("q_proj", "k_proj")])
+    assert report.skipped == {"q_proj+k_proj": "q_proj is on the meta device (no weights yet)"}
+
+
+def test_sparsify_fuse_option():
+    block = torch.nn.Module()
+    for i, (name, n) in enumerate((("gate_proj", 32), ("up_proj", 32), ("down_proj", 64))):
+        setattr(block, name, linear(n, 64 if name != "down_proj" else 32, seed=i))
+    report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True)
+    assert report.fusion.fused == ["gate_proj+up_proj"] and fused_group_of(block.up_proj) is not None
+    assert str(report).splitlines()[-1] == "fuse_projections_: 1 projection groups fused, 0 skipped"
+    assert spt.sparsify_(torch.nn.Module(), interpret=True).fusion is None
+    with pytest.raises(IntegrationError) as err:
+        spt.sparsify_(block, fuse="gate_proj")
+    assert err.value.code == "SP0944"
+
+
+@pytest.mark.parametrize(("groups", "message"), [
+    (("q_proj", "k_proj"), "projection group 'q_proj' is not a tuple of two or more distinct child module names"),
+    ("q_proj", "groups must be a non-empty sequence of name tuples, got 'q_proj'"),
+    ([], "groups must be a non-empty sequence of name tuples, got []"),
+    ([("q_proj",)], "projection group ('q_proj',) is not a tuple of two or more distinct child module names"),
+    ([("q_proj", "q_proj")], "projection group ('q_proj', 'q_proj') is not a tuple of two or more distinct child "
+                             "module names"),
+    ([("attn.q", "attn.k")], "projection group ('attn.q', 'attn.k') is not a tuple of two or more distinct child "
+                             "module names"),
+])
+def test_bad_groups_are_sp0944(groups, message):
+    with pytest.raises(IntegrationError) as err:
+        spt.fuse_projections_(Siblings(), groups)
+    assert err.value.code == "SP0944" and err.value.message == message
+    assert "pass a sequence of name tuples" in err.value.help
