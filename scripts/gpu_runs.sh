@@ -44,12 +44,13 @@ first)  # what the seventh session left unrun: the whole suite, and the model wi
     run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --batches 16 \
         --check-tokens 0 --repeats 2 --json "$out/llama-compile.json"
     ;;
-second)  # the toolkits changed in the seventh session: 32-bit compress, the native JAX handler
-    run 120 python benchmarks/bench_sparsity_gpu.py
-    run 150 python benchmarks/bench_jax.py
-    SPARSILE_JAX_NATIVE=0 run 100 python benchmarks/bench_jax.py --quick
-    run 200 python benchmarks/bench_llama.py --layers 32 --modes graph --models dense sparsile --batches 16 1 \
-        --json "$out/llama-graph.json"
+second)  # the seventh session's unmeasured work: 32-bit compress, native JAX handler, fused projections
+    run 80 python -m pytest -q -m gpu -rfE tests/gpu/test_jax_gpu.py tests/gpu/test_torch_linear_gpu.py -k "native or fused"
+    run 90 python benchmarks/bench_sparsity_gpu.py --shapes 57344x8192 14336x4096 4096x4096
+    run 80 python benchmarks/bench_jax.py --quick
+    SPARSILE_JAX_NATIVE=0 run 60 python benchmarks/bench_jax.py --quick
+    run 240 python benchmarks/bench_llama.py --layers 32 --modes graph --models dense sparsile sparsile-fused \
+        --batches 16 1 --json "$out/llama-graph.json"
     ;;
 pingpong)  # the ping-pong schedule of the sparse GEMM (seventh session, unmeasured): tests, then time it
     export SPARSILE_PTXAS="${SPARSILE_PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}"
