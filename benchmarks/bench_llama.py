@@ -131,12 +131,13 @@ def sparsify_sparsile(model: Any) -> Any:
 
 
 def sparsify_sparsile_fused(model: Any) -> Any:
-    """:func:`sparsify_sparsile`, then ``sparsile.torch.fuse_projections_`` (its report becomes the
-    sparsify report's ``fusion``); returns the sparsify report."""
+    """:func:`sparsify_sparsile`, then ``sparsile.torch.fuse_projections_(traced=True)`` (fused in
+    the torch.compile trace too: transformers' Llama writes nothing in place between the sibling
+    projections; its report becomes the sparsify report's ``fusion``); returns the sparsify report."""
     from sparsile.torch import fuse_projections_
 
     report = sparsify_sparsile(model)
-    report.fusion = fuse_projections_(model)
+    report.fusion = fuse_projections_(model, traced=True)
     return report
 
 

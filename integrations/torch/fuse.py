@@ -11,11 +11,16 @@ is unchanged (the fused layer is not a registered submodule). Concatenating the 
 words of the children gives the metadata of the concatenated weight because each block of 16
 rows is encoded on its own (docs/sparse-metadata.md §4).
 
-At run time (eager, or while a CUDA graph is captured; never under torch.compile / export, where
-each child runs its own custom op) the first sibling called with x runs the fused layer; a sibling
-called next with the *same tensor object* x (its ``_version`` unchanged) gets its columns of that
-result, a view. Each member is served once per fused run; a member called again, or with another
-x, runs the fused layer again. docs/torch.md ("Fusing sibling projections") has the details.
+At run time (eager, or while a CUDA graph is captured) the first sibling called with x runs the
+fused layer; a sibling called next with the *same tensor object* x (its ``_version`` unchanged)
+gets its columns of that result, a view. Each member is served once per fused run; a member called
+again, or with another x, runs the fused layer again.
+
+Under torch.compile / export each child runs its own custom op, unless the model was fused with
+``traced=True``: then the trace holds one fused op per group, and siblings are matched by identity
+alone (a version check there would break the graph), so an in-place write to the shared input
+between sibling calls *inside the compiled region* would not be seen. docs/torch.md ("Fusing
+sibling projections") has the details.
 """
 
 from __future__ import annotations
@@ -66,8 +71,9 @@ class ProjectionGroup:
     made. Each member holds ``(group, index)`` in its ``__dict__["_fused"]``; its ``forward`` (when
     not tracing) calls :meth:`run`."""
 
-    def __init__(self, fused: SparseLinear, members: Sequence[SparseLinear]):
+    def __init__(self, fused: SparseLinear, members: Sequence[SparseLinear], traced: bool = False):
         self.fused = fused
+        self.traced = traced  # also fuse in torch.compile / export traces (identity-matched there)
         self.members = tuple(members)
         starts = [0]
         for m in self.members:
@@ -146,6 +152,26 @@ class ProjectionGroup:
             self.pending = [x, version, parts, 1 << index]
         return parts[index]
 
+    def run_traced(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`run` while torch.compile / export traces the model (``traced=True``): the fused
+        custom op once per group in the trace, siblings matched by identity (no version counter in a
+        trace). A member whose views are not verified (replaced, moved, loaded) runs its own op."""
+        p = self.pending
+        if p is not None and p[0] is x and not (p[3] >> index) & 1:
+            served = p[3] | (1 << index)
+            if served == self.full:
+                self.pending = None
+            else:
+                p[3] = served
+            return p[2][index]
+        self.pending = None
+        if not self.checked or any(buffers.get(name) is not view for buffers, name, view in self.expect):
+            return self.members[index]._forward_op(x)
+        parts = self.fused._forward_op(x).split_with_sizes(self.sizes, -1)
+        if self.full != 1 << index:
+            self.pending = [x, -1, parts, 1 << index]
+        return parts[index]
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["pending"], state["runs"] = None, 0
@@ -202,7 +228,7 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
     return None
 
 
-def fuse_group(members: Sequence[SparseLinear]) -> ProjectionGroup:
+def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> ProjectionGroup:
     """Fuse ``members`` (checked by :func:`mismatch`): the fused layer, the members' buffers made
     views of its buffers, the members attached."""
     first = members[0]
@@ -221,12 +247,12 @@ def fuse_group(members: Sequence[SparseLinear]) -> ProjectionGroup:
                 if whole is not None:
                     setattr(m, name, whole[start:end])  # a view; SparseLinear.__setattr__ drops its launch records
             start = end
-    group = ProjectionGroup(fused, members)
+    group = ProjectionGroup(fused, members, traced)
     group.attach()
     return group
 
 
-def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS) -> FuseReport:
+def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced: bool = False) -> FuseReport:
     """For every module of ``model`` whose children named by a group (default
     :data:`DEFAULT_GROUPS`) fit together, run them as one fused :class:`.SparseLinear` (in place).
 
@@ -236,6 +262,10 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS) -> FuseRep
     with the reason in the returned :class:`FuseReport` (logged at INFO on ``sparsile.torch``).
     Call it again after moving the model (``model.to(device)``): a moved or replaced member makes
     its group fall back to unfused runs, never to stale weights. Bad ``groups``: SP0944.
+
+    ``traced=True`` fuses inside torch.compile / export traces too (one fused custom op per group in
+    the graph); siblings are matched there by identity alone, so the model must not write in place
+    to a group's shared input between the sibling calls (transformers' decoders do not).
     """
     groups = checked_groups(groups)
     report = FuseReport()
@@ -254,7 +284,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS) -> FuseRep
             if reason is not None:
                 report.skipped[key] = reason
                 continue
-            fuse_group([m for _, m in named])
+            fuse_group([m for _, m in named], traced)
             report.fused.append(key)
     LOG.info("%s", report)
     return report

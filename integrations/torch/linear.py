@@ -289,9 +289,11 @@ class SparseLinear(nn.Module):
         return self.out_dtype or x.dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if tracing(x):
-            return self._forward_op(x)
         fused = self.__dict__.get("_fused")
+        if tracing(x):
+            if fused is not None and fused[0].traced:  # fuse_projections_(traced=True): one op per group
+                return fused[0].run_traced(fused[1], x)
+            return self._forward_op(x)
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
         w = self.__dict__["_weight"] or self._bound()

@@ -276,6 +276,50 @@ def test_torch_compile_runs_unfused_without_graph_breaks(llama_pair):
     torch._dynamo.reset()
 
 
+def sparse_ops_in_compiled_graph(model) -> tuple[list[str], torch.Tensor]:
+    """The sparsile ops of the graph torch.compile traces for ``model`` on PROMPT, and its logits."""
+    ops: list[str] = []
+
+    def backend(gm, example_inputs):
+        ops.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "sparsile" in str(n.target))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(input_ids=PROMPT).logits
+    torch._dynamo.reset()
+    return ops, got
+
+
+def test_traced_fusion_puts_one_op_per_group_in_the_compiled_graph(llama_pair):
+    """fuse_projections_(traced=True): the torch.compile trace holds one fused sparse_linear per
+    group (4 per layer instead of 7), with no graph break and the unfused logits."""
+    model, unfused = llama_pair
+    plain, _ = fused_copy(llama_pair)
+    ops, got = sparse_ops_in_compiled_graph(plain)
+    assert ops.count("sparsile.sparse_linear") == 14 and torch.equal(got, unfused)
+    traced = copy.deepcopy(model)
+    assert spt.fuse_projections_(traced, traced=True).fused == GROUPS
+    with torch.no_grad():
+        explained = torch._dynamo.explain(traced)(input_ids=PROMPT)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    ops, got = sparse_ops_in_compiled_graph(traced)
+    assert ops.count("sparsile.sparse_linear") == 8 and torch.equal(got, unfused)
+    assert all(g.pending is None for g in groups_of(traced))  # nothing left held after the trace
+
+
+def test_traced_fusion_of_a_replaced_member_runs_it_alone(llama_pair):
+    model, unfused = llama_pair
+    traced = copy.deepcopy(model)
+    spt.fuse_projections_(traced, traced=True)
+    layer = traced.model.layers[0].self_attn
+    with torch.no_grad():
+        layer.k_proj.values = layer.k_proj.values.clone()  # no longer a view of the fused weight
+    ops, got = sparse_ops_in_compiled_graph(traced)
+    assert ops.count("sparsile.sparse_linear") == 10  # layer 0's q, k, v alone; the rest fused
+    assert torch.equal(got, unfused)
+
+
 # ------------------------------------------------------------------------------------------------
 # the serving rules, the skip reasons, the diagnostics
 
