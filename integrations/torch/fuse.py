@@ -247,6 +247,10 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
                 if whole is not None:
                     setattr(m, name, whole[start:end])  # a view; SparseLinear.__setattr__ drops its launch records
             start = end
+    if traced:  # the fused buffers are no registered module's: tell CUDA graph trees their address is fixed
+        for name in _BUFFER_NAMES:  # (else reduce-overhead would copy the weight into the graph on every replay)
+            if getattr(fused, name) is not None:
+                torch._dynamo.mark_static_address(getattr(fused, name))
     group = ProjectionGroup(fused, members, traced)
     group.attach()
     return group

@@ -306,6 +306,9 @@ def test_traced_fusion_puts_one_op_per_group_in_the_compiled_graph(llama_pair):
     ops, got = sparse_ops_in_compiled_graph(traced)
     assert ops.count("sparsile.sparse_linear") == 8 and torch.equal(got, unfused)
     assert all(g.pending is None for g in groups_of(traced))  # nothing left held after the trace
+    # reduce-overhead must not copy the fused weight into its graph per replay: marked static
+    assert all(getattr(g.fused.values, "_dynamo_static_input_type", None) for g in groups_of(traced))
+    assert not any(hasattr(g.fused.values, "_dynamo_static_input_type") for g in groups_of(plain))
 
 
 def test_traced_fusion_of_a_replaced_member_runs_it_alone(llama_pair):
