@@ -243,3 +243,31 @@ def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
             ref = reference(input_ids=ids, use_cache=False).logits.float()
             dense_err = (dense(input_ids=ids, use_cache=False).logits.float() - ref).abs().max().item()
             assert (static.float() - ref).abs().max().item() <= 2.0 * dense_err
+
+
+def test_traced_fusion_under_torch_compile_reduce_overhead():
+    """fuse_projections_(traced=True) under mode="reduce-overhead" (CUDA graph trees): the compiled
+    2-layer Llama (one fused op per group in its graph) gives the eager unfused model's logits to
+    bf16 tolerance on new inputs each replay, and the fused weights are used in place (marked
+    static: no copy into the graph per replay)."""
+    import copy
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, min_features=16)
+    unfused = copy.deepcopy(model)
+    assert len(spt.fuse_projections_(model, traced=True).fused) == 4
+    compiled = torch.compile(model, mode="reduce-overhead")
+    gen = torch.Generator("cuda").manual_seed(3)
+    with torch.no_grad():
+        for _ in range(4):  # warm-up, recording, then replays
+            ids = torch.randint(0, 128, (16, 1), device="cuda", generator=gen)
+            got = compiled(input_ids=ids, use_cache=False).logits.float().clone()
+            ref = unfused(input_ids=ids, use_cache=False).logits.float()
+            torch.testing.assert_close(got, ref, rtol=2 ** -6, atol=2 ** -6)
