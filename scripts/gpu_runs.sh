@@ -39,10 +39,10 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-first)  # what the seventh session left unrun: the whole suite, and the model with the decode table
-    run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
-    run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile --batches 16 \
-        --check-tokens 0 --repeats 2 --json "$out/llama-compile.json"
+first)  # what the seventh session left unrun: the whole suite, the model with the decode table and fused projections
+    run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 250 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile sparsile-fused \
+        --batches 16 --check-tokens 0 --repeats 2 --json "$out/llama-compile.json"
     ;;
 second)  # the seventh session's unmeasured work: 32-bit compress, native JAX handler, fused projections
     run 80 python -m pytest -q -m gpu -rfE tests/gpu/test_jax_gpu.py tests/gpu/test_torch_linear_gpu.py -k "native or fused"
