@@ -1,7 +1,7 @@
 """Greedy decoding of a Llama-3-8B-shaped ``transformers.LlamaForCausalLM`` (random weights, bf16) on
 the GPU, dense against 2:4 sparse: tokens/s of dense bf16, sparsile (``sparsile.torch.sparsify_``),
-sparsile-fused (``sparsify_`` then ``fuse_projections_``: q/k/v and gate/up run as one kernel each,
-in eager and CUDA-graph decoding; under torch.compile each projection runs its own op) and torch
+sparsile-fused (``sparsify_`` then ``fuse_projections_(traced=True)``: q/k/v and gate/up run as one
+kernel each, in eager and CUDA-graph decoding and under torch.compile) and torch
 semi-structured (``to_sparse_semi_structured``, cuSPARSELt), batch 1 and 16.
 
     python benchmarks/bench_llama.py                        # 8 layers, batch 1 and 16, CUDA graphs

@@ -388,7 +388,7 @@ def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
                      "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "sparsify_: 7 linear layers swapped" in text
-    assert "fuse_projections_: 2 projection groups fused, 0 skipped" in text
+    assert "fuse_projections_: 2 projection groups fused, 0 already fused, 0 skipped" in text
     assert "WARNING" not in text
     report = json.loads(out.read_text())
     assert report["check"]["sparsile-fused"]["ok"]

@@ -16,8 +16,9 @@ fused layer; a sibling called next with the *same tensor object* x (its ``_versi
 gets its columns of that result, a view. Each member is served once per fused run; a member called
 again, or with another x, runs the fused layer again.
 
-Under torch.compile / export each child runs its own custom op, unless the model was fused with
-``traced=True``: then the trace holds one fused op per group, and siblings are matched by identity
+Under torch.compile (or another tracer) each child runs its own custom op, unless the model was
+fused with ``traced=True``: then a torch.compile trace holds one fused op per group (torch.export
+swaps the buffers, so there each child still runs its own), and siblings are matched by identity
 alone (a version check there would break the graph), so an in-place write to the shared input
 between sibling calls *inside the compiled region* would not be seen. docs/torch.md ("Fusing
 sibling projections") has the details.
@@ -41,6 +42,9 @@ LOG = logging.getLogger("sparsile.torch")
 DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """The sibling projections fused by default: attention q/k/v and the gated MLP's gate/up (Llama,
 Mistral, Qwen and most transformers decoders name them so)."""
+PARTIAL_RUNS_LIMIT = 8
+"""A group is released after this many fused runs in a row that left members unserved (members fed
+different inputs, as in cross-attention: fusing would only multiply the work)."""
 ROW_ALIGN = 16
 """Each member's out_features must be a multiple of this: the sm90 metadata encodes blocks of 16 rows
 on their own, so a member's words are a row slice of the fused words (docs/sparse-metadata.md §4)."""
@@ -54,9 +58,11 @@ class FuseReport:
 
     fused: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)  # fused before, by an earlier call, and left so
 
     def __str__(self) -> str:
-        lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.skipped)} skipped"]
+        lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.kept)} already fused, "
+                 f"{len(self.skipped)} skipped"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -73,7 +79,7 @@ class ProjectionGroup:
 
     def __init__(self, fused: SparseLinear, members: Sequence[SparseLinear], traced: bool = False):
         self.fused = fused
-        self.traced = traced  # also fuse in torch.compile / export traces (identity-matched there)
+        self.traced = traced  # also fuse in torch.compile traces (identity-matched there)
         self.members = tuple(members)
         starts = [0]
         for m in self.members:
@@ -86,6 +92,7 @@ class ProjectionGroup:
         self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served]
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
+        self.partial = 0  # fused runs in a row that ended with members unserved
 
     def attach(self) -> None:
         for i, m in enumerate(self.members):
@@ -103,6 +110,15 @@ class ProjectionGroup:
         """A member's buffers may have changed (``SparseLinear._invalidate``): verify before the next run."""
         self.checked = False
         self.pending = None
+
+    def settle(self) -> None:
+        """Verify the members now (after a member's ``_apply``): release the group when one no longer
+        holds its views (moved, replaced), so that its fused copy is freed even if the model then
+        only runs traced; else the group stays verified."""
+        if self.fused is not None and not self.intact():
+            LOG.info("fused projections: a member was moved or its buffers replaced; running the group "
+                     "unfused (call fuse_projections_ again to fuse it)")
+            self.release()
 
     def intact(self) -> bool:
         """Each member still holds the views this group made, and (after an invalidation, a copy or
@@ -139,21 +155,30 @@ class ProjectionGroup:
             else:
                 p[3] = served
             return p[2][index]
-        self.pending = None
-        if not self.intact():
+        fused = self.fused  # read once: another thread may release the group
+        if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced or moved; running them unfused "
                      "(call fuse_projections_ again to fuse them)")
             self.release()
             return self.members[index].forward(x)
+        # a run that left siblings unserved: they read another input (cross-attention's k and v read the
+        # encoder's states, q the decoder's), so fusing only multiplies the work: give up after a few
+        self.partial = self.partial + 1 if p is not None else 0
+        self.pending = None
+        if self.partial >= PARTIAL_RUNS_LIMIT:
+            LOG.info("fused projections: the members of a group keep reading different inputs "
+                     "(cross-attention?); running them unfused")
+            self.release()
+            return self.members[index].forward(x)
         version = _version(x)
-        parts = self.fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
+        parts = fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
         self.runs += 1
         if self.full != 1 << index:
             self.pending = [x, version, parts, 1 << index]
         return parts[index]
 
     def run_traced(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`run` while torch.compile / export traces the model (``traced=True``): the fused
+        """:meth:`run` while torch.compile traces the model (``traced=True``): the fused
         custom op once per group in the trace, siblings matched by identity (no version counter in a
         trace). A member whose views are not verified (replaced, moved, loaded) runs its own op."""
         p = self.pending
@@ -165,9 +190,11 @@ class ProjectionGroup:
                 p[3] = served
             return p[2][index]
         self.pending = None
-        if not self.checked or any(buffers.get(name) is not view for buffers, name, view in self.expect):
+        fused = self.fused
+        if fused is None or not self.checked or any(buffers.get(name) is not view
+                                                    for buffers, name, view in self.expect):
             return self.members[index]._forward_op(x)
-        parts = self.fused._forward_op(x).split_with_sizes(self.sizes, -1)
+        parts = fused._forward_op(x).split_with_sizes(self.sizes, -1)
         if self.full != 1 << index:
             self.pending = [x, -1, parts, 1 << index]
         return parts[index]
@@ -228,6 +255,14 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
     return None
 
 
+def mark_static(fused: SparseLinear) -> None:
+    """The fused buffers belong to no registered module: tell torch.compile's CUDA graph trees their
+    addresses are fixed (else reduce-overhead would copy the weight into the graph on every replay)."""
+    for name in _BUFFER_NAMES:
+        if getattr(fused, name) is not None:
+            torch._dynamo.mark_static_address(getattr(fused, name))
+
+
 def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> ProjectionGroup:
     """Fuse ``members`` (checked by :func:`mismatch`): the fused layer, the members' buffers made
     views of its buffers, the members attached."""
@@ -247,10 +282,8 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
                 if whole is not None:
                     setattr(m, name, whole[start:end])  # a view; SparseLinear.__setattr__ drops its launch records
             start = end
-    if traced:  # the fused buffers are no registered module's: tell CUDA graph trees their address is fixed
-        for name in _BUFFER_NAMES:  # (else reduce-overhead would copy the weight into the graph on every replay)
-            if getattr(fused, name) is not None:
-                torch._dynamo.mark_static_address(getattr(fused, name))
+    if traced:
+        mark_static(fused)
     group = ProjectionGroup(fused, members, traced)
     group.attach()
     return group
@@ -267,7 +300,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     Call it again after moving the model (``model.to(device)``): a moved or replaced member makes
     its group fall back to unfused runs, never to stale weights. Bad ``groups``: SP0944.
 
-    ``traced=True`` fuses inside torch.compile / export traces too (one fused custom op per group in
+    ``traced=True`` fuses inside torch.compile traces too (one fused custom op per group in
     the graph); siblings are matched there by identity alone, so the model must not write in place
     to a group's shared input between the sibling calls (transformers' decoders do not).
     """
@@ -284,6 +317,13 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
                 held = m.__dict__.get("_fused") if isinstance(m, SparseLinear) else None
                 if held is not None and not held[0].intact():
                     held[0].release()
+            same = fused_group_of(named[0][1]) if isinstance(named[0][1], SparseLinear) else None
+            if same is not None and same.members == tuple(m for _, m in named):  # fused already: kept,
+                if traced and not same.traced:  # and fused in traces too if asked now
+                    mark_static(same.fused)
+                    same.traced = True
+                report.kept.append(key)
+                continue
             reason = mismatch(named)
             if reason is not None:
                 report.skipped[key] = reason

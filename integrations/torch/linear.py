@@ -360,6 +360,9 @@ class SparseLinear(nn.Module):
 
         result = super()._apply(keep_dtype, recurse)
         self._invalidate()
+        fused = self.__dict__.get("_fused")
+        if fused is not None:  # checked now, not at a later (maybe traced) run: a moved member ends the
+            fused[0].settle()  # group and frees the fused copy; a dtype cast keeps the views and fusion
         return result
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:

@@ -71,7 +71,7 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
               interpret: bool = False, min_features: int = 128, trainable: bool = False,
-              fuse: Any = False) -> SparsifyReport:
+              fuse: Any = False, traced: bool = False) -> SparsifyReport:
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
@@ -85,7 +85,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     :class:`~.training.SemiSparseLinear` layers instead (docs/training.md; e4m3 is refused, SP0916).
 
     ``fuse=True`` then calls :func:`~.fuse.fuse_projections_` (sibling projections such as q/k/v run
-    as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``.
+    as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``;
+    ``traced=True`` fuses inside torch.compile traces too (``fuse_projections_(traced=True)``).
     """
     groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
@@ -105,6 +106,6 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))
         report.swapped.append(fqn)
     if groups is not None:
-        report.fusion = fuse_projections_(model, groups)
+        report.fusion = fuse_projections_(model, groups, traced=traced)
     LOG.info("%s", report)
     return report

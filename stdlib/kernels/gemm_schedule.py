@@ -50,7 +50,7 @@ def checked_schedule(schedule: Any, operand: str, target: str, split_k: int | No
         why = f"target {target} (the ping-pong kernels are Hopper kernels: sm_90a)"
     elif operand not in PINGPONG_OPERANDS:
         why = f"{operand} operands (ping-pong kernels exist for {', '.join(PINGPONG_OPERANDS)})"
-    elif split_k not in (None, 1):
+    elif split_k is not None and (type(split_k) is not int or split_k != 1):
         why = f"split_k={split_k} (a ping-pong warpgroup computes a tile's whole K)"
     elif converts:
         why = "out_dtype other than float16 (the ping-pong kernels store float16 C)"

@@ -246,10 +246,11 @@ def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
 
 
 def test_traced_fusion_under_torch_compile_reduce_overhead():
-    """fuse_projections_(traced=True) under mode="reduce-overhead" (CUDA graph trees): the compiled
-    2-layer Llama (one fused op per group in its graph) gives the eager unfused model's logits to
-    bf16 tolerance on new inputs each replay, and the fused weights are used in place (marked
-    static: no copy into the graph per replay)."""
+    """fuse_projections_(traced=True) on CUDA: the traced graph of a 2-layer Llama holds one fused
+    op per group (8 sparse ops, not 14), and under mode="reduce-overhead" (CUDA graph trees) the
+    compiled model gives the eager unfused model's logits to bf16 tolerance on new inputs each
+    replay. (Whether graph trees skip copying the fused weights, which are marked static, shows
+    in bench_llama's timing, not here.)"""
     import copy
 
     transformers = pytest.importorskip("transformers")
@@ -263,6 +264,17 @@ def test_traced_fusion_under_torch_compile_reduce_overhead():
     spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, min_features=16)
     unfused = copy.deepcopy(model)
     assert len(spt.fuse_projections_(model, traced=True).fused) == 4
+    ops = []
+
+    def counting(gm, example_inputs):
+        ops.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "sparsile" in str(n.target))
+        return gm.forward
+
+    with torch.no_grad():
+        torch.compile(model, backend=counting)(input_ids=torch.zeros((16, 1), dtype=torch.long, device="cuda"),
+                                               use_cache=False)
+    assert ops.count("sparsile.sparse_linear") == 8
+    torch._dynamo.reset()
     compiled = torch.compile(model, mode="reduce-overhead")
     gen = torch.Generator("cuda").manual_seed(3)
     with torch.no_grad():

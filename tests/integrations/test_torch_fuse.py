@@ -108,7 +108,8 @@ def test_fused_llama_equals_unfused_and_runs_once_per_group(llama_pair, caplog):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with caplog.at_level(logging.INFO, logger="sparsile.torch"):
         report = spt.fuse_projections_(model)
-    assert "fuse_projections_: 4 projection groups fused, 0 skipped" in caplog.text and report.fused == GROUPS
+    assert "fuse_projections_: 4 projection groups fused, 0 already fused, 0 skipped" in caplog.text
+    assert report.fused == GROUPS
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(after[k], v) for k, v in before.items())
     attn = model.model.layers[0].self_attn
@@ -173,8 +174,10 @@ def test_a_replaced_or_moved_member_falls_back(llama_pair, how, caplog):
         k_proj.values = changed
     elif how == "buffers":  # no _invalidate: caught by the identity check of every fused run
         k_proj._buffers["values"] = changed
-    else:  # a device move makes new tensors (here: clones on the same device), then written in place
-        model.model.layers[0].self_attn._apply(lambda t: t.clone())
+    else:  # a device move makes new tensors (here: clones on the same device), then written in place;
+        with caplog.at_level(logging.INFO, logger="sparsile.torch"):  # the group is released at once
+            model.model.layers[0].self_attn._apply(lambda t: t.clone())
+        assert "running the group unfused" in caplog.text and group.fused is None
         with torch.no_grad():
             k_proj.values.copy_(changed)
     reference.model.layers[0].self_attn.k_proj.values = changed.clone()
@@ -182,12 +185,11 @@ def test_a_replaced_or_moved_member_falls_back(llama_pair, how, caplog):
     assert not torch.equal(expected, unfused)
     with caplog.at_level(logging.INFO, logger="sparsile.torch"):
         assert torch.equal(logits(model), expected)
-    assert "running them unfused" in caplog.text
+    assert "unfused" in caplog.text
     assert fused_group_of(k_proj) is None and group.fused is None and group.runs == 0
     assert fused_group_of(model.model.layers[1].self_attn.k_proj) is not None  # the other layers stay fused
     report = spt.fuse_projections_(model)  # fusing again picks the released group up
-    assert report.fused == GROUPS[:1] and "model.layers.1.self_attn.q_proj+k_proj+v_proj" in report.skipped
-    assert report.skipped["model.layers.1.self_attn.q_proj+k_proj+v_proj"] == "q_proj is already fused"
+    assert report.fused == GROUPS[:1] and report.kept == GROUPS[1:] and report.skipped == {}
     assert torch.equal(logits(model), expected) and fused_group_of(k_proj).runs == 1
 
 
@@ -426,7 +428,7 @@ def test_sparsify_fuse_option():
         setattr(block, name, linear(n, 64 if name != "down_proj" else 32, seed=i))
     report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True)
     assert report.fusion.fused == ["gate_proj+up_proj"] and fused_group_of(block.up_proj) is not None
-    assert str(report).splitlines()[-1] == "fuse_projections_: 1 projection groups fused, 0 skipped"
+    assert str(report).splitlines()[-1] == "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped"
     assert spt.sparsify_(torch.nn.Module(), interpret=True).fusion is None
     with pytest.raises(IntegrationError) as err:
         spt.sparsify_(block, fuse="gate_proj")
@@ -448,3 +450,55 @@ def test_bad_groups_are_sp0944(groups, message):
         spt.fuse_projections_(Siblings(), groups)
     assert err.value.code == "SP0944" and err.value.message == message
     assert "pass a sequence of name tuples" in err.value.help
+
+
+def test_a_dtype_cast_keeps_traced_fusion_and_a_move_frees_the_fused_copy(llama_pair):
+    """``model.half()`` leaves the members' views in place: the group stays verified, so the
+    compiled graph keeps one op per group; a move (new tensors) releases every group at once, so
+    the fused copy is freed even if the model then only runs traced."""
+    model, _ = llama_pair
+    traced = copy.deepcopy(model)
+    spt.fuse_projections_(traced, traced=True)
+    traced.half()
+    assert all(g.checked and g.fused is not None for g in groups_of(traced))
+    ops, got = sparse_ops_in_compiled_graph(traced)
+    assert ops.count("sparsile.sparse_linear") == 8
+    assert torch.equal(got, logits(copy.deepcopy(model).half()))  # the unfused model, cast the same way
+    groups = groups_of(traced)
+    traced._apply(lambda t: t.clone())  # what a device move does to every buffer
+    assert all(g.fused is None for g in groups) and all(fused_group_of(m) is None for m in traced.modules())
+
+
+def test_fusing_again_with_traced_keeps_the_groups_and_fuses_them_in_traces(llama_pair):
+    model, unfused = llama_pair
+    again = copy.deepcopy(model)
+    first = spt.fuse_projections_(again)
+    groups = groups_of(again)
+    report = spt.fuse_projections_(again, traced=True)
+    assert report.fused == [] and report.kept == first.fused == GROUPS and report.skipped == {}
+    assert groups_of(again) == groups and all(g.traced for g in groups)
+    ops, got = sparse_ops_in_compiled_graph(again)
+    assert ops.count("sparsile.sparse_linear") == 8 and torch.equal(got, unfused)
+
+
+def test_members_fed_different_inputs_give_the_group_up():
+    """Cross-attention's q reads the decoder's states and k / v the encoder's: every fused run then
+    serves one member. After PARTIAL_RUNS_LIMIT such runs the group is released (right values
+    throughout, unfused from then on)."""
+    from sparsile.integrations.torch.fuse import PARTIAL_RUNS_LIMIT
+
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    group = fused_group_of(block.q_proj)
+    enc = torch.randn(3, 64).to(torch.bfloat16)
+    for step in range(PARTIAL_RUNS_LIMIT + 2):
+        dec = torch.randn(1, 64).to(torch.bfloat16)
+        assert torch.equal(block.q_proj(dec), plain.q_proj(dec))
+        if step == 0:
+            assert torch.equal(block.k_proj(enc), plain.k_proj(enc))
+            assert torch.equal(block.v_proj(enc), plain.v_proj(enc))
+    assert group.fused is None and fused_group_of(block.q_proj) is None
+    # q's run, k / v's run, then q alone: the run that would have been the LIMIT-th partial one in a row
+    # is not made
+    assert group.runs == PARTIAL_RUNS_LIMIT

@@ -209,6 +209,7 @@ def test_nvjitlink_assembles_it_without_budgets_and_without_spills(bf16_ptx, mon
     with pytest.warns(W.RegisterBudgetWarning, match=r"SP0612"):
         linked = K.ptx_to_cubin(bf16_ptx, _sm90(), name="pingpong.ptx")
     assert "C7504" in linked.info_log and "0 bytes spill stores" in linked.info_log
+    assert "C7510" not in linked.info_log and "serialized" not in linked.info_log  # wgmma not serialized
     sass = K.nvdisasm_sass(linked.cubin)
     if sass is None:
         pytest.skip("nvdisasm is not installed")
@@ -222,6 +223,7 @@ def test_whole_program_ptxas_keeps_the_budgets_without_local_memory(bf16_ptx, mo
         warnings.simplefilter("error", W.RegisterBudgetWarning)
         linked = K.ptx_to_cubin(bf16_ptx, _sm90(), name="pingpong.ptx")
     assert "C7504" not in linked.info_log and "0 bytes spill stores" in linked.info_log
+    assert "C7510" not in linked.info_log and "serialized" not in linked.info_log  # wgmma not serialized
     sass = K.nvdisasm_sass(linked.cubin)
     if sass is None:
         pytest.skip("nvdisasm is not installed")
