@@ -149,12 +149,7 @@ class ProjectionGroup:
         started with this same x, or of a new fused run."""
         p = self.pending
         if p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x):
-            served = p[3] | (1 << index)
-            if served == self.full:
-                self.pending = None
-            else:
-                p[3] = served
-            return p[2][index]
+            return self._serve(p, index)
         fused = self.fused  # read once: another thread may release the group
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced or moved; running them unfused "
@@ -173,9 +168,7 @@ class ProjectionGroup:
         version = _version(x)
         parts = fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
         self.runs += 1
-        if self.full != 1 << index:
-            self.pending = [x, version, parts, 1 << index]
-        return parts[index]
+        return self._start(x, version, parts, index)
 
     def run_traced(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """:meth:`run` while torch.compile traces the model (``traced=True``): the fused
@@ -183,20 +176,28 @@ class ProjectionGroup:
         trace). A member whose views are not verified (replaced, moved, loaded) runs its own op."""
         p = self.pending
         if p is not None and p[0] is x and not (p[3] >> index) & 1:
-            served = p[3] | (1 << index)
-            if served == self.full:
-                self.pending = None
-            else:
-                p[3] = served
-            return p[2][index]
+            return self._serve(p, index)
         self.pending = None
         fused = self.fused
         if fused is None or not self.checked or any(buffers.get(name) is not view
                                                     for buffers, name, view in self.expect):
             return self.members[index]._forward_op(x)
-        parts = fused._forward_op(x).split_with_sizes(self.sizes, -1)
+        return self._start(x, -1, fused._forward_op(x).split_with_sizes(self.sizes, -1), index)
+
+    def _serve(self, p: list[Any], index: int) -> torch.Tensor:
+        """Member ``index``'s columns of the pending run ``p`` (matched by the caller), marked
+        served; the run is dropped once every member was served."""
+        served = p[3] | (1 << index)
+        if served == self.full:
+            self.pending = None
+        else:
+            p[3] = served
+        return p[2][index]
+
+    def _start(self, x: torch.Tensor, version: int, parts: Sequence[torch.Tensor], index: int) -> torch.Tensor:
+        """Member ``index``'s columns of a new fused run, kept for the siblings still owed theirs."""
         if self.full != 1 << index:
-            self.pending = [x, -1, parts, 1 << index]
+            self.pending = [x, version, parts, 1 << index]
         return parts[index]
 
     def __getstate__(self) -> dict[str, Any]:
