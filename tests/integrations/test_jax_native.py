@@ -381,29 +381,40 @@ def test_arm_publishes_the_launcher_packing_once_and_failures_disable_the_plan()
         native.uninstall()
 
 
-def test_arm_describes_a_derived_tensor_map_from_the_xla_buffer() -> None:
-    from sparsile.backend.runtime.params import ArrayParam, ParamSpec
-    from sparsile.backend.runtime.tensormap import TensorMapParam
+def _launch_a_tensor_map_plan(params: tuple, source: str, plan_id: int, moved_to: int) -> Fakes:
+    """Arm a plan whose one operand ``source`` (a 32 x 128 bf16 XLA buffer at 0x10000) the kernel
+    reads through a tensor map (the launcher's ``params``), then run it natively with that buffer
+    moved to ``moved_to``; the fakes it called."""
+    from sparsile.backend.runtime.params import ParamSpec
 
     fakes = Fakes(sizes=(128,))
     native.install(fakes.addresses()[3], fakes.addresses()[:3])
     try:
-        plan, plan_id = FakePlan(), 0x77_0000_0002
-        plan.sources = [("a", "in", 0)]
+        plan = FakePlan()
+        plan.sources = [(source, "in", 0)]
         launcher = plan._launcher
-        launcher.spec = ParamSpec((ArrayParam("a", "bf16"), TensorMapParam("a_map", "bf16", (16, 64), source="a")))
-        launcher.jax_needs_info = {"a"}
+        launcher.spec = ParamSpec(params)
+        launcher.jax_needs_info = {source}
         launcher.snapshot = lambda values: (b"\xcd" * 128, (0,))
         plan.launch_values = lambda *args: [None]
         a = ffi.XlaBuffer(0x10000, "bfloat16", (32, 128))
-        assert native.arm(plan_id, plan, [a], [ffi.XlaBuffer(0x3000, "float32", (4,))], 0)
-        frame = Frame(fakes.api, plan_id, (0x20000, 0x2000, 0x3000))
+        assert native.arm(plan_id, plan, [a], [ffi.XlaBuffer(0x3000, "float32", (4,))], 0), native.DISABLED
+        frame = Frame(fakes.api, plan_id, (moved_to, 0x2000, 0x3000))
         assert c.CFUNCTYPE(c.c_void_p, c.c_void_p)(native.handler().address)(c.addressof(frame.frame)) is None
-        # bf16 is CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 (9); dims innermost first, strides in bytes
-        assert fakes.encodes == [(0, 9, 2, 0x20000, [128, 32], [256], [64, 16], [1, 1], 0, 0, 0, 0)]
-        assert fakes.launches[0][5] == [b"\xe1" * 128] and fakes.slow == []
+        return fakes
     finally:
         native.uninstall()
+
+
+def test_arm_describes_a_derived_tensor_map_from_the_xla_buffer() -> None:
+    from sparsile.backend.runtime.params import ArrayParam
+    from sparsile.backend.runtime.tensormap import TensorMapParam
+
+    fakes = _launch_a_tensor_map_plan((ArrayParam("a", "bf16"), TensorMapParam("a_map", "bf16", (16, 64), source="a")),
+                                      "a", 0x77_0000_0002, 0x20000)
+    # bf16 is CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 (9); dims innermost first, strides in bytes
+    assert fakes.encodes == [(0, 9, 2, 0x20000, [128, 32], [256], [64, 16], [1, 1], 0, 0, 0, 0)]
+    assert fakes.launches[0][5] == [b"\xe1" * 128] and fakes.slow == []
 
 
 def test_arm_encodes_the_tensor_map_of_a_tensor_argument_from_its_xla_buffer() -> None:
@@ -411,28 +422,13 @@ def test_arm_encodes_the_tensor_map_of_a_tensor_argument_from_its_xla_buffer() -
     ``source``; the launch passes A's array again): the record re-encodes it from A's XLA buffer.
     (The H200 run of the GPU tests found every shipped sparse_linear plan left on the slow path with
     "KeyError: 'A.tmap0'".)"""
-    from sparsile.backend.runtime.params import ParamSpec
     from sparsile.backend.runtime.tensormap import TensorMapParam
     from sparsile.driver.launch import tmap_param_name
 
-    fakes = Fakes(sizes=(128,))
-    native.install(fakes.addresses()[3], fakes.addresses()[:3])
-    try:
-        plan, plan_id = FakePlan(), 0x77_0000_0003
-        plan.sources = [("A", "in", 0)]
-        launcher = plan._launcher
-        launcher.spec = ParamSpec((TensorMapParam(tmap_param_name("A", 0), "bf16", (16, 64)),))
-        launcher.jax_needs_info = {"A"}
-        launcher.snapshot = lambda values: (b"\xcd" * 128, (0,))
-        plan.launch_values = lambda *args: [None]
-        a = ffi.XlaBuffer(0x10000, "bfloat16", (32, 128))
-        assert native.arm(plan_id, plan, [a], [ffi.XlaBuffer(0x3000, "float32", (4,))], 0), native.DISABLED
-        frame = Frame(fakes.api, plan_id, (0x40000, 0x2000, 0x3000))
-        assert c.CFUNCTYPE(c.c_void_p, c.c_void_p)(native.handler().address)(c.addressof(frame.frame)) is None
-        assert fakes.encodes == [(0, 9, 2, 0x40000, [128, 32], [256], [64, 16], [1, 1], 0, 0, 0, 0)]
-        assert fakes.launches[0][5] == [b"\xe1" * 128] and fakes.slow == []
-    finally:
-        native.uninstall()
+    fakes = _launch_a_tensor_map_plan((TensorMapParam(tmap_param_name("A", 0), "bf16", (16, 64)),), "A",
+                                      0x77_0000_0003, 0x40000)
+    assert fakes.encodes == [(0, 9, 2, 0x40000, [128, 32], [256], [64, 16], [1, 1], 0, 0, 0, 0)]
+    assert fakes.launches[0][5] == [b"\xe1" * 128] and fakes.slow == []
 
 
 def test_switch_is_documented() -> None:
