@@ -181,6 +181,19 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
+def small_cuda_llama():
+    """A 2-layer bf16 LlamaForCausalLM on CUDA (hidden 256, 4 heads, 2 kv heads, vocab 128), seeded."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    return model
+
+
 @pytest.mark.parametrize("tokens", [1, 16])
 def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
     """fuse_projections_ on a 2-layer Llama (bf16, CUDA): one capture holds one fused launch per
@@ -190,16 +203,9 @@ def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
     tolerance (at most twice the dense bf16 model's distance to a float32 copy of the pruned model)."""
     import copy
 
-    transformers = pytest.importorskip("transformers")
     from sparsile.integrations.torch.fuse import fused_group_of
 
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512, num_attention_heads=4,
-                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    model = small_cuda_llama()
     dense = copy.deepcopy(model)
     report = spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, min_features=16, fuse=True)
     assert len(report.swapped) == 14 and len(report.fusion.fused) == 4 and not report.fusion.skipped
@@ -253,14 +259,7 @@ def test_traced_fusion_under_torch_compile_reduce_overhead():
     in bench_llama's timing, not here.)"""
     import copy
 
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512, num_attention_heads=4,
-                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    model = small_cuda_llama()
     spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, min_features=16)
     unfused = copy.deepcopy(model)
     assert len(spt.fuse_projections_(model, traced=True).fused) == 4
