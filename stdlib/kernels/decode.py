@@ -291,6 +291,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
     sms = num_sms or planned_sm_count(interpret)
     source = "heuristic" if split_k is None and stages is None else "explicit"
+    found = None
     if source == "heuristic" and table is not False:
         from .decode_tuning import SP_TABLE_ENTRY, table_choice
 
@@ -299,17 +300,17 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             split_k, stages, source = found[0].split_k, found[0].stages, found[1]
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
-            fits = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k, stages)
-            if fits.stages * (fits.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA:
-                raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "
-                                f"{base.t} tokens: {stages} stages do not fit in {SMEM_PER_CTA // 1024} KB of "
-                                "shared memory", help="tune the table again (benchmarks/tune_decode.py) or "
-                                "remove that entry", code=SP_TABLE_ENTRY)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
                                None if bad_stages else stages)
-    if bad_stages or cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA:
+    too_big = cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA
+    if too_big and found is not None:  # the table's entry, not the caller, asked for these stages
+        raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "
+                        f"{base.t} tokens: {stages} stages do not fit in {SMEM_PER_CTA // 1024} KB of "
+                        "shared memory", help="tune the table again (benchmarks/tune_decode.py) or "
+                        "remove that entry", code=SP_TABLE_ENTRY)
+    if bad_stages or too_big:
         raise bad_input(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
                         f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
                         help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
