@@ -22,6 +22,7 @@ import functools
 import operator
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,7 +113,12 @@ class LaunchRecord:
     def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
                  off_pool: bool = False, stream: int | None = None):
         api = kernel_api()
+        # the weight as aliases (new tensor objects on the same memory): the record pins the memory its
+        # launches read, but not the caller's tensor objects, so that a weak reference to them tells
+        # when the layer (or model) holding them is gone (RecordCache drops the record then)
+        w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
         self.weight = w
+        self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
@@ -243,6 +249,11 @@ def _outside_graph_pools(device: torch.device, build: Callable[[], Any], stream:
             t.record_stream(current)
 
 
+def _NO_OWNER() -> None:
+    """The owner of a record not (yet) in a :class:`RecordCache`: none."""
+    return None
+
+
 def _capturing() -> bool:
     """torch's current CUDA stream is capturing a graph."""
     return _IS_CAPTURING()
@@ -266,7 +277,16 @@ def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ..
 
 
 class RecordCache:
-    """Launch records by key, at most ``capacity`` (least recently built dropped first)."""
+    """Launch records by key: at most ``capacity`` per weight (the least recently built of that
+    weight dropped first, except records a CUDA graph captured), none for a weight that is gone.
+
+    A record holds aliases of its weight, and a weak reference to the caller's ``values`` tensor:
+    once that tensor is collected (its layer or model deleted, or the buffer replaced), its records
+    are dropped and the weight's memory is freed. The limit is per weight, not global, so that a
+    model with more projections than any fixed number keeps one record per layer: under
+    torch.compile's CUDA graph trees a record dropped between the warm-up and the recording would be
+    rebuilt inside the capture, and its allocations left in the graph's pool ("tensors in the
+    cudagraph pool not tracked as outputs")."""
 
     def __init__(self, capacity: int = 64):
         self.capacity = capacity
@@ -276,14 +296,30 @@ class RecordCache:
     def clear(self) -> None:
         self.records.clear()
 
-    def _trim(self) -> None:
-        """Drop the oldest records beyond ``capacity``, except those a CUDA graph captured: a replay
-        writes their workspace and counters, which must stay allocated as long as the graph may run."""
+    def _dropped(self, key: tuple, owner: weakref.ref) -> None:
+        """The weak reference ``owner`` of the record stored at ``key`` died: drop that record (a
+        weakref callback: it may run in any thread, at any allocation, so one atomic pop)."""
+        record = self.records.get(key)
+        if record is not None and record.owner is owner:
+            self.records.pop(key, None)
+
+    def _trim(self, values: torch.Tensor) -> None:
+        """Drop the records whose weight is gone, and the oldest of ``values``' records beyond
+        ``capacity``, except those a CUDA graph captured: a replay writes their workspace and
+        counters, which must stay allocated as long as the graph may run."""
         records = self.records
-        if len(records) <= self.capacity:
-            return
-        for key in [k for k, r in records.items() if not r.captured][:len(records) - self.capacity]:
-            del records[key]
+        mine = []
+        for key in tuple(records):  # a snapshot: a weakref callback may pop entries meanwhile
+            record = records.get(key)
+            if record is None:
+                continue
+            owner = record.owner()
+            if owner is None:
+                records.pop(key, None)
+            elif owner is values and not record.captured:
+                mine.append(key)
+        for key in mine[:max(0, len(mine) - self.capacity)]:
+            records.pop(key, None)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -292,7 +328,9 @@ class RecordCache:
             stream: int | None = None, off_pool: bool = False) -> torch.Tensor:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
         the record of ``key`` (built on a miss; ``off_pool``: outside any CUDA-graph memory pool,
-        for the custom op that torch.compile's CUDA graph trees call)."""
+        for the custom op that torch.compile's CUDA graph trees call). ``key`` must name the
+        weight's memory (its data pointers): a record pins that memory, so no other weight can
+        take its addresses while the record lives."""
         if stream is None:
             device = x.get_device()
             getter = self._streams.get(device)
@@ -307,6 +345,8 @@ class RecordCache:
             record = records.get((*key, stream))
             if record is None:
                 record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream)
-                records[(*key, stream) if record.owns_workspace else key] = record
-                self._trim()
+                stored = (*key, stream) if record.owns_workspace else key
+                record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
+                records[stored] = record
+                self._trim(w.values)
         return record(x, scale_x, stream)

@@ -28,7 +28,7 @@ from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
 from ._kernels import OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
 from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
 
-_RECORDS = RecordCache(capacity=256)
+_RECORDS = RecordCache()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -46,7 +46,7 @@ from .linear import (
     weight_dtype_name,
 )
 
-_RECORDS = RecordCache(capacity=256)
+_RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
 
 

@@ -122,6 +122,43 @@ def test_torch_compile_reduce_overhead_cuda_graph_trees():
         torch.testing.assert_close(y, model(x), rtol=2 ** -7, atol=2 ** -7)
 
 
+def test_reduce_overhead_with_more_layers_than_the_record_capacity():
+    """More sparse layers than the op's record cache holds per weight (a 70B Llama has 560
+    projections): every layer keeps its record from the warm-up to the recording (a record dropped
+    there is rebuilt inside the capture, its allocations left in the graph's pool, which the
+    recording refuses), and the records of a model that was deleted, captured ones too, are
+    dropped with it, freeing its weights."""
+    import gc
+
+    from sparsile.integrations.torch import ops
+
+    gc.collect()
+    before = len(ops._RECORDS)
+    layers = ops._RECORDS.capacity + 16
+    model = torch.nn.Sequential(*[linear(256, 256, device="cuda", seed=i) for i in range(layers)])
+    with torch.no_grad():
+        for layer in model:  # randn weights scaled so that 80 layers in a row neither vanish nor overflow
+            layer.weight.mul_(256 ** -0.5)
+    spt.sparsify_(model)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    gen = torch.Generator("cuda").manual_seed(9)
+    for _ in range(4):  # warm-up, recording, then replays
+        x = torch.randn(8, 256, device="cuda", generator=gen).to(torch.bfloat16)
+        y = compiled(x).clone()
+        torch.testing.assert_close(y, model(x), rtol=2 ** -6, atol=2 ** -6)
+        assert y.isfinite().all() and y.abs().max() > 0.25
+    assert len(ops._RECORDS) >= before + layers
+    free_before = torch.cuda.memory_allocated()
+    del model, compiled, y
+    torch._dynamo.reset()
+    from torch._inductor import cudagraph_trees
+
+    cudagraph_trees.reset_cudagraph_trees()
+    gc.collect()
+    assert len(ops._RECORDS) == before
+    assert torch.cuda.memory_allocated() < free_before
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
 @pytest.mark.parametrize("k", [512, 8192])
 def test_cuda_graph_capture_and_replay(dtype, k):

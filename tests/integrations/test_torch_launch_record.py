@@ -165,6 +165,39 @@ def test_capacity_drops_the_oldest(monkeypatch):
     assert list(cache.records) == [(2,), (3,)]
 
 
+def test_capacity_is_per_weight(monkeypatch):
+    """More weights than the capacity keep one record each (a model's layers under torch.compile:
+    a record dropped between CUDA graph trees' warm-up and recording would be rebuilt inside the
+    capture); a weight's own records beyond the capacity drop its oldest."""
+    _fake_api(monkeypatch)
+    cache = kernels.RecordCache(capacity=2)
+    weights = [_weight() for _ in range(5)]
+    for i, w in enumerate(weights):
+        cache.run((1, i), _x(1), w, None, torch.float32, stream=0)
+    assert len(cache) == 5
+    for t in (2, 3):
+        cache.run((t, 0), _x(t), weights[0], None, torch.float32, stream=0)
+    assert list(cache.records) == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 0), (3, 0)]
+
+
+def test_records_of_a_collected_weight_are_dropped(monkeypatch):
+    """A record pins its weight's memory through aliases only: once the caller's values tensor is
+    collected (the layer or model deleted), its records go, and their memory with them."""
+    import gc
+    import weakref
+
+    _fake_api(monkeypatch)
+    cache, kept, gone = kernels.RecordCache(), _weight(), _weight()
+    cache.run((4, "kept"), _x(), kept, None, torch.float32, stream=0)
+    cache.run((4, "gone"), _x(), gone, None, torch.float32, stream=0)
+    record = cache.records[(4, "gone")]
+    assert record.weight.values is not gone.values and record.weight.values.data_ptr() == gone.values.data_ptr()
+    storage = weakref.ref(record.weight.values)
+    del gone, record
+    gc.collect()
+    assert list(cache.records) == [(4, "kept")] and storage() is None
+
+
 def test_misaligned_x_is_copied(monkeypatch):
     log = _fake_api(monkeypatch)
     cache, w = kernels.RecordCache(), _weight()
@@ -268,5 +301,6 @@ def test_records_a_graph_captured_are_never_dropped(monkeypatch):
     capturing[0] = False
     for t in (2, 3, 4):
         cache.run((t,), _x(t), w, None, torch.float32, stream=1)
-    assert list(cache.records) == [(1, 1), (4, 1)]  # (T, stream): per-stream records (a workspace)
+    # (T, stream): per-stream records (a workspace); the capacity bounds the uncaptured ones
+    assert list(cache.records) == [(1, 1), (3, 1), (4, 1)]
     assert cache.records[(1, 1)].captured and not cache.records[(4, 1)].captured
