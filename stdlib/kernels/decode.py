@@ -104,9 +104,13 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
 
     Two CTAs per SM when at least three steps fit in half the shared memory (keeps ~2 x 2 steps,
     70-90 KB, in flight per SM: Little's law wants ~30 KB at 4.8 TB/s and ~700 ns), else one CTA
-    with a deeper ring. K is split so that the grid fills the resident CTA slots at most once
-    (no second wave), with at least two steps per share. ``split_k`` / ``stages`` override the
-    choice (for tuning on the GPU); the occupancy follows from the stages."""
+    with a deeper ring. K is split so that the grid has about one CTA per SM (``sms // tiles``
+    shares), with at least two steps per share: the H200 sweep of ten Llama-3 8B / 70B shapes
+    (stdlib/kernels/tuned/decode-h200.json, benchmarks/RESULTS.md) found the best split at or
+    below that in every case but one (6144 x 4096 at 16 tokens), and filling both CTA slots of
+    every SM with shares (twice the split) 1.02-1.13x slower: more shares add partial sums to
+    write and reduce without adding bandwidth. ``split_k`` / ``stages`` override the choice (for
+    tuning on the GPU); the occupancy follows from the stages."""
     eb = choice.elem_bytes
     bn = 8
     while bn < t:
@@ -126,8 +130,7 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     tiles = -(-m // DECODE_BM)
     steps = -(-k // bk)
     if split_k is None:
-        slots = sms * ctas
-        split_k = max(1, min(slots // max(tiles, 1), steps // 2, MAX_SPLIT))
+        split_k = max(1, min(sms // max(tiles, 1), steps // 2, MAX_SPLIT))
     return DecodeConfig(bn, bk, stages, split_k, ctas)
 
 
