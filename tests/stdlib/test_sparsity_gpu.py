@@ -72,6 +72,28 @@ def test_other_8bit_types(dtype: str) -> None:
     np.testing.assert_array_equal(meta.data, ref_meta.data)
 
 
+SMALL_VALUES = {"s8": (0, 1, -1, 2, -128, 127), "u8": (0, 1, 2, 255, 128, 3)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", ("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"))
+def test_every_chunk_of_six_values_bit_identical(dtype: str, fmt: str) -> None:
+    """Every chunk whose elements come from six values (equal magnitudes of both signs: ties;
+    +0 and -0; one, two or no nonzero elements in each position) compresses bit-identically to the
+    host: the kernel's top-2 network and its exception for a lone nonzero element (docs/sparse-
+    metadata.md §2) against the host's pruning and table."""
+    op = S.operand_type(dtype)
+    alphabet = np.array(SMALL_VALUES.get(dtype, (0.0, -0.0, 1.0, -1.0, 2.0, -2.0)))
+    chunks = np.stack(np.meshgrid(*[np.arange(6)] * op.group, indexing="ij"), axis=-1).reshape(-1, op.group)
+    rng = np.random.default_rng(op.group)
+    w = alphabet[chunks[rng.permutation(len(chunks))]].reshape(-1, 16 * op.group // 4)
+    w = w.astype(op.host_dtype) if dtype in ("s8", "u8") else w.astype(np.float32).astype(op.host_dtype)
+    values, meta = G.compress_gpu(w, dtype, fmt, interpret=True)
+    ref_values, ref_meta = host_reference(w, dtype, fmt)
+    np.testing.assert_array_equal(bits(values), bits(ref_values))
+    np.testing.assert_array_equal(meta.data, ref_meta.data)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from(DTYPES), fmt=st.sampled_from(FORMATS), m=st.integers(1, 40), k=st.integers(1, 80),
        seed=st.integers(0, 2**16))
