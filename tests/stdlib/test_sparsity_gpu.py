@@ -5,6 +5,8 @@ shapes; every diagnostic with its code and message; GPU runs of large shapes (ma
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -293,6 +295,31 @@ def test_compiled_kernel_reads_at_memory_width(dtype: str, fmt: str, load: str) 
     assert "0 bytes spill stores" in compiled.info_log
     store = "st.global.v4.b32" if chunk_bytes == 8 else "st.global.v2.b32"
     assert ptx.count(store) >= per_thread * chunk_bytes // 2 // (16 if chunk_bytes == 8 else 8)
+
+
+SASS_BUDGET = {"bf16": 400, "e4m3": 390, "tf32": 150}
+"""Most SASS instructions (NOPs aside) per thread of the fused prune + compress for sm_90a: it was
+bound by instruction issue on the H200, and the composite-key network brought 558 / 549 / 158
+(bf16 / e4m3 / tf32, ptxas 13.0) down to about 352 / 341 / 134."""
+
+
+@pytest.mark.parametrize("dtype", sorted(SASS_BUDGET))
+def test_compiled_compress_stays_within_its_instruction_budget(dtype: str) -> None:
+    from sparsile.backend.toolchain import linker
+
+    op = S.operand_type(dtype)
+    m, k = 57344, 8192
+    chunk_bytes = op.group * op.host_dtype.itemsize
+    grid, mp, kw = G._grid("sm90", op, m, k)
+    w, values = np.zeros((2, 2), f"u{chunk_bytes}"), np.zeros((2, 2), f"u{chunk_bytes // 2}")
+    compiled = G.kernel_module().prune_compress[grid].compile_for(
+        "sm_90a", w, values, np.zeros((2, 2), np.uint32), np.zeros(1, np.int32), m, k // op.group, mp, kw,
+        KIND=G._kind_of(op), FMT="sm90", INTERLEAVED=op.interleaved)
+    sass = linker.nvdisasm_sass(compiled.cubin)
+    if sass is None:
+        pytest.skip("nvdisasm is not installed")
+    count = len(re.findall(r"^\s*/\*[0-9a-f]{4}\*/\s+(?!NOP\b)\S", sass, re.MULTILINE))
+    assert 0 < count <= SASS_BUDGET[dtype], count
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
