@@ -5,8 +5,6 @@ shapes; every diagnostic with its code and message; GPU runs of large shapes (ma
 
 from __future__ import annotations
 
-import re
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -70,28 +68,6 @@ def test_other_8bit_types(dtype: str) -> None:
     w = tricky(dtype, 20, 64, seed=3)
     values, meta = G.compress_gpu(w, dtype, "sm90", interpret=True)
     ref_values, ref_meta = host_reference(w, dtype, "sm90")
-    np.testing.assert_array_equal(bits(values), bits(ref_values))
-    np.testing.assert_array_equal(meta.data, ref_meta.data)
-
-
-SMALL_VALUES = {"s8": (0, 1, -1, 2, -128, 127), "u8": (0, 1, 2, 255, 128, 3)}
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("dtype", ("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"))
-def test_every_chunk_of_six_values_bit_identical(dtype: str, fmt: str) -> None:
-    """Every chunk whose elements come from six values (equal magnitudes of both signs: ties;
-    +0 and -0; one, two or no nonzero elements in each position) compresses bit-identically to the
-    host: the kernel's top-2 network and its exception for a lone nonzero element (docs/sparse-
-    metadata.md §2) against the host's pruning and table."""
-    op = S.operand_type(dtype)
-    alphabet = np.array(SMALL_VALUES.get(dtype, (0.0, -0.0, 1.0, -1.0, 2.0, -2.0)))
-    chunks = np.stack(np.meshgrid(*[np.arange(6)] * op.group, indexing="ij"), axis=-1).reshape(-1, op.group)
-    rng = np.random.default_rng(op.group)
-    w = alphabet[chunks[rng.permutation(len(chunks))]].reshape(-1, 16 * op.group // 4)
-    w = w.astype(op.host_dtype) if dtype in ("s8", "u8") else w.astype(np.float32).astype(op.host_dtype)
-    values, meta = G.compress_gpu(w, dtype, fmt, interpret=True)
-    ref_values, ref_meta = host_reference(w, dtype, fmt)
     np.testing.assert_array_equal(bits(values), bits(ref_values))
     np.testing.assert_array_equal(meta.data, ref_meta.data)
 
@@ -295,31 +271,6 @@ def test_compiled_kernel_reads_at_memory_width(dtype: str, fmt: str, load: str) 
     assert "0 bytes spill stores" in compiled.info_log
     store = "st.global.v4.b32" if chunk_bytes == 8 else "st.global.v2.b32"
     assert ptx.count(store) >= per_thread * chunk_bytes // 2 // (16 if chunk_bytes == 8 else 8)
-
-
-SASS_BUDGET = {"bf16": 400, "e4m3": 390, "tf32": 150}
-"""Most SASS instructions (NOPs aside) per thread of the fused prune + compress for sm_90a: it was
-bound by instruction issue on the H200, and the composite-key network brought 558 / 549 / 158
-(bf16 / e4m3 / tf32, ptxas 13.0) down to about 352 / 341 / 134."""
-
-
-@pytest.mark.parametrize("dtype", sorted(SASS_BUDGET))
-def test_compiled_compress_stays_within_its_instruction_budget(dtype: str) -> None:
-    from sparsile.backend.toolchain import linker
-
-    op = S.operand_type(dtype)
-    m, k = 57344, 8192
-    chunk_bytes = op.group * op.host_dtype.itemsize
-    grid, mp, kw = G._grid("sm90", op, m, k)
-    w, values = np.zeros((2, 2), f"u{chunk_bytes}"), np.zeros((2, 2), f"u{chunk_bytes // 2}")
-    compiled = G.kernel_module().prune_compress[grid].compile_for(
-        "sm_90a", w, values, np.zeros((2, 2), np.uint32), np.zeros(1, np.int32), m, k // op.group, mp, kw,
-        KIND=G._kind_of(op), FMT="sm90", INTERLEAVED=op.interleaved)
-    sass = linker.nvdisasm_sass(compiled.cubin)
-    if sass is None:
-        pytest.skip("nvdisasm is not installed")
-    count = len(re.findall(r"^\s*/\*[0-9a-f]{4}\*/\s+(?!NOP\b)\S", sass, re.MULTILINE))
-    assert 0 < count <= SASS_BUDGET[dtype], count
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
