@@ -56,12 +56,13 @@ def test_every_chunk_of_six_values_bit_identical(dtype: str, fmt: str) -> None:
     np.testing.assert_array_equal(meta.data, ref_meta.data)
 
 
-SASS_BUDGET = {("prune_compress", "bf16"): 400, ("prune_compress", "e4m3"): 390, ("prune_compress", "tf32"): 150,
+SASS_BUDGET = {("prune_compress", "bf16"): 380, ("prune_compress", "e4m3"): 370, ("prune_compress", "tf32"): 140,
                ("decompress", "bf16"): 200}
 """Most SASS instructions (NOPs aside) per thread for sm_90a. The fused prune + compress was bound
 by instruction issue on the H200; the composite-key network brought it from 558 / 549 / 158
-(bf16 / e4m3 / tf32, ptxas 13.0) to about 352 / 341 / 134. decompress reads each thread's own
-metadata word instead of converting a word tile through shared memory: 280 -> 173 (bf16)."""
+(bf16 / e4m3 / tf32, ptxas 13.0) to about 352 / 341 / 134, and storing each thread's own metadata
+word instead of widening the stores through shared memory to 334 / 325 / 119. decompress loads
+each thread's own word instead of converting a word tile through shared memory: 280 -> 173 (bf16)."""
 
 
 @pytest.mark.parametrize("kernel,dtype", sorted(SASS_BUDGET))
@@ -83,5 +84,4 @@ def test_compiled_kernel_stays_within_its_instruction_budget(kernel: str, dtype:
     count = len(re.findall(r"^\s*/\*[0-9a-f]{4}\*/\s+(?!NOP\b)\S", sass, re.MULTILINE))
     assert 0 < count <= SASS_BUDGET[kernel, dtype], count
     assert "0 bytes spill stores" in compiled.info_log
-    if kernel == "decompress":  # no layout conversion through shared memory (compress widens its stores there)
-        assert "STS" not in sass and "BAR" not in sass
+    assert "STS" not in sass and "BAR" not in sass  # no layout conversion through shared memory
