@@ -1,7 +1,8 @@
 """The kernels of stdlib/kernels/sparsity_24.spk themselves: the fused prune + compress on every
 chunk of a small alphabet (the composite-key network and its lone-nonzero exception), decompress
 on poisoned outputs (both in the CPU interpreter, bit for bit against the host toolkit), and the
-SASS instruction budget of both compiled for sm_90a (no GPU needed)."""
+SASS instruction budget of both compiled for sm_90a (no GPU needed); the unmasked kernels on a GPU
+(marked gpu)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib.kernels import sparsity_gpu as G
 
-from .test_sparsity_gpu import FORMATS, bits, host_reference, tricky
+from .test_sparsity_gpu import DTYPES, FORMATS, _torch_cuda, bits, host_reference, tricky
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -54,6 +55,22 @@ def test_full_tiles_take_the_unmasked_path(dtype: str, fmt: str, monkeypatch: py
                                       bits(S.decompress(ref_values, ref_meta)))
         assert ("prune_compress", even) in launched and ("decompress", even) in launched
         launched.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_full_tiles_bit_identical(dtype: str, fmt: str) -> None:
+    """The unmasked (EVEN) kernels on the GPU: a 2048 x 4096 matrix of whole programs."""
+    torch = _torch_cuda()
+    w = tricky(dtype, 2048, 4096, seed=23)
+    ints = torch.from_numpy(w.view(f"i{w.itemsize}" if w.itemsize > 1 else "u1")).cuda()
+    values, meta = G.compress_gpu(ints.view(getattr(torch, G._TORCH_DTYPES[dtype])), dtype, fmt)
+    ref_values, ref_meta = host_reference(w, dtype, fmt)
+    np.testing.assert_array_equal(bits(S.as_host_array(values)), bits(ref_values))
+    np.testing.assert_array_equal(meta.to_host().data, ref_meta.data)
+    dense = G.decompress_gpu(values, meta)
+    np.testing.assert_array_equal(bits(S.as_host_array(dense)), bits(S.decompress(ref_values, ref_meta)))
 
 
 SMALL_VALUES = {"s8": (0, 1, -1, 2, -128, 127), "u8": (0, 1, 2, 255, 128, 3)}
