@@ -80,15 +80,7 @@ def _graph_ms(fn, repeats: int) -> float:
             fn()
     except Exception:  # any capture failure means "not measurable this way"
         return float("nan")
-    graph.replay()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / repeats
+    return _events_ms(graph.replay, repeats)
 
 
 def bench_shape(m: int, k: int, dtype: str, fmt: str, repeats: int, host_repeats: int) -> dict[str, float]:
