@@ -272,6 +272,12 @@ def _grid(fmt: str, op: OperandType, m: int, k: int) -> tuple[tuple[int, int], i
     return (max(1, -(-mp // WR)), max(1, -(-kw // WC))), mp, kw
 
 
+def _even(m: int, kc: int, mp: int, kw: int) -> bool:
+    """Whether every program of prune_compress / decompress covers a full tile (their EVEN: loads
+    and stores without masks): no padding rows (Mp = M) or chunks (8 KW = KC), whole programs."""
+    return mp == m and 8 * kw == kc and mp % WR == 0 and kw % WC == 0
+
+
 # ------------------------------------------------------------------------------------------------
 # the toolkit
 
@@ -309,7 +315,7 @@ def compress_gpu(w: Any, dtype: str | OperandType | None = None, fmt: str = "sm9
     if m and kc:
         _launch("prune_compress", grid, interpret, _view_uint(x, chunk_bytes), values, meta, bad, m, kc, mp, kw,
                 KIND=_kind_of(op), FMT=fmt, PRUNE=bool(prune), INTERLEAVED=op.interleaved, WR=WR, WC=WC,
-                num_warps=NUM_WARPS)
+                EVEN=_even(m, kc, mp, kw), num_warps=NUM_WARPS)
     if not prune and m and kc and _total(bad):
         compress(as_host_array(w, "w"), op.name)  # the host names the first offending chunk (SP0803)
         raise bad_input("w is not 2:4 sparse", code=SP_NOT_SPARSE)  # pragma: no cover - the host raised
@@ -421,7 +427,7 @@ def decompress_gpu(values: Any, meta: Any, fmt: str | None = None, dtype: str | 
     if m and kc:
         _launch("decompress", grid, interpret, _view_uint(vals, chunk_bytes // 2), checked.data, dense, m, kc, mp, kw,
                 KIND=_kind_of(op), FMT=checked.fmt, INTERLEAVED=op.interleaved, WR=WR, WC=WC,
-                num_warps=NUM_WARPS)
+                EVEN=_even(m, kc, mp, kw), num_warps=NUM_WARPS)
     return _view_as(dense, op)[:, :k]
 
 
