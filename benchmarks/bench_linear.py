@@ -27,7 +27,11 @@ Columns (µs per call):
   kern     kernel time: torch.profiler CUDA device time of all kernels one call launches
   ovh      wall - kern of eager SparseLinear (the host overhead not hidden behind the kernel)
   graph    CUDA graph replay: R calls captured in one graph, replayed back to back, time / R
-           (kernel time plus the gaps between kernels; no Python)
+           (kernel time plus the gaps between kernels; no Python). The R calls use one weight, which
+           stays in the 50 MB L2 between calls when it fits (``--l2 warm``, the default); ``--l2 cold``
+           rotates them over copies of the weight that together take at least 3 x L2 (at most 8
+           copies), so each call streams its weight from HBM as a model's layers do (the decode
+           tuning times its candidates so: docs/autotune.md)
   cslt     kernel time of ``torch._cslt_sparse_mm`` with the searched algorithm (e4m3: x quantized
            beforehand, so the quantization is not in it)
   x/dense  speedups: the dense time / this time (eager: wall; graph: graph; kern: kern)
@@ -109,6 +113,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="e4m3: count the per-token quantization of x (torch ops) in the dense anchor's time "
                          "(default: x is quantized beforehand, the anchor is _scaled_mm alone)")
     ap.add_argument("--blocks", type=positive, default=7, help="timed blocks per measurement (median taken)")
+    ap.add_argument("--l2", choices=("warm", "cold"), default="warm",
+                    help="graph column: every replayed call on one weight (warm: it may stay in L2) or rotating "
+                         "over copies totalling 3 x L2 (cold: from HBM, as in a model)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new case after this many seconds (the table keeps the rows measured)")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the rows as JSON")
@@ -153,6 +160,34 @@ def sync() -> None:
 # operands and contenders
 
 
+GRAPH_L2 = {"warm": "one weight: L2-warm where it fits",
+            "cold": "rotating over weight copies of at least 3 x L2: from HBM"}
+L2_BYTES = 50 * 2 ** 20  # the H200's L2
+MAX_COPIES = 8
+
+
+def copies_for_cold_l2(weight_bytes: int) -> int:
+    """How many copies of a weight of ``weight_bytes`` take at least 3 x L2 together (1 to 8)."""
+    return max(1, min(MAX_COPIES, -(-3 * L2_BYTES // max(1, weight_bytes))))
+
+
+def rotating(calls: list[Callable[[], Any]]) -> Callable[[], Any]:
+    """A call that runs ``calls`` in turn, one per call (captured into a graph: each captured call
+    binds the next one's weight)."""
+    turn = [0]
+
+    def call() -> Any:
+        fn = calls[turn[0] % len(calls)]
+        turn[0] += 1
+        return fn()
+
+    return call
+
+
+def tensor_bytes(*tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
 def make_sparse_linear(linear: Any, dtype: str) -> Any:
     """``SparseLinear.from_dense(linear, dtype=...)``: None for bf16 (the layer's own dtype); for e4m3
     the name "e4m3" first, then ``torch.float8_e4m3fn``."""
@@ -184,7 +219,7 @@ class Contenders:
     """Everything measured on one (shape, dtype): built once, then called for each T."""
 
     def __init__(self, shape: Shape, dtype: str, variants: tuple[str, ...], errors: dict[str, str],
-                 quantize_in_dense: bool = False) -> None:
+                 quantize_in_dense: bool = False, l2: str = "warm") -> None:
         import torch
 
         self.dtype, self.errors, self.quantize_in_dense = dtype, errors, quantize_in_dense
@@ -209,6 +244,22 @@ class Contenders:
             self.semi = self._try("semi", lambda: to_sparse_semi_structured(w))
         if "cslt" in variants:
             self.cslt = self._try("cslt", lambda: torch._cslt_compress(self.w8 if dtype == "e4m3" else w))
+        self.cold = l2 == "cold" and "graph" in variants
+        self.dense_copies: list[Contenders] = []  # --l2 cold: contenders on copies of the weights
+        self.sparse_copies: list[Any] = []
+        if self.cold:
+            import copy
+
+            dense_bytes = tensor_bytes(self.w8 if dtype == "e4m3" else w)
+            for _ in range(copies_for_cold_l2(dense_bytes) - 1):
+                twin = copy.copy(self)
+                twin.w = w.clone()
+                if dtype == "e4m3":
+                    twin.w8, twin.sw = self.w8.clone(), self.sw.clone()
+                self.dense_copies.append(twin)
+            if self.sparse is not None:
+                sparse_bytes = tensor_bytes(*self.sparse.buffers())
+                self.sparse_copies = [copy.deepcopy(self.sparse) for _ in range(copies_for_cold_l2(sparse_bytes) - 1)]
 
     def _try(self, what: str, build: Callable[[], Any]) -> Any:
         try:
@@ -276,15 +327,16 @@ class Contenders:
 
 
 def measure(label: str, fn: Callable[[], Any], row: dict[str, Any], errors: dict[str, str], *,
-            blocks: int, wall: bool = True, graph: bool = False) -> None:
-    """Fill ``row[label + '_wall' / '_host' / '_kern' / '_graph']``; an exception goes to ``errors``."""
+            blocks: int, wall: bool = True, graph: bool = False, graph_fn: Callable[[], Any] | None = None) -> None:
+    """Fill ``row[label + '_wall' / '_host' / '_kern' / '_graph']``; an exception goes to ``errors``.
+    ``graph_fn``: what the graph captures instead of ``fn`` (``--l2 cold``: a rotation over copies)."""
     try:
         if wall:
             t = time_calls(fn, sync, blocks=blocks)
             row[f"{label}_wall"], row[f"{label}_host"] = t.wall, t.host
         row[f"{label}_kern"] = kernel_time(fn)
         if graph:
-            row[f"{label}_graph"] = graph_time(fn, graph_reps(row[f"{label}_kern"]), blocks)
+            row[f"{label}_graph"] = graph_time(graph_fn or fn, graph_reps(row[f"{label}_kern"]), blocks)
     except Exception as e:
         errors[label] = first_line(e)
 
@@ -301,7 +353,8 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
     try:
         dense = c.dense(x)
         row["dense_err"] = relative_error(dense(), ref)
-        measure("dense", dense, row, errors, blocks=args.blocks, graph="graph" in args.variants)
+        dense_graph = rotating([dense, *(twin.dense(x) for twin in c.dense_copies)]) if c.cold else None
+        measure("dense", dense, row, errors, blocks=args.blocks, graph="graph" in args.variants, graph_fn=dense_graph)
     except Exception as e:
         errors["dense"] = first_line(e)
     if c.sparse is not None:
@@ -314,7 +367,10 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
         except Exception as e:
             errors["eager"] = first_line(e)
         if "eager" not in errors:
-            measure("sl", lambda: c.sparse(x), row, errors, blocks=args.blocks, graph="graph" in args.variants)
+            sl_graph = rotating([lambda layer=layer: layer(x) for layer in (c.sparse, *c.sparse_copies)]) \
+                if c.cold else None
+            measure("sl", lambda: c.sparse(x), row, errors, blocks=args.blocks, graph="graph" in args.variants,
+                    graph_fn=sl_graph)
     del ref
     if c.compiled is not None and t <= args.compile_max_tokens:
         measure("compile", lambda: c.compiled(x), row, errors, blocks=args.blocks)
@@ -429,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             build_errors: dict[str, str] = {}
             with torch.no_grad():  # built as a user would build a model; run under inference_mode
-                contenders = Contenders(shape, dtype, tuple(args.variants), build_errors, args.fp8_dense_quantize)
+                contenders = Contenders(shape, dtype, tuple(args.variants), build_errors, args.fp8_dense_quantize,
+                                        args.l2)
             for t in args.token_list:
                 with torch.inference_mode():
                     row = bench_case(contenders, shape, t, args)
@@ -443,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
             break
     print("\nµs per call. wall: N back-to-back calls + 1 sync, / N, median of blocks; host: the same up to the last "
           "return; kern: torch.profiler CUDA time of one call's kernels; graph: replay of R calls captured in one "
-          "CUDA graph, / R; ovh = SL wall - SL kern; x/dense = dense time / SL time.")
+          f"CUDA graph, / R ({GRAPH_L2[args.l2]}); "
+          "ovh = SL wall - SL kern; x/dense = dense time / SL time.")
     built = {(r["model"], r["layer"], r["dtype"]): r["from_dense_s"] for r in rows}
     if built:
         slowest = max(built, key=built.get)

@@ -163,6 +163,40 @@ def test_linear_prune_and_quantize_on_cpu():
     assert not back[4].any()  # a zero row stays zero (no division by zero)
 
 
+def test_linear_cold_l2_copies_and_rotation():
+    """--l2 cold: enough copies of a weight for three times the L2 (at most 8), the graph's calls
+    taking them in turn."""
+    assert bl.parse_args([]).l2 == "warm" and bl.parse_args(["--l2", "cold"]).l2 == "cold"
+    with pytest.raises(SystemExit):
+        bl.parse_args(["--l2", "hot"])
+    mb = 2 ** 20
+    assert bl.copies_for_cold_l2(50 * mb) == 3 and bl.copies_for_cold_l2(28 * mb) == 6
+    assert bl.copies_for_cold_l2(470 * mb) == 1 and bl.copies_for_cold_l2(1 * mb) == 8
+    seen = []
+    call = bl.rotating([lambda i=i: seen.append(i) for i in range(3)])
+    for _ in range(7):
+        call()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_linear_cold_contenders_copy_the_weights_on_cpu(monkeypatch):
+    """The copies are new memory with the same values, for the dense anchor and SparseLinear."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sparsile.torch")
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "L2_BYTES", 64 * 1024)  # a small layer then needs several copies
+    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: __import__(
+        "sparsile.torch", fromlist=["SparseLinear"]).SparseLinear.from_dense(linear))
+    c = bl.Contenders(bl.Shape("8B", "o", 128, 256), "bf16", ("graph",), {}, l2="cold")
+    assert c.cold and len(c.dense_copies) == bl.copies_for_cold_l2(128 * 256 * 2) - 1 >= 2
+    assert all(t.w.data_ptr() != c.w.data_ptr() and torch.equal(t.w, c.w) for t in c.dense_copies)
+    assert len(c.sparse_copies) >= 1
+    for twin in c.sparse_copies:
+        assert twin.values.data_ptr() != c.sparse.values.data_ptr() and torch.equal(twin.values, c.sparse.values)
+        assert torch.equal(twin.meta, c.sparse.meta)
+    assert not bl.Contenders(bl.Shape("8B", "o", 128, 256), "bf16", ("graph",), {}).cold
+
+
 def test_linear_time_calls_counts_and_orders():
     calls = {"fn": 0, "sync": 0}
 
