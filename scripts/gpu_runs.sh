@@ -3,9 +3,9 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh first            # tests-all, then the Llama model under torch.compile (one call)
+#   bash scripts/gpu_runs.sh first            # tests-all, then eager host time with the native torch launch off / on
+#   bash scripts/gpu_runs.sh second           # ncu of the compress kernel, the model at batch 1 under compile, bench_linear in full
 #   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
-#   bash scripts/gpu_runs.sh second           # GPU toolkit, JAX (native and Python handler), the model in CUDA graphs
 #   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
 #   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
 #   bash scripts/gpu_runs.sh tests-kernels    # every other GPU test of the kernels and toolkits
@@ -39,27 +39,29 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-first)  # what the seventh session left unrun: the whole suite, the model with the decode table and fused projections
+first)  # the eighth session's unmeasured work: the whole suite (native torch launch, new compress, decode split), then eager host time
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
-    run 250 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile sparsile-fused \
-        --batches 16 --check-tokens 0 --repeats 2 --json "$out/llama-compile.json"
+    SPARSILE_TORCH_NATIVE=0 run 60 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 40 \
+        --variants graph --json "$out/linear-python.json"
+    SPARSILE_TORCH_NATIVE=1 run 60 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 40 \
+        --variants graph --json "$out/linear-native.json"
+    run 60 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 40 --variants graph --l2 cold \
+        --json "$out/linear-cold.json"
     ;;
-second)  # the seventh session's unmeasured work: 32-bit compress, native JAX handler, fused projections
-    run 80 python -m pytest -q -m gpu -rfE tests/gpu/test_jax_gpu.py tests/gpu/test_torch_linear_gpu.py -k "native or fused"
-    run 90 python benchmarks/bench_sparsity_gpu.py --shapes 57344x8192 14336x4096 4096x4096
-    run 80 python benchmarks/bench_jax.py --quick
-    SPARSILE_JAX_NATIVE=0 run 60 python benchmarks/bench_jax.py --quick
-    run 240 python benchmarks/bench_llama.py --layers 32 --modes graph --models dense sparsile sparsile-fused \
-        --batches 16 1 --json "$out/llama-graph.json"
+second)  # issue 14's limit (Nsight Compute on the compress kernel), the model at batch 1 under compile, issue 12's full table
+    run 120 ncu --kernel-name regex:prune_compress --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+        python benchmarks/bench_sparsity_gpu.py --shapes 57344x8192
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile sparsile-fused \
+        --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1.json"
+    run 260 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --l2 cold --max-seconds 220 --json "$out/linear-full.json"
     ;;
-pingpong)  # the ping-pong schedule of the sparse GEMM (seventh session, unmeasured): tests, then time it
+pingpong)  # the ping-pong schedule of the sparse GEMM (measured 0.78x the default kernel in the eighth session)
     export SPARSILE_PTXAS="${SPARSILE_PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}"
     run 150 python -m pytest -q -m gpu -rfE tests/gpu/test_sparse_gemm_sm90.py -k pingpong
     run 200 python benchmarks/bench_sparse_gemm.py --schedule pingpong --case bf16:8192x8192x8192 \
         --case f16:8192x8192x8192 --pingpong-config 64x256x64x5 --pingpong-config 128x128x128x4 \
         --pingpong-config 128x128x64x8 --json "$out/pingpong-8192.json"
-    run 200 python benchmarks/bench_sparse_gemm.py --schedule pingpong --grid llama3 --tokens 1024 4096 8192 \
-        --dtypes bf16 f16 --pingpong-config 64x256x64x5 --pingpong-config 128x128x128x4 --json "$out/pingpong-llama.json"
     ;;
 tests-all)
     run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
