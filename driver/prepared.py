@@ -416,10 +416,11 @@ class PreparedLaunch:
                                 self._buffer.layout.offsets, pointers, tmaps, self.device.ordinal)
         return nl.NativeRecord(words, (self, attr), self.make_context_current)
 
-    def make_context_current(self) -> None:
+    def make_context_current(self, force: bool = False) -> None:
         """Make the context this launch's kernel is loaded in current on the calling thread, if
-        another is (what :meth:`run` does before it launches)."""
-        if getattr(self._tls, "context", None) is not self._context_key:
+        another is (what :meth:`run` does before it launches); ``force``: also when this thread's
+        cache says it is (torch or CuPy may have switched contexts behind it)."""
+        if force or getattr(self._tls, "context", None) is not self._context_key:
             self._module.activate(force=True)
 
     def param_bytes(self, index: int) -> bytes:

@@ -396,9 +396,10 @@ class NativeRecord:
     """A prepared launch as a record (``PreparedLaunch.native_record``, driver/prepared.py): its
     ``words``; ``keep``, what the record's handles and addresses belong to (the prepared launch,
     and so its launcher and module; a cluster attribute): keep it alive with the record;
-    ``context_current()``, called before a native launch, makes the context the kernel is loaded
-    in current on the calling thread (a prepared launch does the same before it launches)."""
+    ``context_current(force=False)``, called before a native launch, makes the context the
+    kernel is loaded in current on the calling thread (a prepared launch does the same before it
+    launches); ``force``: also when the thread's cache says it is current."""
 
     words: list[int]
     keep: tuple[Any, ...]
-    context_current: Callable[[], None]
+    context_current: Callable[..., None]

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
-from .native import native_launch
+from .native import native_launch, report_failure
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
@@ -205,6 +205,7 @@ class LaunchRecord:
                     return y
                 if status > 0:  # the launch failed: this record keeps to its prepared launches from now on
                     self.native, self.native_error = None, status
+                    report_failure(status)
             call = (x, y, scale_x)
             for run, which in self.eager if self.eager is not None and not capturing else self.prepared:
                 run(which(call), stream)

@@ -30,6 +30,7 @@ ENV = "SPARSILE_TORCH_NATIVE"
 
 _lock = threading.Lock()
 _launcher: Any = None  # the RecordLauncher, built on first use (False: it could not be built)
+_RETRY: set[int] = set()  # the CUresults a launch retries after making its context current (filled once)
 ENTRY_POINTS: tuple[int, int, int] | None = None
 """libcuda's launch and encode entry points for the launcher (None: libcuda's own; tests set fakes
 before the first record is built, and call :func:`reset`)."""
@@ -71,13 +72,20 @@ def counts() -> dict[str, int]:
     return _launcher.counts() if _launcher else {"launched": 0, "declined": 0, "launch_failures": 0}
 
 
+def report_failure(status: int) -> None:
+    """Warn that a record's native launch failed with CUresult ``status`` (the record keeps to its
+    prepared launch from then on)."""
+    warnings.warn(f"sparsile.torch: a native launch failed with CUresult {status}; this launch record keeps to "
+                  f"its prepared launch ({ENV}, docs/torch.md)", RuntimeWarning, stacklevel=3)
+
+
 class NativeLaunch:
     """One record and the launcher that launches it: ``launch(x, y, scale_x address or 0, stream)``
     -> 0 launched, < 0 not launched, > 0 the CUresult of a failed launch."""
 
     __slots__ = ("_address", "_context_current", "_keep", "_run", "record")
 
-    def __init__(self, record: Any, array: Any, run: Callable[..., int], context_current: Callable[[], None]):
+    def __init__(self, record: Any, array: Any, run: Callable[..., int], context_current: Callable[..., None]):
         import ctypes
 
         self.record = array  # the int64 words the native function reads (immutable but R_ERROR)
@@ -87,9 +95,15 @@ class NativeLaunch:
         self._context_current = context_current
 
     def launch(self, x: int, y: int, scale_x: int, stream: int) -> int:
-        """Launch with these addresses on ``stream`` (an int handle)."""
+        """Launch with these addresses on ``stream`` (an int handle). A launch failing because
+        another context was current (torch switched devices behind sparsile's per-thread cache)
+        is retried once with the kernel's context made current, as a prepared launch does."""
         self._context_current()
-        return self._run(self._address, x, y, scale_x, stream)
+        status = self._run(self._address, x, y, scale_x, stream)
+        if status > 0 and status in _RETRY:
+            self._context_current(True)
+            status = self._run(self._address, x, y, scale_x, stream)
+        return status
 
 
 def native_launch(launches: list[Any] | None, x: Any, y: Any, scale_x: Any) -> NativeLaunch | None:
@@ -114,4 +128,8 @@ def native_launch(launches: list[Any] | None, x: Any, y: Any, scale_x: Any) -> N
     native = launcher() if record is not None else None
     if native is None:
         return None
+    if not _RETRY:
+        from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH
+
+        _RETRY.update(int(e) for e in RETRY_AFTER_CONTEXT_SWITCH)
     return NativeLaunch(record, native.record(record.words), native.launch, record.context_current)

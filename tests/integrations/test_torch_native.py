@@ -38,6 +38,7 @@ class FakeDriver:
 
     def __init__(self, sizes: list[int], result: int = 0):
         self.sizes, self.result = sizes, result
+        self.results: list[int] = []  # what the next launches return, before ``result``
         self.launches: list[tuple] = []
         self.encodes: list[tuple] = []
         self.log: list[tuple] = []  # the launch record's stand-ins: records built, prepared launches run
@@ -50,7 +51,7 @@ class FakeDriver:
 
         def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, kernel_params, extra):
             self.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, stream or 0, params(kernel_params)))
-            return self.result
+            return self.results.pop(0) if self.results else self.result
 
         def launch_ex(config, fn, kernel_params, extra):
             cf = config.contents
@@ -184,7 +185,7 @@ class _Prepared:
         self.log.append(("record", sources, fixed_layout))
         pointers = [(s, 8 * s, 15) for s in sources]
         words = nl.record_words(0xF00D, (3, 1, 1), (128, 1, 1), 256, 0, bytes(24), (0, 8, 16), pointers, [])
-        return nl.NativeRecord(words, (self,), lambda: self.log.append(("context",)))
+        return nl.NativeRecord(words, (self,), lambda force=False: self.log.append(("context", force)))
 
 
 class _Plan:
@@ -237,6 +238,7 @@ def test_eager_one_launch_calls_launch_natively(fake):
     y1 = cache.run((4,), x1, w, None, torch.float32, stream=11)
     y2 = cache.run((4,), x2, w, None, torch.float32, stream=11)
     assert [e[0] for e in fake.log] == ["record", "context", "context"]  # no prepared launch ran
+    assert fake.log[1] == ("context", False)
     assert fake.log[0][1:] == ((0, 1), (True, True))
     assert [p[0] for *_, p in fake.launches] == [q(x1.data_ptr()), q(x2.data_ptr())]
     assert [p[1] for *_, p in fake.launches] == [q(y1.data_ptr()), q(y2.data_ptr())]
@@ -262,13 +264,30 @@ def test_a_failed_native_launch_falls_back_and_disables_the_record(fake):
     cache, w = kernels.RecordCache(), _weight()
     x = torch.randn(4, 32)
     fake.result = 719
-    y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    with pytest.warns(RuntimeWarning, match="a native launch failed with CUresult 719; this launch record keeps"):
+        y = cache.run((4,), x, w, None, torch.float32, stream=5)
     (record,) = cache.records.values()
     assert fake.log[-1] == ("prepared", (x.data_ptr(), y.data_ptr()), 5) and len(fake.launches) == 1
     assert record.native is None and record.native_error == 719
     fake.result = 0
     cache.run((4,), x, w, None, torch.float32, stream=5)
     assert len(fake.launches) == 1 and fake.log[-1][0] == "prepared"  # for good
+
+
+def test_a_launch_in_another_context_is_retried_with_the_kernel_s_context(fake):
+    """CUDA_ERROR_INVALID_CONTEXT (201) or INVALID_HANDLE (400): torch switched contexts behind the
+    per-thread cache; the kernel's context is made current (forced) and the launch retried."""
+    cache, w = kernels.RecordCache(), _weight()
+    fake.results = [201]
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    assert [e for e in fake.log if e[0] != "record"] == [("context", False), ("context", True)]
+    (record,) = cache.records.values()
+    assert len(fake.launches) == 2 and record.native is not None
+    assert native.counts() == {"launched": 1, "declined": 0, "launch_failures": 1}
+    fake.results = [400, 400]
+    with pytest.warns(RuntimeWarning, match="CUresult 400"):
+        cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    assert record.native is None and fake.log[-1][0] == "prepared"
 
 
 def test_not_used_while_capturing(fake, monkeypatch):
