@@ -33,12 +33,13 @@ alignment (arrays) assumption for the named run-time arguments (SP0734 for other
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import struct
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backend.runtime.arguments import (
     ARG_KIND,
@@ -60,6 +61,9 @@ from ..backend.runtime.arguments import (
 )
 from ..backend.runtime.tensormap import TENSOR_MAP_BYTES, TensorMapCache, TensorMapParam, encoding_key, layout_spec
 from ..frontend.diagnostics import LaunchError
+
+if TYPE_CHECKING:
+    from ..backend.runtime.native_launch import NativeRecord
 
 PREPARED_ARGS = "SP0732"
 """A prepared launch called with another number of arguments than it was prepared with."""
@@ -189,6 +193,8 @@ class PreparedLaunch:
             else:
                 self._fixed.append(value)
         self._writers: list[Callable[[Any, _Call], None]] = [writers[j] for j in per_call]
+        self._per_call_names = [kernel.params[j].name for j in per_call]
+        self._groups = groups
         self._call.waits = self._call.keep = None
         self._default_stream: Callable[[], int] = (torch_stream_getter(self.device.ordinal) if uses_torch
                                                    else _legacy_stream)
@@ -363,6 +369,59 @@ class PreparedLaunch:
         config.gridDimX, config.gridDimY, config.gridDimZ = dims
         config.hStream = handle
         return self._launch_ex(config, self._handle, self._buffer.address, 0)[0]
+
+    def native_record(self, args: tuple[Any, ...], sources: tuple[int, ...], fixed_layout: tuple[bool, ...]
+                      ) -> NativeRecord | None:
+        """This launch as a record a native launcher replays (backend/runtime/native_launch.py):
+        the parameters packed for ``args`` (the per-call arguments, written and checked as a call
+        writes them, without launching); per call the native launch takes per-call argument i's
+        address from its source ``sources[i]``, rewrites its pointer slot and re-encodes its tensor
+        maps for a new address. Shapes and strides stay as packed: an argument whose
+        ``fixed_layout[i]`` is False (the caller does not guarantee them) may reach the kernel only
+        as a pointer. None when that does not hold, or the call needs stream waits or keep-alives."""
+        from ..backend.runtime import cudalib
+        from ..backend.runtime import native_launch as nl
+
+        if not len(args) == len(sources) == len(fixed_layout) == self.nargs:
+            return None
+        with self._lock:
+            call = self._call
+            call.stream = 0
+            try:
+                for write, value in zip(self._writers, args):
+                    write(value, call)
+                if call.waits or call.keep:
+                    return None
+                params = bytes(self._view)
+            finally:
+                call.waits = call.keep = None
+        pointers: list[tuple[int, int, int]] = []
+        tmaps: list[list[int]] = []
+        for name, value, source, fixed in zip(self._per_call_names, args, sources, fixed_layout):
+            info = describe_array(value, 0)
+            for p in self._groups.get(name, ()):
+                if p.kind == "pointer" and info is not None:
+                    pointers.append((source, self._offsets[p.name], 15 if getattr(p, "aligned16", False) else 0))
+                elif p.kind == "array":  # not a kernel parameter itself
+                    continue
+                elif not fixed or info is None or p.kind not in ("tensormap", "derived"):
+                    return None
+                elif p.kind == "tensormap":
+                    spec = layout_spec(p, tuple(info.shape), tuple(info.strides))
+                    tmaps.append(nl.tmap_entry(source, self._offsets[p.name], spec.driver_arguments(info.ptr),
+                                               info.ptr))
+        attr = nl.cluster_attribute(self.launcher.cluster)
+        words = nl.record_words(cudalib.handle_int(self._handle), self._dims, self._block, self._shared,
+                                ctypes.addressof(attr) if attr is not None else 0, params,
+                                self._buffer.layout.offsets, pointers, tmaps, self.device.ordinal)
+        return nl.NativeRecord(words, (self, attr), self.make_context_current)
+
+    def make_context_current(self, force: bool = False) -> None:
+        """Make the context this launch's kernel is loaded in current on the calling thread, if
+        another is (what :meth:`run` does before it launches); ``force``: also when this thread's
+        cache says it is (torch or CuPy may have switched contexts behind it)."""
+        if force or getattr(self._tls, "context", None) is not self._context_key:
+            self._module.activate(force=True)
 
     def param_bytes(self, index: int) -> bytes:
         """The current bytes of kernel parameter ``index`` (tests, debugging)."""

@@ -3,24 +3,26 @@
 This package is the runtime's public face (``from sparsile.backend import runtime``); each job
 lives in a module of its own:
 
-==================  =============================================================================
-``devices.py``      driver results and errors (:func:`check`, :class:`CudaError`), devices and
-                    their primary contexts, stream ordering, the owner of a pointer
-``module.py``       :func:`load_module`, :class:`Module`, :class:`KernelFunction`
-``memory.py``       :class:`DeviceBuffer` (device memory)
-``launcher.py``     :class:`Launcher`: parameter packing and the launch
-``staging.py``      host arrays copied in and out around a launch
-``overhead.py``     :func:`measure_launch_overhead`
-``arguments.py``    the launch arguments' public face, over ``codes.py`` (SP07xx), ``dtypes.py``,
-                    ``scalars.py``, ``params.py`` (:class:`~.params.ParamSpec` and the parameter
-                    kinds), ``arrays.py`` (numpy, torch, CUDA array interface and DLPack
-                    arguments) and ``launch_config.py`` (grid, block, shared memory, cluster,
-                    stream)
-``tensormap.py``    TMA tensor maps
-``cudalib.py``      libcuda through ctypes for the launch hot path
-``dlpack.py``       DLPack capsules in and out
-``bench.py``        timing kernels for the autotuner
-==================  =============================================================================
+====================  =============================================================================
+``devices.py``        driver results and errors (:func:`check`, :class:`CudaError`), devices and
+                      their primary contexts, stream ordering, the owner of a pointer
+``module.py``         :func:`load_module`, :class:`Module`, :class:`KernelFunction`
+``memory.py``         :class:`DeviceBuffer` (device memory)
+``launcher.py``       :class:`Launcher`: parameter packing and the launch
+``staging.py``        host arrays copied in and out around a launch
+``overhead.py``       :func:`measure_launch_overhead`
+``arguments.py``      the launch arguments' public face, over ``codes.py`` (SP07xx), ``dtypes.py``,
+                      ``scalars.py``, ``params.py`` (:class:`~.params.ParamSpec` and the parameter
+                      kinds), ``arrays.py`` (numpy, torch, CUDA array interface and DLPack
+                      arguments) and ``launch_config.py`` (grid, block, shared memory, cluster,
+                      stream)
+``tensormap.py``      TMA tensor maps
+``cudalib.py``        libcuda through ctypes for the launch hot path
+``native_launch.py``  launch records replayed by llvmlite-compiled code (the JAX handler,
+                      the torch launch record)
+``dlpack.py``         DLPack capsules in and out
+``bench.py``          timing kernels for the autotuner
+====================  =============================================================================
 
 Nothing here touches the driver at import time, so the package imports (and its pure parts are
 tested) on machines without a GPU.

@@ -27,6 +27,8 @@ table with one aligned 8-byte store; old records stay alive for the process (a n
 read one). A launch failure on the fast path marks the record, and the Python handler then leaves
 that plan on the slow path for good. Counters (fast calls, slow calls, fast-path launch failures)
 are native atomics: :func:`counts`. ``SPARSILE_JAX_NATIVE=0`` turns all of this off (docs/jax.md).
+Records, their launch (the IR from the parameter copy to the launch) and the libcuda entry points
+are shared with the torch launch record: backend/runtime/native_launch.py.
 """
 
 from __future__ import annotations
@@ -38,6 +40,25 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from ...backend.runtime.native_launch import (
+    G_ENCODE,
+    G_FAILS,
+    G_FAST,
+    G_LAUNCH,
+    G_LAUNCH_EX,
+    G_MASK,
+    G_SLOW,
+    G_SLOWS,
+    G_TABLE,
+    G_WORDS,
+    R_ERROR,
+    R_ORDINAL,
+    compile_ir,
+    fill,
+    libcuda_entry_points,
+    record_words,
+    tmap_entry,
+)
 from . import ffi
 from .native_ir import HANDLER_IR
 
@@ -46,18 +67,6 @@ ENV = "SPARSILE_JAX_NATIVE"
 
 TABLE_CAPACITY = 1 << 14
 """Slots of the plan table (a power of two); a plan that finds no free slot stays on the slow path."""
-
-# the global state the native handler reads (one int64 array): entry points, table, counters
-_G_LAUNCH, _G_LAUNCH_EX, _G_SLOW, _G_TABLE, _G_MASK, _G_FAST, _G_SLOWS, _G_FAILS, _G_ENCODE = range(9)
-_G_WORDS = 9
-TMAP_WORDS = 25
-"""Words of a record's tensor-map entry: source, slot offset, data type, rank, interleave, swizzle,
-L2 promotion, OOB fill, 5 dims (u64), 5 strides (u64), box (5 u32 in 3 words), element strides
-(likewise), the address the pre-packed map was encoded for."""
-# a record's header words; the variable part follows at _R_DATA
-(_R_ARMED, _R_FUNCTION, _R_GX, _R_GY, _R_GZ, _R_BX, _R_BY, _R_BZ, _R_SHARED, _R_NPARAMS, _R_NBYTES, _R_NPTR,
- _R_NCHECK, _R_ATTRS, _R_ERROR, _R_ORDINAL) = range(16)
-_R_DATA = 16
 
 
 def enabled() -> bool:
@@ -102,27 +111,21 @@ def _constants() -> dict[str, int]:
     }
 
 
+def handler_ir(state: int) -> str:
+    """The handler's LLVM IR with its placeholders filled in (``state``: the global state's address)."""
+    return fill(HANDLER_IR, {**_constants(), "STATE": state})
+
+
 class NativeHandler:
     """The compiled handler, its global state and plan table, and the records it was armed with."""
 
     def __init__(self, slow: int, launch: int, launch_ex: int, encode: int):
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        self.state = (c.c_int64 * _G_WORDS)()
+        self.state = (c.c_int64 * G_WORDS)()
         self.table = (c.c_int64 * (2 * TABLE_CAPACITY))()
-        self.state[_G_LAUNCH], self.state[_G_LAUNCH_EX], self.state[_G_SLOW] = launch, launch_ex, slow
-        self.state[_G_TABLE], self.state[_G_MASK] = c.addressof(self.table), TABLE_CAPACITY - 1
-        self.state[_G_ENCODE] = encode
-        text = HANDLER_IR
-        for key, value in {**_constants(), "STATE": c.addressof(self.state)}.items():
-            text = text.replace("{" + key + "}", str(value))
-        module = llvm.parse_assembly(text)
-        module.verify()
-        machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
-        self._engine = llvm.create_mcjit_compiler(module, machine)
-        self._engine.finalize_object()
+        self.state[G_LAUNCH], self.state[G_LAUNCH_EX], self.state[G_SLOW] = launch, launch_ex, slow
+        self.state[G_TABLE], self.state[G_MASK] = c.addressof(self.table), TABLE_CAPACITY - 1
+        self.state[G_ENCODE] = encode
+        self._engine = compile_ir(handler_ir(c.addressof(self.state)))
         self.address = self._engine.get_function_address("sparsile_cuda_handler")
         self._store_entry = c.CFUNCTYPE(None, c.c_void_p, c.c_int64, c.c_int64)(
             self._engine.get_function_address("sparsile_publish"))
@@ -163,56 +166,12 @@ class NativeHandler:
 
     def counts(self) -> dict[str, int]:
         """Native counters: fast-path calls, Python-handler calls, fast-path launch failures."""
-        return {"fast": self.state[_G_FAST], "slow": self.state[_G_SLOWS], "launch_failures": self.state[_G_FAILS]}
-
-
-def tmap_entry(source: int, offset: int, arguments: dict[str, Any], address: int) -> list[int]:
-    """A record's tensor-map entry from ``TensorMapSpec.driver_arguments`` (the keyword arguments of
-    ``cuTensorMapEncodeTiled``) for the map encoded at ``address``: the native path re-encodes the
-    map in its stack copy of the parameters when the buffer moved (backend/runtime/tensormap.py)."""
-    a, rank = arguments, arguments["tensorRank"]
-
-    def u32s(values: Sequence[int]) -> list[int]:
-        raw = b"".join(int(v).to_bytes(4, "little") for v in values).ljust(24, b"\0")
-        return [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 24, 8)]
-
-    def u64s(values: Sequence[int]) -> list[int]:
-        return [int(v) for v in values] + [0] * (5 - len(values))
-
-    return [source, offset, int(a["tensorDataType"]), rank, int(a["interleave"]), int(a["swizzle"]),
-            int(a["l2Promotion"]), int(a["oobFill"]), *u64s(a["globalDim"]), *u64s(a["globalStrides"] or []),
-            *u32s(a["boxDim"]), *u32s(a["elementStrides"]), address]
-
-
-def record_words(function: int, grid: Sequence[int], block: Sequence[int], shared: int, attrs: int,
-                 params: bytes, offsets: Sequence[int], pointers: Sequence[tuple[int, int, int]],
-                 tmaps: Sequence[Sequence[int]], ordinal: int = 0) -> list[int]:
-    """A record: ``pointers`` are (source, byte offset, alignment mask) of each pointer slot (an
-    address with a bit of the mask set goes to the slow path, whose launcher reports it), ``tmaps`` entries of
-    :func:`tmap_entry`; a source is ``i`` for operand i and ``-1 - j`` for result j. ``attrs``: the
-    address of a cluster launch attribute (then ``cuLaunchKernelEx``), or 0. ``ordinal``: the device
-    the kernel is loaded on (a call XLA runs on another device goes to the slow path)."""
-    padded = params + bytes(-len(params) % 8 or (8 if not params else 0))
-    words = [0] * _R_DATA
-    words[_R_ARMED], words[_R_FUNCTION] = 1, function
-    words[_R_GX], words[_R_GY], words[_R_GZ] = grid
-    words[_R_BX], words[_R_BY], words[_R_BZ] = block
-    words[_R_SHARED], words[_R_NPARAMS], words[_R_NBYTES] = shared, len(offsets), len(padded)
-    words[_R_NPTR], words[_R_NCHECK], words[_R_ATTRS] = len(pointers), len(tmaps), attrs
-    words[_R_ORDINAL] = ordinal
-    words += list(offsets)
-    for triple in pointers:
-        words += list(triple)
-    for entry in tmaps:
-        assert len(entry) == TMAP_WORDS
-        words += list(entry)
-    words += [int.from_bytes(padded[i:i + 8], "little") for i in range(0, len(padded), 8)]
-    return [w if w < 1 << 63 else w - (1 << 64) for w in words]
+        return {"fast": self.state[G_FAST], "slow": self.state[G_SLOWS], "launch_failures": self.state[G_FAILS]}
 
 
 def launch_failed(record: Any) -> int:
     """The CUresult a fast-path launch of ``record`` failed with (0: none)."""
-    return int(record[_R_ERROR]) if record is not None else 0
+    return int(record[R_ERROR]) if record is not None else 0
 
 
 _handler: NativeHandler | None = None
@@ -232,17 +191,11 @@ def counts() -> dict[str, int]:
     return _handler.counts() if _handler is not None else {"fast": 0, "slow": 0, "launch_failures": 0}
 
 
-def _libcuda_entry_points() -> tuple[int, int, int]:
-    lib = c.CDLL("libcuda.so.1")
-    return tuple(c.cast(getattr(lib, name), c.c_void_p).value or 0  # type: ignore[return-value]
-                 for name in ("cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"))
-
-
 def install(slow: int, entry_points: tuple[int, int, int] | None = None) -> int:
     """Build the native handler around the Python handler at address ``slow`` (libcuda's launch
     and encode entry points unless given: tests pass fakes); the handler's address."""
     global _handler
-    launch, launch_ex, encode = entry_points or _libcuda_entry_points()
+    launch, launch_ex, encode = entry_points or libcuda_entry_points()
     if _handler is not None:
         _keep.append(_handler)  # a handler XLA was given must stay valid
     _handler = NativeHandler(slow, launch, launch_ex, encode)
@@ -266,10 +219,10 @@ def arm(plan_id: int, plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuf
     old = h.record(plan_id)
     if old is not None:
         error = launch_failed(old)
-        if not error and old[_R_ORDINAL] == ordinal:
+        if not error and old[R_ORDINAL] == ordinal:
             return True  # armed already: this slow call had a per-call reason (e.g. a misaligned buffer)
         DISABLED[plan_id] = (f"the fast-path launch failed with CUresult {error}" if error else
-                             f"runs on devices {old[_R_ORDINAL]} and {ordinal} (a record launches on one)")
+                             f"runs on devices {old[R_ORDINAL]} and {ordinal} (a record launches on one)")
         h.publish(plan_id, None)
         return False
     try:

@@ -3,10 +3,14 @@
 ``{NAME}`` placeholders are byte offsets of XLA's call-frame structs and the address of the handler's
 global state (an int64 array: cuLaunchKernel, cuLaunchKernelEx, the Python handler, the plan table,
 its mask, the fast / slow / launch-failure counters, cuTensorMapEncodeTiled); :class:`.native.NativeHandler` fills them
-in before compiling. A record is an int64 array (header words as in :mod:`.native`).
+in before compiling. A record is an int64 array (header words as in :mod:`.native`). The record
+launch itself, from the parameter copy to the launch's CUresult, is the shared core of
+backend/runtime/native_launch.py (the torch launch record launches records with it too).
 """
 
-HANDLER_IR = r"""
+from ...backend.runtime.native_launch import LAUNCH_CORE_IR
+
+_BEFORE_LAUNCH = r"""
 define internal ptr @buffer_data(ptr %frame, i64 %src) {
 entry:
   %is_arg = icmp sge i64 %src, 0
@@ -175,174 +179,9 @@ device:
   %rord = load i64, ptr %rord_p
   %same_device = icmp eq i64 %ord64, %rord
   br i1 %same_device, label %params, label %slow
-params:
-  %strm = load ptr, ptr %sg_stream
-  %np_p = getelementptr i64, ptr %rec, i64 9
-  %np = load i64, ptr %np_p
-  %nbytes_p = getelementptr i64, ptr %rec, i64 10
-  %nbytes = load i64, ptr %nbytes_p
-  %nptr_p = getelementptr i64, ptr %rec, i64 11
-  %nptr = load i64, ptr %nptr_p
-  %nchk_p = getelementptr i64, ptr %rec, i64 12
-  %nchk = load i64, ptr %nchk_p
-  %ptr_base = add i64 16, %np
-  %nptr3 = mul i64 %nptr, 3
-  %chk_base = add i64 %ptr_base, %nptr3
-  %nchk25 = mul i64 %nchk, 25
-  %tpl_base = add i64 %chk_base, %nchk25
-  %tpl = getelementptr i64, ptr %rec, i64 %tpl_base
-  %nwords = lshr i64 %nbytes, 3
-  %buf = alloca i64, i64 %nwords, align 64
-  %ptrs = alloca ptr, i64 %np, align 8
-  br label %copy
-copy:
-  %w = phi i64 [0, %params], [%w_next, %copy_body]
-  %copy_more = icmp ult i64 %w, %nwords
-  br i1 %copy_more, label %copy_body, label %pointers
-copy_body:
-  %src_w = getelementptr i64, ptr %tpl, i64 %w
-  %word = load i64, ptr %src_w
-  %dst_w = getelementptr i64, ptr %buf, i64 %w
-  store i64 %word, ptr %dst_w
-  %w_next = add i64 %w, 1
-  br label %copy
-pointers:
-  %j = phi i64 [0, %copy], [%j_next, %ptr_body]
-  %ptr_more = icmp ult i64 %j, %nptr
-  br i1 %ptr_more, label %ptr_body, label %checks
-ptr_body:
-  %j3 = mul i64 %j, 3
-  %pe = add i64 %ptr_base, %j3
-  %psrc_p = getelementptr i64, ptr %rec, i64 %pe
-  %psrc = load i64, ptr %psrc_p
-  %poff_p = getelementptr i64, ptr %psrc_p, i64 1
-  %poff = load i64, ptr %poff_p
-  %pmask_p = getelementptr i64, ptr %psrc_p, i64 2
-  %pmask = load i64, ptr %pmask_p
-  %pdata = call ptr @buffer_data(ptr %frame, i64 %psrc)
-  %pslot = getelementptr i8, ptr %buf, i64 %poff
-  store ptr %pdata, ptr %pslot, align 8
-  %j_next = add i64 %j, 1
-  %pdata_i = ptrtoint ptr %pdata to i64
-  %p_low = and i64 %pdata_i, %pmask
-  %p_misaligned = icmp ne i64 %p_low, 0
-  %p_missing = icmp eq i64 %pdata_i, -1
-  %p_bad = or i1 %p_misaligned, %p_missing
-  br i1 %p_bad, label %slow, label %pointers
-checks:
-  %q = phi i64 [0, %pointers], [%q_next, %chk_body], [%q_next, %encode]
-  %chk_more = icmp ult i64 %q, %nchk
-  br i1 %chk_more, label %chk_body, label %array
-chk_body:
-  %q25 = mul i64 %q, 25
-  %ce = add i64 %chk_base, %q25
-  %tm = getelementptr i64, ptr %rec, i64 %ce
-  %csrc = load i64, ptr %tm
-  %cdata = call ptr @buffer_data(ptr %frame, i64 %csrc)
-  %cdata_i = ptrtoint ptr %cdata to i64
-  %q_next = add i64 %q, 1
-  %cached_p = getelementptr i64, ptr %tm, i64 24
-  %cached = load i64, ptr %cached_p
-  %same = icmp eq i64 %cdata_i, %cached
-  br i1 %same, label %checks, label %reencode
-reencode:
-  %low = and i64 %cdata_i, 15
-  %aligned = icmp eq i64 %low, 0
-  br i1 %aligned, label %encode, label %slow
-encode:
-  %enc_p = getelementptr i64, ptr %state, i64 8
-  %enc = load ptr, ptr %enc_p
-  %toff_p = getelementptr i64, ptr %tm, i64 1
-  %toff = load i64, ptr %toff_p
-  %tslot = getelementptr i8, ptr %buf, i64 %toff
-  %tdt_p = getelementptr i64, ptr %tm, i64 2
-  %tdt = load i32, ptr %tdt_p
-  %trank_p = getelementptr i64, ptr %tm, i64 3
-  %trank = load i32, ptr %trank_p
-  %til_p = getelementptr i64, ptr %tm, i64 4
-  %til = load i32, ptr %til_p
-  %tsw_p = getelementptr i64, ptr %tm, i64 5
-  %tsw = load i32, ptr %tsw_p
-  %tl2_p = getelementptr i64, ptr %tm, i64 6
-  %tl2 = load i32, ptr %tl2_p
-  %toob_p = getelementptr i64, ptr %tm, i64 7
-  %toob = load i32, ptr %toob_p
-  %tdims = getelementptr i64, ptr %tm, i64 8
-  %tstrides = getelementptr i64, ptr %tm, i64 13
-  %tbox = getelementptr i64, ptr %tm, i64 18
-  %testr = getelementptr i64, ptr %tm, i64 21
-  %enc_err = call i32 %enc(ptr %tslot, i32 %tdt, i32 %trank, ptr %cdata, ptr %tdims,
-                            ptr %tstrides, ptr %tbox, ptr %testr, i32 %til, i32 %tsw, i32 %tl2, i32 %toob)
-  %enc_ok = icmp eq i32 %enc_err, 0
-  br i1 %enc_ok, label %checks, label %slow
-array:
-  %k = phi i64 [0, %checks], [%k_next, %arr_body]
-  %arr_more = icmp ult i64 %k, %np
-  br i1 %arr_more, label %arr_body, label %launch
-arr_body:
-  %ko = add i64 16, %k
-  %off_p = getelementptr i64, ptr %rec, i64 %ko
-  %off = load i64, ptr %off_p
-  %slot = getelementptr i8, ptr %buf, i64 %off
-  %arr_k = getelementptr ptr, ptr %ptrs, i64 %k
-  store ptr %slot, ptr %arr_k
-  %k_next = add i64 %k, 1
-  br label %array
-launch:
-  %fn_p = getelementptr i64, ptr %rec, i64 1
-  %fn = load ptr, ptr %fn_p
-  %gx_p = getelementptr i64, ptr %rec, i64 2
-  %gx = load i32, ptr %gx_p
-  %gy_p = getelementptr i64, ptr %rec, i64 3
-  %gy = load i32, ptr %gy_p
-  %gz_p = getelementptr i64, ptr %rec, i64 4
-  %gz = load i32, ptr %gz_p
-  %bx_p = getelementptr i64, ptr %rec, i64 5
-  %bx = load i32, ptr %bx_p
-  %by_p = getelementptr i64, ptr %rec, i64 6
-  %by = load i32, ptr %by_p
-  %bz_p = getelementptr i64, ptr %rec, i64 7
-  %bz = load i32, ptr %bz_p
-  %sh_p = getelementptr i64, ptr %rec, i64 8
-  %sh = load i32, ptr %sh_p
-  %at_p = getelementptr i64, ptr %rec, i64 13
-  %at = load ptr, ptr %at_p
-  %plain = icmp eq ptr %at, null
-  br i1 %plain, label %launch_plain, label %launch_ex
-launch_plain:
-  %lk = load ptr, ptr %state
-  %err_plain = call i32 %lk(ptr %fn, i32 %gx, i32 %gy, i32 %gz, i32 %bx, i32 %by, i32 %bz,
-                             i32 %sh, ptr %strm, ptr %ptrs, ptr null)
-  br label %launched
-launch_ex:
-  store i32 %gx, ptr %cfg
-  %c1 = getelementptr i32, ptr %cfg, i64 1
-  store i32 %gy, ptr %c1
-  %c2 = getelementptr i32, ptr %cfg, i64 2
-  store i32 %gz, ptr %c2
-  %c3 = getelementptr i32, ptr %cfg, i64 3
-  store i32 %bx, ptr %c3
-  %c4 = getelementptr i32, ptr %cfg, i64 4
-  store i32 %by, ptr %c4
-  %c5 = getelementptr i32, ptr %cfg, i64 5
-  store i32 %bz, ptr %c5
-  %c6 = getelementptr i32, ptr %cfg, i64 6
-  store i32 %sh, ptr %c6
-  %cs = getelementptr i8, ptr %cfg, i64 {CFG_STREAM}
-  store ptr %strm, ptr %cs
-  %ca = getelementptr i8, ptr %cfg, i64 {CFG_ATTRS}
-  store ptr %at, ptr %ca
-  %cn = getelementptr i8, ptr %cfg, i64 {CFG_NATTRS}
-  store i32 1, ptr %cn
-  %lkx_p = getelementptr i64, ptr %state, i64 1
-  %lkx = load ptr, ptr %lkx_p
-  %err_ex = call i32 %lkx(ptr %cfg, ptr %fn, ptr %ptrs, ptr null)
-  br label %launched
-launched:
-  %err = phi i32 [%err_plain, %launch_plain], [%err_ex, %launch_ex]
-  %ok = icmp eq i32 %err, 0
-  br i1 %ok, label %done, label %failed
-done:
+"""
+
+_AFTER_LAUNCH = r"""done:
   %fast_p = getelementptr i64, ptr %state, i64 5
   %f_old = atomicrmw add ptr %fast_p, i64 1 monotonic
   ret ptr null
@@ -373,3 +212,5 @@ entry:
   ret void
 }
 """
+
+HANDLER_IR = _BEFORE_LAUNCH + LAUNCH_CORE_IR + _AFTER_LAUNCH

@@ -6,7 +6,8 @@ Two paths, one kernel:
   and per stream when the plan owns a split-K workspace. It is built once: ``plan_sparse_linear``
   with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
   (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty_like``) and calls the prepared
-  launches with the new x, y (and per-token scale) on torch's current stream. Without ``prepare``
+  launches with the new x, y (and per-token scale) on torch's current stream (with
+  ``SPARSILE_TORCH_NATIVE=1``, a launch of one kernel from native code: ``native.py``). Without ``prepare``
   it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
   16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
   and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`).
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
+from .native import native_launch, report_failure
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
@@ -155,6 +157,9 @@ class LaunchRecord:
                                          out=y, reduce="kernel").launches()
             if len(one) == 1:
                 self.eager = self._prepare(one, x, y, scale_x)
+        # SPARSILE_TORCH_NATIVE=1: the eager launch, when it is one prepared launch, from native code
+        self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
+        self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
         return [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
@@ -192,6 +197,15 @@ class LaunchRecord:
         if capturing:
             self.captured = True  # a graph holds this record's workspace addresses now
         if self.prepared is not None:
+            native = self.native
+            if native is not None and not capturing:
+                status = native.launch(x.data_ptr(), y.data_ptr(), 0 if scale_x is None else scale_x.data_ptr(),
+                                       stream)
+                if not status:
+                    return y
+                if status > 0:  # the launch failed: this record keeps to its prepared launches from now on
+                    self.native, self.native_error = None, status
+                    report_failure(status)
             call = (x, y, scale_x)
             for run, which in self.eager if self.eager is not None and not capturing else self.prepared:
                 run(which(call), stream)

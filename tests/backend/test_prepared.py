@@ -351,8 +351,9 @@ def test_tensor_map_cache_is_an_lru():
         TensorMapCache(0)
 
 
-def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True):
-    """A prepared launch of a hand-made spec: tensor ``a`` (pointer, shape, stride, tensor map)."""
+def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True, per_call=(0, 1)):
+    """A prepared launch of a hand-made spec: tensor ``a`` (pointer, shape, stride, tensor map),
+    ``k``; ``per_call``: the per-call parameters (indices of a, k)."""
     def fake_make(spec, ptr, owner=None, device=None, validated=False):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, bytes([len(encoded)]) * 128)
@@ -375,7 +376,7 @@ def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True)
     a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
     monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
-    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, [0, 1], (1,))
+    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, list(per_call), (1,))
     return made, recorder, a
 
 

@@ -1,0 +1,101 @@
+"""The native launch of the torch launch record (``SPARSILE_TORCH_NATIVE=1``,
+integrations/torch/native.py) on the GPU: the same bits as the prepared launches for bf16 decode
+shapes (split-K too), e4m3 with per-token scales, bias + silu; the native launcher's counter shows
+the calls launched natively; a CUDA graph captured with it on replays as eager calls compute."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+native = pytest.importorskip("sparsile.integrations.torch.native")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+
+
+def _records(layer):
+    return list(layer.__dict__["_records"].records.values())
+
+
+def _poisoned_call(layer, x):
+    """layer(x) with y's memory poisoned first: a NaN block of y's size freed just before the call,
+    which torch's caching allocator hands to the call's y (a y the kernel does not fully write keeps NaNs)."""
+    torch.cuda.synchronize()
+    poison = torch.full((x.shape[0], layer.out_features), float("nan"), device="cuda",
+                        dtype=layer.out_dtype or x.dtype)
+    del poison
+    y = layer(x)
+    torch.cuda.synchronize()
+    return y
+
+
+def _both_ways(layer, xs, monkeypatch):
+    """The outputs of ``xs`` with prepared launches, then with the native launch (records rebuilt)."""
+    monkeypatch.setenv(native.ENV, "0")
+    layer.__dict__["_records"].clear()
+    off = [_poisoned_call(layer, x).clone() for x in xs]
+    assert all(r.native is None for r in _records(layer))
+    monkeypatch.setenv(native.ENV, "1")
+    layer.__dict__["_records"].clear()
+    before = native.counts()["launched"]
+    on = [_poisoned_call(layer, x).clone() for x in xs]
+    return off, on, native.counts()["launched"] - before
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (6144, 4096), (1024, 8192)])  # (out, in); 1024x8192 splits K
+@pytest.mark.parametrize("tokens", [1, 4, 16])
+def test_bf16_native_launches_equal_prepared_launches_bit_for_bit(shape, tokens, monkeypatch):
+    n, k = shape
+    layer = spt.SparseLinear.from_dense(linear(n, k, seed=tokens, device="cuda"))
+    gen = torch.Generator("cuda").manual_seed(tokens)
+    xs = [torch.randn(tokens, k, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3)]
+    off, on, launched = _both_ways(layer, xs, monkeypatch)
+    for x, a, b in zip(xs, off, on):
+        assert torch.equal(a, b) and not b.isnan().any()
+        check_against_float64(layer, x, b)
+    (record,) = _records(layer)
+    assert record.native is not None and record.native_error == 0 and launched == len(xs)
+
+
+@pytest.mark.parametrize("tokens", [1, 16])
+def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
+    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=5, device="cuda"), "e4m3", activation="silu")
+    gen = torch.Generator("cuda").manual_seed(11)
+    xs = [torch.randn(tokens, 4096, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3)]
+    off, on, launched = _both_ways(layer, xs, monkeypatch)
+    for x, a, b in zip(xs, off, on):
+        assert torch.equal(a, b) and not b.isnan().any()
+        check_against_float64(layer, x, b)
+    assert launched == len(xs) and all(r.native is not None for r in _records(layer))
+
+
+@pytest.mark.parametrize("k", [4096, 8192])
+def test_cuda_graph_capture_and_replay_with_the_native_launch_on(k, monkeypatch):
+    """Captured calls take the prepared launches (the two-launch plan where K is split); replays
+    equal eager (native) calls bit for bit, and nothing is launched natively inside the capture."""
+    monkeypatch.setenv(native.ENV, "1")
+    layer = spt.SparseLinear.from_dense(linear(1024, k, seed=3, device="cuda"), activation="silu")
+    static_x = torch.randn(16, k, device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compile, plan) outside the capture
+        layer(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    before = native.counts()["launched"]
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    assert native.counts()["launched"] == before
+    for seed in range(3):
+        new = torch.randn(16, k, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        static_x.copy_(new.to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = layer(static_x)
+        assert torch.equal(static_y, eager)
+        check_against_float64(layer, static_x, static_y)
+    assert native.counts()["launched"] >= before + 3

@@ -1,0 +1,338 @@
+"""The opt-in native launch of the torch launch record (integrations/torch/native.py, the record
+launch of backend/runtime/native_launch.py), JIT-compiled on the CPU and called through ctypes
+with fake libcuda entry points (cuLaunchKernel, cuLaunchKernelEx, cuTensorMapEncodeTiled) that
+record what they are given: the bytes a native launch passes are the prepared launch's
+(driver/prepared.py, on the fake device of tests/backend/test_prepared.py), and the launch record
+uses it only for eager one-launch calls with SPARSILE_TORCH_NATIVE=1. The same launches on the
+H200: tests/gpu/test_torch_native_gpu.py."""
+
+from __future__ import annotations
+
+import ctypes as c
+import struct
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("llvmlite")
+
+from sparsile.backend.runtime import native_launch as nl  # noqa: E402
+from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
+from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.integrations.torch import native  # noqa: E402
+from sparsile.tests.backend.test_prepared import FakeCudaTensor, arrays, q, tma_launch, vadd  # noqa: E402
+from sparsile.tests.backend.test_prepared import gpu as gpu  # noqa: E402 (the fake device, a fixture)
+
+_LAUNCH = c.CFUNCTYPE(c.c_int, c.c_void_p, *[c.c_uint] * 7, c.c_void_p, c.c_void_p, c.c_void_p)
+_LAUNCH_EX = c.CFUNCTYPE(c.c_int, c.POINTER(LaunchConfig), c.c_void_p, c.c_void_p, c.c_void_p)
+_ENCODE = c.CFUNCTYPE(c.c_int, c.c_void_p, c.c_int, c.c_uint, c.c_void_p, c.POINTER(c.c_uint64),
+                      c.POINTER(c.c_uint64), c.POINTER(c.c_uint32), c.POINTER(c.c_uint32), c.c_int, c.c_int,
+                      c.c_int, c.c_int)
+
+
+class FakeDriver:
+    """Fake libcuda launch and encode entry points; what each was given (parameter bytes read
+    with ``sizes``). ``result``: what the launches return."""
+
+    def __init__(self, sizes: list[int], result: int = 0):
+        self.sizes, self.result = sizes, result
+        self.results: list[int] = []  # what the next launches return, before ``result``
+        self.launches: list[tuple] = []
+        self.encodes: list[tuple] = []
+        self.log: list[tuple] = []  # the launch record's stand-ins: records built, prepared launches run
+        self.n_launches = 1  # the stand-in plan's launches
+        self.decode = False  # the stand-in plan has a one-launch variant (reduce="kernel")
+
+        def params(address: int) -> list[bytes]:
+            ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
+            return [c.string_at(ptrs[k], n) for k, n in enumerate(self.sizes)]
+
+        def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, kernel_params, extra):
+            self.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, stream or 0, params(kernel_params)))
+            return self.results.pop(0) if self.results else self.result
+
+        def launch_ex(config, fn, kernel_params, extra):
+            cf = config.contents
+            attr = cf.attrs.contents
+            self.launches.append((fn, (cf.gridDimX, cf.gridDimY, cf.gridDimZ), (cf.blockDimX, cf.blockDimY,
+                                  cf.blockDimZ), cf.sharedMemBytes, cf.hStream or 0, params(kernel_params),
+                                  ("cluster", attr.id, tuple(attr.value[:3]))))
+            return self.result
+
+        def encode(out, dtype, rank, address, dims, strides, box, estr, interleave, swizzle, l2, oob):
+            self.encodes.append((dtype, rank, address, dims[:rank], strides[:rank - 1], box[:rank], estr[:rank],
+                                 interleave, swizzle, l2, oob))
+            c.memmove(out, bytes([0xE0 + len(self.encodes)]) * 128, 128)
+            return 0
+
+        self.callbacks = (_LAUNCH(launch), _LAUNCH_EX(launch_ex), _ENCODE(encode))
+
+    def entry_points(self) -> tuple[int, int, int]:
+        return tuple(c.cast(f, c.c_void_p).value for f in self.callbacks)  # type: ignore[return-value]
+
+
+def _replay(launcher: nl.RecordLauncher, record: nl.NativeRecord, a: int, b: int = 0, s: int = 0,
+            stream: int = 0x5100) -> int:
+    words = launcher.record(record.words)
+    return launcher.launch(c.addressof(words), a, b, s, stream)
+
+
+# ------------------------------------------------------------------------------------------------
+# the record of a real prepared launch (pointer, derived sizes, tensor map)
+
+
+def test_native_launch_passes_the_prepared_launch_s_bytes_and_reencodes_moved_maps(monkeypatch):
+    encoded: list = []
+    made, recorder, a = tma_launch(monkeypatch, encoded, per_call=(0,))  # a per call; k = 3 fixed
+    record = made.native_record((a,), (0,), (True,))
+    assert record is not None and record.keep[0] is made
+    fake = FakeDriver(recorder.sizes)
+    launcher = nl.RecordLauncher(fake.entry_points())
+    assert _replay(launcher, record, a.data_ptr(), stream=0x5100) == 0  # the address the map was encoded for
+    made.run((a,), stream=0x5100)
+    prepared = recorder.launches[-1]
+    fn, grid, block, shared, stream, params = fake.launches[-1]
+    assert params == prepared["params"] and fake.encodes == []
+    assert (fn, grid, block, shared, stream) == (0x500, prepared["grid"], prepared["block"], 0, prepared["stream"])
+    moved = FakeCudaTensor(0x7A00_0020_0000, (256, 512), dtype=torch.float16)  # the same layout, moved
+    assert _replay(launcher, record, moved.data_ptr()) == 0
+    made.run((moved,))
+    prepared, native_params = recorder.launches[-1]["params"], fake.launches[-1][5]
+    assert native_params[:3] + native_params[4:] == prepared[:3] + prepared[4:]
+    assert native_params[0] == q(moved.data_ptr()) and native_params[4] == struct.pack("<i", 3)
+    assert native_params[3] == b"\xe1" * 128  # re-encoded in the call's copy
+    spec = encoded[-1][0]
+    args = spec.driver_arguments(moved.data_ptr())
+    assert encoded[-1][1] == moved.data_ptr()  # the prepared launch encoded the same map
+    assert fake.encodes == [(int(args["tensorDataType"]), 2, moved.data_ptr(), list(args["globalDim"]),
+                             list(args["globalStrides"]), list(args["boxDim"]), list(args["elementStrides"]),
+                             int(args["interleave"]), int(args["swizzle"]), int(args["l2Promotion"]),
+                             int(args["oobFill"]))]
+    assert _replay(launcher, record, a.data_ptr()) == 0 and len(fake.encodes) == 1  # the record is unchanged
+    assert fake.launches[-1][5][3] == b"\x01" * 128
+    assert launcher.counts() == {"launched": 3, "declined": 0, "launch_failures": 0}
+
+
+def test_pointer_arguments_of_a_compiled_kernel(request):
+    """vector_add compiled for sm_90a, x and out per call (y and n fixed): the record's pointer
+    slots take sources 0 and 1 with the 16-byte alignment x and out were specialized for."""
+    gpu = request.getfixturevalue("gpu")
+    x, y, out = arrays()
+    made = vadd()[(4,)].prepare(x=x, y=y, out=out, n=1024, BLOCK=256, per_call=("x", "out"))
+    record = made.native_record((x, out), (0, 1), (True, True))
+    fake = FakeDriver(gpu.sizes)
+    launcher = nl.RecordLauncher(fake.entry_points())
+    x2, _, out2 = arrays(base=0x7E00_0000_0000)
+    assert _replay(launcher, record, x2.data_ptr(), out2.data_ptr(), stream=77) == 0
+    made.run((x2, out2), stream=77)
+    prepared = gpu.launches[-1]
+    assert fake.launches[-1] == (0x500, prepared["grid"], prepared["block"], 0, 77, prepared["params"])
+    assert prepared["params"] == [q(x2.data_ptr()), q(y.data_ptr()), q(out2.data_ptr()), struct.pack("<i", 1024)]
+    assert _replay(launcher, record, x2.data_ptr() + 4, out2.data_ptr()) == -1
+    assert _replay(launcher, record, x2.data_ptr(), out2.data_ptr() + 8) == -1
+    assert len(fake.launches) == 1
+
+
+def test_misaligned_and_missing_buffers_are_not_launched(monkeypatch):
+    made, recorder, a = tma_launch(monkeypatch, [], per_call=(0,))
+    record = made.native_record((a,), (0,), (True,))
+    fake = FakeDriver(recorder.sizes)
+    launcher = nl.RecordLauncher(fake.entry_points())
+    assert _replay(launcher, record, a.data_ptr() + 8) == -1  # specialized 16-byte aligned
+    assert _replay(launcher, record, 0) == -1  # no buffer
+    assert fake.launches == [] and launcher.counts() == {"launched": 0, "declined": 2, "launch_failures": 0}
+    fake.result = 700
+    words = launcher.record(record.words)
+    assert launcher.launch(c.addressof(words), a.data_ptr(), 0, 0, 0) == 700
+    assert words[nl.R_ERROR] == 700 and launcher.counts()["launch_failures"] == 1
+
+
+def test_records_refuse_what_they_cannot_replay(monkeypatch):
+    made, _, a = tma_launch(monkeypatch, [])  # a and the scalar k per call
+    assert made.native_record((a, 3), (0, 1), (True, True)) is None  # a per-call scalar is no source
+    made, _, a = tma_launch(monkeypatch, [], per_call=(0,))
+    assert made.native_record((a,), (2,), (False,)) is None  # its sizes and map need a fixed layout
+    assert made.native_record((a, a), (0, 1), (True, True)) is None  # not the launch's argument count
+
+
+def test_cluster_launches_go_through_cuLaunchKernelEx(monkeypatch):
+    made, recorder, a = tma_launch(monkeypatch, [], per_call=(0,))
+    made.launcher.cluster = (2, 1, 1)
+    record = made.native_record((a,), (0,), (True,))
+    attr = record.keep[1]
+    assert record.words[nl.R_ATTRS] == c.addressof(attr) and tuple(attr.value[:3]) == (2, 1, 1)
+    fake = FakeDriver(recorder.sizes)
+    assert _replay(nl.RecordLauncher(fake.entry_points()), record, a.data_ptr(), stream=9) == 0
+    assert fake.launches[-1][4] == 9 and fake.launches[-1][6] == ("cluster", attr.id, (2, 1, 1))
+
+
+# ------------------------------------------------------------------------------------------------
+# the launch record: when the native launch is used
+
+
+class _Prepared:
+    """A stand-in prepared launch with a record: pointer slots of x, y (and scale_x) at 0, 8, 16."""
+
+    def __init__(self, log: list, per_call: tuple[str, ...]):
+        self.log, self.per_call = log, per_call
+
+    def run(self, args, stream=None):
+        self.log.append(("prepared", tuple(a.data_ptr() for a in args), stream))
+
+    def native_record(self, args, sources, fixed_layout):
+        self.log.append(("record", sources, fixed_layout))
+        pointers = [(s, 8 * s, 15) for s in sources]
+        words = nl.record_words(0xF00D, (3, 1, 1), (128, 1, 1), 256, 0, bytes(24), (0, 8, 16), pointers, [])
+        return nl.NativeRecord(words, (self,), lambda force=False: self.log.append(("context", force)))
+
+
+class _Plan:
+    """A stand-in plan of ``n`` launches of one kernel taking (x, y) or (x, y, scale_x)."""
+
+    def __init__(self, log, x, out, scale_x, n):
+        self.args = (x, out) if scale_x is None else (x, out, scale_x)
+        self.log, self.n = log, n
+
+    def launches(self):
+        launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(self.log, per_call))
+        params = [SimpleNamespace(name=n) for n in ("x", "y", "scale_x")[:len(self.args)]]
+        return [(_Kernel(params, launcher), (3,), self.args, {})] * self.n
+
+
+class _Kernel:
+    def __init__(self, params, launcher):
+        self.params, self.launcher = params, launcher
+
+    def __getitem__(self, grid):
+        return self.launcher
+
+
+@pytest.fixture
+def fake(monkeypatch) -> Iterator[FakeDriver]:
+    """SPARSILE_TORCH_NATIVE=1, a record launcher over a fake driver, a stand-in plan."""
+    driver = FakeDriver([8, 8, 8])
+    monkeypatch.setenv(native.ENV, "1")
+    monkeypatch.setattr(native, "ENTRY_POINTS", driver.entry_points())
+    native.reset()
+
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
+        plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches)
+        if driver.decode:  # a decode plan: split-K reduced in the kernel on request
+            plan.reduces_in_kernel = reduce == "kernel"
+        return plan
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear))
+    yield driver
+    native.reset()
+
+
+def _weight():
+    return kernels.Weight(torch.zeros(8, 16), torch.zeros(8, 1, dtype=torch.int32), None, None, None)
+
+
+def test_eager_one_launch_calls_launch_natively(fake):
+    cache, w = kernels.RecordCache(), _weight()
+    x1, x2 = torch.randn(4, 32), torch.randn(4, 32)
+    y1 = cache.run((4,), x1, w, None, torch.float32, stream=11)
+    y2 = cache.run((4,), x2, w, None, torch.float32, stream=11)
+    assert [e[0] for e in fake.log] == ["record", "context", "context"]  # no prepared launch ran
+    assert fake.log[1] == ("context", False)
+    assert fake.log[0][1:] == ((0, 1), (True, True))
+    assert [p[0] for *_, p in fake.launches] == [q(x1.data_ptr()), q(x2.data_ptr())]
+    assert [p[1] for *_, p in fake.launches] == [q(y1.data_ptr()), q(y2.data_ptr())]
+    assert {launch[:5] for launch in fake.launches} == {(0xF00D, (3, 1, 1), (128, 1, 1), 256, 11)}
+    assert native.counts() == {"launched": 2, "declined": 0, "launch_failures": 0}
+
+
+def test_the_scale_is_source_2_and_a_misaligned_one_takes_the_prepared_launch(fake):
+    cache, w = kernels.RecordCache(), _weight()
+    x, scale = torch.randn(4, 32), torch.ones(8)
+    cache.run((4,), x, w, scale[:4], torch.float32, stream=3)
+    assert fake.log[0][1:] == ((0, 1, 2), (True, True, False))
+    assert fake.launches[-1][5][2] == q(scale.data_ptr())
+    y = cache.run((4,), x, w, scale[1:5], torch.float32, stream=3)  # 4 bytes off: the slot wants 16
+    assert fake.log[-1] == ("prepared", (x.data_ptr(), y.data_ptr(), scale.data_ptr() + 4), 3)
+    (record,) = cache.records.values()
+    assert record.native is not None and native.counts()["declined"] == 1  # still on for the next call
+    cache.run((4,), x, w, scale[:4], torch.float32, stream=3)
+    assert native.counts()["launched"] == 2
+
+
+def test_a_failed_native_launch_falls_back_and_disables_the_record(fake):
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    fake.result = 719
+    with pytest.warns(RuntimeWarning, match="a native launch failed with CUresult 719; this launch record keeps"):
+        y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    (record,) = cache.records.values()
+    assert fake.log[-1] == ("prepared", (x.data_ptr(), y.data_ptr()), 5) and len(fake.launches) == 1
+    assert record.native is None and record.native_error == 719
+    fake.result = 0
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert len(fake.launches) == 1 and fake.log[-1][0] == "prepared"  # for good
+
+
+def test_a_launch_in_another_context_is_retried_with_the_kernel_s_context(fake):
+    """CUDA_ERROR_INVALID_CONTEXT (201) or INVALID_HANDLE (400): torch switched contexts behind the
+    per-thread cache; the kernel's context is made current (forced) and the launch retried."""
+    cache, w = kernels.RecordCache(), _weight()
+    fake.results = [201]
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    assert [e for e in fake.log if e[0] != "record"] == [("context", False), ("context", True)]
+    (record,) = cache.records.values()
+    assert len(fake.launches) == 2 and record.native is not None
+    assert native.counts() == {"launched": 1, "declined": 0, "launch_failures": 1}
+    fake.results = [400, 400]
+    with pytest.warns(RuntimeWarning, match="CUresult 400"):
+        cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    assert record.native is None and fake.log[-1][0] == "prepared"
+
+
+def test_not_used_while_capturing(fake, monkeypatch):
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    x = torch.randn(4, 32)
+    y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert fake.log[-1] == ("prepared", (x.data_ptr(), y.data_ptr()), 5) and len(fake.launches) == 1
+
+
+def test_the_one_launch_split_k_variant_launches_natively_and_a_capture_the_two_launch_plan(fake, monkeypatch):
+    fake.n_launches, fake.decode = 2, True
+    monkeypatch.delenv(kernels.DECODE_REDUCE_ENV, raising=False)
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    (record,) = cache.records.values()
+    assert record.eager is not None and record.native is not None and len(fake.launches) == 1
+    assert [e[0] for e in fake.log] == ["record", "context"]
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert fake.log[-2:] == [("prepared", (x.data_ptr(), y.data_ptr()), 5)] * 2 and len(fake.launches) == 1
+
+
+def test_not_built_for_two_launches_or_without_the_switch(fake, monkeypatch):
+    fake.n_launches = 2
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    (record,) = cache.records.values()
+    assert record.native is None and fake.launches == [] and [e[0] for e in fake.log] == ["prepared"] * 2
+    fake.n_launches = 1
+    for value in ("0", None):
+        if value is None:
+            monkeypatch.delenv(native.ENV)
+        else:
+            monkeypatch.setenv(native.ENV, value)
+        cache = kernels.RecordCache()
+        cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+        assert next(iter(cache.records.values())).native is None and fake.launches == []
+    assert not native.enabled()
+
+
+def test_switch_is_documented():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
+    assert "`SPARSILE_TORCH_NATIVE=1`" in docs and "off by default" in docs
