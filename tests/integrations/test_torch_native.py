@@ -290,6 +290,24 @@ def test_a_launch_in_another_context_is_retried_with_the_kernel_s_context(fake):
     assert record.native is None and fake.log[-1][0] == "prepared"
 
 
+def test_a_record_keeps_its_launcher_s_machine_code_alive(fake):
+    """The record calls machine code the launcher's LLVM engine owns (and reads its state array):
+    forgetting the launcher (``native.reset``) must not free them under a live record."""
+    import gc
+    import weakref
+
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    first = weakref.ref(native.launcher())
+    native.reset()
+    gc.collect()
+    assert first() is not None  # the record's launch still points into its engine
+    x = torch.randn(4, 32)
+    y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert [p[:2] for *_, p in fake.launches[-1:]] == [[q(x.data_ptr()), q(y.data_ptr())]]
+    assert first().counts()["launched"] == 2
+
+
 def test_not_used_while_capturing(fake, monkeypatch):
     cache, w = kernels.RecordCache(), _weight()
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
