@@ -218,6 +218,27 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
+@pytest.mark.parametrize("per_token_first", [False, True])
+def test_op_per_tensor_then_per_token_scale(per_token_first):
+    """One weight, one T, a per-tensor (1,) and a per-token (T,) scale_x: each call gets the record
+    planned for its scale mode (ops.record_key), whichever comes first. Token t's rows are 4^t
+    times larger, so a record replaying the other mode is off by far more than rounding."""
+    layer = _layer(dtype="e4m3", seed=3 + per_token_first)
+    x = (torch.randn(5, 512, device="cuda") * 4.0 ** torch.arange(5, device="cuda")[:, None]).to(torch.bfloat16)
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    s1 = sx[:1].clone()
+
+    def op(scale):
+        return torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, scale_x=scale,
+                                                scale_w=layer.scale_w, out_dtype=torch.bfloat16)
+
+    calls = [("token", sx), ("tensor", s1)] if per_token_first else [("tensor", s1), ("token", sx)]
+    got = {mode: op(scale) for mode, scale in calls}
+    assert torch.equal(got["token"], layer(x))
+    same = op(s1.expand(5).contiguous())  # per-token scales all equal to the per-tensor one
+    torch.testing.assert_close(got["tensor"].float(), same.float(), rtol=2 ** -7, atol=1e-3)
+
+
 def small_cuda_llama():
     """A 2-layer bf16 LlamaForCausalLM on CUDA (hidden 256, 4 heads, 2 kv heads, vocab 128), seeded."""
     transformers = pytest.importorskip("transformers")
