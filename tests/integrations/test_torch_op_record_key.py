@@ -3,7 +3,11 @@
 scale modes and x's (T, K), and its prepared (or native) launch takes only x, y and scale_x's
 address per call, so two calls that differ in any of them must not share a record. Shown on the
 CPU with the stand-in plan and fake driver of test_torch_native.py; the numbers on the H200:
-tests/gpu/test_torch_linear_gpu.py ``test_op_per_tensor_then_per_token_scale``."""
+tests/gpu/test_torch_linear_gpu.py ``test_op_per_tensor_then_per_token_scale``. And the owner of
+a record (the RecordCache drops it when the ``values`` tensor object the op was given is
+collected): the layer's own buffer in the forward and the backward, eager and through AOTAutograd,
+not an alias made per call (which would rebuild the record on every call, inside a CUDA graph
+capture too)."""
 
 from __future__ import annotations
 
@@ -67,3 +71,24 @@ def test_scale_x_reaches_the_record_1d_and_contiguous(scale_x: torch.Tensor, mon
     ops.sparse_linear(x, values, meta, None, scale_x, scale_w, out_dtype=torch.bfloat16)
     (sx,) = got
     assert sx.dim() == 1 and sx.is_contiguous() and torch.equal(sx, scale_x.reshape(-1))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "aot_eager"])
+def test_the_ops_get_the_layer_s_own_weight_tensors(compiled: bool, monkeypatch) -> None:
+    from sparsile import torch as spt
+    from sparsile.integrations.torch import training
+    from sparsile.tests.integrations.torch_helpers import linear
+
+    layer = spt.SemiSparseLinear.from_dense(linear(32, 32, torch.float32, seed=3), "bf16")
+    seen: list[tuple[str, torch.Tensor]] = []
+    for module, where in ((training, "forward"), (ops, "backward")):
+        run = module.run_interpreted
+        monkeypatch.setattr(module, "run_interpreted",
+                            lambda x2, w, sx, out, run=run, where=where: (seen.append((where, w.values)),
+                                                                          run(x2, w, sx, out))[1])
+    model = torch.compile(layer, backend="aot_eager", fullgraph=True) if compiled else layer
+    x = torch.randn(4, 32, requires_grad=True)
+    for _ in range(2):
+        model(x).sum().backward()
+    assert [where for where, _ in seen] == ["forward", "backward"] * 2
+    assert all(v is (layer.values if where == "forward" else layer.values_t) for where, v in seen)
