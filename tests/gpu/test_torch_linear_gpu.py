@@ -218,11 +218,14 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
+@pytest.mark.parametrize("native_launch", ["0", "1"])
 @pytest.mark.parametrize("per_token_first", [False, True])
-def test_op_per_tensor_then_per_token_scale(per_token_first):
+def test_op_per_tensor_then_per_token_scale(per_token_first, native_launch, monkeypatch):
     """One weight, one T, a per-tensor (1,) and a per-token (T,) scale_x: each call gets the record
-    planned for its scale mode (ops.record_key), whichever comes first. Token t's rows are 4^t
-    times larger, so a record replaying the other mode is off by far more than rounding."""
+    planned for its scale mode (ops.record_key), whichever comes first, with prepared or native
+    launches (SPARSILE_TORCH_NATIVE). Token t's rows are 4^t times larger, so a record replaying
+    the other mode is off by far more than rounding."""
+    monkeypatch.setenv("SPARSILE_TORCH_NATIVE", native_launch)
     layer = _layer(dtype="e4m3", seed=3 + per_token_first)
     x = (torch.randn(5, 512, device="cuda") * 4.0 ** torch.arange(5, device="cuda")[:, None]).to(torch.bfloat16)
     xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
