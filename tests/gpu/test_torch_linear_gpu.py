@@ -218,6 +218,26 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
+def test_reduce_overhead_with_more_token_counts_than_the_record_capacity(monkeypatch):
+    """More token counts per weight than the op's record cache keeps per weight (capacity lowered
+    to 4 here; 64 shipped: a server capturing vLLM's 67 batch sizes exceeds it): CUDA graph trees
+    warm every size up before recording any, so the first sizes' records are trimmed meanwhile and
+    rebuilt inside the capture (their allocations in the graph's pool). Every size must still
+    record and replay what eager calls compute."""
+    from sparsile.integrations.torch import ops
+
+    monkeypatch.setattr(ops._RECORDS, "capacity", 4)
+    model = torch.nn.Sequential(linear(256, 256, device="cuda", seed=1), linear(256, 256, device="cuda", seed=2))
+    spt.sparsify_(model)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    gen = torch.Generator("cuda").manual_seed(5)
+    sizes = (1, 2, 3, 4, 5, 6)  # below dynamo's recompile limit (8)
+    for _ in range(3):  # warm-up of every size, recording of every size, replays
+        for t in sizes:
+            x = torch.randn(t, 256, device="cuda", generator=gen).to(torch.bfloat16)
+            torch.testing.assert_close(compiled(x).clone(), model(x), rtol=2 ** -6, atol=2 ** -6)
+
+
 @pytest.mark.parametrize("native_launch", ["0", "1"])
 @pytest.mark.parametrize("per_token_first", [False, True])
 def test_op_per_tensor_then_per_token_scale(per_token_first, native_launch, monkeypatch):
