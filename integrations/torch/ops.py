@@ -114,7 +114,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
 def record_key(x2: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
                scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, out: torch.dtype,
                activation: str | None) -> tuple:
-    """The launch record of a CUDA call of the op: a record's plan and prepared launches are
+    """The launch-record key of a CUDA call of the op: a record's plan and prepared launches are
     specialized on everything here (its native launch replays x's layout as packed), and take only
     x, y and scale_x's address per call. So the key holds x's (T, K) (check_arguments admits up to
     three K for one weight), the weight's memory and shape, and the scale modes: a per-tensor
