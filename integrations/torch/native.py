@@ -85,13 +85,16 @@ class NativeLaunch:
 
     __slots__ = ("_address", "_context_current", "_keep", "_run", "record")
 
-    def __init__(self, record: Any, array: Any, run: Callable[..., int], context_current: Callable[..., None]):
+    def __init__(self, record: Any, array: Any, launcher: Any, context_current: Callable[..., None]):
         import ctypes
 
         self.record = array  # the int64 words the native function reads (immutable but R_ERROR)
-        self._keep = record.keep  # the prepared launch (its launcher and module), the cluster attribute
+        # the prepared launch (its launcher and module), the cluster attribute, and the record
+        # launcher: its LLVM engine owns the machine code ``_run`` calls, which reads its state array
+        # (``reset`` forgets a launcher; the records built with it keep theirs)
+        self._keep = (*record.keep, launcher)
         self._address = ctypes.addressof(array)
-        self._run = run
+        self._run: Callable[..., int] = launcher.launch
         self._context_current = context_current
 
     def launch(self, x: int, y: int, scale_x: int, stream: int) -> int:
@@ -132,4 +135,4 @@ def native_launch(launches: list[Any] | None, x: Any, y: Any, scale_x: Any) -> N
         from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH
 
         _RETRY.update(int(e) for e in RETRY_AFTER_CONTEXT_SWITCH)
-    return NativeLaunch(record, native.record(record.words), native.launch, record.context_current)
+    return NativeLaunch(record, native.record(record.words), native, record.context_current)

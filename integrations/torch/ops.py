@@ -100,16 +100,30 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     if x2.shape[0] == 0:
         return x.new_empty((*x.shape[:-1], n), dtype=out)
-    if scale_x is not None and scale_x.numel() > 1:
-        scale_x = scale_x.reshape(-1)
+    if scale_x is not None:  # 1-D and contiguous as the kernel reads it (a 0-d scale, a strided column)
+        scale_x = scale_x.reshape(-1).contiguous()
     w = Weight(values, meta, bias, scale_w, activation)
     if x2.device.type == "cuda":
-        ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias, scale_w))
-        key = (x2.shape[0], x2.dtype, x2.device.index, out, ptrs, tuple(values.shape), activation)
-        y = _RECORDS.run(key, x2, w, scale_x, out, off_pool=True)
+        y = _RECORDS.run(record_key(x2, values, meta, bias, scale_x, scale_w, out, activation), x2, w, scale_x,
+                         out, off_pool=True)
     else:
         y = run_interpreted(x2, w, scale_x, out)
     return y.reshape(*x.shape[:-1], n)
+
+
+def record_key(x2: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+               scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, out: torch.dtype,
+               activation: str | None) -> tuple:
+    """The launch-record key of a CUDA call of the op: a record's plan and prepared launches are
+    specialized on everything here (its native launch replays x's layout as packed), and take only
+    x, y and scale_x's address per call. So the key holds x's (T, K) (check_arguments admits up to
+    three K for one weight), the weight's memory and shape, and the scale modes: a per-tensor
+    scale_x (one element) and a per-token one (T) plan different kernels, as do a per-tensor and
+    a per-channel scale_w at one address; scale_x's dtype (the plan converts another to float32)."""
+    ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias, scale_w))
+    scales = (None if scale_x is None else (scale_x.dtype, scale_x.numel() > 1),
+              None if scale_w is None else scale_w.numel() > 1)
+    return (x2.shape[0], x2.shape[1], x2.dtype, x2.device.index, out, ptrs, tuple(values.shape), scales, activation)
 
 
 _LIBRARY.impl("sparse_linear", sparse_linear, "CPU")

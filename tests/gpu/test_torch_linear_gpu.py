@@ -218,6 +218,50 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
+def test_reduce_overhead_with_more_token_counts_than_the_record_capacity(monkeypatch):
+    """More token counts per weight than the op's record cache keeps per weight (capacity lowered
+    to 4 here; 64 shipped: a server capturing vLLM's 67 batch sizes exceeds it): CUDA graph trees
+    warm every size up before recording any, so the first sizes' records are trimmed meanwhile and
+    rebuilt inside the capture (their allocations in the graph's pool). Every size must still
+    record and replay what eager calls compute."""
+    from sparsile.integrations.torch import ops
+
+    monkeypatch.setattr(ops._RECORDS, "capacity", 4)
+    model = torch.nn.Sequential(linear(256, 256, device="cuda", seed=1), linear(256, 256, device="cuda", seed=2))
+    spt.sparsify_(model)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    gen = torch.Generator("cuda").manual_seed(5)
+    sizes = (1, 2, 3, 4, 5, 6)  # below dynamo's recompile limit (8)
+    for _ in range(3):  # warm-up of every size, recording of every size, replays
+        for t in sizes:
+            x = torch.randn(t, 256, device="cuda", generator=gen).to(torch.bfloat16)
+            torch.testing.assert_close(compiled(x).clone(), model(x), rtol=2 ** -6, atol=2 ** -6)
+
+
+@pytest.mark.parametrize("native_launch", ["0", "1"])
+@pytest.mark.parametrize("per_token_first", [False, True])
+def test_op_per_tensor_then_per_token_scale(per_token_first, native_launch, monkeypatch):
+    """One weight, one T, a per-tensor (1,) and a per-token (T,) scale_x: each call gets the record
+    planned for its scale mode (ops.record_key), whichever comes first, with prepared or native
+    launches (SPARSILE_TORCH_NATIVE). Token t's rows are 4^t times larger, so a record replaying
+    the other mode is off by far more than rounding."""
+    monkeypatch.setenv("SPARSILE_TORCH_NATIVE", native_launch)
+    layer = _layer(dtype="e4m3", seed=3 + per_token_first)
+    x = (torch.randn(5, 512, device="cuda") * 4.0 ** torch.arange(5, device="cuda")[:, None]).to(torch.bfloat16)
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    s1 = sx[:1].clone()
+
+    def op(scale):
+        return torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, scale_x=scale,
+                                                scale_w=layer.scale_w, out_dtype=torch.bfloat16)
+
+    calls = [("token", sx), ("tensor", s1)] if per_token_first else [("tensor", s1), ("token", sx)]
+    got = {mode: op(scale) for mode, scale in calls}
+    assert torch.equal(got["token"], layer(x))
+    same = op(s1.expand(5).contiguous())  # per-token scales all equal to the per-tensor one
+    torch.testing.assert_close(got["tensor"].float(), same.float(), rtol=2 ** -7, atol=1e-3)
+
+
 def small_cuda_llama():
     """A 2-layer bf16 LlamaForCausalLM on CUDA (hidden 256, 4 heads, 2 kv heads, vocab 128), seeded."""
     transformers = pytest.importorskip("transformers")

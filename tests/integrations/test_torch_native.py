@@ -115,6 +115,50 @@ def test_native_launch_passes_the_prepared_launch_s_bytes_and_reencodes_moved_ma
     assert launcher.counts() == {"launched": 3, "declined": 0, "launch_failures": 0}
 
 
+def test_every_map_of_a_moved_source_is_reencoded(monkeypatch):
+    """Two tensor maps of one per-call tensor (two boxes): when it moves, the native launch
+    re-encodes both in its copy, each with its own box, as the prepared launch rewrites both."""
+    from sparsile.backend import runtime
+    from sparsile.backend.runtime import arguments as A
+    from sparsile.backend.runtime import arrays as array_args
+    from sparsile.backend.runtime.tensormap import Swizzle, TensorMap, TensorMapCache, TensorMapParam
+    from sparsile.driver import prepared
+    from sparsile.driver.prepared import PreparedLaunch
+    from sparsile.frontend.ir import types as T
+    from sparsile.frontend.sema.core import ArgSpec
+    from sparsile.frontend.sema.specialize import ParamInfo
+    from sparsile.tests.backend.test_prepared import ATTRS, FakeModule, Recorder
+
+    encoded: list = []
+    monkeypatch.setattr(runtime, "make_tensor_map", lambda spec, ptr, owner=None, device=None, validated=False: (
+        encoded.append((spec, ptr)), TensorMap(spec, ptr, bytes([len(encoded)]) * 128))[1])
+    monkeypatch.setattr(prepared, "SHARED_MAPS", TensorMapCache(8))
+    spec = A.ParamSpec((A.PointerParam("a", "f16", aligned16=True, readonly=True),
+                        TensorMapParam("a.tmap0", "f16", (64, 64), swizzle=Swizzle.B128, readonly=True),
+                        TensorMapParam("a.tmap1", "f16", (8, 64), swizzle=Swizzle.B128, readonly=True)),
+                       kernel_name="two_maps")
+    fn = SimpleNamespace(module=FakeModule(), attributes=ATTRS, handle=0x500, set_max_dynamic_shared=lambda n: None)
+    launcher = runtime.Launcher(fn, spec, num_warps=4)
+    recorder = Recorder()
+    recorder.sizes = [8, 128, 128]
+    launcher._launch_kernel = recorder
+    kernel = SimpleNamespace(name="two_maps", params=[ParamInfo("a", T.TensorType(T.f16, 2))])
+    a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
+    monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
+    monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
+    made = PreparedLaunch(kernel, launcher, {"a": a}, {"a": ArgSpec.of(T.TensorType(T.f16, 2), True)}, [0], (1,))
+    record = made.native_record((a,), (0,), (True,))
+    fake = FakeDriver(recorder.sizes)
+    native_launcher = nl.RecordLauncher(fake.entry_points())
+    moved = FakeCudaTensor(0x7A00_0040_0000, (256, 512), dtype=torch.float16)
+    assert _replay(native_launcher, record, moved.data_ptr()) == 0
+    made.run((moved,))
+    assert [e[2] for e in fake.encodes] == [moved.data_ptr()] * 2
+    assert [e[5] for e in fake.encodes] == [[64, 64], [64, 8]]  # each map's own box (innermost first)
+    assert [spec.box_shape for spec, _ in encoded[-2:]] == [(64, 64), (8, 64)]  # what the prepared launch encoded
+    assert fake.launches[-1][5] == [q(moved.data_ptr()), b"\xe1" * 128, b"\xe2" * 128]
+
+
 def test_pointer_arguments_of_a_compiled_kernel(request):
     """vector_add compiled for sm_90a, x and out per call (y and n fixed): the record's pointer
     slots take sources 0 and 1 with the 16-byte alignment x and out were specialized for."""
@@ -288,6 +332,24 @@ def test_a_launch_in_another_context_is_retried_with_the_kernel_s_context(fake):
     with pytest.warns(RuntimeWarning, match="CUresult 400"):
         cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
     assert record.native is None and fake.log[-1][0] == "prepared"
+
+
+def test_a_record_keeps_its_launcher_s_machine_code_alive(fake):
+    """The record calls machine code the launcher's LLVM engine owns (and reads its state array):
+    forgetting the launcher (``native.reset``) must not free them under a live record."""
+    import gc
+    import weakref
+
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    first = weakref.ref(native.launcher())
+    native.reset()
+    gc.collect()
+    assert first() is not None  # the record's launch still points into its engine
+    x = torch.randn(4, 32)
+    y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert [p[:2] for *_, p in fake.launches[-1:]] == [[q(x.data_ptr()), q(y.data_ptr())]]
+    assert first().counts()["launched"] == 2
 
 
 def test_not_used_while_capturing(fake, monkeypatch):
