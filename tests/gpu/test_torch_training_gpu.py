@@ -110,6 +110,33 @@ def test_torch_compile_inductor_forward_and_backward():
     torch.testing.assert_close(got[2], layer.weight.grad, rtol=2 ** -7, atol=1e-3)
 
 
+def test_reduce_overhead_training_builds_its_launch_records_once(monkeypatch):
+    """Training under torch.compile(mode="reduce-overhead"): the op's launch records (forward with
+    values, backward with values_t) are built in the first steps and reused after, so no record is
+    rebuilt inside a CUDA-graph capture and no step re-plans (the op sees the layer's own tensors,
+    not per-call aliases)."""
+    from sparsile.integrations.torch import _kernels
+
+    built = [0]
+    init = _kernels.LaunchRecord.__init__
+
+    def counting(self, *args, **kwargs):
+        built[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(_kernels.LaunchRecord, "__init__", counting)
+    layer = spt.SemiSparseLinear.from_dense(linear(512, 512, torch.float32, device="cuda", seed=21), "bf16")
+    compiled = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+    x = torch.randn(16, 512, device="cuda", generator=torch.Generator("cuda").manual_seed(22), requires_grad=True)
+    counts = []
+    for _ in range(6):
+        torch.compiler.cudagraph_mark_step_begin()
+        compiled(x).sum().backward()
+        torch.cuda.synchronize()
+        counts.append(built[0])
+    assert counts[0] > 0 and counts[-1] == counts[2], counts
+
+
 def test_200_steps_equal_dense_training_with_the_same_mask():
     torch.manual_seed(6)  # nn.Linear's own initialization (outputs of order 1)
     a, b = torch.nn.Linear(512, 1024).cuda(), torch.nn.Linear(1024, 256).cuda()
