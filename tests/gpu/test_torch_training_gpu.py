@@ -134,7 +134,7 @@ def test_reduce_overhead_training_builds_its_launch_records_once(monkeypatch):
         compiled(x).sum().backward()
         torch.cuda.synchronize()
         counts.append(built[0])
-    assert counts[0] > 0 and counts[-1] == counts[2], counts
+    assert counts[0] > 0 and counts == [counts[0]] * 6, counts  # none built at the recording (step 2) or after
 
 
 def test_200_steps_equal_dense_training_with_the_same_mask():
