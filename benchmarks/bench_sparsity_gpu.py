@@ -124,10 +124,12 @@ def bench_shape(m: int, k: int, dtype: str, fmt: str, repeats: int, host_repeats
     return row
 
 
-SWEEP = ((8, 32, 8), (4, 32, 4), (16, 32, 16), (32, 32, 32), (8, 32, 4), (16, 32, 8))
+SWEEP = ((8, 32, 8), (4, 32, 4), (16, 32, 16), (32, 32, 32), (8, 32, 4), (16, 32, 8), (16, 16, 8), (32, 8, 8))
 """(WR, WC, num_warps) program shapes tried by --sweep (words per program: rows x columns). At least
-one word row per warp (more warps than rows would repeat the work) and WC = 32 (the lanes; fewer
-spread a word's chunks over two lanes). 8 chunks per thread: 57 registers; 16: about 165."""
+one word row per warp (more warps than rows would repeat the work). With the interleaved "sm90"
+words, word rows L and L + 8 hold the two halves (32 bytes each) of the same 64-byte run of every
+weight row: WR = 8 gives a program one half of each run (its neighbour program the other), WR >= 16
+both; (16, 16, 8) and (32, 8, 8) keep 8 chunks per thread with whole runs per program."""
 
 
 def sweep(m: int, k: int, dtype: str, fmt: str, repeats: int) -> None:

@@ -52,6 +52,7 @@ second)  # issue 14's limit (Nsight Compute on the compress kernel), the model a
     run 120 ncu --kernel-name regex:prune_compress --launch-skip 2 --launch-count 1 --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
         python benchmarks/bench_sparsity_gpu.py --shapes 57344x8192
+    run 90 python benchmarks/bench_sparsity_gpu.py --sweep --shapes 57344x8192
     run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile sparsile-fused \
         --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1.json"
     run 260 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --l2 cold --max-seconds 220 --json "$out/linear-full.json"
