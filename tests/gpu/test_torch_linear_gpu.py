@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear, warm_up_on_a_side_stream
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -166,11 +166,7 @@ def test_cuda_graph_capture_and_replay(dtype, k):
     add the shares in the kernel while the captured call adds them in a second launch."""
     layer = _layer(k=k, dtype=dtype, activation="relu")
     static_x = torch.randn(16, k, device="cuda").to(torch.bfloat16)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (compile, plan) outside the capture
-        layer(static_x)
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_on_a_side_stream(lambda: layer(static_x))  # compile and plan outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_y = layer(static_x)
@@ -303,12 +299,7 @@ def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
         return model(input_ids=ids, use_cache=False).logits
 
     with torch.inference_mode():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                forward(ids)
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up_on_a_side_stream(lambda: forward(ids), times=2)
         seen = {}
         hooks = [m.register_forward_hook(lambda mod, args, out: seen.__setitem__(mod, (args[0], out)))
                  for m, _ in members]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear, warm_up_on_a_side_stream
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -80,11 +80,7 @@ def test_cuda_graph_capture_and_replay_with_the_native_launch_on(k, monkeypatch)
     monkeypatch.setenv(native.ENV, "1")
     layer = spt.SparseLinear.from_dense(linear(1024, k, seed=3, device="cuda"), activation="silu")
     static_x = torch.randn(16, k, device="cuda").to(torch.bfloat16)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (compile, plan) outside the capture
-        layer(static_x)
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_on_a_side_stream(lambda: layer(static_x))  # compile and plan outside the capture
     graph = torch.cuda.CUDAGraph()
     before = native.counts()["launched"]
     with torch.cuda.graph(graph):

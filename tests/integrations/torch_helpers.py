@@ -12,6 +12,18 @@ EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 
 """Half an ulp, relative: the rounding of the stored output."""
 
 
+def warm_up_on_a_side_stream(call, times: int = 1) -> None:
+    """Run ``call()`` ``times`` times on a side stream ordered after torch's current one (kernels
+    compiled, launch records planned), as torch's docs ask before capturing a CUDA graph, and make
+    the current stream wait for it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+
+
 def linear(n: int, k: int, dtype: torch.dtype = torch.bfloat16, bias: bool = True, seed: int = 0,
            device: str = "cpu") -> torch.nn.Linear:
     """An nn.Linear with random non-zero weights and bias (bias values well away from zero)."""
