@@ -318,20 +318,12 @@ class RecordCache:
             self.records.pop(key, None)
 
     def _trim(self, values: torch.Tensor) -> None:
-        """Drop the records whose weight is gone, and the oldest of ``values``' records beyond
-        ``capacity``, except those a CUDA graph captured: a replay writes their workspace and
-        counters, which must stay allocated as long as the graph may run."""
+        """Drop the oldest of ``values``' records beyond ``capacity``, except those a CUDA graph
+        captured: a replay writes their workspace and counters, which must stay allocated as long
+        as the graph may run. (Records of a collected weight are dropped by :meth:`_dropped`.)"""
         records = self.records
-        mine = []
-        for key in tuple(records):  # a snapshot: a weakref callback may pop entries meanwhile
-            record = records.get(key)
-            if record is None:
-                continue
-            owner = record.owner()
-            if owner is None:
-                records.pop(key, None)
-            elif owner is values and not record.captured:
-                mine.append(key)
+        mine = [key for key in tuple(records)  # a snapshot: a weakref callback may pop entries meanwhile
+                if (record := records.get(key)) is not None and record.owner() is values and not record.captured]
         for key in mine[:max(0, len(mine) - self.capacity)]:
             records.pop(key, None)
 
