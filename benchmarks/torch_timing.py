@@ -29,11 +29,13 @@ def positive(text: str) -> int:
 
 @dataclass
 class Timing:
-    """Per-call times in µs: ``wall`` includes the synchronize at the end of each block, ``host`` stops
-    when the last call has returned."""
+    """Per-call times in µs, medians over the blocks: ``wall`` includes the synchronize at the end of
+    each block, ``host`` stops when the last call has returned; ``wall_best`` is the fastest block's
+    wall time (other processes on a shared host only ever add time to a block)."""
 
     wall: float
     host: float
+    wall_best: float = 0.0
 
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
@@ -58,7 +60,7 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
         done = time.perf_counter()
         walls.append((done - start) / calls * 1e6)
         hosts.append((launched - start) / calls * 1e6)
-    return Timing(statistics.median(walls), statistics.median(hosts))
+    return Timing(statistics.median(walls), statistics.median(hosts), min(walls))
 
 
 def kernel_time(fn: Callable[[], Any], calls: int = 10) -> float:

@@ -49,8 +49,13 @@ from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32
 from .gemm import array_kind, bad_input
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
-WR, WC = 8, 32       # metadata words per program: rows x columns (prune_compress, decompress)
-NUM_WARPS = 8        # warps per program of prune_compress and decompress: 8 chunks per thread
+# metadata words per program, rows x columns (prune_compress, decompress): 16 word rows hold both
+# 32-byte halves of each 64-byte run of a weight row in the interleaved "sm90" layout, so a program
+# reads whole runs (bench_sparsity_gpu.py --sweep: 0.393 ms, 78 % of HBM, for a 57344 x 8192 bf16
+# weight on the H200, against 0.479 ms, 64 %, with 8 x 32 and 8 warps; benchmarks/RESULTS.md, ninth
+# session). 16 x 16 with 8 warps was as fast, but converts its tile through shared memory.
+WR, WC = 16, 32
+NUM_WARPS = 16       # warps per program of prune_compress and decompress: 8 chunks per thread
 FLAT_BLOCK = 1024    # chunks (prune_dense) or words (validate) per program
 
 KIND = {"16-bit": "16", "tf32": "tf32"}

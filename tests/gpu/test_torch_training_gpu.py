@@ -130,6 +130,10 @@ def test_reduce_overhead_training_builds_its_launch_records_once(monkeypatch):
     x = torch.randn(16, 512, device="cuda", generator=torch.Generator("cuda").manual_seed(22), requires_grad=True)
     counts = []
     for _ in range(6):
+        # a training loop's own step: gradients set to None first (torch's CUDA graph trees refuse to
+        # accumulate into a .grad that a previous replay's memory holds; nn.Linear fails the same way)
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
         torch.compiler.cudagraph_mark_step_begin()
         compiled(x).sum().backward()
         torch.cuda.synchronize()

@@ -1,9 +1,9 @@
-"""The opt-in native launch of the torch launch record (integrations/torch/native.py, the record
-launch of backend/runtime/native_launch.py), JIT-compiled on the CPU and called through ctypes
+"""The native launch of the torch launch record, on by default (integrations/torch/native.py, the
+record launch of backend/runtime/native_launch.py), JIT-compiled on the CPU and called through ctypes
 with fake libcuda entry points (cuLaunchKernel, cuLaunchKernelEx, cuTensorMapEncodeTiled) that
 record what they are given: the bytes a native launch passes are the prepared launch's
 (driver/prepared.py, on the fake device of tests/backend/test_prepared.py), and the launch record
-uses it only for eager one-launch calls with SPARSILE_TORCH_NATIVE=1. The same launches on the
+uses it only for eager one-launch calls, unless SPARSILE_TORCH_NATIVE=0. The same launches on the
 H200: tests/gpu/test_torch_native_gpu.py."""
 
 from __future__ import annotations
@@ -382,19 +382,51 @@ def test_not_built_for_two_launches_or_without_the_switch(fake, monkeypatch):
     (record,) = cache.records.values()
     assert record.native is None and fake.launches == [] and [e[0] for e in fake.log] == ["prepared"] * 2
     fake.n_launches = 1
-    for value in ("0", None):
-        if value is None:
-            monkeypatch.delenv(native.ENV)
-        else:
-            monkeypatch.setenv(native.ENV, value)
+    for value in ("0", "off"):  # anything but "1" switches it off
+        monkeypatch.setenv(native.ENV, value)
         cache = kernels.RecordCache()
         cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
         assert next(iter(cache.records.values())).native is None and fake.launches == []
-    assert not native.enabled()
+        assert not native.enabled()
+
+
+def test_on_by_default(fake, monkeypatch):
+    monkeypatch.delenv(native.ENV)
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    assert native.enabled() and not native.requested()
+    assert next(iter(cache.records.values())).native is not None and len(fake.launches) == 1
+
+
+@pytest.mark.parametrize(("value", "warned"), [(None, False), ("1", True)])
+def test_a_missing_launcher_warns_only_when_asked_for(monkeypatch, value, warned):
+    import warnings
+
+    from sparsile.backend.runtime import native_launch
+
+    def unavailable(*args):
+        raise OSError("no libcuda here")
+
+    if value is None:
+        monkeypatch.delenv(native.ENV, raising=False)
+    else:
+        monkeypatch.setenv(native.ENV, value)
+    monkeypatch.setattr(native_launch, "RecordLauncher", unavailable)
+    native.reset()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert native.launcher() is None
+        messages = [str(c.message) for c in caught if issubclass(c.category, RuntimeWarning)]
+        assert (messages == [f"sparsile.torch: {native.ENV}=1, but the native launcher is unavailable (OSError: "
+                             "no libcuda here); calls use the prepared launches"]) == warned, messages
+        assert warned or messages == []
+    finally:
+        native.reset()
 
 
 def test_switch_is_documented():
     from pathlib import Path
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
-    assert "`SPARSILE_TORCH_NATIVE=1`" in docs and "off by default" in docs
+    assert "`SPARSILE_TORCH_NATIVE=0`" in docs and "on by default" in docs
