@@ -430,6 +430,24 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     return deliver_result(plan.out, out, x)
 
 
+def quantize_block(k: int) -> int:
+    """The quantizer's BLOCK for rows of ``k`` elements: the power of two from 16 up to k, at most 1024."""
+    block = 16
+    while block < min(k, 1024):
+        block *= 2
+    return block
+
+
+def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any) -> Any:
+    """The launch of :func:`quantize_per_token_e4m3`'s kernel for GPU arrays x (T, K) contiguous,
+    xq (T, K) e4m3 and scale (T,) f32, prepared once (``kernel[grid].prepare``): each call passes
+    its own (x, xq, scale) of the same shapes and types, ``launch.run((x, xq, scale), stream)``,
+    without the generic launch's binding and checks (the torch layer's eager e4m3 calls)."""
+    t, k = (int(s) for s in x.shape)
+    kernel = quantize_module().quantize_e4m3_per_token
+    return kernel[(t,)].prepare(x, xq, scale, k, k, k, BLOCK=quantize_block(k), per_call=("X", "XQ", "S"))
+
+
 def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:
     """(x_q, scale_x) with x ≈ x_q * scale_x[:, None]: per row t of x (T, K), scale_x[t] =
     max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x / scale_x[t], ±448) rounded to e4m3
@@ -447,11 +465,8 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
     xq = empty_array(home, (t, k), "float8_e4m3fn", on_host)
     scale = empty_array(home, (t,), "float32", on_host)
     if t and k:
-        block = 16
-        while block < min(k, 1024):
-            block *= 2
         kernel = quantize_module().quantize_e4m3_per_token
-        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=block)
+        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=quantize_block(k))
     elif t:
         scale[...] = 1.0 / (E4M3_MAX * 512)
     if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):
