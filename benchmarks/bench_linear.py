@@ -29,7 +29,8 @@ Columns (µs per call):
   host     the Python/launch side alone: the same N calls timed up to the last return, before the
            synchronize
   kern     kernel time: torch.profiler CUDA device time of all kernels one call launches
-  ovh      best - kern of eager SparseLinear (the host overhead not hidden behind the kernel)
+  ovh      best - kern (the host overhead not hidden behind the kernel), of eager SparseLinear and,
+           for comparison on the same host, of dense F.linear
   graph    CUDA graph replay: R calls captured in one graph, replayed back to back, time / R
            (kernel time plus the gaps between kernels; no Python). The R calls use one weight, which
            stays in the 50 MB L2 between calls when it fits (``--l2 warm``, the default); ``--l2 cold``
@@ -389,8 +390,9 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
             errors["cslt"] = first_line(e)
     for key, note in c.errors.items():  # notes the contenders added during this case
         errors.setdefault(key, note)
-    if "sl_kern" in row and "sl_best" in row:
-        row["sl_ovh"] = row["sl_best"] - row["sl_kern"]
+    for label in ("sl", "dense"):  # dense's own overhead too: what torch's call costs on this host
+        if f"{label}_kern" in row and f"{label}_best" in row:
+            row[f"{label}_ovh"] = row[f"{label}_best"] - row[f"{label}_kern"]
     for mode in ("wall", "best", "graph", "kern"):
         if row.get(f"sl_{mode}") and row.get(f"dense_{mode}"):
             row[f"speedup_{mode}"] = row[f"dense_{mode}"] / row[f"sl_{mode}"]
@@ -403,7 +405,7 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
 
 COLUMNS = (("shape", None), ("N×K", None), ("T", None), ("dtype", None),
            ("dense wall", "dense_wall"), ("dense best", "dense_best"), ("dense kern", "dense_kern"),
-           ("dense graph", "dense_graph"),
+           ("dense ovh", "dense_ovh"), ("dense graph", "dense_graph"),
            ("SL wall", "sl_wall"), ("SL best", "sl_best"), ("SL host", "sl_host"), ("SL kern", "sl_kern"),
            ("SL ovh", "sl_ovh"),
            ("SL graph", "sl_graph"), ("SL compile wall", "compile_wall"),

@@ -358,6 +358,7 @@ def test_linear_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     for r in rows.values():
         assert r["sl_kern"] == 5.0 and r["sl_graph"] == 4.0 and r["sl_ovh"] == pytest.approx(r["sl_best"] - 5.0)
         assert r["sl_best"] <= r["sl_wall"] and r["speedup_best"] == pytest.approx(r["dense_best"] / r["sl_best"])
+        assert r["dense_ovh"] == pytest.approx(r["dense_best"] - r["dense_kern"])
         assert 0 < r["sl_host"] <= r["sl_wall"] and r["out_dtype"] == "bfloat16"
         assert r["err"] < 2**-7  # the stand-in is F.linear in bf16: its rounding only
         if "cslt" not in r["errors"]:  # cuSPARSELt ran (it should not on a CPU), so it was timed

@@ -1,0 +1,143 @@
+"""The 2:4 sparse GEMM at 8192³ (or --size) under kernel variants, against cuSPARSELt and cuBLAS,
+on one GPU: CUDA-event times of back-to-back calls, each variant first checked against float64 with
+a poisoned output.
+
+    python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 5 --group-m 16 8
+
+``--profile-once`` instead runs each contender once inside a CUDA profiler range (after warm-up),
+for Nsight Compute: ``ncu --profile-from-start off --set full -o gemm python benchmarks/
+gemm_variants.py --profile-once`` (the ninth session's comparison in RESULTS.md). Variants: the
+kernel launched with one CTA per tile ("tile") and the CTA-pair kernel that ``sparse_matmul`` runs
+for large C ("pair"), for every (STAGES, GROUP_M) given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_sparse_gemm as B  # a sibling script, not a package
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtypes", nargs="+", choices=("bf16", "f16"), default=["bf16", "f16"])
+    ap.add_argument("--size", type=int, default=8192, help="M = N = K")
+    ap.add_argument("--stages", nargs="+", type=int, default=[4])
+    ap.add_argument("--group-m", nargs="+", type=int, default=[16])
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--profile-once", action="store_true",
+                    help="one call of each contender inside a CUDA profiler range (for ncu --profile-from-start off)")
+    return ap.parse_args(argv)
+
+
+def event_time(fn: Callable[[], Any], iters: int) -> float:
+    """µs per call of ``iters`` back-to-back calls after 3 warm-up calls (CUDA events)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters * 1e3
+
+
+def profiled_once(fn: Callable[[], Any], iters: int) -> float:
+    """One call of ``fn`` inside a CUDA profiler range, after two warm-up calls (returns 0)."""
+    import torch
+
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0.0
+
+
+def operands(dtype: str, size: int) -> dict[str, Any]:
+    """W (2:4 pruned, size²) and B, W's compression in the "sm90" format, the float64 reference."""
+    import ml_dtypes
+    import torch
+
+    from sparsile.stdlib import sparsity as S
+
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    groups = torch.randn(size, size, device="cuda", generator=g).view(size, size // 4, 4)
+    keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, groups.abs().topk(2, dim=-1).indices, True)
+    w = (groups * keep).view(size, size).to(tdt)
+    b = torch.randn(size, size, device="cuda", generator=g).to(tdt)
+    host = w.view(torch.int16).cpu().numpy().view({"f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype])
+    values, indices = S.compress(host, dtype)
+    meta = np.asarray(S.encode_metadata(indices, "sm90", dtype).data).view(np.int32)
+    ref = (w.double() @ b.double().T).float()
+    return {"w": w, "b": b, "values": torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).cuda().view(tdt),
+            "meta": torch.from_numpy(np.ascontiguousarray(meta)).cuda().view(torch.uint32), "lde": meta.shape[1],
+            "ref": ref, "scale": ref.abs().max().item()}
+
+
+def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[..., float]) -> None:
+    """The table rows of one dtype: each variant, then cuSPARSELt (default, searched) and cuBLAS."""
+    import torch
+
+    from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
+
+    n = m = k = args.size
+    o = operands(dtype, args.size)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    kernels = {"tile": getattr(mod, f"sparse_gemm_{dtype}")[((m // 128) * (n // 256),)]}
+    pairs = pair_ctas(m, n, 256, KERNELS[dtype], 1, True, torch.cuda.get_device_properties(0).multi_processor_count)
+    if pairs:
+        kernels["pair"] = getattr(mod, f"sparse_gemm_{dtype}_pair")[(pairs,)]
+    for label, kern in kernels.items():
+        for stages in args.stages:
+            for group_m in args.group_m:
+                def call(kern: Any = kern, stages: int = stages, group_m: int = group_m) -> None:
+                    kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, BN=256, STAGES=stages,
+                         GROUP_M=group_m)
+                c.fill_(float("nan"))
+                call()
+                torch.cuda.synchronize()
+                err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
+                print(f"| {dtype} | {label} | {stages} | {group_m} | {timer(call, args.iters):.1f} | {err:.1e} |",
+                      flush=True)
+    comp, bt = torch._cslt_compress(o["w"]), o["b"].T
+    alg = B.cslt_search(comp, bt)
+    default = timer(lambda: torch._cslt_sparse_mm(comp, bt), args.iters)
+    tuned = timer(lambda: torch._cslt_sparse_mm(comp, bt, alg_id=alg), args.iters)
+    cublas = timer(lambda: torch.mm(o["w"], bt), args.iters)
+    print(f"| {dtype} | cuSPARSELt default / tuned (alg {alg}) | | | {default:.1f} / {tuned:.1f} | |")
+    print(f"| {dtype} | cuBLAS dense | | | {cublas:.1f} | |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    import sparsile as sp
+
+    if not torch.cuda.is_available():
+        print("gemm_variants needs an NVIDIA GPU and torch with CUDA", file=sys.stderr)
+        return 2
+    mod = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
+    print("| dtype | kernel | STAGES | GROUP_M | µs | err |\n|---|---|---|---|---|---|")
+    for dtype in args.dtypes:
+        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
