@@ -3,8 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh first            # tests-all, then eager host time with the native torch launch off / on
-#   bash scripts/gpu_runs.sh second           # ncu of the compress kernel, the model at batch 1 under compile, bench_linear in full
+#   bash scripts/gpu_runs.sh first            # tests-all, then the fused model at batch 1 under torch.compile
+#   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
 #   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
 #   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
 #   bash scripts/gpu_runs.sh tests-launch     # the launch paths (ctypes libcuda, prepared, fast path) first
@@ -39,23 +39,15 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-first)  # the eighth session's unmeasured work: the whole suite (native torch launch, new compress, decode split), then eager host time
+first)  # the whole suite at the current commit, then the one model number the ninth session could not finish
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
-    SPARSILE_TORCH_NATIVE=0 run 60 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 40 \
-        --variants graph --json "$out/linear-python.json"
-    SPARSILE_TORCH_NATIVE=1 run 60 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 40 \
-        --variants graph --json "$out/linear-native.json"
-    run 60 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 40 --variants graph --l2 cold \
-        --json "$out/linear-cold.json"
+    run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
+        --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1-fused.json"
     ;;
-second)  # issue 14's limit (Nsight Compute on the compress kernel), the model at batch 1 under compile, issue 12's full table
-    run 120 ncu --kernel-name regex:prune_compress --launch-skip 2 --launch-count 1 --section SpeedOfLight \
-        --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python benchmarks/bench_sparsity_gpu.py --shapes 57344x8192
-    run 90 python benchmarks/bench_sparsity_gpu.py --sweep --shapes 57344x8192
-    run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile sparsile-fused \
-        --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1.json"
-    run 260 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --l2 cold --max-seconds 220 --json "$out/linear-full.json"
+second)  # issue 13: the GEMM grid against tuned cuSPARSELt, then the GEMM variants (back to back, CUDA events)
+    run 420 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B --tokens 256 1024 4096 --iters 10 \
+        --case-timeout 60 --json "$out/gemm-8B.json"
+    run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 --group-m 16
     ;;
 pingpong)  # the ping-pong schedule of the sparse GEMM (measured 0.78x the default kernel in the eighth session)
     export SPARSILE_PTXAS="${SPARSILE_PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}"
