@@ -7,7 +7,7 @@ Each row is the host time per call (µs) of one step of the call path, measured 
 to back timed up to the last return (the GPU work they queue is drained before and after each block,
 never inside), median of several blocks. The steps: the whole module call, ``forward`` without
 ``nn.Module.__call__``, the record cache's run, each prepared launch alone (and the record's native
-launch alone, with ``SPARSILE_TORCH_NATIVE=1``: docs/torch.md), the output allocation,
+launch alone, on unless ``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation,
 torch's current-stream query, and a bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the
 floor, beside dense ``F.linear`` of the same shape.
 """
@@ -94,10 +94,10 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any) -> list[tuple[str, f
         bare = functools.partial(launch._launch_once, launch._dims, stream)
         rows.append((f"prepared launch {i} ({launch.kernel_name})", host_us(run, sync)))
         rows.append((f"  bare cuLaunchKernel {i}", host_us(bare, sync)))
-    native = getattr(record, "native", None)  # SPARSILE_TORCH_NATIVE=1: the record's native launch
+    native = getattr(record, "native", None)  # the record's native launch (None with SPARSILE_TORCH_NATIVE=0)
     if native is not None:
         xp, yp = x.data_ptr(), y.data_ptr()
-        rows.append(("native launch (SPARSILE_TORCH_NATIVE=1)",
+        rows.append(("native launch",
                      host_us(lambda: native.launch(xp, yp, 0, stream), sync)))
     rows += [("torch.empty (T, N)", host_us(lambda: torch.empty((t, n), dtype=torch.bfloat16, device="cuda"), sync)),
              ("torch.empty_like (the record's y)",

@@ -6,8 +6,8 @@ Two paths, one kernel:
   and per stream when the plan owns a split-K workspace. It is built once: ``plan_sparse_linear``
   with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
   (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty_like``) and calls the prepared
-  launches with the new x, y (and per-token scale) on torch's current stream (with
-  ``SPARSILE_TORCH_NATIVE=1``, a launch of one kernel from native code: ``native.py``). Without ``prepare``
+  launches with the new x, y (and per-token scale) on torch's current stream (a launch of
+  one kernel from native code unless ``SPARSILE_TORCH_NATIVE=0``: ``native.py``). Without ``prepare``
   it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
   16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
   and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`).
@@ -182,7 +182,7 @@ class LaunchRecord:
                                          out=y, reduce="kernel").launches()
             if len(one) == 1:
                 self.eager = self._prepare(one, x, y, scale_x)
-        # SPARSILE_TORCH_NATIVE=1: the eager launch, when it is one prepared launch, from native code
+        # the eager launch, when it is one prepared launch, from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
