@@ -2,6 +2,7 @@
 
     python benchmarks/bench_layer_host.py                 # 8B o and 8B gate_up, T = 1, bf16
     python benchmarks/bench_layer_host.py --profile 8B_o  # and a cProfile of that layer's calls
+    python benchmarks/bench_layer_host.py --dtype e4m3    # e4m3 weights: x quantized per token first
 
 Each row is the host time per call (µs) of one step of the call path, measured alone: N calls back
 to back timed up to the last return (the GPU work they queue is drained before and after each block,
@@ -9,7 +10,9 @@ never inside), median of several blocks. The steps: the whole module call, ``for
 ``nn.Module.__call__``, the record cache's run, each prepared launch alone (and the record's native
 launch alone, on unless ``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation,
 torch's current-stream query, and a bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the
-floor, beside dense ``F.linear`` of the same shape.
+floor, beside dense ``F.linear`` of the same shape. With ``--dtype e4m3`` also the per-token
+quantization of x (its prepared launch, ``_kernels.quantize_per_token``), whose output the record
+steps take.
 """
 
 from __future__ import annotations
@@ -64,15 +67,15 @@ def profile_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 
     return out.getvalue()
 
 
-def rows_for(name: str, n: int, k: int, t: int, torch: Any) -> list[tuple[str, float]]:
+def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16") -> list[tuple[str, float]]:
     import torch.nn.functional as F
 
     from sparsile.integrations.torch import SparseLinear
-    from sparsile.integrations.torch._kernels import stream_getter
+    from sparsile.integrations.torch._kernels import quantize_per_token, stream_getter
 
     sync = torch.cuda.synchronize
     dense = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = SparseLinear.from_dense(dense)
+    layer = SparseLinear.from_dense(dense, None if dtype == "bf16" else dtype)
     x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
     layer(x)
     sync()
@@ -82,23 +85,26 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any) -> list[tuple[str, f
     getter = stream_getter(x.get_device())
     stream = getter()
     y = torch.empty((t, n), dtype=torch.bfloat16, device="cuda")
+    xk, sx = quantize_per_token(x) if dtype == "e4m3" else (x, None)  # what the record takes
     rows = [("dense F.linear", host_us(lambda: F.linear(x, dense.weight), sync)),
             ("SparseLinear __call__", host_us(lambda: layer(x), sync)),
-            ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync)),
-            ("RecordCache.run", host_us(lambda: records.run(key, x, w, None, torch.bfloat16), sync)),
-            ("LaunchRecord call", host_us(lambda: record(x, None, stream), sync))]
+            ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync))]
+    if dtype == "e4m3":
+        rows.append(("quantize_per_token (prepared launch, 2 allocations)",
+                     host_us(lambda: quantize_per_token(x), sync)))
+    rows += [("RecordCache.run", host_us(lambda: records.run(key, xk, w, sx, torch.bfloat16), sync)),
+             ("LaunchRecord call", host_us(lambda: record(xk, sx, stream), sync))]
     for i, (prepared_run, which) in enumerate(record.prepared or ()):
         launch = prepared_run.__self__
-        args = which((x, y, None))
+        args = which((xk, y, sx))
         run = functools.partial(prepared_run, args, stream)
         bare = functools.partial(launch._launch_once, launch._dims, stream)
         rows.append((f"prepared launch {i} ({launch.kernel_name})", host_us(run, sync)))
         rows.append((f"  bare cuLaunchKernel {i}", host_us(bare, sync)))
     native = getattr(record, "native", None)  # the record's native launch (None with SPARSILE_TORCH_NATIVE=0)
     if native is not None:
-        xp, yp = x.data_ptr(), y.data_ptr()
-        rows.append(("native launch",
-                     host_us(lambda: native.launch(xp, yp, 0, stream), sync)))
+        xp, yp, sp = xk.data_ptr(), y.data_ptr(), 0 if sx is None else sx.data_ptr()
+        rows.append(("native launch", host_us(lambda: native.launch(xp, yp, sp, stream), sync)))
     rows += [("torch.empty (T, N)", host_us(lambda: torch.empty((t, n), dtype=torch.bfloat16, device="cuda"), sync)),
              ("torch.empty_like (the record's y)",
               host_us(lambda: torch.empty_like(record.y_like, memory_format=torch.contiguous_format), sync)),
@@ -112,6 +118,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["8B_o", "8B_gate_up"], choices=sorted(SHAPES))
     parser.add_argument("--tokens", type=int, default=1)
     parser.add_argument("--profile", nargs="*", default=[], choices=sorted(SHAPES))
+    parser.add_argument("--dtype", choices=("bf16", "e4m3"), default="bf16", help="the layer's weight type")
     args = parser.parse_args()
     missing = torch_layer_missing()
     if missing:
@@ -120,11 +127,11 @@ def main() -> None:
     import torch
 
     print(", ".join(f"{k} {v}" for k, v in environment().items()))
-    print(f"T = {args.tokens}, bf16; SPARSILE_DECODE_REDUCE={os.environ.get('SPARSILE_DECODE_REDUCE', '')!r}")
+    print(f"T = {args.tokens}, {args.dtype}; SPARSILE_DECODE_REDUCE={os.environ.get('SPARSILE_DECODE_REDUCE', '')!r}")
     table: dict[str, dict[str, float]] = {}
     for name in args.shapes:
         n, k = SHAPES[name]
-        for step, us in rows_for(name, n, k, args.tokens, torch):
+        for step, us in rows_for(name, n, k, args.tokens, torch, args.dtype):
             table.setdefault(step, {})[name] = us
     print("| step | " + " | ".join(args.shapes) + " |")
     print("|---|" + "---|" * len(args.shapes))

@@ -3,7 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh first            # tests-all, then the fused model at batch 1 under torch.compile
+#   bash scripts/gpu_runs.sh first            # tests-all, the fused model at batch 1 under torch.compile, e4m3 host time
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
 #   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
 #   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
@@ -43,6 +43,7 @@ first)  # the whole suite at the current commit, then the one model number the n
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
         --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1-fused.json"
+    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --shapes 8B_o 8B_gate_up 70B_down  # e4m3 host time, step by step
     ;;
 second)  # issue 13: the GEMM grid against tuned cuSPARSELt, then the GEMM variants (back to back, CUDA events)
     run 420 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B --tokens 256 1024 4096 --iters 10 \
