@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import event_time_us  # a sibling script, not a package
+
 ROOT = Path(__file__).resolve().parents[1]
 
 VECTOR_SIZES = (1 << 20, 1 << 24, 1 << 26, 1 << 28)  # f32 elements; 2^28 = 1 GiB per array
@@ -105,20 +108,9 @@ def softmax_shapes(args: argparse.Namespace) -> tuple[tuple[int, int], ...]:
 # timing (GPU)
 
 
-def device_time_us(fn: Callable[[], Any], iters: int, warmup: int = 5) -> float:
-    """Mean CUDA-event time per call of ``fn`` over ``iters`` back-to-back calls."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / iters
+def device_time_us(fn: Callable[[], Any], iters: int) -> float:
+    """Mean CUDA-event time per call of ``fn`` over ``iters`` back-to-back calls, after 5 warm-up calls."""
+    return event_time_us(fn, iters, warmup=5)
 
 
 def host_time_us(fn: Callable[[], Any], launches: int) -> float:

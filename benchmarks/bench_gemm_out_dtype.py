@@ -18,6 +18,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import event_time_us  # a sibling script, not a package
 
 SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (57344, 8192), (8192, 28672)]
 """(M = out features, K = in features): Llama-3 8B QKV, O, gate+up, down; 70B gate+up, down."""
@@ -36,17 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def kernel_us(plan, iters: int) -> float:
     """Mean microseconds per ``plan.run()`` between CUDA events (after one warm-up run)."""
-    import torch
-
-    plan.run()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        plan.run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / iters
+    return event_time_us(plan.run, iters, warmup=1)
 
 
 def main(argv: list[str] | None = None) -> int:

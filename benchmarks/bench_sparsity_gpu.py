@@ -31,8 +31,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_timing import event_time_us  # a sibling script, not a package
 
 H200_BYTES_PER_S = 4.8e12
 TARGET_SHAPE, TARGET_MS, TARGET_SHARE = (57344, 8192), 5.0, 0.70
@@ -48,17 +52,8 @@ SHAPES = {
 
 
 def _events_ms(fn, repeats: int) -> float:
-    import torch
-
-    fn()  # warm-up: compiles on the first call
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / repeats
+    """Milliseconds per call between CUDA events, after one warm-up call (it compiles)."""
+    return event_time_us(fn, repeats, warmup=1) / 1e3
 
 
 def _graph_ms(fn, repeats: int) -> float:

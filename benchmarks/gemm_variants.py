@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_sparse_gemm as B  # a sibling script, not a package
+import bench_sparse_gemm as B  # sibling scripts, not a package
+from torch_timing import event_time_us
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,22 +36,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-once", action="store_true",
                     help="one call of each contender inside a CUDA profiler range (for ncu --profile-from-start off)")
     return ap.parse_args(argv)
-
-
-def event_time(fn: Callable[[], Any], iters: int) -> float:
-    """µs per call of ``iters`` back-to-back calls after 3 warm-up calls (CUDA events)."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters * 1e3
 
 
 def profiled_once(fn: Callable[[], Any], iters: int) -> float:
@@ -135,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     mod = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
     print("| dtype | kernel | STAGES | GROUP_M | µs | err |\n|---|---|---|---|---|---|")
     for dtype in args.dtypes:
-        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time)
+        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time_us)
     return 0
 
 

@@ -63,6 +63,23 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
     return Timing(statistics.median(walls), statistics.median(hosts), min(walls))
 
 
+def event_time_us(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:
+    """Mean µs per call of ``fn`` between two CUDA events around ``iters`` back-to-back calls, after
+    ``warmup`` calls (the first compiles): GPU time including the gaps between launches."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / iters
+
+
 def kernel_time(fn: Callable[[], Any], calls: int = 10) -> float:
     """Mean CUDA device time (µs) of all the kernels (and copies) one call of ``fn`` launches."""
     import torch
