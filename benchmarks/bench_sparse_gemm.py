@@ -197,15 +197,17 @@ def pingpong_times(run, sp_dtype: str, m: int, n: int, bn: int, sms: int,
     return out
 
 
-def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int, schedule: str = "default",
-               pp_configs: tuple[tuple[int, int, int, int], ...] = ()) -> dict:
+def pruned_operands(dtype: str, m: int, n: int, k: int, seed: int) -> dict:
+    """A (M x K, 2:4 by magnitude, pruned on the device), B (N x K), A's compression in the "sm90"
+    format on the device (``values``, ``meta`` and its row stride ``lde``), and the float64 product
+    A @ B^T (``ref``, with ``scale`` = max |ref|)."""
+    import ml_dtypes
     import torch
 
     from sparsile.stdlib import sparsity as S
-    from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k, pair_ctas
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[dtype]
-    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    g = torch.Generator(device="cuda").manual_seed(seed)
     a32 = torch.randn(m, k, device="cuda", generator=g)
     b32 = torch.randn(n, k, device="cuda", generator=g)
     # 2:4 magnitude pruning on the device (top-2 of every 4), compression with the sparsity toolkit
@@ -214,18 +216,27 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     mask = torch.zeros_like(grp, dtype=torch.bool).scatter_(-1, keep, True)
     w = (grp * mask).view(m, k).to(tdt)
     b = b32.to(tdt)
-    import ml_dtypes
-
     host_dt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype]
     w_host = w.view(torch.int16 if dtype != "e4m3" else torch.int8).cpu().numpy().view(host_dt)
     vals, idx = S.compress(w_host, dtype)
     meta = np.asarray(S.encode_metadata(idx, "sm90", dtype).data).view(np.int32)
     ints = np.int16 if dtype != "e4m3" else np.int8
-    vals_t = torch.from_numpy(np.ascontiguousarray(vals).view(ints)).cuda().view(tdt)
-    meta_t = torch.from_numpy(np.ascontiguousarray(meta)).cuda().view(torch.uint32)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     ref = (w.double() @ b.double().T).float()  # float64 product on the GPU
-    scale = ref.abs().max().item()
+    return {"w": w, "b": b, "values": torch.from_numpy(np.ascontiguousarray(vals).view(ints)).cuda().view(tdt),
+            "meta": torch.from_numpy(np.ascontiguousarray(meta)).cuda().view(torch.uint32), "lde": meta.shape[1],
+            "ref": ref, "scale": ref.abs().max().item()}
+
+
+def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int, schedule: str = "default",
+               pp_configs: tuple[tuple[int, int, int, int], ...] = ()) -> dict:
+    import torch
+
+    from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k, pair_ctas
+
+    o = pruned_operands(dtype, m, n, k, seed=m + n + k)
+    w, b, vals_t, meta_t, ref, scale = o["w"], o["b"], o["values"], o["meta"], o["ref"], o["scale"]
+    lde = o["lde"]
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     bn = bn_for(n)
     grid = (((m + 127) // 128) * ((n + bn - 1) // bn),)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -233,13 +244,13 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     kern = getattr(sp_mod, f"sparse_gemm_{dtype}" + ("_splitk" if split > 1 else ""))[(grid[0], split)]
     if split == 1:
         def ours():
-            kern(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn)
+            kern(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn)
     else:
         work = torch.empty(split, m, n, device="cuda", dtype=torch.float32)
         reduce = sp_mod.splitk_reduce[((m * n + 1023) // 1024,)]
 
         def ours():
-            kern(vals_t, meta_t, b, work, m, n, k, meta.shape[1], n, BN=bn, SPLIT_K=split)
+            kern(vals_t, meta_t, b, work, m, n, k, lde, n, BN=bn, SPLIT_K=split)
             reduce(work, c, m * n, SPLIT_K=split)
 
     def checked_time(fn) -> tuple[float, float]:
@@ -259,10 +270,10 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         variants["pair"] = getattr(sp_mod, f"sparse_gemm_{dtype}_pair")[(pairs,)]
     for name, launch in variants.items():
         row[f"{name}_err"], row[name] = checked_time(
-            lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, BN=bn))
+            lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn))
     if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
         row.update(pingpong_times(
-            lambda kern, cfg: checked_time(lambda: kern(vals_t, meta_t, b, c, m, n, k, meta.shape[1], n, **cfg)),
+            lambda kern, cfg: checked_time(lambda: kern(vals_t, meta_t, b, c, m, n, k, lde, n, **cfg)),
             dtype, m, n, bn, sms, pp_configs))
     row.update(cslt_times(w, b, dtype, iters))
     if dtype != "e4m3":

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_sparse_gemm as B  # sibling scripts, not a package
 from torch_timing import event_time_us
@@ -52,28 +50,6 @@ def profiled_once(fn: Callable[[], Any], iters: int) -> float:
     return 0.0
 
 
-def operands(dtype: str, size: int) -> dict[str, Any]:
-    """W (2:4 pruned, size²) and B, W's compression in the "sm90" format, the float64 reference."""
-    import ml_dtypes
-    import torch
-
-    from sparsile.stdlib import sparsity as S
-
-    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    g = torch.Generator(device="cuda").manual_seed(1)
-    groups = torch.randn(size, size, device="cuda", generator=g).view(size, size // 4, 4)
-    keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, groups.abs().topk(2, dim=-1).indices, True)
-    w = (groups * keep).view(size, size).to(tdt)
-    b = torch.randn(size, size, device="cuda", generator=g).to(tdt)
-    host = w.view(torch.int16).cpu().numpy().view({"f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype])
-    values, indices = S.compress(host, dtype)
-    meta = np.asarray(S.encode_metadata(indices, "sm90", dtype).data).view(np.int32)
-    ref = (w.double() @ b.double().T).float()
-    return {"w": w, "b": b, "values": torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).cuda().view(tdt),
-            "meta": torch.from_numpy(np.ascontiguousarray(meta)).cuda().view(torch.uint32), "lde": meta.shape[1],
-            "ref": ref, "scale": ref.abs().max().item()}
-
-
 def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[..., float]) -> None:
     """The table rows of one dtype: each variant, then cuSPARSELt (default, searched) and cuBLAS."""
     import torch
@@ -81,7 +57,7 @@ def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[
     from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
 
     n = m = k = args.size
-    o = operands(dtype, args.size)
+    o = B.pruned_operands(dtype, m, n, k, seed=1)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     kernels = {"tile": getattr(mod, f"sparse_gemm_{dtype}")[((m // 128) * (n // 256),)]}
     pairs = pair_ctas(m, n, 256, KERNELS[dtype], 1, True, torch.cuda.get_device_properties(0).multi_processor_count)
