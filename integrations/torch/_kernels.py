@@ -6,8 +6,9 @@ Two paths, one kernel:
   and per stream when the plan owns a split-K workspace. It is built once: ``plan_sparse_linear``
   with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
   (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty_like``) and calls the prepared
-  launches with the new x, y (and per-token scale) on torch's current stream (a launch of
-  one kernel from native code unless ``SPARSILE_TORCH_NATIVE=0``: ``native.py``). Without ``prepare``
+  launches with the new x, y (and per-token scale) on torch's current stream (from native code,
+  the split-K reduction's second launch included, unless ``SPARSILE_TORCH_NATIVE=0``: ``native.py``).
+  Without ``prepare``
   it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
   16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
   and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`).
@@ -182,7 +183,7 @@ class LaunchRecord:
                                          out=y, reduce="kernel").launches()
             if len(one) == 1:
                 self.eager = self._prepare(one, x, y, scale_x)
-        # the eager launch, when it is one prepared launch, from native code (unless SPARSILE_TORCH_NATIVE=0)
+        # the eager launches from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
@@ -228,11 +229,15 @@ class LaunchRecord:
                                        stream)
                 if not status:
                     return y
+                done = native.done  # the launches that ran natively: the prepared ones run the rest
                 if status > 0:  # the launch failed: this record keeps to its prepared launches from now on
                     self.native, self.native_error = None, status
                     report_failure(status)
+            else:
+                done = 0
             call = (x, y, scale_x)
-            for run, which in self.eager if self.eager is not None and not capturing else self.prepared:
+            launches = self.eager if self.eager is not None and not capturing else self.prepared
+            for run, which in launches[done:]:
                 run(which(call), stream)
             return y
         if first is not None and first[0] is x:  # the call the plan was built for

@@ -1,20 +1,21 @@
 """The native launch of the eager launch record (on by default; ``SPARSILE_TORCH_NATIVE=0`` turns it
 off; docs/torch.md).
 
-An eager call of the launch record (``_kernels.LaunchRecord``) whose launch is one prepared launch
-(the one-launch eager variant of split-K, or a plan of one launch) spends most of its host time in
-the prepared launch's Python: the argument writers, the tensor-map lookup and ``cuLaunchKernel``
-through ctypes. Unless ``SPARSILE_TORCH_NATIVE=0`` (read when a record is built) the record packs
-that launch once into a native *record* (``PreparedLaunch.native_record``: the bytes the prepared
-launch passes, with x, y and the per-token scale as sources 0, 1 and 2) and each call is one ctypes
-call into machine code JIT-compiled by llvmlite (backend/runtime/native_launch.py, the launch the
+An eager call of the launch record (``_kernels.LaunchRecord``) spends most of its host time in
+its prepared launches' Python: the argument writers, the tensor-map lookup and ``cuLaunchKernel``
+through ctypes, about 12 µs per launch (twice that for a split-K plan whose partial sums are added
+by a second launch). Unless ``SPARSILE_TORCH_NATIVE=0`` (read when a record is built) the record
+packs each launch once into a native *record* (``PreparedLaunch.native_record``: the bytes the
+prepared launch passes, with x, y and the per-token scale as sources 0, 1 and 2) and each launch
+of a call is one ctypes call into machine code JIT-compiled by llvmlite (backend/runtime/native_launch.py, the launch the
 JAX integration's native handler uses too): it copies the packed parameters onto its stack, writes
 x's, y's and scale_x's addresses (checking the 16-byte alignment the kernel was specialized for),
 re-encodes the tensor map of a buffer at a new address and calls ``cuLaunchKernel`` from libcuda.
 
-A call it does not launch (a misaligned buffer, a failed encode) goes to the prepared launch; after
-a failed launch the record keeps to the prepared launch for good. Never while a CUDA graph is being
-captured, never for a plan of two launches or one without prepared launches. Measured on the H200
+A launch it does not make (a misaligned buffer, a failed encode) goes, with the launches after it,
+to the prepared launches (the ones made natively are not repeated); after a failed launch the
+record keeps to its prepared launches for good. Never while a CUDA graph is being captured, never
+for a record without prepared launches. Measured on the H200
 (benchmarks/RESULTS.md, ninth session): 15–20 µs less host time per call than the prepared
 launch's Python, the same bits; hence on by default.
 """
@@ -28,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 ENV = "SPARSILE_TORCH_NATIVE"
-"""``SPARSILE_TORCH_NATIVE=0`` (or anything but "1"): eager one-launch calls keep to the prepared
-launch's Python; unset or "1": they launch natively (read when a record is built)."""
+"""``SPARSILE_TORCH_NATIVE=0`` (or anything but "1"): eager calls keep to the prepared
+launches' Python; unset or "1": they launch natively (read when a record is built)."""
 
 _lock = threading.Lock()
 _launcher: Any = None  # the RecordLauncher, built on first use (False: it could not be built)
@@ -91,59 +92,73 @@ def report_failure(status: int) -> None:
 
 
 class NativeLaunch:
-    """One record and the launcher that launches it: ``launch(x, y, scale_x address or 0, stream)``
-    -> 0 launched, < 0 not launched, > 0 the CUresult of a failed launch."""
+    """A record's launches and the launcher that launches them: ``launch(x, y, scale_x address or 0,
+    stream)`` -> 0 all launched, < 0 one not launched, > 0 the CUresult of a failed launch; after a
+    nonzero status, ``done`` says how many of the launches ran (the caller runs the rest through
+    their prepared launches, in order, so that nothing runs twice)."""
 
-    __slots__ = ("_address", "_context_current", "_keep", "_run", "record")
+    __slots__ = ("_addresses", "_context_current", "_keep", "_run", "done", "records")
 
-    def __init__(self, record: Any, array: Any, launcher: Any, context_current: Callable[..., None]):
+    def __init__(self, records: list[Any], arrays: list[Any], launcher: Any,
+                 context_current: Callable[..., None]):
         import ctypes
 
-        self.record = array  # the int64 words the native function reads (immutable but R_ERROR)
-        # the prepared launch (its launcher and module), the cluster attribute, and the record
+        self.records = arrays  # the int64 words the native function reads, per launch (immutable but R_ERROR)
+        # the prepared launches (their launchers and modules), the cluster attributes, and the record
         # launcher: its LLVM engine owns the machine code ``_run`` calls, which reads its state array
         # (``reset`` forgets a launcher; the records built with it keep theirs)
-        self._keep = (*record.keep, launcher)
-        self._address = ctypes.addressof(array)
+        self._keep = (*(k for r in records for k in r.keep), launcher)
+        self._addresses = tuple(ctypes.addressof(a) for a in arrays)
         self._run: Callable[..., int] = launcher.launch
         self._context_current = context_current
+        self.done = 0
 
     def launch(self, x: int, y: int, scale_x: int, stream: int) -> int:
-        """Launch with these addresses on ``stream`` (an int handle). A launch failing because
-        another context was current (torch switched devices behind sparsile's per-thread cache)
-        is retried once with the kernel's context made current, as a prepared launch does."""
+        """Launch with these addresses on ``stream`` (an int handle), each launch in order. A launch
+        failing because another context was current (torch switched devices behind sparsile's
+        per-thread cache) is retried once with the kernel's context made current, as a prepared
+        launch does."""
         self._context_current()
-        status = self._run(self._address, x, y, scale_x, stream)
-        if status > 0 and status in _RETRY:
-            self._context_current(True)
-            status = self._run(self._address, x, y, scale_x, stream)
-        return status
+        for done, address in enumerate(self._addresses):
+            status = self._run(address, x, y, scale_x, stream)
+            if status > 0 and status in _RETRY:
+                self._context_current(True)
+                status = self._run(address, x, y, scale_x, stream)
+            if status:
+                self.done = done
+                return status
+        return 0
 
 
 def native_launch(launches: list[Any] | None, x: Any, y: Any, scale_x: Any) -> NativeLaunch | None:
     """The native launch of a record's per-call launches ``launches`` ([(prepared run, picker)] of
-    ``_kernels.LaunchRecord._prepare``) built for (x, y, scale_x), or None: not enabled, not one
-    launch, or not replayable natively (shapes and strides of x and y are fixed per record; the
+    ``_kernels.LaunchRecord._prepare``) built for (x, y, scale_x), or None: not enabled, no launches,
+    or one of them not replayable natively (shapes and strides of x and y are fixed per record; the
     scale must reach the kernel as a pointer only)."""
-    if not enabled() or launches is None or len(launches) != 1:
+    if not enabled() or not launches:
         return None
-    run, which = launches[0]
-    prepared = getattr(run, "__self__", None)
-    if not hasattr(prepared, "native_record"):
-        return None
-    sources = which((0, 1, 2))
-    args = which((x, y, scale_x))
-    try:
-        record = prepared.native_record(args, sources, tuple(s != 2 for s in sources))
-    except Exception as exc:  # an internal error of the record builder: visible, and the call still runs
-        warnings.warn(f"sparsile.torch: a launch record keeps to its prepared launch ({type(exc).__name__}: {exc})",
-                      RuntimeWarning, stacklevel=2)
-        return None
-    native = launcher() if record is not None else None
+    records = []
+    for run, which in launches:
+        prepared = getattr(run, "__self__", None)
+        if not hasattr(prepared, "native_record"):
+            return None
+        sources = which((0, 1, 2))
+        args = which((x, y, scale_x))
+        try:
+            record = prepared.native_record(args, sources, tuple(s != 2 for s in sources))
+        except Exception as exc:  # an internal error of the record builder: visible, and the call still runs
+            warnings.warn(f"sparsile.torch: a launch record keeps to its prepared launch ({type(exc).__name__}: "
+                          f"{exc})", RuntimeWarning, stacklevel=2)
+            return None
+        if record is None:
+            return None
+        records.append(record)
+    native = launcher()
     if native is None:
         return None
     if not _RETRY:
         from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH
 
         _RETRY.update(int(e) for e in RETRY_AFTER_CONTEXT_SWITCH)
-    return NativeLaunch(record, native.record(record.words), native, record.context_current)
+    # one context for all: every launch of a record is on x's device
+    return NativeLaunch(records, [native.record(r.words) for r in records], native, records[0].context_current)

@@ -1,6 +1,6 @@
 """The native launch of the torch launch record (on by default, ``SPARSILE_TORCH_NATIVE=0`` off;
 integrations/torch/native.py) on the GPU: the same bits as the prepared launches for bf16 decode
-shapes (split-K too), e4m3 with per-token scales, bias + silu; the native launcher's counter shows
+shapes (split-K too, its two-launch plans included), e4m3 with per-token scales, bias + silu; the native launcher's counter shows
 the calls launched natively; a CUDA graph captured with it on replays as eager calls compute."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _both_ways(layer, xs, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096), (6144, 4096), (1024, 8192)])  # (out, in); 1024x8192 splits K
-@pytest.mark.parametrize("tokens", [1, 4, 16])
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64, 256])  # 64, 256: split-K plans of two launches, both native
 def test_bf16_native_launches_equal_prepared_launches_bit_for_bit(shape, tokens, monkeypatch):
     n, k = shape
     layer = spt.SparseLinear.from_dense(linear(n, k, seed=tokens, device="cuda"))
@@ -58,7 +58,22 @@ def test_bf16_native_launches_equal_prepared_launches_bit_for_bit(shape, tokens,
         assert torch.equal(a, b) and not b.isnan().any()
         check_against_float64(layer, x, b)
     (record,) = _records(layer)
-    assert record.native is not None and record.native_error == 0 and launched == len(xs)
+    per_call = len(record.eager if record.eager is not None else record.prepared)
+    assert record.native is not None and record.native_error == 0 and launched == per_call * len(xs)
+
+
+def test_a_split_k_plan_of_two_launches_launches_both_natively(monkeypatch):
+    """T = 64 through the decode kernel with split-K: the partial sums are added by a second launch
+    (eager calls add them in the kernel only up to 16 tokens), and both launches are native."""
+    layer = spt.SparseLinear.from_dense(linear(1024, 8192, seed=2, device="cuda"))
+    gen = torch.Generator("cuda").manual_seed(2)
+    xs = [torch.randn(64, 8192, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3)]
+    off, on, launched = _both_ways(layer, xs, monkeypatch)
+    (record,) = _records(layer)
+    assert record.eager is None and len(record.prepared) == 2 and launched == 2 * len(xs)
+    for x, a, b in zip(xs, off, on):
+        assert torch.equal(a, b) and not b.isnan().any()
+        check_against_float64(layer, x, b)
 
 
 @pytest.mark.parametrize("tokens", [1, 16])

@@ -3,7 +3,7 @@ record launch of backend/runtime/native_launch.py), JIT-compiled on the CPU and 
 with fake libcuda entry points (cuLaunchKernel, cuLaunchKernelEx, cuTensorMapEncodeTiled) that
 record what they are given: the bytes a native launch passes are the prepared launch's
 (driver/prepared.py, on the fake device of tests/backend/test_prepared.py), and the launch record
-uses it only for eager one-launch calls, unless SPARSILE_TORCH_NATIVE=0. The same launches on the
+uses it for eager calls (each launch of a split-K plan), unless SPARSILE_TORCH_NATIVE=0. The same launches on the
 H200: tests/gpu/test_torch_native_gpu.py."""
 
 from __future__ import annotations
@@ -375,13 +375,37 @@ def test_the_one_launch_split_k_variant_launches_natively_and_a_capture_the_two_
     assert fake.log[-2:] == [("prepared", (x.data_ptr(), y.data_ptr()), 5)] * 2 and len(fake.launches) == 1
 
 
-def test_not_built_for_two_launches_or_without_the_switch(fake, monkeypatch):
+def test_a_two_launch_plan_launches_both_natively(fake):
+    """The split-K plan's second launch (the reduction) is native too: no prepared launch runs."""
     fake.n_launches = 2
     cache, w = kernels.RecordCache(), _weight()
-    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
+    x = torch.randn(4, 32)
+    y = cache.run((4,), x, w, None, torch.float32, stream=5)
     (record,) = cache.records.values()
-    assert record.native is None and fake.launches == [] and [e[0] for e in fake.log] == ["prepared"] * 2
-    fake.n_launches = 1
+    assert record.native is not None and [e[0] for e in fake.log] == ["record", "record", "context"]
+    assert [p[:2] for *_, p in fake.launches] == [[q(x.data_ptr()), q(y.data_ptr())]] * 2
+    assert native.counts() == {"launched": 2, "declined": 0, "launch_failures": 0}
+
+
+def test_a_failed_second_launch_runs_only_the_rest_through_the_prepared_launches(fake):
+    """The first launch ran natively: after the second fails, the prepared launches run the second
+    only (the first is not repeated), and the record keeps to them for good."""
+    fake.n_launches = 2
+    fake.results = [0, 719]
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    with pytest.warns(RuntimeWarning, match="CUresult 719"):
+        y = cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert len(fake.launches) == 2
+    assert [e for e in fake.log if e[0] == "prepared"] == [("prepared", (x.data_ptr(), y.data_ptr()), 5)]
+    (record,) = cache.records.values()
+    assert record.native is None and record.native_error == 719
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert len(fake.launches) == 2 and [e[0] for e in fake.log[-2:]] == ["prepared"] * 2
+
+
+def test_not_built_without_the_switch(fake, monkeypatch):
+    w = _weight()  # the records live as long as the weight
     for value in ("0", "off"):  # anything but "1" switches it off
         monkeypatch.setenv(native.ENV, value)
         cache = kernels.RecordCache()
