@@ -108,8 +108,9 @@ def case_spec(text: str) -> Case:
 
 
 def ours(r: dict) -> float:
-    """Time (µs) of what sparse_matmul runs: the pair kernel where measured, else one CTA per tile."""
-    return r.get("pair") or r["sparsile"]
+    """Time (µs) of what sparse_matmul runs: the shipped tuned table's choice where it has one for
+    the shape (``table``), else the pair kernel where measured, else one CTA per tile."""
+    return r.get("table") or r.get("pair") or r["sparsile"]
 
 
 def best_cslt(r: dict) -> float | None:
@@ -271,6 +272,7 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
     for name, launch in variants.items():
         row[f"{name}_err"], row[name] = checked_time(
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn))
+    row.update(table_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
     if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
         row.update(pingpong_times(
             lambda kern, cfg: checked_time(lambda: kern(vals_t, meta_t, b, c, m, n, k, lde, n, **cfg)),
@@ -291,6 +293,21 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
             row["cublas"] = None
         row["sp_dense"] = None
     return row
+
+
+def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
+    """``table`` (µs), ``table_err`` and ``table_config`` of the shipped tuned table's choice for
+    this shape (stdlib/kernels/tuned/<gpu>.json, what sparse_matmul launches), or {} without one."""
+    from sparsile.stdlib.kernels.gemm import plan_sparse_matmul
+    from sparsile.stdlib.kernels.tuning import launch, shipped_config, with_config
+
+    m, n, k = int(values.shape[0]), int(b.shape[0]), int(b.shape[1])
+    config = shipped_config(dtype, m, n, k)
+    if config is None:
+        return {}
+    plan = with_config(plan_sparse_matmul(values, meta, b, out=c, target="sm_90a"), config, sms)
+    err, t = checked_time(lambda: launch(plan, config))
+    return {"table": t, "table_err": err, "table_config": str(config)}
 
 
 def cslt_search(comp, bt, **kw) -> int:
@@ -352,7 +369,7 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float,
 
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
           f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
-          f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | "
+          f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'table':>9} {'TF':>5} | "
           f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
 PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'pingpong':>9} {'TF':>5} | "
              f"{'best cslt':>9} {'TF':>5} | {'pp/ours':>7} {'pp/cslt':>7} {'pp err':>7} | configs (µs)")
@@ -364,11 +381,11 @@ def format_row(r: dict) -> str:
     vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
     vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
-    err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0))
+    err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0), r.get("table_err", 0.0))
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
             f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
-            f"{vs} {vb} {dv} {err:>7.1e}")
+            f"{fmt(r.get('table'), f)} | {vs} {vb} {dv} {err:>7.1e}")
 
 
 def format_pingpong_row(r: dict) -> str:
@@ -490,10 +507,13 @@ def main(argv: list[str] | None = None) -> None:
     print("sk = split-K shares (sparse_matmul's choice: choose_split_k; the time includes splitk_reduce);")
     print("persist. = the one-CTA kernel on one CTA per SM (each computing several tiles; '-' when there are no")
     print("more tiles than SMs); pair = the CTA-pair kernel (B multicast, persistent), which sparse_matmul runs for")
-    print("large C ('-' where it does not); cuSPARSELt = torch._cslt_sparse_mm with its default algorithm, tuned =")
-    print("with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the two / the time of")
-    print("sparse_matmul's choice (pair where shown, else one CTA per tile); vs cuBLAS likewise; e4m3 cuBLAS column")
-    print("is torch._scaled_mm; err = max |C - ref| / max |ref| over both sparsile runs (ref: the same inputs")
+    print("large C ('-' where it does not); table = the shipped tuned table's choice")
+    print("(stdlib/kernels/tuned/<gpu>.json), which sparse_matmul runs where the table lists the shape ('-': no")
+    print("entry; SPARSILE_TUNED_TABLE=0 ignores it); cuSPARSELt = torch._cslt_sparse_mm with its default")
+    print("algorithm, tuned = with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the")
+    print("two / the time of sparse_matmul's choice (table where shown, else pair where shown, else one CTA per")
+    print("tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref| / max |ref|")
+    print("over the sparsile runs (ref: the same inputs")
     print("multiplied in float64 on the GPU)")
     if args.schedule == "pingpong":
         print()

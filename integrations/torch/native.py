@@ -7,10 +7,10 @@ through ctypes, about 12 µs per launch (twice that for a split-K plan whose par
 by a second launch). Unless ``SPARSILE_TORCH_NATIVE=0`` (read when a record is built) the record
 packs each launch once into a native *record* (``PreparedLaunch.native_record``: the bytes the
 prepared launch passes, with x, y and the per-token scale as sources 0, 1 and 2) and each launch
-of a call is one ctypes call into machine code JIT-compiled by llvmlite (backend/runtime/native_launch.py, the launch the
-JAX integration's native handler uses too): it copies the packed parameters onto its stack, writes
-x's, y's and scale_x's addresses (checking the 16-byte alignment the kernel was specialized for),
-re-encodes the tensor map of a buffer at a new address and calls ``cuLaunchKernel`` from libcuda.
+of a call is one ctypes call into machine code JIT-compiled by llvmlite
+(backend/runtime/native_launch.py, the launch the JAX integration's native handler uses too): it
+copies the packed parameters onto its stack, writes x's, y's and scale_x's addresses (checking the
+16-byte alignment the kernel was specialized for), re-encodes the tensor map of a buffer at a new address and calls ``cuLaunchKernel`` from libcuda.
 
 A launch it does not make (a misaligned buffer, a failed encode) goes, with the launches after it,
 to the prepared launches (the ones made natively are not repeated); after a failed launch the

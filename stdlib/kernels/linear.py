@@ -200,6 +200,8 @@ class SparseLinearPlan:
     workspace: Any = None
     pair: int = 0     # > 0: the CTA-pair kernel on that many CTAs
     interpret: bool = False
+    stages: int | None = None   # STAGES and GROUP_M of a tuned table's choice (None: the kernel's defaults)
+    group_m: int | None = None
 
     @property
     def kernel(self) -> Any:
@@ -234,9 +236,10 @@ class SparseLinearPlan:
 
     def constexprs(self) -> dict[str, Any]:
         """The main kernel's compile-time arguments."""
+        tuned = {name: v for name, v in (("STAGES", self.stages), ("GROUP_M", self.group_m)) if v is not None}
         if self.split_k > 1:
-            return {"BN": self.bn, "SPLIT_K": self.split_k}
-        return {"BN": self.bn, **self._epilogue_constexprs()}
+            return {"BN": self.bn, "SPLIT_K": self.split_k, **tuned}
+        return {"BN": self.bn, **tuned, **self._epilogue_constexprs()}
 
     @property
     def reduce_kernel(self) -> Any:
@@ -363,21 +366,43 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         from .linear_sm100 import SparseLinearPlanSm100
 
         workspace = _zero_workspace(x, t, m, k_launch, interpret)
-        return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, workspace, 0, interpret, tgt, k_launch,
-                                     num_sms or planned_sm_count(interpret, tgt))
-    bn = choice.block_n(t)
+        return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, workspace, 0, interpret, target=tgt,
+                                     k_launch=k_launch, num_sms=num_sms or planned_sm_count(interpret, tgt))
+    tuned = None if num_sms is not None or split_k is not None or not k_padded else \
+        tuned_config(choice.operand, m, t, k, interpret)
+    bn = choice.block_n(t) if tuned is None else tuned.bn
     if act in ("silu", "gelu_tanh"):
         bn = min(bn, ACTIVATION_MAX_BN)
     sms = num_sms or planned_sm_count(interpret)
-    split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
+    if tuned is not None:
+        split = tuned.split_k
+    else:
+        split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
         raise bad_input(f"split_k must be an integer from 1 to 64, got {split!r}")
     split = split if k_padded else 1
     workspace = _zero_workspace(x, t, m, k_padded, interpret)
     if split > 1:
         workspace = empty_array(x, (split, t, m), "float32", interpret)
+    if tuned is not None:
+        pair = min(2 * -(-m // (2 * BM)) * -(-t // bn), sms - sms % 2) if tuned.pair and split == 1 else 0
+        return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, tuned.stages, tuned.group_m)
     pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
     return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
+
+
+def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool) -> Any:
+    """The shipped tuned table's choice (stdlib/kernels/tuned/<gpu>.json, written by ``sparsile
+    tune``; docs/autotune.md) for the tiled kernel at (M = out features, N = T tokens, K) on the
+    current GPU, or None: in the interpreter, no table for this GPU, no entry of this dtype, M and
+    K, or SPARSILE_TUNED_TABLE=0. The same lookup as ``sparse_matmul``'s (``tuning.find``: the entry with
+    the smallest N at least T, else the largest): the linear kernels run the sparse GEMM's pipeline
+    with an epilogue, so its tuned tile, ring, split-K and CTA pairs carry over."""
+    if interpret:
+        return None
+    from .tuning import shipped_config
+
+    return shipped_config(operand, m, t, k)
 
 
 def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:

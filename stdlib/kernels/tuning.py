@@ -42,6 +42,9 @@ TABLE_FORMAT = "sparsile-sparse-gemm-table/1"
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 SP_BAD_SHAPE = "SP0778"
 SP_BAD_GEMM_TABLE = "SP0779"
+TUNED_TABLE_ENV = "SPARSILE_TUNED_TABLE"
+"""Set to "0" to ignore the shipped tables (``sparse_matmul`` and ``sparse_linear`` then keep their
+planned heuristics; a benchmark's before / after)."""
 DEFAULT_STAGES = 4  # the kernels' STAGES default (sparse_gemm_sm90.spk)
 DEFAULT_GROUP_M = 16
 
@@ -189,6 +192,16 @@ def _shipped_index(gpu: str) -> TableIndex:
     return index_table(load_gemm_table(path)) if path is not None else {}
 
 
+def shipped_config(dtype: str, m: int, n: int, k: int) -> GemmConfig | None:
+    """The shipped table's config (:func:`find`) for an (M, N, K) problem on the current GPU, or
+    None: no table ships for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
+    if os.environ.get(TUNED_TABLE_ENV, "1") == "0":
+        return None
+    from ...backend.runtime.bench import device_name
+
+    return find(_shipped_index(device_name()), dtype, m, n, k)
+
+
 def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = None, interpret: bool = False,
                    sms: int | None = None) -> bool:
     """Launch ``plan`` with ``table``'s choice for its shape (default: the shipped table of the
@@ -197,12 +210,9 @@ def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = 
     from ...backend import runtime
 
     if table is None:
-        from ...backend.runtime.bench import device_name
-
-        index = _shipped_index(device_name())
+        config = shipped_config(plan.choice.operand, plan.m, plan.n, plan.k)
     else:
-        index = index_table(load_gemm_table(table))
-    config = find(index, plan.choice.operand, plan.m, plan.n, plan.k)
+        config = find(index_table(load_gemm_table(table)), plan.choice.operand, plan.m, plan.n, plan.k)
     if config is None or (config.pair and not persistent):
         return False
     sms = sms or (H200_SMS if interpret else runtime.current_device().sm_count)

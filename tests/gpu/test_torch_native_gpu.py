@@ -1,7 +1,8 @@
 """The native launch of the torch launch record (on by default, ``SPARSILE_TORCH_NATIVE=0`` off;
 integrations/torch/native.py) on the GPU: the same bits as the prepared launches for bf16 decode
-shapes (split-K too, its two-launch plans included), e4m3 with per-token scales, bias + silu; the native launcher's counter shows
-the calls launched natively; a CUDA graph captured with it on replays as eager calls compute."""
+shapes (split-K too, its two-launch plans included), e4m3 with per-token scales, bias + silu; the
+native launcher's counter shows the calls launched natively; a CUDA graph captured with it on
+replays as eager calls compute."""
 
 from __future__ import annotations
 

@@ -402,3 +402,71 @@ def test_gpu_rebind_on_a_side_stream(split):
         host = out.float().cpu().numpy().astype(ml_dtypes.bfloat16)
         assert_linear_close(host, CompressedWeight(values, meta), x.float().cpu().numpy().astype(ml_dtypes.bfloat16),
                             4096, "bf16", "bfloat16", bias=bias.cpu().numpy(), activation="silu")
+
+
+# ------------------------------------------------------------------------------------------------
+# the shipped tuned table (stdlib/kernels/tuned/<gpu>.json) chooses the tiled kernel's launch
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_a_tuned_tables_choice_plans_and_computes(monkeypatch: pytest.MonkeyPatch, split: int) -> None:
+    """The table's BN, split-K, STAGES and GROUP_M replace the planned heuristics (here forced in the
+    interpreter, where no table is read), reach the kernel as constexprs, and y stays right."""
+    from sparsile.stdlib.kernels import linear
+    from sparsile.stdlib.kernels.tuning import GemmConfig
+
+    asked: list[tuple] = []
+
+    def table(operand, m, t, k, interpret):
+        asked.append((operand, m, t, k))
+        return GemmConfig(32, 3, split, False, 8)
+
+    monkeypatch.setattr(linear, "tuned_config", table)
+    weight, x = problem("bf16", 150, 40, 192, seed=4)
+    want, epi = epilogue_case("bf16", 150, 40, None, "f32", "relu", None, None)
+    plan = plan_sparse_linear(weight.values, weight.meta, x, interpret=True, **epi)
+    assert asked == [("bf16", 150, 40, 192)]
+    assert (plan.bn, plan.split_k, plan.stages, plan.group_m, plan.pair) == (32, split, 3, 8, 0)
+    main = plan.launches()[0]
+    assert {k: main[3][k] for k in ("BN", "STAGES", "GROUP_M")} == {"BN": 32, "STAGES": 3, "GROUP_M": 8}
+    assert main[1] == (-(-150 // 128) * -(-40 // 32), split)
+    plan.out[...] = np.nan
+    assert_linear_close(plan.run(), weight, x, 192, "bf16", want, **epi)
+
+
+def test_the_tuned_table_is_not_asked_when_the_call_fixes_the_split_or_the_sms(monkeypatch) -> None:
+    from sparsile.stdlib.kernels import linear
+
+    monkeypatch.setattr(linear, "tuned_config", lambda *a: pytest.fail("the table was asked"))
+    weight, x = problem("f16", 130, 20, 64, seed=2)
+    assert plan_sparse_linear(weight.values, weight.meta, x, interpret=True, split_k=2).split_k == 2
+    assert plan_sparse_linear(weight.values, weight.meta, x, interpret=True, num_sms=4).stages is None
+
+
+def test_a_tuned_pair_choice_compiles_the_pair_kernel_for_sm90a(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparsile.stdlib.kernels import linear
+    from sparsile.stdlib.kernels.tuning import GemmConfig
+
+    monkeypatch.setattr(linear, "tuned_config", lambda *a: GemmConfig(64, 5, 1, True, 8))
+    weight, x = problem("bf16", 512, 64, 256, seed=6)
+    plan = plan_sparse_linear(weight.values, weight.meta, x, interpret=True)
+    assert plan.pair == min(2 * 2 * 1, 132) and plan.kernel.name == "sparse_linear_bf16_pair"
+    (compiled,) = plan.compile("sm_90a")
+    assert "mma_async.sp" in compiled.ptx and "multicast::cluster" in compiled.ptx
+
+
+def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """shipped_config: the table of the current GPU (none on a machine without one), the entry with
+    the smallest N at least T; SPARSILE_TUNED_TABLE=0 turns the tables off."""
+    from sparsile.stdlib.kernels import linear, tuning
+    from sparsile.stdlib.kernels.tuning import GemmConfig
+
+    index = {("bf16", 6144, 4096): [(256, GemmConfig(128)), (1024, GemmConfig(256, 5))]}
+    monkeypatch.setattr(tuning, "_shipped_index", lambda gpu: index)
+    assert linear.tuned_config("bf16", 6144, 200, 4096, False) == GemmConfig(128)
+    assert linear.tuned_config("bf16", 6144, 512, 4096, False) == GemmConfig(256, 5)
+    assert linear.tuned_config("bf16", 6144, 9000, 4096, False) == GemmConfig(256, 5)
+    assert linear.tuned_config("f16", 6144, 200, 4096, False) is None
+    assert linear.tuned_config("bf16", 6144, 200, 4096, True) is None  # the interpreter keeps the heuristics
+    monkeypatch.setenv(tuning.TUNED_TABLE_ENV, "0")
+    assert linear.tuned_config("bf16", 6144, 200, 4096, False) is None
