@@ -10,7 +10,8 @@ prepared launch passes, with x, y and the per-token scale as sources 0, 1 and 2)
 of a call is one ctypes call into machine code JIT-compiled by llvmlite
 (backend/runtime/native_launch.py, the launch the JAX integration's native handler uses too): it
 copies the packed parameters onto its stack, writes x's, y's and scale_x's addresses (checking the
-16-byte alignment the kernel was specialized for), re-encodes the tensor map of a buffer at a new address and calls ``cuLaunchKernel`` from libcuda.
+16-byte alignment the kernel was specialized for), re-encodes the tensor map of a buffer at a new
+address and calls ``cuLaunchKernel`` from libcuda.
 
 A launch it does not make (a misaligned buffer, a failed encode) goes, with the launches after it,
 to the prepared launches (the ones made natively are not repeated); after a failed launch the
