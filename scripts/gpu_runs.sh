@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
 #   bash scripts/gpu_runs.sh first            # tests-all, the fused model at batch 1 under torch.compile, e4m3 host time
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
 #   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
@@ -39,6 +40,19 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+tune-prefill)  # the shipped table for T >= 256 (bf16, then f16), the tests of what reads it, and the layer at T 64-1024
+    run 120 python -m pytest -q -m gpu -n 8 -rfE tests/gpu/test_torch_native_gpu.py tests/stdlib/test_linear_api.py
+    # one weight shape per run (each run merges its entries into the table), until 330 s have passed
+    for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
+        [ "$SECONDS" -lt 330 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512 1024 4096 8192; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/prefill-shapes.txt
+        SPARSILE_AUTOTUNE_PRINT=1 run 150 python -m sparsile tune /tmp/prefill-shapes.txt --dtype bf16 \
+            --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+    done
+    cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 --tokens 64 256 1024 --variants graph --l2 cold \
+        --max-seconds 130 --json "$out/linear_bf16_t64-1024.json"
+    ;;
 first)  # the whole suite at the current commit, then the one model number the ninth session could not finish
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
