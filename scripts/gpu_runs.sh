@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
 #   bash scripts/gpu_runs.sh first            # tests-all, the fused model at batch 1 under torch.compile, e4m3 host time
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
@@ -40,6 +41,9 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+host-64)  # where the host time of an eager call at T = 64 goes (split-K plans of two launches)
+    run 90 python benchmarks/bench_layer_host.py --tokens 64 --shapes 8B_qkv 8B_o 8B_gate_up 70B_down --profile 8B_o
+    ;;
 tune-prefill)  # the shipped table for T >= 256 (bf16, then f16), the tests of what reads it, and the layer at T 64-1024
     run 120 python -m pytest -q -m gpu -n 8 -rfE tests/gpu/test_torch_native_gpu.py tests/stdlib/test_linear_api.py
     # one weight shape per run (each run merges its entries into the table), until 330 s have passed

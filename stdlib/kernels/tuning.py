@@ -3,7 +3,9 @@
 A :class:`GemmConfig` is what the planning of :mod:`.gemm` fixes by heuristics: the N tile (BN),
 the pipeline depth (STAGES), split-K shares and the CTA-pair kernel (BM is 128, the two consumer
 warpgroups of the sm_90a kernel, and is not tuned). :func:`tune_sparse_matmul` times every config
-of :func:`config_space` for each shape on the current GPU (CUDA events, backend/runtime/bench.py), checks
+of :func:`config_space` for each shape on the current GPU (one replay of a CUDA graph of ten calls,
+timed with CUDA events: ``decode_tuning.graph_bench``, so that a small kernel's time is not its
+host launch time, nor a split-K reduction charged a second host launch), checks
 each one's C against the planned default's, and returns a table (written with ``out=``; the
 ``sparsile tune`` command line does the same). :func:`sparse_matmul_tuned` launches with a
 table's choice. Tables ship in ``stdlib/kernels/tuned/`` (``h200.json``); docs/autotune.md.
@@ -276,6 +278,17 @@ def matches_reference(out: Any, ref: Any, tol: float) -> bool:
     return bool((abs(f32_copy(out) - ref) <= tol).all())
 
 
+class _Launch:
+    """One config's launch as a benchmarker times it: ``run()`` or ``run(stream=...)`` (the launches
+    follow torch's current stream, which a graph benchmarker sets); ``config`` says which."""
+
+    def __init__(self, plan: SparseMatmul, config: GemmConfig, interpret: bool):
+        self.plan, self.config, self.interpret = plan, config, interpret
+
+    def __call__(self, stream: Any = None) -> Any:
+        return launch(self.plan, self.config, self.interpret)
+
+
 def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warmup: int = 10, rep: int = 50,
               space: Callable[..., list[GemmConfig]] = config_space, interpret: bool = False,
               say: Callable[..., None] = lambda text, end="\n": None) -> dict[str, Any]:
@@ -300,8 +313,7 @@ def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warm
             if not matches_reference(launch(plan, config, interpret), ref, tol):
                 skipped[str(config)] = "wrong result against the default config"
                 continue
-            run = functools.partial(launch, plan, config, interpret)
-            run.config = config  # type: ignore[attr-defined]  # which config a benchmarker times
+            run = _Launch(plan, config, interpret)
             timings[config] = float(bench(run, warmup=warmup, rep=rep, stream=None))
         except (CompileError, LaunchError) as e:
             skipped[str(config)] = str(e).split("\n", 1)[0]
@@ -332,7 +344,8 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     import torch
 
     from ...backend import runtime
-    from ...backend.runtime.bench import device_name, do_bench
+    from ...backend.runtime.bench import device_name
+    from .decode_tuning import graph_bench
     from .sparsity_gpu import compress_gpu
 
     parsed = [parse_shape(s) for s in shapes]
@@ -357,7 +370,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
             values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen) * spread, dtype, "sm90")
             b = (torch.randn(n, k, device="cuda", generator=gen) * spread).to(tdt)
             base = plan_sparse_matmul(values, meta.data, b, target="sm_90a")
-            entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or do_bench, warmup=warmup,
+            entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or graph_bench, warmup=warmup,
                                                            rep=rep, space=space, say=say)
     table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
     if out is not None:
