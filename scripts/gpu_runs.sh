@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
 #   bash scripts/gpu_runs.sh first            # tests-all, the fused model at batch 1 under torch.compile, e4m3 host time
@@ -41,6 +42,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+check)  # the whole GPU suite, then the shipped table against the heuristics in the layer (8B qkv and o, back to back)
+    run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    for table in 0 1; do
+        SPARSILE_TUNED_TABLE=$table run 60 python benchmarks/bench_linear.py --dtypes bf16 --shapes 8B:qkv 8B:o \
+            --tokens 64 256 1024 --variants graph --l2 cold --json "$out/linear_table$table.json"
+    done
+    ;;
 host-64)  # where the host time of an eager call at T = 64 goes (split-K plans of two launches)
     run 90 python benchmarks/bench_layer_host.py --tokens 64 --shapes 8B_qkv 8B_o 8B_gate_up 70B_down --profile 8B_o
     ;;
@@ -63,10 +71,11 @@ first)  # the whole suite at the current commit, then the one model number the n
         --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1-fused.json"
     run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --shapes 8B_o 8B_gate_up 70B_down  # e4m3 host time, step by step
     ;;
-second)  # issue 13: the GEMM grid against tuned cuSPARSELt, then the GEMM variants (back to back, CUDA events)
-    run 420 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B --tokens 256 1024 4096 --iters 10 \
-        --case-timeout 60 --json "$out/gemm-8B.json"
-    run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 --group-m 16
+second)  # issue 13: the GEMM grid (bf16, the tuned table's prefill T) and 8192^3 against tuned cuSPARSELt
+    run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B 70B --tokens 256 1024 --dtypes bf16 \
+        --iters 10 --case-timeout 60 --json "$out/gemm-llama-bf16.json"
+    run 120 python benchmarks/bench_sparse_gemm.py --case bf16:8192x8192x8192 --case f16:8192x8192x8192 --iters 10 \
+        --case-timeout 60 --json "$out/gemm-8192.json"
     ;;
 pingpong)  # the ping-pong schedule of the sparse GEMM (measured 0.78x the default kernel in the eighth session)
     export SPARSILE_PTXAS="${SPARSILE_PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}"

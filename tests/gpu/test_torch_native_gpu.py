@@ -48,7 +48,7 @@ def _both_ways(layer, xs, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096), (6144, 4096), (1024, 8192)])  # (out, in); 1024x8192 splits K
-@pytest.mark.parametrize("tokens", [1, 4, 16, 64, 256])  # 64, 256: split-K plans of two launches, both native
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64, 256])
 def test_bf16_native_launches_equal_prepared_launches_bit_for_bit(shape, tokens, monkeypatch):
     n, k = shape
     layer = spt.SparseLinear.from_dense(linear(n, k, seed=tokens, device="cuda"))
@@ -64,8 +64,12 @@ def test_bf16_native_launches_equal_prepared_launches_bit_for_bit(shape, tokens,
 
 
 def test_a_split_k_plan_of_two_launches_launches_both_natively(monkeypatch):
-    """T = 64 through the decode kernel with split-K: the partial sums are added by a second launch
-    (eager calls add them in the kernel only up to 16 tokens), and both launches are native."""
+    """T = 64 through the decode kernel with split-K, its partial sums added by a second launch
+    (SPARSILE_DECODE_REDUCE=launch; eager calls add them in the kernel by default): both launches
+    are native."""
+    from sparsile.stdlib.kernels.decode import DECODE_REDUCE_ENV
+
+    monkeypatch.setenv(DECODE_REDUCE_ENV, "launch")
     layer = spt.SparseLinear.from_dense(linear(1024, 8192, seed=2, device="cuda"))
     gen = torch.Generator("cuda").manual_seed(2)
     xs = [torch.randn(64, 8192, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3)]
