@@ -10,7 +10,7 @@ Two paths, one kernel:
   the split-K reduction's second launch included, unless ``SPARSILE_TORCH_NATIVE=0``: ``native.py``).
   Without ``prepare``
   it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
-  64 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
+  16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
   and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`).
 * **CPU tensors**: the same kernel in sparsile's interpreter (``interpret=True``): exact, slow.
 
@@ -40,13 +40,14 @@ from .native import native_launch, report_failure
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
-EAGER_REDUCE_MAX_T = 64
-"""Up to this many tokens (the decode kernel's whole range) an eager call of the decode kernel with
-split-K adds the partial sums in the kernel (plan_sparse_decode's reduce="kernel": one launch, 5-11
-µs less host time per call on the H200, where a bare cuLaunchKernel costs 4-7 µs) and a call
-captured into a CUDA graph in a second launch (0.5-3 µs less GPU time there); both give the same
-bits. Measured in benchmarks/RESULTS.md (docs/torch.md): at T = 64 the eager call's host time was
-twice the kernel's on the 8B qkv and o shapes with two launches (tenth session). SPARSILE_DECODE_REDUCE
+EAGER_REDUCE_MAX_T = 16
+"""Up to this many tokens an eager call of the decode kernel with split-K adds the partial sums in
+the kernel (plan_sparse_decode's reduce="kernel": one launch, 5-11 µs less host time per call on
+the H200, where a bare cuLaunchKernel costs 4-7 µs) and a call captured into a CUDA graph in a
+second launch (0.5-3 µs less GPU time there); both give the same bits. Beyond 16 tokens the
+in-kernel reduction costs more GPU time than the launch it saves: at T = 64 on a 4096 x 4096 weight
+its kernel took 26.4 µs against 11.2 µs for the two launches replayed from a graph (tenth session,
+benchmarks/RESULTS.md), so T = 17-64 keeps the two launches (both native). SPARSILE_DECODE_REDUCE
 set picks one mode for both."""
 
 

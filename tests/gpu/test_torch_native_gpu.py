@@ -65,8 +65,8 @@ def test_bf16_native_launches_equal_prepared_launches_bit_for_bit(shape, tokens,
 
 def test_a_split_k_plan_of_two_launches_launches_both_natively(monkeypatch):
     """T = 64 through the decode kernel with split-K, its partial sums added by a second launch
-    (SPARSILE_DECODE_REDUCE=launch; eager calls add them in the kernel by default): both launches
-    are native."""
+    (eager calls add them in the kernel up to 16 tokens; SPARSILE_DECODE_REDUCE=launch makes sure):
+    both launches are native."""
     from sparsile.stdlib.kernels.decode import DECODE_REDUCE_ENV
 
     monkeypatch.setenv(DECODE_REDUCE_ENV, "launch")

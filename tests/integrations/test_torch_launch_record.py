@@ -226,9 +226,8 @@ def test_a_single_launch_with_a_workspace_is_per_stream(monkeypatch):
 
 @pytest.mark.parametrize("env", [None, "launch"])
 def test_eager_calls_reduce_split_k_in_the_kernel_and_captures_in_a_second_launch(monkeypatch, env):
-    """Up to 64 tokens (the decode kernel's range) an eager call takes the one-launch variant
-    (reduce="kernel"), a call captured into a CUDA graph the two-launch plan; SPARSILE_DECODE_REDUCE
-    set keeps one plan for both."""
+    """Up to 16 tokens an eager call takes the one-launch variant (reduce="kernel"), a call captured
+    into a CUDA graph the two-launch plan; SPARSILE_DECODE_REDUCE set keeps one plan for both."""
     if env is None:
         monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
     else:
@@ -248,9 +247,9 @@ def test_eager_calls_reduce_split_k_in_the_kernel_and_captures_in_a_second_launc
         assert names == ["main", "reduce", "main", "reduce"]
     log = _fake_api(monkeypatch, split=True, reduces_in_kernel=True)
     capturing[0] = False
-    assert kernels.EAGER_REDUCE_MAX_T == 64
-    kernels.RecordCache().run((64,), _x(64), w, None, torch.float32, stream=1)
-    kernels.RecordCache().run((65,), _x(65), w, None, torch.float32, stream=1)  # beyond: the plan's launches
+    assert kernels.EAGER_REDUCE_MAX_T == 16
+    kernels.RecordCache().run((16,), _x(16), w, None, torch.float32, stream=1)
+    kernels.RecordCache().run((17,), _x(17), w, None, torch.float32, stream=1)  # beyond: the plan's launches
     assert [e[1] for e in log if e[0] == "launch"] == (["main+reduce"] if env is None else ["main", "reduce"]) + [
         "main", "reduce"]
 
