@@ -7,7 +7,7 @@
                      [--target sm_90a] [-o OUT]
     sparsile demo [--dtype f16|bf16|e4m3] [--size M N K] [--cpu]     (sparsile demo -h)
     sparsile layout "CONSTRUCTOR(args...)" | --list
-    sparsile tune SHAPES... [--dtype bf16 --dtype f16] [-o TABLE.json] [--warmup N] [--rep N]
+    sparsile tune SHAPES... [--dtype bf16 --dtype f16] [-o TABLE.json] [--warmup N] [--rep N] [--linear]
     sparsile --version                   (``python -m sparsile ...`` works the same)
 
 ``compile`` writes text artefacts to stdout unless ``-o`` is given; a cubin (binary) goes to
@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", default=None, help="write the table here (e.g. stdlib/kernels/tuned/h200.json)")
     t.add_argument("--warmup", type=int, default=10, help="launches before timing each config")
     t.add_argument("--rep", type=int, default=50, help="timed launches per config (the median is kept)")
+    t.add_argument("--linear", action="store_true",
+                   help="tune the torch layer's kernel (sparse_linear, T > 64) instead of sparse_matmul; its "
+                        "entries (linear-<dtype>) go to the same table")
     return p
 
 
@@ -413,8 +416,14 @@ def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not runtime.has_gpu():
         print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available", file=err)
         return EXIT_UNAVAILABLE
-    table = tune_sparse_matmul(shapes, dtypes=args.dtype or ("bf16", "f16"), warmup=args.warmup, rep=args.rep,
-                               out=args.output, stderr=err, progress=True)
+    if args.linear:
+        from .stdlib.kernels.linear_tuning import tune_sparse_linear
+
+        table = tune_sparse_linear(shapes, dtypes=args.dtype or ("bf16",), warmup=args.warmup, rep=args.rep,
+                                   out=args.output, stderr=err, progress=True)
+    else:
+        table = tune_sparse_matmul(shapes, dtypes=args.dtype or ("bf16", "f16"), warmup=args.warmup,
+                                   rep=args.rep, out=args.output, stderr=err, progress=True)
     for name, entry in table["entries"].items():
         print(f"{name}: {entry['config']} {entry['us']} us (default {entry['default_us']} us)", file=out)
     return EXIT_OK

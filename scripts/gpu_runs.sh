@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
@@ -42,6 +43,19 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+tune-linear)  # the torch layer's own entries of the table (T >= 256, bf16), then the layer with and without them
+    for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
+        [ "$SECONDS" -lt 200 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512 1024 4096; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/linear-shapes.txt
+        SPARSILE_AUTOTUNE_PRINT=1 run 100 python -m sparsile tune --linear /tmp/linear-shapes.txt --dtype bf16 \
+            --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+    done
+    cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    for table in 0 1; do
+        SPARSILE_TUNED_TABLE=$table run 80 python benchmarks/bench_linear.py --dtypes bf16 --tokens 256 1024 \
+            --variants graph --l2 cold --max-seconds 70 --json "$out/linear_table$table.json"
+    done
+    ;;
 check)  # the whole GPU suite, then the shipped table against the heuristics in the layer (8B qkv and o, back to back)
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     for table in 0 1; do

@@ -385,24 +385,29 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if split > 1:
         workspace = empty_array(x, (split, t, m), "float32", interpret)
     if tuned is not None:
-        pair = min(2 * -(-m // (2 * BM)) * -(-t // bn), sms - sms % 2) if tuned.pair and split == 1 else 0
+        from .tuning import pair_grid
+
+        pair = pair_grid(m, t, bn, sms) if tuned.pair and split == 1 else 0
         return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, tuned.stages, tuned.group_m)
     pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
     return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
 
 
 def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool) -> Any:
-    """The shipped tuned table's choice (stdlib/kernels/tuned/<gpu>.json, written by ``sparsile
-    tune``; docs/autotune.md) for the tiled kernel at (M = out features, N = T tokens, K) on the
-    current GPU, or None: in the interpreter, no table for this GPU, no entry of this dtype, M and
-    K, or SPARSILE_TUNED_TABLE=0. The same lookup as ``sparse_matmul``'s (``tuning.find``: the entry with
-    the smallest N at least T, else the largest): the linear kernels run the sparse GEMM's pipeline
-    with an epilogue, so its tuned tile, ring, split-K and CTA pairs carry over."""
+    """The shipped tuned table's choice for this kernel (``linear-<dtype>`` entries of
+    stdlib/kernels/tuned/<gpu>.json, written by ``sparsile tune --linear``; docs/autotune.md) at
+    (M = out features, N = T tokens, K) on the current GPU, or None: in the interpreter, no table
+    for this GPU, no entry of this dtype, M and K, or SPARSILE_TUNED_TABLE=0. The lookup is
+    ``sparse_matmul``'s (``tuning.find``: the entry with the smallest N at least T, else the
+    largest). The sparse_matmul entries are not used: their choices did not carry over (6144 x 1024
+    x 4096: 86 against 73 µs with the heuristics; tenth session, benchmarks/RESULTS.md), the layer
+    storing its tile transposed, with an epilogue."""
     if interpret:
         return None
+    from .linear_tuning import LINEAR_PREFIX
     from .tuning import shipped_config
 
-    return shipped_config(operand, m, t, k)
+    return shipped_config(LINEAR_PREFIX + operand, m, t, k)
 
 
 def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:

@@ -99,12 +99,18 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list
     return out
 
 
+def pair_grid(m: int, n: int, bn: int, sms: int) -> int:
+    """CTAs of the persistent CTA-pair kernel for an M x N output in BM x ``bn`` tiles: one per
+    tile, at most the SMs (an even count: the CTAs run in clusters of two)."""
+    return min(2 * -(-m // (2 * BM)) * -(-n // bn), sms - sms % 2)
+
+
 def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: bool = False) -> SparseMatmul:
     """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed)."""
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
-    pair = min(2 * -(-plan.m // (2 * BM)) * -(-plan.n // config.bn), sms - sms % 2) if config.pair else 0
+    pair = pair_grid(plan.m, plan.n, config.bn, sms) if config.pair else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
                                workspace=workspace if config.split_k > 1 else None)
 
@@ -278,42 +284,62 @@ def matches_reference(out: Any, ref: Any, tol: float) -> bool:
     return bool((abs(f32_copy(out) - ref) <= tol).all())
 
 
+@dataclass(frozen=True)
+class TuneTarget:
+    """How :func:`tune_plan` handles one kind of plan: its planned default config, the plan with
+    another config, the launch (returns the output), its (M, N, K) and name. The default target is
+    ``sparse_matmul``'s (:data:`GEMM_TARGET`); ``linear_tuning`` has the torch layer's."""
+
+    default: Callable[[Any], GemmConfig]
+    configure: Callable[..., Any]   # (plan, config, sms, interpret) -> plan
+    launch: Callable[..., Any]      # (plan, config, interpret) -> output
+    dims: Callable[[Any], tuple[int, int, int]]  # (M, N, K of the launch) for the config space
+    name: Callable[[Any], str]
+
+
+GEMM_TARGET = TuneTarget(default_config, lambda plan, config, sms, interpret: with_config(plan, config, sms, interpret),
+                         lambda plan, config, interpret: launch(plan, config, interpret),
+                         lambda plan: (plan.m, plan.n, plan.k_padded),
+                         lambda plan: f"{plan.choice.operand} {plan.m}x{plan.n}x{plan.k}")
+
+
 class _Launch:
     """One config's launch as a benchmarker times it: ``run()`` or ``run(stream=...)`` (the launches
     follow torch's current stream, which a graph benchmarker sets); ``config`` says which."""
 
-    def __init__(self, plan: SparseMatmul, config: GemmConfig, interpret: bool):
-        self.plan, self.config, self.interpret = plan, config, interpret
+    def __init__(self, target: TuneTarget, plan: Any, config: GemmConfig, interpret: bool):
+        self.target, self.plan, self.config, self.interpret = target, plan, config, interpret
 
     def __call__(self, stream: Any = None) -> Any:
-        return launch(self.plan, self.config, self.interpret)
+        return self.target.launch(self.plan, self.config, self.interpret)
 
 
-def tune_plan(base: SparseMatmul, sms: int, bench: Callable[..., float], *, warmup: int = 10, rep: int = 50,
+def tune_plan(base: Any, sms: int, bench: Callable[..., float], *, warmup: int = 10, rep: int = 50,
               space: Callable[..., list[GemmConfig]] = config_space, interpret: bool = False,
-              say: Callable[..., None] = lambda text, end="\n": None) -> dict[str, Any]:
+              say: Callable[..., None] = lambda text, end="\n": None, target: TuneTarget = GEMM_TARGET
+              ) -> dict[str, Any]:
     """Time the planned default and ``space``'s configs for one planned problem; its table entry
     ``{"config", "us", "default", "default_us", "skipped"}``. Each config's C (poisoned first) must
     match the default's within 2 % of the largest |C|, else it is skipped as wrong; configs that do
     not compile or launch are skipped with the reason. ``interpret`` runs in the interpreter (the
-    CPU tests, with a fake ``bench``)."""
-    default = default_config(base)
-    ref = f32_copy(launch(base, default, interpret))
+    CPU tests, with a fake ``bench``). ``target``: the kind of plan (default: sparse_matmul's)."""
+    default = target.default(base)
+    ref = f32_copy(target.launch(base, default, interpret))
     tol = reference_tolerance(ref)
     timings: dict[GemmConfig, float] = {}
     skipped: dict[str, str] = {}
     errors: list[Exception] = []
-    candidates = [default] + [c for c in space(base.choice, base.m, base.n, base.k_padded, sms) if c != default]
-    what = f"{base.choice.operand} {base.m}x{base.n}x{base.k}"
+    candidates = [default] + [c for c in space(base.choice, *target.dims(base), sms) if c != default]
+    what = target.name(base)
     for i, config in enumerate(candidates):
         say(f"\rsparsile tune {what} [{i + 1}/{len(candidates)}] {config}\x1b[K", end="")
         try:
-            plan = with_config(base, config, sms, interpret)
+            plan = target.configure(base, config, sms, interpret)
             plan.out[...] = float("nan") if "float" in str(plan.out.dtype) else -12345  # poisoned
-            if not matches_reference(launch(plan, config, interpret), ref, tol):
+            if not matches_reference(target.launch(plan, config, interpret), ref, tol):
                 skipped[str(config)] = "wrong result against the default config"
                 continue
-            run = _Launch(plan, config, interpret)
+            run = _Launch(target, plan, config, interpret)
             timings[config] = float(bench(run, warmup=warmup, rep=rep, stream=None))
         except (CompileError, LaunchError) as e:
             skipped[str(config)] = str(e).split("\n", 1)[0]

@@ -456,17 +456,20 @@ def test_a_tuned_pair_choice_compiles_the_pair_kernel_for_sm90a(monkeypatch: pyt
 
 
 def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """shipped_config: the table of the current GPU (none on a machine without one), the entry with
-    the smallest N at least T; SPARSILE_TUNED_TABLE=0 turns the tables off."""
+    """The layer's own entries (linear-<dtype>) of the table of the current GPU (none on a machine
+    without one), the entry with the smallest N at least T; SPARSILE_TUNED_TABLE=0 turns the tables
+    off."""
     from sparsile.stdlib.kernels import linear, tuning
     from sparsile.stdlib.kernels.tuning import GemmConfig
 
-    index = {("bf16", 6144, 4096): [(256, GemmConfig(128)), (1024, GemmConfig(256, 5))]}
+    index = {("linear-bf16", 6144, 4096): [(256, GemmConfig(128)), (1024, GemmConfig(256, 5))],
+             ("bf16", 4096, 4096): [(256, GemmConfig(64))]}  # sparse_matmul's entries: not the layer's
     monkeypatch.setattr(tuning, "_shipped_index", lambda gpu: index)
     assert linear.tuned_config("bf16", 6144, 200, 4096, False) == GemmConfig(128)
     assert linear.tuned_config("bf16", 6144, 512, 4096, False) == GemmConfig(256, 5)
     assert linear.tuned_config("bf16", 6144, 9000, 4096, False) == GemmConfig(256, 5)
     assert linear.tuned_config("f16", 6144, 200, 4096, False) is None
+    assert linear.tuned_config("bf16", 4096, 200, 4096, False) is None
     assert linear.tuned_config("bf16", 6144, 200, 4096, True) is None  # the interpreter keeps the heuristics
     monkeypatch.setenv(tuning.TUNED_TABLE_ENV, "0")
     assert linear.tuned_config("bf16", 6144, 200, 4096, False) is None
