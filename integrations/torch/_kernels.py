@@ -139,11 +139,15 @@ def _same_memory(a: Any, t: torch.Tensor) -> bool:
 
 class LaunchRecord:
     """A planned sparse linear for one (T, x dtype, device, out dtype): the plan and its prepared
-    launches, with the positions where a call's x, y and per-token scale go."""
+    launches, with the positions where a call's x, y and per-token scale go. ``quantize`` (e4m3
+    weights, eager calls): x is the 16-bit input, and the record's first launch quantizes it per
+    token into an e4m3 copy and scales the record owns, which the GEMM reads (so a call is one
+    native call for both kernels; the record is per stream, as one with a split-K workspace)."""
 
     def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-                 off_pool: bool = False, stream: int | None = None):
+                 off_pool: bool = False, stream: int | None = None, quantize: bool = False):
         api = kernel_api()
+        self.quantize = quantize
         # the weight as aliases (new tensor objects on the same memory): the record pins the memory its
         # launches read, but not the caller's tensor objects, so that a weak reference to them tells
         # when the layer (or model) holding them is gone (RecordCache drops the record then)
@@ -165,7 +169,15 @@ class LaunchRecord:
               out_dtype: torch.dtype) -> list[Any]:
         """Plan and prepare the launches (the one-launch eager variant too, where there is one);
         the arguments the prepared launches keep (workspace, counters, padded copies, the weight)."""
-        self.plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+        quantizer: list[Any] = []
+        gemm_x, per_call_x = x, x
+        if self.quantize:  # x quantized by the record's first launch into buffers it owns
+            t, k = (int(s) for s in x.shape)
+            self.xq = gemm_x = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
+            self.sx = scale_x = torch.empty((t,), dtype=torch.float32, device=x.device)
+            per_call_x = None  # the GEMM's x and scale are fixed: the quantizer's outputs
+            quantizer = [(api.prepare_quantize(x, self.xq, self.sx, per_call=("X",)).run, _picker((0,)))]
+        self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y)
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
@@ -174,18 +186,21 @@ class LaunchRecord:
         self.y_like = torch.empty((1,), dtype=out_dtype, device=x.device).expand(self.shape)
         launches = self.plan.launches()
         # split-K: a workspace (and with the decode kernel's in-kernel reduction, arrival counters)
-        # that two streams must not share
-        self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None
-        self.prepared = self._prepare(launches, x, y, scale_x)
+        # that two streams must not share; so are the quantized copy of x and its scales
+        self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None or self.quantize
+        per_call_scale = None if self.quantize else scale_x
+        prepared = self._prepare(launches, per_call_x, y, per_call_scale)
+        self.prepared = None if prepared is None else quantizer + prepared
         self.eager = None  # one launch for eager calls, where the plan's split-K takes two
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
                 and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
                 and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
-            one = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation,
+            one = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                          scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
                                          out=y, reduce="kernel").launches()
             if len(one) == 1:
-                self.eager = self._prepare(one, x, y, scale_x)
+                eager = self._prepare(one, per_call_x, y, per_call_scale)
+                self.eager = None if eager is None else quantizer + eager
         # the eager launches from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
@@ -194,11 +209,12 @@ class LaunchRecord:
                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
 
     @staticmethod
-    def _prepare(launches: list[Any], x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None
+    def _prepare(launches: list[Any], x: torch.Tensor | None, y: torch.Tensor, scale_x: torch.Tensor | None
                  ) -> list[Any] | None:
         """[(a prepared launch's ``run``, a function picking what it takes per call from (x, y,
         scale_x), in order)], or None when
         ``prepare`` is missing or the plan does not pass x and y through unchanged (a padded copy).
+        x or scale_x None: fixed in the launches (a quantizing record's own buffers).
         Every other argument (the weight, its metadata, bias, scales, sizes) is fixed when the
         launch is prepared (``per_call=``), so a call checks and writes only its own tensors."""
         prepared, seen = [], set()
@@ -214,7 +230,7 @@ class LaunchRecord:
             per_call = tuple(names[i] for i, _ in slots)
             launch = launcher.prepare(**fixed, **constexprs, per_call=per_call)
             prepared.append((launch.run, _picker(tuple(which for _, which in slots))))
-        return prepared if {0, 1} <= seen and (scale_x is None or 2 in seen) else None
+        return prepared if {i for i, t in enumerate((x, y, scale_x)) if t is not None} <= seen else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
         first, self.first = self.first, None
@@ -242,6 +258,10 @@ class LaunchRecord:
             launches = self.eager if self.eager is not None and not capturing else self.prepared
             for run, which in launches[done:]:
                 run(which(call), stream)
+            return y
+        if self.quantize:  # no prepared launches (a padded plan): quantize, then the plan on the copy
+            xq, scale_x = quantize_per_token(x)
+            self.plan.rebind(xq, y, scale_x=scale_x).run(stream=stream)
             return y
         if first is not None and first[0] is x:  # the call the plan was built for
             self.plan.run(stream=stream)
@@ -364,12 +384,13 @@ class RecordCache:
         return len(self.records)
 
     def run(self, key: tuple, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-            stream: int | None = None, off_pool: bool = False) -> torch.Tensor:
+            stream: int | None = None, off_pool: bool = False, quantize: bool = False) -> torch.Tensor:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
         the record of ``key`` (built on a miss; ``off_pool``: outside any CUDA-graph memory pool,
-        for the custom op that torch.compile's CUDA graph trees call). ``key`` must name the
-        weight's memory (its data pointers): a record pins that memory, so no other weight can
-        take its addresses while the record lives."""
+        for the custom op that torch.compile's CUDA graph trees call; ``quantize``: x is the 16-bit
+        input of e4m3 weights, quantized per token by the record, see :class:`LaunchRecord`).
+        ``key`` must name the weight's memory (its data pointers) and whether it quantizes: a record
+        pins that memory, so no other weight can take its addresses while the record lives."""
         if stream is None:
             device = x.get_device()
             getter = self._streams.get(device)
@@ -383,7 +404,7 @@ class RecordCache:
         if record is None:
             record = records.get((*key, stream))
             if record is None:
-                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream)
+                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize)
                 stored = (*key, stream) if record.owns_workspace else key
                 record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
                 records[stored] = record

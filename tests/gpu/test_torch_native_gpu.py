@@ -18,6 +18,13 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
 
 
+def spt_quantize(x):
+    """x quantized per token by the generic launch of the kernel API (the reference bits)."""
+    from sparsile.stdlib.kernels.linear import quantize_per_token_e4m3
+
+    return quantize_per_token_e4m3(x)
+
+
 def _records(layer):
     return list(layer.__dict__["_records"].records.values())
 
@@ -90,7 +97,12 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
     for x, a, b in zip(xs, off, on):
         assert torch.equal(a, b) and not b.isnan().any()
         check_against_float64(layer, x, b)
-    assert launched == len(xs) and all(r.native is not None for r in _records(layer))
+    (record,) = _records(layer)  # the quantizer's launch, then the GEMM's: one native call
+    launches = record.eager if record.eager is not None else record.prepared
+    assert record.quantize and record.native is not None and len(launches) >= 2
+    assert launched == len(launches) * len(xs)
+    quantized, scale = spt_quantize(xs[-1])
+    assert torch.equal(record.xq, quantized) and torch.equal(record.sx, scale)  # the last call's, in its buffers
 
 
 @pytest.mark.parametrize("k", [4096, 8192])

@@ -454,3 +454,40 @@ def test_switch_is_documented():
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
     assert "`SPARSILE_TORCH_NATIVE=0`" in docs and "on by default" in docs
+
+
+def test_a_quantizing_record_launches_the_quantizer_and_the_gemm_natively(fake, monkeypatch):
+    """e4m3 weights, eager: the record owns the quantized copy of x and its scales; its first launch
+    quantizes x (per call: x only) into them, the GEMM reads them (per call: y only); one native call
+    makes both launches, and the record is per stream."""
+    planned: list[tuple] = []
+    quantizers: list[tuple] = []
+
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
+        planned.append((x.data_ptr(), x.dtype, None if scale_x is None else scale_x.data_ptr()))
+        return _Plan(fake.log, x, out, scale_x, 1)
+
+    def prepare_quantize(x, xq, scale, per_call):
+        quantizers.append((x.data_ptr(), xq.data_ptr(), scale.data_ptr(), per_call))
+        return _Prepared(fake.log, per_call)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear,
+                                                                       prepare_quantize=prepare_quantize))
+    cache, w = kernels.RecordCache(), _weight()
+    x1, x2 = torch.randn(4, 32), torch.randn(4, 32)
+    y1 = cache.run((4, "quantize"), x1, w, None, torch.float32, stream=7, quantize=True)
+    y2 = cache.run((4, "quantize"), x2, w, None, torch.float32, stream=7, quantize=True)
+    ((key, record),) = cache.records.items()
+    assert key == (4, "quantize", 7) and record.quantize and record.owns_workspace
+    assert record.xq.dtype == torch.float8_e4m3fn and record.xq.shape == (4, 32) and record.sx.shape == (4,)
+    assert quantizers == [(x1.data_ptr(), record.xq.data_ptr(), record.sx.data_ptr(), ("X",))]
+    assert planned == [(record.xq.data_ptr(), torch.float8_e4m3fn, record.sx.data_ptr())]
+    assert [e for e in fake.log if e[0] == "record"] == [("record", (0,), (True,)), ("record", (1,), (True,))]
+    assert not [e for e in fake.log if e[0] == "prepared"]  # every launch native
+    assert [p[0] for *_, p in fake.launches[0::2]] == [q(x1.data_ptr()), q(x2.data_ptr())]  # the quantizer's x
+    assert [p[1] for *_, p in fake.launches[1::2]] == [q(y1.data_ptr()), q(y2.data_ptr())]  # the GEMM's y
+    assert native.counts()["launched"] == 4
+    fake.results = [0, 719]  # the GEMM launch fails: only it is run again, by its prepared launch
+    with pytest.warns(RuntimeWarning, match="CUresult 719"):
+        y3 = cache.run((4, "quantize"), x1, w, None, torch.float32, stream=7, quantize=True)
+    assert [e for e in fake.log if e[0] == "prepared"] == [("prepared", (y3.data_ptr(),), 7)]
