@@ -10,9 +10,9 @@ never inside), median of several blocks. The steps: the whole module call, ``for
 ``nn.Module.__call__``, the record cache's run, each prepared launch alone (and the record's native
 launch alone, on unless ``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation,
 torch's current-stream query, and a bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the
-floor, beside dense ``F.linear`` of the same shape. With ``--dtype e4m3`` also the per-token
-quantization of x (its prepared launch, ``_kernels.quantize_per_token``), whose output the record
-steps take.
+floor, beside dense ``F.linear`` of the same shape. With ``--dtype e4m3`` the record's first
+launch quantizes x per token (into buffers the record owns); the quantizer's prepared launch alone
+(``_kernels.quantize_per_token``, with its two allocations, as calls made it before) is shown too.
 """
 
 from __future__ import annotations
@@ -85,14 +85,16 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16")
     getter = stream_getter(x.get_device())
     stream = getter()
     y = torch.empty((t, n), dtype=torch.bfloat16, device="cuda")
-    xk, sx = quantize_per_token(x) if dtype == "e4m3" else (x, None)  # what the record takes
+    # what the record takes: x itself (an e4m3 record quantizes it in its first launch)
+    xk, sx, quantize = x, None, dtype == "e4m3"
     rows = [("dense F.linear", host_us(lambda: F.linear(x, dense.weight), sync)),
             ("SparseLinear __call__", host_us(lambda: layer(x), sync)),
             ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync))]
     if dtype == "e4m3":
-        rows.append(("quantize_per_token (prepared launch, 2 allocations)",
+        rows.append(("quantize_per_token alone (prepared launch, 2 allocations)",
                      host_us(lambda: quantize_per_token(x), sync)))
-    rows += [("RecordCache.run", host_us(lambda: records.run(key, xk, w, sx, torch.bfloat16), sync)),
+    rows += [("RecordCache.run", host_us(lambda: records.run(key, xk, w, sx, torch.bfloat16, quantize=quantize),
+                                         sync)),
              ("LaunchRecord call", host_us(lambda: record(xk, sx, stream), sync))]
     for i, (prepared_run, which) in enumerate(record.prepared or ()):
         launch = prepared_run.__self__

@@ -4,6 +4,7 @@
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
+#   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
@@ -55,6 +56,13 @@ tune-linear)  # the torch layer's own entries of the table (T >= 256, bf16), the
         SPARSILE_TUNED_TABLE=$table run 80 python benchmarks/bench_linear.py --dtypes bf16 --tokens 256 1024 \
             --variants graph --l2 cold --max-seconds 70 --json "$out/linear_table$table.json"
     done
+    ;;
+e4m3-eager)  # the e4m3 record that quantizes x in its first launch: its GPU tests, host time, the layer at T <= 16
+    run 100 python -m pytest -q -m gpu -n 8 -rfE tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        -k "e4m3 or native"
+    run 40 python benchmarks/bench_layer_host.py --dtype e4m3 --shapes 8B_o 8B_gate_up 70B_down
+    run 60 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B --tokens 1 16 --variants graph \
+        --max-seconds 50 --json "$out/linear_e4m3.json"
     ;;
 check)  # the whole GPU suite, then the shipped table against the heuristics in the layer (8B qkv and o, back to back)
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
