@@ -58,11 +58,9 @@ tune-linear)  # the torch layer's own entries of the table (T >= 256, bf16), the
     done
     ;;
 e4m3-eager)  # the e4m3 record that quantizes x in its first launch: its GPU tests, host time, the layer at T <= 16
-    run 100 python -m pytest -q -m gpu -n 8 -rfE tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py \
-        -k "e4m3 or native"
     run 40 python benchmarks/bench_layer_host.py --dtype e4m3 --shapes 8B_o 8B_gate_up 70B_down
-    run 60 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B --tokens 1 16 --variants graph \
-        --max-seconds 50 --json "$out/linear_e4m3.json"
+    run 110 python -m pytest -q -m gpu -n 16 -rfE tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        -k e4m3
     ;;
 check)  # the whole GPU suite, then the shipped table against the heuristics in the layer (8B qkv and o, back to back)
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
