@@ -337,6 +337,8 @@ _IS_CAPTURING: Callable[[], bool] = _cuda_capturing
 
 def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     """A function of (x, y, scale_x) giving the members at ``which``, as a tuple."""
+    if not which:  # a launch taking nothing per call (a quantizing record's split-K GEMM: x and y are its own)
+        return lambda call: ()
     if len(which) == 1:
         (only,) = which
         return lambda call: (call[only],)
