@@ -491,3 +491,38 @@ def test_a_quantizing_record_launches_the_quantizer_and_the_gemm_natively(fake, 
     with pytest.warns(RuntimeWarning, match="CUresult 719"):
         y3 = cache.run((4, "quantize"), x1, w, None, torch.float32, stream=7, quantize=True)
     assert [e for e in fake.log if e[0] == "prepared"] == [("prepared", (y3.data_ptr(),), 7)]
+
+
+def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
+    """A quantizing record's split-K GEMM reads the record's own x copy and writes its workspace:
+    nothing per call. Its prepared launch takes (), its native record no source; both still run."""
+    class SplitPlan:
+        def __init__(self, x, out, scale_x):
+            self.workspace = torch.empty(2, 4, 8)
+            self.x, self.out = x, out
+
+        def launches(self):
+            launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(fake.log, per_call))
+            main = _Kernel([SimpleNamespace(name=n) for n in ("x", "w")], launcher)
+            reduce = _Kernel([SimpleNamespace(name=n) for n in ("w", "y")], launcher)
+            return [(main, (3,), (self.x, self.workspace), {}), (reduce, (3,), (self.workspace, self.out), {})]
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
+        plan_sparse_linear=lambda values, meta, x, *, out, scale_x=None, **kw: SplitPlan(x, out, scale_x),
+        prepare_quantize=lambda x, xq, scale, per_call: _Prepared(fake.log, per_call)))
+    monkeypatch.setattr(native, "ENTRY_POINTS", None)
+    native.reset()
+    monkeypatch.setenv(native.ENV, "0")  # the prepared launches, in order
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    y = cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
+    assert [e for e in fake.log if e[0] == "prepared"] == [
+        ("prepared", (x.data_ptr(),), 3), ("prepared", (), 3), ("prepared", (y.data_ptr(),), 3)]
+    monkeypatch.setenv(native.ENV, "1")
+    monkeypatch.setattr(native, "ENTRY_POINTS", fake.entry_points())
+    native.reset()
+    fake.log.clear()
+    cache = kernels.RecordCache()
+    cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
+    assert [e[1:] for e in fake.log if e[0] == "record"] == [((0,), (True,)), ((), ()), ((1,), (True,))]
+    assert len(fake.launches) == 3 and not [e for e in fake.log if e[0] == "prepared"]
