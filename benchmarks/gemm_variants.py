@@ -8,7 +8,8 @@ a poisoned output.
 for Nsight Compute: ``ncu --profile-from-start off --set full -o gemm python benchmarks/
 gemm_variants.py --profile-once`` (the ninth session's comparison in RESULTS.md). Variants: the
 kernel launched with one CTA per tile ("tile") and the CTA-pair kernel that ``sparse_matmul`` runs
-for large C ("pair"), for every (STAGES, GROUP_M) given.
+for large C ("pair"), for every (STAGES, GROUP_M) given; ``--tma-store`` adds both with the epilogue
+that stores the tile through shared memory by TMA (the ``_tma`` kernels; at most STAGES 4 fit).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--group-m", nargs="+", type=int, default=[16])
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--tma-store", action="store_true",
+                    help="also the kernels whose epilogue stores the tile through shared memory by TMA (_tma)")
     ap.add_argument("--profile-once", action="store_true",
                     help="one call of each contender inside a CUDA profiler range (for ncu --profile-from-start off)")
     return ap.parse_args(argv)
@@ -63,6 +66,10 @@ def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[
     pairs = pair_ctas(m, n, 256, KERNELS[dtype], 1, True, torch.cuda.get_device_properties(0).multi_processor_count)
     if pairs:
         kernels["pair"] = getattr(mod, f"sparse_gemm_{dtype}_pair")[(pairs,)]
+        if args.tma_store:  # the same CTA pairs, the tile stored through shared memory by TMA
+            kernels["pair, TMA-store epilogue"] = getattr(mod, f"sparse_gemm_{dtype}_pair_tma")[(pairs,)]
+    if args.tma_store and dtype == "bf16":
+        kernels["tile, TMA-store epilogue"] = mod.sparse_gemm_bf16_tma[((m // 128) * (n // 256),)]
     for label, kern in kernels.items():
         for stages in args.stages:
             for group_m in args.group_m:

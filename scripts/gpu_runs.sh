@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
+#   bash scripts/gpu_runs.sh tma-store        # the TMA-store epilogue kernels: GPU tests, then timed (gemm_variants)
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
@@ -61,6 +62,10 @@ e4m3-eager)  # the e4m3 record that quantizes x in its first launch: its GPU tes
     run 40 python benchmarks/bench_layer_host.py --dtype e4m3 --shapes 8B_o 8B_gate_up 70B_down
     run 110 python -m pytest -q -m gpu -n 16 -rfE tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py \
         -k e4m3
+    ;;
+tma-store)  # the TMA-store epilogue kernels: GPU tests, then timed against the shipped kernels and cuSPARSELt
+    run 120 python -m pytest -q -m gpu -rfE tests/gpu/test_sparse_gemm_sm90.py -k tma_store
+    run 200 python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 --group-m 16 --tma-store
     ;;
 check)  # the whole GPU suite, then the shipped table against the heuristics in the layer (8B qkv and o, back to back)
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
