@@ -20,6 +20,7 @@ from ...target.targets import Feature, require
 from .codegen import CodeGen, DTile, PartitionCtx, lowering
 from .llvm_text import LLValue, const
 from .reduce import storage_of
+from .smem_access import smem_store_width, store_runs
 
 
 @dataclass(frozen=True)
@@ -189,19 +190,8 @@ def lower_smem_store(cg: CodeGen, op: Operation) -> None:
     ref: SmemRef = cg.get(op.operand("buf"))
     x = cg.tile(op.operand("value"))
     sty, eb = storage_of(x.elem)
-    coords = cg.coords(x.layout)
-    seen: set[tuple[str, ...]] = set()
-    for r in range(len(x.regs)):
-        key = tuple(c.ref for c in coords[r])
-        if key in seen:
-            continue
-        seen.add(key)
-        off = _nd_offset(cg, ref, coords[r])
-        ptr = cg.smem_ptr(off)
-        v = x.regs[r]
-        if v.type == "i1":
-            v = cg.fb.cast("zext", v, "i8")
-        cg.fb.emit(f"store {sty} {v.ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+    vec = 1 if x.elem.is_bool else smem_store_width(x.layout, eb, ref.panel_cols, ref.row_bytes)
+    store_runs(cg, x, cg.coords(x.layout), vec, lambda c: cg.smem_ptr(_nd_offset(cg, ref, c)), sty, eb)
 
 
 @lowering("smem.load")

@@ -68,7 +68,7 @@ def _groups(n_regs: int, vec: int) -> list[list[int]]:
     return [list(range(s, s + vec)) for s in range(0, n_regs, vec)]
 
 
-def _pack_words(cg: CodeGen, vals: list[LLValue], elem_bytes: int, word_bytes: int) -> list[LLValue]:
+def pack_words(cg: CodeGen, vals: list[LLValue], elem_bytes: int, word_bytes: int) -> list[LLValue]:
     """Bit-pack element values into ``word_bytes``-sized integers (little-endian)."""
     fb = cg.fb
     ity = f"i{8 * elem_bytes}"
@@ -130,7 +130,7 @@ def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None
             words = [raw] if nwords == 1 else [fb.extract_element(raw, i, f"i{8 * word}") for i in range(nwords)]
         else:
             zero = const(0, f"i{8 * word}")
-            other_words = _pack_words(cg, others, eb, word) if others is not None else [zero] * nwords
+            other_words = pack_words(cg, others, eb, word) if others is not None else [zero] * nwords
             if word == 1:
                 other_words = [fb.cast("zext", w, "i16") for w in other_words]
             movs = " ".join(f"mov.b{16 if word == 1 else 8 * word} ${i}, ${nwords + 1 + i};" for i in range(nwords))
@@ -149,7 +149,7 @@ def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None
     assert vals is not None
     if elem.is_bool:
         vals = [fb.cast("zext", v, "i8") for v in vals]
-    words = _pack_words(cg, vals, eb, word)
+    words = pack_words(cg, vals, eb, word)
     if mask is None:
         vty = f"<{nwords} x i{8 * word}>" if nwords > 1 else f"i{8 * word}"
         if nwords > 1:

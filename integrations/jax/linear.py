@@ -9,8 +9,10 @@ given compressed as ``values`` (N_out, K/2) and its "sm90" metadata words ``meta
 of ``sparse_gemm_sm90.spk``, whose fused epilogue scales, adds the bias, applies the activation and
 stores (T, N_out) in y's type; with split-K a second kernel, ``splitk_reduce_linear``, applies the
 epilogue), each run through :func:`~.call.call`: inside ``jax.jit`` one or two custom calls on
-XLA's stream. The plan (BN, split-K, CTA pairs, K padding) is chosen at trace time as
-``plan_sparse_linear`` chooses it.
+XLA's stream. The plan (BN, split-K, CTA pairs, K padding) is chosen at trace time by
+``plan_sparse_linear``'s heuristics; the tuned table the torch layer reads (``linear-<dtype>``
+entries, docs/autotune.md) is not used here, so the two may split K differently (and differ in the
+order of the f32 sums).
 
 ``jax.vmap`` over x folds the batch into the tokens (one call); batching the weight raises SP0935.
 Differentiation raises SP0934. :class:`SparseLinear` is the layer as a pytree dataclass (a Flax or

@@ -137,6 +137,20 @@ def _same_memory(a: Any, t: torch.Tensor) -> bool:
                       and a.numel() == t.numel())
 
 
+def _reads_the_quantized_x(launches: list[Any], xq: torch.Tensor, sx: torch.Tensor) -> bool:
+    """Whether the plan's launches read the record's own quantized x and scales (not a padded copy
+    of x made when the plan was built, which the record's quantizer would never write)."""
+    args = [a for _, _, launch_args, _ in launches for a in launch_args]
+    return any(_same_memory(a, xq) for a in args) and any(_same_memory(a, sx) for a in args)
+
+
+RECORD_QUANTIZE_MAX_T = 64
+"""Up to this many tokens an eager e4m3 call quantizes x inside its launch record (buffers the
+record owns: T x K bytes, per stream and per T). Larger T, where the call's host time hides behind
+its kernel, quantize into fresh buffers per call, so that records of prefill lengths do not pin a
+copy of x each."""
+
+
 class LaunchRecord:
     """A planned sparse linear for one (T, x dtype, device, out dtype): the plan and its prepared
     launches, with the positions where a call's x, y and per-token scale go. ``quantize`` (e4m3
@@ -190,6 +204,8 @@ class LaunchRecord:
         self.owns_workspace = len(launches) > 1 or getattr(self.plan, "workspace", None) is not None or self.quantize
         per_call_scale = None if self.quantize else scale_x
         prepared = self._prepare(launches, per_call_x, y, per_call_scale)
+        if self.quantize and not _reads_the_quantized_x(launches, self.xq, self.sx):
+            prepared = None  # a padded plan reads a copy of xq made now: calls quantize and rebind instead
         self.prepared = None if prepared is None else quantizer + prepared
         self.eager = None  # one launch for eager calls, where the plan's split-K takes two
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
@@ -200,6 +216,8 @@ class LaunchRecord:
                                          out=y, reduce="kernel").launches()
             if len(one) == 1:
                 eager = self._prepare(one, per_call_x, y, per_call_scale)
+                if self.quantize and not _reads_the_quantized_x(one, self.xq, self.sx):
+                    eager = None
                 self.eager = None if eager is None else quantizer + eager
         # the eager launches from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
@@ -244,11 +262,11 @@ class LaunchRecord:
         if self.prepared is not None:
             native = self.native
             if native is not None and not capturing:
-                status = native.launch(x.data_ptr(), y.data_ptr(), 0 if scale_x is None else scale_x.data_ptr(),
-                                       stream)
+                status, done = native.launch(x.data_ptr(), y.data_ptr(),
+                                             0 if scale_x is None else scale_x.data_ptr(), stream)
                 if not status:
                     return y
-                done = native.done  # the launches that ran natively: the prepared ones run the rest
+                # ``done`` launches ran natively: the prepared ones run the rest
                 if status > 0:  # the launch failed: this record keeps to its prepared launches from now on
                     self.native, self.native_error = None, status
                     report_failure(status)

@@ -38,7 +38,15 @@ from ..errors import (
     SP_WEIGHT_DTYPE,
     IntegrationError,
 )
-from ._kernels import ACTIVATIONS, OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
+from ._kernels import (
+    ACTIVATIONS,
+    OUT_DTYPES,
+    RECORD_QUANTIZE_MAX_T,
+    RecordCache,
+    Weight,
+    quantize_per_token,
+    run_interpreted,
+)
 
 WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
 """The weight types a SparseLinear holds, by the sparsity toolkit's operand name."""
@@ -309,7 +317,7 @@ class SparseLinear(nn.Module):
         scale_x = None
         if w.scale_w is not None:  # e4m3 weights: x quantized per token
             x2 = x2.contiguous()
-            if x2.is_cuda:  # by the launch record's first launch, into buffers it owns: one native call
+            if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T:  # by the record's first launch: one native call
                 y = self.__dict__["_records"].run((tokens, x2.dtype, x2.get_device(), out_dtype, "quantize"), x2, w,
                                                   None, out_dtype, quantize=True)
                 return y if two_d else y.view(*shape[:-1], self.out_features)

@@ -94,11 +94,12 @@ def report_failure(status: int) -> None:
 
 class NativeLaunch:
     """A record's launches and the launcher that launches them: ``launch(x, y, scale_x address or 0,
-    stream)`` -> 0 all launched, < 0 one not launched, > 0 the CUresult of a failed launch; after a
-    nonzero status, ``done`` says how many of the launches ran (the caller runs the rest through
-    their prepared launches, in order, so that nothing runs twice)."""
+    stream)`` -> (status, done): status 0 all launched, < 0 one not launched, > 0 the CUresult of a
+    failed launch; ``done`` how many of the launches ran (after a nonzero status the caller runs the
+    rest through their prepared launches, in order, so that nothing runs twice). Both are returned,
+    not kept, so that threads sharing a record do not read each other's."""
 
-    __slots__ = ("_addresses", "_context_current", "_keep", "_run", "done", "records")
+    __slots__ = ("_addresses", "_context_current", "_keep", "_run", "records")
 
     def __init__(self, records: list[Any], arrays: list[Any], launcher: Any,
                  context_current: Callable[..., None]):
@@ -112,9 +113,8 @@ class NativeLaunch:
         self._addresses = tuple(ctypes.addressof(a) for a in arrays)
         self._run: Callable[..., int] = launcher.launch
         self._context_current = context_current
-        self.done = 0
 
-    def launch(self, x: int, y: int, scale_x: int, stream: int) -> int:
+    def launch(self, x: int, y: int, scale_x: int, stream: int) -> tuple[int, int]:
         """Launch with these addresses on ``stream`` (an int handle), each launch in order. A launch
         failing because another context was current (torch switched devices behind sparsile's
         per-thread cache) is retried once with the kernel's context made current, as a prepared
@@ -126,9 +126,8 @@ class NativeLaunch:
                 self._context_current(True)
                 status = self._run(address, x, y, scale_x, stream)
             if status:
-                self.done = done
-                return status
-        return 0
+                return status, done
+        return 0, len(self._addresses)
 
 
 def native_launch(launches: list[Any] | None, x: Any, y: Any, scale_x: Any) -> NativeLaunch | None:

@@ -399,15 +399,16 @@ def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool) -> Any:
     (M = out features, N = T tokens, K) on the current GPU, or None: in the interpreter, no table
     for this GPU, no entry of this dtype, M and K, or SPARSILE_TUNED_TABLE=0. The lookup is
     ``sparse_matmul``'s (``tuning.find``: the entry with the smallest N at least T, else the
-    largest). The sparse_matmul entries are not used: their choices did not carry over (6144 x 1024
-    x 4096: 86 against 73 µs with the heuristics; tenth session, benchmarks/RESULTS.md), the layer
-    storing its tile transposed, with an epilogue."""
+    largest), taken only when that N is below 2T (``nearby``: a config tuned at T = 256 is not
+    used at T = 65, whose planned tile is half as wide). The sparse_matmul entries are not used:
+    their choices did not carry over (6144 x 1024 x 4096: 86 against 73 µs with the heuristics;
+    tenth session, benchmarks/RESULTS.md), the layer storing its tile transposed, with an epilogue."""
     if interpret:
         return None
     from .linear_tuning import LINEAR_PREFIX
     from .tuning import shipped_config
 
-    return shipped_config(LINEAR_PREFIX + operand, m, t, k)
+    return shipped_config(LINEAR_PREFIX + operand, m, t, k, nearby=True)
 
 
 def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:

@@ -38,6 +38,7 @@ from .tuning import (
     config_space,
     merged_table,
     pair_grid,
+    parse_shape,
     table_key,
     tune_plan,
 )
@@ -70,16 +71,18 @@ LINEAR_TARGET = TuneTarget(default_linear_config, with_linear_config,
                            lambda plan: f"{LINEAR_PREFIX}{plan.choice.operand} {plan.m}x{plan.t}x{plan.k}")
 
 
-def tune_sparse_linear(shapes: Iterable[tuple[int, int, int]], *, dtypes: Iterable[str] = ("bf16",),
+def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16",),
                        warmup: int = 10, rep: int = 50, out: str | os.PathLike[str] | None = None,
                        benchmarker: Callable[..., float] | None = None, stderr: TextIO | None = None,
                        progress: bool | None = None) -> dict[str, Any]:
-    """Tune the layer's tiled kernel for every (M, N = T, K) shape with T > 64 and dtype on the
-    current GPU (random weights pruned and compressed on the GPU, random x; no epilogue); return the
+    """Tune the layer's tiled kernel for every (M, N = T, K) shape (a tuple or ``"MxNxK"``) with
+    T > 64 and dtype on the current GPU (random weights pruned and compressed on the GPU, random x;
+    no epilogue); return the
     table ``{"format", "gpu", "compiler", "entries": {"linear-bf16 MxNxK": entry}}`` and merge it into
     ``out`` if given (the entries the file holds for other shapes of the same GPU, the sparse GEMM's
     included, are kept). Shapes with T <= 64 run the decode kernel, whose table is
     ``decode-<gpu>.json``: they are skipped (said on ``stderr``)."""
+    parsed = [parse_shape(shape) for shape in shapes]  # "MxNxK" or (M, N, K); SP0778 otherwise
     dtypes = list(dtypes)
     for d in dtypes:
         if d not in KERNELS or d in ("s8", "tf32"):
@@ -101,9 +104,10 @@ def tune_sparse_linear(shapes: Iterable[tuple[int, int, int]], *, dtypes: Iterab
     sms = runtime.current_device().sm_count
     entries: dict[str, Any] = {}
     for dtype in dtypes:
-        for m, t, k in shapes:
-            if t <= DECODE_MAX_T:
-                say(f"sparsile tune --linear: {m}x{t}x{k} skipped (T <= {DECODE_MAX_T} runs the decode kernel)")
+        for m, t, k in parsed:
+            if t <= DECODE_MAX_T:  # said whether or not progress is printed: the table will lack it
+                print(f"sparsile tune --linear: {m}x{t}x{k} skipped (T <= {DECODE_MAX_T} runs the decode kernel, "
+                      f"tuned by benchmarks/tune_decode.py)", file=err, flush=True)
                 continue
             gen = torch.Generator(device="cuda").manual_seed(m * 31 + t * 7 + k)
             values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen), dtype, "sm90")

@@ -179,12 +179,15 @@ def lookup(entries: Mapping[str, Any], dtype: str, m: int, n: int, k: int) -> Ge
     return find(index_table(entries), dtype, m, n, k)
 
 
-def find(index: TableIndex, dtype: str, m: int, n: int, k: int) -> GemmConfig | None:
-    """:func:`lookup` in an :func:`index_table` (what a launch does: no parsing)."""
+def find(index: TableIndex, dtype: str, m: int, n: int, k: int, nearby: bool = False) -> GemmConfig | None:
+    """:func:`lookup` in an :func:`index_table` (what a launch does: no parsing). ``nearby``: only an
+    entry whose N is less than twice ``n`` (or the largest, for an ``n`` beyond it): a config tuned
+    at N = 256 is not taken for N = 65, whose planned tile is half as wide."""
     rows = index.get((dtype, m, k))
     if not rows:
         return None
-    return next((c for en, c in rows if en >= n), rows[-1][1])
+    en, config = next(((en, c) for en, c in rows if en >= n), rows[-1])
+    return None if nearby and en >= n and en >= 2 * n else config
 
 
 def shipped_table(gpu: str) -> Path | None:
@@ -200,14 +203,14 @@ def _shipped_index(gpu: str) -> TableIndex:
     return index_table(load_gemm_table(path)) if path is not None else {}
 
 
-def shipped_config(dtype: str, m: int, n: int, k: int) -> GemmConfig | None:
-    """The shipped table's config (:func:`find`) for an (M, N, K) problem on the current GPU, or
-    None: no table ships for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
+def shipped_config(dtype: str, m: int, n: int, k: int, nearby: bool = False) -> GemmConfig | None:
+    """The shipped table's config (:func:`find`, ``nearby`` as there) for an (M, N, K) problem on the
+    current GPU, or None: no table ships for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
     if os.environ.get(TUNED_TABLE_ENV, "1") == "0":
         return None
     from ...backend.runtime.bench import device_name
 
-    return find(_shipped_index(device_name()), dtype, m, n, k)
+    return find(_shipped_index(device_name()), dtype, m, n, k, nearby)
 
 
 def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = None, interpret: bool = False,

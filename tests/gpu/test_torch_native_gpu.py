@@ -127,3 +127,17 @@ def test_cuda_graph_capture_and_replay_with_the_native_launch_on(k, monkeypatch)
         assert torch.equal(static_y, eager)
         check_against_float64(layer, static_x, static_y)
     assert native.counts()["launched"] >= before + 3
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 100])
+def test_e4m3_with_k_that_the_kernel_pads(tokens):
+    """in_features = 1000: the plans pad K (to the decode kernel's 256 and the tiled kernel's 32), so
+    the GEMM reads a padded copy of the quantized x: the record must quantize and rebind per call
+    (T <= 64), or quantize into fresh buffers (T = 100); y right for every x, not only the first."""
+    layer = spt.SparseLinear.from_dense(linear(512, 1000, seed=4, device="cuda"), "e4m3")
+    gen = torch.Generator("cuda").manual_seed(tokens)
+    for _ in range(3):
+        x = torch.randn(tokens, 1000, device="cuda", generator=gen).to(torch.bfloat16)
+        y = _poisoned_call(layer, x)
+        assert not y.isnan().any()
+        check_against_float64(layer, x, y)

@@ -499,13 +499,14 @@ def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
     class SplitPlan:
         def __init__(self, x, out, scale_x):
             self.workspace = torch.empty(2, 4, 8)
-            self.x, self.out = x, out
+            self.x, self.out, self.scale_x = x, out, scale_x
 
         def launches(self):
             launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(fake.log, per_call))
             main = _Kernel([SimpleNamespace(name=n) for n in ("x", "w")], launcher)
-            reduce = _Kernel([SimpleNamespace(name=n) for n in ("w", "y")], launcher)
-            return [(main, (3,), (self.x, self.workspace), {}), (reduce, (3,), (self.workspace, self.out), {})]
+            reduce = _Kernel([SimpleNamespace(name=n) for n in ("w", "y", "scale_x")], launcher)
+            return [(main, (3,), (self.x, self.workspace), {}),
+                    (reduce, (3,), (self.workspace, self.out, self.scale_x), {})]
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
         plan_sparse_linear=lambda values, meta, x, *, out, scale_x=None, **kw: SplitPlan(x, out, scale_x),
@@ -526,3 +527,36 @@ def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
     cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
     assert [e[1:] for e in fake.log if e[0] == "record"] == [((0,), (True,)), ((), ()), ((1,), (True,))]
     assert len(fake.launches) == 3 and not [e for e in fake.log if e[0] == "prepared"]
+
+
+def test_a_quantizing_record_whose_plan_pads_x_quantizes_and_rebinds_each_call(fake, monkeypatch):
+    """K not a multiple of the kernel's K step: the plan reads a zero-padded copy of x made when it
+    was built, which the record's quantizer would never write. The record keeps no prepared
+    launches then; each call quantizes x into fresh buffers and rebinds the plan to them."""
+    rebound: list[tuple] = []
+
+    class PaddedPlan:
+        def __init__(self, x, out, scale_x):
+            self.x, self.out, self.scale_x = torch.zeros(x.shape[0], x.shape[1] + 8, dtype=x.dtype), out, scale_x
+
+        def launches(self):
+            launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(fake.log, per_call))
+            params = [SimpleNamespace(name=n) for n in ("x", "y", "scale_x")]
+            return [(_Kernel(params, launcher), (3,), (self.x, self.out, self.scale_x), {})]
+
+        def rebind(self, x, out, scale_x=None):
+            rebound.append((x.dtype, tuple(x.shape), out.data_ptr(), tuple(scale_x.shape)))
+            return SimpleNamespace(run=lambda stream=None: fake.log.append(("run", stream)))
+
+    def quantize(x, interpret=False):
+        return torch.zeros(x.shape, dtype=torch.float8_e4m3fn), torch.ones(x.shape[0])
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
+        plan_sparse_linear=lambda values, meta, x, *, out, scale_x=None, **kw: PaddedPlan(x, out, scale_x),
+        prepare_quantize=lambda x, xq, scale, per_call: _Prepared(fake.log, per_call), quantize=quantize))
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    y = cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
+    (record,) = cache.records.values()
+    assert record.prepared is None and record.native is None and fake.launches == []
+    assert rebound == [(torch.float8_e4m3fn, (4, 32), y.data_ptr(), (4,))] and fake.log[-1] == ("run", 3)

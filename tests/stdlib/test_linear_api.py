@@ -457,8 +457,8 @@ def test_a_tuned_pair_choice_compiles_the_pair_kernel_for_sm90a(monkeypatch: pyt
 
 def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The layer's own entries (linear-<dtype>) of the table of the current GPU (none on a machine
-    without one), the entry with the smallest N at least T; SPARSILE_TUNED_TABLE=0 turns the tables
-    off."""
+    without one), the entry with the smallest N at least T if it is below 2T (else the heuristics),
+    the largest beyond them; SPARSILE_TUNED_TABLE=0 turns the tables off."""
     from sparsile.stdlib.kernels import linear, tuning
     from sparsile.stdlib.kernels.tuning import GemmConfig
 
@@ -466,7 +466,10 @@ def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> No
              ("bf16", 4096, 4096): [(256, GemmConfig(64))]}  # sparse_matmul's entries: not the layer's
     monkeypatch.setattr(tuning, "_shipped_index", lambda gpu: index)
     assert linear.tuned_config("bf16", 6144, 200, 4096, False) == GemmConfig(128)
-    assert linear.tuned_config("bf16", 6144, 512, 4096, False) == GemmConfig(256, 5)
+    assert linear.tuned_config("bf16", 6144, 100, 4096, False) is None  # the 256 entry is not nearby
+    assert linear.tuned_config("bf16", 6144, 129, 4096, False) == GemmConfig(128)
+    assert linear.tuned_config("bf16", 6144, 512, 4096, False) is None  # 1024 is not below 2 x 512
+    assert linear.tuned_config("bf16", 6144, 600, 4096, False) == GemmConfig(256, 5)
     assert linear.tuned_config("bf16", 6144, 9000, 4096, False) == GemmConfig(256, 5)
     assert linear.tuned_config("f16", 6144, 200, 4096, False) is None
     assert linear.tuned_config("bf16", 4096, 200, 4096, False) is None

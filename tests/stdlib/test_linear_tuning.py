@@ -86,3 +86,9 @@ def test_cli_tune_linear_needs_a_gpu(tmp_path: Any) -> None:
     if not runtime.has_gpu():
         assert main(["tune", "--linear", "4096x256x4096"], stdout=out, stderr=err) == 3
         assert "no NVIDIA GPU is available" in err.getvalue()
+
+
+def test_shapes_are_parsed_and_checked_before_the_gpu() -> None:
+    with pytest.raises(LaunchError) as e:
+        lt.tune_sparse_linear(["4096x12"], dtypes=["bf16"])
+    assert e.value.code == "SP0778" and "'4096x12'" in str(e.value)
