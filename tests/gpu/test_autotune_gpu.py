@@ -90,3 +90,36 @@ def test_sparse_gemm_tunes_to_its_fastest_measured_config(tmp_path) -> None:
     c = sparse_matmul_tuned(weight.values, weight.meta, b, table=path, out=out)
     ref, absprod = reference(weight, b)
     assert_close(c, ref, absprod, k, "bf16")
+
+
+def test_the_linear_kernel_tunes_and_its_entry_is_planned(tmp_path, monkeypatch) -> None:
+    """``sparsile tune --linear``'s body on the GPU: bf16 4096 x 256 x 4096 (the layer's tiled
+    kernel; T <= 64 is skipped and said), each config replayed from a CUDA graph; the entry's time
+    is the fastest measured, and the layer's plan takes it from the table (linear-bf16), with y
+    within float64 bounds (poisoned first)."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    from sparsile.stdlib.kernels import linear, tuning
+    from sparsile.stdlib.kernels.linear_tuning import tune_sparse_linear
+    from sparsile.stdlib.kernels.tuning import GemmConfig, index_table, load_gemm_table
+    from sparsile.tests.stdlib.test_linear_api import assert_linear_close, cuda_copy, problem
+
+    m, t, k = 4096, 256, 4096
+    path = tmp_path / "table.json"
+    err = io.StringIO()
+    table = tune_sparse_linear([f"{m}x{t}x{k}", f"{m}x16x{k}"], warmup=3, rep=10, out=path, stderr=err)
+    assert list(table["entries"]) == [f"linear-bf16 {m}x{t}x{k}"] and "4096x16x4096 skipped" in err.getvalue()
+    entry = table["entries"][f"linear-bf16 {m}x{t}x{k}"]
+    assert entry["default_us"] is not None and entry["us"] <= entry["default_us"]
+    config = GemmConfig.from_json(entry["config"])
+    index = index_table(load_gemm_table(path))
+    monkeypatch.setattr(tuning, "_shipped_index", lambda gpu: index)
+    weight, x = problem("bf16", m, t, k, seed=5)
+    out = torch.full((t, m), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = linear.plan_sparse_linear(cuda_copy(np.asarray(weight.values)), weight.meta, cuda_copy(x), out=out)
+    assert (plan.bn, plan.split_k, plan.stages, plan.group_m, bool(plan.pair)) == (
+        config.bn, config.split_k, config.stages, config.group_m, config.pair)
+    y = plan.run()
+    torch.cuda.synchronize()
+    assert_linear_close(y.float().cpu().numpy().astype(x.dtype), weight, x, k, "bf16", "bfloat16")
