@@ -27,9 +27,7 @@ with activations that are not e4m3, SP0853 a rebind to another shape or dtype.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +57,13 @@ from .gemm import (
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
 )
+from .quantize_e4m3 import (  # noqa: F401 (re-exported: callers import the quantizer from here)
+    E4M3_MAX,
+    prepare_quantize_per_token_e4m3,
+    quantize_block,
+    quantize_module,
+    quantize_per_token_e4m3,
+)
 
 SP_LINEAR_OPTION = "SP0850"
 """An activation or output dtype sparse_linear does not have."""
@@ -74,24 +79,12 @@ LINEAR_KERNELS: dict[str, KernelChoice] = {name: KERNELS[name] for name in ("f16
 ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
 OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
               "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
-E4M3_MAX = 448.0
 REDUCE_BLOCK = 1024
 ACTIVATION_MAX_BN = 128
 """Widest token tile with a silu / gelu_tanh epilogue. The activation keeps a second f32 tile live
 next to the accumulator: at BN = 256 (128 accumulator registers per thread) ptxas spills 1.3 KB
 (silu) and 2.7 KB (gelu_tanh) per thread under the 168-register budget of the 9-warp CTA, at 128
 only 180 bytes (compiled for sm_90a; not yet timed against the spilling BN = 256 on the H200)."""
-QUANTIZE_FILE = Path(__file__).resolve().parent / "quantize.spk"
-
-
-@functools.cache
-def quantize_module() -> Any:
-    """The loaded ``quantize.spk`` module (quantize_e4m3_per_token)."""
-    from ...driver.module import load
-
-    return load(QUANTIZE_FILE)
-
-
 def _linear_bad(code: str, message: str, help: str) -> SparsityError:
     return SparsityError(code, message, help=help)
 
@@ -459,54 +452,6 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
                               num_sms=num_sms, split_k=split_k, kernel=kernel)
     plan.run(interpret)
     return deliver_result(plan.out, out, x)
-
-
-def quantize_block(k: int) -> int:
-    """The quantizer's BLOCK for rows of ``k`` elements: the power of two from 16 up to k, at most 1024."""
-    block = 16
-    while block < min(k, 1024):
-        block *= 2
-    return block
-
-
-def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple[str, ...] = ("X", "XQ", "S")
-                                    ) -> Any:
-    """The launch of :func:`quantize_per_token_e4m3`'s kernel for GPU arrays x (T, K) contiguous,
-    xq (T, K) e4m3 and scale (T,) f32, prepared once (``kernel[grid].prepare``): each call passes
-    its own arrays named in ``per_call`` (default all three: ``launch.run((x, xq, scale), stream)``)
-    of the same shapes and types, without the generic launch's binding and checks (the torch layer's
-    eager e4m3 calls; ``per_call=("X",)`` keeps xq and scale as prepared)."""
-    t, k = (int(s) for s in x.shape)
-    kernel = quantize_module().quantize_e4m3_per_token
-    return kernel[(t,)].prepare(x, xq, scale, k, k, k, BLOCK=quantize_block(k), per_call=per_call)
-
-
-def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:
-    """(x_q, scale_x) with x ≈ x_q * scale_x[:, None]: per row t of x (T, K), scale_x[t] =
-    max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x / scale_x[t], ±448) rounded to e4m3
-    (the ``quantize_e4m3_per_token`` kernel). Arrays come back where x lives (numpy / torch)."""
-    xh = placed_array(x, "x", interpret)
-    if len(xh.shape) != 2:
-        raise bad_input(f"x must be a 2-D (T, K) array, got shape {tuple(xh.shape)}",
-                        help="reshape to (tokens, features)")
-    if array_kind(xh) == "torch":
-        xh = xh.contiguous()
-    else:
-        xh = np.ascontiguousarray(xh)
-    t, k = (int(s) for s in xh.shape)
-    home, on_host = (xh if array_kind(xh) != "numpy" else x), interpret or array_kind(xh) == "numpy"
-    xq = empty_array(home, (t, k), "float8_e4m3fn", on_host)
-    scale = empty_array(home, (t,), "float32", on_host)
-    if t and k:
-        kernel = quantize_module().quantize_e4m3_per_token
-        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=quantize_block(k))
-    elif t:
-        scale[...] = 1.0 / (E4M3_MAX * 512)
-    if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):
-        from .gemm import copy_like
-
-        return copy_like(xq, x), copy_like(scale, x)
-    return xq, scale
 
 
 def reference_linear(weight_dense: Any, x: Any, bias: Any = None, activation: str | None = None,

@@ -1,0 +1,72 @@
+"""The per-token e4m3 quantizer of x for fp8 sparse linear layers (``quantize.spk``): the function,
+and its launch prepared once for the torch layer's eager calls (docs/torch.md)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .gemm import array_kind, bad_input, empty_array, placed_array
+
+E4M3_MAX = 448.0
+
+QUANTIZE_FILE = Path(__file__).resolve().parent / "quantize.spk"
+
+
+@functools.cache
+def quantize_module() -> Any:
+    """The loaded ``quantize.spk`` module (quantize_e4m3_per_token)."""
+    from ...driver.module import load
+
+    return load(QUANTIZE_FILE)
+
+
+def quantize_block(k: int) -> int:
+    """The quantizer's BLOCK for rows of ``k`` elements: the power of two from 16 up to k, at most 1024."""
+    block = 16
+    while block < min(k, 1024):
+        block *= 2
+    return block
+
+
+def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple[str, ...] = ("X", "XQ", "S")
+                                    ) -> Any:
+    """The launch of :func:`quantize_per_token_e4m3`'s kernel for GPU arrays x (T, K) contiguous,
+    xq (T, K) e4m3 and scale (T,) f32, prepared once (``kernel[grid].prepare``): each call passes
+    its own arrays named in ``per_call`` (default all three: ``launch.run((x, xq, scale), stream)``)
+    of the same shapes and types, without the generic launch's binding and checks (the torch layer's
+    eager e4m3 calls; ``per_call=("X",)`` keeps xq and scale as prepared)."""
+    t, k = (int(s) for s in x.shape)
+    kernel = quantize_module().quantize_e4m3_per_token
+    return kernel[(t,)].prepare(x, xq, scale, k, k, k, BLOCK=quantize_block(k), per_call=per_call)
+
+
+def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:
+    """(x_q, scale_x) with x ≈ x_q * scale_x[:, None]: per row t of x (T, K), scale_x[t] =
+    max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x / scale_x[t], ±448) rounded to e4m3
+    (the ``quantize_e4m3_per_token`` kernel). Arrays come back where x lives (numpy / torch)."""
+    xh = placed_array(x, "x", interpret)
+    if len(xh.shape) != 2:
+        raise bad_input(f"x must be a 2-D (T, K) array, got shape {tuple(xh.shape)}",
+                        help="reshape to (tokens, features)")
+    if array_kind(xh) == "torch":
+        xh = xh.contiguous()
+    else:
+        xh = np.ascontiguousarray(xh)
+    t, k = (int(s) for s in xh.shape)
+    home, on_host = (xh if array_kind(xh) != "numpy" else x), interpret or array_kind(xh) == "numpy"
+    xq = empty_array(home, (t, k), "float8_e4m3fn", on_host)
+    scale = empty_array(home, (t,), "float32", on_host)
+    if t and k:
+        kernel = quantize_module().quantize_e4m3_per_token
+        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=quantize_block(k))
+    elif t:
+        scale[...] = 1.0 / (E4M3_MAX * 512)
+    if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):
+        from .gemm import copy_like
+
+        return copy_like(xq, x), copy_like(scale, x)
+    return xq, scale
