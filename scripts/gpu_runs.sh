@@ -9,7 +9,8 @@
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
-#   bash scripts/gpu_runs.sh first            # tests-all, the fused model at batch 1 under torch.compile, e4m3 host time
+#   bash scripts/gpu_runs.sh first            # tests-all, the TMA-store epilogue timed, the e4m3 layer at T <= 16
+#   bash scripts/gpu_runs.sh fused-b1         # the fused model at batch 1 under torch.compile
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
 #   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
 #   bash scripts/gpu_runs.sh tests-all        # the whole GPU suite, 16 workers (about 3.5 minutes on the H200)
@@ -90,11 +91,16 @@ tune-prefill)  # the shipped table for T >= 256 (bf16, then f16), the tests of w
     run 150 python benchmarks/bench_linear.py --dtypes bf16 --tokens 64 256 1024 --variants graph --l2 cold \
         --max-seconds 130 --json "$out/linear_bf16_t64-1024.json"
     ;;
-first)  # the whole suite at the current commit, then the one model number the ninth session could not finish
+first)  # the whole suite at the current commit (the tenth session's unrun GPU tests among it), then the TMA-store
+        # epilogue timed, then the e4m3 layer's targets with the quantizing record
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 --group-m 16 --tma-store
+    run 100 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants graph --max-seconds 90 \
+        --json "$out/linear_e4m3.json"
+    ;;
+fused-b1)  # the one model number the ninth session could not finish (about 4 minutes)
     run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
         --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1-fused.json"
-    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --shapes 8B_o 8B_gate_up 70B_down  # e4m3 host time, step by step
     ;;
 second)  # issue 13: the GEMM grid (bf16, the tuned table's prefill T) and 8192^3 against tuned cuSPARSELt
     run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B 70B --tokens 256 1024 --dtypes bf16 \
