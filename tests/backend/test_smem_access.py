@@ -10,6 +10,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sparsile as sp
 from sparsile.backend.lower.smem_access import smem_store_width
@@ -53,3 +55,44 @@ def test_the_tma_store_epilogue_stores_32_bit_pairs():
     ptx = mod.sparse_gemm_bf16_pair_tma[(8,)].compile_for("sm_90a", *args).ptx
     stores = re.findall(r"st\.shared\.(\S+)", ptx)
     assert stores.count("b32") == 64 and "b16" not in stores and "u16" not in stores  # 128 halves per thread
+
+
+# ------------------------------------------------------------------------------------------------
+# property: every run the width allows is one contiguous, aligned piece of a swizzled row
+
+
+def _byte_offset(row: int, col: int, elem_bytes: int, swizzle: int, rows: int, row_bytes: int) -> int:
+    """The lowering's element address (asynchronous.element_offset), in Python: column panels of
+    ``swizzle`` bytes, 16-byte chunks XORed with the row bits (PTX ISA 5.5.7)."""
+    if not swizzle:
+        return row * row_bytes + col * elem_bytes
+    panel_cols = swizzle // elem_bytes
+    off = (col // panel_cols) * rows * swizzle + row * swizzle + (col % panel_cols) * elem_bytes
+    return off ^ (((off >> 7) & (swizzle // 16 - 1)) << 4)
+
+
+@settings(max_examples=120, deadline=None)
+@given(spt_c=st.sampled_from([1, 2, 4, 8, 16]), spt_r=st.sampled_from([1, 2]),
+       lanes_c=st.sampled_from([1, 2, 4, 8, 32]), elem_bytes=st.sampled_from([1, 2, 4]), swizzle=st.sampled_from([0, 32, 64, 128]),
+       order=st.sampled_from([(1, 0), (0, 1)]), warps_c=st.sampled_from([1, 2]))
+def test_every_run_is_contiguous_and_aligned(spt_c, spt_r, lanes_c, elem_bytes, swizzle, order, warps_c):
+    rows, cols = 32, 128
+    layout = blocked((rows, cols), (spt_r, spt_c), (32 // lanes_c, lanes_c), (4 // warps_c, warps_c), order)
+    row_bytes = cols * elem_bytes
+    if swizzle and row_bytes % swizzle:
+        return
+    panel_cols = swizzle // elem_bytes if swizzle else cols
+    v = smem_store_width(layout, elem_bytes, panel_cols, row_bytes)
+    assert v >= 1 and v & (v - 1) == 0 and v * elem_bytes <= 16
+    nreg = layout.in_size("reg")
+    for lane in range(32):
+        for warp in range(4):
+            for start in range(0, nreg, v):
+                coords = [layout.apply(reg=start + i, lane=lane, warp=warp) for i in range(v)]
+                names = list(coords[0])
+                r0, c0 = coords[0][names[0]], coords[0][names[1]]
+                assert all((c[names[0]], c[names[1]]) == (r0, c0 + i) for i, c in enumerate(coords))
+                base = _byte_offset(r0, c0, elem_bytes, swizzle, rows, row_bytes)
+                assert base % (v * elem_bytes) == 0
+                assert all(_byte_offset(r0, c0 + i, elem_bytes, swizzle, rows, row_bytes) == base + i * elem_bytes
+                           for i in range(v))
