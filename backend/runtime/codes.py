@@ -32,6 +32,8 @@ SP0750  host arrays that overlap without being the same memory, one of them writ
 ======  ===================================================================
 """
 
+from ...target.tma_layout import TENSOR_MAP as TMA_LAYOUT_CODE
+
 ARG_COUNT = "SP0701"
 ARG_KEYWORD = "SP0702"
 ARG_DTYPE = "SP0703"
@@ -45,7 +47,7 @@ GRID = "SP0710"
 BLOCK = "SP0711"
 SHARED_MEMORY = "SP0712"
 CLUSTER = "SP0713"
-TENSOR_MAP = "SP0714"
+TENSOR_MAP = TMA_LAYOUT_CODE  # the interpreter raises it too, at a TMA copy (target/tma_layout.py)
 DRIVER = "SP0715"
 NO_GPU = "SP0716"
 STREAM = "SP0717"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...frontend.diagnostics import LaunchError
+from ...target.tma_layout import global_layout_problems
 from .arrays import ArrayInfo
 from .codes import ARG_SHAPE, TENSOR_MAP
 from .dtypes import dtype_info
@@ -34,8 +35,6 @@ TENSOR_MAP_ALIGN = 64
 MAX_RANK = 5
 MAX_BOX_DIM = 256
 MAX_ELEMENT_STRIDE = 8
-MAX_GLOBAL_DIM = 1 << 32
-MAX_GLOBAL_STRIDE = 1 << 40
 TENSOR_MAP_CACHE_SIZE = 1024
 """Encoded maps a launcher (or the prepared launches, together) keeps: at most 128 KiB of 128-byte
 maps, enough for every weight and activation map of a large model's layers."""
@@ -219,13 +218,7 @@ class TensorMapSpec:
             out.append(f"interleaved layouts need rank >= 3, got {rank}")
         if address is not None and address % align:
             out.append(f"global address {address:#x} is not {align}-byte aligned")
-        for axis, n in enumerate(self.global_shape):
-            if not 1 <= n <= MAX_GLOBAL_DIM:
-                out.append(f"global dimension {axis} = {n} is outside 1..2^32")
-        for axis, s in enumerate(self.global_strides[:-1]):
-            if s % align or not 0 <= s < MAX_GLOBAL_STRIDE:
-                out.append(f"global stride of dimension {axis} = {s} bytes is not a multiple of {align} "
-                           "below 2^40")
+        out.extend(global_layout_problems(self.global_shape, self.global_strides, align))
         if not dt.is_packed and self.global_strides[-1] != dt.bits // 8:
             out.append(f"innermost stride is {self.global_strides[-1]} bytes; tiled TMA needs a dense "
                        f"innermost dimension ({dt.bits // 8} bytes)")

@@ -82,3 +82,4 @@ class TensorVal:
     buf: Buffer
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    tma_checked: bool = False  # its layout passed the TMA rules (ops/memory.py, at its first TMA copy)

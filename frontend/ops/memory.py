@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ...target.tma_layout import TENSOR_MAP, global_layout_problems
 from ..interp.values import ANOTHER_FAILED, DEADLOCK, OUT_OF_BOUNDS, InterpreterError, TensorVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
@@ -531,9 +532,26 @@ def _i_mbar_wait(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return []
 
 
+def tma_layout_check(ctx: Any, op: Operation, t: TensorVal) -> None:
+    """A tensor whose layout no TMA map can describe (a row not a multiple of 16 bytes, an empty
+    dimension: target/tma_layout.py) is SP0714 at its first TMA copy, located there; a GPU launch,
+    which encodes the map, reports the same rule (backend/runtime/tensormap.py). Once per tensor."""
+    if t.tma_checked:
+        return
+    item = t.buf.data.itemsize
+    problems = global_layout_problems(t.shape, tuple(s * item for s in t.strides)) if t.shape else []
+    if problems:
+        raise InterpreterError(TENSOR_MAP, f"the tensor map of argument `{t.buf.name}` is invalid: "
+                               + "; ".join(problems), op.span, ctx.program_id,
+                               help="TMA reads rows that start on 16-byte boundaries: pad the last dimension "
+                                    "(e.g. to a multiple of 8 halves); docs/hardware.md §5.4")
+    t.tma_checked = True
+
+
 @tma_load.interpreter
 def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
+    tma_layout_check(ctx, op, t)
     dst = args[-2]
     bar = args[-1][0]
     offs = [int(x) for x in args[1:-2]]
@@ -547,6 +565,7 @@ def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 @tma_store.interpreter
 def _i_tma_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
+    tma_layout_check(ctx, op, t)
     src = np.asarray(args[-1])
     flat, inside = box_offsets(t, [int(x) for x in args[1:-1]], src.shape)
     t.buf.data[flat[inside]] = src[inside].astype(t.buf.data.dtype)

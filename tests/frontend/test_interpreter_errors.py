@@ -149,3 +149,45 @@ def test_where_between_pointers_into_different_arguments():
     e = fault(src, (1,), np.zeros(4, np.float32), np.zeros(4, np.float32), 1)
     assert (e.code, e.message, where(e)) == ("SP0788", "`where` between pointers into different arguments", (3, 9))
     assert e.help == "select offsets and add them to one pointer: `p + where(c, i, j)`"
+
+
+# ------------------------------------------------------------------------------------------------
+# a tensor no TMA map can describe: SP0714 in the interpreter, as at a GPU launch
+
+_TMA_COPY = """
+@kernel(num_warps=4)
+def k(X: tensor[f16, 2], Out: ptr[f16], n: i32):
+    s = smem.alloc(f16, (32, 64), swizzle=128)
+    bars = mbarrier.alloc(1)
+    mbarrier.expect(bars[0], 32 * 64 * 2)
+    tma.load(X, (0, 0), s, bars[0])
+    mbarrier.wait(bars[0], 0)
+    store(Out + arange(0, 32)[:, None] * 64 + arange(0, 64)[None, :], s.load())
+
+@kernel(num_warps=4)
+def plain(X: tensor[f16, 2], Out: ptr[f16], n: i32):
+    offs = arange(0, 32)[:, None] * 64 + arange(0, 64)[None, :]
+    store(Out + offs, X.load_tile((0, 0), (32, 64)))
+"""
+
+
+def test_a_tma_copy_of_rows_not_a_multiple_of_16_bytes_is_sp0714():
+    """Located at the TMA copy (line 7), with the rule a GPU launch reports for the same array; a
+    tensor read without TMA (``plain``) takes any row length."""
+    import sparsile as sp
+    from sparsile.frontend.interp.values import InterpreterError
+
+    mod = sp.loads(_TMA_COPY, "tma_rows.spk")
+    x = np.arange(32 * 68, dtype=np.float16).reshape(32, 68)  # 136-byte rows: no tensor map fits them
+    with pytest.raises(InterpreterError) as e:
+        mod.k.interpret[(1,)](x, np.zeros(32 * 64, np.float16), 68)
+    assert e.value.code == "SP0714" and e.value.span.line == 7
+    assert e.value.message == ("the tensor map of argument `X` is invalid: global stride of dimension 0 = 136 "
+                               "bytes is not a multiple of 16 below 2^40")
+    assert "pad the last dimension" in e.value.help
+    out = np.zeros(32 * 64, np.float16)
+    mod.plain.interpret[(1,)](x, out, 68)
+    assert np.array_equal(out.reshape(32, 64), x[:, :64])
+    ok = np.arange(32 * 72, dtype=np.float16).reshape(32, 72)  # 144-byte rows
+    mod.k.interpret[(1,)](ok, out, 72)
+    assert np.array_equal(out.reshape(32, 64), ok[:, :64])
