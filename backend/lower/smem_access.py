@@ -1,12 +1,12 @@
 """Vectorized shared-memory stores of register tiles (``smem.store``).
 
 A thread's registers often hold runs of consecutive elements of a row: the wgmma accumulator layout
-gives each thread column pairs (PTX ISA 9.7.15.5.1), a blocked layout runs of ``vec``. Such a run
+gives each thread column pairs (docs/hardware.md §4.2), a blocked layout runs of ``vec``. Such a run
 is stored as one word or vector (``st.shared.b32``, ``.v2``, ``.v4``) instead of one store per
 element, when (a) consecutive registers walk the last dimension, (b) every other basis of the
 layout (the other registers, lanes, warps) moves the last coordinate by a multiple of the run, so
 that each run starts at a multiple of its length, and (c) the run stays inside one 16-byte chunk of
-a row: a swizzled buffer permutes whole 16-byte chunks (PTX ISA 5.5.7; docs/hardware.md §5.3),
+a row: a swizzled buffer permutes whole 16-byte chunks (docs/hardware.md §5.3),
 and an unswizzled one keeps rows of a multiple of the run's bytes.
 """
 
