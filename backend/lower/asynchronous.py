@@ -128,9 +128,12 @@ def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
 def lower_smem_index(cg: CodeGen, op: Operation) -> None:
     ref: SmemRef = cg.get(op.operand("buf"))
     i = cg.scalar(op.operand("index"))
-    stride = ref.matrix_bytes
-    for d in ref.shape[1:-2]:
-        stride *= d
+    if len(ref.shape) == 2:  # a row of a matrix: one row pitch on (inside each column panel)
+        stride = ref.pitch
+    else:  # a matrix (or a stack of them) of a higher-rank buffer
+        stride = ref.matrix_bytes
+        for d in ref.shape[1:-2]:
+            stride *= d
     base = cg.fb.binop("add", ref.base, cg.fb.binop("mul", i, const(stride, "i32")))
     cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes))
 

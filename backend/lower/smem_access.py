@@ -49,7 +49,7 @@ def store_runs(cg: CodeGen, x: DTile, coords: list[list[LLValue]], vec: int, add
     an element; a replicated run (the same elements as one already stored) is stored once."""
     fb = cg.fb
     total = vec * elem_bytes
-    word = 4 if total >= 4 else total
+    word = elem_bytes if elem_bytes > 4 else (4 if total >= 4 else total)  # 8-byte elements: 64-bit words
     nwords = total // word
     seen: set[tuple[str, ...]] = set()
     for start in range(0, len(x.regs), vec):

@@ -266,7 +266,9 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
             if a.back is not None:
                 objects_back[id(arr)] = a.back
         if isinstance(p.type, T.TensorType):
-            params[p.name] = TensorVal(buf, tuple(int(s) for s in arr.shape), strides)
+            params[p.name] = TensorVal(buf, tuple(int(s) for s in arr.shape), strides,
+                                       caller_strides=tuple(int(s) for s in arr.strides)
+                                       if arr.ndim and arr.dtype == dt else None)  # a cast is a dense copy
         else:
             params[p.name] = PtrVal(buf, np.array(0, np.int64))
     return params, [*copies_back.values(), *objects_back.values()]

@@ -83,3 +83,6 @@ class TensorVal:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     tma_checked: bool = False  # its layout passed the TMA rules (ops/memory.py, at its first TMA copy)
+    # the byte strides of the array the caller passed (the interpreter may read a dense copy of a
+    # strided view; a GPU launch maps the view itself): what the TMA rules are checked against
+    caller_strides: tuple[int, ...] | None = None

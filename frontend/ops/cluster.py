@@ -46,6 +46,7 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
+from .memory import tma_layout_check
 from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, variadic
 from .tensor import box_offsets
 
@@ -297,6 +298,7 @@ def _i_sync(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 @tma_load_cluster_op.interpreter
 def _i_tma_load_cluster(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
+    tma_layout_check(ctx, op, t)
     dst, bars, mask, bar_cta = args[-4], args[-3], int(args[-2]), int(args[-1])
     offs = [int(x) for x in args[1:-4]]
     cl = cluster_of(ctx)

@@ -538,8 +538,8 @@ def tma_layout_check(ctx: Any, op: Operation, t: TensorVal) -> None:
     which encodes the map, reports the same rule (backend/runtime/tensormap.py). Once per tensor."""
     if t.tma_checked:
         return
-    item = t.buf.data.itemsize
-    problems = global_layout_problems(t.shape, tuple(s * item for s in t.strides)) if t.shape else []
+    strides = t.caller_strides or tuple(s * t.buf.data.itemsize for s in t.strides)
+    problems = global_layout_problems(t.shape, strides) if t.shape else []
     if problems:
         raise InterpreterError(TENSOR_MAP, f"the tensor map of argument `{t.buf.name}` is invalid: "
                                + "; ".join(problems), op.span, ctx.program_id,

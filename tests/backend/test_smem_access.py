@@ -73,7 +73,7 @@ def _byte_offset(row: int, col: int, elem_bytes: int, swizzle: int, rows: int, r
 
 @settings(max_examples=50, deadline=None)
 @given(spt_c=st.sampled_from([1, 2, 4, 8, 16]), spt_r=st.sampled_from([1, 2]),
-       lanes_c=st.sampled_from([1, 2, 4, 8, 32]), elem_bytes=st.sampled_from([1, 2, 4]),
+       lanes_c=st.sampled_from([1, 2, 4, 8, 32]), elem_bytes=st.sampled_from([1, 2, 4, 8]),
        swizzle=st.sampled_from([0, 32, 64, 128]),
        order=st.sampled_from([(1, 0), (0, 1)]), warps_c=st.sampled_from([1, 2]))
 def test_every_run_is_contiguous_and_aligned(spt_c, spt_r, lanes_c, elem_bytes, swizzle, order, warps_c):
@@ -97,3 +97,48 @@ def test_every_run_is_contiguous_and_aligned(spt_c, spt_r, lanes_c, elem_bytes, 
                 assert base % (v * elem_bytes) == 0
                 assert all(_byte_offset(r0, c0 + i, elem_bytes, swizzle, rows, row_bytes) == base + i * elem_bytes
                            for i in range(v))
+
+
+def test_8_byte_elements_are_stored_in_64_bit_words():
+    """f64 pairs: one 16-byte vector of two 64-bit words (the word size follows the element)."""
+    kernel = sp.loads("""
+@kernel(num_warps=4)
+def k(X: ptr[f64], Out: ptr[f64]):
+    rows = arange(0, 16)
+    cols = arange(0, 64)
+    x = load(X + rows[:, None] * 64 + cols[None, :])
+    s = smem.alloc(f64, (16, 64))
+    s.store(x)
+    barrier()
+    store(Out + rows[:, None] * 64 + cols[None, :], s.load())
+""", "f64_store.spk").k
+    z = np.zeros(16 * 64, np.float64)
+    ptx = kernel[(1,)].compile_for("sm_90a", z, z).ptx
+    stores = set(re.findall(r"st\.shared\.(\S+)", ptx))
+    assert stores <= {"v2.b64", "b64", "v2.u64", "u64"} and stores, stores
+    x = np.arange(16 * 64, dtype=np.float64)
+    out = np.zeros_like(x)
+    kernel.interpret[(1,)](x, out)
+    assert np.array_equal(out, x)
+
+
+def test_a_row_of_a_2d_buffer_is_one_row_pitch_on():
+    """``buf[i]`` of a 2-D buffer is row i (the interpreter's meaning): one row pitch from the
+    buffer's start, not a whole matrix (which ran past the buffer before)."""
+    kernel = sp.loads("""
+@kernel(num_warps=1)
+def k(X: ptr[f32], Out: ptr[f32]):
+    s = smem.alloc(f32, (4, 32))
+    rows = arange(0, 4)
+    cols = arange(0, 32)
+    s.store(load(X + rows[:, None] * 32 + cols[None, :]))
+    barrier()
+    store(Out + cols, s[1].load())
+""", "row_view.spk").k
+    x = np.arange(128, dtype=np.float32)
+    out = np.zeros(32, np.float32)
+    kernel.interpret[(1,)](x, out)
+    assert np.array_equal(out, x[32:64])
+    ptx = kernel[(1,)].compile_for("sm_90a", x, out).ptx
+    loads = re.findall(r"ld\.shared[^\[]*\[([^\]]+)\]", ptx)
+    assert loads and all(a.endswith("+128") for a in loads), loads  # row 1: 32 floats on

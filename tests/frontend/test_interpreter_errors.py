@@ -191,3 +191,16 @@ def test_a_tma_copy_of_rows_not_a_multiple_of_16_bytes_is_sp0714():
     ok = np.arange(32 * 72, dtype=np.float16).reshape(32, 72)  # 144-byte rows
     mod.k.interpret[(1,)](ok, out, 72)
     assert np.array_equal(out.reshape(32, 64), ok[:, :64])
+
+
+def test_a_strided_view_is_checked_with_its_own_strides():
+    """A column slice of a wider array keeps the wider rows (a GPU launch maps the view itself): no
+    SP0714 for a 1001-column view of 1024-column rows, though a dense copy would have 2002-byte rows."""
+    import sparsile as sp
+
+    mod = sp.loads(_TMA_COPY, "tma_rows.spk")
+    wide = np.arange(32 * 1024, dtype=np.float16).reshape(32, 1024)
+    view = wide[:, :1001]
+    out = np.zeros(32 * 64, np.float16)
+    mod.k.interpret[(1,)](view, out, 1001)
+    assert np.array_equal(out.reshape(32, 64), view[:, :64])
