@@ -59,3 +59,33 @@ def test_the_ptx_stores_16_byte_vectors():
 def test_round_trip_on_the_gpu():
     x, y, z = _run(False)
     assert np.array_equal(y, x) and np.array_equal(z, x * np.float16(2))
+
+
+ROW_VIEW = """
+@kernel(num_warps=1)
+def k(X: ptr[f32], Out: ptr[f32]):
+    s = smem.alloc(f32, (4, 32))
+    rows = arange(0, 4)
+    cols = arange(0, 32)
+    s.store(load(X + rows[:, None] * 32 + cols[None, :]))
+    barrier()
+    for i in static_range(0, 4):
+        store(Out + i * 32 + cols, s[3 - i].load())
+"""
+
+
+@pytest.mark.gpu
+def test_rows_of_a_2d_buffer_on_the_gpu():
+    """``buf[i]`` of a 2-D buffer is row i on the GPU as in the interpreter (it moved by a whole
+    matrix before the tenth session's fix)."""
+    x = np.arange(128, dtype=np.float32)
+    out = np.full(128, np.nan, np.float32)
+    sp.loads(ROW_VIEW, "row_view.spk").k[(1,)](x, out)
+    assert np.array_equal(out.reshape(4, 32), x.reshape(4, 32)[::-1])
+
+
+def test_rows_of_a_2d_buffer_in_the_interpreter():
+    x = np.arange(128, dtype=np.float32)
+    out = np.full(128, np.nan, np.float32)
+    sp.loads(ROW_VIEW, "row_view.spk").k.interpret[(1,)](x, out)
+    assert np.array_equal(out.reshape(4, 32), x.reshape(4, 32)[::-1])
