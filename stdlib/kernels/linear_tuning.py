@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, TextIO
 
-from ...driver.autotune import printing_requested
-from ...driver.autotune_cache import compiler_version, write_json_atomic
 from ...frontend.diagnostics import LaunchError
 from .decode import DECODE_MAX_T
 from .gemm import KERNELS, empty_array
@@ -32,13 +28,13 @@ from .tuning import (
     DEFAULT_GROUP_M,
     DEFAULT_STAGES,
     SP_BAD_SHAPE,
-    TABLE_FORMAT,
     GemmConfig,
     TuneTarget,
     config_space,
-    merged_table,
+    finished_table,
     pair_grid,
     parse_shape,
+    progress_printer,
     table_key,
     tune_plan,
 )
@@ -90,17 +86,10 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     import torch
 
     from ...backend import runtime
-    from ...backend.runtime.bench import device_name
     from .decode_tuning import graph_bench
     from .sparsity_gpu import compress_gpu
 
-    err = stderr or sys.stderr
-    if progress is None:
-        progress = printing_requested() or bool(getattr(err, "isatty", lambda: False)())
-
-    def say(text: str, end: str = "\n") -> None:
-        if progress:
-            print(text, end=end, file=err, flush=True)
+    err, say = progress_printer(stderr, progress)
     sms = runtime.current_device().sm_count
     entries: dict[str, Any] = {}
     for dtype in dtypes:
@@ -121,7 +110,4 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
             entries[table_key(LINEAR_PREFIX + dtype, m, t, k)] = tune_plan(
                 base, sms, benchmarker or graph_bench, warmup=warmup, rep=rep, space=config_space, say=say,
                 target=LINEAR_TARGET)
-    table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
-    if out is not None:
-        write_json_atomic(Path(out), merged_table(Path(out), table))
-    return table
+    return finished_table(entries, out)

@@ -373,7 +373,6 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     import torch
 
     from ...backend import runtime
-    from ...backend.runtime.bench import device_name
     from .decode_tuning import graph_bench
     from .sparsity_gpu import compress_gpu
 
@@ -382,13 +381,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     for d in dtypes:
         if d not in KERNELS:
             raise LaunchError(SP_BAD_SHAPE, f"no sparse GEMM kernel for dtype {d!r}", help=f"one of {sorted(KERNELS)}")
-    err = stderr or sys.stderr
-    if progress is None:
-        progress = printing_requested() or bool(getattr(err, "isatty", lambda: False)())
-
-    def say(text: str, end: str = "\n") -> None:
-        if progress:
-            print(text, end=end, file=err, flush=True)
+    _, say = progress_printer(stderr, progress)
     sms = runtime.current_device().sm_count
     entries: dict[str, Any] = {}
     for dtype in dtypes:
@@ -401,6 +394,27 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
             base = plan_sparse_matmul(values, meta.data, b, target="sm_90a")
             entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or graph_bench, warmup=warmup,
                                                            rep=rep, space=space, say=say)
+    return finished_table(entries, out)
+
+
+def progress_printer(stderr: TextIO | None, progress: bool | None) -> tuple[TextIO, Callable[..., None]]:
+    """(the stream a tuner reports on: ``stderr`` or sys.stderr, and ``say(text, end="\\n")``, which
+    prints there only when ``progress``: by default when it is a terminal or SPARSILE_AUTOTUNE_PRINT=1)."""
+    err = stderr or sys.stderr
+    if progress is None:
+        progress = printing_requested() or bool(getattr(err, "isatty", lambda: False)())
+
+    def say(text: str, end: str = "\n") -> None:
+        if progress:
+            print(text, end=end, file=err, flush=True)
+    return err, say
+
+
+def finished_table(entries: dict[str, Any], out: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The table of ``entries`` for the current GPU and compiler, merged into the file ``out`` when
+    given (:func:`merged_table`, written atomically)."""
+    from ...backend.runtime.bench import device_name
+
     table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
     if out is not None:
         write_json_atomic(Path(out), merged_table(Path(out), table))
