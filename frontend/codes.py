@@ -222,6 +222,7 @@ CODES: dict[str, str] = {
     "SP0575": "TMEM allocation over 512 columns",
     "SP0580": "too many threads",
     "SP0581": "register budgets over the SM",
+    "SP0590": "a `pdl=True` kernel that never waits",
     "SP0601": "unknown target",
     "SP0602": "feature not on the target",
     "SP0603": "intrinsic not on the target",

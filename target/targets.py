@@ -47,6 +47,7 @@ class Feature(enum.Enum):
     ELECT = "`elect.sync`"
     SETMAXNREG = "`setmaxnreg`"
     FENCE_PROXY_ASYNC = "`fence.proxy.async`"
+    GRID_DEPENDENCY = "`griddepcontrol` (programmatic dependent launch)"
     TCGEN05 = "`tcgen05` (TMEM alloc/ld/st/cp/commit, mma kinds f16/tf32/f8f6f4)"
     TCGEN05_I8 = "`tcgen05.mma` with kind::i8"
     TCGEN05_MXF8F6F4 = "`tcgen05.mma` with kind::mxf8f6f4 (block-scaled)"
@@ -128,6 +129,7 @@ class Target:
 _SM80_FEATURES = frozenset({Feature.MMA_SP, Feature.CP_ASYNC, Feature.MBARRIER})
 _SM90_FEATURES = _SM80_FEATURES | {
     Feature.TMA, Feature.MBARRIER_TX, Feature.CLUSTER, Feature.ELECT, Feature.FENCE_PROXY_ASYNC,
+    Feature.GRID_DEPENDENCY,
 }
 _TCGEN05_COMMON = frozenset({Feature.TCGEN05, Feature.TCGEN05_MXF8F6F4, Feature.TMA_CTA_GROUP})
 

@@ -84,6 +84,7 @@ OPTIONAL_LOWERING_MODULES: dict[str, tuple[str, ...]] = {
     "mma": ("dot", "sparse_dot"),
     "blackwell": ("tmem.", "tcgen05.", "dot", "sparse_dot"),  # imports blackwell_tile
     "cluster": ("cluster.", "tma.load_cluster"),
+    "grid_dependency": ("pdl.",),
 }
 _ENSURED_OPS: set[str] = set()
 

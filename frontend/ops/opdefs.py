@@ -327,7 +327,8 @@ def load_all_ops() -> None:
     import importlib.util
 
     for name in ("..sema.type_ctors", ".core", ".global_memory", ".control", ".dot", ".tensor", ".memory", ".layout",
-                 ".hopper", ".blackwell", "..interp.blackwell", ".cluster", ".atomic"):
+                 ".hopper", ".blackwell", "..interp.blackwell", ".cluster", ".atomic",
+                 ".grid_dependency"):
         try:
             importlib.import_module(name, __package__)
         except ModuleNotFoundError as e:  # an architecture namespace not written yet

@@ -193,6 +193,7 @@ class SparseDecodePlan:
     workspace: Any = None
     tiled: bool = False  # values and meta in the tiled layout (tile_for_decode)
     counters: Any = None  # reduce="kernel": one zeroed int32 per 128-row tile (the kernel re-zeroes it)
+    pdl: bool = False  # launched with programmatic dependent launch (plan_sparse_decode)
 
     @property
     def out(self) -> Any:
@@ -228,7 +229,8 @@ class SparseDecodePlan:
 
     def constexprs(self) -> dict[str, Any]:
         c = self.config
-        common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {})}
+        common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {}),
+                  **self._pdl()}
         if self.reduces_in_kernel:
             return {**common, "SPLIT_K": c.split_k, **self.base._epilogue_constexprs()}
         if c.split_k > 1:
@@ -243,8 +245,13 @@ class SparseDecodePlan:
             return [main]
         reduce = (kernel_module().splitk_reduce_linear, (-(-b.m * b.t // 1024),),
                   (self.workspace, b.out, *b._epilogue_pointers(), b.m, b.t, b.m),
-                  {"SPLIT_K": self.config.split_k, **b._epilogue_constexprs(), "BLOCK": 1024})
+                  {"SPLIT_K": self.config.split_k, **b._epilogue_constexprs(), "BLOCK": 1024, **self._pdl()})
         return [main, reduce]
+
+    def _pdl(self) -> dict[str, Any]:
+        """The kernel's PDL constexpr and the launch option (docs/language.md, "Programmatic
+        dependent launch"): both or neither (a kernel launched with pdl=True must wait, SP0590)."""
+        return {"PDL": 1, "pdl": True} if self.pdl else {}
 
     # the same as SparseLinearPlan's: they only use launches(), interpret and out
     run = SparseLinearPlan.run
@@ -259,7 +266,7 @@ class SparseDecodePlan:
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
-                       reduce: str | None = None, table: Any = None, **linear: Any) -> Any:
+                       reduce: str | None = None, table: Any = None, pdl: bool = False, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -273,6 +280,10 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     shares are added in the same order), 1-3 µs more kernel time on the H200 at up to 16 tokens
     (docs/hopper.md): worth it where the host's launch costs more (sparsile.torch's eager calls).
     Plans sharing a workspace (``rebind``) share the counters too: run them on one stream.
+    ``pdl``: launch with programmatic dependent launch (sm_90+): a launch may start while the
+    kernel before it in the stream runs, streaming the first ring of weight boxes before it waits
+    for that kernel (``pdl.wait()``), and lets the next such launch start as soon as all its CTAs
+    run. Only for a weight no kernel writes while the plan is in use (docs/language.md).
 
     Without ``split_k`` and ``stages`` a tuned table decides them (and ``reduce``, unless given or
     set by ``SPARSILE_DECODE_REDUCE``) where it has an entry for this device, dtype, N_out, K and
@@ -282,6 +293,8 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     from .gemm import empty_array
     from .linear import plan_sparse_linear, planned_sm_count
 
+    if not isinstance(pdl, bool):
+        raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
                               split_k=1, kernel="gemm", **linear)
     if base.k_padded == 0 or base.m == 0 or base.t == 0:
@@ -332,7 +345,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
         counters = empty_array(x, (rows // DECODE_BM,), "int32", interpret)
         counters[...] = 0
-    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters)
+    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl)
 
 
 

@@ -303,14 +303,14 @@ def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: b
 def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
                        scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
-                       split_k: int | None = None, kernel: str | None = None, reduce: str | None = None
-                       ) -> SparseLinearPlan:
+                       split_k: int | None = None, kernel: str | None = None, reduce: str | None = None,
+                       pdl: bool = False) -> SparseLinearPlan:
     """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
     the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
     split-K) for sm_100a / sm_103a / sm_110a. For T <= 64 on sm_90a the decode kernel is planned
     instead (:mod:`.decode`, a ``SparseDecodePlan`` with the same interface) unless ``kernel="gemm"``
-    or SPARSILE_DECODE_KERNEL=0; ``reduce`` is the decode kernel's (``plan_sparse_decode``: how split-K
-    partial sums are added), unused by the tiled kernels."""
+    or SPARSILE_DECODE_KERNEL=0; ``reduce`` and ``pdl`` are the decode kernel's (``plan_sparse_decode``:
+    how split-K partial sums are added; programmatic dependent launch), unused by the tiled kernels."""
     tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
@@ -333,7 +333,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if wants_decode(kernel, x_shape[0], tgt) and not beyond_decode:
         return plan_sparse_decode(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
                                   scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret,
-                                  num_sms=num_sms, split_k=split_k, reduce=reduce)
+                                  num_sms=num_sms, split_k=split_k, reduce=reduce, pdl=pdl)
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
 

@@ -302,3 +302,109 @@ def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw,
         assert_linear_close(host, weight, x, k, dtype, want, **epi)
     if plan.counters is not None:
         assert not plan.counters.any()
+
+
+# dtype, N_out, T, K, scale_w, scale_x, split_k, reduce: K of 2 steps (fewer than the stages: the PDL
+# prologue requests them all before the wait), split-K through both reductions, e4m3 with scales
+PDL_CASES = [
+    ("bf16", 200, 3, 256, None, None, 1, None),
+    ("f16", 130, 3, 520, None, None, 3, "launch"),
+    ("e4m3", 200, 16, 600, "channel", "token", 2, "kernel"),
+    ("bf16", 300, 64, 1000, None, None, 1, None),
+]
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k,sw,sx,split,reduce", PDL_CASES)
+def test_pdl_plan_matches_float64_reference(dtype, n_out, t, k, sw, sx, split, reduce):
+    """pdl=True: every launch carries the PDL constexpr and the pdl launch option, and the result
+    is the float64 reference's and the same bit for bit as without PDL."""
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + k + 5)
+    want, epi = epilogue_case(dtype, n_out, t, None, "f32", "relu", sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, interpret=True, split_k=split, reduce=reduce,
+                              pdl=True, **epi)
+    launches = plan.launches()
+    assert len(launches) == (2 if reduce == "launch" else 1)
+    assert all(cx["PDL"] == 1 and cx["pdl"] is True for _, _, _, cx in launches)
+    if plan.workspace is not None:
+        plan.workspace[...] = np.nan
+    plan.run()
+    assert_linear_close(out, weight, x, k, dtype, want, **epi)
+    plain = np.full_like(out, np.nan)
+    plan_sparse_decode(weight.values, weight.meta, x, out=plain, interpret=True, split_k=split, reduce=reduce,
+                       **epi).run()
+    np.testing.assert_array_equal(out, plain)
+    assert plan.rebind(x, plain).pdl  # a rebound plan keeps it
+
+
+def test_pdl_is_checked():
+    weight, x = problem("bf16", 64, 1, 256, seed=1)
+    assert _code_message(lambda: plan_sparse_decode(weight.values, weight.meta, x, interpret=True, pdl=1)) == (
+        "SP0860", "pdl of the decode kernel must be True or False, got 1")
+    assert not plan_sparse_decode(weight.values, weight.meta, x, interpret=True).pdl
+
+
+@pytest.mark.parametrize("dtype,split,reduce", [("bf16", 1, None), ("e4m3", 4, "launch"), ("f16", 2, "kernel")])
+def test_pdl_compiles_for_sm90a(dtype, split, reduce, tmp_path):
+    """The decode kernel with PDL: one launch_dependents, a wait in the producer (after the first
+    ring's weight boxes, before x's) and in the consumers; the split-K reduction waits first;
+    ptxas: no spills, under maxnreg."""
+    weight, x = problem(dtype, 256, 16, 512, seed=13)
+    epi = {"scale_x": np.ones(16, np.float32), "scale_w": 0.5} if dtype == "e4m3" else {}
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=split, reduce=reduce, pdl=True,
+                              **epi)
+    compiled = plan.compile("sm_90a")
+    ptx = compiled[0].ptx
+    assert ptx.count("griddepcontrol.launch_dependents;") == 1
+    assert ptx.count("griddepcontrol.wait;") == 2
+    if reduce == "launch":
+        assert compiled[1].ptx.count("griddepcontrol.wait;") == 1
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    path = tmp_path / "decode.ptx"
+    path.write_text(ptx)
+    proc = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(path), "-o", str(tmp_path / "decode.cubin")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert int(re.search(r"Used (\d+) registers", proc.stderr).group(1)) <= 112
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split,reduce", [(1, None), (3, "launch"), (2, "kernel")])
+def test_gpu_pdl_reads_what_the_previous_kernel_wrote(split, reduce):
+    """Each call follows a torch kernel that writes its x: with PDL the decode kernel starts early
+    and streams its weight, but must read x (and write y) only after that kernel. 40 calls back to
+    back on one stream, eagerly and replayed from a CUDA graph, each against float64."""
+    torch = pytest.importorskip("torch")
+    n_out, t, k = 4096, 16, 4096
+    weight, x = problem("bf16", n_out, t, k, seed=21)
+    want, epi = epilogue_case("bf16", n_out, t, None, "f32", "silu", None, None)
+    xs = [problem("bf16", 8, t, k, seed=100 + i)[1] for i in range(4)]
+    x_dev = cuda_copy(x)
+    out = torch.full((t, n_out), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = plan_sparse_decode(cuda_copy(np.asarray(weight.values)), weight.meta, x_dev, out=out, split_k=split,
+                              reduce=reduce, pdl=True, **{key: cuda_copy(v) if key != "activation" else v
+                                                          for key, v in epi.items()})
+    sources = [cuda_copy(xi) for xi in xs]
+    outs = [torch.empty_like(out) for _ in range(40)]
+    for i, o in enumerate(outs):  # eager: the copy kernel writes x, the PDL launch reads it
+        x_dev.copy_(sources[i % 4])
+        plan.rebind(x_dev, o).run()
+    torch.cuda.synchronize()
+    for i, o in enumerate(outs):
+        assert_linear_close(o.float().cpu().numpy(), weight, xs[i % 4], k, "bf16", want, **epi)
+    graph = torch.cuda.CUDAGraph()
+    replayed = [torch.empty_like(out) for _ in range(8)]
+    runs = [plan.rebind(x_dev, o) for o in replayed]
+    with torch.cuda.graph(graph):
+        for i, run in enumerate(runs):
+            x_dev.copy_(sources[i % 4])
+            run.run()
+    for _ in range(3):
+        for o in replayed:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, o in enumerate(replayed):
+            assert_linear_close(o.float().cpu().numpy(), weight, xs[i % 4], k, "bf16", want, **epi)
