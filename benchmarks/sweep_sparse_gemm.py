@@ -2,7 +2,15 @@
 s8, tf32) over square, ragged and LLM shapes, against a float64 reference with per-dtype bounds,
 outputs poisoned (NaN / sentinel) before each run. Prints one summary table; exits 1 on any failure.
 
-    python benchmarks/sweep_sparse_gemm.py [--quick] [--dtype tf32 ...]
+    python benchmarks/sweep_sparse_gemm.py [--quick] [--dtype tf32 ...] [--tuned]
+    python benchmarks/sweep_sparse_gemm.py --tuned-only [--kind gemm|linear|decode]
+        [--skip N] [--entries N] [--max-seconds S]
+
+``--tuned`` adds (``--tuned-only`` runs alone) the check of every configuration of the shipped tuned
+tables (stdlib/kernels/tuned/h200.json: sparse_matmul's and the layer's entries;
+decode-h200.json: the decode kernel's), each through the path its readers take (sweep_tuned.py),
+with the same operands, poisoning and bounds; smallest weights first, ``--entries`` /
+``--max-seconds`` bound the run.
 
 Bounds: f16/bf16/e4m3 outputs are f16 (half an ulp of |ref|) plus the accumulation error — f32 for
 16-bit and tf32 (1e-3·sqrt(K) absolute; the tf32 reference reads its f32 inputs as the H200 does,
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,36 +36,64 @@ K_ALIGN = {"f16": 16, "bf16": 16, "e4m3": 32, "s8": 32, "tf32": 8}
 DTYPES = ("f16", "bf16", "e4m3", "s8", "tf32")
 
 
-def make(dtype: str, m: int, n: int, k: int, rng: np.random.Generator):
-    import ml_dtypes
-
+def host_weight(dtype: str, m: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """A random (m, k) weight in ``dtype``'s host type, 2:4-pruned (tf32: 1:2)."""
     from sparsile.stdlib import sparsity as S
 
-    kp = -(-k // K_ALIGN[dtype]) * K_ALIGN[dtype]
     if dtype == "s8":
-        dense = rng.integers(-100, 100, (m, k)).astype(np.int8)
-        b = rng.integers(-100, 100, (n, k)).astype(np.int8)
-        w = S.prune_2_4(dense)
-    elif dtype == "tf32":
-        w = S.prune_1_2(rng.standard_normal((m, k)).astype(np.float32))
-        b = rng.standard_normal((n, k)).astype(np.float32)
-    else:
-        host = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype]
-        w = S.prune_2_4(rng.standard_normal((m, k)).astype(np.float32)).astype(host)
-        b = rng.standard_normal((n, k)).astype(host)
-    wp = np.zeros((m, kp), w.dtype)
-    wp[:, :k] = w
-    bp = np.zeros((n, kp), b.dtype)
-    bp[:, :k] = b
+        return S.prune_2_4(rng.integers(-100, 100, (m, k)).astype(np.int8))
+    if dtype == "tf32":
+        return S.prune_1_2(rng.standard_normal((m, k)).astype(np.float32))
+    return S.prune_2_4(rng.standard_normal((m, k)).astype(np.float32)).astype(host_type(dtype))
+
+
+def host_b(dtype: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """A random dense (n, k) operand (B of the GEMM, x of the layer) in ``dtype``'s host type."""
+    if dtype == "s8":
+        return rng.integers(-100, 100, (n, k)).astype(np.int8)
+    if dtype == "tf32":
+        return rng.standard_normal((n, k)).astype(np.float32)
+    return rng.standard_normal((n, k)).astype(host_type(dtype))
+
+
+def host_type(dtype: str) -> Any:
+    """The numpy element type of f16, bf16 and e4m3 operands."""
+    import ml_dtypes
+
+    return {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype]
+
+
+def padded(x: np.ndarray, kp: int) -> np.ndarray:
+    """``x`` (rows, k) with zero columns up to ``kp``."""
+    out = np.zeros((x.shape[0], kp), x.dtype)
+    out[:, :x.shape[1]] = x
+    return out
+
+
+def compressed(wp: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, "sm90" metadata words) of a pruned, padded weight."""
+    from sparsile.stdlib import sparsity as S
+
     vals, idx = S.compress(wp, dtype)
-    meta = np.asarray(S.encode_metadata(idx, "sm90", dtype).data)
-    wf, bf = w.astype(np.float64), b.astype(np.float64)
-    if dtype == "tf32":  # the tensor cores read f32 data as tf32 by dropping 13 mantissa bits (H200)
+    return vals, np.asarray(S.encode_metadata(idx, "sm90", dtype).data)
+
+
+def as_f64(dtype: str, x: np.ndarray) -> np.ndarray:
+    """``x`` in float64 as the tensor cores read it (tf32: f32 with 13 mantissa bits dropped, H200)."""
+    if dtype == "tf32":
         from sparsile.frontend.ops.core import tf32_truncate
 
-        wf = tf32_truncate(w).astype(np.float64)
-        bf = tf32_truncate(b).astype(np.float64)
-    return vals, meta, bp, matmul_f64(wf, bf.T), matmul_f64(np.abs(wf), np.abs(bf).T), kp
+        return tf32_truncate(x).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def make(dtype: str, m: int, n: int, k: int, rng: np.random.Generator):
+    kp = -(-k // K_ALIGN[dtype]) * K_ALIGN[dtype]
+    w = host_weight(dtype, m, k, rng)
+    b = host_b(dtype, n, k, rng)
+    vals, meta = compressed(padded(w, kp), dtype)
+    wf, bf = as_f64(dtype, w), as_f64(dtype, b)
+    return vals, meta, padded(b, kp), matmul_f64(wf, bf.T), matmul_f64(np.abs(wf), np.abs(bf).T), kp
 
 
 def matmul_f64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -72,10 +109,16 @@ def matmul_f64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return x @ y
 
 
-def bound(dtype: str, ref: np.ndarray, absprod: np.ndarray, k: int) -> np.ndarray:
+OUT_HALF_ULP = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}
+"""Half an ulp of an output type, relative to the value (the rounding of a correct result)."""
+
+
+def bound(dtype: str, ref: np.ndarray, absprod: np.ndarray, k: int, out: str = "") -> np.ndarray:
+    """The largest error allowed against the float64 ``ref``; ``out``: the output's numpy type name
+    (default: the sparse GEMM's, f16 or, for tf32, f32)."""
     if dtype == "s8":
         return np.zeros_like(ref)
-    out_ulp = 2.0 ** -11 * np.abs(ref) if dtype != "tf32" else 2.0 ** -24 * np.abs(ref)
+    out_ulp = OUT_HALF_ULP.get(out, 2.0 ** -24 if dtype == "tf32" else 2.0 ** -11) * np.abs(ref)
     if dtype == "e4m3":
         return out_ulp + (k // 64 + 1) * 2.0 ** -13 * absprod + 1e-3
     if dtype == "tf32":  # inputs exactly as the MMA reads them: only f32 accumulation error remains
@@ -83,13 +126,76 @@ def bound(dtype: str, ref: np.ndarray, absprod: np.ndarray, k: int) -> np.ndarra
     return out_ulp + 1e-3 * np.sqrt(k)
 
 
-def main() -> None:
-    import sparsile as sp
-
-    ap = argparse.ArgumentParser()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--tuned`` / ``--tuned-only``: the tuned tables' configs, sweep_tuned.py)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="only these dtypes (repeatable)")
-    args = ap.parse_args()
+    ap.add_argument("--tuned", action="store_true", help="also check every config of the tuned tables")
+    ap.add_argument("--tuned-only", action="store_true", help="only check the tuned tables' configs")
+    ap.add_argument("--kind", action="append", choices=("gemm", "linear", "decode"), default=None,
+                    help="tuned entries of these kinds only (repeatable; default all)")
+    ap.add_argument("--skip", type=count, default=0, help="skip the first N tuned entries (resume a bounded run)")
+    ap.add_argument("--entries", type=positive, default=None, help="check at most N tuned entries (smallest first)")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="start no tuned entry after this many seconds (the one running finishes)")
+    ap.add_argument("--table", type=Path, default=None, help="the sparse GEMM / linear table (default tuned/h200.json)")
+    ap.add_argument("--decode-table", type=Path, default=None,
+                    help="the decode table (default tuned/decode-h200.json)")
+    return ap.parse_args(argv)
+
+
+def positive(text: str) -> int:
+    """An argument that must be an integer of at least 1."""
+    return count(text, 1)
+
+
+def count(text: str, least: int = 0) -> int:
+    """An argument that must be an integer of at least ``least``."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least {least}, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
+    from sparsile.backend import runtime
+
+    args = parse_args(argv)
+    if not runtime.has_gpu():
+        print("sweep_sparse_gemm.py checks the kernels on a GPU: no NVIDIA GPU is available (the CPU tests "
+              "run the tuned check in the interpreter: tests/test_sweep_tuned.py)", file=sys.stderr)
+        sys.exit(2)
+    failures = 0 if args.tuned_only else sweep(args)
+    if args.tuned or args.tuned_only:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import sweep_tuned as st  # a sibling script (the benchmarks are no package)
+
+        from sparsile.frontend.diagnostics import SparsileError
+
+        try:
+            tables = st.Tables(st.read_table(args.table or st.GEMM_TABLE),
+                               st.read_table(args.decode_table or st.DECODE_TABLE))
+            st.table_cases(tables)  # a table that is none: SP0779, SP0862, SP0863
+        except (OSError, ValueError, SparsileError) as e:
+            why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
+            print(f"sweep_sparse_gemm.py: cannot read the tuned tables: {why}", file=sys.stderr)
+            sys.exit(2)
+        print(st.HEADER, flush=True)
+        rows, bad, left = st.check_tables(tables, kinds=tuple(args.kind or st.KINDS), skip=args.skip,
+                                          entries=args.entries, max_seconds=args.max_seconds,
+                                          say=lambda line: print(line, flush=True))
+        failures += st.report(rows, bad, left, args.skip)
+    sys.exit(1 if failures else 0)
+
+
+def sweep(args: argparse.Namespace) -> int:
+    """The sweep of the kernels over dtypes and shapes; prints its table, returns the failures."""
+    import sparsile as sp
+
     mod = sp.load(ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
     shapes = [(s, s, s) for s in (SQUARES[:4] if args.quick else SQUARES)] + RAGGED + ([] if args.quick else LLM)
     rng = np.random.default_rng(2026)
@@ -114,7 +220,7 @@ def main() -> None:
     for dtype, m, n, k, e, r, u, ok in rows:
         print(f"{dtype:>5} {m:>6} {n:>6} {k:>6} {e:>10.3e} {r:>10.3e} {u:>9} {'ok' if ok else 'FAIL'}")
     print(f"{len(rows) - failures} passed, {failures} failed")
-    sys.exit(1 if failures else 0)
+    return failures
 
 
 if __name__ == "__main__":

@@ -1,0 +1,316 @@
+"""Correctness of every configuration of the shipped tuned tables, against float64 with poisoned
+outputs (the ``--tuned`` section of sweep_sparse_gemm.py, which runs it; docs/autotune.md has the
+tables).
+
+Each table entry becomes a :class:`Case` and runs through the path its readers take:
+
+- ``dtype MxNxK`` entries of ``tuned/<gpu>.json``: ``sparse_matmul``'s, ``tuning.run_with_table``
+  on the planned :class:`~sparsile.stdlib.kernels.gemm.SparseMatmul` (the table's lookup must give
+  the entry's config);
+- ``linear-<dtype> MxNxK`` entries (M out features, N = T tokens): ``plan_sparse_linear``, which
+  reads the shipped table of the current GPU itself; where it did not take the entry (another GPU,
+  another table, the interpreter) the config is applied with ``linear_tuning.with_linear_config``
+  (``via`` says which);
+- entries of ``tuned/decode-<gpu>.json``: ``plan_sparse_decode(..., table=)``, which takes an entry
+  of the current device and SM count only; elsewhere (and in the interpreter) the entry's split-K,
+  stages and reduction are passed explicitly, which the plan resolves the same way.
+
+Operands are those of the sweep (random, 2:4-pruned weight compressed on the host); each output is
+poisoned (NaN, or a sentinel for integers) before the launch and compared with the sweep's
+per-dtype ``bound`` (half an ulp of the output type plus the accumulation error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep_sparse_gemm import K_ALIGN, ROOT, as_f64, bound, compressed, host_b, host_weight, matmul_f64, padded
+
+TUNED = ROOT / "stdlib" / "kernels" / "tuned"
+GEMM_TABLE = TUNED / "h200.json"
+DECODE_TABLE = TUNED / "decode-h200.json"
+KINDS = ("gemm", "linear", "decode")
+SENTINEL = np.iinfo(np.int32).min
+CHUNK_ROWS = 2048  # rows compared at a time (the largest outputs have 470 M elements)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One table entry to check: ``n`` is C's N for the GEMM, the tokens T for the layer and decode."""
+
+    kind: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    config: Any  # tuning.GemmConfig (gemm, linear) or decode_tuning.DecodeCandidate
+    key: str
+
+
+@dataclass
+class Row:
+    """The outcome of one case (``note``: why it failed, or how the config was applied)."""
+
+    case: Case
+    via: str = ""
+    max_err: float = float("nan")
+    max_ref: float = float("nan")
+    unwritten: int = 0
+    ok: bool = False
+    note: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A pruned weight: compressed values and metadata words (K padded), and its float64 copy."""
+
+    values: np.ndarray
+    meta: np.ndarray
+    f64: np.ndarray
+    kp: int
+
+
+@dataclass
+class Tables:
+    """The two tables (mappings, as read from their files) the cases come from."""
+
+    gemm: Mapping[str, Any] = field(default_factory=dict)
+    decode: Mapping[str, Any] = field(default_factory=dict)
+
+
+def read_table(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A table file's JSON (its readers check the format)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def table_cases(tables: Tables) -> tuple[list[Case], list[str]]:
+    """Every entry of both tables as a Case, ordered by weight size (cases sharing a weight next to
+    each other: a bounded run covers the small shapes first), and the entry names that are no valid
+    entry (their readers ignore or reject them: each counts as a failure)."""
+    from sparsile.stdlib.kernels.decode_tuning import load_decode_table, parse_key, token_tile
+    from sparsile.stdlib.kernels.linear_tuning import LINEAR_PREFIX
+    from sparsile.stdlib.kernels.tuning import GemmConfig, load_gemm_table
+
+    cases: list[Case] = []
+    bad: list[str] = []
+    if tables.gemm:
+        for name, entry in load_gemm_table(tables.gemm).items():
+            try:
+                dtype, shape = name.split(" ")
+                m, n, k = (int(v) for v in shape.split("x"))
+                config = GemmConfig.from_json(entry["config"])
+            except (ValueError, KeyError, TypeError) as e:
+                bad.append(f"{name!r}: not 'dtype MxNxK' with a config ({e})")
+                continue
+            kind = "linear" if dtype.startswith(LINEAR_PREFIX) else "gemm"
+            cases.append(Case(kind, dtype.removeprefix(LINEAR_PREFIX), m, n, k, config, name))
+    if tables.decode:
+        for name, cand in load_decode_table(tables.decode).items():  # SP0862 / SP0863 on a bad table
+            _, _, dtype, n_out, k, bn = parse_key(name)
+            tokens = tables.decode["entries"][name].get("tokens", bn)
+            if type(tokens) is not int or token_tile(tokens) != bn:
+                bad.append(f"{name!r}: tokens {tokens!r} are not in the token tile bn{bn}")
+                continue
+            cases.append(Case("decode", dtype, n_out, tokens, k, cand, name))
+    cases.sort(key=lambda c: (c.m * c.k, c.m, c.dtype, KINDS.index(c.kind), c.n))
+    return cases, bad
+
+
+def make_weight(dtype: str, m: int, k: int, rng: np.random.Generator) -> Weight:
+    """A random weight as the sweep makes it (sweep_sparse_gemm.make)."""
+    kp = -(-k // K_ALIGN[dtype]) * K_ALIGN[dtype]
+    w = host_weight(dtype, m, k, rng)
+    values, meta = compressed(padded(w, kp), dtype)
+    return Weight(values, meta, padded(as_f64(dtype, w), kp), kp)
+
+
+def _poison(x: Any) -> None:
+    if x is not None:
+        x[...] = np.nan if "float" in str(x.dtype) else SENTINEL
+
+
+def _sms(interpret: bool) -> int:
+    from sparsile.stdlib.kernels.gemm import H200_SMS
+
+    if interpret:
+        return H200_SMS
+    from sparsile.backend import runtime
+
+    return runtime.current_device().sm_count
+
+
+def run_gemm(case: Case, w: Weight, b: np.ndarray, tables: Tables, interpret: bool) -> tuple[Any, str]:
+    """C of ``case`` as ``sparse_matmul`` computes it with the table (poisoned first); (C, via)."""
+    from sparsile.stdlib.kernels.gemm import plan_sparse_matmul
+    from sparsile.stdlib.kernels.tuning import find, index_table, load_gemm_table, run_with_table
+
+    plan = plan_sparse_matmul(w.values, w.meta, b, dtype=case.dtype, interpret=interpret, target="sm_90a")
+    found = find(index_table(load_gemm_table(tables.gemm)), case.dtype, plan.m, plan.n, plan.k)
+    if found != case.config:
+        raise LookupError(f"the table's lookup for {plan.m}x{plan.n}x{plan.k} gives {found}, not the entry")
+    _poison(plan.out)
+    _poison(plan.workspace)
+    if not run_with_table(plan, table=tables.gemm, interpret=interpret):
+        raise LookupError("run_with_table launched nothing (no entry, or a CTA-pair one without persistence)")
+    return plan.out, "table"
+
+
+def run_linear(case: Case, w: Weight, x: np.ndarray, interpret: bool) -> tuple[Any, str]:
+    """y of ``case`` through ``plan_sparse_linear`` (the shipped table of this GPU, when it gives
+    the entry's config), else the config applied with ``with_linear_config``; (y, via)."""
+    from sparsile.stdlib.kernels.linear import plan_sparse_linear
+    from sparsile.stdlib.kernels.linear_tuning import default_linear_config, with_linear_config
+
+    plan = plan_sparse_linear(w.values, w.meta, x, interpret=interpret, target="sm_90a", kernel="gemm")
+    via = "shipped"
+    if interpret or default_linear_config(plan) != case.config:
+        plan, via = with_linear_config(plan, case.config, _sms(interpret), interpret), "explicit"
+    _poison(plan.out)
+    _poison(plan.workspace)
+    return plan.run(interpret), via
+
+
+def _candidate(plan: Any) -> Any:
+    from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
+
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, "kernel" if plan.reduces_in_kernel else "launch")
+
+
+def _normal(cand: Any) -> Any:
+    """A candidate as a plan resolves it (no reduction without a split)."""
+    from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
+
+    return cand if cand.split_k > 1 else DecodeCandidate(cand.split_k, cand.stages, "launch")
+
+
+def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: bool) -> tuple[Any, str]:
+    """y of ``case`` through ``plan_sparse_decode(..., table=)`` where the entry applies to this
+    device, else with its split-K, stages and reduction given explicitly; (y, via)."""
+    from sparsile.stdlib.kernels.decode import plan_sparse_decode
+
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, table=tables.decode)
+    via = "table"
+    if not (plan.config.source.startswith("table") and _candidate(plan) == _normal(case.config)):
+        c = case.config
+        plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, split_k=c.split_k, stages=c.stages,
+                                  reduce=c.reduce)
+        via = "explicit"
+    if _candidate(plan) != _normal(case.config):
+        raise LookupError(f"the plan runs {_candidate(plan)}, not the entry's config")
+    _poison(plan.out)
+    _poison(plan.workspace)
+    return plan.run(interpret), via
+
+
+def compare(out: Any, ref: np.ndarray, dtype: str, absprod: np.ndarray | None, k: int
+            ) -> tuple[float, float, int, bool]:
+    """(max |out - ref|, max |ref|, unwritten elements, within the bound everywhere) of an output
+    against its float64 reference, by blocks of rows; NaN / the sentinel count as unwritten."""
+    host = np.asarray(out.cpu() if hasattr(out, "cpu") else out)
+    if host.shape != ref.shape:
+        raise ValueError(f"the output is {host.shape}, the reference {ref.shape}")
+    err_max = ref_max = 0.0
+    unwritten, ok = 0, True
+    for r in range(0, ref.shape[0], CHUNK_ROWS):
+        part, want = host[r:r + CHUNK_ROWS], ref[r:r + CHUNK_ROWS]
+        missing = part == SENTINEL if "int" in str(host.dtype) else np.isnan(part.astype(np.float32))
+        unwritten += int(missing.sum())
+        got = part.astype(np.float64)
+        got[missing] = np.nan
+        err = np.abs(got - want)
+        absp = absprod[r:r + CHUNK_ROWS] if absprod is not None else np.zeros_like(want)
+        ok &= bool((err <= bound(dtype, want, absp, k, str(host.dtype))).all())  # NaN never is
+        err_max = max(err_max, float(np.nanmax(err)) if not np.isnan(err).all() else 0.0)
+        ref_max = max(ref_max, float(np.abs(want).max()))
+    return err_max, ref_max, unwritten, ok and unwritten == 0
+
+
+def check_case(case: Case, tables: Tables, rng: np.random.Generator, weights: dict[tuple[str, int, int], Weight],
+               interpret: bool = False) -> Row:
+    """Run one case with poisoned outputs and compare it with float64. ``weights`` caches the
+    weight of the last (dtype, M, K) (a test may place a corrupted one there)."""
+    from sparsile.frontend.diagnostics import SparsileError
+
+    start = time.perf_counter()
+    row = Row(case)
+    try:
+        w = weights.get((case.dtype, case.m, case.k))
+        if w is None:
+            weights.clear()  # one weight at a time: the largest take gigabytes in float64
+            w = weights[case.dtype, case.m, case.k] = make_weight(case.dtype, case.m, case.k, rng)
+        b = padded(host_b(case.dtype, case.n, case.k, rng), w.kp)
+        bf = as_f64(case.dtype, b)
+        if case.kind == "gemm":
+            out, row.via = run_gemm(case, w, b, tables, interpret)
+        elif case.kind == "linear":
+            out, row.via = run_linear(case, w, b, interpret)
+        else:
+            out, row.via = run_decode(case, w, b, tables, interpret)
+        ref = matmul_f64(w.f64, bf.T)  # C (M, N); the layer's y (T, M) is its transpose (a view)
+        absprod = matmul_f64(np.abs(w.f64), np.abs(bf).T) if case.dtype == "e4m3" else None
+        if case.kind != "gemm":
+            ref, absprod = ref.T, (absprod.T if absprod is not None else None)
+        row.max_err, row.max_ref, row.unwritten, row.ok = compare(out, ref, case.dtype, absprod, w.kp)
+    except (SparsileError, LookupError, ValueError) as e:  # a config that does not plan, compile or run
+        row.note = str(e).split("\n", 1)[0]
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def check_tables(tables: Tables, *, kinds: tuple[str, ...] = KINDS, skip: int = 0, entries: int | None = None,
+                 max_seconds: float | None = None, interpret: bool = False, seed: int = 2026,
+                 say: Callable[[str], None] = print) -> tuple[list[Row], list[str], int]:
+    """Check the tables' cases of ``kinds`` in order after the first ``skip``: at most ``entries``
+    of them, none started after ``max_seconds``. Returns (rows, the invalid entries, how many
+    cases after ``skip`` were left out)."""
+    cases, bad = table_cases(tables)
+    cases = [c for c in cases if c.kind in kinds][skip:]
+    rng = np.random.default_rng(seed)
+    weights: dict[tuple[str, int, int], Weight] = {}
+    rows: list[Row] = []
+    start = time.perf_counter()
+    for case in cases[:entries]:
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            break
+        rows.append(check_case(case, tables, rng, weights, interpret))
+        say(format_row(rows[-1]))
+    return rows, bad, len(cases) - len(rows)
+
+
+HEADER = (f"{'kind':>6} {'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'config':<44} {'via':>8} {'max |err|':>10} "
+          f"{'max |ref|':>10} {'unwritten':>9} result")
+
+
+def format_row(row: Row) -> str:
+    """One line of the summary table."""
+    c = row.case
+    line = (f"{c.kind:>6} {c.dtype:>5} {c.m:>6} {c.n:>6} {c.k:>6} {c.config!s:<44} {row.via:>8} "
+            f"{row.max_err:>10.3e} {row.max_ref:>10.3e} {row.unwritten:>9} {'ok' if row.ok else 'FAIL'}")
+    return line + (f"  ({row.note})" if row.note else "")
+
+
+def report(rows: list[Row], bad: list[str], left: int, skip: int = 0) -> int:
+    """Print the summary table; the number of failures (a failed case or an invalid entry)."""
+    print()
+    print(HEADER)
+    for row in rows:
+        print(format_row(row))
+    for name in bad:
+        print(f"invalid table entry {name}: FAIL")
+    failures = sum(not r.ok for r in rows) + len(bad)
+    print(f"tuned configs: {len(rows) - sum(not r.ok for r in rows)} passed, {failures} failed"
+          + (f", {skip} skipped" if skip else "")
+          + (f", {left} not run (--entries / --max-seconds: go on with --skip {skip + len(rows)})" if left else "")
+          + f", {sum(r.seconds for r in rows):.0f} s")
+    return failures

@@ -1,0 +1,213 @@
+"""The tuned-table check of benchmarks/sweep_sparse_gemm.py (``--tuned``, benchmarks/sweep_tuned.py):
+every entry of tiny synthetic tables run in the interpreter through the path its readers take,
+against float64 with poisoned outputs; a corrupted weight, a perturbed reference, an unwritten
+element, an entry that cannot run and invalid entries are failures; the shipped tables parse into
+cases whose lookup gives their config; the command line's bounds and its message without a GPU.
+The GPU test checks the smallest shipped entries."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sparsile.stdlib.kernels import decode_tuning as dt
+from sparsile.stdlib.kernels.tuning import find, index_table, load_gemm_table
+from sparsile.tests.support import load_script
+
+st = load_script("benchmarks/sweep_tuned.py", "sweep_tuned", register=True)  # dataclasses look their module up
+sweep = load_script("benchmarks/sweep_sparse_gemm.py", "sweep_sparse_gemm_script")
+
+
+def gemm_entry(bn: int, stages: int, split_k: int, pair: bool = False) -> dict[str, Any]:
+    return {"config": {"BN": bn, "STAGES": stages, "split_k": split_k, "pair": pair, "GROUP_M": 16}}
+
+
+def decode_entry(split_k: int, stages: int, reduce: str, tokens: int) -> dict[str, Any]:
+    return {"config": {"split_k": split_k, "stages": stages, "reduce": reduce}, "tokens": tokens}
+
+
+DECODE_KEY = dt.table_key("NVIDIA H200", 132, "bf16", 128, 256, 8)
+
+
+def tiny_tables(**decode: Any) -> Any:
+    """One entry of each kind: the GEMM with split-K 2, the layer with BN 16 and split-K 2, the
+    decode kernel with split-K 2 reduced in the kernel."""
+    gemm = {"format": "sparsile-sparse-gemm-table/1", "gpu": "NVIDIA H200",
+            "entries": {"bf16 128x32x256": gemm_entry(32, 3, 2), "linear-bf16 128x32x256": gemm_entry(16, 3, 2)}}
+    entries = decode or {DECODE_KEY: decode_entry(2, 2, "kernel", 4)}
+    return st.Tables(gemm, {"format": dt.TABLE_FORMAT, "gpu": "NVIDIA H200", "sms": 132, "entries": entries})
+
+
+def by_kind(rows: list[Any]) -> dict[str, Any]:
+    return {row.case.kind: row for row in rows}
+
+
+def test_every_entry_of_a_tiny_table_passes_in_the_interpreter() -> None:
+    rows, bad, left = st.check_tables(tiny_tables(), interpret=True, say=lambda line: None)
+    assert bad == [] and left == 0 and len(rows) == 3
+    kinds = by_kind(rows)
+    for row in rows:
+        assert row.ok and row.unwritten == 0 and row.note == "", st.format_row(row)
+        assert 0 < row.max_err < 0.3 and row.max_ref > 10  # bf16 / f16 rounding of values up to ~60
+    assert kinds["gemm"].via == "table"  # run_with_table with the table, as sparse_matmul does
+    assert kinds["linear"].via == "explicit" and kinds["decode"].via == "explicit"  # no table in the interpreter
+    assert st.report(rows, bad, left) == 0
+
+
+def test_cta_pair_entries_pass_in_the_interpreter() -> None:
+    """The CTA-pair kernels (the GEMM's and the layer's) on the persistent grid of 132 SMs."""
+    gemm = {"format": "sparsile-sparse-gemm-table/1", "gpu": "NVIDIA H200",
+            "entries": {"bf16 256x64x256": gemm_entry(32, 5, 1, True),
+                        "linear-bf16 256x64x256": gemm_entry(32, 4, 1, True)}}
+    rows, bad, _ = st.check_tables(st.Tables(gemm, {}), interpret=True, say=lambda line: None)
+    assert bad == [] and [(r.case.kind, r.case.config.pair, r.ok) for r in rows] == [("gemm", True, True),
+                                                                                        ("linear", True, True)]
+
+
+def test_a_decode_entry_of_this_device_goes_through_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on an H200: plan_sparse_decode(table=) takes the entry (not the explicit fallback)."""
+    monkeypatch.setattr(dt, "current_device", lambda interpret: ("NVIDIA H200", 132))
+    monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
+    rows, _, _ = st.check_tables(tiny_tables(), kinds=("decode",), interpret=True, say=lambda line: None)
+    assert [(r.via, r.ok) for r in rows] == [("table", True)]
+
+
+def test_a_corrupted_weight_fails_every_kind() -> None:
+    """Metadata words all 0x44444444 (every group keeps positions 0 and 1: valid, but not the
+    weight's) give wrong outputs, reported as FAIL, not raised."""
+    tables = tiny_tables()
+    cases, _ = st.table_cases(tables)
+    rng = np.random.default_rng(5)
+    good = st.make_weight("bf16", 128, 256, rng)
+    bad = dataclasses.replace(good, meta=np.full_like(good.meta, 0x44444444))
+    for case in cases:
+        row = st.check_case(case, tables, rng, {("bf16", 128, 256): bad}, interpret=True)
+        assert not row.ok and row.unwritten == 0 and row.max_err > 1, st.format_row(row)
+        assert st.format_row(row).split()[-1] == "FAIL"
+
+
+def test_compare_catches_a_perturbed_reference_and_unwritten_elements() -> None:
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((4100, 8)) * 8  # more rows than one block of CHUNK_ROWS
+    out = ref.astype(np.float16)
+    assert st.compare(out, ref, "f16", None, 64)[2:] == (0, True)
+    moved = ref.copy()
+    moved[4099, 7] += 0.5
+    err, _, unwritten, ok = st.compare(out, moved, "f16", None, 64)
+    assert not ok and unwritten == 0 and err == pytest.approx(0.5, abs=0.02)
+    out[2048, 3] = np.nan
+    assert st.compare(out, ref, "f16", None, 64)[2:] == (1, False)
+    ints = np.zeros((3, 2), np.int32)
+    ints[1, 1] = st.SENTINEL
+    assert st.compare(ints, np.zeros((3, 2)), "s8", None, 64)[2:] == (1, False)
+    with pytest.raises(ValueError, match=r"the output is \(3, 2\), the reference \(2, 3\)"):
+        st.compare(ints, np.zeros((2, 3)), "s8", None, 64)
+
+
+def test_bounds_follow_the_output_type() -> None:
+    ref, zero = np.array([[64.0]]), np.zeros((1, 1))
+    assert sweep.bound("bf16", ref, zero, 256)[0, 0] == pytest.approx(2.0 ** -5 + 1e-3 * 16)  # f16 C
+    assert sweep.bound("bf16", ref, zero, 256, "bfloat16")[0, 0] == pytest.approx(0.25 + 1e-3 * 16)
+    assert sweep.bound("s8", ref, zero, 256, "int32")[0, 0] == 0
+
+
+def test_an_entry_that_cannot_run_is_a_failure() -> None:
+    """64 tokens (bn64) with 8 stages: the ring does not fit in shared memory (the plan says so)."""
+    key = dt.table_key("NVIDIA H200", 132, "bf16", 128, 256, 64)
+    rows, _, _ = st.check_tables(tiny_tables(**{key: decode_entry(1, 8, "launch", 64)}), kinds=("decode",),
+                                 interpret=True, say=lambda line: None)
+    assert len(rows) == 1 and not rows[0].ok
+    assert rows[0].note == ("error[SP0804]: stages of the decode kernel must be an integer from 2 to 8 whose ring "
+                            "fits in 227 KB of shared memory, got 8")
+
+
+def test_invalid_entries_are_failures() -> None:
+    tables = tiny_tables(**{DECODE_KEY: decode_entry(2, 2, "launch", 9)})  # 9 tokens are not in bn8
+    tables.gemm["entries"]["bf16 128x32"] = gemm_entry(32, 3, 1)  # sparse_matmul's lookup ignores it
+    cases, bad = st.table_cases(tables)
+    assert [c.kind for c in cases] == ["gemm", "linear"]
+    assert bad[0].startswith("'bf16 128x32': not 'dtype MxNxK' with a config")
+    assert bad[1] == f"{DECODE_KEY!r}: tokens 9 are not in the token tile bn8"
+    assert st.report([], bad, 0) == 2
+
+
+def test_entries_and_seconds_bound_the_run() -> None:
+    rows, _, left = st.check_tables(tiny_tables(), entries=1, interpret=True, say=lambda line: None)
+    assert [r.case.kind for r in rows] == ["gemm"] and left == 2
+    rows, _, left = st.check_tables(tiny_tables(), skip=1, entries=1, interpret=True, say=lambda line: None)
+    assert [r.case.kind for r in rows] == ["linear"] and left == 1
+    rows, _, left = st.check_tables(tiny_tables(), max_seconds=0.0, interpret=True, say=lambda line: None)
+    assert rows == [] and left == 3  # no case starts after the time is up
+    rows, _, left = st.check_tables(tiny_tables(), max_seconds=600.0, interpret=True, say=lambda line: None)
+    assert len(rows) == 3 and left == 0
+
+
+def test_shipped_tables_parse_into_cases_their_lookup_gives() -> None:
+    tables = st.Tables(st.read_table(st.GEMM_TABLE), st.read_table(st.DECODE_TABLE))
+    cases, bad = st.table_cases(tables)
+    assert bad == []
+    counts = {kind: sum(c.kind == kind for c in cases) for kind in st.KINDS}
+    assert counts == {"gemm": 40, "linear": 32, "decode": 20}
+    sizes = [c.m * c.k for c in cases]
+    assert sizes == sorted(sizes)
+    index = index_table(load_gemm_table(tables.gemm))
+    for case in cases:
+        if case.kind == "gemm":
+            assert find(index, case.dtype, case.m, case.n, case.k) == case.config
+        elif case.kind == "linear":
+            assert find(index, "linear-" + case.dtype, case.m, case.n, case.k, nearby=True) == case.config
+        else:
+            assert dt.token_tile(case.n) == int(case.key.rsplit("bn", 1)[1])
+
+
+def test_command_line() -> None:
+    args = sweep.parse_args(["--tuned-only", "--skip", "3", "--entries", "5", "--max-seconds", "90", "--kind",
+                             "decode"])
+    assert args.tuned_only and (args.skip, args.entries, args.max_seconds, args.kind) == (3, 5, 90, ["decode"])
+    assert not sweep.parse_args([]).tuned and sweep.parse_args([]).skip == 0
+    for bad in (["--entries", "0"], ["--entries", "x"], ["--skip", "-1"], ["--kind", "conv"]):
+        with pytest.raises(SystemExit):
+            sweep.parse_args(bad)
+
+
+def test_without_a_gpu_the_sweep_says_why(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from sparsile.backend import runtime
+
+    monkeypatch.setattr(runtime, "has_gpu", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--tuned-only"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("sweep_sparse_gemm.py checks the kernels on a GPU: no NVIDIA GPU")
+
+
+@pytest.mark.gpu
+def test_gpu_smallest_shipped_entries() -> None:
+    tables = st.Tables(st.read_table(st.GEMM_TABLE), st.read_table(st.DECODE_TABLE))
+    rows, bad, _ = st.check_tables(tables, entries=4, say=lambda line: None)
+    assert bad == [] and len(rows) == 4
+    assert all(r.ok for r in rows), "\n".join(st.format_row(r) for r in rows)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{", "sweep_sparse_gemm.py: cannot read the tuned tables: Expecting property name enclosed in double quotes"),
+    ('{"format": "x"}', "sweep_sparse_gemm.py: cannot read the tuned tables: error[SP0779]: the table is not a "
+                        "sparse GEMM table"),
+])
+def test_a_bad_table_is_said_not_raised(text: str, message: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture) -> None:
+    from sparsile.backend import runtime
+
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)  # the tables are read before anything runs
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--tuned-only", "--table", str(path)])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith(message)
+    with pytest.raises(SystemExit):
+        sweep.main(["--tuned-only", "--table", str(tmp_path / "missing.json")])
+    missing = tmp_path / "missing.json"
+    assert capsys.readouterr().err == (f"sweep_sparse_gemm.py: cannot read the tuned tables: {missing}: "
+                                       "No such file or directory\n")
