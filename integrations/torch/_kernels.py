@@ -49,6 +49,19 @@ in-kernel reduction costs more GPU time than the launch it saves: at T = 64 on a
 its kernel took 26.4 µs against 11.2 µs for the two launches replayed from a graph (tenth session,
 benchmarks/RESULTS.md), so T = 17-64 keeps the two launches (both native). SPARSILE_DECODE_REDUCE
 set picks one mode for both."""
+PDL_ENV = "SPARSILE_PDL"
+"""``SPARSILE_PDL=0``: :class:`SparseLinear` launches its decode kernels without programmatic
+dependent launch (docs/torch.md, "Programmatic dependent launch")."""
+
+
+@functools.cache
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def pdl_wanted(device: torch.device) -> bool:
+    """Whether a constant-weight record on ``device`` launches with PDL: sm_90+ and not turned off."""
+    return device.type == "cuda" and os.environ.get(PDL_ENV, "1") != "0" and _capability_major(device.index or 0) >= 9
 
 
 @functools.cache
@@ -159,9 +172,15 @@ class LaunchRecord:
     native call for both kernels; the record is per stream, as one with a split-K workspace)."""
 
     def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-                 off_pool: bool = False, stream: int | None = None, quantize: bool = False):
+                 off_pool: bool = False, stream: int | None = None, quantize: bool = False, pdl: bool = False):
         api = kernel_api()
         self.quantize = quantize
+        # PDL (a constant weight, RecordCache(pdl=True)): the decode kernel streams its first weight
+        # boxes before it waits for the kernel before it. Writes to the weight must be complete by
+        # then: those queued before the record are waited for here, once; a later in-place change
+        # bumps the weight's version counter, which each call compares (see __call__)
+        self.pdl = pdl
+        self.versions = (-1, -1)
         # the weight as aliases (new tensor objects on the same memory): the record pins the memory its
         # launches read, but not the caller's tensor objects, so that a weak reference to them tells
         # when the layer (or model) holding them is gone (RecordCache drops the record then)
@@ -178,6 +197,8 @@ class LaunchRecord:
             self._plan(api, x, y, w, scale_x, out_dtype)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
+        if pdl:
+            self._weight_written()
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
               out_dtype: torch.dtype) -> list[Any]:
@@ -193,7 +214,7 @@ class LaunchRecord:
             quantizer = [(api.prepare_quantize(x, self.xq, self.sx, per_call=("X",)).run, _picker((0,)))]
         self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
-                                           out_dtype=OUT_DTYPES[out_dtype], out=y)
+                                           out_dtype=OUT_DTYPES[out_dtype], out=y, **self._pdl())
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
         # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
         # with one tensor argument to parse (about half of torch.empty's host time)
@@ -213,7 +234,7 @@ class LaunchRecord:
                 and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
             one = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                          scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
-                                         out=y, reduce="kernel").launches()
+                                         out=y, reduce="kernel", **self._pdl()).launches()
             if len(one) == 1:
                 eager = self._prepare(one, per_call_x, y, per_call_scale)
                 if self.quantize and not _reads_the_quantized_x(one, self.xq, self.sx):
@@ -225,6 +246,18 @@ class LaunchRecord:
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
         return [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
+
+    def _pdl(self) -> dict[str, bool]:
+        """The plan's pdl argument (only where asked: test doubles of the kernel API lack it)."""
+        return {"pdl": True} if self.pdl else {}
+
+    def _weight_written(self) -> None:
+        """The weight's writes queued so far are complete (a device synchronization, skipped while
+        a CUDA graph is captured); remember its version counters, which in-place writes bump."""
+        w = self.weight
+        if not _capturing():
+            torch.cuda.synchronize(w.values.device)
+        self.versions = (w.values._version, w.meta._version)
 
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor | None, y: torch.Tensor, scale_x: torch.Tensor | None
@@ -251,6 +284,8 @@ class LaunchRecord:
         return prepared if {i for i, t in enumerate((x, y, scale_x)) if t is not None} <= seen else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
+        if self.pdl and (self.weight.values._version, self.weight.meta._version) != self.versions:
+            self._weight_written()  # written in place since: its kernel must finish before ours reads it
         first, self.first = self.first, None
         if first is not None and first[0] is x:
             y = first[1]
@@ -375,8 +410,9 @@ class RecordCache:
     rebuilt inside the capture, and its allocations left in the graph's pool ("tensors in the
     cudagraph pool not tracked as outputs")."""
 
-    def __init__(self, capacity: int = 64):
+    def __init__(self, capacity: int = 64, pdl: bool = False):
         self.capacity = capacity
+        self.pdl = pdl  # the weights are constant: records launch with PDL where pdl_wanted says so
         self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
 
@@ -424,7 +460,8 @@ class RecordCache:
         if record is None:
             record = records.get((*key, stream))
             if record is None:
-                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize)
+                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
+                                      self.pdl and pdl_wanted(x.device))
                 stored = (*key, stream) if record.owns_workspace else key
                 record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
                 records[stored] = record

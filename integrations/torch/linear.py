@@ -181,7 +181,7 @@ class SparseLinear(nn.Module):
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
         self.register_buffer("scale_w", torch.ones(out_features, device=device)
                              if self.weight_dtype == "e4m3" else None)
-        self.__dict__["_records"] = RecordCache()
+        self.__dict__["_records"] = RecordCache(pdl=True)  # constant weights: decode launches with PDL
         self.__dict__["_weight"] = None
 
     # -------------------------------------------------------------------------------------------
@@ -392,5 +392,5 @@ class SparseLinear(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
         state = dict(state)
-        state["_records"], state["_weight"] = RecordCache(), None
+        state["_records"], state["_weight"] = RecordCache(pdl=True), None
         return state

@@ -560,3 +560,44 @@ def test_a_quantizing_record_whose_plan_pads_x_quantizes_and_rebinds_each_call(f
     (record,) = cache.records.values()
     assert record.prepared is None and record.native is None and fake.launches == []
     assert rebound == [(torch.float8_e4m3fn, (4, 32), y.data_ptr(), (4,))] and fake.log[-1] == ("run", 3)
+
+
+def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypatch):
+    """RecordCache(pdl=True) on a device that has it: the plans (the eager one-launch variant too)
+    are asked for pdl; the weight's queued writes are waited for once when the record is built and
+    again after an in-place write (its version counter), not on other calls."""
+    asked, synced = [], []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def plan_with_pdl(*args, pdl=False, **kwargs):
+        asked.append(pdl)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
+    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    fake.decode = True
+    fake.n_launches = 2
+    cache, w = kernels.RecordCache(pdl=True), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert asked == [True, True] and len(synced) == 1  # the plan and its one-launch variant; one wait
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(synced) == 1
+    w.values.add_(1.0)  # an in-place write to the weight
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(synced) == 2
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(synced) == 2
+    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: False)
+    kernels.RecordCache(pdl=True).run((4,), x, _weight(), None, torch.float32, stream=11)
+    kernels.RecordCache().run((5,), torch.randn(5, 32), _weight(), None, torch.float32, stream=11)
+    assert asked[2:] == [False] * (len(asked) - 2) and len(synced) == 2
+
+
+def test_pdl_switch_is_documented():
+    from pathlib import Path
+
+    text = (Path(kernels.__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
+    assert kernels.PDL_ENV in text
+    assert kernels.pdl_wanted(torch.device("cpu")) is False
