@@ -90,12 +90,15 @@ class CompiledKernel:
     cubin: bytes = b""
     info_log: str = ""
     cluster: tuple[int, int, int] = (1, 1, 1)
+    pdl: bool = False
+    """Launched as a programmatic dependent launch (the ``pdl=True`` option: docs/language.md,
+    "Programmatic dependent launch")."""
     timings: dict[str, float] = field(default_factory=dict)
     tensormaps: list[dict[str, Any]] = field(default_factory=list)
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.name, "target": self.target, "num_warps": self.num_warps,
-                "smem_bytes": self.smem_bytes, "cluster": list(self.cluster),
+                "smem_bytes": self.smem_bytes, "cluster": list(self.cluster), "pdl": self.pdl,
                 "params": [[p.name, p.kind, p.dtype, p.index, _jsonable(p.extra)] for p in self.params],
                 "tensormaps": self.tensormaps, "info_log": self.info_log}
 
@@ -105,7 +108,8 @@ class CompiledKernel:
         return CompiledKernel(meta["name"], meta["target"], meta["num_warps"], meta["smem_bytes"], params,
                               blobs.get("ir", b"").decode(), blobs.get("llvm", b"").decode(),
                               blobs.get("ptx", b"").decode(), blobs.get("cubin", b""), meta.get("info_log", ""),
-                              tuple(meta.get("cluster", (1, 1, 1))), {}, meta.get("tensormaps", []))  # type: ignore[arg-type]
+                              tuple(meta.get("cluster", (1, 1, 1))), bool(meta.get("pdl", False)),  # type: ignore[arg-type]
+                              {}, meta.get("tensormaps", []))
 
 
 def _jsonable(x: Any) -> Any:
@@ -156,7 +160,7 @@ def compile_function(func: Function, target: Target | str, *, num_warps: int = 4
     prepared = run_passes(func, tgt, num_warps)
     ir_text = print_function(func)
     t1 = time.perf_counter()
-    ck = CompiledKernel(func.name, tgt.name, num_warps, 0, [], ir=ir_text)
+    ck = CompiledKernel(func.name, tgt.name, num_warps, 0, [], ir=ir_text, pdl=bool(func.attrs.get("pdl")))
     ck.timings["passes"] = t1 - t0
     if stop_after == "ir":
         return ck

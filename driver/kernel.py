@@ -30,7 +30,7 @@ _GpuLaunch: Any = None
 """``driver.launch.GpuLaunch``, once a kernel was first indexed with a grid."""
 
 KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
-                  "cluster": (1, 1, 1)}
+                  "cluster": (1, 1, 1), "pdl": False}
 
 SP_SIGNATURE_MISSING = "SP0740"
 """An ahead-of-time compile whose signature lacks an unannotated run-time parameter or a constexpr
@@ -84,6 +84,11 @@ def option_problem(name: str, value: Any) -> tuple[str, str] | None:
         return (f"maxnreg must be an integer from {low} to {high} registers per thread, found {value!r}",
                 f"ptxas raises budgets below {low} to {low} and ignores budgets above {high}; "
                 "leave maxnreg unset to let ptxas choose")
+    if name == "pdl" and not isinstance(value, bool):
+        return (f"pdl must be True or False, found {value!r}",
+                "pdl=True launches the kernel as a programmatic dependent launch (sm_90+): it may start "
+                "while the previous kernel in the stream runs and must call pdl.wait() before it reads "
+                "that kernel's results (docs/language.md, \"Programmatic dependent launch\")")
     if name == "target" and value is not None and not isinstance(value, str):
         return (f"target must be a target name such as \"sm_90a\", found {value!r}",
                 "pass the name as a string, or leave target unset")
@@ -261,6 +266,8 @@ class Kernel:
         cluster = cluster_option(merged.get("cluster"))
         if cluster != (1, 1, 1):  # only cluster kernels carry it (docs/blackwell.md §7)
             attrs["cluster"] = cluster
+        if merged.get("pdl"):  # only programmatic dependent launches carry it (read by pdl.wait()'s check)
+            attrs["pdl"] = True
         dump("specialize", self.name, lambda: "\n".join(f"{name} = {value!r}" for name, value in bindings.items()))
         func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
         dump("sema", self.name, lambda: print_function(func))

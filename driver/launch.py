@@ -253,7 +253,8 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     spec = param_spec(kernel, bindings, ck.params, stores)
     module = runtime.load_module(ck.cubin)
     fn = module.function(llvm_name(ck.name))
-    launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster)
+    launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster,
+                                pdl=ck.pdl)
     launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
     launcher.written = stores
     launcher.captures = kernel.captures_for(bindings, key, options)

@@ -16,7 +16,9 @@ where the parameter needs it (SP0703, SP0720, SP0707, SP0704, SP0705: the launch
 and codes). Integer scalars may change (range and divisibility checked, SP0709). Tensor maps come
 from a shared LRU keyed by everything a map encodes (a layer's weight is encoded once; a map is
 rewritten into the buffer only when its array moved). Then one ``cuLaunchKernel`` (or
-``cuLaunchKernelEx`` for clusters) through libcuda directly (``cudalib``).
+``cuLaunchKernelEx`` for clusters and programmatic dependent launches, ``pdl=True``: docs/language.md,
+"Programmatic dependent launch")
+through libcuda directly (``cudalib``).
 
 Nothing per call allocates device memory, copies, or synchronizes, so a prepared launch can be
 captured in a CUDA graph. Host arrays (numpy, CPU tensors) are refused (SP0733): they would need a
@@ -171,12 +173,7 @@ class PreparedLaunch:
         self._launch_ex = launcher._launch_kernel_ex
         self._block = launcher.block
         self._shared = launcher.dynamic_shared
-        self._config = None
-        if launcher._config is not None:
-            from ..backend.runtime import cudalib
-
-            self._config = (cudalib.cluster_config(self._block, self._shared, launcher.cluster)
-                            if isinstance(launcher._config, cudalib.LaunchConfig) else launcher._cluster_config())
+        self._config = launcher.new_config()  # its own (the grid and stream are set per launch)
         groups: dict[str, list[Any]] = {}
         for p in launcher.spec.params:
             groups.setdefault(_source_of(p), []).append(p)
@@ -410,11 +407,11 @@ class PreparedLaunch:
                     spec = layout_spec(p, tuple(info.shape), tuple(info.strides))
                     tmaps.append(nl.tmap_entry(source, self._offsets[p.name], spec.driver_arguments(info.ptr),
                                                info.ptr))
-        attr = nl.cluster_attribute(self.launcher.cluster)
+        block = nl.launch_attributes(self.launcher.cluster, self.launcher.pdl)
         words = nl.record_words(cudalib.handle_int(self._handle), self._dims, self._block, self._shared,
-                                ctypes.addressof(attr) if attr is not None else 0, params,
+                                ctypes.addressof(block) if block is not None else 0, params,
                                 self._buffer.layout.offsets, pointers, tmaps, self.device.ordinal)
-        return nl.NativeRecord(words, (self, attr), self.make_context_current)
+        return nl.NativeRecord(words, (self, block), self.make_context_current)
 
     def make_context_current(self, force: bool = False) -> None:
         """Make the context this launch's kernel is loaded in current on the calling thread, if

@@ -259,6 +259,7 @@ CODES: dict[str, str] = {
     "SP0723": "constexpr argument of the wrong kind",
     "SP0724": "malformed signature",
     "SP0725": "bad interpreter bound",
+    "SP0726": "bad `pdl=` (not a bool, or a device below sm_90)",
     "SP0730": "unsupported parameter kind",
     "SP0731": "no GPU to launch on",
     "SP0732": "prepared launch called with other arguments",

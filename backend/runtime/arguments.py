@@ -12,7 +12,7 @@ GPU; the device limits are passed in as data):
                       parameter buffer
 ``arrays.py``         array arguments (numpy, torch, ``__cuda_array_interface__``, DLPack): what
                       they are and the checks they must pass
-``launch_config.py``  grid, block, shared memory, cluster and ``stream=``
+``launch_config.py``  grid, block, shared memory, cluster, ``pdl`` and ``stream=``
 ``staging.py``        which host arrays share one device copy (:func:`shared_host_copy`)
 ====================  ===========================================================================
 
@@ -55,6 +55,7 @@ from .codes import (
     GRID,
     KERNEL_NOT_FOUND,
     NO_GPU,
+    PDL,
     READ_ONLY,
     SHARED_MEMORY,
     STREAM,
@@ -64,6 +65,7 @@ from .dtypes import DTYPES, DTypeInfo, array_dtype_matches, dtype_from_numpy, dt
 from .launch_config import (
     check_cluster,
     check_grid_fits_cluster,
+    check_pdl,
     check_shared_memory,
     normalize_block,
     normalize_grid,
@@ -91,11 +93,12 @@ from .staging import shared_host_copy
 __all__ = [
     "ANY_DEVICE", "ARG_ALIGNMENT", "ARG_CONTIGUOUS", "ARG_COUNT", "ARG_DEVICE", "ARG_DTYPE", "ARG_HOST_MEMORY",
     "ARG_KEYWORD", "ARG_KIND", "ARG_OVERLAP", "ARG_RANGE", "ARG_SHAPE", "BLOCK", "CLUSTER", "CONSTEXPR", "DRIVER",
-    "DTYPES", "FOREIGN_DEVICE", "GRID", "HOST", "KERNEL_NOT_FOUND", "MISSING", "NO_GPU", "READ_ONLY",
+    "DTYPES", "FOREIGN_DEVICE", "GRID", "HOST", "KERNEL_NOT_FOUND", "MISSING", "NO_GPU", "PDL", "READ_ONLY",
     "SHARED_MEMORY", "STREAM", "TENSOR_MAP", "UNKNOWN_DEVICE", "ArgumentBinder", "ArrayInfo", "ArrayParam",
     "ConstexprParam", "DTypeInfo", "DerivedParam", "ParamBuffer", "ParamSpec", "PointerParam", "ScalarParam",
     "SlotLayout", "array_dtype_matches", "check_array_argument", "check_cluster", "check_divisible",
-    "check_grid_fits_cluster", "check_shared_memory", "constexpr_equal", "derived_value", "describe_array", "dlpack",
+    "check_grid_fits_cluster", "check_pdl", "check_shared_memory", "constexpr_equal", "derived_value",
+    "describe_array", "dlpack",
     "dtype_from_numpy", "dtype_from_torch", "dtype_info", "encode_scalar", "host_view", "is_c_contiguous",
     "is_derived", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid", "numpy_dtype",
     "register_array_type", "scalar_writer", "shared_host_copy", "stream_handle", "torch_device_pointer",

@@ -27,6 +27,7 @@ SP0721  kernel name not found in the loaded module
 SP0722  parameter annotation the launcher cannot pass (``frontend/sema/specialize.py``)
 SP0723  constexpr argument of a kind that cannot be a compile-time constant
 SP0724  malformed ahead-of-time signature (``name=type`` / ``name=value`` items)
+SP0726  ``pdl=True`` (programmatic dependent launch) on a device below compute capability 9.0
 SP0750  host arrays that overlap without being the same memory, one of them written (copies would
         hide the writes from each other)
 ======  ===================================================================
@@ -55,4 +56,5 @@ CONSTEXPR = "SP0718"
 READ_ONLY = "SP0719"
 ARG_SHAPE = "SP0720"
 KERNEL_NOT_FOUND = "SP0721"
+PDL = "SP0726"
 ARG_OVERLAP = "SP0750"

@@ -12,16 +12,19 @@ keeps seeing every launch. Without libcuda (a machine without the NVIDIA driver)
 returns None and the runtime keeps using ``cuda.bindings``.
 
 Struct layouts follow ``cuda.h`` (CUDA 12/13): ``CUlaunchConfig`` and ``CUlaunchAttribute`` (a
-4-byte id, 4 bytes of padding, a 64-byte value union whose ``clusterDim`` is three unsigned ints);
+4-byte id, 4 bytes of padding, a 64-byte value union whose ``clusterDim`` is three unsigned ints and
+whose ``programmaticStreamSerializationAllowed`` is its first int);
 ``tests/backend/test_prepared.py`` checks them against ``cuda.bindings``' own structs.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from cuda.bindings import driver
@@ -30,6 +33,11 @@ _BOUND = {name: getattr(driver, name) for name in ("cuLaunchKernel", "cuLaunchKe
 """The bindings as imported: a call is routed to libcuda only while these are still in place."""
 
 CLUSTER_DIMENSION = int(driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+PROGRAMMATIC_STREAM_SERIALIZATION = int(
+    driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+"""The launch attribute of programmatic dependent launch (``pdl=True``: docs/language.md, "Programmatic
+dependent launch"): the kernel
+may start while the previous kernel in the stream still runs (it waits with ``griddepcontrol.wait``)."""
 _OK = driver.CUresult.CUDA_SUCCESS
 _OK_TUPLE = (_OK,)
 
@@ -108,17 +116,33 @@ def raw(name: str) -> Any:
     return getattr(lib, name) if lib is not None else None
 
 
-def cluster_config(block: tuple[int, int, int], shared: int, cluster: tuple[int, int, int]) -> LaunchConfig:
-    """A ``CUlaunchConfig`` with one cluster-dimension attribute (kept alive by the config)."""
-    attr = LaunchAttribute()
-    attr.id = CLUSTER_DIMENSION
-    attr.value[0], attr.value[1], attr.value[2] = cluster
+def attribute_list(cluster: Sequence[int], pdl: bool) -> list[LaunchAttribute]:
+    """The launch attributes of a launch: the cluster dimensions when the cluster has more than one
+    CTA, then programmatic stream serialization when ``pdl`` (empty: a plain ``cuLaunchKernel``)."""
+    attrs = []
+    if math.prod(cluster) > 1:
+        attr = LaunchAttribute()
+        attr.id = CLUSTER_DIMENSION
+        attr.value[0], attr.value[1], attr.value[2] = cluster
+        attrs.append(attr)
+    if pdl:
+        attr = LaunchAttribute()
+        attr.id = PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value[0] = 1  # programmaticStreamSerializationAllowed
+        attrs.append(attr)
+    return attrs
+
+
+def launch_config(block: tuple[int, int, int], shared: int, attributes: Sequence[LaunchAttribute]) -> LaunchConfig:
+    """A ``CUlaunchConfig`` with ``attributes`` (copied into an array the config keeps alive); the
+    caller sets the grid and the stream per launch."""
+    array = (LaunchAttribute * len(attributes))(*attributes)
     config = LaunchConfig()
     config.blockDimX, config.blockDimY, config.blockDimZ = block
     config.sharedMemBytes = shared
-    config.attrs = ctypes.pointer(attr)
-    config.numAttrs = 1
-    config._attribute = attr  # type: ignore[attr-defined]  # the config points at it
+    config.attrs = ctypes.cast(array, ctypes.POINTER(LaunchAttribute))
+    config.numAttrs = len(attributes)
+    config._attributes = array  # type: ignore[attr-defined]  # the config points at it
     return config
 
 

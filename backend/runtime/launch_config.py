@@ -1,5 +1,5 @@
-"""The launch configuration: grid, block, shared memory and cluster, checked against a device's
-limits (a :class:`~sparsile.backend.runtime.devices.DeviceInfo` or any object with the same
+"""The launch configuration: grid, block, shared memory, cluster and programmatic dependent launch,
+checked against a device's limits (a :class:`~sparsile.backend.runtime.devices.DeviceInfo` or any object with the same
 attributes, so that tests pass their own), and ``stream=`` arguments read as ``CUstream`` handles."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...frontend.diagnostics import LaunchError
-from .codes import BLOCK, CLUSTER, GRID, SHARED_MEMORY, STREAM
+from .codes import BLOCK, CLUSTER, GRID, PDL, SHARED_MEMORY, STREAM
 from .scalars import describe_value
 
 if TYPE_CHECKING:
@@ -94,6 +94,26 @@ def check_cluster(cluster: Any, limits: DeviceInfo) -> tuple[int, int, int]:
         raise LaunchError(CLUSTER, f"cluster {dims} has {size} blocks; {limits.name} allows at most "
                           f"{limits.max_cluster_size}", "use a smaller cluster")
     return dims
+
+
+PDL_CAPABILITY = (9, 0)
+"""Programmatic dependent launch (``griddepcontrol``, the programmatic stream serialization launch
+attribute) needs compute capability 9.0 or later (docs/language.md, "Programmatic dependent launch")."""
+
+
+def check_pdl(pdl: Any, limits: DeviceInfo) -> bool:
+    """The ``pdl`` launch option, checked against the device: a bool, and True only on compute
+    capability 9.0 or later (LaunchError SP0726)."""
+    if not isinstance(pdl, bool):
+        raise LaunchError(PDL, f"pdl must be True or False, got {describe_value(pdl)}",
+                          "pass pdl=True to let the kernel start while the previous kernel in the stream runs")
+    if pdl and tuple(limits.compute_capability) < PDL_CAPABILITY:
+        major, minor = limits.compute_capability
+        raise LaunchError(PDL, f"programmatic dependent launch (pdl=True) needs compute capability 9.0 or later; "
+                          f"{limits.name} is sm_{major}{minor}",
+                          "launch without pdl=True on this device (the kernel then starts after the previous "
+                          "kernel in the stream has finished)")
+    return pdl
 
 
 def check_grid_fits_cluster(grid: tuple[int, int, int], cluster: tuple[int, int, int]) -> None:

@@ -2,7 +2,8 @@
 
 Per-parameter converters and the parameter buffer are built once; a call binds the arguments,
 converts each one straight into its slot of the buffer, and calls ``cuLaunchKernel``
-(``cuLaunchKernelEx`` with a cluster-dimension attribute when the cluster is not 1x1x1) with
+(``cuLaunchKernelEx`` with launch attributes when the cluster is not 1x1x1 or the launch is a
+programmatic dependent one, ``pdl=True``: docs/language.md, "Programmatic dependent launch") with
 ``kernelParams`` = the address of a ``void*`` array pointing at the slots: for a loaded kernel
 straight from libcuda through ctypes (``cudalib.py``: cuda.bindings' argument conversion costs
 microseconds per call), else through cuda.bindings. Host arrays are copied in and out around the
@@ -46,6 +47,7 @@ from .dtypes import DTYPES
 from .launch_config import (
     check_cluster,
     check_grid_fits_cluster,
+    check_pdl,
     check_shared_memory,
     normalize_block,
     normalize_grid,
@@ -88,11 +90,13 @@ class Launcher:
     """Launches one compiled kernel. Built once per compiled kernel; ``launcher(grid, args,
     kwargs, stream=...)`` converts the arguments into the preallocated parameter buffer and
     launches. ``block`` (or ``num_warps``), ``dynamic_shared`` and ``cluster`` are fixed at
-    compile time; ``static_shared`` defaults to what the driver reports for the kernel."""
+    compile time; ``static_shared`` defaults to what the driver reports for the kernel. ``pdl``:
+    every launch is a programmatic dependent launch (the programmatic stream serialization
+    attribute: the kernel may start while the previous kernel in the stream runs; sm_90+, SP0726)."""
 
     def __init__(self, function: KernelFunction, spec: ParamSpec, *, num_warps: int | None = None,
                  block: Any = None, static_shared: int | None = None, dynamic_shared: int = 0,
-                 cluster: Any = (1, 1, 1), allow_host_copies: bool = True):
+                 cluster: Any = (1, 1, 1), pdl: bool = False, allow_host_copies: bool = True):
         self.function = function
         self.spec = spec
         self.device: DeviceInfo = function.module.device
@@ -105,6 +109,7 @@ class Launcher:
         self.dynamic_shared = int(dynamic_shared)
         check_shared_memory(self.static_shared, self.dynamic_shared, self.device)
         self.cluster = check_cluster(cluster, self.device)
+        self.pdl = check_pdl(pdl, self.device)
         required = attrs.required_cluster
         if any(required) and tuple(max(r, 1) for r in required) != self.cluster:
             raise LaunchError(CLUSTER, f"the kernel was compiled for cluster {required}, but the launcher "
@@ -123,10 +128,8 @@ class Launcher:
         self._launch_kernel_ex = raw_ex or driver.cuLaunchKernelEx
         self._tensor_maps = TensorMapCache(TENSOR_MAP_CACHE_SIZE)
         self._build_buffer()
-        self._config = None
-        if math.prod(self.cluster) > 1:
-            self._config = (cudalib.cluster_config(self.block, self.dynamic_shared, self.cluster) if raw_ex
-                            else self._cluster_config())
+        self._raw_ex = raw_ex is not None
+        self._config = self.new_config()
         self._last_grid: Any = None
         self._last_grid_type: type = _NoGrid
         self._last_dims: tuple[int, int, int] = (1, 1, 1)
@@ -165,16 +168,32 @@ class Launcher:
                 p, offsets[p.name], self._info_slot[user_index[p.source]])
             for p in derived]
 
-    def _cluster_config(self) -> Any:
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = self.cluster
+    def new_config(self) -> Any:
+        """A fresh ``CUlaunchConfig`` of this launcher's block, shared memory and launch attributes
+        (the cluster dimensions, programmatic stream serialization), of the kind its
+        ``cuLaunchKernelEx`` takes (a ctypes one for libcuda, else cuda.bindings'); the caller sets
+        the grid and the stream. None when no attribute is needed (a plain ``cuLaunchKernel``)."""
+        if math.prod(self.cluster) <= 1 and not self.pdl:
+            return None
+        if self._raw_ex:
+            attributes = cudalib.attribute_list(self.cluster, self.pdl)
+            return cudalib.launch_config(self.block, self.dynamic_shared, attributes)
+        attrs = []
+        if math.prod(self.cluster) > 1:
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = self.cluster
+            attrs.append(attr)
+        if self.pdl:
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
         config = driver.CUlaunchConfig()
         config.blockDimX, config.blockDimY, config.blockDimZ = self.block
         config.sharedMemBytes = self.dynamic_shared
-        config.attrs = [attr]
-        config.numAttrs = 1
-        self._cluster_attribute = attr  # kept alive alongside the config that refers to it
+        config.attrs = attrs  # cuda.bindings copies the attributes into the config's own array
+        config.numAttrs = len(attrs)
         return config
 
     def _array_info(self, name: str, value: Any, call: Call, what: str, info: ArrayInfo | None = None
@@ -361,7 +380,7 @@ class Launcher:
                 if err != SUCCESS:
                     self._launch_failed(err, dims, handle)
             else:
-                self._launch_cluster(dims, handle)
+                self._launch_ex(dims, handle)
             launched = True
         finally:
             try:
@@ -375,7 +394,7 @@ class Launcher:
         """``launcher.launch(grid, x, y, n=...)``: the same as ``launcher(grid, args, kwargs)``."""
         self(grid, args, kwargs, stream=stream)
 
-    def _launch_cluster(self, dims: tuple[int, int, int], stream: int) -> None:
+    def _launch_ex(self, dims: tuple[int, int, int], stream: int) -> None:
         config = self._config
         config.gridDimX, config.gridDimY, config.gridDimZ = dims
         config.hStream = stream

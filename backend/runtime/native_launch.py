@@ -2,7 +2,7 @@
 
 A record is an int64 array: a header (``R_*`` word indices: armed, the ``CUfunction``, grid, block,
 dynamic shared memory, the number of kernel parameters, the parameter bytes, pointer slots, tensor
-maps, a cluster launch attribute, the CUresult of a failed launch, the device ordinal), then each
+maps, the address of a launch-attribute block, the CUresult of a failed launch, the device ordinal), then each
 kernel parameter's byte offset, the pointer slots (source, byte offset, alignment mask), the tensor
 -map entries (:func:`tmap_entry`) and the packed parameter bytes (:func:`record_words`). A *source*
 names the buffer a slot takes per call. Everything else is fixed in the packed bytes.
@@ -12,8 +12,9 @@ concurrent calls never share a buffer; ``cuLaunchKernel`` copies ``kernelParams`
 returns), writes the call's buffer addresses into the pointer slots (a set bit of a slot's mask, a
 16-byte alignment the specialization assumed, or a missing buffer: not launched), re-encodes in that
 stack copy (``cuTensorMapEncodeTiled``) the tensor map of every buffer not at the address the
-record's map was encoded for, and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` with a cluster
-attribute). Two native launchers share it, text for text: the JAX CUDA handler
+record's map was encoded for, and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` with the launch
+attributes of the record's block: :class:`AttributeBlock`, a cluster and/or programmatic dependent
+launch). Two native launchers share it, text for text: the JAX CUDA handler
 (integrations/jax/native_ir.py, docs/jax.md) and :class:`RecordLauncher`, which launches a record
 with three addresses and a stream given by the caller (the torch launch record, docs/torch.md).
 The core expects, in the function it is pasted into: ``%rec`` (the record), ``%state`` (the global
@@ -25,6 +26,7 @@ blocks ``%slow`` (not launched), ``%done`` and ``%failed`` (``%err``: the launch
 from __future__ import annotations
 
 import ctypes as c
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -199,10 +201,13 @@ launch_ex:
   store i32 %sh, ptr %c6
   %cs = getelementptr i8, ptr %cfg, i64 {CFG_STREAM}
   store ptr %strm, ptr %cs
+  %at_count = load i64, ptr %at
+  %at_n = trunc i64 %at_count to i32
+  %at_list = getelementptr i8, ptr %at, i64 {BLOCK_ATTRS}
   %ca = getelementptr i8, ptr %cfg, i64 {CFG_ATTRS}
-  store ptr %at, ptr %ca
+  store ptr %at_list, ptr %ca
   %cn = getelementptr i8, ptr %cfg, i64 {CFG_NATTRS}
-  store i32 1, ptr %cn
+  store i32 %at_n, ptr %cn
   %lkx_p = getelementptr i64, ptr %state, i64 1
   %lkx = load ptr, ptr %lkx_p
   %err_ex = call i32 %lkx(ptr %cfg, ptr %fn, ptr %ptrs, ptr null)
@@ -264,16 +269,17 @@ slow:
 whose sources are 0, 1, 2 (address 0: no buffer). 0: launched; -1: not launched (a misaligned or
 missing buffer, a failed encode); a positive CUresult: the launch failed (also stored in the
 record's ``R_ERROR`` word). ``{STATE}``: the address of the state array; ``{CFG_*}``: offsets in
-``CUlaunchConfig``."""
+``CUlaunchConfig``; ``{BLOCK_ATTRS}``: the offset of the attributes in an :class:`AttributeBlock`."""
 
 
 def launch_config_constants() -> dict[str, int]:
-    """The ``{CFG_*}`` placeholders of :data:`LAUNCH_CORE_IR`: byte offsets in ``CUlaunchConfig``."""
+    """The ``{CFG_*}`` placeholders of :data:`LAUNCH_CORE_IR` (byte offsets in ``CUlaunchConfig``)
+    and ``{BLOCK_ATTRS}`` (the offset of the attribute array in an :class:`AttributeBlock`)."""
     from .cudalib import LaunchConfig
 
     assert c.sizeof(LaunchConfig) <= 64  # the core's %cfg is 8 words
     return {"CFG_STREAM": LaunchConfig.hStream.offset, "CFG_ATTRS": LaunchConfig.attrs.offset,
-            "CFG_NATTRS": LaunchConfig.numAttrs.offset}
+            "CFG_NATTRS": LaunchConfig.numAttrs.offset, "BLOCK_ATTRS": _attribute_block().attrs.offset}
 
 
 def fill(text: str, values: dict[str, int]) -> str:
@@ -329,8 +335,8 @@ def record_words(function: int, grid: Sequence[int], block: Sequence[int], share
     """A record: ``pointers`` are (source, byte offset, alignment mask) of each pointer slot (an
     address with a bit of the mask set goes to the slow path, whose launcher reports it), ``tmaps`` entries of
     :func:`tmap_entry`; a source is ``i`` for operand i and ``-1 - j`` for result j. ``attrs``: the
-    address of a cluster launch attribute (then ``cuLaunchKernelEx``), or 0. ``ordinal``: the device
-    the kernel is loaded on (a call XLA runs on another device goes to the slow path)."""
+    address of an ``AttributeBlock`` (:func:`launch_attributes`: then ``cuLaunchKernelEx``), or 0.
+    ``ordinal``: the device the kernel is loaded on (a call XLA runs on another device goes to the slow path)."""
     padded = params + bytes(-len(params) % 8 or (8 if not params else 0))
     words = [0] * R_DATA
     words[R_ARMED], words[R_FUNCTION] = 1, function
@@ -376,26 +382,47 @@ class RecordLauncher:
                 "launch_failures": self.state[G_FAILS]}
 
 
-def cluster_attribute(cluster: Sequence[int]) -> Any:
-    """A ``CUlaunchAttribute`` of the cluster dimensions (its address goes into a record's
-    ``R_ATTRS``; keep it alive with the record), or None for a single-CTA cluster."""
-    import math
+MAX_ATTRIBUTES = 2
+"""The launch attributes a record may carry: the cluster dimensions, programmatic stream serialization."""
 
-    from . import cudalib
 
-    if math.prod(cluster) <= 1:
+@functools.cache
+def _attribute_block() -> type[c.Structure]:
+    """:class:`AttributeBlock`'s ctypes type (built on first use: it needs cuda.bindings' constants)."""
+    from .cudalib import LaunchAttribute
+
+    class AttributeBlock(c.Structure):
+        """A record's launch attributes (``R_ATTRS`` holds its address): ``count``, then
+        ``CUlaunchAttribute attrs[MAX_ATTRIBUTES]``; the native launch passes ``count`` and the
+        address of ``attrs`` to ``cuLaunchKernelEx``."""
+
+        _fields_ = [("count", c.c_int64), ("attrs", LaunchAttribute * MAX_ATTRIBUTES)]
+
+    return AttributeBlock
+
+
+def launch_attributes(cluster: Sequence[int], pdl: bool = False) -> Any:
+    """The attribute block of a record launching with ``cluster`` and ``pdl`` (its address goes into
+    the record's ``R_ATTRS``; keep it alive with the record): the cluster dimensions when the
+    cluster has more than one CTA, programmatic stream serialization when ``pdl``. None when there
+    is neither (a plain ``cuLaunchKernel``)."""
+    from .cudalib import attribute_list
+
+    attrs = attribute_list(cluster, pdl)
+    if not attrs:
         return None
-    attr = cudalib.LaunchAttribute()
-    attr.id = cudalib.CLUSTER_DIMENSION
-    attr.value[0], attr.value[1], attr.value[2] = cluster
-    return attr
+    block = _attribute_block()()
+    block.count = len(attrs)
+    for i, attr in enumerate(attrs):
+        block.attrs[i] = attr
+    return block
 
 
 @dataclass(frozen=True)
 class NativeRecord:
     """A prepared launch as a record (``PreparedLaunch.native_record``, driver/prepared.py): its
     ``words``; ``keep``, what the record's handles and addresses belong to (the prepared launch,
-    and so its launcher and module; a cluster attribute): keep it alive with the record;
+    and so its launcher and module; its launch-attribute block): keep it alive with the record;
     ``context_current(force=False)``, called before a native launch, makes the context the
     kernel is loaded in current on the calling thread (a prepared launch does the same before it
     launches); ``force``: also when the thread's cache says it is current."""

@@ -17,7 +17,8 @@ compiler involved). Per call it
    addresses into the pointer slots (checking the 16-byte alignment a specialization assumed),
    re-encodes in that stack copy (``cuTensorMapEncodeTiled``) the TMA tensor map of every buffer
    that is not at the address the record's map was encoded for, builds the ``void*`` array on the
-   stack and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` with a cluster attribute) from libcuda;
+   stack and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` with the launch attributes of a cluster
+   or of ``pdl=True``) from libcuda;
 4. anything else (unknown plan, unarmed record, a misaligned buffer, a failing Stream_Get, encode
    or launch) goes to the Python handler, which does the whole call (and its diagnostics) and then
    arms the plan's record from a packing of the same arguments (:meth:`Launcher.snapshot`).
@@ -55,6 +56,8 @@ from ...backend.runtime.native_launch import (
     R_ORDINAL,
     compile_ir,
     fill,
+    launch_attributes,
+    launch_config_constants,
     libcuda_entry_points,
     record_words,
     tmap_entry,
@@ -105,8 +108,7 @@ def _constants() -> dict[str, int]:
         "OG_ORDINAL": _offset(ffi._OrdinalGetArgs, "device_ordinal"),
         "SG_CTX": _offset(ffi._StreamGetArgs, "ctx"), "SG_STREAM": _offset(ffi._StreamGetArgs, "stream"),
         "NAME0": int.from_bytes(name[:8], "little"), "NAME1": int.from_bytes(name[5:13], "little"),
-        "CFG_SIZE": c.sizeof(LaunchConfig), "CFG_STREAM": LaunchConfig.hStream.offset,
-        "CFG_ATTRS": LaunchConfig.attrs.offset, "CFG_NATTRS": LaunchConfig.numAttrs.offset,
+        "CFG_SIZE": c.sizeof(LaunchConfig), **launch_config_constants(),  # CFG_*, BLOCK_ATTRS
         "EXECUTE": ffi._STAGE_EXECUTE, "METADATA": ffi._EXTENSION_METADATA,
     }
 
@@ -175,7 +177,7 @@ def launch_failed(record: Any) -> int:
 
 
 _handler: NativeHandler | None = None
-_keep: list[Any] = []  # cluster launch attributes the records point at
+_keep: list[Any] = []  # the launch-attribute blocks the records point at
 DISABLED: dict[int, str] = {}
 """Plans left on the slow path for good, with the reason (a failed fast launch, an unreplayable call)."""
 _WARNED: set[str] = set()  # record-builder errors already warned about
@@ -246,8 +248,6 @@ def arm(plan_id: int, plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuf
 
 def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer], ordinal: int) -> list[int] | None:
     """The record of ``plan`` for these buffers, packed by the launcher itself (Launcher.snapshot)."""
-    import math
-
     from ...backend.runtime import cudalib
     from ...backend.runtime.arrays import describe_array
     from ...backend.runtime.launch_config import normalize_grid
@@ -274,12 +274,10 @@ def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]
         info = describe_array(DeviceView(buf, ordinal), 0)
         tmaps.append(tmap_entry(source, offset_of[p.name], p.spec_for(info).driver_arguments(buf.ptr), buf.ptr))
     attrs = 0
-    if math.prod(launcher.cluster) > 1:
-        attr = cudalib.LaunchAttribute()
-        attr.id = cudalib.CLUSTER_DIMENSION
-        attr.value[0], attr.value[1], attr.value[2] = launcher.cluster
-        _keep.append(attr)
-        attrs = c.addressof(attr)
+    block = launch_attributes(launcher.cluster, launcher.pdl)
+    if block is not None:
+        _keep.append(block)
+        attrs = c.addressof(block)
     return record_words(cudalib.handle_int(launcher.function.handle), normalize_grid(plan.grid, launcher.device),
                         launcher.block, launcher.dynamic_shared, attrs, params, offsets, pointers, tmaps,
                         ordinal)

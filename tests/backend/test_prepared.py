@@ -120,7 +120,7 @@ def gpu(monkeypatch):
         spec = launch.param_spec(kernel, bindings, ck.params, stores)
         fn = SimpleNamespace(module=FakeModule(), attributes=ATTRS, handle=0x500,
                              set_max_dynamic_shared=lambda n: None)
-        launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, cluster=ck.cluster)
+        launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, cluster=ck.cluster, pdl=ck.pdl)
         launcher._launch_kernel = recorder
         launcher.spec_has_tensormaps = any(p.kind == "tensormap" for p in spec.params)
         launcher.written = stores
@@ -449,20 +449,27 @@ def test_prepared_tensor_maps_are_shared_and_evicted_least_recently_used(monkeyp
 
 
 def test_ctypes_launch_structs_match_cuda_bindings():
-    mine = cudalib.cluster_config((288, 1, 1), 41024, (2, 1, 1))
+    mine = cudalib.launch_config((288, 1, 1), 41024, cudalib.attribute_list((2, 1, 1), True))
     mine.gridDimX, mine.gridDimY, mine.gridDimZ, mine.hStream = 5, 6, 7, 0x1234
     theirs = driver.CUlaunchConfig()
     theirs.gridDimX, theirs.gridDimY, theirs.gridDimZ = 5, 6, 7
     theirs.blockDimX, theirs.blockDimY, theirs.blockDimZ = 288, 1, 1
     theirs.sharedMemBytes, theirs.hStream = 41024, 0x1234
-    attr = driver.CUlaunchAttribute()
-    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 2, 1, 1
-    theirs.attrs, theirs.numAttrs = [attr], 1
+    cluster = driver.CUlaunchAttribute()
+    cluster.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z = 2, 1, 1
+    pdl = driver.CUlaunchAttribute()
+    pdl.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    pdl.value.programmaticStreamSerializationAllowed = 1
+    theirs.attrs, theirs.numAttrs = [cluster, pdl], 2
     assert ctypes.sizeof(cudalib.LaunchConfig) == 56 and ctypes.sizeof(cudalib.LaunchAttribute) == 72
     raw_mine, raw_theirs = ctypes.string_at(ctypes.addressof(mine), 56), ctypes.string_at(theirs.getPtr(), 56)
     assert raw_mine[:40] == raw_theirs[:40] and raw_mine[48:52] == raw_theirs[48:52]  # 40..48: the attrs pointer
-    assert ctypes.string_at(ctypes.addressof(mine._attribute), 72) == ctypes.string_at(attr.getPtr(), 72)
+    their_attrs = ctypes.c_void_p.from_address(theirs.getPtr() + cudalib.LaunchConfig.attrs.offset).value
+    assert ctypes.cast(mine.attrs, ctypes.c_void_p).value == ctypes.addressof(mine._attributes)
+    assert ctypes.string_at(ctypes.addressof(mine._attributes), 144) == ctypes.string_at(their_attrs, 144)
+    assert cudalib.attribute_list((1, 1, 1), False) == []
+    assert [a.id for a in cudalib.attribute_list((1, 1, 1), True)] == [cudalib.PROGRAMMATIC_STREAM_SERIALIZATION]
 
 
 def test_launcher_routes_launches_through_libcuda(monkeypatch):
@@ -483,6 +490,67 @@ def test_launcher_routes_launches_through_libcuda(monkeypatch):
     monkeypatch.setattr(driver, "cuLaunchKernel", lambda *a: (OK,))  # a patched binding is respected
     assert runtime.Launcher(fn, A.ParamSpec((A.PointerParam("x", "f32"),)), num_warps=1)._launch_kernel \
         is driver.cuLaunchKernel
+
+
+def test_prepared_pdl_launch_passes_the_attribute_through_cuda_bindings(gpu, monkeypatch):
+    """A prepared launch of a ``pdl=True`` launcher (here forced on a kernel compiled without it)
+    launches through cuda.bindings' cuLaunchKernelEx with programmatic stream serialization, the
+    same parameter bytes as a plain launch, its grid and stream."""
+    seen = []
+    pdl_id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+    def launch_ex(config, f, params, extra):
+        pointers = (ctypes.c_void_p * 4).from_address(params)
+        data = [ctypes.string_at(p, n) for p, n in zip(pointers, [8, 8, 8, 4])]
+        seen.append(((config.gridDimX, config.gridDimY, config.gridDimZ), int(config.hStream), config.numAttrs,
+                     [(a.id, a.value.programmaticStreamSerializationAllowed) for a in config.attrs], data))
+        return (OK,)
+
+    kernel = vadd()
+    monkeypatch.setitem(kernel.__dict__, "_launchers", {})  # a launcher of its own, forgotten afterwards
+    monkeypatch.setattr(driver, "cuLaunchKernelEx", launch_ex)
+    real = runtime.Launcher
+    monkeypatch.setattr(runtime, "Launcher", lambda *args, **kwargs: real(*args, **{**kwargs, "pdl": True}))
+    x, y, out = arrays()
+    made = kernel[(4,)].prepare(x, y, out, 1024, BLOCK=256)
+    made(x, y, out, 992, stream=0x42)
+    assert seen == [((4, 1, 1), 0x42, 1, [(pdl_id, 1)], [q(x.data_ptr()), q(y.data_ptr()), q(out.data_ptr()),
+                                                          struct.pack("<i", 992)])]
+    assert gpu.launches == []  # nothing went through cuLaunchKernel
+
+
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
+def test_pdl_launches_go_through_raw_cuLaunchKernelEx(monkeypatch, cluster):
+    """With libcuda's raw entry points a ``pdl=True`` launcher and its prepared launches pass ctypes
+    configs (each its own) whose attributes are the cluster's (if any), then programmatic stream
+    serialization."""
+    calls = []
+
+    def raw_launch_ex(config, f, params, extra):
+        attrs = [(config.attrs[i].id, tuple(config.attrs[i].value[:3])) for i in range(config.numAttrs)]
+        calls.append((id(config), (config.gridDimX, config.gridDimY, config.gridDimZ),
+                      (config.blockDimX, config.blockDimY, config.blockDimZ), config.hStream, attrs, f, params))
+        return (OK,)
+
+    monkeypatch.setattr(cudalib, "_library", SimpleNamespace(cuLaunchKernel=None, cuLaunchKernelEx=raw_launch_ex,
+                                                            cuTensorMapEncodeTiled=None))
+    monkeypatch.setattr(cudalib, "_tried", True)
+    monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
+    fn = runtime.KernelFunction(FakeModule(), "k", driver.CUfunction(0x500))
+    fn._attributes = ATTRS
+    spec = A.ParamSpec((A.PointerParam("x", "f32"),))
+    launcher = runtime.Launcher(fn, spec, num_warps=1, cluster=cluster, pdl=True)
+    assert isinstance(launcher._config, cudalib.LaunchConfig)
+    launcher(4, (0x1000,), stream=7)
+    expected = ([(cudalib.CLUSTER_DIMENSION, cluster)] if cluster != (1, 1, 1) else []) + \
+        [(cudalib.PROGRAMMATIC_STREAM_SERIALIZATION, (1, 0, 0))]
+    assert calls[-1][1:6] == ((4, 1, 1), (32, 1, 1), 7, expected, 0x500)
+    kernel = SimpleNamespace(name="k", params=[ParamInfo("x", T.PointerType(T.f32))])
+    x = FakeCudaTensor(0x7F00_0000_0000, (16,))
+    made = PreparedLaunch(kernel, launcher, {"x": x}, {"x": ArgSpec.of(T.PointerType(T.f32), True)}, [0], (2,))
+    made(x, stream=9)
+    assert calls[-1][1:6] == ((2, 1, 1), (32, 1, 1), 9, expected, 0x500)
+    assert calls[-1][0] != calls[0][0] and made._config is not launcher._config  # its own config
 
 
 def test_fast_entry_falls_back_to_the_launcher_for_host_arrays():

@@ -272,29 +272,49 @@ def test_tensor_map_parameters(monkeypatch):
     assert exc.value.code == A.ARG_SHAPE
 
 
-def test_cluster_launch_uses_launch_kernel_ex(monkeypatch):
+@pytest.mark.parametrize("cluster,pdl", [((2, 1, 1), False), ((1, 1, 1), True), ((2, 1, 1), True)])
+def test_cluster_and_pdl_launches_use_launch_kernel_ex(monkeypatch, cluster, pdl):
     gpu = EmulatedGpu(monkeypatch)
     seen = []
+    cluster_id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    pdl_id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
     def launch_ex(config, f, params, extra):
+        attrs = [(a.id, (a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z) if a.id == cluster_id
+                  else a.value.programmaticStreamSerializationAllowed) for a in config.attrs[:config.numAttrs]]
         seen.append(((config.gridDimX, config.gridDimY, config.gridDimZ),
                      (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
-                     int(config.hStream), config.numAttrs, config.attrs[0].id,
-                     (config.attrs[0].value.clusterDim.x, config.attrs[0].value.clusterDim.y,
-                      config.attrs[0].value.clusterDim.z), gpu.read_params(params, [8])))
+                     int(config.hStream), config.numAttrs, attrs, gpu.read_params(params, [8])))
         return (OK,)
 
     spec = A.ParamSpec((A.PointerParam("out", "u32"),))
-    launcher = Launcher(FakeFunction(), spec, num_warps=2, cluster=(2, 1, 1), dynamic_shared=4096)
+    launcher = Launcher(FakeFunction(), spec, num_warps=2, cluster=cluster, dynamic_shared=4096, pdl=pdl)
     launcher._launch_kernel_ex = launch_ex
     launcher((8, 2), (0xA000,), stream=7)
-    grid, block, smem, stream, nattrs, attr_id, cluster, params = seen[-1]
+    grid, block, smem, stream, nattrs, attrs, params = seen[-1]
     assert grid == (8, 2, 1) and block == (64, 1, 1) and smem == 4096 and stream == 7
-    assert nattrs == 1 and attr_id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    assert cluster == (2, 1, 1) and params == [q(0xA000)]
+    expected = ([(cluster_id, cluster)] if cluster != (1, 1, 1) else []) + ([(pdl_id, 1)] if pdl else [])
+    assert nattrs == len(expected) and attrs == expected and params == [q(0xA000)]
+    if cluster != (1, 1, 1):
+        with pytest.raises(LaunchError) as exc:
+            launcher(7, (0xA000,))
+        assert exc.value.code == A.CLUSTER
+
+
+def test_pdl_option_is_checked():
+    spec = A.ParamSpec(())
     with pytest.raises(LaunchError) as exc:
-        launcher(7, (0xA000,))
-    assert exc.value.code == A.CLUSTER
+        Launcher(FakeFunction(), spec, pdl=1)
+    assert exc.value.code == A.PDL and str(exc.value).startswith("error[SP0726]: pdl must be True or False, got")
+    ampere = FakeModule()
+    ampere.device = dataclasses.replace(H200, name="NVIDIA A100", compute_capability=(8, 0), max_cluster_size=1)
+    Launcher(FakeFunction(module=ampere), spec)
+    with pytest.raises(LaunchError) as exc:
+        Launcher(FakeFunction(module=ampere), spec, pdl=True)
+    assert exc.value.code == A.PDL
+    assert exc.value.message == ("programmatic dependent launch (pdl=True) needs compute capability 9.0 or later; "
+                                 "NVIDIA A100 is sm_80")
+    assert "launch without pdl=True" in exc.value.help
 
 
 def test_construction_checks():
@@ -438,11 +458,12 @@ def test_without_a_gpu():
 
 
 @pytest.mark.skipif(runtime.has_gpu(), reason="relies on the driver library being absent")
-@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
-def test_driver_accepts_our_launch_arguments(cluster):
+@pytest.mark.parametrize("cluster,pdl", [((1, 1, 1), False), ((2, 1, 1), False), ((1, 1, 1), True),
+                                         ((2, 1, 1), True)])
+def test_driver_accepts_our_launch_arguments(cluster, pdl):
     # cuda-python converts every argument before it loads libcuda: a well-typed cuLaunchKernel /
     # cuLaunchKernelEx call fails on the missing library here, never with a TypeError.
-    launcher = Launcher(FakeFunction(handle=driver.CUfunction()), VADD, cluster=cluster)
+    launcher = Launcher(FakeFunction(handle=driver.CUfunction()), VADD, cluster=cluster, pdl=pdl)
     with pytest.raises(Exception) as exc:
         launcher(2, (0x10, 0x20, 0x30, 4), stream=0x1234)
     assert type(exc.value).__name__ == "DynamicLibNotFoundError", exc.value

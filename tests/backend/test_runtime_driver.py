@@ -158,9 +158,12 @@ class FakeDriver:
         return (OK,)
 
     def launch_ex(self, config, f, params, extra):
-        cluster = config.attrs[0].value.clusterDim
-        self.launches.append(("ex", (config.gridDimX, config.gridDimY, config.gridDimZ), (cluster.x, cluster.y,
-                                                                                           cluster.z),
+        attrs = config.attrs[:config.numAttrs]
+        cluster = next(((a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z) for a in attrs
+                        if a.id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), (1, 1, 1))
+        self.pdl_values = [a.value.programmaticStreamSerializationAllowed for a in attrs if a.id ==
+                           driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+        self.launches.append(("ex", (config.gridDimX, config.gridDimY, config.gridDimZ), cluster,
                               config.sharedMemBytes, int(config.hStream), self._read_params(params)))
         return (OK,)
 
@@ -263,3 +266,30 @@ def test_measure_launch_overhead_runs(fake):
     result = runtime.measure_launch_overhead(20)
     assert result.n == 20 and result.driver_us > 0 and result.launcher_int_us > 0 and result.launcher_buffer_us > 0
     assert sum(1 for launch in fake.launches if launch[0] == "plain") >= 3 * 20
+
+
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
+def test_pdl_launch_passes_programmatic_stream_serialization(fake, cluster):
+    """``pdl=True``: every launch is a cuLaunchKernelEx whose attributes hold the cluster (when it
+    has more than one CTA) and programmatic stream serialization, allowed."""
+    module = runtime.load_module(b"\x7fELF fake cubin")
+    spec = A.ParamSpec((A.PointerParam("out", "u16"),))
+    launcher = runtime.Launcher(module.function("axpy"), spec, num_warps=4, cluster=cluster, pdl=True)
+    fake.param_sizes = [8]
+    out = runtime.DeviceBuffer.empty((64,), "u16")
+    launcher((4, 2), (out,), stream=0x51)
+    kind, grid, seen_cluster, smem, stream, params = fake.launches[-1]
+    assert (kind, grid, seen_cluster, smem, stream) == ("ex", (4, 2, 1), cluster, 0, 0x51)
+    assert fake.pdl_values == [1] and params == [out.ptr.to_bytes(8, "little")]
+
+
+def test_pdl_is_refused_below_compute_capability_9(fake, monkeypatch):
+    monkeypatch.setitem(DEVICE_ATTRIBUTES, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", 8)
+    module = runtime.load_module(b"\x7fELF fake cubin")
+    spec = A.ParamSpec((A.PointerParam("out", "u16"),))
+    runtime.Launcher(module.function("axpy"), spec, num_warps=4)  # a plain launch is fine
+    with pytest.raises(LaunchError) as exc:
+        runtime.Launcher(module.function("axpy"), spec, num_warps=4, pdl=True)
+    assert exc.value.code == "SP0726"
+    assert str(exc.value).startswith("error[SP0726]: programmatic dependent launch (pdl=True) needs compute "
+                                     "capability 9.0 or later; NVIDIA H200 is sm_80")

@@ -39,6 +39,9 @@ def kernel(**options: object) -> sp.Kernel:
     ("maxnreg", 0, "maxnreg must be an integer from 24 to 255 registers per thread, found 0"),
     ("maxnreg", 256, "maxnreg must be an integer from 24 to 255 registers per thread, found 256"),
     ("target", 90, "target must be a target name such as \"sm_90a\", found 90"),
+    ("pdl", 1, "pdl must be True or False, found 1"),
+    ("pdl", "yes", "pdl must be True or False, found 'yes'"),
+    ("pdl", None, "pdl must be True or False, found None"),
 ])
 def test_bad_option_values_are_sp0242(option: str, value: object, message: str) -> None:
     with pytest.raises(CompileError) as info:
@@ -51,6 +54,7 @@ def test_bad_option_values_are_sp0242(option: str, value: object, message: str) 
 @pytest.mark.parametrize("options", [
     {"num_warps": 1}, {"num_warps": 6}, {"num_warps": np.int64(8)}, {"num_stages": 0}, {"maxnreg": None},
     {"maxnreg": 24}, {"maxnreg": 255}, {"target": "sm_100a"}, {"num_ctas": 1}, {"cluster": (2, 1, 1)},
+    {"pdl": True}, {"pdl": False},
 ])
 def test_good_option_values_pass(options: dict) -> None:
     check_options(options)
@@ -137,3 +141,74 @@ def test_max_ops_none_and_positive_run() -> None:
     kernel().interpret[(1,)](x, 16, max_ops=None)
     kernel().interpret[(1,)](x, 16, max_ops=10_000)
     np.testing.assert_array_equal(x, np.arange(16, dtype=np.float32) + 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# pdl=True (programmatic dependent launch, docs/language.md): an option like cluster=
+
+
+def test_pdl_decorator_option_is_kept_and_checked() -> None:
+    k = sp.loads(SOURCE.replace("@kernel", "@kernel(pdl=True)"), "case.spk").kernels["add_one"]
+    assert k.options == {"pdl": True}
+    with pytest.raises(CompileError) as info:
+        sp.loads(SOURCE.replace("@kernel", "@kernel(pdl=1)"), "case.spk")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message) == ("SP0242", "pdl must be True or False, found 1")
+    assert (d.span.line, d.span.col) == (2, 9) and "pdl.wait()" in d.help
+
+
+def test_pdl_is_part_of_the_specialization_key() -> None:
+    x = np.zeros(16, np.float32)
+    k = kernel()
+    _, _, plain = k.bind((x, 16), {})
+    _, _, off = k.bind((x, 16), {"pdl": False})
+    _, _, on = k.bind((x, 16), {"pdl": True})
+    assert plain == off and on != plain
+    assert k._key_options[on] == {"pdl": True}
+    _, _, decorated = kernel(pdl=True).bind((x, 16), {})
+    assert decorated == on
+    with pytest.raises(CompileError) as info:
+        k.bind((x, 16), {"pdl": "on"})
+    assert info.value.codes == ["SP0242"]
+
+
+def test_fresh_ir_gives_sema_pdl_only_when_true(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparsile.driver import kernel as kernel_module
+
+    seen: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def record(self: object, node: object, bindings: object, attrs: dict | None = None) -> None:
+        seen.append(dict(attrs or {}))
+        raise Stop
+
+    monkeypatch.setattr(kernel_module.Sema, "kernel", record)
+    k = kernel()
+    x = np.zeros(16, np.float32)
+    for options in ({}, {"pdl": False}, {"pdl": True}):
+        _, bindings, _ = k.bind((x, 16), {})
+        with pytest.raises(Stop):
+            k.fresh_ir(bindings, options)
+    assert ["pdl" in attrs for attrs in seen] == [False, False, True] and seen[2]["pdl"] is True
+    with pytest.raises(Stop):
+        kernel(pdl=True).fresh_ir(bindings)
+    assert seen[3]["pdl"] is True
+
+
+def test_compiled_kernels_carry_pdl_into_their_cache_metadata() -> None:
+    from sparsile.driver.compiler import CompiledKernel, compile_function
+
+    k = kernel()
+    x = np.zeros(16, np.float32)
+    _, bindings, _ = k.bind((x, 16), {})
+    plain = compile_function(k.fresh_ir(bindings), "sm_90a", stop_after="llvm")
+    assert plain.pdl is False and plain.metadata()["pdl"] is False
+    func = k.fresh_ir(bindings)
+    func.attrs["pdl"] = True  # what sema's IR of a pdl=True launch holds (attrs given to Sema.kernel)
+    ck = compile_function(func, "sm_90a", stop_after="llvm")
+    assert ck.pdl is True and ck.metadata()["pdl"] is True
+    assert CompiledKernel.from_cache(ck.metadata(), {}).pdl is True
+    older = {key: value for key, value in ck.metadata().items() if key != "pdl"}  # an entry from before pdl
+    assert CompiledKernel.from_cache(older, {}).pdl is False

@@ -58,10 +58,10 @@ class Fakes:
 
         def launch_ex(config: Any, fn: int, kernel_params: int, extra: int) -> int:
             cf = config.contents
-            attr = cf.attrs.contents
+            attrs = tuple((cf.attrs[i].id, tuple(cf.attrs[i].value[:3])) for i in range(cf.numAttrs))
             self.launches.append((fn, (cf.gridDimX, cf.gridDimY, cf.gridDimZ),
                                   (cf.blockDimX, cf.blockDimY, cf.blockDimZ), cf.sharedMemBytes, cf.hStream,
-                                  params(kernel_params), ("cluster", cf.numAttrs, attr.id, tuple(attr.value[:3]))))
+                                  params(kernel_params), ("ex", cf.numAttrs, attrs)))
             return launch_result
 
         def encode(out: int, dtype: int, rank: int, address: int, dims: Any, strides: Any, box: Any, estr: Any,
@@ -213,17 +213,18 @@ def test_failing_launch_goes_to_the_slow_path_and_marks_the_record() -> None:
     assert h.counts() == {"fast": 0, "slow": 1, "launch_failures": 1}
 
 
-def test_cluster_plans_launch_through_cuLaunchKernelEx(setup: Any) -> None:
+@pytest.mark.parametrize("cluster,pdl", [((2, 1, 1), False), ((1, 1, 1), True), ((2, 1, 1), True)])
+def test_cluster_and_pdl_plans_launch_through_cuLaunchKernelEx(setup: Any, cluster: tuple, pdl: bool) -> None:
     from sparsile.backend.runtime import cudalib
 
     fakes, h, call = setup
-    attr = cudalib.LaunchAttribute()
-    attr.id = cudalib.CLUSTER_DIMENSION
-    attr.value[0], attr.value[1], attr.value[2] = 2, 1, 1
-    h.publish(PLAN, _record(cluster=True, attrs=c.addressof(attr)))
+    block = native.launch_attributes(cluster, pdl)
+    h.publish(PLAN, _record(cluster=True, attrs=c.addressof(block)))
     assert call(Frame(fakes.api, PLAN)) is None
+    expected = (((cudalib.CLUSTER_DIMENSION, cluster),) if cluster != (1, 1, 1) else ()) + \
+        (((cudalib.PROGRAMMATIC_STREAM_SERIALIZATION, (1, 0, 0)),) if pdl else ())
     assert fakes.launches == [(0xF00D, (3, 2, 1), (128, 1, 1), 1024, STREAM, _expected_params(),
-                               ("cluster", 1, cudalib.CLUSTER_DIMENSION, (2, 1, 1)))]
+                               ("ex", len(expected), expected))]
 
 
 def test_metadata_query_reaches_the_python_handler_and_is_answered() -> None:
@@ -328,6 +329,7 @@ class FakeLauncher:
         self.spec = ParamSpec((PointerParam("x", "f32"), ScalarParam("n", "i32"), PointerParam("out", "f32")))
         self.jax_needs_info: set[str] = set()
         self.cluster, self.block, self.dynamic_shared = (1, 1, 1), (256, 1, 1), 0
+        self.pdl = False
         self.function = type("F", (), {"handle": 0xF00D})()
         self.device = type("D", (), {"max_grid_dims": (2**31 - 1, 65535, 65535), "name": "fake"})()
         self.snapshots: list[list[Any]] = []
@@ -377,6 +379,31 @@ def test_arm_publishes_the_launcher_packing_once_and_failures_disable_the_plan()
         assert native.DISABLED[plan_id] == "the fast-path launch failed with CUresult 700"
         assert native.handler().record(plan_id) is None
         assert native.counts()["fast"] == 1
+    finally:
+        native.uninstall()
+
+
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
+def test_arm_of_a_pdl_launcher_launches_with_its_attributes(cluster: tuple) -> None:
+    """A plan whose launcher is a programmatic dependent launch (``pdl=True``) records the launch
+    attributes: the native launch passes programmatic stream serialization (after the cluster)."""
+    from sparsile.backend.runtime import cudalib
+
+    fakes = Fakes(sizes=(8, 4, 8))
+    native.install(fakes.addresses()[3], fakes.addresses()[:3])
+    try:
+        plan, plan_id = FakePlan(), 0x77_0000_0005
+        plan._launcher.pdl, plan._launcher.cluster = True, cluster
+        ins, outs = [ffi.XlaBuffer(0x1000, "float32", (4,)), ffi.XlaBuffer(0x2000, "float32", (4,))], \
+            [ffi.XlaBuffer(0x3000, "float32", (4,))]
+        assert native.arm(plan_id, plan, ins, outs, 0), native.DISABLED
+        frame = Frame(fakes.api, plan_id, (0x1100, 0x2000, 0x3300))
+        assert c.CFUNCTYPE(c.c_void_p, c.c_void_p)(native.handler().address)(c.addressof(frame.frame)) is None
+        expected = (((cudalib.CLUSTER_DIMENSION, cluster),) if cluster != (1, 1, 1) else ()) + \
+            ((cudalib.PROGRAMMATIC_STREAM_SERIALIZATION, (1, 0, 0)),)
+        params = [(0x1100).to_bytes(8, "little"), (33).to_bytes(4, "little"), (0x3300).to_bytes(8, "little")]
+        assert fakes.slow == [] and fakes.launches == [
+            (0xF00D, (5, 1, 1), (256, 1, 1), 0, STREAM, params, ("ex", len(expected), expected))]
     finally:
         native.uninstall()
 
@@ -478,10 +505,12 @@ def test_concurrent_calls_each_launch_their_own_pointers(setup: Any) -> None:
     assert h.counts() == {"fast": 200, "slow": 0, "launch_failures": 0}
 
 
-JAX_HANDLER_IR_SHA256 = "70260580b8220eb37815eb0fcdc677d1017e1b100ddfebdf8d6aceb04d305fb1"
+JAX_HANDLER_IR_SHA256 = "652a6913ef17023b8c0cfca69195d57a6d65a836ea5b6b79776a9522562352b6"
 """The handler's IR with its placeholders filled in as NativeHandler fills them (state at a fixed
-address), as verified on the H200 before the record launch became a core shared with the torch
-launch record (backend/runtime/native_launch.py): sharing it must not change a byte."""
+address): the shared launch core (backend/runtime/native_launch.py) must not change it by accident.
+The one deliberate change since the version verified on the H200: ``R_ATTRS`` is the address of a
+launch-attribute block (a count, then the attributes: cluster, programmatic dependent launch), whose
+count and attribute array the core passes to ``cuLaunchKernelEx`` (it passed one attribute before)."""
 
 
 @pytest.mark.skipif(c.sizeof(c.c_void_p) != 8, reason="the struct offsets of a 64-bit host")

@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("llvmlite")
 
+from sparsile.backend.runtime import cudalib  # noqa: E402
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
@@ -55,10 +56,10 @@ class FakeDriver:
 
         def launch_ex(config, fn, kernel_params, extra):
             cf = config.contents
-            attr = cf.attrs.contents
+            attrs = tuple((cf.attrs[i].id, tuple(cf.attrs[i].value[:3])) for i in range(cf.numAttrs))
             self.launches.append((fn, (cf.gridDimX, cf.gridDimY, cf.gridDimZ), (cf.blockDimX, cf.blockDimY,
                                   cf.blockDimZ), cf.sharedMemBytes, cf.hStream or 0, params(kernel_params),
-                                  ("cluster", attr.id, tuple(attr.value[:3]))))
+                                  ("ex", cf.numAttrs, attrs)))
             return self.result
 
         def encode(out, dtype, rank, address, dims, strides, box, estr, interleave, swizzle, l2, oob):
@@ -201,15 +202,35 @@ def test_records_refuse_what_they_cannot_replay(monkeypatch):
     assert made.native_record((a, a), (0, 1), (True, True)) is None  # not the launch's argument count
 
 
-def test_cluster_launches_go_through_cuLaunchKernelEx(monkeypatch):
+@pytest.mark.parametrize("cluster,pdl", [((2, 1, 1), False), ((1, 1, 1), True), ((2, 1, 1), True)])
+def test_cluster_and_pdl_launches_go_through_cuLaunchKernelEx(monkeypatch, cluster, pdl):
+    """A record's ``R_ATTRS`` is the address of its launch-attribute block (a count, then the
+    attributes); the native launch passes the count and the attributes to cuLaunchKernelEx: the
+    cluster dimensions for a cluster of more than one CTA, then programmatic stream serialization
+    for a ``pdl=True`` launch."""
     made, recorder, a = tma_launch(monkeypatch, [], per_call=(0,))
-    made.launcher.cluster = (2, 1, 1)
+    made.launcher.cluster, made.launcher.pdl = cluster, pdl
     record = made.native_record((a,), (0,), (True,))
-    attr = record.keep[1]
-    assert record.words[nl.R_ATTRS] == c.addressof(attr) and tuple(attr.value[:3]) == (2, 1, 1)
+    block = record.keep[1]
+    expected = (((cudalib.CLUSTER_DIMENSION, cluster),) if cluster != (1, 1, 1) else ()) + \
+        (((cudalib.PROGRAMMATIC_STREAM_SERIALIZATION, (1, 0, 0)),) if pdl else ())
+    assert record.words[nl.R_ATTRS] == c.addressof(block) and block.count == len(expected)
+    assert tuple((block.attrs[i].id, tuple(block.attrs[i].value[:3])) for i in range(block.count)) == expected
     fake = FakeDriver(recorder.sizes)
     assert _replay(nl.RecordLauncher(fake.entry_points()), record, a.data_ptr(), stream=9) == 0
-    assert fake.launches[-1][4] == 9 and fake.launches[-1][6] == ("cluster", attr.id, (2, 1, 1))
+    made.run((a,), stream=9)
+    fn, grid, block_dims, shared, stream, params, attrs = fake.launches[-1]
+    assert (fn, grid, block_dims, shared, stream) == (0x500, (1, 1, 1), (128, 1, 1), 0, 9)
+    assert params == recorder.launches[-1]["params"] and attrs == ("ex", len(expected), expected)
+
+
+def test_plain_records_have_no_attribute_block(monkeypatch):
+    made, recorder, a = tma_launch(monkeypatch, [], per_call=(0,))
+    record = made.native_record((a,), (0,), (True,))
+    assert record.words[nl.R_ATTRS] == 0 and record.keep[1] is None
+    fake = FakeDriver(recorder.sizes)
+    assert _replay(nl.RecordLauncher(fake.entry_points()), record, a.data_ptr()) == 0
+    assert len(fake.launches[-1]) == 6  # cuLaunchKernel, not cuLaunchKernelEx
 
 
 # ------------------------------------------------------------------------------------------------
