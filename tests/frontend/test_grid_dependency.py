@@ -66,7 +66,7 @@ def test_a_pdl_kernel_that_never_waits_is_sp0590():
     assert d.code == "SP0590"
     assert d.message.startswith("`k` is compiled with pdl=True, so it may start before the previous kernel")
     assert "never calls pdl.wait()" in d.message
-    assert (d.span.line, d.span.col) == (2, 1)
+    assert (d.span.line, d.span.col) == (3, 1)  # the kernel's `def`
     assert "call pdl.wait() before" in d.help
 
 

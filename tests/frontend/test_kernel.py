@@ -200,7 +200,7 @@ def test_fresh_ir_gives_sema_pdl_only_when_true(monkeypatch: pytest.MonkeyPatch)
 def test_compiled_kernels_carry_pdl_into_their_cache_metadata() -> None:
     from sparsile.driver.compiler import CompiledKernel, compile_function
 
-    k = kernel()
+    k = sp.loads(SOURCE.replace("    offs =", "    pdl.wait()\n    offs ="), "case.spk").kernels["add_one"]
     x = np.zeros(16, np.float32)
     _, bindings, _ = k.bind((x, 16), {})
     plain = compile_function(k.fresh_ir(bindings), "sm_90a", stop_after="llvm")

@@ -356,7 +356,7 @@ def test_pdl_compiles_for_sm90a(dtype, split, reduce, tmp_path):
     compiled = plan.compile("sm_90a")
     ptx = compiled[0].ptx
     assert ptx.count("griddepcontrol.launch_dependents;") == 1
-    assert ptx.count("griddepcontrol.wait;") == 2
+    assert ptx.count("griddepcontrol.wait;") >= 2  # the producer's and the consumers' (LLVM may duplicate a block)
     if reduce == "launch":
         assert compiled[1].ptx.count("griddepcontrol.wait;") == 1
     if shutil.which("ptxas") is None:
