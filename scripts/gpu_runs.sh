@@ -10,6 +10,8 @@
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
 #   bash scripts/gpu_runs.sh first            # tests-all, the TMA-store epilogue timed, the e4m3 layer at T <= 16
+#   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
+#   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
 #   bash scripts/gpu_runs.sh fused-b1         # the fused model at batch 1 under torch.compile
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
 #   bash scripts/gpu_runs.sh pingpong         # the ping-pong sparse GEMM: GPU tests, then timed against the default and cuSPARSELt
@@ -97,6 +99,17 @@ first)  # the whole suite at the current commit (the tenth session's unrun GPU t
     run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 --group-m 16 --tma-store
     run 100 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants graph --max-seconds 90 \
         --json "$out/linear_e4m3.json"
+    ;;
+pdl)  # programmatic dependent launch: the whole GPU suite (the launch paths changed), then the decode kernel with it
+    run 300 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 200 python benchmarks/bench_pdl.py --tokens 1 16 64 --warmup 10 --rep 30 --max-seconds 150
+    ;;
+pdl-layer)  # the layer's graph and eager targets with PDL, the tuned tables checked, the model in graph mode
+    run 90 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 64 --variants graph --max-seconds 80 \
+        --json "$out/linear_bf16_pdl.json"
+    run 110 python benchmarks/sweep_sparse_gemm.py --tuned-only --max-seconds 75
+    run 300 python benchmarks/bench_llama.py --layers 32 --modes graph --models dense sparsile sparsile-fused \
+        --check-tokens 0 --json "$out/llama-graph-pdl.json"
     ;;
 fused-b1)  # the one model number the ninth session could not finish (about 4 minutes)
     run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
