@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", default=list(LLAMA3_8B), help="N_out x K (default: Llama-3-8B)")
     ap.add_argument("--tokens", nargs="+", type=int, default=[16, 1, 4, 8, 32, 64],
                     help="token counts; their tiles are tuned in this order (default: batch 16 and 1 first)")
-    ap.add_argument("--dtype", nargs="+", default=["bf16"], choices=["bf16", "f16"])
+    ap.add_argument("--dtype", nargs="+", default=["bf16"], choices=["bf16", "f16", "e4m3"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=150.0)

@@ -11,6 +11,7 @@
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
 #   bash scripts/gpu_runs.sh first            # tests-all, the TMA-store epilogue timed, the e4m3 layer at T <= 16
 #   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
+#   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
 #   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
 #   bash scripts/gpu_runs.sh fused-b1         # the fused model at batch 1 under torch.compile
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
@@ -103,6 +104,17 @@ first)  # the whole suite at the current commit (the tenth session's unrun GPU t
 pdl)  # programmatic dependent launch: the whole GPU suite (the launch paths changed), then the decode kernel with it
     run 300 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/bench_pdl.py --tokens 1 16 64 --warmup 10 --rep 30 --max-seconds 150
+    ;;
+tune-e4m3)  # the PDL GPU test (its harness fixed), the decode table's e4m3 / f16 entries, the e4m3 layer with them
+    run 90 python -m pytest -q -m gpu -rfE tests/stdlib/test_decode_api.py -k pdl
+    run 230 python benchmarks/tune_decode.py --dtype e4m3 f16 --tokens 16 1 --shapes 4096x4096 6144x4096 \
+        28672x4096 4096x14336 8192x8192 10240x8192 8192x28672 57344x8192 --max-seconds 200 -v \
+        -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    run 60 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants graph --max-seconds 50 \
+        --json "$out/linear_e4m3_tuned.json"
+    run 50 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 4 --shapes 8B_o 8B_qkv --profile 8B_o
+    run 80 python benchmarks/sweep_sparse_gemm.py --tuned-only --max-seconds 60
     ;;
 pdl-layer)  # the layer's graph and eager targets with PDL, the tuned tables checked, the model in graph mode
     run 90 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 64 --variants graph --max-seconds 80 \

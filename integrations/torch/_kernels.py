@@ -50,8 +50,10 @@ its kernel took 26.4 µs against 11.2 µs for the two launches replayed from a g
 benchmarks/RESULTS.md), so T = 17-64 keeps the two launches (both native). SPARSILE_DECODE_REDUCE
 set picks one mode for both."""
 PDL_ENV = "SPARSILE_PDL"
-"""``SPARSILE_PDL=0``: :class:`SparseLinear` launches its decode kernels without programmatic
-dependent launch (docs/torch.md, "Programmatic dependent launch")."""
+"""``SPARSILE_PDL=1``: :class:`SparseLinear` launches its decode kernels with programmatic dependent
+launch (docs/torch.md). Off by default: on the H200 it changed consecutive decode calls replayed from
+a CUDA graph by -7 % to +8 % (eleventh session, benchmarks/RESULTS.md), no gain worth its rule
+that the weight is not written while a call may run."""
 
 
 @functools.cache
@@ -60,8 +62,8 @@ def _capability_major(index: int) -> int:
 
 
 def pdl_wanted(device: torch.device) -> bool:
-    """Whether a constant-weight record on ``device`` launches with PDL: sm_90+ and not turned off."""
-    return device.type == "cuda" and os.environ.get(PDL_ENV, "1") != "0" and _capability_major(device.index or 0) >= 9
+    """Whether a constant-weight record on ``device`` launches with PDL: asked for, on sm_90+."""
+    return device.type == "cuda" and os.environ.get(PDL_ENV, "0") == "1" and _capability_major(device.index or 0) >= 9
 
 
 @functools.cache

@@ -43,7 +43,7 @@ SP_TABLE_ENTRY = "SP0863"    # an entry of a wrong key or config
 SP_TUNE_INPUT = "SP0864"     # a shape, token count or dtype the sweep cannot take
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 MAX_WAVES = 4  # split-K candidates keep the grid within 4 x the resident CTA slots (2 per SM)
-TUNE_DTYPES = ("bf16", "f16")
+TUNE_DTYPES = ("bf16", "f16", "e4m3")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ PTX_PROBES: dict[Feature, str] = {
     Feature.ELECT: "elect.sync %r1|%p1, 0xffffffff;",
     Feature.SETMAXNREG: "setmaxnreg.inc.sync.aligned.u32 232;",
     Feature.FENCE_PROXY_ASYNC: "fence.proxy.async.shared::cta;",
+    Feature.GRID_DEPENDENCY: "griddepcontrol.wait;\ngriddepcontrol.launch_dependents;",
     Feature.TCGEN05: "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%rd1], 32;\n"
                      "tcgen05.mma.sp.cta_group::1.kind::f16 [%r1], %rd1, %rd2, [%r2], %r3, 1;\n"
                      "tcgen05.mma.sp.cta_group::1.kind::f8f6f4 [%r1], %rd1, %rd2, [%r2], %r3, 1;",

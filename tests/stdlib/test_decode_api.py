@@ -393,7 +393,7 @@ def test_gpu_pdl_reads_what_the_previous_kernel_wrote(split, reduce):
         plan.rebind(x_dev, o).run()
     torch.cuda.synchronize()
     for i, o in enumerate(outs):
-        assert_linear_close(o.float().cpu().numpy(), weight, xs[i % 4], k, "bf16", want, **epi)
+        assert_linear_close(o.float().cpu().numpy().astype(NP_OUT[want]), weight, xs[i % 4], k, "bf16", want, **epi)
     graph = torch.cuda.CUDAGraph()
     replayed = [torch.empty_like(out) for _ in range(8)]
     runs = [plan.rebind(x_dev, o) for o in replayed]
@@ -407,4 +407,5 @@ def test_gpu_pdl_reads_what_the_previous_kernel_wrote(split, reduce):
         graph.replay()
         torch.cuda.synchronize()
         for i, o in enumerate(replayed):
-            assert_linear_close(o.float().cpu().numpy(), weight, xs[i % 4], k, "bf16", want, **epi)
+            assert_linear_close(o.float().cpu().numpy().astype(NP_OUT[want]), weight, xs[i % 4], k, "bf16", want,
+                                **epi)

@@ -328,3 +328,24 @@ def test_an_entry_whose_stages_do_not_fit_its_tile_names_the_table(on_h200):
     assert e.value.code == "SP0863"
     assert "the decode table (table) gives split_k=1 stages=8 for 256 x 512, 64 tokens: 8 stages do not fit " \
            "in 227 KB of shared memory" in str(e.value)
+
+
+def test_e4m3_entries_apply_to_e4m3_plans_only(on_h200):
+    """e4m3 is tuned as its own dtype: its entry reaches an e4m3 plan (scales as the layer passes
+    them) and a bf16 plan of the same shape keeps its heuristic; the result is the reference's."""
+    import numpy as np
+
+    from .test_linear_api import NP_OUT, assert_linear_close, epilogue_case
+
+    w, x = problem("e4m3", N_OUT, T, K, seed=5)
+    want, epi = epilogue_case("e4m3", N_OUT, T, None, None, None, "channel", "token")
+    key = dt.table_key(*H200, "e4m3", N_OUT, K, 8)
+    out = np.full((T, N_OUT), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(w.values, w.meta, x, out=out, interpret=True, table=table({key: entry(2, 3)}), **epi)
+    assert (plan.config.split_k, plan.config.stages, plan.config.source) == (2, 3, "table")
+    plan.run()
+    assert_linear_close(out, w, x, K, "e4m3", want, **epi)
+    wb, xb = problem("bf16", N_OUT, T, K, seed=5)
+    assert plan_sparse_decode(wb.values, wb.meta, xb, interpret=True, table=table({key: entry(2, 3)})
+                              ).config.source == "heuristic"
+    assert dt.parse_key(key)[2] == "e4m3" and "e4m3" in dt.TUNE_DTYPES
