@@ -12,6 +12,7 @@
 #   bash scripts/gpu_runs.sh first            # tests-all, the TMA-store epilogue timed, the e4m3 layer at T <= 16
 #   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
 #   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
+#   bash scripts/gpu_runs.sh pdl-e4m3         # the e4m3 layer's graph target with and without PDL, then the fused model at batch 1
 #   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
 #   bash scripts/gpu_runs.sh fused-b1         # the fused model at batch 1 under torch.compile
 #   bash scripts/gpu_runs.sh second           # the sparse GEMM at prefill T against tuned cuSPARSELt, and its variants
@@ -115,6 +116,16 @@ tune-e4m3)  # the PDL GPU test (its harness fixed), the decode table's e4m3 / f1
         --json "$out/linear_e4m3_tuned.json"
     run 50 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 4 --shapes 8B_o 8B_qkv --profile 8B_o
     run 80 python benchmarks/sweep_sparse_gemm.py --tuned-only --max-seconds 60
+    ;;
+pdl-e4m3)  # the quantizer lets the PDL GEMM start at once: e4m3 and bf16 layers in graphs, PDL off then on; fused-b1
+    for p in 0 1; do
+        SPARSILE_PDL=$p run 60 python benchmarks/bench_linear.py --dtypes e4m3 bf16 --shapes 8B:qkv 8B:o 8B:down \
+            --tokens 1 4 16 --variants graph --max-seconds 50 --json "$out/linear_pdl$p.json"
+    done
+    run 150 python -m pytest -q -m gpu -n 8 -rfE tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        -k "pdl or e4m3"
+    run 240 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
+        --batches 1 --check-tokens 0 --repeats 2 --json "$out/llama-compile-b1-fused.json"
     ;;
 pdl-layer)  # the layer's graph and eager targets with PDL, the tuned tables checked, the model in graph mode
     run 90 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 64 --variants graph --max-seconds 80 \

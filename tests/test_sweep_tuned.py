@@ -150,7 +150,11 @@ def test_shipped_tables_parse_into_cases_their_lookup_gives() -> None:
     cases, bad = st.table_cases(tables)
     assert bad == []
     counts = {kind: sum(c.kind == kind for c in cases) for kind in st.KINDS}
-    assert counts == {"gemm": 40, "linear": 32, "decode": 20}
+    gemm_keys = list(tables.gemm["entries"])  # every entry of the files becomes one case
+    assert counts == {"gemm": sum(not k.startswith("linear-") for k in gemm_keys),
+                      "linear": sum(k.startswith("linear-") for k in gemm_keys),
+                      "decode": len(tables.decode["entries"])}
+    assert min(counts.values()) > 0
     sizes = [c.m * c.k for c in cases]
     assert sizes == sorted(sizes)
     index = index_table(load_gemm_table(tables.gemm))

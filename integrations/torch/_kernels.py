@@ -213,7 +213,9 @@ class LaunchRecord:
             self.xq = gemm_x = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
             self.sx = scale_x = torch.empty((t,), dtype=torch.float32, device=x.device)
             per_call_x = None  # the GEMM's x and scale are fixed: the quantizer's outputs
-            quantizer = [(api.prepare_quantize(x, self.xq, self.sx, per_call=("X",)).run, _picker((0,)))]
+            trigger = {"trigger": True} if self.pdl else {}  # the quantizer lets the PDL GEMM start at once
+            quantize = api.prepare_quantize(x, self.xq, self.sx, per_call=("X",), **trigger)
+            quantizer = [(quantize.run, _picker((0,)))]
         self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y, **self._pdl())

@@ -32,16 +32,18 @@ def quantize_block(k: int) -> int:
     return block
 
 
-def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple[str, ...] = ("X", "XQ", "S")
-                                    ) -> Any:
+def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple[str, ...] = ("X", "XQ", "S"),
+                                    trigger: bool = False) -> Any:
     """The launch of :func:`quantize_per_token_e4m3`'s kernel for GPU arrays x (T, K) contiguous,
     xq (T, K) e4m3 and scale (T,) f32, prepared once (``kernel[grid].prepare``): each call passes
     its own arrays named in ``per_call`` (default all three: ``launch.run((x, xq, scale), stream)``)
     of the same shapes and types, without the generic launch's binding and checks (the torch layer's
-    eager e4m3 calls; ``per_call=("X",)`` keeps xq and scale as prepared)."""
+    eager e4m3 calls; ``per_call=("X",)`` keeps xq and scale as prepared). ``trigger`` (sm_90+): the
+    kernel lets the next launch, a GEMM with ``pdl=True``, start at once (``pdl.launch_dependents()``)."""
     t, k = (int(s) for s in x.shape)
     kernel = quantize_module().quantize_e4m3_per_token
-    return kernel[(t,)].prepare(x, xq, scale, k, k, k, BLOCK=quantize_block(k), per_call=per_call)
+    return kernel[(t,)].prepare(x, xq, scale, k, k, k, BLOCK=quantize_block(k), per_call=per_call,
+                                **({"TRIGGER": 1} if trigger else {}))
 
 
 def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:

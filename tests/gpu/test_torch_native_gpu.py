@@ -141,3 +141,41 @@ def test_e4m3_with_k_that_the_kernel_pads(tokens):
         y = _poisoned_call(layer, x)
         assert not y.isnan().any()
         check_against_float64(layer, x, y)
+
+
+@pytest.mark.parametrize("dtype,tokens", [("bf16", 1), ("bf16", 16), ("bf16", 64), ("e4m3", 1), ("e4m3", 16)])
+def test_pdl_gives_the_same_bits_eagerly_in_graphs_and_after_weight_writes(dtype, tokens, monkeypatch):
+    """SPARSILE_PDL=1: the decode launches (and the e4m3 quantizer's trigger) change scheduling, not
+    results: eager calls and graph replays equal the plain records' bits; an in-place write of the
+    weight before a call (its kernel right before ours) gives the new weight's result."""
+    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=8, device="cuda"), None if dtype == "bf16" else dtype,
+                                        activation="silu")
+    gen = torch.Generator("cuda").manual_seed(12)
+    xs = [torch.randn(tokens, 4096, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3)]
+    monkeypatch.setenv("SPARSILE_PDL", "0")
+    layer.__dict__["_records"].clear()
+    plain = [_poisoned_call(layer, x).clone() for x in xs]
+    assert not any(r.pdl for r in _records(layer))
+    monkeypatch.setenv("SPARSILE_PDL", "1")
+    layer.__dict__["_records"].clear()
+    with_pdl = [_poisoned_call(layer, x).clone() for x in xs]
+    assert all(r.pdl for r in _records(layer))
+    for a, b in zip(plain, with_pdl):
+        assert torch.equal(a, b) and not b.isnan().any()
+    static_x = xs[0].clone()
+    warm_up_on_a_side_stream(lambda: layer(static_x))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    for x, want in zip(xs, plain):
+        static_x.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, want)
+    # an in-place write of the weight: the record waits for it before its kernel reads the weight
+    values = layer.values
+    bits = values.view(torch.int8 if values.element_size() == 1 else torch.int16)
+    bits.bitwise_xor_(-128 if values.element_size() == 1 else -32768)  # every value's sign flipped
+    y = layer(xs[1])
+    torch.cuda.synchronize()
+    check_against_float64(layer, xs[1], y)

@@ -311,6 +311,26 @@ def test_quantize_kernel_compiles_for_sm90a():
     compiled = quantize_module().quantize_e4m3_per_token[(4,)].compile_for("sm_90a", x, xq, scale, 300, 300, 300,
                                                                           BLOCK=512)
     assert compiled.cubin[:4] == b"\x7fELF" and "cvt.rn.satfinite.e4m3x2.f32" in compiled.ptx
+    assert "griddepcontrol" not in compiled.ptx
+    trigger = quantize_module().quantize_e4m3_per_token[(4,)].compile_for("sm_90a", x, xq, scale, 300, 300, 300,
+                                                                         BLOCK=512, TRIGGER=1)
+    assert trigger.ptx.count("griddepcontrol.launch_dependents;") == 1
+
+
+def test_quantizer_that_triggers_pdl_gives_the_same_bits():
+    """TRIGGER=1 (the torch record's quantizer before a PDL GEMM) changes scheduling, not results."""
+    from sparsile.stdlib.kernels.linear import quantize_module
+
+    kernel = quantize_module().quantize_e4m3_per_token
+    x = np.random.default_rng(4).standard_normal((3, 300)).astype(ml_dtypes.bfloat16)
+    outs = []
+    for extra in ({}, {"TRIGGER": 1}):
+        xq, scale = np.zeros((3, 300), ml_dtypes.float8_e4m3fn), np.full(3, np.nan, np.float32)
+        kernel.interpret[(3,)](x, xq, scale, 300, 300, 300, BLOCK=512, **extra)
+        outs.append((xq.view(np.uint8).copy(), scale))
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    assert not np.isnan(outs[1][1]).any()
 
 
 # ------------------------------------------------------------------------------------------------
