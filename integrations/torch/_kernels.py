@@ -66,6 +66,13 @@ def pdl_wanted(device: torch.device) -> bool:
     return device.type == "cuda" and os.environ.get(PDL_ENV, "0") == "1" and _capability_major(device.index or 0) >= 9
 
 
+def writes_tracked(w: Weight) -> bool:
+    """Whether in-place writes to the weight's values and metadata bump version counters that a PDL
+    record can compare: not for inference tensors (made under ``torch.inference_mode()``), which
+    keep none (reading ``_version`` raises inside inference_mode): their records launch without PDL."""
+    return not (w.values.is_inference() or w.meta.is_inference())
+
+
 @functools.cache
 def kernel_api() -> SimpleNamespace:
     """``sparse_linear``, ``plan_sparse_linear`` and ``quantize_per_token_e4m3`` of
@@ -465,7 +472,7 @@ class RecordCache:
             record = records.get((*key, stream))
             if record is None:
                 record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                      self.pdl and pdl_wanted(x.device))
+                                      self.pdl and pdl_wanted(x.device) and writes_tracked(w))
                 stored = (*key, stream) if record.owns_workspace else key
                 record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
                 records[stored] = record
