@@ -52,7 +52,7 @@ set picks one mode for both."""
 PDL_ENV = "SPARSILE_PDL"
 """``SPARSILE_PDL=1``: :class:`SparseLinear` launches its decode kernels with programmatic dependent
 launch (docs/torch.md). Off by default: on the H200 it changed consecutive decode calls replayed from
-a CUDA graph by -7 % to +8 % (eleventh session, benchmarks/RESULTS.md), no gain worth its rule
+a CUDA graph by -7 % to +8 % (eleventh session, benchmarks/bench_pdl.py), no gain worth its rule
 that the weight is not written while a call may run."""
 
 
