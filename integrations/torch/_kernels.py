@@ -52,7 +52,7 @@ set picks one mode for both."""
 PDL_ENV = "SPARSILE_PDL"
 """``SPARSILE_PDL=1``: :class:`SparseLinear` launches its decode kernels with programmatic dependent
 launch (docs/torch.md). Off by default: on the H200 it changed consecutive decode calls replayed from
-a CUDA graph by -7 % to +8 % (eleventh session, benchmarks/RESULTS.md), no gain worth its rule
+a CUDA graph by -7 % to +8 % (eleventh session, benchmarks/bench_pdl.py), no gain worth its rule
 that the weight is not written while a call may run."""
 
 
@@ -64,6 +64,13 @@ def _capability_major(index: int) -> int:
 def pdl_wanted(device: torch.device) -> bool:
     """Whether a constant-weight record on ``device`` launches with PDL: asked for, on sm_90+."""
     return device.type == "cuda" and os.environ.get(PDL_ENV, "0") == "1" and _capability_major(device.index or 0) >= 9
+
+
+def writes_tracked(w: Weight) -> bool:
+    """Whether in-place writes to the weight's values and metadata bump version counters that a PDL
+    record can compare: not for inference tensors (made under ``torch.inference_mode()``), which
+    keep none (reading ``_version`` raises inside inference_mode): their records launch without PDL."""
+    return not (w.values.is_inference() or w.meta.is_inference())
 
 
 @functools.cache
@@ -465,7 +472,7 @@ class RecordCache:
             record = records.get((*key, stream))
             if record is None:
                 record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                      self.pdl and pdl_wanted(x.device))
+                                      self.pdl and pdl_wanted(x.device) and writes_tracked(w))
                 stored = (*key, stream) if record.owns_workspace else key
                 record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
                 records[stored] = record

@@ -70,7 +70,7 @@ def test_a_pdl_kernel_that_never_waits_is_sp0590():
     assert "call pdl.wait() before" in d.help
 
 
-def test_a_wait_in_a_branch_or_partition_counts():
+def test_a_wait_in_a_branch_counts():
     src = ADD_ONE.format(options=", pdl=True").replace("    pdl.wait()\n", "    if N > 0:\n        pdl.wait()\n")
     assert "griddepcontrol.wait;" in compile_ptx(src, "sm_90a").ptx
 
@@ -97,3 +97,54 @@ def test_interpreter_runs_them_as_no_ops():
     y = np.full(300, np.nan, np.float32)
     k.interpret[(3,)](x, y, 300)
     np.testing.assert_array_equal(y, x + np.float32(1))
+
+
+HELPER = """
+def body(X, Y, N, WAIT: constexpr):
+    offs = program_id(0) * 128 + arange(0, 128)
+    if WAIT:
+        pdl.wait()
+    store(Y + offs, load(X + offs, mask=offs < N) + 1.0, mask=offs < N)
+
+
+@kernel(num_warps=4, pdl=True)
+def k(X: ptr[f32], Y: ptr[f32], N: i32, WAIT: constexpr = 1):
+    body(X, Y, N, WAIT)
+"""
+
+PARTITIONS = """
+def producer(X, N):
+    pdl.wait()
+
+
+def consumer(X, Y, N):
+    offs = arange(0, 128)
+    store(Y + offs, load(X + offs, mask=offs < N), mask=offs < N)
+
+
+@kernel(num_warps=5, pdl=True)
+def k(X: ptr[f32], Y: ptr[f32], N: i32):
+    warp_specialize(partition(consumer, X, Y, N, warps=4), partition(producer, X, N, warps=1))
+"""
+
+
+def sp0590_span(src: str, sig: dict) -> tuple[int, int]:
+    with pytest.raises(CompileError) as info:
+        sp.loads(src, "case.spk").k.compile(sig, target="sm_90a", stop_after="ptx")
+    (d,) = info.value.diagnostics
+    assert d.code == "SP0590" and "never calls pdl.wait()" in d.message
+    return d.span.line, d.span.col
+
+
+def test_a_wait_in_a_helper_counts_unless_a_constexpr_drops_it():
+    """The rule reads the kernel's IR, helpers inlined: a wait in a helper counts; one under a
+    constexpr branch that is not taken (the decode kernel's `if PDL:`) is not there."""
+    kernel = sp.loads(HELPER, "case.spk").k
+    assert "griddepcontrol.wait;" in kernel.compile(SIG, target="sm_90a", stop_after="ptx").ptx
+    assert sp0590_span(HELPER, {**SIG, "WAIT": 0}) == (10, 1)  # the kernel's def
+
+
+def test_a_wait_in_one_warp_specialize_partition_counts():
+    assert "griddepcontrol.wait;" in sp.loads(PARTITIONS, "case.spk").k.compile(
+        SIG, target="sm_90a", stop_after="ptx").ptx
+    assert sp0590_span(PARTITIONS.replace("    pdl.wait()\n", "    pass\n"), SIG) == (12, 1)  # the kernel's def

@@ -622,3 +622,30 @@ def test_pdl_switch_is_documented():
     text = (Path(kernels.__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
     assert kernels.PDL_ENV in text
     assert kernels.pdl_wanted(torch.device("cpu")) is False
+
+
+def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatch):
+    """A weight made under torch.inference_mode() keeps no version counter (reading ``_version``
+    raises there): an in-place write to it cannot be seen, so its records launch without PDL (and
+    a call inside inference_mode does not fail on the version check)."""
+    asked, synced = [], []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def plan_with_pdl(*args, pdl=False, **kwargs):
+        asked.append(pdl)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
+    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    with torch.inference_mode():
+        w = _weight()
+        x = torch.randn(4, 32)
+        cache = kernels.RecordCache(pdl=True)
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+        (record,) = cache.records.values()
+        assert record.pdl is False and asked == [False] and synced == []
+    normal = _weight()  # the same cache, a weight that tracks its writes: PDL
+    cache.run((5,), torch.randn(5, 32), normal, None, torch.float32, stream=11)
+    assert asked == [False, True] and len(synced) == 1
