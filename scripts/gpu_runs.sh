@@ -12,6 +12,7 @@
 #   bash scripts/gpu_runs.sh first            # tests-all, the TMA-store epilogue timed, the e4m3 layer at T <= 16
 #   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
 #   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
+#   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh pdl-e4m3         # the e4m3 layer's graph target with and without PDL, then the fused model at batch 1
 #   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
 #   bash scripts/gpu_runs.sh fused-b1         # the fused model at batch 1 under torch.compile
@@ -116,6 +117,11 @@ tune-e4m3)  # the PDL GPU test (its harness fixed), the decode table's e4m3 / f1
         --json "$out/linear_e4m3_tuned.json"
     run 50 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 4 --shapes 8B_o 8B_qkv --profile 8B_o
     run 80 python benchmarks/sweep_sparse_gemm.py --tuned-only --max-seconds 60
+    ;;
+unrun-11)  # the eleventh session's last changes (records replaced after an in-place weight write), then the
+           # tuned tables' last 14 entries
+    run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
     ;;
 pdl-e4m3)  # the quantizer lets the PDL GEMM start at once: e4m3 and bf16 layers in graphs, PDL off then on; fused-b1
     for p in 0 1; do

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
+from .graph_pools import outside_graph_pools
 from .native import native_launch, report_failure
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -64,6 +65,12 @@ def _capability_major(index: int) -> int:
 def pdl_wanted(device: torch.device) -> bool:
     """Whether a constant-weight record on ``device`` launches with PDL: asked for, on sm_90+."""
     return device.type == "cuda" and os.environ.get(PDL_ENV, "0") == "1" and _capability_major(device.index or 0) >= 9
+
+
+def weight_versions(w: Weight) -> tuple[int, int] | None:
+    """The version counters of the weight's values and metadata (in-place writes through torch bump
+    them; aliases made with ``detach()`` and views share them), None where they are not kept."""
+    return (w.values._version, w.meta._version) if writes_tracked(w) else None
 
 
 def writes_tracked(w: Weight) -> bool:
@@ -159,6 +166,13 @@ def _same_memory(a: Any, t: torch.Tensor) -> bool:
                       and a.numel() == t.numel())
 
 
+def _same_bytes(a: Any, t: torch.Tensor) -> bool:
+    """``a`` is a tensor on ``t``'s bytes, of any element type (the plan reads int32 metadata words
+    as uint32)."""
+    return isinstance(a, torch.Tensor) and a.data_ptr() == t.data_ptr() and \
+        a.numel() * a.element_size() == t.numel() * t.element_size()
+
+
 def _reads_the_quantized_x(launches: list[Any], xq: torch.Tensor, sx: torch.Tensor) -> bool:
     """Whether the plan's launches read the record's own quantized x and scales (not a padded copy
     of x made when the plan was built, which the record's quantizer would never write)."""
@@ -186,10 +200,10 @@ class LaunchRecord:
         self.quantize = quantize
         # PDL (a constant weight, RecordCache(pdl=True)): the decode kernel streams its first weight
         # boxes before it waits for the kernel before it. Writes to the weight must be complete by
-        # then: those queued before the record are waited for here, once; a later in-place change
-        # bumps the weight's version counter, which each call compares (see __call__)
+        # then: those queued before the record are waited for here, once; a later in-place write
+        # bumps the weight's version counters, which RecordCache.run compares (weight_written)
         self.pdl = pdl
-        self.versions = (-1, -1)
+        self.versions = weight_versions(w)
         # the weight as aliases (new tensor objects on the same memory): the record pins the memory its
         # launches read, but not the caller's tensor objects, so that a weak reference to them tells
         # when the layer (or model) holding them is gone (RecordCache drops the record then)
@@ -200,14 +214,15 @@ class LaunchRecord:
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
-        if off_pool:  # the workspace, counters and y template outlive the call (see _outside_graph_pools)
-            _outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype), stream)
+        if off_pool:  # the workspace, counters and y template outlive the call (see outside_graph_pools)
+            outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype), stream,
+                                _capturing())
         else:
             self._plan(api, x, y, w, scale_x, out_dtype)
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
         if pdl:
-            self._weight_written()
+            self.weight_written(self.versions)
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
               out_dtype: torch.dtype) -> list[Any]:
@@ -254,6 +269,10 @@ class LaunchRecord:
         # the eager launches from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
+        # a plan that pads or re-encodes the weight reads copies made now: a write to the weight
+        # reaches its launches only through a new record (RecordCache.run)
+        args = [a for _, _, launch_args, _ in launches for a in launch_args]
+        self.copies_weight = not all(any(_same_bytes(a, t) for a in args) for t in (w.values, w.meta))
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
         return [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
@@ -262,13 +281,13 @@ class LaunchRecord:
         """The plan's pdl argument (only where asked: test doubles of the kernel API lack it)."""
         return {"pdl": True} if self.pdl else {}
 
-    def _weight_written(self) -> None:
-        """The weight's writes queued so far are complete (a device synchronization, skipped while
-        a CUDA graph is captured); remember its version counters, which in-place writes bump."""
-        w = self.weight
-        if not _capturing():
-            torch.cuda.synchronize(w.values.device)
-        self.versions = (w.values._version, w.meta._version)
+    def weight_written(self, versions: tuple[int, int] | None) -> None:
+        """The weight was written (``versions``: its version counters now): with PDL, wait until the
+        writes queued so far are complete (a device synchronization, skipped while a CUDA graph is
+        captured), since the kernel reads the weight before it waits for the kernel before it."""
+        if self.pdl and not _capturing():
+            torch.cuda.synchronize(self.weight.values.device)
+        self.versions = versions
 
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor | None, y: torch.Tensor, scale_x: torch.Tensor | None
@@ -295,8 +314,6 @@ class LaunchRecord:
         return prepared if {i for i, t in enumerate((x, y, scale_x)) if t is not None} <= seen else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
-        if self.pdl and (self.weight.values._version, self.weight.meta._version) != self.versions:
-            self._weight_written()  # written in place since: its kernel must finish before ours reads it
         first, self.first = self.first, None
         if first is not None and first[0] is x:
             y = first[1]
@@ -332,52 +349,6 @@ class LaunchRecord:
             return y
         self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
-
-
-_SIDE_STREAMS: dict[int, Any] = {}
-
-
-def _outside_graph_pools(device: torch.device, build: Callable[[], Any], stream: int | None = None) -> None:
-    """Run ``build`` (planning: allocations, the counters' zero fill) where torch.compile's CUDA
-    graph trees do not route allocations into their graph's memory pool: they route every
-    allocation of the *thread* that warms a graph up, and refuse tensors left in the pool that are
-    not outputs. So it runs in a short-lived thread, on a side stream ordered after torch's current
-    one, or ``stream`` (an int handle) where the record will launch (and that stream after it); its
-    exception, if any, is raised here. What it allocates there is used on ``stream``: each CUDA
-    tensor ``build`` returns is marked as used by that stream (``record_stream``), so that when the
-    record is dropped its memory is not handed out again before the work queued there has run.
-    While a graph is being captured ``build`` runs as it is (nothing may allocate on another stream
-    then, and a manually captured graph owns what it allocates)."""
-    if device.type != "cuda" or _capturing():
-        build()
-        return
-    current = torch.cuda.current_stream(device)
-    if stream is not None and stream != current.cuda_stream:
-        current = torch.cuda.ExternalStream(stream, device=device)
-    side = _SIDE_STREAMS.get(current.device_index)
-    if side is None:
-        side = _SIDE_STREAMS[current.device_index] = torch.cuda.Stream(current.device)
-    side.wait_stream(current)
-    failure: list[BaseException] = []
-
-    kept: list[Any] = []
-
-    def work() -> None:
-        try:
-            with torch.cuda.device(current.device), torch.cuda.stream(side):
-                kept.extend(build() or ())
-        except BaseException as e:  # re-raised in the calling thread
-            failure.append(e)
-
-    worker = threading.Thread(target=work, name="sparsile-plan")
-    worker.start()
-    worker.join()
-    current.wait_stream(side)
-    if failure:
-        raise failure[0]
-    for t in kept:
-        if isinstance(t, torch.Tensor) and t.is_cuda:
-            t.record_stream(current)
 
 
 def _NO_OWNER() -> None:
@@ -425,10 +396,27 @@ class RecordCache:
         self.capacity = capacity
         self.pdl = pdl  # the weights are constant: records launch with PDL where pdl_wanted says so
         self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
+        self.retired: list[LaunchRecord] = []  # replaced after a weight write, kept while a graph may replay them
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
 
     def clear(self) -> None:
         self.records.clear()
+        self.retired.clear()
+
+    def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, int] | None
+                        ) -> LaunchRecord | None:
+        """The weight of ``record`` (stored at ``key``) was written in place since it was built: a
+        record that reads the weight in place only notes it (and waits for the write with PDL); one
+        that reads copies of it (padded, re-encoded) is replaced, outside a capture, by a new one
+        built from the weight as it is now (None returned). A replaced record a CUDA graph captured
+        is kept, with its buffers, while its weight lives: that graph replays the old copies."""
+        if not record.copies_weight or _capturing():
+            record.weight_written(versions)
+            return record
+        self.records.pop(key, None)
+        if record.captured:
+            self.retired = [r for r in self.retired if r.owner() is not None] + [record]
+        return None
 
     def _dropped(self, key: tuple, owner: weakref.ref) -> None:
         """The weak reference ``owner`` of the record stored at ``key`` died: drop that record (a
@@ -467,14 +455,20 @@ class RecordCache:
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
         records = self.records
+        found = key
         record = records.get(key)
         if record is None:
-            record = records.get((*key, stream))
-            if record is None:
-                record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                      self.pdl and pdl_wanted(x.device) and writes_tracked(w))
-                stored = (*key, stream) if record.owns_workspace else key
-                record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
-                records[stored] = record
-                self._trim(w.values)
+            found = (*key, stream)
+            record = records.get(found)
+        if record is not None and record.versions is not None:
+            versions = (w.values._version, w.meta._version)
+            if versions != record.versions:  # written in place since the record was built
+                record = self._weight_written(found, record, versions)
+        if record is None:
+            record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
+                                  self.pdl and pdl_wanted(x.device) and writes_tracked(w))
+            stored = (*key, stream) if record.owns_workspace else key
+            record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
+            records[stored] = record
+            self._trim(w.values)
         return record(x, scale_x, stream)

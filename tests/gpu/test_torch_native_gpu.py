@@ -179,3 +179,20 @@ def test_pdl_gives_the_same_bits_eagerly_in_graphs_and_after_weight_writes(dtype
     y = layer(xs[1])
     torch.cuda.synchronize()
     check_against_float64(layer, xs[1], y)
+
+
+@pytest.mark.parametrize("out_features,in_features,tokens", [(200, 512, 4), (256, 520, 4), (200, 520, 100)])
+def test_an_in_place_weight_write_reaches_a_padded_plan(out_features, in_features, tokens):
+    """Shapes the plans pad (out_features % 128, in_features % the K step): the records read copies
+    of the weight, so an in-place write must replace them (written in the eleventh session, not yet
+    run on a GPU)."""
+    layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=9, device="cuda"))
+    x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
+    before = layer(x).clone()
+    (record,) = _records(layer)
+    assert record.copies_weight
+    layer.values.view(torch.int16).bitwise_xor_(-32768)  # every value's sign flipped, in place
+    after = layer(x)
+    torch.cuda.synchronize()
+    check_against_float64(layer, x, after)
+    assert not torch.equal(before, after)

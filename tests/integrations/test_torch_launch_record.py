@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 kernels = pytest.importorskip("sparsile.integrations.torch._kernels")
+graph_pools = pytest.importorskip("sparsile.integrations.torch.graph_pools")
 
 
 class _Kernel:
@@ -271,24 +272,25 @@ def test_planning_for_the_custom_op_runs_in_another_thread_on_a_side_stream(monk
             events.append((self.name, "waits", other.name))
 
     current = Stream("current", "cuda:0")
-    monkeypatch.setattr(kernels, "_SIDE_STREAMS", {})
+    monkeypatch.setattr(graph_pools, "_SIDE_STREAMS", {})
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
     monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream("side", device))
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext(events.append(("on", s.name))))
     main = threading.get_ident()
-    kernels._outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() != main))
+    graph_pools.outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() != main))
     assert events == [("side", "waits", "current"), ("on", "side"), True, ("current", "waits", "side")]
 
     def fails():
         raise ValueError("planned badly")
 
     with pytest.raises(ValueError, match="planned badly"):
-        kernels._outside_graph_pools(torch.device("cuda", 0), fails)
+        graph_pools.outside_graph_pools(torch.device("cuda", 0), fails)
     events.clear()
-    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # capturing: in place, no thread, no side stream
-    kernels._outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() == main))
+    # capturing: in place, no thread, no side stream
+    graph_pools.outside_graph_pools(torch.device("cuda", 0), lambda: events.append(threading.get_ident() == main),
+                                    capturing=True)
     assert events == [True]
 
 

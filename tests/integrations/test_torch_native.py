@@ -45,6 +45,7 @@ class FakeDriver:
         self.log: list[tuple] = []  # the launch record's stand-ins: records built, prepared launches run
         self.n_launches = 1  # the stand-in plan's launches
         self.decode = False  # the stand-in plan has a one-launch variant (reduce="kernel")
+        self.reads_weight = False  # the stand-in plan reads the weight in place (else: copies of it)
 
         def params(address: int) -> list[bytes]:
             ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
@@ -254,15 +255,19 @@ class _Prepared:
 
 
 class _Plan:
-    """A stand-in plan of ``n`` launches of one kernel taking (x, y) or (x, y, scale_x)."""
+    """A stand-in plan of ``n`` launches of one kernel taking (x, y) or (x, y, scale_x), then the
+    weight's values and metadata (``weight``: read in place; None: the plan reads copies of them)."""
 
-    def __init__(self, log, x, out, scale_x, n):
-        self.args = (x, out) if scale_x is None else (x, out, scale_x)
+    def __init__(self, log, x, out, scale_x, n, weight=None):
+        # the metadata as the real plans pass it: its int32 words viewed as uint32
+        weight = None if weight is None else (weight[0], weight[1].view(torch.uint32))
+        self.args = ((x, out) if scale_x is None else (x, out, scale_x)) + tuple(weight or ())
+        self.names = ("x", "y", "scale_x")[:len(self.args) - len(weight or ())] + ("values", "meta")[:len(weight or ())]
         self.log, self.n = log, n
 
     def launches(self):
         launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(self.log, per_call))
-        params = [SimpleNamespace(name=n) for n in ("x", "y", "scale_x")[:len(self.args)]]
+        params = [SimpleNamespace(name=n) for n in self.names]
         return [(_Kernel(params, launcher), (3,), self.args, {})] * self.n
 
 
@@ -283,7 +288,8 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     native.reset()
 
     def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
-        plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches)
+        plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches,
+                     (values, meta) if driver.reads_weight else None)
         if driver.decode:  # a decode plan: split-K reduced in the kernel on request
             plan.reduces_in_kernel = reduce == "kernel"
         return plan
@@ -599,10 +605,12 @@ def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypat
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     fake.decode = True
     fake.n_launches = 2
+    fake.reads_weight = True  # the plan reads the weight in place: a write needs no new record
     cache, w = kernels.RecordCache(pdl=True), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert asked == [True, True] and len(synced) == 1  # the plan and its one-launch variant; one wait
+    assert not next(iter(cache.records.values())).copies_weight
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert len(synced) == 1
     w.values.add_(1.0)  # an in-place write to the weight
@@ -649,3 +657,47 @@ def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatc
     normal = _weight()  # the same cache, a weight that tracks its writes: PDL
     cache.run((5,), torch.randn(5, 32), normal, None, torch.float32, stream=11)
     assert asked == [False, True] and len(synced) == 1
+
+
+def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, monkeypatch):
+    """A plan that pads or re-encodes the weight reads copies made when the record was built: after
+    an in-place write of values or meta the next call plans again from the weight as it is now.
+    A record a CUDA graph captured is kept (retired) while its weight lives; in a capture nothing is
+    rebuilt. Records reading the weight in place are kept as they are."""
+    planned = []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def counting(*args, **kwargs):
+        planned.append(args[0].clone())
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (first,) = cache.records.values()
+    assert first.copies_weight and first.versions == (0, 0) and len(planned) == 1
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(planned) == 1  # unchanged weight: the same record
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (second,) = cache.records.values()
+    assert second is not first and len(planned) == 2 and torch.equal(planned[-1], w.values)
+    assert cache.retired == []  # never captured: dropped
+    second.captured = True
+    w.meta.add_(1)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: noted, not rebuilt
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is second and second.versions == (1, 1) and len(planned) == 2
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    w.meta.add_(1)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (third,) = cache.records.values()
+    assert third is not second and cache.retired == [second] and len(planned) == 3
+    fake.reads_weight = True  # a plan reading the weight in place: a write keeps the record
+    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    (kept,) = cache2.records.values()
+    w2.values.add_(1.0)
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    assert next(iter(cache2.records.values())) is kept and kept.versions == (1, 0)

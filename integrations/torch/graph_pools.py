@@ -1,0 +1,56 @@
+"""Planning outside torch.compile's CUDA-graph memory pools (the launch records of
+``_kernels.py``, docs/torch.md)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_SIDE_STREAMS: dict[int, Any] = {}
+
+
+def outside_graph_pools(device: torch.device, build: Callable[[], Any], stream: int | None = None,
+                        capturing: bool = False) -> None:
+    """Run ``build`` (planning: allocations, the counters' zero fill) where torch.compile's CUDA
+    graph trees do not route allocations into their graph's memory pool: they route every
+    allocation of the *thread* that warms a graph up, and refuse tensors left in the pool that are
+    not outputs. So it runs in a short-lived thread, on a side stream ordered after torch's current
+    one, or ``stream`` (an int handle) where the record will launch (and that stream after it); its
+    exception, if any, is raised here. What it allocates there is used on ``stream``: each CUDA
+    tensor ``build`` returns is marked as used by that stream (``record_stream``), so that when the
+    record is dropped its memory is not handed out again before the work queued there has run.
+    While a graph is being captured (``capturing``) ``build`` runs as it is (nothing may allocate on
+    another stream then, and a manually captured graph owns what it allocates)."""
+    if device.type != "cuda" or capturing:
+        build()
+        return
+    current = torch.cuda.current_stream(device)
+    if stream is not None and stream != current.cuda_stream:
+        current = torch.cuda.ExternalStream(stream, device=device)
+    side = _SIDE_STREAMS.get(current.device_index)
+    if side is None:
+        side = _SIDE_STREAMS[current.device_index] = torch.cuda.Stream(current.device)
+    side.wait_stream(current)
+    failure: list[BaseException] = []
+
+    kept: list[Any] = []
+
+    def work() -> None:
+        try:
+            with torch.cuda.device(current.device), torch.cuda.stream(side):
+                kept.extend(build() or ())
+        except BaseException as e:  # re-raised in the calling thread
+            failure.append(e)
+
+    worker = threading.Thread(target=work, name="sparsile-plan")
+    worker.start()
+    worker.join()
+    current.wait_stream(side)
+    if failure:
+        raise failure[0]
+    for t in kept:
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            t.record_stream(current)
