@@ -1,6 +1,6 @@
 """Lowering of the programmatic-dependent-launch ops (``frontend/ops/grid_dependency.py``), sm_90+.
 
-* ``pdl.wait`` -> ``griddepcontrol.wait;`` (PTX ISA 9.7.13.13);
+* ``pdl.wait`` -> ``griddepcontrol.wait;`` (PTX ISA 9.7.13, "griddepcontrol");
 * ``pdl.launch_dependents`` -> ``griddepcontrol.launch_dependents;``.
 
 Both are inline asm with side effects and a memory clobber, executed by every thread that reaches

@@ -1,6 +1,6 @@
 """Legality rules of programmatic dependent launch (``frontend/ops/grid_dependency.py``).
 
-* ``griddepcontrol`` exists from sm_90 on (PTX ISA 9.7.13.13): ``pdl.wait()`` and
+* ``griddepcontrol`` exists from sm_90 on (PTX ISA 9.7.13, "griddepcontrol"): ``pdl.wait()`` and
   ``pdl.launch_dependents()`` need ``Feature.GRID_DEPENDENCY`` (SP0602 at the op), and so does a
   kernel compiled with ``pdl=True`` (SP0602 at the kernel: the launch attribute needs sm_90 too);
 * a kernel compiled with ``pdl=True`` calls ``pdl.wait()`` somewhere (SP0590): it may start while

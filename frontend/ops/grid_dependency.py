@@ -1,5 +1,5 @@
-"""Programmatic dependent launch (sm_90+): the namespace ``pdl`` (PTX ISA 9.7.13.13
-``griddepcontrol``; docs/language.md, "Programmatic dependent launch").
+"""Programmatic dependent launch (sm_90+): the namespace ``pdl`` (PTX ISA 9.7.13, parallel
+synchronization instructions, ``griddepcontrol``; docs/language.md, "Programmatic dependent launch").
 
 A kernel launched with ``pdl=True`` (a kernel option, ``backend/runtime/launcher.py``) may start
 while the kernel before it in the stream is still running: its CTAs are scheduled, and what it
