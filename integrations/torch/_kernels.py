@@ -67,10 +67,19 @@ def pdl_wanted(device: torch.device) -> bool:
     return device.type == "cuda" and os.environ.get(PDL_ENV, "0") == "1" and _capability_major(device.index or 0) >= 9
 
 
-def weight_versions(w: Weight) -> tuple[int, int] | None:
-    """The version counters of the weight's values and metadata (in-place writes through torch bump
-    them; aliases made with ``detach()`` and views share them), None where they are not kept."""
-    return (w.values._version, w.meta._version) if writes_tracked(w) else None
+def tracked_tensors(w: Weight) -> tuple[torch.Tensor, ...] | None:
+    """The weight's tensors whose in-place writes a record watches: values, metadata, and the bias
+    and scale_w where given (a plan may read converted copies of them) and not inference tensors
+    (they keep no version counter); None where values or metadata keep none."""
+    if not writes_tracked(w):
+        return None
+    return tuple(t for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None and not t.is_inference())
+
+
+def weight_versions(tracked: tuple[torch.Tensor, ...] | None) -> tuple[int, ...] | None:
+    """The version counters of ``tracked`` (:func:`tracked_tensors`; in-place writes through torch
+    bump them, and aliases made with ``detach()`` and views share them), None for None."""
+    return None if tracked is None else tuple([t._version for t in tracked])
 
 
 def writes_tracked(w: Weight) -> bool:
@@ -203,12 +212,14 @@ class LaunchRecord:
         # then: those queued before the record are waited for here, once; a later in-place write
         # bumps the weight's version counters, which RecordCache.run compares (weight_written)
         self.pdl = pdl
-        self.versions = weight_versions(w)
         # the weight as aliases (new tensor objects on the same memory): the record pins the memory its
         # launches read, but not the caller's tensor objects, so that a weak reference to them tells
         # when the layer (or model) holding them is gone (RecordCache drops the record then)
         w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
         self.weight = w
+        # the aliases share the version counters of the caller's tensors: RecordCache.run compares them
+        self.tracked = tracked_tensors(w)
+        self.versions = weight_versions(self.tracked)
         self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
@@ -269,10 +280,11 @@ class LaunchRecord:
         # the eager launches from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
-        # a plan that pads or re-encodes the weight reads copies made now: a write to the weight
-        # reaches its launches only through a new record (RecordCache.run)
+        # a plan that pads or re-encodes the weight (or converts its bias or scale_w) reads copies made
+        # now: a write to the weight reaches its launches only through a new record (RecordCache.run)
         args = [a for _, _, launch_args, _ in launches for a in launch_args]
-        self.copies_weight = not all(any(_same_bytes(a, t) for a in args) for t in (w.values, w.meta))
+        self.copies_weight = not all(any(_same_bytes(a, t) for a in args)
+                                     for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None)
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
         return [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
@@ -281,7 +293,7 @@ class LaunchRecord:
         """The plan's pdl argument (only where asked: test doubles of the kernel API lack it)."""
         return {"pdl": True} if self.pdl else {}
 
-    def weight_written(self, versions: tuple[int, int] | None) -> None:
+    def weight_written(self, versions: tuple[int, ...] | None) -> None:
         """The weight was written (``versions``: its version counters now): with PDL, wait until the
         writes queued so far are complete (a device synchronization, skipped while a CUDA graph is
         captured), since the kernel reads the weight before it waits for the kernel before it."""
@@ -396,34 +408,47 @@ class RecordCache:
         self.capacity = capacity
         self.pdl = pdl  # the weights are constant: records launch with PDL where pdl_wanted says so
         self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
-        self.retired: list[LaunchRecord] = []  # replaced after a weight write, kept while a graph may replay them
+        # captured records replaced after a weight write, by id: kept while a graph may replay them and
+        # their weight lives (a dict: run and a weakref callback of _dropped change it, one atomic step each)
+        self.retired: dict[int, LaunchRecord] = {}
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
 
     def clear(self) -> None:
         self.records.clear()
         self.retired.clear()
 
-    def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, int] | None
-                        ) -> LaunchRecord | None:
+    def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
         """The weight of ``record`` (stored at ``key``) was written in place since it was built: a
         record that reads the weight in place only notes it (and waits for the write with PDL); one
-        that reads copies of it (padded, re-encoded) is replaced, outside a capture, by a new one
-        built from the weight as it is now (None returned). A replaced record a CUDA graph captured
-        is kept, with its buffers, while its weight lives: that graph replays the old copies."""
-        if not record.copies_weight or _capturing():
+        that reads copies of it (padded, re-encoded) is replaced by a new one built from the weight
+        as it is now (None returned). Not while a CUDA graph is captured: the capture takes the old
+        record, whose versions stay as they were, so the first call outside the capture replaces it.
+        A replaced record a CUDA graph captured is kept, with its buffers, while its weight lives:
+        that graph replays the old copies."""
+        if not record.copies_weight:
             record.weight_written(versions)
+            return record
+        if _capturing():
             return record
         self.records.pop(key, None)
         if record.captured:
-            self.retired = [r for r in self.retired if r.owner() is not None] + [record]
+            for k, r in self.retired.copy().items():  # those of weights gone (normally dropped by _dropped)
+                if r.owner() is None:
+                    self.retired.pop(k, None)
+            self.retired[id(record)] = record
         return None
 
     def _dropped(self, key: tuple, owner: weakref.ref) -> None:
-        """The weak reference ``owner`` of the record stored at ``key`` died: drop that record (a
-        weakref callback: it may run in any thread, at any allocation, so one atomic pop)."""
+        """The weak reference ``owner`` of the record stored at ``key`` died: drop that record, and
+        the retired records of the same weight (a weakref callback: it may run in any thread, at any
+        allocation, so atomic steps: a pop, a dict copy)."""
         record = self.records.get(key)
         if record is not None and record.owner is owner:
             self.records.pop(key, None)
+        if self.retired:
+            for k, r in self.retired.copy().items():
+                if r.owner is owner:
+                    self.retired.pop(k, None)
 
     def _trim(self, values: torch.Tensor) -> None:
         """Drop the oldest of ``values``' records beyond ``capacity``, except those a CUDA graph
@@ -460,8 +485,8 @@ class RecordCache:
         if record is None:
             found = (*key, stream)
             record = records.get(found)
-        if record is not None and record.versions is not None:
-            versions = (w.values._version, w.meta._version)
+        if record is not None and record.tracked is not None:
+            versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
             if versions != record.versions:  # written in place since the record was built
                 record = self._weight_written(found, record, versions)
         if record is None:

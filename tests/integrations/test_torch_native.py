@@ -9,7 +9,9 @@ H200: tests/gpu/test_torch_native_gpu.py."""
 from __future__ import annotations
 
 import ctypes as c
+import gc
 import struct
+import weakref
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -46,6 +48,7 @@ class FakeDriver:
         self.n_launches = 1  # the stand-in plan's launches
         self.decode = False  # the stand-in plan has a one-launch variant (reduce="kernel")
         self.reads_weight = False  # the stand-in plan reads the weight in place (else: copies of it)
+        self.copies_bias = False  # with reads_weight, the plan reads a converted copy of the bias
 
         def params(address: int) -> list[bytes]:
             ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
@@ -259,10 +262,11 @@ class _Plan:
     weight's values and metadata (``weight``: read in place; None: the plan reads copies of them)."""
 
     def __init__(self, log, x, out, scale_x, n, weight=None):
-        # the metadata as the real plans pass it: its int32 words viewed as uint32
-        weight = None if weight is None else (weight[0], weight[1].view(torch.uint32))
+        # the metadata as the real plans pass it: its int32 words viewed as uint32 (then the bias, if any)
+        weight = None if weight is None else (weight[0], weight[1].view(torch.uint32), *weight[2:])
         self.args = ((x, out) if scale_x is None else (x, out, scale_x)) + tuple(weight or ())
-        self.names = ("x", "y", "scale_x")[:len(self.args) - len(weight or ())] + ("values", "meta")[:len(weight or ())]
+        self.names = (("x", "y", "scale_x")[:len(self.args) - len(weight or ())]
+                      + ("values", "meta", "bias")[:len(weight or ())])
         self.log, self.n = log, n
 
     def launches(self):
@@ -287,9 +291,10 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     monkeypatch.setattr(native, "ENTRY_POINTS", driver.entry_points())
     native.reset()
 
-    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, bias=None, **kwargs):
+        bias = () if bias is None else (bias.double() if driver.copies_bias else bias,)
         plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches,
-                     (values, meta) if driver.reads_weight else None)
+                     (values, meta, *bias) if driver.reads_weight else None)
         if driver.decode:  # a decode plan: split-K reduced in the kernel on request
             plan.reduces_in_kernel = reduce == "kernel"
         return plan
@@ -299,8 +304,8 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     native.reset()
 
 
-def _weight():
-    return kernels.Weight(torch.zeros(8, 16), torch.zeros(8, 1, dtype=torch.int32), None, None, None)
+def _weight(bias=None):
+    return kernels.Weight(torch.zeros(8, 16), torch.zeros(8, 1, dtype=torch.int32), bias, None, None)
 
 
 def test_eager_one_launch_calls_launch_natively(fake):
@@ -663,7 +668,8 @@ def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, mo
     """A plan that pads or re-encodes the weight reads copies made when the record was built: after
     an in-place write of values or meta the next call plans again from the weight as it is now.
     A record a CUDA graph captured is kept (retired) while its weight lives; in a capture nothing is
-    rebuilt. Records reading the weight in place are kept as they are."""
+    rebuilt, and the write stays unnoted, so that the first call after the capture rebuilds.
+    Records reading the weight in place are kept as they are."""
     planned = []
     plan = kernels.kernel_api().plan_sparse_linear
 
@@ -683,17 +689,18 @@ def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, mo
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (second,) = cache.records.values()
     assert second is not first and len(planned) == 2 and torch.equal(planned[-1], w.values)
-    assert cache.retired == []  # never captured: dropped
+    assert cache.retired == {}  # never captured: dropped
     second.captured = True
     w.meta.add_(1)
-    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: noted, not rebuilt
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: neither rebuilt nor noted
     cache.run((4,), x, w, None, torch.float32, stream=11)
-    assert next(iter(cache.records.values())) is second and second.versions == (1, 1) and len(planned) == 2
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is second and second.versions == (1, 0) and len(planned) == 2
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
-    w.meta.add_(1)
-    cache.run((4,), x, w, None, torch.float32, stream=11)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # the write before the capture: rebuilt now
     (third,) = cache.records.values()
-    assert third is not second and cache.retired == [second] and len(planned) == 3
+    assert third is not second and list(cache.retired.values()) == [second] and len(planned) == 3
+    assert third.versions == (1, 1) and torch.equal(planned[-1], w.values)
     fake.reads_weight = True  # a plan reading the weight in place: a write keeps the record
     cache2, w2 = kernels.RecordCache(), _weight()
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
@@ -701,3 +708,53 @@ def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, mo
     w2.values.add_(1.0)
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     assert next(iter(cache2.records.values())) is kept and kept.versions == (1, 0)
+
+
+def test_retired_records_go_with_their_weight(fake):
+    """A captured record replaced after a weight write is kept only while its weight lives: once the
+    caller's values tensor is collected its retired records are dropped too (they hold the weight's
+    memory and the copies), not only at the next replacement."""
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (first,) = cache.records.values()
+    first.captured = True
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.retired.values()) == [first] and next(iter(cache.records.values())) is not first
+    gone = weakref.ref(first)
+    del first, w
+    gc.collect()
+    assert cache.retired == {} and len(cache) == 0 and gone() is None
+
+
+def test_a_write_to_a_bias_the_plan_converted_rebuilds_the_record(fake):
+    """The bias (and scale_w) are watched as values and metadata are: a plan that reads a converted
+    copy of the bias is replaced after an in-place write of it; one reading it in place only notes
+    the write. A bias made under inference_mode keeps no version counter: it is not watched."""
+    fake.reads_weight = True
+    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (kept,) = cache.records.values()
+    assert not kept.copies_weight and kept.versions == (0, 0, 0)
+    w.bias.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is kept and kept.versions == (0, 0, 1)
+    fake.copies_bias = True
+    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (first,) = cache.records.values()
+    assert first.copies_weight
+    w.bias.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (second,) = cache.records.values()
+    assert second is not first and second.versions == (0, 0, 1)
+    with torch.inference_mode():
+        bias = torch.zeros(8)
+    cache, w = kernels.RecordCache(), _weight(bias)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (unwatched,) = cache.records.values()
+    assert unwatched.versions == (0, 0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is unwatched
