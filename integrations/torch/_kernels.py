@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
-from .graph_pools import outside_graph_pools
+from .graph_pools import outside_graph_pools, used_on
 from .native import native_launch, report_failure
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -225,18 +225,20 @@ class LaunchRecord:
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
+        kept: list[Any] = []  # what the launches keep (workspace, counters, padded copies): see used_on
         if off_pool:  # the workspace, counters and y template outlive the call (see outside_graph_pools)
-            outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype), stream,
-                                _capturing())
+            outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype, kept),
+                                stream, _capturing())
         else:
-            self._plan(api, x, y, w, scale_x, out_dtype)
+            self._plan(api, x, y, w, scale_x, out_dtype, kept)
+        self.kept, self.streams = kept, {stream}
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
         if pdl:
             self.weight_written(self.versions)
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
-              out_dtype: torch.dtype) -> list[Any]:
+              out_dtype: torch.dtype, kept: list[Any]) -> list[Any]:
         """Plan and prepare the launches (the one-launch eager variant too, where there is one);
         the arguments the prepared launches keep (workspace, counters, padded copies, the weight)."""
         quantizer: list[Any] = []
@@ -286,8 +288,9 @@ class LaunchRecord:
         self.copies_weight = not all(any(_same_bytes(a, t) for a in args)
                                      for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None)
         owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
-        return [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
-                for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
+        kept += [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
+                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
+        return kept
 
     def _pdl(self) -> dict[str, bool]:
         """The plan's pdl argument (only where asked: test doubles of the kernel API lack it)."""
@@ -326,6 +329,9 @@ class LaunchRecord:
         return prepared if {i for i, t in enumerate((x, y, scale_x)) if t is not None} <= seen else None
 
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
+        if stream not in self.streams:  # a record without a workspace serves every stream
+            self.streams.add(stream)
+            used_on(self.kept, stream)
         first, self.first = self.first, None
         if first is not None and first[0] is x:
             y = first[1]

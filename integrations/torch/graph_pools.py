@@ -1,5 +1,6 @@
-"""Planning outside torch.compile's CUDA-graph memory pools (the launch records of
-``_kernels.py``, docs/torch.md)."""
+"""The memory of the launch records of ``_kernels.py`` (docs/torch.md): planned outside
+torch.compile's CUDA-graph memory pools, and kept from reuse while any stream that used it may
+still run kernels reading it."""
 
 from __future__ import annotations
 
@@ -54,3 +55,13 @@ def outside_graph_pools(device: torch.device, build: Callable[[], Any], stream: 
     for t in kept:
         if isinstance(t, torch.Tensor) and t.is_cuda:
             t.record_stream(current)
+
+
+def used_on(tensors: list[Any], stream: int) -> None:
+    """A record's buffers (padded weight copies, workspace) are read by launches on ``stream`` (an
+    int handle) too: torch's caching allocator must not hand their memory out again, once the record
+    is dropped, before the work queued there has run (``record_stream``; the stream a buffer was
+    allocated on is covered already)."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            t.record_stream(torch.cuda.ExternalStream(stream, device=t.device))

@@ -244,8 +244,10 @@ def test_plain_records_have_no_attribute_block(monkeypatch):
 class _Prepared:
     """A stand-in prepared launch with a record: pointer slots of x, y (and scale_x) at 0, 8, 16."""
 
-    def __init__(self, log: list, per_call: tuple[str, ...]):
+    def __init__(self, log: list, per_call: tuple[str, ...], fixed: dict | None = None):
         self.log, self.per_call = log, per_call
+        # what a prepared launch keeps: its fixed tensor arguments (the record's kept buffers)
+        self._fixed = tuple(v for k, v in (fixed or {}).items() if k not in per_call and isinstance(v, torch.Tensor))
 
     def run(self, args, stream=None):
         self.log.append(("prepared", tuple(a.data_ptr() for a in args), stream))
@@ -259,18 +261,20 @@ class _Prepared:
 
 class _Plan:
     """A stand-in plan of ``n`` launches of one kernel taking (x, y) or (x, y, scale_x), then the
-    weight's values and metadata (``weight``: read in place; None: the plan reads copies of them)."""
+    weight's values and metadata (and bias) read in place, or ``(copy,)``: a padded copy of values."""
 
     def __init__(self, log, x, out, scale_x, n, weight=None):
-        # the metadata as the real plans pass it: its int32 words viewed as uint32 (then the bias, if any)
-        weight = None if weight is None else (weight[0], weight[1].view(torch.uint32), *weight[2:])
+        # the metadata as the real plans pass it: its int32 words viewed as uint32 (then the bias, if any);
+        # a single tensor stands for the plan's padded copy of the values
+        if weight is not None and len(weight) > 1:
+            weight = (weight[0], weight[1].view(torch.uint32), *weight[2:])
         self.args = ((x, out) if scale_x is None else (x, out, scale_x)) + tuple(weight or ())
         self.names = (("x", "y", "scale_x")[:len(self.args) - len(weight or ())]
                       + ("values", "meta", "bias")[:len(weight or ())])
         self.log, self.n = log, n
 
     def launches(self):
-        launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(self.log, per_call))
+        launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(self.log, per_call, fixed))
         params = [SimpleNamespace(name=n) for n in self.names]
         return [(_Kernel(params, launcher), (3,), self.args, {})] * self.n
 
@@ -294,7 +298,7 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, bias=None, **kwargs):
         bias = () if bias is None else (bias.double() if driver.copies_bias else bias,)
         plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches,
-                     (values, meta, *bias) if driver.reads_weight else None)
+                     (values, meta, *bias) if driver.reads_weight else (values.clone(),))  # else: a "padded" copy
         if driver.decode:  # a decode plan: split-K reduced in the kernel on request
             plan.reduces_in_kernel = reduce == "kernel"
         return plan
@@ -758,3 +762,22 @@ def test_a_write_to_a_bias_the_plan_converted_rebuilds_the_record(fake):
     assert unwatched.versions == (0, 0)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert next(iter(cache.records.values())) is unwatched
+
+
+def test_a_record_marks_its_buffers_used_on_each_new_stream(fake, monkeypatch):
+    """A record without a workspace serves calls on any stream: the first call on a stream other
+    than the one it was built on marks what its launches keep (padded copies) as used there, once,
+    so that dropping the record cannot free them under that stream's queued kernels."""
+    marked = []
+    monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert marked == []  # its own stream: the allocator knows it
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    (record,) = cache.records.values()
+    assert [stream for _, stream in marked] == [12] and record.streams == {11, 12}
+    (copy,) = marked[0][0]  # the plan's copy of the weight (x and y are per call, the weight the layer's)
+    assert torch.equal(copy, w.values) and copy.data_ptr() != w.values.data_ptr()
