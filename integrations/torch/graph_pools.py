@@ -63,5 +63,6 @@ def used_on(tensors: list[Any], stream: int) -> None:
     is dropped, before the work queued there has run (``record_stream``; the stream a buffer was
     allocated on is covered already)."""
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_cuda:
-            t.record_stream(torch.cuda.ExternalStream(stream, device=t.device))
+        if isinstance(t, torch.Tensor) and t.is_cuda:  # handle 0: the legacy default stream, torch's default
+            t.record_stream(torch.cuda.ExternalStream(stream, device=t.device) if stream
+                            else torch.cuda.default_stream(t.device))
