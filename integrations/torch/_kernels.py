@@ -207,14 +207,11 @@ class LaunchRecord:
                  off_pool: bool = False, stream: int | None = None, quantize: bool = False, pdl: bool = False):
         api = kernel_api()
         self.quantize = quantize
-        # PDL (a constant weight, RecordCache(pdl=True)): the decode kernel streams its first weight
-        # boxes before it waits for the kernel before it. Writes to the weight must be complete by
-        # then: those queued before the record are waited for here, once; a later in-place write
-        # bumps the weight's version counters, which RecordCache.run compares (weight_written)
+        # PDL (RecordCache(pdl=True)): the decode kernel reads the weight before it waits for the kernel
+        # before it, so writes to the weight must be complete: see weight_written
         self.pdl = pdl
-        # the weight as aliases (new tensor objects on the same memory): the record pins the memory its
-        # launches read, but not the caller's tensor objects, so that a weak reference to them tells
-        # when the layer (or model) holding them is gone (RecordCache drops the record then)
+        # the weight as aliases: the record pins the memory its launches read, not the caller's tensor
+        # objects, whose weak reference tells when the layer is gone (RecordCache drops the record then)
         w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
         self.weight = w
         # the aliases share the version counters of the caller's tensors: RecordCache.run compares them
@@ -292,8 +289,7 @@ class LaunchRecord:
                  for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
         return kept
 
-    def _pdl(self) -> dict[str, bool]:
-        """The plan's pdl argument (only where asked: test doubles of the kernel API lack it)."""
+    def _pdl(self) -> dict[str, bool]:  # only where asked: test doubles of the kernel API lack it
         return {"pdl": True} if self.pdl else {}
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:
@@ -371,7 +367,6 @@ class LaunchRecord:
 
 def _NO_OWNER() -> None:
     """The owner of a record not (yet) in a :class:`RecordCache`: none."""
-    return None
 
 
 def _capturing() -> bool:
