@@ -1,0 +1,205 @@
+"""The launch record and the weight it reads (integrations/torch/_kernels.py): programmatic
+dependent launch (planned with pdl where asked and wanted, the weight's writes waited for), in-place
+weight writes (version counters; records reading copies replaced, captured ones retired), and the
+streams a record serves (record_stream), with the stand-ins of record_fakes.py. The same on the
+H200: tests/gpu/test_torch_native_gpu.py."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("llvmlite")
+
+from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
+from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
+
+
+def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypatch):
+    """RecordCache(pdl=True) on a device that has it: the plans (the eager one-launch variant too)
+    are asked for pdl; the weight's queued writes are waited for once when the record is built and
+    again after an in-place write (its version counter), not on other calls."""
+    asked, synced = [], []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def plan_with_pdl(*args, pdl=False, **kwargs):
+        asked.append(pdl)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
+    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    fake.decode = True
+    fake.n_launches = 2
+    fake.reads_weight = True  # the plan reads the weight in place: a write needs no new record
+    cache, w = kernels.RecordCache(pdl=True), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert asked == [True, True] and len(synced) == 1  # the plan and its one-launch variant; one wait
+    assert not next(iter(cache.records.values())).copies_weight
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(synced) == 1
+    w.values.add_(1.0)  # an in-place write to the weight
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(synced) == 2
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(synced) == 2
+    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: False)
+    kernels.RecordCache(pdl=True).run((4,), x, _weight(), None, torch.float32, stream=11)
+    kernels.RecordCache().run((5,), torch.randn(5, 32), _weight(), None, torch.float32, stream=11)
+    assert asked[2:] == [False] * (len(asked) - 2) and len(synced) == 2
+
+
+def test_pdl_switch_is_documented():
+    from pathlib import Path
+
+    text = (Path(kernels.__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
+    assert kernels.PDL_ENV in text
+    assert kernels.pdl_wanted(torch.device("cpu")) is False
+
+
+def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatch):
+    """A weight made under torch.inference_mode() keeps no version counter (reading ``_version``
+    raises there): an in-place write to it cannot be seen, so its records launch without PDL (and
+    a call inside inference_mode does not fail on the version check)."""
+    asked, synced = [], []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def plan_with_pdl(*args, pdl=False, **kwargs):
+        asked.append(pdl)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
+    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    with torch.inference_mode():
+        w = _weight()
+        x = torch.randn(4, 32)
+        cache = kernels.RecordCache(pdl=True)
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+        (record,) = cache.records.values()
+        assert record.pdl is False and asked == [False] and synced == []
+    normal = _weight()  # the same cache, a weight that tracks its writes: PDL
+    cache.run((5,), torch.randn(5, 32), normal, None, torch.float32, stream=11)
+    assert asked == [False, True] and len(synced) == 1
+
+
+def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, monkeypatch):
+    """A plan that pads or re-encodes the weight reads copies made when the record was built: after
+    an in-place write of values or meta the next call plans again from the weight as it is now.
+    A record a CUDA graph captured is kept (retired) while its weight lives; in a capture nothing is
+    rebuilt, and the write stays unnoted, so that the first call after the capture rebuilds.
+    Records reading the weight in place are kept as they are."""
+    planned = []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def counting(*args, **kwargs):
+        planned.append(args[0].clone())
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (first,) = cache.records.values()
+    assert first.copies_weight and first.versions == (0, 0) and len(planned) == 1
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(planned) == 1  # unchanged weight: the same record
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (second,) = cache.records.values()
+    assert second is not first and len(planned) == 2 and torch.equal(planned[-1], w.values)
+    assert cache.retired == {}  # never captured: dropped
+    second.captured = True
+    w.meta.add_(1)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: neither rebuilt nor noted
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is second and second.versions == (1, 0) and len(planned) == 2
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # the write before the capture: rebuilt now
+    (third,) = cache.records.values()
+    assert third is not second and list(cache.retired.values()) == [second] and len(planned) == 3
+    assert third.versions == (1, 1) and torch.equal(planned[-1], w.values)
+    fake.reads_weight = True  # a plan reading the weight in place: a write keeps the record
+    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    (kept,) = cache2.records.values()
+    w2.values.add_(1.0)
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    assert next(iter(cache2.records.values())) is kept and kept.versions == (1, 0)
+
+
+def test_retired_records_go_with_their_weight(fake):
+    """A captured record replaced after a weight write is kept only while its weight lives: once the
+    caller's values tensor is collected its retired records are dropped too (they hold the weight's
+    memory and the copies), not only at the next replacement."""
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (first,) = cache.records.values()
+    first.captured = True
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.retired.values()) == [first] and next(iter(cache.records.values())) is not first
+    gone = weakref.ref(first)
+    del first, w
+    gc.collect()
+    assert cache.retired == {} and len(cache) == 0 and gone() is None
+
+
+def test_a_write_to_a_bias_the_plan_converted_rebuilds_the_record(fake):
+    """The bias (and scale_w) are watched as values and metadata are: a plan that reads a converted
+    copy of the bias is replaced after an in-place write of it; one reading it in place only notes
+    the write. A bias made under inference_mode keeps no version counter: it is not watched."""
+    fake.reads_weight = True
+    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (kept,) = cache.records.values()
+    assert not kept.copies_weight and kept.versions == (0, 0, 0)
+    w.bias.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is kept and kept.versions == (0, 0, 1)
+    fake.copies_bias = True
+    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (first,) = cache.records.values()
+    assert first.copies_weight
+    w.bias.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (second,) = cache.records.values()
+    assert second is not first and second.versions == (0, 0, 1)
+    with torch.inference_mode():
+        bias = torch.zeros(8)
+    cache, w = kernels.RecordCache(), _weight(bias)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (unwatched,) = cache.records.values()
+    assert unwatched.versions == (0, 0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(cache.records.values())) is unwatched
+
+
+def test_a_record_marks_its_buffers_used_on_each_new_stream(fake, monkeypatch):
+    """A record without a workspace serves calls on any stream: the first call on a stream other
+    than the one it was built on marks what its launches keep (padded copies) as used there, once,
+    so that dropping the record cannot free them under that stream's queued kernels."""
+    marked = []
+    monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert marked == []  # its own stream: the allocator knows it
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    (record,) = cache.records.values()
+    assert [stream for _, stream in marked] == [12] and record.streams == {11, 12}
+    (copy,) = marked[0][0]  # the plan's copy of the weight (x and y are per call, the weight the layer's)
+    assert torch.equal(copy, w.values) and copy.data_ptr() != w.values.data_ptr()
