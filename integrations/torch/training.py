@@ -24,6 +24,7 @@ itself when the weight or mask changed since the last compression (``Tensor._ver
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,14 @@ from .linear import (
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
+
+
+def captured_copies(cache: RecordCache, weight: torch.Tensor) -> int:
+    """How many launch records of ``cache`` for ``weight``'s memory a CUDA graph captured while
+    their plans read copies of it (padded, re-encoded): replays of such a graph read the copies made
+    before the weight's last in-place write (docs/torch.md, "A weight written in place")."""
+    records = [*cache.records.values(), *cache.retired.values()]
+    return sum(r.captured and r.copies_weight and r.weight.values.data_ptr() == weight.data_ptr() for r in records)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,6 +274,15 @@ class SemiSparseLinear(nn.Module):
             getattr(self, name).copy_(values)
             getattr(self, name.replace("values", "meta")).copy_(words)
         self.__dict__["_fresh"] = self._state_key()
+        from .ops import _RECORDS as op_records  # the dX launches go through the custom op
+
+        stale = captured_copies(_RECORDS, self.values) + captured_copies(op_records, self.values_t)
+        if stale:
+            warnings.warn(f"sparsile.torch: SemiSparseLinear({self.in_features}, {self.out_features}).refresh: "
+                          f"{stale} launch record(s) captured in a CUDA graph read padded copies of this layer's "
+                          "weight (in_features or out_features not a multiple of the kernel's tile), which this "
+                          "refresh cannot update: replays of that graph keep the weight from before it. Capture "
+                          "the graph again after each optimizer step, or use multiples of 128", stacklevel=2)
 
     @torch.no_grad()
     def reprune(self, *, interpret: bool = False) -> float:

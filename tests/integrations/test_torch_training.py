@@ -308,3 +308,33 @@ def test_opcheck_of_the_training_and_activation_ops():
     b = torch.randn(8, requires_grad=True)
     result = torch.library.opcheck(torch.ops.sparsile.sparse24_linear.default, (x, w, b), {"out_dtype": torch.bfloat16})
     assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_refresh_warns_when_a_captured_graph_reads_padded_copies(monkeypatch):
+    """A launch record a CUDA graph captured, whose plan reads padded copies of the layer's weight,
+    cannot be updated by refresh(): the refresh warns (replays would train on the old weight);
+    uncaptured records, or records reading the weight in place, give no warning."""
+    import warnings
+
+    from sparsile.integrations.torch import _kernels, ops, training
+
+    layer = spt.SemiSparseLinear(40, 24)  # 40 and 24: not multiples of the kernels' tiles
+    training_cache, op_cache = _kernels.RecordCache(), _kernels.RecordCache()
+    monkeypatch.setattr(training, "_RECORDS", training_cache)
+    monkeypatch.setattr(ops, "_RECORDS", op_cache)
+
+    def record(weight, captured, copies):
+        return type("Record", (), {"captured": captured, "copies_weight": copies,
+                                   "weight": _kernels.Weight(weight, weight, None, None, None)})()
+
+    training_cache.records[("a",)] = record(layer.values, captured=False, copies=True)
+    op_cache.records[("b",)] = record(layer.values_t, captured=True, copies=False)
+    op_cache.records[("c",)] = record(torch.zeros(3), captured=True, copies=True)  # another weight
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer.refresh()
+    assert training.captured_copies(training_cache, layer.values) == 0
+    op_cache.retired[1] = record(layer.values_t, captured=True, copies=True)
+    training_cache.records[("d",)] = record(layer.values, captured=True, copies=True)
+    with pytest.warns(UserWarning, match=r"SemiSparseLinear\(40, 24\)\.refresh: 2 launch record\(s\) captured"):
+        layer.refresh()
