@@ -34,7 +34,7 @@ Under torch.compile's CUDA graph trees every size in use is warmed up before it 
 weight used at more sizes than this between a size's warm-up and its recording has that size's
 record rebuilt inside the capture, which the graph's pool refuses (docs/torch.md). 256 covers a
 server's usual capture sizes (vLLM captures 67); records of T > 64 hold no workspace."""
-_RECORDS = RecordCache(capacity=OP_RECORDS_PER_WEIGHT)
+RECORDS = RecordCache(capacity=OP_RECORDS_PER_WEIGHT)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -110,7 +110,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
         scale_x = scale_x.reshape(-1).contiguous()
     w = Weight(values, meta, bias, scale_w, activation)
     if x2.device.type == "cuda":
-        y = _RECORDS.run(record_key(x2, values, meta, bias, scale_x, scale_w, out, activation), x2, w, scale_x,
+        y = RECORDS.run(record_key(x2, values, meta, bias, scale_x, scale_w, out, activation), x2, w, scale_x,
                          out, off_pool=True)
     else:
         y = run_interpreted(x2, w, scale_x, out)

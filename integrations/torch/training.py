@@ -274,7 +274,7 @@ class SemiSparseLinear(nn.Module):
             getattr(self, name).copy_(values)
             getattr(self, name.replace("values", "meta")).copy_(words)
         self.__dict__["_fresh"] = self._state_key()
-        from .ops import _RECORDS as op_records  # the dX launches go through the custom op
+        from .ops import RECORDS as op_records  # the dX launches go through the custom op
 
         stale = captured_copies(_RECORDS, self.values) + captured_copies(op_records, self.values_t)
         if stale:

@@ -133,8 +133,8 @@ def test_reduce_overhead_with_more_layers_than_the_record_capacity():
     from sparsile.integrations.torch import ops
 
     gc.collect()
-    before = len(ops._RECORDS)
-    layers = ops._RECORDS.capacity + 16
+    before = len(ops.RECORDS)
+    layers = ops.RECORDS.capacity + 16
     model = torch.nn.Sequential(*[linear(256, 256, device="cuda", seed=i) for i in range(layers)])
     with torch.no_grad():
         for layer in model:  # randn weights scaled so that 80 layers in a row neither vanish nor overflow
@@ -147,7 +147,7 @@ def test_reduce_overhead_with_more_layers_than_the_record_capacity():
         y = compiled(x).clone()
         torch.testing.assert_close(y, model(x), rtol=2 ** -6, atol=2 ** -6)
         assert y.isfinite().all() and y.abs().max() > 0.25
-    assert len(ops._RECORDS) >= before + layers
+    assert len(ops.RECORDS) >= before + layers
     free_before = torch.cuda.memory_allocated()
     del model, compiled, y
     torch._dynamo.reset()
@@ -155,7 +155,7 @@ def test_reduce_overhead_with_more_layers_than_the_record_capacity():
 
     cudagraph_trees.reset_cudagraph_trees()
     gc.collect()
-    assert len(ops._RECORDS) == before
+    assert len(ops.RECORDS) == before
     assert torch.cuda.memory_allocated() < free_before
 
 
@@ -225,7 +225,7 @@ def test_reduce_overhead_at_several_token_counts_within_the_record_capacity(monk
     be rebuilt inside the capture: the documented limit, docs/torch.md.)"""
     from sparsile.integrations.torch import ops
 
-    monkeypatch.setattr(ops._RECORDS, "capacity", 6)
+    monkeypatch.setattr(ops.RECORDS, "capacity", 6)
     model = torch.nn.Sequential(linear(256, 256, device="cuda", seed=1), linear(256, 256, device="cuda", seed=2))
     spt.sparsify_(model)
     compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)

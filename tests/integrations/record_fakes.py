@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from sparsile.backend.runtime import native_launch as nl
-from sparsile.backend.runtime.cudalib import LaunchConfig
-from sparsile.integrations.torch import _kernels as kernels
-from sparsile.integrations.torch import native
+torch = pytest.importorskip("torch")
+
+from sparsile.backend.runtime import native_launch as nl  # noqa: E402
+from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
+from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.integrations.torch import native  # noqa: E402
 
 _LAUNCH = c.CFUNCTYPE(c.c_int, c.c_void_p, *[c.c_uint] * 7, c.c_void_p, c.c_void_p, c.c_void_p)
 _LAUNCH_EX = c.CFUNCTYPE(c.c_int, c.POINTER(LaunchConfig), c.c_void_p, c.c_void_p, c.c_void_p)

@@ -321,7 +321,7 @@ def test_refresh_warns_when_a_captured_graph_reads_padded_copies(monkeypatch):
     layer = spt.SemiSparseLinear(40, 24)  # 40 and 24: not multiples of the kernels' tiles
     training_cache, op_cache = _kernels.RecordCache(), _kernels.RecordCache()
     monkeypatch.setattr(training, "_RECORDS", training_cache)
-    monkeypatch.setattr(ops, "_RECORDS", op_cache)
+    monkeypatch.setattr(ops, "RECORDS", op_cache)
 
     def record(weight, captured, copies):
         return type("Record", (), {"captured": captured, "copies_weight": copies,
