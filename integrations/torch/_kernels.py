@@ -409,14 +409,14 @@ class RecordCache:
         self.capacity = capacity
         self.pdl = pdl  # the weights are constant: records launch with PDL where pdl_wanted says so
         self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
-        # captured records replaced after a weight write, by id: kept while a graph may replay them and
-        # their weight lives (a dict: run and a weakref callback of _dropped change it, one atomic step each)
-        self.retired: dict[int, LaunchRecord] = {}
+        # captured records replaced (weight written, cache cleared), by id: kept while their weight lives
+        self.retired: dict[int, LaunchRecord] = {}  # (a dict: a weakref callback changes it atomically)
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
 
     def clear(self) -> None:
+        """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
+        self.retired.update({id(r): r for r in self.records.values() if r.captured})
         self.records.clear()
-        self.retired.clear()
 
     def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
         """The weight of ``record`` (stored at ``key``) was written in place since it was built: a

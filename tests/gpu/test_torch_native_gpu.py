@@ -196,3 +196,25 @@ def test_an_in_place_weight_write_reaches_a_padded_plan(out_features, in_feature
     torch.cuda.synchronize()
     check_against_float64(layer, x, after)
     assert not torch.equal(before, after)
+
+
+def test_a_graph_captured_before_load_state_dict_replays_the_new_weight():
+    """load_state_dict copies into the buffers in place and rebuilds the layer's records; the
+    records a graph captured (with a split-K workspace here) stay allocated, so a replay after the
+    load computes with the loaded weight, as eager calls do (written in the eleventh session, not
+    yet run on a GPU)."""
+    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=13, device="cuda"), activation="silu")
+    other = spt.SparseLinear.from_dense(linear(4096, 4096, seed=14, device="cuda"), activation="silu")
+    static_x = torch.randn(16, 4096, device="cuda").to(torch.bfloat16)
+    warm_up_on_a_side_stream(lambda: layer(static_x))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    layer.load_state_dict(other.state_dict())
+    torch.cuda.synchronize()
+    filler = [torch.full((64, 4096), float("nan"), device="cuda") for _ in range(8)]  # reuse freed memory
+    graph.replay()
+    torch.cuda.synchronize()
+    del filler
+    assert torch.equal(static_y, layer(static_x))
+    check_against_float64(layer, static_x, static_y)

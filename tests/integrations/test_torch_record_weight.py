@@ -203,3 +203,22 @@ def test_a_record_marks_its_buffers_used_on_each_new_stream(fake, monkeypatch):
     assert [stream for _, stream in marked] == [12] and record.streams == {11, 12}
     (copy,) = marked[0][0]  # the plan's copy of the weight (x and y are per call, the weight the layer's)
     assert torch.equal(copy, w.values) and copy.data_ptr() != w.values.data_ptr()
+
+
+def test_clearing_a_cache_keeps_the_records_a_graph_captured(fake):
+    """load_state_dict copies into the layer's buffers in place and clears its records: a CUDA graph
+    captured before still replays the captured records' launches, so their workspace and copies
+    must stay allocated (retired) while the weight lives; uncaptured records are freed."""
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=11)
+    cache.run((5,), torch.randn(5, 32), w, None, torch.float32, stream=11)
+    captured, free = cache.records.values()
+    captured.captured = True
+    gone = weakref.ref(free)
+    del free
+    cache.clear()
+    gc.collect()
+    assert len(cache) == 0 and list(cache.retired.values()) == [captured] and gone() is None
+    del w  # the weight's last reference: its retired records go with it
+    gc.collect()
+    assert cache.retired == {}
