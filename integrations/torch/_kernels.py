@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
-from .graph_pools import outside_graph_pools, used_on
+from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -284,9 +284,8 @@ class LaunchRecord:
         args = [a for _, _, launch_args, _ in launches for a in launch_args]
         self.copies_weight = not all(any(_same_bytes(a, t) for a in args)
                                      for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None)
-        owned = {id(t) for t in (w.values, w.meta, w.bias, w.scale_w)}  # the layer's: not planned here
-        kept += [a for launches_of in (self.prepared, self.eager) for run, _ in launches_of or ()
-                 for a in getattr(run.__self__, "_fixed", ()) if id(a) not in owned]
+        kept += planned_buffers(self.prepared, self.eager, launches, (w.values, w.meta, w.bias, w.scale_w, x, y,
+                                                                      per_call_scale))
         return kept
 
     def _pdl(self) -> dict[str, bool]:  # only where asked: test doubles of the kernel API lack it
@@ -415,7 +414,8 @@ class RecordCache:
 
     def clear(self) -> None:
         """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
-        self.retired.update({id(r): r for r in self.records.values() if r.captured})
+        self.retired.update({id(r): r for r in tuple(self.records.values()) if r.captured})  # (a weakref
+        # callback may pop entries meanwhile: a snapshot)
         self.records.clear()
 
     def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:

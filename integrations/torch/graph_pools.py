@@ -66,3 +66,24 @@ def used_on(tensors: list[Any], stream: int) -> None:
         if isinstance(t, torch.Tensor) and t.is_cuda:  # handle 0: the legacy default stream, torch's default
             t.record_stream(torch.cuda.ExternalStream(stream, device=t.device) if stream
                             else torch.cuda.default_stream(t.device))
+
+
+def planned_buffers(prepared: list[Any] | None, eager: list[Any] | None, launches: list[Any],
+                    not_planned: tuple[torch.Tensor | None, ...]) -> list[Any]:
+    """The tensors a record's launches read that its plan made (workspace, counters, padded copies
+    of the weight or of x, converted bias): the fixed arguments of its prepared launches
+    (``prepared``, ``eager``: [(a prepared launch's ``run``, ...)]), or, without prepared launches
+    (the plan rebound per call), the tensor arguments of the plan's ``launches``. Tensors on the
+    memory of ``not_planned`` (the layer's weight, the first call's x, y and scale_x) are left out:
+    they are not the record's to keep."""
+    skip = {t.data_ptr() for t in not_planned if isinstance(t, torch.Tensor)}
+    if prepared is not None:
+        args = [a for launches_of in (prepared, eager) for run, _ in launches_of or ()
+                for a in getattr(run.__self__, "_fixed", ())]
+    else:
+        args = [a for _, _, launch_args, _ in launches for a in launch_args]
+    kept: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.data_ptr() not in skip and not any(a is k for k in kept):
+            kept.append(a)
+    return kept

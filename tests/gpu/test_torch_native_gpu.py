@@ -198,23 +198,44 @@ def test_an_in_place_weight_write_reaches_a_padded_plan(out_features, in_feature
     assert not torch.equal(before, after)
 
 
-def test_a_graph_captured_before_load_state_dict_replays_the_new_weight():
+@pytest.mark.parametrize("out_features,in_features,tokens", [(200, 520, 4), (4096, 4096, 16)])
+def test_a_graph_captured_before_load_state_dict_keeps_its_records(out_features, in_features, tokens):
     """load_state_dict copies into the buffers in place and rebuilds the layer's records; the
-    records a graph captured (with a split-K workspace here) stay allocated, so a replay after the
-    load computes with the loaded weight, as eager calls do (written in the eleventh session, not
-    yet run on a GPU)."""
-    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=13, device="cuda"), activation="silu")
-    other = spt.SparseLinear.from_dense(linear(4096, 4096, seed=14, device="cuda"), activation="silu")
-    static_x = torch.randn(16, 4096, device="cuda").to(torch.bfloat16)
-    warm_up_on_a_side_stream(lambda: layer(static_x))
+    records a graph captured stay allocated (retired). Warmed up and captured on one stream, so the
+    captured record was built outside the graph's pool: before the fix its buffers were freed and
+    handed out again (a filler of their sizes, on that stream, takes them). A padded plan's replay
+    keeps reading the old copies (docs/torch.md: capture again); one reading the weight in place
+    (4096 x 4096, split-K workspace) replays the loaded weight (not yet run on a GPU)."""
+    layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=13, device="cuda"))
+    other = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=14, device="cuda"))
+    static_x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(static_x)
+    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         static_y = layer(static_x)
+    graph.replay()
+    torch.cuda.synchronize()
+    before = static_y.clone()
+    (record,) = _records(layer)
+    padded = record.copies_weight
+    assert padded == (out_features == 200)
+    sizes = [t.numel() * t.element_size() for t in record.kept]
+    assert sizes or not padded  # the padded copies (and the workspace, where split-K)
+    del record
     layer.load_state_dict(other.state_dict())
     torch.cuda.synchronize()
-    filler = [torch.full((64, 4096), float("nan"), device="cuda") for _ in range(8)]  # reuse freed memory
+    with torch.cuda.stream(side):  # the caching allocator reuses a block on the stream that freed it
+        filler = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in sizes]
+    torch.cuda.synchronize()
     graph.replay()
     torch.cuda.synchronize()
     del filler
-    assert torch.equal(static_y, layer(static_x))
-    check_against_float64(layer, static_x, static_y)
+    after = layer(static_x)
+    torch.cuda.synchronize()
+    check_against_float64(layer, static_x, after)
+    assert not torch.equal(before, after)
+    assert torch.equal(static_y, before if padded else after)

@@ -222,3 +222,38 @@ def test_clearing_a_cache_keeps_the_records_a_graph_captured(fake):
     del w  # the weight's last reference: its retired records go with it
     gc.collect()
     assert cache.retired == {}
+
+
+def test_a_record_without_prepared_launches_marks_its_plans_buffers(fake, monkeypatch):
+    """Without prepared launches (the plan rebound per call) what the record keeps is read from the
+    plan's launch arguments: its padded copy of the weight is marked used on a new stream; the
+    first call's x and y and the layer's weight are not the record's (nothing kept of them)."""
+    marked = []
+    monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
+    plan_of = kernels.kernel_api().plan_sparse_linear
+
+    class Unprepared:  # the stand-in plan, its launchers without ``prepare``
+        def __init__(self, plan):
+            self.plan = plan
+
+        def launches(self):
+            return [({g: object()}, g, a, c) for _, g, a, c in self.plan.launches()]  # kernel[grid]: no prepare
+
+        def run(self, stream=None):
+            pass
+
+        def rebind(self, x, y, scale_x=None):
+            return self
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
+        plan_sparse_linear=lambda *a, **k: Unprepared(plan_of(*a, **k))))
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    assert record.prepared is None
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=12)
+    assert [stream for _, stream in marked] == [12]
+    (copy,) = marked[0][0]
+    assert torch.equal(copy, w.values) and copy.data_ptr() != w.values.data_ptr()
+    assert not any(t.data_ptr() == x.data_ptr() for t in record.kept)
