@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import operator
 import os
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import torch
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
+from .quantize import quantize_per_token
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
@@ -130,37 +130,6 @@ def as_torch(result: Any, device: torch.device, dtype: torch.dtype) -> torch.Ten
     return tensor.to(device, dtype)
 
 
-QUANTIZERS_KEPT = 256
-"""Prepared quantizer launches kept (by T, K, x dtype, device; least recently built dropped first)."""
-_QUANTIZERS: OrderedDict[tuple[int, int, torch.dtype, int], Any] = OrderedDict()
-_QUANTIZERS_LOCK = threading.Lock()
-
-
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_q e4m3 (T, K), scale_x float32 (T,)) of a 2-D x, through the kernel API's quantizer. On
-    the GPU through a launch prepared once per (T, K, x dtype, device): the generic launch's
-    argument binding and checks cost about 100 µs of host time per eager e4m3 call on the H200."""
-    t, k = (int(s) for s in x.shape)
-    if x.is_cuda and t and k:
-        if x.data_ptr() % 16:  # the kernel was specialized for 16-byte aligned rows
-            x = x.clone()
-        xq = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
-        scale = torch.empty((t,), dtype=torch.float32, device=x.device)
-        key = (t, k, x.dtype, x.get_device())
-        launch = _QUANTIZERS.get(key)
-        if launch is None:
-            launch = kernel_api().prepare_quantize(x, xq, scale)
-            with _QUANTIZERS_LOCK:
-                _QUANTIZERS[key] = launch
-                while len(_QUANTIZERS) > QUANTIZERS_KEPT:
-                    _QUANTIZERS.popitem(last=False)
-        launch.run((x, xq, scale), stream_getter(key[3])())
-        return xq, scale
-    xq, scale = kernel_api().quantize(x, interpret=x.device.type == "cpu")
-    xq = as_torch(xq, x.device, torch.float8_e4m3fn)
-    return xq, as_torch(scale, x.device, torch.float32).reshape(-1)
-
-
 def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype
                     ) -> torch.Tensor:
     """y (T, N) = epilogue(x @ W.T) with the kernel in sparsile's CPU interpreter."""
@@ -219,6 +188,7 @@ class LaunchRecord:
         self.versions = weight_versions(self.tracked)
         self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
+        self.key: tuple = ()  # where a RecordCache stores it
         self.shape = (int(x.shape[0]), int(w.values.shape[0]))
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
@@ -439,6 +409,17 @@ class RecordCache:
             self.retired[id(record)] = record
         return None
 
+    def _revived(self, key: tuple, stream: int, values: torch.Tensor) -> tuple[LaunchRecord | None, tuple]:
+        """A retired record of ``key`` and this weight back in use (its graph may still replay it;
+        the version check then decides whether it may serve), so that a retired record is not
+        joined by a new one each time a cache is cleared: (the record or None, where it is stored)."""
+        for k, r in self.retired.copy().items():
+            if r.key in (key, (*key, stream)) and r.owner() is values:
+                self.retired.pop(k, None)
+                self.records[r.key] = r
+                return r, r.key
+        return None, key
+
     def _dropped(self, key: tuple, owner: weakref.ref) -> None:
         """The weak reference ``owner`` of the record stored at ``key`` died: drop that record, and
         the retired records of the same weight (a weakref callback: it may run in any thread, at any
@@ -486,6 +467,8 @@ class RecordCache:
         if record is None:
             found = (*key, stream)
             record = records.get(found)
+        if record is None and self.retired:
+            record, found = self._revived(key, stream, w.values)
         if record is not None and record.tracked is not None:
             versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
             if versions != record.versions:  # written in place since the record was built
@@ -493,7 +476,7 @@ class RecordCache:
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
                                   self.pdl and pdl_wanted(x.device) and writes_tracked(w))
-            stored = (*key, stream) if record.owns_workspace else key
+            record.key = stored = (*key, stream) if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record
             self._trim(w.values)

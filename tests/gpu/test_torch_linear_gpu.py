@@ -364,10 +364,10 @@ def test_prepared_quantizer_equals_the_generic_one(x_dtype, monkeypatch):
     """Eager e4m3 calls quantize x through a launch prepared once per (T, K, dtype, device): the same
     bits as the generic kernel launch, a misaligned view included, one preparation per key, and
     at most QUANTIZERS_KEPT kept."""
-    from sparsile.integrations.torch import _kernels
+    from sparsile.integrations.torch import _kernels, quantize
 
-    monkeypatch.setattr(_kernels, "_QUANTIZERS", type(_kernels._QUANTIZERS)())
-    monkeypatch.setattr(_kernels, "QUANTIZERS_KEPT", 2)
+    monkeypatch.setattr(quantize, "_QUANTIZERS", type(quantize._QUANTIZERS)())
+    monkeypatch.setattr(quantize, "QUANTIZERS_KEPT", 2)
     gen = torch.Generator(device="cuda").manual_seed(3)
     for tokens, k in ((1, 512), (5, 4096), (64, 1000), (5, 4096)):
         x = (torch.randn(tokens, k + 8, device="cuda", generator=gen) * 50).to(x_dtype)
@@ -376,4 +376,4 @@ def test_prepared_quantizer_equals_the_generic_one(x_dtype, monkeypatch):
             ref_q, ref_scale = _kernels.kernel_api().quantize(view.clone())
             assert torch.equal(xq.view(torch.uint8), ref_q.view(torch.uint8))
             assert torch.equal(scale.view(torch.int32), ref_scale.reshape(-1).view(torch.int32))
-    assert list(_kernels._QUANTIZERS) == [(5, 4096, x_dtype, 0), (64, 1000, x_dtype, 0)]  # (1, 512) dropped
+    assert list(quantize._QUANTIZERS) == [(5, 4096, x_dtype, 0), (64, 1000, x_dtype, 0)]  # (1, 512) dropped

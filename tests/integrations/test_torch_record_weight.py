@@ -257,3 +257,31 @@ def test_a_record_without_prepared_launches_marks_its_plans_buffers(fake, monkey
     (copy,) = marked[0][0]
     assert torch.equal(copy, w.values) and copy.data_ptr() != w.values.data_ptr()
     assert not any(t.data_ptr() == x.data_ptr() for t in record.kept)
+
+
+def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
+    """clear() (load_state_dict) retires a captured record; the next call of the same key and
+    weight takes it back (no new plan) when it reads the weight in place; one reading copies of a
+    weight written since is replaced (and retired) again, not revived as it is."""
+    fake.reads_weight = True
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    record.captured = True
+    cache.clear()
+    assert list(cache.retired.values()) == [record]
+    w.values.add_(1.0)  # load_state_dict writes the buffers in place
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and cache.retired == {}
+    assert record.versions == tuple(t._version for t in record.tracked)
+    fake.reads_weight = False  # a record reading copies
+    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    (copying,) = cache2.records.values()
+    copying.captured = True
+    cache2.clear()
+    w2.values.add_(1.0)
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    (fresh,) = cache2.records.values()
+    assert fresh is not copying and list(cache2.retired.values()) == [copying]
