@@ -16,18 +16,13 @@ from collections.abc import Iterator
 
 from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
-from ..ir.core import Block, Function
+from ..ir.core import Function
 from .core import Context, function_rule, require_feature
 
 SP_PDL_WITHOUT_WAIT = "SP0590"
 """A kernel compiled with ``pdl=True`` that never calls ``pdl.wait()``."""
 
 require_feature("GRID_DEPENDENCY", "`{op}` (programmatic dependent launch)", "pdl.wait", "pdl.launch_dependents")
-
-
-def calls_wait(block: Block) -> bool:
-    """Whether ``block`` or a region nested in it (a loop, a branch, a partition) has a ``pdl.wait``."""
-    return any(op.name == "pdl.wait" or any(calls_wait(r.block) for r in op.regions) for op in block.ops)
 
 
 @function_rule()
@@ -38,7 +33,7 @@ def pdl_kernel_waits(func: Function, ctx: Context) -> Iterator[Diagnostic]:
     if d is not None:
         yield d
         return
-    if not calls_wait(func.body.block):
+    if not any(op.name == "pdl.wait" for op in func.walk()):  # nested regions (loops, branches, partitions) too
         yield Diagnostic(SP_PDL_WITHOUT_WAIT, f"`{func.name}` is compiled with pdl=True, so it may start before the "
                          "previous kernel in the stream has finished, but it never calls pdl.wait(): its reads of that "
                          "kernel's output would race with it", func.span,

@@ -71,7 +71,7 @@ def tracked_tensors(w: Weight) -> tuple[torch.Tensor, ...] | None:
     """The weight's tensors whose in-place writes a record watches: values, metadata, and the bias
     and scale_w where given (a plan may read converted copies of them) and not inference tensors
     (they keep no version counter); None where values or metadata keep none."""
-    if not writes_tracked(w):
+    if w.values.is_inference() or w.meta.is_inference():  # (reading _version raises in inference_mode)
         return None
     return tuple(t for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None and not t.is_inference())
 
@@ -82,11 +82,6 @@ def weight_versions(tracked: tuple[torch.Tensor, ...] | None) -> tuple[int, ...]
     return None if tracked is None else tuple([t._version for t in tracked])
 
 
-def writes_tracked(w: Weight) -> bool:
-    """Whether in-place writes to the weight's values and metadata bump version counters that a PDL
-    record can compare: not for inference tensors (made under ``torch.inference_mode()``), which
-    keep none (reading ``_version`` raises inside inference_mode): their records launch without PDL."""
-    return not (w.values.is_inference() or w.meta.is_inference())
 
 
 @functools.cache
@@ -176,9 +171,6 @@ class LaunchRecord:
                  off_pool: bool = False, stream: int | None = None, quantize: bool = False, pdl: bool = False):
         api = kernel_api()
         self.quantize = quantize
-        # PDL (RecordCache(pdl=True)): the decode kernel reads the weight before it waits for the kernel
-        # before it, so writes to the weight must be complete: see weight_written
-        self.pdl = pdl
         # the weight as aliases: the record pins the memory its launches read, not the caller's tensor
         # objects, whose weak reference tells when the layer is gone (RecordCache drops the record then)
         w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
@@ -186,6 +178,10 @@ class LaunchRecord:
         # the aliases share the version counters of the caller's tensors: RecordCache.run compares them
         self.tracked = tracked_tensors(w)
         self.versions = weight_versions(self.tracked)
+        # PDL (RecordCache(pdl=True)): the decode kernel reads the weight before it waits for the kernel
+        # before it, so writes to the weight must be complete (weight_written): not for a weight whose
+        # writes cannot be seen (inference tensors)
+        self.pdl = pdl and self.tracked is not None
         self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
         self.key: tuple = ()  # where a RecordCache stores it
@@ -201,7 +197,7 @@ class LaunchRecord:
         self.kept, self.streams = kept, {stream}
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
-        if pdl:
+        if self.pdl:
             self.weight_written(self.versions)
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
@@ -402,10 +398,7 @@ class RecordCache:
         if _capturing():
             return record
         self.records.pop(key, None)
-        if record.captured:
-            for k, r in self.retired.copy().items():  # those of weights gone (normally dropped by _dropped)
-                if r.owner() is None:
-                    self.retired.pop(k, None)
+        if record.captured:  # (dropped with its weight by _dropped)
             self.retired[id(record)] = record
         return None
 
@@ -475,7 +468,7 @@ class RecordCache:
                 record = self._weight_written(found, record, versions)
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                  self.pdl and pdl_wanted(x.device) and writes_tracked(w))
+                                  self.pdl and pdl_wanted(x.device))
             record.key = stored = (*key, stream) if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record

@@ -20,10 +20,9 @@ from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 
 
-def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypatch):
-    """RecordCache(pdl=True) on a device that has it: the plans (the eager one-launch variant too)
-    are asked for pdl; the weight's queued writes are waited for once when the record is built and
-    again after an in-place write (its version counter), not on other calls."""
+def _pdl_wanted_and_logged(monkeypatch) -> tuple[list[bool], list]:
+    """PDL wanted on this (CPU) device; the pdl argument of each plan the records ask for, and each
+    device synchronization, logged in the two lists returned."""
     asked, synced = [], []
     plan = kernels.kernel_api().plan_sparse_linear
 
@@ -34,6 +33,15 @@ def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypat
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
     monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    return asked, synced
+
+
+
+def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypatch):
+    """RecordCache(pdl=True) on a device that has it: the plans (the eager one-launch variant too)
+    are asked for pdl; the weight's queued writes are waited for once when the record is built and
+    again after an in-place write (its version counter), not on other calls."""
+    asked, synced = _pdl_wanted_and_logged(monkeypatch)
     fake.decode = True
     fake.n_launches = 2
     fake.reads_weight = True  # the plan reads the weight in place: a write needs no new record
@@ -67,16 +75,7 @@ def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatc
     """A weight made under torch.inference_mode() keeps no version counter (reading ``_version``
     raises there): an in-place write to it cannot be seen, so its records launch without PDL (and
     a call inside inference_mode does not fail on the version check)."""
-    asked, synced = [], []
-    plan = kernels.kernel_api().plan_sparse_linear
-
-    def plan_with_pdl(*args, pdl=False, **kwargs):
-        asked.append(pdl)
-        return plan(*args, **kwargs)
-
-    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
-    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    asked, synced = _pdl_wanted_and_logged(monkeypatch)
     with torch.inference_mode():
         w = _weight()
         x = torch.randn(4, 32)

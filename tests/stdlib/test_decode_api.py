@@ -239,6 +239,19 @@ def test_argument_errors_have_codes():
         "SP0850", "unknown activation 'gelu'")
 
 
+def ptxas_report(ptx: str, tmp_path) -> str:
+    """ptxas -v's report (stderr) of assembling ``ptx`` for sm_90a, which must succeed; the test is
+    skipped where ptxas is not installed."""
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    path = tmp_path / "decode.ptx"
+    path.write_text(ptx)
+    proc = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(path), "-o", str(tmp_path / "decode.cubin")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
 @pytest.mark.parametrize("dtype,t,split,act,tiled", [("f16", 1, 1, None, False), ("bf16", 64, 1, "gelu_tanh", False),
                                                      ("e4m3", 16, 4, None, False), ("bf16", 16, 1, "silu", True)])
 def test_compiles_for_sm90a(dtype, t, split, act, tiled, tmp_path):
@@ -257,15 +270,9 @@ def test_compiles_for_sm90a(dtype, t, split, act, tiled, tmp_path):
         assert "ld.shared.v4.b32" in ptx
     cfg = plan.config
     assert ck.smem_bytes == cfg.stages * (cfg.stage_bytes(KERNELS[dtype].elem_bytes) + 16)  # + two mbarriers
-    if shutil.which("ptxas") is None:
-        pytest.skip("ptxas is not installed")
-    path = tmp_path / "decode.ptx"
-    path.write_text(ptx)
-    proc = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(path), "-o", str(tmp_path / "decode.cubin")],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr and "0 bytes stack frame" in proc.stderr
-    regs = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
+    report = ptxas_report(ptx, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report and "0 bytes stack frame" in report
+    regs = int(re.search(r"Used (\d+) registers", report).group(1))
     assert regs <= 112  # maxnreg: two 9-warp CTAs per SM
 
 
@@ -359,15 +366,9 @@ def test_pdl_compiles_for_sm90a(dtype, split, reduce, tmp_path):
     assert ptx.count("griddepcontrol.wait;") >= 2  # the producer's and the consumers' (LLVM may duplicate a block)
     if reduce == "launch":
         assert compiled[1].ptx.count("griddepcontrol.wait;") == 1
-    if shutil.which("ptxas") is None:
-        pytest.skip("ptxas is not installed")
-    path = tmp_path / "decode.ptx"
-    path.write_text(ptx)
-    proc = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(path), "-o", str(tmp_path / "decode.cubin")],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    assert int(re.search(r"Used (\d+) registers", proc.stderr).group(1)) <= 112
+    report = ptxas_report(ptx, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report
+    assert int(re.search(r"Used (\d+) registers", report).group(1)) <= 112
 
 
 @pytest.mark.gpu
