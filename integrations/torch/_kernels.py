@@ -139,6 +139,16 @@ def _same_memory(a: Any, t: torch.Tensor) -> bool:
                       and a.numel() == t.numel())
 
 
+def _same_storage(a: torch.Tensor, t: torch.Tensor) -> bool:
+    """``a`` and ``t`` are views of one block of memory (a fused group's weight and a member's rows)."""
+    return a.device == t.device and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+
+
+def _spec(t: torch.Tensor | None) -> tuple[torch.Size, torch.dtype, torch.device] | None:
+    """``t``'s shape, type and device (for a template of it: :meth:`LaunchRecord.refresh_copies`)."""
+    return None if t is None else (t.shape, t.dtype, t.device)
+
+
 def _same_bytes(a: Any, t: torch.Tensor) -> bool:
     """``a`` is a tensor on ``t``'s bytes, of any element type (the plan reads int32 metadata words
     as uint32)."""
@@ -217,6 +227,10 @@ class LaunchRecord:
         self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y, **self._pdl())
+        # planning again for refresh_copies: x and scale_x of these shapes and types (the quantizing
+        # record's own buffers; else templates, allocated then)
+        self.plan_inputs = (gemm_x, scale_x) if self.quantize else (_spec(x), _spec(scale_x))
+        self.operands = [getattr(self.plan, "weight_operands", None)]  # the copies refresh_copies writes
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
         # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
         # with one tensor argument to parse (about half of torch.empty's host time)
@@ -234,10 +248,12 @@ class LaunchRecord:
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
                 and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
                 and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
-            one = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
-                                         scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
-                                         out=y, reduce="kernel", **self._pdl()).launches()
+            one_plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
+                                              scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
+                                              out=y, reduce="kernel", **self._pdl())
+            one = one_plan.launches()
             if len(one) == 1:
+                self.operands.append(getattr(one_plan, "weight_operands", None))
                 eager = self._prepare(one, per_call_x, y, per_call_scale)
                 if self.quantize and not _reads_the_quantized_x(one, self.xq, self.sx):
                     eager = None
@@ -256,6 +272,35 @@ class LaunchRecord:
 
     def _pdl(self) -> dict[str, bool]:  # only where asked: test doubles of the kernel API lack it
         return {"pdl": True} if self.pdl else {}
+
+    def refresh_copies(self) -> bool:
+        """After an in-place write of the weight: copy what a plan made from the weight as it is now
+        (padded, re-encoded, converted) into the copies this record's launches read, on torch's
+        current stream, so that the record, and every CUDA graph that captured it, computes with
+        the new weight. False (nothing written) where a plan does not list its operands or the new
+        ones differ in shape or type (the caller builds a new record then)."""
+        if any(operands is None for operands in self.operands):
+            return False
+        w = self.weight
+        gemm_x, scale_x = (torch.empty(t[0], dtype=t[1], device=t[2]) if isinstance(t, tuple) else t
+                           for t in self.plan_inputs)
+        fresh = getattr(kernel_api().plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
+                                                        scale_x=scale_x, scale_w=w.scale_w,
+                                                        out_dtype=OUT_DTYPES[self.out_dtype], out=None),
+                        "weight_operands", None)
+        if fresh is None:
+            return False
+        pairs = []
+        for operands in self.operands:
+            for source, old, new in zip((w.values, w.meta, w.bias, w.scale_w), operands, fresh, strict=True):
+                if source is None or old is None or _same_bytes(old, source):
+                    continue  # not given, or read in place
+                if new is None or old.shape != new.shape or old.dtype != new.dtype:
+                    return False
+                pairs.append((old, new))
+        for old, new in pairs:
+            old.copy_(new)
+        return True
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:
         """The weight was written (``versions``: its version counters now): with PDL, wait until the
@@ -387,20 +432,46 @@ class RecordCache:
     def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
         """The weight of ``record`` (stored at ``key``) was written in place since it was built: a
         record that reads the weight in place only notes it (and waits for the write with PDL); one
-        that reads copies of it (padded, re-encoded) is replaced by a new one built from the weight
-        as it is now (None returned). Not while a CUDA graph is captured: the capture takes the old
-        record, whose versions stay as they were, so the first call outside the capture replaces it.
-        A replaced record a CUDA graph captured is kept, with its buffers, while its weight lives:
-        that graph replays the old copies."""
+        that reads copies of it (padded, re-encoded) has them refreshed (``refresh_copies``), or
+        where that cannot be done is replaced by a new one built from the weight as it is now (None
+        returned). Not while a CUDA graph is captured: the capture takes the old record, whose
+        versions stay as they were, so the first call outside the capture refreshes it. A replaced
+        record a CUDA graph captured is kept, with its buffers, while its weight lives: that graph
+        replays the old copies."""
         if not record.copies_weight:
             record.weight_written(versions)
             return record
         if _capturing():
             return record
+        if record.refresh_copies():
+            record.weight_written(versions)
+            return record
         self.records.pop(key, None)
         if record.captured:  # (dropped with its weight by _dropped)
             self.retired[id(record)] = record
         return None
+
+    def sync(self, values: torch.Tensor) -> int:
+        """Bring the records of the weight in ``values``' memory block (retired ones too) up to its
+        in-place writes now, not at their next call: copies refreshed (``refresh_copies``), writes
+        noted, so that CUDA graphs replaying them compute with the weight as it is
+        (``load_state_dict``, ``SemiSparseLinear.refresh``). Returns how many records a graph
+        captured still read copies of the weight from before (none refreshable; each is replaced at
+        its next eager call, but that graph keeps the old copies). Nothing while a graph is captured."""
+        if _capturing():
+            return 0
+        stale = 0
+        for record in (*tuple(self.records.values()), *tuple(self.retired.values())):  # (snapshots: weakref callbacks)
+            if record.tracked is None or not _same_storage(record.weight.values, values):
+                continue
+            versions = weight_versions(record.tracked)
+            if versions == record.versions:
+                continue
+            if not record.copies_weight or record.refresh_copies():
+                record.weight_written(versions)
+            elif record.captured:
+                stale += 1
+        return stale
 
     def _revived(self, key: tuple, stream: int, values: torch.Tensor) -> tuple[LaunchRecord | None, tuple]:
         """A retired record of ``key`` and this weight back in use (its graph may still replay it;

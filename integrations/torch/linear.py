@@ -151,6 +151,19 @@ def tracing(x: Any) -> bool:
             or torch._C._get_tracing_state() is not None)
 
 
+def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> int:
+    """``RecordCache.sync`` of the weight in ``values``' memory in a layer's ``own`` cache, the
+    custom op's, and a fused group's (``fused``: a member's ``(group, index)``, fuse.py); how many
+    captured records still read copies from before (see ``sync``)."""
+    from .ops import RECORDS  # (ops imports this module)
+
+    caches = [own, RECORDS]
+    group = None if fused is None else fused[0].fused
+    if group is not None:
+        caches.append(group.__dict__["_records"])
+    return sum(cache.sync(values) for cache in caches)
+
+
 class SparseLinear(nn.Module):
     """A 2:4 sparse linear layer (inference only): ``y = activation(x @ W.T + bias)``.
 
@@ -278,6 +291,11 @@ class SparseLinear(nn.Module):
     # running
 
     def _invalidate(self) -> None:
+        """The buffers were written in place, replaced or moved: the records of the weight (this
+        layer's, the custom op's, a fused group's) take in-place writes now, so that CUDA graphs
+        replaying them compute with the weight as it is (``RecordCache.sync``); this layer's cache
+        is emptied (records a graph captured are kept, retired)."""
+        sync_records(self.values, self.__dict__["_records"], self.__dict__.get("_fused"))
         self.__dict__["_records"].clear()
         self.__dict__["_weight"] = None
         fused = self.__dict__.get("_fused")  # a group of fuse_projections_ (fuse.py): re-verified on its next run

@@ -51,14 +51,6 @@ _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
 
 
-def captured_copies(cache: RecordCache, weight: torch.Tensor) -> int:
-    """How many launch records of ``cache`` for ``weight``'s memory a CUDA graph captured while
-    their plans read copies of it (padded, re-encoded): replays of such a graph read the copies made
-    before the weight's last in-place write (docs/torch.md, "A weight written in place")."""
-    return sum(r.captured and r.copies_weight and r.weight.values.data_ptr() == weight.data_ptr()
-               for r in cache.records.values())  # (retired ones were replaced already: not counted again)
-
-
 # ------------------------------------------------------------------------------------------------
 # the op and its backward
 
@@ -276,13 +268,13 @@ class SemiSparseLinear(nn.Module):
         self.__dict__["_fresh"] = self._state_key()
         from .ops import RECORDS as op_records  # the dX launches go through the custom op
 
-        stale = captured_copies(_RECORDS, self.values) + captured_copies(op_records, self.values_t)
+        # the records' padded copies follow now, also those CUDA graphs replay (RecordCache.sync)
+        stale = _RECORDS.sync(self.values) + op_records.sync(self.values_t)
         if stale:
             warnings.warn(f"sparsile.torch: SemiSparseLinear({self.in_features}, {self.out_features}).refresh: "
                           f"{stale} launch record(s) captured in a CUDA graph read copies of this layer's weight "
-                          "(padded to the kernel's tiles, or a converted bias), which this refresh cannot update: "
-                          "replays of that graph keep the weight from before it. Capture the graph again after "
-                          "each optimizer step, or use multiples of 128 and a float32 bias", stacklevel=2)
+                          "that could not be refreshed in place: replays of that graph keep the weight from "
+                          "before it. Capture the graph again after each optimizer step", stacklevel=2)
 
     @torch.no_grad()
     def reprune(self, *, interpret: bool = False) -> float:

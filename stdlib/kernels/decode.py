@@ -204,6 +204,12 @@ class SparseDecodePlan:
         return self.base.interpret
 
     @property
+    def weight_operands(self) -> tuple[Any, Any, Any, Any]:
+        """(values, metadata words, bias, scale_w) as the launches read them (as
+        :attr:`SparseLinearPlan.weight_operands`; values and words padded or tiled here)."""
+        return (self.values, self.meta, self.base.bias, self.base.scale_w)
+
+    @property
     def reduces_in_kernel(self) -> bool:
         return self.counters is not None and self.config.split_k > 1
 

@@ -197,6 +197,13 @@ class SparseLinearPlan:
     group_m: int | None = None
 
     @property
+    def weight_operands(self) -> tuple[Any, Any, Any, Any]:
+        """(values, metadata words, bias, scale_w) as the launches read them: the caller's arrays,
+        or the copies made when the plan was built (padded, re-encoded, converted), which a caller
+        that writes its weight in place refreshes by copying a new plan's operands into them."""
+        return (self.values, self.meta, self.bias, self.scale_w)
+
+    @property
     def kernel(self) -> Any:
         """The main kernel (``sparse_linear_<t>``, ``_pair``)."""
         return getattr(kernel_module(), f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}")

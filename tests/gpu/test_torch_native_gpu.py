@@ -184,8 +184,8 @@ def test_pdl_gives_the_same_bits_eagerly_in_graphs_and_after_weight_writes(dtype
 @pytest.mark.parametrize("out_features,in_features,tokens", [(200, 512, 4), (256, 520, 4), (200, 520, 100)])
 def test_an_in_place_weight_write_reaches_a_padded_plan(out_features, in_features, tokens):
     """Shapes the plans pad (out_features % 128, in_features % the K step): the records read copies
-    of the weight, so an in-place write must replace them (written in the eleventh session, not yet
-    run on a GPU)."""
+    of the weight, so an in-place write must reach them: the next call refreshes them in place
+    (the same record, its copies at the same addresses)."""
     layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=9, device="cuda"))
     x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
     before = layer(x).clone()
@@ -196,16 +196,19 @@ def test_an_in_place_weight_write_reaches_a_padded_plan(out_features, in_feature
     torch.cuda.synchronize()
     check_against_float64(layer, x, after)
     assert not torch.equal(before, after)
+    assert _records(layer) == [record]
 
 
 @pytest.mark.parametrize("out_features,in_features,tokens", [(200, 520, 4), (4096, 4096, 16)])
 def test_a_graph_captured_before_load_state_dict_keeps_its_records(out_features, in_features, tokens):
-    """load_state_dict copies into the buffers in place and rebuilds the layer's records; the
-    records a graph captured stay allocated (retired). Warmed up and captured on one stream, so the
-    captured record was built outside the graph's pool: before the fix its buffers were freed and
-    handed out again (a filler of their sizes, on that stream, takes them). A padded plan's replay
-    keeps reading the old copies (docs/torch.md: capture again); one reading the weight in place
-    (4096 x 4096, split-K workspace) replays the loaded weight (not yet run on a GPU)."""
+    """load_state_dict copies into the buffers in place, refreshes the padded copies of the records
+    of that weight (RecordCache.sync) and empties the layer's cache; the records a graph captured
+    stay allocated (retired). Warmed up and captured on one stream, so the captured record was built
+    outside the graph's pool: before the eleventh session's fix its buffers were freed and handed
+    out again (a filler of their sizes, on that stream, takes them). The replay computes with the
+    loaded weight, whether its plan reads padded copies (200 x 520: before the twelfth session it
+    replayed the old copies with the new bias, a mix of both weights) or the weight in place
+    (4096 x 4096, split-K workspace); the next eager call takes the retired record back."""
     layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=13, device="cuda"))
     other = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=14, device="cuda"))
     static_x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
@@ -238,4 +241,5 @@ def test_a_graph_captured_before_load_state_dict_keeps_its_records(out_features,
     torch.cuda.synchronize()
     check_against_float64(layer, static_x, after)
     assert not torch.equal(before, after)
-    assert torch.equal(static_y, before if padded else after)
+    assert torch.equal(static_y, after)
+    assert len(_records(layer)) == 1 and _records(layer)[0].captured  # the retired record, taken back

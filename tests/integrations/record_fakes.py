@@ -39,6 +39,7 @@ class FakeDriver:
         self.decode = False  # the stand-in plan has a one-launch variant (reduce="kernel")
         self.reads_weight = False  # the stand-in plan reads the weight in place (else: copies of it)
         self.copies_bias = False  # with reads_weight, the plan reads a converted copy of the bias
+        self.lists_operands = True  # the stand-in plan has weight_operands (refresh_copies can write its copies)
 
         def params(address: int) -> list[bytes]:
             ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
@@ -99,6 +100,8 @@ class _Plan:
         self.names = (("x", "y", "scale_x")[:len(self.args) - len(weight or ())]
                       + ("values", "meta", "bias")[:len(weight or ())])
         self.log, self.n = log, n
+        # (values, meta, bias, scale_w) as the launches read them, as the real plans list them
+        self.weight_operands = (tuple(weight or ()) + (None,) * 4)[:4]
 
     def launches(self):
         launcher = SimpleNamespace(prepare=lambda per_call, **fixed: _Prepared(self.log, per_call, fixed))
@@ -126,6 +129,8 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
         bias = () if bias is None else (bias.double() if driver.copies_bias else bias,)
         plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches,
                      (values, meta, *bias) if driver.reads_weight else (values.clone(),))  # else: a "padded" copy
+        if not driver.lists_operands:
+            del plan.weight_operands
         if driver.decode:  # a decode plan: split-K reduced in the kernel on request
             plan.reduces_in_kernel = reduce == "kernel"
         return plan

@@ -1,6 +1,7 @@
 """The launch record and the weight it reads (integrations/torch/_kernels.py): programmatic
 dependent launch (planned with pdl where asked and wanted, the weight's writes waited for), in-place
-weight writes (version counters; records reading copies replaced, captured ones retired), and the
+weight writes (version counters; records reading copies refreshed in place, or replaced where they
+cannot be, captured ones retired; ``sync`` before any call), and the
 streams a record serves (record_stream), with the stand-ins of record_fakes.py. The same on the
 H200: tests/gpu/test_torch_native_gpu.py."""
 
@@ -89,12 +90,8 @@ def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatc
     assert asked == [False, True] and len(synced) == 1
 
 
-def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, monkeypatch):
-    """A plan that pads or re-encodes the weight reads copies made when the record was built: after
-    an in-place write of values or meta the next call plans again from the weight as it is now.
-    A record a CUDA graph captured is kept (retired) while its weight lives; in a capture nothing is
-    rebuilt, and the write stays unnoted, so that the first call after the capture rebuilds.
-    Records reading the weight in place are kept as they are."""
+def _counting_plans(monkeypatch) -> list:
+    """The values each plan the records ask for was given (a clone), in order."""
     planned = []
     plan = kernels.kernel_api().plan_sparse_linear
 
@@ -103,13 +100,66 @@ def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, mo
         return plan(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
+    return planned
+
+
+def _copy_of_values(record) -> torch.Tensor:
+    """The stand-in plan's padded copy of the values that ``record``'s launches read."""
+    (operands,) = record.operands
+    return operands[0]
+
+
+def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake, monkeypatch):
+    """A plan that pads or re-encodes the weight reads copies made when the record was built: after
+    an in-place write of values or meta the next call plans again from the weight as it is now and
+    copies the new plan's operands into the record's copies (same addresses: a CUDA graph that
+    captured the record replays the new weight). In a capture nothing is refreshed and the write
+    stays unnoted, so that the first call after the capture refreshes. Records reading the weight
+    in place are kept as they are, unplanned."""
+    planned = _counting_plans(monkeypatch)
+    cache, w = kernels.RecordCache(), _weight()
+    w.values.copy_(torch.randn(8, 16))
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    copy = _copy_of_values(record)
+    address = copy.data_ptr()
+    assert record.copies_weight and record.versions == (1, 0) and len(planned) == 1
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(planned) == 1  # unchanged weight: nothing planned
+    w.values.add_(1.0)
+    assert not torch.equal(copy, w.values)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and len(planned) == 2 and record.versions == (2, 0)
+    assert torch.equal(copy, w.values) and copy.data_ptr() == address and cache.retired == {}
+    record.captured = True
+    w.values.mul_(3.0)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: neither refreshed nor noted
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert record.versions == (2, 0) and len(planned) == 2 and not torch.equal(copy, w.values)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # the write before the capture: refreshed now
+    assert list(cache.records.values()) == [record] and record.versions == (3, 0) and len(planned) == 3
+    assert torch.equal(copy, w.values) and cache.retired == {}
+    fake.reads_weight = True  # a plan reading the weight in place: a write keeps the record, unplanned
+    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    (kept,) = cache2.records.values()
+    w2.values.add_(1.0)
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    assert next(iter(cache2.records.values())) is kept and kept.versions == (1, 0) and len(planned) == 4
+
+
+def test_a_record_whose_plan_lists_no_operands_is_replaced_after_a_write(fake, monkeypatch):
+    """Where the copies cannot be refreshed (a plan without ``weight_operands``) the record is
+    replaced by one planned from the weight as it is now; a replaced record a CUDA graph captured
+    is kept (retired) while its weight lives."""
+    fake.lists_operands = False
+    planned = _counting_plans(monkeypatch)
     cache, w = kernels.RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (first,) = cache.records.values()
-    assert first.copies_weight and first.versions == (0, 0) and len(planned) == 1
-    cache.run((4,), x, w, None, torch.float32, stream=11)
-    assert len(planned) == 1  # unchanged weight: the same record
     w.values.add_(1.0)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (second,) = cache.records.values()
@@ -117,28 +167,16 @@ def test_a_record_reading_copies_of_the_weight_is_rebuilt_after_a_write(fake, mo
     assert cache.retired == {}  # never captured: dropped
     second.captured = True
     w.meta.add_(1)
-    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: neither rebuilt nor noted
     cache.run((4,), x, w, None, torch.float32, stream=11)
-    cache.run((4,), x, w, None, torch.float32, stream=11)
-    assert next(iter(cache.records.values())) is second and second.versions == (1, 0) and len(planned) == 2
-    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
-    cache.run((4,), x, w, None, torch.float32, stream=11)  # the write before the capture: rebuilt now
     (third,) = cache.records.values()
-    assert third is not second and list(cache.retired.values()) == [second] and len(planned) == 3
-    assert third.versions == (1, 1) and torch.equal(planned[-1], w.values)
-    fake.reads_weight = True  # a plan reading the weight in place: a write keeps the record
-    cache2, w2 = kernels.RecordCache(), _weight()
-    cache2.run((4,), x, w2, None, torch.float32, stream=11)
-    (kept,) = cache2.records.values()
-    w2.values.add_(1.0)
-    cache2.run((4,), x, w2, None, torch.float32, stream=11)
-    assert next(iter(cache2.records.values())) is kept and kept.versions == (1, 0)
+    assert third is not second and list(cache.retired.values()) == [second] and third.versions == (1, 1)
 
 
 def test_retired_records_go_with_their_weight(fake):
     """A captured record replaced after a weight write is kept only while its weight lives: once the
     caller's values tensor is collected its retired records are dropped too (they hold the weight's
     memory and the copies), not only at the next replacement."""
+    fake.lists_operands = False  # copies that cannot be refreshed: replaced
     cache, w = kernels.RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -153,10 +191,10 @@ def test_retired_records_go_with_their_weight(fake):
     assert cache.retired == {} and len(cache) == 0 and gone() is None
 
 
-def test_a_write_to_a_bias_the_plan_converted_rebuilds_the_record(fake):
+def test_a_write_to_a_bias_the_plan_converted_refreshes_the_copy(fake):
     """The bias (and scale_w) are watched as values and metadata are: a plan that reads a converted
-    copy of the bias is replaced after an in-place write of it; one reading it in place only notes
-    the write. A bias made under inference_mode keeps no version counter: it is not watched."""
+    copy of the bias has it refreshed after an in-place write of it; one reading it in place only
+    notes the write. A bias made under inference_mode keeps no version counter: it is not watched."""
     fake.reads_weight = True
     cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
     x = torch.randn(4, 32)
@@ -170,11 +208,13 @@ def test_a_write_to_a_bias_the_plan_converted_rebuilds_the_record(fake):
     cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (first,) = cache.records.values()
-    assert first.copies_weight
-    w.bias.add_(1.0)
+    (operands,) = first.operands
+    bias_copy = operands[2]
+    assert first.copies_weight and bias_copy.dtype == torch.float64 and torch.equal(bias_copy, w.bias.double())
+    w.bias.add_(1.5)
     cache.run((4,), x, w, None, torch.float32, stream=11)
-    (second,) = cache.records.values()
-    assert second is not first and second.versions == (0, 0, 1)
+    assert list(cache.records.values()) == [first] and first.versions == (0, 0, 1)
+    assert torch.equal(bias_copy, w.bias.double()) and bias_copy.data_ptr() == operands[2].data_ptr()
     with torch.inference_mode():
         bias = torch.zeros(8)
     cache, w = kernels.RecordCache(), _weight(bias)
@@ -183,6 +223,51 @@ def test_a_write_to_a_bias_the_plan_converted_rebuilds_the_record(fake):
     assert unwatched.versions == (0, 0)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert next(iter(cache.records.values())) is unwatched
+
+
+def test_sync_refreshes_captured_copies_before_any_call(fake):
+    """``RecordCache.sync`` (load_state_dict, SemiSparseLinear.refresh) refreshes the copies of every
+    record of the weight's memory (retired ones, records of a view's base) at once, so that a graph
+    replay right after the write reads the new weight; records of another weight are untouched; a
+    captured record whose copies cannot be refreshed is counted; nothing is done in a capture."""
+    cache, w = kernels.RecordCache(), _weight()
+    other = _weight()
+    x = torch.randn(4, 32)
+    cache.run((4, "w"), x, w, None, torch.float32, stream=11)  # (keys name the weight's memory)
+    cache.run((4, "other"), x, other, None, torch.float32, stream=11)
+    mine, theirs = cache.records.values()
+    mine.captured = True
+    cache.clear()  # retired (captured); the other weight's record is dropped
+    assert list(cache.retired.values()) == [mine]
+    w.values.copy_(torch.randn(8, 16))
+    other.values.add_(2.0)
+    assert cache.sync(w.values[2:4]) == 0  # a view of the weight's memory (a fused group's member)
+    assert torch.equal(_copy_of_values(mine), w.values) and mine.versions == (1, 0)
+    assert not torch.equal(_copy_of_values(theirs), other.values)
+    fake.lists_operands = False
+    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2.run((4,), x, w2, None, torch.float32, stream=11)
+    cache2.run((5,), torch.randn(5, 32), w2, None, torch.float32, stream=11)
+    captured, free = cache2.records.values()
+    captured.captured = True
+    w2.values.add_(1.0)
+    assert cache2.sync(w2.values) == 1 and captured.versions == (0, 0) and free.versions == (0, 0)
+
+
+def test_load_state_dict_syncs_the_records_of_the_layer_and_the_op(monkeypatch):
+    """SparseLinear._invalidate (load_state_dict, check_metadata, buffer writes) syncs the records
+    of its weight in its own cache and in the custom op's before emptying its cache."""
+    import sparsile.torch as spt
+    from sparsile.integrations.torch import ops
+
+    synced = []
+    monkeypatch.setattr(kernels.RecordCache, "sync", lambda self, values: synced.append((self, values)) or 0)
+    layer = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+    other = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+    synced.clear()
+    layer.load_state_dict(other.state_dict())
+    caches = [cache for cache, values in synced if values is layer.values]
+    assert layer.__dict__["_records"] in caches and ops.RECORDS in caches
 
 
 def test_a_record_marks_its_buffers_used_on_each_new_stream(fake, monkeypatch):
@@ -260,8 +345,8 @@ def test_a_record_without_prepared_launches_marks_its_plans_buffers(fake, monkey
 
 def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     """clear() (load_state_dict) retires a captured record; the next call of the same key and
-    weight takes it back (no new plan) when it reads the weight in place; one reading copies of a
-    weight written since is replaced (and retired) again, not revived as it is."""
+    weight takes it back (no new record): one reading the weight in place as it is, one reading
+    copies of a weight written since with its copies refreshed."""
     fake.reads_weight = True
     cache, w = kernels.RecordCache(), _weight()
     x = torch.randn(4, 32)
@@ -282,5 +367,5 @@ def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     cache2.clear()
     w2.values.add_(1.0)
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
-    (fresh,) = cache2.records.values()
-    assert fresh is not copying and list(cache2.retired.values()) == [copying]
+    assert list(cache2.records.values()) == [copying] and cache2.retired == {}
+    assert torch.equal(_copy_of_values(copying), w2.values)

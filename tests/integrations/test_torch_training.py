@@ -10,6 +10,7 @@ import pytest
 
 from sparsile.integrations.errors import IntegrationError
 from sparsile.stdlib.sparsity import as_host_array, decompress, transposable_mask_2_4
+from sparsile.tests.integrations.record_fakes import fake as fake  # (a fixture)
 from sparsile.tests.integrations.torch_helpers import linear
 from sparsile.tests.integrations.training_helpers import DenseMasked, Mlp, bf16, masked_weight, train_pair, within
 
@@ -310,10 +311,11 @@ def test_opcheck_of_the_training_and_activation_ops():
     assert set(result.values()) == {"SUCCESS"}, result
 
 
-def test_refresh_warns_when_a_captured_graph_reads_padded_copies(monkeypatch):
-    """A launch record a CUDA graph captured, whose plan reads padded copies of the layer's weight,
-    cannot be updated by refresh(): the refresh warns (replays would train on the old weight);
-    uncaptured records, or records reading the weight in place, give no warning."""
+def test_refresh_brings_captured_padded_copies_up_to_date(fake, monkeypatch):
+    """refresh() writes the compressions in place and then syncs the launch records of both (the
+    layer's and the custom op's): a record a CUDA graph captured, whose plan reads padded copies of
+    the weight, has them refreshed at once (the graph replays the new weight), without a warning.
+    Only a captured record whose copies cannot be refreshed gets one."""
     import warnings
 
     from sparsile.integrations.torch import _kernels, ops, training
@@ -322,23 +324,25 @@ def test_refresh_warns_when_a_captured_graph_reads_padded_copies(monkeypatch):
     training_cache, op_cache = _kernels.RecordCache(), _kernels.RecordCache()
     monkeypatch.setattr(training, "_RECORDS", training_cache)
     monkeypatch.setattr(ops, "RECORDS", op_cache)
-
-    def record(weight, captured, copies):
-        return type("Record", (), {"captured": captured, "copies_weight": copies,
-                                   "weight": _kernels.Weight(weight, weight, None, None, None)})()
-
-    training_cache.records[("a",)] = record(layer.values, captured=False, copies=True)
-    op_cache.records[("b",)] = record(layer.values_t, captured=True, copies=False)
-    op_cache.records[("c",)] = record(torch.zeros(3), captured=True, copies=True)  # another weight
+    x = torch.randn(4, 40)
+    for cache, values, meta in ((training_cache, layer.values, layer.meta), (op_cache, layer.values_t, layer.meta_t)):
+        cache.run((4,), x, _kernels.Weight(values, meta, None, None, None), None, torch.float32, stream=11)
+    records = [*training_cache.records.values(), *op_cache.records.values()]
+    for record in records:
+        record.captured = True
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(24, 40))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         layer.refresh()
-    assert training.captured_copies(training_cache, layer.values) == 0
-    op_cache.retired[1] = record(layer.values_t, captured=True, copies=True)  # replaced: not counted again
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        layer.refresh()
-    training_cache.records[("d",)] = record(layer.values, captured=True, copies=True)
-    op_cache.records[("e",)] = record(layer.values_t, captured=True, copies=True)
+    for record, values in zip(records, (layer.values, layer.values_t), strict=True):
+        (operands,) = record.operands
+        assert torch.equal(operands[0], values) and operands[0].data_ptr() != values.data_ptr()
+    fake.lists_operands = False  # copies that cannot be refreshed
+    cache = _kernels.RecordCache()
+    monkeypatch.setattr(training, "_RECORDS", cache)
+    cache.run((4,), x, _kernels.Weight(layer.values, layer.meta, None, None, None), None, torch.float32, stream=11)
+    next(iter(cache.records.values())).captured = True
+    # that record, and the op's captured record of values_t (its new plan lists no operands either)
     with pytest.warns(UserWarning, match=r"SemiSparseLinear\(40, 24\)\.refresh: 2 launch record\(s\) captured"):
         layer.refresh()
