@@ -172,3 +172,34 @@ def test_activation_sparsity_against_float64(tokens, bias):
     gk = bf16(g)
     within(x.grad, (gk @ w) * mask, gk.abs() @ w.abs(), n, torch.bfloat16)
     within(weight.grad, gk.T @ xs, gk.abs().T @ xs.abs(), tokens, torch.bfloat16)
+
+
+def test_refresh_reaches_a_captured_graph_on_padded_shapes():
+    """200 x 520 (not multiples of the kernels' tiles): the forward's launch record reads padded
+    copies of values. A CUDA graph captures the no-grad forward; after an update of the master
+    weight, refresh() re-compresses in place and refreshes those copies (RecordCache.sync), so the
+    replay computes with the new weight (the eleventh session's refresh warned instead: replays kept
+    the old weight), equal to an eager call and to float64."""
+    from sparsile.tests.integrations.torch_helpers import warm_up_on_a_side_stream
+
+    layer = _layer(200, 520, seed=31)
+    x = torch.randn(8, 520, device="cuda", generator=torch.Generator("cuda").manual_seed(32)).to(torch.bfloat16)
+    with torch.no_grad():
+        warm_up_on_a_side_stream(lambda: layer(x))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = layer(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        before = static_y.clone()
+        layer.weight.mul_(-1.5)
+        layer.refresh()
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = static_y.clone()
+        eager = layer(x)
+    torch.cuda.synchronize()
+    assert not torch.equal(before, replayed)
+    assert torch.equal(replayed, eager)
+    xk, w = x.double(), masked_weight(layer)
+    within(replayed, xk @ w.T + layer.bias.detach().double(), xk.abs() @ w.abs().T, 520, torch.bfloat16)
