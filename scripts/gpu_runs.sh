@@ -13,6 +13,7 @@
 #   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
 #   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
+#   bash scripts/gpu_runs.sh unrun-12         # the torch GPU tests after the padded-copy refresh (twelfth session)
 #   bash scripts/gpu_runs.sh pdl-e4m3         # the e4m3 layer's graph target with and without PDL, then the fused model at batch 1
 #   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
 #   bash scripts/gpu_runs.sh fused-b1         # the fused model at batch 1 under torch.compile
@@ -122,6 +123,10 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-12)  # the twelfth session's padded copies refreshed in place: the torch GPU tests
+    run 300 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_native_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_training_gpu.py
     ;;
 pdl-e4m3)  # the quantizer lets the PDL GEMM start at once: e4m3 and bf16 layers in graphs, PDL off then on; fused-b1
     for p in 0 1; do
