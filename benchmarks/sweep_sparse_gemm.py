@@ -130,7 +130,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``--tuned`` / ``--tuned-only``: the tuned tables' configs, sweep_tuned.py)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="only these dtypes (repeatable)")
+    ap.add_argument("--dtype", action="append", choices=DTYPES, default=None,
+                    help="only these dtypes (repeatable; the tuned tables' entries too)")
     ap.add_argument("--tuned", action="store_true", help="also check every config of the tuned tables")
     ap.add_argument("--tuned-only", action="store_true", help="only check the tuned tables' configs")
     ap.add_argument("--kind", action="append", choices=("gemm", "linear", "decode"), default=None,
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         print(st.HEADER, flush=True)
         rows, bad, left = st.check_tables(tables, kinds=tuple(args.kind or st.KINDS), skip=args.skip,
                                           entries=args.entries, max_seconds=args.max_seconds,
-                                          say=lambda line: print(line, flush=True))
+                                          say=lambda line: print(line, flush=True),
+                                          dtypes=tuple(args.dtype) if args.dtype else None)
         failures += st.report(rows, bad, left, args.skip)
     sys.exit(1 if failures else 0)
 

@@ -270,12 +270,13 @@ def check_case(case: Case, tables: Tables, rng: np.random.Generator, weights: di
 
 def check_tables(tables: Tables, *, kinds: tuple[str, ...] = KINDS, skip: int = 0, entries: int | None = None,
                  max_seconds: float | None = None, interpret: bool = False, seed: int = 2026,
-                 say: Callable[[str], None] = print) -> tuple[list[Row], list[str], int]:
-    """Check the tables' cases of ``kinds`` in order after the first ``skip``: at most ``entries``
-    of them, none started after ``max_seconds``. Returns (rows, the invalid entries, how many
-    cases after ``skip`` were left out)."""
+                 say: Callable[[str], None] = print, dtypes: tuple[str, ...] | None = None
+                 ) -> tuple[list[Row], list[str], int]:
+    """Check the tables' cases of ``kinds`` (and ``dtypes``, None: all) in order after the first
+    ``skip``: at most ``entries`` of them, none started after ``max_seconds``. Returns (rows, the
+    invalid entries, how many cases after ``skip`` were left out)."""
     cases, bad = table_cases(tables)
-    cases = [c for c in cases if c.kind in kinds][skip:]
+    cases = [c for c in cases if c.kind in kinds and (dtypes is None or c.dtype in dtypes)][skip:]
     rng = np.random.default_rng(seed)
     weights: dict[tuple[str, int, int], Weight] = {}
     rows: list[Row] = []

@@ -13,6 +13,7 @@
 #   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
 #   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
+#   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh unrun-12         # the torch GPU tests after the padded-copy refresh (twelfth session)
 #   bash scripts/gpu_runs.sh pdl-e4m3         # the e4m3 layer's graph target with and without PDL, then the fused model at batch 1
 #   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
@@ -123,6 +124,17 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+tune-linear-f16-e4m3)  # the layer's f16 and e4m3 entries (T >= 256), 8B weights first, then checked against float64
+    for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
+        [ "$SECONDS" -lt 220 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512 1024 4096; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/linear-shapes.txt
+        SPARSILE_AUTOTUNE_PRINT=1 run 120 python -m sparsile tune --linear /tmp/linear-shapes.txt --dtype f16 \
+            --dtype e4m3 --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+        cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    done
+    run 140 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind linear --dtype f16 --dtype e4m3 \
+        --max-seconds 100
     ;;
 unrun-12)  # the twelfth session's padded copies refreshed in place: the torch GPU tests
     run 300 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_native_gpu.py \

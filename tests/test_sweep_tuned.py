@@ -143,6 +143,12 @@ def test_entries_and_seconds_bound_the_run() -> None:
     assert rows == [] and left == 3  # no case starts after the time is up
     rows, _, left = st.check_tables(tiny_tables(), max_seconds=600.0, interpret=True, say=lambda line: None)
     assert len(rows) == 3 and left == 0
+    rows, _, left = st.check_tables(tiny_tables(), max_seconds=0.0, dtypes=("f16",), interpret=True,
+                                    say=lambda line: None)
+    assert rows == [] and left == 0  # no f16 entry: nothing selected
+    rows, _, left = st.check_tables(tiny_tables(), max_seconds=0.0, dtypes=("bf16",), kinds=("gemm", "linear"),
+                                    interpret=True, say=lambda line: None)
+    assert left == 2  # the bf16 entries of the two kinds selected (none started)
 
 
 def test_shipped_tables_parse_into_cases_their_lookup_gives() -> None:
