@@ -14,6 +14,7 @@
 #   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh unrun-12b        # the whole suite, the last f16/e4m3 table entries, the layer with / without them
 #   bash scripts/gpu_runs.sh unrun-12         # the torch GPU tests after the padded-copy refresh (twelfth session)
 #   bash scripts/gpu_runs.sh pdl-e4m3         # the e4m3 layer's graph target with and without PDL, then the fused model at batch 1
 #   bash scripts/gpu_runs.sh pdl-layer        # the layer at T <= 64 (PDL on), the tuned tables' sweep, the model in graph mode
@@ -124,6 +125,14 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-12b)  # what the twelfth session left unrun: the whole suite, the last 5 f16/e4m3 entries, the layer with them
+    run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 120 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind linear --dtype f16 --dtype e4m3 --skip 59
+    for table in 0 1; do
+        SPARSILE_TUNED_TABLE=$table run 90 python benchmarks/bench_linear.py --dtypes f16 e4m3 --shapes 8B:qkv 8B:o \
+            --tokens 256 512 1024 --variants graph --l2 cold --max-seconds 80 --json "$out/linear_f16_e4m3_table$table.json"
+    done
     ;;
 tune-linear-f16-e4m3)  # the layer's f16 and e4m3 entries (T >= 256), 8B weights first, then checked against float64
     for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
