@@ -11,12 +11,12 @@ Most of a run's time outside the measurements is ``SparseLinear.from_dense`` (pr
 on the host, slowest for e4m3 and the 70B gate_up weight of 470 M values) and the torch.compile of
 each layer; ``--max-seconds`` starts no new shape after the limit, ``--variants`` drops contenders.
 
-y = x @ W.T with x (T, K) bf16 and W (N, K) pruned to 2:4 by magnitude; every contender gets the same
-pruned weight. e4m3 rows: the weight is quantized with per-output-channel scales and x per token;
-the dense anchor is ``torch._scaled_mm`` with rowwise scales (per-tensor where rowwise is refused)
-on x quantized beforehand, so its time is the GEMM alone while SparseLinear's includes its own
-per-token quantization of x (a conservative comparison; ``--fp8-dense-quantize`` puts a torch-ops
-quantization into the anchor's time instead).
+y = x @ W.T with x (T, K) bf16 (f16 rows: f16) and W (N, K) pruned to 2:4 by magnitude; every
+contender gets the same pruned weight. e4m3 rows: the weight is quantized with per-output-channel
+scales and x per token; the dense anchor is ``torch._scaled_mm`` with rowwise scales (per-tensor
+where rowwise is refused) on x quantized beforehand, so its time is the GEMM alone while
+SparseLinear's includes its own per-token quantization of x (a conservative comparison;
+``--fp8-dense-quantize`` puts a torch-ops quantization into the anchor's time instead).
 
 Columns (µs per call):
   wall     host-inclusive time: N back-to-back calls, then one synchronize, divided by N (median of
@@ -93,7 +93,14 @@ SHAPES = (Shape("8B", "qkv", 6144, 4096), Shape("8B", "o", 4096, 4096), Shape("8
           Shape("70B", "gate_up", 57344, 8192), Shape("70B", "down", 8192, 28672))
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 QUICK_TOKENS = (1, 16, 256)
-DTYPES = ("bf16", "e4m3")
+DTYPES = ("bf16", "f16", "e4m3")
+
+
+def activation_dtype(dtype: str) -> Any:
+    """The 16-bit torch type of x, y and the dense weight for a row of ``dtype`` (bf16 for e4m3)."""
+    import torch
+
+    return torch.float16 if dtype == "f16" else torch.bfloat16
 VARIANTS = ("eager", "graph", "compile", "semi", "cslt")
 SMALL_T = 16  # the targets apply at T <= SMALL_T
 MAX_OVERHEAD_US = 8.0
@@ -107,7 +114,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--shapes", nargs="+", default=None, metavar="SEL",
                     help="8B, 70B, a layer (qkv, o, gate_up, down) or MODEL:LAYER e.g. 70B:down (default: all)")
     ap.add_argument("--tokens", nargs="+", type=positive, default=None, help=f"T values (default {TOKENS})")
-    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["bf16", "e4m3"],
+                    help="default: bf16 e4m3 (f16 runs the f16 kernel against f16 F.linear and cuSPARSELt)")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                     help="what to run besides dense and eager SparseLinear, which always run (graph: both "
                          "replayed from CUDA graphs; compile: torch.compile(SparseLinear); semi, cslt: cuSPARSELt)")
@@ -194,13 +202,13 @@ def tensor_bytes(*tensors: Any) -> int:
 
 
 def make_sparse_linear(linear: Any, dtype: str) -> Any:
-    """``SparseLinear.from_dense(linear, dtype=...)``: None for bf16 (the layer's own dtype); for e4m3
-    the name "e4m3" first, then ``torch.float8_e4m3fn``."""
+    """``SparseLinear.from_dense(linear, dtype=...)``: None for bf16 and f16 (the layer's own dtype);
+    for e4m3 the name "e4m3" first, then ``torch.float8_e4m3fn``."""
     import torch
 
     from sparsile.torch import SparseLinear
 
-    if dtype == "bf16":
+    if dtype != "e4m3":
         return SparseLinear.from_dense(linear)
     try:
         return SparseLinear.from_dense(linear, dtype="e4m3")
@@ -229,9 +237,10 @@ class Contenders:
 
         self.dtype, self.errors, self.quantize_in_dense = dtype, errors, quantize_in_dense
         gen = torch.Generator(device=DEVICE).manual_seed(shape.n * 31 + shape.k)
-        w = prune_24(torch.randn(shape.n, shape.k, device=DEVICE, generator=gen).to(torch.bfloat16))
+        half = activation_dtype(dtype)
+        w = prune_24(torch.randn(shape.n, shape.k, device=DEVICE, generator=gen).to(half))
         self.w = w
-        self.linear = torch.nn.Linear(shape.k, shape.n, bias=False, device=DEVICE, dtype=torch.bfloat16)
+        self.linear = torch.nn.Linear(shape.k, shape.n, bias=False, device=DEVICE, dtype=half)
         with torch.no_grad():
             self.linear.weight.copy_(w)
         self.sparse = self.compiled = self.semi = self.cslt = None
@@ -243,7 +252,7 @@ class Contenders:
         self.build_s = time.perf_counter() - started  # SparseLinear.from_dense: prune, compress, encode
         if self.sparse is not None and "compile" in variants:
             self.compiled = self._try("compile", lambda: torch.compile(self.sparse, fullgraph=True, dynamic=True))
-        if dtype == "bf16" and "semi" in variants:
+        if dtype != "e4m3" and "semi" in variants:
             from torch.sparse import to_sparse_semi_structured
 
             self.semi = self._try("semi", lambda: to_sparse_semi_structured(w))
@@ -277,7 +286,7 @@ class Contenders:
         import torch
         import torch.nn.functional as F
 
-        if self.dtype == "bf16":
+        if self.dtype != "e4m3":
             return lambda: F.linear(x, self.w)
         sw_row = self.sw.reshape(1, -1)
         one = torch.ones((), device=DEVICE)
@@ -353,7 +362,7 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
     row: dict[str, Any] = {"model": shape.model, "layer": shape.layer, "n": shape.n, "k": shape.k, "t": t,
                            "dtype": c.dtype, "errors": errors, "from_dense_s": c.build_s}
     gen = torch.Generator(device=DEVICE).manual_seed(t)
-    x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(torch.bfloat16)
+    x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(activation_dtype(c.dtype))
     ref = x.double() @ c.w.double().T
     try:
         dense = c.dense(x)

@@ -126,12 +126,12 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
     ;;
-unrun-12b)  # what the twelfth session left unrun: the whole suite, the last 5 f16/e4m3 entries, the e4m3 layer with them
+unrun-12b)  # what the twelfth session left unrun: the whole suite, the last 5 f16/e4m3 entries, the f16 and e4m3 layer with them
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 120 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind linear --dtype f16 --dtype e4m3 --skip 59
     for table in 0 1; do
-        SPARSILE_TUNED_TABLE=$table run 90 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B:qkv 8B:o \
-            --tokens 256 512 1024 --variants graph --l2 cold --max-seconds 80 --json "$out/linear_e4m3_table$table.json"
+        SPARSILE_TUNED_TABLE=$table run 90 python benchmarks/bench_linear.py --dtypes f16 e4m3 --shapes 8B:qkv 8B:o \
+            --tokens 256 512 1024 --variants graph --l2 cold --max-seconds 80 --json "$out/linear_f16_e4m3_table$table.json"
     done
     ;;
 tune-linear-f16-e4m3)  # the layer's f16 and e4m3 entries (T >= 256), 8B weights first, then checked against float64

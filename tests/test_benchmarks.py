@@ -138,7 +138,10 @@ def test_linear_arguments_and_shape_selection():
                        "8B down": (4096, 14336), "70B qkv": (10240, 8192), "70B o": (8192, 8192),
                        "70B gate_up": (57344, 8192), "70B down": (8192, 28672)}
     assert bl.parse_args(["--variants", "eager", "graph"]).variants == ["eager", "graph"]
-    for bad in (["--shapes", "13B"], ["--shapes", "8B:mlp"], ["--tokens", "0"], ["--dtypes", "f16"],
+    assert bl.parse_args(["--dtypes", "f16"]).dtypes == ["f16"]
+    torch = pytest.importorskip("torch")
+    assert bl.activation_dtype("f16") is torch.float16 and bl.activation_dtype("e4m3") is torch.bfloat16
+    for bad in (["--shapes", "13B"], ["--shapes", "8B:mlp"], ["--tokens", "0"], ["--dtypes", "f32"],
                 ["--variants", "magic"], ["--blocks", "0"]):
         with pytest.raises(SystemExit):
             bl.parse_args(bad)
