@@ -298,8 +298,9 @@ class LaunchRecord:
                 if new is None or old.shape != new.shape or old.dtype != new.dtype:
                     return False
                 pairs.append((old, new))
-        for old, new in pairs:
-            old.copy_(new)
+        with torch.inference_mode():  # (copies planned under inference_mode are inference tensors)
+            for old, new in pairs:
+                old.copy_(new)
         return True
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:

@@ -369,3 +369,24 @@ def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     assert list(cache2.records.values()) == [copying] and cache2.retired == {}
     assert torch.equal(_copy_of_values(copying), w2.values)
+
+
+def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
+    """A record built under torch.inference_mode() (generation) around a weight made outside it
+    watches the weight's writes, but its padded copies are inference tensors, which torch refuses
+    to write in place outside inference mode: a write of the weight and a call (or a sync:
+    load_state_dict) outside inference mode still refresh them (before, both raised)."""
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    with torch.inference_mode():
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    copy = _copy_of_values(record)
+    assert copy.is_inference() and record.tracked is not None
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and torch.equal(copy, w.values)
+    record.captured = True
+    w.values.mul_(2.0)
+    assert cache.sync(w.values) == 0 and torch.equal(copy, w.values) and record.versions == (2, 0)
+
