@@ -144,6 +144,11 @@ def _same_storage(a: torch.Tensor, t: torch.Tensor) -> bool:
     return a.device == t.device and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
 
 
+def _current_stream(device: torch.device) -> int | None:
+    """torch's current stream on ``device`` as an int handle (None off CUDA)."""
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+
+
 def _spec(t: torch.Tensor | None) -> tuple[torch.Size, torch.dtype, torch.device] | None:
     """``t``'s shape, type and device (for a template of it: :meth:`LaunchRecord.refresh_copies`)."""
     return None if t is None else (t.shape, t.dtype, t.device)
@@ -301,6 +306,11 @@ class LaunchRecord:
         with torch.inference_mode():  # (copies planned under inference_mode are inference tensors)
             for old, new in pairs:
                 old.copy_(new)
+        # the copies are written on the current stream: a stream this record may never have run on,
+        # whose copy must be done before the allocator hands their memory out again (see used_on)
+        stream = _current_stream(w.values.device)
+        if pairs and stream is not None and stream not in self.streams:
+            used_on([old for old, _ in pairs], stream)
         return True
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:

@@ -390,3 +390,26 @@ def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
     w.values.mul_(2.0)
     assert cache.sync(w.values) == 0 and torch.equal(copy, w.values) and record.versions == (2, 0)
 
+
+def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypatch):
+    """refresh_copies writes the record's copies on torch's current stream, which need not be one
+    the record ran on (load_state_dict on the default stream after a warm-up and capture on side
+    streams): the copies are marked used there (record_stream), so that a record dropped right
+    after cannot hand their memory out again before that copy ran. Not on a stream it ran on."""
+    marked = []
+    monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
+    current = [11]
+    monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert marked == []  # refreshed on the stream the record was built on
+    current[0] = 0
+    w.values.add_(1.0)
+    assert cache.sync(w.values) == 0 and torch.equal(_copy_of_values(record), w.values)
+    ((tensors, stream),) = marked
+    assert stream == 0 and len(tensors) == 1 and tensors[0] is _copy_of_values(record)
+
