@@ -413,3 +413,25 @@ def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypat
     ((tensors, stream),) = marked
     assert stream == 0 and len(tensors) == 1 and tensors[0] is _copy_of_values(record)
 
+
+def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
+    """SparseLinear._invalidate empties the layer's cache (its uncaptured records are dropped, and
+    rebuilt from the loaded weight when called) and then syncs what stays: the records a graph
+    captured (retired), whose copies are refreshed in place. Before, every record of the layer was
+    planned again and its copies written, then dropped (a plan and a weight copy per record
+    wasted on each load_state_dict)."""
+    import sparsile.torch as spt
+
+    planned = _counting_plans(monkeypatch)
+    layer = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+    other = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+    cache = layer.__dict__["_records"]
+    for tokens in (4, 5, 6):
+        cache.run((tokens,), torch.randn(tokens, 64), layer._bound(), None, torch.float32, stream=11)
+    captured, *_ = cache.records.values()
+    captured.captured = True
+    assert len(planned) == 3
+    layer.load_state_dict(other.state_dict())
+    assert len(planned) == 4 and list(cache.retired.values()) == [captured] and len(cache) == 0
+    assert torch.equal(_copy_of_values(captured), layer.values) and torch.equal(layer.values, other.values)
+
