@@ -435,3 +435,47 @@ def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
     assert len(planned) == 4 and list(cache.retired.values()) == [captured] and len(cache) == 0
     assert torch.equal(_copy_of_values(captured), layer.values) and torch.equal(layer.values, other.values)
 
+
+def test_the_eager_one_launch_variant_has_its_copies_refreshed_too(fake):
+    """A decode record with split-K launches eager calls through its one-launch variant, a second
+    plan with its own copies of the weight: a write refreshes both (the eager calls read one, a
+    captured graph the other)."""
+    fake.decode, fake.n_launches = True, 2
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    assert record.eager is not None and len(record.operands) == 2
+    copies = [operands[0] for operands in record.operands]
+    assert copies[0].data_ptr() != copies[1].data_ptr()
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and all(torch.equal(c, w.values) for c in copies)
+
+
+def test_a_members_load_state_dict_syncs_its_fused_groups_records(fake):
+    """A fused group (fuse_projections_) runs its members through the fused layer's records, whose
+    weight the members' buffers view: loading a member's state refreshes the copies of a captured
+    record of the fused layer at once (the group's cache is synced with the member's rows)."""
+    import sparsile.torch as spt
+
+    def block(seed):
+        torch.manual_seed(seed)
+        parent = torch.nn.Module()
+        parent.q_proj = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+        parent.k_proj = spt.SparseLinear.from_dense(torch.nn.Linear(64, 32), dtype="bf16")
+        return parent
+
+    fused_block, other = block(1), block(2)
+    assert spt.fuse_projections_(fused_block, [("q_proj", "k_proj")]).fused == ["q_proj+k_proj"]
+    fused = fused_block.q_proj.__dict__["_fused"][0].fused
+    fused.__dict__["_records"].run((4,), torch.randn(4, 64), fused._bound(), None, torch.float32, stream=11)
+    (record,) = fused.__dict__["_records"].records.values()
+    record.captured = True
+    fused_block.k_proj.load_state_dict(other.k_proj.state_dict())
+    assert torch.equal(fused.values[16:], other.k_proj.values)
+    assert torch.equal(_copy_of_values(record), fused.values) and record.versions == _versions_now(record)
+
+
+def _versions_now(record) -> tuple[int, ...]:
+    return tuple(t._version for t in record.tracked)
