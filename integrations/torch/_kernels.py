@@ -473,10 +473,14 @@ class RecordCache:
         its next eager call, but that graph keeps the old copies). Nothing while a graph is captured."""
         if _capturing() or not (self.records or self.retired):
             return 0
-        stale, where = 0, _storage(values)  # (one comparison per record: a model's load_state_dict
-        # syncs each layer against every record of the custom op's cache)
+        # (a model's load_state_dict syncs each layer against every record of the custom op's
+        # cache: a comparison per record; values' storage read only where a record is on its device)
+        stale, device, where = 0, values.device, None
         for record in (*tuple(self.records.values()), *tuple(self.retired.values())):  # (snapshots: weakref callbacks)
-            if record.tracked is None or record.storage != where:
+            if record.tracked is None or record.storage[0] != device:
+                continue
+            where = where or _storage(values)
+            if record.storage != where:
                 continue
             versions = weight_versions(record.tracked)
             if versions == record.versions:
