@@ -139,9 +139,15 @@ def _same_memory(a: Any, t: torch.Tensor) -> bool:
                       and a.numel() == t.numel())
 
 
-def _same_storage(a: torch.Tensor, t: torch.Tensor) -> bool:
-    """``a`` and ``t`` are views of one block of memory (a fused group's weight and a member's rows)."""
-    return a.device == t.device and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+def _storage(t: torch.Tensor) -> tuple[torch.device, int]:
+    """Where ``t``'s block of memory is (views of one block, as a fused group's weight and a
+    member's rows, give the same): its device and storage address."""
+    return t.device, t.untyped_storage().data_ptr()
+
+
+def _current_stream(device: torch.device) -> int | None:
+    """torch's current stream on ``device`` as an int handle (None off CUDA)."""
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
 
 def _spec(t: torch.Tensor | None) -> tuple[torch.Size, torch.dtype, torch.device] | None:
@@ -185,6 +191,7 @@ class LaunchRecord:
         # objects, whose weak reference tells when the layer is gone (RecordCache drops the record then)
         w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
         self.weight = w
+        self.storage = _storage(w.values)  # (RecordCache.sync finds the records of a weight by it)
         # the aliases share the version counters of the caller's tensors: RecordCache.run compares them
         self.tracked = tracked_tensors(w)
         self.versions = weight_versions(self.tracked)
@@ -298,8 +305,14 @@ class LaunchRecord:
                 if new is None or old.shape != new.shape or old.dtype != new.dtype:
                     return False
                 pairs.append((old, new))
-        for old, new in pairs:
-            old.copy_(new)
+        with torch.inference_mode():  # (copies planned under inference_mode are inference tensors)
+            for old, new in pairs:
+                old.copy_(new)
+        # the copies are written on the current stream: a stream this record may never have run on,
+        # whose copy must be done before the allocator hands their memory out again (see used_on)
+        stream = _current_stream(w.values.device)
+        if pairs and stream is not None and stream not in self.streams:
+            used_on([old for old, _ in pairs], stream)
         return True
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:
@@ -458,11 +471,16 @@ class RecordCache:
         (``load_state_dict``, ``SemiSparseLinear.refresh``). Returns how many records a graph
         captured still read copies of the weight from before (none refreshable; each is replaced at
         its next eager call, but that graph keeps the old copies). Nothing while a graph is captured."""
-        if _capturing():
+        if _capturing() or not (self.records or self.retired):
             return 0
-        stale = 0
+        # (a model's load_state_dict syncs each layer against every record of the custom op's
+        # cache: a comparison per record; values' storage read only where a record is on its device)
+        stale, device, where = 0, values.device, None
         for record in (*tuple(self.records.values()), *tuple(self.retired.values())):  # (snapshots: weakref callbacks)
-            if record.tracked is None or not _same_storage(record.weight.values, values):
+            if record.tracked is None or record.storage[0] != device:
+                continue
+            where = where or _storage(values)
+            if record.storage != where:
                 continue
             versions = weight_versions(record.tracked)
             if versions == record.versions:

@@ -291,12 +291,12 @@ class SparseLinear(nn.Module):
     # running
 
     def _invalidate(self) -> None:
-        """The buffers were written in place, replaced or moved: the records of the weight (this
-        layer's, the custom op's, a fused group's) take in-place writes now, so that CUDA graphs
-        replaying them compute with the weight as it is (``RecordCache.sync``); this layer's cache
-        is emptied (records a graph captured are kept, retired)."""
+        """The buffers were written in place, replaced or moved: this layer's cache is emptied
+        (records a graph captured are kept, retired), then the records of the weight that stay
+        (those retired ones, the custom op's, a fused group's) take in-place writes now, so that
+        CUDA graphs replaying them compute with the weight as it is (``RecordCache.sync``)."""
+        self.__dict__["_records"].clear()  # first: the records it drops are not refreshed for nothing
         sync_records(self.values, self.__dict__["_records"], self.__dict__.get("_fused"))
-        self.__dict__["_records"].clear()
         self.__dict__["_weight"] = None
         fused = self.__dict__.get("_fused")  # a group of fuse_projections_ (fuse.py): re-verified on its next run
         if fused is not None:

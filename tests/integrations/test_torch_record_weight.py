@@ -369,3 +369,113 @@ def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     assert list(cache2.records.values()) == [copying] and cache2.retired == {}
     assert torch.equal(_copy_of_values(copying), w2.values)
+
+
+def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
+    """A record built under torch.inference_mode() (generation) around a weight made outside it
+    watches the weight's writes, but its padded copies are inference tensors, which torch refuses
+    to write in place outside inference mode: a write of the weight and a call (or a sync:
+    load_state_dict) outside inference mode still refresh them (before, both raised)."""
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    with torch.inference_mode():
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    copy = _copy_of_values(record)
+    assert copy.is_inference() and record.tracked is not None
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and torch.equal(copy, w.values)
+    record.captured = True
+    w.values.mul_(2.0)
+    assert cache.sync(w.values) == 0 and torch.equal(copy, w.values) and record.versions == (2, 0)
+
+
+def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypatch):
+    """refresh_copies writes the record's copies on torch's current stream, which need not be one
+    the record ran on (load_state_dict on the default stream after a warm-up and capture on side
+    streams): the copies are marked used there (record_stream), so that a record dropped right
+    after cannot hand their memory out again before that copy ran. Not on a stream it ran on."""
+    marked = []
+    monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
+    current = [11]
+    monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert marked == []  # refreshed on the stream the record was built on
+    current[0] = 0
+    w.values.add_(1.0)
+    assert cache.sync(w.values) == 0 and torch.equal(_copy_of_values(record), w.values)
+    ((tensors, stream),) = marked
+    assert stream == 0 and len(tensors) == 1 and tensors[0] is _copy_of_values(record)
+
+
+def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
+    """SparseLinear._invalidate empties the layer's cache (its uncaptured records are dropped, and
+    rebuilt from the loaded weight when called) and then syncs what stays: the records a graph
+    captured (retired), whose copies are refreshed in place. Before, every record of the layer was
+    planned again and its copies written, then dropped (a plan and a weight copy per record
+    wasted on each load_state_dict)."""
+    import sparsile.torch as spt
+
+    planned = _counting_plans(monkeypatch)
+    layer = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+    other = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+    cache = layer.__dict__["_records"]
+    for tokens in (4, 5, 6):
+        cache.run((tokens,), torch.randn(tokens, 64), layer._bound(), None, torch.float32, stream=11)
+    captured, *_ = cache.records.values()
+    captured.captured = True
+    assert len(planned) == 3
+    layer.load_state_dict(other.state_dict())
+    assert len(planned) == 4 and list(cache.retired.values()) == [captured] and len(cache) == 0
+    assert torch.equal(_copy_of_values(captured), layer.values) and torch.equal(layer.values, other.values)
+
+
+def test_the_eager_one_launch_variant_has_its_copies_refreshed_too(fake):
+    """A decode record with split-K launches eager calls through its one-launch variant, a second
+    plan with its own copies of the weight: a write refreshes both (the eager calls read one, a
+    captured graph the other)."""
+    fake.decode, fake.n_launches = True, 2
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    assert record.eager is not None and len(record.operands) == 2
+    copies = [operands[0] for operands in record.operands]
+    assert copies[0].data_ptr() != copies[1].data_ptr()
+    w.values.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and all(torch.equal(c, w.values) for c in copies)
+
+
+def test_a_members_load_state_dict_syncs_its_fused_groups_records(fake):
+    """A fused group (fuse_projections_) runs its members through the fused layer's records, whose
+    weight the members' buffers view: loading a member's state refreshes the copies of a captured
+    record of the fused layer at once (the group's cache is synced with the member's rows)."""
+    import sparsile.torch as spt
+
+    def block(seed):
+        torch.manual_seed(seed)
+        parent = torch.nn.Module()
+        parent.q_proj = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
+        parent.k_proj = spt.SparseLinear.from_dense(torch.nn.Linear(64, 32), dtype="bf16")
+        return parent
+
+    fused_block, other = block(1), block(2)
+    assert spt.fuse_projections_(fused_block, [("q_proj", "k_proj")]).fused == ["q_proj+k_proj"]
+    fused = fused_block.q_proj.__dict__["_fused"][0].fused
+    fused.__dict__["_records"].run((4,), torch.randn(4, 64), fused._bound(), None, torch.float32, stream=11)
+    (record,) = fused.__dict__["_records"].records.values()
+    record.captured = True
+    fused_block.k_proj.load_state_dict(other.k_proj.state_dict())
+    assert torch.equal(fused.values[16:], other.k_proj.values)
+    assert torch.equal(_copy_of_values(record), fused.values) and record.versions == _versions_now(record)
+
+
+def _versions_now(record) -> tuple[int, ...]:
+    return tuple(t._version for t in record.tracked)

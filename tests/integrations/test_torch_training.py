@@ -321,6 +321,9 @@ def test_refresh_brings_captured_padded_copies_up_to_date(fake, monkeypatch):
     from sparsile.integrations.torch import _kernels, ops, training
 
     layer = spt.SemiSparseLinear(40, 24)  # 40 and 24: not multiples of the kernels' tiles
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(24, 40))
+    layer.reprune()  # a mask that keeps half the weight (a new layer's keeps nothing: refresh writes zeros)
     training_cache, op_cache = _kernels.RecordCache(), _kernels.RecordCache()
     monkeypatch.setattr(training, "_RECORDS", training_cache)
     monkeypatch.setattr(ops, "RECORDS", op_cache)
@@ -330,13 +333,15 @@ def test_refresh_brings_captured_padded_copies_up_to_date(fake, monkeypatch):
     records = [*training_cache.records.values(), *op_cache.records.values()]
     for record in records:
         record.captured = True
+    before = (layer.values.clone(), layer.values_t.clone())
     with torch.no_grad():
         layer.weight.copy_(torch.randn(24, 40))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         layer.refresh()
-    for record, values in zip(records, (layer.values, layer.values_t), strict=True):
+    for record, values, old in zip(records, (layer.values, layer.values_t), before, strict=True):
         (operands,) = record.operands
+        assert not torch.equal(values, old)  # the refresh wrote a new compression
         assert torch.equal(operands[0], values) and operands[0].data_ptr() != values.data_ptr()
     fake.lists_operands = False  # copies that cannot be refreshed
     cache = _kernels.RecordCache()
