@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
+from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 from .quantize import quantize_per_token
@@ -234,9 +234,13 @@ class LaunchRecord:
         self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
                                            out_dtype=OUT_DTYPES[out_dtype], out=y, **self._pdl())
-        # planning again for refresh_copies: x and scale_x of these shapes and types (the quantizing
-        # record's own buffers; else templates, allocated then)
-        self.plan_inputs = (gemm_x, scale_x) if self.quantize else (_spec(x), _spec(scale_x))
+        # planning again for refresh_copies, on one token: the weight's operands depend on the kernel
+        # (decode at T <= 64, else tiled: kept with kernel="gemm") and its dtype, not on T, so the plan
+        # allocates a one-token y and x template instead of the call's (the quantizing record's own
+        # first rows; else templates, allocated then). A per-token scale_x of one token is one value.
+        self.plan_inputs = (gemm_x[:1], None if scale_x is None else scale_x.reshape(-1)[:1]) if self.quantize \
+            else (_spec(x[:1]), _spec(None if scale_x is None else scale_x.reshape(-1)[:1]))
+        self.refresh_kernel = {"kernel": "gemm"} if int(x.shape[0]) > DECODE_MAX_T else {}
         self.operands = [getattr(self.plan, "weight_operands", None)]  # the copies refresh_copies writes
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
         # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
@@ -293,7 +297,8 @@ class LaunchRecord:
                            for t in self.plan_inputs)
         fresh = getattr(kernel_api().plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                                         scale_x=scale_x, scale_w=w.scale_w,
-                                                        out_dtype=OUT_DTYPES[self.out_dtype], out=None),
+                                                        out_dtype=OUT_DTYPES[self.out_dtype], out=None,
+                                                        **self.refresh_kernel),
                         "weight_operands", None)
         if fresh is None:
             return False

@@ -479,3 +479,29 @@ def test_a_members_load_state_dict_syncs_its_fused_groups_records(fake):
 
 def _versions_now(record) -> tuple[int, ...]:
     return tuple(t._version for t in record.tracked)
+
+
+@pytest.mark.parametrize("tokens,kernel", [(4, None), (100, "gemm")])
+def test_a_refresh_plans_one_token_of_the_same_kernel(fake, monkeypatch, tokens, kernel):
+    """refresh_copies plans the weight again on one token (x and y of one row, not the call's
+    T x K and T x N): the weight's operands depend on the kernel and dtype only
+    (tests/stdlib/test_decode_api.py). Above the decode kernel's 64 tokens it asks for the tiled
+    kernel (kernel="gemm"), which one token would not get otherwise; a per-token scale_x becomes one
+    value."""
+    asked = []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def logging(values, meta, x, **kwargs):
+        asked.append((tuple(x.shape), kwargs.get("kernel"), None if kwargs.get("scale_x") is None
+                      else tuple(kwargs["scale_x"].shape)))
+        return plan(values, meta, x, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=logging))
+    cache, w = kernels.RecordCache(), _weight()
+    x, scale_x = torch.randn(tokens, 32), torch.rand(tokens)
+    cache.run((tokens,), x, w, scale_x, torch.float32, stream=11)
+    w.values.add_(1.0)
+    cache.run((tokens,), x, w, scale_x, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    assert asked == [((tokens, 32), None, (tokens,)), ((1, 32), kernel, (1,))]
+    assert torch.equal(_copy_of_values(record), w.values)

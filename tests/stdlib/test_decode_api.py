@@ -410,3 +410,32 @@ def test_gpu_pdl_reads_what_the_previous_kernel_wrote(split, reduce):
         for i, o in enumerate(replayed):
             assert_linear_close(o.float().cpu().numpy().astype(NP_OUT[want]), weight, xs[i % 4], k, "bf16", want,
                                 **epi)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_weight_operands_do_not_depend_on_the_token_count(dtype):
+    """``weight_operands`` (what sparsile.torch's launch records refresh after a weight write, planning
+    one token: integrations/torch/_kernels.py) are the same arrays for any T of one kernel: the decode
+    kernel's at T = 1, 16 and 64, the tiled kernel's (kernel="gemm") at T = 1 and 100. Padded shape
+    (200 x 520), a float64 bias (converted), e4m3 with per-channel weight scales."""
+    weight, x = problem(dtype, 200, 100, 520, seed=7)
+    rng = np.random.default_rng(8)
+    extra = {"bias": rng.standard_normal(200)}
+    if dtype == "e4m3":
+        extra |= {"scale_w": rng.uniform(0.5, 2.0, 200).astype(np.float32), "scale_x": 0.5}
+
+    def operands(t, **kw):
+        plan = plan_sparse_linear(weight.values, weight.meta, x[:t], interpret=True, **extra, **kw)
+        return type(plan), plan.weight_operands
+
+    for kind, tokens, kw in ((SparseDecodePlan, (1, 16, 64), {}), (SparseLinearPlan, (1, 100), {"kernel": "gemm"})):
+        (first_kind, first), *rest = [operands(t, **kw) for t in tokens]
+        assert first_kind is kind
+        assert first[0].shape != weight.values.shape  # padded copies (what a refresh writes)
+        for other_kind, other in rest:
+            assert other_kind is kind
+            for a, b in zip(first, other, strict=True):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a.shape == b.shape and a.dtype == b.dtype
+                    assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
