@@ -169,6 +169,10 @@ def _reads_the_quantized_x(launches: list[Any], xq: torch.Tensor, sx: torch.Tens
     return any(_same_memory(a, xq) for a in args) and any(_same_memory(a, sx) for a in args)
 
 
+SM90_WORDS = {"meta_format": "sm90"}
+"""How the records plan a layer's metadata: raw "sm90" words, the format of ``meta`` whatever the
+GPU (a Blackwell plan re-encodes them as "tcgen05" words; docs/sparse-metadata.md)."""
+
 RECORD_QUANTIZE_MAX_T = 64
 """Up to this many tokens an eager e4m3 call quantizes x inside its launch record (buffers the
 record owns: T x K bytes, per stream and per T). Larger T, where the call's host time hides behind
@@ -233,7 +237,7 @@ class LaunchRecord:
             quantizer = [(quantize.run, _picker((0,)))]
         self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
-                                           out_dtype=OUT_DTYPES[out_dtype], out=y, **self._pdl())
+                                           out_dtype=OUT_DTYPES[out_dtype], out=y, **SM90_WORDS, **self._pdl())
         # planning again for refresh_copies, on one token: the weight's operands depend on the kernel
         # (decode at T <= 64, else tiled: kept with kernel="gemm") and its dtype, not on T, so the plan
         # allocates a one-token y and x template instead of the call's (the quantizing record's own
@@ -261,7 +265,7 @@ class LaunchRecord:
                 and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
             one_plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                               scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
-                                              out=y, reduce="kernel", **self._pdl())
+                                              out=y, reduce="kernel", **SM90_WORDS, **self._pdl())
             one = one_plan.launches()
             if len(one) == 1:
                 self.operands.append(getattr(one_plan, "weight_operands", None))
@@ -298,7 +302,7 @@ class LaunchRecord:
         fresh = getattr(kernel_api().plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                                         scale_x=scale_x, scale_w=w.scale_w,
                                                         out_dtype=OUT_DTYPES[self.out_dtype], out=None,
-                                                        **self.refresh_kernel),
+                                                        **SM90_WORDS, **self.refresh_kernel),
                         "weight_operands", None)
         if fresh is None:
             return False

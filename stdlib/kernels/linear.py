@@ -311,13 +311,16 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                        scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
                        split_k: int | None = None, kernel: str | None = None, reduce: str | None = None,
-                       pdl: bool = False) -> SparseLinearPlan:
+                       pdl: bool = False, meta_format: str | None = None) -> SparseLinearPlan:
     """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
     the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
     split-K) for sm_100a / sm_103a / sm_110a. For T <= 64 on sm_90a the decode kernel is planned
     instead (:mod:`.decode`, a ``SparseDecodePlan`` with the same interface) unless ``kernel="gemm"``
     or SPARSILE_DECODE_KERNEL=0; ``reduce`` and ``pdl`` are the decode kernel's (``plan_sparse_decode``:
-    how split-K partial sums are added; programmatic dependent launch), unused by the tiled kernels."""
+    how split-K partial sums are added; programmatic dependent launch), unused by the tiled kernels.
+    ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
+    Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
+    format)."""
     tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
@@ -341,10 +344,14 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         return plan_sparse_decode(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
                                   scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret,
                                   num_sms=num_sms, split_k=split_k, reduce=reduce, pdl=pdl)
+    if meta_format not in (None, "sm90"):
+        raise bad_input(f"meta_format must be None or 'sm90', got {meta_format!r}",
+                        help="'sm90': raw metadata words in the sm90 format (re-encoded for Blackwell targets)")
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
 
-        choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret)
+        choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret,
+                                                                                    meta_format)
     else:
         choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS)
         op = operand_type(choice.operand)

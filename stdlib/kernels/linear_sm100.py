@@ -23,12 +23,19 @@ LINEAR_KERNELS_SM100: dict[str, KernelChoiceSm100] = {name: KERNELS_SM100[name] 
 """Operand types with a Blackwell ``sparse_linear_<t>`` kernel."""
 
 
-def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: bool
+def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: bool, meta_format: str | None = None
                        ) -> tuple[KernelChoiceSm100, Any, Any, Any, int, int, int, int, int]:
-    """(choice, values, words, x, N_out, T, K, K x is padded to, K to launch with)."""
+    """(choice, values, words, x, N_out, T, K, K x is padded to, K to launch with). ``meta_format``
+    "sm90": ``meta`` is a raw array of "sm90" words (what ``sparsile.torch`` layers keep), validated
+    and re-encoded in the "tcgen05" format here (docs/sparse-metadata.md §4, §5); a raw array is
+    otherwise taken as "tcgen05" words."""
+    from ..sparsity import MetadataBuffer, validate_metadata
     from .gemm import resolve_kernel_choice
 
     choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS_SM100, "Blackwell")
+    if meta_format == "sm90" and not isinstance(meta, MetadataBuffer):
+        m, k = int(values.shape[0]), int(x.shape[-1])
+        meta = validate_metadata(meta, "sm90", choice.operand, m=m, k=k)
     _, values, words, xc, m, t, k, k_launch = checked_sm100_operands(values, meta, x, target, choice.operand,
                                                                       interpret)
     return choice, values, words, xc, m, t, k, int(xc.shape[1]), k_launch

@@ -67,3 +67,30 @@ def test_compiles_for_sm100a(dtype, act):
     assert compiled.target == "sm_100a"
     assert compiled.cubin[:4] == b"\x7fELF" and "tcgen05.mma.sp.cta_group::1.kind::" in compiled.ptx
     assert "0 bytes spill stores" in compiled.info_log
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k", [("bf16", 256, 5, 256), ("bf16", 256, 3, 128), ("e4m3", 256, 4, 128),
+                                             ("f16", 200, 7, 520)])
+def test_raw_sm90_words_are_re_encoded_for_blackwell(dtype, n_out, t, k):
+    """``meta_format="sm90"`` (what sparsile.torch's launch records pass: a layer keeps raw "sm90"
+    words): on sm_100a the words are validated and re-encoded as "tcgen05" words, at any K (read as
+    raw "tcgen05" words they were refused with SP0805 where the shapes differ, and taken unchecked
+    where they coincide, K = 128 with M a multiple of 128), matching float64. Without the option a
+    raw array is still read as "tcgen05" words."""
+    weight, x = problem(dtype, n_out, t, k, seed=k + t)
+    assert weight.meta.fmt == "sm90"
+    words = np.asarray(weight.meta.data).copy()  # raw, untagged
+    epi = {"scale_w": 1 / 64, "scale_x": 1 / 64} if dtype == "e4m3" else {}
+    want = {"e4m3": "bfloat16", "bf16": "bfloat16", "f16": "float16"}[dtype]
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_linear(weight.values, words, x, out=out, interpret=True, target="sm_100a",
+                              meta_format="sm90", **epi)
+    assert isinstance(plan, SparseLinearPlanSm100)
+    assert_linear_close(plan.run(), weight, x, k, dtype, want, **epi)
+    if k != 128:
+        with pytest.raises(SparsityError) as info:
+            plan_sparse_linear(weight.values, words, x, interpret=True, target="sm_100a", **epi)
+        assert info.value.code == "SP0805"
+    with pytest.raises(SparsityError) as info:
+        plan_sparse_linear(weight.values, words, x, interpret=True, target="sm_100a", meta_format="tcgen5", **epi)
+    assert "meta_format must be None or 'sm90'" in info.value.message
