@@ -26,7 +26,6 @@ import os
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,6 +36,7 @@ from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 from .quantize import quantize_per_token
+from .weight import Weight, same_bytes, same_memory, storage_key, tracked_tensors, weight_versions
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
@@ -67,23 +67,6 @@ def pdl_wanted(device: torch.device) -> bool:
     return device.type == "cuda" and os.environ.get(PDL_ENV, "0") == "1" and _capability_major(device.index or 0) >= 9
 
 
-def tracked_tensors(w: Weight) -> tuple[torch.Tensor, ...] | None:
-    """The weight's tensors whose in-place writes a record watches: values, metadata, and the bias
-    and scale_w where given (a plan may read converted copies of them) and not inference tensors
-    (they keep no version counter); None where values or metadata keep none."""
-    if w.values.is_inference() or w.meta.is_inference():  # (reading _version raises in inference_mode)
-        return None
-    return tuple(t for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None and not t.is_inference())
-
-
-def weight_versions(tracked: tuple[torch.Tensor, ...] | None) -> tuple[int, ...] | None:
-    """The version counters of ``tracked`` (:func:`tracked_tensors`; in-place writes through torch
-    bump them, and aliases made with ``detach()`` and views share them), None for None."""
-    return None if tracked is None else tuple([t._version for t in tracked])
-
-
-
-
 @functools.cache
 def kernel_api() -> SimpleNamespace:
     """``sparse_linear``, ``plan_sparse_linear`` and ``quantize_per_token_e4m3`` of
@@ -93,17 +76,6 @@ def kernel_api() -> SimpleNamespace:
     return SimpleNamespace(sparse_linear=linear.sparse_linear, plan_sparse_linear=linear.plan_sparse_linear,
                            quantize=linear.quantize_per_token_e4m3,
                            prepare_quantize=linear.prepare_quantize_per_token_e4m3)
-
-
-@dataclass(frozen=True)
-class Weight:
-    """The bound (per layer) arguments of the kernel."""
-
-    values: torch.Tensor          # (N, K/2) bf16 / f16 / float8_e4m3fn
-    meta: torch.Tensor            # sm90 metadata words, int32
-    bias: torch.Tensor | None     # (N,) float32
-    scale_w: torch.Tensor | None  # (N,) or (1,) float32, e4m3 weights only
-    activation: str | None
 
 
 @functools.cache
@@ -133,18 +105,6 @@ def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, ou
     return as_torch(y, x.device, out_dtype)
 
 
-def _same_memory(a: Any, t: torch.Tensor) -> bool:
-    """``a`` is ``t``, or a view of the same memory, type and size (the plan may reshape x or scale_x)."""
-    return a is t or (isinstance(a, torch.Tensor) and a.data_ptr() == t.data_ptr() and a.dtype == t.dtype
-                      and a.numel() == t.numel())
-
-
-def _storage(t: torch.Tensor) -> tuple[torch.device, int]:
-    """Where ``t``'s block of memory is (views of one block, as a fused group's weight and a
-    member's rows, give the same): its device and storage address."""
-    return t.device, t.untyped_storage().data_ptr()
-
-
 def _current_stream(device: torch.device) -> int | None:
     """torch's current stream on ``device`` as an int handle (None off CUDA)."""
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
@@ -155,18 +115,11 @@ def _spec(t: torch.Tensor | None) -> tuple[torch.Size, torch.dtype, torch.device
     return None if t is None else (t.shape, t.dtype, t.device)
 
 
-def _same_bytes(a: Any, t: torch.Tensor) -> bool:
-    """``a`` is a tensor on ``t``'s bytes, of any element type (the plan reads int32 metadata words
-    as uint32)."""
-    return isinstance(a, torch.Tensor) and a.data_ptr() == t.data_ptr() and \
-        a.numel() * a.element_size() == t.numel() * t.element_size()
-
-
 def _reads_the_quantized_x(launches: list[Any], xq: torch.Tensor, sx: torch.Tensor) -> bool:
     """Whether the plan's launches read the record's own quantized x and scales (not a padded copy
     of x made when the plan was built, which the record's quantizer would never write)."""
     args = [a for _, _, launch_args, _ in launches for a in launch_args]
-    return any(_same_memory(a, xq) for a in args) and any(_same_memory(a, sx) for a in args)
+    return any(same_memory(a, xq) for a in args) and any(same_memory(a, sx) for a in args)
 
 
 SM90_WORDS = {"meta_format": "sm90"}
@@ -195,7 +148,7 @@ class LaunchRecord:
         # objects, whose weak reference tells when the layer is gone (RecordCache drops the record then)
         w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
         self.weight = w
-        self.storage = _storage(w.values)  # (RecordCache.sync finds the records of a weight by it)
+        self.storage = storage_key(w.values)  # (RecordCache.sync finds the records of a weight by it)
         # the aliases share the version counters of the caller's tensors: RecordCache.run compares them
         self.tracked = tracked_tensors(w)
         self.versions = weight_versions(self.tracked)
@@ -279,7 +232,7 @@ class LaunchRecord:
         # a plan that pads or re-encodes the weight (or converts its bias or scale_w) reads copies made
         # now: a write to the weight reaches its launches only through a new record (RecordCache.run)
         args = [a for _, _, launch_args, _ in launches for a in launch_args]
-        self.copies_weight = not all(any(_same_bytes(a, t) for a in args)
+        self.copies_weight = not all(any(same_bytes(a, t) for a in args)
                                      for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None)
         kept += planned_buffers(self.prepared, self.eager, launches, (w.values, w.meta, w.bias, w.scale_w, x, y,
                                                                       per_call_scale))
@@ -309,7 +262,7 @@ class LaunchRecord:
         pairs = []
         for operands in self.operands:
             for source, old, new in zip((w.values, w.meta, w.bias, w.scale_w), operands, fresh, strict=True):
-                if source is None or old is None or _same_bytes(old, source):
+                if source is None or old is None or same_bytes(old, source):
                     continue  # not given, or read in place
                 if new is None or old.shape != new.shape or old.dtype != new.dtype:
                     return False
@@ -347,7 +300,7 @@ class LaunchRecord:
             if not hasattr(launcher, "prepare"):
                 return None
             slots = [(i, which) for i, a in enumerate(args) for which, t in enumerate((x, y, scale_x))
-                     if t is not None and _same_memory(a, t)]
+                     if t is not None and same_memory(a, t)]
             seen |= {which for _, which in slots}
             names = [p.name for p in kernel.params]
             fixed = {names[i]: a for i, a in enumerate(args)}  # the weight, bias, scales, sizes: checked once
@@ -488,7 +441,7 @@ class RecordCache:
         for record in (*tuple(self.records.values()), *tuple(self.retired.values())):  # (snapshots: weakref callbacks)
             if record.tracked is None or record.storage[0] != device:
                 continue
-            where = where or _storage(values)
+            where = where or storage_key(values)
             if record.storage != where:
                 continue
             versions = weight_versions(record.tracked)
