@@ -181,17 +181,20 @@ def test_pdl_gives_the_same_bits_eagerly_in_graphs_and_after_weight_writes(dtype
     check_against_float64(layer, xs[1], y)
 
 
-@pytest.mark.parametrize("out_features,in_features,tokens", [(200, 512, 4), (256, 520, 4), (200, 520, 100)])
-def test_an_in_place_weight_write_reaches_a_padded_plan(out_features, in_features, tokens):
+@pytest.mark.parametrize("dtype,out_features,in_features,tokens", [
+    ("bf16", 200, 512, 4), ("bf16", 256, 520, 4), ("bf16", 200, 520, 100),
+    ("e4m3", 200, 520, 4), ("e4m3", 200, 520, 100)])  # e4m3: the quantizing record, then torch's quantization
+def test_an_in_place_weight_write_reaches_a_padded_plan(dtype, out_features, in_features, tokens):
     """Shapes the plans pad (out_features % 128, in_features % the K step): the records read copies
     of the weight, so an in-place write must reach them: the next call refreshes them in place
-    (the same record, its copies at the same addresses)."""
-    layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=9, device="cuda"))
+    (the same record, its copies at the same addresses; planned again on one token)."""
+    layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=9, device="cuda"), dtype=dtype)
     x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
     before = layer(x).clone()
     (record,) = _records(layer)
     assert record.copies_weight
-    layer.values.view(torch.int16).bitwise_xor_(-32768)  # every value's sign flipped, in place
+    bits = layer.values.view(torch.int16 if dtype == "bf16" else torch.int8)
+    bits.bitwise_xor_(-32768 if dtype == "bf16" else -128)  # every value's sign flipped, in place
     after = layer(x)
     torch.cuda.synchronize()
     check_against_float64(layer, x, after)
