@@ -13,6 +13,7 @@
 #   bash scripts/gpu_runs.sh pdl              # tests-all (PDL on every launch path), then PDL against plain decode launches
 #   bash scripts/gpu_runs.sh tune-e4m3        # the decode table's e4m3 and f16 entries, then the e4m3 layer's targets
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
+#   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh unrun-12b        # the whole suite, the last f16/e4m3 table entries, the layer with / without them
 #   bash scripts/gpu_runs.sh unrun-12         # the torch GPU tests after the padded-copy refresh (twelfth session)
@@ -133,6 +134,16 @@ unrun-12b)  # what the twelfth session left unrun: the whole suite, the last 5 f
         SPARSILE_TUNED_TABLE=$table run 90 python benchmarks/bench_linear.py --dtypes f16 e4m3 --shapes 8B:qkv 8B:o \
             --tokens 256 512 1024 --variants graph --l2 cold --max-seconds 80 --json "$out/linear_f16_e4m3_table$table.json"
     done
+    ;;
+tune-gemm-f16-e4m3)  # sparse_matmul's f16 and e4m3 entries (T 256-8192, 8B weights first), then checked against float64
+    for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
+        [ "$SECONDS" -lt 300 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512 1024 4096 8192; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/gemm-shapes.txt
+        SPARSILE_AUTOTUNE_PRINT=1 run 150 python -m sparsile tune /tmp/gemm-shapes.txt --dtype f16 --dtype e4m3 \
+            --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+        cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    done
+    run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype f16 --dtype e4m3 --max-seconds 170
     ;;
 tune-linear-f16-e4m3)  # the layer's f16 and e4m3 entries (T >= 256), 8B weights first, then checked against float64
     for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
