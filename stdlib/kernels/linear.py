@@ -336,6 +336,9 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
 
     if reduce is not None:
         reduce_mode(reduce)  # checked whichever kernel is planned
+    if meta_format not in (None, "sm90"):  # checked whichever kernel is planned
+        raise bad_input(f"meta_format must be None or 'sm90', got {meta_format!r}",
+                        help="'sm90': raw metadata words in the sm90 format (re-encoded for Blackwell targets)")
 
     # an explicit split_k is honoured: by the decode kernel up to its MAX_SPLIT, else (kernel unset) by
     # the tiled kernels, which split up to 64
@@ -344,9 +347,6 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         return plan_sparse_decode(values, meta, x, bias=bias, activation=activation, scale_x=scale_x,
                                   scale_w=scale_w, out_dtype=out_dtype, out=out, interpret=interpret,
                                   num_sms=num_sms, split_k=split_k, reduce=reduce, pdl=pdl)
-    if meta_format not in (None, "sm90"):
-        raise bad_input(f"meta_format must be None or 'sm90', got {meta_format!r}",
-                        help="'sm90': raw metadata words in the sm90 format (re-encoded for Blackwell targets)")
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
 

@@ -481,7 +481,7 @@ def _versions_now(record) -> tuple[int, ...]:
     return tuple(t._version for t in record.tracked)
 
 
-@pytest.mark.parametrize("tokens,kernel", [(4, None), (100, "gemm")])
+@pytest.mark.parametrize("tokens,kernel", [(4, None), (64, None), (65, "gemm"), (100, "gemm")])
 def test_a_refresh_plans_one_token_of_the_same_kernel(fake, monkeypatch, tokens, kernel):
     """refresh_copies plans the weight again on one token (x and y of one row, not the call's
     T x K and T x N): the weight's operands depend on the kernel and dtype only

@@ -24,6 +24,7 @@ from sparsile.stdlib.kernels.decode import (
     tile_for_decode,
 )
 from sparsile.stdlib.kernels.linear import SparseLinearPlan, plan_sparse_linear, sparse_linear
+from sparsile.stdlib.kernels.linear_sm100 import SparseLinearPlanSm100
 from sparsile.stdlib.sparsity import SparsityError
 
 from .test_linear_api import NP_OUT, _code_message, assert_linear_close, cuda_copy, epilogue_case, problem
@@ -412,24 +413,33 @@ def test_gpu_pdl_reads_what_the_previous_kernel_wrote(split, reduce):
                                 **epi)
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
-def test_weight_operands_do_not_depend_on_the_token_count(dtype):
+@pytest.mark.parametrize("dtype,act", [("bf16", None), ("f16", "gelu_tanh"), ("e4m3", "silu")])
+def test_weight_operands_do_not_depend_on_the_token_count(dtype, act):
     """``weight_operands`` (what sparsile.torch's launch records refresh after a weight write, planning
     one token: integrations/torch/_kernels.py) are the same arrays for any T of one kernel: the decode
-    kernel's at T = 1, 16 and 64, the tiled kernel's (kernel="gemm") at T = 1 and 100. Padded shape
-    (200 x 520), a float64 bias (converted), e4m3 with per-channel weight scales."""
+    kernel's at T = 1, 16 and 64 (and its tiled layout), the tiled kernel's (kernel="gemm") at T = 1,
+    64, 65 and 100 (where the tuned tile narrows with an activation), the Blackwell kernel's at T = 1,
+    64, 65 and 100 from raw "sm90" words (``meta_format="sm90"``, as the records pass them: re-encoded).
+    Padded shape (200 x 520), a float64 bias (converted), e4m3 with per-channel weight scales."""
     weight, x = problem(dtype, 200, 100, 520, seed=7)
     rng = np.random.default_rng(8)
-    extra = {"bias": rng.standard_normal(200)}
+    extra = {"bias": rng.standard_normal(200), "activation": act}
     if dtype == "e4m3":
         extra |= {"scale_w": rng.uniform(0.5, 2.0, 200).astype(np.float32), "scale_x": 0.5}
+    words = np.asarray(weight.meta.data).copy()  # raw, untagged: what a torch layer keeps
 
-    def operands(t, **kw):
-        plan = plan_sparse_linear(weight.values, weight.meta, x[:t], interpret=True, **extra, **kw)
-        return type(plan), plan.weight_operands
+    def operands(plan, t, **kw):
+        made = plan(weight.values, kw.pop("meta", weight.meta), x[:t], interpret=True, **extra, **kw)
+        return type(made), made.weight_operands
 
-    for kind, tokens, kw in ((SparseDecodePlan, (1, 16, 64), {}), (SparseLinearPlan, (1, 100), {"kernel": "gemm"})):
-        (first_kind, first), *rest = [operands(t, **kw) for t in tokens]
+    decode = functools.partial(plan_sparse_decode, tiled=True)
+    for kind, plan, tokens, kw in (
+            (SparseDecodePlan, plan_sparse_linear, (1, 16, 64), {}),
+            (SparseDecodePlan, decode, (1, 16, 64), {}),
+            (SparseLinearPlan, plan_sparse_linear, (1, 64, 65, 100), {"kernel": "gemm"}),
+            (SparseLinearPlanSm100, plan_sparse_linear, (1, 64, 65, 100),
+             {"target": "sm_100a", "meta": words, "meta_format": "sm90", "kernel": "gemm"})):
+        (first_kind, first), *rest = [operands(plan, t, **kw) for t in tokens]
         assert first_kind is kind
         assert first[0].shape != weight.values.shape  # padded copies (what a refresh writes)
         for other_kind, other in rest:
@@ -439,3 +449,19 @@ def test_weight_operands_do_not_depend_on_the_token_count(dtype):
                 if a is not None:
                     assert a.shape == b.shape and a.dtype == b.dtype
                     assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("tokens", [4, 100])
+def test_meta_format_is_checked_and_ignored_on_sm90a(tokens):
+    """``meta_format`` is checked whichever kernel is planned (it was not where T <= 64 planned the
+    decode kernel); "sm90" changes nothing on sm_90a, where raw words are "sm90" words anyway."""
+    weight, x = problem("bf16", 96, tokens, 128, seed=5)
+    words = np.asarray(weight.meta.data).copy()
+    with pytest.raises(SparsityError) as info:
+        plan_sparse_linear(weight.values, words, x, interpret=True, meta_format="tcgen05")
+    assert "meta_format must be None or 'sm90'" in info.value.message
+    plain = plan_sparse_linear(weight.values, words, x, interpret=True)
+    tagged = plan_sparse_linear(weight.values, words, x, interpret=True, meta_format="sm90")
+    assert type(plain) is type(tagged) and (type(plain) is SparseDecodePlan) == (tokens <= 64)
+    for a, b in zip(plain.weight_operands, tagged.weight_operands, strict=True):
+        assert (a is None and b is None) or np.array_equal(a, b)
