@@ -43,6 +43,9 @@ SP_TRAIN_MASK = "SP0918"
 """A trainable layer's mask (loaded or assigned) that is not transposable 2:4 or not of the weight's shape."""
 SP_ACT_SPARSE = "SP0919"
 """``sparse24_activation_linear`` arguments that do not fit together (x, weight, bias)."""
+SP_STALE_CAPTURE = "SP0920"
+"""A CUDA graph capture of a launch record that reads padded copies of a weight written in place since
+no call outside a capture saw the write: the graph would replay the old copies."""
 SP_FUSE_GROUPS = "SP0944"
 """``fuse_projections_(groups=...)`` that is not a sequence of tuples of two or more distinct child names."""
 

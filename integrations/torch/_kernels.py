@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV
+from ..errors import SP_STALE_CAPTURE, IntegrationError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 from .quantize import quantize_per_token
@@ -409,15 +410,24 @@ class RecordCache:
         record that reads the weight in place only notes it (and waits for the write with PDL); one
         that reads copies of it (padded, re-encoded) has them refreshed (``refresh_copies``), or
         where that cannot be done is replaced by a new one built from the weight as it is now (None
-        returned). Not while a CUDA graph is captured: the capture takes the old record, whose
-        versions stay as they were, so the first call outside the capture refreshes it. A replaced
-        record a CUDA graph captured is kept, with its buffers, while its weight lives: that graph
-        replays the old copies."""
+        returned). Not while a CUDA graph is captured (the copy would become part of the graph, and
+        planning reads the host): SP0920 then, since the graph would replay the old copies (with a
+        bias read in place, a mix of both weights). A replaced record a CUDA graph captured is kept,
+        with its buffers, while its weight lives: that graph replays the old copies."""
         if not record.copies_weight:
             record.weight_written(versions)
             return record
         if _capturing():
-            return record
+            n, t = record.shape[1], record.shape[0]
+            raise IntegrationError(
+                SP_STALE_CAPTURE,
+                f"sparsile.torch: a CUDA graph captures a sparse linear call ({n} output features, {t} tokens) whose "
+                "weight was written in place since its last call outside a capture; its launch record reads padded "
+                "copies of that weight, which cannot be refreshed inside a capture, so the graph would replay the "
+                "old weight",
+                help="after writing a weight in place, run the layer once outside the capture (torch's warm-up "
+                     "before torch.cuda.graph) or call layer.check_metadata(); load_state_dict and "
+                     "SemiSparseLinear.refresh do this themselves")
         if record.refresh_copies():
             record.weight_written(versions)
             return record

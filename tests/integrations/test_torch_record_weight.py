@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("llvmlite")
 
+from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
@@ -113,8 +114,9 @@ def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake
     """A plan that pads or re-encodes the weight reads copies made when the record was built: after
     an in-place write of values or meta the next call plans again from the weight as it is now and
     copies the new plan's operands into the record's copies (same addresses: a CUDA graph that
-    captured the record replays the new weight). In a capture nothing is refreshed and the write
-    stays unnoted, so that the first call after the capture refreshes. Records reading the weight
+    captured the record replays the new weight). In a capture nothing can be refreshed: SP0920
+    (the graph would replay the old copies), the write stays unnoted and the first call after the
+    capture refreshes. Records reading the weight
     in place are kept as they are, unplanned."""
     planned = _counting_plans(monkeypatch)
     cache, w = kernels.RecordCache(), _weight()
@@ -134,8 +136,13 @@ def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake
     assert torch.equal(copy, w.values) and copy.data_ptr() == address and cache.retired == {}
     record.captured = True
     w.values.mul_(3.0)
-    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: neither refreshed nor noted
-    cache.run((4,), x, w, None, torch.float32, stream=11)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # in a capture: SP0920, nothing refreshed
+    with pytest.raises(IntegrationError) as info:
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert info.value.code == "SP0920" and info.value.message.startswith(
+        "sparsile.torch: a CUDA graph captures a sparse linear call (8 output features, 4 tokens) whose weight "
+        "was written in place since its last call outside a capture")
+    assert "layer.check_metadata()" in info.value.help
     assert record.versions == (2, 0) and len(planned) == 2 and not torch.equal(copy, w.values)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     cache.run((4,), x, w, None, torch.float32, stream=11)  # the write before the capture: refreshed now
