@@ -247,3 +247,28 @@ def test_a_graph_captured_before_load_state_dict_keeps_its_records(out_features,
     assert torch.equal(static_y, after)
     cache = layer.__dict__["_records"]  # the captured record stays allocated (retired, or taken back)
     assert sum(r.captured for r in (*cache.records.values(), *cache.retired.values())) == 1
+
+
+def test_a_capture_after_an_unseen_weight_write_raises_sp0920():
+    """A padded layer (200 x 520) whose weight is written in place and then captured with no call
+    outside the capture in between: the capture stops with SP0920 instead of recording the old
+    padded copies (with the new bias: a mix of both weights). After check_metadata() the capture
+    records the new weight (not yet run on a GPU)."""
+    from sparsile.integrations.errors import IntegrationError
+
+    layer = spt.SparseLinear.from_dense(linear(200, 520, seed=15, device="cuda"))
+    static_x = torch.randn(4, 520, device="cuda").to(torch.bfloat16)
+    warm_up_on_a_side_stream(lambda: layer(static_x))
+    layer.values.view(torch.int16).bitwise_xor_(-32768)  # an in-place write no call sees
+    with pytest.raises(IntegrationError) as info:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            layer(static_x)
+    assert info.value.code == "SP0920"
+    torch.cuda.synchronize()
+    layer.check_metadata()  # refreshes the copies now
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    graph.replay()
+    torch.cuda.synchronize()
+    check_against_float64(layer, static_x, static_y)
