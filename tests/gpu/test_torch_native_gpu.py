@@ -258,16 +258,22 @@ def test_a_capture_after_an_unseen_weight_write_raises_sp0920():
 
     layer = spt.SparseLinear.from_dense(linear(200, 520, seed=15, device="cuda"))
     static_x = torch.randn(4, 520, device="cuda").to(torch.bfloat16)
-    warm_up_on_a_side_stream(lambda: layer(static_x))
+    side = torch.cuda.Stream()  # warmed up and captured on one stream: the same record (a split-K
+    side.wait_stream(torch.cuda.current_stream())  # record serves one stream; another would plan anew)
+    with torch.cuda.stream(side):
+        layer(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
     layer.values.view(torch.int16).bitwise_xor_(-32768)  # an in-place write no call sees
+    torch.cuda.synchronize()
     with pytest.raises(IntegrationError) as info:
-        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=side):
             layer(static_x)
     assert info.value.code == "SP0920"
     torch.cuda.synchronize()
     layer.check_metadata()  # refreshes the copies now
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         static_y = layer(static_x)
     graph.replay()
     torch.cuda.synchronize()
