@@ -252,8 +252,8 @@ def test_a_graph_captured_before_load_state_dict_keeps_its_records(out_features,
 def test_a_capture_after_an_unseen_weight_write_raises_sp0920():
     """A padded layer (200 x 520) whose weight is written in place and then captured with no call
     outside the capture in between: the capture stops with SP0920 instead of recording the old
-    padded copies (with the new bias: a mix of both weights). After check_metadata() the capture
-    records the new weight (not yet run on a GPU)."""
+    padded copies (with the new bias: a mix of both weights). After check_metadata() and a warm-up
+    the capture records the new weight (not yet run on a GPU)."""
     from sparsile.integrations.errors import IntegrationError
 
     layer = spt.SparseLinear.from_dense(linear(200, 520, seed=15, device="cuda"))
@@ -271,7 +271,10 @@ def test_a_capture_after_an_unseen_weight_write_raises_sp0920():
             layer(static_x)
     assert info.value.code == "SP0920"
     torch.cuda.synchronize()
-    layer.check_metadata()  # refreshes the copies now
+    layer.check_metadata()  # the layer's records are planned again at their next call
+    with torch.cuda.stream(side):  # torch's warm-up before a capture
+        layer(static_x)
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
         static_y = layer(static_x)
