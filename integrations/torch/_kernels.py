@@ -174,6 +174,10 @@ class LaunchRecord:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
         if self.pdl:
             self.weight_written(self.versions)
+        # planned inside a CUDA-graph capture, the kernels that fill its copies of the weight were
+        # captured, not run: they run at the graph's first replay. An eager call before that refreshes
+        # the copies first (RecordCache.run)
+        self.unfilled = _capturing() and self.copies_weight
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
               out_dtype: torch.dtype, kept: list[Any]) -> list[Any]:
@@ -431,10 +435,23 @@ class RecordCache:
         if record.refresh_copies():
             record.weight_written(versions)
             return record
+        return self._replaced(key, record)
+
+    def _replaced(self, key: tuple, record: LaunchRecord) -> None:
+        """Drop ``record`` (stored at ``key``) for a new one; one a CUDA graph captured is kept
+        (retired) while its weight lives (dropped with it by _dropped): that graph may replay it."""
         self.records.pop(key, None)
-        if record.captured:  # (dropped with its weight by _dropped)
+        if record.captured:
             self.retired[id(record)] = record
-        return None
+
+    def _filled(self, key: tuple, record: LaunchRecord) -> LaunchRecord | None:
+        """A record planned inside a capture, called outside one before that graph's first replay
+        may have filled its copies of the weight: fill them now (``refresh_copies``; the same bytes
+        the graph's replay writes), or replace the record where that cannot be done (None)."""
+        if record.refresh_copies():
+            record.unfilled = False
+            return record
+        return self._replaced(key, record)
 
     def sync(self, values: torch.Tensor) -> int:
         """Bring the records of the weight in ``values``' memory block (retired ones too) up to its
@@ -527,6 +544,8 @@ class RecordCache:
             versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
             if versions != record.versions:  # written in place since the record was built
                 record = self._weight_written(found, record, versions)
+        if record is not None and record.unfilled and not _capturing():
+            record = self._filled(found, record)
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
                                   self.pdl and pdl_wanted(x.device))

@@ -281,3 +281,27 @@ def test_a_capture_after_an_unseen_weight_write_raises_sp0920():
     graph.replay()
     torch.cuda.synchronize()
     check_against_float64(layer, static_x, static_y)
+
+
+@pytest.mark.parametrize("out_features,in_features,tokens", [(200, 520, 4), (200, 520, 100)])
+def test_a_record_planned_in_a_capture_is_filled_before_an_eager_call(out_features, in_features, tokens):
+    """No warm-up: the launch record of a padded layer is planned inside the capture, so the kernels
+    that fill its padded copies are captured, not run. An eager call on the capture's stream before
+    the first replay uses that record: it fills the copies first (the record's ``unfilled``), and the
+    result matches float64; so does the replay (not yet run on a GPU)."""
+    layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=16, device="cuda"))
+    static_x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        static_y = layer(static_x)
+    (record,) = _records(layer)
+    assert record.unfilled and record.captured
+    with torch.cuda.stream(side):
+        eager = layer(static_x)
+    torch.cuda.synchronize()
+    assert not record.unfilled and _records(layer) == [record]
+    check_against_float64(layer, static_x, eager)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, eager)

@@ -512,3 +512,43 @@ def test_a_refresh_plans_one_token_of_the_same_kernel(fake, monkeypatch, tokens,
     (record,) = cache.records.values()
     assert asked == [((tokens, 32), None, (tokens,)), ((1, 32), kernel, (1,))]
     assert torch.equal(_copy_of_values(record), w.values)
+
+
+def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fake, monkeypatch):
+    """Planned inside a CUDA-graph capture, a record's copies of the weight are made by captured
+    kernels, which run only at the graph's first replay: the first call outside the capture fills
+    them first (a refresh: the bytes the replay writes), once. A record reading the weight in place
+    needs nothing; one whose plan lists no operands is replaced."""
+    planned = _counting_plans(monkeypatch)
+    cache, w = kernels.RecordCache(), _weight()
+    w.values.copy_(torch.randn(8, 16))
+    x = torch.randn(4, 32)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # planned (and captured) in the capture
+    (record,) = cache.records.values()
+    assert record.unfilled and record.captured and len(planned) == 1
+    _copy_of_values(record).fill_(float("nan"))  # what an unreplayed capture leaves there
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # still capturing: nothing done
+    assert record.unfilled and len(planned) == 1
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert list(cache.records.values()) == [record] and not record.unfilled and len(planned) == 2
+    assert torch.equal(_copy_of_values(record), w.values)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(planned) == 2  # once
+    outside = kernels.RecordCache()
+    outside.run((4,), x, w, None, torch.float32, stream=11)
+    assert not next(iter(outside.records.values())).unfilled  # planned outside a capture: filled
+    fake.reads_weight = True
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    in_place = kernels.RecordCache()
+    in_place.run((4,), x, w, None, torch.float32, stream=11)
+    assert not next(iter(in_place.records.values())).unfilled
+    fake.reads_weight, fake.lists_operands = False, False
+    cache2 = kernels.RecordCache()
+    cache2.run((4,), x, w, None, torch.float32, stream=11)
+    (unlisted,) = cache2.records.values()
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache2.run((4,), x, w, None, torch.float32, stream=11)
+    (fresh,) = cache2.records.values()
+    assert fresh is not unlisted and not fresh.unfilled and list(cache2.retired.values()) == [unlisted]
