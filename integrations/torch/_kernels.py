@@ -174,10 +174,10 @@ class LaunchRecord:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
         if self.pdl:
             self.weight_written(self.versions)
-        # planned inside a CUDA-graph capture, the kernels that fill its copies of the weight were
-        # captured, not run: they run at the graph's first replay. An eager call before that refreshes
-        # the copies first (RecordCache.run)
-        self.unfilled = _capturing() and self.copies_weight
+        # planned inside a CUDA-graph capture, the kernels that fill its copies of the weight (and zero
+        # its counters) were captured, not run: they run at the graph's first replay. An eager call
+        # before that fills them first, or takes a new record (RecordCache._filled)
+        self.unfilled = _capturing() and (self.copies_weight or self.has_counters)
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
               out_dtype: torch.dtype, kept: list[Any]) -> list[Any]:
@@ -204,6 +204,9 @@ class LaunchRecord:
             else (_spec(x[:1]), _spec(None if scale_x is None else scale_x.reshape(-1)[:1]))
         self.refresh_kernel = {"kernel": "gemm"} if int(x.shape[0]) > DECODE_MAX_T else {}
         self.operands = [getattr(self.plan, "weight_operands", None)]  # the copies refresh_copies writes
+        # the decode kernel's in-kernel reduction (SPARSILE_DECODE_REDUCE=kernel): arrival counters the
+        # plan zeroes once (the kernel re-zeroes them)
+        self.has_counters = getattr(self.plan, "counters", None) is not None
         self.first: tuple[torch.Tensor, torch.Tensor] | None = (x, y)  # the call the plan was built for
         # a one-element tensor broadcast to y's shape: empty_like of it allocates a contiguous y
         # with one tensor argument to parse (about half of torch.empty's host time)
@@ -447,8 +450,9 @@ class RecordCache:
     def _filled(self, key: tuple, record: LaunchRecord) -> LaunchRecord | None:
         """A record planned inside a capture, called outside one before that graph's first replay
         may have filled its copies of the weight: fill them now (``refresh_copies``; the same bytes
-        the graph's replay writes), or replace the record where that cannot be done (None)."""
-        if record.refresh_copies():
+        the graph's replay writes), or replace the record where that cannot be done or where it has
+        counters to zero (None; the graph keeps the retired one)."""
+        if not record.has_counters and record.refresh_copies():
             record.unfilled = False
             return record
         return self._replaced(key, record)

@@ -544,7 +544,28 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     in_place = kernels.RecordCache()
     in_place.run((4,), x, w, None, torch.float32, stream=11)
     assert not next(iter(in_place.records.values())).unfilled
-    fake.reads_weight, fake.lists_operands = False, False
+    fake.reads_weight = False
+    counting = kernels.RecordCache()  # arrival counters (an in-kernel reduction) to zero: a new record
+    fake_api = kernels.kernel_api
+    plan_of = fake_api().plan_sparse_linear
+
+    def with_counters(*args, **kwargs):
+        plan = plan_of(*args, **kwargs)
+        plan.counters = torch.zeros(2, dtype=torch.int32)
+        return plan
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=with_counters))
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    counting.run((4,), x, w, None, torch.float32, stream=11)
+    (zeroed_in_capture,) = counting.records.values()
+    assert zeroed_in_capture.has_counters and zeroed_in_capture.unfilled
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    counting.run((4,), x, w, None, torch.float32, stream=11)
+    assert next(iter(counting.records.values())) is not zeroed_in_capture
+    assert list(counting.retired.values()) == [zeroed_in_capture]
+    monkeypatch.setattr(kernels, "kernel_api", fake_api)
+    fake.lists_operands = False
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
     cache2 = kernels.RecordCache()
     cache2.run((4,), x, w, None, torch.float32, stream=11)
     (unlisted,) = cache2.records.values()
