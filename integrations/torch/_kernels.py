@@ -175,8 +175,10 @@ class LaunchRecord:
         if self.pdl:
             self.weight_written(self.versions)
         # planned inside a CUDA-graph capture, the kernels that fill its copies of the weight (and zero
-        # its counters) were captured, not run: they run at the graph's first replay. An eager call
-        # before that fills them first, or takes a new record (RecordCache._filled)
+        # its counters) were captured, not run: they run at the graph's first replay. The cache's next
+        # call outside a capture (of any of its records) fills them first, or replaces this record
+        # (RecordCache._fill). Until then only the capture that planned it should use it: a later
+        # capture reusing it reads what the first graph's replay writes (cannot be told apart here)
         self.unfilled = _capturing() and (self.copies_weight or self.has_counters)
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
@@ -221,6 +223,7 @@ class LaunchRecord:
             prepared = None  # a padded plan reads a copy of xq made now: calls quantize and rebind instead
         self.prepared = None if prepared is None else quantizer + prepared
         self.eager = None  # one launch for eager calls, where the plan's split-K takes two
+        read = [launches]  # the launches of each plan the record keeps (their weight arguments: copied)
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
                 and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
                 and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
@@ -230,6 +233,7 @@ class LaunchRecord:
             one = one_plan.launches()
             if len(one) == 1:
                 self.operands.append(getattr(one_plan, "weight_operands", None))
+                read.append(one)
                 eager = self._prepare(one, per_call_x, y, per_call_scale)
                 if self.quantize and not _reads_the_quantized_x(one, self.xq, self.sx):
                     eager = None
@@ -238,10 +242,15 @@ class LaunchRecord:
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
         # a plan that pads or re-encodes the weight (or converts its bias or scale_w) reads copies made
-        # now: a write to the weight reaches its launches only through a new record (RecordCache.run)
-        args = [a for _, _, launch_args, _ in launches for a in launch_args]
-        self.copies_weight = not all(any(same_bytes(a, t) for a in args)
-                                     for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None)
+        # now: a write to the weight reaches its launches only through refreshed copies or a new record
+        # (RecordCache.run). Per tensor: each copy is made from its own tensor only (padded, tiled,
+        # re-encoded, converted), so a write to a tensor every plan reads in place (a bias) leaves the
+        # copies as they are
+        copied = [t for t in (w.values, w.meta, w.bias, w.scale_w) if t is not None
+                  and not all(any(same_bytes(a, t) for _, _, launch_args, _ in plan for a in launch_args)
+                              for plan in read)]
+        self.copies_weight = bool(copied)
+        self.copied = None if self.tracked is None else tuple(any(t is c for c in copied) for t in self.tracked)
         kept += planned_buffers(self.prepared, self.eager, launches, (w.values, w.meta, w.bias, w.scale_w, x, y,
                                                                       per_call_scale))
         return kept
@@ -284,6 +293,12 @@ class LaunchRecord:
         if pairs and stream is not None and stream not in self.streams:
             used_on([old for old, _ in pairs], stream)
         return True
+
+    def copies_stale(self, versions: tuple[int, ...]) -> bool:
+        """Whether the weight's version counters now (``versions``, of ``tracked``) show a write to a
+        tensor this record reads through a copy (a write to a tensor read in place needs no refresh)."""
+        copied = self.copied or ()
+        return any(c and now != then for c, now, then in zip(copied, versions, self.versions, strict=True))
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:
         """The weight was written (``versions``: its version counters now): with PDL, wait until the
@@ -404,6 +419,9 @@ class RecordCache:
         self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
         # captured records replaced (weight written, cache cleared), by id: kept while their weight lives
         self.retired: dict[int, LaunchRecord] = {}  # (a dict: a weakref callback changes it atomically)
+        # records planned inside a capture whose copies (counters) that graph's replay fills, by id:
+        # filled (or replaced) by the next call outside a capture, whichever record it calls
+        self.unfilled: dict[int, LaunchRecord] = {}
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
 
     def clear(self) -> None:
@@ -411,6 +429,7 @@ class RecordCache:
         self.retired.update({id(r): r for r in tuple(self.records.values()) if r.captured})  # (a weakref
         # callback may pop entries meanwhile: a snapshot)
         self.records.clear()
+        self.unfilled.clear()  # (an unfilled record is not revived: only its graph reads it)
 
     def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
         """The weight of ``record`` (stored at ``key``) was written in place since it was built: a
@@ -419,10 +438,16 @@ class RecordCache:
         where that cannot be done is replaced by a new one built from the weight as it is now (None
         returned). Not while a CUDA graph is captured (the copy would become part of the graph, and
         planning reads the host): SP0920 then, since the graph would replay the old copies (with a
-        bias read in place, a mix of both weights). A replaced record a CUDA graph captured is kept,
-        with its buffers, while its weight lives: that graph replays the old copies."""
-        if not record.copies_weight:
+        bias read in place, a mix of both weights). Only a write to a tensor the record reads through
+        a copy counts (``copies_stale``): a bias read in place needs nothing, in a capture too.
+        Outside a capture the other captured records of the weight are synced too (a per-stream
+        record of the capture stream, a graph's other token count), so that a warm-up on a side
+        stream before a capture, or any call, brings every graph's copies up to the write. A replaced
+        record a CUDA graph captured is kept, with its buffers, while its weight lives: that graph
+        replays the old copies."""
+        if not record.copies_stale(versions):
             record.weight_written(versions)
+            self.sync(record.weight.values, captured_only=True)  # (nothing in a capture)
             return record
         if _capturing():
             n, t = record.shape[1], record.shape[0]
@@ -435,6 +460,7 @@ class RecordCache:
                 help="after writing a weight in place, run the layer once outside the capture (torch's warm-up "
                      "before torch.cuda.graph) or call layer.check_metadata(); load_state_dict and "
                      "SemiSparseLinear.refresh do this themselves")
+        self.sync(record.weight.values, captured_only=True, but=record)
         if record.refresh_copies():
             record.weight_written(versions)
             return record
@@ -443,34 +469,48 @@ class RecordCache:
     def _replaced(self, key: tuple, record: LaunchRecord) -> None:
         """Drop ``record`` (stored at ``key``) for a new one; one a CUDA graph captured is kept
         (retired) while its weight lives (dropped with it by _dropped): that graph may replay it."""
-        self.records.pop(key, None)
+        if self.records.get(key) is record:
+            self.records.pop(key, None)
+        self.unfilled.pop(id(record), None)
         if record.captured:
             self.retired[id(record)] = record
 
-    def _filled(self, key: tuple, record: LaunchRecord) -> LaunchRecord | None:
-        """A record planned inside a capture, called outside one before that graph's first replay
-        may have filled its copies of the weight: fill them now (``refresh_copies``; the same bytes
-        the graph's replay writes), or replace the record where that cannot be done or where it has
-        counters to zero (None; the graph keeps the retired one)."""
-        if not record.has_counters and record.refresh_copies():
-            record.unfilled = False
-            return record
-        return self._replaced(key, record)
+    def _fill(self) -> None:
+        """The records planned inside a capture (``unfilled``), at this cache's first call outside a
+        capture since, whichever record that call uses: their copies of the weight are made by that
+        graph's kernels, which run at its first replay, so that an eager call, or a later capture
+        reusing the record (a capture on the stream of a per-stream record after a warm-up on a
+        side stream), would read unfilled memory. Each is filled now (``refresh_copies``: the bytes
+        the graph's replay writes, from the weight as it is), or replaced where that cannot be done
+        or where it has arrival counters to zero (retired: the graph keeps it; never revived).
+        Not covered: two captures reusing a record with no call outside a capture between them; the
+        second graph then reads what the first graph's replay writes (docs/torch.md)."""
+        for record in tuple(self.unfilled.values()):
+            self.unfilled.pop(id(record), None)
+            if not record.has_counters and record.refresh_copies():
+                record.unfilled = False
+                if record.tracked is not None:  # the copies are the weight as it is now
+                    record.weight_written(weight_versions(record.tracked))
+            else:
+                self._replaced(record.key, record)
 
-    def sync(self, values: torch.Tensor) -> int:
+    def sync(self, values: torch.Tensor, captured_only: bool = False, but: LaunchRecord | None = None) -> int:
         """Bring the records of the weight in ``values``' memory block (retired ones too) up to its
         in-place writes now, not at their next call: copies refreshed (``refresh_copies``), writes
         noted, so that CUDA graphs replaying them compute with the weight as it is
         (``load_state_dict``, ``SemiSparseLinear.refresh``). Returns how many records a graph
         captured still read copies of the weight from before (none refreshable; each is replaced at
-        its next eager call, but that graph keeps the old copies). Nothing while a graph is captured."""
+        its next eager call, but that graph keeps the old copies). Nothing while a graph is captured.
+        ``captured_only``: only records a graph captured (those a replay or a capture reads before
+        their next eager call); ``but``: not that one."""
         if _capturing() or not (self.records or self.retired):
             return 0
         # (a model's load_state_dict syncs each layer against every record of the custom op's
         # cache: a comparison per record; values' storage read only where a record is on its device)
         stale, device, where = 0, values.device, None
         for record in (*tuple(self.records.values()), *tuple(self.retired.values())):  # (snapshots: weakref callbacks)
-            if record.tracked is None or record.storage[0] != device:
+            if record.tracked is None or record.storage[0] != device or record is but \
+                    or (captured_only and not record.captured):
                 continue
             where = where or storage_key(values)
             if record.storage != where:
@@ -478,7 +518,7 @@ class RecordCache:
             versions = weight_versions(record.tracked)
             if versions == record.versions:
                 continue
-            if not record.copies_weight or record.refresh_copies():
+            if not record.copies_stale(versions) or record.refresh_copies():
                 record.weight_written(versions)
             elif record.captured:
                 stale += 1
@@ -489,7 +529,7 @@ class RecordCache:
         the version check then decides whether it may serve), so that a retired record is not
         joined by a new one each time a cache is cleared: (the record or None, where it is stored)."""
         for k, r in self.retired.copy().items():
-            if r.key in (key, (*key, stream)) and r.owner() is values:
+            if r.key in (key, (*key, stream)) and r.owner() is values and not r.unfilled:
                 self.retired.pop(k, None)
                 self.records[r.key] = r
                 return r, r.key
@@ -506,6 +546,10 @@ class RecordCache:
             for k, r in self.retired.copy().items():
                 if r.owner is owner:
                     self.retired.pop(k, None)
+        if self.unfilled:
+            for k, r in self.unfilled.copy().items():
+                if r.owner is owner:
+                    self.unfilled.pop(k, None)
 
     def _trim(self, values: torch.Tensor) -> None:
         """Drop the oldest of ``values``' records beyond ``capacity``, except those a CUDA graph
@@ -536,6 +580,8 @@ class RecordCache:
             stream = getter()
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
+        if self.unfilled and not _capturing():  # records planned in a capture: filled before any eager call
+            self._fill()
         records = self.records
         found = key
         record = records.get(key)
@@ -548,13 +594,13 @@ class RecordCache:
             versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
             if versions != record.versions:  # written in place since the record was built
                 record = self._weight_written(found, record, versions)
-        if record is not None and record.unfilled and not _capturing():
-            record = self._filled(found, record)
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
                                   self.pdl and pdl_wanted(x.device))
             record.key = stored = (*key, stream) if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record
+            if record.unfilled:
+                self.unfilled[id(record)] = record
             self._trim(w.values)
         return record(x, scale_x, stream)

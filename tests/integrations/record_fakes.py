@@ -39,6 +39,7 @@ class FakeDriver:
         self.decode = False  # the stand-in plan has a one-launch variant (reduce="kernel")
         self.reads_weight = False  # the stand-in plan reads the weight in place (else: copies of it)
         self.copies_bias = False  # with reads_weight, the plan reads a converted copy of the bias
+        self.pads_values = False  # with reads_weight, the plan reads a padded copy of the values (only)
         self.lists_operands = True  # the stand-in plan has weight_operands (refresh_copies can write its copies)
 
         def params(address: int) -> list[bytes]:
@@ -128,7 +129,8 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, bias=None, **kwargs):
         bias = () if bias is None else (bias.double() if driver.copies_bias else bias,)
         plan = _Plan(driver.log, x, out, scale_x, 1 if reduce == "kernel" else driver.n_launches,
-                     (values, meta, *bias) if driver.reads_weight else (values.clone(),))  # else: a "padded" copy
+                     (values.clone() if driver.pads_values else values, meta, *bias) if driver.reads_weight
+                     else (values.clone(),))  # else: a "padded" copy
         if not driver.lists_operands:
             del plan.weight_operands
         if driver.decode:  # a decode plan: split-K reduced in the kernel on request

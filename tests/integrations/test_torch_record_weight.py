@@ -573,3 +573,120 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     cache2.run((4,), x, w, None, torch.float32, stream=11)
     (fresh,) = cache2.records.values()
     assert fresh is not unlisted and not fresh.unfilled and list(cache2.retired.values()) == [unlisted]
+
+
+def test_a_write_to_a_tensor_read_in_place_neither_refreshes_nor_stops_a_capture(fake, monkeypatch):
+    """The copies a record reads are each made from one tensor of the weight (padded values, tiled
+    or re-encoded metadata, a converted bias): a write to a tensor every plan of the record reads in
+    place (here the bias, next to padded values) leaves them correct. It is only noted: no plan, no
+    copy, and inside a capture no SP0920 (before, a bias-only write stopped the capture of a padded
+    layer: a bias-tuning step, a steering vector added to the bias). A write to the values after it
+    still stops a capture."""
+    planned = _counting_plans(monkeypatch)
+    fake.reads_weight = fake.pads_values = True  # the stand-in plan: values copied ("padded"), meta and bias read
+    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    assert record.copies_weight and record.copied == (True, False, False)
+    w.bias.add_(1.0)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert len(planned) == 1 and record.versions == (0, 0, 1)  # noted, not refreshed
+    w.bias.add_(1.0)
+    record.captured = True
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # no SP0920: the copies are the values'
+    assert len(planned) == 1 and record.versions == (0, 0, 2) and list(cache.records.values()) == [record]
+    w.values.add_(1.0)
+    with pytest.raises(IntegrationError) as info:
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert info.value.code == "SP0920" and record.versions == (0, 0, 2)
+
+
+def _per_stream(fake) -> None:
+    """The stand-in plan of two launches (a split-K workspace): its records are per stream."""
+    fake.n_launches = 2
+
+
+def test_an_eager_call_brings_the_captured_records_of_other_streams_up_to_a_write(fake, monkeypatch):
+    """torch's pattern: warm up on a side stream, capture on the graph's own stream. A per-stream
+    record (split-K workspace) of the capture stream is not the warm-up's record: the warm-up call
+    after an in-place write refreshes the weight's captured records of other streams (and token
+    counts) too, so the capture after it neither stops with SP0920 nor replays old copies, and a
+    replay of the earlier graph reads the new weight."""
+    _per_stream(fake)
+    cache, w = kernels.RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # the warm-up, on the side stream
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=12)  # the capture, on the graph's stream
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # (fills the record planned in the capture)
+    warm, graphs = cache.records.values()
+    assert warm.key == (4, 11) and graphs.key == (4, 12) and graphs.captured and not graphs.unfilled
+    w.values.copy_(torch.randn(8, 16))
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # the warm-up before the next capture
+    assert torch.equal(_copy_of_values(warm), w.values) and torch.equal(_copy_of_values(graphs), w.values)
+    assert graphs.versions == warm.versions == (1, 0)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=12)  # no SP0920
+    assert list(cache.records.values()) == [warm, graphs]
+
+
+def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch):
+    """A record planned inside a capture (a per-stream record of the capture stream) is filled at
+    the cache's next call outside a capture even where that call uses another record (a warm-up on a
+    side stream), so that a second capture reusing it reads filled copies, not what only the first
+    graph's replay writes; one with arrival counters to zero is replaced (retired for its graph) and
+    not revived after the cache is cleared."""
+    _per_stream(fake)
+    planned = _counting_plans(monkeypatch)
+    cache, w = kernels.RecordCache(), _weight()
+    w.values.copy_(torch.randn(8, 16))
+    x = torch.randn(4, 32)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=12)  # captured first, no warm-up
+    (graphs,) = cache.records.values()
+    assert graphs.unfilled and list(cache.unfilled.values()) == [graphs]
+    _copy_of_values(graphs).fill_(float("nan"))  # what an unreplayed capture leaves there
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # a call of another record
+    assert not graphs.unfilled and cache.unfilled == {} and torch.equal(_copy_of_values(graphs), w.values)
+    assert len(planned) == 3  # the capture's plan, its fill, the side stream's record
+    plan_of = kernels.kernel_api().plan_sparse_linear
+
+    def with_counters(*args, **kwargs):
+        plan = plan_of(*args, **kwargs)
+        plan.counters = torch.zeros(2, dtype=torch.int32)
+        return plan
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=with_counters))
+    counting, w2 = kernels.RecordCache(), _weight()
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    counting.run((4,), x, w2, None, torch.float32, stream=12)
+    (zeroed,) = counting.records.values()
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    counting.run((4,), x, w2, None, torch.float32, stream=11)
+    assert zeroed.unfilled and list(counting.retired.values()) == [zeroed] and counting.unfilled == {}
+    assert [r.key for r in counting.records.values()] == [(4, 11)]
+    counting.clear()
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    counting.run((4,), x, w2, None, torch.float32, stream=12)  # a new capture: a new record, not the retired one
+    assert zeroed not in counting.records.values() and len(counting.records) == 1
+
+
+def test_a_call_of_a_record_reading_in_place_refreshes_a_captured_one_reading_copies(fake):
+    """Records of one weight may differ in what they copy (the decode kernel and the tiled one pad
+    differently): a call of a record that reads the written tensor in place still refreshes the
+    weight's captured records that read a copy of it."""
+    cache, w = kernels.RecordCache(), _weight()
+    cache.run((5,), torch.randn(5, 32), w, None, torch.float32, stream=11)
+    (copying,) = cache.records.values()
+    copying.captured = True
+    fake.reads_weight = True
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=11)
+    in_place = next(r for r in cache.records.values() if r is not copying)
+    assert copying.copies_weight and not in_place.copies_weight
+    w.values.add_(1.0)
+    cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=11)
+    assert torch.equal(_copy_of_values(copying), w.values) and copying.versions == in_place.versions == (1, 0)
