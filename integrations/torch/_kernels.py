@@ -23,8 +23,6 @@ from __future__ import annotations
 import functools
 import operator
 import os
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -33,7 +31,6 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV
-from ..errors import SP_STALE_CAPTURE, IntegrationError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 from .quantize import quantize_per_token
@@ -166,7 +163,7 @@ class LaunchRecord:
         kept: list[Any] = []  # what the launches keep (workspace, counters, padded copies): see used_on
         if off_pool:  # the workspace, counters and y template outlive the call (see outside_graph_pools)
             outside_graph_pools(x.device, functools.partial(self._plan, api, x, y, w, scale_x, out_dtype, kept),
-                                stream, _capturing())
+                                stream, capturing())
         else:
             self._plan(api, x, y, w, scale_x, out_dtype, kept)
         self.kept, self.streams = kept, {stream}
@@ -179,7 +176,7 @@ class LaunchRecord:
         # call outside a capture (of any of its records) fills them first, or replaces this record
         # (RecordCache._fill). Until then only the capture that planned it should use it: a later
         # capture reusing it reads what the first graph's replay writes (cannot be told apart here)
-        self.unfilled = _capturing() and (self.copies_weight or self.has_counters)
+        self.unfilled = capturing() and (self.copies_weight or self.has_counters)
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
               out_dtype: torch.dtype, kept: list[Any]) -> list[Any]:
@@ -226,7 +223,7 @@ class LaunchRecord:
         read = [launches]  # the launches of each plan the record keeps (their weight arguments: copied)
         if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
                 and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
-                and not _capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
+                and not capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
             one_plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                               scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
                                               out=y, reduce="kernel", **SM90_WORDS, **self._pdl())
@@ -304,7 +301,7 @@ class LaunchRecord:
         """The weight was written (``versions``: its version counters now): with PDL, wait until the
         writes queued so far are complete (a device synchronization, skipped while a CUDA graph is
         captured), since the kernel reads the weight before it waits for the kernel before it."""
-        if self.pdl and not _capturing():
+        if self.pdl and not capturing():
             torch.cuda.synchronize(self.weight.values.device)
         self.versions = versions
 
@@ -341,12 +338,12 @@ class LaunchRecord:
             y = first[1]
         else:
             y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
-        capturing = _capturing()
-        if capturing:
+        in_capture = capturing()
+        if in_capture:
             self.captured = True  # a graph holds this record's workspace addresses now
         if self.prepared is not None:
             native = self.native
-            if native is not None and not capturing:
+            if native is not None and not in_capture:
                 status, done = native.launch(x.data_ptr(), y.data_ptr(),
                                              0 if scale_x is None else scale_x.data_ptr(), stream)
                 if not status:
@@ -358,7 +355,7 @@ class LaunchRecord:
             else:
                 done = 0
             call = (x, y, scale_x)
-            launches = self.eager if self.eager is not None and not capturing else self.prepared
+            launches = self.eager if self.eager is not None and not in_capture else self.prepared
             for run, which in launches[done:]:
                 run(which(call), stream)
             return y
@@ -377,7 +374,7 @@ def _NO_OWNER() -> None:
     """The owner of a record not (yet) in a :class:`RecordCache`: none."""
 
 
-def _capturing() -> bool:
+def capturing() -> bool:
     """torch's current CUDA stream is capturing a graph."""
     return _IS_CAPTURING()
 
@@ -399,208 +396,3 @@ def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ..
         (only,) = which
         return lambda call: (call[only],)
     return operator.itemgetter(*which)
-
-
-class RecordCache:
-    """Launch records by key: at most ``capacity`` per weight (the least recently built of that
-    weight dropped first, except records a CUDA graph captured), none for a weight that is gone.
-
-    A record holds aliases of its weight, and a weak reference to the caller's ``values`` tensor:
-    once that tensor is collected (its layer or model deleted, or the buffer replaced), its records
-    are dropped and the weight's memory is freed. The limit is per weight, not global, so that a
-    model with more projections than any fixed number keeps one record per layer: under
-    torch.compile's CUDA graph trees a record dropped between the warm-up and the recording would be
-    rebuilt inside the capture, and its allocations left in the graph's pool ("tensors in the
-    cudagraph pool not tracked as outputs")."""
-
-    def __init__(self, capacity: int = 64, pdl: bool = False):
-        self.capacity = capacity
-        self.pdl = pdl  # the weights are constant: records launch with PDL where pdl_wanted says so
-        self.records: OrderedDict[tuple, LaunchRecord] = OrderedDict()
-        # captured records replaced (weight written, cache cleared), by id: kept while their weight lives
-        self.retired: dict[int, LaunchRecord] = {}  # (a dict: a weakref callback changes it atomically)
-        # records planned inside a capture whose copies (counters) that graph's replay fills, by id:
-        # filled (or replaced) by the next call outside a capture, whichever record it calls
-        self.unfilled: dict[int, LaunchRecord] = {}
-        self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
-
-    def clear(self) -> None:
-        """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
-        self.retired.update({id(r): r for r in tuple(self.records.values()) if r.captured})  # (a weakref
-        # callback may pop entries meanwhile: a snapshot)
-        self.records.clear()
-        self.unfilled.clear()  # (an unfilled record is not revived: only its graph reads it)
-
-    def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
-        """The weight of ``record`` (stored at ``key``) was written in place since it was built: a
-        record that reads the weight in place only notes it (and waits for the write with PDL); one
-        that reads copies of it (padded, re-encoded) has them refreshed (``refresh_copies``), or
-        where that cannot be done is replaced by a new one built from the weight as it is now (None
-        returned). Not while a CUDA graph is captured (the copy would become part of the graph, and
-        planning reads the host): SP0920 then, since the graph would replay the old copies (with a
-        bias read in place, a mix of both weights). Only a write to a tensor the record reads through
-        a copy counts (``copies_stale``): a bias read in place needs nothing, in a capture too.
-        Outside a capture the other captured records of the weight are synced too (a per-stream
-        record of the capture stream, a graph's other token count), so that a warm-up on a side
-        stream before a capture, or any call, brings every graph's copies up to the write. A replaced
-        record a CUDA graph captured is kept, with its buffers, while its weight lives: that graph
-        replays the old copies."""
-        if not record.copies_stale(versions):
-            record.weight_written(versions)
-            self.sync(record.weight.values, captured_only=True)  # (nothing in a capture)
-            return record
-        if _capturing():
-            n, t = record.shape[1], record.shape[0]
-            raise IntegrationError(
-                SP_STALE_CAPTURE,
-                f"sparsile.torch: a CUDA graph captures a sparse linear call ({n} output features, {t} tokens) whose "
-                "weight was written in place since its last call outside a capture; its launch record reads padded "
-                "copies of that weight, which cannot be refreshed inside a capture, so the graph would replay the "
-                "old weight",
-                help="after writing a weight in place, run the layer once outside the capture (torch's warm-up "
-                     "before torch.cuda.graph) or call layer.check_metadata(); load_state_dict and "
-                     "SemiSparseLinear.refresh do this themselves")
-        self.sync(record.weight.values, captured_only=True, but=record)
-        if record.refresh_copies():
-            record.weight_written(versions)
-            return record
-        return self._replaced(key, record)
-
-    def _replaced(self, key: tuple, record: LaunchRecord) -> None:
-        """Drop ``record`` (stored at ``key``) for a new one; one a CUDA graph captured is kept
-        (retired) while its weight lives (dropped with it by _dropped): that graph may replay it."""
-        if self.records.get(key) is record:
-            self.records.pop(key, None)
-        self.unfilled.pop(id(record), None)
-        if record.captured:
-            self.retired[id(record)] = record
-
-    def _fill(self) -> None:
-        """The records planned inside a capture (``unfilled``), at this cache's first call outside a
-        capture since, whichever record that call uses: their copies of the weight are made by that
-        graph's kernels, which run at its first replay, so that an eager call, or a later capture
-        reusing the record (a capture on the stream of a per-stream record after a warm-up on a
-        side stream), would read unfilled memory. Each is filled now (``refresh_copies``: the bytes
-        the graph's replay writes, from the weight as it is), or replaced where that cannot be done
-        or where it has arrival counters to zero (retired: the graph keeps it; never revived).
-        Not covered: two captures reusing a record with no call outside a capture between them; the
-        second graph then reads what the first graph's replay writes (docs/torch.md)."""
-        for record in tuple(self.unfilled.values()):
-            self.unfilled.pop(id(record), None)
-            if not record.has_counters and record.refresh_copies():
-                record.unfilled = False
-                if record.tracked is not None:  # the copies are the weight as it is now
-                    record.weight_written(weight_versions(record.tracked))
-            else:
-                self._replaced(record.key, record)
-
-    def sync(self, values: torch.Tensor, captured_only: bool = False, but: LaunchRecord | None = None) -> int:
-        """Bring the records of the weight in ``values``' memory block (retired ones too) up to its
-        in-place writes now, not at their next call: copies refreshed (``refresh_copies``), writes
-        noted, so that CUDA graphs replaying them compute with the weight as it is
-        (``load_state_dict``, ``SemiSparseLinear.refresh``). Returns how many records a graph
-        captured still read copies of the weight from before (none refreshable; each is replaced at
-        its next eager call, but that graph keeps the old copies). Nothing while a graph is captured.
-        ``captured_only``: only records a graph captured (those a replay or a capture reads before
-        their next eager call); ``but``: not that one."""
-        if _capturing() or not (self.records or self.retired):
-            return 0
-        # (a model's load_state_dict syncs each layer against every record of the custom op's
-        # cache: a comparison per record; values' storage read only where a record is on its device)
-        stale, device, where = 0, values.device, None
-        for record in (*tuple(self.records.values()), *tuple(self.retired.values())):  # (snapshots: weakref callbacks)
-            if record.tracked is None or record.storage[0] != device or record is but \
-                    or (captured_only and not record.captured):
-                continue
-            where = where or storage_key(values)
-            if record.storage != where:
-                continue
-            versions = weight_versions(record.tracked)
-            if versions == record.versions:
-                continue
-            if not record.copies_stale(versions) or record.refresh_copies():
-                record.weight_written(versions)
-            elif record.captured:
-                stale += 1
-        return stale
-
-    def _revived(self, key: tuple, stream: int, values: torch.Tensor) -> tuple[LaunchRecord | None, tuple]:
-        """A retired record of ``key`` and this weight back in use (its graph may still replay it;
-        the version check then decides whether it may serve), so that a retired record is not
-        joined by a new one each time a cache is cleared: (the record or None, where it is stored)."""
-        for k, r in self.retired.copy().items():
-            if r.key in (key, (*key, stream)) and r.owner() is values and not r.unfilled:
-                self.retired.pop(k, None)
-                self.records[r.key] = r
-                return r, r.key
-        return None, key
-
-    def _dropped(self, key: tuple, owner: weakref.ref) -> None:
-        """The weak reference ``owner`` of the record stored at ``key`` died: drop that record, and
-        the retired records of the same weight (a weakref callback: it may run in any thread, at any
-        allocation, so atomic steps: a pop, a dict copy)."""
-        record = self.records.get(key)
-        if record is not None and record.owner is owner:
-            self.records.pop(key, None)
-        if self.retired:
-            for k, r in self.retired.copy().items():
-                if r.owner is owner:
-                    self.retired.pop(k, None)
-        if self.unfilled:
-            for k, r in self.unfilled.copy().items():
-                if r.owner is owner:
-                    self.unfilled.pop(k, None)
-
-    def _trim(self, values: torch.Tensor) -> None:
-        """Drop the oldest of ``values``' records beyond ``capacity``, except those a CUDA graph
-        captured: a replay writes their workspace and counters, which must stay allocated as long
-        as the graph may run. (Records of a collected weight are dropped by :meth:`_dropped`.)"""
-        records = self.records
-        mine = [key for key in tuple(records)  # a snapshot: a weakref callback may pop entries meanwhile
-                if (record := records.get(key)) is not None and record.owner() is values and not record.captured]
-        for key in mine[:max(0, len(mine) - self.capacity)]:
-            records.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def run(self, key: tuple, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-            stream: int | None = None, off_pool: bool = False, quantize: bool = False) -> torch.Tensor:
-        """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
-        the record of ``key`` (built on a miss; ``off_pool``: outside any CUDA-graph memory pool,
-        for the custom op that torch.compile's CUDA graph trees call; ``quantize``: x is the 16-bit
-        input of e4m3 weights, quantized per token by the record, see :class:`LaunchRecord`).
-        ``key`` must name the weight's memory (its data pointers) and whether it quantizes: a record
-        pins that memory, so no other weight can take its addresses while the record lives."""
-        if stream is None:
-            device = x.get_device()
-            getter = self._streams.get(device)
-            if getter is None:
-                getter = self._streams[device] = stream_getter(device)
-            stream = getter()
-        if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
-            x = x.clone()
-        if self.unfilled and not _capturing():  # records planned in a capture: filled before any eager call
-            self._fill()
-        records = self.records
-        found = key
-        record = records.get(key)
-        if record is None:
-            found = (*key, stream)
-            record = records.get(found)
-        if record is None and self.retired:
-            record, found = self._revived(key, stream, w.values)
-        if record is not None and record.tracked is not None:
-            versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
-            if versions != record.versions:  # written in place since the record was built
-                record = self._weight_written(found, record, versions)
-        if record is None:
-            record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                  self.pdl and pdl_wanted(x.device))
-            record.key = stored = (*key, stream) if record.owns_workspace else key
-            record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
-            records[stored] = record
-            if record.unfilled:
-                self.unfilled[id(record)] = record
-            self._trim(w.values)
-        return record(x, scale_x, stream)

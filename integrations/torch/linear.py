@@ -42,11 +42,11 @@ from ._kernels import (
     ACTIVATIONS,
     OUT_DTYPES,
     RECORD_QUANTIZE_MAX_T,
-    RecordCache,
     Weight,
     quantize_per_token,
     run_interpreted,
 )
+from .record_cache import RecordCache
 
 WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
 """The weight types a SparseLinear holds, by the sparsity toolkit's operand name."""

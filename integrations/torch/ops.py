@@ -25,8 +25,9 @@ import torch
 
 from ...stdlib.sparsity import metadata_shape
 from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
-from ._kernels import OUT_DTYPES, RecordCache, Weight, quantize_per_token, run_interpreted
+from ._kernels import OUT_DTYPES, Weight, quantize_per_token, run_interpreted
 from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
+from .record_cache import RecordCache
 
 OP_RECORDS_PER_WEIGHT = 256
 """Uncaptured launch records the op keeps per weight (one per token count T, x's K and scale mode).

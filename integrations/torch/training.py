@@ -35,7 +35,7 @@ from ...stdlib.kernels.sparsity_gpu import compress_gpu, prune_transposable_gpu
 from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadata_shape, operand_type
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
-from ._kernels import OUT_DTYPES, RecordCache, Weight, kernel_api, run_interpreted
+from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .linear import (
     EMPTY_META_WORD,
     WEIGHT_DTYPES,
@@ -46,6 +46,7 @@ from .linear import (
     tracing,
     weight_dtype_name,
 )
+from .record_cache import RecordCache
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")

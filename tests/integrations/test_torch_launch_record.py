@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 kernels = pytest.importorskip("sparsile.integrations.torch._kernels")
+RecordCache = pytest.importorskip("sparsile.integrations.torch.record_cache").RecordCache
 graph_pools = pytest.importorskip("sparsile.integrations.torch.graph_pools")
 
 
@@ -97,7 +98,7 @@ def _x(t=4):
 
 def test_one_plan_and_substituted_pointers(monkeypatch):
     log = _fake_api(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x1, x2 = _x(), _x()
     y1 = cache.run((4,), x1, w, None, torch.float32, stream=11)
     y2 = cache.run((4,), x2, w, None, torch.float32, stream=11)
@@ -121,7 +122,7 @@ def test_one_plan_and_substituted_pointers(monkeypatch):
 
 def test_per_token_scale_is_substituted(monkeypatch):
     log = _fake_api(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight(scaled=True)
+    cache, w = RecordCache(), _weight(scaled=True)
     s1, s2 = torch.ones(4), torch.full((4,), 2.0)
     cache.run((4,), _x(), w, s1, torch.float32, stream=0)
     cache.run((4,), _x(), w, s2, torch.float32, stream=0)
@@ -131,7 +132,7 @@ def test_per_token_scale_is_substituted(monkeypatch):
 
 def test_records_with_a_workspace_are_per_stream(monkeypatch):
     log = _fake_api(monkeypatch, split=True)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
@@ -139,7 +140,7 @@ def test_records_with_a_workspace_are_per_stream(monkeypatch):
     reduce = [e for e in log if e[0] == "launch" and e[1] == "reduce"]
     assert len(reduce) == 3 and all(e[2][1].shape == (4, 8) for e in reduce)
     log = _fake_api(monkeypatch, split=False)
-    cache = kernels.RecordCache()
+    cache = RecordCache()
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
     assert [e[0] for e in log].count("plan") == 1 and len(cache) == 1
@@ -149,7 +150,7 @@ def test_records_with_a_workspace_are_per_stream(monkeypatch):
 def test_rebind_fallback(monkeypatch, can_prepare, copy_x):
     """Without prepare, or when the plan copies x (padding), each later call rebinds the plan."""
     log = _fake_api(monkeypatch, can_prepare=can_prepare, copy_x=copy_x)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x1, x2 = _x(), _x()
     cache.run((4,), x1, w, None, torch.float32, stream=5)
     y2 = cache.run((4,), x2, w, None, torch.float32, stream=5)
@@ -160,7 +161,7 @@ def test_rebind_fallback(monkeypatch, can_prepare, copy_x):
 
 def test_capacity_drops_the_oldest(monkeypatch):
     _fake_api(monkeypatch)
-    cache, w = kernels.RecordCache(capacity=2), _weight()
+    cache, w = RecordCache(capacity=2), _weight()
     for t in (1, 2, 3):
         cache.run((t,), _x(t), w, None, torch.float32, stream=0)
     assert list(cache.records) == [(2,), (3,)]
@@ -171,7 +172,7 @@ def test_capacity_is_per_weight(monkeypatch):
     a record dropped between CUDA graph trees' warm-up and recording would be rebuilt inside the
     capture); a weight's own records beyond the capacity drop its oldest."""
     _fake_api(monkeypatch)
-    cache = kernels.RecordCache(capacity=2)
+    cache = RecordCache(capacity=2)
     weights = [_weight() for _ in range(5)]
     for i, w in enumerate(weights):
         cache.run((1, i), _x(1), w, None, torch.float32, stream=0)
@@ -188,7 +189,7 @@ def test_records_of_a_collected_weight_are_dropped(monkeypatch):
     import weakref
 
     _fake_api(monkeypatch)
-    cache, kept, gone = kernels.RecordCache(), _weight(), _weight()
+    cache, kept, gone = RecordCache(), _weight(), _weight()
     cache.run((4, "kept"), _x(), kept, None, torch.float32, stream=0)
     cache.run((4, "gone"), _x(), gone, None, torch.float32, stream=0)
     record = cache.records[(4, "gone")]
@@ -201,7 +202,7 @@ def test_records_of_a_collected_weight_are_dropped(monkeypatch):
 
 def test_misaligned_x_is_copied(monkeypatch):
     log = _fake_api(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     base = torch.randn(4 * 32 + 1)
     x = base[1:].view(4, 32)  # 4 bytes past an aligned address
     assert x.data_ptr() % 16
@@ -219,7 +220,7 @@ def test_a_single_launch_with_a_workspace_is_per_stream(monkeypatch):
                                                                                           "n")),
                                                           (3, 1), ("values", "meta", self.x, self.out, self.bias,
                                                                    self.scale_x, 7), {})])
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     cache.run((4,), _x(), w, None, torch.float32, stream=2)
     assert [e[0] for e in log].count("plan") == 2 and len(cache) == 2  # not a decode plan: no eager variant
@@ -236,7 +237,7 @@ def test_eager_calls_reduce_split_k_in_the_kernel_and_captures_in_a_second_launc
     log = _fake_api(monkeypatch, split=True, reduces_in_kernel=True)
     capturing = [False]
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: capturing[0])
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
     capturing[0] = True
     cache.run((4,), _x(), w, None, torch.float32, stream=1)
@@ -249,8 +250,8 @@ def test_eager_calls_reduce_split_k_in_the_kernel_and_captures_in_a_second_launc
     log = _fake_api(monkeypatch, split=True, reduces_in_kernel=True)
     capturing[0] = False
     assert kernels.EAGER_REDUCE_MAX_T == 16
-    kernels.RecordCache().run((16,), _x(16), w, None, torch.float32, stream=1)
-    kernels.RecordCache().run((17,), _x(17), w, None, torch.float32, stream=1)  # beyond: the plan's launches
+    RecordCache().run((16,), _x(16), w, None, torch.float32, stream=1)
+    RecordCache().run((17,), _x(17), w, None, torch.float32, stream=1)  # beyond: the plan's launches
     assert [e[1] for e in log if e[0] == "launch"] == (["main+reduce"] if env is None else ["main", "reduce"]) + [
         "main", "reduce"]
 
@@ -300,7 +301,7 @@ def test_records_a_graph_captured_are_never_dropped(monkeypatch):
     _fake_api(monkeypatch, split=True)
     capturing = [False]
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: capturing[0])
-    cache, w = kernels.RecordCache(capacity=2), _weight()
+    cache, w = RecordCache(capacity=2), _weight()
     cache.run((1,), _x(1), w, None, torch.float32, stream=1)  # warmed up (one planned in a capture, whose
     capturing[0] = True  # stand-in copies cannot be filled, would be retired at the next eager call)
     cache.run((1,), _x(1), w, None, torch.float32, stream=1)

@@ -21,6 +21,7 @@ from sparsile.backend.runtime import cudalib  # noqa: E402
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import native  # noqa: E402
+from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.backend.test_prepared import FakeCudaTensor, arrays, q, tma_launch, vadd  # noqa: E402
 from sparsile.tests.backend.test_prepared import gpu as gpu  # noqa: E402 (the fake device, a fixture)
 from sparsile.tests.integrations.record_fakes import FakeDriver, _Kernel, _Plan, _Prepared, _weight  # noqa: E402
@@ -191,7 +192,7 @@ def test_plain_records_have_no_attribute_block(monkeypatch):
 
 
 def test_eager_one_launch_calls_launch_natively(fake):
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x1, x2 = torch.randn(4, 32), torch.randn(4, 32)
     y1 = cache.run((4,), x1, w, None, torch.float32, stream=11)
     y2 = cache.run((4,), x2, w, None, torch.float32, stream=11)
@@ -205,7 +206,7 @@ def test_eager_one_launch_calls_launch_natively(fake):
 
 
 def test_the_scale_is_source_2_and_a_misaligned_one_takes_the_prepared_launch(fake):
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x, scale = torch.randn(4, 32), torch.ones(8)
     cache.run((4,), x, w, scale[:4], torch.float32, stream=3)
     assert fake.log[0][1:] == ((0, 1, 2), (True, True, False))
@@ -219,7 +220,7 @@ def test_the_scale_is_source_2_and_a_misaligned_one_takes_the_prepared_launch(fa
 
 
 def test_a_failed_native_launch_falls_back_and_disables_the_record(fake):
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     fake.result = 719
     with pytest.warns(RuntimeWarning, match="a native launch failed with CUresult 719; this launch record keeps"):
@@ -235,7 +236,7 @@ def test_a_failed_native_launch_falls_back_and_disables_the_record(fake):
 def test_a_launch_in_another_context_is_retried_with_the_kernel_s_context(fake):
     """CUDA_ERROR_INVALID_CONTEXT (201) or INVALID_HANDLE (400): torch switched contexts behind the
     per-thread cache; the kernel's context is made current (forced) and the launch retried."""
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     fake.results = [201]
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
     assert [e for e in fake.log if e[0] != "record"] == [("context", False), ("context", True)]
@@ -254,7 +255,7 @@ def test_a_record_keeps_its_launcher_s_machine_code_alive(fake):
     import gc
     import weakref
 
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
     first = weakref.ref(native.launcher())
     native.reset()
@@ -267,7 +268,7 @@ def test_a_record_keeps_its_launcher_s_machine_code_alive(fake):
 
 
 def test_not_used_while_capturing(fake, monkeypatch):
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
     x = torch.randn(4, 32)
@@ -278,7 +279,7 @@ def test_not_used_while_capturing(fake, monkeypatch):
 def test_the_one_launch_split_k_variant_launches_natively_and_a_capture_the_two_launch_plan(fake, monkeypatch):
     fake.n_launches, fake.decode = 2, True
     monkeypatch.delenv(kernels.DECODE_REDUCE_ENV, raising=False)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=5)
     (record,) = cache.records.values()
@@ -292,7 +293,7 @@ def test_the_one_launch_split_k_variant_launches_natively_and_a_capture_the_two_
 def test_a_two_launch_plan_launches_both_natively(fake):
     """The split-K plan's second launch (the reduction) is native too: no prepared launch runs."""
     fake.n_launches = 2
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     y = cache.run((4,), x, w, None, torch.float32, stream=5)
     (record,) = cache.records.values()
@@ -306,7 +307,7 @@ def test_a_failed_second_launch_runs_only_the_rest_through_the_prepared_launches
     only (the first is not repeated), and the record keeps to them for good."""
     fake.n_launches = 2
     fake.results = [0, 719]
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     with pytest.warns(RuntimeWarning, match="CUresult 719"):
         y = cache.run((4,), x, w, None, torch.float32, stream=5)
@@ -322,7 +323,7 @@ def test_not_built_without_the_switch(fake, monkeypatch):
     w = _weight()  # the records live as long as the weight
     for value in ("0", "off"):  # anything but "1" switches it off
         monkeypatch.setenv(native.ENV, value)
-        cache = kernels.RecordCache()
+        cache = RecordCache()
         cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
         assert next(iter(cache.records.values())).native is None and fake.launches == []
         assert not native.enabled()
@@ -330,7 +331,7 @@ def test_not_built_without_the_switch(fake, monkeypatch):
 
 def test_on_by_default(fake, monkeypatch):
     monkeypatch.delenv(native.ENV)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=5)
     assert native.enabled() and not native.requested()
     assert next(iter(cache.records.values())).native is not None and len(fake.launches) == 1
@@ -387,7 +388,7 @@ def test_a_quantizing_record_launches_the_quantizer_and_the_gemm_natively(fake, 
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear,
                                                                        prepare_quantize=prepare_quantize))
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x1, x2 = torch.randn(4, 32), torch.randn(4, 32)
     y1 = cache.run((4, "quantize"), x1, w, None, torch.float32, stream=7, quantize=True)
     y2 = cache.run((4, "quantize"), x2, w, None, torch.float32, stream=7, quantize=True)
@@ -428,7 +429,7 @@ def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
     monkeypatch.setattr(native, "ENTRY_POINTS", None)
     native.reset()
     monkeypatch.setenv(native.ENV, "0")  # the prepared launches, in order
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     y = cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
     assert [e for e in fake.log if e[0] == "prepared"] == [
@@ -437,7 +438,7 @@ def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
     monkeypatch.setattr(native, "ENTRY_POINTS", fake.entry_points())
     native.reset()
     fake.log.clear()
-    cache = kernels.RecordCache()
+    cache = RecordCache()
     cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
     assert [e[1:] for e in fake.log if e[0] == "record"] == [((0,), (True,)), ((), ()), ((1,), (True,))]
     assert len(fake.launches) == 3 and not [e for e in fake.log if e[0] == "prepared"]
@@ -468,7 +469,7 @@ def test_a_quantizing_record_whose_plan_pads_x_quantizes_and_rebinds_each_call(f
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
         plan_sparse_linear=lambda values, meta, x, *, out, scale_x=None, **kw: PaddedPlan(x, out, scale_x),
         prepare_quantize=lambda x, xq, scale, per_call: _Prepared(fake.log, per_call), quantize=quantize))
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     y = cache.run((4, "quantize"), x, w, None, torch.float32, stream=3, quantize=True)
     (record,) = cache.records.values()

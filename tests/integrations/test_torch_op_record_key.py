@@ -18,6 +18,7 @@ pytest.importorskip("llvmlite")
 
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import ops  # noqa: E402
+from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.integrations.test_torch_native import fake as fake  # noqa: E402 (a fixture)
 
 N, K, T = 16, 64, 4
@@ -50,7 +51,7 @@ def test_per_tensor_then_per_token_scale_get_their_own_records(fake) -> None:
     not replayed with a per-token one (it planned a kernel that reads scale_x[0] for every token)."""
     values, meta, scale_w = _weight()
     w = kernels.Weight(values, meta, None, scale_w, None)
-    cache, x = kernels.RecordCache(), torch.zeros(T, K, dtype=E4M3)
+    cache, x = RecordCache(), torch.zeros(T, K, dtype=E4M3)
     one, per_token = torch.ones(1), torch.ones(T)
     cache.run(_key(x, one, scale_w, values, meta), x, w, one, torch.bfloat16, stream=7)
     cache.run(_key(x, per_token, scale_w, values, meta), x, w, per_token, torch.bfloat16, stream=7)

@@ -18,6 +18,8 @@ pytest.importorskip("llvmlite")
 
 from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.integrations.torch import record_cache  # noqa: E402
+from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 
@@ -33,7 +35,7 @@ def _pdl_wanted_and_logged(monkeypatch) -> tuple[list[bool], list]:
         return plan(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
-    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: True)
+    monkeypatch.setattr(record_cache, "pdl_wanted", lambda device: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     return asked, synced
 
@@ -47,7 +49,7 @@ def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypat
     fake.decode = True
     fake.n_launches = 2
     fake.reads_weight = True  # the plan reads the weight in place: a write needs no new record
-    cache, w = kernels.RecordCache(pdl=True), _weight()
+    cache, w = RecordCache(pdl=True), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert asked == [True, True] and len(synced) == 1  # the plan and its one-launch variant; one wait
@@ -59,9 +61,9 @@ def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypat
     assert len(synced) == 2
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert len(synced) == 2
-    monkeypatch.setattr(kernels, "pdl_wanted", lambda device: False)
-    kernels.RecordCache(pdl=True).run((4,), x, _weight(), None, torch.float32, stream=11)
-    kernels.RecordCache().run((5,), torch.randn(5, 32), _weight(), None, torch.float32, stream=11)
+    monkeypatch.setattr(record_cache, "pdl_wanted", lambda device: False)
+    RecordCache(pdl=True).run((4,), x, _weight(), None, torch.float32, stream=11)
+    RecordCache().run((5,), torch.randn(5, 32), _weight(), None, torch.float32, stream=11)
     assert asked[2:] == [False] * (len(asked) - 2) and len(synced) == 2
 
 
@@ -81,7 +83,7 @@ def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatc
     with torch.inference_mode():
         w = _weight()
         x = torch.randn(4, 32)
-        cache = kernels.RecordCache(pdl=True)
+        cache = RecordCache(pdl=True)
         cache.run((4,), x, w, None, torch.float32, stream=11)
         cache.run((4,), x, w, None, torch.float32, stream=11)
         (record,) = cache.records.values()
@@ -119,7 +121,7 @@ def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake
     capture refreshes. Records reading the weight
     in place are kept as they are, unplanned."""
     planned = _counting_plans(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -149,7 +151,7 @@ def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake
     assert list(cache.records.values()) == [record] and record.versions == (3, 0) and len(planned) == 3
     assert torch.equal(copy, w.values) and cache.retired == {}
     fake.reads_weight = True  # a plan reading the weight in place: a write keeps the record, unplanned
-    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2, w2 = RecordCache(), _weight()
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     (kept,) = cache2.records.values()
     w2.values.add_(1.0)
@@ -163,7 +165,7 @@ def test_a_record_whose_plan_lists_no_operands_is_replaced_after_a_write(fake, m
     is kept (retired) while its weight lives."""
     fake.lists_operands = False
     planned = _counting_plans(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (first,) = cache.records.values()
@@ -184,7 +186,7 @@ def test_retired_records_go_with_their_weight(fake):
     caller's values tensor is collected its retired records are dropped too (they hold the weight's
     memory and the copies), not only at the next replacement."""
     fake.lists_operands = False  # copies that cannot be refreshed: replaced
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (first,) = cache.records.values()
@@ -203,7 +205,7 @@ def test_a_write_to_a_bias_the_plan_converted_refreshes_the_copy(fake):
     copy of the bias has it refreshed after an in-place write of it; one reading it in place only
     notes the write. A bias made under inference_mode keeps no version counter: it is not watched."""
     fake.reads_weight = True
-    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    cache, w = RecordCache(), _weight(torch.zeros(8))
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (kept,) = cache.records.values()
@@ -212,7 +214,7 @@ def test_a_write_to_a_bias_the_plan_converted_refreshes_the_copy(fake):
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert next(iter(cache.records.values())) is kept and kept.versions == (0, 0, 1)
     fake.copies_bias = True
-    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    cache, w = RecordCache(), _weight(torch.zeros(8))
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (first,) = cache.records.values()
     (operands,) = first.operands
@@ -224,7 +226,7 @@ def test_a_write_to_a_bias_the_plan_converted_refreshes_the_copy(fake):
     assert torch.equal(bias_copy, w.bias.double()) and bias_copy.data_ptr() == operands[2].data_ptr()
     with torch.inference_mode():
         bias = torch.zeros(8)
-    cache, w = kernels.RecordCache(), _weight(bias)
+    cache, w = RecordCache(), _weight(bias)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (unwatched,) = cache.records.values()
     assert unwatched.versions == (0, 0)
@@ -237,7 +239,7 @@ def test_sync_refreshes_captured_copies_before_any_call(fake):
     record of the weight's memory (retired ones, records of a view's base) at once, so that a graph
     replay right after the write reads the new weight; records of another weight are untouched; a
     captured record whose copies cannot be refreshed is counted; nothing is done in a capture."""
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     other = _weight()
     x = torch.randn(4, 32)
     cache.run((4, "w"), x, w, None, torch.float32, stream=11)  # (keys name the weight's memory)
@@ -252,7 +254,7 @@ def test_sync_refreshes_captured_copies_before_any_call(fake):
     assert torch.equal(_copy_of_values(mine), w.values) and mine.versions == (1, 0)
     assert not torch.equal(_copy_of_values(theirs), other.values)
     fake.lists_operands = False
-    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2, w2 = RecordCache(), _weight()
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     cache2.run((5,), torch.randn(5, 32), w2, None, torch.float32, stream=11)
     captured, free = cache2.records.values()
@@ -268,7 +270,7 @@ def test_load_state_dict_syncs_the_records_of_the_layer_and_the_op(monkeypatch):
     from sparsile.integrations.torch import ops
 
     synced = []
-    monkeypatch.setattr(kernels.RecordCache, "sync", lambda self, values: synced.append((self, values)) or 0)
+    monkeypatch.setattr(RecordCache, "sync", lambda self, values: synced.append((self, values)) or 0)
     layer = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
     other = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
     synced.clear()
@@ -283,7 +285,7 @@ def test_a_record_marks_its_buffers_used_on_each_new_stream(fake, monkeypatch):
     so that dropping the record cannot free them under that stream's queued kernels."""
     marked = []
     monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -300,7 +302,7 @@ def test_clearing_a_cache_keeps_the_records_a_graph_captured(fake):
     """load_state_dict copies into the layer's buffers in place and clears its records: a CUDA graph
     captured before still replays the captured records' launches, so their workspace and copies
     must stay allocated (retired) while the weight lives; uncaptured records are freed."""
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=11)
     cache.run((5,), torch.randn(5, 32), w, None, torch.float32, stream=11)
     captured, free = cache.records.values()
@@ -338,7 +340,7 @@ def test_a_record_without_prepared_launches_marks_its_plans_buffers(fake, monkey
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
         plan_sparse_linear=lambda *a, **k: Unprepared(plan_of(*a, **k))))
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
@@ -355,7 +357,7 @@ def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     weight takes it back (no new record): one reading the weight in place as it is, one reading
     copies of a weight written since with its copies refreshed."""
     fake.reads_weight = True
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
@@ -367,7 +369,7 @@ def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     assert list(cache.records.values()) == [record] and cache.retired == {}
     assert record.versions == tuple(t._version for t in record.tracked)
     fake.reads_weight = False  # a record reading copies
-    cache2, w2 = kernels.RecordCache(), _weight()
+    cache2, w2 = RecordCache(), _weight()
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     (copying,) = cache2.records.values()
     copying.captured = True
@@ -383,7 +385,7 @@ def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
     watches the weight's writes, but its padded copies are inference tensors, which torch refuses
     to write in place outside inference mode: a write of the weight and a call (or a sync:
     load_state_dict) outside inference mode still refresh them (before, both raised)."""
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     with torch.inference_mode():
         cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -407,7 +409,7 @@ def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypat
     monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
     current = [11]
     monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
@@ -448,7 +450,7 @@ def test_the_eager_one_launch_variant_has_its_copies_refreshed_too(fake):
     plan with its own copies of the weight: a write refreshes both (the eager calls read one, a
     captured graph the other)."""
     fake.decode, fake.n_launches = True, 2
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
@@ -504,7 +506,7 @@ def test_a_refresh_plans_one_token_of_the_same_kernel(fake, monkeypatch, tokens,
         return plan(values, meta, x, **kwargs)
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=logging))
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x, scale_x = torch.randn(tokens, 32), torch.rand(tokens)
     cache.run((tokens,), x, w, scale_x, torch.float32, stream=11)
     w.values.add_(1.0)
@@ -520,7 +522,7 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     them first (a refresh: the bytes the replay writes), once. A record reading the weight in place
     needs nothing; one whose plan lists no operands is replaced."""
     planned = _counting_plans(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
@@ -536,16 +538,16 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     assert torch.equal(_copy_of_values(record), w.values)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert len(planned) == 2  # once
-    outside = kernels.RecordCache()
+    outside = RecordCache()
     outside.run((4,), x, w, None, torch.float32, stream=11)
     assert not next(iter(outside.records.values())).unfilled  # planned outside a capture: filled
     fake.reads_weight = True
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
-    in_place = kernels.RecordCache()
+    in_place = RecordCache()
     in_place.run((4,), x, w, None, torch.float32, stream=11)
     assert not next(iter(in_place.records.values())).unfilled
     fake.reads_weight = False
-    counting = kernels.RecordCache()  # arrival counters (an in-kernel reduction) to zero: a new record
+    counting = RecordCache()  # arrival counters (an in-kernel reduction) to zero: a new record
     fake_api = kernels.kernel_api
     plan_of = fake_api().plan_sparse_linear
 
@@ -566,7 +568,7 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     monkeypatch.setattr(kernels, "kernel_api", fake_api)
     fake.lists_operands = False
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
-    cache2 = kernels.RecordCache()
+    cache2 = RecordCache()
     cache2.run((4,), x, w, None, torch.float32, stream=11)
     (unlisted,) = cache2.records.values()
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
@@ -584,7 +586,7 @@ def test_a_write_to_a_tensor_read_in_place_neither_refreshes_nor_stops_a_capture
     still stops a capture."""
     planned = _counting_plans(monkeypatch)
     fake.reads_weight = fake.pads_values = True  # the stand-in plan: values copied ("padded"), meta and bias read
-    cache, w = kernels.RecordCache(), _weight(torch.zeros(8))
+    cache, w = RecordCache(), _weight(torch.zeros(8))
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
@@ -615,7 +617,7 @@ def test_an_eager_call_brings_the_captured_records_of_other_streams_up_to_a_writ
     counts) too, so the capture after it neither stops with SP0920 nor replays old copies, and a
     replay of the earlier graph reads the new weight."""
     _per_stream(fake)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)  # the warm-up, on the side stream
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
@@ -641,7 +643,7 @@ def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch
     not revived after the cache is cleared."""
     _per_stream(fake)
     planned = _counting_plans(monkeypatch)
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
@@ -661,7 +663,7 @@ def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch
         return plan
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=with_counters))
-    counting, w2 = kernels.RecordCache(), _weight()
+    counting, w2 = RecordCache(), _weight()
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
     counting.run((4,), x, w2, None, torch.float32, stream=12)
     (zeroed,) = counting.records.values()
@@ -679,7 +681,7 @@ def test_a_call_of_a_record_reading_in_place_refreshes_a_captured_one_reading_co
     """Records of one weight may differ in what they copy (the decode kernel and the tiled one pad
     differently): a call of a record that reads the written tensor in place still refreshes the
     weight's captured records that read a copy of it."""
-    cache, w = kernels.RecordCache(), _weight()
+    cache, w = RecordCache(), _weight()
     cache.run((5,), torch.randn(5, 32), w, None, torch.float32, stream=11)
     (copying,) = cache.records.values()
     copying.captured = True

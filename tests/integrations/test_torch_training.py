@@ -319,12 +319,13 @@ def test_refresh_brings_captured_padded_copies_up_to_date(fake, monkeypatch):
     import warnings
 
     from sparsile.integrations.torch import _kernels, ops, training
+    from sparsile.integrations.torch.record_cache import RecordCache
 
     layer = spt.SemiSparseLinear(40, 24)  # 40 and 24: not multiples of the kernels' tiles
     with torch.no_grad():
         layer.weight.copy_(torch.randn(24, 40))
     layer.reprune()  # a mask that keeps half the weight (a new layer's keeps nothing: refresh writes zeros)
-    training_cache, op_cache = _kernels.RecordCache(), _kernels.RecordCache()
+    training_cache, op_cache = RecordCache(), RecordCache()
     monkeypatch.setattr(training, "_RECORDS", training_cache)
     monkeypatch.setattr(ops, "RECORDS", op_cache)
     x = torch.randn(4, 40)
@@ -344,7 +345,7 @@ def test_refresh_brings_captured_padded_copies_up_to_date(fake, monkeypatch):
         assert not torch.equal(values, old)  # the refresh wrote a new compression
         assert torch.equal(operands[0], values) and operands[0].data_ptr() != values.data_ptr()
     fake.lists_operands = False  # copies that cannot be refreshed
-    cache = _kernels.RecordCache()
+    cache = RecordCache()
     monkeypatch.setattr(training, "_RECORDS", cache)
     cache.run((4,), x, _kernels.Weight(layer.values, layer.meta, None, None, None), None, torch.float32, stream=11)
     next(iter(cache.records.values())).captured = True
