@@ -105,7 +105,7 @@ def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, ou
 
 def _current_stream(device: torch.device) -> int | None:
     """torch's current stream on ``device`` as an int handle (None off CUDA)."""
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    return stream_getter(device.index or 0)() if device.type == "cuda" else None
 
 
 def _spec(t: torch.Tensor | None) -> tuple[torch.Size, torch.dtype, torch.device] | None:

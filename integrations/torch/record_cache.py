@@ -60,11 +60,8 @@ class RecordCache:
         stream before a capture, or any call, brings every graph's copies up to the write. A replaced
         record a CUDA graph captured is kept, with its buffers, while its weight lives: that graph
         replays the old copies."""
-        if not record.copies_stale(versions):
-            record.weight_written(versions)
-            self.sync(record.weight.values, captured_only=True)  # (nothing in a capture)
-            return record
-        if capturing():
+        stale = record.copies_stale(versions)
+        if stale and capturing():
             n, t = record.shape[1], record.shape[0]
             raise IntegrationError(
                 SP_STALE_CAPTURE,
@@ -75,8 +72,8 @@ class RecordCache:
                 help="after writing a weight in place, run the layer once outside the capture (torch's warm-up "
                      "before torch.cuda.graph) or call layer.check_metadata(); load_state_dict and "
                      "SemiSparseLinear.refresh do this themselves")
-        self.sync(record.weight.values, captured_only=True, but=record)
-        if record.refresh_copies():
+        self.sync(record.weight.values, captured_only=True, but=record)  # (nothing in a capture)
+        if not stale or record.refresh_copies():
             record.weight_written(versions)
             return record
         return self._replaced(key, record)
@@ -104,8 +101,7 @@ class RecordCache:
             self.unfilled.pop(id(record), None)
             if not record.has_counters and record.refresh_copies():
                 record.unfilled = False
-                if record.tracked is not None:  # the copies are the weight as it is now
-                    record.weight_written(weight_versions(record.tracked))
+                record.weight_written(weight_versions(record.tracked))  # the copies are the weight as it is now
             else:
                 self._replaced(record.key, record)
 
@@ -152,19 +148,15 @@ class RecordCache:
 
     def _dropped(self, key: tuple, owner: weakref.ref) -> None:
         """The weak reference ``owner`` of the record stored at ``key`` died: drop that record, and
-        the retired records of the same weight (a weakref callback: it may run in any thread, at any
+        the retired and unfilled records of the same weight (a weakref callback: it may run in any thread, at any
         allocation, so atomic steps: a pop, a dict copy)."""
         record = self.records.get(key)
         if record is not None and record.owner is owner:
             self.records.pop(key, None)
-        if self.retired:
-            for k, r in self.retired.copy().items():
+        for kept in (self.retired, self.unfilled):
+            for k, r in kept.copy().items():
                 if r.owner is owner:
-                    self.retired.pop(k, None)
-        if self.unfilled:
-            for k, r in self.unfilled.copy().items():
-                if r.owner is owner:
-                    self.unfilled.pop(k, None)
+                    kept.pop(k, None)
 
     def _trim(self, values: torch.Tensor) -> None:
         """Drop the oldest of ``values``' records beyond ``capacity``, except those a CUDA graph
