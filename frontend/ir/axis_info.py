@@ -72,6 +72,10 @@ class AxisAnalysis:
 
     def _visit(self, op: Operation) -> None:
         name = op.name
+        if name == "scf.for":  # the induction variable, also of a loop that yields nothing
+            body = op.regions[0].block
+            lb, step = self.get(op.operand("lower")), self.get(op.operand("step"))
+            self._set(body.args[0], AxisInfo((1,), (gcd(lb.divisibility[0], step.divisibility[0]),), (1,)))
         if not op.results:
             return
         res = op.results[0]
@@ -138,10 +142,6 @@ class AxisAnalysis:
             if srcs and shape:
                 const = tuple(min(s.constancy[d] for s in srcs) for d in range(rank))
                 self._set(res, AxisInfo((1,) * rank, (1,) * rank, const))
-        elif name == "scf.for":
-            body = op.regions[0].block
-            lb, step = self.get(op.operand("lower")), self.get(op.operand("step"))
-            self._set(body.args[0], AxisInfo((1,), (gcd(lb.divisibility[0], step.divisibility[0]),), (1,)))
         # everything else: unknown (default)
 
     def _binary(self, op: Operation) -> None:

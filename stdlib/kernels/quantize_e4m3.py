@@ -24,12 +24,29 @@ def quantize_module() -> Any:
     return load(QUANTIZE_FILE)
 
 
+ONE_PASS_MAX_K = 16384
+"""Rows up to this many elements are read once and kept in registers (32 per thread)."""
+TWO_PASS_BLOCK = 4096
+"""Elements per step of a longer row (read twice: its maximum, then its quantization)."""
+
+
 def quantize_block(k: int) -> int:
-    """The quantizer's BLOCK for rows of ``k`` elements: the power of two from 16 up to k, at most 1024."""
+    """The quantizer's BLOCK for rows of ``k`` elements: the power of two from 16 up to k when the
+    row is read once (k <= ONE_PASS_MAX_K), else TWO_PASS_BLOCK."""
+    if k > ONE_PASS_MAX_K:
+        return TWO_PASS_BLOCK
     block = 16
-    while block < min(k, 1024):
+    while block < k:
         block *= 2
     return block
+
+
+def quantize_options(k: int) -> dict[str, int]:
+    """Constexprs and launch options of the quantizer for rows of ``k`` elements: BLOCK, ONE_PASS,
+    and num_warps so that each thread holds at most 32 elements of a step (4 to 16 warps): a
+    4096-element row is eight 16-byte loads per thread of 4 warps, all in flight at once."""
+    block = quantize_block(k)
+    return {"BLOCK": block, "ONE_PASS": int(k <= ONE_PASS_MAX_K), "num_warps": min(16, max(4, block // 1024))}
 
 
 def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple[str, ...] = ("X", "XQ", "S"),
@@ -42,7 +59,7 @@ def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple
     kernel lets the next launch, a GEMM with ``pdl=True``, start at once (``pdl.launch_dependents()``)."""
     t, k = (int(s) for s in x.shape)
     kernel = quantize_module().quantize_e4m3_per_token
-    return kernel[(t,)].prepare(x, xq, scale, k, k, k, BLOCK=quantize_block(k), per_call=per_call,
+    return kernel[(t,)].prepare(x, xq, scale, k, k, k, **quantize_options(k), per_call=per_call,
                                 **({"TRIGGER": 1} if trigger else {}))
 
 
@@ -64,7 +81,7 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
     scale = empty_array(home, (t,), "float32", on_host)
     if t and k:
         kernel = quantize_module().quantize_e4m3_per_token
-        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, BLOCK=quantize_block(k))
+        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, scale, k, k, k, **quantize_options(k))
     elif t:
         scale[...] = 1.0 / (E4M3_MAX * 512)
     if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):

@@ -212,9 +212,11 @@ def test_empty_k_gives_the_epilogue_of_zero():
 # quantize_per_token_e4m3
 
 
-def test_quantize_per_token_e4m3_matches_numpy():
+@pytest.mark.parametrize("k", [300, 4096, 16400])  # one pass (masked, exact), two passes of 4096 (masked)
+def test_quantize_per_token_e4m3_matches_numpy(k: int):
     rng = np.random.default_rng(8)
-    x = (rng.standard_normal((5, 300)) * rng.uniform(0.01, 100, (5, 1))).astype(np.float32)
+    x = (rng.standard_normal((5, k)) * rng.uniform(0.01, 100, (5, 1))).astype(np.float32)
+    x[2, k - 7] = 1000.0  # the row's maximum in the last, partial step
     x[3] = 0
     xq, scale = quantize_per_token_e4m3(x, interpret=True)
     want = np.maximum(np.abs(x).max(1).astype(np.float32) / np.float32(448), np.float32(1 / (448 * 512)))
@@ -301,6 +303,27 @@ def test_compiles_for_sm90a(dtype, kw):
     assert len(compiled) == len(plan.launches())
     assert compiled[0].cubin[:4] == b"\x7fELF" and "mma_async.sp" in compiled[0].ptx
     assert bool(plan.pair) == ("num_sms" in kw) and compiled[0].name == plan.kernel.name
+
+
+@pytest.mark.parametrize("k,one_pass,warps", [(4096, 1, 4), (8192, 1, 8), (14336, 1, 16), (28672, 0, 4)])
+def test_quantizer_reads_and_writes_16_bytes_per_access(k: int, one_pass: int, warps: int):
+    """Rows of 16-aligned bf16 are read with 16-byte loads and written with 16-byte stores, in the
+    two-pass loops too (axis analysis of a loop that yields nothing: its induction variable keeps the
+    divisibility of its bounds), with no spills; one cross-warp reduction per row."""
+    from sparsile.stdlib.kernels.quantize_e4m3 import quantize_module, quantize_options
+
+    x = np.zeros((16, k), ml_dtypes.bfloat16)
+    xq, scale = np.zeros((16, k), ml_dtypes.float8_e4m3fn), np.zeros(16, np.float32)
+    options = quantize_options(k)
+    assert (options["ONE_PASS"], options["num_warps"]) == (one_pass, warps)
+    compiled = quantize_module().quantize_e4m3_per_token[(16,)].compile_for("sm_90a", x, xq, scale, k, k, k,
+                                                                           **options)
+    ptx = compiled.ptx
+    per_thread = options["BLOCK"] // (32 * warps)  # elements per step
+    assert ptx.count("ld.global.v4.b32") == per_thread // 8 * (1 if one_pass else 2)
+    assert ptx.count("st.global.v4.b32") == per_thread // 16
+    assert "ld.global.b16" not in ptx and "st.global.b8" not in ptx
+    assert ptx.count("bar.sync") == 2 and "0 bytes spill stores" in compiled.info_log
 
 
 def test_quantize_kernel_compiles_for_sm90a():
