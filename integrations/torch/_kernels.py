@@ -174,9 +174,10 @@ class LaunchRecord:
         # planned inside a CUDA-graph capture, the kernels that fill its copies of the weight (and zero
         # its counters) were captured, not run: they run at the graph's first replay. The cache's next
         # call outside a capture (of any of its records) fills them first, or replaces this record
-        # (RecordCache._fill). Until then only the capture that planned it should use it: a later
-        # capture reusing it reads what the first graph's replay writes (cannot be told apart here)
+        # (RecordCache._fill). Until then only the capture that planned it uses it: another capture
+        # plans a record of its own (RecordCache.run compares capture ids)
         self.unfilled = capturing() and (self.copies_weight or self.has_counters)
+        self.capture = capture_id(stream) if self.unfilled else None  # the capture whose replay fills it
 
     def _plan(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, scale_x: torch.Tensor | None,
               out_dtype: torch.dtype, kept: list[Any]) -> list[Any]:
@@ -386,6 +387,24 @@ def _cuda_capturing() -> bool:
 
 
 _IS_CAPTURING: Callable[[], bool] = _cuda_capturing
+
+
+def capture_id(stream: int | None) -> int | None:
+    """The id of the CUDA-graph capture ``stream`` is recording (unique in the process), or None.
+    Ask only while :func:`capturing`: that stream is then not the legacy default stream, where the
+    query would be an implicit synchronization and invalidate the capture."""
+    return _CAPTURE_ID(stream)
+
+
+def _cuda_capture_id(stream: int | None) -> int | None:
+    from cuda.bindings import driver
+
+    err, status, cid, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream or 0))
+    active = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    return int(cid) if err == driver.CUresult.CUDA_SUCCESS and status == active else None
+
+
+_CAPTURE_ID: Callable[[int | None], int | None] = _cuda_capture_id
 
 
 def _picker(which: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:

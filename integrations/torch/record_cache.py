@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import SP_STALE_CAPTURE, IntegrationError
-from ._kernels import LaunchRecord, capturing, pdl_wanted, stream_getter
+from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
 from .weight import Weight, storage_key, weight_versions
 
 
@@ -95,8 +95,7 @@ class RecordCache:
         side stream), would read unfilled memory. Each is filled now (``refresh_copies``: the bytes
         the graph's replay writes, from the weight as it is), or replaced where that cannot be done
         or where it has arrival counters to zero (retired: the graph keeps it; never revived).
-        Not covered: two captures reusing a record with no call outside a capture between them; the
-        second graph then reads what the first graph's replay writes (docs/torch.md)."""
+        Another capture before such a call does not reuse it (:meth:`run`: it plans its own)."""
         for record in tuple(self.unfilled.values()):
             self.unfilled.pop(id(record), None)
             if not record.has_counters and record.refresh_copies():
@@ -201,6 +200,10 @@ class RecordCache:
             versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
             if versions != record.versions:  # written in place since the record was built
                 record = self._weight_written(found, record, versions)
+        if record is not None and record.unfilled and capturing() and capture_id(stream) != record.capture:
+            # planned in another capture, whose replay fills its copies (or zeroes its counters): this
+            # graph could be replayed first, so it plans a record of its own; that graph keeps the old one
+            record = self._replaced(found, record)
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
                                   self.pdl and pdl_wanted(x.device))

@@ -284,6 +284,26 @@ def test_a_capture_after_an_unseen_weight_write_raises_sp0920():
 
 
 @pytest.mark.parametrize("out_features,in_features,tokens", [(200, 520, 4), (200, 520, 100)])
+def test_two_captures_without_an_eager_call_replay_in_either_order(out_features, in_features, tokens):
+    """No warm-up, two graphs captured back to back on a padded layer: the second plans its own
+    launch record (the first's padded copies are filled only by the first graph's replay), so the
+    second graph replayed first, then the first, both match float64."""
+    layer = spt.SparseLinear.from_dense(linear(out_features, in_features, seed=17, device="cuda"))
+    static_x = torch.randn(tokens, in_features, device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    graphs, outs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()], []
+    for graph in graphs:
+        with torch.cuda.graph(graph, stream=side):
+            outs.append(layer(static_x))
+    for graph, out in zip(reversed(graphs), reversed(outs)):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_float64(layer, static_x, out)
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("out_features,in_features,tokens", [(200, 520, 4), (200, 520, 100)])
 def test_a_record_planned_in_a_capture_is_filled_before_an_eager_call(out_features, in_features, tokens):
     """No warm-up: the launch record of a padded layer is planned inside the capture, so the kernels
     that fill its padded copies are captured, not run. An eager call on the capture's stream before

@@ -41,6 +41,7 @@ class FakeDriver:
         self.copies_bias = False  # with reads_weight, the plan reads a converted copy of the bias
         self.pads_values = False  # with reads_weight, the plan reads a padded copy of the values (only)
         self.lists_operands = True  # the stand-in plan has weight_operands (refresh_copies can write its copies)
+        self.capture_id = 1  # the id of the capture a stream records while kernels._IS_CAPTURING says so
 
         def params(address: int) -> list[bytes]:
             ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
@@ -138,6 +139,7 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
         return plan
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear))
+    monkeypatch.setattr(kernels, "_CAPTURE_ID", lambda stream: driver.capture_id)
     yield driver
     native.reset()
 

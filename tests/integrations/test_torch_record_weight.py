@@ -677,6 +677,33 @@ def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch
     assert zeroed not in counting.records.values() and len(counting.records) == 1
 
 
+def test_a_second_capture_before_any_eager_call_plans_its_own_record(fake, monkeypatch):
+    """Two captures with no call outside a capture between them: the first plans a record whose
+    copies only its graph's replay fills; the second (another capture id) must not read them, since
+    its graph may be replayed first, so it plans its own record and the first is retired for the
+    first graph. Calls within one capture share their record; the eager call after fills the new
+    record only (the retired one belongs to its graph, whose replay fills it)."""
+    planned = _counting_plans(monkeypatch)
+    cache, w = RecordCache(), _weight()
+    w.values.copy_(torch.randn(8, 16))
+    x = torch.randn(4, 32)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    (first,) = cache.records.values()
+    cache.run((4,), x, w, None, torch.float32, stream=12)  # the same capture: the same record
+    assert list(cache.records.values()) == [first] and first.capture == 1 and len(planned) == 1
+    fake.capture_id = 2
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    (second,) = cache.records.values()
+    assert second is not first and second.unfilled and second.capture == 2 and len(planned) == 2
+    assert list(cache.retired.values()) == [first] and list(cache.unfilled.values()) == [second]
+    _copy_of_values(second).fill_(float("nan"))  # what an unreplayed capture leaves there
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    assert list(cache.records.values()) == [second] and not second.unfilled
+    assert torch.equal(_copy_of_values(second), w.values) and first.unfilled  # (first: its graph fills it)
+
+
 def test_a_call_of_a_record_reading_in_place_refreshes_a_captured_one_reading_copies(fake):
     """Records of one weight may differ in what they copy (the decode kernel and the tiled one pad
     differently): a call of a record that reads the written tensor in place still refreshes the
