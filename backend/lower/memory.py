@@ -184,10 +184,19 @@ def lower_load(cg: CodeGen, op: Operation) -> None:
     mask = cg.tile(mask_v) if mask_v is not None else None
     other = cg.tile(other_v) if other_v is not None else None
     regs: list[LLValue] = []
+    # registers at the same coordinates hold the same element (a broadcast register basis, e.g. a
+    # per-row bias of an MMA accumulator's (BM, 1) slice): one load each, its value reused (a masked
+    # load is inline asm, which LLVM does not merge)
+    offsets = register_coords(ptr_v.layout)
+    loaded: dict[tuple[tuple[int, ...], ...], list[LLValue]] = {}
     for g in _groups(len(ptr.regs), vec):
-        m = mask.regs[g[0]] if mask is not None else None
-        o = [other.regs[i] for i in g] if other is not None else None
-        regs.extend(global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec))
+        at = tuple(offsets[i] for i in g)
+        values = loaded.get(at)
+        if values is None:
+            m = mask.regs[g[0]] if mask is not None else None
+            o = [other.regs[i] for i in g] if other is not None else None
+            values = loaded[at] = global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec)
+        regs.extend(values)
     cg.set(op.result, DTile(op.result.layout, regs, elem))
 
 

@@ -38,3 +38,13 @@ def test_sm90a_ptx_matches_the_golden_snapshot(kernel: str) -> None:
     ptx = compile_stdlib(spk, kernel, "sm_90a", stop_after="ptx", **extra).ptx
     assert ".target sm_90a" in ptx and f".entry {kernel}(" in ptx
     check_golden(ptx, f"{kernel}.sm_90a.ptx")
+
+
+def test_the_linear_epilogue_loads_each_bias_and_scale_once_per_row() -> None:
+    """The epilogue's per-feature bias and scale (a (BM, 1) slice of the MMA accumulator's layout,
+    whose register bases along the tokens repeat elements) are loaded once per distinct row a thread
+    holds, not once per accumulator register (masked loads are inline asm, which LLVM does not
+    merge): a consumer thread holds 2 rows (r and r + 8 of its warp's 16), so 2 loads of the bias, 2
+    of SW (per feature) and 1 of SX (one value)."""
+    ptx = compile_stdlib("sparse_gemm_sm90.spk", "sparse_linear_bf16", "sm_90a", stop_after="ptx", **EPILOGUE).ptx
+    assert ptx.count("ld.global.b32") == 2 * 2 + 1
