@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh unrun-13          # the whole suite after the thirteenth session's codegen changes, the e4m3 layer
 #   bash scripts/gpu_runs.sh unrun-12b        # the whole suite, the last f16/e4m3 table entries, the layer with / without them
 #   bash scripts/gpu_runs.sh unrun-12         # the torch GPU tests after the padded-copy refresh (twelfth session)
 #   bash scripts/gpu_runs.sh pdl-e4m3         # the e4m3 layer's graph target with and without PDL, then the fused model at batch 1
@@ -126,6 +127,14 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-13)  # the thirteenth session: the whole suite (axis analysis of loops that yield nothing, one load per
+          # repeated element, the one-pass quantizer, capture ids), then the e4m3 layer at decode and prefill T
+    run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 100 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants graph --max-seconds 90 \
+        --json "$out/linear_e4m3.json"
+    run 70 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B:qkv 8B:o --tokens 256 512 1024 \
+        --variants graph --l2 cold --max-seconds 60 --json "$out/linear_e4m3_prefill.json"
     ;;
 unrun-12b)  # what the twelfth session left unrun: the whole suite, the last 5 f16/e4m3 entries, the f16 and e4m3 layer with them
     run 330 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
