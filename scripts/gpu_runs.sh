@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh graph-t16         # the layer's CUDA-graph target, bf16 and e4m3 in one table; more table checks
 #   bash scripts/gpu_runs.sh unrun-13          # the whole suite after the thirteenth session's codegen changes, the e4m3 layer
 #   bash scripts/gpu_runs.sh unrun-12b        # the whole suite, the last f16/e4m3 table entries, the layer with / without them
 #   bash scripts/gpu_runs.sh unrun-12         # the torch GPU tests after the padded-copy refresh (twelfth session)
@@ -127,6 +128,13 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+graph-t16)  # the layer's graph target in one table (bf16 and e4m3, T 1-16, eight shapes), then the next sparse_matmul
+           # f16/e4m3 table entries against float64
+    run 80 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 70 \
+        --json "$out/linear_t16.json"
+    run 130 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype f16 --dtype e4m3 --skip 54 \
+        --max-seconds 110
     ;;
 unrun-13)  # the thirteenth session: the whole suite (axis analysis of loops that yield nothing, one load per
           # repeated element, the one-pass quantizer, capture ids), then the e4m3 layer at decode and prefill T
