@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh profile-linear    # the layer's epilogue against sparse_matmul at prefill T, timed and under ncu
 #   bash scripts/gpu_runs.sh graph-t16         # the layer's CUDA-graph target, bf16 and e4m3 in one table; more table checks
 #   bash scripts/gpu_runs.sh unrun-13          # the whole suite after the thirteenth session's codegen changes, the e4m3 layer
 #   bash scripts/gpu_runs.sh unrun-12b        # the whole suite, the last f16/e4m3 table entries, the layer with / without them
@@ -128,6 +129,13 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+profile-linear)  # where the layer's kernel loses to sparse_matmul at prefill T: epilogue and transposed store
+                # against the plain GEMM (bf16 and e4m3, 8B o and qkv), timed, then under Nsight Compute
+    run 120 python benchmarks/bench_linear_epilogue.py --shapes o qkv --tokens 256 1024
+    run 200 ncu --profile-from-start off --kernel-name regex:"sparse_(linear|gemm)_(bf16|e4m3)" \
+        --section SpeedOfLight --metrics smsp__inst_executed_op_global_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum \
+        python benchmarks/bench_linear_epilogue.py --shapes o --tokens 1024 --profile-once
     ;;
 graph-t16)  # the layer's graph target in one table (bf16 and e4m3, T 1-16, eight shapes), then the next sparse_matmul
            # f16/e4m3 table entries against float64
