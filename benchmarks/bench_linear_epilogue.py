@@ -10,7 +10,9 @@ C = W x^T in f16) at Llama-3 8B layer shapes, each result checked against a floa
 Nsight Compute (``ncu --profile-from-start off --metrics ... python benchmarks/bench_linear_epilogue.py
 --shapes o --tokens 1024 --profile-once``; ``scripts/gpu_runs.sh profile-linear``). "fp8 matmul"
 against "fp8 scales" is the e4m3 layer's epilogue and transposed store; "matmul" against "plain" the
-same in bf16.
+same in bf16. Each contender takes its own tuned-table entry (sparse_matmul's "e4m3 MxNxK", the
+layer's "linear-e4m3 MxNxK"), so a difference can also be the config: run it again with
+``SPARSILE_TUNED_TABLE=0`` (both on the same heuristic) to tell them apart.
 
 Kernel times are the CUDA profiler's device time per call (all launches of a call: split-K's
 reduce included), as in bench_sparse_gemm.py.

@@ -253,6 +253,11 @@ class LaunchRecord:
                                                                       per_call_scale))
         return kept
 
+    def planned_in(self, capture: int | None) -> bool:
+        """Whether this record was planned inside the capture of id ``capture`` (False where either
+        id is unknown: a record of an unknown capture serves no other capture)."""
+        return capture is not None and capture == self.capture
+
     def _pdl(self) -> dict[str, bool]:  # only where asked: test doubles of the kernel API lack it
         return {"pdl": True} if self.pdl else {}
 
@@ -390,10 +395,11 @@ _IS_CAPTURING: Callable[[], bool] = _cuda_capturing
 
 
 def capture_id(stream: int | None) -> int | None:
-    """The id of the CUDA-graph capture ``stream`` is recording (unique in the process), or None.
-    Ask only while :func:`capturing`: that stream is then not the legacy default stream, where the
-    query would be an implicit synchronization and invalidate the capture."""
-    return _CAPTURE_ID(stream)
+    """The id of the CUDA-graph capture ``stream`` is recording (unique in the process), or None
+    (not capturing, or not known). Ask only while :func:`capturing`. The legacy default stream (0)
+    is never asked: during a capture that query is an implicit synchronization, which invalidates
+    the capture."""
+    return _CAPTURE_ID(stream) if stream else None
 
 
 def _cuda_capture_id(stream: int | None) -> int | None:

@@ -196,14 +196,15 @@ class RecordCache:
             record = records.get(found)
         if record is None and self.retired:
             record, found = self._revived(key, stream, w.values)
+        if record is not None and record.unfilled and capturing() and not record.planned_in(capture_id(stream)):
+            # planned in another capture (or one whose id could not be read), whose replay fills its
+            # copies (or zeroes its counters): this graph could be replayed first, so it plans a record
+            # of its own, from the weight as it is now; that graph keeps the old one
+            record = self._replaced(found, record)
         if record is not None and record.tracked is not None:
             versions = tuple([t._version for t in record.tracked])  # the record's aliases share the counters
             if versions != record.versions:  # written in place since the record was built
                 record = self._weight_written(found, record, versions)
-        if record is not None and record.unfilled and capturing() and capture_id(stream) != record.capture:
-            # planned in another capture, whose replay fills its copies (or zeroes its counters): this
-            # graph could be replayed first, so it plans a record of its own; that graph keeps the old one
-            record = self._replaced(found, record)
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
                                   self.pdl and pdl_wanted(x.device))

@@ -704,6 +704,47 @@ def test_a_second_capture_before_any_eager_call_plans_its_own_record(fake, monke
     assert torch.equal(_copy_of_values(second), w.values) and first.unfilled  # (first: its graph fills it)
 
 
+def test_a_write_between_two_captures_gives_the_second_its_own_record_not_sp0920(fake, monkeypatch):
+    """A weight written in place after a capture that planned a record, before another capture with
+    no eager call between: the second capture plans its own record from the weight as it is (the
+    first capture's record, which its graph fills, is retired), rather than stopping with SP0920."""
+    planned = _counting_plans(monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    (first,) = cache.records.values()
+    w.values.copy_(torch.randn(8, 16))
+    fake.capture_id = 2
+    cache.run((4,), x, w, None, torch.float32, stream=12)  # no SP0920
+    (second,) = cache.records.values()
+    assert second is not first and len(planned) == 2 and list(cache.retired.values()) == [first]
+    assert second.versions == tuple(t._version for t in second.tracked)
+
+
+def test_an_unknown_capture_id_is_never_taken_for_the_same_capture(fake, monkeypatch):
+    """Where the capture id cannot be read (None), a record planned in a capture is not reused by a
+    later capture call: each plans its own (the safe side: an extra plan, never unfilled copies)."""
+    planned = _counting_plans(monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    fake.capture_id = None
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    (first,) = cache.records.values()
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    assert first.capture is None and next(iter(cache.records.values())) is not first and len(planned) == 2
+
+
+def test_the_legacy_default_stream_is_never_asked_for_a_capture_id(monkeypatch):
+    """capture_id(0) answers None without calling the driver: during a capture, a query on the legacy
+    stream is an implicit synchronization that invalidates the capture."""
+    asked = []
+    monkeypatch.setattr(kernels, "_CAPTURE_ID", lambda stream: asked.append(stream) or 7)
+    assert kernels.capture_id(0) is None and kernels.capture_id(None) is None and asked == []
+    assert kernels.capture_id(12) == 7 and asked == [12]
+
+
 def test_a_call_of_a_record_reading_in_place_refreshes_a_captured_one_reading_copies(fake):
     """Records of one weight may differ in what they copy (the decode kernel and the tiled one pad
     differently): a call of a record that reads the written tensor in place still refreshes the
