@@ -135,9 +135,9 @@ profile-linear)  # where the layer's kernel loses to sparse_matmul at prefill T:
     for table in 1 0; do  # the shipped configs, then both contenders on the same heuristic config
         SPARSILE_TUNED_TABLE=$table run 90 python benchmarks/bench_linear_epilogue.py --shapes o qkv --tokens 256 1024
     done
-    run 200 ncu --profile-from-start off --kernel-name regex:"sparse_(linear|gemm)_(bf16|e4m3)" \
+    SPARSILE_TUNED_TABLE=0 run 200 ncu --profile-from-start off --kernel-name regex:"sparse_(linear|gemm)_(bf16|e4m3)" \
         --section SpeedOfLight --metrics smsp__inst_executed_op_global_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum \
-        env SPARSILE_TUNED_TABLE=0 python benchmarks/bench_linear_epilogue.py --shapes o --tokens 1024 --profile-once
+        python benchmarks/bench_linear_epilogue.py --shapes o --tokens 1024 --profile-once
     ;;
 graph-t16)  # the layer's graph target in one table (bf16 and e4m3, T 1-16, eight shapes), then the next sparse_matmul
            # f16/e4m3 table entries against float64
