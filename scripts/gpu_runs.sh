@@ -131,9 +131,17 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
     ;;
 profile-linear)  # where the layer's kernel loses to sparse_matmul at prefill T: epilogue and transposed store
-                # against the plain GEMM (bf16 and e4m3, 8B o and qkv), timed, then under Nsight Compute
+                # against the plain GEMM (bf16 and e4m3, 8B o and qkv), timed; the staged epilogue (STAGE_Y)
+                # checked and timed; then under Nsight Compute
+    run 150 python -m pytest -q -m gpu -n 8 -rfE tests/stdlib/test_linear_api.py tests/backend/test_smem_access.py
     for table in 1 0; do  # the shipped configs, then both contenders on the same heuristic config
         SPARSILE_TUNED_TABLE=$table run 90 python benchmarks/bench_linear_epilogue.py --shapes o qkv --tokens 256 1024
+    done
+    # the epilogue staged through shared memory (STAGE_Y), first against float64 on the GPU, then timed
+    SPARSILE_LINEAR_STAGE_Y=1 run 90 python benchmarks/bench_linear_epilogue.py --shapes o qkv --tokens 256 1024
+    for stage in 0 1; do
+        SPARSILE_LINEAR_STAGE_Y=$stage run 70 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --shapes 8B:qkv 8B:o \
+            --tokens 256 1024 --variants graph --l2 cold --max-seconds 60 --json "$out/linear_stage_y$stage.json"
     done
     SPARSILE_TUNED_TABLE=0 run 200 ncu --profile-from-start off --kernel-name regex:"sparse_(linear|gemm)_(bf16|e4m3)" \
         --section SpeedOfLight --metrics smsp__inst_executed_op_global_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum \

@@ -20,7 +20,7 @@ from ...target.targets import Feature, require
 from .codegen import CodeGen, DTile, PartitionCtx, lowering
 from .llvm_text import LLValue, const
 from .reduce import storage_of
-from .smem_access import smem_store_width, store_runs
+from .smem_access import load_runs, smem_store_width, store_runs
 
 
 @dataclass(frozen=True)
@@ -204,16 +204,10 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
     sty, eb = storage_of(elem)
-    coords = cg.coords(res.layout)
-    regs = []
-    cache: dict[tuple[str, ...], LLValue] = {}
-    for c in coords:
-        key = tuple(x.ref for x in c)
-        if key not in cache:
-            ptr = cg.smem_ptr(_nd_offset(cg, ref, c))
-            v = cg.fb.value(f"load {sty}, ptr addrspace(3) {ptr.ref}, align {eb}", sty, "ls")
-            cache[key] = cg.fb.icmp("ne", v, const(0, "i8")) if elem.is_bool else v
-        regs.append(cache[key])
+    vec = 1 if elem.is_bool else smem_store_width(res.layout, eb, ref.panel_cols, ref.row_bytes)
+    regs = load_runs(cg, cg.coords(res.layout), vec, lambda c: cg.smem_ptr(_nd_offset(cg, ref, c)), sty, eb)
+    if elem.is_bool:
+        regs = [cg.fb.icmp("ne", v, const(0, "i8")) for v in regs]
     cg.set(res, DTile(res.layout, regs, elem))
 
 

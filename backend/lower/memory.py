@@ -90,7 +90,7 @@ def pack_words(cg: CodeGen, vals: list[LLValue], elem_bytes: int, word_bytes: in
     return words
 
 
-def _unpack_words(cg: CodeGen, words: list[LLValue], elem_bytes: int, word_bytes: int, ety: str) -> list[LLValue]:
+def unpack_words(cg: CodeGen, words: list[LLValue], elem_bytes: int, word_bytes: int, ety: str) -> list[LLValue]:
     fb = cg.fb
     ity = f"i{8 * elem_bytes}"
     per = word_bytes // elem_bytes
@@ -142,7 +142,7 @@ def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None
             words = [res] if nwords == 1 else [fb.extract(res, i, wty) for i in range(nwords)]
             if word == 1:
                 words = [fb.cast("trunc", w, "i8") for w in words]
-        elems = _unpack_words(cg, words, eb, word, ety)
+        elems = unpack_words(cg, words, eb, word, ety)
         if elem.is_bool:
             elems = [fb.icmp("ne", e, const(0, "i8")) for e in elems]
         return elems

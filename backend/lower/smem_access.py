@@ -1,4 +1,4 @@
-"""Vectorized shared-memory stores of register tiles (``smem.store``).
+"""Vectorized shared-memory stores and loads of register tiles (``smem.store``, ``smem.load``).
 
 A thread's registers often hold runs of consecutive elements of a row: the wgmma accumulator layout
 gives each thread column pairs (docs/hardware.md §4.2), a blocked layout runs of ``vec``. Such a run
@@ -7,7 +7,8 @@ element, when (a) consecutive registers walk the last dimension, (b) every other
 layout (the other registers, lanes, warps) moves the last coordinate by a multiple of the run, so
 that each run starts at a multiple of its length, and (c) the run stays inside one 16-byte chunk of
 a row: a swizzled buffer permutes whole 16-byte chunks (docs/hardware.md §5.3),
-and an unswizzled one keeps rows of a multiple of the run's bytes.
+and an unswizzled one keeps rows of a multiple of the run's bytes. Loads take the same runs
+(``ld.shared.v4.b32`` for eight 16-bit elements), under the same conditions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import REG, register_coords, thread_bases
 from .codegen import CodeGen, DTile
 from .llvm_text import LLValue
-from .memory import pack_words
+from .memory import pack_words, unpack_words
 
 
 def smem_store_width(layout: LinearLayout, elem_bytes: int, panel_cols: int, row_bytes: int) -> int:
@@ -73,3 +74,35 @@ def store_runs(cg: CodeGen, x: DTile, coords: list[list[LLValue]], vec: int, add
         for i, w in enumerate(words):
             packed = fb.insert_element(packed, w, i)
         fb.emit(f"store {vty} {packed.ref}, ptr addrspace(3) {ptr.ref}, align {total}")
+
+
+def load_runs(cg: CodeGen, coords: list[list[LLValue]], vec: int, address: Any, sty: str,
+              elem_bytes: int) -> list[LLValue]:
+    """Registers of a tile loaded in runs of ``vec`` (as :func:`store_runs` stores them):
+    ``address(coords)`` is the shared-memory pointer of an element; a replicated run (the same
+    elements as one already loaded) is loaded once and its values reused."""
+    fb = cg.fb
+    total = vec * elem_bytes
+    word = elem_bytes if elem_bytes > 4 else (4 if total >= 4 else total)
+    nwords = total // word
+    regs: list[LLValue] = []
+    loaded: dict[tuple[str, ...], list[LLValue]] = {}
+    for start in range(0, len(coords), vec):
+        key = tuple(c.ref for c in coords[start])
+        values = loaded.get(key)
+        if values is None:
+            ptr = address(coords[start])
+            if vec == 1:
+                values = [fb.value(f"load {sty}, ptr addrspace(3) {ptr.ref}, align {elem_bytes}", sty, "ls")]
+            else:
+                wty = f"i{8 * word}"
+                if nwords == 1:
+                    words = [fb.value(f"load {wty}, ptr addrspace(3) {ptr.ref}, align {total}", wty, "ls")]
+                else:
+                    vty = f"<{nwords} x {wty}>"
+                    raw = fb.value(f"load {vty}, ptr addrspace(3) {ptr.ref}, align {total}", vty, "ls")
+                    words = [fb.extract_element(raw, i, wty) for i in range(nwords)]
+                values = unpack_words(cg, words, elem_bytes, word, sty)
+            loaded[key] = values
+        regs.extend(values)
+    return regs

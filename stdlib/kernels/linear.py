@@ -27,6 +27,7 @@ with activations that are not e4m3, SP0853 a rebind to another shape or dtype.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,14 @@ ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
 OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
               "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
 REDUCE_BLOCK = 1024
+STAGE_Y_ENV = "SPARSILE_LINEAR_STAGE_Y"
+"""Set to 1 to stage the epilogue's y through shared memory in the sm_90a sparse_linear kernels
+(``STAGE_Y``): y^T is written into a (BN, BM) buffer of y's type and leaves in 16-byte rows of
+features, instead of 2-byte stores from the accumulator's layout. Only where the buffer fits next
+to the pipeline ring (no split-K). Opt-in: compiled and checked in the interpreter, not yet timed
+on a GPU (benchmarks/RESULTS.md, thirteenth session)."""
+SMEM_PER_CTA = 232448  # bytes of dynamic shared memory a CTA may use on sm_90a
+_Y_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 ACTIVATION_MAX_BN = 128
 """Widest token tile with a silu / gelu_tanh epilogue. The activation keeps a second f32 tile live
 next to the accumulator: at BN = 256 (128 accumulator registers per thread) ptxas spills 1.3 KB
@@ -239,7 +248,23 @@ class SparseLinearPlan:
         tuned = {name: v for name, v in (("STAGES", self.stages), ("GROUP_M", self.group_m)) if v is not None}
         if self.split_k > 1:
             return {"BN": self.bn, "SPLIT_K": self.split_k, **tuned}
-        return {"BN": self.bn, **tuned, **self._epilogue_constexprs()}
+        staged = self.staged_y()
+        return {"BN": self.bn, **tuned, **self._epilogue_constexprs(), **({"STAGE_Y": staged} if staged else {})}
+
+    def staged_y(self) -> Any:
+        """The element type of the epilogue's shared-memory staging of y (``STAGE_Y``), or None:
+        only with ``SPARSILE_LINEAR_STAGE_Y=1``, without split-K, and where the (BN, BM) buffer fits
+        next to the ring of STAGES x (A and B tiles)."""
+        if os.environ.get(STAGE_Y_ENV) != "1" or self.split_k > 1:
+            return None
+        from ...frontend.ir import types as T
+
+        eb = self.choice.elem_bytes
+        bk = 128 if eb == 1 else 64  # the kernels' BK: one 128-byte row of A and B per step
+        ring = (self.stages or 4) * (BM * bk // 2 + self.bn * bk) * eb
+        if ring + self.bn * BM * _Y_BYTES[self.out_dtype] + 1024 > SMEM_PER_CTA:
+            return None
+        return {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32}[self.out_dtype]
 
     @property
     def reduce_kernel(self) -> Any:

@@ -142,3 +142,25 @@ def k(X: ptr[f32], Out: ptr[f32]):
     ptx = kernel[(1,)].compile_for("sm_90a", x, out).ptx
     loads = re.findall(r"ld\.shared[^\[]*\[([^\]]+)\]", ptx)
     assert loads and all(a.endswith("+128") for a in loads), loads  # row 1: 32 floats on
+
+
+@pytest.mark.parametrize("swizzle", [0, 128])
+def test_loads_take_the_runs_stores_take(swizzle):
+    """smem.load reads the same runs smem.store writes: a bf16 tile of a blocked layout comes back
+    in 16-byte loads (eight elements), through a swizzled buffer too, with no 2-byte load left."""
+    kernel = sp.loads(f"""
+@kernel(num_warps=4)
+def k(X: ptr[bf16], Out: ptr[bf16]):
+    rows = arange(0, 64)
+    cols = arange(0, 128)
+    s = smem.alloc(bf16, (64, 128), swizzle={swizzle})
+    s.store(load(X + rows[:, None] * 128 + cols[None, :]))
+    barrier()
+    store(Out + rows[:, None] * 128 + cols[None, :], s.load())
+""", "load_runs.spk").k
+    x = np.arange(64 * 128).astype(ml_dtypes.bfloat16)
+    out = np.zeros_like(x)
+    ptx = kernel[(1,)].compile_for("sm_90a", x, out).ptx
+    assert ptx.count("ld.shared.v4.b32") == 64 * 128 // 128 // 8 and "ld.shared.b16" not in ptx
+    kernel.interpret[(1,)](x, out)
+    assert np.array_equal(out.view(np.uint16), x.view(np.uint16))

@@ -519,3 +519,50 @@ def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> No
     assert linear.tuned_config("bf16", 6144, 200, 4096, True) is None  # the interpreter keeps the heuristics
     monkeypatch.setenv(tuning.TUNED_TABLE_ENV, "0")
     assert linear.tuned_config("bf16", 6144, 200, 4096, False) is None
+
+
+STAGED_CASES = [*(c for c in CASES if c[-1] == 1), ("bf16", 1000, 20, 64, None, "f32", "silu", None, None, 1)]
+
+
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", STAGED_CASES)
+def test_the_staged_epilogue_matches_float64_reference(monkeypatch, dtype, n_out, t, k, out_dtype, bias, act, sw, sx,
+                                                       split):
+    """SPARSILE_LINEAR_STAGE_Y=1: y^T staged in shared memory and stored in rows of features (the
+    STAGE_Y constexpr) gives the same results, in the interpreter, for every output type (a float32 y
+    with BN = 256 does not fit next to the ring and keeps the direct store); the pair kernel too."""
+    monkeypatch.setenv("SPARSILE_LINEAR_STAGE_Y", "1")
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_linear(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              **epi, **({"num_sms": 2} if n_out == 1000 else {}))
+    staged = plan.constexprs().get("STAGE_Y")
+    assert (staged is not None) == (plan.bn * 128 * np.dtype(NP_OUT[want]).itemsize + 4 * (128 * 32 + plan.bn * 64) * 2
+                                    + 1024 <= 232448)
+    assert plan.run() is out
+    assert_linear_close(out, weight, x, k, dtype, want, **epi)
+    assert bool(plan.pair) == (n_out == 1000)
+
+
+def test_the_staged_epilogue_compiles_to_16_byte_stores(monkeypatch):
+    """The staged sparse_linear kernel for sm_90a: y leaves in 16-byte global stores (none of 2
+    bytes) and comes back from shared memory in 16-byte loads; the buffer fits the CTA."""
+    monkeypatch.setenv("SPARSILE_LINEAR_STAGE_Y", "1")
+    weight, x = problem("bf16", 256, 300, 128, seed=9)
+    plan = plan_sparse_linear(weight.values, weight.meta, x, interpret=True, target="sm_90a")
+    assert plan.constexprs()["STAGE_Y"] is not None and plan.bn == 256
+    (compiled,) = plan.compile("sm_90a")
+    assert "st.global.b16" not in compiled.ptx and compiled.ptx.count("st.global.v4.b32") == 16
+    assert compiled.ptx.count("ld.shared.v4.b32") == 16 and compiled.smem_bytes <= 232448
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split",
+                         [*GPU_CASES, ("bf16", 4096, 1000, 256, None, "f32", None, None, None, 1),
+                          ("e4m3", 4200, 300, 256, None, None, None, "channel", "token", 1)])
+def test_gpu_staged_epilogue_matches_float64(monkeypatch, dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split):
+    """SPARSILE_LINEAR_STAGE_Y=1 on the GPU: y staged in shared memory and stored in 16-byte rows
+    (where the plan stages it: not with split-K, not f32 y at BN = 256), against float64 with a
+    poisoned output (ragged edges; large T on a BN = 256 tile; the pair kernel)."""
+    monkeypatch.setenv("SPARSILE_LINEAR_STAGE_Y", "1")
+    test_gpu_epilogue_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split)
