@@ -20,7 +20,7 @@ from ...target.targets import Feature, require
 from .codegen import CodeGen, DTile, PartitionCtx, lowering
 from .llvm_text import LLValue, const
 from .reduce import storage_of
-from .smem_access import load_runs, smem_store_width, store_runs
+from .smem_access import load_runs, smem_run_width, store_runs
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def lower_smem_store(cg: CodeGen, op: Operation) -> None:
     ref: SmemRef = cg.get(op.operand("buf"))
     x = cg.tile(op.operand("value"))
     sty, eb = storage_of(x.elem)
-    vec = 1 if x.elem.is_bool else smem_store_width(x.layout, eb, ref.panel_cols, ref.row_bytes)
+    vec = 1 if x.elem.is_bool else smem_run_width(x.layout, eb, ref.panel_cols, ref.row_bytes)
     store_runs(cg, x, cg.coords(x.layout), vec, lambda c: cg.smem_ptr(_nd_offset(cg, ref, c)), sty, eb)
 
 
@@ -204,7 +204,7 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
     sty, eb = storage_of(elem)
-    vec = 1 if elem.is_bool else smem_store_width(res.layout, eb, ref.panel_cols, ref.row_bytes)
+    vec = 1 if elem.is_bool else smem_run_width(res.layout, eb, ref.panel_cols, ref.row_bytes)
     regs = load_runs(cg, cg.coords(res.layout), vec, lambda c: cg.smem_ptr(_nd_offset(cg, ref, c)), sty, eb)
     if elem.is_bool:
         regs = [cg.fb.icmp("ne", v, const(0, "i8")) for v in regs]

@@ -68,6 +68,14 @@ def _groups(n_regs: int, vec: int) -> list[list[int]]:
     return [list(range(s, s + vec)) for s in range(0, n_regs, vec)]
 
 
+def run_words(vec: int, elem_bytes: int) -> tuple[int, int, int]:
+    """(bytes, word bytes, words) of a run of ``vec`` elements: 32-bit words, a narrower run in one
+    word of its size, 8-byte elements in 64-bit words."""
+    total = vec * elem_bytes
+    word = elem_bytes if elem_bytes > 4 else (4 if total >= 4 else total)
+    return total, word, total // word
+
+
 def pack_words(cg: CodeGen, vals: list[LLValue], elem_bytes: int, word_bytes: int) -> list[LLValue]:
     """Bit-pack element values into ``word_bytes``-sized integers (little-endian)."""
     fb = cg.fb
@@ -115,9 +123,7 @@ def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None
     fb = cg.fb
     eb = _elem_bytes(elem)
     ety = llvm_type(elem) if not elem.is_bool else "i8"
-    total = eb * vec
-    word = eb if eb > 4 else (4 if total >= 4 else total)
-    nwords = total // word
+    total, word, nwords = run_words(vec, eb)
     wname, wcon, wty = _WORD[word]
     if word == 1:  # PTX has no 8-bit registers: bytes travel in 16-bit ones
         wcon, wty = "h", "i16"

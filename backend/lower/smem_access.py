@@ -19,12 +19,13 @@ from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import REG, register_coords, thread_bases
 from .codegen import CodeGen, DTile
 from .llvm_text import LLValue
-from .memory import pack_words, unpack_words
+from .memory import pack_words, run_words, unpack_words
 
 
-def smem_store_width(layout: LinearLayout, elem_bytes: int, panel_cols: int, row_bytes: int) -> int:
-    """Elements per store (a power of two, 16 bytes at most) for a tile of ``layout`` written into a
-    buffer whose column panels hold ``panel_cols`` elements and whose rows are ``row_bytes`` long."""
+def smem_run_width(layout: LinearLayout, elem_bytes: int, panel_cols: int, row_bytes: int) -> int:
+    """Elements per access (a power of two, 16 bytes at most) for a tile of ``layout`` written into
+    or read from a buffer whose column panels hold ``panel_cols`` elements and whose rows are
+    ``row_bytes`` long."""
     offs = register_coords(layout)
     if not offs or elem_bytes not in (1, 2, 4, 8):
         return 1
@@ -49,9 +50,7 @@ def store_runs(cg: CodeGen, x: DTile, coords: list[list[LLValue]], vec: int, add
     """Store ``x`` in runs of ``vec`` registers: ``address(coords)`` is the shared-memory pointer of
     an element; a replicated run (the same elements as one already stored) is stored once."""
     fb = cg.fb
-    total = vec * elem_bytes
-    word = elem_bytes if elem_bytes > 4 else (4 if total >= 4 else total)  # 8-byte elements: 64-bit words
-    nwords = total // word
+    total, word, nwords = run_words(vec, elem_bytes)
     seen: set[tuple[str, ...]] = set()
     for start in range(0, len(x.regs), vec):
         key = tuple(c.ref for c in coords[start])
@@ -82,9 +81,7 @@ def load_runs(cg: CodeGen, coords: list[list[LLValue]], vec: int, address: Any, 
     ``address(coords)`` is the shared-memory pointer of an element; a replicated run (the same
     elements as one already loaded) is loaded once and its values reused."""
     fb = cg.fb
-    total = vec * elem_bytes
-    word = elem_bytes if elem_bytes > 4 else (4 if total >= 4 else total)
-    nwords = total // word
+    total, word, nwords = run_words(vec, elem_bytes)
     regs: list[LLValue] = []
     loaded: dict[tuple[str, ...], list[LLValue]] = {}
     for start in range(0, len(coords), vec):

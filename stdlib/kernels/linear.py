@@ -87,8 +87,6 @@ STAGE_Y_ENV = "SPARSILE_LINEAR_STAGE_Y"
 features, instead of 2-byte stores from the accumulator's layout. Only where the buffer fits next
 to the pipeline ring (no split-K). Opt-in: compiled and checked in the interpreter, not yet timed
 on a GPU (benchmarks/RESULTS.md, thirteenth session)."""
-SMEM_PER_CTA = 232448  # bytes of dynamic shared memory a CTA may use on sm_90a
-_Y_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 ACTIVATION_MAX_BN = 128
 """Widest token tile with a silu / gelu_tanh epilogue. The activation keeps a second f32 tile live
 next to the accumulator: at BN = 256 (128 accumulator registers per thread) ptxas spills 1.3 KB
@@ -258,13 +256,15 @@ class SparseLinearPlan:
         if os.environ.get(STAGE_Y_ENV) != "1" or self.split_k > 1:
             return None
         from ...frontend.ir import types as T
+        from ...target.targets import get_target
 
+        y_type = {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32}[self.out_dtype]
         eb = self.choice.elem_bytes
         bk = 128 if eb == 1 else 64  # the kernels' BK: one 128-byte row of A and B per step
         ring = (self.stages or 4) * (BM * bk // 2 + self.bn * bk) * eb
-        if ring + self.bn * BM * _Y_BYTES[self.out_dtype] + 1024 > SMEM_PER_CTA:
-            return None
-        return {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32}[self.out_dtype]
+        staged = self.bn * BM * y_type.bits // 8
+        fits = ring + staged + 1024 <= get_target("sm_90a").resources.max_smem_per_block_optin
+        return y_type if fits else None
 
     @property
     def reduce_kernel(self) -> Any:

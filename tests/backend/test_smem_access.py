@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sparsile as sp
-from sparsile.backend.lower.smem_access import smem_store_width
+from sparsile.backend.lower.smem_access import smem_run_width
 from sparsile.frontend.layout.library import blocked, wgmma_accumulator
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
@@ -22,9 +22,9 @@ KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
 
 def test_the_wgmma_accumulator_stores_column_pairs():
     acc = wgmma_accumulator(256, warpgroups=2)
-    assert smem_store_width(acc, 2, 64, 512) == 2   # f16 into a 128-byte-swizzled (BM, 256) tile
-    assert smem_store_width(acc, 4, 32, 1024) == 2  # f32: 8-byte runs
-    assert smem_store_width(acc, 2, 256, 510) == 1  # unswizzled rows of 255 halves: a pair may straddle
+    assert smem_run_width(acc, 2, 64, 512) == 2   # f16 into a 128-byte-swizzled (BM, 256) tile
+    assert smem_run_width(acc, 4, 32, 1024) == 2  # f32: 8-byte runs
+    assert smem_run_width(acc, 2, 256, 510) == 1  # unswizzled rows of 255 halves: a pair may straddle
 
 
 @pytest.mark.parametrize(("spt", "elem_bytes", "want"), [
@@ -37,14 +37,14 @@ def test_the_wgmma_accumulator_stores_column_pairs():
 def test_blocked_layouts(spt, elem_bytes, want):
     layout = blocked((64, 64), spt, (32 // (64 // spt[1]), 64 // spt[1]) if spt[1] > 1 else (1, 32), (4, 1),
                      (1, 0))
-    assert smem_store_width(layout, elem_bytes, 64, 64 * elem_bytes) == want
+    assert smem_run_width(layout, elem_bytes, 64, 64 * elem_bytes) == want
 
 
 def test_a_run_that_would_start_off_its_alignment_is_split():
     """Lanes that move the last coordinate by 2 while registers hold runs of 4 would start runs at
     odd multiples of 2: the runs are halved."""
     layout = blocked((8, 64), (1, 2), (1, 32), (8, 1), (1, 0))
-    assert smem_store_width(layout, 2, 64, 128) == 2
+    assert smem_run_width(layout, 2, 64, 128) == 2
 
 
 def test_the_tma_store_epilogue_stores_32_bit_pairs():
@@ -83,7 +83,7 @@ def test_every_run_is_contiguous_and_aligned(spt_c, spt_r, lanes_c, elem_bytes, 
     if swizzle and row_bytes % swizzle:
         return
     panel_cols = swizzle // elem_bytes if swizzle else cols
-    v = smem_store_width(layout, elem_bytes, panel_cols, row_bytes)
+    v = smem_run_width(layout, elem_bytes, panel_cols, row_bytes)
     assert v >= 1 and v & (v - 1) == 0 and v * elem_bytes <= 16
     nreg = layout.in_size("reg")
     for lane in range(32):
