@@ -3,7 +3,6 @@ C = W x^T in f16) at Llama-3 8B layer shapes, each result checked against a floa
 
     python benchmarks/bench_linear_epilogue.py                 # the table
     python benchmarks/bench_linear_epilogue.py --quick         # one shape, T in {1, 16, 1024}
-    python benchmarks/bench_linear_epilogue.py --act-bn 256    # silu/gelu with BN = 256 (spills)
     python benchmarks/bench_linear_epilogue.py --shapes o --tokens 256 1024   # chosen rows
 
 ``--profile-once`` runs each contender once inside a CUDA profiler range instead of timing it, for
@@ -36,7 +35,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--act-bn", type=int, default=None, help="override linear.ACTIVATION_MAX_BN")
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=None, help="Llama-3 8B layers")
     parser.add_argument("--tokens", nargs="+", type=int, default=None)
     parser.add_argument("--profile-once", action="store_true",
@@ -49,8 +47,6 @@ def main() -> None:
 
     from sparsile.stdlib.kernels import CompressedWeight, linear, prune_and_compress, sparse_matmul
 
-    if args.act_bn:
-        linear.ACTIVATION_MAX_BN = args.act_bn
     shapes = {"gate_up": SHAPES["gate_up"]} if args.quick else SHAPES
     if args.shapes:
         shapes = {name: SHAPES[name] for name in args.shapes}

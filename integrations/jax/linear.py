@@ -121,8 +121,6 @@ def _linear(x: Any, values: Any, meta: Any, bias: Any, scale_x: Any, scale_w: An
     if k_padded != k_values:
         values = jnp.pad(values, ((0, 0), (0, (k_padded - k_values) // 2)))
     bn = choice.block_n(t)
-    if act in ("silu", "gelu_tanh"):
-        bn = min(bn, L.ACTIVATION_MAX_BN)
     sms = L.planned_sm_count(False)
     split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     pair = pair_ctas(m, t, bn, choice, split, True, sms)

@@ -87,11 +87,6 @@ STAGE_Y_ENV = "SPARSILE_LINEAR_STAGE_Y"
 features, instead of 2-byte stores from the accumulator's layout. Only where the buffer fits next
 to the pipeline ring (no split-K). Opt-in: compiled and checked in the interpreter, not yet timed
 on a GPU (benchmarks/RESULTS.md, thirteenth session)."""
-ACTIVATION_MAX_BN = 128
-"""Widest token tile with a silu / gelu_tanh epilogue. The activation keeps a second f32 tile live
-next to the accumulator: at BN = 256 (128 accumulator registers per thread) ptxas spills 1.3 KB
-(silu) and 2.7 KB (gelu_tanh) per thread under the 168-register budget of the 9-warp CTA, at 128
-only 180 bytes (compiled for sm_90a; not yet timed against the spilling BN = 256 on the H200)."""
 def _linear_bad(code: str, message: str, help: str) -> SparsityError:
     return SparsityError(code, message, help=help)
 
@@ -403,8 +398,6 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     tuned = None if num_sms is not None or split_k is not None or not k_padded else \
         tuned_config(choice.operand, m, t, k, interpret)
     bn = choice.block_n(t) if tuned is None else tuned.bn
-    if act in ("silu", "gelu_tanh"):
-        bn = min(bn, ACTIVATION_MAX_BN)
     sms = num_sms or planned_sm_count(interpret)
     if tuned is not None:
         split = tuned.split_k
