@@ -25,6 +25,7 @@ from ...frontend.ops.opdefs import OPS, Lowering, attach
 from ...target.hooks import PreparedState
 from ...target.targets import Target
 from .codegen_state import CodegenState
+from .deferred import DEFERRABLE_OPS, NEUTRAL_OPS, Pending, is_deferred
 from .llvm_text import FunctionBuilder, LLValue, ModuleBuilder, const, llvm_type
 
 
@@ -160,6 +161,9 @@ class CodeGen:
         self.fb: FunctionBuilder = FunctionBuilder(func.name, [])
         self.prepared = prepared if prepared is not None else PreparedState()
         self.state = CodegenState()
+        self.pending = Pending()
+        """Tiles whose registers are emitted at first use (deferred.py): forced before every op
+        that cannot take them deferred and at the end of every block."""
 
     # ------------------------------------------------------------------------------ driver
     def generate(self) -> str:
@@ -251,6 +255,8 @@ class CodeGen:
         for op in block.ops:
             if op.name in ("scf.yield", "scf.condition"):
                 continue  # read by the parent's lowering
+            if op.name not in NEUTRAL_OPS and op.name != "load" and not self.defers(op):  # (a load decides itself)
+                self.pending.force()
             ensure_lowerings(op.name)
             d = OPS.get(op.name)
             fn = d.lowering_for(self) if d is not None else None
@@ -267,6 +273,17 @@ class CodeGen:
                 if located is None:
                     raise
                 raise CompileError([located]) from None
+        self.pending.force()
+
+    def defers(self, op: Operation) -> bool:
+        """Whether ``op``'s registers are deferred: a pure register op with a deferred operand."""
+        if op.name not in DEFERRABLE_OPS:
+            return False
+        for v in op.operands:
+            x = self.vals.get(id(v))
+            if isinstance(x, DTile) and is_deferred(x.regs):
+                return True
+        return False
 
     # ------------------------------------------------------------------------------ values
     def get(self, v: Value) -> Any:

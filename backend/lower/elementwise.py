@@ -10,12 +10,14 @@ math functions on 8/16-bit floats run in f32 and round once; float->int casts sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation, Value
 from ...frontend.layout.tile import register_coords
 from .codegen import CodeGen, DTile, lowering
+from .deferred import Deferred, raw_regs, value_of
 from .llvm_text import LLValue, const, llvm_type
 
 LOG2E = 1.4426950408889634
@@ -39,6 +41,9 @@ def map_values(cg: CodeGen, op: Operation, fn: Callable[[list[LLValue]], LLValue
 
             raise InternalError(f"`{op.name}` operands and result have different layouts", op.span)
     n = len(tiles[0].regs)
+    if cg.defers(op):  # a deferred operand: each register emitted when first read (deferred.py)
+        cg.set(res, DTile(res.layout, cg.pending.add(_deferred_map(args, n, fn)), elem_of(res)))
+        return
     memo: dict[tuple[str, ...], LLValue] = {}
     regs = []
     for r in range(n):
@@ -48,6 +53,22 @@ def map_values(cg: CodeGen, op: Operation, fn: Callable[[list[LLValue]], LLValue
             memo[key] = fn(ins)
         regs.append(memo[key])
     cg.set(res, DTile(res.layout, regs, elem_of(res)))
+
+
+def _deferred_map(args: list[Any], n: int, fn: Callable[[list[LLValue]], LLValue]) -> list[Deferred]:
+    """Register r of ``fn`` over ``args`` as a Deferred of the operands' register r (one per
+    distinct operand registers, as the memo of map_values)."""
+    raws = [raw_regs(a.regs) if isinstance(a, DTile) else None for a in args]
+    memo: dict[tuple[int, ...], Deferred] = {}
+    regs = []
+    for r in range(n):
+        ins = [raw[r] if raw is not None else a for a, raw in zip(args, raws, strict=True)]
+        key = tuple(id(x) for x in ins)
+        d = memo.get(key)
+        if d is None:
+            d = memo[key] = Deferred(lambda ins=ins: fn([value_of(x) for x in ins]))
+        regs.append(d)
+    return regs
 
 
 @lowering("arith.constant")
@@ -95,7 +116,8 @@ def lower_same_registers(cg: CodeGen, op: Operation) -> None:
     src = cg.get(op.operand("x"))
     res = op.result
     if isinstance(src, DTile):
-        cg.set(res, DTile(res.layout, list(src.regs), src.elem))
+        regs = raw_regs(src.regs)
+        cg.set(res, DTile(res.layout, cg.pending.add(regs) if cg.defers(op) else regs, src.elem))
     else:  # expand_dims of a scalar is a splat to shape (1,)
         cg.set(res, DTile(res.layout, [src] * res.layout.in_size("reg"), elem_of(res)))
 
@@ -108,14 +130,15 @@ def lower_broadcast(cg: CodeGen, op: Operation) -> None:
     lookup = {}
     for r, off in enumerate(register_coords(src.layout)):
         lookup.setdefault(off, r)
+    src_regs = raw_regs(src.regs)
     regs = []
     for off in register_coords(res.layout):
         proj = tuple(0 if src_shape[d] == 1 else c for d, c in enumerate(off))
         if proj not in lookup:
 
             raise InternalError("broadcast source layout does not cover its result", op.span)
-        regs.append(src.regs[lookup[proj]])
-    cg.set(res, DTile(res.layout, regs, src.elem))
+        regs.append(src_regs[lookup[proj]])
+    cg.set(res, DTile(res.layout, cg.pending.add(regs) if cg.defers(op) else regs, src.elem))
 
 
 # ------------------------------------------------------------------------------------------------

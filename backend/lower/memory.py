@@ -13,6 +13,7 @@ from ...frontend.ir.axis_info import AxisAnalysis
 from ...frontend.ir.core import Operation, Value
 from ...frontend.layout.tile import distinct_registers, register_coords, replicated_thread_bits
 from .codegen import CodeGen, DTile, lowering
+from .deferred import Deferred
 from .llvm_text import LLValue, const, llvm_type
 
 _WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8: ("b64", "l", "i64")}
@@ -194,16 +195,42 @@ def lower_load(cg: CodeGen, op: Operation) -> None:
     # per-row bias of an MMA accumulator's (BM, 1) slice): one load each, its value reused (a masked
     # load is inline asm, which LLVM does not merge)
     offsets = register_coords(ptr_v.layout)
-    loaded: dict[tuple[tuple[int, ...], ...], list[LLValue]] = {}
-    for g in _groups(len(ptr.regs), vec):
-        at = tuple(offsets[i] for i in g)
-        values = loaded.get(at)
+    groups = [(g, tuple(offsets[i] for i in g)) for g in _groups(len(ptr.regs), vec)]
+    if len({at for _, at in groups}) < len(groups):
+        # a broadcast vector (an epilogue's bias or scales): each access emitted where its value is
+        # first used, so that its registers do not sit next to the accumulator's (deferred.py)
+        cg.set(op.result, DTile(op.result.layout, cg.pending.add(_deferred_loads(cg, groups, ptr, mask, other, elem,
+                                                                                 vec)), elem))
+        return
+    cg.pending.force()  # an op that defers nothing: what is pending goes first
+    for g, _ in groups:
+        m = mask.regs[g[0]] if mask is not None else None
+        o = [other.regs[i] for i in g] if other is not None else None
+        regs.extend(global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec))
+    cg.set(op.result, DTile(op.result.layout, regs, elem))
+
+
+def _deferred_loads(cg: CodeGen, groups: list[tuple[list[int], tuple[tuple[int, ...], ...]]], ptr: DTile,
+                    mask: DTile | None, other: DTile | None, elem: T.ScalarType, vec: int) -> list[Deferred]:
+    """The registers of a load, one access per distinct group of coordinates, each emitted when one
+    of its registers is first read."""
+    accesses: dict[tuple[tuple[int, ...], ...], list[LLValue]] = {}
+
+    def access(g: list[int], at: tuple[tuple[int, ...], ...]) -> list[LLValue]:
+        values = accesses.get(at)
         if values is None:
             m = mask.regs[g[0]] if mask is not None else None
             o = [other.regs[i] for i in g] if other is not None else None
-            values = loaded[at] = global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec)
-        regs.extend(values)
-    cg.set(op.result, DTile(op.result.layout, regs, elem))
+            values = accesses[at] = global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec)
+        return values
+
+    by_coords: dict[tuple[tuple[int, ...], ...], list[Deferred]] = {}
+    regs: list[Deferred] = []
+    for g, at in groups:
+        if at not in by_coords:
+            by_coords[at] = [Deferred(lambda g=g, at=at, j=j: access(g, at)[j]) for j in range(len(g))]
+        regs.extend(by_coords[at])
+    return regs
 
 
 @lowering("store")

@@ -8,6 +8,7 @@ T <= 64 too (where the decode kernel is the default: test_decode_api.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import ml_dtypes
@@ -198,21 +199,26 @@ def test_activations_keep_the_widest_token_tile(act):
     assert plan_sparse_linear(weight.values, weight.meta, x, activation=act, interpret=True).bn == 256
 
 
-@pytest.mark.parametrize("act,scales", [("silu", False), ("gelu_tanh", False), ("silu", True)])
-def test_activation_epilogues_assemble_without_spills_at_bn_256(act, scales):
-    """silu and gelu_tanh on a 128 x 256 accumulator (128 f32 registers per thread under the 9-warp
-    CTA's 168) assemble with no local memory: sigmoid's reciprocal is rcp.approx, not the IEEE
-    rcp.rn whose slow-path subroutine call made ptxas spill 1.2-2.5 KB per thread. (Per-token
-    scales still spill: 64 of them per thread next to the accumulator; docs/hopper.md.)"""
-    dtype = "e4m3" if scales else "bf16"
+@pytest.mark.parametrize("act,sx,spill_limit", [("silu", None, 0), ("gelu_tanh", None, 0), ("silu", "tensor", 0),
+                                                 (None, "token", 16), ("silu", "token", 16)])
+def test_epilogues_assemble_without_spilling_the_accumulator_at_bn_256(act, sx, spill_limit):
+    """A 128 x 256 accumulator (128 f32 registers per thread under the 9-warp CTA's 168) with silu,
+    gelu_tanh, and e4m3 scales per output channel and per tensor or per token. sigmoid's reciprocal
+    is rcp.approx, not the IEEE rcp.rn whose slow-path subroutine call made ptxas spill 1.2-2.5 KB
+    per thread. The 64 per-token scales a thread multiplies in are loaded where each is used
+    (backend/lower/deferred.py), not all next to the accumulator: 350-710 bytes of spills before,
+    at most 16 now."""
+    dtype = "bf16" if sx is None else "e4m3"
     weight, x = problem(dtype, 256, 300, 64, seed=15)
     rng = np.random.default_rng(15)
-    kw = dict(scale_w=vectors("channel", 256, rng), scale_x=vectors("tensor", 300, rng, 3 / 448)) if scales else {}
+    kw = {} if sx is None else dict(scale_w=vectors("channel", 256, rng), scale_x=vectors(sx, 300, rng, 3 / 448))
     plan = plan_sparse_linear(weight.values, weight.meta, x, activation=act, interpret=True, **kw)
     assert plan.bn == 256 and plan.split_k == 1
     (compiled,) = plan.compile("sm_90a")
-    assert "rcp.approx.ftz.f32" in compiled.ptx and "rcp.rn" not in compiled.ptx
-    assert "0 bytes spill stores, 0 bytes spill loads" in compiled.info_log, compiled.info_log
+    assert ("rcp.approx.ftz.f32" in compiled.ptx) == (act is not None) and "rcp.rn" not in compiled.ptx
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", compiled.info_log)
+    assert spills is not None, compiled.info_log
+    assert max(int(spills[1]), int(spills[2])) <= spill_limit, compiled.info_log
 
 
 def test_empty_k_gives_the_epilogue_of_zero():
