@@ -85,8 +85,12 @@ STAGE_Y_ENV = "SPARSILE_LINEAR_STAGE_Y"
 """Set to 1 to stage the epilogue's y through shared memory in the sm_90a sparse_linear kernels
 (``STAGE_Y``): y^T is written into a (BN, BM) buffer of y's type and leaves in 16-byte rows of
 features, instead of 2-byte stores from the accumulator's layout. Only where the buffer fits next
-to the pipeline ring (no split-K). Opt-in: compiled and checked in the interpreter, not yet timed
-on a GPU (benchmarks/RESULTS.md, thirteenth session)."""
+to the pipeline ring (no split-K). Off by default: checked against float64 on the H200, and
+slower there at T = 1024 (0.77-0.86x in the layer; its ~750 bytes of spills cost more than the
+16-byte stores gain, and the direct transposed store was not a bottleneck: benchmarks/RESULTS.md,
+fourteenth session)."""
+
+
 def _linear_bad(code: str, message: str, help: str) -> SparsityError:
     return SparsityError(code, message, help=help)
 
