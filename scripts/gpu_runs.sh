@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh unrun-14          # the whole suite after the deferred epilogue loads, the layer at T 256-1024 and T <= 16
 #   bash scripts/gpu_runs.sh profile-linear    # the layer's epilogue against sparse_matmul at prefill T, timed and under ncu
 #   bash scripts/gpu_runs.sh graph-t16         # the layer's CUDA-graph target, bf16 and e4m3 in one table; more table checks
 #   bash scripts/gpu_runs.sh unrun-13          # the whole suite after the thirteenth session's codegen changes, the e4m3 layer
@@ -129,6 +130,15 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-14)  # the fourteenth session's deferred epilogue loads (03e1b4c): the whole suite (it ran out of time there),
+          # the e4m3 layer at prefill T (quantizer + kernel, now without the per-token-scale spill), and the
+          # graph target at T <= 16 (the decode kernel's epilogue is reordered too), bf16 and e4m3
+    run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 70 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --shapes 8B:qkv 8B:o --tokens 256 1024 \
+        --variants graph --l2 cold --max-seconds 60 --json "$out/linear_prefill.json"
+    run 80 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 70 \
+        --json "$out/linear_t16.json"
     ;;
 profile-linear)  # where the layer's kernel loses to sparse_matmul at prefill T: epilogue and transposed store
                 # against the plain GEMM (bf16 and e4m3, 8B o and qkv), timed; the staged epilogue (STAGE_Y)
