@@ -13,9 +13,10 @@ register ops that consume them (elementwise arithmetic, casts, math, broadcasts,
 reshapes) defer their own registers too. Before any other op, and at the end of every block, the
 code generator forces what is pending (:meth:`Pending.force`), the latest tile first and register
 by register, so that register r's chain (its load, multiply, add, activation) is emitted before
-register r + 1's. Only loads and pure register ops move, and only later, past other loads and
-pure ops: never past a store, a barrier, an asynchronous op or a block boundary, so the program's
-memory order is the one it wrote.
+register r + 1's. (A load or a pure register op with no deferred operand does not force: moving
+loads and pure ops past another load is safe.) Only loads and pure register ops move, and only
+later, past other loads and pure ops: never past a store, an atomic, a barrier, an asynchronous op
+or a block boundary, so the program's memory order is the one it wrote.
 """
 
 from __future__ import annotations
@@ -38,19 +39,33 @@ stays pending across them (``y * v + 1.0`` defers the add as it does the multipl
 
 
 class Deferred:
-    """One register's value, emitted by ``emit`` when first read (:meth:`force`)."""
+    """One register's value, emitted by ``emit`` when first read (:meth:`force`). ``deps``: the
+    values ``emit`` reads, forced before it (left to right) without recursion, so that a chain of
+    any length (``for i in static_range(1000): y = y * w + 1.0``) stays within Python's stack."""
 
-    __slots__ = ("_emit", "_value")
+    __slots__ = ("_deps", "_emit", "_value")
 
-    def __init__(self, emit: Callable[[], LLValue]):
+    def __init__(self, emit: Callable[[], LLValue], deps: Sequence[Any] = ()):
         self._emit: Callable[[], LLValue] | None = emit
+        self._deps: Sequence[Any] = deps
         self._value: LLValue | None = None
 
     def force(self) -> LLValue:
-        if self._value is None:
-            assert self._emit is not None
-            self._value = self._emit()
-            self._emit = None
+        stack = [self]
+        while stack:
+            d = stack[-1]
+            if d._value is not None:
+                stack.pop()
+                continue
+            waiting = [x for x in d._deps if isinstance(x, Deferred) and x._value is None]
+            if waiting:
+                stack.extend(reversed(waiting))  # the first operand is emitted first
+                continue
+            assert d._emit is not None
+            d._value = d._emit()
+            d._emit, d._deps = None, ()
+            stack.pop()
+        assert self._value is not None
         return self._value
 
 

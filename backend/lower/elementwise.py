@@ -66,7 +66,7 @@ def _deferred_map(args: list[Any], n: int, fn: Callable[[list[LLValue]], LLValue
         key = tuple(id(x) for x in ins)
         d = memo.get(key)
         if d is None:
-            d = memo[key] = Deferred(lambda ins=ins: fn([value_of(x) for x in ins]))
+            d = memo[key] = Deferred(lambda ins=ins: fn([value_of(x) for x in ins]), ins)
         regs.append(d)
     return regs
 
@@ -284,10 +284,11 @@ def math_value(cg: CodeGen, fn: str, t: T.ScalarType, x: LLValue) -> LLValue:
         neg = fb.value(f"fneg float {f.ref}", "float")
         e = cg.intrinsic("float", "llvm.nvvm.ex2.approx.f", [fb.binop("fmul", neg, const(LOG2E, "float"))])
         assert e is not None
-        # rcp.approx (PTX ISA 9.7.3.17), not the IEEE `rcp.rn` an fdiv becomes: that one assembles to
-        # a subroutine call for its slow path, and around the call ptxas spills every live register
+        # rcp.approx (PTX ISA, floating-point instructions: rcp), not the IEEE `rcp.rn` an fdiv becomes: it
+        # assembles to a subroutine call for its slow path, and around the call ptxas spills every live register
         # (1.2 KB per thread in a 128 x 256 accumulator's silu epilogue; docs/hopper.md). 1 + e >= 1,
-        # so the input is never subnormal; the result is within 1 ulp (0 where e is infinite).
+        # so the input is never subnormal; the result is within 1 ulp, flushed to 0 below 2^-126
+        # (x < -87.3, where the exact sigmoid is below 1.2e-38) and 0 where e is infinite.
         r = cg.intrinsic("float", "llvm.nvvm.rcp.approx.ftz.f", [fb.binop("fadd", const(1.0, "float"), e)])
     else:
         raise CompileError([Diagnostic("SP0621", f"math function `{fn}` cannot be compiled")])

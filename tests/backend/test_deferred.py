@@ -38,6 +38,18 @@ def test_reading_registers_emits_them_in_place_and_raw_does_not():
     assert not is_deferred([LLValue("%c", "float")])
 
 
+def test_a_long_chain_is_forced_in_operand_order_without_recursion():
+    log: list[str] = []
+    a, b = _value("a", log), _value("b", log)
+    chain = Deferred(lambda: (log.append("op0"), LLValue("%op0", "float"))[1], [a, b])
+    for i in range(1, 5000):
+        prev = chain
+        chain = Deferred(lambda i=i, prev=prev: (value_of(prev), log.append(f"op{i}"), LLValue(f"%op{i}", "float"))[2],
+                         [prev])
+    assert chain.force().ref == "%op4999"
+    assert log[:3] == ["a", "b", "op0"] and log[-1] == "op4999" and len(log) == 5002
+
+
 def test_pending_tiles_are_forced_latest_first_register_by_register():
     """A load tile and the multiply that reads it: forcing emits load r, then multiply r, for each
     register r (the order that keeps one loaded value live at a time); a tile nothing reads is
@@ -74,6 +86,10 @@ def k(A: ptr[f16], B: ptr[f16], V: ptr[f32], Y: ptr[f32], n: i32, BM: constexpr,
         y = zeros((BM, BN), f32)
         for i in range(0, n):
             y = y + acc * v
+    elif CASE == "chain":  # 600 deferred ops on each register: forced without recursion
+        y = acc
+        for i in static_range(300):
+            y = y * v + 1.0
     else:
         y = acc * v + 1.0
     store(Y + rows[:, None] * BN + cols[None, :], y)
@@ -115,3 +131,11 @@ def test_a_broadcast_load_is_never_moved_into_a_loop():
     body = _epilogue_llvm("loop")
     first_label = min(i for i, line in enumerate(body) if re.match(r"^[\w.]+:", line))
     assert _v_loads(body) and max(_v_loads(body)) < first_label
+
+
+def test_a_chain_of_hundreds_of_ops_on_a_broadcast_load_compiles():
+    """Forcing walks a chain without recursion: 300 multiply-adds on each register reading v (it
+    raised RecursionError past about 250 deferred ops)."""
+    body = _epilogue_llvm("chain")
+    assert len(_v_loads(body)) == 16
+    assert sum(1 for line in body if re.search(r"= fmul float", line)) >= 300 * 16
