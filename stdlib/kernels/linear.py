@@ -422,8 +422,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         from .tuning import pair_grid
 
         pair = pair_grid(m, t, bn, sms) if tuned.pair and split == 1 else 0
-        return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, tuned.stages, tuned.group_m,
-                                int(tuned.wg_n))
+        return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, tuned.stages, tuned.group_m)
     pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
     return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
 

@@ -46,20 +46,19 @@ LINEAR_PREFIX = "linear-"
 def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:
     """The config the planned heuristics chose for ``plan``."""
     return GemmConfig(plan.bn, plan.stages or DEFAULT_STAGES, plan.split_k, plan.pair > 0,
-                      plan.group_m or DEFAULT_GROUP_M, bool(plan.wg_n))
+                      plan.group_m or DEFAULT_GROUP_M)
 
 
 def with_linear_config(plan: SparseLinearPlan, config: GemmConfig, sms: int, interpret: bool = False
                        ) -> SparseLinearPlan:
-    """``plan`` with ``config``'s BN, STAGES, GROUP_M, split-K (a new f32 workspace if needed), CTA
-    pairs and column split (WG_N)."""
+    """``plan`` with ``config``'s BN, STAGES, GROUP_M, split-K (a new f32 workspace if needed) and
+    CTA pairs."""
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.x, (config.split_k, plan.t, plan.m), "float32", interpret)
     pair = pair_grid(plan.m, plan.t, config.bn, sms) if config.pair and config.split_k == 1 else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair=pair, stages=config.stages,
-                               group_m=config.group_m, workspace=workspace if config.split_k > 1 else None,
-                               wg_n=int(config.wg_n))
+                               group_m=config.group_m, workspace=workspace if config.split_k > 1 else None)
 
 
 LINEAR_TARGET = TuneTarget(default_linear_config, with_linear_config,

@@ -38,7 +38,6 @@ from .gemm import (
     empty_array,
     kernel_module,
     plan_sparse_matmul,
-    wg_n_constexprs,
 )
 
 TABLE_FORMAT = "sparsile-sparse-gemm-table/1"
@@ -61,22 +60,19 @@ class GemmConfig:
     split_k: int = 1
     pair: bool = False
     group_m: int = DEFAULT_GROUP_M
-    wg_n: bool = False  # the consumer warpgroups split each tile by columns (gemm.WG_N_ENV)
 
     def to_json(self) -> dict[str, Any]:
-        data = {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
+        return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
                 "GROUP_M": self.group_m}
-        return {**data, "WG_N": 1} if self.wg_n else data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
         return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
-                   bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)),
-                   bool(data.get("WG_N", 0)))
+                   bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)))
 
     def __str__(self) -> str:
         return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
-                f"GROUP_M={self.group_m}" + (" WG_N=1" if self.wg_n else ""))
+                f"GROUP_M={self.group_m}")
 
 
 def default_config(plan: SparseMatmul) -> GemmConfig:
@@ -87,8 +83,7 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
 def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
-    has fewer tiles than the SMs, the CTA-pair kernel (no split-K) when C has a tile per SM, and
-    the column split of the warpgroups (WG_N, no split-K, BN >= 64) for f16, bf16 and e4m3."""
+    has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM."""
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -101,8 +96,6 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list
             out += [GemmConfig(bn, stages, s) for s in splits]
             if has_pair and tiles >= sms:
                 out.append(GemmConfig(bn, stages, 1, True))
-            if wg_n_constexprs(choice.operand, bn, True, 1):
-                out.append(GemmConfig(bn, stages, 1, wg_n=True))
     return out
 
 
@@ -119,7 +112,7 @@ def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: boo
         workspace = empty_array(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
     pair = pair_grid(plan.m, plan.n, config.bn, sms) if config.pair else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
-                               workspace=workspace if config.split_k > 1 else None, wg_n=int(config.wg_n))
+                               workspace=workspace if config.split_k > 1 else None)
 
 
 def launch(plan: SparseMatmul, config: GemmConfig, interpret: bool = False) -> Any:

@@ -43,10 +43,6 @@ def test_config_space_follows_the_shape() -> None:
     short_k = config_space(f16, 256, 64, 256, 132)  # 4 K steps: no split
     assert {c.split_k for c in short_k} == {1}
     assert {c.bn for c in config_space(KERNELS["tf32"], 1024, 4096, 1024, 132)} == {128, 64, 32}
-    # the column split of the warpgroups: f16 / bf16 / e4m3, BN >= 64, no split-K, no pairs
-    assert {(c.bn, c.stages) for c in big if c.wg_n} == {(bn, s) for bn in (256, 128, 64) for s in (3, 4, 5)}
-    assert all(c.split_k == 1 and not c.pair for c in big if c.wg_n) and not any(c.wg_n for c in decode)
-    assert not any(c.wg_n for c in config_space(KERNELS["tf32"], 1024, 4096, 1024, 132))
 
 
 def test_default_config_is_the_planned_one() -> None:
@@ -59,7 +55,6 @@ def test_default_config_is_the_planned_one() -> None:
     ("f16", 130, 40, 512, GemmConfig(32, 3, 2), 132),             # a narrower tile, split-K 2, 3 stages
     ("bf16", 70, 20, 384, GemmConfig(16, 5, 1, group_m=1), 132),  # BN 16, 5 stages
     ("f16", 256, 64, 256, GemmConfig(32, 3, 1, True), 2),          # the CTA-pair kernel on 2 CTAs
-    ("e4m3", 200, 300, 256, GemmConfig(128, 3, 1, wg_n=True), 132),  # warpgroups split by columns
 ])
 def test_every_kind_of_config_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig,
                                               sms: int) -> None:
@@ -67,7 +62,6 @@ def test_every_kind_of_config_matches_float64(dtype: str, m: int, n: int, k: int
     plan = with_config(plan_sparse_matmul(weight.values, weight.meta, b, interpret=True), config, sms,
                        interpret=True)
     assert (plan.bn, plan.split_k, plan.pair_ctas > 0) == (config.bn, config.split_k, config.pair)
-    assert plan._constexprs().get("WG_N", 0) == int(config.wg_n)
     plan.out[...] = np.nan
     if plan.workspace is not None:
         plan.workspace[...] = np.nan
@@ -133,9 +127,6 @@ def test_tables_written_by_tune_round_trip(tmp_path: Any) -> None:
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"format": TABLE_FORMAT, "entries": {table_key("f16", 8192, 8192, 8192): entry}}))
     assert lookup(load_gemm_table(str(path)), "f16", 8192, 8192, 8192) == GemmConfig(128, 5, 1, True)
-    split = GemmConfig(256, 4, wg_n=True)
-    assert split.to_json()["WG_N"] == 1 and "WG_N" not in GemmConfig(256).to_json()  # old tables stay as written
-    assert GemmConfig.from_json(split.to_json()) == split and str(split).endswith("WG_N=1")
 
 
 def test_tune_plan_picks_the_fastest_correct_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,12 +35,6 @@ def test_a_config_applied_to_a_linear_plan() -> None:
     assert pair.pair == 2 * 2 * 2 and pair.workspace is None and pair.kernel.name == "sparse_linear_bf16_pair"
     assert pair.launches()[0][3]["STAGES"] == 5
     assert lt.with_linear_config(base, GemmConfig(64, 5, 1, True), 7, interpret=True).pair == 6  # an even grid
-    split_n = lt.with_linear_config(base, GemmConfig(64, 4, wg_n=True), 132, interpret=True)
-    assert split_n.launches()[0][3]["WG_N"] == 1 and lt.default_linear_config(split_n).wg_n
-    split_n.out[...] = np.nan
-    y, y0 = np.asarray(split_n.run(), np.float64), np.asarray(base.run(), np.float64)
-    # the same f32 sums over the same K steps (up to the summation order inside one MMA), one bf16 rounding
-    np.testing.assert_allclose(y, y0, rtol=2 ** -7, atol=1e-6 * np.abs(y0).max())
 
 
 def test_tuning_a_linear_plan_keeps_the_fastest_correct_config() -> None:
