@@ -15,7 +15,6 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
-#   bash scripts/gpu_runs.sh wg-split          # warpgroups split by columns (WG_N): tests, kernel times, the layer with it
 #   bash scripts/gpu_runs.sh unrun-14          # the whole suite after the deferred epilogue loads, the layer at T 256-1024 and T <= 16
 #   bash scripts/gpu_runs.sh profile-linear    # the layer's epilogue against sparse_matmul at prefill T, timed and under ncu
 #   bash scripts/gpu_runs.sh graph-t16         # the layer's CUDA-graph target, bf16 and e4m3 in one table; more table checks
@@ -131,15 +130,6 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
-    ;;
-wg-split)  # the consumer warpgroups split by columns (WG_N): GPU tests, kernel times of sparse_matmul and the
-          # layer with and without it (checked against float64), then the layer itself with SPARSILE_WG_N=1
-    run 120 python -m pytest -q -m gpu -n 8 -rfE tests/stdlib/test_wg_split.py tests/stdlib/test_linear_api.py
-    run 240 python benchmarks/bench_wg_split.py --shapes o qkv gate_up --tokens 256 1024 4096 --dtypes bf16 e4m3
-    for wg in 0 1; do
-        SPARSILE_WG_N=$wg run 70 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --shapes 8B:qkv 8B:o \
-            --tokens 256 1024 --variants graph --l2 cold --max-seconds 60 --json "$out/linear_wg_n$wg.json"
-    done
     ;;
 unrun-14)  # the fourteenth session's deferred epilogue loads (03e1b4c): the whole suite (it ran out of time there),
           # the e4m3 layer at prefill T (quantizer + kernel, now without the per-token-scale spill), and the

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,23 +274,6 @@ def _raw_metadata(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -
     return meta
 
 
-WG_N_ENV = "SPARSILE_WG_N"
-"""Set to 1 to run the sm_90a f16 / bf16 / e4m3 sparse GEMM and sparse_linear kernels with their two
-consumer warpgroups splitting each 128 x BN tile by columns (tokens), each over all 128 rows
-(``WG_N`` of sparse_gemm_sm90.spk), where a plan has one CTA per tile, no split-K, no CTA pairs and
-BN >= 64. Each stage's B is then read from shared memory once instead of twice. An experiment:
-checked against float64 in the interpreter, compiled without spills, not yet timed on a GPU
-(benchmarks/bench_wg_split.py; benchmarks/RESULTS.md, fourteenth session)."""
-WG_N_OPERANDS = ("f16", "bf16", "e4m3")
-
-
-def wg_n_constexprs(operand: str, bn: int, one_cta_per_tile: bool, explicit: int = 0) -> dict[str, int]:
-    """{"WG_N": 1} where the column split applies and is asked for (``explicit``, or
-    ``SPARSILE_WG_N=1``), else {}."""
-    wanted = explicit or os.environ.get(WG_N_ENV) == "1"
-    return {"WG_N": 1} if wanted and one_cta_per_tile and operand in WG_N_OPERANDS and bn >= 64 else {}
-
-
 # ------------------------------------------------------------------------------------------------
 # the prepared launch
 
@@ -319,7 +301,6 @@ class SparseMatmul:
     pair_ctas: int = 0     # > 0: the CTA-pair kernel (B multicast) on that many CTAs (persistent)
     out_dtype: str = ""    # numpy name of C's element type ("": the kernel's own, choice.out_dtype)
     pingpong_ctas: int = 0  # > 0: the ping-pong kernel (gemm_schedule.py) on that many CTAs (persistent)
-    wg_n: int = 0          # 1: the consumer warpgroups split each tile by columns (WG_N_ENV)
 
     @property
     def partials(self) -> bool:
@@ -355,10 +336,7 @@ class SparseMatmul:
         return self.kernel[self.grid].compile_for(target, *self.arguments(), **self._constexprs())
 
     def _constexprs(self) -> dict[str, int]:
-        if self.partials:
-            return {"BN": self.bn, "SPLIT_K": self.split_k}
-        one_cta_per_tile = not (self.pair_ctas or self.pingpong_ctas)
-        return {"BN": self.bn, **wg_n_constexprs(self.choice.operand, self.bn, one_cta_per_tile, self.wg_n)}
+        return {"BN": self.bn, "SPLIT_K": self.split_k} if self.partials else {"BN": self.bn}
 
     def run(self, interpret: bool = False) -> Any:
         """Launch on the current GPU (or run in the interpreter) and return ``out``."""

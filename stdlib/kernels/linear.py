@@ -54,7 +54,6 @@ from .gemm import (
     placed_array,
     plan_target,
     resolve_kernel_choice,
-    wg_n_constexprs,
 )
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
@@ -202,7 +201,6 @@ class SparseLinearPlan:
     interpret: bool = False
     stages: int | None = None   # STAGES and GROUP_M of a tuned table's choice (None: the kernel's defaults)
     group_m: int | None = None
-    wg_n: int = 0     # 1: the consumer warpgroups split each tile by tokens (gemm.WG_N_ENV)
 
     @property
     def weight_operands(self) -> tuple[Any, Any, Any, Any]:
@@ -248,10 +246,7 @@ class SparseLinearPlan:
         if self.split_k > 1:
             return {"BN": self.bn, "SPLIT_K": self.split_k, **tuned}
         staged = self.staged_y()
-        if staged:
-            return {"BN": self.bn, **tuned, **self._epilogue_constexprs(), "STAGE_Y": staged}
-        split = wg_n_constexprs(self.choice.operand, self.bn, not self.pair, self.wg_n)
-        return {"BN": self.bn, **tuned, **self._epilogue_constexprs(), **split}
+        return {"BN": self.bn, **tuned, **self._epilogue_constexprs(), **({"STAGE_Y": staged} if staged else {})}
 
     def staged_y(self) -> Any:
         """The element type of the epilogue's shared-memory staging of y (``STAGE_Y``), or None:
