@@ -199,19 +199,24 @@ def test_activations_keep_the_widest_token_tile(act):
     assert plan_sparse_linear(weight.values, weight.meta, x, activation=act, interpret=True).bn == 256
 
 
-@pytest.mark.parametrize("act,sx,spill_limit", [("silu", None, 0), ("gelu_tanh", None, 0), ("silu", "tensor", 0),
-                                                 (None, "token", 16), ("silu", "token", 16)])
-def test_epilogues_assemble_without_spilling_the_accumulator_at_bn_256(act, sx, spill_limit):
+@pytest.mark.parametrize("act,sx,bias,spill_limit", [
+    ("silu", None, False, 0), ("gelu_tanh", None, False, 0), ("silu", "tensor", False, 0),
+    (None, "token", False, 16), ("silu", "token", False, 16), (None, "token", True, 16), ("silu", "token", True, 16),
+])
+def test_epilogues_assemble_without_spilling_the_accumulator_at_bn_256(act, sx, bias, spill_limit):
     """A 128 x 256 accumulator (128 f32 registers per thread under the 9-warp CTA's 168) with silu,
     gelu_tanh, and e4m3 scales per output channel and per tensor or per token. sigmoid's reciprocal
     is rcp.approx, not the IEEE rcp.rn whose slow-path subroutine call made ptxas spill 1.2-2.5 KB
     per thread. The 64 per-token scales a thread multiplies in are loaded where each is used
     (backend/lower/deferred.py), not all next to the accumulator: 350-710 bytes of spills before,
-    at most 16 now."""
+    at most 16 now; with a bias too, since linear_epilogue computes every address before the first
+    load (232 bytes when the bias address came between the scales and the bias)."""
     dtype = "bf16" if sx is None else "e4m3"
     weight, x = problem(dtype, 256, 300, 64, seed=15)
     rng = np.random.default_rng(15)
     kw = {} if sx is None else dict(scale_w=vectors("channel", 256, rng), scale_x=vectors(sx, 300, rng, 3 / 448))
+    if bias:
+        kw["bias"] = rng.standard_normal(256).astype(np.float32)
     plan = plan_sparse_linear(weight.values, weight.meta, x, activation=act, interpret=True, **kw)
     assert plan.bn == 256 and plan.split_k == 1
     (compiled,) = plan.compile("sm_90a")
