@@ -8,6 +8,9 @@ aligned, and (c) the mask is constant across the vector. Masked accesses are pre
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ...frontend.ir import types as T
 from ...frontend.ir.axis_info import AxisAnalysis
 from ...frontend.ir.core import Operation, Value
@@ -190,45 +193,37 @@ def lower_load(cg: CodeGen, op: Operation) -> None:
     vec = vector_width(cg, ptr_v, mask_v, _elem_bytes(elem))
     mask = cg.tile(mask_v) if mask_v is not None else None
     other = cg.tile(other_v) if other_v is not None else None
-    regs: list[LLValue] = []
     # registers at the same coordinates hold the same element (a broadcast register basis, e.g. a
     # per-row bias of an MMA accumulator's (BM, 1) slice): one load each, its value reused (a masked
     # load is inline asm, which LLVM does not merge)
     offsets = register_coords(ptr_v.layout)
     groups = [(g, tuple(offsets[i] for i in g)) for g in _groups(len(ptr.regs), vec)]
+
+    def access(g: tuple[int, ...]) -> list[LLValue]:  # the load of one group of registers
+        m = mask.regs[g[0]] if mask is not None else None
+        o = [other.regs[i] for i in g] if other is not None else None
+        return global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec)
+
     if len({at for _, at in groups}) < len(groups):
         # a broadcast vector (an epilogue's bias or scales): each access emitted where its value is
         # first used, so that its registers do not sit next to the accumulator's (deferred.py)
-        cg.set(op.result, DTile(op.result.layout, cg.pending.add(_deferred_loads(cg, groups, ptr, mask, other, elem,
-                                                                                 vec)), elem))
+        cg.set(op.result, DTile(op.result.layout, cg.pending.add(_deferred_loads(groups, access)), elem))
         return
     cg.pending.force()  # an op that defers nothing: what is pending goes first
-    for g, _ in groups:
-        m = mask.regs[g[0]] if mask is not None else None
-        o = [other.regs[i] for i in g] if other is not None else None
-        regs.extend(global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec))
+    regs = [v for g, _ in groups for v in access(tuple(g))]
     cg.set(op.result, DTile(op.result.layout, regs, elem))
 
 
-def _deferred_loads(cg: CodeGen, groups: list[tuple[list[int], tuple[tuple[int, ...], ...]]], ptr: DTile,
-                    mask: DTile | None, other: DTile | None, elem: T.ScalarType, vec: int) -> list[Deferred]:
-    """The registers of a load, one access per distinct group of coordinates, each emitted when one
+def _deferred_loads(groups: list[tuple[list[int], tuple[tuple[int, ...], ...]]],
+                    access: Callable[[tuple[int, ...]], list[LLValue]]) -> list[Deferred]:
+    """The registers of a load, one ``access`` per distinct group of coordinates, emitted when one
     of its registers is first read."""
-    accesses: dict[tuple[tuple[int, ...], ...], list[LLValue]] = {}
-
-    def access(g: list[int], at: tuple[tuple[int, ...], ...]) -> list[LLValue]:
-        values = accesses.get(at)
-        if values is None:
-            m = mask.regs[g[0]] if mask is not None else None
-            o = [other.regs[i] for i in g] if other is not None else None
-            values = accesses[at] = global_access(cg, True, ptr.regs[g[0]], m, None, o, elem, vec)
-        return values
-
     by_coords: dict[tuple[tuple[int, ...], ...], list[Deferred]] = {}
     regs: list[Deferred] = []
     for g, at in groups:
         if at not in by_coords:
-            by_coords[at] = [Deferred(lambda g=g, at=at, j=j: access(g, at)[j]) for j in range(len(g))]
+            once = functools.cache(functools.partial(access, tuple(g)))
+            by_coords[at] = [Deferred(lambda once=once, j=j: once()[j]) for j in range(len(g))]
         regs.extend(by_coords[at])
     return regs
 
