@@ -2,11 +2,13 @@
 
 At decode the compressed weight (N_out x K/2 values and N_out x K/8 bytes of 16-bit metadata) is
 nearly all the traffic, so ``sparse_decode_sm90.spk`` (its docstring has the pipeline) gives each
-CTA a 128-row slab of the weight and streams it with wide TMA steps that carry the **values, the
-metadata words and x together** (one ``full`` barrier per step), several steps in flight per CTA,
-two CTAs per SM, and splits K over CTAs when the slabs alone do not fill the GPU. The f32 partial
-sums of a split are added by ``splitk_reduce_linear`` (sparse_gemm_sm90.spk), which applies the
-same epilogue as the shipped kernels: bias, activation, scales, output type, transposed store.
+CTA a 128-row slab of the weight (or 64 rows, one consumer warpgroup: twice the CTAs without a
+K split, which a tuned table picks for weights of few rows) and streams it with wide TMA steps
+that carry the **values, the metadata words and x together** (one ``full`` barrier per step),
+several steps in flight per CTA, two CTAs per SM, and splits K over CTAs when the slabs alone do
+not fill the GPU. The f32 partial sums of a split are added by ``splitk_reduce_linear``
+(sparse_gemm_sm90.spk), which applies the same epilogue as the shipped kernels: bias, activation,
+scales, output type, transposed store.
 
 It is the **default** of ``plan_sparse_linear`` / ``sparse_linear`` (and so of ``SparseLinear``)
 for T <= 64 on sm_90a: measured on the H200 it is 1.16-1.33x faster than the tiled
@@ -53,7 +55,8 @@ DECODE_REDUCE_ENV = "SPARSILE_DECODE_REDUCE"
 """Set to "kernel" to let the last CTA of each tile add the split-K partial sums (plan_sparse_decode's
 reduce), or "launch" (the default)."""
 REDUCE_MODES = ("launch", "kernel")
-DECODE_BM = 128           # weight rows per CTA: two consumer warpgroups of 64
+DECODE_BM = 128           # weight rows per CTA by default: two consumer warpgroups of 64
+DECODE_BMS = (128, 64)    # the row slabs a CTA may own: BM = 64 is one consumer warpgroup (5 warps), twice the CTAs
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
@@ -92,14 +95,21 @@ class DecodeConfig:
     split_k: int     # CTAs along K
     ctas_per_sm: int  # the occupancy the shared-memory budget was sized for
     source: str = "heuristic"  # where split_k / stages came from: "heuristic", "explicit", "table:<file>"
+    bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
 
-    def stage_bytes(self, elem_bytes: int, bm: int = DECODE_BM) -> int:
+    def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x."""
+        bm = self.bm
         return bm * self.bk // 2 * elem_bytes + bm * (self.bk // 32) * 4 + self.bn * self.bk * elem_bytes
+
+    @property
+    def num_warps(self) -> int:
+        """The CTA's warps: a consumer warpgroup per 64 rows and the producer warp."""
+        return self.bm // 16 + 1
 
 
 def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
-                         split_k: int | None = None, stages: int | None = None) -> DecodeConfig:
+                         split_k: int | None = None, stages: int | None = None, bm: int = DECODE_BM) -> DecodeConfig:
     """Tile, ring and split for N_out = ``m``, T = ``t``, K = ``k`` on ``sms`` SMs.
 
     Two CTAs per SM when at least three steps fit in half the shared memory (keeps ~2 x 2 steps,
@@ -110,13 +120,14 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     below that in every case but one (6144 x 4096 at 16 tokens), and filling both CTA slots of
     every SM with shares (twice the split) 1.02-1.13x slower: more shares add partial sums to
     write and reduce without adding bandwidth. ``split_k`` / ``stages`` override the choice (for
-    tuning on the GPU); the occupancy follows from the stages."""
+    tuning on the GPU); the occupancy follows from the stages. ``bm``: the rows of weight per CTA
+    (128 unless a table or the caller says 64)."""
     eb = choice.elem_bytes
     bn = 8
     while bn < t:
         bn *= 2
     bk = 128 if eb == 2 else 256
-    probe = DecodeConfig(bn, bk, 1, 1, 1)
+    probe = DecodeConfig(bn, bk, 1, 1, 1, bm=bm)
     stage = probe.stage_bytes(eb)
     per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
     forced = stages
@@ -127,11 +138,11 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     if forced is not None:
         stages = forced
         ctas = 2 if stages * (stage + 16) <= per_cta else 1
-    tiles = -(-m // DECODE_BM)
+    tiles = -(-m // bm)
     steps = -(-k // bk)
     if split_k is None:
         split_k = max(1, min(sms // max(tiles, 1), steps // 2, MAX_SPLIT))
-    return DecodeConfig(bn, bk, stages, split_k, ctas)
+    return DecodeConfig(bn, bk, stages, split_k, ctas, bm=bm)
 
 
 def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
@@ -181,18 +192,18 @@ class SparseDecodePlan:
     """One checked sparse_linear call on the decode kernel: ``base`` is the checked
     :class:`~.linear.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
 
-    ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, 128), split_k), then with split-K
+    ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, config.bm), split_k), then with split-K
     ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out)."""
 
     base: Any          # the SparseLinearPlan of the shipped path (the checks and operands)
     config: DecodeConfig
-    values: Any        # (N_out, k_padded / 2); tiled: (slabs * steps * 128, bk / 2)
-    meta: Any          # (cdiv(N_out, 128) * 128, k_padded / 32) uint32; tiled: (slabs * steps * 128, bk / 32)
+    values: Any        # (N_out, k_padded / 2); tiled: (slabs * steps * bm, bk / 2)
+    meta: Any          # (cdiv(N_out, bm) * bm, k_padded / 32) uint32; tiled: (slabs * steps * bm, bk / 32)
     x: Any             # (T, k_padded)
     k_padded: int      # K rounded up to config.bk
     workspace: Any = None
     tiled: bool = False  # values and meta in the tiled layout (tile_for_decode)
-    counters: Any = None  # reduce="kernel": one zeroed int32 per 128-row tile (the kernel re-zeroes it)
+    counters: Any = None  # reduce="kernel": one zeroed int32 per row tile (the kernel re-zeroes it)
     pdl: bool = False  # launched with programmatic dependent launch (plan_sparse_decode)
 
     @property
@@ -220,7 +231,7 @@ class SparseDecodePlan:
 
     @property
     def grid(self) -> tuple[int, int]:
-        return (-(-self.base.m // DECODE_BM), self.config.split_k)
+        return (-(-self.base.m // self.config.bm), self.config.split_k)
 
     def arguments(self) -> tuple[Any, ...]:
         """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel."""
@@ -236,7 +247,7 @@ class SparseDecodePlan:
     def constexprs(self) -> dict[str, Any]:
         c = self.config
         common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {}),
-                  **self._pdl()}
+                  **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}), **self._pdl()}
         if self.reduces_in_kernel:
             return {**common, "SPLIT_K": c.split_k, **self.base._epilogue_constexprs()}
         if c.split_k > 1:
@@ -272,7 +283,8 @@ class SparseDecodePlan:
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
-                       reduce: str | None = None, table: Any = None, pdl: bool = False, **linear: Any) -> Any:
+                       reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,
+                       **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -290,8 +302,10 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     kernel before it in the stream runs, streaming the first ring of weight boxes before it waits
     for that kernel (``pdl.wait()``), and lets the next such launch start as soon as all its CTAs
     run. Only for a weight no kernel writes while the plan is in use (docs/language.md).
+    ``bm``: the weight rows per CTA, 128 (two consumer warpgroups, the default) or 64 (one; twice
+    the CTAs without splitting K, for weights of few rows).
 
-    Without ``split_k`` and ``stages`` a tuned table decides them (and ``reduce``, unless given or
+    Without ``split_k``, ``stages`` and ``bm`` a tuned table decides them (and ``reduce``, unless given or
     set by ``SPARSILE_DECODE_REDUCE``) where it has an entry for this device, dtype, N_out, K and
     token tile: ``table`` (a path or a table mapping; False: none), else ``$SPARSILE_DECODE_TABLE``,
     else the shipped ``tuned/decode-<gpu>.json`` (:mod:`.decode_tuning`, docs/autotune.md); the
@@ -311,21 +325,24 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
                                 or not 1 <= split_k <= MAX_SPLIT):
         raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
+    if bm is not None and (type(bm) is not int or bm not in DECODE_BMS):
+        raise bad_input(f"bm of the decode kernel must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}",
+                        help="128: two consumer warpgroups per CTA; 64: one, and twice the CTAs", code=SP_DECODE)
     sms = num_sms or planned_sm_count(interpret)
-    source = "heuristic" if split_k is None and stages is None else "explicit"
+    source = "heuristic" if split_k is None and stages is None and bm is None else "explicit"
     found = None
     if source == "heuristic" and table is not False:
         from .decode_tuning import SP_TABLE_ENTRY, table_choice
 
         found = table_choice(base.choice.operand, base.m, base.k, base.t, interpret, table, num_sms)
         if found is not None:
-            split_k, stages, source = found[0].split_k, found[0].stages, found[1]
+            split_k, stages, bm, source = found[0].split_k, found[0].stages, found[0].bm, found[1]
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
-                               None if bad_stages else stages)
+                               None if bad_stages else stages, bm or DECODE_BM)
     too_big = cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA
     if too_big and found is not None:  # the table's entry, not the caller, asked for these stages
         raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "
@@ -338,18 +355,18 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                         help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
     cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
-    rows = -(-base.m // DECODE_BM) * DECODE_BM
+    rows = -(-base.m // cfg.bm) * cfg.bm
     words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
     if tiled:
-        vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), DECODE_BM, cfg.bk // 2)
-        words = tile_for_decode(words, DECODE_BM, cfg.bk // 32)
+        vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), cfg.bm, cfg.bk // 2)
+        words = tile_for_decode(words, cfg.bm, cfg.bk // 32)
     else:
         vals = pad_columns(base.values, k_padded // 2)
     xk = pad_columns(base.x, k_padded)
     work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
     counters = None
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
-        counters = empty_array(x, (rows // DECODE_BM,), "int32", interpret)
+        counters = empty_array(x, (rows // cfg.bm,), "int32", interpret)
         counters[...] = 0
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl)
 

@@ -24,6 +24,7 @@ from typing import Any
 from ...frontend.diagnostics import CompileError, LaunchError, SparsileError
 from .decode import (
     DECODE_BM,
+    DECODE_BMS,
     MAX_SPLIT,
     MAX_STAGES,
     REDUCE_MODES,
@@ -53,9 +54,10 @@ class DecodeCandidate:
     split_k: int
     stages: int
     reduce: str = "launch"
+    bm: int = DECODE_BM  # weight rows per CTA (an entry without "bm": 128)
 
     def to_json(self) -> dict[str, Any]:
-        return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce}
+        return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce, "bm": self.bm}
 
     @classmethod
     def from_json(cls, data: Any) -> DecodeCandidate:
@@ -63,16 +65,20 @@ class DecodeCandidate:
         if not isinstance(data, Mapping):
             raise ValueError("config is not an object")
         split, stages, reduce = data.get("split_k"), data.get("stages"), data.get("reduce", "launch")
+        bm = data.get("bm", DECODE_BM)
         if type(split) is not int or not 1 <= split <= MAX_SPLIT:
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT}, got {split!r}")
         if type(stages) is not int or not 2 <= stages <= MAX_STAGES:
             raise ValueError(f"stages must be an integer from 2 to {MAX_STAGES}, got {stages!r}")
         if reduce not in REDUCE_MODES:
             raise ValueError(f"reduce must be 'launch' or 'kernel', got {reduce!r}")
-        return cls(split, stages, reduce)
+        if type(bm) is not int or bm not in DECODE_BMS:
+            raise ValueError(f"bm must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}")
+        return cls(split, stages, reduce, bm)
 
     def __str__(self) -> str:
-        return f"split_k={self.split_k} stages={self.stages}" + (f" reduce={self.reduce}" if self.split_k > 1 else "")
+        return (f"split_k={self.split_k} stages={self.stages}" + (f" reduce={self.reduce}" if self.split_k > 1 else "")
+                + (f" bm={self.bm}" if self.bm != DECODE_BM else ""))
 
 
 def token_tile(t: int) -> int:
@@ -195,35 +201,47 @@ def table_choice(dtype: str, n_out: int, k: int, t: int, interpret: bool, table:
 # the sweep
 def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) -> list[DecodeCandidate]:
     """The candidates worth timing for N_out = ``m``, K = ``k_padded`` (a multiple of the step):
-    split-K from :data:`SPLITS` keeping two K steps per share and the grid within
-    :data:`MAX_WAVES` x the CTA slots of two per SM, every STAGES from 2 whose ring fits in a
-    CTA's shared memory, and both reductions where there is a split."""
-    probe = DecodeConfig(token_tile(t), 128 if elem_bytes == 2 else 256, 1, 1, 1)
-    steps = k_padded // probe.bk
-    tiles = -(-m // DECODE_BM)
-    splits = [s for s in SPLITS if s == 1 or (steps // s >= 2 and tiles * s <= MAX_WAVES * 2 * sms)]
-    stages = [s for s in range(2, MAX_STAGES + 1) if s * (probe.stage_bytes(elem_bytes) + 16) <= SMEM_PER_CTA]
-    return [DecodeCandidate(sp, st, r) for sp in splits for st in stages
-            for r in (REDUCE_MODES if sp > 1 else ("launch",))]
+    for each row slab of :data:`~.decode.DECODE_BMS`, split-K from :data:`SPLITS` keeping two K
+    steps per share and the grid within :data:`MAX_WAVES` x the CTA slots of two per SM, every
+    STAGES from 2 whose ring fits in a CTA's shared memory, and both reductions where there is a
+    split. 64-row slabs only where 128-row ones leave SMs without a CTA (fewer tiles than SMs)."""
+    out = []
+    for bm in DECODE_BMS:
+        tiles = -(-m // bm)
+        if bm != DECODE_BM and -(-m // DECODE_BM) >= sms:
+            continue
+        probe = DecodeConfig(token_tile(t), 128 if elem_bytes == 2 else 256, 1, 1, 1, bm=bm)
+        steps = k_padded // probe.bk
+        splits = [s for s in SPLITS if s == 1 or (steps // s >= 2 and tiles * s <= MAX_WAVES * 2 * sms)]
+        stages = [s for s in range(2, MAX_STAGES + 1) if s * (probe.stage_bytes(elem_bytes) + 16) <= SMEM_PER_CTA]
+        out += [DecodeCandidate(sp, st, r, bm) for sp in splits for st in stages
+                for r in (REDUCE_MODES if sp > 1 else ("launch",))]
+    return out
 
 
 def default_candidate(plan: SparseDecodePlan) -> DecodeCandidate:
     """The candidate ``plan`` was planned with."""
     mode = "kernel" if plan.reduces_in_kernel else "launch"
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode)
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm)
 
 
 def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> SparseDecodePlan:
-    """``plan`` relaunched with ``cand`` (its own workspace and arrival counters)."""
+    """``plan`` relaunched with ``cand`` (its own workspace and arrival counters). A tiled plan's
+    weight copy is laid out for its own row slab: LaunchError SP0864 for a candidate of another."""
     from .gemm import empty_array
 
     b = plan.base
-    cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages)
+    if plan.tiled and cand.bm != plan.config.bm:
+        raise LaunchError(SP_TUNE_INPUT, f"a tiled decode plan of {plan.config.bm}-row slabs cannot run {cand}",
+                          help="tune an untiled plan (tiled=False)")
+    if int(plan.meta.shape[0]) % cand.bm:  # (untiled metadata is padded to whole slabs of the plan's bm)
+        raise LaunchError(SP_TUNE_INPUT, f"the plan's metadata rows are not whole {cand.bm}-row slabs")
+    cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
     cfg = dataclasses.replace(cfg, source="tuning")
     work = empty_array(plan.x, (cand.split_k, b.t, b.m), "float32", b.interpret) if cand.split_k > 1 else None
     counters = None
     if cand.split_k > 1 and cand.reduce == "kernel":
-        counters = empty_array(plan.x, (-(-b.m // DECODE_BM),), "int32", b.interpret)
+        counters = empty_array(plan.x, (-(-b.m // cand.bm),), "int32", b.interpret)
         counters[...] = 0
     return dataclasses.replace(plan, config=cfg, workspace=work, counters=counters)
 

@@ -142,6 +142,48 @@ def test_tiled_layout_matches_float64_reference(dtype, n_out, t, k, out_dtype, b
     assert_linear_close(out, weight, x, k, dtype, want, **epi)
 
 
+
+# (the CASES index, the plan's layout and reduction): ragged N_out (200, 130, 70 are no multiple of 64)
+BM64_CASES = [(0, False, "launch"), (1, False, "launch"), (1, True, "kernel"), (3, False, "kernel"),
+              (7, True, "launch"), (8, False, "launch"), (10, True, "launch")]
+
+
+@pytest.mark.parametrize("case,tiled,reduce", BM64_CASES)
+def test_64_row_slabs_match_float64_reference(case, tiled, reduce):
+    """bm=64: one consumer warpgroup per CTA (5 warps) and twice the CTAs; every layout and
+    reduction, against float64 from a poisoned output, and a second run (re-zeroed counters)."""
+    dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split = CASES[case]
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t + k + 7)
+    want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
+    out = np.full((t, n_out), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              split_k=split, tiled=tiled, reduce=reduce, bm=64, **epi)
+    assert plan.config.bm == 64 and plan.config.source == "explicit"
+    main = plan.launches()[0]
+    assert main[1] == (-(-n_out // 64), plan.config.split_k)
+    assert main[3]["BM"] == 64 and main[3]["num_warps"] == 5
+    assert plan.meta.shape[0] % 64 == 0
+    if plan.counters is not None:
+        assert plan.counters.shape == (-(-n_out // 64),)
+    for _ in range(2):
+        out[...] = np.nan
+        assert plan.run() is out
+        assert_linear_close(out, weight, x, k, dtype, want, **epi)
+
+
+def test_64_row_slabs_are_checked_and_compile_for_sm90a(tmp_path):
+    weight, x = problem("bf16", 256, 1, 512, seed=4)
+    for bad in (32, 96, "64", True):
+        assert _code_message(functools.partial(plan_sparse_decode, weight.values, weight.meta, x, interpret=True,
+                                               bm=bad)) == (
+            "SP0860", f"bm of the decode kernel must be one of 128, 64, got {bad!r}")
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=64, split_k=1)
+    (ck,) = plan.compile("sm_90a")
+    assert ck.num_warps == 5
+    assert len(re.findall(r"wgmma\.mma_async\.sp", ck.ptx)) == 4  # BK/32 of m64n8k32 per step, one warpgroup
+    report = ptxas_report(ck.ptx, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report
+
 def test_tile_for_decode_puts_each_box_in_consecutive_rows():
     x = np.arange(256 * 48, dtype=np.uint32).reshape(256, 48)
     tiled = tile_for_decode(x, 128, 16)
@@ -293,14 +335,30 @@ GPU_CASES = [  # Llama-3 8B / 70B layer shapes and ragged ones, every T of the d
 @pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", GPU_CASES)
 def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled, reduce):
+    check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled=tiled, reduce=reduce)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiled,reduce,pdl", [(False, "launch", False), (True, "kernel", True)])
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", GPU_CASES)
+def test_gpu_decode_64_row_slabs(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled, reduce, pdl):
+    """bm=64 (one consumer warpgroup, 5 warps per CTA) on the GPU, both layouts and reductions, PDL."""
+    plan = check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled=tiled, reduce=reduce,
+                            bm=64, pdl=pdl)
+    assert plan.config.bm == 64
+
+
+def check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, **options):
+    """The decode plan of this case (``options`` of plan_sparse_decode) run three times on torch CUDA
+    tensors, each from a poisoned output, against float64; its plan."""
     torch = pytest.importorskip("torch")
     weight, x = problem(dtype, n_out, t, k, seed=12)
     want, epi = epilogue_case(dtype, n_out, t, out_dtype, bias, act, sw, sx)
     cuda = cuda_copy
     values = cuda(np.asarray(weight.values))
     out = torch.full((t, n_out), float("nan"), device="cuda", dtype=getattr(torch, want))
-    plan = plan_sparse_decode(values, weight.meta, cuda(x), out=out, out_dtype=out_dtype, split_k=split, tiled=tiled,
-                              reduce=reduce, **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
+    plan = plan_sparse_decode(values, weight.meta, cuda(x), out=out, out_dtype=out_dtype, split_k=split, **options,
+                              **{key: cuda(v) if key != "activation" else v for key, v in epi.items()})
     assert isinstance(plan, SparseDecodePlan)
     for _ in range(3):  # in-kernel reduction: the arrival counters must be back at zero after each run
         out.fill_(float("nan"))
@@ -310,6 +368,7 @@ def test_gpu_decode_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw,
         assert_linear_close(host, weight, x, k, dtype, want, **epi)
     if plan.counters is not None:
         assert not plan.counters.any()
+    return plan
 
 
 # dtype, N_out, T, K, scale_w, scale_x, split_k, reduce: K of 2 steps (fewer than the stages: the PDL

@@ -24,7 +24,7 @@ from sparsile.stdlib.kernels.decode import (
 from sparsile.stdlib.kernels.linear import plan_sparse_linear
 from sparsile.stdlib.sparsity.errors import SparsityError
 
-from .test_linear_api import problem
+from .test_linear_api import assert_linear_close, problem
 
 H200 = ("NVIDIA H200", 132)
 N_OUT, T, K = 256, 4, 512  # bn 8
@@ -131,6 +131,8 @@ def _launch_error(call) -> tuple[str, str]:
      f"entry '{KEY}' of the decode table: stages must be an integer from 2 to 8, got 1"),
     (table({KEY: entry(2, 3, "host")}), "SP0863",
      f"entry '{KEY}' of the decode table: reduce must be 'launch' or 'kernel', got 'host'"),
+    (table({KEY: {"config": {"split_k": 2, "stages": 3, "bm": 32}}}), "SP0863",
+     f"entry '{KEY}' of the decode table: bm must be one of 128, 64, got 32"),
     (table({KEY: {"us": 1.0}}), "SP0863", f"entry '{KEY}' of the decode table: config is not an object"),
     (table({"bf16 256x512": entry(2, 3)}), "SP0863",
      "entry 'bf16 256x512' of the decode table: the name is not 'DEVICE/SMS DTYPE NxK bnB' "
@@ -174,22 +176,26 @@ def test_sweep_inputs_group_tokens_by_tile():
 
 @pytest.mark.parametrize("m,k,t", [(28672, 4096, 16), (4096, 14336, 64), (4096, 4096, 1), (128, 256, 8)])
 def test_candidate_space_is_valid_and_bounded(m, k, t):
-    space = dt.candidate_space(m, k, t, 2, 132)
-    assert len(space) == len(set(space)) and 1 <= len(space) <= 8 * 7 * 2
+    full = dt.candidate_space(m, k, t, 2, 132)
+    assert len(full) == len(set(full)) and 1 <= len(full) <= 2 * 8 * 8 * 2
+    # 64-row slabs only where 128-row ones leave SMs idle (fewer slabs than SMs)
+    assert {c.bm for c in full} == ({128, 64} if -(-m // 128) < 132 else {128})
     bn = dt.token_tile(t)
-    for c in space:
-        cfg = choose_decode_config(m, t, k, KERNELS["bf16"], 132, c.split_k, c.stages)
-        assert cfg.bn == bn and cfg.stages * (cfg.stage_bytes(2) + 16) <= SMEM_PER_CTA
-        assert 1 <= c.split_k <= MAX_SPLIT and (c.split_k == 1 or k // 128 // c.split_k >= 2)
-        assert -(-m // 128) * c.split_k <= dt.MAX_WAVES * 2 * 132
-        assert c.reduce == "launch" or c.split_k > 1
-    stages = {c.stages for c in space}
-    deepest = max(stages)
-    assert stages == set(range(2, deepest + 1))
-    assert deepest == 8 or (deepest + 1) * (cfg.stage_bytes(2) + 16) > SMEM_PER_CTA  # every ring that fits
-    assert dt.DecodeCandidate(1, 2) in space
-    if k // 128 >= 4:
-        assert dt.DecodeCandidate(2, 2, "kernel") in space
+    for bm in {c.bm for c in full}:
+        space = [c for c in full if c.bm == bm]
+        for c in space:
+            cfg = choose_decode_config(m, t, k, KERNELS["bf16"], 132, c.split_k, c.stages, c.bm)
+            assert cfg.bn == bn and cfg.bm == bm and cfg.stages * (cfg.stage_bytes(2) + 16) <= SMEM_PER_CTA
+            assert 1 <= c.split_k <= MAX_SPLIT and (c.split_k == 1 or k // 128 // c.split_k >= 2)
+            assert -(-m // bm) * c.split_k <= dt.MAX_WAVES * 2 * 132
+            assert c.reduce == "launch" or c.split_k > 1
+        stages = {c.stages for c in space}
+        deepest = max(stages)
+        assert stages == set(range(2, deepest + 1))
+        assert deepest == 8 or (deepest + 1) * (cfg.stage_bytes(2) + 16) > SMEM_PER_CTA  # every ring that fits
+        assert dt.DecodeCandidate(1, 2, "launch", bm) in space
+        if k // 128 >= 4:
+            assert dt.DecodeCandidate(2, 2, "kernel", bm) in space
 
 
 def test_sweep_picks_the_fastest_correct_candidate(weight, monkeypatch):
@@ -274,7 +280,8 @@ def test_sweep_writes_a_table_in_token_order_and_merges(tmp_path):
     sweep = functools.partial(dt.tune_sparse_decode, [f"{N_OUT}x{K}"], benchmarker=bench, problem=plans, device=H200)
     got = sweep([16, 2], out=out)
     assert list(got["entries"]) == [dt.table_key(*H200, "bf16", N_OUT, K, bn) for bn in (16, 8)]
-    assert all(e["config"] == {"split_k": 2, "stages": 2, "reduce": "launch"} for e in got["entries"].values())
+    assert all(e["config"] == {"split_k": 2, "stages": 2, "reduce": "launch", "bm": 128}
+               for e in got["entries"].values())
     assert [e["tokens"] for e in got["entries"].values()] == [16, 2] and got["left_out"] == []
     assert dt.load_decode_table(out).keys() == {*got["entries"], other}
     late = sweep([16, 2], max_seconds=0.0)
@@ -309,6 +316,21 @@ def test_timed_calls_rotate_over_weight_copies(weight):
         rot(stream="s")
     assert ran == [(0, "s"), (1, "s"), (2, "s"), (0, "s")] and rot.calls == 9
     assert dt.Rotation([Fake(0)], dt.DecodeCandidate(1, 2)).calls == dt.GRAPH_CALLS
+
+
+def test_an_entry_of_64_row_slabs_plans_them(on_h200, weight):
+    """An entry's "bm" reaches the plan (grid, warps, counters); one without it means 128; the
+    result is the float64 reference's."""
+    (w, x) = weight
+    t = table({KEY: {"config": {"split_k": 2, "stages": 3, "reduce": "kernel", "bm": 64}}})
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=t)
+    assert (plan.config.bm, plan.config.split_k, plan.config.source) == (64, 2, "table")
+    (main,) = plan.launches()
+    assert main[1] == (N_OUT // 64, 2) and main[3]["num_warps"] == 5 and plan.counters.shape == (N_OUT // 64,)
+    plan.out[...] = np.nan
+    assert_linear_close(plan.run(), w, x, K, "bf16", "bfloat16")
+    assert str(dt.DecodeCandidate(2, 3, "kernel", 64)) == "split_k=2 stages=3 reduce=kernel bm=64"
+    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=table({KEY: entry(2, 3)})).config.bm == 128
 
 
 def test_a_plan_for_another_sm_count_takes_no_entry(on_h200, weight):
