@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh decode-bm64       # the decode kernel's 64-row slabs: GPU tests, the bf16 table re-tuned, the layer at T <= 16
 #   bash scripts/gpu_runs.sh unrun-14          # the whole suite after the deferred epilogue loads, the layer at T 256-1024 and T <= 16
 #   bash scripts/gpu_runs.sh profile-linear    # the layer's epilogue against sparse_matmul at prefill T, timed and under ncu
 #   bash scripts/gpu_runs.sh graph-t16         # the layer's CUDA-graph target, bf16 and e4m3 in one table; more table checks
@@ -130,6 +131,17 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+decode-bm64)  # the decode kernel's 64-row slabs (fifteenth session): GPU tests, the bf16 table re-tuned with them
+             # for the weights of fewer 128-row slabs than SMs (T 16 and 1), then the layer's graph target
+    run 150 python -m pytest -q -m gpu -n 8 -rfE tests/stdlib/test_decode_api.py tests/stdlib/test_decode_tuning.py
+    cp stdlib/kernels/tuned/decode-h200.json /tmp/decode-before.json
+    run 200 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 1024x4096 4096x14336 8192x8192 \
+        10240x8192 8192x28672 14336x4096 --tokens 16 1 --dtype bf16 --max-seconds 170 -v \
+        -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/decode-h200.json"
+    run 70 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 --variants graph --max-seconds 60 \
+        --json "$out/linear_t16_bf16.json"
     ;;
 unrun-14)  # the fourteenth session's deferred epilogue loads (03e1b4c): the whole suite (it ran out of time there),
           # the e4m3 layer at prefill T (quantizer + kernel, now without the per-token-scale spill), and the
