@@ -33,7 +33,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from torch_timing import environment, torch_layer_missing  # a sibling script, not a package
 
-SHAPES = {"8B_o": (4096, 4096), "8B_gate_up": (28672, 4096), "8B_qkv": (6144, 4096), "70B_down": (8192, 28672)}
+SHAPES = {"8B_o": (4096, 4096), "8B_gate_up": (28672, 4096), "8B_qkv": (6144, 4096), "70B_down": (8192, 28672),
+          "70B_o": (8192, 8192), "70B_qkv": (10240, 8192)}
 
 
 def host_us(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 300, blocks: int = 7) -> float:
@@ -143,9 +144,10 @@ def main() -> None:
         from sparsile.integrations.torch import SparseLinear
 
         n, k = SHAPES[name]
-        layer = SparseLinear.from_dense(torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16))
+        layer = SparseLinear.from_dense(torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16),
+                                        None if args.dtype == "bf16" else args.dtype)
         x = torch.randn(args.tokens, k, device="cuda", dtype=torch.bfloat16)
-        print(f"\ncProfile of 2000 calls of SparseLinear {name} (T = {args.tokens}):")
+        print(f"\ncProfile of 2000 calls of SparseLinear {name}, {args.dtype} (T = {args.tokens}):")
         print(profile_calls(functools.partial(layer, x), torch.cuda.synchronize))
 
 
