@@ -122,7 +122,7 @@ def load_decode_table(table: Any) -> dict[str, DecodeCandidate]:
         except ValueError as e:
             raise LaunchError(SP_TABLE_ENTRY, f"entry {name!r} of the decode table{' ' + where if where else ''}: {e}",
                               help='an entry is "DEVICE/SMS DTYPE NxK bnB": {"config": {"split_k", "stages", '
-                                   '"reduce"}}') from None
+                                   '"reduce", "bm"}}') from None
     return out
 
 
