@@ -10,6 +10,12 @@ gemm_variants.py --profile-once`` (the ninth session's comparison in RESULTS.md)
 kernel launched with one CTA per tile ("tile") and the CTA-pair kernel that ``sparse_matmul`` runs
 for large C ("pair"), for every (STAGES, GROUP_M) given; ``--tma-store`` adds both with the epilogue
 that stores the tile through shared memory by TMA (the ``_tma`` kernels; at most STAGES 4 fit).
+``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA group kept in flight
+across K steps (three metadata register sets, each stage released one step later), against the
+default that waits for every MMA; ``--pingpong`` adds the ping-pong kernel at its best measured
+configuration (128 x 128, BK 128, 4 stages, a CTA per SM; with ``--inflight`` also its INFLIGHT=1).
+
+    python benchmarks/gemm_variants.py --dtypes bf16 f16 --inflight --pingpong
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--tma-store", action="store_true",
                     help="also the kernels whose epilogue stores the tile through shared memory by TMA (_tma)")
+    ap.add_argument("--inflight", action="store_true",
+                    help="also each kernel with INFLIGHT=1 (one sparse MMA group in flight across K steps)")
+    ap.add_argument("--pingpong", action="store_true",
+                    help="also the ping-pong kernel (128 x 128, BK 128, 4 stages; INFLIGHT=1 too with --inflight)")
     ap.add_argument("--profile-once", action="store_true",
                     help="one call of each contender inside a CUDA profiler range (for ncu --profile-from-start off)")
     return ap.parse_args(argv)
@@ -53,35 +63,58 @@ def profiled_once(fn: Callable[[], Any], iters: int) -> float:
     return 0.0
 
 
-def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[..., float]) -> None:
+PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}
+"""The ping-pong kernel's fastest configuration on the H200 (docs/hopper.md, "The ping-pong schedule")."""
+
+
+def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: int, n: int, sms: int
+             ) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """label -> (the kernel launched on its grid, constexprs over BN=256 and the STAGES / GROUP_M
+    of the table); ``pingpong`` is the ping-pong module (None without --pingpong)."""
+    from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
+    from sparsile.stdlib.kernels.gemm_schedule import pingpong_ctas
+
+    tiles = -(-m // 128) * -(-n // 256)
+    kernels: dict[str, tuple[Any, dict[str, Any]]] = {"tile": (getattr(mod, f"sparse_gemm_{dtype}")[(tiles,)], {})}
+    pairs = pair_ctas(m, n, 256, KERNELS[dtype], 1, True, sms)
+    if pairs:
+        kernels["pair"] = (getattr(mod, f"sparse_gemm_{dtype}_pair")[(pairs,)], {})
+        if args.tma_store:  # the same CTA pairs, the tile stored through shared memory by TMA
+            kernels["pair, TMA-store epilogue"] = (getattr(mod, f"sparse_gemm_{dtype}_pair_tma")[(pairs,)], {})
+    if args.tma_store and dtype == "bf16":
+        kernels["tile, TMA-store epilogue"] = (mod.sparse_gemm_bf16_tma[(tiles,)], {})
+    if pingpong is not None:
+        grid = (pingpong_ctas(m, n, PINGPONG_CONFIG["BN"], sms),)
+        kernels["ping-pong 128x128, BK 128"] = (getattr(pingpong, f"sparse_gemm_{dtype}_pingpong")[grid],
+                                                dict(PINGPONG_CONFIG))
+    if args.inflight:  # each of them again with one sparse MMA group in flight
+        kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})
+                        for label, (kern, cfg) in list(kernels.items())})
+    return kernels
+
+
+def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[..., float],
+                pingpong: Any = None) -> None:
     """The table rows of one dtype: each variant, then cuSPARSELt (default, searched) and cuBLAS."""
     import torch
-
-    from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
 
     n = m = k = args.size
     o = B.pruned_operands(dtype, m, n, k, seed=1)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    kernels = {"tile": getattr(mod, f"sparse_gemm_{dtype}")[((m // 128) * (n // 256),)]}
-    pairs = pair_ctas(m, n, 256, KERNELS[dtype], 1, True, torch.cuda.get_device_properties(0).multi_processor_count)
-    if pairs:
-        kernels["pair"] = getattr(mod, f"sparse_gemm_{dtype}_pair")[(pairs,)]
-        if args.tma_store:  # the same CTA pairs, the tile stored through shared memory by TMA
-            kernels["pair, TMA-store epilogue"] = getattr(mod, f"sparse_gemm_{dtype}_pair_tma")[(pairs,)]
-    if args.tma_store and dtype == "bf16":
-        kernels["tile, TMA-store epilogue"] = mod.sparse_gemm_bf16_tma[((m // 128) * (n // 256),)]
-    for label, kern in kernels.items():
-        for stages in args.stages:
+    kernels = variants(mod, pingpong, dtype, args, m, n, torch.cuda.get_device_properties(0).multi_processor_count)
+    for label, (kern, cfg) in kernels.items():
+        for stages in [cfg["STAGES"]] if "STAGES" in cfg else args.stages:  # the ping-pong kernel: its own
             for group_m in args.group_m:
-                def call(kern: Any = kern, stages: int = stages, group_m: int = group_m) -> None:
-                    kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, BN=256, STAGES=stages,
-                         GROUP_M=group_m)
+                kw = {"BN": 256, "STAGES": stages, "GROUP_M": group_m, **cfg}
+
+                def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
+                    kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, **kw)
                 c.fill_(float("nan"))
                 call()
                 torch.cuda.synchronize()
                 err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
-                print(f"| {dtype} | {label} | {stages} | {group_m} | {timer(call, args.iters):.1f} | {err:.1e} |",
-                      flush=True)
+                print(f"| {dtype} | {label} | {kw['STAGES']} | {group_m} | {timer(call, args.iters):.1f} | "
+                      f"{err:.1e} |", flush=True)
     comp, bt = torch._cslt_compress(o["w"]), o["b"].T
     alg = B.cslt_search(comp, bt)
     default = timer(lambda: torch._cslt_sparse_mm(comp, bt), args.iters)
@@ -101,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         print("gemm_variants needs an NVIDIA GPU and torch with CUDA", file=sys.stderr)
         return 2
     mod = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
+    pingpong = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90_pingpong.spk") if args.pingpong else None
     print("| dtype | kernel | STAGES | GROUP_M | µs | err |\n|---|---|---|---|---|---|")
     for dtype in args.dtypes:
-        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time_us)
+        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time_us, pingpong)
     return 0
 
 

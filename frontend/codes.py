@@ -128,7 +128,7 @@ CODES: dict[str, str] = {
     "SP0346": "constant too large",
     "SP0355": "tile passed to a partition",
     "SP0356": "partition returns a value",
-    "SP0370": "waiting with sparse wgmma groups in flight",
+    "SP0370": "sparse wgmma metadata rewritten in flight",
     "SP0371": "bad `per=` of `mbarrier.arrive`",
     "SP0380": "not a shared-memory buffer",
     "SP0381": "not an mbarrier",

@@ -661,3 +661,45 @@ def test_sparse_gemm_cusparselt_default_and_searched_algorithm(monkeypatch):
     assert out["cslt"] and out["cslt_tuned"] is None and out["cslt_tuned_error"] == "RuntimeError: no"
     monkeypatch.setattr(torch, "_cslt_compress", lambda w: (_ for _ in ()).throw(ValueError("dtype")))
     assert bsg.cslt_times(w, b, "bf16", 5) == {"cslt": None, "cslt_tuned": None, "cslt_error": "ValueError: dtype"}
+
+
+# ------------------------------------------------------------------------------------------------
+# gemm_variants (--inflight, --pingpong; the GPU run is the lead's)
+
+gv = load_script("gemm_variants")
+
+
+class _Launchable:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getitem__(self, grid):
+        return (self.name, grid)
+
+
+class _Module:
+    def __getattr__(self, name: str):
+        return _Launchable(name)
+
+
+def test_gemm_variants_arguments():
+    args = gv.parse_args([])
+    assert not args.inflight and not args.pingpong and not args.tma_store and args.dtypes == ["bf16", "f16"]
+    args = gv.parse_args(["--inflight", "--pingpong", "--dtypes", "bf16", "--stages", "4", "5"])
+    assert args.inflight and args.pingpong and args.stages == [4, 5]
+    with pytest.raises(SystemExit):
+        gv.parse_args(["--dtypes", "e4m3"])
+
+
+def test_gemm_variants_inflight_and_pingpong_rows():
+    """--inflight adds each kernel again with INFLIGHT=1; --pingpong the ping-pong kernel at its best
+    configuration on a CTA per SM (132 here, for 32 x 32 tiles of 128 x 256); the defaults are unchanged."""
+    plain = gv.variants(_Module(), None, "bf16", gv.parse_args([]), 8192, 8192, 132)
+    assert plain == {"tile": (("sparse_gemm_bf16", (2048,)), {}), "pair": (("sparse_gemm_bf16_pair", (132,)), {})}
+    rows = gv.variants(_Module(), _Module(), "f16", gv.parse_args(["--inflight", "--pingpong"]), 8192, 8192, 132)
+    assert list(rows) == ["tile", "pair", "ping-pong 128x128, BK 128", "tile, INFLIGHT=1", "pair, INFLIGHT=1",
+                          "ping-pong 128x128, BK 128, INFLIGHT=1"]
+    assert rows["tile, INFLIGHT=1"] == (("sparse_gemm_f16", (2048,)), {"INFLIGHT": 1})
+    assert rows["ping-pong 128x128, BK 128"] == (("sparse_gemm_f16_pingpong", (132,)),
+                                                  {"BN": 128, "BK": 128, "STAGES": 4})
+    assert rows["ping-pong 128x128, BK 128, INFLIGHT=1"][1] == {"BN": 128, "BK": 128, "STAGES": 4, "INFLIGHT": 1}

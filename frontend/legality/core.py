@@ -188,7 +188,7 @@ def rules_for(target: Any) -> TargetRules:
 
 def load_rule_modules() -> None:
     """Import the rule modules, which register their rules into the OpDefs."""
-    from . import cluster, grid_dependency, layout, memory, meta, mma, tmem  # noqa: F401
+    from . import cluster, grid_dependency, layout, memory, meta, mma, tmem, wgmma_inflight  # noqa: F401
 
 
 # ------------------------------------------------------------------------------------------------

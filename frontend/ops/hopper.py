@@ -15,7 +15,9 @@ change while the MMA runs); ``b`` is ``N x K`` (K-major,
 warpgroups of the partition split M in blocks of 64 rows (each warpgroup issues ``M / 64 /
 warpgroups`` MMAs per K step). ``a_meta`` is the ``M x K/32`` (tf32: ``K/16``) block of
 metadata words, in registers (load it from global or shared memory; the compiler gives it the
-wgmma metadata layout).
+wgmma metadata layout). Sparse groups may stay in flight (``wgmma_wait(n > 0)``) while their
+metadata registers are left alone until the wait that retires them (the hardware reads them
+asynchronously); the legality pass checks it (SP0370, frontend/legality/wgmma_inflight.py).
 """
 
 from __future__ import annotations
@@ -121,13 +123,12 @@ def wgmma(em: Emitter, a: Arg, b: Arg, acc: Arg, a_meta: Arg | None = None, b_km
 def wgmma_wait(em: Emitter, pending: Arg, acc: Arg) -> Value:
     """Wait until at most ``pending`` wgmma groups are in flight; returns ``acc`` ready to read.
 
-    After a *sparse* wgmma only ``pending=0`` is allowed (SP0370): the hardware reads the
-    metadata register asynchronously, and the compiler cannot prove that the registers of a
-    group still in flight are not rewritten. On an H200, one group pending with a metadata
-    rotation (``meta = meta_next``) gave wrong results; three register sets, each reloaded only
-    after the wait that retired its MMA, gave right results but were no faster than waiting for
-    every group with two warpgroups working independently (benchmarks/RESULTS.md), so nothing
-    is lost by the rule."""
+    Sparse groups may stay in flight (``pending > 0``) as long as the metadata register each one
+    reads is not rewritten before the wait that retires it: the hardware reads it asynchronously.
+    The legality pass proves that or reports SP0370 at the line that rewrites it
+    (frontend/legality/wgmma_inflight.py): on an H200, one group pending with a metadata rotation
+    (``meta = meta_next``) gave wrong results, while three register sets, each reloaded only after
+    the wait that retired its MMA, gave right ones (benchmarks/RESULTS.md)."""
     n = em.constexpr(pending, "the number of pending groups")
     if not 0 <= n <= 7:
         em.error("SP0394", f"wgmma.wait_group takes 0 to 7 pending groups, found {n}", pending.span)
@@ -141,11 +142,6 @@ def wgmma_wait(em: Emitter, pending: Arg, acc: Arg) -> Value:
                      "must not change while the MMA is in flight", pending.span,
                      help="wait for all groups after register-A MMAs: `hopper.wgmma_wait(0, acc)`; overlap comes "
                           "from several warpgroups working independently (PTX ISA 9.7.15.5.2)")
-        elif src is not None and src.name == "hopper.wgmma" and src.attrs.get("sparse"):
-            em.error("SP0370", f"hopper.wgmma_wait({n}, ...) after a sparse wgmma: the metadata register of the "
-                     "MMA still in flight could be overwritten", pending.span,
-                     help="wait for all groups after sparse MMAs: `hopper.wgmma_wait(0, acc)`; overlap comes "
-                          "from several warpgroups working independently")
     return em.op1("hopper.wgmma_wait", [v], v.type, pending=n)
 
 

@@ -238,14 +238,14 @@ def test_tf32_wgmma_truncates_f32_inputs(mod):
     assert (c == 32.0).all(), np.unique(c)
 
 
-def run_split_k(mod, m, n, k, split, interpret, bn=64, seed=4):
+def run_split_k(mod, m, n, k, split, interpret, bn=64, seed=4, **cfg):
     """The sparse GEMM with SPLIT_K shares into an f32 workspace (poisoned), then splitk_reduce."""
     vals, meta, b, ref = operands(m, n, k, seed)
     work = np.full((split, m, n), np.nan, np.float32)
     c = np.full((m, n), np.nan, np.float16)
     grid = (((m + 127) // 128) * ((n + bn - 1) // bn), split)
     gemm = mod.sparse_gemm_f16_splitk.interpret[grid] if interpret else mod.sparse_gemm_f16_splitk[grid]
-    gemm(vals, meta, b, work, m, n, k, meta.shape[1], n, BN=bn, SPLIT_K=split)
+    gemm(vals, meta, b, work, m, n, k, meta.shape[1], n, BN=bn, SPLIT_K=split, **cfg)
     red_grid = ((m * n + 1023) // 1024,)
     red = mod.splitk_reduce.interpret[red_grid] if interpret else mod.splitk_reduce[red_grid]
     red(work, c, m * n, SPLIT_K=split)
@@ -266,6 +266,154 @@ def test_interpreter_split_k_matches_reference(mod, m, n, k, split):
 def test_sparse_gemm_split_k(mod, m, n, k, split):
     work, c, ref = run_split_k(mod, m, n, k, split, interpret=False, bn=128)
     assert not np.isnan(work).any()
+    check(c, ref, k)
+
+
+# ------------------------------------------------------------------------------------------------
+# INFLIGHT = 1: one sparse MMA group in flight across K steps (three metadata register sets, the K
+# loop unrolled by three, each stage released one step later; `k_steps_in_flight`). The interpreter
+# runs the MMAs synchronously, so these check the step and remainder logic and the ring's arrivals
+# (a missing or extra release deadlocks or corrupts a persistent CTA's later tiles); the legality
+# pass and the PTX check below cover the metadata registers, the GPU tests the rest.
+
+
+@pytest.mark.parametrize("dtype,m,n,k,bn", [
+    ("f16", 200, 130, 64, 64),    # 1 K step: only the remainder, no release before the final wait
+    ("bf16", 70, 40, 96, 32),     # 2 K steps, the last half zero-filled: both remainder steps
+    ("f16", 130, 70, 160, 64),    # 3: one round of the unrolled loop, no remainder
+    ("bf16", 64, 96, 224, 64),    # 4: one round and one remainder step
+    ("f16", 100, 50, 288, 32),    # 5: one round and two remainder steps
+    ("f16", 130, 200, 448, 64),   # 7: two rounds and one remainder step
+    ("e4m3", 130, 70, 640, 64),   # BK = 128: 5 K steps
+])
+def test_interpreter_inflight_matches_reference(mod, dtype, m, n, k, bn):
+    c, ref = run(getattr(mod, f"sparse_gemm_{dtype}"), m, n, k, 11, interpret=True, dtype=dtype, BN=bn, INFLIGHT=1)
+    check(c, ref, k)
+
+
+@pytest.mark.parametrize("programs,m,n,k,bn", [(2, 300, 200, 192, 64), (3, 260, 130, 128, 64),
+                                               (1, 130, 70, 320, 32), (2, 200, 130, 64, 64)])
+def test_interpreter_inflight_persistent_grid_matches_reference(mod, programs, m, n, k, bn):
+    """Fewer CTAs than tiles, K-step counts 3, 2, 5 and 1 per tile: the ring slots and phases run on
+    across a CTA's tiles, so a stage released twice or never shows in its next tile."""
+    c, ref = run(mod.sparse_gemm_f16, m, n, k, 12, interpret=True, programs=programs, BN=bn, INFLIGHT=1)
+    check(c, ref, k)
+
+
+@pytest.mark.parametrize("kernel,m,n,k,programs,bn", [
+    ("sparse_gemm_f16_pair", 200, 130, 192, None, 64),     # each stage released on both CTAs (multicast)
+    ("sparse_gemm_f16_pair", 260, 130, 256, 2, 64),        # one persistent pair, 4 K steps
+    ("sparse_gemm_bf16_tma", 200, 136, 160, 2, 64),        # TMA-store epilogue, persistent
+])
+def test_interpreter_inflight_variants_match_reference(mod, kernel, m, n, k, programs, bn):
+    dtype = "f16" if "_f16_" in kernel else "bf16"
+    grid = programs or (pair_grid(m, n, bn=bn) if "pair" in kernel else None)
+    c, ref = run(getattr(mod, kernel), m, n, k, 13, interpret=True, dtype=dtype, programs=grid, BN=bn, INFLIGHT=1)
+    check(c, ref, k)
+
+
+@pytest.mark.parametrize("m,n,k,split", [(130, 70, 320, 2), (64, 64, 448, 3), (200, 40, 128, 3)])
+def test_interpreter_inflight_split_k_matches_reference(mod, m, n, k, split):
+    """Shares of 3+2, 3+3+1 and 1+1+0 K steps: a share of none waits for nothing and releases nothing."""
+    work, c, ref = run_split_k(mod, m, n, k, split, interpret=True, INFLIGHT=1)
+    assert not np.isnan(work).any()
+    check(c, ref, k)
+
+
+def _loop_blocks(blocks):
+    """Indices of the PTX basic blocks that lie on a cycle (a loop body)."""
+    index = {b.label: i for i, b in enumerate(blocks)}
+
+    def reaches(src: int, dst: int) -> bool:
+        seen, todo = set(), [src]
+        while todo:
+            i = todo.pop()
+            for s in blocks[i].successors:
+                j = index[s]
+                if j == dst:
+                    return True
+                if j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        return False
+
+    return {i for i in range(len(blocks)) if reaches(i, i)}
+
+
+@pytest.mark.parametrize("kernel", ["sparse_gemm_bf16", "sparse_gemm_f16", "sparse_gemm_e4m3", "sparse_gemm_f16_pair"])
+def test_inflight_ptx_keeps_one_group_in_flight(kernel):
+    """The K loop waits with `wgmma.wait_group 1` (three steps per iteration, two more in the
+    remainder, one `wait_group 0` per tile), and no register a sparse wgmma in flight reads as
+    metadata is written before the wait that retires it, checked on the PTX's control-flow graph
+    (tests/support/ptx_wgmma.py). Without INFLIGHT the kernel waits for every group."""
+    from sparsile.tests.support import compile_stdlib
+    from sparsile.tests.support.ptx_wgmma import entry_blocks, metadata_hazards
+
+    ptx = compile_stdlib("sparse_gemm_sm90.spk", kernel, "sm_90a", stop_after="ptx", INFLIGHT=1).ptx
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 5 and ptx.count("wgmma.wait_group.sync.aligned 0;") == 1
+    blocks = entry_blocks(ptx)
+    in_loops = _loop_blocks(blocks)
+    waits = [i for i, b in enumerate(blocks) for st in b.statements if st.text == "wgmma.wait_group.sync.aligned 1"]
+    assert len(waits) == 5 and all(i in in_loops for i in waits)
+    assert metadata_hazards(ptx) == []
+    default = compile_stdlib("sparse_gemm_sm90.spk", kernel, "sm_90a", stop_after="ptx").ptx
+    assert "wgmma.wait_group.sync.aligned 1;" not in default
+
+
+def test_inflight_schedule_reloading_a_set_too_early_is_sp0370():
+    """The compiler holds the schedule to its rule: with set a reloaded before the wait that
+    retires the MMA reading it (one line moved up), the kernel is SP0370 at that reload (the load
+    of `load_meta`, inlined), naming the set."""
+    from sparsile.frontend.diagnostics import CompileError
+    from sparsile.tests.support import signature
+
+    text = (KERNELS / "sparse_gemm_sm90.spk").read_text()
+    step_b = "    acc = step_in_flight(a_s, b_s, full, empty, acc, meta_b, g + 1, 1, STAGES, RELEASE)\n"
+    reload_a = "    meta_a = load_meta(E, rows, wcols, k + 3, m16, lde, KW)\n"
+    assert text.count(step_b + reload_a) == 1
+    broken = sp.loads(text.replace(step_b + reload_a, reload_a + step_b), "broken.spk", path=KERNELS / "broken.spk")
+    kern = broken.sparse_gemm_bf16
+    with pytest.raises(CompileError) as info:
+        kern.compile(signature(kern, INFLIGHT=1), target="sm_90a", stop_after="ir")
+    (d,) = info.value.diagnostics
+    load_line = 1 + text[:text.index("    return load(E + rows[:, None] * lde")].count("\n")
+    assert (d.code, d.span.line) == ("SP0370", load_line) and "`meta_a`" in d.message
+
+
+@pytest.mark.parametrize("kernel", ["sparse_gemm_bf16", "sparse_gemm_e4m3"])
+def test_inflight_assembles_without_spills_or_serialized_wgmma(kernel):
+    """nvJitLink (the path these kernels take): no spills, no local memory, and ptxas keeps the
+    MMAs asynchronous (no "wgmma serialized" info, C7510)."""
+    from sparsile.tests.support import compile_stdlib
+
+    ck = compile_stdlib("sparse_gemm_sm90.spk", kernel, "sm_90a", INFLIGHT=1)
+    assert "0 bytes spill stores" in ck.info_log and "0 bytes lmem" in ck.info_log
+    assert "C7510" not in ck.info_log and "serialized" not in ck.info_log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,programs", [
+    ("f16", 1000, 2000, 1024, None), ("bf16", 1000, 600, 768, None), ("f16", 200, 130, 192, None),
+    ("bf16", 4096, 4096, 4096, None), ("f16", 1000, 2000, 1088, 7),   # 17 K steps (2 in the remainder), persistent
+    ("f16", 128, 256, 64, None),                                       # one K step
+])
+def test_sparse_gemm_inflight(mod, dtype, m, n, k, programs):
+    c, ref = run(getattr(mod, f"sparse_gemm_{dtype}"), m, n, k, 21, dtype=dtype, programs=programs, INFLIGHT=1)
+    check(c, ref, k)
+
+
+@pytest.mark.gpu
+def test_sparse_gemm_inflight_e4m3(mod):
+    m, n, k = 1000, 600, 1024
+    c, ref = run(mod.sparse_gemm_e4m3, m, n, k, 22, dtype="e4m3", INFLIGHT=1)
+    check(c, ref, k, _abs_products(m, n, k, 22, "e4m3"), acc_bits=14, instr_k=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,programs", [("f16", 1000, 2000, 1024, None), ("bf16", 4096, 4096, 4096, 132)])
+def test_sparse_gemm_pair_inflight(mod, dtype, m, n, k, programs):
+    c, ref = run(getattr(mod, f"sparse_gemm_{dtype}_pair"), m, n, k, 23, dtype=dtype,
+                 programs=programs or pair_grid(m, n), INFLIGHT=1)
     check(c, ref, k)
 
 
@@ -301,6 +449,22 @@ def test_sparse_gemm_pingpong(pingpong, dtype, m, n, k, programs, cfg):
     tiles = -(-m // cfg.get("BM", 128)) * -(-n // cfg["BN"])
     kernel = getattr(pingpong, f"sparse_gemm_{dtype}_pingpong")
     c, ref = run(kernel, m, n, k, m + k, dtype=dtype, programs=programs or min(tiles, _sm_count()), **cfg)
+    check(c, ref, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,programs,cfg", [
+    ("bf16", 1000, 600, 768, 7, {}),                        # 12 K steps per tile, several tiles per CTA
+    ("f16", 1000, 2000, 1056, 3, {"BN": 64}),               # 17 K steps, the last ragged
+    ("bf16", 4096, 4096, 4096, None, {"BK": 128, "STAGES": 4}),
+])
+def test_sparse_gemm_pingpong_inflight(pingpong, dtype, m, n, k, programs, cfg):
+    """INFLIGHT = 1: each warpgroup keeps one sparse MMA group in flight within its turn."""
+    cfg = {"BN": 128, **cfg}
+    tiles = -(-m // cfg.get("BM", 128)) * -(-n // cfg["BN"])
+    kernel = getattr(pingpong, f"sparse_gemm_{dtype}_pingpong")
+    c, ref = run(kernel, m, n, k, m + k, dtype=dtype, programs=programs or min(tiles, _sm_count()), INFLIGHT=1,
+                 **cfg)
     check(c, ref, k)
 
 

@@ -71,6 +71,24 @@ def test_kernel_matches_float64(mod, dtype, m, n, k, programs, bm, bn):
     check(c, ref, absp)
 
 
+@pytest.mark.parametrize("dtype,m,n,k,programs,bm,bn", [
+    ("f16", 70, 40, 64, 1, 64, 32),       # 1 K step: only the last step (its own metadata set)
+    ("bf16", 200, 70, 96, 1, 128, 32),    # 2: one step, then the last
+    ("f16", 300, 130, 192, 2, 128, 64),   # 3: two remainder steps, then the last
+    ("bf16", 130, 100, 256, 3, 64, 32),   # 4: one round of three, then the last
+    ("f16", 100, 50, 320, 2, 128, 32),    # 5: a round, one remainder step, the last
+    ("bf16", 130, 60, 512, 2, 64, 32),    # 8: two rounds, one remainder step, the last; 3 x 2 tiles
+])
+def test_inflight_kernel_matches_float64(mod, dtype, m, n, k, programs, bm, bn):
+    """INFLIGHT = 1 (one sparse MMA group in flight, three metadata sets and one for the last step):
+    K-step counts 1 to 5 and 8, both warpgroups with several tiles; C is poisoned with NaN."""
+    vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    kernel = getattr(mod, f"sparse_gemm_{dtype}_pingpong")
+    kernel.interpret[(programs,)](vals, meta, b, c, m, n, k, meta.shape[1], n, BM=bm, BN=bn, INFLIGHT=1)
+    check(c, ref, absp)
+
+
 def test_the_turns_are_real_waits(mod):
     """Without warpgroup 1's first arrival (on behalf of tile -1), warpgroup 0 waits for its turn
     at tile 0 and warpgroup 1 for tile 0's last MMA: the interpreter finds every partition waiting
@@ -214,6 +232,23 @@ def test_nvjitlink_assembles_it_without_budgets_and_without_spills(bf16_ptx, mon
     if sass is None:
         pytest.skip("nvdisasm is not installed")
     assert "USETMAXREG" not in sass and sass.count("HGMMA.SP.64x128x32.F32.BF16") == 32
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_inflight_ptx_keeps_one_group_in_flight(dtype):
+    """INFLIGHT = 1: per consumer warpgroup three `wgmma.wait_group 1` in the unrolled loop and two in
+    the remainder, one `wait_group 0` after the last step; no metadata register of a sparse wgmma in
+    flight is written before the wait that retires it (tests/support/ptx_wgmma.py)."""
+    from sparsile.tests.support import compile_stdlib
+    from sparsile.tests.support.ptx_wgmma import metadata_hazards
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", W.RegisterBudgetWarning)
+        ptx = compile_stdlib("sparse_gemm_sm90_pingpong.spk", f"sparse_gemm_{dtype}_pingpong", "sm_90a",
+                             stop_after="ptx", INFLIGHT=1).ptx
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 2 * 5
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 2
+    assert metadata_hazards(ptx) == []
 
 
 @pytest.mark.skipif(not K.ptxas_available(), reason="no ptxas here (pip install 'sparsile[ptxas]' brings one)")

@@ -1,0 +1,154 @@
+"""A check of compiled PTX, independent of the compiler's own analysis (frontend/legality/
+wgmma_inflight.py): is any register that a ``wgmma.mma_async.sp`` in flight reads as metadata
+written before the ``wgmma.wait_group`` that retires it?
+
+It runs the same abstract interpretation on the PTX's control-flow graph, after LLVM has chosen
+the registers: each ``wgmma.mma_async.sp`` instruction joins the group of the next
+``wgmma.commit_group``; ``wgmma.wait_group N`` retires the groups with N or more committed after
+them; the state keeps, per sparse wgmma instruction, the fewest groups committed after it on any
+path (-1 while its group is open). A statement whose destination is the metadata register of an
+instruction in the state is a hazard. Inline asm statements (``{ .reg ...; a; b; }`` on one line)
+count one by one."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+LABEL = re.compile(r"^\s*(\$?[\w.$]+):\s*$")
+REG = re.compile(r"^%[\w.]+$")
+NO_DESTINATION = ("st.", "red.", "bar.", "barrier.", "bra", "call", "ret", "exit", "fence", "cp.", "prefetch",
+                  "membar", "trap", "setmaxnreg", "griddepcontrol", "wgmma.fence", "wgmma.commit_group",
+                  "wgmma.wait_group", "mbarrier.init", "mbarrier.expect_tx", "tensormap.", "stmatrix")
+DEPTH_CAP = 7
+
+
+@dataclass
+class Statement:
+    line: int
+    text: str
+    opcode: str
+    operands: list[str]
+    guard: str = ""
+
+
+@dataclass
+class Block:
+    label: str
+    statements: list[Statement] = field(default_factory=list)
+    successors: list[str] = field(default_factory=list)
+
+
+def _split_operands(s: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _statements(line_no: int, line: str) -> list[Statement]:
+    code = line.split("//", 1)[0].strip()
+    out = []
+    for piece in code.split(";"):
+        p = piece.strip()
+        while p.startswith("{") and not p.startswith("{%"):
+            p = p[1:].strip()
+        while p.endswith("}") and p.count("{") < p.count("}"):
+            p = p[:-1].strip()
+        if not p or p.startswith("."):
+            continue
+        guard = ""
+        if p.startswith("@"):
+            guard, p = p.split(None, 1)
+        parts = p.split(None, 1)
+        out.append(Statement(line_no, p, parts[0], _split_operands(parts[1]) if len(parts) > 1 else [], guard))
+    return out
+
+
+def entry_blocks(ptx: str) -> list[Block]:
+    """The basic blocks of the (first) ``.entry`` of ``ptx``, in text order, with their successors."""
+    lines = ptx.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ".entry" in ln)
+    body = next(i for i in range(start, len(lines)) if lines[i].strip() == "{")
+    blocks = [Block("<entry>")]
+    for i in range(body + 1, len(lines)):
+        ln = lines[i]
+        if ln.strip() == "}":  # the end of the entry's body (inline asm braces share a line with code)
+            break
+        m = LABEL.match(ln)
+        if m:
+            blocks.append(Block(m.group(1)))
+            continue
+        for st in _statements(i + 1, ln):
+            blocks[-1].statements.append(st)
+            if st.opcode.startswith("bra") or st.opcode in ("ret", "exit"):
+                if st.opcode.startswith("bra"):
+                    blocks[-1].successors.append(st.operands[0])
+                if not st.guard:
+                    blocks.append(Block(f"<after {i + 1}>"))  # unreachable unless labelled
+    for b, nxt in itertools.pairwise(blocks):
+        last = b.statements[-1] if b.statements else None
+        if last is None or last.guard or not (last.opcode.startswith("bra") or last.opcode in ("ret", "exit")):
+            b.successors.append(nxt.label)  # falls through
+    return blocks
+
+
+def _writes(st: Statement) -> list[str]:
+    if not st.operands or st.opcode.startswith(NO_DESTINATION):
+        return []
+    first = st.operands[0]
+    if first.startswith("{"):
+        return [r.strip() for r in first.strip("{}").split(",") if REG.match(r.strip())]
+    return [r for r in first.split("|") if REG.match(r)]
+
+
+def metadata_hazards(ptx: str) -> list[str]:
+    """Each write of a register that a sparse wgmma instruction in flight reads as metadata, as
+    ``"line L: <statement> writes %r (metadata of the wgmma at line W)"``."""
+    blocks = entry_blocks(ptx)
+    index = {b.label: i for i, b in enumerate(blocks)}
+    meta: dict[int, str] = {}  # wgmma line -> its metadata register
+    for b in blocks:
+        for st in b.statements:
+            if st.opcode.startswith("wgmma.mma_async.sp"):
+                meta[st.line] = st.operands[3]
+    found: dict[tuple[int, str], str] = {}
+    states: dict[int, dict[int, int]] = {0: {}}
+    work = [0]
+    while work:
+        bi = work.pop()
+        state = dict(states[bi])
+        for st in blocks[bi].statements:
+            for r in _writes(st):
+                for w in state:
+                    if meta[w] == r:
+                        found.setdefault((st.line, r), f"line {st.line}: {st.text[:80]} writes {r} (metadata of "
+                                                       f"the wgmma at line {w})")
+            if st.opcode.startswith("wgmma.mma_async.sp"):
+                state[st.line] = -1
+            elif st.opcode.startswith("wgmma.commit_group"):
+                state = {w: min(d + 1, DEPTH_CAP) for w, d in state.items()}
+            elif st.opcode.startswith("wgmma.wait_group"):
+                n = int(st.operands[0])
+                state = {w: d for w, d in state.items() if d < n}
+        for label in blocks[bi].successors:
+            si = index[label]
+            old = states.get(si)
+            new = dict(old or {})
+            for w, d in state.items():
+                new[w] = min(d, new.get(w, d))
+            if new != old:
+                states[si] = new
+                work.append(si)
+    return sorted(found.values())
