@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh inflight          # one sparse MMA group in flight: GPU tests, timed; the 64-row decode tests; e4m3 host time
 #   bash scripts/gpu_runs.sh decode-bm64       # the decode kernel's 64-row slabs: GPU tests, the bf16 table re-tuned, the layer at T <= 16
 #   bash scripts/gpu_runs.sh unrun-14          # the whole suite after the deferred epilogue loads, the layer at T 256-1024 and T <= 16
 #   bash scripts/gpu_runs.sh profile-linear    # the layer's epilogue against sparse_matmul at prefill T, timed and under ncu
@@ -131,6 +132,16 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+inflight)  # one sparse MMA group in flight (INFLIGHT=1, fifteenth session): GPU tests, then timed against the
+          # default kernels and cuSPARSELt; the 64-row decode slabs' GPU tests; where an eager e4m3 call's host time goes
+    run 150 python -m pytest -q -m gpu -n 8 -rfE tests/gpu/test_sparse_gemm_sm90.py -k "inflight or INFLIGHT"
+    run 120 python -m pytest -q -m gpu -n 8 -rfE tests/stdlib/test_decode_api.py -k 64_row
+    run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --stages 4 --group-m 16 --inflight
+    run 60 python benchmarks/gemm_variants.py --dtypes bf16 --size 4096 --stages 4 --group-m 16 --inflight
+    SPARSILE_PTXAS="$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)" run 100 \
+        python benchmarks/gemm_variants.py --dtypes bf16 --stages 4 --group-m 16 --inflight --pingpong
+    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 4 --shapes 8B_o 70B_qkv 70B_o
     ;;
 decode-bm64)  # the decode kernel's 64-row slabs (fifteenth session): GPU tests, the bf16 table re-tuned with them
              # for the weights of fewer 128-row slabs than SMs (T 16 and 1), then the layer's graph target
