@@ -184,19 +184,20 @@ def run_linear(case: Case, w: Weight, x: np.ndarray, interpret: bool) -> tuple[A
 def _candidate(plan: Any) -> Any:
     from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
 
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, "kernel" if plan.reduces_in_kernel else "launch")
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, "kernel" if plan.reduces_in_kernel else "launch",
+                           plan.config.bm)
 
 
 def _normal(cand: Any) -> Any:
     """A candidate as a plan resolves it (no reduction without a split)."""
     from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
 
-    return cand if cand.split_k > 1 else DecodeCandidate(cand.split_k, cand.stages, "launch")
+    return cand if cand.split_k > 1 else DecodeCandidate(cand.split_k, cand.stages, "launch", cand.bm)
 
 
 def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: bool) -> tuple[Any, str]:
     """y of ``case`` through ``plan_sparse_decode(..., table=)`` where the entry applies to this
-    device, else with its split-K, stages and reduction given explicitly; (y, via)."""
+    device, else with its split-K, stages, reduction and row slab given explicitly; (y, via)."""
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
 
     plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, table=tables.decode)
@@ -204,7 +205,7 @@ def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: 
     if not (plan.config.source.startswith("table") and _candidate(plan) == _normal(case.config)):
         c = case.config
         plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, split_k=c.split_k, stages=c.stages,
-                                  reduce=c.reduce)
+                                  reduce=c.reduce, bm=c.bm)
         via = "explicit"
     if _candidate(plan) != _normal(case.config):
         raise LookupError(f"the plan runs {_candidate(plan)}, not the entry's config")

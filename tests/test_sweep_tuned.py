@@ -25,8 +25,8 @@ def gemm_entry(bn: int, stages: int, split_k: int, pair: bool = False) -> dict[s
     return {"config": {"BN": bn, "STAGES": stages, "split_k": split_k, "pair": pair, "GROUP_M": 16}}
 
 
-def decode_entry(split_k: int, stages: int, reduce: str, tokens: int) -> dict[str, Any]:
-    return {"config": {"split_k": split_k, "stages": stages, "reduce": reduce}, "tokens": tokens}
+def decode_entry(split_k: int, stages: int, reduce: str, tokens: int, bm: int = 128) -> dict[str, Any]:
+    return {"config": {"split_k": split_k, "stages": stages, "reduce": reduce, "bm": bm}, "tokens": tokens}
 
 
 DECODE_KEY = dt.table_key("NVIDIA H200", 132, "bf16", 128, 256, 8)
@@ -73,6 +73,22 @@ def test_a_decode_entry_of_this_device_goes_through_the_table(monkeypatch: pytes
     monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
     rows, _, _ = st.check_tables(tiny_tables(), kinds=("decode",), interpret=True, say=lambda line: None)
     assert [(r.via, r.ok) for r in rows] == [("table", True)]
+
+
+@pytest.mark.parametrize("on_h200", [False, True])
+@pytest.mark.parametrize("split_k,reduce", [(1, "launch"), (2, "kernel")])
+def test_a_decode_entry_of_64_row_slabs_runs_them(monkeypatch: pytest.MonkeyPatch, on_h200: bool, split_k: int,
+                                                  reduce: str) -> None:
+    """An entry with "bm": 64 is checked on 64-row slabs, through the table (as on an H200) or
+    explicitly: the plan's config, row slab included, is the entry's (the H200's first run of the
+    64-row entries failed here: the check compared split-K, stages and reduction only)."""
+    if on_h200:
+        monkeypatch.setattr(dt, "current_device", lambda interpret: ("NVIDIA H200", 132))
+    monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
+    tables = tiny_tables(**{DECODE_KEY: decode_entry(split_k, 2, reduce, 4, bm=64)})
+    rows, bad, _ = st.check_tables(tables, kinds=("decode",), interpret=True, say=lambda line: None)
+    assert bad == [] and [(r.via, r.ok, r.note) for r in rows] == [("table" if on_h200 else "explicit", True, "")]
+    assert rows[0].case.config.bm == 64
 
 
 def test_a_corrupted_weight_fails_every_kind() -> None:
