@@ -95,6 +95,9 @@ class CompiledKernel:
     "Programmatic dependent launch")."""
     timings: dict[str, float] = field(default_factory=dict)
     tensormaps: list[dict[str, Any]] = field(default_factory=list)
+    inflight_span: Any = None
+    """The first ``hopper.wgmma_wait(n > 0, ...)`` of the source: where SP0370 points when the PTX
+    check finds an in-flight metadata register written (backend/toolchain/ptx_inflight.py)."""
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.name, "target": self.target, "num_warps": self.num_warps,
@@ -161,6 +164,8 @@ def compile_function(func: Function, target: Target | str, *, num_warps: int = 4
     ir_text = print_function(func)
     t1 = time.perf_counter()
     ck = CompiledKernel(func.name, tgt.name, num_warps, 0, [], ir=ir_text, pdl=bool(func.attrs.get("pdl")))
+    ck.inflight_span = next((op.span for op in func.walk()
+                             if op.name == "hopper.wgmma_wait" and op.attrs.get("pending", 0) > 0), None)
     ck.timings["passes"] = t1 - t0
     if stop_after == "ir":
         return ck
@@ -176,12 +181,15 @@ def finish_stages(ck: CompiledKernel, tgt: Target, stop_after: str) -> CompiledK
     """Carry ``ck`` (which has its LLVM IR, and maybe its PTX) on to ``stop_after``."""
     from ..backend.toolchain.linker import ptx_to_cubin
     from ..backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
+    from ..backend.toolchain.ptx_inflight import check_ptx
 
     if stop_after in ("ptx", "cubin") and not ck.ptx:
         t = time.perf_counter()
-        ck.ptx = llvm_ir_to_ptx(ck.llvm, tgt)
+        ptx = llvm_ir_to_ptx(ck.llvm, tgt)
+        dump("ptx", ck.name, lambda: ptx)
+        check_ptx(ptx, ck.name, ck.inflight_span)  # SP0370 where LLVM shared an in-flight metadata register
+        ck.ptx = ptx
         ck.timings["ptx"] = time.perf_counter() - t
-        dump("ptx", ck.name, lambda: ck.ptx)
     if stop_after == "cubin" and not ck.cubin:
         t = time.perf_counter()
         res = ptx_to_cubin(ck.ptx, tgt, name=f"{ck.name}.ptx")

@@ -12,7 +12,8 @@ others at the line that rewrites it.
 ``wgmma.commit_group`` per op); ``hopper.wgmma_wait(n)`` retires every group but the last ``n``
 committed. Each SSA value is one PTX register, written each time its defining op executes (a value
 defined in a loop body: once per iteration); a loop-carried value (a block argument) is written at
-loop entry and at each back edge, an ``if`` result at the end of the branch taken. ``scf.for``
+loop entry and at each back edge (a ``for`` loop's induction variable too), an ``if`` result at the
+end of the branch taken. ``scf.for``
 results and the arguments of a ``while`` loop's body are the registers they pass on
 (``backend/lower/control.py``), written by nothing else. Two things may give different values one
 register: LLVM's coalescing of the values a copy joins (a carried value, its initial value, the
@@ -33,6 +34,11 @@ the kernel in flight", which can only report more). Each ``warp_specialize`` par
 the state of the threads before it. A write of the register of an in-flight wgmma's metadata is
 SP0370 at the op that writes it, or, for a loop-carried variable, at the loop (or ``if``) whose
 edge reassigns it, with the wgmma and the wait that left it in flight as labels.
+
+The IR cannot show every register LLVM shares (a phi it makes when it sinks an op both branches of
+an ``if`` share, a constant re-materialized in a loop): the PTX of every kernel that keeps a
+sparse group in flight is checked again once LLVM has chosen its registers
+(backend/toolchain/ptx_inflight.py), also SP0370.
 """
 
 from __future__ import annotations
@@ -223,7 +229,10 @@ class _Analysis:
         name = self._name(v)
         where = {"": "", "entry": "when this loop starts", "back edge": "at the end of each iteration of this loop",
                  "merge": "at the end of this `if`"}[site.edge]
-        if definite and copy:
+        if not copy and site.edge:  # a for loop's counter, stepped on the edge
+            msg = (f"the loop's counter is {'set' if site.edge == 'entry' else 'stepped'} {where} and may share a "
+                   "register with the metadata of a sparse wgmma that may still be in flight")
+        elif definite and copy:
             msg = (f"{name or 'a loop-carried value'} is reassigned {where} while a sparse wgmma that reads it as "
                    "metadata may still be in flight")
         elif definite:
@@ -305,7 +314,8 @@ class _Analysis:
 
     def _for(self, op: Operation, state: State) -> State:
         body = op.regions[0].block
-        args = body.args[1:]
+        counter, args = body.args[0], body.args[1:]
+        self.write(state, counter, _Site(op, "entry"))  # the induction variable: set on entry, stepped
         for a, init in zip(args, op.operand_group("init"), strict=True):
             self.write(state, a, _Site(op, "entry"), init)
         term = body.terminator
@@ -313,6 +323,7 @@ class _Analysis:
 
         def iteration(head: State) -> State:
             out = self.block(body, head)
+            self.write(out, counter, _Site(op, "back edge"))  # at the end of each iteration
             for a, y in zip(args, yields, strict=True):
                 self.write(out, a, _Site(op, "back edge"), y)
             return out

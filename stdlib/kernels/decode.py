@@ -355,7 +355,10 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                         help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
     cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
-    rows = -(-base.m // cfg.bm) * cfg.bm
+    # whole 128-row slabs whatever cfg.bm (64 divides them): untiled copies of the weight are then the
+    # same for every plan of it (sparsile.torch refreshes a record's copies from a plan of one token);
+    # a tiled copy's arrangement depends on cfg.bm
+    rows = -(-base.m // DECODE_BM) * DECODE_BM
     words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
     if tiled:
         vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), cfg.bm, cfg.bk // 2)
@@ -366,7 +369,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
     counters = None
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
-        counters = empty_array(x, (rows // cfg.bm,), "int32", interpret)
+        counters = empty_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile
         counters[...] = 0
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl)
 

@@ -345,9 +345,9 @@ def test_inflight_ptx_keeps_one_group_in_flight(kernel):
     """The K loop waits with `wgmma.wait_group 1` (three steps per iteration, two more in the
     remainder, one `wait_group 0` per tile), and no register a sparse wgmma in flight reads as
     metadata is written before the wait that retires it, checked on the PTX's control-flow graph
-    (tests/support/ptx_wgmma.py). Without INFLIGHT the kernel waits for every group."""
+    (backend/toolchain/ptx_inflight.py). Without INFLIGHT the kernel waits for every group."""
+    from sparsile.backend.toolchain.ptx_inflight import entry_blocks, metadata_hazards
     from sparsile.tests.support import compile_stdlib
-    from sparsile.tests.support.ptx_wgmma import entry_blocks, metadata_hazards
 
     ptx = compile_stdlib("sparse_gemm_sm90.spk", kernel, "sm_90a", stop_after="ptx", INFLIGHT=1).ptx
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 5 and ptx.count("wgmma.wait_group.sync.aligned 0;") == 1

@@ -171,6 +171,23 @@ def test_64_row_slabs_match_float64_reference(case, tiled, reduce):
         assert_linear_close(out, weight, x, k, dtype, want, **epi)
 
 
+def test_a_weight_has_one_padded_copy_for_both_slabs():
+    """Untiled plans of one weight with 128- and 64-row slabs pad it alike (whole 128-row slabs), to
+    the same bytes: sparsile.torch refreshes a record's weight copies (untiled) from a plan of one
+    token, whose table entry may name the other slab (found in review: 1088 rows padded to 1152 or
+    to 1088). (A tiled copy's arrangement depends on the slab: tile_for_decode.)"""
+    weight, x = problem("bf16", 1088, 1, 512, seed=9)
+    plans = [plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=bm, split_k=2,
+                                reduce="kernel") for bm in (128, 64)]
+    assert [p.meta.shape for p in plans] == [(1152, 16)] * 2
+    np.testing.assert_array_equal(plans[0].meta, plans[1].meta)
+    np.testing.assert_array_equal(plans[0].values, plans[1].values)
+    assert [p.counters.shape for p in plans] == [(9,), (17,)]  # one per CTA row tile
+    out = plans[1].out
+    out[...] = np.nan
+    assert_linear_close(plans[1].run(), weight, x, 512, "bf16", "bfloat16")
+
+
 def test_64_row_slabs_are_checked_and_compile_for_sm90a(tmp_path):
     weight, x = problem("bf16", 256, 1, 512, seed=4)
     for bad in (32, 96, "64", True):

@@ -238,9 +238,9 @@ def test_nvjitlink_assembles_it_without_budgets_and_without_spills(bf16_ptx, mon
 def test_inflight_ptx_keeps_one_group_in_flight(dtype):
     """INFLIGHT = 1: per consumer warpgroup three `wgmma.wait_group 1` in the unrolled loop and two in
     the remainder, one `wait_group 0` after the last step; no metadata register of a sparse wgmma in
-    flight is written before the wait that retires it (tests/support/ptx_wgmma.py)."""
+    flight is written before the wait that retires it (backend/toolchain/ptx_inflight.py)."""
+    from sparsile.backend.toolchain.ptx_inflight import metadata_hazards
     from sparsile.tests.support import compile_stdlib
-    from sparsile.tests.support.ptx_wgmma import metadata_hazards
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", W.RegisterBudgetWarning)

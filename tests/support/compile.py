@@ -25,11 +25,14 @@ def signature(kern: Any, *, aligned: bool = False, **consts: Any) -> dict[str, A
 
 
 def compile_src(src: str, target: str = "sm_90a", stop_after: str = "ptx", *, name: str = "k",
-                aligned: bool = False, **consts: Any) -> Any:
+                aligned: bool = False, cache: bool = True, **consts: Any) -> Any:
     """Compile kernel ``name`` of the source text ``src`` (file name ``case.spk`` in diagnostics) for
-    ``target`` up to ``stop_after``, with the signature of :func:`signature`."""
+    ``target`` up to ``stop_after``, with the signature of :func:`signature`. ``cache=False``: not
+    through the compile cache (a test that switches a check off must neither store nor find an
+    entry, whose key does not say so)."""
     kern = sp.loads(src, "case.spk").kernels[name]
-    return kern.compile(signature(kern, aligned=aligned, **consts), target=target, stop_after=stop_after)
+    return kern.compile(signature(kern, aligned=aligned, **consts), target=target, stop_after=stop_after,
+                        cache=cache)
 
 
 @functools.cache

@@ -1,20 +1,29 @@
-"""A check of compiled PTX, independent of the compiler's own analysis (frontend/legality/
-wgmma_inflight.py): is any register that a ``wgmma.mma_async.sp`` in flight reads as metadata
-written before the ``wgmma.wait_group`` that retires it?
+"""SP0370 on the generated PTX: is any register that a ``wgmma.mma_async.sp`` in flight reads as
+metadata written before the ``wgmma.wait_group`` that retires it?
 
-It runs the same abstract interpretation on the PTX's control-flow graph, after LLVM has chosen
-the registers: each ``wgmma.mma_async.sp`` instruction joins the group of the next
-``wgmma.commit_group``; ``wgmma.wait_group N`` retires the groups with N or more committed after
-them; the state keeps, per sparse wgmma instruction, the fewest groups committed after it on any
-path (-1 while its group is open). A statement whose destination is the metadata register of an
-instruction in the state is a hazard. Inline asm statements (``{ .reg ...; a; b; }`` on one line)
-count one by one."""
+The legality rule (frontend/legality/wgmma_inflight.py) decides this on the IR, where it can name
+the user's line. It cannot see every register LLVM shares between values: LLVM may sink an op
+that both branches of an ``if`` share behind a new phi, coalesce a value with one computed from it
+unchanged, or re-materialize a constant in a loop. So every kernel whose PTX keeps a sparse group
+in flight (a ``wgmma.wait_group`` with N > 0) is checked again here, after LLVM has chosen the
+registers (:func:`check_ptx`, called where the PTX is made: driver/compiler.py), and a write is
+SP0370 too. PTX is the contract (PTX ISA, wgmma.mma_async: a register an in-flight wgmma reads must
+not be modified before the wait_group that retires it); ptxas allocates the machine registers
+knowing that wgmma is asynchronous.
+
+It runs the same abstract interpretation on the PTX's control-flow graph: each
+``wgmma.mma_async.sp`` instruction joins the group of the next ``wgmma.commit_group``;
+``wgmma.wait_group N`` retires the groups with N or more committed after them; the state keeps, per
+sparse wgmma instruction, the fewest groups committed after it on any path (-1 while its group is
+open). A statement whose destination is the metadata register of an instruction in the state is a
+hazard. Inline asm statements (``{ .reg ...; a; b; }`` on one line) count one by one."""
 
 from __future__ import annotations
 
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 LABEL = re.compile(r"^\s*(\$?[\w.$]+):\s*$")
 REG = re.compile(r"^%[\w.]+$")
@@ -29,7 +38,7 @@ class Statement:
     line: int
     text: str
     opcode: str
-    operands: list[str]
+    args: list[str]
     guard: str = ""
 
 
@@ -94,7 +103,7 @@ def entry_blocks(ptx: str) -> list[Block]:
             blocks[-1].statements.append(st)
             if st.opcode.startswith("bra") or st.opcode in ("ret", "exit"):
                 if st.opcode.startswith("bra"):
-                    blocks[-1].successors.append(st.operands[0])
+                    blocks[-1].successors.append(st.args[0])
                 if not st.guard:
                     blocks.append(Block(f"<after {i + 1}>"))  # unreachable unless labelled
     for b, nxt in itertools.pairwise(blocks):
@@ -105,9 +114,9 @@ def entry_blocks(ptx: str) -> list[Block]:
 
 
 def _writes(st: Statement) -> list[str]:
-    if not st.operands or st.opcode.startswith(NO_DESTINATION):
+    if not st.args or st.opcode.startswith(NO_DESTINATION):
         return []
-    first = st.operands[0]
+    first = st.args[0]
     if first.startswith("{"):
         return [r.strip() for r in first.strip("{}").split(",") if REG.match(r.strip())]
     return [r for r in first.split("|") if REG.match(r)]
@@ -122,7 +131,7 @@ def metadata_hazards(ptx: str) -> list[str]:
     for b in blocks:
         for st in b.statements:
             if st.opcode.startswith("wgmma.mma_async.sp"):
-                meta[st.line] = st.operands[3]
+                meta[st.line] = st.args[3]
     found: dict[tuple[int, str], str] = {}
     states: dict[int, dict[int, int]] = {0: {}}
     work = [0]
@@ -140,7 +149,7 @@ def metadata_hazards(ptx: str) -> list[str]:
             elif st.opcode.startswith("wgmma.commit_group"):
                 state = {w: min(d + 1, DEPTH_CAP) for w, d in state.items()}
             elif st.opcode.startswith("wgmma.wait_group"):
-                n = int(st.operands[0])
+                n = int(st.args[0])
                 state = {w: d for w, d in state.items() if d < n}
         for label in blocks[bi].successors:
             si = index[label]
@@ -152,3 +161,30 @@ def metadata_hazards(ptx: str) -> list[str]:
                 states[si] = new
                 work.append(si)
     return sorted(found.values())
+
+
+def keeps_sparse_groups_in_flight(ptx: str) -> bool:
+    """Whether ``ptx`` has a sparse wgmma, whose group may be in flight past a write (the only PTX
+    :func:`metadata_hazards` can find anything in: a wait of N > 0, or none before the write)."""
+    return "wgmma.mma_async.sp" in ptx
+
+
+def check_ptx(ptx: str, kernel: str, span: Any = None) -> None:
+    """CompileError SP0370 when the PTX of ``kernel`` writes a register that a sparse wgmma in
+    flight reads as metadata; ``span``: the user's ``hopper.wgmma_wait`` that keeps groups in
+    flight (the diagnostic's place), else the kernel's."""
+    if not keeps_sparse_groups_in_flight(ptx):
+        return
+    hazards = metadata_hazards(ptx)
+    if not hazards:
+        return
+    from ...frontend.diagnostics import CompileError, Diagnostic
+    from ...frontend.legality.wgmma_inflight import HELP, NOTE, SP_SPARSE_META_IN_FLIGHT
+    from ...frontend.spans import UNKNOWN_SPAN
+
+    more = f" (and {len(hazards) - 1} more)" if len(hazards) > 1 else ""
+    raise CompileError([Diagnostic(
+        SP_SPARSE_META_IN_FLIGHT,
+        f"the PTX generated for `{kernel}` writes a register that a sparse wgmma in flight reads as metadata, "
+        f"before the wait that retires it: {hazards[0]}{more}; LLVM gave that register to another value too",
+        span if span is not None else UNKNOWN_SPAN, help=HELP, notes=(NOTE,))])
