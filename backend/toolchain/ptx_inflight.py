@@ -66,49 +66,62 @@ def _split_operands(s: str) -> list[str]:
     return out
 
 
-def _statements(line_no: int, line: str) -> list[Statement]:
-    code = line.split("//", 1)[0].strip()
-    out = []
-    for piece in code.split(";"):
-        p = piece.strip()
-        while p.startswith("{") and not p.startswith("{%"):
-            p = p[1:].strip()
-        while p.endswith("}") and p.count("{") < p.count("}"):
-            p = p[:-1].strip()
-        if not p or p.startswith("."):
-            continue
-        guard = ""
-        if p.startswith("@"):
-            guard, p = p.split(None, 1)
-        parts = p.split(None, 1)
-        out.append(Statement(line_no, p, parts[0], _split_operands(parts[1]) if len(parts) > 1 else [], guard))
-    return out
+def _statement(line_no: int, piece: str) -> Statement | None:
+    """One PTX statement (the text up to its ``;``, braces of inline asm blocks around it dropped),
+    or None for a directive (``.reg`` ...) or nothing."""
+    p = piece.strip()
+    while p.startswith(("{", "}")) and not p.startswith("{%"):
+        p = p[1:].strip()
+    while p.endswith("}") and p.count("{") < p.count("}"):
+        p = p[:-1].strip()
+    if not p or p.startswith("."):
+        return None
+    guard = ""
+    if p.startswith("@"):
+        guard, p = p.split(None, 1)
+    parts = p.split(None, 1)
+    return Statement(line_no, " ".join(p.split()), parts[0], _split_operands(parts[1]) if len(parts) > 1 else [],
+                     guard)
+
+
+def _ends_block(st: Statement) -> bool:
+    return st.opcode.startswith("bra") or st.opcode in ("ret", "exit")
 
 
 def entry_blocks(ptx: str) -> list[Block]:
-    """The basic blocks of the (first) ``.entry`` of ``ptx``, in text order, with their successors."""
+    """The basic blocks of the (first) ``.entry`` of ``ptx``, in text order, with their successors.
+    A statement may span lines (it ends at its ``;``); the body ends at the brace that closes the
+    entry's (inline asm blocks may put braces on lines of their own). Every branch, ``ret`` and
+    ``exit`` ends its block: code after a guarded branch (a loop's exit, which LLVM need not label)
+    is a block of its own, reached by falling through."""
     lines = ptx.splitlines()
     start = next(i for i, ln in enumerate(lines) if ".entry" in ln)
     body = next(i for i in range(start, len(lines)) if lines[i].strip() == "{")
     blocks = [Block("<entry>")]
+    depth, pending = 1, ""
     for i in range(body + 1, len(lines)):
-        ln = lines[i]
-        if ln.strip() == "}":  # the end of the entry's body (inline asm braces share a line with code)
+        code = lines[i].split("//", 1)[0]
+        depth += code.count("{") - code.count("}")
+        if depth <= 0:  # the brace that closes the entry
             break
-        m = LABEL.match(ln)
-        if m:
+        m = LABEL.match(code)
+        if m and not pending.strip("{} \t"):
             blocks.append(Block(m.group(1)))
+            pending = ""
             continue
-        for st in _statements(i + 1, ln):
+        *done, pending = (pending + " " + code).split(";")
+        for piece in done:
+            st = _statement(i + 1, piece)
+            if st is None:
+                continue
             blocks[-1].statements.append(st)
-            if st.opcode.startswith("bra") or st.opcode in ("ret", "exit"):
+            if _ends_block(st):
                 if st.opcode.startswith("bra"):
                     blocks[-1].successors.append(st.args[0])
-                if not st.guard:
-                    blocks.append(Block(f"<after {i + 1}>"))  # unreachable unless labelled
+                blocks.append(Block(f"<after {i + 1}>"))  # a guarded branch falls through into it
     for b, nxt in itertools.pairwise(blocks):
         last = b.statements[-1] if b.statements else None
-        if last is None or last.guard or not (last.opcode.startswith("bra") or last.opcode in ("ret", "exit")):
+        if last is None or last.guard or not _ends_block(last):
             b.successors.append(nxt.label)  # falls through
     return blocks
 
@@ -131,7 +144,7 @@ def metadata_hazards(ptx: str) -> list[str]:
     for b in blocks:
         for st in b.statements:
             if st.opcode.startswith("wgmma.mma_async.sp"):
-                meta[st.line] = st.args[3]
+                meta[st.line] = st.args[3] if len(st.args) > 3 else ""  # (d, a, b, sp-meta, ...)
     found: dict[tuple[int, str], str] = {}
     states: dict[int, dict[int, int]] = {0: {}}
     work = [0]

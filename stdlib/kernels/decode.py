@@ -198,7 +198,7 @@ class SparseDecodePlan:
     base: Any          # the SparseLinearPlan of the shipped path (the checks and operands)
     config: DecodeConfig
     values: Any        # (N_out, k_padded / 2); tiled: (slabs * steps * bm, bk / 2)
-    meta: Any          # (cdiv(N_out, bm) * bm, k_padded / 32) uint32; tiled: (slabs * steps * bm, bk / 32)
+    meta: Any          # (cdiv(N_out, 128) * 128, k_padded / 32) uint32; tiled: (rows / bm * steps * bm, bk / 32)
     x: Any             # (T, k_padded)
     k_padded: int      # K rounded up to config.bk
     workspace: Any = None

@@ -117,3 +117,66 @@ def test_only_ptx_with_sparse_wgmma_is_looked_at() -> None:
                                                            "wgmma.wait_group.sync.aligned 1;")
     assert ptx_inflight.keeps_sparse_groups_in_flight("wgmma.mma_async.sp.sync.aligned ...;\n"
                                                        "wgmma.wait_group.sync.aligned 1;")
+
+
+LOOP_EXIT_CASES = {
+    # a fixed trip count: LLVM puts the loop's exit (wait_group 0) right after the latch's guarded
+    # branch, unlabelled; the back edge must carry the state at the branch, not after the exit
+    "constant metadata, fixed trip count": """\
+    m = full((64, 2), 0x44444444, u32)
+    for kk in range(0, 61):
+        acc = hopper.wgmma(a, b, acc, a_meta=m)
+        acc = hopper.wgmma_wait(1, acc)""",
+}
+
+
+@pytest.mark.parametrize("name", list(LOOP_EXIT_CASES))
+def test_a_loop_exit_after_the_latch_is_its_own_block(name: str) -> None:
+    with pytest.raises(CompileError) as info:
+        compile_src(HEAD.format(body=LOOP_EXIT_CASES[name]), stop_after="ptx", cache=False)
+    assert info.value.code == "SP0370" and "the PTX generated for `k`" in info.value.message
+
+
+def test_an_mma_after_a_loop_does_not_flow_back_into_it() -> None:
+    """A sparse wgmma after a loop, left in flight, is not in flight at the loop's head (found in
+    review: its state reached the head through the latch's block, and the loop's load was reported)."""
+    body = """\
+    m = load(at)
+    for kk in range(0, 61):
+        m = load(at + kk * 128)
+        acc = hopper.wgmma(a, b, acc, a_meta=m)
+        acc = hopper.wgmma_wait(0, acc)
+    acc = hopper.wgmma(a, b, acc, a_meta=m)
+    acc = hopper.wgmma_wait(1, acc)
+    if n > 4:
+        store(at + 512, m)"""
+    assert wgmma_inflight.sparse_metadata_diagnostics(kernel_ir(body)) == []
+    ptx = compile_src(HEAD.format(body=body), stop_after="ptx", cache=False).ptx
+    assert ptx_inflight.metadata_hazards(ptx) == []
+
+
+def test_statements_across_lines_and_inline_asm_blocks() -> None:
+    """A statement spanning lines, and an inline asm block with its braces on lines of their own,
+    are read whole; the body ends at the brace that closes the entry."""
+    ptx = """\
+.visible .entry k(
+)
+{
+\t.reg .b32 %r<9>;
+\tld.global.b32 %r1, [%rd1];
+\twgmma.mma_async.sp.sync.aligned.m64n64k32.f32.f16.f16
+\t\t{%f1, %f2}, %rd2, %rd3,
+\t\t%r1, 0, 1, 1, 1, 1, 1;
+\twgmma.commit_group.sync.aligned;
+\twgmma.wait_group.sync.aligned 1;
+\t{
+\t.reg .pred p;
+\tsetp.ne.b32 p, %r2, 0;
+\t}
+\tmov.b32 %r1, 7;
+\twgmma.wait_group.sync.aligned 0;
+\tret;
+}
+"""
+    (hazard,) = ptx_inflight.metadata_hazards(ptx)
+    assert hazard.startswith("line 15: mov.b32 %r1, 7 writes %r1 (metadata of the wgmma at line 8)")
