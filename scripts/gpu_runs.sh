@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh unrun-15          # the whole suite after the fifteenth session's last commits, the e4m3 decode table, T <= 16
 #   bash scripts/gpu_runs.sh inflight          # one sparse MMA group in flight: GPU tests, timed; the 64-row decode tests; e4m3 host time
 #   bash scripts/gpu_runs.sh decode-bm64       # the decode kernel's 64-row slabs: GPU tests, the bf16 table re-tuned, the layer at T <= 16
 #   bash scripts/gpu_runs.sh unrun-14          # the whole suite after the deferred epilogue loads, the layer at T 256-1024 and T <= 16
@@ -132,6 +133,16 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-15)  # what the fifteenth session wrote after its GPU time: the whole suite (the sweep check of 64-row
+          # entries, the PTX-level SP0370 check, metadata padded to 128-row slabs), then the e4m3 decode table
+          # re-tuned with 64-row slabs, then the layer's graph target at T <= 16, bf16 and e4m3 in one table
+    run 420 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 150 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 4096x14336 8192x8192 10240x8192 \
+        8192x28672 --tokens 16 1 --dtype e4m3 --max-seconds 130 -v -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/decode-h200.json"
+    run 90 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 80 \
+        --json "$out/linear_t16.json"
     ;;
 inflight)  # one sparse MMA group in flight (INFLIGHT=1, fifteenth session): GPU tests, then timed against the
           # default kernels and cuSPARSELt; the 64-row decode slabs' GPU tests; where an eager e4m3 call's host time goes
