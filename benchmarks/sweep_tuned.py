@@ -181,13 +181,6 @@ def run_linear(case: Case, w: Weight, x: np.ndarray, interpret: bool) -> tuple[A
     return plan.run(interpret), via
 
 
-def _candidate(plan: Any) -> Any:
-    from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
-
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, "kernel" if plan.reduces_in_kernel else "launch",
-                           plan.config.bm)
-
-
 def _normal(cand: Any) -> Any:
     """A candidate as a plan resolves it (no reduction without a split)."""
     from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
@@ -199,16 +192,17 @@ def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: 
     """y of ``case`` through ``plan_sparse_decode(..., table=)`` where the entry applies to this
     device, else with its split-K, stages, reduction and row slab given explicitly; (y, via)."""
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
+    from sparsile.stdlib.kernels.decode_tuning import default_candidate  # what a plan runs
 
     plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, table=tables.decode)
     via = "table"
-    if not (plan.config.source.startswith("table") and _candidate(plan) == _normal(case.config)):
+    if not (plan.config.source.startswith("table") and default_candidate(plan) == _normal(case.config)):
         c = case.config
         plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, split_k=c.split_k, stages=c.stages,
                                   reduce=c.reduce, bm=c.bm)
         via = "explicit"
-    if _candidate(plan) != _normal(case.config):
-        raise LookupError(f"the plan runs {_candidate(plan)}, not the entry's config")
+    if default_candidate(plan) != _normal(case.config):
+        raise LookupError(f"the plan runs {default_candidate(plan)}, not the entry's config")
     _poison(plan.out)
     _poison(plan.workspace)
     return plan.run(interpret), via

@@ -176,7 +176,7 @@ def metadata_hazards(ptx: str) -> list[str]:
     return sorted(found.values())
 
 
-def keeps_sparse_groups_in_flight(ptx: str) -> bool:
+def has_sparse_wgmma(ptx: str) -> bool:
     """Whether ``ptx`` has a sparse wgmma, whose group may be in flight past a write (the only PTX
     :func:`metadata_hazards` can find anything in: a wait of N > 0, or none before the write)."""
     return "wgmma.mma_async.sp" in ptx
@@ -186,7 +186,7 @@ def check_ptx(ptx: str, kernel: str, span: Any = None) -> None:
     """CompileError SP0370 when the PTX of ``kernel`` writes a register that a sparse wgmma in
     flight reads as metadata; ``span``: the user's ``hopper.wgmma_wait`` that keeps groups in
     flight (the diagnostic's place), else the kernel's."""
-    if not keeps_sparse_groups_in_flight(ptx):
+    if not has_sparse_wgmma(ptx):
         return
     hazards = metadata_hazards(ptx)
     if not hazards:

@@ -234,8 +234,6 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
     if plan.tiled and cand.bm != plan.config.bm:
         raise LaunchError(SP_TUNE_INPUT, f"a tiled decode plan of {plan.config.bm}-row slabs cannot run {cand}",
                           help="tune an untiled plan (tiled=False)")
-    if int(plan.meta.shape[0]) % cand.bm:  # (untiled metadata is padded to whole slabs of the plan's bm)
-        raise LaunchError(SP_TUNE_INPUT, f"the plan's metadata rows are not whole {cand.bm}-row slabs")
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
     cfg = dataclasses.replace(cfg, source="tuning")
     work = empty_array(plan.x, (cand.split_k, b.t, b.m), "float32", b.interpret) if cand.split_k > 1 else None

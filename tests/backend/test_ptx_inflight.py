@@ -93,7 +93,7 @@ def test_what_the_ir_rule_rejects_the_ptx_check_rejects_too(name: str, monkeypat
 @pytest.mark.parametrize("name", list(ACCEPTED))
 def test_accepted_programs_pass_the_ptx_check(name: str) -> None:
     ptx = compile_src(HEAD.format(body=ACCEPTED[name]), stop_after="ptx").ptx
-    assert ptx_inflight.keeps_sparse_groups_in_flight(ptx)
+    assert ptx_inflight.has_sparse_wgmma(ptx)
     ptx_inflight.check_ptx(ptx, "k")  # raises nothing
 
 
@@ -113,9 +113,9 @@ def test_the_loop_counter_is_written_at_each_back_edge() -> None:
 
 
 def test_only_ptx_with_sparse_wgmma_is_looked_at() -> None:
-    assert not ptx_inflight.keeps_sparse_groups_in_flight("wgmma.mma_async.sync.aligned ...;\n"
+    assert not ptx_inflight.has_sparse_wgmma("wgmma.mma_async.sync.aligned ...;\n"
                                                            "wgmma.wait_group.sync.aligned 1;")
-    assert ptx_inflight.keeps_sparse_groups_in_flight("wgmma.mma_async.sp.sync.aligned ...;\n"
+    assert ptx_inflight.has_sparse_wgmma("wgmma.mma_async.sp.sync.aligned ...;\n"
                                                        "wgmma.wait_group.sync.aligned 1;")
 
 
