@@ -7,7 +7,8 @@
 Each row is the host time per call (µs) of one step of the call path, measured alone: N calls back
 to back timed up to the last return (the GPU work they queue is drained before and after each block,
 never inside), median of several blocks. The steps: the whole module call, ``forward`` without
-``nn.Module.__call__``, the record cache's run, each prepared launch alone (and the record's native
+``nn.Module.__call__``, the layer's last call (the fast path those two take for a call like the
+previous one), the record cache's run (the full path), each prepared launch alone (and the record's native
 launch alone, on unless ``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation,
 torch's current-stream query, and a bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the
 floor, beside dense ``F.linear`` of the same shape. With ``--dtype e4m3`` the record's first
@@ -72,7 +73,10 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16")
     import torch.nn.functional as F
 
     from sparsile.integrations.torch import SparseLinear
-    from sparsile.integrations.torch._kernels import quantize_per_token, stream_getter
+    from sparsile.integrations.torch._kernels import capturing, quantize_per_token, stream_getter
+    from sparsile.integrations.torch.linear import tracing
+
+    empty = torch.nn.Identity()
 
     sync = torch.cuda.synchronize
     dense = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
@@ -88,13 +92,20 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16")
     y = torch.empty((t, n), dtype=torch.bfloat16, device="cuda")
     # what the record takes: x itself (an e4m3 record quantizes it in its first launch)
     xk, sx, quantize = x, None, dtype == "e4m3"
+    eager = record.eager if record.eager is not None else record.prepared
+    print(f"{name}: record launches per eager call {len(eager) if eager else 'none (plan.rebind path)'}, native "
+          f"{'on' if getattr(record, 'native', None) is not None else 'off'}, kernels "
+          f"{[run.__self__.kernel_name for run, _ in eager or ()]}")
     rows = [("dense F.linear", host_us(lambda: F.linear(x, dense.weight), sync)),
             ("SparseLinear __call__", host_us(lambda: layer(x), sync)),
             ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync))]
     if dtype == "e4m3":
         rows.append(("quantize_per_token alone (prepared launch, 2 allocations)",
                      host_us(lambda: quantize_per_token(x), sync)))
-    rows += [("RecordCache.run", host_us(lambda: records.run(key, xk, w, sx, torch.bfloat16, quantize=quantize),
+    last = layer.__dict__.get("_last")  # the last call's fast path (integrations/torch/last_call.py)
+    if last is not None:
+        rows.append(("LastCall (the fast path of __call__ and forward)", host_us(lambda: last(xk), sync)))
+    rows += [("RecordCache.run (the full path)", host_us(lambda: records.run(key, xk, w, sx, torch.bfloat16, quantize=quantize),
                                          sync)),
              ("LaunchRecord call", host_us(lambda: record(xk, sx, stream), sync))]
     for i, (prepared_run, which) in enumerate(record.prepared or ()):
@@ -112,7 +123,11 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16")
              ("torch.empty_like (the record's y)",
               host_us(lambda: torch.empty_like(record.y_like, memory_format=torch.contiguous_format), sync)),
              ("current stream query", host_us(getter, sync)),
-             ("x.data_ptr()", host_us(x.data_ptr, sync))]
+             ("x.data_ptr()", host_us(x.data_ptr, sync)),
+             ("tracing(x)", host_us(lambda: tracing(x), sync)),
+             ("capturing()", host_us(capturing, sync)),
+             ("weight versions", host_us(lambda: tuple([v._version for v in record.tracked or ()]), sync)),
+             ("nn.Module.__call__ of an empty module", host_us(lambda: empty(x), sync))]
     return rows
 
 

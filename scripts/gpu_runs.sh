@@ -15,6 +15,8 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh fast-path         # the layer's last-call fast path: torch GPU tests, host time, the layer at T <= 16
+#   bash scripts/gpu_runs.sh host-16           # where an eager call's host time goes at T <= 16, bf16 and e4m3 (profiled)
 #   bash scripts/gpu_runs.sh unrun-15          # the whole suite after the fifteenth session's last commits, the e4m3 decode table, T <= 16
 #   bash scripts/gpu_runs.sh inflight          # one sparse MMA group in flight: GPU tests, timed; the 64-row decode tests; e4m3 host time
 #   bash scripts/gpu_runs.sh decode-bm64       # the decode kernel's 64-row slabs: GPU tests, the bf16 table re-tuned, the layer at T <= 16
@@ -133,6 +135,20 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+fast-path)  # the eager call's fast path (a layer's last call, sixteenth session): the torch GPU tests, where the
+           # host time goes now (bf16 T = 1, e4m3 T = 4), then the issue's T <= 16 table, bf16 and e4m3
+    run 240 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_native_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py
+    run 60 python benchmarks/bench_layer_host.py --tokens 1 --shapes 8B_qkv 8B_o 70B_o --profile 8B_qkv
+    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 4 --shapes 8B_qkv 8B_o 70B_o
+    run 100 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 90 \
+        --json "$out/linear_t16.json"
+    ;;
+host-16)  # where the host time of an eager call goes at T <= 16 (sixteenth session): bf16 T = 1, e4m3 T = 4 and 1
+    run 60 python benchmarks/bench_layer_host.py --tokens 1 --shapes 8B_qkv 8B_o 70B_o --profile 8B_qkv
+    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 4 --shapes 8B_qkv 8B_o 70B_o --profile 8B_qkv
+    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 1 --shapes 8B_qkv 8B_o 70B_o
     ;;
 unrun-15)  # what the fifteenth session wrote after its GPU time: the whole suite (the sweep check of 64-row
           # entries, the PTX-level SP0370 check, metadata padded to 128-row slabs), then the e4m3 decode table

@@ -335,6 +335,18 @@ class LaunchRecord:
             prepared.append((launch.run, _picker(tuple(which for _, which in slots))))
         return prepared if {i for i, t in enumerate((x, y, scale_x)) if t is not None} <= seen else None
 
+    def after_native(self, status: int, done: int, call: tuple[Any, ...], stream: int) -> None:
+        """The native launch of an eager call (x, y, scale_x) = ``call`` returned ``status`` (nonzero)
+        after ``done`` launches: the prepared launches run the rest (outside a capture: the eager
+        ones). A failed launch (``status`` > 0) is reported, and this record keeps to its prepared
+        launches from now on; one the native code declined (< 0: a misaligned buffer) is not."""
+        if status > 0:
+            self.native, self.native_error = None, status
+            report_failure(status)
+        launches = self.eager if self.eager is not None else self.prepared
+        for run, which in launches[done:]:
+            run(which(call), stream)
+
     def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
         if stream not in self.streams:  # a record without a workspace serves every stream
             self.streams.add(stream)
@@ -352,17 +364,12 @@ class LaunchRecord:
             if native is not None and not in_capture:
                 status, done = native.launch(x.data_ptr(), y.data_ptr(),
                                              0 if scale_x is None else scale_x.data_ptr(), stream)
-                if not status:
-                    return y
-                # ``done`` launches ran natively: the prepared ones run the rest
-                if status > 0:  # the launch failed: this record keeps to its prepared launches from now on
-                    self.native, self.native_error = None, status
-                    report_failure(status)
-            else:
-                done = 0
-            call = (x, y, scale_x)
+                if status:
+                    self.after_native(status, done, (x, y, scale_x), stream)
+                return y
             launches = self.eager if self.eager is not None and not in_capture else self.prepared
-            for run, which in launches[done:]:
+            call = (x, y, scale_x)
+            for run, which in launches:
                 run(which(call), stream)
             return y
         if self.quantize:  # no prepared launches (a padded plan): quantize, then the plan on the copy

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ...stdlib.kernels.gemm import prunes_on_gpu
 from ...stdlib.sparsity import (
@@ -43,9 +42,11 @@ from ._kernels import (
     OUT_DTYPES,
     RECORD_QUANTIZE_MAX_T,
     Weight,
+    capturing,
     quantize_per_token,
     run_interpreted,
 )
+from .last_call import LastCall
 from .record_cache import RecordCache
 
 WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
@@ -147,7 +148,9 @@ def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def tracing(x: Any) -> bool:
     """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace: the
     forward goes through the custom op, which tracers see, instead of launching directly."""
-    return (torch.compiler.is_compiling() or type(x) is not torch.Tensor or _get_current_dispatch_mode() is not None
+    # (a dispatch mode is on the stack: torch.utils._python_dispatch._get_current_dispatch_mode, without
+    # its Python frame; torch.compiler.is_compiling first: dynamo evaluates it to True while tracing)
+    return (torch.compiler.is_compiling() or type(x) is not torch.Tensor or torch._C._len_torch_dispatch_stack() > 0
             or torch._C._get_tracing_state() is not None)
 
 
@@ -196,6 +199,7 @@ class SparseLinear(nn.Module):
                              if self.weight_dtype == "e4m3" else None)
         self.__dict__["_records"] = RecordCache(pdl=True)  # constant weights: decode launches with PDL
         self.__dict__["_weight"] = None
+        self.__dict__["_last"] = None  # the last eager call's LastCall (last_call.py)
 
     # -------------------------------------------------------------------------------------------
     # building
@@ -296,6 +300,7 @@ class SparseLinear(nn.Module):
         (those retired ones, the custom op's, a fused group's) take in-place writes now, so that
         CUDA graphs replaying them compute with the weight as it is (``RecordCache.sync``)."""
         self.__dict__["_records"].clear()  # first: the records it drops are not refreshed for nothing
+        self.__dict__["_last"] = None
         sync_records(self.values, self.__dict__["_records"], self.__dict__.get("_fused"))
         self.__dict__["_weight"] = None
         fused = self.__dict__.get("_fused")  # a group of fuse_projections_ (fuse.py): re-verified on its next run
@@ -322,6 +327,11 @@ class SparseLinear(nn.Module):
             return self._forward_op(x)
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
+        last = self.__dict__["_last"]
+        if last is not None:  # the same kind of call as the last one: its record launched directly
+            y = last(x)
+            if y is not None:
+                return y
         w = self.__dict__["_weight"] or self._bound()
         shape = x.shape
         if not (shape and shape[-1] == self.in_features and x.dtype in OUT_DTYPES and x.device == w.values.device):
@@ -336,19 +346,29 @@ class SparseLinear(nn.Module):
         if w.scale_w is not None:  # e4m3 weights: x quantized per token
             x2 = x2.contiguous()
             if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T:  # by the record's first launch: one native call
-                y = self.__dict__["_records"].run((tokens, x2.dtype, x2.get_device(), out_dtype, "quantize"), x2, w,
-                                                  None, out_dtype, quantize=True)
+                records = self.__dict__["_records"]
+                y = records.run((tokens, x2.dtype, x2.get_device(), out_dtype, "quantize"), x2, w, None, out_dtype,
+                                quantize=True)
+                self._remember(records, x, x2)
                 return y if two_d else y.view(*shape[:-1], self.out_features)
             x2, scale_x = quantize_per_token(x2)
         elif x2.dtype != w.values.dtype:
             x2 = x2.to(w.values.dtype)
         x2 = x2.contiguous()
         if x2.is_cuda:
-            y = self.__dict__["_records"].run((tokens, x2.dtype, x2.get_device(), out_dtype), x2, w, scale_x,
-                                              out_dtype)
+            records = self.__dict__["_records"]
+            y = records.run((tokens, x2.dtype, x2.get_device(), out_dtype), x2, w, scale_x, out_dtype)
+            if scale_x is None:
+                self._remember(records, x, x2)
         else:
             y = run_interpreted(x2, w, scale_x, out_dtype)
         return y if two_d else y.view(*shape[:-1], self.out_features)
+
+    def _remember(self, records: RecordCache, x: torch.Tensor, x2: torch.Tensor) -> None:
+        """Keep the call ``records`` just ran for x (as ``x2``, 2-D) as this layer's :class:`LastCall`,
+        where x2 is x's own memory (no copy, no conversion) and no CUDA graph is being captured."""
+        if x2.data_ptr() == x.data_ptr() and not capturing():
+            self.__dict__["_last"] = LastCall.of(records, x, records.stream_of(x.get_device()))
 
     def _forward_op(self, x: torch.Tensor) -> torch.Tensor:
         """The forward as custom ops (``torch.ops.sparsile``), for tracers."""
@@ -404,11 +424,11 @@ class SparseLinear(nn.Module):
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if name in _BUFFERS and "_records" in self.__dict__:
-            self._invalidate()
+        if (name in _BUFFERS or name in ("activation", "out_dtype")) and "_records" in self.__dict__:
+            self._invalidate()  # (the records fuse the activation and store the output type)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
         state = dict(state)
-        state["_records"], state["_weight"] = RecordCache(pdl=True), None
+        state["_records"], state["_weight"], state["_last"] = RecordCache(pdl=True), None, None
         return state

@@ -38,12 +38,15 @@ class RecordCache:
         # filled (or replaced) by the next call outside a capture, whichever record it calls
         self.unfilled: dict[int, LaunchRecord] = {}
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
+        # (the record the last call ran, its stream): what a layer's LastCall keeps (last_call.py)
+        self.last: tuple[LaunchRecord, int] | None = None
 
     def clear(self) -> None:
         """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
         self.retired.update({id(r): r for r in tuple(self.records.values()) if r.captured})  # (a weakref
         # callback may pop entries meanwhile: a snapshot)
         self.records.clear()
+        self.last = None
         self.unfilled.clear()  # (an unfilled record is not revived: only its graph reads it)
 
     def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
@@ -152,6 +155,9 @@ class RecordCache:
         record = self.records.get(key)
         if record is not None and record.owner is owner:
             self.records.pop(key, None)
+        last = self.last
+        if last is not None and last[0].owner is owner:  # (it would pin the weight's memory)
+            self.last = None
         for kept in (self.retired, self.unfilled):
             for k, r in kept.copy().items():
                 if r.owner is owner:
@@ -170,6 +176,13 @@ class RecordCache:
     def __len__(self) -> int:
         return len(self.records)
 
+    def stream_of(self, device: int) -> Callable[[], int]:
+        """A function giving torch's current stream on CUDA device ``device`` (an int handle)."""
+        getter = self._streams.get(device)
+        if getter is None:
+            getter = self._streams[device] = stream_getter(device)
+        return getter
+
     def run(self, key: tuple, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
             stream: int | None = None, off_pool: bool = False, quantize: bool = False) -> torch.Tensor:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
@@ -179,11 +192,7 @@ class RecordCache:
         ``key`` must name the weight's memory (its data pointers) and whether it quantizes: a record
         pins that memory, so no other weight can take its addresses while the record lives."""
         if stream is None:
-            device = x.get_device()
-            getter = self._streams.get(device)
-            if getter is None:
-                getter = self._streams[device] = stream_getter(device)
-            stream = getter()
+            stream = self.stream_of(x.get_device())()
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
         if self.unfilled and not capturing():  # records planned in a capture: filled before any eager call
@@ -214,4 +223,5 @@ class RecordCache:
             if record.unfilled:
                 self.unfilled[id(record)] = record
             self._trim(w.values)
+        self.last = (record, stream)
         return record(x, scale_x, stream)

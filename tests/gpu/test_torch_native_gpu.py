@@ -325,3 +325,37 @@ def test_a_record_planned_in_a_capture_is_filled_before_an_eager_call(out_featur
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_y, eager)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+@pytest.mark.parametrize("lead", [(1,), (16,), (2, 1), (4, 4)])
+def test_calls_through_the_last_call_equal_the_full_path(dtype, lead, monkeypatch):
+    """A call like the layer's last one launches its record directly (integrations/torch/last_call.py):
+    the same bits as the full path, x of any leading dimensions; an in-place weight write, a side
+    stream and another token count go back to the full path, which computes with them."""
+    from sparsile.integrations.torch.record_cache import RecordCache
+
+    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=8, device="cuda"), dtype, activation="silu")
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(*lead, 4096, device="cuda", generator=gen).to(torch.bfloat16)
+    full = _poisoned_call(layer, x).clone()
+    assert layer.__dict__["_last"] is not None
+    run = RecordCache.run
+    monkeypatch.setattr(RecordCache, "run", lambda *a, **k: pytest.fail("the full path ran"))
+    fast = _poisoned_call(layer, x.clone())
+    assert fast.shape == (*lead, 4096) and torch.equal(fast, full)
+    check_against_float64(layer, x, fast)
+    monkeypatch.setattr(RecordCache, "run", run)
+    with torch.no_grad():
+        layer.bias.add_(0.5)  # written in place: read by the next call
+    written = _poisoned_call(layer, x)
+    check_against_float64(layer, x, written)
+    assert not torch.equal(written, full)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = layer(x)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(on_side, written)
+    fewer = x.reshape(-1, 4096)[:1]  # (another plan: the rows' bits may differ, the values may not)
+    check_against_float64(layer, fewer, _poisoned_call(layer, fewer))

@@ -171,3 +171,19 @@ def test_build_errors_are_sp0902_to_sp0905():
     err = _error(spt.SparseLinear, 8, 8, out_dtype=torch.int8)
     assert (err.code, err.message) == ("SP0905", "out_dtype torch.int8 is not one the kernel stores")
 
+
+
+@pytest.mark.parametrize(("attribute", "value"), [("activation", "relu"), ("out_dtype", torch.float32)])
+def test_setting_the_activation_or_out_dtype_after_a_call_takes_effect(attribute, value):
+    """The layer binds its weight, activation and output type into what its calls reuse (the bound
+    weight; on CUDA the launch records and the last call): setting either attribute empties them,
+    so the next call computes with the new value (a stale activation was a silent wrong result)."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=6))
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    layer(x)
+    setattr(layer, attribute, value)
+    y = layer(x)
+    check_against_float64(layer, x, y, layer.out_dtype)
+    assert y.dtype == (torch.float32 if attribute == "out_dtype" else torch.bfloat16)
+    if attribute == "activation":
+        assert (y >= 0).all() and (layer.to_dense().double() @ x.double().T).min() < 0

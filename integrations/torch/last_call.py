@@ -1,0 +1,78 @@
+"""The steady-state eager call of a ``SparseLinear``: :class:`LastCall` (docs/torch.md, "The eager
+call's fast path").
+
+A decode loop calls each layer with x of one shape, dtype and device, on one stream, step after
+step. The full eager path (``RecordCache.run``) builds a key, looks the record up, checks the
+weight and the capture state, reshapes x and y, then launches: about half of an eager call's host
+time on the H200 (benchmarks/RESULTS.md, sixteenth session). A layer keeps what its last call found
+(the record and the call's x shape, dtype, device and stream) and a call that matches it launches the
+record's native launch directly, after the checks that can change between calls: whether the
+record is still the last one its cache ran (a cleared cache, another call through it), torch's
+current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture), an
+in-place write to the weight (its version counters), and x contiguous and 16-byte aligned. Anything
+else returns None, and the caller takes the full path, which handles it and leaves a new
+:class:`LastCall`. Both paths launch the same record with the same arguments: the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ._kernels import LaunchRecord, capturing
+
+
+class LastCall:
+    """A layer's last eager call through ``record`` (of ``cache``) for x like ``x`` on ``stream``
+    (``stream_of()`` gives torch's current stream on x's device). Calling it with the next x gives
+    y (x.shape[:-1] + (N,), the record's output type) or None: not the same kind of call (see the
+    module docstring), nothing launched."""
+
+    __slots__ = ("cache", "device", "dtype", "entry", "record", "shape", "stream", "stream_of", "y_like")
+
+    def __init__(self, cache: Any, entry: tuple[LaunchRecord, int], x: torch.Tensor, stream_of: Callable[[], int]):
+        # valid while ``entry`` is the cache's last call: a cleared cache, a dropped weight and any
+        # call through the cache (another token count, a capture) end it
+        self.cache, self.entry, self.stream_of = cache, entry, stream_of
+        self.record, self.stream = entry
+        self.shape, self.dtype, self.device = x.shape, x.dtype, x.get_device()
+        # y as empty_like of the record's one-element template broadcast to y's shape (x's leading
+        # dimensions): no view of a 2-D y per call (the kernel writes (T, N) rows, the same bytes)
+        record = self.record
+        self.y_like = record.y_like if x.dim() == 2 else record.y_like.view(*x.shape[:-1], record.shape[1])
+
+    @classmethod
+    def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int]) -> LastCall | None:
+        """The :class:`LastCall` of the call ``cache`` just ran for x (contiguous, in the record's
+        input type, no per-call scale), or None where its record launches no native launch."""
+        last = cache.last
+        if last is None or not x.is_contiguous():
+            return None
+        record = last[0]
+        if record.native is None or record.unfilled or record.shape[0] != x.numel() // max(1, x.shape[-1]):
+            return None
+        return cls(cache, last, x, stream_of)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
+        if x.shape != self.shape or x.dtype is not self.dtype or x.get_device() != self.device:
+            return None
+        record = self.record
+        native = record.native  # None after a failed native launch: the full path runs its prepared launches
+        cache = self.cache
+        if native is None or cache.last is not self.entry or cache.unfilled or self.stream_of() != self.stream \
+                or capturing():
+            return None
+        tracked = record.tracked
+        if tracked is not None and tuple([t._version for t in tracked]) != record.versions:
+            return None  # the weight was written: the full path refreshes or replaces the record
+        xp = x.data_ptr()
+        if xp % 16 or not x.is_contiguous():
+            return None
+        y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
+        status, done = native.launch(xp, y.data_ptr(), 0, self.stream)
+        if status:  # not all launched natively: the prepared launches run the rest, on 2-D views
+            record.after_native(status, done, (x.view(record.shape[0], -1), y.view(record.shape), None),
+                                self.stream)
+        return y
