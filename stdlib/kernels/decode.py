@@ -145,6 +145,16 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     return DecodeConfig(bn, bk, stages, split_k, ctas, bm=bm)
 
 
+def heuristic_bm(m: int, sms: int) -> int:
+    """The weight rows per CTA of a plan no table entry or caller decides: 64 where the 64-row
+    slabs of N_out = ``m`` fit in one wave of ``sms`` CTAs, else 128. On the H200 the tuner chose
+    64-row slabs for every bf16 and e4m3 weight of up to 8192 rows (1.01-1.22x over 128-row slabs
+    with split-K, HBM-cold graph timing) and 128 for every weight of 14336 rows or more, where the
+    64-row slabs take more than one wave (tuned/decode-h200.json, benchmarks/RESULTS.md, fifteenth
+    and sixteenth sessions)."""
+    return 64 if -(-m // 64) <= sms else DECODE_BM
+
+
 def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
     """2-D ``x`` extended to (rows, cols), new elements of bit pattern ``fill`` (``x`` itself when it
     fits)."""
@@ -302,8 +312,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     kernel before it in the stream runs, streaming the first ring of weight boxes before it waits
     for that kernel (``pdl.wait()``), and lets the next such launch start as soon as all its CTAs
     run. Only for a weight no kernel writes while the plan is in use (docs/language.md).
-    ``bm``: the weight rows per CTA, 128 (two consumer warpgroups, the default) or 64 (one; twice
-    the CTAs without splitting K, for weights of few rows).
+    ``bm``: the weight rows per CTA, 128 (two consumer warpgroups) or 64 (one; twice the CTAs
+    without splitting K, for weights of few rows). Unset, with ``split_k`` and ``stages`` unset too and
+    no table entry: :func:`heuristic_bm`; unset with either given: 128.
 
     Without ``split_k``, ``stages`` and ``bm`` a tuned table decides them (and ``reduce``, unless given or
     set by ``SPARSILE_DECODE_REDUCE``) where it has an entry for this device, dtype, N_out, K and
@@ -339,6 +350,8 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             split_k, stages, bm, source = found[0].split_k, found[0].stages, found[0].bm, found[1]
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
+    if source == "heuristic" and found is None:
+        bm = heuristic_bm(base.m, sms)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,

@@ -75,7 +75,9 @@ def test_explicit_beats_table_beats_heuristic(on_h200, weight, tmp_path):
     assert tuned.config.source == "table:decode.json"
     explicit = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=path, split_k=4)
     assert (explicit.config.split_k, explicit.config.source) == (4, "explicit")
-    assert explicit.config.stages == heuristic.config.stages
+    # the split given, the stages and 128-row slabs the heuristic gives with it (not the table's)
+    assert explicit.config.bm == 128
+    assert explicit.config.stages == plan_sparse_decode(w.values, w.meta, x, interpret=True, bm=128).config.stages
     # an explicit reduce wins over the table's, its split and stages stay
     launch = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=path, reduce="launch")
     assert (launch.config.split_k, launch.config.stages, launch.reduces_in_kernel) == (2, 3, False)
@@ -371,3 +373,16 @@ def test_e4m3_entries_apply_to_e4m3_plans_only(on_h200):
     assert plan_sparse_decode(wb.values, wb.meta, xb, interpret=True, table=table({key: entry(2, 3)})
                               ).config.source == "heuristic"
     assert dt.parse_key(key)[2] == "e4m3" and "e4m3" in dt.TUNE_DTYPES
+
+
+def test_the_heuristic_takes_64_row_slabs_where_they_fit_in_one_wave(weight):
+    """No table entry, nothing given: 64-row slabs where cdiv(N_out, 64) CTAs fit in one wave of the
+    SMs (the H200 tuner's choice for every bf16 / e4m3 weight of up to 8192 rows), else 128."""
+    from sparsile.stdlib.kernels.decode import heuristic_bm
+
+    assert [heuristic_bm(m, 132) for m in (64, 1024, 4096, 6144, 8192, 8448, 8449, 10240, 57344)] == \
+        [64, 64, 64, 64, 64, 64, 128, 128, 128]
+    (w, x) = weight  # 256 rows: 4 slabs of 64
+    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=4).config.bm == 64
+    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=3).config.bm == 128
+    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=4, split_k=1).config.bm == 128
