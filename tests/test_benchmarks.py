@@ -703,3 +703,18 @@ def test_gemm_variants_inflight_and_pingpong_rows():
     assert rows["ping-pong 128x128, BK 128"] == (("sparse_gemm_f16_pingpong", (132,)),
                                                   {"BN": 128, "BK": 128, "STAGES": 4})
     assert rows["ping-pong 128x128, BK 128, INFLIGHT=1"][1] == {"BN": 128, "BK": 128, "STAGES": 4, "INFLIGHT": 1}
+
+
+# ------------------------------------------------------------------------------------------------
+# bench_decode_heuristic
+
+
+def test_decode_heuristic_without_gpu_says_why(capsys):
+    from sparsile.backend import runtime
+
+    if runtime.has_gpu():
+        pytest.skip("this machine can run the benchmark")
+    bdh = load_script("bench_decode_heuristic")
+    assert bdh.main(["--shapes", "4608x3584", "--tokens", "1"]) == 3
+    assert "no GPU here" in capsys.readouterr().err
+    assert all("x" in shape for shape in bdh.QWEN)
