@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh heuristic-bm      # the untabled decode heuristic (64-row slabs): GPU tests, timed vs 128 rows, the model
 #   bash scripts/gpu_runs.sh fast-path         # the layer's last-call fast path: torch GPU tests, host time, the layer at T <= 16
 #   bash scripts/gpu_runs.sh host-16           # where an eager call's host time goes at T <= 16, bf16 and e4m3 (profiled)
 #   bash scripts/gpu_runs.sh unrun-15          # the whole suite after the fifteenth session's last commits, the e4m3 decode table, T <= 16
@@ -135,6 +136,16 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+heuristic-bm)  # the untabled decode heuristic's 64-row slabs (sixteenth session): the decode, linear and torch GPU
+              # tests, the heuristic against 128-row slabs off the table (Qwen2.5 shapes, Llama-3-8B at T = 64),
+              # then the model's tokens/s in graph mode at batch 16 (the issue's unmet row)
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/stdlib/test_decode_api.py \
+        tests/gpu/test_torch_native_gpu.py tests/stdlib/test_linear_api.py
+    run 100 python benchmarks/bench_decode_heuristic.py --tokens 1 16 64
+    run 60 python benchmarks/bench_decode_heuristic.py --shapes 4096x4096 6144x4096 4096x14336 28672x4096 --tokens 32 64
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes graph --batches 16 --models dense sparsile \
+        sparsile-fused --repeats 2 --check-tokens 0 --json "$out/llama-graph16.json"
     ;;
 fast-path)  # the eager call's fast path (a layer's last call, sixteenth session): the torch GPU tests, where the
            # host time goes now (bf16 T = 1, e4m3 T = 4), then the issue's T <= 16 table, bf16 and e4m3

@@ -122,11 +122,16 @@ class ProjectionGroup:
 
     def intact(self) -> bool:
         """Each member still holds the views this group made, and (after an invalidation, a copy or
-        an unpickling) each view still lies where it should in the fused buffers."""
+        an unpickling) each view still lies where it should in the fused buffers and no member has
+        an activation or an out_dtype the fused layer does not apply (set after fusing)."""
         for buffers, name, view in self.expect:
             if buffers.get(name) is not view:
                 return False
         if not self.checked:
+            for m in self.members:  # set after fusing (SparseLinear.__setattr__ invalidates): the fused
+                # layer has no activation and one out_dtype, so such a member runs unfused
+                if m.activation is not None or m.out_dtype != self.fused.out_dtype:
+                    return False
             for m, (a, b) in zip(self.members, self.rows):
                 for name in _BUFFER_NAMES:
                     whole, part = self.fused._buffers.get(name), m._buffers.get(name)

@@ -44,13 +44,18 @@ class LastCall:
         self.y_like = record.y_like if x.dim() == 2 else record.y_like.view(*x.shape[:-1], record.shape[1])
 
     @classmethod
-    def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int]) -> LastCall | None:
+    def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int], key: tuple | None = None
+           ) -> LastCall | None:
         """The :class:`LastCall` of the call ``cache`` just ran for x (contiguous, in the record's
-        input type, no per-call scale), or None where its record launches no native launch."""
+        input type, no per-call scale) with ``key``, or None where its record launches no native
+        launch, or the cache's last call is another's (another thread's call through the cache
+        while this one's launch had released the GIL: another key, as another x dtype or output type)."""
         last = cache.last
         if last is None or not x.is_contiguous():
             return None
         record = last[0]
+        if key is not None and record.key != key and record.key != (*key, last[1]):
+            return None
         if record.native is None or record.unfilled or record.shape[0] != x.numel() // max(1, x.shape[-1]):
             return None
         return cls(cache, last, x, stream_of)

@@ -347,9 +347,9 @@ class SparseLinear(nn.Module):
             x2 = x2.contiguous()
             if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T:  # by the record's first launch: one native call
                 records = self.__dict__["_records"]
-                y = records.run((tokens, x2.dtype, x2.get_device(), out_dtype, "quantize"), x2, w, None, out_dtype,
-                                quantize=True)
-                self._remember(records, x, x2)
+                key = (tokens, x2.dtype, x2.get_device(), out_dtype, "quantize")
+                y = records.run(key, x2, w, None, out_dtype, quantize=True)
+                self._remember(records, key, x, x2)
                 return y if two_d else y.view(*shape[:-1], self.out_features)
             x2, scale_x = quantize_per_token(x2)
         elif x2.dtype != w.values.dtype:
@@ -357,18 +357,19 @@ class SparseLinear(nn.Module):
         x2 = x2.contiguous()
         if x2.is_cuda:
             records = self.__dict__["_records"]
-            y = records.run((tokens, x2.dtype, x2.get_device(), out_dtype), x2, w, scale_x, out_dtype)
+            key = (tokens, x2.dtype, x2.get_device(), out_dtype)
+            y = records.run(key, x2, w, scale_x, out_dtype)
             if scale_x is None:
-                self._remember(records, x, x2)
+                self._remember(records, key, x, x2)
         else:
             y = run_interpreted(x2, w, scale_x, out_dtype)
         return y if two_d else y.view(*shape[:-1], self.out_features)
 
-    def _remember(self, records: RecordCache, x: torch.Tensor, x2: torch.Tensor) -> None:
+    def _remember(self, records: RecordCache, key: tuple, x: torch.Tensor, x2: torch.Tensor) -> None:
         """Keep the call ``records`` just ran for x (as ``x2``, 2-D) as this layer's :class:`LastCall`,
         where x2 is x's own memory (no copy, no conversion) and no CUDA graph is being captured."""
         if x2.data_ptr() == x.data_ptr() and not capturing():
-            self.__dict__["_last"] = LastCall.of(records, x, records.stream_of(x.get_device()))
+            self.__dict__["_last"] = LastCall.of(records, x, records.stream_of(x.get_device()), key)
 
     def _forward_op(self, x: torch.Tensor) -> torch.Tensor:
         """The forward as custom ops (``torch.ops.sparsile``), for tracers."""
@@ -426,6 +427,10 @@ class SparseLinear(nn.Module):
         super().__setattr__(name, value)
         if (name in _BUFFERS or name in ("activation", "out_dtype")) and "_records" in self.__dict__:
             self._invalidate()  # (the records fuse the activation and store the output type)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__.setdefault("_last", None)  # (pickled before the last call existed)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()

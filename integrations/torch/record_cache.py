@@ -137,12 +137,19 @@ class RecordCache:
                 stale += 1
         return stale
 
-    def _revived(self, key: tuple, stream: int, values: torch.Tensor) -> tuple[LaunchRecord | None, tuple]:
+    def _revived(self, key: tuple, stream: int, w: Weight) -> tuple[LaunchRecord | None, tuple]:
         """A retired record of ``key`` and this weight back in use (its graph may still replay it;
         the version check then decides whether it may serve), so that a retired record is not
-        joined by a new one each time a cache is cleared: (the record or None, where it is stored)."""
+        joined by a new one each time a cache is cleared: (the record or None, where it is stored).
+        Only one bound to the same weight: the same values tensor, the same memory of meta, bias and
+        scale_w, the same activation (a layer's key names none of them: a replaced bias or a new
+        activation clears the cache, and must not bring back the record of the old one)."""
         for k, r in self.retired.copy().items():
-            if r.key in (key, (*key, stream)) and r.owner() is values and not r.unfilled:
+            if r.key in (key, (*key, stream)) and r.owner() is w.values and not r.unfilled \
+                    and r.weight.activation == w.activation \
+                    and all((a is None) == (b is None) and (a is None or a.data_ptr() == b.data_ptr())
+                            for a, b in ((r.weight.meta, w.meta), (r.weight.bias, w.bias),
+                                         (r.weight.scale_w, w.scale_w))):
                 self.retired.pop(k, None)
                 self.records[r.key] = r
                 return r, r.key
@@ -204,7 +211,7 @@ class RecordCache:
             found = (*key, stream)
             record = records.get(found)
         if record is None and self.retired:
-            record, found = self._revived(key, stream, w.values)
+            record, found = self._revived(key, stream, w)
         if record is not None and record.unfilled and capturing() and not record.planned_in(capture_id(stream)):
             # planned in another capture (or one whose id could not be read), whose replay fills its
             # copies (or zeroes its counters): this graph could be replayed first, so it plans a record
