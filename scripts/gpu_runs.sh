@@ -140,8 +140,8 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
 heuristic-bm)  # the untabled decode heuristic's 64-row slabs (sixteenth session): the decode, linear and torch GPU
               # tests, the heuristic against 128-row slabs off the table (Qwen2.5 shapes, Llama-3-8B at T = 64),
               # then the model's tokens/s in graph mode at batch 16 (the unmet row)
-    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/stdlib/test_decode_api.py \
-        tests/gpu/test_torch_native_gpu.py tests/stdlib/test_linear_api.py
+    run 270 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/stdlib/test_decode_api.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py tests/stdlib/test_linear_api.py
     run 100 python benchmarks/bench_decode_heuristic.py --tokens 1 16 64
     run 60 python benchmarks/bench_decode_heuristic.py --shapes 4096x4096 6144x4096 4096x14336 28672x4096 --tokens 32 64
     run 200 python benchmarks/bench_llama.py --layers 32 --modes graph --batches 16 --models dense sparsile \
