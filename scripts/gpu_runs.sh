@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh final-16          # the whole GPU suite at the sixteenth session's last commit, the T rule of the heuristic
 #   bash scripts/gpu_runs.sh heuristic-bm      # the untabled decode heuristic (64-row slabs): GPU tests, timed vs 128 rows, the model
 #   bash scripts/gpu_runs.sh fast-path         # the layer's last-call fast path: torch GPU tests, host time, the layer at T <= 16
 #   bash scripts/gpu_runs.sh host-16           # where an eager call's host time goes at T <= 16, bf16 and e4m3 (profiled)
@@ -136,6 +137,11 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+final-16)  # the sixteenth session's last GPU call: the whole suite (the fast path and its review fixes, the
+           # untabled heuristic's 64-row slabs up to T = 32), then the heuristic where the T rule changed it
+    run 500 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 60 python benchmarks/bench_decode_heuristic.py --shapes 5120x13824 3584x18944 6144x4096 --tokens 32 64
     ;;
 heuristic-bm)  # the untabled decode heuristic's 64-row slabs (sixteenth session): the decode, linear and torch GPU
               # tests, the heuristic against 128-row slabs off the table (Qwen2.5 shapes, Llama-3-8B at T = 64),

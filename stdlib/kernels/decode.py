@@ -60,6 +60,7 @@ DECODE_BMS = (128, 64)    # the row slabs a CTA may own: BM = 64 is one consumer
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
+HEURISTIC_BM64_MAX_T = 32  # the most tokens for which the untabled heuristic takes 64-row slabs
 MAX_SPLIT = 16
 EMPTY_META_WORD = 0x44444444  # eight nibbles 0x4: kept positions 0 and 1 (of zero values)
 KERNEL_CHOICES = ("auto", "gemm", "decode")
@@ -145,14 +146,17 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     return DecodeConfig(bn, bk, stages, split_k, ctas, bm=bm)
 
 
-def heuristic_bm(m: int, sms: int) -> int:
+def heuristic_bm(m: int, t: int, sms: int) -> int:
     """The weight rows per CTA of a plan no table entry or caller decides: 64 where the 64-row
-    slabs of N_out = ``m`` fit in one wave of ``sms`` CTAs, else 128. On the H200 the tuner chose
-    64-row slabs for every bf16 and e4m3 weight of up to 8192 rows (1.01-1.22x over 128-row slabs
-    with split-K, HBM-cold graph timing) and 128 for every weight of 14336 rows or more, where the
-    64-row slabs take more than one wave (tuned/decode-h200.json, benchmarks/RESULTS.md, fifteenth
-    and sixteenth sessions)."""
-    return 64 if -(-m // 64) <= sms else DECODE_BM
+    slabs of N_out = ``m`` fit in one wave of ``sms`` CTAs and T = ``t`` is at most
+    :data:`HEURISTIC_BM64_MAX_T`, else 128. On the H200 the tuner chose 64-row slabs for every bf16
+    and e4m3 weight of up to 8192 rows at T <= 16 (1.01-1.22x over 128-row slabs with split-K,
+    HBM-cold graph timing) and 128 for every weight of 14336 rows or more, where the 64-row slabs
+    take more than one wave. At T = 64 a 64-row slab reads x once per 64 rows instead of 128, and
+    on weights of large K that cost more than the slabs gained (5120 x 13824: 0.82x); at T = 32
+    they still won 1.00-1.12x (benchmarks/bench_decode_heuristic.py, benchmarks/RESULTS.md,
+    sixteenth session)."""
+    return 64 if t <= HEURISTIC_BM64_MAX_T and -(-m // 64) <= sms else DECODE_BM
 
 
 def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
@@ -351,7 +355,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
     if source == "heuristic" and found is None:
-        bm = heuristic_bm(base.m, sms)
+        bm = heuristic_bm(base.m, base.t, sms)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
