@@ -15,7 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
-#   bash scripts/gpu_runs.sh final-16          # the whole GPU suite at the sixteenth session's last commit, the T rule of the heuristic
+#   bash scripts/gpu_runs.sh final-16          # (not run yet) the whole GPU suite at the sixteenth session's last commit, the T rule
 #   bash scripts/gpu_runs.sh heuristic-bm      # the untabled decode heuristic (64-row slabs): GPU tests, timed vs 128 rows, the model
 #   bash scripts/gpu_runs.sh fast-path         # the layer's last-call fast path: torch GPU tests, host time, the layer at T <= 16
 #   bash scripts/gpu_runs.sh host-16           # where an eager call's host time goes at T <= 16, bf16 and e4m3 (profiled)

@@ -60,7 +60,7 @@ DECODE_BMS = (128, 64)    # the row slabs a CTA may own: BM = 64 is one consumer
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
-HEURISTIC_BM64_MAX_T = 32  # the most tokens for which the untabled heuristic takes 64-row slabs
+HEURISTIC_BM64_MAX_T = 16  # the most tokens for which the untabled heuristic takes 64-row slabs
 MAX_SPLIT = 16
 EMPTY_META_WORD = 0x44444444  # eight nibbles 0x4: kept positions 0 and 1 (of zero values)
 KERNEL_CHOICES = ("auto", "gemm", "decode")
@@ -153,9 +153,9 @@ def heuristic_bm(m: int, t: int, sms: int) -> int:
     and e4m3 weight of up to 8192 rows at T <= 16 (1.01-1.22x over 128-row slabs with split-K,
     HBM-cold graph timing) and 128 for every weight of 14336 rows or more, where the 64-row slabs
     take more than one wave. At T = 64 a 64-row slab reads x once per 64 rows instead of 128, and
-    on weights of large K that cost more than the slabs gained (5120 x 13824: 0.82x); at T = 32
-    they still won 1.00-1.12x (benchmarks/bench_decode_heuristic.py, benchmarks/RESULTS.md,
-    sixteenth session)."""
+    on weights of large K that cost more than the slabs gained (5120 x 13824: 0.82x at T = 64, 0.93x
+    at T = 32, where smaller K still gained 1.02-1.14x); up to T = 16 every measured weight was
+    0.98-1.13x (benchmarks/bench_decode_heuristic.py, benchmarks/RESULTS.md, sixteenth session)."""
     return 64 if t <= HEURISTIC_BM64_MAX_T and -(-m // 64) <= sms else DECODE_BM
 
 

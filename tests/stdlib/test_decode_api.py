@@ -493,7 +493,7 @@ def test_gpu_pdl_reads_what_the_previous_kernel_wrote(split, reduce):
 def test_weight_operands_do_not_depend_on_the_token_count(dtype, act):
     """``weight_operands`` (what sparsile.torch's launch records refresh after a weight write, planning
     one token: integrations/torch/_kernels.py) are the same arrays for any T of one kernel: the decode
-    kernel's at T = 1, 16 and 64 (and its tiled layout at T = 1, 16 and 32, where the heuristic's row
+    kernel's at T = 1, 16 and 64 (and its tiled layout at T = 1, 8 and 16, where the heuristic's row
     slab is one: sparsile.torch never tiles), the tiled kernel's (kernel="gemm") at T = 1,
     64, 65 and 100 (where the tuned tile narrows with an activation), the Blackwell kernel's at T = 1,
     64, 65 and 100 from raw "sm90" words (``meta_format="sm90"``, as the records pass them: re-encoded).
@@ -512,7 +512,7 @@ def test_weight_operands_do_not_depend_on_the_token_count(dtype, act):
     decode = functools.partial(plan_sparse_decode, tiled=True)
     for kind, plan, tokens, kw in (
             (SparseDecodePlan, plan_sparse_linear, (1, 16, 64), {}),
-            (SparseDecodePlan, decode, (1, 16, 32), {}),  # (a tiled copy follows the row slab: 128 at T = 64)
+            (SparseDecodePlan, decode, (1, 8, 16), {}),  # (a tiled copy follows the row slab: 128 beyond T = 16)
             (SparseLinearPlan, plan_sparse_linear, (1, 64, 65, 100), {"kernel": "gemm"}),
             (SparseLinearPlanSm100, plan_sparse_linear, (1, 64, 65, 100),
              {"target": "sm_100a", "meta": words, "meta_format": "sm90", "kernel": "gemm"})):

@@ -377,13 +377,13 @@ def test_e4m3_entries_apply_to_e4m3_plans_only(on_h200):
 
 def test_the_heuristic_takes_64_row_slabs_where_they_fit_in_one_wave(weight):
     """No table entry, nothing given: 64-row slabs where cdiv(N_out, 64) CTAs fit in one wave of the
-    SMs and T <= 32 (the H200 tuner's choice for every bf16 / e4m3 weight of up to 8192 rows at
+    SMs and T <= 16 (the H200 tuner's choice for every bf16 / e4m3 weight of up to 8192 rows at
     T <= 16), else 128."""
     from sparsile.stdlib.kernels.decode import heuristic_bm
 
     assert [heuristic_bm(m, 16, 132) for m in (64, 1024, 4096, 6144, 8192, 8448, 8449, 10240, 57344)] == \
         [64, 64, 64, 64, 64, 64, 128, 128, 128]
-    assert [heuristic_bm(4096, t, 132) for t in (1, 32, 33, 64)] == [64, 64, 128, 128]
+    assert [heuristic_bm(4096, t, 132) for t in (1, 16, 17, 64)] == [64, 64, 128, 128]
     (w, x) = weight  # 256 rows: 4 slabs of 64
     assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=4).config.bm == 64
     assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=3).config.bm == 128
