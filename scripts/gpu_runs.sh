@@ -139,7 +139,7 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
     ;;
 final-16)  # the sixteenth session's last GPU call: the whole suite (the fast path and its review fixes, the
-           # untabled heuristic's 64-row slabs up to T = 32), then the heuristic where the T rule changed it
+           # untabled heuristic's 64-row slabs up to T = 16), then the heuristic where the T rule changed it
     run 500 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 60 python benchmarks/bench_decode_heuristic.py --shapes 5120x13824 3584x18944 6144x4096 --tokens 32 64
     ;;
