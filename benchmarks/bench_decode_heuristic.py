@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import sys
 
 QWEN = ("4608x3584", "3584x3584", "3584x18944", "37888x3584", "7168x5120", "5120x5120", "5120x13824")
@@ -75,10 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.append(times[1] / times[0])
                 print(f"| {shape} | {t} | {dtype} | {default_candidate(new)} | {times[0]:.2f} | "
                       f"{default_candidate(old)} | {times[1]:.2f} | {ratios[-1]:.2f}x |", flush=True)
-    geo = 1.0
-    for r in ratios:
-        geo *= r
-    print(f"geometric mean of 128-row / heuristic: {geo ** (1 / max(1, len(ratios))):.3f}x over {len(ratios)} cases")
+    if ratios:
+        print(f"geometric mean of 128-row / heuristic: {statistics.geometric_mean(ratios):.3f}x over {len(ratios)} "
+              "cases")
     return 0
 
 

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import SP_STALE_CAPTURE, IntegrationError
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
-from .weight import Weight, storage_key, weight_versions
+from .weight import Weight, same_binding, storage_key, weight_versions
 
 
 class RecordCache:
@@ -146,10 +146,7 @@ class RecordCache:
         activation clears the cache, and must not bring back the record of the old one)."""
         for k, r in self.retired.copy().items():
             if r.key in (key, (*key, stream)) and r.owner() is w.values and not r.unfilled \
-                    and r.weight.activation == w.activation \
-                    and all((a is None) == (b is None) and (a is None or a.data_ptr() == b.data_ptr())
-                            for a, b in ((r.weight.meta, w.meta), (r.weight.bias, w.bias),
-                                         (r.weight.scale_w, w.scale_w))):
+                    and same_binding(r.weight, w):
                 self.retired.pop(k, None)
                 self.records[r.key] = r
                 return r, r.key

@@ -37,6 +37,14 @@ def weight_versions(tracked: tuple[torch.Tensor, ...] | None) -> tuple[int, ...]
     return None if tracked is None else tuple([t._version for t in tracked])
 
 
+def same_binding(a: Weight, b: Weight) -> bool:
+    """``a`` and ``b`` bind the same weight: one activation, and meta, bias and scale_w each absent
+    in both or at one address (values are compared by the caller, through a record's owner)."""
+    return a.activation == b.activation and all(
+        (s is None) == (t is None) and (s is None or s.data_ptr() == t.data_ptr())
+        for s, t in ((a.meta, b.meta), (a.bias, b.bias), (a.scale_w, b.scale_w)))
+
+
 def same_memory(a: Any, t: torch.Tensor) -> bool:
     """``a`` is ``t``, or a view of the same memory, type and size (the plan may reshape x or scale_x)."""
     return a is t or (isinstance(a, torch.Tensor) and a.data_ptr() == t.data_ptr() and a.dtype == t.dtype

@@ -354,7 +354,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             split_k, stages, bm, source = found[0].split_k, found[0].stages, found[0].bm, found[1]
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
-    if source == "heuristic" and found is None:
+    if source == "heuristic":  # (no table entry either)
         bm = heuristic_bm(base.m, base.t, sms)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
