@@ -75,7 +75,8 @@ class LastCall:
         xp = x.data_ptr()
         if xp % 16 or not x.is_contiguous():
             return None
-        y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
+        # (y_like is a broadcast: not dense, so empty_like gives it contiguous strides)
+        y = torch.empty_like(self.y_like)
         status, done = native.launch(xp, y.data_ptr(), 0, self.stream)
         if status:  # not all launched natively: the prepared launches run the rest, on 2-D views
             record.after_native(status, done, (x.view(record.shape[0], -1), y.view(record.shape), None),

@@ -36,6 +36,7 @@ launches' Python; unset or "1": they launch natively (read when a record is buil
 _lock = threading.Lock()
 _launcher: Any = None  # the RecordLauncher, built on first use (False: it could not be built)
 _RETRY: set[int] = set()  # the CUresults a launch retries after making its context current (filled once)
+_ALL_OF_ONE = (0, 1)  # NativeLaunch.launch's result for a record of one launch, all launched
 ENTRY_POINTS: tuple[int, int, int] | None = None
 """libcuda's launch and encode entry points for the launcher (None: libcuda's own; tests set fakes
 before the first record is built, and call :func:`reset`)."""
@@ -120,6 +121,12 @@ class NativeLaunch:
         per-thread cache) is retried once with the kernel's context made current, as a prepared
         launch does."""
         self._context_current()
+        if len(self._addresses) == 1:  # (most records: no loop, no enumerate, one status tuple)
+            status = self._run(self._addresses[0], x, y, scale_x, stream)
+            if status > 0 and status in _RETRY:
+                self._context_current(True)
+                status = self._run(self._addresses[0], x, y, scale_x, stream)
+            return (status, 0) if status else _ALL_OF_ONE
         for done, address in enumerate(self._addresses):
             status = self._run(address, x, y, scale_x, stream)
             if status > 0 and status in _RETRY:
