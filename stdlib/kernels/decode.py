@@ -20,6 +20,11 @@ else from :func:`choose_decode_config`.
 ``plan_sparse_decode`` returns a :class:`SparseDecodePlan` with the interface of
 :class:`~.linear.SparseLinearPlan` (``launches()``, ``run()``, ``compile()``, ``rebind()``).
 
+e4m3 weights with an f16 / bf16 x and no ``scale_x``: the plan takes ``sparse_decode_e4m3_qx``,
+which quantizes x per token itself (the bits of ``quantize_per_token_e4m3``), one launch, where
+the CTA's K share of x fits in shared memory next to the weight ring (:func:`resident_x_config`);
+SP0852 where it does not.
+
 Every argument is checked by :func:`~.linear.plan_sparse_linear` (same codes); the decode plan then
 re-pads K to its step (BK = 128 elements for f16/bf16, 256 for e4m3) and the metadata words to
 whole CTA slabs (rows: a multiple of BM, filled with ``0x44444444``, the code of two zero values)
@@ -62,6 +67,10 @@ SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
 HEURISTIC_BM64_MAX_T = 16  # the most tokens for which the untabled heuristic takes 64-row slabs
 MAX_SPLIT = 16
+QX_SCRATCH = 1024
+"""Shared memory the kernel that quantizes x (sparse_decode_e4m3_qx) holds beyond its ring and its
+resident x: the scales and their reciprocals (2 x BN f32) and the compiler's scratch of its
+cross-warp reduction, at most 512 bytes as compiled (test_decode_qx.py checks the bound)."""
 EMPTY_META_WORD = 0x44444444  # eight nibbles 0x4: kept positions 0 and 1 (of zero values)
 KERNEL_CHOICES = ("auto", "gemm", "decode")
 
@@ -97,11 +106,19 @@ class DecodeConfig:
     ctas_per_sm: int  # the occupancy the shared-memory budget was sized for
     source: str = "heuristic"  # where split_k / stages came from: "heuristic", "explicit", "table:<file>"
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
+    xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
 
     def stage_bytes(self, elem_bytes: int) -> int:
-        """Bytes one pipeline step moves: values, metadata words, x."""
+        """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""
         bm = self.bm
-        return bm * self.bk // 2 * elem_bytes + bm * (self.bk // 32) * 4 + self.bn * self.bk * elem_bytes
+        x = 0 if self.xsteps else self.bn * self.bk * elem_bytes
+        return bm * self.bk // 2 * elem_bytes + bm * (self.bk // 32) * 4 + x
+
+    def smem_bytes(self, elem_bytes: int) -> int:
+        """The kernel's shared memory: the ring and its two barriers per stage; with resident x
+        (``xsteps``) also that buffer (one e4m3 byte per element) and :data:`QX_SCRATCH`."""
+        ring = self.stages * (self.stage_bytes(elem_bytes) + 16)
+        return ring + (self.xsteps * self.bn * self.bk + QX_SCRATCH if self.xsteps else 0)
 
     @property
     def num_warps(self) -> int:
@@ -144,6 +161,16 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     if split_k is None:
         split_k = max(1, min(sms // max(tiles, 1), steps // 2, MAX_SPLIT))
     return DecodeConfig(bn, bk, stages, split_k, ctas, bm=bm)
+
+
+def x_rows(t: int) -> int:
+    """The token rows the kernel that quantizes x reads and quantizes (XROWS): T rounded up to a
+    power of two, which may be below BN (8 at least), so that T = 1 keeps every thread of its
+    prologue busy on the one row."""
+    rows = 1
+    while rows < t:
+        rows *= 2
+    return rows
 
 
 def heuristic_bm(m: int, t: int, sms: int) -> int:
@@ -207,7 +234,10 @@ class SparseDecodePlan:
     :class:`~.linear.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
 
     ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, config.bm), split_k), then with split-K
-    ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out)."""
+    ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out). e4m3 weights with 16-bit
+    x (``quantizes_x``): ``sparse_decode_e4m3_qx`` reads x as passed and quantizes it itself; with
+    split-K reduced by the second launch, it hands that launch the per-token scales in
+    ``x_scales`` (T,) f32."""
 
     base: Any          # the SparseLinearPlan of the shipped path (the checks and operands)
     config: DecodeConfig
@@ -219,6 +249,7 @@ class SparseDecodePlan:
     tiled: bool = False  # values and meta in the tiled layout (tile_for_decode)
     counters: Any = None  # reduce="kernel": one zeroed int32 per row tile (the kernel re-zeroes it)
     pdl: bool = False  # launched with programmatic dependent launch (plan_sparse_decode)
+    x_scales: Any = None  # quantizes_x with split-K reduced by splitk_reduce_linear: the scales the kernel writes
 
     @property
     def out(self) -> Any:
@@ -239,34 +270,46 @@ class SparseDecodePlan:
         return self.counters is not None and self.config.split_k > 1
 
     @property
+    def quantizes_x(self) -> bool:
+        """x is 16-bit, for e4m3 weights: the kernel quantizes it per token (one launch, no scale_x)."""
+        return self.config.xsteps > 0
+
+    @property
     def kernel(self) -> Any:
         name = "sparse_decode_reduce_" if self.reduces_in_kernel else "sparse_decode_"
-        return getattr(decode_module(), name + self.base.choice.operand)
+        return getattr(decode_module(), name + self.base.choice.operand + ("_qx" if self.quantizes_x else ""))
 
     @property
     def grid(self) -> tuple[int, int]:
         return (-(-self.base.m // self.config.bm), self.config.split_k)
 
     def arguments(self) -> tuple[Any, ...]:
-        """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel."""
+        """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel; quantizes_x: (A, E, X, Y,
+        Bias, SW, SX, M, N, K, KX, ldx, ldy), X the caller's (T, K) x."""
         b = self.base
-        if self.reduces_in_kernel:  # (A, E, B, Y, W, Count, Bias, SW, SX, M, N, K, ldy)
-            return (self.values, self.meta, self.x, b.out, self.workspace, self.counters, *b._epilogue_pointers(),
-                    b.m, b.t, self.k_padded, b.m)
-        if self.config.split_k > 1:
+        sizes = (b.m, b.t, self.k_padded, *((b.k, b.k) if self.quantizes_x else ()), b.m)
+        bias, sw, sx = b._epilogue_pointers()
+        if self.reduces_in_kernel:  # (A, E, B, Y, W, Count, Bias, SW, SX, M, N, K, ldy); quantizes_x: no SX
+            vectors = (bias, sw) if self.quantizes_x else (bias, sw, sx)
+            return (self.values, self.meta, self.x, b.out, self.workspace, self.counters, *vectors, *sizes)
+        if self.config.split_k > 1:  # partial sums; quantizes_x: the scales at SX
             w = self.workspace
-            return (self.values, self.meta, self.x, w, w, w, w, b.m, b.t, self.k_padded, b.m)
-        return (self.values, self.meta, self.x, b.out, *b._epilogue_pointers(), b.m, b.t, self.k_padded, b.m)
+            return (self.values, self.meta, self.x, w, w, w, self.x_scales if self.quantizes_x else w, *sizes)
+        return (self.values, self.meta, self.x, b.out, bias, sw, sx, *sizes)
 
     def constexprs(self) -> dict[str, Any]:
         c = self.config
         common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {}),
-                  **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}), **self._pdl()}
+                  **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}),
+                  **({"XSTEPS": c.xsteps, "XROWS": x_rows(self.base.t)} if self.quantizes_x else {}), **self._pdl()}
+        epilogue = self.base._epilogue_constexprs()
+        if self.quantizes_x:  # the kernel applies its own scales
+            del epilogue["SCALE_X"]
         if self.reduces_in_kernel:
-            return {**common, "SPLIT_K": c.split_k, **self.base._epilogue_constexprs()}
+            return {**common, "SPLIT_K": c.split_k, **epilogue}
         if c.split_k > 1:
             return {**common, "SPLIT_K": c.split_k}
-        return {**common, **self.base._epilogue_constexprs()}
+        return {**common, **epilogue}
 
     def launches(self) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]]:
         """Every launch, in order, as (kernel, grid, positional args, constexprs)."""
@@ -274,9 +317,13 @@ class SparseDecodePlan:
         main = (self.kernel, self.grid, self.arguments(), self.constexprs())
         if self.config.split_k == 1 or self.reduces_in_kernel:
             return [main]
+        bias, sw, sx = b._epilogue_pointers()
+        epilogue = b._epilogue_constexprs()
+        if self.quantizes_x:  # the scales the decode kernel wrote
+            sx, epilogue = self.x_scales, {**epilogue, "SCALE_X": 2}
         reduce = (kernel_module().splitk_reduce_linear, (-(-b.m * b.t // 1024),),
-                  (self.workspace, b.out, *b._epilogue_pointers(), b.m, b.t, b.m),
-                  {"SPLIT_K": self.config.split_k, **b._epilogue_constexprs(), "BLOCK": 1024, **self._pdl()})
+                  (self.workspace, b.out, bias, sw, sx, b.m, b.t, b.m),
+                  {"SPLIT_K": self.config.split_k, **epilogue, "BLOCK": 1024, **self._pdl()})
         return [main, reduce]
 
     def _pdl(self) -> dict[str, Any]:
@@ -290,9 +337,11 @@ class SparseDecodePlan:
 
     def rebind(self, x: Any, out: Any = None, *, scale_x: Any = None) -> SparseDecodePlan:
         """This plan for a new ``x`` (and ``out``, ``scale_x``) of the same shape and dtype (SP0853
-        otherwise), without re-checking the weight; the workspace is shared with this plan."""
+        otherwise), without re-checking the weight; the workspace is shared with this plan (and
+        ``x_scales``). quantizes_x: x is used as passed (made contiguous), and a scale_x is SP0852."""
         base = self.base.rebind(x, out, scale_x=scale_x)
-        return dataclasses.replace(self, base=base, x=pad_columns(base.x, self.k_padded))
+        xk = base.x if self.quantizes_x else pad_columns(base.x, self.k_padded)
+        return dataclasses.replace(self, base=base, x=xk)
 
 
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
@@ -331,7 +380,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     if not isinstance(pdl, bool):
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
-                              split_k=1, kernel="gemm", **linear)
+                              split_k=1, kernel="gemm", _quantized_in_kernel=True, **linear)
     if base.k_padded == 0 or base.m == 0 or base.t == 0:
         return base
     if base.t > DECODE_MAX_T:
@@ -344,6 +393,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         raise bad_input(f"bm of the decode kernel must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}",
                         help="128: two consumer warpgroups per CTA; 64: one, and twice the CTAs", code=SP_DECODE)
     sms = num_sms or planned_sm_count(interpret)
+    asked = (split_k, stages)  # the caller's, which the resident x's rule keeps
     source = "heuristic" if split_k is None and stages is None and bm is None else "explicit"
     found = None
     if source == "heuristic" and table is not False:
@@ -360,7 +410,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
                                None if bad_stages else stages, bm or DECODE_BM)
-    too_big = cfg.stages * (cfg.stage_bytes(base.choice.elem_bytes) + 16) > SMEM_PER_CTA
+    if base.quantizes_x and not bad_stages:
+        cfg = resident_x_config(base, cfg, *asked)
+    too_big = cfg.smem_bytes(base.choice.elem_bytes) > SMEM_PER_CTA
     if too_big and found is not None:  # the table's entry, not the caller, asked for these stages
         raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "
                         f"{base.t} tokens: {stages} stages do not fit in {SMEM_PER_CTA // 1024} KB of "
@@ -382,13 +434,41 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         words = tile_for_decode(words, cfg.bm, cfg.bk // 32)
     else:
         vals = pad_columns(base.values, k_padded // 2)
-    xk = pad_columns(base.x, k_padded)
+    xk = base.x if cfg.xsteps else pad_columns(base.x, k_padded)  # the kernel quantizing x reads it as it is
     work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
-    counters = None
+    counters = scales = None
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
         counters = empty_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile
         counters[...] = 0
-    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl)
+    elif cfg.split_k > 1 and cfg.xsteps:  # the per-token scales, from the kernel to the reduce launch
+        scales = empty_array(x, (base.t,), "float32", interpret)
+    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl, scales)
+
+
+def resident_x_config(base: Any, cfg: DecodeConfig, split_k: int | None, stages: int | None) -> DecodeConfig:
+    """``cfg`` (the table's, the heuristic's or the caller's choice, as for e4m3 x) for the kernel
+    that quantizes 16-bit x itself and keeps its K share resident in shared memory
+    (``sparse_decode_e4m3_qx``): unchanged where the ring and the resident x fit in a CTA's 227 KB
+    (:meth:`DecodeConfig.smem_bytes`), else the smallest K split from cfg's up (at most
+    :data:`MAX_SPLIT`, and the K steps) at which they fit with a ring of 2 or more stages, with the
+    deepest ring up to cfg's that fits there. A ``split_k`` or ``stages`` the caller gave is kept.
+    SP0852 where nothing fits: then x must be quantized first (quantize_per_token_e4m3)."""
+    steps = -(-base.k_padded // cfg.bk)
+    eb = base.choice.elem_bytes
+    splits = [cfg.split_k] if split_k is not None else range(cfg.split_k, max(cfg.split_k, min(MAX_SPLIT, steps)) + 1)
+    for split in splits:
+        for depth in [cfg.stages] if stages is not None else range(cfg.stages, 1, -1):
+            fitted = dataclasses.replace(cfg, split_k=split, stages=depth, xsteps=-(-steps // split))
+            if fitted.smem_bytes(eb) <= SMEM_PER_CTA:
+                return dataclasses.replace(fitted, ctas_per_sm=2 if 2 * (fitted.smem_bytes(eb) + 1024) <= SMEM_PER_SM
+                                           else 1)
+    from .linear import SP_LINEAR_FP8_INPUT
+
+    fixed = "".join(f", {name}={v}" for name, v in (("split_k", split_k), ("stages", stages)) if v is not None)
+    raise bad_input(f"e4m3 weights with x of {base.x_dtype}: the decode kernel quantizes x itself only where its "
+                    f"share of x fits in shared memory next to the weight ring, and {base.t} tokens of K = {base.k} "
+                    f"do not (bm={cfg.bm}{fixed})", code=SP_LINEAR_FP8_INPUT,
+                    help="quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x (two launches)")
 
 
 

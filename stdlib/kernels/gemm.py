@@ -543,12 +543,14 @@ def pair_ctas(m: int, n: int, bn: int, choice: KernelChoice, split_k: int, persi
     return min(2 * -(-m // (2 * BM)) * -(-n // bn), sms - sms % 2)
 
 
-def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType, interpret: bool
-                     ) -> tuple[Any, Any, int, int, int, int]:
-    """``values`` and ``b`` placed for the launch and cast to the operand type, with their shapes
-    checked: (values, b, M, N, K of b, K the values cover)."""
+def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType, interpret: bool,
+                     cast_b: bool = True) -> tuple[Any, Any, int, int, int, int]:
+    """``values`` and ``b`` placed for the launch and cast to the operand type (``cast_b`` False:
+    b keeps its own type), with their shapes checked: (values, b, M, N, K of b, K the values cover)."""
     values = cast_operand(placed_array(values, "values", interpret), choice, "values")
-    b = cast_operand(placed_array(b, "b", interpret), choice, "b")
+    b = placed_array(b, "b", interpret)
+    if cast_b:
+        b = cast_operand(b, choice, "b")
     for what, x in (("values", values), ("b", b)):
         if len(x.shape) != 2:
             raise bad_input(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",

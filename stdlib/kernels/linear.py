@@ -21,7 +21,8 @@ them. :func:`quantize_per_token_e4m3` quantizes activations for the e4m3 path.
 
 Checks besides those of :func:`~.gemm.sparse_matmul` (each a SparsityError): SP0850 an unknown
 activation or output dtype, SP0851 a bias or scale of the wrong shape or type, SP0852 e4m3 weights
-with activations that are not e4m3, SP0853 a rebind to another shape or dtype.
+with activations that are not e4m3 (but for the decode kernel's 16-bit x without scale_x, which it
+quantizes itself), SP0853 a rebind to another shape or dtype.
 """
 
 from __future__ import annotations
@@ -71,12 +72,16 @@ SP_LINEAR_OPTION = "SP0850"
 SP_LINEAR_VECTOR = "SP0851"
 """A bias or scale of the wrong shape or element type."""
 SP_LINEAR_FP8_INPUT = "SP0852"
-"""e4m3 weights with activations of another type (they need a scale: quantize them)."""
+"""e4m3 weights with activations of another type (they need a scale: quantize them), or with 16-bit
+activations and a scale_x (the decode kernel quantizes those itself)."""
 SP_LINEAR_REBIND = "SP0853"
 """SparseLinearPlan.rebind to an x or out of another shape or dtype."""
 
 LINEAR_KERNELS: dict[str, KernelChoice] = {name: KERNELS[name] for name in ("f16", "bf16", "e4m3")}
 """Operand types with a ``sparse_linear_<t>`` kernel."""
+E4M3_X_DTYPES = ("float8_e4m3fn", "float8_e4m3")
+X16_DTYPES = ("float16", "bfloat16")
+"""x dtypes that the decode kernel quantizes to e4m3 itself, for e4m3 weights (``sparse_decode_e4m3_qx``)."""
 ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
 OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
               "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
@@ -210,6 +215,12 @@ class SparseLinearPlan:
         return (self.values, self.meta, self.bias, self.scale_w)
 
     @property
+    def quantizes_x(self) -> bool:
+        """e4m3 weights with 16-bit x: the base of a decode plan whose kernel quantizes x itself
+        (:mod:`.decode`); ``x`` is then the caller's (T, K), neither cast nor padded."""
+        return self.choice.operand == "e4m3" and self.x_dtype in X16_DTYPES
+
+    @property
     def kernel(self) -> Any:
         """The main kernel (``sparse_linear_<t>``, ``_pair``)."""
         return getattr(kernel_module(), f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}")
@@ -315,7 +326,12 @@ class SparseLinearPlan:
         if shape != self.x_shape or dtype != self.x_dtype:
             raise _linear_bad(SP_LINEAR_REBIND, f"the plan is for x of shape {self.x_shape} {self.x_dtype}, got "
                               f"{shape} {dtype}", "plan again with plan_sparse_linear for another shape or dtype")
-        xk = pad_columns(cast_operand(placed_array(x, "x", self.interpret), self.choice), self.k_padded)
+        xh = placed_array(x, "x", self.interpret)
+        if self.quantizes_x:
+            _check_e4m3_x(dtype, scale_x, True)
+            xk = pad_columns(xh, self.k)
+        else:
+            xk = pad_columns(cast_operand(xh, self.choice), self.k_padded)
         changes: dict[str, Any] = {"x": xk, "out": _linear_output(out, self.t, self.m, self.out_dtype, x,
                                                                   self.interpret)}
         if scale_x is not None:
@@ -323,6 +339,21 @@ class SparseLinearPlan:
             changes["scale_x"] = sx
             changes["modes"] = (self.modes[0], self.modes[1], mode)
         return dataclasses.replace(self, **changes)
+
+
+def _check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None:
+    """x of e4m3 weights: e4m3 (with its scale_x), or 16-bit without scale_x where the decode
+    kernel quantizes it (``quantized_in_kernel``); SP0852 otherwise."""
+    if x_dtype in E4M3_X_DTYPES:
+        return
+    if x_dtype in X16_DTYPES and scale_x is not None:
+        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"scale_x is the scale of e4m3 activations: e4m3 weights with x of "
+                          f"{x_dtype} take none", "pass the 16-bit x alone (the decode kernel quantizes it per "
+                          "token), or quantize_per_token_e4m3(x) and its scale as scale_x")
+    if not (quantized_in_kernel and x_dtype in X16_DTYPES):
+        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
+                          "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x (the decode "
+                          "kernel quantizes a 16-bit x itself for T <= 64 on sm_90a)")
 
 
 def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool) -> Any:
@@ -335,13 +366,19 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                        scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
                        split_k: int | None = None, kernel: str | None = None, reduce: str | None = None,
-                       pdl: bool = False, meta_format: str | None = None) -> SparseLinearPlan:
+                       pdl: bool = False, meta_format: str | None = None,
+                       _quantized_in_kernel: bool = False) -> SparseLinearPlan:
     """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
     the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
     split-K) for sm_100a / sm_103a / sm_110a. For T <= 64 on sm_90a the decode kernel is planned
     instead (:mod:`.decode`, a ``SparseDecodePlan`` with the same interface) unless ``kernel="gemm"``
     or SPARSILE_DECODE_KERNEL=0; ``reduce`` and ``pdl`` are the decode kernel's (``plan_sparse_decode``:
     how split-K partial sums are added; programmatic dependent launch), unused by the tiled kernels.
+    e4m3 weights take e4m3 x with its ``scale_x`` (:func:`quantize_per_token_e4m3`), or, where the
+    decode kernel is planned and its share of x fits in shared memory, f16 / bf16 x without
+    ``scale_x``: that kernel quantizes x per token itself, one launch (:mod:`.decode`).
+    ``_quantized_in_kernel`` (plan_sparse_decode's base plan): such an x is checked and kept as it
+    is, uncast and unpadded.
     ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
     Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
     format)."""
@@ -379,14 +416,16 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     else:
         choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS)
         op = operand_type(choice.operand)
-        values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret)
+        # an x of another type than e4m3 for e4m3 weights is not cast: it is refused, or (16-bit x,
+        # _quantized_in_kernel) quantized by the decode kernel
+        keep = choice.operand == "e4m3" and x_dtype not in E4M3_X_DTYPES
+        values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret, cast_b=not keep)
         words = kernel_words(meta, values, op, m, k_values, k, interpret)
         k_padded = k_launch = -(-k_values // choice.k_align) * choice.k_align
         values = pad_columns(values, k_padded // 2)
-        xc = pad_columns(xc, k_padded)
-    if choice.operand == "e4m3" and x_dtype not in ("float8_e4m3fn", "float8_e4m3"):
-        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
-                          "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x")
+        xc = pad_columns(xc, k if keep else k_padded)
+    if choice.operand == "e4m3":
+        _check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
     y = _linear_output(out, t, m, y_dtype, x, interpret)
     b, bias_mode = _vector(bias, "bias", m, x, interpret, ("float32", y_dtype))
     sw, sw_mode = _vector(scale_w, "scale_w", m, x, interpret, ("float32",))
@@ -468,13 +507,15 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     f16/bf16/f32 x, bfloat16 for e4m3 x), written into ``out`` when given.
 
     x: (T, K) of any strides (made contiguous; cast to the weight's type, except that e4m3 weights
-    need e4m3 x: SP0852). bias: (N_out,) f32 or out_dtype. activation: None, "relu", "silu",
-    "gelu_tanh". scale_w: a number, a 0-d / (1,) array, or (N_out,) f32; scale_x: a number, 0-d /
-    (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU tensors run in the interpreter
-    (``interpret=True``); CUDA tensors are used in place on the current torch stream. ``target``,
-    ``split_k`` (Hopper only) and ``num_sms`` as for :func:`~.gemm.sparse_matmul`; ``kernel``:
-    None / "auto" (the decode kernel for T <= 64 on sm_90a unless SPARSILE_DECODE_KERNEL=0, the
-    tiled kernels otherwise), "gemm" (the tiled kernels), or "decode" (:mod:`.decode`).
+    need e4m3 x with its scale_x, SP0852, or, on the decode kernel, an f16 / bf16 x without
+    scale_x, which it quantizes per token itself: one launch). bias: (N_out,) f32 or out_dtype.
+    activation: None, "relu", "silu", "gelu_tanh". scale_w: a number, a 0-d / (1,) array, or
+    (N_out,) f32; scale_x: a number, 0-d / (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU
+    tensors run in the interpreter (``interpret=True``); CUDA tensors are used in place on the
+    current torch stream. ``target``, ``split_k`` (Hopper only) and ``num_sms`` as for
+    :func:`~.gemm.sparse_matmul`; ``kernel``: None / "auto" (the decode kernel for T <= 64 on
+    sm_90a unless SPARSILE_DECODE_KERNEL=0, the tiled kernels otherwise), "gemm" (the tiled
+    kernels), or "decode" (:mod:`.decode`).
     """
     if not interpret:
         from ...backend import runtime

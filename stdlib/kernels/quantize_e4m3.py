@@ -65,7 +65,7 @@ def prepare_quantize_per_token_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple
 
 def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, Any]:
     """(x_q, scale_x) with x ≈ x_q * scale_x[:, None]: per row t of x (T, K), scale_x[t] =
-    max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x / scale_x[t], ±448) rounded to e4m3
+    max(amax_t / 448, 1 / (448 * 512)) (f32) and x_q = clamp(x * (1 / scale_x[t]), ±448) rounded to e4m3
     (the ``quantize_e4m3_per_token`` kernel). Arrays come back where x lives (numpy / torch)."""
     xh = placed_array(x, "x", interpret)
     if len(xh.shape) != 2:

@@ -249,7 +249,7 @@ def test_quantize_per_token_e4m3_matches_numpy(k: int):
     xq, scale = quantize_per_token_e4m3(x, interpret=True)
     want = np.maximum(np.abs(x).max(1).astype(np.float32) / np.float32(448), np.float32(1 / (448 * 512)))
     np.testing.assert_array_equal(scale, want)
-    q = np.clip(x / want[:, None], -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    q = np.clip(x * (np.float32(1) / want)[:, None], -448, 448).astype(ml_dtypes.float8_e4m3fn)  # x * (1 / S)
     assert xq.dtype == ml_dtypes.float8_e4m3fn and np.array_equal(xq.view(np.uint8), q.view(np.uint8))
     assert np.abs(xq.astype(np.float32)).max(1)[[0, 1, 2, 4]].tolist() == [448.0] * 4
 
