@@ -15,7 +15,8 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
-#   bash scripts/gpu_runs.sh final-16          # (not run yet) the whole GPU suite at the sixteenth session's last commit, the T rule
+#   bash scripts/gpu_runs.sh qx-17             # the e4m3 eager call in one launch: torch GPU tests, the layer at T = 1, 4
+#   bash scripts/gpu_runs.sh final-16          # the whole GPU suite at the sixteenth session's last commit, the T rule
 #   bash scripts/gpu_runs.sh heuristic-bm      # the untabled decode heuristic (64-row slabs): GPU tests, timed vs 128 rows, the model
 #   bash scripts/gpu_runs.sh fast-path         # the layer's last-call fast path: torch GPU tests, host time, the layer at T <= 16
 #   bash scripts/gpu_runs.sh host-16           # where an eager call's host time goes at T <= 16, bf16 and e4m3 (profiled)
@@ -137,6 +138,12 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+qx-17)  # the seventeenth session's one GPU call left: the e4m3 eager call in one launch (the kernel quantizes x),
+       # its torch GPU tests, then the layer at T = 1 and 4 (bf16: the fast path's trims; e4m3: one launch)
+    run 110 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/gpu/test_torch_native_gpu.py -k "e4m3 or last_call"
+    run 120 python benchmarks/bench_linear.py --dtypes e4m3 bf16 --shapes 8B 70B:o --tokens 1 4 --variants graph \
+        --max-seconds 100 --json "$out/linear_qx.json"
     ;;
 final-16)  # the sixteenth session's last GPU call: the whole suite (the fast path and its review fixes, the
            # untabled heuristic's 64-row slabs up to T = 16), then the heuristic where the T rule changed it

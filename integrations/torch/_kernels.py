@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV
+from ...stdlib.sparsity.errors import SparsityError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 from .quantize import quantize_per_token
@@ -124,6 +125,16 @@ SM90_WORDS = {"meta_format": "sm90"}
 """How the records plan a layer's metadata: raw "sm90" words, the format of ``meta`` whatever the
 GPU (a Blackwell plan re-encodes them as "tcgen05" words; docs/sparse-metadata.md)."""
 
+EAGER_QUANTIZE_IN_KERNEL_MAX = 1 << 26
+"""An eager e4m3 call whose T x N x K is at most this (a quantizing record, T <= 64) launches the
+decode kernel that quantizes x itself (``sparse_decode_e4m3_qx``): one launch instead of two, about
+5 µs less host time on the H200. A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of
+the one-launch kernel reads all of x before its first MMA, which costs GPU time as T grows. Measured
+on the H200 (seventeenth session, docs/hopper.md), µs of GPU time, one launch against two: T = 1,
+N x K up to 4096 x 14336: 7.8-15.4 against 7.7-15.6 (equal); T = 1, 28672 x 4096: 26.5 against 22.6
+(a kernel longer than the host time it saves: left out); T = 4, 4096 x 4096: 9.4 against 7.9 (the
+~5 µs of host time saved dominate an eager call of that size); T = 16: 2-2.8x (left out). So: equal
+GPU time, or less extra GPU time than the launch it saves, up to 2**26 = T x N x K."""
 RECORD_QUANTIZE_MAX_T = 64
 """Up to this many tokens an eager e4m3 call quantizes x inside its launch record (buffers the
 record owns: T x K bytes, per stream and per T). Larger T, where the call's host time hides behind
@@ -220,9 +231,17 @@ class LaunchRecord:
         if self.quantize and not _reads_the_quantized_x(launches, self.xq, self.sx):
             prepared = None  # a padded plan reads a copy of xq made now: calls quantize and rebind instead
         self.prepared = None if prepared is None else quantizer + prepared
-        self.eager = None  # one launch for eager calls, where the plan's split-K takes two
+        self.eager = None  # one launch for eager calls, where the plan takes two (split-K; quantizer + GEMM)
         read = [launches]  # the launches of each plan the record keeps (their weight arguments: copied)
-        if self.prepared is not None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
+        if self.quantize and self.prepared is not None and not capturing() \
+                and self.shape[0] * self.shape[1] * int(x.shape[1]) <= EAGER_QUANTIZE_IN_KERNEL_MAX:
+            quantizing = self._quantizing_eager(api, x, y, w, out_dtype)
+            if quantizing is not None:  # one launch for eager calls: the kernel quantizes x itself
+                plan_one, one, self.eager = quantizing
+                self.operands.append(getattr(plan_one, "weight_operands", None))
+                read.append(one)
+        if self.eager is None and self.prepared is not None and len(launches) > 1 \
+                and self.shape[0] <= EAGER_REDUCE_MAX_T \
                 and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
                 and not capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
             one_plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
@@ -252,6 +271,25 @@ class LaunchRecord:
         kept += planned_buffers(self.prepared, self.eager, launches, (w.values, w.meta, w.bias, w.scale_w, x, y,
                                                                       per_call_scale))
         return kept
+
+    def _quantizing_eager(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, out_dtype: torch.dtype
+                          ) -> tuple[Any, list[Any], list[Any]] | None:
+        """(plan, its launches, the prepared launches) of the decode kernel that quantizes the 16-bit x
+        itself (``sparse_decode_e4m3_qx``, docs/hopper.md) in one launch, split-K reduced in the
+        kernel; None where it is not planned (no decode kernel for this target or T, the resident x
+        does not fit in shared memory, SPARSILE_DECODE_REDUCE=launch with split-K) or reads a copy of x."""
+        reduce = {} if os.environ.get(DECODE_REDUCE_ENV) is not None else {"reduce": "kernel"}
+        try:
+            plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_w=w.scale_w,
+                                          out_dtype=OUT_DTYPES[out_dtype], out=y, **reduce, **SM90_WORDS,
+                                          **self._pdl())
+        except SparsityError:
+            return None
+        one = plan.launches()
+        if not getattr(plan, "quantizes_x", False) or len(one) != 1:
+            return None
+        prepared = self._prepare(one, x, y, None)
+        return None if prepared is None else (plan, one, prepared)
 
     def planned_in(self, capture: int | None) -> bool:
         """Whether this record was planned inside the capture of id ``capture`` (False where either

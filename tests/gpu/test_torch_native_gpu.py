@@ -13,6 +13,7 @@ from sparsile.tests.integrations.torch_helpers import check_against_float64, lin
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 native = pytest.importorskip("sparsile.integrations.torch.native")
+kernels = pytest.importorskip("sparsile.integrations.torch._kernels")
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
@@ -97,12 +98,41 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
     for x, a, b in zip(xs, off, on):
         assert torch.equal(a, b) and not b.isnan().any()
         check_against_float64(layer, x, b)
-    (record,) = _records(layer)  # the quantizer's launch, then the GEMM's: one native call
+    (record,) = _records(layer)
     launches = record.eager if record.eager is not None else record.prepared
-    assert record.quantize and record.native is not None and len(launches) >= 2
-    assert launched == len(launches) * len(xs)
-    quantized, scale = spt_quantize(xs[-1])
-    assert torch.equal(record.xq, quantized) and torch.equal(record.sx, scale)  # the last call's, in its buffers
+    assert record.quantize and record.native is not None and launched == len(launches) * len(xs)
+    if tokens * 4096 * 4096 <= kernels.EAGER_QUANTIZE_IN_KERNEL_MAX:  # one launch: the kernel quantizes x
+        assert len(launches) == 1 and len(record.prepared) == 2
+    else:  # the quantizer's launch, then the GEMM's: one native call
+        assert len(launches) >= 2
+        quantized, scale = spt_quantize(xs[-1])
+        assert torch.equal(record.xq, quantized) and torch.equal(record.sx, scale)  # the last call's, in its buffers
+
+
+@pytest.mark.parametrize("shape,tokens", [((4096, 4096), 1), ((4096, 4096), 4), ((6144, 4096), 2),
+                                          ((4096, 14336), 1), ((1000, 4096), 3)])
+def test_e4m3_one_launch_eager_calls_equal_the_captured_two_launches(shape, tokens):
+    """T x N x K <= EAGER_QUANTIZE_IN_KERNEL_MAX: an eager e4m3 call is one launch of the kernel that
+    quantizes x itself; a call captured into a CUDA graph is the quantizer and the GEMM. Both give the
+    same bits (the same per-token arithmetic, the same MMAs), and both match float64."""
+    n, k = shape
+    layer = spt.SparseLinear.from_dense(linear(n, k, seed=17, device="cuda"), "e4m3", activation="silu")
+    static_x = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
+    warm_up_on_a_side_stream(lambda: layer(static_x))  # compile and plan outside the capture
+    (record,) = _records(layer)
+    assert record.eager is not None and len(record.eager) == 1 and len(record.prepared) == 2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    for seed in range(3):
+        new = torch.randn(tokens, k, device="cuda", generator=torch.Generator("cuda").manual_seed(seed)) * (seed + 1)
+        new[0] *= 1000.0  # one token of large values: its own scale
+        static_x.copy_(new.to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = _poisoned_call(layer, static_x)
+        assert torch.equal(static_y, eager) and not eager.isnan().any()
+        check_against_float64(layer, static_x, eager)
 
 
 @pytest.mark.parametrize("k", [4096, 8192])

@@ -396,7 +396,10 @@ def test_a_quantizing_record_launches_the_quantizer_and_the_gemm_natively(fake, 
     assert key == (4, "quantize", 7) and record.quantize and record.owns_workspace
     assert record.xq.dtype == torch.float8_e4m3fn and record.xq.shape == (4, 32) and record.sx.shape == (4,)
     assert quantizers == [(x1.data_ptr(), record.xq.data_ptr(), record.sx.data_ptr(), ("X",))]
-    assert planned == [(record.xq.data_ptr(), torch.float8_e4m3fn, record.sx.data_ptr())]
+    # then the one-launch plan of the 16-bit x, declined: this plan does not quantize x itself
+    assert planned == [(record.xq.data_ptr(), torch.float8_e4m3fn, record.sx.data_ptr()),
+                       (x1.data_ptr(), torch.float32, None)]
+    assert record.eager is None
     assert [e for e in fake.log if e[0] == "record"] == [("record", (0,), (True,)), ("record", (1,), (True,))]
     assert not [e for e in fake.log if e[0] == "prepared"]  # every launch native
     assert [p[0] for *_, p in fake.launches[0::2]] == [q(x1.data_ptr()), q(x2.data_ptr())]  # the quantizer's x
@@ -406,6 +409,71 @@ def test_a_quantizing_record_launches_the_quantizer_and_the_gemm_natively(fake, 
     with pytest.warns(RuntimeWarning, match="CUresult 719"):
         y3 = cache.run((4, "quantize"), x1, w, None, torch.float32, stream=7, quantize=True)
     assert [e for e in fake.log if e[0] == "prepared"] == [("prepared", (y3.data_ptr(),), 7)]
+
+
+def _quantizing_api(fake, planned: list, quantizers: list, qx_error: Exception | None = None,
+                    split: bool = False) -> SimpleNamespace:
+    """A kernel API whose plan of a 16-bit x (no scale_x) is one launch that quantizes x itself
+    (``quantizes_x``, reading x and writing y per call), or raises ``qx_error``; ``split``: two
+    launches unless reduce="kernel" (split-K)."""
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
+        planned.append((x.dtype, scale_x is None, reduce))
+        if x.dtype != torch.float8_e4m3fn and qx_error is not None:
+            raise qx_error
+        plan = _Plan(fake.log, x, out, scale_x, 2 if split and reduce != "kernel" else 1)
+        plan.quantizes_x = x.dtype != torch.float8_e4m3fn
+        return plan
+
+    def prepare_quantize(x, xq, scale, per_call):
+        quantizers.append(per_call)
+        return _Prepared(fake.log, per_call)
+
+    return SimpleNamespace(plan_sparse_linear=plan_sparse_linear, prepare_quantize=prepare_quantize)
+
+
+def test_a_small_quantizing_record_launches_once_eagerly_and_twice_in_a_capture(fake, monkeypatch):
+    """T x N x K <= EAGER_QUANTIZE_IN_KERNEL_MAX: an eager call is one native launch of the kernel
+    that quantizes x itself (x and y per call, reduced in the kernel); a capture runs the quantizer
+    and the GEMM (the prepared launches), which cost less GPU time."""
+    planned, quantizers = [], []
+    monkeypatch.setattr(kernels, "kernel_api", lambda: _quantizing_api(fake, planned, quantizers))
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    y = cache.run((4, "quantize"), x, w, None, torch.float32, stream=7, quantize=True)
+    ((_, record),) = cache.records.items()
+    assert planned == [(torch.float8_e4m3fn, False, None), (torch.float32, True, "kernel")]
+    assert quantizers == [("X",)] and len(record.prepared) == 2 and len(record.eager) == 1
+    assert [e for e in fake.log if e[0] == "record"] == [("record", (0, 1), (True, True))]
+    assert fake.launches[-1][5][:2] == [q(x.data_ptr()), q(y.data_ptr())] and len(fake.launches) == 1
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    y2 = record(x, None, 7)
+    assert len(fake.launches) == 1  # nothing native in a capture: the quantizer, then the GEMM
+    assert [e[1] for e in fake.log if e[0] == "prepared"] == [(x.data_ptr(),), (y2.data_ptr(),)]
+
+
+@pytest.mark.parametrize("why", ["large", "no fit", "env"])
+def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
+    """Beyond EAGER_QUANTIZE_IN_KERNEL_MAX, where the plan refuses (SP0852: the resident x does not
+    fit), or with SPARSILE_DECODE_REDUCE set and a plan of more than one launch: the eager call keeps
+    the quantizer and the GEMM."""
+    from sparsile.stdlib.sparsity.errors import SparsityError
+
+    planned, quantizers = [], []
+    error = SparsityError("SP0852", "no fit") if why == "no fit" else None
+    monkeypatch.setattr(kernels, "kernel_api",
+                        lambda: _quantizing_api(fake, planned, quantizers, error, split=why == "env"))
+    if why == "large":
+        monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_MAX", 4 * 8 * 32 - 1)
+    if why == "env":
+        monkeypatch.setenv(kernels.DECODE_REDUCE_ENV, "launch")
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4, "quantize"), x, w, None, torch.float32, stream=7, quantize=True)
+    ((_, record),) = cache.records.items()
+    launches = 3 if why == "env" else 2  # the quantizer and the GEMM (with split-K: and its reduction)
+    assert record.eager is None and len(record.prepared) == launches
+    assert len(fake.launches) == launches  # all native
+    assert len(planned) == (1 if why == "large" else 2)
 
 
 def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
