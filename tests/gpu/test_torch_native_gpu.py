@@ -120,7 +120,8 @@ def test_e4m3_one_launch_eager_calls_equal_the_captured_two_launches(shape, toke
     static_x = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
     warm_up_on_a_side_stream(lambda: layer(static_x))  # compile and plan outside the capture
     (record,) = _records(layer)
-    assert record.eager is not None and len(record.eager) == 1 and len(record.prepared) == 2
+    # (the captured launches: the quantizer, the GEMM and, where it splits K, the reduction)
+    assert record.eager is not None and len(record.eager) == 1 and len(record.prepared) >= 2
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_y = layer(static_x)
