@@ -11,7 +11,9 @@ Two paths, one kernel:
   Without ``prepare``
   it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
   16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
-  and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`).
+  and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`). An eager
+  e4m3 call of T x N x K <= 2**26 launches the decode kernel that quantizes x itself, a captured
+  one the quantizer and the GEMM (:data:`EAGER_QUANTIZE_IN_KERNEL_MAX`).
 * **CPU tensors**: the same kernel in sparsile's interpreter (``interpret=True``): exact, slow.
 
 Everything here takes 2-D, contiguous x already in the kernel's operand type; the module and the
@@ -147,7 +149,10 @@ class LaunchRecord:
     launches, with the positions where a call's x, y and per-token scale go. ``quantize`` (e4m3
     weights, eager calls): x is the 16-bit input, and the record's first launch quantizes it per
     token into an e4m3 copy and scales the record owns, which the GEMM reads (so a call is one
-    native call for both kernels; the record is per stream, as one with a split-K workspace)."""
+    native call for both kernels; the record is per stream, as one with a split-K workspace). Where
+    T x N x K <= EAGER_QUANTIZE_IN_KERNEL_MAX an eager call is instead one launch of the decode
+    kernel that quantizes x itself (``eager``; the copy and scales are then left untouched), and
+    only a capture runs the quantizer and the GEMM."""
 
     def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
                  off_pool: bool = False, stream: int | None = None, quantize: bool = False, pdl: bool = False):
@@ -276,9 +281,11 @@ class LaunchRecord:
                           ) -> tuple[Any, list[Any], list[Any]] | None:
         """(plan, its launches, the prepared launches) of the decode kernel that quantizes the 16-bit x
         itself (``sparse_decode_e4m3_qx``, docs/hopper.md) in one launch, split-K reduced in the
-        kernel; None where it is not planned (no decode kernel for this target or T, the resident x
-        does not fit in shared memory, SPARSILE_DECODE_REDUCE=launch with split-K) or reads a copy of x."""
-        reduce = {} if os.environ.get(DECODE_REDUCE_ENV) is not None else {"reduce": "kernel"}
+        kernel up to EAGER_REDUCE_MAX_T tokens; None where it is not planned (no decode kernel for this
+        target or T, the resident x does not fit in shared memory, a split plan beyond
+        EAGER_REDUCE_MAX_T tokens or with SPARSILE_DECODE_REDUCE=launch) or reads a copy of x."""
+        in_kernel = self.shape[0] <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
+        reduce = {"reduce": "kernel"} if in_kernel else {}
         try:
             plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_w=w.scale_w,
                                           out_dtype=OUT_DTYPES[out_dtype], out=y, **reduce, **SM90_WORDS,

@@ -346,10 +346,15 @@ def _check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None
     kernel quantizes it (``quantized_in_kernel``); SP0852 otherwise."""
     if x_dtype in E4M3_X_DTYPES:
         return
-    if x_dtype in X16_DTYPES and scale_x is not None:
+    if x_dtype in X16_DTYPES and scale_x is not None and quantized_in_kernel:
         raise _linear_bad(SP_LINEAR_FP8_INPUT, f"scale_x is the scale of e4m3 activations: e4m3 weights with x of "
                           f"{x_dtype} take none", "pass the 16-bit x alone (the decode kernel quantizes it per "
                           "token), or quantize_per_token_e4m3(x) and its scale as scale_x")
+    if x_dtype in X16_DTYPES and scale_x is not None:  # a path without the quantizing kernel: quantize first
+        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype} with a "
+                          "scale_x", "quantize x with quantize_per_token_e4m3(x) and pass the e4m3 x with its "
+                          "scale as scale_x (only the decode kernel, T <= 64 on sm_90a, quantizes a 16-bit x "
+                          "itself, and takes no scale_x then)")
     if not (quantized_in_kernel and x_dtype in X16_DTYPES):
         raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
                           "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x (the decode "

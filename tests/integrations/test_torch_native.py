@@ -451,26 +451,30 @@ def test_a_small_quantizing_record_launches_once_eagerly_and_twice_in_a_capture(
     assert [e[1] for e in fake.log if e[0] == "prepared"] == [(x.data_ptr(),), (y2.data_ptr(),)]
 
 
-@pytest.mark.parametrize("why", ["large", "no fit", "env"])
+@pytest.mark.parametrize("why", ["large", "no fit", "env", "split beyond 16 tokens"])
 def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
     """Beyond EAGER_QUANTIZE_IN_KERNEL_MAX, where the plan refuses (SP0852: the resident x does not
-    fit), or with SPARSILE_DECODE_REDUCE set and a plan of more than one launch: the eager call keeps
-    the quantizer and the GEMM."""
+    fit), or where it splits K and would reduce in a second launch (SPARSILE_DECODE_REDUCE set, or
+    more than EAGER_REDUCE_MAX_T tokens, where the in-kernel reduction costs more GPU time than the
+    launch it saves): the eager call keeps the quantizer and the GEMM."""
     from sparsile.stdlib.sparsity.errors import SparsityError
 
     planned, quantizers = [], []
     error = SparsityError("SP0852", "no fit") if why == "no fit" else None
-    monkeypatch.setattr(kernels, "kernel_api",
-                        lambda: _quantizing_api(fake, planned, quantizers, error, split=why == "env"))
+    split = why in ("env", "split beyond 16 tokens")
+    monkeypatch.setattr(kernels, "kernel_api", lambda: _quantizing_api(fake, planned, quantizers, error, split=split))
     if why == "large":
         monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_MAX", 4 * 8 * 32 - 1)
     if why == "env":
         monkeypatch.setenv(kernels.DECODE_REDUCE_ENV, "launch")
     cache, w = RecordCache(), _weight()
-    x = torch.randn(4, 32)
-    cache.run((4, "quantize"), x, w, None, torch.float32, stream=7, quantize=True)
+    t = kernels.EAGER_REDUCE_MAX_T + 1 if why == "split beyond 16 tokens" else 4
+    x = torch.randn(t, 32)
+    cache.run((t, "quantize"), x, w, None, torch.float32, stream=7, quantize=True)
     ((_, record),) = cache.records.items()
-    launches = 3 if why == "env" else 2  # the quantizer and the GEMM (with split-K: and its reduction)
+    if why == "split beyond 16 tokens":
+        assert planned[-1] == (torch.float32, True, None)  # no reduce="kernel" asked for
+    launches = 2 if why in ("large", "no fit") else 3  # the quantizer and the GEMM (with split-K: and its reduction)
     assert record.eager is None and len(record.prepared) == launches
     assert len(fake.launches) == launches  # all native
     assert len(planned) == (1 if why == "large" else 2)

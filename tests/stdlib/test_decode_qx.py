@@ -27,6 +27,7 @@ from sparsile.stdlib.kernels.decode import (
     resident_x_config,
 )
 from sparsile.stdlib.kernels.linear import plan_sparse_linear, quantize_per_token_e4m3, sparse_linear
+from sparsile.stdlib.sparsity.errors import SparsityError
 
 from .test_decode_api import ptxas_report
 from .test_linear_api import NP_OUT, _code_message, assert_linear_close, cuda_copy
@@ -88,6 +89,16 @@ CASES = [
     ("bf16", 136, 33, 1500, "float32", None, "gelu_tanh", "tensor", 3, "launch", 64, False, False),
     ("f16", 70, 1, 264, None, "f32", None, "channel", None, None, None, True, True),
     ("bf16", 130, 4, 1100, None, None, "relu", "channel", 4, "kernel", 128, False, False),  # shares 2, 2, 1, 0
+    # from the review of the one-launch kernel: more token counts (2, 8, 9, 17), splits beyond the
+    # K steps (shares 1, 1, 1, 1 and 2, 1, 0 reduced by a second launch), K of one step and below
+    ("bf16", 70, 2, 600, None, None, None, "channel", 1, None, 64, False, False),
+    ("f16", 130, 8, 264, None, "f32", "relu", "channel", 2, "launch", 128, False, False),
+    ("bf16", 70, 9, 1000, None, None, None, "tensor", 4, "launch", 64, False, False),
+    ("bf16", 70, 17, 520, "float32", None, None, "channel", 3, "launch", 64, False, False),
+    ("f16", 130, 64, 1100, None, "f32", "silu", "channel", 2, "kernel", 64, True, False),
+    ("bf16", 200, 33, 2100, None, None, None, "channel", 5, "launch", 128, True, True),
+    ("bf16", 64, 1, 256, None, None, None, None, 1, None, 64, False, False),
+    ("bf16", 64, 5, 255, None, None, None, "channel", 1, None, 64, False, False),
 ]
 
 
@@ -159,16 +170,28 @@ def test_sparse_linear_plans_one_launch_by_default(monkeypatch, xdt):
 
 
 def test_a_16_bit_x_with_scale_x_is_an_error():
-    """scale_x is the scale of e4m3 x: with a 16-bit x (which the kernel quantizes itself) it is
-    SP0852 on every path, planned or rebound; an f32 x keeps the old message."""
+    """scale_x is the scale of e4m3 x: with a 16-bit x it is SP0852 on every path, planned or
+    rebound. Where the decode kernel quantizes x itself the help says to pass x alone; where no
+    kernel does (kernel="gemm", T > 64, Blackwell) it says to quantize first, and following it works;
+    an f32 x keeps the old message."""
     weight, x = qx_problem("bf16", 64, 4, 256, seed=5)
     message = ("SP0852", "scale_x is the scale of e4m3 activations: e4m3 weights with x of bfloat16 take none")
     for plan in (plan_sparse_linear, plan_sparse_decode):
-        for kw in ({}, {"kernel": "gemm"}, {"kernel": "decode"}):
+        for kw in ({}, {"kernel": "decode"}):
             if plan is plan_sparse_decode and kw:
                 continue
             assert _code_message(lambda: plan(weight.values, weight.meta, x, scale_x=np.ones(4, np.float32),  # noqa: B023
                                               interpret=True, **kw)) == message  # noqa: B023
+    tiled = ("SP0852", "e4m3 weights need e4m3 activations, got x of bfloat16 with a scale_x")
+    _, x_t = qx_problem("bf16", 64, 100, 256, seed=5)  # T > 64: the tiled kernels
+    for xx, kw in ((x, {"kernel": "gemm"}), (x_t, {}), (x, {"target": "sm_100a"})):
+        with pytest.raises(SparsityError) as err:
+            plan_sparse_linear(weight.values, weight.meta, xx, scale_x=np.ones(xx.shape[0], np.float32),
+                               interpret=True, **kw)
+        assert (err.value.code, err.value.message) == tiled and "quantize_per_token_e4m3(x)" in err.value.help
+        with pytest.raises(SparsityError) as again:  # x alone is refused there too, with the same fix
+            plan_sparse_linear(weight.values, weight.meta, xx, interpret=True, **kw)
+        assert again.value.code == "SP0852" and "quantize_per_token_e4m3(x)" in again.value.help
     planned = plan_sparse_decode(weight.values, weight.meta, x, interpret=True)
     assert _code_message(lambda: planned.rebind(x, scale_x=0.5)) == message
     assert _code_message(lambda: plan_sparse_linear(weight.values, weight.meta, x.astype(np.float32),
@@ -270,13 +293,30 @@ def test_gpu_one_launch_matches_two_launches(n_out, k, t, reduce):
     the resident x) against quantize_per_token_e4m3 + the decode kernel on that e4m3 x with its
     scale_x on the same configuration: the same bits, and both within the e4m3 bound of float64;
     three runs from a poisoned output."""
+    _gpu_one_launch_matches_two_launches(n_out, k, t, reduce)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bm", [64, 128])
+@pytest.mark.parametrize("t", [8, 33, 64])
+@pytest.mark.parametrize("n_out,k", [(4096, 4096), (1000, 2112)])
+def test_gpu_one_launch_at_more_tokens(n_out, k, t, bm):
+    """As above at T = 8, 33 and 64 with both slab heights: the resident x's row slices of 16 and
+    32 tokens at offsets 16 and 32 (the swizzled stores that T <= 16 never makes), a ragged M and K."""
+    _gpu_one_launch_matches_two_launches(n_out, k, t, None, bm=bm)
+
+
+def _gpu_one_launch_matches_two_launches(n_out: int, k: int, t: int, reduce: str | None, **plan_kw) -> None:
     torch = pytest.importorskip("torch")
     weight, x = qx_problem("bf16", n_out, t, k, seed=n_out + t)
     want, epi = "bfloat16", epilogue(n_out, "bfloat16", "f32", "silu", "channel", seed=t)
     dev = {key: cuda_copy(v) if key != "activation" else v for key, v in epi.items()}
     values, xd = cuda_copy(np.asarray(weight.values)), cuda_copy(x)
     out = torch.full((t, n_out), float("nan"), device="cuda", dtype=torch.bfloat16)
-    plan = plan_sparse_linear(values, weight.meta, xd, out=out, reduce=reduce, **dev)
+    if plan_kw:  # a slab height of the caller's: the decode kernel's own planner
+        plan = plan_sparse_decode(values, weight.meta, xd, out=out, reduce=reduce, **plan_kw, **dev)
+    else:
+        plan = plan_sparse_linear(values, weight.meta, xd, out=out, reduce=reduce, **dev)
     assert isinstance(plan, SparseDecodePlan) and plan.quantizes_x
     assert len(plan.launches()) == (2 if plan.config.split_k > 1 and reduce is None else 1)
     xq, sx = quantize_per_token_e4m3(xd)
