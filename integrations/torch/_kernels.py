@@ -12,8 +12,8 @@ Two paths, one kernel:
   it falls back to ``plan.rebind(x, y).run(stream=...)``. Where the decode kernel splits K (up to
   16 tokens) an eager call launches its one-launch variant (the partial sums added in the kernel)
   and a call captured into a CUDA graph the two-launch plan (:data:`EAGER_REDUCE_MAX_T`). An eager
-  e4m3 call of T x N x K <= 2**26 launches the decode kernel that quantizes x itself, a captured
-  one the quantizer and the GEMM (:data:`EAGER_QUANTIZE_IN_KERNEL_MAX`).
+  e4m3 call of few tokens (:func:`quantizes_in_kernel`) launches the decode kernel that quantizes x
+  itself, a captured one the quantizer and the GEMM.
 * **CPU tensors**: the same kernel in sparsile's interpreter (``interpret=True``): exact, slow.
 
 Everything here takes 2-D, contiguous x already in the kernel's operand type; the module and the
@@ -128,15 +128,30 @@ SM90_WORDS = {"meta_format": "sm90"}
 GPU (a Blackwell plan re-encodes them as "tcgen05" words; docs/sparse-metadata.md)."""
 
 EAGER_QUANTIZE_IN_KERNEL_MAX = 1 << 26
-"""An eager e4m3 call whose T x N x K is at most this (a quantizing record, T <= 64) launches the
-decode kernel that quantizes x itself (``sparse_decode_e4m3_qx``): one launch instead of two, about
-5 µs less host time on the H200. A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of
+"""An eager e4m3 call (a quantizing record, T <= 64) whose T x N x K is at most this, or whose T and
+N x K are within :data:`EAGER_QUANTIZE_IN_KERNEL_SMALL`, launches the decode kernel that quantizes x
+itself (``sparse_decode_e4m3_qx``): one launch instead of two, about 5 µs less host time on the
+H200 (:func:`quantizes_in_kernel`). A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of
 the one-launch kernel reads all of x before its first MMA, which costs GPU time as T grows. Measured
-on the H200 (seventeenth session, docs/hopper.md), µs of GPU time, one launch against two: T = 1,
-N x K up to 4096 x 14336: 7.8-15.4 against 7.7-15.6 (equal); T = 1, 28672 x 4096: 26.5 against 22.6
-(a kernel longer than the host time it saves: left out); T = 4, 4096 x 4096: 9.4 against 7.9 (the
-~5 µs of host time saved dominate an eager call of that size); T = 16: 2-2.8x (left out). So: equal
-GPU time, or less extra GPU time than the launch it saves, up to 2**26 = T x N x K."""
+on the H200 (seventeenth session, docs/hopper.md), µs of GPU time, one launch against two:
+- T = 1: 7.8-15.4 against 7.7-15.6 up to N x K = 4096 x 14336 (equal); 26.5 against 22.6 on
+  28672 x 4096, a kernel longer than the host time it saves (left out);
+- T = 4: 9.4 / 7.9 on 4096 x 4096 and 10.5 / 8.5 on 6144 x 4096, less than the ~5 µs of host time
+  saved on calls whose host time exceeds their kernel's; 20.3 / 15.7 on 4096 x 14336 and
+  28.6 / 23.2 on 28672 x 4096, kernels about as long as the host time (left out);
+- T = 16: 2-2.8x (left out, but for weights of N x K <= 2**22, whose kernels are far shorter than
+  a call's host time)."""
+EAGER_QUANTIZE_IN_KERNEL_SMALL = (4, 1 << 25)
+"""(T, N x K) up to which an eager e4m3 call also takes the one launch (6144 x 4096 at T = 4)."""
+
+
+def quantizes_in_kernel(t: int, n: int, k: int) -> bool:
+    """Whether an eager e4m3 call of ``t`` tokens through an ``n`` x ``k`` weight is one launch of the
+    kernel that quantizes x itself (:data:`EAGER_QUANTIZE_IN_KERNEL_MAX`)."""
+    small_t, small_nk = EAGER_QUANTIZE_IN_KERNEL_SMALL
+    return t * n * k <= EAGER_QUANTIZE_IN_KERNEL_MAX or (t <= small_t and n * k <= small_nk)
+
+
 RECORD_QUANTIZE_MAX_T = 64
 """Up to this many tokens an eager e4m3 call quantizes x inside its launch record (buffers the
 record owns: T x K bytes, per stream and per T). Larger T, where the call's host time hides behind
@@ -150,7 +165,7 @@ class LaunchRecord:
     weights, eager calls): x is the 16-bit input, and the record's first launch quantizes it per
     token into an e4m3 copy and scales the record owns, which the GEMM reads (so a call is one
     native call for both kernels; the record is per stream, as one with a split-K workspace). Where
-    T x N x K <= EAGER_QUANTIZE_IN_KERNEL_MAX an eager call is instead one launch of the decode
+    :func:`quantizes_in_kernel` an eager call is instead one launch of the decode
     kernel that quantizes x itself (``eager``; the copy and scales are then left untouched), and
     only a capture runs the quantizer and the GEMM."""
 
@@ -239,7 +254,7 @@ class LaunchRecord:
         self.eager = None  # one launch for eager calls, where the plan takes two (split-K; quantizer + GEMM)
         read = [launches]  # the launches of each plan the record keeps (their weight arguments: copied)
         if self.quantize and self.prepared is not None and not capturing() \
-                and self.shape[0] * self.shape[1] * int(x.shape[1]) <= EAGER_QUANTIZE_IN_KERNEL_MAX:
+                and quantizes_in_kernel(self.shape[0], self.shape[1], int(x.shape[1])):
             quantizing = self._quantizing_eager(api, x, y, w, out_dtype)
             if quantizing is not None:  # one launch for eager calls: the kernel quantizes x itself
                 plan_one, one, self.eager = quantizing

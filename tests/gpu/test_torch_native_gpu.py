@@ -101,7 +101,7 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
     (record,) = _records(layer)
     launches = record.eager if record.eager is not None else record.prepared
     assert record.quantize and record.native is not None and launched == len(launches) * len(xs)
-    if tokens * 4096 * 4096 <= kernels.EAGER_QUANTIZE_IN_KERNEL_MAX:  # one launch: the kernel quantizes x
+    if kernels.quantizes_in_kernel(tokens, 4096, 4096):  # one launch: the kernel quantizes x
         assert len(launches) == 1 and len(record.prepared) == 2
     else:  # the quantizer's launch, then the GEMM's: one native call
         assert len(launches) >= 2
@@ -109,10 +109,10 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
         assert torch.equal(record.xq, quantized) and torch.equal(record.sx, scale)  # the last call's, in its buffers
 
 
-@pytest.mark.parametrize("shape,tokens", [((4096, 4096), 1), ((4096, 4096), 4), ((6144, 4096), 2),
+@pytest.mark.parametrize("shape,tokens", [((4096, 4096), 1), ((4096, 4096), 4), ((6144, 4096), 2), ((6144, 4096), 4),
                                           ((4096, 14336), 1), ((1000, 4096), 3)])
 def test_e4m3_one_launch_eager_calls_equal_the_captured_two_launches(shape, tokens):
-    """T x N x K <= EAGER_QUANTIZE_IN_KERNEL_MAX: an eager e4m3 call is one launch of the kernel that
+    """quantizes_in_kernel: an eager e4m3 call is one launch of the kernel that
     quantizes x itself; a call captured into a CUDA graph is the quantizer and the GEMM. Both give the
     same bits (the same per-token arithmetic, the same MMAs), and both match float64."""
     n, k = shape

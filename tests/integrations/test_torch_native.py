@@ -432,7 +432,7 @@ def _quantizing_api(fake, planned: list, quantizers: list, qx_error: Exception |
 
 
 def test_a_small_quantizing_record_launches_once_eagerly_and_twice_in_a_capture(fake, monkeypatch):
-    """T x N x K <= EAGER_QUANTIZE_IN_KERNEL_MAX: an eager call is one native launch of the kernel
+    """quantizes_in_kernel (small T x N x K): an eager call is one native launch of the kernel
     that quantizes x itself (x and y per call, reduced in the kernel); a capture runs the quantizer
     and the GEMM (the prepared launches), which cost less GPU time."""
     planned, quantizers = [], []
@@ -453,7 +453,7 @@ def test_a_small_quantizing_record_launches_once_eagerly_and_twice_in_a_capture(
 
 @pytest.mark.parametrize("why", ["large", "no fit", "env", "split beyond 16 tokens"])
 def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
-    """Beyond EAGER_QUANTIZE_IN_KERNEL_MAX, where the plan refuses (SP0852: the resident x does not
+    """Beyond quantizes_in_kernel's bounds, where the plan refuses (SP0852: the resident x does not
     fit), or where it splits K and would reduce in a second launch (SPARSILE_DECODE_REDUCE set, or
     more than EAGER_REDUCE_MAX_T tokens, where the in-kernel reduction costs more GPU time than the
     launch it saves): the eager call keeps the quantizer and the GEMM."""
@@ -465,6 +465,7 @@ def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
     monkeypatch.setattr(kernels, "kernel_api", lambda: _quantizing_api(fake, planned, quantizers, error, split=split))
     if why == "large":
         monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_MAX", 4 * 8 * 32 - 1)
+        monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_SMALL", (4, 8 * 32 - 1))
     if why == "env":
         monkeypatch.setenv(kernels.DECODE_REDUCE_ENV, "launch")
     cache, w = RecordCache(), _weight()
@@ -478,6 +479,15 @@ def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
     assert record.eager is None and len(record.prepared) == launches
     assert len(fake.launches) == launches  # all native
     assert len(planned) == (1 if why == "large" else 2)
+
+
+def test_the_quantizing_eager_launch_bounds():
+    """The one launch where its GPU time stays within the host time it saves (the H200 measurements
+    in EAGER_QUANTIZE_IN_KERNEL_MAX's docstring): T = 1 up to 4096 x 14336, T <= 4 up to 6144 x 4096."""
+    inside = [(1, 4096, 14336), (1, 6144, 4096), (4, 6144, 4096), (4, 4096, 4096), (16, 1024, 4096)]
+    outside = [(1, 28672, 4096), (2, 4096, 14336), (4, 4096, 14336), (5, 6144, 4096), (16, 4096, 4096)]
+    assert all(kernels.quantizes_in_kernel(*c) for c in inside)
+    assert not any(kernels.quantizes_in_kernel(*c) for c in outside)
 
 
 def test_a_launch_taking_nothing_per_call(fake, monkeypatch):
