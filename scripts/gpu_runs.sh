@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh unrun-17          # (not run yet) the whole suite after the one-launch e4m3 work, the T <= 16 table twice
 #   bash scripts/gpu_runs.sh qx-17             # the e4m3 eager call in one launch: torch GPU tests, the layer at T = 1, 4
 #   bash scripts/gpu_runs.sh final-16          # the whole GPU suite at the sixteenth session's last commit, the T rule
 #   bash scripts/gpu_runs.sh heuristic-bm      # the untabled decode heuristic (64-row slabs): GPU tests, timed vs 128 rows, the model
@@ -138,6 +139,16 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-17)  # what the seventeenth session wrote after its GPU time: the whole suite (the one-launch e4m3 GPU
+          # tests at T = 8-64 and 6144x4096 T = 4 among them), then the layer's T <= 16 table, bf16 and e4m3,
+          # twice (this host's eager times move by several µs between runs), then an eager e4m3 call's host time
+    run 420 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 60 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 50 \
+        --json "$out/linear_t16_a.json"
+    run 60 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 50 \
+        --json "$out/linear_t16_b.json"
+    run 60 python benchmarks/bench_layer_host.py --dtype e4m3 --tokens 1 --shapes 8B_qkv 8B_o 70B_o
     ;;
 qx-17)  # the seventeenth session's one GPU call left: the e4m3 eager call in one launch (the kernel quantizes x),
        # its torch GPU tests, then the layer at T = 1 and 4 (bf16: the fast path's trims; e4m3: one launch)
