@@ -34,13 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from ..sparsity import SparsityError, as_host_array
+from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
 from .gemm import (
     BM,
     KERNELS,
     KernelChoice,
-    array_kind,
     bad_input,
     cast_operand,
     checked_operands,
@@ -59,6 +58,21 @@ from .gemm import (
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
 )
+from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spellings callers import from here)
+    ACTIVATIONS,
+    E4M3_X_DTYPES,
+    OUT_DTYPES,
+    SP_LINEAR_FP8_INPUT,
+    SP_LINEAR_OPTION,
+    SP_LINEAR_REBIND,
+    SP_LINEAR_VECTOR,
+    X16_DTYPES,
+    activation_name,
+    bias_or_scale,
+    check_e4m3_x,
+    linear_error,
+    linear_out_dtype,
+)
 from .quantize_e4m3 import (  # noqa: F401 (re-exported: callers import the quantizer from here)
     E4M3_MAX,
     prepare_quantize_per_token_e4m3,
@@ -67,24 +81,8 @@ from .quantize_e4m3 import (  # noqa: F401 (re-exported: callers import the quan
     quantize_per_token_e4m3,
 )
 
-SP_LINEAR_OPTION = "SP0850"
-"""An activation or output dtype sparse_linear does not have."""
-SP_LINEAR_VECTOR = "SP0851"
-"""A bias or scale of the wrong shape or element type."""
-SP_LINEAR_FP8_INPUT = "SP0852"
-"""e4m3 weights with activations of another type (they need a scale: quantize them), or with 16-bit
-activations and a scale_x (the decode kernel quantizes those itself)."""
-SP_LINEAR_REBIND = "SP0853"
-"""SparseLinearPlan.rebind to an x or out of another shape or dtype."""
-
 LINEAR_KERNELS: dict[str, KernelChoice] = {name: KERNELS[name] for name in ("f16", "bf16", "e4m3")}
 """Operand types with a ``sparse_linear_<t>`` kernel."""
-E4M3_X_DTYPES = ("float8_e4m3fn", "float8_e4m3")
-X16_DTYPES = ("float16", "bfloat16")
-"""x dtypes that the decode kernel quantizes to e4m3 itself, for e4m3 weights (``sparse_decode_e4m3_qx``)."""
-ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
-OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
-              "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
 REDUCE_BLOCK = 1024
 STAGE_Y_ENV = "SPARSILE_LINEAR_STAGE_Y"
 """Set to 1 to stage the epilogue's y through shared memory in the sm_90a sparse_linear kernels
@@ -94,82 +92,6 @@ to the pipeline ring (no split-K). Off by default: checked against float64 on th
 slower there at T = 1024 (0.77-0.86x in the layer; its ~750 bytes of spills cost more than the
 16-byte stores gain, and the direct transposed store was not a bottleneck: benchmarks/RESULTS.md,
 fourteenth session)."""
-
-
-def _linear_bad(code: str, message: str, help: str) -> SparsityError:
-    return SparsityError(code, message, help=help)
-
-
-def _out_dtype(out_dtype: Any, x: Any) -> str:
-    """The numpy name of y's element type: ``out_dtype``, else x's (f16/bf16/f32), else bfloat16."""
-    if out_dtype is None:
-        name = str(getattr(x, "dtype", "")).removeprefix("torch.")
-        return name if name in ("float16", "bfloat16", "float32") else "bfloat16"
-    try:
-        spelled = str(np.dtype(out_dtype) if isinstance(out_dtype, type) else out_dtype)
-    except TypeError:
-        spelled = str(out_dtype)
-    name = OUT_DTYPES.get(spelled.removeprefix("torch."))
-    if name is None:
-        raise _linear_bad(SP_LINEAR_OPTION, f"sparse_linear has no {out_dtype} output",
-                          "out_dtype is float16, bfloat16 or float32")
-    return name
-
-
-def _activation(activation: str | None) -> str:
-    if activation is None:
-        return "none"
-    if activation not in ACTIVATIONS:
-        raise _linear_bad(SP_LINEAR_OPTION, f"unknown activation {activation!r}",
-                          "activation is None, 'relu', 'silu' or 'gelu_tanh'")
-    return activation
-
-
-def _vector(v: Any, what: str, size: int, home: Any, interpret: bool, dtypes: tuple[str, ...]) -> tuple[Any, int]:
-    """(array, mode) of a bias or scale: mode 0 for None, 1 for one value (a Python number, a 0-d or
-    one-element array), 2 for ``size`` values (shape (size,) or (size, 1)). The array is a
-    contiguous 1-D array of one of ``dtypes`` (else cast to the first) where the kernel reads it."""
-    if v is None:
-        return None, 0
-    number = isinstance(v, (int, float)) and not isinstance(v, bool)
-    shape = (1,) if number else tuple(int(s) for s in getattr(v, "shape", (-1,)))
-    got = "a number" if number else f"shape {shape}" if shape != (-1,) else f"a {type(v).__name__}"
-    if what == "bias" and shape != (size,):
-        raise _linear_bad(SP_LINEAR_VECTOR, f"bias must have shape ({size},), got {got}",
-                          "pass one bias value per output feature")
-    if number:
-        v = np.array([v], np.float32)
-    if shape in ((), (1,), (1, 1)):
-        mode = 1
-    elif shape in ((size,), (size, 1)):
-        mode = 2
-    else:
-        raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be a number or of shape ({size},), got {got}",
-                          f"pass one value, or one per {'output feature' if what != 'scale_x' else 'token'}")
-    if not interpret and array_kind(v) == "torch" and array_kind(home) == "torch":
-        import torch
-
-        if not v.is_floating_point():
-            raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be floating point, got {v.dtype}",
-                              f"pass {what} as {' or '.join(dtypes)}")
-        v = v.reshape(-1).to(home.device)
-        if str(v.dtype).removeprefix("torch.") not in dtypes:
-            v = v.to(getattr(torch, dtypes[0]))
-        return v.contiguous(), mode
-    host = placed_array(v, what, interpret)
-    if array_kind(host) == "numpy":
-        if host.dtype.kind not in "fV" and not str(host.dtype).startswith(("bfloat", "float8")):
-            raise _linear_bad(SP_LINEAR_VECTOR, f"{what} must be floating point, got {host.dtype}",
-                              f"pass {what} as {' or '.join(dtypes)}")
-        host = np.ascontiguousarray(host.reshape(-1))
-        if host.dtype.name not in dtypes:
-            host = host.astype(np.float32)
-        if not interpret and array_kind(home) in ("torch", "cupy"):
-            from .gemm import copy_like
-
-            return copy_like(host, home), mode
-        return host, mode
-    return v.reshape(-1), mode
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,41 +246,21 @@ class SparseLinearPlan:
         shape = tuple(int(s) for s in getattr(x, "shape", ()))
         dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
         if shape != self.x_shape or dtype != self.x_dtype:
-            raise _linear_bad(SP_LINEAR_REBIND, f"the plan is for x of shape {self.x_shape} {self.x_dtype}, got "
-                              f"{shape} {dtype}", "plan again with plan_sparse_linear for another shape or dtype")
+            raise linear_error(SP_LINEAR_REBIND, f"the plan is for x of shape {self.x_shape} {self.x_dtype}, got "
+                               f"{shape} {dtype}", "plan again with plan_sparse_linear for another shape or dtype")
         xh = placed_array(x, "x", self.interpret)
         if self.quantizes_x:
-            _check_e4m3_x(dtype, scale_x, True)
+            check_e4m3_x(dtype, scale_x, True)
             xk = pad_columns(xh, self.k)
         else:
             xk = pad_columns(cast_operand(xh, self.choice), self.k_padded)
         changes: dict[str, Any] = {"x": xk, "out": _linear_output(out, self.t, self.m, self.out_dtype, x,
                                                                   self.interpret)}
         if scale_x is not None:
-            sx, mode = _vector(scale_x, "scale_x", self.t, x, self.interpret, ("float32",))
+            sx, mode = bias_or_scale(scale_x, "scale_x", self.t, x, self.interpret, ("float32",))
             changes["scale_x"] = sx
             changes["modes"] = (self.modes[0], self.modes[1], mode)
         return dataclasses.replace(self, **changes)
-
-
-def _check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None:
-    """x of e4m3 weights: e4m3 (with its scale_x), or 16-bit without scale_x where the decode
-    kernel quantizes it (``quantized_in_kernel``); SP0852 otherwise."""
-    if x_dtype in E4M3_X_DTYPES:
-        return
-    if x_dtype in X16_DTYPES and scale_x is not None and quantized_in_kernel:
-        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"scale_x is the scale of e4m3 activations: e4m3 weights with x of "
-                          f"{x_dtype} take none", "pass the 16-bit x alone (the decode kernel quantizes it per "
-                          "token), or quantize_per_token_e4m3(x) and its scale as scale_x")
-    if x_dtype in X16_DTYPES and scale_x is not None:  # a path without the quantizing kernel: quantize first
-        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype} with a "
-                          "scale_x", "quantize x with quantize_per_token_e4m3(x) and pass the e4m3 x with its "
-                          "scale as scale_x (only the decode kernel, T <= 64 on sm_90a, quantizes a 16-bit x "
-                          "itself, and takes no scale_x then)")
-    if not (quantized_in_kernel and x_dtype in X16_DTYPES):
-        raise _linear_bad(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
-                          "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x (the decode "
-                          "kernel quantizes a 16-bit x itself for T <= 64 on sm_90a)")
 
 
 def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool) -> Any:
@@ -391,8 +293,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",
                         help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
-    act = _activation(activation)
-    y_dtype = _out_dtype(out_dtype, x)
+    act = activation_name(activation)
+    y_dtype = linear_out_dtype(out_dtype, x)
     x_shape = tuple(int(s) for s in getattr(x, "shape", ()))
     x_dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
     if len(x_shape) != 2:
@@ -430,11 +332,11 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         values = pad_columns(values, k_padded // 2)
         xc = pad_columns(xc, k if keep else k_padded)
     if choice.operand == "e4m3":
-        _check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
+        check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
     y = _linear_output(out, t, m, y_dtype, x, interpret)
-    b, bias_mode = _vector(bias, "bias", m, x, interpret, ("float32", y_dtype))
-    sw, sw_mode = _vector(scale_w, "scale_w", m, x, interpret, ("float32",))
-    sx, sx_mode = _vector(scale_x, "scale_x", t, x, interpret, ("float32",))
+    b, bias_mode = bias_or_scale(bias, "bias", m, x, interpret, ("float32", y_dtype))
+    sw, sw_mode = bias_or_scale(scale_w, "scale_w", m, x, interpret, ("float32",))
+    sx, sx_mode = bias_or_scale(scale_x, "scale_x", t, x, interpret, ("float32",))
     common = (m, t, k, k_padded, values, words, xc, x_shape, x_dtype, y, y_dtype, b, sw, sx, act,
               (min(bias_mode, 1), sw_mode, sx_mode))
     if tgt != "sm_90a":
@@ -549,7 +451,7 @@ def reference_linear(weight_dense: Any, x: Any, bias: Any = None, activation: st
                            else scale_x, np.float64).reshape(-1, 1)
     if bias is not None:
         y = y + as_host_array(bias, "bias").astype(np.float64).reshape(1, -1)
-    act = _activation(activation)
+    act = activation_name(activation)
     if act == "relu":
         y = np.maximum(y, 0.0)
     elif act == "silu":
