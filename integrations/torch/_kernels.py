@@ -253,28 +253,19 @@ class LaunchRecord:
         self.prepared = None if prepared is None else quantizer + prepared
         self.eager = None  # one launch for eager calls, where the plan takes two (split-K; quantizer + GEMM)
         read = [launches]  # the launches of each plan the record keeps (their weight arguments: copied)
-        if self.quantize and self.prepared is not None and not capturing() \
-                and quantizes_in_kernel(self.shape[0], self.shape[1], int(x.shape[1])):
-            quantizing = self._quantizing_eager(api, x, y, w, out_dtype)
-            if quantizing is not None:  # one launch for eager calls: the kernel quantizes x itself
-                plan_one, one, self.eager = quantizing
-                self.operands.append(getattr(plan_one, "weight_operands", None))
-                read.append(one)
-        if self.eager is None and self.prepared is not None and len(launches) > 1 \
-                and self.shape[0] <= EAGER_REDUCE_MAX_T \
-                and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None \
-                and not capturing():  # a decode plan (the tiled kernels always reduce in a second launch)
-            one_plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
-                                              scale_x=scale_x, scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype],
-                                              out=y, reduce="kernel", **SM90_WORDS, **self._pdl())
-            one = one_plan.launches()
-            if len(one) == 1:
-                self.operands.append(getattr(one_plan, "weight_operands", None))
-                read.append(one)
-                eager = self._prepare(one, per_call_x, y, per_call_scale)
-                if self.quantize and not _reads_the_quantized_x(one, self.xq, self.sx):
-                    eager = None
-                self.eager = None if eager is None else quantizer + eager
+        one_launch = None  # (plan, its one launch, the eager launches or None) where the plan takes two
+        if self.prepared is not None and not capturing():
+            if self.quantize and quantizes_in_kernel(self.shape[0], self.shape[1], int(x.shape[1])):
+                one_launch = self._quantizing_eager(api, x, y, w, out_dtype)  # the kernel quantizes x itself
+            if one_launch is None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
+                    and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None:
+                # a decode plan (the tiled kernels always reduce in a second launch): split-K reduced in the kernel
+                one_launch = self._reducing_eager(api, gemm_x, per_call_x, y, w, scale_x, per_call_scale,
+                                                  out_dtype, quantizer)
+        if one_launch is not None:
+            plan_one, one, self.eager = one_launch
+            self.operands.append(getattr(plan_one, "weight_operands", None))
+            read.append(one)
         # the eager launches from native code (unless SPARSILE_TORCH_NATIVE=0)
         self.native = native_launch(self.eager if self.eager is not None else self.prepared, x, y, scale_x)
         self.native_error = 0  # the CUresult of a failed native launch (the record keeps to prepared ones then)
@@ -291,6 +282,23 @@ class LaunchRecord:
         kept += planned_buffers(self.prepared, self.eager, launches, (w.values, w.meta, w.bias, w.scale_w, x, y,
                                                                       per_call_scale))
         return kept
+
+    def _reducing_eager(self, api: Any, gemm_x: torch.Tensor, per_call_x: torch.Tensor | None, y: torch.Tensor,
+                        w: Weight, scale_x: torch.Tensor | None, per_call_scale: torch.Tensor | None,
+                        out_dtype: torch.dtype, quantizer: list[Any]) -> tuple[Any, list[Any], list[Any] | None] | None:
+        """(plan, its launches, the eager launches or None where they cannot be prepared) of the
+        decode plan with split-K reduced in the kernel (one launch; a quantizing record's quantizer
+        first), or None where that plan still takes more than one launch."""
+        plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation, scale_x=scale_x,
+                                      scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], out=y, reduce="kernel",
+                                      **SM90_WORDS, **self._pdl())
+        one = plan.launches()
+        if len(one) != 1:
+            return None
+        eager = self._prepare(one, per_call_x, y, per_call_scale)
+        if self.quantize and not _reads_the_quantized_x(one, self.xq, self.sx):
+            eager = None
+        return plan, one, None if eager is None else quantizer + eager
 
     def _quantizing_eager(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, out_dtype: torch.dtype
                           ) -> tuple[Any, list[Any], list[Any]] | None:
