@@ -103,6 +103,7 @@ def activation_dtype(dtype: str) -> Any:
     return torch.float16 if dtype == "f16" else torch.bfloat16
 VARIANTS = ("eager", "graph", "compile", "semi", "cslt")
 SMALL_T = 16  # the targets apply at T <= SMALL_T
+EAGER_QX = ("rule", "always", "never")
 MAX_OVERHEAD_US = 8.0
 MIN_GRAPH_SPEEDUP = 1.5
 DEVICE = "cuda"  # the tests run the Python side on "cpu" with the GPU-only timers replaced
@@ -132,6 +133,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new case after this many seconds (the table keeps the rows measured)")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--eager-qx", choices=EAGER_QX, default="rule",
+                    help="e4m3 eager calls at T <= 64: the one launch that quantizes x in the kernel where the "
+                         "layer's rule says (rule, the default: quantizes_in_kernel), wherever it is planned "
+                         "(always), or never (the quantizer and the GEMM); to measure the rule")
     args = ap.parse_args(argv)
     try:
         args.shape_list = select_shapes(args.shapes)
@@ -479,6 +484,16 @@ def requirements_missing() -> str | None:
     return torch_layer_missing()
 
 
+def set_eager_qx(mode: str) -> None:
+    """Replace the layer's rule for one-launch eager e4m3 calls (``_kernels.quantizes_in_kernel``)
+    by "always" or "never"; "rule" keeps it. Records are built after this, so they all follow it."""
+    if mode == "rule":
+        return
+    from sparsile.integrations.torch import _kernels
+
+    _kernels.quantizes_in_kernel = (lambda t, n, k: True) if mode == "always" else (lambda t, n, k: False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     missing = requirements_missing()
@@ -489,11 +504,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if "compile" in args.variants:
         raise_dynamo_limits()
+    set_eager_qx(args.eager_qx)
     started = time.perf_counter()
     env = environment()
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
     print(f"shapes {', '.join(s.name for s in args.shape_list)}; T {list(args.token_list)}; dtypes {args.dtypes}; "
-          f"variants {args.variants}\n", flush=True)
+          f"variants {args.variants}; eager e4m3 one launch: {args.eager_qx}\n", flush=True)
     print(table_header(), flush=True)
     rows: list[dict[str, Any]] = []
     stopped = None

@@ -15,7 +15,8 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
-#   bash scripts/gpu_runs.sh unrun-17          # (not run yet) the whole suite after the one-launch e4m3 work, the T <= 16 table twice
+#   bash scripts/gpu_runs.sh qx-18             # the one-launch e4m3 decode: one vs two launches, ring depth, the layer's rule
+#   bash scripts/gpu_runs.sh unrun-17          # the whole suite after the one-launch e4m3 work, the T <= 16 table twice
 #   bash scripts/gpu_runs.sh qx-17             # the e4m3 eager call in one launch: torch GPU tests, the layer at T = 1, 4
 #   bash scripts/gpu_runs.sh final-16          # the whole GPU suite at the sixteenth session's last commit, the T rule
 #   bash scripts/gpu_runs.sh heuristic-bm      # the untabled decode heuristic (64-row slabs): GPU tests, timed vs 128 rows, the model
@@ -139,6 +140,16 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+qx-18)  # the eighteenth session's first look at the one-launch e4m3 decode: the capture test whose count
+       # the qx eager launch changed, the one launch against two and its ring depth (graph replay from
+       # HBM), then the layer's eager e4m3 calls with the one launch always / never / by the rule
+    run 60 python -m pytest -q -m gpu -n 4 --timeout 50 -rfE tests/gpu/test_torch_linear_gpu.py -k capture_and_replay
+    run 220 python benchmarks/bench_decode_qx.py --stages 4 8
+    for mode in always never rule; do
+        run 45 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants eager --eager-qx $mode \
+            --max-seconds 35 --json "$out/linear_qx_$mode.json"
+    done
     ;;
 unrun-17)  # what the seventeenth session wrote after its GPU time: the whole suite (the one-launch e4m3 GPU
           # tests at T = 8-64 and 6144x4096 T = 4 among them), then the layer's T <= 16 table, bf16 and e4m3,

@@ -147,6 +147,24 @@ def test_linear_arguments_and_shape_selection():
             bl.parse_args(bad)
 
 
+def test_linear_eager_qx_replaces_the_layer_rule(monkeypatch):
+    assert bl.parse_args([]).eager_qx == "rule" and bl.parse_args(["--eager-qx", "never"]).eager_qx == "never"
+    with pytest.raises(SystemExit):
+        bl.parse_args(["--eager-qx", "sometimes"])
+    pytest.importorskip("torch")
+    from sparsile.integrations.torch import _kernels
+
+    rule = _kernels.quantizes_in_kernel
+    monkeypatch.setattr(_kernels, "quantizes_in_kernel", rule)  # restored after the test
+    bl.set_eager_qx("rule")
+    assert _kernels.quantizes_in_kernel is rule
+    assert rule(1, 4096, 4096) and not rule(16, 28672, 4096)
+    bl.set_eager_qx("always")
+    assert _kernels.quantizes_in_kernel(16, 28672, 4096)
+    bl.set_eager_qx("never")
+    assert not _kernels.quantizes_in_kernel(1, 4096, 4096)
+
+
 def test_linear_prune_and_quantize_on_cpu():
     torch = pytest.importorskip("torch")
     g = torch.Generator().manual_seed(0)
@@ -718,3 +736,24 @@ def test_decode_heuristic_without_gpu_says_why(capsys):
     assert bdh.main(["--shapes", "4608x3584", "--tokens", "1"]) == 3
     assert "no GPU here" in capsys.readouterr().err
     assert all("x" in shape for shape in bdh.QWEN)
+
+
+# ------------------------------------------------------------------------------------------------
+# bench_decode_qx
+
+
+def test_decode_qx_without_gpu_says_why(capsys):
+    from sparsile.backend import runtime
+
+    if runtime.has_gpu():
+        pytest.skip("this machine can run the benchmark")
+    bq = load_script("bench_decode_qx")
+    assert bq.main(["--shapes", "4096x4096", "--tokens", "1", "--stages", "4"]) == 3
+    assert "no GPU here" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bq.main(["--tokens", "one"])
+    steps = []
+    calls = bq.Calls(3, lambda i, stream: steps.append((i, stream)), calls=6)
+    for _ in range(4):
+        calls(stream="s")
+    assert steps == [(0, "s"), (1, "s"), (2, "s"), (0, "s")] and calls.calls == 6
