@@ -128,28 +128,26 @@ SM90_WORDS = {"meta_format": "sm90"}
 GPU (a Blackwell plan re-encodes them as "tcgen05" words; docs/sparse-metadata.md)."""
 
 EAGER_QUANTIZE_IN_KERNEL_MAX = 1 << 26
-"""An eager e4m3 call (a quantizing record, T <= 64) whose T x N x K is at most this, or whose T and
-N x K are within :data:`EAGER_QUANTIZE_IN_KERNEL_SMALL`, launches the decode kernel that quantizes x
-itself (``sparse_decode_e4m3_qx``): one launch instead of two, about 5 µs less host time on the
-H200 (:func:`quantizes_in_kernel`). A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of
-the one-launch kernel reads all of x before its first MMA, which costs GPU time as T grows. Measured
-on the H200 (seventeenth session, docs/hopper.md), µs of GPU time, one launch against two:
-- T = 1: 7.8-15.4 against 7.7-15.6 up to N x K = 4096 x 14336 (equal); 26.5 against 22.6 on
-  28672 x 4096, a kernel longer than the host time it saves (left out);
-- T = 4: 9.4 / 7.9 on 4096 x 4096 and 10.5 / 8.5 on 6144 x 4096, less than the ~5 µs of host time
-  saved on calls whose host time exceeds their kernel's; 20.3 / 15.7 on 4096 x 14336 and
-  28.6 / 23.2 on 28672 x 4096, kernels about as long as the host time (left out);
-- T = 16: 2-2.8x (left out, but for weights of N x K <= 2**22, whose kernels are far shorter than
-  a call's host time)."""
-EAGER_QUANTIZE_IN_KERNEL_SMALL = (4, 1 << 25)
-"""(T, N x K) up to which an eager e4m3 call also takes the one launch (6144 x 4096 at T = 4)."""
+"""An eager e4m3 call (a quantizing record, T <= 64) whose T x N x K is at most this, or whose T
+and T x N x K are within :data:`EAGER_QUANTIZE_IN_KERNEL_SMALL`, launches the decode kernel that
+quantizes x itself (``sparse_decode_e4m3_qx``): one launch instead of two, about 5 µs less host
+time on the H200 (:func:`quantizes_in_kernel`), unless its resident x needs more K shares than the
+two-launch plan. A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of the one launch
+reads all of x before its first MMA, which costs GPU time as T grows. GPU time on the H200, one
+launch against two (docs/hopper.md; benchmarks/RESULTS.md, eighteenth session): at T = 1 equal or
+less up to 28672 x 4096 (57344 x 8192 1.02x, left out; 8192 x 28672 needs two K shares, 1.2x); at
+T = 4 1.3-4.2 µs more up to N x K = 2^26, less than the launch saves a host-bound call (one launch:
+16-18 µs of host time, two: 21-23); at T = 16 1.5-2.5x (left out but for N x K <= 2^22)."""
+EAGER_QUANTIZE_IN_KERNEL_SMALL = (4, 1 << 28)
+"""(T, T x N x K) up to which an eager e4m3 call also takes the one launch: T = 1 up to
+N x K = 2^28, T = 4 up to 2^26 (8192 x 8192, 4096 x 14336)."""
 
 
 def quantizes_in_kernel(t: int, n: int, k: int) -> bool:
     """Whether an eager e4m3 call of ``t`` tokens through an ``n`` x ``k`` weight is one launch of the
     kernel that quantizes x itself (:data:`EAGER_QUANTIZE_IN_KERNEL_MAX`)."""
-    small_t, small_nk = EAGER_QUANTIZE_IN_KERNEL_SMALL
-    return t * n * k <= EAGER_QUANTIZE_IN_KERNEL_MAX or (t <= small_t and n * k <= small_nk)
+    small_t, small_tnk = EAGER_QUANTIZE_IN_KERNEL_SMALL
+    return t * n * k <= EAGER_QUANTIZE_IN_KERNEL_MAX or (t <= small_t and t * n * k <= small_tnk)
 
 
 RECORD_QUANTIZE_MAX_T = 64
@@ -306,7 +304,8 @@ class LaunchRecord:
         itself (``sparse_decode_e4m3_qx``, docs/hopper.md) in one launch, split-K reduced in the
         kernel up to EAGER_REDUCE_MAX_T tokens; None where it is not planned (no decode kernel for this
         target or T, the resident x does not fit in shared memory, a split plan beyond
-        EAGER_REDUCE_MAX_T tokens or with SPARSILE_DECODE_REDUCE=launch) or reads a copy of x."""
+        EAGER_REDUCE_MAX_T tokens or with SPARSILE_DECODE_REDUCE=launch, more K shares than the
+        two-launch plan's) or reads a copy of x."""
         in_kernel = self.shape[0] <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
         reduce = {"reduce": "kernel"} if in_kernel else {}
         try:
@@ -316,8 +315,8 @@ class LaunchRecord:
         except SparsityError:
             return None
         one = plan.launches()
-        if not getattr(plan, "quantizes_x", False) or len(one) != 1:
-            return None
+        if not getattr(plan, "quantizes_x", False) or len(one) != 1 or _shares(plan) > _shares(self.plan):
+            return None  # (more K shares: the resident x did not fit at the two-launch plan's split)
         prepared = self._prepare(one, x, y, None)
         return None if prepared is None else (plan, one, prepared)
 
@@ -449,6 +448,12 @@ class LaunchRecord:
             return y
         self.plan.rebind(x, y, scale_x=scale_x).run(stream=stream)  # scale_x None keeps the plan's
         return y
+
+
+def _shares(plan: Any) -> int:
+    """The K split of a decode plan (1 for any other plan)."""
+    config = getattr(plan, "config", None)
+    return int(getattr(config, "split_k", 1) or 1)
 
 
 def _NO_OWNER() -> None:

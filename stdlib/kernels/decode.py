@@ -71,6 +71,11 @@ QX_SCRATCH = 1024
 """Shared memory the kernel that quantizes x (sparse_decode_e4m3_qx) holds beyond its ring and its
 resident x: the scales and their reciprocals (2 x BN f32) and the compiler's scratch of its
 cross-warp reduction, at most 512 bytes as compiled (test_decode_qx.py checks the bound)."""
+QX_MIN_STAGES = 4
+"""The ring depth the kernel that quantizes x takes at least, where it fits (``resident_x_config``).
+The tables' depths are the two-launch kernel's, whose ring also carries x: 2 stages on 28672 x
+4096, where the one launch then took 25.8 µs at T = 1 against 22.9 for the two launches. With 4
+stages it took 21.4 µs (H200, graph replay from HBM, benchmarks/RESULTS.md, eighteenth session)."""
 EMPTY_META_WORD = 0x44444444  # eight nibbles 0x4: kept positions 0 and 1 (of zero values)
 KERNEL_CHOICES = ("auto", "gemm", "decode")
 
@@ -450,14 +455,17 @@ def resident_x_config(base: Any, cfg: DecodeConfig, split_k: int | None, stages:
     that quantizes 16-bit x itself and keeps its K share resident in shared memory
     (``sparse_decode_e4m3_qx``): unchanged where the ring and the resident x fit in a CTA's 227 KB
     (:meth:`DecodeConfig.smem_bytes`), else the smallest K split from cfg's up (at most
-    :data:`MAX_SPLIT`, and the K steps) at which they fit with a ring of 2 or more stages, with the
-    deepest ring up to cfg's that fits there. A ``split_k`` or ``stages`` the caller gave is kept.
-    SP0852 where nothing fits: then x must be quantized first (quantize_per_token_e4m3)."""
+    :data:`MAX_SPLIT`, and the K steps) at which they fit with a ring of 2 or more stages. The ring
+    is the deepest that fits up to cfg's depth or :data:`QX_MIN_STAGES`, whichever is more: the
+    consumers quantize x before their first MMA, and only the ring's stages stream meanwhile. A
+    ``split_k`` or ``stages`` the caller gave is kept. SP0852 where nothing fits: then x must be
+    quantized first (quantize_per_token_e4m3)."""
     steps = -(-base.k_padded // cfg.bk)
     eb = base.choice.elem_bytes
     splits = [cfg.split_k] if split_k is not None else range(cfg.split_k, max(cfg.split_k, min(MAX_SPLIT, steps)) + 1)
+    deepest = max(cfg.stages, QX_MIN_STAGES)
     for split in splits:
-        for depth in [cfg.stages] if stages is not None else range(cfg.stages, 1, -1):
+        for depth in [cfg.stages] if stages is not None else range(deepest, 1, -1):
             fitted = dataclasses.replace(cfg, split_k=split, stages=depth, xsteps=-(-steps // split))
             if fitted.smem_bytes(eb) <= SMEM_PER_CTA:
                 return dataclasses.replace(fitted, ctas_per_sm=2 if 2 * (fitted.smem_bytes(eb) + 1024) <= SMEM_PER_SM

@@ -110,7 +110,8 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
 
 
 @pytest.mark.parametrize("shape,tokens", [((4096, 4096), 1), ((4096, 4096), 4), ((6144, 4096), 2), ((6144, 4096), 4),
-                                          ((4096, 14336), 1), ((1000, 4096), 3)])
+                                          ((4096, 14336), 1), ((1000, 4096), 3), ((28672, 4096), 1),
+                                          ((4096, 14336), 4), ((8192, 8192), 4)])
 def test_e4m3_one_launch_eager_calls_equal_the_captured_two_launches(shape, tokens):
     """quantizes_in_kernel: an eager e4m3 call is one launch of the kernel that
     quantizes x itself; a call captured into a CUDA graph is the quantizer and the GEMM. Both give the
@@ -134,6 +135,19 @@ def test_e4m3_one_launch_eager_calls_equal_the_captured_two_launches(shape, toke
         eager = _poisoned_call(layer, static_x)
         assert torch.equal(static_y, eager) and not eager.isnan().any()
         check_against_float64(layer, static_x, eager)
+
+
+def test_e4m3_eager_call_keeps_two_launches_where_the_resident_x_needs_more_k_shares():
+    """8192 x 28672 at T = 1 is within quantizes_in_kernel's bound, but its one launch fits the
+    resident x only in two K shares where the two-launch plan has one (slower on the H200): the
+    eager call keeps the quantizer and the GEMM, and matches float64."""
+    layer = spt.SparseLinear.from_dense(linear(8192, 28672, seed=5, device="cuda"), "e4m3")
+    x = torch.randn(1, 28672, device="cuda").to(torch.bfloat16)
+    assert kernels.quantizes_in_kernel(1, 8192, 28672)
+    y = _poisoned_call(layer, x)
+    (record,) = _records(layer)
+    assert record.eager is None and len(record.prepared) == 2
+    check_against_float64(layer, x, y)
 
 
 @pytest.mark.parametrize("k", [4096, 8192])

@@ -412,16 +412,18 @@ def test_a_quantizing_record_launches_the_quantizer_and_the_gemm_natively(fake, 
 
 
 def _quantizing_api(fake, planned: list, quantizers: list, qx_error: Exception | None = None,
-                    split: bool = False) -> SimpleNamespace:
+                    split: bool = False, qx_shares: int = 1) -> SimpleNamespace:
     """A kernel API whose plan of a 16-bit x (no scale_x) is one launch that quantizes x itself
-    (``quantizes_x``, reading x and writing y per call), or raises ``qx_error``; ``split``: two
-    launches unless reduce="kernel" (split-K)."""
+    (``quantizes_x``, reading x and writing y per call, in ``qx_shares`` K shares where the plan of
+    the e4m3 x has one), or raises ``qx_error``; ``split``: two launches unless reduce="kernel"
+    (split-K)."""
     def plan_sparse_linear(values, meta, x, *, out, scale_x=None, reduce=None, **kwargs):
         planned.append((x.dtype, scale_x is None, reduce))
         if x.dtype != torch.float8_e4m3fn and qx_error is not None:
             raise qx_error
         plan = _Plan(fake.log, x, out, scale_x, 2 if split and reduce != "kernel" else 1)
         plan.quantizes_x = x.dtype != torch.float8_e4m3fn
+        plan.config = SimpleNamespace(split_k=qx_shares if plan.quantizes_x else 1)
         return plan
 
     def prepare_quantize(x, xq, scale, per_call):
@@ -451,21 +453,25 @@ def test_a_small_quantizing_record_launches_once_eagerly_and_twice_in_a_capture(
     assert [e[1] for e in fake.log if e[0] == "prepared"] == [(x.data_ptr(),), (y2.data_ptr(),)]
 
 
-@pytest.mark.parametrize("why", ["large", "no fit", "env", "split beyond 16 tokens"])
+@pytest.mark.parametrize("why", ["large", "no fit", "more shares", "env", "split beyond 16 tokens"])
 def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
     """Beyond quantizes_in_kernel's bounds, where the plan refuses (SP0852: the resident x does not
-    fit), or where it splits K and would reduce in a second launch (SPARSILE_DECODE_REDUCE set, or
-    more than EAGER_REDUCE_MAX_T tokens, where the in-kernel reduction costs more GPU time than the
-    launch it saves): the eager call keeps the quantizer and the GEMM."""
+    fit) or fits the resident x only by splitting K more than the two-launch plan (8192 x 28672 at
+    T = 1: 54 µs against 45 on the H200), or where it splits K and would reduce in a second launch
+    (SPARSILE_DECODE_REDUCE set, or more than EAGER_REDUCE_MAX_T tokens, where the in-kernel
+    reduction costs more GPU time than the launch it saves): the eager call keeps the quantizer and
+    the GEMM."""
     from sparsile.stdlib.sparsity.errors import SparsityError
 
     planned, quantizers = [], []
     error = SparsityError("SP0852", "no fit") if why == "no fit" else None
     split = why in ("env", "split beyond 16 tokens")
-    monkeypatch.setattr(kernels, "kernel_api", lambda: _quantizing_api(fake, planned, quantizers, error, split=split))
+    shares = 2 if why == "more shares" else 1
+    monkeypatch.setattr(kernels, "kernel_api",
+                        lambda: _quantizing_api(fake, planned, quantizers, error, split=split, qx_shares=shares))
     if why == "large":
         monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_MAX", 4 * 8 * 32 - 1)
-        monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_SMALL", (4, 8 * 32 - 1))
+        monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_SMALL", (4, 4 * 8 * 32 - 1))
     if why == "env":
         monkeypatch.setenv(kernels.DECODE_REDUCE_ENV, "launch")
     cache, w = RecordCache(), _weight()
@@ -475,7 +481,8 @@ def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
     ((_, record),) = cache.records.items()
     if why == "split beyond 16 tokens":
         assert planned[-1] == (torch.float32, True, None)  # no reduce="kernel" asked for
-    launches = 2 if why in ("large", "no fit") else 3  # the quantizer and the GEMM (with split-K: and its reduction)
+    launches = 2 if why in ("large", "no fit", "more shares") else 3  # the quantizer and the GEMM (split-K: and
+    # its reduction)
     assert record.eager is None and len(record.prepared) == launches
     assert len(fake.launches) == launches  # all native
     assert len(planned) == (1 if why == "large" else 2)
@@ -483,9 +490,13 @@ def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
 
 def test_the_quantizing_eager_launch_bounds():
     """The one launch where its GPU time stays within the host time it saves (the H200 measurements
-    in EAGER_QUANTIZE_IN_KERNEL_MAX's docstring): T = 1 up to 4096 x 14336, T <= 4 up to 6144 x 4096."""
-    inside = [(1, 4096, 14336), (1, 6144, 4096), (4, 6144, 4096), (4, 4096, 4096), (16, 1024, 4096)]
-    outside = [(1, 28672, 4096), (2, 4096, 14336), (4, 4096, 14336), (5, 6144, 4096), (16, 4096, 4096)]
+    in EAGER_QUANTIZE_IN_KERNEL_MAX's docstring): T = 1 up to N x K = 2^28 (28672 x 4096, 8192 x
+    28672 whose split the record then checks), T = 4 up to 2^26 (8192 x 8192, 4096 x 14336), and
+    T x N x K <= 2^26 at any T; not 57344 x 8192, nor 28672 x 4096 beyond T = 2."""
+    inside = [(1, 4096, 14336), (1, 28672, 4096), (1, 8192, 28672), (2, 28672, 4096), (2, 10240, 8192),
+              (4, 8192, 8192), (4, 4096, 14336), (4, 6144, 4096), (16, 1024, 4096), (64, 1024, 1024)]
+    outside = [(1, 57344, 8192), (3, 28672, 4096), (4, 10240, 8192), (5, 6144, 4096), (8, 4096, 4096),
+               (16, 4096, 4096)]
     assert all(kernels.quantizes_in_kernel(*c) for c in inside)
     assert not any(kernels.quantizes_in_kernel(*c) for c in outside)
 

@@ -218,8 +218,9 @@ def test_rebind_takes_a_new_x_as_passed():
 
 def test_the_resident_x_rule_keeps_the_config_or_splits():
     """The H200 table's e4m3 choices (as the plan takes them) with x resident: kept where they fit,
-    fewer stages, or the smallest split that fits; a caller's split and stages are kept (SP0852
-    where they do not fit); every result within a CTA's 227 KB."""
+    a ring of at least QX_MIN_STAGES = 4 stages where that fits, fewer stages, or the smallest split
+    that fits; a caller's split and stages are kept (SP0852 where they do not fit); every result
+    within a CTA's 227 KB."""
 
     def fitted(m, k, t, table_split, table_stages, bm, **asked):
         cfg = choose_decode_config(m, t, k, KERNELS["e4m3"], 132, table_split, table_stages, bm)
@@ -231,11 +232,14 @@ def test_the_resident_x_rule_keeps_the_config_or_splits():
         return got.split_k, got.stages, got.xsteps
 
     assert fitted(4096, 4096, 16, 1, 6, 64) == (1, 6, 16)        # 8B qkv / o: the entry as it is
-    assert fitted(4096, 14336, 16, 4, 3, 64) == (4, 3, 14)       # 8B down: its split
+    assert fitted(4096, 14336, 16, 4, 3, 64) == (4, 4, 14)       # 8B down: its split, 4 stages
+    assert fitted(4096, 14336, 16, 4, 3, 64, stages=3) == (4, 3, 14)  # (the caller's 3 kept)
+    assert fitted(28672, 4096, 1, 1, 2, 128) == (1, 4, 16)       # 8B gate_up: 2 stages deepened to 4
     assert fitted(10240, 8192, 16, 1, 5, 128) == (1, 4, 32)      # 70B qkv: one stage fewer
     assert fitted(8192, 28672, 1, 1, 6, 64) == (2, 6, 56)        # 70B down: a split
     assert fitted(8192, 28672, 16, 1, 6, 64) == (3, 6, 38)
-    assert fitted(28672, 4096, 64, 1, 3, 128) == (2, 3, 8)
+    assert fitted(28672, 4096, 64, 1, 3, 128) == (2, 4, 8)
+    assert fitted(28672, 4096, 64, 2, 2, 128, split_k=2) == (2, 4, 8)  # a split of the caller's: the ring deepened
     assert fitted(10240, 8192, 16, 1, 5, 128, stages=5) == (2, 5, 16)  # the caller's stages kept
     cfg = choose_decode_config(8192, 16, 28672, KERNELS["e4m3"], 132, 1, 6, 64)
     base = types.SimpleNamespace(k_padded=28672, k=28672, t=16, choice=KERNELS["e4m3"], x_dtype="bfloat16")
