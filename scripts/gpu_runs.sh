@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh qx-18b            # the widened one-launch rule and deeper ring: e4m3 GPU tests, the layer's e4m3 rows
 #   bash scripts/gpu_runs.sh qx-18             # the one-launch e4m3 decode: one vs two launches, ring depth, the layer's rule
 #   bash scripts/gpu_runs.sh unrun-17          # the whole suite after the one-launch e4m3 work, the T <= 16 table twice
 #   bash scripts/gpu_runs.sh qx-17             # the e4m3 eager call in one launch: torch GPU tests, the layer at T = 1, 4
@@ -140,6 +141,16 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+qx-18b)  # the eighteenth session's rule and ring change: the one-launch and torch e4m3 GPU tests, the one
+        # launch against two on the weights whose ring deepened, then the layer's T <= 16 e4m3 rows twice
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_decode_qx.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_linear_gpu.py -k "e4m3 or qx or one_launch"
+    run 60 python benchmarks/bench_decode_qx.py --shapes 28672x4096 4096x14336 --tokens 1 4 --stages
+    for pass in a b; do
+        run 45 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants graph --max-seconds 35 \
+            --json "$out/linear_e4m3_$pass.json"
+    done
     ;;
 qx-18)  # the eighteenth session's first look at the one-launch e4m3 decode: the capture test whose count
        # the qx eager launch changed, the one launch against two and its ring depth (graph replay from
