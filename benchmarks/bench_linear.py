@@ -135,8 +135,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the rows as JSON")
     ap.add_argument("--eager-qx", choices=EAGER_QX, default="rule",
                     help="e4m3 eager calls at T <= 64: the one launch that quantizes x in the kernel where the "
-                         "layer's rule says (rule, the default: quantizes_in_kernel), wherever it is planned "
-                         "(always), or never (the quantizer and the GEMM); to measure the rule")
+                         "layer's rule says (rule, the default: quantizes_in_kernel), at any T x N x K (always: "
+                         "still not where it does not fit or needs more K shares than two launches), or never "
+                         "(the quantizer and the GEMM); to measure the rule")
     args = ap.parse_args(argv)
     try:
         args.shape_list = select_shapes(args.shapes)

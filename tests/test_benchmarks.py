@@ -742,6 +742,17 @@ def test_decode_heuristic_without_gpu_says_why(capsys):
 # bench_decode_qx
 
 
+def test_decode_qx_rotates_and_parses():
+    bq = load_script("bench_decode_qx")
+    steps = []
+    calls = bq.Calls(3, lambda i, stream: steps.append((i, stream)), calls=6)
+    for _ in range(4):
+        calls(stream="s")
+    assert steps == [(0, "s"), (1, "s"), (2, "s"), (0, "s")] and calls.calls == 6
+    with pytest.raises(SystemExit):
+        bq.main(["--tokens", "one"])
+
+
 def test_decode_qx_without_gpu_says_why(capsys):
     from sparsile.backend import runtime
 
@@ -750,10 +761,3 @@ def test_decode_qx_without_gpu_says_why(capsys):
     bq = load_script("bench_decode_qx")
     assert bq.main(["--shapes", "4096x4096", "--tokens", "1", "--stages", "4"]) == 3
     assert "no GPU here" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        bq.main(["--tokens", "one"])
-    steps = []
-    calls = bq.Calls(3, lambda i, stream: steps.append((i, stream)), calls=6)
-    for _ in range(4):
-        calls(stream="s")
-    assert steps == [(0, "s"), (1, "s"), (2, "s"), (0, "s")] and calls.calls == 6

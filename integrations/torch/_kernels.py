@@ -134,10 +134,10 @@ quantizes x itself (``sparse_decode_e4m3_qx``): one launch instead of two, about
 time on the H200 (:func:`quantizes_in_kernel`), unless its resident x needs more K shares than the
 two-launch plan. A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of the one launch
 reads all of x before its first MMA, which costs GPU time as T grows. GPU time on the H200, one
-launch against two (docs/hopper.md; benchmarks/RESULTS.md, eighteenth session): at T = 1 equal or
-less up to 28672 x 4096 (57344 x 8192 1.02x, left out; 8192 x 28672 needs two K shares, 1.2x); at
-T = 4 1.3-4.2 µs more up to N x K = 2^26, less than the launch saves a host-bound call (one launch:
-16-18 µs of host time, two: 21-23); at T = 16 1.5-2.5x (left out but for N x K <= 2^22)."""
+launch against two (docs/hopper.md; benchmarks/RESULTS.md, eighteenth session): at T = 1 0.90-1.02x
+up to 28672 x 4096 (57344 x 8192 1.02x, left out; 8192 x 28672 needs two K shares, 1.22x); at
+T = 4 1.3-4.0 µs more up to N x K = 2^26, less than the launch saves a host-bound call (5-10 µs of
+host time); at T = 16 1.5-2.5x (left out but for N x K <= 2^22)."""
 EAGER_QUANTIZE_IN_KERNEL_SMALL = (4, 1 << 28)
 """(T, T x N x K) up to which an eager e4m3 call also takes the one launch: T = 1 up to
 N x K = 2^28, T = 4 up to 2^26 (8192 x 8192, 4096 x 14336)."""
@@ -451,9 +451,9 @@ class LaunchRecord:
 
 
 def _shares(plan: Any) -> int:
-    """The K split of a decode plan (1 for any other plan)."""
-    config = getattr(plan, "config", None)
-    return int(getattr(config, "split_k", 1) or 1)
+    """The K split of a plan: a decode plan's ``config.split_k``, a tiled plan's ``split_k``, else 1."""
+    split = getattr(getattr(plan, "config", None), "split_k", None) or getattr(plan, "split_k", None)
+    return int(split or 1)
 
 
 def _NO_OWNER() -> None:
