@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...stdlib.kernels.gemm import prunes_on_gpu
+from ...stdlib.kernels.compress_weight import prunes_on_gpu
 from ...stdlib.sparsity import (
     as_host_array,
     compress,

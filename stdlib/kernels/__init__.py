@@ -21,15 +21,14 @@ on the GPU with the kernels of ``sparsity_24.spk``, bit-identical to the host to
 ``persistent=False``, ``sparse_gemm_sm100.spk``).
 """
 
+from .compress_weight import CompressedWeight, prune_and_compress
 from .gemm import (
     KERNEL_FILE,
     KERNELS,
-    CompressedWeight,
     KernelChoice,
     SparseMatmul,
     kernel_module,
     plan_sparse_matmul,
-    prune_and_compress,
     sparse_matmul,
 )
 from .gemm_sm100 import KERNELS_SM100, SparseMatmulSm100

@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from .gemm import KernelChoice, array_kind, bad_input, kernel_module, pad_columns
+from .arrays import array_kind, bad_input, pad_columns
+from .gemm import KernelChoice, kernel_module
 from .linear import SparseLinearPlan
 
 SP_DECODE = "SP0860"
@@ -379,7 +380,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     token tile: ``table`` (a path or a table mapping; False: none), else ``$SPARSILE_DECODE_TABLE``,
     else the shipped ``tuned/decode-<gpu>.json`` (:mod:`.decode_tuning`, docs/autotune.md); the
     plan's ``config.source`` says which ("heuristic", "explicit", "table:<file>")."""
-    from .gemm import empty_array
+    from .arrays import empty_array
     from .linear import plan_sparse_linear, planned_sm_count
 
     if not isinstance(pdl, bool):

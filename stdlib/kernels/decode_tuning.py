@@ -228,7 +228,7 @@ def default_candidate(plan: SparseDecodePlan) -> DecodeCandidate:
 def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> SparseDecodePlan:
     """``plan`` relaunched with ``cand`` (its own workspace and arrival counters). A tiled plan's
     weight copy is laid out for its own row slab: LaunchError SP0864 for a candidate of another."""
-    from .gemm import empty_array
+    from .arrays import empty_array
 
     b = plan.base
     if plan.tiled and cand.bm != plan.config.bm:

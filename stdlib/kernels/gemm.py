@@ -5,9 +5,9 @@
 
 ``values`` (M, K/2) and ``meta`` (the "sm90" metadata words of docs/sparse-metadata.md, best as the
 tagged :class:`~sparsile.stdlib.sparsity.MetadataBuffer` that ``encode_metadata`` returns) come from
-the sparsity toolkit, or from :func:`prune_and_compress`. Arrays may be numpy, torch or cupy: CUDA
-tensors are used in place, host arrays are copied to the GPU and back by the launcher. With
-``interpret=True`` the same kernel runs in the CPU interpreter (no GPU needed).
+the sparsity toolkit, or from :func:`~.compress_weight.prune_and_compress`. Arrays may be numpy,
+torch or cupy: CUDA tensors are used in place, host arrays are copied to the GPU and back by the
+launcher. With ``interpret=True`` the same kernel runs in the CPU interpreter (no GPU needed).
 
 What is checked before anything is launched (each a :class:`~sparsile.stdlib.sparsity.SparsityError`
 with an SP08xx code): ranks and element types (SP0804), a dtype without a kernel (SP0804), values and
@@ -32,24 +32,26 @@ import numbers
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from ..sparsity import (
-    MetadataBuffer,
-    SparsityError,
-    as_host_array,
-    cast_to_operand,
-    compress,
-    encode_metadata,
-    validate_metadata,
-)
+from ..sparsity import MetadataBuffer, validate_metadata
 from ..sparsity.dtypes import OperandType, operand_type
-from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
-from ..sparsity.formats import decompress, metadata_shape
-from ..sparsity.hostarray import require_numeric
-from ..sparsity.layouts import check_format
+from ..sparsity.errors import SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
+from ..sparsity.formats import metadata_shape
+from .arrays import (
+    array_kind,
+    as_u32_words,
+    bad_input,
+    cast_operand,
+    copy_like,
+    deliver_result,
+    empty_array,
+    output_array,
+    pad_columns,
+    placed_array,
+)
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
@@ -105,7 +107,6 @@ def choose_split_k(m: int, n: int, k: int, bn: int, choice: KernelChoice, sms: i
     return max(1, min(sms // tiles, steps // 4, 8))
 
 _TORCH_OPERANDS = {f"torch.{c.torch_dtype}": c.operand for c in KERNELS.values()}
-_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
 
 
 @functools.cache
@@ -116,24 +117,7 @@ def kernel_module() -> Any:
     return load(KERNEL_FILE)
 
 
-# ------------------------------------------------------------------------------------------------
-# array kinds: "numpy" (host), "torch" (a CUDA tensor), "cupy"
-
-
-def array_kind(x: Any) -> str:
-    if isinstance(x, np.ndarray):
-        return "numpy"
-    package = type(x).__module__.split(".")[0]
-    if package == "torch":
-        return "torch" if getattr(getattr(x, "device", None), "type", "cpu") == "cuda" else "torch-cpu"
-    return "cupy" if package == "cupy" else "other"
-
-
-def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:
-    return SparsityError(code, message, help=help)
-
-
-def _operand_of(x: Any) -> str | None:
+def operand_of(x: Any) -> str | None:
     """The operand type an array's element type names, or None."""
     if array_kind(x) in ("torch", "torch-cpu"):
         return _TORCH_OPERANDS.get(str(x.dtype))
@@ -144,95 +128,14 @@ def _operand_of(x: Any) -> str | None:
     return next((c.operand for c in KERNELS.values() if operand_type(c.operand).host_dtype == dt), None)
 
 
-def placed_array(x: Any, what: str, interpret: bool) -> Any:
-    """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
-    if not interpret and array_kind(x) in ("torch", "cupy"):
-        return x
-    host = as_host_array(x, what)
-    require_numeric(host, what)
-    return host
-
-
-def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
-    """``x`` in the operand's element type (a no-op when it already is); a numpy array through
-    ``cast_to_operand`` (e4m3 saturates at ±448 with a warning)."""
-    if array_kind(x) == "torch":
-        import torch
-
-        want = getattr(torch, choice.torch_dtype)
-        return x if x.dtype == want else x.to(want)
-    host = operand_type(choice.operand).host_dtype
-    if x.dtype == host:
-        return x
-    if array_kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
-        raise bad_input(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
-                        help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
-    if isinstance(x, np.ndarray):
-        return cast_to_operand(x, operand_type(choice.operand), what)
-    return x.astype(host)
-
-
-def pad_columns(x: Any, cols: int) -> Any:
-    """``x`` (rows, k) C-contiguous, zero-extended to ``cols`` columns (zero bits are +0 for every type)."""
-    rows, have = x.shape
-    if array_kind(x) == "torch":
-        import torch
-
-        if have == cols:
-            return x.contiguous()
-        ints = getattr(torch, _INT_OF_SIZE[x.element_size()])
-        padded = torch.zeros((rows, cols), dtype=ints, device=x.device)
-        padded[:, :have] = x.view(ints)
-        return padded.view(x.dtype)
-    xp = np
-    if array_kind(x) == "cupy":
-        import cupy as xp
-    if have == cols:
-        return xp.ascontiguousarray(x)
-    padded = xp.zeros((rows, cols), dtype=x.dtype)
-    padded[:, :have] = x
-    return padded
-
-
-def as_u32_words(meta: Any) -> Any:
-    """Metadata words as C-contiguous uint32 (the kernel's ``ptr[u32]``), reinterpreting int32."""
-    name = str(meta.dtype).removeprefix("torch.")
-    if name not in ("int32", "uint32"):
-        raise bad_input(f"metadata words must be 32-bit integers, got {meta.dtype}", code=SP_META_ELEMENT_TYPE,
-                        help='encode them with encode_metadata(indices, "sm90", dtype)')
-    if array_kind(meta) == "torch":
-        import torch
-
-        return meta.contiguous().view(torch.uint32)
-    if array_kind(meta) == "cupy":
-        import cupy
-
-        return cupy.ascontiguousarray(meta).view(cupy.uint32)
-    return np.ascontiguousarray(meta).view(np.uint32)
-
-
-def copy_like(host: np.ndarray, like: Any) -> Any:
-    """A copy of host array ``host``, same element type, where ``like`` lives (its torch device, cupy)."""
-    kind = array_kind(like)
-    if kind in ("torch", "torch-cpu"):
-        import torch
-
-        bits = np.ascontiguousarray(host).view(_INT_OF_SIZE[host.itemsize])
-        tensor = torch.from_numpy(bits).to(like.device)
-        return tensor.view(getattr(torch, host.dtype.name))
-    if kind == "cupy":
-        import cupy
-
-        return cupy.asarray(host)
-    return host
-
-
 # ------------------------------------------------------------------------------------------------
 # metadata
 
 
 _validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
-_device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()
+device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()
+"""A tagged buffer's uint32 "sm90" words on each device (key: the device's ``str``), copied once by
+:func:`kernel_words`, or kept by :func:`~.compress_weight.prune_and_compress` from the GPU toolkit."""
 
 
 def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, k_values: int,
@@ -357,7 +260,7 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
     if dtype is not None:
         name = operand_type(dtype).name
     else:
-        name = meta.dtype if isinstance(meta, MetadataBuffer) else _operand_of(values)
+        name = meta.dtype if isinstance(meta, MetadataBuffer) else operand_of(values)
         if name is None:
             raise bad_input(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
                             help=f"pass dtype= (one of {', '.join(kernels)})")
@@ -404,39 +307,6 @@ def checked_out_dtype(out_dtype: Any, choice: KernelChoice) -> str:
                         help=f"out_dtype is one of {', '.join(allowed)} for {choice.operand} operands "
                         "(None: " + choice.out_dtype + ")")
     return name
-
-
-def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
-    """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
-    when the launch can write it in place, else a new array like :func:`empty_array`."""
-    if out is not None:
-        have_shape = tuple(getattr(out, "shape", ()))
-        have = str(getattr(out, "dtype", "")).removeprefix("torch.")
-        if have_shape != shape or have != dtype:
-            raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
-        kind = array_kind(out)
-        if kind == "numpy" and not out.flags.writeable:
-            raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
-        if kind == "torch" and not interpret and out.is_contiguous():
-            return out
-        if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
-            return out
-    return empty_array(home, shape, dtype, interpret)
-
-
-def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
-    """A new array of numpy dtype name ``dtype``: a torch/cupy array on ``home``'s device for a GPU
-    launch, numpy otherwise."""
-    kind = "numpy" if interpret else array_kind(home)
-    if kind == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=home.device)
-    if kind == "cupy":
-        import cupy
-
-        return cupy.empty(shape, dtype=dtype)
-    return np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
 
 
 def plan_target(target: str | None, interpret: bool) -> str:
@@ -516,7 +386,7 @@ def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int,
     if isinstance(meta, MetadataBuffer):
         words: Any = _tagged_metadata(meta, op, m, k_values, k)
         if array_kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
-            copies = _device_copies.setdefault(meta, {})
+            copies = device_copies.setdefault(meta, {})
             device = str(getattr(values, "device", "cupy"))
             if device not in copies:
                 copies[device] = as_u32_words(copy_like(as_u32_words(words), values))
@@ -638,91 +508,3 @@ def _run_tuned(plan: SparseMatmul, persistent: bool) -> bool:
     from .tuning import run_with_table
 
     return run_with_table(plan, persistent=persistent)
-
-
-def deliver_result(result: Any, out: Any, b: Any) -> Any:
-    """Hand C back: in ``out`` (copied there if the kernel could not write it in place), else in b's
-    kind (a host result becomes a torch tensor on b's device for torch b, a cupy array for cupy b)."""
-    if out is not None:
-        if result is not out:
-            if array_kind(out) in ("torch", "torch-cpu"):
-                out.copy_(result if array_kind(result) == "torch" else copy_like(result, out))
-            elif array_kind(out) == "cupy":
-                import cupy
-
-                out[...] = cupy.asarray(result)
-            else:
-                out[...] = as_host_array(result, "C")
-        return out
-    if array_kind(result) == "numpy" and array_kind(b) in ("torch", "torch-cpu", "cupy"):
-        return copy_like(result, b)
-    return result
-
-
-# ------------------------------------------------------------------------------------------------
-# pruning and compression
-
-
-class CompressedWeight(NamedTuple):
-    """What :func:`prune_and_compress` returns: unpack it as ``values, meta = ...``."""
-
-    values: Any
-    meta: MetadataBuffer
-
-    def dense(self) -> np.ndarray:
-        """The pruned dense (M, K) weight on the host, rebuilt from values and metadata."""
-        return decompress(as_host_array(self.values, "values"), self.meta)
-
-
-def prunes_on_gpu(weight: Any, op: OperandType) -> bool:
-    """Whether :func:`prune_and_compress` hands ``weight`` to the GPU toolkit: a CUDA torch tensor or
-    a cupy array already in the operand's element type. ``compress_gpu`` is bit-identical to the
-    host's ``compress(prune=True)`` for it; a weight of another type stays on the host path, which
-    prunes in the weight's own precision before the cast (the GPU kernels cast first) and saturates
-    e4m3 at ±448."""
-    return array_kind(weight) in ("torch", "cupy") and _operand_of(weight) == op.name and op.width_class != "4-bit"
-
-
-def _compress_on_gpu(weight: Any, op: OperandType, fmt: str) -> CompressedWeight:
-    """``compress_gpu`` of a device weight: values stay on its device; the metadata words come back
-    to the host once (a tagged buffer, as the host path returns) and the device words are kept as
-    the buffer's device copy, so :func:`sparse_matmul` does not upload them again."""
-    from .sparsity_gpu import compress_gpu
-
-    values, device_meta = compress_gpu(weight.detach() if hasattr(weight, "detach") else weight, op.name, fmt)
-    meta = device_meta.to_host()
-    if fmt == "sm90":
-        _device_copies.setdefault(meta, {})[str(getattr(values, "device", "cupy"))] = as_u32_words(device_meta.data)
-    return CompressedWeight(values, meta)
-
-
-def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> CompressedWeight:
-    """Magnitude-prune ``weight`` (M, K) to the pattern of operand type ``dtype`` (2:4; 1:2 for tf32),
-    cast, compress, and encode ``fmt`` metadata ("sm90"; "tcgen05" saves the one-time re-encoding
-    for Blackwell): ``(values, meta)`` ready for :func:`sparse_matmul`.
-
-    ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
-    ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.
-    A CUDA torch tensor or cupy array already in the operand's element type is pruned and compressed
-    on its GPU (``compress_gpu`` of the GPU toolkit, bit-identical to the host toolkit; only the
-    metadata words are copied back). Everything else is pruned on the host
-    (``compress(weight, dtype, prune=True)`` of the toolkit), in the weight's own precision before
-    the cast. e4m3 has no infinity: weights beyond ±448 are saturated to ±448 with a
-    ``SaturationWarning`` (a plain cast would make them NaN).
-    """
-    choice = resolve_kernel_choice(weight, None, dtype)
-    op = operand_type(choice.operand)
-    if check_format(fmt) != "logical" and prunes_on_gpu(weight, op):
-        if len(weight.shape) != 2:
-            raise bad_input(f"weight must be a 2-D (M, K) matrix, got shape {tuple(weight.shape)}",
-                            help="reshape to (out features, in features)")
-        return _compress_on_gpu(weight, op, fmt)
-    host = as_host_array(weight, "weight")
-    if host.ndim != 2:
-        raise bad_input(f"weight must be a 2-D (M, K) matrix, got shape {host.shape}",
-                        help="reshape to (out features, in features)")
-    values, indices = compress(host, choice.operand, prune=True)
-    meta = encode_metadata(indices, fmt, choice.operand, k=int(host.shape[1]))
-    if array_kind(weight) in ("torch", "torch-cpu", "cupy"):
-        values = copy_like(values, weight)
-    return CompressedWeight(values, meta)

@@ -33,17 +33,8 @@ from ..sparsity import MetadataBuffer, decode_metadata, encode_metadata, validat
 from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_META_SHAPE
 from ..sparsity.formats import metadata_shape
-from .gemm import (
-    KernelChoice,
-    array_kind,
-    as_u32_words,
-    bad_input,
-    checked_operands,
-    matmul_output,
-    pad_columns,
-    placed_array,
-    validated_metadata,
-)
+from .arrays import array_kind, as_u32_words, bad_input, pad_columns, placed_array
+from .gemm import KernelChoice, checked_operands, matmul_output, validated_metadata
 
 KERNEL_DIR = Path(__file__).resolve().parent
 PERSISTENT_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"
@@ -262,7 +253,7 @@ def checked_sm100_operands(values: Any, meta: Any, b: Any, target: str, dtype: s
     if isinstance(meta, MetadataBuffer):
         words, k_meta = _tagged(meta, op, m, k_values, k)
         if array_kind(values) in ("torch", "cupy"):  # one device copy per buffer and device
-            from .gemm import copy_like
+            from .arrays import copy_like
 
             copies = _device_copies.setdefault(tcgen05_metadata(meta), {})
             device = str(getattr(values, "device", "cupy"))

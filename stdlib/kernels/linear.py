@@ -7,7 +7,7 @@ On Blackwell targets (sm_100a, sm_103a, sm_110a) the persistent kernel of
 ``sparse_gemm_sm100_persistent.spk`` runs the same epilogue (:mod:`.linear_sm100`).
 
 ``values`` (N_out, K/2) and ``meta`` (its "sm90" metadata) are the weight as
-:func:`~.gemm.prune_and_compress` returns it; the kernel computes ``W @ x.T`` with the weight as the
+:func:`~.compress_weight.prune_and_compress` returns it; the kernel computes ``W @ x.T`` with the weight as the
 sparse A operand, and its epilogue scales, adds the bias, applies the activation and stores the
 transposed tile straight into ``y`` in the output element type (the ``sparse_linear_<t>`` kernels:
 docs/hopper.md describes the pipeline they share with ``sparse_gemm_<t>``). The semantics are those
@@ -36,22 +36,16 @@ import numpy as np
 
 from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
+from .arrays import bad_input, cast_operand, deliver_result, empty_array, output_array, pad_columns, placed_array
 from .gemm import (
     BM,
     KERNELS,
     KernelChoice,
-    bad_input,
-    cast_operand,
     checked_operands,
     choose_split_k,
-    deliver_result,
-    empty_array,
     kernel_module,
     kernel_words,
-    output_array,
-    pad_columns,
     pair_ctas,
-    placed_array,
     plan_target,
     resolve_kernel_choice,
 )

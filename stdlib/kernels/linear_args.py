@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..sparsity import SparsityError
-from .gemm import array_kind, placed_array
+from .arrays import array_kind, placed_array
 
 SP_LINEAR_OPTION = "SP0850"
 """An activation or output dtype sparse_linear does not have."""
@@ -100,7 +100,7 @@ def bias_or_scale(v: Any, what: str, size: int, home: Any, interpret: bool, dtyp
         if host.dtype.name not in dtypes:
             host = host.astype(np.float32)
         if not interpret and array_kind(home) in ("torch", "cupy"):
-            from .gemm import copy_like
+            from .arrays import copy_like
 
             return copy_like(host, home), mode
         return host, mode

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from ...frontend.diagnostics import LaunchError
+from .arrays import empty_array
 from .decode import DECODE_MAX_T
-from .gemm import KERNELS, empty_array
+from .gemm import KERNELS
 from .linear import SparseLinearPlan, plan_sparse_linear
 from .tuning import (
     DEFAULT_GROUP_M,

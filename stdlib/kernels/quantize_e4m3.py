@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .gemm import array_kind, bad_input, empty_array, placed_array
+from .arrays import array_kind, bad_input, empty_array, placed_array
 
 E4M3_MAX = 448.0
 
@@ -85,7 +85,7 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
     elif t:
         scale[...] = 1.0 / (E4M3_MAX * 512)
     if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):
-        from .gemm import copy_like
+        from .arrays import copy_like
 
         return copy_like(xq, x), copy_like(scale, x)
     return xq, scale

@@ -46,7 +46,7 @@ from ..sparsity.errors import (
 from ..sparsity.hostarray import require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
-from .gemm import array_kind, bad_input
+from .arrays import array_kind, bad_input
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
 # metadata words per program, rows x columns (prune_compress, decompress): 16 word rows hold both

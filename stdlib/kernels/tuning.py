@@ -28,14 +28,13 @@ import numpy as np
 from ...driver.autotune import printing_requested
 from ...driver.autotune_cache import compiler_version, write_json_atomic
 from ...frontend.diagnostics import CompileError, InternalError, LaunchError
+from .arrays import deliver_result, empty_array
 from .gemm import (
     BM,
     H200_SMS,
     KERNELS,
     KernelChoice,
     SparseMatmul,
-    deliver_result,
-    empty_array,
     kernel_module,
     plan_sparse_matmul,
 )

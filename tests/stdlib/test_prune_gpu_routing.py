@@ -13,8 +13,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sparsile.stdlib.kernels import gemm, sparsity_gpu
-from sparsile.stdlib.kernels.gemm import prune_and_compress, prunes_on_gpu
+from sparsile.stdlib.kernels import compress_weight, gemm, sparsity_gpu
+from sparsile.stdlib.kernels.compress_weight import prune_and_compress, prunes_on_gpu
 from sparsile.stdlib.sparsity import as_host_array, compress, encode_metadata, operand_type
 
 
@@ -68,13 +68,13 @@ def test_device_weight_goes_to_compress_gpu(fake_gpu, fmt):
     assert (meta.fmt, meta.dtype, meta.m, meta.k) == (want.fmt, want.dtype, want.m, want.k)
     np.testing.assert_array_equal(meta.data, want.data)
     if fmt == "sm90":  # the device words are the buffer's device copy: sparse_matmul does not upload them
-        copy = gemm._device_copies[meta][str(getattr(values, "device", "cupy"))]  # kernel_words' key
+        copy = gemm.device_copies[meta][str(getattr(values, "device", "cupy"))]  # kernel_words' key
         np.testing.assert_array_equal(copy, want.data)
 
 
 def test_host_weights_stay_on_the_host(fake_gpu, monkeypatch):
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(gemm, "copy_like", lambda host, like: host)  # no cupy here to copy values back to
+    monkeypatch.setattr(compress_weight, "copy_like", lambda host, like: host)  # no cupy here to copy values back to
     w = weight()
     prune_and_compress(w, "f16")
     prune_and_compress(torch.from_numpy(w), "f16")

@@ -1,0 +1,174 @@
+"""Where the sparse kernels' arrays live and how their operands and outputs are made.
+
+An array is of one of these kinds (:func:`array_kind`): "numpy" (host), "torch" (a CUDA tensor),
+"torch-cpu", "cupy", or "other". A GPU array is used in place by a launch, anything else becomes a
+host numpy array (:func:`placed_array`); the helpers here cast operands to a kernel's element type,
+zero-pad their columns, view metadata words as uint32, copy host arrays to where another array
+lives, and make output and empty arrays of the launch's kind. :func:`bad_input` is the
+:class:`~sparsile.stdlib.sparsity.SparsityError` they (and the kernels' launchers) raise for bad
+arguments.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..sparsity import SparsityError, as_host_array, cast_to_operand
+from ..sparsity.dtypes import operand_type
+from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
+from ..sparsity.hostarray import require_numeric
+
+if TYPE_CHECKING:
+    from .gemm import KernelChoice
+
+_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
+
+
+def array_kind(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    package = type(x).__module__.split(".")[0]
+    if package == "torch":
+        return "torch" if getattr(getattr(x, "device", None), "type", "cpu") == "cuda" else "torch-cpu"
+    return "cupy" if package == "cupy" else "other"
+
+
+def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:
+    return SparsityError(code, message, help=help)
+
+
+def placed_array(x: Any, what: str, interpret: bool) -> Any:
+    """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
+    if not interpret and array_kind(x) in ("torch", "cupy"):
+        return x
+    host = as_host_array(x, what)
+    require_numeric(host, what)
+    return host
+
+
+def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
+    """``x`` in the operand's element type (a no-op when it already is); a numpy array through
+    ``cast_to_operand`` (e4m3 saturates at ±448 with a warning)."""
+    if array_kind(x) == "torch":
+        import torch
+
+        want = getattr(torch, choice.torch_dtype)
+        return x if x.dtype == want else x.to(want)
+    host = operand_type(choice.operand).host_dtype
+    if x.dtype == host:
+        return x
+    if array_kind(x) == "cupy" and choice.operand in ("bf16", "e4m3"):
+        raise bad_input(f"cupy has no {choice.operand} arrays: cannot cast a {x.dtype} array to it",
+                        help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
+    if isinstance(x, np.ndarray):
+        return cast_to_operand(x, operand_type(choice.operand), what)
+    return x.astype(host)
+
+
+def pad_columns(x: Any, cols: int) -> Any:
+    """``x`` (rows, k) C-contiguous, zero-extended to ``cols`` columns (zero bits are +0 for every type)."""
+    rows, have = x.shape
+    if array_kind(x) == "torch":
+        import torch
+
+        if have == cols:
+            return x.contiguous()
+        ints = getattr(torch, _INT_OF_SIZE[x.element_size()])
+        padded = torch.zeros((rows, cols), dtype=ints, device=x.device)
+        padded[:, :have] = x.view(ints)
+        return padded.view(x.dtype)
+    xp = np
+    if array_kind(x) == "cupy":
+        import cupy as xp
+    if have == cols:
+        return xp.ascontiguousarray(x)
+    padded = xp.zeros((rows, cols), dtype=x.dtype)
+    padded[:, :have] = x
+    return padded
+
+
+def as_u32_words(meta: Any) -> Any:
+    """Metadata words as C-contiguous uint32 (the kernel's ``ptr[u32]``), reinterpreting int32."""
+    name = str(meta.dtype).removeprefix("torch.")
+    if name not in ("int32", "uint32"):
+        raise bad_input(f"metadata words must be 32-bit integers, got {meta.dtype}", code=SP_META_ELEMENT_TYPE,
+                        help='encode them with encode_metadata(indices, "sm90", dtype)')
+    if array_kind(meta) == "torch":
+        import torch
+
+        return meta.contiguous().view(torch.uint32)
+    if array_kind(meta) == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(meta).view(cupy.uint32)
+    return np.ascontiguousarray(meta).view(np.uint32)
+
+
+def copy_like(host: np.ndarray, like: Any) -> Any:
+    """A copy of host array ``host``, same element type, where ``like`` lives (its torch device, cupy)."""
+    kind = array_kind(like)
+    if kind in ("torch", "torch-cpu"):
+        import torch
+
+        bits = np.ascontiguousarray(host).view(_INT_OF_SIZE[host.itemsize])
+        tensor = torch.from_numpy(bits).to(like.device)
+        return tensor.view(getattr(torch, host.dtype.name))
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(host)
+    return host
+
+
+def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
+    """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
+    when the launch can write it in place, else a new array like :func:`empty_array`."""
+    if out is not None:
+        have_shape = tuple(getattr(out, "shape", ()))
+        have = str(getattr(out, "dtype", "")).removeprefix("torch.")
+        if have_shape != shape or have != dtype:
+            raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
+        kind = array_kind(out)
+        if kind == "numpy" and not out.flags.writeable:
+            raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
+        if kind == "torch" and not interpret and out.is_contiguous():
+            return out
+        if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
+            return out
+    return empty_array(home, shape, dtype, interpret)
+
+
+def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
+    """A new array of numpy dtype name ``dtype``: a torch/cupy array on ``home``'s device for a GPU
+    launch, numpy otherwise."""
+    kind = "numpy" if interpret else array_kind(home)
+    if kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=home.device)
+    if kind == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype=dtype)
+    return np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
+
+
+def deliver_result(result: Any, out: Any, b: Any) -> Any:
+    """Hand C back: in ``out`` (copied there if the kernel could not write it in place), else in b's
+    kind (a host result becomes a torch tensor on b's device for torch b, a cupy array for cupy b)."""
+    if out is not None:
+        if result is not out:
+            if array_kind(out) in ("torch", "torch-cpu"):
+                out.copy_(result if array_kind(result) == "torch" else copy_like(result, out))
+            elif array_kind(out) == "cupy":
+                import cupy
+
+                out[...] = cupy.asarray(result)
+            else:
+                out[...] = as_host_array(result, "C")
+        return out
+    if array_kind(result) == "numpy" and array_kind(b) in ("torch", "torch-cpu", "cupy"):
+        return copy_like(result, b)
+    return result
