@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh unrun-18          # (not run yet) the whole suite after the eighteenth session, the T <= 16 table twice
 #   bash scripts/gpu_runs.sh qx-18b            # the widened one-launch rule and deeper ring: e4m3 GPU tests, the layer's e4m3 rows
 #   bash scripts/gpu_runs.sh qx-18             # the one-launch e4m3 decode: one vs two launches, ring depth, the layer's rule
 #   bash scripts/gpu_runs.sh unrun-17          # the whole suite after the one-launch e4m3 work, the T <= 16 table twice
@@ -141,6 +142,15 @@ unrun-11)  # the eleventh session's last changes (records replaced after an in-p
            # tuned tables' last 14 entries
     run 320 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --skip 110 --max-seconds 180
+    ;;
+unrun-18)  # what the eighteenth session wrote after its GPU time: the whole suite (the array helpers moved out
+          # of gemm.py, the widened one-launch rule, the deeper ring; run only in part on the GPU), then the
+          # layer's T <= 16 table, bf16 and e4m3, twice
+    run 420 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    for pass in a b; do
+        run 60 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 50 \
+            --json "$out/linear_t16_$pass.json"
+    done
     ;;
 qx-18b)  # the eighteenth session's rule and ring change: the one-launch and torch e4m3 GPU tests, the one
         # launch against two on the weights whose ring deepened, then the layer's T <= 16 e4m3 rows twice
