@@ -17,7 +17,7 @@ docs/hardware.md §1-2, §6-7), the lowering of ``frontend/ops/blackwell.py``.
   columns per instruction). Instruction descriptors come from ``descriptors.encode_idesc``,
   shared-memory descriptors from ``descriptors.encode_tcgen05_smem_desc`` (version bit 46).
 * **TMEM <-> registers** through the access plan of the layout algebra
-  (``layout_derive.tmem_access_plan``): the anchor hook gives ``ref.load()`` results the
+  (``layout.tmem_access.tmem_access_plan``): the anchor hook gives ``ref.load()`` results the
   ``32x32b`` register layout of the region; other layouts are converted first.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Function, Operation
-from ...frontend.layout.derive import TmemAccessPlan, tmem_access_plan, tmem_register_layout
 from ...frontend.layout.layouts import LayoutError, LinearLayout
 from ...frontend.layout.tile import normalize
+from ...frontend.layout.tmem_access import TmemAccessPlan, tmem_access_plan, tmem_register_layout
 from ...frontend.ops.blackwell import (
     D_DTYPE,
     PTX_DTYPE,

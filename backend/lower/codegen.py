@@ -77,7 +77,7 @@ class PartitionCtx:
 
 # Lowering modules imported for every kernel, and those imported only when a kernel has one of
 # their ops (an op name, or a prefix ending in "."): lower_blackwell alone costs a fresh process
-# ~15 ms of imports (layout_derive, descriptors), which a vector add should not pay.
+# ~15 ms of imports (layout.tmem_access, descriptors), which a vector add should not pay.
 # tests/backend/test_codegen_registry.py checks this table against what each module registers.
 CORE_LOWERING_MODULES = ("asynchronous", "control", "dot", "elementwise", "memory", "reduce")
 OPTIONAL_LOWERING_MODULES: dict[str, tuple[str, ...]] = {

@@ -3,7 +3,7 @@
 Every tile value gets such a layout at layout inference. The helpers here derive the layouts that
 shape ops produce (drop a dimension after a reduction, insert a unit dimension, broadcast, permute,
 reshape) so that those ops move no data: each output register is one input register of the same
-thread. Conversions that do move data are planned by :mod:`layout_derive` and emitted by the backend.
+thread. Conversions that do move data are planned by :mod:`conversion` and emitted by the backend.
 """
 
 from __future__ import annotations

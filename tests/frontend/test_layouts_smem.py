@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.layout.derive import tmem_register_layout
 from sparsile.frontend.layout.library import (
     blocked,
     smem_core_matrices,
@@ -21,6 +20,7 @@ from sparsile.frontend.layout.smem import (
     storable_register_layout,
     store_plan,
 )
+from sparsile.frontend.layout.tmem_access import tmem_register_layout
 
 # ---------------------------------------------------------------------------------------------
 # shared-memory descriptors (docs/hardware.md §1.5, §4.2, §9; PTX canonical-layout examples)

@@ -92,7 +92,7 @@ def k(C: tensor[f32, 2]):
 def test_tcgen05_ld_layouts_are_storable_to_every_swizzle() -> None:
     """The algebra behind the previous test: the register layout a 32x32b tcgen05.ld gives a
     128 x N accumulator (thread t = TMEM lane t) stores to every swizzled tile with st.shared."""
-    from sparsile.frontend.layout.derive import tmem_register_layout
+    from sparsile.frontend.layout.tmem_access import tmem_register_layout
 
     for n, sw in itertools.product((32, 64, 128), ("none", "32B", "64B", "128B")):
         reg = tmem_register_layout(tmem_accumulator(128, n), "32x32b")
