@@ -11,7 +11,7 @@ A tile MMA whose operands are register tiles runs as one synchronous ``tcgen05.m
    metadata words: a TMEM cell of a 128-row tile is exactly the "sm90" word of that row,
    docs/sparse-metadata.md §5) with ``tcgen05.st``, and after ``fence::before_thread_sync``,
    ``bar.sync`` and ``fence::after_thread_sync`` one elected thread issues the MMAs of
-   :func:`~.lower_blackwell.mma_plan` and ``tcgen05.commit`` to an mbarrier of its own; every
+   :func:`~.blackwell_mma.mma_plan` and ``tcgen05.commit`` to an mbarrier of its own; every
    thread waits for it, and the accumulator comes back with ``tcgen05.ld``.
 
 Eligible: M = 128, a kernel of whole warpgroups, the op outside ``warp_specialize``, a legal
@@ -120,6 +120,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
 def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     from . import blackwell as bw
     from .asynchronous import emit_in_leader
+    from .blackwell_mma import KIND_CODE, mma_plan
 
     if "tc_col" not in op.attrs or cg.part.index >= 0 or cg.state.tmem_base is None:
         return False
@@ -161,13 +162,13 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
         cg.intrinsic("void", "llvm.nvvm.fence.mbarrier_init.release.cluster", [])
 
     emit_in_leader(cg, init)
-    bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
+    bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
     cg.barrier()
-    bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
-    plan = bw.mma_plan(ea, T.element_type(b_v.type), eacc, M_TILE, n, k, sparse, n,  # type: ignore[arg-type]
-                       meta_ref.tile_stride if meta_ref else 0)
+    bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
+    plan = mma_plan(ea, T.element_type(b_v.type), eacc, M_TILE, n, k, sparse, n,  # type: ignore[arg-type]
+                    meta_ref.tile_stride if meta_ref else 0)
     name = f"llvm.nvvm.tcgen05.mma{'.sp' if sparse else ''}.shared"
-    imm = [const(bw.KIND_CODE[MMA_KIND[ea.name]], "i32"), const(1, "i32"), const(0, "i32")]  # type: ignore[union-attr]
+    imm = [const(KIND_CODE[MMA_KIND[ea.name]], "i32"), const(1, "i32"), const(0, "i32")]  # type: ignore[union-attr]
 
     def issue() -> None:
         for ins in plan:
@@ -175,10 +176,10 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
                     bw.smem_descriptor(cg, b_ref, ins.b_row, ins.b_col), const(ins.idesc, "i32"), const(1, "i1")]
             if meta_ref is not None:
                 args.append(bw.tmem_ptr(cg, meta_ref.addr, ins.meta_col or 0))
-            bw._intrinsic(cg, "void", name, args + imm)
-        bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.commit.shared.cg1", [cg.smem_ptr(bar)])
+            bw.intrinsic(cg, "void", name, args + imm)
+        bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.commit.shared.cg1", [cg.smem_ptr(bar)])
 
-    bw._issue(cg, issue)
+    bw.emit_in_issuer(cg, issue)
     loop, done = fb.new_block("tc_tile_wait"), fb.new_block("tc_tile_done")
     fb.br(loop)
     fb.set_block(loop)
@@ -187,7 +188,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     assert ok is not None
     fb.cond_br(ok, done, loop)
     fb.set_block(done)
-    bw._intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
+    bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
     result = bw.load_tile(cg, acc_ref, want, eacc, op.span)  # type: ignore[arg-type]
     cg.barrier()  # every thread is past the wait: the barrier may be invalidated (and re-initialized)
     emit_in_leader(cg, lambda: cg.intrinsic("void", "llvm.nvvm.mbarrier.inval.shared", [cg.smem_ptr(bar)]))

@@ -76,14 +76,15 @@ class PartitionCtx:
 
 
 # Lowering modules imported for every kernel, and those imported only when a kernel has one of
-# their ops (an op name, or a prefix ending in "."): lower_blackwell alone costs a fresh process
+# their ops (an op name, or a prefix ending in "."): blackwell alone costs a fresh process
 # ~15 ms of imports (layout.tmem_access, descriptors), which a vector add should not pay.
 # tests/backend/test_codegen_registry.py checks this table against what each module registers.
 CORE_LOWERING_MODULES = ("asynchronous", "control", "dot", "elementwise", "memory", "reduce")
 OPTIONAL_LOWERING_MODULES: dict[str, tuple[str, ...]] = {
     "hopper": ("hopper.", "dot", "sparse_dot"),
     "mma": ("dot", "sparse_dot"),
-    "blackwell": ("tmem.", "tcgen05.", "dot", "sparse_dot"),  # imports blackwell_tile
+    "blackwell": ("tmem.", "dot", "sparse_dot"),  # imports blackwell_tile
+    "blackwell_mma": ("tcgen05.",),  # imports blackwell
     "cluster": ("cluster.", "tma.load_cluster"),
     "grid_dependency": ("pdl.",),
 }

@@ -3,7 +3,7 @@ core (namespace ``tcgen05``) of sm_100a / sm_103a / sm_110a (PTX ISA 9.7.16; doc
 §1-2, §6-7).
 
 Semantics (``frontend/interp/blackwell.py`` implements them; the backend is
-``backend/lower/blackwell.py``):
+``backend/lower/blackwell.py``, ``tcgen05`` in ``backend/lower/blackwell_mma.py``):
 
 * ``tmem.alloc(dtype, shape, kind="acc", meta_dtype=None)`` — a region of tensor memory. ``shape``
   is ``(rows, cols)`` or ``(stages, rows, cols)``; rows are 128 (one TMEM lane per row) or 256 (two

@@ -2,7 +2,7 @@
 ``.block_scale``, ``scale_vec::1X``; PTX ISA 9.7.16.10.7, docs/hardware.md §1.1-1.3).
 
 One place for the rules the typing (``ops_blackwell.mma``), the interpreter and the lowering
-(``backend/lower_blackwell.mma_plan``) share:
+(``backend/lower/blackwell_mma.mma_plan``) share:
 
 * **Block.** Every instruction uses one UE8M0 scale per row of A and per row of B (B stored N x K):
   the block is the instruction's K — 32 dense, 64 logical K sparse (``stdlib/blockscale.py``).

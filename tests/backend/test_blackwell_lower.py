@@ -1,4 +1,4 @@
-"""Lowering of the Blackwell explicit ops (backend/lower/blackwell.py).
+"""Lowering of the Blackwell explicit ops (backend/lower/blackwell.py, blackwell_mma.py).
 
 * The MMA split of seed 001 (:func:`mma_plan`) against golden values written by hand from
   docs/hardware.md §11 and §1.3 (idesc) — not taken from the implementation.
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import sparsile as sp
-from sparsile.backend.lower.blackwell import mma_plan, register_layout
+from sparsile.backend.lower.blackwell import register_layout
+from sparsile.backend.lower.blackwell_mma import mma_plan
 from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T

@@ -1,5 +1,5 @@
 """Lowering of block-scaled tcgen05.mma (kind::mxf8f6f4 ``.block_scale``) and of scale-factor copies
-(backend/lower/blackwell.py, frontend/ops/tmem_scales.py).
+(backend/lower/blackwell_mma.py, frontend/ops/tmem_scales.py).
 
 Golden values are written by hand from the PTX ISA, not taken from the implementation:
 
@@ -21,7 +21,7 @@ import textwrap
 
 import pytest
 
-from sparsile.backend.lower.blackwell import mma_plan
+from sparsile.backend.lower.blackwell_mma import mma_plan
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.tests import support

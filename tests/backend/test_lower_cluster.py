@@ -1,5 +1,5 @@
 """Lowering of clusters (backend/lower/cluster.py) and of the cta_group::2 tcgen05 forms
-(backend/lower/blackwell.py): the emitted PTX, checked instruction by instruction, assembled by
+(backend/lower/blackwell_mma.py): the emitted PTX, checked instruction by instruction, assembled by
 ptxas where it is installed; the cluster shape reaches the PTX and the compiled kernel's launch
 metadata."""
 
