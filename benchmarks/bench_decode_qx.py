@@ -120,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             tol = reference_tolerance(f32_copy(ref))
             cells, best = [], None
-            for plan in [one, *[None] * len(args.stages)]:
-                if plan is None:  # the next ring depth asked for
-                    depth = args.stages[len(cells) - 1]
+            for depth in [None, *args.stages]:  # the shipped ring, then each depth asked for
+                if depth is None:
+                    plan = one
+                else:
                     try:
                         plan = plan_sparse_decode(values, meta, x, reduce="kernel", stages=depth,
                                                   split_k=one.config.split_k, bm=one.config.bm)

@@ -130,7 +130,7 @@ GPU (a Blackwell plan re-encodes them as "tcgen05" words; docs/sparse-metadata.m
 EAGER_QUANTIZE_IN_KERNEL_MAX = 1 << 26
 """An eager e4m3 call (a quantizing record, T <= 64) whose T x N x K is at most this, or whose T
 and T x N x K are within :data:`EAGER_QUANTIZE_IN_KERNEL_SMALL`, launches the decode kernel that
-quantizes x itself (``sparse_decode_e4m3_qx``): one launch instead of two, about 5 µs less host
+quantizes x itself (``sparse_decode_e4m3_qx``): one launch instead of two, 5-10 µs less host
 time on the H200 (:func:`quantizes_in_kernel`), unless its resident x needs more K shares than the
 two-launch plan. A CUDA-graph capture keeps the quantizer and the GEMM: each CTA of the one launch
 reads all of x before its first MMA, which costs GPU time as T grows. GPU time on the H200, one
@@ -252,11 +252,12 @@ class LaunchRecord:
         self.eager = None  # one launch for eager calls, where the plan takes two (split-K; quantizer + GEMM)
         read = [launches]  # the launches of each plan the record keeps (their weight arguments: copied)
         one_launch = None  # (plan, its one launch, the eager launches or None) where the plan takes two
+        # split-K partial sums added in the kernel by eager calls (EAGER_REDUCE_MAX_T)
+        reduce_eagerly = self.shape[0] <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
         if self.prepared is not None and not capturing():
             if self.quantize and quantizes_in_kernel(self.shape[0], self.shape[1], int(x.shape[1])):
-                one_launch = self._quantizing_eager(api, x, y, w, out_dtype)  # the kernel quantizes x itself
-            if one_launch is None and len(launches) > 1 and self.shape[0] <= EAGER_REDUCE_MAX_T \
-                    and hasattr(self.plan, "reduces_in_kernel") and os.environ.get(DECODE_REDUCE_ENV) is None:
+                one_launch = self._quantizing_eager(api, x, y, w, out_dtype, reduce_eagerly)  # x quantized in it
+            if one_launch is None and len(launches) > 1 and reduce_eagerly and hasattr(self.plan, "reduces_in_kernel"):
                 # a decode plan (the tiled kernels always reduce in a second launch): split-K reduced in the kernel
                 one_launch = self._reducing_eager(api, gemm_x, per_call_x, y, w, scale_x, per_call_scale,
                                                   out_dtype, quantizer)
@@ -298,16 +299,15 @@ class LaunchRecord:
             eager = None
         return plan, one, None if eager is None else quantizer + eager
 
-    def _quantizing_eager(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, out_dtype: torch.dtype
-                          ) -> tuple[Any, list[Any], list[Any]] | None:
+    def _quantizing_eager(self, api: Any, x: torch.Tensor, y: torch.Tensor, w: Weight, out_dtype: torch.dtype,
+                          reduce_eagerly: bool) -> tuple[Any, list[Any], list[Any]] | None:
         """(plan, its launches, the prepared launches) of the decode kernel that quantizes the 16-bit x
         itself (``sparse_decode_e4m3_qx``, docs/hopper.md) in one launch, split-K reduced in the
         kernel up to EAGER_REDUCE_MAX_T tokens; None where it is not planned (no decode kernel for this
         target or T, the resident x does not fit in shared memory, a split plan beyond
         EAGER_REDUCE_MAX_T tokens or with SPARSILE_DECODE_REDUCE=launch, more K shares than the
         two-launch plan's) or reads a copy of x."""
-        in_kernel = self.shape[0] <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
-        reduce = {"reduce": "kernel"} if in_kernel else {}
+        reduce = {"reduce": "kernel"} if reduce_eagerly else {}
         try:
             plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_w=w.scale_w,
                                           out_dtype=OUT_DTYPES[out_dtype], out=y, **reduce, **SM90_WORDS,

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ...frontend.layout.layouts import next_power_of_two
 from .arrays import array_kind, bad_input, pad_columns
 from .gemm import KernelChoice, kernel_module
 from .linear import SparseLinearPlan
@@ -173,10 +174,7 @@ def x_rows(t: int) -> int:
     """The token rows the kernel that quantizes x reads and quantizes (XROWS): T rounded up to a
     power of two, which may be below BN (8 at least), so that T = 1 keeps every thread of its
     prologue busy on the one row."""
-    rows = 1
-    while rows < t:
-        rows *= 2
-    return rows
+    return next_power_of_two(t)
 
 
 def heuristic_bm(m: int, t: int, sms: int) -> int:
