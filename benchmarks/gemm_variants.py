@@ -10,7 +10,9 @@ gemm_variants.py --profile-once`` (the ninth session's comparison in RESULTS.md)
 kernel launched with one CTA per tile ("tile") and the CTA-pair kernel that ``sparse_matmul`` runs
 for large C ("pair"), for every (STAGES, GROUP_M) given; ``--tma-store`` adds both with the epilogue
 that stores the tile through shared memory by TMA (the ``_tma`` kernels; at most STAGES 4 fit).
-``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA group kept in flight
+``--meta-tma`` adds the kernels of ``sparse_gemm_sm90_mt.spk``, whose producer streams the
+metadata words by TMA with the values instead of the consumers loading them from global memory
+(pair; tile for bf16). ``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA group kept in flight
 across K steps (three metadata register sets, each stage released one step later), against the
 default that waits for every MMA; ``--pingpong`` adds the ping-pong kernel at its best measured
 configuration (128 x 128, BK 128, 4 stages, a CTA per SM; with ``--inflight`` also its INFLIGHT=1).
@@ -40,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--tma-store", action="store_true",
                     help="also the kernels whose epilogue stores the tile through shared memory by TMA (_tma)")
+    ap.add_argument("--meta-tma", action="store_true",
+                    help="also the kernels that stream the metadata by TMA (sparse_gemm_sm90_mt.spk)")
     ap.add_argument("--inflight", action="store_true",
                     help="also each kernel with INFLIGHT=1 (one sparse MMA group in flight across K steps)")
     ap.add_argument("--pingpong", action="store_true",
@@ -67,10 +71,12 @@ PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}
 """The ping-pong kernel's fastest configuration on the H200 (docs/hopper.md, "The ping-pong schedule")."""
 
 
-def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: int, n: int, sms: int
-             ) -> dict[str, tuple[Any, dict[str, Any]]]:
+def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: int, n: int, sms: int,
+             meta_tma: Any = None) -> dict[str, tuple[Any, dict[str, Any]]]:
     """label -> (the kernel launched on its grid, constexprs over BN=256 and the STAGES / GROUP_M
-    of the table); ``pingpong`` is the ping-pong module (None without --pingpong)."""
+    of the table); ``pingpong`` is the ping-pong module (None without --pingpong), ``meta_tma`` the
+    metadata-by-TMA module (None without --meta-tma). A label ending in "(mt)" takes the metadata
+    as a tensor and no lde argument."""
     from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
     from sparsile.stdlib.kernels.gemm_schedule import pingpong_ctas
 
@@ -81,6 +87,11 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
         kernels["pair"] = (getattr(mod, f"sparse_gemm_{dtype}_pair")[(pairs,)], {})
         if args.tma_store:  # the same CTA pairs, the tile stored through shared memory by TMA
             kernels["pair, TMA-store epilogue"] = (getattr(mod, f"sparse_gemm_{dtype}_pair_tma")[(pairs,)], {})
+    if meta_tma is not None:
+        if pairs:
+            kernels["pair, metadata by TMA (mt)"] = (getattr(meta_tma, f"sparse_gemm_{dtype}_pair_mt")[(pairs,)], {})
+        if dtype == "bf16":
+            kernels["tile, metadata by TMA (mt)"] = (meta_tma.sparse_gemm_bf16_mt[(tiles,)], {})
     if args.tma_store and dtype == "bf16":
         kernels["tile, TMA-store epilogue"] = (mod.sparse_gemm_bf16_tma[(tiles,)], {})
     if pingpong is not None:
@@ -89,26 +100,33 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
                                                 dict(PINGPONG_CONFIG))
     if args.inflight:  # each of them again with one sparse MMA group in flight
         kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})
-                        for label, (kern, cfg) in list(kernels.items())})
+                        for label, (kern, cfg) in list(kernels.items()) if not label.endswith("(mt)")})
     return kernels
 
 
 def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[..., float],
-                pingpong: Any = None) -> None:
+                pingpong: Any = None, meta_tma: Any = None) -> None:
     """The table rows of one dtype: each variant, then cuSPARSELt (default, searched) and cuBLAS."""
     import torch
 
     n = m = k = args.size
     o = B.pruned_operands(dtype, m, n, k, seed=1)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    kernels = variants(mod, pingpong, dtype, args, m, n, torch.cuda.get_device_properties(0).multi_processor_count)
+    kernels = variants(mod, pingpong, dtype, args, m, n, torch.cuda.get_device_properties(0).multi_processor_count,
+                       meta_tma)
     for label, (kern, cfg) in kernels.items():
         for stages in [cfg["STAGES"]] if "STAGES" in cfg else args.stages:  # the ping-pong kernel: its own
             for group_m in args.group_m:
                 kw = {"BN": 256, "STAGES": stages, "GROUP_M": group_m, **cfg}
 
-                def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
-                    kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, **kw)
+                if label.endswith("(mt)"):  # the metadata as a tensor (TMA), no lde
+                    kw.pop("INFLIGHT", None)
+
+                    def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
+                        kern(o["values"], o["meta"], o["b"], c, m, n, k, n, **kw)
+                else:
+                    def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
+                        kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, **kw)
                 c.fill_(float("nan"))
                 call()
                 torch.cuda.synchronize()
@@ -135,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mod = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
     pingpong = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90_pingpong.spk") if args.pingpong else None
+    meta_tma = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90_mt.spk") if args.meta_tma else None
     print("| dtype | kernel | STAGES | GROUP_M | µs | err |\n|---|---|---|---|---|---|")
     for dtype in args.dtypes:
-        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time_us, pingpong)
+        bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time_us, pingpong, meta_tma)
     return 0
 
 

@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh mt-19             # the metadata streamed by TMA: GPU tests, gemm_variants --meta-tma at 8192³, 4096³
 #   bash scripts/gpu_runs.sh unrun-18          # (not run yet) the whole suite after the eighteenth session, the T <= 16 table twice
 #   bash scripts/gpu_runs.sh qx-18b            # the widened one-launch rule and deeper ring: e4m3 GPU tests, the layer's e4m3 rows
 #   bash scripts/gpu_runs.sh qx-18             # the one-launch e4m3 decode: one vs two launches, ring depth, the layer's rule
@@ -71,6 +72,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+mt-19)  # the sparse GEMM with its metadata streamed by TMA (sparse_gemm_sm90_mt.spk): GPU tests, then timed at
+        # 8192³ and 4096³ against the shipped kernels, cuSPARSELt (default and searched) and cuBLAS
+    run 120 python -m pytest -q -m gpu -rfE tests/stdlib/test_gemm_meta_tma.py tests/gpu/test_sparse_gemm_sm90.py \
+        -k "meta_tma or gpu_matches or pair or persistent"
+    run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --iters 30
+    run 100 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --size 4096 --iters 50
+    ;;
 tune-linear)  # the torch layer's own entries of the table (T >= 256, bf16), then the layer with and without them
     for w in 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 8192x28672; do
         [ "$SECONDS" -lt 200 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }

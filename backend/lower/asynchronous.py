@@ -10,6 +10,7 @@ stored as column panels of S bytes (rows of exactly S bytes, TMA box per panel);
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ class SmemRef:
     swizzle: int
     full_rows: int
     row_bytes: int  # bytes of one full row of the allocation (all panels)
+    align: int = 1024  # bytes: the view's first element's alignment (a slice along the last dimension lowers it)
 
     @property
     def ebytes(self) -> int:
@@ -47,6 +49,11 @@ class SmemRef:
     @property
     def panel_cols(self) -> int:
         return (self.swizzle // self.ebytes) if self.swizzle else self.shape[-1]
+
+    @property
+    def run_bytes(self) -> int:
+        """What every row start of the view is aligned to (bounds the width of vector accesses)."""
+        return math.gcd(self.row_bytes, self.align)
 
     @property
     def matrix_bytes(self) -> int:
@@ -102,7 +109,7 @@ def _nd_offset(cg: CodeGen, ref: SmemRef, coords: list[LLValue]) -> LLValue:
             extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(stride, "i32")))
             stride *= ref.shape[d]
         base = SmemRef(fb.binop("add", ref.base, extra), ref.elem, ref.shape[-2:], ref.swizzle, ref.full_rows,
-                       ref.row_bytes)
+                       ref.row_bytes, ref.align)
     return element_offset(cg, base, coords[-2], coords[-1])
 
 
@@ -135,7 +142,7 @@ def lower_smem_index(cg: CodeGen, op: Operation) -> None:
         for d in ref.shape[1:-2]:
             stride *= d
     base = cg.fb.binop("add", ref.base, cg.fb.binop("mul", i, const(stride, "i32")))
-    cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes))
+    cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes, ref.align))
 
 
 @lowering("smem.slice")
@@ -146,6 +153,7 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
     rank = len(ref.shape)
     fb = cg.fb
     shape = tuple(n if i == d else x for i, x in enumerate(ref.shape))
+    align = ref.align
     if d == rank - 2:  # rows: offset inside each panel
         base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.pitch, "i32")))
     elif d < rank - 2:
@@ -153,9 +161,15 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
         for x in ref.shape[d + 1:-2]:
             stride *= x
         base = fb.binop("add", ref.base, fb.binop("mul", start, const(stride, "i32")))
-    else:
-        raise InternalError("a slice along the last dimension reached the lowering (legality SP0561)", op.span)
-    cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes))
+    elif ref.swizzle:
+        raise InternalError("a slice along a swizzled last dimension reached the lowering (legality SP0561)", op.span)
+    else:  # columns of an unswizzled buffer: the rows keep the allocation's pitch (a strided view)
+        eb = ref.ebytes
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(eb, "i32")))
+        owner = op.operand("start").owner  # a constant start keeps what alignment it can
+        known = int(owner.attrs["value"]) if owner is not None and owner.name == "arith.constant" else 1
+        align = math.gcd(align, known * eb) or align
+    cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes, align))
 
 
 def kmajor_swizzle(row_bytes: int) -> int:
@@ -193,7 +207,7 @@ def lower_smem_store(cg: CodeGen, op: Operation) -> None:
     ref: SmemRef = cg.get(op.operand("buf"))
     x = cg.tile(op.operand("value"))
     sty, eb = storage_of(x.elem)
-    vec = 1 if x.elem.is_bool else smem_run_width(x.layout, eb, ref.panel_cols, ref.row_bytes)
+    vec = 1 if x.elem.is_bool else smem_run_width(x.layout, eb, ref.panel_cols, ref.run_bytes)
     store_runs(cg, x, cg.coords(x.layout), vec, lambda c: cg.smem_ptr(_nd_offset(cg, ref, c)), sty, eb)
 
 
@@ -204,7 +218,7 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
     sty, eb = storage_of(elem)
-    vec = 1 if elem.is_bool else smem_run_width(res.layout, eb, ref.panel_cols, ref.row_bytes)
+    vec = 1 if elem.is_bool else smem_run_width(res.layout, eb, ref.panel_cols, ref.run_bytes)
     regs = load_runs(cg, cg.coords(res.layout), vec, lambda c: cg.smem_ptr(_nd_offset(cg, ref, c)), sty, eb)
     if elem.is_bool:
         regs = [cg.fb.icmp("ne", v, const(0, "i8")) for v in regs]

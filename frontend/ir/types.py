@@ -183,11 +183,20 @@ class TensorType(Type):
 
 @dataclass(frozen=True)
 class SmemType(Type):
-    """A buffer in shared memory: ``shape`` of ``elem`` with a ``swizzle`` span in bytes (0 = none)."""
+    """A buffer in shared memory: ``shape`` of ``elem`` with a ``swizzle`` span in bytes (0 = none).
+    ``pitch``: for a view narrower than its buffer's rows (a slice of an unswizzled buffer along its
+    last dimension), the elements from one row to the next; 0 when the rows are contiguous."""
 
     elem: ScalarType
     shape: tuple[int, ...]
     swizzle: int = 0
+    pitch: int = 0
+
+    @property
+    def strided(self) -> bool:
+        """Whether the view's rows are not contiguous (a slice along the last dimension): what the
+        hardware reads or writes as whole rows (TMA boxes, MMA descriptors) cannot take it."""
+        return bool(self.pitch) and self.pitch != self.shape[-1]
 
     @property
     def nbytes(self) -> int:
@@ -199,7 +208,8 @@ class SmemType(Type):
     def __str__(self) -> str:
         dims = "x".join(str(s) for s in self.shape)
         sw = f", swizzle={self.swizzle}" if self.swizzle else ""
-        return f"smem<{dims}x{self.elem}{sw}>"
+        pitch = f", pitch={self.pitch}" if self.strided else ""
+        return f"smem<{dims}x{self.elem}{sw}{pitch}>"
 
 
 @dataclass(frozen=True)

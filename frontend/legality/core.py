@@ -44,7 +44,10 @@ from ..ops.opdefs import OPS, LegalityRule, OpDef, attach, attach_prefix, featur
 SP_SMEM_SWIZZLE_ROWS = "SP0560"
 """A swizzled shared-memory buffer whose rows do not fill whole swizzle atoms (PTX ISA 5.5.7)."""
 SP_SMEM_SLICE_LAST_DIM = "SP0561"
-"""``buf.slice`` along the last (contiguous, swizzled) dimension."""
+"""``buf.slice`` along the last (contiguous) dimension of a swizzled buffer."""
+SP_SMEM_STRIDED_VIEW = "SP0576"
+"""A view sliced along its last dimension given to a unit that reads or writes whole rows (TMA, MMA
+descriptors, tcgen05.cp)."""
 SP_MBARRIER_IN_PARTITION = "SP0562"
 """``mbarrier.alloc`` inside a ``warp_specialize`` partition (the init must be seen by all)."""
 SP_WS_WARPS = "SP0563"

@@ -209,7 +209,7 @@ def smem_layout_of(t: T.SmemType) -> LinearLayout | None:
     (column panels of one swizzle span, swizzle applied to byte addresses)."""
     from ..layout.library import smem_tile
 
-    if len(t.shape) != 2:
+    if len(t.shape) != 2 or t.strided:
         return None
     try:
         return smem_tile(t.shape[0], t.shape[1], _storage_bits(t.elem), t.swizzle or None, dims=("dim0", "dim1"))

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
 from ..ir import types as T
-from ..ir.core import Function, Operation
+from ..ir.core import OPERAND_NAMES, Function, Operation
 from ..layout.tile import WARP, register_coords, same_thread_part, thread_bases
 from .core import (
     SP_ARRIVE_PER_WARPGROUP,
@@ -27,6 +27,7 @@ from .core import (
     SP_REGISTERS,
     SP_SMEM_CAPACITY,
     SP_SMEM_SLICE_LAST_DIM,
+    SP_SMEM_STRIDED_VIEW,
     SP_SMEM_SWIZZLE_ROWS,
     SP_THREADS,
     SP_TMA_BOX,
@@ -73,12 +74,32 @@ def swizzled_rows_fill_atoms(op: Operation, ctx: Context) -> Iterator[Diagnostic
 
 
 @rule("smem.slice")
-def no_slice_of_contiguous_dim(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
+def no_slice_of_swizzled_rows(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
+    """A swizzled row is permuted in 16-byte pieces across its span (PTX ISA 5.5.7), so part of it is
+    no rectangular view; an unswizzled buffer may be sliced along its last dimension (a strided view,
+    which generic loads and stores take, and TMA copies and MMA descriptors do not: SP0576)."""
     t = op.operand("buf").type
     assert isinstance(t, T.SmemType)
-    if op.attrs["dim"] == len(t.shape) - 1:
+    if op.attrs["dim"] == len(t.shape) - 1 and t.swizzle:
         yield _err(SP_SMEM_SLICE_LAST_DIM, f"cannot slice {t} along its last (contiguous, swizzled) dimension",
-                   op, help="allocate separate buffers, or slice along a leading dimension")
+                   op, help="slice along a leading dimension, or allocate the buffer without a swizzle if only "
+                   "loads and stores read the slice")
+
+
+@rule("tcgen05.mma", "tcgen05.copy", needs=("TCGEN05",))
+@rule("hopper.wgmma", needs=("WGMMA",))
+@rule("tma.load", "tma.store", "tma.load_cluster")
+def whole_rows_for_async_units(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
+    """TMA boxes, wgmma/tcgen05 shared-memory descriptors and tcgen05.cp read or write rows that
+    are contiguous in shared memory (docs/hardware.md §5.4, PTX ISA 9.7.15.5.1): a view sliced along
+    its last dimension is not."""
+    names = OPERAND_NAMES[op.name](op) if op.name in OPERAND_NAMES else ()
+    for name, value in zip(names, op.operands, strict=False):
+        t = value.type
+        if isinstance(t, T.SmemType) and t.strided:
+            yield _err(SP_SMEM_STRIDED_VIEW, f"`{op.name}` needs whole rows of shared memory, but operand `{name}` is "
+                       f"{t}, a slice along the last dimension", op,
+                       help="slice along a leading dimension, or allocate a buffer of the narrower shape")
 
 
 @rule("mbarrier.alloc")

@@ -131,7 +131,7 @@ def smem_getitem(em: Emitter, buf: Arg, index: Arg) -> Value:
     if len(t.shape) < 2:
         em.error("SP0384", f"`buf[i]` needs a buffer of rank 2 or more, found {t}", buf.span)
     i = _index_value(em, index)
-    return em.op1("smem.index", [v, i], T.SmemType(t.elem, t.shape[1:], t.swizzle))
+    return em.op1("smem.index", [v, i], T.SmemType(t.elem, t.shape[1:], t.swizzle, t.pitch))
 
 
 @builtin("slice", method_of=(T.SmemType,), method_only=True)
@@ -144,7 +144,8 @@ def smem_slice_builtin(em: Emitter, buf: Arg, dim: Arg, start: Arg, size: Arg) -
         em.error("SP0384", f"cannot take {n} elements of dimension {d} of {t}", em.span)
     s = _index_value(em, start)
     shape = tuple(n if i == d else x for i, x in enumerate(t.shape))
-    return em.op1("smem.slice", [v, s], T.SmemType(t.elem, shape, t.swizzle), dim=d, size=n)
+    pitch = (t.pitch or t.shape[-1]) if d == len(t.shape) - 1 else t.pitch
+    return em.op1("smem.slice", [v, s], T.SmemType(t.elem, shape, t.swizzle, pitch), dim=d, size=n)
 
 
 @builtin("load", method_of=(T.SmemType,), method_only=True)

@@ -164,3 +164,35 @@ def k(X: ptr[bf16], Out: ptr[bf16]):
     assert ptx.count("ld.shared.v4.b32") == 64 * 128 // 128 // 8 and "ld.shared.b16" not in ptx
     kernel.interpret[(1,)](x, out)
     assert np.array_equal(out.view(np.uint16), x.view(np.uint16))
+
+
+# ------------------------------------------------------------------------------------------------
+# columns of an unswizzled buffer: a strided view (smem.slice along the last dimension)
+
+STRIDED = """
+@kernel(num_warps=4)
+def columns(X: ptr[u32], Y: ptr[u32], Z: ptr[u32]):
+    buf = smem.alloc(u32, (64, 8))
+    r = arange(0, 64)
+    c = arange(0, 8)
+    buf.store(load(X + r[:, None] * 8 + c[None, :]))
+    barrier()
+    two = arange(0, 2)
+    store(Y + r[:, None] * 2 + two[None, :], buf.slice(1, 2, 2).load())
+    store(Z + r[:, None] * 2 + two[None, :], buf.slice(1, 3, 2).load())
+"""
+
+
+def test_a_column_slice_reads_its_columns_at_their_alignment():
+    """Columns [2, 4) start 8 bytes into each 32-byte row: 8-byte loads; columns [3, 5) start 12
+    bytes in, so each element is read alone. The interpreter reads the same elements."""
+    mod = sp.loads(STRIDED, "strided.spk")
+    x = np.arange(64 * 8, dtype=np.uint32).reshape(64, 8) * 7 + 3
+    y = np.zeros((64, 2), np.uint32)
+    z = np.zeros((64, 2), np.uint32)
+    mod.columns.interpret[(1,)](x, y, z)
+    np.testing.assert_array_equal(y, x[:, 2:4])
+    np.testing.assert_array_equal(z, x[:, 3:5])
+    ptx = mod.columns[(1,)].compile_for("sm_90a", x, y, z).ptx
+    loads = re.findall(r"ld\.shared(\.v\d)?\.[bu]32", ptx)
+    assert sorted(loads) == ["", ".v2"], loads  # the even start: one 8-byte load; the odd one: 4-byte loads

@@ -125,10 +125,39 @@ def test_swizzled_rows_must_fill_atoms() -> None:
     compile_src(kernel("buf = smem.alloc(f16, (64, 96))"))
 
 
-def test_slice_along_the_contiguous_dim() -> None:
-    bad = kernel("buf = smem.alloc(f32, (64, 64))\nv = buf.slice(1, 0, 32)")
-    assert_error(bad, "SP0561", 4, 9, "along its last")
-    compile_src(kernel("buf = smem.alloc(f32, (64, 64))\nv = buf.slice(0, 0, 32)"))
+def test_slice_along_the_contiguous_dim_of_a_swizzled_buffer() -> None:
+    bad = kernel("buf = smem.alloc(f16, (64, 64), swizzle=128)\nv = buf.slice(1, 0, 32)")
+    assert_error(bad, "SP0561", 4, 9, "cannot slice smem<64x64xf16, swizzle=128> along its last")
+    compile_src(kernel("buf = smem.alloc(f16, (64, 64), swizzle=128)\nv = buf.slice(0, 0, 32)"))
+
+
+def test_an_unswizzled_buffer_slices_along_its_last_dim() -> None:
+    """A strided view (the rows keep the buffer's pitch) that loads and stores take."""
+    ok = kernel("""
+        buf = smem.alloc(u32, (2, 64, 4))
+        v = buf[1].slice(1, 2, 2)
+        v.store(v.load() + 1)
+    """)
+    ir = compile_src(ok).ir
+    assert "smem<64x2xu32, pitch=4>" in ir
+
+
+STRIDED_TMA = kernel("""
+    buf = smem.alloc(u32, (64, 8))
+    bar = mbarrier.alloc(1)
+    mbarrier.expect(bar[0], 64 * 4 * 4)
+    tma.load(E, (0, 0), buf.slice(1, WHERE, 4), bar[0])
+    mbarrier.wait(bar[0], 0)
+""", params="E: tensor[u32, 2]")
+
+
+def test_a_strided_view_is_no_tma_box() -> None:
+    """A TMA box is written as whole rows: a view narrower than its buffer's rows is SP0576 (and a
+    full-width slice is no strided view)."""
+    src = STRIDED_TMA.replace("buf.slice(1, WHERE, 4)", "buf.slice(1, 4, 4)")
+    assert_error(src, "SP0576", 6, 5, "operand `smem` is smem<64x4xu32, pitch=8>")
+    compile_src(STRIDED_TMA.replace("buf.slice(1, WHERE, 4)", "buf.slice(1, 0, 8)"))
+    compile_src(STRIDED_TMA.replace("buf.slice(1, WHERE, 4)", "buf.slice(0, 0, 64)"))
 
 
 WS = """\
@@ -297,7 +326,7 @@ def test_threads_per_cta() -> None:
 def test_the_pass_collects_errors_in_source_order() -> None:
     src = kernel("""
         a = smem.alloc(f16, (64, 96), swizzle=128)
-        b = smem.alloc(f32, (64, 64))
+        b = smem.alloc(f16, (64, 64), swizzle=128)
         v = b.slice(1, 0, 32)
     """)
     with pytest.raises(CompileError) as info:
