@@ -75,8 +75,7 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
              meta_tma: Any = None) -> dict[str, tuple[Any, dict[str, Any]]]:
     """label -> (the kernel launched on its grid, constexprs over BN=256 and the STAGES / GROUP_M
     of the table); ``pingpong`` is the ping-pong module (None without --pingpong), ``meta_tma`` the
-    metadata-by-TMA module (None without --meta-tma). A label ending in "(mt)" takes the metadata
-    as a tensor and no lde argument."""
+    metadata-by-TMA module (None without --meta-tma)."""
     from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
     from sparsile.stdlib.kernels.gemm_schedule import pingpong_ctas
 
@@ -89,9 +88,9 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
             kernels["pair, TMA-store epilogue"] = (getattr(mod, f"sparse_gemm_{dtype}_pair_tma")[(pairs,)], {})
     if meta_tma is not None:
         if pairs:
-            kernels["pair, metadata by TMA (mt)"] = (getattr(meta_tma, f"sparse_gemm_{dtype}_pair_mt")[(pairs,)], {})
+            kernels["pair, metadata by TMA"] = (getattr(meta_tma, f"sparse_gemm_{dtype}_pair_mt")[(pairs,)], {})
         if dtype == "bf16":
-            kernels["tile, metadata by TMA (mt)"] = (meta_tma.sparse_gemm_bf16_mt[(tiles,)], {})
+            kernels["tile, metadata by TMA"] = (meta_tma.sparse_gemm_bf16_mt[(tiles,)], {})
     if args.tma_store and dtype == "bf16":
         kernels["tile, TMA-store epilogue"] = (mod.sparse_gemm_bf16_tma[(tiles,)], {})
     if pingpong is not None:
@@ -100,7 +99,7 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
                                                 dict(PINGPONG_CONFIG))
     if args.inflight:  # each of them again with one sparse MMA group in flight
         kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})
-                        for label, (kern, cfg) in list(kernels.items()) if not label.endswith("(mt)")})
+                        for label, (kern, cfg) in list(kernels.items()) if "by TMA" not in label})
     return kernels
 
 
@@ -119,14 +118,8 @@ def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[
             for group_m in args.group_m:
                 kw = {"BN": 256, "STAGES": stages, "GROUP_M": group_m, **cfg}
 
-                if label.endswith("(mt)"):  # the metadata as a tensor (TMA), no lde
-                    kw.pop("INFLIGHT", None)
-
-                    def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
-                        kern(o["values"], o["meta"], o["b"], c, m, n, k, n, **kw)
-                else:
-                    def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
-                        kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, **kw)
+                def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
+                    kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, **kw)
                 c.fill_(float("nan"))
                 call()
                 torch.cuda.synchronize()

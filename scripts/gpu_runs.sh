@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh mt-19b            # the _mt kernels behind sparse_matmul / the layer: GPU tests, 8192³ A/B, the grid
 #   bash scripts/gpu_runs.sh mt-19             # the metadata streamed by TMA: GPU tests, gemm_variants --meta-tma at 8192³, 4096³
 #   bash scripts/gpu_runs.sh unrun-18          # (not run yet) the whole suite after the eighteenth session, the T <= 16 table twice
 #   bash scripts/gpu_runs.sh qx-18b            # the widened one-launch rule and deeper ring: e4m3 GPU tests, the layer's e4m3 rows
@@ -72,6 +73,18 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+mt-19b)  # the _mt kernels behind sparse_matmul and the layer: GPU tests of what launches them, then 8192³ and the
+         # 8B grid at prefill T with the metadata by TMA and without (SPARSILE_META_TMA=0), against tuned cuSPARSELt
+    run 200 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests/stdlib/test_gemm_meta_tma.py \
+        tests/stdlib/test_gemm_api.py tests/stdlib/test_linear_api.py tests/gpu/test_sparse_gemm_sm90.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py
+    for mt in 1 0; do
+        SPARSILE_META_TMA=$mt run 70 python benchmarks/bench_sparse_gemm.py --case bf16:8192x8192x8192 \
+            --case f16:8192x8192x8192 --iters 10 --case-timeout 30 --json "$out/gemm-8192-mt$mt.json"
+    done
+    run 150 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B --tokens 256 1024 --dtypes bf16 \
+        --iters 10 --case-timeout 30 --json "$out/gemm-llama-bf16-mt.json"
+    ;;
 mt-19)  # the sparse GEMM with its metadata streamed by TMA (sparse_gemm_sm90_mt.spk): GPU tests, then timed at
         # 8192³ and 4096³ against the shipped kernels, cuSPARSELt (default and searched) and cuBLAS
     run 120 python -m pytest -q -m gpu -rfE tests/stdlib/test_gemm_meta_tma.py tests/gpu/test_sparse_gemm_sm90.py \

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,11 @@ from .arrays import (
 )
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
+META_TMA_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90_mt.spk"
+META_TMA_OPERANDS = ("f16", "bf16", "e4m3")
+META_TMA_ENV = "SPARSILE_META_TMA"
+"""Operand types whose sm_90a kernels have a twin in ``sparse_gemm_sm90_mt.spk`` that streams the
+metadata by TMA (4-6 % faster at 8192³ on the H200: benchmarks/RESULTS.md, nineteenth session)."""
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
 
 
@@ -115,6 +121,32 @@ def kernel_module() -> Any:
     from ...driver.module import load
 
     return load(KERNEL_FILE)
+
+
+@functools.cache
+def meta_tma_module() -> Any:
+    """The loaded ``sparse_gemm_sm90_mt.spk`` module (the ``_mt`` kernels; parsed once per process)."""
+    from ...driver.module import load
+
+    return load(META_TMA_FILE)
+
+
+def metadata_by_tma(operand: str, words: Any) -> bool:
+    """Whether the ``_mt`` kernels can read the metadata words ``words`` by TMA: an operand type that
+    has them, a 2-D array whose rows are a multiple of 16 bytes (4 words: K a multiple of 128)
+    and, on the GPU, start 16-byte aligned (a TMA tensor's base and row stride). numpy (the
+    interpreter, or copied to the GPU by the launch), torch and cupy arrays; others (JAX's) keep
+    the kernels that load the words themselves. ``SPARSILE_META_TMA=0`` turns them off (A/B timing)."""
+    if os.environ.get(META_TMA_ENV) == "0":
+        return False
+    if operand not in META_TMA_OPERANDS or len(getattr(words, "shape", ())) != 2 or int(words.shape[1]) % 4:
+        return False
+    kind = array_kind(words)
+    if kind == "torch":
+        return words.data_ptr() % 16 == 0
+    if kind == "cupy":
+        return words.data.ptr % 16 == 0
+    return kind in ("numpy", "torch-cpu")
 
 
 def operand_of(x: Any) -> str | None:
@@ -222,12 +254,18 @@ class SparseMatmul:
 
     @property
     def kernel(self) -> Any:
+        """The kernel launched: the ping-pong kernel, or ``sparse_gemm_<t>`` (``_splitk`` for partial
+        sums, ``_pair`` for CTA pairs), its ``_mt`` twin where the metadata can go by TMA
+        (:func:`metadata_by_tma`)."""
         if self.pingpong_ctas:
             from .gemm_schedule import pingpong_module
 
             return getattr(pingpong_module(), f"{self.choice.kernel}_pingpong")
         name = f"{self.choice.kernel}_splitk" if self.partials else self.choice.kernel
-        return getattr(kernel_module(), f"{name}_pair" if self.pair_ctas else name)
+        name = f"{name}_pair" if self.pair_ctas else name
+        if metadata_by_tma(self.choice.operand, self.meta):
+            return getattr(meta_tma_module(), f"{name}_mt")
+        return getattr(kernel_module(), name)
 
     def arguments(self) -> tuple[Any, ...]:
         lde = int(self.meta.shape[1])

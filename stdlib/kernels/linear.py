@@ -45,6 +45,8 @@ from .gemm import (
     choose_split_k,
     kernel_module,
     kernel_words,
+    meta_tma_module,
+    metadata_by_tma,
     pair_ctas,
     plan_target,
     resolve_kernel_choice,
@@ -138,8 +140,12 @@ class SparseLinearPlan:
 
     @property
     def kernel(self) -> Any:
-        """The main kernel (``sparse_linear_<t>``, ``_pair``)."""
-        return getattr(kernel_module(), f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}")
+        """The main kernel (``sparse_linear_<t>``, ``_pair``; their ``_mt`` twin where the metadata can
+        go by TMA: :func:`~.gemm.metadata_by_tma`)."""
+        name = f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}"
+        if metadata_by_tma(self.choice.operand, self.meta):
+            return getattr(meta_tma_module(), f"{name}_mt")
+        return getattr(kernel_module(), name)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -187,7 +193,8 @@ class SparseLinearPlan:
         y_type = {"float16": T.f16, "bfloat16": T.bf16, "float32": T.f32}[self.out_dtype]
         eb = self.choice.elem_bytes
         bk = 128 if eb == 1 else 64  # the kernels' BK: one 128-byte row of A and B per step
-        ring = (self.stages or 4) * (BM * bk // 2 + self.bn * bk) * eb
+        meta = BM * 16 if metadata_by_tma(self.choice.operand, self.meta) else 0  # the _mt kernels' boxes
+        ring = (self.stages or 4) * ((BM * bk // 2 + self.bn * bk) * eb + meta)
         staged = self.bn * BM * y_type.bits // 8
         fits = ring + staged + 1024 <= get_target("sm_90a").resources.max_smem_per_block_optin
         return y_type if fits else None

@@ -65,7 +65,7 @@ def test_kernel_matches_float64(mod, kernel, m, n, k, programs, bn):
     dtype = kernel.split("_")[2]
     vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
     c = np.full((m, n), np.nan, np.float16)
-    getattr(mod, kernel).interpret[(programs,)](vals, meta, b, c, m, n, k, n, BN=bn)
+    getattr(mod, kernel).interpret[(programs,)](vals, meta, b, c, m, n, k, meta.shape[1], n, BN=bn)
     check(c, ref, absp, k, dtype)
 
 
@@ -96,5 +96,5 @@ def test_kernel_on_the_gpu_matches_float64(mod, kernel, m, n, k, programs):
     c = np.full((m, n), np.nan, np.float16)
     pair = "_pair" in kernel
     tiles = -(-m // (256 if pair else 128)) * -(-n // 256) * (2 if pair else 1)
-    getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, n)
+    getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, meta.shape[1], n)
     check(c, ref, absp, k, dtype)

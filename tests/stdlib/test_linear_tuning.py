@@ -32,7 +32,7 @@ def test_a_config_applied_to_a_linear_plan() -> None:
     assert (split.bn, split.split_k, split.stages, split.group_m, split.pair) == (32, 4, 3, 8, 0)
     assert split.workspace.shape == (4, 80, 300) and len(split.launches()) == 2
     pair = lt.with_linear_config(base, GemmConfig(64, 5, 1, True), 132, interpret=True)
-    assert pair.pair == 2 * 2 * 2 and pair.workspace is None and pair.kernel.name == "sparse_linear_bf16_pair"
+    assert pair.pair == 2 * 2 * 2 and pair.workspace is None and pair.kernel.name == "sparse_linear_bf16_pair_mt"
     assert pair.launches()[0][3]["STAGES"] == 5
     assert lt.with_linear_config(base, GemmConfig(64, 5, 1, True), 7, interpret=True).pair == 6  # an even grid
 
