@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh ncu-mt            # Nsight Compute: the pair kernel with / without the metadata by TMA, cuSPARSELt
 #   bash scripts/gpu_runs.sh mt-19b            # the _mt kernels behind sparse_matmul / the layer: GPU tests, 8192³ A/B, the grid
 #   bash scripts/gpu_runs.sh mt-19             # the metadata streamed by TMA: GPU tests, gemm_variants --meta-tma at 8192³, 4096³
 #   bash scripts/gpu_runs.sh unrun-18          # (not run yet) the whole suite after the eighteenth session, the T <= 16 table twice
@@ -73,6 +74,12 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+ncu-mt)  # what limits the sparse GEMM with the metadata by TMA: Nsight Compute of one bf16 8192³ call each of the
+         # pair kernel with and without it and of cuSPARSELt (SpeedOfLight, compute pipes, warp stalls)
+    run 280 ncu --profile-from-start off -k "regex:sparse_gemm_bf16_pair|xmma_sparse" --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+        python benchmarks/gemm_variants.py --dtypes bf16 --meta-tma --profile-once
+    ;;
 mt-19b)  # the _mt kernels behind sparse_matmul and the layer: GPU tests of what launches them, then 8192³ and the
          # 8B grid at prefill T with the metadata by TMA and without (SPARSILE_META_TMA=0), against tuned cuSPARSELt
     run 200 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests/stdlib/test_gemm_meta_tma.py \

@@ -98,3 +98,26 @@ def test_kernel_on_the_gpu_matches_float64(mod, kernel, m, n, k, programs):
     tiles = -(-m // (256 if pair else 128)) * -(-n // 256) * (2 if pair else 1)
     getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, meta.shape[1], n)
     check(c, ref, absp, k, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,split", [("bf16", 1000, 128, 4096, 5), ("e4m3", 700, 64, 4224, 3)])
+def test_split_k_shares_at_odd_steps_on_the_gpu(dtype, m, n, k, split):
+    """Split-K through sparse_matmul with shares of an odd number of K steps (bf16: 64 steps, 13
+    per share, so shares start at odd steps and their two-step metadata boxes at 8-byte offsets into
+    a row; e4m3: 33 steps, 11 per share): the TMA coordinates, not the addresses, carry the offset."""
+    import torch
+
+    from sparsile.stdlib.kernels import plan_sparse_matmul
+
+    vals, meta, b, ref, absp = operands(m, n, k, m + k, dtype)
+    tdt = {"bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[dtype]
+    ints = torch.int16 if dtype == "bf16" else torch.uint8
+    tv = torch.from_numpy(vals.view(np.int16 if dtype == "bf16" else np.uint8)).cuda().view(ints).view(tdt)
+    tb = torch.from_numpy(b.view(np.int16 if dtype == "bf16" else np.uint8)).cuda().view(ints).view(tdt)
+    tm = torch.from_numpy(meta.view(np.int32)).cuda()
+    plan = plan_sparse_matmul(tv, tm, tb, split_k=split)
+    assert plan.kernel.name == f"sparse_gemm_{dtype}_splitk_mt" and plan.grid[1] == split
+    c = plan.run()
+    torch.cuda.synchronize()
+    check(c.cpu().numpy(), ref, absp, k, dtype)
