@@ -36,6 +36,17 @@ class SmemRef:
     full_rows: int
     row_bytes: int  # bytes of one full row of the allocation (all panels)
     align: int = 1024  # bytes: the view's first element's alignment (a slice along the last dimension lowers it)
+    lead_strides: tuple[int, ...] = ()  # bytes from one index of each leading dimension to the next (the buffer's)
+
+    def lead_stride(self, d: int) -> int:
+        """Bytes between consecutive indices of leading dimension ``d`` (< rank - 2): the buffer's
+        stride, which a slice of a leading dimension does not change."""
+        if self.lead_strides:
+            return self.lead_strides[d]
+        stride = self.matrix_bytes
+        for x in self.shape[d + 1:-2]:
+            stride *= x
+        return stride
 
     @property
     def ebytes(self) -> int:
@@ -104,10 +115,8 @@ def _nd_offset(cg: CodeGen, ref: SmemRef, coords: list[LLValue]) -> LLValue:
     base = ref
     if lead:
         extra: LLValue = const(0, "i32")
-        stride = ref.matrix_bytes
         for d in reversed(range(len(lead))):
-            extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(stride, "i32")))
-            stride *= ref.shape[d]
+            extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(ref.lead_stride(d), "i32")))
         base = SmemRef(fb.binop("add", ref.base, extra), ref.elem, ref.shape[-2:], ref.swizzle, ref.full_rows,
                        ref.row_bytes, ref.align)
     return element_offset(cg, base, coords[-2], coords[-1])
@@ -128,7 +137,11 @@ def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
         matrices *= d
     nbytes = matrices * rows * row_bytes
     off = cg.smem_alloc(nbytes, 1024)
-    cg.set(op.result, SmemRef(const(off, "i32"), t.elem, shape, t.swizzle, rows, row_bytes))
+    lead = [rows * row_bytes]  # the strides of the leading dimensions, innermost first
+    for d in reversed(shape[1:-2]):
+        lead.append(lead[-1] * d)
+    lead_strides = tuple(reversed(lead[:len(shape) - 2])) if len(shape) > 2 else ()
+    cg.set(op.result, SmemRef(const(off, "i32"), t.elem, shape, t.swizzle, rows, row_bytes, 1024, lead_strides))
 
 
 @lowering("smem.index")
@@ -138,11 +151,10 @@ def lower_smem_index(cg: CodeGen, op: Operation) -> None:
     if len(ref.shape) == 2:  # a row of a matrix: one row pitch on (inside each column panel)
         stride = ref.pitch
     else:  # a matrix (or a stack of them) of a higher-rank buffer
-        stride = ref.matrix_bytes
-        for d in ref.shape[1:-2]:
-            stride *= d
+        stride = ref.lead_stride(0)
     base = cg.fb.binop("add", ref.base, cg.fb.binop("mul", i, const(stride, "i32")))
-    cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes, ref.align))
+    cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes, ref.align,
+                              ref.lead_strides[1:]))
 
 
 @lowering("smem.slice")
@@ -157,10 +169,7 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
     if d == rank - 2:  # rows: offset inside each panel
         base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.pitch, "i32")))
     elif d < rank - 2:
-        stride = ref.matrix_bytes
-        for x in ref.shape[d + 1:-2]:
-            stride *= x
-        base = fb.binop("add", ref.base, fb.binop("mul", start, const(stride, "i32")))
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.lead_stride(d), "i32")))
     elif ref.swizzle:
         raise InternalError("a slice along a swizzled last dimension reached the lowering (legality SP0561)", op.span)
     else:  # columns of an unswizzled buffer: the rows keep the allocation's pitch (a strided view)
@@ -169,7 +178,8 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
         owner = op.operand("start").owner  # a constant start keeps what alignment it can
         known = int(owner.attrs["value"]) if owner is not None and owner.name == "arith.constant" else 1
         align = math.gcd(align, known * eb) or align
-    cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes, align))
+    cg.set(op.result, SmemRef(base, ref.elem, shape, ref.swizzle, ref.full_rows, ref.row_bytes, align,
+                              ref.lead_strides))
 
 
 def kmajor_swizzle(row_bytes: int) -> int:

@@ -196,7 +196,7 @@ class SmemType(Type):
     def strided(self) -> bool:
         """Whether the view's rows are not contiguous (a slice along the last dimension): what the
         hardware reads or writes as whole rows (TMA boxes, MMA descriptors) cannot take it."""
-        return bool(self.pitch) and self.pitch != self.shape[-1]
+        return len(self.shape) >= 2 and bool(self.pitch) and self.pitch != self.shape[-1]
 
     @property
     def nbytes(self) -> int:

@@ -133,7 +133,7 @@ def meta_tma_module() -> Any:
 
 def metadata_by_tma(operand: str, words: Any) -> bool:
     """Whether the ``_mt`` kernels can read the metadata words ``words`` by TMA: an operand type that
-    has them, a 2-D array whose rows are a multiple of 16 bytes (4 words: K a multiple of 128)
+    has them, a 2-D array whose rows are a multiple of 16 bytes (4 words: ceil(K / 32) a multiple of 4)
     and, on the GPU, start 16-byte aligned (a TMA tensor's base and row stride). numpy (the
     interpreter, or copied to the GPU by the launch), torch and cupy arrays; others (JAX's) keep
     the kernels that load the words themselves. ``SPARSILE_META_TMA=0`` turns them off (A/B timing)."""

@@ -196,3 +196,39 @@ def test_a_column_slice_reads_its_columns_at_their_alignment():
     ptx = mod.columns[(1,)].compile_for("sm_90a", x, y, z).ptx
     loads = re.findall(r"ld\.shared(\.v\d)?\.[bu]32", ptx)
     assert sorted(loads) == ["", ".v2"], loads  # the even start: one 8-byte load; the odd one: 4-byte loads
+
+
+LEADING = """
+@kernel(num_warps=4)
+def k(X: ptr[f32], Y: ptr[f32]):
+    buf = smem.alloc(f32, (2, 4, 16, 16))
+    r = arange(0, 16)
+    for i in range(0, 2):
+        for j in range(0, 4):
+            buf[i][j].store(load(X + (i * 4 + j) * 256 + r[:, None] * 16 + r[None, :]))
+    barrier()
+    store(Y + r[:, None] * 16 + r[None, :], VIEW.load())
+"""
+
+
+@pytest.mark.parametrize("view", ["buf.slice(1, 1, 2)[1][0]", "buf.slice(0, 1, 1)[0].slice(0, 1, 2)[0]",
+                                  "buf.slice(1, 1, 3).slice(1, 1, 2)[1][0]"])
+def test_a_sliced_leading_dimension_keeps_the_buffers_strides(view):
+    """A slice of a middle leading dimension of a rank-4 buffer narrows the view, not the strides:
+    each view is one matrix of the buffer, read at the same shared addresses as that matrix indexed
+    directly on the GPU and as the same elements in the interpreter (the strides were once taken
+    from the view's shape)."""
+    want = "buf[1][2]" if view.startswith("buf.slice(1, 1, 3)") else "buf[1][1]"
+    x = np.arange(2 * 4 * 256, dtype=np.float32)
+
+    def build(v: str):
+        mod = sp.loads(LEADING.replace("VIEW", v), "leading.spk")
+        y = np.zeros((16, 16), np.float32)
+        mod.k.interpret[(1,)](x, y)
+        ptx = mod.k[(1,)].compile_for("sm_90a", x, y).ptx
+        return y, re.findall(r"ld\.shared[^\[\n]*\[([^\]]+)\]", ptx)
+
+    got_y, got_loads = build(view)
+    want_y, want_loads = build(want)
+    np.testing.assert_array_equal(got_y, want_y)
+    assert got_loads and got_loads == want_loads
