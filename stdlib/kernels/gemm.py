@@ -58,6 +58,12 @@ KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
 META_TMA_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90_mt.spk"
 META_TMA_OPERANDS = ("f16", "bf16", "e4m3")
 META_TMA_ENV = "SPARSILE_META_TMA"
+META_TMA_SPLIT_K = False
+"""Whether split-K plans (SPLIT_K > 1) take the ``_mt`` kernels too. Off until their fix has run on
+the GPU: shares of an odd number of K steps started a two-step metadata box 8 bytes into a
+16-byte piece, which faulted on the H200; the kernels now start every share at an even step
+(``k_steps_of_this_cta``'s ALIGN), checked in the interpreter only (benchmarks/RESULTS.md,
+nineteenth session; ``tests/stdlib/test_gemm_meta_tma.py`` has the GPU test that decides)."""
 """Operand types whose sm_90a kernels have a twin in ``sparse_gemm_sm90_mt.spk`` that streams the
 metadata by TMA (4-6 % faster at 8192³ on the H200: benchmarks/RESULTS.md, nineteenth session)."""
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
@@ -263,7 +269,7 @@ class SparseMatmul:
             return getattr(pingpong_module(), f"{self.choice.kernel}_pingpong")
         name = f"{self.choice.kernel}_splitk" if self.partials else self.choice.kernel
         name = f"{name}_pair" if self.pair_ctas else name
-        if metadata_by_tma(self.choice.operand, self.meta):
+        if (self.split_k == 1 or META_TMA_SPLIT_K) and metadata_by_tma(self.choice.operand, self.meta):
             return getattr(meta_tma_module(), f"{name}_mt")
         return getattr(kernel_module(), name)
 

@@ -100,24 +100,39 @@ def test_kernel_on_the_gpu_matches_float64(mod, kernel, m, n, k, programs):
     check(c, ref, absp, k, dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype,m,n,k,split", [("bf16", 1000, 128, 4096, 5), ("e4m3", 700, 64, 4224, 3)])
-def test_split_k_shares_at_odd_steps_on_the_gpu(dtype, m, n, k, split):
-    """Split-K through sparse_matmul with shares of an odd number of K steps (bf16: 64 steps, 13
-    per share, so shares start at odd steps and their two-step metadata boxes at 8-byte offsets into
-    a row; e4m3: 33 steps, 11 per share): the TMA coordinates, not the addresses, carry the offset."""
-    import torch
-
-    from sparsile.stdlib.kernels import plan_sparse_matmul
-
+def split_k_mt(mod, dtype, m, n, k, split, interpret):
+    """``sparse_gemm_<t>_splitk_mt`` on a (tiles, split) grid into an f32 workspace, the shares added
+    on the host in float64: (C, ref, sum |a||b|)."""
     vals, meta, b, ref, absp = operands(m, n, k, m + k, dtype)
-    tdt = {"bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[dtype]
-    ints = torch.int16 if dtype == "bf16" else torch.uint8
-    tv = torch.from_numpy(vals.view(np.int16 if dtype == "bf16" else np.uint8)).cuda().view(ints).view(tdt)
-    tb = torch.from_numpy(b.view(np.int16 if dtype == "bf16" else np.uint8)).cuda().view(ints).view(tdt)
-    tm = torch.from_numpy(meta.view(np.int32)).cuda()
-    plan = plan_sparse_matmul(tv, tm, tb, split_k=split)
-    assert plan.kernel.name == f"sparse_gemm_{dtype}_splitk_mt" and plan.grid[1] == split
-    c = plan.run()
-    torch.cuda.synchronize()
-    check(c.cpu().numpy(), ref, absp, k, dtype)
+    w = np.full((split, m, n), np.nan, np.float32)
+    kernel = getattr(mod, f"sparse_gemm_{dtype}_splitk_mt")
+    grid = (-(-m // 128) * -(-n // 128), split)
+    (kernel.interpret[grid] if interpret else kernel[grid])(vals, meta, b, w, m, n, k, meta.shape[1], n, BN=128,
+                                                           SPLIT_K=split)
+    return w.astype(np.float64).sum(axis=0), ref, absp
+
+
+# bf16: 64 steps in 5 shares of 13 (before the fix the second share's box started 8 bytes into a
+# 16-byte piece of the row, which faulted on the H200); now shares of 14, 14, 14, 14, 8. e4m3: 33
+# steps in 3 shares of 11, one box per step (16 bytes).
+ODD_SHARES = [("bf16", 1000, 128, 4096, 5), ("e4m3", 700, 64, 4224, 3)]
+
+
+@pytest.mark.parametrize("dtype,m,n,k,split", [("bf16", 300, 100, 640, 3), ("bf16", 200, 64, 1664, 4),
+                                               ("e4m3", 200, 64, 1152, 2)])
+def test_split_k_shares_start_at_even_steps(mod, dtype, m, n, k, split):
+    """bf16: 10 steps in 3 shares (4, 4, 2), 26 steps in 4 (8, 8, 8, 2); every share starts at an
+    even step, so its metadata boxes start 16-byte aligned in their rows; the shares add up to C.
+    e4m3: 9 steps in 2 shares (5, 4), one box per step."""
+    c, ref, absp = split_k_mt(mod, dtype, m, n, k, split, interpret=True)
+    check(c, ref, absp, k, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,m,n,k,split", ODD_SHARES)
+def test_split_k_shares_on_the_gpu(mod, dtype, m, n, k, split):
+    """The split-K _mt kernels on the H200 with share counts that once made a box start 8 bytes
+    into a 16-byte piece (CUDA_ERROR_ILLEGAL_INSTRUCTION); the shares' sum against float64. When
+    this passes on the GPU, gemm.META_TMA_SPLIT_K may be turned on."""
+    c, ref, absp = split_k_mt(mod, dtype, m, n, k, split, interpret=False)
+    check(c, ref, absp, k, dtype)
