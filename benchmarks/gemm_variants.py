@@ -99,7 +99,7 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
                                                 dict(PINGPONG_CONFIG))
     if args.inflight:  # each of them again with one sparse MMA group in flight
         kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})
-                        for label, (kern, cfg) in list(kernels.items()) if "by TMA" not in label})
+                        for label, (kern, cfg) in list(kernels.items())})
     return kernels
 
 

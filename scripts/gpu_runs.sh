@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh mt-20             # (not run yet) the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
 #   bash scripts/gpu_runs.sh ncu-mt            # Nsight Compute: the pair kernel with / without the metadata by TMA, cuSPARSELt
 #   bash scripts/gpu_runs.sh mt-19b            # the _mt kernels behind sparse_matmul / the layer: GPU tests, 8192³ A/B, the grid
 #   bash scripts/gpu_runs.sh mt-19             # the metadata streamed by TMA: GPU tests, gemm_variants --meta-tma at 8192³, 4096³
@@ -74,6 +75,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+mt-20)  # (not run yet) the split-K _mt kernels with the share counts that faulted before 726edb5 (then set
+        # gemm.META_TMA_SPLIT_K = True if they pass), the _mt kernels' INFLIGHT = 1 on the GPU and timed, the T <= 16 table
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_gemm_meta_tma.py
+    run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --inflight --group-m 16 8 --iters 30
+    run 60 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 50 \
+        --json "$out/linear_t16.json"
+    ;;
 ncu-mt)  # what limits the sparse GEMM with the metadata by TMA: Nsight Compute of one bf16 8192³ call each of the
          # pair kernel with and without it and of cuSPARSELt (SpeedOfLight, compute pipes, warp stalls)
     run 280 ncu --profile-from-start off -k "regex:sparse_gemm_bf16_pair|xmma_sparse" --section SpeedOfLight \

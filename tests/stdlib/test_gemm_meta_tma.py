@@ -89,14 +89,16 @@ def test_metadata_comes_from_shared_memory(kernel):
     ("sparse_gemm_bf16_mt", 4096, 4096, 4096, 132),         # persistent
     ("sparse_gemm_e4m3_pair_mt", 1000, 600, 1024, None),    # one box per K step
 ])
-def test_kernel_on_the_gpu_matches_float64(mod, kernel, m, n, k, programs):
-    """On the H200 (the tensor maps of the metadata encoded by the launcher), C poisoned with NaN."""
+@pytest.mark.parametrize("inflight", [0, 1])
+def test_kernel_on_the_gpu_matches_float64(mod, kernel, m, n, k, programs, inflight):
+    """On the H200 (the tensor maps of the metadata encoded by the launcher), C poisoned with NaN;
+    INFLIGHT = 1 too (one MMA group in flight, two metadata register sets)."""
     dtype = kernel.split("_")[2]
     vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
     c = np.full((m, n), np.nan, np.float16)
     pair = "_pair" in kernel
     tiles = -(-m // (256 if pair else 128)) * -(-n // 256) * (2 if pair else 1)
-    getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, meta.shape[1], n)
+    getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, meta.shape[1], n, INFLIGHT=inflight)
     check(c, ref, absp, k, dtype)
 
 
@@ -136,3 +138,28 @@ def test_split_k_shares_on_the_gpu(mod, dtype, m, n, k, split):
     this passes on the GPU, gemm.META_TMA_SPLIT_K may be turned on."""
     c, ref, absp = split_k_mt(mod, dtype, m, n, k, split, interpret=False)
     check(c, ref, absp, k, dtype)
+
+
+@pytest.mark.parametrize("kernel,m,n,k,programs,bn", [
+    ("sparse_gemm_bf16_mt", 200, 130, 192, 4, 64),     # 3 K steps: a pair, then the last odd step
+    ("sparse_gemm_bf16_mt", 130, 40, 64, 1, 32),       # one K step (the tail only), 2 tiles on 1 CTA
+    ("sparse_gemm_f16_mt", 70, 70, 320, 1, 64),        # 5 steps; 2 tiles on one CTA: the ring runs on
+    ("sparse_gemm_bf16_pair_mt", 520, 40, 256, 4, 32),  # pairs, 4 steps
+    ("sparse_gemm_e4m3_pair_mt", 260, 40, 384, 2, 64),  # one box per step (MK = 1), 3 steps
+])
+def test_in_flight_kernel_matches_float64(mod, kernel, m, n, k, programs, bn):
+    """INFLIGHT = 1 on the _mt kernels (one MMA group in flight, two metadata register sets read
+    from the stages): odd and even step counts, several tiles per CTA, pairs, e4m3; C poisoned."""
+    dtype = kernel.split("_")[2]
+    vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    getattr(mod, kernel).interpret[(programs,)](vals, meta, b, c, m, n, k, meta.shape[1], n, BN=bn, INFLIGHT=1)
+    check(c, ref, absp, k, dtype)
+
+
+@pytest.mark.parametrize("kernel", ["sparse_gemm_bf16_pair_mt", "sparse_gemm_e4m3_pair_mt"])
+def test_in_flight_kernel_compiles_without_serialized_mmas(kernel):
+    """INFLIGHT = 1 compiles for sm_90a (the SP0370 analysis accepts the two register sets): the
+    consumers wait with wgmma.wait_group 1, and no metadata comes from global memory."""
+    ptx = compile_stdlib("sparse_gemm_sm90_mt.spk", kernel, "sm_90a", INFLIGHT=1).ptx
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx and not re.search(r"ld\.global", ptx)
