@@ -1,6 +1,7 @@
-"""Golden sm_90a PTX of the shipped Hopper kernels (stdlib/kernels/sparse_gemm_sm90.spk and
-dense_gemm_sm90.spk), next to the sm_100a snapshots: every kind of the sparse GEMM, its split-K,
-CTA-pair and sparse_linear (with an epilogue) variants, the split-K reduction, and the dense GEMM.
+"""Golden sm_90a PTX of the shipped Hopper kernels (stdlib/kernels/sparse_gemm_sm90.spk, its ``_mt``
+twins in sparse_gemm_sm90_mt.spk and dense_gemm_sm90.spk), next to the sm_100a snapshots: every
+kind of the sparse GEMM, its split-K, CTA-pair and sparse_linear (with an epilogue) variants, the
+CTA-pair and sparse_linear kernels with the metadata by TMA, the split-K reduction, and the dense GEMM.
 A change of the generated code shows as a diff here; regenerate deliberately with
 ``SPARSILE_UPDATE_GOLDEN=1 python -m pytest tests/backend/test_golden_sm90.py``.
 
@@ -27,6 +28,8 @@ CASES: dict[str, tuple[str, dict]] = {
     "sparse_gemm_f16_splitk": ("sparse_gemm_sm90.spk", {}),
     "sparse_gemm_f16_pair": ("sparse_gemm_sm90.spk", {}),
     "sparse_linear_bf16": ("sparse_gemm_sm90.spk", EPILOGUE),
+    "sparse_gemm_bf16_pair_mt": ("sparse_gemm_sm90_mt.spk", {}),   # the metadata by TMA (META_TMA)
+    "sparse_linear_bf16_mt": ("sparse_gemm_sm90_mt.spk", EPILOGUE),
     "splitk_reduce": ("sparse_gemm_sm90.spk", {"W": sp.ptr[sp.f32], "C": sp.ptr[sp.f16], "SPLIT_K": 2}),
     "dense_gemm_f16": ("dense_gemm_sm90.spk", {}),
 }
