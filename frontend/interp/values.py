@@ -24,6 +24,7 @@ CLUSTER_ACCESS = "SP0785"     # a cluster operation on a CTA, buffer or mbarrier
 BAD_OPERAND_DATA = "SP0786"   # sparse metadata or block scales the MMA cannot decode
 GRID_NOT_CLUSTERS = "SP0787"  # the grid is no whole number of clusters
 UNSUPPORTED = "SP0788"        # a program the interpreter cannot represent
+TMA_BOX_START = "SP0789"      # a TMA box whose innermost start is not a 16-byte multiple (faults on the H200)
 
 
 class InterpreterError(SparsileError):

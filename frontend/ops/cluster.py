@@ -46,7 +46,7 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .memory import tma_layout_check
+from .memory import tma_box_start_check, tma_layout_check
 from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, variadic
 from .tensor import box_offsets
 
@@ -301,6 +301,7 @@ def _i_tma_load_cluster(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     tma_layout_check(ctx, op, t)
     dst, bars, mask, bar_cta = args[-4], args[-3], int(args[-2]), int(args[-1])
     offs = [int(x) for x in args[1:-4]]
+    tma_box_start_check(ctx, op, t, offs)
     cl = cluster_of(ctx)
     me = cl[1] if cl else 0
     dests = mask_ranks(ctx, op, mask, "tma.load") if op.attrs["multicast"] else [me]

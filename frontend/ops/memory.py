@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...target.tma_layout import TENSOR_MAP, global_layout_problems
-from ..interp.values import ANOTHER_FAILED, DEADLOCK, OUT_OF_BOUNDS, InterpreterError, TensorVal
+from ..interp.values import ANOTHER_FAILED, DEADLOCK, OUT_OF_BOUNDS, TMA_BOX_START, InterpreterError, TensorVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
@@ -549,6 +549,19 @@ def tma_layout_check(ctx: Any, op: Operation, t: TensorVal) -> None:
     t.tma_checked = True
 
 
+def tma_box_start_check(ctx: Any, op: Operation, t: TensorVal, offsets: list[int]) -> None:
+    """A box whose innermost start coordinate is not a 16-byte multiple of its row is SP0789: on the
+    H200 such a copy faulted (CUDA_ERROR_ILLEGAL_INSTRUCTION; docs/hardware.md §5.4), so the
+    interpreter reports it where the GPU would fail (offsets are in numpy order, the last one
+    innermost)."""
+    start = offsets[-1] * t.buf.data.itemsize if offsets else 0
+    if start % 16:
+        raise InterpreterError(TMA_BOX_START, f"`{op.name}` of argument `{t.buf.name}` starts its box at element "
+                               f"{offsets[-1]} of a row, {start} bytes in: not a multiple of 16 bytes", op.span,
+                               ctx.program_id, help="start each box on a 16-byte boundary of its row (docs/hardware.md "
+                               "§5.4)")
+
+
 @tma_load.interpreter
 def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
@@ -556,6 +569,7 @@ def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     dst = args[-2]
     bar = args[-1][0]
     offs = [int(x) for x in args[1:-2]]
+    tma_box_start_check(ctx, op, t, offs)
     flat, inside = box_offsets(t, offs, dst.shape)
     vals = t.buf.data[flat]
     dst[...] = np.where(inside, vals, np.zeros((), vals.dtype)).astype(dst.dtype)
@@ -568,6 +582,7 @@ def _i_tma_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t: TensorVal = args[0]
     tma_layout_check(ctx, op, t)
     src = np.asarray(args[-1])
+    tma_box_start_check(ctx, op, t, [int(x) for x in args[1:-1]])
     flat, inside = box_offsets(t, [int(x) for x in args[1:-1]], src.shape)
     t.buf.data[flat[inside]] = src[inside].astype(t.buf.data.dtype)
     return []
