@@ -136,7 +136,8 @@ def smem_getitem(em: Emitter, buf: Arg, index: Arg) -> Value:
 
 @builtin("slice", method_of=(T.SmemType,), method_only=True)
 def smem_slice_builtin(em: Emitter, buf: Arg, dim: Arg, start: Arg, size: Arg) -> Value:
-    """The rows/columns ``[start, start + size)`` of dimension ``dim``."""
+    """The rows/columns ``[start, start + size)`` of dimension ``dim``; along the last dimension only
+    of an unswizzled buffer (a strided view: loads and stores, not TMA or MMA descriptors)."""
     v, t = _smem(em, buf)
     d = em.constexpr(dim, "the dimension")
     n = em.constexpr(size, "the slice size")
