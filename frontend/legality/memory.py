@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
 from ..ir import types as T
-from ..ir.core import OPERAND_NAMES, Function, Operation
+from ..ir.core import OPERAND_NAMES, Function, Operation, Value
 from ..layout.tile import WARP, register_coords, same_thread_part, thread_bases
 from .core import (
     SP_ARRIVE_PER_WARPGROUP,
@@ -100,6 +100,28 @@ def whole_rows_for_async_units(op: Operation, ctx: Context) -> Iterator[Diagnost
             yield _err(SP_SMEM_STRIDED_VIEW, f"`{op.name}` needs whole rows of shared memory, but operand `{name}` is "
                        f"{t}, a slice along the last dimension", op,
                        help="slice along a leading dimension, or allocate a buffer of the narrower shape")
+        elif isinstance(t, T.SmemType) and op.name.startswith("tma.") and _gapped_matrices(value):
+            yield _err(SP_SMEM_STRIDED_VIEW, f"`{op.name}` writes or reads its box as consecutive matrices, but "
+                       f"operand `{name}` ({t}) is a slice of a buffer's rows or of a middle dimension, whose "
+                       "matrices are not consecutive in shared memory", op,
+                       help="copy each matrix with its own TMA copy (index the leading dimension), or slice the "
+                            "leading dimension only")
+
+
+def _gapped_matrices(value: Value) -> bool:
+    """Whether a view of rank 3 or more was made by slicing a dimension other than the leading one
+    of a view of rank 3 or more (then its matrices are not consecutive, while a TMA box of that rank
+    is written as consecutive matrices: backend/lower/asynchronous.tma_panel_copies)."""
+    t = value.type
+    if not isinstance(t, T.SmemType) or len(t.shape) < 3:
+        return False
+    owner = value.owner
+    while owner is not None and owner.name in ("smem.slice", "smem.index"):
+        buf = owner.operand("buf")
+        if owner.name == "smem.slice" and owner.attrs["dim"] >= 1 and len(buf.type.shape) >= 3:
+            return True
+        owner = buf.owner
+    return False
 
 
 @rule("mbarrier.alloc")
@@ -202,7 +224,9 @@ def _constant_slice_offset(owner: Operation | None) -> int | None:
     assert isinstance(t, T.SmemType)
     d = owner.attrs["dim"]
     eb = max(1, t.elem.bits // 8)
-    row_bytes = t.swizzle if t.swizzle else t.shape[-1] * eb
+    if len(t.shape) == 1:  # elements of a 1-D buffer
+        return int(start.attrs["value"]) * eb
+    row_bytes = t.swizzle if t.swizzle else (t.pitch or t.shape[-1]) * eb
     if d == len(t.shape) - 2:
         stride = row_bytes
     else:

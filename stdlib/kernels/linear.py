@@ -36,11 +36,11 @@ import numpy as np
 
 from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
+from . import gemm
 from .arrays import bad_input, cast_operand, deliver_result, empty_array, output_array, pad_columns, placed_array
 from .gemm import (
     BM,
     KERNELS,
-    META_TMA_SPLIT_K,
     KernelChoice,
     checked_operands,
     choose_split_k,
@@ -144,7 +144,7 @@ class SparseLinearPlan:
         """The main kernel (``sparse_linear_<t>``, ``_pair``; their ``_mt`` twin where the metadata can
         go by TMA: :func:`~.gemm.metadata_by_tma`)."""
         name = f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}"
-        if (self.split_k == 1 or META_TMA_SPLIT_K) and metadata_by_tma(self.choice.operand, self.meta):
+        if (self.split_k == 1 or gemm.META_TMA_SPLIT_K) and metadata_by_tma(self.choice.operand, self.meta):
             return getattr(meta_tma_module(), f"{name}_mt")
         return getattr(kernel_module(), name)
 

@@ -355,3 +355,31 @@ def test_features_used_by_rules_are_real() -> None:
     for d in OPS.values():
         for e in d.legality if isinstance(d.legality, list) else ():
             assert all(isinstance(f, Feature) for f in e.needs | e.unless)
+
+
+def test_a_tma_box_into_matrices_that_are_not_consecutive() -> None:
+    """A rank-3 box is written as consecutive matrices: a view whose rows were sliced (each matrix
+    keeps its buffer's row count apart) is SP0576; a slice of the leading dimension is fine."""
+    src = kernel("""
+        buf = smem.alloc(f32, (2, 32, 16))
+        bar = mbarrier.alloc(1)
+        mbarrier.expect(bar[0], 2 * 16 * 16 * 4)
+        tma.load(X, (0, 0, 0), VIEW, bar[0])
+        mbarrier.wait(bar[0], 0)
+    """, params="X: tensor[f32, 3]")
+    assert_error(src.replace("VIEW", "buf.slice(1, 0, 16)"), "SP0576", 6, 5, "matrices are not consecutive")
+    compile_src(src.replace("VIEW", "buf.slice(0, 0, 2)").replace("2 * 16 * 16 * 4", "2 * 32 * 16 * 4"))
+
+
+def test_a_tma_box_into_a_constant_slice_of_a_1d_buffer_compiles() -> None:
+    """The 128-byte start check of a slice of a 1-D buffer (it once raised an IndexError inside the
+    legality pass)."""
+    src = kernel("""
+        buf = smem.alloc(f32, (256,))
+        bar = mbarrier.alloc(1)
+        mbarrier.expect(bar[0], 128 * 4)
+        tma.load(X, (0,), buf.slice(0, START, 128), bar[0])
+        mbarrier.wait(bar[0], 0)
+    """, params="X: tensor[f32, 1]")
+    compile_src(src.replace("START", "128"))
+    assert_error(src.replace("START", "8"), "SP0573", 6, 5, "starts 32 bytes into its buffer")
