@@ -36,17 +36,9 @@ class SmemRef:
     full_rows: int
     row_bytes: int  # bytes of one full row of the allocation (all panels)
     align: int = 1024  # bytes: the view's first element's alignment (a slice along the last dimension lowers it)
-    lead_strides: tuple[int, ...] = ()  # bytes from one index of each leading dimension to the next (the buffer's)
-
-    def lead_stride(self, d: int) -> int:
-        """Bytes between consecutive indices of leading dimension ``d`` (< rank - 2): the buffer's
-        stride, which a slice of a leading dimension does not change."""
-        if self.lead_strides:
-            return self.lead_strides[d]
-        stride = self.matrix_bytes
-        for x in self.shape[d + 1:-2]:
-            stride *= x
-        return stride
+    # bytes from one index of each leading dimension (all but the last two) to the next: the
+    # buffer's, which a slice of a leading dimension does not change
+    lead_strides: tuple[int, ...] = ()
 
     @property
     def ebytes(self) -> int:
@@ -116,7 +108,7 @@ def _nd_offset(cg: CodeGen, ref: SmemRef, coords: list[LLValue]) -> LLValue:
     if lead:
         extra: LLValue = const(0, "i32")
         for d in reversed(range(len(lead))):
-            extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(ref.lead_stride(d), "i32")))
+            extra = fb.binop("add", extra, fb.binop("mul", lead[d], const(ref.lead_strides[d], "i32")))
         base = SmemRef(fb.binop("add", ref.base, extra), ref.elem, ref.shape[-2:], ref.swizzle, ref.full_rows,
                        ref.row_bytes, ref.align)
     return element_offset(cg, base, coords[-2], coords[-1])
@@ -137,11 +129,13 @@ def lower_smem_alloc(cg: CodeGen, op: Operation) -> None:
         matrices *= d
     nbytes = matrices * rows * row_bytes
     off = cg.smem_alloc(nbytes, 1024)
-    lead = [rows * row_bytes]  # the strides of the leading dimensions, innermost first
-    for d in reversed(shape[1:-2]):
-        lead.append(lead[-1] * d)
-    lead_strides = tuple(reversed(lead[:len(shape) - 2])) if len(shape) > 2 else ()
-    cg.set(op.result, SmemRef(const(off, "i32"), t.elem, shape, t.swizzle, rows, row_bytes, 1024, lead_strides))
+    lead_strides: list[int] = []  # outermost first
+    stride = rows * row_bytes
+    for d in reversed(shape[:-2]):
+        lead_strides.insert(0, stride)
+        stride *= d
+    cg.set(op.result, SmemRef(const(off, "i32"), t.elem, shape, t.swizzle, rows, row_bytes, 1024,
+                              tuple(lead_strides)))
 
 
 @lowering("smem.index")
@@ -151,7 +145,7 @@ def lower_smem_index(cg: CodeGen, op: Operation) -> None:
     if len(ref.shape) == 2:  # a row of a matrix: one row pitch on (inside each column panel)
         stride = ref.pitch
     else:  # a matrix (or a stack of them) of a higher-rank buffer
-        stride = ref.lead_stride(0)
+        stride = ref.lead_strides[0]
     base = cg.fb.binop("add", ref.base, cg.fb.binop("mul", i, const(stride, "i32")))
     cg.set(op.result, SmemRef(base, ref.elem, ref.shape[1:], ref.swizzle, ref.full_rows, ref.row_bytes, ref.align,
                               ref.lead_strides[1:]))
@@ -169,7 +163,7 @@ def lower_smem_slice(cg: CodeGen, op: Operation) -> None:
     if d == rank - 2:  # rows: offset inside each panel
         base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.pitch, "i32")))
     elif d < rank - 2:
-        base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.lead_stride(d), "i32")))
+        base = fb.binop("add", ref.base, fb.binop("mul", start, const(ref.lead_strides[d], "i32")))
     elif ref.swizzle:
         raise InternalError("a slice along a swizzled last dimension reached the lowering (legality SP0561)", op.span)
     else:  # columns of an unswizzled buffer: the rows keep the allocation's pitch (a strided view)

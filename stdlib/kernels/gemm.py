@@ -57,6 +57,8 @@ from .arrays import (
 KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
 META_TMA_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90_mt.spk"
 META_TMA_OPERANDS = ("f16", "bf16", "e4m3")
+"""Operand types whose sm_90a kernels have a twin in ``sparse_gemm_sm90_mt.spk`` that streams the
+metadata by TMA (4-6 % faster at 8192³ on the H200: benchmarks/RESULTS.md, nineteenth session)."""
 META_TMA_ENV = "SPARSILE_META_TMA"
 META_TMA_SPLIT_K = False
 """Whether split-K plans (SPLIT_K > 1) take the ``_mt`` kernels too. Off until their fix has run on
@@ -65,8 +67,6 @@ the GPU: shares of an odd number of K steps started a two-step metadata box 8 by
 (``k_steps_of_this_cta``'s ALIGN), checked in the interpreter only, which reports a box that
 starts off a 16-byte boundary (SP0789) as the GPU faulted on it (benchmarks/RESULTS.md, nineteenth
 session; ``tests/stdlib/test_gemm_meta_tma.py`` has the GPU test that decides)."""
-"""Operand types whose sm_90a kernels have a twin in ``sparse_gemm_sm90_mt.spk`` that streams the
-metadata by TMA (4-6 % faster at 8192³ on the H200: benchmarks/RESULTS.md, nineteenth session)."""
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
 
 
@@ -154,6 +154,14 @@ def metadata_by_tma(operand: str, words: Any) -> bool:
     if kind == "cupy":
         return words.data.ptr % 16 == 0
     return kind in ("numpy", "torch-cpu")
+
+
+def sm90_kernel(name: str, operand: str, words: Any, split_k: int) -> Any:
+    """Kernel ``name`` of ``sparse_gemm_sm90.spk``, or its ``_mt`` twin where the metadata ``words``
+    can go by TMA (:func:`metadata_by_tma`; split-K plans only with :data:`META_TMA_SPLIT_K`)."""
+    if (split_k == 1 or META_TMA_SPLIT_K) and metadata_by_tma(operand, words):
+        return getattr(meta_tma_module(), f"{name}_mt")
+    return getattr(kernel_module(), name)
 
 
 def operand_of(x: Any) -> str | None:
@@ -269,10 +277,7 @@ class SparseMatmul:
 
             return getattr(pingpong_module(), f"{self.choice.kernel}_pingpong")
         name = f"{self.choice.kernel}_splitk" if self.partials else self.choice.kernel
-        name = f"{name}_pair" if self.pair_ctas else name
-        if (self.split_k == 1 or META_TMA_SPLIT_K) and metadata_by_tma(self.choice.operand, self.meta):
-            return getattr(meta_tma_module(), f"{name}_mt")
-        return getattr(kernel_module(), name)
+        return sm90_kernel(f"{name}_pair" if self.pair_ctas else name, self.choice.operand, self.meta, self.split_k)
 
     def arguments(self) -> tuple[Any, ...]:
         lde = int(self.meta.shape[1])

@@ -36,7 +36,6 @@ import numpy as np
 
 from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
-from . import gemm
 from .arrays import bad_input, cast_operand, deliver_result, empty_array, output_array, pad_columns, placed_array
 from .gemm import (
     BM,
@@ -46,11 +45,11 @@ from .gemm import (
     choose_split_k,
     kernel_module,
     kernel_words,
-    meta_tma_module,
     metadata_by_tma,
     pair_ctas,
     plan_target,
     resolve_kernel_choice,
+    sm90_kernel,
 )
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
@@ -143,10 +142,8 @@ class SparseLinearPlan:
     def kernel(self) -> Any:
         """The main kernel (``sparse_linear_<t>``, ``_pair``; their ``_mt`` twin where the metadata can
         go by TMA: :func:`~.gemm.metadata_by_tma`)."""
-        name = f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}"
-        if (self.split_k == 1 or gemm.META_TMA_SPLIT_K) and metadata_by_tma(self.choice.operand, self.meta):
-            return getattr(meta_tma_module(), f"{name}_mt")
-        return getattr(kernel_module(), name)
+        return sm90_kernel(f"sparse_linear_{self.choice.operand}{'_pair' if self.pair else ''}", self.choice.operand,
+                           self.meta, self.split_k)
 
     @property
     def grid(self) -> tuple[int, int]:
