@@ -60,13 +60,13 @@ META_TMA_OPERANDS = ("f16", "bf16", "e4m3")
 """Operand types whose sm_90a kernels have a twin in ``sparse_gemm_sm90_mt.spk`` that streams the
 metadata by TMA (4-6 % faster at 8192³ on the H200: benchmarks/RESULTS.md, nineteenth session)."""
 META_TMA_ENV = "SPARSILE_META_TMA"
-META_TMA_SPLIT_K = False
-"""Whether split-K plans (SPLIT_K > 1) take the ``_mt`` kernels too. Off until their fix has run on
-the GPU: shares of an odd number of K steps started a two-step metadata box 8 bytes into a
-16-byte piece, which faulted on the H200; the kernels now start every share at an even step
-(``k_steps_of_this_cta``'s ALIGN), checked in the interpreter only, which reports a box that
-starts off a 16-byte boundary (SP0789) as the GPU faulted on it (benchmarks/RESULTS.md, nineteenth
-session; ``tests/stdlib/test_gemm_meta_tma.py`` has the GPU test that decides)."""
+META_TMA_SPLIT_K = True
+"""Whether split-K plans (SPLIT_K > 1) take the ``_mt`` kernels too. Shares of an odd number of K
+steps once started a two-step metadata box 8 bytes into a 16-byte piece, which faulted on the H200;
+the kernels start every share at an even step (``k_steps_of_this_cta``'s ALIGN), and the
+interpreter reports a box that starts off a 16-byte boundary (SP0789). On since the GPU test of
+those share counts and the whole GPU suite passed with it (benchmarks/RESULTS.md, twentieth
+session); False keeps split-K plans on the kernels that load their own metadata."""
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
 
 

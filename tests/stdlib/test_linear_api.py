@@ -185,8 +185,8 @@ def test_launches_list_kernels_grids_arguments():
     plan = plan_sparse_linear(weight.values, weight.meta, x, bias=bias, activation="relu", interpret=True,
                               split_k=4)
     (main, mgrid, margs, mcx), (red, rgrid, rargs, rcx) = plan.launches()
-    # split-K: not the _mt kernel (gemm.META_TMA_SPLIT_K)
-    assert main.name == "sparse_linear_f16" and mgrid == (2, 4) and mcx == {"BN": 32, "SPLIT_K": 4}
+    # split-K on the _mt kernel too (gemm.META_TMA_SPLIT_K; lde = 16 words, a multiple of 4)
+    assert main.name == "sparse_linear_f16_mt" and mgrid == (2, 4) and mcx == {"BN": 32, "SPLIT_K": 4}
     assert margs[3] is plan.workspace and plan.workspace.shape == (4, 20, 130) and margs[7:] == (130, 20, 512, 16, 130)
     assert red.name == "splitk_reduce_linear" and rgrid == (-(-130 * 20 // 1024),)
     assert rargs[:3] == (plan.workspace, plan.out, plan.bias) and rargs[5:] == (130, 20, 130)
