@@ -12,10 +12,12 @@ for large C ("pair"), for every (STAGES, GROUP_M) given; ``--tma-store`` adds bo
 that stores the tile through shared memory by TMA (the ``_tma`` kernels; at most STAGES 4 fit).
 ``--meta-tma`` adds the kernels of ``sparse_gemm_sm90_mt.spk``, whose producer streams the
 metadata words by TMA with the values instead of the consumers loading them from global memory
-(pair; tile for bf16). ``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA group kept in flight
-across K steps (three metadata register sets, each stage released one step later), against the
-default that waits for every MMA; ``--pingpong`` adds the ping-pong kernel at its best measured
-configuration (128 x 128, BK 128, 4 stages, a CTA per SM; with ``--inflight`` also its INFLIGHT=1).
+(pair; tile for bf16). ``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA
+group kept in flight across K steps (three metadata register sets, each stage released one step later), against the
+default that waits for every MMA; ``--per-warp`` adds the ``_mt`` kernels with ``PER="warp"`` (each
+consumer warp releases a stage itself instead of its warpgroup after a named barrier);
+``--pingpong`` adds the ping-pong kernel at its best measured configuration (128 x 128, BK 128,
+4 stages, a CTA per SM; with ``--inflight`` also its INFLIGHT=1).
 
     python benchmarks/gemm_variants.py --dtypes bf16 f16 --inflight --pingpong
 """
@@ -44,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="also the kernels whose epilogue stores the tile through shared memory by TMA (_tma)")
     ap.add_argument("--meta-tma", action="store_true",
                     help="also the kernels that stream the metadata by TMA (sparse_gemm_sm90_mt.spk)")
+    ap.add_argument("--per-warp", action="store_true",
+                    help="also the _mt kernels with PER='warp' (each consumer warp releases a stage with an "
+                         "arrival of its own, no named barrier per warpgroup); needs --meta-tma")
     ap.add_argument("--inflight", action="store_true",
                     help="also each kernel with INFLIGHT=1 (one sparse MMA group in flight across K steps)")
     ap.add_argument("--pingpong", action="store_true",
@@ -97,6 +102,9 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
         grid = (pingpong_ctas(m, n, PINGPONG_CONFIG["BN"], sms),)
         kernels["ping-pong 128x128, BK 128"] = (getattr(pingpong, f"sparse_gemm_{dtype}_pingpong")[grid],
                                                 dict(PINGPONG_CONFIG))
+    if args.per_warp and meta_tma is not None:  # the _mt kernels again, each warp releasing a stage itself
+        kernels.update({f"{label}, per-warp release": (kern, {**cfg, "PER": "warp"})
+                        for label, (kern, cfg) in list(kernels.items()) if "metadata by TMA" in label})
     if args.inflight:  # each of them again with one sparse MMA group in flight
         kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})
                         for label, (kern, cfg) in list(kernels.items())})

@@ -15,7 +15,8 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
-#   bash scripts/gpu_runs.sh mt-20             # (not run yet) the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
+#   bash scripts/gpu_runs.sh perwarp-20        # the per-warp stage release: GPU tests, timed at 8192³ and 4096³
+#   bash scripts/gpu_runs.sh mt-20             # the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
 #   bash scripts/gpu_runs.sh ncu-mt            # Nsight Compute: the pair kernel with / without the metadata by TMA, cuSPARSELt
 #   bash scripts/gpu_runs.sh mt-19b            # the _mt kernels behind sparse_matmul / the layer: GPU tests, 8192³ A/B, the grid
 #   bash scripts/gpu_runs.sh mt-19             # the metadata streamed by TMA: GPU tests, gemm_variants --meta-tma at 8192³, 4096³
@@ -75,7 +76,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-mt-20)  # (not run yet) the split-K _mt kernels with the share counts that faulted before 726edb5 (then set
+perwarp-20)  # each consumer warp releasing a stage itself (PER="warp", no named barrier per warpgroup): its GPU
+             # tests, then timed against the per-warpgroup release at 8192³ and 4096³ (bf16, f16)
+    run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_gemm_meta_tma.py
+    run 170 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --inflight --group-m 8 --iters 30
+    run 120 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --group-m 8 --size 4096 --iters 50
+    ;;
+mt-20)  # (run 2026-12-03) the split-K _mt kernels with the share counts that faulted before 726edb5 (then set
         # gemm.META_TMA_SPLIT_K = True if they pass), the _mt kernels' INFLIGHT = 1 on the GPU and timed, the T <= 16 table
     run 150 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_gemm_meta_tma.py
     run 150 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --inflight --group-m 16 8 --iters 30
@@ -287,7 +294,7 @@ decode-bm64)  # the decode kernel's 64-row slabs (fifteenth session): GPU tests,
 unrun-14)  # the fourteenth session's deferred epilogue loads (03e1b4c): the whole suite (it ran out of time there),
           # the e4m3 layer at prefill T (quantizer + kernel, now without the per-token-scale spill), and the
           # graph target at T <= 16 (the decode kernel's epilogue is reordered too), bf16 and e4m3
-    run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 520 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     run 70 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --shapes 8B:qkv 8B:o --tokens 256 1024 \
         --variants graph --l2 cold --max-seconds 60 --json "$out/linear_prefill.json"
     run 80 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --max-seconds 70 \
@@ -393,7 +400,7 @@ pingpong)  # the ping-pong schedule of the sparse GEMM (measured 0.78x the defau
         --pingpong-config 128x128x64x8 --json "$out/pingpong-8192.json"
     ;;
 tests-all)
-    run 400 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    run 520 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
     ;;
 tests-launch)
     run 300 python -m pytest -q -x -m gpu tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py \

@@ -292,6 +292,21 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
     bar: BarRef = cg.get(op.operand("bar"))
     arrive = _multicast_arrival(cg, op, bar) if op.attrs.get("multicast") else (
         lambda: cg.intrinsic("i64", "llvm.nvvm.mbarrier.arrive.shared", [bar_ptr(cg, bar)]))
+    if op.attrs.get("per") == "warp":
+        # each warp arrives once, from its first lane, after its own lanes converged: no named
+        # barrier, so a warp that finished its wait_group does not wait for its warpgroup's others
+        # (the barrier's count is the number of arriving warps, so it still completes only when
+        # every warp got here)
+        fb = cg.fb
+        cg.asm("void", "bar.warp.sync -1;", "", [], side_effect=True, convergent=True)
+        first = fb.icmp("eq", fb.binop("and", cg.tid, const(31, "i32")), const(0, "i32"))
+        then, done = fb.new_block("warp_lead"), fb.new_block("warp_lead_done")
+        fb.cond_br(first, then, done)
+        fb.set_block(then)
+        arrive()
+        fb.br(done)
+        fb.set_block(done)
+        return
     if op.attrs.get("per") == "warpgroup":
         if cg.num_warps % 4:
             raise InternalError(f"a per-warpgroup arrival in {cg.num_warps} warps reached the lowering "

@@ -198,16 +198,21 @@ def mbar_expect_builtin(em: Emitter, bar: Arg, nbytes: Arg) -> None:
     return None
 
 
+ARRIVAL_UNITS = ("partition", "warpgroup", "warp")
+"""What one ``mbarrier.arrive`` arrives for: the whole partition, each warpgroup, or each warp."""
+
+
 @builtin("arrive", ns="mbarrier")
 def mbar_arrive_builtin(em: Emitter, bar: Arg, per: Arg | None = None, multicast: Arg | None = None) -> None:
     """Arrive on ``bar`` once for the partition (``per="partition"``, the default: after all its
-    threads got here), or once for each of its warpgroups (``per="warpgroup"``: each warpgroup
-    arrives when its own four warps got here, without waiting for the others). In a cluster,
-    ``multicast`` (a mask of CTA ranks) makes that arrival on the barrier at ``bar``'s offset in
-    each of those CTAs instead (``ops_cluster.py``)."""
+    threads got here), once for each of its warpgroups (``per="warpgroup"``: each warpgroup
+    arrives when its own four warps got here, without waiting for the others), or once for each
+    of its warps (``per="warp"``: no synchronization beyond the warp; the barrier's count is then
+    the number of arriving warps). In a cluster, ``multicast`` (a mask of CTA ranks) makes that
+    arrival on the barrier at ``bar``'s offset in each of those CTAs instead (``ops_cluster.py``)."""
     unit = "partition" if per is None else em.constexpr(per, "`per`", (str,))
-    if unit not in ("partition", "warpgroup"):
-        em.error("SP0371", f"`per` must be \"partition\" or \"warpgroup\", found {unit!r}",
+    if unit not in ARRIVAL_UNITS:
+        em.error("SP0371", f"`per` must be \"partition\", \"warpgroup\" or \"warp\", found {unit!r}",
                  per.span if per else em.span)
     if multicast is not None:
         from .cluster import multicast_mask
@@ -515,7 +520,8 @@ def _i_mbar_expect(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @mbar_arrive.interpreter
 def _i_mbar_arrive(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    times = max(1, getattr(ctx, "warps", 4) // 4) if op.attrs.get("per") == "warpgroup" else 1
+    warps = getattr(ctx, "warps", 4)
+    times = {"warpgroup": max(1, warps // 4), "warp": warps}.get(op.attrs.get("per"), 1)
     bars = [args[0][0]]
     if op.attrs.get("multicast"):
         from .cluster import mask_ranks, peer_barrier

@@ -368,7 +368,7 @@ def test_inflight_schedule_reloading_a_set_too_early_is_sp0370():
     from sparsile.tests.support import signature
 
     text = (KERNELS / "sparse_gemm_sm90.spk").read_text()
-    step_b = "    acc = step_in_flight(a_s, b_s, full, empty, acc, meta_b, g + 1, 1, STAGES, RELEASE)\n"
+    step_b = "    acc = step_in_flight(a_s, b_s, full, empty, acc, meta_b, g + 1, 1, STAGES, RELEASE, PER)\n"
     reload_a = "    meta_a = load_meta(E, rows, wcols, k + 3, m16, lde, KW)\n"
     assert text.count(step_b + reload_a) == 1
     broken = sp.loads(text.replace(step_b + reload_a, reload_a + step_b), "broken.spk", path=KERNELS / "broken.spk")

@@ -134,8 +134,8 @@ def test_split_k_shares_start_at_even_steps(mod, dtype, m, n, k, split):
 @pytest.mark.parametrize("dtype,m,n,k,split", ODD_SHARES)
 def test_split_k_shares_on_the_gpu(mod, dtype, m, n, k, split):
     """The split-K _mt kernels on the H200 with share counts that once made a box start 8 bytes
-    into a 16-byte piece (CUDA_ERROR_ILLEGAL_INSTRUCTION); the shares' sum against float64. When
-    this passes on the GPU, gemm.META_TMA_SPLIT_K may be turned on."""
+    into a 16-byte piece (CUDA_ERROR_ILLEGAL_INSTRUCTION); the shares' sum against float64. Its pass
+    on the H200 is why gemm.META_TMA_SPLIT_K is on."""
     c, ref, absp = split_k_mt(mod, dtype, m, n, k, split, interpret=False)
     check(c, ref, absp, k, dtype)
 
@@ -163,3 +163,54 @@ def test_in_flight_kernel_compiles_without_serialized_mmas(kernel):
     consumers wait with wgmma.wait_group 1, and no metadata comes from global memory."""
     ptx = compile_stdlib("sparse_gemm_sm90_mt.spk", kernel, "sm_90a", INFLIGHT=1).ptx
     assert "wgmma.wait_group.sync.aligned 1;" in ptx and not re.search(r"ld\.global", ptx)
+
+
+PER_WARP_CASES = [
+    ("sparse_gemm_bf16_mt", 200, 130, 192, 4, 64, 0),      # 3 K steps, 2 x 3 tiles on 4 CTAs
+    ("sparse_gemm_f16_mt", 70, 70, 320, 1, 64, 1),         # 5 steps, two tiles on one CTA, one group in flight
+    ("sparse_gemm_bf16_pair_mt", 520, 40, 256, 4, 32, 0),  # pairs: each warp arrives on both CTAs' barriers
+    ("sparse_gemm_bf16_pair_mt", 300, 70, 320, 2, 64, 1),
+    ("sparse_gemm_e4m3_pair_mt", 260, 40, 384, 2, 64, 0),  # one box per step
+]
+
+
+@pytest.mark.parametrize("kernel,m,n,k,programs,bn,inflight", PER_WARP_CASES)
+def test_per_warp_release_matches_float64(mod, kernel, m, n, k, programs, bn, inflight):
+    """PER = "warp": every consumer warp releases a stage with an arrival of its own (the `empty`
+    barriers count warps). With a count left at one per warpgroup the producer would refill a stage
+    a warpgroup still reads; the interpreter's ring then computes wrong sums or deadlocks."""
+    dtype = kernel.split("_")[2]
+    vals, meta, b, ref, absp = operands(m, n, k, m + n + k + 1, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    getattr(mod, kernel).interpret[(programs,)](vals, meta, b, c, m, n, k, meta.shape[1], n, BN=bn,
+                                                INFLIGHT=inflight, PER="warp")
+    check(c, ref, absp, k, dtype)
+
+
+@pytest.mark.parametrize("per,named_barriers", [("warpgroup", True), ("warp", False)])
+def test_per_warp_release_drops_the_named_barrier(per, named_barriers):
+    """The per-warpgroup release synchronizes the warpgroup on a named barrier (bar.sync id, 128)
+    before one thread arrives; the per-warp release has none in the K loop, only bar.warp.sync."""
+    ptx = compile_stdlib("sparse_gemm_sm90_mt.spk", "sparse_gemm_bf16_pair_mt", "sm_90a", PER=per).ptx
+    assert bool(re.search(r"bar\.sync\s+%r\d+, 128;", ptx)) == named_barriers
+    assert ("bar.warp.sync" in ptx) == (not named_barriers)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,m,n,k,programs", [
+    ("sparse_gemm_bf16_pair_mt", 4096, 4096, 4160, 132),  # persistent pairs, 65 K steps
+    ("sparse_gemm_f16_pair_mt", 2000, 1000, 1984, 132),   # ragged M and N
+    ("sparse_gemm_bf16_mt", 1000, 600, 768, None),        # one CTA per tile
+    ("sparse_gemm_e4m3_pair_mt", 1000, 600, 1024, None),
+])
+@pytest.mark.parametrize("inflight", [0, 1])
+def test_per_warp_release_on_the_gpu(mod, kernel, m, n, k, programs, inflight):
+    """PER = "warp" on the H200 against float64, C poisoned with NaN."""
+    dtype = kernel.split("_")[2]
+    vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    pair = "_pair" in kernel
+    tiles = -(-m // (256 if pair else 128)) * -(-n // 256) * (2 if pair else 1)
+    getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, meta.shape[1], n, INFLIGHT=inflight,
+                                                PER="warp")
+    check(c, ref, absp, k, dtype)
