@@ -302,7 +302,7 @@ def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     from sparsile.stdlib.kernels.tuning import launch, shipped_config, with_config
 
     m, n, k = int(values.shape[0]), int(b.shape[0]), int(b.shape[1])
-    config = shipped_config(dtype, m, n, k)
+    config = shipped_config(dtype, m, n, k, nearby=True)  # as sparse_matmul (tuning.run_with_table)
     if config is None:
         return {}
     plan = with_config(plan_sparse_matmul(values, meta, b, out=c, target="sm_90a"), config, sms)

@@ -216,13 +216,16 @@ def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = 
                    sms: int | None = None) -> bool:
     """Launch ``plan`` with ``table``'s choice for its shape (default: the shipped table of the
     current GPU, read once) and return True; False, launching nothing, when the table has no entry
-    for it (or only a CTA-pair one and ``persistent`` is False). ``sparse_matmul`` calls this."""
+    for it (:func:`find` with ``nearby``: none tuned at an N of twice this one or more) or only a
+    CTA-pair one and ``persistent`` is False. ``sparse_matmul`` calls this."""
     from ...backend import runtime
 
+    # nearby: a config tuned at N = 256 is no choice for N = 64 (on the H200 it took 22 µs where the
+    # planned split-K default takes 11 µs, 6144 x 64 x 4096 bf16: benchmarks/RESULTS.md, twentieth session)
     if table is None:
-        config = shipped_config(plan.choice.operand, plan.m, plan.n, plan.k)
+        config = shipped_config(plan.choice.operand, plan.m, plan.n, plan.k, nearby=True)
     else:
-        config = find(index_table(load_gemm_table(table)), plan.choice.operand, plan.m, plan.n, plan.k)
+        config = find(index_table(load_gemm_table(table)), plan.choice.operand, plan.m, plan.n, plan.k, nearby=True)
     if config is None or (config.pair and not persistent):
         return False
     sms = sms or (H200_SMS if interpret else runtime.current_device().sm_count)

@@ -217,3 +217,23 @@ def test_run_with_table_launches_the_tables_choice(tmp_path: Any, monkeypatch: p
     assert not run_with_table(plan_sparse_matmul(pair.values, pair.meta, b3, interpret=True), table=path,
                               interpret=True, persistent=False)
     assert len(launched) == 1
+
+
+def test_run_with_table_skips_an_entry_tuned_at_twice_the_n(tmp_path: Any) -> None:
+    """A table entry tuned at N = 256 is not taken for N = 64 (its tile, stages and split were chosen
+    for four times the columns; on the H200 the N = 256 config of 6144 x 4096 took twice the planned
+    default's time at N = 64), but is for N = 200 (less than twice)."""
+    from sparsile.stdlib.kernels.tuning import run_with_table
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": TABLE_FORMAT, "entries": {
+        table_key("bf16", 130, 256, 512): {"config": GemmConfig(16, 3, 4).to_json()}}}))
+    narrow, b = problem("bf16", 130, 64, 512, seed=3)
+    assert not run_with_table(plan_sparse_matmul(narrow.values, narrow.meta, b, interpret=True), table=path,
+                              interpret=True)
+    near, b2 = problem("bf16", 130, 200, 512, seed=3)
+    plan = plan_sparse_matmul(near.values, near.meta, b2, interpret=True)
+    plan.out[...] = np.nan
+    assert run_with_table(plan, table=path, interpret=True)
+    ref, absprod = reference(near, b2)
+    assert_close(plan.out, ref, absprod, 512, "bf16")
