@@ -81,6 +81,9 @@ perwarp-20)  # each consumer warp releasing a stage itself (PER="warp", no named
     run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_gemm_meta_tma.py
     run 170 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --inflight --group-m 8 --iters 30
     run 120 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --group-m 8 --size 4096 --iters 50
+    # T = 64 after the table lookup's nearby rule (no N = 256 entry for N = 64)
+    run 100 python benchmarks/bench_sparse_gemm.py --case bf16:6144x64x4096 --case bf16:4096x64x4096 \
+        --case bf16:28672x64x4096 --case bf16:4096x64x14336 --iters 10 --case-timeout 30 --json "$out/gemm-t64.json"
     ;;
 mt-20)  # (run 2026-12-03) the split-K _mt kernels with the share counts that faulted before 726edb5 (then set
         # gemm.META_TMA_SPLIT_K = True if they pass), the _mt kernels' INFLIGHT = 1 on the GPU and timed, the T <= 16 table
