@@ -79,7 +79,7 @@ case "$part" in
 perwarp-20)  # each consumer warp releasing a stage itself (PER="warp", no named barrier per warpgroup): its GPU
              # tests, then timed against the per-warpgroup release at 8192³ and 4096³ (bf16, f16)
     run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_gemm_meta_tma.py
-    run 170 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --inflight --group-m 8 --iters 30
+    run 170 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --group-m 8 --iters 30
     run 120 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --per-warp --group-m 8 --size 4096 --iters 50
     # T = 64 after the table lookup's nearby rule (no N = 256 entry for N = 64)
     run 100 python benchmarks/bench_sparse_gemm.py --case bf16:6144x64x4096 --case bf16:4096x64x4096 \
