@@ -15,7 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
-#   bash scripts/gpu_runs.sh perwarp-20        # the per-warp stage release: GPU tests, timed at 8192³ and 4096³
+#   bash scripts/gpu_runs.sh perwarp-20        # the per-warp stage release: GPU tests, timed at 8192³ and 4096³; T = 64
 #   bash scripts/gpu_runs.sh mt-20             # the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
 #   bash scripts/gpu_runs.sh ncu-mt            # Nsight Compute: the pair kernel with / without the metadata by TMA, cuSPARSELt
 #   bash scripts/gpu_runs.sh mt-19b            # the _mt kernels behind sparse_matmul / the layer: GPU tests, 8192³ A/B, the grid
