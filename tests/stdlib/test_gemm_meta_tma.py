@@ -194,6 +194,22 @@ def test_per_warp_release_drops_the_named_barrier(per, named_barriers):
     ptx = compile_stdlib("sparse_gemm_sm90_mt.spk", "sparse_gemm_bf16_pair_mt", "sm_90a", PER=per).ptx
     assert bool(re.search(r"bar\.sync\s+%r\d+, 128;", ptx)) == named_barriers
     assert ("bar.warp.sync" in ptx) == (not named_barriers)
+    if per == "warp":  # only the first lane arrives: a branch on a predicate skips the arrivals, whose
+        # lane test (tid & 31 == 0) the compiler hoisted out of the loop
+        assert re.search(r"and\.b32\s+%r\d+, %r\d+, 31;", ptx)
+        for after in ptx.split("bar.warp.sync -1;")[1:]:
+            before_arrive = after.split("mbarrier.arrive")[0]
+            assert re.search(r"@%p\d+ bra", before_arrive), "an arrival not guarded by the lane test"
+
+
+def test_stage_release_unit_is_checked():
+    """PER = "partition" would arrive once against `empty`'s count of one per warpgroup: a ring that
+    never frees a stage (a hang). It is refused when the kernel is compiled."""
+    from sparsile.frontend.diagnostics import CompileError
+
+    with pytest.raises(CompileError) as err:
+        compile_stdlib("sparse_gemm_sm90_mt.spk", "sparse_gemm_bf16_mt", "sm_90a", PER="partition")
+    assert "SP0320" in str(err.value) and 'PER is "warpgroup" or "warp"' in str(err.value)
 
 
 @pytest.mark.gpu
