@@ -522,8 +522,9 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     (Hopper): shares of K computed by separate CTAs into an f32 (s8: i32) workspace, then added
     (``splitk_reduce``); default :func:`choose_split_k`, which splits only when C has fewer tiles than
     half the SMs. On a GPU with a shipped table of tuned choices (``tuned/<gpu>.json``,
-    docs/autotune.md), a shape it lists runs with its BN, STAGES, split-K and CTA-pair choice unless
-    ``split_k`` or ``num_sms`` is given. ``schedule="pingpong"`` (sm_90a; f16, bf16; float16 C; no
+    docs/autotune.md), a shape it lists (same M and K, a tuned N at least the call's and less than
+    twice it) runs with its BN, STAGES, split-K and CTA-pair choice unless ``split_k`` or ``num_sms``
+    is given. ``schedule="pingpong"`` (sm_90a; f16, bf16; float16 C; no
     split-K) runs the ping-pong kernel of ``sparse_gemm_sm90_pingpong.spk`` on a persistent grid
     (:mod:`.gemm_schedule`; not yet timed on a GPU); None or "default" the kernels above (SP0865
     for another value).
