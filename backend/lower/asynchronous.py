@@ -232,15 +232,20 @@ def lower_smem_load(cg: CodeGen, op: Operation) -> None:
 # ------------------------------------------------------------------------------------------------
 # mbarriers
 # ------------------------------------------------------------------------------------------------
-def emit_in_leader(cg: CodeGen, emit: object) -> None:
-    """Run ``emit()`` in the first thread of the current partition only."""
+def emit_where(cg: CodeGen, cond: LLValue, emit: Callable[[], None], label: str) -> None:
+    """Run ``emit()`` in the threads where ``cond`` holds, the others branching past it."""
     fb = cg.fb
-    then, done = fb.new_block("lead_then"), fb.new_block("lead_done")
-    fb.cond_br(cg.is_leader(), then, done)
+    then, done = fb.new_block(f"{label}_then"), fb.new_block(f"{label}_done")
+    fb.cond_br(cond, then, done)
     fb.set_block(then)
-    emit()  # type: ignore[operator]
+    emit()
     fb.br(done)
     fb.set_block(done)
+
+
+def emit_in_leader(cg: CodeGen, emit: Callable[[], None]) -> None:
+    """Run ``emit()`` in the first thread of the current partition only."""
+    emit_where(cg, cg.is_leader(), emit, "lead")
 
 
 def bar_ptr(cg: CodeGen, bar: BarRef) -> LLValue:
@@ -297,38 +302,29 @@ def lower_mbar_arrive(cg: CodeGen, op: Operation) -> None:
         # barrier, so a warp that finished its wait_group does not wait for its warpgroup's others
         # (the barrier's count is the number of arriving warps, so it still completes only when
         # every warp got here)
-        fb = cg.fb
         cg.asm("void", "bar.warp.sync -1;", "", [], side_effect=True, convergent=True)
-        first = fb.icmp("eq", fb.binop("and", cg.tid, const(31, "i32")), const(0, "i32"))
-        then, done = fb.new_block("warp_lead"), fb.new_block("warp_lead_done")
-        fb.cond_br(first, then, done)
-        fb.set_block(then)
-        arrive()
-        fb.br(done)
-        fb.set_block(done)
+        _in_first_thread_of(cg, 32, arrive, "warp_lead")
         return
     if op.attrs.get("per") == "warpgroup":
         if cg.num_warps % 4:
             raise InternalError(f"a per-warpgroup arrival in {cg.num_warps} warps reached the lowering "
                                 "(legality SP0566)", op.span)
-        fb = cg.fb
         # every warpgroup synchronizes its own 128 threads (barrier 8 + its index in the CTA) and
         # its first thread arrives
-        wg_global = fb.binop("lshr", cg.tid, const(7, "i32"))
-        bar_id = fb.binop("add", wg_global, const(8, "i32"))
+        bar_id = cg.fb.binop("add", cg.fb.binop("lshr", cg.tid, const(7, "i32")), const(8, "i32"))
         cg.asm("void", "bar.sync $0, 128;", "r", [bar_id], side_effect=True, convergent=True)
-        first = fb.icmp("eq", fb.binop("and", cg.tid, const(127, "i32")), const(0, "i32"))
-        then, done = fb.new_block("wg_lead"), fb.new_block("wg_lead_done")
-        fb.cond_br(first, then, done)
-        fb.set_block(then)
-        arrive()
-        fb.br(done)
-        fb.set_block(done)
+        _in_first_thread_of(cg, 128, arrive, "wg_lead")
         return
     if cg.num_warps > 1 or cg.part.index < 0:
         cg.barrier()
     emit_in_leader(cg, arrive)
 
+
+def _in_first_thread_of(cg: CodeGen, threads: int, emit: Callable[[], None], label: str) -> None:
+    """Run ``emit()`` in the first thread of each aligned group of ``threads`` (a power of two: a
+    warp, a warpgroup)."""
+    first = cg.fb.icmp("eq", cg.fb.binop("and", cg.tid, const(threads - 1, "i32")), const(0, "i32"))
+    emit_where(cg, first, emit, label)
 
 def _multicast_arrival(cg: CodeGen, op: Operation, bar: BarRef) -> Callable[[], None]:
     """Emit, in the arriving thread, one remote arrival per CTA of the mask (a loop over the
