@@ -114,7 +114,7 @@ def step_compile_hopper(dtype: str, problem: Any) -> Step:
     from .stdlib.kernels import plan_sparse_matmul
 
     weight, _, b = problem
-    plan = plan_sparse_matmul(weight.values, weight.meta, b)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, kernel="gemm")
     try:
         ck, took = timed(lambda: plan.compile("sm_90a"))
     except Exception as e:  # a compiler bug or a broken installation: report it, do not crash

@@ -108,9 +108,10 @@ def case_spec(text: str) -> Case:
 
 
 def ours(r: dict) -> float:
-    """Time (µs) of what sparse_matmul runs: the shipped tuned table's choice where it has one for
-    the shape (``table``), else the pair kernel where measured, else one CTA per tile."""
-    return r.get("table") or r.get("pair") or r["sparsile"]
+    """Time (µs) of what sparse_matmul runs: the decode kernel at N <= 64 (``decode``), else the
+    shipped tuned table's choice where it has one for the shape (``table``), else the pair kernel
+    where measured, else one CTA per tile."""
+    return r.get("decode") or r.get("table") or r.get("pair") or r["sparsile"]
 
 
 def best_cslt(r: dict) -> float | None:
@@ -273,6 +274,7 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         row[f"{name}_err"], row[name] = checked_time(
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn))
     row.update(table_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
+    row.update(decode_time(vals_t, meta_t, b, c, checked_time))
     if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
         row.update(pingpong_times(
             lambda kern, cfg: checked_time(lambda: kern(vals_t, meta_t, b, c, m, n, k, lde, n, **cfg)),
@@ -308,6 +310,22 @@ def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     plan = with_config(plan_sparse_matmul(values, meta, b, out=c, target="sm_90a"), config, sms)
     err, t = checked_time(lambda: launch(plan, config))
     return {"table": t, "table_err": err, "table_config": str(config)}
+
+
+def decode_time(values, meta, b, c, checked_time) -> dict:
+    """``decode`` (µs), ``decode_err`` and ``decode_config`` of the decode kernel where sparse_matmul
+    runs it (N <= 64: stdlib/kernels/decode.py, C stored feature-major; its split and ring from the
+    decode table or heuristic), or {} where it does not."""
+    from sparsile.stdlib.kernels.decode import SparseDecodePlan
+    from sparsile.stdlib.kernels.gemm import plan_sparse_matmul
+
+    plan = plan_sparse_matmul(values, meta, b, out=c, target="sm_90a")
+    if not isinstance(plan, SparseDecodePlan):
+        return {}
+    err, t = checked_time(plan.run)
+    cfg = plan.config
+    return {"decode": t, "decode_err": err,
+            "decode_config": f"bm={cfg.bm} split_k={cfg.split_k} stages={cfg.stages} ({cfg.source})"}
 
 
 def cslt_search(comp, bt, **kw) -> int:
@@ -370,6 +388,7 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float,
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
           f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
           f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'table':>9} {'TF':>5} | "
+          f"{'decode':>9} {'TF':>5} | "
           f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
 PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'pingpong':>9} {'TF':>5} | "
              f"{'best cslt':>9} {'TF':>5} | {'pp/ours':>7} {'pp/cslt':>7} {'pp err':>7} | configs (µs)")
@@ -381,11 +400,12 @@ def format_row(r: dict) -> str:
     vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
     vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
-    err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0), r.get("table_err", 0.0))
+    err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0), r.get("table_err", 0.0),
+              r.get("decode_err", 0.0))
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
             f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
-            f"{fmt(r.get('table'), f)} | {vs} {vb} {dv} {err:>7.1e}")
+            f"{fmt(r.get('table'), f)} | {fmt(r.get('decode'), f)} | {vs} {vb} {dv} {err:>7.1e}")
 
 
 def format_pingpong_row(r: dict) -> str:
@@ -509,9 +529,10 @@ def main(argv: list[str] | None = None) -> None:
     print("more tiles than SMs); pair = the CTA-pair kernel (B multicast, persistent), which sparse_matmul runs for")
     print("large C ('-' where it does not); table = the shipped tuned table's choice")
     print("(stdlib/kernels/tuned/<gpu>.json), which sparse_matmul runs where the table lists the shape ('-': no")
-    print("entry; SPARSILE_TUNED_TABLE=0 ignores it); cuSPARSELt = torch._cslt_sparse_mm with its default")
+    print("entry; SPARSILE_TUNED_TABLE=0 ignores it); decode = the decode kernel, which sparse_matmul runs at")
+    print("N <= 64 ('-': N > 64); cuSPARSELt = torch._cslt_sparse_mm with its default")
     print("algorithm, tuned = with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the")
-    print("two / the time of sparse_matmul's choice (table where shown, else pair where shown, else one CTA per")
+    print("two / the time of sparse_matmul's choice (decode, else table, else pair where shown, else one CTA per")
     print("tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref| / max |ref|")
     print("over the sparsile runs (ref: the same inputs")
     print("multiplied in float64 on the GPU)")

@@ -15,6 +15,7 @@
 #   bash scripts/gpu_runs.sh unrun-11         # what the eleventh session wrote after its GPU time: the whole suite, the last tuned entries
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
+#   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh perwarp-20        # the per-warp stage release: GPU tests, timed at 8192³ and 4096³; T = 64
 #   bash scripts/gpu_runs.sh mt-20             # the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
 #   bash scripts/gpu_runs.sh ncu-mt            # Nsight Compute: the pair kernel with / without the metadata by TMA, cuSPARSELt
@@ -76,6 +77,17 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+decode-route-21)  # sparse_matmul at N <= 64 runs the decode kernel, storing C feature-major (FM=1): its GPU tests and
+                  # those of the kernels it shares code with, then the Llama-3 grid at T <= 64 (bf16, then f16)
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/stdlib/test_gemm_decode_route.py \
+        tests/stdlib/test_gemm_api.py tests/stdlib/test_decode_api.py tests/stdlib/test_gemm_out_dtype.py
+    run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
+        --case-timeout 40 --json "$out/gemm-t64-bf16.json"
+    ;;
+decode-route-21b)  # the f16 rows of the same grid
+    run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes f16 --iters 10 \
+        --case-timeout 40 --json "$out/gemm-t64-f16.json"
+    ;;
 perwarp-20)  # each consumer warp releasing a stage itself (PER="warp", no named barrier per warpgroup): its GPU
              # tests, then timed against the per-warpgroup release at 8192³ and 4096³ (bf16, f16)
     run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_gemm_meta_tma.py

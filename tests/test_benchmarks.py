@@ -587,6 +587,10 @@ def test_sparse_gemm_ratios_use_the_faster_cusparselt():
     line = bsg.format_row({**r, "persistent": 9.0, "sp_dense": 20.0})
     assert len(line.split("|")) == len(bsg.HEADER.split("|")) and "tuned" in bsg.HEADER
     assert line.rstrip().endswith("0.75      2.00         0.80 1.0e-04")
+    # at N <= 64 sparse_matmul runs the decode kernel: its time, whatever the table says
+    r4 = {**r, "table": 7.0, "decode": 4.0, "decode_err": 3e-4}
+    assert bsg.ours(r4) == 4.0 and bsg.speedups(r4)["vs_cslt"] == pytest.approx(1.5)
+    assert bsg.format_row(r4).rstrip().endswith("|       4.0     4 |    1.50      4.00            - 3.0e-04")
 
 
 def _synthetic_report(tmp_path) -> tuple:

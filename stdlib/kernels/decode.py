@@ -254,6 +254,7 @@ class SparseDecodePlan:
     counters: Any = None  # reduce="kernel": one zeroed int32 per row tile (the kernel re-zeroes it)
     pdl: bool = False  # launched with programmatic dependent launch (plan_sparse_decode)
     x_scales: Any = None  # quantizes_x with split-K reduced by splitk_reduce_linear: the scales the kernel writes
+    feature_major: bool = False  # out is C = (N_out, T) (sparse_matmul's), the workspace (split_k, N_out, T): FM=1
 
     @property
     def out(self) -> Any:
@@ -287,11 +288,17 @@ class SparseDecodePlan:
     def grid(self) -> tuple[int, int]:
         return (-(-self.base.m // self.config.bm), self.config.split_k)
 
+    @property
+    def ldy(self) -> int:
+        """The output's (and the workspace's) row stride: N_out for y = (T, N_out), T for the
+        feature-major C = (N_out, T)."""
+        return self.base.t if self.feature_major else self.base.m
+
     def arguments(self) -> tuple[Any, ...]:
         """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel; quantizes_x: (A, E, X, Y,
         Bias, SW, SX, M, N, K, KX, ldx, ldy), X the caller's (T, K) x."""
         b = self.base
-        sizes = (b.m, b.t, self.k_padded, *((b.k, b.k) if self.quantizes_x else ()), b.m)
+        sizes = (b.m, b.t, self.k_padded, *((b.k, b.k) if self.quantizes_x else ()), self.ldy)
         bias, sw, sx = b._epilogue_pointers()
         if self.reduces_in_kernel:  # (A, E, B, Y, W, Count, Bias, SW, SX, M, N, K, ldy); quantizes_x: no SX
             vectors = (bias, sw) if self.quantizes_x else (bias, sw, sx)
@@ -305,7 +312,8 @@ class SparseDecodePlan:
         c = self.config
         common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {}),
                   **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}),
-                  **({"XSTEPS": c.xsteps, "XROWS": x_rows(self.base.t)} if self.quantizes_x else {}), **self._pdl()}
+                  **({"XSTEPS": c.xsteps, "XROWS": x_rows(self.base.t)} if self.quantizes_x else {}), **self._pdl(),
+                  **({"FM": 1} if self.feature_major else {})}
         epilogue = self.base._epilogue_constexprs()
         if self.quantizes_x:  # the kernel applies its own scales
             del epilogue["SCALE_X"]
@@ -326,8 +334,9 @@ class SparseDecodePlan:
         if self.quantizes_x:  # the scales the decode kernel wrote
             sx, epilogue = self.x_scales, {**epilogue, "SCALE_X": 2}
         reduce = (kernel_module().splitk_reduce_linear, (-(-b.m * b.t // 1024),),
-                  (self.workspace, b.out, bias, sw, sx, b.m, b.t, b.m),
-                  {"SPLIT_K": self.config.split_k, **epilogue, "BLOCK": 1024, **self._pdl()})
+                  (self.workspace, b.out, bias, sw, sx, b.m, b.t, self.ldy),
+                  {"SPLIT_K": self.config.split_k, **epilogue, "BLOCK": 1024, **self._pdl(),
+                   **({"FM": 1} if self.feature_major else {})})
         return [main, reduce]
 
     def _pdl(self) -> dict[str, Any]:
@@ -351,7 +360,7 @@ class SparseDecodePlan:
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
                        reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,
-                       **linear: Any) -> Any:
+                       feature_major: bool = False, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -372,6 +381,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     ``bm``: the weight rows per CTA, 128 (two consumer warpgroups) or 64 (one; twice the CTAs
     without splitting K, for weights of few rows). Unset, with ``split_k`` and ``stages`` unset too and
     no table entry: :func:`heuristic_bm`; unset with either given: 128.
+    ``feature_major`` (``sparse_matmul``'s route for N <= 64): the output is C = (N_out, T), row-major
+    (``out`` of that shape), x the (T, K) operand b; M, T and K must not be 0 (sparse_matmul handles
+    those cases itself).
 
     Without ``split_k``, ``stages`` and ``bm`` a tuned table decides them (and ``reduce``, unless given or
     set by ``SPARSILE_DECODE_REDUCE``) where it has an entry for this device, dtype, N_out, K and
@@ -384,8 +396,12 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     if not isinstance(pdl, bool):
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
-                              split_k=1, kernel="gemm", _quantized_in_kernel=True, **linear)
+                              split_k=1, kernel="gemm", _quantized_in_kernel=True, _feature_major=feature_major,
+                              **linear)
     if base.k_padded == 0 or base.m == 0 or base.t == 0:
+        if feature_major:  # the base plan would store y = (T, N_out)
+            raise bad_input(f"a feature-major decode plan needs M, N and K above 0, got {base.m} x {base.t} x {base.k}",
+                            help="sparse_matmul handles empty problems without a launch", code=SP_DECODE)
         return base
     if base.t > DECODE_MAX_T:
         raise bad_input(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
@@ -439,14 +455,16 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     else:
         vals = pad_columns(base.values, k_padded // 2)
     xk = base.x if cfg.xsteps else pad_columns(base.x, k_padded)  # the kernel quantizing x reads it as it is
-    work = empty_array(x, (cfg.split_k, base.t, base.m), "float32", interpret) if cfg.split_k > 1 else None
+    shares = (cfg.split_k, base.m, base.t) if feature_major else (cfg.split_k, base.t, base.m)
+    work = empty_array(x, shares, "float32", interpret) if cfg.split_k > 1 else None
     counters = scales = None
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
         counters = empty_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile
         counters[...] = 0
     elif cfg.split_k > 1 and cfg.xsteps:  # the per-token scales, from the kernel to the reduce launch
         scales = empty_array(x, (base.t,), "float32", interpret)
-    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl, scales)
+    return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl, scales,
+                            bool(feature_major))
 
 
 def resident_x_config(base: Any, cfg: DecodeConfig, split_k: int | None, stages: int | None) -> DecodeConfig:

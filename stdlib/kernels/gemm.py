@@ -375,13 +375,17 @@ def plan_target(target: str | None, interpret: bool) -> str:
 def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                        interpret: bool = False, target: str | None = None, persistent: bool = True,
                        num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None,
-                       schedule: str | None = None) -> Any:
+                       schedule: str | None = None, kernel: str | None = None) -> Any:
     """Check and pad the arguments of :func:`sparse_matmul` and pick the kernel, without launching:
-    a :class:`SparseMatmul` for sm_90a, a :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell.
-    ``schedule``: see :mod:`.gemm_schedule` (SP0865)."""
+    a :class:`SparseMatmul` for sm_90a, a :class:`~.decode.SparseDecodePlan` (feature-major) where
+    the decode kernel takes N <= 64 on sm_90a (:func:`takes_decode`), a
+    :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell. ``schedule``: see :mod:`.gemm_schedule`
+    (SP0865)."""
+    from .decode import wants_decode
     from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
 
     tgt = plan_target(target, interpret)
+    wants_decode(kernel, 0, tgt)  # SP0860 for a kernel choice there is not, whatever the target
     if schedule is not None:
         choice = resolve_kernel_choice(values, meta, dtype)
         schedule = checked_schedule(schedule, choice.operand, tgt, split_k,
@@ -407,12 +411,18 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
     words = kernel_words(meta, values, op, m, k_values, k, interpret)
-    k_padded = -(-k_values // choice.k_align) * choice.k_align
-    values = pad_columns(values, k_padded // 2)
-    b = pad_columns(b, k_padded)
     if c_dtype == "bfloat16" and not interpret and "cupy" in (array_kind(home), array_kind(out)):
         raise bad_input("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
     c = matmul_output(out, m, n, choice, home, interpret, c_dtype)
+    if takes_decode(kernel, choice, m, n, k_values, tgt, split_k, schedule):
+        from .decode import plan_sparse_decode
+
+        # the checked words and operands (cast to the operand type, which then names the kernel)
+        return plan_sparse_decode(values, words, b, out=c, out_dtype=c_dtype, interpret=interpret, split_k=split_k,
+                                  num_sms=None if num_sms is None else int(num_sms), feature_major=True)
+    k_padded = -(-k_values // choice.k_align) * choice.k_align
+    values = pad_columns(values, k_padded // 2)
+    b = pad_columns(b, k_padded)
     bn = choice.block_n(n)
     if schedule == "pingpong":  # checked above: f16/bf16, float16 C, no split-K
         bn = pingpong_block_n(bn)
@@ -427,6 +437,24 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if needs_workspace else None
     pair = 0 if converts else pair_ctas(m, n, bn, choice, split, persistent, num_sms or gpu_sm_count(interpret))
     return SparseMatmul(choice, m, n, k, k_padded, values, words, b, c, bn, split, workspace, pair, c_dtype)
+
+
+def takes_decode(kernel: str | None, choice: KernelChoice, m: int, n: int, k: int, target: str,
+                 split_k: int | None, schedule: str | None) -> bool:
+    """Whether sparse_matmul runs the decode kernel (sparse_decode_sm90.spk, feature-major C):
+    as for ``sparse_linear`` (:func:`~.decode.wants_decode`: ``kernel`` None / "auto" / "decode",
+    N <= 64 tokens, sm_90a, unless SPARSILE_DECODE_KERNEL=0), for f16, bf16 and e4m3 operands,
+    the default schedule, a non-empty problem, and an explicit ``split_k`` the decode kernel takes
+    (1 to 16; others go to the tiled kernels, which split up to 64 and refuse the rest, unless
+    ``kernel="decode"`` asks, whose plan refuses them). On
+    the H200 it is faster than the tiled kernel with split-K at N <= 64 (benchmarks/RESULTS.md)."""
+    from .decode import MAX_SPLIT, wants_decode
+
+    if not wants_decode(kernel, n, target) or schedule not in (None, "default"):
+        return False
+    if choice.operand not in ("f16", "bf16", "e4m3") or not (m and n and k):
+        return False
+    return kernel == "decode" or split_k is None or (type(split_k) is int and 1 <= split_k <= MAX_SPLIT)
 
 
 def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int, k: int, interpret: bool) -> Any:
@@ -497,7 +525,7 @@ def gpu_sm_count(interpret: bool) -> int:
 def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                   interpret: bool = False, target: str | None = None, persistent: bool = True,
                   num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None,
-                  schedule: str | None = None) -> Any:
+                  schedule: str | None = None, kernel: str | None = None) -> Any:
     """``decompress(values, meta) @ b.T`` with the Hopper or the Blackwell sparse GEMM.
 
     ``target``: "sm_90a" (the Hopper kernels of ``sparse_gemm_sm90.spk``: one CTA per tile, or, for
@@ -527,7 +555,11 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     is given. ``schedule="pingpong"`` (sm_90a; f16, bf16; float16 C; no
     split-K) runs the ping-pong kernel of ``sparse_gemm_sm90_pingpong.spk`` on a persistent grid
     (:mod:`.gemm_schedule`; not yet timed on a GPU); None or "default" the kernels above (SP0865
-    for another value).
+    for another value). ``kernel``: for N <= 64 on sm_90a (f16, bf16, e4m3 operands) the decode
+    kernel of ``sparse_linear`` runs by default, storing C feature-major (:func:`takes_decode`;
+    its split-K and ring from the decode table, docs/autotune.md); "gemm" (or
+    SPARSILE_DECODE_KERNEL=0) keeps the tiled kernels, "decode" asks for it (SP0860 for another
+    value).
     """
     if not interpret:
         from ...backend import runtime
@@ -538,7 +570,12 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret, target=target,
                               persistent=persistent, num_sms=num_sms, split_k=split_k, out_dtype=out_dtype,
-                              schedule=schedule)
+                              schedule=schedule, kernel=kernel)
+    from .decode import SparseDecodePlan
+
+    if isinstance(plan, SparseDecodePlan):
+        plan.run(interpret)
+        return deliver_result(plan.out, out, b)
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
             plan.out[...] = 0

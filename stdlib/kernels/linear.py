@@ -124,6 +124,7 @@ class SparseLinearPlan:
     interpret: bool = False
     stages: int | None = None   # STAGES and GROUP_M of a tuned table's choice (None: the kernel's defaults)
     group_m: int | None = None
+    feature_major: bool = False  # out is (N_out, T): only the base of a feature-major decode plan (sparse_matmul's C)
 
     @property
     def weight_operands(self) -> tuple[Any, Any, Any, Any]:
@@ -254,7 +255,7 @@ class SparseLinearPlan:
         else:
             xk = pad_columns(cast_operand(xh, self.choice), self.k_padded)
         changes: dict[str, Any] = {"x": xk, "out": _linear_output(out, self.t, self.m, self.out_dtype, x,
-                                                                  self.interpret)}
+                                                                  self.interpret, self.feature_major)}
         if scale_x is not None:
             sx, mode = bias_or_scale(scale_x, "scale_x", self.t, x, self.interpret, ("float32",))
             changes["scale_x"] = sx
@@ -262,8 +263,12 @@ class SparseLinearPlan:
         return dataclasses.replace(self, **changes)
 
 
-def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool) -> Any:
-    """``out`` when the kernel can write it in place, else a new (T, N_out) array of ``dtype``."""
+def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool,
+                   feature_major: bool = False) -> Any:
+    """``out`` when the kernel can write it in place, else a new (T, N_out) array of ``dtype``
+    (``feature_major``: sparse_matmul's C, (N_out, T))."""
+    if feature_major:
+        return output_array(out, (m, t), dtype, f"C is (M, N) in {dtype}", home, interpret)
     return output_array(out, (t, m), dtype, "y is (tokens, out features) in out_dtype (default: x's dtype)", home,
                         interpret)
 
@@ -273,7 +278,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
                        split_k: int | None = None, kernel: str | None = None, reduce: str | None = None,
                        pdl: bool = False, meta_format: str | None = None,
-                       _quantized_in_kernel: bool = False) -> SparseLinearPlan:
+                       _quantized_in_kernel: bool = False, _feature_major: bool = False) -> SparseLinearPlan:
     """Check the arguments of :func:`sparse_linear` once and plan its launches (nothing runs):
     the Hopper kernels for sm_90a, the persistent Blackwell kernel (:mod:`.linear_sm100`, no
     split-K) for sm_100a / sm_103a / sm_110a. For T <= 64 on sm_90a the decode kernel is planned
@@ -284,7 +289,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     decode kernel is planned and its share of x fits in shared memory, f16 / bf16 x without
     ``scale_x``: that kernel quantizes x per token itself, one launch (:mod:`.decode`).
     ``_quantized_in_kernel`` (plan_sparse_decode's base plan): such an x is checked and kept as it
-    is, uncast and unpadded.
+    is, uncast and unpadded. ``_feature_major`` (the base plan of a feature-major decode plan, for
+    sparse_matmul): ``out`` is (N_out, T); the plan is only that base, never launched itself.
     ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
     Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
     format)."""
@@ -332,7 +338,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         xc = pad_columns(xc, k if keep else k_padded)
     if choice.operand == "e4m3":
         check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
-    y = _linear_output(out, t, m, y_dtype, x, interpret)
+    y = _linear_output(out, t, m, y_dtype, x, interpret, _feature_major)
     b, bias_mode = bias_or_scale(bias, "bias", m, x, interpret, ("float32", y_dtype))
     sw, sw_mode = bias_or_scale(scale_w, "scale_w", m, x, interpret, ("float32",))
     sx, sx_mode = bias_or_scale(scale_x, "scale_x", t, x, interpret, ("float32",))
@@ -364,7 +370,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         pair = pair_grid(m, t, bn, sms) if tuned.pair and split == 1 else 0
         return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, tuned.stages, tuned.group_m)
     pair = pair_ctas(m, t, bn, choice, split, True, sms) if k_padded else 0
-    return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret)
+    return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, feature_major=_feature_major)
 
 
 def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool) -> Any:

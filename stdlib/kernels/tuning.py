@@ -237,7 +237,7 @@ def sparse_matmul_tuned(values: Any, meta: Any, b: Any, *, table: Any = None, ou
                         dtype: str | None = None) -> Any:
     """:func:`~.gemm.sparse_matmul` on sm_90a with ``table``'s choice for this shape (default: the
     shipped table of the current GPU), or the planned default where the table has none."""
-    plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, target="sm_90a")
+    plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, target="sm_90a", kernel="gemm")
     if plan.k_padded == 0:
         plan.out[...] = 0
     elif not run_with_table(plan, table=table):
@@ -393,7 +393,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
             spread = 20.0 if dtype == "s8" else 1.0  # s8: integers beyond 0 and +-1
             values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen) * spread, dtype, "sm90")
             b = (torch.randn(n, k, device="cuda", generator=gen) * spread).to(tdt)
-            base = plan_sparse_matmul(values, meta.data, b, target="sm_90a")
+            base = plan_sparse_matmul(values, meta.data, b, target="sm_90a", kernel="gemm")
             entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or graph_bench, warmup=warmup,
                                                            rep=rep, space=space, say=say)
     return finished_table(entries, out)

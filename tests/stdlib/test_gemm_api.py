@@ -295,7 +295,8 @@ def test_bad_arguments_are_refused_before_any_work():
             call()
         assert info.value.code == "SP0804"
         assert info.value.message.startswith(message)
-    assert plan_sparse_matmul(v, meta, b, num_sms=np.int64(8), interpret=True).m == 40
+    assert plan_sparse_matmul(v, meta, b, num_sms=np.int64(8), interpret=True).base.m == 40  # the decode kernel
+    assert plan_sparse_matmul(v, meta, b, num_sms=np.int64(8), interpret=True, kernel="gemm").m == 40
 
 
 def test_metadata_for_another_operand_width_is_refused():
@@ -353,7 +354,7 @@ def test_plan_pads_k_to_16_byte_rows(dtype, k, k_padded):
 @pytest.mark.parametrize("dtype", ["f16", "e4m3"])
 def test_plan_compiles_for_sm90a(dtype):
     weight, b = problem(dtype, 130, 40, 100, seed=12)
-    ck = plan_sparse_matmul(weight.values, weight.meta, b).compile("sm_90a")
+    ck = plan_sparse_matmul(weight.values, weight.meta, b, kernel="gemm").compile("sm_90a")
     assert ck.cubin[:4] == b"\x7fELF"
     assert "mma_async.sp" in ck.ptx
 

@@ -81,12 +81,13 @@ def test_new_output_array_is_of_out_dtype():
 
 def test_plan_uses_the_splitk_kernel_and_no_pair():
     weight, b = large_problem("bf16", 40, 16, 64, seed=4)
-    f32 = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, out_dtype="float32", num_sms=2)
+    f32 = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm", out_dtype="float32",
+                             num_sms=2)
     assert f32.kernel.name == "sparse_gemm_bf16_splitk" and f32.workspace is None and f32.pair_ctas == 0
     assert f32._constexprs() == {"BN": 16, "SPLIT_K": 1} and f32.arguments()[3] is f32.out
-    bf = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, out_dtype="bfloat16")
+    bf = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm", out_dtype="bfloat16")
     assert bf.workspace.shape == (1, 40, 16) and bf.workspace.dtype == np.float32
-    default = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    default = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
     assert default.kernel.name == "sparse_gemm_bf16" and default.workspace is None and not default.partials
 
 

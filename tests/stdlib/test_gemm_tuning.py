@@ -47,7 +47,7 @@ def test_config_space_follows_the_shape() -> None:
 
 def test_default_config_is_the_planned_one() -> None:
     weight, b = problem("f16", 8192 // 32, 96, 512, seed=1)
-    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
     assert default_config(plan) == GemmConfig(plan.bn, 4, plan.split_k, plan.pair_ctas > 0)
 
 
@@ -59,7 +59,7 @@ def test_default_config_is_the_planned_one() -> None:
 def test_every_kind_of_config_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig,
                                               sms: int) -> None:
     weight, b = problem(dtype, m, n, k, seed=m + n + k)
-    plan = with_config(plan_sparse_matmul(weight.values, weight.meta, b, interpret=True), config, sms,
+    plan = with_config(plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm"), config, sms,
                        interpret=True)
     assert (plan.bn, plan.split_k, plan.pair_ctas > 0) == (config.bn, config.split_k, config.pair)
     plan.out[...] = np.nan
@@ -136,7 +136,7 @@ def test_tune_plan_picks_the_fastest_correct_config(monkeypatch: pytest.MonkeyPa
     from sparsile.stdlib.kernels import tuning
 
     weight, b = problem("f16", 130, 40, 512, seed=5)
-    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
     default = default_config(base)
     fast_wrong, good, broken = GemmConfig(16, 3, 1), GemmConfig(32, 3, 2), GemmConfig(24, 4, 1)
     times = {default: 3.0, fast_wrong: 0.5, good: 1.0}
@@ -203,7 +203,7 @@ def test_run_with_table_launches_the_tables_choice(tmp_path: Any, monkeypatch: p
     path.write_text(json.dumps({"format": TABLE_FORMAT, "entries": {
         table_key("bf16", 130, 64, 512): {"config": GemmConfig(16, 3, 4).to_json()},
         table_key("bf16", 256, 64, 256): {"config": GemmConfig(32, 3, 1, True).to_json()}}}))
-    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
     plan.out[...] = np.nan
     assert (plan.bn, plan.split_k) == (64, 2)  # the planned default differs from the table's
     assert run_with_table(plan, table=path, interpret=True)
@@ -211,10 +211,10 @@ def test_run_with_table_launches_the_tables_choice(tmp_path: Any, monkeypatch: p
     ref, absprod = reference(weight, b)
     assert_close(plan.out, ref, absprod, 512, "bf16")
     other, b2 = problem("bf16", 130, 40, 256, seed=9)
-    assert not run_with_table(plan_sparse_matmul(other.values, other.meta, b2, interpret=True), table=path,
-                              interpret=True)
+    assert not run_with_table(plan_sparse_matmul(other.values, other.meta, b2, interpret=True, kernel="gemm"),
+                              table=path, interpret=True)
     pair, b3 = problem("bf16", 256, 64, 256, seed=9)
-    assert not run_with_table(plan_sparse_matmul(pair.values, pair.meta, b3, interpret=True), table=path,
+    assert not run_with_table(plan_sparse_matmul(pair.values, pair.meta, b3, interpret=True, kernel="gemm"), table=path,
                               interpret=True, persistent=False)
     assert len(launched) == 1
 
@@ -229,10 +229,10 @@ def test_run_with_table_skips_an_entry_tuned_at_twice_the_n(tmp_path: Any) -> No
     path.write_text(json.dumps({"format": TABLE_FORMAT, "entries": {
         table_key("bf16", 130, 256, 512): {"config": GemmConfig(16, 3, 4).to_json()}}}))
     narrow, b = problem("bf16", 130, 64, 512, seed=3)
-    assert not run_with_table(plan_sparse_matmul(narrow.values, narrow.meta, b, interpret=True), table=path,
-                              interpret=True)
+    assert not run_with_table(plan_sparse_matmul(narrow.values, narrow.meta, b, interpret=True, kernel="gemm"),
+                              table=path, interpret=True)
     near, b2 = problem("bf16", 130, 200, 512, seed=3)
-    plan = plan_sparse_matmul(near.values, near.meta, b2, interpret=True)
+    plan = plan_sparse_matmul(near.values, near.meta, b2, interpret=True, kernel="gemm")
     plan.out[...] = np.nan
     assert run_with_table(plan, table=path, interpret=True)
     ref, absprod = reference(near, b2)
