@@ -16,6 +16,7 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
+#   bash scripts/gpu_runs.sh decode-route-21b  # the route's GPU tests, the decode table's 32/64-token tiles, T = 64 with them
 #   bash scripts/gpu_runs.sh perwarp-20        # the per-warp stage release: GPU tests, timed at 8192³ and 4096³; T = 64
 #   bash scripts/gpu_runs.sh mt-20             # the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
 #   bash scripts/gpu_runs.sh ncu-mt            # Nsight Compute: the pair kernel with / without the metadata by TMA, cuSPARSELt
@@ -84,9 +85,15 @@ decode-route-21)  # sparse_matmul at N <= 64 runs the decode kernel, storing C f
     run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
         --case-timeout 40 --json "$out/gemm-t64-bf16.json"
     ;;
-decode-route-21b)  # the f16 rows of the same grid
-    run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes f16 --iters 10 \
-        --case-timeout 40 --json "$out/gemm-t64-f16.json"
+decode-route-21b)  # the route's GPU tests alone; the decode table's 32- and 64-token tiles (bf16, f16) for the
+                   # Llama-3 8B and 70B weights (merged into decode-h200.json); the grid's T = 64 rows with them
+    run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_gemm_decode_route.py
+    run 330 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
+        8192x8192 57344x8192 8192x28672 --tokens 64 32 --dtype bf16 f16 --max-seconds 290 -v \
+        -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    run 150 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 64 --dtypes bf16 --iters 10 \
+        --case-timeout 40 --json "$out/gemm-t64-bf16-tuned.json"
     ;;
 perwarp-20)  # each consumer warp releasing a stage itself (PER="warp", no named barrier per warpgroup): its GPU
              # tests, then timed against the per-warpgroup release at 8192³ and 4096³ (bf16, f16)
