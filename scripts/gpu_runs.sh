@@ -16,6 +16,7 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
+#   bash scripts/gpu_runs.sh decode-route-21c  # the decode table's entries against float64, the grid's f16 T = 64 rows
 #   bash scripts/gpu_runs.sh decode-route-21b  # the route's GPU tests, the decode table's 32/64-token tiles, T = 64 with them
 #   bash scripts/gpu_runs.sh perwarp-20        # the per-warp stage release: GPU tests, timed at 8192³ and 4096³; T = 64
 #   bash scripts/gpu_runs.sh mt-20             # the split-K _mt fix and INFLIGHT on the _mt kernels, on the GPU
@@ -84,6 +85,11 @@ decode-route-21)  # sparse_matmul at N <= 64 runs the decode kernel, storing C f
         tests/stdlib/test_gemm_api.py tests/stdlib/test_decode_api.py tests/stdlib/test_gemm_out_dtype.py
     run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
         --case-timeout 40 --json "$out/gemm-t64-bf16.json"
+    ;;
+decode-route-21c)  # the decode table's new entries against float64 (poisoned), then the grid's f16 T = 64 rows
+    run 230 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind decode --dtype bf16 --dtype f16 --max-seconds 200
+    run 150 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 64 --dtypes f16 --iters 10 \
+        --case-timeout 40 --json "$out/gemm-t64-f16-tuned.json"
     ;;
 decode-route-21b)  # the route's GPU tests alone; the decode table's 32- and 64-token tiles (bf16, f16) for the
                    # Llama-3 8B and 70B weights (merged into decode-h200.json); the grid's T = 64 rows with them
