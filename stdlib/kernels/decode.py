@@ -17,6 +17,8 @@ for T <= 64 on sm_90a: measured on the H200 it is 1.16-1.33x faster than the til
 Split-K, ring depth and reduction come from a tuned table where one has an entry for the problem
 (``$SPARSILE_DECODE_TABLE`` or ``tuned/decode-<gpu>.json``: :mod:`.decode_tuning`, docs/autotune.md),
 else from :func:`choose_decode_config`.
+``sparse_matmul`` runs it too at N <= 64 (``plan_sparse_decode(..., feature_major=True)``: C = (M, N)
+stored by the kernel, FM=1; :func:`~.gemm.takes_decode`).
 ``plan_sparse_decode`` returns a :class:`SparseDecodePlan` with the interface of
 :class:`~.linear.SparseLinearPlan` (``launches()``, ``run()``, ``compile()``, ``rebind()``).
 
