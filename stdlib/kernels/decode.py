@@ -65,7 +65,12 @@ DECODE_REDUCE_ENV = "SPARSILE_DECODE_REDUCE"
 reduce), or "launch" (the default)."""
 REDUCE_MODES = ("launch", "kernel")
 DECODE_BM = 128           # weight rows per CTA by default: two consumer warpgroups of 64
-DECODE_BMS = (128, 64)    # the row slabs a CTA may own: BM = 64 is one consumer warpgroup (5 warps), twice the CTAs
+DECODE_BMS = (128, 64, 256)  # the row slabs a CTA may own: 64 is one consumer warpgroup (5 warps), twice the CTAs;
+# 256 is four (17 warps), each step's x then serving twice the weight rows (for T >= BM256_MIN_TILE)
+BM256_MIN_TILE = 32
+"""The smallest token tile for which the decode tuner times 256-row slabs: from 32 tokens a step's x
+(BN x BK) is half the size of a 128-row slab's values or more, and a 256-row slab halves the x
+that the grid reads per weight byte."""
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
@@ -413,7 +418,8 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
     if bm is not None and (type(bm) is not int or bm not in DECODE_BMS):
         raise bad_input(f"bm of the decode kernel must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}",
-                        help="128: two consumer warpgroups per CTA; 64: one, and twice the CTAs", code=SP_DECODE)
+                        help="128: two consumer warpgroups per CTA; 64: one, and twice the CTAs; 256: four, "
+                        "each step's x serving twice the rows", code=SP_DECODE)
     sms = num_sms or planned_sm_count(interpret)
     asked = (split_k, stages)  # the caller's, which the resident x's rule keeps
     source = "heuristic" if split_k is None and stages is None and bm is None else "explicit"
@@ -446,10 +452,13 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                         help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
     cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
-    # whole 128-row slabs whatever cfg.bm (64 divides them): untiled copies of the weight are then the
-    # same for every plan of it (sparsile.torch refreshes a record's copies from a plan of one token);
-    # a tiled copy's arrangement depends on cfg.bm
-    rows = -(-base.m // DECODE_BM) * DECODE_BM
+    # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight
+    # are then the same for every plan of it (sparsile.torch refreshes a record's copies from a plan of
+    # one token, and builds a new record where their shapes differ); whole 256-row slabs for 256, so
+    # that no metadata box reaches beyond the words (TMA's zero fill is the undefined code 0x0); a
+    # tiled copy's arrangement depends on cfg.bm
+    slab = max(DECODE_BM, cfg.bm)
+    rows = -(-base.m // slab) * slab
     words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
     if tiled:
         vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), cfg.bm, cfg.bk // 2)

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...frontend.diagnostics import CompileError, LaunchError, SparsileError
 from .decode import (
+    BM256_MIN_TILE,
     DECODE_BM,
     DECODE_BMS,
     MAX_SPLIT,
@@ -204,11 +205,15 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
     for each row slab of :data:`~.decode.DECODE_BMS`, split-K from :data:`SPLITS` keeping two K
     steps per share and the grid within :data:`MAX_WAVES` x the CTA slots of two per SM, every
     STAGES from 2 whose ring fits in a CTA's shared memory, and both reductions where there is a
-    split. 64-row slabs only where 128-row ones leave SMs without a CTA (fewer tiles than SMs)."""
+    split. 64-row slabs only where 128-row ones leave SMs without a CTA (fewer tiles than SMs);
+    256-row slabs only from a token tile of :data:`~.decode.BM256_MIN_TILE`, where x is a large
+    part of each step."""
     out = []
     for bm in DECODE_BMS:
         tiles = -(-m // bm)
-        if bm != DECODE_BM and -(-m // DECODE_BM) >= sms:
+        if bm == 64 and -(-m // DECODE_BM) >= sms:
+            continue
+        if bm == 256 and token_tile(t) < BM256_MIN_TILE:
             continue
         probe = DecodeConfig(token_tile(t), 128 if elem_bytes == 2 else 256, 1, 1, 1, bm=bm)
         steps = k_padded // probe.bk

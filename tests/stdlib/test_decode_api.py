@@ -17,6 +17,8 @@ import pytest
 from sparsile.stdlib.kernels import KERNELS
 from sparsile.stdlib.kernels.decode import (
     DECODE_BM,
+    EMPTY_META_WORD,
+    SMEM_PER_CTA,
     SMEM_PER_SM,
     SparseDecodePlan,
     choose_decode_config,
@@ -193,13 +195,49 @@ def test_64_row_slabs_are_checked_and_compile_for_sm90a(tmp_path):
     for bad in (32, 96, "64", True):
         assert _code_message(functools.partial(plan_sparse_decode, weight.values, weight.meta, x, interpret=True,
                                                bm=bad)) == (
-            "SP0860", f"bm of the decode kernel must be one of 128, 64, got {bad!r}")
+            "SP0860", f"bm of the decode kernel must be one of 128, 64, 256, got {bad!r}")
     plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=64, split_k=1)
     (ck,) = plan.compile("sm_90a")
     assert ck.num_warps == 5
     assert len(re.findall(r"wgmma\.mma_async\.sp", ck.ptx)) == 4  # BK/32 of m64n8k32 per step, one warpgroup
     report = ptxas_report(ck.ptx, tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in report
+
+@pytest.mark.parametrize("dtype,n_out,t,k,split,reduce,tiled,fm", [
+    ("bf16", 300, 64, 512, 2, "launch", False, False),   # ragged: the second slab's last 212 rows past M
+    ("f16", 256, 33, 640, 1, None, True, False),         # one slab, tiled, ragged K (5 steps)
+    ("e4m3", 520, 40, 768, 3, "kernel", False, True),    # three slabs, in-kernel reduction, feature-major
+    ("bf16", 128, 64, 256, 2, "kernel", False, False),   # fewer rows than one slab
+])
+def test_256_row_slabs_match_float64_reference(dtype, n_out, t, k, split, reduce, tiled, fm):
+    """bm=256: four consumer warpgroups (17 warps); the words padded to whole 256-row slabs with the
+    code of two zero values, so that no metadata box reads past them; output poisoned."""
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + t)
+    want, epi = epilogue_case(dtype, n_out, t, "float32", "f32", "relu", "channel", "token")
+    shape = (n_out, t) if fm else (t, n_out)
+    out = np.full(shape, np.nan, np.float32)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=256, split_k=split, reduce=reduce,
+                              tiled=tiled, feature_major=fm, out=out, out_dtype="float32", **epi)
+    assert plan.config.bm == 256 and plan.config.num_warps == 17 and plan.grid == (-(-n_out // 256), split)
+    rows = -(-n_out // 256) * 256
+    if not tiled:
+        assert plan.meta.shape[0] == rows
+        assert (np.asarray(plan.meta)[plan.base.meta.shape[0]:] == EMPTY_META_WORD).all()  # beyond the given words
+    assert plan.run() is out
+    assert_linear_close(out.T if fm else out, weight, x, k, dtype, want, **epi)
+
+
+def test_256_row_slabs_compile_for_sm90a_without_spills(tmp_path):
+    weight, x = problem("bf16", 512, 64, 2048, seed=5)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=256, split_k=2)
+    assert plan.config.stages * (plan.config.stage_bytes(2) + 16) <= SMEM_PER_CTA
+    ck = plan.compile("sm_90a")[0]
+    assert ck.num_warps == 17
+    # BK/32 = 4 sparse MMAs of m64n64k32 per step in each of the four consumer warpgroups' code
+    assert len(re.findall(r"wgmma\.mma_async\.sp\.sync\.aligned\.m64n64k32", ck.ptx)) == 4
+    report = ptxas_report(ck.ptx, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report
+
 
 def test_tile_for_decode_puts_each_box_in_consecutive_rows():
     x = np.arange(256 * 48, dtype=np.uint32).reshape(256, 48)
@@ -363,6 +401,16 @@ def test_gpu_decode_64_row_slabs(dtype, n_out, t, k, out_dtype, bias, act, sw, s
     plan = check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled=tiled, reduce=reduce,
                             bm=64, pdl=pdl)
     assert plan.config.bm == 64
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiled,reduce", [(False, "launch"), (True, "kernel")])
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", [c for c in GPU_CASES if c[2] >= 32])
+def test_gpu_decode_256_row_slabs(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, tiled, reduce):
+    """bm=256 (four consumer warpgroups, 17 warps per CTA) on the GPU, both layouts and reductions."""
+    plan = check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split or 2, tiled=tiled,
+                            reduce=reduce, bm=256)
+    assert plan.config.bm == 256
 
 
 def check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, **options):

@@ -134,7 +134,7 @@ def _launch_error(call) -> tuple[str, str]:
     (table({KEY: entry(2, 3, "host")}), "SP0863",
      f"entry '{KEY}' of the decode table: reduce must be 'launch' or 'kernel', got 'host'"),
     (table({KEY: {"config": {"split_k": 2, "stages": 3, "bm": 32}}}), "SP0863",
-     f"entry '{KEY}' of the decode table: bm must be one of 128, 64, got 32"),
+     f"entry '{KEY}' of the decode table: bm must be one of 128, 64, 256, got 32"),
     (table({KEY: {"us": 1.0}}), "SP0863", f"entry '{KEY}' of the decode table: config is not an object"),
     (table({"bf16 256x512": entry(2, 3)}), "SP0863",
      "entry 'bf16 256x512' of the decode table: the name is not 'DEVICE/SMS DTYPE NxK bnB' "
@@ -180,8 +180,9 @@ def test_sweep_inputs_group_tokens_by_tile():
 def test_candidate_space_is_valid_and_bounded(m, k, t):
     full = dt.candidate_space(m, k, t, 2, 132)
     assert len(full) == len(set(full)) and 1 <= len(full) <= 2 * 8 * 8 * 2
-    # 64-row slabs only where 128-row ones leave SMs idle (fewer slabs than SMs)
-    assert {c.bm for c in full} == ({128, 64} if -(-m // 128) < 132 else {128})
+    # 64-row slabs only where 128-row ones leave SMs idle (fewer slabs than SMs), 256-row ones from 32 tokens
+    want = {128} | ({64} if -(-m // 128) < 132 else set()) | ({256} if dt.token_tile(t) >= 32 else set())
+    assert {c.bm for c in full} == want
     bn = dt.token_tile(t)
     for bm in {c.bm for c in full}:
         space = [c for c in full if c.bm == bm]
