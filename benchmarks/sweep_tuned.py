@@ -155,7 +155,9 @@ def run_gemm(case: Case, w: Weight, b: np.ndarray, tables: Tables, interpret: bo
     from sparsile.stdlib.kernels.gemm import plan_sparse_matmul
     from sparsile.stdlib.kernels.tuning import find, index_table, load_gemm_table, run_with_table
 
-    plan = plan_sparse_matmul(w.values, w.meta, b, dtype=case.dtype, interpret=interpret, target="sm_90a")
+    # the tiled kernel, which the table's entries configure (sparse_matmul runs the decode kernel at N <= 64)
+    plan = plan_sparse_matmul(w.values, w.meta, b, dtype=case.dtype, interpret=interpret, target="sm_90a",
+                              kernel="gemm")
     found = find(index_table(load_gemm_table(tables.gemm)), case.dtype, plan.m, plan.n, plan.k)
     if found != case.config:
         raise LookupError(f"the table's lookup for {plan.m}x{plan.n}x{plan.k} gives {found}, not the entry")

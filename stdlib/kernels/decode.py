@@ -121,6 +121,7 @@ class DecodeConfig:
     source: str = "heuristic"  # where split_k / stages came from: "heuristic", "explicit", "table:<file>"
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
     xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
+    persist: int = 0  # > 0: the persistent kernel (PERSIST) on this many CTAs, each streaming several slabs
 
     def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""
@@ -293,6 +294,8 @@ class SparseDecodePlan:
 
     @property
     def grid(self) -> tuple[int, int]:
+        if self.config.persist:
+            return (self.config.persist, 1)
         return (-(-self.base.m // self.config.bm), self.config.split_k)
 
     @property
@@ -320,7 +323,7 @@ class SparseDecodePlan:
         common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {}),
                   **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}),
                   **({"XSTEPS": c.xsteps, "XROWS": x_rows(self.base.t)} if self.quantizes_x else {}), **self._pdl(),
-                  **({"FM": 1} if self.feature_major else {})}
+                  **({"FM": 1} if self.feature_major else {}), **({"PERSIST": 1} if c.persist else {})}
         epilogue = self.base._epilogue_constexprs()
         if self.quantizes_x:  # the kernel applies its own scales
             del epilogue["SCALE_X"]
@@ -367,7 +370,7 @@ class SparseDecodePlan:
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
                        reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,
-                       feature_major: bool = False, **linear: Any) -> Any:
+                       feature_major: bool = False, persistent: bool | None = None, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -388,6 +391,11 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     ``bm``: the weight rows per CTA, 128 (two consumer warpgroups) or 64 (one; twice the CTAs
     without splitting K, for weights of few rows). Unset, with ``split_k`` and ``stages`` unset too and
     no table entry: :func:`heuristic_bm`; unset with either given: 128.
+    ``persistent``: the persistent kernel (PERSIST of sparse_decode_sm90.spk): a grid of at most the
+    resident CTA slots (CTAs per SM x SMs), each CTA streaming its slabs one after another through
+    one ring, so that no wave of CTAs is left part-full and a slab's epilogue overlaps the next
+    slab's loads; no split-K (an explicit split_k above 1 is SP0860), no x quantized by the kernel,
+    no PDL. Unset: the table's choice ("persistent" in an entry's config), else off.
     ``feature_major`` (``sparse_matmul``'s route for N <= 64): the output is C = (N_out, T), row-major
     (``out`` of that shape), x the (T, K) operand b; M, T and K must not be 0 (sparse_matmul handles
     those cases itself).
@@ -430,6 +438,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         found = table_choice(base.choice.operand, base.m, base.k, base.t, interpret, table, num_sms)
         if found is not None:
             split_k, stages, bm, source = found[0].split_k, found[0].stages, found[0].bm, found[1]
+            persistent = found[0].persistent if persistent is None else persistent
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
     if source == "heuristic":  # (no table entry either)
@@ -450,6 +459,14 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         raise bad_input(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits in "
                         f"{SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}",
                         help=f"one step takes {cfg.stage_bytes(base.choice.elem_bytes)} bytes here")
+    if persistent:
+        if cfg.split_k != 1 or cfg.xsteps or pdl:
+            raise bad_input("the persistent decode kernel takes no split-K, no x it quantizes itself and no pdl, got "
+                            f"split_k={cfg.split_k}" + (", 16-bit x for e4m3 weights" if cfg.xsteps else "")
+                            + (", pdl=True" if pdl else ""), code=SP_DECODE,
+                            help="plan it with split_k=1 and pdl=False (e4m3 weights: quantize x first), or "
+                            "without persistent")
+        cfg = dataclasses.replace(cfg, persist=min(-(-base.m // cfg.bm), cfg.ctas_per_sm * sms))
     cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight

@@ -56,9 +56,11 @@ class DecodeCandidate:
     stages: int
     reduce: str = "launch"
     bm: int = DECODE_BM  # weight rows per CTA (an entry without "bm": 128)
+    persistent: bool = False  # the persistent kernel (no split-K; an entry without "persistent": False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce, "bm": self.bm}
+        return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce, "bm": self.bm,
+                **({"persistent": True} if self.persistent else {})}
 
     @classmethod
     def from_json(cls, data: Any) -> DecodeCandidate:
@@ -66,7 +68,7 @@ class DecodeCandidate:
         if not isinstance(data, Mapping):
             raise ValueError("config is not an object")
         split, stages, reduce = data.get("split_k"), data.get("stages"), data.get("reduce", "launch")
-        bm = data.get("bm", DECODE_BM)
+        bm, persistent = data.get("bm", DECODE_BM), data.get("persistent", False)
         if type(split) is not int or not 1 <= split <= MAX_SPLIT:
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT}, got {split!r}")
         if type(stages) is not int or not 2 <= stages <= MAX_STAGES:
@@ -75,11 +77,13 @@ class DecodeCandidate:
             raise ValueError(f"reduce must be 'launch' or 'kernel', got {reduce!r}")
         if type(bm) is not int or bm not in DECODE_BMS:
             raise ValueError(f"bm must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}")
-        return cls(split, stages, reduce, bm)
+        if type(persistent) is not bool or (persistent and split != 1):
+            raise ValueError(f"persistent must be true (with split_k 1) or false, got {persistent!r}")
+        return cls(split, stages, reduce, bm, persistent)
 
     def __str__(self) -> str:
         return (f"split_k={self.split_k} stages={self.stages}" + (f" reduce={self.reduce}" if self.split_k > 1 else "")
-                + (f" bm={self.bm}" if self.bm != DECODE_BM else ""))
+                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else ""))
 
 
 def token_tile(t: int) -> int:
@@ -205,7 +209,8 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
     for each row slab of :data:`~.decode.DECODE_BMS`, split-K from :data:`SPLITS` keeping two K
     steps per share and the grid within :data:`MAX_WAVES` x the CTA slots of two per SM, every
     STAGES from 2 whose ring fits in a CTA's shared memory, and both reductions where there is a
-    split. 64-row slabs only where 128-row ones leave SMs without a CTA (fewer tiles than SMs);
+    split; the persistent kernel (no split) where there are more slabs than SMs. 64-row slabs only
+    where 128-row ones leave SMs without a CTA (fewer tiles than SMs);
     256-row slabs only from a token tile of :data:`~.decode.BM256_MIN_TILE`, where x is a large
     part of each step."""
     out = []
@@ -221,13 +226,15 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
         stages = [s for s in range(2, MAX_STAGES + 1) if s * (probe.stage_bytes(elem_bytes) + 16) <= SMEM_PER_CTA]
         out += [DecodeCandidate(sp, st, r, bm) for sp in splits for st in stages
                 for r in (REDUCE_MODES if sp > 1 else ("launch",))]
+        if tiles > sms:  # more slabs than SMs: the persistent kernel leaves no wave part-full
+            out += [DecodeCandidate(1, st, "launch", bm, True) for st in stages]
     return out
 
 
 def default_candidate(plan: SparseDecodePlan) -> DecodeCandidate:
     """The candidate ``plan`` was planned with."""
     mode = "kernel" if plan.reduces_in_kernel else "launch"
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm)
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0)
 
 
 def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> SparseDecodePlan:
@@ -240,8 +247,10 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
         raise LaunchError(SP_TUNE_INPUT, f"a tiled decode plan of {plan.config.bm}-row slabs cannot run {cand}",
                           help="tune an untiled plan (tiled=False)")
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
-    cfg = dataclasses.replace(cfg, source="tuning")
-    work = empty_array(plan.x, (cand.split_k, b.t, b.m), "float32", b.interpret) if cand.split_k > 1 else None
+    persist = min(-(-b.m // cand.bm), cfg.ctas_per_sm * sms) if cand.persistent else 0
+    cfg = dataclasses.replace(cfg, source="tuning", persist=persist)
+    shares = (cand.split_k, b.m, b.t) if plan.feature_major else (cand.split_k, b.t, b.m)
+    work = empty_array(plan.x, shares, "float32", b.interpret) if cand.split_k > 1 else None
     counters = None
     if cand.split_k > 1 and cand.reduce == "kernel":
         counters = empty_array(plan.x, (-(-b.m // cand.bm),), "int32", b.interpret)

@@ -239,6 +239,44 @@ def test_256_row_slabs_compile_for_sm90a_without_spills(tmp_path):
     assert "0 bytes spill stores, 0 bytes spill loads" in report
 
 
+@pytest.mark.parametrize("dtype,n_out,t,k,bm,sms,tiled,fm", [
+    ("bf16", 1000, 5, 512, 128, 3, False, False),   # 8 slabs on 6 CTAs (2 per SM): two CTAs stream two
+    ("e4m3", 700, 33, 768, 64, 4, True, False),     # 11 slabs of 64 rows on 8 CTAs, tiled
+    ("f16", 520, 64, 384, 256, 1, False, True),     # 3 slabs of 256 rows on one CTA, feature-major
+    ("bf16", 130, 16, 1000, 128, 8, False, False),  # fewer slabs than CTA slots: one slab per CTA
+])
+def test_persistent_kernel_matches_float64_reference(dtype, n_out, t, k, bm, sms, tiled, fm):
+    """persistent=True: min(slabs, CTA slots) CTAs, each streaming slabs p, p + grid, ... through one
+    ring (the ring's phases continue across slabs); epilogue per slab; output poisoned."""
+    weight, x = problem(dtype, n_out, t, k, seed=n_out + k)
+    want, epi = epilogue_case(dtype, n_out, t, "float32", "f32", "silu", "channel", "token")
+    out = np.full((n_out, t) if fm else (t, n_out), np.nan, np.float32)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=bm, split_k=1, persistent=True,
+                              num_sms=sms, tiled=tiled, feature_major=fm, out=out, out_dtype="float32", **epi)
+    slabs = -(-n_out // bm)
+    assert plan.config.persist == min(slabs, plan.config.ctas_per_sm * sms) and plan.grid == (plan.config.persist, 1)
+    assert plan.constexprs()["PERSIST"] == 1 and len(plan.launches()) == 1
+    assert plan.run() is out
+    assert_linear_close(out.T if fm else out, weight, x, k, dtype, want, **epi)
+
+
+def test_persistent_kernel_is_checked_and_compiles_without_spills(tmp_path):
+    weight, x = problem("bf16", 2048, 64, 2048, seed=6)
+    for kwargs, words in [({"split_k": 2}, "split_k=2"), ({"split_k": 1, "pdl": True}, "pdl=True")]:
+        code, message = _code_message(functools.partial(plan_sparse_decode, weight.values, weight.meta, x,
+                                                        interpret=True, persistent=True, **kwargs))
+        assert code == "SP0860" and "the persistent decode kernel takes no split-K" in message and words in message
+    w8, x16 = problem("e4m3", 256, 4, 512, seed=6)
+    code, message = _code_message(functools.partial(plan_sparse_decode, w8.values, w8.meta, x16.astype(np.float16),
+                                                    interpret=True, persistent=True, split_k=1))
+    assert code == "SP0860" and "16-bit x for e4m3 weights" in message
+    plan = plan_sparse_decode(weight.values, weight.meta, x, persistent=True, split_k=1, num_sms=4)
+    assert plan.grid == (plan.config.persist, 1) and plan.config.persist < 16
+    (ck,) = plan.compile("sm_90a")
+    report = ptxas_report(ck.ptx, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report
+
+
 def test_tile_for_decode_puts_each_box_in_consecutive_rows():
     x = np.arange(256 * 48, dtype=np.uint32).reshape(256, 48)
     tiled = tile_for_decode(x, 128, 16)
@@ -411,6 +449,17 @@ def test_gpu_decode_256_row_slabs(dtype, n_out, t, k, out_dtype, bias, act, sw, 
     plan = check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split or 2, tiled=tiled,
                             reduce=reduce, bm=256)
     assert plan.config.bm == 256
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bm,tiled", [(128, False), (64, True)])
+@pytest.mark.parametrize("dtype,n_out,t,k,out_dtype,bias,act,sw,sx,split", [c for c in GPU_CASES if c[-1] is None])
+def test_gpu_decode_persistent(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, bm, tiled):
+    """The persistent kernel on the GPU (on 8 SMs' worth of CTAs, so that every CTA streams several
+    slabs), both layouts."""
+    plan = check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, 1, tiled=tiled, bm=bm,
+                            persistent=True, num_sms=8)
+    assert plan.config.persist > 0
 
 
 def check_gpu_decode(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split, **options):

@@ -179,7 +179,7 @@ def test_sweep_inputs_group_tokens_by_tile():
 @pytest.mark.parametrize("m,k,t", [(28672, 4096, 16), (4096, 14336, 64), (4096, 4096, 1), (128, 256, 8)])
 def test_candidate_space_is_valid_and_bounded(m, k, t):
     full = dt.candidate_space(m, k, t, 2, 132)
-    assert len(full) == len(set(full)) and 1 <= len(full) <= 2 * 8 * 8 * 2
+    assert len(full) == len(set(full)) and 1 <= len(full) <= 3 * (8 * 8 * 2 + 7)
     # 64-row slabs only where 128-row ones leave SMs idle (fewer slabs than SMs), 256-row ones from 32 tokens
     want = {128} | ({64} if -(-m // 128) < 132 else set()) | ({256} if dt.token_tile(t) >= 32 else set())
     assert {c.bm for c in full} == want
@@ -199,6 +199,20 @@ def test_candidate_space_is_valid_and_bounded(m, k, t):
         assert dt.DecodeCandidate(1, 2, "launch", bm) in space
         if k // 128 >= 4:
             assert dt.DecodeCandidate(2, 2, "kernel", bm) in space
+        # the persistent kernel (no split) where there are more slabs than SMs, at every ring depth
+        persistent = {c.stages for c in space if c.persistent}
+        assert all(c.split_k == 1 for c in space if c.persistent)
+        assert persistent == (stages if -(-m // bm) > 132 else set())
+
+
+def test_persistent_candidates_round_trip_and_are_checked():
+    cand = dt.DecodeCandidate(1, 4, "launch", 128, True)
+    assert cand.to_json()["persistent"] is True and dt.DecodeCandidate.from_json(cand.to_json()) == cand
+    assert "persistent" not in dt.DecodeCandidate(1, 4).to_json()  # older entries read the same
+    assert str(cand) == "split_k=1 stages=4 persistent"
+    for bad in ({"split_k": 2, "stages": 4, "persistent": True}, {"split_k": 1, "stages": 4, "persistent": 1}):
+        with pytest.raises(ValueError, match="persistent must be true"):
+            dt.DecodeCandidate.from_json(bad)
 
 
 def test_sweep_picks_the_fastest_correct_candidate(weight, monkeypatch):
