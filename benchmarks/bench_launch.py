@@ -193,8 +193,8 @@ def gemm_rows(tokens: int, features: int, calls: int, repeats: int) -> list[tupl
             kernel_module().splitk_reduce[(-(-mn // 1024),)](plan.workspace, plan.out, mn, SPLIT_K=plan.split_k)
 
     check_same(plan.run, prepared, plan.out, "sparse GEMM")
-    case = f"sparse GEMM (tiled) bf16 T={tokens} {features}x{features}" + (f" split_k={plan.split_k}" if plan.split_k > 1
-                                                                    else "")
+    split = f" split_k={plan.split_k}" if plan.split_k > 1 else ""
+    case = f"sparse GEMM (tiled) bf16 T={tokens} {features}x{features}{split}"
     dense = w.to(torch.bfloat16)
     rows = []
     for how, fn in (("sparse_matmul(kernel='gemm')", lambda: sparse_matmul(values, meta, x, kernel="gemm")),
