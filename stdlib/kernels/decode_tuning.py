@@ -26,12 +26,14 @@ from .decode import (
     BM256_MIN_TILE,
     DECODE_BM,
     DECODE_BMS,
+    EMPTY_META_WORD,
     MAX_SPLIT,
     MAX_STAGES,
     REDUCE_MODES,
     SMEM_PER_CTA,
     DecodeConfig,
     SparseDecodePlan,
+    _padded,
     choose_decode_config,
 )
 from .tuning import TUNED_DIR, f32_copy, matches_reference, reference_tolerance, shape_dims
@@ -246,6 +248,7 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
     if plan.tiled and cand.bm != plan.config.bm:
         raise LaunchError(SP_TUNE_INPUT, f"a tiled decode plan of {plan.config.bm}-row slabs cannot run {cand}",
                           help="tune an untiled plan (tiled=False)")
+    plan = covering_every_slab(plan)
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
     persist = min(-(-b.m // cand.bm), cfg.ctas_per_sm * sms) if cand.persistent else 0
     cfg = dataclasses.replace(cfg, source="tuning", persist=persist)
@@ -282,6 +285,18 @@ class Rotation:
         return plan.run(stream=stream)
 
 
+def covering_every_slab(plan: SparseDecodePlan) -> SparseDecodePlan:
+    """``plan`` with its untiled metadata words padded to whole slabs of the largest row slab
+    (:data:`~.decode.DECODE_BMS`), as plan_sparse_decode pads them for that slab: a candidate of
+    256-row slabs run on the words of a 128-row plan would read metadata boxes past them (TMA's
+    zero fill, the undefined code 0x0)."""
+    if plan.tiled:
+        return plan
+    slab = max(DECODE_BMS)
+    rows = -(-plan.base.m // slab) * slab
+    return dataclasses.replace(plan, meta=_padded(plan.meta, rows, int(plan.meta.shape[1]), EMPTY_META_WORD))
+
+
 def weight_copies(plan: SparseDecodePlan, cold_bytes: int = 3 * L2_BYTES) -> list[tuple[Any, Any]]:
     """Copies of ``plan``'s values and metadata, so that the weight and its copies take at least
     ``cold_bytes`` (at most 7 copies)."""
@@ -301,6 +316,7 @@ def tune_decode_plan(base: SparseDecodePlan, sms: int, bench: Callable[..., floa
     reason. ``bench(run, warmup=, rep=, stream=)`` gives milliseconds; ``run`` is a
     :class:`Rotation` over :func:`weight_copies` (``run.candidate`` says which candidate)."""
     default = default_candidate(base)
+    base = covering_every_slab(base)
     copies = weight_copies(base)
     _poison(base.out)
     ref = f32_copy(base.run())

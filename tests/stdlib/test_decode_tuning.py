@@ -403,3 +403,20 @@ def test_the_heuristic_takes_64_row_slabs_where_they_fit_in_one_wave(weight):
     assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=4).config.bm == 64
     assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=3).config.bm == 128
     assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, num_sms=4, split_k=1).config.bm == 128
+
+
+@pytest.mark.parametrize("feature_major", [False, True])
+def test_a_256_row_candidate_gets_words_of_whole_256_row_slabs(feature_major):
+    """A 128-row plan of 300 rows has 384 rows of words; a candidate of 256-row slabs reads 512
+    (no metadata box past the words), and a feature-major plan's workspace is (split, N_out, T)."""
+    weight, x = problem("bf16", 300, 40, 512, seed=3)
+    base = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, table=False, bm=128,
+                              feature_major=feature_major)
+    assert base.meta.shape[0] == 384
+    plan = dt.with_candidate(base, dt.DecodeCandidate(2, 4, "launch", 256), 132)
+    assert plan.meta.shape[0] == 512 and plan.grid == (2, 2)
+    assert plan.workspace.shape == ((2, 300, 40) if feature_major else (2, 40, 300))
+    assert (np.asarray(plan.meta)[384:] == 0x44444444).all()
+    plan.out[...] = np.nan
+    got = plan.run()
+    assert_linear_close(got.T if feature_major else got, weight, x, 512, "bf16", "bfloat16")
