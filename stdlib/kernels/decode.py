@@ -171,6 +171,10 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     if forced is not None:
         stages = forced
         ctas = 2 if stages * (stage + 16) <= per_cta else 1
+    if bm == 256 and ctas == 2:  # 17 warps of up to 112 registers: two CTAs exceed an SM's 64 K registers
+        ctas = 1
+        if forced is None:
+            stages = max(2, min(MAX_STAGES, (SMEM_PER_SM - 2048) // stage))
     tiles = -(-m // bm)
     steps = -(-k // bk)
     if split_k is None:
@@ -394,8 +398,10 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     ``persistent``: the persistent kernel (PERSIST of sparse_decode_sm90.spk): a grid of at most the
     resident CTA slots (CTAs per SM x SMs), each CTA streaming its slabs one after another through
     one ring, so that no wave of CTAs is left part-full and a slab's epilogue overlaps the next
-    slab's loads; no split-K (an explicit split_k above 1 is SP0860), no x quantized by the kernel,
-    no PDL. Unset: the table's choice ("persistent" in an entry's config), else off.
+    slab's loads; no split-K (split_k unset: 1; an explicit split_k above 1 is SP0860), no x quantized
+    by the kernel, no PDL (SP0860 when asked for with either). Unset: the table's choice ("persistent"
+    in an entry's config) where the plan can take it (not with pdl or 16-bit x for e4m3 weights: the
+    entry's split and stages on the other kernel then), else off.
     ``feature_major`` (``sparse_matmul``'s route for N <= 64): the output is C = (N_out, T), row-major
     (``out`` of that shape), x the (T, K) operand b; M, T and K must not be 0 (sparse_matmul handles
     those cases itself).
@@ -410,6 +416,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
 
     if not isinstance(pdl, bool):
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
+    if persistent is not None and not isinstance(persistent, bool):
+        raise bad_input(f"persistent of the decode kernel must be True, False or None, got {persistent!r}",
+                        code=SP_DECODE)
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
                               split_k=1, kernel="gemm", _quantized_in_kernel=True, _feature_major=feature_major,
                               **linear)
@@ -438,9 +447,13 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         found = table_choice(base.choice.operand, base.m, base.k, base.t, interpret, table, num_sms)
         if found is not None:
             split_k, stages, bm, source = found[0].split_k, found[0].stages, found[0].bm, found[1]
-            persistent = found[0].persistent if persistent is None else persistent
+            if persistent is None:  # the table's persistent kernel where this plan can run it (entries are
+                # timed without pdl, on x of the weight's type: 16-bit x for e4m3 weights keeps the other kernel)
+                persistent = found[0].persistent and not pdl and not base.quantizes_x
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
+    if persistent and asked[0] is None and not base.quantizes_x:  # the persistent kernel takes no split: not
+        split_k = 1  # the heuristic's or a (non-persistent) table entry's
     if source == "heuristic":  # (no table entry either)
         bm = heuristic_bm(base.m, base.t, sms)
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)

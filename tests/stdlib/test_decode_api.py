@@ -231,6 +231,10 @@ def test_256_row_slabs_compile_for_sm90a_without_spills(tmp_path):
     weight, x = problem("bf16", 512, 64, 2048, seed=5)
     plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=256, split_k=2)
     assert plan.config.stages * (plan.config.stage_bytes(2) + 16) <= SMEM_PER_CTA
+    # one CTA per SM whatever the ring (17 warps' registers): a persistent grid of 256-row slabs counts so
+    small = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=256, split_k=1, stages=2,
+                               persistent=True, num_sms=1)
+    assert small.config.ctas_per_sm == 1 and small.grid == (1, 1)
     ck = plan.compile("sm_90a")[0]
     assert ck.num_warps == 17
     # BK/32 = 4 sparse MMAs of m64n64k32 per step in each of the four consumer warpgroups' code
@@ -639,3 +643,17 @@ def test_meta_format_is_checked_and_ignored_on_sm90a(tokens):
     assert type(plain) is type(tagged) and (type(plain) is SparseDecodePlan) == (tokens <= 64)
     for a, b in zip(plain.weight_operands, tagged.weight_operands, strict=True):
         assert (a is None and b is None) or np.array_equal(a, b)
+
+
+def test_persistent_without_split_k_takes_no_split():
+    """persistent=True alone on a weight of few slabs (where the heuristic splits K): split 1, not
+    SP0860 for a split the caller did not ask for."""
+    weight, x = problem("bf16", 512, 4, 2048, seed=8)
+    assert plan_sparse_decode(weight.values, weight.meta, x, interpret=True, num_sms=132, bm=128).config.split_k > 1
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, num_sms=132, persistent=True)
+    assert plan.config.split_k == 1 and plan.grid == (plan.config.persist, 1)
+    plan.out[...] = np.nan
+    assert_linear_close(plan.run(), weight, x, 2048, "bf16", "bfloat16")
+    code, message = _code_message(functools.partial(plan_sparse_decode, weight.values, weight.meta, x,
+                                                    interpret=True, persistent="no"))
+    assert code == "SP0860" and "persistent of the decode kernel" in message

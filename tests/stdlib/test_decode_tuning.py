@@ -420,3 +420,30 @@ def test_a_256_row_candidate_gets_words_of_whole_256_row_slabs(feature_major):
     plan.out[...] = np.nan
     got = plan.run()
     assert_linear_close(got.T if feature_major else got, weight, x, 512, "bf16", "bfloat16")
+
+
+def test_a_persistent_entry_is_taken_only_where_the_plan_can_run_it(on_h200, weight):
+    """A table entry of the persistent kernel (timed on x of the weight's type, without pdl): a plan
+    with pdl, or of e4m3 weights with 16-bit x (quantized by the kernel), runs the entry's split and
+    stages on the other kernel instead of failing with SP0860; a caller's persistent=True takes no
+    split from a non-persistent entry (nor from the heuristic)."""
+    (w, x) = weight
+    cfg = {"split_k": 1, "stages": 3, "reduce": "launch", "bm": 128, "persistent": True}
+    tab = table({KEY: {"config": cfg, "us": 1.0}})
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab)
+    assert plan.config.persist > 0 and plan.grid == (plan.config.persist, 1)
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab, pdl=True)
+    assert (plan.config.persist, plan.config.split_k, plan.config.stages, plan.pdl) == (0, 1, 3, True)
+    w8, x8 = problem("e4m3", N_OUT, T, K, seed=6)
+    x16 = x8.astype(np.float32).astype(np.float16)
+    tab8 = table({dt.table_key(*H200, "e4m3", N_OUT, K, 8): {"config": cfg, "us": 1.0}})
+    assert plan_sparse_decode(w8.values, w8.meta, x8, interpret=True, table=tab8, scale_x=1.0,
+                              scale_w=1 / 64).config.persist > 0
+    plan = plan_sparse_decode(w8.values, w8.meta, x16, interpret=True, table=tab8, scale_w=1 / 64)
+    assert plan.quantizes_x and plan.config.persist == 0
+    plan.out[...] = np.nan
+    assert not np.isnan(np.asarray(plan.run(), np.float32)).any()
+    split = table({KEY: entry(2, 3, "kernel")})
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=split, persistent=True)
+    assert (plan.config.split_k, plan.grid) == (1, (plan.config.persist, 1)) and plan.config.persist > 0
+    assert_linear_close(plan.run(), w, x, K, "bf16", "bfloat16")
