@@ -75,6 +75,12 @@ SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 K
 SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
 HEURISTIC_BM64_MAX_T = 16  # the most tokens for which the untabled heuristic takes 64-row slabs
+TWO_CTA_MIN_STAGES = 4
+"""The shallowest ring for which the heuristic sizes the decode kernel for two CTAs per SM. Only
+64-token tiles of 128-row slabs have steps so large (34-36 KB) that half an SM holds just three:
+there all sixteen bf16 / f16 entries the H200 tuner wrote for the Llama-3 8B / 70B weights at
+T = 64 chose one CTA per SM with 4-7 stages over the two CTAs of 3 stages, by 1.00-1.27x (HBM-cold,
+twenty-first session, benchmarks/RESULTS.md)."""
 MAX_SPLIT = 16
 QX_SCRATCH = 1024
 """Shared memory the kernel that quantizes x (sparse_decode_e4m3_qx) holds beyond its ring and its
@@ -145,9 +151,9 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
                          split_k: int | None = None, stages: int | None = None, bm: int = DECODE_BM) -> DecodeConfig:
     """Tile, ring and split for N_out = ``m``, T = ``t``, K = ``k`` on ``sms`` SMs.
 
-    Two CTAs per SM when at least three steps fit in half the shared memory (keeps ~2 x 2 steps,
-    70-90 KB, in flight per SM: Little's law wants ~30 KB at 4.8 TB/s and ~700 ns), else one CTA
-    with a deeper ring. K is split so that the grid has about one CTA per SM (``sms // tiles``
+    Two CTAs per SM when at least :data:`TWO_CTA_MIN_STAGES` steps fit in half the shared memory
+    (keeps ~2 x 3 steps in flight per SM: Little's law wants ~30 KB at 4.8 TB/s and ~700 ns), else
+    one CTA with a deeper ring. K is split so that the grid has about one CTA per SM (``sms // tiles``
     shares), with at least two steps per share: the H200 sweep of ten Llama-3 8B / 70B shapes
     (stdlib/kernels/tuned/decode-h200.json, benchmarks/RESULTS.md) found the best split at or
     below that in every case but one (6144 x 4096 at 16 tokens), and filling both CTA slots of
@@ -165,7 +171,7 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
     forced = stages
     stages, ctas = per_cta // stage, 2
-    if stages < 3:
+    if stages < TWO_CTA_MIN_STAGES:
         stages, ctas = (SMEM_PER_SM - 2048) // stage, 1
     stages = max(2, min(MAX_STAGES, stages))
     if forced is not None:

@@ -342,11 +342,13 @@ def test_launches_and_rebind():
                                             (8192, 28672, 32, 2, 32), (1024, 4096, 1, 16, 8),
                                             (1024, 256, 4, 1, 8)])
 def test_configuration_puts_about_one_cta_per_sm(m, k, t, split, bn):
-    """Two CTAs per SM fit in shared memory; the split gives about one CTA per SM (at most one
-    per SM, at least two K steps per share, at most 16 shares)."""
+    """Two CTAs per SM where four steps fit in half the shared memory, else one with a deeper ring
+    (64-token tiles); the split gives about one CTA per SM (at most one per SM, at least two K steps
+    per share, at most 16 shares)."""
     cfg = choose_decode_config(m, t, k, KERNELS["bf16"], 132)
-    assert (cfg.split_k, cfg.bn, cfg.ctas_per_sm) == (split, bn, 2)
-    assert cfg.stages >= 3 and cfg.ctas_per_sm * (cfg.stages * cfg.stage_bytes(2) + 2048) <= SMEM_PER_SM
+    assert (cfg.split_k, cfg.bn, cfg.ctas_per_sm) == (split, bn, 1 if bn == 64 else 2)
+    assert cfg.stages >= (6 if bn == 64 else 4)
+    assert cfg.ctas_per_sm * (cfg.stages * cfg.stage_bytes(2) + 2048) <= SMEM_PER_SM
     assert cfg.split_k == 1 or -(-m // DECODE_BM) * cfg.split_k <= 132
 
 
