@@ -208,7 +208,7 @@ def heuristic_bm(m: int, t: int, sms: int) -> int:
     return 64 if t <= HEURISTIC_BM64_MAX_T and -(-m // 64) <= sms else DECODE_BM
 
 
-def _padded(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
+def padded_to(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
     """2-D ``x`` extended to (rows, cols), new elements of bit pattern ``fill`` (``x`` itself when it
     fits)."""
     have_r, have_c = (int(s) for s in x.shape)
@@ -495,9 +495,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     # tiled copy's arrangement depends on cfg.bm
     slab = max(DECODE_BM, cfg.bm)
     rows = -(-base.m // slab) * slab
-    words = _padded(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
+    words = padded_to(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
     if tiled:
-        vals = tile_for_decode(_padded(base.values, rows, k_padded // 2), cfg.bm, cfg.bk // 2)
+        vals = tile_for_decode(padded_to(base.values, rows, k_padded // 2), cfg.bm, cfg.bk // 2)
         words = tile_for_decode(words, cfg.bm, cfg.bk // 32)
     else:
         vals = pad_columns(base.values, k_padded // 2)

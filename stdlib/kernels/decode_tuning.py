@@ -33,8 +33,8 @@ from .decode import (
     SMEM_PER_CTA,
     DecodeConfig,
     SparseDecodePlan,
-    _padded,
     choose_decode_config,
+    padded_to,
 )
 from .tuning import TUNED_DIR, f32_copy, matches_reference, reference_tolerance, shape_dims
 
@@ -294,7 +294,7 @@ def covering_every_slab(plan: SparseDecodePlan) -> SparseDecodePlan:
         return plan
     slab = max(DECODE_BMS)
     rows = -(-plan.base.m // slab) * slab
-    return dataclasses.replace(plan, meta=_padded(plan.meta, rows, int(plan.meta.shape[1]), EMPTY_META_WORD))
+    return dataclasses.replace(plan, meta=padded_to(plan.meta, rows, int(plan.meta.shape[1]), EMPTY_META_WORD))
 
 
 def weight_copies(plan: SparseDecodePlan, cold_bytes: int = 3 * L2_BYTES) -> list[tuple[Any, Any]]:

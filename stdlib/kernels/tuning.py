@@ -37,6 +37,7 @@ from .gemm import (
     SparseMatmul,
     kernel_module,
     plan_sparse_matmul,
+    takes_decode,
 )
 
 TABLE_FORMAT = "sparsile-sparse-gemm-table/1"
@@ -361,6 +362,13 @@ def tune_plan(base: Any, sms: int, bench: Callable[..., float], *, warmup: int =
             "default_us": round(timings[default] * 1e3, 2) if default in timings else None, "skipped": skipped}
 
 
+def runs_the_decode_kernel(dtype: str, m: int, n: int, k: int) -> bool:
+    """Whether sparse_matmul runs the decode kernel for this problem on sm_90a (N <= 64, f16 / bf16 /
+    e4m3: :func:`~.gemm.takes_decode`), so that an entry of the tiled kernels' table would never be
+    read: ``sparsile tune`` skips it (the decode kernel has its own table, benchmarks/tune_decode.py)."""
+    return takes_decode(None, KERNELS[dtype], m, n, k, "sm_90a", None, None)
+
+
 def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16", "f16"), warmup: int = 10,
                        rep: int = 50, out: str | os.PathLike[str] | None = None,
                        benchmarker: Callable[..., float] | None = None, stderr: TextIO | None = None,
@@ -371,6 +379,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     "entries": {"bf16 MxNxK": entry}}`` and write it to ``out`` if given (atomically, keeping the
     entries the file holds for other shapes of the same GPU). A progress line and one line per shape
     go to ``stderr`` when ``progress`` (default: when it is a terminal or SPARSILE_AUTOTUNE_PRINT=1).
+    Shapes that sparse_matmul runs on the decode kernel (:func:`runs_the_decode_kernel`) are skipped.
     """
     import torch
 
@@ -389,6 +398,10 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     for dtype in dtypes:
         tdt = getattr(torch, KERNELS[dtype].torch_dtype)
         for m, n, k in parsed:
+            if runs_the_decode_kernel(dtype, m, n, k):
+                say(f"{table_key(dtype, m, n, k)}: skipped: sparse_matmul runs the decode kernel at N <= 64 "
+                    "(tune it with benchmarks/tune_decode.py)")
+                continue
             gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
             spread = 20.0 if dtype == "s8" else 1.0  # s8: integers beyond 0 and +-1
             values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen) * spread, dtype, "sm90")

@@ -237,3 +237,15 @@ def test_run_with_table_skips_an_entry_tuned_at_twice_the_n(tmp_path: Any) -> No
     assert run_with_table(plan, table=path, interpret=True)
     ref, absprod = reference(near, b2)
     assert_close(plan.out, ref, absprod, 512, "bf16")
+
+
+def test_tuning_skips_shapes_sparse_matmul_runs_on_the_decode_kernel(monkeypatch):
+    """N <= 64 with f16 / bf16 / e4m3 runs the decode kernel (its own table): `sparsile tune` skips
+    those shapes, unless SPARSILE_DECODE_KERNEL=0 keeps sparse_matmul on the tiled kernels."""
+    from sparsile.stdlib.kernels.tuning import runs_the_decode_kernel
+
+    assert runs_the_decode_kernel("bf16", 6144, 64, 4096) and runs_the_decode_kernel("e4m3", 6144, 1, 4096)
+    assert not runs_the_decode_kernel("bf16", 6144, 65, 4096)
+    assert not runs_the_decode_kernel("s8", 6144, 16, 4096) and not runs_the_decode_kernel("tf32", 64, 16, 64)
+    monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "0")
+    assert not runs_the_decode_kernel("bf16", 6144, 64, 4096)
