@@ -106,9 +106,12 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
         --max-seconds 180 -v -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
     ;;
-slab256-22c)  # (not run yet) the grid's T <= 64 rows with the re-tuned decode table (commit it first)
+slab256-22c)  # (not run yet) the grid's T <= 64 rows with the re-tuned decode table (commit it first), then the
+              # layer at T = 64, which reads the same table entries (bf16, HBM-cold graph replays)
     run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
         --case-timeout 30 --json "$out/gemm-t64-bf16.json"
+    run 180 python benchmarks/bench_linear.py --dtypes bf16 --tokens 64 --variants graph --l2 cold \
+        --max-seconds 150 --json "$out/linear-t64.json"
     ;;
 decode-route-21c)  # the decode table's new entries against float64 (poisoned), then the grid's f16 T = 64 rows
     run 230 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind decode --dtype bf16 --dtype f16 --max-seconds 200
