@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from ...frontend.layout.layouts import next_power_of_two
-from .arrays import array_kind, bad_input, pad_columns
+from .arrays import array_kind, bad_input, empty_array, pad_columns
 from .gemm import KernelChoice, kernel_module
 from .linear import SparseLinearPlan
 
@@ -103,13 +103,18 @@ def decode_module() -> Any:
     return load(DECODE_FILE)
 
 
+def check_kernel_choice(kernel: str | None) -> None:
+    """SP0860 for a ``kernel=`` of sparse_linear / sparse_matmul that is none of :data:`KERNEL_CHOICES`."""
+    if kernel is not None and kernel not in KERNEL_CHOICES:
+        raise bad_input(f"unknown sparse_linear kernel {kernel!r}",
+                        help="kernel is None / 'auto' (the default choice), 'gemm' or 'decode'", code=SP_DECODE)
+
+
 def wants_decode(kernel: str | None, t: int, target: str) -> bool:
     """Whether plan_sparse_linear plans the decode kernel: ``kernel="decode"``, or ``kernel``
     None / "auto" unless ``SPARSILE_DECODE_KERNEL=0``; only for T <= 64 tokens on sm_90a (other
     cases keep the tiled kernels, also when "decode" is asked for)."""
-    if kernel is not None and kernel not in KERNEL_CHOICES:
-        raise bad_input(f"unknown sparse_linear kernel {kernel!r}",
-                        help="kernel is None / 'auto' (the default choice), 'gemm' or 'decode'", code=SP_DECODE)
+    check_kernel_choice(kernel)
     if kernel == "gemm" or target != "sm_90a" or not 1 <= t <= DECODE_MAX_T:
         return False
     return kernel == "decode" or os.environ.get(DECODE_ENV, "1") != "0"
@@ -147,6 +152,19 @@ class DecodeConfig:
         return self.bm // 16 + 1
 
 
+def persistent_ctas(m: int, cfg: DecodeConfig, sms: int) -> int:
+    """The persistent kernel's grid for N_out = ``m``: one CTA per slab, at most the resident CTA slots."""
+    return min(-(-m // cfg.bm), cfg.ctas_per_sm * sms)
+
+
+def split_workspace(home: Any, split_k: int, m: int, t: int, feature_major: bool, interpret: bool) -> Any:
+    """The f32 split-K partial sums of a decode plan: (split_k, T, N_out), feature-major (split_k,
+    N_out, T); None without a split."""
+    if split_k == 1:
+        return None
+    return empty_array(home, (split_k, m, t) if feature_major else (split_k, t, m), "float32", interpret)
+
+
 def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
                          split_k: int | None = None, stages: int | None = None, bm: int = DECODE_BM) -> DecodeConfig:
     """Tile, ring and split for N_out = ``m``, T = ``t``, K = ``k`` on ``sms`` SMs.
@@ -169,18 +187,15 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     probe = DecodeConfig(bn, bk, 1, 1, 1, bm=bm)
     stage = probe.stage_bytes(eb)
     per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
+    two_fit = bm != 256  # 256 rows: 17 warps of up to 112 registers, two CTAs exceed an SM's 64 K registers
     forced = stages
     stages, ctas = per_cta // stage, 2
-    if stages < TWO_CTA_MIN_STAGES:
+    if stages < TWO_CTA_MIN_STAGES or not two_fit:
         stages, ctas = (SMEM_PER_SM - 2048) // stage, 1
     stages = max(2, min(MAX_STAGES, stages))
     if forced is not None:
         stages = forced
-        ctas = 2 if stages * (stage + 16) <= per_cta else 1
-    if bm == 256 and ctas == 2:  # 17 warps of up to 112 registers: two CTAs exceed an SM's 64 K registers
-        ctas = 1
-        if forced is None:
-            stages = max(2, min(MAX_STAGES, (SMEM_PER_SM - 2048) // stage))
+        ctas = 2 if two_fit and stages * (stage + 16) <= per_cta else 1
     tiles = -(-m // bm)
     steps = -(-k // bk)
     if split_k is None:
@@ -417,7 +432,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     token tile: ``table`` (a path or a table mapping; False: none), else ``$SPARSILE_DECODE_TABLE``,
     else the shipped ``tuned/decode-<gpu>.json`` (:mod:`.decode_tuning`, docs/autotune.md); the
     plan's ``config.source`` says which ("heuristic", "explicit", "table:<file>")."""
-    from .arrays import empty_array
     from .linear import plan_sparse_linear, planned_sm_count
 
     if not isinstance(pdl, bool):
@@ -485,7 +499,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                             + (", pdl=True" if pdl else ""), code=SP_DECODE,
                             help="plan it with split_k=1 and pdl=False (e4m3 weights: quantize x first), or "
                             "without persistent")
-        cfg = dataclasses.replace(cfg, persist=min(-(-base.m // cfg.bm), cfg.ctas_per_sm * sms))
+        cfg = dataclasses.replace(cfg, persist=persistent_ctas(base.m, cfg, sms))
     cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight
@@ -502,8 +516,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     else:
         vals = pad_columns(base.values, k_padded // 2)
     xk = base.x if cfg.xsteps else pad_columns(base.x, k_padded)  # the kernel quantizing x reads it as it is
-    shares = (cfg.split_k, base.m, base.t) if feature_major else (cfg.split_k, base.t, base.m)
-    work = empty_array(x, shares, "float32", interpret) if cfg.split_k > 1 else None
+    work = split_workspace(x, cfg.split_k, base.m, base.t, feature_major, interpret)
     counters = scales = None
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
         counters = empty_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile

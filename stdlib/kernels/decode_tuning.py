@@ -35,6 +35,8 @@ from .decode import (
     SparseDecodePlan,
     choose_decode_config,
     padded_to,
+    persistent_ctas,
+    split_workspace,
 )
 from .tuning import TUNED_DIR, f32_copy, matches_reference, reference_tolerance, shape_dims
 
@@ -250,10 +252,8 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
                           help="tune an untiled plan (tiled=False)")
     plan = covering_every_slab(plan)
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
-    persist = min(-(-b.m // cand.bm), cfg.ctas_per_sm * sms) if cand.persistent else 0
-    cfg = dataclasses.replace(cfg, source="tuning", persist=persist)
-    shares = (cand.split_k, b.m, b.t) if plan.feature_major else (cand.split_k, b.t, b.m)
-    work = empty_array(plan.x, shares, "float32", b.interpret) if cand.split_k > 1 else None
+    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0)
+    work = split_workspace(plan.x, cand.split_k, b.m, b.t, plan.feature_major, b.interpret)
     counters = None
     if cand.split_k > 1 and cand.reduce == "kernel":
         counters = empty_array(plan.x, (-(-b.m // cand.bm),), "int32", b.interpret)
