@@ -16,7 +16,9 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
-#   bash scripts/gpu_runs.sh slab256-22       # (not run yet) 256-row slabs and the persistent decode kernel: GPU tests, T = 64 re-tuned
+#   bash scripts/gpu_runs.sh slab256-22e      # (not run yet) the grid's T <= 64 rows (bf16; f16 at 64) with the re-tuned table
+#   bash scripts/gpu_runs.sh slab256-22d      # 256-row / persistent GPU tests after the register cap, f16 re-tuned
+#   bash scripts/gpu_runs.sh slab256-22       # 256-row slabs and the persistent decode kernel: GPU tests, T = 64 re-tuned
 #   bash scripts/gpu_runs.sh slab256-22b      # (not run yet) the f16 T = 1 / 16 tiles re-tuned (64-row slabs), large bf16 ones (persistent)
 #   bash scripts/gpu_runs.sh slab256-22c      # (not run yet) the grid's T <= 64 rows with the re-tuned table
 #   bash scripts/gpu_runs.sh decode-route-21c  # the decode table's entries against float64, the grid's f16 T = 64 rows
@@ -89,7 +91,18 @@ decode-route-21)  # sparse_matmul at N <= 64 runs the decode kernel, storing C f
     run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
         --case-timeout 40 --json "$out/gemm-t64-bf16.json"
     ;;
-slab256-22)  # (not run yet) the decode kernel's 256-row slabs and persistent kernel: their GPU tests, then the
+slab256-22d)  # the 256-row and persistent decode GPU tests after the 17-warp register cap (maxnreg 96); the f16
+              # T = 1 / 16 tiles re-tuned (64-row slabs); the f16 T = 64 tiles slab256-22 left out
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE --junitxml="$out/junit-22d.xml" \
+        tests/stdlib/test_decode_api.py -k "256 or persistent or 17_warps"
+    run 240 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
+        8192x8192 57344x8192 8192x28672 --tokens 16 1 --dtype f16 --max-seconds 210 -v \
+        -o stdlib/kernels/tuned/decode-h200.json
+    run 170 python benchmarks/tune_decode.py --shapes 28672x4096 4096x14336 10240x8192 8192x8192 57344x8192 \
+        8192x28672 --tokens 64 --dtype f16 --max-seconds 140 -v -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    ;;
+slab256-22)  # (run 2026-12-03: 3 failures, the 256-row in-kernel reduction's SP0711) the decode kernel's 256-row slabs and persistent kernel: their GPU tests, then the
              # decode table's T = 64 tiles re-tuned with them (bf16, f16; the persistent kernel where slabs > SMs)
     run 150 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_decode_api.py -k "256 or 64_row or persistent"
     run 330 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
@@ -105,6 +118,12 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
     run 200 python benchmarks/tune_decode.py --shapes 28672x4096 57344x8192 --tokens 16 1 --dtype bf16 \
         --max-seconds 180 -v -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    ;;
+slab256-22e)  # the grid's T <= 64 rows with the re-tuned decode table: bf16 at T = 1, 16, 64, f16 at T = 64
+    run 290 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
+        --case-timeout 30 --json "$out/gemm-t64-bf16.json"
+    run 140 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 64 --dtypes f16 --iters 10 \
+        --case-timeout 30 --json "$out/gemm-t64-f16.json"
     ;;
 slab256-22c)  # (not run yet) the grid's T <= 64 rows with the re-tuned decode table (commit it first), then the
               # layer at T = 64, which reads the same table entries (bf16, HBM-cold graph replays)

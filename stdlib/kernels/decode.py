@@ -71,6 +71,8 @@ BM256_MIN_TILE = 32
 """The smallest token tile for which the decode tuner times 256-row slabs: from 32 tokens a step's x
 (BN x BK) is half the size of a 128-row slab's values or more, and a 256-row slab halves the x
 that the grid reads per weight byte."""
+DECODE_MAXNREG = 112  # the decode kernels' @kernel(maxnreg=...): 9 warps would allow 168
+SUBPARTITION_REGISTERS = 16 * 1024  # 32-bit registers of each of an SM's 4 sub-partitions (sm_90)
 SMEM_PER_SM = 228 * 1024  # H200 shared memory per SM; a CTA may use 227 KB, 1 KB is reserved per CTA
 SMEM_PER_CTA = 227 * 1024
 MAX_STAGES = 8
@@ -150,6 +152,21 @@ class DecodeConfig:
     def num_warps(self) -> int:
         """The CTA's warps: a consumer warpgroup per 64 rows and the producer warp."""
         return self.bm // 16 + 1
+
+    @property
+    def maxnreg(self) -> int:
+        """The registers per thread the kernel is compiled for: the kernels' own 112, lowered to what
+        this CTA's warps fit in (:func:`register_cap`)."""
+        return min(DECODE_MAXNREG, register_cap(self.num_warps))
+
+
+def register_cap(num_warps: int) -> int:
+    """The most registers per thread with which a CTA of ``num_warps`` warps can launch on Hopper:
+    its warps are spread over the SM's 4 sub-partitions of 16 K registers each, so one sub-partition
+    holds ceil(num_warps / 4) of them, and a thread's registers are allocated in units of 8
+    (docs/hopper.md, "Why 168 registers"). 17 warps (256-row slabs): 5 per sub-partition, 96."""
+    per_warp = SUBPARTITION_REGISTERS // -(-num_warps // 4) // 32
+    return min(255, per_warp // 8 * 8)
 
 
 def persistent_ctas(m: int, cfg: DecodeConfig, sms: int) -> int:
@@ -347,6 +364,7 @@ class SparseDecodePlan:
         c = self.config
         common = {"BN": c.bn, "BK": c.bk, "STAGES": c.stages, **({"TILED": 1} if self.tiled else {}),
                   **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}),
+                  **({"maxnreg": c.maxnreg} if c.maxnreg != DECODE_MAXNREG else {}),
                   **({"XSTEPS": c.xsteps, "XROWS": x_rows(self.base.t)} if self.quantizes_x else {}), **self._pdl(),
                   **({"FM": 1} if self.feature_major else {}), **({"PERSIST": 1} if c.persist else {})}
         epilogue = self.base._epilogue_constexprs()

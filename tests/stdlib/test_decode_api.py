@@ -23,6 +23,7 @@ from sparsile.stdlib.kernels.decode import (
     SparseDecodePlan,
     choose_decode_config,
     plan_sparse_decode,
+    register_cap,
     tile_for_decode,
 )
 from sparsile.stdlib.kernels.linear import SparseLinearPlan, plan_sparse_linear, sparse_linear
@@ -241,6 +242,28 @@ def test_256_row_slabs_compile_for_sm90a_without_spills(tmp_path):
     assert len(re.findall(r"wgmma\.mma_async\.sp\.sync\.aligned\.m64n64k32", ck.ptx)) == 4
     report = ptxas_report(ck.ptx, tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in report
+
+
+def test_register_cap_fits_the_warps_of_one_sub_partition():
+    """16 K registers per sub-partition, ceil(warps / 4) warps on one, allocated 8 per thread."""
+    assert [register_cap(w) for w in (1, 4, 5, 9, 13, 17)] == [255, 255, 255, 168, 128, 96]
+
+
+@pytest.mark.parametrize("dtype,split,reduce,persistent", [
+    ("bf16", 1, None, False), ("f16", 2, "kernel", False), ("e4m3", 2, "kernel", False), ("bf16", 1, None, True),
+])
+def test_256_row_slab_kernels_launch_with_17_warps(dtype, split, reduce, persistent):
+    """Every 256-row kernel is compiled for at most 96 registers per thread, so that its 17 warps
+    (5 on one sub-partition) fit: the in-kernel reduction took 112 under the kernels' own cap, and
+    its launch failed on the H200 with SP0711 (at most 512 threads per block)."""
+    weight, x = problem(dtype, 512, 64, 2048, seed=6)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=256, split_k=split, reduce=reduce,
+                              persistent=persistent)
+    assert plan.constexprs()["maxnreg"] == 96
+    ck = plan.compile("sm_90a")[0]
+    used = re.search(r"Used (\d+) registers", ck.info_log)
+    assert used is not None and int(used[1]) <= 96, ck.info_log
+    assert "maxnreg" not in plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=128).constexprs()
 
 
 @pytest.mark.parametrize("dtype,n_out,t,k,bm,sms,tiled,fm", [
