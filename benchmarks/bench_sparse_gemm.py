@@ -274,6 +274,7 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         row[f"{name}_err"], row[name] = checked_time(
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn))
     row.update(table_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
+    row.update(tail_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
     row.update(decode_time(vals_t, meta_t, b, c, checked_time))
     if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
         row.update(pingpong_times(
@@ -310,6 +311,33 @@ def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     plan = with_config(plan_sparse_matmul(values, meta, b, out=c, target="sm_90a"), config, sms)
     err, t = checked_time(lambda: launch(plan, config))
     return {"table": t, "table_err": err, "table_config": str(config)}
+
+
+def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
+    """``tail`` (µs), ``tail_err`` and ``tail_config``: the fastest tail split (stdlib/kernels/
+    gemm_tail.py: whole waves unsplit, the last wave's rows split along K) of the config
+    sparse_matmul runs here (the table's, else the planned default; STAGES and GROUP_M kept), where
+    that config is unsplit and C's last wave is part-full; {} elsewhere. sparse_matmul runs a tail
+    split only where a table entry names one (``table``)."""
+    from sparsile.stdlib.kernels.gemm import SparseMatmul, kernel_module, plan_sparse_matmul
+    from sparsile.stdlib.kernels.tuning import default_config, launch, shipped_config, tail_variants, with_config
+
+    plan = plan_sparse_matmul(values, meta, b, out=c, target="sm_90a", kernel="gemm")
+    if not isinstance(plan, SparseMatmul):
+        return {}
+    m, n, k = plan.m, plan.n, plan.k
+    base = shipped_config(dtype, m, n, k, nearby=True) or default_config(plan)
+    if base.split_k != 1 or base.tail_split:
+        return {}
+    steps = -(-plan.k_padded // plan.choice.block_k)
+    has_pair = hasattr(kernel_module(), f"{plan.choice.kernel}_pair")
+    best: dict = {}
+    for cfg in tail_variants(base, m, n, steps, sms, has_pair):
+        split = with_config(plan, cfg, sms)
+        err, t = checked_time(lambda split=split, cfg=cfg: launch(split, cfg))
+        if not best or t < best["tail"]:
+            best = {"tail": t, "tail_err": err, "tail_config": str(cfg)}
+    return best
 
 
 def decode_time(values, meta, b, c, checked_time) -> dict:
@@ -388,7 +416,7 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float,
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
           f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
           f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'table':>9} {'TF':>5} | "
-          f"{'decode':>9} {'TF':>5} | "
+          f"{'decode':>9} {'TF':>5} | {'tail':>9} {'TF':>5} | "
           f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
 PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'pingpong':>9} {'TF':>5} | "
              f"{'best cslt':>9} {'TF':>5} | {'pp/ours':>7} {'pp/cslt':>7} {'pp err':>7} | configs (µs)")
@@ -401,11 +429,12 @@ def format_row(r: dict) -> str:
     vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
     err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0), r.get("table_err", 0.0),
-              r.get("decode_err", 0.0))
+              r.get("decode_err", 0.0), r.get("tail_err", 0.0))
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
             f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
-            f"{fmt(r.get('table'), f)} | {fmt(r.get('decode'), f)} | {vs} {vb} {dv} {err:>7.1e}")
+            f"{fmt(r.get('table'), f)} | {fmt(r.get('decode'), f)} | {fmt(r.get('tail'), f)} | "
+            f"{vs} {vb} {dv} {err:>7.1e}")
 
 
 def format_pingpong_row(r: dict) -> str:
@@ -530,7 +559,10 @@ def main(argv: list[str] | None = None) -> None:
     print("large C ('-' where it does not); table = the shipped tuned table's choice")
     print("(stdlib/kernels/tuned/<gpu>.json), which sparse_matmul runs where the table lists the shape ('-': no")
     print("entry; SPARSILE_TUNED_TABLE=0 ignores it); decode = the decode kernel, which sparse_matmul runs at")
-    print("N <= 64 ('-': N > 64); cuSPARSELt = torch._cslt_sparse_mm with its default")
+    print("N <= 64 ('-': N > 64); tail = the fastest tail split of sparse_matmul's config (whole waves unsplit,")
+    print("the last wave's rows split along K: gemm_tail.py; '-' where C's last wave is full or the config splits")
+    print("K; not what sparse_matmul runs unless the table names it); cuSPARSELt = torch._cslt_sparse_mm with its")
+    print("default")
     print("algorithm, tuned = with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the")
     print("two / the time of sparse_matmul's choice (decode, else table, else pair where shown, else one CTA per")
     print("tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref| / max |ref|")

@@ -16,7 +16,8 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
-#   bash scripts/gpu_runs.sh slab256-22e      # (not run yet) the grid's T <= 64 rows (bf16; f16 at 64) with the re-tuned table
+#   bash scripts/gpu_runs.sh tail-23          # (not run yet) the tail split: GPU tests, the prefill rows with its column
+#   bash scripts/gpu_runs.sh slab256-22e      # (run 2026-12-03) the grid's T <= 64 rows (bf16; f16 at 64) with the re-tuned table
 #   bash scripts/gpu_runs.sh slab256-22d      # 256-row / persistent GPU tests after the register cap, f16 re-tuned
 #   bash scripts/gpu_runs.sh slab256-22       # 256-row slabs and the persistent decode kernel: GPU tests, T = 64 re-tuned
 #   bash scripts/gpu_runs.sh slab256-22b      # (not run yet) the f16 T = 1 / 16 tiles re-tuned (64-row slabs), large bf16 ones (persistent)
@@ -118,6 +119,12 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
     run 200 python benchmarks/tune_decode.py --shapes 28672x4096 57344x8192 --tokens 16 1 --dtype bf16 \
         --max-seconds 180 -v -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    ;;
+tail-23)  # (not run yet) the tail split (gemm_tail.py): its GPU tests, then the prefill rows whose last wave is
+         # part-full with the tail column (the best tail split of the config sparse_matmul runs), bf16 then f16
+    run 150 python -m pytest -q -m gpu -n 4 --timeout 120 -rfE tests/stdlib/test_gemm_tail.py
+    run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 256 512 1024 4096 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-bf16.json"
     ;;
 slab256-22e)  # the grid's T <= 64 rows with the re-tuned decode table: bf16 at T = 1, 16, 64, f16 at T = 64
     run 290 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \

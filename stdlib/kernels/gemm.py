@@ -251,6 +251,17 @@ class SparseMatmul:
     pair_ctas: int = 0     # > 0: the CTA-pair kernel (B multicast) on that many CTAs (persistent)
     out_dtype: str = ""    # numpy name of C's element type ("": the kernel's own, choice.out_dtype)
     pingpong_ctas: int = 0  # > 0: the ping-pong kernel (gemm_schedule.py) on that many CTAs (persistent)
+    head_rows: int = 0     # > 0: rows [0, head_rows) unsplit (pair_ctas there), the tail split_k ways (gemm_tail.py)
+
+    @property
+    def parts(self) -> tuple[SparseMatmul, ...]:
+        """The launches' plans in order: this plan, or with ``head_rows`` its head and its
+        K-split tail (:func:`~.gemm_tail.tail_split_parts`)."""
+        if not self.head_rows:
+            return (self,)
+        from .gemm_tail import tail_split_parts
+
+        return tail_split_parts(self)
 
     @property
     def partials(self) -> bool:
@@ -285,22 +296,27 @@ class SparseMatmul:
         return (self.values, self.meta, self.b, c, self.m, self.n, self.k_padded, lde, self.n)
 
     def compile(self, target: str = "sm_90a") -> Any:
-        """Compile (through the compile cache) for ``target``; returns the CompiledKernel."""
+        """Compile (through the compile cache) for ``target``; returns the CompiledKernel (of the
+        first launch: the head's where ``head_rows`` splits the plan)."""
+        if self.head_rows:
+            return self.parts[0].compile(target)
         return self.kernel[self.grid].compile_for(target, *self.arguments(), **self._constexprs())
 
     def _constexprs(self) -> dict[str, int]:
         return {"BN": self.bn, "SPLIT_K": self.split_k} if self.partials else {"BN": self.bn}
 
-    def run(self, interpret: bool = False) -> Any:
-        """Launch on the current GPU (or run in the interpreter) and return ``out``."""
-        if self.m and self.n:
-            launch = self.kernel.interpret[self.grid] if interpret else self.kernel[self.grid]
-            launch(*self.arguments(), **self._constexprs())
-            if self.workspace is not None:
-                reduce = kernel_module().splitk_reduce
-                grid = (-(-self.m * self.n // 1024),)
-                (reduce.interpret[grid] if interpret else reduce[grid])(
-                    self.workspace, self.out, self.m * self.n, SPLIT_K=self.split_k)
+    def run(self, interpret: bool = False, **constexprs: Any) -> Any:
+        """Launch on the current GPU (or run in the interpreter) and return ``out``. ``constexprs``
+        (STAGES, GROUP_M: a tuned config's) go to the GEMM launches, not to ``splitk_reduce``."""
+        for part in self.parts:
+            if part.m and part.n:
+                launch = part.kernel.interpret[part.grid] if interpret else part.kernel[part.grid]
+                launch(*part.arguments(), **part._constexprs(), **constexprs)
+                if part.workspace is not None:
+                    reduce = kernel_module().splitk_reduce
+                    grid = (-(-part.m * part.n // 1024),)
+                    (reduce.interpret[grid] if interpret else reduce[grid])(
+                        part.workspace, part.out, part.m * part.n, SPLIT_K=part.split_k)
         return self.out
 
 

@@ -60,19 +60,26 @@ class GemmConfig:
     split_k: int = 1
     pair: bool = False
     group_m: int = DEFAULT_GROUP_M
+    tail_split: int = 0  # > 1: whole waves unsplit (pair: CTA pairs), the last wave's rows split K this many ways
+
+    def __post_init__(self) -> None:
+        if self.tail_split and (self.tail_split < 2 or self.split_k != 1):
+            raise ValueError(f"tail_split must be 0 or at least 2 with split_k 1, got tail_split={self.tail_split} "
+                             f"split_k={self.split_k}")
 
     def to_json(self) -> dict[str, Any]:
         return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
-                "GROUP_M": self.group_m}
+                "GROUP_M": self.group_m, **({"tail_split": self.tail_split} if self.tail_split else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
         return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
-                   bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)))
+                   bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)),
+                   int(data.get("tail_split", 0)))
 
     def __str__(self) -> str:
         return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
-                f"GROUP_M={self.group_m}")
+                f"GROUP_M={self.group_m}" + (f" tail_split={self.tail_split}" if self.tail_split else ""))
 
 
 def default_config(plan: SparseMatmul) -> GemmConfig:
@@ -83,7 +90,9 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
 def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
-    has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM."""
+    has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
+    STAGES 4 and 5 the tail splits of :func:`~.gemm_tail.tail_splits` (with and without CTA pairs
+    for the head) where C's last wave is part-full."""
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -96,7 +105,21 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list
             out += [GemmConfig(bn, stages, s) for s in splits]
             if has_pair and tiles >= sms:
                 out.append(GemmConfig(bn, stages, 1, True))
+            if stages >= 4:
+                out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
     return out
+
+
+def tail_variants(config: GemmConfig, m: int, n: int, k_steps: int, sms: int, has_pair: bool) -> list[GemmConfig]:
+    """``config`` (unsplit) with each tail split of :func:`~.gemm_tail.tail_splits` for this C, its
+    head on one CTA per tile and, where the head has a tile per SM and the kernel a CTA-pair twin,
+    on CTA pairs; [] where C's last wave is full or the tail's CTAs do not fit one wave."""
+    from .gemm_tail import head_rows, tail_splits
+
+    tails = tail_splits(m, n, k_steps, config.bn, sms)
+    head_tiles = -(-head_rows(m, n, config.bn, sms) // BM) * -(-n // config.bn)
+    pairs = (False, True) if has_pair and head_tiles >= sms else (False,)
+    return [dataclasses.replace(config, split_k=1, pair=pair, tail_split=t) for t in tails for pair in pairs]
 
 
 def pair_grid(m: int, n: int, bn: int, sms: int) -> int:
@@ -106,27 +129,28 @@ def pair_grid(m: int, n: int, bn: int, sms: int) -> int:
 
 
 def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: bool = False) -> SparseMatmul:
-    """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed)."""
+    """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed);
+    a tail split (:mod:`.gemm_tail`) where ``config`` has one and C on ``sms`` SMs a part-full last
+    wave (else unsplit)."""
+    from .gemm_tail import head_rows
+
+    rows = head_rows(plan.m, plan.n, config.bn, sms) if config.tail_split else 0
+    if rows:  # (none: a table entry's tail split at an N whose last wave is full, which runs unsplit)
+        work = empty_array(plan.b, (config.tail_split, plan.m - rows, plan.n), plan.choice.partial_dtype, interpret)
+        pair = pair_grid(rows, plan.n, config.bn, sms) if config.pair else 0
+        return dataclasses.replace(plan, bn=config.bn, split_k=config.tail_split, pair_ctas=pair, workspace=work,
+                                   head_rows=rows)
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
     pair = pair_grid(plan.m, plan.n, config.bn, sms) if config.pair else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
-                               workspace=workspace if config.split_k > 1 else None)
+                               workspace=workspace if config.split_k > 1 else None, head_rows=0)
 
 
 def launch(plan: SparseMatmul, config: GemmConfig, interpret: bool = False) -> Any:
     """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES and GROUP_M; returns C."""
-    if plan.m and plan.n:
-        consts = {**plan._constexprs(), "STAGES": config.stages, "GROUP_M": config.group_m}
-        kernel = plan.kernel
-        (kernel.interpret[plan.grid] if interpret else kernel[plan.grid])(*plan.arguments(), **consts)
-        if plan.split_k > 1:
-            reduce = kernel_module().splitk_reduce
-            grid = (-(-plan.m * plan.n // 1024),)
-            (reduce.interpret[grid] if interpret else reduce[grid])(plan.workspace, plan.out, plan.m * plan.n,
-                                                                    SPLIT_K=plan.split_k)
-    return plan.out
+    return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""stdlib/kernels/gemm_tail.py: the tail split of the sparse GEMM (whole waves unsplit, the last
+wave's rows split along K). Its row arithmetic, its configs in the tuner's space and the table, and
+its launches in the interpreter against float64 with poisoned outputs; on the GPU at the shape that
+motivated it (8B qkv at T = 1024)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
+from sparsile.stdlib.kernels.gemm import BM
+from sparsile.stdlib.kernels.gemm_tail import head_rows, tail_splits, tail_tiles
+from sparsile.stdlib.kernels.tuning import (
+    TABLE_FORMAT,
+    GemmConfig,
+    config_space,
+    index_table,
+    launch,
+    run_with_table,
+    table_key,
+    with_config,
+)
+from sparsile.tests.stdlib.test_gemm_api import assert_close, problem, reference
+
+
+@pytest.mark.parametrize("m,n,bn,sms,rows", [
+    (6144, 1024, 256, 132, 33 * BM),    # 192 tiles: one wave of 132 (33 row blocks x 4), 60 left
+    (28672, 512, 256, 132, 198 * BM),   # 448 tiles: three waves of 396, 52 left
+    (4096, 4096, 256, 132, 24 * BM),    # 512 tiles, 16 per row block: 24 blocks (384 tiles) fill 2.9 waves
+    (4096, 512, 256, 132, 0),           # 64 tiles: less than one wave
+    (132 * BM, 256, 256, 132, 0),       # exactly one wave: no tail
+    (700, 40, 64, 4, 4 * BM),           # 6 tiles on 4 SMs
+])
+def test_head_rows_fill_whole_waves(m: int, n: int, bn: int, sms: int, rows: int) -> None:
+    assert head_rows(m, n, bn, sms) == rows
+
+
+@given(st.integers(1, 40_000), st.integers(1, 9000), st.sampled_from([16, 32, 64, 128, 256]),
+       st.integers(1, 200))
+def test_head_rows_are_the_most_whole_row_blocks_of_whole_waves(m: int, n: int, bn: int, sms: int) -> None:
+    rows = head_rows(m, n, bn, sms)
+    row_tiles = -(-n // bn)
+    waves = -(-m // BM) * row_tiles // sms
+    assert rows % BM == 0 and 0 <= rows < m
+    if rows:
+        assert rows // BM * row_tiles <= waves * sms < (rows // BM + 1) * row_tiles
+        assert tail_tiles(m, n, bn, sms) == -(-(m - rows) // BM) * row_tiles
+    else:
+        assert tail_tiles(m, n, bn, sms) == 0
+
+
+def test_tail_splits_fit_one_wave_and_keep_k_steps() -> None:
+    assert tail_splits(6144, 1024, 64, 256, 132) == [2]      # 60 tail tiles: x2 fits, x4 does not
+    assert tail_splits(6144, 1024, 8, 256, 132) == [2]       # shares of 4 K steps
+    assert tail_splits(6144, 1024, 7, 256, 132) == []        # shares of 3
+    assert tail_splits(28672, 512, 64, 256, 132) == [2]      # 52 tail tiles
+    assert tail_splits(4096, 512, 64, 256, 132) == []        # no head
+
+
+def test_config_space_offers_tail_splits_where_the_last_wave_is_part_full() -> None:
+    space = config_space(KERNELS["bf16"], 6144, 1024, 4096, 132)
+    tails = [c for c in space if c.tail_split]
+    assert tails and {c.tail_split for c in tails} == {2} and {c.stages for c in tails} == {4, 5}
+    assert GemmConfig(256, 4, 1, False, tail_split=2) in tails and GemmConfig(256, 4, 1, True, tail_split=2) in tails
+    assert not any(c.tail_split for c in config_space(KERNELS["bf16"], 4096, 512, 4096, 132))  # < one wave
+
+
+def test_tail_split_config_json_round_trip_and_checks() -> None:
+    config = GemmConfig(256, 5, 1, True, 8, tail_split=2)
+    assert GemmConfig.from_json(config.to_json()) == config and "tail_split=2" in str(config)
+    assert "tail_split" not in GemmConfig(256).to_json()  # tables written before keep their form
+    for bad in (dict(split_k=2, tail_split=2), dict(tail_split=1), dict(tail_split=-2)):
+        with pytest.raises(ValueError, match="tail_split"):
+            GemmConfig(128, **bad)
+    bad_entry = {"config": {"BN": 128, "split_k": 2, "tail_split": 2}}
+    assert index_table({table_key("bf16", 256, 64, 512): bad_entry}) == {}  # skipped like other malformed entries
+
+
+@pytest.mark.parametrize("dtype,m,n,k,config,sms", [
+    ("bf16", 700, 40, 512, GemmConfig(64, 4, 1, tail_split=2), 4),    # head 512 rows, tail 188 (ragged) x2
+    ("f16", 700, 40, 1024, GemmConfig(64, 5, 1, tail_split=4), 4),    # tail split four ways
+    ("e4m3", 650, 24, 1024, GemmConfig(32, 4, 1, tail_split=2), 4),   # 8-bit operands (BK 128)
+    ("bf16", 600, 40, 512, GemmConfig(64, 4, 1, True, tail_split=2), 2),  # a CTA-pair head on 2 CTAs
+    ("f16", 900, 40, 512, GemmConfig(64, 4, 1, True, tail_split=2), 5),   # a pair head of 5 row blocks, 4 CTAs
+])
+def test_tail_split_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig, sms: int) -> None:
+    weight, b = problem(dtype, m, n, k, seed=m + k)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    plan = with_config(base, config, sms, interpret=True)
+    rows = head_rows(m, n, config.bn, sms)
+    assert rows and plan.head_rows == rows and plan.split_k == config.tail_split
+    head, tail = plan.parts
+    assert (head.m, tail.m, head.split_k, tail.split_k) == (rows, m - rows, 1, config.tail_split)
+    assert (head.pair_ctas > 0) == config.pair and tail.pair_ctas == 0 and head.workspace is None
+    assert tail.workspace.shape == (config.tail_split, m - rows, n)
+    plan.out[...] = np.nan
+    plan.workspace[...] = np.nan
+    c = launch(plan, config, interpret=True)
+    assert c is plan.out
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, k, dtype)
+
+
+def test_a_tail_split_entry_runs_unsplit_where_the_last_wave_is_full() -> None:
+    """A table entry is found for other N (the nearby rule); where C's tiles make no part-full last
+    wave the entry's tail split is dropped and the rest of its config runs."""
+    weight, b = problem("bf16", 512, 40, 512, seed=3)  # 4 tiles on 4 SMs: one full wave
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    plan = with_config(base, GemmConfig(64, 4, 1, tail_split=2), 4, interpret=True)
+    assert (plan.head_rows, plan.split_k, plan.workspace) == (0, 1, None) and plan.parts == (plan,)
+
+
+def test_table_entry_with_a_tail_split_runs_it(monkeypatch: Any) -> None:
+    weight, b = problem("bf16", 700, 40, 512, seed=9)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    table = {"format": TABLE_FORMAT, "gpu": "Fake",
+             "entries": {table_key("bf16", 700, 40, 512): {"config": GemmConfig(64, 4, 1, tail_split=2).to_json()}}}
+    import sparsile.stdlib.kernels.tuning as tuning
+
+    seen = []
+    real = tuning.launch
+    monkeypatch.setattr(tuning, "launch", lambda p, c, i=False: seen.append(p) or real(p, c, i))
+    plan.out[...] = np.nan
+    assert run_with_table(plan, table=table, interpret=True, sms=4)
+    assert seen and seen[0].head_rows == 4 * BM and seen[0].split_k == 2
+    ref, absprod = reference(weight, b)
+    assert_close(plan.out, ref, absprod, 512, "bf16")
+
+
+def test_compile_of_a_tail_split_plan_is_the_heads() -> None:
+    weight, b = problem("bf16", 700, 40, 512, seed=4)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    plan = with_config(base, GemmConfig(64, 4, 1, tail_split=2), 4, interpret=True)
+    assert plan.compile("sm_90a").ptx == plan.parts[0].compile("sm_90a").ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pair", [("bf16", False), ("bf16", True), ("f16", False)])
+def test_gpu_tail_split_at_8b_qkv_t1024(dtype: str, pair: bool) -> None:
+    """6144 x 1024 x 4096 (192 tiles of BN 256: a head of one wave, a tail of 60 tiles split two
+    ways) on torch CUDA tensors, so that the head and the tail read row views in place (TMA bases
+    inside the tensors), twice from poisoned C and workspace, against float64."""
+    torch = pytest.importorskip("torch")
+    from sparsile.backend import runtime
+    from sparsile.stdlib.kernels import CompressedWeight, prune_and_compress
+
+    if not runtime.has_gpu():
+        pytest.skip("no GPU")
+    sms = runtime.current_device().sm_count
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    g = torch.Generator().manual_seed(21)
+    w = torch.randn(6144, 4096, generator=g).cuda()
+    x = torch.randn(1024, 4096, generator=g).cuda().to(tdt)
+    values, meta = prune_and_compress(w, dtype)
+    base = plan_sparse_matmul(values, meta, x, kernel="gemm", split_k=1)
+    config = GemmConfig(256, 4, 1, pair, tail_split=2)
+    plan = with_config(base, config, sms)
+    assert plan.head_rows == head_rows(6144, 1024, 256, sms) > 0 and (plan.pair_ctas > 0) == pair
+    ref, absprod = reference(CompressedWeight(values, meta), x.float().cpu().numpy())
+    for _ in range(2):
+        plan.out.fill_(float("nan"))
+        plan.workspace.fill_(float("nan"))
+        c = launch(plan, config)
+        torch.cuda.synchronize()
+        assert c is plan.out
+        assert_close(c.cpu().numpy(), ref, absprod, 4096, dtype)
