@@ -16,11 +16,13 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
+#   bash scripts/gpu_runs.sh sweep-23         # (not run yet) the re-tuned decode table's entries against float64
+#   bash scripts/gpu_runs.sh ncu-decode-23    # (not run yet) Nsight Compute of the decode kernel at N = 1 and 64, and its peers
 #   bash scripts/gpu_runs.sh tail-23          # (not run yet) the tail split: GPU tests, the prefill rows with its column
 #   bash scripts/gpu_runs.sh slab256-22e      # (run 2026-12-03) the grid's T <= 64 rows (bf16; f16 at 64) with the re-tuned table
 #   bash scripts/gpu_runs.sh slab256-22d      # 256-row / persistent GPU tests after the register cap, f16 re-tuned
 #   bash scripts/gpu_runs.sh slab256-22       # 256-row slabs and the persistent decode kernel: GPU tests, T = 64 re-tuned
-#   bash scripts/gpu_runs.sh slab256-22b      # (not run yet) the f16 T = 1 / 16 tiles re-tuned (64-row slabs), large bf16 ones (persistent)
+#   bash scripts/gpu_runs.sh slab256-22b      # (its f16 part ran in slab256-22d; the large bf16 weights with the persistent kernel not yet)
 #   bash scripts/gpu_runs.sh slab256-22c      # (not run yet) the grid's T <= 64 rows with the re-tuned table
 #   bash scripts/gpu_runs.sh decode-route-21c  # the decode table's entries against float64, the grid's f16 T = 64 rows
 #   bash scripts/gpu_runs.sh decode-route-21b  # the route's GPU tests, the decode table's 32/64-token tiles, T = 64 with them
@@ -119,6 +121,16 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
     run 200 python benchmarks/tune_decode.py --shapes 28672x4096 57344x8192 --tokens 16 1 --dtype bf16 \
         --max-seconds 180 -v -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    ;;
+sweep-23)  # (not run yet) every bf16 / f16 decode-table entry against float64 with poisoned outputs, after the
+          # twenty-second session's re-tuning (256-row and persistent entries among them)
+    run 260 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind decode --dtype bf16 --dtype f16 --max-seconds 230
+    ;;
+ncu-decode-23)  # (not run yet) where the decode kernel's bandwidth goes between N = 1 and N = 64: Nsight Compute of
+               # one call each (8B gate_up bf16), and of cuBLAS and tuned cuSPARSELt at N = 64
+    run 240 ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats --section Occupancy \
+        python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16
     ;;
 tail-23)  # (not run yet) the tail split (gemm_tail.py): its GPU tests, then the prefill rows whose last wave is
          # part-full with the tail column (the best tail split of the config sparse_matmul runs), bf16 then f16
