@@ -770,3 +770,10 @@ def test_decode_qx_without_gpu_says_why(capsys):
     bq = load_script("bench_decode_qx")
     assert bq.main(["--shapes", "4096x4096", "--tokens", "1", "--stages", "4"]) == 3
     assert "no GPU here" in capsys.readouterr().err
+
+
+def test_profile_decode_defaults_to_8b_gate_up_at_1_and_64_tokens():
+    pd = load_script("profile_decode")
+    args = pd.parse_args([])
+    assert (args.shape, args.tokens, args.dtype, args.no_peers) == ("28672x4096", [1, 64], "bf16", False)
+    assert pd.parse_args(["--shape", "4096x4096", "--tokens", "16", "--no-peers"]).no_peers
