@@ -251,17 +251,6 @@ class SparseMatmul:
     pair_ctas: int = 0     # > 0: the CTA-pair kernel (B multicast) on that many CTAs (persistent)
     out_dtype: str = ""    # numpy name of C's element type ("": the kernel's own, choice.out_dtype)
     pingpong_ctas: int = 0  # > 0: the ping-pong kernel (gemm_schedule.py) on that many CTAs (persistent)
-    head_rows: int = 0     # > 0: rows [0, head_rows) unsplit (pair_ctas there), the tail split_k ways (gemm_tail.py)
-
-    @property
-    def parts(self) -> tuple[SparseMatmul, ...]:
-        """The launches' plans in order: this plan, or with ``head_rows`` its head and its
-        K-split tail (:func:`~.gemm_tail.tail_split_parts`)."""
-        if not self.head_rows:
-            return (self,)
-        from .gemm_tail import tail_split_parts
-
-        return tail_split_parts(self)
 
     @property
     def partials(self) -> bool:
@@ -296,10 +285,7 @@ class SparseMatmul:
         return (self.values, self.meta, self.b, c, self.m, self.n, self.k_padded, lde, self.n)
 
     def compile(self, target: str = "sm_90a") -> Any:
-        """Compile (through the compile cache) for ``target``; returns the CompiledKernel (of the
-        first launch: the head's where ``head_rows`` splits the plan)."""
-        if self.head_rows:
-            return self.parts[0].compile(target)
+        """Compile (through the compile cache) for ``target``; returns the CompiledKernel."""
         return self.kernel[self.grid].compile_for(target, *self.arguments(), **self._constexprs())
 
     def _constexprs(self) -> dict[str, int]:
@@ -308,15 +294,14 @@ class SparseMatmul:
     def run(self, interpret: bool = False, **constexprs: Any) -> Any:
         """Launch on the current GPU (or run in the interpreter) and return ``out``. ``constexprs``
         (STAGES, GROUP_M: a tuned config's) go to the GEMM launches, not to ``splitk_reduce``."""
-        for part in self.parts:
-            if part.m and part.n:
-                launch = part.kernel.interpret[part.grid] if interpret else part.kernel[part.grid]
-                launch(*part.arguments(), **part._constexprs(), **constexprs)
-                if part.workspace is not None:
-                    reduce = kernel_module().splitk_reduce
-                    grid = (-(-part.m * part.n // 1024),)
-                    (reduce.interpret[grid] if interpret else reduce[grid])(
-                        part.workspace, part.out, part.m * part.n, SPLIT_K=part.split_k)
+        if self.m and self.n:
+            launch = self.kernel.interpret[self.grid] if interpret else self.kernel[self.grid]
+            launch(*self.arguments(), **self._constexprs(), **constexprs)
+            if self.workspace is not None:
+                reduce = kernel_module().splitk_reduce
+                grid = (-(-self.m * self.n // 1024),)
+                (reduce.interpret[grid] if interpret else reduce[grid])(
+                    self.workspace, self.out, self.m * self.n, SPLIT_K=self.split_k)
         return self.out
 
 
@@ -504,6 +489,13 @@ def pair_ctas(m: int, n: int, bn: int, choice: KernelChoice, split_k: int, persi
         return 0
     if not hasattr(kernel_module(), f"{choice.kernel}_pair"):
         return 0
+    return pair_grid(m, n, bn, sms)
+
+
+def pair_grid(m: int, n: int, bn: int, sms: int) -> int:
+    """CTAs of the persistent CTA-pair kernel for an M x N output in BM x ``bn`` tiles: one per
+    tile, at most the SMs (an even count: the CTAs run in clusters of two, each cluster computing
+    2 BM x ``bn`` tiles)."""
     return min(2 * -(-m // (2 * BM)) * -(-n // bn), sms - sms % 2)
 
 

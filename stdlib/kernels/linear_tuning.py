@@ -8,7 +8,8 @@ its own in the same table file, keyed ``linear-<dtype> MxNxK`` (M out features, 
 features), which :func:`~.linear.plan_sparse_linear` reads (``linear.tuned_config``).
 
 :func:`tune_sparse_linear` times the same config space as the sparse GEMM's
-(:func:`~.tuning.config_space`: BN, STAGES, split-K, CTA pairs) with the same checks and timing
+(:func:`~.tuning.config_space`: BN, STAGES, split-K, CTA pairs; not its tail splits, which the
+layer's plans do not have: :func:`layer_space`) with the same checks and timing
 (:func:`~.tuning.tune_plan`: each config's y, poisoned first, against the planned default's; one
 replay of a CUDA graph of ten calls). ``sparsile tune --linear`` is its command line; docs/autotune.md.
 """
@@ -23,7 +24,7 @@ from typing import Any, TextIO
 from ...frontend.diagnostics import LaunchError
 from .arrays import empty_array
 from .decode import DECODE_MAX_T
-from .gemm import KERNELS
+from .gemm import KERNELS, KernelChoice
 from .linear import SparseLinearPlan, plan_sparse_linear
 from .tuning import (
     DEFAULT_GROUP_M,
@@ -44,6 +45,11 @@ LINEAR_PREFIX = "linear-"
 """The dtype prefix of the layer's table entries (``linear-bf16 6144x256x4096``)."""
 
 
+def layer_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
+    """The configs the layer's tuner times: :func:`~.tuning.config_space` without tail splits."""
+    return config_space(choice, m, n, k, sms, tails=False)
+
+
 def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:
     """The config the planned heuristics chose for ``plan``."""
     return GemmConfig(plan.bn, plan.stages or DEFAULT_STAGES, plan.split_k, plan.pair > 0,
@@ -53,7 +59,9 @@ def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:
 def with_linear_config(plan: SparseLinearPlan, config: GemmConfig, sms: int, interpret: bool = False
                        ) -> SparseLinearPlan:
     """``plan`` with ``config``'s BN, STAGES, GROUP_M, split-K (a new f32 workspace if needed) and
-    CTA pairs."""
+    CTA pairs. The layer has no tail split (ValueError for a config with one)."""
+    if config.tail_split:
+        raise ValueError(f"the torch layer's kernels have no tail split, got {config}")
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.x, (config.split_k, plan.t, plan.m), "float32", interpret)
@@ -109,6 +117,6 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
             base = plan_sparse_linear(values, meta.data, x, kernel="gemm", num_sms=sms,
                                       out_dtype="bfloat16" if dtype == "e4m3" else None)
             entries[table_key(LINEAR_PREFIX + dtype, m, t, k)] = tune_plan(
-                base, sms, benchmarker or graph_bench, warmup=warmup, rep=rep, space=config_space, say=say,
+                base, sms, benchmarker or graph_bench, warmup=warmup, rep=rep, space=layer_space, say=say,
                 target=LINEAR_TARGET)
     return finished_table(entries, out)

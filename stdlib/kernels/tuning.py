@@ -36,9 +36,11 @@ from .gemm import (
     KernelChoice,
     SparseMatmul,
     kernel_module,
+    pair_grid,
     plan_sparse_matmul,
     takes_decode,
 )
+from .gemm_tail import TailSplitMatmul, tail_split_plan, tail_splits
 
 TABLE_FORMAT = "sparsile-sparse-gemm-table/1"
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
@@ -87,12 +89,13 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
     return GemmConfig(plan.bn, DEFAULT_STAGES, plan.split_k, plan.pair_ctas > 0)
 
 
-def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
+def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: bool = True) -> list[GemmConfig]:
     """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
     has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
     STAGES 4 and 5 the tail splits of :func:`~.gemm_tail.tail_splits` (with and without CTA pairs
-    for the head) where C's last wave is part-full."""
+    for the head) where C's last wave is part-full, unless ``tails`` is False (the torch layer's
+    space: its plans have no tail split)."""
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -105,50 +108,41 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list
             out += [GemmConfig(bn, stages, s) for s in splits]
             if has_pair and tiles >= sms:
                 out.append(GemmConfig(bn, stages, 1, True))
-            if stages >= 4:
+            if stages >= 4 and tails:
                 out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
     return out
 
 
 def tail_variants(config: GemmConfig, m: int, n: int, k_steps: int, sms: int, has_pair: bool) -> list[GemmConfig]:
     """``config`` (unsplit) with each tail split of :func:`~.gemm_tail.tail_splits` for this C, its
-    head on one CTA per tile and, where the head has a tile per SM and the kernel a CTA-pair twin,
-    on CTA pairs; [] where C's last wave is full or the tail's CTAs do not fit one wave."""
-    from .gemm_tail import head_rows, tail_splits
-
-    tails = tail_splits(m, n, k_steps, config.bn, sms)
-    head_tiles = -(-head_rows(m, n, config.bn, sms) // BM) * -(-n // config.bn)
-    pairs = (False, True) if has_pair and head_tiles >= sms else (False,)
-    return [dataclasses.replace(config, split_k=1, pair=pair, tail_split=t) for t in tails for pair in pairs]
+    head on one CTA per tile and (where the kernel has a CTA-pair twin) on CTA pairs, each where it
+    applies; [] where C's last wave is full or the tail's CTAs do not fit one wave."""
+    return [dataclasses.replace(config, split_k=1, pair=pair, tail_split=t)
+            for pair in ((False, True) if has_pair else (False,))
+            for t in tail_splits(m, n, k_steps, config.bn, sms, pair)]
 
 
-def pair_grid(m: int, n: int, bn: int, sms: int) -> int:
-    """CTAs of the persistent CTA-pair kernel for an M x N output in BM x ``bn`` tiles: one per
-    tile, at most the SMs (an even count: the CTAs run in clusters of two)."""
-    return min(2 * -(-m // (2 * BM)) * -(-n // bn), sms - sms % 2)
-
-
-def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: bool = False) -> SparseMatmul:
+def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: bool = False
+                ) -> SparseMatmul | TailSplitMatmul:
     """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed);
-    a tail split (:mod:`.gemm_tail`) where ``config`` has one and C on ``sms`` SMs a part-full last
-    wave (else unsplit)."""
-    from .gemm_tail import head_rows
-
-    rows = head_rows(plan.m, plan.n, config.bn, sms) if config.tail_split else 0
-    if rows:  # (none: a table entry's tail split at an N whose last wave is full, which runs unsplit)
-        work = empty_array(plan.b, (config.tail_split, plan.m - rows, plan.n), plan.choice.partial_dtype, interpret)
-        pair = pair_grid(rows, plan.n, config.bn, sms) if config.pair else 0
-        return dataclasses.replace(plan, bn=config.bn, split_k=config.tail_split, pair_ctas=pair, workspace=work,
-                                   head_rows=rows)
+    with a tail split, the :class:`~.gemm_tail.TailSplitMatmul` of it where it applies to this C on
+    ``sms`` SMs (:func:`~.gemm_tail.tail_split_plan`), else the config unsplit: a table entry found
+    for another N (the nearby rule) whose last wave is full, or whose tail does not fit one wave."""
+    if config.tail_split:
+        split = tail_split_plan(dataclasses.replace(plan, bn=config.bn), config.tail_split, config.pair, sms,
+                                interpret)
+        if split is not None:
+            return split
+        config = dataclasses.replace(config, tail_split=0)
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
     pair = pair_grid(plan.m, plan.n, config.bn, sms) if config.pair else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
-                               workspace=workspace if config.split_k > 1 else None, head_rows=0)
+                               workspace=workspace if config.split_k > 1 else None)
 
 
-def launch(plan: SparseMatmul, config: GemmConfig, interpret: bool = False) -> Any:
+def launch(plan: SparseMatmul | TailSplitMatmul, config: GemmConfig, interpret: bool = False) -> Any:
     """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES and GROUP_M; returns C."""
     return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m)
 
@@ -365,7 +359,9 @@ def tune_plan(base: Any, sms: int, bench: Callable[..., float], *, warmup: int =
         say(f"\rsparsile tune {what} [{i + 1}/{len(candidates)}] {config}\x1b[K", end="")
         try:
             plan = target.configure(base, config, sms, interpret)
-            plan.out[...] = float("nan") if "float" in str(plan.out.dtype) else -12345  # poisoned
+            for poisoned in (plan.out, getattr(plan, "workspace", None)):  # so are the partial sums
+                if poisoned is not None:
+                    poisoned[...] = float("nan") if "float" in str(poisoned.dtype) else -12345
             if not matches_reference(target.launch(plan, config, interpret), ref, tol):
                 skipped[str(config)] = "wrong result against the default config"
                 continue

@@ -13,8 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
-from sparsile.stdlib.kernels.gemm import BM
-from sparsile.stdlib.kernels.gemm_tail import head_rows, tail_splits, tail_tiles
+from sparsile.stdlib.kernels.gemm import BM, SparseMatmul
+from sparsile.stdlib.kernels.gemm_tail import TailSplitMatmul, head_rows, tail_splits, tail_tiles
+from sparsile.stdlib.kernels.linear import plan_sparse_linear
+from sparsile.stdlib.kernels.linear_tuning import layer_space, with_linear_config
 from sparsile.stdlib.kernels.tuning import (
     TABLE_FORMAT,
     GemmConfig,
@@ -28,30 +30,38 @@ from sparsile.stdlib.kernels.tuning import (
 from sparsile.tests.stdlib.test_gemm_api import assert_close, problem, reference
 
 
-@pytest.mark.parametrize("m,n,bn,sms,rows", [
-    (6144, 1024, 256, 132, 33 * BM),    # 192 tiles: one wave of 132 (33 row blocks x 4), 60 left
-    (28672, 512, 256, 132, 198 * BM),   # 448 tiles: three waves of 396, 52 left
-    (4096, 4096, 256, 132, 24 * BM),    # 512 tiles, 16 per row block: 24 blocks (384 tiles) fill 2.9 waves
-    (4096, 512, 256, 132, 0),           # 64 tiles: less than one wave
-    (132 * BM, 256, 256, 132, 0),       # exactly one wave: no tail
-    (700, 40, 64, 4, 4 * BM),           # 6 tiles on 4 SMs
+@pytest.mark.parametrize("m,n,bn,sms,pair,rows", [
+    (6144, 1024, 256, 132, False, 33 * BM),    # 192 tiles: one wave of 132 (33 row blocks x 4), 60 left
+    (6144, 1024, 256, 132, True, 16 * 2 * BM),  # 96 pair tiles on 66 clusters: 16 pair rows (64 tiles) fill one round
+    (28672, 512, 256, 132, False, 198 * BM),   # 448 tiles: three waves of 396, 52 left
+    (4096, 4096, 256, 132, False, 24 * BM),    # 512 tiles, 16 per row block: 24 blocks (384 tiles) of 2.9 waves
+    (4096, 512, 256, 132, False, 0),           # 64 tiles: less than one wave
+    (132 * BM, 256, 256, 132, False, 0),       # exactly one wave: no tail
+    (700, 40, 64, 4, False, 4 * BM),           # 6 tiles on 4 SMs
+    (700, 40, 64, 1, True, 0),                 # no cluster fits on one SM
+    (700, 0, 64, 4, False, 0),                 # an empty C
 ])
-def test_head_rows_fill_whole_waves(m: int, n: int, bn: int, sms: int, rows: int) -> None:
-    assert head_rows(m, n, bn, sms) == rows
+def test_head_rows_fill_whole_rounds(m: int, n: int, bn: int, sms: int, pair: bool, rows: int) -> None:
+    assert head_rows(m, n, bn, sms, pair) == rows
 
 
 @given(st.integers(1, 40_000), st.integers(1, 9000), st.sampled_from([16, 32, 64, 128, 256]),
-       st.integers(1, 200))
-def test_head_rows_are_the_most_whole_row_blocks_of_whole_waves(m: int, n: int, bn: int, sms: int) -> None:
-    rows = head_rows(m, n, bn, sms)
+       st.integers(1, 200), st.booleans())
+def test_head_rows_are_the_most_whole_row_blocks_of_whole_rounds(m: int, n: int, bn: int, sms: int,
+                                                                 pair: bool) -> None:
+    rows = head_rows(m, n, bn, sms, pair)
+    unit, slots = (2 * BM, sms // 2) if pair else (BM, sms)
     row_tiles = -(-n // bn)
-    waves = -(-m // BM) * row_tiles // sms
-    assert rows % BM == 0 and 0 <= rows < m
+    assert rows % unit == 0 and 0 <= rows < m
     if rows:
-        assert rows // BM * row_tiles <= waves * sms < (rows // BM + 1) * row_tiles
-        assert tail_tiles(m, n, bn, sms) == -(-(m - rows) // BM) * row_tiles
+        rounds = -(-m // unit) * row_tiles // slots
+        assert rows // unit * row_tiles <= rounds * slots < (rows // unit + 1) * row_tiles
+        assert tail_tiles(m, n, bn, sms, pair) == -(-(m - rows) // BM) * row_tiles
+        if pair:  # the head's pair tiles fill whole rounds of the CTA-pair kernel's grid
+            ctas = min(2 * rows // unit * row_tiles, sms - sms % 2)
+            assert -(-(rows // unit * row_tiles) // (ctas // 2)) <= rounds
     else:
-        assert tail_tiles(m, n, bn, sms) == 0
+        assert tail_tiles(m, n, bn, sms, pair) == 0
 
 
 def test_tail_splits_fit_one_wave_and_keep_k_steps() -> None:
@@ -60,6 +70,7 @@ def test_tail_splits_fit_one_wave_and_keep_k_steps() -> None:
     assert tail_splits(6144, 1024, 7, 256, 132) == []        # shares of 3
     assert tail_splits(28672, 512, 64, 256, 132) == [2]      # 52 tail tiles
     assert tail_splits(4096, 512, 64, 256, 132) == []        # no head
+    assert tail_splits(6144, 1024, 64, 256, 132, pair=True) == [2]  # 64 tail tiles after a pair head
 
 
 def test_config_space_offers_tail_splits_where_the_last_wave_is_part_full() -> None:
@@ -68,6 +79,17 @@ def test_config_space_offers_tail_splits_where_the_last_wave_is_part_full() -> N
     assert tails and {c.tail_split for c in tails} == {2} and {c.stages for c in tails} == {4, 5}
     assert GemmConfig(256, 4, 1, False, tail_split=2) in tails and GemmConfig(256, 4, 1, True, tail_split=2) in tails
     assert not any(c.tail_split for c in config_space(KERNELS["bf16"], 4096, 512, 4096, 132))  # < one wave
+    assert not any(c.tail_split for c in config_space(KERNELS["bf16"], 6144, 1024, 4096, 132, tails=False))
+    assert not any(c.tail_split for c in layer_space(KERNELS["bf16"], 6144, 1024, 4096, 132))
+
+
+def test_the_layer_has_no_tail_split() -> None:
+    """The torch layer's tuner times no tail split (its plans have none), and a config with one is
+    refused rather than run as its unsplit twin."""
+    weight, x = problem("bf16", 700, 80, 512, seed=1)
+    base = plan_sparse_linear(weight.values, weight.meta, x, interpret=True, num_sms=4, kernel="gemm")
+    with pytest.raises(ValueError, match="no tail split"):
+        with_linear_config(base, GemmConfig(64, 4, 1, tail_split=2), 4, interpret=True)
 
 
 def test_tail_split_config_json_round_trip_and_checks() -> None:
@@ -81,38 +103,61 @@ def test_tail_split_config_json_round_trip_and_checks() -> None:
     assert index_table({table_key("bf16", 256, 64, 512): bad_entry}) == {}  # skipped like other malformed entries
 
 
-@pytest.mark.parametrize("dtype,m,n,k,config,sms", [
-    ("bf16", 700, 40, 512, GemmConfig(64, 4, 1, tail_split=2), 4),    # head 512 rows, tail 188 (ragged) x2
-    ("f16", 700, 40, 1024, GemmConfig(64, 5, 1, tail_split=4), 4),    # tail split four ways
-    ("e4m3", 650, 24, 1024, GemmConfig(32, 4, 1, tail_split=2), 4),   # 8-bit operands (BK 128)
-    ("bf16", 600, 40, 512, GemmConfig(64, 4, 1, True, tail_split=2), 2),  # a CTA-pair head on 2 CTAs
-    ("f16", 900, 40, 512, GemmConfig(64, 4, 1, True, tail_split=2), 5),   # a pair head of 5 row blocks, 4 CTAs
+@pytest.mark.parametrize("dtype,m,n,k,config,sms,mt", [
+    ("bf16", 700, 40, 512, GemmConfig(64, 4, 1, tail_split=2), 4, True),    # head 512 rows, tail 188 (ragged) x2
+    ("f16", 1100, 40, 1024, GemmConfig(64, 5, 1, tail_split=4), 8, True),   # tail split four ways
+    ("e4m3", 650, 24, 1024, GemmConfig(32, 4, 1, tail_split=2), 4, True),   # 8-bit operands (BK 128)
+    ("bf16", 700, 40, 512, GemmConfig(64, 4, 1, True, tail_split=2), 4, True),  # a CTA-pair head (2 clusters)
+    ("f16", 900, 40, 512, GemmConfig(64, 4, 1, True, tail_split=2), 6, True),   # 3 pair tiles on 3 clusters
+    ("s8", 700, 40, 1000, GemmConfig(64, 4, 1, tail_split=2), 4, False),    # 8-bit words, row-major
+    ("tf32", 650, 60, 300, GemmConfig(32, 4, 1, tail_split=2), 5, False),   # tf32's interleave, ragged M, N, K
+    ("f16", 700, 40, 520, GemmConfig(64, 4, 1, True, tail_split=2), 4, False),  # 17 words a row: no TMA for them
+    ("e4m3", 517, 40, 1024, GemmConfig(64, 4, 1, True, tail_split=2), 4, True),  # a tail of 5 rows
 ])
-def test_tail_split_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig, sms: int) -> None:
+def test_tail_split_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig, sms: int,
+                                    mt: bool) -> None:
     weight, b = problem(dtype, m, n, k, seed=m + k)
     base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
     plan = with_config(base, config, sms, interpret=True)
-    rows = head_rows(m, n, config.bn, sms)
-    assert rows and plan.head_rows == rows and plan.split_k == config.tail_split
+    assert isinstance(plan, TailSplitMatmul)
     head, tail = plan.parts
-    assert (head.m, tail.m, head.split_k, tail.split_k) == (rows, m - rows, 1, config.tail_split)
+    rows = head_rows(m, n, config.bn, sms, config.pair)
+    assert rows and (head.m, tail.m, head.split_k, tail.split_k) == (rows, m - rows, 1, config.tail_split)
     assert (head.pair_ctas > 0) == config.pair and tail.pair_ctas == 0 and head.workspace is None
-    assert tail.workspace.shape == (config.tail_split, m - rows, n)
-    plan.out[...] = np.nan
-    plan.workspace[...] = np.nan
+    assert plan.workspace is tail.workspace and tail.workspace.shape == (config.tail_split, m - rows, n)
+    assert all(p.kernel.name.endswith("_mt") == mt for p in plan.parts)  # the metadata by TMA where it can go
+    poison = np.nan if plan.out.dtype.kind == "f" else -12345
+    plan.out[...] = poison
+    plan.workspace[...] = poison
     c = launch(plan, config, interpret=True)
     assert c is plan.out
     ref, absprod = reference(weight, b)
     assert_close(c, ref, absprod, k, dtype)
 
 
-def test_a_tail_split_entry_runs_unsplit_where_the_last_wave_is_full() -> None:
-    """A table entry is found for other N (the nearby rule); where C's tiles make no part-full last
-    wave the entry's tail split is dropped and the rest of its config runs."""
-    weight, b = problem("bf16", 512, 40, 512, seed=3)  # 4 tiles on 4 SMs: one full wave
+@pytest.mark.parametrize("m,sms,why", [
+    (512, 4, "4 tiles on 4 SMs: one full wave"),
+    (640, 3, "a head of 3 tiles, a tail of 2 tiles x 2 shares > 3 SMs"),
+])
+def test_a_tail_split_entry_runs_unsplit_where_it_does_not_apply(m: int, sms: int, why: str) -> None:
+    """A table entry is found for other N (the nearby rule); where C's last wave is full, or its
+    tail's CTAs would not fit one wave, the entry's tail split is dropped and the rest of it runs."""
+    weight, b = problem("bf16", m, 40, 512, seed=3)
     base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    plan = with_config(base, GemmConfig(64, 4, 1, tail_split=2), sms, interpret=True)
+    assert isinstance(plan, SparseMatmul) and (plan.split_k, plan.workspace) == (1, None), why
+    plan.out[...] = np.nan
+    ref, absprod = reference(weight, b)
+    assert_close(launch(plan, GemmConfig(64, 4, 1, tail_split=2), interpret=True), ref, absprod, 512, "bf16")
+
+
+def test_converting_plans_take_no_tail_split() -> None:
+    """C of another type than the kernel's store type goes through partial sums for every row, so
+    a head could not store it: the tail split is dropped."""
+    weight, b = problem("bf16", 700, 40, 512, seed=5)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm", out_dtype="bfloat16")
     plan = with_config(base, GemmConfig(64, 4, 1, tail_split=2), 4, interpret=True)
-    assert (plan.head_rows, plan.split_k, plan.workspace) == (0, 1, None) and plan.parts == (plan,)
+    assert isinstance(plan, SparseMatmul) and plan.split_k == 1
 
 
 def test_table_entry_with_a_tail_split_runs_it(monkeypatch: Any) -> None:
@@ -127,24 +172,26 @@ def test_table_entry_with_a_tail_split_runs_it(monkeypatch: Any) -> None:
     monkeypatch.setattr(tuning, "launch", lambda p, c, i=False: seen.append(p) or real(p, c, i))
     plan.out[...] = np.nan
     assert run_with_table(plan, table=table, interpret=True, sms=4)
-    assert seen and seen[0].head_rows == 4 * BM and seen[0].split_k == 2
+    assert len(seen) == 1 and isinstance(seen[0], TailSplitMatmul) and seen[0].head.m == 4 * BM
     ref, absprod = reference(weight, b)
     assert_close(plan.out, ref, absprod, 512, "bf16")
 
 
-def test_compile_of_a_tail_split_plan_is_the_heads() -> None:
+def test_compile_gives_the_head_and_the_tail() -> None:
     weight, b = problem("bf16", 700, 40, 512, seed=4)
     base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
     plan = with_config(base, GemmConfig(64, 4, 1, tail_split=2), 4, interpret=True)
-    assert plan.compile("sm_90a").ptx == plan.parts[0].compile("sm_90a").ptx
+    head, tail = plan.compile("sm_90a")
+    assert "_splitk" not in head.name and "_splitk" in tail.name
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,pair", [("bf16", False), ("bf16", True), ("f16", False)])
 def test_gpu_tail_split_at_8b_qkv_t1024(dtype: str, pair: bool) -> None:
     """6144 x 1024 x 4096 (192 tiles of BN 256: a head of one wave, a tail of 60 tiles split two
-    ways) on torch CUDA tensors, so that the head and the tail read row views in place (TMA bases
-    inside the tensors), twice from poisoned C and workspace, against float64."""
+    ways; with CTA pairs a head of 64 pair tiles) on torch CUDA tensors, so that the head and the
+    tail read row views in place (TMA bases inside the tensors), twice from poisoned C and
+    workspace, against float64."""
     torch = pytest.importorskip("torch")
     from sparsile.backend import runtime
     from sparsile.stdlib.kernels import CompressedWeight, prune_and_compress
@@ -160,7 +207,8 @@ def test_gpu_tail_split_at_8b_qkv_t1024(dtype: str, pair: bool) -> None:
     base = plan_sparse_matmul(values, meta, x, kernel="gemm", split_k=1)
     config = GemmConfig(256, 4, 1, pair, tail_split=2)
     plan = with_config(base, config, sms)
-    assert plan.head_rows == head_rows(6144, 1024, 256, sms) > 0 and (plan.pair_ctas > 0) == pair
+    assert isinstance(plan, TailSplitMatmul) and plan.head.m == head_rows(6144, 1024, 256, sms, pair) > 0
+    assert (plan.head.pair_ctas > 0) == pair
     ref, absprod = reference(CompressedWeight(values, meta), x.float().cpu().numpy())
     for _ in range(2):
         plan.out.fill_(float("nan"))
