@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_sparse_gemm as B  # sibling scripts, not a package
-from torch_timing import event_time_us
+from torch_timing import event_time_us, profiled_once
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,20 +56,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-once", action="store_true",
                     help="one call of each contender inside a CUDA profiler range (for ncu --profile-from-start off)")
     return ap.parse_args(argv)
-
-
-def profiled_once(fn: Callable[[], Any], iters: int) -> float:
-    """One call of ``fn`` inside a CUDA profiler range, after two warm-up calls (returns 0)."""
-    import torch
-
-    fn()
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
-    return 0.0
 
 
 PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}

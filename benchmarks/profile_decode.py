@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sparse_gemm import cslt_search, pruned_operands  # a sibling script, not a package
+from bench_sparse_gemm import cslt_search, pruned_operands  # sibling scripts, not a package
+from torch_timing import profiled_once
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,16 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def profiled(name: str, fn) -> None:
-    """Two warm-up calls of ``fn``, then one inside a CUDA profiler range."""
-    import torch
-
-    fn()
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    """``fn`` profiled once (after two warm-up calls), then its name printed."""
+    profiled_once(fn)
     print(f"profiled: {name}", flush=True)
 
 

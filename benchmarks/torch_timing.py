@@ -211,3 +211,18 @@ def raise_dynamo_limits() -> None:
     for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, 1024)
+
+
+def profiled_once(fn: Callable[[], Any], iters: int = 0) -> float:
+    """One call of ``fn`` inside a CUDA profiler range (for ``ncu --profile-from-start off``), after
+    two warm-up calls; returns 0 (``iters``: ignored, the signature of the timing functions)."""
+    import torch
+
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0.0
