@@ -320,7 +320,7 @@ def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     sparse_matmul runs here (the table's, else the planned default; STAGES and GROUP_M kept), where
     that config is unsplit and C's last wave is part-full; {} elsewhere. sparse_matmul runs a tail
     split only where a table entry names one (``table``)."""
-    from sparsile.stdlib.kernels.gemm import SparseMatmul, kernel_module, plan_sparse_matmul
+    from sparsile.stdlib.kernels.gemm import SparseMatmul, has_pair_kernel, plan_sparse_matmul
     from sparsile.stdlib.kernels.tuning import default_config, launch, shipped_config, tail_variants, with_config
 
     plan = plan_sparse_matmul(values, meta, b, out=c, target="sm_90a", kernel="gemm")
@@ -331,7 +331,7 @@ def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     if base.split_k != 1 or base.tail_split:
         return {}
     steps = -(-plan.k_padded // plan.choice.block_k)
-    has_pair = hasattr(kernel_module(), f"{plan.choice.kernel}_pair")
+    has_pair = has_pair_kernel(plan.choice)
     best: dict = {}
     worst = 0.0  # the largest error of any variant timed
     for cfg in tail_variants(base, m, n, steps, sms, has_pair):

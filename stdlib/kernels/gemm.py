@@ -487,9 +487,14 @@ def pair_ctas(m: int, n: int, bn: int, choice: KernelChoice, split_k: int, persi
     tiles = -(-m // BM) * -(-n // bn)
     if not persistent or split_k != 1 or sms < 2 or tiles < PAIR_MIN_TILES_PER_SM * sms:
         return 0
-    if not hasattr(kernel_module(), f"{choice.kernel}_pair"):
+    if not has_pair_kernel(choice):
         return 0
     return pair_grid(m, n, bn, sms)
+
+
+def has_pair_kernel(choice: KernelChoice) -> bool:
+    """Whether the operand type has a CTA-pair kernel (``sparse_gemm_<t>_pair``: f16, bf16, e4m3)."""
+    return hasattr(kernel_module(), f"{choice.kernel}_pair")
 
 
 def pair_grid(m: int, n: int, bn: int, sms: int) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .arrays import empty_array
-from .gemm import BM, SparseMatmul, pair_grid
+from .gemm import BM, SparseMatmul, has_pair_kernel, pair_grid
 
 TAIL_SPLITS = (2, 4)
 """The K splits of the tail that the tuner times."""
@@ -91,9 +91,10 @@ def tail_split_plan(plan: SparseMatmul, split: int, pair: bool, sms: int, interp
                     ) -> TailSplitMatmul | None:
     """``plan`` (its BN as planned) as a head of whole rounds (``pair``: on CTA pairs) and a tail
     split ``split`` ways, or None where that does not apply: ``split`` is not one of
-    :func:`tail_splits` for this C on ``sms`` SMs, or C is not the kernel's own store type (the
-    head would need partial sums too)."""
-    if plan.out_dtype not in ("", plan.choice.out_dtype) or plan.pingpong_ctas:
+    :func:`tail_splits` for this C on ``sms`` SMs, C is not the kernel's own store type (the head
+    would need partial sums too), or ``pair`` for an operand type without the CTA-pair kernel."""
+    converts = plan.out_dtype not in ("", plan.choice.out_dtype)
+    if converts or plan.pingpong_ctas or (pair and not has_pair_kernel(plan.choice)):
         return None
     steps = -(-plan.k_padded // plan.choice.block_k)
     if split not in tail_splits(plan.m, plan.n, steps, plan.bn, sms, pair):

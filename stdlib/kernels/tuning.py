@@ -35,7 +35,7 @@ from .gemm import (
     KERNELS,
     KernelChoice,
     SparseMatmul,
-    kernel_module,
+    has_pair_kernel,
     pair_grid,
     plan_sparse_matmul,
     takes_decode,
@@ -99,7 +99,7 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
-    has_pair = hasattr(kernel_module(), f"{choice.kernel}_pair")
+    has_pair = has_pair_kernel(choice)
     out = []
     for bn in bns:
         tiles = -(-m // BM) * -(-n // bn)
@@ -137,7 +137,8 @@ def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: boo
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.b, (config.split_k, plan.m, plan.n), plan.choice.partial_dtype, interpret)
-    pair = pair_grid(plan.m, plan.n, config.bn, sms) if config.pair else 0
+    # a CTA-pair config for an operand type without the pair kernel (a hand-written entry): one CTA per tile
+    pair = pair_grid(plan.m, plan.n, config.bn, sms) if config.pair and has_pair_kernel(plan.choice) else 0
     return dataclasses.replace(plan, bn=config.bn, split_k=config.split_k, pair_ctas=pair,
                                workspace=workspace if config.split_k > 1 else None)
 

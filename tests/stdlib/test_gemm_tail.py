@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
@@ -135,6 +135,39 @@ def test_tail_split_matches_float64(dtype: str, m: int, n: int, k: int, config: 
     assert_close(c, ref, absprod, k, dtype)
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_any_tail_split_that_applies_matches_float64(data: st.DataObject) -> None:
+    """Random operand types, ragged M, N and K, BN, SMs, heads with and without CTA pairs, splits 2
+    and 4, drawn so that the tail split applies (a head of one round, a tail of 1-2 row blocks whose
+    CTAs fit one wave, shares of at least 4 K steps): C as float64 computes it, with the outputs and
+    the partial sums poisoned."""
+    dtype = data.draw(st.sampled_from(["f16", "bf16", "e4m3", "s8", "tf32"]))
+    pair, split = data.draw(st.booleans()) and dtype in ("f16", "bf16", "e4m3"), data.draw(st.sampled_from([2, 4]))
+    bn, row_tiles, tail_blocks = data.draw(st.sampled_from([16, 32, 64])), data.draw(st.integers(1, 3)), \
+        data.draw(st.integers(1, 2))
+    n = row_tiles * bn - data.draw(st.integers(0, bn - 1))
+    tail_ctas = tail_blocks * row_tiles * split
+    sms = data.draw(st.integers(max(tail_ctas, 2 * row_tiles if pair else row_tiles), tail_ctas + 4))
+    unit, slots = (2 * BM, sms // 2) if pair else (BM, sms)
+    m = slots // row_tiles * unit + tail_blocks * BM - data.draw(st.integers(0, BM - 1))
+    choice = KERNELS[dtype]
+    k_steps = data.draw(st.integers(4 * split, 4 * split + 3))
+    k = k_steps * choice.block_k - data.draw(st.integers(0, 3)) * choice.k_align  # ragged last step
+    steps = -(-(-(-k // choice.k_align) * choice.k_align) // choice.block_k)
+    assume(split in tail_splits(m, n, steps, bn, sms, pair))
+    weight, b = problem(dtype, m, n, k, seed=m * n + k)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    config = GemmConfig(bn, 4, 1, pair, tail_split=split)
+    plan = with_config(base, config, sms, interpret=True)
+    assert isinstance(plan, TailSplitMatmul) and (plan.head.pair_ctas > 0) == pair
+    poison = np.nan if plan.out.dtype.kind == "f" else -12345
+    plan.out[...] = poison
+    plan.workspace[...] = poison
+    ref, absprod = reference(weight, b)
+    assert_close(launch(plan, config, interpret=True), ref, absprod, k, dtype)
+
+
 @pytest.mark.parametrize("m,sms,why", [
     (512, 4, "4 tiles on 4 SMs: one full wave"),
     (640, 3, "a head of 3 tiles, a tail of 2 tiles x 2 shares > 3 SMs"),
@@ -149,6 +182,19 @@ def test_a_tail_split_entry_runs_unsplit_where_it_does_not_apply(m: int, sms: in
     plan.out[...] = np.nan
     ref, absprod = reference(weight, b)
     assert_close(launch(plan, GemmConfig(64, 4, 1, tail_split=2), interpret=True), ref, absprod, 512, "bf16")
+
+
+def test_a_pair_config_for_an_operand_without_the_pair_kernel_runs_one_cta_per_tile() -> None:
+    """s8 and tf32 have no CTA-pair kernel: a (hand-written) pair entry runs unpaired, with or
+    without a tail split (a pair head does not apply), instead of failing to find the kernel."""
+    weight, b = problem("s8", 700, 40, 1024, seed=6)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    for config in (GemmConfig(64, 4, 1, True), GemmConfig(64, 4, 1, True, tail_split=2)):
+        plan = with_config(base, config, 4, interpret=True)
+        assert isinstance(plan, SparseMatmul) and plan.pair_ctas == 0
+        plan.out[...] = -12345
+        ref, absprod = reference(weight, b)
+        assert_close(launch(plan, config, interpret=True), ref, absprod, 1024, "s8")
 
 
 def test_converting_plans_take_no_tail_split() -> None:
