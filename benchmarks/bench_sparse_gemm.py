@@ -17,8 +17,15 @@ against the faster of the two (see docs/ for the kernels' design).
     python benchmarks/bench_sparse_gemm.py --quick    # 4096 and 8192 squares, f16 only
     python benchmarks/bench_sparse_gemm.py --grid llama3 --json gemm.json   # Llama-3 layers x T x dtype
     python benchmarks/plot_gemm.py gemm.json --out plots/                   # a PNG per layer shape
+    python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --l2 cold   # also from HBM
     python benchmarks/bench_sparse_gemm.py --schedule pingpong --case bf16:8192x8192x8192 \
         --pingpong-config 64x256x64x5       # also the ping-pong kernel (column pingpong; f16/bf16)
+
+``--l2 cold`` adds a second table: sparse_matmul as a user calls it, cuBLAS and cuSPARSELt (both
+algorithms), each rotating over copies of its weight of at least 3 x L2, so that every call reads
+the weight from HBM as a model's layers do. The main table's calls repeat one weight, which stays in
+the 50 MB L2 where it fits (8B o and qkv: 19-28 MB compressed, 34-50 MB dense), so small weights
+there measure L2 rather than HBM.
 
 ``--schedule pingpong`` adds the kernel ``sparse_matmul(..., schedule="pingpong")`` runs
 (sparse_gemm_sm90_pingpong.spk, docs/hopper.md "The ping-pong schedule": BM 128, BN = min(BN, 128),
@@ -230,7 +237,7 @@ def pruned_operands(dtype: str, m: int, n: int, k: int, seed: int) -> dict:
 
 
 def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int, schedule: str = "default",
-               pp_configs: tuple[tuple[int, int, int, int], ...] = ()) -> dict:
+               pp_configs: tuple[tuple[int, int, int, int], ...] = (), l2: str = "warm") -> dict:
     import torch
 
     from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k, pair_ctas
@@ -295,6 +302,8 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         except Exception:
             row["cublas"] = None
         row["sp_dense"] = None
+    if l2 == "cold":
+        row.update(cold_times(dtype, o, m, n, k, iters, row.get("cslt_alg")))
     return row
 
 
@@ -359,6 +368,87 @@ def decode_time(values, meta, b, c, checked_time) -> dict:
             "decode_config": f"bm={cfg.bm} split_k={cfg.split_k} stages={cfg.stages} ({cfg.source})"}
 
 
+def cold_times(dtype: str, o: dict, m: int, n: int, k: int, iters: int, cslt_alg: int | None = None) -> dict:
+    """``--l2 cold``: the kernel times (µs) of ``sparse_matmul`` as a user calls it (``cold_ours``,
+    whatever kernel and table entry it picks; ``cold_ours_err`` of one poisoned call), cuBLAS
+    (``cold_cublas``) and cuSPARSELt's default and searched algorithms (``cold_cslt``,
+    ``cold_cslt_tuned``), each rotating over copies of its weight that take at least 3 x L2
+    together, so that every call reads its weight from HBM as a model's layers do (one call in the
+    L2-warm columns reads a weight that fits in the 50 MB L2 from L2). ``cslt_alg``: the searched
+    algorithm (from :func:`cslt_times`; searched here when None)."""
+    import torch
+    from bench_linear import copies_for_cold_l2, rotating
+
+    from sparsile.stdlib.kernels.gemm import sparse_matmul
+
+    w, b, vals, meta, ref, scale = o["w"], o["b"], o["values"], o["meta"], o["ref"], o["scale"]
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    sparse_bytes = vals.numel() * vals.element_size() + meta.numel() * 4
+    weights = [(vals, meta)] + [(vals.clone(), meta.clone()) for _ in range(copies_for_cold_l2(sparse_bytes) - 1)]
+    ours = rotating([lambda v=v, e=e: sparse_matmul(v, e, b, out=c, dtype=dtype) for v, e in weights])
+    c.fill_(float("nan"))
+    sparse_matmul(vals, meta, b, out=c, dtype=dtype)
+    torch.cuda.synchronize()
+    out = {"cold_ours_err": ((c.float() - ref).abs().max() / scale).item(),
+           "cold_ours": profile_kernel_time(ours, max(iters, len(weights)))}
+    dense = [w] + [w.clone() for _ in range(copies_for_cold_l2(w.numel() * w.element_size()) - 1)]
+    if dtype == "e4m3":
+        one = torch.tensor(1.0, device="cuda")
+        mm = [lambda d=d: torch._scaled_mm(d, b.T, scale_a=one, scale_b=one, out_dtype=torch.float16) for d in dense]
+    else:
+        mm = [lambda d=d: torch.mm(d, b.T) for d in dense]
+    try:
+        out["cold_cublas"] = profile_kernel_time(rotating(mm), max(iters, len(dense)))
+    except Exception as e:  # torch._scaled_mm may refuse a shape
+        out["cold_cublas_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+    kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
+    try:
+        comps = [torch._cslt_compress(w)]
+    except Exception as e:  # cuSPARSELt may not take this dtype/shape
+        out["cold_cslt_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+        return out
+    comps += [comps[0].clone() for _ in range(copies_for_cold_l2(comps[0].numel() * comps[0].element_size()) - 1)]
+    bt = b.T
+    try:
+        torch._cslt_sparse_mm(comps[0], bt, **kw)
+    except Exception:  # as cslt_times: B^T as a contiguous copy where the view is refused
+        bt = b.T.contiguous()
+    for key, alg in (("cold_cslt", None), ("cold_cslt_tuned", "search")):
+        try:
+            extra = {"alg_id": cslt_alg if cslt_alg is not None else cslt_search(comps[0], bt, **kw)} if alg else {}
+            calls = [lambda p=p, extra=extra: torch._cslt_sparse_mm(p, bt, **kw, **extra) for p in comps]
+            out[key] = profile_kernel_time(rotating(calls), max(iters, len(comps)))
+        except Exception as e:
+            out[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+    return out
+
+
+def cold_speedups(r: dict) -> dict[str, float | None]:
+    """``--l2 cold``: sparse_matmul's speed-up over the faster cuSPARSELt and over cuBLAS, every
+    contender reading its weight from HBM."""
+    ours = r.get("cold_ours")
+    cslt = [t for t in (r.get("cold_cslt"), r.get("cold_cslt_tuned")) if t]
+    cublas = r.get("cold_cublas")
+    return {"vs_cslt": min(cslt) / ours if ours and cslt else None,
+            "vs_cublas": cublas / ours if ours and cublas else None}
+
+
+COLD_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
+               f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'vs cslt':>7} {'vs cuBLAS':>9} {'err':>7}")
+
+
+def format_cold_row(r: dict) -> str:
+    """The L2-cold table's line of a row (``--l2 cold``)."""
+    f = 2.0 * r["m"] * r["n"] * r["k"]
+    s = cold_speedups(r)
+    vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
+    vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
+    err = f"{r['cold_ours_err']:>7.1e}" if "cold_ours_err" in r else f"{'-':>7}"
+    return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} | {fmt(r.get('cold_ours'), f)} | "
+            f"{fmt(r.get('cold_cslt'), f)} | {fmt(r.get('cold_cslt_tuned'), f)} | {fmt(r.get('cold_cublas'), f)} | "
+            f"{vs} {vb} {err}")
+
+
 def cslt_search(comp, bt, **kw) -> int:
     """The algorithm id ``torch._cslt_sparse_mm_search`` picks (an int, or a tuple starting with it
     in some torch versions)."""
@@ -400,10 +490,10 @@ def cslt_times(w, b, dtype: str, iters: int) -> dict:
 
 
 def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float, schedule: str = "default",
-                 pp_configs: tuple[tuple[int, int, int, int], ...] = ()) -> dict:
+                 pp_configs: tuple[tuple[int, int, int, int], ...] = (), l2: str = "warm") -> dict:
     """One case in a child process (kernels come from the compile cache on disk after the first)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--iters", str(iters),
-           "--case", f"{dtype}:{m}x{n}x{k}", "--schedule", schedule]
+           "--case", f"{dtype}:{m}x{n}x{k}", "--schedule", schedule, "--l2", l2]
     for cfg in pp_configs:
         cmd += ["--pingpong-config", "x".join(map(str, cfg))]
     try:
@@ -482,6 +572,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="pingpong: also time the ping-pong kernel (f16/bf16 cases without split-K)")
     ap.add_argument("--pingpong-config", action="append", default=[], type=pingpong_config, metavar="BMxBNxBKxST",
                     help="with --schedule pingpong: also this configuration (repeatable), e.g. 64x256x64x5")
+    ap.add_argument("--l2", choices=("warm", "cold"), default="warm",
+                    help="cold: also time sparse_matmul, cuBLAS and cuSPARSELt rotating over copies of the weight "
+                         "of at least 3 x L2, each call reading it from HBM as in a model (a second table)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the --isolate child
     args = ap.parse_args(argv)
     if (args.shapes or args.tokens) and not args.grid:
@@ -528,7 +621,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:  # one case, measured in this process, as one JSON line (the --isolate child)
         for c in cases:
             print(json.dumps(bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters, args.schedule,
-                                        args.pingpong_config)), flush=True)
+                                        args.pingpong_config, args.l2)), flush=True)
         return
     rows, failed = [], []
     print(HEADER, flush=True)
@@ -536,10 +629,10 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         if args.isolate:
             r = run_isolated(c.dtype, c.m, c.n, c.k, args.iters, args.case_timeout, args.schedule,
-                             args.pingpong_config)
+                             args.pingpong_config, args.l2)
         else:
             r = bench_case(sp_mod, dense_mod, c.dtype, c.m, c.n, c.k, args.iters, args.schedule,
-                           args.pingpong_config)
+                           args.pingpong_config, args.l2)
         if "error" in r:
             print(f"{c.dtype:>5} {c.m:>6} {c.n:>6} {c.k:>6}: {r['error']} ({time.perf_counter() - started:.0f} s)",
                   flush=True)
@@ -581,6 +674,14 @@ def main(argv: list[str] | None = None) -> None:
         print("STAGES, all listed in µs); pp/ours and pp/cslt: speed-ups of the ping-pong kernel ('-': not run, for")
         print("e4m3 and split-K cases); pp err = its max |C - ref| / max |ref|"
               + ("; " + rows[0]["pingpong_note"] if rows and "pingpong_note" in rows[0] else ""))
+    if args.l2 == "cold":
+        print()
+        print(COLD_HEADER)
+        for r in rows:
+            print(format_cold_row(r))
+        print("L2-cold: every contender rotates over copies of its weight of at least 3 x L2 (50 MB), so each call")
+        print("reads it from HBM, as a model's layers do; ours = sparse_matmul as called (its kernel and table choice:")
+        print("the decode kernel at N <= 64); kernel µs from the CUDA profiler; err of one poisoned call")
     if args.json:
         write_json(args.json, rows, failed, argv)
         print(f"rows written to {args.json}")

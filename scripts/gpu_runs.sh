@@ -16,6 +16,7 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
+#   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh sweep-23         # (not run yet) the re-tuned decode table's entries against float64
 #   bash scripts/gpu_runs.sh ncu-decode-23    # (not run yet) Nsight Compute of the decode kernel at N = 1 and 64, and its peers
 #   bash scripts/gpu_runs.sh tail-23          # (not run yet) the tail split: GPU tests, the prefill rows with its column
@@ -121,6 +122,11 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
     run 200 python benchmarks/tune_decode.py --shapes 28672x4096 57344x8192 --tokens 16 1 --dtype bf16 \
         --max-seconds 180 -v -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    ;;
+cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
+         # rotated over copies of 3 x L2), as a model's decode step reads them; bf16
+    run 540 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
+        --case-timeout 60 --l2 cold --json "$out/gemm-t64-bf16-cold.json"
     ;;
 sweep-23)  # (not run yet) every bf16 / f16 decode-table entry against float64 with poisoned outputs, after the
           # twenty-second session's re-tuning (256-row and persistent entries among them)

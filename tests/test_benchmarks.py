@@ -777,3 +777,15 @@ def test_profile_decode_defaults_to_8b_gate_up_at_1_and_64_tokens():
     args = pd.parse_args([])
     assert (args.shape, args.tokens, args.dtype, args.no_peers) == ("28672x4096", [1, 64], "bf16", False)
     assert pd.parse_args(["--shape", "4096x4096", "--tokens", "16", "--no-peers"]).no_peers
+
+
+def test_sparse_gemm_cold_table_uses_the_faster_cusparselt():
+    r = _gemm_row("x", "bf16", 16, sparsile=10.0, cold_ours=5.0, cold_ours_err=2e-4, cold_cslt=12.0,
+                  cold_cslt_tuned=10.0, cold_cublas=9.0)
+    assert bsg.cold_speedups(r) == {"vs_cslt": pytest.approx(2.0), "vs_cublas": pytest.approx(1.8)}
+    line = bsg.format_cold_row(r)
+    assert len(line.split("|")) == len(bsg.COLD_HEADER.split("|"))
+    assert line.rstrip().endswith("2.00      1.80 2.0e-04")
+    missing = bsg.format_cold_row(_gemm_row("x", "e4m3", 16, sparsile=1.0, cold_ours=1.0))
+    assert missing.rstrip().endswith("-         -       -")
+    assert bsg.parse_args(["--l2", "cold"]).l2 == "cold" and bsg.parse_args([]).l2 == "warm"
