@@ -34,7 +34,8 @@ from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_META_SHAPE
 from ..sparsity.formats import metadata_shape
 from .arrays import array_kind, as_u32_words, bad_input, pad_columns, placed_array
-from .gemm import KernelChoice, checked_operands, matmul_output, validated_metadata
+from .gemm import KernelChoice, matmul_output
+from .gemm_operands import checked_operands, validated_metadata
 
 KERNEL_DIR = Path(__file__).resolve().parent
 PERSISTENT_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"

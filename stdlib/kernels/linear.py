@@ -41,10 +41,8 @@ from .gemm import (
     BM,
     KERNELS,
     KernelChoice,
-    checked_operands,
     choose_split_k,
     kernel_module,
-    kernel_words,
     metadata_by_tma,
     pair_ctas,
     plan_target,
@@ -54,6 +52,7 @@ from .gemm import (
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
 )
+from .gemm_operands import checked_operands, kernel_words
 from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spellings callers import from here)
     ACTIVATIONS,
     E4M3_X_DTYPES,

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sparsile.stdlib.kernels import compress_weight, gemm, sparsity_gpu
+from sparsile.stdlib.kernels import compress_weight, gemm_operands, sparsity_gpu
 from sparsile.stdlib.kernels.compress_weight import prune_and_compress, prunes_on_gpu
 from sparsile.stdlib.sparsity import as_host_array, compress, encode_metadata, operand_type
 
@@ -68,7 +68,7 @@ def test_device_weight_goes_to_compress_gpu(fake_gpu, fmt):
     assert (meta.fmt, meta.dtype, meta.m, meta.k) == (want.fmt, want.dtype, want.m, want.k)
     np.testing.assert_array_equal(meta.data, want.data)
     if fmt == "sm90":  # the device words are the buffer's device copy: sparse_matmul does not upload them
-        copy = gemm.device_copies[meta][str(getattr(values, "device", "cupy"))]  # kernel_words' key
+        copy = gemm_operands.device_copies[meta][str(getattr(values, "device", "cupy"))]  # kernel_words' key
         np.testing.assert_array_equal(copy, want.data)
 
 
