@@ -440,13 +440,17 @@ COLD_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5}
 def format_cold_row(r: dict) -> str:
     """The L2-cold table's line of a row (``--l2 cold``)."""
     f = 2.0 * r["m"] * r["n"] * r["k"]
-    s = cold_speedups(r)
-    vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
-    vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
     err = f"{r['cold_ours_err']:>7.1e}" if "cold_ours_err" in r else f"{'-':>7}"
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} | {fmt(r.get('cold_ours'), f)} | "
             f"{fmt(r.get('cold_cslt'), f)} | {fmt(r.get('cold_cslt_tuned'), f)} | {fmt(r.get('cold_cublas'), f)} | "
-            f"{vs} {vb} {err}")
+            f"{ratio_cells(cold_speedups(r))} {err}")
+
+
+def ratio_cells(s: dict[str, float | None]) -> str:
+    """The "vs cslt" and "vs cuBLAS" cells of a table line ('-' where a contender did not run)."""
+    vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
+    vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
+    return f"{vs} {vb}"
 
 
 def cslt_search(comp, bt, **kw) -> int:
@@ -517,9 +521,6 @@ PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} |
 
 def format_row(r: dict) -> str:
     f = 2.0 * r["m"] * r["n"] * r["k"]
-    s = speedups(r)
-    vs = f"{s['vs_cslt']:>7.2f}" if s["vs_cslt"] else f"{'-':>7}"
-    vb = f"{s['vs_cublas']:>9.2f}" if s["vs_cublas"] else f"{'-':>9}"
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
     err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0), r.get("table_err", 0.0),
               r.get("decode_err", 0.0), r.get("tail_err", 0.0))
@@ -527,7 +528,7 @@ def format_row(r: dict) -> str:
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
             f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
             f"{fmt(r.get('table'), f)} | {fmt(r.get('decode'), f)} | {fmt(r.get('tail'), f)} | "
-            f"{vs} {vb} {dv} {err:>7.1e}")
+            f"{ratio_cells(speedups(r))} {dv} {err:>7.1e}")
 
 
 def format_pingpong_row(r: dict) -> str:
@@ -602,6 +603,14 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
+def print_table(header: str, lines: list[str], notes: list[str]) -> None:
+    """A second table after the main one: a blank line, its header, its lines, its notes."""
+    print()
+    print(header)
+    for line in lines + notes:
+        print(line)
+
+
 def write_json(path: Path, rows: list[dict], failed: list[dict], argv: list[str]) -> None:
     """``{"environment", "command", "rows", "failed"}`` to ``path`` (plot_gemm.py reads it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -658,30 +667,23 @@ def main(argv: list[str] | None = None) -> None:
     print("N <= 64 ('-': N > 64); tail = the fastest tail split of sparse_matmul's config (whole waves unsplit,")
     print("the last wave's rows split along K: gemm_tail.py; '-' where C's last wave is full or the config splits")
     print("K; not what sparse_matmul runs unless the table names it; its time adds its three kernels, not the gaps")
-    print("between them, as sk's time adds splitk_reduce's); cuSPARSELt = torch._cslt_sparse_mm with its")
-    print("default")
+    print("between them, as sk's time adds splitk_reduce's); cuSPARSELt = torch._cslt_sparse_mm with its default")
     print("algorithm, tuned = with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the")
     print("two / the time of sparse_matmul's choice (decode, else table, else pair where shown, else one CTA per")
     print("tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref| / max |ref|")
     print("over the sparsile runs (ref: the same inputs")
     print("multiplied in float64 on the GPU)")
     if args.schedule == "pingpong":
-        print()
-        print(PP_HEADER)
-        for r in rows:
-            print(format_pingpong_row(r))
-        print("ours = sparse_matmul's choice (as above); pingpong = the fastest ping-pong configuration (BMxBNxBKx")
-        print("STAGES, all listed in µs); pp/ours and pp/cslt: speed-ups of the ping-pong kernel ('-': not run, for")
-        print("e4m3 and split-K cases); pp err = its max |C - ref| / max |ref|"
-              + ("; " + rows[0]["pingpong_note"] if rows and "pingpong_note" in rows[0] else ""))
+        note = "; " + rows[0]["pingpong_note"] if rows and "pingpong_note" in rows[0] else ""
+        print_table(PP_HEADER, [format_pingpong_row(r) for r in rows], [
+            "ours = sparse_matmul's choice (as above); pingpong = the fastest ping-pong configuration (BMxBNxBKx",
+            "STAGES, all listed in µs); pp/ours and pp/cslt: speed-ups of the ping-pong kernel ('-': not run, for",
+            "e4m3 and split-K cases); pp err = its max |C - ref| / max |ref|" + note])
     if args.l2 == "cold":
-        print()
-        print(COLD_HEADER)
-        for r in rows:
-            print(format_cold_row(r))
-        print("L2-cold: every contender rotates over copies of its weight of at least 3 x L2 (50 MB), so each call")
-        print("reads it from HBM, as a model's layers do; ours = sparse_matmul as called (its kernel and table choice:")
-        print("the decode kernel at N <= 64); kernel µs from the CUDA profiler; err of one poisoned call")
+        print_table(COLD_HEADER, [format_cold_row(r) for r in rows], [
+            "L2-cold: every contender rotates over copies of its weight of at least 3 x L2 (50 MB), so each call",
+            "reads it from HBM, as a model's layers do; ours = sparse_matmul as called (its kernel and table choice:",
+            "the decode kernel at N <= 64); kernel µs from the CUDA profiler; err of one poisoned call"])
     if args.json:
         write_json(args.json, rows, failed, argv)
         print(f"rows written to {args.json}")
