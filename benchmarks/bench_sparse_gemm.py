@@ -324,14 +324,18 @@ def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
 
 def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     """``tail`` (µs), ``tail_config`` and ``tail_err`` (the largest of every variant timed): the
-    fastest tail split (stdlib/kernels/
-    gemm_tail.py: whole waves unsplit, the last wave's rows split along K) of the config
-    sparse_matmul runs here (the table's, else the planned default; STAGES and GROUP_M kept), where
-    that config is unsplit and C's last wave is part-full; {} elsewhere. sparse_matmul runs a tail
-    split only where a table entry names one (``table``)."""
+    fastest tail split (stdlib/kernels/gemm_tail.py: whole waves unsplit, the last wave's rows
+    split along K) of the config sparse_matmul runs here (the table's, else the planned default;
+    STAGES and GROUP_M kept), where that config is unsplit and C's last wave is part-full; {}
+    elsewhere, and where sparse_matmul runs the decode kernel (N <= 64), which has no tail split.
+    sparse_matmul runs a tail split only where a table entry names one (``table``). A variant that
+    fails leaves ``tail_error`` and the rest of the row is measured."""
+    from sparsile.stdlib.kernels.decode import SparseDecodePlan
     from sparsile.stdlib.kernels.gemm import SparseMatmul, has_pair_kernel, plan_sparse_matmul
     from sparsile.stdlib.kernels.tuning import default_config, launch, shipped_config, tail_variants, with_config
 
+    if isinstance(plan_sparse_matmul(values, meta, b, out=c, target="sm_90a"), SparseDecodePlan):
+        return {}
     plan = plan_sparse_matmul(values, meta, b, out=c, target="sm_90a", kernel="gemm")
     if not isinstance(plan, SparseMatmul):
         return {}
@@ -340,15 +344,17 @@ def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     if base.split_k != 1 or base.tail_split:
         return {}
     steps = -(-plan.k_padded // plan.choice.block_k)
-    has_pair = has_pair_kernel(plan.choice)
     best: dict = {}
     worst = 0.0  # the largest error of any variant timed
-    for cfg in tail_variants(base, m, n, steps, sms, has_pair):
-        split = with_config(plan, cfg, sms)
-        err, t = checked_time(lambda split=split, cfg=cfg: launch(split, cfg))
-        worst = max(worst, err)
-        if not best or t < best["tail"]:
-            best = {"tail": t, "tail_config": str(cfg)}
+    try:
+        for cfg in tail_variants(base, m, n, steps, sms, has_pair_kernel(plan.choice)):
+            split = with_config(plan, cfg, sms)
+            err, t = checked_time(lambda split=split, cfg=cfg: launch(split, cfg))
+            worst = max(worst, err)
+            if not best or t < best["tail"]:
+                best = {"tail": t, "tail_config": str(cfg)}
+    except Exception as e:  # a row keeps its other contenders
+        return {**best, "tail_error": f"{type(e).__name__}: {str(e)[:80]}"}
     return {**best, "tail_err": worst} if best else {}
 
 
@@ -377,9 +383,12 @@ def cold_times(dtype: str, o: dict, m: int, n: int, k: int, iters: int, cslt_alg
     L2-warm columns reads a weight that fits in the 50 MB L2 from L2). ``cslt_alg``: the searched
     algorithm (from :func:`cslt_times`; searched here when None)."""
     import torch
-    from bench_linear import copies_for_cold_l2, rotating
+    from bench_linear import L2_BYTES, rotating
 
     from sparsile.stdlib.kernels.gemm import sparse_matmul
+
+    def copies_for_cold_l2(weight_bytes: int) -> int:  # no cap: small e4m3 weights need up to 15 copies
+        return max(1, -(-3 * L2_BYTES // max(1, weight_bytes)))
 
     w, b, vals, meta, ref, scale = o["w"], o["b"], o["values"], o["meta"], o["ref"], o["scale"]
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)

@@ -124,7 +124,7 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
     ;;
 cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
-         # rotated over copies of 3 x L2), as a model's decode step reads them; bf16
+         # rotated over copies of at least 3 x L2), as a model's decode step reads them; bf16
     run 540 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
         --case-timeout 60 --l2 cold --json "$out/gemm-t64-bf16-cold.json"
     ;;
@@ -139,7 +139,7 @@ ncu-decode-23)  # (not run yet) where the decode kernel's bandwidth goes between
         python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16
     ;;
 tail-23)  # (not run yet) the tail split (gemm_tail.py): its GPU tests, then the prefill rows whose last wave is
-         # part-full with the tail column (the best tail split of the config sparse_matmul runs), bf16 then f16
+         # part-full with the tail column (the best tail split of the config sparse_matmul runs), bf16
     run 150 python -m pytest -q -m gpu -n 4 --timeout 120 -rfE tests/stdlib/test_gemm_tail.py
     run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
         --tokens 256 512 1024 4096 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-bf16.json"

@@ -93,6 +93,12 @@ def register_cap(num_warps: int) -> int:
     return min(255, per_warp // 8 * 8)
 
 
+def two_ctas_fit(bm: int) -> bool:
+    """Whether two CTAs of ``bm``-row slabs can share an SM's registers: not 256-row slabs, whose
+    17 warps each hold up to 96 registers per thread (:func:`register_cap`), 52 K of the 64 K."""
+    return bm != 256
+
+
 def persistent_ctas(m: int, cfg: DecodeConfig, sms: int) -> int:
     """The persistent kernel's grid for N_out = ``m``: one CTA per slab, at most the resident CTA slots."""
     return min(-(-m // cfg.bm), cfg.ctas_per_sm * sms)
@@ -111,7 +117,7 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     every SM with shares (twice the split) 1.02-1.13x slower: more shares add partial sums to
     write and reduce without adding bandwidth. ``split_k`` / ``stages`` override the choice (for
     tuning on the GPU); the occupancy follows from the stages. ``bm``: the rows of weight per CTA
-    (128 unless a table or the caller says 64)."""
+    (128 unless a table or the caller says 64 or 256)."""
     eb = choice.elem_bytes
     bn = 8
     while bn < t:
@@ -120,7 +126,7 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     probe = DecodeConfig(bn, bk, 1, 1, 1, bm=bm)
     stage = probe.stage_bytes(eb)
     per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
-    two_fit = bm != 256  # 256 rows: 17 warps of up to 112 registers, two CTAs exceed an SM's 64 K registers
+    two_fit = two_ctas_fit(bm)
     forced = stages
     stages, ctas = per_cta // stage, 2
     if stages < TWO_CTA_MIN_STAGES or not two_fit:
@@ -174,8 +180,8 @@ def resident_x_config(base: Any, cfg: DecodeConfig, split_k: int | None, stages:
         for depth in [cfg.stages] if stages is not None else range(deepest, 1, -1):
             fitted = dataclasses.replace(cfg, split_k=split, stages=depth, xsteps=-(-steps // split))
             if fitted.smem_bytes(eb) <= SMEM_PER_CTA:
-                return dataclasses.replace(fitted, ctas_per_sm=2 if 2 * (fitted.smem_bytes(eb) + 1024) <= SMEM_PER_SM
-                                           else 1)
+                two = two_ctas_fit(fitted.bm) and 2 * (fitted.smem_bytes(eb) + 1024) <= SMEM_PER_SM
+                return dataclasses.replace(fitted, ctas_per_sm=2 if two else 1)
     from .linear import SP_LINEAR_FP8_INPUT
 
     fixed = "".join(f", {name}={v}" for name, v in (("split_k", split_k), ("stages", stages)) if v is not None)

@@ -210,12 +210,12 @@ def table_choice(dtype: str, n_out: int, k: int, t: int, interpret: bool, table:
 # the sweep
 def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) -> list[DecodeCandidate]:
     """The candidates worth timing for N_out = ``m``, K = ``k_padded`` (a multiple of the step):
-    for each row slab of :data:`~.decode.DECODE_BMS`, split-K from :data:`SPLITS` keeping two K
+    for each row slab of :data:`~.decode_config.DECODE_BMS`, split-K from :data:`SPLITS` keeping two K
     steps per share and the grid within :data:`MAX_WAVES` x the CTA slots of two per SM, every
     STAGES from 2 whose ring fits in a CTA's shared memory, and both reductions where there is a
     split; the persistent kernel (no split) where there are more slabs than SMs. 64-row slabs only
     where 128-row ones leave SMs without a CTA (fewer tiles than SMs);
-    256-row slabs only from a token tile of :data:`~.decode.BM256_MIN_TILE`, where x is a large
+    256-row slabs only from a token tile of :data:`~.decode_config.BM256_MIN_TILE`, where x is a large
     part of each step."""
     out = []
     for bm in DECODE_BMS:
@@ -287,7 +287,7 @@ class Rotation:
 
 def covering_every_slab(plan: SparseDecodePlan) -> SparseDecodePlan:
     """``plan`` with its untiled metadata words padded to whole slabs of the largest row slab
-    (:data:`~.decode.DECODE_BMS`), as plan_sparse_decode pads them for that slab: a candidate of
+    (:data:`~.decode_config.DECODE_BMS`), as plan_sparse_decode pads them for that slab: a candidate of
     256-row slabs run on the words of a 128-row plan would read metadata boxes past them (TMA's
     zero fill, the undefined code 0x0)."""
     if plan.tiled:

@@ -4,8 +4,8 @@ wave's rows split along K.
 The tiled kernels run one CTA per SM (the CTA-pair kernel one cluster per two SMs), so C's tiles
 take ``ceil(tiles / slots)`` rounds of a tile's time each. Where the last round is part-full, its
 idle SMs are lost: 8B qkv at T = 1024 (6144 x 1024 x 4096, BN 256) has 192 tiles on the H200's 132
-SMs, 1.45 waves run as two, and it ran at 72 % of the kernel's large-C rate (benchmarks/RESULTS.md,
-eighteenth and twenty-second sessions). A :class:`TailSplitMatmul` runs rows [0, head_rows) of C,
+SMs, 1.45 waves run as two, and it ran at 72 % of the rate the same weight reaches at T = 4096
+(benchmarks/RESULTS.md, twentieth and twenty-second sessions). A :class:`TailSplitMatmul` runs rows [0, head_rows) of C,
 the most whole row blocks whose tiles fit in whole rounds (the head), as before, then the other
 rows (the tail) with K split ``split`` ways (the ``_splitk`` kernel, then ``splitk_reduce``), so
 that the tail's CTAs fill at most one wave at 1 / split of a tile's time. That is the

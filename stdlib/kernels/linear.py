@@ -364,7 +364,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if split > 1:
         workspace = empty_array(x, (split, t, m), "float32", interpret)
     if tuned is not None:
-        from .tuning import pair_grid
+        from .gemm import pair_grid
 
         pair = pair_grid(m, t, bn, sms) if tuned.pair and split == 1 else 0
         return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, tuned.stages, tuned.group_m)

@@ -338,3 +338,14 @@ def _gpu_one_launch_matches_two_launches(n_out: int, k: int, t: int, reduce: str
         assert torch.equal(out.view(torch.int16), ref_out.view(torch.int16))
     y = out.float().cpu().numpy().astype(ml_dtypes.bfloat16)
     assert_linear_close(y, weight, host_xq, k, "e4m3", want, scale_x=sx.cpu().numpy(), **epi)
+
+
+def test_256_row_slabs_that_quantize_x_plan_one_cta_per_sm():
+    """17 warps of up to 96 registers: two 256-row CTAs never share an SM, whatever ring and resident
+    x fit in half its shared memory (the rule choose_decode_config applies, here for the kernel that
+    quantizes x, whose resident_x_config sizes the occupancy again)."""
+    weight, x = qx_problem("bf16", 512, 4, 512, seed=3)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=256, stages=2)
+    assert plan.quantizes_x and plan.config.bm == 256 and plan.config.ctas_per_sm == 1
+    small = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, bm=128, stages=2)
+    assert small.config.ctas_per_sm == 2  # the same ring and x of 128-row slabs fit twice
