@@ -141,8 +141,8 @@ ncu-decode-23)  # (not run yet) where the decode kernel's bandwidth goes between
 tail-23)  # (not run yet) the tail split (gemm_tail.py): its GPU tests, then the prefill rows whose last wave is
          # part-full with the tail column (the best tail split of the config sparse_matmul runs), bf16
     run 150 python -m pytest -q -m gpu -n 4 --timeout 120 -rfE tests/stdlib/test_gemm_tail.py
-    run 330 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
-        --tokens 256 512 1024 4096 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-bf16.json"
+    run 400 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 1024 512 256 --dtypes bf16 --iters 10 --case-timeout 60 --json "$out/gemm-tail-bf16.json"
     ;;
 slab256-22e)  # the grid's T <= 64 rows with the re-tuned decode table: bf16 at T = 1, 16, 64, f16 at T = 64
     run 290 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
