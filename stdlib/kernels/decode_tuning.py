@@ -476,11 +476,19 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
                 entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], benchmarker or do_bench,
                                                 warmup=warmup, rep=rep, say=say)
                 if out is not None:  # after each problem: a sweep cut short keeps what it found
-                    write_json_atomic(Path(out), {**result(), "entries": {**kept, **entries}})
+                    write_json_atomic(Path(out), merged(result(), kept))
     table = result()
     if out is not None:
-        write_json_atomic(Path(out), {**table, "entries": {**kept, **entries}})
+        write_json_atomic(Path(out), merged(table, kept))
     return table
+
+
+def merged(table: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:
+    """``table`` (one sweep's) with the ``kept`` entries of the file it is written to; its
+    ``left_out`` then names only the problems the file has no entry for (a problem this sweep left
+    out keeps an earlier sweep's entry)."""
+    entries = {**kept, **table["entries"]}
+    return {**table, "left_out": [key for key in table["left_out"] if key not in entries], "entries": entries}
 
 
 def _decode_entries(path: Path) -> dict[str, Any]:

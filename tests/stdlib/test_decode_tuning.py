@@ -303,6 +303,9 @@ def test_sweep_writes_a_table_in_token_order_and_merges(tmp_path):
     assert dt.load_decode_table(out).keys() == {*got["entries"], other}
     late = sweep([16, 2], max_seconds=0.0)
     assert late["entries"] == {} and late["left_out"] == list(got["entries"])
+    sweep([16, 2], max_seconds=0.0, out=out)  # left out of this sweep, kept from the last: not "left out" in the file
+    kept = json.loads(out.read_text())
+    assert kept["left_out"] == [] and kept["entries"].keys() == {*got["entries"], other}
     gemm = tmp_path / "gemm.json"
     gemm.write_text(json.dumps({"format": "sparsile-sparse-gemm-table/1", "entries": {}}))
     sweep([2], out=gemm)
