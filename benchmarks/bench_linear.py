@@ -185,9 +185,11 @@ L2_BYTES = 50 * 2 ** 20  # the H200's L2
 MAX_COPIES = 8
 
 
-def copies_for_cold_l2(weight_bytes: int) -> int:
-    """How many copies of a weight of ``weight_bytes`` take at least 3 x L2 together (1 to 8)."""
-    return max(1, min(MAX_COPIES, -(-3 * L2_BYTES // max(1, weight_bytes))))
+def copies_for_cold_l2(weight_bytes: int, most: int | None = MAX_COPIES) -> int:
+    """How many copies of a weight of ``weight_bytes`` take at least 3 x L2 together (1 to ``most``;
+    None: as many as that takes)."""
+    copies = max(1, -(-3 * L2_BYTES // max(1, weight_bytes)))
+    return copies if most is None else min(most, copies)
 
 
 def rotating(calls: list[Callable[[], Any]]) -> Callable[[], Any]:

@@ -330,14 +330,18 @@ def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     elsewhere, and where sparse_matmul runs the decode kernel (N <= 64), which has no tail split.
     sparse_matmul runs a tail split only where a table entry names one (``table``). A variant that
     fails leaves ``tail_error`` and the rest of the row is measured."""
-    from sparsile.stdlib.kernels.decode import SparseDecodePlan
     from sparsile.stdlib.kernels.gemm import SparseMatmul, has_pair_kernel, plan_sparse_matmul
-    from sparsile.stdlib.kernels.tuning import default_config, launch, shipped_config, tail_variants, with_config
+    from sparsile.stdlib.kernels.tuning import (
+        default_config,
+        launch,
+        runs_the_decode_kernel,
+        shipped_config,
+        tail_variants,
+        with_config,
+    )
 
-    if isinstance(plan_sparse_matmul(values, meta, b, out=c, target="sm_90a"), SparseDecodePlan):
-        return {}
     plan = plan_sparse_matmul(values, meta, b, out=c, target="sm_90a", kernel="gemm")
-    if not isinstance(plan, SparseMatmul):
+    if not isinstance(plan, SparseMatmul) or runs_the_decode_kernel(dtype, plan.m, plan.n, plan.k):
         return {}
     m, n, k = plan.m, plan.n, plan.k
     base = shipped_config(dtype, m, n, k, nearby=True) or default_config(plan)
@@ -383,24 +387,20 @@ def cold_times(dtype: str, o: dict, m: int, n: int, k: int, iters: int, cslt_alg
     L2-warm columns reads a weight that fits in the 50 MB L2 from L2). ``cslt_alg``: the searched
     algorithm (from :func:`cslt_times`; searched here when None)."""
     import torch
-    from bench_linear import L2_BYTES, rotating
+    from bench_linear import rotating
 
     from sparsile.stdlib.kernels.gemm import sparse_matmul
 
-    def copies_for_cold_l2(weight_bytes: int) -> int:  # no cap: small e4m3 weights need up to 15 copies
-        return max(1, -(-3 * L2_BYTES // max(1, weight_bytes)))
-
     w, b, vals, meta, ref, scale = o["w"], o["b"], o["values"], o["meta"], o["ref"], o["scale"]
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    sparse_bytes = vals.numel() * vals.element_size() + meta.numel() * 4
-    weights = [(vals, meta)] + [(vals.clone(), meta.clone()) for _ in range(copies_for_cold_l2(sparse_bytes) - 1)]
+    weights = cold_copies(vals, meta)
     ours = rotating([lambda v=v, e=e: sparse_matmul(v, e, b, out=c, dtype=dtype) for v, e in weights])
     c.fill_(float("nan"))
     sparse_matmul(vals, meta, b, out=c, dtype=dtype)
     torch.cuda.synchronize()
     out = {"cold_ours_err": ((c.float() - ref).abs().max() / scale).item(),
            "cold_ours": profile_kernel_time(ours, max(iters, len(weights)))}
-    dense = [w] + [w.clone() for _ in range(copies_for_cold_l2(w.numel() * w.element_size()) - 1)]
+    dense = [d for (d,) in cold_copies(w)]
     if dtype == "e4m3":
         one = torch.tensor(1.0, device="cuda")
         mm = [lambda d=d: torch._scaled_mm(d, b.T, scale_a=one, scale_b=one, out_dtype=torch.float16) for d in dense]
@@ -410,26 +410,17 @@ def cold_times(dtype: str, o: dict, m: int, n: int, k: int, iters: int, cslt_alg
         out["cold_cublas"] = profile_kernel_time(rotating(mm), max(iters, len(dense)))
     except Exception as e:  # torch._scaled_mm may refuse a shape
         out["cold_cublas_error"] = f"{type(e).__name__}: {str(e)[:80]}"
-    kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
-    try:
-        comps = [torch._cslt_compress(w)]
-    except Exception as e:  # cuSPARSELt may not take this dtype/shape
-        out["cold_cslt_error"] = f"{type(e).__name__}: {str(e)[:80]}"
-        return out
-    comps += [comps[0].clone() for _ in range(copies_for_cold_l2(comps[0].numel() * comps[0].element_size()) - 1)]
-    bt = b.T
-    try:
-        torch._cslt_sparse_mm(comps[0], bt, **kw)
-    except Exception:  # as cslt_times: B^T as a contiguous copy where the view is refused
-        bt = b.T.contiguous()
-    for key, alg in (("cold_cslt", None), ("cold_cslt_tuned", "search")):
-        try:
-            extra = {"alg_id": cslt_alg if cslt_alg is not None else cslt_search(comps[0], bt, **kw)} if alg else {}
-            calls = [lambda p=p, extra=extra: torch._cslt_sparse_mm(p, bt, **kw, **extra) for p in comps]
-            out[key] = profile_kernel_time(rotating(calls), max(iters, len(comps)))
-        except Exception as e:
-            out[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+    out.update(cslt_times(w, b, dtype, iters, cold=True, alg=cslt_alg))
     return out
+
+
+def cold_copies(*tensors) -> list[tuple]:
+    """``tensors`` and copies of them (clones) that take at least 3 x L2 together, however many that
+    takes (small e4m3 weights need up to 15)."""
+    from bench_linear import copies_for_cold_l2
+
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(copies_for_cold_l2(size, most=None) - 1)]
 
 
 def cold_speedups(r: dict) -> dict[str, float | None]:
@@ -471,32 +462,38 @@ def cslt_search(comp, bt, **kw) -> int:
     return int(found[0] if isinstance(found, tuple | list) else found)
 
 
-def cslt_times(w, b, dtype: str, iters: int) -> dict:
+def cslt_times(w, b, dtype: str, iters: int, cold: bool = False, alg: int | None = None) -> dict:
     """cuSPARSELt on W (M x K, 2:4) @ B^T: ``cslt`` with the default algorithm, ``cslt_tuned`` with
-    the searched one (``cslt_alg``). Where it refuses B^T as a view, a contiguous copy is used
-    (``cslt_note`` says so); what cannot run is None with ``cslt_error`` / ``cslt_tuned_error``."""
+    the searched one (``cslt_alg``; ``alg``: that one, not searched again). Where it refuses B^T as a
+    view, a contiguous copy is used (``cslt_note`` says so); what cannot run is None with
+    ``cslt_error`` / ``cslt_tuned_error``. ``cold``: every key prefixed ``cold_``, the calls rotating
+    over :func:`cold_copies` of the compressed weight (``--l2 cold``)."""
     import torch
+    from bench_linear import rotating
 
-    out: dict = {"cslt": None, "cslt_tuned": None}
+    pre = "cold_" if cold else ""
+    out: dict = {f"{pre}cslt": None, f"{pre}cslt_tuned": None}
     kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
     try:
         comp = torch._cslt_compress(w)
     except Exception as e:  # cuSPARSELt may not take this dtype/shape
-        out["cslt_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+        out[f"{pre}cslt_error"] = f"{type(e).__name__}: {str(e)[:80]}"
         return out
+    comps = [p for (p,) in cold_copies(comp)] if cold else [comp]
     bt = b.T
     try:
         torch._cslt_sparse_mm(comp, bt, **kw)
     except Exception as e:
         bt = b.T.contiguous()
-        out["cslt_note"] = f"B^T copied to contiguous (the view was refused: {type(e).__name__})"
-    for key, alg in (("cslt", None), ("cslt_tuned", "search")):
+        out[f"{pre}cslt_note"] = f"B^T copied to contiguous (the view was refused: {type(e).__name__})"
+    for key, search in ((f"{pre}cslt", False), (f"{pre}cslt_tuned", True)):
         try:
-            if alg == "search":
-                alg = out["cslt_alg"] = cslt_search(comp, bt, **kw)
-                out[key] = profile_kernel_time(lambda a=alg: torch._cslt_sparse_mm(comp, bt, alg_id=a, **kw), iters)
-            else:
-                out[key] = profile_kernel_time(lambda: torch._cslt_sparse_mm(comp, bt, **kw), iters)
+            extra = {}
+            if search:
+                found = out[f"{pre}cslt_alg"] = alg if alg is not None else cslt_search(comp, bt, **kw)
+                extra = {"alg_id": found}
+            calls = [lambda p=p, extra=extra: torch._cslt_sparse_mm(p, bt, **extra, **kw) for p in comps]
+            out[key] = profile_kernel_time(rotating(calls), max(iters, len(calls)))
         except Exception as e:
             out[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:80]}"
     return out

@@ -146,6 +146,13 @@ def padded_to(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
     return out.view(x.dtype)
 
 
+def slab_words(words: Any, m: int, bm: int, cols: int) -> Any:
+    """The metadata words of an N_out = ``m`` weight padded to whole slabs (rows: a multiple of
+    max(128, ``bm``)) and ``cols`` words a row, with the code of two zero values."""
+    slab = max(DECODE_BM, bm)
+    return padded_to(words, -(-m // slab) * slab, cols, EMPTY_META_WORD)
+
+
 def tile_for_decode(x: Any, bm: int, cols: int) -> Any:
     """The tiled layout of the decode kernel (``TILED=1``): ``x`` (slabs * bm, steps * cols) as
     (slabs * steps * bm, cols), box (slab i, step k) at rows (i * steps + k) * bm.., so that each
@@ -407,11 +414,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     # one token, and builds a new record where their shapes differ); whole 256-row slabs for 256, so
     # that no metadata box reaches beyond the words (TMA's zero fill is the undefined code 0x0); a
     # tiled copy's arrangement depends on cfg.bm
-    slab = max(DECODE_BM, cfg.bm)
-    rows = -(-base.m // slab) * slab
-    words = padded_to(base.meta, rows, k_padded // 32, EMPTY_META_WORD)
+    words = slab_words(base.meta, base.m, cfg.bm, k_padded // 32)
     if tiled:
-        vals = tile_for_decode(padded_to(base.values, rows, k_padded // 2), cfg.bm, cfg.bk // 2)
+        vals = tile_for_decode(padded_to(base.values, int(words.shape[0]), k_padded // 2), cfg.bm, cfg.bk // 2)
         words = tile_for_decode(words, cfg.bm, cfg.bk // 32)
     else:
         vals = pad_columns(base.values, k_padded // 2)

@@ -26,7 +26,6 @@ from .decode import (
     BM256_MIN_TILE,
     DECODE_BM,
     DECODE_BMS,
-    EMPTY_META_WORD,
     MAX_SPLIT,
     MAX_STAGES,
     REDUCE_MODES,
@@ -34,8 +33,8 @@ from .decode import (
     DecodeConfig,
     SparseDecodePlan,
     choose_decode_config,
-    padded_to,
     persistent_ctas,
+    slab_words,
     split_workspace,
 )
 from .tuning import TUNED_DIR, f32_copy, matches_reference, reference_tolerance, shape_dims
@@ -292,9 +291,7 @@ def covering_every_slab(plan: SparseDecodePlan) -> SparseDecodePlan:
     zero fill, the undefined code 0x0)."""
     if plan.tiled:
         return plan
-    slab = max(DECODE_BMS)
-    rows = -(-plan.base.m // slab) * slab
-    return dataclasses.replace(plan, meta=padded_to(plan.meta, rows, int(plan.meta.shape[1]), EMPTY_META_WORD))
+    return dataclasses.replace(plan, meta=slab_words(plan.meta, plan.base.m, max(DECODE_BMS), int(plan.meta.shape[1])))
 
 
 def weight_copies(plan: SparseDecodePlan, cold_bytes: int = 3 * L2_BYTES) -> list[tuple[Any, Any]]:

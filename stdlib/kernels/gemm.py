@@ -327,11 +327,11 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     the decode kernel takes N <= 64 on sm_90a (:func:`takes_decode`), a
     :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell. ``schedule``: see :mod:`.gemm_schedule`
     (SP0865)."""
-    from .decode import wants_decode
+    from .decode import check_kernel_choice
     from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
 
     tgt = plan_target(target, interpret)
-    wants_decode(kernel, 0, tgt)  # SP0860 for a kernel choice there is not, whatever the target
+    check_kernel_choice(kernel)  # SP0860 for a kernel choice there is not, whatever the target
     if schedule is not None:
         choice = resolve_kernel_choice(values, meta, dtype)
         schedule = checked_schedule(schedule, choice.operand, tgt, split_k,
