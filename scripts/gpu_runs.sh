@@ -123,6 +123,54 @@ slab256-22b)  # (not run yet) the f16 T = 1 / 16 tiles with 64-row slabs, the la
         --max-seconds 180 -v -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
     ;;
+a23)  # the twenty-third session's first call: sweep-23, then the tail split's GPU tests, then its 8B prefill rows
+    run 240 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind decode --dtype bf16 --dtype f16 --max-seconds 215
+    run 130 python -m pytest -q -m gpu -n 4 --timeout 120 -rfE tests/stdlib/test_gemm_tail.py
+    run 210 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up \
+        --tokens 1024 512 256 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-8b.json"
+    ;;
+tail-23b)  # the tail split in the shipped table: `sparsile tune` (its space has the tail splits) the 8B / 70B qkv
+          # and gate_up rows at T = 256, 512, 1024 (bf16), then the grid's rows with the table it wrote
+    for w in 6144x4096 28672x4096 10240x8192 57344x8192; do
+        [ "$SECONDS" -lt 300 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512 1024; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/tail-shapes.txt
+        SPARSILE_AUTOTUNE_PRINT=1 run 150 python -m sparsile tune /tmp/tail-shapes.txt --dtype bf16 \
+            --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+    done
+    cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    run 230 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 1024 512 256 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-bf16.json"
+    ;;
+b23)  # ncu-decode-23, then tail-23b's tuning and grid in f16
+    run 200 ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+        python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16
+    for w in 6144x4096 28672x4096 10240x8192 57344x8192; do
+        [ "$SECONDS" -lt 390 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512 1024; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/tail-shapes.txt
+        run 150 python -m sparsile tune /tmp/tail-shapes.txt --dtype f16 --warmup 3 --rep 10 \
+            -o stdlib/kernels/tuned/h200.json
+    done
+    cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    run 170 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 1024 512 256 --dtypes f16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-f16.json"
+    ;;
+streamk-23)  # the stream-K decode kernel (STREAMK): its GPU tests and the in-kernel reduction's, then the decode
+            # table's T = 64 entries against it (--streamk-only: the entry, the default and the stream-K
+            # candidates), then the grid's N = 64 rows with the table it wrote; f16 after, as time allows
+    run 110 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_decode_streamk.py \
+        tests/stdlib/test_decode_api.py -k "streamk or reduce or persistent"
+    run 200 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
+        8192x8192 57344x8192 8192x28672 --tokens 64 --dtype bf16 --streamk-only --max-seconds 180 -v \
+        -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    run 130 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 64 --dtypes bf16 --iters 10 \
+        --case-timeout 30 --json "$out/gemm-t64-bf16.json"
+    run 120 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
+        8192x8192 57344x8192 8192x28672 --tokens 64 --dtype f16 --streamk-only --max-seconds 100 -v \
+        -o stdlib/kernels/tuned/decode-h200.json
+    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
+    ;;
 cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
          # rotated over copies of at least 3 x L2), as a model's decode step reads them; bf16
     run 540 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
