@@ -171,6 +171,14 @@ streamk-23)  # the stream-K decode kernel (STREAMK): its GPU tests and the in-ke
         -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
     ;;
+streamk-23b)  # the stream-K GPU tests alone, each stream-K depth against the table's entry (times, bandwidth),
+             # then Nsight Compute of the stream-K kernel at N = 64 (8B gate_up) beside the table's
+    run 80 python -m pytest -q -m gpu -n 8 --timeout 70 -rfE tests/stdlib/test_decode_streamk.py
+    run 150 python benchmarks/bench_decode_streamk.py --shapes 28672x4096 10240x8192 6144x4096 8192x8192 \
+        --tokens 64 16 --dtype bf16
+    run 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
+        python benchmarks/profile_decode.py --shape 28672x4096 --tokens 64 --dtype bf16 --streamk --no-peers
+    ;;
 cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
          # rotated over copies of at least 3 x L2), as a model's decode step reads them; bf16
     run 540 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
