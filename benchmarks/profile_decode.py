@@ -30,9 +30,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tokens", nargs="+", type=int, default=[1, 64])
     ap.add_argument("--dtype", choices=("bf16", "f16"), default="bf16")
     ap.add_argument("--no-peers", action="store_true", help="only the decode kernel")
-    ap.add_argument("--streamk", action="store_true",
-                    help="also the stream-K kernel (plan_sparse_decode(streamk=True)) at each N, at the plan's slab "
-                    "and ring depth")
     return ap.parse_args(argv)
 
 
@@ -62,17 +59,6 @@ def main(argv: list[str] | None = None) -> None:
                  f"ctas/SM={cfg.ctas_per_sm} ({cfg.source})", plan.run)
         err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
         print(f"  max |C - ref| / max |ref| = {err:.1e}", flush=True)
-        if args.streamk:
-            from sparsile.stdlib.kernels.decode import plan_sparse_decode
-
-            skp = plan_sparse_decode(o["values"], o["meta"], o["b"], out=c, feature_major=True, split_k=1,
-                                     stages=cfg.stages, bm=cfg.bm, streamk=True)
-            assert isinstance(skp, SparseDecodePlan) and skp.config.streamk
-            c.fill_(float("nan"))
-            profiled(f"decode stream-K {args.dtype} {m}x{n}x{k} bm={cfg.bm} stages={cfg.stages} "
-                     f"grid={skp.grid[0]}", skp.run)
-            err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
-            print(f"  max |C - ref| / max |ref| = {err:.1e}", flush=True)
     if args.no_peers:
         return
     n = max(args.tokens)  # the peers at the largest N (cuSPARSELt does not run at N = 1)

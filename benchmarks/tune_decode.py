@@ -11,7 +11,6 @@ Prints shape, T, the default's and the best time, the best config and the speedu
 table (``sparsile-sparse-decode-table/1``), which ``plan_sparse_decode`` reads from
 ``$SPARSILE_DECODE_TABLE`` or ``stdlib/kernels/tuned/decode-<gpu>.json`` (docs/autotune.md).
 ``--max-seconds``: no new problem starts after that long (the table lists those left out).
-``--streamk-only``: time only the default, the ``-o`` table's entry and the stream-K candidates.
 """
 
 from __future__ import annotations
@@ -40,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-graph", action="store_true",
                     help="time the plain launches (default: replays of a CUDA graph of ten calls)")
     ap.add_argument("-o", "--out", help="write (merge into) this JSON table")
-    ap.add_argument("--streamk-only", action="store_true",
-                    help="time only the default, the table's own entry (-o) and the stream-K candidates")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per problem while tuning")
     args = ap.parse_args(argv)
     from sparsile.backend import runtime
@@ -53,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 3
         table = tune_sparse_decode(args.shapes, args.tokens, dtypes=args.dtype, warmup=args.warmup, rep=args.rep,
-                                   max_seconds=args.max_seconds, out=args.out, streamk_only=args.streamk_only,
+                                   max_seconds=args.max_seconds, out=args.out,
                                    **({"benchmarker": None} if args.no_graph else {}),
                                    say=(lambda text: print(text, file=sys.stderr, flush=True)) if args.verbose
                                    else (lambda text: None))

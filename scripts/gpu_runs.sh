@@ -17,9 +17,13 @@
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh sweep-23         # (not run yet) the re-tuned decode table's entries against float64
-#   bash scripts/gpu_runs.sh ncu-decode-23    # (not run yet) Nsight Compute of the decode kernel at N = 1 and 64, and its peers
-#   bash scripts/gpu_runs.sh tail-23          # (not run yet) the tail split: GPU tests, the prefill rows with its column
+#   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
+#   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
+#   bash scripts/gpu_runs.sh b23              # (run 2026-12-03) ncu-decode-23, then tail-23b in f16
+#   bash scripts/gpu_runs.sh streamk-23       # (run 2026-12-03; its kernel since removed) the stream-K decode kernel
+#   bash scripts/gpu_runs.sh sweep-23         # (ran in a23) the re-tuned decode table's entries against float64
+#   bash scripts/gpu_runs.sh ncu-decode-23    # (ran in b23) Nsight Compute of the decode kernel at N = 1 and 64, and its peers
+#   bash scripts/gpu_runs.sh tail-23          # (ran as a23 / tail-23b) the tail split: GPU tests, the prefill rows with its column
 #   bash scripts/gpu_runs.sh slab256-22e      # (run 2026-12-03) the grid's T <= 64 rows (bf16; f16 at 64) with the re-tuned table
 #   bash scripts/gpu_runs.sh slab256-22d      # 256-row / persistent GPU tests after the register cap, f16 re-tuned
 #   bash scripts/gpu_runs.sh slab256-22       # 256-row slabs and the persistent decode kernel: GPU tests, T = 64 re-tuned
@@ -155,7 +159,7 @@ b23)  # ncu-decode-23, then tail-23b's tuning and grid in f16
     run 170 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
         --tokens 1024 512 256 --dtypes f16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-f16.json"
     ;;
-streamk-23)  # the stream-K decode kernel (STREAMK): its GPU tests and the in-kernel reduction's, then the decode
+streamk-23)  # (run 2026-12-03 at 20bf8f7; the stream-K kernel was removed after it, see RESULTS.md) the stream-K decode kernel (STREAMK): its GPU tests and the in-kernel reduction's, then the decode
             # table's T = 64 entries against it (--streamk-only: the entry, the default and the stream-K
             # candidates), then the grid's N = 64 rows with the table it wrote; f16 after, as time allows
     run 110 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_decode_streamk.py \
@@ -171,7 +175,7 @@ streamk-23)  # the stream-K decode kernel (STREAMK): its GPU tests and the in-ke
         -o stdlib/kernels/tuned/decode-h200.json
     cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
     ;;
-streamk-23b)  # the stream-K GPU tests alone, each stream-K depth against the table's entry (times, bandwidth),
+streamk-23b)  # (run 2026-12-03 at 461fc8a; the stream-K kernel was removed after it) the stream-K GPU tests alone, each stream-K depth against the table's entry (times, bandwidth),
              # then Nsight Compute of the stream-K kernel at N = 64 (8B gate_up) beside the table's
     run 80 python -m pytest -q -m gpu -n 8 --timeout 70 -rfE tests/stdlib/test_decode_streamk.py
     run 150 python benchmarks/bench_decode_streamk.py --shapes 28672x4096 10240x8192 6144x4096 8192x8192 \

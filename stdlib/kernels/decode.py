@@ -68,8 +68,6 @@ from .decode_config import (  # noqa: F401 (re-exported: callers import the deco
     persistent_ctas,
     register_cap,
     resident_x_config,
-    streamk_ctas,
-    streamk_workspace_shape,
     x_rows,
 )
 from .gemm import kernel_module
@@ -122,15 +120,6 @@ def split_workspace(home: Any, split_k: int, m: int, t: int, feature_major: bool
     if split_k == 1:
         return None
     return empty_array(home, (split_k, m, t) if feature_major else (split_k, t, m), "float32", interpret)
-
-
-def streamk_buffers(home: Any, cfg: DecodeConfig, m: int, interpret: bool) -> tuple[Any, Any]:
-    """(W, Count) of a stream-K decode plan (``cfg.streamk`` CTAs): the f32 tiles of the slabs that
-    runs share (:func:`~.decode_config.streamk_workspace_shape`) and one zeroed int32 arrival counter
-    per slab (the kernel re-zeroes it)."""
-    counters = empty_array(home, (-(-m // cfg.bm),), "int32", interpret)
-    counters[...] = 0
-    return empty_array(home, streamk_workspace_shape(cfg), "float32", interpret), counters
 
 
 def padded_to(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
@@ -188,9 +177,7 @@ class SparseDecodePlan:
     :class:`~.linear.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
 
     ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, config.bm), split_k), then with split-K
-    ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out). Stream-K
-    (``config.streamk``): ``sparse_decode_reduce_<t>`` with STREAMK on (config.streamk, 1), its
-    ``workspace`` the shared slabs' tiles and ``counters`` one per slab (one launch). e4m3 weights with 16-bit
+    ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out). e4m3 weights with 16-bit
     x (``quantizes_x``): ``sparse_decode_e4m3_qx`` reads x as passed and quantizes it itself; with
     split-K reduced by the second launch, it hands that launch the per-token scales in
     ``x_scales`` (T,) f32."""
@@ -224,8 +211,7 @@ class SparseDecodePlan:
 
     @property
     def reduces_in_kernel(self) -> bool:
-        """One launch of a reduce kernel: split-K reduced by the last CTA of a tile, or stream-K."""
-        return self.counters is not None and (self.config.split_k > 1 or self.config.streamk > 0)
+        return self.counters is not None and self.config.split_k > 1
 
     @property
     def quantizes_x(self) -> bool:
@@ -239,8 +225,8 @@ class SparseDecodePlan:
 
     @property
     def grid(self) -> tuple[int, int]:
-        if self.config.persist or self.config.streamk:
-            return (self.config.persist or self.config.streamk, 1)
+        if self.config.persist:
+            return (self.config.persist, 1)
         return (-(-self.base.m // self.config.bm), self.config.split_k)
 
     @property
@@ -273,8 +259,6 @@ class SparseDecodePlan:
         epilogue = self.base._epilogue_constexprs()
         if self.quantizes_x:  # the kernel applies its own scales
             del epilogue["SCALE_X"]
-        if c.streamk:
-            return {**common, "SPLIT_K": 1, "STREAMK": 1, **epilogue}
         if self.reduces_in_kernel:
             return {**common, "SPLIT_K": c.split_k, **epilogue}
         if c.split_k > 1:
@@ -318,8 +302,7 @@ class SparseDecodePlan:
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
                        reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,
-                       feature_major: bool = False, persistent: bool | None = None, streamk: bool | None = None,
-                       **linear: Any) -> Any:
+                       feature_major: bool = False, persistent: bool | None = None, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -347,13 +330,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     by the kernel, no PDL (SP0860 when asked for with either). Unset: the table's choice ("persistent"
     in an entry's config) where the plan can take it (not with pdl or 16-bit x for e4m3 weights: the
     entry's split and stages on the other kernel then), else off.
-    ``streamk``: the stream-K kernel (STREAMK of sparse_decode_sm90.spk): a grid of the resident CTA
-    slots (at most one per unit), the (slab, K step) units split evenly over it, so that every CTA
-    streams the same bytes whatever the slab count; a slab that two runs share is added up by the
-    last of them to arrive (its arrival counter zeroed here once, re-zeroed by the kernel; the
-    parts added in CTA order: the same bits on every run). One launch, no split-K (SP0860 with an
-    explicit split_k above 1, persistent, pdl or x the kernel quantizes). Unset: the table's choice
-    ("streamk" in an entry's config) where the plan can take it, else off.
     ``feature_major`` (``sparse_matmul``'s route for N <= 64): the output is C = (N_out, T), row-major
     (``out`` of that shape), x the (T, K) operand b; M, T and K must not be 0 (sparse_matmul handles
     those cases itself).
@@ -367,9 +343,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
 
     if not isinstance(pdl, bool):
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
-    for name, flag in (("persistent", persistent), ("streamk", streamk)):
-        if flag is not None and not isinstance(flag, bool):
-            raise bad_input(f"{name} of the decode kernel must be True, False or None, got {flag!r}", code=SP_DECODE)
+    if persistent is not None and not isinstance(persistent, bool):
+        raise bad_input(f"persistent of the decode kernel must be True, False or None, got {persistent!r}",
+                        code=SP_DECODE)
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
                               split_k=1, kernel="gemm", _quantized_in_kernel=True, _feature_major=feature_major,
                               **linear)
@@ -401,11 +377,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             if persistent is None:  # the table's persistent kernel where this plan can run it (entries are
                 # timed without pdl, on x of the weight's type: 16-bit x for e4m3 weights keeps the other kernel)
                 persistent = found[0].persistent and not pdl and not base.quantizes_x
-            if streamk is None:  # likewise
-                streamk = found[0].streamk and not pdl and not base.quantizes_x and not persistent
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
-    if (persistent or streamk) and asked[0] is None and not base.quantizes_x:  # they take no split: not
+    if persistent and asked[0] is None and not base.quantizes_x:  # the persistent kernel takes no split: not
         split_k = 1  # the heuristic's or a (non-persistent) table entry's
     if source == "heuristic":  # (no table entry either)
         bm = heuristic_bm(base.m, base.t, sms)
@@ -433,17 +407,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                             help="plan it with split_k=1 and pdl=False (e4m3 weights: quantize x first), or "
                             "without persistent")
         cfg = dataclasses.replace(cfg, persist=persistent_ctas(base.m, cfg, sms))
-    if streamk:
-        ctas = streamk_ctas(base.m, base.k_padded, cfg, sms)
-        if cfg.split_k != 1 or cfg.xsteps or pdl or persistent or not ctas:
-            raise bad_input("the stream-K decode kernel takes no split-K, no x it quantizes itself, no pdl and not "
-                            f"persistent, got split_k={cfg.split_k}" + (", 16-bit x for e4m3 weights" if cfg.xsteps
-                                                                        else "") + (", pdl=True" if pdl else "")
-                            + (", persistent=True" if persistent else "")
-                            + ("" if ctas else f", and {base.m} x {base.k} is too large for its 32-bit unit count"),
-                            code=SP_DECODE, help="plan it with split_k=1, pdl=False and persistent unset (e4m3 "
-                            "weights: quantize x first), or without streamk")
-        cfg = dataclasses.replace(cfg, streamk=ctas)
     cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight
@@ -460,9 +423,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     xk = base.x if cfg.xsteps else pad_columns(base.x, k_padded)  # the kernel quantizing x reads it as it is
     work = split_workspace(x, cfg.split_k, base.m, base.t, feature_major, interpret)
     counters = scales = None
-    if cfg.streamk:
-        work, counters = streamk_buffers(x, cfg, base.m, interpret)
-    elif cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
+    if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
         counters = empty_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile
         counters[...] = 0
     elif cfg.split_k > 1 and cfg.xsteps:  # the per-token scales, from the kernel to the reduce launch

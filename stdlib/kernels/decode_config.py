@@ -59,7 +59,6 @@ class DecodeConfig:
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
     xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
     persist: int = 0  # > 0: the persistent kernel (PERSIST) on this many CTAs, each streaming several slabs
-    streamk: int = 0  # > 0: the stream-K kernel (STREAMK) on this many CTAs, each streaming an even share of units
 
     def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""
@@ -103,26 +102,6 @@ def two_ctas_fit(bm: int) -> bool:
 def persistent_ctas(m: int, cfg: DecodeConfig, sms: int) -> int:
     """The persistent kernel's grid for N_out = ``m``: one CTA per slab, at most the resident CTA slots."""
     return min(-(-m // cfg.bm), cfg.ctas_per_sm * sms)
-
-
-STREAMK_MAX_PRODUCT = 2 ** 31 - 1
-"""The stream-K kernel computes ``p * units`` and ``(u + 1) * P`` in 32-bit integers: units x CTAs
-must stay below this (:func:`streamk_ctas`)."""
-
-
-def streamk_ctas(m: int, k_padded: int, cfg: DecodeConfig, sms: int) -> int:
-    """The stream-K kernel's grid for N_out = ``m``, K = ``k_padded``: the resident CTA slots (CTAs
-    per SM x SMs), at most one per (slab, K step) unit; 0 where units x CTAs would overflow the
-    kernel's 32-bit arithmetic (:data:`STREAMK_MAX_PRODUCT`)."""
-    units = -(-m // cfg.bm) * -(-k_padded // cfg.bk)
-    ctas = max(1, min(cfg.ctas_per_sm * sms, units))
-    return ctas if (units + 1) * ctas <= STREAMK_MAX_PRODUCT else 0
-
-
-def streamk_workspace_shape(cfg: DecodeConfig) -> tuple[int, int]:
-    """The stream-K kernel's W: two BM x BN f32 tiles per CTA (a run shares at most its first and
-    its last slab with other runs)."""
-    return (2 * cfg.streamk, cfg.bm * cfg.bn)
 
 
 def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,

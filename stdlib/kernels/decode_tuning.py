@@ -30,17 +30,13 @@ from .decode import (
     MAX_STAGES,
     REDUCE_MODES,
     SMEM_PER_CTA,
-    SMEM_PER_SM,
     DecodeConfig,
     SparseDecodePlan,
     choose_decode_config,
     persistent_ctas,
     slab_words,
     split_workspace,
-    streamk_buffers,
-    streamk_ctas,
 )
-from .decode_config import two_ctas_fit
 from .tuning import TUNED_DIR, f32_copy, matches_reference, reference_tolerance, shape_dims
 
 TABLE_FORMAT = "sparsile-sparse-decode-table/1"
@@ -64,11 +60,10 @@ class DecodeCandidate:
     reduce: str = "launch"
     bm: int = DECODE_BM  # weight rows per CTA (an entry without "bm": 128)
     persistent: bool = False  # the persistent kernel (no split-K; an entry without "persistent": False)
-    streamk: bool = False  # the stream-K kernel (no split-K; an entry without "streamk": False)
 
     def to_json(self) -> dict[str, Any]:
         return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce, "bm": self.bm,
-                **({"persistent": True} if self.persistent else {}), **({"streamk": True} if self.streamk else {})}
+                **({"persistent": True} if self.persistent else {})}
 
     @classmethod
     def from_json(cls, data: Any) -> DecodeCandidate:
@@ -76,7 +71,7 @@ class DecodeCandidate:
         if not isinstance(data, Mapping):
             raise ValueError("config is not an object")
         split, stages, reduce = data.get("split_k"), data.get("stages"), data.get("reduce", "launch")
-        bm, persistent, streamk = data.get("bm", DECODE_BM), data.get("persistent", False), data.get("streamk", False)
+        bm, persistent = data.get("bm", DECODE_BM), data.get("persistent", False)
         if type(split) is not int or not 1 <= split <= MAX_SPLIT:
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT}, got {split!r}")
         if type(stages) is not int or not 2 <= stages <= MAX_STAGES:
@@ -87,14 +82,11 @@ class DecodeCandidate:
             raise ValueError(f"bm must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}")
         if type(persistent) is not bool or (persistent and split != 1):
             raise ValueError(f"persistent must be true (with split_k 1) or false, got {persistent!r}")
-        if type(streamk) is not bool or (streamk and (split != 1 or persistent)):
-            raise ValueError(f"streamk must be true (with split_k 1, not persistent) or false, got {streamk!r}")
-        return cls(split, stages, reduce, bm, persistent, streamk)
+        return cls(split, stages, reduce, bm, persistent)
 
     def __str__(self) -> str:
         return (f"split_k={self.split_k} stages={self.stages}" + (f" reduce={self.reduce}" if self.split_k > 1 else "")
-                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else "")
-                + (" streamk" if self.streamk else ""))
+                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else ""))
 
 
 def token_tile(t: int) -> int:
@@ -239,19 +231,13 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
                 for r in (REDUCE_MODES if sp > 1 else ("launch",))]
         if tiles > sms:  # more slabs than SMs: the persistent kernel leaves no wave part-full
             out += [DecodeCandidate(1, st, "launch", bm, True) for st in stages]
-        for st in stages:  # stream-K: every CTA slot streams an even share, where slabs leave some idle
-            slots = sms * (2 if two_ctas_fit(bm) and 2 * (st * (probe.stage_bytes(elem_bytes) + 16) + 1024)
-                           <= SMEM_PER_SM else 1)
-            if tiles % slots:
-                out.append(DecodeCandidate(1, st, "launch", bm, streamk=True))
     return out
 
 
 def default_candidate(plan: SparseDecodePlan) -> DecodeCandidate:
     """The candidate ``plan`` was planned with."""
     mode = "kernel" if plan.reduces_in_kernel else "launch"
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0,
-                           plan.config.streamk > 0)
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0)
 
 
 def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> SparseDecodePlan:
@@ -265,15 +251,10 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
                           help="tune an untiled plan (tiled=False)")
     plan = covering_every_slab(plan)
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
-    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0,
-                              streamk=streamk_ctas(b.m, plan.k_padded, cfg, sms) if cand.streamk else 0)
-    if cand.streamk and not cfg.streamk:
-        raise LaunchError(SP_TUNE_INPUT, f"{b.m} x {plan.k_padded} is too large for the stream-K kernel's unit count")
+    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0)
     work = split_workspace(plan.x, cand.split_k, b.m, b.t, plan.feature_major, b.interpret)
     counters = None
-    if cfg.streamk:
-        work, counters = streamk_buffers(plan.x, cfg, b.m, b.interpret)
-    elif cand.split_k > 1 and cand.reduce == "kernel":
+    if cand.split_k > 1 and cand.reduce == "kernel":
         counters = empty_array(plan.x, (-(-b.m // cand.bm),), "int32", b.interpret)
         counters[...] = 0
     return dataclasses.replace(plan, config=cfg, workspace=work, counters=counters)
@@ -455,7 +436,7 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
                        max_seconds: float | None = None, out: str | os.PathLike[str] | None = None,
                        benchmarker: Callable[..., float] | None = graph_bench,
                        say: Callable[[str], None] = lambda text: None, problem: Problem | None = None,
-                       device: tuple[str, int] | None = None, streamk_only: bool = False) -> dict[str, Any]:
+                       device: tuple[str, int] | None = None) -> dict[str, Any]:
     """Tune each (token tile, dtype, shape) with :func:`tune_decode_plan` (T the largest of
     ``tokens`` in the tile; tiles in the order of ``tokens``); return the table ``{"format", "gpu",
     "sms", "compiler", "seconds", "left_out", "entries"}`` and write it to ``out`` if given
@@ -463,10 +444,7 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     ``max_seconds``: no new problem is started after that long (``left_out`` names them).
     ``benchmarker``: :func:`graph_bench` (default), or None for ``do_bench`` of the plain launches.
     ``problem`` / ``device`` (name, SMs): default :func:`gpu_problem` on the current GPU (the CPU
-    tests pass interpreter plans and a fake timer). ``streamk_only``: time only the heuristic
-    default, the entry ``out`` already holds for the problem and the stream-K candidates
-    (:func:`streamk_space`): a new kernel mode added to a tuned table without timing its whole space
-    again."""
+    tests pass interpreter plans and a fake timer)."""
     from ...backend.runtime.bench import do_bench
     from ...driver.autotune_cache import compiler_version, write_json_atomic
 
@@ -492,31 +470,14 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
                 if max_seconds is not None and time.perf_counter() - start > max_seconds:
                     left.append(key)
                     continue
-                space = streamk_space(kept.get(key)) if streamk_only else candidate_space
                 entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], benchmarker or do_bench,
-                                                warmup=warmup, rep=rep, say=say, space=space)
+                                                warmup=warmup, rep=rep, say=say)
                 if out is not None:  # after each problem: a sweep cut short keeps what it found
                     write_json_atomic(Path(out), merged(result(), kept))
     table = result()
     if out is not None:
         write_json_atomic(Path(out), merged(table, kept))
     return table
-
-
-def streamk_space(entry: Any) -> Callable[..., list[DecodeCandidate]]:
-    """The space of :func:`candidate_space`'s stream-K candidates, and the config of a table file's
-    ``entry`` for the problem (where there is a valid one) so that the best of the file's and the
-    stream-K kernel's is kept."""
-    old: list[DecodeCandidate] = []
-    if isinstance(entry, Mapping):
-        try:
-            old = [DecodeCandidate.from_json(entry.get("config"))]
-        except ValueError:
-            pass
-
-    def space(*problem: Any) -> list[DecodeCandidate]:
-        return old + [c for c in candidate_space(*problem) if c.streamk and c not in old]
-    return space
 
 
 def merged(table: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:
