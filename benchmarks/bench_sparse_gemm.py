@@ -282,6 +282,7 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn))
     row.update(table_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
     row.update(tail_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
+    row.update(streamk_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
     row.update(decode_time(vals_t, meta_t, b, c, checked_time))
     if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
         row.update(pingpong_times(
@@ -330,36 +331,68 @@ def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     elsewhere, and where sparse_matmul runs the decode kernel (N <= 64), which has no tail split.
     sparse_matmul runs a tail split only where a table entry names one (``table``). A variant that
     fails leaves ``tail_error`` and the rest of the row is measured."""
-    from sparsile.stdlib.kernels.gemm import SparseMatmul, has_pair_kernel, plan_sparse_matmul
+    from sparsile.stdlib.kernels.gemm import has_pair_kernel
+    from sparsile.stdlib.kernels.tuning import tail_variants
+
+    def variants(plan, base, steps):
+        if base.split_k != 1 or base.tail_split or base.streamk:
+            return []
+        return tail_variants(base, plan.m, plan.n, steps, sms, has_pair_kernel(plan.choice))
+    return _fastest_variant("tail", variants, values, meta, b, c, checked_time, sms)
+
+
+def streamk_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
+    """``streamk`` (µs), ``streamk_config`` and ``streamk_err``: the fastest stream-K launch
+    (stdlib/kernels/gemm_streamk.py: every SM an even share of the (tile, K step) work) at the BN of
+    the config sparse_matmul runs here and half of it, STAGES 4 and 5, where C's last wave is
+    part-full and the stream-K kernel takes the operands; {} elsewhere (N <= 64 included).
+    sparse_matmul runs it only where a table entry names it (``table``)."""
+    import dataclasses
+
+    from sparsile.stdlib.kernels.gemm import BM
+    from sparsile.stdlib.kernels.gemm_streamk import STREAMK_OPERANDS
+    from sparsile.stdlib.kernels.tuning import GemmConfig
+
+    def variants(plan, base, steps):
+        tiles = -(-plan.m // BM) * -(-plan.n // base.bn)
+        if plan.choice.operand not in STREAMK_OPERANDS or not tiles % sms:
+            return []
+        return [dataclasses.replace(GemmConfig(bn, stages), group_m=base.group_m, streamk=True)
+                for bn in (base.bn, base.bn // 2) if bn >= 16 for stages in (4, 5)]
+    return _fastest_variant("streamk", variants, values, meta, b, c, checked_time, sms)
+
+
+def _fastest_variant(name: str, variants, values, meta, b, c, checked_time, sms: int) -> dict:
+    """``{name: µs, name_config, name_err}`` of the fastest of ``variants(plan, base config, K
+    steps)`` (configs; the base config is the table's, else the planned default), each checked and
+    timed by ``checked_time``; {} where there are none or sparse_matmul runs the decode kernel. A
+    variant that fails leaves ``name_error`` and the rest of the row is measured."""
+    from sparsile.stdlib.kernels.gemm import SparseMatmul, plan_sparse_matmul
     from sparsile.stdlib.kernels.tuning import (
         default_config,
         launch,
         runs_the_decode_kernel,
         shipped_config,
-        tail_variants,
         with_config,
     )
 
     plan = plan_sparse_matmul(values, meta, b, out=c, target="sm_90a", kernel="gemm")
-    if not isinstance(plan, SparseMatmul) or runs_the_decode_kernel(dtype, plan.m, plan.n, plan.k):
+    if not isinstance(plan, SparseMatmul) or runs_the_decode_kernel(plan.choice.operand, plan.m, plan.n, plan.k):
         return {}
-    m, n, k = plan.m, plan.n, plan.k
-    base = shipped_config(dtype, m, n, k, nearby=True) or default_config(plan)
-    if base.split_k != 1 or base.tail_split:
-        return {}
+    base = shipped_config(plan.choice.operand, plan.m, plan.n, plan.k, nearby=True) or default_config(plan)
     steps = -(-plan.k_padded // plan.choice.block_k)
     best: dict = {}
     worst = 0.0  # the largest error of any variant timed
     try:
-        for cfg in tail_variants(base, m, n, steps, sms, has_pair_kernel(plan.choice)):
-            split = with_config(plan, cfg, sms)
-            err, t = checked_time(lambda split=split, cfg=cfg: launch(split, cfg))
+        for cfg in variants(plan, base, steps):
+            configured = with_config(plan, cfg, sms)
+            err, t = checked_time(lambda configured=configured, cfg=cfg: launch(configured, cfg))
             worst = max(worst, err)
-            if not best or t < best["tail"]:
-                best = {"tail": t, "tail_config": str(cfg)}
+            if not best or t < best[name]:
+                best = {name: t, f"{name}_config": str(cfg)}
     except Exception as e:  # a row keeps its other contenders
-        return {**best, "tail_error": f"{type(e).__name__}: {str(e)[:80]}"}
-    return {**best, "tail_err": worst} if best else {}
+        return {**best, f"{name}_error": f"{type(e).__name__}: {str(e)[:80]}"}
+    return {**best, f"{name}_err": worst} if best else {}
 
 
 def decode_time(values, meta, b, c, checked_time) -> dict:
@@ -519,7 +552,7 @@ def run_isolated(dtype: str, m: int, n: int, k: int, iters: int, timeout: float,
 HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} {'TF':>5} | "
           f"{'persist.':>9} {'TF':>5} | {'pair':>9} {'TF':>5} | {'cuSPARSELt':>9} {'TF':>5} | "
           f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'table':>9} {'TF':>5} | "
-          f"{'decode':>9} {'TF':>5} | {'tail':>9} {'TF':>5} | "
+          f"{'decode':>9} {'TF':>5} | {'tail':>9} {'TF':>5} | {'stream-K':>9} {'TF':>5} | "
           f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
 PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'pingpong':>9} {'TF':>5} | "
              f"{'best cslt':>9} {'TF':>5} | {'pp/ours':>7} {'pp/cslt':>7} {'pp err':>7} | configs (µs)")
@@ -529,11 +562,12 @@ def format_row(r: dict) -> str:
     f = 2.0 * r["m"] * r["n"] * r["k"]
     dv = f"{r['cublas'] / r['sp_dense']:>12.2f}" if r.get("sp_dense") and r.get("cublas") else f"{'-':>12}"
     err = max(r["err"], r.get("persistent_err", 0.0), r.get("pair_err", 0.0), r.get("table_err", 0.0),
-              r.get("decode_err", 0.0), r.get("tail_err", 0.0))
+              r.get("decode_err", 0.0), r.get("tail_err", 0.0), r.get("streamk_err", 0.0))
     return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r.get('split', 1):>2} | {fmt(r['sparsile'], f)} | "
             f"{fmt(r.get('persistent'), f)} | {fmt(r.get('pair'), f)} | {fmt(r.get('cslt'), f)} | "
             f"{fmt(r.get('cslt_tuned'), f)} | {fmt(r.get('cublas'), f)} | {fmt(r.get('sp_dense'), f)} | "
             f"{fmt(r.get('table'), f)} | {fmt(r.get('decode'), f)} | {fmt(r.get('tail'), f)} | "
+            f"{fmt(r.get('streamk'), f)} | "
             f"{ratio_cells(speedups(r))} {dv} {err:>7.1e}")
 
 
@@ -673,12 +707,13 @@ def main(argv: list[str] | None = None) -> None:
     print("N <= 64 ('-': N > 64); tail = the fastest tail split of sparse_matmul's config (whole waves unsplit,")
     print("the last wave's rows split along K: gemm_tail.py; '-' where C's last wave is full or the config splits")
     print("K; not what sparse_matmul runs unless the table names it; its time adds its three kernels, not the gaps")
-    print("between them, as sk's time adds splitk_reduce's); cuSPARSELt = torch._cslt_sparse_mm with its default")
-    print("algorithm, tuned = with the algorithm torch._cslt_sparse_mm_search picks; vs cslt = the faster of the")
-    print("two / the time of sparse_matmul's choice (decode, else table, else pair where shown, else one CTA per")
-    print("tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref| / max |ref|")
-    print("over the sparsile runs (ref: the same inputs")
-    print("multiplied in float64 on the GPU)")
+    print("between them, as sk's time adds splitk_reduce's); stream-K = the fastest stream-K launch at that config's")
+    print("BN or half of it, STAGES 4 and 5 (gemm_streamk.py: every SM an even share of the (tile, K step) work;")
+    print("'-' where the last wave is full; run only where the table names it); cuSPARSELt = torch._cslt_sparse_mm")
+    print("with its default algorithm, tuned = with the algorithm torch._cslt_sparse_mm_search picks; vs cslt =")
+    print("the faster of the two / the time of sparse_matmul's choice (decode, else table, else pair where shown,")
+    print("else one CTA per tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref|")
+    print("/ max |ref| over the sparsile runs (ref: the same inputs multiplied in float64 on the GPU)")
     if args.schedule == "pingpong":
         note = "; " + rows[0]["pingpong_note"] if rows and "pingpong_note" in rows[0] else ""
         print_table(PP_HEADER, [format_pingpong_row(r) for r in rows], [

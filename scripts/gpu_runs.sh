@@ -16,6 +16,7 @@
 #   bash scripts/gpu_runs.sh tune-gemm-f16-e4m3    # sparse_matmul's f16 / e4m3 table entries, then checked (~9 min)
 #   bash scripts/gpu_runs.sh tune-linear-f16-e4m3  # the layer's f16 / e4m3 table entries, then checked (~7 min)
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
+#   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
 #   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
@@ -182,6 +183,20 @@ streamk-23b)  # (run 2026-12-03 at 461fc8a; the stream-K kernel was removed afte
         --tokens 64 16 --dtype bf16
     run 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
         python benchmarks/profile_decode.py --shape 28672x4096 --tokens 64 --dtype bf16 --streamk --no-peers
+    ;;
+streamk-24)  # (not run yet) the stream-K sparse GEMM (sparse_gemm_sm90_streamk.spk): its GPU tests, then the prefill
+            # rows whose tiles leave SMs idle with its column (bf16), then `sparsile tune` of those rows (its
+            # space has stream-K) and the grid again with the table it wrote
+    run 120 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_gemm_streamk.py
+    run 170 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-o 70B-qkv 70B-o \
+        --tokens 512 256 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-streamk-bf16.json"
+    for w in 6144x4096 4096x4096 10240x8192 8192x8192; do
+        [ "$SECONDS" -lt 420 ] || { echo "=== tuning stopped before $w (time)" | tee -a "$log"; break; }
+        for t in 256 512; do echo "${w%x*}x${t}x${w#*x}"; done > /tmp/sk-shapes.txt
+        run 90 python -m sparsile tune /tmp/sk-shapes.txt --dtype bf16 --warmup 3 --rep 10 \
+            -o stdlib/kernels/tuned/h200.json
+    done
+    cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
     ;;
 cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
          # rotated over copies of at least 3 x L2), as a model's decode step reads them; bf16

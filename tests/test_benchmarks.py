@@ -591,11 +591,17 @@ def test_sparse_gemm_ratios_use_the_faster_cusparselt():
     r4 = {**r, "table": 7.0, "decode": 4.0, "decode_err": 3e-4}
     assert bsg.ours(r4) == 4.0 and bsg.speedups(r4)["vs_cslt"] == pytest.approx(1.5)
     assert bsg.format_row(r4).rstrip().endswith(
-        "|       4.0     4 |         -     - |    1.50      4.00            - 3.0e-04")
-    # the tail split's column is shown, and its error counted, but it is not what sparse_matmul runs
+        "|       4.0     4 |         -     - |         -     - |    1.50      4.00            - 3.0e-04")
+    # the tail split's and stream-K's columns are shown, and their errors counted, but they are not
+    # what sparse_matmul runs
     r5 = {**r, "tail": 5.0, "tail_err": 5e-4}
     assert bsg.ours(r5) == 8.0
-    assert bsg.format_row(r5).rstrip().endswith("|       5.0     3 |    0.75      2.00            - 5.0e-04")
+    assert bsg.format_row(r5).rstrip().endswith(
+        "|       5.0     3 |         -     - |    0.75      2.00            - 5.0e-04")
+    r6 = {**r, "streamk": 4.0, "streamk_err": 6e-4}
+    assert bsg.ours(r6) == 8.0
+    assert bsg.format_row(r6).rstrip().endswith(
+        "|         -     - |       4.0     4 |    0.75      2.00            - 6.0e-04")
 
 
 def _synthetic_report(tmp_path) -> tuple:

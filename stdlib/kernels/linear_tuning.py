@@ -46,7 +46,8 @@ LINEAR_PREFIX = "linear-"
 
 
 def layer_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
-    """The configs the layer's tuner times: :func:`~.tuning.config_space` without tail splits."""
+    """The configs the layer's tuner times: :func:`~.tuning.config_space` without tail splits and
+    stream-K."""
     return config_space(choice, m, n, k, sms, tails=False)
 
 
@@ -59,9 +60,9 @@ def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:
 def with_linear_config(plan: SparseLinearPlan, config: GemmConfig, sms: int, interpret: bool = False
                        ) -> SparseLinearPlan:
     """``plan`` with ``config``'s BN, STAGES, GROUP_M, split-K (a new f32 workspace if needed) and
-    CTA pairs. The layer has no tail split (ValueError for a config with one)."""
-    if config.tail_split:
-        raise ValueError(f"the torch layer's kernels have no tail split, got {config}")
+    CTA pairs. The layer has no tail split and no stream-K kernel (ValueError for a config with one)."""
+    if config.tail_split or config.streamk:
+        raise ValueError(f"the torch layer's kernels have no tail split and no stream-K kernel, got {config}")
     workspace = plan.workspace
     if config.split_k > 1 and (workspace is None or int(workspace.shape[0]) != config.split_k):
         workspace = empty_array(plan.x, (config.split_k, plan.t, plan.m), "float32", interpret)

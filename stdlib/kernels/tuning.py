@@ -40,6 +40,7 @@ from .gemm import (
     plan_sparse_matmul,
     takes_decode,
 )
+from .gemm_streamk import STREAMK_OPERANDS, StreamKMatmul, streamk_plan
 from .gemm_tail import TailSplitMatmul, tail_split_plan, tail_splits
 
 TABLE_FORMAT = "sparsile-sparse-gemm-table/1"
@@ -63,25 +64,30 @@ class GemmConfig:
     pair: bool = False
     group_m: int = DEFAULT_GROUP_M
     tail_split: int = 0  # > 1: whole waves unsplit (pair: CTA pairs), the last wave's rows split K this many ways
+    streamk: bool = False  # the stream-K kernel (gemm_streamk.py): every SM an even share of the (tile, K step) work
 
     def __post_init__(self) -> None:
         if self.tail_split and (self.tail_split < 2 or self.split_k != 1):
             raise ValueError(f"tail_split must be 0 or at least 2 with split_k 1, got tail_split={self.tail_split} "
                              f"split_k={self.split_k}")
+        if self.streamk and (self.split_k != 1 or self.pair or self.tail_split):
+            raise ValueError(f"streamk takes split_k 1, no pair and no tail_split, got {self}")
 
     def to_json(self) -> dict[str, Any]:
         return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
-                "GROUP_M": self.group_m, **({"tail_split": self.tail_split} if self.tail_split else {})}
+                "GROUP_M": self.group_m, **({"tail_split": self.tail_split} if self.tail_split else {}),
+                **({"streamk": True} if self.streamk else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
         return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
                    bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)),
-                   int(data.get("tail_split", 0)))
+                   int(data.get("tail_split", 0)), bool(data.get("streamk", False)))
 
     def __str__(self) -> str:
         return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
-                f"GROUP_M={self.group_m}" + (f" tail_split={self.tail_split}" if self.tail_split else ""))
+                f"GROUP_M={self.group_m}" + (f" tail_split={self.tail_split}" if self.tail_split else "")
+                + (" streamk" if self.streamk else ""))
 
 
 def default_config(plan: SparseMatmul) -> GemmConfig:
@@ -110,6 +116,8 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
                 out.append(GemmConfig(bn, stages, 1, True))
             if stages >= 4 and tails:
                 out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
+                if choice.operand in STREAMK_OPERANDS and bn >= top // 2 and tiles % sms:
+                    out.append(GemmConfig(bn, stages, streamk=True))
     return out
 
 
@@ -123,11 +131,18 @@ def tail_variants(config: GemmConfig, m: int, n: int, k_steps: int, sms: int, ha
 
 
 def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: bool = False
-                ) -> SparseMatmul | TailSplitMatmul:
+                ) -> SparseMatmul | TailSplitMatmul | StreamKMatmul:
     """``plan`` relaunched with ``config``'s BN, split-K and CTA pairs (a new workspace if needed);
     with a tail split, the :class:`~.gemm_tail.TailSplitMatmul` of it where it applies to this C on
     ``sms`` SMs (:func:`~.gemm_tail.tail_split_plan`), else the config unsplit: a table entry found
-    for another N (the nearby rule) whose last wave is full, or whose tail does not fit one wave."""
+    for another N (the nearby rule) whose last wave is full, or whose tail does not fit one wave;
+    with stream-K, the :class:`~.gemm_streamk.StreamKMatmul` of it where the stream-K kernel takes
+    it (:func:`~.gemm_streamk.streamk_plan`), else the config on the other kernels."""
+    if config.streamk:
+        streamed = streamk_plan(dataclasses.replace(plan, bn=config.bn), sms, interpret)
+        if streamed is not None:
+            return streamed
+        config = dataclasses.replace(config, streamk=False)
     if config.tail_split:
         split = tail_split_plan(dataclasses.replace(plan, bn=config.bn), config.tail_split, config.pair, sms,
                                 interpret)
@@ -143,7 +158,7 @@ def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: boo
                                workspace=workspace if config.split_k > 1 else None)
 
 
-def launch(plan: SparseMatmul | TailSplitMatmul, config: GemmConfig, interpret: bool = False) -> Any:
+def launch(plan: SparseMatmul | TailSplitMatmul | StreamKMatmul, config: GemmConfig, interpret: bool = False) -> Any:
     """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES and GROUP_M; returns C."""
     return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m)
 
