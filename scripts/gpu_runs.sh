@@ -21,7 +21,7 @@
 #   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
 #   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
 #   bash scripts/gpu_runs.sh b23              # (run 2026-12-03) ncu-decode-23, then tail-23b in f16
-#   bash scripts/gpu_runs.sh streamk-23       # (run 2026-12-03; its kernel since removed) the stream-K decode kernel
+#   (streamk-23, streamk-23b: run 2026-12-03 on the stream-K decode kernel, removed with it; RESULTS.md)
 #   bash scripts/gpu_runs.sh sweep-23         # (ran in a23) the re-tuned decode table's entries against float64
 #   bash scripts/gpu_runs.sh ncu-decode-23    # (ran in b23) Nsight Compute of the decode kernel at N = 1 and 64, and its peers
 #   bash scripts/gpu_runs.sh tail-23          # (ran as a23 / tail-23b) the tail split: GPU tests, the prefill rows with its column
@@ -159,30 +159,6 @@ b23)  # ncu-decode-23, then tail-23b's tuning and grid in f16
     cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
     run 170 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
         --tokens 1024 512 256 --dtypes f16 --iters 10 --case-timeout 40 --json "$out/gemm-tail-f16.json"
-    ;;
-streamk-23)  # (run 2026-12-03 at 20bf8f7; the stream-K kernel was removed after it, see RESULTS.md) the stream-K decode kernel (STREAMK): its GPU tests and the in-kernel reduction's, then the decode
-            # table's T = 64 entries against it (--streamk-only: the entry, the default and the stream-K
-            # candidates), then the grid's N = 64 rows with the table it wrote; f16 after, as time allows
-    run 110 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/stdlib/test_decode_streamk.py \
-        tests/stdlib/test_decode_api.py -k "streamk or reduce or persistent"
-    run 200 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
-        8192x8192 57344x8192 8192x28672 --tokens 64 --dtype bf16 --streamk-only --max-seconds 180 -v \
-        -o stdlib/kernels/tuned/decode-h200.json
-    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
-    run 130 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 64 --dtypes bf16 --iters 10 \
-        --case-timeout 30 --json "$out/gemm-t64-bf16.json"
-    run 120 python benchmarks/tune_decode.py --shapes 6144x4096 4096x4096 28672x4096 4096x14336 10240x8192 \
-        8192x8192 57344x8192 8192x28672 --tokens 64 --dtype f16 --streamk-only --max-seconds 100 -v \
-        -o stdlib/kernels/tuned/decode-h200.json
-    cp stdlib/kernels/tuned/decode-h200.json "$out/" 2>/dev/null
-    ;;
-streamk-23b)  # (run 2026-12-03 at 461fc8a; the stream-K kernel was removed after it) the stream-K GPU tests alone, each stream-K depth against the table's entry (times, bandwidth),
-             # then Nsight Compute of the stream-K kernel at N = 64 (8B gate_up) beside the table's
-    run 80 python -m pytest -q -m gpu -n 8 --timeout 70 -rfE tests/stdlib/test_decode_streamk.py
-    run 150 python benchmarks/bench_decode_streamk.py --shapes 28672x4096 10240x8192 6144x4096 8192x8192 \
-        --tokens 64 16 --dtype bf16
-    run 120 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
-        python benchmarks/profile_decode.py --shape 28672x4096 --tokens 64 --dtype bf16 --streamk --no-peers
     ;;
 streamk-24)  # (not run yet) the stream-K sparse GEMM (sparse_gemm_sm90_streamk.spk): its GPU tests, then the prefill
             # rows whose tiles leave SMs idle with its column (bf16), then `sparsile tune` of those rows (its

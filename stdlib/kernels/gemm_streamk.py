@@ -25,7 +25,8 @@ from .gemm import BM, SparseMatmul, metadata_by_tma
 STREAMK_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90_streamk.spk"
 STREAMK_OPERANDS = ("f16", "bf16", "e4m3")
 MAX_PRODUCT = 2 ** 31 - 1
-"""The kernel computes ``p * units`` and ``(u + 1) * P`` in 32-bit integers (units x CTAs must fit)."""
+"""The kernel computes ``p * units``, ``(u + 1) * P`` (at most units x CTAs) and nothing larger in
+32-bit integers (``owner``: ``((u + 1) * P - 1) // units``)."""
 
 
 def streamk_module() -> Any:
@@ -92,11 +93,12 @@ class StreamKMatmul:
 def streamk_plan(plan: SparseMatmul, sms: int, interpret: bool = False) -> StreamKMatmul | None:
     """``plan`` (its BN as planned) on the stream-K kernel over ``sms`` SMs, or None where it does
     not apply: another operand type, metadata words the kernel cannot read by TMA, C of another
-    type than float16, the ping-pong kernel, an empty C, or a problem too large for its 32-bit unit
-    arithmetic."""
+    type than float16, the ping-pong kernel, an empty C or K (no units), or a problem too large for
+    its 32-bit unit arithmetic."""
     choice = plan.choice
     if (choice.operand not in STREAMK_OPERANDS or plan.out_dtype not in ("", choice.out_dtype)
-            or plan.pingpong_ctas or not plan.m or not plan.n or not metadata_by_tma(choice.operand, plan.meta)):
+            or plan.pingpong_ctas or not (plan.m and plan.n and plan.k_padded)
+            or not metadata_by_tma(choice.operand, plan.meta)):
         return None
     steps = -(-plan.k_padded // choice.block_k)
     units = streamk_units(plan.m, plan.n, steps, plan.bn, metadata_steps(choice))

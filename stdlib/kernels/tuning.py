@@ -100,8 +100,9 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
     has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
     STAGES 4 and 5 the tail splits of :func:`~.gemm_tail.tail_splits` (with and without CTA pairs
-    for the head) where C's last wave is part-full, unless ``tails`` is False (the torch layer's
-    space: its plans have no tail split)."""
+    for the head) and the stream-K kernel (BN the planned one or half of it, f16 / bf16 / e4m3) where
+    C's last wave is part-full, unless ``tails`` is False (the torch layer's space: its plans have
+    no tail split and no stream-K kernel)."""
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)

@@ -39,7 +39,7 @@ def runs(units: int, ctas: int) -> list[tuple[int, int]]:
 
 def owner(u: int, units: int, ctas: int) -> int:
     """The kernel's ``owner``."""
-    return ((u + 1) * ctas + units - 1) // units - 1
+    return ((u + 1) * ctas - 1) // units
 
 
 @given(tiles=st.integers(1, 60), per_tile=st.integers(1, 40), ctas=st.integers(1, 300))
@@ -106,6 +106,49 @@ def test_streamk_matches_float64(dtype, m, n, k, bn, sms):
         assert c is plan.out
         assert_close(c, ref, absprod, k, dtype)
         assert not plan.counters.any()
+
+
+def test_the_kernels_32_bit_arithmetic_fits_wherever_the_plan_launches():
+    """streamk_ctas admits (units + 1) x CTAs <= 2^31 - 1: every product the kernel forms (p * units,
+    (u + 1) * P in ``owner``) is at most units x CTAs. 1045376 x 2048 x 31872 bf16 at 132 SMs is
+    admitted with (units + 1) x 132 within 146 of the bound; ``owner``'s old numerator
+    (u + 1) P + units - 1 reached units x 133 - 1 there and wrapped."""
+    units = streamk_units(1045376, 2048, 31872 // 64, 256, 2)
+    ctas = streamk_ctas(units, 132)
+    assert ctas == 132 and units * ctas <= 2 ** 31 - 1 < units * (ctas + 1) - 1
+    for u in (0, units // 2, units - 1):
+        assert owner(u, units, ctas) == max(p for p, (first, _) in enumerate(runs(units, ctas)) if first <= u)
+
+
+@pytest.fixture
+def cta_order_reversed(monkeypatch):
+    """The interpreter runs a grid's CTAs one after another in order, so that a tile's last arrival is
+    always its highest CTA and a CTA's writes beyond its own tile are overwritten by later CTAs; on the
+    GPU they run at once. Reversed, those orders change."""
+    import types
+
+    from sparsile.frontend.interp import interpreter
+
+    monkeypatch.setattr(interpreter, "itertools", types.SimpleNamespace(
+        product=lambda *ranges: reversed(list(itertools.product(*ranges)))))
+
+
+@pytest.mark.parametrize("dtype,m,n,k,bn,sms,group_m", [
+    ("f16", 339, 61, 240, 16, 13, 2),   # BN 16: fix_up's 32-column windows reached into the next tile
+    ("bf16", 700, 100, 512, 32, 7, 16),
+    ("e4m3", 520, 48, 1024, 16, 5, 1),
+])
+def test_streamk_matches_float64_cta_order_reversed(cta_order_reversed, dtype, m, n, k, bn, sms, group_m):
+    weight, b = problem(dtype, m, n, k, seed=m * n + k)
+    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    config = GemmConfig(bn, 4, group_m=group_m, streamk=True)
+    plan = with_config(base, config, sms, interpret=True)
+    assert isinstance(plan, StreamKMatmul)
+    plan.out[...] = np.nan
+    plan.workspace[...] = np.nan
+    ref, absprod = reference(weight, b)
+    assert_close(launch(plan, config, interpret=True), ref, absprod, k, dtype)
+    assert not plan.counters.any()
 
 
 @settings(max_examples=10, deadline=None)
