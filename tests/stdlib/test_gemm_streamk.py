@@ -139,16 +139,22 @@ def cta_order_reversed(monkeypatch):
     ("e4m3", 520, 48, 1024, 16, 5, 1),
 ])
 def test_streamk_matches_float64_cta_order_reversed(cta_order_reversed, dtype, m, n, k, bn, sms, group_m):
+    plan = check_streamk(dtype, m, n, k, GemmConfig(bn, 4, group_m=group_m, streamk=True), sms)
+    assert not plan.counters.any()
+
+
+def check_streamk(dtype: str, m: int, n: int, k: int, config: GemmConfig, sms: int) -> StreamKMatmul:
+    """The stream-K launch of ``config`` for a random problem, C and the workspace poisoned, checked
+    against float64; its plan."""
     weight, b = problem(dtype, m, n, k, seed=m * n + k)
     base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
-    config = GemmConfig(bn, 4, group_m=group_m, streamk=True)
     plan = with_config(base, config, sms, interpret=True)
     assert isinstance(plan, StreamKMatmul)
     plan.out[...] = np.nan
     plan.workspace[...] = np.nan
     ref, absprod = reference(weight, b)
     assert_close(launch(plan, config, interpret=True), ref, absprod, k, dtype)
-    assert not plan.counters.any()
+    return plan
 
 
 @settings(max_examples=10, deadline=None)
@@ -161,15 +167,7 @@ def test_any_streamk_launch_matches_float64(data):
     # K whose metadata rows are whole 16-byte pieces (the kernel reads them by TMA): K in (128 j - 32, 128 j]
     k = data.draw(st.integers(1, 8)) * 128 - data.draw(st.sampled_from([0, KERNELS[dtype].k_align]))
     sms, stages = data.draw(st.integers(1, 12)), data.draw(st.sampled_from([2, 3, 4]))
-    weight, b = problem(dtype, m, n, k, seed=m * n + k)
-    base = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
-    config = GemmConfig(bn, stages, streamk=True)
-    plan = with_config(base, config, sms, interpret=True)
-    assert isinstance(plan, StreamKMatmul)
-    plan.out[...] = np.nan
-    plan.workspace[...] = np.nan
-    ref, absprod = reference(weight, b)
-    assert_close(launch(plan, config, interpret=True), ref, absprod, k, dtype)
+    check_streamk(dtype, m, n, k, GemmConfig(bn, stages, streamk=True), sms)
 
 
 def test_streamk_applies_only_where_its_kernel_does():
