@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh ncu-decode-24    # (not run yet) ncu memory tables and stall lines of the decode kernel, N = 1 / 64
 #   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
 #   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
 #   bash scripts/gpu_runs.sh b23              # (run 2026-12-03) ncu-decode-23, then tail-23b in f16
@@ -173,6 +174,13 @@ streamk-24)  # (not run yet) the stream-K sparse GEMM (sparse_gemm_sm90_streamk.
             -o stdlib/kernels/tuned/h200.json
     done
     cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    ;;
+ncu-decode-24)  # (not run yet) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
+               # stream-K ruled out the part-full wave: ncu's memory tables (sectors per request against the
+               # bytes it must read) and the SASS lines with the most stall samples, 8B gate_up bf16
+    run 300 ncu --profile-from-start off --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
+        --section SourceCounters python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16 \
+        --no-peers
     ;;
 cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
          # rotated over copies of at least 3 x L2), as a model's decode step reads them; bf16
