@@ -281,8 +281,8 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         row[f"{name}_err"], row[name] = checked_time(
             lambda launch=launch: launch(vals_t, meta_t, b, c, m, n, k, lde, n, BN=bn))
     row.update(table_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
-    row.update(tail_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
-    row.update(streamk_time(dtype, vals_t, meta_t, b, c, sms, checked_time))
+    row.update(tail_time(vals_t, meta_t, b, c, sms, checked_time))
+    row.update(streamk_time(vals_t, meta_t, b, c, sms, checked_time))
     row.update(decode_time(vals_t, meta_t, b, c, checked_time))
     if schedule == "pingpong" and dtype in ("f16", "bf16") and split == 1:
         row.update(pingpong_times(
@@ -323,7 +323,7 @@ def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     return {"table": t, "table_err": err, "table_config": str(config)}
 
 
-def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
+def tail_time(values, meta, b, c, sms: int, checked_time) -> dict:
     """``tail`` (µs), ``tail_config`` and ``tail_err`` (the largest of every variant timed): the
     fastest tail split (stdlib/kernels/gemm_tail.py: whole waves unsplit, the last wave's rows
     split along K) of the config sparse_matmul runs here (the table's, else the planned default;
@@ -341,14 +341,12 @@ def tail_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
     return _fastest_variant("tail", variants, values, meta, b, c, checked_time, sms)
 
 
-def streamk_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
+def streamk_time(values, meta, b, c, sms: int, checked_time) -> dict:
     """``streamk`` (µs), ``streamk_config`` and ``streamk_err``: the fastest stream-K launch
     (stdlib/kernels/gemm_streamk.py: every SM an even share of the (tile, K step) work) at the BN of
     the config sparse_matmul runs here and half of it, STAGES 4 and 5, where C's last wave is
     part-full and the stream-K kernel takes the operands; {} elsewhere (N <= 64 included).
     sparse_matmul runs it only where a table entry names it (``table``)."""
-    import dataclasses
-
     from sparsile.stdlib.kernels.gemm import BM
     from sparsile.stdlib.kernels.gemm_streamk import STREAMK_OPERANDS
     from sparsile.stdlib.kernels.tuning import GemmConfig
@@ -357,7 +355,7 @@ def streamk_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict
         tiles = -(-plan.m // BM) * -(-plan.n // base.bn)
         if plan.choice.operand not in STREAMK_OPERANDS or not tiles % sms:
             return []
-        return [dataclasses.replace(GemmConfig(bn, stages), group_m=base.group_m, streamk=True)
+        return [GemmConfig(bn, stages, group_m=base.group_m, streamk=True)
                 for bn in (base.bn, base.bn // 2) if bn >= 16 for stages in (4, 5)]
     return _fastest_variant("streamk", variants, values, meta, b, c, checked_time, sms)
 
