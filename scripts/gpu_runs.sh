@@ -182,6 +182,19 @@ ncu-decode-24)  # (not run yet) where the decode kernel's 13 % of bandwidth betw
         --section SourceCounters python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16 \
         --no-peers
     ;;
+decode-24)  # the decode kernel at N = 1 against N = 64 (8B gate_up bf16) in Nsight Compute: DRAM and L2 bytes and
+           # throughputs (x is re-read by every CTA: at N = 64 and 128-row slabs its bytes equal the weight's), the
+           # stall reasons and the SASS lines with the most stall samples; then the N = 64 grid from HBM (--l2 cold)
+    run 240 ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SourceCounters \
+        --metrics dram__bytes_read.sum,lts__t_bytes.sum,lts__t_sectors_srcunit_tex.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed \
+        python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16 --no-peers \
+        > "$out/ncu-decode-24.txt" 2>&1
+    grep -E "^  [a-z_0-9]+ \(|^decode|Duration|DRAM Throughput|dram__bytes|lts__t_bytes|lts__t_sectors_srcunit|lts__throughput|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Warp Cycles Per Issued|Stall " \
+        "$out/ncu-decode-24.txt" | head -60 | tee -a "$log"
+    run 300 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 64 --dtypes bf16 --iters 10 \
+        --case-timeout 60 --l2 cold --json "$out/gemm-t64-bf16-cold.json"
+    ;;
 cold-23)  # (not run yet) the grid's T <= 64 rows with every contender also timed from HBM (--l2 cold: weights
          # rotated over copies of at least 3 x L2), as a model's decode step reads them; bf16
     run 540 python benchmarks/bench_sparse_gemm.py --grid llama3 --tokens 1 16 64 --dtypes bf16 --iters 10 \
