@@ -73,6 +73,15 @@ def _seeded_global_generators() -> None:
         torch.manual_seed(20261201)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_call_cache() -> None:
+    """No test replays another's sparse_matmul call (stdlib/kernels/call_cache.py): a test that
+    patches the planning (a table, a launch) then sees its own planning."""
+    from sparsile.stdlib.kernels import call_cache
+
+    call_cache.clear()
+
+
 @functools.cache
 def _gpu_available() -> bool:
     try:

@@ -442,7 +442,9 @@ class _InterpretLaunch:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         from ..frontend.interp.host_arrays import interpreter_params
         from ..frontend.interp.interpreter import Interpreter
+        from .recording import record_launch
 
+        given = dict(kwargs)
         max_ops = None
         if "max_ops" in kwargs and "max_ops" not in {p.name for p in self.kernel.params}:
             max_ops = kwargs.pop("max_ops")
@@ -459,6 +461,7 @@ class _InterpretLaunch:
         Interpreter(func, max_ops).run(grid, params)
         for fn in writeback:
             fn()
+        record_launch(self, args, given)
 
 
 def _python_value(v: Any) -> Any:

@@ -22,6 +22,7 @@ from ..frontend.sema.values import Const
 from ..target.targets import get_target, target_for_capability
 from . import fast_launch
 from .kernel import KERNEL_OPTIONS
+from .recording import ACTIVE, record_launch
 
 
 def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam], stores: set[str]) -> Any:
@@ -108,6 +109,8 @@ class GpuLaunch:
             # captured (a @jit kernel's globals: frontend/sema/captures.py) unchanged
             if entry is not None and entry.captures_valid(self.kernel):
                 entry.launch(self.grid, args, stream)
+                if ACTIVE.get() is not None:
+                    record_launch(self, args, kwargs, stream)
                 return
         launcher, bound, bindings = self._launcher(args, kwargs)
         meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
@@ -123,6 +126,8 @@ class GpuLaunch:
         launcher(grid, values, stream=stream)
         for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
             _copy_back(host, dev)
+        if ACTIVE.get() is not None:
+            record_launch(self, args, kwargs, stream)
 
     def prepare(self, *args: Any, **kwargs: Any) -> Any:
         """Bind, specialize, compile and build the launcher once; returns a

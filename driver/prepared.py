@@ -63,6 +63,7 @@ from ..backend.runtime.arguments import (
 )
 from ..backend.runtime.tensormap import TENSOR_MAP_BYTES, TensorMapCache, TensorMapParam, encoding_key, layout_spec
 from ..frontend.diagnostics import LaunchError
+from .recording import mark_unreplayable
 
 if TYPE_CHECKING:
     from ..backend.runtime.native_launch import NativeRecord
@@ -316,6 +317,7 @@ class PreparedLaunch:
             raise LaunchError(PREPARED_STALE, f"a Python value kernel `{self.kernel_name}` captured (a global, a "
                               "closure value or a helper) changed after this launch was prepared",
                               "prepare the launch again: kernel[grid].prepare(...) compiles for the new value")
+        mark_unreplayable("a prepared launch")
         self.run(args, stream, grid)
 
     def run(self, args: tuple[Any, ...], stream: Any = None, grid: Any = None) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...driver.recording import note_scratch
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
@@ -142,17 +143,27 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
 
 def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
     """A new array of numpy dtype name ``dtype``: a torch/cupy array on ``home``'s device for a GPU
-    launch, numpy otherwise."""
+    launch, numpy otherwise. Noted as the call's scratch where its launches are being recorded
+    (``driver/recording.py``)."""
     kind = "numpy" if interpret else array_kind(home)
     if kind == "torch":
         import torch
 
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=home.device)
-    if kind == "cupy":
+        array = torch.empty(shape, dtype=getattr(torch, dtype), device=home.device)
+    elif kind == "cupy":
         import cupy
 
-        return cupy.empty(shape, dtype=dtype)
-    return np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
+        array = cupy.empty(shape, dtype=dtype)
+    else:
+        array = np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
+    return note_scratch(array)
+
+
+def zeros_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
+    """:func:`empty_array`, zero-filled (noted as zero-filled scratch: a replay allocates it zeroed)."""
+    array = empty_array(home, shape, dtype, interpret)
+    array[...] = 0
+    return note_scratch(array, zero=True)
 
 
 def deliver_result(result: Any, out: Any, b: Any) -> Any:

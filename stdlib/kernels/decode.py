@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_kind, bad_input, empty_array, pad_columns
+from .arrays import array_kind, bad_input, empty_array, pad_columns, zeros_array
 from .decode_config import (  # noqa: F401 (re-exported: callers import the decode plan's sizes from here)
     BM256_MIN_TILE,
     DECODE_BM,
@@ -424,8 +424,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     work = split_workspace(x, cfg.split_k, base.m, base.t, feature_major, interpret)
     counters = scales = None
     if cfg.split_k > 1 and reduce_mode(reduce) == "kernel":
-        counters = empty_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile
-        counters[...] = 0
+        counters = zeros_array(x, (-(-base.m // cfg.bm),), "int32", interpret)  # one per CTA row tile
     elif cfg.split_k > 1 and cfg.xsteps:  # the per-token scales, from the kernel to the reduce launch
         scales = empty_array(x, (base.t,), "float32", interpret)
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl, scales,

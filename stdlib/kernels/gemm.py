@@ -36,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from ...driver.recording import recording
 from ..sparsity import MetadataBuffer
 from ..sparsity.dtypes import operand_type
+from . import call_cache
 from .arrays import (
     array_kind,
     bad_input,
@@ -487,6 +489,25 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
         if not runtime.has_gpu():
             raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
+    options = (dtype, target, persistent, num_sms, split_k, out_dtype, schedule, kernel)
+    key = call_cache.call_key(values, meta, b, out, interpret, options)
+    if key is None:
+        return _planned_call(values, meta, b, out, interpret, *options)[0]
+    result = call_cache.replay(key, values, meta, b, out)  # the launches of an earlier call like this one
+    if result is not call_cache.MISS:
+        return result
+    with recording() as rec:
+        result, source = _planned_call(values, meta, b, out, interpret, *options)
+    if source is not None:
+        call_cache.remember(key, rec, values, meta, b, out, source, interpret)
+    return result
+
+
+def _planned_call(values: Any, meta: Any, b: Any, out: Any, interpret: bool, dtype: str | None, target: str | None,
+                  persistent: bool, num_sms: int | None, split_k: int | None, out_dtype: Any, schedule: str | None,
+                  kernel: str | None) -> tuple[Any, Any]:
+    """:func:`sparse_matmul` planned and launched: (its result, the array C was delivered from, or
+    None where the call cache must not keep the call: an empty K, Blackwell)."""
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, interpret=interpret, target=target,
                               persistent=persistent, num_sms=num_sms, split_k=split_k, out_dtype=out_dtype,
                               schedule=schedule, kernel=kernel)
@@ -494,19 +515,20 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
 
     if isinstance(plan, SparseDecodePlan):
         plan.run(interpret)
-        return deliver_result(plan.out, out, b)
+        return deliver_result(plan.out, out, b), plan.out
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
             plan.out[...] = 0
-        elif (interpret or split_k is not None or num_sms is not None or plan.out_dtype != plan.choice.out_dtype
-              or plan.pingpong_ctas or not _run_tuned(plan, persistent)):  # the table: the default kernel, own C
+            return deliver_result(plan.out, out, b), None
+        if (interpret or split_k is not None or num_sms is not None or plan.out_dtype != plan.choice.out_dtype
+                or plan.pingpong_ctas or not _run_tuned(plan, persistent)):  # the table: the default kernel, own C
             plan.run(interpret)
-        return deliver_result(plan.out, out, b)
+        return deliver_result(plan.out, out, b), plan.out
     if plan.k_launch == 0:
         plan.out[...] = 0
     else:
         plan.run(interpret)
-    return deliver_result(plan.result(), out, b)
+    return deliver_result(plan.result(), out, b), None
 
 
 def _run_tuned(plan: SparseMatmul, persistent: bool) -> bool:

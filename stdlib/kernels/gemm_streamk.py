@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arrays import empty_array
+from .arrays import empty_array, zeros_array
 from .gemm import BM, SparseMatmul, metadata_by_tma
 
 STREAMK_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90_streamk.spk"
@@ -105,8 +105,7 @@ def streamk_plan(plan: SparseMatmul, sms: int, interpret: bool = False) -> Strea
     ctas = streamk_ctas(units, sms)
     if not ctas:
         return None
-    counters = empty_array(plan.b, (-(-plan.m // BM) * -(-plan.n // plan.bn),), "int32", interpret)
-    counters[...] = 0
+    counters = zeros_array(plan.b, (-(-plan.m // BM) * -(-plan.n // plan.bn),), "int32", interpret)
     work = empty_array(plan.b, (2 * ctas, BM * plan.bn), "float32", interpret)
     base = dataclasses.replace(plan, split_k=1, workspace=None, pair_ctas=0)
     return StreamKMatmul(base, ctas, work, counters)

@@ -95,14 +95,16 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
     return GemmConfig(plan.bn, DEFAULT_STAGES, plan.split_k, plan.pair_ctas > 0)
 
 
-def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: bool = True) -> list[GemmConfig]:
+def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: bool = True,
+                 streamk: bool = False) -> list[GemmConfig]:
     """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
     has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
     STAGES 4 and 5 the tail splits of :func:`~.gemm_tail.tail_splits` (with and without CTA pairs
-    for the head) and the stream-K kernel (BN the planned one or half of it, f16 / bf16 / e4m3) where
-    C's last wave is part-full, unless ``tails`` is False (the torch layer's space: its plans have
-    no tail split and no stream-K kernel)."""
+    for the head) where C's last wave is part-full, unless ``tails`` is False (the torch layer's
+    space: its plans have no tail split). ``streamk`` (off by default: on the H200 it was 1.3-1.9x
+    slower than the table's choice on every shape timed, docs/autotune.md) adds the stream-K kernel
+    there too (BN the planned one or half of it, f16 / bf16 / e4m3)."""
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -117,7 +119,7 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
                 out.append(GemmConfig(bn, stages, 1, True))
             if stages >= 4 and tails:
                 out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
-                if choice.operand in STREAMK_OPERANDS and bn >= top // 2 and tiles % sms:
+                if streamk and choice.operand in STREAMK_OPERANDS and bn >= top // 2 and tiles % sms:
                     out.append(GemmConfig(bn, stages, streamk=True))
     return out
 

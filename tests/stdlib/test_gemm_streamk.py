@@ -187,13 +187,15 @@ def test_streamk_applies_only_where_its_kernel_does():
     assert streamk_plan(converting, 4, interpret=True) is None
 
 
-def test_config_space_offers_streamk_where_the_last_wave_is_part_full():
-    space = config_space(KERNELS["bf16"], 6144, 512, 4096, 132)  # 96 tiles of BN 256: less than a wave
+def test_config_space_offers_streamk_where_the_last_wave_is_part_full_when_asked():
+    space = config_space(KERNELS["bf16"], 6144, 512, 4096, 132, streamk=True)  # 96 tiles of BN 256: < a wave
     sk = [c for c in space if c.streamk]
     assert {(c.bn, c.stages) for c in sk} == {(256, 4), (256, 5), (128, 4), (128, 5)}
-    assert not any(c.streamk for c in config_space(KERNELS["bf16"], 132 * 128, 256, 4096, 132))  # one whole wave
-    assert not any(c.streamk for c in config_space(KERNELS["s8"], 6144, 512, 4096, 132))
-    assert not any(c.streamk for c in config_space(KERNELS["bf16"], 6144, 512, 4096, 132, tails=False))
+    assert not any(c.streamk for c in config_space(KERNELS["bf16"], 6144, 512, 4096, 132))  # off by default
+    assert not any(c.streamk for c in config_space(KERNELS["bf16"], 132 * 128, 256, 4096, 132, streamk=True))
+    assert not any(c.streamk for c in config_space(KERNELS["s8"], 6144, 512, 4096, 132, streamk=True))
+    assert not any(c.streamk for c in config_space(KERNELS["bf16"], 6144, 512, 4096, 132, tails=False,
+                                                   streamk=True))
     assert not any(c.streamk for c in layer_space(KERNELS["bf16"], 6144, 512, 4096, 132))
 
 

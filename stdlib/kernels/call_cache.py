@@ -1,0 +1,274 @@
+"""``sparse_matmul``'s call cache: a call like an earlier one replays that call's launches instead of
+planning again (docs/autotune.md, "The call cache").
+
+Planning a ``sparse_matmul`` call (checking the operands, choosing the kernel, its tile, split-K and
+the tuned table's entry, allocating C and the workspaces) costs about 100 µs of Python per call,
+several times the kernel at decode and prefill sizes alike. Everything planning decides depends
+only on the call's *key*: the arguments' kinds, shapes, strides, element types, devices and 16-byte
+alignment classes, the keyword options, the environment variables planning reads and the current
+device. So the first call of a key runs the full path while ``driver/recording.py`` records it,
+and where the record qualifies it is kept as a :class:`Replay`. A later call of the same key
+allocates the same scratch (C, workspaces, zeroed counters: fresh per call, so no memory is shared
+between calls, streams or CUDA graphs) and makes the same launches with its own arrays.
+
+A record qualifies only where each array a launch reads is one of the call's own arrays (values,
+metadata words, b, out), a same-memory reinterpretation of one (the uint32 view of int32 words),
+the device copy of a ``MetadataBuffer``'s words (which are immutable; the replay checks that the
+buffer is the same object), or scratch the planners allocated through ``empty_array`` /
+``zeros_array``; and only where every launch went through ``kernel[grid]`` on the current stream.
+A padded or cast copy of an operand (made outside a launch) fails that test, so such calls keep
+the full path: a replay never reads a stale copy. Other arguments must be plain values (ints,
+floats, strings, None, tuples of them), which the key fixes.
+
+``SPARSILE_CALL_CACHE=0`` turns the cache off. It holds at most :data:`MAX_ENTRIES` records, each
+a few launch descriptions and weak references (no arrays).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from ...driver.recording import Recording
+from ..sparsity import MetadataBuffer
+from .arrays import array_kind, deliver_result, empty_array, zeros_array
+
+ENV = "SPARSILE_CALL_CACHE"
+MAX_ENTRIES = 256
+PLANNING_ENVS = ("SPARSILE_META_TMA", "SPARSILE_TUNED_TABLE", "SPARSILE_DECODE_KERNEL", "SPARSILE_DECODE_REDUCE",
+                 "SPARSILE_DECODE_TABLE", "SPARSILE_LINEAR_STAGE_Y")
+"""The environment variables ``sparse_matmul``'s planning reads: part of every key."""
+INTERPRET = False
+"""Whether interpreter calls (numpy arrays) are cached too: off, since planning checks host
+metadata words' contents; the tests turn it on to exercise the cache on the CPU."""
+
+_entries: dict[tuple[Any, ...], Replay] = {}
+_lock = threading.Lock()
+stats = {"hits": 0, "recorded": 0, "not_cacheable": 0}
+last_refusal = ""
+"""Why the last call that was recorded could not be kept (tests and debugging)."""
+
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+def clear() -> None:
+    """Forget every record."""
+    with _lock:
+        _entries.clear()
+
+
+def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
+    """What planning may read of an array: kind, shape, strides, element type, device, alignment
+    class; None for arrays the cache does not take (host arrays outside the interpreter)."""
+    kind = array_kind(x)
+    if kind == "torch" and not interpret:
+        return ("t", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)
+    if kind == "cupy" and not interpret:
+        return ("c", x.shape, x.strides, x.dtype.str, x.device.id, x.data.ptr & 15)
+    if kind == "numpy" and interpret:
+        return ("n", x.shape, x.strides, x.dtype.str, x.ctypes.data & 15, x.flags.writeable)
+    return None
+
+
+def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options: tuple[Any, ...]) -> tuple | None:
+    """The key of a call (module docstring), or None where it is not cached."""
+    if (interpret and not INTERPRET) or not enabled():
+        return None
+    sig_v = _array_signature(values, interpret)
+    sig_b = _array_signature(b, interpret)
+    if sig_v is None or sig_b is None:
+        return None
+    if isinstance(meta, MetadataBuffer):
+        sig_m: tuple[Any, ...] | None = ("buffer", id(meta))
+    else:
+        sig_m = _array_signature(meta, interpret)
+    sig_o = None if out is None else _array_signature(out, interpret)
+    if sig_m is None or (out is not None and sig_o is None):
+        return None
+    from ...backend.runtime import devices
+
+    env = tuple(os.environ.get(name) for name in PLANNING_ENVS)
+    key = (sig_v, sig_m, sig_b, sig_o, interpret, options, env, devices.default_ordinal)
+    try:
+        hash(key)
+    except TypeError:  # an option of an unhashable type: not cached
+        return None
+    return key
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """Where a replayed launch takes an array: ``kind`` "input" (the call's values, meta, b, out:
+    ``index`` 0-3), "scratch" (``index`` into the replay's scratch), "words" (the MetadataBuffer's
+    words array); ``view`` (element type, shape) reinterprets it, or None."""
+
+    kind: str
+    index: int = 0
+    view: tuple[Any, tuple[int, ...]] | None = None
+
+
+def _data_address(x: Any) -> int:
+    kind = array_kind(x)
+    if kind in ("torch", "torch-cpu"):
+        return x.data_ptr()
+    if kind == "cupy":
+        return x.data.ptr
+    return x.ctypes.data
+
+
+def _nbytes(x: Any) -> int:
+    return x.numel() * x.element_size() if array_kind(x) in ("torch", "torch-cpu") else int(x.nbytes)
+
+
+def _contiguous(x: Any) -> bool:
+    kind = array_kind(x)
+    if kind in ("torch", "torch-cpu"):
+        return x.is_contiguous()
+    return bool(x.flags["C_CONTIGUOUS"])
+
+
+def _same_memory(a: Any, x: Any) -> bool:
+    """``a`` is all of ``x``'s memory, reinterpreted (both contiguous, same address and size)."""
+    return (array_kind(a) == array_kind(x) and _data_address(a) == _data_address(x) and _nbytes(a) == _nbytes(x)
+            and _contiguous(a) and _contiguous(x))
+
+
+def _view_of(a: Any) -> tuple[Any, tuple[int, ...]]:
+    return (a.dtype, tuple(int(s) for s in a.shape))
+
+
+def _words_of(meta: MetadataBuffer, values: Any, interpret: bool) -> Any:
+    """The array a MetadataBuffer's words are read from: its device copy, or ``data`` on the host."""
+    if interpret:
+        return meta.data
+    from .gemm_operands import device_copies
+
+    return device_copies.get(meta, {}).get(str(getattr(values, "device", "cupy")))
+
+
+class _Refused(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recorded call (module docstring): its launches with array arguments as :class:`_Ref`, the
+    scratch to allocate ((shape, element type name, zero-filled) each), the array C is delivered
+    from, and for a MetadataBuffer call weak references to the buffer and its words."""
+
+    launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...]
+    scratch: tuple[tuple[tuple[int, ...], str, bool], ...]
+    source: _Ref
+    interpret: bool
+    buffer: Any = None  # weakref to the MetadataBuffer
+    words: Any = None   # weakref to its words array
+
+    def __call__(self, values: Any, meta: Any, b: Any, out: Any) -> Any:
+        words = None
+        if self.buffer is not None:
+            words = self.words()
+            if self.buffer() is not meta or words is None:
+                return MISS
+        scratch = [(zeros_array if zero else empty_array)(b, shape, dtype, self.interpret)
+                   for shape, dtype, zero in self.scratch]
+        inputs = (values, meta, b, out)
+
+        def get(ref: _Ref) -> Any:
+            a = words if ref.kind == "words" else inputs[ref.index] if ref.kind == "input" else scratch[ref.index]
+            if ref.view is None:
+                return a
+            dtype, shape = ref.view
+            a = a.view(dtype)
+            return a if tuple(a.shape) == shape else a.reshape(shape)
+
+        for launcher, refs, kwargs in self.launches:
+            launcher(*[get(r) if type(r) is _Ref else r for r in refs], **kwargs)
+        return deliver_result(get(self.source), out, b)
+
+
+MISS = object()
+"""What :func:`replay` returns where it has no record for the call."""
+
+
+def replay(key: tuple[Any, ...], values: Any, meta: Any, b: Any, out: Any) -> Any:
+    """The result of replaying ``key``'s record with these arrays, or :data:`MISS`."""
+    entry = _entries.get(key)
+    if entry is None:
+        return MISS
+    result = entry(values, meta, b, out)
+    if result is not MISS:
+        stats["hits"] += 1
+    return result
+
+
+def remember(key: tuple[Any, ...], rec: Recording, values: Any, meta: Any, b: Any, out: Any, source: Any,
+             interpret: bool) -> None:
+    """Keep ``rec`` (the full path of a call of ``key``, C delivered from ``source``) as a
+    :class:`Replay` where it qualifies (module docstring)."""
+    global last_refusal
+    try:
+        entry = _replay_of(rec, values, meta, b, out, source, interpret)
+    except _Refused as e:
+        stats["not_cacheable"] += 1
+        last_refusal = str(e)
+        return
+    with _lock:
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.pop(next(iter(_entries)))
+        _entries[key] = entry
+    stats["recorded"] += 1
+
+
+def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source: Any, interpret: bool) -> Replay:
+    if rec.unreplayable:
+        raise _Refused(rec.unreplayable)
+    if not rec.launches:
+        raise _Refused("nothing was launched")
+    buffer = meta if isinstance(meta, MetadataBuffer) else None
+    inputs = (values, None if buffer is not None else meta, b, out)
+    words = _words_of(buffer, values, interpret) if buffer is not None else None
+    scratch_ids: dict[int, int] = {}
+    scratch: list[tuple[tuple[int, ...], str, bool]] = []
+
+    def ref_of(a: Any) -> _Ref:
+        for i, x in enumerate(inputs):
+            if x is not None and a is x:
+                return _Ref("input", i)
+        if id(a) in rec.scratch and rec.scratch[id(a)][0] is a:
+            if id(a) not in scratch_ids:
+                scratch_ids[id(a)] = len(scratch)
+                zero = rec.scratch[id(a)][1]
+                scratch.append((tuple(int(s) for s in a.shape), str(a.dtype).removeprefix("torch."), zero))
+            return _Ref("scratch", scratch_ids[id(a)])
+        for i, x in enumerate(inputs):
+            if x is not None and _same_memory(a, x):
+                return _Ref("input", i, _view_of(a))
+        if words is not None and _same_memory(a, words):
+            return _Ref("words", 0, None if a is words else _view_of(a))
+        raise _Refused(f"a launch reads an array of shape {tuple(a.shape)} that is no argument, view or scratch "
+                       "(a padded or cast copy)")
+
+    def arg_of(a: Any) -> Any:
+        if array_kind(a) in ("torch", "torch-cpu", "cupy", "numpy"):
+            return ref_of(a)
+        if isinstance(a, _PLAIN) or (isinstance(a, tuple) and all(isinstance(v, _PLAIN) for v in a)):
+            return a
+        raise _Refused(f"a launch takes a {type(a).__name__} argument")
+
+    launches = []
+    for launcher, args, kwargs in rec.launches:
+        refs = tuple(arg_of(a) for a in args)
+        for name, v in kwargs.items():
+            if not (isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v))):
+                raise _Refused(f"a launch takes keyword {name} of type {type(v).__name__}")
+        launches.append((launcher, refs, dict(kwargs)))
+    source_ref = ref_of(source)
+    return Replay(tuple(launches), tuple(scratch), source_ref, interpret,
+                  None if buffer is None else weakref.ref(buffer), None if words is None else weakref.ref(words))

@@ -1,0 +1,209 @@
+"""stdlib/kernels/call_cache.py: sparse_matmul's call cache. In the interpreter (the cache's
+``INTERPRET`` switch on): a call like an earlier one replays its launches with its own arrays and
+matches a float64 reference on new random contents; calls that read a padded or cast copy are not
+cached; every replay returns a new C; the records hold no arrays. On the GPU (marked gpu): the same
+with torch tensors, MetadataBuffers and a CUDA graph."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from sparsile.driver import recording as R
+from sparsile.stdlib.kernels import CompressedWeight, call_cache, prune_and_compress, sparse_matmul
+from sparsile.tests.stdlib.test_gemm_api import problem, reference
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(call_cache, "INTERPRET", True)
+    monkeypatch.delenv(call_cache.ENV, raising=False)
+    call_cache.clear()
+    for k in call_cache.stats:
+        monkeypatch.setitem(call_cache.stats, k, 0)
+    yield
+    call_cache.clear()
+
+
+def operands(m: int, n: int, k: int, seed: int, dtype: str = "bf16"):
+    weight, b = problem(dtype, m, n, k, seed)
+    return weight, np.ascontiguousarray(weight.values), np.asarray(weight.meta.data), b
+
+
+def check(c: np.ndarray, weight, b: np.ndarray) -> None:
+    ref, _ = reference(weight, b)
+    assert not np.isnan(c.astype(np.float64)).any()
+    err = np.abs(c.astype(np.float64) - ref).max() / np.abs(ref).max()
+    assert err < 2e-3
+
+
+@pytest.mark.parametrize("m,n,k,options", [(128, 80, 64, {}), (128, 16, 128, {}), (128, 80, 128, {"split_k": 2})],
+                         ids=["tiled", "decode", "split-k"])
+def test_a_call_like_an_earlier_one_replays_it_on_its_own_arrays(m, n, k, options):
+    results = []
+    for seed in range(3):
+        weight, vals, meta, b = operands(m, n, k, seed)
+        c = sparse_matmul(vals, meta, b, interpret=True, **options)
+        check(c, weight, b)
+        results.append((c, c.copy(), weight, b))
+    assert call_cache.stats["recorded"] == 1 and call_cache.stats["hits"] == 2
+    # every call returned its own C: a replay does not write an earlier result
+    assert len({id(c) for c, *_ in results}) == 3
+    for c, kept, weight, b in results:
+        assert np.array_equal(c, kept, equal_nan=True)
+        check(c, weight, b)
+
+
+def test_out_is_written_in_place_and_earlier_outs_are_left_alone():
+    outs = []
+    for seed in range(2):
+        weight, vals, meta, b = operands(128, 80, 64, seed)
+        out = np.full((128, 80), np.nan, dtype=np.float16)
+        assert sparse_matmul(vals, meta, b, out=out, interpret=True) is out
+        check(out, weight, b)
+        outs.append((out, out.copy()))
+    assert call_cache.stats["hits"] == 1
+    assert np.array_equal(*outs[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("k,cast", [(40, False), (64, True)], ids=["padded-K", "cast-b"])
+def test_a_call_that_reads_a_padded_or_cast_copy_is_not_cached(k, cast):
+    for seed in range(2):
+        weight, vals, meta, b = operands(128, 80, k, seed)
+        bb = b.astype(np.float32) if cast else b
+        c = sparse_matmul(vals, meta, bb, dtype="bf16", interpret=True)
+        check(c, weight, b)
+    assert call_cache.stats["hits"] == 0 and call_cache.stats["not_cacheable"] == 2
+    assert "padded or cast copy" in call_cache.last_refusal
+
+
+def test_a_metadata_buffer_is_replayed_only_for_that_buffer():
+    weight, vals, _, b = operands(128, 80, 64, 0)
+    check(sparse_matmul(vals, weight.meta, b, interpret=True), weight, b)
+    check(sparse_matmul(vals, weight.meta, b, interpret=True), weight, b)
+    assert call_cache.stats["hits"] == 1
+    other, vals2, _, b2 = operands(128, 80, 64, 1)  # same shapes, another buffer: its own key
+    check(sparse_matmul(vals2, other.meta, b2, interpret=True), other, b2)
+    assert call_cache.stats["hits"] == 1 and call_cache.stats["recorded"] == 2
+    # a record consulted with another buffer under the first one's key (an id reused) declines
+    key = call_cache.call_key(vals, weight.meta, b, None, True, (None,) * 8)
+    assert key is not None
+    assert call_cache.replay(key, vals2, other.meta, b2, None) is call_cache.MISS
+
+
+def test_records_hold_no_arrays():
+    _weight, vals, meta, b = operands(128, 80, 128, 0)
+    sparse_matmul(vals, meta, b, split_k=2, interpret=True)
+    (entry,) = call_cache._entries.values()
+    for _, refs, kwargs in entry.launches:
+        for r in (*refs, *kwargs.values()):
+            assert isinstance(r, call_cache._Ref | int | float | str | bool | tuple | type(None)), type(r)
+    assert [zero for _, _, zero in entry.scratch] == [False, False]  # C and the split-K workspace
+
+
+def test_planning_environment_and_options_are_part_of_the_key(monkeypatch):
+    weight, vals, meta, b = operands(128, 80, 64, 0)
+    sparse_matmul(vals, meta, b, interpret=True)
+    monkeypatch.setenv("SPARSILE_META_TMA", "0")
+    check(sparse_matmul(vals, meta, b, interpret=True), weight, b)
+    check(sparse_matmul(vals, meta, b, interpret=True, split_k=2), weight, b)
+    assert call_cache.stats["hits"] == 0 and call_cache.stats["recorded"] == 3
+
+
+def test_the_environment_switch_turns_it_off(monkeypatch):
+    monkeypatch.setenv(call_cache.ENV, "0")
+    for seed in range(2):
+        weight, vals, meta, b = operands(128, 80, 64, seed)
+        check(sparse_matmul(vals, meta, b, interpret=True), weight, b)
+    assert call_cache.stats == {"hits": 0, "recorded": 0, "not_cacheable": 0}
+
+
+def test_at_most_max_entries_are_kept(monkeypatch):
+    monkeypatch.setattr(call_cache, "MAX_ENTRIES", 2)
+    for n in (80, 96, 112):
+        _weight, vals, meta, b = operands(128, n, 64, 0)
+        sparse_matmul(vals, meta, b, interpret=True)
+    assert len(call_cache._entries) == 2 and call_cache.stats["recorded"] == 3
+
+
+def test_a_recording_refuses_launches_it_cannot_replay():
+    with R.recording() as rec:
+        R.record_launch(object(), (1,), {}, stream=7)
+    assert rec.unreplayable == "a launch on an explicit stream"
+    with R.recording() as rec:
+        R.mark_unreplayable("a prepared launch")
+    call_cache.remember(("k",), rec, None, None, None, None, None, True)
+    assert call_cache.stats["not_cacheable"] == 1 and call_cache.last_refusal == "a prepared launch"
+    assert R.active() is None
+    R.record_launch(object(), (), {})  # no recording: nothing happens
+
+
+def test_scratch_is_noted_only_while_recording():
+    from sparsile.stdlib.kernels.arrays import empty_array, zeros_array
+
+    with R.recording() as rec:
+        a = empty_array(None, (4,), "float32", True)
+        z = zeros_array(None, (3,), "int32", True)
+    assert rec.scratch[id(a)] == (a, False) and rec.scratch[id(z)] == (z, True) and not z.any()
+    empty_array(None, (4,), "float32", True)
+    assert len(rec.scratch) == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(4096, 16, 4096), (6144, 512, 4096), (1024, 1024, 512)],
+                         ids=["decode", "prefill", "tiled"])
+def test_gpu_replays_match_float64_with_metadata_buffers(m, n, k):
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(21)
+    w = torch.randn(m, k, generator=g).cuda()
+    values, meta = prune_and_compress(w, "bf16")
+    dense = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64)).cuda()
+    outs = []
+    for _ in range(3):
+        x = torch.randn(n, k, generator=g).cuda().to(torch.bfloat16)
+        y = sparse_matmul(values, meta, x)
+        outs.append((y, y.clone(), x))
+    torch.cuda.synchronize()
+    assert call_cache.stats["hits"] == 2, call_cache.last_refusal
+    for y, kept, x in outs:
+        assert torch.equal(y, kept)
+        ref = dense @ x.double().T
+        err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+        assert err < 2e-3
+
+
+@pytest.mark.gpu
+def test_gpu_a_replay_captured_in_a_cuda_graph():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(22)
+    m, n, k = 4096, 16, 4096
+    w = torch.randn(m, k, generator=g).cuda()
+    values, meta = prune_and_compress(w, "bf16")
+    words = torch.from_numpy(np.ascontiguousarray(np.asarray(meta.data)).view(np.int32)).cuda()
+    dense = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64)).cuda()
+    x = torch.randn(n, k, generator=g).cuda().to(torch.bfloat16)
+    sparse_matmul(values, words, x)  # recorded
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sparse_matmul(values, words, x)  # a replay on the side stream before capture (warm-up)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = sparse_matmul(values, words, x)
+    assert call_cache.stats["hits"] >= 2
+    for _ in range(2):
+        x.copy_(torch.randn(n, k, generator=g).cuda().to(torch.bfloat16))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = dense @ x.double().T
+        assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 2e-3
+    del graph
+    gc.collect()
