@@ -175,13 +175,13 @@ streamk-24)  # (not run yet) the stream-K sparse GEMM (sparse_gemm_sm90_streamk.
     done
     cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
     ;;
-ncu-call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU tests and those of sparse_matmul, then the
+call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU tests and those of sparse_matmul, then the
          # host-inclusive time per call planned / cached beside F.linear and cuSPARSELt (bench_matmul_call.py)
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
-decode-24)  # (not run yet) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
+ncu-decode-24)  # (not run yet) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
                # stream-K ruled out the part-full wave: ncu's memory tables (sectors per request against the
                # bytes it must read) and the SASS lines with the most stall samples, 8B gate_up bf16
     run 300 ncu --profile-from-start off --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
