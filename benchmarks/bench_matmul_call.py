@@ -36,7 +36,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="M x K weights (default: Llama-3 8B qkv, 8B gate_up, 70B qkv)")
     ap.add_argument("--tokens", nargs="+", type=int, default=[16, 512])
     ap.add_argument("--blocks", type=int, default=9)
+    ap.add_argument("--profile", action="store_true",
+                    help="first: cProfile 2000 cached calls of the first weight and T (top 30 functions by own time)")
     return ap.parse_args(argv)
+
+
+def profile_cached(m: int, k: int, t: int) -> None:
+    """Where a cached call's host time goes: cProfile over 2000 calls, the top 30 by own time."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    from sparsile.stdlib.kernels import prune_and_compress, sparse_matmul
+
+    w = torch.randn(m, k, device="cuda")
+    values, meta = prune_and_compress(w, "bf16")
+    x = torch.randn(t, k, device="cuda").to(torch.bfloat16)
+    for _ in range(50):
+        sparse_matmul(values, meta, x)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(2000):
+        sparse_matmul(values, meta, x)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 
 
 def row(m: int, k: int, t: int, blocks: int) -> dict:
@@ -100,6 +126,9 @@ def fmt(v: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.profile:
+        m, k = (int(v) for v in args.shapes[0].split("x"))
+        profile_cached(m, k, args.tokens[0])
     print(f"{'weight':>11} {'T':>5} | {'kernel':>7} {'planned':>8} {'cached':>7} {'enqueue':>8} | "
           f"{'F.linear':>8} {'cuSPARSELt':>10} | {'replays':>7} {'err':>8}")
     for shape in args.shapes:

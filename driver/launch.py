@@ -121,13 +121,14 @@ class GpuLaunch:
             staged = []
             fast_launch.remember(self.kernel, args, kwargs, launcher, bound, bindings, grid)
         values = user_values(launcher.spec, bound)
+        given = stream  # None: torch's current stream, found again by each call
         if stream is None and any(is_torch_type(type(v)) and v.is_cuda for v in bound.values()):
             stream = fast_launch.torch_current_stream(launcher.device.ordinal)
         launcher(grid, values, stream=stream)
         for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
             _copy_back(host, dev)
         if ACTIVE.get() is not None:
-            record_launch(self, args, kwargs, stream)
+            record_launch(self, args, kwargs, given)
 
     def prepare(self, *args: Any, **kwargs: Any) -> Any:
         """Bind, specialize, compile and build the launcher once; returns a

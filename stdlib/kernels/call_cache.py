@@ -32,6 +32,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...driver.recording import Recording
 from ..sparsity import MetadataBuffer
 from .arrays import array_kind, deliver_result, empty_array, zeros_array
@@ -107,24 +109,47 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
 class _Ref:
     """Where a replayed launch takes an array: ``kind`` "input" (the call's values, meta, b, out:
     ``index`` 0-3), "scratch" (``index`` into the replay's scratch), "words" (the MetadataBuffer's
-    words array); ``view`` (element type, shape) reinterprets it, or None."""
+    words array); ``view`` = (element type, shape, strides and offset in elements) of a view into
+    it (a reinterpretation, a block of rows), or None for the array itself."""
 
     kind: str
     index: int = 0
-    view: tuple[Any, tuple[int, ...]] | None = None
+    view: tuple[Any, tuple[int, ...], tuple[int, ...], int] | None = None
 
 
-def _data_address(x: Any) -> int:
+def _layout(x: Any) -> tuple[str, int, int, tuple[int, ...], tuple[int, ...]] | None:
+    """(kind, address, element bytes, shape, strides in elements) of a torch or numpy array."""
     kind = array_kind(x)
     if kind in ("torch", "torch-cpu"):
-        return x.data_ptr()
-    if kind == "cupy":
-        return x.data.ptr
-    return x.ctypes.data
+        return kind, x.data_ptr(), x.element_size(), tuple(x.shape), tuple(x.stride())
+    if kind == "numpy":
+        size = x.itemsize
+        if any(st % size for st in x.strides):
+            return None
+        return kind, x.ctypes.data, size, x.shape, tuple(st // size for st in x.strides)
+    return None  # cupy: only the arrays themselves
 
 
-def _nbytes(x: Any) -> int:
-    return x.numel() * x.element_size() if array_kind(x) in ("torch", "torch-cpu") else int(x.nbytes)
+def _extent(address: int, size: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """[first byte, last byte + 1) an array with non-negative strides covers (an empty one: none)."""
+    if any(d == 0 for d in shape):
+        return address, address
+    return address, address + size * (1 + sum((d - 1) * st for d, st in zip(shape, strides, strict=True)))
+
+
+def _view_in(a: Any, x: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...], int] | None:
+    """``a`` as a view into contiguous ``x``'s memory of the same element size: (a's element type,
+    shape, strides, offset from x's start, in elements), or None where ``a`` is not one."""
+    la, lx = _layout(a), _layout(x)
+    if la is None or lx is None or la[0] != lx[0] or la[2] != lx[2] or not _contiguous(x):
+        return None
+    if any(st < 0 for st in la[4]):
+        return None
+    lo, hi = _extent(la[1], la[2], la[3], la[4])
+    x_lo, x_hi = _extent(lx[1], lx[2], lx[3], lx[4])
+    if not (x_lo <= lo and hi <= x_hi) or (lo - x_lo) % la[2] or lo == hi:
+        return None
+    return a.dtype, la[3], la[4], (lo - x_lo) // la[2]
 
 
 def _contiguous(x: Any) -> bool:
@@ -134,14 +159,16 @@ def _contiguous(x: Any) -> bool:
     return bool(x.flags["C_CONTIGUOUS"])
 
 
-def _same_memory(a: Any, x: Any) -> bool:
-    """``a`` is all of ``x``'s memory, reinterpreted (both contiguous, same address and size)."""
-    return (array_kind(a) == array_kind(x) and _data_address(a) == _data_address(x) and _nbytes(a) == _nbytes(x)
-            and _contiguous(a) and _contiguous(x))
-
-
-def _view_of(a: Any) -> tuple[Any, tuple[int, ...]]:
-    return (a.dtype, tuple(int(s) for s in a.shape))
+def _viewed(x: Any, view: tuple[Any, tuple[int, ...], tuple[int, ...], int]) -> Any:
+    """The view ``view`` (:func:`_view_in`) into ``x``, a contiguous array like the recorded one."""
+    dtype, shape, strides, offset = view
+    v = x if x.dtype == dtype else x.view(dtype)
+    if array_kind(x) in ("torch", "torch-cpu"):
+        if offset == 0 and tuple(v.shape) == shape and tuple(v.stride()) == strides:
+            return v
+        return v.as_strided(shape, strides, v.storage_offset() + offset)
+    size = v.itemsize
+    return np.lib.stride_tricks.as_strided(v.reshape(-1)[offset:], shape, tuple(st * size for st in strides))
 
 
 def _words_of(meta: MetadataBuffer, values: Any, interpret: bool) -> Any:
@@ -182,11 +209,7 @@ class Replay:
 
         def get(ref: _Ref) -> Any:
             a = words if ref.kind == "words" else inputs[ref.index] if ref.kind == "input" else scratch[ref.index]
-            if ref.view is None:
-                return a
-            dtype, shape = ref.view
-            a = a.view(dtype)
-            return a if tuple(a.shape) == shape else a.reshape(shape)
+            return a if ref.view is None else _viewed(a, ref.view)
 
         for launcher, refs, kwargs in self.launches:
             launcher(*[get(r) if type(r) is _Ref else r for r in refs], **kwargs)
@@ -195,12 +218,20 @@ class Replay:
 
 MISS = object()
 """What :func:`replay` returns where it has no record for the call."""
+FULL_PATH = object()
+"""What :func:`lookup` returns for a key whose record did not qualify: plan every call, unrecorded."""
+
+
+def lookup(key: tuple[Any, ...]) -> Any:
+    """The :class:`Replay` of ``key``, :data:`FULL_PATH`, or None (not seen yet)."""
+    return _entries.get(key)
 
 
 def replay(key: tuple[Any, ...], values: Any, meta: Any, b: Any, out: Any) -> Any:
-    """The result of replaying ``key``'s record with these arrays, or :data:`MISS`."""
+    """The result of replaying ``key``'s record with these arrays, or :data:`MISS` (no record, or
+    one that did not qualify)."""
     entry = _entries.get(key)
-    if entry is None:
+    if entry is None or entry is FULL_PATH:
         return MISS
     result = entry(values, meta, b, out)
     if result is not MISS:
@@ -214,16 +245,17 @@ def remember(key: tuple[Any, ...], rec: Recording, values: Any, meta: Any, b: An
     :class:`Replay` where it qualifies (module docstring)."""
     global last_refusal
     try:
-        entry = _replay_of(rec, values, meta, b, out, source, interpret)
+        entry: Any = _replay_of(rec, values, meta, b, out, source, interpret)
     except _Refused as e:
         stats["not_cacheable"] += 1
         last_refusal = str(e)
-        return
+        entry = FULL_PATH  # the refusal depends only on the key: later calls plan without recording
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
             _entries.pop(next(iter(_entries)))
         _entries[key] = entry
-    stats["recorded"] += 1
+    if entry is not FULL_PATH:
+        stats["recorded"] += 1
 
 
 def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source: Any, interpret: bool) -> Replay:
@@ -237,21 +269,31 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
     scratch_ids: dict[int, int] = {}
     scratch: list[tuple[tuple[int, ...], str, bool]] = []
 
+    def scratch_index(x: Any) -> int:
+        if id(x) not in scratch_ids:
+            scratch_ids[id(x)] = len(scratch)
+            scratch.append((tuple(int(d) for d in x.shape), str(x.dtype).removeprefix("torch."), rec.scratch[id(x)][1]))
+        return scratch_ids[id(x)]
+
     def ref_of(a: Any) -> _Ref:
         for i, x in enumerate(inputs):
             if x is not None and a is x:
                 return _Ref("input", i)
         if id(a) in rec.scratch and rec.scratch[id(a)][0] is a:
-            if id(a) not in scratch_ids:
-                scratch_ids[id(a)] = len(scratch)
-                zero = rec.scratch[id(a)][1]
-                scratch.append((tuple(int(s) for s in a.shape), str(a.dtype).removeprefix("torch."), zero))
-            return _Ref("scratch", scratch_ids[id(a)])
-        for i, x in enumerate(inputs):
-            if x is not None and _same_memory(a, x):
-                return _Ref("input", i, _view_of(a))
-        if words is not None and _same_memory(a, words):
-            return _Ref("words", 0, None if a is words else _view_of(a))
+            return _Ref("scratch", scratch_index(a))
+        if words is not None and a is words:
+            return _Ref("words")
+        for i, x in enumerate(inputs):  # a view into an argument: a reinterpretation, a block of rows
+            view = None if x is None else _view_in(a, x)
+            if view is not None:
+                return _Ref("input", i, view)
+        view = None if words is None else _view_in(a, words)
+        if view is not None:
+            return _Ref("words", 0, view)
+        for x, _ in rec.scratch.values():
+            view = _view_in(a, x)
+            if view is not None:
+                return _Ref("scratch", scratch_index(x), view)
         raise _Refused(f"a launch reads an array of shape {tuple(a.shape)} that is no argument, view or scratch "
                        "(a padded or cast copy)")
 
