@@ -56,6 +56,28 @@ last_refusal = ""
 _PLAIN = (int, float, str, bool, type(None))
 
 
+def _encoded_names() -> tuple[Any, ...] | None:
+    """:data:`ENV` and :data:`PLANNING_ENVS` as keys of ``os.environ``'s own mapping (bytes on
+    POSIX), or None where it has none (then ``os.environ.get`` is used)."""
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encode is None:
+        return None
+    return tuple(encode(name) for name in (ENV, *PLANNING_ENVS))
+
+
+_ENCODED = _encoded_names()
+
+
+def _environment() -> tuple[Any, ...]:
+    """The values of :data:`ENV` and :data:`PLANNING_ENVS` now (None where unset). Read from
+    ``os.environ``'s mapping directly where it has one (``os.environ.get`` decodes each value:
+    about 2 µs apiece on the H200's host), so that a change is seen on the next call."""
+    data = getattr(os.environ, "_data", None) if _ENCODED is not None else None
+    if data is not None:
+        return tuple(data.get(k) for k in _ENCODED)
+    return tuple(os.environ.get(name) for name in (ENV, *PLANNING_ENVS))
+
+
 def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
@@ -81,7 +103,10 @@ def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
 
 def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options: tuple[Any, ...]) -> tuple | None:
     """The key of a call (module docstring), or None where it is not cached."""
-    if (interpret and not INTERPRET) or not enabled():
+    if interpret and not INTERPRET:
+        return None
+    env = _environment()
+    if env[0] in ("0", b"0"):  # SPARSILE_CALL_CACHE=0
         return None
     sig_v = _array_signature(values, interpret)
     sig_b = _array_signature(b, interpret)
@@ -94,9 +119,8 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
     sig_o = None if out is None else _array_signature(out, interpret)
     if sig_m is None or (out is not None and sig_o is None):
         return None
-    from ...backend.runtime import devices
+    from ...backend.runtime import devices  # (imported once; then a lookup in sys.modules)
 
-    env = tuple(os.environ.get(name) for name in PLANNING_ENVS)
     key = (sig_v, sig_m, sig_b, sig_o, interpret, options, env, devices.default_ordinal)
     try:
         hash(key)
@@ -212,7 +236,10 @@ class Replay:
             return a if ref.view is None else _viewed(a, ref.view)
 
         for launcher, refs, kwargs in self.launches:
-            launcher(*[get(r) if type(r) is _Ref else r for r in refs], **kwargs)
+            if kwargs is None:  # a prepared launch taking the arrays only (:func:`_prepared`)
+                launcher(*[get(r) for r in refs])
+            else:
+                launcher(*[get(r) if type(r) is _Ref else r for r in refs], **kwargs)
         return deliver_result(get(self.source), out, b)
 
 
@@ -256,6 +283,24 @@ def remember(key: tuple[Any, ...], rec: Recording, values: Any, meta: Any, b: An
         _entries[key] = entry
     if entry is not FULL_PATH:
         stats["recorded"] += 1
+
+
+def _prepared(launcher: Any, args: tuple[Any, ...], refs: tuple[Any, ...], kwargs: dict[str, Any],
+              interpret: bool) -> tuple[Any, tuple[_Ref, ...], None] | None:
+    """A GPU launch as ``kernel[grid].prepare(...)`` with only its array arguments per call (the
+    others are fixed by the key), skipping ``kernel[grid]``'s per-call fingerprint of every argument;
+    None where it cannot be prepared (the launch then replays through ``kernel[grid]``)."""
+    from ...driver.launch import GpuLaunch
+
+    if interpret or not isinstance(launcher, GpuLaunch) or len(args) > len(launcher.kernel.params):
+        return None
+    positions = [j for j, r in enumerate(refs) if type(r) is _Ref]
+    names = tuple(launcher.kernel.params[j].name for j in positions)
+    try:
+        prepared = launcher.prepare(*args, per_call=names, **kwargs)
+    except Exception:  # a launch prepare() does not take: kernel[grid] replays it
+        return None
+    return prepared, tuple(refs[j] for j in positions), None
 
 
 def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source: Any, interpret: bool) -> Replay:
@@ -310,7 +355,7 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
         for name, v in kwargs.items():
             if not (isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v))):
                 raise _Refused(f"a launch takes keyword {name} of type {type(v).__name__}")
-        launches.append((launcher, refs, dict(kwargs)))
+        launches.append(_prepared(launcher, args, refs, kwargs, interpret) or (launcher, refs, dict(kwargs)))
     source_ref = ref_of(source)
     return Replay(tuple(launches), tuple(scratch), source_ref, interpret,
                   None if buffer is None else weakref.ref(buffer), None if words is None else weakref.ref(words))

@@ -99,7 +99,7 @@ def test_records_hold_no_arrays():
     sparse_matmul(vals, meta, b, split_k=2, interpret=True)
     (entry,) = call_cache._entries.values()
     for _, refs, kwargs in entry.launches:
-        for r in (*refs, *kwargs.values()):
+        for r in (*refs, *(kwargs or {}).values()):
             assert isinstance(r, call_cache._Ref | int | float | str | bool | tuple | type(None)), type(r)
     assert [zero for _, _, zero in entry.scratch] == [False, False]  # C and the split-K workspace
 
