@@ -96,6 +96,9 @@ def row(m: int, k: int, t: int, blocks: int) -> dict:
     hits = call_cache.stats["hits"]
     cached = timed(call)
     r["cached"], r["enqueue"], r["replays"] = cached.wall, cached.host, call_cache.stats["hits"] - hits
+    entry = call_cache.lookup(call_cache.call_key(values, meta, x, None, False, (None, None, True) + (None,) * 5))
+    kinds = [type(launch).__name__ for launch, *_ in entry.launches] if hasattr(entry, "launches") else []
+    r["launches"] = "+".join(sorted(set(kinds), key=kinds.index)) + f" x{len(kinds)}" if kinds else "-"
     # cached calls against float64 on new x: into a poisoned out (its own key: the first call is
     # recorded, the next two replay) and as returned (a fresh C per call)
     dense32 = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float32)).cuda()
@@ -130,15 +133,20 @@ def main(argv: list[str] | None = None) -> None:
         m, k = (int(v) for v in args.shapes[0].split("x"))
         profile_cached(m, k, args.tokens[0])
     print(f"{'weight':>11} {'T':>5} | {'kernel':>7} {'planned':>8} {'cached':>7} {'enqueue':>8} | "
-          f"{'F.linear':>8} {'cuSPARSELt':>10} | {'replays':>7} {'err':>8}")
+          f"{'F.linear':>8} {'cuSPARSELt':>10} | {'replays':>7} {'err':>8}  launches replayed")
     for shape in args.shapes:
         m, k = (int(v) for v in shape.split("x"))
         for t in args.tokens:
             r = row(m, k, t, args.blocks)
             print(f"{shape:>11} {t:>5} | {fmt(r['kernel']):>7} {fmt(r['planned']):>8} {fmt(r['cached']):>7} "
                   f"{fmt(r['enqueue']):>8} | {fmt(r['dense']):>8} {fmt(r.get('cslt')):>10} | {r['replays']:>7} "
-                  f"{r['err']:>8.1e}" + (f"  ({r['cslt_error']})" if "cslt_error" in r else ""), flush=True)
+                  f"{r['err']:>8.1e}  {r['launches']}" + (f"  ({r['cslt_error']})" if "cslt_error" in r else ""),
+                  flush=True)
     print("µs per call; planned = SPARSILE_CALL_CACHE=0, cached = as shipped (the module docstring)")
+    from sparsile.stdlib.kernels import call_cache
+
+    if call_cache.last_prepare_error:
+        print(f"a launch replayed through kernel[grid]: {call_cache.last_prepare_error}")
 
 
 if __name__ == "__main__":

@@ -181,6 +181,9 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
+call-24d)  # which launches a cached call replays prepared, on the rows whose table entry is a tail split (3 launches)
+    run 150 python benchmarks/bench_matmul_call.py --shapes 10240x8192 28672x4096 6144x4096 --tokens 512 16 --blocks 5
+    ;;
 call-24c)  # replays through prepared launches (only the arrays per call), the environment read from its mapping
     run 200 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_tail.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py

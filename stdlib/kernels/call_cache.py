@@ -52,6 +52,9 @@ _lock = threading.Lock()
 stats = {"hits": 0, "recorded": 0, "not_cacheable": 0}
 last_refusal = ""
 """Why the last call that was recorded could not be kept (tests and debugging)."""
+last_prepare_error = ""
+"""Why the last launch that could not be prepared for replays was not (it replays through
+``kernel[grid]``; benchmarks and debugging)."""
 
 _PLAIN = (int, float, str, bool, type(None))
 
@@ -296,9 +299,11 @@ def _prepared(launcher: Any, args: tuple[Any, ...], refs: tuple[Any, ...], kwarg
         return None
     positions = [j for j, r in enumerate(refs) if type(r) is _Ref]
     names = tuple(launcher.kernel.params[j].name for j in positions)
+    global last_prepare_error
     try:
         prepared = launcher.prepare(*args, per_call=names, **kwargs)
-    except Exception:  # a launch prepare() does not take: kernel[grid] replays it
+    except Exception as e:  # a launch prepare() does not take: kernel[grid] replays it
+        last_prepare_error = f"{launcher.kernel.name}: {type(e).__name__}: {e}"[:300]
         return None
     return prepared, tuple(refs[j] for j in positions), None
 
