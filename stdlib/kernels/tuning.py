@@ -102,8 +102,8 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
     has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
     STAGES 4 and 5 the tail splits of :func:`~.gemm_tail.tail_splits` (with and without CTA pairs
     for the head) where C's last wave is part-full, unless ``tails`` is False (the torch layer's
-    space: its plans have no tail split). ``streamk`` (off by default: on the H200 it was 1.3-1.9x
-    slower than the table's choice on every shape timed, docs/autotune.md) adds the stream-K kernel
+    space: its plans have no tail split). ``streamk`` (off by default: on the H200 it took 1.27-1.65x
+    the table's choice's time on every shape timed, docs/autotune.md) adds the stream-K kernel
     there too (BN the planned one or half of it, f16 / bf16 / e4m3)."""
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
