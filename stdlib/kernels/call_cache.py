@@ -124,7 +124,10 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
         return None
     from ...backend.runtime import devices  # (imported once; then a lookup in sys.modules)
 
-    key = (sig_v, sig_m, sig_b, sig_o, interpret, options, env, devices.default_ordinal)
+    # each option with its type: 2.0, True and numpy's 2 equal (and hash as) 2, but planning refuses
+    # them for split_k or num_sms where it takes 2 (a replay would run them)
+    typed = tuple((type(v), v) for v in options)
+    key = (sig_v, sig_m, sig_b, sig_o, interpret, typed, env, devices.default_ordinal)
     try:
         hash(key)
     except TypeError:  # an option of an unhashable type: not cached

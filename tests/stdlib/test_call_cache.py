@@ -158,6 +158,19 @@ def test_planning_environment_and_options_are_part_of_the_key(monkeypatch):
     assert call_cache.stats["hits"] == 0 and call_cache.stats["recorded"] == 3
 
 
+@pytest.mark.parametrize("bad", [2.0, np.int64(2)], ids=["float", "numpy-int"])
+def test_an_option_equal_to_a_recorded_one_but_of_another_type_is_planned(bad):
+    """split_k=2.0 (or numpy's 2) equals and hashes as 2, but planning refuses it: a call with it
+    after a recorded split_k=2 is refused too, not replayed."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    _weight, vals, meta, b = operands(128, 80, 128, 0)
+    sparse_matmul(vals, meta, b, interpret=True, split_k=2)
+    with pytest.raises(SparsityError, match="split_k must be an integer"):
+        sparse_matmul(vals, meta, b, interpret=True, split_k=bad)
+    assert call_cache.stats["hits"] == 0
+
+
 def test_the_environment_switch_turns_it_off(monkeypatch):
     monkeypatch.setenv(call_cache.ENV, "0")
     for seed in range(2):
