@@ -98,9 +98,10 @@ def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
     if kind == "torch" and not interpret:
         return ("t", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)
     if kind == "cupy" and not interpret:
-        return ("c", x.shape, x.strides, x.dtype.str, x.device.id, x.data.ptr & 15)
+        return ("c", x.shape, x.strides, x.dtype, x.device.id, x.data.ptr & 15)
     if kind == "numpy" and interpret:
-        return ("n", x.shape, x.strides, x.dtype.str, x.ctypes.data & 15, x.flags.writeable)
+        # the dtype itself: its .str is "<V1" for ml_dtypes' float8_e4m3fn, float8_e4m3fnuz and int4 alike
+        return ("n", x.shape, x.strides, x.dtype, x.ctypes.data & 15, x.flags.writeable)
     return None
 
 

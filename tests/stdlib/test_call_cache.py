@@ -171,6 +171,22 @@ def test_an_option_equal_to_a_recorded_one_but_of_another_type_is_planned(bad):
     assert call_cache.stats["hits"] == 0
 
 
+def test_arrays_of_element_types_with_the_same_type_string_have_their_own_keys():
+    """ml_dtypes' float8_e4m3fn and float8_e4m3fnuz share numpy's type string "<V1": the same bits
+    as e4m3fnuz are planned (SP0804: no kernel for them), not replayed as e4m3."""
+    import ml_dtypes
+
+    from sparsile.stdlib.sparsity import SparsityError
+
+    weight, vals, meta, b = operands(128, 80, 128, 0, "e4m3")
+    check(sparse_matmul(vals, meta, b, interpret=True), weight, b)
+    fnuz = ml_dtypes.float8_e4m3fnuz
+    assert np.dtype(fnuz).str == vals.dtype.str
+    with pytest.raises(SparsityError, match="cannot tell the operand type"):
+        sparse_matmul(vals.view(fnuz), meta, b.view(fnuz), interpret=True)
+    assert call_cache.stats["hits"] == 0
+
+
 def test_the_environment_switch_turns_it_off(monkeypatch):
     monkeypatch.setenv(call_cache.ENV, "0")
     for seed in range(2):
