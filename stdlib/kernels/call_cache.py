@@ -12,23 +12,25 @@ allocates the same scratch (C, workspaces, zeroed counters: fresh per call, so n
 between calls, streams or CUDA graphs) and makes the same launches with its own arrays.
 
 A record qualifies only where each array a launch reads is one of the call's own arrays (values,
-metadata words, b, out), a same-memory reinterpretation of one (the uint32 view of int32 words),
-the device copy of a ``MetadataBuffer``'s words (which are immutable; the replay checks that the
-buffer is the same object), or scratch the planners allocated through ``empty_array`` /
+metadata words, b, out), a view into one's memory (the uint32 view of int32 words, a block of
+rows), the words of a ``MetadataBuffer`` (keyed by its tag, so the layers of one shape share a
+record; the replay gets each buffer's words as planning does, validating a buffer it has not seen
+and copying it to the device once), or scratch the planners allocated through ``empty_array`` /
 ``zeros_array``; and only where every launch went through ``kernel[grid]`` on the current stream.
 A padded or cast copy of an operand (made outside a launch) fails that test, so such calls keep
 the full path: a replay never reads a stale copy. Other arguments must be plain values (ints,
 floats, strings, None, tuples of them), which the key fixes.
 
-``SPARSILE_CALL_CACHE=0`` turns the cache off. It holds at most :data:`MAX_ENTRIES` records, each
-a few launch descriptions and weak references (no arrays).
+``SPARSILE_CALL_CACHE=0`` turns the cache off. It holds at most :data:`MAX_ENTRIES` records (the
+least recently used go first), each a few launch descriptions, no arrays. A tuning table rewritten
+while the process runs is read by the next planned call; records made before keep their
+configuration until :func:`clear` (their results are the same).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,7 @@ from ..sparsity import MetadataBuffer
 from .arrays import array_kind, deliver_result, empty_array, zeros_array
 
 ENV = "SPARSILE_CALL_CACHE"
-MAX_ENTRIES = 256
+MAX_ENTRIES = 1024
 PLANNING_ENVS = ("SPARSILE_META_TMA", "SPARSILE_TUNED_TABLE", "SPARSILE_DECODE_KERNEL", "SPARSILE_DECODE_REDUCE",
                  "SPARSILE_DECODE_TABLE", "SPARSILE_LINEAR_STAGE_Y")
 """The environment variables ``sparse_matmul``'s planning reads: part of every key."""
@@ -117,7 +119,9 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
     if sig_v is None or sig_b is None:
         return None
     if isinstance(meta, MetadataBuffer):
-        sig_m: tuple[Any, ...] | None = ("buffer", id(meta))
+        data = meta.data
+        sig_m: tuple[Any, ...] | None = ("buffer", meta.fmt, meta.dtype, meta.m, meta.k, tuple(data.shape),
+                                         str(data.dtype))
     else:
         sig_m = _array_signature(meta, interpret)
     sig_o = None if out is None else _array_signature(out, interpret)
@@ -219,21 +223,25 @@ class _Refused(Exception):
 class Replay:
     """A recorded call (module docstring): its launches with array arguments as :class:`_Ref`, the
     scratch to allocate ((shape, element type name, zero-filled) each), the array C is delivered
-    from, and for a MetadataBuffer call weak references to the buffer and its words."""
+    from, and whether the metadata is a MetadataBuffer (its words are found per call)."""
 
     launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...]
     scratch: tuple[tuple[tuple[int, ...], str, bool], ...]
     source: _Ref
     interpret: bool
-    buffer: Any = None  # weakref to the MetadataBuffer
-    words: Any = None   # weakref to its words array
+    buffer: bool = False
 
     def __call__(self, values: Any, meta: Any, b: Any, out: Any) -> Any:
         words = None
-        if self.buffer is not None:
-            words = self.words()
-            if self.buffer() is not meta or words is None:
+        if self.buffer:
+            if not isinstance(meta, MetadataBuffer):
                 return MISS
+            from .gemm_operands import kernel_words
+
+            # as planning: validated once per buffer (a diagnostic before any launch), copied to
+            # the device once; the key fixes the shapes these come from
+            m, k_values, k_b = int(values.shape[0]), 2 * int(values.shape[1]), int(b.shape[1])
+            words = kernel_words(meta, values, meta.operand, m, k_values, k_b, self.interpret)
         scratch = [(zeros_array if zero else empty_array)(b, shape, dtype, self.interpret)
                    for shape, dtype, zero in self.scratch]
         inputs = (values, meta, b, out)
@@ -263,10 +271,14 @@ def lookup(key: tuple[Any, ...]) -> Any:
 
 def replay(key: tuple[Any, ...], values: Any, meta: Any, b: Any, out: Any) -> Any:
     """The result of replaying ``key``'s record with these arrays, or :data:`MISS` (no record, or
-    one that did not qualify)."""
+    one that did not qualify). The record becomes the most recently used."""
     entry = _entries.get(key)
     if entry is None or entry is FULL_PATH:
         return MISS
+    with _lock:  # least recently used first: the eviction order
+        if _entries.get(key) is entry:
+            del _entries[key]
+            _entries[key] = entry
     result = entry(values, meta, b, out)
     if result is not MISS:
         stats["hits"] += 1
@@ -317,6 +329,8 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
         raise _Refused(rec.unreplayable)
     if not rec.launches:
         raise _Refused("nothing was launched")
+    if source is None:
+        raise _Refused("the call is not kept (an empty K, a Blackwell plan)")
     buffer = meta if isinstance(meta, MetadataBuffer) else None
     inputs = (values, None if buffer is not None else meta, b, out)
     words = _words_of(buffer, values, interpret) if buffer is not None else None
@@ -366,5 +380,4 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
                 raise _Refused(f"a launch takes keyword {name} of type {type(v).__name__}")
         launches.append(_prepared(launcher, args, refs, kwargs, interpret) or (launcher, refs, dict(kwargs)))
     source_ref = ref_of(source)
-    return Replay(tuple(launches), tuple(scratch), source_ref, interpret,
-                  None if buffer is None else weakref.ref(buffer), None if words is None else weakref.ref(words))
+    return Replay(tuple(launches), tuple(scratch), source_ref, interpret, buffer is not None)

@@ -501,8 +501,7 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
         return result
     with recording() as rec:
         result, source = _planned_call(values, meta, b, out, interpret, *options)
-    if source is not None:
-        call_cache.remember(key, rec, values, meta, b, out, source, interpret)
+    call_cache.remember(key, rec, values, meta, b, out, source, interpret)  # source None: not kept
     return result
 
 

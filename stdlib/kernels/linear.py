@@ -36,7 +36,16 @@ import numpy as np
 
 from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
-from .arrays import bad_input, cast_operand, deliver_result, empty_array, output_array, pad_columns, placed_array
+from .arrays import (
+    bad_input,
+    cast_operand,
+    deliver_result,
+    empty_array,
+    output_array,
+    pad_columns,
+    placed_array,
+    zeros_array,
+)
 from .gemm import (
     BM,
     KERNELS,
@@ -395,9 +404,7 @@ def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:
     splitk_reduce_linear turns into y = act(bias). None otherwise."""
     if k:
         return None
-    workspace = empty_array(home, (1, t, m), "float32", interpret)
-    workspace[...] = 0
-    return workspace
+    return zeros_array(home, (1, t, m), "float32", interpret)
 
 
 def planned_sm_count(interpret: bool, target: str = "sm_90a") -> int:

@@ -6,6 +6,7 @@ with torch tensors, MetadataBuffers and a CUDA graph."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from sparsile.driver import recording as R
 from sparsile.stdlib.kernels import CompressedWeight, call_cache, prune_and_compress, sparse_matmul
+from sparsile.stdlib.sparsity import SparsityError
 from sparsile.tests.stdlib.test_gemm_api import problem, reference
 
 
@@ -80,18 +82,34 @@ def test_a_call_that_reads_a_padded_or_cast_copy_is_not_cached(k, cast):
     assert "padded or cast copy" in call_cache.last_refusal
 
 
-def test_a_metadata_buffer_is_replayed_only_for_that_buffer():
+def test_metadata_buffers_of_one_tag_share_a_record_and_each_is_validated():
+    """The layers of one shape share a record; a replay gets each buffer's own words, and a buffer
+    it has not seen is validated as planning validates it (SP0807 before any launch)."""
     weight, vals, _, b = operands(128, 80, 64, 0)
     check(sparse_matmul(vals, weight.meta, b, interpret=True), weight, b)
-    check(sparse_matmul(vals, weight.meta, b, interpret=True), weight, b)
-    assert call_cache.stats["hits"] == 1
-    other, vals2, _, b2 = operands(128, 80, 64, 1)  # same shapes, another buffer: its own key
+    other, vals2, _, b2 = operands(128, 80, 64, 1)  # same shapes, another buffer: the same key
     check(sparse_matmul(vals2, other.meta, b2, interpret=True), other, b2)
-    assert call_cache.stats["hits"] == 1 and call_cache.stats["recorded"] == 2
-    # a record consulted with another buffer under the first one's key (an id reused) declines
-    key = call_cache.call_key(vals, weight.meta, b, None, True, (None,) * 8)
-    assert key is not None
-    assert call_cache.replay(key, vals2, other.meta, b2, None) is call_cache.MISS
+    check(sparse_matmul(vals, weight.meta, b, interpret=True), weight, b)
+    assert call_cache.stats["hits"] == 2 and call_cache.stats["recorded"] == 1
+    bad = dataclasses.replace(other.meta, data=np.zeros_like(np.asarray(other.meta.data)))
+    with pytest.raises(SparsityError) as replayed:
+        sparse_matmul(vals2, bad, b2, interpret=True)
+    call_cache.clear()
+    with pytest.raises(SparsityError) as planned:
+        sparse_matmul(vals2, bad, b2, interpret=True)
+    assert replayed.value.code == planned.value.code == "SP0807"
+    assert str(replayed.value) == str(planned.value)
+    narrower, vals3, _, b3 = operands(128, 80, 128, 2)  # another K: another key
+    check(sparse_matmul(vals3, narrower.meta, b3, interpret=True), narrower, b3)
+    assert call_cache.stats["recorded"] == 2
+
+
+def test_a_call_that_keeps_nothing_is_not_recorded_again():
+    """An empty K writes C on the host: never replayed, and not recorded on every call."""
+    vals, meta, b = np.zeros((128, 0), np.float32), np.zeros((128, 0), np.int32), np.zeros((80, 0), np.float32)
+    for _ in range(2):
+        assert not sparse_matmul(vals, meta, b, dtype="bf16", interpret=True).any()
+    assert call_cache.stats["not_cacheable"] == 1 and call_cache.last_refusal == "nothing was launched"
 
 
 def test_records_hold_no_arrays():
@@ -195,12 +213,16 @@ def test_the_environment_switch_turns_it_off(monkeypatch):
     assert call_cache.stats == {"hits": 0, "recorded": 0, "not_cacheable": 0}
 
 
-def test_at_most_max_entries_are_kept(monkeypatch):
+def test_the_least_recently_used_record_goes_first(monkeypatch):
     monkeypatch.setattr(call_cache, "MAX_ENTRIES", 2)
-    for n in (80, 96, 112):
-        _weight, vals, meta, b = operands(128, n, 64, 0)
-        sparse_matmul(vals, meta, b, interpret=True)
+    calls = {n: operands(128, n, 64, 0)[1:] for n in (80, 96, 112)}
+    for n in (80, 96, 80, 112):  # 80 replayed, so 96 is the least recently used when 112 arrives
+        sparse_matmul(*calls[n], interpret=True)
     assert len(call_cache._entries) == 2 and call_cache.stats["recorded"] == 3
+    sparse_matmul(*calls[80], interpret=True)
+    assert call_cache.stats["hits"] == 2 and call_cache.stats["recorded"] == 3
+    sparse_matmul(*calls[96], interpret=True)
+    assert call_cache.stats["recorded"] == 4
 
 
 def test_a_recording_refuses_launches_it_cannot_replay():
