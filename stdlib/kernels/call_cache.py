@@ -297,6 +297,7 @@ def remember(key: tuple[Any, ...], rec: Recording, values: Any, meta: Any, b: An
         last_refusal = str(e)
         entry = FULL_PATH  # the refusal depends only on the key: later calls plan without recording
     with _lock:
+        _entries.pop(key, None)  # recorded again (two threads that missed it together): evicts no other
         if len(_entries) >= MAX_ENTRIES:
             _entries.pop(next(iter(_entries)))
         _entries[key] = entry

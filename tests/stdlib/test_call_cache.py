@@ -225,6 +225,20 @@ def test_the_least_recently_used_record_goes_first(monkeypatch):
     assert call_cache.stats["recorded"] == 4
 
 
+
+def test_a_key_recorded_again_evicts_no_other_record(monkeypatch):
+    """Two threads that miss one key together both record it: the second keeps the cache's size."""
+    monkeypatch.setattr(call_cache, "MAX_ENTRIES", 2)
+    calls = {n: operands(128, n, 64, 0)[1:] for n in (80, 96)}
+    for n in (80, 96):
+        sparse_matmul(*calls[n], interpret=True)
+    with monkeypatch.context() as m:  # the other thread's miss: its record is not there yet
+        m.setattr(call_cache, "replay", lambda *args: call_cache.MISS)
+        sparse_matmul(*calls[96], interpret=True)
+    assert len(call_cache._entries) == 2
+    sparse_matmul(*calls[80], interpret=True)
+    assert call_cache.stats["hits"] == 1 and call_cache.stats["recorded"] == 3
+
 def test_a_recording_refuses_launches_it_cannot_replay():
     with R.recording() as rec:
         R.record_launch(object(), (1,), {}, stream=7)
