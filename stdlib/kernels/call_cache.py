@@ -265,8 +265,20 @@ FULL_PATH = object()
 
 
 def lookup(key: tuple[Any, ...]) -> Any:
-    """The :class:`Replay` of ``key``, :data:`FULL_PATH`, or None (not seen yet)."""
-    return _entries.get(key)
+    """The :class:`Replay` of ``key``, :data:`FULL_PATH` (which becomes the most recently used: the
+    call plans, no :func:`replay` follows), or None (not seen yet)."""
+    entry = _entries.get(key)
+    if entry is FULL_PATH:
+        _used(key, entry)
+    return entry
+
+
+def _used(key: tuple[Any, ...], entry: Any) -> None:
+    """Make ``key``'s record ``entry`` the most recently used: the last that eviction takes."""
+    with _lock:
+        if _entries.get(key) is entry:
+            del _entries[key]
+            _entries[key] = entry
 
 
 def replay(key: tuple[Any, ...], values: Any, meta: Any, b: Any, out: Any) -> Any:
@@ -275,10 +287,7 @@ def replay(key: tuple[Any, ...], values: Any, meta: Any, b: Any, out: Any) -> An
     entry = _entries.get(key)
     if entry is None or entry is FULL_PATH:
         return MISS
-    with _lock:  # least recently used first: the eviction order
-        if _entries.get(key) is entry:
-            del _entries[key]
-            _entries[key] = entry
+    _used(key, entry)
     result = entry(values, meta, b, out)
     if result is not MISS:
         stats["hits"] += 1

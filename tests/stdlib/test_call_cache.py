@@ -226,6 +226,15 @@ def test_the_least_recently_used_record_goes_first(monkeypatch):
 
 
 
+
+def test_a_full_path_key_in_use_is_not_the_least_recently_used(monkeypatch):
+    monkeypatch.setattr(call_cache, "MAX_ENTRIES", 2)
+    padded = operands(128, 80, 40, 0)[1:]  # reads a padded copy: full path
+    calls = {n: operands(128, n, 64, 0)[1:] for n in (96, 112)}
+    for args in (padded, calls[96], padded, calls[112], padded):  # 96 goes when 112 arrives
+        sparse_matmul(*args, dtype="bf16", interpret=True)
+    assert call_cache.stats["not_cacheable"] == 1 and call_cache.stats["recorded"] == 2
+
 def test_a_key_recorded_again_evicts_no_other_record(monkeypatch):
     """Two threads that miss one key together both record it: the second keeps the cache's size."""
     monkeypatch.setattr(call_cache, "MAX_ENTRIES", 2)
