@@ -27,6 +27,11 @@ the weight from HBM as a model's layers do. The main table's calls repeat one we
 the 50 MB L2 where it fits (8B o and qkv: 19-28 MB compressed, 34-50 MB dense), so small weights
 there measure L2 rather than HBM.
 
+Every run also prints a host-inclusive table: µs per call of sparse_matmul as a user calls it (its
+call cache warm, stdlib/kernels/call_cache.py), torch.mm and torch's cuSPARSELt call with the
+searched algorithm, each back to back with a synchronize after every block of calls, beside
+sparse_matmul's kernel time: what a caller waits for, host work included.
+
 ``--schedule pingpong`` adds the kernel ``sparse_matmul(..., schedule="pingpong")`` runs
 (sparse_gemm_sm90_pingpong.spk, docs/hopper.md "The ping-pong schedule": BM 128, BN = min(BN, 128),
 BK 64, 6 stages, min(tiles, SMs) CTAs) to every f16/bf16 case without split-K; each
@@ -305,7 +310,56 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         row["sp_dense"] = None
     if l2 == "cold":
         row.update(cold_times(dtype, o, m, n, k, iters, row.get("cslt_alg")))
+    row.update(host_times(dtype, o, c, row.get("cslt_alg")))
     return row
+
+
+def host_times(dtype: str, o: dict, c, cslt_alg: int | None) -> dict:
+    """Host-inclusive µs per call as a torch user calls each contender, back to back with a
+    synchronize after each block (``torch_timing.time_calls``, median block): ``host_ours``
+    (sparse_matmul into C, its call cache warm: stdlib/kernels/call_cache.py), ``host_cublas``
+    (torch.mm; e4m3: torch._scaled_mm) and ``host_cslt`` (torch._cslt_sparse_mm with the searched
+    algorithm, else the default; compressed once). A contender that cannot run is left out."""
+    import torch
+    from torch_timing import time_calls
+
+    from sparsile.stdlib.kernels.gemm import sparse_matmul
+
+    w, b, vals, meta = o["w"], o["b"], o["values"], o["meta"]
+
+    def timed(fn) -> float:
+        for _ in range(10):  # compiled, recorded, planned
+            fn()
+        torch.cuda.synchronize()
+        return time_calls(fn, torch.cuda.synchronize, blocks=5, target_s=0.01, max_calls=100).wall
+
+    out: dict = {"host_ours": timed(lambda: sparse_matmul(vals, meta, b, out=c, dtype=dtype))}
+    if dtype == "e4m3":
+        one = torch.tensor(1.0, device="cuda")
+        dense = lambda: torch._scaled_mm(w, b.T, scale_a=one, scale_b=one, out_dtype=torch.float16)  # noqa: E731
+    else:
+        dense = lambda: torch.mm(w, b.T)  # noqa: E731
+    kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
+    for key, fn in (("host_cublas", lambda: dense), ("host_cslt", lambda: _cslt_call(w, b, cslt_alg, kw))):
+        try:
+            out[key] = timed(fn())
+        except Exception as e:  # not in this torch build, or this dtype / shape refused
+            out[f"{key}_error"] = f"{type(e).__name__}: {str(e)[:80]}"
+    return out
+
+
+def _cslt_call(w, b, alg: int | None, kw: dict):
+    """torch's cuSPARSELt call on W compressed once, with ``alg`` where searched (B^T as a view,
+    else a contiguous copy made once, as :func:`cslt_times`)."""
+    import torch
+
+    comp, bt = torch._cslt_compress(w), b.T
+    extra = {"alg_id": alg} if alg is not None else {}
+    try:
+        torch._cslt_sparse_mm(comp, bt, **extra, **kw)
+    except Exception:
+        bt = b.T.contiguous()
+    return lambda: torch._cslt_sparse_mm(comp, bt, **extra, **kw)
 
 
 def table_time(dtype: str, values, meta, b, c, sms: int, checked_time) -> dict:
@@ -552,6 +606,8 @@ HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'sk':>2} | {'sparsile':>9} 
           f"{'tuned':>9} {'TF':>5} | {'cuBLAS':>9} {'TF':>5} | {'sp.dense':>9} {'TF':>5} | {'table':>9} {'TF':>5} | "
           f"{'decode':>9} {'TF':>5} | {'tail':>9} {'TF':>5} | {'stream-K':>9} {'TF':>5} | "
           f"{'vs cslt':>7} {'vs cuBLAS':>9} {'dense/cuBLAS':>12} {'err':>7}")
+HOST_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'kernel':>8} {'ours':>8} | {'cuBLAS':>8} "
+               f"{'cuSPARSELt':>10} | {'vs cuBLAS':>9} {'vs cslt':>7}")
 PP_HEADER = (f"{'dtype':>5} {'M':>6} {'N':>6} {'K':>6} | {'ours':>9} {'TF':>5} | {'pingpong':>9} {'TF':>5} | "
              f"{'best cslt':>9} {'TF':>5} | {'pp/ours':>7} {'pp/cslt':>7} {'pp err':>7} | configs (µs)")
 
@@ -567,6 +623,19 @@ def format_row(r: dict) -> str:
             f"{fmt(r.get('table'), f)} | {fmt(r.get('decode'), f)} | {fmt(r.get('tail'), f)} | "
             f"{fmt(r.get('streamk'), f)} | "
             f"{ratio_cells(speedups(r))} {dv} {err:>7.1e}")
+
+
+def format_host_row(r: dict) -> str:
+    """The host-inclusive table's line of a row: sparse_matmul's kernel time, then µs per call of it,
+    cuBLAS and cuSPARSELt as torch users call them, and the ratios ('-': not measured)."""
+    def cell(v: float | None, width: int) -> str:
+        return f"{v:>{width}.1f}" if v else f"{'-':>{width}}"
+
+    ours_t, cublas, cslt = r.get("host_ours"), r.get("host_cublas"), r.get("host_cslt")
+    vs_cublas = f"{cublas / ours_t:>9.2f}" if ours_t and cublas else f"{'-':>9}"
+    vs_cslt = f"{cslt / ours_t:>7.2f}" if ours_t and cslt else f"{'-':>7}"
+    return (f"{r['dtype']:>5} {r['m']:>6} {r['n']:>6} {r['k']:>6} | {cell(ours(r), 8)} {cell(ours_t, 8)} | "
+            f"{cell(cublas, 8)} {cell(cslt, 10)} | {vs_cublas} {vs_cslt}")
 
 
 def format_pingpong_row(r: dict) -> str:
@@ -712,6 +781,12 @@ def main(argv: list[str] | None = None) -> None:
     print("the faster of the two / the time of sparse_matmul's choice (decode, else table, else pair where shown,")
     print("else one CTA per tile); vs cuBLAS likewise; e4m3 cuBLAS column is torch._scaled_mm; err = max |C - ref|")
     print("/ max |ref| over the sparsile runs (ref: the same inputs multiplied in float64 on the GPU)")
+    if any("host_ours" in r for r in rows):
+        print_table(HOST_HEADER, [format_host_row(r) for r in rows], [
+            "host-inclusive µs per call, as torch users call each (back to back, a synchronize after each block of",
+            "calls, the median block): ours = sparse_matmul into C (its call cache warm), cuBLAS = torch.mm",
+            "(e4m3: torch._scaled_mm), cuSPARSELt = torch._cslt_sparse_mm with the searched algorithm; kernel =",
+            "the kernel time of sparse_matmul's choice from the table above; vs = their time / ours"])
     if args.schedule == "pingpong":
         note = "; " + rows[0]["pingpong_note"] if rows and "pingpong_note" in rows[0] else ""
         print_table(PP_HEADER, [format_pingpong_row(r) for r in rows], [

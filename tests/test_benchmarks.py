@@ -795,3 +795,12 @@ def test_sparse_gemm_cold_table_uses_the_faster_cusparselt():
     missing = bsg.format_cold_row(_gemm_row("x", "e4m3", 16, sparsile=1.0, cold_ours=1.0))
     assert missing.rstrip().endswith("-         -       -")
     assert bsg.parse_args(["--l2", "cold"]).l2 == "cold" and bsg.parse_args([]).l2 == "warm"
+
+
+def test_sparse_gemm_host_table_puts_each_call_beside_ours():
+    r = _gemm_row("x", "bf16", 16, sparsile=10.0, decode=8.0, host_ours=20.0, host_cublas=30.0, host_cslt=90.0)
+    line = bsg.format_host_row(r)
+    assert len(line.split("|")) == len(bsg.HOST_HEADER.split("|"))
+    assert line.rstrip().endswith("8.0     20.0 |     30.0       90.0 |      1.50    4.50")
+    missing = bsg.format_host_row(_gemm_row("x", "e4m3", 16, sparsile=1.0, host_ours=5.0))
+    assert missing.rstrip().endswith("-          - |         -       -")
