@@ -310,7 +310,10 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
         row["sp_dense"] = None
     if l2 == "cold":
         row.update(cold_times(dtype, o, m, n, k, iters, row.get("cslt_alg")))
-    row.update(host_times(dtype, o, c, row.get("cslt_alg")))
+    try:  # a failure here leaves the row's kernel times
+        row.update(host_times(dtype, o, c, row.get("cslt_alg")))
+    except Exception as e:
+        row["host_error"] = f"{type(e).__name__}: {str(e)[:80]}"
     return row
 
 
