@@ -181,6 +181,14 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
+verify-25)  # (not run yet) what the twenty-fourth session left unrun on the GPU: the call cache's GPU tests after its
+           # last changes (MetadataBuffers keyed by tag, LRU), which launches a tail-split replay prepares and its
+           # host time, and the grid's new host-inclusive table on two weights
+    run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_api.py
+    run 150 python benchmarks/bench_matmul_call.py --shapes 10240x8192 28672x4096 6144x4096 --tokens 512 16 --blocks 5
+    run 240 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 70B-qkv --tokens 16 512 --dtypes bf16 \
+        --iters 10 --case-timeout 60 --json "$out/gemm-host-25.json"
+    ;;
 call-24d)  # which launches a cached call replays prepared, on the rows whose table entry is a tail split (3 launches)
     run 150 python benchmarks/bench_matmul_call.py --shapes 10240x8192 28672x4096 6144x4096 --tokens 512 16 --blocks 5
     ;;
