@@ -93,11 +93,19 @@ def clear() -> None:
         _entries.clear()
 
 
+def _torch_strided() -> Any:
+    import torch  # (the caller holds a torch tensor: imported already)
+
+    return torch.strided
+
+
 def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
     """What planning may read of an array: kind, shape, strides, element type, device, alignment
     class; None for arrays the cache does not take (host arrays outside the interpreter)."""
     kind = array_kind(x)
     if kind == "torch" and not interpret:
+        if x.layout is not _torch_strided():  # a sparse or other layout: planning says what it needs
+            return None
         return ("t", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)
     if kind == "cupy" and not interpret:
         return ("c", x.shape, x.strides, x.dtype, x.device.id, x.data.ptr & 15)

@@ -327,3 +327,22 @@ def test_gpu_a_replay_captured_in_a_cuda_graph():
         assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 2e-3
     del graph
     gc.collect()
+
+
+def test_a_blackwell_call_is_planned_every_time():
+    """A Blackwell plan delivers C its own way (plan.result()): its key is remembered as full-path,
+    not recorded again, and every call matches float64."""
+    for seed in range(2):
+        weight, _, _, b = operands(128, 80, 64, seed)
+        c = sparse_matmul(weight.values, weight.meta, b, interpret=True, target="sm_100a", num_sms=2)
+        check(c, weight, b)
+    assert call_cache.stats["hits"] == 0 and call_cache.stats["not_cacheable"] == 1
+    assert call_cache.last_refusal == "the call is not kept (an empty K, a Blackwell plan)"
+
+
+def test_a_torch_tensor_of_another_layout_is_not_keyed(monkeypatch):
+    torch = pytest.importorskip("torch")
+    sparse = torch.eye(4).to_sparse()
+    monkeypatch.setattr(call_cache, "array_kind", lambda x: "torch")  # as a CUDA tensor would be
+    assert call_cache._array_signature(sparse, False) is None
+    assert call_cache._array_signature(torch.eye(4), False) is not None
