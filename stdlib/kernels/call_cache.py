@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from ...backend.runtime.arrays import describe_array
+from ...backend.runtime.dtypes import DTYPES
 from ...driver.recording import Recording
 from ..sparsity import MetadataBuffer
 from .arrays import array_kind, deliver_result, empty_array, zeros_array
@@ -60,6 +62,11 @@ last_prepare_error = ""
 ``kernel[grid]``; benchmarks and debugging)."""
 
 _PLAIN = (int, float, str, bool, type(None))
+
+
+def _plain(v: Any) -> bool:
+    """A value the key fixes: an int, float, string, bool or None, or a tuple of them."""
+    return isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v))
 
 
 def _encoded_names() -> tuple[Any, ...] | None:
@@ -157,17 +164,17 @@ class _Ref:
     view: tuple[Any, tuple[int, ...], tuple[int, ...], int] | None = None
 
 
-def _layout(x: Any) -> tuple[str, int, int, tuple[int, ...], tuple[int, ...]] | None:
-    """(kind, address, element bytes, shape, strides in elements) of a torch or numpy array."""
+def _layout(x: Any) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool] | None:
+    """(address, element bytes, shape, strides in elements, contiguous) of a torch or numpy array
+    (``describe_array``, the launcher's own description), or None: cupy (only the arrays
+    themselves), numpy strides that are no whole number of elements."""
     kind = array_kind(x)
-    if kind in ("torch", "torch-cpu"):
-        return kind, x.data_ptr(), x.element_size(), tuple(x.shape), tuple(x.stride())
-    if kind == "numpy":
-        size = x.itemsize
-        if any(st % size for st in x.strides):
-            return None
-        return kind, x.ctypes.data, size, x.shape, tuple(st // size for st in x.strides)
-    return None  # cupy: only the arrays themselves
+    if kind not in ("torch", "torch-cpu", "numpy") or (kind == "numpy" and any(st % x.itemsize for st in x.strides)):
+        return None
+    info = describe_array(x)
+    if info is None or info.dtype is None:
+        return None
+    return info.ptr, DTYPES[info.dtype].itemsize, info.shape, info.strides, info.contiguous
 
 
 def _extent(address: int, size: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
@@ -181,22 +188,15 @@ def _view_in(a: Any, x: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...], int
     """``a`` as a view into contiguous ``x``'s memory of the same element size: (a's element type,
     shape, strides, offset from x's start, in elements), or None where ``a`` is not one."""
     la, lx = _layout(a), _layout(x)
-    if la is None or lx is None or la[0] != lx[0] or la[2] != lx[2] or not _contiguous(x):
+    if la is None or lx is None or array_kind(a) != array_kind(x) or la[1] != lx[1] or not lx[4]:
         return None
-    if any(st < 0 for st in la[4]):
+    if any(st < 0 for st in la[3]):
         return None
-    lo, hi = _extent(la[1], la[2], la[3], la[4])
-    x_lo, x_hi = _extent(lx[1], lx[2], lx[3], lx[4])
-    if not (x_lo <= lo and hi <= x_hi) or (lo - x_lo) % la[2] or lo == hi:
+    lo, hi = _extent(*la[:4])
+    x_lo, x_hi = _extent(*lx[:4])
+    if not (x_lo <= lo and hi <= x_hi) or (lo - x_lo) % la[1] or lo == hi:
         return None
-    return a.dtype, la[3], la[4], (lo - x_lo) // la[2]
-
-
-def _contiguous(x: Any) -> bool:
-    kind = array_kind(x)
-    if kind in ("torch", "torch-cpu"):
-        return x.is_contiguous()
-    return bool(x.flags["C_CONTIGUOUS"])
+    return a.dtype, la[2], la[3], (lo - x_lo) // la[1]
 
 
 def _viewed(x: Any, view: tuple[Any, tuple[int, ...], tuple[int, ...], int]) -> Any:
@@ -383,7 +383,7 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
     def arg_of(a: Any) -> Any:
         if array_kind(a) in ("torch", "torch-cpu", "cupy", "numpy"):
             return ref_of(a)
-        if isinstance(a, _PLAIN) or (isinstance(a, tuple) and all(isinstance(v, _PLAIN) for v in a)):
+        if _plain(a):
             return a
         raise _Refused(f"a launch takes a {type(a).__name__} argument")
 
@@ -391,7 +391,7 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
     for launcher, args, kwargs in rec.launches:
         refs = tuple(arg_of(a) for a in args)
         for name, v in kwargs.items():
-            if not (isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v))):
+            if not _plain(v):
                 raise _Refused(f"a launch takes keyword {name} of type {type(v).__name__}")
         launches.append(_prepared(launcher, args, refs, kwargs, interpret) or (launcher, refs, dict(kwargs)))
     source_ref = ref_of(source)

@@ -491,10 +491,8 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
     options = (dtype, target, persistent, num_sms, split_k, out_dtype, schedule, kernel)
     key = call_cache.call_key(values, meta, b, out, interpret, options)
-    if key is None:
-        return _planned_call(values, meta, b, out, interpret, *options)[0]
-    entry = call_cache.lookup(key)
-    if entry is call_cache.FULL_PATH:  # an earlier call like this one read a copy: plan every time
+    # not cached, or an earlier call like this one read a copy: plan every time
+    if key is None or call_cache.lookup(key) is call_cache.FULL_PATH:
         return _planned_call(values, meta, b, out, interpret, *options)[0]
     result = call_cache.replay(key, values, meta, b, out)  # the launches of an earlier call like this one
     if result is not call_cache.MISS:
