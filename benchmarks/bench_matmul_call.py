@@ -63,6 +63,7 @@ def profile_cached(m: int, k: int, t: int) -> None:
     prof.disable()
     torch.cuda.synchronize()
     pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
 
 
 def row(m: int, k: int, t: int, blocks: int) -> dict:

@@ -27,13 +27,21 @@ if TYPE_CHECKING:
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
 
 
+_KIND_OF_TYPE: dict[type, str] = {}
+""":func:`array_kind` by type ("torch?" for torch's: their device decides), filled as types are met."""
+
+
 def array_kind(x: Any) -> str:
-    if isinstance(x, np.ndarray):
-        return "numpy"
-    package = type(x).__module__.split(".")[0]
-    if package == "torch":
-        return "torch" if getattr(getattr(x, "device", None), "type", "cpu") == "cuda" else "torch-cpu"
-    return "cupy" if package == "cupy" else "other"
+    """"numpy", "torch" (a CUDA tensor), "torch-cpu" (any other device), "cupy" or "other"."""
+    kind = _KIND_OF_TYPE.get(type(x))
+    if kind is None:
+        package = type(x).__module__.split(".")[0]
+        kind = ("numpy" if isinstance(x, np.ndarray) else "torch?" if package == "torch"
+                else "cupy" if package == "cupy" else "other")
+        _KIND_OF_TYPE[type(x)] = kind
+    if kind == "torch?":
+        return "torch" if getattr(x, "is_cuda", False) is True else "torch-cpu"
+    return kind
 
 
 def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:

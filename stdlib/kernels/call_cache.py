@@ -23,7 +23,8 @@ the full path: a replay never reads a stale copy. Other arguments must be plain 
 floats, strings, None, tuples of them), which the key fixes.
 
 ``SPARSILE_CALL_CACHE=0`` turns the cache off. It holds at most :data:`MAX_ENTRIES` records (the
-least recently used go first), each a few launch descriptions, no arrays. A tuning table rewritten
+least recently used go first), each a few launch descriptions and no arrays of its own (the words of
+the MetadataBuffers it served, weakly keyed: a buffer's words go with it). A tuning table rewritten
 while the process runs is read by the next planned call; records made before keep their
 configuration until :func:`clear` (their results are the same).
 """
@@ -32,11 +33,13 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ...backend.runtime import devices
 from ...backend.runtime.arrays import describe_array
 from ...backend.runtime.dtypes import DTYPES
 from ...driver.recording import Recording
@@ -133,14 +136,12 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
     if isinstance(meta, MetadataBuffer):
         data = meta.data
         sig_m: tuple[Any, ...] | None = ("buffer", meta.fmt, meta.dtype, meta.m, meta.k, tuple(data.shape),
-                                         str(data.dtype))
+                                         data.dtype)
     else:
         sig_m = _array_signature(meta, interpret)
     sig_o = None if out is None else _array_signature(out, interpret)
     if sig_m is None or (out is not None and sig_o is None):
         return None
-    from ...backend.runtime import devices  # (imported once; then a lookup in sys.modules)
-
     # each option with its type: 2.0, True and numpy's 2 equal (and hash as) 2, but planning refuses
     # them for split_k or num_sms where it takes 2 (a replay would run them)
     typed = tuple((type(v), v) for v in options)
@@ -235,18 +236,24 @@ class Replay:
     source: _Ref
     interpret: bool
     buffer: bool = False
+    words: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, compare=False)
+    """Each MetadataBuffer's words as :func:`.gemm_operands.kernel_words` gave them for this key
+    (validated and on the device: they depend only on the buffer and the key)."""
 
     def __call__(self, values: Any, meta: Any, b: Any, out: Any) -> Any:
         words = None
         if self.buffer:
             if not isinstance(meta, MetadataBuffer):
                 return MISS
-            from .gemm_operands import kernel_words
+            words = self.words.get(meta)
+            if words is None:
+                from .gemm_operands import kernel_words
 
-            # as planning: validated once per buffer (a diagnostic before any launch), copied to
-            # the device once; the key fixes the shapes these come from
-            m, k_values, k_b = int(values.shape[0]), 2 * int(values.shape[1]), int(b.shape[1])
-            words = kernel_words(meta, values, meta.operand, m, k_values, k_b, self.interpret)
+                # as planning: validated once per buffer (a diagnostic before any launch), copied
+                # to the device once; the key fixes the shapes these come from
+                m, k_values, k_b = int(values.shape[0]), 2 * int(values.shape[1]), int(b.shape[1])
+                words = kernel_words(meta, values, meta.operand, m, k_values, k_b, self.interpret)
+                self.words[meta] = words
         scratch = [(zeros_array if zero else empty_array)(b, shape, dtype, self.interpret)
                    for shape, dtype, zero in self.scratch]
         inputs = (values, meta, b, out)

@@ -482,6 +482,12 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     SPARSILE_DECODE_KERNEL=0) keeps the tiled kernels, "decode" asks for it (SP0860 for another
     value).
     """
+    options = (dtype, target, persistent, num_sms, split_k, out_dtype, schedule, kernel)
+    key = call_cache.call_key(values, meta, b, out, interpret, options)
+    if key is not None:  # the launches of an earlier call like this one (which found the GPU)
+        result = call_cache.replay(key, values, meta, b, out)
+        if result is not call_cache.MISS:
+            return result
     if not interpret:
         from ...backend import runtime
         from ...frontend.diagnostics import LaunchError
@@ -489,14 +495,9 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
         if not runtime.has_gpu():
             raise LaunchError("SP0731", "sparse_matmul cannot run: no NVIDIA GPU is available",
                               help="pass interpret=True to run the same kernel in the CPU interpreter")
-    options = (dtype, target, persistent, num_sms, split_k, out_dtype, schedule, kernel)
-    key = call_cache.call_key(values, meta, b, out, interpret, options)
     # not cached, or an earlier call like this one read a copy: plan every time
     if key is None or call_cache.lookup(key) is call_cache.FULL_PATH:
         return _planned_call(values, meta, b, out, interpret, *options)[0]
-    result = call_cache.replay(key, values, meta, b, out)  # the launches of an earlier call like this one
-    if result is not call_cache.MISS:
-        return result
     with recording() as rec:
         result, source = _planned_call(values, meta, b, out, interpret, *options)
     call_cache.remember(key, rec, values, meta, b, out, source, interpret)  # source None: not kept

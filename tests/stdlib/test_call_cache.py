@@ -104,6 +104,17 @@ def test_metadata_buffers_of_one_tag_share_a_record_and_each_is_validated():
     assert call_cache.stats["recorded"] == 2
 
 
+def test_a_replay_holds_a_buffers_words_only_while_the_buffer_lives():
+    weight, vals, _, b = operands(128, 80, 64, 0)
+    for _ in range(2):
+        check(sparse_matmul(vals, weight.meta, b, interpret=True), weight, b)
+    (entry,) = call_cache._entries.values()
+    assert len(entry.words) == 1
+    del weight
+    gc.collect()
+    assert len(entry.words) == 0
+
+
 def test_a_call_that_keeps_nothing_is_not_recorded_again():
     """An empty K writes C on the host: never replayed, and not recorded on every call."""
     vals, meta, b = np.zeros((128, 0), np.float32), np.zeros((128, 0), np.int32), np.zeros((80, 0), np.float32)
