@@ -8,7 +8,9 @@ does) and token count T (x: T x K bf16), µs per call:
 
   kernel      the CUDA profiler's time of every kernel one sparse_matmul call launches
   planned     sparse_matmul with SPARSILE_CALL_CACHE=0: checked and planned on every call
-  cached      sparse_matmul as shipped: a call like the previous one replays its launches
+  prepared    a cached call whose launches replay through prepared launches (SPARSILE_CALL_CACHE_NATIVE=0)
+  cached      sparse_matmul as shipped: a call like the previous one replays its launches (one launch
+              of values, words, x and C from native code: stdlib/kernels/call_native.py)
   enqueue     host time of a cached call until it returned (no synchronize)
   F.linear    dense torch.nn.functional.linear(x, W) (cuBLAS), host-inclusive
   cuSPARSELt  torch._cslt_sparse_mm(compressed W, x.T) with its default algorithm, host-inclusive
@@ -71,7 +73,7 @@ def row(m: int, k: int, t: int, blocks: int) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from sparsile.stdlib.kernels import CompressedWeight, call_cache, prune_and_compress, sparse_matmul
+    from sparsile.stdlib.kernels import CompressedWeight, call_cache, call_native, prune_and_compress, sparse_matmul
 
     g = torch.Generator().manual_seed(m + k + t)
     w = torch.randn(m, k, generator=g).cuda()
@@ -94,12 +96,21 @@ def row(m: int, k: int, t: int, blocks: int) -> dict:
         r["planned"] = timed(call).wall
     finally:
         del os.environ[call_cache.ENV]
-    hits = call_cache.stats["hits"]
+    os.environ[call_native.ENV] = "0"  # read when a call is recorded
+    call_cache.clear()
+    try:
+        r["prepared"] = timed(call).wall
+    finally:
+        del os.environ[call_native.ENV]
+        call_cache.clear()
+    hits, native = call_cache.stats["hits"], call_native.counts["launched"]
     cached = timed(call)
     r["cached"], r["enqueue"], r["replays"] = cached.wall, cached.host, call_cache.stats["hits"] - hits
+    r["native"] = call_native.counts["launched"] - native
     entry = call_cache.lookup(call_cache.call_key(values, meta, x, None, False, (None, None, True) + (None,) * 5))
     kinds = [type(launch).__name__ for launch, *_ in entry.launches] if hasattr(entry, "launches") else []
     r["launches"] = "+".join(sorted(set(kinds), key=kinds.index)) + f" x{len(kinds)}" if kinds else "-"
+    r["launches"] += f", {r['native']} native" if r["native"] else ""
     # cached calls against float64 on new x: into a poisoned out (its own key: the first call is
     # recorded, the next two replay) and as returned (a fresh C per call)
     dense32 = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float32)).cuda()
@@ -133,13 +144,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         m, k = (int(v) for v in args.shapes[0].split("x"))
         profile_cached(m, k, args.tokens[0])
-    print(f"{'weight':>11} {'T':>5} | {'kernel':>7} {'planned':>8} {'cached':>7} {'enqueue':>8} | "
+    print(f"{'weight':>11} {'T':>5} | {'kernel':>7} {'planned':>8} {'prepared':>8} {'cached':>7} {'enqueue':>8} | "
           f"{'F.linear':>8} {'cuSPARSELt':>10} | {'replays':>7} {'err':>8}  launches replayed")
     for shape in args.shapes:
         m, k = (int(v) for v in shape.split("x"))
         for t in args.tokens:
             r = row(m, k, t, args.blocks)
-            print(f"{shape:>11} {t:>5} | {fmt(r['kernel']):>7} {fmt(r['planned']):>8} {fmt(r['cached']):>7} "
+            print(f"{shape:>11} {t:>5} | {fmt(r['kernel']):>7} {fmt(r['planned']):>8} {fmt(r['prepared']):>8} "
+                  f"{fmt(r['cached']):>7} "
                   f"{fmt(r['enqueue']):>8} | {fmt(r['dense']):>8} {fmt(r.get('cslt')):>10} | {r['replays']:>7} "
                   f"{r['err']:>8.1e}  {r['launches']}" + (f"  ({r['cslt_error']})" if "cslt_error" in r else ""),
                   flush=True)

@@ -205,7 +205,7 @@ ncu-decode-24)  # (not run yet) where the decode kernel's 13 % of bandwidth betw
                # stream-K ruled out the part-full wave: ncu's memory tables (sectors per request against the
                # bytes it must read) and the SASS lines with the most stall samples, 8B gate_up bf16
     run 300 ncu --profile-from-start off --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
-        --section SourceCounters python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16 \
+        --section SourceCounters --print-details all python benchmarks/profile_decode.py --shape 28672x4096 --tokens 1 64 --dtype bf16 \
         --no-peers
     ;;
 decode-24)  # the decode kernel at N = 1 against N = 64 (8B gate_up bf16) in Nsight Compute: DRAM and L2 bytes and

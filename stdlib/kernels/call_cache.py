@@ -239,6 +239,8 @@ class Replay:
     words: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, compare=False)
     """Each MetadataBuffer's words as :func:`.gemm_operands.kernel_words` gave them for this key
     (validated and on the device: they depend only on the buffer and the key)."""
+    native: Any = None
+    """The :class:`.call_native.NativePlan` of a one-launch replay that qualifies, else None."""
 
     def __call__(self, values: Any, meta: Any, b: Any, out: Any) -> Any:
         words = None
@@ -254,6 +256,10 @@ class Replay:
                 m, k_values, k_b = int(values.shape[0]), 2 * int(values.shape[1]), int(b.shape[1])
                 words = kernel_words(meta, values, meta.operand, m, k_values, k_b, self.interpret)
                 self.words[meta] = words
+        if self.native is not None:  # one launch from native code (call_native.py)
+            c = out if not self.scratch else empty_array(b, self.scratch[0][0], self.scratch[0][1], False)
+            if self.native.launch(values, meta if words is None else words, b, c):
+                return deliver_result(c if self.source.view is None else _viewed(c, self.source.view), out, b)
         scratch = [(zeros_array if zero else empty_array)(b, shape, dtype, self.interpret)
                    for shape, dtype, zero in self.scratch]
         inputs = (values, meta, b, out)
@@ -402,4 +408,9 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
                 raise _Refused(f"a launch takes keyword {name} of type {type(v).__name__}")
         launches.append(_prepared(launcher, args, refs, kwargs, interpret) or (launcher, refs, dict(kwargs)))
     source_ref = ref_of(source)
-    return Replay(tuple(launches), tuple(scratch), source_ref, interpret, buffer is not None)
+    native = None
+    if len(rec.launches) == 1 and not interpret:
+        from .call_native import native_plan
+
+        native = native_plan(rec.launches[0], tuple(arg_of(a) for a in rec.launches[0][1]), scratch, source_ref, b)
+    return Replay(tuple(launches), tuple(scratch), source_ref, interpret, buffer is not None, native=native)

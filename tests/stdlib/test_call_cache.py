@@ -340,6 +340,56 @@ def test_gpu_a_replay_captured_in_a_cuda_graph():
     gc.collect()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("words_kind", ["buffer", "raw"])
+@pytest.mark.parametrize("m,n,k", [(4096, 16, 4096), (1024, 1024, 512)], ids=["decode", "tiled"])
+def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, n, k):
+    """One-launch replays launch from native code (call_native.py): weights of one shape alternate
+    (one native record each), into a poisoned out and as returned, and a weight made where a freed
+    one was (its address, likely reused) reads its own contents; all against float64."""
+    torch = pytest.importorskip("torch")
+    from sparsile.stdlib.kernels import call_native
+
+    g = torch.Generator().manual_seed(23)
+
+    def layer():
+        values, meta = prune_and_compress(torch.randn(m, k, generator=g).cuda(), "bf16")
+        dense = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64)).cuda()
+        if words_kind == "raw":
+            meta = torch.from_numpy(np.ascontiguousarray(np.asarray(meta.data)).view(np.int32)).cuda()
+        return values, meta, dense
+
+    def checked(values, meta, dense, out=None):
+        x = torch.randn(n, k, generator=g).cuda().to(torch.bfloat16)
+        if out is not None:
+            out.fill_(float("nan"))
+        y = sparse_matmul(values, meta, x, out=out)
+        assert out is None or y is out
+        ref = dense @ x.double().T
+        assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 2e-3
+
+    layers = [layer(), layer()]
+    launched = call_native.counts["launched"]
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    for _ in range(3):
+        for values, meta, dense in layers:
+            checked(values, meta, dense)
+            checked(values, meta, dense, out)
+    if n <= 64:  # the decode kernel: one launch of values, words, x and C (the tiled grid may take more)
+        assert call_native.counts["launched"] - launched >= 8, call_cache.last_refusal  # 12 calls, 2 records
+    del layers[0]
+    gc.collect()
+    layers.append(layer())  # perhaps at the freed weight's addresses: a native record made for those
+    for values, meta, dense in layers:
+        checked(values, meta, dense)
+    monkeypatch.setenv(call_native.ENV, "0")
+    call_cache.clear()
+    launched = call_native.counts["launched"]
+    for _ in range(2):
+        checked(*layers[0])
+    assert call_native.counts["launched"] == launched and call_cache.stats["hits"] >= 1
+
+
 def test_a_blackwell_call_is_planned_every_time():
     """A Blackwell plan delivers C its own way (plan.result()): its key is remembered as full-path,
     not recorded again, and every call matches float64."""
@@ -357,3 +407,66 @@ def test_a_torch_tensor_of_another_layout_is_not_keyed(monkeypatch):
     monkeypatch.setattr(call_cache, "array_kind", lambda x: "torch")  # as a CUDA tensor would be
     assert call_cache._array_signature(sparse, False) is None
     assert call_cache._array_signature(torch.eye(4), False) is not None
+
+
+# ------------------------------------------------------------------------------------------------
+# which replays launch natively (call_native.native_plan), with a stand-in launch and launcher
+
+
+class _FakeParam:
+    def __init__(self, name):
+        self.name = name
+
+
+class _FakeGpuLaunch:
+    kernel = type("K", (), {"params": [_FakeParam(n) for n in ("A", "E", "B", "Y", "K")]})()
+
+
+@pytest.fixture
+def native_rules(monkeypatch):
+    from sparsile.driver import launch as launch_module
+    from sparsile.stdlib.kernels import arrays, call_native
+
+    monkeypatch.setattr(launch_module, "GpuLaunch", _FakeGpuLaunch)
+    monkeypatch.setattr(arrays, "array_kind", lambda x: "torch")
+    monkeypatch.setattr(call_native, "launcher", lambda: object())
+    monkeypatch.delenv(call_native.ENV, raising=False)
+    return call_native
+
+
+def _plan(call_native, refs, scratch, source):
+    launch = (_FakeGpuLaunch(), tuple(range(len(refs))), {})
+    return call_native.native_plan(launch, refs, scratch, source, b=object())
+
+
+def test_a_one_launch_replay_of_values_words_b_and_c_launches_natively(native_rules, monkeypatch):
+    Ref = call_cache._Ref
+    c_scratch = [((128, 16), "float16", False)]
+    refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096)
+    plan = _plan(native_rules, refs, c_scratch, Ref("scratch", 0))
+    assert plan is not None and plan.names == ("B", "Y")
+    reinterpreted = (Ref("input", 0), Ref("input", 1, ("uint32", (8, 4), (4, 1), 0)), Ref("input", 2),
+                     Ref("input", 3), 4096)
+    assert _plan(native_rules, reinterpreted, [], Ref("input", 3)).names == ("B", "Y")
+    monkeypatch.setenv(native_rules.ENV, "0")
+    assert _plan(native_rules, refs, c_scratch, Ref("scratch", 0)) is None
+
+
+@pytest.mark.parametrize("case", ["row block", "zeroed C", "second scratch", "b twice", "C not the result"])
+def test_replays_that_launch_natively_only_with_their_own_four_arrays(native_rules, case):
+    Ref = call_cache._Ref
+    refs = [Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096]
+    scratch = [((128, 16), "float16", False)]
+    source = Ref("scratch", 0)
+    if case == "row block":
+        refs[2] = Ref("input", 2, ("bfloat16", (8, 64), (64, 1), 512))
+    elif case == "zeroed C":
+        scratch = [((128, 16), "float16", True)]
+    elif case == "second scratch":
+        scratch.append(((2, 128, 16), "float32", False))
+        refs[4] = Ref("scratch", 1)
+    elif case == "b twice":
+        refs[4] = Ref("input", 2)
+    else:
+        refs[3], source = Ref("input", 3), Ref("scratch", 0)
+    assert _plan(native_rules, tuple(refs), scratch, source) is None
