@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +56,7 @@ INTERPRET = False
 """Whether interpreter calls (numpy arrays) are cached too: off, since planning checks host
 metadata words' contents; the tests turn it on to exercise the cache on the CPU."""
 
-_entries: dict[tuple[Any, ...], Replay] = {}
+_entries: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # least recently used first
 _lock = threading.Lock()
 stats = {"hits": 0, "recorded": 0, "not_cacheable": 0}
 last_refusal = ""
@@ -100,10 +101,15 @@ def clear() -> None:
         _entries.clear()
 
 
-def _torch_strided() -> Any:
-    import torch  # (the caller holds a torch tensor: imported already)
+_STRIDED: list[Any] = []  # torch.strided, once torch is met
 
-    return torch.strided
+
+def _torch_strided() -> Any:
+    if not _STRIDED:
+        import torch  # (the caller holds a torch tensor: imported already)
+
+        _STRIDED.append(torch.strided)
+    return _STRIDED[0]
 
 
 def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
@@ -113,7 +119,7 @@ def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
     if kind == "torch" and not interpret:
         if x.layout is not _torch_strided():  # a sparse or other layout: planning says what it needs
             return None
-        return ("t", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)
+        return ("t", x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 15)
     if kind == "cupy" and not interpret:
         return ("c", x.shape, x.strides, x.dtype, x.device.id, x.data.ptr & 15)
     if kind == "numpy" and interpret:
@@ -145,12 +151,23 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
     # each option with its type: 2.0, True and numpy's 2 equal (and hash as) 2, but planning refuses
     # them for split_k or num_sms where it takes 2 (a replay would run them)
     typed = tuple((type(v), v) for v in options)
-    key = (sig_v, sig_m, sig_b, sig_o, interpret, typed, env, devices.default_ordinal)
     try:
-        hash(key)
+        return _Key((sig_v, sig_m, sig_b, sig_o, interpret, typed, env, devices.default_ordinal))
     except TypeError:  # an option of an unhashable type: not cached
         return None
-    return key
+
+
+class _Key(tuple):
+    """A call's key, its hash computed once: a replay looks it up and moves it to the end of the
+    least-recently-used order (tuples do not keep their hash, and this one nests a dozen parts)."""
+
+    def __new__(cls, parts: tuple[Any, ...]) -> _Key:
+        key = super().__new__(cls, parts)
+        key._hash = tuple.__hash__(key)  # TypeError for an unhashable part
+        return key
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -295,8 +312,7 @@ def _used(key: tuple[Any, ...], entry: Any) -> None:
     """Make ``key``'s record ``entry`` the most recently used: the last that eviction takes."""
     with _lock:
         if _entries.get(key) is entry:
-            del _entries[key]
-            _entries[key] = entry
+            _entries.move_to_end(key)
 
 
 def replay(key: tuple[Any, ...], values: Any, meta: Any, b: Any, out: Any) -> Any:
@@ -326,7 +342,7 @@ def remember(key: tuple[Any, ...], rec: Recording, values: Any, meta: Any, b: An
     with _lock:
         _entries.pop(key, None)  # recorded again (two threads that missed it together): evicts no other
         if len(_entries) >= MAX_ENTRIES:
-            _entries.pop(next(iter(_entries)))
+            _entries.popitem(last=False)
         _entries[key] = entry
     if entry is not FULL_PATH:
         stats["recorded"] += 1

@@ -410,6 +410,19 @@ def test_a_torch_tensor_of_another_layout_is_not_keyed(monkeypatch):
     assert call_cache._array_signature(torch.eye(4), False) is not None
 
 
+def test_torch_keys_name_shape_strides_type_device_and_alignment(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(call_cache, "array_kind", lambda x: "torch")  # as a CUDA tensor would be
+    x = torch.zeros(8, 6, dtype=torch.bfloat16)
+    sig = call_cache._array_signature(x, False)
+    assert sig == ("t", (8, 6), (6, 1), torch.bfloat16, x.get_device(), x.data_ptr() & 15)
+    assert call_cache._array_signature(x.T, False) != sig
+    assert call_cache._array_signature(x[:, 1:], False)[5] == (x.data_ptr() + 2) & 15
+    key = call_cache.call_key(x, x, x, None, False, (None, 2))
+    assert hash(key) == hash(tuple(key)) and key == tuple(key)
+    assert call_cache.call_key(x, x, x, None, False, (None, [2])) is None  # an unhashable option
+
+
 # ------------------------------------------------------------------------------------------------
 # which replays launch natively (call_native.native_plan), with a stand-in launch and launcher
 
