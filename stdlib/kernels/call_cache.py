@@ -3,8 +3,9 @@ planning again (docs/autotune.md, "The call cache").
 
 Planning a ``sparse_matmul`` call (checking the operands, choosing the kernel, its tile, split-K and
 the tuned table's entry, allocating C and the workspaces) cost 160-380 µs of host time per call on
-the H200's host, several times the kernel at decode sizes and more than it at prefill; a replay
-cost 31-37 µs there (one launch; benchmarks/RESULTS.md, twenty-fourth session). Everything planning decides depends
+the H200's host, several times the kernel at decode sizes and more than it at prefill; a replay of
+one launch cost 27-50 µs there from native code (:mod:`.call_native`), 34-66 µs through its
+prepared launch (benchmarks/RESULTS.md, twenty-fifth session). Everything planning decides depends
 only on the call's *key*: the arguments' kinds, shapes, strides, element types, devices and 16-byte
 alignment classes, the keyword options, the environment variables planning reads and the current
 device. So the first call of a key runs the full path while ``driver/recording.py`` records it,
