@@ -18,7 +18,8 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh ncu-decode-24    # (not run yet) ncu memory tables and stall lines of the decode kernel, N = 1 / 64
+#   bash scripts/gpu_runs.sh verify-26        # (not run yet) the call cache after 98671d5 (keys hashed once): GPU tests, host times
+#   bash scripts/gpu_runs.sh ncu-decode-24    # (run 2026-12-04) ncu memory tables and warp states of the decode kernel, N = 1 / 64
 #   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
 #   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
 #   bash scripts/gpu_runs.sh b23              # (run 2026-12-03) ncu-decode-23, then tail-23b in f16
@@ -181,7 +182,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
-verify-25)  # (not run yet) what the twenty-fourth session left unrun on the GPU: the call cache's GPU tests after its
+verify-26)  # (not run yet) the call cache's key after 98671d5 (hashed once, torch devices by index, LRU by
+           # OrderedDict): its GPU tests, then the host time per call with native and prepared replays
+    run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_api.py \
+        tests/backend/test_prepared_gpu.py
+    run 200 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512 --blocks 5
+    ;;
+verify-25)  # (run 2026-12-04) what the twenty-fourth session left unrun on the GPU: the call cache's GPU tests after its
            # last changes (MetadataBuffers keyed by tag, LRU), which launches a tail-split replay prepares and its
            # host time, and the grid's new host-inclusive table on two weights
     run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_api.py
@@ -201,7 +208,7 @@ call-24b)  # after call-24: the stream recorded as given, row views replayed, re
     run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_tail.py
     run 240 python benchmarks/bench_matmul_call.py --profile --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
-ncu-decode-24)  # (not run yet) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
+ncu-decode-24)  # (run 2026-12-04) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
                # stream-K ruled out the part-full wave: ncu's memory tables (sectors per request against the
                # bytes it must read) and the SASS lines with the most stall samples, 8B gate_up bf16
     run 300 ncu --profile-from-start off --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
