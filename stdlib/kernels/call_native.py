@@ -13,7 +13,8 @@ addresses, re-encodes b's tensor map where b moved and calls ``cuLaunchKernel``.
 
 The records are keyed by the weight's addresses, not its tensors: a launch reads its operands by
 address, and the call's key (call_cache.py) fixes their shapes, strides and element types, so a
-record made for one tensor is right for any tensor of that key at that address. A CUDA-graph
+record made for one tensor is right for any tensor of that key at that address (and a record keeps
+no weight alive: its prepared launch drops the values and words it was prepared with). A CUDA-graph
 capture, a misaligned b or C (the launcher declines) and a failed native launch (warned once; the
 weight then keeps to the prepared launch) take the prepared launch. ``SPARSILE_CALL_CACHE_NATIVE=0``
 turns native replays off (read when a call is recorded).
@@ -137,6 +138,9 @@ class NativePlan:
         try:
             prepared = self.gpu_launch.prepare(*args, per_call=self.names, **self.kwargs)
             record = prepared.native_record(tuple(by_name[n] for n in self.names), (0, 1), (True, True))
+            # the record is kept for its module and context only (it is never called): it must not
+            # keep this weight's values and words alive (records are keyed by address)
+            prepared._fixed.clear()
             if record is not None:
                 words_array = _launcher.record(record.words)
                 native = _Native(ctypes.addressof(words_array), words_array, record, prepared._default_stream)

@@ -1,0 +1,72 @@
+"""stdlib/kernels/call_native.py on the CPU: a NativePlan's launches with a real prepared launch on
+the fake device of tests/backend/test_prepared.py (a kernel compiled for sm_90a, never run) and the
+record launcher JIT-compiled over fake libcuda entry points (tests/integrations/record_fakes.py),
+which record the parameter bytes each launch passes."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("llvmlite")
+
+import sparsile as sp  # noqa: E402
+from sparsile.backend.runtime import native_launch as nl  # noqa: E402
+from sparsile.stdlib.kernels import call_cache, call_native  # noqa: E402
+from sparsile.tests.backend.test_prepared import FakeCudaTensor, q  # noqa: E402
+from sparsile.tests.backend.test_prepared import gpu as gpu  # noqa: E402 (the fake device, a fixture)
+from sparsile.tests.integrations.record_fakes import FakeDriver  # noqa: E402
+
+
+@sp.jit
+def four(a: sp.ptr[sp.f32], e: sp.ptr[sp.f32], b: sp.ptr[sp.f32], y: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    x = sp.load(a + offs, mask=mask) + sp.load(e + offs, mask=mask) + sp.load(b + offs, mask=mask)
+    sp.store(y + offs, x, mask=mask)
+
+
+@pytest.fixture
+def native(gpu, monkeypatch):
+    """(the NativePlan of ``four`` reading values, words, b and C, the fake driver)."""
+    driver = FakeDriver([8, 8, 8, 8, 4])
+    monkeypatch.setattr(call_native, "_launcher", nl.RecordLauncher(driver.entry_points()))
+    monkeypatch.setattr(call_native, "_capturing", lambda: False)
+    Ref = call_cache._Ref
+    refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 64)
+    return call_native.NativePlan(four[(1,)], refs, {"BLOCK": 64}, ("b", "y")), driver
+
+
+def arrays(base):
+    return [FakeCudaTensor(base + i * 0x10000, (64,)) for i in range(4)]
+
+
+def test_a_native_replay_passes_the_call_s_four_addresses(native):
+    plan, driver = native
+    for base in (0x7A00_0000_0000, 0x7B00_0000_0000):  # two weights: a record each
+        values, words, _, _ = arrays(base)
+        for at in (0x7C00_0000_0000, 0x7C00_0010_0000):  # b and C per call
+            b, c = FakeCudaTensor(at, (64,)), FakeCudaTensor(at + 0x1000, (64,))
+            assert plan.launch(values, words, b, c)
+            assert driver.launches[-1][5] == [q(values.data_ptr()), q(words.data_ptr()), q(b.data_ptr()),
+                                              q(c.data_ptr()), (64).to_bytes(4, "little")]
+    assert len(plan.records) == 2
+
+
+def test_a_native_record_keeps_no_weight_alive(native):
+    """The records are keyed by address: a weight freed (a MetadataBuffer's device words with it)
+    is not kept alive by the record made for it, and a weight made later at its addresses is
+    launched from them."""
+    plan, driver = native
+    values, words, b, c = arrays(0x7A00_0000_0000)
+    assert plan.launch(values, words, b, c)
+    gone = weakref.ref(values), weakref.ref(words)
+    del values, words
+    gc.collect()
+    assert [r() for r in gone] == [None, None]
+    values, words, _, _ = arrays(0x7A00_0000_0000)  # at the freed weight's addresses
+    assert plan.launch(values, words, b, c) and len(plan.records) == 1
+    assert driver.launches[-1][5][:2] == [q(values.data_ptr()), q(words.data_ptr())]
