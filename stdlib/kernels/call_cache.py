@@ -429,5 +429,6 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
     if len(rec.launches) == 1 and not interpret:
         from .call_native import native_plan
 
-        native = native_plan(rec.launches[0], tuple(arg_of(a) for a in rec.launches[0][1]), scratch, source_ref, b)
+        native = native_plan(rec.launches[0], tuple(arg_of(a) for a in rec.launches[0][1]), scratch, source_ref,
+                             (values, meta if buffer is None else words, b, out))
     return Replay(tuple(launches), tuple(scratch), source_ref, interpret, buffer is not None, native=native)

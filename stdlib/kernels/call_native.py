@@ -154,17 +154,21 @@ class NativePlan:
 
 
 def native_plan(launch: tuple[Any, tuple[Any, ...], dict[str, Any]], refs: tuple[Any, ...],
-                scratch: list[tuple[tuple[int, ...], str, bool]], source: _Ref, b: Any) -> NativePlan | None:
+                scratch: list[tuple[tuple[int, ...], str, bool]], source: _Ref, arrays: tuple[Any, ...]
+                ) -> NativePlan | None:
     """The :class:`NativePlan` of a replay whose only launch is ``launch`` (the recorded
     ``(kernel[grid], arguments, keywords)``, its arguments as ``refs``), or None where it does not
     qualify (module docstring): values, words, b and C each passed once, whole or as a view at
     their first element (an address the call gives), C the result (``source``) and the only
-    scratch, torch CUDA arrays, a launcher that can be built."""
+    scratch, the call's ``arrays`` (values, metadata words, b, out or None) torch CUDA tensors (a
+    launch reads their ``data_ptr()``), a launcher that can be built."""
     from ...driver.launch import GpuLaunch
     from .arrays import array_kind
 
     gpu_launch, args, kwargs = launch
-    if os.environ.get(ENV, "1") == "0" or not isinstance(gpu_launch, GpuLaunch) or array_kind(b) != "torch":
+    if os.environ.get(ENV, "1") == "0" or not isinstance(gpu_launch, GpuLaunch):
+        return None
+    if any(a is not None and array_kind(a) != "torch" for a in arrays):  # (cupy values with torch b)
         return None
     params = gpu_launch.kernel.params
     arrays = [(j, r) for j, r in enumerate(refs) if type(r) is _Ref]

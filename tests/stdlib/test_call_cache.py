@@ -450,7 +450,7 @@ def native_rules(monkeypatch):
 
 def _plan(call_native, refs, scratch, source):
     launch = (_FakeGpuLaunch(), tuple(range(len(refs))), {})
-    return call_native.native_plan(launch, refs, scratch, source, b=object())
+    return call_native.native_plan(launch, refs, scratch, source, (object(), object(), object(), None))
 
 
 def test_a_one_launch_replay_of_values_words_b_and_c_launches_natively(native_rules, monkeypatch):
@@ -484,3 +484,21 @@ def test_replays_that_launch_natively_only_with_their_own_four_arrays(native_rul
     else:
         refs[3], source = Ref("input", 3), Ref("scratch", 0)
     assert _plan(native_rules, tuple(refs), scratch, source) is None
+
+
+def test_a_replay_launches_natively_only_with_torch_tensors(native_rules, monkeypatch):
+    """A launch reads the call's values and words by ``data_ptr()``: cupy values (or words, or out)
+    with a torch b keep to the prepared launch."""
+    from sparsile.stdlib.kernels import arrays
+
+    Ref = call_cache._Ref
+    refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("input", 3), 4096)
+    launch = (_FakeGpuLaunch(), tuple(range(len(refs))), {})
+    cupy_like = object()
+    monkeypatch.setattr(arrays, "array_kind", lambda x: "cupy" if x is cupy_like else "torch")
+    torch_like = object()
+    assert native_rules.native_plan(launch, refs, [], Ref("input", 3), (torch_like,) * 4) is not None
+    for i in range(4):
+        call = [torch_like] * 4
+        call[i] = cupy_like
+        assert native_rules.native_plan(launch, refs, [], Ref("input", 3), tuple(call)) is None, i
