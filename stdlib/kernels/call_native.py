@@ -35,7 +35,9 @@ from .call_cache import _Ref, _viewed
 
 ENV = "SPARSILE_CALL_CACHE_NATIVE"
 MAX_RECORDS = 256
-"""Native records per replay (one per weight of that key: the layers of one shape), oldest dropped first."""
+"""Native records per replay (one per weight of that key: the layers of one shape). A weight met when
+they are all made keeps to the prepared launch: none is dropped for it (weights of one key called in
+turn, more than this, would otherwise build a record on every call, several times a prepared launch)."""
 
 _lock = threading.Lock()
 _launcher: Any = None  # the RecordLauncher, built on first use (False: it could not be built)
@@ -100,6 +102,8 @@ class NativePlan:
         key = (values.data_ptr(), words.data_ptr())
         native = self.records.get(key, _UNBUILT)
         if native is _UNBUILT:
+            if len(self.records) >= MAX_RECORDS:
+                return False
             native = self._build(key, values, words, b, c)
         if native is None:
             return False
@@ -147,9 +151,8 @@ class NativePlan:
         except Exception:  # a launch the record builder does not take: the prepared launch replays it
             native = None
         with self.lock:
-            if len(self.records) >= MAX_RECORDS:
-                self.records.pop(next(iter(self.records)))
-            self.records[key] = native
+            if len(self.records) < MAX_RECORDS or key in self.records:
+                self.records[key] = native
         return native
 
 

@@ -70,3 +70,19 @@ def test_a_native_record_keeps_no_weight_alive(native):
     values, words, _, _ = arrays(0x7A00_0000_0000)  # at the freed weight's addresses
     assert plan.launch(values, words, b, c) and len(plan.records) == 1
     assert driver.launches[-1][5][:2] == [q(values.data_ptr()), q(words.data_ptr())]
+
+
+def test_weights_beyond_the_record_limit_keep_to_the_prepared_launch(native, monkeypatch):
+    """More weights of one key than MAX_RECORDS, called in turn: the first weights keep their
+    records and the others take the prepared launch; no record is built again on every call (a
+    build prepares the launch: several times a prepared launch's host time)."""
+    plan, _ = native
+    monkeypatch.setattr(call_native, "MAX_RECORDS", 2)
+    builds = []
+    build = call_native.NativePlan._build
+    monkeypatch.setattr(call_native.NativePlan, "_build", lambda self, *a: (builds.append(a[0]), build(self, *a))[1])
+    weights = [arrays(base)[:2] for base in (0x7A00_0000_0000, 0x7B00_0000_0000, 0x7C00_0000_0000)]
+    b, c = arrays(0x7D00_0000_0000)[2:]
+    launched = [plan.launch(values, words, b, c) for _ in range(3) for values, words in weights]
+    assert launched == [True, True, False] * 3
+    assert len(builds) == 2 and len(plan.records) == 2
