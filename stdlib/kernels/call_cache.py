@@ -247,7 +247,7 @@ class _Refused(Exception):
 class Replay:
     """A recorded call (module docstring): its launches with array arguments as :class:`_Ref`, the
     scratch to allocate ((shape, element type name, zero-filled) each), the array C is delivered
-    from, and whether the metadata is a MetadataBuffer (its words are found per call)."""
+    from, and whether the metadata is a MetadataBuffer (its words found once per buffer: :attr:`words`)."""
 
     launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...]
     scratch: tuple[tuple[tuple[int, ...], str, bool], ...]

@@ -3,13 +3,14 @@
 A replay (:class:`.call_cache.Replay`) of one prepared launch still spends its host time in the
 prepared launch's Python: the argument writers of four arrays, the tensor-map update of a moved b,
 and ``cuLaunchKernel`` through the CUDA bindings. Where that one launch reads exactly the call's
-values, metadata words, b and C (no views, no other scratch: the decode kernel at N <= 64 and the
-one-CTA-per-tile kernels without split-K), a :class:`NativePlan` launches it from native code
-instead, as the torch layer's eager calls do (integrations/torch/native.py): per weight (the
-addresses of its values and words) the launch is prepared once with only b and C per call and
-packed into a record (``PreparedLaunch.native_record``, driver/prepared.py); a call is then one
-ctypes call into the record launcher of backend/runtime/native_launch.py, which writes b's and C's
-addresses, re-encodes b's tensor map where b moved and calls ``cuLaunchKernel``.
+values, metadata words, b and C (each whole or viewed from its first element, no other scratch: the
+decode kernel at N <= 64 and the one-CTA-per-tile kernels without split-K), a :class:`NativePlan`
+launches it from native code instead, as the torch layer's eager calls do
+(integrations/torch/native.py): per weight (the addresses of its values and words) the launch is
+prepared once with only b and C per call and packed into a record (``PreparedLaunch.native_record``,
+driver/prepared.py); a call is then one ctypes call into the record launcher of
+backend/runtime/native_launch.py, which writes b's and C's addresses, re-encodes b's tensor map
+where b moved and calls ``cuLaunchKernel``.
 
 The records are keyed by the weight's addresses, not its tensors: a launch reads its operands by
 address, and the call's key (call_cache.py) fixes their shapes, strides and element types, so a
@@ -123,7 +124,7 @@ class NativePlan:
                 self.records[key] = None
             warnings.warn(f"sparse_matmul: a native replay failed with CUresult {status}; this weight's calls "
                           f"keep to the prepared launch ({ENV}=0 turns native replays off)", RuntimeWarning,
-                          stacklevel=4)
+                          stacklevel=5)  # (at sparse_matmul's caller)
         return False
 
     def _build(self, key: tuple[int, int], values: Any, words: Any, b: Any, c: Any) -> _Native | None:

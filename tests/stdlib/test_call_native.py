@@ -6,6 +6,7 @@ which record the parameter bytes each launch passes."""
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 
 import pytest
@@ -86,3 +87,23 @@ def test_weights_beyond_the_record_limit_keep_to_the_prepared_launch(native, mon
     launched = [plan.launch(values, words, b, c) for _ in range(3) for values, words in weights]
     assert launched == [True, True, False] * 3
     assert len(builds) == 2 and len(plan.records) == 2
+
+
+def test_a_failed_native_launch_warns_at_the_caller_and_the_weight_keeps_to_the_prepared_launch(native):
+    plan, driver = native
+    driver.result = 700  # CUDA_ERROR_ILLEGAL_ADDRESS (not retried after a context switch)
+    values, words, b, c = arrays(0x7A00_0000_0000)
+
+    def replay():  # call_cache.replay, then Replay.__call__, as sparse_matmul calls them
+        return (lambda: plan.launch(values, words, b, c))()
+
+    def sparse_matmul():
+        return replay()
+
+    with pytest.warns(RuntimeWarning, match="CUresult 700") as warned:
+        line = sys._getframe().f_lineno + 1
+        assert not sparse_matmul()
+    assert warned[0].filename == __file__ and warned[0].lineno == line
+    n = len(driver.launches)
+    assert not plan.launch(values, words, b, c) and len(driver.launches) == n  # not tried again
+    assert plan.records[(values.data_ptr(), words.data_ptr())] is None
