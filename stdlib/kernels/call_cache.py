@@ -172,7 +172,7 @@ class _Key(tuple):
 
 
 @dataclass(frozen=True)
-class _Ref:
+class ArrayRef:
     """Where a replayed launch takes an array: ``kind`` "input" (the call's values, meta, b, out:
     ``index`` 0-3), "scratch" (``index`` into the replay's scratch), "words" (the MetadataBuffer's
     words array); ``view`` = (element type, shape, strides and offset in elements) of a view into
@@ -218,7 +218,7 @@ def _view_in(a: Any, x: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...], int
     return a.dtype, la[2], la[3], (lo - x_lo) // la[1]
 
 
-def _viewed(x: Any, view: tuple[Any, tuple[int, ...], tuple[int, ...], int]) -> Any:
+def viewed(x: Any, view: tuple[Any, tuple[int, ...], tuple[int, ...], int]) -> Any:
     """The view ``view`` (:func:`_view_in`) into ``x``, a contiguous array like the recorded one."""
     dtype, shape, strides, offset = view
     v = x if x.dtype == dtype else x.view(dtype)
@@ -245,13 +245,13 @@ class _Refused(Exception):
 
 @dataclass(frozen=True)
 class Replay:
-    """A recorded call (module docstring): its launches with array arguments as :class:`_Ref`, the
+    """A recorded call (module docstring): its launches with array arguments as :class:`ArrayRef`, the
     scratch to allocate ((shape, element type name, zero-filled) each), the array C is delivered
     from, and whether the metadata is a MetadataBuffer (its words found once per buffer: :attr:`words`)."""
 
     launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...]
     scratch: tuple[tuple[tuple[int, ...], str, bool], ...]
-    source: _Ref
+    source: ArrayRef
     interpret: bool
     buffer: bool = False
     words: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, compare=False)
@@ -277,20 +277,20 @@ class Replay:
         if self.native is not None:  # one launch from native code (call_native.py)
             c = out if not self.scratch else empty_array(b, self.scratch[0][0], self.scratch[0][1], False)
             if self.native.launch(values, meta if words is None else words, b, c):
-                return deliver_result(c if self.source.view is None else _viewed(c, self.source.view), out, b)
+                return deliver_result(c if self.source.view is None else viewed(c, self.source.view), out, b)
         scratch = [(zeros_array if zero else empty_array)(b, shape, dtype, self.interpret)
                    for shape, dtype, zero in self.scratch]
         inputs = (values, meta, b, out)
 
-        def get(ref: _Ref) -> Any:
+        def get(ref: ArrayRef) -> Any:
             a = words if ref.kind == "words" else inputs[ref.index] if ref.kind == "input" else scratch[ref.index]
-            return a if ref.view is None else _viewed(a, ref.view)
+            return a if ref.view is None else viewed(a, ref.view)
 
         for launcher, refs, kwargs in self.launches:
             if kwargs is None:  # a prepared launch taking the arrays only (:func:`_prepared`)
                 launcher(*[get(r) for r in refs])
             else:
-                launcher(*[get(r) if type(r) is _Ref else r for r in refs], **kwargs)
+                launcher(*[get(r) if type(r) is ArrayRef else r for r in refs], **kwargs)
         return deliver_result(get(self.source), out, b)
 
 
@@ -350,7 +350,7 @@ def remember(key: tuple[Any, ...], rec: Recording, values: Any, meta: Any, b: An
 
 
 def _prepared(launcher: Any, args: tuple[Any, ...], refs: tuple[Any, ...], kwargs: dict[str, Any],
-              interpret: bool) -> tuple[Any, tuple[_Ref, ...], None] | None:
+              interpret: bool) -> tuple[Any, tuple[ArrayRef, ...], None] | None:
     """A GPU launch as ``kernel[grid].prepare(...)`` with only its array arguments per call (the
     others are fixed by the key), skipping ``kernel[grid]``'s per-call fingerprint of every argument;
     None where it cannot be prepared (the launch then replays through ``kernel[grid]``)."""
@@ -358,7 +358,7 @@ def _prepared(launcher: Any, args: tuple[Any, ...], refs: tuple[Any, ...], kwarg
 
     if interpret or not isinstance(launcher, GpuLaunch) or len(args) > len(launcher.kernel.params):
         return None
-    positions = [j for j, r in enumerate(refs) if type(r) is _Ref]
+    positions = [j for j, r in enumerate(refs) if type(r) is ArrayRef]
     names = tuple(launcher.kernel.params[j].name for j in positions)
     global last_prepare_error
     try:
@@ -388,25 +388,25 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
             scratch.append((tuple(int(d) for d in x.shape), str(x.dtype).removeprefix("torch."), rec.scratch[id(x)][1]))
         return scratch_ids[id(x)]
 
-    def ref_of(a: Any) -> _Ref:
+    def ref_of(a: Any) -> ArrayRef:
         for i, x in enumerate(inputs):
             if x is not None and a is x:
-                return _Ref("input", i)
+                return ArrayRef("input", i)
         if id(a) in rec.scratch and rec.scratch[id(a)][0] is a:
-            return _Ref("scratch", scratch_index(a))
+            return ArrayRef("scratch", scratch_index(a))
         if words is not None and a is words:
-            return _Ref("words")
+            return ArrayRef("words")
         for i, x in enumerate(inputs):  # a view into an argument: a reinterpretation, a block of rows
             view = None if x is None else _view_in(a, x)
             if view is not None:
-                return _Ref("input", i, view)
+                return ArrayRef("input", i, view)
         view = None if words is None else _view_in(a, words)
         if view is not None:
-            return _Ref("words", 0, view)
+            return ArrayRef("words", 0, view)
         for x, _ in rec.scratch.values():
             view = _view_in(a, x)
             if view is not None:
-                return _Ref("scratch", scratch_index(x), view)
+                return ArrayRef("scratch", scratch_index(x), view)
         raise _Refused(f"a launch reads an array of shape {tuple(a.shape)} that is no argument, view or scratch "
                        "(a padded or cast copy)")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...driver.recording import mark_unreplayable
-from .call_cache import _Ref, _viewed
+from .call_cache import ArrayRef, viewed
 
 ENV = "SPARSILE_CALL_CACHE_NATIVE"
 MAX_RECORDS = 256
@@ -85,7 +85,7 @@ _UNBUILT = object()
 @dataclass(frozen=True)
 class NativePlan:
     """The native launch of a one-launch replay: ``gpu_launch`` (``kernel[grid]``) with its recorded
-    positional arguments ``refs`` (:class:`.call_cache._Ref` for arrays) and keywords, and the
+    positional arguments ``refs`` (:class:`.call_cache.ArrayRef` for arrays) and keywords, and the
     names of its b and C parameters (the two it takes per call)."""
 
     gpu_launch: Any
@@ -133,11 +133,11 @@ class NativePlan:
         arrays = {("input", 0): values, ("input", 1): words, ("words", 0): words, ("input", 2): b,
                   ("input", 3): c, ("scratch", 0): c}
 
-        def array(r: _Ref) -> Any:
+        def array(r: ArrayRef) -> Any:
             a = arrays[(r.kind, r.index)]
-            return a if r.view is None else _viewed(a, r.view)
+            return a if r.view is None else viewed(a, r.view)
 
-        args = [array(r) if type(r) is _Ref else r for r in self.refs]
+        args = [array(r) if type(r) is ArrayRef else r for r in self.refs]
         native: _Native | None = None
         by_name = dict(zip((p.name for p in self.gpu_launch.kernel.params), args, strict=False))
         try:
@@ -158,7 +158,7 @@ class NativePlan:
 
 
 def native_plan(launch: tuple[Any, tuple[Any, ...], dict[str, Any]], refs: tuple[Any, ...],
-                scratch: list[tuple[tuple[int, ...], str, bool]], source: _Ref, arrays: tuple[Any, ...]
+                scratch: list[tuple[tuple[int, ...], str, bool]], source: ArrayRef, arrays: tuple[Any, ...]
                 ) -> NativePlan | None:
     """The :class:`NativePlan` of a replay whose only launch is ``launch`` (the recorded
     ``(kernel[grid], arguments, keywords)``, its arguments as ``refs``), or None where it does not
@@ -175,7 +175,7 @@ def native_plan(launch: tuple[Any, tuple[Any, ...], dict[str, Any]], refs: tuple
     if any(a is not None and array_kind(a) != "torch" for a in arrays):  # (cupy values with torch b)
         return None
     params = gpu_launch.kernel.params
-    arrays = [(j, r) for j, r in enumerate(refs) if type(r) is _Ref]
+    arrays = [(j, r) for j, r in enumerate(refs) if type(r) is ArrayRef]
     if len(args) > len(params) or any(r.view is not None and r.view[3] != 0 for _, r in arrays):
         return None
     c_at = (source.kind, source.index)

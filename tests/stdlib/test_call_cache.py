@@ -129,7 +129,7 @@ def test_records_hold_no_arrays():
     (entry,) = call_cache._entries.values()
     for _, refs, kwargs in entry.launches:
         for r in (*refs, *(kwargs or {}).values()):
-            assert isinstance(r, call_cache._Ref | int | float | str | bool | tuple | type(None)), type(r)
+            assert isinstance(r, call_cache.ArrayRef | int | float | str | bool | tuple | type(None)), type(r)
     assert [zero for _, _, zero in entry.scratch] == [False, False]  # C and the split-K workspace
 
 
@@ -454,7 +454,7 @@ def _plan(call_native, refs, scratch, source):
 
 
 def test_a_one_launch_replay_of_values_words_b_and_c_launches_natively(native_rules, monkeypatch):
-    Ref = call_cache._Ref
+    Ref = call_cache.ArrayRef
     c_scratch = [((128, 16), "float16", False)]
     refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096)
     plan = _plan(native_rules, refs, c_scratch, Ref("scratch", 0))
@@ -468,7 +468,7 @@ def test_a_one_launch_replay_of_values_words_b_and_c_launches_natively(native_ru
 
 @pytest.mark.parametrize("case", ["row block", "zeroed C", "second scratch", "b twice", "C not the result"])
 def test_replays_that_launch_natively_only_with_their_own_four_arrays(native_rules, case):
-    Ref = call_cache._Ref
+    Ref = call_cache.ArrayRef
     refs = [Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096]
     scratch = [((128, 16), "float16", False)]
     source = Ref("scratch", 0)
@@ -491,7 +491,7 @@ def test_a_replay_launches_natively_only_with_torch_tensors(native_rules, monkey
     with a torch b keep to the prepared launch."""
     from sparsile.stdlib.kernels import arrays
 
-    Ref = call_cache._Ref
+    Ref = call_cache.ArrayRef
     refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("input", 3), 4096)
     launch = (_FakeGpuLaunch(), tuple(range(len(refs))), {})
     cupy_like = object()

@@ -36,7 +36,7 @@ def native(gpu, monkeypatch):
     driver = FakeDriver([8, 8, 8, 8, 4])
     monkeypatch.setattr(call_native, "_launcher", nl.RecordLauncher(driver.entry_points()))
     monkeypatch.setattr(call_native, "_capturing", lambda: False)
-    Ref = call_cache._Ref
+    Ref = call_cache.ArrayRef
     refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 64)
     return call_native.NativePlan(four[(1,)], refs, {"BLOCK": 64}, ("b", "y")), driver
 
