@@ -258,7 +258,8 @@ class Replay:
     """Each MetadataBuffer's words as :func:`.gemm_operands.kernel_words` gave them for this key
     (validated and on the device: they depend only on the buffer and the key)."""
     native: Any = None
-    """The :class:`.call_native.NativePlan` of a one-launch replay that qualifies, else None."""
+    """The :class:`.call_native.NativePlan` of a replay that qualifies (its launches from native
+    code), else None."""
 
     def __call__(self, values: Any, meta: Any, b: Any, out: Any) -> Any:
         words = None
@@ -274,19 +275,21 @@ class Replay:
                 m, k_values, k_b = int(values.shape[0]), 2 * int(values.shape[1]), int(b.shape[1])
                 words = kernel_words(meta, values, meta.operand, m, k_values, k_b, self.interpret)
                 self.words[meta] = words
-        if self.native is not None:  # one launch from native code (call_native.py)
-            c = out if not self.scratch else empty_array(b, self.scratch[0][0], self.scratch[0][1], False)
-            if self.native.launch(values, meta if words is None else words, b, c):
-                return deliver_result(c if self.source.view is None else viewed(c, self.source.view), out, b)
         scratch = [(zeros_array if zero else empty_array)(b, shape, dtype, self.interpret)
                    for shape, dtype, zero in self.scratch]
         inputs = (values, meta, b, out)
+        first = 0  # the first launch the prepared launches make
+        if self.native is not None:  # the launches from native code (call_native.py)
+            native = self.native
+            c = inputs[3] if native.c_at[0] == "input" else scratch[native.c_at[1]]
+            first = native.launch(values, meta if words is None else words, b, c,
+                                  None if native.w_at is None else scratch[native.w_at[1]])
 
         def get(ref: ArrayRef) -> Any:
             a = words if ref.kind == "words" else inputs[ref.index] if ref.kind == "input" else scratch[ref.index]
             return a if ref.view is None else viewed(a, ref.view)
 
-        for launcher, refs, kwargs in self.launches:
+        for launcher, refs, kwargs in self.launches[first:]:
             if kwargs is None:  # a prepared launch taking the arrays only (:func:`_prepared`)
                 launcher(*[get(r) for r in refs])
             else:
@@ -426,9 +429,9 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
         launches.append(_prepared(launcher, args, refs, kwargs, interpret) or (launcher, refs, dict(kwargs)))
     source_ref = ref_of(source)
     native = None
-    if len(rec.launches) == 1 and not interpret:
+    if not interpret:
         from .call_native import native_plan
 
-        native = native_plan(rec.launches[0], tuple(arg_of(a) for a in rec.launches[0][1]), scratch, source_ref,
-                             (values, meta if buffer is None else words, b, out))
+        native = native_plan(rec.launches, tuple(tuple(arg_of(a) for a in args) for _, args, _ in rec.launches),
+                             scratch, source_ref, (values, meta if buffer is None else words, b, out))
     return Replay(tuple(launches), tuple(scratch), source_ref, interpret, buffer is not None, native=native)

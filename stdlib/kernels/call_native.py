@@ -1,24 +1,27 @@
-"""Native launches of the call cache's one-launch replays (docs/autotune.md, "The call cache").
+"""Native launches of the call cache's replays (docs/autotune.md, "The call cache").
 
-A replay (:class:`.call_cache.Replay`) of one prepared launch still spends its host time in the
-prepared launch's Python: the argument writers of four arrays, the tensor-map update of a moved b,
-and ``cuLaunchKernel`` through the CUDA bindings. Where that one launch reads exactly the call's
-values, metadata words, b and C (each whole or viewed from its first element, no other scratch: the
-decode kernel at N <= 64 and the one-CTA-per-tile kernels without split-K), a :class:`NativePlan`
-launches it from native code instead, as the torch layer's eager calls do
-(integrations/torch/native.py): per weight (the addresses of its values and words) the launch is
-prepared once with only b and C per call and packed into a record (``PreparedLaunch.native_record``,
-driver/prepared.py); a call is then one ctypes call into the record launcher of
-backend/runtime/native_launch.py, which writes b's and C's addresses, re-encodes b's tensor map
-where b moved and calls ``cuLaunchKernel``.
+A replay (:class:`.call_cache.Replay`) through prepared launches still spends its host time in their
+Python: the argument writers, the tensor-map update of a moved b, and ``cuLaunchKernel`` through the
+CUDA bindings, per launch. Where every launch of a replay reads only the call's values, metadata
+words, b, C and at most one workspace (each whole or viewed from its first element, none zeroed:
+the decode kernel at N <= 64 with or without its split-K reduction, the one-CTA-per-tile kernels), a
+:class:`NativePlan` launches them from native code instead, as the torch layer's eager calls do
+(integrations/torch/native.py): per weight (the addresses of its values and words) each launch is
+prepared once with only b, C and the workspace per call and packed into a record
+(``PreparedLaunch.native_record``, driver/prepared.py); a call is then one ctypes call per launch into
+the record launcher of backend/runtime/native_launch.py, which writes those three addresses (its
+sources 0, 1, 2), re-encodes b's tensor map where b moved and calls ``cuLaunchKernel``.
 
 The records are keyed by the weight's addresses, not its tensors: a launch reads its operands by
 address, and the call's key (call_cache.py) fixes their shapes, strides and element types, so a
 record made for one tensor is right for any tensor of that key at that address (and a record keeps
-no weight alive: its prepared launch drops the values and words it was prepared with). A CUDA-graph
-capture, a misaligned b or C (the launcher declines) and a failed native launch (warned once; the
-weight then keeps to the prepared launch) take the prepared launch. ``SPARSILE_CALL_CACHE_NATIVE=0``
-turns native replays off (read when a call is recorded).
+no weight alive: its prepared launches drop the values and words they were prepared with). A
+CUDA-graph capture, a misaligned b or C (the launcher declines) and a failed native launch (warned
+once; the weight then keeps to the prepared launches) take the prepared launches, from the first
+launch not made natively on: none runs twice. ``SPARSILE_CALL_CACHE_NATIVE`` (read when a call is
+recorded): unset or "1", replays of one launch are native; "all", replays of several launches too
+(written and checked on the CPU's fake device, not yet on a GPU: off by default until they are);
+"0", none.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def _capturing() -> bool:
 
 @dataclass(frozen=True)
 class _Native:
-    """One weight's native record: its words' address, the words, what they point into."""
+    """One launch's native record for one weight: its words' address, the words, what they point into."""
 
     address: int
     words: Any
@@ -79,114 +82,154 @@ class _Native:
     stream: Any  # the prepared launch's stream getter: torch's current stream, as a replay launches on
 
 
-_UNBUILT = object()
-
-
 @dataclass(frozen=True)
-class NativePlan:
-    """The native launch of a one-launch replay: ``gpu_launch`` (``kernel[grid]``) with its recorded
-    positional arguments ``refs`` (:class:`.call_cache.ArrayRef` for arrays) and keywords, and the
-    names of its b and C parameters (the two it takes per call)."""
+class NativeLaunch:
+    """One launch of a :class:`NativePlan`: ``gpu_launch`` (``kernel[grid]``) with its recorded
+    positional arguments ``refs`` (:class:`.call_cache.ArrayRef` for arrays) and keywords, the names
+    of the parameters it takes per call and the source (0 b, 1 C, 2 the workspace) of each."""
 
     gpu_launch: Any
     refs: tuple[Any, ...]
     kwargs: dict[str, Any]
-    names: tuple[str, str]
-    records: dict[tuple[int, int], _Native | None] = field(default_factory=dict, compare=False)
+    names: tuple[str, ...]
+    sources: tuple[int, ...]
+
+
+_UNBUILT = object()
+Slot = tuple[str, int]
+"""Where an array of the call comes from: (ArrayRef kind, index)."""
+
+
+@dataclass(frozen=True)
+class NativePlan:
+    """The native launches of a replay (module docstring), and where C (``c_at``) and the workspace
+    (``w_at``, None without one) come from: the call's out or the replay's scratch."""
+
+    launches: tuple[NativeLaunch, ...]
+    c_at: Slot
+    w_at: Slot | None = None
+    records: dict[tuple[int, int], tuple[_Native, ...] | None] = field(default_factory=dict, compare=False)
     lock: Any = field(default_factory=threading.Lock, compare=False)
 
-    def launch(self, values: Any, words: Any, b: Any, c: Any) -> bool:
-        """Launch with these arrays on torch's current stream; False where nothing was launched
-        (the caller runs the prepared launch)."""
+    def launch(self, values: Any, words: Any, b: Any, c: Any, w: Any = None) -> int:
+        """Launch with these arrays on torch's current stream, in order; how many launches were
+        made (the caller runs the rest through their prepared launches: 0, all of them)."""
         if _capturing():
-            return False
+            return 0
         key = (values.data_ptr(), words.data_ptr())
-        native = self.records.get(key, _UNBUILT)
-        if native is _UNBUILT:
+        natives = self.records.get(key, _UNBUILT)
+        if natives is _UNBUILT:
             if len(self.records) >= MAX_RECORDS:
-                return False
-            native = self._build(key, values, words, b, c)
-        if native is None:
-            return False
+                return 0
+            natives = self._build(key, values, words, b, c, w)
+        if natives is None:
+            return 0
         run = _launcher.launch
-        native.record.context_current()
-        status = run(native.address, b.data_ptr(), c.data_ptr(), 0, native.stream())
-        if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
-            native.record.context_current(True)
-            status = run(native.address, b.data_ptr(), c.data_ptr(), 0, native.stream())
-        if status == 0:
-            mark_unreplayable("a prepared launch")  # (a replay inside a recording: as the prepared launch)
-            counts["launched"] += 1
-            return True
+        at_b, at_c, at_w = b.data_ptr(), c.data_ptr(), 0 if w is None else w.data_ptr()
+        for done, native in enumerate(natives):
+            native.record.context_current()
+            status = run(native.address, at_b, at_c, at_w, native.stream())
+            if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
+                native.record.context_current(True)
+                status = run(native.address, at_b, at_c, at_w, native.stream())
+            if status:
+                self._failed(key, status)
+                if done:
+                    mark_unreplayable("a prepared launch")
+                return done
+        mark_unreplayable("a prepared launch")  # (a replay inside a recording: as the prepared launches)
+        counts["launched"] += 1
+        return len(natives)
+
+    def _failed(self, key: tuple[int, int], status: int) -> None:
+        """A launch not made: declined (status < 0: this call only), or failed with a CUresult (the
+        weight keeps to the prepared launches, warned at sparse_matmul's caller)."""
         counts["declined"] += 1
         if status > 0:
             with self.lock:
                 self.records[key] = None
             warnings.warn(f"sparse_matmul: a native replay failed with CUresult {status}; this weight's calls "
                           f"keep to the prepared launch ({ENV}=0 turns native replays off)", RuntimeWarning,
-                          stacklevel=5)  # (at sparse_matmul's caller)
-        return False
+                          stacklevel=6)  # (at sparse_matmul's caller)
 
-    def _build(self, key: tuple[int, int], values: Any, words: Any, b: Any, c: Any) -> _Native | None:
-        """Prepare the launch for this weight with b and C per call and pack its native record (None
-        where it cannot be packed: remembered, so that it is not tried per call)."""
-        arrays = {("input", 0): values, ("input", 1): words, ("words", 0): words, ("input", 2): b,
-                  ("input", 3): c, ("scratch", 0): c}
+    def _build(self, key: tuple[int, int], values: Any, words: Any, b: Any, c: Any, w: Any
+               ) -> tuple[_Native, ...] | None:
+        """Prepare each launch for this weight with b, C and the workspace per call and pack its
+        native record (None where one cannot be packed: remembered, so that it is not tried per call)."""
+        arrays = {("input", 0): values, ("input", 1): words, ("words", 0): words, ("input", 2): b, self.c_at: c}
+        if self.w_at is not None:
+            arrays[self.w_at] = w
 
         def array(r: ArrayRef) -> Any:
             a = arrays[(r.kind, r.index)]
             return a if r.view is None else viewed(a, r.view)
 
-        args = [array(r) if type(r) is ArrayRef else r for r in self.refs]
-        native: _Native | None = None
-        by_name = dict(zip((p.name for p in self.gpu_launch.kernel.params), args, strict=False))
+        natives: list[_Native] | None = []
         try:
-            prepared = self.gpu_launch.prepare(*args, per_call=self.names, **self.kwargs)
-            record = prepared.native_record(tuple(by_name[n] for n in self.names), (0, 1), (True, True))
-            # the record is kept for its module and context only (it is never called): it must not
-            # keep this weight's values and words alive (records are keyed by address)
-            prepared._fixed.clear()
-            if record is not None:
+            for launch in self.launches:
+                args = [array(r) if type(r) is ArrayRef else r for r in launch.refs]
+                by_name = dict(zip((p.name for p in launch.gpu_launch.kernel.params), args, strict=False))
+                prepared = launch.gpu_launch.prepare(*args, per_call=launch.names, **launch.kwargs)
+                record = prepared.native_record(tuple(by_name[n] for n in launch.names), launch.sources,
+                                                (True,) * len(launch.names))
+                # the record is kept for its module and context only (it is never called): it must not
+                # keep this weight's values and words alive (records are keyed by address)
+                prepared._fixed.clear()
+                if record is None:
+                    natives = None
+                    break
                 words_array = _launcher.record(record.words)
-                native = _Native(ctypes.addressof(words_array), words_array, record, prepared._default_stream)
-        except Exception:  # a launch the record builder does not take: the prepared launch replays it
-            native = None
+                natives.append(_Native(ctypes.addressof(words_array), words_array, record, prepared._default_stream))
+        except Exception:  # a launch the record builder does not take: the prepared launches replay it
+            natives = None
+        built = None if natives is None else tuple(natives)
         with self.lock:
             if len(self.records) < MAX_RECORDS or key in self.records:
-                self.records[key] = native
-        return native
+                self.records[key] = built
+        return built
 
 
-def native_plan(launch: tuple[Any, tuple[Any, ...], dict[str, Any]], refs: tuple[Any, ...],
-                scratch: list[tuple[tuple[int, ...], str, bool]], source: ArrayRef, arrays: tuple[Any, ...]
-                ) -> NativePlan | None:
-    """The :class:`NativePlan` of a replay whose only launch is ``launch`` (the recorded
-    ``(kernel[grid], arguments, keywords)``, its arguments as ``refs``), or None where it does not
-    qualify (module docstring): values, words, b and C each passed once, whole or as a view at
-    their first element (an address the call gives), C the result (``source``) and the only
-    scratch, the call's ``arrays`` (values, metadata words, b, out or None) torch CUDA tensors (a
-    launch reads their ``data_ptr()``), a launcher that can be built."""
+def native_plan(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...],
+                refs: tuple[tuple[Any, ...], ...], scratch: list[tuple[tuple[int, ...], str, bool]],
+                source: ArrayRef, arrays: tuple[Any, ...]) -> NativePlan | None:
+    """The :class:`NativePlan` of a replay of ``launches`` (each the recorded ``(kernel[grid],
+    arguments, keywords)``, its arguments as ``refs[i]``), or None where it does not qualify (module
+    docstring): every array a launch reads is the call's values, words or b, C (the result,
+    ``source``: out or scratch) or one more scratch array (the workspace), each whole or a view at
+    its first element (an address the call gives); no scratch is zeroed; the call's ``arrays``
+    (values, metadata words, b, out or None) are torch CUDA tensors (a launch reads their
+    ``data_ptr()``); a launcher can be built."""
     from ...driver.launch import GpuLaunch
     from .arrays import array_kind
 
-    gpu_launch, args, kwargs = launch
-    if os.environ.get(ENV, "1") == "0" or not isinstance(gpu_launch, GpuLaunch):
+    setting = os.environ.get(ENV, "1")
+    if setting == "0" or not launches or (len(launches) > 1 and setting != "all"):
         return None
     if any(a is not None and array_kind(a) != "torch" for a in arrays):  # (cupy values with torch b)
         return None
-    params = gpu_launch.kernel.params
-    arrays = [(j, r) for j, r in enumerate(refs) if type(r) is ArrayRef]
-    if len(args) > len(params) or any(r.view is not None and r.view[3] != 0 for _, r in arrays):
-        return None
     c_at = (source.kind, source.index)
-    words_at = ("words", 0) if any(r.kind == "words" for _, r in arrays) else ("input", 1)
-    if c_at not in (("input", 3), ("scratch", 0)) or (source.view is not None and source.view[3] != 0):
+    if c_at not in (("input", 3), ("scratch", 0), ("scratch", 1)) or (source.view is not None and source.view[3]):
         return None
-    if sorted((r.kind, r.index) for _, r in arrays) != sorted([("input", 0), words_at, ("input", 2), c_at]):
-        return None  # another array (a second scratch, a view elsewhere), or one of them twice
-    if scratch != ([] if c_at == ("input", 3) else [(scratch[0][0], scratch[0][1], False)]):
-        return None  # zeroed scratch, or scratch besides C
+    if any(zero for _, _, zero in scratch) or len(scratch) > 2 or (c_at == ("input", 3) and len(scratch) > 1):
+        return None  # zeroed scratch (a replay fills it first), or more arrays than three sources
+    w_at = next((("scratch", i) for i in range(len(scratch)) if ("scratch", i) != c_at), None)
+    planned = []
+    for (gpu_launch, args, kwargs), launch_refs in zip(launches, refs, strict=True):
+        if not isinstance(gpu_launch, GpuLaunch) or len(args) > len(gpu_launch.kernel.params):
+            return None
+        names, sources = [], []
+        for j, r in enumerate(launch_refs):
+            if type(r) is not ArrayRef:
+                continue
+            at = (r.kind, r.index)
+            if r.view is not None and r.view[3]:  # a row block: an address the call does not give
+                return None
+            if at in (("input", 2), c_at, w_at):
+                names.append(gpu_launch.kernel.params[j].name)
+                sources.append((("input", 2), c_at, w_at).index(at))
+            elif at not in (("input", 0), ("input", 1), ("words", 0)):
+                return None  # another array
+        planned.append(NativeLaunch(gpu_launch, tuple(launch_refs), dict(kwargs), tuple(names), tuple(sources)))
     if launcher() is None:
         return None
-    name = {(r.kind, r.index): params[j].name for j, r in arrays}
-    return NativePlan(gpu_launch, refs, dict(kwargs), (name[("input", 2)], name[c_at]))
+    return NativePlan(tuple(planned), c_at, w_at)

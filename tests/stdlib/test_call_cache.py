@@ -345,9 +345,10 @@ def test_gpu_a_replay_captured_in_a_cuda_graph():
 @pytest.mark.parametrize("m,n,k", [(6144, 16, 4096), (4096, 16, 4096), (1024, 1024, 512)],
                          ids=["decode", "decode-split", "tiled"])
 def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, n, k):
-    """One-launch replays launch from native code (call_native.py): weights of one shape alternate
-    (one native record each), into a poisoned out and as returned, and a weight made where a freed
-    one was (its address, likely reused) reads its own contents; all against float64."""
+    """Replays launch from native code (call_native.py; SPARSILE_CALL_CACHE_NATIVE=all: the split-K
+    entry's two launches too): weights of one shape alternate (one native record each), into a
+    poisoned out and as returned, and a weight made where a freed one was (its address, likely
+    reused) reads its own contents; all against float64."""
     torch = pytest.importorskip("torch")
     from sparsile.stdlib.kernels import call_native
 
@@ -369,6 +370,7 @@ def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, 
         ref = dense @ x.double().T
         assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 2e-3
 
+    monkeypatch.setenv(call_native.ENV, "all")  # the split-K entry's two launches too
     layers = [layer(), layer()]
     launched = call_native.counts["launched"]
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
@@ -376,7 +378,7 @@ def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, 
         for values, meta, dense in layers:
             checked(values, meta, dense)
             checked(values, meta, dense, out)
-    if m == 6144:  # the table's decode entry: one launch of values, words, x and C (H200, measured)
+    if n <= 64:  # the table's decode entries: one launch (6144 rows), or two through a workspace (4096)
         assert call_native.counts["launched"] - launched >= 8, call_cache.last_refusal  # 12 calls, 2 records
     del layers[0]
     gc.collect()
@@ -444,13 +446,15 @@ def native_rules(monkeypatch):
     monkeypatch.setattr(launch_module, "GpuLaunch", _FakeGpuLaunch)
     monkeypatch.setattr(arrays, "array_kind", lambda x: "torch")
     monkeypatch.setattr(call_native, "launcher", lambda: object())
-    monkeypatch.delenv(call_native.ENV, raising=False)
+    monkeypatch.setenv(call_native.ENV, "all")
     return call_native
 
 
-def _plan(call_native, refs, scratch, source):
-    launch = (_FakeGpuLaunch(), tuple(range(len(refs))), {})
-    return call_native.native_plan(launch, refs, scratch, source, (object(), object(), object(), None))
+def _plan(call_native, refs, scratch, source, *more_refs):
+    """native_plan of launches with arguments ``refs`` (then ``more_refs``: one launch each)."""
+    all_refs = (refs, *more_refs)
+    launches = tuple((_FakeGpuLaunch(), tuple(range(len(r))), {}) for r in all_refs)
+    return call_native.native_plan(launches, all_refs, scratch, source, (object(), object(), object(), None))
 
 
 def test_a_one_launch_replay_of_values_words_b_and_c_launches_natively(native_rules, monkeypatch):
@@ -458,32 +462,61 @@ def test_a_one_launch_replay_of_values_words_b_and_c_launches_natively(native_ru
     c_scratch = [((128, 16), "float16", False)]
     refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096)
     plan = _plan(native_rules, refs, c_scratch, Ref("scratch", 0))
-    assert plan is not None and plan.names == ("B", "Y")
+    assert plan is not None and [(nl.names, nl.sources) for nl in plan.launches] == [(("B", "Y"), (0, 1))]
+    assert plan.c_at == ("scratch", 0) and plan.w_at is None
     reinterpreted = (Ref("input", 0), Ref("input", 1, ("uint32", (8, 4), (4, 1), 0)), Ref("input", 2),
                      Ref("input", 3), 4096)
-    assert _plan(native_rules, reinterpreted, [], Ref("input", 3)).names == ("B", "Y")
+    assert _plan(native_rules, reinterpreted, [], Ref("input", 3)).launches[0].names == ("B", "Y")
     monkeypatch.setenv(native_rules.ENV, "0")
     assert _plan(native_rules, refs, c_scratch, Ref("scratch", 0)) is None
 
 
-@pytest.mark.parametrize("case", ["row block", "zeroed C", "second scratch", "b twice", "C not the result"])
-def test_replays_that_launch_natively_only_with_their_own_four_arrays(native_rules, case):
+def test_a_split_k_replay_launches_natively_through_its_workspace(native_rules, monkeypatch):
+    """The decode kernel's split-K partial sums into a workspace, then the reduction into C: b, C
+    and the workspace are the per-call sources 0, 1, 2 (b passed twice is b twice)."""
+    Ref = call_cache.ArrayRef
+    scratch = [((4, 128, 16), "float32", False), ((128, 16), "float16", False)]
+    partial = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096)
+    reduce = (Ref("scratch", 0), Ref("scratch", 1), Ref("input", 2), 4096, 16)
+    plan = _plan(native_rules, partial, scratch, Ref("scratch", 1), reduce)
+    assert plan.c_at == ("scratch", 1) and plan.w_at == ("scratch", 0)
+    assert [(nl.names, nl.sources) for nl in plan.launches] == [(("B", "Y"), (0, 2)), (("A", "E", "B"), (2, 1, 0))]
+    into_out = _plan(native_rules, partial, scratch[:1], Ref("input", 3),
+                     (Ref("scratch", 0), Ref("input", 3), 4096))
+    assert into_out.c_at == ("input", 3) and into_out.w_at == ("scratch", 0)
+    monkeypatch.delenv(native_rules.ENV)  # several launches: native only where asked for ("all")
+    assert _plan(native_rules, partial, scratch, Ref("scratch", 1), reduce) is None
+    assert _plan(native_rules, (*partial[:3], Ref("scratch", 0), 4096), scratch[1:], Ref("scratch", 0)) is not None
+
+
+@pytest.mark.parametrize("case", ["row block", "zeroed C", "zeroed workspace", "third scratch", "out and two scratch",
+                                  "C not the result", "a row block of the workspace"])
+def test_replays_that_launch_natively_only_with_their_own_arrays_and_one_workspace(native_rules, case):
     Ref = call_cache.ArrayRef
     refs = [Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096]
     scratch = [((128, 16), "float16", False)]
     source = Ref("scratch", 0)
+    more = ()
     if case == "row block":
         refs[2] = Ref("input", 2, ("bfloat16", (8, 64), (64, 1), 512))
     elif case == "zeroed C":
         scratch = [((128, 16), "float16", True)]
-    elif case == "second scratch":
-        scratch.append(((2, 128, 16), "float32", False))
+    elif case == "zeroed workspace":
+        scratch.append(((2, 128, 16), "float32", True))
         refs[4] = Ref("scratch", 1)
-    elif case == "b twice":
-        refs[4] = Ref("input", 2)
-    else:
+    elif case == "third scratch":
+        scratch += [((2, 128, 16), "float32", False), ((8,), "int32", False)]
+        refs[4] = Ref("scratch", 2)
+    elif case == "out and two scratch":
+        scratch.append(((2, 128, 16), "float32", False))
+        refs[3], source = Ref("input", 3), Ref("input", 3)
+        more = ((Ref("scratch", 0), Ref("scratch", 1), Ref("input", 3)),)
+    elif case == "C not the result":
         refs[3], source = Ref("input", 3), Ref("scratch", 0)
-    assert _plan(native_rules, tuple(refs), scratch, source) is None
+    else:
+        scratch.append(((2, 128, 16), "float32", False))
+        more = ((Ref("scratch", 1, ("float32", (128, 16), (16, 1), 2048)), Ref("scratch", 0)),)
+    assert _plan(native_rules, tuple(refs), scratch, source, *more) is None
 
 
 def test_a_replay_launches_natively_only_with_torch_tensors(native_rules, monkeypatch):
@@ -497,8 +530,8 @@ def test_a_replay_launches_natively_only_with_torch_tensors(native_rules, monkey
     cupy_like = object()
     monkeypatch.setattr(arrays, "array_kind", lambda x: "cupy" if x is cupy_like else "torch")
     torch_like = object()
-    assert native_rules.native_plan(launch, refs, [], Ref("input", 3), (torch_like,) * 4) is not None
+    assert native_rules.native_plan((launch,), (refs,), [], Ref("input", 3), (torch_like,) * 4) is not None
     for i in range(4):
         call = [torch_like] * 4
         call[i] = cupy_like
-        assert native_rules.native_plan(launch, refs, [], Ref("input", 3), tuple(call)) is None, i
+        assert native_rules.native_plan((launch,), (refs,), [], Ref("input", 3), tuple(call)) is None, i

@@ -38,7 +38,8 @@ def native(gpu, monkeypatch):
     monkeypatch.setattr(call_native, "_capturing", lambda: False)
     Ref = call_cache.ArrayRef
     refs = (Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 64)
-    return call_native.NativePlan(four[(1,)], refs, {"BLOCK": 64}, ("b", "y")), driver
+    launch = call_native.NativeLaunch(four[(1,)], refs, {"BLOCK": 64}, ("b", "y"), (0, 1))
+    return call_native.NativePlan((launch,), ("scratch", 0)), driver
 
 
 def arrays(base):
@@ -107,3 +108,34 @@ def test_a_failed_native_launch_warns_at_the_caller_and_the_weight_keeps_to_the_
     n = len(driver.launches)
     assert not plan.launch(values, words, b, c) and len(driver.launches) == n  # not tried again
     assert plan.records[(values.data_ptr(), words.data_ptr())] is None
+
+
+def test_two_launches_through_a_workspace_take_b_c_and_the_workspace_per_call(gpu, monkeypatch):
+    """A split-K replay: the first launch reads the weight and b into the workspace, the second the
+    workspace into C; a call passes b, C and the workspace (sources 0, 1, 2). Where the second launch
+    is declined, one launch was made and the caller's prepared launches make the other."""
+    driver = FakeDriver([8, 8, 8, 8, 4])
+    monkeypatch.setattr(call_native, "_launcher", nl.RecordLauncher(driver.entry_points()))
+    monkeypatch.setattr(call_native, "_capturing", lambda: False)
+    Ref = call_cache.ArrayRef
+    weight = (Ref("input", 0), Ref("words"))
+    first = call_native.NativeLaunch(four[(1,)], (*weight, Ref("input", 2), Ref("scratch", 1), 64), {"BLOCK": 64},
+                                     ("b", "y"), (0, 2))
+    second = call_native.NativeLaunch(four[(1,)], (*weight, Ref("scratch", 1), Ref("scratch", 0), 64), {"BLOCK": 64},
+                                      ("b", "y"), (2, 1))
+    plan = call_native.NativePlan((first, second), ("scratch", 0), ("scratch", 1))
+    values, words, b, c = arrays(0x7A00_0000_0000)
+    w = FakeCudaTensor(0x7E00_0000_0000, (64,))
+    assert plan.launch(values, words, b, c, w) == 2
+    assert driver.launches[-2][5][:4] == [q(values.data_ptr()), q(words.data_ptr()), q(b.data_ptr()), q(w.data_ptr())]
+    assert driver.launches[-1][5][:4] == [q(values.data_ptr()), q(words.data_ptr()), q(w.data_ptr()), q(c.data_ptr())]
+    w2 = FakeCudaTensor(0x7E00_0010_0000, (64,))
+    assert plan.launch(values, words, b, c, w2) == 2 and driver.launches[-1][5][2] == q(w2.data_ptr())
+    n = len(driver.launches)
+    misaligned = FakeCudaTensor(0x7E00_0020_0004, (64,))  # the second launch takes it as b: declined there
+    assert plan.launch(values, words, b, c, misaligned) == 0  # the first launch writes it too: declined first
+    assert len(driver.launches) == n
+    driver.results = [0, 700]  # the first launch made, the second failed: one made, the weight then prepared
+    with pytest.warns(RuntimeWarning, match="CUresult 700"):
+        assert plan.launch(values, words, b, c, w) == 1
+    assert plan.launch(values, words, b, c, w) == 0 and plan.records[(values.data_ptr(), words.data_ptr())] is None
