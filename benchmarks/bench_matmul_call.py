@@ -10,7 +10,8 @@ does) and token count T (x: T x K bf16), µs per call:
   planned     sparse_matmul with SPARSILE_CALL_CACHE=0: checked and planned on every call
   prepared    a cached call whose launches replay through prepared launches (SPARSILE_CALL_CACHE_NATIVE=0)
   cached      sparse_matmul as shipped: a call like the previous one replays its launches (one launch
-              of values, words, x and C from native code: stdlib/kernels/call_native.py)
+              of values, words, x and C from native code: stdlib/kernels/call_native.py; with
+              SPARSILE_CALL_CACHE_NATIVE=all in the environment, split-K's two launches too)
   enqueue     host time of a cached call until it returned (no synchronize)
   F.linear    dense torch.nn.functional.linear(x, W) (cuBLAS), host-inclusive
   cuSPARSELt  torch._cslt_sparse_mm(compressed W, x.T) with its default algorithm, host-inclusive
@@ -96,12 +97,16 @@ def row(m: int, k: int, t: int, blocks: int) -> dict:
         r["planned"] = timed(call).wall
     finally:
         del os.environ[call_cache.ENV]
+    setting = os.environ.get(call_native.ENV)  # the native replays asked for ("all": several launches too)
     os.environ[call_native.ENV] = "0"  # read when a call is recorded
     call_cache.clear()
     try:
         r["prepared"] = timed(call).wall
     finally:
-        del os.environ[call_native.ENV]
+        if setting is None:
+            del os.environ[call_native.ENV]
+        else:
+            os.environ[call_native.ENV] = setting
         call_cache.clear()
     hits, native = call_cache.stats["hits"], call_native.counts["launched"]
     cached = timed(call)

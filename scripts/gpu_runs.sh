@@ -18,7 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh verify-26        # (not run yet) the call cache after 98671d5 (keys hashed once): GPU tests, host times
+#   bash scripts/gpu_runs.sh verify-26        # (not run yet) the call cache after 98671d5: GPU tests (native split-K too), host times
 #   bash scripts/gpu_runs.sh ncu-decode-24    # (run 2026-12-04) ncu memory tables and warp states of the decode kernel, N = 1 / 64
 #   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
 #   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
@@ -187,6 +187,9 @@ verify-26)  # (not run yet) the call cache's key after 98671d5 (hashed once, tor
     run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_api.py \
         tests/backend/test_prepared_gpu.py
     run 200 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512 --blocks 5
+    # the split-K decode entries (8B o and down) with their two launches from native code (then: make "all" the default)
+    SPARSILE_CALL_CACHE_NATIVE=all run 150 python benchmarks/bench_matmul_call.py --shapes 4096x4096 4096x14336 \
+        --tokens 1 16 --blocks 5
     ;;
 verify-25)  # (run 2026-12-04) what the twenty-fourth session left unrun on the GPU: the call cache's GPU tests after its
            # last changes (MetadataBuffers keyed by tag, LRU), which launches a tail-split replay prepares and its
