@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh verify-26        # (not run yet) the call cache after 98671d5: GPU tests (native split-K too), host times
+#   bash scripts/gpu_runs.sh ncu-source-26    # (not run yet) the decode kernel's SASS lines by stall samples, N = 64
 #   bash scripts/gpu_runs.sh ncu-decode-24    # (run 2026-12-04) ncu memory tables and warp states of the decode kernel, N = 1 / 64
 #   bash scripts/gpu_runs.sh a23              # (run 2026-12-03) sweep-23, the tail split's GPU tests, its 8B prefill rows
 #   bash scripts/gpu_runs.sh tail-23b         # (run 2026-12-03) `sparsile tune` with tail splits, bf16 prefill rows; the grid
@@ -210,6 +211,13 @@ call-24c)  # replays through prepared launches (only the arrays per call), the e
 call-24b)  # after call-24: the stream recorded as given, row views replayed, refusals remembered; where a replay's host time goes
     run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_tail.py
     run 240 python benchmarks/bench_matmul_call.py --profile --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+ncu-source-26)  # (not run yet) the decode kernel's SASS lines with the most stall samples at N = 64 (the
+               # ncu-decode-24 sections print no per-line table): a report, then its source page as CSV
+    run 300 ncu --profile-from-start off --section SourceCounters --section WarpStateStats -f -o "$out/decode-26" \
+        python benchmarks/profile_decode.py --shape 28672x4096 --tokens 64 --dtype bf16 --no-peers
+    run 120 bash -c "ncu -i '$out/decode-26.ncu-rep' --page source --print-source sass --csv > '$out/decode-26-sass.csv' \
+        && sort -t, -k4 -g -r '$out/decode-26-sass.csv' | head -40"
     ;;
 ncu-decode-24)  # (run 2026-12-04) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
                # stream-K ruled out the part-full wave: ncu's memory tables (sectors per request against the
