@@ -216,8 +216,13 @@ ncu-source-26)  # (not run yet) the decode kernel's SASS lines with the most sta
                # ncu-decode-24 sections print no per-line table): a report, then its source page as CSV
     run 300 ncu --profile-from-start off --section SourceCounters --section WarpStateStats -f -o "$out/decode-26" \
         python benchmarks/profile_decode.py --shape 28672x4096 --tokens 64 --dtype bf16 --no-peers
-    run 120 bash -c "ncu -i '$out/decode-26.ncu-rep' --page source --print-source sass --csv > '$out/decode-26-sass.csv' \
-        && sort -t, -k4 -g -r '$out/decode-26-sass.csv' | head -40"
+    run 120 bash -c "ncu -i '$out/decode-26.ncu-rep' --page source --print-source sass --csv > '$out/decode-26-sass.csv'"
+    # the 40 lines with the most stall samples (ncu quotes every field; SASS text has commas)
+    run 60 python -c "import csv, sys; rows = list(csv.DictReader(open(sys.argv[1]))); \
+key = next((k for k in rows[0] if 'Sampling' in k and 'All' in k), None) if rows else None; print('columns:', list(rows[0]) if rows else None); \
+num = lambda v: float((v or '0').replace(',', '') or 0); \
+[print(r.get('Source', r)[:90], r[key]) for r in sorted(rows, key=lambda r: -num(r[key]))[:40]] if key else None" \
+        "$out/decode-26-sass.csv"
     ;;
 ncu-decode-24)  # (run 2026-12-04) where the decode kernel's 13 % of bandwidth between N = 1 and N = 64 goes, after
                # stream-K ruled out the part-full wave: ncu's memory tables (sectors per request against the

@@ -132,9 +132,13 @@ def test_two_launches_through_a_workspace_take_b_c_and_the_workspace_per_call(gp
     w2 = FakeCudaTensor(0x7E00_0010_0000, (64,))
     assert plan.launch(values, words, b, c, w2) == 2 and driver.launches[-1][5][2] == q(w2.data_ptr())
     n = len(driver.launches)
-    misaligned = FakeCudaTensor(0x7E00_0020_0004, (64,))  # the second launch takes it as b: declined there
-    assert plan.launch(values, words, b, c, misaligned) == 0  # the first launch writes it too: declined first
+    misaligned = FakeCudaTensor(0x7E00_0020_0004, (64,))  # the workspace: both launches take it
+    assert plan.launch(values, words, b, c, misaligned) == 0  # declined at the first launch
     assert len(driver.launches) == n
+    misaligned_c = FakeCudaTensor(0x7E00_0030_0004, (64,))  # only the second launch takes C
+    assert plan.launch(values, words, b, misaligned_c, w) == 1  # the first made, the second declined
+    assert len(driver.launches) == n + 1 and driver.launches[-1][5][3] == q(w.data_ptr())
+    assert plan.launch(values, words, b, c, w) == 2  # a decline is this call's only
     driver.results = [0, 700]  # the first launch made, the second failed: one made, the weight then prepared
     with pytest.warns(RuntimeWarning, match="CUresult 700"):
         assert plan.launch(values, words, b, c, w) == 1
