@@ -47,6 +47,8 @@ _lock = threading.Lock()
 _launcher: Any = None  # the RecordLauncher, built on first use (False: it could not be built)
 _RETRY: set[int] = set()  # the CUresults a launch retries after making its context current
 counts = {"launched": 0, "declined": 0}
+"""Replays whose launches were all made natively; native launches declined or failed (the prepared
+launches made those and the rest)."""
 
 
 def launcher() -> Any:
