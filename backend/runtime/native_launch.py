@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes as c
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -380,6 +381,21 @@ class RecordLauncher:
         """Native counters: launched, not launched (per-call reasons), failed launches."""
         return {"launched": self.state[G_FAST], "declined": self.state[G_SLOWS],
                 "launch_failures": self.state[G_FAILS]}
+
+
+_shared: list[RecordLauncher] = []
+_shared_lock = threading.Lock()
+
+
+def shared_launcher() -> RecordLauncher:
+    """The process's :class:`RecordLauncher` over libcuda's entry points, JIT-compiled on first use
+    and shared by every native launch path (the torch layer's records, ``sparse_matmul``'s call
+    cache). Raises where it cannot be built (no llvmlite engine, no libcuda); callers keep their
+    answer."""
+    with _shared_lock:
+        if not _shared:
+            _shared.append(RecordLauncher())
+        return _shared[0]
 
 
 MAX_ATTRIBUTES = 2

@@ -61,10 +61,10 @@ def launcher() -> Any:
     if _launcher is None:
         with _lock:
             if _launcher is None:
-                from ...backend.runtime.native_launch import RecordLauncher
+                from ...backend.runtime.native_launch import RecordLauncher, shared_launcher
 
                 try:
-                    _launcher = RecordLauncher(ENTRY_POINTS)
+                    _launcher = RecordLauncher(ENTRY_POINTS) if ENTRY_POINTS else shared_launcher()
                 except Exception as exc:  # the prepared launches keep working
                     _launcher = False
                     if requested():

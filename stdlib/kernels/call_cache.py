@@ -420,9 +420,10 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
             return a
         raise _Refused(f"a launch takes a {type(a).__name__} argument")
 
-    launches = []
+    launches, all_refs = [], []
     for launcher, args, kwargs in rec.launches:
         refs = tuple(arg_of(a) for a in args)
+        all_refs.append(refs)
         for name, v in kwargs.items():
             if not _plain(v):
                 raise _Refused(f"a launch takes keyword {name} of type {type(v).__name__}")
@@ -432,6 +433,6 @@ def _replay_of(rec: Recording, values: Any, meta: Any, b: Any, out: Any, source:
     if not interpret:
         from .call_native import native_plan
 
-        native = native_plan(rec.launches, tuple(tuple(arg_of(a) for a in args) for _, args, _ in rec.launches),
-                             scratch, source_ref, (values, meta if buffer is None else words, b, out))
+        native = native_plan(rec.launches, tuple(all_refs), scratch, source_ref,
+                             (values, meta if buffer is None else words, b, out))
     return Replay(tuple(launches), tuple(scratch), source_ref, interpret, buffer is not None, native=native)

@@ -58,10 +58,10 @@ def launcher() -> Any:
         with _lock:
             if _launcher is None:
                 from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH
-                from ...backend.runtime.native_launch import RecordLauncher
+                from ...backend.runtime.native_launch import shared_launcher
 
                 try:
-                    _launcher = RecordLauncher()
+                    _launcher = shared_launcher()  # (the torch layer's too)
                     _RETRY.update(int(e) for e in RETRY_AFTER_CONTEXT_SWITCH)
                 except Exception:  # no llvmlite engine, no libcuda: the prepared launches replay
                     _launcher = False
