@@ -187,6 +187,8 @@ verify-26)  # (not run yet) the call cache's key after 98671d5 (hashed once, tor
            # OrderedDict): its GPU tests, then the host time per call with native and prepared replays
     run 150 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/stdlib/test_call_cache.py tests/stdlib/test_gemm_api.py \
         tests/backend/test_prepared_gpu.py
+    # the shared RecordLauncher (3d37c16) behind the torch layer's native calls
+    run 200 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE tests/integrations tests/gpu/test_torch_linear_gpu.py
     run 200 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512 --blocks 5
     # the split-K decode entries (8B o and down) with their two launches from native code (then: make "all" the default)
     SPARSILE_CALL_CACHE_NATIVE=all run 150 python benchmarks/bench_matmul_call.py --shapes 4096x4096 4096x14336 \
