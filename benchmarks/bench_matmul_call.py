@@ -9,9 +9,9 @@ does) and token count T (x: T x K bf16), µs per call:
   kernel      the CUDA profiler's time of every kernel one sparse_matmul call launches
   planned     sparse_matmul with SPARSILE_CALL_CACHE=0: checked and planned on every call
   prepared    a cached call whose launches replay through prepared launches (SPARSILE_CALL_CACHE_NATIVE=0)
-  cached      sparse_matmul as shipped: a call like the previous one replays its launches (one launch
-              of values, words, x and C from native code: stdlib/kernels/call_native.py; with
-              SPARSILE_CALL_CACHE_NATIVE=all in the environment, split-K's two launches too)
+  cached      sparse_matmul as shipped: a call like the previous one replays its launches from
+              native code (values, words, x, C and a split-K workspace: stdlib/kernels/call_native.py;
+              SPARSILE_CALL_CACHE_NATIVE=1 keeps split-K's two launches prepared)
   enqueue     host time of a cached call until it returned (no synchronize)
   F.linear    dense torch.nn.functional.linear(x, W) (cuBLAS), host-inclusive
   cuSPARSELt  torch._cslt_sparse_mm(compressed W, x.T) with its default algorithm, host-inclusive
@@ -97,7 +97,7 @@ def row(m: int, k: int, t: int, blocks: int) -> dict:
         r["planned"] = timed(call).wall
     finally:
         del os.environ[call_cache.ENV]
-    setting = os.environ.get(call_native.ENV)  # the native replays asked for ("all": several launches too)
+    setting = os.environ.get(call_native.ENV)  # the native replays asked for ("1": one launch only)
     os.environ[call_native.ENV] = "0"  # read when a call is recorded
     call_cache.clear()
     try:

@@ -19,9 +19,9 @@ no weight alive: its prepared launches drop the values and words they were prepa
 CUDA-graph capture, a misaligned b or C (the launcher declines) and a failed native launch (warned
 once; the weight then keeps to the prepared launches) take the prepared launches, from the first
 launch not made natively on: none runs twice. ``SPARSILE_CALL_CACHE_NATIVE`` (read when a call is
-recorded): unset or "1", replays of one launch are native; "all", replays of several launches too
-(written and checked on the CPU's fake device, not yet on a GPU: off by default until they are);
-"0", none.
+recorded): unset or "all", every qualifying replay is native, of one launch or of several (the
+decode kernel's split-K partial sums and their reduction; on the H200 since the twenty-sixth session,
+docs/autotune.md); "1", replays of one launch only; "0", none.
 """
 
 from __future__ import annotations
@@ -204,8 +204,8 @@ def native_plan(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...
     from ...driver.launch import GpuLaunch
     from .arrays import array_kind
 
-    setting = os.environ.get(ENV, "1")
-    if setting == "0" or not launches or (len(launches) > 1 and setting != "all"):
+    setting = os.environ.get(ENV, "all")
+    if setting == "0" or not launches or (len(launches) > 1 and setting == "1"):
         return None
     if any(a is not None and array_kind(a) != "torch" for a in arrays):  # (cupy values with torch b)
         return None

@@ -345,8 +345,8 @@ def test_gpu_a_replay_captured_in_a_cuda_graph():
 @pytest.mark.parametrize("m,n,k", [(6144, 16, 4096), (4096, 16, 4096), (1024, 1024, 512)],
                          ids=["decode", "decode-split", "tiled"])
 def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, n, k):
-    """Replays launch from native code (call_native.py; SPARSILE_CALL_CACHE_NATIVE=all: the split-K
-    entry's two launches too): weights of one shape alternate (one native record each), into a
+    """Replays launch from native code (call_native.py; by default the split-K entry's two launches
+    too): weights of one shape alternate (one native record each), into a
     poisoned out and as returned, and a weight made where a freed one was (its address, likely
     reused) reads its own contents; all against float64."""
     torch = pytest.importorskip("torch")
@@ -370,7 +370,7 @@ def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, 
         ref = dense @ x.double().T
         assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 2e-3
 
-    monkeypatch.setenv(call_native.ENV, "all")  # the split-K entry's two launches too
+    monkeypatch.delenv(call_native.ENV, raising=False)  # the default: the split-K entry's two launches too
     layers = [layer(), layer()]
     launched = call_native.counts["launched"]
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
@@ -484,9 +484,11 @@ def test_a_split_k_replay_launches_natively_through_its_workspace(native_rules, 
     into_out = _plan(native_rules, partial, scratch[:1], Ref("input", 3),
                      (Ref("scratch", 0), Ref("input", 3), 4096))
     assert into_out.c_at == ("input", 3) and into_out.w_at == ("scratch", 0)
-    monkeypatch.delenv(native_rules.ENV)  # several launches: native only where asked for ("all")
+    monkeypatch.setenv(native_rules.ENV, "1")  # "1": replays of one launch only
     assert _plan(native_rules, partial, scratch, Ref("scratch", 1), reduce) is None
     assert _plan(native_rules, (*partial[:3], Ref("scratch", 0), 4096), scratch[1:], Ref("scratch", 0)) is not None
+    monkeypatch.delenv(native_rules.ENV)  # the default: several launches too
+    assert len(_plan(native_rules, partial, scratch, Ref("scratch", 1), reduce).launches) == 2
 
 
 @pytest.mark.parametrize("case", ["row block", "zeroed C", "zeroed workspace", "third scratch", "out and two scratch",
