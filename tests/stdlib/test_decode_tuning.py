@@ -450,3 +450,96 @@ def test_a_persistent_entry_is_taken_only_where_the_plan_can_run_it(on_h200, wei
     plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=split, persistent=True)
     assert (plan.config.split_k, plan.grid) == (1, (plan.config.persist, 1)) and plan.config.persist > 0
     assert_linear_close(plan.run(), w, x, K, "bf16", "bfloat16")
+
+
+def test_pair_candidates_round_trip_and_are_checked():
+    """A CTA-pair candidate (``"pair": true``) round-trips; entries without the field are not pairs;
+    a pair with the persistent kernel, with split-K reduced in the kernel or at a token tile below
+    16 (the entry's key) is SP0863."""
+    cand = dt.DecodeCandidate(2, 3, "launch", 64, pair=True)
+    assert cand.to_json() == {"split_k": 2, "stages": 3, "reduce": "launch", "bm": 64, "pair": True}
+    assert dt.DecodeCandidate.from_json(cand.to_json()) == cand and str(cand) == "split_k=2 stages=3 " \
+        "reduce=launch bm=64 pair"
+    assert "pair" not in dt.DecodeCandidate(1, 4).to_json()
+    assert dt.DecodeCandidate.from_json({"split_k": 1, "stages": 4}).pair is False  # an older entry
+    assert dt.DecodeCandidate.from_json({"split_k": 1, "stages": 4, "reduce": "kernel", "pair": True}).pair
+    for bad in ({"split_k": 1, "stages": 4, "pair": True, "persistent": True},
+                {"split_k": 2, "stages": 4, "reduce": "kernel", "pair": True},
+                {"split_k": 1, "stages": 4, "pair": "yes"}):
+        with pytest.raises(ValueError, match="pair must be true"):
+            dt.DecodeCandidate.from_json(bad)
+    key16 = dt.table_key(*H200, "bf16", N_OUT, K, 16)
+    loaded = dt.load_decode_table(json.loads(json.dumps(table({key16: {"config": cand.to_json(), "us": 1.0}}))))
+    assert loaded == {key16: cand}
+    assert _launch_error(lambda: dt.load_decode_table(table({KEY: {"config": cand.to_json()}}))) == (
+        "SP0863", f"entry '{KEY}' of the decode table: pair needs a token tile of at least 16, the entry's is 8")
+
+
+@pytest.mark.parametrize("m,k,t", [(28672, 4096, 16), (4096, 14336, 64), (300, 1024, 33), (4096, 4096, 8),
+                                   (128, 1024, 64)])
+def test_pair_candidates_in_the_space(m, k, t):
+    """Pairs from a token tile of 16, where there are two slabs or more: every split and ring depth of
+    the row slab's plain candidates, reduced by the launch, never persistent; the even grid within
+    MAX_WAVES x the CTA slots."""
+    full = dt.candidate_space(m, k, t, 2, 132)
+    pairs = [c for c in full if c.pair]
+    for bm in {c.bm for c in full}:
+        tiles = -(-m // bm)
+        plain = {(c.split_k, c.stages) for c in full if c.bm == bm and not c.pair and not c.persistent}
+        mine = {(c.split_k, c.stages) for c in pairs if c.bm == bm}
+        if dt.token_tile(t) < 16 or tiles < 2:
+            assert not mine
+            continue
+        assert mine and mine <= plain and {s for s in plain if s[0] == 1} <= mine
+        assert all((tiles + tiles % 2) * sp <= dt.MAX_WAVES * 2 * 132 or sp == 1 for sp, _ in mine)
+    assert all(c.reduce == "launch" and not c.persistent for c in pairs)
+
+
+def test_a_pair_candidate_runs_on_words_of_whole_pairs_of_slabs():
+    """The tuner's pair candidate of 256-row slabs on a 128-row plan of 300 rows: 2 slabs, grid 2;
+    of 128-row slabs: 3 slabs, an even grid of 4 whose last CTA reads words of the code of two zero
+    values (the tuner pads every plan's words to whole pairs of 256-row slabs); against float64."""
+    weight, x = problem("bf16", 300, 40, 512, seed=3)
+    base = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, table=False, bm=128)
+    for cand, grid in ((dt.DecodeCandidate(2, 2, "launch", 128, pair=True), (4, 2)),
+                       (dt.DecodeCandidate(1, 3, "launch", 256, pair=True), (2, 1))):
+        plan = dt.with_candidate(base, cand, 132)
+        assert plan.grid == grid and plan.kernel.name == "sparse_decode_pair_bf16"
+        assert dt.default_candidate(plan) == cand
+        assert plan.meta.shape[0] == 512 and (np.asarray(plan.meta)[384:] == 0x44444444).all()
+        plan.out[...] = np.nan
+        assert_linear_close(plan.run(), weight, x, 512, "bf16", "bfloat16")
+    tiled = plan_sparse_decode(weight.values, weight.meta, x, interpret=True, table=False, bm=128, tiled=True)
+    assert _launch_error(lambda: dt.with_candidate(tiled, dt.DecodeCandidate(1, 2, "launch", 128, pair=True), 132)) \
+        == ("SP0864", "the tiled copy of this decode plan has no slab for the last CTA of split_k=1 stages=2 pair")
+
+
+def test_a_pair_entry_is_taken_only_where_the_plan_can_run_it(on_h200, monkeypatch):
+    """A table entry of the pair kernel: taken by a plain plan (with pdl too); not by a plan that
+    asks for the persistent kernel, that quantizes 16-bit x for e4m3 weights or whose split-K is
+    reduced in the kernel (SPARSILE_DECODE_REDUCE=kernel), nor with pair=False; those run the
+    entry's split and stages on the plain kernel."""
+    n_out, t = 300, 16
+    w, x = problem("bf16", n_out, t, K, seed=8)
+    cfg = {"split_k": 2, "stages": 3, "reduce": "launch", "bm": 128, "pair": True}
+    tab = table({dt.table_key(*H200, "bf16", n_out, K, 16): {"config": cfg, "us": 1.0}})
+    for kw in ({}, {"pdl": True}):
+        plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab, **kw)
+        assert plan.config.pair and plan.grid == (4, 2) and plan.config.source == "table"
+    plan.out[...] = np.nan
+    assert_linear_close(plan.run(), w, x, K, "bf16", "bfloat16")
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab, pair=False)
+    assert (plan.config.pair, plan.config.split_k, plan.config.stages, plan.grid) == (False, 2, 3, (3, 2))
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab, persistent=True)
+    assert not plan.config.pair and plan.config.persist > 0
+    monkeypatch.setenv(DECODE_REDUCE_ENV, "kernel")
+    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab)
+    assert not plan.config.pair and plan.reduces_in_kernel
+    monkeypatch.delenv(DECODE_REDUCE_ENV)
+    w8, x8 = problem("e4m3", n_out, t, K, seed=6)
+    tab8 = table({dt.table_key(*H200, "e4m3", n_out, K, 16): {"config": cfg, "us": 1.0}})
+    assert plan_sparse_decode(w8.values, w8.meta, x8, interpret=True, table=tab8, scale_x=1.0,
+                              scale_w=1 / 64).config.pair
+    plan = plan_sparse_decode(w8.values, w8.meta, x8.astype(np.float32).astype(np.float16), interpret=True,
+                              table=tab8, scale_w=1 / 64)
+    assert plan.quantizes_x and not plan.config.pair
