@@ -6,7 +6,6 @@ shapes, each result checked against a float64 reference on the GPU.
     python benchmarks/bench_decode.py --dtype f16 --quick  # one shape per model
     python benchmarks/bench_decode.py --splits 1,2,4,8,16  # the decode kernel at each split-K as well
     python benchmarks/bench_decode.py --quick --stages 2,3,4,6  # and at each ring depth
-    python benchmarks/bench_decode.py --quick --pair       # and the CTA-pair kernel (pair=True) where T > 8
 
 "decode" is the weight as prune_and_compress gives it; "decode tiled" the same kernel on the
 weight copied into the tiled layout (decode.tile_for_decode: each TMA box one contiguous run).
@@ -52,8 +51,6 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--splits", default="", help="comma-separated split-K values to time the decode kernel at")
     parser.add_argument("--stages", default="", help="comma-separated ring depths to time the decode kernel at")
-    parser.add_argument("--pair", action="store_true",
-                        help="also time the CTA-pair decode kernel (x shared by multicast) where T > 8")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT.parent))
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -95,12 +92,7 @@ def main() -> None:
                     label = ("decode tiled" if tiled else "decode") + ("" if split is None else f" s={split}") \
                         + ("" if st is None else f" st={st}")
                     variants.append((label, [p.run for p in dplans],
-                                     f"BN={c.bn} BK={c.bk} stages={c.stages} split={c.split_k} pair={c.pair}"))
-            if args.pair and t > 8:  # the heuristic's split, stages and slab on CTA pairs
-                dplans = [plan_sparse_decode(v, m, x, pair=True) for v, m in weights]
-                c = dplans[0].config
-                variants.append(("decode pair", [p.run for p in dplans],
-                                 f"BN={c.bn} BK={c.bk} stages={c.stages} split={c.split_k} pair={c.pair}"))
+                                     f"BN={c.bn} BK={c.bk} stages={c.stages} split={c.split_k}"))
             for label, calls, config in variants:
                 state = {"i": 0}
 

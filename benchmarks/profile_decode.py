@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"N = {n}: sparse_matmul does not run the decode kernel here")
         cfg = plan.config
         profiled(f"decode {args.dtype} {m}x{n}x{k} bm={cfg.bm} split_k={cfg.split_k} stages={cfg.stages} "
-                 f"ctas/SM={cfg.ctas_per_sm}{' pair' if cfg.pair else ''} ({cfg.source})", plan.run)
+                 f"ctas/SM={cfg.ctas_per_sm} ({cfg.source})", plan.run)
         err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
         print(f"  max |C - ref| / max |ref| = {err:.1e}", flush=True)
     if args.no_peers:
