@@ -34,9 +34,6 @@ so that every TMA box of metadata is in bounds and well formed; for Llama-style 
 multiple of 128, K of 256) nothing is copied. ``plan_sparse_decode(..., tiled=True)`` copies the
 weight once into the tiled layout of :func:`tile_for_decode`, where every TMA box of the kernel is
 one contiguous run of memory (plan once, ``rebind`` per call).
-``plan_sparse_decode(..., pair=True)`` runs ``sparse_decode_pair_<t>``: clusters of two CTAs (adjacent
-slabs) that share each step's x box by TMA multicast, on an even grid (from 9 tokens; no plan takes it
-unless the caller or a table entry asks).
 """
 
 from __future__ import annotations
@@ -59,7 +56,6 @@ from .decode_config import (  # noqa: F401 (re-exported: callers import the deco
     HEURISTIC_BM64_MAX_T,
     MAX_SPLIT,
     MAX_STAGES,
-    PAIR_MIN_TILE,
     QX_MIN_STAGES,
     QX_SCRATCH,
     SMEM_PER_CTA,
@@ -180,8 +176,7 @@ class SparseDecodePlan:
     """One checked sparse_linear call on the decode kernel: ``base`` is the checked
     :class:`~.linear.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
 
-    ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, config.bm), split_k) (``config.pair``:
-    ``sparse_decode_pair_<t>`` on clusters of 2, the grid's x rounded up to even), then with split-K
+    ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, config.bm), split_k), then with split-K
     ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out). e4m3 weights with 16-bit
     x (``quantizes_x``): ``sparse_decode_e4m3_qx`` reads x as passed and quantizes it itself; with
     split-K reduced by the second launch, it hands that launch the per-token scales in
@@ -225,15 +220,14 @@ class SparseDecodePlan:
 
     @property
     def kernel(self) -> Any:
-        name = "sparse_decode_reduce_" if self.reduces_in_kernel else "sparse_decode_pair_" if self.config.pair \
-            else "sparse_decode_"
+        name = "sparse_decode_reduce_" if self.reduces_in_kernel else "sparse_decode_"
         return getattr(decode_module(), name + self.base.choice.operand + ("_qx" if self.quantizes_x else ""))
 
     @property
     def grid(self) -> tuple[int, int]:
         if self.config.persist:
             return (self.config.persist, 1)
-        return (self.config.slab_ctas(self.base.m), self.config.split_k)
+        return (-(-self.base.m // self.config.bm), self.config.split_k)
 
     @property
     def ldy(self) -> int:
@@ -308,8 +302,7 @@ class SparseDecodePlan:
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
                        reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,
-                       feature_major: bool = False, persistent: bool | None = None, pair: bool | None = None,
-                       **linear: Any) -> Any:
+                       feature_major: bool = False, persistent: bool | None = None, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -337,13 +330,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     by the kernel, no PDL (SP0860 when asked for with either). Unset: the table's choice ("persistent"
     in an entry's config) where the plan can take it (not with pdl or 16-bit x for e4m3 weights: the
     entry's split and stages on the other kernel then), else off.
-    ``pair``: the CTA-pair kernel (``sparse_decode_pair_<t>``, PAIR of sparse_decode_sm90.spk): clusters
-    of two CTAs of adjacent slabs, each loading half of every x box and multicasting it to both, so
-    that x is read from L2 half as often; the grid's x is rounded up to even (an odd slab count's last
-    CTA streams a slab wholly beyond N_out, whose metadata words, and tiled copy, are padded to whole
-    pairs of slabs). Needs a token tile of 16 or more (T > 8), and takes no in-kernel split-K reduction,
-    no persistent kernel and no x quantized by the kernel (SP0860 when asked for with any). Unset: the
-    table's choice ("pair" in an entry's config) where the plan can take it, else off.
     ``feature_major`` (``sparse_matmul``'s route for N <= 64): the output is C = (N_out, T), row-major
     (``out`` of that shape), x the (T, K) operand b; M, T and K must not be 0 (sparse_matmul handles
     those cases itself).
@@ -357,8 +343,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
 
     if not isinstance(pdl, bool):
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
-    if pair is not None and not isinstance(pair, bool):
-        raise bad_input(f"pair of the decode kernel must be True, False or None, got {pair!r}", code=SP_DECODE)
     if persistent is not None and not isinstance(persistent, bool):
         raise bad_input(f"persistent of the decode kernel must be True, False or None, got {persistent!r}",
                         code=SP_DECODE)
@@ -395,10 +379,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                 persistent = found[0].persistent and not pdl and not base.quantizes_x
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
-            if pair is None:  # the table's pair kernel where this plan can run it (not with a choice the caller
-                # made against it: the persistent kernel, x quantized here, the reduction in the kernel)
-                pair = found[0].pair and not persistent and not base.quantizes_x and not (
-                    found[0].split_k > 1 and reduce_mode(reduce) == "kernel")
     if persistent and asked[0] is None and not base.quantizes_x:  # the persistent kernel takes no split: not
         split_k = 1  # the heuristic's or a (non-persistent) table entry's
     if source == "heuristic":  # (no table entry either)
@@ -427,17 +407,14 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                             help="plan it with split_k=1 and pdl=False (e4m3 weights: quantize x first), or "
                             "without persistent")
         cfg = dataclasses.replace(cfg, persist=persistent_ctas(base.m, cfg, sms))
-    if pair:
-        check_pair(cfg, base.t, bool(persistent), reduce)
-    cfg = dataclasses.replace(cfg, source=source, pair=bool(pair))
+    cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight
     # are then the same for every plan of it (sparsile.torch refreshes a record's copies from a plan of
     # one token, and builds a new record where their shapes differ); whole 256-row slabs for 256, so
     # that no metadata box reaches beyond the words (TMA's zero fill is the undefined code 0x0); a
-    # tiled copy's arrangement depends on cfg.bm. The pair kernel's even grid: whole pairs of slabs, so that
-    # an odd slab count's last CTA reads well-formed words (and, tiled, a box of its own) beyond N_out
-    words = slab_words(base.meta, base.m, cfg.bm * (2 if cfg.pair else 1), k_padded // 32)
+    # tiled copy's arrangement depends on cfg.bm
+    words = slab_words(base.meta, base.m, cfg.bm, k_padded // 32)
     if tiled:
         vals = tile_for_decode(padded_to(base.values, int(words.shape[0]), k_padded // 2), cfg.bm, cfg.bk // 2)
         words = tile_for_decode(words, cfg.bm, cfg.bk // 32)
@@ -452,23 +429,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         scales = empty_array(x, (base.t,), "float32", interpret)
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl, scales,
                             bool(feature_major))
-
-
-def check_pair(cfg: DecodeConfig, t: int, persistent: bool, reduce: str | None) -> None:
-    """SP0860 where the CTA-pair kernel cannot take ``cfg`` (T = ``t``): a token tile below
-    :data:`PAIR_MIN_TILE`, x quantized in the kernel, the persistent kernel, split-K reduced in the kernel."""
-    problems = [what for bad, what in (
-        (cfg.bn < PAIR_MIN_TILE, f"a token tile of {cfg.bn} ({t} tokens)"),
-        (cfg.xsteps > 0, "16-bit x for e4m3 weights (quantized in the kernel)"),
-        (persistent, "persistent=True"),
-        (cfg.split_k > 1 and reduce_mode(reduce) == "kernel", "split-K reduced in the kernel (reduce='kernel')"),
-    ) if bad]
-    if problems:
-        raise bad_input("the CTA-pair decode kernel (pair=True) takes a token tile of at least "
-                        f"{PAIR_MIN_TILE}, no x it quantizes itself, no persistent kernel and no split-K reduced "
-                        f"in the kernel, got {', '.join(problems)}", code=SP_DECODE,
-                        help="plan it without pair, or with more than 8 tokens (e4m3 weights: quantize x first), "
-                        "persistent=False and reduce='launch'")
 
 
 def reduce_mode(reduce: str | None) -> str:

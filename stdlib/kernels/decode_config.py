@@ -39,9 +39,6 @@ QX_SCRATCH = 1024
 """Shared memory the kernel that quantizes x (sparse_decode_e4m3_qx) holds beyond its ring and its
 resident x: the scales and their reciprocals (2 x BN f32) and the compiler's scratch of its
 cross-warp reduction, at most 512 bytes as compiled (test_decode_qx.py checks the bound)."""
-PAIR_MIN_TILE = 16
-"""The smallest token tile of the CTA-pair kernel (``pair``): each CTA of a pair loads half of x's
-BN token rows, whole 8-row atoms of the 128-byte swizzle."""
 QX_MIN_STAGES = 4
 """The ring depth the kernel that quantizes x takes at least, where it fits (``resident_x_config``).
 The tables' depths are the two-launch kernel's, whose ring also carries x: 2 stages on 28672 x
@@ -62,7 +59,6 @@ class DecodeConfig:
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
     xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
     persist: int = 0  # > 0: the persistent kernel (PERSIST) on this many CTAs, each streaming several slabs
-    pair: bool = False  # the CTA-pair kernel (sparse_decode_pair_<t>): clusters of 2 slabs sharing x; even grid
 
     def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""
@@ -75,12 +71,6 @@ class DecodeConfig:
         (``xsteps``) also that buffer (one e4m3 byte per element) and :data:`QX_SCRATCH`."""
         ring = self.stages * (self.stage_bytes(elem_bytes) + 16)
         return ring + (self.xsteps * self.bn * self.bk + QX_SCRATCH if self.xsteps else 0)
-
-    def slab_ctas(self, m: int) -> int:
-        """The grid's CTAs along N_out = ``m`` (not persistent): one per slab, rounded up to even for the
-        CTA pairs (``pair``: the last CTA's slab then lies wholly beyond ``m``)."""
-        slabs = -(-m // self.bm)
-        return slabs + slabs % 2 if self.pair else slabs
 
     @property
     def num_warps(self) -> int:

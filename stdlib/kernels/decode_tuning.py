@@ -2,7 +2,7 @@
 
 :func:`choose_decode_config` picks split-K and the ring depth by a heuristic that was never timed;
 :func:`tune_sparse_decode` times every :class:`DecodeCandidate` of :func:`candidate_space` (split-K
-1..16, STAGES 2 up to what fits, both split-K reductions, CTA pairs) for each (N_out, K, token tile) on the
+1..16, STAGES 2 up to what fits, both split-K reductions) for each (N_out, K, token tile) on the
 current GPU with CUDA events (backend/runtime/bench.py), checks each one's output against the
 heuristic's, and returns a table ``sparsile-sparse-decode-table/1`` (``benchmarks/tune_decode.py``
 writes one). ``plan_sparse_decode`` consults a table: ``$SPARSILE_DECODE_TABLE`` when set, else the
@@ -28,7 +28,6 @@ from .decode import (
     DECODE_BMS,
     MAX_SPLIT,
     MAX_STAGES,
-    PAIR_MIN_TILE,
     REDUCE_MODES,
     SMEM_PER_CTA,
     DecodeConfig,
@@ -54,19 +53,17 @@ TUNE_DTYPES = ("bf16", "f16", "e4m3")
 
 @dataclass(frozen=True)
 class DecodeCandidate:
-    """What a decode table fixes for one problem: split-K, ring depth, split-K reduction, row slab,
-    the persistent kernel and the CTA-pair kernel."""
+    """What a decode table fixes for one problem: split-K, ring depth and split-K reduction."""
 
     split_k: int
     stages: int
     reduce: str = "launch"
     bm: int = DECODE_BM  # weight rows per CTA (an entry without "bm": 128)
     persistent: bool = False  # the persistent kernel (no split-K; an entry without "persistent": False)
-    pair: bool = False  # the CTA-pair kernel (token tiles from 16, reduce "launch"; an entry without "pair": False)
 
     def to_json(self) -> dict[str, Any]:
         return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce, "bm": self.bm,
-                **({"persistent": True} if self.persistent else {}), **({"pair": True} if self.pair else {})}
+                **({"persistent": True} if self.persistent else {})}
 
     @classmethod
     def from_json(cls, data: Any) -> DecodeCandidate:
@@ -74,7 +71,7 @@ class DecodeCandidate:
         if not isinstance(data, Mapping):
             raise ValueError("config is not an object")
         split, stages, reduce = data.get("split_k"), data.get("stages"), data.get("reduce", "launch")
-        bm, persistent, pair = data.get("bm", DECODE_BM), data.get("persistent", False), data.get("pair", False)
+        bm, persistent = data.get("bm", DECODE_BM), data.get("persistent", False)
         if type(split) is not int or not 1 <= split <= MAX_SPLIT:
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT}, got {split!r}")
         if type(stages) is not int or not 2 <= stages <= MAX_STAGES:
@@ -85,15 +82,11 @@ class DecodeCandidate:
             raise ValueError(f"bm must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}")
         if type(persistent) is not bool or (persistent and split != 1):
             raise ValueError(f"persistent must be true (with split_k 1) or false, got {persistent!r}")
-        if type(pair) is not bool or (pair and (persistent or (split > 1 and reduce == "kernel"))):
-            raise ValueError(f"pair must be true (not persistent, no split-K reduced in the kernel) or false, "
-                             f"got {pair!r}")
-        return cls(split, stages, reduce, bm, persistent, pair)
+        return cls(split, stages, reduce, bm, persistent)
 
     def __str__(self) -> str:
         return (f"split_k={self.split_k} stages={self.stages}" + (f" reduce={self.reduce}" if self.split_k > 1 else "")
-                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else "")
-                + (" pair" if self.pair else ""))
+                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else ""))
 
 
 def token_tile(t: int) -> int:
@@ -132,14 +125,12 @@ def load_decode_table(table: Any) -> dict[str, DecodeCandidate]:
     out: dict[str, DecodeCandidate] = {}
     for name, entry in table["entries"].items():
         try:
-            bn = parse_key(name)[5]
+            parse_key(name)
             out[name] = DecodeCandidate.from_json(entry.get("config") if isinstance(entry, Mapping) else None)
-            if out[name].pair and bn < PAIR_MIN_TILE:
-                raise ValueError(f"pair needs a token tile of at least {PAIR_MIN_TILE}, the entry's is {bn}")
         except ValueError as e:
             raise LaunchError(SP_TABLE_ENTRY, f"entry {name!r} of the decode table{' ' + where if where else ''}: {e}",
                               help='an entry is "DEVICE/SMS DTYPE NxK bnB": {"config": {"split_k", "stages", '
-                                   '"reduce", "bm", "persistent", "pair"}}') from None
+                                   '"reduce", "bm"}}') from None
     return out
 
 
@@ -221,9 +212,7 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
     for each row slab of :data:`~.decode_config.DECODE_BMS`, split-K from :data:`SPLITS` keeping two K
     steps per share and the grid within :data:`MAX_WAVES` x the CTA slots of two per SM, every
     STAGES from 2 whose ring fits in a CTA's shared memory, and both reductions where there is a
-    split; the persistent kernel (no split) where there are more slabs than SMs; the CTA-pair kernel
-    (reduce "launch", the grid's x even) from a token tile of :data:`~.decode_config.PAIR_MIN_TILE`
-    where there are two slabs or more. 64-row slabs only
+    split; the persistent kernel (no split) where there are more slabs than SMs. 64-row slabs only
     where 128-row ones leave SMs without a CTA (fewer tiles than SMs);
     256-row slabs only from a token tile of :data:`~.decode_config.BM256_MIN_TILE`, where x is a large
     part of each step."""
@@ -242,25 +231,18 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
                 for r in (REDUCE_MODES if sp > 1 else ("launch",))]
         if tiles > sms:  # more slabs than SMs: the persistent kernel leaves no wave part-full
             out += [DecodeCandidate(1, st, "launch", bm, True) for st in stages]
-        if token_tile(t) >= PAIR_MIN_TILE and tiles >= 2:  # CTA pairs sharing each x box (an even grid)
-            even = tiles + tiles % 2
-            out += [DecodeCandidate(sp, st, "launch", bm, pair=True) for sp in splits
-                    if sp == 1 or even * sp <= MAX_WAVES * 2 * sms for st in stages]
     return out
 
 
 def default_candidate(plan: SparseDecodePlan) -> DecodeCandidate:
     """The candidate ``plan`` was planned with."""
     mode = "kernel" if plan.reduces_in_kernel else "launch"
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0,
-                           plan.config.pair)
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0)
 
 
 def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> SparseDecodePlan:
     """``plan`` relaunched with ``cand`` (its own workspace and arrival counters). A tiled plan's
-    weight copy is laid out for its own row slab (and, for CTA pairs, whole pairs of slabs):
-    LaunchError SP0864 for a candidate of another, or of pairs where the copy has no slab for the
-    even grid's last CTA."""
+    weight copy is laid out for its own row slab: LaunchError SP0864 for a candidate of another."""
     from .arrays import empty_array
 
     b = plan.base
@@ -269,11 +251,7 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
                           help="tune an untiled plan (tiled=False)")
     plan = covering_every_slab(plan)
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
-    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0,
-                              pair=cand.pair)
-    if plan.tiled and cfg.slab_ctas(b.m) * cfg.bm > int(plan.meta.shape[0]) // (plan.k_padded // cfg.bk):
-        raise LaunchError(SP_TUNE_INPUT, f"the tiled copy of this decode plan has no slab for the last CTA of {cand}",
-                          help="tune an untiled plan (tiled=False)")
+    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0)
     work = split_workspace(plan.x, cand.split_k, b.m, b.t, plan.feature_major, b.interpret)
     counters = None
     if cand.split_k > 1 and cand.reduce == "kernel":
@@ -307,14 +285,13 @@ class Rotation:
 
 
 def covering_every_slab(plan: SparseDecodePlan) -> SparseDecodePlan:
-    """``plan`` with its untiled metadata words padded to whole pairs of slabs of the largest row slab
-    (:data:`~.decode_config.DECODE_BMS`), as plan_sparse_decode pads them for a CTA-pair plan of that
-    slab: a candidate of 256-row slabs (or of pairs) run on the words of a 128-row plan would read
-    metadata boxes past them (TMA's zero fill, the undefined code 0x0)."""
+    """``plan`` with its untiled metadata words padded to whole slabs of the largest row slab
+    (:data:`~.decode_config.DECODE_BMS`), as plan_sparse_decode pads them for that slab: a candidate of
+    256-row slabs run on the words of a 128-row plan would read metadata boxes past them (TMA's
+    zero fill, the undefined code 0x0)."""
     if plan.tiled:
         return plan
-    return dataclasses.replace(plan, meta=slab_words(plan.meta, plan.base.m, 2 * max(DECODE_BMS),
-                                                     int(plan.meta.shape[1])))
+    return dataclasses.replace(plan, meta=slab_words(plan.meta, plan.base.m, max(DECODE_BMS), int(plan.meta.shape[1])))
 
 
 def weight_copies(plan: SparseDecodePlan, cold_bytes: int = 3 * L2_BYTES) -> list[tuple[Any, Any]]:
