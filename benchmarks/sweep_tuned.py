@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,14 +185,13 @@ def run_linear(case: Case, w: Weight, x: np.ndarray, interpret: bool) -> tuple[A
 
 def _normal(cand: Any) -> Any:
     """A candidate as a plan resolves it (no reduction without a split)."""
-    from sparsile.stdlib.kernels.decode_tuning import DecodeCandidate
-
-    return cand if cand.split_k > 1 else DecodeCandidate(cand.split_k, cand.stages, "launch", cand.bm)
+    return cand if cand.split_k > 1 else replace(cand, reduce="launch")
 
 
 def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: bool) -> tuple[Any, str]:
     """y of ``case`` through ``plan_sparse_decode(..., table=)`` where the entry applies to this
-    device, else with its split-K, stages, reduction and row slab given explicitly; (y, via)."""
+    device, else with its split-K, stages, reduction, row slab and persistent kernel given explicitly;
+    (y, via)."""
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
     from sparsile.stdlib.kernels.decode_tuning import default_candidate  # what a plan runs
 
@@ -201,7 +200,7 @@ def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: 
     if not (plan.config.source.startswith("table") and default_candidate(plan) == _normal(case.config)):
         c = case.config
         plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, split_k=c.split_k, stages=c.stages,
-                                  reduce=c.reduce, bm=c.bm)
+                                  reduce=c.reduce, bm=c.bm, persistent=c.persistent)
         via = "explicit"
     if default_candidate(plan) != _normal(case.config):
         raise LookupError(f"the plan runs {default_candidate(plan)}, not the entry's config")

@@ -91,6 +91,27 @@ def test_a_decode_entry_of_64_row_slabs_runs_them(monkeypatch: pytest.MonkeyPatc
     assert rows[0].case.config.bm == 64
 
 
+@pytest.mark.parametrize("on_h200", [False, True])
+def test_a_persistent_decode_entry_runs_the_persistent_kernel(monkeypatch: pytest.MonkeyPatch, on_h200: bool) -> None:
+    """An entry with "persistent": true is checked on the persistent kernel, through the table or
+    explicitly (the explicit plan once dropped the flag, so such entries failed as not the entry's
+    config, or were checked on the plain kernel)."""
+    if on_h200:
+        monkeypatch.setattr(dt, "current_device", lambda interpret: ("NVIDIA H200", 132))
+    monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
+    from sparsile.stdlib.kernels import decode
+
+    plans = []
+    planned = decode.plan_sparse_decode
+    monkeypatch.setattr(decode, "plan_sparse_decode", lambda *a, **kw: plans.append(planned(*a, **kw)) or plans[-1])
+    entry = decode_entry(1, 2, "launch", 4)
+    entry["config"]["persistent"] = True
+    rows, bad, _ = st.check_tables(tiny_tables(**{DECODE_KEY: entry}), kinds=("decode",), interpret=True,
+                                   say=lambda line: None)
+    assert bad == [] and [(r.via, r.ok, r.note) for r in rows] == [("table" if on_h200 else "explicit", True, "")]
+    assert plans and plans[-1].config.persist > 0
+
+
 def test_a_corrupted_weight_fails_every_kind() -> None:
     """Metadata words all 0x44444444 (every group keeps positions 0 and 1: valid, but not the
     weight's) give wrong outputs, reported as FAIL, not raised."""
