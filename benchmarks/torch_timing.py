@@ -176,8 +176,9 @@ def relative_error(y: Any, ref: Any) -> float:
 
 
 def environment() -> dict[str, str]:
-    """The GPU, torch, CUDA and triton versions, the date and the sparsile commit ('+dirty' with local
-    changes; ``$SPARSILE_COMMIT`` where the tree has no git metadata)."""
+    """The GPU, torch, CUDA and triton versions, the date and the sparsile commit: ``$SPARSILE_COMMIT``
+    where it is set (a copy of the tree run elsewhere, whose git metadata, if any, may be another
+    commit's), else git's ('+dirty' with local changes)."""
     import torch
 
     info = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
@@ -189,17 +190,20 @@ def environment() -> dict[str, str]:
         info["triton"] = triton.__version__
     except ImportError:
         pass
+    info["commit"] = os.environ.get("SPARSILE_COMMIT") or git_commit()
+    return info
+
+
+def git_commit() -> str:
+    """This tree's commit by git, '+dirty' with local changes; "unknown" without git metadata."""
     try:
         sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        info["commit"] = sha + ("+dirty" if dirty else "") if sha else ""
     except (OSError, subprocess.SubprocessError):
-        sha = ""
-    if not sha:  # a copy of the tree without .git: the commit can be passed in
-        info["commit"] = os.environ.get("SPARSILE_COMMIT", "unknown")
-    return info
+        return "unknown"
+    return sha + ("+dirty" if dirty else "") if sha else "unknown"
 
 
 def raise_dynamo_limits() -> None:
