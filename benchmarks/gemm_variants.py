@@ -20,6 +20,10 @@ consumer warp releases a stage itself instead of its warpgroup after a named bar
 4 stages, a CTA per SM; with ``--inflight`` also its INFLIGHT=1).
 
     python benchmarks/gemm_variants.py --dtypes bf16 f16 --inflight --pingpong
+    python benchmarks/gemm_variants.py --dtypes e4m3 --meta-tma --inflight   # against cuBLAS fp8 (torch._scaled_mm)
+
+e4m3: the kernels of the same names for e4m3 (no ping-pong kernel), cuSPARSELt with an f16 output,
+and dense cuBLAS fp8 through ``torch._scaled_mm`` (unit scales, f16 output) for the dense row.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from torch_timing import event_time_us, profiled_once
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dtypes", nargs="+", choices=("bf16", "f16"), default=["bf16", "f16"])
+    ap.add_argument("--dtypes", nargs="+", choices=("bf16", "f16", "e4m3"), default=["bf16", "f16"])
     ap.add_argument("--size", type=int, default=8192, help="M = N = K")
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--group-m", nargs="+", type=int, default=[16])
@@ -80,11 +84,11 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
     if meta_tma is not None:
         if pairs:
             kernels["pair, metadata by TMA"] = (getattr(meta_tma, f"sparse_gemm_{dtype}_pair_mt")[(pairs,)], {})
-        if dtype == "bf16":
-            kernels["tile, metadata by TMA"] = (meta_tma.sparse_gemm_bf16_mt[(tiles,)], {})
+        if dtype in ("bf16", "e4m3"):
+            kernels["tile, metadata by TMA"] = (getattr(meta_tma, f"sparse_gemm_{dtype}_mt")[(tiles,)], {})
     if args.tma_store and dtype == "bf16":
         kernels["tile, TMA-store epilogue"] = (mod.sparse_gemm_bf16_tma[(tiles,)], {})
-    if pingpong is not None:
+    if pingpong is not None and dtype != "e4m3":  # (no e4m3 ping-pong kernel)
         grid = (pingpong_ctas(m, n, PINGPONG_CONFIG["BN"], sms),)
         kernels["ping-pong 128x128, BK 128"] = (getattr(pingpong, f"sparse_gemm_{dtype}_pingpong")[grid],
                                                 dict(PINGPONG_CONFIG))
@@ -120,13 +124,23 @@ def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[
                 err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
                 print(f"| {dtype} | {label} | {kw['STAGES']} | {group_m} | {timer(call, args.iters):.1f} | "
                       f"{err:.1e} |", flush=True)
-    comp, bt = torch._cslt_compress(o["w"]), o["b"].T
-    alg = B.cslt_search(comp, bt)
-    default = timer(lambda: torch._cslt_sparse_mm(comp, bt), args.iters)
-    tuned = timer(lambda: torch._cslt_sparse_mm(comp, bt, alg_id=alg), args.iters)
-    cublas = timer(lambda: torch.mm(o["w"], bt), args.iters)
-    print(f"| {dtype} | cuSPARSELt default / tuned (alg {alg}) | | | {default:.1f} / {tuned:.1f} | |")
-    print(f"| {dtype} | cuBLAS dense | | | {cublas:.1f} | |", flush=True)
+    bt = o["b"].T
+    kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
+    try:
+        comp = torch._cslt_compress(o["w"])
+        alg = B.cslt_search(comp, bt, **kw)
+        default = timer(lambda: torch._cslt_sparse_mm(comp, bt, **kw), args.iters)
+        tuned = timer(lambda: torch._cslt_sparse_mm(comp, bt, alg_id=alg, **kw), args.iters)
+        print(f"| {dtype} | cuSPARSELt default / tuned (alg {alg}) | | | {default:.1f} / {tuned:.1f} | |")
+    except Exception as e:  # cuSPARSELt may refuse this dtype
+        print(f"| {dtype} | cuSPARSELt | | | - | {type(e).__name__}: {str(e)[:60]} |")
+    if dtype == "e4m3":
+        one = torch.tensor(1.0, device="cuda")
+        cublas = timer(lambda: torch._scaled_mm(o["w"], bt, scale_a=one, scale_b=one, out_dtype=torch.float16),
+                       args.iters)
+    else:
+        cublas = timer(lambda: torch.mm(o["w"], bt), args.iters)
+    print(f"| {dtype} | cuBLAS dense{' fp8' if dtype == 'e4m3' else ''} | | | {cublas:.1f} | |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

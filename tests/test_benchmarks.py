@@ -720,8 +720,19 @@ def test_gemm_variants_arguments():
     assert not args.inflight and not args.pingpong and not args.tma_store and args.dtypes == ["bf16", "f16"]
     args = gv.parse_args(["--inflight", "--pingpong", "--dtypes", "bf16", "--stages", "4", "5"])
     assert args.inflight and args.pingpong and args.stages == [4, 5]
+    assert gv.parse_args(["--dtypes", "e4m3"]).dtypes == ["e4m3"]
     with pytest.raises(SystemExit):
-        gv.parse_args(["--dtypes", "e4m3"])
+        gv.parse_args(["--dtypes", "s8"])
+
+
+def test_gemm_variants_e4m3_rows():
+    """e4m3: the tile, pair and metadata-by-TMA kernels of its own names (with INFLIGHT), no ping-pong kernel."""
+    rows = gv.variants(_Module(), _Module(), "e4m3", gv.parse_args(["--meta-tma", "--inflight", "--pingpong"]),
+                       8192, 8192, 132, _Module())
+    assert list(rows) == ["tile", "pair", "pair, metadata by TMA", "tile, metadata by TMA", "tile, INFLIGHT=1",
+                          "pair, INFLIGHT=1", "pair, metadata by TMA, INFLIGHT=1", "tile, metadata by TMA, INFLIGHT=1"]
+    assert rows["tile, metadata by TMA"] == (("sparse_gemm_e4m3_mt", (2048,)), {})
+    assert rows["pair, metadata by TMA, INFLIGHT=1"] == (("sparse_gemm_e4m3_pair_mt", (132,)), {"INFLIGHT": 1})
 
 
 def test_gemm_variants_inflight_and_pingpong_rows():
