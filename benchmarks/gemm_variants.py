@@ -45,6 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--size", type=int, default=8192, help="M = N = K")
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--group-m", nargs="+", type=int, default=[16])
+    ap.add_argument("--only", default="", help="time only the kernels whose label contains this (e.g. 'pair, metadata')")
+    ap.add_argument("--bn", nargs="+", type=int, default=[256], help="tile widths (BN) to time each kernel at")
+    ap.add_argument("--bk", nargs="+", type=int, default=[0],
+                    help="K steps (BK) to time each kernel at (0: the kernel's default)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--tma-store", action="store_true",
                     help="also the kernels whose epilogue stores the tile through shared memory by TMA (_tma)")
@@ -67,16 +71,16 @@ PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}
 
 
 def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: int, n: int, sms: int,
-             meta_tma: Any = None) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """label -> (the kernel launched on its grid, constexprs over BN=256 and the STAGES / GROUP_M
+             meta_tma: Any = None, bn: int = 256) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """label -> (the kernel launched on its grid, constexprs over BN = ``bn`` and the STAGES / GROUP_M
     of the table); ``pingpong`` is the ping-pong module (None without --pingpong), ``meta_tma`` the
     metadata-by-TMA module (None without --meta-tma)."""
     from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
     from sparsile.stdlib.kernels.gemm_schedule import pingpong_ctas
 
-    tiles = -(-m // 128) * -(-n // 256)
+    tiles = -(-m // 128) * -(-n // bn)
     kernels: dict[str, tuple[Any, dict[str, Any]]] = {"tile": (getattr(mod, f"sparse_gemm_{dtype}")[(tiles,)], {})}
-    pairs = pair_ctas(m, n, 256, KERNELS[dtype], 1, True, sms)
+    pairs = pair_ctas(m, n, bn, KERNELS[dtype], 1, True, sms)
     if pairs:
         kernels["pair"] = (getattr(mod, f"sparse_gemm_{dtype}_pair")[(pairs,)], {})
         if args.tma_store:  # the same CTA pairs, the tile stored through shared memory by TMA
@@ -101,6 +105,11 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
     return kernels
 
 
+def shape_of(kw: dict[str, Any]) -> str:
+    """BN x BK (where given), STAGES of a run's constexprs."""
+    return f"{kw['BN']}x{kw['BK']}, {kw['STAGES']}" if "BK" in kw else f"{kw['BN']}, {kw['STAGES']}"
+
+
 def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[..., float],
                 pingpong: Any = None, meta_tma: Any = None) -> None:
     """The table rows of one dtype: each variant, then cuSPARSELt (default, searched) and cuBLAS."""
@@ -109,20 +118,29 @@ def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[
     n = m = k = args.size
     o = B.pruned_operands(dtype, m, n, k, seed=1)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    kernels = variants(mod, pingpong, dtype, args, m, n, torch.cuda.get_device_properties(0).multi_processor_count,
-                       meta_tma)
-    for label, (kern, cfg) in kernels.items():
-        for stages in [cfg["STAGES"]] if "STAGES" in cfg else args.stages:  # the ping-pong kernel: its own
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    runs = [(bn, bk, label, kern, cfg) for bn in args.bn for bk in args.bk
+            for label, (kern, cfg) in variants(mod, pingpong, dtype, args, m, n, sms, meta_tma, bn).items()
+            if args.only in label]
+    for bn, bk, label, kern, cfg in runs:
+        if "STAGES" in cfg and (bn, bk) != (args.bn[0], args.bk[0]):
+            continue  # the ping-pong kernel: its own configuration, once
+        for stages in [cfg["STAGES"]] if "STAGES" in cfg else args.stages:
             for group_m in args.group_m:
-                kw = {"BN": 256, "STAGES": stages, "GROUP_M": group_m, **cfg}
+                kw = {"BN": bn, **({"BK": bk} if bk else {}), "STAGES": stages, "GROUP_M": group_m, **cfg}
 
                 def call(kern: Any = kern, kw: dict[str, Any] = kw) -> None:
                     kern(o["values"], o["meta"], o["b"], c, m, n, k, o["lde"], n, **kw)
                 c.fill_(float("nan"))
-                call()
+                try:
+                    call()
+                except Exception as e:  # a configuration that does not fit (shared memory, registers)
+                    print(f"| {dtype} | {label} | {shape_of(kw)} | {group_m} | - | {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:80]} |", flush=True)
+                    continue
                 torch.cuda.synchronize()
                 err = ((c.float() - o["ref"]).abs().max() / o["scale"]).item()
-                print(f"| {dtype} | {label} | {kw['STAGES']} | {group_m} | {timer(call, args.iters):.1f} | "
+                print(f"| {dtype} | {label} | {shape_of(kw)} | {group_m} | {timer(call, args.iters):.1f} | "
                       f"{err:.1e} |", flush=True)
     bt = o["b"].T
     kw = {"out_dtype": torch.float16} if dtype == "e4m3" else {}
@@ -155,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     mod = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90.spk")
     pingpong = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90_pingpong.spk") if args.pingpong else None
     meta_tma = sp.load(B.ROOT / "stdlib" / "kernels" / "sparse_gemm_sm90_mt.spk") if args.meta_tma else None
-    print("| dtype | kernel | STAGES | GROUP_M | µs | err |\n|---|---|---|---|---|---|")
+    print("| dtype | kernel | BN (x BK), STAGES | GROUP_M | µs | err |\n|---|---|---|---|---|---|")
     for dtype in args.dtypes:
         bench_dtype(mod, dtype, args, profiled_once if args.profile_once else event_time_us, pingpong, meta_tma)
     return 0

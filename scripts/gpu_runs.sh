@@ -18,7 +18,8 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh e4m3-26          # (not run yet) e4m3 8192^3 kernel variants, INFLIGHT, against cuBLAS fp8
+#   bash scripts/gpu_runs.sh e4m3-26b         # (not run yet) the e4m3 pair kernel at other BN x BK, STAGES, GROUP_M
+#   bash scripts/gpu_runs.sh e4m3-26          # (run 2026-12-04) e4m3 8192^3 kernel variants, INFLIGHT, against cuBLAS fp8
 #   bash scripts/gpu_runs.sh host-26          # (run 2026-12-04) a two-launch native replay's host time, profiled
 #   bash scripts/gpu_runs.sh pair-26          # (run 2026-12-04 at 5b950be; the kernel was reverted in 23c376c) CTA-pair decode
 #   bash scripts/gpu_runs.sh verify-26        # (run 2026-12-04) the call cache after 98671d5: GPU tests (native split-K too), host times
@@ -185,6 +186,12 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+e4m3-26b)  # the fastest e4m3 kernel of e4m3-26 (CTA pairs, metadata by TMA; 562 µs with INFLIGHT at 5 stages, cuSPARSELt
+          # searched 520, cuBLAS fp8 768) at other tile shapes: a wider K step halves the per-step waits of MMAs
+          # that are half as long as bf16's
+    run 400 python benchmarks/gemm_variants.py --dtypes e4m3 --meta-tma --inflight --only "pair, metadata" \
+        --bn 256 128 --bk 0 256 --stages 2 3 4 5 6 --group-m 16 8
     ;;
 e4m3-26)  # issue 13's e4m3 target (>= 1.5x cuBLAS fp8 at 8192^3): the e4m3 kernels (tile, pair, metadata by TMA)
          # with and without one MMA group in flight, fp8 MMAs being half as long as bf16's per byte of B
