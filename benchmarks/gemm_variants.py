@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--size", type=int, default=8192, help="M = N = K")
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--group-m", nargs="+", type=int, default=[16])
-    ap.add_argument("--only", default="", help="time only the kernels whose label contains this (e.g. 'pair, metadata')")
+    ap.add_argument("--only", default="",
+                    help="time only the kernels whose label contains this (e.g. 'pair, metadata')")
     ap.add_argument("--bn", nargs="+", type=int, default=[256], help="tile widths (BN) to time each kernel at")
     ap.add_argument("--bk", nargs="+", type=int, default=[0],
                     help="K steps (BK) to time each kernel at (0: the kernel's default)")
