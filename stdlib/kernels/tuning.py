@@ -65,6 +65,7 @@ class GemmConfig:
     group_m: int = DEFAULT_GROUP_M
     tail_split: int = 0  # > 1: whole waves unsplit (pair: CTA pairs), the last wave's rows split K this many ways
     streamk: bool = False  # the stream-K kernel (gemm_streamk.py): every SM an even share of the (tile, K step) work
+    inflight: bool = False  # INFLIGHT=1: one sparse MMA group kept in flight across K steps (no split-K, no tail split)
 
     def __post_init__(self) -> None:
         if self.tail_split and (self.tail_split < 2 or self.split_k != 1):
@@ -72,22 +73,32 @@ class GemmConfig:
                              f"split_k={self.split_k}")
         if self.streamk and (self.split_k != 1 or self.pair or self.tail_split):
             raise ValueError(f"streamk takes split_k 1, no pair and no tail_split, got {self}")
+        if self.inflight and (self.split_k != 1 or self.tail_split or self.streamk):
+            raise ValueError(f"INFLIGHT takes split_k 1, no tail_split and no streamk (the kernels with one MMA group "
+                             f"in flight store C themselves), got {self}")
 
     def to_json(self) -> dict[str, Any]:
         return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
                 "GROUP_M": self.group_m, **({"tail_split": self.tail_split} if self.tail_split else {}),
-                **({"streamk": True} if self.streamk else {})}
+                **({"streamk": True} if self.streamk else {}), **({"INFLIGHT": 1} if self.inflight else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
         return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
                    bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)),
-                   int(data.get("tail_split", 0)), bool(data.get("streamk", False)))
+                   int(data.get("tail_split", 0)), bool(data.get("streamk", False)), _flag(data.get("INFLIGHT", 0)))
 
     def __str__(self) -> str:
         return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
                 f"GROUP_M={self.group_m}" + (f" tail_split={self.tail_split}" if self.tail_split else "")
-                + (" streamk" if self.streamk else ""))
+                + (" streamk" if self.streamk else "") + (" INFLIGHT=1" if self.inflight else ""))
+
+
+def _flag(value: Any) -> bool:
+    """A table's 0 / 1 (or false / true) constexpr flag; ValueError for anything else."""
+    if value not in (0, 1) or type(value) not in (int, bool):
+        raise ValueError(f"INFLIGHT must be 0 or 1, got {value!r}")
+    return bool(value)
 
 
 def default_config(plan: SparseMatmul) -> GemmConfig:
@@ -95,8 +106,14 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
     return GemmConfig(plan.bn, DEFAULT_STAGES, plan.split_k, plan.pair_ctas > 0)
 
 
+INFLIGHT_OPERANDS = ("e4m3",)
+"""Operand types whose tuning space has INFLIGHT twins by default: on the H200 one sparse MMA group
+kept in flight took e4m3 8192³ (CTA pairs, metadata by TMA, STAGES 5) from 582 to 559 µs, where bf16
+tied and f16 gained 2 % (benchmarks/RESULTS.md, twentieth and twenty-sixth sessions)."""
+
+
 def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: bool = True,
-                 streamk: bool = False) -> list[GemmConfig]:
+                 streamk: bool = False, inflight: bool | None = None) -> list[GemmConfig]:
     """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
     has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
@@ -104,7 +121,11 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
     for the head) where C's last wave is part-full, unless ``tails`` is False (the torch layer's
     space: its plans have no tail split). ``streamk`` (off by default: on the H200 it took 1.27-1.65x
     the table's choice's time on every shape timed, docs/autotune.md) adds the stream-K kernel
-    there too (BN the planned one or half of it, f16 / bf16 / e4m3)."""
+    there too (BN the planned one or half of it, f16 / bf16 / e4m3). ``inflight`` (None: for the
+    operand types of :data:`INFLIGHT_OPERANDS`) adds at STAGES 4 and 5 each unsplit config again with
+    one MMA group kept in flight (INFLIGHT=1)."""
+    if inflight is None:
+        inflight = choice.operand in INFLIGHT_OPERANDS
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -117,6 +138,10 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
             out += [GemmConfig(bn, stages, s) for s in splits]
             if has_pair and tiles >= sms:
                 out.append(GemmConfig(bn, stages, 1, True))
+            if inflight and stages >= 4:
+                out.append(GemmConfig(bn, stages, inflight=True))
+                if has_pair and tiles >= sms:
+                    out.append(GemmConfig(bn, stages, 1, True, inflight=True))
             if stages >= 4 and tails:
                 out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
                 if streamk and choice.operand in STREAMK_OPERANDS and bn >= top // 2 and tiles % sms:
@@ -162,8 +187,9 @@ def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: boo
 
 
 def launch(plan: SparseMatmul | TailSplitMatmul | StreamKMatmul, config: GemmConfig, interpret: bool = False) -> Any:
-    """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES and GROUP_M; returns C."""
-    return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m)
+    """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES, GROUP_M and INFLIGHT; returns C."""
+    flight = {"INFLIGHT": 1} if config.inflight and isinstance(plan, SparseMatmul) and not plan.partials else {}
+    return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m, **flight)
 
 
 # ------------------------------------------------------------------------------------------------

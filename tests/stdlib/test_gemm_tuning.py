@@ -45,6 +45,42 @@ def test_config_space_follows_the_shape() -> None:
     assert {c.bn for c in config_space(KERNELS["tf32"], 1024, 4096, 1024, 132)} == {128, 64, 32}
 
 
+def test_inflight_twins_for_e4m3() -> None:
+    """INFLIGHT twins of the unsplit configs at STAGES 4 and 5 (pairs too) for e4m3 by default,
+    not for the 16-bit types unless asked for; never with split-K or a tail split."""
+    e4m3 = config_space(KERNELS["e4m3"], 8192, 8192, 8192, 132)
+    flying = [c for c in e4m3 if c.inflight]
+    assert GemmConfig(256, 5, 1, True, inflight=True) in flying and GemmConfig(256, 4, inflight=True) in flying
+    assert {c.stages for c in flying} == {4, 5} and all(c.split_k == 1 and not c.tail_split for c in flying)
+    assert not any(c.inflight for c in config_space(KERNELS["bf16"], 8192, 8192, 8192, 132))
+    assert any(c.inflight for c in config_space(KERNELS["bf16"], 8192, 8192, 8192, 132, inflight=True))
+    assert not any(c.inflight for c in config_space(KERNELS["e4m3"], 8192, 8192, 8192, 132, inflight=False))
+
+
+def test_inflight_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table's "INFLIGHT": 1 round-trips, reaches the GEMM launch as INFLIGHT=1 (not a plan that
+    stores partial sums), and is refused with split-K or a tail split; a bad value is no entry."""
+    from sparsile.stdlib.kernels.gemm import SparseMatmul
+
+    config = GemmConfig(256, 5, 1, True, inflight=True)
+    assert config.to_json()["INFLIGHT"] == 1 and GemmConfig.from_json(config.to_json()) == config
+    assert "INFLIGHT" not in GemmConfig(256).to_json() and str(config).endswith(" INFLIGHT=1")
+    for bad in ({"split_k": 2}, {"tail_split": 2}):
+        with pytest.raises(ValueError, match="INFLIGHT takes split_k 1, no tail_split and no streamk"):
+            GemmConfig(256, 4, inflight=True, **bad)
+    for value in (2, "1", 0.5):
+        with pytest.raises(ValueError, match="INFLIGHT must be 0 or 1"):
+            GemmConfig.from_json({"BN": 256, "INFLIGHT": value})
+    assert lookup({table_key("e4m3", 256, 64, 512): {"config": {"BN": 32, "INFLIGHT": 3}}}, "e4m3", 256, 64, 512) is None
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(SparseMatmul, "run", lambda self, interpret=False, **kw: seen.append(kw))
+    weight, b = problem("e4m3", 130, 40, 512, seed=3)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    launch(plan, GemmConfig(32, 4, inflight=True), interpret=True)
+    launch(plan, GemmConfig(32, 4), interpret=True)
+    assert seen == [{"STAGES": 4, "GROUP_M": 16, "INFLIGHT": 1}, {"STAGES": 4, "GROUP_M": 16}]
+
+
 def test_default_config_is_the_planned_one() -> None:
     weight, b = problem("f16", 8192 // 32, 96, 512, seed=1)
     plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
@@ -55,6 +91,8 @@ def test_default_config_is_the_planned_one() -> None:
     ("f16", 130, 40, 512, GemmConfig(32, 3, 2), 132),             # a narrower tile, split-K 2, 3 stages
     ("bf16", 70, 20, 384, GemmConfig(16, 5, 1, group_m=1), 132),  # BN 16, 5 stages
     ("f16", 256, 64, 256, GemmConfig(32, 3, 1, True), 2),          # the CTA-pair kernel on 2 CTAs
+    ("e4m3", 130, 40, 768, GemmConfig(32, 4, inflight=True), 132),   # one MMA group in flight
+    ("e4m3", 256, 64, 1024, GemmConfig(32, 4, 1, True, inflight=True), 2),  # the same on CTA pairs
 ])
 def test_every_kind_of_config_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig,
                                               sms: int) -> None:
