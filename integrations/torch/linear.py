@@ -424,6 +424,10 @@ class SparseLinear(nn.Module):
         self._invalidate()
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "activation":  # checked here as in __init__, not at the next call (SP0904, SP0905)
+            checked_activation(value)
+        elif name == "out_dtype":
+            checked_out_dtype(value)
         super().__setattr__(name, value)
         if (name in _BUFFERS or name in ("activation", "out_dtype")) and "_records" in self.__dict__:
             self._invalidate()  # (the records fuse the activation and store the output type)

@@ -187,3 +187,19 @@ def test_setting_the_activation_or_out_dtype_after_a_call_takes_effect(attribute
     assert y.dtype == (torch.float32 if attribute == "out_dtype" else torch.bfloat16)
     if attribute == "activation":
         assert (y >= 0).all() and (layer.to_dense().double() @ x.double().T).min() < 0
+
+
+@pytest.mark.parametrize(("attribute", "value", "code", "message"), [
+    ("activation", "tanh", "SP0904", "unknown activation 'tanh'"),
+    ("out_dtype", torch.int8, "SP0905", "out_dtype torch.int8 is not one the kernel stores"),
+    ("out_dtype", "bf16", "SP0905", "out_dtype bf16 is not one the kernel stores"),
+])
+def test_setting_a_bad_activation_or_out_dtype_is_refused_at_once(attribute, value, code, message):
+    """Assigned after construction, a bad activation or output type is refused as the constructor
+    refuses it, and the layer keeps its own (an int8 out_dtype was a KeyError inside the next call)."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    before = layer(x)
+    err = _error(setattr, layer, attribute, value)
+    assert (err.code, err.message) == (code, message)
+    assert getattr(layer, attribute) is None and torch.equal(layer(x), before)
