@@ -20,6 +20,7 @@ CPU the interpreter checks them on every call.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -53,6 +54,10 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
                     out_dtype: torch.dtype | None) -> torch.dtype:
     """The output dtype, after checking that the arguments fit together (shapes only: this runs
     on fake tensors too)."""
+    for what, t in (("x", x), ("values", values), ("meta", meta)):
+        if not isinstance(t, torch.Tensor):  # the dispatcher lets None through for a Tensor argument
+            raise _bad(f"{what} must be a tensor, got {type(t).__name__}", help="pass x and a SparseLinear's "
+                       "values and meta", code=SP_BAD_TENSOR if what == "x" else SP_OP_ARGUMENTS)
     checked_activation(activation)
     checked_out_dtype(out_dtype)
     if values.dim() != 2 or values.dtype not in NAME_OF:
@@ -78,7 +83,7 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     if scale_w is not None and scale_w.numel() not in (1, n):
         raise _bad(f"scale_w has {scale_w.numel()} elements; it is per tensor (1) or per output channel ({n})",
                    help="pass SparseLinear.scale_w")
-    tokens = x.numel() // max(1, int(x.shape[-1]))
+    tokens = math.prod(x.shape[:-1])
     if scale_x is not None and scale_x.numel() not in (1, tokens):
         raise _bad(f"scale_x has {scale_x.numel()} elements; it is per tensor (1) or per token ({tokens})",
                    help="pass the scale quantize_per_token_e4m3 returned")
@@ -104,7 +109,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     the CPU and CUDA implementation of ``torch.ops.sparsile.sparse_linear``."""
     out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
     n = int(values.shape[0])
-    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()  # (-1 is ambiguous for K = 0)
     if x2.shape[0] == 0:
         return x.new_empty((*x.shape[:-1], n), dtype=out)
     if scale_x is not None:  # 1-D and contiguous as the kernel reads it (a 0-d scale, a strided column)
@@ -149,7 +154,7 @@ def _sparse_linear_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tenso
 def quantize_per_token_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_q float8_e4m3fn of x's shape, scale_x float32 of x.shape[:-1]) with x ≈ x_q * scale_x."""
     _check_quantize_input(x)
-    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
     xq, scale = quantize_per_token(x2)
     return xq.reshape(x.shape), scale.reshape(x.shape[:-1])
 

@@ -156,3 +156,31 @@ def test_argument_errors_are_sp0906_and_sp0901():
         torch.ops.sparsile.quantize_per_token_e4m3(torch.ones(3, 4, dtype=torch.int32))
     assert (info.value.code, info.value.message) == (
         "SP0901", "quantize_per_token_e4m3 takes (..., K) bfloat16, float16 or float32 x, got torch.int32 (3, 4)")
+
+
+def test_missing_tensors_are_sp0901_and_sp0906():
+    """The dispatcher passes None through for the op's Tensor arguments: refused by the op's checks
+    (it was an AttributeError inside them)."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    cases = [((None, layer.values, layer.meta), "SP0901", "x must be a tensor, got NoneType"),
+             ((x, None, layer.meta), "SP0906", "values must be a tensor, got NoneType"),
+             ((x, layer.values, None), "SP0906", "meta must be a tensor, got NoneType")]
+    for args, code, message in cases:
+        err = _error(*args)
+        assert (err.code, err.message) == (code, f"sparsile.sparse_linear: {message}")
+
+
+def test_empty_k_gives_the_epilogue_of_zero_sums():
+    """K = 0 (values (N, 0)): y = activation(bias) per token, and quantize_per_token_e4m3 of a
+    (T, 0) x gives (T, 0) and T scales (both were a reshape error: -1 is ambiguous with no elements)."""
+    bias = torch.linspace(-2, 2, 32)
+    x = torch.ones(4, 0, dtype=torch.bfloat16)
+    values, meta = torch.zeros(32, 0, dtype=torch.bfloat16), torch.zeros(32, 0, dtype=torch.int32)
+    y = torch.ops.sparsile.sparse_linear(x, values, meta, bias, activation="relu")
+    assert y.shape == (4, 32) and torch.equal(y.float(), torch.relu(bias).bfloat16().float().expand(4, 32))
+    fp8 = torch.ops.sparsile.sparse_linear(x.to(torch.float8_e4m3fn), values.to(torch.float8_e4m3fn), meta, bias,
+                                           torch.ones(4), torch.ones(32))
+    assert torch.equal(fp8.float(), bias.bfloat16().float().expand(4, 32))
+    xq, scale = torch.ops.sparsile.quantize_per_token_e4m3(torch.ones(2, 4, 0))
+    assert xq.shape == (2, 4, 0) and xq.dtype == torch.float8_e4m3fn and scale.shape == (2, 4)
