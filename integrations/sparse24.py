@@ -144,8 +144,17 @@ def shards(path: Path) -> list[Path]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
             raise _config_error(f"{index} has no readable weight_map ({exc})", help="rewrite the index") from exc
-        return [path / name for name in sorted(set(weight_map.values()))]
-    files = sorted(path.glob("*.safetensors"))
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise _config_error(f"{index} has no readable weight_map (not an object of tensor names to file names)",
+                                help="rewrite the index")
+        files = [path / name for name in sorted(set(weight_map.values()))]
+        missing = [str(f.relative_to(path)) for f in files if not f.is_file()]
+        if missing:
+            raise _config_error(f"{index} names {missing[0]!r}, which is not a file of the folder"
+                                + (f" ({len(missing) - 1} more such)" if len(missing) > 1 else ""),
+                                help="copy every shard the index names into the folder, or rewrite the index")
+        return files
+    files = sorted(f for f in path.glob("*.safetensors") if f.is_file())
     if not files:
         raise _config_error(f"{path} holds no .safetensors file", help="write the weights to model.safetensors")
     return files

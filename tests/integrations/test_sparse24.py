@@ -75,3 +75,20 @@ def test_in_features_not_a_multiple_of_4_cannot_be_written():
     err = _error(bitmask_layout, values, indices, 6, "proj")
     assert (err.code, err.message) == (
         "SP0915", "layer proj: in_features = 6 is not a multiple of 4; sparse-24-bitmask stores whole groups of 4")
+
+
+@pytest.mark.parametrize(("index", "message"), [
+    ('{"weight_map": ["a"]}', "has no readable weight_map (not an object of tensor names to file names)"),
+    ('{"weight_map": {"a": 3}}', "has no readable weight_map (not an object of tensor names to file names)"),
+    ('{"weight_map": {"a": "gone.safetensors", "b": "lost.safetensors"}}',
+     "names 'gone.safetensors', which is not a file of the folder (1 more such)"),
+])
+def test_a_bad_shard_index_is_sp0912(tmp_path, index, message):
+    """An index whose weight_map is not names to file names, or names a shard the folder lacks, was
+    an AttributeError, a TypeError or a FileNotFoundError from inside the reader."""
+    from sparsile.integrations.sparse24 import INDEX, shards
+
+    (tmp_path / INDEX).write_text(index)
+    with pytest.raises(IntegrationError) as info:
+        shards(tmp_path)
+    assert (info.value.code, info.value.message) == ("SP0912", f"{tmp_path / INDEX} {message}")
