@@ -119,20 +119,26 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     groups = _layer_groups(set(tensors))
     report = LoadReport()
     used: set[str] = set()
+    bias_missing, bias_unexpected = [], []  # a bias of the model's linear the checkpoint lacks, or the reverse
     for name, prefix in groups.items():
         shape = checked_shape(tensors[f"{prefix}.shape"], name)
         module = _target_module(model, name, shape)
+        has_bias = getattr(module, "bias", None) is not None
+        if has_bias != (f"{name}.bias" in tensors):
+            (bias_missing if has_bias else bias_unexpected).append(f"{name}.bias")
         layer = _sparse_layer(tensors, name, prefix, module)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, layer)
-        used |= {f"{prefix}.{p}" for p in _PARTS} | {f"{name}.bias", f"{name}.weight_scale"}
+        used |= {f"{prefix}.{p}" for p in _PARTS} | {f"{name}.bias"}
+        if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
+            used.add(f"{name}.weight_scale")
         report.sparse.append(name)
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
     on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
     result = model.load_state_dict(plain, strict=False, assign=on_meta)
     layer_keys = tuple(f"{name}." for name in groups)
-    report.missing = [k for k in result.missing_keys if not k.startswith(layer_keys)]
-    report.unexpected = list(result.unexpected_keys)
+    report.missing = bias_missing + [k for k in result.missing_keys if not k.startswith(layer_keys)]
+    report.unexpected = bias_unexpected + list(result.unexpected_keys)
     if strict and (report.missing or report.unexpected):
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: missing "
                                f"{report.missing[:5]}, unexpected {report.unexpected[:5]}",

@@ -195,3 +195,30 @@ def test_layer_and_module_errors(tmp_path):
     err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
     assert (err.code, err.message) == ("SP0913", "layer proj: int8 compressed values without proj.weight_scale (int8 "
                                                  "weights have no kernel here)")
+
+
+def test_a_bias_or_weight_scale_only_one_side_has_is_reported(tmp_path):
+    """The sparse layer is built from the checkpoint, so a bias the model's linear has and the
+    checkpoint lacks (or the reverse), or a weight_scale next to 16-bit values, was dropped or
+    added without a word: strict loading refuses them (SP0914), strict=False reports them."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({k: v for k, v in tensors.items() if k != "proj.bias"}, tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0914", "the checkpoint and the model differ: missing ['proj.bias'], "
+                                                 "unexpected []")
+    model = _One()
+    report = spt.load_sparse24_checkpoint(model, tmp_path, strict=False)
+    assert (report.missing, report.unexpected, model.proj.bias) == (["proj.bias"], [], None)
+
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    no_bias = _One()
+    no_bias.proj = torch.nn.Linear(32, 16, bias=False).half()
+    report = spt.load_sparse24_checkpoint(no_bias, tmp_path, strict=False)
+    assert (report.missing, report.unexpected) == ([], ["proj.bias"])
+
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({**tensors, "proj.weight_scale": np.ones((16, 1), np.float32)}, tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0914", "the checkpoint and the model differ: missing [], unexpected "
+                                                 "['proj.weight_scale']")
