@@ -9,6 +9,7 @@ skipped with its reason in the returned :class:`SparsifyReport` (also logged at 
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from ...stdlib.kernels.gemm import KERNELS
-from ..errors import IntegrationError
+from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_groups, fuse_projections_
 from .linear import SparseLinear, weight_dtype_name
 
@@ -69,6 +70,23 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     return None
 
 
+def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) -> None:
+    """SP0907 for arguments of the wrong kind; SP0903 for a ``dtype`` no layer could take (rather
+    than every linear skipped for it)."""
+    if not isinstance(model, nn.Module):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"sparsify_ takes an nn.Module, got {type(model).__name__}",
+                               help="pass the model whose nn.Linear layers are swapped in place")
+    if filter_fn is not None and not callable(filter_fn):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"filter_fn must be None or a function (module, fqn) -> bool, "
+                               f"got {type(filter_fn).__name__}", help="leave it unset to swap every linear")
+    if not isinstance(min_features, numbers.Integral) or isinstance(min_features, bool) or min_features < 0:
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"min_features must be a non-negative integer, got "
+                               f"{min_features!r}", help="layers with fewer in or out features stay dense "
+                               "(default 128)")
+    if dtype is not None:
+        weight_dtype_name(dtype)
+
+
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
               interpret: bool = False, min_features: int = 128, trainable: bool = False,
               fuse: Any = False, traced: bool = False) -> SparsifyReport:
@@ -88,6 +106,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``;
     ``traced=True`` fuses inside torch.compile traces too (``fuse_projections_(traced=True)``).
     """
+    _check_arguments(model, filter_fn, dtype, min_features)
     groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
     for fqn, module in list(model.named_modules()):

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from sparsile.integrations.errors import IntegrationError
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 
 torch = pytest.importorskip("torch")
@@ -113,3 +114,25 @@ def test_missing_torch_is_sp0900():
     """)
     assert run.stdout.splitlines() == ["SP0900 | sparsile.torch needs PyTorch, which is not installed",
                                        "[[1.0, 2.0]]"], run.stderr
+
+
+@pytest.mark.parametrize(("call", "code", "message"), [
+    (lambda m: spt.sparsify_("model"), "SP0907", "sparsify_ takes an nn.Module, got str"),
+    (lambda m: spt.sparsify_(m, filter_fn=3), "SP0907",
+     "filter_fn must be None or a function (module, fqn) -> bool, got int"),
+    (lambda m: spt.sparsify_(m, min_features="small"), "SP0907",
+     "min_features must be a non-negative integer, got 'small'"),
+    (lambda m: spt.sparsify_(m, min_features=None), "SP0907", "min_features must be a non-negative integer, got None"),
+    (lambda m: spt.sparsify_(m, min_features=-1), "SP0907", "min_features must be a non-negative integer, got -1"),
+    (lambda m: spt.sparsify_(m, "bf16"), "SP0907",  # dtype passed where filter_fn goes
+     "filter_fn must be None or a function (module, fqn) -> bool, got str"),
+    (lambda m: spt.sparsify_(m, dtype="fp64", interpret=True), "SP0903", "dtype fp64 has no 2:4 sparse linear kernel"),
+])
+def test_bad_arguments_are_refused_before_any_swap(call, code, message):
+    """A non-module, a filter_fn that cannot be called and a min_features that is not an integer were
+    an AttributeError / TypeError from inside the loop; a dtype no layer can take skipped every linear."""
+    model = torch.nn.Sequential(linear(64, 64, seed=1), torch.nn.ReLU(), linear(64, 64, seed=2))
+    with pytest.raises(IntegrationError) as info:
+        call(model)
+    assert (info.value.code, info.value.message) == (code, message)
+    assert all(isinstance(m, torch.nn.Linear) for m in (model[0], model[2]))
