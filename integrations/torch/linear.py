@@ -139,7 +139,7 @@ def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
         w = torch.nn.functional.pad(w, (0, 4 - k % 4))
     groups = w.reshape(n, -1, 4)
     keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, groups.abs().topk(2, dim=2).indices, True)
-    pruned = (groups * keep).reshape(n, -1)
+    pruned = torch.where(keep, groups, 0.0).reshape(n, -1)  # (not groups * keep: NaN * 0 and inf * 0 are NaN)
     amax = pruned.abs().amax(dim=1)
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     return (pruned / scale[:, None]).to(torch.float8_e4m3fn), scale

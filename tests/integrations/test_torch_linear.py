@@ -203,3 +203,20 @@ def test_setting_a_bad_activation_or_out_dtype_is_refused_at_once(attribute, val
     err = _error(setattr, layer, attribute, value)
     assert (err.code, err.message) == (code, message)
     assert getattr(layer, attribute) is None and torch.equal(layer(x), before)
+
+
+def test_e4m3_from_dense_with_non_finite_weights_computes():
+    """A NaN or inf weight in an e4m3 layer: pruning multiplied the dropped weights by 0 (NaN * 0 is
+    NaN), so from_dense failed with SP0803 "not 2:4 sparse". Now the layer builds, the rows holding
+    them give non-finite outputs (as a dense layer would) and every other row is unchanged."""
+    dense = linear(16, 64, dtype=torch.float32, seed=9)
+    finite = spt.SparseLinear.from_dense(dense, "e4m3")
+    with torch.no_grad():
+        dense.weight[3, 5] = float("nan")
+        dense.weight[7, 9] = float("inf")
+    layer = spt.SparseLinear.from_dense(dense, "e4m3")
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    y, ref = layer(x), finite(x)
+    assert not y[:, 3].isfinite().any() and not y[:, 7].isfinite().any()
+    others = [i for i in range(16) if i not in (3, 7)]
+    assert torch.equal(y[:, others], ref[:, others])
