@@ -12,6 +12,7 @@ weight's type as it is: the output follows x. docs/torch.md has the conventions.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -78,12 +79,13 @@ def checked_activation(activation: Any) -> str | None:
 
 
 def checked_features(in_features: Any, out_features: Any, layer: str, code: str) -> tuple[int, int]:
-    """``(in_features, out_features)`` when both are positive integers, else ``code`` for ``layer``."""
-    if not (isinstance(in_features, int) and isinstance(out_features, int) and in_features > 0
-            and out_features > 0):
+    """``(in_features, out_features)`` as ints when both are positive integers (numpy's too, not
+    bools), else ``code`` for ``layer``."""
+    if not all(isinstance(f, numbers.Integral) and not isinstance(f, bool) and f > 0
+               for f in (in_features, out_features)):
         raise IntegrationError(code, f"a {layer} needs positive in/out features, got "
                                f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
-    return in_features, out_features
+    return int(in_features), int(out_features)
 
 
 def dense_weight(linear: Any, code: str) -> torch.Tensor:
@@ -183,8 +185,8 @@ class SparseLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None):
         super().__init__()
-        self.in_features, self.out_features = checked_features(in_features, out_features, "SparseLinear",
-                                                               SP_CANNOT_SPARSIFY)
+        in_features, out_features = checked_features(in_features, out_features, "SparseLinear", SP_CANNOT_SPARSIFY)
+        self.in_features, self.out_features = in_features, out_features
         self.weight_dtype = weight_dtype_name(dtype)
         self.activation = checked_activation(activation)
         self.out_dtype = checked_out_dtype(out_dtype)

@@ -210,8 +210,8 @@ class SemiSparseLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.in_features, self.out_features = checked_features(in_features, out_features, "SemiSparseLinear",
-                                                               SP_TRAIN_LAYER)
+        in_features, out_features = checked_features(in_features, out_features, "SemiSparseLinear", SP_TRAIN_LAYER)
+        self.in_features, self.out_features = in_features, out_features
         self.weight_dtype = weight_dtype_name(dtype)
         if self.weight_dtype == "e4m3":
             raise IntegrationError(SP_TRAIN_LAYER, "sparse training computes in bf16 or f16, not e4m3",

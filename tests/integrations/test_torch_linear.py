@@ -220,3 +220,13 @@ def test_e4m3_from_dense_with_non_finite_weights_computes():
     assert not y[:, 3].isfinite().any() and not y[:, 7].isfinite().any()
     others = [i for i in range(16) if i not in (3, 7)]
     assert torch.equal(y[:, others], ref[:, others])
+
+
+def test_features_are_integers_not_bools():
+    """SparseLinear(True, 8) was taken as one input feature and failed inside the metadata code
+    (SP0804, "k must be a non-negative integer"); numpy integers were refused as not positive."""
+    err = _error(spt.SparseLinear, True, 8)
+    assert (err.code, err.message) == ("SP0902", "a SparseLinear needs positive in/out features, got True x 8")
+    layer = spt.SparseLinear(np.int64(64), np.int32(32))
+    assert (layer.in_features, layer.out_features) == (64, 32) and type(layer.in_features) is int
+    assert layer(torch.ones(2, 64, dtype=torch.bfloat16)).shape == (2, 32)
