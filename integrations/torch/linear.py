@@ -285,10 +285,12 @@ class SparseLinear(nn.Module):
             layer.scale_w = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).to(device)
         return layer  # encode_metadata checked the indices: its words are valid by construction
 
-    def check_metadata(self) -> None:
+    def check_metadata(self, words: torch.Tensor | None = None) -> None:
         """Validate the metadata words (format, shape, every nibble): when a state dict is loaded,
-        never per call (words encoded by :meth:`from_compressed` are valid by construction)."""
-        host = as_host_array(self.meta.detach(), "meta")
+        never per call (words encoded by :meth:`from_compressed` are valid by construction).
+        ``words``: words about to be loaded (as int32, the buffer's type), checked before they are."""
+        words = self.meta if words is None else words.to(torch.int32)
+        host = as_host_array(words.detach(), "meta")
         validate_metadata(np.ascontiguousarray(host).view(np.uint32), "sm90", self.weight_dtype,
                           m=self.out_features, k=self.in_features)
         self._invalidate()
@@ -420,8 +422,14 @@ class SparseLinear(nn.Module):
         return result
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+        incoming = state_dict.get(prefix + "meta")
+        # checked before the copy, so that refused words never reach the buffer (on CUDA they are
+        # trusted); words of another shape are torch's size mismatch, and not copied
+        checked = isinstance(incoming, torch.Tensor) and incoming.shape == self.meta.shape
+        if checked:
+            self.check_metadata(incoming)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if prefix + "meta" in state_dict:
+        if incoming is not None and not checked:
             self.check_metadata()
         self._invalidate()
 

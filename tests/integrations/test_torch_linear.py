@@ -230,3 +230,18 @@ def test_features_are_integers_not_bools():
     layer = spt.SparseLinear(np.int64(64), np.int32(32))
     assert (layer.in_features, layer.out_features) == (64, 32) and type(layer.in_features) is int
     assert layer(torch.ones(2, 64, dtype=torch.bfloat16)).shape == (2, 32)
+
+
+def test_refused_metadata_is_not_loaded():
+    """Words that fail validation (SP0807) were copied into the buffer before the check raised,
+    leaving the layer with them (a CUDA call trusts its words); they are checked before the copy."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    before = layer.meta.clone()
+    state = layer.state_dict()
+    state["meta"] = torch.full_like(state["meta"], -1)  # nibble 0xF is undefined
+    with pytest.raises(ValueError) as info:
+        layer.load_state_dict(state)
+    assert info.value.code == "SP0807" and torch.equal(layer.meta, before)
+    state["meta"] = before.long()  # words of another integer type load as int32
+    layer.load_state_dict(state)
+    assert layer.meta.dtype == torch.int32 and torch.equal(layer.meta, before)
