@@ -346,6 +346,8 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     if persistent is not None and not isinstance(persistent, bool):
         raise bad_input(f"persistent of the decode kernel must be True, False or None, got {persistent!r}",
                         code=SP_DECODE)
+    if reduce is not None:
+        reduce_mode(reduce)  # checked whatever the split (it was read only for split-K plans)
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
                               split_k=1, kernel="gemm", _quantized_in_kernel=True, _feature_major=feature_major,
                               **linear)

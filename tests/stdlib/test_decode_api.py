@@ -113,6 +113,10 @@ def test_reduce_mode_is_checked_and_read_from_the_environment(monkeypatch):
         assert _code_message(lambda: plan(weight.values, weight.meta, x, interpret=True, split_k=2,  # noqa: B023
                                           reduce="atomic")) == (
             "SP0860", "reduce of the decode kernel must be 'launch' or 'kernel', got 'atomic'")
+    # checked without split-K too (plan_sparse_decode read it only for split-K plans: silently ignored)
+    assert _code_message(lambda: plan_sparse_decode(weight.values, weight.meta, x, interpret=True, split_k=1,
+                                                    reduce="atomic")) == (
+        "SP0860", "reduce of the decode kernel must be 'launch' or 'kernel', got 'atomic'")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
