@@ -11,6 +11,7 @@ arguments.
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +43,12 @@ def array_kind(x: Any) -> str:
     if kind == "torch?":
         return "torch" if getattr(x, "is_cuda", False) is True else "torch-cpu"
     return kind
+
+
+def plain_int(v: Any) -> Any:
+    """``v`` as a Python int when it is an integer of another type (numpy's), else ``v`` itself (a
+    bool or a float stays one, for the checks that refuse it)."""
+    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, (bool, int)) else v
 
 
 def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -> SparsityError:

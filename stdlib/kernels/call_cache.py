@@ -149,8 +149,8 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
     sig_o = None if out is None else _array_signature(out, interpret)
     if sig_m is None or (out is not None and sig_o is None):
         return None
-    # each option with its type: 2.0, True and numpy's 2 equal (and hash as) 2, but planning refuses
-    # them for split_k or num_sms where it takes 2 (a replay would run them)
+    # each option with its type: 2.0 and True equal (and hash as) 2, but planning refuses them for
+    # split_k or num_sms where it takes 2 (a replay would run them); numpy's 2 is planned as 2
     typed = tuple((type(v), v) for v in options)
     try:
         return _Key((sig_v, sig_m, sig_b, sig_o, interpret, typed, env, devices.default_ordinal))

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_kind, bad_input, empty_array, pad_columns, zeros_array
+from .arrays import array_kind, bad_input, empty_array, pad_columns, plain_int, zeros_array
 from .decode_config import (  # noqa: F401 (re-exported: callers import the decode plan's sizes from here)
     BM256_MIN_TILE,
     DECODE_BM,
@@ -341,6 +341,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     plan's ``config.source`` says which ("heuristic", "explicit", "table:<file>")."""
     from .linear import plan_sparse_linear, planned_sm_count
 
+    split_k, num_sms, stages, bm = (plain_int(v) for v in (split_k, num_sms, stages, bm))  # numpy integers too
     if not isinstance(pdl, bool):
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
     if persistent is not None and not isinstance(persistent, bool):

@@ -47,6 +47,7 @@ from .arrays import (
     empty_array,
     output_array,
     pad_columns,
+    plain_int,
 )
 from .gemm_operands import checked_operands, kernel_words
 
@@ -332,6 +333,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     from .decode import check_kernel_choice
     from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
 
+    split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
     check_kernel_choice(kernel)  # SP0860 for a kernel choice there is not, whatever the target
     if schedule is not None:

@@ -44,6 +44,7 @@ from .arrays import (
     output_array,
     pad_columns,
     placed_array,
+    plain_int,
     zeros_array,
 )
 from .gemm import (
@@ -302,6 +303,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
     Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
     format)."""
+    split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
         raise bad_input(f"num_sms must be a positive integer, got {num_sms!r}",

@@ -596,3 +596,20 @@ def test_gpu_staged_epilogue_matches_float64(monkeypatch, dtype, n_out, t, k, ou
     poisoned output (ragged edges; large T on a BN = 256 tile; the pair kernel)."""
     monkeypatch.setenv("SPARSILE_LINEAR_STAGE_Y", "1")
     test_gpu_epilogue_torch_in_place(dtype, n_out, t, k, out_dtype, bias, act, sw, sx, split)
+
+
+def test_numpy_integers_are_integers_for_split_k_and_num_sms():
+    """split_k=np.int64(2) was refused as "split_k must be an integer from 1 to 64, got np.int64(2)"
+    (and num_sms likewise by sparse_linear), on every kernel; they are taken as the ints they are."""
+    from sparsile.stdlib.kernels.decode import plan_sparse_decode
+
+    values, meta = prune_and_compress(np.random.default_rng(0).standard_normal((64, 64)), "f16")
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float16)
+    for kernel in ("decode", "gemm"):
+        plan = plan_sparse_linear(values, meta, x, interpret=True, kernel=kernel, split_k=np.int64(2),
+                                  num_sms=np.int32(8))
+        assert (plan.config.split_k if kernel == "decode" else plan.split_k) == 2
+    decode = plan_sparse_decode(values, meta, x, interpret=True, split_k=np.int64(2), stages=np.int64(3))
+    assert (decode.config.split_k, decode.config.stages) == (2, 3)
+    expect = sparse_linear(values, meta, x, interpret=True, split_k=2)
+    np.testing.assert_array_equal(sparse_linear(values, meta, x, interpret=True, split_k=np.int64(2)), expect)
