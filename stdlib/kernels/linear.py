@@ -310,8 +310,11 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                         help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
     act = activation_name(activation)
     y_dtype = linear_out_dtype(out_dtype, x)
-    x_shape = tuple(int(s) for s in getattr(x, "shape", ()))
-    x_dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise bad_input(f"x must be an array (numpy, torch or cupy), got {type(x).__name__}",
+                        help="pass x as a (T, K) array, e.g. np.asarray(x, np.float16)")
+    x_shape = tuple(int(s) for s in x.shape)
+    x_dtype = str(x.dtype).removeprefix("torch.")
     if len(x_shape) != 2:
         raise bad_input(f"x must be a 2-D (T, K) array, got shape {x_shape}",
                         help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")

@@ -613,3 +613,13 @@ def test_numpy_integers_are_integers_for_split_k_and_num_sms():
     assert (decode.config.split_k, decode.config.stages) == (2, 3)
     expect = sparse_linear(values, meta, x, interpret=True, split_k=2)
     np.testing.assert_array_equal(sparse_linear(values, meta, x, interpret=True, split_k=np.int64(2)), expect)
+
+
+@pytest.mark.parametrize("x", [[[1.0] * 64] * 4, None])
+def test_x_that_is_not_an_array_is_named_as_such(x):
+    """A list or None for x was reported as "x must be a 2-D (T, K) array, got shape ()"."""
+    values, meta = prune_and_compress(np.ones((32, 64), np.float32), "f16")
+    with pytest.raises(SparsityError) as info:
+        sparse_linear(values, meta, x, interpret=True)
+    assert (info.value.code, info.value.message) == (
+        "SP0804", f"x must be an array (numpy, torch or cupy), got {type(x).__name__}")
