@@ -242,9 +242,11 @@ def validate_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandTyp
     except for "logical", where they default to the array's). Raises :class:`SparsityError`.
     """
     if isinstance(meta, MetadataBuffer):
+        checked_size(meta.m, "MetadataBuffer.m")  # a tag built by hand: its sizes and words checked
+        checked_size(meta.k, "MetadataBuffer.k")  # as a raw array's are
         check_tag(meta, fmt, dtype, m, k)
         fmt, op, m, k = meta.fmt, meta.operand, meta.m, meta.k
-        data = meta.data
+        data = meta.data if isinstance(meta.data, np.ndarray) else as_host_array(meta.data, "metadata")
     else:
         if fmt is None or dtype is None:
             raise SparsityError(SP_MISSING_SIZE, "a raw metadata array needs fmt= and dtype= to be checked",

@@ -163,3 +163,27 @@ def test_logical_content_checks():
     raises("SP0813", np.full((2, 3, 1), 2, np.uint8), "logical", "tf32")
     raises("SP0806", good.astype(np.float32), "logical", "f16")
     raises("SP0805", good, "logical", "f16", 4, 40)
+
+
+def test_a_hand_built_buffer_is_checked_like_a_raw_array():
+    """MetadataBuffer is a public dataclass: one built with a list, None or a torch tensor as its
+    words was an AttributeError inside the check (no .shape / a torch dtype has no .kind), and a
+    string m gave "encoded for m = 64, but m = 64 is expected"."""
+    from sparsile.stdlib.sparsity import MetadataBuffer, SparsityError, encode_metadata, validate_metadata
+
+    good = encode_metadata(np.tile(np.array([0, 1], np.uint8), (16, 8, 1)), "sm90", "f16")
+    cases = [
+        (MetadataBuffer(good.data.tolist(), "sm90", "f16", 16, 32), "SP0806",
+         "sm90 metadata must be uint32 words, found int64"),
+        (MetadataBuffer(None, "sm90", "f16", 16, 32), "SP0804",
+         "metadata is not a numeric array (element type object)"),
+        (MetadataBuffer(good.data, "sm90", "f16", "16", 32), "SP0804",
+         "MetadataBuffer.m must be a non-negative integer, got '16'"),
+    ]
+    for buffer, code, message in cases:
+        with pytest.raises(SparsityError) as info:
+            validate_metadata(buffer, "sm90", "f16", m=16)
+        assert (info.value.code, info.value.message) == (code, message)
+    torch = pytest.importorskip("torch")
+    words = MetadataBuffer(torch.from_numpy(good.data.view(np.int32)), "sm90", "f16", 16, 32)
+    np.testing.assert_array_equal(validate_metadata(words, "sm90", "f16", m=16).data, good.data)
