@@ -23,8 +23,9 @@ SP_OUT_DTYPE = "SP0905"
 SP_OP_ARGUMENTS = "SP0906"
 """Arguments of ``torch.ops.sparsile.sparse_linear`` that do not fit together (values, meta, bias, scales)."""
 SP_SPARSIFY_ARGUMENTS = "SP0907"
-"""``sparsify_`` arguments of the wrong kind: a model that is not an ``nn.Module``, a ``filter_fn``
-that is not callable, a ``min_features`` that is not a non-negative integer."""
+"""A model that is not an ``nn.Module`` (``sparsify_``, ``fuse_projections_``, ``save_sparse24_checkpoint``),
+or options of the wrong kind: ``sparsify_``'s ``filter_fn`` that is not callable or ``min_features`` that
+is not a non-negative integer, ``save_sparse24_checkpoint``'s ``config`` that is not a dict."""
 SP_SAFETENSORS_FILE = "SP0910"
 """A safetensors file that cannot be read: truncated, a bad header, offsets outside the data."""
 SP_SAFETENSORS_DTYPE = "SP0911"

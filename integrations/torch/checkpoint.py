@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from ...stdlib.sparsity import as_host_array, compress, decode_metadata
-from ..errors import SP_CHECKPOINT_LAYER, SP_CHECKPOINT_MODULE, IntegrationError
+from ..errors import SP_CHECKPOINT_LAYER, SP_CHECKPOINT_MODULE, SP_SPARSIFY_ARGUMENTS, IntegrationError
 from ..safetensors import load_file, save_file
 from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
-from .linear import SparseLinear, host_to_torch
+from .linear import SparseLinear, checked_model, host_to_torch
 
 WEIGHTS = "model.safetensors"
 _PARTS = ("compressed", "bitmask", "shape")
@@ -151,6 +151,10 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     layers compressed (bias in float32; fp8 values as int8 bits with ``weight_scale`` (out, 1)),
     every other tensor of its state dict as is, and config.json (``config``, else the model's
     ``config.to_dict()`` when it has one, plus the sparsity_config). Returns the folder."""
+    checked_model(model, "save_sparse24_checkpoint")
+    if config is not None and not isinstance(config, dict):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
+                               f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     layers = {name: m for name, m in model.named_modules() if isinstance(m, SparseLinear)}

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, IntegrationError
-from .linear import SparseLinear
+from .linear import SparseLinear, checked_model
 
 LOG = logging.getLogger("sparsile.torch")
 DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -310,6 +310,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     the graph); siblings are matched there by identity alone, so the model must not write in place
     to a group's shared input between the sibling calls (transformers' decoders do not).
     """
+    checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
     report = FuseReport()
     for fqn, parent in list(model.named_modules()):

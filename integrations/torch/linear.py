@@ -34,6 +34,7 @@ from ..errors import (
     SP_BAD_TENSOR,
     SP_CANNOT_SPARSIFY,
     SP_OUT_DTYPE,
+    SP_SPARSIFY_ARGUMENTS,
     SP_TRAIN_LAYER,
     SP_WEIGHT_DTYPE,
     IntegrationError,
@@ -98,6 +99,15 @@ def dense_weight(linear: Any, code: str) -> torch.Tensor:
         raise IntegrationError(code, "the linear's weight is on the meta device (no values)",
                                help="materialize the weights (to_empty + load) before sparsifying")
     return linear.weight
+
+
+def checked_model(model: Any, caller: str) -> nn.Module:
+    """``model`` when it is an ``nn.Module``, else SP0907 for ``caller`` (sparsify_, fuse_projections_,
+    save_sparse24_checkpoint)."""
+    if not isinstance(model, nn.Module):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"{caller} takes an nn.Module, got {type(model).__name__}",
+                               help="pass the model itself (its layers are found by named_modules())")
+    return model
 
 
 def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:

@@ -19,7 +19,7 @@ from torch import nn
 from ...stdlib.kernels.gemm import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_groups, fuse_projections_
-from .linear import SparseLinear, weight_dtype_name
+from .linear import SparseLinear, checked_model, weight_dtype_name
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4
@@ -73,9 +73,7 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
 def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) -> None:
     """SP0907 for arguments of the wrong kind; SP0903 for a ``dtype`` no layer could take (rather
     than every linear skipped for it)."""
-    if not isinstance(model, nn.Module):
-        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"sparsify_ takes an nn.Module, got {type(model).__name__}",
-                               help="pass the model whose nn.Linear layers are swapped in place")
+    checked_model(model, "sparsify_")
     if filter_fn is not None and not callable(filter_fn):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"filter_fn must be None or a function (module, fqn) -> bool, "
                                f"got {type(filter_fn).__name__}", help="leave it unset to swap every linear")

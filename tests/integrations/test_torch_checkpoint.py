@@ -222,3 +222,12 @@ def test_a_bias_or_weight_scale_only_one_side_has_is_reported(tmp_path):
     err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
     assert (err.code, err.message) == ("SP0914", "the checkpoint and the model differ: missing [], unexpected "
                                                  "['proj.weight_scale']")
+
+
+def test_save_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
+    """A model that is not a module was an AttributeError, a config that is not a dict a TypeError
+    from dict() ("cannot convert dictionary update sequence element #0 to a sequence")."""
+    err = _error(spt.save_sparse24_checkpoint, "model", tmp_path)
+    assert (err.code, err.message) == ("SP0907", "save_sparse24_checkpoint takes an nn.Module, got str")
+    err = _error(spt.save_sparse24_checkpoint, _One(), tmp_path, config=[1])
+    assert (err.code, err.message) == ("SP0907", "config must be a dict (config.json's contents), got list")

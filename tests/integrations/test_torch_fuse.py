@@ -502,3 +502,12 @@ def test_members_fed_different_inputs_give_the_group_up():
     # q's run, k / v's run, then q alone: the run that would have been the LIMIT-th partial one in a row
     # is not made
     assert group.runs == PARTIAL_RUNS_LIMIT
+
+
+def test_a_model_that_is_not_a_module_is_sp0907():
+    """fuse_projections_('model') was an AttributeError from model.named_modules()."""
+    from sparsile.integrations.errors import IntegrationError
+
+    with pytest.raises(IntegrationError) as info:
+        spt.fuse_projections_("model")
+    assert (info.value.code, info.value.message) == ("SP0907", "fuse_projections_ takes an nn.Module, got str")
