@@ -71,7 +71,8 @@ def test_inflight_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> Non
     for value in (2, "1", 0.5):
         with pytest.raises(ValueError, match="INFLIGHT must be 0 or 1"):
             GemmConfig.from_json({"BN": 256, "INFLIGHT": value})
-    assert lookup({table_key("e4m3", 256, 64, 512): {"config": {"BN": 32, "INFLIGHT": 3}}}, "e4m3", 256, 64, 512) is None
+    bad_entry = {table_key("e4m3", 256, 64, 512): {"config": {"BN": 32, "INFLIGHT": 3}}}
+    assert lookup(bad_entry, "e4m3", 256, 64, 512) is None
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(SparseMatmul, "run", lambda self, interpret=False, **kw: seen.append(kw))
     weight, b = problem("e4m3", 130, 40, 512, seed=3)
