@@ -138,9 +138,44 @@ def copy_like(host: np.ndarray, like: Any) -> Any:
     return host
 
 
-def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool) -> Any:
+def device_span(x: Any) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of the device memory a torch CUDA or cupy array covers (strides
+    may be negative), or None for other arrays and empty ones."""
+    kind = array_kind(x)
+    if kind == "torch":
+        start, sizes, strides, item = x.data_ptr(), x.shape, x.stride(), x.element_size()
+    elif kind == "cupy":
+        start, sizes, item = x.data.ptr, x.shape, x.itemsize
+        strides = tuple(st // item for st in x.strides)
+    else:
+        return None
+    if any(n == 0 for n in sizes):
+        return None
+    low = sum((n - 1) * st for n, st in zip(sizes, strides, strict=True) if st < 0)
+    high = sum((n - 1) * st for n, st in zip(sizes, strides, strict=True) if st > 0)
+    return start + low * item, start + (high + 1) * item
+
+
+def overlaps(out: Any, *reads: Any) -> bool:
+    """Whether device array ``out`` shares memory with any of ``reads`` (a kernel writing out in
+    place would read its own results: C is then written to a new array and copied into out)."""
+    span = device_span(out)
+    if span is None:
+        return False
+    for r in reads:
+        other = None if r is None else device_span(r)
+        if other is not None and other[0] < span[1] and span[0] < other[1]:
+            return True
+    return False
+
+
+def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool,
+                 reads: tuple[Any, ...] = ()) -> Any:
     """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
-    when the launch can write it in place, else a new array like :func:`empty_array`."""
+    when the launch can write it in place, else a new array like :func:`empty_array`: also where out
+    shares device memory with ``home`` (b or x) or one of ``reads`` (the other operands)."""
+    if out is not None and not interpret and overlaps(out, home, *reads):
+        return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
     if out is not None:
         have_shape = tuple(getattr(out, "shape", ()))
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")

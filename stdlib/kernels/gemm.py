@@ -270,14 +270,14 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
 
 
 def matmul_output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool,
-                  dtype: str | None = None) -> Any:
+                  dtype: str | None = None, reads: tuple[Any, ...] = ()) -> Any:
     """The C array the kernel writes (numpy dtype name ``dtype``, default the kernel's own): ``out``
     itself when the launch can write it in place, else a new array (a torch/cupy array on
     ``home``'s device for a GPU launch, numpy otherwise)."""
     dtype = dtype or choice.out_dtype
     rule = (f"{choice.operand} operands produce {dtype} C" if dtype == choice.out_dtype
             else f"C is out_dtype={dtype}")
-    return output_array(out, (m, n), dtype, rule, home, interpret)
+    return output_array(out, (m, n), dtype, rule, home, interpret, reads)
 
 
 OUT_DTYPES = {"f16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
@@ -363,7 +363,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     words = kernel_words(meta, values, op, m, k_values, k, interpret)
     if c_dtype == "bfloat16" and not interpret and "cupy" in (array_kind(home), array_kind(out)):
         raise bad_input("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
-    c = matmul_output(out, m, n, choice, home, interpret, c_dtype)
+    c = matmul_output(out, m, n, choice, home, interpret, c_dtype, (values, words))
     if takes_decode(kernel, choice, m, n, k_values, tgt, split_k, schedule):
         from .decode import plan_sparse_decode
 

@@ -231,7 +231,7 @@ def plan_sparse_matmul_sm100(values: Any, meta: Any, b: Any, *, target: str, out
     out_align = 16 // (4 if choice.out_dtype == "int32" else 2)
     n_padded = -(-n // out_align) * out_align
     if n_padded == n:
-        c = matmul_output(out, m, n, choice, home, interpret)
+        c = matmul_output(out, m, n, choice, home, interpret, reads=(values, words))
     else:
         if out is not None:
             matmul_output(out, m, n, choice, home, True)  # shape / type check only

@@ -263,8 +263,9 @@ class SparseLinearPlan:
             xk = pad_columns(xh, self.k)
         else:
             xk = pad_columns(cast_operand(xh, self.choice), self.k_padded)
-        changes: dict[str, Any] = {"x": xk, "out": _linear_output(out, self.t, self.m, self.out_dtype, x,
-                                                                  self.interpret, self.feature_major)}
+        y = _linear_output(out, self.t, self.m, self.out_dtype, x, self.interpret, self.feature_major,
+                           (self.values, self.meta, self.bias, self.scale_w, scale_x))
+        changes: dict[str, Any] = {"x": xk, "out": y}
         if scale_x is not None:
             sx, mode = bias_or_scale(scale_x, "scale_x", self.t, x, self.interpret, ("float32",))
             changes["scale_x"] = sx
@@ -273,13 +274,13 @@ class SparseLinearPlan:
 
 
 def _linear_output(out: Any, t: int, m: int, dtype: str, home: Any, interpret: bool,
-                   feature_major: bool = False) -> Any:
+                   feature_major: bool = False, reads: tuple[Any, ...] = ()) -> Any:
     """``out`` when the kernel can write it in place, else a new (T, N_out) array of ``dtype``
     (``feature_major``: sparse_matmul's C, (N_out, T))."""
     if feature_major:
-        return output_array(out, (m, t), dtype, f"C is (M, N) in {dtype}", home, interpret)
+        return output_array(out, (m, t), dtype, f"C is (M, N) in {dtype}", home, interpret, reads)
     return output_array(out, (t, m), dtype, "y is (tokens, out features) in out_dtype (default: x's dtype)", home,
-                        interpret)
+                        interpret, reads)
 
 
 def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
@@ -351,7 +352,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         xc = pad_columns(xc, k if keep else k_padded)
     if choice.operand == "e4m3":
         check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
-    y = _linear_output(out, t, m, y_dtype, x, interpret, _feature_major)
+    y = _linear_output(out, t, m, y_dtype, x, interpret, _feature_major, (values, words, bias, scale_w, scale_x))
     b, bias_mode = bias_or_scale(bias, "bias", m, x, interpret, ("float32", y_dtype))
     sw, sw_mode = bias_or_scale(scale_w, "scale_w", m, x, interpret, ("float32",))
     sx, sx_mode = bias_or_scale(scale_x, "scale_x", t, x, interpret, ("float32",))

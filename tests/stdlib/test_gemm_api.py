@@ -395,6 +395,27 @@ def test_gpu_torch_tensors_in_place(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("size", [64, 512], ids=["decode", "tiled"])
+def test_gpu_out_that_is_b_gets_the_product_of_b_as_passed(size):
+    """out=b (M = N = K, f16): the kernel would read b while writing C over it, so C goes through a
+    new array and is copied into out; three calls, so the call cache keeps none of them."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(size)
+    w = torch.randn(size, size, generator=g).cuda()
+    x0 = torch.randn(size, size, generator=g).cuda().half()
+    values, meta = prune_and_compress(w, "f16")
+    ref = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64)) @ x0.cpu().double().T
+    tol = 2.0 ** -10 * ref.abs() + 0.02
+    b = x0.clone()
+    plan = plan_sparse_matmul(values, meta, b, out=b)  # the kernel's C is another array
+    assert plan.out.data_ptr() != b.data_ptr()
+    for _ in range(3):
+        b = x0.clone()
+        assert sparse_matmul(values, meta, b, out=b) is b
+        assert ((b.cpu().double() - ref).abs() <= tol).all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype,m,n,k,num_sms", [("f16", 1000, 600, 768, 2), ("bf16", 4096, 8192, 1024, None)])
 def test_gpu_pair_kernel_through_sparse_matmul(dtype, m, n, k, num_sms):
     """Large C (>= 4 tiles per SM; num_sms=2 makes a small C large): sparse_matmul runs the CTA-pair

@@ -1,0 +1,58 @@
+"""stdlib/kernels/arrays.py: which device memory an array covers, and an ``out`` that shares memory
+with an operand is not written in place (its kernel would read its own results): C goes to a new
+array and is copied into out. torch CPU tensors stand in for CUDA ones (``array_kind`` patched)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparsile.stdlib.kernels import arrays, call_cache  # noqa: E402
+
+
+@pytest.fixture
+def as_cuda(monkeypatch):
+    """torch tensors count as device tensors (their addresses and strides are real)."""
+    real = arrays.array_kind
+    monkeypatch.setattr(arrays, "array_kind", lambda x: "torch" if isinstance(x, torch.Tensor) else real(x))
+
+
+def test_device_span_covers_strided_and_transposed_views(as_cuda):
+    base = torch.zeros(8, 16, dtype=torch.float16)
+    start = base.data_ptr()
+    assert arrays.device_span(base) == (start, start + 8 * 16 * 2)
+    assert arrays.device_span(base[2:4]) == (start + 2 * 32, start + 4 * 32)
+    assert arrays.device_span(base.T) == (start, start + 8 * 16 * 2)
+    assert arrays.device_span(base[:, 3]) == (start + 6, start + 7 * 32 + 6 + 2)
+    assert arrays.device_span(base[:0]) is None and arrays.device_span(None) is None
+    assert arrays.device_span(base.numpy()) is None  # host arrays: the interpreter copies
+
+
+def test_overlaps_only_where_memory_is_shared(as_cuda):
+    base = torch.zeros(8, 16, dtype=torch.float16)
+    assert arrays.overlaps(base[:4], base) and arrays.overlaps(base[3:5], None, base[4:])
+    assert not arrays.overlaps(base[:4], base[4:], torch.zeros(3), None)
+    assert arrays.overlaps(base.T, base[7:, 15:])  # the last element, through a transposed view
+
+
+def test_an_out_sharing_memory_with_an_operand_gets_a_new_array_then_the_copy(as_cuda):
+    x = torch.randn(16, 16).to(torch.float16)
+    fresh = arrays.output_array(x, (16, 16), "float16", "rule", x, False)
+    assert fresh is not x and fresh.shape == (16, 16)
+    other = torch.empty(16, 16, dtype=torch.float16)
+    assert arrays.output_array(other, (16, 16), "float16", "rule", x, False) is other
+    weight = torch.randn(8, 32).to(torch.float16)
+    aliased = weight.view(16, 16)  # out is the weight's memory, seen as C's shape
+    assert arrays.output_array(aliased, (16, 16), "float16", "rule", x, False, (weight,)) is not aliased
+    fresh.copy_(torch.arange(256.0).view(16, 16))
+    assert arrays.deliver_result(fresh, x, x) is x and torch.equal(x, fresh)
+
+
+def test_the_call_cache_keeps_no_call_whose_out_shares_memory(as_cuda, monkeypatch):
+    monkeypatch.setattr(call_cache, "array_kind", arrays.array_kind)  # (the patched one)
+    values = torch.zeros(16, 8, dtype=torch.float16)
+    words = torch.zeros(16, 1, dtype=torch.int32)
+    b = torch.zeros(16, 16, dtype=torch.float16)
+    assert call_cache.call_key(values, words, b, b, False, ()) is None
+    assert call_cache.call_key(values, words, b, torch.empty(16, 16, dtype=torch.float16), False, ()) is not None
