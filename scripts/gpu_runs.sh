@@ -18,7 +18,8 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh final-26         # (not run yet) this session's GPU tests, every e4m3 GEMM entry vs float64
+#   bash scripts/gpu_runs.sh sweep-26         # (not run yet) the last 10 e4m3 entries against float64
+#   bash scripts/gpu_runs.sh final-26         # (run 2026-12-04) this session's GPU tests, every e4m3 GEMM entry vs float64
 #   bash scripts/gpu_runs.sh e4m3-26c         # (run 2026-12-04) e4m3 prefill entries re-tuned with INFLIGHT, 8192^3 on them
 #   bash scripts/gpu_runs.sh e4m3-26b         # (run 2026-12-04) the e4m3 pair kernel at other BN x BK, STAGES, GROUP_M
 #   bash scripts/gpu_runs.sh e4m3-26          # (run 2026-12-04) e4m3 8192^3 kernel variants, INFLIGHT, against cuBLAS fp8
@@ -188,6 +189,9 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+sweep-26)  # the e4m3 GEMM entries final-26 did not reach (57344 x N x 8192, 8192 x N x 28672) against float64
+    run 130 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype e4m3 --skip 30 --max-seconds 115
     ;;
 final-26)  # the GPU tests of this session's changes (INFLIGHT entries, out sharing memory with b, the bad-input
           # review's torch checks), then the e4m3 GEMM entries against float64 with C poisoned (the 16 re-tuned ones)
