@@ -18,7 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh sweep-26         # (not run yet) the last 10 e4m3 entries against float64
+#   bash scripts/gpu_runs.sh sweep-26         # (run 2026-12-04; 9 of 10, 57344x8192x8192 not reached) the last e4m3 entries vs float64
 #   bash scripts/gpu_runs.sh final-26         # (run 2026-12-04) this session's GPU tests, every e4m3 GEMM entry vs float64
 #   bash scripts/gpu_runs.sh e4m3-26c         # (run 2026-12-04) e4m3 prefill entries re-tuned with INFLIGHT, 8192^3 on them
 #   bash scripts/gpu_runs.sh e4m3-26b         # (run 2026-12-04) the e4m3 pair kernel at other BN x BK, STAGES, GROUP_M
