@@ -253,13 +253,25 @@ class SparseMatmul:
         return self.out
 
 
+NARROW_OPERANDS = ("f16", "bf16", "e4m3", "s8")
+"""Operand types whose values are never cast to a MetadataBuffer's other tag (:func:`resolve_kernel_choice`)."""
+
+
 def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
                           family: str = "Hopper") -> Any:
-    """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values."""
+    """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values.
+    Values of a narrow operand type (f16, bf16, e4m3, s8) with a MetadataBuffer tagged for another
+    are refused rather than cast: f16 values read as bf16 would lose bits silently (float32 values
+    take the tag's type, as the weight they came from was compressed for it)."""
     if dtype is not None:
         name = operand_type(dtype).name
     else:
         name = meta.dtype if isinstance(meta, MetadataBuffer) else operand_of(values)
+        own = operand_of(values) if isinstance(meta, MetadataBuffer) else None
+        if own in NARROW_OPERANDS and own != name:
+            raise bad_input(f"the values are {own} but the MetadataBuffer was encoded for {name} operands",
+                            help=f"pass values of the buffer's type ({name}), or dtype='{own}' to run them as {own} "
+                                 "(the words of 16-bit types are alike)")
         if name is None:
             raise bad_input(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
                             help=f"pass dtype= (one of {', '.join(kernels)})")
@@ -462,8 +474,9 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
 
     values: (M, K/2) compressed operand (f16, bf16, e4m3, s8 or f32-as-tf32); meta: its "sm90"
     metadata (a MetadataBuffer from ``encode_metadata``, or the raw (M16, W) uint32/int32 words);
-    b: (N, K) dense operand. ``dtype`` names the operand type (default: values' element type);
-    values and b are cast to it. C is (M, N) float16 (int32 for s8, float32 for tf32), or
+    b: (N, K) dense operand. ``dtype`` names the operand type (default: a MetadataBuffer's tag,
+    else values' element type; f16 / bf16 / e4m3 / s8 values with a buffer tagged for another type
+    are refused, SP0804); values and b are cast to it. C is (M, N) float16 (int32 for s8, float32 for tf32), or
     ``out_dtype`` ("bfloat16" or "float32", any spelling torch or numpy uses; f16, bf16, e4m3 and
     tf32 operands, Hopper only): float16 C overflows to inf beyond ±65504, bfloat16 and float32 C
     hold any f32 accumulator (the ``_splitk`` kernel stores the f32 sums, ``splitk_reduce`` converts

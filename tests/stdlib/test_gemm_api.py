@@ -266,6 +266,23 @@ def test_argument_errors_have_codes():
     assert _codes(lambda: sparse_matmul(v, bad, b, interpret=True)) == "SP0807"
 
 
+def test_values_of_another_narrow_type_than_the_buffers_tag_are_refused():
+    """f16 values with a bf16-tagged MetadataBuffer would run as bf16 (bits lost, silently): SP0804
+    naming both types; dtype= says which to run; float32 values take the tag's type."""
+    weight, b = problem("bf16", 40, 24, 64, seed=8)
+    f16_values = np.asarray(weight.values).astype(np.float32).astype(np.float16)
+    with pytest.raises(SparsityError) as e:
+        sparse_matmul(f16_values, weight.meta, b.astype(np.float16), interpret=True)
+    assert str(e.value).split("\n")[0] == ("error[SP0804]: the values are f16 but the MetadataBuffer was encoded "
+                                            "for bf16 operands")
+    c = sparse_matmul(f16_values, weight.meta, b.astype(np.float16), interpret=True, dtype="f16")
+    ref, absprod = reference(weight, b.astype(np.float16))  # (bf16 values are exact in f16 at this scale)
+    assert_close(c, ref, absprod, 64, "f16")
+    c32 = sparse_matmul(np.asarray(weight.values).astype(np.float32), weight.meta, b, interpret=True)
+    ref, absprod = reference(weight, b)
+    assert_close(c32, ref, absprod, 64, "bf16")
+
+
 def test_bad_arguments_are_refused_before_any_work():
     # strings used to escape as ValueError from astype, num_sms="a" as TypeError, and a read-only
     # out failed inside the interpreter's store as an internal compiler error
