@@ -174,13 +174,13 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
     """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
     when the launch can write it in place, else a new array like :func:`empty_array`: also where out
     shares device memory with ``home`` (b or x) or one of ``reads`` (the other operands)."""
-    if out is not None and not interpret and overlaps(out, home, *reads):
-        return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
     if out is not None:
         have_shape = tuple(getattr(out, "shape", ()))
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
         if have_shape != shape or have != dtype:
             raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
+        if not interpret and overlaps(out, home, *reads):  # (after the checks: copy_ would convert or broadcast)
+            return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
         kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:
             raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")

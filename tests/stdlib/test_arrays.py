@@ -56,3 +56,18 @@ def test_the_call_cache_keeps_no_call_whose_out_shares_memory(as_cuda, monkeypat
     b = torch.zeros(16, 16, dtype=torch.float16)
     assert call_cache.call_key(values, words, b, b, False, ()) is None
     assert call_cache.call_key(values, words, b, torch.empty(16, 16, dtype=torch.float16), False, ()) is not None
+
+
+def test_an_out_sharing_memory_is_checked_like_any_other_out(as_cuda):
+    """An aliased out of another type or shape is refused, not taken for C's copy (torch's copy_
+    would convert float16 C into a float32 out, or broadcast it, silently)."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    x = torch.randn(16, 16).to(torch.float16)
+    with pytest.raises(SparsityError, match="out must be a"):
+        arrays.output_array(x.view(torch.int16), (16, 16), "float16", "rule", x, False)
+    wide = torch.zeros(16, 16, dtype=torch.float32)
+    with pytest.raises(SparsityError, match="out must be a"):
+        arrays.output_array(wide, (16, 16), "float16", "rule", x, False, (wide,))
+    with pytest.raises(SparsityError, match="out must be a"):
+        arrays.output_array(x[:1], (16, 16), "float16", "rule", x, False)
