@@ -46,9 +46,9 @@ LINEAR_PREFIX = "linear-"
 
 
 def layer_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
-    """The configs the layer's tuner times: :func:`~.tuning.config_space` without tail splits and
-    stream-K."""
-    return config_space(choice, m, n, k, sms, tails=False)
+    """The configs the layer's tuner times: :func:`~.tuning.config_space` without tail splits,
+    stream-K and INFLIGHT (the ``sparse_linear_<t>`` kernels have no such constexpr)."""
+    return config_space(choice, m, n, k, sms, tails=False, inflight=False)
 
 
 def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:
@@ -60,7 +60,8 @@ def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:
 def with_linear_config(plan: SparseLinearPlan, config: GemmConfig, sms: int, interpret: bool = False
                        ) -> SparseLinearPlan:
     """``plan`` with ``config``'s BN, STAGES, GROUP_M, split-K (a new f32 workspace if needed) and
-    CTA pairs. The layer has no tail split and no stream-K kernel (ValueError for a config with one)."""
+    CTA pairs. The layer has no tail split and no stream-K kernel (ValueError for a config with one);
+    INFLIGHT is not applied (its kernels have no such constexpr)."""
     if config.tail_split or config.streamk:
         raise ValueError(f"the torch layer's kernels have no tail split and no stream-K kernel, got {config}")
     workspace = plan.workspace

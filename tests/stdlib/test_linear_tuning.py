@@ -92,3 +92,15 @@ def test_shapes_are_parsed_and_checked_before_the_gpu() -> None:
     with pytest.raises(LaunchError) as e:
         lt.tune_sparse_linear(["4096x12"], dtypes=["bf16"])
     assert e.value.code == "SP0778" and "'4096x12'" in str(e.value)
+
+
+def test_the_layer_s_space_has_no_inflight_configs() -> None:
+    """The layer's kernels (sparse_linear_<t>) have no INFLIGHT constexpr and its configs are run
+    without it: e4m3's INFLIGHT twins would be timed again as the same launches (and a noisy win
+    written to the table as INFLIGHT: 1)."""
+    from sparsile.stdlib.kernels.gemm import KERNELS
+    from sparsile.stdlib.kernels.tuning import config_space
+
+    assert any(c.inflight for c in config_space(KERNELS["e4m3"], 8192, 4096, 8192, 132))
+    space = lt.layer_space(KERNELS["e4m3"], 8192, 4096, 8192, 132)
+    assert space and not any(c.inflight for c in space)
