@@ -258,20 +258,24 @@ NARROW_OPERANDS = ("f16", "bf16", "e4m3", "s8")
 
 
 def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
-                          family: str = "Hopper") -> Any:
+                          family: str = "Hopper", takes_dtype: bool = True) -> Any:
     """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values.
     Values of a narrow operand type (f16, bf16, e4m3, s8) with a MetadataBuffer tagged for another
     are refused rather than cast: f16 values read as bf16 would lose bits silently (float32 values
-    take the tag's type, as the weight they came from was compressed for it)."""
+    take the tag's type, as the weight they came from was compressed for it). ``takes_dtype``: the
+    caller has a ``dtype=`` (sparse_linear has not), which the help names."""
     if dtype is not None:
         name = operand_type(dtype).name
     else:
         name = meta.dtype if isinstance(meta, MetadataBuffer) else operand_of(values)
         own = operand_of(values) if isinstance(meta, MetadataBuffer) else None
         if own in NARROW_OPERANDS and own != name:
+            alike = {own, name} <= {"f16", "bf16"}  # the words of 16-bit types are alike, not of others
+            other = (f", or dtype='{own}' to run them as {own}" if takes_dtype else
+                     f", or its words (meta.data) to run them as {own}") if alike else ""
             raise bad_input(f"the values are {own} but the MetadataBuffer was encoded for {name} operands",
-                            help=f"pass values of the buffer's type ({name}), or dtype='{own}' to run them as {own} "
-                                 "(the words of 16-bit types are alike)")
+                            help=f"pass values of the buffer's type ({name}){other}"
+                                 + (" (the words of 16-bit types are alike)" if alike else ""))
         if name is None:
             raise bad_input(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
                             help=f"pass dtype= (one of {', '.join(kernels)})")

@@ -340,7 +340,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret,
                                                                                     meta_format)
     else:
-        choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS)
+        choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS, takes_dtype=False)
         op = operand_type(choice.operand)
         # an x of another type than e4m3 for e4m3 weights is not cast: it is refused, or (16-bit x,
         # _quantized_in_kernel) quantized by the decode kernel

@@ -32,7 +32,7 @@ def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: b
     from ..sparsity import MetadataBuffer, validate_metadata
     from .gemm import resolve_kernel_choice
 
-    choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS_SM100, "Blackwell")
+    choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS_SM100, "Blackwell", takes_dtype=False)
     if meta_format == "sm90" and not isinstance(meta, MetadataBuffer):
         m, k = int(values.shape[0]), int(x.shape[-1])
         meta = validate_metadata(meta, "sm90", choice.operand, m=m, k=k)

@@ -443,3 +443,13 @@ def test_gpu_pair_kernel_through_sparse_matmul(dtype, m, n, k, num_sms):
     c = sparse_matmul(weight.values, weight.meta, b, num_sms=num_sms)
     ref, absprod = reference(weight, b)
     assert_close(c, ref, absprod, k, dtype)
+
+
+def test_e4m3_values_with_a_16_bit_tag_are_not_told_to_pass_dtype():
+    """dtype='e4m3' would read 16-bit words as e4m3 ones (SP0809: the layouts differ): the help
+    names only the buffer's type."""
+    weight, _b = problem("f16", 40, 24, 64, seed=8)
+    w8, b8 = problem("e4m3", 40, 24, 64, seed=8)
+    with pytest.raises(SparsityError) as e:
+        sparse_matmul(w8.values, weight.meta, b8, interpret=True)
+    assert e.value.code == "SP0804" and "dtype=" not in e.value.help

@@ -623,3 +623,20 @@ def test_x_that_is_not_an_array_is_named_as_such(x):
         sparse_linear(values, meta, x, interpret=True)
     assert (info.value.code, info.value.message) == (
         "SP0804", f"x must be an array (numpy, torch or cupy), got {type(x).__name__}")
+
+
+def test_values_of_another_type_than_the_buffers_tag_say_what_sparse_linear_takes():
+    """sparse_linear has no dtype=: f16 values with a bf16-tagged buffer are told to pass its raw
+    words (alike for 16-bit types), which then run as f16; e4m3 values with a 16-bit tag are told
+    only to match the types (their words differ)."""
+    weight, x = problem("bf16", 32, 80, 64, seed=3)
+    f16 = np.asarray(weight.values).astype(np.float32).astype(np.float16)
+    with pytest.raises(SparsityError) as info:
+        sparse_linear(f16, weight.meta, x.astype(np.float16), interpret=True)
+    assert info.value.code == "SP0804" and "dtype=" not in info.value.help and "meta.data" in info.value.help
+    y = sparse_linear(f16, weight.meta.data, x.astype(np.float16), interpret=True)
+    assert_linear_close(y, weight, x.astype(np.float16), 64, "f16", "float16")
+    w8, x8 = problem("e4m3", 32, 80, 64, seed=3)
+    with pytest.raises(SparsityError) as info:
+        sparse_linear(w8.values, weight.meta, x8, scale_x=np.float32(1), interpret=True)
+    assert info.value.code == "SP0804" and "dtype=" not in info.value.help and "meta.data" not in info.value.help
