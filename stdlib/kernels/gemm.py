@@ -345,7 +345,9 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     a :class:`SparseMatmul` for sm_90a, a :class:`~.decode.SparseDecodePlan` (feature-major) where
     the decode kernel takes N <= 64 on sm_90a (:func:`takes_decode`), a
     :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell. ``schedule``: see :mod:`.gemm_schedule`
-    (SP0865)."""
+    (SP0865). The plan's C is ``out`` where the kernel can write it in place; else (a
+    non-contiguous out, or one sharing device memory with b or the weight) a new array, which
+    :func:`sparse_matmul` copies into out after the launch and ``plan.run()`` returns as it is."""
     from .decode import check_kernel_choice
     from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
 
