@@ -70,6 +70,17 @@ class ArrayInfo(NamedTuple):
         return math.prod(self.shape) * itemsize
 
 
+def byte_range(address: int, shape: Sequence[int], byte_strides: Sequence[int], itemsize: int) -> tuple[int, int]:
+    """(first byte, one past the last byte) of the memory an array at ``address`` spans (strides in
+    bytes, any sign); (address, address) for an empty one."""
+    lo = hi = address
+    if any(n == 0 for n in shape):
+        return lo, hi
+    for n, st in zip(shape, byte_strides, strict=True):
+        lo, hi = lo + min(0, (n - 1) * st), hi + max(0, (n - 1) * st)
+    return lo, hi + itemsize
+
+
 def is_c_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
     """Row-major dense (strides in elements); extents of 1 may carry any stride."""
     expected = 1

@@ -13,7 +13,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from ...frontend.diagnostics import LaunchError
-from .arrays import ArrayInfo
+from .arrays import ArrayInfo, byte_range
 from .codes import ARG_OVERLAP
 from .devices import check
 from .memory import DeviceBuffer
@@ -74,12 +74,7 @@ def finish_host_copies(call: Call, launched: bool) -> None:
 
 def _byte_range(a: np.ndarray) -> tuple[int, int]:
     """(first byte, one past the last byte) of the memory a numpy array spans."""
-    lo = hi = a.__array_interface__["data"][0]
-    if a.size == 0:
-        return lo, hi
-    for n, st in zip(a.shape, a.strides, strict=True):
-        lo, hi = lo + min(0, (n - 1) * st), hi + max(0, (n - 1) * st)
-    return lo, hi + a.itemsize
+    return byte_range(a.__array_interface__["data"][0], a.shape, a.strides, a.itemsize)
 
 
 def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, host: np.ndarray,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...backend.runtime.arrays import byte_range
 from ...driver.recording import note_scratch
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
@@ -143,17 +144,13 @@ def device_span(x: Any) -> tuple[int, int] | None:
     may be negative), or None for other arrays and empty ones."""
     kind = array_kind(x)
     if kind == "torch":
-        start, sizes, strides, item = x.data_ptr(), x.shape, x.stride(), x.element_size()
+        item = x.element_size()
+        span = byte_range(x.data_ptr(), x.shape, [st * item for st in x.stride()], item)
     elif kind == "cupy":
-        start, sizes, item = x.data.ptr, x.shape, x.itemsize
-        strides = tuple(st // item for st in x.strides)
+        span = byte_range(x.data.ptr, x.shape, x.strides, x.itemsize)
     else:
         return None
-    if any(n == 0 for n in sizes):
-        return None
-    low = sum((n - 1) * st for n, st in zip(sizes, strides, strict=True) if st < 0)
-    high = sum((n - 1) * st for n, st in zip(sizes, strides, strict=True) if st > 0)
-    return start + low * item, start + (high + 1) * item
+    return None if span[0] == span[1] else span
 
 
 def overlaps(out: Any, *reads: Any) -> bool:
