@@ -267,15 +267,11 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
     if dtype is not None:
         name = operand_type(dtype).name
     else:
-        name = meta.dtype if isinstance(meta, MetadataBuffer) else operand_of(values)
-        own = operand_of(values) if isinstance(meta, MetadataBuffer) else None
-        if own in NARROW_OPERANDS and own != name:
-            alike = {own, name} <= {"f16", "bf16"}  # the words of 16-bit types are alike, not of others
-            other = (f", or dtype='{own}' to run them as {own}" if takes_dtype else
-                     f", or its words (meta.data) to run them as {own}") if alike else ""
-            raise bad_input(f"the values are {own} but the MetadataBuffer was encoded for {name} operands",
-                            help=f"pass values of the buffer's type ({name}){other}"
-                                 + (" (the words of 16-bit types are alike)" if alike else ""))
+        name = own = operand_of(values)
+        if isinstance(meta, MetadataBuffer):
+            name = meta.dtype
+            if own in NARROW_OPERANDS and own != name:
+                raise _tag_mismatch(own, name, takes_dtype)
         if name is None:
             raise bad_input(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
                             help=f"pass dtype= (one of {', '.join(kernels)})")
@@ -283,6 +279,16 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
         raise bad_input(f"there is no {family} sparse GEMM kernel for {name} operands",
                         help=f"use one of {', '.join(kernels)}")
     return kernels[name]
+
+
+def _tag_mismatch(own: str, tag: str, takes_dtype: bool) -> Exception:
+    """SP0804 for values of operand type ``own`` with a MetadataBuffer tagged ``tag``."""
+    alike = {own, tag} <= {"f16", "bf16"}  # the words of 16-bit types are alike, not of others
+    other = (f", or dtype='{own}' to run them as {own}" if takes_dtype else
+             f", or its words (meta.data) to run them as {own}") if alike else ""
+    return bad_input(f"the values are {own} but the MetadataBuffer was encoded for {tag} operands",
+                     help=f"pass values of the buffer's type ({tag}){other}"
+                          + (" (the words of 16-bit types are alike)" if alike else ""))
 
 
 def matmul_output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool,
