@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh a27              # the last e4m3 entry vs float64, 8B e4m3 T 256-1024 re-tuned, eager host time
 #   bash scripts/gpu_runs.sh sweep-26         # (run 2026-12-04; 9 of 10, 57344x8192x8192 not reached) the last e4m3 entries vs float64
 #   bash scripts/gpu_runs.sh final-26         # (run 2026-12-04) this session's GPU tests, every e4m3 GEMM entry vs float64
 #   bash scripts/gpu_runs.sh e4m3-26c         # (run 2026-12-04) e4m3 prefill entries re-tuned with INFLIGHT, 8192^3 on them
@@ -189,6 +190,15 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+a27)  # the last e4m3 GEMM entry against float64 (57344 x 8192 x 8192, INFLIGHT); the 8B e4m3 entries at T = 256-1024
+     # re-tuned with INFLIGHT in the space (written here, copied back); where an eager layer call's host time goes
+    run 130 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype e4m3 --skip 39 --max-seconds 110
+    printf '%s\n' 6144x256x4096 6144x512x4096 6144x1024x4096 4096x256x4096 4096x512x4096 4096x1024x4096 \
+        28672x256x4096 28672x512x4096 28672x1024x4096 4096x256x14336 4096x512x14336 4096x1024x14336 > /tmp/e4m3-8b-mid.txt
+    run 280 python -m sparsile tune /tmp/e4m3-8b-mid.txt --dtype e4m3 --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+    cp stdlib/kernels/tuned/h200.json "$out/h200.json"
+    run 100 python benchmarks/bench_layer_host.py --shapes 8B_o 8B_qkv --tokens 1 --profile 8B_o
     ;;
 sweep-26)  # the e4m3 GEMM entries final-26 did not reach (57344 x N x 8192, 8192 x N x 28672) against float64
     run 130 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype e4m3 --skip 30 --max-seconds 115
