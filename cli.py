@@ -36,6 +36,7 @@ constants included).
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import sys
 from typing import Any, TextIO
@@ -101,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--linear", action="store_true",
                    help="tune the torch layer's kernel (sparse_linear, T > 64) instead of sparse_matmul; its "
                         "entries (linear-<dtype>) go to the same table")
+    t.add_argument("--inflight", action="store_true",
+                   help="also time every operand type's configs with one MMA group in flight (INFLIGHT=1; "
+                        "by default only e4m3's, docs/autotune.md)")
     return p
 
 
@@ -410,9 +414,12 @@ def _tune_shapes(items: list[str]) -> list[str]:
 
 def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .backend import runtime
-    from .stdlib.kernels.tuning import parse_shape, tune_sparse_matmul
+    from .stdlib.kernels.tuning import config_space, parse_shape, tune_sparse_matmul
 
     shapes = [parse_shape(s) for s in _tune_shapes(args.shapes)]  # LaunchError SP0778: exit status 2
+    if args.linear and args.inflight:
+        raise _Usage("--inflight applies to sparse_matmul's kernels; the torch layer's (--linear) keep every MMA "
+                     "group waited for")
     if not runtime.has_gpu():
         print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available", file=err)
         return EXIT_UNAVAILABLE
@@ -422,8 +429,9 @@ def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         table = tune_sparse_linear(shapes, dtypes=args.dtype or ("bf16",), warmup=args.warmup, rep=args.rep,
                                    out=args.output, stderr=err, progress=True)
     else:
+        space = functools.partial(config_space, inflight=True) if args.inflight else config_space
         table = tune_sparse_matmul(shapes, dtypes=args.dtype or ("bf16", "f16"), warmup=args.warmup,
-                                   rep=args.rep, out=args.output, stderr=err, progress=True)
+                                   rep=args.rep, out=args.output, stderr=err, progress=True, space=space)
     for name, entry in table["entries"].items():
         print(f"{name}: {entry['config']} {entry['us']} us (default {entry['default_us']} us)", file=out)
     return EXIT_OK

@@ -159,6 +159,29 @@ def test_cli_tune_checks_its_shapes_before_the_gpu(tmp_path: Any) -> None:
     assert main(["tune", "1x1x1", "--dtype", "f8"], stdout=out, stderr=err) == 2  # argparse's choices
 
 
+def test_cli_tune_inflight_puts_inflight_twins_in_every_types_space(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sparsile tune --inflight`` tunes over a space with INFLIGHT twins for bf16 too (by default
+    only e4m3 has them); with ``--linear`` it is a usage error, before any GPU is asked for."""
+    from sparsile.backend import runtime
+    from sparsile.stdlib.kernels import tuning
+
+    spaces: list[list[GemmConfig]] = []
+
+    def fake_tune(shapes: Any, *, space: Any = config_space, **kw: Any) -> dict[str, Any]:
+        spaces.append(space(KERNELS["bf16"], 8192, 8192, 8192, 132))
+        return {"entries": {}}
+
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(tuning, "tune_sparse_matmul", fake_tune)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["tune", "8192x8192x8192", "--dtype", "bf16"], stdout=out, stderr=err) == 0
+    assert main(["tune", "8192x8192x8192", "--dtype", "bf16", "--inflight"], stdout=out, stderr=err) == 0
+    assert not any(c.inflight for c in spaces[0])
+    assert GemmConfig(256, 5, 1, True, inflight=True) in spaces[1]
+    assert main(["tune", "8192x8192x8192", "--linear", "--inflight"], stdout=out, stderr=err) == 2
+    assert "--inflight applies to sparse_matmul's kernels" in err.getvalue()
+
+
 def test_tables_written_by_tune_round_trip(tmp_path: Any) -> None:
     """What tune_sparse_matmul writes (its entry layout) is what lookup reads."""
     entry = {"config": GemmConfig(128, 5, 1, True).to_json(), "us": 1.0, "default": GemmConfig(256).to_json(),
