@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh b27              # mid-T entries tuned with INFLIGHT (70B e4m3; bf16/f16 --inflight), swept
 #   bash scripts/gpu_runs.sh a27              # the last e4m3 entry vs float64, 8B e4m3 T 256-1024 re-tuned, eager host time
 #   bash scripts/gpu_runs.sh sweep-26         # (run 2026-12-04; 9 of 10, 57344x8192x8192 not reached) the last e4m3 entries vs float64
 #   bash scripts/gpu_runs.sh final-26         # (run 2026-12-04) this session's GPU tests, every e4m3 GEMM entry vs float64
@@ -190,6 +191,22 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+b27)  # the 70B e4m3 entries at T = 256-1024 re-tuned with INFLIGHT; bf16 and f16 at T = 256-1024 (8B and 70B) tuned
+     # with INFLIGHT twins in the space (--inflight: by default e4m3 only); the smallest entries against float64
+    printf '%s\n' 10240x256x8192 10240x512x8192 10240x1024x8192 8192x256x8192 8192x512x8192 8192x1024x8192 \
+        57344x256x8192 57344x512x8192 57344x1024x8192 8192x256x28672 8192x512x28672 8192x1024x28672 > /tmp/mid-70b.txt
+    printf '%s\n' 6144x256x4096 6144x512x4096 6144x1024x4096 4096x256x4096 4096x512x4096 4096x1024x4096 \
+        28672x256x4096 28672x512x4096 28672x1024x4096 4096x256x14336 4096x512x14336 4096x1024x14336 > /tmp/mid-8b.txt
+    run 150 python -m sparsile tune /tmp/mid-70b.txt --dtype e4m3 --warmup 3 --rep 10 -o stdlib/kernels/tuned/h200.json
+    run 150 python -m sparsile tune /tmp/mid-8b.txt --dtype bf16 --dtype f16 --inflight --warmup 3 --rep 10 \
+        -o stdlib/kernels/tuned/h200.json
+    cp stdlib/kernels/tuned/h200.json "$out/h200.json"
+    run 120 python -m sparsile tune /tmp/mid-70b.txt --dtype bf16 --inflight --warmup 3 --rep 10 \
+        -o stdlib/kernels/tuned/h200.json
+    cp stdlib/kernels/tuned/h200.json "$out/h200.json"
+    run 100 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype e4m3 --entries 28 --max-seconds 90
+    run 100 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype bf16 --entries 28 --max-seconds 90
     ;;
 a27)  # the last e4m3 GEMM entry against float64 (57344 x 8192 x 8192, INFLIGHT); the 8B e4m3 entries at T = 256-1024
      # re-tuned with INFLIGHT in the space (written here, copied back); where an eager layer call's host time goes
