@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh c27              # the rest of the e4m3 entries vs float64, e4m3 mid-T rows timed, layer T <= 16
 #   bash scripts/gpu_runs.sh b27              # mid-T entries tuned with INFLIGHT (70B e4m3; bf16/f16 --inflight), swept
 #   bash scripts/gpu_runs.sh a27              # the last e4m3 entry vs float64, 8B e4m3 T 256-1024 re-tuned, eager host time
 #   bash scripts/gpu_runs.sh sweep-26         # (run 2026-12-04; 9 of 10, 57344x8192x8192 not reached) the last e4m3 entries vs float64
@@ -191,6 +192,14 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+c27)  # the e4m3 entries b27's sweep did not reach against float64; sparse_matmul e4m3 on re-tuned mid-T entries
+     # against cuBLAS fp8 and cuSPARSELt; the layer's T <= 16 targets (bf16 and e4m3, 8B) on this lease
+    run 230 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype e4m3 --skip 25 --max-seconds 210
+    run 150 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:4096x256x4096 --case e4m3:4096x512x4096 \
+        --case e4m3:6144x1024x4096 --case e4m3:28672x1024x4096 --case e4m3:10240x512x8192 --case e4m3:8192x256x8192 \
+        --case e4m3:57344x512x8192
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --shapes 8B --tokens 1 16 --variants graph
     ;;
 b27)  # the 70B e4m3 entries at T = 256-1024 re-tuned with INFLIGHT; bf16 and f16 at T = 256-1024 (8B and 70B) tuned
      # with INFLIGHT twins in the space (--inflight: by default e4m3 only); the smallest entries against float64
