@@ -3,14 +3,18 @@
 A replay (:class:`.call_cache.Replay`) through prepared launches still spends its host time in their
 Python: the argument writers, the tensor-map update of a moved b, and ``cuLaunchKernel`` through the
 CUDA bindings, per launch. Where every launch of a replay reads only the call's values, metadata
-words, b, C and at most one workspace (each whole or viewed from its first element, none zeroed:
-the decode kernel at N <= 64 with or without its split-K reduction, the one-CTA-per-tile kernels), a
-:class:`NativePlan` launches them from native code instead, as the torch layer's eager calls do
+words, b, C and at most one workspace (each whole or a view into it, none zeroed: the decode kernel
+at N <= 64 with or without its split-K reduction, the one-CTA-per-tile kernels, a tail split's
+three launches over row blocks of the weight and C), a :class:`NativePlan` launches them from
+native code instead, as the torch layer's eager calls do
 (integrations/torch/native.py): per weight (the addresses of its values and words) each launch is
 prepared once with only b, C and the workspace per call and packed into a record
 (``PreparedLaunch.native_record``, driver/prepared.py); a call is then one ctypes call per launch into
 the record launcher of backend/runtime/native_launch.py, which writes those three addresses (its
-sources 0, 1, 2), re-encodes b's tensor map where b moved and calls ``cuLaunchKernel``.
+sources 0, 1, 2), re-encodes b's tensor map where b moved and calls ``cuLaunchKernel``. A launch that reads a
+view of b, C or the workspace at an offset (a tail split's reduction writes C's tail rows) is passed
+that array's address plus the view's byte offset, which the call's key fixes (the same shapes and
+strides every call); the weight's views are fixed per weight, in its record.
 
 The records are keyed by the weight's addresses, not its tensors: a launch reads its operands by
 address, and the call's key (call_cache.py) fixes their shapes, strides and element types, so a
@@ -82,6 +86,7 @@ class _Native:
     words: Any
     record: Any  # the NativeRecord (it keeps the prepared launch, and so its module, alive)
     stream: Any  # the prepared launch's stream getter: torch's current stream, as a replay launches on
+    offsets: tuple[int, int, int] = (0, 0, 0)  # bytes into b, C and the workspace of the views it reads
 
 
 @dataclass(frozen=True)
@@ -130,10 +135,11 @@ class NativePlan:
         at_b, at_c, at_w = b.data_ptr(), c.data_ptr(), 0 if w is None else w.data_ptr()
         for done, native in enumerate(natives):
             native.record.context_current()
-            status = run(native.address, at_b, at_c, at_w, native.stream())
+            ob, oc, ow = native.offsets
+            status = run(native.address, at_b + ob, at_c + oc, at_w + ow, native.stream())
             if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
                 native.record.context_current(True)
-                status = run(native.address, at_b, at_c, at_w, native.stream())
+                status = run(native.address, at_b + ob, at_c + oc, at_w + ow, native.stream())
             if status:
                 self._failed(key, status)
                 if done:
@@ -159,8 +165,10 @@ class NativePlan:
         """Prepare each launch for this weight with b, C and the workspace per call and pack its
         native record (None where one cannot be packed: remembered, so that it is not tried per call)."""
         arrays = {("input", 0): values, ("input", 1): words, ("words", 0): words, ("input", 2): b, self.c_at: c}
+        sources = {("input", 2): 0, self.c_at: 1}  # the arrays a call passes (b, C, the workspace)
         if self.w_at is not None:
             arrays[self.w_at] = w
+            sources[self.w_at] = 2
 
         def array(r: ArrayRef) -> Any:
             a = arrays[(r.kind, r.index)]
@@ -170,6 +178,10 @@ class NativePlan:
         try:
             for launch in self.launches:
                 args = [array(r) if type(r) is ArrayRef else r for r in launch.refs]
+                offsets = _offsets(launch.refs, args, arrays, sources)
+                if offsets is None:
+                    natives = None
+                    break
                 by_name = dict(zip((p.name for p in launch.gpu_launch.kernel.params), args, strict=False))
                 prepared = launch.gpu_launch.prepare(*args, per_call=launch.names, **launch.kwargs)
                 record = prepared.native_record(tuple(by_name[n] for n in launch.names), launch.sources,
@@ -181,7 +193,8 @@ class NativePlan:
                     natives = None
                     break
                 words_array = _launcher.record(record.words)
-                natives.append(_Native(ctypes.addressof(words_array), words_array, record, prepared._default_stream))
+                natives.append(_Native(ctypes.addressof(words_array), words_array, record, prepared._default_stream,
+                                       offsets))
         except Exception:  # a launch the record builder does not take: the prepared launches replay it
             natives = None
         built = None if natives is None else tuple(natives)
@@ -191,14 +204,31 @@ class NativePlan:
         return built
 
 
+def _offsets(refs: tuple[Any, ...], args: list[Any], arrays: dict[Slot, Any], sources: dict[Slot, int]
+             ) -> tuple[int, int, int] | None:
+    """The byte offsets into b, C and the workspace of the views one launch reads (``args``, made
+    from ``refs`` over ``arrays``), or None where it reads two different views of one of them (one
+    address per source and launch)."""
+    offsets: list[int | None] = [None, None, None]
+    for r, a in zip(refs, args, strict=True):
+        if type(r) is not ArrayRef or (r.kind, r.index) not in sources:
+            continue
+        source = sources[(r.kind, r.index)]
+        offset = a.data_ptr() - arrays[(r.kind, r.index)].data_ptr()
+        if offsets[source] is not None and offsets[source] != offset:
+            return None
+        offsets[source] = offset
+    return tuple(o or 0 for o in offsets)
+
+
 def native_plan(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...],
                 refs: tuple[tuple[Any, ...], ...], scratch: list[tuple[tuple[int, ...], str, bool]],
                 source: ArrayRef, arrays: tuple[Any, ...]) -> NativePlan | None:
     """The :class:`NativePlan` of a replay of ``launches`` (each the recorded ``(kernel[grid],
     arguments, keywords)``, its arguments as ``refs[i]``), or None where it does not qualify (module
     docstring): every array a launch reads is the call's values, words or b, C (the result,
-    ``source``: out or scratch) or one more scratch array (the workspace), each whole or a view at
-    its first element (an address the call gives); no scratch is zeroed; the call's ``arrays``
+    ``source``: out or scratch) or one more scratch array (the workspace), each whole or a view
+    into it (at an offset the call's key fixes: :func:`_offsets`); no scratch is zeroed; the call's ``arrays``
     (values, metadata words, b, out or None) are torch CUDA tensors (a launch reads their
     ``data_ptr()``); a launcher can be built."""
     from ...driver.launch import GpuLaunch
@@ -224,8 +254,6 @@ def native_plan(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...
             if type(r) is not ArrayRef:
                 continue
             at = (r.kind, r.index)
-            if r.view is not None and r.view[3]:  # a row block: an address the call does not give
-                return None
             if at in (("input", 2), c_at, w_at):
                 names.append(gpu_launch.kernel.params[j].name)
                 sources.append((("input", 2), c_at, w_at).index(at))

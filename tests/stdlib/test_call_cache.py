@@ -343,11 +343,12 @@ def test_gpu_a_replay_captured_in_a_cuda_graph():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("words_kind", ["buffer", "raw"])
-@pytest.mark.parametrize("m,n,k", [(6144, 16, 4096), (4096, 16, 4096), (1024, 1024, 512)],
-                         ids=["decode", "decode-split", "tiled"])
+@pytest.mark.parametrize("m,n,k", [(6144, 16, 4096), (4096, 16, 4096), (1024, 1024, 512), (6144, 1024, 4096)],
+                         ids=["decode", "decode-split", "tiled", "tail-split"])
 def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, n, k):
     """Replays launch from native code (call_native.py; by default the split-K entry's two launches
-    too): weights of one shape alternate (one native record each), into a
+    too, and the tail split's three, over row blocks of the weight and C): weights of one shape
+    alternate (one native record each), into a
     poisoned out and as returned, and a weight made where a freed one was (its address, likely
     reused) reads its own contents; all against float64."""
     torch = pytest.importorskip("torch")
@@ -379,7 +380,8 @@ def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, 
         for values, meta, dense in layers:
             checked(values, meta, dense)
             checked(values, meta, dense, out)
-    if n <= 64:  # the table's decode entries: one launch (6144 rows), or two through a workspace (4096)
+    if n <= 64 or (m, n, k) == (6144, 1024, 4096):  # the table's decode entries: one launch (6144 rows), or two
+        # through a workspace (4096); its tail-split entry at 6144 x 1024 x 4096 (head, tail, reduction)
         assert call_native.counts["launched"] - launched >= 8, call_cache.last_refusal  # 12 calls, 2 records
     del layers[0]
     gc.collect()
@@ -492,17 +494,33 @@ def test_a_split_k_replay_launches_natively_through_its_workspace(native_rules, 
     assert len(_plan(native_rules, partial, scratch, Ref("scratch", 1), reduce).launches) == 2
 
 
-@pytest.mark.parametrize("case", ["row block", "zeroed C", "zeroed workspace", "third scratch", "out and two scratch",
-                                  "C not the result", "a row block of the workspace"])
+def test_a_tail_split_replay_launches_natively_over_row_blocks(native_rules):
+    """A tail split (gemm_tail.py): the head's GEMM into C's first rows, the tail's split-K GEMM over
+    row blocks of the weight into the workspace, the reduction into C's last rows. Row blocks of the
+    weight are fixed per weight; those of b, C and the workspace become offsets (call_native._offsets)."""
+    Ref = call_cache.ArrayRef
+    scratch = [((256, 64), "float16", False), ((2, 128, 64), "float32", False)]
+    c_head = Ref("scratch", 0, ("float16", (128, 64), (64, 1), 0))
+    c_tail = Ref("scratch", 0, ("float16", (128, 64), (64, 1), 128 * 64))
+    head = (Ref("input", 0, ("bfloat16", (128, 32), (32, 1), 0)), Ref("words"), Ref("input", 2), c_head, 4096)
+    tail = (Ref("input", 0, ("bfloat16", (128, 32), (32, 1), 128 * 32)), Ref("words"), Ref("input", 2),
+            Ref("scratch", 1), 4096)
+    reduce = (Ref("scratch", 1), c_tail, Ref("input", 2), 4096, 16)
+    plan = _plan(native_rules, head, scratch, Ref("scratch", 0), tail, reduce)
+    assert plan is not None and plan.c_at == ("scratch", 0) and plan.w_at == ("scratch", 1)
+    assert [nl.sources for nl in plan.launches] == [(0, 1), (0, 2), (2, 1, 0)]
+    assert _plan(native_rules, head, scratch, Ref("scratch", 0, ("float16", (128, 64), (64, 1), 8192)), tail) is None
+
+
+@pytest.mark.parametrize("case", ["zeroed C", "zeroed workspace", "third scratch", "out and two scratch",
+                                  "C not the result"])
 def test_replays_that_launch_natively_only_with_their_own_arrays_and_one_workspace(native_rules, case):
     Ref = call_cache.ArrayRef
     refs = [Ref("input", 0), Ref("words"), Ref("input", 2), Ref("scratch", 0), 4096]
     scratch = [((128, 16), "float16", False)]
     source = Ref("scratch", 0)
     more = ()
-    if case == "row block":
-        refs[2] = Ref("input", 2, ("bfloat16", (8, 64), (64, 1), 512))
-    elif case == "zeroed C":
+    if case == "zeroed C":
         scratch = [((128, 16), "float16", True)]
     elif case == "zeroed workspace":
         scratch.append(((2, 128, 16), "float32", True))
@@ -514,11 +532,8 @@ def test_replays_that_launch_natively_only_with_their_own_arrays_and_one_workspa
         scratch.append(((2, 128, 16), "float32", False))
         refs[3], source = Ref("input", 3), Ref("input", 3)
         more = ((Ref("scratch", 0), Ref("scratch", 1), Ref("input", 3)),)
-    elif case == "C not the result":
+    else:  # "C not the result"
         refs[3], source = Ref("input", 3), Ref("scratch", 0)
-    else:
-        scratch.append(((2, 128, 16), "float32", False))
-        more = ((Ref("scratch", 1, ("float32", (128, 16), (16, 1), 2048)), Ref("scratch", 0)),)
     assert _plan(native_rules, tuple(refs), scratch, source, *more) is None
 
 

@@ -143,3 +143,35 @@ def test_two_launches_through_a_workspace_take_b_c_and_the_workspace_per_call(gp
     with pytest.warns(RuntimeWarning, match="CUresult 700"):
         assert plan.launch(values, words, b, c, w) == 1
     assert plan.launch(values, words, b, c, w) == 0 and plan.records[(values.data_ptr(), words.data_ptr())] is None
+
+
+def test_views_at_an_offset_are_passed_as_their_arrays_address_plus_the_offset(gpu, monkeypatch):
+    """A tail split's reduction writes C's last rows: a launch reading a view of C (or of b, or of
+    the workspace) at an offset gets that call's array address plus the view's bytes; a launch that
+    reads two different views of one of them is not packed (the prepared launches replay it)."""
+    driver = FakeDriver([8, 8, 8, 8, 4])
+    monkeypatch.setattr(call_native, "_launcher", nl.RecordLauncher(driver.entry_points()))
+    monkeypatch.setattr(call_native, "_capturing", lambda: False)
+    monkeypatch.setattr(call_native, "viewed",  # (the fake tensors have no views: one at offset * 4 bytes)
+                        lambda a, view: FakeCudaTensor(a.data_ptr() + 4 * view[3], view[1]))
+    Ref = call_cache.ArrayRef
+    rows = ("float32", (64,), (1,), 64)  # elements 64..127
+    weight = (Ref("input", 0, rows), Ref("words"))  # a row block of the weight: fixed per weight
+    tail = call_native.NativeLaunch(four[(1,)], (*weight, Ref("input", 2), Ref("scratch", 1, rows), 64),
+                                    {"BLOCK": 64}, ("b", "y"), (0, 2))
+    reduce = call_native.NativeLaunch(four[(1,)], (*weight, Ref("scratch", 1), Ref("scratch", 0, rows), 64),
+                                      {"BLOCK": 64}, ("b", "y"), (2, 1))
+    plan = call_native.NativePlan((tail, reduce), ("scratch", 0), ("scratch", 1))
+    values, words, b, c = arrays(0x7A00_0000_0000)
+    for at in (0x7E00_0000_0000, 0x7E00_0010_0000):  # the workspace and C move between calls
+        w, c = FakeCudaTensor(at, (128,)), FakeCudaTensor(at + 0x1000, (128,))
+        assert plan.launch(values, words, b, c, w) == 2
+        assert driver.launches[-2][5][:4] == [q(values.data_ptr() + 256), q(words.data_ptr()), q(b.data_ptr()),
+                                              q(w.data_ptr() + 256)]
+        assert driver.launches[-1][5][:4] == [q(values.data_ptr() + 256), q(words.data_ptr()), q(w.data_ptr()),
+                                              q(c.data_ptr() + 256)]
+    both = call_native.NativeLaunch(four[(1,)], (*weight, Ref("scratch", 0), Ref("scratch", 0, rows), 64),
+                                    {"BLOCK": 64}, ("b", "y"), (1, 1))  # C whole and C's last rows
+    n = len(driver.launches)
+    assert call_native.NativePlan((both,), ("scratch", 0)).launch(values, words, b, c) == 0
+    assert len(driver.launches) == n
