@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh d27              # native tail-split replays: GPU tests, host-inclusive calls native vs prepared
 #   bash scripts/gpu_runs.sh c27              # the rest of the e4m3 entries vs float64, e4m3 mid-T rows timed, layer T <= 16
 #   bash scripts/gpu_runs.sh b27              # mid-T entries tuned with INFLIGHT (70B e4m3; bf16/f16 --inflight), swept
 #   bash scripts/gpu_runs.sh a27              # the last e4m3 entry vs float64, 8B e4m3 T 256-1024 re-tuned, eager host time
@@ -192,6 +193,14 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+d27)  # native replays of the tail split (views at an offset): the call cache's GPU tests (a tail-split entry among
+     # them) and the tail split's, then host-inclusive calls of the tail-split entries, native and prepared
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
+        tests/stdlib/test_gemm_tail.py tests/stdlib/test_call_native.py
+    run 120 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 512 1024 --blocks 7
+    SPARSILE_CALL_CACHE_NATIVE=1 run 120 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 \
+        10240x8192 --tokens 512 1024 --blocks 7
     ;;
 c27)  # the e4m3 entries b27's sweep did not reach against float64; sparse_matmul e4m3 on re-tuned mid-T entries
      # against cuBLAS fp8 and cuSPARSELt; the layer's T <= 16 targets (bf16 and e4m3, 8B) on this lease
