@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh e27              # eager e4m3 at T = 16: one launch against two, GPU time and calls
 #   bash scripts/gpu_runs.sh d27              # native tail-split replays: GPU tests, host-inclusive calls native vs prepared
 #   bash scripts/gpu_runs.sh c27              # the rest of the e4m3 entries vs float64, e4m3 mid-T rows timed, layer T <= 16
 #   bash scripts/gpu_runs.sh b27              # mid-T entries tuned with INFLIGHT (70B e4m3; bf16/f16 --inflight), swept
@@ -193,6 +194,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+e27)  # eager e4m3 at T = 16 in one launch (the kernel quantizing x itself) against two (quantizer, GEMM): the GPU
+     # time of both, then the layer's eager calls by the rule and always one launch, twice each, interleaved
+    run 120 python benchmarks/bench_decode_qx.py --shapes 6144x4096 4096x4096 4096x14336 28672x4096 --tokens 16 4
+    for qx in rule always rule always; do
+        run 60 python benchmarks/bench_linear.py --dtypes e4m3 --shapes 8B --tokens 16 --variants graph --eager-qx $qx
+    done
     ;;
 d27)  # native replays of the tail split (views at an offset): the call cache's GPU tests (a tail-split entry among
      # them) and the tail split's, then host-inclusive calls of the tail-split entries, native and prepared
