@@ -141,13 +141,24 @@ host time); at T = 16 1.5-2.5x (left out but for N x K <= 2^22)."""
 EAGER_QUANTIZE_IN_KERNEL_SMALL = (4, 1 << 28)
 """(T, T x N x K) up to which an eager e4m3 call also takes the one launch: T = 1 up to
 N x K = 2^28, T = 4 up to 2^26 (8192 x 8192, 4096 x 14336)."""
+EAGER_QUANTIZE_IN_KERNEL_SMALL_WEIGHT = (16, 1 << 25)
+"""(T, N x K) up to which an eager e4m3 call also takes the one launch: T <= 16 on weights up to
+N x K = 2^25 (Llama-3 8B qkv 6144 x 4096 and o 4096 x 4096). There the one launch's GPU time at
+T = 16 (16.2-16.9 µs on the H200, 2.0-2.1x two launches') stays under what the second launch's host
+time costs an eager call: eager calls took 16.5-17.2 µs in one launch against 21.8-31.0 µs in two,
+dense bf16 ``F.linear`` 18.5-40.6 µs (benchmarks/RESULTS.md, twenty-seventh session). Not on
+4096 x 14336 (43 µs in one launch against 17) or 28672 x 4096 (35 against 23), whose eager calls
+the one launch made slower."""
 
 
 def quantizes_in_kernel(t: int, n: int, k: int) -> bool:
     """Whether an eager e4m3 call of ``t`` tokens through an ``n`` x ``k`` weight is one launch of the
-    kernel that quantizes x itself (:data:`EAGER_QUANTIZE_IN_KERNEL_MAX`)."""
+    kernel that quantizes x itself (:data:`EAGER_QUANTIZE_IN_KERNEL_MAX`,
+    :data:`EAGER_QUANTIZE_IN_KERNEL_SMALL`, :data:`EAGER_QUANTIZE_IN_KERNEL_SMALL_WEIGHT`)."""
     small_t, small_tnk = EAGER_QUANTIZE_IN_KERNEL_SMALL
-    return t * n * k <= EAGER_QUANTIZE_IN_KERNEL_MAX or (t <= small_t and t * n * k <= small_tnk)
+    weight_t, weight_nk = EAGER_QUANTIZE_IN_KERNEL_SMALL_WEIGHT
+    return (t * n * k <= EAGER_QUANTIZE_IN_KERNEL_MAX or (t <= small_t and t * n * k <= small_tnk)
+            or (t <= weight_t and n * k <= weight_nk))
 
 
 RECORD_QUANTIZE_MAX_T = 64

@@ -472,6 +472,7 @@ def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
     if why == "large":
         monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_MAX", 4 * 8 * 32 - 1)
         monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_SMALL", (4, 4 * 8 * 32 - 1))
+        monkeypatch.setattr(kernels, "EAGER_QUANTIZE_IN_KERNEL_SMALL_WEIGHT", (16, 8 * 32 - 1))
     if why == "env":
         monkeypatch.setenv(kernels.DECODE_REDUCE_ENV, "launch")
     cache, w = RecordCache(), _weight()
@@ -490,13 +491,15 @@ def test_the_quantizing_eager_launch_is_not_planned(fake, monkeypatch, why):
 
 def test_the_quantizing_eager_launch_bounds():
     """The one launch where its GPU time stays within the host time it saves (the H200 measurements
-    in EAGER_QUANTIZE_IN_KERNEL_MAX's docstring): T = 1 up to N x K = 2^28 (28672 x 4096, 8192 x
-    28672 whose split the record then checks), T = 4 up to 2^26 (8192 x 8192, 4096 x 14336), and
-    T x N x K <= 2^26 at any T; not 57344 x 8192, nor 28672 x 4096 beyond T = 2."""
+    in EAGER_QUANTIZE_IN_KERNEL_MAX's and _SMALL_WEIGHT's docstrings): T = 1 up to N x K = 2^28
+    (28672 x 4096, 8192 x 28672 whose split the record then checks), T = 4 up to 2^26 (8192 x 8192,
+    4096 x 14336), T <= 16 on weights up to N x K = 2^25 (8B qkv and o), and T x N x K <= 2^26 at any
+    T; not 57344 x 8192, nor 28672 x 4096 beyond T = 2, nor 4096 x 14336 beyond T = 4."""
     inside = [(1, 4096, 14336), (1, 28672, 4096), (1, 8192, 28672), (2, 28672, 4096), (2, 10240, 8192),
-              (4, 8192, 8192), (4, 4096, 14336), (4, 6144, 4096), (16, 1024, 4096), (64, 1024, 1024)]
-    outside = [(1, 57344, 8192), (3, 28672, 4096), (4, 10240, 8192), (5, 6144, 4096), (8, 4096, 4096),
-               (16, 4096, 4096)]
+              (4, 8192, 8192), (4, 4096, 14336), (4, 6144, 4096), (16, 1024, 4096), (64, 1024, 1024),
+              (5, 6144, 4096), (8, 4096, 4096), (16, 4096, 4096), (16, 6144, 4096)]
+    outside = [(1, 57344, 8192), (3, 28672, 4096), (4, 10240, 8192), (5, 4096, 14336), (16, 4096, 14336),
+               (16, 28672, 4096), (17, 6144, 4096), (32, 4096, 4096)]
     assert all(kernels.quantizes_in_kernel(*c) for c in inside)
     assert not any(kernels.quantizes_in_kernel(*c) for c in outside)
 
