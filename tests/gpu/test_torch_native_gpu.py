@@ -89,7 +89,7 @@ def test_a_split_k_plan_of_two_launches_launches_both_natively(monkeypatch):
         check_against_float64(layer, x, b)
 
 
-@pytest.mark.parametrize("tokens", [1, 16])
+@pytest.mark.parametrize("tokens", [1, 16, 32])  # one launch at 1 and 16 (quantizes_in_kernel), two at 32
 def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
     layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=5, device="cuda"), "e4m3", activation="silu")
     gen = torch.Generator("cuda").manual_seed(11)
@@ -111,7 +111,8 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
 
 @pytest.mark.parametrize("shape,tokens", [((4096, 4096), 1), ((4096, 4096), 4), ((6144, 4096), 2), ((6144, 4096), 4),
                                           ((4096, 14336), 1), ((1000, 4096), 3), ((28672, 4096), 1),
-                                          ((4096, 14336), 4), ((8192, 8192), 4)])
+                                          ((4096, 14336), 4), ((8192, 8192), 4), ((6144, 4096), 16),
+                                          ((4096, 4096), 16), ((4096, 4096), 9)])
 def test_e4m3_one_launch_eager_calls_equal_the_captured_two_launches(shape, tokens):
     """quantizes_in_kernel: an eager e4m3 call is one launch of the kernel that
     quantizes x itself; a call captured into a CUDA graph is the quantizer and the GEMM. Both give the
