@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh f27              # eager e4m3 one launch at T <= 16 on small weights: GPU tests, layer table
 #   bash scripts/gpu_runs.sh e27              # eager e4m3 at T = 16: one launch against two, GPU time and calls
 #   bash scripts/gpu_runs.sh d27              # native tail-split replays: GPU tests, host-inclusive calls native vs prepared
 #   bash scripts/gpu_runs.sh c27              # the rest of the e4m3 entries vs float64, e4m3 mid-T rows timed, layer T <= 16
@@ -194,6 +195,14 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+f27)  # the widened one-launch rule for eager e4m3 (T <= 16 on weights up to 2^25): GPU tests, the layer's T <= 16
+     # table (bf16 and e4m3); sparse_matmul on two tail-split entries, host included, now replayed natively
+    run 220 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_native_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py -k "e4m3 or one_launch or qx"
+    run 120 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --shapes 8B --tokens 1 4 16 --variants graph
+    run 100 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:10240x512x8192 --case bf16:6144x1024x4096 \
+        --case bf16:28672x512x4096
     ;;
 e27)  # eager e4m3 at T = 16 in one launch (the kernel quantizing x itself) against two (quantizer, GEMM): the GPU
      # time of both, then the layer's eager calls by the rule and always one launch, twice each, interleaved
