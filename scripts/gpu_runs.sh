@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh g27              # the layer's T <= 16 targets on 8B and 70B, the model at batch 16 compiled
 #   bash scripts/gpu_runs.sh f27              # eager e4m3 one launch at T <= 16 on small weights: GPU tests, layer table
 #   bash scripts/gpu_runs.sh e27              # eager e4m3 at T = 16: one launch against two, GPU time and calls
 #   bash scripts/gpu_runs.sh d27              # native tail-split replays: GPU tests, host-inclusive calls native vs prepared
@@ -195,6 +196,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+g27)  # issue 12's layer targets on the 8B and 70B shapes (bf16, e4m3; T = 1, 4, 16) in one run, then the 32-layer
+     # model at batch 16 under torch.compile (dense against sparsile-fused), logits checked
+    run 110 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph \
+        --json "$out/linear-t16.json"
+    run 290 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
+        --batches 16 --repeats 2 --json "$out/llama-compile-b16.json"
     ;;
 f27)  # the widened one-launch rule for eager e4m3 (T <= 16 on weights up to 2^25): GPU tests, the layer's T <= 16
      # table (bf16 and e4m3); sparse_matmul on two tail-split entries, host included, now replayed natively
