@@ -136,10 +136,12 @@ class NativePlan:
         for done, native in enumerate(natives):
             native.record.context_current()
             ob, oc, ow = native.offsets
-            status = run(native.address, at_b + ob, at_c + oc, at_w + ow, native.stream())
+            # (no workspace: address 0, which the launcher declines for a launch that reads one)
+            b_at, c_at, w_at = at_b + ob, at_c + oc, at_w and at_w + ow
+            status = run(native.address, b_at, c_at, w_at, native.stream())
             if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
                 native.record.context_current(True)
-                status = run(native.address, at_b + ob, at_c + oc, at_w + ow, native.stream())
+                status = run(native.address, b_at, c_at, w_at, native.stream())
             if status:
                 self._failed(key, status)
                 if done:

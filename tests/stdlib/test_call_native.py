@@ -170,6 +170,8 @@ def test_views_at_an_offset_are_passed_as_their_arrays_address_plus_the_offset(g
                                               q(w.data_ptr() + 256)]
         assert driver.launches[-1][5][:4] == [q(values.data_ptr() + 256), q(words.data_ptr()), q(w.data_ptr()),
                                               q(c.data_ptr() + 256)]
+    n = len(driver.launches)
+    assert plan.launch(values, words, b, c) == 0 and len(driver.launches) == n  # no workspace: address 0, declined
     both = call_native.NativeLaunch(four[(1,)], (*weight, Ref("scratch", 0), Ref("scratch", 0, rows), 64),
                                     {"BLOCK": 64}, ("b", "y"), (1, 1))  # C whole and C's last rows
     n = len(driver.launches)
