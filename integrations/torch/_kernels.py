@@ -137,18 +137,20 @@ reads all of x before its first MMA, which costs GPU time as T grows. GPU time o
 launch against two (docs/hopper.md; benchmarks/RESULTS.md, eighteenth session): at T = 1 0.90-1.02x
 up to 28672 x 4096 (57344 x 8192 1.02x, left out; 8192 x 28672 needs two K shares, 1.22x); at
 T = 4 1.3-4.0 µs more up to N x K = 2^26, less than the launch saves a host-bound call (5-10 µs of
-host time); at T = 16 1.5-2.5x (left out but for N x K <= 2^22)."""
+host time); at T = 16 1.5-2.5x (left out but for N x K <= 2^22, and for the weights of
+:data:`EAGER_QUANTIZE_IN_KERNEL_SMALL_WEIGHT`, where eager calls are host-bound)."""
 EAGER_QUANTIZE_IN_KERNEL_SMALL = (4, 1 << 28)
 """(T, T x N x K) up to which an eager e4m3 call also takes the one launch: T = 1 up to
 N x K = 2^28, T = 4 up to 2^26 (8192 x 8192, 4096 x 14336)."""
 EAGER_QUANTIZE_IN_KERNEL_SMALL_WEIGHT = (16, 1 << 25)
 """(T, N x K) up to which an eager e4m3 call also takes the one launch: T <= 16 on weights up to
 N x K = 2^25 (Llama-3 8B qkv 6144 x 4096 and o 4096 x 4096). There the one launch's GPU time at
-T = 16 (16.2-16.9 µs on the H200, 2.0-2.1x two launches') stays under what the second launch's host
+T = 16 (16.0-16.6 µs on the H200, 2.0-2.1x two launches') stays under what the second launch's host
 time costs an eager call: eager calls took 16.5-17.2 µs in one launch against 21.8-31.0 µs in two,
 dense bf16 ``F.linear`` 18.5-40.6 µs (benchmarks/RESULTS.md, twenty-seventh session). Not on
 4096 x 14336 (43 µs in one launch against 17) or 28672 x 4096 (35 against 23), whose eager calls
-the one launch made slower."""
+the one launch did not make faster (4096 x 14336: 32.5 µs against 29.1-32.8) or made slower
+(28672 x 4096: 37.0-37.3 against 25.9-31.6)."""
 
 
 def quantizes_in_kernel(t: int, n: int, k: int) -> bool:
