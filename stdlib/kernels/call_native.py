@@ -137,11 +137,11 @@ class NativePlan:
             native.record.context_current()
             ob, oc, ow = native.offsets
             # (no workspace: address 0, which the launcher declines for a launch that reads one)
-            b_at, c_at, w_at = at_b + ob, at_c + oc, at_w and at_w + ow
-            status = run(native.address, b_at, c_at, w_at, native.stream())
+            addresses = (at_b + ob, at_c + oc, at_w and at_w + ow)
+            status = run(native.address, *addresses, native.stream())
             if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
                 native.record.context_current(True)
-                status = run(native.address, b_at, c_at, w_at, native.stream())
+                status = run(native.address, *addresses, native.stream())
             if status:
                 self._failed(key, status)
                 if done:
@@ -167,10 +167,9 @@ class NativePlan:
         """Prepare each launch for this weight with b, C and the workspace per call and pack its
         native record (None where one cannot be packed: remembered, so that it is not tried per call)."""
         arrays = {("input", 0): values, ("input", 1): words, ("words", 0): words, ("input", 2): b, self.c_at: c}
-        sources = {("input", 2): 0, self.c_at: 1}  # the arrays a call passes (b, C, the workspace)
         if self.w_at is not None:
             arrays[self.w_at] = w
-            sources[self.w_at] = 2
+        sources = {slot: i for i, slot in enumerate(_per_call(self.c_at, self.w_at)) if slot is not None}
 
         def array(r: ArrayRef) -> Any:
             a = arrays[(r.kind, r.index)]
@@ -204,6 +203,11 @@ class NativePlan:
             if len(self.records) < MAX_RECORDS or key in self.records:
                 self.records[key] = built
         return built
+
+
+def _per_call(c_at: Slot, w_at: Slot | None) -> tuple[Slot, Slot, Slot | None]:
+    """Where the arrays a call passes come from, in the launcher's source order: b, C, the workspace."""
+    return ("input", 2), c_at, w_at
 
 
 def _offsets(refs: tuple[Any, ...], args: list[Any], arrays: dict[Slot, Any], sources: dict[Slot, int]
@@ -247,6 +251,7 @@ def native_plan(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...
     if any(zero for _, _, zero in scratch) or len(scratch) > 2 or (c_at == ("input", 3) and len(scratch) > 1):
         return None  # zeroed scratch (a replay fills it first), or more arrays than three sources
     w_at = next((("scratch", i) for i in range(len(scratch)) if ("scratch", i) != c_at), None)
+    per_call = _per_call(c_at, w_at)
     planned = []
     for (gpu_launch, args, kwargs), launch_refs in zip(launches, refs, strict=True):
         if not isinstance(gpu_launch, GpuLaunch) or len(args) > len(gpu_launch.kernel.params):
@@ -256,9 +261,9 @@ def native_plan(launches: tuple[tuple[Any, tuple[Any, ...], dict[str, Any]], ...
             if type(r) is not ArrayRef:
                 continue
             at = (r.kind, r.index)
-            if at in (("input", 2), c_at, w_at):
+            if at in per_call:
                 names.append(gpu_launch.kernel.params[j].name)
-                sources.append((("input", 2), c_at, w_at).index(at))
+                sources.append(per_call.index(at))
             elif at not in (("input", 0), ("input", 1), ("words", 0)):
                 return None  # another array
         planned.append(NativeLaunch(gpu_launch, tuple(launch_refs), dict(kwargs), tuple(names), tuple(sources)))
