@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ...backend.runtime import devices
-from ...backend.runtime.arrays import describe_array
+from ...backend.runtime.arrays import byte_range, describe_array
 from ...backend.runtime.dtypes import DTYPES
 from ...driver.recording import Recording
 from ..sparsity import MetadataBuffer
@@ -200,10 +200,8 @@ def _layout(x: Any) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool] |
 
 
 def _extent(address: int, size: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
-    """[first byte, last byte + 1) an array with non-negative strides covers (an empty one: none)."""
-    if any(d == 0 for d in shape):
-        return address, address
-    return address, address + size * (1 + sum((d - 1) * st for d, st in zip(shape, strides, strict=True)))
+    """[first byte, last byte + 1) an array with strides in elements covers (an empty one: none)."""
+    return byte_range(address, shape, [st * size for st in strides], size)
 
 
 def _view_in(a: Any, x: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...], int] | None:
