@@ -63,6 +63,7 @@ from torch_timing import (  # a sibling script, not a package
     first_line,
     graph_reps,
     graph_time,
+    host_probe_us,
     kernel_time,
     positive,
     prune_24,
@@ -133,6 +134,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no new case after this many seconds (the table keeps the rows measured)")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--host-diag", action="store_true",
+                    help="also a table of what the host did while the rows were timed: a fixed pure-Python "
+                         "workload's time per row (the host's speed), the calling thread's CPU share of each "
+                         "timed block, garbage collections; and a cProfile of the eager call of every row whose "
+                         f"overhead misses {MAX_OVERHEAD_US:g} µs at T <= {SMALL_T}")
     ap.add_argument("--eager-qx", choices=EAGER_QX, default="rule",
                     help="e4m3 eager calls at T <= 64: the one launch that quantizes x in the kernel where the "
                          "layer's rule says (rule, the default: quantizes_in_kernel), at any T x N x K (always: "
@@ -356,6 +362,7 @@ def measure(label: str, fn: Callable[[], Any], row: dict[str, Any], errors: dict
         if wall:
             t = time_calls(fn, sync, blocks=blocks)
             row[f"{label}_wall"], row[f"{label}_host"], row[f"{label}_best"] = t.wall, t.host, t.wall_best
+            row[f"{label}_cpu"], row[f"{label}_gc"] = t.cpu_share, t.gc_runs
         row[f"{label}_kern"] = kernel_time(fn)
         if graph:
             row[f"{label}_graph"] = graph_time(graph_fn or fn, graph_reps(row[f"{label}_kern"]), blocks)
@@ -369,6 +376,8 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
     errors = dict(c.errors)
     row: dict[str, Any] = {"model": shape.model, "layer": shape.layer, "n": shape.n, "k": shape.k, "t": t,
                            "dtype": c.dtype, "errors": errors, "from_dense_s": c.build_s}
+    if args.host_diag:
+        row["probe"] = host_probe_us()
     gen = torch.Generator(device=DEVICE).manual_seed(t)
     x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(activation_dtype(c.dtype))
     ref = x.double() @ c.w.double().T
@@ -413,7 +422,54 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
     for mode in ("wall", "best", "graph", "kern"):
         if row.get(f"sl_{mode}") and row.get(f"dense_{mode}"):
             row[f"speedup_{mode}"] = row[f"dense_{mode}"] / row[f"sl_{mode}"]
+    if args.host_diag and t <= SMALL_T and row.get("sl_ovh", 0.0) > MAX_OVERHEAD_US:
+        with torch.inference_mode():
+            row["sl_profile"] = profile_calls(lambda: c.sparse(x))
+        row["probe_after"] = host_probe_us()
     return row
+
+
+def profile_calls(fn: Callable[[], Any], calls: int = 1000, top: int = 12) -> str:
+    """The ``top`` functions by own time over ``calls`` calls of ``fn`` (cProfile; synchronized every
+    200 calls so the launch queue never fills)."""
+    import cProfile
+    import io
+    import pstats
+
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(calls):
+        fn()
+        if i % 200 == 199:
+            sync()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+DIAG_COLUMNS = (("probe µs", "probe"), ("SL host", "sl_host"), ("SL ovh", "sl_ovh"), ("SL cpu", "sl_cpu"),
+                ("SL gc", "sl_gc"), ("dense host", "dense_host"), ("dense ovh", "dense_ovh"),
+                ("dense cpu", "dense_cpu"), ("dense gc", "dense_gc"), ("probe after", "probe_after"))
+
+
+def format_diag(rows: list[dict[str, Any]]) -> str:
+    """``--host-diag``: per row the host probe, the timed blocks' CPU share and collections, SL and dense."""
+    lines = ["| shape | T | dtype | " + " | ".join(name for name, _ in DIAG_COLUMNS) + " |",
+             "|" + "---|" * (3 + len(DIAG_COLUMNS))]
+    for r in rows:
+        cells = [f"{r['model']} {r['layer']}", str(r["t"]), r["dtype"]]
+        for _, key in DIAG_COLUMNS:
+            v = r.get(key)
+            cells.append("-" if v is None else (str(v) if key.endswith("_gc") else f"{v:.2f}" if key.endswith("_cpu")
+                                                 else f"{v:.1f}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    for r in rows:
+        if r.get("sl_profile"):
+            lines.append(f"\ncProfile of the eager call, {r['model']} {r['layer']} T={r['t']} {r['dtype']}:\n"
+                         + r["sl_profile"])
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -550,6 +606,10 @@ def main(argv: list[str] | None = None) -> int:
         print("notes:\n" + "\n".join(f"- {n}" for n in notes))
     if stopped:
         print(stopped)
+    if args.host_diag:
+        print("\nhost diagnostics (cpu: the calling thread's CPU time / wall time of the timed calls, median block; "
+              "gc: collections during the blocks; probe: µs of a fixed pure-Python workload before the row, "
+              "'probe after' after a missing row's profile):\n" + format_diag(rows))
     targets = check_targets(rows)
     print("\ntargets:\n" + format_targets(targets))
     print(f"\n{time.perf_counter() - started:.0f} s in all")

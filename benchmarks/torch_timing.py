@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import statistics
 import subprocess
@@ -36,6 +37,11 @@ class Timing:
     wall: float
     host: float
     wall_best: float = 0.0
+    cpu_share: float = 1.0
+    """Median over blocks of the calling thread's CPU time (user + system) over the wall time up to the
+    last return: below 1 when the thread was off a core (descheduled, or blocked in a system call)."""
+    gc_runs: int = 0
+    """Garbage collections (any generation) during the timed blocks."""
 
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
@@ -49,18 +55,37 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
     sync()
     single = time.perf_counter() - start
     calls = max(2, min(max_calls, int(target_s / max(single, 1e-7))))
-    walls, hosts = [], []
+    walls, hosts, shares = [], [], []
+    collections = sum(g["collections"] for g in gc.get_stats())
     for _ in range(blocks):
         sync()
+        cpu = time.thread_time()
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         launched = time.perf_counter()
+        cpu = time.thread_time() - cpu
         sync()
         done = time.perf_counter()
         walls.append((done - start) / calls * 1e6)
         hosts.append((launched - start) / calls * 1e6)
-    return Timing(statistics.median(walls), statistics.median(hosts), min(walls))
+        shares.append(cpu / max(launched - start, 1e-9))
+    gc_runs = sum(g["collections"] for g in gc.get_stats()) - collections
+    return Timing(statistics.median(walls), statistics.median(hosts), min(walls), statistics.median(shares), gc_runs)
+
+
+def host_probe_us(repeats: int = 7) -> float:
+    """µs of a fixed pure-Python workload (dict and tuple operations, no torch, no GPU), median of
+    ``repeats``: the host's speed for Python at this moment, to tell a slower host (a busy shared
+    machine, another core, a lower clock) from a slower call path when a call's host time moves."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        d: dict[int, tuple[int, int]] = {}
+        for i in range(2000):
+            d[i & 63] = (i, i + 1)
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
 
 
 def event_time_us(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:

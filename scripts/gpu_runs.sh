@@ -18,6 +18,8 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
+#   bash scripts/gpu_runs.sh b28              # the 32-layer model at batch 1 under torch.compile (dense vs sparsile-fused)
 #   bash scripts/gpu_runs.sh g27              # the layer's T <= 16 targets on 8B and 70B, the model at batch 16 compiled
 #   bash scripts/gpu_runs.sh f27              # eager e4m3 one launch at T <= 16 on small weights: GPU tests, layer table
 #   bash scripts/gpu_runs.sh e27              # eager e4m3 at T = 16: one launch against two, GPU time and calls
@@ -196,6 +198,30 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+a28)  # what moves the eager host time (issue 12): the layer's T <= 16 rows on 8B and 70B, e4m3 then bf16, with a
+     # host-speed probe, the timed blocks' CPU share and collections, and a cProfile of each row missing 8 us;
+     # then what limits e4m3 8192^3 (issue 13): Nsight Compute of the tuned pair kernel, cuSPARSELt, cuBLAS fp8
+    run 200 python benchmarks/bench_linear.py --dtypes e4m3 bf16 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag.json"
+    run 200 ncu --profile-from-start off -k "regex:sparse_gemm_e4m3_pair_mt|sm90|xmma|cutlass" \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        python benchmarks/gemm_variants.py --dtypes e4m3 --meta-tma --inflight --stages 5 \
+        --only "pair, metadata by TMA, INFLIGHT=1" --profile-once
+    run 150 ncu --profile-from-start off -k "regex:sparse_gemm_e4m3_pair_mt" --section SourceCounters \
+        --section WarpStateStats -f -o "$out/e4m3-28" python benchmarks/gemm_variants.py --dtypes e4m3 --meta-tma \
+        --inflight --stages 5 --only "pair, metadata by TMA, INFLIGHT=1" --profile-once
+    run 60 bash -c "ncu -i '$out/e4m3-28.ncu-rep' --page source --print-source sass --csv > '$out/e4m3-28-sass.csv'"
+    run 30 python -c "import csv, sys; rows = list(csv.DictReader(open(sys.argv[1]))); \
+key = next((k for k in rows[0] if 'Sampling' in k and 'All' in k), None) if rows else None; \
+num = lambda v: float((v or '0').replace(',', '') or 0); total = sum(num(r[key]) for r in rows) if key else 0; \
+print('samples', total); [print(r.get('Source', r)[:100], r[key]) for r in sorted(rows, key=lambda r: -num(r[key]))[:30]] if key else None" \
+        "$out/e4m3-28-sass.csv"
+    ;;
+b28)  # issue 12's model target at batch 1: the 32-layer Llama-3-8B under torch.compile, dense against sparsile-fused
+    run 330 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
+        --batches 1 --repeats 2 --json "$out/llama-compile-b1.json"
     ;;
 g27)  # issue 12's layer targets on the 8B and 70B shapes (bf16, e4m3; T = 1, 4, 16) in one run, then the 32-layer
      # model at batch 16 under torch.compile (dense against sparsile-fused), logits checked

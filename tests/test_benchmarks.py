@@ -231,6 +231,7 @@ def test_linear_time_calls_counts_and_orders():
     assert calls["fn"] == 2 + 3 * 5  # two warm-up calls, then 3 blocks of max_calls (fn is fast)
     assert calls["sync"] == 2 + 3 * 2
     assert 0 < t.host <= t.wall and 0 < t.wall_best <= t.wall
+    assert 0 <= t.cpu_share <= 1.5 and t.gc_runs >= 0
     assert bl.graph_reps(None) == 20 and bl.graph_reps(1000.0) == 1 and bl.graph_reps(20.0) == 10
 
 
@@ -386,6 +387,37 @@ def test_linear_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
             assert r["cslt_kern"] == 5.0
     assert rows[("bf16", 1)]["speedup_graph"] == 1.0 and rows[("bf16", 1)]["dense_err"] < 2**-7
     assert report["targets"][2][1] is False  # CUDA graph target: 1.00x < 1.5x at T = 1
+
+
+def test_linear_host_diag_on_cpu(monkeypatch, capsys):
+    """--host-diag: every row gets the host probe and the timed blocks' CPU share and collections, a
+    row whose overhead misses the target gets a cProfile of its eager call (naming the call), and
+    the diagnostics table lists them; a row that meets it gets no profile."""
+    pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    def slow_stand_in(x):
+        return F.linear(x, weight)
+
+    import torch
+
+    weight = torch.randn(64, 128, dtype=torch.bfloat16)
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
+    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
+    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 0.0)[1])
+    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: slow_stand_in)
+    monkeypatch.setattr(bl, "MAX_OVERHEAD_US", -1.0)  # every T <= 16 row misses, however fast the host
+    assert bl.main(["--tokens", "1", "32", "--blocks", "1", "--dtypes", "bf16", "--variants", "eager",
+                    "--host-diag"]) == 0
+    text = capsys.readouterr().out
+    assert "host diagnostics" in text and text.count("| tiny o | 1 | bf16 |") == 1
+    assert "cProfile of the eager call, tiny o T=1 bf16" in text and "slow_stand_in" in text
+    assert "T=32" not in text  # no profile beyond the targets' T
+    diag = [line for line in text.splitlines() if line.startswith("| tiny o | ")][-2:]  # the diagnostics rows
+    cells = [line.split(" | ") for line in diag]
+    assert all(float(c[3]) > 0 for c in cells)  # the probe ran before each row
+    assert all(0 <= float(c[6]) <= 1.5 for c in cells)  # SL cpu share
 
 
 def _tiny_llama_on_cpu(monkeypatch) -> None:
