@@ -99,6 +99,16 @@ def toolchain_versions() -> dict[str, str]:
             "ptxas": whole_program.identity()}
 
 
+def _versions_now() -> dict[str, str]:
+    """:func:`toolchain_versions` and the lowering switches set in the environment now (a kernel
+    compiled with one is another build): the lane exchange of stores (backend/lower/lane_exchange.py)."""
+    from ..backend.lower import lane_exchange
+
+    if lane_exchange.enabled():
+        return toolchain_versions()
+    return {**toolchain_versions(), "lane_exchange_stores": "off"}
+
+
 def _canonical_options(options: object) -> str:
     if options is None:
         return "None"
@@ -117,7 +127,7 @@ def make_key(*, target: object, source: str, kernel_name: str, specialization: o
     inlined helpers' sources)."""
     fields = {
         "captures": captures,
-        "versions": dict(sorted((versions if versions is not None else toolchain_versions()).items())),
+        "versions": dict(sorted((versions if versions is not None else _versions_now()).items())),
         "target": getattr(target, "name", None) or str(target),
         "source": source,
         "kernel": kernel_name,

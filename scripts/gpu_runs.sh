@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
+#   bash scripts/gpu_runs.sh c28              # the lane-exchanged 16-byte epilogue stores: GPU tests, 8192^3 A/B, vs peers
 #   bash scripts/gpu_runs.sh b28              # the 32-layer model at batch 1 under torch.compile (dense vs sparsile-fused)
 #   bash scripts/gpu_runs.sh g27              # the layer's T <= 16 targets on 8B and 70B, the model at batch 16 compiled
 #   bash scripts/gpu_runs.sh f27              # eager e4m3 one launch at T <= 16 on small weights: GPU tests, layer table
@@ -218,6 +219,19 @@ key = next((k for k in rows[0] if 'Sampling' in k and 'All' in k), None) if rows
 num = lambda v: float((v or '0').replace(',', '') or 0); total = sum(num(r[key]) for r in rows) if key else 0; \
 print('samples', total); [print(r.get('Source', r)[:100], r[key]) for r in sorted(rows, key=lambda r: -num(r[key]))[:30]] if key else None" \
         "$out/e4m3-28-sass.csv"
+    ;;
+c28)  # the GEMM epilogue's stores widened to 16 bytes by a lane exchange (backend/lower/lane_exchange.py): the
+     # GPU tests of every kernel whose PTX it changed (float64, C poisoned), then 8192^3 with it off and on in
+     # one run against cuSPARSELt and cuBLAS (e4m3: cuBLAS fp8), then sparse_matmul as shipped
+    run 240 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_sparse_gemm_sm90.py \
+        tests/stdlib/test_gemm_meta_tma.py tests/stdlib/test_gemm_pingpong.py tests/stdlib/test_gemm_streamk.py \
+        tests/stdlib/test_gemm_tail.py tests/stdlib/test_gemm_api.py
+    for on in 0 1; do
+        run 100 env SPARSILE_NO_DISK_CACHE=1 SPARSILE_LANE_EXCHANGE_STORES=$on python benchmarks/gemm_variants.py \
+            --dtypes e4m3 bf16 --meta-tma --inflight --stages 5 --only "pair, metadata by TMA" --iters 20
+    done
+    run 100 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:8192x8192x8192 --case bf16:8192x8192x8192 \
+        --case f16:8192x8192x8192 --case e4m3:28672x8192x4096
     ;;
 b28)  # issue 12's model target at batch 1: the 32-layer Llama-3-8B under torch.compile, dense against sparsile-fused
     run 330 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \

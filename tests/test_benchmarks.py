@@ -231,8 +231,27 @@ def test_linear_time_calls_counts_and_orders():
     assert calls["fn"] == 2 + 3 * 5  # two warm-up calls, then 3 blocks of max_calls (fn is fast)
     assert calls["sync"] == 2 + 3 * 2
     assert 0 < t.host <= t.wall and 0 < t.wall_best <= t.wall
-    assert 0 <= t.cpu_share <= 1.5 and t.gc_runs >= 0
     assert bl.graph_reps(None) == 20 and bl.graph_reps(1000.0) == 1 and bl.graph_reps(20.0) == 10
+
+
+def test_linear_time_calls_measures_the_threads_cpu_share():
+    """A call that keeps the CPU busy for 2 ms: the calling thread's CPU time over the wall time is
+    positive and at most about 1 (less only if the thread was descheduled); a call that sleeps
+    shows a share near 0. Collections during the blocks are counted (at least the forced ones)."""
+    import gc
+    import time
+
+    def busy():
+        end = time.perf_counter() + 0.002
+        while time.perf_counter() < end:
+            pass
+
+    t = bl.time_calls(busy, lambda: None, blocks=2, max_calls=2)
+    assert 0 < t.cpu_share <= 1.1
+    t = bl.time_calls(lambda: time.sleep(0.002), lambda: None, blocks=2, max_calls=2)
+    assert t.cpu_share < 0.5
+    t = bl.time_calls(gc.collect, lambda: None, blocks=2, max_calls=2)
+    assert t.gc_runs >= 4
 
 
 def _row(t: int, **values: float) -> dict:

@@ -17,6 +17,7 @@ from ...frontend.ir.core import Operation, Value
 from ...frontend.layout.tile import distinct_registers, register_coords, replicated_thread_bits
 from .codegen import CodeGen, DTile, lowering
 from .deferred import Deferred
+from .lane_exchange import exchange_plan, store_exchanged
 from .llvm_text import LLValue, const, llvm_type
 
 _WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8: ("b64", "l", "i64")}
@@ -45,6 +46,20 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     map_values(cg, op, fn)
 
 
+def axis_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> int:
+    """Elements per access that axis analysis allows for a pointer tile along its last dimension
+    (contiguity, alignment, the mask's constancy; a power of two, 16 bytes at most), whatever the
+    layout gives each thread."""
+    if not isinstance(ptr.type, T.TileType):
+        return 1
+    last = len(T.shape_of(ptr.type)) - 1
+    info = _axis(cg).get(ptr)
+    vec = min(max(1, 16 // elem_bytes), info.contiguity[last], max(1, info.divisibility[last] // elem_bytes))
+    if mask is not None and isinstance(mask.type, T.TileType):
+        vec = min(vec, _axis(cg).get(mask).constancy[last])
+    return 1 << (max(1, vec).bit_length() - 1)
+
+
 def vector_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> int:
     """Elements per access for a pointer tile (a power of two, 16 bytes at most)."""
     if not isinstance(ptr.type, T.TileType):
@@ -52,11 +67,7 @@ def vector_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -
     layout = ptr.layout
     shape = T.shape_of(ptr.type)
     last = len(shape) - 1
-    info = _axis(cg).get(ptr)
-    vec = max(1, 16 // elem_bytes)
-    vec = min(vec, info.contiguity[last], max(1, info.divisibility[last] // elem_bytes))
-    if mask is not None and isinstance(mask.type, T.TileType):
-        vec = min(vec, _axis(cg).get(mask).constancy[last])
+    vec = axis_width(cg, ptr, mask, elem_bytes)
     # consecutive registers must walk the last dim: reg bit b -> last-dim bit b
     offs = register_coords(layout)
     v = 1
@@ -241,6 +252,11 @@ def lower_store(cg: CodeGen, op: Operation) -> None:
     val = cg.tile(val_v)
     mask = cg.tile(mask_v) if mask_v is not None else None
     vec = vector_width(cg, ptr_v, mask_v, _elem_bytes(elem))
+    plan = exchange_plan(ptr_v, val_v, mask_v, vec, axis_width(cg, ptr_v, mask_v, _elem_bytes(elem)),
+                         _axis(cg).get(ptr_v).contiguity[-1], _elem_bytes(elem))
+    if plan is not None and not elem.is_bool:  # wider accesses after a lane exchange (lane_exchange.py)
+        store_exchanged(cg, plan, ptr, val, mask, elem, _elem_bytes(elem))
+        return
     seen: set[tuple[str, ...]] = set()
     for g in _groups(len(ptr.regs), vec):
         key = tuple(ptr.regs[i].ref for i in g)

@@ -114,7 +114,9 @@ class AxisAnalysis:
             if src_rank == 0:
                 s = AxisInfo((), (), ())
             c, dv, k = list(s.contiguity), list(s.divisibility), list(s.constancy)
-            base_div = dv[0] if dv else 1
+            # a new unit axis: each element is its own run there, so its divisibility is what every
+            # element has (a contiguous run's elements past its first are not multiples of its start's)
+            base_div = min((d if cc == 1 else 1) for cc, d in zip(c, dv, strict=True)) if dv else 1
             c.insert(ax, 1)
             dv.insert(ax, base_div)
             k.insert(ax, 1)

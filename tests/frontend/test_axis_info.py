@@ -34,3 +34,30 @@ def _loop_variables(step: int) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("step", [16, 256])
 def test_a_loop_that_yields_nothing_keeps_its_induction_variable_divisibility(step: int) -> None:
     assert _loop_variables(step) == [(step,), (step,)]
+
+
+ROWS = '''
+@kernel
+def rows(Y, ld: i32, BLOCK: constexpr = 64):
+    r = program_id(0) * 128 + arange(0, BLOCK)
+    c = arange(0, BLOCK)
+    store(Y + r[:, None] * ld + c[None, :], zeros((BLOCK, BLOCK), f32))
+'''
+
+
+def test_a_new_unit_axis_has_the_divisibility_of_each_element_not_of_a_run_start() -> None:
+    """``r[:, None]`` with r = 128 p + (0, 1, ..., 63): along the new axis each element is its own
+    run, and only every 64th element is a multiple of 128, so its divisibility there is 1; times an
+    ld not known to be aligned, the row starts are not aligned either (a 4-byte store there would
+    fault at run time: the analysis once claimed r's run-start divisibility, 128, for each element)."""
+    kernel = loads(ROWS).rows
+    y = np.zeros((64, 64), np.float32)
+    for ld, aligned in ((63, False), (64, True)):
+        _, bindings, key = kernel.bind((y, ld), {})
+        func = kernel.ir_for(bindings, key)
+        analysis = AxisAnalysis(func)
+        expand = next(op for op in func.walk() if op.name == "expand_dims" and op.attrs["axis"] == 1)
+        assert analysis.get(expand.result).divisibility[1] == 1
+        ptr = next(op for op in func.walk() if op.name == "store").operand("ptr")
+        # bytes: with ld a multiple of 16 the rows start where Y does (16-byte aligned), else at 4
+        assert analysis.get(ptr).divisibility[1] == (16 if aligned else 4)

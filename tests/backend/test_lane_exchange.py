@@ -1,0 +1,53 @@
+"""The lane exchange of wgmma-accumulator stores (backend/lower/lane_exchange.py): 16-byte stores
+where axis analysis proves them aligned and contiguous, the layout's own 4-byte runs where it does
+not, and the switch that turns it off (keyed by the compile cache). The GPU tests of the sparse
+GEMM (tests/gpu/test_sparse_gemm_sm90.py, float64 with C poisoned) check the stored values."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import sparsile as sp
+from sparsile.backend.lower import lane_exchange
+from sparsile.driver.cache import make_key
+from sparsile.frontend.sema.core import ArgSpec
+from sparsile.tests.support import compile_stdlib, signature, stdlib_module
+
+
+def _stores(ptx: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in re.findall(r"st\.global[.\w]*", ptx):
+        out[s] = out.get(s, 0) + 1
+    return out
+
+
+def test_the_accumulator_is_stored_16_bytes_at_a_time_after_the_exchange() -> None:
+    """A consumer thread of the bf16 GEMM holds 128 accumulator values of a 128 x 256 tile: 16
+    stores of 8 f16 each (was 64 of 2), after 4 shuffles per 16 bytes."""
+    ptx = compile_stdlib("sparse_gemm_sm90.spk", "sparse_gemm_bf16", "sm_90a", stop_after="ptx").ptx
+    assert _stores(ptx) == {"st.global.v4.b32": 16}
+    assert ptx.count("shfl.sync.bfly.b32") == 64
+
+
+def test_no_exchange_where_the_rows_are_not_proven_aligned() -> None:
+    """With ldc not known to be a multiple of 16, a row's start is only 2-byte aligned: the stores
+    keep what the layout alone allows, and no shuffle is emitted."""
+    kern = stdlib_module("sparse_gemm_sm90.spk").sparse_gemm_bf16
+    sig = signature(kern, aligned=True)
+    sig["ldc"] = ArgSpec(sp.i32, False)
+    ptx = kern.compile(sig, target="sm_90a", stop_after="ptx", cache=False).ptx
+    assert "shfl.sync" not in ptx and "st.global.v4" not in ptx and _stores(ptx)
+
+
+def test_the_switch_turns_it_off_and_keys_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    def key() -> str:
+        return make_key(target="sm_90a", source="src", kernel_name="k")
+
+    on = key()
+    monkeypatch.setenv(lane_exchange.ENV_SWITCH, "0")
+    assert key() != on
+    kern = stdlib_module("sparse_gemm_sm90.spk").sparse_gemm_bf16
+    ptx = kern.compile(signature(kern, aligned=True), target="sm_90a", stop_after="ptx", cache=False).ptx
+    assert _stores(ptx) == {"st.global.b32": 64} and "shfl.sync" not in ptx
