@@ -233,9 +233,12 @@ c28)  # the GEMM epilogue's stores widened to 16 bytes by a lane exchange (backe
     run 100 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:8192x8192x8192 --case bf16:8192x8192x8192 \
         --case f16:8192x8192x8192 --case e4m3:28672x8192x4096
     ;;
-b28)  # issue 12's model target at batch 1: the 32-layer Llama-3-8B under torch.compile, dense against sparsile-fused
+b28)  # issue 12's model target at batch 1: the 32-layer Llama-3-8B under torch.compile, dense against sparsile-fused;
+     # then the other GPU tests of kernels whose stores the lane exchange changed (dense GEMM in training, the call cache)
     run 330 python benchmarks/bench_llama.py --layers 32 --modes compile --models dense sparsile-fused \
         --batches 1 --repeats 2 --json "$out/llama-compile-b1.json"
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_training_gpu.py \
+        tests/stdlib/test_call_cache.py tests/stdlib/test_call_native.py tests/stdlib/test_gemm_decode_route.py
     ;;
 g27)  # issue 12's layer targets on the 8B and 70B shapes (bf16, e4m3; T = 1, 4, 16) in one run, then the 32-layer
      # model at batch 16 under torch.compile (dense against sparsile-fused), logits checked
