@@ -20,6 +20,7 @@
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
 #   bash scripts/gpu_runs.sh c28              # the lane-exchanged 16-byte epilogue stores: GPU tests, 8192^3 A/B, vs peers
+#   bash scripts/gpu_runs.sh d28              # tuned GEMM entries vs float64 after the lane exchange (e4m3, bf16), e4m3 28672x8192x4096
 #   bash scripts/gpu_runs.sh b28              # the 32-layer model at batch 1 under torch.compile (dense vs sparsile-fused)
 #   bash scripts/gpu_runs.sh g27              # the layer's T <= 16 targets on 8B and 70B, the model at batch 16 compiled
 #   bash scripts/gpu_runs.sh f27              # eager e4m3 one launch at T <= 16 on small weights: GPU tests, layer table
@@ -232,6 +233,12 @@ c28)  # the GEMM epilogue's stores widened to 16 bytes by a lane exchange (backe
     done
     run 100 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:8192x8192x8192 --case bf16:8192x8192x8192 \
         --case f16:8192x8192x8192 --case e4m3:28672x8192x4096
+    ;;
+d28)  # the tuned GEMM entries against float64 (C poisoned) with the lane-exchanged epilogue, smallest first, as far
+     # as the limits reach (e4m3, then bf16); the e4m3 prefill row c28's step limit cut
+    run 230 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype e4m3 --max-seconds 210
+    run 230 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --dtype bf16 --max-seconds 210
+    run 80 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:28672x8192x4096
     ;;
 b28)  # issue 12's model target at batch 1: the 32-layer Llama-3-8B under torch.compile, dense against sparsile-fused;
      # then the other GPU tests of kernels whose stores the lane exchange changed (dense GEMM in training, the call cache)
