@@ -20,6 +20,7 @@
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
 #   bash scripts/gpu_runs.sh c28              # the lane-exchanged 16-byte epilogue stores: GPU tests, 8192^3 A/B, vs peers
+#   bash scripts/gpu_runs.sh e28              # the lane exchange on f32 / i32 stores (split-K partials, tf32, s8): tests, split-K A/B
 #   bash scripts/gpu_runs.sh d28              # tuned GEMM entries vs float64 after the lane exchange (e4m3, bf16), e4m3 28672x8192x4096
 #   bash scripts/gpu_runs.sh b28              # the 32-layer model at batch 1 under torch.compile (dense vs sparsile-fused)
 #   bash scripts/gpu_runs.sh g27              # the layer's T <= 16 targets on 8B and 70B, the model at batch 16 compiled
@@ -233,6 +234,18 @@ c28)  # the GEMM epilogue's stores widened to 16 bytes by a lane exchange (backe
     done
     run 100 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:8192x8192x8192 --case bf16:8192x8192x8192 \
         --case f16:8192x8192x8192 --case e4m3:28672x8192x4096
+    ;;
+e28)  # the lane exchange widened to 8-byte runs (f32 / i32: split-K partial sums, tf32, s8; one shuffle round): the
+     # GPU tests of those kernels, then the table's split-K entries with it off and on (the f16 kernels' C stores do
+     # not run in a split-K plan: splitk_reduce writes C)
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_sparse_gemm_sm90.py \
+        tests/stdlib/test_gemm_streamk.py tests/stdlib/test_gemm_tail.py tests/stdlib/test_gemm_api.py -k \
+        "split or tf32 or s8 or i8 or streamk or tail"
+    for on in 0 1; do
+        run 150 env SPARSILE_NO_DISK_CACHE=1 SPARSILE_LANE_EXCHANGE_STORES=$on python benchmarks/bench_sparse_gemm.py \
+            --iters 10 --case bf16:4096x256x14336 --case bf16:4096x512x14336 --case bf16:8192x256x8192 \
+            --case e4m3:4096x256x14336 --case e4m3:8192x256x28672
+    done
     ;;
 d28)  # the tuned GEMM entries against float64 (C poisoned) with the lane-exchanged epilogue, smallest first, as far
      # as the limits reach (e4m3, then bf16); the e4m3 prefill row c28's step limit cut

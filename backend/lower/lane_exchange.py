@@ -41,13 +41,17 @@ def enabled() -> bool:
 
 @dataclass(frozen=True)
 class ExchangePlan:
-    """``run``: elements of the layout's own run (register bits 0 .. log2(run) - 1); ``k``: lane
-    bits 0 .. k - 1 exchanged with register bits ``reg_bits`` (each walking the last dimension
-    right above the lanes); the store is then ``run << k`` elements wide."""
+    """``run``: elements of the layout's own run (register bits 0 .. log2(run) - 1); ``lanes``:
+    the low lane bits walking the last dimension right above it (lane bit j: ``run << j``); ``k``:
+    lane bits 0 .. k - 1 (k <= lanes) exchanged with register bits ``reg_bits`` (register bit j
+    walking ``run << (lanes + j)``); the store is then ``run << k`` elements wide. A wgmma
+    accumulator has lanes = 2: f16 (run 2, 4 bytes) exchanges both (k = 2, 16 bytes), f32 (run 2,
+    8 bytes) one (k = 1, 16 bytes)."""
 
     run: int
     k: int
     reg_bits: tuple[int, ...]
+    lanes: int
 
     @property
     def width(self) -> int:
@@ -82,13 +86,13 @@ def exchange_plan(ptr_v: Value, val_v: Value, mask_v: Value | None, run: int, al
     while lanes < len(lane_bases) and lane_bases[lanes] == _unit(rank, last, run << lanes):
         lanes += 1
     for k in range(lanes, 0, -1):  # the widest exchange that fits
-        if run << k > allowed or run << (2 * k) > contiguous:
+        if run << k > allowed or run << (lanes + k) > contiguous:
             continue
-        # one register bit per exchanged lane bit, walking the last dimension right above the lanes
-        found = [[b for b, basis in enumerate(reg_bases) if basis == _unit(rank, last, run << (k + j))]
+        # one register bit per exchanged lane bit, walking the last dimension right above all the lanes
+        found = [[b for b, basis in enumerate(reg_bases) if basis == _unit(rank, last, run << (lanes + j))]
                  for j in range(k)]
         if all(found):
-            return ExchangePlan(run, k, tuple(f[0] for f in found))
+            return ExchangePlan(run, k, tuple(f[0] for f in found), lanes)
     return None
 
 
@@ -126,9 +130,10 @@ def store_exchanged(cg: CodeGen, plan: ExchangePlan, ptr: DTile, val: DTile, mas
                                                fb.select(lane_bit[j], runs[t1][w], recv))
         ety = val.regs[0].type
         elems = [e for t in range(1 << k) for e in unpack_words(cg, runs[t], elem_bytes, word, ety)]
-        # this lane now holds block `quad` of the group: the address of run 0's first element (column
-        # offset quad * run from the lanes) moved to the block's start (quad * run << k)
-        step = const((plan.width - run) * elem_bytes, "i64")
+        # this lane now holds the elements that lanes 0 .. 2^k - 1 of its group held in its run `quad`
+        # (offset quad * run << lanes): the address of its run 0 (offset quad * run, from the lanes)
+        # moved there
+        step = const(((run << plan.lanes) - run) * elem_bytes, "i64")
         first = ptr.regs[reg(0, 0)]
         at = fb.gep("i8", first, fb.binop("mul", fb.cast("zext", quad, "i64"), step))
         m = None

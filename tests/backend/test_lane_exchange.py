@@ -31,6 +31,16 @@ def test_the_accumulator_is_stored_16_bytes_at_a_time_after_the_exchange() -> No
     assert ptx.count("shfl.sync.bfly.b32") == 64
 
 
+def test_the_split_k_partials_are_stored_16_bytes_at_a_time_after_one_round() -> None:
+    """f32 partial sums: a thread's own run is 8 bytes; exchanging lane bit 0 with the register bit
+    above both lane bits gives 4 adjacent f32 (16 bytes): 32 stores per thread instead of 64, after
+    one shuffle round (two 32-bit words per exchanged run)."""
+    ptx = compile_stdlib("sparse_gemm_sm90.spk", "sparse_gemm_bf16_splitk", "sm_90a", stop_after="ptx").ptx
+    assert _stores(ptx) == {"st.global.v4.b32": 32}
+    rounds = re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, (\d+), 31, -1", ptx)
+    assert rounds == ["1"] * 64  # lane ^ 1 only
+
+
 def test_no_exchange_where_the_rows_are_not_proven_aligned() -> None:
     """With ldc not known to be a multiple of 16, a row's start is only 2-byte aligned: the stores
     keep what the layout alone allows, and no shuffle is emitted."""
