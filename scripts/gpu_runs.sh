@@ -20,6 +20,7 @@
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
 #   bash scripts/gpu_runs.sh c28              # the lane-exchanged 16-byte epilogue stores: GPU tests, 8192^3 A/B, vs peers
+#   bash scripts/gpu_runs.sh f28              # mid-T rows (e4m3, bf16) against cuSPARSELt and cuBLAS after the lane exchange
 #   bash scripts/gpu_runs.sh e28              # the lane exchange on f32 / i32 stores (split-K partials, tf32, s8): tests, split-K A/B
 #   bash scripts/gpu_runs.sh d28              # tuned GEMM entries vs float64 after the lane exchange (e4m3, bf16), e4m3 28672x8192x4096
 #   bash scripts/gpu_runs.sh b28              # the 32-layer model at batch 1 under torch.compile (dense vs sparsile-fused)
@@ -234,6 +235,14 @@ c28)  # the GEMM epilogue's stores widened to 16 bytes by a lane exchange (backe
     done
     run 100 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:8192x8192x8192 --case bf16:8192x8192x8192 \
         --case f16:8192x8192x8192 --case e4m3:28672x8192x4096
+    ;;
+f28)  # issue 13's mid-T rows after the lane exchange: c27's e4m3 cases (cuSPARSELt 10-21 % ahead there before), then
+     # the bf16 rows that trailed the searched cuSPARSELt most (10240 x 512 x 8192 0.72x in the issue)
+    run 150 python benchmarks/bench_sparse_gemm.py --iters 10 --case e4m3:4096x256x4096 --case e4m3:4096x512x4096 \
+        --case e4m3:6144x1024x4096 --case e4m3:28672x1024x4096 --case e4m3:10240x512x8192 --case e4m3:8192x256x8192 \
+        --case e4m3:57344x512x8192
+    run 90 python benchmarks/bench_sparse_gemm.py --iters 10 --case bf16:10240x512x8192 --case bf16:6144x512x4096 \
+        --case bf16:28672x1024x4096 --case f16:10240x512x8192
     ;;
 e28)  # the lane exchange widened to 8-byte runs (f32 / i32: split-K partial sums, tf32, s8; one shuffle round): the
      # GPU tests of those kernels, then the table's split-K entries with it off and on (the f16 kernels' C stores do
