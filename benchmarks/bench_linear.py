@@ -21,7 +21,8 @@ SparseLinear's includes its own per-token quantization of x (a conservative comp
 Columns (µs per call):
   wall     host-inclusive time: N back-to-back calls, then one synchronize, divided by N (median of
            several such blocks); a host-bound call shows its host cost here, a GPU-bound one its
-           kernel time
+           kernel time. Dense F.linear and eager SparseLinear take their blocks in turn (one of
+           each, then again), so both meet the host at the same speeds
   best     the fastest of those blocks: what a call costs when no other process on the host takes
            the CPU from it (the GPU machine's host is shared: the same dense F.linear call measured
            20-70 µs per call in the medians of one session's runs); the targets use it, for dense
@@ -71,6 +72,7 @@ from torch_timing import (  # a sibling script, not a package
     raise_dynamo_limits,
     relative_error,
     time_calls,
+    time_calls_interleaved,
     torch_layer_missing,
 )
 
@@ -355,12 +357,14 @@ class Contenders:
 
 
 def measure(label: str, fn: Callable[[], Any], row: dict[str, Any], errors: dict[str, str], *,
-            blocks: int, wall: bool = True, graph: bool = False, graph_fn: Callable[[], Any] | None = None) -> None:
+            blocks: int, wall: bool = True, graph: bool = False, graph_fn: Callable[[], Any] | None = None,
+            timed: Any = None) -> None:
     """Fill ``row[label + '_wall' / '_host' / '_kern' / '_graph']``; an exception goes to ``errors``.
-    ``graph_fn``: what the graph captures instead of ``fn`` (``--l2 cold``: a rotation over copies)."""
+    ``graph_fn``: what the graph captures instead of ``fn`` (``--l2 cold``: a rotation over copies);
+    ``timed``: the host-inclusive :class:`Timing` already measured (interleaved with a contender's)."""
     try:
         if wall:
-            t = time_calls(fn, sync, blocks=blocks)
+            t = timed if timed is not None else time_calls(fn, sync, blocks=blocks)
             row[f"{label}_wall"], row[f"{label}_host"], row[f"{label}_best"] = t.wall, t.host, t.wall_best
             row[f"{label}_cpu"], row[f"{label}_gc"] = t.cpu_share, t.gc_runs
         row[f"{label}_kern"] = kernel_time(fn)
@@ -381,13 +385,13 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
     gen = torch.Generator(device=DEVICE).manual_seed(t)
     x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(activation_dtype(c.dtype))
     ref = x.double() @ c.w.double().T
+    dense = eager = None
     try:
         dense = c.dense(x)
         row["dense_err"] = relative_error(dense(), ref)
-        dense_graph = rotating([dense, *(twin.dense(x) for twin in c.dense_copies)]) if c.cold else None
-        measure("dense", dense, row, errors, blocks=args.blocks, graph="graph" in args.variants, graph_fn=dense_graph)
     except Exception as e:
         errors["dense"] = first_line(e)
+        dense = None
     if c.sparse is not None:
         try:
             y = c.sparse(x)
@@ -398,10 +402,27 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
         except Exception as e:
             errors["eager"] = first_line(e)
         if "eager" not in errors:
-            sl_graph = rotating([lambda layer=layer: layer(x) for layer in (c.sparse, *c.sparse_copies)]) \
-                if c.cold else None
-            measure("sl", lambda: c.sparse(x), row, errors, blocks=args.blocks, graph="graph" in args.variants,
-                    graph_fn=sl_graph)
+            def eager() -> Any:
+                return c.sparse(x)
+    # dense and eager SparseLinear, compared with each other, are timed in alternating blocks
+    timed: list[Any] = [None, None]
+    if dense is not None and eager is not None:
+        try:
+            timed = time_calls_interleaved([dense, eager], sync, blocks=args.blocks)
+        except Exception as e:
+            errors["interleaved"] = first_line(e)
+    if dense is not None:
+        try:
+            dense_graph = rotating([dense, *(twin.dense(x) for twin in c.dense_copies)]) if c.cold else None
+            measure("dense", dense, row, errors, blocks=args.blocks, graph="graph" in args.variants,
+                    graph_fn=dense_graph, timed=timed[0])
+        except Exception as e:
+            errors["dense"] = first_line(e)
+    if eager is not None:
+        sl_graph = rotating([lambda layer=layer: layer(x) for layer in (c.sparse, *c.sparse_copies)]) \
+            if c.cold else None
+        measure("sl", eager, row, errors, blocks=args.blocks, graph="graph" in args.variants, graph_fn=sl_graph,
+                timed=timed[1])
     del ref
     if c.compiled is not None and t <= args.compile_max_tokens:
         measure("compile", lambda: c.compiled(x), row, errors, blocks=args.blocks)

@@ -48,30 +48,47 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], blocks: int = 7,
                target_s: float = 0.01, max_calls: int = 200) -> Timing:
     """Median over ``blocks`` of (N back-to-back calls, then ``sync``) / N; N sized so a block lasts
     about ``target_s`` (at least 2, at most ``max_calls``: short enough not to fill the launch queue)."""
-    fn()
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    single = time.perf_counter() - start
-    calls = max(2, min(max_calls, int(target_s / max(single, 1e-7))))
-    walls, hosts, shares = [], [], []
-    collections = sum(g["collections"] for g in gc.get_stats())
-    for _ in range(blocks):
+    return time_calls_interleaved([fn], sync, blocks, target_s, max_calls)[0]
+
+
+def time_calls_interleaved(fns: list[Callable[[], Any]], sync: Callable[[], None], blocks: int = 7,
+                           target_s: float = 0.01, max_calls: int = 200) -> list[Timing]:
+    """:func:`time_calls` of each of ``fns``, their blocks taken in turn (a block of the first, one
+    of the second, ..., then again), so that contenders compared with each other meet the same
+    host: a shared machine's host runs Python at speeds 2x apart from one moment to the next
+    (benchmarks/RESULTS.md, twenty-eighth session), which timing one after the other would charge
+    to whichever ran in the slow stretch."""
+    counts = []
+    for fn in fns:
+        fn()
         sync()
-        cpu = time.thread_time()
         start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        launched = time.perf_counter()
-        cpu = time.thread_time() - cpu
+        fn()
         sync()
-        done = time.perf_counter()
-        walls.append((done - start) / calls * 1e6)
-        hosts.append((launched - start) / calls * 1e6)
-        shares.append(cpu / max(launched - start, 1e-9))
-    gc_runs = sum(g["collections"] for g in gc.get_stats()) - collections
-    return Timing(statistics.median(walls), statistics.median(hosts), min(walls), statistics.median(shares), gc_runs)
+        single = time.perf_counter() - start
+        counts.append(max(2, min(max_calls, int(target_s / max(single, 1e-7)))))
+    walls: list[list[float]] = [[] for _ in fns]
+    hosts: list[list[float]] = [[] for _ in fns]
+    shares: list[list[float]] = [[] for _ in fns]
+    gc_runs = [0] * len(fns)
+    for _ in range(blocks):
+        for i, (fn, calls) in enumerate(zip(fns, counts, strict=True)):
+            sync()
+            collections = sum(g["collections"] for g in gc.get_stats())
+            cpu = time.thread_time()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            launched = time.perf_counter()
+            cpu = time.thread_time() - cpu
+            sync()
+            done = time.perf_counter()
+            gc_runs[i] += sum(g["collections"] for g in gc.get_stats()) - collections
+            walls[i].append((done - start) / calls * 1e6)
+            hosts[i].append((launched - start) / calls * 1e6)
+            shares[i].append(cpu / max(launched - start, 1e-9))
+    return [Timing(statistics.median(w), statistics.median(h), min(w), statistics.median(c), g)
+            for w, h, c, g in zip(walls, hosts, shares, gc_runs, strict=True)]
 
 
 def host_probe_us(repeats: int = 7) -> float:

@@ -234,6 +234,16 @@ def test_linear_time_calls_counts_and_orders():
     assert bl.graph_reps(None) == 20 and bl.graph_reps(1000.0) == 1 and bl.graph_reps(20.0) == 10
 
 
+def test_linear_time_calls_interleaved_alternates_the_blocks():
+    """Two contenders timed together take their blocks in turn (after each one's two warm-up
+    calls), each with its own call count and its own Timing."""
+    order: list[str] = []
+    t_a, t_b = bl.time_calls_interleaved([lambda: order.append("a"), lambda: order.append("b")], lambda: None,
+                                         blocks=3, max_calls=2)
+    assert order == ["a", "a", "b", "b"] + ["a", "a", "b", "b"] * 3
+    assert 0 < t_a.host <= t_a.wall and 0 < t_b.host <= t_b.wall
+
+
 def test_linear_time_calls_measures_the_threads_cpu_share():
     """A call that keeps the CPU busy for 2 ms: the calling thread's CPU time over the wall time is
     positive and at most about 1 (less only if the thread was descheduled); a call that sleeps
