@@ -19,11 +19,8 @@ launch quantizes x per token (into buffers the record owns); the quantizer's pre
 from __future__ import annotations
 
 import argparse
-import cProfile
 import functools
-import io
 import os
-import pstats
 import statistics
 import sys
 import time
@@ -32,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_timing import environment, torch_layer_missing  # a sibling script, not a package
+from torch_timing import environment, profile_calls, torch_layer_missing  # a sibling script, not a package
 
 SHAPES = {"8B_o": (4096, 4096), "8B_gate_up": (28672, 4096), "8B_qkv": (6144, 4096), "70B_down": (8192, 28672),
           "70B_o": (8192, 8192), "70B_qkv": (10240, 8192)}
@@ -52,21 +49,6 @@ def host_us(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 300, b
         times.append((time.perf_counter() - start) / calls * 1e6)
         sync()
     return statistics.median(times)
-
-
-def profile_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 2000, top: int = 25) -> str:
-    """The ``top`` functions by own time over ``calls`` calls of ``fn`` (cProfile)."""
-    sync()
-    prof = cProfile.Profile()
-    prof.enable()
-    for i in range(calls):
-        fn()
-        if i % 200 == 199:
-            sync()
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
 
 
 def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16") -> list[tuple[str, float]]:

@@ -67,6 +67,7 @@ from torch_timing import (  # a sibling script, not a package
     host_probe_us,
     kernel_time,
     positive,
+    profile_calls,
     prune_24,
     quantize_rows_e4m3,
     raise_dynamo_limits,
@@ -445,29 +446,9 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
             row[f"speedup_{mode}"] = row[f"dense_{mode}"] / row[f"sl_{mode}"]
     if args.host_diag and t <= SMALL_T and row.get("sl_ovh", 0.0) > MAX_OVERHEAD_US:
         with torch.inference_mode():
-            row["sl_profile"] = profile_calls(lambda: c.sparse(x))
+            row["sl_profile"] = profile_calls(lambda: c.sparse(x), sync, calls=1000, top=12)
         row["probe_after"] = host_probe_us()
     return row
-
-
-def profile_calls(fn: Callable[[], Any], calls: int = 1000, top: int = 12) -> str:
-    """The ``top`` functions by own time over ``calls`` calls of ``fn`` (cProfile; synchronized every
-    200 calls so the launch queue never fills)."""
-    import cProfile
-    import io
-    import pstats
-
-    sync()
-    prof = cProfile.Profile()
-    prof.enable()
-    for i in range(calls):
-        fn()
-        if i % 200 == 199:
-            sync()
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
 
 
 DIAG_COLUMNS = (("probe µs", "probe"), ("SL host", "sl_host"), ("SL ovh", "sl_ovh"), ("SL cpu", "sl_cpu"),

@@ -91,6 +91,26 @@ def time_calls_interleaved(fns: list[Callable[[], Any]], sync: Callable[[], None
             for w, h, c, g in zip(walls, hosts, shares, gc_runs, strict=True)]
 
 
+def profile_calls(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 2000, top: int = 25) -> str:
+    """The ``top`` functions by own time over ``calls`` calls of ``fn`` (cProfile; ``sync`` every 200
+    calls so the launch queue never fills)."""
+    import cProfile
+    import io
+    import pstats
+
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(calls):
+        fn()
+        if i % 200 == 199:
+            sync()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
 def host_probe_us(repeats: int = 7) -> float:
     """µs of a fixed pure-Python workload (dict and tuple operations, no torch, no GPU), median of
     ``repeats``: the host's speed for Python at this moment, to tell a slower host (a busy shared
