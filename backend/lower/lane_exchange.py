@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Value
-from ...frontend.layout.tile import LANE, REG, register_coords, replicated_thread_bits, thread_bases
+from ...frontend.layout.tile import LANE, REG, WARP, register_coords, replicated_thread_bits, thread_bases
 from .codegen import CodeGen, DTile
 from .llvm_text import const
 
@@ -92,8 +92,23 @@ def exchange_plan(ptr_v: Value, val_v: Value, mask_v: Value | None, run: int, al
         found = [[b for b, basis in enumerate(reg_bases) if basis == _unit(rank, last, run << (lanes + j))]
                  for j in range(k)]
         if all(found):
-            return ExchangePlan(run, k, tuple(f[0] for f in found), lanes)
+            plan = ExchangePlan(run, k, tuple(f[0] for f in found), lanes)
+            if _others_clear_of_span(layout, plan, last):
+                return plan
     return None
+
+
+def _others_clear_of_span(layout: object, plan: ExchangePlan, last: int) -> bool:
+    """Every basis other than the run's register bits, the low ``plan.lanes`` lane bits and the
+    exchanged register bits leaves the last-dim bits below ``run << (lanes + k)`` alone: the
+    coordinates are XORs of bases, and the emitted addresses (the thread's own first element moved
+    by ``quad``) assume the exchanged span is an aligned block those other bases only translate."""
+    span = plan.run << (plan.lanes + plan.k)
+    rbits = layout.in_bits(REG) if REG in layout.in_names else 0  # type: ignore[attr-defined]
+    own = set(range(plan.run.bit_length() - 1)) | set(plan.reg_bits)
+    regs = [tuple(layout.basis(REG, b).values()) for b in range(rbits) if b not in own]  # type: ignore[attr-defined]
+    rest = regs + thread_bases(layout, LANE)[plan.lanes:] + thread_bases(layout, WARP)  # type: ignore[arg-type]
+    return all(basis[last] % span == 0 for basis in rest)
 
 
 def store_exchanged(cg: CodeGen, plan: ExchangePlan, ptr: DTile, val: DTile, mask: DTile | None,
@@ -110,7 +125,7 @@ def store_exchanged(cg: CodeGen, plan: ExchangePlan, ptr: DTile, val: DTile, mas
     exchanged = {plan.reg_bits[j] for j in range(k)}
     run_bits = {b for b in range(run.bit_length() - 1)}
     others = [b for b in range(len(ptr.regs).bit_length() - 1) if b not in exchanged and b not in run_bits]
-    word = 4
+    word = max(4, elem_bytes)  # 8-byte elements (run 1) travel as i64 words: two shuffles each
     for rest in range(1 << len(others)):
         base = sum(((rest >> i) & 1) << b for i, b in enumerate(others))
 

@@ -132,8 +132,11 @@ class AxisAnalysis:
             p = _fit(p, r)
             cont = tuple(max(gcd(a, b), gcd(c, d)) for a, b, c, d in
                          zip(p.contiguity, off.constancy, p.constancy, off.contiguity, strict=True))
-            div = tuple(gcd(a, pow2_factor(b * eb) if b < MAX_DIV else MAX_DIV)
-                        for a, b in zip(p.divisibility, off.divisibility, strict=True))
+            # at the result's run starts: an operand's own run start moved by a multiple of the run
+            div = tuple(gcd(_at_runs(pc, pd, r * eb), pow2_factor(_at_runs(oc, od, r) * eb)
+                            if _at_runs(oc, od, r) < MAX_DIV else MAX_DIV)
+                        for pc, pd, oc, od, r in zip(p.contiguity, p.divisibility, off.contiguity, off.divisibility,
+                                                     cont, strict=True))
             const = tuple(gcd(a, b) for a, b in zip(p.constancy, off.constancy, strict=True))
             self._set(res, AxisInfo(cont, div, const))
         elif name == "arith.cmp":
@@ -155,11 +158,13 @@ class AxisAnalysis:
         z = list(zip(a.contiguity, a.divisibility, a.constancy, b.contiguity, b.divisibility, b.constancy,
                      strict=True))
         if kind in ("add", "sub"):
-            cont = tuple(max(gcd(ca, kb), gcd(ka, cb)) for ca, _, ka, cb, _, kb in z)
-            div = tuple(gcd(da, db) for _, da, _, _, db, _ in z)
+            # c - x with x contiguous runs downwards: only a contiguous minuend keeps its runs
+            cont = tuple(max(gcd(ca, kb), gcd(ka, cb) if kind == "add" else 1) for ca, _, ka, cb, _, kb in z)
+            div = tuple(gcd(_at_runs(ca, da, r), _at_runs(cb, db, r)) for (ca, da, _, cb, db, _), r in zip(z, cont))
         elif kind == "mul":
             cont = tuple(1 for _ in z)
-            div = tuple(min(MAX_DIV, da * db) for _, da, _, _, db, _ in z)
+            # each element its own run: a contiguous operand's elements past its run start are odd
+            div = tuple(min(MAX_DIV, _at_runs(ca, da, 1) * _at_runs(cb, db, 1)) for ca, da, _, cb, db, _ in z)
         elif kind == "shl":
             cont = tuple(1 for _ in z)
             div = tuple(1 for _ in z)
@@ -180,12 +185,20 @@ class AxisAnalysis:
         const = []
         for d in range(rank):
             c = gcd(a.constancy[d], b.constancy[d])
-            if op.attrs["pred"] in ("lt", "le", "gt", "ge") and b.constancy[d] > 1:
+            if op.attrs["pred"] in ("lt", "ge") and b.constancy[d] > 1:
                 # contiguous runs starting at multiples of k, compared with a multiple of k, stay constant
+                # (x < b changes at x = b, a block start; x <= b / x > b at b + 1, inside a block)
                 run = min(a.contiguity[d], a.divisibility[d], b.divisibility[d])
                 c = max(c, gcd(run, b.constancy[d]))
             const.append(c)
         self._set(res, AxisInfo((1,) * rank, (1,) * rank, tuple(const)))
+
+
+def _at_runs(c: int, d: int, run: int) -> int:
+    """The divisibility of an operand's values at the starts of a result's runs of ``run`` (index
+    multiples of ``run``): its own ``d`` where each element starts a run (contiguity 1), else a run
+    start of its own plus a multiple of ``run`` (for a pointer pass ``run`` in bytes)."""
+    return d if c == 1 else gcd(d, run)
 
 
 def _fit(info: AxisInfo, rank: int) -> AxisInfo:

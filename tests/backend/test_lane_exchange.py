@@ -61,3 +61,48 @@ def test_the_switch_turns_it_off_and_keys_the_cache(monkeypatch: pytest.MonkeyPa
     kern = stdlib_module("sparse_gemm_sm90.spk").sparse_gemm_bf16
     ptx = kern.compile(signature(kern, aligned=True), target="sm_90a", stop_after="ptx", cache=False).ptx
     assert _stores(ptx) == {"st.global.b32": 64} and "shfl.sync" not in ptx
+
+
+def _plan_for(bases: dict, shape: tuple[int, int], run: int, allowed: int, elem_bytes: int):
+    from types import SimpleNamespace
+
+    from sparsile.frontend.ir import types as T
+    from sparsile.frontend.layout.layouts import LinearLayout
+
+    layout = LinearLayout.from_bases(bases, [("dim0", shape[0]), ("dim1", shape[1])])
+    v = SimpleNamespace(layout=layout, type=T.TileType(T.f16, shape))
+    return lane_exchange.exchange_plan(v, v, None, run, allowed, shape[1], elem_bytes)
+
+
+@pytest.mark.parametrize("other", [{"lane": 2, "basis": (1, 2)}, {"warp": 0, "basis": (16, 8)},
+                                   {"reg": 1, "basis": (8, 4)}])
+def test_no_exchange_where_another_basis_moves_the_exchanged_columns(other: dict) -> None:
+    """Coordinates are XORs of bases: a lane, warp or register basis with a column component below
+    the exchanged span (run << (lanes + k)) would move the thread's own first element away from
+    where the exchanged block's address assumes it (found by simulating the emitted transpose)."""
+    bases = {"reg": [(0, 1), (8, 0), (0, 8), (0, 16)], "lane": [(0, 2), (0, 4), (1, 0), (2, 0), (4, 0)],
+             "warp": [(16, 0), (32, 0)]}
+    assert _plan_for(bases, (64, 32), 2, 8, 2) is not None
+    name = next(k for k in other if k != "basis")
+    bases[name][other[name]] = other["basis"]
+    assert _plan_for(bases, (64, 32), 2, 8, 2) is None
+
+
+def test_an_8_byte_element_exchanged_from_a_one_element_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """f64 in a layout of one element per thread (lanes along the columns, registers above them):
+    exchange_plan offers k = 1, and the exchanged runs travel as 64-bit words (pack_words had no
+    32-bit packing of an 8-byte element: range(..., 0) raised)."""
+    import sparsile.frontend.layout.inference as inference
+    from sparsile.tests.support import compile_src
+
+    one = inference.default_blocked
+    monkeypatch.setattr(inference, "default_blocked", lambda shape, warps, vec=1: one(shape, warps, 1))
+    src = """
+@kernel(num_warps=4)
+def k(X: ptr[f64], Y: ptr[f64]):
+    r = arange(0, 16)
+    c = arange(0, 128)
+    store(Y + r[:, None] * 128 + c[None, :], load(X + r[:, None] * 128 + c[None, :]))
+"""
+    ptx = compile_src(src, aligned=True, cache=False).ptx
+    assert _stores(ptx) == {"st.global.v2.b64": 8} and ptx.count("shfl.sync.bfly.b32") == 16

@@ -61,3 +61,58 @@ def test_a_new_unit_axis_has_the_divisibility_of_each_element_not_of_a_run_start
         ptr = next(op for op in func.walk() if op.name == "store").operand("ptr")
         # bytes: with ld a multiple of 16 the rows start where Y does (16-byte aligned), else at 4
         assert analysis.get(ptr).divisibility[1] == (16 if aligned else 4)
+
+
+def _store_ptr_and_mask(src: str, args: tuple) -> tuple:
+    kernel = loads(src).k
+    _, bindings, key = kernel.bind(args, {})
+    func = kernel.ir_for(bindings, key)
+    analysis = AxisAnalysis(func)
+    store = next(op for op in func.walk() if op.name == "store")
+    mask = store.optional_operand("mask")
+    return analysis.get(store.operand("ptr")), analysis.get(mask) if mask is not None else None
+
+
+def test_a_product_of_a_contiguous_run_has_each_elements_divisibility() -> None:
+    """``arange(0, 64) * 2`` is 0, 2, 4, ...: each element a multiple of 2, not of the run start's
+    2^30; the rows ``2 i * ld`` with ld odd start 4-byte aligned, not 16."""
+    src = '''
+@kernel
+def k(Y, ld: i32):
+    r = arange(0, 64) * 2
+    store(Y + r[:, None] * ld + arange(0, 64)[None, :], zeros((64, 64), f16))
+'''
+    ptr, _ = _store_ptr_and_mask(src, (np.zeros((128, 64), np.float16), 63))
+    assert ptr.divisibility[1] == 4
+
+
+def test_a_constant_minus_a_run_is_not_contiguous() -> None:
+    """``256 - arange(0, 256)`` runs downwards: a forward vector access there reads the wrong elements."""
+    src = '''
+@kernel
+def k(X, Y):
+    offs = arange(0, 256)
+    store(Y + offs, load(X + (256 - offs)))
+'''
+    kernel = loads(src).k
+    x = np.zeros(512, np.float32)
+    _, bindings, key = kernel.bind((x, x), {})
+    func = kernel.ir_for(bindings, key)
+    analysis = AxisAnalysis(func)
+    load = next(op for op in func.walk() if op.name == "load")
+    assert analysis.get(load.operand("ptr")).contiguity == (1,)
+
+
+@pytest.mark.parametrize(("op", "constant"), [("<", 16), (">=", 16), ("<=", 1), (">", 1)])
+def test_a_comparison_with_an_aligned_bound_is_constant_only_where_it_changes_at_a_block_start(
+        op: str, constant: int) -> None:
+    """``offs <= n`` with n a multiple of 16 changes between n and n + 1, inside a block of 16: a
+    vector under the first element's mask would store n + 1 .. n + 3 too."""
+    src = f'''
+@kernel
+def k(Y, n: i32):
+    offs = program_id(0) * 256 + arange(0, 256)
+    store(Y + offs, zeros((256,), f32), mask=offs {op} n)
+'''
+    _, mask = _store_ptr_and_mask(src, (np.zeros(256, np.float32), 16))
+    assert mask.constancy == (constant,)
