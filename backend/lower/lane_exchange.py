@@ -31,8 +31,15 @@ from .codegen import CodeGen, DTile
 from .llvm_text import const
 
 ENV_SWITCH = "SPARSILE_LANE_EXCHANGE_STORES"
-"""``0`` turns the exchange off (every store keeps its layout's own runs): for measuring it. The
-compile cache keys on it (driver/cache.py ``toolchain_versions``)."""
+"""``0`` turns the exchange off (every store keeps its layout's own runs): for measuring it. Read
+when a kernel is compiled; the disk cache keys on it (driver/cache.py ``_versions_now``), while a
+kernel already compiled in this process keeps its build: set it before the process compiles."""
+
+SECTOR_BYTES = 32
+"""The exchange applies where a warp's store covers at most one 32-byte sector of each row (its
+lanes along the row times the run: an MMA fragment's 16 or 32 bytes). Where the lanes already
+cover whole sectors (a blocked layout with 8 or more lanes along the row) the stores are coalesced,
+and the shuffles would only trade instructions for instructions; that case was not measured."""
 
 
 def enabled() -> bool:
@@ -69,7 +76,7 @@ def exchange_plan(ptr_v: Value, val_v: Value, mask_v: Value | None, run: int, al
     the mask's constancy along the last dimension, at most 16 bytes) and proves the addresses
     contiguous over runs of ``contiguous`` elements (a group of lanes' whole span must be one: the
     exchanged block's address is computed from the thread's own); None where it does not apply."""
-    if not enabled() or allowed <= run or (run * elem_bytes) % 4:
+    if not enabled() or allowed <= run or (run * elem_bytes) % 4 or T.element_type(val_v.type).is_bool:
         return None
     layout = ptr_v.layout
     if val_v.layout != layout or (mask_v is not None and isinstance(mask_v.type, T.TileType)
@@ -85,6 +92,8 @@ def exchange_plan(ptr_v: Value, val_v: Value, mask_v: Value | None, run: int, al
     lanes = 0  # low lane bits walking the last dimension right above the run
     while lanes < len(lane_bases) and lane_bases[lanes] == _unit(rank, last, run << lanes):
         lanes += 1
+    if (run << lanes) * elem_bytes > SECTOR_BYTES:
+        return None  # the warp's stores are whole sectors already
     for k in range(lanes, 0, -1):  # the widest exchange that fits
         if run << k > allowed or run << (lanes + k) > contiguous:
             continue

@@ -254,7 +254,7 @@ def lower_store(cg: CodeGen, op: Operation) -> None:
     vec = vector_width(cg, ptr_v, mask_v, _elem_bytes(elem))
     plan = exchange_plan(ptr_v, val_v, mask_v, vec, axis_width(cg, ptr_v, mask_v, _elem_bytes(elem)),
                          _axis(cg).get(ptr_v).contiguity[-1], _elem_bytes(elem))
-    if plan is not None and not elem.is_bool:  # wider accesses after a lane exchange (lane_exchange.py)
+    if plan is not None:  # wider accesses after a lane exchange (lane_exchange.py)
         store_exchanged(cg, plan, ptr, val, mask, elem, _elem_bytes(elem))
         return
     seen: set[tuple[str, ...]] = set()

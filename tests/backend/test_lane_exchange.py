@@ -88,21 +88,39 @@ def test_no_exchange_where_another_basis_moves_the_exchanged_columns(other: dict
     assert _plan_for(bases, (64, 32), 2, 8, 2) is None
 
 
-def test_an_8_byte_element_exchanged_from_a_one_element_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """f64 in a layout of one element per thread (lanes along the columns, registers above them):
-    exchange_plan offers k = 1, and the exchanged runs travel as 64-bit words (pack_words had no
-    32-bit packing of an 8-byte element: range(..., 0) raised)."""
-    import sparsile.frontend.layout.inference as inference
-    from sparsile.tests.support import compile_src
-
-    one = inference.default_blocked
-    monkeypatch.setattr(inference, "default_blocked", lambda shape, warps, vec=1: one(shape, warps, 1))
-    src = """
+F64_COPY = """
 @kernel(num_warps=4)
 def k(X: ptr[f64], Y: ptr[f64]):
     r = arange(0, 16)
     c = arange(0, 128)
     store(Y + r[:, None] * 128 + c[None, :], load(X + r[:, None] * 128 + c[None, :]))
 """
-    ptx = compile_src(src, aligned=True, cache=False).ptx
+
+
+def _one_element_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sparsile.frontend.layout.inference as inference
+
+    one = inference.default_blocked
+    monkeypatch.setattr(inference, "default_blocked", lambda shape, warps, vec=1: one(shape, warps, 1))
+
+
+def test_an_8_byte_element_exchanged_from_a_one_element_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """f64 in a layout of one element per thread (lanes along the columns, registers above them),
+    with the sector rule lifted: exchange_plan offers k = 1, and the exchanged runs travel as 64-bit
+    words (pack_words had no 32-bit packing of an 8-byte element: range(..., 0) raised)."""
+    from sparsile.tests.support import compile_src
+
+    _one_element_per_thread(monkeypatch)
+    monkeypatch.setattr(lane_exchange, "SECTOR_BYTES", 1 << 20)
+    ptx = compile_src(F64_COPY, aligned=True, cache=False).ptx
     assert _stores(ptx) == {"st.global.v2.b64": 8} and ptx.count("shfl.sync.bfly.b32") == 16
+
+
+def test_no_exchange_where_the_lanes_already_store_whole_sectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same copy as it ships: 32 lanes along a row store 256 bytes of it per instruction, whole
+    sectors, so the stores stay as the layout gives them (no shuffles)."""
+    from sparsile.tests.support import compile_src
+
+    _one_element_per_thread(monkeypatch)
+    ptx = compile_src(F64_COPY, aligned=True, cache=False).ptx
+    assert "shfl.sync" not in ptx and _stores(ptx) == {"st.global.b64": 16}
