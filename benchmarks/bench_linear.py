@@ -444,9 +444,8 @@ def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) ->
     for mode in ("wall", "best", "graph", "kern"):
         if row.get(f"sl_{mode}") and row.get(f"dense_{mode}"):
             row[f"speedup_{mode}"] = row[f"dense_{mode}"] / row[f"sl_{mode}"]
-    if args.host_diag and t <= SMALL_T and row.get("sl_ovh", 0.0) > MAX_OVERHEAD_US:
-        with torch.inference_mode():
-            row["sl_profile"] = profile_calls(lambda: c.sparse(x), sync, calls=1000, top=12)
+    if args.host_diag and eager is not None and t <= SMALL_T and row.get("sl_ovh", 0.0) > MAX_OVERHEAD_US:
+        row["sl_profile"] = profile_calls(eager, sync, calls=1000, top=12)  # (bench_case runs under inference_mode)
         row["probe_after"] = host_probe_us()
     return row
 

@@ -131,9 +131,8 @@ def store_exchanged(cg: CodeGen, plan: ExchangePlan, ptr: DTile, val: DTile, mas
     lane = cg.lane_id()
     lane_bit = [fb.icmp("ne", fb.binop("and", lane, const(1 << j, "i32")), const(0, "i32")) for j in range(k)]
     quad = fb.binop("and", lane, const((1 << k) - 1, "i32"))  # this lane's index within its group
-    exchanged = {plan.reg_bits[j] for j in range(k)}
-    run_bits = {b for b in range(run.bit_length() - 1)}
-    others = [b for b in range(len(ptr.regs).bit_length() - 1) if b not in exchanged and b not in run_bits]
+    own = set(range(run.bit_length() - 1)) | set(plan.reg_bits)  # the run's and the exchanged register bits
+    others = [b for b in range(len(ptr.regs).bit_length() - 1) if b not in own]
     word = max(4, elem_bytes)  # 8-byte elements (run 1) travel as i64 words: two shuffles each
     for rest in range(1 << len(others)):
         base = sum(((rest >> i) & 1) << b for i, b in enumerate(others))

@@ -60,14 +60,15 @@ def axis_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> 
     return 1 << (max(1, vec).bit_length() - 1)
 
 
-def vector_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> int:
-    """Elements per access for a pointer tile (a power of two, 16 bytes at most)."""
+def vector_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int, allowed: int | None = None) -> int:
+    """Elements per access for a pointer tile (a power of two, 16 bytes at most); ``allowed``: its
+    :func:`axis_width` where the caller has it."""
     if not isinstance(ptr.type, T.TileType):
         return 1
     layout = ptr.layout
     shape = T.shape_of(ptr.type)
     last = len(shape) - 1
-    vec = axis_width(cg, ptr, mask, elem_bytes)
+    vec = axis_width(cg, ptr, mask, elem_bytes) if allowed is None else allowed
     # consecutive registers must walk the last dim: reg bit b -> last-dim bit b
     offs = register_coords(layout)
     v = 1
@@ -251,11 +252,12 @@ def lower_store(cg: CodeGen, op: Operation) -> None:
         return
     val = cg.tile(val_v)
     mask = cg.tile(mask_v) if mask_v is not None else None
-    vec = vector_width(cg, ptr_v, mask_v, _elem_bytes(elem))
-    plan = exchange_plan(ptr_v, val_v, mask_v, vec, axis_width(cg, ptr_v, mask_v, _elem_bytes(elem)),
-                         _axis(cg).get(ptr_v).contiguity[-1], _elem_bytes(elem))
+    eb = _elem_bytes(elem)
+    allowed = axis_width(cg, ptr_v, mask_v, eb)
+    vec = vector_width(cg, ptr_v, mask_v, eb, allowed)
+    plan = exchange_plan(ptr_v, val_v, mask_v, vec, allowed, _axis(cg).get(ptr_v).contiguity[-1], eb)
     if plan is not None:  # wider accesses after a lane exchange (lane_exchange.py)
-        store_exchanged(cg, plan, ptr, val, mask, elem, _elem_bytes(elem))
+        store_exchanged(cg, plan, ptr, val, mask, elem, eb)
         return
     seen: set[tuple[str, ...]] = set()
     for g in _groups(len(ptr.regs), vec):

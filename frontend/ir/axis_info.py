@@ -116,7 +116,7 @@ class AxisAnalysis:
             c, dv, k = list(s.contiguity), list(s.divisibility), list(s.constancy)
             # a new unit axis: each element is its own run there, so its divisibility is what every
             # element has (a contiguous run's elements past its first are not multiples of its start's)
-            base_div = min((d if cc == 1 else 1) for cc, d in zip(c, dv, strict=True)) if dv else 1
+            base_div = min(_at_runs(cc, d, 1) for cc, d in zip(c, dv, strict=True)) if dv else 1
             c.insert(ax, 1)
             dv.insert(ax, base_div)
             k.insert(ax, 1)
