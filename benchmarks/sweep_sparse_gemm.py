@@ -113,12 +113,13 @@ OUT_HALF_ULP = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** 
 """Half an ulp of an output type, relative to the value (the rounding of a correct result)."""
 
 
-def bound(dtype: str, ref: np.ndarray, absprod: np.ndarray, k: int, out: str = "") -> np.ndarray:
-    """The largest error allowed against the float64 ``ref``; ``out``: the output's numpy type name
-    (default: the sparse GEMM's, f16 or, for tf32, f32)."""
+def bound(dtype: str, ref: Any, absprod: Any, k: int, out: str = "") -> Any:
+    """The largest error allowed against the float64 ``ref`` (a numpy array or a torch tensor, and
+    ``absprod`` alike); ``out``: the output's numpy type name (default: the sparse GEMM's, f16 or,
+    for tf32, f32)."""
     if dtype == "s8":
-        return np.zeros_like(ref)
-    out_ulp = OUT_HALF_ULP.get(out, 2.0 ** -24 if dtype == "tf32" else 2.0 ** -11) * np.abs(ref)
+        return 0 * ref
+    out_ulp = OUT_HALF_ULP.get(out, 2.0 ** -24 if dtype == "tf32" else 2.0 ** -11) * abs(ref)
     if dtype == "e4m3":
         return out_ulp + (k // 64 + 1) * 2.0 ** -13 * absprod + 1e-3
     if dtype == "tf32":  # inputs exactly as the MMA reads them: only f32 accumulation error remains
@@ -189,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
         rows, bad, left = st.check_tables(tables, kinds=tuple(args.kind or st.KINDS), skip=args.skip,
                                           entries=args.entries, max_seconds=args.max_seconds,
                                           say=lambda line: print(line, flush=True),
-                                          dtypes=tuple(args.dtype) if args.dtype else None)
+                                          dtypes=tuple(args.dtype) if args.dtype else None,
+                                          device=st.operand_device())
         failures += st.report(rows, bad, left, args.skip)
     sys.exit(1 if failures else 0)
 

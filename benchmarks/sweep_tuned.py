@@ -17,7 +17,11 @@ Each table entry becomes a :class:`Case` and runs through the path its readers t
 
 Operands are those of the sweep (random, 2:4-pruned weight compressed on the host); each output is
 poisoned (NaN, or a sentinel for integers) before the launch and compared with the sweep's
-per-dtype ``bound`` (half an ulp of the output type plus the accumulation error).
+per-dtype ``bound`` (half an ulp of the output type plus the accumulation error). Where torch and a
+CUDA device are there (``operand_device``), the random operands, the float64 references and the
+comparisons are made with torch on the GPU: on the host the largest weights (57344 x 8192) took
+about a minute each to draw and prune, which bounded how many entries one GPU session could check.
+The kernels still get host arrays, as a user's numpy call would give them.
 """
 
 from __future__ import annotations
@@ -34,7 +38,18 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_sparse_gemm import K_ALIGN, ROOT, as_f64, bound, compressed, host_b, host_weight, matmul_f64, padded
+from sweep_sparse_gemm import (
+    K_ALIGN,
+    ROOT,
+    as_f64,
+    bound,
+    compressed,
+    host_b,
+    host_type,
+    host_weight,
+    matmul_f64,
+    padded,
+)
 
 TUNED = ROOT / "stdlib" / "kernels" / "tuned"
 GEMM_TABLE = TUNED / "h200.json"
@@ -73,11 +88,12 @@ class Row:
 
 @dataclass(frozen=True)
 class Weight:
-    """A pruned weight: compressed values and metadata words (K padded), and its float64 copy."""
+    """A pruned weight: compressed values and metadata words (K padded), and its float64 copy (a
+    numpy array, or a torch tensor on the device the operands were made on)."""
 
     values: np.ndarray
     meta: np.ndarray
-    f64: np.ndarray
+    f64: Any
     kp: int
 
 
@@ -127,12 +143,91 @@ def table_cases(tables: Tables) -> tuple[list[Case], list[str]]:
     return cases, bad
 
 
-def make_weight(dtype: str, m: int, k: int, rng: np.random.Generator) -> Weight:
-    """A random weight as the sweep makes it (sweep_sparse_gemm.make)."""
-    kp = -(-k // K_ALIGN[dtype]) * K_ALIGN[dtype]
+TORCH_TYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn"}
+"""The operand types the torch path draws (the tuned tables' types); others are drawn on the host."""
+
+
+def operand_device() -> str | None:
+    """"cuda" when torch and a CUDA device are there (operands, references and comparisons on the
+    GPU), else None (numpy on the host)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def padded_k(dtype: str, k: int) -> int:
+    """K rounded up to the kernels' K alignment for ``dtype``."""
+    return -(-k // K_ALIGN[dtype]) * K_ALIGN[dtype]
+
+
+def make_weight(dtype: str, m: int, k: int, rng: np.random.Generator, device: str | None = None) -> Weight:
+    """A random weight as the sweep makes it (sweep_sparse_gemm.make); ``device``: drawn, pruned
+    and kept in float64 by torch there (:func:`torch_weight`)."""
+    if device is not None and dtype in TORCH_TYPES:
+        return torch_weight(dtype, m, k, rng, device)
+    kp = padded_k(dtype, k)
     w = host_weight(dtype, m, k, rng)
     values, meta = compressed(padded(w, kp), dtype)
     return Weight(values, meta, padded(as_f64(dtype, w), kp), kp)
+
+
+def torch_generator(rng: np.random.Generator, device: str) -> Any:
+    """A torch generator on ``device`` seeded from ``rng`` (the sweep stays reproducible)."""
+    import torch
+
+    return torch.Generator(device=device).manual_seed(int(rng.integers(2 ** 62)))
+
+
+def to_host(t: Any) -> np.ndarray:
+    """A torch tensor as a numpy array of the sweep's host type (bf16 and e4m3 through ml_dtypes)."""
+    import torch
+
+    names = {torch.bfloat16: ("bf16", torch.int16), torch.float8_e4m3fn: ("e4m3", torch.uint8)}
+    if t.dtype in names:
+        name, bits = names[t.dtype]
+        return t.view(bits).cpu().numpy().view(host_type(name))
+    return t.cpu().numpy()
+
+
+def torch_weight(dtype: str, m: int, k: int, rng: np.random.Generator, device: str) -> Weight:
+    """:func:`make_weight` by torch on ``device``: a normal (m, K padded) weight, zero beyond k, keeping
+    the 2 largest magnitudes of every 4 (the padding's groups keep zeros), rounded to ``dtype``;
+    compressed on the host from that rounded copy, and its float64 copy left on the device."""
+    import torch
+
+    kp = padded_k(dtype, k)
+    w = torch.zeros((m, kp), dtype=torch.float32, device=device)
+    w[:, :k] = torch.randn((m, k), generator=torch_generator(rng, device), device=device)
+    groups = w.view(m, kp // 4, 4)
+    keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, groups.abs().topk(2, dim=-1).indices, True)
+    rounded = (groups * keep).view(m, kp).to(getattr(torch, TORCH_TYPES[dtype]))
+    values, meta = compressed(to_host(rounded), dtype)
+    return Weight(values, meta, rounded.to(torch.float64), kp)
+
+
+def make_b(dtype: str, n: int, k: int, kp: int, rng: np.random.Generator, device: str | None = None
+           ) -> tuple[np.ndarray, Any]:
+    """A random (n, kp) operand, zero beyond column k: the host array the kernels get and its float64
+    copy (a torch tensor on ``device`` where one is given and torch draws ``dtype``)."""
+    if device is None or dtype not in TORCH_TYPES:
+        b = padded(host_b(dtype, n, k, rng), kp)
+        return b, as_f64(dtype, b)
+    import torch
+
+    b = torch.zeros((n, kp), dtype=torch.float32, device=device)
+    b[:, :k] = torch.randn((n, k), generator=torch_generator(rng, device), device=device)
+    rounded = b.to(getattr(torch, TORCH_TYPES[dtype]))
+    return to_host(rounded), rounded.to(torch.float64)
+
+
+def reference(w64: Any, b64: Any) -> Any:
+    """C = W @ B^T in float64: with torch where the operands are torch tensors, else numpy's (or
+    torch's on a GPU: sweep_sparse_gemm.matmul_f64)."""
+    if isinstance(w64, np.ndarray):
+        return matmul_f64(w64, b64.T)
+    return w64 @ b64.T
 
 
 def _poison(x: Any) -> None:
@@ -209,33 +304,50 @@ def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: 
     return plan.run(interpret), via
 
 
-def compare(out: Any, ref: np.ndarray, dtype: str, absprod: np.ndarray | None, k: int
-            ) -> tuple[float, float, int, bool]:
+def compare(out: Any, ref: Any, dtype: str, absprod: Any, k: int) -> tuple[float, float, int, bool]:
     """(max |out - ref|, max |ref|, unwritten elements, within the bound everywhere) of an output
-    against its float64 reference, by blocks of rows; NaN / the sentinel count as unwritten."""
+    against its float64 reference (numpy, or a torch tensor: compared on its device), by blocks of
+    rows; NaN / the sentinel count as unwritten."""
     host = np.asarray(out.cpu() if hasattr(out, "cpu") else out)
-    if host.shape != ref.shape:
-        raise ValueError(f"the output is {host.shape}, the reference {ref.shape}")
+    if host.shape != tuple(ref.shape):
+        raise ValueError(f"the output is {host.shape}, the reference {tuple(ref.shape)}")
+    on = (lambda a: a) if isinstance(ref, np.ndarray) else torch_block(ref.device)
     err_max = ref_max = 0.0
     unwritten, ok = 0, True
     for r in range(0, ref.shape[0], CHUNK_ROWS):
-        part, want = host[r:r + CHUNK_ROWS], ref[r:r + CHUNK_ROWS]
-        missing = part == SENTINEL if "int" in str(host.dtype) else np.isnan(part.astype(np.float32))
+        part, want = on(host[r:r + CHUNK_ROWS]), ref[r:r + CHUNK_ROWS]
+        missing = part == SENTINEL if "int" in str(host.dtype) else part.isnan() if hasattr(part, "isnan") \
+            else np.isnan(part.astype(np.float32))
         unwritten += int(missing.sum())
-        got = part.astype(np.float64)
-        got[missing] = np.nan
-        err = np.abs(got - want)
-        absp = absprod[r:r + CHUNK_ROWS] if absprod is not None else np.zeros_like(want)
+        got = part.astype(np.float64) if isinstance(part, np.ndarray) else part.double()
+        got[missing] = float("nan")
+        err = abs(got - want)
+        absp = absprod[r:r + CHUNK_ROWS] if absprod is not None else 0 * want
         ok &= bool((err <= bound(dtype, want, absp, k, str(host.dtype))).all())  # NaN never is
-        err_max = max(err_max, float(np.nanmax(err)) if not np.isnan(err).all() else 0.0)
-        ref_max = max(ref_max, float(np.abs(want).max()))
+        finite = err[~missing]
+        err_max = max(err_max, float(finite.max()) if finite.shape[0] else 0.0)
+        ref_max = max(ref_max, float(abs(want).max()))
     return err_max, ref_max, unwritten, ok and unwritten == 0
 
 
+def torch_block(device: Any) -> Callable[[np.ndarray], Any]:
+    """A host block of an output as a torch tensor on ``device`` (bf16 and e4m3 by their bits)."""
+    import torch
+
+    def block(part: np.ndarray) -> Any:
+        name = str(part.dtype)
+        if name == "bfloat16":
+            return torch.from_numpy(np.ascontiguousarray(part).view(np.int16)).to(device).view(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(part)).to(device)
+
+    return block
+
+
 def check_case(case: Case, tables: Tables, rng: np.random.Generator, weights: dict[tuple[str, int, int], Weight],
-               interpret: bool = False) -> Row:
+               interpret: bool = False, device: str | None = None) -> Row:
     """Run one case with poisoned outputs and compare it with float64. ``weights`` caches the
-    weight of the last (dtype, M, K) (a test may place a corrupted one there)."""
+    weight of the last (dtype, M, K) (a test may place a corrupted one there); ``device``: where
+    torch makes the operands, references and comparisons (None: numpy on the host)."""
     from sparsile.frontend.diagnostics import SparsileError
 
     start = time.perf_counter()
@@ -244,17 +356,16 @@ def check_case(case: Case, tables: Tables, rng: np.random.Generator, weights: di
         w = weights.get((case.dtype, case.m, case.k))
         if w is None:
             weights.clear()  # one weight at a time: the largest take gigabytes in float64
-            w = weights[case.dtype, case.m, case.k] = make_weight(case.dtype, case.m, case.k, rng)
-        b = padded(host_b(case.dtype, case.n, case.k, rng), w.kp)
-        bf = as_f64(case.dtype, b)
+            w = weights[case.dtype, case.m, case.k] = make_weight(case.dtype, case.m, case.k, rng, device)
+        b, bf = make_b(case.dtype, case.n, case.k, w.kp, rng, device if not isinstance(w.f64, np.ndarray) else None)
         if case.kind == "gemm":
             out, row.via = run_gemm(case, w, b, tables, interpret)
         elif case.kind == "linear":
             out, row.via = run_linear(case, w, b, interpret)
         else:
             out, row.via = run_decode(case, w, b, tables, interpret)
-        ref = matmul_f64(w.f64, bf.T)  # C (M, N); the layer's y (T, M) is its transpose (a view)
-        absprod = matmul_f64(np.abs(w.f64), np.abs(bf).T) if case.dtype == "e4m3" else None
+        ref = reference(w.f64, bf)  # C (M, N); the layer's y (T, M) is its transpose (a view)
+        absprod = reference(abs(w.f64), abs(bf)) if case.dtype == "e4m3" else None
         if case.kind != "gemm":
             ref, absprod = ref.T, (absprod.T if absprod is not None else None)
         row.max_err, row.max_ref, row.unwritten, row.ok = compare(out, ref, case.dtype, absprod, w.kp)
@@ -266,11 +377,12 @@ def check_case(case: Case, tables: Tables, rng: np.random.Generator, weights: di
 
 def check_tables(tables: Tables, *, kinds: tuple[str, ...] = KINDS, skip: int = 0, entries: int | None = None,
                  max_seconds: float | None = None, interpret: bool = False, seed: int = 2026,
-                 say: Callable[[str], None] = print, dtypes: tuple[str, ...] | None = None
-                 ) -> tuple[list[Row], list[str], int]:
+                 say: Callable[[str], None] = print, dtypes: tuple[str, ...] | None = None,
+                 device: str | None = None) -> tuple[list[Row], list[str], int]:
     """Check the tables' cases of ``kinds`` (and ``dtypes``, None: all) in order after the first
     ``skip``: at most ``entries`` of them, none started after ``max_seconds``. Returns (rows, the
-    invalid entries, how many cases after ``skip`` were left out)."""
+    invalid entries, how many cases after ``skip`` were left out). ``device``: where torch makes the
+    operands, references and comparisons (:func:`operand_device`; None: numpy on the host)."""
     cases, bad = table_cases(tables)
     cases = [c for c in cases if c.kind in kinds and (dtypes is None or c.dtype in dtypes)][skip:]
     rng = np.random.default_rng(seed)
@@ -280,7 +392,7 @@ def check_tables(tables: Tables, *, kinds: tuple[str, ...] = KINDS, skip: int = 
     for case in cases[:entries]:
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
             break
-        rows.append(check_case(case, tables, rng, weights, interpret))
+        rows.append(check_case(case, tables, rng, weights, interpret, device))
         say(format_row(rows[-1]))
     return rows, bad, len(cases) - len(rows)
 

@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh a29              # every tuned GEMM entry vs float64 (GPU-made operands); the layer at T <= 16, interleaved
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
 #   bash scripts/gpu_runs.sh c28              # the lane-exchanged 16-byte epilogue stores: GPU tests, 8192^3 A/B, vs peers
 #   bash scripts/gpu_runs.sh f28              # mid-T rows (e4m3, bf16) against cuSPARSELt and cuBLAS after the lane exchange
@@ -202,6 +203,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+a29)  # every tuned GEMM entry against float64 (C poisoned) with the lane-exchanged epilogue, operands, references
+     # and comparisons now made on the GPU (sweep_tuned.py); then the layer's T <= 16 rows, dense and eager timed
+     # in alternating blocks (time_calls_interleaved) with the host-speed probe
+    run 420 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --max-seconds 390
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag.json"
     ;;
 a28)  # what moves the eager host time (issue 12): the layer's T <= 16 rows on 8B and 70B, e4m3 then bf16, with a
      # host-speed probe, the timed blocks' CPU share and collections, and a cProfile of each row missing 8 us;

@@ -258,3 +258,36 @@ def test_a_bad_table_is_said_not_raised(text: str, message: str, tmp_path: Any, 
     missing = tmp_path / "missing.json"
     assert capsys.readouterr().err == (f"sweep_sparse_gemm.py: cannot read the tuned tables: {missing}: "
                                        "No such file or directory\n")
+
+
+def test_torch_operands_references_and_comparisons() -> None:
+    """The operand path the sweep takes on a GPU (torch draws, prunes and compares), here on torch's
+    CPU device: the tiny tables pass, a corrupted weight fails, and the torch comparison catches a
+    perturbed reference and an unwritten element as the numpy one does."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    w = st.make_weight("bf16", 128, 256, rng, "cpu")
+    assert isinstance(w.f64, torch.Tensor) and w.f64.dtype == torch.float64 and w.kp == 256
+    dense = w.f64.numpy().reshape(128, 64, 4)
+    assert ((dense != 0).sum(-1) <= 2).all() and (dense != 0).sum() > 128 * 256 * 0.49  # 2:4, rarely a zero kept
+    rows, bad, _ = st.check_tables(tiny_tables(), interpret=True, say=lambda line: None, device="cpu")
+    assert bad == [] and len(rows) == 3 and all(r.ok and 0 < r.max_err < 0.3 for r in rows), rows
+    corrupt = dataclasses.replace(w, meta=np.full_like(w.meta, 0x44444444))
+    for case in st.table_cases(tiny_tables())[0]:
+        row = st.check_case(case, tiny_tables(), rng, {("bf16", 128, 256): corrupt}, interpret=True, device="cpu")
+        assert not row.ok and row.unwritten == 0 and row.max_err > 1, st.format_row(row)
+    ref = torch.from_numpy(np.random.default_rng(1).standard_normal((4100, 8)) * 8)
+    out = ref.numpy().astype(np.float16)
+    assert st.compare(out, ref, "f16", None, 64)[2:] == (0, True)
+    moved = ref.clone()
+    moved[4099, 7] += 0.5
+    err, _, unwritten, ok = st.compare(out, moved, "f16", None, 64)
+    assert not ok and unwritten == 0 and err == pytest.approx(0.5, abs=0.02)
+    out[2048, 3] = np.nan
+    assert st.compare(out, ref, "f16", None, 64)[2:] == (1, False)
+    import ml_dtypes
+
+    halves = ref.numpy().astype(ml_dtypes.bfloat16)  # bf16 outputs go to torch by their bits
+    assert st.compare(halves, ref, "bf16", None, 64)[2:] == (0, True)  # within bf16's half ulp
+    halves[7, 1] = ml_dtypes.bfloat16(float(ref[7, 1]) + 1.0)
+    assert st.compare(halves, ref, "bf16", None, 64)[2:] == (0, False)
