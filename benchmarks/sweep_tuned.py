@@ -84,6 +84,7 @@ class Row:
     ok: bool = False
     note: str = ""
     seconds: float = 0.0
+    phases: tuple[float, float, float] = (0.0, 0.0, 0.0)  # seconds making operands, running, comparing
 
 
 @dataclass(frozen=True)
@@ -358,17 +359,20 @@ def check_case(case: Case, tables: Tables, rng: np.random.Generator, weights: di
             weights.clear()  # one weight at a time: the largest take gigabytes in float64
             w = weights[case.dtype, case.m, case.k] = make_weight(case.dtype, case.m, case.k, rng, device)
         b, bf = make_b(case.dtype, case.n, case.k, w.kp, rng, device if not isinstance(w.f64, np.ndarray) else None)
+        made = time.perf_counter()
         if case.kind == "gemm":
             out, row.via = run_gemm(case, w, b, tables, interpret)
         elif case.kind == "linear":
             out, row.via = run_linear(case, w, b, interpret)
         else:
             out, row.via = run_decode(case, w, b, tables, interpret)
+        ran = time.perf_counter()
         ref = reference(w.f64, bf)  # C (M, N); the layer's y (T, M) is its transpose (a view)
         absprod = reference(abs(w.f64), abs(bf)) if case.dtype == "e4m3" else None
         if case.kind != "gemm":
             ref, absprod = ref.T, (absprod.T if absprod is not None else None)
         row.max_err, row.max_ref, row.unwritten, row.ok = compare(out, ref, case.dtype, absprod, w.kp)
+        row.phases = (made - start, ran - made, time.perf_counter() - ran)
     except (SparsileError, LookupError, ValueError) as e:  # a config that does not plan, compile or run
         row.note = str(e).split("\n", 1)[0]
     row.seconds = time.perf_counter() - start
@@ -398,14 +402,15 @@ def check_tables(tables: Tables, *, kinds: tuple[str, ...] = KINDS, skip: int = 
 
 
 HEADER = (f"{'kind':>6} {'dtype':>5} {'M':>6} {'N':>6} {'K':>6} {'config':<44} {'via':>8} {'max |err|':>10} "
-          f"{'max |ref|':>10} {'unwritten':>9} result")
+          f"{'max |ref|':>10} {'unwritten':>9} {'make/run/check s':>16} result")
 
 
 def format_row(row: Row) -> str:
     """One line of the summary table."""
     c = row.case
+    phases = "/".join(f"{t:.1f}" for t in row.phases)
     line = (f"{c.kind:>6} {c.dtype:>5} {c.m:>6} {c.n:>6} {c.k:>6} {c.config!s:<44} {row.via:>8} "
-            f"{row.max_err:>10.3e} {row.max_ref:>10.3e} {row.unwritten:>9} {'ok' if row.ok else 'FAIL'}")
+            f"{row.max_err:>10.3e} {row.max_ref:>10.3e} {row.unwritten:>9} {phases:>16} {'ok' if row.ok else 'FAIL'}")
     return line + (f"  ({row.note})" if row.note else "")
 
 
