@@ -7,6 +7,7 @@ shapes, each result checked against a float64 reference on the GPU.
     python benchmarks/bench_decode.py --splits 1,2,4,8,16  # the decode kernel at each split-K as well
     python benchmarks/bench_decode.py --quick --stages 2,3,4,6  # and at each ring depth
     python benchmarks/bench_decode.py --quick --inflight   # each decode row also with INFLIGHT=1 (A/B)
+    python benchmarks/bench_decode.py --tokens 16 64 --no-tiled  # some token counts, untiled weights only
 
 "decode" is the weight as prune_and_compress gives it; "decode tiled" the same kernel on the
 weight copied into the tiled layout (decode.tile_for_decode: each TMA box one contiguous run).
@@ -58,7 +59,12 @@ def main() -> None:
     parser.add_argument("--stages", default="", help="comma-separated ring depths to time the decode kernel at")
     parser.add_argument("--inflight", action="store_true",
                         help="time each decode configuration with INFLIGHT=1 too (one MMA group in flight), A/B")
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS),
+                        help="token counts (default 1 4 16 32 64)")
+    parser.add_argument("--no-tiled", action="store_true", help="leave out the tiled-layout rows")
     args = parser.parse_args()
+    if not all(1 <= t <= 64 for t in args.tokens):
+        parser.error("--tokens takes token counts from 1 to 64 (the decode kernel's range)")
     sys.path.insert(0, str(ROOT.parent))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch
@@ -82,7 +88,7 @@ def main() -> None:
         dense_copies = [torch.from_numpy(weights[0].dense().astype(np.float32)).to(tdt).cuda()]
         dense_copies += [(dense_copies[0].float() * (1 + 2 ** -7 * i)).to(tdt) for i in range(1, copies)]
         ref_w = dense_copies[0].double()
-        for t in TOKENS:
+        for t in args.tokens:
             x = torch.randn(t, k, generator=g).cuda().to(tdt)
             ref = (x.double() @ ref_w.T)
             dense_us = shipped_us = None
@@ -93,7 +99,7 @@ def main() -> None:
                              f"BN={plans[0].bn} split={plans[0].split_k} pair={plans[0].pair}"))
             tuning = [(None, None)] + [(sp, None) for sp in splits] + [(None, st) for st in stages]
             inflights = (False, True) if args.inflight else (None,)  # None: the plan's (table's) choice
-            for tiled in (False, True):
+            for tiled in (False,) if args.no_tiled else (False, True):
                 for split, st in tuning:
                     for inflight in inflights:
                         dplans = [plan_sparse_decode(v, m, x, split_k=split, stages=st, tiled=tiled, inflight=inflight)

@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh b29              # decode INFLIGHT: GPU tests, A/B at T = 16 / 64; the rest of the GEMM entries
 #   bash scripts/gpu_runs.sh a29              # every tuned GEMM entry vs float64 (GPU-made operands); the layer at T <= 16, interleaved
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
 #   bash scripts/gpu_runs.sh c28              # the lane-exchanged 16-byte epilogue stores: GPU tests, 8192^3 A/B, vs peers
@@ -203,6 +204,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+b29)  # the decode kernel with one MMA group in flight (INFLIGHT): its GPU tests (bit-equal to INFLIGHT=0), then an
+     # A/B on every Llama weight at T = 16 and 64 (HBM-cold, the table's configs); the rest of the tuned GEMM entries
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/stdlib/test_decode_inflight.py \
+        tests/stdlib/test_decode_api.py
+    run 200 python benchmarks/bench_decode.py --inflight --tokens 16 64 --no-tiled
+    run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --skip 54 --max-seconds 170
     ;;
 a29)  # every tuned GEMM entry against float64 (C poisoned) with the lane-exchanged epilogue, operands, references
      # and comparisons now made on the GPU (sweep_tuned.py); then the layer's T <= 16 rows, dense and eager timed
