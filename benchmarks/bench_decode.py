@@ -6,15 +6,10 @@ shapes, each result checked against a float64 reference on the GPU.
     python benchmarks/bench_decode.py --dtype f16 --quick  # one shape per model
     python benchmarks/bench_decode.py --splits 1,2,4,8,16  # the decode kernel at each split-K as well
     python benchmarks/bench_decode.py --quick --stages 2,3,4,6  # and at each ring depth
-    python benchmarks/bench_decode.py --quick --inflight   # each decode row also with INFLIGHT=1 (A/B)
     python benchmarks/bench_decode.py --tokens 16 64 --no-tiled  # some token counts, untiled weights only
 
 "decode" is the weight as prune_and_compress gives it; "decode tiled" the same kernel on the
 weight copied into the tiled layout (decode.tile_for_decode: each TMA box one contiguous run).
-``--inflight``: every decode row is timed twice, with ``inflight=False`` and ``inflight=True``
-(INFLIGHT of sparse_decode_sm90.spk: one sparse MMA group kept in flight across K steps), on the
-same split, stages and row slab otherwise; the second row ("... if", its config ending in
-"inflight=1") says "vs off", its time against the first's.
 
 Kernel times are the CUDA profiler's device time per call (every launch of a call: split-K's reduce
 included; bench_sparse_gemm.profile_kernel_time). Each case rotates over enough copies of the
@@ -57,8 +52,6 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--splits", default="", help="comma-separated split-K values to time the decode kernel at")
     parser.add_argument("--stages", default="", help="comma-separated ring depths to time the decode kernel at")
-    parser.add_argument("--inflight", action="store_true",
-                        help="time each decode configuration with INFLIGHT=1 too (one MMA group in flight), A/B")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS),
                         help="token counts (default 1 4 16 32 64)")
     parser.add_argument("--no-tiled", action="store_true", help="leave out the tiled-layout rows")
@@ -98,19 +91,14 @@ def main() -> None:
             variants.append(("sparse_linear", [p.run for p in plans],
                              f"BN={plans[0].bn} split={plans[0].split_k} pair={plans[0].pair}"))
             tuning = [(None, None)] + [(sp, None) for sp in splits] + [(None, st) for st in stages]
-            inflights = (False, True) if args.inflight else (None,)  # None: the plan's (table's) choice
             for tiled in (False,) if args.no_tiled else (False, True):
                 for split, st in tuning:
-                    for inflight in inflights:
-                        dplans = [plan_sparse_decode(v, m, x, split_k=split, stages=st, tiled=tiled, inflight=inflight)
-                                  for v, m in weights]
-                        c = dplans[0].config
-                        label = ("decode tiled" if tiled else "decode") + ("" if split is None else f" s={split}") \
-                            + ("" if st is None else f" st={st}") + (" if" if inflight else "")
-                        variants.append((label, [p.run for p in dplans],
-                                         f"BN={c.bn} BK={c.bk} BM={c.bm} stages={c.stages} split={c.split_k} "
-                                         f"inflight={c.inflight}"))
-            off_us = None
+                    dplans = [plan_sparse_decode(v, m, x, split_k=split, stages=st, tiled=tiled) for v, m in weights]
+                    c = dplans[0].config
+                    label = ("decode tiled" if tiled else "decode") + ("" if split is None else f" s={split}") \
+                        + ("" if st is None else f" st={st}")
+                    variants.append((label, [p.run for p in dplans],
+                                     f"BN={c.bn} BK={c.bk} stages={c.stages} split={c.split_k}"))
             for label, calls, config in variants:
                 state = {"i": 0}
 
@@ -129,14 +117,8 @@ def main() -> None:
                 ratio = dense_us / us if dense_us else float("nan")
                 shipped = shipped_us / us if shipped_us else float("nan")
                 verdict = "" if err <= MAX_REL_ERR else f"  WRONG (max rel err > {MAX_REL_ERR})"
-                ab = ""
-                if args.inflight and label.startswith("decode"):  # rows in pairs: INFLIGHT off, then on
-                    if label.endswith(" if"):
-                        ab = f"  vs off {off_us / us:.3f}x"
-                    else:
-                        off_us = us
                 print(f"{name:12} {t:3} {label:18} {us:8.1f} {gbs:7.0f} {100 * gbs * 1e9 / HBM_BYTES_PER_S:5.1f}% "
-                      f"{ratio:7.2f}x {shipped:9.2f}x {err:9.1e} {config}{verdict}{ab}", flush=True)
+                      f"{ratio:7.2f}x {shipped:9.2f}x {err:9.1e} {config}{verdict}", flush=True)
         del weights, dense_copies, ref_w
         torch.cuda.empty_cache()
 

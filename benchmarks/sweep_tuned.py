@@ -286,8 +286,8 @@ def _normal(cand: Any) -> Any:
 
 def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: bool) -> tuple[Any, str]:
     """y of ``case`` through ``plan_sparse_decode(..., table=)`` where the entry applies to this
-    device, else with its split-K, stages, reduction, row slab, persistent kernel and INFLIGHT given
-    explicitly; (y, via)."""
+    device, else with its split-K, stages, reduction, row slab and persistent kernel given explicitly;
+    (y, via)."""
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
     from sparsile.stdlib.kernels.decode_tuning import default_candidate  # what a plan runs
 
@@ -296,7 +296,7 @@ def run_decode(case: Case, w: Weight, x: np.ndarray, tables: Tables, interpret: 
     if not (plan.config.source.startswith("table") and default_candidate(plan) == _normal(case.config)):
         c = case.config
         plan = plan_sparse_decode(w.values, w.meta, x, interpret=interpret, split_k=c.split_k, stages=c.stages,
-                                  reduce=c.reduce, bm=c.bm, persistent=c.persistent, inflight=c.inflight)
+                                  reduce=c.reduce, bm=c.bm, persistent=c.persistent)
         via = "explicit"
     if default_candidate(plan) != _normal(case.config):
         raise LookupError(f"the plan runs {default_candidate(plan)}, not the entry's config")

@@ -112,27 +112,6 @@ def test_a_persistent_decode_entry_runs_the_persistent_kernel(monkeypatch: pytes
     assert plans and plans[-1].config.persist > 0
 
 
-@pytest.mark.parametrize("on_h200", [False, True])
-def test_an_inflight_decode_entry_runs_with_one_group_in_flight(monkeypatch: pytest.MonkeyPatch,
-                                                                 on_h200: bool) -> None:
-    """An entry with "inflight": true is checked with INFLIGHT = 1, through the table or explicitly
-    (the explicit plan must pass it on, else the entry fails as not the entry's config)."""
-    if on_h200:
-        monkeypatch.setattr(dt, "current_device", lambda interpret: ("NVIDIA H200", 132))
-    monkeypatch.delenv("SPARSILE_DECODE_REDUCE", raising=False)
-    from sparsile.stdlib.kernels import decode
-
-    plans = []
-    planned = decode.plan_sparse_decode
-    monkeypatch.setattr(decode, "plan_sparse_decode", lambda *a, **kw: plans.append(planned(*a, **kw)) or plans[-1])
-    entry = decode_entry(2, 2, "kernel", 4)
-    entry["config"]["inflight"] = True
-    rows, bad, _ = st.check_tables(tiny_tables(**{DECODE_KEY: entry}), kinds=("decode",), interpret=True,
-                                   say=lambda line: None)
-    assert bad == [] and [(r.via, r.ok, r.note) for r in rows] == [("table" if on_h200 else "explicit", True, "")]
-    assert plans and plans[-1].config.inflight == 1 and plans[-1].constexprs()["INFLIGHT"] == 1
-
-
 def test_a_corrupted_weight_fails_every_kind() -> None:
     """Metadata words all 0x44444444 (every group keeps positions 0 and 1: valid, but not the
     weight's) give wrong outputs, reported as FAIL, not raised."""

@@ -54,7 +54,6 @@ from .decode_config import (  # noqa: F401 (re-exported: callers import the deco
     DECODE_BMS,
     DECODE_MAXNREG,
     HEURISTIC_BM64_MAX_T,
-    INFLIGHT_MIN_TILE,
     MAX_SPLIT,
     MAX_STAGES,
     QX_MIN_STAGES,
@@ -256,8 +255,7 @@ class SparseDecodePlan:
                   **({"BM": c.bm, "num_warps": c.num_warps} if c.bm != DECODE_BM else {}),
                   **({"maxnreg": c.maxnreg} if c.maxnreg != DECODE_MAXNREG else {}),
                   **({"XSTEPS": c.xsteps, "XROWS": x_rows(self.base.t)} if self.quantizes_x else {}), **self._pdl(),
-                  **({"FM": 1} if self.feature_major else {}), **({"PERSIST": 1} if c.persist else {}),
-                  **({"INFLIGHT": 1} if c.inflight else {})}
+                  **({"FM": 1} if self.feature_major else {}), **({"PERSIST": 1} if c.persist else {})}
         epilogue = self.base._epilogue_constexprs()
         if self.quantizes_x:  # the kernel applies its own scales
             del epilogue["SCALE_X"]
@@ -304,8 +302,7 @@ class SparseDecodePlan:
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
                        reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,
-                       feature_major: bool = False, persistent: bool | None = None, inflight: bool | None = None,
-                       **linear: Any) -> Any:
+                       feature_major: bool = False, persistent: bool | None = None, **linear: Any) -> Any:
     """Check the arguments as :func:`~.linear.plan_sparse_linear` does and plan the decode kernel
     (``linear``: bias, activation, scale_x, scale_w, out_dtype, out). Problems it does not cover
     (K = 0, no tokens) get the shipped plan. ``split_k`` overrides the split (1..16), ``stages``
@@ -333,14 +330,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     by the kernel, no PDL (SP0860 when asked for with either). Unset: the table's choice ("persistent"
     in an entry's config) where the plan can take it (not with pdl or 16-bit x for e4m3 weights: the
     entry's split and stages on the other kernel then), else off.
-    ``inflight``: the consumers keep one sparse MMA group in flight across K steps (INFLIGHT of
-    sparse_decode_sm90.spk: each step's MMAs issued before the previous step's are waited for, and
-    that step's stage released one step later; two metadata register sets, as SP0370 requires),
-    instead of waiting for every step's MMAs before the next (28 % of the warp samples at 64 tokens
-    on the H200). The same MMAs accumulate in the same order, so the result should be the same
-    bit for bit (the interpreter's is). Not timed on a GPU yet (``benchmarks/bench_decode.py
-    --inflight``), so off by default. Unset: the table entry's choice ("inflight" in its config),
-    else off.
     ``feature_major`` (``sparse_matmul``'s route for N <= 64): the output is C = (N_out, T), row-major
     (``out`` of that shape), x the (T, K) operand b; M, T and K must not be 0 (sparse_matmul handles
     those cases itself).
@@ -357,9 +346,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         raise bad_input(f"pdl of the decode kernel must be True or False, got {pdl!r}", code=SP_DECODE)
     if persistent is not None and not isinstance(persistent, bool):
         raise bad_input(f"persistent of the decode kernel must be True, False or None, got {persistent!r}",
-                        code=SP_DECODE)
-    if inflight is not None and not isinstance(inflight, bool):
-        raise bad_input(f"inflight of the decode kernel must be True, False or None, got {inflight!r}",
                         code=SP_DECODE)
     if reduce is not None:
         reduce_mode(reduce)  # checked whatever the split (it was read only for split-K plans)
@@ -394,8 +380,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             if persistent is None:  # the table's persistent kernel where this plan can run it (entries are
                 # timed without pdl, on x of the weight's type: 16-bit x for e4m3 weights keeps the other kernel)
                 persistent = found[0].persistent and not pdl and not base.quantizes_x
-            if inflight is None:  # every decode kernel takes INFLIGHT
-                inflight = found[0].inflight
             if reduce is None and os.environ.get(DECODE_REDUCE_ENV) is None:
                 reduce = found[0].reduce
     if persistent and asked[0] is None and not base.quantizes_x:  # the persistent kernel takes no split: not
@@ -426,7 +410,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                             help="plan it with split_k=1 and pdl=False (e4m3 weights: quantize x first), or "
                             "without persistent")
         cfg = dataclasses.replace(cfg, persist=persistent_ctas(base.m, cfg, sms))
-    cfg = dataclasses.replace(cfg, source=source, inflight=1 if inflight else 0)
+    cfg = dataclasses.replace(cfg, source=source)
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight
     # are then the same for every plan of it (sparsile.torch refreshes a record's copies from a plan of

@@ -35,12 +35,6 @@ there all sixteen bf16 / f16 entries the H200 tuner wrote for the Llama-3 8B / 7
 T = 64 chose one CTA per SM with 4-7 stages over the two CTAs of 3 stages, by 1.00-1.27x (HBM-cold,
 twenty-first session, benchmarks/RESULTS.md)."""
 MAX_SPLIT = 16
-INFLIGHT_MIN_TILE = 16
-"""The smallest token tile for which the decode tuner also times each candidate with INFLIGHT = 1
-(one sparse MMA group kept in flight across K steps): a step's MMAs take longer the wider the
-token tile, and at 64 tokens Nsight Compute put 28 % of the H200's warp samples on the consumers'
-``wgmma_wait(0)``; at 8 tokens a step's MMAs are short next to its loads, and doubling the
-candidates there would double the sweep for little."""
 QX_SCRATCH = 1024
 """Shared memory the kernel that quantizes x (sparse_decode_e4m3_qx) holds beyond its ring and its
 resident x: the scales and their reciprocals (2 x BN f32) and the compiler's scratch of its
@@ -65,7 +59,6 @@ class DecodeConfig:
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
     xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
     persist: int = 0  # > 0: the persistent kernel (PERSIST) on this many CTAs, each streaming several slabs
-    inflight: int = 0  # 1: one sparse MMA group kept in flight across K steps (the kernels' INFLIGHT)
 
     def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""

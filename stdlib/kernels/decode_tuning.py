@@ -26,7 +26,6 @@ from .decode import (
     BM256_MIN_TILE,
     DECODE_BM,
     DECODE_BMS,
-    INFLIGHT_MIN_TILE,
     MAX_SPLIT,
     MAX_STAGES,
     REDUCE_MODES,
@@ -54,19 +53,17 @@ TUNE_DTYPES = ("bf16", "f16", "e4m3")
 
 @dataclass(frozen=True)
 class DecodeCandidate:
-    """What a decode table fixes for one problem: split-K, ring depth, split-K reduction, row slab,
-    the persistent kernel and whether one MMA group stays in flight (INFLIGHT)."""
+    """What a decode table fixes for one problem: split-K, ring depth and split-K reduction."""
 
     split_k: int
     stages: int
     reduce: str = "launch"
     bm: int = DECODE_BM  # weight rows per CTA (an entry without "bm": 128)
     persistent: bool = False  # the persistent kernel (no split-K; an entry without "persistent": False)
-    inflight: bool = False  # INFLIGHT = 1: one MMA group in flight across K steps (an entry without it: False)
 
     def to_json(self) -> dict[str, Any]:
         return {"split_k": self.split_k, "stages": self.stages, "reduce": self.reduce, "bm": self.bm,
-                **({"persistent": True} if self.persistent else {}), **({"inflight": True} if self.inflight else {})}
+                **({"persistent": True} if self.persistent else {})}
 
     @classmethod
     def from_json(cls, data: Any) -> DecodeCandidate:
@@ -75,7 +72,6 @@ class DecodeCandidate:
             raise ValueError("config is not an object")
         split, stages, reduce = data.get("split_k"), data.get("stages"), data.get("reduce", "launch")
         bm, persistent = data.get("bm", DECODE_BM), data.get("persistent", False)
-        inflight = data.get("inflight", False)
         if type(split) is not int or not 1 <= split <= MAX_SPLIT:
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT}, got {split!r}")
         if type(stages) is not int or not 2 <= stages <= MAX_STAGES:
@@ -86,14 +82,11 @@ class DecodeCandidate:
             raise ValueError(f"bm must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}")
         if type(persistent) is not bool or (persistent and split != 1):
             raise ValueError(f"persistent must be true (with split_k 1) or false, got {persistent!r}")
-        if type(inflight) is not bool:
-            raise ValueError(f"inflight must be true or false, got {inflight!r}")
-        return cls(split, stages, reduce, bm, persistent, inflight)
+        return cls(split, stages, reduce, bm, persistent)
 
     def __str__(self) -> str:
         return (f"split_k={self.split_k} stages={self.stages}" + (f" reduce={self.reduce}" if self.split_k > 1 else "")
-                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else "")
-                + (" inflight" if self.inflight else ""))
+                + (f" bm={self.bm}" if self.bm != DECODE_BM else "") + (" persistent" if self.persistent else ""))
 
 
 def token_tile(t: int) -> int:
@@ -222,9 +215,7 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
     split; the persistent kernel (no split) where there are more slabs than SMs. 64-row slabs only
     where 128-row ones leave SMs without a CTA (fewer tiles than SMs);
     256-row slabs only from a token tile of :data:`~.decode_config.BM256_MIN_TILE`, where x is a large
-    part of each step. From a token tile of :data:`~.decode_config.INFLIGHT_MIN_TILE`, every
-    candidate also with INFLIGHT = 1 (one MMA group in flight across K steps), where a step's MMAs
-    are long enough for the overlap to matter: twice the candidates there, none more below."""
+    part of each step."""
     out = []
     for bm in DECODE_BMS:
         tiles = -(-m // bm)
@@ -240,16 +231,13 @@ def candidate_space(m: int, k_padded: int, t: int, elem_bytes: int, sms: int) ->
                 for r in (REDUCE_MODES if sp > 1 else ("launch",))]
         if tiles > sms:  # more slabs than SMs: the persistent kernel leaves no wave part-full
             out += [DecodeCandidate(1, st, "launch", bm, True) for st in stages]
-    if token_tile(t) >= INFLIGHT_MIN_TILE:
-        out += [dataclasses.replace(c, inflight=True) for c in out]
     return out
 
 
 def default_candidate(plan: SparseDecodePlan) -> DecodeCandidate:
     """The candidate ``plan`` was planned with."""
     mode = "kernel" if plan.reduces_in_kernel else "launch"
-    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0,
-                           plan.config.inflight > 0)
+    return DecodeCandidate(plan.config.split_k, plan.config.stages, mode, plan.config.bm, plan.config.persist > 0)
 
 
 def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> SparseDecodePlan:
@@ -263,8 +251,7 @@ def with_candidate(plan: SparseDecodePlan, cand: DecodeCandidate, sms: int) -> S
                           help="tune an untiled plan (tiled=False)")
     plan = covering_every_slab(plan)
     cfg = choose_decode_config(b.m, b.t, plan.k_padded, b.choice, sms, cand.split_k, cand.stages, cand.bm)
-    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0,
-                              inflight=1 if cand.inflight else 0)
+    cfg = dataclasses.replace(cfg, source="tuning", persist=persistent_ctas(b.m, cfg, sms) if cand.persistent else 0)
     work = split_workspace(plan.x, cand.split_k, b.m, b.t, plan.feature_major, b.interpret)
     counters = None
     if cand.split_k > 1 and cand.reduce == "kernel":

@@ -179,17 +179,13 @@ def test_sweep_inputs_group_tokens_by_tile():
 @pytest.mark.parametrize("m,k,t", [(28672, 4096, 16), (4096, 14336, 64), (4096, 4096, 1), (128, 256, 8)])
 def test_candidate_space_is_valid_and_bounded(m, k, t):
     full = dt.candidate_space(m, k, t, 2, 132)
-    # from a token tile of 16, each candidate also with one MMA group in flight (INFLIGHT): twice as many
-    twice = dt.token_tile(t) >= dt.INFLIGHT_MIN_TILE
-    assert len(full) == len(set(full)) and 1 <= len(full) <= (2 if twice else 1) * 3 * (8 * 8 * 2 + 7)
-    plain = [c for c in full if not c.inflight]
-    assert [c for c in full if c.inflight] == ([dataclasses.replace(c, inflight=True) for c in plain] if twice else [])
+    assert len(full) == len(set(full)) and 1 <= len(full) <= 3 * (8 * 8 * 2 + 7)
     # 64-row slabs only where 128-row ones leave SMs idle (fewer slabs than SMs), 256-row ones from 32 tokens
     want = {128} | ({64} if -(-m // 128) < 132 else set()) | ({256} if dt.token_tile(t) >= 32 else set())
     assert {c.bm for c in full} == want
     bn = dt.token_tile(t)
     for bm in {c.bm for c in full}:
-        space = [c for c in plain if c.bm == bm]
+        space = [c for c in full if c.bm == bm]
         for c in space:
             cfg = choose_decode_config(m, t, k, KERNELS["bf16"], 132, c.split_k, c.stages, c.bm)
             assert cfg.bn == bn and cfg.bm == bm and cfg.stages * (cfg.stage_bytes(2) + 16) <= SMEM_PER_CTA
@@ -217,44 +213,6 @@ def test_persistent_candidates_round_trip_and_are_checked():
     for bad in ({"split_k": 2, "stages": 4, "persistent": True}, {"split_k": 1, "stages": 4, "persistent": 1}):
         with pytest.raises(ValueError, match="persistent must be true"):
             dt.DecodeCandidate.from_json(bad)
-
-
-def test_inflight_candidates_round_trip_and_are_checked():
-    cand = dt.DecodeCandidate(2, 4, "kernel", 64, False, True)
-    assert cand.to_json() == {"split_k": 2, "stages": 4, "reduce": "kernel", "bm": 64, "inflight": True}
-    assert dt.DecodeCandidate.from_json(json.loads(json.dumps(cand.to_json()))) == cand
-    assert "inflight" not in dt.DecodeCandidate(1, 4).to_json()  # older entries read the same
-    assert str(cand) == "split_k=2 stages=4 reduce=kernel bm=64 inflight"
-    assert str(dt.DecodeCandidate(1, 3, persistent=True, inflight=True)) == "split_k=1 stages=3 persistent inflight"
-    for bad in (1, 0, "true", None):
-        with pytest.raises(ValueError, match="inflight must be true or false"):
-            dt.DecodeCandidate.from_json({"split_k": 1, "stages": 4, "inflight": bad})
-    tab = table({KEY: {"config": {"split_k": 1, "stages": 4, "inflight": "yes"}, "us": 1.0}})
-    with pytest.raises(LaunchError, match="inflight must be true or false"):
-        dt.load_decode_table(tab)
-
-
-def test_an_inflight_entry_plans_inflight_unless_the_caller_says(on_h200, weight):
-    """An entry's "inflight" reaches the plan (INFLIGHT = 1, and back to the candidate it came from);
-    inflight=False overrides it, inflight=True applies without an entry; a tuned candidate carries it."""
-    (w, x) = weight
-    cfg = {"split_k": 2, "stages": 3, "reduce": "kernel", "bm": 128, "inflight": True}
-    tab = table({KEY: {"config": cfg, "us": 1.0}})
-    plan = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab)
-    assert plan.config.source == "table" and plan.config.inflight == 1 and plan.constexprs()["INFLIGHT"] == 1
-    assert dt.default_candidate(plan) == dt.DecodeCandidate.from_json(cfg)
-    plan.out[...] = np.nan
-    assert_linear_close(plan.run(), w, x, K, "bf16", "bfloat16")
-    off = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=tab, inflight=False)
-    assert (off.config.split_k, off.config.stages, off.config.inflight) == (2, 3, 0)
-    assert "INFLIGHT" not in off.constexprs()
-    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False, inflight=True).config.inflight == 1
-    assert plan_sparse_decode(w.values, w.meta, x, interpret=True, table=table({KEY: entry(2, 3)})).config.inflight == 0
-    base = plan_sparse_decode(w.values, w.meta, x, interpret=True, table=False)
-    tuned = dt.with_candidate(base, dt.DecodeCandidate(1, 2, inflight=True), 132)
-    assert tuned.config.inflight == 1 and dt.default_candidate(tuned) == dt.DecodeCandidate(1, 2, inflight=True)
-    tuned.out[...] = np.nan
-    assert_linear_close(tuned.run(), w, x, K, "bf16", "bfloat16")
 
 
 def test_sweep_picks_the_fastest_correct_candidate(weight, monkeypatch):
