@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh c29              # the last 31 GEMM entries vs float64; the prefill grid after the lane exchange
 #   bash scripts/gpu_runs.sh b29              # decode INFLIGHT: GPU tests, A/B at T = 16 / 64; the rest of the GEMM entries
 #   bash scripts/gpu_runs.sh a29              # every tuned GEMM entry vs float64 (GPU-made operands); the layer at T <= 16, interleaved
 #   bash scripts/gpu_runs.sh a28              # the layer's T <= 16 rows with host diagnostics; ncu of e4m3 8192^3 vs peers
@@ -112,8 +113,11 @@ log="$out/$part.log"
 run() {  # run STEP_SECONDS command...: one step, its output appended to the part's log
     local limit="$1"; shift
     echo "=== $* (limit ${limit} s)" | tee -a "$log"
+    local start=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee -a "$log"
-    return "${PIPESTATUS[0]}"
+    local rc="${PIPESTATUS[0]}"
+    echo "--- exit $rc after $((SECONDS - start)) s$([ "$rc" = 124 ] && echo ' (the step limit)')" | tee -a "$log"
+    return "$rc"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
@@ -204,6 +208,14 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+c29)  # the last 31 tuned GEMM entries against float64 (8192 x 28672, 57344 x 8192 and the f16 28672 x 8192 x 4096);
+     # then the prefill grid after the lane exchange: 8B / 70B qkv and gate_up at T = 256-1024, bf16 and f16
+    run 200 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --skip 89 --max-seconds 170
+    run 170 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 1024 512 256 --dtypes bf16 --iters 10 --case-timeout 40 --json "$out/gemm-grid-bf16.json"
+    run 170 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 1024 512 256 --dtypes f16 --iters 10 --case-timeout 40 --json "$out/gemm-grid-f16.json"
     ;;
 b29)  # the decode kernel with one MMA group in flight (INFLIGHT): its GPU tests (bit-equal to INFLIGHT=0), then an
      # A/B on every Llama weight at T = 16 and 64 (HBM-cold, the table's configs); the rest of the tuned GEMM entries
