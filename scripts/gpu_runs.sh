@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh d29              # the prefill grid rows c29 left out (70B qkv T 512 / 256, 70B gate_up)
 #   bash scripts/gpu_runs.sh c29              # the last 31 GEMM entries vs float64; the prefill grid after the lane exchange
 #   bash scripts/gpu_runs.sh b29              # decode INFLIGHT: GPU tests, A/B at T = 16 / 64; the rest of the GEMM entries
 #   bash scripts/gpu_runs.sh a29              # every tuned GEMM entry vs float64 (GPU-made operands); the layer at T <= 16, interleaved
@@ -208,6 +209,12 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+d29)  # the prefill grid rows c29's step limits cut: 70B qkv at T = 512 / 256 and 70B gate_up, bf16 then f16
+    run 285 python benchmarks/bench_sparse_gemm.py --iters 10 --case-timeout 40 --json "$out/gemm-grid-rest.json" \
+        --case bf16:10240x512x8192 --case bf16:10240x256x8192 --case bf16:57344x1024x8192 \
+        --case bf16:57344x512x8192 --case bf16:57344x256x8192 --case f16:10240x256x8192 \
+        --case f16:57344x1024x8192 --case f16:57344x512x8192 --case f16:57344x256x8192
     ;;
 c29)  # the last 31 tuned GEMM entries against float64 (8192 x 28672, 57344 x 8192 and the f16 28672 x 8192 x 4096);
      # then the prefill grid after the lane exchange: 8B / 70B qkv and gate_up at T = 256-1024, bf16 and f16
