@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh a30              # (not run yet) the tail split's cached call host time; the layer at T <= 16
 #   bash scripts/gpu_runs.sh d29              # the prefill grid rows c29 left out (70B qkv T 512 / 256, 70B gate_up)
 #   bash scripts/gpu_runs.sh c29              # the last 31 GEMM entries vs float64; the prefill grid after the lane exchange
 #   bash scripts/gpu_runs.sh b29              # decode INFLIGHT: GPU tests, A/B at T = 16 / 64; the rest of the GEMM entries
@@ -209,6 +210,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 220 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_call_cache.py \
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
+    ;;
+a30)  # (not run yet) the tail split's cached call: d29 timed 10240 x 512 x 8192 bf16 at 138 µs host-inclusive for an
+     # 81.8 µs kernel (105 µs for 90 µs in f27): native against prepared replays, enqueue, with the host-speed probe
+     # of bench_linear beside it; then the layer's T <= 16 rows once more on whatever host the lease has
+    run 150 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag-30.json"
     ;;
 d29)  # the prefill grid rows c29's step limits cut: 70B qkv at T = 512 / 256 and 70B gate_up, bf16 then f16
     run 285 python benchmarks/bench_sparse_gemm.py --iters 10 --case-timeout 40 --json "$out/gemm-grid-rest.json" \
