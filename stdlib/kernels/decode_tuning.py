@@ -49,6 +49,9 @@ SP_TUNE_INPUT = "SP0864"     # a shape, token count or dtype the sweep cannot ta
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 MAX_WAVES = 4  # split-K candidates keep the grid within 4 x the resident CTA slots (2 per SM)
 TUNE_DTYPES = ("bf16", "f16", "e4m3")
+ENTRY_HELP = ('an entry is "DEVICE/SMS DTYPE NxK bnB": {"config": {"split_k", "stages", "reduce", "bm", '
+              '"persistent"}}')
+"""SP0863's help: an entry's name and the keys of its config (docs/autotune.md)."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,7 @@ def load_decode_table(table: Any) -> dict[str, DecodeCandidate]:
             out[name] = DecodeCandidate.from_json(entry.get("config") if isinstance(entry, Mapping) else None)
         except ValueError as e:
             raise LaunchError(SP_TABLE_ENTRY, f"entry {name!r} of the decode table{' ' + where if where else ''}: {e}",
-                              help='an entry is "DEVICE/SMS DTYPE NxK bnB": {"config": {"split_k", "stages", '
-                                   '"reduce", "bm"}}') from None
+                              help=ENTRY_HELP) from None
     return out
 
 

@@ -135,6 +135,8 @@ def _launch_error(call) -> tuple[str, str]:
      f"entry '{KEY}' of the decode table: reduce must be 'launch' or 'kernel', got 'host'"),
     (table({KEY: {"config": {"split_k": 2, "stages": 3, "bm": 32}}}), "SP0863",
      f"entry '{KEY}' of the decode table: bm must be one of 128, 64, 256, got 32"),
+    (table({KEY: {"config": {"split_k": 2, "stages": 3, "persistent": True}}}), "SP0863",
+     f"entry '{KEY}' of the decode table: persistent must be true (with split_k 1) or false, got True"),
     (table({KEY: {"us": 1.0}}), "SP0863", f"entry '{KEY}' of the decode table: config is not an object"),
     (table({"bf16 256x512": entry(2, 3)}), "SP0863",
      "entry 'bf16 256x512' of the decode table: the name is not 'DEVICE/SMS DTYPE NxK bnB' "
@@ -142,6 +144,15 @@ def _launch_error(call) -> tuple[str, str]:
 ])
 def test_malformed_tables_are_diagnosed(data, code, message):
     assert _launch_error(lambda: dt.load_decode_table(data)) == (code, message)
+
+
+def test_a_bad_entry_names_every_config_key_in_its_help():
+    with pytest.raises(LaunchError) as info:
+        dt.load_decode_table(table({KEY: entry(17, 3)}))
+    assert info.value.help == ('an entry is "DEVICE/SMS DTYPE NxK bnB": {"config": {"split_k", "stages", "reduce", '
+                               '"bm", "persistent"}}')
+    assert set(dt.DecodeCandidate(1, 2, persistent=True).to_json()) == {"split_k", "stages", "reduce", "bm",
+                                                                          "persistent"}
 
 
 def test_unreadable_table_through_the_environment(on_h200, weight, tmp_path, monkeypatch):
