@@ -116,7 +116,9 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
     local limit="$1"; shift
     echo "=== $* (limit ${limit} s)" | tee -a "$log"
     local start=$SECONDS
-    timeout "$limit" "$@" 2>&1 | tee -a "$log"
+    # SIGINT at the limit: pytest then prints its summary of the tests that ran, a script its traceback
+    # (b29 lost a GPU-test summary to the plain SIGTERM); KILL 20 s later if it is still running
+    timeout --signal=INT --kill-after=20 "$limit" "$@" 2>&1 | tee -a "$log"
     local rc="${PIPESTATUS[0]}"
     echo "--- exit $rc after $((SECONDS - start)) s$([ "$rc" = 124 ] && echo ' (the step limit)')" | tee -a "$log"
     return "$rc"
