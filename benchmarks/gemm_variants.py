@@ -1,4 +1,4 @@
-"""The 2:4 sparse GEMM at 8192³ (or --size) under kernel variants, against cuSPARSELt and cuBLAS,
+"""The 2:4 sparse GEMM at 8192³ (or --size, or --shape MxNxK) under kernel variants, against cuSPARSELt and cuBLAS,
 on one GPU: CUDA-event times of back-to-back calls, each variant first checked against float64 with
 a poisoned output.
 
@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtypes", nargs="+", choices=("bf16", "f16", "e4m3"), default=["bf16", "f16"])
     ap.add_argument("--size", type=int, default=8192, help="M = N = K")
+    ap.add_argument("--shape", type=mnk, default=None,
+                    help="M x N x K (e.g. 57344x256x8192; replaces --size): a layer's GEMM under the variants")
     ap.add_argument("--stages", nargs="+", type=int, default=[4])
     ap.add_argument("--group-m", nargs="+", type=int, default=[16])
     ap.add_argument("--only", default="",
@@ -65,6 +67,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-once", action="store_true",
                     help="one call of each contender inside a CUDA profiler range (for ncu --profile-from-start off)")
     return ap.parse_args(argv)
+
+
+def mnk(text: str) -> tuple[int, int, int]:
+    """``--shape``: "MxNxK", three positive integers."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"a shape is MxNxK with positive integers, got {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2])
 
 
 PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}
@@ -116,7 +126,7 @@ def bench_dtype(mod: Any, dtype: str, args: argparse.Namespace, timer: Callable[
     """The table rows of one dtype: each variant, then cuSPARSELt (default, searched) and cuBLAS."""
     import torch
 
-    n = m = k = args.size
+    m, n, k = args.shape or (args.size,) * 3
     o = B.pruned_operands(dtype, m, n, k, seed=1)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     sms = torch.cuda.get_device_properties(0).multi_processor_count

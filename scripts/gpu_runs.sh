@@ -219,6 +219,11 @@ a30)  # (not run yet) the tail split's cached call: d29 timed 10240 x 512 x 8192
     run 150 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
     run 150 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-30.json"
+    # the prefill rows still behind cuSPARSELt (c29 / d29: 57344 x 256 x 8192 bf16 0.89x): where the bytes
+    # go (L2 and shared-memory traffic, SM throughput) for our one-CTA-per-tile kernels and cuSPARSELt's
+    run 240 ncu --profile-from-start off -k "regex:sparse_gemm_bf16|sm90|xmma|cutlass|nvjet" \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        python benchmarks/gemm_variants.py --dtypes bf16 --shape 57344x256x8192 --meta-tma --stages 5 --profile-once
     ;;
 d29)  # the prefill grid rows c29's step limits cut: 70B qkv at T = 512 / 256 and 70B gate_up, bf16 then f16
     run 285 python benchmarks/bench_sparse_gemm.py --iters 10 --case-timeout 40 --json "$out/gemm-grid-rest.json" \

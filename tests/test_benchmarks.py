@@ -784,6 +784,10 @@ def test_gemm_variants_arguments():
     assert gv.parse_args(["--dtypes", "e4m3"]).dtypes == ["e4m3"]
     with pytest.raises(SystemExit):
         gv.parse_args(["--dtypes", "s8"])
+    assert args.shape is None and gv.parse_args(["--shape", "57344x256x8192"]).shape == (57344, 256, 8192)
+    for bad in ("57344x256", "0x256x8192", "ax256x8192"):
+        with pytest.raises(SystemExit):
+            gv.parse_args(["--shape", bad])
 
 
 def test_gemm_variants_e4m3_rows():
