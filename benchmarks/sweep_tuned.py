@@ -50,6 +50,7 @@ from sweep_sparse_gemm import (
     matmul_f64,
     padded,
 )
+from torch_timing import prune_24
 
 TUNED = ROOT / "stdlib" / "kernels" / "tuned"
 GEMM_TABLE = TUNED / "h200.json"
@@ -174,11 +175,15 @@ def make_weight(dtype: str, m: int, k: int, rng: np.random.Generator, device: st
     return Weight(values, meta, padded(as_f64(dtype, w), kp), kp)
 
 
-def torch_generator(rng: np.random.Generator, device: str) -> Any:
-    """A torch generator on ``device`` seeded from ``rng`` (the sweep stays reproducible)."""
+def torch_normal(rows: int, k: int, kp: int, rng: np.random.Generator, device: str) -> Any:
+    """A normal float32 (rows, kp) tensor on ``device``, zero beyond column k (the K padding), drawn by a
+    generator seeded from ``rng`` (the sweep stays reproducible)."""
     import torch
 
-    return torch.Generator(device=device).manual_seed(int(rng.integers(2 ** 62)))
+    t = torch.zeros((rows, kp), dtype=torch.float32, device=device)
+    gen = torch.Generator(device=device).manual_seed(int(rng.integers(2 ** 62)))
+    t[:, :k] = torch.randn((rows, k), generator=gen, device=device)
+    return t
 
 
 def to_host(t: Any) -> np.ndarray:
@@ -199,11 +204,7 @@ def torch_weight(dtype: str, m: int, k: int, rng: np.random.Generator, device: s
     import torch
 
     kp = padded_k(dtype, k)
-    w = torch.zeros((m, kp), dtype=torch.float32, device=device)
-    w[:, :k] = torch.randn((m, k), generator=torch_generator(rng, device), device=device)
-    groups = w.view(m, kp // 4, 4)
-    keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, groups.abs().topk(2, dim=-1).indices, True)
-    rounded = (groups * keep).view(m, kp).to(getattr(torch, TORCH_TYPES[dtype]))
+    rounded = prune_24(torch_normal(m, k, kp, rng, device)).to(getattr(torch, TORCH_TYPES[dtype]))
     values, meta = compressed(to_host(rounded), dtype)
     return Weight(values, meta, rounded.to(torch.float64), kp)
 
@@ -217,9 +218,7 @@ def make_b(dtype: str, n: int, k: int, kp: int, rng: np.random.Generator, device
         return b, as_f64(dtype, b)
     import torch
 
-    b = torch.zeros((n, kp), dtype=torch.float32, device=device)
-    b[:, :k] = torch.randn((n, k), generator=torch_generator(rng, device), device=device)
-    rounded = b.to(getattr(torch, TORCH_TYPES[dtype]))
+    rounded = torch_normal(n, k, kp, rng, device).to(getattr(torch, TORCH_TYPES[dtype]))
     return to_host(rounded), rounded.to(torch.float64)
 
 
