@@ -70,11 +70,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def mnk(text: str) -> tuple[int, int, int]:
-    """``--shape``: "MxNxK", three positive integers."""
-    parts = text.lower().split("x")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"a shape is MxNxK with positive integers, got {text!r}")
-    return int(parts[0]), int(parts[1]), int(parts[2])
+    """``--shape``: "MxNxK", three positive integers (``tuning.parse_shape``, as ``sparsile tune``)."""
+    from sparsile.frontend.diagnostics import LaunchError
+    from sparsile.stdlib.kernels.tuning import parse_shape
+
+    try:
+        return parse_shape(text)
+    except LaunchError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
 
 
 PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}
