@@ -4,16 +4,17 @@
     python benchmarks/bench_layer_host.py --profile 8B_o  # and a cProfile of that layer's calls
     python benchmarks/bench_layer_host.py --dtype e4m3    # e4m3 weights: x quantized per token first
 
-Each row is the host time per call (µs) of one step of the call path, measured alone: N calls back
-to back timed up to the last return (the GPU work they queue is drained before and after each block,
-never inside), median of several blocks. The steps: the whole module call, ``forward`` without
-``nn.Module.__call__``, the layer's last call (the fast path those two take for a call like the
-previous one), the record cache's run (the full path), each prepared launch alone (and the record's native
-launch alone, on unless ``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation,
-torch's current-stream query, and a bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the
-floor, beside dense ``F.linear`` of the same shape. With ``--dtype e4m3`` the record's first
-launch quantizes x per token (into buffers the record owns); the quantizer's prepared launch alone
-(``_kernels.quantize_per_token``, with its two allocations, as calls made it before) is shown too.
+Each row is the host time per call (µs) of one step of the call path, measured alone: N calls back to
+back timed up to the last return (the GPU work they queue is drained before and after each block, never
+inside), median of several blocks. The steps: the whole module call (``SparseLinear.__call__``, and
+``nn.Module.__call__``, which it skips for a plain eager call), ``forward`` without either, the layer's
+last call (the fast path those take for a call like the previous one), the record cache's run (the full
+path), each prepared launch alone (and the record's native launch alone, on unless
+``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation, torch's current-stream query, and a
+bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the floor, beside dense ``F.linear`` of
+the same shape. With ``--dtype e4m3`` the record's first launch quantizes x per token (into buffers the
+record owns); the quantizer's prepared launch alone (``_kernels.quantize_per_token``, with its two
+allocations, as calls made it before) is shown too.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16")
           f"{[run.__self__.kernel_name for run, _ in eager or ()]}")
     rows = [("dense F.linear", host_us(lambda: F.linear(x, dense.weight), sync)),
             ("SparseLinear __call__", host_us(lambda: layer(x), sync)),
+            ("nn.Module.__call__ (the call before the direct one)",
+             host_us(lambda: torch.nn.Module.__call__(layer, x), sync)),
             ("SparseLinear.forward", host_us(lambda: layer.forward(x), sync))]
     if dtype == "e4m3":
         rows.append(("quantize_per_token alone (prepared launch, 2 allocations)",

@@ -18,7 +18,8 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh a30              # (not run yet) the tail split's cached call host time; the layer at T <= 16
+#   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
+#   bash scripts/gpu_runs.sh b30              # (not run yet) ncu of bf16 57344x256x8192 against cuSPARSELt
 #   bash scripts/gpu_runs.sh d29              # the prefill grid rows c29 left out (70B qkv T 512 / 256, 70B gate_up)
 #   bash scripts/gpu_runs.sh c29              # the last 31 GEMM entries vs float64; the prefill grid after the lane exchange
 #   bash scripts/gpu_runs.sh b29              # decode INFLIGHT: GPU tests, A/B at T = 16 / 64; the rest of the GEMM entries
@@ -213,14 +214,18 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
-a30)  # (not run yet) the tail split's cached call: d29 timed 10240 x 512 x 8192 bf16 at 138 µs host-inclusive for an
-     # 81.8 µs kernel (105 µs for 90 µs in f27): native against prepared replays, enqueue, with the host-speed probe
-     # of bench_linear beside it; then the layer's T <= 16 rows once more on whatever host the lease has
-    run 150 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
-    run 150 python benchmarks/bench_linear.py --dtypes bf16 --tokens 1 4 16 --variants graph --host-diag \
+a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
+     # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's
+     # cached call: d29 timed 10240 x 512 x 8192 bf16 at 138 us host-inclusive for an 81.8 us kernel (105 for 90 in f27)
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/gpu/test_torch_native_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py
+    run 60 python benchmarks/bench_layer_host.py --shapes 8B_o 8B_qkv --tokens 16
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-30.json"
-    # the prefill rows still behind cuSPARSELt (c29 / d29: 57344 x 256 x 8192 bf16 0.89x): where the bytes
-    # go (L2 and shared-memory traffic, SM throughput) for our one-CTA-per-tile kernels and cuSPARSELt's
+    run 120 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
+    ;;
+b30)  # (not run yet) the prefill rows still behind cuSPARSELt (c29 / d29: 57344 x 256 x 8192 bf16 0.89x): where the
+     # bytes go (L2 and shared-memory traffic, SM throughput) for our one-CTA-per-tile kernels and cuSPARSELt's
     run 240 ncu --profile-from-start off -k "regex:sparse_gemm_bf16|sm90|xmma|cutlass|nvjet" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
         python benchmarks/gemm_variants.py --dtypes bf16 --shape 57344x256x8192 --meta-tma --stages 5 --profile-once

@@ -16,12 +16,15 @@ else returns None, and the caller takes the full path, which handles it and leav
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ._kernels import LaunchRecord, capturing
+
+_version = operator.attrgetter("_version")  # a tensor's version counter
 
 
 class LastCall:
@@ -66,19 +69,20 @@ class LastCall:
         record = self.record
         native = record.native  # None after a failed native launch: the full path runs its prepared launches
         cache = self.cache
-        if native is None or cache.last is not self.entry or cache.unfilled or self.stream_of() != self.stream \
-                or capturing():
+        stream = self.stream
+        # (a capture never records the legacy default stream, handle 0: CUDA refuses to begin one there)
+        if native is None or cache.last is not self.entry or cache.unfilled or self.stream_of() != stream \
+                or (stream and capturing()):
             return None
         tracked = record.tracked
-        if tracked is not None and tuple([t._version for t in tracked]) != record.versions:
+        if tracked is not None and tuple(map(_version, tracked)) != record.versions:
             return None  # the weight was written: the full path refreshes or replaces the record
         xp = x.data_ptr()
         if xp % 16 or not x.is_contiguous():
             return None
         # (y_like is a broadcast: not dense, so empty_like gives it contiguous strides)
         y = torch.empty_like(self.y_like)
-        status, done = native.launch(xp, y.data_ptr(), 0, self.stream)
+        status, done = native.launch(xp, y.data_ptr(), 0, stream)
         if status:  # not all launched natively: the prepared launches run the rest, on 2-D views
-            record.after_native(status, done, (x.view(record.shape[0], -1), y.view(record.shape), None),
-                                self.stream)
+            record.after_native(status, done, (x.view(record.shape[0], -1), y.view(record.shape), None), stream)
         return y

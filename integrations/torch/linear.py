@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.modules.module as _mm
 from torch import nn
 
 from ...stdlib.kernels.compress_weight import prunes_on_gpu
@@ -157,6 +158,12 @@ def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return (pruned / scale[:, None]).to(torch.float8_e4m3fn), scale
 
 
+_NO_ARGUMENT: Any = object()  # SparseLinear.__call__ without a positional argument
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_tracing_state = torch._C._get_tracing_state
+
+
 def tracing(x: Any) -> bool:
     """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace: the
     forward goes through the custom op, which tracers see, instead of launching directly."""
@@ -191,6 +198,7 @@ class SparseLinear(nn.Module):
     meta: torch.Tensor
     bias: torch.Tensor | None
     scale_w: torch.Tensor | None
+    _own_forward: bool = True  # forward is SparseLinear.forward (see __call__ and __init_subclass__)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None):
@@ -333,12 +341,39 @@ class SparseLinear(nn.Module):
         check_input(x, self.in_features, self.values.device, type(self).__name__)
         return self.out_dtype or x.dtype
 
+    def __call__(self, x: Any = _NO_ARGUMENT, /, *args: Any, **kwargs: Any) -> Any:
+        """``layer(x)``. An eager call that leaves ``nn.Module.__call__`` nothing to do (one tensor
+        argument; no hooks, global or the layer's; no ``Module.compile``; ``forward`` not replaced on
+        the instance or a subclass; no tracer, dispatch mode or torch.compile) runs the eager forward
+        directly: the Python of ``Module._wrapped_call_impl`` and ``_call_impl`` and the tracer
+        checks of :meth:`forward` cost about 2 µs per call on a slow host (docs/torch.md, "The eager
+        call's fast path"). Anything else takes ``nn.Module.__call__`` (under torch.compile
+        ``is_compiling`` is the only condition traced)."""
+        if _is_compiling() or args or kwargs or type(x) is not torch.Tensor:
+            return super().__call__(*args, **kwargs) if x is _NO_ARGUMENT else super().__call__(x, *args, **kwargs)
+        d = self.__dict__
+        if (d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
+                or _mm._global_forward_hooks or _mm._global_forward_pre_hooks or _mm._global_backward_hooks
+                or _mm._global_backward_pre_hooks or d.get("_compiled_call_impl") is not None or "forward" in d
+                or not self._own_forward or _dispatch_modes() or _tracing_state() is not None):
+            return super().__call__(x)
+        return self._forward_eager(x)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._own_forward = cls.forward is SparseLinear.forward  # (a subclass's forward: nn.Module.__call__ runs it)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fused = self.__dict__.get("_fused")
         if tracing(x):
+            fused = self.__dict__.get("_fused")
             if fused is not None and fused[0].traced:  # fuse_projections_(traced=True): one op per group
                 return fused[0].run_traced(fused[1], x)
             return self._forward_op(x)
+        return self._forward_eager(x)
+
+    def _forward_eager(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward of an eager call (no tracer: :func:`tracing` is False)."""
+        fused = self.__dict__.get("_fused")
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
         last = self.__dict__["_last"]

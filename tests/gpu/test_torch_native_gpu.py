@@ -406,3 +406,28 @@ def test_calls_through_the_last_call_equal_the_full_path(dtype, lead, monkeypatc
     assert torch.equal(on_side, written)
     fewer = x.reshape(-1, 4096)[:1]  # (another plan: the rows' bits may differ, the values may not)
     check_against_float64(layer, fewer, _poisoned_call(layer, fewer))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_the_direct_call_equals_module_call_and_hooks_still_run(dtype):
+    """``SparseLinear.__call__`` runs a plain eager call without ``nn.Module.__call__``: the same bits
+    as through it, on the default stream (no capture query there) and on a side stream; a forward
+    hook sends calls through ``nn.Module.__call__`` again, and runs."""
+    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=10, device="cuda"), dtype)
+    x = torch.randn(16, 4096, device="cuda", generator=torch.Generator(device="cuda").manual_seed(11)
+                    ).to(torch.bfloat16)
+    through_module = torch.nn.Module.__call__(layer, x).clone()
+    direct = _poisoned_call(layer, x)
+    assert torch.equal(direct, through_module)
+    check_against_float64(layer, x, direct)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = [layer(x) for _ in range(2)]  # the second through the last call, on the side stream
+    torch.cuda.current_stream().wait_stream(side)
+    assert all(torch.equal(y, direct) for y in on_side)
+    seen = []
+    handle = layer.register_forward_hook(lambda m, args, out: seen.append(out.shape) or out * 2)
+    hooked = _poisoned_call(layer, x)
+    handle.remove()
+    assert seen == [(16, 4096)] and torch.equal(hooked, direct * 2)

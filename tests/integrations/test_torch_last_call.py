@@ -84,6 +84,18 @@ def test_anything_that_changed_takes_the_full_path(fake, monkeypatch, change):
     assert len(fake.launches) == launched
 
 
+def test_the_default_stream_is_not_asked_about_a_capture(fake, monkeypatch):
+    """CUDA never captures the legacy default stream (handle 0), so a call there skips the capture
+    query; any other stream still asks it, and a capture there sends the call back."""
+    asked = []
+    w = _weight()
+    _, last = _last([0], torch.randn(4, 32), w)
+    _, other = _last([7], torch.randn(4, 32), w)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: asked.append(1) or True)
+    assert last(torch.randn(4, 32)) is not None and asked == []
+    assert other(torch.randn(4, 32)) is None and asked == [1]
+
+
 def test_a_launch_the_native_code_fails_runs_the_rest_through_the_prepared_launches(fake):
     stream, w = [5], _weight()
     _, last = _last(stream, torch.randn(4, 32), w)
