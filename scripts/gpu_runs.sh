@@ -19,7 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
-#   bash scripts/gpu_runs.sh b30              # (not run yet) ncu of bf16 57344x256x8192 against cuSPARSELt
+#   bash scripts/gpu_runs.sh b30              # graph launch vs two launches (host), e4m3 layer T <= 16, ncu 57344x256x8192
 #   bash scripts/gpu_runs.sh d29              # the prefill grid rows c29 left out (70B qkv T 512 / 256, 70B gate_up)
 #   bash scripts/gpu_runs.sh c29              # the last 31 GEMM entries vs float64; the prefill grid after the lane exchange
 #   bash scripts/gpu_runs.sh b29              # decode INFLIGHT: GPU tests, A/B at T = 16 / 64; the rest of the GEMM entries
@@ -224,8 +224,12 @@ a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU 
         --json "$out/linear-diag-30.json"
     run 120 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
     ;;
-b30)  # (not run yet) the prefill rows still behind cuSPARSELt (c29 / d29: 57344 x 256 x 8192 bf16 0.89x): where the
-     # bytes go (L2 and shared-memory traffic, SM throughput) for our one-CTA-per-tile kernels and cuSPARSELt's
+b30)  # what two launches cost the host against one CUDA-graph launch of them (the two-launch eager e4m3 calls,
+     # issue 12's last eager misses); the e4m3 layer rows at T <= 16 again; then the prefill rows still behind
+     # cuSPARSELt (c29 / d29: 57344 x 256 x 8192 bf16 0.89x): Nsight Compute of ours and cuSPARSELt's kernels
+    run 60 python benchmarks/probe_graph_launch.py
+    run 120 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag-e4m3-30.json"
     run 240 ncu --profile-from-start off -k "regex:sparse_gemm_bf16|sm90|xmma|cutlass|nvjet" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
         python benchmarks/gemm_variants.py --dtypes bf16 --shape 57344x256x8192 --meta-tma --stages 5 --profile-once

@@ -880,3 +880,12 @@ def test_sparse_gemm_host_table_puts_each_call_beside_ours():
     assert line.rstrip().endswith("8.0     20.0 |     30.0       90.0 |      1.50    4.50")
     missing = bsg.format_host_row(_gemm_row("x", "e4m3", 16, sparsile=1.0, host_ours=5.0))
     assert missing.rstrip().endswith("-          - |         -       -")
+
+
+def test_probe_graph_launch_without_gpu_says_why(monkeypatch, capsys):
+    torch = pytest.importorskip("torch")
+    probe_graph_launch = load_script("probe_graph_launch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.argv", ["probe_graph_launch.py"])
+    probe_graph_launch.main()
+    assert "needs torch with a CUDA GPU" in capsys.readouterr().out
