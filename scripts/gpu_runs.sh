@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
+#   bash scripts/gpu_runs.sh c30              # eager calls replayed as CUDA graphs: GPU tests, host steps, layer T <= 16
 #   bash scripts/gpu_runs.sh b30              # graph launch vs two launches (host), e4m3 layer T <= 16, ncu 57344x256x8192
 #   bash scripts/gpu_runs.sh d29              # the prefill grid rows c29 left out (70B qkv T 512 / 256, 70B gate_up)
 #   bash scripts/gpu_runs.sh c29              # the last 31 GEMM entries vs float64; the prefill grid after the lane exchange
@@ -223,6 +224,18 @@ a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU 
     run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-30.json"
     run 120 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
+    ;;
+c30)  # repeated eager calls replayed as one CUDA-graph launch (graph_launch.py): the torch layer's GPU tests, the
+     # host time step by step (bf16 8B o / qkv, e4m3 70B o at T = 16: two launches), the layer's T <= 16 rows, then
+     # the e4m3 rows with the replays off (SPARSILE_TORCH_GRAPH_REPLAY=0) for comparison
+    run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/gpu/test_torch_native_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py
+    run 40 python benchmarks/bench_layer_host.py --shapes 8B_o 8B_qkv --tokens 16
+    run 40 python benchmarks/bench_layer_host.py --shapes 70B_o --tokens 16 --dtype e4m3
+    run 120 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag-c30.json"
+    run 80 env SPARSILE_TORCH_GRAPH_REPLAY=0 python benchmarks/bench_linear.py --dtypes e4m3 --tokens 1 4 16 \
+        --variants graph --json "$out/linear-e4m3-noreplay-c30.json"
     ;;
 b30)  # what two launches cost the host against one CUDA-graph launch of them (the two-launch eager e4m3 calls,
      # issue 12's last eager misses); the e4m3 layer rows at T <= 16 again; then the prefill rows still behind

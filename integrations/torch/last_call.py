@@ -11,7 +11,8 @@ record is still the last one its cache ran (a cleared cache, another call throug
 current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture), an
 in-place write to the weight (its version counters), and x contiguous and 16-byte aligned. Anything
 else returns None, and the caller takes the full path, which handles it and leaves a new
-:class:`LastCall`. Both paths launch the same record with the same arguments: the same bits.
+:class:`LastCall`. Both paths launch the same record with the same arguments: the same bits. Calls
+at x and y addresses seen before are replayed as one CUDA-graph launch (graph_launch.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from ._kernels import LaunchRecord, capturing
+from .graph_launch import GraphReplays
 
 _version = operator.attrgetter("_version")  # a tensor's version counter
 
@@ -33,7 +35,7 @@ class LastCall:
     y (x.shape[:-1] + (N,), the record's output type) or None: not the same kind of call (see the
     module docstring), nothing launched."""
 
-    __slots__ = ("cache", "device", "dtype", "entry", "record", "shape", "stream", "stream_of", "y_like")
+    __slots__ = ("cache", "device", "dtype", "entry", "record", "replays", "shape", "stream", "stream_of", "y_like")
 
     def __init__(self, cache: Any, entry: tuple[LaunchRecord, int], x: torch.Tensor, stream_of: Callable[[], int]):
         # valid while ``entry`` is the cache's last call: a cleared cache, a dropped weight and any
@@ -45,6 +47,7 @@ class LastCall:
         # dimensions): no view of a 2-D y per call (the kernel writes (T, N) rows, the same bytes)
         record = self.record
         self.y_like = record.y_like if x.dim() == 2 else record.y_like.view(*x.shape[:-1], record.shape[1])
+        self.replays = GraphReplays.of(record.native)  # calls repeated at the same addresses: one graph launch
 
     @classmethod
     def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int], key: tuple | None = None
@@ -82,7 +85,13 @@ class LastCall:
             return None
         # (y_like is a broadcast: not dense, so empty_like gives it contiguous strides)
         y = torch.empty_like(self.y_like)
-        status, done = native.launch(xp, y.data_ptr(), 0, stream)
+        yp = y.data_ptr()
+        replays = self.replays
+        if replays is not None and replays.launch((xp, yp), stream):  # x and y where a captured call had them
+            return y
+        status, done = native.launch(xp, yp, 0, stream)
         if status:  # not all launched natively: the prepared launches run the rest, on 2-D views
             record.after_native(status, done, (x.view(record.shape[0], -1), y.view(record.shape), None), stream)
+        elif replays is not None:
+            replays.launched_natively((xp, yp))
         return y

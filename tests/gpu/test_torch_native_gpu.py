@@ -431,3 +431,26 @@ def test_the_direct_call_equals_module_call_and_hooks_still_run(dtype):
     hooked = _poisoned_call(layer, x)
     handle.remove()
     assert seen == [(16, 4096)] and torch.equal(hooked, direct * 2)
+
+
+@pytest.mark.parametrize(("dtype", "shape", "tokens"), [("bf16", (4096, 4096), 16), ("bf16", (1024, 8192), 4),
+                                                         ("e4m3", (8192, 8192), 16), ("e4m3", (4096, 4096), 1)])
+def test_repeated_calls_replay_a_captured_graph_with_the_same_bits(dtype, shape, tokens):
+    """Calls with x and y at the same addresses are captured once and then launched as a CUDA graph
+    (integrations/torch/graph_launch.py): the same bits as the native launch, every element of a
+    poisoned y written, new contents of x read (8192 x 8192 e4m3 at T = 16: the quantizer and the
+    GEMM, two launches in the graph)."""
+    layer = spt.SparseLinear.from_dense(linear(*shape, seed=12, device="cuda"), dtype, activation="silu")
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    x = torch.randn(tokens, shape[1], device="cuda", generator=gen).to(torch.bfloat16)
+    first = _poisoned_call(layer, x).cpu()  # (host copies: no device block of y's size held between calls)
+    outs = [_poisoned_call(layer, x).cpu() for _ in range(5)]
+    replays = layer.__dict__["_last"].replays
+    assert replays is not None and replays.replayed >= 2, "the calls at one address pair were not replayed"
+    assert all(torch.equal(out, first) for out in outs)
+    check_against_float64(layer, x, outs[-1].cuda())
+    before = replays.replayed
+    x.copy_(torch.randn(tokens, shape[1], device="cuda", generator=gen).to(torch.bfloat16))
+    y = _poisoned_call(layer, x)
+    assert replays.replayed == before + 1
+    check_against_float64(layer, x, y)
