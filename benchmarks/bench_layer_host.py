@@ -12,7 +12,8 @@ last call (the fast path those take for a call like the previous one), the recor
 path), each prepared launch alone (and the record's native launch alone, on unless
 ``SPARSILE_TORCH_NATIVE=0``: docs/torch.md), the output allocation, torch's current-stream query, and a
 bare ``cuLaunchKernel`` of the same kernel (cuda.bindings) as the floor, beside dense ``F.linear`` of
-the same shape. With ``--dtype e4m3`` the record's first launch quantizes x per token (into buffers the
+the same shape, and the module call again with the last call's graph replays off (integrations/torch/
+graph_launch.py). With ``--dtype e4m3`` the record's first launch quantizes x per token (into buffers the
 record owns); the quantizer's prepared launch alone (``_kernels.quantize_per_token``, with its two
 allocations, as calls made it before) is shown too.
 """
@@ -90,6 +91,12 @@ def rows_for(name: str, n: int, k: int, t: int, torch: Any, dtype: str = "bf16")
     last = layer.__dict__.get("_last")  # the last call's fast path (integrations/torch/last_call.py)
     if last is not None:
         rows.append(("LastCall (the fast path of __call__ and forward)", host_us(lambda: last(xk), sync)))
+        replays = last.replays  # repeated calls as one CUDA-graph launch (graph_launch.py)
+        if replays is not None:
+            print(f"{name}: calls replayed as a CUDA graph so far: {replays.replayed}")
+            last.replays = None
+            rows.append(("SparseLinear __call__, graph replays off", host_us(lambda: layer(x), sync)))
+            last.replays = replays
     full_path = functools.partial(records.run, key, xk, w, sx, torch.bfloat16, quantize=quantize)
     rows += [("RecordCache.run (the full path)", host_us(full_path, sync)),
              ("LaunchRecord call", host_us(lambda: record(xk, sx, stream), sync))]
