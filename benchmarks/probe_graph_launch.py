@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes as c
-import statistics
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PTX = """
 .version 8.0
@@ -46,20 +47,6 @@ class NodeParams(c.Structure):
                 ("kern", c.c_void_p), ("ctx", c.c_void_p)]
 
 
-def host_us(fn: Callable[[], None], sync: Callable[[], None], calls: int = 2000, blocks: int = 7) -> float:
-    for _ in range(50):
-        fn()
-    times = []
-    for _ in range(blocks):
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    sync()
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000)
@@ -71,6 +58,8 @@ def main() -> None:
     if torch is None or not torch.cuda.is_available():
         print("probe_graph_launch: needs torch with a CUDA GPU (none here); nothing timed")
         return
+    from bench_layer_host import host_us  # a sibling script (median of blocks of back-to-back calls)
+
     from sparsile.backend.runtime.cudalib import LaunchConfig, attribute_list
 
     torch.cuda.init()
