@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
+#   bash scripts/gpu_runs.sh e30              # the 32-layer model decoded eagerly, batch 1, graph replays on / off
 #   bash scripts/gpu_runs.sh d30              # host steps with graph replays on / off, the layer's T <= 16 rows again
 #   bash scripts/gpu_runs.sh c30              # eager calls replayed as CUDA graphs: GPU tests, host steps, layer T <= 16
 #   bash scripts/gpu_runs.sh b30              # graph launch vs two launches (host), e4m3 layer T <= 16, ncu 57344x256x8192
@@ -225,6 +226,13 @@ a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU 
     run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-30.json"
     run 120 python benchmarks/bench_matmul_call.py --shapes 10240x8192 6144x4096 --tokens 256 512 1024 --blocks 7
+    ;;
+e30)  # the 32-layer Llama-3-8B decoded eagerly at batch 1 (every step through each layer's eager call, where the graph
+     # replays apply), dense against sparsile, then sparsile with the replays off
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes eager --batches 1 --models dense sparsile \
+        --new-tokens 64 --repeats 2 --check-tokens 0 --json "$out/llama-eager-e30.json"
+    run 150 env SPARSILE_TORCH_GRAPH_REPLAY=0 python benchmarks/bench_llama.py --layers 32 --modes eager --batches 1 \
+        --models sparsile --new-tokens 64 --repeats 2 --check-tokens 0 --json "$out/llama-eager-noreplay-e30.json"
     ;;
 d30)  # the host time step by step with graph replays on and off in one process (bf16 8B o / qkv at T = 1 and 16, e4m3
      # 70B o at T = 16: two launches, 8B o at T = 1), then the layer's T <= 16 rows once more
