@@ -38,6 +38,8 @@ PROGRAMMATIC_STREAM_SERIALIZATION = int(
 """The launch attribute of programmatic dependent launch (``pdl=True``: docs/language.md, "Programmatic
 dependent launch"): the kernel
 may start while the previous kernel in the stream still runs (it waits with ``griddepcontrol.wait``)."""
+LIBCUDA = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+"""The driver library's file name (what the ctypes paths load)."""
 _OK = driver.CUresult.CUDA_SUCCESS
 _OK_TUPLE = (_OK,)
 
@@ -96,9 +98,8 @@ def library() -> Library | None:
         if not _tried and os.environ.get("SPARSILE_RAW_DRIVER", "0") != "1":
             _tried = True
         if not _tried:
-            name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
             try:
-                _library = Library(ctypes.CDLL(name))
+                _library = Library(ctypes.CDLL(LIBCUDA))
             except (OSError, AttributeError):
                 _library = None
             _tried = True

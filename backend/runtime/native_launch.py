@@ -307,7 +307,9 @@ def compile_ir(text: str) -> Any:
 
 def libcuda_entry_points() -> tuple[int, int, int]:
     """The addresses of libcuda's ``cuLaunchKernel``, ``cuLaunchKernelEx``, ``cuTensorMapEncodeTiled``."""
-    lib = c.CDLL("libcuda.so.1")
+    from .cudalib import LIBCUDA
+
+    lib = c.CDLL(LIBCUDA)
     return tuple(c.cast(getattr(lib, name), c.c_void_p).value or 0  # type: ignore[return-value]
                  for name in ("cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"))
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes as c
 import os
-import sys
 import threading
 import weakref
 from typing import Any
@@ -98,8 +97,10 @@ def driver() -> Any:
     if DRIVER is None:
         with _lock:
             if DRIVER is None:
+                from ...backend.runtime.cudalib import LIBCUDA
+
                 try:
-                    DRIVER = Driver(c.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"))
+                    DRIVER = Driver(c.CDLL(LIBCUDA))
                 except (OSError, AttributeError):
                     DRIVER = False
     return DRIVER or None

@@ -87,11 +87,13 @@ class LastCall:
         y = torch.empty_like(self.y_like)
         yp = y.data_ptr()
         replays = self.replays
-        if replays is not None and replays.launch((xp, yp), stream):  # x and y where a captured call had them
-            return y
+        if replays is not None:
+            pair = (xp, yp)
+            if replays.launch(pair, stream):  # x and y where a captured call had them
+                return y
         status, done = native.launch(xp, yp, 0, stream)
         if status:  # not all launched natively: the prepared launches run the rest, on 2-D views
             record.after_native(status, done, (x.view(record.shape[0], -1), y.view(record.shape), None), stream)
         elif replays is not None:
-            replays.launched_natively((xp, yp))
+            replays.launched_natively(pair)
         return y

@@ -159,9 +159,6 @@ def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 _NO_ARGUMENT: Any = object()  # SparseLinear.__call__ without a positional argument
-_is_compiling = torch.compiler.is_compiling
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_tracing_state = torch._C._get_tracing_state
 
 
 def tracing(x: Any) -> bool:
@@ -348,14 +345,14 @@ class SparseLinear(nn.Module):
         directly: the Python of ``Module._wrapped_call_impl`` and ``_call_impl`` and the tracer
         checks of :meth:`forward` cost about 2 µs per call on a slow host (docs/torch.md, "The eager
         call's fast path"). Anything else takes ``nn.Module.__call__`` (under torch.compile
-        ``is_compiling`` is the only condition traced)."""
-        if _is_compiling() or args or kwargs or type(x) is not torch.Tensor:
+        :func:`tracing` is the only condition traced)."""
+        if tracing(x) or args or kwargs:  # (no argument: not a tensor, so tracing() is True)
             return super().__call__(*args, **kwargs) if x is _NO_ARGUMENT else super().__call__(x, *args, **kwargs)
         d = self.__dict__
         if (d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
                 or _mm._global_forward_hooks or _mm._global_forward_pre_hooks or _mm._global_backward_hooks
                 or _mm._global_backward_pre_hooks or d.get("_compiled_call_impl") is not None or "forward" in d
-                or not self._own_forward or _dispatch_modes() or _tracing_state() is not None):
+                or not self._own_forward):
             return super().__call__(x)
         return self._forward_eager(x)
 
