@@ -889,3 +889,15 @@ def test_probe_graph_launch_without_gpu_says_why(monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["probe_graph_launch.py"])
     probe_graph_launch.main()
     assert "needs torch with a CUDA GPU" in capsys.readouterr().out
+
+
+def test_profile_llama_step_arguments_names_and_missing_gpu(capsys):
+    pls = load_script("profile_llama_step")
+    args = pls.parse_args(["--batches", "16", "--models", "dense", "sparsile"])
+    assert (args.batches, args.models, args.mode, args.layers) == ([16], ["dense", "sparsile"], "graph", 32)
+    assert pls.short("void cutlass::Kernel2<foo>(Params)") == "cutlass::Kernel2<foo>"
+    assert len(pls.short("k" * 200)) == 70 and pls.short("k" * 200).endswith("...")
+    if bll.requirements_missing() is None:
+        return  # this machine can run it: nothing to say
+    assert pls.main(["--layers", "1"]) == 2
+    assert "profile_llama_step needs an NVIDIA GPU" in capsys.readouterr().err
