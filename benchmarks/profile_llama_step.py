@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--prompt", type=positive, default=128)
     ap.add_argument("--steps", type=positive, default=8, help="decode steps profiled")
     ap.add_argument("--top", type=positive, default=25, help="kernel names listed")
+    ap.add_argument("--ops", action="store_true",
+                    help="also profile eager steps with their torch ops and input shapes (GPU time by op)")
     return ap.parse_args(argv)
 
 
@@ -63,7 +65,25 @@ def profile_steps(decoder: Any, steps: int) -> tuple[float, dict[str, tuple[floa
             k = kernels[short(ev.name)]
             k[0] += ev.device_time / steps
             k[1] += 1 / steps
-    return wall_ms, {name: (us, int(round(n))) for name, (us, n) in kernels.items()}
+    return wall_ms, {name: (us, round(n)) for name, (us, n) in kernels.items()}
+
+
+def print_ops(model: Any, name: str, batch: int, prompt: Any, args: argparse.Namespace) -> None:
+    """torch.profiler's table of the torch ops of ``args.steps`` eager decode steps by GPU time, with
+    their input shapes: which op of the model a kernel of the step belongs to."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    decoder = bench_llama.Decoder(model, batch, args.prompt + 2 * args.steps + 8, "eager")
+    decoder.prepare(prompt)
+    decoder.prefill(prompt)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        for _ in range(args.steps):
+            decoder.step()
+        torch.cuda.synchronize()
+    print(f"\n{name}, batch {batch}: torch ops of {args.steps} eager decode steps by GPU time")
+    print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_device_time_total", row_limit=args.top,
+                                                             max_name_column_width=40, max_shapes_column_width=70))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
                 decoder.prepare(prompt)
                 decoder.prefill(prompt)
                 results[name] = profile_steps(decoder, args.steps)
+                if args.ops:
+                    print_ops(models[name], name, batch, prompt, args)
                 del decoder
                 torch.cuda.empty_cache()
             print(f"\n### batch {batch}, {args.mode} decode steps ({args.layers} layers)\n")
             names = list(results)
-            print("| | " + " | ".join(names) + " |\n|---" * (len(names) + 1) + "|")
+            print("| | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
             print("| wall ms / step | " + " | ".join(f"{results[n][0]:.3f}" for n in names) + " |")
             print("| kernel ms / step | " + " | ".join(f"{sum(u for u, _ in results[n][1].values()) / 1e3:.3f}"
                                                      for n in names) + " |")
@@ -103,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                   + " |")
             every = {k for n in names for k in results[n][1]}
             ranked = sorted(every, key=lambda k: -max(results[n][1].get(k, (0.0, 0))[0] for n in names))
-            print("\n| kernel (µs per step, launches) | " + " | ".join(names) + " |\n|---" * (len(names) + 1) + "|")
+            print("\n| kernel (µs per step, launches) | " + " | ".join(names) + " |")
+            print("|---" * (len(names) + 1) + "|")
             for k in ranked[: args.top]:
                 cells = [results[n][1].get(k) for n in names]
                 print(f"| `{k}` | " + " | ".join(f"{c[0]:.1f} ({c[1]})" if c else "-" for c in cells) + " |")

@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
+#   bash scripts/gpu_runs.sh b31              # the torch ops (and shapes) behind the batch-16 step's kernels, eager
 #   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
 #   bash scripts/gpu_runs.sh e30              # the 32-layer model decoded eagerly, batch 1, graph replays on / off
 #   bash scripts/gpu_runs.sh d30              # host steps with graph replays on / off, the layer's T <= 16 rows again
@@ -221,6 +222,9 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
 a31)  # where a decode step's GPU time goes (issue 12's CUDA-graph model at batch 16 is 1.21x dense): the kernels of
      # 8 graph-replayed steps of the 32-layer model, per name, dense against sparsile-fused, batch 1 and 16
     run 400 python benchmarks/profile_llama_step.py --layers 32 --batches 16 1 --models dense sparsile-fused
+    ;;
+b31)  # the torch ops behind the batch-16 step's kernels (a31: 2.3 ms of generic elementwise kernels, 6.6 us each)
+    run 300 python benchmarks/profile_llama_step.py --layers 32 --batches 16 --models dense sparsile-fused --ops --top 40
     ;;
 a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
      # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's
