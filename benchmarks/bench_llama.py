@@ -49,6 +49,8 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 MODELS = ("dense", "sparsile", "sparsile-fused", "semi")
 SPARSILE_MODELS = ("sparsile", "sparsile-fused")  # the models the target is about
 MODES = ("graph", "compile", "eager")
+ATTENTIONS = ("sdpa", "sdpa-gqa")  # transformers' own sdpa attention; the same without its repeat_kv copies at decode
+GQA_ATTENTION = "sparsile_bench_sdpa_gqa"  # the name gqa_folded_sdpa is registered under in transformers
 TARGET_SPEEDUP = 1.3
 WARMUP_STEPS = 4  # decode steps that Decoder.prepare may run past the prompt (warm-up and capture)
 DEVICE = "cuda"  # the tests run the whole script on "cpu" (eager decoding, a tiny config)
@@ -69,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--modes", nargs="+", choices=MODES, default=["graph"], help="how a decode step runs")
     ap.add_argument("--repeats", type=positive, default=3, help="timed decodes per case (median)")
     ap.add_argument("--check-tokens", type=int, default=32, help="prompt length of the logits check (0: no check)")
+    ap.add_argument("--attention", choices=ATTENTIONS, default="sdpa",
+                    help="sdpa: transformers' (repeats the K / V cache per query head at every step); sdpa-gqa: the "
+                         "same attention with the query heads of a KV head folded into the query length at decode")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE")
     args = ap.parse_args(argv)
     if args.new_tokens < 2:
@@ -76,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def llama3_config(layers: int, **overrides: Any) -> Any:
-    """A ``LlamaConfig`` of Llama-3-8B with ``layers`` decoder layers (``overrides`` for tiny test models)."""
+def llama3_config(layers: int, attention: str = "sdpa", **overrides: Any) -> Any:
+    """A ``LlamaConfig`` of Llama-3-8B with ``layers`` decoder layers (``overrides`` for tiny test models),
+    its attention one of :data:`ATTENTIONS`."""
     from transformers import LlamaConfig
 
     values = {**LLAMA3_8B, "num_hidden_layers": layers, **overrides}
@@ -85,8 +91,52 @@ def llama3_config(layers: int, **overrides: Any) -> Any:
     if "rope_theta" not in params and "rope_parameters" in params:  # transformers 5: rope settings in one dict
         values["rope_parameters"] = {"rope_type": "default", "rope_theta": values.pop("rope_theta")}
     config = LlamaConfig(**values)
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = "sdpa" if attention == "sdpa" else register_gqa_attention()
     return config
+
+
+def fold_gqa_decode(query: Any, key: Any, value: Any, mask: Any, dropout: float = 0.0, scale: float | None = None
+                    ) -> Any:
+    """Grouped-query attention of one query token without repeating K and V: the ``heads / kv_heads``
+    query heads that share a KV head become that head's query positions, so ``scaled_dot_product_attention``
+    reads each K / V head once. query (b, heads, 1, d), key and value (b, kv_heads, L, d), ``mask`` None
+    or (b, 1, 1, L), the same for every head; returns (b, heads, 1, d), or None where the fold does not
+    apply (more than one query token, no grouping, a per-head mask)."""
+    import torch
+
+    b, heads, q_len, d = query.shape
+    kv_heads = key.shape[1]
+    per_head_mask = mask is not None and (mask.dim() != 4 or tuple(mask.shape[1:3]) != (1, 1))
+    if q_len != 1 or heads == kv_heads or heads % kv_heads or per_head_mask:
+        return None
+    folded = query.reshape(b, kv_heads, heads // kv_heads, d)
+    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, dropout_p=dropout,
+                                                           scale=scale)
+    return out.reshape(b, heads, 1, d)
+
+
+def gqa_folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                    scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
+    """transformers' sdpa attention function (its signature and output layout, (b, q, heads, d)) with
+    :func:`fold_gqa_decode` at decode; anything else goes to transformers' own."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    out = None if kwargs.get("output_attentions") else fold_gqa_decode(query, key, value, attention_mask, dropout,
+                                                                        scaling)
+    if out is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_gqa_attention() -> str:
+    """Register :func:`gqa_folded_sdpa` (with sdpa's mask) in transformers; returns its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GQA_ATTENTION, gqa_folded_sdpa)
+    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)  # (a name without a mask function gets no mask)
+    return GQA_ATTENTION
 
 
 def build_model(config: Any, device: str, dtype: Any) -> Any:
@@ -472,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
     if "compile" in args.modes:
         raise_dynamo_limits()
-    config = llama3_config(args.layers)
+    config = llama3_config(args.layers, args.attention)
+    print(f"attention: {args.attention} ({config._attn_implementation})")
     result: dict[str, Any] = {"env": env, "args": {k: str(v) for k, v in vars(args).items()}}
     with torch.no_grad():  # built as a user would build a model; run under inference_mode
         models = build_models(args, config)

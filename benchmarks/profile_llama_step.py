@@ -28,6 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--layers", type=positive, default=32)
     ap.add_argument("--batches", nargs="+", type=positive, default=[1, 16])
     ap.add_argument("--models", nargs="+", choices=bench_llama.MODELS, default=["dense", "sparsile-fused"])
+    ap.add_argument("--attention", choices=bench_llama.ATTENTIONS, default="sdpa")
     ap.add_argument("--mode", choices=("graph", "eager"), default="graph")
     ap.add_argument("--prompt", type=positive, default=128)
     ap.add_argument("--steps", type=positive, default=8, help="decode steps profiled")
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    config = bench_llama.llama3_config(args.layers)
+    config = bench_llama.llama3_config(args.layers, args.attention)
     bench_args = argparse.Namespace(layers=args.layers, models=args.models)
     with torch.no_grad():
         models = bench_llama.build_models(bench_args, config)

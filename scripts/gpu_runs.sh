@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
+#   bash scripts/gpu_runs.sh c31              # the 32-layer model in CUDA graphs with the folded GQA attention (no repeat_kv), profiled
 #   bash scripts/gpu_runs.sh b31              # the torch ops (and shapes) behind the batch-16 step's kernels, eager
 #   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
 #   bash scripts/gpu_runs.sh e30              # the 32-layer model decoded eagerly, batch 1, graph replays on / off
@@ -225,6 +226,13 @@ a31)  # where a decode step's GPU time goes (issue 12's CUDA-graph model at batc
     ;;
 b31)  # the torch ops behind the batch-16 step's kernels (a31: 2.3 ms of generic elementwise kernels, 6.6 us each)
     run 300 python benchmarks/profile_llama_step.py --layers 32 --batches 16 --models dense sparsile-fused --ops --top 40
+    ;;
+c31)  # b31: at batch 16 transformers' sdpa attention copies the K / V cache 4x per layer (repeat_kv, 1.6 ms of a 10.2 ms
+     # dense step, in both models): the model with the query heads folded instead (--attention sdpa-gqa), then profiled
+    run 330 python benchmarks/bench_llama.py --layers 32 --modes graph --attention sdpa-gqa \
+        --models dense sparsile sparsile-fused --json "$out/llama-gqa-31.json"
+    run 200 python benchmarks/profile_llama_step.py --layers 32 --batches 16 --models dense sparsile-fused \
+        --attention sdpa-gqa
     ;;
 a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
      # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's
