@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
+#   bash scripts/gpu_runs.sh d31              # the model with the folded GQA attention again in graphs, then under torch.compile
 #   bash scripts/gpu_runs.sh c31              # the 32-layer model in CUDA graphs with the folded GQA attention (no repeat_kv), profiled
 #   bash scripts/gpu_runs.sh b31              # the torch ops (and shapes) behind the batch-16 step's kernels, eager
 #   bash scripts/gpu_runs.sh a30              # SparseLinear.__call__ direct: GPU tests, host A/B, layer T <= 16, tail split call
@@ -233,6 +234,14 @@ c31)  # b31: at batch 16 transformers' sdpa attention copies the K / V cache 4x 
         --models dense sparsile sparsile-fused --json "$out/llama-gqa-31.json"
     run 200 python benchmarks/profile_llama_step.py --layers 32 --batches 16 --models dense sparsile-fused \
         --attention sdpa-gqa
+    ;;
+d31)  # c31's 1.31x at batch 16 (graph, sparsile-fused) again, then the same attention under torch.compile, batch 1 and 16
+    run 150 python benchmarks/bench_llama.py --layers 32 --modes graph --attention sdpa-gqa --check-tokens 0 \
+        --models dense sparsile-fused --json "$out/llama-gqa-graph-31.json"
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --attention sdpa-gqa --check-tokens 0 \
+        --models dense sparsile-fused --batches 1 --json "$out/llama-gqa-compile1-31.json"
+    run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --attention sdpa-gqa --check-tokens 0 \
+        --models dense sparsile-fused --batches 16 --json "$out/llama-gqa-compile16-31.json"
     ;;
 a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
      # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's
