@@ -13,7 +13,13 @@ magnitude first, so the three models compute the same function. Decoding: a prom
 random tokens (prefill, eager), then ``--new-tokens`` greedy steps with a static KV cache
 (transformers' ``StaticCache``); each decode step runs as one replayed CUDA graph (``graph``: the
 step captured with ``torch.cuda.graph``), through ``torch.compile(mode="reduce-overhead")``
-(``compile``) or eagerly (``eager``). tokens/s = batch x decode steps / decode time (prefill
+(``compile``) or eagerly (``eager``). Attention (``--attention``): transformers' sdpa function,
+by default with one change at decode (``sdpa-gqa``, :func:`fold_gqa_decode`): with a static cache
+there is always an attention mask, so transformers' own (``sdpa``) repeats each layer's whole K and
+V cache once per query head (``repeat_kv``) at every step instead of passing ``enable_gqa``, 1.6 ms
+of a 10 ms batch-16 step on the H200 for dense and sparse alike (benchmarks/RESULTS.md, thirty-first
+session); folding the query heads of a KV head into its query positions reads K and V once, with the
+same result. tokens/s = batch x decode steps / decode time (prefill
 excluded; median of ``--repeats`` runs). A mode that fails for a model is reported and skipped.
 
 Check: one forward (no cache) of a fixed prompt through each model, its logits against those of a
@@ -71,9 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--modes", nargs="+", choices=MODES, default=["graph"], help="how a decode step runs")
     ap.add_argument("--repeats", type=positive, default=3, help="timed decodes per case (median)")
     ap.add_argument("--check-tokens", type=int, default=32, help="prompt length of the logits check (0: no check)")
-    ap.add_argument("--attention", choices=ATTENTIONS, default="sdpa",
-                    help="sdpa: transformers' (repeats the K / V cache per query head at every step); sdpa-gqa: the "
-                         "same attention with the query heads of a KV head folded into the query length at decode")
+    ap.add_argument("--attention", choices=ATTENTIONS, default="sdpa-gqa",
+                    help="sdpa-gqa (default): transformers' sdpa attention with the query heads of a KV head folded "
+                         "into the query length at decode; sdpa: transformers' own (copies the K / V cache once per "
+                         "query head at every decode step)")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE")
     args = ap.parse_args(argv)
     if args.new_tokens < 2:

@@ -28,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--layers", type=positive, default=32)
     ap.add_argument("--batches", nargs="+", type=positive, default=[1, 16])
     ap.add_argument("--models", nargs="+", choices=bench_llama.MODELS, default=["dense", "sparsile-fused"])
-    ap.add_argument("--attention", choices=bench_llama.ATTENTIONS, default="sdpa")
+    ap.add_argument("--attention", choices=bench_llama.ATTENTIONS, default="sdpa-gqa",
+                    help="as bench_llama's (sdpa: transformers' own)")
     ap.add_argument("--mode", choices=("graph", "eager"), default="graph")
     ap.add_argument("--prompt", type=positive, default=128)
     ap.add_argument("--steps", type=positive, default=8, help="decode steps profiled")

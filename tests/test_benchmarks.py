@@ -302,7 +302,7 @@ def test_llama_arguments():
     args = bll.parse_args([])
     assert (args.layers, args.batches, args.prompt, args.new_tokens) == (8, [1, 16], 128, 128)
     assert args.models == ["dense", "sparsile", "sparsile-fused", "semi"] and args.modes == ["graph"]
-    assert args.attention == "sdpa" and bll.parse_args(["--attention", "sdpa-gqa"]).attention == "sdpa-gqa"
+    assert args.attention == "sdpa-gqa" and bll.parse_args(["--attention", "sdpa"]).attention == "sdpa"
     assert bll.parse_args(["--models", "dense", "sparsile-fused"]).models == ["dense", "sparsile-fused"]
     for bad in (["--layers", "0"], ["--new-tokens", "1"], ["--modes", "fast"], ["--models", "moe"]):
         with pytest.raises(SystemExit):
@@ -353,8 +353,8 @@ def test_llama_static_cache_decode_matches_recompute(attention):
     attention."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    config = bll.llama3_config(2, attention, vocab_size=97, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                               num_key_value_heads=2, bos_token_id=None, eos_token_id=None)
+    config = bll.llama3_config(2, attention, vocab_size=97, hidden_size=64, intermediate_size=128,
+                               num_attention_heads=4, num_key_value_heads=2, bos_token_id=None, eos_token_id=None)
     assert config.num_key_value_heads == 2 and config.rms_norm_eps == 1e-5
     assert config._attn_implementation == ("sdpa" if attention == "sdpa" else bll.GQA_ATTENTION)
     with torch.no_grad():
@@ -926,6 +926,7 @@ def test_profile_llama_step_arguments_names_and_missing_gpu(capsys):
     pls = load_script("profile_llama_step")
     args = pls.parse_args(["--batches", "16", "--models", "dense", "sparsile"])
     assert (args.batches, args.models, args.mode, args.layers) == ([16], ["dense", "sparsile"], "graph", 32)
+    assert args.attention == "sdpa-gqa"
     assert pls.short("void cutlass::Kernel2<foo>(Params)") == "cutlass::Kernel2<foo>"
     assert len(pls.short("k" * 200)) == 70 and pls.short("k" * 200).endswith("...")
     if bll.requirements_missing() is None:
