@@ -14,7 +14,9 @@ that stores the tile through shared memory by TMA (the ``_tma`` kernels; at most
 metadata words by TMA with the values instead of the consumers loading them from global memory
 (pair; tile for bf16). ``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA
 group kept in flight across K steps (three metadata register sets, each stage released one step later), against the
-default that waits for every MMA; ``--per-warp`` adds the ``_mt`` kernels with ``PER="warp"`` (each
+default that waits for every MMA; ``--l2-hint`` adds the ``_mt`` kernels with ``L2HINT=1`` (the
+weight's values and metadata loaded with an evict-first L2 policy, B with evict-last); ``--per-warp``
+adds the ``_mt`` kernels with ``PER="warp"`` (each
 consumer warp releases a stage itself instead of its warpgroup after a named barrier);
 ``--pingpong`` adds the ping-pong kernel at its best measured configuration (128 x 128, BK 128,
 4 stages, a CTA per SM; with ``--inflight`` also its INFLIGHT=1).
@@ -62,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "arrival of its own, no named barrier per warpgroup); needs --meta-tma")
     ap.add_argument("--inflight", action="store_true",
                     help="also each kernel with INFLIGHT=1 (one sparse MMA group in flight across K steps)")
+    ap.add_argument("--l2-hint", action="store_true",
+                    help="also the metadata-by-TMA kernels with L2HINT=1 (the weight's boxes loaded evict-first, "
+                         "B's evict-last); needs --meta-tma")
     ap.add_argument("--pingpong", action="store_true",
                     help="also the ping-pong kernel (128 x 128, BK 128, 4 stages; INFLIGHT=1 too with --inflight)")
     ap.add_argument("--profile-once", action="store_true",
@@ -112,6 +117,9 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
                                                 dict(PINGPONG_CONFIG))
     if args.per_warp and meta_tma is not None:  # the _mt kernels again, each warp releasing a stage itself
         kernels.update({f"{label}, per-warp release": (kern, {**cfg, "PER": "warp"})
+                        for label, (kern, cfg) in list(kernels.items()) if "metadata by TMA" in label})
+    if args.l2_hint and meta_tma is not None:  # the _mt kernels again with L2 eviction priorities on their loads
+        kernels.update({f"{label}, L2 hints": (kern, {**cfg, "L2HINT": 1})
                         for label, (kern, cfg) in list(kernels.items()) if "metadata by TMA" in label})
     if args.inflight:  # each of them again with one sparse MMA group in flight
         kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})

@@ -130,6 +130,7 @@ CODES: dict[str, str] = {
     "SP0356": "partition returns a value",
     "SP0370": "sparse wgmma metadata rewritten in flight",
     "SP0371": "bad `per=` of `mbarrier.arrive`",
+    "SP0376": "unknown L2 cache hint",
     "SP0380": "not a shared-memory buffer",
     "SP0381": "not an mbarrier",
     "SP0382": "non-positive buffer dimension",

@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
+#   bash scripts/gpu_runs.sh e31              # L2 eviction hints on the _mt GEMM's loads (weight evict-first, B evict-last): A/B
 #   bash scripts/gpu_runs.sh d31              # the model with the folded GQA attention again in graphs, then under torch.compile
 #   bash scripts/gpu_runs.sh c31              # the 32-layer model in CUDA graphs with the folded GQA attention (no repeat_kv), profiled
 #   bash scripts/gpu_runs.sh b31              # the torch ops (and shapes) behind the batch-16 step's kernels, eager
@@ -242,6 +243,15 @@ d31)  # c31's 1.31x at batch 16 (graph, sparsile-fused) again, then the same att
         --models dense sparsile-fused --batches 1 --json "$out/llama-gqa-compile1-31.json"
     run 200 python benchmarks/bench_llama.py --layers 32 --modes compile --attention sdpa-gqa --check-tokens 0 \
         --models dense sparsile-fused --batches 16 --json "$out/llama-gqa-compile16-31.json"
+    ;;
+e31)  # L2 eviction priorities on the _mt GEMM's TMA loads (b30's ncu: our L2 hit rate 52 % against cuSPARSELt's 72 % on
+     # 57344 x 256 x 8192): each _mt kernel with and without L2HINT=1, against cuSPARSELt, on the N = 256 rows and 8192^3
+    for shape in 57344x256x8192 28672x256x4096 10240x256x8192 57344x512x8192; do
+        run 100 python benchmarks/gemm_variants.py --dtypes bf16 --shape $shape --meta-tma --l2-hint --stages 5 \
+            --only "metadata by TMA" --iters 20
+    done
+    run 100 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --l2-hint --stages 4 --only "pair, metadata" \
+        --iters 10
     ;;
 a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
      # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's

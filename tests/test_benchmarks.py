@@ -845,6 +845,17 @@ def test_gemm_variants_inflight_and_pingpong_rows():
     assert rows["ping-pong 128x128, BK 128, INFLIGHT=1"][1] == {"BN": 128, "BK": 128, "STAGES": 4, "INFLIGHT": 1}
 
 
+def test_gemm_variants_l2_hint_rows():
+    """--l2-hint adds the metadata-by-TMA kernels again with L2HINT=1 (and nothing without --meta-tma)."""
+    rows = gv.variants(_Module(), None, "bf16", gv.parse_args(["--meta-tma", "--l2-hint"]), 57344, 256, 132,
+                       _Module())
+    assert list(rows) == ["tile", "tile, metadata by TMA", "tile, metadata by TMA, L2 hints"]  # (448 tiles: no pairs)
+    assert rows["tile, metadata by TMA, L2 hints"] == (("sparse_gemm_bf16_mt", (448,)), {"L2HINT": 1})
+    big = gv.variants(_Module(), None, "f16", gv.parse_args(["--meta-tma", "--l2-hint"]), 8192, 8192, 132, _Module())
+    assert big["pair, metadata by TMA, L2 hints"] == (("sparse_gemm_f16_pair_mt", (132,)), {"L2HINT": 1})
+    assert list(gv.variants(_Module(), None, "bf16", gv.parse_args(["--l2-hint"]), 57344, 256, 132)) == ["tile"]
+
+
 # ------------------------------------------------------------------------------------------------
 # bench_decode_heuristic
 

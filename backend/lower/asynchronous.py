@@ -432,6 +432,14 @@ def tma_panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLVal
     return _tmap(cg, op, smem_index), len(offs), copies
 
 
+def cache_policy(cg: CodeGen, hint: str | None) -> LLValue | None:
+    """The 64-bit L2 cache policy of a ``cache=`` hint (``createpolicy.fractional.L2::<hint>.b64``
+    with fraction 1.0: every line the copy touches, PTX 9.7.9.18), or None for no hint."""
+    if hint is None:
+        return None
+    return cg.asm("i64", f"createpolicy.fractional.L2::{hint}.b64 $0, 1.0;", "=l", [], side_effect=False)
+
+
 @lowering("tma.load")
 def lower_tma_load(cg: CodeGen, op: Operation) -> None:
     bar: BarRef = cg.get(op.operand("bar"))
@@ -439,11 +447,14 @@ def lower_tma_load(cg: CodeGen, op: Operation) -> None:
 
     def issue() -> None:
         tmap, rank, copies = tma_panel_copies(cg, op, op.operand_index("smem"))
+        policy = cache_policy(cg, op.attrs.get("cache"))
+        hinted = policy is not None
         for coords, off in copies:
             d3 = cg.smem_ptr(off)
             d7 = fb.value(f"addrspacecast ptr addrspace(3) {d3.ref} to ptr addrspace(7)", "ptr addrspace(7)")
-            args = [d7, bar_ptr(cg, bar), tmap, *coords, const(0, "i16"), const(0, "i64"), const(0, "i1"),
-                    const(0, "i1"), const(0, "i32")]
+            # (..., i16 multicast mask, i64 cache policy, i1 multicast?, i1 cache policy?, i32 cta_group)
+            args = [d7, bar_ptr(cg, bar), tmap, *coords, const(0, "i16"), policy if hinted else const(0, "i64"),
+                    const(0, "i1"), const(1 if hinted else 0, "i1"), const(0, "i32")]
             cg.intrinsic("void", f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d", args)
 
     emit_in_leader(cg, issue)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...frontend.ir.core import Operation
 from ...target.targets import Feature, require
-from .asynchronous import bar_ptr, emit_in_leader, tma_panel_copies
+from .asynchronous import bar_ptr, cache_policy, emit_in_leader, tma_panel_copies
 from .codegen import CodeGen, lowering
 from .llvm_text import LLValue
 
@@ -52,13 +52,14 @@ def lower_cluster_sync(cg: CodeGen, op: Operation) -> None:
     cluster_barrier(cg)
 
 
-def tma_load_cluster_text(rank: int, multicast: bool, peer_bar: bool) -> str:
+def tma_load_cluster_text(rank: int, multicast: bool, peer_bar: bool, hinted: bool = False) -> str:
     """The PTX of one cluster TMA load: operands $0 dst, $1 tensor map, $2.. coordinates, then the
-    mbarrier and (with multicast) the 16-bit CTA mask."""
+    mbarrier, (with multicast) the 16-bit CTA mask and (``hinted``) the 64-bit L2 cache policy."""
     coords = ", ".join(f"${2 + i}" for i in range(rank))
     mbar = f"${2 + rank}"
-    quals = (".multicast::cluster" if multicast else "") + (".cta_group::2" if peer_bar else "")
-    tail = f", ${3 + rank}" if multicast else ""
+    quals = ((".multicast::cluster" if multicast else "") + (".cta_group::2" if peer_bar else "")
+             + (".L2::cache_hint" if hinted else ""))
+    tail = (f", ${3 + rank}" if multicast else "") + (f", ${3 + rank + int(multicast)}" if hinted else "")
     return (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes{quals} "
             f"[$0], [$1, {{{coords}}}], [{mbar}]{tail};")
 
@@ -80,11 +81,14 @@ def lower_tma_load_cluster(cg: CodeGen, op: Operation) -> None:
         mbar = map_shared(cg, b, bar_cta) if peer_bar else fb.value(f"ptrtoint ptr addrspace(3) {b.ref} to i32",
                                                                     "i32", "bar")
         m16 = fb.cast("trunc", mask, "i16") if multicast else None
-        text = tma_load_cluster_text(rank, multicast, peer_bar)
+        policy = cache_policy(cg, op.attrs.get("cache"))
+        text = tma_load_cluster_text(rank, multicast, peer_bar, policy is not None)
         for coords, off in copies:
             dst = fb.value(f"ptrtoint ptr addrspace(3) {cg.smem_ptr(off).ref} to i32", "i32", "dst")
-            args = [dst, tmap, *coords, mbar, *([m16] if m16 is not None else [])]
-            cons = ",".join(["r", "l", *(["r"] * rank), "r", *(["h"] if m16 is not None else []), "~{memory}"])
+            args = [dst, tmap, *coords, mbar, *([m16] if m16 is not None else []),
+                    *([policy] if policy is not None else [])]
+            cons = ",".join(["r", "l", *(["r"] * rank), "r", *(["h"] if m16 is not None else []),
+                             *(["l"] if policy is not None else []), "~{memory}"])
             cg.asm("void", text, cons, args, side_effect=True)
 
     emit_in_leader(cg, issue)

@@ -129,8 +129,9 @@ def multicast_mask(em: Emitter, multicast: Arg, what: str) -> Value:
 
 
 def emit_tma_load_cluster(em: Emitter, t: Value, offs: list[Value], d: Value, bar: Value, multicast: Arg | None,
-                          bar_cta: Arg | None) -> None:
-    """``tma.load`` with ``multicast=`` and/or ``bar_cta=`` (called by ``ops_memory.tma.load``)."""
+                          bar_cta: Arg | None, hint: dict[str, str] | None = None) -> None:
+    """``tma.load`` with ``multicast=`` and/or ``bar_cta=`` (called by ``ops_memory.tma.load``);
+    ``hint``: its ``cache=`` attribute ({} or {"cache": name})."""
     shape = require_cluster(em, "`tma.load` with multicast= or bar_cta=",
                             (multicast or bar_cta).span)  # type: ignore[union-attr]
     size = cluster_size(shape)
@@ -149,7 +150,7 @@ def emit_tma_load_cluster(em: Emitter, t: Value, offs: list[Value], d: Value, ba
     else:
         rank = em.constant(-1, T.i32)
     em.create("tma.load_cluster", [t, *offs, d, bar, mask, rank], [],
-              {"multicast": multicast is not None, "peer_bar": bar_cta is not None})
+              {"multicast": multicast is not None, "peer_bar": bar_cta is not None, **(hint or {})})
 
 
 # ------------------------------------------------------------------------------------------------

@@ -14,7 +14,11 @@ Semantics (the interpreter implements them; PTX ISA sections cited per op):
   ``mbarrier.wait(bar, phase)`` blocks until the phase of that parity has completed.
 * ``tma.load(tensor, offsets, dst, bar)`` — copy the box ``dst.shape`` at ``offsets`` into ``dst``
   and count its bytes on ``bar`` (elements outside the tensor read zero; PTX 9.7.9.25);
-  ``tma.store(tensor, offsets, src)`` writes it back (clipped); ``tma.store_wait()`` waits for the
+  ``cache=`` (``"evict_first"``, ``"evict_last"``, ``"evict_normal"``, ``"evict_unchanged"`` or None)
+  gives the copy an L2 eviction priority (``.L2::cache_hint`` with a ``createpolicy.fractional``
+  policy, PTX 9.7.9.25 and 9.7.9.18): data read once (a weight streamed through) can make room for
+  data many CTAs read again (the activations); ``tma.store(tensor, offsets, src)`` writes it back
+  (clipped); ``tma.store_wait()`` waits for the
   stores of this thread to finish reading shared memory.
 * ``fence.async_shared()`` — orders this thread's shared-memory writes before later async-proxy
   reads (``fence.proxy.async.shared::cta``); needed before TMA stores and MMAs read data written by
@@ -263,21 +267,42 @@ def _check_box(em: Emitter, t: Value, s: T.SmemType, span: Any) -> None:
                  span, help="widen the buffer's last dimension (docs/hardware.md §5.4)")
 
 
+L2_CACHE_HINTS = ("evict_first", "evict_last", "evict_normal", "evict_unchanged")
+"""The L2 eviction priorities of ``tma.load(..., cache=)``: ``createpolicy.fractional.L2::<hint>``
+(PTX 9.7.9.18), applied to the whole copy."""
+
+
+def cache_hint(em: Emitter, cache: Arg | None) -> dict[str, str]:
+    """The op attributes of ``tma.load``'s ``cache=`` argument: {} for None (no hint), else
+    {"cache": hint}; a name not in :data:`L2_CACHE_HINTS` is SP0376."""
+    if cache is None:
+        return {}
+    hint = em.constexpr(cache, "the L2 cache hint `cache=`", (str, type(None)))
+    if hint is None:
+        return {}
+    if hint not in L2_CACHE_HINTS:
+        em.error("SP0376", f"unknown L2 cache hint cache={hint!r}", cache.span,
+                 help="use " + ", ".join(repr(h) for h in L2_CACHE_HINTS) + " or None")
+    return {"cache": hint}
+
+
 @builtin("load", ns="tma")
 def tma_load_builtin(em: Emitter, tensor: Arg, offsets: Arg, dst: Arg, bar: Arg, multicast: Arg | None = None,
-                     bar_cta: Arg | None = None) -> None:
+                     bar_cta: Arg | None = None, cache: Arg | None = None) -> None:
     """Copy the box of ``dst.shape`` at ``offsets`` into ``dst``; completion is counted on ``bar``.
     In a cluster, ``multicast`` (a mask of CTA ranks) writes the box into each of those CTAs and
-    ``bar_cta`` counts the bytes on the barrier of that CTA of the pair (``ops_cluster.py``)."""
+    ``bar_cta`` counts the bytes on the barrier of that CTA of the pair (``ops_cluster.py``).
+    ``cache``: the copy's L2 eviction priority (:data:`L2_CACHE_HINTS`, or None: none given)."""
     t, offs = _tensor_and_offsets(em, tensor, offsets)
     d, st = _smem(em, dst)
     _check_box(em, t, st, dst.span)
+    hint = cache_hint(em, cache)
     if multicast is not None or bar_cta is not None:
         from .cluster import emit_tma_load_cluster
 
-        emit_tma_load_cluster(em, t, offs, d, _bar(em, bar), multicast, bar_cta)
+        emit_tma_load_cluster(em, t, offs, d, _bar(em, bar), multicast, bar_cta, hint)
         return None
-    em.create("tma.load", [t, *offs, d, _bar(em, bar)], [])
+    em.create("tma.load", [t, *offs, d, _bar(em, bar)], [], hint)
     return None
 
 
