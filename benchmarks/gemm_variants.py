@@ -14,8 +14,8 @@ that stores the tile through shared memory by TMA (the ``_tma`` kernels; at most
 metadata words by TMA with the values instead of the consumers loading them from global memory
 (pair; tile for bf16). ``--inflight`` adds each of them again with ``INFLIGHT=1``: one sparse MMA
 group kept in flight across K steps (three metadata register sets, each stage released one step later), against the
-default that waits for every MMA; ``--l2-hint`` adds the ``_mt`` kernels with ``L2HINT=1`` (the
-weight's values and metadata loaded with an evict-first L2 policy, B with evict-last); ``--per-warp``
+default that waits for every MMA; ``--l2-hint`` adds the ``_mt`` kernels with L2 eviction priorities
+(the weight's values and metadata evict-first, B evict-last, each alone and both); ``--per-warp``
 adds the ``_mt`` kernels with ``PER="warp"`` (each
 consumer warp releases a stage itself instead of its warpgroup after a named barrier);
 ``--pingpong`` adds the ping-pong kernel at its best measured configuration (128 x 128, BK 128,
@@ -65,8 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--inflight", action="store_true",
                     help="also each kernel with INFLIGHT=1 (one sparse MMA group in flight across K steps)")
     ap.add_argument("--l2-hint", action="store_true",
-                    help="also the metadata-by-TMA kernels with L2HINT=1 (the weight's boxes loaded evict-first, "
-                         "B's evict-last); needs --meta-tma")
+                    help="also the metadata-by-TMA kernels with L2 eviction priorities on their loads (L2A / L2B: "
+                         "the weight evict-first, B evict-last, each alone and both); needs --meta-tma")
     ap.add_argument("--pingpong", action="store_true",
                     help="also the ping-pong kernel (128 x 128, BK 128, 4 stages; INFLIGHT=1 too with --inflight)")
     ap.add_argument("--profile-once", action="store_true",
@@ -84,6 +84,10 @@ def mnk(text: str) -> tuple[int, int, int]:
     except LaunchError as e:
         raise argparse.ArgumentTypeError(e.message) from None
 
+
+L2_HINTS = {"A first": {"L2A": "evict_first"}, "B last": {"L2B": "evict_last"},
+            "A first B last": {"L2A": "evict_first", "L2B": "evict_last"}}
+"""``--l2-hint``'s variants: the L2 eviction priorities of the weight's (A) and B's loads."""
 
 PINGPONG_CONFIG = {"BN": 128, "BK": 128, "STAGES": 4}
 """The ping-pong kernel's fastest configuration on the H200 (docs/hopper.md, "The ping-pong schedule")."""
@@ -119,8 +123,9 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
         kernels.update({f"{label}, per-warp release": (kern, {**cfg, "PER": "warp"})
                         for label, (kern, cfg) in list(kernels.items()) if "metadata by TMA" in label})
     if args.l2_hint and meta_tma is not None:  # the _mt kernels again with L2 eviction priorities on their loads
-        kernels.update({f"{label}, L2 hints": (kern, {**cfg, "L2HINT": 1})
-                        for label, (kern, cfg) in list(kernels.items()) if "metadata by TMA" in label})
+        kernels.update({f"{label}, L2 {name}": (kern, {**cfg, **hints})
+                        for label, (kern, cfg) in list(kernels.items()) if "metadata by TMA" in label
+                        for name, hints in L2_HINTS.items()})
     if args.inflight:  # each of them again with one sparse MMA group in flight
         kernels.update({f"{label}, INFLIGHT=1": (kern, {**cfg, "INFLIGHT": 1})
                         for label, (kern, cfg) in list(kernels.items())})

@@ -245,7 +245,7 @@ d31)  # c31's 1.31x at batch 16 (graph, sparsile-fused) again, then the same att
         --models dense sparsile-fused --batches 16 --json "$out/llama-gqa-compile16-31.json"
     ;;
 e31)  # L2 eviction priorities on the _mt GEMM's TMA loads (b30's ncu: our L2 hit rate 52 % against cuSPARSELt's 72 % on
-     # 57344 x 256 x 8192): each _mt kernel with and without L2HINT=1, against cuSPARSELt, on the N = 256 rows and 8192^3
+     # 57344 x 256 x 8192): each _mt kernel without and with hints (A first, B last, both), on the N = 256 rows and 8192^3
     for shape in 57344x256x8192 28672x256x4096 10240x256x8192 57344x512x8192; do
         run 100 python benchmarks/gemm_variants.py --dtypes bf16 --shape $shape --meta-tma --l2-hint --stages 5 \
             --only "metadata by TMA" --iters 20

@@ -846,13 +846,16 @@ def test_gemm_variants_inflight_and_pingpong_rows():
 
 
 def test_gemm_variants_l2_hint_rows():
-    """--l2-hint adds the metadata-by-TMA kernels again with L2HINT=1 (and nothing without --meta-tma)."""
+    """--l2-hint adds the metadata-by-TMA kernels again with L2 eviction priorities (and nothing without
+    --meta-tma)."""
     rows = gv.variants(_Module(), None, "bf16", gv.parse_args(["--meta-tma", "--l2-hint"]), 57344, 256, 132,
                        _Module())
-    assert list(rows) == ["tile", "tile, metadata by TMA", "tile, metadata by TMA, L2 hints"]  # (448 tiles: no pairs)
-    assert rows["tile, metadata by TMA, L2 hints"] == (("sparse_gemm_bf16_mt", (448,)), {"L2HINT": 1})
+    assert list(rows) == ["tile", "tile, metadata by TMA", "tile, metadata by TMA, L2 A first",  # (448 tiles: no pairs)
+                          "tile, metadata by TMA, L2 B last", "tile, metadata by TMA, L2 A first B last"]
+    assert rows["tile, metadata by TMA, L2 A first B last"] == (("sparse_gemm_bf16_mt", (448,)),
+                                                                {"L2A": "evict_first", "L2B": "evict_last"})
     big = gv.variants(_Module(), None, "f16", gv.parse_args(["--meta-tma", "--l2-hint"]), 8192, 8192, 132, _Module())
-    assert big["pair, metadata by TMA, L2 hints"] == (("sparse_gemm_f16_pair_mt", (132,)), {"L2HINT": 1})
+    assert big["pair, metadata by TMA, L2 B last"] == (("sparse_gemm_f16_pair_mt", (132,)), {"L2B": "evict_last"})
     assert list(gv.variants(_Module(), None, "bf16", gv.parse_args(["--l2-hint"]), 57344, 256, 132)) == ["tile"]
 
 
