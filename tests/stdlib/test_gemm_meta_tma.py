@@ -80,6 +80,60 @@ def test_metadata_comes_from_shared_memory(kernel):
     assert "wgmma.mma_async.sp" in ptx
 
 
+L2_HINTS = [{"L2A": "evict_first"}, {"L2B": "evict_last"}, {"L2A": "evict_first", "L2B": "evict_last"}]
+
+
+@pytest.mark.parametrize("hints", L2_HINTS)
+@pytest.mark.parametrize("kernel,m,n,k,programs,bn", [
+    ("sparse_gemm_bf16_mt", 200, 130, 192, 4, 64),
+    ("sparse_gemm_f16_pair_mt", 300, 70, 320, 2, 64),
+])
+def test_l2_hints_leave_the_result_alone(mod, kernel, m, n, k, programs, bn, hints):
+    """L2A / L2B (eviction priorities of the producer's loads) change where lines stay in L2, not
+    what is computed: the interpreter gives the same C, against float64."""
+    dtype = kernel.split("_")[2]
+    vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    getattr(mod, kernel).interpret[(programs,)](vals, meta, b, c, m, n, k, meta.shape[1], n, BN=bn, **hints)
+    check(c, ref, absp, k, dtype)
+
+
+@pytest.mark.parametrize("kernel", ["sparse_gemm_bf16_mt", "sparse_gemm_bf16_pair_mt"])
+def test_l2_hints_reach_the_copies(kernel):
+    """The weight's copies (values, metadata) carry L2A's policy and B's (multicast in the pair
+    kernel) L2B's: one ``createpolicy.fractional`` each, each copy with ``.L2::cache_hint``; without
+    hints neither appears."""
+    plain = compile_stdlib("sparse_gemm_sm90_mt.spk", kernel, "sm_90a").ptx
+    assert "createpolicy" not in plain and "cache_hint" not in plain
+    hinted = compile_stdlib("sparse_gemm_sm90_mt.spk", kernel, "sm_90a", L2A="evict_first", L2B="evict_last").ptx
+    copies = [ln for ln in hinted.splitlines() if "cp.async.bulk.tensor" in ln]
+    assert len(copies) == 3 and all(".L2::cache_hint" in ln for ln in copies)
+    assert hinted.count("createpolicy.fractional.L2::evict_first.b64") == 2
+    assert hinted.count("createpolicy.fractional.L2::evict_last.b64") == 1
+    if "_pair" in kernel:
+        assert any(".multicast::cluster.L2::cache_hint" in ln for ln in copies)
+    only_b = compile_stdlib("sparse_gemm_sm90_mt.spk", kernel, "sm_90a", L2B="evict_last").ptx
+    assert sum(".L2::cache_hint" in ln for ln in only_b.splitlines()) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,m,n,k,programs", [
+    ("sparse_gemm_bf16_mt", 1000, 600, 768, None),
+    ("sparse_gemm_bf16_pair_mt", 4096, 4096, 4160, 132),
+])
+def test_l2_hints_on_the_gpu_match_float64(mod, kernel, m, n, k, programs):
+    """On the H200: the kernels with both L2 hints (the PTX ``test_l2_hints_reach_the_copies`` checks),
+    C poisoned with NaN."""
+    dtype = kernel.split("_")[2]
+    vals, meta, b, ref, absp = operands(m, n, k, m + n + k, dtype)
+    c = np.full((m, n), np.nan, np.float16)
+    pair = "_pair" in kernel
+    tiles = -(-m // (256 if pair else 128)) * -(-n // 256) * (2 if pair else 1)
+    getattr(mod, kernel)[(programs or tiles,)](vals, meta, b, c, m, n, k, meta.shape[1], n, L2A="evict_first",
+                                               L2B="evict_last")
+    check(c, ref, absp, k, dtype)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel,m,n,k,programs", [
     ("sparse_gemm_bf16_pair_mt", 1000, 2000, 1024, None),   # a CTA pair per double tile
