@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
+#   bash scripts/gpu_runs.sh f31              # the N = 256 prefill rows tuned with L2-hinted configs, checked vs float64, the grid rows
 #   bash scripts/gpu_runs.sh e31              # L2 eviction hints on the _mt GEMM's loads (weight evict-first, B evict-last): A/B
 #   bash scripts/gpu_runs.sh d31              # the model with the folded GQA attention again in graphs, then under torch.compile
 #   bash scripts/gpu_runs.sh c31              # the 32-layer model in CUDA graphs with the folded GQA attention (no repeat_kv), profiled
@@ -252,6 +253,19 @@ e31)  # L2 eviction priorities on the _mt GEMM's TMA loads (b30's ncu: our L2 hi
     done
     run 100 python benchmarks/gemm_variants.py --dtypes bf16 f16 --meta-tma --l2-hint --stages 4 --only "pair, metadata" \
         --iters 10
+    ;;
+f31)  # e31: L2 hints 4-6 % faster on 28672 x 256 x 4096 and 10240 x 256 x 8192, 7 % slower on 57344 x 256 x 8192: the
+     # tuner now has L2-hinted twins (f16, bf16). The grid's N = 256 rows tuned into their own table, every entry of it
+     # against float64, merged into h200.json, then those grid rows against cuSPARSELt and cuBLAS
+    printf '6144x256x4096\n28672x256x4096\n10240x256x8192\n57344x256x8192\n' > /tmp/n256.txt
+    run 300 python -m sparsile tune /tmp/n256.txt --dtype bf16 --dtype f16 --warmup 3 --rep 10 -o "$out/n256.json"
+    run 150 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --table "$out/n256.json"
+    python -c "import json, sys; from pathlib import Path; from sparsile.stdlib.kernels.tuning import merged_table, \
+write_json_atomic; p = Path('stdlib/kernels/tuned/h200.json'); \
+write_json_atomic(p, merged_table(p, json.loads(Path(sys.argv[1]).read_text())))" "$out/n256.json" && \
+        cp stdlib/kernels/tuned/h200.json "$out/h200.json"
+    run 200 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
+        --tokens 256 --json "$out/grid-n256-31.json"
     ;;
 a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
      # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's

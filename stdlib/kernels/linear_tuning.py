@@ -48,7 +48,7 @@ LINEAR_PREFIX = "linear-"
 def layer_space(choice: KernelChoice, m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     """The configs the layer's tuner times: :func:`~.tuning.config_space` without tail splits,
     stream-K and INFLIGHT (the ``sparse_linear_<t>`` kernels have no such constexpr)."""
-    return config_space(choice, m, n, k, sms, tails=False, inflight=False)
+    return config_space(choice, m, n, k, sms, tails=False, inflight=False, l2=False)
 
 
 def default_linear_config(plan: SparseLinearPlan) -> GemmConfig:

@@ -66,6 +66,7 @@ class GemmConfig:
     tail_split: int = 0  # > 1: whole waves unsplit (pair: CTA pairs), the last wave's rows split K this many ways
     streamk: bool = False  # the stream-K kernel (gemm_streamk.py): every SM an even share of the (tile, K step) work
     inflight: bool = False  # INFLIGHT=1: one sparse MMA group kept in flight across K steps (no split-K, no tail split)
+    l2: bool = False  # L2 hints: the weight's loads evict-first, B's evict-last (L2_HINTS; no split-K, no tail split)
 
     def __post_init__(self) -> None:
         if self.tail_split and (self.tail_split < 2 or self.split_k != 1):
@@ -76,28 +77,34 @@ class GemmConfig:
         if self.inflight and (self.split_k != 1 or self.tail_split or self.streamk):
             raise ValueError(f"INFLIGHT takes split_k 1, no tail_split and no streamk (the kernels with one MMA group "
                              f"in flight store C themselves), got {self}")
+        if self.l2 and (self.split_k != 1 or self.tail_split or self.streamk):
+            raise ValueError(f"L2 takes split_k 1, no tail_split and no streamk (the hints are the unsplit GEMM "
+                             f"kernels' constexprs), got {self}")
 
     def to_json(self) -> dict[str, Any]:
         return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
                 "GROUP_M": self.group_m, **({"tail_split": self.tail_split} if self.tail_split else {}),
-                **({"streamk": True} if self.streamk else {}), **({"INFLIGHT": 1} if self.inflight else {})}
+                **({"streamk": True} if self.streamk else {}), **({"INFLIGHT": 1} if self.inflight else {}),
+                **({"L2": 1} if self.l2 else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
         return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
                    bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)),
-                   int(data.get("tail_split", 0)), bool(data.get("streamk", False)), _flag(data.get("INFLIGHT", 0)))
+                   int(data.get("tail_split", 0)), bool(data.get("streamk", False)), _flag(data.get("INFLIGHT", 0)),
+                   _flag(data.get("L2", 0), "L2"))
 
     def __str__(self) -> str:
         return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
                 f"GROUP_M={self.group_m}" + (f" tail_split={self.tail_split}" if self.tail_split else "")
-                + (" streamk" if self.streamk else "") + (" INFLIGHT=1" if self.inflight else ""))
+                + (" streamk" if self.streamk else "") + (" INFLIGHT=1" if self.inflight else "")
+                + (" L2" if self.l2 else ""))
 
 
-def _flag(value: Any) -> bool:
-    """A table's 0 / 1 (or false / true) constexpr flag; ValueError for anything else."""
+def _flag(value: Any, name: str = "INFLIGHT") -> bool:
+    """A table's 0 / 1 (or false / true) flag ``name``; ValueError for anything else."""
     if value not in (0, 1) or type(value) not in (int, bool):
-        raise ValueError(f"INFLIGHT must be 0 or 1, got {value!r}")
+        raise ValueError(f"{name} must be 0 or 1, got {value!r}")
     return bool(value)
 
 
@@ -107,13 +114,20 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
 
 
 INFLIGHT_OPERANDS = ("e4m3",)
+L2_OPERANDS = ("f16", "bf16")
+"""Operand types whose tuning space has the L2-hinted configs (:data:`L2_HINTS`): measured on the H200
+4-6 % faster on 28672 x 256 x 4096 and 10240 x 256 x 8192 bf16, 7 % slower on 57344 x 256 x 8192,
+even at 8192³ (benchmarks/RESULTS.md, thirty-first session), so the tuner decides per shape."""
+L2_HINTS = {"L2A": "evict_first", "L2B": "evict_last"}
+"""The constexprs of an ``l2`` config: the weight's TMA loads (values, metadata) evict-first, B's
+evict-last (``tma.load``'s ``cache=``; sparse_gemm_sm90.spk's ``producer``)."""
 """Operand types whose tuning space has INFLIGHT twins by default: on the H200 one sparse MMA group
 kept in flight took e4m3 8192³ (CTA pairs, metadata by TMA, STAGES 5) from 582 to 559 µs, where bf16
 tied and f16 gained 2 % (benchmarks/RESULTS.md, twentieth and twenty-sixth sessions)."""
 
 
 def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: bool = True,
-                 streamk: bool = False, inflight: bool | None = None) -> list[GemmConfig]:
+                 streamk: bool = False, inflight: bool | None = None, l2: bool | None = None) -> list[GemmConfig]:
     """The configs worth timing for an (M, N, K) problem: BN from the planned one down to a quarter
     of it (at least 16), STAGES 3 to 5, split-K 1, 2, 4, 8 while every share keeps 4 K steps and C
     has fewer tiles than the SMs, and the CTA-pair kernel (no split-K) when C has a tile per SM; at
@@ -123,9 +137,12 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
     the table's choice's time on every shape timed, docs/autotune.md) adds the stream-K kernel
     there too (BN the planned one or half of it, f16 / bf16 / e4m3). ``inflight`` (None: for the
     operand types of :data:`INFLIGHT_OPERANDS`) adds at STAGES 4 and 5 each unsplit config again with
-    one MMA group kept in flight (INFLIGHT=1)."""
+    one MMA group kept in flight (INFLIGHT=1). ``l2`` (None: for the operand types of
+    :data:`L2_OPERANDS`) adds at STAGES 4 and 5 each unsplit config again with the L2 hints."""
     if inflight is None:
         inflight = choice.operand in INFLIGHT_OPERANDS
+    if l2 is None:
+        l2 = choice.operand in L2_OPERANDS
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -142,6 +159,10 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
                 out.append(GemmConfig(bn, stages, inflight=True))
                 if has_pair and tiles >= sms:
                     out.append(GemmConfig(bn, stages, 1, True, inflight=True))
+            if l2 and stages >= 4:
+                out.append(GemmConfig(bn, stages, l2=True))
+                if has_pair and tiles >= sms:
+                    out.append(GemmConfig(bn, stages, 1, True, l2=True))
             if stages >= 4 and tails:
                 out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
                 if streamk and choice.operand in STREAMK_OPERANDS and bn >= top // 2 and tiles % sms:
@@ -187,9 +208,12 @@ def with_config(plan: SparseMatmul, config: GemmConfig, sms: int, interpret: boo
 
 
 def launch(plan: SparseMatmul | TailSplitMatmul | StreamKMatmul, config: GemmConfig, interpret: bool = False) -> Any:
-    """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES, GROUP_M and INFLIGHT; returns C."""
-    flight = {"INFLIGHT": 1} if config.inflight and isinstance(plan, SparseMatmul) and not plan.partials else {}
-    return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m, **flight)
+    """Run ``plan`` (already :func:`with_config`) with ``config``'s STAGES, GROUP_M, INFLIGHT and L2 hints;
+    returns C."""
+    unsplit = isinstance(plan, SparseMatmul) and not plan.partials
+    flight = {"INFLIGHT": 1} if config.inflight and unsplit else {}
+    hints = L2_HINTS if config.l2 and unsplit else {}
+    return plan.run(interpret, STAGES=config.stages, GROUP_M=config.group_m, **flight, **hints)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -82,6 +82,44 @@ def test_inflight_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> Non
     assert seen == [{"STAGES": 4, "GROUP_M": 16, "INFLIGHT": 1}, {"STAGES": 4, "GROUP_M": 16}]
 
 
+def test_l2_twins_for_16_bit_types() -> None:
+    """L2-hinted twins of the unsplit configs at STAGES 4 and 5 (pairs too) for f16 and bf16 by
+    default, not for e4m3 unless asked for; never with split-K or a tail split."""
+    bf16 = config_space(KERNELS["bf16"], 8192, 8192, 8192, 132)
+    hinted = [c for c in bf16 if c.l2]
+    assert GemmConfig(256, 5, 1, True, l2=True) in hinted and GemmConfig(256, 4, l2=True) in hinted
+    assert {c.stages for c in hinted} == {4, 5} and all(c.split_k == 1 and not c.tail_split for c in hinted)
+    assert any(c.l2 for c in config_space(KERNELS["f16"], 28672, 256, 4096, 132))
+    assert not any(c.l2 for c in config_space(KERNELS["e4m3"], 8192, 8192, 8192, 132))
+    assert any(c.l2 for c in config_space(KERNELS["e4m3"], 8192, 8192, 8192, 132, l2=True))
+    assert not any(c.l2 for c in config_space(KERNELS["bf16"], 8192, 8192, 8192, 132, l2=False))
+
+
+def test_l2_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table's "L2": 1 round-trips, reaches an unsplit GEMM launch as the two hints (not a plan that
+    stores partial sums), and is refused with split-K or a tail split; a bad value is no entry."""
+    from sparsile.stdlib.kernels.gemm import SparseMatmul
+
+    config = GemmConfig(256, 5, 1, True, l2=True)
+    assert config.to_json()["L2"] == 1 and GemmConfig.from_json(config.to_json()) == config
+    assert "L2" not in GemmConfig(256).to_json() and str(config).endswith(" L2")
+    for bad in ({"split_k": 2}, {"tail_split": 2}):
+        with pytest.raises(ValueError, match="L2 takes split_k 1, no tail_split and no streamk"):
+            GemmConfig(256, 4, l2=True, **bad)
+    with pytest.raises(ValueError, match="L2 must be 0 or 1"):
+        GemmConfig.from_json({"BN": 256, "L2": 2})
+    assert lookup({table_key("bf16", 256, 64, 512): {"config": {"BN": 32, "L2": "yes"}}}, "bf16", 256, 64, 512) is None
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(SparseMatmul, "run", lambda self, interpret=False, **kw: seen.append(kw))
+    weight, b = problem("bf16", 130, 40, 512, seed=3)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    hinted = GemmConfig(32, 4, l2=True)
+    launch(with_config(plan, hinted, 132, interpret=True), hinted, interpret=True)
+    launch(with_config(plan, GemmConfig(32, 4, 2), 132, interpret=True), GemmConfig(32, 4, 2), interpret=True)
+    assert seen == [{"STAGES": 4, "GROUP_M": 16, "L2A": "evict_first", "L2B": "evict_last"},
+                    {"STAGES": 4, "GROUP_M": 16}]
+
+
 def test_default_config_is_the_planned_one() -> None:
     weight, b = problem("f16", 8192 // 32, 96, 512, seed=1)
     plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
@@ -94,6 +132,8 @@ def test_default_config_is_the_planned_one() -> None:
     ("f16", 256, 64, 256, GemmConfig(32, 3, 1, True), 2),          # the CTA-pair kernel on 2 CTAs
     ("e4m3", 130, 40, 768, GemmConfig(32, 4, inflight=True), 132),   # one MMA group in flight
     ("e4m3", 256, 64, 1024, GemmConfig(32, 4, 1, True, inflight=True), 2),  # the same on CTA pairs
+    ("bf16", 130, 40, 512, GemmConfig(32, 5, l2=True), 132),       # the L2 hints
+    ("f16", 256, 64, 256, GemmConfig(32, 4, 1, True, l2=True), 2),  # the L2 hints on CTA pairs
 ])
 def test_every_kind_of_config_matches_float64(dtype: str, m: int, n: int, k: int, config: GemmConfig,
                                               sms: int) -> None:
