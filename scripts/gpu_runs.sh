@@ -19,6 +19,7 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
+#   bash scripts/gpu_runs.sh g31              # the L2-hint GPU tests, the tuner's GPU tests, the 57344 x 256 rows again
 #   bash scripts/gpu_runs.sh f31              # the N = 256 prefill rows tuned with L2-hinted configs, checked vs float64, the grid rows
 #   bash scripts/gpu_runs.sh e31              # L2 eviction hints on the _mt GEMM's loads (weight evict-first, B evict-last): A/B
 #   bash scripts/gpu_runs.sh d31              # the model with the folded GQA attention again in graphs, then under torch.compile
@@ -266,6 +267,12 @@ write_json_atomic(p, merged_table(p, json.loads(Path(sys.argv[1]).read_text())))
         cp stdlib/kernels/tuned/h200.json "$out/h200.json"
     run 200 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B-qkv 8B-gate_up 70B-qkv 70B-gate_up \
         --tokens 256 --json "$out/grid-n256-31.json"
+    ;;
+g31)  # after f31 (its grid run stopped at f16 57344 x 256): the L2-hint GPU tests and the tuner's, then both 57344 x 256 rows
+    run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_gemm_meta_tma.py \
+        tests/stdlib/test_gemm_tuning.py tests/gpu/test_autotune_gpu.py
+    run 150 python benchmarks/bench_sparse_gemm.py --case bf16:57344x256x8192 --case f16:57344x256x8192 \
+        --json "$out/grid-57344x256-31.json"
     ;;
 a30)  # SparseLinear.__call__ without nn.Module.__call__: the torch layer's GPU tests, the host time of both calls
      # in one process (bench_layer_host), the layer's T <= 16 rows (issue 12's eager targets); then the tail split's
