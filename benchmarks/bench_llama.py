@@ -122,14 +122,20 @@ def fold_gqa_decode(query: Any, key: Any, value: Any, mask: Any, dropout: float 
     return out.reshape(b, heads, 1, d)
 
 
+FOLD_IGNORES = frozenset({"position_ids", "cache_position", "use_cache", "output_attentions"})
+"""The keyword arguments transformers passes its attention functions that do not change what sdpa
+computes (Llama's decoder passes position_ids and use_cache)."""
+
+
 def gqa_folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
                     scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
     """transformers' sdpa attention function (its signature and output layout, (b, q, heads, d)) with
-    :func:`fold_gqa_decode` at decode; anything else goes to transformers' own."""
+    :func:`fold_gqa_decode` at decode; anything else goes to transformers' own, and so does a call with
+    an argument outside :data:`FOLD_IGNORES` (an attention bias or sinks the fold would drop)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    out = None if kwargs.get("output_attentions") else fold_gqa_decode(query, key, value, attention_mask, dropout,
-                                                                        scaling)
+    plain = not kwargs.get("output_attentions") and all(v is None or k in FOLD_IGNORES for k, v in kwargs.items())
+    out = fold_gqa_decode(query, key, value, attention_mask, dropout, scaling) if plain else None
     if out is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)

@@ -346,6 +346,24 @@ def test_llama_gqa_fold_equals_repeated_kv_attention():
     assert bll.fold_gqa_decode(q, k, v, keep.expand(b, heads, 1, length)) is None  # a per-head mask
 
 
+def test_llama_gqa_attention_falls_back_on_arguments_it_would_drop(monkeypatch):
+    """gqa_folded_sdpa folds only calls whose extra arguments leave sdpa's result alone (Llama's
+    position_ids, use_cache); an attention bias or sinks go to transformers' own function."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import transformers.integrations.sdpa_attention as tsa
+
+    calls = []
+    monkeypatch.setattr(tsa, "sdpa_attention_forward", lambda *a, **kw: calls.append(sorted(kw)) or ("theirs", None))
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1, 4, 1, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
+    folded, _ = bll.gqa_folded_sdpa(None, q, k, k, None, position_ids=torch.zeros(1, 1), use_cache=True)
+    assert folded.shape == (1, 1, 4, 8) and not calls
+    for extra in ({"position_bias": torch.zeros(1)}, {"s_aux": torch.zeros(1)}, {"output_attentions": True}):
+        assert bll.gqa_folded_sdpa(None, q, k, k, None, **extra)[0] == "theirs"
+    assert len(calls) == 3
+
+
 @pytest.mark.parametrize("attention", bll.ATTENTIONS)
 def test_llama_static_cache_decode_matches_recompute(attention):
     """The benchmark's decode loop (prefill, then one token a step through StaticCache) gives the

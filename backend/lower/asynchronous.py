@@ -434,7 +434,7 @@ def tma_panel_copies(cg: CodeGen, op: Operation, smem_index: int) -> tuple[LLVal
 
 def cache_policy(cg: CodeGen, hint: str | None) -> LLValue | None:
     """The 64-bit L2 cache policy of a ``cache=`` hint (``createpolicy.fractional.L2::<hint>.b64``
-    with fraction 1.0: every line the copy touches, PTX 9.7.9.18), or None for no hint."""
+    with fraction 1.0: every line the copy touches; PTX ISA, `createpolicy`), or None for no hint."""
     if hint is None:
         return None
     return cg.asm("i64", f"createpolicy.fractional.L2::{hint}.b64 $0, 1.0;", "=l", [], side_effect=False)

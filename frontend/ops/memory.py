@@ -16,7 +16,7 @@ Semantics (the interpreter implements them; PTX ISA sections cited per op):
   and count its bytes on ``bar`` (elements outside the tensor read zero; PTX 9.7.9.25);
   ``cache=`` (``"evict_first"``, ``"evict_last"``, ``"evict_normal"``, ``"evict_unchanged"`` or None)
   gives the copy an L2 eviction priority (``.L2::cache_hint`` with a ``createpolicy.fractional``
-  policy, PTX 9.7.9.25 and 9.7.9.18): data read once (a weight streamed through) can make room for
+  policy, PTX 9.7.9.25 and `createpolicy`): data read once (a weight streamed through) can make room for
   data many CTAs read again (the activations); ``tma.store(tensor, offsets, src)`` writes it back
   (clipped); ``tma.store_wait()`` waits for the
   stores of this thread to finish reading shared memory.
@@ -269,7 +269,7 @@ def _check_box(em: Emitter, t: Value, s: T.SmemType, span: Any) -> None:
 
 L2_CACHE_HINTS = ("evict_first", "evict_last", "evict_normal", "evict_unchanged")
 """The L2 eviction priorities of ``tma.load(..., cache=)``: ``createpolicy.fractional.L2::<hint>``
-(PTX 9.7.9.18), applied to the whole copy."""
+(PTX ISA, `createpolicy`), applied to the whole copy."""
 
 
 def cache_hint(em: Emitter, cache: Arg | None) -> dict[str, str]:

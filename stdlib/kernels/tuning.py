@@ -114,16 +114,16 @@ def default_config(plan: SparseMatmul) -> GemmConfig:
 
 
 INFLIGHT_OPERANDS = ("e4m3",)
-L2_OPERANDS = ("f16", "bf16")
-"""Operand types whose tuning space has the L2-hinted configs (:data:`L2_HINTS`): measured on the H200
-4-6 % faster on 28672 x 256 x 4096 and 10240 x 256 x 8192 bf16, 7 % slower on 57344 x 256 x 8192,
-even at 8192³ (benchmarks/RESULTS.md, thirty-first session), so the tuner decides per shape."""
-L2_HINTS = {"L2A": "evict_first", "L2B": "evict_last"}
-"""The constexprs of an ``l2`` config: the weight's TMA loads (values, metadata) evict-first, B's
-evict-last (``tma.load``'s ``cache=``; sparse_gemm_sm90.spk's ``producer``)."""
 """Operand types whose tuning space has INFLIGHT twins by default: on the H200 one sparse MMA group
 kept in flight took e4m3 8192³ (CTA pairs, metadata by TMA, STAGES 5) from 582 to 559 µs, where bf16
 tied and f16 gained 2 % (benchmarks/RESULTS.md, twentieth and twenty-sixth sessions)."""
+L2_OPERANDS = ("f16", "bf16")
+"""Operand types whose tuning space has the L2-hinted configs (:data:`L2_HINTS`): on the H200 they
+made 28672 x 256 x 4096 and 10240 x 256 x 8192 bf16 4-6 % faster, 57344 x 256 x 8192 7 % slower and
+8192³ no faster or slower (benchmarks/RESULTS.md, thirty-first session), so the tuner decides per shape."""
+L2_HINTS = {"L2A": "evict_first", "L2B": "evict_last"}
+"""The constexprs of an ``l2`` config: the weight's TMA loads (values, metadata) evict-first, B's
+evict-last (``tma.load``'s ``cache=``; sparse_gemm_sm90.spk's ``producer``)."""
 
 
 def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: bool = True,
@@ -174,7 +174,7 @@ def tail_variants(config: GemmConfig, m: int, n: int, k_steps: int, sms: int, ha
     """``config`` (unsplit) with each tail split of :func:`~.gemm_tail.tail_splits` for this C, its
     head on one CTA per tile and (where the kernel has a CTA-pair twin) on CTA pairs, each where it
     applies; [] where C's last wave is full or the tail's CTAs do not fit one wave."""
-    return [dataclasses.replace(config, split_k=1, pair=pair, tail_split=t)
+    return [dataclasses.replace(config, split_k=1, pair=pair, tail_split=t, inflight=False, l2=False)
             for pair in ((False, True) if has_pair else (False,))
             for t in tail_splits(m, n, k_steps, config.bn, sms, pair)]
 

@@ -26,6 +26,7 @@ from sparsile.stdlib.kernels.tuning import (
     lookup,
     parse_shape,
     table_key,
+    tail_variants,
     with_config,
 )
 from sparsile.tests.stdlib.test_gemm_api import assert_close, problem, reference
@@ -118,6 +119,15 @@ def test_l2_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> None:
     launch(with_config(plan, GemmConfig(32, 4, 2), 132, interpret=True), GemmConfig(32, 4, 2), interpret=True)
     assert seen == [{"STAGES": 4, "GROUP_M": 16, "L2A": "evict_first", "L2B": "evict_last"},
                     {"STAGES": 4, "GROUP_M": 16}]
+
+
+def test_tail_variants_of_a_hinted_or_inflight_config_drop_the_hint() -> None:
+    """A tail split runs split-K launches, which take neither the L2 hints nor INFLIGHT: the tail
+    variants of such a config (a table entry a benchmark splits) are plain tail splits, not a
+    ValueError."""
+    for base in (GemmConfig(256, 4, l2=True), GemmConfig(256, 5, inflight=True)):
+        variants = tail_variants(base, 57344, 256, 128, 132, True)
+        assert variants and all(v.tail_split and not v.l2 and not v.inflight for v in variants)
 
 
 def test_default_config_is_the_planned_one() -> None:
