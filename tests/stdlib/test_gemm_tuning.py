@@ -58,31 +58,6 @@ def test_inflight_twins_for_e4m3() -> None:
     assert not any(c.inflight for c in config_space(KERNELS["e4m3"], 8192, 8192, 8192, 132, inflight=False))
 
 
-def test_inflight_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table's "INFLIGHT": 1 round-trips, reaches the GEMM launch as INFLIGHT=1 (not a plan that
-    stores partial sums), and is refused with split-K or a tail split; a bad value is no entry."""
-    from sparsile.stdlib.kernels.gemm import SparseMatmul
-
-    config = GemmConfig(256, 5, 1, True, inflight=True)
-    assert config.to_json()["INFLIGHT"] == 1 and GemmConfig.from_json(config.to_json()) == config
-    assert "INFLIGHT" not in GemmConfig(256).to_json() and str(config).endswith(" INFLIGHT=1")
-    for bad in ({"split_k": 2}, {"tail_split": 2}):
-        with pytest.raises(ValueError, match="INFLIGHT takes split_k 1, no tail_split and no streamk"):
-            GemmConfig(256, 4, inflight=True, **bad)
-    for value in (2, "1", 0.5):
-        with pytest.raises(ValueError, match="INFLIGHT must be 0 or 1"):
-            GemmConfig.from_json({"BN": 256, "INFLIGHT": value})
-    bad_entry = {table_key("e4m3", 256, 64, 512): {"config": {"BN": 32, "INFLIGHT": 3}}}
-    assert lookup(bad_entry, "e4m3", 256, 64, 512) is None
-    seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(SparseMatmul, "run", lambda self, interpret=False, **kw: seen.append(kw))
-    weight, b = problem("e4m3", 130, 40, 512, seed=3)
-    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
-    launch(plan, GemmConfig(32, 4, inflight=True), interpret=True)
-    launch(plan, GemmConfig(32, 4), interpret=True)
-    assert seen == [{"STAGES": 4, "GROUP_M": 16, "INFLIGHT": 1}, {"STAGES": 4, "GROUP_M": 16}]
-
-
 def test_l2_twins_for_16_bit_types() -> None:
     """L2-hinted twins of the unsplit configs at STAGES 4 and 5 (pairs too) for f16 and bf16 by
     default, not for e4m3 unless asked for; never with split-K or a tail split."""
@@ -96,29 +71,35 @@ def test_l2_twins_for_16_bit_types() -> None:
     assert not any(c.l2 for c in config_space(KERNELS["bf16"], 8192, 8192, 8192, 132, l2=False))
 
 
-def test_l2_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table's "L2": 1 round-trips, reaches an unsplit GEMM launch as the two hints (not a plan that
-    stores partial sums), and is refused with split-K or a tail split; a bad value is no entry."""
+@pytest.mark.parametrize("flag,key,dtype,text,constexprs", [
+    ("inflight", "INFLIGHT", "e4m3", " INFLIGHT=1", {"INFLIGHT": 1}),
+    ("l2", "L2", "bf16", " L2", {"L2A": "evict_first", "L2B": "evict_last"}),
+])
+def test_flags_in_tables_and_launches(monkeypatch: pytest.MonkeyPatch, flag: str, key: str, dtype: str, text: str,
+                                      constexprs: dict[str, Any]) -> None:
+    """A table's "INFLIGHT": 1 (one MMA group in flight) or "L2": 1 (the L2 hints) round-trips,
+    reaches an unsplit GEMM launch as its constexprs (not a plan that stores partial sums), and is
+    refused with split-K or a tail split; a bad value is no entry."""
     from sparsile.stdlib.kernels.gemm import SparseMatmul
 
-    config = GemmConfig(256, 5, 1, True, l2=True)
-    assert config.to_json()["L2"] == 1 and GemmConfig.from_json(config.to_json()) == config
-    assert "L2" not in GemmConfig(256).to_json() and str(config).endswith(" L2")
+    config = GemmConfig(256, 5, 1, True, **{flag: True})
+    assert config.to_json()[key] == 1 and GemmConfig.from_json(config.to_json()) == config
+    assert key not in GemmConfig(256).to_json() and str(config).endswith(text)
     for bad in ({"split_k": 2}, {"tail_split": 2}):
-        with pytest.raises(ValueError, match="L2 takes split_k 1, no tail_split and no streamk"):
-            GemmConfig(256, 4, l2=True, **bad)
-    with pytest.raises(ValueError, match="L2 must be 0 or 1"):
-        GemmConfig.from_json({"BN": 256, "L2": 2})
-    assert lookup({table_key("bf16", 256, 64, 512): {"config": {"BN": 32, "L2": "yes"}}}, "bf16", 256, 64, 512) is None
+        with pytest.raises(ValueError, match=f"{key} takes split_k 1, no tail_split and no streamk"):
+            GemmConfig(256, 4, **{flag: True}, **bad)
+    for value in (2, "1", 0.5):
+        with pytest.raises(ValueError, match=f"{key} must be 0 or 1"):
+            GemmConfig.from_json({"BN": 256, key: value})
+    assert lookup({table_key(dtype, 256, 64, 512): {"config": {"BN": 32, key: 3}}}, dtype, 256, 64, 512) is None
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(SparseMatmul, "run", lambda self, interpret=False, **kw: seen.append(kw))
-    weight, b = problem("bf16", 130, 40, 512, seed=3)
+    weight, b = problem(dtype, 130, 40, 512, seed=3)
     plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
-    hinted = GemmConfig(32, 4, l2=True)
-    launch(with_config(plan, hinted, 132, interpret=True), hinted, interpret=True)
+    flagged = GemmConfig(32, 4, **{flag: True})
+    launch(with_config(plan, flagged, 132, interpret=True), flagged, interpret=True)
     launch(with_config(plan, GemmConfig(32, 4, 2), 132, interpret=True), GemmConfig(32, 4, 2), interpret=True)
-    assert seen == [{"STAGES": 4, "GROUP_M": 16, "L2A": "evict_first", "L2B": "evict_last"},
-                    {"STAGES": 4, "GROUP_M": 16}]
+    assert seen == [{"STAGES": 4, "GROUP_M": 16, **constexprs}, {"STAGES": 4, "GROUP_M": 16}]
 
 
 def test_tail_variants_of_a_hinted_or_inflight_config_drop_the_hint() -> None:
