@@ -14,7 +14,8 @@ random tokens (prefill, eager), then ``--new-tokens`` greedy steps with a static
 (transformers' ``StaticCache``); each decode step runs as one replayed CUDA graph (``graph``: the
 step captured with ``torch.cuda.graph``), through ``torch.compile(mode="reduce-overhead")``
 (``compile``) or eagerly (``eager``). Attention (``--attention``): transformers' sdpa function,
-by default with one change at decode (``sdpa-gqa``, :func:`fold_gqa_decode`): with a static cache
+by default with one change at decode (``sdpa-gqa``: ``sparsile.torch.use_gqa_decode_attention``'s,
+integrations/torch/decode_attention.py): with a static cache
 there is always an attention mask, so transformers' own (``sdpa``) repeats each layer's whole K and
 V cache once per query head (``repeat_kv``) at every step instead of passing ``enable_gqa``, 1.6 ms
 of a 10 ms batch-16 step on the H200 for dense and sparse alike (benchmarks/RESULTS.md, thirty-first
@@ -56,7 +57,6 @@ MODELS = ("dense", "sparsile", "sparsile-fused", "semi")
 SPARSILE_MODELS = ("sparsile", "sparsile-fused")  # the models the target is about
 MODES = ("graph", "compile", "eager")
 ATTENTIONS = ("sdpa", "sdpa-gqa")  # transformers' own sdpa attention; the same without its repeat_kv copies at decode
-GQA_ATTENTION = "sparsile_bench_sdpa_gqa"  # the name gqa_folded_sdpa is registered under in transformers
 TARGET_SPEEDUP = 1.3
 WARMUP_STEPS = 4  # decode steps that Decoder.prepare may run past the prompt (warm-up and capture)
 DEVICE = "cuda"  # the tests run the whole script on "cpu" (eager decoding, a tiny config)
@@ -98,58 +98,13 @@ def llama3_config(layers: int, attention: str = "sdpa", **overrides: Any) -> Any
     if "rope_theta" not in params and "rope_parameters" in params:  # transformers 5: rope settings in one dict
         values["rope_parameters"] = {"rope_type": "default", "rope_theta": values.pop("rope_theta")}
     config = LlamaConfig(**values)
-    config._attn_implementation = "sdpa" if attention == "sdpa" else register_gqa_attention()
+    if attention == "sdpa":
+        config._attn_implementation = "sdpa"
+    else:  # sparsile.torch's decode attention (registered with transformers)
+        from sparsile.integrations.torch.decode_attention import register_gqa_decode_attention
+
+        config._attn_implementation = register_gqa_decode_attention()
     return config
-
-
-def fold_gqa_decode(query: Any, key: Any, value: Any, mask: Any, dropout: float = 0.0, scale: float | None = None
-                    ) -> Any:
-    """Grouped-query attention of one query token without repeating K and V: the ``heads / kv_heads``
-    query heads that share a KV head become that head's query positions, so ``scaled_dot_product_attention``
-    reads each K / V head once. query (b, heads, 1, d), key and value (b, kv_heads, L, d), ``mask`` None
-    or (b, 1, 1, L), the same for every head; returns (b, heads, 1, d), or None where the fold does not
-    apply (more than one query token, no grouping, a per-head mask)."""
-    import torch
-
-    b, heads, q_len, d = query.shape
-    kv_heads = key.shape[1]
-    per_head_mask = mask is not None and (mask.dim() != 4 or tuple(mask.shape[1:3]) != (1, 1))
-    if q_len != 1 or heads == kv_heads or heads % kv_heads or per_head_mask:
-        return None
-    folded = query.reshape(b, kv_heads, heads // kv_heads, d)
-    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, dropout_p=dropout,
-                                                           scale=scale)
-    return out.reshape(b, heads, 1, d)
-
-
-FOLD_IGNORES = frozenset({"position_ids", "cache_position", "use_cache", "output_attentions"})
-"""The keyword arguments transformers passes its attention functions that do not change what sdpa
-computes (Llama's decoder passes position_ids and use_cache)."""
-
-
-def gqa_folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
-                    scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
-    """transformers' sdpa attention function (its signature and output layout, (b, q, heads, d)) with
-    :func:`fold_gqa_decode` at decode; anything else goes to transformers' own, and so does a call with
-    an argument outside :data:`FOLD_IGNORES` (an attention bias or sinks the fold would drop)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    plain = not kwargs.get("output_attentions") and all(v is None or k in FOLD_IGNORES for k, v in kwargs.items())
-    out = fold_gqa_decode(query, key, value, attention_mask, dropout, scaling) if plain else None
-    if out is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def register_gqa_attention() -> str:
-    """Register :func:`gqa_folded_sdpa` (with sdpa's mask) in transformers; returns its name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(GQA_ATTENTION, gqa_folded_sdpa)
-    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)  # (a name without a mask function gets no mask)
-    return GQA_ATTENTION
 
 
 def build_model(config: Any, device: str, dtype: Any) -> Any:

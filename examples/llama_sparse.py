@@ -6,7 +6,9 @@ Run it on a machine with an NVIDIA Hopper GPU, torch and transformers:
 It builds a ``LlamaForCausalLM`` shaped like Llama-3-8B (random weights, bf16, ``--layers`` decoder
 layers), times greedy generation with a static KV cache, swaps every attention and MLP projection
 for a ``sparsile.torch.SparseLinear`` with ``sparsify_`` (each weight pruned to 2:4 by magnitude and
-compressed), and times the same generation again. With a real checkpoint, load it with
+compressed), and times the same generation again. Both use ``sparsile.torch.use_gqa_decode_attention``
+(transformers' sdpa attention without its per-step copies of the KV cache; ``--hf-attention`` keeps
+transformers' own, docs/torch.md "Decoding with transformers"). With a real checkpoint, load it with
 ``LlamaForCausalLM.from_pretrained(...)`` instead and check the pruned model's quality before use.
 """
 
@@ -26,6 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=128, help="prompt length in tokens")
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--hf-attention", action="store_true",
+                    help="keep transformers' sdpa attention (it copies the KV cache per query head at every step)")
     args = ap.parse_args(argv)
     for name in ("layers", "batch", "prompt", "new_tokens"):
         if getattr(args, name) <= 0:
@@ -64,13 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from sparsile.torch import sparsify_
+    from sparsile.torch import sparsify_, use_gqa_decode_attention
 
     config = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                          num_key_value_heads=8, num_hidden_layers=args.layers, max_position_embeddings=8192)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
     prompt = torch.randint(0, config.vocab_size, (args.batch, args.prompt), device="cuda")
+    if not args.hf_attention:
+        use_gqa_decode_attention(model)  # for the dense and the sparse model alike
 
     with torch.inference_mode():
         dense = tokens_per_second(model, prompt, args.new_tokens)

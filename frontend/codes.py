@@ -338,6 +338,7 @@ CODES: dict[str, str] = {
     "SP0918": "mask that is not transposable 2:4",
     "SP0919": "activation-sparse linear arguments that do not fit together",
     "SP0920": "a capture of a padded layer whose weight was written",
+    "SP0921": "transformers without AttentionInterface",
     "SP0930": "JAX is not installed",
     "SP0931": "bad out_shapes",
     "SP0932": "an argument the call cannot pass",

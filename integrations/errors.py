@@ -50,6 +50,9 @@ SP_ACT_SPARSE = "SP0919"
 SP_STALE_CAPTURE = "SP0920"
 """A CUDA graph capture of a launch record that reads padded copies of a weight written in place since
 no call outside a capture saw the write: the graph would replay the old copies."""
+SP_TRANSFORMERS = "SP0921"
+"""``use_gqa_decode_attention`` without a transformers that has ``AttentionInterface`` and
+``AttentionMaskInterface`` (4.48 and later)."""
 SP_FUSE_GROUPS = "SP0944"
 """``fuse_projections_(groups=...)`` that is not a sequence of tuples of two or more distinct child names."""
 

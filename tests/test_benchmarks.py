@@ -319,51 +319,6 @@ def load_example(name: str):
     return importlib.import_module(f"sparsile.examples.{name}")
 
 
-def test_llama_gqa_fold_equals_repeated_kv_attention():
-    """fold_gqa_decode (the query heads of a KV head as its query positions) against attention over
-    K / V repeated per query head, in float64 on random inputs, with a boolean and an additive mask;
-    it declines what it cannot fold."""
-    torch = pytest.importorskip("torch")
-    F = torch.nn.functional
-    g = torch.Generator().manual_seed(5)
-    b, heads, kv_heads, length, d = 3, 8, 2, 11, 16
-    q = torch.randn(b, heads, 1, d, dtype=torch.float64, generator=g)
-    k = torch.randn(b, kv_heads, length, d, dtype=torch.float64, generator=g)
-    v = torch.randn(b, kv_heads, length, d, dtype=torch.float64, generator=g)
-    keep = torch.rand(b, 1, 1, length, generator=g) < 0.7
-    keep[..., 0] = True  # every row attends to something
-    additive = torch.where(keep, 0.0, float("-inf")).to(torch.float64)
-    rep = heads // kv_heads
-    for mask in (None, keep, additive):
-        expected = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
-                                                  attn_mask=mask, scale=0.3)
-        got = bll.fold_gqa_decode(q, k, v, mask, scale=0.3)
-        assert got.shape == (b, heads, 1, d)
-        assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
-    assert not torch.allclose(bll.fold_gqa_decode(q, k, v, keep), bll.fold_gqa_decode(q, k, v, None))
-    assert bll.fold_gqa_decode(torch.cat([q, q], 2), k, v, None) is None  # two query tokens
-    assert bll.fold_gqa_decode(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), None) is None
-    assert bll.fold_gqa_decode(q, k, v, keep.expand(b, heads, 1, length)) is None  # a per-head mask
-
-
-def test_llama_gqa_attention_falls_back_on_arguments_it_would_drop(monkeypatch):
-    """gqa_folded_sdpa folds only calls whose extra arguments leave sdpa's result alone (Llama's
-    position_ids, use_cache); an attention bias or sinks go to transformers' own function."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    import transformers.integrations.sdpa_attention as tsa
-
-    calls = []
-    monkeypatch.setattr(tsa, "sdpa_attention_forward", lambda *a, **kw: calls.append(sorted(kw)) or ("theirs", None))
-    g = torch.Generator().manual_seed(2)
-    q, k = torch.randn(1, 4, 1, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
-    folded, _ = bll.gqa_folded_sdpa(None, q, k, k, None, position_ids=torch.zeros(1, 1), use_cache=True)
-    assert folded.shape == (1, 1, 4, 8) and not calls
-    for extra in ({"position_bias": torch.zeros(1)}, {"s_aux": torch.zeros(1)}, {"output_attentions": True}):
-        assert bll.gqa_folded_sdpa(None, q, k, k, None, **extra)[0] == "theirs"
-    assert len(calls) == 3
-
-
 @pytest.mark.parametrize("attention", bll.ATTENTIONS)
 def test_llama_static_cache_decode_matches_recompute(attention):
     """The benchmark's decode loop (prefill, then one token a step through StaticCache) gives the
@@ -374,7 +329,7 @@ def test_llama_static_cache_decode_matches_recompute(attention):
     config = bll.llama3_config(2, attention, vocab_size=97, hidden_size=64, intermediate_size=128,
                                num_attention_heads=4, num_key_value_heads=2, bos_token_id=None, eos_token_id=None)
     assert config.num_key_value_heads == 2 and config.rms_norm_eps == 1e-5
-    assert config._attn_implementation == ("sdpa" if attention == "sdpa" else bll.GQA_ATTENTION)
+    assert config._attn_implementation == ("sdpa" if attention == "sdpa" else "sparsile_sdpa_gqa_decode")
     with torch.no_grad():
         model = bll.build_model(config, "cpu", torch.float32)
         assert bll.prune_projections_(model) == 2 * 7

@@ -8,6 +8,7 @@
     compiled = torch.compile(model, fullgraph=True) # traced through torch.ops.sparsile.sparse_linear
     spt.save_sparse24_checkpoint(model, "ckpt")     # compressed-tensors sparse-24-bitmask
     spt.load_sparse24_checkpoint(other_model, "ckpt")
+    spt.use_gqa_decode_attention(hf_model)          # transformers' sdpa at decode without copying the KV cache
 
     layer = spt.SparseLinear.from_dense(linear, trainable=True)   # 2:4 training (docs/training.md)
     y = spt.sparse24_activation_linear(x, weight)                 # 2:4 activation sparsity
@@ -20,6 +21,7 @@ from __future__ import annotations
 from . import ops
 from .activation import sparse24_activation_linear, sparse24_mask
 from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint
+from .decode_attention import use_gqa_decode_attention
 from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_
 from .linear import WEIGHT_DTYPES, SparseLinear
 from .sparsify import SparsifyReport, sparsify_
@@ -28,4 +30,4 @@ from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, tr
 __all__ = ["DEFAULT_GROUPS", "WEIGHT_DTYPES", "FuseReport", "LoadReport", "SemiSparseLinear", "SparseLinear",
            "SparseTrainer", "SparsifyReport", "fuse_projections_", "load_sparse24_checkpoint", "ops", "recompress_",
            "reprune_", "save_sparse24_checkpoint", "sparse24_activation_linear", "sparse24_mask", "sparsify_",
-           "transposable_mask"]
+           "transposable_mask", "use_gqa_decode_attention"]
