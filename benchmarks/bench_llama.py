@@ -13,14 +13,10 @@ magnitude first, so the three models compute the same function. Decoding: a prom
 random tokens (prefill, eager), then ``--new-tokens`` greedy steps with a static KV cache
 (transformers' ``StaticCache``); each decode step runs as one replayed CUDA graph (``graph``: the
 step captured with ``torch.cuda.graph``), through ``torch.compile(mode="reduce-overhead")``
-(``compile``) or eagerly (``eager``). Attention (``--attention``): transformers' sdpa function,
-by default with one change at decode (``sdpa-gqa``: ``sparsile.torch.use_gqa_decode_attention``'s,
-integrations/torch/decode_attention.py): with a static cache
-there is always an attention mask, so transformers' own (``sdpa``) repeats each layer's whole K and
-V cache once per query head (``repeat_kv``) at every step instead of passing ``enable_gqa``, 1.6 ms
-of a 10 ms batch-16 step on the H200 for dense and sparse alike (benchmarks/RESULTS.md, thirty-first
-session); folding the query heads of a KV head into its query positions reads K and V once, with the
-same result. tokens/s = batch x decode steps / decode time (prefill
+(``compile``) or eagerly (``eager``). Attention (``--attention``): by default ``sdpa-gqa``,
+``sparsile.torch.use_gqa_decode_attention``'s (integrations/torch/decode_attention.py: transformers'
+sdpa without its per-step copies of the KV cache, the same result); ``sdpa``: transformers' own.
+tokens/s = batch x decode steps / decode time (prefill
 excluded; median of ``--repeats`` runs). A mode that fails for a model is reported and skipped.
 
 Check: one forward (no cache) of a fixed prompt through each model, its logits against those of a

@@ -16,10 +16,10 @@ Semantics (the interpreter implements them; PTX ISA sections cited per op):
   and count its bytes on ``bar`` (elements outside the tensor read zero; PTX 9.7.9.25);
   ``cache=`` (``"evict_first"``, ``"evict_last"``, ``"evict_normal"``, ``"evict_unchanged"`` or None)
   gives the copy an L2 eviction priority (``.L2::cache_hint`` with a ``createpolicy.fractional``
-  policy, PTX 9.7.9.25 and `createpolicy`): data read once (a weight streamed through) can make room for
-  data many CTAs read again (the activations); ``tma.store(tensor, offsets, src)`` writes it back
-  (clipped); ``tma.store_wait()`` waits for the
-  stores of this thread to finish reading shared memory.
+  policy, PTX 9.7.9.25 and `createpolicy`): data read once (a weight streamed through) can make
+  room for data many CTAs read again (the activations). ``tma.store(tensor, offsets, src)`` writes
+  it back (clipped); ``tma.store_wait()`` waits for the stores of this thread to finish reading
+  shared memory.
 * ``fence.async_shared()`` — orders this thread's shared-memory writes before later async-proxy
   reads (``fence.proxy.async.shared::cta``); needed before TMA stores and MMAs read data written by
   ordinary stores (the fence TileLang's sparse GEMM once omitted: tile-ai/tilelang issue #2634).

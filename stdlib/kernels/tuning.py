@@ -143,6 +143,7 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
         inflight = choice.operand in INFLIGHT_OPERANDS
     if l2 is None:
         l2 = choice.operand in L2_OPERANDS
+    twins = [flag for flag, on in (("inflight", inflight), ("l2", l2)) if on]  # the unsplit configs' twins
     top = choice.block_n(n)
     bns = [b for b in (top, top // 2, top // 4) if b >= 16]
     steps = -(-k // choice.block_k)
@@ -155,14 +156,10 @@ def config_space(choice: KernelChoice, m: int, n: int, k: int, sms: int, tails: 
             out += [GemmConfig(bn, stages, s) for s in splits]
             if has_pair and tiles >= sms:
                 out.append(GemmConfig(bn, stages, 1, True))
-            if inflight and stages >= 4:
-                out.append(GemmConfig(bn, stages, inflight=True))
+            for flag in twins if stages >= 4 else ():
+                out.append(GemmConfig(bn, stages, **{flag: True}))
                 if has_pair and tiles >= sms:
-                    out.append(GemmConfig(bn, stages, 1, True, inflight=True))
-            if l2 and stages >= 4:
-                out.append(GemmConfig(bn, stages, l2=True))
-                if has_pair and tiles >= sms:
-                    out.append(GemmConfig(bn, stages, 1, True, l2=True))
+                    out.append(GemmConfig(bn, stages, 1, True, **{flag: True}))
             if stages >= 4 and tails:
                 out += tail_variants(GemmConfig(bn, stages), m, n, steps, sms, has_pair)
                 if streamk and choice.operand in STREAMK_OPERANDS and bn >= top // 2 and tiles % sms:
