@@ -231,15 +231,23 @@ class SparseDecodePlan:
 
     @property
     def ldy(self) -> int:
-        """The output's (and the workspace's) row stride: N_out for y = (T, N_out), T for the
-        feature-major C = (N_out, T)."""
+        """The output's row stride: N_out for y = (T, N_out) (half the weight's rows for "swiglu"),
+        T for the feature-major C = (N_out, T)."""
+        return self.base.t if self.feature_major else self.base.out_features
+
+    @property
+    def ld_workspace(self) -> int:
+        """The split-K workspace's row stride: the weight's rows (one partial sum per row, "swiglu"
+        too), T feature-major."""
         return self.base.t if self.feature_major else self.base.m
 
     def arguments(self) -> tuple[Any, ...]:
         """(A, E, B, Y, Bias, SW, SX, M, N, K, ldy) of the decode kernel; quantizes_x: (A, E, X, Y,
         Bias, SW, SX, M, N, K, KX, ldx, ldy), X the caller's (T, K) x."""
         b = self.base
-        sizes = (b.m, b.t, self.k_padded, *((b.k, b.k) if self.quantizes_x else ()), self.ldy)
+        partial = self.config.split_k > 1 and not self.reduces_in_kernel  # Y is the workspace
+        sizes = (b.m, b.t, self.k_padded, *((b.k, b.k) if self.quantizes_x else ()),
+                 self.ld_workspace if partial else self.ldy)
         bias, sw, sx = b._epilogue_pointers()
         if self.reduces_in_kernel:  # (A, E, B, Y, W, Count, Bias, SW, SX, M, N, K, ldy); quantizes_x: no SX
             vectors = (bias, sw) if self.quantizes_x else (bias, sw, sx)
@@ -275,7 +283,7 @@ class SparseDecodePlan:
         epilogue = b._epilogue_constexprs()
         if self.quantizes_x:  # the scales the decode kernel wrote
             sx, epilogue = self.x_scales, {**epilogue, "SCALE_X": 2}
-        reduce = (kernel_module().splitk_reduce_linear, (-(-b.m * b.t // 1024),),
+        reduce = (kernel_module().splitk_reduce_linear, (-(-b.out_features * b.t // 1024),),
                   (self.workspace, b.out, bias, sw, sx, b.m, b.t, self.ldy),
                   {"SPLIT_K": self.config.split_k, **epilogue, "BLOCK": 1024, **self._pdl(),
                    **({"FM": 1} if self.feature_major else {})})
@@ -357,6 +365,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             raise bad_input(f"a feature-major decode plan needs M, N and K above 0, got {base.m} x {base.t} x {base.k}",
                             help="sparse_matmul handles empty problems without a launch", code=SP_DECODE)
         return base
+    if base.activation == "swiglu" and (tiled or feature_major):
+        raise bad_input("the decode kernel's SwiGLU epilogue takes neither a tiled weight nor a feature-major output",
+                        help="plan it with tiled=False", code=SP_DECODE)
     if base.t > DECODE_MAX_T:
         raise bad_input(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
                         help="plan it with plan_sparse_linear (kernel unset or 'gemm') for more tokens", code=SP_DECODE)
@@ -389,10 +400,15 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
-                               None if bad_stages else stages, bm or DECODE_BM)
+                               None if bad_stages else stages, bm or DECODE_BM, base.activation == "swiglu")
+    eb = base.choice.elem_bytes
+    while found is not None and cfg.glu and cfg.stages > 2 and cfg.smem_bytes(eb) > SMEM_PER_CTA:
+        # the table's depth was tuned without the SwiGLU epilogue's buffer: the deepest ring beside it
+        cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, cfg.split_k, cfg.stages - 1,
+                                   cfg.bm, True)
     if base.quantizes_x and not bad_stages:
         cfg = resident_x_config(base, cfg, *asked)
-    too_big = cfg.smem_bytes(base.choice.elem_bytes) > SMEM_PER_CTA
+    too_big = cfg.smem_bytes(eb) > SMEM_PER_CTA
     if too_big and found is not None:  # the table's entry, not the caller, asked for these stages
         raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "
                         f"{base.t} tokens: {stages} stages do not fit in {SMEM_PER_CTA // 1024} KB of "

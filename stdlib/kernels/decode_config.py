@@ -59,6 +59,7 @@ class DecodeConfig:
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
     xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
     persist: int = 0  # > 0: the persistent kernel (PERSIST) on this many CTAs, each streaming several slabs
+    glu: bool = False  # activation "swiglu": an f32 (bm, bn) buffer for the epilogue's exchange of row halves
 
     def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""
@@ -68,9 +69,15 @@ class DecodeConfig:
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """The kernel's shared memory: the ring and its two barriers per stage; with resident x
-        (``xsteps``) also that buffer (one e4m3 byte per element) and :data:`QX_SCRATCH`."""
+        (``xsteps``) also that buffer (one e4m3 byte per element) and :data:`QX_SCRATCH`; with
+        ``glu`` the SwiGLU epilogue's f32 tile."""
         ring = self.stages * (self.stage_bytes(elem_bytes) + 16)
-        return ring + (self.xsteps * self.bn * self.bk + QX_SCRATCH if self.xsteps else 0)
+        return ring + (self.xsteps * self.bn * self.bk + QX_SCRATCH if self.xsteps else 0) + self.glu_bytes
+
+    @property
+    def glu_bytes(self) -> int:
+        """The SwiGLU epilogue's exchange buffer (f32, bm x bn), 0 without ``glu``."""
+        return self.bm * self.bn * 4 if self.glu else 0
 
     @property
     def num_warps(self) -> int:
@@ -105,7 +112,8 @@ def persistent_ctas(m: int, cfg: DecodeConfig, sms: int) -> int:
 
 
 def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
-                         split_k: int | None = None, stages: int | None = None, bm: int = DECODE_BM) -> DecodeConfig:
+                         split_k: int | None = None, stages: int | None = None, bm: int = DECODE_BM,
+                         glu: bool = False) -> DecodeConfig:
     """Tile, ring and split for N_out = ``m``, T = ``t``, K = ``k`` on ``sms`` SMs.
 
     Two CTAs per SM when at least :data:`TWO_CTA_MIN_STAGES` steps fit in half the shared memory
@@ -117,20 +125,21 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     every SM with shares (twice the split) 1.02-1.13x slower: more shares add partial sums to
     write and reduce without adding bandwidth. ``split_k`` / ``stages`` override the choice (for
     tuning on the GPU); the occupancy follows from the stages. ``bm``: the rows of weight per CTA
-    (128 unless a table or the caller says 64 or 256)."""
+    (128 unless a table or the caller says 64 or 256). ``glu``: room for the SwiGLU epilogue's
+    buffer is kept beside the ring."""
     eb = choice.elem_bytes
     bn = 8
     while bn < t:
         bn *= 2
     bk = 128 if eb == 2 else 256
-    probe = DecodeConfig(bn, bk, 1, 1, 1, bm=bm)
+    probe = DecodeConfig(bn, bk, 1, 1, 1, bm=bm, glu=glu)
     stage = probe.stage_bytes(eb)
-    per_cta = SMEM_PER_SM // 2 - 1024 - 1024  # reserved + barriers and alignment
+    per_cta = SMEM_PER_SM // 2 - 1024 - 1024 - probe.glu_bytes  # reserved + barriers and alignment
     two_fit = two_ctas_fit(bm)
     forced = stages
     stages, ctas = per_cta // stage, 2
     if stages < TWO_CTA_MIN_STAGES or not two_fit:
-        stages, ctas = (SMEM_PER_SM - 2048) // stage, 1
+        stages, ctas = (SMEM_PER_SM - 2048 - probe.glu_bytes) // stage, 1
     stages = max(2, min(MAX_STAGES, stages))
     if forced is not None:
         stages = forced
@@ -139,7 +148,7 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     steps = -(-k // bk)
     if split_k is None:
         split_k = max(1, min(sms // max(tiles, 1), steps // 2, MAX_SPLIT))
-    return DecodeConfig(bn, bk, stages, split_k, ctas, bm=bm)
+    return DecodeConfig(bn, bk, stages, split_k, ctas, bm=bm, glu=glu)
 
 
 def x_rows(t: int) -> int:

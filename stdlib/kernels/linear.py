@@ -75,6 +75,7 @@ from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spelling
     activation_name,
     bias_or_scale,
     check_e4m3_x,
+    glu_features,
     linear_error,
     linear_out_dtype,
 )
@@ -110,7 +111,7 @@ class SparseLinearPlan:
     """
 
     choice: KernelChoice
-    m: int            # output features (N_out): the kernel's M
+    m: int            # the weight's rows, the kernel's M: the output features (N_out), or twice them ("swiglu")
     t: int            # tokens: the kernel's N
     k: int            # K of x before padding
     k_padded: int     # K of the padded values and x (16-byte rows); the Hopper launch K
@@ -168,6 +169,11 @@ class SparseLinearPlan:
         return (0 if self.bias is None else self.bias, 0 if self.scale_w is None else self.scale_w,
                 0 if self.scale_x is None else self.scale_x)
 
+    @property
+    def out_features(self) -> int:
+        """The output's features: the weight's rows, or half of them for activation "swiglu"."""
+        return self.m // 2 if self.activation == "swiglu" else self.m
+
     def _epilogue_constexprs(self) -> dict[str, Any]:
         bias, sw, sx = self.modes
         return {"BIAS": bias, "ACT": self.activation, "SCALE_W": sw, "SCALE_X": sx}
@@ -217,7 +223,7 @@ class SparseLinearPlan:
 
     def reduce_arguments(self) -> tuple[Any, ...]:
         """splitk_reduce_linear's positional arguments: (W, Y, Bias, SW, SX, M, N, ldy)."""
-        return (self.workspace, self.out, *self._epilogue_pointers(), self.m, self.t, self.m)
+        return (self.workspace, self.out, *self._epilogue_pointers(), self.m, self.t, self.out_features)
 
     def reduce_constexprs(self) -> dict[str, Any]:
         return {"SPLIT_K": self.split_k, **self._epilogue_constexprs(), "BLOCK": REDUCE_BLOCK}
@@ -263,7 +269,7 @@ class SparseLinearPlan:
             xk = pad_columns(xh, self.k)
         else:
             xk = pad_columns(cast_operand(xh, self.choice), self.k_padded)
-        y = _linear_output(out, self.t, self.m, self.out_dtype, x, self.interpret, self.feature_major,
+        y = _linear_output(out, self.t, self.out_features, self.out_dtype, x, self.interpret, self.feature_major,
                            (self.values, self.meta, self.bias, self.scale_w, scale_x))
         changes: dict[str, Any] = {"x": xk, "out": y}
         if scale_x is not None:
@@ -299,7 +305,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     decode kernel is planned and its share of x fits in shared memory, f16 / bf16 x without
     ``scale_x``: that kernel quantizes x per token itself, one launch (:mod:`.decode`).
     ``_quantized_in_kernel`` (plan_sparse_decode's base plan): such an x is checked and kept as it
-    is, uncast and unpadded. ``_feature_major`` (the base plan of a feature-major decode plan, for
+    is, uncast and unpadded, and activation "swiglu" (which only the decode kernel fuses: SP0860
+    elsewhere) is planned. ``_feature_major`` (the base plan of a feature-major decode plan, for
     sparse_matmul): ``out`` is (N_out, T); the plan is only that base, never launched itself.
     ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
     Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
@@ -319,7 +326,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     if len(x_shape) != 2:
         raise bad_input(f"x must be a 2-D (T, K) array, got shape {x_shape}",
                         help="flatten the leading dimensions: x.reshape(-1, K), and y.reshape(*lead, N_out) after")
-    from .decode import MAX_SPLIT, plan_sparse_decode, reduce_mode, wants_decode
+    from .decode import DECODE_MAX_T, MAX_SPLIT, SP_DECODE, plan_sparse_decode, reduce_mode, wants_decode
 
     if reduce is not None:
         reduce_mode(reduce)  # checked whichever kernel is planned
@@ -352,7 +359,15 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         xc = pad_columns(xc, k if keep else k_padded)
     if choice.operand == "e4m3":
         check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
-    y = _linear_output(out, t, m, y_dtype, x, interpret, _feature_major, (values, words, bias, scale_w, scale_x))
+    if act == "swiglu" and not _quantized_in_kernel:
+        raise bad_input(f"activation 'swiglu' is fused by the decode kernel only (1 to {DECODE_MAX_T} tokens on "
+                        f"sm_90a), not for {t} tokens" + ("" if tgt == "sm_90a" else f" on {tgt}")
+                        + (f" with kernel={kernel!r}" if kernel not in (None, "auto") else ""), code=SP_DECODE,
+                        help="pass activation=None and compute silu(y[:, :F]) * y[:, F:] of the (T, 2F) result "
+                        "(sparsile.torch does this by itself)")
+    features = glu_features(m) if act == "swiglu" else m
+    y = _linear_output(out, t, features, y_dtype, x, interpret, _feature_major,
+                       (values, words, bias, scale_w, scale_x))
     b, bias_mode = bias_or_scale(bias, "bias", m, x, interpret, ("float32", y_dtype))
     sw, sw_mode = bias_or_scale(scale_w, "scale_w", m, x, interpret, ("float32",))
     sx, sx_mode = bias_or_scale(scale_x, "scale_x", t, x, interpret, ("float32",))
@@ -475,4 +490,7 @@ def reference_linear(weight_dense: Any, x: Any, bias: Any = None, activation: st
         y = y / (1.0 + np.exp(-y))
     elif act == "gelu_tanh":
         y = 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
+    elif act == "swiglu":  # gate rows, then up rows
+        f = glu_features(y.shape[1])
+        y = y[:, :f] / (1.0 + np.exp(-y[:, :f])) * y[:, f:]
     return y

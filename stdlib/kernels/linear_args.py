@@ -24,7 +24,9 @@ SP_LINEAR_REBIND = "SP0853"
 E4M3_X_DTYPES = ("float8_e4m3fn", "float8_e4m3")
 X16_DTYPES = ("float16", "bfloat16")
 """x dtypes that the decode kernel quantizes to e4m3 itself, for e4m3 weights (``sparse_decode_e4m3_qx``)."""
-ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
+ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh", "swiglu")
+"""The epilogue's activations. "swiglu" pairs the weight's rows: gate rows 0..F-1, up rows F..2F-1,
+y[t, f] = silu(gate) * up, F outputs (the decode kernel only: :func:`glu_features`)."""
 OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
               "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
 
@@ -56,7 +58,7 @@ def activation_name(activation: str | None) -> str:
         return "none"
     if activation not in ACTIVATIONS:
         raise linear_error(SP_LINEAR_OPTION, f"unknown activation {activation!r}",
-                           "activation is None, 'relu', 'silu' or 'gelu_tanh'")
+                           "activation is None, 'relu', 'silu', 'gelu_tanh' or 'swiglu'")
     return activation
 
 
@@ -125,3 +127,14 @@ def check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None:
         raise linear_error(SP_LINEAR_FP8_INPUT, f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
                            "quantize x with quantize_per_token_e4m3(x) and pass its scale as scale_x (the decode "
                            "kernel quantizes a 16-bit x itself for T <= 64 on sm_90a)")
+
+
+def glu_features(rows: int) -> int:
+    """The outputs of activation "swiglu" over a weight of ``rows`` rows (gate half, then up half):
+    rows / 2, each half a whole number of the "sm90" metadata's 16-row blocks (docs/sparse-metadata.md
+    §4), so that a half's words are rows of the weight's words (SP0850 otherwise)."""
+    if rows % 32:
+        raise linear_error(SP_LINEAR_OPTION, f"activation 'swiglu' pairs a gate half and an up half of the weight's "
+                           f"rows, each a multiple of 16: got {rows} rows",
+                           "concatenate [gate; up] weights whose out_features are multiples of 16 (pad with zero rows)")
+    return rows // 2

@@ -1,0 +1,185 @@
+"""sparsile.stdlib.kernels.decode: the decode kernel's SwiGLU epilogue (activation="swiglu": a weight
+of gate rows then up rows, y = silu(gate) * up) in the interpreter against float64 references with
+poisoned outputs (f16, bf16, e4m3 with scales or x quantized by the kernel; every reduction, slab
+size and the persistent kernel; a last slab of fewer features), the errors with their codes, the
+plan's shared-memory budget, sm_90a compilation, and GPU runs (marked gpu)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from sparsile.stdlib.kernels.decode import SMEM_PER_CTA, SMEM_PER_SM, SparseDecodePlan, plan_sparse_decode
+from sparsile.stdlib.kernels.linear import plan_sparse_linear, reference_linear, sparse_linear
+
+from .test_linear_api import HALF_ULP, NP_OUT, SMALLEST, _code_message, cuda_copy, epilogue_case, problem
+
+
+def assert_glu_close(y, weight, x, k, dtype, out_dtype, **epi) -> None:
+    """y = silu(g) * u within the bound that f32 accumulation and the epilogue leave on g and u (the
+    bound of test_linear_api.assert_linear_close before the activation, ``e``), carried through the
+    product (|silu'| <= 1.1: 1.1 |u| e_g + |silu(g)| e_u + e_g e_u), plus the f32 evaluation (2^-20
+    relative) and half an ulp of the output type."""
+    assert str(y.dtype) == out_dtype
+    y64 = np.asarray(y).astype(np.float64)
+    assert not np.isnan(y64).any(), "unwritten outputs"
+    dense = weight.dense().astype(np.float64)
+    f = dense.shape[0] // 2
+    scales = {"scale_x": epi.get("scale_x"), "scale_w": epi.get("scale_w")}
+    pre = reference_linear(dense, x, bias=epi.get("bias"), **scales)
+    scale = np.abs(reference_linear(np.abs(dense), np.abs(x.astype(np.float64)), **scales))
+    acc = max(k, 1) * 2.0 ** -23 * scale
+    if dtype == "e4m3":
+        acc = acc + (k // 64 + 1) * 2.0 ** -13 * scale
+    e = acc + 2.0 ** -20 * (np.abs(pre) + 1.0)
+    g, u, eg, eu = pre[:, :f], pre[:, f:], e[:, :f], e[:, f:]
+    silu = g / (1.0 + np.exp(-g))
+    ref = silu * u
+    err = 1.1 * (np.abs(u) + eu) * eg + np.abs(silu) * eu + 2.0 ** -20 * (np.abs(ref) + 1.0)
+    bound = err + HALF_ULP[out_dtype] * (np.abs(ref) + err) + SMALLEST[out_dtype]
+    diff = np.abs(y64 - ref)
+    assert (diff <= bound).all(), f"max error {diff.max()} (bound there {bound.flat[diff.argmax()]})"
+    assert np.abs(ref).max() > 0.5  # a product of order 1, not a vanishing one
+
+
+# dtype, 2F (the weight's rows), T, K, out_dtype, bias, scale_w, scale_x, plan options
+CASES = [
+    ("bf16", 192, 5, 256, None, "f32", None, None, {}),
+    ("f16", 160, 16, 384, "float32", "out", None, None, {"split_k": 2, "reduce": "launch"}),  # F = 80: a half slab
+    ("bf16", 256, 33, 520, "float16", None, None, None, {"split_k": 3, "reduce": "kernel"}),
+    ("f16", 96, 1, 256, None, "f32", "channel", "token", {"bm": 64}),
+    ("bf16", 320, 64, 256, None, "out", None, None, {"bm": 64, "split_k": 2, "reduce": "kernel"}),
+    ("bf16", 512, 8, 256, "float32", "f32", None, None, {"bm": 256, "split_k": 2, "reduce": "kernel"}),
+    ("f16", 384, 3, 256, None, None, None, None, {"persistent": True, "num_sms": 1}),
+    ("e4m3", 192, 16, 512, None, "f32", "channel", "token", {"split_k": 2, "reduce": "launch"}),
+    ("e4m3", 160, 4, 512, "float16", "out", "tensor", "tensor", {"split_k": 2, "reduce": "kernel"}),
+]
+
+
+@pytest.mark.parametrize("dtype,rows,t,k,out_dtype,bias,sw,sx,options", CASES)
+def test_swiglu_matches_float64_reference(dtype, rows, t, k, out_dtype, bias, sw, sx, options):
+    weight, x = problem(dtype, rows, t, k, seed=rows + t + k)
+    want, epi = epilogue_case(dtype, rows, t, out_dtype, bias, "swiglu", sw, sx)
+    out = np.full((t, rows // 2), np.nan, NP_OUT[want])
+    plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
+                              **options, **epi)
+    assert plan.out is out and plan.ldy == rows // 2 and plan.config.glu
+    for option, value in options.items():
+        if option in ("split_k", "bm"):
+            assert getattr(plan.config, option) == value
+    assert len(plan.launches()) == (2 if options.get("reduce") == "launch" else 1)
+    for _ in range(2):  # twice: the in-kernel reduction leaves its counters at zero
+        out[...] = np.nan
+        y = plan.run()
+        assert_glu_close(y, weight, x, k, dtype, want, **epi)
+
+
+def test_e4m3_weights_quantize_16_bit_x_in_the_kernel():
+    """e4m3 weights with bf16 x and no scale_x: the kernel quantizes x per token and applies those
+    scales to both halves before pairing them."""
+    weight, _ = problem("e4m3", 192, 6, 512, seed=5)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 512)).astype(np.float32).astype(NP_OUT["bfloat16"])
+    scale_w = (rng.uniform(0.25, 2.0, 192) / 64).astype(np.float32)
+    bias = rng.standard_normal(192).astype(np.float32)
+    plan = plan_sparse_decode(weight.values, weight.meta, x, scale_w=scale_w, bias=bias, activation="swiglu",
+                              interpret=True)
+    assert plan.quantizes_x and plan.config.glu
+    y = plan.run()
+    # the kernel's own quantization of x: the reference multiplies the same e4m3 x and scales
+    from sparsile.stdlib.kernels.linear import quantize_per_token_e4m3
+
+    xq, sx = quantize_per_token_e4m3(x, interpret=True)
+    assert_glu_close(y, weight, xq, 512, "e4m3", "bfloat16", scale_w=scale_w, bias=bias, scale_x=sx)
+
+
+def test_swiglu_is_the_default_route_and_rebinds():
+    weight, x = problem("bf16", 128, 7, 256, seed=2)
+    y = sparse_linear(weight.values, weight.meta, x, activation="swiglu", interpret=True)
+    assert y.shape == (7, 64)
+    assert_glu_close(y, weight, x, 256, "bf16", "bfloat16")
+    plan = plan_sparse_linear(weight.values, weight.meta, x, activation="swiglu", interpret=True)
+    assert isinstance(plan, SparseDecodePlan)
+    _, x2 = problem("bf16", 128, 7, 256, seed=3)
+    y2 = plan.rebind(x2).run()
+    assert y2.shape == (7, 64)
+    assert_glu_close(y2, weight, x2, 256, "bf16", "bfloat16")
+
+
+def test_swiglu_errors_have_codes(monkeypatch):
+    weight, x = problem("bf16", 128, 4, 256, seed=4)
+    v, m = weight.values, weight.meta
+    code, message = _code_message(lambda: plan_sparse_linear(v, m, x, activation="swiglu", kernel="gemm",
+                                                             interpret=True))
+    assert code == "SP0860" and "decode kernel only" in message and "kernel='gemm'" in message
+    _, x65 = problem("bf16", 128, 65, 256, seed=4)
+    code, message = _code_message(lambda: plan_sparse_linear(v, m, x65, activation="swiglu", interpret=True))
+    assert code == "SP0860" and "not for 65 tokens" in message
+    code, message = _code_message(lambda: plan_sparse_linear(v, m, x, activation="swiglu", target="sm_100a",
+                                                             interpret=True))
+    assert code == "SP0860" and "sm_100a" in message
+    monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "0")
+    code, _ = _code_message(lambda: plan_sparse_linear(v, m, x, activation="swiglu", interpret=True))
+    assert code == "SP0860"
+    monkeypatch.delenv("SPARSILE_DECODE_KERNEL")
+    odd, xo = problem("bf16", 112, 4, 256, seed=4)  # halves of 56 rows: not whole 16-row metadata blocks
+    code, message = _code_message(lambda: plan_sparse_linear(odd.values, odd.meta, xo, activation="swiglu",
+                                                             interpret=True))
+    assert code == "SP0850" and "multiple of 16" in message and "112 rows" in message
+    code, message = _code_message(lambda: plan_sparse_decode(v, m, x, activation="swiglu", tiled=True,
+                                                             interpret=True))
+    assert code == "SP0860" and "tiled" in message
+
+
+@pytest.mark.parametrize("t,options", [(16, {}), (64, {}), (1, {"bm": 64}), (16, {"split_k": 2, "reduce": "kernel"}),
+                                       (16, {"persistent": True})])
+def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options):
+    """The plan's budget holds the ring and the exchange buffer exactly; the kernel fits one CTA's
+    limit, and two per SM where the plan counted on two. The epilogue exchanges through shared
+    memory (st.shared / ld.shared) and has one more wgmma-free barrier pair than the plain kernel."""
+    rows, k = 2 * 14336, 4096
+    values = np.zeros((rows, k // 2), NP_OUT["bfloat16"])
+    meta = np.full((rows, k // 32), 0x44444444, np.uint32)
+    x = np.ones((t, k), NP_OUT["bfloat16"])
+    plan = plan_sparse_decode(values, meta, x, activation="swiglu", interpret=True, **options)
+    cfg = plan.config
+    ck = plan.compile("sm_90a")[0]
+    # (the in-kernel reduction adds the 4-byte broadcast of its arrival count, as without swiglu)
+    assert cfg.smem_bytes(2) <= ck.smem_bytes <= cfg.smem_bytes(2) + 4 and ck.smem_bytes <= SMEM_PER_CTA
+    if cfg.ctas_per_sm == 2:
+        assert 2 * (ck.smem_bytes + 1024) <= SMEM_PER_SM
+    assert re.search(r"st\.shared", ck.ptx) and re.search(r"ld\.shared", ck.ptx)
+    plain = plan_sparse_decode(values, meta, x, interpret=True, **options).compile("sm_90a")[0]
+    assert ck.ptx.count("bar.sync") + ck.ptx.count("barrier.sync") == \
+        plain.ptx.count("bar.sync") + plain.ptx.count("barrier.sync") + 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,rows,t,k,options", [
+    ("bf16", 2 * 14336, 1, 4096, {}),
+    ("bf16", 2 * 14336, 16, 4096, {}),
+    ("bf16", 2 * 14336, 64, 4096, {}),
+    ("f16", 2 * 1000 + 16 * 2, 5, 1024, {"split_k": 4, "reduce": "launch"}),  # F = 1016
+    ("bf16", 2 * 3584, 16, 8192, {"split_k": 4, "reduce": "kernel"}),
+    ("bf16", 2 * 4096, 16, 4096, {"bm": 64}),
+    ("bf16", 2 * 14336, 16, 4096, {"persistent": True}),
+    ("e4m3", 2 * 14336, 16, 4096, {}),
+])
+def test_gpu_swiglu_matches_float64_reference(dtype, rows, t, k, options):
+    """On torch CUDA tensors, three runs each from a poisoned output."""
+    torch = pytest.importorskip("torch")
+    weight, x = problem(dtype, rows, t, k, seed=rows + t)
+    want, epi = epilogue_case(dtype, rows, t, None, "f32", "swiglu", "channel" if dtype == "e4m3" else None,
+                              "token" if dtype == "e4m3" else None)
+    args = {name: cuda_copy(v) if isinstance(v, np.ndarray) else v for name, v in epi.items()}
+    out = torch.empty((t, rows // 2), dtype=getattr(torch, want), device="cuda")
+    plan = plan_sparse_decode(cuda_copy(weight.values), cuda_copy(weight.meta), cuda_copy(x), out=out, **options,
+                              **args)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        plan.run()
+        torch.cuda.synchronize()
+        y = out.float().cpu().numpy().astype(NP_OUT[want])
+        assert_glu_close(y, weight, x, k, dtype, want, **epi)
