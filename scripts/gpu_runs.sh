@@ -18,7 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh a32              # the decode kernel's SwiGLU epilogue: GPU tests, timed against kernel + silu + mul, layer T <= 16
+#   bash scripts/gpu_runs.sh a32              # the decode kernel's SwiGLU epilogue: GPU tests, timed against kernel + silu + mul
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
 #   bash scripts/gpu_runs.sh g31              # the L2-hint GPU tests, the tuner's GPU tests, the 57344 x 256 rows again
 #   bash scripts/gpu_runs.sh f31              # the N = 256 prefill rows tuned with L2-hinted configs, checked vs float64, the grid rows
@@ -227,12 +227,10 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     ;;
 a32)  # the decode kernel's SwiGLU epilogue (activation="swiglu"): its GPU tests and the decode kernel's (the plan's
      # ldy / workspace stride split), then timed against the unfused kernel + torch silu + mul on the 8B / 70B gate_up
-     # weights, then the layer's T <= 16 rows (issue 12's eager target, last measured in d30)
+     # weights
     run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_decode_glu.py \
         tests/stdlib/test_decode_qx.py tests/stdlib/test_decode_api.py -k "glu or qx or torch_in_place or persistent"
     run 120 python benchmarks/bench_glu.py
-    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
-        --json "$out/linear-diag-32.json"
     ;;
 a31)  # where a decode step's GPU time goes (issue 12's CUDA-graph model at batch 16 is 1.21x dense): the kernels of
      # 8 graph-replayed steps of the 32-layer model, per name, dense against sparsile-fused, batch 1 and 16
