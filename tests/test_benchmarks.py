@@ -301,7 +301,8 @@ bll = load_script("bench_llama")
 def test_llama_arguments():
     args = bll.parse_args([])
     assert (args.layers, args.batches, args.prompt, args.new_tokens) == (8, [1, 16], 128, 128)
-    assert args.models == ["dense", "sparsile", "sparsile-fused", "semi"] and args.modes == ["graph"]
+    assert args.models == ["dense", "sparsile", "sparsile-fused", "sparsile-fused-noswiglu", "semi"]
+    assert args.modes == ["graph"]
     assert args.attention == "sdpa-gqa" and bll.parse_args(["--attention", "sdpa"]).attention == "sdpa"
     assert bll.parse_args(["--models", "dense", "sparsile-fused"]).models == ["dense", "sparsile-fused"]
     for bad in (["--layers", "0"], ["--new-tokens", "1"], ["--modes", "fast"], ["--models", "moe"]):
@@ -493,7 +494,7 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
 
 def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
     """The sparsile-fused model for real on the CPU (sparsify_ in the interpreter, then
-    fuse_projections_): its groups are fused and run while it decodes eagerly through the static
+    fuse_projections_): its groups are fused (SwiGLU into the MLP) and run while it decodes eagerly through the static
     cache, its tokens equal an eager decode's and its logits pass the bf16 check."""
     _tiny_llama_on_cpu(monkeypatch)
     from sparsile.integrations.torch.fuse import fused_group_of
@@ -517,7 +518,8 @@ def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
     runs = {r["model"]: r for r in report["runs"]}
     assert runs["sparsile-fused"]["tokens_equal_eager"] and runs["sparsile-fused"]["speedup"] > 0
     layer = built[0].model.layers[0]
-    assert fused_group_of(layer.self_attn.q_proj).runs > 0 and fused_group_of(layer.mlp.up_proj).runs > 0
+    assert fused_group_of(layer.self_attn.q_proj).runs > 0 and fused_group_of(layer.mlp.up_proj) is not None
+    assert type(layer.mlp.__dict__["forward"]).__name__ == "SwigluForward"  # the MLP runs SwiGLU fused
     assert "sparsile-fused >= 1.3x dense tokens/s, batch 2, eager" in text
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV
+from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV, wants_decode
 from ...stdlib.sparsity.errors import SparsityError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
@@ -42,6 +42,12 @@ from .weight import Weight, same_bytes, same_memory, storage_key, tracked_tensor
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
+"""The activations a :class:`~.linear.SparseLinear` applies to its own outputs."""
+SWIGLU = "swiglu"
+"""The gated activation: y (T, F) = silu(z[:, :F]) * z[:, F:] for the 2F pre-activations z of the
+row-concatenated [gate; up] weight (docs/torch.md, "Fusing SwiGLU")."""
+OP_ACTIVATIONS = (*ACTIVATIONS, SWIGLU)
+"""The activations ``torch.ops.sparsile.sparse_linear`` takes."""
 EAGER_REDUCE_MAX_T = 16
 """Up to this many tokens an eager call of the decode kernel with split-K adds the partial sums in
 the kernel (plan_sparse_decode's reduce="kernel": one launch, 5-11 µs less host time per call on
@@ -96,6 +102,23 @@ def as_torch(result: Any, device: torch.device, dtype: torch.dtype) -> torch.Ten
     bits = {1: np.uint8, 2: np.int16, 4: np.int32}[host.itemsize]
     tensor = torch.from_numpy(host.view(bits)).view(getattr(torch, host.dtype.name))
     return tensor.to(device, dtype)
+
+
+def swiglu_in_kernel(tokens: int, device: torch.device) -> bool:
+    """Whether the kernel applies SwiGLU itself to a call of ``tokens`` tokens on ``device``: where
+    the decode kernel is planned (1 to 64 tokens, ``SPARSILE_DECODE_KERNEL`` not "0"), in the
+    interpreter or on a Hopper GPU. Elsewhere (more tokens, Blackwell) the caller computes the
+    pre-activations in float32 and applies SwiGLU with torch (docs/torch.md, "Fusing SwiGLU")."""
+    if device.type == "cuda" and _capability_major(device.index if device.index is not None
+                                                   else torch.cuda.current_device()) != 9:
+        return False
+    return wants_decode(None, tokens, "sm_90a")
+
+
+def swiglu_unfused(z: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """silu(gate) * up of float32 pre-activations z (..., 2F) = [gate, up], in ``out_dtype``."""
+    f = z.shape[-1] // 2
+    return (torch.nn.functional.silu(z[..., :f]) * z[..., f:]).to(out_dtype)
 
 
 def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype
@@ -199,7 +222,7 @@ class LaunchRecord:
         self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
         self.key: tuple = ()  # where a RecordCache stores it
-        self.shape = (int(x.shape[0]), int(w.values.shape[0]))
+        self.shape = (int(x.shape[0]), w.out_features)  # (T, N): y's shape (N = F rows / 2 with SwiGLU)
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
         kept: list[Any] = []  # what the launches keep (workspace, counters, padded copies): see used_on
@@ -268,7 +291,7 @@ class LaunchRecord:
         # split-K partial sums added in the kernel by eager calls (EAGER_REDUCE_MAX_T)
         reduce_eagerly = self.shape[0] <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
         if self.prepared is not None and not capturing():
-            if self.quantize and quantizes_in_kernel(self.shape[0], self.shape[1], int(x.shape[1])):
+            if self.quantize and quantizes_in_kernel(self.shape[0], int(w.values.shape[0]), int(x.shape[1])):
                 one_launch = self._quantizing_eager(api, x, y, w, out_dtype, reduce_eagerly)  # x quantized in it
             if one_launch is None and len(launches) > 1 and reduce_eagerly and hasattr(self.plan, "reduces_in_kernel"):
                 # a decode plan (the tiled kernels always reduce in a second launch): split-K reduced in the kernel

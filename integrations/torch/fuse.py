@@ -22,6 +22,10 @@ swaps the buffers, so there each child still runs its own), and siblings are mat
 alone (a version check there would break the graph), so an in-place write to the shared input
 between sibling calls *inside the compiled region* would not be seen. docs/torch.md ("Fusing
 sibling projections") has the details.
+
+SwiGLU: where the fused group is a Llama-style MLP's gate_proj and up_proj (SiLU act_fn, a
+down_proj, the reference forward), the MLP's forward is replaced on the instance by one that runs
+the fused layer with SwiGLU in the kernel's epilogue (glu.py; docs/torch.md, "Fusing SwiGLU").
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, IntegrationError
+from .glu import MLP_NAMES, install_swiglu, uninstall_swiglu
 from .linear import SparseLinear, checked_model
 
 LOG = logging.getLogger("sparsile.torch")
@@ -59,11 +64,14 @@ class FuseReport:
     fused: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)  # fused before, by an earlier call, and left so
+    swiglu: list[str] = field(default_factory=list)  # gate_proj+up_proj groups whose MLP runs SwiGLU in the kernel
+    no_swiglu: dict[str, str] = field(default_factory=dict)  # gate_proj+up_proj groups fused without it, and why
 
     def __str__(self) -> str:
         lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.kept)} already fused, "
-                 f"{len(self.skipped)} skipped"]
+                 f"{len(self.skipped)} skipped; SwiGLU fused into {len(self.swiglu)} MLPs"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        lines += [f"  no SwiGLU for {name}: {why}" for name, why in self.no_swiglu.items()]
         return "\n".join(lines)
 
 
@@ -93,6 +101,7 @@ class ProjectionGroup:
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
         self.partial = 0  # fused runs in a row that ended with members unserved
+        self.swiglu: Any = None  # the parent MLP's glu.SwigluForward, where SwiGLU is fused
 
     def attach(self) -> None:
         for i, m in enumerate(self.members):
@@ -104,7 +113,16 @@ class ProjectionGroup:
             if m.__dict__.get("_fused", (None,))[0] is self:
                 del m.__dict__["_fused"]
         self.pending = None
+        uninstall_swiglu(self)  # the parent MLP's own forward again
         self.fused = None  # its memory is freed once no member holds a view of it
+
+    def layers(self) -> tuple[SparseLinear, ...]:
+        """The layers over the fused buffers (the fused layer, and the SwiGLU forward's): their
+        launch records are brought up to in-place writes and rebuilt with the fused layer's."""
+        fused = self.fused
+        if fused is None:
+            return ()
+        return (fused, *(() if self.swiglu is None else self.swiglu.layers()))
 
     def invalidate(self) -> None:
         """A member's buffers may have changed (``SparseLinear._invalidate``): verify before the next run."""
@@ -145,7 +163,8 @@ class ProjectionGroup:
                             and part.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
                             and part.data_ptr() == expected.data_ptr()):
                         return False
-            self.fused._invalidate()  # as a member's own launch records, the fused layer's are rebuilt after a change
+            for layer in self.layers():  # as a member's own records, the fused layers' are rebuilt after a change
+                layer._invalidate()
             self.checked = True
         return True
 
@@ -184,10 +203,14 @@ class ProjectionGroup:
             return self._serve(p, index)
         self.pending = None
         fused = self.fused
-        if fused is None or not self.checked or any(buffers.get(name) is not view
-                                                    for buffers, name, view in self.expect):
+        if fused is None or not self.traced_intact():
             return self.members[index]._forward_op(x)
         return self._start(x, -1, fused._forward_op(x).split_with_sizes(self.sizes, -1), index)
+
+    def traced_intact(self) -> bool:
+        """What a trace checks of :meth:`intact`: the members' views verified since their last change
+        and still in place (torch.export swaps the buffers)."""
+        return self.checked and all(buffers.get(name) is view for buffers, name, view in self.expect)
 
     def _serve(self, p: list[Any], index: int) -> torch.Tensor:
         """Member ``index``'s columns of the pending run ``p`` (matched by the caller), marked
@@ -295,7 +318,8 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
     return group
 
 
-def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced: bool = False) -> FuseReport:
+def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced: bool = False,
+                      swiglu: bool = True) -> FuseReport:
     """For every module of ``model`` whose children named by a group (default
     :data:`DEFAULT_GROUPS`) fit together, run them as one fused :class:`.SparseLinear` (in place).
 
@@ -309,6 +333,12 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     ``traced=True`` fuses inside torch.compile traces too (one fused custom op per group in
     the graph); siblings are matched there by identity alone, so the model must not write in place
     to a group's shared input between the sibling calls (transformers' decoders do not).
+
+    ``swiglu=True`` (default): where a fused ``("gate_proj", "up_proj")`` group belongs to a
+    Llama-style MLP (glu.py: SiLU ``act_fn``, a ``down_proj``, Llama's forward), the MLP runs
+    SwiGLU in the fused kernel's epilogue (``report.swiglu``; ``report.no_swiglu`` says why not
+    elsewhere). ``swiglu=False`` keeps (or makes again) the MLP's own forward. docs/torch.md,
+    "Fusing SwiGLU".
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
@@ -330,15 +360,33 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
                     mark_static(same.fused)
                     same.traced = True
                 report.kept.append(key)
+                _fuse_swiglu(parent, same, group, swiglu, key, report)
                 continue
             reason = mismatch(named)
             if reason is not None:
                 report.skipped[key] = reason
                 continue
-            fuse_group([m for _, m in named], traced)
+            fused = fuse_group([m for _, m in named], traced)
             report.fused.append(key)
+            _fuse_swiglu(parent, fused, group, swiglu, key, report)
     LOG.info("%s", report)
     return report
+
+
+def _fuse_swiglu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ...], wanted: bool, key: str,
+                 report: FuseReport) -> None:
+    """SwiGLU fused into ``parent``'s forward (glu.py) where ``wanted`` and ``names`` are the gated
+    MLP's gate_proj and up_proj, noted in ``report``; ``wanted`` False: the parent's own forward."""
+    if names != MLP_NAMES:
+        return
+    if not wanted:
+        uninstall_swiglu(group)
+        return
+    reason = install_swiglu(parent, group)
+    if reason is None:
+        report.swiglu.append(key)
+    else:
+        report.no_swiglu[key] = reason
 
 
 def fused_group_of(layer: nn.Module) -> ProjectionGroup | None:

@@ -44,6 +44,7 @@ from ._kernels import (
     ACTIVATIONS,
     OUT_DTYPES,
     RECORD_QUANTIZE_MAX_T,
+    SWIGLU,
     Weight,
     capturing,
     quantize_per_token,
@@ -73,11 +74,20 @@ def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
                            help="pass dtype='bf16', 'f16' or 'e4m3' (fp8 weights with per-channel scales)")
 
 
-def checked_activation(activation: Any) -> str | None:
-    if activation not in ACTIVATIONS:
-        raise IntegrationError(SP_ACTIVATION_FN, f"unknown activation {activation!r}",
-                               help="use None, 'relu', 'silu' or 'gelu_tanh'")
-    return activation
+def checked_activation(activation: Any, allowed: tuple[str | None, ...] = ACTIVATIONS) -> str | None:
+    """``activation`` when it is one of ``allowed`` (default: a layer's own, :data:`ACTIVATIONS`),
+    else SP0904; "swiglu" outside ``allowed`` gets a message of its own: it joins two projections,
+    so a layer cannot apply it to its own outputs."""
+    if activation in allowed:
+        return activation
+    if activation == SWIGLU:
+        raise IntegrationError(SP_ACTIVATION_FN, "a SparseLinear cannot apply 'swiglu' to its own outputs: SwiGLU "
+                               "multiplies silu(gate) by up, the outputs of two projections",
+                               help="keep gate_proj and up_proj as SparseLinear layers without an activation and "
+                                    "call sparsile.torch.fuse_projections_(model): it fuses SwiGLU into a "
+                                    "Llama-style MLP (docs/torch.md, 'Fusing SwiGLU')")
+    raise IntegrationError(SP_ACTIVATION_FN, f"unknown activation {activation!r}",
+                           help="use " + ", ".join(repr(a) for a in allowed[:-1]) + f" or {allowed[-1]!r}")
 
 
 def checked_features(in_features: Any, out_features: Any, layer: str, code: str) -> tuple[int, int]:
@@ -172,14 +182,13 @@ def tracing(x: Any) -> bool:
 
 def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> int:
     """``RecordCache.sync`` of the weight in ``values``' memory in a layer's ``own`` cache, the
-    custom op's, and a fused group's (``fused``: a member's ``(group, index)``, fuse.py); how many
+    custom op's, and a fused group's layers' (``fused``: a member's ``(group, index)``, fuse.py); how many
     captured records still read copies from before (see ``sync``)."""
     from .ops import RECORDS  # (ops imports this module)
 
     caches = [own, RECORDS]
-    group = None if fused is None else fused[0].fused
-    if group is not None:
-        caches.append(group.__dict__["_records"])
+    if fused is not None:  # the group's fused layer, and its SwiGLU forward's layers (glu.py)
+        caches += [layer.__dict__["_records"] for layer in fused[0].layers()]
     return sum(cache.sync(values) for cache in caches)
 
 
@@ -196,6 +205,7 @@ class SparseLinear(nn.Module):
     bias: torch.Tensor | None
     scale_w: torch.Tensor | None
     _own_forward: bool = True  # forward is SparseLinear.forward (see __call__ and __init_subclass__)
+    _activations: tuple[str | None, ...] = ACTIVATIONS  # what checked_activation admits for this class
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None):
@@ -203,7 +213,7 @@ class SparseLinear(nn.Module):
         in_features, out_features = checked_features(in_features, out_features, "SparseLinear", SP_CANNOT_SPARSIFY)
         self.in_features, self.out_features = in_features, out_features
         self.weight_dtype = weight_dtype_name(dtype)
-        self.activation = checked_activation(activation)
+        self.activation = checked_activation(activation, self._activations)
         self.out_dtype = checked_out_dtype(out_dtype)
         op = operand_type(self.weight_dtype)
         k_values = -(-in_features // op.group) * op.group
@@ -477,7 +487,7 @@ class SparseLinear(nn.Module):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "activation":  # checked here as in __init__, not at the next call (SP0904, SP0905)
-            checked_activation(value)
+            checked_activation(value, self._activations)
         elif name == "out_dtype":
             checked_out_dtype(value)
         super().__setattr__(name, value)

@@ -12,7 +12,11 @@ out_dtype=None)``: ``torch.library`` refuses keyword-only tensors, so the scales
 by position; by keyword the call reads as vLLM's ``cutlass_scaled_sparse_mm``. x (..., K) in values'
 dtype (bf16, f16, or float8_e4m3fn with ``scale_x``), values (N, K/2), meta the int32 "sm90"
 metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
-tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). On CUDA the metadata is
+tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). ``activation="swiglu"``:
+values are the 2F rows [gate; up] (bias and scale_w 2F entries, gate's then up's) and y (..., F) =
+silu(gate) * up, computed in float32 and rounded once: in the kernel where :func:`._kernels.swiglu_in_kernel`
+(1 to 64 tokens, Hopper or the CPU interpreter), else the float32 pre-activations then torch's silu and
+multiply (docs/torch.md, "Fusing SwiGLU"). On CUDA the metadata is
 checked for shape only (its nibbles are trusted, as ``sparse_matmul`` trusts device words); on the
 CPU the interpreter checks them on every call.
 """
@@ -26,7 +30,16 @@ import torch
 
 from ...stdlib.sparsity import metadata_shape
 from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
-from ._kernels import OUT_DTYPES, Weight, quantize_per_token, run_interpreted
+from ._kernels import (
+    OP_ACTIVATIONS,
+    OUT_DTYPES,
+    SWIGLU,
+    Weight,
+    quantize_per_token,
+    run_interpreted,
+    swiglu_in_kernel,
+    swiglu_unfused,
+)
 from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
 from .record_cache import RecordCache
 
@@ -58,12 +71,16 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
         if not isinstance(t, torch.Tensor):  # the dispatcher lets None through for a Tensor argument
             raise _bad(f"{what} must be a tensor, got {type(t).__name__}", help="pass x and a SparseLinear's "
                        "values and meta", code=SP_BAD_TENSOR if what == "x" else SP_OP_ARGUMENTS)
-    checked_activation(activation)
+    checked_activation(activation, OP_ACTIVATIONS)
     checked_out_dtype(out_dtype)
     if values.dim() != 2 or values.dtype not in NAME_OF:
         raise _bad(f"values must be a 2-D bfloat16, float16 or float8_e4m3fn tensor, got {values.dtype} "
                    f"{tuple(values.shape)}", help="pass SparseLinear.values (N, K/2)")
     n, k = int(values.shape[0]), 2 * int(values.shape[1])
+    if activation == SWIGLU and (n % 2 or (n // 2) % 16):
+        raise _bad(f"activation 'swiglu' takes values of 2F rows [gate; up] with F a multiple of 16, got {n} rows",
+                   help="pass the row concatenation of a gate and an up weight of F = 16, 32, ... rows each "
+                        "(sparsile.torch.fuse_projections_ builds it)")
     if x.dim() == 0 or not k - 4 < x.shape[-1] <= k:
         raise _bad(f"x has shape {tuple(x.shape)} but values {tuple(values.shape)} cover K = {k}",
                    help="x is (..., K) with the weight's in_features", code=SP_BAD_TENSOR)
@@ -108,13 +125,16 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     """y (..., N) = activation((x @ W.T) * scale_x * scale_w + bias) with W = decompress(values, meta):
     the CPU and CUDA implementation of ``torch.ops.sparsile.sparse_linear``."""
     out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
-    n = int(values.shape[0])
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()  # (-1 is ambiguous for K = 0)
+    if activation == SWIGLU and not swiglu_in_kernel(x2.shape[0], x2.device):
+        z = sparse_linear(x, values, meta, bias, scale_x, scale_w, activation=None, out_dtype=torch.float32)
+        return swiglu_unfused(z, out)
+    w = Weight(values, meta, bias, scale_w, activation)
+    n = w.out_features
     if x2.shape[0] == 0:
         return x.new_empty((*x.shape[:-1], n), dtype=out)
     if scale_x is not None:  # 1-D and contiguous as the kernel reads it (a 0-d scale, a strided column)
         scale_x = scale_x.reshape(-1).contiguous()
-    w = Weight(values, meta, bias, scale_w, activation)
     if x2.device.type == "cuda":
         y = RECORDS.run(record_key(x2, values, meta, bias, scale_x, scale_w, out, activation), x2, w, scale_x,
                          out, off_pool=True)
@@ -147,7 +167,8 @@ def _sparse_linear_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tenso
                         scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
                         activation: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
-    return x.new_empty((*x.shape[:-1], values.shape[0]), dtype=out)
+    n = values.shape[0] // 2 if activation == SWIGLU else values.shape[0]
+    return x.new_empty((*x.shape[:-1], n), dtype=out)
 
 
 @torch.library.custom_op("sparsile::quantize_per_token_e4m3", mutates_args=())

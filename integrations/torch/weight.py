@@ -21,6 +21,12 @@ class Weight:
     scale_w: torch.Tensor | None  # (N,) or (1,) float32, e4m3 weights only
     activation: str | None
 
+    @property
+    def out_features(self) -> int:
+        """y's columns: the weight's rows, half of them with SwiGLU (gate and up rows make one output)."""
+        rows = int(self.values.shape[0])
+        return rows // 2 if self.activation == "swiglu" else rows
+
 
 def tracked_tensors(w: Weight) -> tuple[torch.Tensor, ...] | None:
     """The weight's tensors whose in-place writes a record watches: values, metadata, and the bias

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
 """Half an ulp, relative: the rounding of the stored output."""
+SILU_SLOPE_MAX = 1.1  # max |silu'(g)| = 1.0998...
 
 
 def warm_up_on_a_side_stream(call, times: int = 1) -> None:
@@ -74,3 +75,30 @@ def check_against_float64(layer, x: torch.Tensor, y: torch.Tensor, out_dtype: to
     assert torch.isfinite(got).all()
     err = (got - ref).abs()
     assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"
+
+
+def check_swiglu(layer, x: torch.Tensor, y: torch.Tensor, out_dtype: torch.dtype | None = None) -> None:
+    """y == silu(g) * u for [g, u] = x @ W.T + bias of ``layer``'s 2F rows [gate; up] (a SparseLinear
+    or anything with its buffers and to_dense), computed in float64, within the output's rounding,
+    each pre-activation's f32 accumulation (K terms) and rounding to f32, carried through silu(g) * u,
+    and the f32 evaluation of silu and the product."""
+    out_dtype = out_dtype or x.dtype
+    f = layer.out_features // 2
+    assert y.shape == (*x.shape[:-1], f) and y.dtype == out_dtype
+    xk, _ = kernel_input(layer, x)
+    w = layer.to_dense().double()
+    z = xk @ w.T + (layer.bias.double() if layer.bias is not None else 0)
+    absprod = xk.abs() @ w.abs().T
+    acc = layer.in_features * 2.0 ** -23 * absprod + 2.0 ** -24 * z.abs()
+    if layer.weight_dtype == "e4m3":  # Hopper's fp8 MMA accumulator keeps about 14 mantissa bits (docs/hopper.md)
+        acc = acc + (layer.in_features // 64 + 1) * 2.0 ** -13 * absprod
+    g, u, eg, eu = z[:, :f], z[:, f:], acc[:, :f], acc[:, f:]
+    silu = g / (1 + torch.exp(-g))
+    ref = silu * u
+    bound = EPS[out_dtype] * ref.abs() + 1.2 * (SILU_SLOPE_MAX * eg * u.abs() + silu.abs() * eu + eg * eu) \
+        + 1e-5 * ref.abs() + 1e-6
+    got = y.reshape(-1, f).double()
+    assert torch.isfinite(got).all()
+    err = (got - ref).abs()
+    assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"
+    assert bound.max() < 0.05 * ref.abs().max()  # not a vacuous check

@@ -1,0 +1,223 @@
+"""SwiGLU fused into a sparse gated MLP: the forward ``fuse_projections_`` installs on a Llama-style MLP.
+
+A Llama, Mistral or Qwen MLP computes ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` with SiLU.
+Once :func:`~.fuse.fuse_projections_` runs gate_proj and up_proj as one fused layer over the
+row-concatenated weight [gate; up], the kernel's epilogue can apply SwiGLU itself: y (..., F) =
+silu(gate) * up in float32, rounded once, instead of two column views of the fused output and
+torch's ``silu`` and ``mul`` (two elementwise kernels per layer). :func:`install_swiglu` puts a
+:class:`SwigluForward` on the MLP instance (``parent.__dict__["forward"]``) where the parent
+matches (:func:`swiglu_mismatch`): SiLU ``act_fn``, a ``down_proj`` child, and a class forward with
+the bytecode of one of the reference forms below. Anything else keeps the class's forward.
+
+The epilogue applies SwiGLU where the decode kernel runs (1 to 64 tokens, Hopper or the CPU
+interpreter: ``_kernels.swiglu_in_kernel``); elsewhere the fused layer computes the float32
+pre-activations and torch applies SwiGLU (one rounding too). docs/torch.md, "Fusing SwiGLU".
+"""
+
+from __future__ import annotations
+
+from types import CodeType, FunctionType
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.modules.module as _mm
+from torch import nn
+
+from ._kernels import OP_ACTIVATIONS, SWIGLU, swiglu_in_kernel, swiglu_unfused
+from .linear import SparseLinear, tracing
+
+if TYPE_CHECKING:
+    from .fuse import ProjectionGroup
+
+MLP_NAMES = ("gate_proj", "up_proj")
+"""The projection group whose fusion may take SwiGLU, in this order (the fused rows: gate's, then up's)."""
+_PROBE = torch.linspace(-6.0, 6.0, 49, dtype=torch.float32)  # what a candidate act_fn is run on
+
+
+# (no docstrings: a forward's constants must be the reference's, and transformers' have none)
+def _llama_mlp_forward(self: Any, x: Any) -> Any:  # LlamaMLP / MistralMLP / Qwen2MLP / Qwen3MLP.forward
+    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    return down_proj
+
+
+def _plain_mlp_forward(self: Any, x: Any) -> Any:
+    return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+REFERENCE_FORWARDS = (_llama_mlp_forward, _plain_mlp_forward)
+"""The MLP forwards SwiGLU is fused into: a parent class's forward must have one's bytecode."""
+
+
+def _code_key(code: CodeType) -> tuple[Any, ...]:
+    """What two forwards must share to compute the same thing: bytecode, names, constants, variables."""
+    return (code.co_code, code.co_names, code.co_consts, code.co_varnames, code.co_argcount, code.co_freevars)
+
+
+_REFERENCE_KEYS = tuple(_code_key(f.__code__) for f in REFERENCE_FORWARDS)
+
+
+def is_gated_mlp_forward(forward: Any) -> bool:
+    """``forward`` is a plain function with the bytecode of one of :data:`REFERENCE_FORWARDS`."""
+    code = getattr(forward, "__code__", None)
+    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and _code_key(code) in _REFERENCE_KEYS
+
+
+def is_silu(act: Any) -> bool:
+    """``act`` is an ``nn.SiLU``, or a module whose output on a small CPU probe is x * sigmoid(x)
+    (transformers' ``SiLUActivation``). Nothing else counts (a function, a module that raises)."""
+    if isinstance(act, nn.SiLU):
+        return True
+    if not isinstance(act, nn.Module) or act._forward_hooks or act._forward_pre_hooks:
+        return False
+    try:
+        with torch.no_grad():
+            got = act(_PROBE.clone())
+    except Exception:  # a module that cannot run on the probe is not SiLU
+        return False
+    want = _PROBE * torch.sigmoid(_PROBE)
+    return isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype and \
+        torch.allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def swiglu_mismatch(parent: nn.Module, group: ProjectionGroup) -> str | None:
+    """Why SwiGLU is not fused into ``parent`` (whose gate_proj and up_proj ``group`` fused), or None."""
+    gate, up = group.members
+    if gate.out_features != up.out_features:
+        return f"gate_proj has {gate.out_features} out_features but up_proj has {up.out_features}"
+    if "down_proj" not in parent._modules:
+        return "the module has no down_proj"
+    act = parent._modules.get("act_fn")
+    if act is None:
+        return "the module has no act_fn module"
+    if not is_silu(act):
+        return f"its act_fn ({type(act).__name__}) is not SiLU"
+    own = parent.__dict__.get("forward")
+    if own is not None and not isinstance(own, SwigluForward):
+        return "its forward is replaced on the instance"
+    if not is_gated_mlp_forward(getattr(type(parent), "forward", None)):
+        return (f"{type(parent).__name__}.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP "
+                "writes it")
+    return None
+
+
+def _hooked(*modules: nn.Module) -> bool:
+    """Any forward hook, global or on one of ``modules``: the fused forward would skip it."""
+    return bool(_mm._global_forward_hooks or _mm._global_forward_pre_hooks
+                or any(m._forward_hooks or m._forward_pre_hooks for m in modules))
+
+
+class SwigluLinear(SparseLinear):
+    """The fused [gate; up] weight of a group run with activation "swiglu": y (..., F) = silu(x @ Wg.T
+    + bg) * (x @ Wu.T + bu), F = half the rows. Its buffers are the group's fused layer's own tensors;
+    not a registered module. Its eager forward applies SwiGLU in the kernel where
+    ``swiglu_in_kernel``, else through its float32 twin ``_pre`` (activation None) and torch."""
+
+    _activations = OP_ACTIVATIONS
+
+    @classmethod
+    def over(cls, fused: SparseLinear) -> SwigluLinear:
+        layer = cls(fused.in_features, fused.out_features // 2, fused.bias is not None, dtype=fused.weight_dtype,
+                    activation=SWIGLU, out_dtype=fused.out_dtype, device="meta")
+        pre = SparseLinear(fused.in_features, fused.out_features, fused.bias is not None, dtype=fused.weight_dtype,
+                           out_dtype=torch.float32, device="meta")
+        for name in ("values", "meta", "bias", "scale_w"):
+            for target in (layer, pre):
+                setattr(target, name, getattr(fused, name))  # the same tensors: no copy
+        layer.__dict__["_pre"] = pre
+        return layer
+
+    def _invalidate(self) -> None:
+        super()._invalidate()
+        pre = self.__dict__.get("_pre")
+        if pre is not None:
+            pre._invalidate()
+
+    def _forward_eager(self, x: torch.Tensor) -> torch.Tensor:
+        last = self.__dict__["_last"]
+        if last is not None:  # the steady state of a decode loop: the last call's record, launched directly
+            y = last(x)
+            if y is not None:
+                return y
+        tokens = x.numel() // self.in_features if x.dim() else 0
+        if swiglu_in_kernel(tokens, x.device):
+            return super()._forward_eager(x)
+        z = self.__dict__["_pre"]._forward_eager(x)  # (..., 2F) float32; checks x
+        return swiglu_unfused(z, self.out_dtype or x.dtype)
+
+
+class SwigluForward:
+    """The forward of a gated MLP whose gate_proj and up_proj run in ``group``: ``down_proj(y)`` with
+    y = SwiGLU of the fused layer (:class:`SwigluLinear`). Installed as ``parent.__dict__["forward"]``;
+    it runs the class's own forward (gate_proj and up_proj as fused siblings) where the fused one
+    would not compute the same: other arguments, hooks on gate_proj / up_proj / act_fn, a replaced
+    child, a group given up (then uninstalled). Traced: the custom op with activation "swiglu" where
+    the group fuses in traces (``traced=True``), else the class's forward."""
+
+    def __init__(self, parent: nn.Module, group: ProjectionGroup):
+        self.parent, self.group = parent, group
+        self.act = parent._modules["act_fn"]
+        self.glu = SwigluLinear.over(group.fused)
+
+    def own_forward(self, *args: Any, **kwargs: Any) -> Any:
+        return type(self.parent).forward(self.parent, *args, **kwargs)
+
+    def layers(self) -> tuple[SparseLinear, ...]:
+        """The layers over the group's fused buffers that this forward runs (their records synced with it)."""
+        return self.glu, self.glu.__dict__["_pre"]
+
+    def _children_hold(self) -> bool:
+        """gate_proj, up_proj and act_fn are still the parent's children this forward was made for,
+        without forward hooks."""
+        modules = self.parent._modules
+        gate, up = self.group.members
+        act = self.act
+        return (modules.get("gate_proj") is gate and modules.get("up_proj") is up and modules.get("act_fn") is act
+                and not _hooked(gate, up, act))
+
+    def __call__(self, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not isinstance(x, torch.Tensor):
+            return self.own_forward(*(() if x is None else (x,)), *args, **kwargs)
+        if tracing(x):
+            return self._traced(x)
+        group = self.group
+        if group.fused is None or not self._children_hold():
+            return self.own_forward(x)
+        if not group.intact():
+            group.release()  # (uninstalls this forward; the members run on their own)
+            return self.own_forward(x)
+        return self.parent._modules["down_proj"](self.glu._forward_eager(x))
+
+    def _traced(self, x: torch.Tensor) -> Any:
+        group = self.group
+        if not group.traced or not group.traced_intact() or not self._children_hold():
+            return self.own_forward(x)
+        return self.parent._modules["down_proj"](self.glu._forward_op(x))
+
+    def uninstall(self) -> None:
+        """The parent's own forward again."""
+        if self.parent.__dict__.get("forward") is self:
+            del self.parent.__dict__["forward"]
+
+
+def install_swiglu(parent: nn.Module, group: ProjectionGroup) -> str | None:
+    """Fuse SwiGLU into ``parent``'s forward (its gate_proj and up_proj fused by ``group``), or say
+    why not (:func:`swiglu_mismatch`, the forward installed before then removed); one installed
+    before and still in place is kept (with its launch records)."""
+    reason = swiglu_mismatch(parent, group)
+    if reason is not None:
+        uninstall_swiglu(group)
+        return reason
+    if group.swiglu is not None and parent.__dict__.get("forward") is group.swiglu:
+        return None
+    uninstall_swiglu(group)
+    forward = SwigluForward(parent, group)
+    parent.__dict__["forward"] = forward
+    group.swiglu = forward
+    return None
+
+
+def uninstall_swiglu(group: ProjectionGroup) -> None:
+    """Run ``group``'s MLP with its class's forward again (``fuse_projections_(swiglu=False)``)."""
+    if group.swiglu is not None:
+        group.swiglu.uninstall()
+        group.swiglu = None
