@@ -14,6 +14,7 @@ import pytest
 from sparsile.stdlib.kernels.decode import SMEM_PER_CTA, SMEM_PER_SM, SparseDecodePlan, plan_sparse_decode
 from sparsile.stdlib.kernels.linear import plan_sparse_linear, reference_linear, sparse_linear
 
+from .test_decode_api import ptxas_report
 from .test_linear_api import HALF_ULP, NP_OUT, SMALLEST, _code_message, cuda_copy, epilogue_case, problem
 
 
@@ -135,10 +136,12 @@ def test_swiglu_errors_have_codes(monkeypatch):
 
 @pytest.mark.parametrize("t,options", [(16, {}), (64, {}), (1, {"bm": 64}), (16, {"split_k": 2, "reduce": "kernel"}),
                                        (16, {"persistent": True})])
-def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options):
+def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options, tmp_path):
     """The plan's budget holds the ring and the exchange buffer exactly; the kernel fits one CTA's
     limit, and two per SM where the plan counted on two. The epilogue exchanges through shared
-    memory (st.shared / ld.shared) and has one more wgmma-free barrier pair than the plain kernel."""
+    memory (st.shared / ld.shared) with two more barriers of the consumer partition than the plain
+    kernel; each stage takes six TMA copies (two half boxes of values and of metadata, two panels
+    of x); ptxas assembles it without spills under the plan's register cap."""
     rows, k = 2 * 14336, 4096
     values = np.zeros((rows, k // 2), NP_OUT["bfloat16"])
     meta = np.full((rows, k // 32), 0x44444444, np.uint32)
@@ -152,8 +155,13 @@ def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options):
         assert 2 * (ck.smem_bytes + 1024) <= SMEM_PER_SM
     assert re.search(r"st\.shared", ck.ptx) and re.search(r"ld\.shared", ck.ptx)
     plain = plan_sparse_decode(values, meta, x, interpret=True, **options).compile("sm_90a")[0]
-    assert ck.ptx.count("bar.sync") + ck.ptx.count("barrier.sync") == \
-        plain.ptx.count("bar.sync") + plain.ptx.count("barrier.sync") + 2
+    consumers = f"bar.sync 1, {cfg.bm * 2};"  # the consumer partition's named barrier (BM / 16 warps)
+    assert ck.ptx.count(consumers) == plain.ptx.count(consumers) + 2
+    copies = len(re.findall(r"cp\.async\.bulk\.tensor", ck.ptx))
+    assert copies == len(re.findall(r"cp\.async\.bulk\.tensor", plain.ptx)) + 2
+    report = ptxas_report(ck.ptx, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report and "0 bytes stack frame" in report
+    assert int(re.search(r"Used (\d+) registers", report).group(1)) <= cfg.maxnreg
 
 
 @pytest.mark.gpu
