@@ -27,6 +27,10 @@ which quantizes x per token itself (the bits of ``quantize_per_token_e4m3``), on
 the CTA's K share of x fits in shared memory next to the weight ring (:func:`resident_x_config`);
 SP0852 where it does not.
 
+``activation="swiglu"`` (only here): the weight's rows are a gated MLP's gate rows then up rows,
+y (T, N_out / 2) = silu(gate) * up, each CTA streaming matching halves (docs/hopper.md, "The SwiGLU
+epilogue"); its exchange buffer is reserved beside the ring (``DecodeConfig.glu``).
+
 Every argument is checked by :func:`~.linear.plan_sparse_linear` (same codes); the decode plan then
 re-pads K to its step (BK = 128 elements for f16/bf16, 256 for e4m3) and the metadata words to
 whole CTA slabs (rows: a multiple of BM, filled with ``0x44444444``, the code of two zero values)

@@ -448,7 +448,9 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     x: (T, K) of any strides (made contiguous; cast to the weight's type, except that e4m3 weights
     need e4m3 x with its scale_x, SP0852, or, on the decode kernel, an f16 / bf16 x without
     scale_x, which it quantizes per token itself: one launch). bias: (N_out,) f32 or out_dtype.
-    activation: None, "relu", "silu", "gelu_tanh". scale_w: a number, a 0-d / (1,) array, or
+    activation: None, "relu", "silu", "gelu_tanh", or "swiglu" (where the decode kernel is planned:
+    the weight's rows are gate rows then up rows, y (T, N_out / 2) = silu(gate) * up; bias and
+    scale_w cover every row; docs/hopper.md). scale_w: a number, a 0-d / (1,) array, or
     (N_out,) f32; scale_x: a number, 0-d / (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU
     tensors run in the interpreter (``interpret=True``); CUDA tensors are used in place on the
     current torch stream. ``target``, ``split_k`` (Hopper only) and ``num_sms`` as for
