@@ -5,7 +5,8 @@ Once :func:`~.fuse.fuse_projections_` runs gate_proj and up_proj as one fused la
 row-concatenated weight [gate; up], the kernel's epilogue can apply SwiGLU itself: y (..., F) =
 silu(gate) * up in float32, rounded once, instead of two column views of the fused output and
 torch's ``silu`` and ``mul`` (two elementwise kernels per layer). :func:`install_swiglu` puts a
-:class:`SwigluForward` on the MLP instance (``parent.__dict__["forward"]``) where the parent
+:class:`SwigluForward`'s bound ``forward`` on the MLP instance (``parent.__dict__["forward"]``: a
+method, so that torch.export finds its code) where the parent
 matches (:func:`swiglu_mismatch`): SiLU ``act_fn``, a ``down_proj`` child, and a class forward with
 the bytecode of one of the reference forms below. Anything else keeps the class's forward.
 
@@ -92,7 +93,7 @@ def swiglu_mismatch(parent: nn.Module, group: ProjectionGroup) -> str | None:
     if not is_silu(act):
         return f"its act_fn ({type(act).__name__}) is not SiLU"
     own = parent.__dict__.get("forward")
-    if own is not None and not isinstance(own, SwigluForward):
+    if own is not None and not isinstance(getattr(own, "__self__", None), SwigluForward):
         return "its forward is replaced on the instance"
     if not is_gated_mlp_forward(getattr(type(parent), "forward", None)):
         return (f"{type(parent).__name__}.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP "
@@ -147,7 +148,8 @@ class SwigluLinear(SparseLinear):
 
 class SwigluForward:
     """The forward of a gated MLP whose gate_proj and up_proj run in ``group``: ``down_proj(y)`` with
-    y = SwiGLU of the fused layer (:class:`SwigluLinear`). Installed as ``parent.__dict__["forward"]``;
+    y = SwiGLU of the fused layer (:class:`SwigluLinear`). Its :meth:`forward` is installed as
+    ``parent.__dict__["forward"]``;
     it runs the class's own forward (gate_proj and up_proj as fused siblings) where the fused one
     would not compute the same: other arguments, hooks on gate_proj / up_proj / act_fn, a replaced
     child, a group given up (then uninstalled). Traced: the custom op with activation "swiglu" where
@@ -174,9 +176,9 @@ class SwigluForward:
         return (modules.get("gate_proj") is gate and modules.get("up_proj") is up and modules.get("act_fn") is act
                 and not _hooked(gate, up, act))
 
-    def __call__(self, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not isinstance(x, torch.Tensor):
-            return self.own_forward(*(() if x is None else (x,)), *args, **kwargs)
+            return self.own_forward(x, *args, **kwargs)
         if tracing(x):
             return self._traced(x)
         group = self.group
@@ -193,9 +195,13 @@ class SwigluForward:
             return self.own_forward(x)
         return self.parent._modules["down_proj"](self.glu._forward_op(x))
 
+    def installed(self) -> bool:
+        """This forward is the parent's (``parent.__dict__["forward"]``, a bound method of this object)."""
+        return getattr(self.parent.__dict__.get("forward"), "__self__", None) is self
+
     def uninstall(self) -> None:
         """The parent's own forward again."""
-        if self.parent.__dict__.get("forward") is self:
+        if self.installed():
             del self.parent.__dict__["forward"]
 
 
@@ -207,12 +213,12 @@ def install_swiglu(parent: nn.Module, group: ProjectionGroup) -> str | None:
     if reason is not None:
         uninstall_swiglu(group)
         return reason
-    if group.swiglu is not None and parent.__dict__.get("forward") is group.swiglu:
+    if group.swiglu is not None and group.swiglu.installed():
         return None
     uninstall_swiglu(group)
-    forward = SwigluForward(parent, group)
-    parent.__dict__["forward"] = forward
-    group.swiglu = forward
+    swiglu = SwigluForward(parent, group)
+    parent.__dict__["forward"] = swiglu.forward
+    group.swiglu = swiglu
     return None
 
 

@@ -29,7 +29,7 @@ def cuda_block(dtype=None, bias=True, hidden=HIDDEN, traced=False):
     assert len(report.swapped) == 3
     fusion = spt.fuse_projections_(block, traced=traced)
     assert fusion.swiglu == [KEY], fusion
-    return block, block.mlp.__dict__["forward"]
+    return block, block.mlp.__dict__["forward"].__self__
 
 
 def down_input_hook(mlp, seen: list):

@@ -218,7 +218,7 @@ def test_fused_mlp_against_float64(tokens, dtype, kernel_calls):
     assert report.fused == [KEY] and report.swiglu == [KEY] and report.no_swiglu == {}
     assert str(report) == "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; SwiGLU " \
                           "fused into 1 MLPs"
-    assert isinstance(block.mlp.__dict__["forward"], SwigluForward)
+    assert isinstance(block.mlp.__dict__["forward"].__self__, SwigluForward)
     after = block.state_dict()  # unchanged: the SwiGLU layers are not registered
     assert list(after) == list(before) and all(torch.equal(after[k], v) for k, v in before.items())
     x = torch.randn(1, tokens, HIDDEN).to(torch.bfloat16)
@@ -280,8 +280,8 @@ def test_gate_and_up_called_directly_and_swiglu_false():
     for _ in range(2):  # fusing SwiGLU again; a second call keeps the installed forward
         report = spt.fuse_projections_(block)
         assert report.kept == [KEY] and report.swiglu == [KEY]
-        assert forward is None or block.mlp.__dict__["forward"] is forward
-        forward = block.mlp.__dict__["forward"]
+        assert forward is None or block.mlp.__dict__["forward"].__self__ is forward
+        forward = block.mlp.__dict__["forward"].__self__
 
 
 @pytest.mark.parametrize("how", ["apply", "buffers", "child"])
@@ -331,7 +331,7 @@ def test_copies_and_pickles():
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     y, _ = down_inputs(block.mlp, x)
     twin = copy.deepcopy(block)  # its own group and forward, on its own weights
-    forward = twin.mlp.__dict__["forward"]
+    forward = twin.mlp.__dict__["forward"].__self__
     assert isinstance(forward, SwigluForward) and forward.parent is twin.mlp
     assert forward.group is fused_group_of(twin.mlp.gate_proj) is not fused_group_of(block.mlp.gate_proj)
     assert torch.equal(down_inputs(twin.mlp, x)[0], y)
@@ -342,7 +342,7 @@ def test_copies_and_pickles():
     torch.save(block, saved)  # keeps the shared storage: still fused
     saved.seek(0)
     loaded = torch.load(saved, weights_only=False)
-    assert isinstance(loaded.mlp.__dict__["forward"], SwigluForward)
+    assert isinstance(loaded.mlp.__dict__["forward"].__self__, SwigluForward)
     assert torch.equal(down_inputs(loaded.mlp, x)[0], y) and "forward" in loaded.mlp.__dict__
     thawed = pickle.loads(pickle.dumps(block))  # plain pickle does not: released at the first forward
     unfused = copy.deepcopy(block)
@@ -400,6 +400,24 @@ def test_torch_compile_traced_runs_the_swiglu_op(tokens):
     assert ops == [("sparsile.sparse_linear", None)] * 3
     with torch.no_grad():
         assert torch.equal(got, type(untraced.mlp).forward(untraced.mlp, x))
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_torch_export_of_a_fused_mlp(strict):
+    """torch.export finds the installed forward's code (a bound method); non-strict export swaps
+    the module buffers, so there gate and up run their own ops (the class's forward)."""
+    block = sparse_block()
+    spt.fuse_projections_(block, traced=True)
+    x = torch.randn(3, HIDDEN).to(torch.bfloat16)
+    eager, _ = down_inputs(block.mlp, x)
+    program = torch.export.export(block.mlp, (x,), strict=strict)
+    ops = [n.kwargs.get("activation") for n in program.graph.nodes if "sparsile" in str(n.target)]
+    with torch.no_grad():
+        got = program.module()(x)
+        if strict:
+            assert ops == ["swiglu", None] and torch.equal(got, eager)
+        else:
+            assert ops == [None] * 3 and torch.equal(got, type(block.mlp).forward(block.mlp, x))
 
 
 # ------------------------------------------------------------------------------------------------
