@@ -42,8 +42,8 @@ def main() -> None:
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
 
     print(" ".join(f"{k}={v}" for k, v in environment().items()))
-    print(f"| weight | T | unfused: kernel + silu + mul (µs) | swiglu epilogue (µs) | speed-up | config (unfused / swiglu) "
-          f"| max rel diff |")
+    print("| weight | T | unfused: kernel + silu + mul (µs) | swiglu epilogue (µs) | speed-up "
+          "| config (unfused / swiglu) | max rel diff |")
     print("|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
     for name in args.shapes:
