@@ -18,7 +18,8 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh b32              # SwiGLU in sparsile.torch: GPU tests, the 32-layer model with and without it, layer T <= 16
+#   bash scripts/gpu_runs.sh c32              # the layer's T <= 16 rows, the SwiGLU model under torch.compile at batch 16
+#   bash scripts/gpu_runs.sh b32              # SwiGLU in sparsile.torch: GPU tests, the 32-layer model in graphs with and without it
 #   bash scripts/gpu_runs.sh a32              # the decode kernel's SwiGLU epilogue: GPU tests, timed against kernel + silu + mul
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
 #   bash scripts/gpu_runs.sh g31              # the L2-hint GPU tests, the tuner's GPU tests, the 57344 x 256 rows again
@@ -227,14 +228,18 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
 b32)  # after a32: the torch side of the SwiGLU epilogue (glu.py; fuse_projections_(swiglu=True)): its GPU tests and the
-     # layer's (records size y from the output features now), the 32-layer model in CUDA graphs with and without it,
-     # then the layer's T <= 16 rows (issue 12's eager target, last measured in d30)
+     # layer's (records size y from the output features now), the 32-layer model in CUDA graphs with and without it
     run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
         tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py
     run 330 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noswiglu --json "$out/llama-swiglu-32.json"
+    ;;
+c32)  # the layer's T <= 16 rows (issue 12's eager target, last measured in d30), then the model under torch.compile
+     # with the SwiGLU forward (traced op), batch 16
     run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-32.json"
+    run 250 python benchmarks/bench_llama.py --layers 32 --modes compile --check-tokens 0 --batches 16 \
+        --models dense sparsile-fused --json "$out/llama-swiglu-compile16-32.json"
     ;;
 a32)  # the decode kernel's SwiGLU epilogue (activation="swiglu"): its GPU tests and the decode kernel's (the plan's
      # ldy / workspace stride split), then timed against the unfused kernel + torch silu + mul on the 8B / 70B gate_up
