@@ -63,12 +63,21 @@ def is_gated_mlp_forward(forward: Any) -> bool:
     return isinstance(forward, FunctionType) and isinstance(code, CodeType) and _code_key(code) in _REFERENCE_KEYS
 
 
+_MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized"}
+"""The instance attributes every nn.Module has, and transformers' weight-initialization marker."""
+
+
 def is_silu(act: Any) -> bool:
-    """``act`` is an ``nn.SiLU``, or a module whose output on a small CPU probe is x * sigmoid(x)
-    (transformers' ``SiLUActivation``). Nothing else counts (a function, a module that raises)."""
-    if isinstance(act, nn.SiLU):
-        return True
+    """``act`` is SiLU: an ``nn.SiLU`` whose class keeps ``nn.SiLU.forward``, or a *stateless* module
+    (no parameters, buffers, submodules or instance attributes beyond nn.Module's own, so nothing
+    that could change after fusing) whose output on a small CPU probe is x * sigmoid(x), as
+    transformers' ``SiLUActivation``. Nothing else counts: an nn.SiLU subclass with its own
+    forward, a Swish with a beta, a function, a module that raises, one with forward hooks."""
     if not isinstance(act, nn.Module) or act._forward_hooks or act._forward_pre_hooks:
+        return False
+    if type(act).forward is nn.SiLU.forward:
+        return True
+    if act._parameters or act._buffers or act._modules or not set(vars(act)) <= _MODULE_KEYS:
         return False
     try:
         with torch.no_grad():
@@ -126,6 +135,15 @@ class SwigluLinear(SparseLinear):
                 setattr(target, name, getattr(fused, name))  # the same tensors: no copy
         layer.__dict__["_pre"] = pre
         return layer
+
+    def to_dense(self) -> torch.Tensor:
+        """The pruned dense [gate; up] weight (2F, K) its buffers hold (the float32 twin's)."""
+        return self.__dict__["_pre"].to_dense()
+
+    def check_metadata(self, words: torch.Tensor | None = None) -> None:
+        """The metadata of the 2F rows (the float32 twin's check), then both layers' records dropped."""
+        self.__dict__["_pre"].check_metadata(words)
+        self._invalidate()
 
     def _invalidate(self) -> None:
         super()._invalidate()

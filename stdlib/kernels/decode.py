@@ -406,12 +406,19 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
                                None if bad_stages else stages, bm or DECODE_BM, base.activation == "swiglu")
     eb = base.choice.elem_bytes
+    if cfg.glu and cfg.split_k > 1 and reduce_mode(reduce) == "launch":
+        # the partial sums' kernel runs without the SwiGLU epilogue (the reduce launch pairs the rows):
+        # no exchange buffer to reserve beside its ring
+        cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, cfg.split_k,
+                                   None if bad_stages else stages, cfg.bm, False)
     while found is not None and cfg.glu and cfg.stages > 2 and cfg.smem_bytes(eb) > SMEM_PER_CTA:
         # the table's depth was tuned without the SwiGLU epilogue's buffer: the deepest ring beside it
         cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, cfg.split_k, cfg.stages - 1,
                                    cfg.bm, True)
     if base.quantizes_x and not bad_stages:
         cfg = resident_x_config(base, cfg, *asked)
+        if cfg.glu and cfg.split_k > 1 and reduce_mode(reduce) == "launch":  # (a split it chose: as above)
+            cfg = dataclasses.replace(cfg, glu=False)
     too_big = cfg.smem_bytes(eb) > SMEM_PER_CTA
     if too_big and found is not None:  # the table's entry, not the caller, asked for these stages
         raise bad_input(f"the decode table ({source}) gives {found[0]} for {base.m} x {base.k}, "

@@ -76,8 +76,9 @@ class DecodeConfig:
 
     @property
     def glu_bytes(self) -> int:
-        """The SwiGLU epilogue's exchange buffer (f32, bm x bn), 0 without ``glu``."""
-        return self.bm * self.bn * 4 if self.glu else 0
+        """The SwiGLU epilogue's exchange buffer (f32, bm x bn) and 128 bytes for its alignment (after
+        the resident x's scales it was placed 64 bytes further than their sum), 0 without ``glu``."""
+        return self.bm * self.bn * 4 + 128 if self.glu else 0
 
     @property
     def num_warps(self) -> int:

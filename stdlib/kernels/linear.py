@@ -71,6 +71,7 @@ from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spelling
     SP_LINEAR_OPTION,
     SP_LINEAR_REBIND,
     SP_LINEAR_VECTOR,
+    TILED_ACTIVATIONS,
     X16_DTYPES,
     activation_name,
     bias_or_scale,
@@ -359,7 +360,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         xc = pad_columns(xc, k if keep else k_padded)
     if choice.operand == "e4m3":
         check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
-    if act == "swiglu" and not _quantized_in_kernel:
+    if act == "swiglu" and not _quantized_in_kernel and t > 0:  # (no tokens: an empty y, nothing launched)
         raise bad_input(f"activation 'swiglu' is fused by the decode kernel only (1 to {DECODE_MAX_T} tokens on "
                         f"sm_90a), not for {t} tokens" + ("" if tgt == "sm_90a" else f" on {tgt}")
                         + (f" with kernel={kernel!r}" if kernel not in (None, "auto") else ""), code=SP_DECODE,

@@ -24,7 +24,9 @@ SP_LINEAR_REBIND = "SP0853"
 E4M3_X_DTYPES = ("float8_e4m3fn", "float8_e4m3")
 X16_DTYPES = ("float16", "bfloat16")
 """x dtypes that the decode kernel quantizes to e4m3 itself, for e4m3 weights (``sparse_decode_e4m3_qx``)."""
-ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh", "swiglu")
+TILED_ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
+"""The activations every sparse_linear kernel's epilogue applies (the tiled kernels', Blackwell's)."""
+ACTIVATIONS = (*TILED_ACTIVATIONS, "swiglu")
 """The epilogue's activations. "swiglu" pairs the weight's rows: gate rows 0..F-1, up rows F..2F-1,
 y[t, f] = silu(gate) * up, F outputs (the decode kernel only: :func:`glu_features`)."""
 OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
@@ -52,13 +54,18 @@ def linear_out_dtype(out_dtype: Any, x: Any) -> str:
     return name
 
 
-def activation_name(activation: str | None) -> str:
-    """The epilogue's activation: ``activation`` checked (SP0850), "none" for None."""
+def activation_name(activation: str | None, allowed: tuple[str, ...] = ACTIVATIONS) -> str:
+    """The epilogue's activation: ``activation`` checked against ``allowed`` (SP0850), "none" for
+    None. A caller that only runs the tiled kernels passes :data:`TILED_ACTIVATIONS`."""
     if activation is None:
         return "none"
-    if activation not in ACTIVATIONS:
+    if activation == "swiglu" and activation not in allowed:
+        raise linear_error(SP_LINEAR_OPTION, "activation 'swiglu' is fused by the decode kernel only, which this "
+                           "call does not run", "pass activation=None and compute silu(y[:, :F]) * y[:, F:] of the "
+                           "(T, 2F) result")
+    if activation not in allowed:
         raise linear_error(SP_LINEAR_OPTION, f"unknown activation {activation!r}",
-                           "activation is None, 'relu', 'silu', 'gelu_tanh' or 'swiglu'")
+                           "activation is " + ", ".join(["None", *map(repr, allowed[1:-1])]) + f" or {allowed[-1]!r}")
     return activation
 
 

@@ -57,7 +57,7 @@ def test_eager_fused_mlp_against_float64(tokens, dtype, hidden):
         again = block.mlp(x.clone())
     hook.remove()
     torch.cuda.synchronize()
-    check_swiglu(glu, x, seen[1])
+    check_swiglu(forward.group.fused, x, seen[1])
     assert torch.equal(seen[2], seen[1]) and torch.equal(again, second) and first.shape == second.shape
     in_kernel = tokens <= 64
     assert (len(glu.__dict__["_records"]) > 0) == in_kernel and (len(pre.__dict__["_records"]) > 0) != in_kernel
@@ -72,7 +72,7 @@ def test_op_on_cuda_against_float64(tokens):
     x = x_of(tokens)
     y = torch.ops.sparsile.sparse_linear(x, glu.values, glu.meta, glu.bias, activation="swiglu")
     torch.cuda.synchronize()
-    check_swiglu(glu, x, y)
+    check_swiglu(forward.group.fused, x, y)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
@@ -81,7 +81,6 @@ def test_cuda_graph_capture_and_replay(dtype, tokens):
     """A replay of the fused MLP equals an eager call bit for bit, and its down_proj input is within
     the float64 bound, for new inputs each replay."""
     block, forward = cuda_block(dtype, hidden=8192)
-    glu, _ = forward.layers()
     static_x = x_of(tokens, 8192)
     with torch.no_grad():
         warm_up_on_a_side_stream(lambda: block.mlp(static_x), times=2)
@@ -95,14 +94,13 @@ def test_cuda_graph_capture_and_replay(dtype, tokens):
             static_x.copy_(x_of(tokens, 8192, seed=seed + 2))
             graph.replay()
             torch.cuda.synchronize()
-            check_swiglu(glu, static_x, seen[0])
+            check_swiglu(forward.group.fused, static_x, seen[0])
             assert torch.equal(static_y, block.mlp(static_x))
 
 
 @pytest.mark.parametrize("tokens", [1, 16, 128])
 def test_torch_compile_fullgraph_inductor(tokens):
     block, forward = cuda_block(traced=True)
-    glu, _ = forward.layers()
     ops = []
 
     def counting(gm, example_inputs):
@@ -121,7 +119,7 @@ def test_torch_compile_fullgraph_inductor(tokens):
     with torch.no_grad():
         eager = block.mlp(x)
     hook.remove()
-    check_swiglu(glu, x, seen[0])
+    check_swiglu(forward.group.fused, x, seen[0])
     with torch.no_grad():
         got = compiled(x)
     torch.cuda.synchronize()

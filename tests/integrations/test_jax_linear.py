@@ -137,6 +137,23 @@ def test_input_errors() -> None:
     _raises("SP0938", lambda: e4(_x((2, 64))), "e4m3 weights need e4m3 activations, got x of float32")
 
 
+@pytest.mark.parametrize(("activation", "message", "help"), [
+    ("gelu", "unknown activation 'gelu'", "activation is None, 'relu', 'silu' or 'gelu_tanh'"),
+    ("swiglu", "activation 'swiglu' is fused by the decode kernel only, which this call does not run",
+     "pass activation=None and compute silu(y[:, :F]) * y[:, F:] of the (T, 2F) result"),
+])
+def test_activations_of_the_tiled_kernels_only(activation: str, message: str, help: str) -> None:
+    """sparsile.jax runs the tiled kernels: "swiglu" (the decode kernel's) is refused before anything
+    is planned, as an unknown name is (a plan of it would size y as (T, 2F))."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    layer = _layer(64, 64, "f16")
+    for split_k in (None, 2):
+        with pytest.raises(SparsityError) as info:
+            sparse_linear(_x((2, 64)), layer.values, layer.meta, activation=activation, split_k=split_k)
+        assert (info.value.code, info.value.message, info.value.help) == ("SP0850", message, help)
+
+
 def test_grad_and_weight_vmap_are_refused() -> None:
     layer = _layer(32, 32, "f16")
     x = _x((2, 32))

@@ -21,7 +21,7 @@ spt = pytest.importorskip("sparsile.torch")
 from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch._kernels import kernel_api  # noqa: E402
 from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
-from sparsile.integrations.torch.glu import SwigluForward  # noqa: E402
+from sparsile.integrations.torch.glu import SwigluForward, is_silu  # noqa: E402
 
 HIDDEN, F = 64, 32  # the MLP's in_features and intermediate size (F: a multiple of 16)
 
@@ -244,7 +244,52 @@ def test_llama_forward_variants_and_a_hand_written_silu_are_fused():
         check_swiglu(fused_gate_up(block.mlp), x, h)
 
 
+class HalfSiLU(torch.nn.SiLU):
+    """An nn.SiLU subclass with its own forward (not SiLU)."""
+
+    def forward(self, x):
+        return super().forward(x) * 0.5
+
+
+class SwishBeta(torch.nn.Module):
+    """x * sigmoid(beta x) with a learnable beta: SiLU at beta = 1, but it may change after fusing."""
+
+    def __init__(self):
+        super().__init__()
+        self.beta = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta * x)
+
+
+class ScaledSiLU(torch.nn.Module):
+    """SiLU times a plain attribute (1.0 when fused): state the probe could not vouch for later."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 1.0
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x) * self.scale
+
+
+@pytest.mark.parametrize(("act", "silu"), [
+    (torch.nn.SiLU(), True), (torch.nn.SiLU(inplace=True), True), (SiLUByHand(), True), (HalfSiLU(), False),
+    (SwishBeta(), False), (ScaledSiLU(), False), (torch.nn.GELU(), False), (torch.nn.Identity(), False),
+])
+def test_which_act_fn_counts_as_silu(act, silu):
+    assert is_silu(act) is silu
+
+
+def test_transformers_silu_activation_counts_as_silu():
+    activations = pytest.importorskip("transformers.activations")
+    assert is_silu(activations.ACT2FN["silu"])
+    assert not is_silu(activations.ACT2FN["gelu"])
+
+
 @pytest.mark.parametrize(("mlp", "reason"), [
+    (lambda: LlamaLikeMLP(act=HalfSiLU()), "its act_fn (HalfSiLU) is not SiLU"),
+    (lambda: LlamaLikeMLP(act=SwishBeta()), "its act_fn (SwishBeta) is not SiLU"),
     (lambda: LlamaLikeMLP(act=torch.nn.GELU()), "its act_fn (GELU) is not SiLU"),
     (lambda: LlamaLikeMLP(act=torch.nn.GELU(approximate="tanh")), "its act_fn (GELU) is not SiLU"),
     (SwappedMLP, "SwappedMLP.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP writes it"),
@@ -459,3 +504,20 @@ def test_tiny_llama_fused_with_swiglu():
     assert len(seen) == 2
     for mlp, io_ in seen.items():
         check_swiglu(fused_gate_up(mlp), io_["x"], io_["h"])
+
+
+def test_swiglu_layer_reads_its_2f_rows():
+    """The SwiGLU layer's out_features is F, its buffers the fused 2F rows: to_dense and
+    check_metadata work on those rows (the fused layer's)."""
+    block = sparse_block()
+    spt.fuse_projections_(block)
+    glu = block.mlp.__dict__["forward"].__self__.glu
+    fused = fused_gate_up(block.mlp)
+    assert glu.out_features == F and fused.out_features == 2 * F
+    assert torch.equal(glu.to_dense(), fused.to_dense())
+    glu.check_metadata()
+    from sparsile.stdlib.sparsity import SparsityError
+
+    with pytest.raises(SparsityError) as info:
+        glu.check_metadata(torch.zeros_like(fused.meta))  # code 0x0 is not a 2:4 pattern
+    assert info.value.code == "SP0807" and "row 0" in info.value.message
