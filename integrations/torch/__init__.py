@@ -3,7 +3,7 @@
     import sparsile.torch as spt
 
     report = spt.sparsify_(model, dtype="bf16")     # nn.Linear -> SparseLinear (magnitude 2:4)
-    spt.fuse_projections_(model)                    # q/k/v and gate/up: one launch each, SwiGLU in the kernel
+    spt.fuse_projections_(model)                    # q/k/v and gate/up: one launch each (eager, CUDA graphs)
     y = model(x)                                    # eager: a cached launch per input shape
     compiled = torch.compile(model, fullgraph=True) # traced through torch.ops.sparsile.sparse_linear
     spt.save_sparse24_checkpoint(model, "ckpt")     # compressed-tensors sparse-24-bitmask

@@ -319,7 +319,7 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
 
 
 def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced: bool = False,
-                      swiglu: bool = True) -> FuseReport:
+                      swiglu: bool = False) -> FuseReport:
     """For every module of ``model`` whose children named by a group (default
     :data:`DEFAULT_GROUPS`) fit together, run them as one fused :class:`.SparseLinear` (in place).
 
@@ -334,11 +334,11 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     the graph); siblings are matched there by identity alone, so the model must not write in place
     to a group's shared input between the sibling calls (transformers' decoders do not).
 
-    ``swiglu=True`` (default): where a fused ``("gate_proj", "up_proj")`` group belongs to a
-    Llama-style MLP (glu.py: SiLU ``act_fn``, a ``down_proj``, Llama's forward), the MLP runs
-    SwiGLU in the fused kernel's epilogue (``report.swiglu``; ``report.no_swiglu`` says why not
-    elsewhere). ``swiglu=False`` keeps (or makes again) the MLP's own forward. docs/torch.md,
-    "Fusing SwiGLU".
+    ``swiglu=True``: where a fused ``("gate_proj", "up_proj")`` group belongs to a Llama-style MLP
+    (glu.py: SiLU ``act_fn``, a ``down_proj``, Llama's forward), the MLP runs SwiGLU in the fused
+    kernel's epilogue (``report.swiglu``; ``report.no_swiglu`` says why not elsewhere).
+    ``swiglu=False`` (the default until the epilogue has run on a GPU: docs/torch.md, "Fusing
+    SwiGLU") keeps (or makes again) the MLP's own forward.
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)

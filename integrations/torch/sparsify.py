@@ -87,7 +87,7 @@ def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
               interpret: bool = False, min_features: int = 128, trainable: bool = False,
-              fuse: Any = False, traced: bool = False) -> SparsifyReport:
+              fuse: Any = False, traced: bool = False, swiglu: bool = False) -> SparsifyReport:
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
@@ -102,7 +102,9 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
 
     ``fuse=True`` then calls :func:`~.fuse.fuse_projections_` (sibling projections such as q/k/v run
     as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``;
-    ``traced=True`` fuses inside torch.compile traces too (``fuse_projections_(traced=True)``).
+    ``traced=True`` fuses inside torch.compile traces too (``fuse_projections_(traced=True)``);
+    ``swiglu=True`` runs SwiGLU in the fused gate/up kernel of Llama-style MLPs
+    (``fuse_projections_(swiglu=True)``).
     """
     _check_arguments(model, filter_fn, dtype, min_features)
     groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
@@ -123,6 +125,6 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))
         report.swapped.append(fqn)
     if groups is not None:
-        report.fusion = fuse_projections_(model, groups, traced=traced)
+        report.fusion = fuse_projections_(model, groups, traced=traced, swiglu=swiglu)
     LOG.info("%s", report)
     return report

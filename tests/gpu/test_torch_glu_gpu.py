@@ -27,7 +27,7 @@ def cuda_block(dtype=None, bias=True, hidden=HIDDEN, traced=False):
     block = Block(LlamaLikeMLP(bias=bias, hidden=hidden, f=F, device="cuda"))
     report = spt.sparsify_(block, dtype=dtype, min_features=16)
     assert len(report.swapped) == 3
-    fusion = spt.fuse_projections_(block, traced=traced)
+    fusion = spt.fuse_projections_(block, traced=traced, swiglu=True)
     assert fusion.swiglu == [KEY], fusion
     return block, block.mlp.__dict__["forward"].__self__
 

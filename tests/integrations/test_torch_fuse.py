@@ -430,8 +430,10 @@ def test_sparsify_fuse_option():
         setattr(block, name, linear(n, 64 if name != "down_proj" else 32, seed=i))
     report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True)
     assert report.fusion.fused == ["gate_proj+up_proj"] and fused_group_of(block.up_proj) is not None
+    assert report.fusion.swiglu == [] and report.fusion.no_swiglu == {}  # swiglu=False: not asked for
+    report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True, swiglu=True)
     assert str(report).splitlines()[-2:] == [
-        "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; SwiGLU fused into 0 MLPs",
+        "fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; SwiGLU fused into 0 MLPs",
         "  no SwiGLU for gate_proj+up_proj: the module has no act_fn module"]
     assert spt.sparsify_(torch.nn.Module(), interpret=True).fusion is None
     with pytest.raises(IntegrationError) as err:

@@ -214,7 +214,7 @@ def test_fused_mlp_against_float64(tokens, dtype, kernel_calls):
     block = sparse_block(dtype=dtype)
     plain = copy.deepcopy(block)
     before = {k: v.clone() for k, v in block.state_dict().items()}
-    report = spt.fuse_projections_(block)
+    report = spt.fuse_projections_(block, swiglu=True)
     assert report.fused == [KEY] and report.swiglu == [KEY] and report.no_swiglu == {}
     assert str(report) == "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; SwiGLU " \
                           "fused into 1 MLPs"
@@ -238,7 +238,7 @@ def test_fused_mlp_against_float64(tokens, dtype, kernel_calls):
 def test_llama_forward_variants_and_a_hand_written_silu_are_fused():
     for mlp in (PlainMLP(), LlamaLikeMLP(act=SiLUByHand()), LlamaLikeMLP(bias=False)):
         block = sparse_block(mlp)
-        assert spt.fuse_projections_(block).swiglu == [KEY]
+        assert spt.fuse_projections_(block, swiglu=True).swiglu == [KEY]
         x = torch.randn(3, HIDDEN).to(torch.bfloat16)
         _, h = down_inputs(block.mlp, x)
         check_swiglu(fused_gate_up(block.mlp), x, h)
@@ -299,7 +299,7 @@ def test_other_mlps_keep_their_forward(mlp, reason):
     block = sparse_block(mlp())
     unfused = copy.deepcopy(block)
     spt.fuse_projections_(unfused, swiglu=False)
-    report = spt.fuse_projections_(block)
+    report = spt.fuse_projections_(block, swiglu=True)
     assert report.fused == [KEY] and report.swiglu == [] and report.no_swiglu == {KEY: reason}
     assert str(report).splitlines()[1] == f"  no SwiGLU for {KEY}: {reason}"
     assert "forward" not in block.mlp.__dict__
@@ -312,7 +312,7 @@ def test_other_mlps_keep_their_forward(mlp, reason):
 def test_gate_and_up_called_directly_and_swiglu_false():
     block = sparse_block()
     plain = copy.deepcopy(block)
-    spt.fuse_projections_(block)
+    spt.fuse_projections_(block, swiglu=True)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     for name in ("up_proj", "gate_proj"):
         assert torch.equal(getattr(block.mlp, name)(x), getattr(plain.mlp, name)(x))
@@ -323,7 +323,7 @@ def test_gate_and_up_called_directly_and_swiglu_false():
         assert torch.equal(block.mlp(x), plain.mlp(x))
     forward = None
     for _ in range(2):  # fusing SwiGLU again; a second call keeps the installed forward
-        report = spt.fuse_projections_(block)
+        report = spt.fuse_projections_(block, swiglu=True)
         assert report.kept == [KEY] and report.swiglu == [KEY]
         assert forward is None or block.mlp.__dict__["forward"].__self__ is forward
         forward = block.mlp.__dict__["forward"].__self__
@@ -333,7 +333,7 @@ def test_gate_and_up_called_directly_and_swiglu_false():
 def test_a_released_group_restores_the_mlp_forward(how):
     block = sparse_block()
     reference = copy.deepcopy(block)
-    spt.fuse_projections_(block)
+    spt.fuse_projections_(block, swiglu=True)
     group = fused_group_of(block.mlp.gate_proj)
     x = torch.randn(3, HIDDEN).to(torch.bfloat16)
     if how == "apply":  # a move: released at once
@@ -349,7 +349,7 @@ def test_a_released_group_restores_the_mlp_forward(how):
         assert torch.equal(block.mlp(x), reference.mlp(x))
     if how != "child":
         assert group.fused is None and "forward" not in block.mlp.__dict__
-        assert spt.fuse_projections_(block).swiglu == [KEY]  # fused again
+        assert spt.fuse_projections_(block, swiglu=True).swiglu == [KEY]  # fused again
         _, h = down_inputs(block.mlp, x)
         check_swiglu(fused_gate_up(block.mlp), x, h)
 
@@ -357,7 +357,7 @@ def test_a_released_group_restores_the_mlp_forward(how):
 def test_hooks_on_gate_or_up_run_the_class_forward():
     block = sparse_block()
     plain = copy.deepcopy(block)
-    spt.fuse_projections_(block)
+    spt.fuse_projections_(block, swiglu=True)
     spt.fuse_projections_(plain, swiglu=False)
     seen = []
     hook = block.mlp.up_proj.register_forward_hook(lambda m, args, out: seen.append(out.shape))
@@ -372,7 +372,7 @@ def test_hooks_on_gate_or_up_run_the_class_forward():
 
 def test_copies_and_pickles():
     block = sparse_block()
-    spt.fuse_projections_(block)
+    spt.fuse_projections_(block, swiglu=True)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     y, _ = down_inputs(block.mlp, x)
     twin = copy.deepcopy(block)  # its own group and forward, on its own weights
@@ -400,14 +400,14 @@ def test_copies_and_pickles():
 def test_weights_written_in_place_reach_the_swiglu_layers():
     block = sparse_block()
     other = sparse_block(LlamaLikeMLP(seed=7))
-    spt.fuse_projections_(block)
+    spt.fuse_projections_(block, swiglu=True)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     down_inputs(block.mlp, x)
     block.load_state_dict(other.state_dict())  # copies into the members' views
     _, h = down_inputs(block.mlp, x)
     assert "forward" in block.mlp.__dict__
     check_swiglu(fused_gate_up(block.mlp), x, h)
-    spt.fuse_projections_(other)
+    spt.fuse_projections_(other, swiglu=True)
     assert torch.equal(h, down_inputs(other.mlp, x)[1])
 
 
@@ -434,8 +434,8 @@ def sparse_ops_in_compiled_graph(model, x) -> tuple[list[tuple[str, str | None]]
 def test_torch_compile_traced_runs_the_swiglu_op(tokens):
     block = sparse_block()
     untraced = copy.deepcopy(block)
-    assert spt.fuse_projections_(block, traced=True).swiglu == [KEY]
-    spt.fuse_projections_(untraced)
+    assert spt.fuse_projections_(block, traced=True, swiglu=True).swiglu == [KEY]
+    spt.fuse_projections_(untraced, swiglu=True)
     x = torch.randn(tokens, HIDDEN).to(torch.bfloat16)
     eager, _ = down_inputs(block.mlp, x)
     ops, got = sparse_ops_in_compiled_graph(block.mlp, x)
@@ -452,7 +452,7 @@ def test_torch_export_of_a_fused_mlp(strict):
     """torch.export finds the installed forward's code (a bound method); non-strict export swaps
     the module buffers, so there gate and up run their own ops (the class's forward)."""
     block = sparse_block()
-    spt.fuse_projections_(block, traced=True)
+    spt.fuse_projections_(block, traced=True, swiglu=True)
     x = torch.randn(3, HIDDEN).to(torch.bfloat16)
     eager, _ = down_inputs(block.mlp, x)
     program = torch.export.export(block.mlp, (x,), strict=strict)
@@ -477,7 +477,7 @@ def test_transformers_llama_mlp_is_fused():
     torch.manual_seed(0)
     block = Block(LlamaMLP(config).to(torch.bfloat16))
     spt.sparsify_(block, interpret=True, min_features=16)
-    assert spt.fuse_projections_(block).swiglu == [KEY]
+    assert spt.fuse_projections_(block, swiglu=True).swiglu == [KEY]
     x = torch.randn(1, 4, HIDDEN).to(torch.bfloat16)
     _, h = down_inputs(block.mlp, x)
     check_swiglu(fused_gate_up(block.mlp), x, h)
@@ -489,7 +489,7 @@ def test_tiny_llama_fused_with_swiglu():
     from sparsile.tests.integrations.test_torch_fuse import GROUPS, PROMPT, logits, tiny_llama
 
     model = tiny_llama()
-    report = spt.fuse_projections_(model)
+    report = spt.fuse_projections_(model, swiglu=True)
     assert report.fused == GROUPS and report.swiglu == [g for g in GROUPS if "mlp" in g] and not report.no_swiglu
     seen = {}
     hooks = []
@@ -510,7 +510,7 @@ def test_swiglu_layer_reads_its_2f_rows():
     """The SwiGLU layer's out_features is F, its buffers the fused 2F rows: to_dense and
     check_metadata work on those rows (the fused layer's)."""
     block = sparse_block()
-    spt.fuse_projections_(block)
+    spt.fuse_projections_(block, swiglu=True)
     glu = block.mlp.__dict__["forward"].__self__.glu
     fused = fused_gate_up(block.mlp)
     assert glu.out_features == F and fused.out_features == 2 * F
