@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh d32              # the f16 57344 x 256 x 8192 grid row (0.89x cuSPARSELt) tuned, checked vs float64, timed
 #   bash scripts/gpu_runs.sh c32              # the layer's T <= 16 rows, the SwiGLU model under torch.compile at batch 16
 #   bash scripts/gpu_runs.sh b32              # SwiGLU in sparsile.torch: GPU tests, the 32-layer model in graphs with and without it
 #   bash scripts/gpu_runs.sh a32              # the decode kernel's SwiGLU epilogue: GPU tests, timed against kernel + silu + mul
@@ -233,6 +234,19 @@ b32)  # after a32: the torch side of the SwiGLU epilogue (glu.py; fuse_projectio
         tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py
     run 330 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noswiglu --json "$out/llama-swiglu-32.json"
+    ;;
+d32)  # issue 13's grid: f16 57344 x 256 x 8192 kept its entry in f31 (the step limit cut it; 0.89x cuSPARSELt in
+     # g31, where bf16's re-tuned entry, a CTA-pair head with a tail split of 2, reached 0.96-0.98x): tuned into its
+     # own table, checked against float64, merged into h200.json, then the row against cuSPARSELt and cuBLAS
+    echo 57344x256x8192 > /tmp/f16-57344.txt
+    run 300 python -m sparsile tune /tmp/f16-57344.txt --dtype f16 --warmup 3 --rep 10 -o "$out/f16-57344.json"
+    run 100 python benchmarks/sweep_sparse_gemm.py --tuned-only --kind gemm --table "$out/f16-57344.json"
+    python -c "import json, sys; from pathlib import Path; from sparsile.stdlib.kernels.tuning import merged_table, \
+write_json_atomic; p = Path('stdlib/kernels/tuned/h200.json'); \
+write_json_atomic(p, merged_table(p, json.loads(Path(sys.argv[1]).read_text())))" "$out/f16-57344.json" && \
+        cp stdlib/kernels/tuned/h200.json "$out/h200.json"
+    run 120 python benchmarks/bench_sparse_gemm.py --case f16:57344x256x8192 --case bf16:57344x256x8192 \
+        --json "$out/grid-57344x256-32.json"
     ;;
 c32)  # the layer's T <= 16 rows (issue 12's eager target, last measured in d30), then the model under torch.compile
      # with the SwiGLU forward (traced op), batch 16
