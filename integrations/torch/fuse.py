@@ -66,10 +66,12 @@ class FuseReport:
     kept: list[str] = field(default_factory=list)  # fused before, by an earlier call, and left so
     swiglu: list[str] = field(default_factory=list)  # gate_proj+up_proj groups whose MLP runs SwiGLU in the kernel
     no_swiglu: dict[str, str] = field(default_factory=dict)  # gate_proj+up_proj groups fused without it, and why
+    swiglu_asked: bool = False  # fuse_projections_(swiglu=True)
 
     def __str__(self) -> str:
+        glu = f"; SwiGLU fused into {len(self.swiglu)} MLPs" if self.swiglu_asked else ""
         lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.kept)} already fused, "
-                 f"{len(self.skipped)} skipped; SwiGLU fused into {len(self.swiglu)} MLPs"]
+                 f"{len(self.skipped)} skipped{glu}"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         lines += [f"  no SwiGLU for {name}: {why}" for name, why in self.no_swiglu.items()]
         return "\n".join(lines)
@@ -342,7 +344,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
-    report = FuseReport()
+    report = FuseReport(swiglu_asked=bool(swiglu))
     for fqn, parent in list(model.named_modules()):
         children = parent._modules  # named_children() would hide a module registered under two names
         for group in groups:
