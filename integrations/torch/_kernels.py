@@ -108,17 +108,21 @@ def swiglu_in_kernel(tokens: int, device: torch.device) -> bool:
     """Whether the kernel applies SwiGLU itself to a call of ``tokens`` tokens on ``device``: where
     the decode kernel is planned (1 to 64 tokens, ``SPARSILE_DECODE_KERNEL`` not "0"), in the
     interpreter or on a Hopper GPU. Elsewhere (more tokens, Blackwell) the caller computes the
-    pre-activations in float32 and applies SwiGLU with torch (docs/torch.md, "Fusing SwiGLU")."""
+    pre-activations in the output type and applies SwiGLU with torch, as the unfused MLP does
+    (``swiglu_unfused``; docs/torch.md, "Fusing SwiGLU")."""
     if device.type == "cuda" and _capability_major(device.index if device.index is not None
                                                    else torch.cuda.current_device()) != 9:
         return False
     return wants_decode(None, tokens, "sm_90a")
 
 
-def swiglu_unfused(z: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """silu(gate) * up of float32 pre-activations z (..., 2F) = [gate, up], in ``out_dtype``."""
+def swiglu_unfused(z: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up of the pre-activations z (..., 2F) = [gate, up] in their own type: what a
+    Llama MLP computes from its gate_proj and up_proj outputs, with the same torch ops, so the
+    same bits and cost (an f32 z, as for an f32 out_dtype, would double the bytes the prefill
+    writes and reads)."""
     f = z.shape[-1] // 2
-    return (torch.nn.functional.silu(z[..., :f]) * z[..., f:]).to(out_dtype)
+    return torch.nn.functional.silu(z[..., :f]) * z[..., f:]
 
 
 def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype

@@ -11,8 +11,9 @@ matches (:func:`swiglu_mismatch`): SiLU ``act_fn``, a ``down_proj`` child, and a
 the bytecode of one of the reference forms below. Anything else keeps the class's forward.
 
 The epilogue applies SwiGLU where the decode kernel runs (1 to 64 tokens, Hopper or the CPU
-interpreter: ``_kernels.swiglu_in_kernel``); elsewhere the fused layer computes the float32
-pre-activations and torch applies SwiGLU (one rounding too). docs/torch.md, "Fusing SwiGLU".
+interpreter: ``_kernels.swiglu_in_kernel``); elsewhere the fused layer computes the pre-activations
+in its output type and torch applies silu and the product, as the unfused MLP does (the same bits
+and cost). docs/torch.md, "Fusing SwiGLU".
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class SwigluLinear(SparseLinear):
     """The fused [gate; up] weight of a group run with activation "swiglu": y (..., F) = silu(x @ Wg.T
     + bg) * (x @ Wu.T + bu), F = half the rows. Its buffers are the group's fused layer's own tensors;
     not a registered module. Its eager forward applies SwiGLU in the kernel where
-    ``swiglu_in_kernel``, else through its float32 twin ``_pre`` (activation None) and torch."""
+    ``swiglu_in_kernel``, else through its twin ``_pre`` (activation None, the same output type) and
+    torch."""
 
     _activations = OP_ACTIVATIONS
 
@@ -129,7 +131,7 @@ class SwigluLinear(SparseLinear):
         layer = cls(fused.in_features, fused.out_features // 2, fused.bias is not None, dtype=fused.weight_dtype,
                     activation=SWIGLU, out_dtype=fused.out_dtype, device="meta")
         pre = SparseLinear(fused.in_features, fused.out_features, fused.bias is not None, dtype=fused.weight_dtype,
-                           out_dtype=torch.float32, device="meta")
+                           out_dtype=fused.out_dtype, device="meta")
         for name in ("values", "meta", "bias", "scale_w"):
             for target in (layer, pre):
                 setattr(target, name, getattr(fused, name))  # the same tensors: no copy
@@ -137,11 +139,11 @@ class SwigluLinear(SparseLinear):
         return layer
 
     def to_dense(self) -> torch.Tensor:
-        """The pruned dense [gate; up] weight (2F, K) its buffers hold (the float32 twin's)."""
+        """The pruned dense [gate; up] weight (2F, K) its buffers hold (the twin's)."""
         return self.__dict__["_pre"].to_dense()
 
     def check_metadata(self, words: torch.Tensor | None = None) -> None:
-        """The metadata of the 2F rows (the float32 twin's check), then both layers' records dropped."""
+        """The metadata of the 2F rows (the twin's check), then both layers' records dropped."""
         self.__dict__["_pre"].check_metadata(words)
         self._invalidate()
 
@@ -160,8 +162,7 @@ class SwigluLinear(SparseLinear):
         tokens = x.numel() // self.in_features if x.dim() else 0
         if swiglu_in_kernel(tokens, x.device):
             return super()._forward_eager(x)
-        z = self.__dict__["_pre"]._forward_eager(x)  # (..., 2F) float32; checks x
-        return swiglu_unfused(z, self.out_dtype or x.dtype)
+        return swiglu_unfused(self.__dict__["_pre"]._forward_eager(x))  # (..., 2F) pre-activations; checks x
 
 
 class SwigluForward:

@@ -14,9 +14,9 @@ dtype (bf16, f16, or float8_e4m3fn with ``scale_x``), values (N, K/2), meta the 
 metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
 tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). ``activation="swiglu"``:
 values are the 2F rows [gate; up] (bias and scale_w 2F entries, gate's then up's) and y (..., F) =
-silu(gate) * up, computed in float32 and rounded once: in the kernel where :func:`._kernels.swiglu_in_kernel`
-(1 to 64 tokens, Hopper or the CPU interpreter), else the float32 pre-activations then torch's silu and
-multiply (docs/torch.md, "Fusing SwiGLU"). On CUDA the metadata is
+silu(gate) * up: in the kernel where :func:`._kernels.swiglu_in_kernel` (1 to 64 tokens, Hopper or the
+CPU interpreter), computed in float32 and rounded once; else the pre-activations in the output type,
+then torch's silu and multiply, as the unfused MLP (docs/torch.md, "Fusing SwiGLU"). On CUDA the metadata is
 checked for shape only (its nibbles are trusted, as ``sparse_matmul`` trusts device words); on the
 CPU the interpreter checks them on every call.
 """
@@ -127,8 +127,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()  # (-1 is ambiguous for K = 0)
     if activation == SWIGLU and not swiglu_in_kernel(x2.shape[0], x2.device):
-        z = sparse_linear(x, values, meta, bias, scale_x, scale_w, activation=None, out_dtype=torch.float32)
-        return swiglu_unfused(z, out)
+        return swiglu_unfused(sparse_linear(x, values, meta, bias, scale_x, scale_w, activation=None, out_dtype=out))
     w = Weight(values, meta, bias, scale_w, activation)
     n = w.out_features
     if x2.shape[0] == 0:

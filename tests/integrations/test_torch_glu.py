@@ -1,6 +1,6 @@
 """SwiGLU fused into the sparse gated MLP (integrations/torch/glu.py) on the CPU (the interpreter):
 ``torch.ops.sparsile.sparse_linear(activation="swiglu")`` against float64 in the kernel (T <= 64)
-and through the float32 fallback (T > 64), its fake shapes and diagnostics; ``fuse_projections_``
+and through the fallback (T > 64: the unfused MLP's bits), its fake shapes and diagnostics; ``fuse_projections_``
 on Llama-style MLPs (a tiny one of our own, transformers' LlamaMLP and a tiny Llama when
 transformers is importable): the down_proj input against float64, parents that must keep their
 forward, state dicts, release, copies and pickling, hooks, ``swiglu=False``, torch.compile."""
@@ -54,14 +54,18 @@ def gate_up(dtype=None, bias: bool = True, seed: int = 0):
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bias", [True, False])
 def test_op_swiglu_against_float64(tokens, x_dtype, bias, kernel_calls):
-    """In the kernel up to 64 tokens (one call, activation "swiglu"), above through the float32
-    pre-activations (one call, no activation, f32 out) and torch."""
+    """In the kernel up to 64 tokens (one call, activation "swiglu"), above through the
+    pre-activations in x's type (one call, no activation) and torch's silu and product: the bits
+    of the unfused MLP."""
     layer = gate_up("f16" if x_dtype == torch.float16 else "bf16", bias)
     x = torch.randn(tokens, HIDDEN).to(x_dtype)
     y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation="swiglu")
-    check_swiglu(layer, x, y)
+    check_swiglu(layer, x, y, unfused=tokens > 64)
     name = {torch.bfloat16: "bf16", torch.float16: "f16"}[x_dtype]
-    assert kernel_calls == ([("swiglu", name)] if tokens <= 64 else [(None, "f32")])
+    assert kernel_calls == ([("swiglu", name)] if tokens <= 64 else [(None, name)])
+    if tokens > 64:
+        z = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias)
+        assert torch.equal(y, torch.nn.functional.silu(z[:, :F]) * z[:, F:])
 
 
 def test_op_swiglu_leading_dims_out_dtype_and_e4m3(kernel_calls):
@@ -225,8 +229,12 @@ def test_fused_mlp_against_float64(tokens, dtype, kernel_calls):
     kernel_calls.clear()
     y, h = down_inputs(block.mlp, x)
     assert kernel_calls == ([("swiglu", "bf16"), (None, "bf16")] if tokens <= 64 else
-                            [(None, "f32"), (None, "bf16")])  # SwiGLU in the kernel or the fallback; down_proj
-    check_swiglu(fused_gate_up(block.mlp), x, h)
+                            [(None, "bf16"), (None, "bf16")])  # SwiGLU in the kernel or the fallback; down_proj
+    check_swiglu(fused_gate_up(block.mlp), x, h, unfused=tokens > 64)
+    if tokens > 64:  # the fallback computes what the unfused MLP does, bit for bit
+        spt.fuse_projections_(plain)
+        with torch.no_grad():
+            assert torch.equal(block.mlp(x), plain.mlp(x))
     with torch.no_grad():
         assert torch.equal(y, block.mlp.down_proj(h))
     assert fused_group_of(block.mlp.gate_proj).runs == 0  # gate and up were not run as siblings
