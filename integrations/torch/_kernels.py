@@ -118,8 +118,8 @@ def swiglu_in_kernel(tokens: int, device: torch.device) -> bool:
 
 def swiglu_unfused(z: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up of the pre-activations z (..., 2F) = [gate, up] in their own type: what a
-    Llama MLP computes from its gate_proj and up_proj outputs, with the same torch ops, so the
-    same bits and cost (an f32 z, as for an f32 out_dtype, would double the bytes the prefill
+    Llama MLP computes from its gate_proj and up_proj outputs, with the same torch ops (the same
+    bits where its act_fn is ``F.silu``) and cost (an f32 z would double the bytes a prefill
     writes and reads)."""
     f = z.shape[-1] // 2
     return torch.nn.functional.silu(z[..., :f]) * z[..., f:]

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import SP_FUSE_GROUPS, IntegrationError
+from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .glu import MLP_NAMES, install_swiglu, uninstall_swiglu
 from .linear import SparseLinear, checked_model
 
@@ -67,9 +67,12 @@ class FuseReport:
     swiglu: list[str] = field(default_factory=list)  # gate_proj+up_proj groups whose MLP runs SwiGLU in the kernel
     no_swiglu: dict[str, str] = field(default_factory=dict)  # gate_proj+up_proj groups fused without it, and why
     swiglu_asked: bool = False  # fuse_projections_(swiglu=True)
+    swiglu_removed: list[str] = field(default_factory=list)  # MLPs given their own forward back (swiglu=False)
 
     def __str__(self) -> str:
         glu = f"; SwiGLU fused into {len(self.swiglu)} MLPs" if self.swiglu_asked else ""
+        if self.swiglu_removed:
+            glu += f"; SwiGLU removed from {len(self.swiglu_removed)} MLPs (swiglu=False)"
         lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.kept)} already fused, "
                  f"{len(self.skipped)} skipped{glu}"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
@@ -344,6 +347,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
+    checked_flag(swiglu, "swiglu", "fuse_projections_")
     report = FuseReport(swiglu_asked=bool(swiglu))
     for fqn, parent in list(model.named_modules()):
         children = parent._modules  # named_children() would hide a module registered under two names
@@ -382,6 +386,8 @@ def _fuse_swiglu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ..
     if names != MLP_NAMES:
         return
     if not wanted:
+        if group.swiglu is not None and group.swiglu.installed():
+            report.swiglu_removed.append(key)
         uninstall_swiglu(group)
         return
     reason = install_swiglu(parent, group)
@@ -389,6 +395,13 @@ def _fuse_swiglu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ..
         report.swiglu.append(key)
     else:
         report.no_swiglu[key] = reason
+
+
+def checked_flag(value: Any, name: str, where: str) -> None:
+    """SP0907 unless ``value`` is True or False (a truthy string would turn an option on)."""
+    if not isinstance(value, bool):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"{where}: {name} must be True or False, got {value!r}",
+                               help=f"pass {name}=True or {name}=False")
 
 
 def fused_group_of(layer: nn.Module) -> ProjectionGroup | None:

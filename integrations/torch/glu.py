@@ -12,8 +12,8 @@ the bytecode of one of the reference forms below. Anything else keeps the class'
 
 The epilogue applies SwiGLU where the decode kernel runs (1 to 64 tokens, Hopper or the CPU
 interpreter: ``_kernels.swiglu_in_kernel``); elsewhere the fused layer computes the pre-activations
-in its output type and torch applies silu and the product, as the unfused MLP does (the same bits
-and cost). docs/torch.md, "Fusing SwiGLU".
+in its output type and torch applies ``F.silu`` and the product, as the unfused MLP does (the same
+cost; the same bits where its act_fn is ``F.silu``). docs/torch.md, "Fusing SwiGLU".
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from torch import nn
 
 from ...stdlib.kernels.gemm import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
-from .fuse import DEFAULT_GROUPS, FuseReport, checked_groups, fuse_projections_
+from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
 from .linear import SparseLinear, checked_model, weight_dtype_name
 
 LOG = logging.getLogger("sparsile.torch")
@@ -107,6 +107,10 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     (``fuse_projections_(swiglu=True)``).
     """
     _check_arguments(model, filter_fn, dtype, min_features)
+    checked_flag(swiglu, "swiglu", "sparsify_")
+    if swiglu and (fuse is False or fuse is None):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: swiglu=True applies to fused gate/up projections, "
+                               "but fuse is not set", help="pass fuse=True with swiglu=True")
     groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
     for fqn, module in list(model.named_modules()):

@@ -529,3 +529,41 @@ def test_swiglu_layer_reads_its_2f_rows():
     with pytest.raises(SparsityError) as info:
         glu.check_metadata(torch.zeros_like(fused.meta))  # code 0x0 is not a 2:4 pattern
     assert info.value.code == "SP0807" and "row 0" in info.value.message
+
+
+def test_swiglu_flag_is_checked_and_its_removal_reported():
+    block = sparse_block()
+    for call in (lambda: spt.fuse_projections_(block, swiglu="no"),
+                 lambda: spt.sparsify_(block, interpret=True, min_features=16, fuse=True, swiglu=1)):
+        with pytest.raises(IntegrationError) as err:
+            call()
+        assert err.value.code == "SP0907" and "swiglu must be True or False" in err.value.message
+    with pytest.raises(IntegrationError) as err:
+        spt.sparsify_(block, interpret=True, min_features=16, swiglu=True)
+    assert err.value.code == "SP0907" and "fuse is not set" in err.value.message
+    assert "forward" not in block.mlp.__dict__  # nothing was fused by the refused calls
+    spt.fuse_projections_(block, swiglu=True)
+    report = spt.fuse_projections_(block, traced=True)  # swiglu=False by default: the MLP's own forward again
+    assert report.swiglu_removed == [KEY] and "forward" not in block.mlp.__dict__
+    assert str(report).startswith("fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; "
+                                  "SwiGLU removed from 1 MLPs (swiglu=False)")
+    assert spt.fuse_projections_(block).swiglu_removed == []  # nothing left to remove
+
+
+@pytest.mark.parametrize(("dtype", "x_dtype", "out_dtype"), [
+    ("f16", torch.float16, None), ("bf16", torch.bfloat16, torch.float32), ("bf16", torch.bfloat16, torch.float16),
+    ("e4m3", torch.bfloat16, None), ("e4m3", torch.bfloat16, torch.float32)])
+def test_fallback_equals_the_unfused_computation(dtype, x_dtype, out_dtype):
+    """Above 64 tokens the op's SwiGLU is the no-activation result in the output type, then
+    F.silu and the product: the same bits, for every weight type and output type."""
+    layer = gate_up(dtype, seed=4)
+    x = torch.randn(2, 40, HIDDEN).to(x_dtype)
+    if dtype == "e4m3":
+        xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+        args = (xq, layer.values, layer.meta, layer.bias, sx, layer.scale_w)
+    else:
+        args = (x, layer.values, layer.meta, layer.bias)
+    y = torch.ops.sparsile.sparse_linear(*args, activation="swiglu", out_dtype=out_dtype)
+    z = torch.ops.sparsile.sparse_linear(*args, out_dtype=out_dtype)
+    assert y.shape == (2, 40, F) and y.dtype == z.dtype
+    assert torch.equal(y, torch.nn.functional.silu(z[..., :F]) * z[..., F:])
