@@ -166,8 +166,7 @@ def _sparse_linear_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tenso
                         scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
                         activation: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
-    n = values.shape[0] // 2 if activation == SWIGLU else values.shape[0]
-    return x.new_empty((*x.shape[:-1], n), dtype=out)
+    return x.new_empty((*x.shape[:-1], Weight(values, meta, bias, scale_w, activation).out_features), dtype=out)
 
 
 @torch.library.custom_op("sparsile::quantize_per_token_e4m3", mutates_args=())

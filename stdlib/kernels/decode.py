@@ -406,9 +406,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
                                None if bad_stages else stages, bm or DECODE_BM, base.activation == "swiglu")
     eb = base.choice.elem_bytes
-    if cfg.glu and cfg.split_k > 1 and reduce_mode(reduce) == "launch":
-        # the partial sums' kernel runs without the SwiGLU epilogue (the reduce launch pairs the rows):
-        # no exchange buffer to reserve beside its ring
+    if cfg.glu and not pairs_rows_in_kernel(cfg, reduce):  # no exchange buffer to reserve beside the ring
         cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, cfg.split_k,
                                    None if bad_stages else stages, cfg.bm, False)
     while found is not None and cfg.glu and cfg.stages > 2 and cfg.smem_bytes(eb) > SMEM_PER_CTA:
@@ -417,7 +415,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                                    cfg.bm, True)
     if base.quantizes_x and not bad_stages:
         cfg = resident_x_config(base, cfg, *asked)
-        if cfg.glu and cfg.split_k > 1 and reduce_mode(reduce) == "launch":  # (a split it chose: as above)
+        if cfg.glu and not pairs_rows_in_kernel(cfg, reduce):  # (a split it chose: as above)
             cfg = dataclasses.replace(cfg, glu=False)
     too_big = cfg.smem_bytes(eb) > SMEM_PER_CTA
     if too_big and found is not None:  # the table's entry, not the caller, asked for these stages
@@ -459,6 +457,13 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         scales = empty_array(x, (base.t,), "float32", interpret)
     return SparseDecodePlan(base, cfg, vals, words, xk, k_padded, work, bool(tiled), counters, pdl, scales,
                             bool(feature_major))
+
+
+def pairs_rows_in_kernel(cfg: DecodeConfig, reduce: str | None) -> bool:
+    """Whether the decode kernel pairs the gate and up rows of activation "swiglu" itself (and
+    allocates the exchange tile ``DecodeConfig.glu`` reserves): without a split, or with split-K
+    reduced in the kernel; the partial sums of a split reduced by a second launch are paired there."""
+    return cfg.split_k == 1 or reduce_mode(reduce) == "kernel"
 
 
 def reduce_mode(reduce: str | None) -> str:
