@@ -105,7 +105,7 @@ class _Slot:
 def _linear(x: Any, values: Any, meta: Any, bias: Any, scale_x: Any, scale_w: Any, activation: str | None,
             out_dtype: Any, interpret: bool, split_k: int | None) -> Any:
     op, m, k, k_values = _check(x, values, meta, bias)
-    act = L.activation_name(activation, L.TILED_ACTIVATIONS)  # (the tiled kernels: no 'swiglu')
+    act = L.activation_name(activation, L.TILED_ACTIVATIONS)  # (the tiled kernels: no gated activation)
     y_dtype = L.linear_out_dtype(out_dtype, x)
     lead = tuple(int(s) for s in np.shape(x)[:-1])
     t = math.prod(lead)

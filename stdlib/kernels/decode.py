@@ -27,9 +27,10 @@ which quantizes x per token itself (the bits of ``quantize_per_token_e4m3``), on
 the CTA's K share of x fits in shared memory next to the weight ring (:func:`resident_x_config`);
 SP0852 where it does not.
 
-``activation="swiglu"`` (only here): the weight's rows are a gated MLP's gate rows then up rows,
-y (T, N_out / 2) = silu(gate) * up, each CTA streaming matching halves (docs/hopper.md, "The SwiGLU
-epilogue"); its exchange buffer is reserved beside the ring (``DecodeConfig.glu``).
+A gated activation (``"swiglu"`` or ``"geglu"``, only here): the weight's rows are a gated MLP's
+gate rows then up rows, y (T, N_out / 2) = silu(gate) * up or gelu_tanh(gate) * up, each CTA
+streaming matching halves (docs/hopper.md, "The gated epilogue: SwiGLU and GeGLU"); its exchange
+buffer is reserved beside the ring (``DecodeConfig.glu``).
 
 Every argument is checked by :func:`~.linear.plan_sparse_linear` (same codes); the decode plan then
 re-pads K to its step (BK = 128 elements for f16/bf16, 256 for e4m3) and the metadata words to
@@ -76,6 +77,7 @@ from .decode_config import (  # noqa: F401 (re-exported: callers import the deco
 )
 from .gemm import kernel_module
 from .linear import SparseLinearPlan
+from .linear_args import is_gated
 
 SP_DECODE = "SP0860"
 """A kernel choice sparse_linear does not have, or a call the decode kernel cannot take."""
@@ -235,14 +237,14 @@ class SparseDecodePlan:
 
     @property
     def ldy(self) -> int:
-        """The output's row stride: N_out for y = (T, N_out) (half the weight's rows for "swiglu"),
+        """The output's row stride: N_out for y = (T, N_out) (half the weight's rows for a gated activation),
         T for the feature-major C = (N_out, T)."""
         return self.base.t if self.feature_major else self.base.out_features
 
     @property
     def ld_workspace(self) -> int:
-        """The split-K workspace's row stride: the weight's rows (one partial sum per row, "swiglu"
-        too), T feature-major."""
+        """The split-K workspace's row stride: the weight's rows (one partial sum per row, gated
+        activations too), T feature-major."""
         return self.base.t if self.feature_major else self.base.m
 
     def arguments(self) -> tuple[Any, ...]:
@@ -369,8 +371,9 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
             raise bad_input(f"a feature-major decode plan needs M, N and K above 0, got {base.m} x {base.t} x {base.k}",
                             help="sparse_matmul handles empty problems without a launch", code=SP_DECODE)
         return base
-    if base.activation == "swiglu" and (tiled or feature_major):
-        raise bad_input("the decode kernel's SwiGLU epilogue takes neither a tiled weight nor a feature-major output",
+    if is_gated(base.activation) and (tiled or feature_major):
+        raise bad_input(f"the decode kernel's gated epilogue ({base.activation!r}) takes neither a tiled weight "
+                        "nor a feature-major output",
                         help="plan it with tiled=False", code=SP_DECODE)
     if base.t > DECODE_MAX_T:
         raise bad_input(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
@@ -404,13 +407,13 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
                                          or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
-                               None if bad_stages else stages, bm or DECODE_BM, base.activation == "swiglu")
+                               None if bad_stages else stages, bm or DECODE_BM, is_gated(base.activation))
     eb = base.choice.elem_bytes
     if cfg.glu and not pairs_rows_in_kernel(cfg, reduce):  # no exchange buffer to reserve beside the ring
         cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, cfg.split_k,
                                    None if bad_stages else stages, cfg.bm, False)
     while found is not None and cfg.glu and cfg.stages > 2 and cfg.smem_bytes(eb) > SMEM_PER_CTA:
-        # the table's depth was tuned without the SwiGLU epilogue's buffer: the deepest ring beside it
+        # the table's depth was tuned without the gated epilogue's buffer: the deepest ring beside it
         cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, cfg.split_k, cfg.stages - 1,
                                    cfg.bm, True)
     if base.quantizes_x and not bad_stages:
@@ -460,7 +463,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
 
 
 def pairs_rows_in_kernel(cfg: DecodeConfig, reduce: str | None) -> bool:
-    """Whether the decode kernel pairs the gate and up rows of activation "swiglu" itself (and
+    """Whether the decode kernel pairs the gate and up rows of a gated activation itself (and
     allocates the exchange tile ``DecodeConfig.glu`` reserves): without a split, or with split-K
     reduced in the kernel; the partial sums of a split reduced by a second launch are paired there."""
     return cfg.split_k == 1 or reduce_mode(reduce) == "kernel"

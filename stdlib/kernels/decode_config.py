@@ -59,7 +59,7 @@ class DecodeConfig:
     bm: int = DECODE_BM  # weight rows per CTA (DECODE_BMS): 64 halves the slab and doubles the CTAs
     xsteps: int = 0  # > 0: 16-bit x quantized by the kernel into a resident buffer of this many K steps
     persist: int = 0  # > 0: the persistent kernel (PERSIST) on this many CTAs, each streaming several slabs
-    glu: bool = False  # activation "swiglu": an f32 (bm, bn) buffer for the epilogue's exchange of row halves
+    glu: bool = False  # a gated activation: an f32 (bm, bn) buffer for the epilogue's exchange of row halves
 
     def stage_bytes(self, elem_bytes: int) -> int:
         """Bytes one pipeline step moves: values, metadata words, x (not when x is resident)."""
@@ -70,13 +70,13 @@ class DecodeConfig:
     def smem_bytes(self, elem_bytes: int) -> int:
         """The kernel's shared memory: the ring and its two barriers per stage; with resident x
         (``xsteps``) also that buffer (one e4m3 byte per element) and :data:`QX_SCRATCH`; with
-        ``glu`` the SwiGLU epilogue's f32 tile."""
+        ``glu`` the gated epilogue's f32 tile."""
         ring = self.stages * (self.stage_bytes(elem_bytes) + 16)
         return ring + (self.xsteps * self.bn * self.bk + QX_SCRATCH if self.xsteps else 0) + self.glu_bytes
 
     @property
     def glu_bytes(self) -> int:
-        """The SwiGLU epilogue's exchange buffer (f32, bm x bn) and 128 bytes for its alignment (after
+        """The gated epilogue's exchange buffer (f32, bm x bn) and 128 bytes for its alignment (after
         the resident x's scales it was placed 64 bytes further than their sum), 0 without ``glu``."""
         return self.bm * self.bn * 4 + 128 if self.glu else 0
 
@@ -126,7 +126,7 @@ def choose_decode_config(m: int, t: int, k: int, choice: KernelChoice, sms: int,
     every SM with shares (twice the split) 1.02-1.13x slower: more shares add partial sums to
     write and reduce without adding bandwidth. ``split_k`` / ``stages`` override the choice (for
     tuning on the GPU); the occupancy follows from the stages. ``bm``: the rows of weight per CTA
-    (128 unless a table or the caller says 64 or 256). ``glu``: room for the SwiGLU epilogue's
+    (128 unless a table or the caller says 64 or 256). ``glu``: room for the gated epilogue's
     buffer is kept beside the ring."""
     eb = choice.elem_bytes
     bn = 8

@@ -66,6 +66,7 @@ from .gemm_operands import checked_operands, kernel_words
 from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spellings callers import from here)
     ACTIVATIONS,
     E4M3_X_DTYPES,
+    GATED_ACTIVATIONS,
     OUT_DTYPES,
     SP_LINEAR_FP8_INPUT,
     SP_LINEAR_OPTION,
@@ -77,6 +78,7 @@ from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spelling
     bias_or_scale,
     check_e4m3_x,
     glu_features,
+    is_gated,
     linear_error,
     linear_out_dtype,
 )
@@ -172,8 +174,8 @@ class SparseLinearPlan:
 
     @property
     def out_features(self) -> int:
-        """The output's features: the weight's rows, or half of them for activation "swiglu"."""
-        return self.m // 2 if self.activation == "swiglu" else self.m
+        """The output's features: the weight's rows, or half of them for a gated activation."""
+        return self.m // 2 if is_gated(self.activation) else self.m
 
     def _epilogue_constexprs(self) -> dict[str, Any]:
         bias, sw, sx = self.modes
@@ -306,8 +308,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     decode kernel is planned and its share of x fits in shared memory, f16 / bf16 x without
     ``scale_x``: that kernel quantizes x per token itself, one launch (:mod:`.decode`).
     ``_quantized_in_kernel`` (plan_sparse_decode's base plan): such an x is checked and kept as it
-    is, uncast and unpadded, and activation "swiglu" (which only the decode kernel fuses: SP0860
-    elsewhere) is planned. ``_feature_major`` (the base plan of a feature-major decode plan, for
+    is, uncast and unpadded, and a gated activation ("swiglu", "geglu": only the decode kernel fuses
+    them, SP0860 elsewhere) is planned. ``_feature_major`` (the base plan of a feature-major decode plan, for
     sparse_matmul): ``out`` is (N_out, T); the plan is only that base, never launched itself.
     ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
     Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
@@ -360,13 +362,13 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         xc = pad_columns(xc, k if keep else k_padded)
     if choice.operand == "e4m3":
         check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
-    if act == "swiglu" and not _quantized_in_kernel and t > 0:  # (no tokens: an empty y, nothing launched)
-        raise bad_input(f"activation 'swiglu' is fused by the decode kernel only (1 to {DECODE_MAX_T} tokens on "
+    if is_gated(act) and not _quantized_in_kernel and t > 0:  # (no tokens: an empty y, nothing launched)
+        raise bad_input(f"activation {act!r} is fused by the decode kernel only (1 to {DECODE_MAX_T} tokens on "
                         f"sm_90a), not for {t} tokens" + ("" if tgt == "sm_90a" else f" on {tgt}")
                         + (f" with kernel={kernel!r}" if kernel not in (None, "auto") else ""), code=SP_DECODE,
-                        help="pass activation=None and compute silu(y[:, :F]) * y[:, F:] of the (T, 2F) result "
-                        "(sparsile.torch does this by itself)")
-    features = glu_features(m) if act == "swiglu" else m
+                        help=f"pass activation=None and compute {GATED_ACTIVATIONS[act]}(y[:, :F]) * y[:, F:] of the "
+                        "(T, 2F) result (sparsile.torch does this by itself)")
+    features = glu_features(m, act) if is_gated(act) else m
     y = _linear_output(out, t, features, y_dtype, x, interpret, _feature_major,
                        (values, words, bias, scale_w, scale_x))
     b, bias_mode = bias_or_scale(bias, "bias", m, x, interpret, ("float32", y_dtype))
@@ -449,8 +451,9 @@ def sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activatio
     x: (T, K) of any strides (made contiguous; cast to the weight's type, except that e4m3 weights
     need e4m3 x with its scale_x, SP0852, or, on the decode kernel, an f16 / bf16 x without
     scale_x, which it quantizes per token itself: one launch). bias: (N_out,) f32 or out_dtype.
-    activation: None, "relu", "silu", "gelu_tanh", or "swiglu" (where the decode kernel is planned:
-    the weight's rows are gate rows then up rows, y (T, N_out / 2) = silu(gate) * up; bias and
+    activation: None, "relu", "silu", "gelu_tanh", or a gated one, "swiglu" or "geglu" (where the
+    decode kernel is planned: the weight's rows are gate rows then up rows, y (T, N_out / 2) =
+    silu(gate) * up, or gelu_tanh(gate) * up; bias and
     scale_w cover every row; docs/hopper.md). scale_w: a number, a 0-d / (1,) array, or
     (N_out,) f32; scale_x: a number, 0-d / (1,), or (T,) / (T, 1) f32. numpy arrays and torch CPU
     tensors run in the interpreter (``interpret=True``); CUDA tensors are used in place on the
@@ -487,13 +490,18 @@ def reference_linear(weight_dense: Any, x: Any, bias: Any = None, activation: st
     if bias is not None:
         y = y + as_host_array(bias, "bias").astype(np.float64).reshape(1, -1)
     act = activation_name(activation)
+    if is_gated(act):  # gate rows, then up rows
+        f = glu_features(y.shape[1], act)
+        return reference_activation(y[:, :f], GATED_ACTIVATIONS[act]) * y[:, f:]
+    return reference_activation(y, act)
+
+
+def reference_activation(y: np.ndarray, act: str) -> np.ndarray:
+    """One of :data:`TILED_ACTIVATIONS` of the float64 ``y``."""
     if act == "relu":
-        y = np.maximum(y, 0.0)
-    elif act == "silu":
-        y = y / (1.0 + np.exp(-y))
-    elif act == "gelu_tanh":
-        y = 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
-    elif act == "swiglu":  # gate rows, then up rows
-        f = glu_features(y.shape[1])
-        y = y[:, :f] / (1.0 + np.exp(-y[:, :f])) * y[:, f:]
+        return np.maximum(y, 0.0)
+    if act == "silu":
+        return y / (1.0 + np.exp(-y))
+    if act == "gelu_tanh":
+        return 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
     return y

@@ -26,9 +26,12 @@ X16_DTYPES = ("float16", "bfloat16")
 """x dtypes that the decode kernel quantizes to e4m3 itself, for e4m3 weights (``sparse_decode_e4m3_qx``)."""
 TILED_ACTIVATIONS = ("none", "relu", "silu", "gelu_tanh")
 """The activations every sparse_linear kernel's epilogue applies (the tiled kernels', Blackwell's)."""
-ACTIVATIONS = (*TILED_ACTIVATIONS, "swiglu")
-"""The epilogue's activations. "swiglu" pairs the weight's rows: gate rows 0..F-1, up rows F..2F-1,
-y[t, f] = silu(gate) * up, F outputs (the decode kernel only: :func:`glu_features`)."""
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu_tanh"}
+"""The gated activations, each with its gate's activation: they pair the weight's rows, gate rows
+0..F-1 and up rows F..2F-1, into y[t, f] = act(gate) * up, F outputs ("swiglu": Llama's SiLU gate;
+"geglu": Gemma's tanh-approximated GELU gate). The decode kernel only: :func:`glu_features`."""
+ACTIVATIONS = (*TILED_ACTIVATIONS, *GATED_ACTIVATIONS)
+"""The epilogue's activations."""
 OUT_DTYPES = {"float16": "float16", "f16": "float16", "half": "float16", "bfloat16": "bfloat16",
               "bf16": "bfloat16", "float32": "float32", "f32": "float32", "float": "float32"}
 
@@ -59,10 +62,10 @@ def activation_name(activation: str | None, allowed: tuple[str, ...] = ACTIVATIO
     None. A caller that only runs the tiled kernels passes :data:`TILED_ACTIVATIONS`."""
     if activation is None:
         return "none"
-    if activation == "swiglu" and activation not in allowed:
-        raise linear_error(SP_LINEAR_OPTION, "activation 'swiglu' is fused by the decode kernel only, which this "
-                           "call does not run", "pass activation=None and compute silu(y[:, :F]) * y[:, F:] of the "
-                           "(T, 2F) result")
+    if activation in GATED_ACTIVATIONS and activation not in allowed:
+        raise linear_error(SP_LINEAR_OPTION, f"activation {activation!r} is fused by the decode kernel only, which "
+                           "this call does not run", f"pass activation=None and compute "
+                           f"{GATED_ACTIVATIONS[activation]}(y[:, :F]) * y[:, F:] of the (T, 2F) result")
     if activation not in allowed:
         raise linear_error(SP_LINEAR_OPTION, f"unknown activation {activation!r}",
                            "activation is " + ", ".join(["None", *map(repr, allowed[1:-1])]) + f" or {allowed[-1]!r}")
@@ -136,12 +139,17 @@ def check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None:
                            "kernel quantizes a 16-bit x itself for T <= 64 on sm_90a)")
 
 
-def glu_features(rows: int) -> int:
-    """The outputs of activation "swiglu" over a weight of ``rows`` rows (gate half, then up half):
+def is_gated(activation: str | None) -> bool:
+    """``activation`` pairs gate and up rows (:data:`GATED_ACTIVATIONS`)."""
+    return activation in GATED_ACTIVATIONS
+
+
+def glu_features(rows: int, activation: str = "swiglu") -> int:
+    """The outputs of a gated ``activation`` over a weight of ``rows`` rows (gate half, then up half):
     rows / 2, each half a whole number of the "sm90" metadata's 16-row blocks (docs/sparse-metadata.md
     §4), so that a half's words are rows of the weight's words (SP0850 otherwise)."""
     if rows % 32:
-        raise linear_error(SP_LINEAR_OPTION, f"activation 'swiglu' pairs a gate half and an up half of the weight's "
-                           f"rows, each a multiple of 16: got {rows} rows",
+        raise linear_error(SP_LINEAR_OPTION, f"activation {activation!r} pairs a gate half and an up half of the "
+                           f"weight's rows, each a multiple of 16: got {rows} rows",
                            "concatenate [gate; up] weights whose out_features are multiples of 16 (pad with zero rows)")
     return rows // 2

@@ -1,8 +1,9 @@
-"""sparsile.stdlib.kernels.decode: the decode kernel's SwiGLU epilogue (activation="swiglu": a weight
-of gate rows then up rows, y = silu(gate) * up) in the interpreter against float64 references with
-poisoned outputs (f16, bf16, e4m3 with scales or x quantized by the kernel; every reduction, slab
-size and the persistent kernel; a last slab of fewer features), the errors with their codes, the
-plan's shared-memory budget, sm_90a compilation, and GPU runs (marked gpu)."""
+"""sparsile.stdlib.kernels.decode: the decode kernel's gated epilogue (activation "swiglu" or "geglu":
+a weight of gate rows then up rows, y = silu(gate) * up or gelu_tanh(gate) * up) in the interpreter
+against float64 references with poisoned outputs (f16, bf16, e4m3 with scales or x quantized by
+the kernel; every reduction, slab size and the persistent kernel; a last slab of fewer features),
+the errors with their codes, the plan's shared-memory budget, sm_90a compilation, and GPU runs
+(marked gpu)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,25 @@ import numpy as np
 import pytest
 
 from sparsile.stdlib.kernels.decode import SMEM_PER_CTA, SMEM_PER_SM, SparseDecodePlan, plan_sparse_decode
-from sparsile.stdlib.kernels.linear import plan_sparse_linear, reference_linear, sparse_linear
+from sparsile.stdlib.kernels.linear import (
+    GATED_ACTIVATIONS,
+    plan_sparse_linear,
+    reference_activation,
+    reference_linear,
+    sparse_linear,
+)
 
 from .test_decode_api import ptxas_report
 from .test_linear_api import HALF_ULP, NP_OUT, SMALLEST, _code_message, cuda_copy, epilogue_case, problem
 
 
-def assert_glu_close(y, weight, x, k, dtype, out_dtype, **epi) -> None:
-    """y = silu(g) * u within the bound that f32 accumulation and the epilogue leave on g and u (the
-    bound of test_linear_api.assert_linear_close before the activation, ``e``), carried through the
-    product (|silu'| <= 1.1: 1.1 |u| e_g + |silu(g)| e_u + e_g e_u), plus the f32 evaluation (2^-20
-    relative) and half an ulp of the output type."""
+def assert_glu_close(y, weight, x, k, dtype, out_dtype, activation="swiglu", **epi) -> None:
+    """y = act(g) * u (silu for "swiglu", gelu_tanh for "geglu") within the bound that f32
+    accumulation and the epilogue leave on g and u (the bound of test_linear_api.assert_linear_close
+    before the activation, ``e``), carried through the product (|silu'| <= 1.10, |gelu_tanh'| <=
+    1.13: 1.13 |u| e_g + |act(g)| e_u + e_g e_u), plus the f32 evaluation (2^-20 relative) and half
+    an ulp of the output type. ``y`` also differs from the other gated activation's result (the
+    epilogue applied the one asked for)."""
     assert str(y.dtype) == out_dtype
     y64 = np.asarray(y).astype(np.float64)
     assert not np.isnan(y64).any(), "unwritten outputs"
@@ -37,13 +46,15 @@ def assert_glu_close(y, weight, x, k, dtype, out_dtype, **epi) -> None:
         acc = acc + (k // 64 + 1) * 2.0 ** -13 * scale
     e = acc + 2.0 ** -20 * (np.abs(pre) + 1.0)
     g, u, eg, eu = pre[:, :f], pre[:, f:], e[:, :f], e[:, f:]
-    silu = g / (1.0 + np.exp(-g))
-    ref = silu * u
-    err = 1.1 * (np.abs(u) + eu) * eg + np.abs(silu) * eu + 2.0 ** -20 * (np.abs(ref) + 1.0)
+    gates = {name: reference_activation(g, gate) for name, gate in GATED_ACTIVATIONS.items()}
+    ref = gates[activation] * u
+    err = 1.13 * (np.abs(u) + eu) * eg + np.abs(gates[activation]) * eu + 2.0 ** -20 * (np.abs(ref) + 1.0)
     bound = err + HALF_ULP[out_dtype] * (np.abs(ref) + err) + SMALLEST[out_dtype]
     diff = np.abs(y64 - ref)
     assert (diff <= bound).all(), f"max error {diff.max()} (bound there {bound.flat[diff.argmax()]})"
     assert np.abs(ref).max() > 0.5  # a product of order 1, not a vanishing one
+    other = next(name for name in GATED_ACTIVATIONS if name != activation)
+    assert (np.abs(y64 - gates[other] * u) > bound).any(), f"y is {other}'s result"
 
 
 # dtype, 2F (the weight's rows), T, K, out_dtype, bias, scale_w, scale_x, plan options
@@ -60,10 +71,11 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("activation", list(GATED_ACTIVATIONS))
 @pytest.mark.parametrize("dtype,rows,t,k,out_dtype,bias,sw,sx,options", CASES)
-def test_swiglu_matches_float64_reference(dtype, rows, t, k, out_dtype, bias, sw, sx, options):
+def test_gated_matches_float64_reference(dtype, rows, t, k, out_dtype, bias, sw, sx, options, activation):
     weight, x = problem(dtype, rows, t, k, seed=rows + t + k)
-    want, epi = epilogue_case(dtype, rows, t, out_dtype, bias, "swiglu", sw, sx)
+    want, epi = epilogue_case(dtype, rows, t, out_dtype, bias, activation, sw, sx)
     out = np.full((t, rows // 2), np.nan, NP_OUT[want])
     plan = plan_sparse_decode(weight.values, weight.meta, x, out=out, out_dtype=out_dtype, interpret=True,
                               **options, **epi)
@@ -80,7 +92,8 @@ def test_swiglu_matches_float64_reference(dtype, rows, t, k, out_dtype, bias, sw
         assert_glu_close(y, weight, x, k, dtype, want, **epi)
 
 
-def test_e4m3_weights_quantize_16_bit_x_in_the_kernel():
+@pytest.mark.parametrize("activation", list(GATED_ACTIVATIONS))
+def test_e4m3_weights_quantize_16_bit_x_in_the_kernel(activation):
     """e4m3 weights with bf16 x and no scale_x: the kernel quantizes x per token and applies those
     scales to both halves before pairing them."""
     weight, _ = problem("e4m3", 192, 6, 512, seed=5)
@@ -88,7 +101,7 @@ def test_e4m3_weights_quantize_16_bit_x_in_the_kernel():
     x = rng.standard_normal((6, 512)).astype(np.float32).astype(NP_OUT["bfloat16"])
     scale_w = (rng.uniform(0.25, 2.0, 192) / 64).astype(np.float32)
     bias = rng.standard_normal(192).astype(np.float32)
-    plan = plan_sparse_decode(weight.values, weight.meta, x, scale_w=scale_w, bias=bias, activation="swiglu",
+    plan = plan_sparse_decode(weight.values, weight.meta, x, scale_w=scale_w, bias=bias, activation=activation,
                               interpret=True)
     assert plan.quantizes_x and plan.config.glu
     y = plan.run()
@@ -96,20 +109,21 @@ def test_e4m3_weights_quantize_16_bit_x_in_the_kernel():
     from sparsile.stdlib.kernels.linear import quantize_per_token_e4m3
 
     xq, sx = quantize_per_token_e4m3(x, interpret=True)
-    assert_glu_close(y, weight, xq, 512, "e4m3", "bfloat16", scale_w=scale_w, bias=bias, scale_x=sx)
+    assert_glu_close(y, weight, xq, 512, "e4m3", "bfloat16", activation, scale_w=scale_w, bias=bias, scale_x=sx)
 
 
-def test_swiglu_is_the_default_route_and_rebinds():
+@pytest.mark.parametrize("activation", list(GATED_ACTIVATIONS))
+def test_gated_is_the_default_route_and_rebinds(activation):
     weight, x = problem("bf16", 128, 7, 256, seed=2)
-    y = sparse_linear(weight.values, weight.meta, x, activation="swiglu", interpret=True)
+    y = sparse_linear(weight.values, weight.meta, x, activation=activation, interpret=True)
     assert y.shape == (7, 64)
-    assert_glu_close(y, weight, x, 256, "bf16", "bfloat16")
-    plan = plan_sparse_linear(weight.values, weight.meta, x, activation="swiglu", interpret=True)
-    assert isinstance(plan, SparseDecodePlan)
+    assert_glu_close(y, weight, x, 256, "bf16", "bfloat16", activation)
+    plan = plan_sparse_linear(weight.values, weight.meta, x, activation=activation, interpret=True)
+    assert isinstance(plan, SparseDecodePlan) and plan.base.out_features == 64
     _, x2 = problem("bf16", 128, 7, 256, seed=3)
     y2 = plan.rebind(x2).run()
     assert y2.shape == (7, 64)
-    assert_glu_close(y2, weight, x2, 256, "bf16", "bfloat16")
+    assert_glu_close(y2, weight, x2, 256, "bf16", "bfloat16", activation)
 
 
 def test_no_tokens_give_an_empty_output():
@@ -119,34 +133,48 @@ def test_no_tokens_give_an_empty_output():
     assert y.shape == (0, 64) and str(y.dtype) == "bfloat16"
 
 
-def test_swiglu_errors_have_codes(monkeypatch):
+@pytest.mark.parametrize("activation", list(GATED_ACTIVATIONS))
+def test_gated_errors_have_codes(monkeypatch, activation):
     weight, x = problem("bf16", 128, 4, 256, seed=4)
     v, m = weight.values, weight.meta
-    code, message = _code_message(lambda: plan_sparse_linear(v, m, x, activation="swiglu", kernel="gemm",
+    code, message = _code_message(lambda: plan_sparse_linear(v, m, x, activation=activation, kernel="gemm",
                                                              interpret=True))
     assert code == "SP0860" and "decode kernel only" in message and "kernel='gemm'" in message
+    assert f"activation {activation!r}" in message
     _, x65 = problem("bf16", 128, 65, 256, seed=4)
-    code, message = _code_message(lambda: plan_sparse_linear(v, m, x65, activation="swiglu", interpret=True))
+    code, message = _code_message(lambda: plan_sparse_linear(v, m, x65, activation=activation, interpret=True))
     assert code == "SP0860" and "not for 65 tokens" in message
-    code, message = _code_message(lambda: plan_sparse_linear(v, m, x, activation="swiglu", target="sm_100a",
+    code, message = _code_message(lambda: plan_sparse_linear(v, m, x, activation=activation, target="sm_100a",
                                                              interpret=True))
     assert code == "SP0860" and "sm_100a" in message
     monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "0")
-    code, _ = _code_message(lambda: plan_sparse_linear(v, m, x, activation="swiglu", interpret=True))
+    code, _ = _code_message(lambda: plan_sparse_linear(v, m, x, activation=activation, interpret=True))
     assert code == "SP0860"
     monkeypatch.delenv("SPARSILE_DECODE_KERNEL")
     odd, xo = problem("bf16", 112, 4, 256, seed=4)  # halves of 56 rows: not whole 16-row metadata blocks
-    code, message = _code_message(lambda: plan_sparse_linear(odd.values, odd.meta, xo, activation="swiglu",
+    code, message = _code_message(lambda: plan_sparse_linear(odd.values, odd.meta, xo, activation=activation,
                                                              interpret=True))
     assert code == "SP0850" and "multiple of 16" in message and "112 rows" in message
-    code, message = _code_message(lambda: plan_sparse_decode(v, m, x, activation="swiglu", tiled=True,
+    assert f"activation {activation!r}" in message
+    code, message = _code_message(lambda: plan_sparse_decode(v, m, x, activation=activation, tiled=True,
                                                              interpret=True))
-    assert code == "SP0860" and "tiled" in message
+    assert code == "SP0860" and "tiled" in message and repr(activation) in message
+    # the tiled kernels' callers (sparsile.jax) refuse it by name, with the unfused computation as the fix
+    from sparsile.stdlib.kernels.linear_args import TILED_ACTIVATIONS, activation_name
+    from sparsile.stdlib.sparsity import SparsityError
+
+    with pytest.raises(SparsityError) as info:
+        activation_name(activation, TILED_ACTIVATIONS)
+    assert info.value.code == "SP0850" and f"activation {activation!r}" in info.value.message
+    assert f"{GATED_ACTIVATIONS[activation]}(y[:, :F]) * y[:, F:]" in info.value.help
 
 
-@pytest.mark.parametrize("t,options", [(16, {}), (64, {}), (1, {"bm": 64}), (16, {"split_k": 2, "reduce": "kernel"}),
-                                       (16, {"persistent": True})])
-def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options, tmp_path):
+@pytest.mark.parametrize("t,options,activation", [
+    (16, {}, "swiglu"), (64, {}, "swiglu"), (1, {"bm": 64}, "swiglu"),
+    (16, {"split_k": 2, "reduce": "kernel"}, "swiglu"), (16, {"persistent": True}, "swiglu"),
+    (16, {}, "geglu"), (64, {"split_k": 2, "reduce": "kernel"}, "geglu"),
+])
+def test_gated_compiles_for_sm90a_within_its_shared_memory(t, options, activation, tmp_path):
     """The plan's budget holds the ring and the exchange buffer exactly; the kernel fits one CTA's
     limit, and two per SM where the plan counted on two. The epilogue exchanges through shared
     memory (st.shared / ld.shared) with two more barriers of the consumer partition than the plain
@@ -156,7 +184,7 @@ def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options, tmp_path
     values = np.zeros((rows, k // 2), NP_OUT["bfloat16"])
     meta = np.full((rows, k // 32), 0x44444444, np.uint32)
     x = np.ones((t, k), NP_OUT["bfloat16"])
-    plan = plan_sparse_decode(values, meta, x, activation="swiglu", interpret=True, **options)
+    plan = plan_sparse_decode(values, meta, x, activation=activation, interpret=True, **options)
     cfg = plan.config
     ck = plan.compile("sm_90a")[0]
     # the plan's 128 bytes of alignment for the buffer, less the in-kernel reduction's 4-byte broadcast
@@ -175,15 +203,16 @@ def test_swiglu_compiles_for_sm90a_within_its_shared_memory(t, options, tmp_path
     assert int(re.search(r"Used (\d+) registers", report).group(1)) <= cfg.maxnreg
 
 
-@pytest.mark.parametrize("t,options", [(8, {"bm": 256}), (64, {}), (16, {"split_k": 2, "reduce": "kernel"})])
-def test_swiglu_with_x_quantized_in_the_kernel_fits_its_plan(t, options):
+@pytest.mark.parametrize("t,options,activation", [(8, {"bm": 256}, "swiglu"), (64, {}, "geglu"),
+                                                  (16, {"split_k": 2, "reduce": "kernel"}, "swiglu")])
+def test_gated_with_x_quantized_in_the_kernel_fits_its_plan(t, options, activation):
     """e4m3 weights, bf16 x quantized by the kernel: the plan's budget (ring, resident x, scales,
     exchange buffer and its alignment) covers the compiled kernel's shared memory."""
     rows, k = 2 * 14336, 4096
     values = np.zeros((rows, k // 2), np.uint8).view(ml_dtypes.float8_e4m3fn)
     meta = np.full((rows, k // 32), 0x44444444, np.uint32)
     x = np.ones((t, k), NP_OUT["bfloat16"])
-    plan = plan_sparse_decode(values, meta, x, activation="swiglu", scale_w=np.ones(rows, np.float32),
+    plan = plan_sparse_decode(values, meta, x, activation=activation, scale_w=np.ones(rows, np.float32),
                               interpret=True, **options)
     assert plan.quantizes_x
     ck = plan.compile("sm_90a")[0]
@@ -191,21 +220,25 @@ def test_swiglu_with_x_quantized_in_the_kernel_fits_its_plan(t, options):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,rows,t,k,options", [
-    ("bf16", 2 * 14336, 1, 4096, {}),
-    ("bf16", 2 * 14336, 16, 4096, {}),
-    ("bf16", 2 * 14336, 64, 4096, {}),
-    ("f16", 2 * 1008, 5, 1024, {"split_k": 4, "reduce": "launch"}),  # F = 1008: a last slab of 48 features
-    ("bf16", 2 * 3584, 16, 8192, {"split_k": 4, "reduce": "kernel"}),
-    ("bf16", 2 * 4096, 16, 4096, {"bm": 64}),
-    ("bf16", 2 * 14336, 16, 4096, {"persistent": True}),
-    ("e4m3", 2 * 14336, 16, 4096, {}),
+@pytest.mark.parametrize("dtype,rows,t,k,options,activation", [
+    ("bf16", 2 * 14336, 1, 4096, {}, "swiglu"),
+    ("bf16", 2 * 14336, 16, 4096, {}, "swiglu"),
+    ("bf16", 2 * 14336, 64, 4096, {}, "swiglu"),
+    ("f16", 2 * 1008, 5, 1024, {"split_k": 4, "reduce": "launch"}, "swiglu"),  # F = 1008: a last slab of 48
+    ("bf16", 2 * 3584, 16, 8192, {"split_k": 4, "reduce": "kernel"}, "swiglu"),
+    ("bf16", 2 * 4096, 16, 4096, {"bm": 64}, "swiglu"),
+    ("bf16", 2 * 14336, 16, 4096, {"persistent": True}, "swiglu"),
+    ("e4m3", 2 * 14336, 16, 4096, {}, "swiglu"),
+    ("bf16", 2 * 16384, 16, 3072, {}, "geglu"),  # Gemma-7B's gate_up
+    ("f16", 2 * 1008, 5, 1024, {"split_k": 4, "reduce": "launch"}, "geglu"),
+    ("bf16", 2 * 3584, 16, 8192, {"split_k": 4, "reduce": "kernel"}, "geglu"),
+    ("e4m3", 2 * 14336, 16, 4096, {}, "geglu"),
 ])
-def test_gpu_swiglu_matches_float64_reference(dtype, rows, t, k, options):
+def test_gpu_gated_matches_float64_reference(dtype, rows, t, k, options, activation):
     """On torch CUDA tensors, three runs each from a poisoned output."""
     torch = pytest.importorskip("torch")
     weight, x = problem(dtype, rows, t, k, seed=rows + t)
-    want, epi = epilogue_case(dtype, rows, t, None, "f32", "swiglu", "channel" if dtype == "e4m3" else None,
+    want, epi = epilogue_case(dtype, rows, t, None, "f32", activation, "channel" if dtype == "e4m3" else None,
                               "token" if dtype == "e4m3" else None)
     args = {name: cuda_copy(v) if isinstance(v, np.ndarray) else v for name, v in epi.items()}
     out = torch.empty((t, rows // 2), dtype=getattr(torch, want), device="cuda")
