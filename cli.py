@@ -446,7 +446,7 @@ def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"error: layout pictures are not part of this installation yet ({e})", file=err)
         return EXIT_UNAVAILABLE
     constructors = {n: f for n, f in vars(layout_library).items()
-                    if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == layout_library.__name__}
+                    if inspect.isfunction(f) and not n.startswith("_") and n in layout_library.__all__}
     if args.list:
         for n in sorted(constructors):
             doc = (inspect.getdoc(constructors[n]) or "").split("\n")[0]

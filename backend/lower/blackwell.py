@@ -20,12 +20,13 @@ from typing import Any
 from ...frontend.diagnostics import CompileError, Diagnostic, InternalError
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Function, Operation
-from ...frontend.layout.layouts import LayoutError, LinearLayout
+from ...frontend.layout.gf2 import LayoutError
+from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import normalize
 from ...frontend.layout.tmem_access import TmemAccessPlan, tmem_access_plan, tmem_register_layout
-from ...frontend.ops.blackwell import tmem_chunk_layout, tmem_packing, tmem_tile_columns, tmem_view_layout
-from ...target.descriptors import SmemDesc, encode_tcgen05_smem_desc
+from ...frontend.ops.blackwell_operands import tmem_chunk_layout, tmem_packing, tmem_tile_columns, tmem_view_layout
 from ...target.hooks import PreparedState, TargetHooks
+from ...target.smem_desc import SmemDesc, encode_tcgen05_smem_desc
 from ...target.targets import Feature, require
 from .asynchronous import SmemRef, smem_base_address
 from .codegen import CodeGen, DTile, lowering

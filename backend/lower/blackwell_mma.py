@@ -21,8 +21,16 @@ from dataclasses import dataclass
 
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation
-from ...frontend.ops.blackwell import D_DTYPE, PTX_DTYPE, instr_k, meta_columns_per_instr, split_n, tmem_packing
-from ...target.descriptors import InstrDesc, SmemDesc, encode_idesc
+from ...frontend.ops.blackwell_operands import (
+    D_DTYPE,
+    PTX_DTYPE,
+    instr_k,
+    meta_columns_per_instr,
+    split_n,
+    tmem_packing,
+)
+from ...target.idesc import InstrDesc, encode_idesc
+from ...target.smem_desc import SmemDesc
 from ...target.targets import Feature, require
 from .asynchronous import SmemRef, bar_ptr
 from .blackwell import TmemRef, emit_in_issuer, intrinsic, require_tcgen05, smem_desc_at, smem_descriptor, tmem_ptr
@@ -74,7 +82,7 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
     ``block_scale`` (kind::mxf8f6f4 ``.block_scale``, ``frontend/ops/tmem_scales.py``): K step ``ks``
     uses scale block ``ks``: scale-factor ids ``ks % 4`` for A and B in the descriptor, and the
     scale columns ``a_scale_col`` / ``b_scale_col`` (relative to the scale views)."""
-    from ...frontend.ops.blackwell import MMA_KIND
+    from ...frontend.ops.blackwell_operands import MMA_KIND
     from ...frontend.ops.tmem_scales import a_scale_column, b_scale_column, scale_id
 
     kind = "mxf8f6f4" if block_scale else MMA_KIND[a_elem.name]

@@ -28,7 +28,7 @@ from ...frontend.ir import types as T
 from ...frontend.ir.core import Function, Operation
 from ...frontend.layout.inference import walk_partition
 from ...frontend.layout.layouts import LinearLayout
-from ...frontend.ops.blackwell import D_DTYPE, META_BITS, MMA_KIND, PTX_DTYPE, WORD_K, instr_k
+from ...frontend.ops.blackwell_operands import D_DTYPE, META_BITS, MMA_KIND, PTX_DTYPE, WORD_K, instr_k
 from ...target.targets import Feature
 from .asynchronous import kmajor_swizzle, stage_kmajor
 from .codegen import CodeGen, lowering
@@ -45,7 +45,7 @@ def _parts(op: Operation) -> tuple[Any, Any, Any, Any | None]:
 
 def eligible(op: Operation, num_warps: int) -> int | None:
     """The TMEM columns a tile MMA needs on the tcgen05 path, or None when it does not qualify."""
-    from ...target.descriptors import InstrDesc, idesc_problems
+    from ...target.idesc import InstrDesc, idesc_problems
 
     if op.name not in ("dot", "sparse_dot") or num_warps % 4:
         return None

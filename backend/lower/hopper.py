@@ -20,8 +20,9 @@ from typing import Any
 from ...frontend.diagnostics import InternalError
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation
+from ...frontend.layout.hardware_dims import operand_class
 from ...frontend.layout.layouts import LinearLayout
-from ...frontend.layout.library import WGMMA_A_COLS, operand_class, wgmma_a_fragment, wgmma_accumulator
+from ...frontend.layout.library import WGMMA_A_COLS, wgmma_a_fragment, wgmma_accumulator
 from ...frontend.layout.tile import normalize
 from ...target.hooks import TargetHooks
 from ...target.targets import Feature

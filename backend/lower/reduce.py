@@ -15,7 +15,8 @@ from __future__ import annotations
 from ...frontend.diagnostics import CompileError, Diagnostic
 from ...frontend.ir import types as T
 from ...frontend.ir.core import Operation
-from ...frontend.layout.layouts import GF2Span, LinearLayout
+from ...frontend.layout.gf2 import GF2Span
+from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import (
     LANE,
     REG,

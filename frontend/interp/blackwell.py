@@ -13,14 +13,10 @@ import numpy as np
 from ..ir import types as T
 from ..ir.core import Operation
 from ..ops.blackwell import (
-    CLASS_DTYPE,
-    META_BITS,
-    WORD_K,
     commit_op,
     copy_op,
     fence_after_op,
     fence_before_op,
-    instr_k,
     mma_op,
     tmem_alloc_op,
     tmem_index_op,
@@ -31,6 +27,7 @@ from ..ops.blackwell import (
     tmem_slice_op,
     tmem_store_op,
 )
+from ..ops.blackwell_operands import CLASS_DTYPE, META_BITS, WORD_K, instr_k
 from .values import BAD_OPERAND_DATA, OUT_OF_BOUNDS, InterpreterError
 
 _POISON_I32 = 0x7EADBEEF

@@ -13,17 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..spans import UNKNOWN_SPAN, Span
-from .layouts import GF2Span, LayoutError, LinearLayout, bit_list, log2_exact
-from .library import (
-    BLOCK,
-    LANE,
-    REG,
-    SUB,
-    SWIZZLE_BYTES,
-    WARP,
-    smem_from_address_map,
-)
+from .gf2 import GF2Span, LayoutError, bit_list, log2_exact
+from .hardware_dims import BLOCK, LANE, REG, SUB, WARP
+from .layouts import LinearLayout
 from .smem import StorePlan, require_plan, store_plan, xor_images
+from .smem_layouts import SWIZZLE_BYTES, smem_from_address_map
 
 
 @dataclass(frozen=True)

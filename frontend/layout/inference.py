@@ -25,7 +25,8 @@ from ..ir.axis_info import AxisAnalysis
 from ..ir.core import Block, Builder, Function, Operation, Value
 from ..ops.opdefs import OPS, LayoutRule
 from ..spans import UNKNOWN_SPAN
-from .layouts import LayoutError, LinearLayout
+from .gf2 import LayoutError
+from .layouts import LinearLayout
 from .rules import ELEMENTWISE, is_tile, project
 from .tile import default_blocked, remove_unit_dim
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .hardware_dims import BLOCK, COL, CTA, LANE, OFFSET, REG, SUB, WARP
 from .layouts import UNUSED_DIM, LinearLayout
-from .library import BLOCK, COL, CTA, LANE, OFFSET, REG, SUB, WARP
 
 
 def _kind(layout: LinearLayout) -> str:

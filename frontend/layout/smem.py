@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from ..diagnostics import error
 from ..spans import UNKNOWN_SPAN, Span
-from .layouts import UNUSED_DIM, LayoutError, LinearLayout, bit_list, log2_exact
-from .library import LANE, OFFSET, REG, SUB, SWIZZLE_BYTES, WARP
+from .gf2 import LayoutError, bit_list, log2_exact
+from .hardware_dims import LANE, OFFSET, REG, SUB, WARP
+from .layouts import UNUSED_DIM, LinearLayout
+from .smem_layouts import SWIZZLE_BYTES
 
 
 def require_plan(ok: bool, code: str, reason: str | None, help: str | None, span: Span) -> None:

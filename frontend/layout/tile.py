@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .layouts import GF2Span, LinearLayout
+from .gf2 import GF2Span
+from .layouts import LinearLayout
 from .library import blocked
 
 REG, LANE, WARP = "reg", "lane", "warp"

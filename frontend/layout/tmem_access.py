@@ -17,21 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..spans import UNKNOWN_SPAN, Span
-from .layouts import UNUSED_DIM, GF2Span, LayoutError, LinearLayout, bit_list, log2_exact
-from .library import (
-    BLOCK,
-    COL,
-    CTA,
-    LANE,
-    REG,
-    SUB,
-    TCGEN05_MAX_NUM,
-    TCGEN05_SHAPES,
-    WARP,
-    layout_from_bases,
-    tcgen05_regs_per_num,
-)
+from .gf2 import GF2Span, LayoutError, bit_list, log2_exact
+from .hardware_dims import BLOCK, COL, CTA, LANE, REG, SUB, WARP, layout_from_bases
+from .layouts import UNUSED_DIM, LinearLayout
 from .smem import require_plan
+from .tmem_layouts import TCGEN05_MAX_NUM, TCGEN05_SHAPES, tcgen05_regs_per_num
 
 _LANE_SHIFT = 0   # W vectors: TMEM lane in bits 0..7, column in bits 8..
 _COL_SHIFT = 8

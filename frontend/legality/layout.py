@@ -207,7 +207,7 @@ def _direct_uses(r: Value, users: dict[int, list[Operation]]) -> Iterator[tuple[
 def smem_layout_of(t: T.SmemType) -> LinearLayout | None:
     """The offset -> (dim0, dim1) layout of a 2-D buffer as ``backend/lower_async`` stores it
     (column panels of one swizzle span, swizzle applied to byte addresses)."""
-    from ..layout.library import smem_tile
+    from ..layout.smem_layouts import smem_tile
 
     if len(t.shape) != 2 or t.strided:
         return None

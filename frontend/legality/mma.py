@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...target.descriptors import wgmma_problems
+from ...target.wgmma_rules import wgmma_problems
 from ..diagnostics import Diagnostic, Label
 from ..ir import types as T
 from ..ir.core import Operation

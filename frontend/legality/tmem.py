@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...target.descriptors import InstrDesc, idesc_problems
+from ...target.idesc import InstrDesc, idesc_problems
 from ...target.targets import Feature, feature_problem
 from ..diagnostics import Diagnostic
 from ..ir import types as T

@@ -46,7 +46,7 @@ from ..ir.core import Operation, Value
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .memory import tma_box_start_check, tma_layout_check
+from .memory_interp import tma_box_start_check, tma_layout_check
 from .opdefs import NO_LAYOUT_RULE, TYPED_BY_SEMA, define_op, variadic
 from .tensor import box_offsets
 

@@ -25,7 +25,8 @@ pin checks and codes live in :mod:`legality_layout`, so that the legality pass n
 from __future__ import annotations
 
 from ..ir import types as T
-from ..layout.layouts import LayoutError, LinearLayout
+from ..layout.gf2 import LayoutError
+from ..layout.layouts import LinearLayout
 from ..layout.library import blocked as _blocked
 from ..layout.library import wgmma_accumulator as _wgmma_accumulator
 from ..layout.tile import REG, default_blocked, normalize

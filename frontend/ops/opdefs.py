@@ -326,9 +326,9 @@ def load_all_ops() -> None:
     """Import every op module so that the registry is complete."""
     import importlib.util
 
-    for name in ("..sema.type_ctors", ".core", ".global_memory", ".control", ".dot", ".tensor", ".memory", ".layout",
-                 ".hopper", ".blackwell", "..interp.blackwell", ".cluster", ".atomic",
-                 ".grid_dependency"):
+    for name in ("..sema.type_ctors", ".core", ".global_memory", ".control", ".dot", ".tensor", ".memory",
+                 ".memory_interp", ".layout", ".hopper", ".blackwell", ".tmem", ".tcgen05", "..interp.blackwell",
+                 ".cluster", ".atomic", ".grid_dependency"):
         try:
             importlib.import_module(name, __package__)
         except ModuleNotFoundError as e:  # an architecture namespace not written yet

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...frontend.layout.layouts import next_power_of_two
+from ...frontend.layout.gf2 import next_power_of_two
 from .arrays import bad_input
 
 if TYPE_CHECKING:

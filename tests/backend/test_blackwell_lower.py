@@ -25,7 +25,7 @@ from sparsile.backend.lower.blackwell_mma import mma_plan
 from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
-from sparsile.frontend.ops.blackwell import tmem_chunk_layout
+from sparsile.frontend.ops.blackwell_operands import tmem_chunk_layout
 from sparsile.frontend.sema.core import ArgSpec
 from sparsile.tests import support
 
