@@ -1,9 +1,9 @@
 """Greedy decoding of a Llama-3-8B-shaped ``transformers.LlamaForCausalLM`` (random weights, bf16) on
 the GPU, dense against 2:4 sparse: tokens/s of dense bf16, sparsile (``sparsile.torch.sparsify_``),
 sparsile-fused (``sparsify_`` then ``fuse_projections_(traced=True)``: q/k/v and gate/up run as one
-kernel each, in eager and CUDA-graph decoding and under torch.compile, SwiGLU in the gate/up kernel's
-epilogue up to 64 tokens), sparsile-fused-noswiglu (the same with ``swiglu=False``: silu and the
-product run as torch's elementwise kernels on the fused output's views) and torch
+kernel each, in eager and CUDA-graph decoding and under torch.compile, ``glu=True``: SwiGLU in the
+gate/up kernel's epilogue up to 64 tokens), sparsile-fused-noglu (the same with ``glu=False``: silu
+and the product run as torch's elementwise kernels on the fused output's views) and torch
 semi-structured (``to_sparse_semi_structured``, cuSPARSELt), batch 1 and 16.
 
     python benchmarks/bench_llama.py                        # 8 layers, batch 1 and 16, CUDA graphs
@@ -51,8 +51,8 @@ from torch_timing import (  # a sibling script, not a package
 )
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-MODELS = ("dense", "sparsile", "sparsile-fused", "sparsile-fused-noswiglu", "semi")
-SPARSILE_MODELS = ("sparsile", "sparsile-fused", "sparsile-fused-noswiglu")  # the models the target is about
+MODELS = ("dense", "sparsile", "sparsile-fused", "sparsile-fused-noglu", "semi")
+SPARSILE_MODELS = ("sparsile", "sparsile-fused", "sparsile-fused-noglu")  # the models the target is about
 MODES = ("graph", "compile", "eager")
 ATTENTIONS = ("sdpa", "sdpa-gqa")  # transformers' own sdpa attention; the same without its repeat_kv copies at decode
 TARGET_SPEEDUP = 1.3
@@ -146,21 +146,21 @@ def sparsify_sparsile(model: Any) -> Any:
     return sparsify_(model, filter_fn=is_projection)
 
 
-def sparsify_sparsile_fused(model: Any, swiglu: bool = True) -> Any:
-    """:func:`sparsify_sparsile`, then ``sparsile.torch.fuse_projections_(traced=True, swiglu=swiglu)``
+def sparsify_sparsile_fused(model: Any, glu: bool = True) -> Any:
+    """:func:`sparsify_sparsile`, then ``sparsile.torch.fuse_projections_(traced=True, glu=glu)``
     (fused in the torch.compile trace too: transformers' Llama writes nothing in place between the
-    sibling projections; ``swiglu``: SwiGLU in the gate/up kernel's epilogue; its report becomes the
-    sparsify report's ``fusion``); returns the sparsify report."""
+    sibling projections; ``glu``: the gated activation, Llama's SwiGLU, in the gate/up kernel's
+    epilogue; its report becomes the sparsify report's ``fusion``); returns the sparsify report."""
     from sparsile.torch import fuse_projections_
 
     report = sparsify_sparsile(model)
-    report.fusion = fuse_projections_(model, traced=True, swiglu=swiglu)
+    report.fusion = fuse_projections_(model, traced=True, glu=glu)
     return report
 
 
-def sparsify_sparsile_fused_noswiglu(model: Any) -> Any:
-    """:func:`sparsify_sparsile_fused` with ``swiglu=False`` (the MLP's own silu and product)."""
-    return sparsify_sparsile_fused(model, swiglu=False)
+def sparsify_sparsile_fused_noglu(model: Any) -> Any:
+    """:func:`sparsify_sparsile_fused` with ``glu=False`` (the MLP's own silu and product)."""
+    return sparsify_sparsile_fused(model, glu=False)
 
 
 def sparsify_semi(model: Any) -> str:
@@ -366,7 +366,7 @@ def build_models(args: argparse.Namespace, config: Any) -> dict[str, Any]:
           f"parameters, {pruned} projections pruned to 2:4 ({time.perf_counter() - t:.1f} s)", flush=True)
     models = {"dense": dense}
     builders = {"sparsile": sparsify_sparsile, "sparsile-fused": sparsify_sparsile_fused,
-                "sparsile-fused-noswiglu": sparsify_sparsile_fused_noswiglu, "semi": sparsify_semi}
+                "sparsile-fused-noglu": sparsify_sparsile_fused_noglu, "semi": sparsify_semi}
     for name in [m for m in args.models if m != "dense"]:
         t = time.perf_counter()
         try:
@@ -379,8 +379,8 @@ def build_models(args: argparse.Namespace, config: Any) -> dict[str, Any]:
             fusion = getattr(report, "fusion", None)
             if fusion is not None and fusion.skipped:
                 print(f"WARNING: {name} left {len(fusion.skipped)} projection groups unfused")
-            if fusion is not None and fusion.no_swiglu:
-                print(f"WARNING: {name} left SwiGLU unfused in {len(fusion.no_swiglu)} MLPs")
+            if fusion is not None and fusion.no_glu:
+                print(f"WARNING: {name} left the gated activation unfused in {len(fusion.no_glu)} MLPs")
         except Exception as e:
             models.pop(name, None)
             print(f"{name}: could not be built: {first_line(e)}", flush=True)

@@ -19,9 +19,9 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh d32              # the f16 57344 x 256 x 8192 grid row (0.89x cuSPARSELt) tuned, checked vs float64, timed
-#   bash scripts/gpu_runs.sh c32              # the layer's T <= 16 rows, the SwiGLU model under torch.compile at batch 16
-#   bash scripts/gpu_runs.sh b32              # SwiGLU in sparsile.torch: GPU tests, the 32-layer model in graphs with and without it
-#   bash scripts/gpu_runs.sh a32              # the decode kernel's SwiGLU epilogue: GPU tests, timed against kernel + silu + mul
+#   bash scripts/gpu_runs.sh c32              # the layer's T <= 16 rows, the glu=True model under torch.compile at batch 16
+#   bash scripts/gpu_runs.sh b32              # SwiGLU / GeGLU in sparsile.torch: GPU tests, the 32-layer model in graphs with and without it
+#   bash scripts/gpu_runs.sh a32              # the decode kernel's gated epilogue: GPU tests, timed against kernel + act + mul
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
 #   bash scripts/gpu_runs.sh g31              # the L2-hint GPU tests, the tuner's GPU tests, the 57344 x 256 rows again
 #   bash scripts/gpu_runs.sh f31              # the N = 256 prefill rows tuned with L2-hinted configs, checked vs float64, the grid rows
@@ -228,12 +228,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
-b32)  # after a32: the torch side of the SwiGLU epilogue (glu.py; fuse_projections_(swiglu=True)): its GPU tests and the
-     # layer's (records size y from the output features now), the 32-layer model in CUDA graphs with and without it
-    run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
+b32)  # after a32: the torch side of the gated epilogue (glu.py; fuse_projections_(glu=True)): its GPU tests (swiglu and
+     # geglu) and the layer's (records size y from the output features now), the 32-layer model in CUDA graphs with
+     # and without it
+    run 300 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
         tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py
     run 330 python benchmarks/bench_llama.py --layers 32 --modes graph \
-        --models dense sparsile-fused sparsile-fused-noswiglu --json "$out/llama-swiglu-32.json"
+        --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-32.json"
     ;;
 d32)  # issue 13's grid: f16 57344 x 256 x 8192 kept its entry in f31 (the step limit cut it; 0.89x cuSPARSELt in
      # g31, where bf16's re-tuned entry, a CTA-pair head with a tail split of 2, reached 0.96-0.98x): tuned into its
@@ -249,18 +250,18 @@ write_json_atomic(p, merged_table(p, json.loads(Path(sys.argv[1]).read_text())))
         --json "$out/grid-57344x256-32.json"
     ;;
 c32)  # the layer's T <= 16 rows (issue 12's eager target, last measured in d30), then the model under torch.compile
-     # with the SwiGLU forward (traced op), batch 16
+     # with the gated forward (glu=True: the traced swiglu op), batch 16
     run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-32.json"
     run 250 python benchmarks/bench_llama.py --layers 32 --modes compile --check-tokens 0 --batches 16 \
-        --models dense sparsile-fused --json "$out/llama-swiglu-compile16-32.json"
+        --models dense sparsile-fused --json "$out/llama-glu-compile16-32.json"
     ;;
-a32)  # the decode kernel's SwiGLU epilogue (activation="swiglu"): its GPU tests and the decode kernel's (the plan's
-     # ldy / workspace stride split), then timed against the unfused kernel + torch silu + mul on the 8B / 70B gate_up
-     # weights
+a32)  # the decode kernel's gated epilogue (activation="swiglu" and "geglu"): its GPU tests and the decode kernel's
+     # (the plan's ldy / workspace stride split), then timed against the unfused kernel + torch's activation + mul on
+     # the 8B / 70B gate_up weights
     run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/stdlib/test_decode_glu.py \
         tests/stdlib/test_decode_qx.py tests/stdlib/test_decode_api.py -k "glu or qx or torch_in_place or persistent"
-    run 120 python benchmarks/bench_glu.py
+    run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
 a31)  # where a decode step's GPU time goes (issue 12's CUDA-graph model at batch 16 is 1.21x dense): the kernels of
      # 8 graph-replayed steps of the 32-layer model, per name, dense against sparsile-fused, batch 1 and 16

@@ -301,7 +301,7 @@ bll = load_script("bench_llama")
 def test_llama_arguments():
     args = bll.parse_args([])
     assert (args.layers, args.batches, args.prompt, args.new_tokens) == (8, [1, 16], 128, 128)
-    assert args.models == ["dense", "sparsile", "sparsile-fused", "sparsile-fused-noswiglu", "semi"]
+    assert args.models == ["dense", "sparsile", "sparsile-fused", "sparsile-fused-noglu", "semi"]
     assert args.modes == ["graph"]
     assert args.attention == "sdpa-gqa" and bll.parse_args(["--attention", "sdpa"]).attention == "sdpa"
     assert bll.parse_args(["--models", "dense", "sparsile-fused"]).models == ["dense", "sparsile-fused"]
@@ -311,6 +311,7 @@ def test_llama_arguments():
     assert bll.within_bf16_tolerance(0.02, 0.01) and not bll.within_bf16_tolerance(0.021, 0.01)
     ex = load_example("llama_sparse")
     assert ex.parse_args([]).layers == 4 and ex.is_projection(None, "model.layers.3.mlp.down_proj")
+    assert not ex.parse_args([]).glu and ex.parse_args(["--glu"]).glu
     assert not ex.is_projection(None, "lm_head") and not ex.is_projection(None, "model.layers.3.mlp")
     with pytest.raises(SystemExit):
         ex.parse_args(["--batch", "0"])
@@ -494,8 +495,9 @@ def test_llama_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
 
 def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
     """The sparsile-fused model for real on the CPU (sparsify_ in the interpreter, then
-    fuse_projections_): its groups are fused (SwiGLU into the MLP) and run while it decodes eagerly through the static
-    cache, its tokens equal an eager decode's and its logits pass the bf16 check."""
+    fuse_projections_(glu=True)): its groups are fused (SwiGLU into the MLP) and run while it decodes
+    eagerly through the static cache, its tokens equal an eager decode's and its logits pass the bf16
+    check."""
     _tiny_llama_on_cpu(monkeypatch)
     from sparsile.integrations.torch.fuse import fused_group_of
     from sparsile.torch import sparsify_
@@ -519,7 +521,9 @@ def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
     assert runs["sparsile-fused"]["tokens_equal_eager"] and runs["sparsile-fused"]["speedup"] > 0
     layer = built[0].model.layers[0]
     assert fused_group_of(layer.self_attn.q_proj).runs > 0 and fused_group_of(layer.mlp.up_proj) is not None
-    assert type(layer.mlp.__dict__["forward"].__self__).__name__ == "SwigluForward"  # the MLP runs SwiGLU fused
+    forward = layer.mlp.__dict__["forward"].__self__  # the MLP runs SwiGLU fused
+    assert type(forward).__name__ == "GatedForward" and forward.activation == "swiglu"
+    assert "gated activation fused into 1 MLPs (swiglu)" in text
     assert "sparsile-fused >= 1.3x dense tokens/s, batch 2, eager" in text
 
 

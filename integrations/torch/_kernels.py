@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ...stdlib.kernels.decode import DECODE_MAX_T, DECODE_REDUCE_ENV, wants_decode
+from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS
 from ...stdlib.sparsity.errors import SparsityError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
@@ -43,11 +44,17 @@ OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f1
 """The output dtypes the kernel's epilogue stores, by the name the kernel API takes."""
 ACTIVATIONS = (None, "relu", "silu", "gelu_tanh")
 """The activations a :class:`~.linear.SparseLinear` applies to its own outputs."""
-SWIGLU = "swiglu"
-"""The gated activation: y (T, F) = silu(z[:, :F]) * z[:, F:] for the 2F pre-activations z of the
-row-concatenated [gate; up] weight (docs/torch.md, "Fusing SwiGLU")."""
-OP_ACTIVATIONS = (*ACTIVATIONS, SWIGLU)
-"""The activations ``torch.ops.sparsile.sparse_linear`` takes."""
+OP_ACTIVATIONS = (*ACTIVATIONS, *GATED_ACTIVATIONS)
+"""The activations ``torch.ops.sparsile.sparse_linear`` takes: a layer's own, and the gated ones
+(``GATED_ACTIVATIONS`` of stdlib/kernels/linear_args.py, name -> gate activation):
+y (T, F) = act(z[:, :F]) * z[:, F:] for the 2F pre-activations z of the row-concatenated [gate; up]
+weight, act silu for "swiglu", gelu_tanh for "geglu" (docs/torch.md, "Fusing the gated activation
+(SwiGLU, GeGLU)")."""
+TORCH_GATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": torch.nn.functional.silu,
+    "gelu_tanh": functools.partial(torch.nn.functional.gelu, approximate="tanh"),
+}
+"""The torch function of each gate activation of ``GATED_ACTIVATIONS`` (what :func:`glu_unfused` applies)."""
 EAGER_REDUCE_MAX_T = 16
 """Up to this many tokens an eager call of the decode kernel with split-K adds the partial sums in
 the kernel (plan_sparse_decode's reduce="kernel": one launch, 5-11 µs less host time per call on
@@ -104,25 +111,29 @@ def as_torch(result: Any, device: torch.device, dtype: torch.dtype) -> torch.Ten
     return tensor.to(device, dtype)
 
 
-def swiglu_in_kernel(tokens: int, device: torch.device) -> bool:
-    """Whether the kernel applies SwiGLU itself to a call of ``tokens`` tokens on ``device``: where
-    the decode kernel is planned (1 to 64 tokens, ``SPARSILE_DECODE_KERNEL`` not "0"), in the
-    interpreter or on a Hopper GPU. Elsewhere (more tokens, Blackwell) the caller computes the
-    pre-activations in the output type and applies SwiGLU with torch, as the unfused MLP does
-    (``swiglu_unfused``; docs/torch.md, "Fusing SwiGLU")."""
+def glu_in_kernel(tokens: int, device: torch.device) -> bool:
+    """Whether the kernel applies a gated activation ("swiglu", "geglu") itself to a call of
+    ``tokens`` tokens on ``device``: where the decode kernel is planned (1 to 64 tokens,
+    ``SPARSILE_DECODE_KERNEL`` not "0"), in the interpreter or on a Hopper GPU. Elsewhere (more
+    tokens, Blackwell) the caller computes the pre-activations in the output type and applies the
+    gated activation with torch, as the unfused MLP does (:func:`glu_unfused`; docs/torch.md,
+    "Fusing the gated activation (SwiGLU, GeGLU)")."""
     if device.type == "cuda" and _capability_major(device.index if device.index is not None
                                                    else torch.cuda.current_device()) != 9:
         return False
     return wants_decode(None, tokens, "sm_90a")
 
 
-def swiglu_unfused(z: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up of the pre-activations z (..., 2F) = [gate, up] in their own type: what a
-    Llama MLP computes from its gate_proj and up_proj outputs, with the same torch ops (the same
-    bits where its act_fn is ``F.silu``) and cost (an f32 z would double the bytes a prefill
-    writes and reads)."""
+def glu_unfused(z: torch.Tensor, activation: str) -> torch.Tensor:
+    """act(gate) * up of the pre-activations z (..., 2F) = [gate, up] in their own type, for the
+    gated ``activation``: ``F.silu(gate) * up`` ("swiglu") or ``F.gelu(gate, approximate="tanh") *
+    up`` ("geglu"). What a Llama or Gemma MLP computes from its gate_proj and up_proj outputs, with
+    the same torch ops (the same bits where its act_fn computes exactly that torch function:
+    ``nn.SiLU``, ``nn.GELU(approximate="tanh")``, transformers' ``SiLUActivation`` and default
+    ``GELUTanh``; not a formula written out, as ``GELUTanh(use_gelu_tanh_python=True)``) and cost
+    (an f32 z would double the bytes a prefill writes and reads)."""
     f = z.shape[-1] // 2
-    return torch.nn.functional.silu(z[..., :f]) * z[..., f:]
+    return TORCH_GATES[GATED_ACTIVATIONS[activation]](z[..., :f]) * z[..., f:]
 
 
 def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype
@@ -226,7 +237,7 @@ class LaunchRecord:
         self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
         self.key: tuple = ()  # where a RecordCache stores it
-        self.shape = (int(x.shape[0]), w.out_features)  # (T, N): y's shape (N = F rows / 2 with SwiGLU)
+        self.shape = (int(x.shape[0]), w.out_features)  # (T, N): y's shape (N = rows / 2, gated)
         self.out_dtype = out_dtype
         y = torch.empty(self.shape, dtype=out_dtype, device=x.device)  # this call's output
         kept: list[Any] = []  # what the launches keep (workspace, counters, padded copies): see used_on

@@ -23,9 +23,11 @@ alone (a version check there would break the graph), so an in-place write to the
 between sibling calls *inside the compiled region* would not be seen. docs/torch.md ("Fusing
 sibling projections") has the details.
 
-SwiGLU: where the fused group is a Llama-style MLP's gate_proj and up_proj (SiLU act_fn, a
-down_proj, the reference forward), the MLP's forward is replaced on the instance by one that runs
-the fused layer with SwiGLU in the kernel's epilogue (glu.py; docs/torch.md, "Fusing SwiGLU").
+The gated activation (``glu=True``): where the fused group is a Llama- or Gemma-style MLP's
+gate_proj and up_proj (a SiLU or tanh-approximated GELU act_fn, a down_proj, the reference
+forward), the MLP's forward is replaced on the instance by one that runs the fused layer with
+SwiGLU or GeGLU in the kernel's epilogue (glu.py; docs/torch.md, "Fusing the gated activation
+(SwiGLU, GeGLU)").
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
-from .glu import MLP_NAMES, install_swiglu, uninstall_swiglu
+from .glu import MLP_NAMES, install_glu, uninstall_glu
 from .linear import SparseLinear, checked_model
 
 LOG = logging.getLogger("sparsile.torch")
@@ -64,19 +66,25 @@ class FuseReport:
     fused: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)  # fused before, by an earlier call, and left so
-    swiglu: list[str] = field(default_factory=list)  # gate_proj+up_proj groups whose MLP runs SwiGLU in the kernel
-    no_swiglu: dict[str, str] = field(default_factory=dict)  # gate_proj+up_proj groups fused without it, and why
-    swiglu_asked: bool = False  # fuse_projections_(swiglu=True)
-    swiglu_removed: list[str] = field(default_factory=list)  # MLPs given their own forward back (swiglu=False)
+    glu: dict[str, str] = field(default_factory=dict)  # gate_proj+up_proj group -> the gated activation its
+    # MLP runs in the kernel ("swiglu", "geglu")
+    no_glu: dict[str, str] = field(default_factory=dict)  # gate_proj+up_proj groups fused without it, and why
+    glu_asked: bool = False  # fuse_projections_(glu=True)
+    glu_removed: list[str] = field(default_factory=list)  # MLPs given their own forward back (glu=False)
 
     def __str__(self) -> str:
-        glu = f"; SwiGLU fused into {len(self.swiglu)} MLPs" if self.swiglu_asked else ""
-        if self.swiglu_removed:
-            glu += f"; SwiGLU removed from {len(self.swiglu_removed)} MLPs (swiglu=False)"
+        glu = ""
+        if self.glu_asked:
+            kinds = sorted(set(self.glu.values()))
+            named = kinds[0] if len(kinds) == 1 else ", ".join(
+                f"{sum(a == kind for a in self.glu.values())} {kind}" for kind in kinds)
+            glu = f"; gated activation fused into {len(self.glu)} MLPs" + (f" ({named})" if kinds else "")
+        if self.glu_removed:
+            glu += f"; gated activation removed from {len(self.glu_removed)} MLPs (glu=False)"
         lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.kept)} already fused, "
                  f"{len(self.skipped)} skipped{glu}"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
-        lines += [f"  no SwiGLU for {name}: {why}" for name, why in self.no_swiglu.items()]
+        lines += [f"  no gated activation for {name}: {why}" for name, why in self.no_glu.items()]
         return "\n".join(lines)
 
 
@@ -106,7 +114,7 @@ class ProjectionGroup:
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
         self.partial = 0  # fused runs in a row that ended with members unserved
-        self.swiglu: Any = None  # the parent MLP's glu.SwigluForward, where SwiGLU is fused
+        self.glu: Any = None  # the parent MLP's glu.GatedForward, where its gated activation is fused
 
     def attach(self) -> None:
         for i, m in enumerate(self.members):
@@ -118,16 +126,16 @@ class ProjectionGroup:
             if m.__dict__.get("_fused", (None,))[0] is self:
                 del m.__dict__["_fused"]
         self.pending = None
-        uninstall_swiglu(self)  # the parent MLP's own forward again
+        uninstall_glu(self)  # the parent MLP's own forward again
         self.fused = None  # its memory is freed once no member holds a view of it
 
     def layers(self) -> tuple[SparseLinear, ...]:
-        """The layers over the fused buffers (the fused layer, and the SwiGLU forward's): their
+        """The layers over the fused buffers (the fused layer, and the gated forward's): their
         launch records are brought up to in-place writes and rebuilt with the fused layer's."""
         fused = self.fused
         if fused is None:
             return ()
-        return (fused, *(() if self.swiglu is None else self.swiglu.layers()))
+        return (fused, *(() if self.glu is None else self.glu.layers()))
 
     def invalidate(self) -> None:
         """A member's buffers may have changed (``SparseLinear._invalidate``): verify before the next run."""
@@ -324,7 +332,7 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
 
 
 def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced: bool = False,
-                      swiglu: bool = False) -> FuseReport:
+                      glu: bool = False) -> FuseReport:
     """For every module of ``model`` whose children named by a group (default
     :data:`DEFAULT_GROUPS`) fit together, run them as one fused :class:`.SparseLinear` (in place).
 
@@ -339,16 +347,18 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     the graph); siblings are matched there by identity alone, so the model must not write in place
     to a group's shared input between the sibling calls (transformers' decoders do not).
 
-    ``swiglu=True``: where a fused ``("gate_proj", "up_proj")`` group belongs to a Llama-style MLP
-    (glu.py: SiLU ``act_fn``, a ``down_proj``, Llama's forward), the MLP runs SwiGLU in the fused
-    kernel's epilogue (``report.swiglu``; ``report.no_swiglu`` says why not elsewhere).
-    ``swiglu=False`` (the default until the epilogue has run on a GPU: docs/torch.md, "Fusing
-    SwiGLU") keeps (or makes again) the MLP's own forward.
+    ``glu=True``: where a fused ``("gate_proj", "up_proj")`` group belongs to a Llama- or
+    Gemma-style MLP (glu.py: a ``down_proj``, Llama's forward, and an ``act_fn`` that
+    :func:`~.glu.gate_activation` recognizes as SiLU or tanh-approximated GELU), the MLP runs
+    SwiGLU or GeGLU in the fused kernel's epilogue (``report.glu``: group -> "swiglu" or "geglu";
+    ``report.no_glu`` says why not elsewhere). ``glu=False`` (the default until the epilogue has
+    run on a GPU: docs/torch.md, "Fusing the gated activation (SwiGLU, GeGLU)") keeps (or makes
+    again) the MLP's own forward (``report.glu_removed``).
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
-    checked_flag(swiglu, "swiglu", "fuse_projections_")
-    report = FuseReport(swiglu_asked=bool(swiglu))
+    checked_flag(glu, "glu", "fuse_projections_")
+    report = FuseReport(glu_asked=glu)
     for fqn, parent in list(model.named_modules()):
         children = parent._modules  # named_children() would hide a module registered under two names
         for group in groups:
@@ -366,7 +376,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
                     mark_static(same.fused)
                     same.traced = True
                 report.kept.append(key)
-                _fuse_swiglu(parent, same, group, swiglu, key, report)
+                _fuse_glu(parent, same, group, glu, key, report)
                 continue
             reason = mismatch(named)
             if reason is not None:
@@ -374,27 +384,28 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
                 continue
             fused = fuse_group([m for _, m in named], traced)
             report.fused.append(key)
-            _fuse_swiglu(parent, fused, group, swiglu, key, report)
+            _fuse_glu(parent, fused, group, glu, key, report)
     LOG.info("%s", report)
     return report
 
 
-def _fuse_swiglu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ...], wanted: bool, key: str,
-                 report: FuseReport) -> None:
-    """SwiGLU fused into ``parent``'s forward (glu.py) where ``wanted`` and ``names`` are the gated
-    MLP's gate_proj and up_proj, noted in ``report``; ``wanted`` False: the parent's own forward."""
+def _fuse_glu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ...], wanted: bool, key: str,
+              report: FuseReport) -> None:
+    """The gated activation fused into ``parent``'s forward (glu.py) where ``wanted`` and ``names``
+    are the gated MLP's gate_proj and up_proj, noted in ``report``; ``wanted`` False: the parent's
+    own forward."""
     if names != MLP_NAMES:
         return
     if not wanted:
-        if group.swiglu is not None and group.swiglu.installed():
-            report.swiglu_removed.append(key)
-        uninstall_swiglu(group)
+        if group.glu is not None and group.glu.installed():
+            report.glu_removed.append(key)
+        uninstall_glu(group)
         return
-    reason = install_swiglu(parent, group)
+    reason = install_glu(parent, group)
     if reason is None:
-        report.swiglu.append(key)
+        report.glu[key] = group.glu.activation
     else:
-        report.no_swiglu[key] = reason
+        report.no_glu[key] = reason
 
 
 def checked_flag(value: Any, name: str, where: str) -> None:

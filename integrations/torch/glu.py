@@ -1,43 +1,61 @@
-"""SwiGLU fused into a sparse gated MLP: the forward ``fuse_projections_`` installs on a Llama-style MLP.
+"""The gated activation (SwiGLU, GeGLU) fused into a sparse gated MLP: the forward
+``fuse_projections_(glu=True)`` installs on a Llama- or Gemma-style MLP.
 
-A Llama, Mistral or Qwen MLP computes ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` with SiLU.
-Once :func:`~.fuse.fuse_projections_` runs gate_proj and up_proj as one fused layer over the
-row-concatenated weight [gate; up], the kernel's epilogue can apply SwiGLU itself: y (..., F) =
-silu(gate) * up in float32, rounded once, instead of two column views of the fused output and
-torch's ``silu`` and ``mul`` (two elementwise kernels per layer). :func:`install_swiglu` puts a
-:class:`SwigluForward`'s bound ``forward`` on the MLP instance (``parent.__dict__["forward"]``: a
-method, so that torch.export finds its code) where the parent
-matches (:func:`swiglu_mismatch`): SiLU ``act_fn``, a ``down_proj`` child, and a class forward with
-the bytecode of one of the reference forms below. Anything else keeps the class's forward.
+A Llama, Mistral or Qwen MLP computes ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` with SiLU
+(SwiGLU), a Gemma MLP the same with the tanh-approximated GELU (GeGLU). Once
+:func:`~.fuse.fuse_projections_` runs gate_proj and up_proj as one fused layer over the
+row-concatenated weight [gate; up], the kernel's epilogue can apply the gated activation itself:
+y (..., F) = act(gate) * up in float32, rounded once, instead of two column views of the fused
+output and torch's activation and ``mul`` (two elementwise kernels per layer). :func:`install_glu`
+puts a :class:`GatedForward`'s bound ``forward`` on the MLP instance (``parent.__dict__["forward"]``:
+a method, so that torch.export finds its code) where the parent matches (:func:`glu_mismatch`): an
+``act_fn`` that :func:`gate_activation` recognizes (SiLU: activation "swiglu"; GELU with the tanh
+approximation: "geglu"), a ``down_proj`` child, and a class forward with the bytecode of one of
+the reference forms below. Anything else keeps the class's forward.
 
-The epilogue applies SwiGLU where the decode kernel runs (1 to 64 tokens, Hopper or the CPU
-interpreter: ``_kernels.swiglu_in_kernel``); elsewhere the fused layer computes the pre-activations
-in its output type and torch applies ``F.silu`` and the product, as the unfused MLP does (the same
-cost; the same bits where its act_fn is ``F.silu``). docs/torch.md, "Fusing SwiGLU".
+The epilogue applies it where the decode kernel runs (1 to 64 tokens, Hopper or the CPU
+interpreter: ``_kernels.glu_in_kernel``); elsewhere the fused layer computes the pre-activations
+in its output type and torch applies ``F.silu`` (or ``F.gelu(approximate="tanh")``) and the
+product, as the unfused MLP does (the same cost; the same bits where its act_fn computes exactly
+that torch function). docs/torch.md, "Fusing the gated activation (SwiGLU, GeGLU)".
 """
 
 from __future__ import annotations
 
-from types import CodeType, FunctionType
+import functools
+from types import BuiltinFunctionType, BuiltinMethodType, CodeType, FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.modules.module as _mm
 from torch import nn
 
-from ._kernels import OP_ACTIVATIONS, SWIGLU, swiglu_in_kernel, swiglu_unfused
+from ...stdlib.kernels.linear import reference_activation
+from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
 from .linear import SparseLinear, tracing
 
 if TYPE_CHECKING:
     from .fuse import ProjectionGroup
 
 MLP_NAMES = ("gate_proj", "up_proj")
-"""The projection group whose fusion may take SwiGLU, in this order (the fused rows: gate's, then up's)."""
+"""The projection group whose fusion may take the gated activation, in this order (the fused rows:
+gate's, then up's)."""
+GLU_OF_GATE = {gate: glu for glu, gate in GATED_ACTIVATIONS.items()}
+"""The gated activation ("swiglu", "geglu") of each gate activation ("silu", "gelu_tanh")."""
 _PROBE = torch.linspace(-6.0, 6.0, 49, dtype=torch.float32)  # what a candidate act_fn is run on
+_GATE_REFERENCES = {gate: torch.from_numpy(reference_activation(_PROBE.double().numpy(), gate))
+                    for gate in GATED_ACTIVATIONS.values()}
+"""The gate activations on the probe in float64 (stdlib/kernels/linear.py's reference_activation, the
+tests' reference for the kernel)."""
+PROBE_RTOL, PROBE_ATOL = 1e-5, 1e-6
+"""How close a candidate's float32 output on the probe must be to a float64 gate activation: the
+float32 evaluations of ``F.silu``, ``F.gelu(approximate="tanh")`` and transformers' Python
+formulas stay within 4e-7 of it there (under 1e-7 |y|), while exact (erf) GELU is up to 5e-4 away
+from the tanh approximation (and SiLU far more)."""
 
 
 # (no docstrings: a forward's constants must be the reference's, and transformers' have none)
-def _llama_mlp_forward(self: Any, x: Any) -> Any:  # LlamaMLP / MistralMLP / Qwen2MLP / Qwen3MLP.forward
+def _llama_mlp_forward(self: Any, x: Any) -> Any:  # LlamaMLP / MistralMLP / Qwen2MLP / Qwen3MLP / GemmaMLP.forward
     down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
     return down_proj
 
@@ -47,7 +65,7 @@ def _plain_mlp_forward(self: Any, x: Any) -> Any:
 
 
 REFERENCE_FORWARDS = (_llama_mlp_forward, _plain_mlp_forward)
-"""The MLP forwards SwiGLU is fused into: a parent class's forward must have one's bytecode."""
+"""The MLP forwards the gated activation is fused into: a parent class's forward must have one's bytecode."""
 
 
 def _code_key(code: CodeType) -> tuple[Any, ...]:
@@ -66,49 +84,113 @@ def is_gated_mlp_forward(forward: Any) -> bool:
 
 _MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized"}
 """The instance attributes every nn.Module has, and transformers' weight-initialization marker."""
+_CONSTANTS = (int, float, complex, str, bytes, type(None))
 
 
-def is_silu(act: Any) -> bool:
-    """``act`` is SiLU: an ``nn.SiLU`` whose class keeps ``nn.SiLU.forward``, or a *stateless* module
-    (no parameters, buffers, submodules or instance attributes beyond nn.Module's own, so nothing
-    that could change after fusing) whose output on a small CPU probe is x * sigmoid(x), as
-    transformers' ``SiLUActivation``. Nothing else counts: an nn.SiLU subclass with its own
-    forward, a Swish with a beta, a function, a module that raises, one with forward hooks."""
+def _plain_callable(value: Any, owner: nn.Module) -> bool:
+    """``value`` is a callable without state that could change what ``owner`` computes, and no module or
+    tensor: a function (closing over no module or tensor), a builtin function (of a Python module,
+    as ``torch.nn.functional.gelu``), a method bound to ``owner`` itself (whose state is checked with
+    it), or a ``functools.partial`` of one of these with constant arguments (numbers, strings, None):
+    transformers' ``GELUTanh.act``."""
+    if isinstance(value, (nn.Module, torch.Tensor)):
+        return False
+    if isinstance(value, FunctionType):
+        cells = value.__closure__ or ()
+        try:
+            return not any(isinstance(c.cell_contents, (nn.Module, torch.Tensor)) for c in cells)
+        except ValueError:  # an empty cell (a variable not yet bound): not a function to vouch for
+            return False
+    if isinstance(value, (BuiltinFunctionType, BuiltinMethodType)):
+        bound = getattr(value, "__self__", None)
+        return bound is None or isinstance(bound, ModuleType)  # not a method of a mutable object
+    if isinstance(value, MethodType):
+        return value.__self__ is owner and isinstance(value.__func__, FunctionType)
+    if type(value) is functools.partial:
+        return _plain_callable(value.func, owner) and all(
+            isinstance(a, _CONSTANTS) for a in (*value.args, *value.keywords.values()))
+    return False
+
+
+def gate_activation(act: Any) -> str | None:
+    """The gate activation ``act`` computes, "silu" or "gelu_tanh" (the tanh approximation of GELU,
+    torch's ``F.gelu(x, approximate="tanh")``), or None: what it takes to fuse it into the kernel.
+
+    * An ``nn.SiLU`` whose class keeps ``nn.SiLU.forward``: "silu".
+    * An ``nn.GELU`` whose class keeps ``nn.GELU.forward``: "gelu_tanh" where its ``approximate``
+      is "tanh"; exact GELU (approximate "none") differs by up to 5e-4: None.
+    * Any other module without forward hooks, parameters, buffers or submodules whose instance
+      attributes beyond nn.Module's own (and transformers' ``_is_hf_initialized``) are all plain
+      callables (:func:`_plain_callable`: functions, builtins, methods bound to the module itself,
+      ``functools.partial`` of those with constant arguments; no module or tensor), so that nothing
+      it holds could change what it computes, and whose float32 output on a small CPU probe
+      (-6 to 6) equals silu or gelu_tanh evaluated in float64 within :data:`PROBE_RTOL` and
+      :data:`PROBE_ATOL`: transformers' ``SiLUActivation``, ``GELUTanh`` (either form of its
+      ``act``), ``NewGELUActivation``, a hand-written x * sigmoid(x).
+
+    Nothing else counts: an nn.SiLU or nn.GELU subclass with its own forward, a Swish with a
+    ``beta`` (a parameter or a float attribute), a module with forward hooks, one that raises on the
+    probe, a function. What is checked is the module as it is when fused: an attribute reassigned
+    afterwards is not checked again (as a class forward monkeypatched afterwards is not)."""
     if not isinstance(act, nn.Module) or act._forward_hooks or act._forward_pre_hooks:
-        return False
-    if type(act).forward is nn.SiLU.forward:
-        return True
-    if act._parameters or act._buffers or act._modules or not set(vars(act)) <= _MODULE_KEYS:
-        return False
+        return None
+    forward = type(act).forward
+    if isinstance(act, nn.SiLU) and forward is nn.SiLU.forward:
+        return "silu"
+    if isinstance(act, nn.GELU) and forward is nn.GELU.forward:
+        return "gelu_tanh" if act.approximate == "tanh" else None
+    if act._parameters or act._buffers or act._modules:
+        return None
+    if not all(_plain_callable(value, act) for name, value in vars(act).items() if name not in _MODULE_KEYS):
+        return None
     try:
         with torch.no_grad():
             got = act(_PROBE.clone())
-    except Exception:  # a module that cannot run on the probe is not SiLU
-        return False
-    want = _PROBE * torch.sigmoid(_PROBE)
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype and \
-        torch.allclose(got, want, rtol=1e-6, atol=1e-7)
+    except Exception:  # a module that cannot run on the probe is no gate activation
+        return None
+    if not (isinstance(got, torch.Tensor) and got.shape == _PROBE.shape and got.dtype == _PROBE.dtype):
+        return None
+    got = got.double()
+    for gate, want in _GATE_REFERENCES.items():
+        if torch.allclose(got, want, rtol=PROBE_RTOL, atol=PROBE_ATOL):
+            return gate
+    return None
 
 
-def swiglu_mismatch(parent: nn.Module, group: ProjectionGroup) -> str | None:
-    """Why SwiGLU is not fused into ``parent`` (whose gate_proj and up_proj ``group`` fused), or None."""
+def _describe(act: nn.Module) -> str:
+    return f"{type(act).__name__}, approximate={act.approximate!r}" if isinstance(act, nn.GELU) \
+        else type(act).__name__
+
+
+def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str | None]:
+    """(the gated activation, "swiglu" or "geglu", fused into ``parent`` whose gate_proj and up_proj
+    ``group`` fused; None) or (None, why not)."""
     gate, up = group.members
     if gate.out_features != up.out_features:
-        return f"gate_proj has {gate.out_features} out_features but up_proj has {up.out_features}"
+        return None, f"gate_proj has {gate.out_features} out_features but up_proj has {up.out_features}"
     if "down_proj" not in parent._modules:
-        return "the module has no down_proj"
+        return None, "the module has no down_proj"
     act = parent._modules.get("act_fn")
     if act is None:
-        return "the module has no act_fn module"
-    if not is_silu(act):
-        return f"its act_fn ({type(act).__name__}) is not SiLU"
+        return None, "the module has no act_fn module"
+    gate_act = gate_activation(act)
+    if gate_act is None:
+        if isinstance(act, nn.GELU) and type(act).forward is nn.GELU.forward:
+            return None, (f"its act_fn ({_describe(act)}) is exact GELU, not the tanh approximation the "
+                          "kernel applies")
+        return None, f"its act_fn ({_describe(act)}) is neither SiLU nor GELU with the tanh approximation"
     own = parent.__dict__.get("forward")
-    if own is not None and not isinstance(getattr(own, "__self__", None), SwigluForward):
-        return "its forward is replaced on the instance"
+    if own is not None and not isinstance(getattr(own, "__self__", None), GatedForward):
+        return None, "its forward is replaced on the instance"
     if not is_gated_mlp_forward(getattr(type(parent), "forward", None)):
-        return (f"{type(parent).__name__}.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP "
-                "writes it")
-    return None
+        return None, (f"{type(parent).__name__}.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as "
+                      "Llama's MLP writes it")
+    return GLU_OF_GATE[gate_act], None
+
+
+def glu_mismatch(parent: nn.Module, group: ProjectionGroup) -> str | None:
+    """Why no gated activation is fused into ``parent`` (whose gate_proj and up_proj ``group`` fused), or None."""
+    return glu_of(parent, group)[1]
 
 
 def _hooked(*modules: nn.Module) -> bool:
@@ -117,19 +199,19 @@ def _hooked(*modules: nn.Module) -> bool:
                 or any(m._forward_hooks or m._forward_pre_hooks for m in modules))
 
 
-class SwigluLinear(SparseLinear):
-    """The fused [gate; up] weight of a group run with activation "swiglu": y (..., F) = silu(x @ Wg.T
-    + bg) * (x @ Wu.T + bu), F = half the rows. Its buffers are the group's fused layer's own tensors;
-    not a registered module. Its eager forward applies SwiGLU in the kernel where
-    ``swiglu_in_kernel``, else through its twin ``_pre`` (activation None, the same output type) and
-    torch."""
+class GatedLinear(SparseLinear):
+    """The fused [gate; up] weight of a group run with a gated activation ("swiglu", "geglu"):
+    y (..., F) = act(x @ Wg.T + bg) * (x @ Wu.T + bu), F = half the rows. Its buffers are the
+    group's fused layer's own tensors; not a registered module. Its eager forward applies the gated
+    activation in the kernel where ``glu_in_kernel``, else through its twin ``_pre`` (activation
+    None, the same output type) and torch (``glu_unfused``)."""
 
     _activations = OP_ACTIVATIONS
 
     @classmethod
-    def over(cls, fused: SparseLinear) -> SwigluLinear:
+    def over(cls, fused: SparseLinear, activation: str) -> GatedLinear:
         layer = cls(fused.in_features, fused.out_features // 2, fused.bias is not None, dtype=fused.weight_dtype,
-                    activation=SWIGLU, out_dtype=fused.out_dtype, device="meta")
+                    activation=activation, out_dtype=fused.out_dtype, device="meta")
         pre = SparseLinear(fused.in_features, fused.out_features, fused.bias is not None, dtype=fused.weight_dtype,
                            out_dtype=fused.out_dtype, device="meta")
         for name in ("values", "meta", "bias", "scale_w"):
@@ -160,31 +242,32 @@ class SwigluLinear(SparseLinear):
             if y is not None:
                 return y
         tokens = x.numel() // self.in_features if x.dim() else 0
-        if swiglu_in_kernel(tokens, x.device):
+        if glu_in_kernel(tokens, x.device):
             return super()._forward_eager(x)
-        return swiglu_unfused(self.__dict__["_pre"]._forward_eager(x))  # (..., 2F) pre-activations; checks x
+        # (..., 2F) pre-activations (the twin checks x), then torch
+        return glu_unfused(self.__dict__["_pre"]._forward_eager(x), self.activation)
 
 
-class SwigluForward:
+class GatedForward:
     """The forward of a gated MLP whose gate_proj and up_proj run in ``group``: ``down_proj(y)`` with
-    y = SwiGLU of the fused layer (:class:`SwigluLinear`). Its :meth:`forward` is installed as
-    ``parent.__dict__["forward"]``;
-    it runs the class's own forward (gate_proj and up_proj as fused siblings) where the fused one
-    would not compute the same: other arguments, hooks on gate_proj / up_proj / act_fn, a replaced
-    child, a group given up (then uninstalled). Traced: the custom op with activation "swiglu" where
-    the group fuses in traces (``traced=True``), else the class's forward."""
+    y = the gated ``activation`` ("swiglu", "geglu") of the fused layer (:class:`GatedLinear`).
+    Its :meth:`forward` is installed as ``parent.__dict__["forward"]``; it runs the class's own
+    forward (gate_proj and up_proj as fused siblings) where the fused one would not compute the
+    same: other arguments, hooks on gate_proj / up_proj / act_fn, a replaced child, a group given
+    up (then uninstalled). Traced: the custom op with the gated activation where the group fuses in
+    traces (``traced=True``), else the class's forward."""
 
-    def __init__(self, parent: nn.Module, group: ProjectionGroup):
-        self.parent, self.group = parent, group
+    def __init__(self, parent: nn.Module, group: ProjectionGroup, activation: str):
+        self.parent, self.group, self.activation = parent, group, activation
         self.act = parent._modules["act_fn"]
-        self.glu = SwigluLinear.over(group.fused)
+        self.linear = GatedLinear.over(group.fused, activation)
 
     def own_forward(self, *args: Any, **kwargs: Any) -> Any:
         return type(self.parent).forward(self.parent, *args, **kwargs)
 
     def layers(self) -> tuple[SparseLinear, ...]:
         """The layers over the group's fused buffers that this forward runs (their records synced with it)."""
-        return self.glu, self.glu.__dict__["_pre"]
+        return self.linear, self.linear.__dict__["_pre"]
 
     def _children_hold(self) -> bool:
         """gate_proj, up_proj and act_fn are still the parent's children this forward was made for,
@@ -206,13 +289,13 @@ class SwigluForward:
         if not group.intact():
             group.release()  # (uninstalls this forward; the members run on their own)
             return self.own_forward(x)
-        return self.parent._modules["down_proj"](self.glu._forward_eager(x))
+        return self.parent._modules["down_proj"](self.linear._forward_eager(x))
 
     def _traced(self, x: torch.Tensor) -> Any:
         group = self.group
         if not group.traced or not group.traced_intact() or not self._children_hold():
             return self.own_forward(x)
-        return self.parent._modules["down_proj"](self.glu._forward_op(x))
+        return self.parent._modules["down_proj"](self.linear._forward_op(x))
 
     def installed(self) -> bool:
         """This forward is the parent's (``parent.__dict__["forward"]``, a bound method of this object)."""
@@ -224,25 +307,28 @@ class SwigluForward:
             del self.parent.__dict__["forward"]
 
 
-def install_swiglu(parent: nn.Module, group: ProjectionGroup) -> str | None:
-    """Fuse SwiGLU into ``parent``'s forward (its gate_proj and up_proj fused by ``group``), or say
-    why not (:func:`swiglu_mismatch`, the forward installed before then removed); one installed
-    before and still in place is kept (with its launch records)."""
-    reason = swiglu_mismatch(parent, group)
+def install_glu(parent: nn.Module, group: ProjectionGroup) -> str | None:
+    """Fuse the gated activation of ``parent``'s act_fn into its forward (its gate_proj and up_proj
+    fused by ``group``), or say why not (:func:`glu_mismatch`; the forward installed before then
+    removed); one installed before for the same act_fn and still in place is kept (with its launch
+    records). The activation is ``group.glu.activation``."""
+    activation, reason = glu_of(parent, group)
     if reason is not None:
-        uninstall_swiglu(group)
+        uninstall_glu(group)
         return reason
-    if group.swiglu is not None and group.swiglu.installed():
+    held = group.glu
+    if held is not None and held.installed() and held.activation == activation \
+            and held.act is parent._modules["act_fn"]:
         return None
-    uninstall_swiglu(group)
-    swiglu = SwigluForward(parent, group)
-    parent.__dict__["forward"] = swiglu.forward
-    group.swiglu = swiglu
+    uninstall_glu(group)
+    glu = GatedForward(parent, group, activation)
+    parent.__dict__["forward"] = glu.forward
+    group.glu = glu
     return None
 
 
-def uninstall_swiglu(group: ProjectionGroup) -> None:
-    """Run ``group``'s MLP with its class's forward again (``fuse_projections_(swiglu=False)``)."""
-    if group.swiglu is not None:
-        group.swiglu.uninstall()
-        group.swiglu = None
+def uninstall_glu(group: ProjectionGroup) -> None:
+    """Run ``group``'s MLP with its class's forward again (``fuse_projections_(glu=False)``)."""
+    if group.glu is not None:
+        group.glu.uninstall()
+        group.glu = None

@@ -21,6 +21,7 @@ import torch.nn.modules.module as _mm
 from torch import nn
 
 from ...stdlib.kernels.compress_weight import prunes_on_gpu
+from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS, is_gated
 from ...stdlib.sparsity import (
     as_host_array,
     compress,
@@ -44,7 +45,6 @@ from ._kernels import (
     ACTIVATIONS,
     OUT_DTYPES,
     RECORD_QUANTIZE_MAX_T,
-    SWIGLU,
     Weight,
     capturing,
     quantize_per_token,
@@ -76,16 +76,18 @@ def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
 
 def checked_activation(activation: Any, allowed: tuple[str | None, ...] = ACTIVATIONS) -> str | None:
     """``activation`` when it is one of ``allowed`` (default: a layer's own, :data:`ACTIVATIONS`),
-    else SP0904; "swiglu" outside ``allowed`` gets a message of its own: it joins two projections,
-    so a layer cannot apply it to its own outputs."""
+    else SP0904; a gated activation ("swiglu", "geglu") outside ``allowed`` gets a message of its
+    own: it joins two projections, so a layer cannot apply it to its own outputs."""
     if activation in allowed:
         return activation
-    if activation == SWIGLU:
-        raise IntegrationError(SP_ACTIVATION_FN, "a SparseLinear cannot apply 'swiglu' to its own outputs: SwiGLU "
-                               "multiplies silu(gate) by up, the outputs of two projections",
+    if isinstance(activation, str) and is_gated(activation):  # (a dict lookup: an unhashable one is SP0904 below)
+        raise IntegrationError(SP_ACTIVATION_FN, f"a SparseLinear cannot apply {activation!r} to its own outputs: "
+                               f"it multiplies {GATED_ACTIVATIONS[activation]}(gate) by up, "
+                               "the outputs of two projections",
                                help="keep gate_proj and up_proj as SparseLinear layers without an activation and "
-                                    "call sparsile.torch.fuse_projections_(model): it fuses SwiGLU into a "
-                                    "Llama-style MLP (docs/torch.md, 'Fusing SwiGLU')")
+                                    "call sparsile.torch.fuse_projections_(model, glu=True): it fuses the gated "
+                                    "activation into a Llama- or Gemma-style MLP (docs/torch.md, 'Fusing the gated "
+                                    "activation (SwiGLU, GeGLU)')")
     raise IntegrationError(SP_ACTIVATION_FN, f"unknown activation {activation!r}",
                            help="use " + ", ".join(repr(a) for a in allowed[:-1]) + f" or {allowed[-1]!r}")
 
@@ -187,7 +189,7 @@ def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> i
     from .ops import RECORDS  # (ops imports this module)
 
     caches = [own, RECORDS]
-    if fused is not None:  # the group's fused layer, and its SwiGLU forward's layers (glu.py)
+    if fused is not None:  # the group's fused layer, and its gated forward's layers (glu.py)
         caches += [layer.__dict__["_records"] for layer in fused[0].layers()]
     return sum(cache.sync(values) for cache in caches)
 

@@ -12,11 +12,13 @@ out_dtype=None)``: ``torch.library`` refuses keyword-only tensors, so the scales
 by position; by keyword the call reads as vLLM's ``cutlass_scaled_sparse_mm``. x (..., K) in values'
 dtype (bf16, f16, or float8_e4m3fn with ``scale_x``), values (N, K/2), meta the int32 "sm90"
 metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
-tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). ``activation="swiglu"``:
-values are the 2F rows [gate; up] (bias and scale_w 2F entries, gate's then up's) and y (..., F) =
-silu(gate) * up: in the kernel where :func:`._kernels.swiglu_in_kernel` (1 to 64 tokens, Hopper or the
-CPU interpreter), computed in float32 and rounded once; else the pre-activations in the output type,
-then torch's silu and multiply, as the unfused MLP (docs/torch.md, "Fusing SwiGLU"). On CUDA the metadata is
+tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). A gated activation,
+``activation="swiglu"`` or ``"geglu"``: values are the 2F rows [gate; up] (bias and scale_w 2F
+entries, gate's then up's) and y (..., F) = act(gate) * up, act silu or gelu_tanh: in the kernel
+where :func:`._kernels.glu_in_kernel` (1 to 64 tokens, Hopper or the CPU interpreter), computed in
+float32 and rounded once; else the pre-activations in the output type, then torch's activation and
+multiply, as the unfused MLP (:func:`._kernels.glu_unfused`; docs/torch.md, "Fusing the gated
+activation (SwiGLU, GeGLU)"). On CUDA the metadata is
 checked for shape only (its nibbles are trusted, as ``sparse_matmul`` trusts device words); on the
 CPU the interpreter checks them on every call.
 """
@@ -28,17 +30,17 @@ import math
 
 import torch
 
+from ...stdlib.kernels.linear_args import is_gated
 from ...stdlib.sparsity import metadata_shape
 from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
 from ._kernels import (
     OP_ACTIVATIONS,
     OUT_DTYPES,
-    SWIGLU,
     Weight,
+    glu_in_kernel,
+    glu_unfused,
     quantize_per_token,
     run_interpreted,
-    swiglu_in_kernel,
-    swiglu_unfused,
 )
 from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
 from .record_cache import RecordCache
@@ -77,8 +79,9 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
         raise _bad(f"values must be a 2-D bfloat16, float16 or float8_e4m3fn tensor, got {values.dtype} "
                    f"{tuple(values.shape)}", help="pass SparseLinear.values (N, K/2)")
     n, k = int(values.shape[0]), 2 * int(values.shape[1])
-    if activation == SWIGLU and (n % 2 or (n // 2) % 16):
-        raise _bad(f"activation 'swiglu' takes values of 2F rows [gate; up] with F a multiple of 16, got {n} rows",
+    if is_gated(activation) and (n % 2 or (n // 2) % 16):
+        raise _bad(f"activation {activation!r} takes values of 2F rows [gate; up] with F a multiple of 16, got {n} "
+                   "rows",
                    help="pass the row concatenation of a gate and an up weight of F = 16, 32, ... rows each "
                         "(sparsile.torch.fuse_projections_ builds it)")
     if x.dim() == 0 or not k - 4 < x.shape[-1] <= k:
@@ -126,8 +129,9 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     the CPU and CUDA implementation of ``torch.ops.sparsile.sparse_linear``."""
     out = check_arguments(x, values, meta, bias, activation, scale_x, scale_w, out_dtype)
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()  # (-1 is ambiguous for K = 0)
-    if activation == SWIGLU and not swiglu_in_kernel(x2.shape[0], x2.device):
-        return swiglu_unfused(sparse_linear(x, values, meta, bias, scale_x, scale_w, activation=None, out_dtype=out))
+    if is_gated(activation) and not glu_in_kernel(x2.shape[0], x2.device):
+        return glu_unfused(sparse_linear(x, values, meta, bias, scale_x, scale_w, activation=None, out_dtype=out),
+                           activation)
     w = Weight(values, meta, bias, scale_w, activation)
     n = w.out_features
     if x2.shape[0] == 0:

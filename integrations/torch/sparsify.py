@@ -87,7 +87,7 @@ def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
               interpret: bool = False, min_features: int = 128, trainable: bool = False,
-              fuse: Any = False, traced: bool = False, swiglu: bool = False) -> SparsifyReport:
+              fuse: Any = False, traced: bool = False, glu: bool = False) -> SparsifyReport:
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
@@ -103,14 +103,14 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``fuse=True`` then calls :func:`~.fuse.fuse_projections_` (sibling projections such as q/k/v run
     as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``;
     ``traced=True`` fuses inside torch.compile traces too (``fuse_projections_(traced=True)``);
-    ``swiglu=True`` runs SwiGLU in the fused gate/up kernel of Llama-style MLPs
-    (``fuse_projections_(swiglu=True)``).
+    ``glu=True`` runs the gated activation (SwiGLU, GeGLU) in the fused gate/up kernel of Llama-
+    and Gemma-style MLPs (``fuse_projections_(glu=True)``).
     """
     _check_arguments(model, filter_fn, dtype, min_features)
-    checked_flag(swiglu, "swiglu", "sparsify_")
-    if swiglu and (fuse is False or fuse is None):
-        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: swiglu=True applies to fused gate/up projections, "
-                               "but fuse is not set", help="pass fuse=True with swiglu=True")
+    checked_flag(glu, "glu", "sparsify_")
+    if glu and (fuse is False or fuse is None):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "
+                               "but fuse is not set", help="pass fuse=True with glu=True")
     groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
     for fqn, module in list(model.named_modules()):
@@ -129,6 +129,6 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))
         report.swapped.append(fqn)
     if groups is not None:
-        report.fusion = fuse_projections_(model, groups, traced=traced, swiglu=swiglu)
+        report.fusion = fuse_projections_(model, groups, traced=traced, glu=glu)
     LOG.info("%s", report)
     return report

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ...stdlib.kernels.linear_args import is_gated
+
 
 @dataclass(frozen=True)
 class Weight:
@@ -23,9 +25,10 @@ class Weight:
 
     @property
     def out_features(self) -> int:
-        """y's columns: the weight's rows, half of them with SwiGLU (gate and up rows make one output)."""
+        """y's columns: the weight's rows, half of them with a gated activation (gate and up rows make
+        one output)."""
         rows = int(self.values.shape[0])
-        return rows // 2 if self.activation == "swiglu" else rows
+        return rows // 2 if is_gated(self.activation) else rows
 
 
 def tracked_tensors(w: Weight) -> tuple[torch.Tensor, ...] | None:

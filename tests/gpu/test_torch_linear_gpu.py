@@ -292,8 +292,8 @@ def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
     model = small_cuda_llama()
     dense = copy.deepcopy(model)
     report = spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, min_features=16)
-    fusion = spt.fuse_projections_(model, swiglu=False)  # (the hooks below would turn SwiGLU off in the
-    # capture only; test_torch_glu_gpu.py tests SwiGLU under CUDA graphs)
+    fusion = spt.fuse_projections_(model, glu=False)  # (the hooks below would turn the gated activation off
+    # in the capture only; test_torch_glu_gpu.py tests it under CUDA graphs)
     assert len(report.swapped) == 14 and len(fusion.fused) == 4 and not fusion.skipped
     with torch.no_grad():  # the dense models carry the pruned weights
         for name, m in model.named_modules():

@@ -1,7 +1,7 @@
 """fuse_projections_: sibling SparseLinear layers (q/k/v, gate/up) run as one fused layer whose
 buffers the children view. On the CPU (the interpreter): the metadata row-slice property it relies
-on, a tiny transformers Llama fused against unfused (bit-identical without SwiGLU: ``swiglu=False``;
-test_torch_glu.py tests the SwiGLU MLP), one fused run per group per
+on, a tiny transformers Llama fused against unfused (bit-identical without the gated activation:
+``glu=False``; test_torch_glu.py tests the SwiGLU and GeGLU MLPs), one fused run per group per
 forward, state dicts, fallback when a member is moved or replaced, copies, skipped groups, SP0944,
 torch.compile (unfused inside, no graph break) and the serving rules (same x object and version)."""
 
@@ -98,7 +98,7 @@ def llama_pair():
 def fused_copy(pair):
     model, unfused = pair
     model = copy.deepcopy(model)
-    report = spt.fuse_projections_(model, swiglu=False)
+    report = spt.fuse_projections_(model, glu=False)
     assert report.fused == GROUPS and report.skipped == {}
     return model, unfused
 
@@ -108,9 +108,9 @@ def test_fused_llama_equals_unfused_and_runs_once_per_group(llama_pair, caplog):
     model = copy.deepcopy(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with caplog.at_level(logging.INFO, logger="sparsile.torch"):
-        report = spt.fuse_projections_(model, swiglu=False)
+        report = spt.fuse_projections_(model, glu=False)
     assert "fuse_projections_: 4 projection groups fused, 0 already fused, 0 skipped\n" in caplog.text
-    assert "SwiGLU" not in caplog.text  # not asked for: not reported
+    assert "gated activation" not in caplog.text  # not asked for: not reported
     assert report.fused == GROUPS
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(after[k], v) for k, v in before.items())
@@ -190,7 +190,7 @@ def test_a_replaced_or_moved_member_falls_back(llama_pair, how, caplog):
     assert "unfused" in caplog.text
     assert fused_group_of(k_proj) is None and group.fused is None and group.runs == 0
     assert fused_group_of(model.model.layers[1].self_attn.k_proj) is not None  # the other layers stay fused
-    report = spt.fuse_projections_(model, swiglu=False)  # fusing again picks the released group up
+    report = spt.fuse_projections_(model, glu=False)  # fusing again picks the released group up
     assert report.fused == GROUPS[:1] and report.kept == GROUPS[1:] and report.skipped == {}
     assert torch.equal(logits(model), expected) and fused_group_of(k_proj).runs == 1
 
@@ -209,7 +209,7 @@ def test_sparse24_checkpoint_of_a_fused_model(llama_pair, tmp_path):
     report = spt.load_sparse24_checkpoint(model, tmp_path / "other")
     assert len(report.sparse) == 14 and all(g is None for g in groups_of(model))
     assert torch.equal(logits(model), expected)
-    assert spt.fuse_projections_(model, swiglu=False).fused == GROUPS and torch.equal(logits(model), expected)
+    assert spt.fuse_projections_(model, glu=False).fused == GROUPS and torch.equal(logits(model), expected)
     assert [g.runs for g in groups_of(model)] == [1, 1, 1, 1]
 
 
@@ -230,7 +230,7 @@ def test_fusing_a_moved_model_again(llama_pair):
     model, unfused = fused_copy(llama_pair)
     stale = groups_of(model)
     model._apply(lambda t: t.clone())
-    assert spt.fuse_projections_(model, swiglu=False).fused == GROUPS
+    assert spt.fuse_projections_(model, glu=False).fused == GROUPS
     fresh = groups_of(model)
     assert all(g.fused is None for g in stale) and not set(map(id, fresh)) & set(map(id, stale))
     assert torch.equal(logits(model), unfused) and [g.runs for g in fresh] == [1, 1, 1, 1]
@@ -303,7 +303,7 @@ def test_traced_fusion_puts_one_op_per_group_in_the_compiled_graph(llama_pair):
     ops, got = sparse_ops_in_compiled_graph(plain)
     assert ops.count("sparsile.sparse_linear") == 14 and torch.equal(got, unfused)
     traced = copy.deepcopy(model)
-    assert spt.fuse_projections_(traced, traced=True, swiglu=False).fused == GROUPS
+    assert spt.fuse_projections_(traced, traced=True, glu=False).fused == GROUPS
     with torch.no_grad():
         explained = torch._dynamo.explain(traced)(input_ids=PROMPT)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
@@ -318,7 +318,7 @@ def test_traced_fusion_puts_one_op_per_group_in_the_compiled_graph(llama_pair):
 def test_traced_fusion_of_a_replaced_member_runs_it_alone(llama_pair):
     model, unfused = llama_pair
     traced = copy.deepcopy(model)
-    spt.fuse_projections_(traced, traced=True, swiglu=False)
+    spt.fuse_projections_(traced, traced=True, glu=False)
     layer = traced.model.layers[0].self_attn
     with torch.no_grad():
         layer.k_proj.values = layer.k_proj.values.clone()  # no longer a view of the fused weight
@@ -430,11 +430,11 @@ def test_sparsify_fuse_option():
         setattr(block, name, linear(n, 64 if name != "down_proj" else 32, seed=i))
     report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True)
     assert report.fusion.fused == ["gate_proj+up_proj"] and fused_group_of(block.up_proj) is not None
-    assert report.fusion.swiglu == [] and report.fusion.no_swiglu == {}  # swiglu=False: not asked for
-    report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True, swiglu=True)
+    assert report.fusion.glu == {} and report.fusion.no_glu == {}  # glu=False: not asked for
+    report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True, glu=True)
     assert str(report).splitlines()[-2:] == [
-        "fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; SwiGLU fused into 0 MLPs",
-        "  no SwiGLU for gate_proj+up_proj: the module has no act_fn module"]
+        "fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; gated activation fused into 0 MLPs",
+        "  no gated activation for gate_proj+up_proj: the module has no act_fn module"]
     assert spt.sparsify_(torch.nn.Module(), interpret=True).fusion is None
     with pytest.raises(IntegrationError) as err:
         spt.sparsify_(block, fuse="gate_proj")
@@ -464,7 +464,7 @@ def test_a_dtype_cast_keeps_traced_fusion_and_a_move_frees_the_fused_copy(llama_
     the fused copy is freed even if the model then only runs traced."""
     model, _ = llama_pair
     traced = copy.deepcopy(model)
-    spt.fuse_projections_(traced, traced=True, swiglu=False)
+    spt.fuse_projections_(traced, traced=True, glu=False)
     traced.half()
     assert all(g.checked and g.fused is not None for g in groups_of(traced))
     ops, got = sparse_ops_in_compiled_graph(traced)
@@ -478,9 +478,9 @@ def test_a_dtype_cast_keeps_traced_fusion_and_a_move_frees_the_fused_copy(llama_
 def test_fusing_again_with_traced_keeps_the_groups_and_fuses_them_in_traces(llama_pair):
     model, unfused = llama_pair
     again = copy.deepcopy(model)
-    first = spt.fuse_projections_(again, swiglu=False)
+    first = spt.fuse_projections_(again, glu=False)
     groups = groups_of(again)
-    report = spt.fuse_projections_(again, traced=True, swiglu=False)
+    report = spt.fuse_projections_(again, traced=True, glu=False)
     assert report.fused == [] and report.kept == first.fused == GROUPS and report.skipped == {}
     assert groups_of(again) == groups and all(g.traced for g in groups)
     ops, got = sparse_ops_in_compiled_graph(again)

@@ -1,19 +1,23 @@
-"""SwiGLU fused into the sparse gated MLP (integrations/torch/glu.py) on the CPU (the interpreter):
-``torch.ops.sparsile.sparse_linear(activation="swiglu")`` against float64 in the kernel (T <= 64)
-and through the fallback (T > 64: the unfused MLP's bits), its fake shapes and diagnostics; ``fuse_projections_``
-on Llama-style MLPs (a tiny one of our own, transformers' LlamaMLP and a tiny Llama when
-transformers is importable): the down_proj input against float64, parents that must keep their
-forward, state dicts, release, copies and pickling, hooks, ``swiglu=False``, torch.compile."""
+"""The gated activation (SwiGLU, GeGLU) fused into the sparse gated MLP (integrations/torch/glu.py) on
+the CPU (the interpreter): ``torch.ops.sparsile.sparse_linear(activation="swiglu" / "geglu")``
+against float64 (stdlib's reference_linear) in the kernel (T <= 64, outputs poisoned with NaN
+first) and through the fallback (T > 64: the unfused MLP's bits), its fake shapes and diagnostics;
+which act_fn is which gate (``gate_activation``); ``fuse_projections_(glu=True)`` on Llama- and
+Gemma-style MLPs (tiny ones of our own, transformers' LlamaMLP and GemmaMLP, a tiny Llama and a
+tiny Gemma when transformers is importable): the down_proj input against float64, parents that
+must keep their forward, state dicts, release, copies and pickling, hooks, ``glu=False``,
+torch.compile, torch.export."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import pickle
 
 import pytest
 
-from sparsile.tests.integrations.torch_helpers import check_swiglu, linear
+from sparsile.tests.integrations.torch_helpers import check_glu, linear
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -21,21 +25,35 @@ spt = pytest.importorskip("sparsile.torch")
 from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch._kernels import kernel_api  # noqa: E402
 from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
-from sparsile.integrations.torch.glu import SwigluForward, is_silu  # noqa: E402
+from sparsile.integrations.torch.glu import GatedForward, gate_activation  # noqa: E402
+from sparsile.stdlib.kernels.linear_args import is_gated  # noqa: E402
 
 HIDDEN, F = 64, 32  # the MLP's in_features and intermediate size (F: a multiple of 16)
+ACTIVATIONS = ("swiglu", "geglu")
+GATES = {"swiglu": torch.nn.functional.silu,
+         "geglu": functools.partial(torch.nn.functional.gelu, approximate="tanh")}
+"""What the unfused MLP applies to gate_proj's output (nn.SiLU, nn.GELU(approximate="tanh"))."""
+OUT_TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def act_module(activation: str) -> torch.nn.Module:
+    return torch.nn.SiLU() if activation == "swiglu" else torch.nn.GELU(approximate="tanh")
 
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """The (activation, out_dtype) of each call of the stdlib kernel (the interpreter's)."""
+    """The (activation, out_dtype) of each call of the stdlib kernel (the interpreter's); each call
+    writes into an output filled with NaN first, so that an output it leaves unwritten shows."""
     api = kernel_api()
     real = api.sparse_linear
     calls: list[tuple[str | None, str]] = []
 
-    def spy(*args, **kwargs):
+    def spy(values, meta, x, **kwargs):
         calls.append((kwargs.get("activation"), kwargs.get("out_dtype")))
-        return real(*args, **kwargs)
+        if kwargs.get("out") is None:
+            n = values.shape[0] // (2 if is_gated(kwargs.get("activation")) else 1)
+            kwargs["out"] = torch.full((x.shape[0], n), float("nan"), dtype=OUT_TYPES[kwargs["out_dtype"]])
+        return real(values, meta, x, **kwargs)
 
     monkeypatch.setattr(api, "sparse_linear", spy)
     return calls
@@ -50,87 +68,98 @@ def gate_up(dtype=None, bias: bool = True, seed: int = 0):
 # the op
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("tokens", [1, 5, 64, 65])
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bias", [True, False])
-def test_op_swiglu_against_float64(tokens, x_dtype, bias, kernel_calls):
-    """In the kernel up to 64 tokens (one call, activation "swiglu"), above through the
-    pre-activations in x's type (one call, no activation) and torch's silu and product: the bits
-    of the unfused MLP."""
+def test_op_glu_against_float64(tokens, x_dtype, bias, activation, kernel_calls):
+    """In the kernel up to 64 tokens (one call with the gated activation, its outputs poisoned
+    first), above through the pre-activations in x's type (one call, no activation) and torch's
+    activation and product: the bits of the unfused MLP."""
     layer = gate_up("f16" if x_dtype == torch.float16 else "bf16", bias)
     x = torch.randn(tokens, HIDDEN).to(x_dtype)
-    y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation="swiglu")
-    check_swiglu(layer, x, y, unfused=tokens > 64)
+    y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation=activation)
+    check_glu(layer, x, y, activation, unfused=tokens > 64)
     name = {torch.bfloat16: "bf16", torch.float16: "f16"}[x_dtype]
-    assert kernel_calls == ([("swiglu", name)] if tokens <= 64 else [(None, name)])
+    assert kernel_calls == ([(activation, name)] if tokens <= 64 else [(None, name)])
     if tokens > 64:
         z = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias)
-        assert torch.equal(y, torch.nn.functional.silu(z[:, :F]) * z[:, F:])
+        assert torch.equal(y, GATES[activation](z[:, :F]) * z[:, F:])
 
 
-def test_op_swiglu_leading_dims_out_dtype_and_e4m3(kernel_calls):
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_op_glu_leading_dims_out_dtype_and_e4m3(activation, kernel_calls):
     layer = gate_up()
     x = torch.randn(2, 3, HIDDEN).to(torch.bfloat16)
-    y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation="swiglu",
+    y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation=activation,
                                          out_dtype=torch.float32)
-    check_swiglu(layer, x, y, torch.float32)
+    check_glu(layer, x, y, activation, torch.float32)
     fp8 = gate_up("e4m3", seed=3)
     xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
-    y = torch.ops.sparsile.sparse_linear(xq, fp8.values, fp8.meta, fp8.bias, sx, fp8.scale_w, activation="swiglu")
+    y = torch.ops.sparsile.sparse_linear(xq, fp8.values, fp8.meta, fp8.bias, sx, fp8.scale_w, activation=activation)
     assert y.dtype == torch.bfloat16
-    check_swiglu(fp8, x, y)
-    assert kernel_calls == [("swiglu", "f32"), ("swiglu", "bf16")]
+    check_glu(fp8, x, y, activation)
+    assert kernel_calls == [(activation, "f32"), (activation, "bf16")]
 
 
-def test_op_swiglu_no_tokens_and_fake_shapes():
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_op_glu_no_tokens_and_fake_shapes(activation):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     layer = gate_up()
     empty = torch.ops.sparsile.sparse_linear(torch.empty(0, HIDDEN, dtype=torch.bfloat16), layer.values, layer.meta,
-                                             layer.bias, activation="swiglu")
+                                             layer.bias, activation=activation)
     assert empty.shape == (0, F) and empty.dtype == torch.bfloat16
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         for lead in [(), (3,), (3, 1), (70,)]:
             x = torch.empty(*lead, HIDDEN, dtype=torch.bfloat16)
-            y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation="swiglu",
+            y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation=activation,
                                                  out_dtype=torch.float16)
             assert y.shape == (*lead, F) and y.dtype == torch.float16 and mode.is_our_fake(y)
 
 
-def test_opcheck_swiglu():
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_opcheck_glu(activation):
     layer = gate_up()
     x = torch.randn(3, HIDDEN).to(torch.bfloat16)
     torch.library.opcheck(torch.ops.sparsile.sparse_linear.default, (x, layer.values, layer.meta, layer.bias),
-                          {"activation": "swiglu"})
+                          {"activation": activation})
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("rows", [48, 40, 17])
-def test_op_swiglu_needs_two_halves_of_a_multiple_of_16_rows(rows):
+def test_op_glu_needs_two_halves_of_a_multiple_of_16_rows(rows, activation):
     layer = spt.SparseLinear.from_dense(linear(rows, HIDDEN))
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     with pytest.raises(IntegrationError) as err:
-        torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation="swiglu")
+        torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation=activation)
     assert err.value.code == "SP0906"
-    assert err.value.message == ("sparsile.sparse_linear: activation 'swiglu' takes values of 2F rows [gate; up] "
-                                 f"with F a multiple of 16, got {rows} rows")
+    assert err.value.message == (f"sparsile.sparse_linear: activation '{activation}' takes values of 2F rows "
+                                 f"[gate; up] with F a multiple of 16, got {rows} rows")
 
 
-def test_a_layer_refuses_swiglu_as_its_own_activation():
+@pytest.mark.parametrize(("activation", "gate"), [("swiglu", "silu"), ("geglu", "gelu_tanh")])
+def test_a_layer_refuses_a_gated_activation_as_its_own(activation, gate):
+    message = (f"a SparseLinear cannot apply '{activation}' to its own outputs: it multiplies {gate}(gate) by up, "
+               "the outputs of two projections")
     with pytest.raises(IntegrationError) as err:
-        spt.SparseLinear(HIDDEN, F, activation="swiglu")
-    assert err.value.code == "SP0904" and "fuse_projections_" in err.value.help
-    assert "silu(gate) by up" in err.value.message
+        spt.SparseLinear(HIDDEN, F, activation=activation)
+    assert err.value.code == "SP0904" and err.value.message == message
+    assert "fuse_projections_(model, glu=True)" in err.value.help
     layer = spt.SparseLinear.from_dense(linear(F, HIDDEN))
     with pytest.raises(IntegrationError) as err:
-        layer.activation = "swiglu"
-    assert err.value.code == "SP0904" and layer.activation is None
-    with pytest.raises(IntegrationError) as err:  # the op's help lists swiglu, a layer's does not
+        layer.activation = activation
+    assert err.value.code == "SP0904" and err.value.message == message and layer.activation is None
+    with pytest.raises(IntegrationError) as err:  # the op's help lists the gated ones, a layer's does not
         torch.ops.sparsile.sparse_linear(torch.randn(1, HIDDEN).to(torch.bfloat16), layer.values, layer.meta,
                                          activation="swish")
-    assert err.value.help == "use None, 'relu', 'silu', 'gelu_tanh' or 'swiglu'"
-    with pytest.raises(IntegrationError) as err:
-        spt.SparseLinear(HIDDEN, F, activation="swish")
-    assert err.value.help == "use None, 'relu', 'silu' or 'gelu_tanh'"
+    assert err.value.code == "SP0904" and err.value.message == "unknown activation 'swish'"
+    assert err.value.help == "use None, 'relu', 'silu', 'gelu_tanh', 'swiglu' or 'geglu'"
+    for bad in ("swish", ["silu"]):
+        with pytest.raises(IntegrationError) as err:
+            spt.SparseLinear(HIDDEN, F, activation=bad)
+        assert err.value.code == "SP0904" and err.value.message == f"unknown activation {bad!r}"
+        assert err.value.help == "use None, 'relu', 'silu' or 'gelu_tanh'"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -138,7 +167,7 @@ def test_a_layer_refuses_swiglu_as_its_own_activation():
 
 
 class LlamaLikeMLP(torch.nn.Module):
-    """transformers' LlamaMLP, written out (its forward's bytecode is the reference form)."""
+    """transformers' LlamaMLP (and GemmaMLP), written out (its forward's bytecode is the reference form)."""
 
     def __init__(self, act=None, seed: int = 0, bias: bool = True, hidden: int = HIDDEN, f: int = F,
                  device: str = "cpu"):
@@ -179,6 +208,50 @@ class SiLUByHand(torch.nn.Module):
         return x * torch.sigmoid(x)
 
 
+class GELUTanhByHand(torch.nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+class ExactGELUByHand(torch.nn.Module):
+    """GELU without the approximation: up to 5e-4 from the tanh form, which the probe must see."""
+
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
+
+
+class PartialGELU(torch.nn.Module):
+    """transformers' GELUTanh's form: the function an attribute (a functools.partial)."""
+
+    def __init__(self, approximate: str = "tanh"):
+        super().__init__()
+        self.act = functools.partial(torch.nn.functional.gelu, approximate=approximate)
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class BoundMethodAct(torch.nn.Module):
+    """The function an attribute bound to another object: state the probe could not vouch for later."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self.act = owner.forward
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class ClosureAct(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        scale = torch.ones(())
+        self.act = lambda x: torch.nn.functional.silu(x) * scale  # (a tensor in the closure)
+
+    def forward(self, x):
+        return self.act(x)
+
+
 class Block(torch.nn.Module):
     def __init__(self, mlp):
         super().__init__()
@@ -212,25 +285,27 @@ def fused_gate_up(mlp):
     return fused_group_of(mlp.gate_proj).fused
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("tokens", [1, 5, 64, 65])
 @pytest.mark.parametrize("dtype", [None, "e4m3"])
-def test_fused_mlp_against_float64(tokens, dtype, kernel_calls):
-    block = sparse_block(dtype=dtype)
+def test_fused_mlp_against_float64(tokens, dtype, activation, kernel_calls):
+    block = sparse_block(LlamaLikeMLP(act=act_module(activation)), dtype=dtype)
     plain = copy.deepcopy(block)
     before = {k: v.clone() for k, v in block.state_dict().items()}
-    report = spt.fuse_projections_(block, swiglu=True)
-    assert report.fused == [KEY] and report.swiglu == [KEY] and report.no_swiglu == {}
-    assert str(report) == "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; SwiGLU " \
-                          "fused into 1 MLPs"
-    assert isinstance(block.mlp.__dict__["forward"].__self__, SwigluForward)
-    after = block.state_dict()  # unchanged: the SwiGLU layers are not registered
+    report = spt.fuse_projections_(block, glu=True)
+    assert report.fused == [KEY] and report.glu == {KEY: activation} and report.no_glu == {}
+    assert str(report) == "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; gated " \
+                          f"activation fused into 1 MLPs ({activation})"
+    forward = block.mlp.__dict__["forward"].__self__
+    assert isinstance(forward, GatedForward) and forward.activation == activation
+    after = block.state_dict()  # unchanged: the gated layers are not registered
     assert list(after) == list(before) and all(torch.equal(after[k], v) for k, v in before.items())
     x = torch.randn(1, tokens, HIDDEN).to(torch.bfloat16)
     kernel_calls.clear()
     y, h = down_inputs(block.mlp, x)
-    assert kernel_calls == ([("swiglu", "bf16"), (None, "bf16")] if tokens <= 64 else
-                            [(None, "bf16"), (None, "bf16")])  # SwiGLU in the kernel or the fallback; down_proj
-    check_swiglu(fused_gate_up(block.mlp), x, h, unfused=tokens > 64)
+    assert kernel_calls == ([(activation, "bf16"), (None, "bf16")] if tokens <= 64 else
+                            [(None, "bf16"), (None, "bf16")])  # in the kernel or the fallback; down_proj
+    check_glu(fused_gate_up(block.mlp), x, h, activation, unfused=tokens > 64)
     if tokens > 64:  # the fallback computes what the unfused MLP does, bit for bit
         spt.fuse_projections_(plain)
         with torch.no_grad():
@@ -243,13 +318,16 @@ def test_fused_mlp_against_float64(tokens, dtype, kernel_calls):
         assert torch.equal(fused_gate_up(block.mlp).to_dense()[rows], getattr(plain.mlp, name).to_dense())
 
 
-def test_llama_forward_variants_and_a_hand_written_silu_are_fused():
-    for mlp in (PlainMLP(), LlamaLikeMLP(act=SiLUByHand()), LlamaLikeMLP(bias=False)):
-        block = sparse_block(mlp)
-        assert spt.fuse_projections_(block, swiglu=True).swiglu == [KEY]
-        x = torch.randn(3, HIDDEN).to(torch.bfloat16)
-        _, h = down_inputs(block.mlp, x)
-        check_swiglu(fused_gate_up(block.mlp), x, h)
+@pytest.mark.parametrize(("mlp", "activation"), [
+    (PlainMLP, "swiglu"), (lambda: LlamaLikeMLP(act=SiLUByHand()), "swiglu"),
+    (lambda: LlamaLikeMLP(bias=False), "swiglu"), (lambda: PlainMLP(act=PartialGELU()), "geglu"),
+    (lambda: LlamaLikeMLP(act=GELUTanhByHand(), bias=False), "geglu")])
+def test_forward_variants_and_hand_written_activations_are_fused(mlp, activation):
+    block = sparse_block(mlp())
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: activation}
+    x = torch.randn(3, HIDDEN).to(torch.bfloat16)
+    _, h = down_inputs(block.mlp, x)
+    check_glu(fused_gate_up(block.mlp), x, h, activation)
 
 
 class HalfSiLU(torch.nn.SiLU):
@@ -257,6 +335,13 @@ class HalfSiLU(torch.nn.SiLU):
 
     def forward(self, x):
         return super().forward(x) * 0.5
+
+
+class TanhGELUSubclass(torch.nn.GELU):
+    """An nn.GELU subclass with its own forward: checked as any module (its approximate attribute is state)."""
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x, approximate="tanh")
 
 
 class SwishBeta(torch.nn.Module):
@@ -270,8 +355,19 @@ class SwishBeta(torch.nn.Module):
         return x * torch.sigmoid(self.beta * x)
 
 
+class SwishFloatBeta(torch.nn.Module):
+    """x * sigmoid(beta x) with a float beta (1.0 when fused): state the probe could not vouch for later."""
+
+    def __init__(self):
+        super().__init__()
+        self.beta = 1.0
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta * x)
+
+
 class ScaledSiLU(torch.nn.Module):
-    """SiLU times a plain attribute (1.0 when fused): state the probe could not vouch for later."""
+    """SiLU times a plain attribute (1.0 when fused)."""
 
     def __init__(self):
         super().__init__()
@@ -281,35 +377,90 @@ class ScaledSiLU(torch.nn.Module):
         return torch.nn.functional.silu(x) * self.scale
 
 
-@pytest.mark.parametrize(("act", "silu"), [
-    (torch.nn.SiLU(), True), (torch.nn.SiLU(inplace=True), True), (SiLUByHand(), True), (HalfSiLU(), False),
-    (SwishBeta(), False), (ScaledSiLU(), False), (torch.nn.GELU(), False), (torch.nn.Identity(), False),
+class WithChild(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Raising(torch.nn.Module):
+    def forward(self, x):
+        raise RuntimeError("no")
+
+
+class ReturnsBF16(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.silu(x).to(torch.bfloat16)
+
+
+def hooked(act):
+    act.register_forward_hook(lambda m, args, out: None)
+    return act
+
+
+@pytest.mark.parametrize(("act", "gate"), [
+    (torch.nn.SiLU(), "silu"), (torch.nn.SiLU(inplace=True), "silu"), (SiLUByHand(), "silu"),
+    (torch.nn.GELU(approximate="tanh"), "gelu_tanh"), (GELUTanhByHand(), "gelu_tanh"), (PartialGELU(), "gelu_tanh"),
+    (HalfSiLU(), None), (TanhGELUSubclass(approximate="tanh"), None), (torch.nn.GELU(), None),
+    (ExactGELUByHand(), None), (PartialGELU("none"), None), (SwishBeta(), None), (SwishFloatBeta(), None),
+    (ScaledSiLU(), None), (WithChild(), None), (Raising(), None), (ReturnsBF16(), None),
+    (hooked(torch.nn.SiLU()), None), (hooked(GELUTanhByHand()), None), (BoundMethodAct(torch.nn.SiLU()), None),
+    (ClosureAct(), None), (torch.nn.Identity(), None), (torch.nn.functional.silu, None),
 ])
-def test_which_act_fn_counts_as_silu(act, silu):
-    assert is_silu(act) is silu
+def test_gate_activation(act, gate):
+    assert gate_activation(act) == gate
 
 
-def test_transformers_silu_activation_counts_as_silu():
+def test_the_probe_tolerance_refuses_exact_gelu():
+    """The probe's tolerance sits between the float32 evaluations of the tanh form (within 2.5e-7;
+    silu's within 4e-7) and exact GELU (5e-4 away at its largest)."""
+    from sparsile.integrations.torch.glu import _GATE_REFERENCES, _PROBE, PROBE_ATOL, PROBE_RTOL
+
+    want = _GATE_REFERENCES["gelu_tanh"]
+    for act in (torch.nn.GELU(approximate="tanh"), GELUTanhByHand(), PartialGELU()):
+        err = (act(_PROBE.clone()).double() - want).abs()
+        assert (err <= 0.25 * (PROBE_ATOL + PROBE_RTOL * want.abs())).all()
+    exact = (torch.nn.functional.gelu(_PROBE.double()) - want).abs()
+    assert (exact > 100 * (PROBE_ATOL + PROBE_RTOL * want.abs())).any()
+
+
+def test_transformers_activations():
     activations = pytest.importorskip("transformers.activations")
-    assert is_silu(activations.ACT2FN["silu"])
-    assert not is_silu(activations.ACT2FN["gelu"])
+    assert gate_activation(activations.ACT2FN["silu"]) == "silu"  # SiLUActivation
+    assert gate_activation(activations.ACT2FN["gelu_pytorch_tanh"]) == "gelu_tanh"  # GELUTanh: a partial of F.gelu
+    assert gate_activation(activations.GELUTanh(use_gelu_tanh_python=True)) == "gelu_tanh"  # its bound method
+    assert gate_activation(activations.ACT2FN["gelu_new"]) == "gelu_tanh"  # the formula written out
+    assert gate_activation(activations.ACT2FN["gelu"]) is None  # exact GELU (F.gelu as an attribute)
+    assert gate_activation(activations.ACT2FN["quick_gelu"]) is None
+
+
+NOT_A_GATE = "is neither SiLU nor GELU with the tanh approximation"
 
 
 @pytest.mark.parametrize(("mlp", "reason"), [
-    (lambda: LlamaLikeMLP(act=HalfSiLU()), "its act_fn (HalfSiLU) is not SiLU"),
-    (lambda: LlamaLikeMLP(act=SwishBeta()), "its act_fn (SwishBeta) is not SiLU"),
-    (lambda: LlamaLikeMLP(act=torch.nn.GELU()), "its act_fn (GELU) is not SiLU"),
-    (lambda: LlamaLikeMLP(act=torch.nn.GELU(approximate="tanh")), "its act_fn (GELU) is not SiLU"),
+    (lambda: LlamaLikeMLP(act=HalfSiLU()), f"its act_fn (HalfSiLU) {NOT_A_GATE}"),
+    (lambda: LlamaLikeMLP(act=SwishBeta()), f"its act_fn (SwishBeta) {NOT_A_GATE}"),
+    (lambda: LlamaLikeMLP(act=SwishFloatBeta()), f"its act_fn (SwishFloatBeta) {NOT_A_GATE}"),
+    (lambda: LlamaLikeMLP(act=torch.nn.GELU()),
+     "its act_fn (GELU, approximate='none') is exact GELU, not the tanh approximation the kernel applies"),
+    (lambda: LlamaLikeMLP(act=ExactGELUByHand()), f"its act_fn (ExactGELUByHand) {NOT_A_GATE}"),
+    (lambda: LlamaLikeMLP(act=TanhGELUSubclass(approximate="tanh")),
+     f"its act_fn (TanhGELUSubclass, approximate='tanh') {NOT_A_GATE}"),
     (SwappedMLP, "SwappedMLP.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP writes it"),
     (NoDownMLP, "the module has no down_proj"),
 ])
 def test_other_mlps_keep_their_forward(mlp, reason):
     block = sparse_block(mlp())
     unfused = copy.deepcopy(block)
-    spt.fuse_projections_(unfused, swiglu=False)
-    report = spt.fuse_projections_(block, swiglu=True)
-    assert report.fused == [KEY] and report.swiglu == [] and report.no_swiglu == {KEY: reason}
-    assert str(report).splitlines()[1] == f"  no SwiGLU for {KEY}: {reason}"
+    spt.fuse_projections_(unfused, glu=False)
+    report = spt.fuse_projections_(block, glu=True)
+    assert report.fused == [KEY] and report.glu == {} and report.no_glu == {KEY: reason}
+    assert str(report).splitlines() == [
+        "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; gated activation fused into 0 MLPs",
+        f"  no gated activation for {KEY}: {reason}"]
     assert "forward" not in block.mlp.__dict__
     x = torch.randn(4, HIDDEN).to(torch.bfloat16)
     with torch.no_grad():
@@ -317,22 +468,48 @@ def test_other_mlps_keep_their_forward(mlp, reason):
     assert fused_group_of(block.mlp.gate_proj).runs == 1
 
 
-def test_gate_and_up_called_directly_and_swiglu_false():
-    block = sparse_block()
+def test_both_activations_in_one_model_and_an_act_fn_replaced():
+    model = torch.nn.Module()
+    model.a, model.b = Block(LlamaLikeMLP()), Block(LlamaLikeMLP(act=torch.nn.GELU(approximate="tanh"), seed=3))
+    spt.sparsify_(model, interpret=True, min_features=16)
+    report = spt.fuse_projections_(model, glu=True)
+    assert report.glu == {"a.mlp.gate_proj+up_proj": "swiglu", "b.mlp.gate_proj+up_proj": "geglu"}
+    assert str(report) == ("fuse_projections_: 2 projection groups fused, 0 already fused, 0 skipped; gated "
+                           "activation fused into 2 MLPs (1 geglu, 1 swiglu)")
+    x = torch.randn(2, HIDDEN).to(torch.bfloat16)
+    for block, activation in ((model.a, "swiglu"), (model.b, "geglu")):
+        _, h = down_inputs(block.mlp, x)
+        check_glu(fused_gate_up(block.mlp), x, h, activation)
+    model.a.mlp.act_fn = torch.nn.GELU(approximate="tanh")  # a replaced act_fn: the class's forward runs it
+    plain = copy.deepcopy(model)
+    spt.fuse_projections_(plain)
+    with torch.no_grad():
+        assert torch.equal(model.a.mlp(x), plain.a.mlp(x))
+    report = spt.fuse_projections_(model, glu=True)  # fused again: now GeGLU
+    assert report.kept == ["a.mlp.gate_proj+up_proj", "b.mlp.gate_proj+up_proj"]
+    assert report.glu == {"a.mlp.gate_proj+up_proj": "geglu", "b.mlp.gate_proj+up_proj": "geglu"}
+    assert str(report).endswith("gated activation fused into 2 MLPs (geglu)")
+    _, h = down_inputs(model.a.mlp, x)
+    check_glu(fused_gate_up(model.a.mlp), x, h, "geglu")
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_gate_and_up_called_directly_and_glu_false(activation):
+    block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
     plain = copy.deepcopy(block)
-    spt.fuse_projections_(block, swiglu=True)
+    spt.fuse_projections_(block, glu=True)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     for name in ("up_proj", "gate_proj"):
         assert torch.equal(getattr(block.mlp, name)(x), getattr(plain.mlp, name)(x))
-    report = spt.fuse_projections_(block, swiglu=False)  # back to the class's forward, the group kept
-    assert report.kept == [KEY] and report.swiglu == [] and report.no_swiglu == {}
+    report = spt.fuse_projections_(block, glu=False)  # back to the class's forward, the group kept
+    assert report.kept == [KEY] and report.glu == {} and report.no_glu == {} and report.glu_removed == [KEY]
     assert "forward" not in block.mlp.__dict__ and fused_group_of(block.mlp.gate_proj) is not None
     with torch.no_grad():
         assert torch.equal(block.mlp(x), plain.mlp(x))
     forward = None
-    for _ in range(2):  # fusing SwiGLU again; a second call keeps the installed forward
-        report = spt.fuse_projections_(block, swiglu=True)
-        assert report.kept == [KEY] and report.swiglu == [KEY]
+    for _ in range(2):  # fusing it again; a second call keeps the installed forward
+        report = spt.fuse_projections_(block, glu=True)
+        assert report.kept == [KEY] and report.glu == {KEY: activation}
         assert forward is None or block.mlp.__dict__["forward"].__self__ is forward
         forward = block.mlp.__dict__["forward"].__self__
 
@@ -341,7 +518,7 @@ def test_gate_and_up_called_directly_and_swiglu_false():
 def test_a_released_group_restores_the_mlp_forward(how):
     block = sparse_block()
     reference = copy.deepcopy(block)
-    spt.fuse_projections_(block, swiglu=True)
+    spt.fuse_projections_(block, glu=True)
     group = fused_group_of(block.mlp.gate_proj)
     x = torch.randn(3, HIDDEN).to(torch.bfloat16)
     if how == "apply":  # a move: released at once
@@ -357,35 +534,37 @@ def test_a_released_group_restores_the_mlp_forward(how):
         assert torch.equal(block.mlp(x), reference.mlp(x))
     if how != "child":
         assert group.fused is None and "forward" not in block.mlp.__dict__
-        assert spt.fuse_projections_(block, swiglu=True).swiglu == [KEY]  # fused again
+        assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}  # fused again
         _, h = down_inputs(block.mlp, x)
-        check_swiglu(fused_gate_up(block.mlp), x, h)
+        check_glu(fused_gate_up(block.mlp), x, h)
 
 
-def test_hooks_on_gate_or_up_run_the_class_forward():
-    block = sparse_block()
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_hooks_on_gate_up_or_act_run_the_class_forward(activation):
+    block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
     plain = copy.deepcopy(block)
-    spt.fuse_projections_(block, swiglu=True)
-    spt.fuse_projections_(plain, swiglu=False)
-    seen = []
-    hook = block.mlp.up_proj.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    spt.fuse_projections_(block, glu=True)
+    spt.fuse_projections_(plain, glu=False)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
-    with torch.no_grad():
-        assert torch.equal(block.mlp(x), plain.mlp(x))
-    assert seen == [(2, F)]
-    hook.remove()
-    _, h = down_inputs(block.mlp, x)  # (a hook on down_proj or the MLP keeps SwiGLU fused)
-    check_swiglu(fused_gate_up(block.mlp), x, h)
+    for child in ("up_proj", "act_fn"):
+        seen = []
+        hook = getattr(block.mlp, child).register_forward_hook(lambda m, args, out, seen=seen: seen.append(out.shape))
+        with torch.no_grad():
+            assert torch.equal(block.mlp(x), plain.mlp(x))
+        assert seen == [(2, F)]
+        hook.remove()
+    _, h = down_inputs(block.mlp, x)  # (a hook on down_proj or the MLP keeps the gated activation fused)
+    check_glu(fused_gate_up(block.mlp), x, h, activation)
 
 
 def test_copies_and_pickles():
-    block = sparse_block()
-    spt.fuse_projections_(block, swiglu=True)
+    block = sparse_block(LlamaLikeMLP(act=torch.nn.GELU(approximate="tanh")))
+    spt.fuse_projections_(block, glu=True)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     y, _ = down_inputs(block.mlp, x)
     twin = copy.deepcopy(block)  # its own group and forward, on its own weights
     forward = twin.mlp.__dict__["forward"].__self__
-    assert isinstance(forward, SwigluForward) and forward.parent is twin.mlp
+    assert isinstance(forward, GatedForward) and forward.parent is twin.mlp and forward.activation == "geglu"
     assert forward.group is fused_group_of(twin.mlp.gate_proj) is not fused_group_of(block.mlp.gate_proj)
     assert torch.equal(down_inputs(twin.mlp, x)[0], y)
     with torch.no_grad():
@@ -395,27 +574,27 @@ def test_copies_and_pickles():
     torch.save(block, saved)  # keeps the shared storage: still fused
     saved.seek(0)
     loaded = torch.load(saved, weights_only=False)
-    assert isinstance(loaded.mlp.__dict__["forward"].__self__, SwigluForward)
+    assert isinstance(loaded.mlp.__dict__["forward"].__self__, GatedForward)
     assert torch.equal(down_inputs(loaded.mlp, x)[0], y) and "forward" in loaded.mlp.__dict__
     thawed = pickle.loads(pickle.dumps(block))  # plain pickle does not: released at the first forward
     unfused = copy.deepcopy(block)
-    spt.fuse_projections_(unfused, swiglu=False)
+    spt.fuse_projections_(unfused, glu=False)
     with torch.no_grad():
         assert torch.equal(thawed.mlp(x), unfused.mlp(x))
     assert "forward" not in thawed.mlp.__dict__ and fused_group_of(thawed.mlp.gate_proj) is None
 
 
-def test_weights_written_in_place_reach_the_swiglu_layers():
+def test_weights_written_in_place_reach_the_gated_layers():
     block = sparse_block()
     other = sparse_block(LlamaLikeMLP(seed=7))
-    spt.fuse_projections_(block, swiglu=True)
+    spt.fuse_projections_(block, glu=True)
     x = torch.randn(2, HIDDEN).to(torch.bfloat16)
     down_inputs(block.mlp, x)
     block.load_state_dict(other.state_dict())  # copies into the members' views
     _, h = down_inputs(block.mlp, x)
     assert "forward" in block.mlp.__dict__
-    check_swiglu(fused_gate_up(block.mlp), x, h)
-    spt.fuse_projections_(other, swiglu=True)
+    check_glu(fused_gate_up(block.mlp), x, h)
+    spt.fuse_projections_(other, glu=True)
     assert torch.equal(h, down_inputs(other.mlp, x)[1])
 
 
@@ -438,16 +617,17 @@ def sparse_ops_in_compiled_graph(model, x) -> tuple[list[tuple[str, str | None]]
     return ops, got
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("tokens", [3, 65])
-def test_torch_compile_traced_runs_the_swiglu_op(tokens):
-    block = sparse_block()
+def test_torch_compile_traced_runs_the_glu_op(tokens, activation):
+    block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
     untraced = copy.deepcopy(block)
-    assert spt.fuse_projections_(block, traced=True, swiglu=True).swiglu == [KEY]
-    spt.fuse_projections_(untraced, swiglu=True)
+    assert spt.fuse_projections_(block, traced=True, glu=True).glu == {KEY: activation}
+    spt.fuse_projections_(untraced, glu=True)
     x = torch.randn(tokens, HIDDEN).to(torch.bfloat16)
     eager, _ = down_inputs(block.mlp, x)
     ops, got = sparse_ops_in_compiled_graph(block.mlp, x)
-    assert ops == [("sparsile.sparse_linear", "swiglu"), ("sparsile.sparse_linear", None)]
+    assert ops == [("sparsile.sparse_linear", activation), ("sparsile.sparse_linear", None)]
     assert torch.equal(got, eager)  # the op computes what the eager forward does (fallback included)
     ops, got = sparse_ops_in_compiled_graph(untraced.mlp, x)  # not traced=True: each member's own op
     assert ops == [("sparsile.sparse_linear", None)] * 3
@@ -455,12 +635,13 @@ def test_torch_compile_traced_runs_the_swiglu_op(tokens):
         assert torch.equal(got, type(untraced.mlp).forward(untraced.mlp, x))
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("strict", [True, False])
-def test_torch_export_of_a_fused_mlp(strict):
+def test_torch_export_of_a_fused_mlp(strict, activation):
     """torch.export finds the installed forward's code (a bound method); non-strict export swaps
     the module buffers, so there gate and up run their own ops (the class's forward)."""
-    block = sparse_block()
-    spt.fuse_projections_(block, traced=True, swiglu=True)
+    block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
+    spt.fuse_projections_(block, traced=True, glu=True)
     x = torch.randn(3, HIDDEN).to(torch.bfloat16)
     eager, _ = down_inputs(block.mlp, x)
     program = torch.export.export(block.mlp, (x,), strict=strict)
@@ -468,7 +649,7 @@ def test_torch_export_of_a_fused_mlp(strict):
     with torch.no_grad():
         got = program.module()(x)
         if strict:
-            assert ops == ["swiglu", None] and torch.equal(got, eager)
+            assert ops == [activation, None] and torch.equal(got, eager)
         else:
             assert ops == [None] * 3 and torch.equal(got, type(block.mlp).forward(block.mlp, x))
 
@@ -485,77 +666,169 @@ def test_transformers_llama_mlp_is_fused():
     torch.manual_seed(0)
     block = Block(LlamaMLP(config).to(torch.bfloat16))
     spt.sparsify_(block, interpret=True, min_features=16)
-    assert spt.fuse_projections_(block, swiglu=True).swiglu == [KEY]
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}
     x = torch.randn(1, 4, HIDDEN).to(torch.bfloat16)
     _, h = down_inputs(block.mlp, x)
-    check_swiglu(fused_gate_up(block.mlp), x, h)
+    check_glu(fused_gate_up(block.mlp), x, h)
 
 
-def test_tiny_llama_fused_with_swiglu():
+@pytest.mark.parametrize("python_gelu", [False, True])
+@pytest.mark.parametrize("tokens", [4, 65])
+def test_transformers_gemma_mlp_is_fused_with_geglu(tokens, python_gelu):
+    """GemmaMLP (hidden_act "gelu_pytorch_tanh": GELUTanh) runs GeGLU; above 64 tokens the fallback
+    equals the unfused MLP bit for bit where GELUTanh calls F.gelu(approximate="tanh") (its default),
+    and is within the bound where it writes the formula out (use_gelu_tanh_python=True)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.activations import GELUTanh
+    from transformers.models.gemma.modeling_gemma import GemmaMLP
+
+    config = transformers.GemmaConfig(hidden_size=HIDDEN, intermediate_size=F, hidden_act="gelu_pytorch_tanh")
+    torch.manual_seed(0)
+    mlp = GemmaMLP(config).to(torch.bfloat16)
+    assert type(mlp.act_fn) is GELUTanh
+    if python_gelu:
+        mlp.act_fn = GELUTanh(use_gelu_tanh_python=True)
+    block = Block(mlp)
+    spt.sparsify_(block, interpret=True, min_features=16)
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(plain)
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "geglu"}
+    x = torch.randn(1, tokens, HIDDEN).to(torch.bfloat16)
+    y, h = down_inputs(block.mlp, x)
+    check_glu(fused_gate_up(block.mlp), x, h, "geglu", unfused=tokens > 64)
+    if tokens > 64 and not python_gelu:
+        with torch.no_grad():
+            assert torch.equal(y, plain.mlp(x))
+
+
+def test_tiny_llama_fused_with_glu():
     """Every layer's MLP of a tiny transformers Llama runs SwiGLU fused; each down_proj input is
     within its float64 bound of the MLP's own input."""
     from sparsile.tests.integrations.test_torch_fuse import GROUPS, PROMPT, logits, tiny_llama
 
     model = tiny_llama()
-    report = spt.fuse_projections_(model, swiglu=True)
-    assert report.fused == GROUPS and report.swiglu == [g for g in GROUPS if "mlp" in g] and not report.no_swiglu
-    seen = {}
+    report = spt.fuse_projections_(model, glu=True)
+    assert report.fused == GROUPS and report.glu == {g: "swiglu" for g in GROUPS if "mlp" in g}
+    assert not report.no_glu
+    seen, hooks = capture_mlp_inputs(model)
+    assert torch.isfinite(logits(model, PROMPT)).all()
+    for h in hooks:
+        h.remove()
+    assert len(seen) == 2
+    for mlp, io_ in seen.items():
+        check_glu(fused_gate_up(mlp), io_["x"], io_["h"])
+
+
+def capture_mlp_inputs(model) -> tuple[dict, list]:
+    """Forward pre-hooks on every decoder layer's MLP and its down_proj: (``seen``, filled with
+    {mlp: {"x": its input, "h": down_proj's input}} by the next forward, the hooks to remove)."""
+    seen: dict = {}
     hooks = []
     for layer in model.model.layers:
         mlp = layer.mlp
         hooks.append(mlp.register_forward_pre_hook(lambda m, args: seen.setdefault(m, {}).update(x=args[0])))
         hooks.append(mlp.down_proj.register_forward_pre_hook(
             lambda m, args, mlp=mlp: seen.setdefault(mlp, {}).update(h=args[0])))
-    assert torch.isfinite(logits(model, PROMPT)).all()
+    return seen, hooks
+
+
+def tiny_gemma(dtype: torch.dtype, seed: int = 0):
+    """A 2-layer GemmaForCausalLM (hidden 64, intermediate 128, 4 heads of 16, 2 kv heads; its MLPs'
+    act_fn GELUTanh) in ``dtype``, dense."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers.models.gemma.modeling_gemma")
+    config = transformers.GemmaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+                                      max_position_embeddings=64, hidden_act="gelu_pytorch_tanh",
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return transformers.GemmaForCausalLM(config).to(dtype).eval()
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.bfloat16, 2.0 ** -6), (torch.float32, 1e-5)])
+def test_tiny_gemma_fused_with_geglu(dtype, tolerance, kernel_calls):
+    """A tiny transformers Gemma sparsified with fuse=True, glu=True (the bf16 weights' kernel; x in
+    the model's type) gives the logits of the same pruned model fused without it, within the
+    roundings GeGLU in the kernel saves: bf16's (g and u rounded before the product there) or
+    float32's (one evaluation against another; equal here); each down_proj input is within its
+    float64 bound. (Measured: bf16 logits 0.002 apart at a largest |logit| of 1.42.)"""
+    from sparsile.tests.integrations.test_torch_fuse import PROMPT, logits
+
+    model = tiny_gemma(dtype)
+    plain = copy.deepcopy(model)
+    keep = lambda m, fqn: "lm_head" not in fqn  # noqa: E731
+    report = spt.sparsify_(model, keep, "bf16", interpret=True, min_features=16, fuse=True, glu=True)
+    assert len(report.swapped) == 14
+    mlps = [f"model.layers.{i}.mlp.gate_proj+up_proj" for i in range(2)]
+    assert report.fusion.glu == dict.fromkeys(mlps, "geglu") and not report.fusion.no_glu
+    assert spt.sparsify_(plain, keep, "bf16", interpret=True, min_features=16, fuse=True).fusion.glu == {}
+    for a, b in zip(model.modules(), plain.modules()):  # the same pruned weights
+        if isinstance(a, spt.SparseLinear):
+            assert torch.equal(a.values, b.values) and torch.equal(a.meta, b.meta)
+    seen, hooks = capture_mlp_inputs(model)
+    kernel_calls.clear()
+    got = logits(model, PROMPT)
     for h in hooks:
         h.remove()
+    assert [a for a, _ in kernel_calls].count("geglu") == 2  # one per layer: GeGLU in the kernel
+    want = logits(plain, PROMPT)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    scale = want.float().abs().max()
+    assert scale > 0.1
+    assert (got.float() - want.float()).abs().max() <= tolerance * scale
     assert len(seen) == 2
     for mlp, io_ in seen.items():
-        check_swiglu(fused_gate_up(mlp), io_["x"], io_["h"])
+        check_glu(fused_gate_up(mlp), io_["x"], io_["h"], "geglu")
 
 
-def test_swiglu_layer_reads_its_2f_rows():
-    """The SwiGLU layer's out_features is F, its buffers the fused 2F rows: to_dense and
+def test_gated_layer_reads_its_2f_rows():
+    """The gated layer's out_features is F, its buffers the fused 2F rows: to_dense and
     check_metadata work on those rows (the fused layer's)."""
     block = sparse_block()
-    spt.fuse_projections_(block, swiglu=True)
-    glu = block.mlp.__dict__["forward"].__self__.glu
+    spt.fuse_projections_(block, glu=True)
+    gated = block.mlp.__dict__["forward"].__self__.linear
     fused = fused_gate_up(block.mlp)
-    assert glu.out_features == F and fused.out_features == 2 * F
-    assert torch.equal(glu.to_dense(), fused.to_dense())
-    glu.check_metadata()
+    assert gated.out_features == F and fused.out_features == 2 * F and gated.activation == "swiglu"
+    assert torch.equal(gated.to_dense(), fused.to_dense())
+    gated.check_metadata()
     from sparsile.stdlib.sparsity import SparsityError
 
     with pytest.raises(SparsityError) as info:
-        glu.check_metadata(torch.zeros_like(fused.meta))  # code 0x0 is not a 2:4 pattern
+        gated.check_metadata(torch.zeros_like(fused.meta))  # code 0x0 is not a 2:4 pattern
     assert info.value.code == "SP0807" and "row 0" in info.value.message
 
 
-def test_swiglu_flag_is_checked_and_its_removal_reported():
+def test_glu_flag_is_checked_and_its_removal_reported():
     block = sparse_block()
-    for call in (lambda: spt.fuse_projections_(block, swiglu="no"),
-                 lambda: spt.sparsify_(block, interpret=True, min_features=16, fuse=True, swiglu=1)):
+    for call, where, value in ((lambda: spt.fuse_projections_(block, glu="no"), "fuse_projections_", "'no'"),
+                               (lambda: spt.sparsify_(block, interpret=True, min_features=16, fuse=True, glu=1),
+                                "sparsify_", "1")):
         with pytest.raises(IntegrationError) as err:
             call()
-        assert err.value.code == "SP0907" and "swiglu must be True or False" in err.value.message
+        assert err.value.code == "SP0907"
+        assert err.value.message == f"{where}: glu must be True or False, got {value}"
     with pytest.raises(IntegrationError) as err:
-        spt.sparsify_(block, interpret=True, min_features=16, swiglu=True)
-    assert err.value.code == "SP0907" and "fuse is not set" in err.value.message
+        spt.sparsify_(block, interpret=True, min_features=16, glu=True)
+    assert err.value.code == "SP0907"
+    assert err.value.message == "sparsify_: glu=True applies to fused gate/up projections, but fuse is not set"
     assert "forward" not in block.mlp.__dict__  # nothing was fused by the refused calls
-    spt.fuse_projections_(block, swiglu=True)
-    report = spt.fuse_projections_(block, traced=True)  # swiglu=False by default: the MLP's own forward again
-    assert report.swiglu_removed == [KEY] and "forward" not in block.mlp.__dict__
-    assert str(report).startswith("fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; "
-                                  "SwiGLU removed from 1 MLPs (swiglu=False)")
-    assert spt.fuse_projections_(block).swiglu_removed == []  # nothing left to remove
+    spt.fuse_projections_(block, glu=True)
+    report = spt.fuse_projections_(block, traced=True)  # glu=False by default: the MLP's own forward again
+    assert report.glu_removed == [KEY] and "forward" not in block.mlp.__dict__
+    assert str(report) == ("fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; "
+                           "gated activation removed from 1 MLPs (glu=False)")
+    assert spt.fuse_projections_(block).glu_removed == []  # nothing left to remove
 
 
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize(("dtype", "x_dtype", "out_dtype"), [
     ("f16", torch.float16, None), ("bf16", torch.bfloat16, torch.float32), ("bf16", torch.bfloat16, torch.float16),
     ("e4m3", torch.bfloat16, None), ("e4m3", torch.bfloat16, torch.float32)])
-def test_fallback_equals_the_unfused_computation(dtype, x_dtype, out_dtype):
-    """Above 64 tokens the op's SwiGLU is the no-activation result in the output type, then
-    F.silu and the product: the same bits, for every weight type and output type."""
+def test_fallback_equals_the_unfused_computation(dtype, x_dtype, out_dtype, activation):
+    """Above 64 tokens the op's gated activation is the no-activation result in the output type,
+    then F.silu or F.gelu(approximate="tanh") and the product: the same bits, for every weight type
+    and output type."""
     layer = gate_up(dtype, seed=4)
     x = torch.randn(2, 40, HIDDEN).to(x_dtype)
     if dtype == "e4m3":
@@ -563,7 +836,7 @@ def test_fallback_equals_the_unfused_computation(dtype, x_dtype, out_dtype):
         args = (xq, layer.values, layer.meta, layer.bias, sx, layer.scale_w)
     else:
         args = (x, layer.values, layer.meta, layer.bias)
-    y = torch.ops.sparsile.sparse_linear(*args, activation="swiglu", out_dtype=out_dtype)
+    y = torch.ops.sparsile.sparse_linear(*args, activation=activation, out_dtype=out_dtype)
     z = torch.ops.sparsile.sparse_linear(*args, out_dtype=out_dtype)
     assert y.shape == (2, 40, F) and y.dtype == z.dtype
-    assert torch.equal(y, torch.nn.functional.silu(z[..., :F]) * z[..., F:])
+    assert torch.equal(y, GATES[activation](z[..., :F]) * z[..., F:])
