@@ -22,16 +22,15 @@ that torch function). docs/torch.md, "Fusing the gated activation (SwiGLU, GeGLU
 
 from __future__ import annotations
 
-import functools
-from types import BuiltinFunctionType, BuiltinMethodType, CodeType, FunctionType, MethodType, ModuleType
+from types import CodeType, FunctionType
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.modules.module as _mm
 from torch import nn
 
-from ...stdlib.kernels.linear import reference_activation
 from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
+from .gate import gate_activation
 from .linear import SparseLinear, tracing
 
 if TYPE_CHECKING:
@@ -42,16 +41,6 @@ MLP_NAMES = ("gate_proj", "up_proj")
 gate's, then up's)."""
 GLU_OF_GATE = {gate: glu for glu, gate in GATED_ACTIVATIONS.items()}
 """The gated activation ("swiglu", "geglu") of each gate activation ("silu", "gelu_tanh")."""
-_PROBE = torch.linspace(-6.0, 6.0, 49, dtype=torch.float32)  # what a candidate act_fn is run on
-_GATE_REFERENCES = {gate: torch.from_numpy(reference_activation(_PROBE.double().numpy(), gate))
-                    for gate in GATED_ACTIVATIONS.values()}
-"""The gate activations on the probe in float64 (stdlib/kernels/linear.py's reference_activation, the
-tests' reference for the kernel)."""
-PROBE_RTOL, PROBE_ATOL = 1e-5, 1e-6
-"""How close a candidate's float32 output on the probe must be to a float64 gate activation: the
-float32 evaluations of ``F.silu``, ``F.gelu(approximate="tanh")`` and transformers' Python
-formulas stay within 4e-7 of it there (under 1e-7 |y|), while exact (erf) GELU is up to 5e-4 away
-from the tanh approximation (and SiLU far more)."""
 
 
 # (no docstrings: a forward's constants must be the reference's, and transformers' have none)
@@ -80,81 +69,6 @@ def is_gated_mlp_forward(forward: Any) -> bool:
     """``forward`` is a plain function with the bytecode of one of :data:`REFERENCE_FORWARDS`."""
     code = getattr(forward, "__code__", None)
     return isinstance(forward, FunctionType) and isinstance(code, CodeType) and _code_key(code) in _REFERENCE_KEYS
-
-
-_MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized"}
-"""The instance attributes every nn.Module has, and transformers' weight-initialization marker."""
-_CONSTANTS = (int, float, complex, str, bytes, type(None))
-
-
-def _plain_callable(value: Any, owner: nn.Module) -> bool:
-    """``value`` is a callable without state that could change what ``owner`` computes, and no module or
-    tensor: a function (closing over no module or tensor), a builtin function (of a Python module,
-    as ``torch.nn.functional.gelu``), a method bound to ``owner`` itself (whose state is checked with
-    it), or a ``functools.partial`` of one of these with constant arguments (numbers, strings, None):
-    transformers' ``GELUTanh.act``."""
-    if isinstance(value, (nn.Module, torch.Tensor)):
-        return False
-    if isinstance(value, FunctionType):
-        cells = value.__closure__ or ()
-        try:
-            return not any(isinstance(c.cell_contents, (nn.Module, torch.Tensor)) for c in cells)
-        except ValueError:  # an empty cell (a variable not yet bound): not a function to vouch for
-            return False
-    if isinstance(value, (BuiltinFunctionType, BuiltinMethodType)):
-        bound = getattr(value, "__self__", None)
-        return bound is None or isinstance(bound, ModuleType)  # not a method of a mutable object
-    if isinstance(value, MethodType):
-        return value.__self__ is owner and isinstance(value.__func__, FunctionType)
-    if type(value) is functools.partial:
-        return _plain_callable(value.func, owner) and all(
-            isinstance(a, _CONSTANTS) for a in (*value.args, *value.keywords.values()))
-    return False
-
-
-def gate_activation(act: Any) -> str | None:
-    """The gate activation ``act`` computes, "silu" or "gelu_tanh" (the tanh approximation of GELU,
-    torch's ``F.gelu(x, approximate="tanh")``), or None: what it takes to fuse it into the kernel.
-
-    * An ``nn.SiLU`` whose class keeps ``nn.SiLU.forward``: "silu".
-    * An ``nn.GELU`` whose class keeps ``nn.GELU.forward``: "gelu_tanh" where its ``approximate``
-      is "tanh"; exact GELU (approximate "none") differs by up to 5e-4: None.
-    * Any other module without forward hooks, parameters, buffers or submodules whose instance
-      attributes beyond nn.Module's own (and transformers' ``_is_hf_initialized``) are all plain
-      callables (:func:`_plain_callable`: functions, builtins, methods bound to the module itself,
-      ``functools.partial`` of those with constant arguments; no module or tensor), so that nothing
-      it holds could change what it computes, and whose float32 output on a small CPU probe
-      (-6 to 6) equals silu or gelu_tanh evaluated in float64 within :data:`PROBE_RTOL` and
-      :data:`PROBE_ATOL`: transformers' ``SiLUActivation``, ``GELUTanh`` (either form of its
-      ``act``), ``NewGELUActivation``, a hand-written x * sigmoid(x).
-
-    Nothing else counts: an nn.SiLU or nn.GELU subclass with its own forward, a Swish with a
-    ``beta`` (a parameter or a float attribute), a module with forward hooks, one that raises on the
-    probe, a function. What is checked is the module as it is when fused: an attribute reassigned
-    afterwards is not checked again (as a class forward monkeypatched afterwards is not)."""
-    if not isinstance(act, nn.Module) or act._forward_hooks or act._forward_pre_hooks:
-        return None
-    forward = type(act).forward
-    if isinstance(act, nn.SiLU) and forward is nn.SiLU.forward:
-        return "silu"
-    if isinstance(act, nn.GELU) and forward is nn.GELU.forward:
-        return "gelu_tanh" if act.approximate == "tanh" else None
-    if act._parameters or act._buffers or act._modules:
-        return None
-    if not all(_plain_callable(value, act) for name, value in vars(act).items() if name not in _MODULE_KEYS):
-        return None
-    try:
-        with torch.no_grad():
-            got = act(_PROBE.clone())
-    except Exception:  # a module that cannot run on the probe is no gate activation
-        return None
-    if not (isinstance(got, torch.Tensor) and got.shape == _PROBE.shape and got.dtype == _PROBE.dtype):
-        return None
-    got = got.double()
-    for gate, want in _GATE_REFERENCES.items():
-        if torch.allclose(got, want, rtol=PROBE_RTOL, atol=PROBE_ATOL):
-            return gate
-    return None
 
 
 def _describe(act: nn.Module) -> str:

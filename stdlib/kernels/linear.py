@@ -114,7 +114,7 @@ class SparseLinearPlan:
     """
 
     choice: KernelChoice
-    m: int            # the weight's rows, the kernel's M: the output features (N_out), or twice them ("swiglu")
+    m: int            # the weight's rows, the kernel's M: the output features (N_out), or twice them (gated)
     t: int            # tokens: the kernel's N
     k: int            # K of x before padding
     k_padded: int     # K of the padded values and x (16-byte rows); the Hopper launch K
@@ -500,8 +500,8 @@ def reference_activation(y: np.ndarray, act: str) -> np.ndarray:
     """One of :data:`TILED_ACTIVATIONS` of the float64 ``y``."""
     if act == "relu":
         return np.maximum(y, 0.0)
-    if act == "silu":
-        return y / (1.0 + np.exp(-y))
+    if act == "silu":  # y sigmoid(y), with sigmoid(y) = (1 + tanh(y / 2)) / 2: no overflow for large |y|
+        return y * 0.5 * (1.0 + np.tanh(0.5 * y))
     if act == "gelu_tanh":
         return 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
     return y

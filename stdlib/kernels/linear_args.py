@@ -144,7 +144,7 @@ def is_gated(activation: str | None) -> bool:
     return activation in GATED_ACTIVATIONS
 
 
-def glu_features(rows: int, activation: str = "swiglu") -> int:
+def glu_features(rows: int, activation: str) -> int:
     """The outputs of a gated ``activation`` over a weight of ``rows`` rows (gate half, then up half):
     rows / 2, each half a whole number of the "sm90" metadata's 16-row blocks (docs/sparse-metadata.md
     §4), so that a half's words are rows of the weight's words (SP0850 otherwise)."""

@@ -396,6 +396,75 @@ class ReturnsBF16(torch.nn.Module):
         return torch.nn.functional.silu(x).to(torch.bfloat16)
 
 
+class ClassBetaSwish(torch.nn.Module):
+    """x * sigmoid(beta x) with beta = 1.0 on the class: state a later assignment changes."""
+
+    beta = 1.0
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta * x)
+
+
+_GLOBAL_BETA = torch.ones(())
+
+
+class GlobalTensorSwish(torch.nn.Module):
+    """x * sigmoid(beta x) with beta a module-level tensor its forward reads."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(_GLOBAL_BETA * x)
+
+
+class DefaultTensorAct(torch.nn.Module):
+    """A lambda holding a tensor in its default arguments (not its closure)."""
+
+    def __init__(self):
+        super().__init__()
+        self.act = lambda x, b=_GLOBAL_BETA.clone(): x * torch.sigmoid(b * x)  # noqa: B008 (the point: a tensor default)
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class ClosureListAct(torch.nn.Module):
+    """A lambda closing over a list that holds a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        box = [torch.ones(())]
+        self.act = lambda x: x * torch.sigmoid(box[0] * x)
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class ClampedSiLU(torch.nn.Module):
+    """silu of the gate clamped at 8: silu on -6..6, not beyond."""
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x.clamp(max=8.0))
+
+
+class BF16Elsewhere(torch.nn.Module):
+    """silu in float32, something else for bfloat16 inputs (the type a model runs)."""
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x) if x.dtype == torch.float32 else torch.relu(x)
+
+
+class OwnCall(torch.nn.SiLU):
+    """nn.SiLU's forward, but a class __call__ of its own."""
+
+    def __call__(self, x):
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def instance_forward(act, fn):
+    """``act`` with ``fn`` as its instance's forward (what nn.Module.__call__ runs)."""
+    act.forward = fn
+    return act
+
+
 def hooked(act):
     act.register_forward_hook(lambda m, args, out: None)
     return act
@@ -409,6 +478,11 @@ def hooked(act):
     (ScaledSiLU(), None), (WithChild(), None), (Raising(), None), (ReturnsBF16(), None),
     (hooked(torch.nn.SiLU()), None), (hooked(GELUTanhByHand()), None), (BoundMethodAct(torch.nn.SiLU()), None),
     (ClosureAct(), None), (torch.nn.Identity(), None), (torch.nn.functional.silu, None),
+    (ClassBetaSwish(), None), (GlobalTensorSwish(), None), (DefaultTensorAct(), None), (ClosureListAct(), None),
+    (ClampedSiLU(), None), (BF16Elsewhere(), None), (OwnCall(), None),
+    (instance_forward(torch.nn.SiLU(), functools.partial(torch.nn.functional.gelu, approximate="tanh")), None),
+    (instance_forward(torch.nn.GELU(approximate="tanh"), torch.nn.functional.silu), None),
+    (instance_forward(SiLUByHand(), torch.nn.functional.silu), None),
 ])
 def test_gate_activation(act, gate):
     assert gate_activation(act) == gate
@@ -417,7 +491,7 @@ def test_gate_activation(act, gate):
 def test_the_probe_tolerance_refuses_exact_gelu():
     """The probe's tolerance sits between the float32 evaluations of the tanh form (within 2.5e-7;
     silu's within 4e-7) and exact GELU (5e-4 away at its largest)."""
-    from sparsile.integrations.torch.glu import _GATE_REFERENCES, _PROBE, PROBE_ATOL, PROBE_RTOL
+    from sparsile.integrations.torch.gate import _GATE_REFERENCES, _PROBE, PROBE_ATOL, PROBE_RTOL
 
     want = _GATE_REFERENCES["gelu_tanh"]
     for act in (torch.nn.GELU(approximate="tanh"), GELUTanhByHand(), PartialGELU()):
