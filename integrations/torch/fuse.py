@@ -349,7 +349,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
 
     ``glu=True``: where a fused ``("gate_proj", "up_proj")`` group belongs to a Llama- or
     Gemma-style MLP (glu.py: a ``down_proj``, Llama's forward, and an ``act_fn`` that
-    :func:`~.glu.gate_activation` recognizes as SiLU or tanh-approximated GELU), the MLP runs
+    :func:`~.gate.gate_activation` recognizes as SiLU or tanh-approximated GELU), the MLP runs
     SwiGLU or GeGLU in the fused kernel's epilogue (``report.glu``: group -> "swiglu" or "geglu";
     ``report.no_glu`` says why not elsewhere). ``glu=False`` (the default until the epilogue has
     run on a GPU: docs/torch.md, "Fusing the gated activation (SwiGLU, GeGLU)") keeps (or makes
