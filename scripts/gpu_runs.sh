@@ -19,8 +19,8 @@
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
 #   bash scripts/gpu_runs.sh d32              # the f16 57344 x 256 x 8192 grid row (0.89x cuSPARSELt) tuned, checked vs float64, timed
-#   bash scripts/gpu_runs.sh c32              # the layer's T <= 16 rows, the glu=True model under torch.compile at batch 16
-#   bash scripts/gpu_runs.sh b32              # SwiGLU / GeGLU in sparsile.torch: GPU tests, the 32-layer model in graphs with and without it
+#   bash scripts/gpu_runs.sh c32              # the 32-layer model with glu=True: CUDA graphs (with and without), torch.compile batch 16
+#   bash scripts/gpu_runs.sh b32              # SwiGLU / GeGLU in sparsile.torch: GPU tests, then the layer's T <= 16 rows
 #   bash scripts/gpu_runs.sh a32              # the decode kernel's gated epilogue: GPU tests, timed against kernel + act + mul
 #   bash scripts/gpu_runs.sh a31              # where a 32-layer decode step's GPU time goes, batch 1 and 16, dense vs sparsile-fused
 #   bash scripts/gpu_runs.sh g31              # the L2-hint GPU tests, the tuner's GPU tests, the 57344 x 256 rows again
@@ -228,13 +228,13 @@ call-24)  # sparse_matmul's call cache (stdlib/kernels/call_cache.py): its GPU t
         tests/stdlib/test_gemm_api.py tests/stdlib/test_gemm_decode_route.py
     run 240 python benchmarks/bench_matmul_call.py --shapes 6144x4096 28672x4096 10240x8192 --tokens 16 512
     ;;
-b32)  # after a32: the torch side of the gated epilogue (glu.py; fuse_projections_(glu=True)): its GPU tests (swiglu and
-     # geglu) and the layer's (records size y from the output features now), the 32-layer model in CUDA graphs with
-     # and without it
+b32)  # after a32: the torch side of the gated epilogue (glu.py, gate.py; fuse_projections_(glu=True)): its GPU tests
+     # (swiglu and geglu) and the layer's (records size y from the output features now); then the layer's T <= 16 rows
+     # (issue 12's eager target, last measured in d30)
     run 300 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
         tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py
-    run 330 python benchmarks/bench_llama.py --layers 32 --modes graph \
-        --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-32.json"
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag-32.json"
     ;;
 d32)  # issue 13's grid: f16 57344 x 256 x 8192 kept its entry in f31 (the step limit cut it; 0.89x cuSPARSELt in
      # g31, where bf16's re-tuned entry, a CTA-pair head with a tail split of 2, reached 0.96-0.98x): tuned into its
@@ -249,10 +249,10 @@ write_json_atomic(p, merged_table(p, json.loads(Path(sys.argv[1]).read_text())))
     run 120 python benchmarks/bench_sparse_gemm.py --case f16:57344x256x8192 --case bf16:57344x256x8192 \
         --json "$out/grid-57344x256-32.json"
     ;;
-c32)  # the layer's T <= 16 rows (issue 12's eager target, last measured in d30), then the model under torch.compile
-     # with the gated forward (glu=True: the traced swiglu op), batch 16
-    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
-        --json "$out/linear-diag-32.json"
+c32)  # after b32: the 32-layer model in CUDA graphs with and without the gated forward (glu=True), batch 1 and 16,
+     # then under torch.compile (the traced swiglu op) at batch 16
+    run 330 python benchmarks/bench_llama.py --layers 32 --modes graph \
+        --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-32.json"
     run 250 python benchmarks/bench_llama.py --layers 32 --modes compile --check-tokens 0 --batches 16 \
         --models dense sparsile-fused --json "$out/llama-glu-compile16-32.json"
     ;;
