@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dis
 import functools
-from types import BuiltinFunctionType, BuiltinMethodType, FunctionType, MethodType, ModuleType
+from types import BuiltinFunctionType, BuiltinMethodType, CodeType, FunctionType, MethodType, ModuleType
 from typing import Any
 
 import torch
@@ -34,10 +34,13 @@ PROBE_RTOL, PROBE_ATOL = 1e-5, 1e-6
 float32 evaluations of ``F.silu``, ``F.gelu(approximate="tanh")`` and transformers' Python
 formulas stay within 4e-7 of it there (under 1e-7 |y|), while exact (erf) GELU is up to 5e-4 away
 from the tanh approximation (and SiLU far more)."""
-BF16_RTOL, BF16_ATOL = 2.0 ** -5, 2.0 ** -8
-"""The same probe in bfloat16 (the type a model runs it in), against the float64 reference: a few
-bf16 roundings of a formula evaluated op by op, so that a module computing something else for bf16
-inputs is refused."""
+_HALF_PROBES = {dtype: torch.stack([_PROBE, -_PROBE]).to(dtype) for dtype in (torch.bfloat16, torch.float16)}
+"""The probe in the 16-bit types a model runs, as (2, n) tensors passed transposed (2-D, not
+contiguous), so that a module that computes something else for another type, rank or layout shows."""
+HALF_RTOL, HALF_ATOL = 2.0 ** -5, 2.0 ** -8
+"""How close the 16-bit probes' outputs must be to the float64 gate activation of the rounded
+probe: a few roundings of a formula evaluated op by op in bfloat16 (transformers' Python GELU
+formulas lose up to 7 f16 roundings near x = -2.75 by cancellation)."""
 
 _MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized"}
 """The instance attributes every nn.Module has, and transformers' weight-initialization marker."""
@@ -51,21 +54,47 @@ def _constant(value: Any) -> bool:
     return isinstance(value, _CONSTANTS) or (type(value) is tuple and all(_constant(v) for v in value))
 
 
-def _plain_function(fn: FunctionType) -> bool:
-    """A Python function whose closure cells and default arguments are constants or plain callables
-    and whose globals hold no module or tensor under a name its code reads."""
+def _loaded_globals(code: CodeType) -> set[str]:
+    """The global names ``code`` and the code objects nested in it (lambdas, comprehensions) load."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _loaded_globals(const)
+    return names
+
+
+def _stateful(value: Any) -> bool:
+    """A module, a tensor, or a container (dict, list, set) holding one at its top level."""
+    if isinstance(value, (dict, list, set)):
+        return any(_stateful(v) for v in (value.values() if isinstance(value, dict) else value))
+    return isinstance(value, (nn.Module, torch.Tensor))
+
+
+def _plain_function(fn: FunctionType, seen: set[int]) -> bool:
+    """A Python function whose closure cells and default arguments are constants or plain callables,
+    whose attributes are none, and whose loaded globals (its nested code's included) hold no module,
+    tensor or container of them and are plain where they are functions (``seen``: the functions
+    being checked, so that recursion ends)."""
+    if id(fn) in seen:
+        return True
+    seen.add(id(fn))
+    if vars(fn):  # function attributes: state (fn.beta = 1.0)
+        return False
     try:
         cells = [c.cell_contents for c in fn.__closure__ or ()]
     except ValueError:  # an empty cell (a variable not yet bound): not a function to vouch for
         return False
     defaults = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
-    if not all(_constant(v) or (callable(v) and _plain_callable(v, None)) for v in (*cells, *defaults)):
+    if not all(_constant(v) or (callable(v) and _plain_callable(v, None, seen)) for v in (*cells, *defaults)):
         return False
-    names = {ins.argval for ins in dis.get_instructions(fn) if ins.opname == "LOAD_GLOBAL"}
-    return not any(isinstance(fn.__globals__.get(n), (nn.Module, torch.Tensor)) for n in names)
+    for name in _loaded_globals(fn.__code__):
+        value = fn.__globals__.get(name)
+        if _stateful(value) or (isinstance(value, FunctionType) and not _plain_function(value, seen)):
+            return False
+    return True
 
 
-def _plain_callable(value: Any, owner: nn.Module | None) -> bool:
+def _plain_callable(value: Any, owner: nn.Module | None, seen: set[int]) -> bool:
     """``value`` is a callable without state that could change what ``owner`` computes, and no module or
     tensor: a plain function (:func:`_plain_function`), a builtin function (of a Python module, as
     ``torch.nn.functional.gelu``), a method bound to ``owner`` itself (whose state is checked with
@@ -74,37 +103,56 @@ def _plain_callable(value: Any, owner: nn.Module | None) -> bool:
     if isinstance(value, (nn.Module, torch.Tensor)):
         return False
     if isinstance(value, FunctionType):
-        return _plain_function(value)
+        return _plain_function(value, seen)
     if isinstance(value, (BuiltinFunctionType, BuiltinMethodType)):
         bound = getattr(value, "__self__", None)
         return bound is None or isinstance(bound, ModuleType)  # not a method of a mutable object
     if isinstance(value, MethodType):
         return owner is not None and value.__self__ is owner and isinstance(value.__func__, FunctionType) \
-            and _plain_function(value.__func__)
+            and _plain_function(value.__func__, seen)
     if type(value) is functools.partial:
-        return _plain_callable(value.func, owner) and all(_constant(a) for a in (*value.args, *value.keywords.values()))
+        return _plain_callable(value.func, owner, seen) and \
+            all(_constant(a) for a in (*value.args, *value.keywords.values()))
     return False
 
 
+def _member_functions(member: Any) -> list[Any]:
+    """The functions a class member runs: itself, a static or class method's, a property's accessors."""
+    if isinstance(member, (staticmethod, classmethod)):
+        return [member.__func__]
+    if isinstance(member, property):
+        return [f for f in (member.fget, member.fset, member.fdel) if f is not None]
+    return [member]
+
+
 def _plain_class(cls: type) -> bool:
-    """The act's classes below nn.Module define only code (:data:`_CLASS_MEMBERS`), whose functions
-    are plain (:func:`_plain_function`), and keep nn.Module's ``__call__``."""
+    """The act's classes below nn.Module define only code (:data:`_CLASS_MEMBERS`) whose functions
+    are plain (:func:`_plain_function`), and strings (transformers' hub decorator names a class
+    ``kernel_layer_name``); no number or tensor even under a dunder name; nn.Module's ``__call__``
+    and ``_call_impl`` kept."""
+    seen: set[int] = set()
     for klass in cls.__mro__:
         if klass is nn.Module:
             return True
         for name, member in vars(klass).items():
-            if name.startswith("__") and name.endswith("__") and name != "__call__":
-                continue
-            if name == "__call__" or not isinstance(member, _CLASS_MEMBERS):
+            if name in ("__call__", "_call_impl", "_compiled_call_impl", "__getattribute__", "__getattr__"):
                 return False
-            if isinstance(member, FunctionType) and not _plain_function(member):
+            if name.startswith("__") and name.endswith("__"):
+                if isinstance(member, (int, float, complex, torch.Tensor)) or _stateful(member):
+                    return False
+                continue
+            if isinstance(member, (str, type(None))):
+                continue
+            if not isinstance(member, _CLASS_MEMBERS):
+                return False
+            if not all(isinstance(f, FunctionType) and _plain_function(f, seen) for f in _member_functions(member)):
                 return False
     return False  # (not an nn.Module: the caller checked)
 
 
 def _matches(got: Any, want: torch.Tensor, dtype: torch.dtype, rtol: float, atol: float) -> bool:
     return isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == dtype and \
-        torch.allclose(got.double(), want, rtol=rtol, atol=atol)
+        got.layout == torch.strided and torch.allclose(got.double(), want, rtol=rtol, atol=atol)
 
 
 def gate_activation(act: Any) -> str | None:
@@ -124,7 +172,8 @@ def gate_activation(act: Any) -> str | None:
         computes,
       - and whose output on a CPU probe (-6 to 6, and magnitudes up to 1e4) equals silu or
         gelu_tanh evaluated in float64: within :data:`PROBE_RTOL` / :data:`PROBE_ATOL` in float32,
-        and within :data:`BF16_RTOL` / :data:`BF16_ATOL` in bfloat16, the same one in both.
+        and within :data:`HALF_RTOL` / :data:`HALF_ATOL` in bfloat16 and float16 (2-D, not
+        contiguous: :data:`_HALF_PROBES`), the same one in all three.
       This takes transformers' ``SiLUActivation``, ``GELUTanh`` (either form of its ``act``),
       ``NewGELUActivation``, ``FastGELUActivation``, a hand-written x * sigmoid(x).
 
@@ -134,28 +183,46 @@ def gate_activation(act: Any) -> str | None:
     that raises on the probe, a function that is not a module. What is checked is the module as it
     is when fused: an attribute reassigned afterwards (``nn.GELU.approximate`` included), or a
     global rebound, is not checked again, as a class forward monkeypatched afterwards is not."""
-    if not isinstance(act, nn.Module) or act._forward_hooks or act._forward_pre_hooks:
+    try:
+        return _gate_of(act)
+    except Exception:  # inspecting or probing it raised (a recursion, a module never initialized, a meta
+        return None    # output): no gate activation to vouch for
+
+
+def _calls_its_class_forward(act: nn.Module) -> bool:
+    """``act(x)`` runs ``type(act).forward`` through nn.Module's own call path: no forward, call
+    implementation or compiled call on the instance, nn.Module's ``__call__``, ``_call_impl`` and
+    attribute lookup on the class, no metaclass, no forward hooks."""
+    own = vars(act)
+    if act._forward_hooks or act._forward_pre_hooks or "forward" in own or "_call_impl" in own or \
+            own.get("_compiled_call_impl") is not None:
+        return False
+    cls = type(act)
+    return type(cls) is type and cls.__call__ is nn.Module.__call__ and cls._call_impl is nn.Module._call_impl and \
+        cls.__getattribute__ is object.__getattribute__ and cls.__getattr__ is nn.Module.__getattr__
+
+
+def _gate_of(act: Any) -> str | None:
+    if not isinstance(act, nn.Module) or not _calls_its_class_forward(act):
         return None
-    if "forward" in vars(act) or type(act).__call__ is not nn.Module.__call__ or \
-            type(act)._call_impl is not nn.Module._call_impl:
-        return None  # nn.Module.__call__ would run another forward than the class's
     forward = type(act).forward
     if isinstance(act, nn.SiLU) and forward is nn.SiLU.forward:
         return "silu"
     if isinstance(act, nn.GELU) and forward is nn.GELU.forward:
-        return "gelu_tanh" if act.approximate == "tanh" else None
+        return "gelu_tanh" if vars(act).get("approximate") == "tanh" else None
     if act._parameters or act._buffers or act._modules or not _plain_class(type(act)):
         return None
-    if not all(_plain_callable(value, act) for name, value in vars(act).items() if name not in _MODULE_KEYS):
+    seen: set[int] = set()
+    if not all(_plain_callable(value, act, seen) for name, value in vars(act).items() if name not in _MODULE_KEYS):
         return None
-    try:
-        with torch.no_grad():
-            got = act(_PROBE.clone())
-            got16 = act(_PROBE.to(torch.bfloat16))
-    except Exception:  # a module that cannot run on the probe is no gate activation
-        return None
-    for gate, want in _GATE_REFERENCES.items():
-        if _matches(got, want, torch.float32, PROBE_RTOL, PROBE_ATOL):
-            want16 = torch.from_numpy(reference_activation(_PROBE.to(torch.bfloat16).double().numpy(), gate))
-            return gate if _matches(got16, want16, torch.bfloat16, BF16_RTOL, BF16_ATOL) else None
-    return None
+    with torch.no_grad():
+        got = act(_PROBE.clone())
+        gate = next((g for g, want in _GATE_REFERENCES.items()
+                     if _matches(got, want, torch.float32, PROBE_RTOL, PROBE_ATOL)), None)
+        if gate is None:
+            return None
+        for dtype, probe in _HALF_PROBES.items():
+            want = torch.from_numpy(reference_activation(probe.double().numpy(), gate))
+            if not _matches(act(probe.clone().t()), want.t(), dtype, HALF_RTOL, HALF_ATOL):
+                return None
+    return gate

@@ -465,6 +465,98 @@ def instance_forward(act, fn):
     return act
 
 
+class StaticGlobalSwish(torch.nn.Module):
+    """beta read by a static method from a module-level tensor."""
+
+    @staticmethod
+    def beta():
+        return _GLOBAL_BETA
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta() * x)
+
+
+class NestedGlobalSwish(torch.nn.Module):
+    """beta, a module-level tensor, read inside a lambda of the forward (nested code)."""
+
+    def forward(self, x):
+        return (lambda v: v * torch.sigmoid(_GLOBAL_BETA * v))(x)
+
+
+def _attr_swish(x):
+    return x * torch.sigmoid(_attr_swish.beta * x)
+
+
+_attr_swish.beta = 1.0
+
+
+class FunctionAttributeSwish(torch.nn.Module):
+    """beta a function attribute (state)."""
+
+    def __init__(self):
+        super().__init__()
+        self.act = _attr_swish
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class RecursiveClosureAct(torch.nn.Module):
+    """silu through a closure that refers to itself: checked without endless recursion."""
+
+    def __init__(self):
+        super().__init__()
+
+        def act(x, depth=0):
+            return act(x, 1) if depth == 0 else torch.nn.functional.silu(x)
+
+        self.act = act
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class HalfElsewhere(torch.nn.Module):
+    """silu, except for float16 inputs."""
+
+    def forward(self, x):
+        return torch.relu(x) if x.dtype == torch.float16 else torch.nn.functional.silu(x)
+
+
+class RankElsewhere(torch.nn.Module):
+    """silu of 1-D inputs only (a probe's rank)."""
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x) if x.dim() == 1 else torch.relu(x)
+
+
+class LayoutElsewhere(torch.nn.Module):
+    """silu of contiguous inputs only."""
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x) if x.is_contiguous() else torch.relu(x)
+
+
+class HubNamedSiLU(torch.nn.Module):
+    """transformers' hub decorator names a class with a string: code and strings only, accepted."""
+
+    kernel_layer_name = "SiLU"
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x)
+
+
+class NeverInitialized(torch.nn.SiLU):
+    def __init__(self):  # no nn.Module.__init__: inspecting it raises inside gate_activation
+        pass
+
+
+def instance_call_impl(act, fn):
+    """``act`` whose instance ``_call_impl`` is ``fn`` (what nn.Module.__call__ runs)."""
+    act._call_impl = fn
+    return act
+
+
 def hooked(act):
     act.register_forward_hook(lambda m, args, out: None)
     return act
@@ -483,6 +575,10 @@ def hooked(act):
     (instance_forward(torch.nn.SiLU(), functools.partial(torch.nn.functional.gelu, approximate="tanh")), None),
     (instance_forward(torch.nn.GELU(approximate="tanh"), torch.nn.functional.silu), None),
     (instance_forward(SiLUByHand(), torch.nn.functional.silu), None),
+    (instance_call_impl(torch.nn.SiLU(), torch.nn.functional.relu), None),
+    (StaticGlobalSwish(), None), (NestedGlobalSwish(), None), (FunctionAttributeSwish(), None),
+    (RecursiveClosureAct(), "silu"), (HalfElsewhere(), None), (RankElsewhere(), None), (LayoutElsewhere(), None),
+    (HubNamedSiLU(), "silu"), (NeverInitialized(), None),
 ])
 def test_gate_activation(act, gate):
     assert gate_activation(act) == gate
