@@ -89,7 +89,7 @@ def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str |
         return None, "the module has no act_fn module"
     gate_act = gate_activation(act)
     if gate_act is None:
-        if isinstance(act, nn.GELU) and type(act).forward is nn.GELU.forward:
+        if isinstance(act, nn.GELU) and type(act).forward is nn.GELU.forward and vars(act).get("approximate") != "tanh":
             return None, (f"its act_fn ({_describe(act)}) is exact GELU, not the tanh approximation the "
                           "kernel applies")
         return None, f"its act_fn ({_describe(act)}) is neither SiLU nor GELU with the tanh approximation"

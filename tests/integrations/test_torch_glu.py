@@ -619,6 +619,8 @@ NOT_A_GATE = "is neither SiLU nor GELU with the tanh approximation"
     (lambda: LlamaLikeMLP(act=ExactGELUByHand()), f"its act_fn (ExactGELUByHand) {NOT_A_GATE}"),
     (lambda: LlamaLikeMLP(act=TanhGELUSubclass(approximate="tanh")),
      f"its act_fn (TanhGELUSubclass, approximate='tanh') {NOT_A_GATE}"),
+    (lambda: LlamaLikeMLP(act=instance_forward(torch.nn.GELU(approximate="tanh"), torch.nn.functional.silu)),
+     f"its act_fn (GELU, approximate='tanh') {NOT_A_GATE}"),  # (not called exact: its forward is replaced)
     (SwappedMLP, "SwappedMLP.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP writes it"),
     (NoDownMLP, "the module has no down_proj"),
 ])
