@@ -8,7 +8,7 @@ row-concatenated weight [gate; up], the kernel's epilogue can apply the gated ac
 y (..., F) = act(gate) * up in float32, rounded once, instead of two column views of the fused
 output and torch's activation and ``mul`` (two elementwise kernels per layer). :func:`install_glu`
 puts a :class:`GatedForward`'s bound ``forward`` on the MLP instance (``parent.__dict__["forward"]``:
-a method, so that torch.export finds its code) where the parent matches (:func:`glu_mismatch`): an
+a method, so that torch.export finds its code) where the parent matches (:func:`glu_of`): an
 ``act_fn`` that :func:`gate_activation` recognizes (SiLU: activation "swiglu"; GELU with the tanh
 approximation: "geglu"), a ``down_proj`` child, and a class forward with the bytecode of one of
 the reference forms below. Anything else keeps the class's forward.
@@ -102,11 +102,6 @@ def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str |
     return GLU_OF_GATE[gate_act], None
 
 
-def glu_mismatch(parent: nn.Module, group: ProjectionGroup) -> str | None:
-    """Why no gated activation is fused into ``parent`` (whose gate_proj and up_proj ``group`` fused), or None."""
-    return glu_of(parent, group)[1]
-
-
 def _hooked(*modules: nn.Module) -> bool:
     """Any forward hook, global or on one of ``modules``: the fused forward would skip it."""
     return bool(_mm._global_forward_hooks or _mm._global_forward_pre_hooks
@@ -172,9 +167,14 @@ class GatedForward:
     traces (``traced=True``), else the class's forward."""
 
     def __init__(self, parent: nn.Module, group: ProjectionGroup, activation: str):
-        self.parent, self.group, self.activation = parent, group, activation
+        self.parent, self.group = parent, group
         self.act = parent._modules["act_fn"]
         self.linear = GatedLinear.over(group.fused, activation)
+
+    @property
+    def activation(self) -> str:
+        """The gated activation its layer applies ("swiglu", "geglu")."""
+        return self.linear.activation
 
     def own_forward(self, *args: Any, **kwargs: Any) -> Any:
         return type(self.parent).forward(self.parent, *args, **kwargs)
@@ -223,7 +223,7 @@ class GatedForward:
 
 def install_glu(parent: nn.Module, group: ProjectionGroup) -> str | None:
     """Fuse the gated activation of ``parent``'s act_fn into its forward (its gate_proj and up_proj
-    fused by ``group``), or say why not (:func:`glu_mismatch`; the forward installed before then
+    fused by ``group``), or say why not (:func:`glu_of`; the forward installed before then
     removed); one installed before for the same act_fn and still in place is kept (with its launch
     records). The activation is ``group.glu.activation``."""
     activation, reason = glu_of(parent, group)
