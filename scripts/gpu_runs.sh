@@ -18,6 +18,9 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh a33              # a32's and b32's GPU tests in one call (the gated epilogue, kernel and torch)
+#   bash scripts/gpu_runs.sh b33              # the 32-layer model with glu=True and without in CUDA graphs; the gated epilogue timed
+#   bash scripts/gpu_runs.sh c33              # the layer's T <= 16 rows (issue 12's eager target); the model compiled at batch 16
 #   bash scripts/gpu_runs.sh d32              # the f16 57344 x 256 x 8192 grid row (0.89x cuSPARSELt) tuned, checked vs float64, timed
 #   bash scripts/gpu_runs.sh c32              # the 32-layer model with glu=True: CUDA graphs (with and without), torch.compile batch 16
 #   bash scripts/gpu_runs.sh b32              # SwiGLU / GeGLU in sparsile.torch: GPU tests, then the layer's T <= 16 rows
@@ -141,6 +144,24 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a33)  # a32's and b32's GPU tests in one call (the device budget fits fewer starts): the decode kernel's gated
+     # epilogue (swiglu, geglu) and the kernels it shares code with, then the torch side (glu.py, gate.py)
+    run 520 python -m pytest -q -m gpu -n 8 --timeout 200 -rfE tests/stdlib/test_decode_glu.py \
+        tests/stdlib/test_decode_qx.py tests/stdlib/test_decode_api.py tests/gpu/test_torch_glu_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py
+    ;;
+b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated forward (glu=True), batch 1 and 16;
+     # then the gated epilogue against the unfused kernel + torch's activation + mul
+    run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
+        --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
+    run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+c33)  # the layer's T <= 16 rows (issue 12's eager target, last measured in d30); the model compiled at batch 16
+    run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --json "$out/linear-diag-33.json"
+    run 250 python benchmarks/bench_llama.py --layers 32 --modes compile --check-tokens 0 --batches 16 \
+        --models dense sparsile-fused --json "$out/llama-glu-compile16-33.json"
+    ;;
 decode-route-21)  # sparse_matmul at N <= 64 runs the decode kernel, storing C feature-major (FM=1): its GPU tests and
                   # those of the kernels it shares code with, then the Llama-3 grid at T <= 64 (bf16, then f16)
     run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/stdlib/test_gemm_decode_route.py \
