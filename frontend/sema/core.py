@@ -23,8 +23,9 @@ from ..ir import types as T
 from ..ir.core import Block, Builder, Function, Param, Region, Value
 from ..spans import Span
 from ..syntax import ast as A
-from .control import ControlFlowMixin, ReturnSignal, Scope, assigned_names, ends_in_return
+from .control import ControlFlowMixin
 from .expr import ExprMixin
+from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
 from .values import POISON, Arg, Const, HelperFunction, PoisonError
 
 __all__ = ["MAX_INLINE_DEPTH", "ArgSpec", "Frame", "ReturnSignal", "Scope", "Sema", "assigned_names"]
