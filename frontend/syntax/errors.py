@@ -20,7 +20,8 @@ SP0113  Python syntax that kernels do not support (``lambda``, ``with``, dicts, 
 SP0121  nesting too deep
 ======  ==============================================================================
 
-SP0114-SP0123 for errors found while building the AST live in ``frontend/syntax/builder.py``.
+SP0114-SP0123 for errors found while building the AST live in ``frontend/syntax/builder.py`` (and
+``expr_builder.py``, its expressions).
 The words follow CPython's own messages (Python reference, chapter 2 "Lexical analysis") where
 one exists.
 """
