@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from ...frontend.ir.core import Operation
 from ...target.targets import Feature, require
-from .asynchronous import bar_ptr, cache_policy, emit_in_leader, tma_panel_copies
+from .asynchronous import bar_ptr, emit_in_leader
 from .codegen import CodeGen, lowering
 from .llvm_text import LLValue
+from .tma import cache_policy, tma_panel_copies
 
 
 def cluster_rank(cg: CodeGen) -> LLValue:

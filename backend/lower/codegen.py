@@ -79,7 +79,7 @@ class PartitionCtx:
 # their ops (an op name, or a prefix ending in "."): blackwell alone costs a fresh process
 # ~15 ms of imports (layout.tmem_access, descriptors), which a vector add should not pay.
 # tests/backend/test_codegen_registry.py checks this table against what each module registers.
-CORE_LOWERING_MODULES = ("asynchronous", "control", "dot", "elementwise", "memory", "reduce")
+CORE_LOWERING_MODULES = ("asynchronous", "control", "dot", "elementwise", "memory", "reduce", "tma")
 OPTIONAL_LOWERING_MODULES: dict[str, tuple[str, ...]] = {
     "hopper": ("hopper.", "dot", "sparse_dot"),
     "mma": ("dot", "sparse_dot"),
@@ -169,7 +169,7 @@ class CodeGen:
     # ------------------------------------------------------------------------------ driver
     def generate(self) -> str:
         self._load_lowerings()
-        from .asynchronous import collect_tma_keys
+        from .tma import collect_tma_keys
 
         collect_tma_keys(self)
         threads = 32 * self.total_warps

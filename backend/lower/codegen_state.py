@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotation only: the analysis is built on first use by back
 
 TmaKey = tuple[tuple[int, ...], int]
 """One tensor map of a tensor parameter: (box shape in numpy order, swizzle bytes)
-(``asynchronous.tma_key``)."""
+(``tma.tma_key``)."""
 
 
 @dataclass
@@ -40,7 +40,7 @@ class CodegenState:
 
     tma_keys: dict[int, list[TmaKey]] = field(default_factory=dict)
     """``id(tensor parameter value) ->`` the distinct tensor maps the kernel's TMA ops use on it,
-    in first-use order. Written by ``asynchronous.collect_tma_keys`` before the parameters are
+    in first-use order. Written by ``tma.collect_tma_keys`` before the parameters are
     declared; read by ``CodeGen.tensormap_keys`` (one ``tensormap`` kernel parameter each)."""
 
     smem_addr: LLValue | None = None

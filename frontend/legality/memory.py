@@ -111,7 +111,7 @@ def whole_rows_for_async_units(op: Operation, ctx: Context) -> Iterator[Diagnost
 def _gapped_matrices(value: Value) -> bool:
     """Whether a view of rank 3 or more was made by slicing a dimension other than the leading one
     of a view of rank 3 or more (then its matrices are not consecutive, while a TMA box of that rank
-    is written as consecutive matrices: backend/lower/asynchronous.tma_panel_copies)."""
+    is written as consecutive matrices: backend/lower/tma.tma_panel_copies)."""
     t = value.type
     if not isinstance(t, T.SmemType) or len(t.shape) < 3:
         return False
@@ -179,7 +179,7 @@ def partitions_fit_the_cta(op: Operation, ctx: Context) -> Iterator[Diagnostic]:
 # ------------------------------------------------------------------------------------------------
 def tma_box(t: T.SmemType) -> tuple[tuple[int, ...], int]:
     """The box (numpy order) of each TMA copy filling ``t`` and the number of copies: a swizzled
-    buffer is copied in column panels of one swizzle span (backend/lower_async.tma_boxes)."""
+    buffer is copied in column panels of one swizzle span (backend/lower/tma.tma_boxes)."""
     eb = max(1, t.elem.bits // 8)
     cols = t.shape[-1]
     pc = (t.swizzle // eb) if t.swizzle else cols
