@@ -245,7 +245,8 @@ def bench_case(sp_mod, dense_mod, dtype: str, m: int, n: int, k: int, iters: int
                pp_configs: tuple[tuple[int, int, int, int], ...] = (), l2: str = "warm") -> dict:
     import torch
 
-    from sparsile.stdlib.kernels.gemm import KERNELS, choose_split_k, pair_ctas
+    from sparsile.stdlib.kernels.gemm import choose_split_k, pair_ctas
+    from sparsile.stdlib.kernels.gemm_choice import KERNELS
 
     o = pruned_operands(dtype, m, n, k, seed=m + n + k)
     w, b, vals_t, meta_t, ref, scale = o["w"], o["b"], o["values"], o["meta"], o["ref"], o["scale"]

@@ -98,7 +98,8 @@ def variants(mod: Any, pingpong: Any, dtype: str, args: argparse.Namespace, m: i
     """label -> (the kernel launched on its grid, constexprs over BN = ``bn`` and the STAGES / GROUP_M
     of the table); ``pingpong`` is the ping-pong module (None without --pingpong), ``meta_tma`` the
     metadata-by-TMA module (None without --meta-tma)."""
-    from sparsile.stdlib.kernels.gemm import KERNELS, pair_ctas
+    from sparsile.stdlib.kernels.gemm import pair_ctas
+    from sparsile.stdlib.kernels.gemm_choice import KERNELS
     from sparsile.stdlib.kernels.gemm_schedule import pingpong_ctas
 
     tiles = -(-m // 128) * -(-n // bn)

@@ -24,13 +24,12 @@ on the GPU with the kernels of ``sparsity_24.spk``, bit-identical to the host to
 from .compress_weight import CompressedWeight, prune_and_compress
 from .gemm import (
     KERNEL_FILE,
-    KERNELS,
-    KernelChoice,
     SparseMatmul,
     kernel_module,
     plan_sparse_matmul,
     sparse_matmul,
 )
+from .gemm_choice import KERNELS, KernelChoice
 from .gemm_sm100 import KERNELS_SM100, SparseMatmulSm100
 from .linear import SparseLinearPlan, plan_sparse_linear, quantize_per_token_e4m3, sparse_linear
 

@@ -24,7 +24,7 @@ from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
 from ..sparsity.hostarray import require_numeric
 
 if TYPE_CHECKING:
-    from .gemm import KernelChoice
+    from .gemm_choice import KernelChoice
 
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
 

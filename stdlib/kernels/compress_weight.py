@@ -16,7 +16,7 @@ from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.formats import decompress
 from ..sparsity.layouts import check_format
 from .arrays import array_kind, as_u32_words, bad_input, copy_like
-from .gemm import operand_of, resolve_kernel_choice
+from .gemm_choice import operand_of, resolve_kernel_choice
 from .gemm_operands import device_copies
 
 

@@ -13,7 +13,7 @@ from ...frontend.layout.gf2 import next_power_of_two
 from .arrays import bad_input
 
 if TYPE_CHECKING:
-    from .gemm import KernelChoice
+    from .gemm_choice import KernelChoice
 
 DECODE_BM = 128           # weight rows per CTA by default: two consumer warpgroups of 64
 DECODE_BMS = (128, 64, 256)  # the row slabs a CTA may own: 64 is one consumer warpgroup (5 warps), twice the CTAs;

@@ -418,7 +418,7 @@ def gpu_problem() -> Problem:
     import torch
 
     from .decode import plan_sparse_decode
-    from .gemm import KERNELS
+    from .gemm_choice import KERNELS
     from .sparsity_gpu import compress_gpu
 
     weights: dict[tuple[str, int, int], tuple[Any, Any]] = {}

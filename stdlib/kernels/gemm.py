@@ -34,10 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ...driver.recording import recording
-from ..sparsity import MetadataBuffer
 from ..sparsity.dtypes import operand_type
 from . import call_cache
 from .arrays import (
@@ -48,6 +45,12 @@ from .arrays import (
     output_array,
     pad_columns,
     plain_int,
+)
+from .gemm_choice import (  # noqa: F401 (KERNELS re-exported: integrations/torch/sparsify.py imports it from here)
+    KERNELS,
+    KernelChoice,
+    checked_out_dtype,
+    resolve_kernel_choice,
 )
 from .gemm_operands import checked_operands, kernel_words
 
@@ -65,44 +68,6 @@ interpreter reports a box that starts off a 16-byte boundary (SP0789). On since 
 those share counts and the whole GPU suite passed with it (benchmarks/RESULTS.md, twentieth
 session); False keeps split-K plans on the kernels that load their own metadata."""
 BM = 128  # rows of C per CTA: two consumer warpgroups of 64 rows (the kernel's default BM)
-
-
-@dataclass(frozen=True)
-class KernelChoice:
-    """The kernel of ``sparse_gemm_sm90.spk`` for one operand type, and what it needs."""
-
-    operand: str       # toolkit operand name (f16, bf16, e4m3, s8, tf32)
-    kernel: str        # kernel name in the .spk file
-    elem_bytes: int    # bytes per operand element
-    out_dtype: str     # numpy name of C's element type (the kernel's store type)
-    torch_dtype: str   # the torch dtype attribute of the operand
-    max_bn: int        # widest N tile (accumulator registers: 256 f32 columns per 2 warpgroups; tf32 128)
-    block_k: int = 64               # K elements per pipeline step (the kernel's default BK)
-    partial_dtype: str = "float32"  # numpy name of the split-K workspace element type
-
-    @property
-    def k_align(self) -> int:
-        """K multiple that makes both TMA row lengths, K/2 values and K b elements, 16-byte multiples."""
-        return 32 // self.elem_bytes
-
-    def block_n(self, n: int) -> int:
-        """BN as benchmarks/bench_sparse_gemm.py picks it: the next power of two of N, 16..max_bn."""
-        bn = 16
-        while bn < min(n, self.max_bn):
-            bn *= 2
-        return bn
-
-
-KERNELS: dict[str, KernelChoice] = {c.operand: c for c in (
-    KernelChoice("f16", "sparse_gemm_f16", 2, "float16", "float16", 256, 64, "float32"),
-    KernelChoice("bf16", "sparse_gemm_bf16", 2, "float16", "bfloat16", 256, 64, "float32"),
-    KernelChoice("e4m3", "sparse_gemm_e4m3", 1, "float16", "float8_e4m3fn", 256, 128, "float32"),
-    KernelChoice("s8", "sparse_gemm_s8", 1, "int32", "int8", 256, 128, "int32"),
-    KernelChoice("tf32", "sparse_gemm_tf32", 4, "float32", "float32", 128, 32, "float32"),
-)}
-"""Operand types with a Hopper kernel, all run on the H200 (benchmarks/RESULTS.md,
-benchmarks/sweep_sparse_gemm.py)."""
-
 H200_SMS = 132  # SMs assumed for the split-K choice when no GPU is visible (interpreter, AOT)
 
 
@@ -115,8 +80,6 @@ def choose_split_k(m: int, n: int, k: int, bn: int, choice: KernelChoice, sms: i
     if tiles == 0 or tiles * 2 > sms:
         return 1
     return max(1, min(sms // tiles, steps // 4, 8))
-
-_TORCH_OPERANDS = {f"torch.{c.torch_dtype}": c.operand for c in KERNELS.values()}
 
 
 @functools.cache
@@ -159,17 +122,6 @@ def sm90_kernel(name: str, operand: str, words: Any, split_k: int) -> Any:
     if (split_k == 1 or META_TMA_SPLIT_K) and metadata_by_tma(operand, words):
         return getattr(meta_tma_module(), f"{name}_mt")
     return getattr(kernel_module(), name)
-
-
-def operand_of(x: Any) -> str | None:
-    """The operand type an array's element type names, or None."""
-    if array_kind(x) in ("torch", "torch-cpu"):
-        return _TORCH_OPERANDS.get(str(x.dtype))
-    try:
-        dt = np.dtype(x.dtype)
-    except (AttributeError, TypeError):
-        return None
-    return next((c.operand for c in KERNELS.values() if operand_type(c.operand).host_dtype == dt), None)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,44 +205,6 @@ class SparseMatmul:
         return self.out
 
 
-NARROW_OPERANDS = ("f16", "bf16", "e4m3", "s8")
-"""Operand types whose values are never cast to a MetadataBuffer's other tag (:func:`resolve_kernel_choice`)."""
-
-
-def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
-                          family: str = "Hopper", takes_dtype: bool = True) -> Any:
-    """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values.
-    Values of a narrow operand type (f16, bf16, e4m3, s8) with a MetadataBuffer tagged for another
-    are refused rather than cast: f16 values read as bf16 would lose bits silently (float32 values
-    take the tag's type, as the weight they came from was compressed for it). ``takes_dtype``: the
-    caller has a ``dtype=`` (sparse_linear has not), which the help names."""
-    if dtype is not None:
-        name = operand_type(dtype).name
-    else:
-        name = own = operand_of(values)
-        if isinstance(meta, MetadataBuffer):
-            name = meta.dtype
-            if own in NARROW_OPERANDS and own != name:
-                raise _tag_mismatch(own, name, takes_dtype)
-        if name is None:
-            raise bad_input(f"cannot tell the operand type of values of {getattr(values, 'dtype', type(values))}",
-                            help=f"pass dtype= (one of {', '.join(kernels)})")
-    if name not in kernels:
-        raise bad_input(f"there is no {family} sparse GEMM kernel for {name} operands",
-                        help=f"use one of {', '.join(kernels)}")
-    return kernels[name]
-
-
-def _tag_mismatch(own: str, tag: str, takes_dtype: bool) -> Exception:
-    """SP0804 for values of operand type ``own`` with a MetadataBuffer tagged ``tag``."""
-    alike = {own, tag} <= {"f16", "bf16"}  # the words of 16-bit types are alike, not of others
-    other = (f", or dtype='{own}' to run them as {own}" if takes_dtype else
-             f", or its words (meta.data) to run them as {own}") if alike else ""
-    return bad_input(f"the values are {own} but the MetadataBuffer was encoded for {tag} operands",
-                     help=f"pass values of the buffer's type ({tag}){other}"
-                          + (" (the words of 16-bit types are alike)" if alike else ""))
-
-
 def matmul_output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, interpret: bool,
                   dtype: str | None = None, reads: tuple[Any, ...] = ()) -> Any:
     """The C array the kernel writes (numpy dtype name ``dtype``, default the kernel's own): ``out``
@@ -300,34 +214,6 @@ def matmul_output(out: Any, m: int, n: int, choice: KernelChoice, home: Any, int
     rule = (f"{choice.operand} operands produce {dtype} C" if dtype == choice.out_dtype
             else f"C is out_dtype={dtype}")
     return output_array(out, (m, n), dtype, rule, home, interpret, reads)
-
-
-OUT_DTYPES = {"f16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
-              "f32": "float32", "float32": "float32", "i32": "int32", "int32": "int32"}
-"""Spellings of C's element types (numpy names)."""
-
-
-def checked_out_dtype(out_dtype: Any, choice: KernelChoice) -> str:
-    """The numpy name of C's element type: the kernel's own (float16; int32 for s8, float32 for
-    tf32) when ``out_dtype`` is None, else float16, bfloat16 or float32 for floating-point operands."""
-    if out_dtype is None:
-        return choice.out_dtype
-    spelled = str(out_dtype)
-    if not isinstance(out_dtype, str) and type(out_dtype).__module__.split(".")[0] != "torch":
-        try:  # numpy dtypes and scalar types (ml_dtypes' bfloat16 too)
-            spelled = np.dtype(out_dtype).name
-        except TypeError:
-            pass
-    name = OUT_DTYPES.get(spelled.removeprefix("torch.").lower())
-    if choice.out_dtype == "int32":
-        allowed = ("int32",)
-    else:
-        allowed = ("float16", "bfloat16", "float32")
-    if name not in allowed:
-        raise bad_input(f"sparse_matmul has no {out_dtype} output for {choice.operand} operands",
-                        help=f"out_dtype is one of {', '.join(allowed)} for {choice.operand} operands "
-                        "(None: " + choice.out_dtype + ")")
-    return name
 
 
 def plan_target(target: str | None, interpret: bool) -> str:

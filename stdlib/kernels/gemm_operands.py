@@ -18,7 +18,7 @@ from ..sparsity.formats import metadata_shape
 from .arrays import array_kind, as_u32_words, bad_input, cast_operand, copy_like, placed_array
 
 if TYPE_CHECKING:
-    from .gemm import KernelChoice
+    from .gemm_choice import KernelChoice
 
 _validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
 device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()

@@ -34,7 +34,8 @@ from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_META_SHAPE
 from ..sparsity.formats import metadata_shape
 from .arrays import array_kind, as_u32_words, bad_input, pad_columns, placed_array
-from .gemm import KernelChoice, matmul_output
+from .gemm import matmul_output
+from .gemm_choice import KernelChoice
 from .gemm_operands import checked_operands, validated_metadata
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -216,7 +217,7 @@ class SparseMatmulSm100:
 
 
 def resolve_operand(values: Any, meta: Any, dtype: str | None) -> KernelChoiceSm100:
-    from .gemm import resolve_kernel_choice
+    from .gemm_choice import resolve_kernel_choice
 
     return resolve_kernel_choice(values, meta, dtype, KERNELS_SM100, "Blackwell")
 

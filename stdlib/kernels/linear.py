@@ -49,19 +49,17 @@ from .arrays import (
 )
 from .gemm import (
     BM,
-    KERNELS,
-    KernelChoice,
     choose_split_k,
     kernel_module,
     metadata_by_tma,
     pair_ctas,
     plan_target,
-    resolve_kernel_choice,
     sm90_kernel,
 )
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
 )
+from .gemm_choice import KERNELS, KernelChoice, resolve_kernel_choice
 from .gemm_operands import checked_operands, kernel_words
 from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spellings callers import from here)
     ACTIVATIONS,

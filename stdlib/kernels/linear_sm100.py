@@ -30,7 +30,7 @@ def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: b
     and re-encoded in the "tcgen05" format here (docs/sparse-metadata.md §4, §5); a raw array is
     otherwise taken as "tcgen05" words."""
     from ..sparsity import MetadataBuffer, validate_metadata
-    from .gemm import resolve_kernel_choice
+    from .gemm_choice import resolve_kernel_choice
 
     choice = resolve_kernel_choice(values, meta, None, LINEAR_KERNELS_SM100, "Blackwell", takes_dtype=False)
     if meta_format == "sm90" and not isinstance(meta, MetadataBuffer):

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from ...frontend.diagnostics import LaunchError
 from .arrays import empty_array
 from .decode import DECODE_MAX_T
-from .gemm import KERNELS, KernelChoice
+from .gemm_choice import KERNELS, KernelChoice
 from .linear import SparseLinearPlan, plan_sparse_linear
 from .tuning import (
     DEFAULT_GROUP_M,

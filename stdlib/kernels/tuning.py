@@ -32,14 +32,13 @@ from .arrays import deliver_result, empty_array
 from .gemm import (
     BM,
     H200_SMS,
-    KERNELS,
-    KernelChoice,
     SparseMatmul,
     has_pair_kernel,
     pair_grid,
     plan_sparse_matmul,
     takes_decode,
 )
+from .gemm_choice import KERNELS, KernelChoice
 from .gemm_streamk import STREAMK_OPERANDS, StreamKMatmul, streamk_plan
 from .gemm_tail import TailSplitMatmul, tail_split_plan, tail_splits
 

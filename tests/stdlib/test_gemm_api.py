@@ -125,8 +125,8 @@ def test_pair_kernel_for_large_c_matches_float64_reference(dtype, m, n, k):
     (600, 256, 512, "bf16", 2, True, 1, 0),          # 5 tiles: fewer than 4 x 2 SMs
 ])
 def test_pair_kernel_choice(m, n, k, dtype, sms, persistent, split, pair):
-    from sparsile.stdlib.kernels.gemm import KERNELS as CHOICES
     from sparsile.stdlib.kernels.gemm import pair_ctas
+    from sparsile.stdlib.kernels.gemm_choice import KERNELS as CHOICES
 
     choice = CHOICES[dtype]
     assert pair_ctas(m, n, choice.block_n(n), choice, split, persistent, sms) == pair

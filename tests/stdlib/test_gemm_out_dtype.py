@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul, prune_and_compress, sparse_matmul
-from sparsile.stdlib.kernels.gemm import checked_out_dtype
+from sparsile.stdlib.kernels.gemm_choice import checked_out_dtype
 from sparsile.stdlib.sparsity import SparsityError
 
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "tf32": np.float32}

@@ -98,7 +98,7 @@ def test_the_layer_s_space_has_no_inflight_configs() -> None:
     """The layer's kernels (sparse_linear_<t>) have no INFLIGHT constexpr and its configs are run
     without it: e4m3's INFLIGHT twins would be timed again as the same launches (and a noisy win
     written to the table as INFLIGHT: 1)."""
-    from sparsile.stdlib.kernels.gemm import KERNELS
+    from sparsile.stdlib.kernels.gemm_choice import KERNELS
     from sparsile.stdlib.kernels.tuning import config_space
 
     assert any(c.inflight for c in config_space(KERNELS["e4m3"], 8192, 4096, 8192, 132))
