@@ -406,8 +406,8 @@ def streamk_time(values, meta, b, c, sms: int, checked_time) -> dict:
     part-full and the stream-K kernel takes the operands; {} elsewhere (N <= 64 included).
     sparse_matmul runs it only where a table entry names it (``table``)."""
     from sparsile.stdlib.kernels.gemm import BM
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
     from sparsile.stdlib.kernels.gemm_streamk import STREAMK_OPERANDS
-    from sparsile.stdlib.kernels.tuning import GemmConfig
 
     def variants(plan, base, steps):
         tiles = -(-plan.m // BM) * -(-plan.n // base.bn)

@@ -55,7 +55,8 @@ def probe(m: int, n: int, k: int, ncu: bool) -> None:
     import torch
 
     from sparsile.stdlib.kernels.gemm import BM, plan_sparse_matmul, sparse_matmul
-    from sparsile.stdlib.kernels.tuning import GemmConfig, launch, with_config
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
+    from sparsile.stdlib.kernels.tuning import launch, with_config
 
     o = pruned_operands("bf16", m, n, k, seed=0)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)

@@ -69,7 +69,7 @@ class Case:
     m: int
     n: int
     k: int
-    config: Any  # tuning.GemmConfig (gemm, linear) or decode_tuning.DecodeCandidate
+    config: Any  # gemm_config.GemmConfig (gemm, linear) or decode_tuning.DecodeCandidate
     key: str
 
 
@@ -117,8 +117,9 @@ def table_cases(tables: Tables) -> tuple[list[Case], list[str]]:
     each other: a bounded run covers the small shapes first), and the entry names that are no valid
     entry (their readers ignore or reject them: each counts as a failure)."""
     from sparsile.stdlib.kernels.decode_tuning import load_decode_table, parse_key, token_tile
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
     from sparsile.stdlib.kernels.linear_tuning import LINEAR_PREFIX
-    from sparsile.stdlib.kernels.tuning import GemmConfig, load_gemm_table
+    from sparsile.stdlib.kernels.tuning import load_gemm_table
 
     cases: list[Case] = []
     bad: list[str] = []

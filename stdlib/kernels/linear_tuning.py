@@ -25,12 +25,10 @@ from ...frontend.diagnostics import LaunchError
 from .arrays import empty_array
 from .decode import DECODE_MAX_T
 from .gemm_choice import KERNELS, KernelChoice
+from .gemm_config import DEFAULT_GROUP_M, DEFAULT_STAGES, GemmConfig
 from .linear import SparseLinearPlan, plan_sparse_linear
 from .tuning import (
-    DEFAULT_GROUP_M,
-    DEFAULT_STAGES,
     SP_BAD_SHAPE,
-    GemmConfig,
     TuneTarget,
     config_space,
     finished_table,

@@ -1,8 +1,8 @@
 """Tuning the Hopper sparse GEMM (``sparse_matmul``) per shape, and the tables of tuned choices.
 
-A :class:`GemmConfig` is what the planning of :mod:`.gemm` fixes by heuristics: the N tile (BN),
-the pipeline depth (STAGES), split-K shares and the CTA-pair kernel (BM is 128, the two consumer
-warpgroups of the sm_90a kernel, and is not tuned). :func:`tune_sparse_matmul` times every config
+A :class:`~.gemm_config.GemmConfig` is what the planning of :mod:`.gemm` fixes by heuristics: the N
+tile (BN), the pipeline depth (STAGES), split-K shares and the CTA-pair kernel (BM is 128, the two
+consumer warpgroups of the sm_90a kernel, and is not tuned). :func:`tune_sparse_matmul` times every config
 of :func:`config_space` for each shape on the current GPU (one replay of a CUDA graph of ten calls,
 timed with CUDA events: ``decode_tuning.graph_bench``, so that a small kernel's time is not its
 host launch time, nor a split-K reduction charged a second host launch), checks
@@ -39,6 +39,7 @@ from .gemm import (
     takes_decode,
 )
 from .gemm_choice import KERNELS, KernelChoice
+from .gemm_config import DEFAULT_STAGES, GemmConfig
 from .gemm_streamk import STREAMK_OPERANDS, StreamKMatmul, streamk_plan
 from .gemm_tail import TailSplitMatmul, tail_split_plan, tail_splits
 
@@ -49,62 +50,6 @@ SP_BAD_GEMM_TABLE = "SP0779"
 TUNED_TABLE_ENV = "SPARSILE_TUNED_TABLE"
 """Set to "0" to ignore the shipped tables (``sparse_matmul`` and ``sparse_linear`` then keep their
 planned heuristics; a benchmark's before / after)."""
-DEFAULT_STAGES = 4  # the kernels' STAGES default (sparse_gemm_sm90.spk)
-DEFAULT_GROUP_M = 16
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """One launch configuration of the sm_90a sparse GEMM."""
-
-    bn: int
-    stages: int = DEFAULT_STAGES
-    split_k: int = 1
-    pair: bool = False
-    group_m: int = DEFAULT_GROUP_M
-    tail_split: int = 0  # > 1: whole waves unsplit (pair: CTA pairs), the last wave's rows split K this many ways
-    streamk: bool = False  # the stream-K kernel (gemm_streamk.py): every SM an even share of the (tile, K step) work
-    inflight: bool = False  # INFLIGHT=1: one sparse MMA group kept in flight across K steps (no split-K, no tail split)
-    l2: bool = False  # L2 hints: the weight's loads evict-first, B's evict-last (L2_HINTS; no split-K, no tail split)
-
-    def __post_init__(self) -> None:
-        if self.tail_split and (self.tail_split < 2 or self.split_k != 1):
-            raise ValueError(f"tail_split must be 0 or at least 2 with split_k 1, got tail_split={self.tail_split} "
-                             f"split_k={self.split_k}")
-        if self.streamk and (self.split_k != 1 or self.pair or self.tail_split):
-            raise ValueError(f"streamk takes split_k 1, no pair and no tail_split, got {self}")
-        if self.inflight and (self.split_k != 1 or self.tail_split or self.streamk):
-            raise ValueError(f"INFLIGHT takes split_k 1, no tail_split and no streamk (the kernels with one MMA group "
-                             f"in flight store C themselves), got {self}")
-        if self.l2 and (self.split_k != 1 or self.tail_split or self.streamk):
-            raise ValueError(f"L2 takes split_k 1, no tail_split and no streamk (the hints are the unsplit GEMM "
-                             f"kernels' constexprs), got {self}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"BN": self.bn, "STAGES": self.stages, "split_k": self.split_k, "pair": self.pair,
-                "GROUP_M": self.group_m, **({"tail_split": self.tail_split} if self.tail_split else {}),
-                **({"streamk": True} if self.streamk else {}), **({"INFLIGHT": 1} if self.inflight else {}),
-                **({"L2": 1} if self.l2 else {})}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GemmConfig:
-        return cls(int(data["BN"]), int(data.get("STAGES", DEFAULT_STAGES)), int(data.get("split_k", 1)),
-                   bool(data.get("pair", False)), int(data.get("GROUP_M", DEFAULT_GROUP_M)),
-                   int(data.get("tail_split", 0)), bool(data.get("streamk", False)), _flag(data.get("INFLIGHT", 0)),
-                   _flag(data.get("L2", 0), "L2"))
-
-    def __str__(self) -> str:
-        return (f"BN={self.bn} STAGES={self.stages} split_k={self.split_k} pair={int(self.pair)} "
-                f"GROUP_M={self.group_m}" + (f" tail_split={self.tail_split}" if self.tail_split else "")
-                + (" streamk" if self.streamk else "") + (" INFLIGHT=1" if self.inflight else "")
-                + (" L2" if self.l2 else ""))
-
-
-def _flag(value: Any, name: str = "INFLIGHT") -> bool:
-    """A table's 0 / 1 (or false / true) flag ``name``; ValueError for anything else."""
-    if value not in (0, 1) or type(value) not in (int, bool):
-        raise ValueError(f"{name} must be 0 or 1, got {value!r}")
-    return bool(value)
 
 
 def default_config(plan: SparseMatmul) -> GemmConfig:

@@ -67,13 +67,8 @@ def test_sparse_gemm_tunes_to_its_fastest_measured_config(tmp_path) -> None:
     the tuned config computes C within float64 bounds (poisoned output) and is the fastest of the
     tuner's measurements, the default's among them."""
     pytest.importorskip("torch")
-    from sparsile.stdlib.kernels.tuning import (
-        GemmConfig,
-        load_gemm_table,
-        lookup,
-        sparse_matmul_tuned,
-        tune_sparse_matmul,
-    )
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
+    from sparsile.stdlib.kernels.tuning import load_gemm_table, lookup, sparse_matmul_tuned, tune_sparse_matmul
     from sparsile.tests.stdlib.test_gemm_api import assert_close, problem, reference
 
     m, n, k = 4096, 512, 4096
@@ -101,8 +96,9 @@ def test_the_linear_kernel_tunes_and_its_entry_is_planned(tmp_path, monkeypatch)
     import io
 
     from sparsile.stdlib.kernels import linear, tuning
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
     from sparsile.stdlib.kernels.linear_tuning import tune_sparse_linear
-    from sparsile.stdlib.kernels.tuning import GemmConfig, index_table, load_gemm_table
+    from sparsile.stdlib.kernels.tuning import index_table, load_gemm_table
     from sparsile.tests.stdlib.test_linear_api import assert_linear_close, cuda_copy, problem
 
     m, t, k = 4096, 256, 4096

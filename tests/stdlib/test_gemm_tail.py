@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
 from sparsile.stdlib.kernels.gemm import BM, SparseMatmul
+from sparsile.stdlib.kernels.gemm_config import GemmConfig
 from sparsile.stdlib.kernels.gemm_tail import TailSplitMatmul, head_rows, tail_splits, tail_tiles
 from sparsile.stdlib.kernels.linear import plan_sparse_linear
 from sparsile.stdlib.kernels.linear_tuning import layer_space, with_linear_config
 from sparsile.stdlib.kernels.tuning import (
     TABLE_FORMAT,
-    GemmConfig,
     config_space,
     index_table,
     launch,

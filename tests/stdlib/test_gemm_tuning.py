@@ -16,9 +16,9 @@ from sparsile.cli import main
 from sparsile.driver.autotune_cache import write_json_atomic
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.stdlib.kernels import KERNELS, plan_sparse_matmul
+from sparsile.stdlib.kernels.gemm_config import GemmConfig
 from sparsile.stdlib.kernels.tuning import (
     TABLE_FORMAT,
-    GemmConfig,
     config_space,
     default_config,
     launch,

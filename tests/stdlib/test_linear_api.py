@@ -485,7 +485,7 @@ def test_a_tuned_tables_choice_plans_and_computes(monkeypatch: pytest.MonkeyPatc
     """The table's BN, split-K, STAGES and GROUP_M replace the planned heuristics (here forced in the
     interpreter, where no table is read), reach the kernel as constexprs, and y stays right."""
     from sparsile.stdlib.kernels import linear
-    from sparsile.stdlib.kernels.tuning import GemmConfig
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
 
     asked: list[tuple] = []
 
@@ -517,7 +517,7 @@ def test_the_tuned_table_is_not_asked_when_the_call_fixes_the_split_or_the_sms(m
 
 def test_a_tuned_pair_choice_compiles_the_pair_kernel_for_sm90a(monkeypatch: pytest.MonkeyPatch) -> None:
     from sparsile.stdlib.kernels import linear
-    from sparsile.stdlib.kernels.tuning import GemmConfig
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
 
     monkeypatch.setattr(linear, "tuned_config", lambda *a: GemmConfig(64, 5, 1, True, 8))
     weight, x = problem("bf16", 512, 64, 256, seed=6)
@@ -532,7 +532,7 @@ def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> No
     without one), the entry with the smallest N at least T if it is below 2T (else the heuristics),
     the largest beyond them; SPARSILE_TUNED_TABLE=0 turns the tables off."""
     from sparsile.stdlib.kernels import linear, tuning
-    from sparsile.stdlib.kernels.tuning import GemmConfig
+    from sparsile.stdlib.kernels.gemm_config import GemmConfig
 
     index = {("linear-bf16", 6144, 4096): [(256, GemmConfig(128)), (1024, GemmConfig(256, 5))],
              ("bf16", 4096, 4096): [(256, GemmConfig(64))]}  # sparse_matmul's entries: not the layer's

@@ -14,8 +14,9 @@ import pytest
 from sparsile.cli import main
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.stdlib.kernels import linear_tuning as lt
+from sparsile.stdlib.kernels.gemm_config import GemmConfig
 from sparsile.stdlib.kernels.linear import plan_sparse_linear
-from sparsile.stdlib.kernels.tuning import GemmConfig, TuneTarget, tune_plan
+from sparsile.stdlib.kernels.tuning import TuneTarget, tune_plan
 from sparsile.tests.stdlib.test_linear_api import assert_linear_close, problem
 
 
