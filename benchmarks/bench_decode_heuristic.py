@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         _poison,
         default_candidate,
         gpu_problem,
-        graph_bench,
         parse_decode_shape,
         weight_copies,
     )
+    from sparsile.stdlib.kernels.graph_timing import graph_bench
     from sparsile.stdlib.kernels.tuning import f32_copy, matches_reference, reference_tolerance
 
     sms = runtime.current_device().sm_count

@@ -61,13 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
-    from sparsile.stdlib.kernels.decode_tuning import (
-        GRAPH_CALLS,
-        _poison,
-        graph_bench,
-        parse_decode_shape,
-        weight_copies,
-    )
+    from sparsile.stdlib.kernels.decode_tuning import _poison, parse_decode_shape, weight_copies
+    from sparsile.stdlib.kernels.graph_timing import GRAPH_CALLS, graph_bench
     from sparsile.stdlib.kernels.quantize_e4m3 import prepare_quantize_per_token_e4m3
     from sparsile.stdlib.kernels.sparsity_gpu import compress_gpu
     from sparsile.stdlib.kernels.tuning import f32_copy, matches_reference, reference_tolerance

@@ -63,7 +63,8 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT.parent))
     from sparsile.stdlib.kernels.decode import plan_sparse_decode
-    from sparsile.stdlib.kernels.decode_tuning import graph_bench, weight_copies
+    from sparsile.stdlib.kernels.decode_tuning import weight_copies
+    from sparsile.stdlib.kernels.graph_timing import graph_bench
     from sparsile.stdlib.kernels.sparsity_gpu import compress_gpu
 
     if not torch.cuda.is_available():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...frontend.diagnostics import CompileError, LaunchError, SparsileError
+from ...frontend.diagnostics import CompileError, LaunchError
 from .decode import (
     BM256_MIN_TILE,
     DECODE_BM,
@@ -37,6 +37,7 @@ from .decode import (
     slab_words,
     split_workspace,
 )
+from .graph_timing import GRAPH_CALLS, graph_bench
 from .tuning import TUNED_DIR, f32_copy, matches_reference, reference_tolerance, shape_dims
 
 TABLE_FORMAT = "sparsile-sparse-decode-table/1"
@@ -267,7 +268,6 @@ def _poison(out: Any) -> None:
 
 
 L2_BYTES = 50 * 2 ** 20  # the L2 of the H100 / H200
-GRAPH_CALLS = 10
 
 
 class Rotation:
@@ -346,41 +346,6 @@ def tune_decode_plan(base: SparseDecodePlan, sms: int, bench: Callable[..., floa
             "default_us": round(timings[default] * 1e3, 3), "tokens": b.t, "skipped": skipped}
 
 
-def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any = None) -> float:
-    """Milliseconds per ``run(stream=)``, timed (backend/runtime/bench.py's ``do_bench``) as one
-    replay of a CUDA graph of ``run.calls`` (default :data:`GRAPH_CALLS`) calls divided by that: as
-    the graph-mode decode step runs them, with no host time between the launches of a call (a
-    split-K reduction launch is not charged the host's launch cost, as it would be when the host
-    cannot keep ahead of ~10 µs kernels). ``stream`` is ignored (the graph runs on a side stream of
-    torch's; where capturing fails, the launches themselves are timed there)."""
-    import torch
-
-    from ...backend.runtime.bench import do_bench
-
-    calls = int(getattr(run, "calls", GRAPH_CALLS))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run(stream=side)  # compiled and loaded before the capture
-        side.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        try:  # capture_begin/end: torch.cuda.graph would also synchronize and empty the cache, per candidate
-            graph.capture_begin()
-            try:
-                for _ in range(calls):
-                    run(stream=side)
-            finally:
-                graph.capture_end()
-        except (RuntimeError, SparsileError):  # no capture here: time the launches themselves
-            torch.cuda.synchronize()
-            return do_bench(functools.partial(run, stream=side), warmup=warmup, rep=rep, stream=side)
-        try:
-            return do_bench(graph.replay, warmup=max(1, warmup // calls), rep=rep, stream=side) / calls
-        finally:
-            side.synchronize()
-            del graph
-
-
 def parse_decode_shape(shape: Any) -> tuple[int, int]:
     """(N_out, K) from a tuple or ``"NxK"``; LaunchError SP0864 otherwise."""
     dims = shape_dims(shape)
@@ -444,9 +409,9 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     "sms", "compiler", "seconds", "left_out", "entries"}`` and write it to ``out`` if given
     (atomically, keeping the entries a decode table already there holds for other problems).
     ``max_seconds``: no new problem is started after that long (``left_out`` names them).
-    ``benchmarker``: :func:`graph_bench` (default), or None for ``do_bench`` of the plain launches.
-    ``problem`` / ``device`` (name, SMs): default :func:`gpu_problem` on the current GPU (the CPU
-    tests pass interpreter plans and a fake timer)."""
+    ``benchmarker``: :func:`~.graph_timing.graph_bench` (default), or None for ``do_bench`` of the
+    plain launches. ``problem`` / ``device`` (name, SMs): default :func:`gpu_problem` on the current
+    GPU (the CPU tests pass interpreter plans and a fake timer)."""
     from ...backend.runtime.bench import do_bench
     from ...driver.autotune_cache import compiler_version, write_json_atomic
 

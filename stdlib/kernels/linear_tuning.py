@@ -95,7 +95,7 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     import torch
 
     from ...backend import runtime
-    from .decode_tuning import graph_bench
+    from .graph_timing import graph_bench
     from .sparsity_gpu import compress_gpu
 
     err, say = progress_printer(stderr, progress)

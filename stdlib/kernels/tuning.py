@@ -4,7 +4,7 @@ A :class:`~.gemm_config.GemmConfig` is what the planning of :mod:`.gemm` fixes b
 tile (BN), the pipeline depth (STAGES), split-K shares and the CTA-pair kernel (BM is 128, the two
 consumer warpgroups of the sm_90a kernel, and is not tuned). :func:`tune_sparse_matmul` times every config
 of :func:`config_space` for each shape on the current GPU (one replay of a CUDA graph of ten calls,
-timed with CUDA events: ``decode_tuning.graph_bench``, so that a small kernel's time is not its
+timed with CUDA events: ``graph_timing.graph_bench``, so that a small kernel's time is not its
 host launch time, nor a split-K reduction charged a second host launch), checks
 each one's C against the planned default's, and returns a table (written with ``out=``; the
 ``sparsile tune`` command line does the same). :func:`sparse_matmul_tuned` launches with a
@@ -414,7 +414,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     import torch
 
     from ...backend import runtime
-    from .decode_tuning import graph_bench
+    from .graph_timing import graph_bench
     from .sparsity_gpu import compress_gpu
 
     parsed = [parse_shape(s) for s in shapes]
