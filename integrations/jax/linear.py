@@ -5,7 +5,7 @@ The conventions are those of ``sparsile.torch``'s layer and of
 :func:`sparsile.stdlib.kernels.linear.sparse_linear`: ``x`` is (..., K), the weight is (N_out, K)
 given compressed as ``values`` (N_out, K/2) and its "sm90" metadata words ``meta``, and ``y`` is
 (..., N_out) in x's dtype (or ``out_dtype``). The launches are those of
-:class:`~sparsile.stdlib.kernels.linear.SparseLinearPlan` (the Hopper ``sparse_linear_<t>`` kernels
+:class:`~sparsile.stdlib.kernels.linear_plan.SparseLinearPlan` (the Hopper ``sparse_linear_<t>`` kernels
 of ``sparse_gemm_sm90.spk``, whose fused epilogue scales, adds the bias, applies the activation and
 stores (T, N_out) in y's type; with split-K a second kernel, ``splitk_reduce_linear``, applies the
 epilogue), each run through :func:`~.call.call`: inside ``jax.jit`` one or two custom calls on
@@ -31,6 +31,7 @@ import numpy as np
 
 from ...stdlib.kernels import linear as L
 from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
+from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
 from ...stdlib.sparsity.formats import decompress, metadata_shape
 from .call import call
@@ -124,7 +125,7 @@ def _linear(x: Any, values: Any, meta: Any, bias: Any, scale_x: Any, scale_w: An
     sms = L.planned_sm_count(False)
     split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     pair = pair_ctas(m, t, bn, choice, split, True, sms)
-    plan = L.SparseLinearPlan(
+    plan = SparseLinearPlan(
         choice, m, t, k, k_padded, _Slot("values"), _Slot("meta", tuple(meta.shape)), _Slot("x"), (t, k),
         np.dtype(x.dtype).name, _Slot("out"), y_dtype, None if bias is None else _Slot("bias"),
         None if sw is None else _Slot("scale_w"), None if sx is None else _Slot("scale_x"), act,

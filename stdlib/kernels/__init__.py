@@ -31,7 +31,8 @@ from .gemm import (
 )
 from .gemm_choice import KERNELS, KernelChoice
 from .gemm_sm100 import KERNELS_SM100, SparseMatmulSm100
-from .linear import SparseLinearPlan, plan_sparse_linear, quantize_per_token_e4m3, sparse_linear
+from .linear import plan_sparse_linear, quantize_per_token_e4m3, sparse_linear
+from .linear_plan import SparseLinearPlan
 
 __all__ = [
     "KERNELS",

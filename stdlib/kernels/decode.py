@@ -20,7 +20,7 @@ else from :func:`choose_decode_config`.
 ``sparse_matmul`` runs it too at N <= 64 (``plan_sparse_decode(..., feature_major=True)``: C = (M, N)
 stored by the kernel, FM=1; :func:`~.gemm.takes_decode`).
 ``plan_sparse_decode`` returns a :class:`SparseDecodePlan` with the interface of
-:class:`~.linear.SparseLinearPlan` (``launches()``, ``run()``, ``compile()``, ``rebind()``).
+:class:`~.linear_plan.SparseLinearPlan` (``launches()``, ``run()``, ``compile()``, ``rebind()``).
 
 e4m3 weights with an f16 / bf16 x and no ``scale_x``: the plan takes ``sparse_decode_e4m3_qx``,
 which quantizes x per token itself (the bits of ``quantize_per_token_e4m3``), one launch, where
@@ -76,8 +76,8 @@ from .decode_config import (  # noqa: F401 (re-exported: callers import the deco
     x_rows,
 )
 from .gemm import kernel_module
-from .linear import SparseLinearPlan
 from .linear_args import is_gated
+from .linear_plan import SparseLinearPlan
 
 SP_DECODE = "SP0860"
 """A kernel choice sparse_linear does not have, or a call the decode kernel cannot take."""
@@ -180,7 +180,7 @@ def tile_for_decode(x: Any, bm: int, cols: int) -> Any:
 @dataclass(frozen=True, eq=False)
 class SparseDecodePlan:
     """One checked sparse_linear call on the decode kernel: ``base`` is the checked
-    :class:`~.linear.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
+    :class:`~.linear_plan.SparseLinearPlan` (operands, epilogue vectors, output), re-padded here.
 
     ``launches()``: ``sparse_decode_<t>`` on grid (cdiv(N_out, config.bm), split_k), then with split-K
     ``splitk_reduce_linear`` over the f32 ``workspace`` (split_k, T, N_out). e4m3 weights with 16-bit

@@ -17,7 +17,7 @@ from typing import Any
 
 from .gemm_sm100 import BM, KERNELS_SM100, KernelChoiceSm100, checked_sm100_operands, persistent_grid
 from .gemm_sm100 import kernel_module as sm100_module
-from .linear import SparseLinearPlan
+from .linear_plan import SparseLinearPlan
 
 LINEAR_KERNELS_SM100: dict[str, KernelChoiceSm100] = {name: KERNELS_SM100[name] for name in ("f16", "bf16", "e4m3")}
 """Operand types with a Blackwell ``sparse_linear_<t>`` kernel."""
@@ -43,7 +43,7 @@ def blackwell_operands(values: Any, meta: Any, x: Any, target: str, interpret: b
 
 @dataclass(frozen=True, eq=False)
 class SparseLinearPlanSm100(SparseLinearPlan):
-    """A :class:`~.linear.SparseLinearPlan` of the persistent Blackwell kernel: one launch of
+    """A :class:`~.linear_plan.SparseLinearPlan` of the persistent Blackwell kernel: one launch of
     ``min(#tiles, num_sms)`` programs (``launches()``, ``run``, ``rebind`` as there)."""
 
     target: str = "sm_100a"

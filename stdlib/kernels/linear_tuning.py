@@ -26,7 +26,8 @@ from .arrays import empty_array
 from .decode import DECODE_MAX_T
 from .gemm_choice import KERNELS, KernelChoice
 from .gemm_config import DEFAULT_GROUP_M, DEFAULT_STAGES, GemmConfig
-from .linear import SparseLinearPlan, plan_sparse_linear
+from .linear import plan_sparse_linear
+from .linear_plan import SparseLinearPlan
 from .tuning import (
     SP_BAD_SHAPE,
     TuneTarget,

@@ -26,7 +26,8 @@ from sparsile.stdlib.kernels.decode import (
     register_cap,
     tile_for_decode,
 )
-from sparsile.stdlib.kernels.linear import SparseLinearPlan, plan_sparse_linear, sparse_linear
+from sparsile.stdlib.kernels.linear import plan_sparse_linear, sparse_linear
+from sparsile.stdlib.kernels.linear_plan import SparseLinearPlan
 from sparsile.stdlib.kernels.linear_sm100 import SparseLinearPlanSm100
 from sparsile.stdlib.sparsity import SparsityError
 
