@@ -97,9 +97,9 @@ def check_glu(layer, x: torch.Tensor, y: torch.Tensor, activation: str = "swiglu
     out_dtype = out_dtype or x.dtype
     f = layer.out_features // 2
     assert y.shape == (*x.shape[:-1], f) and y.dtype == out_dtype
-    xk, _ = kernel_input(layer, x)
-    w = layer.to_dense().double()
-    bias = None if layer.bias is None else layer.bias.double().numpy()
+    xk = kernel_input(layer, x)[0].cpu()  # (the reference runs in numpy: CUDA tensors are copied to the host)
+    w = layer.to_dense().double().cpu()
+    bias = None if layer.bias is None else layer.bias.double().cpu().numpy()
     z = torch.from_numpy(reference_linear(w.numpy(), xk.numpy(), bias=bias))
     absprod = xk.abs() @ w.abs().T
     acc = layer.in_features * 2.0 ** -23 * absprod + 2.0 ** -24 * z.abs()
@@ -118,7 +118,7 @@ def check_glu(layer, x: torch.Tensor, y: torch.Tensor, activation: str = "swiglu
         act_err = 0.0
     bound = EPS[out_dtype] * ref.abs() + 1.2 * (GATE_SLOPE_MAX * eg * u.abs() + act.abs() * eu + eg * eu
                                                 + act_err * (u.abs() + eu)) + 1e-5 * ref.abs() + 1e-6
-    got = y.reshape(-1, f).double()
+    got = y.reshape(-1, f).double().cpu()
     assert torch.isfinite(got).all()
     err = (got - ref).abs()
     assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"

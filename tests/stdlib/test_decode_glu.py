@@ -242,7 +242,7 @@ def test_gpu_gated_matches_float64_reference(dtype, rows, t, k, options, activat
                               "token" if dtype == "e4m3" else None)
     args = {name: cuda_copy(v) if isinstance(v, np.ndarray) else v for name, v in epi.items()}
     out = torch.empty((t, rows // 2), dtype=getattr(torch, want), device="cuda")
-    plan = plan_sparse_decode(cuda_copy(weight.values), cuda_copy(weight.meta), cuda_copy(x), out=out, **options,
+    plan = plan_sparse_decode(cuda_copy(np.asarray(weight.values)), weight.meta, cuda_copy(x), out=out, **options,
                               **args)
     for _ in range(3):
         out.fill_(float("nan"))
