@@ -18,7 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh e33              # a33's failed gated tests after their harness fix; the model with glu; the epilogue timed
+#   bash scripts/gpu_runs.sh e33              # a33's failed gated tests after their harness fix; the 32-layer model with glu and without
 #   bash scripts/gpu_runs.sh a33              # a32's and b32's GPU tests in one call (the gated epilogue, kernel and torch)
 #   bash scripts/gpu_runs.sh b33              # the 32-layer model with glu=True and without in CUDA graphs; the gated epilogue timed
 #   bash scripts/gpu_runs.sh c33              # the layer's T <= 16 rows (issue 12's eager target); the model compiled at batch 16
@@ -147,10 +147,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 case "$part" in
 e33)  # a33's 68 failures were the tests' own (a CUDA tensor given to numpy in check_glu, a MetadataBuffer given to
      # cuda_copy): those tests again; then the 32-layer model with and without glu in CUDA graphs; the epilogue timed
-    run 180 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py tests/stdlib/test_decode_glu.py
+    run 170 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py tests/stdlib/test_decode_glu.py
     run 300 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
-    run 60 python benchmarks/bench_glu.py --activations swiglu geglu --shapes 8B --tokens 1 16 64 --blocks 5
     ;;
 a33)  # a32's and b32's GPU tests in one call (the device budget fits fewer starts): the decode kernel's gated
      # epilogue (swiglu, geglu) and the kernels it shares code with, then the torch side (glu.py, gate.py)
