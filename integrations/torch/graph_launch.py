@@ -27,10 +27,13 @@ host, bounds the call.
 from __future__ import annotations
 
 import ctypes as c
+import functools
 import os
 import threading
 import weakref
 from typing import Any
+
+from ...backend.runtime.release import defer, drain
 
 ENV = "SPARSILE_TORCH_GRAPH_REPLAY"
 REPEATS = 2
@@ -118,8 +121,10 @@ class GraphReplays:
         self.seen: dict[tuple[int, int], int] = {}  # address pairs launched natively, how often
         self.attempts = 0
         self.replayed = 0  # calls launched as a graph
-        # the graph execs are destroyed with this object (a graph in flight is freed when it completes)
-        weakref.finalize(self, _destroy, drv, self.graphs)
+        # the graph execs are destroyed after this object is collected, at the next safe point: garbage
+        # collection may run inside a user's CUDA graph capture (release.py; a graph in flight is freed
+        # when it completes)
+        weakref.finalize(self, defer, functools.partial(_destroy, drv, self.graphs))
 
     @classmethod
     def of(cls, native: Any) -> GraphReplays | None:
@@ -160,6 +165,7 @@ class GraphReplays:
         self.attempts += 1
         x, y = pair
         native = self.native
+        drain()  # graphs of collected replays: destroyed here, in an eager call that captures itself next
 
         def capture(stream: int) -> int:
             return native.launch(x, y, 0, stream)[0]  # (a nonzero status: not all captured, discarded)

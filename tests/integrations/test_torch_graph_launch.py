@@ -181,14 +181,32 @@ def test_turned_off_by_the_environment(fake, graphs, monkeypatch):
     assert LastCall.of(cache, x, lambda: 5).replays is None
 
 
-def test_the_graphs_are_destroyed_with_their_last_call(fake, graphs, ys):
+def test_the_graphs_are_destroyed_after_their_last_call_at_a_safe_point(fake, graphs, ys):
+    """Garbage collection may run inside a user's CUDA graph capture, where a driver call can
+    invalidate it: the collected replays' graphs are destroyed at the next drain (release.py), the
+    next capture of a replay or a synchronize, not by the collector."""
+    from sparsile.backend.runtime import release
+
+    release.drain()
     w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)
     _cache, last = _last(x, w)
     ys.extend([y, y])
     last(x), last(x)
     del last, _cache
     gc.collect()
-    assert graphs.destroyed == [0x1000]
+    assert graphs.destroyed == [] and release.pending() == 1
+    release.drain()
+    assert graphs.destroyed == [0x1000] and release.pending() == 0
+    _cache, last = _last(x, w)  # collected again; then another replay's capture (an eager call) drains
+    ys.extend([y, y])
+    last(x), last(x)
+    del last, _cache
+    gc.collect()
+    assert release.pending() == 1
+    _cache, last = _last(x, w)
+    ys.extend([y, y])
+    last(x), last(x)
+    assert len(graphs.destroyed) == 2 and release.pending() == 0
 
 
 class _Lib:
