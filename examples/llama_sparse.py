@@ -7,7 +7,7 @@ It builds a ``LlamaForCausalLM`` shaped like Llama-3-8B (random weights, bf16, `
 layers), times greedy generation with a static KV cache, swaps every attention and MLP projection
 for a ``sparsile.torch.SparseLinear`` with ``sparsify_`` (each weight pruned to 2:4 by magnitude and
 compressed; ``fuse=True``: q/k/v and gate/up each run as one kernel, docs/torch.md "Fusing sibling
-projections"; ``--glu``: the gated activation, Llama's SwiGLU, in the gate/up kernel's epilogue,
+projections"; the gated activation, Llama's SwiGLU, in the gate/up kernel's epilogue unless ``--no-glu``,
 "Fusing the gated activation (SwiGLU, GeGLU)"), and times
 the same generation again. Both use ``sparsile.torch.use_gqa_decode_attention`` (transformers'
 sdpa attention without its per-step copies of the KV cache; ``--hf-attention`` keeps transformers'
@@ -31,9 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=128, help="prompt length in tokens")
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--glu", action="store_true",
-                    help="the gated activation (SwiGLU) in the fused gate/up kernel (docs/torch.md, 'Fusing the "
-                         "gated activation (SwiGLU, GeGLU)'; not yet run on a GPU)")
+    ap.add_argument("--no-glu", action="store_true",
+                    help="keep the MLP's own SiLU and product instead of the gated activation (SwiGLU) in the fused "
+                         "gate/up kernel (docs/torch.md, 'Fusing the gated activation (SwiGLU, GeGLU)')")
     ap.add_argument("--hf-attention", action="store_true",
                     help="keep transformers' sdpa attention (it copies the KV cache per query head at every step)")
     args = ap.parse_args(argv)
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         dense = tokens_per_second(model, prompt, args.new_tokens)
     print(f"dense bf16:      {dense:8.1f} tokens/s")
 
-    report = sparsify_(model, filter_fn=is_projection, fuse=True, glu=args.glu)  # prune, compress, swap, fuse
+    report = sparsify_(model, filter_fn=is_projection, fuse=True, glu=not args.no_glu)  # prune, compress, swap, fuse
     print(report)
     with torch.inference_mode():
         sparse = tokens_per_second(model, prompt, args.new_tokens)

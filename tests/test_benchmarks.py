@@ -311,7 +311,7 @@ def test_llama_arguments():
     assert bll.within_bf16_tolerance(0.02, 0.01) and not bll.within_bf16_tolerance(0.021, 0.01)
     ex = load_example("llama_sparse")
     assert ex.parse_args([]).layers == 4 and ex.is_projection(None, "model.layers.3.mlp.down_proj")
-    assert not ex.parse_args([]).glu and ex.parse_args(["--glu"]).glu
+    assert not ex.parse_args([]).no_glu and ex.parse_args(["--no-glu"]).no_glu
     assert not ex.is_projection(None, "lm_head") and not ex.is_projection(None, "model.layers.3.mlp")
     with pytest.raises(SystemExit):
         ex.parse_args(["--batch", "0"])

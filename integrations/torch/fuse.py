@@ -332,7 +332,7 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
 
 
 def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced: bool = False,
-                      glu: bool = False) -> FuseReport:
+                      glu: bool = True) -> FuseReport:
     """For every module of ``model`` whose children named by a group (default
     :data:`DEFAULT_GROUPS`) fit together, run them as one fused :class:`.SparseLinear` (in place).
 
@@ -347,13 +347,12 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     the graph); siblings are matched there by identity alone, so the model must not write in place
     to a group's shared input between the sibling calls (transformers' decoders do not).
 
-    ``glu=True``: where a fused ``("gate_proj", "up_proj")`` group belongs to a Llama- or
-    Gemma-style MLP (glu.py: a ``down_proj``, Llama's forward, and an ``act_fn`` that
+    ``glu=True`` (the default): where a fused ``("gate_proj", "up_proj")`` group belongs to a Llama-
+    or Gemma-style MLP (glu.py: a ``down_proj``, Llama's forward, and an ``act_fn`` that
     :func:`~.gate.gate_activation` recognizes as SiLU or tanh-approximated GELU), the MLP runs
     SwiGLU or GeGLU in the fused kernel's epilogue (``report.glu``: group -> "swiglu" or "geglu";
-    ``report.no_glu`` says why not elsewhere). ``glu=False`` (the default until the epilogue has
-    run on a GPU: docs/torch.md, "Fusing the gated activation (SwiGLU, GeGLU)") keeps (or makes
-    again) the MLP's own forward (``report.glu_removed``).
+    ``report.no_glu`` says why not elsewhere; docs/torch.md, "Fusing the gated activation (SwiGLU,
+    GeGLU)"). ``glu=False`` keeps (or makes again) the MLP's own forward (``report.glu_removed``).
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)

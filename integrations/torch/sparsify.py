@@ -87,7 +87,7 @@ def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
               interpret: bool = False, min_features: int = 128, trainable: bool = False,
-              fuse: Any = False, traced: bool = False, glu: bool = False) -> SparsifyReport:
+              fuse: Any = False, traced: bool = False, glu: bool | None = None) -> SparsifyReport:
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
@@ -103,10 +103,13 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``fuse=True`` then calls :func:`~.fuse.fuse_projections_` (sibling projections such as q/k/v run
     as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``;
     ``traced=True`` fuses inside torch.compile traces too (``fuse_projections_(traced=True)``);
-    ``glu=True`` runs the gated activation (SwiGLU, GeGLU) in the fused gate/up kernel of Llama-
-    and Gemma-style MLPs (``fuse_projections_(glu=True)``).
+    ``glu`` (default: True where ``fuse`` is set) runs the gated activation (SwiGLU, GeGLU) in the
+    fused gate/up kernel of Llama- and Gemma-style MLPs (``fuse_projections_(glu=True)``);
+    ``glu=False`` keeps the MLPs' own activation and product.
     """
     _check_arguments(model, filter_fn, dtype, min_features)
+    if glu is None:  # the default: the gated activation in the kernel wherever gate/up are fused
+        glu = not (fuse is False or fuse is None)
     checked_flag(glu, "glu", "sparsify_")
     if glu and (fuse is False or fuse is None):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "

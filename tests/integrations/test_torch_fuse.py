@@ -430,7 +430,10 @@ def test_sparsify_fuse_option():
         setattr(block, name, linear(n, 64 if name != "down_proj" else 32, seed=i))
     report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True)
     assert report.fusion.fused == ["gate_proj+up_proj"] and fused_group_of(block.up_proj) is not None
-    assert report.fusion.glu == {} and report.fusion.no_glu == {}  # glu=False: not asked for
+    assert report.fusion.glu == {}  # glu by default, but this module is not a gated MLP:
+    assert report.fusion.no_glu == {"gate_proj+up_proj": "the module has no act_fn module"}
+    no_glu = spt.sparsify_(block, interpret=True, min_features=16, fuse=True, glu=False).fusion
+    assert no_glu.glu == {} and no_glu.no_glu == {}  # glu=False: not asked for
     report = spt.sparsify_(block, interpret=True, min_features=16, fuse=True, glu=True)
     assert str(report).splitlines()[-2:] == [
         "fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; gated activation fused into 0 MLPs",

@@ -307,7 +307,7 @@ def test_fused_mlp_against_float64(tokens, dtype, activation, kernel_calls):
                             [(None, "bf16"), (None, "bf16")])  # in the kernel or the fallback; down_proj
     check_glu(fused_gate_up(block.mlp), x, h, activation, unfused=tokens > 64)
     if tokens > 64:  # the fallback computes what the unfused MLP does, bit for bit
-        spt.fuse_projections_(plain)
+        spt.fuse_projections_(plain, glu=False)
         with torch.no_grad():
             assert torch.equal(block.mlp(x), plain.mlp(x))
     with torch.no_grad():
@@ -654,7 +654,7 @@ def test_both_activations_in_one_model_and_an_act_fn_replaced():
         check_glu(fused_gate_up(block.mlp), x, h, activation)
     model.a.mlp.act_fn = torch.nn.GELU(approximate="tanh")  # a replaced act_fn: the class's forward runs it
     plain = copy.deepcopy(model)
-    spt.fuse_projections_(plain)
+    spt.fuse_projections_(plain, glu=False)
     with torch.no_grad():
         assert torch.equal(model.a.mlp(x), plain.a.mlp(x))
     report = spt.fuse_projections_(model, glu=True)  # fused again: now GeGLU
@@ -863,7 +863,7 @@ def test_transformers_gemma_mlp_is_fused_with_geglu(tokens, python_gelu):
     block = Block(mlp)
     spt.sparsify_(block, interpret=True, min_features=16)
     plain = copy.deepcopy(block)
-    spt.fuse_projections_(plain)
+    spt.fuse_projections_(plain, glu=False)
     assert spt.fuse_projections_(block, glu=True).glu == {KEY: "geglu"}
     x = torch.randn(1, tokens, HIDDEN).to(torch.bfloat16)
     y, h = down_inputs(block.mlp, x)
@@ -934,7 +934,7 @@ def test_tiny_gemma_fused_with_geglu(dtype, tolerance, kernel_calls):
     assert len(report.swapped) == 14
     mlps = [f"model.layers.{i}.mlp.gate_proj+up_proj" for i in range(2)]
     assert report.fusion.glu == dict.fromkeys(mlps, "geglu") and not report.fusion.no_glu
-    assert spt.sparsify_(plain, keep, "bf16", interpret=True, min_features=16, fuse=True).fusion.glu == {}
+    assert spt.sparsify_(plain, keep, "bf16", interpret=True, min_features=16, fuse=True, glu=False).fusion.glu == {}
     for a, b in zip(model.modules(), plain.modules()):  # the same pruned weights
         if isinstance(a, spt.SparseLinear):
             assert torch.equal(a.values, b.values) and torch.equal(a.meta, b.meta)
@@ -986,11 +986,15 @@ def test_glu_flag_is_checked_and_its_removal_reported():
     assert err.value.message == "sparsify_: glu=True applies to fused gate/up projections, but fuse is not set"
     assert "forward" not in block.mlp.__dict__  # nothing was fused by the refused calls
     spt.fuse_projections_(block, glu=True)
-    report = spt.fuse_projections_(block, traced=True)  # glu=False by default: the MLP's own forward again
+    report = spt.fuse_projections_(block, traced=True, glu=False)  # the MLP's own forward again
     assert report.glu_removed == [KEY] and "forward" not in block.mlp.__dict__
     assert str(report) == ("fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; "
                            "gated activation removed from 1 MLPs (glu=False)")
-    assert spt.fuse_projections_(block).glu_removed == []  # nothing left to remove
+    assert spt.fuse_projections_(block, glu=False).glu_removed == []  # nothing left to remove
+    assert spt.fuse_projections_(block).glu == {KEY: "swiglu"}  # glu=True, the default: fused again
+    fresh = sparse_block()  # sparsify_'s default: the gated activation wherever gate/up are fused
+    assert spt.sparsify_(fresh, interpret=True, min_features=16, fuse=True).fusion.glu == {KEY: "swiglu"}
+    assert "forward" not in sparse_block().mlp.__dict__  # (and nothing fused without fuse)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
