@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh a34              # the capture fix (graph execs destroyed at a safe point): the graph tests; the model A/B with logits
 #   bash scripts/gpu_runs.sh f33              # e33 within 360 s: the gated GPU tests, the model (dense, sparsile-fused with glu)
 #   bash scripts/gpu_runs.sh e33              # a33's failed gated tests after their harness fix; the 32-layer model with glu and without
 #   bash scripts/gpu_runs.sh a33              # a32's and b32's GPU tests in one call (the gated epilogue, kernel and torch)
@@ -146,6 +147,14 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a34)  # after f33's two invalidated captures (graph replays' cuGraphExecDestroy now deferred to a safe point, 8c9320c):
+     # every gated GPU test and the layer's graph tests again (one worker per file: garbage from earlier
+     # tests present); then the model with glu against without it in one process, logits checked
+    run 280 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/stdlib/test_decode_glu.py
+    run 300 python benchmarks/bench_llama.py --layers 32 --modes graph \
+        --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-34.json"
+    ;;
 f33)  # e33 cut to the device time left: the gated tests, then the model with glu against dense (d31's configuration:
      # its sparsile-fused without glu reached 1.41x / 1.31x at batch 1 / 16)
     run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/gpu/test_torch_glu_gpu.py tests/stdlib/test_decode_glu.py
