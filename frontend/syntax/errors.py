@@ -275,6 +275,20 @@ class SyntaxErrorMapper:
         col = pos - (self._text.rfind("\n", 0, pos) + 1) + 1
         return Diagnostic("SP0101", "invalid null character U+0000 in the source", self.span(line, col, line, col + 1))
 
+    def continuation_at_eof(self) -> Diagnostic | None:
+        """A source whose last line is only a line continuation ``\\`` (CPython: "unexpected EOF while
+        parsing"; the grammar ignores a ``\\`` before a newline, so the parse alone would accept it)."""
+        text = self._text if self._text.endswith("\n") else self._text + "\n"
+        start = text.rfind("\n", 0, len(text) - 1) + 1
+        last = text[start:-1]
+        if last.strip(" \t\f") != "\\":
+            return None
+        line = text.count("\n", 0, start) + 1
+        col = last.index("\\") + 1
+        return Diagnostic("SP0110", "unexpected end of input after the line continuation character `\\`",
+                          self.span(line, col, line, col + 1),
+                          help="a `\\` continues a line onto the next one: remove it from the last line")
+
     # ------------------------------------------------------------ layout errors
 
     def layout_problem(self, problem: LayoutProblem) -> Diagnostic:

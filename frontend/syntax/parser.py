@@ -234,7 +234,9 @@ def _run_parser(text: str, source: SourceFile, start: str) -> tuple[Tree | None,
     try:
         for token in interactive.iter_parse():
             feed.see(token)
-        return interactive.feed_eof(feed.current), []
+        tree = interactive.feed_eof(feed.current)
+        eof = mapper.continuation_at_eof()  # (only where the parse succeeded: other errors come first)
+        return (tree, []) if eof is None else (None, [eof])
     except UnexpectedToken as err:
         context = feed.context(err.token)
         diagnostic = mapper.unexpected_token(err, context, _accepts(interactive))

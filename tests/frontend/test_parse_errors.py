@@ -24,6 +24,11 @@ CASES = [
     ("bang", 'if !x:\n    pass\n', "SP0101", 'invalid character `!`', 1, 4),
     ("backslash_not_at_end", 'x = 1 \\ + 2\n',
      "SP0101", 'unexpected character after line continuation character `\\`', 1, 7),
+    # a last line that is only `\` (found by test_parser_fuzz: the grammar ignores `\` + newline)
+    ("backslash_last_line", 'x = 1\n\\', "SP0110",
+     'unexpected end of input after the line continuation character `\\`', 2, 1),
+    ("backslash_last_line_indented", 'def f():\n    x = 1\n    \\\n', "SP0110",
+     'unexpected end of input after the line continuation character `\\`', 3, 5),
     ("unterminated_string", "msg = 'oops\n", "SP0102", 'unterminated string', 1, 7),
     ("unterminated_double", 'assert x, "bad\n', "SP0102", 'unterminated string', 1, 11),
     ("unterminated_triple", 'def f():\n    """doc\n    return 1\n',
@@ -161,6 +166,7 @@ CASES = [
 ]
 
 HELP_EXPECTED = {
+    "backslash_last_line": "a `\\` continues a line onto the next one: remove it from the last line",
     "assign_in_condition": "to compare two values use `==`",
     "missing_block": "indent the body of the block (write `pass` for an empty one)",
     "raise_stmt": 'use `assert condition, "message"` to check a condition',
