@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from ...stdlib.kernels.gemm import KERNELS
+from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
 from .linear import SparseLinear, checked_model, weight_dtype_name
@@ -108,13 +108,14 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``glu=False`` keeps the MLPs' own activation and product.
     """
     _check_arguments(model, filter_fn, dtype, min_features)
+    fusing = not (fuse is False or fuse is None)
     if glu is None:  # the default: the gated activation in the kernel wherever gate/up are fused
-        glu = not (fuse is False or fuse is None)
+        glu = fusing
     checked_flag(glu, "glu", "sparsify_")
-    if glu and (fuse is False or fuse is None):
+    if glu and not fusing:
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "
                                "but fuse is not set", help="pass fuse=True with glu=True")
-    groups = None if fuse is False or fuse is None else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
+    groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
     for fqn, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):

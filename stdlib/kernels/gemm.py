@@ -46,8 +46,7 @@ from .arrays import (
     pad_columns,
     plain_int,
 )
-from .gemm_choice import (  # noqa: F401 (KERNELS re-exported: integrations/torch/sparsify.py imports it from here)
-    KERNELS,
+from .gemm_choice import (
     KernelChoice,
     checked_out_dtype,
     resolve_kernel_choice,
