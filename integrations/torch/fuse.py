@@ -4,12 +4,13 @@ A transformer layer applies several projections to one input: Llama's attention 
 MLP gate and up. At decode sizes each is a small, latency-bound kernel launch. Where the
 projections of a group are :class:`.SparseLinear` layers of one parent that fit together (same
 in_features, weight type, device, out_dtype, no fused activation, bias on all or none, every
-out_features a multiple of 16), :func:`fuse_projections_` builds one fused ``SparseLinear`` whose
-weight is the row-concatenation of theirs, and makes each child's buffers row-slice *views* of the
-fused ones: no weight memory is duplicated, every child still runs on its own, and ``state_dict()``
-is unchanged (the fused layer is not a registered submodule). Concatenating the "sm90" metadata
-words of the children gives the metadata of the concatenated weight because each block of 16
-rows is encoded on its own (docs/sparse-metadata.md §4).
+out_features a multiple of 16, bias and scale_w one value per row), :func:`fuse_projections_`
+builds one fused ``SparseLinear`` whose weight is the row-concatenation of theirs, and makes each
+child's buffers row-slice *views* of the fused ones: no weight memory is duplicated, every child
+still runs on its own, and ``state_dict()`` is unchanged (the fused layer is not a registered
+submodule). Concatenating the "sm90" metadata words of the children gives the metadata of the
+concatenated weight because each block of 16 rows is encoded on its own (docs/sparse-metadata.md
+§4).
 
 At run time (eager, or while a CUDA graph is captured) the first sibling called with x runs the
 fused layer; a sibling called next with the *same tensor object* x (its ``_version`` unchanged)
@@ -285,6 +286,10 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
             return f"{name} is on the meta device (no weights yet)"
         if not all(t is None or t.is_contiguous() for t in (m.values, m.meta, m.bias, m.scale_w)):
             return f"{name} has non-contiguous buffers"
+        for what, vector in (("bias", m.bias), ("scale_w", m.scale_w)):  # a per-tensor scale_w (1,) is no row
+            if vector is not None and tuple(vector.shape) != (m.out_features,):  # slice of a concatenation
+                return (f"{name} has {what} of shape {tuple(vector.shape)}, not one value per output feature "
+                        f"({m.out_features},)")
     (first_name, first), rest = children[0], children[1:]
     for name, m in rest:
         for what, a, b in (("in_features", m.in_features, first.in_features),
@@ -338,7 +343,8 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
 
     A module that has every child of a group is a candidate; its group is fused when all are
     ``SparseLinear`` with the same in_features, weight dtype, device and out_dtype, no fused
-    activation, a bias on all or none, and out_features multiples of 16; otherwise it is skipped,
+    activation, a bias on all or none, out_features multiples of 16, and a bias and scale_w of one
+    value per output feature (not a per-tensor scale_w); otherwise it is skipped,
     with the reason in the returned :class:`FuseReport` (logged at INFO on ``sparsile.torch``).
     Call it again after moving the model (``model.to(device)``): a moved or replaced member makes
     its group fall back to unfused runs, never to stale weights. Bad ``groups``: SP0944.

@@ -402,6 +402,26 @@ def test_mismatched_groups_are_skipped_with_the_reason(kinds, sizes, reason):
     assert all(fused_group_of(m) is None for m in block.children())
 
 
+def test_a_per_tensor_scale_w_is_skipped_and_left_as_it_is():
+    """A member's scale_w may be one value (per tensor, (1,)) rather than one per output feature; its
+    rows are no slice of a row concatenation, so the group is skipped: fusing it would leave the
+    members views of the wrong length (state_dict with scale_w of 2 and 0 elements) and every call
+    refused."""
+    block = Siblings(dtype="e4m3")
+    with torch.no_grad():
+        block.k_proj.scale_w = torch.full((1,), 0.02)
+    plain = copy.deepcopy(block)
+    report = spt.fuse_projections_(block)
+    assert report.fused == [] and report.skipped == {
+        "q_proj+k_proj+v_proj": "k_proj has scale_w of shape (1,), not one value per output feature (16,)"}
+    assert all(fused_group_of(m) is None for m in block.children())
+    assert {k: v.shape for k, v in block.state_dict().items()} == {k: v.shape for k, v in plain.state_dict().items()}
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        assert torch.equal(getattr(block, name)(x), getattr(plain, name)(x))
+    check_against_float64(block.k_proj, x, block.k_proj(x))
+
+
 def test_in_features_mismatch_and_custom_groups():
     block = Siblings()
     block.k_proj = spt.SparseLinear.from_dense(linear(16, 32, seed=9))
