@@ -62,7 +62,7 @@ def activation_name(activation: str | None, allowed: tuple[str, ...] = ACTIVATIO
     None. A caller that only runs the tiled kernels passes :data:`TILED_ACTIVATIONS`."""
     if activation is None:
         return "none"
-    if activation in GATED_ACTIVATIONS and activation not in allowed:
+    if is_gated(activation) and activation not in allowed:
         raise linear_error(SP_LINEAR_OPTION, f"activation {activation!r} is fused by the decode kernel only, which "
                            "this call does not run", f"pass activation=None and compute "
                            f"{GATED_ACTIVATIONS[activation]}(y[:, :F]) * y[:, F:] of the (T, 2F) result")
@@ -139,9 +139,11 @@ def check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None:
                            "kernel quantizes a 16-bit x itself for T <= 64 on sm_90a)")
 
 
-def is_gated(activation: str | None) -> bool:
-    """``activation`` pairs gate and up rows (:data:`GATED_ACTIVATIONS`)."""
-    return activation in GATED_ACTIVATIONS
+def is_gated(activation: Any) -> bool:
+    """``activation`` pairs gate and up rows (:data:`GATED_ACTIVATIONS`). Anything but a string is
+    not (a dict lookup of a list or a dict would raise TypeError: unknown, SP0850, for
+    :func:`activation_name`)."""
+    return isinstance(activation, str) and activation in GATED_ACTIVATIONS
 
 
 def glu_features(rows: int, activation: str) -> int:

@@ -302,6 +302,23 @@ def test_argument_errors_have_codes():
     assert _code_message(lambda: plan_sparse_linear(v, m, x, out_dtype=object, interpret=True))[0] == "SP0850"
 
 
+@pytest.mark.parametrize("activation", [["silu"], {"swiglu": 1}, {"geglu"}])
+def test_an_unhashable_activation_is_sp0850(activation):
+    """The activation is looked up among the gated ones (a dict): a list, dict or set is SP0850 like
+    any other unknown activation, in every entry point that takes one, not a TypeError."""
+    from sparsile.stdlib.kernels.decode import plan_sparse_decode
+    from sparsile.stdlib.kernels.linear_args import TILED_ACTIVATIONS, activation_name
+
+    weight, x = problem("bf16", 64, 3, 128, seed=9)
+    for call in (lambda: plan_sparse_linear(weight.values, weight.meta, x, activation=activation, interpret=True),
+                 lambda: plan_sparse_decode(weight.values, weight.meta, x, activation=activation, interpret=True),
+                 lambda: sparse_linear(weight.values, weight.meta, x, activation=activation, kernel="gemm",
+                                       interpret=True),
+                 lambda: reference_linear(weight.dense(), x, activation=activation),
+                 lambda: activation_name(activation, TILED_ACTIVATIONS)):
+        assert _code_message(call) == ("SP0850", f"unknown activation {activation!r}")
+
+
 def test_no_tokens_or_no_features_launch_nothing():
     weight, x = problem("f16", 48, 3, 64, seed=15)
     plan = plan_sparse_linear(weight.values, weight.meta, x[:0], interpret=True)
