@@ -12,6 +12,7 @@ its ``<name>.bias`` and, for fp8 weights (``compressed`` stored as int8 bits), `
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,13 @@ def _layer_groups(names: set[str]) -> dict[str, str]:
                                        help="write compressed, bitmask and shape for every sparse layer")
             groups[prefix.removesuffix(".weight") if prefix.endswith(".weight") else prefix] = prefix
     return groups
+
+
+def _checked_path(path: Any, caller: str) -> Path:
+    if not isinstance(path, str | os.PathLike):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"{caller}: path must be a folder (str or os.PathLike), got "
+                               f"{type(path).__name__}", help="pass the checkpoint's folder")
+    return Path(path)
 
 
 def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Module:
@@ -111,7 +119,8 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     on that module's device (the CPU for the meta device); the other tensors load with
     ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise
     SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's."""
-    path = Path(path)
+    checked_model(model, "load_sparse24_checkpoint")
+    path = _checked_path(path, "load_sparse24_checkpoint")
     read_config(path)
     tensors: dict[str, np.ndarray] = {}
     for shard in shards(path):
@@ -135,7 +144,14 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
         report.sparse.append(name)
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
     on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
-    result = model.load_state_dict(plain, strict=False, assign=on_meta)
+    try:
+        result = model.load_state_dict(plain, strict=False, assign=on_meta)
+    except RuntimeError as exc:  # torch's "Error(s) in loading state_dict": a size mismatch, a tensor not copied
+        if not str(exc).startswith("Error(s) in loading state_dict"):
+            raise
+        details = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: {details}",
+                               help="load into a model built from the checkpoint's config") from None
     layer_keys = tuple(f"{name}." for name in groups)
     report.missing = bias_missing + [k for k in result.missing_keys if not k.startswith(layer_keys)]
     report.unexpected = bias_unexpected + list(result.unexpected_keys)
@@ -155,7 +171,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
-    path = Path(path)
+    path = _checked_path(path, "save_sparse24_checkpoint")
     path.mkdir(parents=True, exist_ok=True)
     layers = {name: m for name, m in model.named_modules() if isinstance(m, SparseLinear)}
     tensors: dict[str, np.ndarray] = {}

@@ -231,3 +231,38 @@ def test_save_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
     assert (err.code, err.message) == ("SP0907", "save_sparse24_checkpoint takes an nn.Module, got str")
     err = _error(spt.save_sparse24_checkpoint, _One(), tmp_path, config=[1])
     assert (err.code, err.message) == ("SP0907", "config must be a dict (config.json's contents), got list")
+
+
+def test_load_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
+    """A model that is not a module was SP0914 "no module of the model" (get_submodule's
+    AttributeError caught as a missing layer), or an AttributeError from state_dict() for a
+    checkpoint without sparse layers; a path of None was a TypeError from pathlib."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    err = _error(spt.load_sparse24_checkpoint, "model", tmp_path)
+    assert (err.code, err.message) == ("SP0907", "load_sparse24_checkpoint takes an nn.Module, got str")
+    err = _error(spt.load_sparse24_checkpoint, _One(), None)
+    assert (err.code, err.message) == ("SP0907", "load_sparse24_checkpoint: path must be a folder (str or "
+                                                 "os.PathLike), got NoneType")
+    err = _error(spt.save_sparse24_checkpoint, _One(), 3)
+    assert (err.code, err.message) == ("SP0907", "save_sparse24_checkpoint: path must be a folder (str or "
+                                                 "os.PathLike), got int")
+
+
+def test_a_plain_tensor_of_another_shape_is_sp0914(tmp_path):
+    """A tensor of the checkpoint outside the sparse layers whose shape differs from the model's was
+    torch's RuntimeError from load_state_dict."""
+
+    class WithNorm(_One):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(16).half()
+
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({**tensors, "norm.weight": np.ones(8, np.float16), "norm.bias": np.zeros(16, np.float16)},
+                 tmp_path / "model.safetensors")
+    for strict in (True, False):
+        err = _error(spt.load_sparse24_checkpoint, WithNorm(), tmp_path, strict=strict)
+        assert (err.code, err.message) == (
+            "SP0914", "the checkpoint and the model differ: size mismatch for norm.weight: copying a param with shape "
+                      "torch.Size([8]) from checkpoint, the shape in current model is torch.Size([16]).")
