@@ -124,7 +124,7 @@ def checked_model(model: Any, caller: str) -> nn.Module:
 
 
 def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+    if out_dtype is not None and not (isinstance(out_dtype, torch.dtype) and out_dtype in OUT_DTYPES):
         raise IntegrationError(SP_OUT_DTYPE, f"out_dtype {out_dtype} is not one the kernel stores",
                                help="use torch.bfloat16, torch.float16 or torch.float32 (or None: x's dtype)")
     return out_dtype

@@ -108,6 +108,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``glu=False`` keeps the MLPs' own activation and product.
     """
     _check_arguments(model, filter_fn, dtype, min_features)
+    checked_flag(interpret, "interpret", "sparsify_")
+    checked_flag(trainable, "trainable", "sparsify_")
     fusing = not (fuse is False or fuse is None)
     if glu is None:  # the default: the gated activation in the kernel wherever gate/up are fused
         glu = fusing

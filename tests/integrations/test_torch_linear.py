@@ -170,6 +170,8 @@ def test_build_errors_are_sp0902_to_sp0905():
     assert (err.code, err.message) == ("SP0904", "unknown activation 'tanh'")
     err = _error(spt.SparseLinear, 8, 8, out_dtype=torch.int8)
     assert (err.code, err.message) == ("SP0905", "out_dtype torch.int8 is not one the kernel stores")
+    err = _error(spt.SparseLinear, 8, 8, out_dtype=[torch.float32])  # was a TypeError (unhashable) from the lookup
+    assert (err.code, err.message) == ("SP0905", "out_dtype [torch.float32] is not one the kernel stores")
 
 
 
@@ -193,6 +195,8 @@ def test_setting_the_activation_or_out_dtype_after_a_call_takes_effect(attribute
     ("activation", "tanh", "SP0904", "unknown activation 'tanh'"),
     ("out_dtype", torch.int8, "SP0905", "out_dtype torch.int8 is not one the kernel stores"),
     ("out_dtype", "bf16", "SP0905", "out_dtype bf16 is not one the kernel stores"),
+    ("out_dtype", [torch.float32], "SP0905", "out_dtype [torch.float32] is not one the kernel stores"),
+    ("out_dtype", {}, "SP0905", "out_dtype {} is not one the kernel stores"),
 ])
 def test_setting_a_bad_activation_or_out_dtype_is_refused_at_once(attribute, value, code, message):
     """Assigned after construction, a bad activation or output type is refused as the constructor

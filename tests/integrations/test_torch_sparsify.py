@@ -127,6 +127,12 @@ def test_missing_torch_is_sp0900():
     (lambda m: spt.sparsify_(m, "bf16"), "SP0907",  # dtype passed where filter_fn goes
      "filter_fn must be None or a function (module, fqn) -> bool, got str"),
     (lambda m: spt.sparsify_(m, dtype="fp64", interpret=True), "SP0903", "dtype fp64 has no 2:4 sparse linear kernel"),
+    # a truthy string turned the option on: interpret="no" swapped CPU layers, trainable="no" swapped in
+    # trainable layers
+    (lambda m: spt.sparsify_(m, interpret="no", min_features=16), "SP0907",
+     "sparsify_: interpret must be True or False, got 'no'"),
+    (lambda m: spt.sparsify_(m, interpret=True, trainable="no", min_features=16), "SP0907",
+     "sparsify_: trainable must be True or False, got 'no'"),
 ])
 def test_bad_arguments_are_refused_before_any_swap(call, code, message):
     """A non-module, a filter_fn that cannot be called and a min_features that is not an integer were
