@@ -33,7 +33,8 @@ SP_SAFETENSORS_DTYPE = "SP0911"
 """A safetensors dtype (or a numpy array type to write) outside BOOL, U8, I8, I16, I32, I64, F16, BF16,
 F32, F64, F8_E4M3, F8_E5M2."""
 SP_CHECKPOINT_CONFIG = "SP0912"
-"""A checkpoint folder without a readable config.json whose sparsity_config is ``sparse-24-bitmask``."""
+"""A checkpoint folder without a readable config.json whose sparsity_config is ``sparse-24-bitmask``, a bad
+shard index, a tensor in two of its files."""
 SP_CHECKPOINT_LAYER = "SP0913"
 """A ``sparse-24-bitmask`` layer whose compressed / bitmask / shape tensors do not fit together."""
 SP_CHECKPOINT_MODULE = "SP0914"

@@ -23,7 +23,13 @@ import torch
 from torch import nn
 
 from ...stdlib.sparsity import as_host_array, compress, decode_metadata
-from ..errors import SP_CHECKPOINT_LAYER, SP_CHECKPOINT_MODULE, SP_SPARSIFY_ARGUMENTS, IntegrationError
+from ..errors import (
+    SP_CHECKPOINT_CONFIG,
+    SP_CHECKPOINT_LAYER,
+    SP_CHECKPOINT_MODULE,
+    SP_SPARSIFY_ARGUMENTS,
+    IntegrationError,
+)
 from ..safetensors import load_file, save_file
 from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
 from .linear import SparseLinear, checked_model, host_to_torch
@@ -123,8 +129,14 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     path = _checked_path(path, "load_sparse24_checkpoint")
     read_config(path)
     tensors: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
     for shard in shards(path):
-        tensors.update(load_file(shard))
+        for key, tensor in load_file(shard).items():
+            if key in tensors:  # (not a silent choice of one of the two values)
+                raise IntegrationError(SP_CHECKPOINT_CONFIG, f"tensor {key!r} is in both {origin[key]} and "
+                                       f"{shard.name}", help="keep one copy of each tensor: remove the stale "
+                                       "file from the folder, or rewrite the shards")
+            tensors[key], origin[key] = tensor, shard.name
     groups = _layer_groups(set(tensors))
     report = LoadReport()
     used: set[str] = set()

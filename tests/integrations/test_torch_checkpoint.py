@@ -266,3 +266,21 @@ def test_a_plain_tensor_of_another_shape_is_sp0914(tmp_path):
         assert (err.code, err.message) == (
             "SP0914", "the checkpoint and the model differ: size mismatch for norm.weight: copying a param with shape "
                       "torch.Size([8]) from checkpoint, the shape in current model is torch.Size([16]).")
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_tensor_in_two_files_is_sp0912(tmp_path, indexed):
+    """Every tensor of every shard is read, so a tensor that two files hold (a stale copy in another
+    shard, or a stale file next to the shards) was taken from the file sorted last, whatever the
+    index says it is in: here the stale bias of b.safetensors, which the index places in a."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    st.save_file({k: v for k, v in tensors.items() if k != "proj.weight.shape"}, tmp_path / "a.safetensors")
+    st.save_file({"proj.weight.shape": tensors["proj.weight.shape"], "proj.bias": np.full(16, 9, np.float32)},
+                 tmp_path / "b.safetensors")
+    if indexed:
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {**{k: "a.safetensors" for k in tensors}, "proj.weight.shape": "b.safetensors"}}))
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0912", "tensor 'proj.bias' is in both a.safetensors and b.safetensors")
