@@ -114,13 +114,17 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
                                    f"{dense.shape[0]} output channels", help="one scale per output channel")
         scale = np.broadcast_to(scale.reshape(-1), (dense.shape[0],)).copy()
     bias_t = None if bias is None else torch.from_numpy(np.asarray(bias).astype(np.float32))
+    # a SparseLinear of the model keeps its fused activation and output type (not weights: not in the file)
+    options = {"activation": module.activation, "out_dtype": module.out_dtype} if isinstance(module, SparseLinear) \
+        else {}
     return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale,
-                                        device=_device_of(module))
+                                        device=_device_of(module), **options)
 
 
 def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
-    ``nn.Linear`` (or ``SparseLinear``) of that name by a ``SparseLinear`` (its metadata encoded
+    ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
+    name by a ``SparseLinear`` (its metadata encoded
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
     on that module's device (the CPU for the meta device); the other tensors load with
     ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise

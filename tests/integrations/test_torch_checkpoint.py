@@ -284,3 +284,22 @@ def test_a_tensor_in_two_files_is_sp0912(tmp_path, indexed):
             {"weight_map": {**{k: "a.safetensors" for k in tensors}, "proj.weight.shape": "b.safetensors"}}))
     err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
     assert (err.code, err.message) == ("SP0912", "tensor 'proj.bias' is in both a.safetensors and b.safetensors")
+
+
+def test_a_sparse_layer_keeps_the_model_s_activation_and_out_dtype(tmp_path):
+    """The checkpoint stores weights only; a SparseLinear of the model with a fused activation or an
+    out_dtype was replaced by a layer without them (its outputs silently lost the ReLU and came back
+    in x's dtype), as load_state_dict would not do."""
+    model = _Net()
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    fresh = _Net()
+    spt.sparsify_(fresh, interpret=True, min_features=16)
+    fresh.proj.activation, fresh.proj.out_dtype = "relu", torch.float32
+    spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert (fresh.proj.activation, fresh.proj.out_dtype, fresh.head.activation) == ("relu", torch.float32, None)
+    assert torch.equal(fresh.proj.to_dense(), model.proj.to_dense())
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    y = fresh.proj(x)
+    check_against_float64(fresh.proj, x, y, torch.float32)
+    assert (y >= 0).all() and (model.proj(x) < 0).any()
