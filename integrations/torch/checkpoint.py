@@ -113,6 +113,9 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
             raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
                                    f"{dense.shape[0]} output channels", help="one scale per output channel")
         scale = np.broadcast_to(scale.reshape(-1), (dense.shape[0],)).copy()
+    if bias is not None and np.size(bias) != dense.shape[0]:
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: bias has {np.size(bias)} elements for "
+                               f"{dense.shape[0]} output channels", help="one bias per output channel")
     bias_t = None if bias is None else torch.from_numpy(np.asarray(bias).astype(np.float32))
     # a SparseLinear of the model keeps its fused activation and output type (not weights: not in the file)
     options = {"activation": module.activation, "out_dtype": module.out_dtype} if isinstance(module, SparseLinear) \

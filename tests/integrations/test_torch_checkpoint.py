@@ -303,3 +303,13 @@ def test_a_sparse_layer_keeps_the_model_s_activation_and_out_dtype(tmp_path):
     y = fresh.proj(x)
     check_against_float64(fresh.proj, x, y, torch.float32)
     assert (y >= 0).all() and (model.proj(x) < 0).any()
+
+
+def test_a_bias_of_another_length_names_its_layer(tmp_path):
+    """A checkpoint bias of the wrong length was SP0902 "bias has 7 elements for 16 output features"
+    from SparseLinear.from_compressed, without the layer's name."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({**tensors, "proj.bias": np.zeros(7, np.float32)}, tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0913", "layer proj: bias has 7 elements for 16 output channels")
