@@ -23,20 +23,23 @@ SP_OUT_DTYPE = "SP0905"
 SP_OP_ARGUMENTS = "SP0906"
 """Arguments of ``torch.ops.sparsile.sparse_linear`` that do not fit together (values, meta, bias, scales)."""
 SP_SPARSIFY_ARGUMENTS = "SP0907"
-"""A model that is not an ``nn.Module`` (``sparsify_``, ``fuse_projections_``, ``save_sparse24_checkpoint``),
-or options of the wrong kind: ``sparsify_``'s ``filter_fn`` that is not callable or ``min_features`` that
-is not a non-negative integer, ``save_sparse24_checkpoint``'s ``config`` that is not a dict."""
+"""A model that is not an ``nn.Module`` (``sparsify_``, ``fuse_projections_``, ``save_sparse24_checkpoint``,
+``load_sparse24_checkpoint``), or options of the wrong kind: ``sparsify_``'s ``filter_fn`` that is not callable
+or ``min_features`` that is not a non-negative integer, ``save_sparse24_checkpoint``'s ``config`` that is not a
+dict, a checkpoint path that is not a str or ``os.PathLike``."""
 SP_SAFETENSORS_FILE = "SP0910"
 """A safetensors file that cannot be read: truncated, a bad header, offsets outside the data."""
 SP_SAFETENSORS_DTYPE = "SP0911"
 """A safetensors dtype (or a numpy array type to write) outside BOOL, U8, I8, I16, I32, I64, F16, BF16,
 F32, F64, F8_E4M3, F8_E5M2."""
 SP_CHECKPOINT_CONFIG = "SP0912"
-"""A checkpoint folder without a readable config.json whose sparsity_config is ``sparse-24-bitmask``."""
+"""A checkpoint folder without a readable config.json whose sparsity_config is ``sparse-24-bitmask``, a bad
+shard index, a tensor in two of its files."""
 SP_CHECKPOINT_LAYER = "SP0913"
 """A ``sparse-24-bitmask`` layer whose compressed / bitmask / shape tensors do not fit together."""
 SP_CHECKPOINT_MODULE = "SP0914"
-"""A checkpoint layer the model has no ``nn.Linear`` / ``SparseLinear`` for (or of other features)."""
+"""A checkpoint layer the model has no ``nn.Linear`` / ``SparseLinear`` for (or of other features), a
+plain tensor of another shape than the model's, or (strict) tensors only one side has."""
 SP_CHECKPOINT_WRITE = "SP0915"
 """A layer the ``sparse-24-bitmask`` format cannot hold (in_features not a multiple of 4)."""
 SP_TRAIN_LAYER = "SP0916"

@@ -14,6 +14,7 @@ is wrong; an unknown dtype is SP0911.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Mapping
@@ -54,7 +55,8 @@ def dtype_name(dtype: np.dtype) -> str:
 
 def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], int]:
     """(tensors, metadata, data start) of a safetensors file, checked: every tensor's offsets lie
-    inside the file and hold exactly its shape times its element size."""
+    inside the file and hold exactly its shape times its element size, and the tensors cover the
+    data without overlaps or gaps."""
     path = Path(path)
     size = path.stat().st_size
     with path.open("rb") as f:
@@ -69,6 +71,8 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _file_error(path, f"the header is not JSON: {exc}") from exc
+    except RecursionError:  # (arrays nested thousands deep)
+        raise _file_error(path, "the header is not JSON: nested too deeply") from None
     if not isinstance(header, dict):
         raise _file_error(path, "the header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
@@ -77,25 +81,46 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
     data_size = size - 8 - n
     for name, info in header.items():
         _check_entry(path, name, info, data_size)
+    _check_tiling(path, header, data_size)
     return header, metadata, 8 + n
 
 
 def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
         raise _file_error(path, f"tensor {name!r} lacks dtype, shape or data_offsets")
-    if info["dtype"] not in DTYPES:
+    if not isinstance(info["dtype"], str) or info["dtype"] not in DTYPES:
         raise IntegrationError(SP_SAFETENSORS_DTYPE, f"{path.name}: tensor {name!r} has dtype {info['dtype']!r}, "
                                "which this reader does not know", help="supported: " + ", ".join(DTYPES))
     shape, offsets = info["shape"], info["data_offsets"]
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+    if not (isinstance(shape, list) and all(_is_int(s) and s >= 0 for s in shape)):
         raise _file_error(path, f"tensor {name!r} has shape {shape!r}, not a list of sizes")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
             and 0 <= offsets[0] <= offsets[1] <= data_size):
         raise _file_error(path, f"tensor {name!r} has data_offsets {offsets!r} outside the {data_size} data bytes")
-    want = int(np.prod(shape, dtype=np.int64)) * DTYPES[info["dtype"]].itemsize
+    want = math.prod(shape) * DTYPES[info["dtype"]].itemsize  # (Python ints: numpy's int64 product wraps)
     if offsets[1] - offsets[0] != want:
         raise _file_error(path, f"tensor {name!r} of shape {shape} {info['dtype']} needs {want} bytes, its offsets "
                           f"hold {offsets[1] - offsets[0]}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # (JSON true is not a size)
+
+
+def _check_tiling(path: Path, header: dict[str, dict[str, Any]], data_size: int) -> None:
+    """The tensors cover the data exactly, without overlaps or gaps, as the reference reader checks
+    (overlapping tensors would read each other's bytes)."""
+    end, last = 0, None
+    for name, info in sorted(header.items(), key=lambda item: tuple(item[1]["data_offsets"])):
+        begin, stop = info["data_offsets"]
+        if begin < end:
+            raise _file_error(path, f"tensor {name!r} has data_offsets {[begin, stop]}, which overlap those of "
+                              f"tensor {last[0]!r} {last[1]}")
+        if begin > end:
+            raise _file_error(path, f"data bytes {end}..{begin} belong to no tensor")
+        end, last = stop, (name, [begin, stop])
+    if end != data_size:
+        raise _file_error(path, f"data bytes {end}..{data_size} belong to no tensor")
 
 
 def load_file(path: str | Path, names: set[str] | None = None) -> dict[str, np.ndarray]:

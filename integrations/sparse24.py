@@ -54,9 +54,10 @@ def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str) -> np.nda
         raise _layer_error(name, f"bitmask must be uint8 of shape {want}, got {bits.dtype} {bits.shape}",
                            help="pack the mask with numpy.packbits(mask, axis=1, bitorder='little')")
     mask = np.unpackbits(bits, axis=1, count=cols, bitorder="little").astype(bool)
-    padded = np.zeros((rows, -(-cols // GROUP) * GROUP), dtype=bool)
+    groups = -(-cols // GROUP)
+    padded = np.zeros((rows, groups * GROUP), dtype=bool)
     padded[:, :cols] = mask
-    counts = padded.reshape(rows, -1, GROUP).sum(axis=2)
+    counts = padded.reshape(rows, groups, GROUP).sum(axis=2)  # (not -1: ambiguous for 0 rows)
     if (counts > 2).any():
         row, group = (int(i) for i in np.argwhere(counts > 2)[0])
         raise _layer_error(name, f"the bitmask keeps {int(counts[row, group])} elements of row {row}, group {group} "

@@ -12,6 +12,7 @@ its ``<name>.bias`` and, for fp8 weights (``compressed`` stored as int8 bits), `
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,13 @@ import torch
 from torch import nn
 
 from ...stdlib.sparsity import as_host_array, compress, decode_metadata
-from ..errors import SP_CHECKPOINT_LAYER, SP_CHECKPOINT_MODULE, SP_SPARSIFY_ARGUMENTS, IntegrationError
+from ..errors import (
+    SP_CHECKPOINT_CONFIG,
+    SP_CHECKPOINT_LAYER,
+    SP_CHECKPOINT_MODULE,
+    SP_SPARSIFY_ARGUMENTS,
+    IntegrationError,
+)
 from ..safetensors import load_file, save_file
 from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
 from .linear import SparseLinear, checked_model, host_to_torch
@@ -54,6 +61,13 @@ def _layer_groups(names: set[str]) -> dict[str, str]:
                                        help="write compressed, bitmask and shape for every sparse layer")
             groups[prefix.removesuffix(".weight") if prefix.endswith(".weight") else prefix] = prefix
     return groups
+
+
+def _checked_path(path: Any, caller: str) -> Path:
+    if not isinstance(path, str | os.PathLike):
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"{caller}: path must be a folder (str or os.PathLike), got "
+                               f"{type(path).__name__}", help="pass the checkpoint's folder")
+    return Path(path)
 
 
 def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Module:
@@ -99,23 +113,37 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
             raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
                                    f"{dense.shape[0]} output channels", help="one scale per output channel")
         scale = np.broadcast_to(scale.reshape(-1), (dense.shape[0],)).copy()
+    if bias is not None and np.size(bias) != dense.shape[0]:
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: bias has {np.size(bias)} elements for "
+                               f"{dense.shape[0]} output channels", help="one bias per output channel")
     bias_t = None if bias is None else torch.from_numpy(np.asarray(bias).astype(np.float32))
+    # a SparseLinear of the model keeps its fused activation and output type (not weights: not in the file)
+    options = {"activation": module.activation, "out_dtype": module.out_dtype} if isinstance(module, SparseLinear) \
+        else {}
     return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale,
-                                        device=_device_of(module))
+                                        device=_device_of(module), **options)
 
 
 def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
-    ``nn.Linear`` (or ``SparseLinear``) of that name by a ``SparseLinear`` (its metadata encoded
+    ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
+    name by a ``SparseLinear`` (its metadata encoded
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
     on that module's device (the CPU for the meta device); the other tensors load with
     ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise
     SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's."""
-    path = Path(path)
+    checked_model(model, "load_sparse24_checkpoint")
+    path = _checked_path(path, "load_sparse24_checkpoint")
     read_config(path)
     tensors: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
     for shard in shards(path):
-        tensors.update(load_file(shard))
+        for key, tensor in load_file(shard).items():
+            if key in tensors:  # (not a silent choice of one of the two values)
+                raise IntegrationError(SP_CHECKPOINT_CONFIG, f"tensor {key!r} is in both {origin[key]} and "
+                                       f"{shard.name}", help="keep one copy of each tensor: remove the stale "
+                                       "file from the folder, or rewrite the shards")
+            tensors[key], origin[key] = tensor, shard.name
     groups = _layer_groups(set(tensors))
     report = LoadReport()
     used: set[str] = set()
@@ -135,7 +163,14 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
         report.sparse.append(name)
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
     on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
-    result = model.load_state_dict(plain, strict=False, assign=on_meta)
+    try:
+        result = model.load_state_dict(plain, strict=False, assign=on_meta)
+    except RuntimeError as exc:  # torch's "Error(s) in loading state_dict": a size mismatch, a tensor not copied
+        if not str(exc).startswith("Error(s) in loading state_dict"):
+            raise
+        details = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: {details}",
+                               help="load into a model built from the checkpoint's config") from None
     layer_keys = tuple(f"{name}." for name in groups)
     report.missing = bias_missing + [k for k in result.missing_keys if not k.startswith(layer_keys)]
     report.unexpected = bias_unexpected + list(result.unexpected_keys)
@@ -155,7 +190,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
-    path = Path(path)
+    path = _checked_path(path, "save_sparse24_checkpoint")
     path.mkdir(parents=True, exist_ok=True)
     layers = {name: m for name, m in model.named_modules() if isinstance(m, SparseLinear)}
     tensors: dict[str, np.ndarray] = {}

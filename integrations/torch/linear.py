@@ -23,6 +23,7 @@ from torch import nn
 from ...stdlib.kernels.compress_weight import prunes_on_gpu
 from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS, is_gated
 from ...stdlib.sparsity import (
+    SparsityError,
     as_host_array,
     compress,
     decompress,
@@ -31,6 +32,7 @@ from ...stdlib.sparsity import (
     operand_type,
     validate_metadata,
 )
+from ...stdlib.sparsity.errors import SP_VALUES_MISMATCH
 from ..errors import (
     SP_ACTIVATION_FN,
     SP_BAD_TENSOR,
@@ -124,7 +126,7 @@ def checked_model(model: Any, caller: str) -> nn.Module:
 
 
 def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+    if out_dtype is not None and not (isinstance(out_dtype, torch.dtype) and out_dtype in OUT_DTYPES):
         raise IntegrationError(SP_OUT_DTYPE, f"out_dtype {out_dtype} is not one the kernel stores",
                                help="use torch.bfloat16, torch.float16 or torch.float32 (or None: x's dtype)")
     return out_dtype
@@ -475,6 +477,23 @@ class SparseLinear(nn.Module):
             fused[0].settle()  # group and frees the fused copy; a dtype cast keeps the views and fusion
         return result
 
+    def _check_padding(self, values: torch.Tensor, words: torch.Tensor) -> None:
+        """SP0814 when ``values`` with metadata ``words`` (about to be loaded) hold a nonzero weight in
+        the padding beyond ``in_features``: the buffers of a layer of up to a group more input features
+        have the same shapes, and x's padding is zero, so its last columns would be dropped unseen."""
+        if values.is_meta or words.is_meta:  # (a layer built on the meta device, loaded in part: no values yet)
+            return
+        host_words = np.ascontiguousarray(as_host_array(words.detach().to(torch.int32), "meta")).view(np.uint32)
+        dense = decompress(as_host_array(values.detach().to(self.values.dtype), "values"), host_words, "sm90",
+                           self.weight_dtype, m=int(values.shape[0]), k=2 * self.values.shape[1])
+        beyond = np.argwhere(dense[:, self.in_features:] != 0)  # (NaN too)
+        if len(beyond):
+            row, col = (int(i) for i in beyond[0])
+            raise SparsityError(SP_VALUES_MISMATCH, f"the state dict's weight has a nonzero value in row {row}, "
+                                f"column {self.in_features + col} (and {len(beyond) - 1} more), beyond this "
+                                f"layer's {self.in_features} input features",
+                                help="load it into a SparseLinear of the in_features it was saved from")
+
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
         incoming = state_dict.get(prefix + "meta")
         # checked before the copy, so that refused words never reach the buffer (on CUDA they are
@@ -482,6 +501,10 @@ class SparseLinear(nn.Module):
         checked = isinstance(incoming, torch.Tensor) and incoming.shape == self.meta.shape
         if checked:
             self.check_metadata(incoming)
+        values = state_dict.get(prefix + "values")
+        if 2 * self.values.shape[1] != self.in_features and (incoming is None or checked):
+            same = isinstance(values, torch.Tensor) and values.shape == self.values.shape
+            self._check_padding(values if same else self.values, incoming if checked else self.meta)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if incoming is not None and not checked:
             self.check_metadata()

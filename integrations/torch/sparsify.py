@@ -44,6 +44,8 @@ class SparsifyReport:
 def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int,
                 trainable: bool = False) -> str | None:
     """Why ``module`` should stay dense, or None when it fits the kernel."""
+    if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):  # (as torchao skips it)
+        return "nn.MultiheadAttention reads this out_proj's weight itself (not through its forward)"
     k, n = module.in_features, module.out_features
     weight = module.weight
     try:
@@ -96,7 +98,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     the kernel's TMA row alignment (16 for bf16/f16, 32 for e4m3); a layer smaller than
     ``min_features`` on either side; a weight dtype without a kernel (float32 with dtype=None);
     weights on the CPU unless ``interpret=True`` (the interpreter is exact but slow), or on
-    another device; the root module itself (it cannot be replaced in place). Modules the
+    another device; the root module itself (it cannot be replaced in place); the ``out_proj`` of an
+    ``nn.MultiheadAttention`` (a ``NonDynamicallyQuantizableLinear``: its parent reads the weight). Modules the
     filter rejects are not reported. ``trainable=True`` swaps in trainable
     :class:`~.training.SemiSparseLinear` layers instead (docs/training.md; e4m3 is refused, SP0916).
 
@@ -108,6 +111,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``glu=False`` keeps the MLPs' own activation and product.
     """
     _check_arguments(model, filter_fn, dtype, min_features)
+    checked_flag(interpret, "interpret", "sparsify_")
+    checked_flag(trainable, "trainable", "sparsify_")
     fusing = not (fuse is False or fuse is None)
     if glu is None:  # the default: the gated activation in the kernel wherever gate/up are fused
         glu = fusing

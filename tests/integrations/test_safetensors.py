@@ -76,6 +76,26 @@ def _write_raw(path, header: bytes, data: bytes = b"", length: int | None = None
     (b'{"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}', b"", None,
      "x.safetensors: tensor 't' has shape [-1], not a list of sizes"),
     (b'{"__metadata__": {"a": 1}}', b"", None, "x.safetensors: __metadata__ must map names to strings"),
+    # a bool is not a size (it was a TypeError from reshape); a shape whose byte count overflows int64
+    # (it wrapped to 0, matched empty offsets and was a ValueError from reshape)
+    (b'{"t": {"dtype": "F32", "shape": [true], "data_offsets": [0, 4]}}', b"1234", None,
+     "x.safetensors: tensor 't' has shape [True], not a list of sizes"),
+    (b'{"t": {"dtype": "U8", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}}', b"", None,
+     "x.safetensors: tensor 't' of shape [4294967296, 4294967296] U8 needs 18446744073709551616 bytes, its offsets "
+     "hold 0"),
+    # the tensors must tile the data, as the reference reader checks (overlapping tensors read each
+    # other's bytes; a gap or trailing bytes are a header that does not describe the file)
+    (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], '
+     b'"data_offsets": [0, 4]}}', b"1234", None,
+     "x.safetensors: tensor 'b' has data_offsets [0, 4], which overlap those of tensor 'a' [0, 4]"),
+    (b'{"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}, "b": {"dtype": "U8", "shape": [2], '
+     b'"data_offsets": [1, 3]}}', b"123", None,
+     "x.safetensors: tensor 'b' has data_offsets [1, 3], which overlap those of tensor 'a' [0, 2]"),
+    (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', b"12345678", None,
+     "x.safetensors: data bytes 0..4 belong to no tensor"),
+    (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"12345678", None,
+     "x.safetensors: data bytes 4..8 belong to no tensor"),
+    (b"[" * 100000 + b"]" * 100000, b"", None, "x.safetensors: the header is not JSON: nested too deeply"),
 ])
 def test_malformed_files_are_sp0910(tmp_path, header, data, length, message):
     _write_raw(tmp_path / "x.safetensors", header, data, length)
@@ -102,3 +122,14 @@ def test_unknown_dtypes_are_sp0911(tmp_path):
     with pytest.raises(IntegrationError) as info:
         st.save_file({"c": np.zeros(2, np.complex64)}, tmp_path / "y.safetensors")
     assert (info.value.code, info.value.message) == ("SP0911", "safetensors has no dtype for numpy complex64")
+
+
+@pytest.mark.parametrize("dtype", [b'["F32"]', b'{"F32": 1}', b"4"])
+def test_a_dtype_that_is_not_a_name_is_sp0911(tmp_path, dtype):
+    """A dtype given as a list or an object was a TypeError (unhashable) from the dict lookup."""
+    _write_raw(tmp_path / "x.safetensors", b'{"t": {"dtype": ' + dtype + b', "shape": [1], "data_offsets": [0, 4]}}',
+               b"1234")
+    with pytest.raises(IntegrationError) as info:
+        st.load_file(tmp_path / "x.safetensors")
+    assert (info.value.code, info.value.message) == (
+        "SP0911", f"x.safetensors: tensor 't' has dtype {json.loads(dtype)!r}, which this reader does not know")

@@ -45,6 +45,14 @@ def test_masks_with_fewer_bits_and_negative_zero():
     assert dense.tolist() == [[0.0, 0, 0, 0, 2.0, -3.0, 0, 0]] and np.signbit(dense[0, 0])
 
 
+@pytest.mark.parametrize(("rows", "cols"), [(0, 32), (0, 6), (3, 0)])
+def test_an_empty_weight_decompresses_to_an_empty_array(rows, cols):
+    """A .shape with 0 rows was a ValueError from numpy (reshape of 0 elements with a -1 axis)."""
+    dense = dense_from_bitmask(np.zeros((rows, cols // 2), np.float16), np.zeros((rows, -(-cols // 8)), np.uint8),
+                               np.array([rows, cols]))
+    assert dense.shape == (rows, cols) and dense.dtype == np.float16
+
+
 def _error(fn, *args) -> IntegrationError:
     with pytest.raises(IntegrationError) as info:
         fn(*args)

@@ -231,3 +231,85 @@ def test_save_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
     assert (err.code, err.message) == ("SP0907", "save_sparse24_checkpoint takes an nn.Module, got str")
     err = _error(spt.save_sparse24_checkpoint, _One(), tmp_path, config=[1])
     assert (err.code, err.message) == ("SP0907", "config must be a dict (config.json's contents), got list")
+
+
+def test_load_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
+    """A model that is not a module was SP0914 "no module of the model" (get_submodule's
+    AttributeError caught as a missing layer), or an AttributeError from state_dict() for a
+    checkpoint without sparse layers; a path of None was a TypeError from pathlib."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    err = _error(spt.load_sparse24_checkpoint, "model", tmp_path)
+    assert (err.code, err.message) == ("SP0907", "load_sparse24_checkpoint takes an nn.Module, got str")
+    err = _error(spt.load_sparse24_checkpoint, _One(), None)
+    assert (err.code, err.message) == ("SP0907", "load_sparse24_checkpoint: path must be a folder (str or "
+                                                 "os.PathLike), got NoneType")
+    err = _error(spt.save_sparse24_checkpoint, _One(), 3)
+    assert (err.code, err.message) == ("SP0907", "save_sparse24_checkpoint: path must be a folder (str or "
+                                                 "os.PathLike), got int")
+
+
+def test_a_plain_tensor_of_another_shape_is_sp0914(tmp_path):
+    """A tensor of the checkpoint outside the sparse layers whose shape differs from the model's was
+    torch's RuntimeError from load_state_dict."""
+
+    class WithNorm(_One):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(16).half()
+
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({**tensors, "norm.weight": np.ones(8, np.float16), "norm.bias": np.zeros(16, np.float16)},
+                 tmp_path / "model.safetensors")
+    for strict in (True, False):
+        err = _error(spt.load_sparse24_checkpoint, WithNorm(), tmp_path, strict=strict)
+        assert (err.code, err.message) == (
+            "SP0914", "the checkpoint and the model differ: size mismatch for norm.weight: copying a param with shape "
+                      "torch.Size([8]) from checkpoint, the shape in current model is torch.Size([16]).")
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_tensor_in_two_files_is_sp0912(tmp_path, indexed):
+    """Every tensor of every shard is read, so a tensor that two files hold (a stale copy in another
+    shard, or a stale file next to the shards) was taken from the file sorted last, whatever the
+    index says it is in: here the stale bias of b.safetensors, which the index places in a."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    st.save_file({k: v for k, v in tensors.items() if k != "proj.weight.shape"}, tmp_path / "a.safetensors")
+    st.save_file({"proj.weight.shape": tensors["proj.weight.shape"], "proj.bias": np.full(16, 9, np.float32)},
+                 tmp_path / "b.safetensors")
+    if indexed:
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {**{k: "a.safetensors" for k in tensors}, "proj.weight.shape": "b.safetensors"}}))
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0912", "tensor 'proj.bias' is in both a.safetensors and b.safetensors")
+
+
+def test_a_sparse_layer_keeps_the_model_s_activation_and_out_dtype(tmp_path):
+    """The checkpoint stores weights only; a SparseLinear of the model with a fused activation or an
+    out_dtype was replaced by a layer without them (its outputs silently lost the ReLU and came back
+    in x's dtype), as load_state_dict would not do."""
+    model = _Net()
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    fresh = _Net()
+    spt.sparsify_(fresh, interpret=True, min_features=16)
+    fresh.proj.activation, fresh.proj.out_dtype = "relu", torch.float32
+    spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert (fresh.proj.activation, fresh.proj.out_dtype, fresh.head.activation) == ("relu", torch.float32, None)
+    assert torch.equal(fresh.proj.to_dense(), model.proj.to_dense())
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    y = fresh.proj(x)
+    check_against_float64(fresh.proj, x, y, torch.float32)
+    assert (y >= 0).all() and (model.proj(x) < 0).any()
+
+
+def test_a_bias_of_another_length_names_its_layer(tmp_path):
+    """A checkpoint bias of the wrong length was SP0902 "bias has 7 elements for 16 output features"
+    from SparseLinear.from_compressed, without the layer's name."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    st.save_file({**tensors, "proj.bias": np.zeros(7, np.float32)}, tmp_path / "model.safetensors")
+    err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
+    assert (err.code, err.message) == ("SP0913", "layer proj: bias has 7 elements for 16 output channels")

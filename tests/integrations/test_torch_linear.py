@@ -170,6 +170,8 @@ def test_build_errors_are_sp0902_to_sp0905():
     assert (err.code, err.message) == ("SP0904", "unknown activation 'tanh'")
     err = _error(spt.SparseLinear, 8, 8, out_dtype=torch.int8)
     assert (err.code, err.message) == ("SP0905", "out_dtype torch.int8 is not one the kernel stores")
+    err = _error(spt.SparseLinear, 8, 8, out_dtype=[torch.float32])  # was a TypeError (unhashable) from the lookup
+    assert (err.code, err.message) == ("SP0905", "out_dtype [torch.float32] is not one the kernel stores")
 
 
 
@@ -193,6 +195,8 @@ def test_setting_the_activation_or_out_dtype_after_a_call_takes_effect(attribute
     ("activation", "tanh", "SP0904", "unknown activation 'tanh'"),
     ("out_dtype", torch.int8, "SP0905", "out_dtype torch.int8 is not one the kernel stores"),
     ("out_dtype", "bf16", "SP0905", "out_dtype bf16 is not one the kernel stores"),
+    ("out_dtype", [torch.float32], "SP0905", "out_dtype [torch.float32] is not one the kernel stores"),
+    ("out_dtype", {}, "SP0905", "out_dtype {} is not one the kernel stores"),
 ])
 def test_setting_a_bad_activation_or_out_dtype_is_refused_at_once(attribute, value, code, message):
     """Assigned after construction, a bad activation or output type is refused as the constructor
@@ -245,3 +249,29 @@ def test_refused_metadata_is_not_loaded():
     state["meta"] = before.long()  # words of another integer type load as int32
     layer.load_state_dict(state)
     assert layer.meta.dtype == torch.int32 and torch.equal(layer.meta, before)
+
+
+@pytest.mark.parametrize(("dtype", "k"), [("bf16", 62), ("bf16", 61), ("f16", 63), ("e4m3", 62), ("e4m3", 61)])
+def test_a_state_dict_of_more_input_features_is_refused(dtype, k):
+    """A layer of K not a multiple of the group stores its weight padded to the next group, so a
+    state dict of a layer with up to a group more input features has buffers of the same shapes: it
+    loaded without a word and the weight's columns beyond K were dropped (x is padded with zeros),
+    where nn.Linear refuses a size mismatch. Nonzero weights beyond K are refused before the copy;
+    a state dict of a layer of that K (padding zero) still loads."""
+    wide = spt.SparseLinear.from_dense(linear(32, 64, seed=3), dtype)
+    layer = spt.SparseLinear(k, 32, dtype=dtype)
+    assert layer.values.shape == wide.values.shape and layer.meta.shape == wide.meta.shape
+    before = {name: t.clone() for name, t in layer.state_dict().items()}
+    beyond = (wide.to_dense()[:, k:] != 0).nonzero()[0].tolist()
+    with pytest.raises(ValueError) as info:
+        layer.load_state_dict(wide.state_dict())
+    assert (info.value.code, info.value.message) == (
+        "SP0814", f"the state dict's weight has a nonzero value in row {beyond[0]}, column {k + beyond[1]} (and "
+                  f"{int((wide.to_dense()[:, k:] != 0).sum()) - 1} more), beyond this layer's {k} input features")
+    assert all(torch.equal(t, before[name]) for name, t in layer.state_dict().items())
+    narrow = spt.SparseLinear.from_dense(linear(32, k, seed=4), dtype)
+    layer.load_state_dict(narrow.state_dict())
+    x = torch.randn(3, k).to(torch.bfloat16)
+    y = layer(x)
+    check_against_float64(layer, x, y)
+    assert torch.equal(y, narrow(x))

@@ -127,6 +127,12 @@ def test_missing_torch_is_sp0900():
     (lambda m: spt.sparsify_(m, "bf16"), "SP0907",  # dtype passed where filter_fn goes
      "filter_fn must be None or a function (module, fqn) -> bool, got str"),
     (lambda m: spt.sparsify_(m, dtype="fp64", interpret=True), "SP0903", "dtype fp64 has no 2:4 sparse linear kernel"),
+    # a truthy string turned the option on: interpret="no" swapped CPU layers, trainable="no" swapped in
+    # trainable layers
+    (lambda m: spt.sparsify_(m, interpret="no", min_features=16), "SP0907",
+     "sparsify_: interpret must be True or False, got 'no'"),
+    (lambda m: spt.sparsify_(m, interpret=True, trainable="no", min_features=16), "SP0907",
+     "sparsify_: trainable must be True or False, got 'no'"),
 ])
 def test_bad_arguments_are_refused_before_any_swap(call, code, message):
     """A non-module, a filter_fn that cannot be called and a min_features that is not an integer were
@@ -136,3 +142,30 @@ def test_bad_arguments_are_refused_before_any_swap(call, code, message):
         call(model)
     assert (info.value.code, info.value.message) == (code, message)
     assert all(isinstance(m, torch.nn.Linear) for m in (model[0], model[2]))
+
+
+def test_multihead_attention_s_out_proj_stays_dense():
+    """nn.MultiheadAttention passes out_proj.weight and .bias to its functional forward instead of
+    calling out_proj: the swapped layer (it has no .weight) made every forward of the model an
+    AttributeError from torch after sparsify_ returned. It is skipped with its reason, as torchao
+    skips NonDynamicallyQuantizableLinear."""
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True).to(torch.bfloat16)
+            self.proj = linear(64, 64, seed=1)
+
+        def forward(self, x):
+            return self.proj(self.attn(x, x, x, need_weights=False)[0])
+
+    model = Attention()
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == ["proj"] and report.skipped == {
+        "attn.out_proj": "nn.MultiheadAttention reads this out_proj's weight itself (not through its forward)"}
+    assert type(model.attn.out_proj) is torch.nn.modules.linear.NonDynamicallyQuantizableLinear
+    with torch.no_grad():
+        hidden = model.attn(x, x, x, need_weights=False)[0]
+        y = model(x)
+    check_against_float64(model.proj, hidden, y)
