@@ -109,8 +109,7 @@ class ProjectionGroup:
         self.rows = tuple(itertools.pairwise(starts))
         self.sizes = tuple(m.out_features for m in self.members)
         self.full = (1 << len(self.members)) - 1
-        # (a member's buffer dict, buffer name, the view it must still hold): checked on each fused run
-        self.expect = tuple((m._buffers, name, m._buffers.get(name)) for m in self.members for name in _BUFFER_NAMES)
+        self.expect = self._expected()
         self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served]
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
@@ -152,14 +151,23 @@ class ProjectionGroup:
                      "unfused (call fuse_projections_ again to fuse it)")
             self.release()
 
+    def _expected(self) -> tuple[tuple[dict, str, torch.Tensor | None, int], ...]:
+        """(a member's buffer dict, buffer name, the view it must still hold, that view's address), for
+        every member and buffer: what each fused run checks (``layer._buffers[name] = t`` and
+        ``layer.values.data = t`` bypass ``SparseLinear.__setattr__``, so nothing else reports them)."""
+        return tuple((m._buffers, name, view, 0 if view is None else view.data_ptr())
+                     for m in self.members for name in _BUFFER_NAMES for view in (m._buffers.get(name),))
+
     def intact(self) -> bool:
-        """Each member still holds the views this group made, and (after an invalidation, a copy or
-        an unpickling) each view still lies where it should in the fused buffers and no member has
-        an activation or an out_dtype the fused layer does not apply (set after fusing)."""
-        for buffers, name, view in self.expect:
-            if buffers.get(name) is not view:
+        """Each member still holds the views this group made, at their addresses, and (after an
+        invalidation, a copy or an unpickling) each view still lies where it should in the fused
+        buffers and no member has an activation or an out_dtype the fused layer does not apply (set
+        after fusing)."""
+        checked = self.checked  # (else the addresses are verified below, against the fused buffers)
+        for buffers, name, view, ptr in self.expect:
+            if buffers.get(name) is not view or (checked and ptr and view.data_ptr() != ptr):
                 return False
-        if not self.checked:
+        if not checked:
             for m in self.members:  # set after fusing (SparseLinear.__setattr__ invalidates): the fused
                 # layer has no activation and one out_dtype, so such a member runs unfused
                 if m.activation is not None or m.out_dtype != self.fused.out_dtype:
@@ -179,6 +187,7 @@ class ProjectionGroup:
                         return False
             for layer in self.layers():  # as a member's own records, the fused layers' are rebuilt after a change
                 layer._invalidate()
+            self.expect = self._expected()  # (a copy's views are at addresses of its own)
             self.checked = True
         return True
 
@@ -224,7 +233,7 @@ class ProjectionGroup:
     def traced_intact(self) -> bool:
         """What a trace checks of :meth:`intact`: the members' views verified since their last change
         and still in place (torch.export swaps the buffers)."""
-        return self.checked and all(buffers.get(name) is view for buffers, name, view in self.expect)
+        return self.checked and all(buffers.get(name) is view for buffers, name, view, _ in self.expect)
 
     def _serve(self, p: list[Any], index: int) -> torch.Tensor:
         """Member ``index``'s columns of the pending run ``p`` (matched by the caller), marked

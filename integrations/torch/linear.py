@@ -12,6 +12,7 @@ weight's type as it is: the output follows x. docs/torch.md has the conventions.
 
 from __future__ import annotations
 
+import logging
 import numbers
 from typing import Any
 
@@ -61,6 +62,7 @@ NAME_OF = {v: k for k, v in WEIGHT_DTYPES.items()}
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
 _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
+LOG = logging.getLogger("sparsile.torch")
 
 
 def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
@@ -344,8 +346,20 @@ class SparseLinear(nn.Module):
         weight = self.__dict__["_weight"]
         if weight is None:
             weight = Weight(self.values, self.meta, self.bias, self.scale_w, self.activation)
+            self.__dict__["_bound_ptrs"] = tuple(0 if t is None else t.data_ptr()
+                                                 for t in (weight.values, weight.meta, weight.bias, weight.scale_w))
             self.__dict__["_weight"] = weight
         return weight
+
+    def _rebound(self) -> None:
+        """A buffer was replaced without ``setattr`` (``layer._buffers["values"] = t``, as accelerate's
+        ``set_module_tensor_to_device`` does) or given other memory (``layer.values.data = t``), neither
+        of which torch reports: the eager call found it (an identity and an address check per call,
+        docs/torch.md "A weight written in place"), and the records built for the old tensors go, as
+        after an assignment."""
+        LOG.info("SparseLinear: a buffer was replaced or moved to other memory without setattr; rebuilding "
+                 "its launch records")
+        self._invalidate()
 
     def _checked_input(self, x: Any) -> torch.dtype:
         """The output dtype for ``x``, after checking its type, last dimension, dtype and device."""
@@ -384,15 +398,24 @@ class SparseLinear(nn.Module):
 
     def _forward_eager(self, x: torch.Tensor) -> torch.Tensor:
         """The forward of an eager call (no tracer: :func:`tracing` is False)."""
-        fused = self.__dict__.get("_fused")
+        d = self.__dict__
+        fused = d.get("_fused")
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
-        last = self.__dict__["_last"]
+        w = d["_weight"]
+        if w is not None:  # still this layer's buffers, at the addresses its records were built for?
+            b, ptrs = d["_buffers"], d["_bound_ptrs"]
+            if (b["values"] is not w.values or b["meta"] is not w.meta or b["bias"] is not w.bias
+                    or b["scale_w"] is not w.scale_w or w.values.data_ptr() != ptrs[0]
+                    or w.meta.data_ptr() != ptrs[1] or (ptrs[2] and w.bias.data_ptr() != ptrs[2])
+                    or (ptrs[3] and w.scale_w.data_ptr() != ptrs[3])):
+                self._rebound()
+        last = d["_last"]
         if last is not None:  # the same kind of call as the last one: its record launched directly
             y = last(x)
             if y is not None:
                 return y
-        w = self.__dict__["_weight"] or self._bound()
+        w = d["_weight"] or self._bound()
         shape = x.shape
         if not (shape and shape[-1] == self.in_features and x.dtype in OUT_DTYPES and x.device == w.values.device):
             self._checked_input(x)  # raises the diagnostic

@@ -454,3 +454,27 @@ def test_repeated_calls_replay_a_captured_graph_with_the_same_bits(dtype, shape,
     y = _poisoned_call(layer, x)
     assert replays.replayed == before + 1
     check_against_float64(layer, x, y)
+
+
+@pytest.mark.parametrize("how", ["buffers", "data"])
+@pytest.mark.parametrize("name", ["values", "meta", "bias"])
+def test_a_buffer_replaced_without_setattr_reaches_replayed_calls(how, name):
+    """After calls that launch natively and replay a captured graph, a buffer replaced the ways torch
+    does not report (``layer._buffers[name] = t``, as accelerate's ``set_module_tensor_to_device``
+    does; ``layer.<name>.data = t``) is read by the next call: the records and the graph of the old
+    tensors are not launched again (they read the old memory: a silent stale result)."""
+    layer = spt.SparseLinear.from_dense(linear(4096, 4096, seed=21, device="cuda"), "bf16")
+    other = spt.SparseLinear.from_dense(linear(4096, 4096, seed=22, device="cuda"), "bf16")
+    x = torch.randn(16, 4096, device="cuda", generator=torch.Generator(device="cuda").manual_seed(23)
+                    ).to(torch.bfloat16)
+    before = [_poisoned_call(layer, x).cpu() for _ in range(5)][-1]
+    assert layer.__dict__["_last"].replays.replayed >= 1, "the calls were not replayed"
+    new = getattr(other, name).detach().clone()
+    if how == "buffers":
+        layer._buffers[name] = new
+    else:
+        getattr(layer, name).data = new
+    y = _poisoned_call(layer, x)
+    assert not torch.equal(y.cpu(), before)
+    check_against_float64(layer, x, y)
+    assert torch.equal(_poisoned_call(layer, x), y)

@@ -165,7 +165,7 @@ def test_load_state_dict_copies_into_the_views(llama_pair):
     assert torch.equal(logits(back), expected)
 
 
-@pytest.mark.parametrize("how", ["setattr", "apply", "buffers"])
+@pytest.mark.parametrize("how", ["setattr", "apply", "buffers", "data"])
 def test_a_replaced_or_moved_member_falls_back(llama_pair, how, caplog):
     model, unfused = fused_copy(llama_pair)
     reference = copy.deepcopy(llama_pair[0])
@@ -176,6 +176,8 @@ def test_a_replaced_or_moved_member_falls_back(llama_pair, how, caplog):
         k_proj.values = changed
     elif how == "buffers":  # no _invalidate: caught by the identity check of every fused run
         k_proj._buffers["values"] = changed
+    elif how == "data":  # the same tensor on other memory: caught by the address check of every fused run
+        k_proj.values.data = changed
     else:  # a device move makes new tensors (here: clones on the same device), then written in place;
         with caplog.at_level(logging.INFO, logger="sparsile.torch"):  # the group is released at once
             model.model.layers[0].self_attn._apply(lambda t: t.clone())

@@ -5,6 +5,7 @@ SP0901-SP0905 diagnostics."""
 from __future__ import annotations
 
 import copy
+import logging
 
 import numpy as np
 import pytest
@@ -275,3 +276,31 @@ def test_a_state_dict_of_more_input_features_is_refused(dtype, k):
     y = layer(x)
     check_against_float64(layer, x, y)
     assert torch.equal(y, narrow(x))
+
+
+@pytest.mark.parametrize("how", ["buffers", "data"])
+@pytest.mark.parametrize("name", ["values", "meta", "bias", "scale_w"])
+def test_a_buffer_replaced_without_setattr_is_read_by_the_next_call(how, name, caplog):
+    """``layer._buffers[name] = t`` (accelerate's ``set_module_tensor_to_device`` assigns buffers so)
+    and ``layer.<name>.data = t`` bypass ``SparseLinear.__setattr__``: the next call still computes
+    with the new tensor (the weight bound by the earlier calls, and on CUDA their launch records,
+    read the old one: a silent stale result)."""
+    dtype = "e4m3" if name == "scale_w" else "bf16"
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=6), dtype)
+    other = spt.SparseLinear.from_dense(linear(32, 64, seed=8), dtype)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    before = layer(x)
+    new = getattr(other, name).detach().clone()
+    if how == "buffers":
+        layer._buffers[name] = new
+    else:
+        getattr(layer, name).data = new
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        y = layer(x)
+    assert "rebuilding its launch records" in caplog.text
+    assert not torch.equal(y, before)
+    check_against_float64(layer, x, y, layer.out_dtype)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        assert torch.equal(layer(x), y)
+    assert caplog.text == ""  # bound again: found once
