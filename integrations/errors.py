@@ -56,6 +56,9 @@ no call outside a capture saw the write: the graph would replay the old copies."
 SP_TRANSFORMERS = "SP0921"
 """``use_gqa_decode_attention`` without a transformers that has ``AttentionInterface`` and
 ``AttentionMaskInterface`` (4.48 and later)."""
+SP_FROZEN_WEIGHT = "SP0922"
+"""A gradient asked of a frozen sparse layer's weight (values, meta, scale_w, an fp8 x): ``SparseLinear``
+and ``torch.ops.sparsile.sparse_linear`` give x's gradient only (and a trainable bias's)."""
 SP_FUSE_GROUPS = "SP0944"
 """``fuse_projections_(groups=...)`` that is not a sequence of tuples of two or more distinct child names."""
 

@@ -18,7 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
-#   bash scripts/gpu_runs.sh a34              # the capture fix (graph execs destroyed at a safe point): the graph tests; the model A/B with logits
+#   bash scripts/gpu_runs.sh a34              # the capture fix (graph execs destroyed at a safe point): the graph tests, x's gradient, replaced buffers; the model A/B with logits
 #   bash scripts/gpu_runs.sh f33              # e33 within 360 s: the gated GPU tests, the model (dense, sparsile-fused with glu)
 #   bash scripts/gpu_runs.sh e33              # a33's failed gated tests after their harness fix; the 32-layer model with glu and without
 #   bash scripts/gpu_runs.sh a33              # a32's and b32's GPU tests in one call (the gated epilogue, kernel and torch)
@@ -150,9 +150,10 @@ case "$part" in
 a34)  # after f33's two invalidated captures (graph replays' cuGraphExecDestroy now deferred to a safe point, 8c9320c):
      # every gated GPU test and the layer's graph tests again (one worker per file: garbage from earlier
      # tests present); then the model with glu against without it in one process, logits checked
-    run 280 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
-        tests/gpu/test_torch_native_gpu.py tests/stdlib/test_decode_glu.py
-    run 300 python benchmarks/bench_llama.py --layers 32 --modes graph \
+    # (thirty-fifth session: also x's gradient through frozen layers, and buffers replaced without setattr)
+    run 320 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/stdlib/test_decode_glu.py tests/gpu/test_torch_autograd_gpu.py
+    run 250 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-34.json"
     ;;
 f33)  # e33 cut to the device time left: the gated tests, then the model with glu against dense (d31's configuration:

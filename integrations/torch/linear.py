@@ -53,6 +53,7 @@ from ._kernels import (
     quantize_per_token,
     run_interpreted,
 )
+from .autograd import LayerWithInputGrad
 from .last_call import LastCall
 from .record_cache import RecordCache
 
@@ -199,7 +200,7 @@ def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> i
 
 
 class SparseLinear(nn.Module):
-    """A 2:4 sparse linear layer (inference only): ``y = activation(x @ W.T + bias)``.
+    """A 2:4 sparse linear layer (a frozen weight; x has a gradient, autograd.py): ``y = activation(x @ W.T + bias)``.
 
     Build it with :meth:`from_dense` (magnitude pruning of an ``nn.Linear``) or load it (a state
     dict, or a ``sparse-24-bitmask`` checkpoint: ``load_sparse24_checkpoint``). The constructor makes
@@ -402,6 +403,8 @@ class SparseLinear(nn.Module):
         fused = d.get("_fused")
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
+        if x.requires_grad and torch.is_grad_enabled():  # x's gradient through the frozen weight (autograd.py)
+            return LayerWithInputGrad.apply(x, self.bias, self)
         w = d["_weight"]
         if w is not None:  # still this layer's buffers, at the addresses its records were built for?
             b, ptrs = d["_buffers"], d["_bound_ptrs"]
@@ -454,8 +457,9 @@ class SparseLinear(nn.Module):
         if x2.data_ptr() == x.data_ptr() and not capturing():
             self.__dict__["_last"] = LastCall.of(records, x, records.stream_of(x.get_device()), key)
 
-    def _forward_op(self, x: torch.Tensor) -> torch.Tensor:
-        """The forward as custom ops (``torch.ops.sparsile``), for tracers."""
+    def _forward_op(self, x: torch.Tensor, pre: bool = False) -> torch.Tensor:
+        """The forward as custom ops (``torch.ops.sparsile``), for tracers; ``pre``: the float32
+        pre-activations (T, rows of the weight) instead, for a backward (autograd.py)."""
         out_dtype = self._checked_input(x)
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
@@ -463,9 +467,10 @@ class SparseLinear(nn.Module):
             x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
         else:
             x2 = x2.to(self.values.dtype)
-        y = torch.ops.sparsile.sparse_linear(x2, self.values, self.meta, self.bias, activation=self.activation,
-                                             scale_x=scale_x, scale_w=self.scale_w, out_dtype=out_dtype)
-        return y.reshape(*x.shape[:-1], self.out_features)
+        y = torch.ops.sparsile.sparse_linear(x2, self.values, self.meta, self.bias,
+                                             activation=None if pre else self.activation, scale_x=scale_x,
+                                             scale_w=self.scale_w, out_dtype=torch.float32 if pre else out_dtype)
+        return y if pre else y.reshape(*x.shape[:-1], self.out_features)
 
     # -------------------------------------------------------------------------------------------
     # nn.Module plumbing

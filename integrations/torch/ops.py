@@ -42,6 +42,7 @@ from ._kernels import (
     quantize_per_token,
     run_interpreted,
 )
+from .autograd import register as register_autograd
 from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
 from .record_cache import RecordCache
 
@@ -193,5 +194,7 @@ def _quantize_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _check_quantize_input(x)
     return torch.empty_like(x, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
+
+register_autograd(_LIBRARY)  # x's gradient through the frozen weight (autograd.py)
 
 __all__ = ["WEIGHT_DTYPES", "check_arguments", "quantize_per_token_e4m3", "sparse_linear"]

@@ -1,0 +1,170 @@
+"""Gradients through frozen sparse layers (docs/torch.md, "Gradients").
+
+A ``SparseLinear`` and ``torch.ops.sparsile.sparse_linear`` are inference layers: their weight
+(values, metadata, scale_w) has no gradient. But a model that trains something else (LoRA adapters,
+a prompt, the layers before a frozen sparse block) needs the gradient *through* them, with respect
+to x, and the bias's where the bias is trainable. Before the thirty-fifth session a call with an x
+that required grad returned a y outside the autograd graph (the eager layer) or one whose backward
+silently gave x no gradient (the op, with torch's "autograd kernel was not registered" warning):
+upstream parameters were trained on a wrong gradient.
+
+For y = act(pre), pre = (x @ Wᵀ) * scale_x * scale_w + bias (W = decompress(values, meta)):
+
+* ``d pre`` is ``dy`` without an activation; otherwise the pre-activations are computed again (the
+  kernel with ``activation=None`` and a float32 output) and torch's own activation is differentiated
+  there (relu, silu, tanh-GELU; SwiGLU / GeGLU on the [gate; up] columns), in float32;
+* ``dx = (d pre * scale_w) @ W`` with W decompressed to float32 (on the GPU by the decompress kernel,
+  ``decompress_gpu``; on the CPU by the host's ``decompress``), a dense GEMM: correct, not fast
+  (training a sparse weight: ``SemiSparseLinear``, docs/training.md);
+* ``d bias = Σ_tokens d pre``;
+* e4m3: x is quantized per token in the forward; its gradient is the straight-through one (the
+  quantization is taken as the identity, as fp8 training recipes do), so ``dx = d pre @ (W * scale_w)``.
+
+Gradients of values, meta, scale_w and scale_x are refused when asked for (SP0917), never left
+silently at zero: the weight is frozen; ``sparsify_(model, trainable=True)`` trains it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...stdlib.sparsity import as_host_array, decompress
+from ..errors import SP_FROZEN_WEIGHT, IntegrationError
+
+_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "e4m3"}
+_ACTIVATIONS: dict[str, Any] = {
+    "relu": F.relu,
+    "silu": F.silu,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "swiglu": lambda t: F.silu(t[:, :t.shape[1] // 2]) * t[:, t.shape[1] // 2:],
+    "geglu": lambda t: F.gelu(t[:, :t.shape[1] // 2], approximate="tanh") * t[:, t.shape[1] // 2:],
+}
+
+
+def dense_weight(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
+    """W (N, k) in float32 on values' device, decompressed from values and "sm90" words (k: x's K,
+    at most the K the values cover)."""
+    name = _NAMES[values.dtype]
+    n, k_values = int(values.shape[0]), 2 * int(values.shape[1])
+    if values.is_cuda:
+        from ...stdlib.kernels.sparsity_gpu import decompress_gpu
+
+        dense = decompress_gpu(values.detach(), meta.detach(), "sm90", name, m=n, k=k)
+        return dense.float()
+    words = np.ascontiguousarray(as_host_array(meta.detach(), "meta")).view(np.uint32)
+    host = decompress(as_host_array(values.detach(), "values"), words, "sm90", name, m=n, k=k_values)
+    return torch.from_numpy(np.ascontiguousarray(host[:, :k], dtype=np.float32))
+
+
+def frozen(what: str) -> IntegrationError:
+    return IntegrationError(SP_FROZEN_WEIGHT, f"sparse_linear has no gradient for {what}: the sparse weight is "
+                            "frozen (an inference layer)",
+                            help="train x's producers through it, or make the layer trainable: "
+                                 "sparsify_(model, trainable=True) swaps in SemiSparseLinear (docs/training.md)")
+
+
+def pre_activation_grad(dy: torch.Tensor, pre: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """d pre (T, N) in float32 from dy (T, N or F) and the float32 pre-activations (None: dy)."""
+    dy = dy.float()
+    if activation is None:
+        return dy
+    with torch.enable_grad():
+        p = pre.detach().float().requires_grad_(True)
+        (grad,) = torch.autograd.grad(_ACTIVATIONS[activation](p), p, dy)
+    return grad
+
+
+def input_grads(dy: torch.Tensor, x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor,
+                bias: torch.Tensor | None, scale_w: torch.Tensor | None, activation: str | None,
+                pre: Any, want_x: bool, want_bias: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(dx in x's dtype and shape or None, d bias in bias's dtype or None) for dy (..., N out);
+    ``pre()`` gives the float32 pre-activations (T, N), called only with an activation."""
+    k = x.shape[-1]
+    tokens = math.prod(x.shape[:-1])
+    dy2 = dy.reshape(tokens, dy.shape[-1])
+    d_pre = pre_activation_grad(dy2, pre() if activation is not None else None, activation)
+    dx = db = None
+    if want_x:
+        scaled = d_pre if scale_w is None else d_pre * scale_w.detach().float().reshape(1, -1)
+        dx = (scaled @ dense_weight(values, meta, k)).to(x.dtype).reshape(x.shape)
+    if want_bias and bias is not None:
+        db = d_pre.sum(0).to(bias.dtype).reshape(bias.shape)
+    return dx, db
+
+
+# ------------------------------------------------------------------------------------------------
+# the op: torch.ops.sparsile.sparse_linear
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
+    x, values, meta, bias, scale_x, scale_w = (list(inputs) + [None] * 6)[:6]
+    ctx.activation = keyword_only_inputs.get("activation")
+    ctx.save_for_backward(x, values, meta, bias, scale_x, scale_w)
+
+
+def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    x, values, meta, bias, scale_x, scale_w = ctx.saved_tensors
+    needs = tuple(ctx.needs_input_grad) + (False,) * 6
+    if x.dtype == torch.float8_e4m3fn and (needs[0] or needs[4]):  # (x and scale_x from the quantizer)
+        raise frozen("an fp8 x (give SparseLinear a 16-bit x: its gradient passes the quantizer straight through)")
+    for index, what in ((1, "values"), (2, "meta"), (4, "scale_x"), (5, "scale_w")):
+        if needs[index]:
+            raise frozen(what)
+    activation = ctx.activation
+
+    def pre() -> torch.Tensor:
+        return torch.ops.sparsile.sparse_linear(x.detach(), values, meta, bias, scale_x, scale_w,
+                                                out_dtype=torch.float32).reshape(-1, values.shape[0])
+
+    dx, db = input_grads(dy, x, values, meta, bias, scale_w, activation, pre, needs[0], needs[3])
+    return dx, None, None, db, None, None
+
+
+# ------------------------------------------------------------------------------------------------
+# the layer: SparseLinear with an x that requires grad
+
+
+class LayerWithInputGrad(torch.autograd.Function):
+    """y = layer(x) through the layer's eager forward (inside an ``autograd.Function`` grad mode is
+    off, so it takes its usual launch path), with x's gradient (and a trainable bias's); e4m3 layers
+    quantize x inside, straight through for the gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, layer: Any) -> torch.Tensor:
+        ctx.layer = layer
+        ctx.save_for_backward(x)
+        return layer._forward_eager(x)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (x,) = ctx.saved_tensors
+        layer = ctx.layer
+        for what in ("values", "meta", "scale_w"):
+            t = getattr(layer, what)
+            if t is not None and t.requires_grad:
+                raise frozen(what)
+
+        def pre() -> torch.Tensor:
+            with torch.no_grad():
+                return layer._forward_op(x.detach(), pre=True)
+
+        dx, db = input_grads(dy, x, layer.values, layer.meta, layer.bias, layer.scale_w, layer.activation, pre,
+                             ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        return dx, db, None
+
+
+def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> tuple[torch.Tensor | None]:
+    raise frozen("x through quantize_per_token_e4m3 (an fp8 x): an eager SparseLinear passes x's gradient "
+                 "straight through its quantizer, a traced one does not")
+
+
+def register(library: Any) -> None:
+    """Give ``sparsile::sparse_linear`` (defined in ``library``) its autograd formula, and the fp8
+    quantizer one that refuses to be differentiated (its fp8 output has no useful gradient)."""
+    torch.library.register_autograd("sparsile::sparse_linear", _backward, setup_context=_setup_context, lib=library)
+    torch.library.register_autograd("sparsile::quantize_per_token_e4m3", _no_quantizer_grad)

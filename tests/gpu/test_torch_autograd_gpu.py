@@ -1,0 +1,48 @@
+"""x's gradient through frozen sparse layers on the GPU (integrations/torch/autograd.py: the weight
+decompressed by ``decompress_gpu``, the pre-activations recomputed by the kernel): SparseLinear of
+bf16 / f16 / e4m3 weights with activations at decode and prefill token counts, and the op with the
+gated activations, against float64. CPU twin: tests/integrations/test_torch_autograd.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsile.tests.integrations.test_torch_autograd import assert_close, reference_dx
+from sparsile.tests.integrations.torch_helpers import linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 200])
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize(("weight", "x_dtype"), [("bf16", torch.bfloat16), ("f16", torch.float16),
+                                                 ("e4m3", torch.bfloat16)])
+def test_x_gradient_on_the_gpu(weight, x_dtype, activation, tokens):
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, seed=3, device="cuda"), weight, activation=activation)
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    x = torch.randn(tokens, 1024, device="cuda", generator=gen).to(x_dtype).requires_grad_()
+    y = layer(x)
+    with torch.no_grad():
+        assert torch.equal(y, layer(x))
+    g = torch.randn(y.shape, device="cuda", generator=gen).to(y.dtype)
+    y.backward(g)
+    pre = layer._forward_op(x.detach(), pre=True)
+    assert_close(x.grad, reference_dx(layer, pre, g, activation), x_dtype)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
+@pytest.mark.parametrize("tokens", [4, 100])
+def test_the_gated_op_on_the_gpu(activation, tokens):
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, seed=5, device="cuda"))
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    x = torch.randn(tokens, 1024, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
+    y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation=activation)
+    g = torch.randn(y.shape, device="cuda", generator=gen).to(y.dtype)
+    y.backward(g)
+    pre = torch.ops.sparsile.sparse_linear(x.detach(), layer.values, layer.meta, layer.bias,
+                                           out_dtype=torch.float32)
+    assert_close(x.grad, reference_dx(layer, pre, g, activation), torch.bfloat16)
