@@ -64,6 +64,7 @@ E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
 _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
 LOG = logging.getLogger("sparsile.torch")
+F16_MAX = 65504.0
 
 
 def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
@@ -258,6 +259,12 @@ class SparseLinear(nn.Module):
             return SemiSparseLinear.from_dense(linear, dtype)
         weight = dense_weight(linear, SP_CANNOT_SPARSIFY)
         name = weight_dtype_name(dtype, weight.dtype)
+        if name == "f16" and weight.dtype != torch.float16:  # (a cast makes them inf: kept, as a group's largest)
+            big = int((weight.detach().abs() > F16_MAX).sum())
+            if big:
+                raise IntegrationError(SP_CANNOT_SPARSIFY, f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite "
+                                       "float16: as f16 they would be inf", help="keep dtype='bf16' (the range of "
+                                       "float32), or 'e4m3' (scaled per output channel)")
         scale = None
         if name == "e4m3":
             quantized, scale_t = _prune_quantize_e4m3(weight.detach())
@@ -389,7 +396,12 @@ class SparseLinear(nn.Module):
         super().__init_subclass__(**kwargs)
         cls._own_forward = cls.forward is SparseLinear.forward  # (a subclass's forward: nn.Module.__call__ runs it)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: Any = _NO_ARGUMENT, *, x: Any = _NO_ARGUMENT) -> torch.Tensor:
+        """y for one tensor, by position or as ``input=`` (nn.Linear's name) or ``x=``."""
+        if (input is _NO_ARGUMENT) == (x is _NO_ARGUMENT):
+            raise TypeError("SparseLinear.forward() takes one tensor: by position, input= or x=")
+        if x is _NO_ARGUMENT:
+            x = input
         if tracing(x):
             fused = self.__dict__.get("_fused")
             if fused is not None and fused[0].traced:  # fuse_projections_(traced=True): one op per group

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
-from .linear import SparseLinear, checked_model, weight_dtype_name
+from .linear import F16_MAX, SparseLinear, checked_model, weight_dtype_name
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4
@@ -69,6 +70,10 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
         return "on the CPU: the kernel runs on CUDA GPUs (pass interpret=True to run it in the slow interpreter)"
     if weight.device.type not in ("cpu", "cuda"):
         return f"on a {weight.device.type} device: the kernel runs on CUDA GPUs"
+    if name == "f16" and weight.dtype != torch.float16:
+        big = int((weight.detach().abs() > F16_MAX).sum())
+        if big:
+            return f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite float16 (use dtype='bf16')"
     return None
 
 
@@ -122,6 +127,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
                                "but fuse is not set", help="pass fuse=True with glu=True")
     groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport()
+    chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
     for fqn, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):
             continue
@@ -133,6 +139,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         if reason is not None:
             report.skipped[fqn] = reason
             continue
+        chosen.append((fqn, module))
+    for fqn, module in chosen:  # (one at a time: a dense layer's memory goes as its sparse one comes)
         parent_name, _, child = fqn.rpartition(".")
         parent = model.get_submodule(parent_name)
         setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))

@@ -95,8 +95,8 @@ def test_a_subclass_forward_is_called(x):
 
 
 def test_keyword_and_extra_arguments_take_module_call(layer, x, module_calls):
-    assert torch.equal(layer(x=x), layer.forward(x))
-    assert module_calls == ["SparseLinear"]
+    assert torch.equal(layer(x=x), layer.forward(x)) and torch.equal(layer(input=x), layer(x))
+    assert module_calls == ["SparseLinear", "SparseLinear"]
     with pytest.raises(TypeError):
         layer(x, x)  # forward takes one argument: Module.__call__ passes both on, as for nn.Linear
     with pytest.raises(TypeError):

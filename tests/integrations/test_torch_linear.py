@@ -304,3 +304,20 @@ def test_a_buffer_replaced_without_setattr_is_read_by_the_next_call(how, name, c
     with caplog.at_level(logging.INFO, logger="sparsile.torch"):
         assert torch.equal(layer(x), y)
     assert caplog.text == ""  # bound again: found once
+
+
+def test_weights_beyond_the_f16_range_are_refused_as_f16():
+    """from_dense(bf16 weights, "f16") cast them: a weight above 65504 became inf (kept, as the largest
+    of its group), with only numpy's overflow warning. Now SP0902; within range it still converts."""
+    lin = linear(16, 64, seed=11)
+    with torch.no_grad():
+        lin.weight[3, 5] = 1e6
+        lin.weight[7, 9] = -7e4
+    err = _error(spt.SparseLinear.from_dense, lin, "f16")
+    assert (err.code, err.message) == ("SP0902", "2 weights lie beyond ±65504, the largest finite float16: as "
+                                                 "f16 they would be inf")
+    assert torch.isfinite(spt.SparseLinear.from_dense(lin, "bf16").values.float()).all()
+    with torch.no_grad():
+        lin.weight[3, 5] = lin.weight[7, 9] = 6e4
+    layer = spt.SparseLinear.from_dense(lin, "f16")
+    assert torch.isfinite(layer.values.float()).all() and layer.values.float().abs().max() == lin.weight.float().max()

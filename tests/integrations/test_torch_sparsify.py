@@ -169,3 +169,27 @@ def test_multihead_attention_s_out_proj_stays_dense():
         hidden = model.attn(x, x, x, need_weights=False)[0]
         y = model(x)
     check_against_float64(model.proj, hidden, y)
+
+
+def test_a_failing_filter_fn_leaves_the_model_unchanged():
+    """Every filter_fn call (and skip reason) comes before the first swap: an exception there leaves
+    no half-sparsified model behind."""
+    model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.Linear(128, 128)).bfloat16()
+
+    def filter_fn(module, fqn):
+        if fqn == "1":
+            raise RuntimeError("filter failed")
+        return True
+
+    with pytest.raises(RuntimeError, match="filter failed"):
+        spt.sparsify_(model, filter_fn, interpret=True)
+    assert all(type(m) is torch.nn.Linear for m in model)
+
+
+def test_weights_beyond_the_f16_range_are_skipped_for_f16():
+    model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.Linear(128, 128)).bfloat16()
+    with torch.no_grad():
+        model[1].weight[0, 0] = 1e5
+    report = spt.sparsify_(model, dtype="f16", interpret=True)
+    assert report.swapped == ["0"]
+    assert report.skipped == {"1": "1 weights lie beyond ±65504, the largest finite float16 (use dtype='bf16')"}
