@@ -140,11 +140,15 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
             report.skipped[fqn] = reason
             continue
         chosen.append((fqn, module))
-    for fqn, module in chosen:  # (one at a time: a dense layer's memory goes as its sparse one comes)
-        parent_name, _, child = fqn.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        setattr(parent, child, SparseLinear.from_dense(module, dtype, trainable=trainable))
-        report.swapped.append(fqn)
+    paths: dict[int, list[str]] = {}  # a module registered under several names (tied): every name swapped
+    for fqn, module in model.named_modules(remove_duplicate=False):
+        paths.setdefault(id(module), []).append(fqn)
+    for _, module in chosen:  # (one at a time: a dense layer's memory goes as its sparse one comes)
+        sparse = SparseLinear.from_dense(module, dtype, trainable=trainable)
+        for fqn in paths[id(module)]:
+            parent_name, _, child = fqn.rpartition(".")
+            setattr(model.get_submodule(parent_name), child, sparse)
+            report.swapped.append(fqn)
     if groups is not None:
         report.fusion = fuse_projections_(model, groups, traced=traced, glu=glu)
     LOG.info("%s", report)

@@ -193,3 +193,13 @@ def test_weights_beyond_the_f16_range_are_skipped_for_f16():
     report = spt.sparsify_(model, dtype="f16", interpret=True)
     assert report.swapped == ["0"]
     assert report.skipped == {"1": "1 weights lie beyond ±65504, the largest finite float16 (use dtype='bf16')"}
+
+
+def test_a_linear_registered_under_two_names_is_swapped_under_both():
+    """``named_modules`` names a shared (tied) module once: the other name kept the dense layer, so the
+    model ran the two halves of one weight differently."""
+    shared = torch.nn.Linear(128, 128).bfloat16()
+    model = torch.nn.Module()
+    model.a, model.b = shared, shared
+    report = spt.sparsify_(model, interpret=True)
+    assert report.swapped == ["a", "b"] and model.a is model.b and isinstance(model.b, spt.SparseLinear)
