@@ -117,6 +117,7 @@ class GatedLinear(SparseLinear):
     None, the same output type) and torch (``glu_unfused``)."""
 
     _activations = OP_ACTIVATIONS
+    _user_name = "SparseLinear"  # (the user built SparseLinear layers; this one is fuse_projections_')
 
     @classmethod
     def over(cls, fused: SparseLinear, activation: str) -> GatedLinear:

@@ -371,7 +371,7 @@ class SparseLinear(nn.Module):
 
     def _checked_input(self, x: Any) -> torch.dtype:
         """The output dtype for ``x``, after checking its type, last dimension, dtype and device."""
-        check_input(x, self.in_features, self.values.device, type(self).__name__)
+        check_input(x, self.in_features, self.values.device, self._user_name or type(self).__name__)
         return self.out_dtype or x.dtype
 
     def __call__(self, x: Any = _NO_ARGUMENT, /, *args: Any, **kwargs: Any) -> Any:
@@ -391,6 +391,8 @@ class SparseLinear(nn.Module):
                 or not self._own_forward):
             return super().__call__(x)
         return self._forward_eager(x)
+
+    _user_name: str | None = None  # the class a diagnostic names (an internal subclass: the user's layer's)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

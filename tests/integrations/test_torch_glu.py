@@ -1016,3 +1016,15 @@ def test_fallback_equals_the_unfused_computation(dtype, x_dtype, out_dtype, acti
     z = torch.ops.sparsile.sparse_linear(*args, out_dtype=out_dtype)
     assert y.shape == (2, 40, F) and y.dtype == z.dtype
     assert torch.equal(y, GATES[activation](z[..., :F]) * z[..., F:])
+
+
+@pytest.mark.parametrize("tokens", [4, 65])
+def test_a_bad_x_of_a_gated_mlp_names_the_user_s_layer(tokens):
+    """The gated forward's layer is internal (fuse_projections_ builds it): a bad x names SparseLinear,
+    as above 64 tokens (it named GatedLinear at up to 64)."""
+    block = sparse_block()
+    spt.fuse_projections_(block, glu=True)
+    with pytest.raises(IntegrationError) as info:
+        block.mlp(torch.ones(tokens, HIDDEN, dtype=torch.int32))
+    assert (info.value.code, info.value.message) == ("SP0901", "x has dtype torch.int32; SparseLinear takes "
+                                                               "bfloat16, float16 or float32 x")
