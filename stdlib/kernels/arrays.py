@@ -154,8 +154,11 @@ def device_span(x: Any) -> tuple[int, int] | None:
 
 
 def overlaps(out: Any, *reads: Any) -> bool:
-    """Whether device array ``out`` shares memory with any of ``reads`` (a kernel writing out in
-    place would read its own results: C is then written to a new array and copied into out)."""
+    """Whether device array ``out`` shares memory with any of ``reads``, or numpy array ``out`` with
+    a numpy one (the interpreter runs in place on them; a kernel writing out in place would read
+    its own results: C is then written to a new array and copied into out)."""
+    if isinstance(out, np.ndarray):
+        return any(isinstance(r, np.ndarray) and np.may_share_memory(out, r) for r in reads)
     span = device_span(out)
     if span is None:
         return False
@@ -176,7 +179,8 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
         if have_shape != shape or have != dtype:
             raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
-        if not interpret and overlaps(out, home, *reads):  # (after the checks: copy_ would convert or broadcast)
+        # (after the checks: copy_ would convert or broadcast; numpy: the interpreter runs in place too)
+        if (not interpret or array_kind(out) == "numpy") and overlaps(out, home, *reads):
             return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
         kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:
