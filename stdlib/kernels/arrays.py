@@ -153,12 +153,30 @@ def device_span(x: Any) -> tuple[int, int] | None:
     return None if span[0] == span[1] else span
 
 
+def host_span(x: Any) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of the host memory a numpy array or a torch CPU tensor covers
+    (the interpreter reads a torch CPU tensor's memory in place), or None for others and empty ones."""
+    kind = array_kind(x)
+    if kind == "numpy":
+        span = byte_range(x.__array_interface__["data"][0], x.shape, x.strides, x.itemsize)
+    elif kind == "torch-cpu" and str(x.device) == "cpu" and str(x.layout) == "torch.strided":
+        item = x.element_size()
+        span = byte_range(x.data_ptr(), x.shape, [st * item for st in x.stride()], item)
+    else:
+        return None
+    return None if span[0] == span[1] else span
+
+
 def overlaps(out: Any, *reads: Any) -> bool:
     """Whether device array ``out`` shares memory with any of ``reads``, or numpy array ``out`` with
-    a numpy one (the interpreter runs in place on them; a kernel writing out in place would read
-    its own results: C is then written to a new array and copied into out)."""
+    a numpy one or a torch CPU tensor (:func:`host_span`: the interpreter runs in place on them; a
+    kernel writing out in place would read its own results: C is then written to a new array and
+    copied into out)."""
     if isinstance(out, np.ndarray):
-        return any(isinstance(r, np.ndarray) and np.may_share_memory(out, r) for r in reads)
+        span = host_span(out)
+        return span is not None and any(
+            other is not None and other[0] < span[1] and span[0] < other[1]
+            for other in (host_span(r) for r in reads))
     span = device_span(out)
     if span is None:
         return False
