@@ -56,6 +56,13 @@ def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -
     return SparsityError(code, message, help=help)
 
 
+def check_split_k(split_k: Any) -> None:
+    """SP0804 for an explicit ``split_k`` that no kernel takes (an integer from 1 to 64), also where
+    the kernel planned does not split K (Blackwell) and would otherwise ignore it."""
+    if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= 64):
+        raise bad_input(f"split_k must be an integer from 1 to 64, got {split_k!r}")
+
+
 def placed_array(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
     if not interpret and array_kind(x) in ("torch", "cupy"):
@@ -153,9 +160,30 @@ def device_span(x: Any) -> tuple[int, int] | None:
     return None if span[0] == span[1] else span
 
 
+def host_span(x: Any) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of the host memory a numpy array or a torch CPU tensor covers
+    (the interpreter reads a torch CPU tensor's memory in place), or None for others and empty ones."""
+    kind = array_kind(x)
+    if kind == "numpy":
+        span = byte_range(x.__array_interface__["data"][0], x.shape, x.strides, x.itemsize)
+    elif kind == "torch-cpu" and str(x.device) == "cpu" and str(x.layout) == "torch.strided":
+        item = x.element_size()
+        span = byte_range(x.data_ptr(), x.shape, [st * item for st in x.stride()], item)
+    else:
+        return None
+    return None if span[0] == span[1] else span
+
+
 def overlaps(out: Any, *reads: Any) -> bool:
-    """Whether device array ``out`` shares memory with any of ``reads`` (a kernel writing out in
-    place would read its own results: C is then written to a new array and copied into out)."""
+    """Whether device array ``out`` shares memory with any of ``reads``, or numpy array ``out`` with
+    a numpy one or a torch CPU tensor (:func:`host_span`: the interpreter runs in place on them; a
+    kernel writing out in place would read its own results: C is then written to a new array and
+    copied into out)."""
+    if isinstance(out, np.ndarray):
+        span = host_span(out)
+        return span is not None and any(
+            other is not None and other[0] < span[1] and span[0] < other[1]
+            for other in (host_span(r) for r in reads))
     span = device_span(out)
     if span is None:
         return False
@@ -176,7 +204,8 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
         if have_shape != shape or have != dtype:
             raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
-        if not interpret and overlaps(out, home, *reads):  # (after the checks: copy_ would convert or broadcast)
+        # (after the checks: copy_ would convert or broadcast; numpy: the interpreter runs in place too)
+        if (not interpret or array_kind(out) == "numpy") and overlaps(out, home, *reads):
             return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
         kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:

@@ -149,8 +149,7 @@ def call_key(values: Any, meta: Any, b: Any, out: Any, interpret: bool, options:
     sig_o = None if out is None else _array_signature(out, interpret)
     if sig_m is None or (out is not None and sig_o is None):
         return None
-    if out is not None and not interpret and overlaps(out, values, b, meta.data if isinstance(meta, MetadataBuffer)
-                                                      else meta):
+    if out is not None and overlaps(out, values, b, meta.data if isinstance(meta, MetadataBuffer) else meta):
         return None  # C goes through a new array and a copy (arrays.output_array): planned every call
     # each option with its type: 2.0 and True equal (and hash as) 2, but planning refuses them for
     # split_k or num_sms where it takes 2 (a replay would run them); numpy's 2 is planned as 2

@@ -40,6 +40,7 @@ from . import call_cache
 from .arrays import (
     array_kind,
     bad_input,
+    check_split_k,
     deliver_result,
     empty_array,
     output_array,
@@ -255,6 +256,8 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
                         help="leave it unset for the GPU's SM count, or pass how many SMs the kernel may use")
     if tgt != "sm_90a":
         from .gemm_sm100 import plan_sparse_matmul_sm100
+
+        check_split_k(split_k)  # no Blackwell kernel splits K, but a bad value is not ignored
 
         if out_dtype is not None:
             choice = resolve_kernel_choice(values, meta, dtype)

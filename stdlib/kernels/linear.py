@@ -34,7 +34,7 @@ import numpy as np
 
 from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
-from .arrays import bad_input, deliver_result, empty_array, pad_columns, plain_int, zeros_array
+from .arrays import bad_input, check_split_k, deliver_result, empty_array, pad_columns, plain_int, zeros_array
 from .gemm import choose_split_k, pair_ctas, plan_target
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
@@ -127,6 +127,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
                                   num_sms=num_sms, split_k=split_k, reduce=reduce, pdl=pdl)
     if tgt != "sm_90a":
         from .linear_sm100 import blackwell_operands
+
+        check_split_k(split_k)  # the Blackwell kernel does not split K, but a bad value is not ignored
 
         choice, values, words, xc, m, t, k, k_padded, k_launch = blackwell_operands(values, meta, x, tgt, interpret,
                                                                                     meta_format)

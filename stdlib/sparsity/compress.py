@@ -80,7 +80,9 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
     """``array`` cast to the host dtype of ``op``, rounding once to nearest even. e4m3 has no
     infinity: a cast would turn |x| >= 464 into NaN, so values beyond ±448 (infinities included)
     are saturated to ±448 instead, with a :class:`SaturationWarning` saying how many (NaN stays
-    NaN). Other types round as ml_dtypes / numpy do (e5m2 overflows to ±inf)."""
+    NaN). Other types round as ml_dtypes / numpy do (e5m2 overflows to ±inf; integer types truncate),
+    but values an integer type cannot hold (NaN, ±inf, beyond its range: numpy would wrap them) are
+    SP0804."""
     if op.name == "e4m3":
         wide = array.astype(np.float64)
         over = np.abs(wide) > 448.0
@@ -92,6 +94,16 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
                           SaturationWarning, stacklevel=_caller_level())
             wide = np.clip(wide, -448.0, 448.0)
         return wide.astype(op.host_dtype)
+    host = np.dtype(op.host_dtype)
+    if host.kind in "iu" and array.dtype != host and array.dtype != np.bool_:
+        info = np.iinfo(host)
+        # numpy wraps what lies beyond the range (300 -> 44) and makes NaN/inf arbitrary: refused
+        whole = array if array.dtype.kind in "iu" else np.trunc(array.astype(np.float64))
+        bad = ~((whole >= info.min) & (whole <= info.max))
+        if bad.any():
+            raise SparsityError(SP_BAD_INPUT, f"{int(bad.sum())} values of {what} are not finite or lie beyond "
+                                f"[{info.min}, {info.max}], the range of {op.name}: a cast would wrap them",
+                                help=f"clip or quantize them to the {op.name} range first")
     return array.astype(op.host_dtype)
 
 

@@ -553,3 +553,14 @@ def test_a_replay_launches_natively_only_with_torch_tensors(native_rules, monkey
         call = [torch_like] * 4
         call[i] = cupy_like
         assert native_rules.native_plan((launch,), (refs,), [], Ref("input", 3), tuple(call)) is None, i
+
+
+def test_an_out_that_is_b_is_not_replayed_in_place():
+    """A record made with a separate out, replayed for out=b (same key: shape, strides, dtype), had
+    the kernel write C over the b it was still reading (M = N = K, two M tiles, no split-K)."""
+    for alias in (False, True, True):
+        weight, vals, meta, b = operands(256, 256, 256, seed=int(alias), dtype="f16")
+        out = b if alias else np.full((256, 256), np.nan, np.float16)
+        ref_b = b.copy()
+        assert sparse_matmul(vals, meta, b, out=out, interpret=True, split_k=1) is out
+        check(out, weight, ref_b)

@@ -204,6 +204,31 @@ def test_out_is_written_and_returned():
     np.testing.assert_array_equal(strided, out)
 
 
+@pytest.mark.parametrize("what", ["b", "values"])
+def test_out_that_shares_memory_with_an_operand_gets_the_product_of_the_operands_as_passed(what):
+    """The interpreter runs on numpy arrays in place: out=b (M = N = K) or out=values (N = K/2), with
+    two N or M tiles and no split-K workspace, had later tiles read the C that earlier ones stored
+    over the operand."""
+    m, n, k = (256, 256, 256) if what == "b" else (128, 320, 640)
+    weight, b0 = problem("f16", m, n, k, seed=11)
+    ref, absprod = reference(weight, b0)
+    values, b = np.array(weight.values), b0.copy()
+    out = b if what == "b" else values
+    assert sparse_matmul(values, weight.meta, b, out=out, interpret=True, split_k=1) is out
+    assert_close(out, ref, absprod, k, "f16")
+
+
+def test_a_numpy_out_that_is_the_memory_of_a_torch_cpu_b_gets_the_product_of_b_as_passed():
+    """b a torch CPU tensor over the numpy array passed as out (M = N = K): the interpreter reads
+    b's memory in place, so C must not be stored there while b is read."""
+    torch = pytest.importorskip("torch")
+    weight, b0 = problem("f16", 256, 256, 256, seed=12)
+    ref, absprod = reference(weight, b0)
+    b = b0.copy()
+    assert sparse_matmul(weight.values, weight.meta, torch.from_numpy(b), out=b, interpret=True, split_k=1) is b
+    assert_close(b, ref, absprod, 256, "f16")
+
+
 def test_empty_problems():
     weight, b = problem("f16", 5, 4, 8, seed=5)
     assert sparse_matmul(weight.values, weight.meta, b[:0], interpret=True).shape == (5, 0)

@@ -224,3 +224,13 @@ def test_sparse_matmul_on_blackwell(dtype, persistent):
     weight, b = problem(dtype, 1000, 700, 1000, seed=11)
     c = sparse_matmul(weight.values, weight.meta, b, persistent=persistent)  # the device's target by default
     assert_close(c, weight, b, dtype)
+
+
+@pytest.mark.parametrize("split_k", [0, 65, 2.0, "2", True])
+def test_a_bad_split_k_is_refused_on_blackwell_too(split_k):
+    """The Blackwell kernels do not split K, but a split_k that no kernel takes was silently ignored."""
+    weight, b = problem("f16", 32, 24, 64, seed=9)
+    with pytest.raises(SparsityError) as info:
+        sparse_matmul(weight.values, weight.meta, b, interpret=True, target="sm_100a", split_k=split_k)
+    assert (info.value.code, info.value.message) == (
+        "SP0804", f"split_k must be an integer from 1 to 64, got {split_k!r}")

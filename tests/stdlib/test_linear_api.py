@@ -164,6 +164,16 @@ def test_torch_cpu_tensors_and_strided_x():
     assert_linear_close(y, weight, x, 64, "bf16", "bfloat16", scale_x=scale_x.numpy())
 
 
+def test_a_numpy_out_that_is_the_memory_of_a_torch_cpu_x_gets_the_layer_of_x_as_passed():
+    """x a torch CPU tensor over the numpy array passed as out (T = N_out = K, two tiles of tokens):
+    the interpreter reads x's memory in place, so y must not be stored there while x is read."""
+    torch = pytest.importorskip("torch")
+    weight, x0 = problem("f16", 256, 256, 256, seed=13)
+    x = x0.copy()
+    assert sparse_linear(weight.values, weight.meta, torch.from_numpy(x), out=x, interpret=True, split_k=1) is x
+    assert_linear_close(x, weight, x0, 256, "f16", "float16")
+
+
 def test_rebind_reuses_the_plan_for_new_activations():
     weight, x = problem("e4m3", 130, 7, 128, seed=5)
     _, x2 = problem("e4m3", 130, 7, 128, seed=6)

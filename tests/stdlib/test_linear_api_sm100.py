@@ -45,6 +45,16 @@ def test_rebind_on_blackwell():
     assert_linear_close(again.run(), weight, x2, 128, "bf16", "bfloat16")
 
 
+@pytest.mark.parametrize("split_k", [0, 65, 2.0, "2", True])
+def test_a_bad_split_k_is_refused_on_blackwell_too(split_k):
+    """The Blackwell kernel does not split K, but a split_k that no kernel takes was silently ignored."""
+    weight, x = problem("f16", 32, 80, 64, seed=4)
+    with pytest.raises(SparsityError) as info:
+        sparse_linear(weight.values, weight.meta, x, interpret=True, target="sm_100a", split_k=split_k)
+    assert (info.value.code, info.value.message) == (
+        "SP0804", f"split_k must be an integer from 1 to 64, got {split_k!r}")
+
+
 def test_blackwell_has_no_s8_or_tf32_linear():
     _, x = problem("f16", 32, 4, 64, seed=3)
     from sparsile.stdlib.kernels import prune_and_compress

@@ -76,3 +76,25 @@ def test_sparse_matmul_saturates_an_e4m3_b_beyond_448() -> None:
     bq = np.clip(b, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
     ref = weight.dense().astype(np.float64) @ bq.T
     assert np.abs(c.astype(np.float64) - ref).max() <= 2.0 ** -10 * np.abs(ref).max() + 1e-2
+
+
+@pytest.mark.parametrize("bad", [300.0, -129, np.nan, np.inf])
+def test_an_s8_cast_of_a_value_beyond_its_range_is_refused(bad) -> None:
+    """numpy's cast to int8 wraps 300 to 44 and turns NaN into 0 or -128: the product was silently
+    wrong (compress of a weight, sparse_matmul's b)."""
+    from sparsile.stdlib.kernels import sparse_matmul
+
+    w = np.zeros((16, 8), np.float64)
+    w[2, 1] = bad
+    with pytest.raises(S.SparsityError) as info:
+        S.compress(w, "s8")
+    assert (info.value.code, info.value.message) == (
+        "SP0804", "1 values of w are not finite or lie beyond [-128, 127], the range of s8: a cast would wrap them")
+    weight = prune_and_compress(np.ones((16, 32), np.float32), "s8")
+    b = np.ones((4, 32), np.float32)
+    b[3, 5] = bad
+    with pytest.raises(S.SparsityError) as info:
+        sparse_matmul(weight.values, weight.meta, b, interpret=True)
+    assert info.value.code == "SP0804" and info.value.message.startswith("1 values of b are not finite")
+    within = np.array([[127.0, 0, -128.0, 0]])
+    assert S.compress(within, "s8")[0].tolist() == [[127, -128]]
