@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..safetensors import load_file, save_file
 from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
+from .fuse import checked_flag
 from .linear import SparseLinear, checked_model, host_to_torch
 
 WEIGHTS = "model.safetensors"
@@ -133,6 +134,7 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise
     SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's."""
     checked_model(model, "load_sparse24_checkpoint")
+    checked_flag(strict, "strict", "load_sparse24_checkpoint")
     path = _checked_path(path, "load_sparse24_checkpoint")
     read_config(path)
     tensors: dict[str, np.ndarray] = {}

@@ -372,6 +372,7 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
     checked_flag(glu, "glu", "fuse_projections_")
+    checked_flag(traced, "traced", "fuse_projections_")
     report = FuseReport(glu_asked=glu)
     for fqn, parent in list(model.named_modules()):
         children = parent._modules  # named_children() would hide a module registered under two names

@@ -122,6 +122,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     if glu is None:  # the default: the gated activation in the kernel wherever gate/up are fused
         glu = fusing
     checked_flag(glu, "glu", "sparsify_")
+    checked_flag(traced, "traced", "sparsify_")
     if glu and not fusing:
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "
                                "but fuse is not set", help="pass fuse=True with glu=True")

@@ -133,6 +133,11 @@ def test_missing_torch_is_sp0900():
      "sparsify_: interpret must be True or False, got 'no'"),
     (lambda m: spt.sparsify_(m, interpret=True, trainable="no", min_features=16), "SP0907",
      "sparsify_: trainable must be True or False, got 'no'"),
+    (lambda m: spt.sparsify_(m, interpret=True, fuse=True, traced="no", min_features=16), "SP0907",
+     "sparsify_: traced must be True or False, got 'no'"),
+    (lambda m: spt.fuse_projections_(m, traced=1), "SP0907", "fuse_projections_: traced must be True or False, got 1"),
+    (lambda m: spt.load_sparse24_checkpoint(m, ".", strict="no"), "SP0907",
+     "load_sparse24_checkpoint: strict must be True or False, got 'no'"),
 ])
 def test_bad_arguments_are_refused_before_any_swap(call, code, message):
     """A non-module, a filter_fn that cannot be called and a min_features that is not an integer were
