@@ -20,7 +20,7 @@ For y = act(pre), pre = (x @ Wᵀ) * scale_x * scale_w + bias (W = decompress(va
 * e4m3: x is quantized per token in the forward; its gradient is the straight-through one (the
   quantization is taken as the identity, as fp8 training recipes do), so ``dx = d pre @ (W * scale_w)``.
 
-Gradients of values, meta, scale_w and scale_x are refused when asked for (SP0917), never left
+Gradients of values, meta, scale_w and scale_x are refused when asked for (SP0922), never left
 silently at zero: the weight is frozen; ``sparsify_(model, trainable=True)`` trains it.
 """
 
@@ -33,10 +33,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...stdlib.sparsity import as_host_array, decompress
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
+from .weight import NAME_OF, host_dense
 
-_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "e4m3"}
 _ACTIVATIONS: dict[str, Any] = {
     "relu": F.relu,
     "silu": F.silu,
@@ -49,15 +48,13 @@ _ACTIVATIONS: dict[str, Any] = {
 def dense_weight(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     """W (N, k) in float32 on values' device, decompressed from values and "sm90" words (k: x's K,
     at most the K the values cover)."""
-    name = _NAMES[values.dtype]
-    n, k_values = int(values.shape[0]), 2 * int(values.shape[1])
+    n = int(values.shape[0])
     if values.is_cuda:
         from ...stdlib.kernels.sparsity_gpu import decompress_gpu
 
-        dense = decompress_gpu(values.detach(), meta.detach(), "sm90", name, m=n, k=k)
+        dense = decompress_gpu(values.detach(), meta.detach(), "sm90", NAME_OF[values.dtype], m=n, k=k)
         return dense.float()
-    words = np.ascontiguousarray(as_host_array(meta.detach(), "meta")).view(np.uint32)
-    host = decompress(as_host_array(values.detach(), "values"), words, "sm90", name, m=n, k=k_values)
+    host = host_dense(values, meta, n, 2 * int(values.shape[1]))
     return torch.from_numpy(np.ascontiguousarray(host[:, :k], dtype=np.float32))
 
 
@@ -68,7 +65,7 @@ def frozen(what: str) -> IntegrationError:
                                  "sparsify_(model, trainable=True) swaps in SemiSparseLinear (docs/training.md)")
 
 
-def pre_activation_grad(dy: torch.Tensor, pre: torch.Tensor, activation: str | None) -> torch.Tensor:
+def pre_activation_grad(dy: torch.Tensor, pre: torch.Tensor | None, activation: str | None) -> torch.Tensor:
     """d pre (T, N) in float32 from dy (T, N or F) and the float32 pre-activations (None: dy)."""
     dy = dy.float()
     if activation is None:

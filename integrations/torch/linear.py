@@ -27,7 +27,6 @@ from ...stdlib.sparsity import (
     SparsityError,
     as_host_array,
     compress,
-    decompress,
     encode_metadata,
     metadata_shape,
     operand_type,
@@ -56,15 +55,21 @@ from ._kernels import (
 from .autograd import LayerWithInputGrad
 from .last_call import LastCall
 from .record_cache import RecordCache
+from .weight import NAME_OF, WEIGHT_DTYPES, host_dense
 
-WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
-"""The weight types a SparseLinear holds, by the sparsity toolkit's operand name."""
-NAME_OF = {v: k for k, v in WEIGHT_DTYPES.items()}
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
 _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
 LOG = logging.getLogger("sparsile.torch")
 F16_MAX = 65504.0
+
+
+def beyond_f16(weight: torch.Tensor, name: str) -> int:
+    """How many weights of another type than float16 lie beyond ±65504 where ``name`` is "f16": a cast
+    makes them inf (kept, as the largest of their group)."""
+    if name != "f16" or weight.dtype == torch.float16:
+        return 0
+    return int((weight.detach().abs() > F16_MAX).sum())
 
 
 def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
@@ -259,12 +264,11 @@ class SparseLinear(nn.Module):
             return SemiSparseLinear.from_dense(linear, dtype)
         weight = dense_weight(linear, SP_CANNOT_SPARSIFY)
         name = weight_dtype_name(dtype, weight.dtype)
-        if name == "f16" and weight.dtype != torch.float16:  # (a cast makes them inf: kept, as a group's largest)
-            big = int((weight.detach().abs() > F16_MAX).sum())
-            if big:
-                raise IntegrationError(SP_CANNOT_SPARSIFY, f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite "
-                                       "float16: as f16 they would be inf", help="keep dtype='bf16' (the range of "
-                                       "float32), or 'e4m3' (scaled per output channel)")
+        big = beyond_f16(weight, name)
+        if big:
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite "
+                                   "float16: as f16 they would be inf", help="keep dtype='bf16' (the range of "
+                                   "float32), or 'e4m3' (scaled per output channel)")
         scale = None
         if name == "e4m3":
             quantized, scale_t = _prune_quantize_e4m3(weight.detach())
@@ -493,9 +497,7 @@ class SparseLinear(nn.Module):
         """The pruned dense weight (N, K) in float32 on the layer's device (times ``scale_w`` for
         e4m3), rebuilt from values and metadata: ``x @ layer.to_dense().T`` is what forward computes
         before the epilogue."""
-        words = np.ascontiguousarray(as_host_array(self.meta.detach(), "meta")).view(np.uint32)
-        dense = decompress(as_host_array(self.values.detach(), "values"), words, "sm90", self.weight_dtype,
-                           m=self.out_features, k=self.in_features).astype(np.float32)
+        dense = host_dense(self.values, self.meta, self.out_features, self.in_features).astype(np.float32)
         if self.scale_w is not None:
             dense = dense * as_host_array(self.scale_w.detach().float(), "scale_w").reshape(-1, 1)
         return torch.from_numpy(np.ascontiguousarray(dense)).to(self.values.device)
@@ -525,9 +527,8 @@ class SparseLinear(nn.Module):
         have the same shapes, and x's padding is zero, so its last columns would be dropped unseen."""
         if values.is_meta or words.is_meta:  # (a layer built on the meta device, loaded in part: no values yet)
             return
-        host_words = np.ascontiguousarray(as_host_array(words.detach().to(torch.int32), "meta")).view(np.uint32)
-        dense = decompress(as_host_array(values.detach().to(self.values.dtype), "values"), host_words, "sm90",
-                           self.weight_dtype, m=int(values.shape[0]), k=2 * self.values.shape[1])
+        dense = host_dense(values.to(self.values.dtype), words.to(torch.int32), int(values.shape[0]),
+                           2 * self.values.shape[1])
         beyond = np.argwhere(dense[:, self.in_features:] != 0)  # (NaN too)
         if len(beyond):
             row, col = (int(i) for i in beyond[0])

@@ -14,13 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
-from .linear import F16_MAX, SparseLinear, checked_model, weight_dtype_name
+from .linear import F16_MAX, SparseLinear, beyond_f16, checked_model, weight_dtype_name
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4
@@ -70,10 +69,9 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
         return "on the CPU: the kernel runs on CUDA GPUs (pass interpret=True to run it in the slow interpreter)"
     if weight.device.type not in ("cpu", "cuda"):
         return f"on a {weight.device.type} device: the kernel runs on CUDA GPUs"
-    if name == "f16" and weight.dtype != torch.float16:
-        big = int((weight.detach().abs() > F16_MAX).sum())
-        if big:
-            return f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite float16 (use dtype='bf16')"
+    big = beyond_f16(weight, name)
+    if big:
+        return f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite float16 (use dtype='bf16')"
     return None
 
 

@@ -8,9 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...stdlib.kernels.linear_args import is_gated
+from ...stdlib.sparsity import as_host_array, decompress
+
+WEIGHT_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
+"""The weight types a SparseLinear holds, by the sparsity toolkit's operand name."""
+NAME_OF = {v: k for k, v in WEIGHT_DTYPES.items()}
+
+
+def host_dense(values: torch.Tensor, meta: torch.Tensor, m: int, k: int) -> np.ndarray:
+    """The (m, k) weight in the values' type on the host, decompressed from values and "sm90"
+    metadata words (int32 or uint32; k: the columns the values cover, or fewer)."""
+    words = np.ascontiguousarray(as_host_array(meta.detach(), "meta")).view(np.uint32)
+    return decompress(as_host_array(values.detach(), "values"), words, "sm90", NAME_OF[values.dtype], m=m, k=k)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -
 def check_split_k(split_k: Any) -> None:
     """SP0804 for an explicit ``split_k`` that no kernel takes (an integer from 1 to 64), also where
     the kernel planned does not split K (Blackwell) and would otherwise ignore it."""
-    if split_k is not None and (type(split_k) is not int or not 1 <= split_k <= 64):
+    if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool) or not 1 <= split_k <= 64):
         raise bad_input(f"split_k must be an integer from 1 to 64, got {split_k!r}")
 
 

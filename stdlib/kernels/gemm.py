@@ -292,8 +292,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
                             pingpong_ctas=pingpong_ctas(m, n, bn, num_sms or gpu_sm_count(interpret)))
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
                                                                num_sms or gpu_sm_count(interpret))
-    if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
-        raise bad_input(f"split_k must be an integer from 1 to 64, got {split!r}")
+    check_split_k(split)
     converts = c_dtype != choice.out_dtype  # the _splitk kernel's f32 partials, then C's type on the reduce
     needs_workspace = split > 1 or (converts and c_dtype != choice.partial_dtype)
     workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if needs_workspace else None

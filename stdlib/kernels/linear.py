@@ -173,8 +173,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         split = tuned.split_k
     else:
         split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
-    if not isinstance(split, int) or isinstance(split, bool) or not 1 <= split <= 64:
-        raise bad_input(f"split_k must be an integer from 1 to 64, got {split!r}")
+    check_split_k(split)
     split = split if k_padded else 1
     workspace = _zero_workspace(x, t, m, k_padded, interpret)
     if split > 1:
