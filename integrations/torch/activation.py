@@ -64,7 +64,7 @@ def _compressed(x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]
     values, indices = compress(as_host_array(x, "x"), name, prune=True)
     words = encode_metadata(indices, "sm90", name, k=int(x.shape[1])).data
     return (torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).view(x.dtype),
-            torch.from_numpy(np.ascontiguousarray(words).view(np.int32)))
+            torch.from_numpy(np.array(words, copy=True).view(np.int32)))
 
 
 def _check(x: Any, weight: Any, bias: Any, what: str = "sparse24_activation_linear") -> None:

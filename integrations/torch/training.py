@@ -184,12 +184,12 @@ def _compressed(matrix: torch.Tensor, name: str, interpret: bool) -> tuple[torch
         words = meta.data
         if isinstance(values, np.ndarray):
             return (torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).view(matrix.dtype),
-                    torch.from_numpy(np.ascontiguousarray(words).view(np.int32)))
+                    torch.from_numpy(np.array(words, copy=True).view(np.int32)))
         return values, words.view(torch.int32)
     values, indices = compress(as_host_array(matrix, "weight"), name, prune=True)
     words = encode_metadata(indices, "sm90", name, k=int(matrix.shape[1])).data
     return (torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).view(matrix.dtype),
-            torch.from_numpy(np.ascontiguousarray(words).view(np.int32)))
+            torch.from_numpy(np.array(words, copy=True).view(np.int32)))
 
 
 # ------------------------------------------------------------------------------------------------

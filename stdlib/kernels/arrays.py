@@ -137,6 +137,8 @@ def copy_like(host: np.ndarray, like: Any) -> Any:
         import torch
 
         bits = np.ascontiguousarray(host).view(_INT_OF_SIZE[host.itemsize])
+        if kind == "torch-cpu" or not bits.flags.writeable:  # .to(cpu) would alias host; torch needs writable
+            bits = bits.copy()
         tensor = torch.from_numpy(bits).to(like.device)
         return tensor.view(getattr(torch, host.dtype.name))
     if kind == "cupy":

@@ -20,6 +20,11 @@ class MetadataBuffer:
     the kernel was compiled for (:func:`validate_metadata`), which catches metadata encoded for
     another operand width, the mistake an untagged array cannot reveal. ``np.asarray(buffer)``
     gives ``data``.
+
+    The buffer is immutable, ``data`` included: it is held as a read-only view, because launchers
+    validate the words once per buffer and keep one device copy of them (``gemm_operands``), so an
+    edit in place would reach neither check nor GPU. To change metadata, encode a new buffer (or
+    ``MetadataBuffer(buffer.data.copy(), ...)`` after editing the copy).
     """
 
     data: np.ndarray
@@ -27,6 +32,12 @@ class MetadataBuffer:
     dtype: str
     m: int
     k: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, np.ndarray) and self.data.flags.writeable:
+            frozen = self.data.view()
+            frozen.flags.writeable = False
+            object.__setattr__(self, "data", frozen)
 
     @property
     def operand(self) -> OperandType:

@@ -185,5 +185,5 @@ def test_a_hand_built_buffer_is_checked_like_a_raw_array():
             validate_metadata(buffer, "sm90", "f16", m=16)
         assert (info.value.code, info.value.message) == (code, message)
     torch = pytest.importorskip("torch")
-    words = MetadataBuffer(torch.from_numpy(good.data.view(np.int32)), "sm90", "f16", 16, 32)
+    words = MetadataBuffer(torch.from_numpy(good.data.copy().view(np.int32)), "sm90", "f16", 16, 32)
     np.testing.assert_array_equal(validate_metadata(words, "sm90", "f16", m=16).data, good.data)
