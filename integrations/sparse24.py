@@ -148,7 +148,15 @@ def shards(path: Path) -> list[Path]:
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise _config_error(f"{index} has no readable weight_map (not an object of tensor names to file names)",
                                 help="rewrite the index")
-        files = [path / name for name in sorted(set(weight_map.values()))]
+        root = path.resolve()
+        outside = sorted(name for name in set(weight_map.values()) if not (root / name).resolve().is_relative_to(root))
+        if outside:
+            raise _config_error(f"{index} names {outside[0]!r}, which lies outside the checkpoint folder"
+                                + (f" ({len(outside) - 1} more such)" if len(outside) > 1 else ""),
+                                help="name each shard by its file name in the folder (a checkpoint reads only "
+                                "its own files)")
+        named = {(root / name).resolve(): path / name for name in sorted(set(weight_map.values()), reverse=True)}
+        files = sorted(named.values())  # "a.safetensors" and "./a.safetensors" are one file, read once
         missing = [str(f.relative_to(path)) for f in files if not f.is_file()]
         if missing:
             raise _config_error(f"{index} names {missing[0]!r}, which is not a file of the folder"

@@ -63,6 +63,13 @@ def check_split_k(split_k: Any) -> None:
         raise bad_input(f"split_k must be an integer from 1 to 64, got {split_k!r}")
 
 
+def check_flag(name: str, value: Any) -> None:
+    """SP0804 for a yes/no option that is not a bool (numpy's included): a truthy string such as
+    "no" would otherwise turn it on."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise bad_input(f"{name} must be True or False, got {value!r}")
+
+
 def placed_array(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
     if not interpret and array_kind(x) in ("torch", "cupy"):

@@ -40,6 +40,7 @@ from . import call_cache
 from .arrays import (
     array_kind,
     bad_input,
+    check_flag,
     check_split_k,
     deliver_result,
     empty_array,
@@ -221,6 +222,7 @@ def plan_target(target: str | None, interpret: bool) -> str:
     sm_90a (the Hopper kernel; also in the interpreter when no target is named)."""
     from .gemm_sm100 import BLACKWELL_TARGETS, device_target
 
+    check_flag("interpret", interpret)
     if target is None:
         return (None if interpret else device_target()) or "sm_90a"
     if target != "sm_90a" and target not in BLACKWELL_TARGETS:
@@ -245,6 +247,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
 
     split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
+    check_flag("persistent", persistent)
     check_kernel_choice(kernel)  # SP0860 for a kernel choice there is not, whatever the target
     if schedule is not None:
         choice = resolve_kernel_choice(values, meta, dtype)

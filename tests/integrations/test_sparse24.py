@@ -4,6 +4,8 @@ groups with one nonzero, -0.0, and the SP0913 / SP0915 errors."""
 
 from __future__ import annotations
 
+import json
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -100,3 +102,21 @@ def test_a_bad_shard_index_is_sp0912(tmp_path, index, message):
     with pytest.raises(IntegrationError) as info:
         shards(tmp_path)
     assert (info.value.code, info.value.message) == ("SP0912", f"{tmp_path / INDEX} {message}")
+
+
+def test_an_index_naming_a_file_outside_the_folder_is_sp0912(tmp_path):
+    """A weight_map value like "../x.safetensors" or an absolute path was read from wherever it led."""
+    from sparsile.integrations.sparse24 import INDEX, shards
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (tmp_path / "elsewhere.safetensors").write_bytes(b"")
+    (folder / "model.safetensors").write_bytes(b"")
+    for name in ("../elsewhere.safetensors", str(tmp_path / "elsewhere.safetensors")):
+        (folder / INDEX).write_text(json.dumps({"weight_map": {"a": "model.safetensors", "b": name}}))
+        with pytest.raises(IntegrationError) as info:
+            shards(folder)
+        assert (info.value.code, info.value.message) == (
+            "SP0912", f"{folder / INDEX} names {name!r}, which lies outside the checkpoint folder")
+    (folder / INDEX).write_text(json.dumps({"weight_map": {"a": "model.safetensors", "b": "./model.safetensors"}}))
+    assert shards(folder) == [folder / "model.safetensors"]  # one file under two spellings, read once

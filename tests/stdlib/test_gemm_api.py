@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.stdlib import sparsity as S
-from sparsile.stdlib.kernels import KERNELS, CompressedWeight, plan_sparse_matmul, prune_and_compress, sparse_matmul
+from sparsile.stdlib.kernels import (
+    KERNELS,
+    CompressedWeight,
+    plan_sparse_matmul,
+    prune_and_compress,
+    sparse_linear,
+    sparse_matmul,
+)
 from sparsile.stdlib.sparsity import SparsityError
 
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "s8": np.int8,
@@ -326,6 +333,11 @@ def test_bad_arguments_are_refused_before_any_work():
          "num_sms must be a positive integer, got 2.5"),
         (lambda: plan_sparse_matmul(v, meta, b, split_k=True, interpret=True),
          "split_k must be an integer from 1 to 64"),
+        # a truthy string turned the option on
+        (lambda: plan_sparse_matmul(v, meta, b, persistent="no", interpret=True),
+         "persistent must be True or False, got 'no'"),
+        (lambda: sparse_matmul(v, meta, b, interpret="no"), "interpret must be True or False, got 'no'"),
+        (lambda: sparse_linear(v, meta, b, interpret=1), "interpret must be True or False, got 1"),
     ]
     out = np.zeros((40, 24), np.float16)
     out.setflags(write=False)
