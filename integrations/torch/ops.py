@@ -155,8 +155,11 @@ def record_key(x2: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias:
     x, y and scale_x's address per call. So the key holds x's (T, K) (check_arguments admits up to
     three K for one weight), the weight's memory and shape, and the scale modes: a per-tensor
     scale_x (one element) and a per-token one (T) plan different kernels, as do a per-tensor and
-    a per-channel scale_w at one address; scale_x's dtype (the plan converts another to float32)."""
-    ptrs = tuple(t.data_ptr() if t is not None else 0 for t in (values, meta, bias, scale_w))
+    a per-channel scale_w at one address; scale_x's dtype (the plan converts another to float32).
+    The weight's tensors by address, dtype and strides: memory freed and handed out again by the
+    caching allocator can hold a new bias of another dtype, or a view of other strides, at the same
+    address."""
+    ptrs = tuple((t.data_ptr(), t.dtype, t.stride()) if t is not None else 0 for t in (values, meta, bias, scale_w))
     scales = (None if scale_x is None else (scale_x.dtype, scale_x.numel() > 1),
               None if scale_w is None else scale_w.numel() > 1)
     return (x2.shape[0], x2.shape[1], x2.dtype, x2.device.index, out, ptrs, tuple(values.shape), scales, activation)

@@ -151,7 +151,8 @@ def copy_like(host: np.ndarray, like: Any) -> Any:
     if kind == "cupy":
         import cupy
 
-        return cupy.asarray(host)
+        with like.device:  # cupy allocates on its current device, not like's
+            return cupy.asarray(host)
     return host
 
 
@@ -238,7 +239,8 @@ def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) 
     elif kind == "cupy":
         import cupy
 
-        array = cupy.empty(shape, dtype=dtype)
+        with home.device:  # cupy allocates on its current device, not home's
+            array = cupy.empty(shape, dtype=dtype)
     else:
         array = np.empty(shape, dtype=operand_type("bf16").host_dtype if dtype == "bfloat16" else dtype)
     return note_scratch(array)

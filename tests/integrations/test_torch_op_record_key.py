@@ -46,6 +46,23 @@ def test_the_key_tells_apart_what_a_record_is_specialized_on() -> None:
     assert _key(torch.zeros(T, K - 2, dtype=E4M3), torch.ones(T), scale_w, values, meta) != base  # another K
 
 
+def test_the_key_tells_apart_weight_tensors_of_another_dtype_or_strides_at_one_address() -> None:
+    """The caching allocator hands freed memory out again: a bias of another dtype, or a view of
+    the same memory with other strides, can stand at the address an earlier record was planned for."""
+    values, meta, scale_w = _weight()
+    x, sx = torch.zeros(T, K, dtype=E4M3), torch.ones(T)
+    memory = torch.zeros(N, dtype=torch.float32)
+
+    def key(bias: torch.Tensor | None, vals: torch.Tensor = values) -> tuple:
+        return ops.record_key(x, vals, meta, bias, sx, scale_w, torch.bfloat16, None)
+
+    assert key(memory) == key(memory.view(torch.float32))
+    assert key(memory.view(torch.int32)) != key(memory)  # one address, another dtype
+    assert key(memory.view(torch.bfloat16)[:N]) != key(memory)
+    square = torch.zeros(K // 2, K // 2, dtype=E4M3)
+    assert key(None, square) != key(None, square.t())  # one address and shape, other strides
+
+
 def test_per_tensor_then_per_token_scale_get_their_own_records(fake) -> None:
     """Through the record cache as the op uses it: the record built for a per-tensor scale_x is
     not replayed with a per-token one (it planned a kernel that reads scale_x[0] for every token)."""

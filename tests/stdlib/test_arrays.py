@@ -71,3 +71,34 @@ def test_an_out_sharing_memory_is_checked_like_any_other_out(as_cuda):
         arrays.output_array(wide, (16, 16), "float16", "rule", x, False, (wide,))
     with pytest.raises(SparsityError, match="out must be a"):
         arrays.output_array(x[:1], (16, 16), "float16", "rule", x, False)
+
+
+def test_cupy_arrays_are_made_on_the_device_of_the_array_they_go_with(monkeypatch):
+    """cupy allocates on its current device: scratch and device copies for an array on another GPU
+    landed on the current one (a stand-in cupy module records the device each call ran under)."""
+    import sys
+    import types
+
+    import numpy as np
+
+    current = [0]
+
+    class Device:
+        def __init__(self, index: int) -> None:
+            self.id = index
+
+        def __enter__(self) -> None:
+            current.append(self.id)
+
+        def __exit__(self, *exc: object) -> None:
+            current.pop()
+
+    fake = types.ModuleType("cupy")
+    fake.empty = lambda shape, dtype: ("empty", current[-1])
+    fake.asarray = lambda host: ("asarray", current[-1])
+    on_gpu_1 = type("ndarray", (), {"__module__": "cupy", "device": Device(1)})()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert arrays.array_kind(on_gpu_1) == "cupy"
+    assert arrays.empty_array(on_gpu_1, (2, 3), "float32", False) == ("empty", 1)
+    assert arrays.copy_like(np.zeros(3, np.float32), on_gpu_1) == ("asarray", 1)
+    assert current == [0]
