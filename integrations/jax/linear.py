@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 import jax
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...stdlib.kernels import linear as L
+from ...stdlib.kernels.arrays import check_flag, check_split_k
 from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
 from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
@@ -80,6 +82,20 @@ def _check(x: Any, values: Any, meta: Any, bias: Any) -> tuple[str, int, int, in
     if bias is not None and tuple(np.shape(bias)) != (m,):
         raise _bad(f"bias must have shape ({m},), got {tuple(np.shape(bias))}", "one bias value per output feature")
     return op, m, k, 2 * half_k
+
+
+def _check_real(v: Any, what: str) -> None:
+    """SP0938 unless ``v`` is None, a real number or a real (integer, float or bool) array: a string
+    failed inside jax's argument handling, a complex array lost its imaginary part."""
+    if v is None or (isinstance(v, numbers.Real) and not isinstance(v, np.ndarray)):
+        return
+    dtype = getattr(v, "dtype", None)
+    if not hasattr(v, "shape") or dtype is None or not (jnp.issubdtype(dtype, jnp.floating)
+                                                        or jnp.issubdtype(dtype, jnp.integer)
+                                                        or jnp.issubdtype(dtype, jnp.bool_)):
+        got = f"{np.dtype(dtype)} array" if dtype is not None and hasattr(v, "shape") else type(v).__name__
+        raise _bad(f"{what} must be a real number or array, got {got}",
+                   f"pass {what} as a float32 array (or a number)")
 
 
 def _scale(v: Any, what: str, shape: tuple[int, ...]) -> tuple[Any, int]:
@@ -168,6 +184,10 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     anyway). ``split_k`` overrides the split-K choice (static). ``jax.vmap`` over x (and scale_x)
     folds the batch into the tokens.
     """
+    check_split_k(split_k)  # (SP0804, as the torch layer: 0, -1, True or "2" failed deep in the launch plan)
+    check_flag("interpret", interpret)
+    for what, operand in (("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
+        _check_real(operand, what)
     statics = (activation, out_dtype, interpret, split_k)
     fn = jax.custom_batching.custom_vmap(lambda x, v, e, b, sx, sw: _linear(x, v, e, b, sx, sw, *statics))
 
@@ -181,6 +201,8 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
             x = jnp.broadcast_to(x, (axis_size, *np.shape(x)))
         if sx is not None and not sx_batched and np.size(sx) > 1:
             sx = jnp.broadcast_to(sx, (axis_size, *np.shape(sx)))
+        elif sx is not None and sx_batched and np.size(sx) == axis_size:  # one scale per member: per token now
+            sx = jnp.broadcast_to(jnp.reshape(sx, (axis_size,) + (1,) * (np.ndim(x) - 2)), np.shape(x)[:-1])
         return _linear(x, v, e, b, sx, sw, *statics), True
 
     return fn(x, values, meta, bias, scale_x, scale_w)

@@ -22,6 +22,11 @@ For y = act(pre), pre = (x @ Wᵀ) * scale_x * scale_w + bias (W = decompress(va
 
 Gradients of values, meta, scale_w and scale_x are refused when asked for (SP0922), never left
 silently at zero: the weight is frozen; ``sparsify_(model, trainable=True)`` trains it.
+
+Second derivatives (``create_graph=True``, then a backward through x's gradient): exact without an
+activation (dx is linear in dy). With one, d pre is taken from detached pre-activations, so dx and
+d bias would miss their dependence on x, dy and the bias: they are refused instead (SP0922, when
+the second backward reaches them), never silently wrong.
 """
 
 from __future__ import annotations
@@ -58,6 +63,34 @@ def dense_weight(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tens
     return torch.from_numpy(np.ascontiguousarray(host[:, :k], dtype=np.float32))
 
 
+class _RefusedSecondDerivative(torch.autograd.Function):
+    """The identity on a gradient computed under ``create_graph=True`` whose graph would be wrong:
+    differentiating it again raises the stored diagnostic."""
+
+    @staticmethod
+    def forward(ctx: Any, error: IntegrationError, grad: torch.Tensor, *anchors: torch.Tensor) -> torch.Tensor:
+        ctx.error = error
+        return grad.view_as(grad)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise ctx.error
+
+
+def refuse_second_derivative(grad: torch.Tensor | None, anchors: tuple[Any, ...],
+                             error: IntegrationError) -> torch.Tensor | None:
+    """``grad`` itself, or, when a backward runs with ``create_graph=True`` (grad mode on) and
+    ``grad`` or one of ``anchors`` (the tensors it truly depends on) requires grad, ``grad`` on a
+    node whose backward raises ``error``: a second derivative through it is an error, never a
+    gradient that silently misses terms."""
+    if grad is None or not torch.is_grad_enabled():
+        return grad
+    live = [a for a in anchors if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not live and not grad.requires_grad:
+        return grad
+    return _RefusedSecondDerivative.apply(error, grad, *live)
+
+
 def frozen(what: str) -> IntegrationError:
     return IntegrationError(SP_FROZEN_WEIGHT, f"sparse_linear has no gradient for {what}: the sparse weight is "
                             "frozen (an inference layer)",
@@ -91,6 +124,12 @@ def input_grads(dy: torch.Tensor, x: torch.Tensor, values: torch.Tensor, meta: t
         dx = (scaled @ dense_weight(values, meta, k)).to(x.dtype).reshape(x.shape)
     if want_bias and bias is not None:
         db = d_pre.sum(0).to(bias.dtype).reshape(bias.shape)
+    if activation is not None and torch.is_grad_enabled():  # d pre from detached pre-activations: no 2nd derivative
+        error = IntegrationError(SP_FROZEN_WEIGHT, f"sparse_linear has no second derivative with activation "
+                                 f"{activation!r}: x's gradient is computed from detached pre-activations",
+                                 help="differentiate twice through a layer without a fused activation (apply "
+                                      "it after the layer), or through the dense weight")
+        dx, db = (refuse_second_derivative(g, (x, dy, bias), error) for g in (dx, db))
     return dx, db
 
 

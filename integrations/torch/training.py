@@ -36,6 +36,7 @@ from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadat
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
+from .autograd import refuse_second_derivative
 from .linear import (
     EMPTY_META_WORD,
     WEIGHT_DTYPES,
@@ -120,6 +121,12 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     dx = dw = db = None
     if ctx.needs_input_grad[0]:
         dx = torch.ops.sparsile.sparse_linear(dyk, values_t, meta_t, out_dtype=x.dtype)
+        if ctx.needs_input_grad[1] and torch.is_grad_enabled():  # create_graph=True: dX's graph lacks W
+            dx = refuse_second_derivative(dx, (x, dy), IntegrationError(
+                SP_TRAIN_LAYER, "a trainable sparse layer has no second derivative through x's gradient: dX is "
+                "computed from the compressed weight, so its dependence on the master weight would be missing",
+                help="differentiate twice through a dense layer with the same masked weight (layer.to_dense()), "
+                     "or freeze the weight (weight.requires_grad_(False)): then it is exact"))
     if ctx.needs_input_grad[1]:
         dw = torch.matmul(dyk.t(), x)
         if ctx.mask_grad:
@@ -229,6 +236,7 @@ class SemiSparseLinear(nn.Module):
             self.register_buffer(name.replace("values", "meta"),
                                  torch.full(words, EMPTY_META_WORD, dtype=torch.int32, device=device))
         self.__dict__["_fresh"] = None
+        self.__dict__["_mask_checked"] = None
 
     @classmethod
     def from_dense(cls, linear: nn.Module, dtype: Any = None, *, mask_grad: bool = True,
@@ -260,7 +268,10 @@ class SemiSparseLinear(nn.Module):
         place (the buffers keep their addresses: launch records and CUDA graphs stay valid). On
         CUDA: two ``compress_gpu`` passes and a transposed copy (about 5 weight-sized passes of
         memory traffic in the compute dtype, docs/training.md); on the CPU: the host toolkit, or
-        the same GPU kernels in the interpreter with ``interpret=True``."""
+        the same GPU kernels in the interpreter with ``interpret=True``. A mask changed since it was
+        last checked (assigned or edited in place) is checked first (SP0918): compressing a mask that
+        keeps more than 2 of 4 would prune W and Wᵀ differently, forward and dX unlike the mask."""
+        self._check_mask_once()
         masked = torch.where(self.mask, self.weight.detach(), 0).to(self.values.dtype)
         for name, matrix in (("values", masked), ("values_t", masked.t().contiguous())):
             values, words = _compressed(matrix, self.weight_dtype, interpret)
@@ -277,6 +288,15 @@ class SemiSparseLinear(nn.Module):
                           "that could not be refreshed in place: replays of that graph keep the weight from "
                           "before it. Capture the graph again after each optimizer step", stacklevel=2)
 
+    def _mask_key(self) -> tuple[int, ...]:
+        return (self.mask._version, self.mask.data_ptr(), self.mask.device.index or 0)
+
+    def _check_mask_once(self) -> None:
+        """:func:`check_mask` of the mask unless it is the one last checked (same memory, version)."""
+        if not isinstance(self.mask, torch.Tensor) or self.__dict__.get("_mask_checked") != self._mask_key():
+            check_mask(self.mask, (self.out_features, self.in_features))
+            self.__dict__["_mask_checked"] = self._mask_key()
+
     @torch.no_grad()
     def reprune(self, *, interpret: bool = False) -> float:
         """Recompute the mask from the master weight's magnitude (:func:`transposable_mask`), then
@@ -284,6 +304,7 @@ class SemiSparseLinear(nn.Module):
         mask = transposable_mask(self.weight, interpret=interpret)
         changed = float((mask != self.mask).float().mean())
         self.mask.copy_(mask)
+        self.__dict__["_mask_checked"] = self._mask_key()  # transposable by construction
         self.refresh(interpret=interpret)
         return changed
 

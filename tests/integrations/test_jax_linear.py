@@ -286,3 +286,44 @@ def test_vmap_with_per_token_scales() -> None:
     np.testing.assert_array_equal(np.asarray(batched), np.asarray(whole))
     ref = jax.jit(layer)(x) - layer.bias  # scale_x multiplies the product, before the bias
     np.testing.assert_allclose(np.asarray(whole - layer.bias), np.asarray(ref) * sx[..., None], rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_with_one_scale_x_per_member() -> None:
+    """vmap of a call whose scale_x is one number per member (x of several tokens): it was refused
+    with SP0938 (the batched (B,) scale looked like a wrong per-token one); now each member's tokens
+    take its scale, as B separate calls do, and as float64 says."""
+    layer = _layer(32, 64, "bf16")
+    x = _x((3, 4, 64))
+    s = np.array([0.5, 2.0, 3.0], np.float32)
+    for scales in (s, s[:, None]):
+        batched = jax.jit(jax.vmap(lambda x, s: layer(x, scale_x=s)))(x, scales)
+        one_by_one = np.stack([np.asarray(layer(x[i], scale_x=scales[i])) for i in range(3)])
+        np.testing.assert_array_equal(np.asarray(batched), one_by_one)
+    unbatched_x = jax.vmap(lambda s: layer(x[0], scale_x=s))(s)
+    np.testing.assert_array_equal(np.asarray(unbatched_x), np.stack([np.asarray(layer(x[0], scale_x=v)) for v in s]))
+    xq = np.asarray(jnp.asarray(x).astype(jnp.bfloat16)).astype(np.float64)
+    ref = (xq @ layer.dense().astype(np.float64).T) * s[:, None, None] + np.asarray(layer.bias, np.float64)
+    assert np.abs(np.asarray(batched, np.float64) - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_bad_options_and_operand_types_are_diagnostics() -> None:
+    """split_k, interpret, bias and the scales are checked before jax sees them: a string bias or
+    scale was jax's TypeError, split_k=0 / -1 / True a grid error of the launch plan and 100 ran,
+    interpret="no" turned the interpreter on."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    layer = _layer(32, 64, "f16")
+    v, m, x = layer.values, layer.meta, _x((2, 64))
+    for split_k in (0, -1, 65, True, "2", 2.0):
+        with pytest.raises(SparsityError) as info:
+            sparse_linear(x, v, m, split_k=split_k)
+        assert (info.value.code, info.value.message) == ("SP0804", f"split_k must be an integer from 1 to 64, "
+                                                                   f"got {split_k!r}")
+    with pytest.raises(SparsityError) as info:
+        sparse_linear(x, v, m, interpret="no")
+    assert (info.value.code, info.value.message) == ("SP0804", "interpret must be True or False, got 'no'")
+    for what in ("bias", "scale_x", "scale_w"):
+        _raises("SP0938", lambda what=what: sparse_linear(x, v, m, **{what: "1"}),
+                f"{what} must be a real number or array, got str")
+    _raises("SP0938", lambda: sparse_linear(x, v, m, np.ones(32, np.complex64)),
+            "bias must be a real number or array, got complex64 array")

@@ -144,3 +144,35 @@ def test_a_llama_s_input_gradient_equals_the_dense_model_s():
     for sparse in (model, fused):
         error = ((input_grad(sparse) - exact).norm() / exact.norm()).item()
         assert error <= 1.25 * bf16_error, (error, bf16_error)
+
+
+@pytest.mark.parametrize(("path", "activation"), [("layer", "relu"), ("layer", "silu"), ("op", "gelu_tanh"),
+                                                   ("op", "swiglu")])
+def test_a_second_derivative_through_an_activation_is_sp0922(path, activation):
+    """create_graph=True through a frozen layer with an activation: d pre came from detached
+    pre-activations, so x's gradient had no graph to x or dy (a second backward silently treated it
+    as a constant, or failed with torch's 'does not require grad'); it is SP0922 now. Without an
+    activation dx = dy @ W is linear in dy, and the second derivative is exact (float64)."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=5), "bf16", activation=activation if path == "layer"
+                                        else None)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16).requires_grad_()
+    op_activation = [activation]
+
+    def run(t):
+        if path == "layer":
+            return layer(t)
+        return torch.ops.sparsile.sparse_linear(t, layer.values, layer.meta, layer.bias, activation=op_activation[0])
+
+    (gx,) = torch.autograd.grad(run(x).float().pow(2).sum(), x, create_graph=True)
+    with pytest.raises(IntegrationError) as info:
+        (gx.float().pow(2).sum() + run(x).float().sum()).backward()
+    assert info.value.code == "SP0922"
+    assert f"sparse_linear has no second derivative with activation {activation!r}" in info.value.message
+    layer.activation = op_activation[0] = None
+    (gx,) = torch.autograd.grad(run(x).float().pow(2).sum(), x, create_graph=True)
+    gx.float().pow(2).sum().backward()
+    w = layer.to_dense().double()
+    xr = x.detach().double().requires_grad_()
+    (gr,) = torch.autograd.grad((xr @ w.T + layer.bias.double()).pow(2).sum(), xr, create_graph=True)
+    gr.pow(2).sum().backward()
+    assert_close(x.grad, xr.grad, torch.bfloat16)

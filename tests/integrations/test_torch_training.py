@@ -352,3 +352,47 @@ def test_refresh_brings_captured_padded_copies_up_to_date(fake, monkeypatch):
     # that record, and the op's captured record of values_t (its new plan lists no operands either)
     with pytest.warns(UserWarning, match=r"SemiSparseLinear\(40, 24\)\.refresh: 2 launch record\(s\) captured"):
         layer.refresh()
+
+
+def test_sp0918_a_mask_edited_by_hand_before_the_next_compression():
+    """A mask edited in place or assigned is checked before it is compressed: a mask keeping more
+    than 2 of 4 was compressed by pruning W's rows and Wᵀ's rows (W's columns) by magnitude, so the
+    forward and dX silently used two different weights, neither weight * mask."""
+    layer = spt.SemiSparseLinear.from_dense(linear(16, 32, torch.float32, seed=6), "bf16")
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(7))
+    layer(x)
+    good = layer.mask.clone()
+    layer.mask.fill_(True)
+    _raises("SP0918", "the mask keeps 4 elements of row 0, group 0 (0..3)", layer, x)
+    _raises("SP0918", "the mask keeps 4 elements of row 0", layer.refresh)
+    rows_only = torch.zeros(16, 32, dtype=torch.bool)
+    rows_only[:, 0::4] = rows_only[:, 1::4] = True  # 2:4 along rows, 16 of 16 along columns 0 and 1
+    layer.mask = rows_only
+    _raises("SP0918", "the mask keeps 4 elements of column 0, group 0 (0..3)", layer, x)
+    layer.mask = good.clone()
+    xk, w = bf16(x), masked_weight(layer)
+    within(layer(x), xk @ w.T + layer.bias.detach().double(), xk.abs() @ w.abs().T, 32, torch.float32)
+
+
+def test_sp0916_a_second_derivative_through_the_input_gradient():
+    """create_graph=True, then a backward through dX: dX comes from the compressed weight, so the
+    graph lacked its dependence on the master weight (weight.grad silently missed that term); it is
+    refused when the second backward reaches it. With the weight frozen, dX = dY @ (W·M) is linear
+    in dY and the second derivative is exact (against float64)."""
+    layer = spt.SemiSparseLinear.from_dense(linear(16, 32, torch.float32, seed=8), "bf16")
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(9), requires_grad=True)
+    (gx,) = torch.autograd.grad(layer(x).pow(2).sum(), x, create_graph=True)
+    _raises("SP0916", "a trainable sparse layer has no second derivative through x's gradient",
+            gx.pow(2).sum().backward)
+    layer(x).sum().backward()  # first derivatives are unaffected
+    assert layer.weight.grad is not None and x.grad is not None
+    layer.weight.requires_grad_(False)
+    x.grad = None
+    (gx,) = torch.autograd.grad(layer(x).pow(2).sum(), x, create_graph=True)
+    gx.pow(2).sum().backward()
+    w = masked_weight(layer)
+    xr = bf16(x).requires_grad_()
+    (gr,) = torch.autograd.grad((xr @ w.T + layer.bias.detach().double()).pow(2).sum(), xr, create_graph=True)
+    gr.pow(2).sum().backward()
+    assert x.grad.shape == xr.grad.shape
+    assert (x.grad.double() - xr.grad).abs().max() <= 0.05 * xr.grad.abs().max()  # bf16 GEMMs, four deep

@@ -564,3 +564,23 @@ def test_an_out_that_is_b_is_not_replayed_in_place():
         ref_b = b.copy()
         assert sparse_matmul(vals, meta, b, out=out, interpret=True, split_k=1) is out
         check(out, weight, ref_b)
+
+
+@pytest.mark.parametrize("layout", ["column-slice", "transposed"])
+def test_a_non_contiguous_out_is_filled_by_a_copy_on_every_replay(layout):
+    """An out the kernel cannot write in place (a column slice of a wider array, a transposed one)
+    gets C through the replay's own scratch C and a copy: each call's out matches float64 on its
+    own operands, and the memory beside out is left alone."""
+    for seed in range(3):
+        weight, vals, meta, b = operands(128, 80, 64, seed)
+        if layout == "column-slice":
+            outer = np.full((128, 88), np.nan, np.float16)
+            out = outer[:, 4:84]
+        else:
+            outer = np.full((80, 128), np.nan, np.float16)
+            out = outer.T
+        assert sparse_matmul(vals, meta, b, out=out, interpret=True) is out
+        check(out, weight, b)
+        if layout == "column-slice":
+            assert np.isnan(outer[:, :4]).all() and np.isnan(outer[:, 84:]).all()
+    assert call_cache.stats["recorded"] == 1 and call_cache.stats["hits"] == 2
