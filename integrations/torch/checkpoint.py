@@ -33,7 +33,8 @@ from ..errors import (
 from ..safetensors import load_file, save_file
 from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
 from .fuse import checked_flag
-from .linear import SparseLinear, checked_model, host_to_torch
+from .layer_args import checked_model, host_to_torch
+from .linear import SparseLinear
 
 WEIGHTS = "model.safetensors"
 _PARTS = ("compressed", "bitmask", "shape")

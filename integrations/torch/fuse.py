@@ -44,7 +44,8 @@ from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .glu import MLP_NAMES, install_glu, uninstall_glu
-from .linear import SparseLinear, checked_model
+from .layer_args import checked_model
+from .linear import SparseLinear
 
 LOG = logging.getLogger("sparsile.torch")
 DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))

@@ -13,7 +13,6 @@ weight's type as it is: the output follows x. docs/torch.md has the conventions.
 from __future__ import annotations
 
 import logging
-import numbers
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,6 @@ import torch.nn.modules.module as _mm
 from torch import nn
 
 from ...stdlib.kernels.compress_weight import prunes_on_gpu
-from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS, is_gated
 from ...stdlib.sparsity import (
     SparsityError,
     as_host_array,
@@ -34,13 +32,8 @@ from ...stdlib.sparsity import (
 )
 from ...stdlib.sparsity.errors import SP_VALUES_MISMATCH
 from ..errors import (
-    SP_ACTIVATION_FN,
-    SP_BAD_TENSOR,
     SP_CANNOT_SPARSIFY,
-    SP_OUT_DTYPE,
-    SP_SPARSIFY_ARGUMENTS,
     SP_TRAIN_LAYER,
-    SP_WEIGHT_DTYPE,
     IntegrationError,
 )
 from ._kernels import (
@@ -54,115 +47,24 @@ from ._kernels import (
 )
 from .autograd import LayerWithInputGrad
 from .last_call import LastCall
+from .layer_args import (
+    F16_MAX,
+    beyond_f16,
+    check_input,
+    checked_activation,
+    checked_features,
+    checked_out_dtype,
+    dense_weight,
+    host_to_torch,
+    weight_dtype_name,
+)
 from .record_cache import RecordCache
-from .weight import NAME_OF, WEIGHT_DTYPES, host_dense
+from .weight import WEIGHT_DTYPES, host_dense
 
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
 _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
 LOG = logging.getLogger("sparsile.torch")
-F16_MAX = 65504.0
-
-
-def beyond_f16(weight: torch.Tensor, name: str) -> int:
-    """How many weights of another type than float16 lie beyond ±65504 where ``name`` is "f16": a cast
-    makes them inf (kept, as the largest of their group)."""
-    if name != "f16" or weight.dtype == torch.float16:
-        return 0
-    return int((weight.detach().abs() > F16_MAX).sum())
-
-
-def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
-    """The operand name ("bf16", "f16", "e4m3") of ``dtype`` (a name or a torch dtype; None: ``default``)."""
-    given = default if dtype is None else dtype
-    if isinstance(given, torch.dtype) and given in NAME_OF:
-        return NAME_OF[given]
-    if isinstance(given, str) and given.strip().lower() in ("bf16", "bfloat16", "f16", "float16", "e4m3",
-                                                             "float8_e4m3fn"):
-        return operand_type(given).name
-    what = "the linear's weight dtype" if dtype is None else "dtype"
-    raise IntegrationError(SP_WEIGHT_DTYPE, f"{what} {given} has no 2:4 sparse linear kernel",
-                           help="pass dtype='bf16', 'f16' or 'e4m3' (fp8 weights with per-channel scales)")
-
-
-def checked_activation(activation: Any, allowed: tuple[str | None, ...] = ACTIVATIONS) -> str | None:
-    """``activation`` when it is one of ``allowed`` (default: a layer's own, :data:`ACTIVATIONS`),
-    else SP0904; a gated activation ("swiglu", "geglu") outside ``allowed`` gets a message of its
-    own: it joins two projections, so a layer cannot apply it to its own outputs."""
-    if activation in allowed:
-        return activation
-    if isinstance(activation, str) and is_gated(activation):  # (a dict lookup: an unhashable one is SP0904 below)
-        raise IntegrationError(SP_ACTIVATION_FN, f"a SparseLinear cannot apply {activation!r} to its own outputs: "
-                               f"it multiplies {GATED_ACTIVATIONS[activation]}(gate) by up, "
-                               "the outputs of two projections",
-                               help="keep gate_proj and up_proj as SparseLinear layers without an activation and "
-                                    "call sparsile.torch.fuse_projections_(model, glu=True): it fuses the gated "
-                                    "activation into a Llama- or Gemma-style MLP (docs/torch.md, 'Fusing the gated "
-                                    "activation (SwiGLU, GeGLU)')")
-    raise IntegrationError(SP_ACTIVATION_FN, f"unknown activation {activation!r}",
-                           help="use " + ", ".join(repr(a) for a in allowed[:-1]) + f" or {allowed[-1]!r}")
-
-
-def checked_features(in_features: Any, out_features: Any, layer: str, code: str) -> tuple[int, int]:
-    """``(in_features, out_features)`` as ints when both are positive integers (numpy's too, not
-    bools), else ``code`` for ``layer``."""
-    if not all(isinstance(f, numbers.Integral) and not isinstance(f, bool) and f > 0
-               for f in (in_features, out_features)):
-        raise IntegrationError(code, f"a {layer} needs positive in/out features, got "
-                               f"{in_features!r} x {out_features!r}", help="keep empty layers dense")
-    return int(in_features), int(out_features)
-
-
-def dense_weight(linear: Any, code: str) -> torch.Tensor:
-    """The weight of ``linear`` when it is an ``nn.Linear`` with materialized weights, else
-    ``code`` (what ``from_dense`` of both sparse layers takes)."""
-    if not isinstance(linear, nn.Linear):
-        raise IntegrationError(code, f"from_dense takes an nn.Linear, got {type(linear).__name__}",
-                               help="pass the nn.Linear module itself")
-    if linear.weight.device.type == "meta":
-        raise IntegrationError(code, "the linear's weight is on the meta device (no values)",
-                               help="materialize the weights (to_empty + load) before sparsifying")
-    return linear.weight
-
-
-def checked_model(model: Any, caller: str) -> nn.Module:
-    """``model`` when it is an ``nn.Module``, else SP0907 for ``caller`` (sparsify_, fuse_projections_,
-    save_sparse24_checkpoint)."""
-    if not isinstance(model, nn.Module):
-        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"{caller} takes an nn.Module, got {type(model).__name__}",
-                               help="pass the model itself (its layers are found by named_modules())")
-    return model
-
-
-def checked_out_dtype(out_dtype: Any) -> torch.dtype | None:
-    if out_dtype is not None and not (isinstance(out_dtype, torch.dtype) and out_dtype in OUT_DTYPES):
-        raise IntegrationError(SP_OUT_DTYPE, f"out_dtype {out_dtype} is not one the kernel stores",
-                               help="use torch.bfloat16, torch.float16 or torch.float32 (or None: x's dtype)")
-    return out_dtype
-
-
-def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
-    """A torch copy of a host array, bf16 / float8 included (through an integer view)."""
-    array = np.ascontiguousarray(array)
-    bits = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.itemsize]
-    name = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn"}.get(array.dtype.name, array.dtype.name)
-    return torch.from_numpy(array.view(bits).copy()).view(getattr(torch, name)).to(device)
-
-
-def check_input(x: Any, in_features: int, device: torch.device, layer: str) -> None:
-    """SP0901 unless ``x`` is a bf16 / f16 / f32 tensor of shape (..., in_features) on ``device``."""
-    if not isinstance(x, torch.Tensor):
-        raise IntegrationError(SP_BAD_TENSOR, f"{layer} takes a torch.Tensor, got {type(x).__name__}",
-                               help="pass x of shape (..., in_features)")
-    if x.dim() == 0 or x.shape[-1] != in_features:
-        raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
-                               f"{in_features})", help="the last dimension of x is the in_features")
-    if x.dtype not in OUT_DTYPES:
-        raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; {layer} takes bfloat16, float16 "
-                               "or float32 x", help="cast x first")
-    if x.device != device:
-        raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on {device}",
-                               help="move the module or x to the same device")
 
 
 def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

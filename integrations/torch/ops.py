@@ -43,8 +43,9 @@ from ._kernels import (
     run_interpreted,
 )
 from .autograd import register as register_autograd
-from .linear import NAME_OF, WEIGHT_DTYPES, checked_activation, checked_out_dtype
+from .layer_args import checked_activation, checked_out_dtype
 from .record_cache import RecordCache
+from .weight import NAME_OF, WEIGHT_DTYPES
 
 OP_RECORDS_PER_WEIGHT = 256
 """Uncaptured launch records the op keeps per weight (one per token count T, x's K and scale mode).

@@ -19,7 +19,8 @@ from torch import nn
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
-from .linear import F16_MAX, SparseLinear, beyond_f16, checked_model, weight_dtype_name
+from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
+from .linear import SparseLinear
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4

@@ -37,16 +37,8 @@ from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .autograd import refuse_second_derivative
-from .linear import (
-    EMPTY_META_WORD,
-    WEIGHT_DTYPES,
-    SparseLinear,
-    check_input,
-    checked_features,
-    dense_weight,
-    tracing,
-    weight_dtype_name,
-)
+from .layer_args import check_input, checked_features, dense_weight, weight_dtype_name
+from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
 from .record_cache import RecordCache
 
 _RECORDS = RecordCache()

@@ -43,7 +43,7 @@ def fake_gpu(monkeypatch):
         calls.append((w, dtype, fmt))
         if isinstance(w, FakeCupy):
             return real(w.array, dtype, fmt, interpret=True)
-        from sparsile.integrations.torch.linear import host_to_torch  # a torch weight: torch outputs
+        from sparsile.integrations.torch.layer_args import host_to_torch  # a torch weight: torch outputs
 
         values, meta = real(as_host_array(w, "w"), dtype, fmt, interpret=True)
         return sparsity_gpu.GpuCompressed(host_to_torch(values), replace(meta, data=host_to_torch(meta.data)))
