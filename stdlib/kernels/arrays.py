@@ -71,8 +71,12 @@ def check_flag(name: str, value: Any) -> None:
 
 
 def placed_array(x: Any, what: str, interpret: bool) -> Any:
-    """``x`` itself when it is a GPU array the launch can use in place, else a host numpy array."""
-    if not interpret and array_kind(x) in ("torch", "cupy"):
+    """``x`` itself when it is a GPU array the launch can use in place (a torch row of any stride
+    as a packed row, :func:`packed_row`), else a host numpy array."""
+    kind = "numpy" if interpret else array_kind(x)
+    if kind == "torch":
+        return packed_row(x)
+    if kind == "cupy":
         return x
     host = as_host_array(x, what)
     require_numeric(host, what)
@@ -135,6 +139,16 @@ def as_u32_words(meta: Any) -> Any:
 
         return cupy.ascontiguousarray(meta).view(cupy.uint32)
     return np.ascontiguousarray(meta).view(np.uint32)
+
+
+def packed_row(x: Any) -> Any:
+    """A torch (1, K) tensor with unit column stride as a view of row stride K. torch counts a single
+    row of any row stride as contiguous (``hidden[:, -1, :]`` of a (1, S, K) tensor has stride S * K),
+    and a tensor map built from that stride fails where it is not a multiple of 16 bytes
+    (docs/hardware.md, TMA), though one row never uses it."""
+    if len(x.shape) == 2 and x.shape[0] == 1 and x.stride(1) == 1 and x.stride(0) != x.shape[1]:
+        return x.view(-1).view(1, -1)
+    return x
 
 
 def copy_like(host: np.ndarray, like: Any) -> Any:

@@ -51,6 +51,28 @@ def test_exact_on_small_integers(tokens, dtype):
     assert torch.equal(layer(x).double(), exact)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+@pytest.mark.parametrize("row_stride", [5 * 512, 512 + 4, 512 + 1], ids=["last-token", "8B", "odd"])
+def test_a_single_row_of_any_stride(dtype, row_stride):
+    """x = hidden[:, -1, :] and other (1, K) rows that torch calls contiguous whatever their row
+    stride (here 5 K, K + 4 and K + 1 elements: the last two not 16-byte multiples): the layer and
+    the op give the bits of a packed copy, eager and then replayed (arrays.packed_row)."""
+    layer = _layer(dtype=dtype)
+    wide = torch.randn(4, row_stride, device="cuda").to(torch.bfloat16)
+    for _ in range(3):  # the first call plans, later ones replay the record
+        wide.normal_()
+        x = wide[1:2, :512]
+        assert x.is_contiguous() and x.stride(0) == row_stride
+        got = layer(x)  # (first: the record is planned with the strided row)
+        assert torch.equal(got, layer(x.clone()))
+        if dtype == "bf16":  # (an e4m3 x is a converted copy: packed)
+            op = torch.ops.sparsile.sparse_linear
+            with torch.no_grad():
+                assert torch.equal(op(x, layer.values, layer.meta, layer.bias),
+                                   op(x.clone(), layer.values, layer.meta, layer.bias))
+        check_against_float64(layer, x, layer(x))
+
+
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
 def test_out_dtype(out_dtype):
     layer = spt.SparseLinear.from_dense(linear(256, 512, device="cuda"), "e4m3", out_dtype=out_dtype)

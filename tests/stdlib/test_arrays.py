@@ -102,3 +102,16 @@ def test_cupy_arrays_are_made_on_the_device_of_the_array_they_go_with(monkeypatc
     assert arrays.empty_array(on_gpu_1, (2, 3), "float32", False) == ("empty", 1)
     assert arrays.copy_like(np.zeros(3, np.float32), on_gpu_1) == ("asarray", 1)
     assert current == [0]
+
+
+def test_a_single_row_of_any_stride_is_placed_as_a_packed_row(as_cuda):
+    """``hidden[:, -1, :]`` (torch calls it contiguous) keeps its row stride S * K; the launch gets
+    the same memory as a row of stride K (a tensor map of the odd stride is refused)."""
+    hidden = torch.randn(1, 5, 12)
+    for x in (hidden[:, -1, :], torch.randn(3, 14)[1:2, :12]):
+        assert x.is_contiguous() and x.stride(0) != 12
+        placed = arrays.placed_array(x, "x", False)
+        assert placed.stride() == (12, 1) and placed.data_ptr() == x.data_ptr() and torch.equal(placed, x)
+    packed, strided = torch.randn(4, 12), torch.randn(4, 14)[:, :12]
+    assert arrays.placed_array(packed, "x", False) is packed
+    assert arrays.placed_array(strided, "x", False) is strided  # (several rows: the launch sees the strides)
