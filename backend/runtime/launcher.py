@@ -72,6 +72,7 @@ from .tensormap import (
     TensorMap,
     TensorMapCache,
     TensorMapParam,
+    encoding_key,
     make_tensor_map,
 )
 
@@ -268,6 +269,7 @@ class Launcher:
                              ) -> Callable[[Any, Call], None]:
         view, ordinal, cache = self._buffer.view, self.device.ordinal, self._tensor_maps
         end = offset + TENSOR_MAP_BYTES
+        encodes = encoding_key(p)  # the cache is shared by this launcher's maps: the box, swizzle... key it too
 
         def convert(value: Any, call: Call) -> None:
             if isinstance(value, TensorMap):
@@ -284,7 +286,7 @@ class Launcher:
             ptr = self._device_pointer(p.name, info, not p.readonly, call)
             if ptr != info.ptr:
                 info = info._replace(ptr=ptr, device=ordinal)
-            key = (info.ptr, info.shape, info.strides)
+            key = (info.ptr, info.shape, info.strides, encodes)
             data = cache.get(key)
             if data is None:
                 data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
