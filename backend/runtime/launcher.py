@@ -33,7 +33,7 @@ from .arrays import (
     is_torch_type,
     torch_device_pointer,
 )
-from .codes import ARG_DEVICE, ARG_KIND, ARG_RANGE, CLUSTER, CONSTEXPR
+from .codes import ARG_DEVICE, ARG_KIND, ARG_RANGE, CLUSTER, CONSTEXPR, TENSOR_MAP
 from .devices import (
     RETRY_AFTER_CONTEXT_SWITCH,
     SUCCESS,
@@ -72,6 +72,7 @@ from .tensormap import (
     TensorMap,
     TensorMapCache,
     TensorMapParam,
+    TensorMapSpec,
     encoding_key,
     make_tensor_map,
 )
@@ -81,6 +82,34 @@ _U64 = struct.Struct("<Q")
 
 def _no_pack(view: Any, offset: Any, value: int) -> None:
     """Array-only arguments have no slot of their own."""
+
+
+_MAP_FIELDS = (("box_shape", "box {}"), ("swizzle", "swizzle {}"), ("dtype", "dtype {}"),
+               ("element_strides", "element strides {}"), ("interleave", "interleave {}"),
+               ("oob_fill", "out-of-bounds fill {}"))
+"""What a prebuilt map must share with the tensor-map parameter it is passed for (not its L2
+promotion, a hint), and how a message names each."""
+
+
+def _check_prebuilt_map(p: TensorMapParam, spec: TensorMapSpec) -> None:
+    """LaunchError SP0714 when a prebuilt map was encoded for another box, swizzle, element type,
+    element strides, interleave or out-of-bounds fill than parameter ``p``'s: the kernel would read
+    its boxes as ones of its own (a silent wrong result)."""
+    want = TensorMapSpec(p.dtype, spec.global_shape, spec.global_strides, p.box_shape,
+                         element_strides=p.element_strides, swizzle=p.swizzle, interleave=p.interleave,
+                         oob_fill=p.oob_fill)
+    diff = [(text.format(_shown(getattr(spec, f))), text.format(_shown(getattr(want, f))))
+            for f, text in _MAP_FIELDS if getattr(spec, f) != getattr(want, f)]
+    if diff:
+        have, wanted = ", ".join(h for h, _ in diff), ", ".join(w for _, w in diff)
+        raise LaunchError(TENSOR_MAP, f"the tensor map passed for `{p.name}` was encoded for {have}, but the "
+                          f"kernel reads it with {wanted}",
+                          "encode the map with the kernel's box and options, or pass the array itself "
+                          "(the launcher then encodes the map)")
+
+
+def _shown(v: Any) -> Any:
+    return v.name if hasattr(v, "name") else v
 
 
 class _NoGrid:
@@ -273,6 +302,7 @@ class Launcher:
 
         def convert(value: Any, call: Call) -> None:
             if isinstance(value, TensorMap):
+                _check_prebuilt_map(p, value.spec)
                 view[offset:end] = value.data
                 if info_slot is not None:
                     spec, size = value.spec, value.spec.dtype.bits // 8
