@@ -36,10 +36,13 @@ MAX_ENTRIES = 256
 
 
 class FastLaunches:
-    """The fast entries of one kernel, valid while its options are unchanged."""
+    """The fast entries of one kernel, valid while its options and its parameters are unchanged
+    (a ``@jit`` kernel's annotations may read Python globals: when one changes, the parameters are
+    evaluated anew, and which are constexprs or integers, what the fingerprints go by, may differ)."""
 
     def __init__(self, kernel: Any):
         self.options = dict(kernel.options)
+        self.params = kernel.params
         self.entries: dict[tuple[Any, ...], FastEntry] = {}
         self.flags = tuple(p.annotation is T.CONSTEXPR for p in kernel.params)
         self.tensor_types: set[type] = set()
@@ -48,6 +51,10 @@ class FastLaunches:
         from ..backend.runtime import devices
 
         self._devices = devices
+
+    def valid_for(self, kernel: Any) -> bool:
+        """Whether these entries were made for ``kernel``'s current options and parameters."""
+        return self.options == kernel.options and self.params is kernel.params
 
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
         """The fingerprint of a call, or None when some argument has none."""
@@ -126,7 +133,7 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     """File the fast entry of a call that took the full path (when it can have one); ``grid``: the
     call's grid, resolved."""
     fast = kernel.__dict__.get("_fast_launches")
-    if fast is None or fast.options != kernel.options:
+    if fast is None or not fast.valid_for(kernel):
         fast = kernel.__dict__["_fast_launches"] = FastLaunches(kernel)
     names = [p.name for p in kernel.params]
     if any(name in kwargs and not isinstance(bindings.get(name), Const) for name in names):

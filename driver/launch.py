@@ -102,7 +102,7 @@ class GpuLaunch:
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         fast = self.kernel.__dict__.get("_fast_launches")
-        if fast is not None and fast.options == self.kernel.options:
+        if fast is not None and fast.options == self.kernel.options and fast.params is self.kernel._params:
             key = fast.key(args, kwargs)
             entry = fast.entries.get(key) if key is not None else None
             # the common path: arguments of a kind seen before, and the Python values the kernel

@@ -33,7 +33,7 @@ from .arrays import (
     is_torch_type,
     torch_device_pointer,
 )
-from .codes import ARG_DEVICE, ARG_KIND, ARG_RANGE, CLUSTER, CONSTEXPR
+from .codes import ARG_DEVICE, ARG_KIND, ARG_RANGE, CLUSTER, CONSTEXPR, TENSOR_MAP
 from .devices import (
     RETRY_AFTER_CONTEXT_SWITCH,
     SUCCESS,
@@ -72,6 +72,8 @@ from .tensormap import (
     TensorMap,
     TensorMapCache,
     TensorMapParam,
+    TensorMapSpec,
+    encoding_key,
     make_tensor_map,
 )
 
@@ -80,6 +82,34 @@ _U64 = struct.Struct("<Q")
 
 def _no_pack(view: Any, offset: Any, value: int) -> None:
     """Array-only arguments have no slot of their own."""
+
+
+_MAP_FIELDS = (("box_shape", "box {}"), ("swizzle", "swizzle {}"), ("dtype", "dtype {}"),
+               ("element_strides", "element strides {}"), ("interleave", "interleave {}"),
+               ("oob_fill", "out-of-bounds fill {}"))
+"""What a prebuilt map must share with the tensor-map parameter it is passed for (not its L2
+promotion, a hint), and how a message names each."""
+
+
+def _check_prebuilt_map(p: TensorMapParam, spec: TensorMapSpec) -> None:
+    """LaunchError SP0714 when a prebuilt map was encoded for another box, swizzle, element type,
+    element strides, interleave or out-of-bounds fill than parameter ``p``'s: the kernel would read
+    its boxes as ones of its own (a silent wrong result)."""
+    want = TensorMapSpec(p.dtype, spec.global_shape, spec.global_strides, p.box_shape,
+                         element_strides=p.element_strides, swizzle=p.swizzle, interleave=p.interleave,
+                         oob_fill=p.oob_fill)
+    diff = [(text.format(_shown(getattr(spec, f))), text.format(_shown(getattr(want, f))))
+            for f, text in _MAP_FIELDS if getattr(spec, f) != getattr(want, f)]
+    if diff:
+        have, wanted = ", ".join(h for h, _ in diff), ", ".join(w for _, w in diff)
+        raise LaunchError(TENSOR_MAP, f"the tensor map passed for `{p.name}` was encoded for {have}, but the "
+                          f"kernel reads it with {wanted}",
+                          "encode the map with the kernel's box and options, or pass the array itself "
+                          "(the launcher then encodes the map)")
+
+
+def _shown(v: Any) -> Any:
+    return v.name if hasattr(v, "name") else v
 
 
 class _NoGrid:
@@ -268,9 +298,11 @@ class Launcher:
                              ) -> Callable[[Any, Call], None]:
         view, ordinal, cache = self._buffer.view, self.device.ordinal, self._tensor_maps
         end = offset + TENSOR_MAP_BYTES
+        encodes = encoding_key(p)  # the cache is shared by this launcher's maps: the box, swizzle... key it too
 
         def convert(value: Any, call: Call) -> None:
             if isinstance(value, TensorMap):
+                _check_prebuilt_map(p, value.spec)
                 view[offset:end] = value.data
                 if info_slot is not None:
                     spec, size = value.spec, value.spec.dtype.bits // 8
@@ -284,7 +316,7 @@ class Launcher:
             ptr = self._device_pointer(p.name, info, not p.readonly, call)
             if ptr != info.ptr:
                 info = info._replace(ptr=ptr, device=ordinal)
-            key = (info.ptr, info.shape, info.strides)
+            key = (info.ptr, info.shape, info.strides, encodes)
             data = cache.get(key)
             if data is None:
                 data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)

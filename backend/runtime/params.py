@@ -7,9 +7,13 @@ Pure Python: unit-tested without a GPU."""
 from __future__ import annotations
 
 import ctypes
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from ...frontend.diagnostics import InternalError, LaunchError
 from .codes import ARG_COUNT, ARG_KEYWORD, ARG_SHAPE
@@ -61,12 +65,38 @@ class ConstexprParam:
 
 
 def constexpr_equal(value: Any, expected: Any) -> bool:
-    """Whether a constexpr argument equals the value a kernel was specialized (or a launch
-    prepared) for; a comparison that raises or gives no truth value counts as unequal."""
+    """Whether a constexpr argument is the value a kernel was specialized (or a launch prepared)
+    for: equal, and of the same kind element by element (``2`` is not ``2.0`` nor ``True``, ``0.0``
+    is not ``-0.0``: each is another specialization, as in ``frontend/sema/specialize.py``; a numpy
+    scalar is its Python number, a list its tuple); a comparison that raises or gives no truth
+    value counts as unequal."""
     try:
-        return bool(value == expected)
+        return _same_constexpr(value, expected)
     except Exception:
         return False
+
+
+def _constexpr_kind(v: Any) -> type:
+    if isinstance(v, bool | np.bool_):
+        return bool
+    if isinstance(v, numbers.Integral):
+        return int
+    if isinstance(v, float | np.floating):
+        return float
+    return tuple if isinstance(v, list) else type(v)
+
+
+def _same_constexpr(value: Any, expected: Any) -> bool:
+    kind = _constexpr_kind(value)
+    if kind is not _constexpr_kind(expected):
+        return False
+    if kind is tuple:
+        return len(value) == len(expected) and all(_same_constexpr(a, b) for a, b in zip(value, expected))
+    if kind is float:
+        if value != value:  # NaN: the value a kernel compiled for NaN was given again
+            return expected != expected
+        return bool(value == expected) and math.copysign(1.0, value) == math.copysign(1.0, expected)
+    return bool(value == expected)
 
 
 @dataclass(frozen=True)

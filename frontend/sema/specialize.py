@@ -7,6 +7,7 @@ tensor element type and rank, scalar type), and — as Triton does — whether e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +174,7 @@ def fingerprint(value: Any, constexpr: bool) -> Any:
             hash(value)
         except TypeError:
             return None
-        return (kind, value)
+        return _exact(value)
     if kind is int:
         return (int, value < 0, value.bit_length(), value % 16 == 0)
     if kind is float or kind is bool:
@@ -187,6 +188,18 @@ def fingerprint(value: Any, constexpr: bool) -> Any:
         except Exception:
             return None
     return None
+
+
+def _exact(value: Any) -> Any:
+    """A constexpr's value with the type of each element and the sign of a zero: ``(2,)``,
+    ``(2.0,)`` and ``(True,)`` are equal tuples, and ``0.0 == -0.0``, but each compiles to other
+    code (``-7 // S[0]``, ``x * V``)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return (kind, *map(_exact, value))
+    if isinstance(value, float | np.floating) and value == 0:
+        return (kind, value, math.copysign(1.0, value))
+    return (kind, value)
 
 
 def specialize_memo(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
@@ -254,6 +267,8 @@ def _hashable(v: Any) -> Any:
         return ("type", str(v))
     if isinstance(v, tuple):
         return tuple(_hashable(x) for x in v)
+    if isinstance(v, float | np.floating) and v == 0 and math.copysign(1.0, v) < 0:
+        return (type(v).__name__, v, "negative zero")  # equal to 0.0, yet x * -0.0 is not x * 0.0
     return (type(v).__name__, v)
 
 

@@ -264,9 +264,17 @@ def test_tensor_map_parameters(monkeypatch):
     host = np.zeros((64, 64), dtype=np.float16)
     launcher(1, (host,))  # host memory: copied, map built over the device copy
     assert encoded[-1][1] in gpu.memory and encoded[-1][0].global_shape == (64, 64)
-    prebuilt = TensorMap(TensorMapSpec("f16", (32, 64), (128, 2), (32, 64)), 0x9000, b"\xab" * 128)
+    prebuilt = TensorMap(TensorMapSpec("f16", (32, 64), (128, 2), (64, 64), swizzle=Swizzle.B128), 0x9000,
+                         b"\xab" * 128)
     launcher(1, (prebuilt,))
     assert gpu.launches[-1]["params"] == [b"\xab" * 128, struct.pack("<i", 64)]
+    for other, what in ((TensorMapSpec("f16", (32, 64), (128, 2), (32, 64), swizzle=Swizzle.B128), "box (32, 64)"),
+                        (TensorMapSpec("f16", (32, 64), (128, 2), (64, 64)), "swizzle NONE"),
+                        (TensorMapSpec("bf16", (32, 64), (128, 2), (64, 64), swizzle=Swizzle.B128), "BFLOAT16")):
+        with pytest.raises(LaunchError) as exc:  # a map of another box, swizzle or dtype: the kernel would
+            launcher(1, (TensorMap(other, 0x9000, b"\xcd" * 128),))  # read its boxes as its own
+        assert exc.value.code == A.TENSOR_MAP and "the tensor map passed for `a` was encoded for" in str(exc.value)
+        assert what in str(exc.value) and gpu.launches[-1]["params"][0] == b"\xab" * 128
     with pytest.raises(LaunchError) as exc:
         launcher(1, (FakeDLPack(0x7000_0000_0000, (512,), "f16"),))
     assert exc.value.code == A.ARG_SHAPE

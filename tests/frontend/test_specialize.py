@@ -65,3 +65,61 @@ def test_a_wrong_dtype_is_refused_after_a_right_one(kernel):
     with pytest.raises(LaunchError) as err:
         kernel.bind((np.zeros(64, np.float16), 5, 1.0, 1), {"BLOCK": 64})
     assert err.value.code == "SP0703"
+
+
+# ------------------------------------------------------------------------------------------------
+# constexpr values that compare equal in Python but compile to other code
+
+EQUAL_BUT_OTHER = """
+@kernel
+def scale(x: ptr[f32], out: ptr[f32], V: constexpr, BLOCK: constexpr = 16):
+    i = arange(0, BLOCK)
+    store(out + i, load(x + i) * V)
+
+
+@kernel
+def divide(out: ptr[f32], S: constexpr, BLOCK: constexpr = 16):
+    i = arange(0, BLOCK)
+    store(out + i, (i - 7) // S[0] + S[1])
+"""
+
+
+def run_scale(kernel, x: np.ndarray, v) -> np.ndarray:
+    out = np.full_like(x, np.nan)  # poisoned
+    kernel.interpret[(1,)](x, out, v)
+    return out
+
+
+@pytest.mark.parametrize("first", [0.0, np.float32(0.0)])
+@pytest.mark.parametrize("second", [-0.0, np.float32(-0.0)])
+def test_negative_zero_is_not_the_zero_specialization(first, second):
+    """0.0 == -0.0 (and hash alike), but x * -0.0 is -0.0 for a positive x: a kernel specialized
+    for 0.0 must not run for V = -0.0 (the memo and the key told them apart by value only)."""
+    scale = sp.loads(EQUAL_BUT_OTHER).scale
+    x = np.random.default_rng(0).uniform(0.5, 2.0, 16).astype(np.float32)
+    for v in (first, second, first):
+        out = run_scale(scale, x, v)
+        expected = x.astype(np.float64) * float(v)
+        assert np.array_equal(out, expected) and np.array_equal(np.signbit(out), np.signbit(expected))
+    assert scale.ir(x, x, first) is not scale.ir(x, x, second)
+
+
+def c_floor_division(a: np.ndarray, b: int) -> np.ndarray:
+    """The language's integer ``//``: rounded toward zero (docs/language.md, rule 6)."""
+    return np.trunc(a / b)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_tuple_elements_of_equal_value_but_other_type_are_other_specializations(order):
+    """(2, 1) == (2.0, 1.0) == (2, True) in Python, but ``-7 // 2`` is -3 on ints (C division) and
+    -4.0 on floats: each tuple is its own specialization, whichever comes first."""
+    divide = sp.loads(EQUAL_BUT_OTHER).divide
+    i = np.arange(16, dtype=np.float64) - 7
+    cases = [((2, 1), c_floor_division(i, 2) + 1), ((2.0, 1.0), np.floor(i / 2.0) + 1.0),
+             ((2, True), c_floor_division(i, 2) + 1)]
+    for (s, expected) in (cases if order == 0 else cases[::-1]) * 2:
+        out = np.full(16, np.nan, np.float32)
+        divide.interpret[(1,)](out, s)
+        assert np.array_equal(out.astype(np.float64), expected), s
+    keys = {divide.bind((out, s), {})[2] for s, _ in cases}
+    assert len(keys) == 3

@@ -1,0 +1,86 @@
+"""A prepared launch (and a launcher) compiled for one constexpr value refuses another value that
+only compares equal to it: ``2.0 == 2``, ``True == 1`` and ``-0.0 == 0.0`` in Python, but each is
+another specialization (``-7 // V`` is -3 on ints and -4.0 on floats; ``x * -0.0`` is -0.0). Fake
+device of tests/backend/test_prepared.py: the kernel compiles for sm_90a for real, launches are
+recorded, nothing runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.backend.runtime.arguments import MISSING, constexpr_equal
+from sparsile.frontend.diagnostics import LaunchError
+
+pytest.importorskip("torch")
+
+from tests.backend.test_prepared import arrays, gpu  # noqa: F401  (gpu: a fixture)
+
+
+@sp.jit
+def shift(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, V: sp.constexpr, BLOCK: sp.constexpr = 256):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, sp.load(x + offs, mask=mask) + (offs - 7) // V, mask=mask)
+
+
+@sp.jit
+def shift_by_pair(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, V: sp.constexpr, BLOCK: sp.constexpr = 256):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, sp.load(x + offs, mask=mask) + (offs - 7) // V[0] + V[1], mask=mask)
+
+
+@pytest.fixture(autouse=True)
+def fresh_launchers():
+    """Each test builds its launchers on its own fake device."""
+    for k in (shift, shift_by_pair):
+        k.__dict__.pop("_launchers", None)
+        k.__dict__.pop("_fast_launches", None)
+
+
+@pytest.mark.parametrize(("prepared_for", "other"), [
+    (2, 2.0), (2.0, 2), (1, True), (True, 1), (0.0, -0.0), (-0.0, 0.0), (2, np.float32(2.0)),
+])
+def test_a_prepared_launch_refuses_an_equal_constexpr_of_another_kind(gpu, prepared_for, other):  # noqa: F811
+    gpu.sizes = [8, 8, 4]  # x, out, n
+    x, _, out = arrays()
+    launch_ = shift[(4,)].prepare(x, out, 1024, prepared_for)  # V positional: checked per call
+    launch_(x, out, 1024, prepared_for)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, 1024, other)
+    assert exc.value.code == "SP0718" and f"the launch was prepared for V = {prepared_for!r}" in str(exc.value)
+    shift[(4,)](x, out, 1024, other)  # kernel[grid] compiles the other specialization
+    assert len(gpu.built) == 2
+
+
+def test_a_prepared_launch_takes_the_same_value_in_another_spelling(gpu):  # noqa: F811
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    launch_ = shift[(4,)].prepare(x, out, 1024, 3)
+    launch_(x, out, 1024, np.int64(3))  # numpy integers specialize as ints
+    launch_ = shift_by_pair[(4,)].prepare(x, out, 1024, (2, 3.5))
+    launch_(x, out, 1024, [2, 3.5])  # a list is specialized as a tuple
+    assert len(gpu.launches) == 2
+
+
+def test_the_launchers_own_constexpr_check(gpu):  # noqa: F811
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    shift[(4,)](x, out, 1024, 2)
+    launcher = next(iter(shift.__dict__["_launchers"].values()))
+    launcher((4,), [x, out, 1024, 2, MISSING])
+    for other in (2.0, True, np.float64(2.0)):
+        with pytest.raises(LaunchError) as exc:
+            launcher((4,), [x, out, 1024, other, MISSING])
+        assert exc.value.code == "SP0718" and "the kernel was compiled for V = 2" in str(exc.value)
+
+
+def test_constexpr_equal():
+    assert constexpr_equal(3, 3) and constexpr_equal(np.int32(3), 3) and constexpr_equal(2.5, np.float64(2.5))
+    assert constexpr_equal((1, (2.0, "a")), [1, (2.0, "a")]) and constexpr_equal(sp.f16, sp.f16)
+    assert constexpr_equal(float("nan"), float("nan"))  # a kernel compiled for NaN is one for NaN
+    assert not constexpr_equal(2, 2.0) and not constexpr_equal(True, 1) and not constexpr_equal(0.0, -0.0)
+    assert not constexpr_equal((2, 1), (2.0, 1)) and not constexpr_equal((1,), (1, 1))
+    assert not constexpr_equal(np.zeros(2), np.zeros(2))  # no truth value: unequal
