@@ -2,9 +2,11 @@
 arithmetic, comparisons, math functions, selects and casts.
 
 Elementwise semantics follow ``frontend/ops/core.py``: integer ``//`` and ``%`` round toward zero
-(``sdiv``/``srem``); shifts by the bit width or more give 0 (or the sign for ``>>`` of a negative);
-16-bit float ops are computed natively (correctly rounded, like the interpreter's per-op rounding);
-math functions on 8/16-bit floats run in f32 and round once; float->int casts saturate (NaN -> 0).
+(``sdiv``/``srem``, guarded against a zero divisor and ``MIN / -1``); shifts by the bit width or
+more give 0 (or the sign for ``>>`` of a negative); 16-bit float ops are computed natively
+(correctly rounded, like the interpreter's per-op rounding); 8-bit floats (held as ``i8`` bits) and
+math functions on 8/16-bit floats run in f32 and round once; float ``%`` is spelled out as the
+interpreter models it; float->int casts saturate (NaN -> 0).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def lower_constant(cg: CodeGen, op: Operation) -> None:
     res = op.result
     elem = elem_of(res)
     assert isinstance(elem, T.ScalarType)
-    c = const(op.attrs["value"], llvm_type(elem))
+    c = fp8_const(op.attrs["value"], elem) if elem.name in _F8 else const(op.attrs["value"], llvm_type(elem))
     if isinstance(res.type, T.TileType):
         n = res.layout.in_size("reg")
         cg.set(res, DTile(res.layout, [c] * n, elem))
@@ -149,7 +151,14 @@ _FLOAT_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "mod":
 def binary_value(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue, span: object = None) -> LLValue:
     fb = cg.fb
     ty = a.type
+    if t.name in _F8:  # held as i8 bits: computed in f32 (exact enough) and rounded back, saturating
+        if kind == "floordiv":  # floor of the quotient rounded to the type, as for 16-bit floats
+            q = through_f32(cg, t, [a, b], lambda v: binary_value(cg, "div", T.f32, v[0], v[1], span))
+            return through_f32(cg, t, [q], lambda v: cg.intrinsic("float", "llvm.floor.f32", v))  # type: ignore
+        return through_f32(cg, t, [a, b], lambda v: binary_value(cg, kind, T.f32, v[0], v[1], span))
     if t.is_float:
+        if kind == "mod":
+            return _float_mod(cg, a, b)
         if kind in _FLOAT_OPS:
             return fb.binop(_FLOAT_OPS[kind], a, b)
         if kind in ("max", "min"):
@@ -167,8 +176,15 @@ def binary_value(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue
             # division by zero is undefined on the GPU; avoid LLVM UB by dividing by 1 instead
             zero = fb.icmp("eq", b, const(0, ty))
             safe = fb.select(zero, const(1, ty), b)
+            if signed:  # MIN // -1 overflows: LLVM UB (and unspecified for PTX div.s); it wraps to MIN, % gives 0
+                minus1 = fb.icmp("eq", b, const(-1, ty))
+                safe = fb.select(minus1, const(1, ty), safe)
             op = ("sdiv" if signed else "udiv") if kind == "floordiv" else ("srem" if signed else "urem")
             r = fb.binop(op, a, safe)
+            if signed and kind == "floordiv":
+                r = fb.select(minus1, fb.binop("sub", const(0, ty), a), r)
+            elif signed:
+                r = fb.select(minus1, const(0, ty), r)
             return fb.select(zero, const(0, ty), r)
         if kind in ("max", "min"):
             name = f"llvm.{'s' if signed else 'u'}{kind}.{ty}"
@@ -184,6 +200,29 @@ def binary_value(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue
                 fill = const(0, ty)
             return fb.select(big, fill, r)
     raise CompileError([Diagnostic("SP0621", f"`{kind}` on {t} cannot be compiled", span)])  # type: ignore[arg-type]
+
+
+def through_f32(cg: CodeGen, t: T.ScalarType, args: list[LLValue], fn: Callable[[list[LLValue]], LLValue]) -> LLValue:
+    """``fn`` on ``args`` of the 8-bit float type ``t`` converted to f32; the f32 result converted
+    back to ``t`` (``cvt.rn.satfinite``), as the interpreter rounds every op on 8-bit floats."""
+    r = fn([cast_value(cg, t, T.f32, x) for x in args])
+    return cast_value(cg, T.f32, t, r)
+
+
+def _float_mod(cg: CodeGen, a: LLValue, b: LLValue) -> LLValue:
+    """Float ``%``: ``fma(-trunc(a / b), b, a)``, ``a`` where ``b`` is infinite; 16-bit floats in
+    f32, rounded once (the interpreter's ``gpu_fmod``). Spelled out rather than LLVM's ``frem``,
+    whose NVPTX expansion is this sequence today but is no contract."""
+    fb = cg.fb
+    x, y = (a, b) if a.type == "double" else (to_f32(cg, a), to_f32(cg, b))
+    ty, sfx = x.type, _sfx(x.type)
+    t = cg.intrinsic(ty, f"llvm.trunc.{sfx}", [fb.binop("fdiv", x, y)])
+    assert t is not None
+    r = cg.intrinsic(ty, f"llvm.fma.{sfx}", [fb.value(f"fneg {ty} {t.ref}", ty), y, x])
+    ay = cg.intrinsic(ty, f"llvm.fabs.{sfx}", [y])
+    assert r is not None and ay is not None
+    inf = fb.fcmp("oeq", ay, const(float("inf"), ty))
+    return from_f32(cg, fb.select(inf, x, r), a.type) if a.type != "double" else fb.select(inf, x, r)
 
 
 def _sfx(ty: str) -> str:
@@ -234,6 +273,8 @@ def lower_cmp(cg: CodeGen, op: Operation) -> None:
         signed = isinstance(t, T.ScalarType) and t.is_signed
         p = pred if pred in ("eq", "ne") else ("s" if signed else "u") + _ICMP[pred]
         map_values(cg, op, lambda v: cg.fb.icmp(p, v[0], v[1]))
+    elif t.name in _F8:  # i8 bits: compared as the f32 values they encode
+        map_values(cg, op, lambda v: cg.fb.fcmp(_FCMP[pred], *(cast_value(cg, t, T.f32, x) for x in v)))
     else:
         map_values(cg, op, lambda v: cg.fb.fcmp(_FCMP[pred], v[0], v[1]))
 
@@ -247,6 +288,8 @@ def lower_unary(cg: CodeGen, op: Operation) -> None:
     def fn(v: list[LLValue]) -> LLValue:
         x = v[0]
         if kind == "neg":
+            if t.name in _F8:  # flip the sign bit (NaN stays NaN)
+                return cg.fb.binop("xor", x, const(-128, "i8"))
             if t.is_float:
                 return cg.fb.value(f"fneg {x.type} {x.ref}", x.type)
             return cg.fb.binop("sub", const(0, x.type), x)
@@ -259,9 +302,13 @@ def lower_unary(cg: CodeGen, op: Operation) -> None:
 
 def math_value(cg: CodeGen, fn: str, t: T.ScalarType, x: LLValue) -> LLValue:
     fb = cg.fb
+    if t.name in _F8:
+        return through_f32(cg, t, [x], lambda v: math_value(cg, fn, T.f32, v[0]))
     if fn == "abs":
         if t.is_float:
             return cg.intrinsic(x.type, f"llvm.fabs.{_sfx(x.type)}", [x])  # type: ignore[return-value]
+        if not t.is_signed:  # llvm.abs reads its operand as signed: 0xFFFFFFFF would give 1
+            return x
         return cg.intrinsic(x.type, f"llvm.abs.{x.type}", [x, const(0, "i1")])  # type: ignore[return-value]
     f = to_f32(cg, x)
     if fn in ("exp", "exp2"):
@@ -309,6 +356,17 @@ def lower_select(cg: CodeGen, op: Operation) -> None:
 
 
 _F8 = {"e4m3": "e4m3x2", "e5m2": "e5m2x2"}
+
+
+def fp8_const(value: float, elem: T.ScalarType) -> LLValue:
+    """The ``i8`` bits of ``value`` in the 8-bit float type ``elem``, rounded as a cast to it
+    (through f32, saturating; the interpreter's ``cast_array``), not ``int(value)``."""
+    import numpy as np
+
+    from ...frontend.ops.core import cast_array
+
+    bits = cast_array(np.array(float(value), np.float64), T.f64, elem).view(np.int8)
+    return const(int(bits), "i8")
 
 
 def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) -> LLValue:

@@ -39,8 +39,11 @@ def float_literal(value: float, ty: str) -> str:
     """An exact LLVM literal for ``value`` in float type ``ty`` (hex form)."""
     if ty == "double" or ty == "float":
         # LLVM prints float constants as the double with the same value (must be exact in float)
-        if ty == "float":
-            value = struct.unpack("<f", struct.pack("<f", value))[0]
+        if ty == "float":  # rounded to nearest even, overflowing to infinity (as numpy.float32)
+            import numpy as np
+
+            with np.errstate(over="ignore"):
+                value = float(np.float32(value))
         return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", value))[0])
     if ty == "half":
         import numpy as np

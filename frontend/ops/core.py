@@ -5,11 +5,13 @@ that create it. Global loads and stores are in :mod:`.global_memory`, shapes and
 
 Semantics shared by the interpreter and every backend (``docs/language.md`` §Promotion):
 
-* integer ``//`` and ``%`` round toward zero; ``/`` on integers gives ``f32``; on floats ``//`` is
-  ``floor(x / y)`` and ``%`` is ``fmod``;
+* integer ``//`` and ``%`` round toward zero, by zero give 0, ``MIN // -1`` wraps; ``/`` on
+  integers gives ``f32``; on floats ``//`` is ``floor`` of the rounded quotient, ``%`` and ``**``
+  are the GPU's instruction sequences (:mod:`..interp.numerics`), not numpy's fmod and power;
 * shifts by the width or more give 0 (-1 for an arithmetic right shift of a negative value), as
   PTX ``shl``/``shr`` clamp the shift amount;
 * float -> integer conversion truncates toward zero and saturates, NaN -> 0 (``cvt.rzi.sat``);
+  conversion to an 8-bit float saturates (``cvt.rn.satfinite``);
 * every operation on a 16-bit or 8-bit float rounds its result to that type.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..interp.numerics import float_to_int, gpu_fmod, gpu_pow
 from ..interp.values import UNSUPPORTED, InterpreterError, PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
@@ -81,6 +84,9 @@ def numpy_dtype_of(t: T.Type) -> np.dtype:
 @constant.interpreter
 def _i_constant(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t = op.result.type
+    e = T.element_type(t)
+    if isinstance(e, T.ScalarType) and e.is_float and e.bits < 16:  # encoded as a cast to it
+        return [cast_array(np.full(T.shape_of(t), op.attrs["value"], np.float64), T.f64, e)]
     return [np.full(T.shape_of(t), op.attrs["value"], dtype=numpy_dtype_of(t))]
 
 
@@ -128,18 +134,21 @@ def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     elem = T.element_type(op.result.type)
     with np.errstate(all="ignore"):
         if elem.is_float:
+            if kind == "pow":
+                return [round_float(gpu_pow(a, b), elem)]
+            if kind == "mod":
+                return [round_float(gpu_fmod(a, b, elem.bits), elem)]
             wa, wb = a.astype(np.float64), b.astype(np.float64)
+            # single rounding of the exact f64 result matches IEEE add/sub/mul/div of every width
             r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.fmax,
-                 "min": np.fmin, "pow": np.power, "mod": np.fmod,
-                 "floordiv": lambda x, y: np.floor(x / y)}[kind](wa, wb)
-            if elem.bits == 32:
-                # single rounding of the exact f64 result matches IEEE f32 add/sub/mul/div
-                r = r.astype(np.float32)
-            return [np.asarray(r).astype(dt)]
+                 "min": np.fmin, "floordiv": np.divide}[kind](wa, wb)
+            if kind == "floordiv":  # floor of the quotient rounded to the type, as the GPU's div.rn + floor
+                r = np.floor(round_float(r, elem))
+            return [round_float(r, elem)]
         if kind == "floordiv":
             return [_c_div(a, b)]
-        if kind == "mod":
-            return [(a - b * _c_div(a, b)).astype(dt)]
+        if kind == "mod":  # 0 for a zero divisor, as `//` (and the GPU's select)
+            return [np.where(b == 0, 0, a - b * _c_div(a, b)).astype(dt)]
         if kind in ("shl", "shr"):
             bits = elem.bits
             sh = b.astype(np.int64)
@@ -193,7 +202,7 @@ def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
                  "rsqrt": lambda v: 1.0 / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
                  "ceil": np.ceil, "sigmoid": _sigmoid}
-        return [np.asarray(table[fn](x)).astype(np.float32).astype(dt)]
+        return [round_float(np.asarray(table[fn](x)).astype(np.float32), T.element_type(op.result.type))]
 
 
 @select.interpreter
@@ -226,20 +235,29 @@ def tf32_truncate(a: Any) -> np.ndarray:
     return np.where(np.isnan(x), x, bits.view(np.float32))
 
 
+def round_float(r: Any, elem: T.ScalarType) -> np.ndarray:
+    """A float result (any float dtype) rounded to the float type ``elem``: to nearest even, and
+    for the 8-bit floats through f32 with saturation, as every op on them is lowered."""
+    r = np.asarray(r)
+    if elem.bits < 16:
+        return cast_array(r, T.f32, elem)
+    if elem.bits == 32:  # tf32 values are held, and computed on, as f32 (as on the GPU)
+        r = r.astype(np.float32)
+    return r.astype(elem.numpy_dtype)
+
+
 def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarray:
     """Elementwise conversion with GPU semantics: float->int truncates toward zero and saturates
-    (PTX ``cvt.rzi.sat``), NaN -> 0; int->float and float->float round to nearest even."""
+    (PTX ``cvt.rzi.sat``, 64-bit integers included), NaN -> 0; int->float and float->float round
+    to nearest even; to an 8-bit float saturates (from integers too)."""
     ddt = dst.numpy_dtype
     if dst.is_bool:
         return a != 0
     if src.is_float and dst.is_int:
-        x = np.trunc(a.astype(np.float64))
-        info = np.iinfo(ddt)
-        x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
-        return x.astype(ddt)
+        return float_to_int(a, ddt)
     if dst.name == "tf32":
         return tf32_round(a)
-    if src.is_float and dst.is_float and dst.bits < 16:
+    if dst.is_float and dst.bits < 16:
         # as the GPU: through f32, then cvt.rn.satfinite (out-of-range values and infinities
         # clamp to the largest finite value, NaN stays NaN), where a plain cast would give NaN/inf
         x = a.astype(np.float32)
@@ -370,6 +388,8 @@ def _pointer_arith(em: Emitter, pyop: str, a: Arg, b: Arg, ptr_is_left: bool) ->
         em.error("SP0310", f"a pointer offset must be an integer, found {off.type}", off_arg.span)
     if oe.bits < 32 or oe.is_bool:
         off = em.cast(off, T.i32)
+    elif oe.bits == 32 and not oe.is_signed:  # zero-extended, as the interpreter's int64 offsets
+        off = em.cast(off, T.i64)             # (the GPU sign-extends a 32-bit offset)
     if pyop == "-":
         off = em.op1("arith.unary", [off], off.type, op="neg")
     shape = em.broadcast_shapes(T.shape_of(p.type), T.shape_of(off.type))

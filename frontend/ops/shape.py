@@ -3,8 +3,10 @@ the ``shape`` and ``dtype`` properties, and ``sum max min argmax argmin`` along 
 with its typing rule and interpreter semantics, next to the builtin(s) that create it.
 
 Reductions: ``sum`` of integers narrower than 32 bits gives ``i32``; of 8/16-bit floats it
-accumulates in ``f32`` and rounds once at the end. ``argmax``/``argmin`` give the i32 index of the
-first extreme element (of the flattened tile when no axis is given).
+accumulates in ``f32`` and rounds once at the end. ``max``/``min`` of floats skip NaN (a NaN
+results only where every element is NaN), as ``maximum``/``minimum`` and the GPU.
+``argmax``/``argmin`` give the i32 index of the first extreme element (of the flattened tile when
+no axis is given).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..layout.rules import EXPAND_DIMS, PERMUTE, REDUCE, RESHAPE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .core import map_tile, numpy_dtype_of
+from .core import cast_array, map_tile, numpy_dtype_of
 from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op
 
 expand_dims_op = define_op("expand_dims", operands=("x",), verify=TYPED_BY_SEMA, layout=EXPAND_DIMS,
@@ -55,9 +57,15 @@ def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     elem = T.element_type(op.result.type)
     if kind == "sum":
         acc = a.astype(np.float32) if elem.is_float and elem.bits < 32 else a.astype(dt)
-        return [np.asarray(np.sum(acc, axis=axis, dtype=acc.dtype)).astype(dt)]
+        total = np.asarray(np.sum(acc, axis=axis, dtype=acc.dtype))
+        # the f32 total rounds as a cast does (8-bit floats saturate, as the GPU's cvt.rn.satfinite)
+        return [cast_array(total, T.f32, elem) if elem.is_float and elem.bits < 32 else total.astype(dt)]
     if kind in ("argmax", "argmin"):
         return [np.asarray((np.argmax if kind == "argmax" else np.argmin)(a, axis=axis)).astype(np.int32)]
+    if elem.is_float:  # NaN is skipped unless every element is NaN, as `maximum` (the GPU's max.f32)
+        fn = np.fmax.reduce if kind == "max" else np.fmin.reduce
+        with np.errstate(all="ignore"):
+            return [np.asarray(fn(a.astype(np.float32) if elem.bits < 16 else a, axis=axis)).astype(dt)]
     fn = np.max if kind == "max" else np.min
     return [np.asarray(fn(a, axis=axis)).astype(dt)]
 

@@ -269,6 +269,9 @@ def _fold(op: str, a: Any, b: Any) -> Any:
         return c_floordiv(a, b) if op == "//" else c_mod(a, b)
     if op == "%" and isinstance(a, float | int) and isinstance(b, float | int):
         return math.fmod(a, b)
+    if op == "//" and isinstance(a, float | int) and isinstance(b, float | int):
+        q = a / b  # floor(x / y) as at run time, not Python's `//` (7.0 // 0.1 is 69.0 there, 70.0 here)
+        return float(math.floor(q)) if math.isfinite(q) else q
     import operator
 
     table = {
