@@ -2,8 +2,8 @@
 arithmetic, comparisons, math functions, selects and casts.
 
 Elementwise semantics follow ``frontend/ops/core.py``: integer ``//`` and ``%`` round toward zero
-(``sdiv``/``srem``, guarded against a zero divisor and ``MIN / -1``); shifts by the bit width or
-more give 0 (or the sign for ``>>`` of a negative); 16-bit float ops are computed natively
+(``sdiv``/``srem``, guarded against a zero divisor; ``MIN // -1`` is SP0790 in the interpreter);
+shifts by the bit width or more give 0 (or the sign for ``>>`` of a negative); 16-bit float ops are computed natively
 (correctly rounded, like the interpreter's per-op rounding); 8-bit floats (held as ``i8`` bits) and
 math functions on 8/16-bit floats run in f32 and round once; float ``%`` is spelled out as the
 interpreter models it; float->int casts saturate (NaN -> 0).
@@ -176,15 +176,10 @@ def binary_value(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue
             # division by zero is undefined on the GPU; avoid LLVM UB by dividing by 1 instead
             zero = fb.icmp("eq", b, const(0, ty))
             safe = fb.select(zero, const(1, ty), b)
-            if signed:  # MIN // -1 overflows: LLVM UB (and unspecified for PTX div.s); it wraps to MIN, % gives 0
-                minus1 = fb.icmp("eq", b, const(-1, ty))
-                safe = fb.select(minus1, const(1, ty), safe)
+            # MIN // -1 is not guarded (as in C): the interpreter reports it (SP0790); a guard in every
+            # division made the stream-K kernel spill
             op = ("sdiv" if signed else "udiv") if kind == "floordiv" else ("srem" if signed else "urem")
             r = fb.binop(op, a, safe)
-            if signed and kind == "floordiv":
-                r = fb.select(minus1, fb.binop("sub", const(0, ty), a), r)
-            elif signed:
-                r = fb.select(minus1, const(0, ty), r)
             return fb.select(zero, const(0, ty), r)
         if kind in ("max", "min"):
             name = f"llvm.{'s' if signed else 'u'}{kind}.{ty}"

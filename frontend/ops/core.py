@@ -5,7 +5,7 @@ that create it. Global loads and stores are in :mod:`.global_memory`, shapes and
 
 Semantics shared by the interpreter and every backend (``docs/language.md`` §Promotion):
 
-* integer ``//`` and ``%`` round toward zero, by zero give 0, ``MIN // -1`` wraps; ``/`` on
+* integer ``//`` and ``%`` round toward zero, by zero give 0 (``MIN // -1`` is SP0790); ``/`` on
   integers gives ``f32``; on floats ``//`` is ``floor`` of the rounded quotient, ``%`` and ``**``
   are the GPU's instruction sequences (:mod:`..interp.numerics`), not numpy's fmod and power;
 * shifts by the width or more give 0 (-1 for an arithmetic right shift of a negative value), as
@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 
 from ..interp.numerics import float_to_int, gpu_fmod, gpu_pow
-from ..interp.values import UNSUPPORTED, InterpreterError, PtrVal
+from ..interp.values import INT_OVERFLOW, UNSUPPORTED, InterpreterError, PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..layout.rules import BROADCAST, ELEMENTWISE
@@ -126,6 +126,18 @@ def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(b == 0, 0, q + fix.astype(q.dtype)).astype(a.dtype)
 
 
+def _check_no_overflow(ctx: Any, op: Operation, a: np.ndarray, b: np.ndarray, elem: T.ScalarType) -> None:
+    """SP0790 where a signed ``//`` or ``%`` divides the type's minimum by -1: the quotient does not
+    fit, and the GPU's ``div.s`` / ``rem.s`` (LLVM ``sdiv`` / ``srem``) leave the result undefined, as C
+    does, so the interpreter reports it rather than pick a value the GPU need not give."""
+    lo = np.iinfo(elem.numpy_dtype).min
+    if np.any((np.asarray(a) == lo) & (np.asarray(b) == -1)):
+        sign = "//" if op.attrs["op"] == "floordiv" else "%"
+        raise InterpreterError(INT_OVERFLOW, f"{elem} overflow: {lo} {sign} -1 has no {elem} result (undefined on "
+                               "the GPU)", op.span, ctx.program_id,
+                               help="widen the operands first (e.g. `x.to(i64)`), or keep the divisor positive")
+
+
 @binary.interpreter
 def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     a, b = args
@@ -145,6 +157,8 @@ def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
             if kind == "floordiv":  # floor of the quotient rounded to the type, as the GPU's div.rn + floor
                 r = np.floor(round_float(r, elem))
             return [round_float(r, elem)]
+        if kind in ("floordiv", "mod") and elem.is_signed:
+            _check_no_overflow(ctx, op, a, b, elem)
         if kind == "floordiv":
             return [_c_div(a, b)]
         if kind == "mod":  # 0 for a zero divisor, as `//` (and the GPU's select)

@@ -16,7 +16,7 @@ from sparsile.frontend.diagnostics import LaunchError
 
 pytest.importorskip("torch")
 
-from tests.backend.test_prepared import arrays, gpu  # noqa: F401  (gpu: a fixture)
+from sparsile.tests.backend.test_prepared import arrays, gpu  # noqa: F401  (gpu: a fixture)
 
 N_TYPE = sp.i32
 THIS = sys.modules[__name__]

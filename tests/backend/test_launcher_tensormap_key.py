@@ -18,7 +18,7 @@ from sparsile.backend.runtime.tensormap import Swizzle, TensorMap, TensorMapPara
 
 torch = pytest.importorskip("torch")
 
-from tests.backend.test_prepared import ATTRS, OK, FakeCudaTensor, FakeModule  # noqa: E402
+from sparsile.tests.backend.test_prepared import ATTRS, OK, FakeCudaTensor, FakeModule  # noqa: E402
 
 
 class MapRecorder:

@@ -15,7 +15,7 @@ from sparsile.frontend.diagnostics import LaunchError
 
 pytest.importorskip("torch")
 
-from tests.backend.test_prepared import arrays, gpu  # noqa: F401  (gpu: a fixture)
+from sparsile.tests.backend.test_prepared import arrays, gpu  # noqa: F401  (gpu: a fixture)
 
 
 @sp.jit

@@ -56,22 +56,27 @@ def test_integer_remainder_by_zero_is_zero_as_the_quotient() -> None:
     assert re.search(r"srem i32 %\w+, %(\w+)", ir) and "select i1 %v" in ir
 
 
-def test_min_divided_by_minus_one_wraps_and_is_not_undefined_on_the_gpu() -> None:
-    """`sdiv MIN, -1` is undefined behaviour in LLVM (and unspecified for PTX `div.s32`): the lowering
-    divides by 1 instead and negates (wrapping to MIN), and gives 0 for `%`, as the interpreter."""
+def test_min_divided_by_minus_one_is_reported_as_the_gpu_leaves_it_undefined() -> None:
+    """`sdiv MIN, -1` is undefined in LLVM and unspecified for PTX `div.s`: the interpreter reports it
+    (SP0790, at the operation) rather than give a value the GPU need not give; other negative
+    divisors, and a -1 divisor of other values, truncate toward zero as before. The lowering adds
+    no test for it (no select on -1 before the division)."""
     for t, dt in (("i32", np.int32), ("i64", np.int64)):
-        src = BINARY.format(t=t, n=2, op1="//", op2="%")
         lo = np.iinfo(dt).min
-        a, b = np.array([lo, -9], dt), np.array([-1, -1], dt)
-        q, r = np.ones(2, dt), np.ones(2, dt)
-        run(src, a, b, q, r)
-        assert q.tolist() == [lo, 9] and r.tolist() == [0, 0]
-        ir = llvm_ir(src)
-        for div in re.findall(rf"(?:sdiv|srem) {t} %\w+, %(\w+)", ir):
-            # every divisor is a select that replaced -1 (and 0) by 1
-            sel = re.search(rf"%{div} = select i1 %\w+, {t} 1, {t} %\w+", ir)
-            assert sel, f"divisor %{div} is not guarded"
-        assert re.search(rf"icmp eq {t} %\w+, -1", ir)
+        for op1, op2 in (("//", "+"), ("+", "%")):
+            src = BINARY.format(t=t, n=2, op1=op1, op2=op2)
+            with pytest.raises(InterpreterError) as info:
+                run(src, np.array([lo, -9], dt), np.array([-1, -1], dt), np.ones(2, dt), np.ones(2, dt))
+            sign = "//" if op1 == "//" else "%"
+            assert (info.value.code, info.value.message) == (
+                "SP0790", f"{t} overflow: {lo} {sign} -1 has no {t} result (undefined on the GPU)")
+            line = 7 if op1 == "//" else 8
+            assert (info.value.span.line, info.value.span.col) == (line, 18)  # at `a // b` (`a % b`)
+        src = BINARY.format(t=t, n=4, op1="//", op2="%")
+        q, r = np.ones(4, dt), np.ones(4, dt)
+        run(src, np.array([lo + 1, -9, 9, lo], dt), np.array([-1, -1, -2, -2], dt), q, r)
+        assert q.tolist() == [-(lo + 1), 9, -4, lo // -2] and r.tolist() == [0, 0, 1, 0]
+        assert not re.search(rf"icmp eq {t} %\w+, -1", llvm_ir(src))
 
 
 def test_abs_of_an_unsigned_value_is_the_value() -> None:
