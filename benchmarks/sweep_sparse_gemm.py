@@ -81,7 +81,7 @@ def compressed(wp: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
 def as_f64(dtype: str, x: np.ndarray) -> np.ndarray:
     """``x`` in float64 as the tensor cores read it (tf32: f32 with 13 mantissa bits dropped, H200)."""
     if dtype == "tf32":
-        from sparsile.frontend.ops.core import tf32_truncate
+        from sparsile.frontend.interp.numerics import tf32_truncate
 
         return tf32_truncate(x).astype(np.float64)
     return x.astype(np.float64)

@@ -358,7 +358,7 @@ def fp8_const(value: float, elem: T.ScalarType) -> LLValue:
     (through f32, saturating; the interpreter's ``cast_array``), not ``int(value)``."""
     import numpy as np
 
-    from ...frontend.ops.core import cast_array
+    from ...frontend.interp.numerics import cast_array
 
     bits = cast_array(np.array(float(value), np.float64), T.f64, elem).view(np.int8)
     return const(int(bits), "i8")

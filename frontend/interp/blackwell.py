@@ -143,8 +143,8 @@ def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 
 def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
-    from ..ops.core import tf32_truncate
     from ..ops.dot import mma_reference
+    from .numerics import tf32_truncate
 
     a, b, acc = (args[op.operand_index(n)] for n in ("a", "b", "d"))
     a, b = np.asarray(a), np.asarray(b)

@@ -7,14 +7,21 @@ numpy's own function computes something else (``docs/language.md`` §Promotion a
 * float ``**`` is ``2 ** (y * log2(x))`` in f32 (``lg2.approx``, ``ex2.approx``): NaN for a
   negative base, and ``0 ** 0`` is NaN;
 * float ``//`` is ``floor`` of the quotient rounded to the operands' type;
-* float -> integer conversion saturates at every width (64-bit included) and maps NaN to 0.
+* float -> integer conversion saturates at every width (64-bit included) and maps NaN to 0;
+* the conversions of every type (:func:`cast_array`), tf32 rounding as ``cvt.rna`` and as a tensor
+  core reads unrounded f32 (:func:`tf32_round`, :func:`tf32_truncate`), and the rounding of every
+  float result to its type (:func:`round_float`).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
+import ml_dtypes
 import numpy as np
+
+from ..ir import types as T
 
 
 def float_to_int(a: np.ndarray, ddt: np.dtype) -> np.ndarray:
@@ -77,3 +84,54 @@ def gpu_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         x, y = a.astype(np.float32), b.astype(np.float32)
         return np.exp2((y * np.log2(x)).astype(np.float32)).astype(np.float32)
+
+
+def tf32_round(a: Any) -> np.ndarray:
+    """f32 values rounded to tf32 (10 mantissa bits) to nearest, ties away from zero: what
+    ``x.to(tf32)`` computes on the GPU (``cvt.rna.tf32.f32``, PTX ISA 9.7.9.21). NaN stays NaN."""
+    x = np.asarray(a, np.float32)
+    bits = (x.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000
+    return np.where(np.isnan(x), x, bits.astype(np.uint32).view(np.float32))
+
+
+def tf32_truncate(a: Any) -> np.ndarray:
+    """f32 values as a tensor core reads them for a tf32 MMA when they were not rounded first:
+    the low 13 mantissa bits are dropped (rounding toward zero). Measured on the H200 for
+    ``wgmma.mma_async.sp`` with f32 data loaded by TMA: 1 + 3*2^-12 is read as 1 (docs/hopper.md).
+    NaN stays NaN."""
+    x = np.asarray(a, np.float32)
+    bits = x.view(np.uint32) & np.uint32(0xFFFFE000)
+    return np.where(np.isnan(x), x, bits.view(np.float32))
+
+
+def round_float(r: Any, elem: T.ScalarType) -> np.ndarray:
+    """A float result (any float dtype) rounded to the float type ``elem``: to nearest even, and
+    for the 8-bit floats through f32 with saturation, as every op on them is lowered."""
+    r = np.asarray(r)
+    if elem.bits < 16:
+        return cast_array(r, T.f32, elem)
+    if elem.bits == 32:  # tf32 values are held, and computed on, as f32 (as on the GPU)
+        r = r.astype(np.float32)
+    return r.astype(elem.numpy_dtype)
+
+
+def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarray:
+    """Elementwise conversion with GPU semantics: float->int truncates toward zero and saturates
+    (PTX ``cvt.rzi.sat``, 64-bit integers included), NaN -> 0; int->float and float->float round
+    to nearest even; to an 8-bit float saturates (from integers too)."""
+    ddt = dst.numpy_dtype
+    if dst.is_bool:
+        return a != 0
+    if src.is_float and dst.is_int:
+        return float_to_int(a, ddt)
+    if dst.name == "tf32":
+        return tf32_round(a)
+    if dst.is_float and dst.bits < 16:
+        # as the GPU: through f32, then cvt.rn.satfinite (out-of-range values and infinities
+        # clamp to the largest finite value, NaN stays NaN), where a plain cast would give NaN/inf
+        x = a.astype(np.float32)
+        if dst.name in ("e4m3", "e5m2"):
+            top = np.float32(ml_dtypes.finfo(ddt).max)
+            x = np.clip(x, -top, top)
+        return x.astype(ddt)
+    return a.astype(ddt)

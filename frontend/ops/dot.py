@@ -151,7 +151,7 @@ def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     a, b, c = args
     ea = T.element_type(op.operand("a").type)
     if ea in (T.f32, T.tf32):
-        from .core import cast_array
+        from ..interp.numerics import cast_array
 
         a, b = cast_array(a, T.f32, T.tf32), cast_array(b, T.f32, T.tf32)
     return [mma_reference(a, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]
@@ -172,7 +172,7 @@ def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         raise InterpreterError(BAD_OPERAND_DATA, f"invalid sparse metadata: {e.message}", op.span, ctx.program_id,
                                help=e.help) from None
     if ea in (T.f32, T.tf32):
-        from .core import cast_array
+        from ..interp.numerics import cast_array
 
         dense, b = cast_array(dense, T.f32, T.tf32), cast_array(b, T.f32, T.tf32)
     return [mma_reference(dense, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]

@@ -149,7 +149,7 @@ def wgmma_wait(em: Emitter, pending: Arg, acc: Arg) -> Value:
 def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     import numpy as np
 
-    from .core import tf32_truncate
+    from ..interp.numerics import tf32_truncate
 
     a, b, acc = (args[op.operand_index(n)] for n in ("a", "b", "acc"))
     ta = op.operand("a").type

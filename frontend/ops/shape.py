@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from ..interp.numerics import cast_array
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..layout.rules import EXPAND_DIMS, PERMUTE, REDUCE, RESHAPE
 from ..sema.builtins import builtin
 from ..sema.emitter import Emitter
 from ..sema.values import Arg, Const
-from .core import cast_array, map_tile, numpy_dtype_of
+from .core import map_tile, numpy_dtype_of
 from .opdefs import NO_LEGALITY, TYPED_BY_SEMA, define_op
 
 expand_dims_op = define_op("expand_dims", operands=("x",), verify=TYPED_BY_SEMA, layout=EXPAND_DIMS,

@@ -408,7 +408,7 @@ def k(xp: ptr[f32], out: ptr[i32]):
 def test_tf32_round_is_nearest_ties_away_and_truncate_drops_bits():
     """``x.to(tf32)`` is ``cvt.rna.tf32.f32`` (ties away from zero); an MMA reading raw f32 drops
     the low 13 bits. Both keep NaN and infinities."""
-    from sparsile.frontend.ops.core import tf32_round, tf32_truncate
+    from sparsile.frontend.interp.numerics import tf32_round, tf32_truncate
 
     ulp = 2.0 ** -10
     x = np.array([1 + 0.75 * ulp, 1 + 0.5 * ulp, 1 + 0.25 * ulp, -(1 + 0.5 * ulp), 1 + 1.5 * ulp,
