@@ -70,10 +70,28 @@ def orderable_magnitudes(array: np.ndarray) -> np.ndarray:
     return mags
 
 
+def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
+    """Ranking keys of the units (``unit`` consecutive elements along the last axis) of ``array``, in
+    the order pruning keeps them: |x| (or |a|+|b| of a pair) with NaN above every number, +inf
+    included, as the operand kernels' magnitude bits order them. Integers give exact int64 sums;
+    floats the raw bits of the float64 magnitude (monotone in |x|; NaN's bits lie above inf's), a
+    pair holding a NaN the largest NaN key of its elements."""
+    shape = (*array.shape[:-1], array.shape[-1] // unit, unit)
+    if array.dtype.kind in "biu":
+        return np.abs(array.astype(np.int64)).reshape(shape).sum(axis=-1)
+    mags = np.abs(array.astype(np.float64)).reshape(shape)
+    bits = mags.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
+    if unit == 1:
+        return bits[..., 0]
+    nan = np.isnan(mags)
+    sums = np.where(nan, np.inf, mags).sum(axis=-1).view(np.uint64)
+    return np.where(nan.any(axis=-1), np.where(nan, bits, np.uint64(0)).max(axis=-1), sums)
+
+
 def _reference_keep_mask(array: np.ndarray, pattern: Pattern) -> np.ndarray:
     rows, k = array.shape
-    mags = orderable_magnitudes(array).reshape(rows, k // pattern.group, pattern.units, pattern.unit).sum(axis=-1)
-    keep = keep_mask_reference(mags, pattern.keep)
+    keys = unit_keys(array, pattern.unit).reshape(rows, k // pattern.group, pattern.units)
+    keep = keep_mask_reference(keys, pattern.keep)
     return np.repeat(keep, pattern.unit, axis=-1).reshape(rows, k)
 
 

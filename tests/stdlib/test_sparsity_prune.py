@@ -196,3 +196,28 @@ def test_axis_must_be_an_integer(axis: object) -> None:
         with pytest.raises(SparsityError) as info:
             fn()
         assert (info.value.code, info.value.message) == ("SP0804", f"axis must be an integer, got {axis!r}")
+
+
+def test_nan_above_inf_in_every_precision():
+    """NaN ranks above +-inf in w's own precision too (float32/float64 pruned to 2:4 take the
+    reference path), as in the operand kernels: a chunk [inf, -inf, NaN, 1] keeps inf and NaN."""
+    chunk = [np.inf, -np.inf, np.nan, 1.0]
+    want = [True, False, True, False]
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64):
+        assert prune_mask_2_4(np.array([chunk], dtype=dtype)).tolist() == [want], dtype
+    assert prune_mask_4_8_pairs(np.array([[np.inf, 0, 1, 1, np.nan, 0, np.inf, 1]])).tolist() == [
+        [True, True, False, False, True, True, False, False]]
+
+
+_F16_SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6.0e-8, -65504.0, 1.0], np.float16)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.integers(0, len(_F16_SPECIALS) - 1), min_size=4, max_size=32))
+def test_own_precision_prune_matches_the_operand_kernel(picks: list[int]):
+    """Values exact in f16 order the same in float32 and float64: the masks of w and of w cast to
+    f16 (the bit-parallel kernel) agree, ties, zeros, infinities and NaN included."""
+    w16 = _F16_SPECIALS[picks][None, :]
+    want = prune_mask_2_4(w16)
+    for wide in (np.float32, np.float64):
+        np.testing.assert_array_equal(prune_mask_2_4(w16.astype(wide)), want)
