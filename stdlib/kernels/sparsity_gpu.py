@@ -47,6 +47,7 @@ from ..sparsity.hostarray import require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
 from .arrays import array_kind, bad_input
+from .operand_cast import cast_input
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
 # metadata words per program, rows x columns (prune_compress, decompress): 16 word rows hold both
@@ -148,8 +149,9 @@ def _kind_of(op: OperandType) -> str:
 
 
 def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
-    """``x`` cast to the operand's element type, 2-D, C-contiguous, K zero-padded to a multiple of
-    ``group`` (default: a whole chunk)."""
+    """``x`` cast to the operand's element type as the host casts (``cast_input``: e4m3 saturates,
+    integer types refuse what they cannot hold, one rounding), 2-D, C-contiguous, K zero-padded to a
+    multiple of ``group`` (default: a whole chunk)."""
     if len(x.shape) != 2:
         raise bad_input(f"w must be a 2-D (M, K) matrix, got shape {tuple(x.shape)}",
                         help="reshape to (M, K) with K the axis the sparsity runs along")
@@ -161,17 +163,13 @@ def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
         import torch.nn.functional as F
 
         want = getattr(torch, _TORCH_DTYPES[op.name])
-        x = x if x.dtype == want else x.to(want)
+        x = cast_input(x, op, want, "torch")
         if padded != k:
             ints = getattr(torch, f"int{8 * x.element_size()}" if x.element_size() > 1 else "uint8")
             x = F.pad(x.view(ints), (0, padded - k)).view(want)
         return x.contiguous()
     xp = _xp(x)
-    if x.dtype != op.host_dtype:
-        if xp is not np and op.name in ("bf16", "e4m3", "e5m2"):
-            raise bad_input(f"cupy has no {op.name} arrays: cannot cast a {x.dtype} array to it",
-                            help="pass torch tensors, or numpy arrays (ml_dtypes)")
-        x = x.astype(op.host_dtype)
+    x = cast_input(x, op, None, array_kind(x))
     if padded != k:
         grown = xp.zeros((rows, padded), dtype=x.dtype)
         grown[:, :k] = x

@@ -1,0 +1,104 @@
+"""The cast of a GPU toolkit input to its operand type, with the host toolkit's rules wherever the
+array lives (``cast_to_operand`` of :mod:`sparsile.stdlib.sparsity.compress`):
+
+* e4m3 saturates: |x| > 448 (infinities included) becomes ±448, with a ``SaturationWarning`` giving
+  the count (ml_dtypes would make them NaN, torch clamps them silently); NaN stays NaN;
+* an integer type refuses values it cannot hold (NaN, ±inf, beyond its range: SP0804), where a
+  plain cast would wrap them (300 -> 44);
+* a float64 (or integer) torch tensor is rounded once, to nearest even, as ml_dtypes and numpy do:
+  torch rounds float64 through float32 first (twice, so that 1 + 2**-8 + 2**-30 became 1.0 in
+  bf16 instead of 1 + 2**-7); here the float32 step rounds to odd, which makes the second rounding
+  exact (float32 has more than two bits beyond every 16- and 8-bit operand's significand).
+
+numpy arrays (what the interpreter and a CPU torch tensor give) go through ``cast_to_operand``
+itself, so a weight on the CPU and the same weight on a GPU are cast to the same bits.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..sparsity.compress import SaturationWarning, _caller_level, cast_to_operand
+from ..sparsity.dtypes import OperandType
+from .arrays import array_kind, bad_input
+
+E4M3_MAX = 448.0
+
+
+def _range_error(count: int, op: OperandType, what: str) -> Exception:
+    info = np.iinfo(op.host_dtype)
+    return bad_input(f"{count} values of {what} are not finite or lie beyond [{info.min}, {info.max}], the range "
+                     f"of {op.name}: a cast would wrap them",
+                     help=f"clip or quantize them to the {op.name} range first")
+
+
+def _saturation_warning(count: int, what: str) -> None:
+    warnings.warn(f"{count} values of {what} lie beyond ±448, the largest finite e4m3 value: saturated to ±448 "
+                  "(a plain cast would make them NaN)", SaturationWarning, stacklevel=_caller_level())
+
+
+def _round_to_odd_f32(x: Any) -> Any:
+    """float64 torch tensor ``x`` as float32, rounded to odd (truncated, last bit set if inexact)."""
+    import torch
+
+    near = x.to(torch.float32)
+    back = near.to(torch.float64)
+    inexact = (back != x) & ~torch.isnan(x)
+    bits = near.view(torch.int32)
+    bits = bits - (inexact & (back.abs() > x.abs())).to(torch.int32)  # one step toward zero
+    return (bits | inexact.to(torch.int32)).view(torch.float32)
+
+
+def _cast_torch(x: Any, op: OperandType, want: Any, what: str) -> Any:
+    import torch
+
+    if not x.dtype.is_floating_point and x.dtype != torch.bool and op.host_dtype.kind in "iu":
+        info = np.iinfo(op.host_dtype)
+        bad = int(((x < info.min) | (x > info.max)).sum().item())
+        if bad:
+            raise _range_error(bad, op, what)
+        return x.to(want)
+    if op.host_dtype.kind in "iu":
+        whole = torch.trunc(x.to(torch.float64))
+        info = np.iinfo(op.host_dtype)
+        bad = int((~((whole >= info.min) & (whole <= info.max))).sum().item())  # NaN and ±inf too
+        if bad:
+            raise _range_error(bad, op, what)
+        return x.to(want)
+    if op.name == "e4m3":
+        wide = x if x.dtype.is_floating_point else x.to(torch.float64)  # |int8 -128| wraps in torch
+        over = int((wide.abs() > E4M3_MAX).sum().item())
+        if over:
+            _saturation_warning(over, what)
+            x = torch.clamp(wide, -E4M3_MAX, E4M3_MAX)  # NaN stays NaN
+    if want != torch.float32 and x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        x = _round_to_odd_f32(x.to(torch.float64))  # float64 and integers: round once (module doc)
+    return x.to(want)
+
+
+def cast_input(x: Any, op: OperandType, want: Any, kind: str | None = None, what: str = "w") -> Any:
+    """``x`` (numpy, a torch CUDA tensor or a cupy array: ``kind``, default ``array_kind(x)``) in
+    the operand's element type, cast as the host toolkit casts (module doc); ``want`` is the torch
+    dtype for a torch ``x``."""
+    kind = kind or array_kind(x)
+    if kind == "torch":
+        return x if x.dtype == want else _cast_torch(x, op, want, what)
+    if x.dtype == op.host_dtype:
+        return x
+    if kind == "numpy":
+        return cast_to_operand(x, op, what)
+    if op.name in ("bf16", "e4m3", "e5m2"):
+        raise bad_input(f"cupy has no {op.name} arrays: cannot cast a {x.dtype} array to it",
+                        help="pass torch tensors, or numpy arrays (ml_dtypes)")
+    if op.host_dtype.kind in "iu" and np.dtype(x.dtype).kind != "b":
+        import cupy
+
+        info = np.iinfo(op.host_dtype)
+        whole = x if np.dtype(x.dtype).kind in "iu" else cupy.trunc(x.astype(np.float64))
+        bad = int((~((whole >= info.min) & (whole <= info.max))).sum())
+        if bad:
+            raise _range_error(bad, op, what)
+    return x.astype(op.host_dtype)
