@@ -449,9 +449,8 @@ def transposable_module() -> Any:
 def prune_transposable_gpu(w: Any, *, interpret: bool = False) -> Any:
     """``w`` (M, K) with every element outside the best transposable 2:4 pattern of its 4x4 block
     set to zero (2:4 along rows and columns; docs/sparse-metadata.md §12), in w's element type and
-    where w lives. The same choice as the host's ``prune_transposable_2_4`` (bit for bit for f16,
-    e4m3, e5m2, s8 and u8, whose block sums are exact in f64; bf16 and f32 sums are rounded, so
-    near-ties may go the other way)."""
+    where w lives. The same choice as the host's ``prune_transposable_2_4``, bit for bit (both add
+    the same f64 magnitudes in the same order, so even rounded bf16 and f32 sums agree)."""
     _require_gpu(interpret)
     placed = _placed(w, "w", interpret)
     op = _operand(placed, None)

@@ -4,8 +4,9 @@
 Method: exact per 4x4 block. A mask is 2:4 along rows and columns iff every aligned 4x4 block
 keeps exactly 2 elements in each of its rows and columns; the blocks are independent, so the best
 transposable mask is the best of the 90 such 4x4 patterns in every block. The 90 patterns are
-enumerated once; the kept magnitude of every block under every pattern is one (blocks, 16) x
-(16, 90) matrix product, and the best pattern is its arg-max. Ties go to the first pattern in
+enumerated once; the kept magnitude of every block under every pattern is summed in float64 in
+the GPU kernel's order (:func:`_pattern_sums`: each row's pair, then the rows in order), so both
+round alike, and the best pattern is its arg-max. Ties go to the first pattern in
 :data:`PATTERNS` order (the rows' index pairs in lexicographic order), so the result is
 deterministic. NaN counts as larger than every number (as in :func:`prune_2_4`).
 
@@ -45,6 +46,27 @@ PATTERNS: np.ndarray = _patterns()
 BLOCKS_PER_STEP = 1 << 16
 """4x4 blocks scored per step (a (blocks, 90) float64 score array of ~47 MB)."""
 
+ROW_PAIRS: tuple[tuple[int, int], ...] = tuple(itertools.combinations(range(4), 2))
+"""The 6 ways to keep 2 of a block row's 4 elements (the kernel's ``PAIRS``)."""
+
+PATTERN_PAIRS: np.ndarray = np.array([[ROW_PAIRS.index(tuple(np.flatnonzero(p.reshape(4, 4)[r]))) for r in range(4)]
+                                      for p in PATTERNS])
+"""(90, 4): the index in :data:`ROW_PAIRS` of the pair each pattern keeps in block rows 0-3."""
+
+
+def _pattern_sums(values: np.ndarray) -> np.ndarray:
+    """(90, blocks) kept sums of (blocks, 16) ``values``, added in the GPU kernel's order: each
+    row's pair ``x[a] + x[b]``, then ``((row0 + row1) + row2) + row3``. The float64 sums are then
+    rounded alike on both sides, so the host and ``prune_transposable_gpu`` pick the same pattern
+    even where rounding decides (bf16, f32: magnitudes 2**45 apart in one block). Blocks run along
+    the last axis, so that every gather below copies whole rows."""
+    columns = np.ascontiguousarray(values.T)  # (16, blocks)
+    pairs = np.stack([columns[4 * r + a] + columns[4 * r + b] for r in range(4) for a, b in ROW_PAIRS])
+    total = pairs[PATTERN_PAIRS[:, 0]] + pairs[6 + PATTERN_PAIRS[:, 1]]
+    total += pairs[12 + PATTERN_PAIRS[:, 2]]
+    total += pairs[18 + PATTERN_PAIRS[:, 3]]
+    return total
+
 
 def transposable_mask_2_4(w: Any) -> np.ndarray:
     """The boolean keep mask of the (M, K) matrix ``w`` that is 2:4 along every row and every column
@@ -62,18 +84,17 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
     mags = np.zeros((mp, kp), dtype=np.float64)
     mags[:rows, :cols] = orderable_magnitudes(array)  # float64, or exact int64 (|-128| = 128); NaN -> inf
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
-    weights = PATTERNS.T.astype(np.float64)
     best = np.empty(blocks.shape[0], dtype=np.intp)
     for part in chunk_blocks(blocks.shape[0], BLOCKS_PER_STEP):
         # rank by the number of infinite (inf, NaN) kept elements first, then by the finite sum
         infinite = np.isinf(blocks[part])
         if infinite.any():
-            count = infinite.astype(np.float64) @ weights
-            scores = np.where(infinite, 0.0, blocks[part]) @ weights
-            scores[count < count.max(axis=1, keepdims=True)] = -1.0
+            count = _pattern_sums(infinite.astype(np.float64))
+            scores = _pattern_sums(np.where(infinite, 0.0, blocks[part]))
+            scores[count < count.max(axis=0, keepdims=True)] = -1.0
         else:
-            scores = blocks[part] @ weights
-        best[part] = np.argmax(scores, axis=1)
+            scores = _pattern_sums(blocks[part])
+        best[part] = np.argmax(scores, axis=0)
     mask = PATTERNS[best].reshape(mp // 4, kp // 4, 4, 4).transpose(0, 2, 1, 3).reshape(mp, kp)
     return np.ascontiguousarray(mask[:rows, :cols])
 
