@@ -259,10 +259,14 @@ MAX_OFFSET = 2**31 - 1
 """The kernels index chunks and words with i32 offsets."""
 
 
-def _check_offsets(m: int, k: int, op: OperandType) -> None:
-    chunks = m * -(-k // op.group)
-    if chunks > MAX_OFFSET:
-        raise bad_input(f"a {m}x{k} {op.name} matrix has {chunks} chunks, more than the GPU kernels' 32-bit "
+def _check_offsets(m: int, k: int, op: OperandType, group: int | None = None) -> None:
+    """SP0804 unless the (m, k) matrix's units of ``group`` elements (default: a chunk; 1 for the
+    transposable kernel, which indexes elements) fit the kernels' i32 offsets."""
+    group = group or op.group
+    units = m * -(-k // group)
+    if units > MAX_OFFSET:
+        noun = "chunks" if group == op.group else "elements"
+        raise bad_input(f"a {m}x{k} {op.name} matrix has {units} {noun}, more than the GPU kernels' 32-bit "
                         f"offsets reach ({MAX_OFFSET})",
                         help="split the matrix along M and process the parts separately")
 
@@ -454,9 +458,10 @@ def prune_transposable_gpu(w: Any, *, interpret: bool = False) -> Any:
     _require_gpu(interpret)
     placed = _placed(w, "w", interpret)
     op = _operand(placed, None)
+    if len(placed.shape) == 2:  # the kernel indexes elements: (M rounded to 4) x (K rounded to 4)
+        _check_offsets(-(-int(placed.shape[0]) // 4) * 4, -(-int(placed.shape[1]) // 4) * 4, op, 1)
     x = _as_operand(placed, op, 4)
     m, k = int(placed.shape[0]), int(placed.shape[1])
-    _check_offsets(m, int(x.shape[1]), op)
     out = _view_as(_empty(x, (m, int(x.shape[1]) * op.host_dtype.itemsize), 1), op)
     if m and k:
         kp = int(x.shape[1])

@@ -409,6 +409,20 @@ def test_transposable_prune_gaussian_f16() -> None:
                                   bits(S.prune_transposable_2_4(w)))
 
 
+def test_transposable_checks_element_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transposable kernel indexes elements (i32), not chunks: a matrix whose chunks fit but
+    whose elements do not is refused (modeled with a small limit: 16 x 100 f16 has 400 chunks and
+    1600 elements)."""
+    monkeypatch.setattr(G, "MAX_OFFSET", 1000)
+    w = np.ones((16, 100), np.float16)
+    G.prune_gpu(w, interpret=True)  # 400 chunks: fine
+    with pytest.raises(SparsityError) as err:
+        G.prune_transposable_gpu(w, interpret=True)
+    assert err.value.code == "SP0804"
+    assert err.value.message == ("a 16x100 f16 matrix has 1600 elements, more than the GPU kernels' 32-bit offsets "
+                                 "reach (1000)")
+
+
 _ROUNDED_BLOCKS = {
     # the sums of these blocks round in float64 (magnitudes 2**45 and more apart): summed in another
     # order (numpy's matrix product), the host kept another pattern than the kernel
