@@ -264,10 +264,11 @@ def _check_offsets(m: int, k: int, op: OperandType, group: int | None = None) ->
     transposable kernel, which indexes elements) fit the kernels' i32 offsets."""
     group = group or op.group
     units = m * -(-k // group)
-    if units > MAX_OFFSET:
+    reach = -(-units // FLAT_BLOCK) * FLAT_BLOCK - 1  # a flat kernel's last program computes a whole block's offsets
+    if reach > MAX_OFFSET:  # (within a block of 2^31, the last offsets would wrap negative and pass `offs < n`)
         noun = "chunks" if group == op.group else "elements"
-        raise bad_input(f"a {m}x{k} {op.name} matrix has {units} {noun}, more than the GPU kernels' 32-bit "
-                        f"offsets reach ({MAX_OFFSET})",
+        raise bad_input(f"a {m}x{k} {op.name} matrix has {units} {noun}; the GPU kernels' 32-bit offsets reach "
+                        f"{MAX_OFFSET} (in whole blocks of {FLAT_BLOCK})",
                         help="split the matrix along M and process the parts separately")
 
 

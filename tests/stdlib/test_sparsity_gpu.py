@@ -411,16 +411,30 @@ def test_transposable_prune_gaussian_f16() -> None:
 
 def test_transposable_checks_element_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The transposable kernel indexes elements (i32), not chunks: a matrix whose chunks fit but
-    whose elements do not is refused (modeled with a small limit: 16 x 100 f16 has 400 chunks and
-    1600 elements)."""
-    monkeypatch.setattr(G, "MAX_OFFSET", 1000)
+    whose elements do not is refused (modeled with a small limit, one block: 16 x 100 f16 has 400
+    chunks and 1600 elements)."""
+    monkeypatch.setattr(G, "MAX_OFFSET", 1023)
     w = np.ones((16, 100), np.float16)
     G.prune_gpu(w, interpret=True)  # 400 chunks: fine
     with pytest.raises(SparsityError) as err:
         G.prune_transposable_gpu(w, interpret=True)
     assert err.value.code == "SP0804"
-    assert err.value.message == ("a 16x100 f16 matrix has 1600 elements, more than the GPU kernels' 32-bit offsets "
-                                 "reach (1000)")
+    assert err.value.message == ("a 16x100 f16 matrix has 1600 elements; the GPU kernels' 32-bit offsets reach "
+                                 "1023 (in whole blocks of 1024)")
+
+
+def test_offsets_are_checked_for_whole_flat_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prune_dense's programs compute the offsets of whole 1024-chunk blocks: with 2^31 - 1000 chunks the
+    last program's offsets passed 2^31 - 1, wrapped negative and passed its `offs < n` mask. Modeled
+    with a limit of 4100: 4096 chunks (blocks 0..3) fit; 4097 chunks are fewer than 4100, but their
+    fifth block's offsets run to 5119."""
+    monkeypatch.setattr(G, "MAX_OFFSET", 4100)
+    G.prune_gpu(np.ones((16, 1024), np.float16), interpret=True)  # 4096 chunks: blocks 0..3
+    with pytest.raises(SparsityError) as err:
+        G.prune_gpu(np.ones((1, 4 * 4097), np.float16), interpret=True)
+    assert (err.value.code, err.value.message) == (
+        "SP0804", "a 1x16388 f16 matrix has 4097 chunks; the GPU kernels' 32-bit offsets reach 4100 (in whole "
+        "blocks of 1024)")
 
 
 _ROUNDED_BLOCKS = {
