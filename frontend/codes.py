@@ -291,6 +291,7 @@ CODES: dict[str, str] = {
     "SP0788": "a program the interpreter cannot represent",
     "SP0789": "TMA box start not 16-byte aligned in its row",
     "SP0790": "signed integer division overflow (MIN // -1)",
+    "SP0791": "access racing with an asynchronous tcgen05.mma or copy",
     "SP0801": "unknown operand dtype",
     "SP0802": "unknown metadata format",
     "SP0803": "matrix not N:M sparse",

@@ -1,7 +1,9 @@
 """Interpreter semantics of the Blackwell explicit ops (``frontend/ops/blackwell.py``: namespaces
 ``tmem`` and ``tcgen05``). Tensor memory is a per-program numpy array per allocation; an MMA or a
 copy runs when it is issued (a valid order of the asynchronous hardware: completion is only
-observable through ``tcgen05.commit`` + ``mbarrier.wait``)."""
+observable through ``tcgen05.commit`` + ``mbarrier.wait``), and leaves records of what it writes and
+reads, so that an access the GPU would not order after its completion is reported (SP0791,
+``tcgen05_async.py``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ..ops.blackwell import (
     fence_after_op,
     fence_before_op,
     mma_op,
+    mma_operands,
     tmem_alloc_op,
     tmem_index_op,
     tmem_init_op,
@@ -28,6 +31,7 @@ from ..ops.blackwell import (
     tmem_store_op,
 )
 from ..ops.blackwell_operands import CLASS_DTYPE, META_BITS, WORD_K, instr_k
+from . import tcgen05_async as race
 from .values import BAD_OPERAND_DATA, OUT_OF_BOUNDS, InterpreterError
 
 _POISON_I32 = 0x7EADBEEF
@@ -72,6 +76,7 @@ def _i_slice(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @tmem_load_op.interpreter
 def _i_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    race.check(ctx, op, args[0], "tcgen05.ld", write=False, tcgen05=True, pipelined=False)
     return [np.array(args[0], copy=True)]
 
 
@@ -93,6 +98,7 @@ def _chunk_positions(rows: int, cols: int, bits: int) -> tuple[np.ndarray, np.nd
 
 @tmem_load_chunks_op.interpreter
 def _i_load_chunks(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    race.check(ctx, op, args[0], "tcgen05.ld", write=False, tcgen05=True, pipelined=False)
     words = np.asarray(args[0])
     t = op.operand("ref").type
     r, c, s = _chunk_positions(words.shape[0], words.shape[1], t.meta_bits)
@@ -101,6 +107,7 @@ def _i_load_chunks(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @tmem_store_op.interpreter
 def _i_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    race.check(ctx, op, args[0], "tcgen05.st", write=True, tcgen05=True, pipelined=False)
     args[0][...] = args[1]
     return []
 
@@ -119,8 +126,22 @@ def _pair(ctx: Any, op: Operation) -> tuple[int, int] | None:
 def _i_mma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     if op.attrs.get("cta_group", 1) == 2:
         return _i_mma_pair(ctx, op, args)
+    _track_mma(ctx, op, args)
     _mma_one(ctx, op, args)
     return []
+
+
+def _track_mma(ctx: Any, op: Operation, args: list[Any]) -> None:
+    """SP0791 if a TMEM operand of the MMA is in flight for another thread; then record the
+    accumulator it writes and the operands it reads (shared memory or TMEM) as in flight."""
+    names = [n for n in mma_operands(op) if n != "enable"]
+    in_tmem = {n: isinstance(op.operand(n).type, T.TmemType) for n in names}
+    for n in names:
+        if in_tmem[n]:
+            race.check(ctx, op, args[op.operand_index(n)], "tcgen05.mma", write=n == "d", tcgen05=True,
+                       pipelined=True)
+    for n in names:
+        race.issue(ctx, op, args[op.operand_index(n)], writes=n == "d", tmem=in_tmem[n])
 
 
 def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
@@ -138,6 +159,7 @@ def _i_mma_pair(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
                  for i, x in enumerate(args)]
     b_full = np.concatenate([np.asarray(args[ib]), np.asarray(peer_args[ib])], axis=0)
     for which in (args, peer_args):
+        _track_mma(ctx, op, which)
         _mma_one(ctx, op, [b_full if i == ib else x for i, x in enumerate(which)])
     return []
 
@@ -193,6 +215,7 @@ def _i_copy(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from ..ops.cluster import peer_array
 
     if op.attrs.get("scale"):
+        _track_copy(ctx, op, args[0], args[1])
         atoms = np.asarray(args[0]).reshape(-1, 32, 4)
         for i in range(atoms.shape[0]):  # tcgen05.cp.32x128b.warpx4: line r to lane r of every quarter
             args[1][:, 4 * i:4 * i + 4] = np.tile(atoms[i], (4, 1))
@@ -209,10 +232,18 @@ def _i_copy(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         if r >= 0:
             src = peer_array(ctx, op, src, r, "tcgen05.copy(cta_group=2)")
             dst = peer_array(ctx, op, dst, r, "tcgen05.copy(cta_group=2)")
+        _track_copy(ctx, op, src, dst)
         atoms = src.reshape(-1, 128, 4)
         for i in range(atoms.shape[0]):
             dst[:, 4 * i:4 * i + 4] = atoms[i]
     return []
+
+
+def _track_copy(ctx: Any, op: Operation, src: Any, dst: Any) -> None:
+    """SP0791 if the destination is in flight for another thread; then record the copy."""
+    race.check(ctx, op, dst, "tcgen05.cp", write=True, tcgen05=True, pipelined=True)
+    race.issue(ctx, op, dst, writes=True, tmem=True)
+    race.issue(ctx, op, src, writes=False, tmem=False)
 
 
 @commit_op.interpreter
@@ -221,21 +252,27 @@ def _i_commit(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
     if op.attrs.get("cta_group", 1) == 2 and _pair(ctx, op) is None:
         return []
-    if not op.attrs.get("multicast"):
-        args[0][0].arrive()
-        return []
-    cl = cluster_of(ctx)
-    for r in mask_ranks(ctx, op, int(args[1]), "tcgen05.commit"):
-        if cl is not None and r == cl[1]:
-            args[0][0].arrive()
-        else:
-            peer_barrier(ctx, op, args[0][0], r, "tcgen05.commit multicast").arrive()
+    bars = [args[0][0]]
+    if op.attrs.get("multicast"):
+        cl = cluster_of(ctx)
+        bars = [args[0][0] if cl is not None and r == cl[1] else
+                peer_barrier(ctx, op, args[0][0], r, "tcgen05.commit multicast")
+                for r in mask_ranks(ctx, op, int(args[1]), "tcgen05.commit")]
+    with args[0][0].cond:  # the phases the commit counts toward are those its arrivals complete
+        race.commit(ctx, op, bars)
+        for bar in bars:
+            bar.arrive()
+    return []
+
+
+@fence_after_op.interpreter
+def _i_fence_after(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    race.fence_after(ctx)
     return []
 
 
 @tmem_init_op.interpreter
 @tmem_release_op.interpreter
 @fence_before_op.interpreter
-@fence_after_op.interpreter
 def _i_noop(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return []

@@ -46,7 +46,8 @@ Semantics (``frontend/interp/blackwell.py`` implements them; the backend is
 
 The interpreter semantics live in ``frontend/interp/blackwell.py``: an MMA (and a copy) runs when
 it is issued, a valid order of the asynchronous hardware, since its completion is only observable
-through ``commit`` + ``mbarrier.wait``.
+through ``commit`` + ``mbarrier.wait``; an access the GPU would not order after that completion is
+reported (SP0791, ``frontend/interp/tcgen05_async.py``).
 
 This module defines the ops; the builtins that type them are ``tmem.py`` (namespace ``tmem`` and the
 methods of TMEM references) and ``tcgen05.py`` (namespace ``tcgen05``), and the operand classes and

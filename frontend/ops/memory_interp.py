@@ -44,11 +44,13 @@ class Mbarrier:
         self.pending = arrivals
         self.tx = 0
         self.phase = 0
+        self.completed = 0  # phases completed so far (the phase in progress has this index)
         self.cond = cond
 
     def _maybe_complete(self) -> None:
         if self.pending <= 0 and self.tx <= 0:
             self.phase ^= 1
+            self.completed += 1
             self.pending = self.expected
             self.tx = 0
             self.cond.notify_all()
@@ -68,9 +70,10 @@ class Mbarrier:
         """The phase of parity ``parity`` has completed: the current phase differs from it."""
         return self.phase != (parity & 1)
 
-    def wait(self, parity: int, ctx: Any, op: Operation) -> None:
-        """Block until the phase of parity ``parity`` completed. Every arrival in the interpreter is
-        made by a running partition thread (TMA and tcgen05 complete when issued), so when every
+    def wait(self, parity: int, ctx: Any, op: Operation) -> int:
+        """Block until the phase of parity ``parity`` completed; return the number of phases completed
+        when the wait saw it (what the thread observed: ``interp/tcgen05_async.py``). Every arrival in
+        the interpreter is made by a running partition thread (TMA and tcgen05 complete when issued), so when every
         live partition of the program waits and no wait can complete, none ever will: that is
         reported at once as a deadlock (:func:`deadlocked`); a 20 s timeout stays as a backstop."""
         with self.cond:
@@ -88,6 +91,7 @@ class Mbarrier:
                         raise InterpreterError(DEADLOCK,
                                                f"deadlock: an mbarrier wait for phase parity {parity & 1} never "
                                                "completed", op.span, ctx.program_id)
+                return self.completed
             finally:
                 del waiters[me]
 
@@ -163,6 +167,9 @@ def _i_smem_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @smem_store.interpreter
 def _i_smem_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
+    from ..interp.tcgen05_async import check
+
+    check(ctx, op, args[0], "smem store", write=True, tcgen05=False, pipelined=False)
     args[0][...] = args[1]
     return []
 
@@ -209,7 +216,10 @@ def _i_mbar_arrive(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @mbar_wait.interpreter
 def _i_mbar_wait(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    args[0][0].wait(int(args[1]), ctx, op)
+    from ..interp.tcgen05_async import waited
+
+    bar = args[0][0]
+    waited(ctx, op, bar, bar.wait(int(args[1]), ctx, op))
     return []
 
 
@@ -250,6 +260,9 @@ def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     bar = args[-1][0]
     offs = [int(x) for x in args[1:-2]]
     tma_box_start_check(ctx, op, t, offs)
+    from ..interp.tcgen05_async import check
+
+    check(ctx, op, dst, "tma.load", write=True, tcgen05=False, pipelined=False)
     flat, inside = box_offsets(t, offs, dst.shape)
     vals = t.buf.data[flat]
     dst[...] = np.where(inside, vals, np.zeros((), vals.dtype)).astype(dst.dtype)
