@@ -115,3 +115,24 @@ def test_a_single_row_of_any_stride_is_placed_as_a_packed_row(as_cuda):
     packed, strided = torch.randn(4, 12), torch.randn(4, 14)[:, :12]
     assert arrays.placed_array(packed, "x", False) is packed
     assert arrays.placed_array(strided, "x", False) is strided  # (several rows: the launch sees the strides)
+
+
+def test_a_torch_operand_is_cast_by_the_host_rules(as_cuda):
+    """sparse_matmul's b (and values) given as torch tensors of another type: an integer operand
+    type refuses what it cannot hold (torch's own cast wrapped 300 to 44), float64 rounds once to
+    bf16 (torch rounded through float32), e4m3 saturates as the host does."""
+    from types import SimpleNamespace
+
+    from sparsile.stdlib.sparsity import SparsityError
+
+    s8 = SimpleNamespace(operand="s8", torch_dtype="int8")
+    with pytest.raises(SparsityError) as err:
+        arrays.cast_operand(torch.tensor([[300.0, 1.0]]), s8)
+    assert err.value.code == "SP0804" and err.value.message.startswith("1 values of b are not finite or lie beyond")
+    assert arrays.cast_operand(torch.tensor([[-128.0, 127.9]]), s8).tolist() == [[-128, 127]]
+    bf16 = SimpleNamespace(operand="bf16", torch_dtype="bfloat16")
+    x = torch.tensor([[1 + 2**-8 + 2**-30]], dtype=torch.float64)
+    assert arrays.cast_operand(x, bf16).item() == 1 + 2**-7  # nearest bf16 (1.0 through float32)
+    e4m3 = SimpleNamespace(operand="e4m3", torch_dtype="float8_e4m3fn")
+    big = torch.tensor([[500.0, float("inf"), -1e6, 3.0]])
+    assert arrays.cast_operand(big, e4m3).float().tolist() == [[448.0, 448.0, -448.0, 3.0]]
