@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.core import Operation
-from .values import TMEM_RACE, InterpreterError
+from .values import TMEM_RACE, InterpreterError, shared_condition
 
 _CLOCK = itertools.count(1)  # orders waits after commits (across threads) for the messages
 
@@ -90,9 +90,7 @@ def _tracker(ctx: Any) -> Tracker:
 
 
 def _lock(ctx: Any) -> Any:
-    from ..ops.memory_interp import _cond
-
-    return _cond(ctx)
+    return shared_condition(ctx)
 
 
 def _line(op: Operation) -> str:

@@ -7,7 +7,9 @@ offsets, so that every load and store is bounds-checked against the buffer the p
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -89,3 +91,13 @@ class TensorVal:
     # the byte strides of the array the caller passed (the interpreter may read a dense copy of a
     # strided view; a GPU launch maps the view itself): what the TMA rules are checked against
     caller_strides: tuple[int, ...] | None = None
+
+
+def shared_condition(ctx: Any) -> threading.Condition:
+    """The condition variable of a program's shared state (``ctx.shared["_cond"]``): the lock the
+    interpreter's threads (warp_specialize partitions, the CTAs of a cluster) hold to touch mbarriers
+    and other shared state, and wait on."""
+    c = ctx.shared.get("_cond")
+    if c is None:
+        c = ctx.shared.setdefault("_cond", threading.Condition())
+    return c

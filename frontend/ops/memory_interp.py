@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 
 from ...target.tma_layout import TENSOR_MAP, global_layout_problems
-from ..interp.values import ANOTHER_FAILED, DEADLOCK, OUT_OF_BOUNDS, TMA_BOX_START, InterpreterError, TensorVal
+from ..interp.values import (
+    ANOTHER_FAILED,
+    DEADLOCK,
+    OUT_OF_BOUNDS,
+    TMA_BOX_START,
+    InterpreterError,
+    TensorVal,
+    shared_condition,
+)
 from ..ir import types as T
 from ..ir.core import Operation
 from .memory import (
@@ -121,13 +129,6 @@ def deadlocked(ctx: Any) -> str | None:
             "an arrival (mbarrier.arrive / expect, tcgen05.commit) is missing or a phase parity is wrong")
 
 
-def _cond(ctx: Any) -> threading.Condition:
-    c = ctx.shared.get("_cond")
-    if c is None:
-        c = ctx.shared.setdefault("_cond", threading.Condition())
-    return c
-
-
 @smem_alloc.interpreter
 def _i_smem_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     key = ("smem", id(op))
@@ -178,7 +179,7 @@ def _i_smem_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_mbar_alloc(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     key = ("mbar", id(op))
     if key not in ctx.shared:
-        cond = _cond(ctx)
+        cond = shared_condition(ctx)
         ctx.shared[key] = [Mbarrier(op.attrs["arrivals"], cond) for _ in range(op.attrs["count"])]
     return [ctx.shared[key]]
 

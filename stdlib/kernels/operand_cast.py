@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..sparsity.compress import SaturationWarning, _caller_level, cast_to_operand
+from ..sparsity.compress import SaturationWarning, caller_level, cast_to_operand
 from ..sparsity.dtypes import OperandType
 from .arrays import array_kind, bad_input
 
@@ -37,7 +37,7 @@ def _range_error(count: int, op: OperandType, what: str) -> Exception:
 
 def _saturation_warning(count: int, what: str) -> None:
     warnings.warn(f"{count} values of {what} lie beyond ±448, the largest finite e4m3 value: saturated to ±448 "
-                  "(a plain cast would make them NaN)", SaturationWarning, stacklevel=_caller_level())
+                  "(a plain cast would make them NaN)", SaturationWarning, stacklevel=caller_level())
 
 
 def _round_to_odd_f32(x: Any) -> Any:

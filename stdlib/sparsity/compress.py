@@ -60,7 +60,7 @@ def as_operand_matrix(w: Any, dtype: str | OperandType | None, what: str = "w") 
     return np.ascontiguousarray(array), op
 
 
-def _caller_level() -> int:
+def caller_level() -> int:
     """``stacklevel`` of the first frame outside the sparsile stdlib (the user's call)."""
     import os
     import sys
@@ -91,7 +91,7 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
 
             warnings.warn(f"{int(over.sum())} values of {what} lie beyond ±448, the largest finite e4m3 "
                           "value: saturated to ±448 (a plain cast would make them NaN)",
-                          SaturationWarning, stacklevel=_caller_level())
+                          SaturationWarning, stacklevel=caller_level())
             wide = np.clip(wide, -448.0, 448.0)
         return wide.astype(op.host_dtype)
     host = np.dtype(op.host_dtype)
