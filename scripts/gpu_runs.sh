@@ -18,6 +18,7 @@
 #   bash scripts/gpu_runs.sh decode-route-21   # sparse_matmul at N <= 64 on the decode kernel (C feature-major): GPU tests, the grid's T <= 64
 #   bash scripts/gpu_runs.sh streamk-24       # (not run yet) the stream-K sparse GEMM: GPU tests, timed, tuned into h200.json
 #   bash scripts/gpu_runs.sh cold-23          # (not run yet) the grid's T <= 64 rows, also from HBM (--l2 cold)
+#   bash scripts/gpu_runs.sh c36              # a34's and b36's GPU tests in one call (no model run)
 #   bash scripts/gpu_runs.sh b36              # the thirty-sixth session's fixes on the GPU: read-only metadata words, the op's record key, strided single rows, training / JAX checks
 #   bash scripts/gpu_runs.sh a34              # the capture fix (graph execs destroyed at a safe point): the graph tests, x's gradient, replaced buffers; the model A/B with logits
 #   bash scripts/gpu_runs.sh f33              # e33 within 360 s: the gated GPU tests, the model (dense, sparsile-fused with glu)
@@ -148,6 +149,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+c36)  # one call for a34's and b36's GPU tests (no model run): the capture fix, x's gradient, replaced buffers, and
+     # this session's fixes (read-only metadata, the op's record key, strided single rows, training / JAX checks)
+    run 560 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/stdlib/test_decode_glu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_jax_gpu.py \
+        tests/gpu/test_sparse_gemm_sm90.py tests/stdlib/test_gemm_api.py tests/stdlib/test_linear_api.py
+    ;;
 b36)  # the thirty-sixth session (no GPU then): MetadataBuffer words read-only (device copies through copy_like), the
      # op's record key with dtypes and strides, a (1, K) row of any stride, the training mask check and second
      # derivatives, sparsile.jax argument checks; the kernel API's GPU tests that copy metadata to the device
