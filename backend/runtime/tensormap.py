@@ -180,9 +180,16 @@ class TensorMapSpec:
     @classmethod
     def for_array(cls, dtype: str, shape: tuple[int, ...], strides_elements: tuple[int, ...],
                   box_shape: tuple[int, ...], **options: Any) -> TensorMapSpec:
-        """The spec of a language-dtype array given its shape and element strides."""
+        """The spec of a language-dtype array given its shape and element strides. A dimension of
+        size 1 gets the packed stride: only its coordinate 0 is in bounds, so its stride is never
+        used, and torch calls a single row of any row stride contiguous (``hidden[:, -1, :]``),
+        whose stride would break the 16-byte rule of the outer strides."""
         itemsize = dtype_info(dtype).itemsize
-        return cls(dtype, shape, tuple(s * itemsize for s in strides_elements), box_shape, **options)
+        strides = list(strides_elements)
+        for i in range(len(strides) - 2, -1, -1):
+            if shape[i] == 1:
+                strides[i] = strides[i + 1] * max(int(shape[i + 1]), 1)
+        return cls(dtype, shape, tuple(s * itemsize for s in strides), box_shape, **options)
 
     @property
     def rank(self) -> int:

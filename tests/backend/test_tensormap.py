@@ -177,3 +177,18 @@ def test_encode_validates_before_touching_the_driver():
     with pytest.raises(LaunchError) as exc:
         encode_tensor_map(f16_spec(box_shape=(64, 12)), ALIGNED)
     assert exc.value.code == A.TENSOR_MAP
+
+
+def test_a_dimension_of_size_one_gets_the_packed_stride():
+    """One row of any row stride (torch calls ``big[1:2, :512]`` contiguous): the row stride is never
+    used, and 516 or 513 elements of bf16 break the 16-byte rule of outer strides (the layer's replay
+    of such an x was SP0714 on the H100)."""
+    from sparsile.backend.runtime.tensormap import TensorMapSpec
+
+    for row_stride in (516, 513, 2560):
+        spec = TensorMapSpec.for_array("bf16", (1, 512), (row_stride, 1), (8, 64))
+        assert spec.global_strides == (1024, 2)
+        spec.validate()
+    assert TensorMapSpec.for_array("bf16", (2, 512), (516, 1), (8, 64)).global_strides == (1032, 2)
+    assert TensorMapSpec.for_array("f16", (1, 1, 64), (7, 3, 1), (1, 1, 64)).global_strides == (128, 128, 2)
+

@@ -102,7 +102,9 @@ def test_e4m3_per_token_scales_bias_and_silu(tokens, monkeypatch):
     launches = record.eager if record.eager is not None else record.prepared
     assert record.quantize and record.native is not None and launched == len(launches) * len(xs)
     if kernels.quantizes_in_kernel(tokens, 4096, 4096):  # one launch: the kernel quantizes x
-        assert len(launches) == 1 and len(record.prepared) == 2
+        # a capture's launches: the quantizer and the GEMM, and the split-K reduction where the config reduces in a
+        # second launch (the H200 table's entries do not; another GPU's untuned default can: 3 on the H100)
+        assert len(launches) == 1 and len(record.prepared) in (2, 3)
     else:  # the quantizer's launch, then the GEMM's: one native call
         assert len(launches) >= 2
         quantized, scale = spt_quantize(xs[-1])
