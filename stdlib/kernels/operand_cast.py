@@ -16,28 +16,15 @@ itself, so a weight on the CPU and the same weight on a GPU are cast to the same
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
-from ..sparsity.compress import SaturationWarning, caller_level, cast_to_operand
+from ..sparsity.compress import cast_to_operand, out_of_range, warn_saturated
 from ..sparsity.dtypes import OperandType
 from .arrays import array_kind, bad_input
 
 E4M3_MAX = 448.0
-
-
-def _range_error(count: int, op: OperandType, what: str) -> Exception:
-    info = np.iinfo(op.host_dtype)
-    return bad_input(f"{count} values of {what} are not finite or lie beyond [{info.min}, {info.max}], the range "
-                     f"of {op.name}: a cast would wrap them",
-                     help=f"clip or quantize them to the {op.name} range first")
-
-
-def _saturation_warning(count: int, what: str) -> None:
-    warnings.warn(f"{count} values of {what} lie beyond ±448, the largest finite e4m3 value: saturated to ±448 "
-                  "(a plain cast would make them NaN)", SaturationWarning, stacklevel=caller_level())
 
 
 def _round_to_odd_f32(x: Any) -> Any:
@@ -59,20 +46,20 @@ def _cast_torch(x: Any, op: OperandType, want: Any, what: str) -> Any:
         info = np.iinfo(op.host_dtype)
         bad = int(((x < info.min) | (x > info.max)).sum().item())
         if bad:
-            raise _range_error(bad, op, what)
+            raise out_of_range(bad, op, what)
         return x.to(want)
     if op.host_dtype.kind in "iu":
         whole = torch.trunc(x.to(torch.float64))
         info = np.iinfo(op.host_dtype)
         bad = int((~((whole >= info.min) & (whole <= info.max))).sum().item())  # NaN and ±inf too
         if bad:
-            raise _range_error(bad, op, what)
+            raise out_of_range(bad, op, what)
         return x.to(want)
     if op.name == "e4m3":
         wide = x if x.dtype.is_floating_point else x.to(torch.float64)  # |int8 -128| wraps in torch
         over = int((wide.abs() > E4M3_MAX).sum().item())
         if over:
-            _saturation_warning(over, what)
+            warn_saturated(over, what)
             x = torch.clamp(wide, -E4M3_MAX, E4M3_MAX)  # NaN stays NaN
     if want != torch.float32 and x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         x = _round_to_odd_f32(x.to(torch.float64))  # float64 and integers: round once (module doc)
@@ -100,5 +87,5 @@ def cast_input(x: Any, op: OperandType, want: Any, kind: str | None = None, what
         whole = x if np.dtype(x.dtype).kind in "iu" else cupy.trunc(x.astype(np.float64))
         bad = int((~((whole >= info.min) & (whole <= info.max))).sum())
         if bad:
-            raise _range_error(bad, op, what)
+            raise out_of_range(bad, op, what)
     return x.astype(op.host_dtype)

@@ -60,7 +60,7 @@ def as_operand_matrix(w: Any, dtype: str | OperandType | None, what: str = "w") 
     return np.ascontiguousarray(array), op
 
 
-def caller_level() -> int:
+def _caller_level() -> int:
     """``stacklevel`` of the first frame outside the sparsile stdlib (the user's call)."""
     import os
     import sys
@@ -76,6 +76,22 @@ class SaturationWarning(UserWarning):
     """Values beyond the largest finite value of an operand type were saturated by a cast."""
 
 
+def warn_saturated(count: int, what: str) -> None:
+    """The :class:`SaturationWarning` of ``count`` values of ``what`` saturated to ±448 (e4m3)."""
+    import warnings
+
+    warnings.warn(f"{count} values of {what} lie beyond ±448, the largest finite e4m3 value: saturated to ±448 "
+                  "(a plain cast would make them NaN)", SaturationWarning, stacklevel=_caller_level())
+
+
+def out_of_range(count: int, op: OperandType, what: str) -> SparsityError:
+    """SP0804 for ``count`` values of ``what`` that integer type ``op`` cannot hold (a cast would wrap them)."""
+    info = np.iinfo(op.host_dtype)
+    return SparsityError(SP_BAD_INPUT, f"{count} values of {what} are not finite or lie beyond "
+                         f"[{info.min}, {info.max}], the range of {op.name}: a cast would wrap them",
+                         help=f"clip or quantize them to the {op.name} range first")
+
+
 def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.ndarray:
     """``array`` cast to the host dtype of ``op``, rounding once to nearest even. e4m3 has no
     infinity: a cast would turn |x| >= 464 into NaN, so values beyond ±448 (infinities included)
@@ -87,11 +103,7 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
         wide = array.astype(np.float64)
         over = np.abs(wide) > 448.0
         if over.any():
-            import warnings
-
-            warnings.warn(f"{int(over.sum())} values of {what} lie beyond ±448, the largest finite e4m3 "
-                          "value: saturated to ±448 (a plain cast would make them NaN)",
-                          SaturationWarning, stacklevel=caller_level())
+            warn_saturated(int(over.sum()), what)
             wide = np.clip(wide, -448.0, 448.0)
         return wide.astype(op.host_dtype)
     host = np.dtype(op.host_dtype)
@@ -101,9 +113,7 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
         whole = array if array.dtype.kind in "iu" else np.trunc(array.astype(np.float64))
         bad = ~((whole >= info.min) & (whole <= info.max))
         if bad.any():
-            raise SparsityError(SP_BAD_INPUT, f"{int(bad.sum())} values of {what} are not finite or lie beyond "
-                                f"[{info.min}, {info.max}], the range of {op.name}: a cast would wrap them",
-                                help=f"clip or quantize them to the {op.name} range first")
+            raise out_of_range(int(bad.sum()), op, what)
     return array.astype(op.host_dtype)
 
 
