@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..interp import tcgen05_async as race
 from ..interp.values import ANOTHER_FAILED, CLUSTER_ACCESS, DEADLOCK, InterpreterError, TensorVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
@@ -313,11 +314,9 @@ def _i_tma_load_cluster(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     flat, inside = box_offsets(t, offs, dst.shape)
     vals = t.buf.data[flat]
     box = np.where(inside, vals, np.zeros((), vals.dtype)).astype(dst.dtype)
-    from ..interp.tcgen05_async import check
-
     for d in dests:
         view = peer_array(ctx, op, dst, d, "tma.load multicast")
-        check(ctx, op, view, "tma.load", write=True, tcgen05=False, pipelined=False)
+        race.check(ctx, op, view, "tma.load", write=True, tcgen05=False, pipelined=False)
         view[...] = box
         signal = ((d & ~1) | (bar_cta & 1)) if op.attrs["peer_bar"] else d
         peer_barrier(ctx, op, bars[0], signal, "tma.load").complete_tx(dst.nbytes)

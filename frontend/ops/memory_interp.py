@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...target.tma_layout import TENSOR_MAP, global_layout_problems
+from ..interp import tcgen05_async as race
 from ..interp.values import (
     ANOTHER_FAILED,
     DEADLOCK,
@@ -168,9 +169,7 @@ def _i_smem_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @smem_store.interpreter
 def _i_smem_store(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    from ..interp.tcgen05_async import check
-
-    check(ctx, op, args[0], "smem store", write=True, tcgen05=False, pipelined=False)
+    race.check(ctx, op, args[0], "smem store", write=True, tcgen05=False, pipelined=False)
     args[0][...] = args[1]
     return []
 
@@ -217,10 +216,8 @@ def _i_mbar_arrive(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 @mbar_wait.interpreter
 def _i_mbar_wait(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
-    from ..interp.tcgen05_async import waited
-
     bar = args[0][0]
-    waited(ctx, op, bar, bar.wait(int(args[1]), ctx, op))
+    race.waited(ctx, op, bar, bar.wait(int(args[1]), ctx, op))
     return []
 
 
@@ -261,9 +258,7 @@ def _i_tma_load(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     bar = args[-1][0]
     offs = [int(x) for x in args[1:-2]]
     tma_box_start_check(ctx, op, t, offs)
-    from ..interp.tcgen05_async import check
-
-    check(ctx, op, dst, "tma.load", write=True, tcgen05=False, pipelined=False)
+    race.check(ctx, op, dst, "tma.load", write=True, tcgen05=False, pipelined=False)
     flat, inside = box_offsets(t, offs, dst.shape)
     vals = t.buf.data[flat]
     dst[...] = np.where(inside, vals, np.zeros((), vals.dtype)).astype(dst.dtype)
