@@ -149,6 +149,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a37)  # c36's four failures after their fixes (a38f235: a size-1 dimension gets the packed stride in every tensor
+     # map; the e4m3 capture tests allow a third launch), then a34's model run: glu against no glu, logits checked
+    run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_native_gpu.py -k "single_row or e4m3_per_token"
+    run 300 python benchmarks/bench_llama.py --layers 32 --modes graph \
+        --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-37.json"
+    ;;
 c36)  # one call for a34's and b36's GPU tests (no model run): the capture fix, x's gradient, replaced buffers, and
      # this session's fixes (read-only metadata, the op's record key, strided single rows, training / JAX checks)
     run 560 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_glu_gpu.py \
