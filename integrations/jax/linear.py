@@ -15,8 +15,9 @@ entries, docs/autotune.md) is not used here, so the two may split K differently 
 order of the f32 sums).
 
 ``jax.vmap`` over x folds the batch into the tokens (one call); batching the weight raises SP0935.
-Differentiation raises SP0934. :class:`SparseLinear` is the layer as a pytree dataclass (a Flax or
-Equinox module can hold one, or call :func:`sparse_linear` with its own parameters).
+Differentiation raises SP0934 (with or without tokens). :class:`SparseLinear` is the layer as a
+pytree dataclass (a Flax or Equinox module can hold one, or call :func:`sparse_linear` with its own
+parameters).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
 from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
 from ...stdlib.sparsity.formats import decompress, metadata_shape
-from .call import call
+from .call import call, refuse_autodiff
 from .errors import SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
 
 LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
@@ -205,7 +206,11 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
             sx = jnp.broadcast_to(jnp.reshape(sx, (axis_size,) + (1,) * (np.ndim(x) - 2)), np.shape(x)[:-1])
         return _linear(x, v, e, b, sx, sw, *statics), True
 
-    return fn(x, values, meta, bias, scale_x, scale_w)
+    # SP0934 at every T: with no tokens no kernel call is made, and jax's linearization of the
+    # custom_vmap alone failed with its own error
+    run = jax.custom_jvp(fn)
+    run.defjvp(refuse_autodiff)
+    return run(x, values, meta, bias, scale_x, scale_w)
 
 
 @jax.tree_util.register_dataclass
