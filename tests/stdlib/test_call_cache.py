@@ -317,7 +317,7 @@ def test_gpu_a_replay_captured_in_a_cuda_graph():
     m, n, k = 4096, 16, 4096
     w = torch.randn(m, k, generator=g).cuda()
     values, meta = prune_and_compress(w, "bf16")
-    words = torch.from_numpy(np.ascontiguousarray(np.asarray(meta.data)).view(np.int32)).cuda()
+    words = torch.from_numpy(np.array(meta.data).view(np.int32)).cuda()
     dense = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64)).cuda()
     x = torch.randn(n, k, generator=g).cuda().to(torch.bfloat16)
     sparse_matmul(values, words, x)  # recorded
@@ -360,7 +360,7 @@ def test_gpu_native_replays_of_layers_sharing_a_key(monkeypatch, words_kind, m, 
         values, meta = prune_and_compress(torch.randn(m, k, generator=g).cuda(), "bf16")
         dense = torch.from_numpy(CompressedWeight(values, meta).dense().astype(np.float64)).cuda()
         if words_kind == "raw":
-            meta = torch.from_numpy(np.ascontiguousarray(np.asarray(meta.data)).view(np.int32)).cuda()
+            meta = torch.from_numpy(np.array(meta.data).view(np.int32)).cuda()
         return values, meta, dense
 
     def checked(values, meta, dense, out=None):
