@@ -33,9 +33,10 @@ class SparsifyReport:
     swapped: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     fusion: FuseReport | None = None  # with fuse=: what fuse_projections_ did
+    layer: str = "SparseLinear"  # the class swapped in: "SemiSparseLinear" with trainable=True
 
     def __str__(self) -> str:
-        lines = [f"sparsify_: {len(self.swapped)} linear layers swapped for SparseLinear, {len(self.skipped)} skipped"]
+        lines = [f"sparsify_: {len(self.swapped)} linear layers swapped for {self.layer}, {len(self.skipped)} skipped"]
         lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
         if self.fusion is not None:
             lines.append(str(self.fusion))
@@ -126,7 +127,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "
                                "but fuse is not set", help="pass fuse=True with glu=True")
     groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
-    report = SparsifyReport()
+    report = SparsifyReport(layer="SemiSparseLinear" if trainable else "SparseLinear")
     chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
     for fqn, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):

@@ -208,3 +208,14 @@ def test_a_linear_registered_under_two_names_is_swapped_under_both():
     model.a, model.b = shared, shared
     report = spt.sparsify_(model, interpret=True)
     assert report.swapped == ["a", "b"] and model.a is model.b and isinstance(model.b, spt.SparseLinear)
+
+
+def test_the_report_names_the_trainable_layers_it_swapped_in():
+    """With ``trainable=True`` the report (what docs/torch.md's ``print(report)`` shows) said the
+    layers were swapped for SparseLinear; they are SemiSparseLinear layers."""
+    model = torch.nn.Sequential(linear(32, 32), torch.nn.ReLU(), linear(32, 32, seed=1))
+    report = spt.sparsify_(model, interpret=True, min_features=16, trainable=True)
+    assert isinstance(model[0], spt.SemiSparseLinear) and isinstance(model[2], spt.SemiSparseLinear)
+    assert str(report) == "sparsify_: 2 linear layers swapped for SemiSparseLinear, 0 skipped"
+    assert str(spt.sparsify_(torch.nn.Sequential(linear(32, 32)), interpret=True, min_features=16)) == (
+        "sparsify_: 1 linear layers swapped for SparseLinear, 0 skipped")
