@@ -254,8 +254,7 @@ mlir.register_lowering(sparsile_call_p, _ffi_rule("cpu"), platform="cpu")
 mlir.register_lowering(sparsile_call_p, _ffi_rule("cuda"), platform="cuda")
 
 
-def refuse_autodiff(primals: Any, tangents: Any, **params: Any) -> Any:
-    """SP0934: the JVP rule of every sparsile call (and of ``sparse_linear``, which may make none)."""
+def _no_autodiff(primals: Any, tangents: Any, **params: Any) -> Any:
     raise JaxCallError(SP_JAX_NO_AUTODIFF, "a sparsile kernel call cannot be differentiated",
                        help="compute the gradient with jax.lax.stop_gradient around the call, or write the "
                             "backward pass as another kernel inside a jax.custom_vjp")
@@ -267,7 +266,7 @@ def _no_vmap(args: Any, dims: Any, **params: Any) -> Any:
                             "with jax.lax.map; sparsile.jax.sparse_linear batches by itself")
 
 
-ad.primitive_jvps[sparsile_call_p] = refuse_autodiff
+ad.primitive_jvps[sparsile_call_p] = _no_autodiff
 batching.primitive_batchers[sparsile_call_p] = _no_vmap
 
 _PLANS = ffi._plans

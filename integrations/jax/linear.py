@@ -15,14 +15,15 @@ entries, docs/autotune.md) is not used here, so the two may split K differently 
 order of the f32 sums).
 
 ``jax.vmap`` over x folds the batch into the tokens (one call); batching the weight raises SP0935.
-Differentiation raises SP0934 (with or without tokens). :class:`SparseLinear` is the layer as a
-pytree dataclass (a Flax or Equinox module can hold one, or call :func:`sparse_linear` with its own
-parameters).
+Gradients flow to x and the bias, not to the frozen weight (grad.py; SP0934 for the weight and for e4m3).
+:class:`SparseLinear` is the layer as a pytree dataclass (a Flax or Equinox module can hold one, or
+call :func:`sparse_linear` with its own parameters).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from typing import Any
@@ -37,8 +38,9 @@ from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
 from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
 from ...stdlib.sparsity.formats import decompress, metadata_shape
-from .call import call, refuse_autodiff
+from .call import call
 from .errors import SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
+from .grad import linear_jvp
 
 LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
 """values element type -> the operand type of its ``sparse_linear_<t>`` kernel."""
@@ -189,6 +191,16 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     check_flag("interpret", interpret)
     for what, operand in (("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
         _check_real(operand, what)
+    forward = _batched_linear(activation, out_dtype, interpret, split_k)
+    pre_forward = _batched_linear(None, "float32", interpret, split_k) if activation is not None else None
+    run = jax.custom_jvp(forward)  # gradients with respect to x and bias (grad.py); at every T, kernel or not
+    run.defjvp(functools.partial(linear_jvp, forward, pre_forward, activation), symbolic_zeros=True)
+    return run(x, values, meta, bias, scale_x, scale_w)
+
+
+def _batched_linear(activation: str | None, out_dtype: Any, interpret: bool, split_k: int | None) -> Any:
+    """``_linear`` with these static options as a function of the arrays, with its batching rule:
+    ``jax.vmap`` over x (and scale_x) folds the batch into the tokens; over the weight, SP0935."""
     statics = (activation, out_dtype, interpret, split_k)
     fn = jax.custom_batching.custom_vmap(lambda x, v, e, b, sx, sw: _linear(x, v, e, b, sx, sw, *statics))
 
@@ -206,11 +218,7 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
             sx = jnp.broadcast_to(jnp.reshape(sx, (axis_size,) + (1,) * (np.ndim(x) - 2)), np.shape(x)[:-1])
         return _linear(x, v, e, b, sx, sw, *statics), True
 
-    # SP0934 at every T: with no tokens no kernel call is made, and jax's linearization of the
-    # custom_vmap alone failed with its own error
-    run = jax.custom_jvp(fn)
-    run.defjvp(refuse_autodiff)
-    return run(x, values, meta, bias, scale_x, scale_w)
+    return fn
 
 
 @jax.tree_util.register_dataclass

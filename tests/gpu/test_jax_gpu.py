@@ -115,6 +115,16 @@ def test_fused_epilogue_on_gpu(no_host_staging: None) -> None:
     assert_linear_close(np.asarray(y), weight, x, 2048, "bf16", "bfloat16", **epi)
 
 
+@pytest.mark.parametrize(("dtype", "act", "scaled"), [("bf16", "gelu_tanh", True), ("f16", "silu", False),
+                                                      ("bf16", None, False)])
+def test_gradients_through_x_and_bias_on_gpu(dtype: str, act: str | None, scaled: bool) -> None:
+    """jax.grad through sparse_linear on the device (the kernel forward, the jnp weight decode and
+    XLA's dense GEMM backward) against float64 (integrations/jax/grad.py)."""
+    from sparsile.tests.integrations.test_jax_grad import check_grads
+
+    check_grads(384, 1024, dtype, act, scaled, lead=(4, 24))
+
+
 def test_interpret_flag_still_works_on_gpu() -> None:
     rng = np.random.default_rng(3)
     layer = SparseLinear.from_dense(_signed(rng, (128, 64)), "f16")
