@@ -48,6 +48,9 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     """Why ``module`` should stay dense, or None when it fits the kernel."""
     if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):  # (as torchao skips it)
         return "nn.MultiheadAttention reads this out_proj's weight itself (not through its forward)"
+    own = own_behaviour(module)
+    if own is not None:
+        return own
     k, n = module.in_features, module.out_features
     weight = module.weight
     try:
@@ -74,6 +77,29 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     big = beyond_f16(weight, name)
     if big:
         return f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite float16 (use dtype='bf16')"
+    return None
+
+
+def own_behaviour(module: nn.Module) -> str | None:
+    """Why calling ``module`` may compute something other than ``nn.Linear``'s ``x @ W.T + b``, or
+    something a new module would not do (None where it computes just that): its class's own
+    ``forward`` or ``__call__``, a ``forward`` replaced on the instance, forward or backward hooks
+    registered on it. A ``SparseLinear`` computes the linear alone and holds none of them, so the
+    swap would change the model's output without a word."""
+    cls = type(module)
+    if cls.forward is not nn.Linear.forward or cls.__call__ is not nn.Module.__call__:
+        which = "forward" if cls.forward is not nn.Linear.forward else "__call__"
+        return (f"{cls.__name__} defines its own {which}: a SparseLinear would compute the plain linear "
+                "x @ W.T + b instead")
+    if "forward" in vars(module):
+        return "its forward is replaced on the instance: a SparseLinear would compute the plain linear x @ W.T + b"
+    hooks = [kind for kind, held in (("forward pre-hooks", module._forward_pre_hooks),
+                                     ("forward hooks", module._forward_hooks),
+                                     ("backward pre-hooks", module._backward_pre_hooks),
+                                     ("backward hooks", module._backward_hooks)) if held]
+    if hooks:
+        return (f"it has {' and '.join(hooks)}, which the SparseLinear replacing it would not run (remove them, "
+                "sparsify_, then register them on the SparseLinear)")
     return None
 
 
@@ -104,9 +130,11 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``min_features`` on either side; a weight dtype without a kernel (float32 with dtype=None);
     weights on the CPU unless ``interpret=True`` (the interpreter is exact but slow), or on
     another device; the root module itself (it cannot be replaced in place); the ``out_proj`` of an
-    ``nn.MultiheadAttention`` (a ``NonDynamicallyQuantizableLinear``: its parent reads the weight). Modules the
-    filter rejects are not reported. ``trainable=True`` swaps in trainable
-    :class:`~.training.SemiSparseLinear` layers instead (docs/training.md; e4m3 is refused, SP0916).
+    ``nn.MultiheadAttention`` (a ``NonDynamicallyQuantizableLinear``: its parent reads the weight); a linear
+    whose call does more than the linear (its class's own forward, a forward replaced on the instance,
+    forward or backward hooks: :func:`own_behaviour`). Modules the filter rejects are not reported.
+    ``trainable=True`` swaps in trainable :class:`~.training.SemiSparseLinear` layers instead
+    (docs/training.md; e4m3 is refused, SP0916).
 
     ``fuse=True`` then calls :func:`~.fuse.fuse_projections_` (sibling projections such as q/k/v run
     as one kernel; docs/torch.md), ``fuse=groups`` with those groups; its report is ``report.fusion``;

@@ -219,3 +219,52 @@ def test_the_report_names_the_trainable_layers_it_swapped_in():
     assert str(report) == "sparsify_: 2 linear layers swapped for SemiSparseLinear, 0 skipped"
     assert str(spt.sparsify_(torch.nn.Sequential(linear(32, 32)), interpret=True, min_features=16)) == (
         "sparsify_: 1 linear layers swapped for SparseLinear, 0 skipped")
+
+
+class _HalvedLinear(torch.nn.Linear):
+    def forward(self, input):
+        return super().forward(input) * 0.5
+
+
+def _hooked(layer):
+    layer.register_forward_hook(lambda module, args, out: out * 2)
+    return layer
+
+
+def _forward_replaced(layer):
+    own = layer.forward
+    layer.forward = lambda x: own(x) - 1
+    return layer
+
+
+def _backward_hooked(layer):
+    layer.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+    return layer
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda: _HalvedLinear(64, 64).bfloat16(),
+     "_HalvedLinear defines its own forward: a SparseLinear would compute the plain linear x @ W.T + b instead"),
+    (lambda: _hooked(linear(64, 64)),
+     "it has forward hooks, which the SparseLinear replacing it would not run (remove them, sparsify_, then "
+     "register them on the SparseLinear)"),
+    (lambda: _forward_replaced(linear(64, 64)),
+     "its forward is replaced on the instance: a SparseLinear would compute the plain linear x @ W.T + b"),
+    (lambda: _backward_hooked(linear(64, 64)),
+     "it has backward hooks, which the SparseLinear replacing it would not run (remove them, sparsify_, then "
+     "register them on the SparseLinear)"),
+], ids=["subclass-forward", "forward-hook", "instance-forward", "backward-hook"])
+def test_a_linear_that_computes_more_than_the_linear_stays_dense(make, reason):
+    """A linear whose call does more than ``x @ W.T + b`` (a subclass's forward, a forward replaced on the
+    instance, hooks registered on it) was swapped for a SparseLinear that computes the linear alone and
+    runs none of it: the model's output changed without a word (a forward hook doubling the output: 50 %
+    off). It is skipped with the reason."""
+    model = torch.nn.Sequential(make(), torch.nn.ReLU(), linear(64, 64, seed=1))
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    with torch.no_grad():
+        first = model[0](x)
+        report = spt.sparsify_(model, interpret=True, min_features=16)
+        y = model(x)
+    assert report.swapped == ["2"] and report.skipped == {"0": reason}
+    assert type(model[0]) is not spt.SparseLinear and torch.equal(model[0](x), first)
+    check_against_float64(model[2], torch.relu(first), y)
