@@ -439,7 +439,31 @@ class SparseLinear(nn.Module):
                                 f"layer's {self.in_features} input features",
                                 help="load it into a SparseLinear of the in_features it was saved from")
 
+    def _check_loaded_weight(self, state_dict: Any, prefix: str) -> None:
+        """SP0902 for a dense ``weight`` in the state dict (an ``nn.Linear``'s: this layer has no such
+        buffer, so torch would leave the old weight and, with ``strict=False``, load the bias next to
+        it without an error), SP0814 for ``values`` that a copy would not carry over (fp8 values into
+        a 16-bit layer or the reverse: their scale is another tensor; integer values)."""
+        dense = state_dict.get(prefix + "weight")
+        if isinstance(dense, torch.Tensor):
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"the state dict holds a dense weight {prefix}weight of "
+                                   f"shape {tuple(dense.shape)} for this SparseLinear, which stores its weight as "
+                                   "compressed values and metadata: it would not be loaded (the old weight kept, "
+                                   "the new bias next to it)", help="load the dense state dict into the dense model, "
+                                   "then sparsify_ it (or SparseLinear.from_dense each linear)")
+        values = state_dict.get(prefix + "values")
+        if not isinstance(values, torch.Tensor) or values.dtype == self.values.dtype:
+            return
+        fits = values.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64) \
+            if self.weight_dtype != "e4m3" else False
+        if not fits:
+            raise SparsityError(SP_VALUES_MISMATCH, f"the state dict's {prefix}values are {values.dtype}, but this "
+                                f"layer's weight is {self.weight_dtype} ({self.values.dtype}): a copy would cast "
+                                "them to other numbers (e4m3 values mean values * scale_w)",
+                                help="load it into a SparseLinear of the weight type it was saved from (dtype=)")
+
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+        self._check_loaded_weight(state_dict, prefix)
         incoming = state_dict.get(prefix + "meta")
         # checked before the copy, so that refused words never reach the buffer (on CUDA they are
         # trusted); words of another shape are torch's size mismatch, and not copied

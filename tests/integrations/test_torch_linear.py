@@ -278,6 +278,48 @@ def test_a_state_dict_of_more_input_features_is_refused(dtype, k):
     assert torch.equal(y, narrow(x))
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_dense_state_dict_is_refused(strict):
+    """The state dict of the dense model (a linear's ``weight`` and ``bias``) loaded into the
+    sparsified one: with ``strict=False`` torch loaded the new bias next to the old weight without an
+    error (the output 50-100 % off the new dense model's). The dense weight is refused (SP0902),
+    before anything is copied."""
+    model = torch.nn.Sequential(linear(32, 64, seed=1))
+    spt.sparsify_(model, interpret=True, min_features=16)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    with pytest.raises(IntegrationError) as info:
+        model.load_state_dict(torch.nn.Sequential(linear(32, 64, seed=2)).state_dict(), strict=strict)
+    assert (info.value.code, info.value.message) == (
+        "SP0902", "the state dict holds a dense weight 0.weight of shape (32, 64) for this SparseLinear, which "
+                  "stores its weight as compressed values and metadata: it would not be loaded (the old weight "
+                  "kept, the new bias next to it)")
+    assert all(torch.equal(t, before[name]) for name, t in model.state_dict().items())
+
+
+@pytest.mark.parametrize(("saved", "loaded", "values_dtype"), [
+    ("e4m3", "bf16", "torch.float8_e4m3fn"), ("bf16", "e4m3", "torch.bfloat16"), ("f16", "e4m3", "torch.float16")])
+@pytest.mark.parametrize("strict", [True, False])
+def test_values_of_another_weight_type_are_refused(saved, loaded, values_dtype, strict):
+    """e4m3 values mean values * scale_w: copied into a 16-bit layer (or 16-bit values into an e4m3
+    layer, its scale_w left at 1) they were cast to other numbers. strict=True raised only after the
+    copy (scale_w unexpected or missing); strict=False loaded them (the output 130x off, or 88 %).
+    Refused before the copy (SP0814); bf16 <-> f16 values still load (a cast of the same numbers)."""
+    source = spt.SparseLinear.from_dense(linear(32, 64, seed=1), saved)
+    layer = spt.SparseLinear(64, 32, dtype=loaded)
+    before = {name: t.clone() for name, t in layer.state_dict().items()}
+    with pytest.raises(ValueError) as info:
+        layer.load_state_dict(source.state_dict(), strict=strict)
+    dtype = {"bf16": "torch.bfloat16", "e4m3": "torch.float8_e4m3fn"}[loaded]
+    assert (info.value.code, info.value.message) == (
+        "SP0814", f"the state dict's values are {values_dtype}, but this layer's weight is {loaded} ({dtype}): a "
+                  "copy would cast them to other numbers (e4m3 values mean values * scale_w)")
+    assert all(torch.equal(t.float(), before[name].float()) for name, t in layer.state_dict().items())
+    other = spt.SparseLinear(64, 32, dtype="f16")
+    other.load_state_dict(spt.SparseLinear.from_dense(linear(32, 64, seed=1), "bf16").state_dict(), strict=strict)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    check_against_float64(other, x, other(x))
+
+
 @pytest.mark.parametrize("how", ["buffers", "data"])
 @pytest.mark.parametrize("name", ["values", "meta", "bias", "scale_w"])
 def test_a_buffer_replaced_without_setattr_is_read_by_the_next_call(how, name, caplog):
