@@ -445,7 +445,8 @@ class SparseLinear(nn.Module):
         it without an error), SP0814 for ``values`` that a copy would not carry over (fp8 values into
         a 16-bit layer or the reverse: their scale is another tensor; integer values)."""
         dense = state_dict.get(prefix + "weight")
-        if isinstance(dense, torch.Tensor):
+        # (a weight registered on the layer since, as transformers' tie_weights sets one, takes it: torch loads it)
+        if isinstance(dense, torch.Tensor) and "weight" not in self._parameters and "weight" not in self._buffers:
             raise IntegrationError(SP_CANNOT_SPARSIFY, f"the state dict holds a dense weight {prefix}weight of "
                                    f"shape {tuple(dense.shape)} for this SparseLinear, which stores its weight as "
                                    "compressed values and metadata: it would not be loaded (the old weight kept, "
