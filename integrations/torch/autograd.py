@@ -168,10 +168,13 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 class LayerWithInputGrad(torch.autograd.Function):
     """y = layer(x) through the layer's eager forward (inside an ``autograd.Function`` grad mode is
     off, so it takes its usual launch path), with x's gradient (and a trainable bias's); e4m3 layers
-    quantize x inside, straight through for the gradient."""
+    quantize x inside, straight through for the gradient. ``frozen_weight``: the layer's values,
+    meta and scale_w, inputs only so that y requires grad where one of them does (x and the bias
+    not), and the backward refuses their gradient (SP0922) instead of leaving it out."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, layer: Any) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, layer: Any,
+                *frozen_weight: torch.Tensor | None) -> torch.Tensor:
         ctx.layer = layer
         ctx.save_for_backward(x)
         return layer._forward_eager(x)
@@ -191,7 +194,17 @@ class LayerWithInputGrad(torch.autograd.Function):
 
         dx, db = input_grads(dy, x, layer.values, layer.meta, layer.bias, layer.scale_w, layer.activation, pre,
                              ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        return dx, db, None
+        return (dx, db, None) + (None,) * (len(ctx.needs_input_grad) - 3)
+
+
+def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:
+    """A call must go through :class:`LayerWithInputGrad`: grad mode is on and x or one of the
+    layer's ``buffers`` (values, meta, bias, scale_w) requires grad. (Before, only x was looked at:
+    a trainable bias fed an x without grad, the first layer's, silently got no gradient, and a
+    values tensor made to require grad no SP0922.)"""
+    if not torch.is_grad_enabled():
+        return False
+    return x.requires_grad or any(t is not None and t.requires_grad for t in buffers.values())
 
 
 def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> tuple[torch.Tensor | None]:

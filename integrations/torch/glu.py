@@ -30,7 +30,7 @@ import torch.nn.modules.module as _mm
 from torch import nn
 
 from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
-from .autograd import LayerWithInputGrad
+from .autograd import LayerWithInputGrad, needs_autograd
 from .gate import gate_activation
 from .linear import SparseLinear, tracing
 
@@ -147,8 +147,8 @@ class GatedLinear(SparseLinear):
             pre._invalidate()
 
     def _forward_eager(self, x: torch.Tensor) -> torch.Tensor:
-        if x.requires_grad and torch.is_grad_enabled():  # x's gradient through the frozen weight (autograd.py)
-            return LayerWithInputGrad.apply(x, self.bias, self)
+        if needs_autograd(x, self.__dict__["_buffers"]):  # x's gradient through the frozen weight (autograd.py)
+            return LayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
         last = self.__dict__["_last"]
         if last is not None:  # the steady state of a decode loop: the last call's record, launched directly
             y = last(x)

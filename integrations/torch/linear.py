@@ -45,7 +45,7 @@ from ._kernels import (
     quantize_per_token,
     run_interpreted,
 )
-from .autograd import LayerWithInputGrad
+from .autograd import LayerWithInputGrad, needs_autograd
 from .last_call import LastCall
 from .layer_args import (
     F16_MAX,
@@ -323,8 +323,8 @@ class SparseLinear(nn.Module):
         fused = d.get("_fused")
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
-        if x.requires_grad and torch.is_grad_enabled():  # x's gradient through the frozen weight (autograd.py)
-            return LayerWithInputGrad.apply(x, self.bias, self)
+        if needs_autograd(x, d["_buffers"]):  # x's (and a trainable bias's) gradient through the frozen weight
+            return LayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
         w = d["_weight"]
         if w is not None:  # still this layer's buffers, at the addresses its records were built for?
             b, ptrs = d["_buffers"], d["_bound_ptrs"]

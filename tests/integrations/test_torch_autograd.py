@@ -97,6 +97,38 @@ def test_a_gradient_of_the_frozen_weight_is_sp0922(what):
     assert "sparsify_(model, trainable=True)" in info.value.help
 
 
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_a_trainable_bias_gets_its_gradient_from_an_x_without_grad(activation):
+    """A layer's bias made trainable (``layer.bias.requires_grad_()``) fed an x that needs no gradient (the
+    model's first layer, x from the data): the eager call took the plain launch, y had no graph and the
+    bias silently got no gradient (the op, torch.compile's path, gave it one)."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=5), activation=activation)
+    layer.bias.requires_grad_()
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
+    y = layer(x)
+    g = torch.randn(y.shape, generator=gen).to(y.dtype)
+    y.backward(g)
+    pre = layer._forward_op(x, pre=True)
+    p = pre.double().requires_grad_()
+    (d_pre,) = torch.autograd.grad(ACTS[activation](p), p, g.double())
+    assert layer.bias.grad is not None
+    assert torch.allclose(layer.bias.grad.double(), d_pre.sum(0), rtol=1e-5, atol=1e-5 * d_pre.abs().max().item())
+
+
+@pytest.mark.parametrize("what", ["values", "scale_w"])
+def test_a_gradient_of_the_frozen_weight_is_sp0922_for_an_x_without_grad(what):
+    """values (or scale_w) made to require grad, x not: y had no graph, so the gradient the weight asked
+    for was left out without the SP0922 an x with grad gets."""
+    layer = spt.SparseLinear.from_dense(linear(16, 64, seed=8), "e4m3")
+    getattr(layer, what).requires_grad_()
+    y = layer(torch.randn(2, 64).to(torch.bfloat16))
+    with pytest.raises(IntegrationError) as info:
+        y.float().sum().backward()
+    assert (info.value.code, info.value.message) == (
+        "SP0922", f"sparse_linear has no gradient for {what}: the sparse weight is frozen (an inference layer)")
+
+
 def test_the_op_refuses_gradients_of_values_and_of_an_fp8_x():
     layer = spt.SparseLinear.from_dense(linear(16, 64, seed=9))
     values = layer.values.detach().clone().requires_grad_()
