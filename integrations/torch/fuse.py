@@ -168,6 +168,8 @@ class ProjectionGroup:
         for buffers, name, view, ptr in self.expect:
             if buffers.get(name) is not view or (checked and ptr and view.data_ptr() != ptr):
                 return False
+            if ptr and view.requires_grad:  # made trainable (a bias) since: the fused layer's buffers are other
+                return False  # tensors, its gradient would not reach the member's (unfused, it does; or SP0922)
         if not checked:
             for m in self.members:  # set after fusing (SparseLinear.__setattr__ invalidates): the fused
                 # layer has no activation and one out_dtype, so such a member runs unfused
@@ -200,8 +202,8 @@ class ProjectionGroup:
             return self._serve(p, index)
         fused = self.fused  # read once: another thread may release the group
         if fused is None or not self.intact():
-            LOG.info("fused projections: a member's buffers were replaced or moved; running them unfused "
-                     "(call fuse_projections_ again to fuse them)")
+            LOG.info("fused projections: a member's buffers were replaced or moved, or require grad; running them "
+                     "unfused (call fuse_projections_ again to fuse them)")
             self.release()
             return self.members[index].forward(x)
         # a run that left siblings unserved: they read another input (cross-attention's k and v read the
@@ -233,8 +235,9 @@ class ProjectionGroup:
 
     def traced_intact(self) -> bool:
         """What a trace checks of :meth:`intact`: the members' views verified since their last change
-        and still in place (torch.export swaps the buffers)."""
-        return self.checked and all(buffers.get(name) is view for buffers, name, view, _ in self.expect)
+        and still in place (torch.export swaps the buffers), none requiring grad."""
+        return self.checked and all(buffers.get(name) is view and (view is None or not view.requires_grad)
+                                    for buffers, name, view, _ in self.expect)
 
     def _serve(self, p: list[Any], index: int) -> torch.Tensor:
         """Member ``index``'s columns of the pending run ``p`` (matched by the caller), marked
@@ -296,6 +299,10 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
             return f"{name} is on the meta device (no weights yet)"
         if not all(t is None or t.is_contiguous() for t in (m.values, m.meta, m.bias, m.scale_w)):
             return f"{name} has non-contiguous buffers"
+        trained = [what for what in _BUFFER_NAMES if getattr(m, what) is not None and getattr(m, what).requires_grad]
+        if trained:
+            return (f"{name}'s {trained[0]} requires grad (the fused layer's buffers are other tensors: its gradient "
+                    "would not reach it)")
         for what, vector in (("bias", m.bias), ("scale_w", m.scale_w)):  # a per-tensor scale_w (1,) is no row
             if vector is not None and tuple(vector.shape) != (m.out_features,):  # slice of a concatenation
                 return (f"{name} has {what} of shape {tuple(vector.shape)}, not one value per output feature "

@@ -372,6 +372,43 @@ def test_same_object_and_version_are_served_else_recomputed():
     assert err.value.code == "SP0901"
 
 
+def _bias_grads(block, x):
+    """The members' bias gradients (and x's) of a loss over q, k and v."""
+    ys = [getattr(block, name)(x) for name in ("q_proj", "k_proj", "v_proj")]
+    loss = sum((i + 1) * y.float().pow(2).sum() for i, y in enumerate(ys))
+    loss.backward()
+    return [getattr(block, name).bias.grad for name in ("q_proj", "k_proj", "v_proj")]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_member_s_trainable_bias_gets_its_gradient(when, caplog):
+    """A member's bias made trainable (``bias.requires_grad_()``): the fused layer's bias is another
+    tensor (the members' are views of it), so the fused run gave the members' biases no gradient,
+    without a word. Made trainable before fusing, the group is skipped with the reason; after, its
+    next run releases the group, and the members' biases get the unfused layers' gradients."""
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    if when == "after":
+        assert spt.fuse_projections_(block).fused == ["q_proj+k_proj+v_proj"]
+        group = fused_group_of(block.q_proj)
+    for b in (block, plain):
+        b.k_proj.bias.requires_grad_()
+        b.v_proj.bias.requires_grad_()
+    if when == "before":
+        assert spt.fuse_projections_(block).skipped == {
+            "q_proj+k_proj+v_proj": "k_proj's bias requires grad (the fused layer's buffers are other tensors: its "
+                                    "gradient would not reach it)"}
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        got = _bias_grads(block, x.clone().requires_grad_())  # (x with grad: the fused run's graph had it too)
+    want = _bias_grads(plain, x.clone().requires_grad_())
+    assert got[0] is None and want[0] is None
+    assert all(g is not None and torch.equal(g, w) for g, w in zip(got[1:], want[1:]))
+    assert fused_group_of(block.q_proj) is None
+    if when == "after":
+        assert group.fused is None and "or require grad; running them unfused" in caplog.text
+
+
 def test_e4m3_group_and_no_bias():
     block = Siblings(dtype="e4m3", q_proj={"bias": False}, k_proj={"bias": False}, v_proj={"bias": False})
     plain = copy.deepcopy(block)

@@ -711,6 +711,25 @@ def test_a_released_group_restores_the_mlp_forward(how):
         check_glu(fused_gate_up(block.mlp), x, h)
 
 
+def test_a_trainable_gate_bias_releases_the_gated_mlp():
+    """gate_proj's bias made trainable after the gated activation was fused: the gated layer's bias is
+    the fused one (another tensor), so the MLP's forward gave it no gradient without a word. The
+    group is released and the class's forward gives gate_proj's bias the unfused MLP's gradient."""
+    block = sparse_block()
+    reference = copy.deepcopy(block)
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}
+    group = fused_group_of(block.mlp.gate_proj)
+    for b in (block, reference):
+        b.mlp.gate_proj.bias.requires_grad_()
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    for b in (block, reference):
+        b.mlp(x.clone().requires_grad_()).float().pow(2).sum().backward()
+    want = reference.mlp.gate_proj.bias.grad
+    assert want is not None and block.mlp.gate_proj.bias.grad is not None
+    assert torch.equal(block.mlp.gate_proj.bias.grad, want)
+    assert group.fused is None and "forward" not in block.mlp.__dict__
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_hooks_on_gate_up_or_act_run_the_class_forward(activation):
     block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
