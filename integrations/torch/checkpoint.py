@@ -35,6 +35,7 @@ from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
+from .sparsify import own_behaviour
 
 WEIGHTS = "model.safetensors"
 _PARTS = ("compressed", "bitmask", "shape")
@@ -86,6 +87,11 @@ def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Mo
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} is {module.out_features} x {module.in_features} "
                                f"in the model but {shape[0]} x {shape[1]} in the checkpoint",
                                help="load into a model built from the checkpoint's config")
+    own = own_behaviour(module, SparseLinear if isinstance(module, SparseLinear) else nn.Linear)
+    if own is not None:  # (the new layer replacing it would not run its hooks or its own forward)
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} of the model cannot be replaced by the "
+                               f"checkpoint's: {own}", help="load the checkpoint first, then register the hooks "
+                               "(or wrap the layer) on the SparseLinear it puts there")
     return module
 
 
@@ -133,7 +139,9 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
     on that module's device (the CPU for the meta device); the other tensors load with
     ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise
-    SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's."""
+    SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's.
+    A layer to replace that has hooks or its own forward (:func:`~.sparsify.own_behaviour`) is SP0914
+    too: the new layer would run none of them."""
     checked_model(model, "load_sparse24_checkpoint")
     checked_flag(strict, "strict", "load_sparse24_checkpoint")
     path = _checked_path(path, "load_sparse24_checkpoint")

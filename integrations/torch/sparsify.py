@@ -80,15 +80,15 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     return None
 
 
-def own_behaviour(module: nn.Module) -> str | None:
-    """Why calling ``module`` may compute something other than ``nn.Linear``'s ``x @ W.T + b``, or
-    something a new module would not do (None where it computes just that): its class's own
-    ``forward`` or ``__call__``, a ``forward`` replaced on the instance, forward or backward hooks
-    registered on it. A ``SparseLinear`` computes the linear alone and holds none of them, so the
-    swap would change the model's output without a word."""
+def own_behaviour(module: nn.Module, base: type = nn.Linear) -> str | None:
+    """Why calling ``module`` may compute something other than ``base``'s forward (``nn.Linear``'s
+    ``x @ W.T + b``), or something a new module would not do (None where it computes just that): its
+    class's own ``forward`` or ``__call__``, a ``forward`` replaced on the instance, forward or
+    backward hooks registered on it. A new ``SparseLinear`` computes the linear alone and holds none
+    of them, so swapping it in would change the model's output without a word."""
     cls = type(module)
-    if cls.forward is not nn.Linear.forward or cls.__call__ is not nn.Module.__call__:
-        which = "forward" if cls.forward is not nn.Linear.forward else "__call__"
+    if cls.forward is not base.forward or cls.__call__ is not base.__call__:
+        which = "forward" if cls.forward is not base.forward else "__call__"
         return (f"{cls.__name__} defines its own {which}: a SparseLinear would compute the plain linear "
                 "x @ W.T + b instead")
     if "forward" in vars(module):
@@ -98,8 +98,8 @@ def own_behaviour(module: nn.Module) -> str | None:
                                      ("backward pre-hooks", module._backward_pre_hooks),
                                      ("backward hooks", module._backward_hooks)) if held]
     if hooks:
-        return (f"it has {' and '.join(hooks)}, which the SparseLinear replacing it would not run (remove them, "
-                "sparsify_, then register them on the SparseLinear)")
+        return (f"it has {' and '.join(hooks)}, which a SparseLinear in its place would not run (remove them, "
+                "then register them on the SparseLinear)")
     return None
 
 

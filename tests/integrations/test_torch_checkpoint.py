@@ -313,3 +313,24 @@ def test_a_bias_of_another_length_names_its_layer(tmp_path):
     st.save_file({**tensors, "proj.bias": np.zeros(7, np.float32)}, tmp_path / "model.safetensors")
     err = _error(spt.load_sparse24_checkpoint, _One(), tmp_path)
     assert (err.code, err.message) == ("SP0913", "layer proj: bias has 7 elements for 16 output channels")
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_layer_with_hooks_is_not_replaced_without_them(tmp_path, sparse):
+    """The loader swaps a new SparseLinear in for each sparse layer: forward hooks registered on the
+    model's layer (an nn.Linear, or a SparseLinear of a sparsified model) were dropped without a word
+    (a hook doubling the layer's output: 50 % off after the load). SP0914 names the layer, before it
+    is replaced."""
+    model = _Net()
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    fresh = _Net()
+    if sparse:
+        spt.sparsify_(fresh, interpret=True, min_features=16)
+    layer = fresh.proj
+    layer.register_forward_hook(lambda module, args, out: out * 2)
+    err = _error(spt.load_sparse24_checkpoint, fresh, tmp_path)
+    assert (err.code, err.message) == (
+        "SP0914", "layer proj of the model cannot be replaced by the checkpoint's: it has forward hooks, which a "
+                  "SparseLinear in its place would not run (remove them, then register them on the SparseLinear)")
+    assert fresh.proj is layer

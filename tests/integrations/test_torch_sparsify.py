@@ -246,13 +246,13 @@ def _backward_hooked(layer):
     (lambda: _HalvedLinear(64, 64).bfloat16(),
      "_HalvedLinear defines its own forward: a SparseLinear would compute the plain linear x @ W.T + b instead"),
     (lambda: _hooked(linear(64, 64)),
-     "it has forward hooks, which the SparseLinear replacing it would not run (remove them, sparsify_, then "
-     "register them on the SparseLinear)"),
+     "it has forward hooks, which a SparseLinear in its place would not run (remove them, then register "
+     "them on the SparseLinear)"),
     (lambda: _forward_replaced(linear(64, 64)),
      "its forward is replaced on the instance: a SparseLinear would compute the plain linear x @ W.T + b"),
     (lambda: _backward_hooked(linear(64, 64)),
-     "it has backward hooks, which the SparseLinear replacing it would not run (remove them, sparsify_, then "
-     "register them on the SparseLinear)"),
+     "it has backward hooks, which a SparseLinear in its place would not run (remove them, then register "
+     "them on the SparseLinear)"),
 ], ids=["subclass-forward", "forward-hook", "instance-forward", "backward-hook"])
 def test_a_linear_that_computes_more_than_the_linear_stays_dense(make, reason):
     """A linear whose call does more than ``x @ W.T + b`` (a subclass's forward, a forward replaced on the
