@@ -202,9 +202,12 @@ def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:
     layer's ``buffers`` (values, meta, bias, scale_w) requires grad. (Before, only x was looked at:
     a trainable bias fed an x without grad, the first layer's, silently got no gradient, and a
     values tensor made to require grad no SP0922.)"""
-    if not torch.is_grad_enabled():
-        return False
-    return x.requires_grad or any(t is not None and t.requires_grad for t in buffers.values())
+    # (unrolled, no generator: on every eager call with grad mode on, 0.65 µs against 1.6 µs for any();
+    # meta is integer, which torch never lets require grad)
+    return torch.is_grad_enabled() and (
+        x.requires_grad or buffers["values"].requires_grad
+        or ((t := buffers["bias"]) is not None and t.requires_grad)
+        or ((t := buffers["scale_w"]) is not None and t.requires_grad))
 
 
 def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> tuple[torch.Tensor | None]:
