@@ -149,6 +149,15 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+b37)  # after this session's merges: sparsify_ skips linears with hooks or their own forward, state-dict weight checks,
+     # the autograd path for a trainable bias, fused groups released for trainable members; jax.grad through
+     # sparse_linear; then the model (its report: nothing skipped; speed as in a37)
+    run 230 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_jax_gpu.py
+    run 120 python benchmarks/bench_llama.py --layers 32 --modes graph --check-tokens 0 \
+        --models dense sparsile-fused --json "$out/llama-37b.json"
+    ;;
 a37)  # c36's four failures after their fixes (a38f235: a size-1 dimension gets the packed stride in every tensor
      # map; the e4m3 capture tests allow a third launch), then a34's model run: glu against no glu, logits checked
     run 200 python -m pytest -q -m gpu -n 4 --timeout 150 -rfE tests/gpu/test_torch_linear_gpu.py \
