@@ -17,30 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import sparsile.torch as spt  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def python_blocks(doc: str) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", (ROOT / doc).read_text(), re.S | re.M)
-
-
-def block_with(doc: str, text: str) -> str:
-    (block,) = [b for b in python_blocks(doc) if text in b]
-    return block
-
-
-def adapted(block: str, *replacements: tuple[str, str]) -> str:
-    for old, new in replacements:
-        assert old in block, f"the example no longer has {old!r}"
-        block = block.replace(old, new)
-    return block
+from sparsile.tests.support.doc_examples import ROOT, adapted, block_with, run_block  # noqa: E402
 
 
 def run(block: str, doc: str, **names: Any) -> dict[str, Any]:
-    env: dict[str, Any] = {"__name__": "doc_example", "torch": torch, "spt": spt, **names}  # (later examples)
-    exec(compile(block, str(ROOT / doc), "exec"), env)
-    return env
+    return run_block(block, doc, torch=torch, spt=spt, **names)  # (later examples)
 
 
 def tiny_llama(seed: int = 0) -> Any:

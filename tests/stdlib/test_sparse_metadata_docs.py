@@ -14,30 +14,22 @@ import pytest
 from sparsile.stdlib import sparsity as S
 from sparsile.stdlib import viz
 from sparsile.stdlib.sparsity.placement import hardware_placement
+from sparsile.tests.support.doc_examples import adapted, fenced_blocks, run_block
+from sparsile.tests.support.doc_examples import block_with as doc_block_with
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sparse-metadata.md"
 
 
 def blocks(kind: str) -> list[str]:
-    return re.findall(rf"^```{kind}\n(.*?)^```", DOC.read_text(), re.S | re.M)
+    return fenced_blocks(DOC, kind)
 
 
 def block_with(text: str) -> str:
-    (block,) = [b for b in blocks("python") if text in b]
-    return block
-
-
-def adapted(block: str, *replacements: tuple[str, str]) -> str:
-    for old, new in replacements:
-        assert old in block, f"the example no longer has {old!r}"
-        block = block.replace(old, new)
-    return block
+    return doc_block_with(DOC, text)
 
 
 def run(block: str, **names: Any) -> dict[str, Any]:
-    env: dict[str, Any] = {"__name__": "doc_example", **names}
-    exec(compile(block, str(DOC), "exec"), env)
-    return env
+    return run_block(block, DOC, **names)
 
 
 def test_the_opening_example() -> None:
