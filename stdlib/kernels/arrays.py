@@ -56,6 +56,24 @@ def bad_input(message: str, help: str | None = None, code: str = SP_BAD_INPUT) -
     return SparsityError(code, message, help=help)
 
 
+MAX_I32_ELEMENTS = 2 ** 31
+"""Elements an array may have where a kernel indexes it with 32-bit offsets: the sm_90a kernels (and
+the Blackwell layer's epilogue) store C, y and split-K partial sums through pointers at i32 offsets
+of up to split x rows x columns - 1, which wrap beyond 2^31 - 1 (docs/language.md: integers wrap)."""
+
+
+def check_i32_elements(shape: tuple[int, ...], what: str, help: str) -> None:
+    """SP0804 where an array of ``shape`` that a kernel indexes with 32-bit element offsets has more
+    than :data:`MAX_I32_ELEMENTS` elements: the offsets would wrap (a fault or a wrong result on the
+    GPU, found by nothing before the launch)."""
+    count = 1
+    for s in shape:
+        count *= int(s)
+    if count > MAX_I32_ELEMENTS:
+        raise bad_input(f"{what} of shape {tuple(int(s) for s in shape)} has {count} elements, beyond the 2^31 that "
+                        "the kernel's 32-bit element offsets reach (they would wrap)", help=help)
+
+
 def check_split_k(split_k: Any) -> None:
     """SP0804 for an explicit ``split_k`` that no kernel takes (an integer from 1 to 64), also where
     the kernel planned does not split K (Blackwell) and would otherwise ignore it."""

@@ -16,7 +16,8 @@ may exceed it only by compress()'s padding to a whole chunk; raw metadata words 
 them b may be up to a chunk narrower than values: pass the tagged buffer to have K checked exactly),
 the metadata's tag, shape and nibbles (``validate_metadata``:
 SP0805-SP0812; a device array is checked for shape and element type only, since reading its nibbles
-would copy it to the host on every call), an ``out`` of the wrong shape or type (SP0804).
+would copy it to the host on every call), an ``out`` of the wrong shape or type (SP0804), a C or
+split-K workspace of more than 2^31 elements, which the kernels' 32-bit offsets would wrap (SP0804).
 
 Padding: TMA reads rows whose byte length is a multiple of 16 (docs/hardware.md §5.1, CUDA's
 ``cuTensorMapEncodeTiled`` stride rule), i.e. K a multiple of 32 / element bytes (16 for 16-bit
@@ -41,6 +42,7 @@ from .arrays import (
     array_kind,
     bad_input,
     check_flag,
+    check_i32_elements,
     check_split_k,
     deliver_result,
     empty_array,
@@ -275,6 +277,8 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     op = operand_type(choice.operand)
     home = b
     values, b, m, n, k, k_values = checked_operands(values, b, choice, op, interpret)
+    check_i32_elements((m, n), "C", help="compute C in parts: call sparse_matmul on blocks of b's rows (N) "
+                       "and join the (M, block) results along N")
     words = kernel_words(meta, values, op, m, k_values, k, interpret)
     if c_dtype == "bfloat16" and not interpret and "cupy" in (array_kind(home), array_kind(out)):
         raise bad_input("cupy has no bfloat16 arrays for C", help="pass torch tensors, or out_dtype='float32'")
@@ -296,6 +300,9 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
                                                                num_sms or gpu_sm_count(interpret))
     check_split_k(split)
+    if split > 1:
+        check_i32_elements((split, m, n), "the split-K workspace", help=f"pass a smaller split_k (at most "
+                           f"{max(1, 2 ** 31 // (m * n))} for this {m} x {n} C), or compute C in blocks of b's rows")
     converts = c_dtype != choice.out_dtype  # the _splitk kernel's f32 partials, then C's type on the reduce
     needs_workspace = split > 1 or (converts and c_dtype != choice.partial_dtype)
     workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if needs_workspace else None

@@ -34,7 +34,16 @@ import numpy as np
 
 from ..sparsity import as_host_array
 from ..sparsity.dtypes import operand_type
-from .arrays import bad_input, check_split_k, deliver_result, empty_array, pad_columns, plain_int, zeros_array
+from .arrays import (
+    bad_input,
+    check_i32_elements,
+    check_split_k,
+    deliver_result,
+    empty_array,
+    pad_columns,
+    plain_int,
+    zeros_array,
+)
 from .gemm import choose_split_k, pair_ctas, plan_target
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
@@ -143,6 +152,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         k_padded = k_launch = -(-k_values // choice.k_align) * choice.k_align
         values = pad_columns(values, k_padded // 2)
         xc = pad_columns(xc, k if keep else k_padded)
+    check_i32_elements((t, m), "y" if not _feature_major else "C", help="run it on fewer tokens at a time: blocks "
+                       "of x's rows, joining the results along T")
     if choice.operand == "e4m3":
         check_e4m3_x(x_dtype, scale_x, _quantized_in_kernel and tgt == "sm_90a")
     if is_gated(act) and not _quantized_in_kernel and t > 0:  # (no tokens: an empty y, nothing launched)
@@ -175,6 +186,9 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     check_split_k(split)
     split = split if k_padded else 1
+    if split > 1:
+        check_i32_elements((split, t, m), "the split-K workspace", help=f"pass a smaller split_k (at most "
+                           f"{max(1, 2 ** 31 // (t * m))} for {t} tokens x {m} features), or fewer tokens at a time")
     workspace = _zero_workspace(x, t, m, k_padded, interpret)
     if split > 1:
         workspace = empty_array(x, (split, t, m), "float32", interpret)

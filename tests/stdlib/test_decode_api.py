@@ -687,3 +687,14 @@ def test_persistent_without_split_k_takes_no_split():
     code, message = _code_message(functools.partial(plan_sparse_decode, weight.values, weight.meta, x,
                                                     interpret=True, persistent="no"))
     assert code == "SP0860" and "persistent of the decode kernel" in message
+
+
+def test_split_workspace_beyond_32_bit_offsets_is_refused():
+    """The decode kernel stores its split-K partial sums (split x M x T) at i32 offsets, which wrap
+    beyond 2^31 elements: refused when planned (2^21 + 128 weight rows, 64 tokens, 16 shares)."""
+    m = 2 ** 21 + 128
+    values, words = np.ones((m, 16), np.float16), np.full((m, 1), 0x44444444, np.uint32)
+    x = np.ones((64, 32), np.float16)
+    with pytest.raises(SparsityError, match=rf"split-K workspace of shape \(16, {m}, 64\)") as e:
+        plan_sparse_decode(values, words, x, split_k=16, interpret=True)
+    assert e.value.code == "SP0804" and "at most 15" in e.value.help

@@ -490,3 +490,24 @@ def test_e4m3_values_with_a_16_bit_tag_are_not_told_to_pass_dtype():
     with pytest.raises(SparsityError) as e:
         sparse_matmul(w8.values, weight.meta, b8, interpret=True)
     assert e.value.code == "SP0804" and "dtype=" not in e.value.help
+
+
+def _constant_weight(m: int, k: int):
+    """An (m, k) f16 weight of ones at indices (0, 1) of every chunk, as values and raw "sm90" words
+    (0x44444444: cheap to make at any size, valid nibbles)."""
+    return np.ones((m, k // 2), np.float16), np.full((m, k // 32), 0x44444444, np.uint32)
+
+
+def test_c_beyond_32_bit_offsets_is_refused():
+    """The sm_90a kernels store C (and split-K partial sums) at i32 offsets: beyond 2^31 elements they
+    wrap (a fault or a wrong result on the GPU); the planner says so before anything is launched."""
+    values, words = _constant_weight(65536, 32)
+    with pytest.raises(SparsityError, match=r"C of shape \(65536, 40000\) has 2621440000 elements.*32-bit") as e:
+        plan_sparse_matmul(values, words, np.ones((40000, 32), np.float16), interpret=True)
+    assert e.value.code == "SP0804" and "blocks of b's rows" in e.value.help
+    values, words = _constant_weight(8192, 32)
+    b = np.ones((8192, 32), np.float16)
+    with pytest.raises(SparsityError, match=r"split-K workspace of shape \(64, 8192, 8192\)") as e:
+        plan_sparse_matmul(values, words, b, split_k=64, interpret=True)
+    assert e.value.code == "SP0804" and "at most 32" in e.value.help
+    assert plan_sparse_matmul(values, words, b, split_k=32, interpret=True).split_k == 32  # 2^31 elements: fits

@@ -667,3 +667,18 @@ def test_values_of_another_type_than_the_buffers_tag_say_what_sparse_linear_take
     with pytest.raises(SparsityError) as info:
         sparse_linear(w8.values, weight.meta, x8, scale_x=np.float32(1), interpret=True)
     assert info.value.code == "SP0804" and "dtype=" not in info.value.help and "meta.data" not in info.value.help
+
+
+def test_y_beyond_32_bit_offsets_is_refused():
+    """The layer's kernels store y (and split-K partial sums) at i32 offsets, which wrap beyond 2^31
+    elements: refused when planned, on Hopper and on Blackwell (whose epilogue stores y by pointer too)."""
+    values, words = np.ones((65536, 16), np.float16), np.full((65536, 1), 0x44444444, np.uint32)
+    x = np.ones((40000, 32), np.float16)
+    for target in ("sm_90a", "sm_100a"):
+        with pytest.raises(SparsityError, match=r"y of shape \(40000, 65536\) has 2621440000 elements") as e:
+            plan_sparse_linear(values, words, x, interpret=True, target=target, meta_format="sm90")
+        assert e.value.code == "SP0804" and "fewer tokens" in e.value.help
+    values, words = np.ones((8192, 16), np.float16), np.full((8192, 1), 0x44444444, np.uint32)
+    with pytest.raises(SparsityError, match=r"split-K workspace of shape \(64, 8192, 8192\)") as e:
+        plan_sparse_linear(values, words, np.ones((8192, 32), np.float16), split_k=64, interpret=True)
+    assert e.value.code == "SP0804" and "at most 32" in e.value.help
