@@ -43,7 +43,7 @@ from ..sparsity.errors import (
     SP_UNDEFINED_NIBBLE,
     SP_VALUES_MISMATCH,
 )
-from ..sparsity.hostarray import require_numeric
+from ..sparsity.hostarray import checked_size, require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
 from .arrays import array_kind, bad_input
@@ -376,6 +376,8 @@ def validate_metadata_gpu(meta: Any, fmt: str | None = None, dtype: str | Operan
     buffer full of 2:4 codes). ``meta`` is a :class:`DeviceMetadata`, a host
     :class:`MetadataBuffer`, or a raw word array with ``fmt``, ``dtype``, ``m`` and ``k``.
     Returns it as a :class:`DeviceMetadata`. Only a failing check reads the words back."""
+    # sizes as the host checks them (SP0804): int() would take 32.7 for 32, "32" and True for sizes
+    m, k = (None if v is None else checked_size(v, name) for v, name in ((m, "m"), (k, "k")))
     if isinstance(meta, (DeviceMetadata, MetadataBuffer)):
         check_tag(meta, fmt, dtype, m, k)
         fmt, op, m, k, data = meta.fmt, meta.operand, meta.m, meta.k, meta.data

@@ -208,6 +208,21 @@ def test_validate_shape_type_and_sizes() -> None:
     assert signed.data.dtype == np.uint32
 
 
+@pytest.mark.parametrize("m, k", [(16.7, 128), ("16", 128), (16, 128.5), (True, 128), (16, np.float64(128))])
+def test_sizes_that_are_not_integers_are_refused_as_on_the_host(m, k) -> None:
+    """int() would read 16.7 as 16 and True as 1: the sizes are checked as the host checks them."""
+    meta = encoded("e4m3", "sm90", m=16, k=128)
+    for words in (np.asarray(meta.data), meta):
+        with pytest.raises(SparsityError) as err:
+            G.validate_metadata_gpu(words, "sm90", "e4m3", m, k, interpret=True)
+        bad, name = (m, "m") if not isinstance(m, int) or isinstance(m, bool) else (k, "k")
+        assert err.value.code == "SP0804" and f"{name} must be a non-negative integer, got {bad!r}" in err.value.message
+        with pytest.raises(SparsityError) as err:
+            G.decompress_gpu(np.zeros((16, 64), ml_dtypes.float8_e4m3fn), words, "sm90", "e4m3", m=m, k=k,
+                             interpret=True)
+        assert err.value.code == "SP0804"
+
+
 def test_bad_arguments() -> None:
     w = np.zeros((8, 16), np.float16)
     cases = [
