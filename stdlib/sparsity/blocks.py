@@ -12,11 +12,13 @@ rows or chunks.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from .errors import SP_BAD_INPUT, SparsityError
 from .swar import Workspace
 
 T = TypeVar("T")
@@ -35,6 +37,17 @@ def default_workers() -> int:
     except AttributeError:  # pragma: no cover - not Linux
         available = os.cpu_count() or 1
     return max(1, min(8, available))
+
+
+def checked_workers(workers: Any) -> int | None:
+    """``workers`` of :func:`for_blocks` (None, or a positive integer, numpy's included), else SP0804:
+    a string failed deep inside as a TypeError, and 0 or -1 silently meant one thread."""
+    if workers is None:
+        return None
+    if isinstance(workers, numbers.Integral) and not isinstance(workers, bool) and workers >= 1:
+        return int(workers)
+    raise SparsityError(SP_BAD_INPUT, f"workers must be a positive integer or None, got {workers!r}",
+                        help="leave it unset for a small thread pool on large inputs, or pass 1 for the calling thread")
 
 
 def chunk_blocks(count: int, block: int = BLOCK_CHUNKS) -> list[slice]:

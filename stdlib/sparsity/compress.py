@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .blocks import chunk_blocks, for_blocks
+from .blocks import checked_workers, chunk_blocks, for_blocks
 from .chunkops import (
     compress_block,
     decompress_block,
@@ -163,6 +163,7 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
     own precision before the cast). e4m3 values beyond ±448 are saturated to ±448 with a
     :class:`SaturationWarning` (``cast_to_operand``), not turned into NaN.
     """
+    workers = checked_workers(workers)
     if prune and dtype is not None:
         host = as_host_array(w, "w")
         if host.ndim == 2 and host.dtype != operand_type(dtype).host_dtype:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .blocks import for_blocks
+from .blocks import checked_workers, for_blocks
 from .chunkops import keep_element_mask
 from .dtypes import (
     PATTERN_1_2,
@@ -188,7 +188,7 @@ def pattern_for(dtype: str | OperandType) -> Pattern:
 def prune(w: Any, dtype: str | OperandType, axis: int = -1, *, workers: int | None = None) -> np.ndarray:
     """Prune ``w`` with the pattern of operand type ``dtype`` (no cast: the result keeps w's dtype).
     ``workers`` = 1 keeps large inputs on the calling thread (default: a small thread pool)."""
-    return _prune(w, pattern_for(dtype), axis, want_mask=False, workers=workers)
+    return _prune(w, pattern_for(dtype), axis, want_mask=False, workers=checked_workers(workers))
 
 
 def prune_mask(w: Any, dtype: str | OperandType, axis: int = -1) -> np.ndarray:

@@ -138,6 +138,19 @@ def test_large_input_uses_blocks_consistently():
     assert np.array_equal(decompress(v1, encode_metadata(i1, "logical", "f16", k=4100)), w)
 
 
+@pytest.mark.parametrize("workers", ["2", 0, -1, 1.5, True])
+def test_workers_must_be_a_positive_integer(workers):
+    """A string failed deep in the block scheduler (TypeError); 0, -1 meant one thread without a word."""
+    w = prune_2_4(np.random.default_rng(3).standard_normal((8, 16)).astype(np.float16))
+    for call in (lambda: compress(w, "f16", workers=workers), lambda: compress(w, "f16", prune=True, workers=workers),
+                 lambda: prune(w, "f16", workers=workers)):
+        with pytest.raises(SparsityError) as info:
+            call()
+        assert info.value.code == "SP0804"
+        assert f"workers must be a positive integer or None, got {workers!r}" in info.value.message
+    assert np.array_equal(compress(w, workers=np.int64(2))[1], compress(w)[1])  # numpy integers are integers
+
+
 def test_pack_e2m1_round_trip_and_nibble_order():
     from sparsile.stdlib.sparsity import pack_e2m1, unpack_e2m1
 
