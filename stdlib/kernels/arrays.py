@@ -21,7 +21,7 @@ from ...driver.recording import note_scratch
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
-from ..sparsity.hostarray import require_numeric
+from ..sparsity.hostarray import checked_flag, require_numeric
 
 if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
@@ -83,9 +83,8 @@ def check_split_k(split_k: Any) -> None:
 
 def check_flag(name: str, value: Any) -> None:
     """SP0804 for a yes/no option that is not a bool (numpy's included): a truthy string such as
-    "no" would otherwise turn it on."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise bad_input(f"{name} must be True or False, got {value!r}")
+    "no" would otherwise turn it on (the sparsity toolkit's ``checked_flag``)."""
+    checked_flag(value, name)
 
 
 def placed_array(x: Any, what: str, interpret: bool) -> Any:

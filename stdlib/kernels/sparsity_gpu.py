@@ -43,7 +43,7 @@ from ..sparsity.errors import (
     SP_UNDEFINED_NIBBLE,
     SP_VALUES_MISMATCH,
 )
-from ..sparsity.hostarray import checked_size, require_numeric
+from ..sparsity.hostarray import checked_flag, checked_size, require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
 from .arrays import array_kind, bad_input
@@ -115,7 +115,9 @@ class GpuCompressed(NamedTuple):
 
 def _placed(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when the launch uses it in place (a torch CUDA tensor or cupy array on a GPU
-    launch, a numpy array), else a host numpy array."""
+    launch, a numpy array), else a host numpy array. (``interpret`` is checked here and in
+    :func:`_require_gpu`, whichever an entry calls first: "no" would have run the interpreter.)"""
+    checked_flag(interpret, "interpret")
     kind = array_kind(x)
     if not interpret and kind in ("torch", "cupy"):
         return x
@@ -245,7 +247,7 @@ def _launch(name: str, grid: tuple[int, ...], interpret: bool, *args: Any, **con
 
 
 def _require_gpu(interpret: bool) -> None:
-    if interpret:
+    if checked_flag(interpret, "interpret"):
         return
     from ...backend import runtime
     from ...frontend.diagnostics import LaunchError
@@ -308,6 +310,7 @@ def compress_gpu(w: Any, dtype: str | OperandType | None = None, fmt: str = "sm9
     if fmt == "logical":
         raise bad_input("compress_gpu writes the hardware formats only, not 'logical'",
                         help="use fmt='sm90' or 'tcgen05', or the host toolkit's compress() for logical indices")
+    prune = checked_flag(prune, "prune")
     _require_gpu(interpret)
     placed = _placed(w, "w", interpret)
     op = _operand(placed, dtype)
@@ -378,6 +381,7 @@ def validate_metadata_gpu(meta: Any, fmt: str | None = None, dtype: str | Operan
     Returns it as a :class:`DeviceMetadata`. Only a failing check reads the words back."""
     # sizes as the host checks them (SP0804): int() would take 32.7 for 32, "32" and True for sizes
     m, k = (None if v is None else checked_size(v, name) for v, name in ((m, "m"), (k, "k")))
+    allow_unordered = checked_flag(allow_unordered, "allow_unordered")  # ("no" would loosen the check)
     if isinstance(meta, (DeviceMetadata, MetadataBuffer)):
         check_tag(meta, fmt, dtype, m, k)
         fmt, op, m, k, data = meta.fmt, meta.operand, meta.m, meta.k, meta.data

@@ -30,7 +30,7 @@ from .chunkops import (
 )
 from .dtypes import OperandType, operand_type, operand_type_of_array
 from .errors import SP_BAD_INDICES, SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
-from .hostarray import as_host_array, checked_size, require_numeric
+from .hostarray import as_host_array, checked_flag, checked_size, require_numeric
 from .swar import Workspace
 
 
@@ -164,6 +164,7 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
     :class:`SaturationWarning` (``cast_to_operand``), not turned into NaN.
     """
     workers = checked_workers(workers)
+    prune = checked_flag(prune, "prune")
     if prune and dtype is not None:
         host = as_host_array(w, "w")
         if host.ndim == 2 and host.dtype != operand_type(dtype).host_dtype:

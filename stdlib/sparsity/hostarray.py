@@ -105,6 +105,14 @@ def checked_size(value: Any, what: str) -> int:
                         help=f"pass {what} as an int (the operand's logical, unpadded size)")
 
 
+def checked_flag(value: Any, what: str) -> bool:
+    """``value`` of a yes/no option (a bool, numpy's included) as a bool, else SP0804: a truthy
+    string such as "no" would otherwise turn it on."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise SparsityError(SP_BAD_INPUT, f"{what} must be True or False, got {value!r}", help=f"pass {what}=True or False")
+
+
 def require_numeric(array: np.ndarray, what: str) -> None:
     """Raise SP0804 unless ``array`` holds numbers (bool, int, float or an ml_dtypes float)."""
     kind = array.dtype.kind

@@ -41,7 +41,7 @@ from .errors import (
     SP_WRONG_WIDTH,
     SparsityError,
 )
-from .hostarray import as_host_array, checked_size
+from .hostarray import as_host_array, checked_flag, checked_size
 from .layouts import check_format, check_supported, metadata_shape, nibbles_from_words, word_position
 
 UNDEFINED_NIBBLES = (0x0, 0x5, 0xA, 0xF)
@@ -241,6 +241,7 @@ def validate_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandTyp
     where given) or a raw array (then ``fmt`` and ``dtype`` are required, and ``m`` and ``k`` too
     except for "logical", where they default to the array's). Raises :class:`SparsityError`.
     """
+    allow_unordered = checked_flag(allow_unordered, "allow_unordered")  # ("no" would loosen the check)
     if isinstance(meta, MetadataBuffer):
         checked_size(meta.m, "MetadataBuffer.m")  # a tag built by hand: its sizes and words checked
         checked_size(meta.k, "MetadataBuffer.k")  # as a raw array's are

@@ -223,6 +223,30 @@ def test_sizes_that_are_not_integers_are_refused_as_on_the_host(m, k) -> None:
         assert err.value.code == "SP0804"
 
 
+@pytest.mark.parametrize("flag", ["no", 1, None])
+def test_yes_no_options_must_be_bools(flag) -> None:
+    """prune="no" pruned, allow_unordered="no" loosened the check, interpret="no" ran the interpreter:
+    a truthy string turned the option on. Refused (SP0804) as the kernel layer's flags are, host too."""
+    from sparsile.stdlib.sparsity import compress, validate_metadata
+
+    w = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float16)
+    meta = encoded("f16", "sm90", m=16, k=64)
+    cases = [
+        (lambda: G.compress_gpu(w, "f16", prune=flag, interpret=True), "prune"),
+        (lambda: G.prune_gpu(w, interpret=flag), "interpret"),
+        (lambda: G.prune_transposable_gpu(w, interpret=flag), "interpret"),
+        (lambda: G.validate_metadata_gpu(meta, allow_unordered=flag, interpret=True), "allow_unordered"),
+        (lambda: G.decompress_gpu(np.zeros((16, 32), np.float16), meta, interpret=flag), "interpret"),
+        (lambda: compress(w, "f16", prune=flag), "prune"),
+        (lambda: validate_metadata(meta, allow_unordered=flag), "allow_unordered"),
+    ]
+    for call, name in cases:
+        with pytest.raises(SparsityError) as err:
+            call()
+        assert (err.value.code, err.value.message) == ("SP0804", f"{name} must be True or False, got {flag!r}")
+    assert G.validate_metadata_gpu(meta, allow_unordered=np.bool_(True), interpret=True).m == 16  # numpy's bool
+
+
 def test_bad_arguments() -> None:
     w = np.zeros((8, 16), np.float16)
     cases = [
