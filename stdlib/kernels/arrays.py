@@ -258,11 +258,21 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
         kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:
             raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
+        if any(n > 1 and st == 0 for n, st in zip(have_shape, _strides(out))):
+            # (numpy's copy into such a view keeps the last row or column for all of them, silently)
+            raise bad_input(f"out has a zero stride (strides {tuple(_strides(out))}): its rows or columns share memory",
+                            help="pass an array with one element per result, or leave out unset for a new one")
         if kind == "torch" and not interpret and out.is_contiguous():
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
             return out
     return empty_array(home, shape, dtype, interpret)
+
+
+def _strides(array: Any) -> tuple[int, ...]:
+    """Strides of a numpy, cupy (bytes) or torch (elements) array; only zero matters to callers."""
+    stride = getattr(array, "stride", None)  # (torch: a method; numpy and cupy: the strides attribute)
+    return tuple(stride() if callable(stride) else array.strides)
 
 
 def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
