@@ -103,10 +103,11 @@ def decode_module() -> Any:
     return load(DECODE_FILE)
 
 
-def check_kernel_choice(kernel: str | None) -> None:
-    """SP0860 for a ``kernel=`` of sparse_linear / sparse_matmul that is none of :data:`KERNEL_CHOICES`."""
+def check_kernel_choice(kernel: str | None, caller: str = "sparse_linear") -> None:
+    """SP0860 for a ``kernel=`` of sparse_linear / sparse_matmul (``caller``) that is none of
+    :data:`KERNEL_CHOICES`."""
     if kernel is not None and kernel not in KERNEL_CHOICES:
-        raise bad_input(f"unknown sparse_linear kernel {kernel!r}",
+        raise bad_input(f"unknown {caller} kernel {kernel!r}",
                         help="kernel is None / 'auto' (the default choice), 'gemm' or 'decode'", code=SP_DECODE)
 
 

@@ -250,7 +250,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
     check_flag("persistent", persistent)
-    check_kernel_choice(kernel)  # SP0860 for a kernel choice there is not, whatever the target
+    check_kernel_choice(kernel, "sparse_matmul")  # SP0860 for a kernel choice there is not, whatever the target
     if schedule is not None:
         choice = resolve_kernel_choice(values, meta, dtype)
         schedule = checked_schedule(schedule, choice.operand, tgt, split_k,

@@ -94,7 +94,7 @@ def test_decode_route_errors_have_codes():
     for target in ("sm_90a", "sm_100a"):
         with pytest.raises(SparsityError) as info:
             plan_sparse_matmul(v, meta, b, interpret=True, target=target, kernel="fast")
-        assert info.value.code == "SP0860" and "unknown sparse_linear kernel 'fast'" in info.value.message
+        assert info.value.code == "SP0860" and "unknown sparse_matmul kernel 'fast'" in info.value.message
     with pytest.raises(SparsityError) as info:  # kernel="decode" with a split the decode kernel does not take
         plan_sparse_matmul(v, meta, b, interpret=True, kernel="decode", split_k=20)
     assert "split_k of the decode kernel must be an integer from 1 to 16, got 20" in info.value.message
