@@ -111,6 +111,7 @@ class ProjectionGroup:
         self.sizes = tuple(m.out_features for m in self.members)
         self.full = (1 << len(self.members)) - 1
         self.expect = self._expected()
+        self.params = tuple(m._parameters for m in self.members)  # (where a buffer made an nn.Parameter goes)
         self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served]
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
@@ -165,6 +166,8 @@ class ProjectionGroup:
         buffers and no member has an activation or an out_dtype the fused layer does not apply (set
         after fusing)."""
         checked = self.checked  # (else the addresses are verified below, against the fused buffers)
+        if self._parameter_made():
+            return False
         for buffers, name, view, ptr in self.expect:
             if buffers.get(name) is not view or (checked and ptr and view.data_ptr() != ptr):
                 return False
@@ -202,8 +205,8 @@ class ProjectionGroup:
             return self._serve(p, index)
         fused = self.fused  # read once: another thread may release the group
         if fused is None or not self.intact():
-            LOG.info("fused projections: a member's buffers were replaced or moved, or require grad; running them "
-                     "unfused (call fuse_projections_ again to fuse them)")
+            LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
+                     "grad; running them unfused (call fuse_projections_ again to fuse them)")
             self.release()
             return self.members[index].forward(x)
         # a run that left siblings unserved: they read another input (cross-attention's k and v read the
@@ -233,11 +236,21 @@ class ProjectionGroup:
             return self.members[index]._forward_op(x)
         return self._start(x, -1, fused._forward_op(x).split_with_sizes(self.sizes, -1), index)
 
+    def _parameter_made(self) -> bool:
+        """A member's values, meta, bias or scale_w was made an ``nn.Parameter`` since it was fused
+        (``m.bias = nn.Parameter(b)``: torch moves the name out of ``_buffers``, so a member fused without
+        a bias would still look intact, and its new bias be dropped)."""
+        for params in self.params:
+            if params and not params.keys().isdisjoint(_BUFFER_NAMES):
+                return True
+        return False
+
     def traced_intact(self) -> bool:
         """What a trace checks of :meth:`intact`: the members' views verified since their last change
-        and still in place (torch.export swaps the buffers), none requiring grad."""
-        return self.checked and all(buffers.get(name) is view and (view is None or not view.requires_grad)
-                                    for buffers, name, view, _ in self.expect)
+        and still in place (torch.export swaps the buffers), none requiring grad or made a parameter."""
+        return self.checked and not self._parameter_made() and all(
+            buffers.get(name) is view and (view is None or not view.requires_grad)
+            for buffers, name, view, _ in self.expect)
 
     def _serve(self, p: list[Any], index: int) -> torch.Tensor:
         """Member ``index``'s columns of the pending run ``p`` (matched by the caller), marked
@@ -303,6 +316,10 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
         if trained:
             return (f"{name}'s {trained[0]} requires grad (the fused layer's buffers are other tensors: its gradient "
                     "would not reach it)")
+        made = [what for what in _BUFFER_NAMES if what in m._parameters]
+        if made:
+            return (f"{name}'s {made[0]} is an nn.Parameter (the fused layer's buffers are other tensors: fusing "
+                    "would replace it by a view of them, which a parameter cannot be)")
         for what, vector in (("bias", m.bias), ("scale_w", m.scale_w)):  # a per-tensor scale_w (1,) is no row
             if vector is not None and tuple(vector.shape) != (m.out_features,):  # slice of a concatenation
                 return (f"{name} has {what} of shape {tuple(vector.shape)}, not one value per output feature "

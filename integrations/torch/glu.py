@@ -32,7 +32,7 @@ from torch import nn
 from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
 from .autograd import LayerWithInputGrad, needs_autograd
 from .gate import gate_activation
-from .linear import SparseLinear, tracing
+from .linear import SparseLinear, tensors_of, tracing
 
 if TYPE_CHECKING:
     from .fuse import ProjectionGroup
@@ -147,7 +147,7 @@ class GatedLinear(SparseLinear):
             pre._invalidate()
 
     def _forward_eager(self, x: torch.Tensor) -> torch.Tensor:
-        if needs_autograd(x, self.__dict__["_buffers"]):  # x's gradient through the frozen weight (autograd.py)
+        if needs_autograd(x, tensors_of(self.__dict__)):  # x's gradient through the frozen weight (autograd.py)
             return LayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
         last = self.__dict__["_last"]
         if last is not None:  # the steady state of a decode loop: the last call's record, launched directly

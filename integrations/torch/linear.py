@@ -83,6 +83,14 @@ def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return (pruned / scale[:, None]).to(torch.float8_e4m3fn), scale
 
 
+def tensors_of(d: dict[str, Any]) -> dict[str, Any]:
+    """A layer's values, meta, bias and scale_w by name (``d``: its ``__dict__``), as ``getattr`` finds
+    them: its buffers, and those made an ``nn.Parameter`` since (``layer.bias = nn.Parameter(b)``, a bias
+    to train: torch moves the name from ``_buffers`` to ``_parameters``, which ``getattr`` reads first)."""
+    p = d["_parameters"]
+    return {**d["_buffers"], **p} if p else d["_buffers"]
+
+
 _NO_ARGUMENT: Any = object()  # SparseLinear.__call__ without a positional argument
 
 
@@ -323,11 +331,12 @@ class SparseLinear(nn.Module):
         fused = d.get("_fused")
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
-        if needs_autograd(x, d["_buffers"]):  # x's (and a trainable bias's) gradient through the frozen weight
+        b = tensors_of(d)
+        if needs_autograd(x, b):  # x's (and a trainable bias's) gradient through the frozen weight
             return LayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
         w = d["_weight"]
-        if w is not None:  # still this layer's buffers, at the addresses its records were built for?
-            b, ptrs = d["_buffers"], d["_bound_ptrs"]
+        if w is not None:  # still this layer's tensors, at the addresses its records were built for?
+            ptrs = d["_bound_ptrs"]
             if (b["values"] is not w.values or b["meta"] is not w.meta or b["bias"] is not w.bias
                     or b["scale_w"] is not w.scale_w or w.values.data_ptr() != ptrs[0]
                     or w.meta.data_ptr() != ptrs[1] or (ptrs[2] and w.bias.data_ptr() != ptrs[2])

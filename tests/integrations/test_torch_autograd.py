@@ -208,3 +208,117 @@ def test_a_second_derivative_through_an_activation_is_sp0922(path, activation):
     (gr,) = torch.autograd.grad((xr @ w.T + layer.bias.double()).pow(2).sum(), xr, create_graph=True)
     gr.pow(2).sum().backward()
     assert_close(x.grad, xr.grad, torch.bfloat16)
+
+
+# ------------------------------------------------------------------------------------------------
+# a layer tensor made an nn.Parameter (``layer.bias = nn.Parameter(b)``: torch moves it out of _buffers)
+
+
+def _bias_grad_reference(layer, x: torch.Tensor, g: torch.Tensor, activation) -> torch.Tensor:
+    """d bias = Σ_tokens act'(pre) * g in float64, at the pre-activations the layer computes."""
+    with torch.no_grad():
+        pre = layer._forward_op(x, pre=True)
+    p = pre.double().requires_grad_()
+    (d_pre,) = torch.autograd.grad(ACTS[activation](p), p, g.double().reshape(p.shape))
+    return d_pre.sum(0)
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("weight", ["bf16", "e4m3"])
+def test_a_bias_made_a_parameter_is_the_layer_s_trainable_bias(weight, activation):
+    """``layer.bias = nn.Parameter(b)``, the way to train a bias that ``model.parameters()`` (an
+    optimizer) sees: torch moves the name from ``_buffers`` to ``_parameters``, and the eager call read
+    ``_buffers["bias"]``: a KeyError on the second call without grad (on the first with it). It is the
+    layer's bias now: its numbers on every call, its gradient through the eager layer and through the
+    op (torch.compile's path), and x's."""
+    from sparsile.tests.integrations.torch_helpers import check_against_float64
+
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=5), weight, activation=activation)
+    gen = torch.Generator().manual_seed(6)
+    bias = torch.nn.Parameter(torch.rand(48, generator=gen) + 0.5)
+    layer.bias = bias
+    assert layer.bias is bias and [name for name, _ in layer.named_parameters()] == ["bias"]
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(3):  # the first call binds the weight, the next ones check it and take the last call's
+            check_against_float64(layer, x, layer(x))
+    y = layer(x)  # grad mode on and a bias that requires grad: through autograd.py
+    assert y.requires_grad
+    check_against_float64(layer, x, y.detach())
+    g = torch.randn(y.shape, generator=gen).to(y.dtype)
+    y.backward(g)
+    want = _bias_grad_reference(layer, x, g, activation)
+    assert bias.grad is not None and bias.grad.dtype == torch.float32
+    assert torch.allclose(bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    bias.grad = None
+    xg = x.clone().requires_grad_(weight != "e4m3")  # (the op's fp8 x has no gradient: SP0922)
+    layer._forward_op(xg).backward(g)  # the custom op, what torch.compile traces
+    assert torch.allclose(bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    if weight != "e4m3":
+        with torch.no_grad():
+            pre = layer._forward_op(x, pre=True)
+        assert_close(xg.grad.reshape(6, 64), reference_dx(layer, pre, g, activation), torch.bfloat16)
+    with torch.no_grad():  # an optimizer's step writes the parameter in place: the next call reads it
+        bias.add_(1.0)
+        check_against_float64(layer, x, layer(x))
+
+
+def test_a_bias_parameter_trains_through_torch_compile():
+    """torch.compile of a layer whose bias is an nn.Parameter: the op gets the parameter, and its gradient."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=9))
+    gen = torch.Generator().manual_seed(10)
+    layer.bias = torch.nn.Parameter(torch.rand(48, generator=gen) + 0.5)
+    x = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
+    g = torch.randn(5, 48, generator=gen).to(torch.bfloat16)
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    y = compiled(x)
+    with torch.no_grad():
+        assert torch.equal(y, layer(x))
+    y.backward(g)
+    want = _bias_grad_reference(layer, x, g, None)
+    assert torch.allclose(layer.bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_a_bias_parameter_round_trips_through_the_state_dict():
+    """The state dict of a layer whose bias is a parameter has the same keys (a plain layer loads it);
+    loading into it copies into the parameter (an optimizer's tensor stays the layer's) and the next
+    call, after launch records were built, computes with the loaded weight."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=11))
+    bias = torch.nn.Parameter(torch.rand(48, generator=torch.Generator().manual_seed(12)) + 0.5)
+    layer.bias = bias
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(13)).to(torch.bfloat16)
+    state = layer.state_dict()
+    assert sorted(state) == ["bias", "meta", "values"]
+    plain = spt.SparseLinear(64, 48)
+    plain.load_state_dict(state)
+    other = spt.SparseLinear.from_dense(linear(48, 64, seed=14))
+    with torch.no_grad():
+        assert torch.equal(plain(x), layer(x))
+        layer(x)
+        layer.load_state_dict(other.state_dict())
+        assert layer.bias is bias and torch.equal(bias, other.bias)
+        assert torch.equal(layer(x), other(x)) and torch.equal(layer(x), other(x))
+
+
+@pytest.mark.parametrize("what", ["values", "meta", "scale_w"])
+def test_frozen_weight_tensors_made_parameters(what):
+    """values, meta or scale_w made an nn.Parameter: without requires_grad (an int32 meta can have none)
+    the layer computes as before, every call; values or scale_w that require grad are SP0922 at
+    ``backward()``, as a buffer that requires grad is (before: a KeyError at the call)."""
+    from sparsile.tests.integrations.torch_helpers import check_against_float64
+
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=15), "e4m3")
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(16)).to(torch.bfloat16)
+    setattr(layer, what, torch.nn.Parameter(getattr(layer, what).detach(), requires_grad=False))
+    for _ in range(3):  # grad mode on, nothing requires grad: the plain launch
+        y = layer(x)
+        assert not y.requires_grad
+        check_against_float64(layer, x, y)
+    if what == "meta":
+        return
+    getattr(layer, what).requires_grad_()
+    y = layer(x)
+    with pytest.raises(IntegrationError) as info:
+        y.float().sum().backward()
+    assert (info.value.code, info.value.message) == (
+        "SP0922", f"sparse_linear has no gradient for {what}: the sparse weight is frozen (an inference layer)")

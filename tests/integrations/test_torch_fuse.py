@@ -409,6 +409,53 @@ def test_a_member_s_trainable_bias_gets_its_gradient(when, caplog):
         assert group.fused is None and "or require grad; running them unfused" in caplog.text
 
 
+def test_a_member_s_frozen_parameter_bias_is_skipped_with_the_reason():
+    """A member's bias made an nn.Parameter that needs no gradient: fusing replaced each member's
+    tensors by views of the fused layer's, and torch refuses to assign a plain tensor to a parameter's
+    name: a TypeError from torch, with q_proj's other buffers already swapped for views."""
+    block = Siblings()
+    block.k_proj.bias = torch.nn.Parameter(block.k_proj.bias.clone(), requires_grad=False)
+    plain = copy.deepcopy(block)
+    report = spt.fuse_projections_(block)
+    assert report.fused == [] and report.skipped == {
+        "q_proj+k_proj+v_proj": "k_proj's bias is an nn.Parameter (the fused layer's buffers are other tensors: "
+                                "fusing would replace it by a view of them, which a parameter cannot be)"}
+    assert all(fused_group_of(m) is None for m in block.children())
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            assert torch.equal(getattr(block, name)(x), getattr(plain, name)(x))
+        check_against_float64(block.k_proj, x, block.k_proj(x))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_member_given_a_parameter_bias_after_fusing_runs_with_it(bias, caplog):
+    """A member's bias set to an nn.Parameter after fusing (a bias to train): torch moves the name out of
+    ``_buffers``. A group fused without biases still looked intact (the member's buffer dict had no bias,
+    as when fused), so the member kept running fused without its new bias: a wrong output without a
+    word; with biases, the released member's unfused call read ``_buffers["bias"]``: a KeyError. The group
+    is released, and the member computes with its bias and gives it its gradient."""
+    block = Siblings(q_proj={"bias": bias}, k_proj={"bias": bias}, v_proj={"bias": bias})
+    assert spt.fuse_projections_(block).fused == ["q_proj+k_proj+v_proj"]
+    group = fused_group_of(block.q_proj)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        block.q_proj(x)
+        block.k_proj(x)  # served from the fused run
+    new = torch.nn.Parameter(torch.rand(16, generator=gen) + 1.0)
+    block.k_proj.bias = new
+    with caplog.at_level(logging.INFO, logger="sparsile.torch"):
+        with torch.no_grad():
+            for _ in range(2):
+                check_against_float64(block.k_proj, x, block.k_proj(x))
+    assert group.fused is None and fused_group_of(block.k_proj) is None
+    assert "moved or made parameters, or require grad; running them unfused" in caplog.text
+    g = torch.randn(5, 16, generator=gen).to(torch.bfloat16)
+    block.k_proj(x).backward(g)
+    assert torch.allclose(new.grad.double(), g.double().sum(0), rtol=1e-5, atol=1e-6)  # d bias = Σ dy
+
+
 def test_e4m3_group_and_no_bias():
     block = Siblings(dtype="e4m3", q_proj={"bias": False}, k_proj={"bias": False}, v_proj={"bias": False})
     plain = copy.deepcopy(block)

@@ -730,6 +730,31 @@ def test_a_trainable_gate_bias_releases_the_gated_mlp():
     assert group.fused is None and "forward" not in block.mlp.__dict__
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_gate_bias_made_a_parameter_releases_the_gated_mlp(bias):
+    """gate_proj's bias set to an nn.Parameter after the gated activation was fused (a bias to train):
+    torch moves the name out of ``_buffers``. Fused without biases, the group still looked intact and the
+    MLP ran the gated layer without gate_proj's new bias (a wrong output, without a word); fused with
+    them, the released gate_proj's own call read ``_buffers["bias"]``: a KeyError. The group is released;
+    the class's forward computes with the new bias, as the unfused MLP does, and gives it its gradient."""
+    block = sparse_block(LlamaLikeMLP(bias=bias))
+    reference = copy.deepcopy(block)
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}
+    group = fused_group_of(block.mlp.gate_proj)
+    new = torch.rand(F, generator=torch.Generator().manual_seed(5)) + 1.0
+    for b in (block, reference):
+        b.mlp.gate_proj.bias = torch.nn.Parameter(new.clone())
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(block.mlp(x), reference.mlp(x))
+    assert group.fused is None and "forward" not in block.mlp.__dict__
+    for b in (block, reference):
+        b.mlp(x).float().pow(2).sum().backward()
+    want = reference.mlp.gate_proj.bias.grad
+    assert want is not None and torch.equal(block.mlp.gate_proj.bias.grad, want)
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_hooks_on_gate_up_or_act_run_the_class_forward(activation):
     block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
