@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from ...stdlib.kernels.gemm_choice import KERNELS
@@ -103,6 +104,73 @@ def own_behaviour(module: nn.Module, base: type = nn.Linear) -> str | None:
     return None
 
 
+def _span(t: torch.Tensor) -> tuple[Any, int, int] | None:
+    """(t's device and storage, its first byte, one past its last byte) in memory, or None (no memory:
+    the meta device, no elements, a tensor subclass without a storage: then identity alone counts)."""
+    try:
+        if t.is_meta or t.numel() == 0:
+            return None
+        start = t.data_ptr()
+        extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+        return (t.device, t.untyped_storage().data_ptr()), start, start + extent * t.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+class TiedTensors:
+    """Every parameter and buffer of a model by the module that holds it, to find the tensors a
+    linear shares with another module (the same tensor object, or overlapping memory): a tied weight,
+    as transformers ties lm_head.weight to embed_tokens.weight (``tie_word_embeddings``)."""
+
+    def __init__(self, model: nn.Module):
+        self.by_id: dict[int, list[tuple[nn.Module, str]]] = {}
+        self.by_storage: dict[Any, list[tuple[int, int, nn.Module, str]]] = {}
+        for fqn, module in model.named_modules(remove_duplicate=False):
+            for tensors in (module._parameters, module._buffers):
+                for name, t in tensors.items():
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    held = (module, f"{fqn}.{name}" if fqn else name)
+                    self.by_id.setdefault(id(t), []).append(held)
+                    span = _span(t)
+                    if span is not None:
+                        self.by_storage.setdefault(span[0], []).append((span[1], span[2], *held))
+        self.head = None  # a transformers model's output embeddings, tied by its config
+        if getattr(getattr(model, "config", None), "tie_word_embeddings", False) is True:
+            try:
+                self.head = model.get_output_embeddings()
+            except (AttributeError, NotImplementedError):  # (no such method: the reason without the config)
+                self.head = None
+
+    def others(self, module: nn.Module, t: torch.Tensor) -> list[str]:
+        """The names of the tensors of modules other than ``module`` that are ``t`` or overlap its memory."""
+        held = list(self.by_id.get(id(t), ()))
+        span = _span(t)
+        if span is not None:
+            held += [(owner, name) for start, end, owner, name in self.by_storage.get(span[0], ())
+                     if start < span[2] and span[1] < end]
+        names: list[str] = []
+        for owner, name in held:
+            if owner is not module and name not in names:
+                names.append(name)
+        return names
+
+    def reason(self, module: nn.Linear) -> str | None:
+        """Why ``module`` stays dense because its weight (or bias) is tied to another module's tensor, or None."""
+        for what in ("weight", "bias"):
+            t = getattr(module, what, None)
+            others = self.others(module, t) if isinstance(t, torch.Tensor) else []
+            if not others:
+                continue
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            config = ("set model.config.tie_word_embeddings = False, so that tie_weights() does not tie them "
+                      "again, and " if module is self.head else "")
+            return (f"its {what} is tied to {shown}: a SparseLinear in its place would hold a pruned copy of its "
+                    f"own, untying them without a word (to sparsify it, untie them first: {config}give it a copy "
+                    f"of its own, module.{what} = nn.Parameter(module.{what}.detach().clone()))")
+        return None
+
+
 def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) -> None:
     """SP0907 for arguments of the wrong kind; SP0903 for a ``dtype`` no layer could take (rather
     than every linear skipped for it)."""
@@ -132,7 +200,9 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     another device; the root module itself (it cannot be replaced in place); the ``out_proj`` of an
     ``nn.MultiheadAttention`` (a ``NonDynamicallyQuantizableLinear``: its parent reads the weight); a linear
     whose call does more than the linear (its class's own forward, a forward replaced on the instance,
-    forward or backward hooks: :func:`own_behaviour`). Modules the filter rejects are not reported.
+    forward or backward hooks: :func:`own_behaviour`); a linear whose weight (or bias) is tied to another
+    module's tensor (the same tensor or memory, as transformers ties lm_head to the input embeddings:
+    :class:`TiedTensors`; a pruned copy would untie them). Modules the filter rejects are not reported.
     ``trainable=True`` swaps in trainable :class:`~.training.SemiSparseLinear` layers instead
     (docs/training.md; e4m3 is refused, SP0916).
 
@@ -157,12 +227,13 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport(layer="SemiSparseLinear" if trainable else "SparseLinear")
     chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
+    tied = TiedTensors(model)
     for fqn, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):
             continue
         if filter_fn is not None and not filter_fn(module, fqn):
             continue
-        reason = skip_reason(module, dtype, interpret, min_features, trainable)
+        reason = tied.reason(module) or skip_reason(module, dtype, interpret, min_features, trainable)
         if reason is None and not fqn:
             reason = "the root module cannot be replaced in place: use SparseLinear.from_dense(model)"
         if reason is not None:

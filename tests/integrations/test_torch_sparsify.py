@@ -268,3 +268,124 @@ def test_a_linear_that_computes_more_than_the_linear_stays_dense(make, reason):
     assert report.swapped == ["2"] and report.skipped == {"0": reason}
     assert type(model[0]) is not spt.SparseLinear and torch.equal(model[0](x), first)
     check_against_float64(model[2], torch.relu(first), y)
+
+
+# ------------------------------------------------------------------------------------------------
+# tied weights
+
+
+def _tiny_llama(tie: bool):
+    """A 1-layer LlamaForCausalLM in bf16 (hidden 64, intermediate 128, vocab 61), lm_head tied to the
+    input embeddings or not (``tie_word_embeddings``, as Llama-3.2-1B / 3B and Gemma tie them)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=64,
+                                      bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                                      tie_word_embeddings=tie)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def _dense_twin(model, before, names):
+    """A copy of ``before`` (the model as it was before sparsify_) with the layers ``names``, which
+    ``model`` swapped for SparseLinear layers, replaced by nn.Linear layers of their pruned weights."""
+    import copy
+
+    twin = copy.deepcopy(before)
+    for name in names:
+        m = model.get_submodule(name)
+        if isinstance(m, spt.SparseLinear):
+            dense = torch.nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
+            with torch.no_grad():
+                dense.weight.copy_(m.to_dense())
+                if m.bias is not None:
+                    dense.bias.copy_(m.bias)
+            parent, _, child = name.rpartition(".")
+            setattr(twin.get_submodule(parent), child, dense.to(torch.bfloat16))
+    return twin
+
+
+PROJECTIONS = [f"model.layers.0.{p}" for p in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                               "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+TIED_HEAD = ("its weight is tied to model.embed_tokens.weight: a SparseLinear in its place would hold a pruned copy "
+             "of its own, untying them without a word (to sparsify it, untie them first: set "
+             "model.config.tie_word_embeddings = False, so that tie_weights() does not tie them again, and give it "
+             "a copy of its own, module.weight = nn.Parameter(module.weight.detach().clone()))")
+
+
+def test_a_tied_lm_head_stays_dense_with_the_reason():
+    """With ``tie_word_embeddings`` lm_head.weight IS embed_tokens.weight: sparsify_ swapped lm_head for a
+    pruned copy while the embeddings stayed dense, breaking the tie without a word (and a later
+    tie_weights() attached a weight the SparseLinear ignored). lm_head stays dense, tied, with the
+    reason; every projection is swapped, and the logits are the dense model's with the same pruned
+    projections (as close to float64 as that bf16 model is)."""
+    import copy
+
+    model = _tiny_llama(tie=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    before = copy.deepcopy(model)
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == PROJECTIONS and report.skipped == {"lm_head": TIED_HEAD}
+    assert type(model.lm_head) is torch.nn.Linear and model.lm_head.weight is model.model.embed_tokens.weight
+    twin = _dense_twin(model, before, PROJECTIONS)  # the projections pruned as in model, lm_head as before
+    assert twin.lm_head.weight is twin.model.embed_tokens.weight
+    ids = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model(input_ids=ids).logits.double()
+        model.tie_weights()  # (transformers calls it in several flows): still the one tied, dense weight
+        assert type(model.lm_head) is torch.nn.Linear and model.lm_head.weight is model.model.embed_tokens.weight
+        assert torch.equal(model(input_ids=ids).logits.double(), got)
+        exact = copy.deepcopy(twin).double()(input_ids=ids).logits
+        bf16 = twin(input_ids=ids).logits.double()
+    bf16_error = ((bf16 - exact).norm() / exact.norm()).item()
+    assert ((got - exact).norm() / exact.norm()).item() <= 1.25 * bf16_error
+
+
+def test_a_head_untied_as_the_reason_says_is_swapped():
+    """The way in that the reason gives: tie_word_embeddings off and a copy of its own; then lm_head is
+    swapped, and tie_weights() leaves it (and the embeddings) as they are."""
+    model = _tiny_llama(tie=True)
+    embeddings = model.model.embed_tokens.weight.detach().clone()
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == [*PROJECTIONS, "lm_head"] and report.skipped == {}
+    model.tie_weights()
+    assert isinstance(model.lm_head, spt.SparseLinear) and "weight" not in model.lm_head._parameters
+    assert torch.equal(model.model.embed_tokens.weight, embeddings)
+    kept = model.lm_head.to_dense()
+    assert torch.equal(kept[kept != 0], embeddings.float()[kept != 0])  # the head's weight, pruned
+
+
+def test_an_untied_llama_has_every_linear_swapped():
+    """Without the tie (LlamaConfig's default, the benchmark's models), nothing is skipped: lm_head too."""
+    model = _tiny_llama(tie=False)
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == [*PROJECTIONS, "lm_head"] and report.skipped == {}
+
+
+@pytest.mark.parametrize("how", ["same", "view", "embedding"])
+def test_linears_sharing_a_weight_stay_dense(how):
+    """Two linears sharing one weight tensor (the same parameter, or a parameter over the same memory),
+    or a linear sharing it with an embedding: each was swapped for a pruned copy of its own, the tie
+    broken without a word. Each stays dense with the reason (the same rule whatever holds the other)."""
+    model = torch.nn.Module()
+    model.a = linear(64, 64, seed=1)
+    if how == "embedding":
+        model.b = torch.nn.Embedding(64, 64).to(torch.bfloat16)
+        model.b.weight = model.a.weight
+    else:
+        model.b = linear(64, 64, seed=2)
+        model.b.weight = model.a.weight if how == "same" else torch.nn.Parameter(model.a.weight.data)
+    model.c = linear(64, 64, seed=3)
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+
+    def reason(other):
+        return (f"its weight is tied to {other}.weight: a SparseLinear in its place would hold a pruned copy of its "
+                "own, untying them without a word (to sparsify it, untie them first: give it a copy of its own, "
+                "module.weight = nn.Parameter(module.weight.detach().clone()))")
+
+    assert report.swapped == ["c"]
+    assert report.skipped == ({"a": reason("b")} if how == "embedding" else {"a": reason("b"), "b": reason("a")})
+    assert type(model.a) is torch.nn.Linear and model.a.weight.data_ptr() == model.b.weight.data_ptr()
