@@ -331,7 +331,9 @@ class SparseLinear(nn.Module):
         fused = d.get("_fused")
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
-        b = tensors_of(d)
+        b = d["_buffers"]
+        if d["_parameters"]:  # (inline: no call on the usual path) a tensor made an nn.Parameter
+            b = tensors_of(d)
         if needs_autograd(x, b):  # x's (and a trainable bias's) gradient through the frozen weight
             return LayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
         w = d["_weight"]
