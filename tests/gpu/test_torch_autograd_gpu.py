@@ -46,3 +46,33 @@ def test_the_gated_op_on_the_gpu(activation, tokens):
     pre = torch.ops.sparsile.sparse_linear(x.detach(), layer.values, layer.meta, layer.bias,
                                            out_dtype=torch.float32)
     assert_close(x.grad, reference_dx(layer, pre, g, activation), torch.bfloat16)
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 200])
+@pytest.mark.parametrize("weight", ["bf16", "e4m3"])
+def test_a_bias_made_a_parameter_on_the_gpu(weight, tokens):
+    """``layer.bias = nn.Parameter(b)`` on a CUDA layer: the launch records and the last call's path see
+    the parameter (no KeyError, its values on every call, a step written in place read next call), and its
+    gradient through the eager layer against float64. CPU twin: test_a_bias_made_a_parameter_is_the_layer_s_..."""
+    from sparsile.tests.integrations.test_torch_autograd import _bias_grad_reference
+    from sparsile.tests.integrations.torch_helpers import check_against_float64
+
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, seed=7, device="cuda"), weight, activation="silu")
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    x = torch.randn(tokens, 1024, device="cuda", generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        check_against_float64(layer, x, layer(x))  # records built for the buffer bias
+    bias = torch.nn.Parameter(torch.rand(512, device="cuda", generator=gen) + 0.5)
+    layer.bias = bias
+    with torch.no_grad():
+        for _ in range(3):
+            check_against_float64(layer, x, layer(x))
+    y = layer(x)
+    g = torch.randn(y.shape, device="cuda", generator=gen).to(y.dtype)
+    y.backward(g)
+    want = _bias_grad_reference(layer, x, g, "silu")
+    assert bias.grad is not None
+    assert torch.allclose(bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    with torch.no_grad():
+        bias.add_(1.0)
+        check_against_float64(layer, x, layer(x))
