@@ -367,6 +367,8 @@ def emit_unary(em: Emitter, pyop: str, a: Arg) -> Value:
     if pyop == "+":
         return v
     if pyop == "-":
+        if elem.is_bool:  # bool is an integer in arithmetic (-True == -1): negate it as i32
+            v = em.cast(v, T.i32)
         return em.op1("arith.unary", [v], v.type, op="neg")
     if pyop == "~":
         if elem.is_float:
