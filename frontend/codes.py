@@ -292,6 +292,7 @@ CODES: dict[str, str] = {
     "SP0789": "TMA box start not 16-byte aligned in its row",
     "SP0790": "signed integer division overflow (MIN // -1)",
     "SP0791": "access racing with an asynchronous tcgen05.mma or copy",
+    "SP0792": "run-time loop step of zero",
     "SP0801": "unknown operand dtype",
     "SP0802": "unknown metadata format",
     "SP0803": "matrix not N:M sparse",

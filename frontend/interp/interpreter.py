@@ -19,7 +19,7 @@ from ..diagnostics import InternalError
 from ..ir.core import Block, Function, Operation, Value
 from ..ops.cluster import ClusterRun
 from ..ops.opdefs import load_all_ops, op_def
-from .values import ANOTHER_FAILED, BUDGET_EXCEEDED, GRID_NOT_CLUSTERS, InterpreterError
+from .values import ANOTHER_FAILED, BUDGET_EXCEEDED, GRID_NOT_CLUSTERS, ZERO_STEP, InterpreterError
 
 
 @dataclass
@@ -104,6 +104,11 @@ class Interpreter:
         carried = [env[id(v)] for v in op.operand_group("init")]
         body = op.regions[0].block
         iv_dtype = np.dtype(body.args[0].type.numpy_dtype)  # type: ignore[attr-defined]
+        if step == 0:  # Python's range refuses it; the GPU loop would never advance (or not start)
+            raise InterpreterError(ZERO_STEP, f"the step of this `range` loop is 0 at run time (from {lb} to {ub})",
+                                   op.span, ctx.program_id,
+                                   help="Python's `range` refuses a zero step, and on the GPU the loop never "
+                                        "advances: make sure the step is not 0 (`assert step != 0`)")
         for i in range(lb, ub, step):
             self._bind(env, body.args, [np.array(i, iv_dtype), *carried])
             carried = self.exec_block(body, env, ctx)

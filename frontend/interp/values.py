@@ -29,6 +29,7 @@ UNSUPPORTED = "SP0788"        # a program the interpreter cannot represent
 TMA_BOX_START = "SP0789"      # a TMA box whose innermost start is not a 16-byte multiple (faults on the H200)
 INT_OVERFLOW = "SP0790"       # a signed `//` or `%` of the type's minimum by -1 (undefined on the GPU)
 TMEM_RACE = "SP0791"          # an access racing with an asynchronous tcgen05.mma / cp (interp/tcgen05_async.py)
+ZERO_STEP = "SP0792"          # a run-time `range` loop whose step is 0 (Python refuses it; the GPU never advances)
 
 
 class InterpreterError(SparsileError):
