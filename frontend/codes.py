@@ -85,6 +85,7 @@ CODES: dict[str, str] = {
     "SP0245": "circular import",
     "SP0246": "relative import without a folder",
     "SP0247": "a kernel cannot be imported",
+    "SP0248": "side effect where Python would skip it",
     "SP0301": "tile dimensions not powers of two",
     "SP0302": "not a type",
     "SP0303": "constant out of range",

@@ -10,6 +10,7 @@ from ..diagnostics import CompileError, Diagnostic, InternalError, Label, coded_
 from ..ir import types as T
 from ..ir.core import Value
 from ..ops.core import emit_binary, emit_unary
+from ..ops.opdefs import op_def
 from ..spans import Span
 from ..syntax import ast as A
 from .builtins import lookup_global, lookup_method, method_names, signature_text
@@ -189,7 +190,10 @@ class ExprMixin:
         # Constants short-circuit as in Python; run-time operands combine elementwise as bools.
         result: Any = None
         for i, e in enumerate(node.values):
-            v = self.expr(e)
+            if result is None or isinstance(result, Const | tuple):
+                v = self.expr(e)
+            else:  # Python would skip this operand when the run-time ones before it decide
+                v = self._evaluated_anyway(e, f"this operand of `{node.op}`", node.values[i - 1].span)
             if isinstance(v, Const | tuple):
                 truth = bool(v.value) if isinstance(v, Const) else bool(v)
                 if result is None or isinstance(result, Const | tuple):
@@ -211,6 +215,31 @@ class ExprMixin:
                 x, y = em.binary_operands(Arg(result, node.span), Arg(b, e.span), node.span, keep_bool=True)
                 result = em.op1("arith.binary", [x, y], x.type, op="and" if node.op == "and" else "or")
         return result
+
+    def _evaluated_anyway(self, node: A.Expr, what: str, decider: Span) -> Any:
+        """``node`` evaluated where Python evaluates it only on some run-time condition (an arm of a
+        conditional expression, an operand of ``and``/``or`` after a run-time one): kernels compute
+        it whatever the condition, so an operation with a side effect in it (a store, an atomic, a
+        barrier, ...) would happen where Python's would not: SP0248."""
+        block = self.builder.block
+        before = {id(op) for op in block.ops}
+        v = self.expr(node)
+        for top in block.ops:
+            if id(top) in before:
+                continue
+            for op in top.walk():
+                if op_def(op.name).side_effects:
+                    inside = (op.span.source is node.span.source
+                              and (node.span.line, node.span.col) <= (op.span.line, op.span.col)
+                              and (op.span.end_line, op.span.end_col) <= (node.span.end_line, node.span.end_col))
+                    span = op.span if inside else node.span
+                    name = f"atomic_{op.attrs['kind']}" if op.name == "atomic_rmw" else op.name
+                    raise CompileError([Diagnostic(
+                        "SP0248", f"{what} is computed whatever the condition, and it has a side effect "
+                        f"(`{name}`) that Python would skip", span,
+                        labels=[Label(decider, "a run-time value: both sides are computed")],
+                        help="use an `if` statement to run it only when needed, or the operation's `mask=`")])
+        return v
 
     def _as_bool(self, v: Any, span: Span) -> Value:
         em = self.emitter()
@@ -271,7 +300,8 @@ class ExprMixin:
         c = self.expr(node.test)
         if isinstance(c, Const):
             return self.expr(node.body if c.value else node.orelse)
-        a, b = self.expr(node.body), self.expr(node.orelse)
+        a = self._evaluated_anyway(node.body, "this arm of `... if ... else ...`", node.test.span)
+        b = self._evaluated_anyway(node.orelse, "this arm of `... if ... else ...`", node.test.span)
         if a is b:
             return a
         em = self.emitter()

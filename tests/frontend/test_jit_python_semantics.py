@@ -56,3 +56,51 @@ def test_a_run_time_zero_step_is_an_interpreter_fault_at_the_loop() -> None:
     assert e.code == "SP0792" and "the step of this `range` loop is 0 at run time" in e.message
     assert (e.span.file_line, e.span.file_col) == where("for i in range(0, 8, step)")
     assert "step" in (e.help or "")
+
+
+# ------------------------------------------------------------------------ side effects Python skips
+@sp.jit
+def atomic_in_an_arm(out, count, n: sp.i32):
+    old = sp.atomic_add(count, 1.0) if n > 0 else 0.0
+    sp.store(out, old)
+
+
+@sp.jit
+def bump(count):
+    sp.atomic_add(count, 1.0)
+    return True
+
+
+@sp.jit
+def atomic_after_and(out, count, n: sp.i32):
+    sp.store(out, (n > 0) and bump(count))
+
+
+@sp.jit
+def atomic_decides(out, count, n: sp.i32):
+    first = sp.atomic_add(count, 1.0) > 0.0 or n > 0   # the first operand always runs, in Python too
+    sp.store(out, sp.atomic_add(count, 1.0) if 1 > 2 else first)   # a constant condition picks one arm
+
+
+def test_a_side_effect_in_an_operand_python_would_skip_is_reported() -> None:
+    # Both arms were computed: the atomic ran with n == 0, which Python's conditional never does.
+    out, count = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    with pytest.raises(sp.CompileError) as info:
+        atomic_in_an_arm.interpret[(1,)](out, count, 0)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0248"
+    assert d.message == ("this arm of `... if ... else ...` is computed whatever the condition, and it has a side "
+                         "effect (`atomic_add`) that Python would skip")
+    assert (d.span.file_line, d.span.file_col) == where("sp.atomic_add(count, 1.0) if n > 0")
+    assert [(lb.span.file_line, lb.span.file_col) for lb in d.labels] == [where("n > 0 else 0.0")]
+    assert "`if` statement" in (d.help or "") and count[0] == 0
+
+    with pytest.raises(sp.CompileError) as info:   # inside a helper: reported at the operand
+        atomic_after_and.ir(out, count, 0)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0248" and d.message.startswith("this operand of `and` is computed whatever the condition")
+    assert "(`atomic_add`)" in d.message
+    assert (d.span.file_line, d.span.file_col) == where("bump(count))")
+
+    atomic_decides.interpret[(1,)](out, count, 0)   # operands Python always evaluates are fine
+    assert count[0] == 1.0 and out[0] == 0.0
