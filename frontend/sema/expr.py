@@ -187,34 +187,52 @@ class ExprMixin:
         return emit_unary(em, node.op, Arg(v, node.operand.span))
 
     def boolop(self, node: A.BoolOp) -> Any:
-        # Constants short-circuit as in Python; run-time operands combine elementwise as bools.
+        """``and`` / ``or`` as Python's: the value is the operand that decides (``a or 2.5`` is ``a``
+        when ``a`` is true, else 2.5). Constants short-circuit; from the first run-time operand on,
+        the value is chosen elementwise (``where(a, b, a)`` for ``and``), which for bools is the
+        logical ``&`` / ``|``. Every operand is computed (SP0248 for a side effect)."""
         result: Any = None
+        result_span = node.span
         for i, e in enumerate(node.values):
             if result is None or isinstance(result, Const | tuple):
                 v = self.expr(e)
-            else:  # Python would skip this operand when the run-time ones before it decide
-                v = self._evaluated_anyway(e, f"this operand of `{node.op}`", node.values[i - 1].span)
-            if isinstance(v, Const | tuple):
-                truth = bool(v.value) if isinstance(v, Const) else bool(v)
-                if result is None or isinstance(result, Const | tuple):
-                    if (node.op == "and" and not truth) or (node.op == "or" and truth):
-                        return v
-                    result = v
-                    continue
-                if (node.op == "and" and not truth) or (node.op == "or" and truth):
-                    if i == len(node.values) - 1 or True:
-                        # a constant decides the whole expression from here on
-                        return Const(truth)
+                truth = bool(v.value) if isinstance(v, Const) else bool(v) if isinstance(v, tuple) else None
+                if truth is None or result is None or (node.op == "and") == truth:
+                    result, result_span = v, e.span  # a run-time operand, or a constant that does not decide
+                if truth is not None and (node.op == "and") != truth:
+                    return v                          # a constant decides, as in Python
                 continue
-            b = self._as_bool(v, e.span)
-            if result is None or isinstance(result, Const | tuple):
-                result = b
-            else:
-                em = self.emitter()
-                em.span = node.span
-                x, y = em.binary_operands(Arg(result, node.span), Arg(b, e.span), node.span, keep_bool=True)
-                result = em.op1("arith.binary", [x, y], x.type, op="and" if node.op == "and" else "or")
+            # Python would skip this operand when the run-time ones before it decide
+            v = self._evaluated_anyway(e, f"this operand of `{node.op}`", node.values[i - 1].span)
+            result = self._choose(node.op, result, result_span, v, e.span, node.span)
+            result_span = node.span
         return result
+
+    def _choose(self, op: str, a: Any, a_span: Span, b: Any, b_span: Span, span: Span) -> Any:
+        """``a and b`` / ``a or b`` for a run-time ``a``: Python's value, elementwise."""
+        if isinstance(b, tuple):
+            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(a)} and a tuple",
+                                           b_span)])
+        em = self.emitter()
+        em.span = span
+
+        def is_bool(v: Any) -> bool:
+            if isinstance(v, Const):
+                return isinstance(v.value, bool)
+            return isinstance(v, Value) and T.element_type(v.type) == T.bool_
+
+        if is_bool(a) and is_bool(b):  # the logical operation (a constant may decide it)
+            if isinstance(b, Const):
+                return b if (op == "and") != b.value else a
+            x, y = em.binary_operands(Arg(a, a_span), Arg(b, b_span), span, keep_bool=True)
+            return em.op1("arith.binary", [x, y], x.type, op=op)
+        cond = self._as_bool(a, a_span)
+        x, y = em.binary_operands(Arg(b if op == "and" else a, b_span if op == "and" else a_span),
+                                  Arg(a if op == "and" else b, a_span if op == "and" else b_span), span,
+                                  pointers=True)
+        shape = em.broadcast_shapes(T.shape_of(cond.type), T.shape_of(x.type), span)
+        cond, x, y = em.broadcast_to(cond, shape), em.broadcast_to(x, shape), em.broadcast_to(y, shape)
+        return em.op1("arith.select", [cond, x, y], x.type)
 
     def _evaluated_anyway(self, node: A.Expr, what: str, decider: Span) -> Any:
         """``node`` evaluated where Python evaluates it only on some run-time condition (an arm of a

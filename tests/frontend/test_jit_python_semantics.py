@@ -104,3 +104,27 @@ def test_a_side_effect_in_an_operand_python_would_skip_is_reported() -> None:
 
     atomic_decides.interpret[(1,)](out, count, 0)   # operands Python always evaluates are fine
     assert count[0] == 1.0 and out[0] == 0.0
+
+
+# ------------------------------------------------------------------------ `and` / `or` give an operand
+@sp.jit
+def and_or_values(out_i, out_f, a: sp.i32, b: sp.i32):
+    x = sp.arange(0, 4) - 1
+    sp.store(out_i + 0, a and b)
+    sp.store(out_i + 1, a or b)
+    sp.store(out_i + 2, a > 0 and a)
+    sp.store(out_i + 3, (a and b) or 7)
+    sp.store(out_i + 4 + sp.arange(0, 4), x and 3)
+    sp.store(out_i + 8 + sp.arange(0, 4), x or a)
+    sp.store(out_f, a or 2.5)
+
+
+@pytest.mark.parametrize("a, b", [(0, 5), (3, 5), (3, 0), (0, 0), (-1, 7)])
+def test_and_or_give_the_deciding_operand_as_in_python(a: int, b: int) -> None:
+    # They gave bools (`3 and 5` was 1, `0 or 2.5` was 1.0) where constants folded to Python's 5 and 2.5.
+    out_i, out_f = np.zeros(12, np.int32), np.zeros(1, np.float32)
+    and_or_values.interpret[(1,)](out_i, out_f, a, b)
+    xs = [i - 1 for i in range(4)]
+    assert out_i.tolist() == [a and b, a or b, a > 0 and a, (a and b) or 7, *[x and 3 for x in xs],
+                              *[x or a for x in xs]]
+    assert out_f[0] == (a or 2.5)
