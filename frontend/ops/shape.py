@@ -114,7 +114,24 @@ def _reduce(kind: str) -> None:
         "argmax": "The i32 index of the first maximum along ``axis``.",
         "argmin": "The i32 index of the first minimum along ``axis``.",
     }[kind]
-    builtin(kind, method_of=(T.TileType,))(impl)
+    if kind not in ("max", "min"):
+        builtin(kind, method_of=(T.TileType,))(impl)
+        return
+    # ``x.max(0)`` takes its axis by position, as numpy's method does; the function form takes it by
+    # keyword: in a @jit kernel ``max(x, 0)`` reads as Python's two-value max (a ReLU), and reducing
+    # along axis 0 instead was a silent wrong result
+    builtin(kind, method_of=(T.TileType,), method_only=True)(impl)
+
+    def function(em: Emitter, x: Arg, *_values: Arg, axis: Arg | None = None) -> Value:
+        if _values:
+            em.error("SP0321", f"`{kind}` takes one tile (and its axis by keyword): `{kind}(a, b)` is not the "
+                     f"elementwise {kind}imum here", _values[0].span,
+                     help=f"for the elementwise {kind}imum write `{kind}imum(a, b)`; to reduce along an axis write "
+                          f"`{kind}(x, axis=...)`")
+        return impl(em, x, axis)
+
+    function.__doc__ = impl.__doc__
+    builtin(kind)(function)
 
 
 for _kind in ("sum", "max", "min", "argmax", "argmin"):

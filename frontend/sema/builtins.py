@@ -90,6 +90,8 @@ def _param_texts(b: Builtin) -> list[str]:
 
     parts = []
     for p in b.signature.parameters.values():
+        if p.name.startswith("_"):  # (a parameter that only catches a misuse, e.g. max's *_values)
+            continue
         if p.kind is inspect.Parameter.VAR_POSITIONAL:
             parts.append(f"*{p.name}")
         elif p.kind is inspect.Parameter.VAR_KEYWORD:

@@ -128,3 +128,37 @@ def test_and_or_give_the_deciding_operand_as_in_python(a: int, b: int) -> None:
     assert out_i.tolist() == [a and b, a or b, a > 0 and a, (a and b) or 7, *[x and 3 for x in xs],
                               *[x or a for x in xs]]
     assert out_f[0] == (a or 2.5)
+
+
+# ------------------------------------------------------------------------ max / min of two values
+@sp.jit
+def relu_by_max(x, out, n: sp.constexpr):
+    i = sp.arange(0, n)
+    sp.store(out + i, max(sp.load(x + i) - 4.0, 0))
+
+
+@sp.jit
+def reductions_by_axis(x, out, n: sp.constexpr):
+    i = sp.arange(0, n)
+    v = sp.load(x + i[:, None] * n + i[None, :])
+    sp.store(out + i, max(v, axis=1))
+    sp.store(out + n + i, v.min(0))  # (the method takes its axis by position, as numpy's does)
+
+
+def test_max_of_two_values_is_reported_not_reduced() -> None:
+    """``max(x - 4, 0)`` reads as Python's two-value max (a ReLU); the language reduced x along axis 0
+    and stored that one value everywhere. The function form takes its axis by keyword now."""
+    x, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    with pytest.raises(sp.CompileError) as info:
+        relu_by_max.interpret[(1,)](x, out, n=8)
+    d = info.value.diagnostics[0]
+    assert (d.code, d.message) == ("SP0321", "`max` takes one tile (and its axis by keyword): `max(a, b)` is not "
+                                   "the elementwise maximum here")
+    assert d.help == ("for the elementwise maximum write `maximum(a, b)`; to reduce along an axis write "
+                      "`max(x, axis=...)`")
+    line, col = where("- 4.0, 0))")
+    assert (d.span.file_line, d.span.file_col) == (line, col + len("- 4.0, "))  # at the second value
+    g = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
+    out = np.full(16, np.nan, np.float32)
+    reductions_by_axis.interpret[(1,)](g, out, n=8)
+    assert np.array_equal(out[:8], g.max(1)) and np.array_equal(out[8:], g.min(0))
