@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+import numpy as np
+
 from ..diagnostics import CompileError, Diagnostic, InternalError, Label, coded_error_diagnostic, not_a_value
 from ..ir import types as T
 from ..ir.core import Value
@@ -29,6 +31,13 @@ from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Na
 
 # Python builtins a kernel may call on compile-time values.
 
+
+
+def _invert(a: Any) -> Any:
+    """``~`` of a constant as the run-time operator gives it: logical not on a bool (numpy's and the
+    language's meaning, so a constexpr flag and a run-time mask agree), bitwise not on an int. (Python's
+    ``~True`` is -2, and deprecated since 3.12.)"""
+    return not a if isinstance(a, (bool, np.bool_)) else ~a
 
 class ExprMixin:
     # provided by Sema
@@ -173,7 +182,7 @@ class ExprMixin:
         v = self.expr(node.operand)
         if isinstance(v, Const):
             try:
-                return Const({"-": lambda a: -a, "+": lambda a: +a, "~": lambda a: ~a, "not": lambda a: not a}[node.op](
+                return Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert, "not": lambda a: not a}[node.op](
                     v.value))
             except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"

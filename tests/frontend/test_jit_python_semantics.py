@@ -162,3 +162,22 @@ def test_max_of_two_values_is_reported_not_reduced() -> None:
     out = np.full(16, np.nan, np.float32)
     reductions_by_axis.interpret[(1,)](g, out, n=8)
     assert np.array_equal(out[:8], g.max(1)) and np.array_equal(out[8:], g.min(0))
+
+
+# ------------------------------------------------------------------------ ~ of a bool
+@sp.jit
+def inverted_flags(out, a: sp.i32, FLAG: sp.constexpr):
+    if ~FLAG:  # (folded: the branch is chosen at compile time)
+        sp.store(out, 1)
+    else:
+        sp.store(out, 0)
+    sp.store(out + 1, sp.where(~(a > 0), 1, 0))
+
+
+def test_invert_of_a_bool_is_the_same_constant_or_not() -> None:
+    """``~`` on a run-time bool is logical not (numpy's meaning, a mask's idiom); a constexpr flag
+    folded Python's ``~True == -2``, so a kernel changed behaviour with the flag's kind."""
+    out = np.full(2, 7, np.int32)
+    for flag in (True, False):
+        inverted_flags.interpret[(1,)](out, 1 if flag else 0, FLAG=flag)
+        assert out.tolist() == [int(not flag)] * 2
