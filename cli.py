@@ -16,7 +16,8 @@ or unknown ``--target`` is a usage error.
 
 Exit status: 0 success, 1 the source has errors (diagnostics on stderr, rustc style), 2 usage
 errors (bad options, unreadable file, malformed signature), 3 a feature this installation does not
-have yet (a backend or the demo).
+have yet (a backend or the demo). A reader that stops early (``sparsile ops | head``) ends the command
+quietly, exit status 0.
 
 ``check`` parses each file given, builds its module (decorators, constants, imports, parameter
 annotations; the ``.spk`` files it imports relative to its folder) and runs sema on every kernel:
@@ -155,6 +156,30 @@ def main(argv: list[str] | None = None, *, stdout: TextIO | None = None, stderr:
         # everything after `demo` belongs to the demo, options and -h included (`sparsile demo --dtype e4m3`)
         rest = argv[1:]
         argv = ["demo", "--", *rest] if rest and rest[0] != "--" else argv
+    try:
+        return _run(parser, argv, out, err)
+    except BrokenPipeError:  # the reader stopped early (`sparsile ops | head`): nothing went wrong here
+        _silence_stdout(out)
+        return EXIT_OK
+
+
+def _silence_stdout(out: TextIO) -> None:
+    """After a broken pipe on the process's stdout, point it at /dev/null, so that the interpreter's
+    flush at exit does not print `Exception ignored ... BrokenPipeError` (Python's signal docs)."""
+    import os
+
+    if out is not sys.stdout:
+        return
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _run(parser: argparse.ArgumentParser, argv: list[str], out: TextIO, err: TextIO) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed its message

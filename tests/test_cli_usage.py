@@ -155,3 +155,15 @@ def test_compile_error_keeps_one_of_each_identical_diagnostic() -> None:
     b = Diagnostic("SP0602", "`x` is not available", Span(src, 4, 5, 4, 9))  # another place: kept
     c = Diagnostic("SP0501", "`x` is not available", Span(src, 3, 5, 3, 9))  # another code: kept
     assert CompileError([a, a, b, a, c, b]).diagnostics == (a, b, c)
+
+
+@pytest.mark.parametrize("argv", [["layout", "wgmma_accumulator(256)"], ["ops", "-v"]])
+def test_a_reader_that_stops_early_gets_no_traceback(argv) -> None:
+    # `sparsile layout ... | head -1` used to end in a BrokenPipeError traceback (exit 1)
+    proc = subprocess.Popen([sys.executable, "-m", "sparsile", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={"PYTHONPATH": str(Path(sparsile.__file__).parent.parent), "PATH": "/usr/bin:/bin"})
+    proc.stdout.close()  # before the command writes anything
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == EXIT_OK, err
+    assert err == ""
