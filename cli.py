@@ -213,11 +213,15 @@ def _ops(args: Any, out: TextIO, err: TextIO) -> int:
 def _read_module(path: str) -> Any:
     import sparsile
 
+    from .driver.imports import utf8_source
+
     try:
-        with open(path, encoding="utf-8-sig") as f:  # a UTF-8 byte-order mark is allowed
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise _Usage(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}") from None
+        with open(path, "rb") as f:
+            text = utf8_source(f.read())  # a UTF-8 byte-order mark is allowed, as sparsile.load allows it
+    except OSError as e:
+        raise _Usage(f"cannot read `{path}`: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise _Usage(f"cannot read `{path}`: it is not UTF-8 text ({e.reason} at byte {e.start})") from None
     return sparsile.loads(text, path, path=path)
 
 

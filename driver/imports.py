@@ -18,6 +18,7 @@ helper recompiles the kernels that use it (docs/language.md, "Importing from ano
 
 from __future__ import annotations
 
+import codecs
 import os
 import threading
 from collections.abc import Callable
@@ -111,6 +112,17 @@ def import_module(stmt: A.ImportFrom, importer: str, path: str | None,
     return module, _bound_names(module, stmt, shown)
 
 
+def utf8_source(data: bytes) -> str:
+    """The text of a ``.spk`` file's bytes: UTF-8, a leading byte-order mark dropped (``sparsile
+    check`` and Python source files allow one). A UnicodeDecodeError's ``start`` counts the bytes
+    of the file, the mark included."""
+    skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[skip:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UnicodeDecodeError("utf-8", data, e.start + skip, e.end + skip, e.reason) from None
+
+
 def _read(file: str, shown: str, stmt: A.ImportFrom) -> str:
     try:
         with open(file, "rb") as f:
@@ -121,7 +133,7 @@ def _read(file: str, shown: str, stmt: A.ImportFrom) -> str:
                                        help=f"looked for {os.path.abspath(file)}; `from .name import f` reads "
                                             "name.spk in the folder of the importing file")]) from None
     try:
-        return data.decode("utf-8")
+        return utf8_source(data)
     except UnicodeDecodeError as e:
         raise CompileError([Diagnostic(SP_IMPORT_NO_FILE, f"cannot import `{stmt.module}`: `{shown}` is not "
                                        f"UTF-8 text ({e.reason} at byte {e.start})", stmt.span)]) from None

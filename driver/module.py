@@ -22,7 +22,7 @@ from ..frontend.sema.core import Sema
 from ..frontend.sema.jit_globals import wrap_python_value
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.syntax import ast as A
-from .imports import import_module, is_exported, loading_stack, real_path, transitive_sources
+from .imports import import_module, is_exported, loading_stack, real_path, transitive_sources, utf8_source
 from .kernel import KERNEL_OPTIONS, Kernel, check_options
 
 _DECORATOR_NAMES = ("kernel", "jit")
@@ -218,9 +218,10 @@ def _load_imported(text: str, path: str) -> KernelModule:
 
 
 def _decoded(data: bytes, name: str) -> str:
-    """``data`` as UTF-8 text, or CompileError SP0240."""
+    """``data`` as UTF-8 text (a leading byte-order mark dropped: :func:`utf8_source`), or
+    CompileError SP0240."""
     try:
-        return data.decode("utf-8")
+        return utf8_source(data)
     except UnicodeDecodeError as e:
         raise CompileError([Diagnostic("SP0240", f"cannot read `{name}`: it is not UTF-8 text ({e.reason} at "
                                        f"byte {e.start})", help=".spk sources are UTF-8 text files")]) from None
@@ -239,6 +240,9 @@ def load(path: str | os.PathLike[str]) -> KernelModule:
             data = f.read()
     except OSError as e:
         raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}")]) from None
+    except ValueError:  # a NUL character in the path
+        raise CompileError([Diagnostic("SP0240", f"cannot read {p!r}: a file path cannot hold a NUL character")]) \
+            from None
     return loads(_decoded(data, p), p, path=p)
 
 

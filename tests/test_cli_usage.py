@@ -135,6 +135,24 @@ def test_check_accepts_a_utf8_byte_order_mark(tmp_path) -> None:
     assert out.startswith(f"{tmp_path / 'bom.spk'}: ok (1 kernel checked: add)")
 
 
+def test_check_accepts_a_byte_order_mark_in_an_imported_file(tmp_path) -> None:
+    # the file given could start with a mark, a file it imports could not (SP0101, exit 1)
+    (tmp_path / "helpers.spk").write_bytes(b"\xef\xbb\xbfdef twice(x):\n    return x * 2\n")
+    (tmp_path / "main.spk").write_text("from .helpers import twice\n\n\n@kernel\ndef k(out: ptr[f32]):\n"
+                                       "    i = arange(0, 16)\n    store(out + i, twice(i.to(f32)))\n")
+    code, out, err = run("check", str(tmp_path / "main.spk"))
+    assert code == EXIT_OK, err
+    assert out.startswith(f"{tmp_path / 'main.spk'}: ok (1 kernel checked: k)")
+
+
+def test_check_of_a_file_that_is_not_utf8(tmp_path) -> None:
+    (tmp_path / "latin.spk").write_bytes(b"# caf\xe9\n")
+    code, _, err = run("check", str(tmp_path / "latin.spk"))
+    assert code == EXIT_USAGE
+    assert err == f"error: cannot read `{tmp_path / 'latin.spk'}`: it is not UTF-8 text (invalid continuation byte " \
+                  "at byte 5)\n"
+
+
 def test_a_mistake_in_an_inlined_helper_is_reported_once(tmp_path) -> None:
     (tmp_path / "inl.spk").write_text(INLINED)
     code, _, err = run("compile", str(tmp_path / "inl.spk"), "--kernel", "k", "--signature", "out=ptr[f32]",

@@ -50,6 +50,26 @@ def test_load_refuses_a_binary_file(tmp_path: Path) -> None:
     assert only(info.value) == ("SP0240", f"cannot read `{path}`: it is not UTF-8 text (invalid start byte at byte 26)")
 
 
+def test_load_accepts_a_utf8_byte_order_mark(tmp_path: Path) -> None:
+    # `sparsile check` accepted the mark while sparsile.load said SP0101 (invalid character U+FEFF)
+    path = tmp_path / "bom.spk"
+    path.write_bytes(b"\xef\xbb\xbf@kernel\ndef k(x: ptr[f32]):\n    store(x, 1.0)\n")
+    assert list(sp.load(path).kernels) == ["k"]
+    assert list(sp.loads(path.read_bytes(), "bom.spk").kernels) == ["k"]
+    path.write_bytes(b"\xef\xbb\xbf# caf\xe9\n")  # the byte counted in the file, the mark included
+    with pytest.raises(CompileError) as info:
+        sp.load(path)
+    assert only(info.value) == ("SP0240", f"cannot read `{path}`: it is not UTF-8 text (invalid continuation byte "
+                                          "at byte 8)")
+
+
+def test_load_of_a_path_with_a_nul_character() -> None:
+    # used to raise ValueError: embedded null byte
+    with pytest.raises(CompileError) as info:
+        sp.load("kernels\x00.spk")
+    assert only(info.value) == ("SP0240", "cannot read 'kernels\\x00.spk': a file path cannot hold a NUL character")
+
+
 def test_load_keeps_windows_newlines_working(tmp_path: Path) -> None:
     path = tmp_path / "crlf.spk"
     path.write_bytes(b"@kernel\r\ndef k(x: ptr[f32]):\r\n    store(x, 1.0)\r\n")

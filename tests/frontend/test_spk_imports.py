@@ -154,6 +154,21 @@ def test_an_imported_file_that_is_not_utf8(tree: Path) -> None:
         "SP0243", "cannot import `.latin`: `latin.spk` is not UTF-8 text (invalid continuation byte at byte 5)")
 
 
+def test_an_imported_file_with_a_byte_order_mark(tree: Path) -> None:
+    # the file given to `sparsile check` may start with a UTF-8 byte-order mark; a file it imported
+    # could not (SP0101: invalid non-printable character U+FEFF)
+    (tree / "marked.spk").write_bytes(b"\xef\xbb\xbfdef three(x):\n    return x * 3\n")
+    module = sp.loads("from .marked import three\n\n\n@kernel\ndef k(out: ptr[f32]):\n"
+                      "    i = arange(0, 16)\n    store(out + i, three(i.to(f32)))\n", "case.spk",
+                      path=tree / "case.spk")
+    out = np.zeros(16, np.float32)
+    module.k.interpret[(1,)](out)
+    assert out.tolist() == [3.0 * i for i in range(16)]
+    (tree / "marked.spk").write_bytes(b"\xef\xbb\xbf# caf\xe9\n")
+    assert diagnose("from .marked import f\n", tree / "case.spk")[:2] == (
+        "SP0243", "cannot import `.marked`: `marked.spk` is not UTF-8 text (invalid continuation byte at byte 8)")
+
+
 def test_missing_name(tree: Path) -> None:
     assert diagnose("from .helpers import nope\n", tree / "case.spk") == (
         "SP0244", "`helpers.spk` has no helper or constant `nope`", "case.spk:1:1")
