@@ -112,6 +112,18 @@ def test_signature_type_errors_point_into_the_signature(files) -> None:
     assert "unknown name `i33`" in err and "<signature>:1:38" in err and "did you mean `i32`?" in err
 
 
+def test_signature_items_may_have_blanks_around_the_equals_sign(files) -> None:
+    # `n = i32` used to be error[SP0103] "unexpected indentation" (the blank after `=` parsed as an indent)
+    code, out, err = run("compile", str(files / "good.spk"), "--kernel", "add", "--signature",
+                         "x = ptr[f32], y= ptr[f32], out =ptr[f32], n =\ti32, BLOCK = 64")
+    assert code == EXIT_OK, err
+    assert out.startswith("kernel @add(%x: ptr[f32], %y: ptr[f32], %out: ptr[f32], %n: i32) [BLOCK=64")
+    code, _, err = run("compile", str(files / "good.spk"), "--kernel", "add", "--signature",
+                       "x=ptr[f32], y=ptr[f32], out=ptr[f32], n =  i33")
+    assert code == EXIT_DIAGNOSTICS  # still pointing at the name, after the blanks
+    assert "unknown name `i33`" in err and "<signature>:1:44" in err
+
+
 # ------------------------------------------------------------------------------------ compile
 def test_compile_emits_ir(files) -> None:
     code, out, err = run("compile", str(files / "good.spk"), "--kernel", "add", "--signature",

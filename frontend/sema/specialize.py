@@ -293,7 +293,8 @@ def split_signature(text: str) -> list[tuple[str, str, int]]:
                     raise LaunchError("SP0724", f"malformed signature item `{part.strip()}`",
                                       help="write `name=type` for run-time parameters (`x=ptr[f32]`, `n=i32`) "
                                            "and `name=value` for constexpr ones (`BLOCK=1024`)")
-                items.append((name.strip(), rhs, start + len(name) + 1))
+                lead = len(rhs) - len(rhs.lstrip())  # `n = i32`: the expression starts after the blanks
+                items.append((name.strip(), rhs[lead:], start + len(name) + 1 + lead))
             start = i + 1
     if depth != 0:
         raise LaunchError("SP0724", f"unbalanced brackets in the signature `{text}`")
