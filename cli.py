@@ -98,8 +98,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", action="append", choices=("f16", "bf16", "e4m3", "s8", "tf32"),
                    help="operand types to tune (repeatable; default bf16 and f16)")
     t.add_argument("-o", "--output", default=None, help="write the table here (e.g. stdlib/kernels/tuned/h200.json)")
-    t.add_argument("--warmup", type=int, default=10, help="launches before timing each config")
-    t.add_argument("--rep", type=int, default=50, help="timed launches per config (the median is kept)")
+    t.add_argument("--warmup", type=functools.partial(_count, least=0), default=10,
+                   help="launches before timing each config")
+    t.add_argument("--rep", type=functools.partial(_count, least=1), default=50,
+                   help="timed launches per config (the median is kept)")
     t.add_argument("--linear", action="store_true",
                    help="tune the torch layer's kernel (sparse_linear, T > 64) instead of sparse_matmul; its "
                         "entries (linear-<dtype>) go to the same table")
@@ -122,6 +124,17 @@ def _picture_rows(text: str) -> int:
     if not 1 <= rows <= MAX_PICTURE_ROWS:
         raise argparse.ArgumentTypeError(f"the picture has 1 to {MAX_PICTURE_ROWS} rows, got {rows}")
     return rows
+
+
+def _count(text: str, least: int) -> int:
+    """An argparse type: an integer of at least ``least`` (``tune --rep 0`` was timed once, silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected at least {least}, got {value}")
+    return value
 
 
 def _check_layout_arguments(name: str, values: list[Any]) -> None:
@@ -436,9 +449,37 @@ def _tune_shapes(items: list[str]) -> list[str]:
             except (OSError, UnicodeDecodeError) as e:
                 raise _Usage(f"cannot read `{item}`: {getattr(e, 'strerror', None) or e}") from None
             shapes += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
+        elif os.path.isdir(item):
+            raise _Usage(f"`{item}` is a folder: give shapes (MxNxK) or files of shapes")
+        elif os.sep in item:
+            raise _Usage(f"cannot read `{item}`: no such file (and it is no MxNxK shape)")
         else:
             shapes.append(item)
+    if not shapes:
+        raise _Usage(f"no shapes to tune: {', '.join(f'`{i}`' for i in items)} holds none (one MxNxK shape a line)")
     return shapes
+
+
+def _check_table_path(path: str) -> None:
+    """A usage error for a ``tune -o`` path the table cannot be written to, before the tuning (it
+    used to be an OSError traceback once every shape was timed). The table's folders are made as
+    needed (write_json_atomic), so the nearest existing one must be a writable folder."""
+    import os
+    import tempfile
+
+    if os.path.isdir(path):
+        raise _Usage(f"cannot write `{path}`: it is a folder (give the table's file name)")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise _Usage(f"cannot write `{path}`: `{folder}` is a file, not a folder")
+    try:  # a trial file, as the table is written (a temporary file beside it, then renamed)
+        fd, trial = tempfile.mkstemp(prefix=".sparsile-tune.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise _Usage(f"cannot write `{path}`: {e.strerror} (in `{folder}`)") from None
+    os.close(fd)
+    os.unlink(trial)
 
 
 def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -449,6 +490,8 @@ def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.linear and args.inflight:
         raise _Usage("--inflight applies to sparse_matmul's kernels; the torch layer's (--linear) keep every MMA "
                      "group waited for")
+    if args.output is not None:
+        _check_table_path(args.output)
     if not runtime.has_gpu():
         print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available", file=err)
         return EXIT_UNAVAILABLE

@@ -289,6 +289,10 @@ def shape_dims(shape: Any) -> tuple[int, ...]:
         return ()
 
 
+MAX_SHAPE_SIZE = 2**31 - 1
+"""The largest M, N or K :func:`parse_shape` takes: the GEMM kernels take them as i32."""
+
+
 def parse_shape(shape: Any) -> tuple[int, int, int]:
     """(M, N, K) from a tuple or ``"MxNxK"`` (M out features, N tokens, K in features)."""
     dims = shape_dims(shape)
@@ -296,6 +300,9 @@ def parse_shape(shape: Any) -> tuple[int, int, int]:
         raise LaunchError(SP_BAD_SHAPE, f"a shape to tune must be M x N x K (three positive integers), found "
                                         f"{shape!r}", help='e.g. "8192x512x8192" or (8192, 512, 8192): M = out '
                                                            "features, N = tokens, K = in features")
+    if max(dims) > MAX_SHAPE_SIZE:
+        raise LaunchError(SP_BAD_SHAPE, f"a shape to tune has sizes up to 2**31 - 1, found {shape!r}",
+                          help="the kernels take M, N and K as i32")
     return dims  # type: ignore[return-value]
 
 

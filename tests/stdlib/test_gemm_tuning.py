@@ -190,6 +190,43 @@ def test_cli_tune_checks_its_shapes_before_the_gpu(tmp_path: Any) -> None:
     assert main(["tune", "1x1x1", "--dtype", "f8"], stdout=out, stderr=err) == 2  # argparse's choices
 
 
+def test_shapes_beyond_i32_are_refused() -> None:
+    # 99999999999999999999x1x1 passed and reached the GPU (torch.randn of that many rows)
+    for shape in ("99999999999999999999x1x1", (8, 2**31, 8)):
+        with pytest.raises(LaunchError) as e:
+            parse_shape(shape)
+        assert str(e.value).split("\n")[:2] == [f"error[SP0778]: a shape to tune has sizes up to 2**31 - 1, found "
+                                                f"{shape!r}", " = help: the kernels take M, N and K as i32"]
+    assert parse_shape((2**31 - 1, 1, 1)) == (2**31 - 1, 1, 1)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["tune", "99999999999999999999x1x1"], "error[SP0778]: a shape to tune has sizes up to 2**31 - 1"),
+    (["tune", "{empty}"], "error: no shapes to tune: `{empty}` holds none (one MxNxK shape a line)"),
+    (["tune", "{tmp}"], "error: `{tmp}` is a folder: give shapes (MxNxK) or files of shapes"),
+    (["tune", "{tmp}/nope.txt"], "error: cannot read `{tmp}/nope.txt`: no such file (and it is no MxNxK shape)"),
+    (["tune", "64x64x64", "--rep", "0"], "sparsile tune: error: argument --rep: expected at least 1, got 0"),
+    (["tune", "64x64x64", "--warmup", "-1"], "sparsile tune: error: argument --warmup: expected at least 0, got -1"),
+    (["tune", "64x64x64", "-o", "{tmp}"], "error: cannot write `{tmp}`: it is a folder (give the table's file name)"),
+    (["tune", "64x64x64", "-o", "{empty}/t.json"],
+     "error: cannot write `{empty}/t.json`: `{empty}` is a file, not a folder"),
+])
+def test_cli_tune_refuses_bad_input_before_timing(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any,
+                                                   argv: list[str], message: str) -> None:
+    # each of these used to pass the checks: with a GPU, an empty table, a torch error on the huge
+    # shape, a silent --rep 1, or an OSError traceback writing -o after every shape was timed
+    from sparsile.backend import runtime
+    from sparsile.stdlib.kernels import tuning
+
+    (tmp_path / "empty.txt").write_text("# nothing yet\n\n")
+    names = {"tmp": str(tmp_path), "empty": str(tmp_path / "empty.txt")}
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(tuning, "tune_sparse_matmul", lambda *a, **kw: pytest.fail("tuned"))
+    out, err = io.StringIO(), io.StringIO()
+    assert main([a.format(**names) for a in argv], stdout=out, stderr=err) == 2
+    assert message.format(**names) in err.getvalue() + capsys.readouterr().err  # argparse: sys.stderr
+
+
 def test_cli_tune_inflight_puts_inflight_twins_in_every_types_space(monkeypatch: pytest.MonkeyPatch) -> None:
     """``sparsile tune --inflight`` tunes over a space with INFLIGHT twins for bf16 too (by default
     only e4m3 has them); with ``--linear`` it is a usage error, before any GPU is asked for."""
