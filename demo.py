@@ -32,6 +32,7 @@ KERNEL_DIR = Path(__file__).resolve().parent / "stdlib" / "kernels"
 BLACKWELL_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"  # what sparse_matmul runs on sm_100a
 INTERPRETER_SIZE = (200, 130, 192)  # ragged in M and N: masking is exercised
 DTYPES = ("f16", "bf16", "e4m3")
+MAX_SIZE = 32768  # the GPU run's operands are made on the host first (M x K and N x K float64 normals: 8 GiB)
 
 
 @dataclass
@@ -186,6 +187,8 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"sizes must be at least 1, got {value}")
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"sizes go up to {MAX_SIZE}, got {value}")
     return value
 
 
@@ -193,7 +196,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sparsile demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=DTYPES, default="f16", help="operand type (default f16)")
     ap.add_argument("--size", nargs=3, type=_positive_int, metavar=("M", "N", "K"), default=(2048, 2048, 2048),
-                    help="problem size of the GPU run (default 2048 2048 2048)")
+                    help=f"problem size of the GPU run, each up to {MAX_SIZE} (default 2048 2048 2048)")
     ap.add_argument("--cpu", action="store_true", help="do not use a GPU even if there is one")
     if argv and argv[0] == "--":  # `sparsile demo -- --dtype e4m3` hands the separator through
         argv = argv[1:]
@@ -223,9 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     for s in step_compile_blackwell(args.dtype):
         report(s)
     if gpu is not None:
-        step, problem = step_compress(args.dtype, tuple(args.size))
+        try:
+            step, problem = step_compress(args.dtype, tuple(args.size))
+        except (MemoryError, ValueError) as e:  # too large for this host: report it, do not crash
+            step, problem = Step("prune + compress", "FAILED", f"{'x'.join(map(str, args.size))}: "
+                                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'out of memory'}"), None
         report(step)
-        report(step_run(args.dtype, problem, interpret=False))
+        if problem is not None:
+            report(step_run(args.dtype, problem, interpret=False))
     report(step_run(args.dtype, small_problem, interpret=True))
     counts = {status: sum(s.status == status for s in steps) for status in ("ok", "skipped", "FAILED")}
     ran_on = "on the GPU and in the interpreter" if gpu else "in the interpreter only (no GPU run here)"

@@ -206,3 +206,39 @@ def test_demo_refuses_sizes_below_one(capsys, size, message):
         demo.parse_args(["--size", "64", size, "64"])
     assert info.value.code == 2
     assert f"argument --size: {message}" in capsys.readouterr().err
+
+
+def test_demo_refuses_sizes_too_large_for_a_demo(capsys):
+    # --size 99999999999 ... was accepted and, on a GPU machine, ended in numpy's ValueError traceback
+    for argv in (["--size", "99999999999", "64", "64"], ["demo", "--size", "64", "64", "32769", "--cpu"]):
+        if argv[0] == "demo":
+            assert cli.main(argv) == cli.EXIT_USAGE
+        else:
+            with pytest.raises(SystemExit) as info:
+                demo.parse_args(argv)
+            assert info.value.code == 2
+        assert f"argument --size: sizes go up to {demo.MAX_SIZE}, got " in capsys.readouterr().err
+
+
+def test_gpu_operands_too_large_for_the_host_are_a_failed_step(capsys, monkeypatch):
+    # the GPU run's operands are made on the host; a MemoryError there was a traceback
+    real = demo.operands
+
+    def operands(dtype, m, n, k, seed):
+        if (m, n, k) != demo.INTERPRETER_SIZE:
+            raise MemoryError
+        return real(dtype, m, n, k, seed)
+
+    monkeypatch.setattr(demo, "gpu_name", lambda: "Stand-in GPU (sm_90)")
+    monkeypatch.setattr(demo, "operands", operands)
+    real_matmul = kernels.sparse_matmul
+
+    def interpreter_only(values, meta, b, interpret=False, **kw):
+        assert interpret, "ran the GPU step"
+        return real_matmul(values, meta, b, interpret=True, **kw)
+
+    monkeypatch.setattr(kernels, "sparse_matmul", interpreter_only)
+    assert demo.main(["--size", "32768", "32768", "32768"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAILED ] prune + compress         32768x32768x32768: MemoryError: out of memory" in out
+    assert "GPU run" not in out and "result: FAILED" in out
