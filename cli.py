@@ -147,6 +147,22 @@ def _check_layout_arguments(name: str, values: list[Any]) -> None:
             raise _Usage(f"`{name}` argument {v} is too large: layout sizes go up to 2**62")
 
 
+def _check_layout_types(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """TypeError for an argument of a constructor's ``int`` or ``bool`` parameter that is no int or
+    bool: ``wgmma_accumulator(64.5)`` or ``packed='no'`` used to draw the picture of 64 / of
+    ``packed=True`` (other mistakes are the constructor's own to report)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return
+    for param, value in bound.arguments.items():
+        kind = fn.__annotations__.get(param)
+        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise TypeError(f"`{param}` takes an integer, found {value!r}")
+        if kind == "bool" and not isinstance(value, bool):
+            raise TypeError(f"`{param}` takes True or False, found {value!r}")
+
+
 def _target_name(text: str) -> str:
     """An argparse type: a known target name (an empty or unknown one is a usage error, exit 2)."""
     from .frontend.diagnostics import CompileError
@@ -531,6 +547,7 @@ def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
     _check_layout_arguments(name, [*call_args, *call_kwargs.values()])
     try:
+        _check_layout_types(constructors[name], call_args, call_kwargs)
         layout = constructors[name](*call_args, **call_kwargs)
     except Exception as e:  # the constructor's own argument checks, or arguments of the wrong kind
         signature = f"{name}{inspect.signature(constructors[name])}"

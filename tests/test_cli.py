@@ -177,6 +177,18 @@ def test_layout_picture_and_list() -> None:
     assert "the constructor is wgmma_accumulator(n: 'int'" in err
 
 
+@pytest.mark.parametrize(("expr", "message"), [
+    ("wgmma_accumulator(64.5)", "`n` takes an integer, found 64.5"),
+    ("wgmma_accumulator(64, packed='no')", "`packed` takes True or False, found 'no'"),
+    ("tmem_accumulator(128, n=64.0)", "`n` takes an integer, found 64.0"),
+])
+def test_layout_arguments_of_the_wrong_type(expr, message) -> None:
+    # these used to draw the picture of n=64 / of packed=True, exit 0
+    code, out, err = run("layout", expr)
+    assert (code, out) == (EXIT_DIAGNOSTICS, "")
+    assert err.startswith(f"error: {expr}: {message}\n  the constructor is ")
+
+
 # ------------------------------------------------------------------------------------ entry point
 def test_module_entry_point_exit_codes(files) -> None:
     ok = subprocess.run([sys.executable, "-m", "sparsile.cli", "check", str(files / "good.spk")],

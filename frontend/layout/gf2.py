@@ -26,6 +26,8 @@ def log2_exact(n: int, what: str = "size") -> int:
 
 
 def next_power_of_two(n: int) -> int:
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):  # 64.5 used to pass as 64
+        raise LayoutError("SP0401", f"an extent must be an integer, found {n!r}")
     if n < 1:
         raise LayoutError("SP0401", f"extent must be positive, found {n}")
     return 1 << (int(n) - 1).bit_length()

@@ -455,3 +455,11 @@ def test_swizzle_names():
     assert swizzle_name(128) == "128B" and swizzle_name("64B") == "64B"
     with pytest.raises(LayoutError):
         swizzle_name(96)
+
+
+@pytest.mark.parametrize("n", [64.5, 64.0, "64", True])
+def test_an_extent_must_be_an_integer(n) -> None:
+    # wgmma_accumulator(64.5) used to build the layout of 64 (and "64" failed with a TypeError of `<`)
+    with pytest.raises(LayoutError) as info:
+        wgmma_accumulator(n)
+    assert (info.value.code, info.value.message) == ("SP0401", f"an extent must be an integer, found {n!r}")
