@@ -34,7 +34,7 @@ from typing import Any
 
 from ..backend.lower.codegen import KernelParam, generate_llvm
 from ..backend.lower.hooks import hooks_for
-from ..frontend.diagnostics import LaunchError
+from ..frontend.diagnostics import CompileError, Diagnostic, LaunchError
 from ..frontend.dump import ENV_DUMP_AFTER, dump, requested_stages
 from ..frontend.ir.core import Function
 from ..frontend.ir.printer import print_function
@@ -45,7 +45,7 @@ from ..frontend.sema.specialize import parse_signature
 from ..target.hooks import PreparedState
 from ..target.targets import Target, get_target
 from .cache import default_cache, make_key
-from .kernel import KERNEL_OPTIONS, check_options
+from .kernel import KERNEL_OPTIONS, Kernel, check_options
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,13 @@ def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, targe
     (run-time) or default (constexpr). Compiles to ``llvm``, ``ptx`` and ``cubin`` go through the
     same compile cache as ``kernel[grid]`` (``cache=False`` compiles anew, for benchmarks)."""
 
+    if not isinstance(kernel, Kernel):  # a name, a helper or None was an AttributeError
+        raise LaunchError("SP0724", f"compile_kernel needs a kernel, found {type(kernel).__name__}",
+                          help="a `@kernel` of a .spk module (`sparsile.load(path).kernels[name]`) or a "
+                               "`@sparsile.jit` function")
+    if isinstance(target, str) and not target.strip():  # "" used to compile for sm_90a without a word
+        raise CompileError([Diagnostic("SP0601", "the target name is empty",
+                                       help="e.g. target=\"sm_90a\", or leave it out (sm_90a)")])
     if isinstance(signature, str):
         signature = parse_signature(signature, kernel.globals)
     elif signature is not None and not isinstance(signature, dict):

@@ -150,3 +150,21 @@ def test_aot_entries_keep_the_llvm_ir_compressed(fresh_cache) -> None:
     (entry,) = fresh_cache._memory.values()
     assert sorted(entry.blobs) == ["ir", compiler.LLVM_BLOB, "ptx"]
     assert len(entry.blobs[compiler.LLVM_BLOB]) < len(first.llvm) / 3
+
+
+@pytest.mark.parametrize("thing", ["vector_add", None, sp.loads("def h(x):\n    return x\n").h])
+def test_compile_kernel_of_something_that_is_no_kernel(thing) -> None:
+    # a name, None or a helper used to be an AttributeError (no attribute 'signature_bindings')
+    with pytest.raises(LaunchError) as info:
+        compiler.compile_kernel(thing, None, stop_after="ir")
+    assert str(info.value).splitlines()[0] == (f"error[SP0724]: compile_kernel needs a kernel, found "
+                                               f"{type(thing).__name__}")
+
+
+def test_compile_kernel_for_an_empty_target_name() -> None:
+    # target="" compiled for sm_90a without a word (the command line refuses an empty --target)
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    for target in ("", "  "):
+        with pytest.raises(sp.CompileError) as info:
+            k.compile(target=target, stop_after="ptx")
+        assert str(info.value).splitlines()[0] == "error[SP0601]: the target name is empty"
