@@ -42,12 +42,13 @@ import inspect
 import sys
 from typing import Any, TextIO
 
-EXIT_OK, EXIT_DIAGNOSTICS, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+from .cli_common import EXIT_DIAGNOSTICS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from .cli_common import Usage as _Usage
+from .cli_layout import layout_command
+from .cli_tune import tune_command
+
+__all__ = ["EXIT_DIAGNOSTICS", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 EMIT_KINDS = ("ir", "llvm", "ptx", "cubin")
-
-
-class _Usage(Exception):
-    """A usage problem: printed as ``error: ...`` and exit status 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,7 +113,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 MAX_PICTURE_ROWS = 4096
-MAX_LAYOUT_ARGUMENT = 1 << 62
 
 
 def _picture_rows(text: str) -> int:
@@ -135,32 +135,6 @@ def _count(text: str, least: int) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"expected at least {least}, got {value}")
     return value
-
-
-def _check_layout_arguments(name: str, values: list[Any]) -> None:
-    """A usage error for an integer argument too large to be a layout size (pictures only draw
-    the shown cells, but a constructor may still build per-element tables)."""
-    for v in values:
-        if isinstance(v, list | tuple):
-            _check_layout_arguments(name, list(v))
-        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_LAYOUT_ARGUMENT:
-            raise _Usage(f"`{name}` argument {v} is too large: layout sizes go up to 2**62")
-
-
-def _check_layout_types(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
-    """TypeError for an argument of a constructor's ``int`` or ``bool`` parameter that is no int or
-    bool: ``wgmma_accumulator(64.5)`` or ``packed='no'`` used to draw the picture of 64 / of
-    ``packed=True`` (other mistakes are the constructor's own to report)."""
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except TypeError:
-        return
-    for param, value in bound.arguments.items():
-        kind = fn.__annotations__.get(param)
-        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise TypeError(f"`{param}` takes an integer, found {value!r}")
-        if kind == "bool" and not isinstance(value, bool):
-            raise TypeError(f"`{param}` takes True or False, found {value!r}")
 
 
 def _target_name(text: str) -> str:
@@ -213,8 +187,8 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], out: TextIO, err: Tex
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed its message
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
-    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": _layout, "ops": _ops,
-                "tune": _tune}
+    commands = {"check": _check, "compile": _compile, "demo": _demo, "layout": layout_command, "ops": _ops,
+                "tune": tune_command}
     from .frontend.diagnostics import CompileError, LaunchError
 
     try:
@@ -449,134 +423,6 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except SystemExit as e:  # the demo's own argparse: -h, or a bad option (already printed)
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     return int(result) if isinstance(result, int) else EXIT_OK
-
-
-def _tune_shapes(items: list[str]) -> list[str]:
-    """The shapes of ``sparsile tune``: each item a shape or a file of shapes (one per line, ``#``
-    comments)."""
-    import os
-
-    shapes: list[str] = []
-    for item in items:
-        if os.path.isfile(item):
-            try:
-                with open(item, encoding="utf-8") as f:
-                    lines = f.read().splitlines()
-            except (OSError, UnicodeDecodeError) as e:
-                raise _Usage(f"cannot read `{item}`: {getattr(e, 'strerror', None) or e}") from None
-            shapes += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
-        elif os.path.isdir(item):
-            raise _Usage(f"`{item}` is a folder: give shapes (MxNxK) or files of shapes")
-        elif os.sep in item:
-            raise _Usage(f"cannot read `{item}`: no such file (and it is no MxNxK shape)")
-        else:
-            shapes.append(item)
-    if not shapes:
-        raise _Usage(f"no shapes to tune: {', '.join(f'`{i}`' for i in items)} holds none (one MxNxK shape a line)")
-    return shapes
-
-
-def _check_table_path(path: str) -> None:
-    """A usage error for a ``tune -o`` path the table cannot be written to, before the tuning (it
-    used to be an OSError traceback once every shape was timed). The table's folders are made as
-    needed (write_json_atomic), so the nearest existing one must be a writable folder."""
-    import os
-    import tempfile
-
-    if os.path.isdir(path):
-        raise _Usage(f"cannot write `{path}`: it is a folder (give the table's file name)")
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise _Usage(f"cannot write `{path}`: `{folder}` is a file, not a folder")
-    try:  # a trial file, as the table is written (a temporary file beside it, then renamed)
-        fd, trial = tempfile.mkstemp(prefix=".sparsile-tune.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise _Usage(f"cannot write `{path}`: {e.strerror} (in `{folder}`)") from None
-    os.close(fd)
-    os.unlink(trial)
-
-
-def _tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .backend import runtime
-    from .stdlib.kernels.tuning import config_space, parse_shape, tune_sparse_matmul
-
-    shapes = [parse_shape(s) for s in _tune_shapes(args.shapes)]  # LaunchError SP0778: exit status 2
-    if args.linear and args.inflight:
-        raise _Usage("--inflight applies to sparse_matmul's kernels; the torch layer's (--linear) keep every MMA "
-                     "group waited for")
-    if args.output is not None:
-        _check_table_path(args.output)
-    if not runtime.has_gpu():
-        print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available", file=err)
-        return EXIT_UNAVAILABLE
-    if args.linear:
-        from .stdlib.kernels.linear_tuning import tune_sparse_linear
-
-        table = tune_sparse_linear(shapes, dtypes=args.dtype or ("bf16",), warmup=args.warmup, rep=args.rep,
-                                   out=args.output, stderr=err, progress=True)
-    else:
-        space = functools.partial(config_space, inflight=True) if args.inflight else config_space
-        table = tune_sparse_matmul(shapes, dtypes=args.dtype or ("bf16", "f16"), warmup=args.warmup,
-                                   rep=args.rep, out=args.output, stderr=err, progress=True, space=space)
-    for name, entry in table["entries"].items():
-        print(f"{name}: {entry['config']} {entry['us']} us (default {entry['default_us']} us)", file=out)
-    return EXIT_OK
-
-
-def _layout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        from .frontend.layout import library as layout_library
-        from .frontend.layout import pictures as layout_pictures
-        from .frontend.layout.layouts import LinearLayout
-    except ImportError as e:
-        print(f"error: layout pictures are not part of this installation yet ({e})", file=err)
-        return EXIT_UNAVAILABLE
-    constructors = {n: f for n, f in vars(layout_library).items()
-                    if inspect.isfunction(f) and not n.startswith("_") and n in layout_library.__all__}
-    if args.list:
-        for n in sorted(constructors):
-            doc = (inspect.getdoc(constructors[n]) or "").split("\n")[0]
-            print(f"{n}{inspect.signature(constructors[n])}\n    {doc}", file=out)
-        return EXIT_OK
-    if not args.expr:
-        raise _Usage('give a layout constructor call, e.g. `sparsile layout "wgmma_accumulator(64)"`, or --list')
-    name, call_args, call_kwargs = _literal_call(args.expr)
-    if name not in constructors:
-        raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
-    _check_layout_arguments(name, [*call_args, *call_kwargs.values()])
-    try:
-        _check_layout_types(constructors[name], call_args, call_kwargs)
-        layout = constructors[name](*call_args, **call_kwargs)
-    except Exception as e:  # the constructor's own argument checks, or arguments of the wrong kind
-        signature = f"{name}{inspect.signature(constructors[name])}"
-        print(f"error: {args.expr.strip()}: {e}\n  the constructor is {signature}", file=err)
-        return EXIT_DIAGNOSTICS
-    if not isinstance(layout, LinearLayout):
-        raise _Usage(f"`{name}` does not build a layout")
-    print(layout_pictures.layout_picture(layout, title=args.expr, max_rows=args.max_rows), file=out)
-    return EXIT_OK
-
-
-def _literal_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
-    """``name(literal, key=literal)`` parsed without evaluating anything but literals."""
-    import ast
-
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        node = None
-    if isinstance(node, ast.Name):
-        return node.id, [], {}
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        raise _Usage(f"expected a call such as `wgmma_accumulator(64)`, found `{text}`")
-    try:
-        pos = [ast.literal_eval(a) for a in node.args]
-        kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
-    except ValueError:
-        raise _Usage("layout constructor arguments must be literals (numbers, strings, tuples)") from None
-    return node.func.id, pos, kw
 
 
 if __name__ == "__main__":
