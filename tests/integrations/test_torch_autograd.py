@@ -10,7 +10,7 @@ import copy
 
 import pytest
 
-from sparsile.tests.integrations.torch_helpers import linear
+from sparsile.tests.integrations.torch_helpers import dense_twin, linear
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -154,13 +154,8 @@ def test_a_llama_s_input_gradient_equals_the_dense_model_s():
     dense = copy.deepcopy(model)
     for name, m in list(dense.named_modules()):
         if isinstance(m, spt.SparseLinear):
-            twin = torch.nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
-            with torch.no_grad():
-                twin.weight.copy_(m.to_dense())
-                if m.bias is not None:
-                    twin.bias.copy_(m.bias)
             parent, _, child = name.rpartition(".")
-            setattr(dense.get_submodule(parent), child, twin.to(torch.bfloat16))
+            setattr(dense.get_submodule(parent), child, dense_twin(m))
     ids = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
 
     def input_grad(mdl) -> torch.Tensor:

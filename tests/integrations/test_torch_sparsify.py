@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from sparsile.integrations.errors import IntegrationError
-from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+from sparsile.tests.integrations.torch_helpers import check_against_float64, dense_twin, linear
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -296,13 +296,8 @@ def _dense_twin(model, before, names):
     for name in names:
         m = model.get_submodule(name)
         if isinstance(m, spt.SparseLinear):
-            dense = torch.nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
-            with torch.no_grad():
-                dense.weight.copy_(m.to_dense())
-                if m.bias is not None:
-                    dense.bias.copy_(m.bias)
             parent, _, child = name.rpartition(".")
-            setattr(twin.get_submodule(parent), child, dense.to(torch.bfloat16))
+            setattr(twin.get_submodule(parent), child, dense_twin(m))
     return twin
 
 

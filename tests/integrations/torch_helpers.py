@@ -37,6 +37,16 @@ def linear(n: int, k: int, dtype: torch.dtype = torch.bfloat16, bias: bool = Tru
     return layer.to(device=device, dtype=dtype)
 
 
+def dense_twin(layer) -> torch.nn.Linear:
+    """An ``nn.Linear`` in bf16 with ``layer``'s pruned weight and bias (a sparse layer's dense twin)."""
+    twin = torch.nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+    with torch.no_grad():
+        twin.weight.copy_(layer.to_dense())
+        if layer.bias is not None:
+            twin.bias.copy_(layer.bias)
+    return twin.to(torch.bfloat16)
+
+
 def activation_fn(name: str | None, y: torch.Tensor) -> torch.Tensor:
     if name is None:
         return y
