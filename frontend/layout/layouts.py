@@ -107,6 +107,10 @@ class LinearLayout:
                                   f"{log2_exact(size)} bases, found {len(dim_bases)}")
             row = []
             for basis in dim_bases:
+                bad = [c for c in basis if not isinstance(c, (int, np.integer)) or isinstance(c, (bool, np.bool_))]
+                if bad:  # (int() truncated 1.5 to 1: another layout than the one written)
+                    raise LayoutError("SP0401", f"basis {tuple(basis)} of input dim {name!r}: coordinate {bad[0]!r} "
+                                      "is not an integer")
                 basis = tuple(int(c) for c in basis)
                 if len(basis) != len(out_dims):
                     raise LayoutError("SP0401", f"basis {basis} of input dim {name!r} must have one "

@@ -263,6 +263,8 @@ def test_non_power_of_two_shapes_are_padded():
     (lambda: LinearLayout.identity("x", 6), "SP0401"),
     (lambda: LinearLayout.from_bases({"x": [(5,)]}, [("y", 4)]), "SP0401"),
     (lambda: LinearLayout.from_bases({"x": [(1, 0)]}, [("y", 4)]), "SP0401"),
+    (lambda: LinearLayout.from_bases({"x": [(1.5,)]}, [("y", 4)]), "SP0401"),  # (int() made it 1)
+    (lambda: LinearLayout.from_bases({"x": [(True,)]}, [("y", 4)]), "SP0401"),
     (lambda: LinearLayout.identity("x", 4).compose(LinearLayout.identity("z", 4)), "SP0402"),
     (lambda: LinearLayout.identity("x", 8, "y").compose(LinearLayout.identity("y", 4)), "SP0402"),
     (lambda: LinearLayout.zeros("x", 4, [("y", 4)]).invert(), "SP0403"),
