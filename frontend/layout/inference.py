@@ -97,6 +97,14 @@ class LayoutInference:
                 for a in region.block.args:
                     if is_tile(a):
                         self.values[id(a)] = a
+        n = self.num_warps
+        if self.values and (n < 1 or n & (n - 1)):
+            # (default_blocked spread a tile over the largest power of two below n warps: the other
+            # warps computed copies of it, and an atomic or a reduction through shared memory counted
+            # their copies too, on the GPU only: the interpreter has no warps)
+            first = next(iter(self.values.values()))
+            self.where = first.owner if isinstance(first.owner, Operation) else None
+            raise self._located(LayoutError(SP_WARPS_NOT_POW2, "register tile on a non-power-of-two warp count"))
         self._anchors(ops)
         self._fixpoint(ops)
         for vid, v in self.values.items():
