@@ -276,7 +276,7 @@ class Autotuner:
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
         errors: list[CompileError] = []
-        saved: list[Callable[[], None]] | None = None
+        saved: dict[str, Callable[[], None]] = {}
         progress = self._progress()
         try:
             for i, config in enumerate(configs):
@@ -290,13 +290,12 @@ class Autotuner:
                     skipped[str(config)] = _reason(e)
                     errors.append(e)
                     continue
-                if saved is None:
-                    saved = self._save(args, call_kwargs)
+                self._save(args, call_kwargs, saved)
                 try:
                     timings[str(config)] = float(bench(self._runner(grid, args, call_kwargs, config, stream),
                                                        warmup=self.warmup, rep=self.rep, stream=stream))
                 finally:
-                    for restore in saved:
+                    for restore in saved.values():
                         restore()
         finally:
             if progress:
@@ -323,9 +322,13 @@ class Autotuner:
         run.config = config  # type: ignore[attr-defined]  # which config a benchmarker times
         return run
 
-    def _save(self, args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> list[Callable[[], None]]:
-        """Restore functions of the arrays tuning may change: ``restore_value``, by default every
-        array argument the kernel stores to, and ``reset_to_zero``."""
+    def _save(self, args: tuple[Any, ...], call_kwargs: dict[str, Any], saved: dict[str, Callable[[], None]]
+              ) -> None:
+        """Add to ``saved`` the restore functions of the arrays timing this config may change:
+        ``restore_value``, by default every array argument this config's kernel stores to (configs
+        can store to different arrays: a workspace only a split config writes), and
+        ``reset_to_zero``. An array first seen here is as the caller passed it: every earlier
+        config was restored, and none stored to it."""
         if self.restore_value is not None:
             names = set(self.restore_value)
         else:
@@ -334,7 +337,9 @@ class Autotuner:
             names = stored_params(self.kernel.ir(*args, **call_kwargs))
         names |= set(self.reset_to_zero)
         bound = self._bound(args, call_kwargs)
-        return [_snapshot(bound[n]) for n in sorted(names) if hasattr(bound[n], "shape")]
+        for n in sorted(names - set(saved)):
+            if hasattr(bound[n], "shape"):
+                saved[n] = _snapshot(bound[n])
 
     def _compile(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
         """Compile one config for the current GPU (for sm_90a where there is none, so that the CPU

@@ -293,3 +293,28 @@ def test_tuning_without_a_gpu_says_so() -> None:
     with pytest.raises(sp.LaunchError) as e:
         tuner[_grid](x, out, N, 0.5)
     assert str(e.value).split("\n")[0] == "error[SP0731]: kernel `axpy` cannot be tuned: no NVIDIA GPU is available"
+
+
+def test_arrays_only_another_config_writes_are_restored_too() -> None:
+    """The chosen config (the first) never writes `ws`; the second, timed after it, does: tuning
+    leaves `ws` as the caller passed it (before, only the arrays the first config stores to were saved)."""
+    @sp.jit
+    def split(x, out, ws, n: sp.i32, BLOCK: sp.constexpr, WS: sp.constexpr):
+        offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+        mask = offs < n
+        v = sp.load(x + offs, mask=mask)
+        if WS:
+            sp.store(ws + offs, v * 2, mask=mask)
+        sp.store(out + offs, v + 1, mask=mask)
+
+    def bench(fn: Any, **kw: Any) -> float:
+        fn()
+        return 1.0 if fn.config.kwargs["WS"] else 0.5
+    tuner = sp.autotune([{"BLOCK": 64, "WS": False}, {"BLOCK": 128, "WS": True}], key=["n"], benchmarker=bench)(split)
+    tuner.launch_kernel = lambda grid, args, kw, stream: tuner.kernel.interpret[grid](*args, **kw)  # type: ignore
+    x, _ = _data()
+    out, ws = np.full(N, np.nan, np.float32), np.full(N, -7.0, np.float32)
+    tuner[_grid](x, out, ws, N)
+    assert tuner.choose(_grid, (x, out, ws, N), {}) == sp.Config({"BLOCK": 64, "WS": False})
+    np.testing.assert_allclose(out, x.astype(np.float64) + 1, rtol=1e-6)
+    np.testing.assert_array_equal(ws, np.full(N, -7.0))
