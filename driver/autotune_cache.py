@@ -46,7 +46,11 @@ def compiler_version() -> str:
 
 
 def describe(value: Any) -> str:
-    """How one argument enters a cache key: an array by its shape and dtype, anything else by repr."""
+    """How one argument enters a cache key: an array by its shape and dtype, a scalar (a numpy
+    scalar or 0-d array too: ``np.int64(4096)`` is ``4096``, its dtype is among the key's dtypes)
+    and anything else by repr."""
+    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == () and hasattr(value, "item"):
+        return repr(value.item())
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return f"{tuple(int(s) for s in value.shape)}:{dtype_name(value.dtype)}"
     return repr(value)

@@ -318,3 +318,17 @@ def test_arrays_only_another_config_writes_are_restored_too() -> None:
     assert tuner.choose(_grid, (x, out, ws, N), {}) == sp.Config({"BLOCK": 64, "WS": False})
     np.testing.assert_allclose(out, x.astype(np.float64) + 1, rtol=1e-6)
     np.testing.assert_array_equal(ws, np.full(N, -7.0))
+
+
+def test_numpy_scalar_key_values_key_by_value() -> None:
+    """`n` as a numpy scalar (`np.prod(shape)`, `x.shape[0]` of numpy ints) keys by its value, as a
+    Python int does: before, every np.int64 `n` was one key (`n=():int64`), so the winner tuned
+    for n = 300 was launched for every other n without tuning."""
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0})
+    tuner = _tuned(bench)
+    x, out = _data()
+    tuner.choose(_grid, (x, out, np.int64(N), 0.5), {})
+    tuner.choose(_grid, (x[:200], out[:200], np.int64(200), 0.5), {})
+    assert len(bench.calls) == 6
+    assert sorted(tuner.cache) == ["Fake GPU|n=200; dtypes: x=float32 out=float32 n=int64",
+                                   "Fake GPU|n=300; dtypes: x=float32 out=float32 n=int64"]
