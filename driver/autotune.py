@@ -31,7 +31,7 @@ from ..frontend.diagnostics import CompileError, LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
 from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
-from .kernel import KERNEL_OPTIONS, GridIndexer, Kernel
+from .kernel import KERNEL_OPTIONS, SP_BAD_OPTION, SP_CLUSTER_SHAPE, GridIndexer, Kernel, option_problem
 
 ENV_AUTOTUNE = "SPARSILE_AUTOTUNE"
 ENV_PRINT = "SPARSILE_AUTOTUNE_PRINT"
@@ -48,10 +48,11 @@ class Config:
 
     def __init__(self, kwargs: Mapping[str, Any] | None = None, num_warps: int | None = None,
                  num_stages: int | None = None, maxnreg: int | None = None, num_ctas: int | None = None,
-                 cluster: Any = None, pre_hook: Callable[[dict[str, Any]], None] | None = None):
+                 cluster: Any = None, pre_hook: Callable[[dict[str, Any]], None] | None = None,
+                 pdl: bool | None = None, target: str | None = None):
         self.kwargs = dict(kwargs or {})
         given = {"num_warps": num_warps, "num_stages": num_stages, "maxnreg": maxnreg, "num_ctas": num_ctas,
-                 "cluster": cluster}
+                 "cluster": cluster, "pdl": pdl, "target": target}
         self.options = {k: v for k, v in given.items() if v is not None}
         self.pre_hook = pre_hook
 
@@ -123,11 +124,23 @@ class Autotuner:
                                              f"kernel), found {kernel!r}",
                               help="put @sparsile.autotune(...) above @sparsile.jit")
         self.kernel = kernel
+        if isinstance(configs, str | Mapping | Config) or not isinstance(configs, Sequence):
+            raise LaunchError(SP_BAD_CONFIG, f"sparsile.autotune of `{kernel.name}` takes a list of configs, found "
+                                             f"{configs!r}",
+                              help='e.g. configs=[sparsile.Config({"BLOCK": 256}), {"BLOCK": 1024, "num_warps": 8}]')
         self.configs = [Config.of(c) for c in configs]
         if not self.configs:
             raise LaunchError(SP_BAD_CONFIG, f"sparsile.autotune of `{kernel.name}` needs at least one config")
         if isinstance(key, str):
             key = [key]
+        for what, names in (("key", key), ("restore_value", restore_value), ("reset_to_zero", reset_to_zero)):
+            if names is None and what == "restore_value":
+                continue  # the default: every array a config stores to
+            if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+                raise LaunchError(SP_BAD_NAME, f"autotune {what}= takes a list of parameter names of "
+                                               f"`{kernel.name}`, found {names!r}",
+                                  help=f"e.g. {what}=[\"n\"]" + ("; key=[] tunes once per argument dtypes"
+                                                                 if what == "key" else ""))
         self.key = list(key)
         self.prune_configs_by = dict(prune_configs_by or {})
         self.warmup, self.rep = warmup, rep
@@ -152,15 +165,28 @@ class Autotuner:
                 if n not in params:
                     raise LaunchError(SP_BAD_NAME, f"autotune {what}= names `{n}`, which is no parameter of "
                                                    f"`{self.kernel.name}`", help=f"parameters: {listed}")
-        for c in [*self.configs, self.interpret_config]:
+        table = [(f"the defaults= entry `{k}`", Config.of(v)) for k, v in self.table.items()]
+        for where, c in [*(("the autotune config", c) for c in self.configs),
+                         ("the interpret_config", self.interpret_config), *table]:
             for n in c.kwargs:
                 p = params.get(n)
                 if p is None or p.annotation is not T.CONSTEXPR:
                     what = "no parameter" if p is None else "not a constexpr parameter"
-                    raise LaunchError(SP_CONFIG_PARAM, f"the autotune config {{{c}}} sets `{n}`, which is {what} "
+                    raise LaunchError(SP_CONFIG_PARAM, f"{where} {{{c}}} sets `{n}`, which is {what} "
                                                        f"of `{self.kernel.name}`",
                                       help="a config gives constexpr parameters (`NAME: constexpr`) and kernel "
                                            f"options ({', '.join(KERNEL_OPTIONS)})")
+            for name, value in c.options.items():
+                problem = option_problem(name, value)
+                if problem is not None:  # refused here: timing would skip the config without a word
+                    raise LaunchError(SP_CLUSTER_SHAPE if name == "cluster" else SP_BAD_OPTION,
+                                      f"{where} {{{c}}}: {problem[0]}", help=problem[1])
+        tuned = {n for c in self.configs for n in c.kwargs}
+        for n in self.key:
+            if n in tuned:
+                raise LaunchError(SP_BAD_NAME, f"autotune key= names `{n}`, which the configs of `{self.kernel.name}` "
+                                               "choose: it cannot tell calls apart",
+                                  help="key= names the call's arguments a choice depends on (sizes, arrays)")
 
     # ------------------------------------------------------------------ the kernel's face
     @property

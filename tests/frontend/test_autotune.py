@@ -264,6 +264,31 @@ def test_progress_and_print(capsys: pytest.CaptureFixture[str], monkeypatch: pyt
      "options)"),
     (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], defaults="/nonexistent/t.json")(k), "SP0773",
      "cannot read the autotuning table `/nonexistent/t.json`: No such file or directory"),
+    # a list of configs, of names (each was a TypeError from inside, or a name per letter)
+    (lambda k: sp.autotune(None, key=["n"])(k), "SP0770", "sparsile.autotune of `axpy` takes a list of configs, "
+     "found None"),
+    (lambda k: sp.autotune({"BLOCK": 64}, key=["n"])(k), "SP0770",
+     "sparsile.autotune of `axpy` takes a list of configs, found {'BLOCK': 64}"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=None)(k), "SP0771",
+     "autotune key= takes a list of parameter names of `axpy`, found None"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], restore_value="out")(k), "SP0771",
+     "autotune restore_value= takes a list of parameter names of `axpy`, found 'out'"),
+    # a key the configs choose is the first config's value in every call: it separates nothing
+    (lambda k: sp.autotune([{"BLOCK": 64}, {"BLOCK": 128}], key=["BLOCK"])(k), "SP0771",
+     "autotune key= names `BLOCK`, which the configs of `axpy` choose: it cannot tell calls apart"),
+    # option values that cannot work were skipped like a compile error: the config was dropped without a word
+    (lambda k: sp.autotune([sp.Config({"BLOCK": 64}, num_warps=0), {"BLOCK": 128}], key=["n"])(k), "SP0242",
+     "the autotune config {BLOCK: 64, num_warps: 0}: num_warps must be a positive integer, found 0"),
+    (lambda k: sp.autotune([{"BLOCK": 128, "num_warps": "8"}], key=["n"])(k), "SP0242",
+     "the autotune config {BLOCK: 128, num_warps: 8}: num_warps must be a positive integer, found '8'"),
+    (lambda k: sp.autotune([sp.Config({"BLOCK": 64}, cluster=(4, 4, 1))], key=["n"])(k), "SP0558",
+     "the autotune config {BLOCK: 64, cluster: (4, 4, 1)}: a cluster is 1 to 3 positive ints of at most 8 CTAs in "
+     "all, found cluster=(4, 4, 1)"),
+    # a table's choice is checked as the configs are (it failed at the call as a launch with `BLOK=`)
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], defaults={"*": {"BLOK": 64}})(k), "SP0772",
+     "the defaults= entry `*` {BLOK: 64} sets `BLOK`, which is no parameter of `axpy`"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], defaults={"*": {"BLOCK": 64, "a": 0.0}})(k), "SP0772",
+     "the defaults= entry `*` {BLOCK: 64, a: 0.0} sets `a`, which is not a constexpr parameter of `axpy`"),
 ])
 def test_bad_arguments(make: Any, code: str, message: str) -> None:
     with pytest.raises(sp.LaunchError) as e:
@@ -332,3 +357,12 @@ def test_numpy_scalar_key_values_key_by_value() -> None:
     assert len(bench.calls) == 6
     assert sorted(tuner.cache) == ["Fake GPU|n=200; dtypes: x=float32 out=float32 n=int64",
                                    "Fake GPU|n=300; dtypes: x=float32 out=float32 n=int64"]
+
+
+
+def test_pdl_and_target_in_a_dict_config_are_options() -> None:
+    """`pdl` and `target` are kernel options like `num_warps` (a dict naming them was a TypeError
+    from Config's constructor)."""
+    config = sp.Config.of({"BLOCK": 64, "pdl": False, "target": "sm_90a"})
+    assert (config.kwargs, config.options) == ({"BLOCK": 64}, {"pdl": False, "target": "sm_90a"})
+    assert config == sp.Config({"BLOCK": 64}, pdl=False, target="sm_90a")
