@@ -270,7 +270,11 @@ class Autotuner:
         config = Config.of(entry["config"])
         if config not in self._candidates(gpu, key):
             return None
-        return TuneRecord(config, "disk", dict(entry.get("timings") or {}), dict(entry.get("skipped") or {}))
+        timings, skipped = entry.get("timings"), entry.get("skipped")  # for the summary only: dropped when malformed
+        timings = {k: float(v) for k, v in timings.items() if isinstance(v, int | float)} \
+            if isinstance(timings, dict) else {}
+        skipped = {k: str(v) for k, v in skipped.items()} if isinstance(skipped, dict) else {}
+        return TuneRecord(config, "disk", timings, skipped)
 
     def _candidates(self, gpu: str, key: str) -> list[Config]:
         """The configs, with the table's choice for this key added when it is none of them (so a

@@ -366,3 +366,20 @@ def test_pdl_and_target_in_a_dict_config_are_options() -> None:
     config = sp.Config.of({"BLOCK": 64, "pdl": False, "target": "sm_90a"})
     assert (config.kwargs, config.options) == ({"BLOCK": 64}, {"pdl": False, "target": "sm_90a"})
     assert config == sp.Config({"BLOCK": 64}, pdl=False, target="sm_90a")
+
+
+@pytest.mark.parametrize("extra", [{"timings": [1, 2]}, {"skipped": "x"}, {"timings": {"BLOCK: 128": "fast"}}])
+def test_a_malformed_stored_entry_still_gives_its_config(tmp_path: Any, extra: dict[str, Any]) -> None:
+    """An entry whose timings or skipped reasons are malformed (a hand-edited or foreign file) was a
+    TypeError from inside; its config is still used, the malformed parts are left out of the summary."""
+    x, out = _data()
+    _tuned(FakeBench({64: 3.0, 128: 1.0, 256: 2.0})).choose(_grid, (x, out, N, 0.5), {})
+    path = _files(tmp_path)[0]
+    data = json.loads(path.read_text())
+    for entry in data["entries"].values():
+        entry.update(extra)
+    path.write_text(json.dumps(data))
+    bench = FakeBench({})
+    again = _tuned(bench)
+    assert again.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
+    assert bench.calls == [] and "(disk" in again.summary()
