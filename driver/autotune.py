@@ -152,6 +152,11 @@ class Autotuner:
         self.cache: dict[str, TuneRecord] = {}  # by "GPU name|cache key"
         self.stderr: TextIO | None = None
         self._check_names()
+        tuned = {n for c in self.configs for n in c.kwargs}
+        self.call_constexprs = [p.name for p in kernel.params if p.annotation is T.CONSTEXPR
+                                and p.name not in tuned and p.name not in self.key]
+        """Constexprs the call gives: part of every cache key (they change the compiled kernel, so a
+        winner for one value may not compile, or not win, for another)."""
         ident = identity_hash(kernel.source_key, kernel.name, [c.to_json() for c in self.configs], self.key)
         self.file = TuningFile(tuning_path(kernel.name, ident) if cache_results else None, kernel.name)
 
@@ -246,7 +251,7 @@ class Autotuner:
         for c in self.configs:
             self._user_kwargs(kwargs, c)
         bound = self._bound(args, kwargs)
-        key = key_string(self.key, bound)
+        key = key_string(self.key + self.call_constexprs, bound)
         gpu = self._gpu_name()
         record = self.cache.get(f"{gpu}|{key}")
         if record is not None:

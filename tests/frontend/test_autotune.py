@@ -383,3 +383,26 @@ def test_a_malformed_stored_entry_still_gives_its_config(tmp_path: Any, extra: d
     again = _tuned(bench)
     assert again.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
     assert bench.calls == [] and "(disk" in again.summary()
+
+
+def test_constexprs_the_call_gives_are_part_of_the_key() -> None:
+    """BLOCK 32 wins with EXTRA=0; with EXTRA=64 it does not compile (arange of 96). The call with
+    EXTRA=64 tunes for itself and gets BLOCK 64; before, it took the winner cached for EXTRA=0 and
+    failed (SP0301) although a config fits it."""
+    @sp.jit
+    def shifted(x, out, n: sp.i32, BLOCK: sp.constexpr, EXTRA: sp.constexpr):
+        offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK + EXTRA)
+        mask = offs < n
+        sp.store(out + offs, sp.load(x + offs, mask=mask) + 1, mask=mask)
+
+    bench = FakeBench({32: 1.0, 64: 2.0}, run=True)
+    tuner = sp.autotune([{"BLOCK": 32}, {"BLOCK": 64}], key=["n"], benchmarker=bench)(shifted)
+    tuner.launch_kernel = lambda grid, args, kw, stream: tuner.kernel.interpret[grid](*args, **kw)  # type: ignore
+    x, _ = _data()
+    for extra, block in ((0, 32), (64, 64)):
+        out = np.full(N, np.nan, np.float32)
+        tuner[_grid](x, out, N, EXTRA=extra)
+        assert tuner.choose(_grid, (x, out, N), {"EXTRA": extra}) == sp.Config({"BLOCK": block})
+        np.testing.assert_allclose(out, x.astype(np.float64) + 1, rtol=1e-6)
+    assert sorted(tuner.cache) == ["Fake GPU|n=300, EXTRA=0; dtypes: x=float32 out=float32",
+                                   "Fake GPU|n=300, EXTRA=64; dtypes: x=float32 out=float32"]
