@@ -310,7 +310,7 @@ class Autotuner:
         started = time.perf_counter()
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
-        errors: list[CompileError] = []
+        errors: list[CompileError | LaunchError] = []
         saved: dict[str, Callable[[], None]] = {}
         progress = self._progress()
         try:
@@ -329,6 +329,9 @@ class Autotuner:
                 try:
                     timings[str(config)] = float(bench(self._runner(grid, args, call_kwargs, config, stream),
                                                        warmup=self.warmup, rep=self.rep, stream=stream))
+                except LaunchError as e:  # refused before it ran (a grid, block or shared memory over a limit)
+                    skipped[str(config)] = _reason(e)
+                    errors.append(e)
                 finally:
                     for restore in saved.values():
                         restore()
@@ -416,7 +419,9 @@ class Autotuner:
         return "\n".join(lines)
 
 
-def _reason(error: CompileError) -> str:
+def _reason(error: CompileError | LaunchError) -> str:
+    if isinstance(error, LaunchError):
+        return f"{error.code}: {error.message}"
     d = error.diagnostics[0] if error.diagnostics else None
     return f"{d.code}: {d.message}" if d is not None else str(error)
 

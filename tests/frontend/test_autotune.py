@@ -406,3 +406,23 @@ def test_constexprs_the_call_gives_are_part_of_the_key() -> None:
         np.testing.assert_allclose(out, x.astype(np.float64) + 1, rtol=1e-6)
     assert sorted(tuner.cache) == ["Fake GPU|n=300, EXTRA=0; dtypes: x=float32 out=float32",
                                    "Fake GPU|n=300, EXTRA=64; dtypes: x=float32 out=float32"]
+
+
+def test_a_config_whose_launch_is_refused_is_skipped_with_the_reason() -> None:
+    """BLOCK 64's grid (made too tall here) is refused at its launch (SP0710), after it compiled:
+    it is skipped like a config that does not compile, and the others are tuned (the whole call
+    failed before). When every launch is refused, the first refusal is raised."""
+    def grid(meta: dict[str, Any]) -> tuple[int, ...]:
+        return (1, 70000) if meta["BLOCK"] == 64 else _grid(meta)
+
+    bench = FakeBench({64: 1.0, 128: 2.0, 256: 3.0}, run=True)
+    tuner = _tuned(bench)
+    x, out = _data()
+    expected = out.astype(np.float64) + 0.5 * x.astype(np.float64)
+    tuner[grid](x, out, N, 0.5)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert tuner.choose(grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
+    assert ("skipped     BLOCK: 64: SP0710: grid (1, 70000) has 70000 programs along y; CUDA allows at most 65535"
+            in tuner.summary())
+    with pytest.raises(sp.LaunchError, match=r"error\[SP0710\]: grid \(1, 70000\)"):
+        _tuned(FakeBench({}, run=True), configs=[{"BLOCK": 64}]).choose(grid, (x, out, N, 0.5), {})
