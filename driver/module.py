@@ -265,6 +265,11 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     def wrap(f: Callable[..., Any]) -> Kernel:
         from ..frontend.syntax.parser import parse_function_source
 
+        if isinstance(f, Kernel) or type(f).__name__ == "Autotuner":
+            what = "an autotuned kernel" if isinstance(getattr(f, "kernel", None), Kernel) else "a kernel already"
+            raise CompileError([Diagnostic("SP0241", f"@sparsile.jit wraps a Python function; `{f.name}` is {what}",
+                                           help="put @sparsile.autotune(...) above @sparsile.jit, and apply "
+                                                "@sparsile.jit once")])
         try:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"

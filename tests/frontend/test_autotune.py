@@ -426,3 +426,14 @@ def test_a_config_whose_launch_is_refused_is_skipped_with_the_reason() -> None:
             in tuner.summary())
     with pytest.raises(sp.LaunchError, match=r"error\[SP0710\]: grid \(1, 70000\)"):
         _tuned(FakeBench({}, run=True), configs=[{"BLOCK": 64}]).choose(grid, (x, out, N, 0.5), {})
+
+
+def test_jit_above_autotune_says_to_swap_them() -> None:
+    """`@sparsile.jit` over `@sparsile.autotune` (or over a kernel) was SP0241 "cannot read the source
+    of `<sparsile autotuned kernel ...>`: module, class, method, ... was expected"."""
+    tuner = sp.autotune([{"BLOCK": 64}], key=["n"])(_axpy_kernel())
+    for wrapped, what in ((tuner, "an autotuned kernel"), (tuner.kernel, "a kernel already")):
+        with pytest.raises(sp.CompileError) as e:
+            sp.jit(wrapped)
+        assert (e.value.code, e.value.message) == ("SP0241", f"@sparsile.jit wraps a Python function; `axpy` is {what}")
+        assert "put @sparsile.autotune(...) above @sparsile.jit" in str(e.value)
