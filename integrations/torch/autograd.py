@@ -52,15 +52,28 @@ _ACTIVATIONS: dict[str, Any] = {
 
 def dense_weight(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     """W (N, k) in float32 on values' device, decompressed from values and "sm90" words (k: x's K,
-    at most the K the values cover)."""
+    at most the K the values cover). Through the custom op ``sparsile::dense_weight``, so that a
+    backward traced by torch.compile / AOTAutograd sees one opaque node (its fake gives the shape)
+    instead of reading fake tensors' memory (before, the compiled backward of a call whose x
+    requires grad stopped at SP0804, "cannot read meta of type FunctionalTensor on the host")."""
+    return torch.ops.sparsile.dense_weight(values.detach(), meta.detach(), k)
+
+
+@torch.library.custom_op("sparsile::dense_weight", mutates_args=())
+def _dense_weight(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
     n = int(values.shape[0])
     if values.is_cuda:
         from ...stdlib.kernels.sparsity_gpu import decompress_gpu
 
-        dense = decompress_gpu(values.detach(), meta.detach(), "sm90", NAME_OF[values.dtype], m=n, k=k)
+        dense = decompress_gpu(values, meta, "sm90", NAME_OF[values.dtype], m=n, k=k)
         return dense.float()
     host = host_dense(values, meta, n, 2 * int(values.shape[1]))
     return torch.from_numpy(np.ascontiguousarray(host[:, :k], dtype=np.float32))
+
+
+@_dense_weight.register_fake
+def _dense_weight_fake(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
+    return values.new_empty((values.shape[0], k), dtype=torch.float32)
 
 
 class _RefusedSecondDerivative(torch.autograd.Function):

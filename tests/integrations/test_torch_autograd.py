@@ -274,6 +274,43 @@ def test_a_bias_parameter_trains_through_torch_compile():
     assert torch.allclose(layer.bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
+class _UpstreamThenSparse(torch.nn.Module):
+    """A trainable nn.Linear feeding a frozen SparseLinear (with a trainable bias): the sparse layer's x
+    requires grad, so a backward needs x's gradient through the weight (``dense_weight``)."""
+
+    def __init__(self, activation):
+        super().__init__()
+        self.pre = linear(64, 64, seed=15)
+        self.sparse = spt.SparseLinear.from_dense(linear(48, 64, seed=16), activation=activation)
+        self.sparse.bias = torch.nn.Parameter(self.sparse.bias.clone())
+
+    def forward(self, x):
+        return self.sparse(self.pre(x))
+
+
+@pytest.mark.parametrize("activation", [None, "gelu_tanh"])
+def test_a_compiled_training_step_gives_the_eager_gradients(activation):
+    """torch.compile(fullgraph=True) of a forward and backward whose sparse layer's x requires grad:
+    the backward AOTAutograd traces decompresses the weight through the op ``sparsile::dense_weight``
+    (fake: its shape). Before, it read the FunctionalTensor's memory on the host: SP0804 at compile
+    time. The gradients are the eager ones, bit for bit (the same kernel and float32 GEMM)."""
+    model = _UpstreamThenSparse(activation)
+    gen = torch.Generator().manual_seed(17)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(2, 3, 48, generator=gen).to(torch.bfloat16)
+
+    def grads(module):
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        module(x).backward(g)
+        return [x.grad, model.pre.weight.grad, model.pre.bias.grad, model.sparse.bias.grad]
+
+    eager = grads(model)
+    compiled = grads(torch.compile(model, backend="aot_eager", fullgraph=True))
+    for want, got in zip(eager, compiled):
+        assert got is not None and torch.equal(got, want)
+
+
 def test_a_bias_parameter_round_trips_through_the_state_dict():
     """The state dict of a layer whose bias is a parameter has the same keys (a plain layer loads it);
     loading into it copies into the parameter (an optimizer's tensor stays the layer's) and the next
