@@ -60,6 +60,23 @@ def test_fake_tensor_shapes():
         assert (xq.shape, xq.dtype, sx.shape, sx.dtype) == ((5, 64), torch.float8_e4m3fn, (5,), torch.float32)
 
 
+
+def test_fakes_match_the_real_ops_for_a_non_contiguous_x():
+    """The fakes give the real outputs' shapes, dtypes and strides for a transposed x (2-D, 3-D):
+    the quantizer's fake took x's strides (empty_like), its real output is contiguous."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    fp8 = spt.SparseLinear.from_dense(linear(32, 64), "e4m3")
+    xs = [torch.randn(64, 6).to(torch.bfloat16).t(), torch.randn(3, 64, 2).to(torch.bfloat16).transpose(1, 2)]
+    for x in xs:
+        assert not x.is_contiguous()
+        torch.library.opcheck(torch.ops.sparsile.quantize_per_token_e4m3.default, (x,),
+                              test_utils=("test_faketensor",))
+        torch.library.opcheck(torch.ops.sparsile.sparse_linear.default, _args(layer, x),
+                              {"activation": "relu", "out_dtype": torch.float32}, test_utils=("test_faketensor",))
+        xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+        torch.library.opcheck(torch.ops.sparsile.sparse_linear.default, (xq, fp8.values, fp8.meta, fp8.bias),
+                              {"scale_x": sx, "scale_w": fp8.scale_w}, test_utils=("test_faketensor",))
+
 class _Mlp(torch.nn.Module):
     def __init__(self):
         super().__init__()
