@@ -95,12 +95,15 @@ _NO_ARGUMENT: Any = object()  # SparseLinear.__call__ without a positional argum
 
 
 def tracing(x: Any) -> bool:
-    """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace: the
-    forward goes through the custom op, which tracers see, instead of launching directly."""
+    """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace and
+    torch.func's transforms (vmap, grad, jacrev: x is a BatchedTensor or a GradTrackingTensor, whose
+    memory the eager path cannot read; it was SP0804, or torch's refusal of an autograd.Function
+    without setup_context): the forward goes through the custom op, which tracers see, instead of
+    launching directly."""
     # (a dispatch mode is on the stack: torch.utils._python_dispatch._get_current_dispatch_mode, without
     # its Python frame; torch.compiler.is_compiling first: dynamo evaluates it to True while tracing)
     return (torch.compiler.is_compiling() or type(x) is not torch.Tensor or torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._get_tracing_state() is not None)
+            or torch._C._get_tracing_state() is not None or torch._C._are_functorch_transforms_active())
 
 
 def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> int:

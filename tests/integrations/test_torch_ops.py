@@ -201,3 +201,14 @@ def test_empty_k_gives_the_epilogue_of_zero_sums():
     assert torch.equal(fp8.float(), bias.bfloat16().float().expand(4, 32))
     xq, scale = torch.ops.sparsile.quantize_per_token_e4m3(torch.ones(2, 4, 0))
     assert xq.shape == (2, 4, 0) and xq.dtype == torch.float8_e4m3fn and scale.shape == (2, 4)
+
+
+@pytest.mark.parametrize("dtype", [None, "e4m3"])
+def test_vmap_over_a_layer_takes_the_op(dtype):
+    """torch.func.vmap over a SparseLinear: x is a BatchedTensor (type torch.Tensor, no dispatch mode),
+    so the layer takes the custom op as under other tracers. Before, it took the eager path, which
+    read the BatchedTensor on the host: SP0804."""
+    layer = spt.SparseLinear.from_dense(linear(32, 64), dtype, activation="relu")
+    x = torch.randn(4, 3, 64).to(torch.bfloat16)
+    assert torch.equal(torch.func.vmap(layer)(x), layer(x))
+    assert torch.equal(torch.func.vmap(layer, in_dims=1)(x), layer(x.transpose(0, 1)))
