@@ -149,10 +149,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-c37)  # after the last merges: a bias made an nn.Parameter on a CUDA layer (launch records, gradient), training, JAX
-    # (cut to the device time left: the autograd, training and JAX GPU tests)
-    run 140 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/gpu/test_torch_autograd_gpu.py \
-        tests/gpu/test_torch_training_gpu.py tests/gpu/test_jax_gpu.py
+c37)  # the thirty-seventh session's last merges, not run on a GPU: a bias made an nn.Parameter on a CUDA layer
+     # (launch records, gradient), the backward's weight through the op sparsile::dense_weight (decompress_gpu
+     # inside a custom op), the layer under torch.func transforms, tied-weight skips; every torch GPU test file,
+     # training and JAX
+    run 400 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_training_gpu.py tests/gpu/test_jax_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_glu_gpu.py
     ;;
 b37)  # after this session's merges: sparsify_ skips linears with hooks or their own forward, state-dict weight checks,
      # the autograd path for a trainable bias, fused groups released for trainable members; jax.grad through
