@@ -93,8 +93,13 @@ def test_f16_accumulator_is_not_lowered_yet() -> None:
 def test_accumulator_split_over_warpgroups() -> None:
     wgmma_error(source(m=64, n=64, warps=8), "SP0571", "M = 64 is not a multiple of 64 x 2 warpgroups = 128")
     wgmma_error(source(m=64, warps=2), "SP0571", "2 warps, not whole warpgroups")
-    # 3 warpgroups: inference's anchor used to raise a LayoutError (a traceback) here
-    wgmma_error(source(m=256, warps=12), "SP0571", "3 warpgroups")
+    # 3 warpgroups (12 warps): inference's anchor used to raise a LayoutError (a traceback) here, then it
+    # was SP0571; the kernel's plain tiles cannot be spread over 12 warps either (they were spread over 8,
+    # the other 4 computing copies), and that comes first now, at the first tile
+    with pytest.raises(CompileError) as info:
+        compile_src(source(m=256, warps=12), "sm_90a", stop_after="ir")
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0250" and d.message.endswith("but this code runs on 12 warps")
 
 
 def test_integer_n_comes_from_the_descriptor_rules() -> None:
