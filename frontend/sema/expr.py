@@ -122,6 +122,8 @@ class ExprMixin:
         help_ = f"did you mean `{close[0]}`?" if close else None
         if node.id in ("range", "static_range"):
             help_ = f"`{node.id}` can only be used as the iterable of a `for` loop"
+        elif node.id == "print":  # (the close match was `pin`)
+            help_ = "kernels do not print at run time; `static_print(...)` prints constants at compile time"
         raise CompileError([Diagnostic("SP0202", f"unknown name `{node.id}`", node.span, help=help_)])
 
     # ------------------------------------------------------------------------------ operators

@@ -181,3 +181,17 @@ def test_invert_of_a_bool_is_the_same_constant_or_not() -> None:
     for flag in (True, False):
         inverted_flags.interpret[(1,)](out, 1 if flag else 0, FLAG=flag)
         assert out.tolist() == [int(not flag)] * 2
+
+
+@sp.jit
+def prints(out):
+    print(out)
+
+
+def test_print_points_to_static_print() -> None:
+    with pytest.raises(sp.CompileError) as info:
+        prints.interpret[(1,)](np.zeros(1, np.float32))
+    d = info.value.diagnostics[0]
+    assert (d.code, d.message) == ("SP0202", "unknown name `print`")
+    assert d.help == "kernels do not print at run time; `static_print(...)` prints constants at compile time"
+    assert (d.span.file_line, d.span.file_col) == where("print(out)")
