@@ -160,7 +160,11 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     x, values, meta, bias, scale_x, scale_w = ctx.saved_tensors
     needs = tuple(ctx.needs_input_grad) + (False,) * 6
     if x.dtype == torch.float8_e4m3fn and (needs[0] or needs[4]):  # (x and scale_x from the quantizer)
-        raise frozen("an fp8 x (give SparseLinear a 16-bit x: its gradient passes the quantizer straight through)")
+        raise IntegrationError(SP_FROZEN_WEIGHT, "sparse_linear has no gradient for an fp8 x (it would be fp8 too, "
+                               "3 mantissa bits): the eager e4m3 SparseLinear passes a 16-bit x's gradient straight "
+                               "through its quantizer, a traced one (torch.compile) does not yet",
+                               help="run this backward eagerly, or use a 16-bit (bf16 / f16) layer where x needs a "
+                                    "gradient under torch.compile")
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_x"), (5, "scale_w")):
         if needs[index]:
             raise frozen(what)
