@@ -151,10 +151,10 @@ class Autotuner:
         self.benchmarker = benchmarker
         self.cache: dict[str, TuneRecord] = {}  # by "GPU name|cache key"
         self.stderr: TextIO | None = None
+        self.tuned = {n for c in self.configs for n in c.kwargs}  # the constexprs the configs choose
         self._check_names()
-        tuned = {n for c in self.configs for n in c.kwargs}
         self.call_constexprs = [p.name for p in kernel.params if p.annotation is T.CONSTEXPR
-                                and p.name not in tuned and p.name not in self.key]
+                                and p.name not in self.tuned and p.name not in self.key]
         """Constexprs the call gives: part of every cache key (they change the compiled kernel, so a
         winner for one value may not compile, or not win, for another)."""
         ident = identity_hash(kernel.source_key, kernel.name, [c.to_json() for c in self.configs], self.key)
@@ -186,9 +186,8 @@ class Autotuner:
                 if problem is not None:  # refused here: timing would skip the config without a word
                     raise LaunchError(SP_CLUSTER_SHAPE if name == "cluster" else SP_BAD_OPTION,
                                       f"{where} {{{c}}}: {problem[0]}", help=problem[1])
-        tuned = {n for c in self.configs for n in c.kwargs}
         for n in self.key:
-            if n in tuned:
+            if n in self.tuned:
                 raise LaunchError(SP_BAD_NAME, f"autotune key= names `{n}`, which the configs of `{self.kernel.name}` "
                                                "choose: it cannot tell calls apart",
                                   help="key= names the call's arguments a choice depends on (sizes, arrays)")

@@ -89,10 +89,6 @@ def _tracker(ctx: Any) -> Tracker:
     return holder.setdefault("_tcgen05_async", Tracker())
 
 
-def _lock(ctx: Any) -> Any:
-    return shared_condition(ctx)
-
-
 def _line(op: Operation) -> str:
     return f"line {op.span.line}" if op.span is not None and op.span.line > 0 else "an earlier line"
 
@@ -106,7 +102,7 @@ def issue(ctx: Any, op: Operation, view: Any, writes: bool, tmem: bool) -> None:
         return
     st = thread_state(ctx)
     key = (id(st), v.__array_interface__["data"][0], v.shape, v.strides, writes)
-    with _lock(ctx):
+    with shared_condition(ctx):
         _tracker(ctx).records[key] = AsyncRecord(v, op, writes, tmem, st)
 
 
@@ -114,7 +110,7 @@ def commit(ctx: Any, op: Operation, bars: list[Any]) -> None:
     """``tcgen05.commit`` to ``bars``: every tcgen05 op this thread issued so far completes with the
     phase of each barrier now in progress. Call before the arrivals (holding no lock)."""
     st = thread_state(ctx)
-    with _lock(ctx):
+    with shared_condition(ctx):
         now = next(_CLOCK)
         for rec in _tracker(ctx).records.values():
             if rec.issuer is st:
@@ -145,7 +141,7 @@ def check(ctx: Any, op: Operation, view: Any, what: str, *, write: bool, tcgen05
     if v.size == 0:
         return
     st = thread_state(ctx)
-    with _lock(ctx):
+    with shared_condition(ctx):
         for rec in _tracker(ctx).records.values():
             if not (rec.writes or write) or (pipelined and rec.issuer is st):
                 continue

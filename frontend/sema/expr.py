@@ -32,12 +32,12 @@ from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Na
 # Python builtins a kernel may call on compile-time values.
 
 
-
 def _invert(a: Any) -> Any:
     """``~`` of a constant as the run-time operator gives it: logical not on a bool (numpy's and the
     language's meaning, so a constexpr flag and a run-time mask agree), bitwise not on an int. (Python's
     ``~True`` is -2, and deprecated since 3.12.)"""
     return not a if isinstance(a, (bool, np.bool_)) else ~a
+
 
 class ExprMixin:
     # provided by Sema

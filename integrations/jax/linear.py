@@ -33,11 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...stdlib.kernels import linear as L
-from ...stdlib.kernels.arrays import check_flag, check_split_k
+from ...stdlib.kernels.arrays import check_split_k
 from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
 from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
 from ...stdlib.sparsity.formats import decompress, metadata_shape
+from ...stdlib.sparsity.hostarray import checked_flag
 from .call import call
 from .errors import SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
 from .grad import linear_jvp
@@ -188,7 +189,7 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     folds the batch into the tokens.
     """
     check_split_k(split_k)  # (SP0804, as the torch layer: 0, -1, True or "2" failed deep in the launch plan)
-    check_flag("interpret", interpret)
+    checked_flag(interpret, "interpret")
     for what, operand in (("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
         _check_real(operand, what)
     forward = _batched_linear(activation, out_dtype, interpret, split_k)

@@ -469,9 +469,8 @@ class SparseLinear(nn.Module):
         values = state_dict.get(prefix + "values")
         if not isinstance(values, torch.Tensor) or values.dtype == self.values.dtype:
             return
-        fits = values.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64) \
-            if self.weight_dtype != "e4m3" else False
-        if not fits:
+        if self.weight_dtype == "e4m3" or values.dtype not in (torch.bfloat16, torch.float16, torch.float32,
+                                                               torch.float64):
             raise SparsityError(SP_VALUES_MISMATCH, f"the state dict's {prefix}values are {values.dtype}, but this "
                                 f"layer's weight is {self.weight_dtype} ({self.values.dtype}): a copy would cast "
                                 "them to other numbers (e4m3 values mean values * scale_w)",

@@ -21,7 +21,7 @@ from ...driver.recording import note_scratch
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
-from ..sparsity.hostarray import checked_flag, require_numeric
+from ..sparsity.hostarray import require_numeric
 
 if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
@@ -74,17 +74,19 @@ def check_i32_elements(shape: tuple[int, ...], what: str, help: str) -> None:
                         "the kernel's 32-bit element offsets reach (they would wrap)", help=help)
 
 
+def check_split_workspace(split: int, rows: int, cols: int, instead: str) -> None:
+    """:func:`check_i32_elements` of a split-K plan's (split, rows, cols) partial sums (none for one
+    split), with the largest split that fits; ``instead``: the other way out, for the help."""
+    if split > 1:
+        check_i32_elements((split, rows, cols), "the split-K workspace", help=f"pass a smaller split_k (at most "
+                           f"{max(1, MAX_I32_ELEMENTS // (rows * cols))} for a {rows} x {cols} result), or {instead}")
+
+
 def check_split_k(split_k: Any) -> None:
     """SP0804 for an explicit ``split_k`` that no kernel takes (an integer from 1 to 64), also where
     the kernel planned does not split K (Blackwell) and would otherwise ignore it."""
     if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool) or not 1 <= split_k <= 64):
         raise bad_input(f"split_k must be an integer from 1 to 64, got {split_k!r}")
-
-
-def check_flag(name: str, value: Any) -> None:
-    """SP0804 for a yes/no option that is not a bool (numpy's included): a truthy string such as
-    "no" would otherwise turn it on (the sparsity toolkit's ``checked_flag``)."""
-    checked_flag(value, name)
 
 
 def placed_array(x: Any, what: str, interpret: bool) -> Any:

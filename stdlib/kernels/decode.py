@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_kind, bad_input, check_i32_elements, empty_array, pad_columns, plain_int, zeros_array
+from .arrays import array_kind, bad_input, check_split_workspace, empty_array, pad_columns, plain_int, zeros_array
 from .decode_config import (  # noqa: F401 (re-exported: callers import the decode plan's sizes from here)
     BM256_MIN_TILE,
     DECODE_BM,
@@ -440,9 +440,7 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
                             "without persistent")
         cfg = dataclasses.replace(cfg, persist=persistent_ctas(base.m, cfg, sms))
     cfg = dataclasses.replace(cfg, source=source)
-    if cfg.split_k > 1:
-        check_i32_elements((cfg.split_k, base.m, base.t), "the split-K workspace", help=f"pass a smaller split_k "
-                           f"(at most {max(1, 2 ** 31 // (base.m * base.t))} for this weight and {base.t} tokens)")
+    check_split_workspace(cfg.split_k, base.m, base.t, "fewer tokens at a time")
     k_padded = -(-base.k_padded // cfg.bk) * cfg.bk
     # whole 128-row slabs for 128 and 64 rows per CTA (64 divides them): untiled copies of the weight
     # are then the same for every plan of it (sparsile.torch refreshes a record's copies from a plan of

@@ -37,13 +37,14 @@ from typing import Any
 
 from ...driver.recording import recording
 from ..sparsity.dtypes import operand_type
+from ..sparsity.hostarray import checked_flag
 from . import call_cache
 from .arrays import (
     array_kind,
     bad_input,
-    check_flag,
     check_i32_elements,
     check_split_k,
+    check_split_workspace,
     deliver_result,
     empty_array,
     output_array,
@@ -224,7 +225,7 @@ def plan_target(target: str | None, interpret: bool) -> str:
     sm_90a (the Hopper kernel; also in the interpreter when no target is named)."""
     from .gemm_sm100 import BLACKWELL_TARGETS, device_target
 
-    check_flag("interpret", interpret)
+    checked_flag(interpret, "interpret")
     if target is None:
         return (None if interpret else device_target()) or "sm_90a"
     if target != "sm_90a" and target not in BLACKWELL_TARGETS:
@@ -249,7 +250,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
 
     split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
-    check_flag("persistent", persistent)
+    checked_flag(persistent, "persistent")
     check_kernel_choice(kernel, "sparse_matmul")  # SP0860 for a kernel choice there is not, whatever the target
     if schedule is not None:
         choice = resolve_kernel_choice(values, meta, dtype)
@@ -300,9 +301,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     split = split_k if split_k is not None else choose_split_k(m, n, k_padded, bn, choice,
                                                                num_sms or gpu_sm_count(interpret))
     check_split_k(split)
-    if split > 1:
-        check_i32_elements((split, m, n), "the split-K workspace", help=f"pass a smaller split_k (at most "
-                           f"{max(1, 2 ** 31 // (m * n))} for this {m} x {n} C), or compute C in blocks of b's rows")
+    check_split_workspace(split, m, n, "compute C in blocks of b's rows")
     converts = c_dtype != choice.out_dtype  # the _splitk kernel's f32 partials, then C's type on the reduce
     needs_workspace = split > 1 or (converts and c_dtype != choice.partial_dtype)
     workspace = empty_array(home, (split, m, n), choice.partial_dtype, interpret) if needs_workspace else None

@@ -38,6 +38,7 @@ from .arrays import (
     bad_input,
     check_i32_elements,
     check_split_k,
+    check_split_workspace,
     deliver_result,
     empty_array,
     pad_columns,
@@ -186,9 +187,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         split = split_k if split_k is not None else choose_split_k(m, t, k_padded, bn, choice, sms)
     check_split_k(split)
     split = split if k_padded else 1
-    if split > 1:
-        check_i32_elements((split, t, m), "the split-K workspace", help=f"pass a smaller split_k (at most "
-                           f"{max(1, 2 ** 31 // (t * m))} for {t} tokens x {m} features), or fewer tokens at a time")
+    check_split_workspace(split, t, m, "fewer tokens at a time")
     workspace = _zero_workspace(x, t, m, k_padded, interpret)
     if split > 1:
         workspace = empty_array(x, (split, t, m), "float32", interpret)
