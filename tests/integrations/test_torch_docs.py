@@ -17,22 +17,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import sparsile.torch as spt  # noqa: E402
+from sparsile.tests.integrations.torch_helpers import tiny_llama  # noqa: E402
 from sparsile.tests.support.doc_examples import ROOT, adapted, block_with, run_block  # noqa: E402
 
 
 def run(block: str, doc: str, **names: Any) -> dict[str, Any]:
     return run_block(block, doc, torch=torch, spt=spt, **names)  # (later examples)
-
-
-def tiny_llama(seed: int = 0) -> Any:
-    """A 1-layer LlamaForCausalLM in bf16 (hidden 64, intermediate 128, 4 heads, 2 kv heads)."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                      num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=64,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
 
 
 IDS = torch.randint(0, 61, (1, 5), generator=torch.Generator().manual_seed(1))

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+from sparsile.tests.integrations.torch_helpers import tiny_llama as dense_tiny_llama
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -62,13 +63,7 @@ def test_sm90_metadata_of_a_concatenation_is_the_row_slices(dtype):
 def tiny_llama(seed: int = 0):
     """A 2-layer LlamaForCausalLM (hidden 64, intermediate 128, 4 heads, 2 kv heads) in bf16 with
     its projections sparse (the CPU interpreter), lm_head dense."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                      num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=64,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    model = dense_tiny_llama(layers=2, seed=seed)
     report = spt.sparsify_(model, lambda m, fqn: "lm_head" not in fqn, interpret=True, min_features=16)
     assert len(report.swapped) == 14
     return model

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from sparsile.integrations.errors import IntegrationError
-from sparsile.tests.integrations.torch_helpers import check_against_float64, dense_twin, linear
+from sparsile.tests.integrations.torch_helpers import check_against_float64, dense_twin, linear, tiny_llama
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -274,19 +274,6 @@ def test_a_linear_that_computes_more_than_the_linear_stays_dense(make, reason):
 # tied weights
 
 
-def _tiny_llama(tie: bool):
-    """A 1-layer LlamaForCausalLM in bf16 (hidden 64, intermediate 128, vocab 61), lm_head tied to the
-    input embeddings or not (``tie_word_embeddings``, as Llama-3.2-1B / 3B and Gemma tie them)."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                      num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=64,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                                      tie_word_embeddings=tie)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
-
-
 def _dense_twin(model, before, names):
     """A copy of ``before`` (the model as it was before sparsify_) with the layers ``names``, which
     ``model`` swapped for SparseLinear layers, replaced by nn.Linear layers of their pruned weights."""
@@ -317,7 +304,7 @@ def test_a_tied_lm_head_stays_dense_with_the_reason():
     projections (as close to float64 as that bf16 model is)."""
     import copy
 
-    model = _tiny_llama(tie=True)
+    model = tiny_llama(tie_word_embeddings=True)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     before = copy.deepcopy(model)
     report = spt.sparsify_(model, interpret=True, min_features=16)
@@ -340,7 +327,7 @@ def test_a_tied_lm_head_stays_dense_with_the_reason():
 def test_a_head_untied_as_the_reason_says_is_swapped():
     """The way in that the reason gives: tie_word_embeddings off and a copy of its own; then lm_head is
     swapped, and tie_weights() leaves it (and the embeddings) as they are."""
-    model = _tiny_llama(tie=True)
+    model = tiny_llama(tie_word_embeddings=True)
     embeddings = model.model.embed_tokens.weight.detach().clone()
     model.config.tie_word_embeddings = False
     model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
@@ -355,7 +342,7 @@ def test_a_head_untied_as_the_reason_says_is_swapped():
 
 def test_an_untied_llama_has_every_linear_swapped():
     """Without the tie (LlamaConfig's default, the benchmark's models), nothing is skipped: lm_head too."""
-    model = _tiny_llama(tie=False)
+    model = tiny_llama(tie_word_embeddings=False)
     report = spt.sparsify_(model, interpret=True, min_features=16)
     assert report.swapped == [*PROJECTIONS, "lm_head"] and report.skipped == {}
 

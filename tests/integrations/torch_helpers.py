@@ -37,6 +37,20 @@ def linear(n: int, k: int, dtype: torch.dtype = torch.bfloat16, bias: bool = Tru
     return layer.to(device=device, dtype=dtype)
 
 
+def tiny_llama(layers: int = 1, seed: int = 0, **config):
+    """A dense LlamaForCausalLM in bf16 (hidden 64, intermediate 128, vocab 61, 4 heads, 2 kv heads;
+    ``config``: more LlamaConfig fields, e.g. ``tie_word_embeddings``), in eval mode."""
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=61, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                   num_key_value_heads=2, num_hidden_layers=layers, max_position_embeddings=64,
+                                   bos_token_id=None, eos_token_id=None, pad_token_id=None, **config)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
 def dense_twin(layer) -> torch.nn.Linear:
     """An ``nn.Linear`` in bf16 with ``layer``'s pruned weight and bias (a sparse layer's dense twin)."""
     twin = torch.nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
