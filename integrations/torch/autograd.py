@@ -27,6 +27,12 @@ Second derivatives (``create_graph=True``, then a backward through x's gradient)
 activation (dx is linear in dy). With one, d pre is taken from detached pre-activations, so dx and
 d bias would miss their dependence on x, dy and the bias: they are refused instead (SP0922, when
 the second backward reaches them), never silently wrong.
+
+torch.func (``grad``, ``vjp``, ``jacrev``, ``vmap`` of them): a layer's call goes through
+:class:`TransformedLayerWithInputGrad` (the custom op's ``register_autograd`` formula is an
+``autograd.Function`` without ``setup_context``, which torch.func refuses), whose backward is the
+eager one; the activation's derivative by ``torch.func.vjp`` there (torch.func refuses
+``requires_grad_`` inside its transforms). Forward mode (``jvp``, ``jacfwd``) is refused (SP0922).
 """
 
 from __future__ import annotations
@@ -78,15 +84,26 @@ def _dense_weight_fake(values: torch.Tensor, meta: torch.Tensor, k: int) -> torc
 
 class _RefusedSecondDerivative(torch.autograd.Function):
     """The identity on a gradient computed under ``create_graph=True`` whose graph would be wrong:
-    differentiating it again raises the stored diagnostic."""
+    differentiating it again raises the stored diagnostic (in reverse mode, and in forward mode: a
+    ``torch.func.jacfwd`` of a ``jacrev``). Written with ``setup_context`` and a generated vmap rule,
+    so that it runs under torch.func's transforms: their backward always has ``create_graph=True``."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, error: IntegrationError, grad: torch.Tensor, *anchors: torch.Tensor) -> torch.Tensor:
-        ctx.error = error
+    def forward(error: IntegrationError, grad: torch.Tensor, *anchors: torch.Tensor) -> torch.Tensor:
         return grad.view_as(grad)
 
     @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.error = inputs[0]
+
+    @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
+        raise ctx.error
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> Any:
         raise ctx.error
 
 
@@ -116,6 +133,9 @@ def pre_activation_grad(dy: torch.Tensor, pre: torch.Tensor | None, activation: 
     dy = dy.float()
     if activation is None:
         return dy
+    if torch._C._are_functorch_transforms_active():  # (torch.func refuses requires_grad_ inside its transforms)
+        _, vjp = torch.func.vjp(_ACTIVATIONS[activation], pre.detach().float())
+        return vjp(dy)[0]
     with torch.enable_grad():
         p = pre.detach().float().requires_grad_(True)
         (grad,) = torch.autograd.grad(_ACTIVATIONS[activation](p), p, dy)
@@ -185,33 +205,81 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 class LayerWithInputGrad(torch.autograd.Function):
     """y = layer(x) through the layer's eager forward (inside an ``autograd.Function`` grad mode is
     off, so it takes its usual launch path), with x's gradient (and a trainable bias's); e4m3 layers
-    quantize x inside, straight through for the gradient. ``frozen_weight``: the layer's values,
-    meta and scale_w, inputs only so that y requires grad where one of them does (x and the bias
-    not), and the backward refuses their gradient (SP0922) instead of leaving it out."""
+    quantize x inside, straight through for the gradient. ``values``, ``meta``, ``scale_w``: the
+    layer's frozen weight, inputs so that y requires grad where one of them does (x and the bias
+    not), and the backward refuses their gradient (SP0922) instead of leaving it out. The backward
+    computes with the tensors the call was given (``ctx.weight``, not saved: a saved-tensor hook,
+    CPU offload or checkpointing, would copy the whole weight per call), not the layer's attributes
+    at backward time (``torch.func.functional_call`` swaps them back when the forward returns)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, bias: torch.Tensor | None, layer: Any,
-                *frozen_weight: torch.Tensor | None) -> torch.Tensor:
-        ctx.layer = layer
-        ctx.save_for_backward(x)
+    def forward(x: torch.Tensor, bias: torch.Tensor | None, layer: Any, values: torch.Tensor, meta: torch.Tensor,
+                scale_w: torch.Tensor | None) -> torch.Tensor:
         return layer._forward_eager(x)
 
     @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        x, bias, layer, values, meta, scale_w = inputs
+        ctx.layer = layer
+        ctx.weight = values, meta, scale_w
+        ctx.save_for_backward(x, bias)
+
+    @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (x,) = ctx.saved_tensors
-        layer = ctx.layer
-        for what in ("values", "meta", "scale_w"):
-            t = getattr(layer, what)
-            if t is not None and t.requires_grad:
+        x, bias, *weight = ctx.saved_tensors
+        values, meta, scale_w = weight or ctx.weight
+        needs = ctx.needs_input_grad
+        for index, what in ((3, "values"), (4, "meta"), (5, "scale_w")):
+            if needs[index]:
                 raise frozen(what)
+        layer = ctx.layer
 
         def pre() -> torch.Tensor:
             with torch.no_grad():
-                return layer._forward_op(x.detach(), pre=True)
+                return layer._forward_op(x.detach(), pre=True, weight=(values, meta, bias, scale_w))
 
-        dx, db = input_grads(dy, x, layer.values, layer.meta, layer.bias, layer.scale_w, layer.activation, pre,
-                             ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        return (dx, db, None) + (None,) * (len(ctx.needs_input_grad) - 3)
+        dx, db = input_grads(dy, x, values, meta, bias, scale_w, layer.activation, pre, needs[0], needs[1])
+        return dx, db, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        raise IntegrationError(SP_FROZEN_WEIGHT, "sparse_linear has no forward-mode derivative (torch.func.jvp, "
+                               "jacfwd, hessian; torch.autograd.forward_ad): only x's reverse-mode gradient is "
+                               "implemented", help="use reverse mode: torch.func.grad, vjp or jacrev, or backward()")
+
+
+class TransformedLayerWithInputGrad(LayerWithInputGrad):
+    """:class:`LayerWithInputGrad` under torch.func's transforms (grad, vjp, jacrev, vmap of them):
+    their x is a GradTrackingTensor or a BatchedTensor whose memory the eager launch cannot read,
+    so the forward runs the custom ops with the tensors it was given (unwrapped by the transform:
+    those ``torch.func.functional_call`` put in, too); the backward is the eager one (torch
+    operations and the custom ops work under the transforms; the activation's derivative by
+    ``torch.func.vjp``, :func:`pre_activation_grad`).
+    ``generate_vmap_rule``: vmap runs forward, setup_context and backward per batch (the custom ops
+    by torch's loop over the batch); every tensor saved, for vmap's batch dimensions."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, bias: torch.Tensor | None, layer: Any, values: torch.Tensor, meta: torch.Tensor,
+                scale_w: torch.Tensor | None) -> torch.Tensor:
+        return layer._forward_op(x, weight=(values, meta, bias, scale_w))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        x, bias, layer, values, meta, scale_w = inputs
+        ctx.layer = layer
+        ctx.save_for_backward(x, bias, values, meta, scale_w)  # (vmap keeps a batched tensor's dimension)
+
+
+def func_transformed() -> bool:
+    """torch.func's transforms are on (grad, vjp, jacrev, vmap, ...) and nothing traces the call
+    (torch.compile first: dynamo evaluates it to True; a dispatch mode, torch.jit.trace): then a
+    layer's call goes through :class:`TransformedLayerWithInputGrad` (the custom op's
+    ``register_autograd`` formula is an ``autograd.Function`` without ``setup_context``, which
+    torch.func refuses)."""
+    return (not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active()
+            and torch._C._len_torch_dispatch_stack() == 0 and torch._C._get_tracing_state() is None)
 
 
 def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:

@@ -45,7 +45,7 @@ from ._kernels import (
     quantize_per_token,
     run_interpreted,
 )
-from .autograd import LayerWithInputGrad, needs_autograd
+from .autograd import LayerWithInputGrad, TransformedLayerWithInputGrad, func_transformed, needs_autograd
 from .last_call import LastCall
 from .layer_args import (
     F16_MAX,
@@ -97,9 +97,9 @@ _NO_ARGUMENT: Any = object()  # SparseLinear.__call__ without a positional argum
 def tracing(x: Any) -> bool:
     """True under torch.compile / torch.export / FakeTensorMode / make_fx / torch.jit.trace and
     torch.func's transforms (vmap, grad, jacrev: x is a BatchedTensor or a GradTrackingTensor, whose
-    memory the eager path cannot read; it was SP0804, or torch's refusal of an autograd.Function
-    without setup_context): the forward goes through the custom op, which tracers see, instead of
-    launching directly."""
+    memory the eager path cannot read; it was SP0804): the forward goes through the custom op, which
+    tracers see, instead of launching directly (under torch.func inside
+    ``autograd.TransformedLayerWithInputGrad``, for x's gradient: :meth:`SparseLinear._forward_op`)."""
     # (a dispatch mode is on the stack: torch.utils._python_dispatch._get_current_dispatch_mode, without
     # its Python frame; torch.compiler.is_compiling first: dynamo evaluates it to True while tracing)
     return (torch.compiler.is_compiling() or type(x) is not torch.Tensor or torch._C._len_torch_dispatch_stack() > 0
@@ -391,19 +391,30 @@ class SparseLinear(nn.Module):
         if x2.data_ptr() == x.data_ptr() and not capturing():
             self.__dict__["_last"] = LastCall.of(records, x, records.stream_of(x.get_device()), key)
 
-    def _forward_op(self, x: torch.Tensor, pre: bool = False) -> torch.Tensor:
+    def _forward_op(self, x: torch.Tensor, pre: bool = False, weight: tuple[Any, ...] | None = None) -> torch.Tensor:
         """The forward as custom ops (``torch.ops.sparsile``), for tracers; ``pre``: the float32
-        pre-activations (T, rows of the weight) instead, for a backward (autograd.py)."""
+        pre-activations (T, rows of the weight) instead, for a backward (autograd.py). ``weight``:
+        (values, meta, bias, scale_w) to compute with instead of the layer's (autograd.py's, under
+        torch.func). Under torch.func's transforms a call goes through
+        :class:`~.autograd.TransformedLayerWithInputGrad` (the op's autograd formula has no torch.func
+        support: torch's RuntimeError), whether or not x looks like it needs a gradient: inside
+        ``grad(vmap(f))`` x is a BatchedTensor that does not require grad over a GradTrackingTensor
+        that does, and a ``jvp``'s dual x requires none (the op would drop its tangent)."""
+        if weight is None:
+            if not pre and func_transformed():
+                return TransformedLayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
+            weight = self.values, self.meta, self.bias, self.scale_w
+        values, meta, bias, scale_w = weight
         out_dtype = self._checked_input(x)
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
         if self.weight_dtype == "e4m3":
             x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
         else:
-            x2 = x2.to(self.values.dtype)
-        y = torch.ops.sparsile.sparse_linear(x2, self.values, self.meta, self.bias,
-                                             activation=None if pre else self.activation, scale_x=scale_x,
-                                             scale_w=self.scale_w, out_dtype=torch.float32 if pre else out_dtype)
+            x2 = x2.to(values.dtype)
+        y = torch.ops.sparsile.sparse_linear(x2, values, meta, bias, activation=None if pre else self.activation,
+                                             scale_x=scale_x, scale_w=scale_w,
+                                             out_dtype=torch.float32 if pre else out_dtype)
         return y if pre else y.reshape(*x.shape[:-1], self.out_features)
 
     # -------------------------------------------------------------------------------------------

@@ -358,3 +358,195 @@ def test_frozen_weight_tensors_made_parameters(what):
         y.float().sum().backward()
     assert (info.value.code, info.value.message) == (
         "SP0922", f"sparse_linear has no gradient for {what}: the sparse weight is frozen (an inference layer)")
+
+
+# ------------------------------------------------------------------------------------------------
+# torch.func: grad, vjp, jacrev and vmap of grad through a layer (x a GradTrackingTensor or a BatchedTensor)
+
+
+def _float64_layer(layer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """activation(x @ W_pruned.T + bias) in float64 (W times scale_w for e4m3; x as given, unquantized:
+    the gradient passes the e4m3 quantizer straight through)."""
+    bias = layer.bias if bias is None else bias
+    pre = x.double() @ layer.to_dense().double().T + (0 if bias is None else bias.double())
+    return ACTS[layer.activation](pre.reshape(-1, pre.shape[-1])).reshape(*x.shape[:-1], -1)
+
+
+def _func_case(weight, activation, has_bias, seed):
+    """A small layer, a random N-D x (never zeros) and a random cotangent of y's shape (float32 numbers
+    that bf16 holds: sum(y.float() * g) hands y the same dy)."""
+    layer = spt.SparseLinear.from_dense(linear(16, 32, bias=has_bias, seed=seed), weight, activation=activation)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(2, 3, 32, generator=gen).to(torch.bfloat16)
+    g = torch.randn(2, 3, 16, generator=gen).to(torch.bfloat16).float()
+    return layer, x, g
+
+
+def _eager_dx(layer, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    xe = x.clone().requires_grad_()
+    layer(xe).float().mul(g).sum().backward()
+    return xe.grad
+
+
+def _float64_dx(layer, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """x's gradient of sum(y * g) in float64 at the pre-activations the layer computes (reference_dx),
+    checked against the float64 layer's own gradient where the activation is smooth."""
+    with torch.no_grad():
+        pre = layer._forward_op(x, pre=True)
+    ref = reference_dx(layer, pre, g, layer.activation).reshape(x.shape)
+    if layer.activation != "relu" and layer.weight_dtype != "e4m3":  # (relu's kink, e4m3's quantized x move pre)
+        xr = x.double().requires_grad_()
+        (direct,) = torch.autograd.grad(_float64_layer(layer, xr).mul(g.double()).sum(), xr)
+        assert torch.allclose(direct, ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
+    return ref
+
+
+@pytest.mark.parametrize(("weight", "activation", "has_bias"), [
+    ("bf16", None, True), ("bf16", "relu", False), ("f16", "silu", True), ("bf16", "gelu_tanh", True),
+    ("e4m3", "silu", True), ("e4m3", None, False)])
+def test_torch_func_grad_vjp_and_jacrev_through_a_layer(weight, activation, has_bias):
+    """torch.func.grad, vjp and jacrev with respect to x (N-D) give the eager gradient, which is the float64
+    one within bf16's rounding; the forward under the transform is the layer's. Before, each stopped at
+    torch's RuntimeError (an autograd.Function without setup_context: the op's register_autograd one, or
+    for e4m3 the quantizer's)."""
+    layer, x, g = _func_case(weight, activation, has_bias, seed=21)
+    if weight == "f16":
+        x = x.half()
+    eager = _eager_dx(layer, x, g)
+    ref = _float64_dx(layer, x, g)
+    assert_close(eager, ref, x.dtype)
+
+    got = torch.func.grad(lambda t: layer(t).float().mul(g).sum())(x)
+    assert got.dtype == x.dtype and torch.equal(got, eager)
+    y, vjp_fn = torch.func.vjp(layer, x)
+    with torch.no_grad():
+        assert torch.equal(y, layer(x))
+    (got,) = vjp_fn(g.to(y.dtype))  # (g rounded to y's dtype: the eager gradient of that g)
+    assert torch.equal(got, _eager_dx(layer, x, g.to(y.dtype).float()))
+    assert_close(got, ref, x.dtype)
+    jac = torch.func.jacrev(lambda t: layer(t).float())(x[0, :2])  # (2, 16, 2, 32)
+    for i in range(2):  # each token's rows: g one-hot, against the eager vjp
+        for n in (0, 7, 15):
+            one_hot = torch.zeros(2, 16)
+            one_hot[i, n] = 1
+            assert torch.equal(jac[i, n], _eager_dx(layer, x[0, :2], one_hot))
+
+
+@pytest.mark.parametrize(("weight", "activation"), [("bf16", "silu"), ("e4m3", "relu")])
+def test_torch_func_vmap_of_grad_gives_per_sample_gradients(weight, activation):
+    """vmap(grad(f)) over a batch of x (per-sample gradients): each sample's is the eager one (the
+    op's forward and the backward run under vmap, the kernel per sample)."""
+    layer, x, g = _func_case(weight, activation, True, seed=23)
+    got = torch.func.vmap(torch.func.grad(lambda t, w: layer(t).float().mul(w).sum()))(x, g)
+    assert got.shape == x.shape
+    for b in range(x.shape[0]):
+        assert torch.equal(got[b], _eager_dx(layer, x[b], g[b]))
+    # and grad of a vmapped function (BatchedTensor inside GradTrackingTensor)
+    got = torch.func.grad(lambda t: torch.func.vmap(layer)(t).float().mul(g).sum())(x)
+    assert torch.equal(got, _eager_dx(layer, x, g))
+
+
+@pytest.mark.parametrize("activation", [None, "gelu_tanh"])
+def test_torch_func_grad_of_a_trainable_bias(activation):
+    """A bias made an nn.Parameter: torch.func.grad of x and of the bias (torch.func.functional_call)
+    give the eager gradients and the float64 ones; the forward computes with the bias it was given."""
+    layer, x, g = _func_case("bf16", activation, True, seed=25)
+    layer.bias = torch.nn.Parameter(layer.bias.detach().clone())
+    xe = x.clone().requires_grad_()
+    layer(xe).float().mul(g).sum().backward()
+    eager_bias = layer.bias.grad.clone()
+    want = _bias_grad_reference(layer, x, g, activation)
+    assert torch.allclose(eager_bias.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+    got = torch.func.grad(lambda t: layer(t).float().mul(g).sum())(x)
+    assert torch.equal(got, xe.grad)
+
+    def loss(params, t):
+        return torch.func.functional_call(layer, params, (t,)).float().mul(g).sum()
+
+    bias = layer.bias.detach().clone()
+    grads = torch.func.grad(loss, argnums=(0, 1))({"bias": bias}, x)
+    assert torch.equal(grads[0]["bias"], eager_bias) and torch.equal(grads[1], xe.grad)
+    other = bias + 1.5  # the bias passed in is the one used: forward and gradient
+    y, vjp_fn = torch.func.vjp(lambda b: torch.func.functional_call(layer, {"bias": b}, (x,)), other)
+    with torch.no_grad():
+        assert torch.allclose(y.double(), _float64_layer(layer, x, other), rtol=2e-2, atol=2e-2)
+        pre = layer._forward_op(x, pre=True) + 1.5
+    p = pre.double().requires_grad_()
+    (d_pre,) = torch.autograd.grad(ACTS[activation](p), p, g.double().reshape(p.shape))
+    (got,) = vjp_fn(g.to(y.dtype))
+    assert torch.allclose(got.double(), d_pre.sum(0), rtol=2e-2, atol=2e-2 * d_pre.abs().max().item())
+
+
+@pytest.mark.parametrize("what", ["values", "scale_w"])
+def test_torch_func_grad_of_the_frozen_weight_is_sp0922(what):
+    """torch.func.grad with respect to values (a bf16 layer's) or scale_w (an e4m3 layer's), through
+    torch.func.functional_call: SP0922, never a zero gradient."""
+    layer, x, _ = _func_case("bf16" if what == "values" else "e4m3", None, True, seed=27)
+
+    def loss(t):
+        return torch.func.functional_call(layer, {what: t}, (x,)).float().sum()
+
+    with pytest.raises(IntegrationError) as info:
+        torch.func.grad(loss)(getattr(layer, what).detach().clone())
+    assert (info.value.code, info.value.message) == (
+        "SP0922", f"sparse_linear has no gradient for {what}: the sparse weight is frozen (an inference layer)")
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_torch_func_second_derivatives(activation):
+    """grad of grad: exact without an activation (x's gradient is linear in dy), SP0922 with one (it is
+    computed from detached pre-activations), as with create_graph=True; forward mode (jvp, jacfwd) is
+    SP0922 with a message that says what to use, not torch's NotImplementedError."""
+    layer, x, _ = _func_case("bf16", activation, True, seed=29)
+    x = x[0]
+
+    def f(t):
+        return layer(t).float().pow(2).sum()
+
+    def gg(t):
+        return torch.func.grad(f)(t).float().pow(2).sum()
+
+    if activation is None:
+        xr = x.double().requires_grad_()
+        w = layer.to_dense().double()
+        (gr,) = torch.autograd.grad((xr @ w.T + layer.bias.double()).pow(2).sum(), xr, create_graph=True)
+        (want,) = torch.autograd.grad(gr.pow(2).sum(), xr)
+        assert_close(torch.func.grad(gg)(x), want, torch.bfloat16)
+    else:
+        with pytest.raises(IntegrationError) as info:
+            torch.func.grad(gg)(x)
+        assert info.value.code == "SP0922"
+        assert "sparse_linear has no second derivative with activation 'silu'" in info.value.message
+    with pytest.raises(IntegrationError) as info:
+        torch.func.jvp(layer, (x,), (torch.ones_like(x),))
+    assert info.value.code == "SP0922" and "forward-mode" in info.value.message
+
+
+@pytest.mark.parametrize("fuse", [None, "glu", "glu_traced"])
+def test_torch_func_grad_of_a_llama_s_input(fuse):
+    """torch.func.grad of a transformers Llama's loss with respect to its input embeddings, through its
+    sparse projections (unfused; fuse_projections_ with the SwiGLU epilogue, eager or traced=True: the
+    fused [gate; up] layer, GatedLinear): as close to the float64 dense model with the same pruned
+    weights as the bf16 dense model's own torch.func gradient is."""
+    from sparsile.tests.integrations.test_torch_fuse import tiny_llama
+
+    model = tiny_llama()
+    dense = copy.deepcopy(model)
+    for name, m in list(dense.named_modules()):
+        if isinstance(m, spt.SparseLinear):
+            parent, _, child = name.rpartition(".")
+            setattr(dense.get_submodule(parent), child, dense_twin(m))
+    if fuse is not None:
+        assert spt.fuse_projections_(model, glu=True, traced=fuse == "glu_traced").glu
+    ids = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+    g = torch.randn(2, 5, 61, generator=torch.Generator().manual_seed(3))
+
+    def input_grad(mdl) -> torch.Tensor:
+        emb = mdl.get_input_embeddings()(ids).detach()
+        return torch.func.grad(lambda e: mdl(inputs_embeds=e).logits.double().mul(g.double()).sum())(emb).double()
+
+    exact = input_grad(copy.deepcopy(dense).double())
+    bf16_error = ((input_grad(dense) - exact).norm() / exact.norm()).item()
+    error = ((input_grad(model) - exact).norm() / exact.norm()).item()
+    assert error <= 1.25 * bf16_error, (error, bf16_error)
