@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
@@ -287,13 +288,16 @@ def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:
     layer's ``buffers`` (values, meta, bias, scale_w by name, ``linear.tensors_of``: buffers or
     parameters) requires grad. (Before, only x was looked at: a trainable bias fed an x without
     grad, the first layer's, silently got no gradient, and a values tensor made to require grad no
-    SP0922.)"""
+    SP0922.) Or x is a dual tensor of ``torch.autograd.forward_ad`` (grad mode or not): its ``jvp``
+    refuses forward mode (SP0922); a direct launch would return y without a tangent, the directional
+    derivative silently dropped."""
     # (unrolled, no generator: on every eager call with grad mode on, 0.65 µs against 1.6 µs for any();
     # meta is integer, which torch never lets require grad)
-    return torch.is_grad_enabled() and (
+    return (torch.is_grad_enabled() and (
         x.requires_grad or buffers["values"].requires_grad
         or ((t := buffers["bias"]) is not None and t.requires_grad)
-        or ((t := buffers["scale_w"]) is not None and t.requires_grad))
+        or ((t := buffers["scale_w"]) is not None and t.requires_grad))) or (
+        _fwad._current_level >= 0 and _fwad.unpack_dual(x).tangent is not None)
 
 
 def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> tuple[torch.Tensor | None]:

@@ -550,3 +550,23 @@ def test_torch_func_grad_of_a_llama_s_input(fuse):
     bf16_error = ((input_grad(dense) - exact).norm() / exact.norm()).item()
     error = ((input_grad(model) - exact).norm() / exact.norm()).item()
     assert error <= 1.25 * bf16_error, (error, bf16_error)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("weight", ["bf16", "e4m3"])
+def test_eager_forward_mode_ad_is_refused_not_dropped(weight, requires_grad):
+    """torch.autograd.forward_ad on an eager call: a dual x (whether or not it also requires grad) gets
+    SP0922 with what to use instead; before, an x that did not require grad launched the kernel and y
+    came back with no tangent (the directional derivative silently dropped). A call inside dual_level
+    with a plain x still runs, and a call after the level is closed is the plain eager call."""
+    import torch.autograd.forward_ad as fwad
+
+    layer, x, _ = _func_case(weight, None, True, seed=31)
+    want = layer(x)
+    with fwad.dual_level():
+        plain = layer(x)  # no tangent on x: nothing to differentiate
+        dual = fwad.make_dual(x.clone().requires_grad_(requires_grad), torch.ones_like(x))
+        with pytest.raises(IntegrationError) as info:
+            layer(dual)
+    assert info.value.code == "SP0922" and "forward-mode" in info.value.message
+    assert torch.equal(plain, want) and torch.equal(layer(x), want)
