@@ -19,13 +19,15 @@ SP_JAX_OUT_SHAPES = "SP0931"
 """``out_shapes`` that are not shape/dtype structs, name no parameter, or disagree with the kernel."""
 SP_JAX_ARGUMENT = "SP0932"
 """A kernel argument of a kind the call cannot pass: a traced value for a scalar or constexpr
-parameter (they are static), or something that is neither an array nor a number."""
+parameter (they are static), or something that is neither an array nor a number; a traced
+``split_k`` or ``interpret`` of ``sparse_linear`` (static options)."""
 SP_JAX_WRITES_INPUT = "SP0933"
 """The kernel writes a parameter that is an input, not an output, or ``input_output_aliases`` is bad."""
 SP_JAX_NO_AUTODIFF = "SP0934"
 """Differentiation (``jax.grad``, ``jax.jvp``, ``jax.vjp``) through a sparsile call."""
 SP_JAX_NO_VMAP = "SP0935"
-"""``jax.vmap`` over ``sparsile.jax.call`` (it has no batching rule; ``sparse_linear`` has one)."""
+"""``jax.vmap`` over ``sparsile.jax.call`` (it has no batching rule), or over the weight of
+``sparse_linear`` (values, meta, scale_w: its rule batches x, scale_x and the bias only)."""
 SP_JAX_RUNTIME = "SP0936"
 """The FFI handler failed while XLA ran the program (no CUDA stream, a launch error)."""
 SP_JAX_LINEAR_INPUT = "SP0938"

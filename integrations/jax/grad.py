@@ -79,7 +79,9 @@ def _refuse(message: str, help: str) -> JaxCallError:
 
 def linear_jvp(forward: Any, pre_forward: Any, activation: str | None, primals: tuple, tangents: tuple) -> tuple:
     """The JVP of ``forward(x, values, meta, bias, scale_x, scale_w)`` (y) for tangents of x and
-    bias; ``pre_forward`` computes the float32 pre-activations (called only with an activation)."""
+    bias; ``pre_forward`` computes the float32 pre-activations (called only with an activation).
+    Both are the differentiable functions (linear.py's ``_differentiable``), so that this rule can
+    be differentiated again (second derivatives)."""
     x, values, meta, _, scale_x, scale_w = primals
     t_x, t_values, _, t_bias, t_scale_x, t_scale_w = tangents
     for what, tangent in (("values", t_values), ("scale_w", t_scale_w), ("scale_x", t_scale_x)):

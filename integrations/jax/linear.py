@@ -14,8 +14,10 @@ XLA's stream. The plan (BN, split-K, CTA pairs, K padding) is chosen at trace ti
 entries, docs/autotune.md) is not used here, so the two may split K differently (and differ in the
 order of the f32 sums).
 
-``jax.vmap`` over x folds the batch into the tokens (one call); batching the weight raises SP0935.
-Gradients flow to x and the bias, not to the frozen weight (grad.py; SP0934 for the weight and for e4m3).
+``jax.vmap`` over x and scale_x, at any depth, folds every batch into the tokens (one call); a
+batched bias runs one call per member (``jax.lax.map``); batching the weight raises SP0935.
+Gradients flow to x and the bias, not to the frozen weight (grad.py; SP0934 for the weight and for
+e4m3), and can be differentiated again (``jax.hessian``).
 :class:`SparseLinear` is the layer as a pytree dataclass (a Flax or Equinox module can hold one, or
 call :func:`sparse_linear` with its own parameters).
 """
@@ -40,7 +42,7 @@ from ...stdlib.sparsity.dtypes import operand_type
 from ...stdlib.sparsity.formats import decompress, metadata_shape
 from ...stdlib.sparsity.hostarray import checked_flag
 from .call import call
-from .errors import SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
+from .errors import SP_JAX_ARGUMENT, SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
 from .grad import linear_jvp
 
 LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
@@ -127,13 +129,14 @@ def _linear(x: Any, values: Any, meta: Any, bias: Any, scale_x: Any, scale_w: An
             out_dtype: Any, interpret: bool, split_k: int | None) -> Any:
     op, m, k, k_values = _check(x, values, meta, bias)
     act = L.activation_name(activation, L.TILED_ACTIVATIONS)  # (the tiled kernels: no gated activation)
-    y_dtype = L.linear_out_dtype(out_dtype, x)
+    # (a float64 x, under jax_enable_x64, gets the widest output, as the same numpy x gets without x64)
+    y_dtype = "float32" if out_dtype is None and np.dtype(x.dtype) == np.float64 else L.linear_out_dtype(out_dtype, x)
     lead = tuple(int(s) for s in np.shape(x)[:-1])
     t = math.prod(lead)
-    if t == 0 or m == 0:
-        return jnp.zeros((*lead, m), y_dtype)
     sw, sw_mode = _scale(scale_w, "scale_w", (m,))
     sx, sx_mode = _scale(scale_x, "scale_x", lead)
+    if t == 0 or m == 0:
+        return jnp.zeros((*lead, m), y_dtype)
     choice = L.LINEAR_KERNELS[op]
     k_padded = -(-k_values // choice.k_align) * choice.k_align
     b = jnp.asarray(x).reshape(t, k).astype(operand_type(op).host_dtype)
@@ -183,43 +186,85 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     is cast to it); meta: its sm90 metadata words, uint32 or int32; bias: (N_out,) or None;
     activation: None, "relu", "silu", "gelu_tanh"; scale_w: a number or (N_out,); scale_x: a number
     or one per token (x's leading shape); out_dtype: y's type (default x's dtype for f16/bf16/f32 x,
-    bfloat16 for e4m3 x). Returns (..., N_out). ``interpret=True`` runs the kernels in the CPU
+    f32 for f64 x, bfloat16 for e4m3 x). Returns (..., N_out). ``interpret=True`` runs the kernels in the CPU
     interpreter through a host callback (on the CPU backend the FFI handler runs the interpreter
-    anyway). ``split_k`` overrides the split-K choice (static). ``jax.vmap`` over x (and scale_x)
-    folds the batch into the tokens.
+    anyway). ``split_k`` overrides the split-K choice; it and the other options are static.
+    ``jax.vmap`` (nested or not, any axes) over x and scale_x folds the batch into the tokens; over
+    the bias it runs one call per member; over the weight it is SP0935.
     """
+    split_k = _static(split_k, "split_k")
+    interpret = checked_flag(_static(interpret, "interpret"), "interpret")
     check_split_k(split_k)  # (SP0804, as the torch layer: 0, -1, True or "2" failed deep in the launch plan)
-    checked_flag(interpret, "interpret")
     for what, operand in (("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
         _check_real(operand, what)
-    forward = _batched_linear(activation, out_dtype, interpret, split_k)
-    pre_forward = _batched_linear(None, "float32", interpret, split_k) if activation is not None else None
-    run = jax.custom_jvp(forward)  # gradients with respect to x and bias (grad.py); at every T, kernel or not
-    run.defjvp(functools.partial(linear_jvp, forward, pre_forward, activation), symbolic_zeros=True)
+    pre_forward = None
+    if activation is not None:  # the float32 pre-activations the rule differentiates the activation at
+        pre_forward = _differentiable(_batched_linear(None, "float32", interpret, split_k), None, None)
+    run = _differentiable(_batched_linear(activation, out_dtype, interpret, split_k), pre_forward, activation)
     return run(x, values, meta, bias, scale_x, scale_w)
 
 
+def _static(value: Any, what: str) -> Any:
+    """A static option as a Python value: SP0932 for a value traced by ``jax.jit`` (the launch plan
+    is chosen at trace time), a numpy integer as an int."""
+    if isinstance(value, jax.core.Tracer):
+        raise JaxCallError(SP_JAX_ARGUMENT, f"{what} of sparse_linear is static, but got a traced value",
+                           help=f"pass {what} as a Python value; a jitted function that takes it as an argument "
+                                f"must mark it static: jax.jit(f, static_argnames=('{what}',))")
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def _differentiable(forward: Any, pre_forward: Any, activation: str | None) -> Any:
+    """``forward`` as a ``jax.custom_jvp`` with grad.py's rule (gradients with respect to x and bias,
+    at every T, kernel or not). The rule calls this function itself, and ``pre_forward`` (made the
+    same way), for its primal outputs: so the rule can be differentiated again (``jax.hessian``),
+    where a call of the bare kernels would be SP0934."""
+    run = jax.custom_jvp(forward)
+    run.defjvp(lambda primals, tangents: linear_jvp(run, pre_forward, activation, primals, tangents),
+               symbolic_zeros=True)
+    return run
+
+
 def _batched_linear(activation: str | None, out_dtype: Any, interpret: bool, split_k: int | None) -> Any:
-    """``_linear`` with these static options as a function of the arrays, with its batching rule:
-    ``jax.vmap`` over x (and scale_x) folds the batch into the tokens; over the weight, SP0935."""
+    """``_linear`` with these static options as a function of the arrays, with its batching rule
+    (``_batched``): ``jax.vmap`` at any depth, any in_axes / out_axes, over x, scale_x and the bias;
+    over the weight, SP0935."""
     statics = (activation, out_dtype, interpret, split_k)
     fn = jax.custom_batching.custom_vmap(lambda x, v, e, b, sx, sw: _linear(x, v, e, b, sx, sw, *statics))
-
-    @fn.def_vmap
-    def _batched(axis_size: int, in_batched: Any, x: Any, v: Any, e: Any, b: Any, sx: Any, sw: Any) -> Any:
-        x_batched, v_b, e_b, b_b, sx_batched, sw_b = in_batched
-        if any(jax.tree_util.tree_leaves([v_b, e_b, b_b, sw_b])):
-            raise JaxCallError(SP_JAX_NO_VMAP, "jax.vmap over the weight of sparse_linear is not supported",
-                               help="vmap over x (and scale_x) only; stack layers with jax.lax.scan or a loop")
-        if not x_batched:
-            x = jnp.broadcast_to(x, (axis_size, *np.shape(x)))
-        if sx is not None and not sx_batched and np.size(sx) > 1:
-            sx = jnp.broadcast_to(sx, (axis_size, *np.shape(sx)))
-        elif sx is not None and sx_batched and np.size(sx) == axis_size:  # one scale per member: per token now
-            sx = jnp.broadcast_to(jnp.reshape(sx, (axis_size,) + (1,) * (np.ndim(x) - 2)), np.shape(x)[:-1])
-        return _linear(x, v, e, b, sx, sw, *statics), True
-
+    fn.def_vmap(functools.partial(_batched, fn))
     return fn
+
+
+def _batched(fn: Any, size: int, in_batched: list[bool], x: Any, v: Any, e: Any, b: Any, sx: Any, sw: Any) -> Any:
+    """The batching rule of ``fn`` (a ``_batched_linear``): jax has moved each batched operand's
+    batch axis to the front (whatever the in_axes) and checked one member's shapes (it traced ``fn``
+    on them). A batch of x (and of scale_x) becomes more tokens of x, and the result is ``fn`` again
+    on those: under an enclosing ``jax.vmap`` that call is batched by this rule in turn (folding
+    that batch too), so every level of a nested vmap, and of a vmap of a function that vmaps, adds
+    tokens to one kernel call. (Calling ``_linear`` here instead bound the kernel call under the
+    enclosing vmap, which cannot batch it: SP0935 for any nested vmap.)"""
+    x_b, v_b, e_b, b_b, sx_b, sw_b = in_batched
+    weight = [what for what, batched in (("values", v_b), ("meta", e_b), ("scale_w", sw_b)) if batched]
+    if weight:
+        raise JaxCallError(SP_JAX_NO_VMAP, f"jax.vmap over the weight of sparse_linear is not supported: "
+                           f"{' and '.join(weight)} {'is' if len(weight) == 1 else 'are'} batched, and the kernel "
+                           "multiplies by one weight (values, meta, scale_w) per launch",
+                           help="vmap over x, bias and scale_x only; for several weights, loop over them: "
+                                "jax.lax.map(lambda w: sparse_linear(x, *w), (values, meta)) or jax.lax.scan "
+                                "(one launch per weight)")
+    if b_b:  # one bias per member, and the kernel adds one bias vector to all its tokens: a call per member
+        batched = {"b": b, **({"x": x} if x_b else {}), **({"sx": sx} if sx_b else {})}
+        return jax.lax.map(lambda m: fn(m.get("x", x), v, e, m["b"], m.get("sx", sx), sw), batched), True
+    lead = tuple(np.shape(x)[1:-1] if x_b else np.shape(x)[:-1])  # one member's token axes
+    if not x_b:
+        x = jnp.broadcast_to(x, (size, *np.shape(x)))
+    if sx is not None:
+        member = np.shape(sx)[1:] if sx_b else np.shape(sx)
+        if math.prod(member) != 1:  # one per token, in any shape one call takes: (size, *lead)
+            sx = jnp.broadcast_to(jnp.reshape(sx, (size if sx_b else 1, *lead)), (size, *lead))
+        elif sx_b:  # one per member: each member's tokens take its scale
+            sx = jnp.broadcast_to(jnp.reshape(sx, (size,) + (1,) * len(lead)), (size, *lead))
+    return fn(x, v, e, b, sx, sw), True
 
 
 @jax.tree_util.register_dataclass

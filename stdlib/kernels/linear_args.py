@@ -52,7 +52,7 @@ def linear_out_dtype(out_dtype: Any, x: Any) -> str:
         spelled = str(out_dtype)
     name = OUT_DTYPES.get(spelled.removeprefix("torch."))
     if name is None:
-        raise linear_error(SP_LINEAR_OPTION, f"sparse_linear has no {out_dtype} output",
+        raise linear_error(SP_LINEAR_OPTION, f"sparse_linear has no {spelled} output",
                            "out_dtype is float16, bfloat16 or float32")
     return name
 
