@@ -212,3 +212,26 @@ def test_native_fast_path_serves_jitted_sparse_linear(native_path, n_out: int, k
     after = native_path.counts()
     assert after["slow"] == before["slow"], (before, after, native_path.DISABLED)
     assert after["fast"] - before["fast"] == calls * per_call, (before, after)
+
+
+def test_nested_vmap_and_grad_on_gpu(no_host_staging: None) -> None:
+    """vmap of vmap over x (in_axes other than 0) and vmap of grad on the CUDA kernels: the folded
+    launch equals float64 (y) and the per-member float64 gradient of sum(y * g) (x's gradient is
+    g @ W: x enters linearly, no activation)."""
+    rng = np.random.default_rng(5)
+    layer = SparseLinear.from_dense(_signed(rng, (512, 1024)), "bf16", bias=rng.standard_normal(512))
+    x = _signed(rng, (3, 16, 2, 1024)).astype(np.float32)  # (A, T, B, K): vmapped over B, then A
+    f = jax.jit(jax.vmap(jax.vmap(lambda t: sparse_linear(t, layer.values, layer.meta, layer.bias), in_axes=1),
+                         in_axes=0))
+    y = np.asarray(f(jnp.asarray(x)), np.float64)  # (A, B, T, N)
+    _check_linear(layer, np.transpose(x, (0, 2, 1, 3)), jnp.asarray(y))
+    g = _signed(rng, (3, 16, 512)).astype(np.float32)
+
+    def loss(t: jax.Array, gi: jax.Array) -> jax.Array:
+        return jnp.sum(sparse_linear(t, layer.values, layer.meta, layer.bias).astype(jnp.float32) * gi)
+
+    dx = np.asarray(jax.jit(jax.vmap(jax.grad(loss)))(jnp.asarray(x[:, :, 0]), jnp.asarray(g)), np.float64)
+    w = layer.dense().astype(np.float64)
+    want = g.astype(np.float64) @ w
+    bound = 1024 * np.finfo(np.float32).eps * (np.abs(g).astype(np.float64) @ np.abs(w)) + 1e-6
+    assert dx.shape == want.shape and (np.abs(dx - want) <= bound).all(), float((np.abs(dx - want) / bound).max())
