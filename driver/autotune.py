@@ -119,6 +119,8 @@ class Autotuner:
                  restore_value: Sequence[str] | None = None, reset_to_zero: Sequence[str] = (),
                  defaults: Any = None, interpret_config: Any = None, benchmarker: Callable[..., float] | None = None,
                  cache_results: bool = True):
+        if isinstance(kernel, staticmethod) and isinstance(kernel.__func__, Kernel):
+            kernel = kernel.__func__  # a kernel is no descriptor: never bound, as a @staticmethod
         if not isinstance(kernel, Kernel):
             raise LaunchError(SP_BAD_CONFIG, f"sparsile.autotune wraps a kernel (@sparsile.jit or a .spk module's "
                                              f"kernel), found {kernel!r}",

@@ -21,6 +21,7 @@ from ..frontend.sema.captures import PythonGlobals
 from ..frontend.sema.core import Sema
 from ..frontend.sema.jit_globals import wrap_python_value
 from ..frontend.sema.values import Const, HelperFunction
+from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
 from .imports import import_module, is_exported, loading_stack, real_path, transitive_sources, utf8_source
 from .kernel import KERNEL_OPTIONS, Kernel, check_options
@@ -265,6 +266,12 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     def wrap(f: Callable[..., Any]) -> Kernel:
         from ..frontend.syntax.parser import parse_function_source
 
+        # A kernel is no descriptor (`K.kern` and `K().kern` are the same kernel): a @staticmethod
+        # under @sparsile.jit is unwrapped, and a function that Python would bind is SP0249.
+        static = isinstance(f, staticmethod)
+        bound = "classmethod" if isinstance(f, classmethod) else "bound method" if inspect.ismethod(f) else None
+        if static or bound:
+            f = f.__func__
         if isinstance(f, Kernel) or type(f).__name__ == "Autotuner":
             what = "an autotuned kernel" if isinstance(getattr(f, "kernel", None), Kernel) else "a kernel already"
             raise CompileError([Diagnostic("SP0241", f"@sparsile.jit wraps a Python function; `{f.name}` is {what}",
@@ -274,10 +281,12 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"
         except (OSError, TypeError) as e:
+            _check_not_a_method(f, None, static, bound)
             raise CompileError([Diagnostic("SP0241", f"cannot read the source of `{getattr(f, '__name__', f)}`: {e}",
                                            help="define kernels in a file, or use sparsile.loads(text)")]) from None
         first_line = f.__code__.co_firstlineno
         node = parse_function_source(src, filename, first_line)
+        _check_not_a_method(f, node, static, bound)
         check_options(options, lambda name: _option_span(node, name))
         return Kernel(node, _python_resolver(f), dict(options))
 
@@ -288,3 +297,46 @@ def _python_resolver(f: Callable[..., Any]) -> Callable[[str], Any]:
     """How ``f``'s names resolve: closure, then module globals; each read is recorded while a kernel
     compiles, so that its caches know what it captured (frontend/sema/captures.py)."""
     return PythonGlobals(f, wrap_python_value)
+
+
+_SELF_NAMES = ("self", "cls")
+
+
+def _check_not_a_method(f: Callable[..., Any], node: A.FunctionDef | None, static: bool, bound: str | None) -> None:
+    """SP0249 for a kernel that Python would bind to an instance or a class: a bound method or a
+    classmethod (``bound``; or ``@classmethod`` above ``@sparsile.jit`` in ``node``), or a function
+    of a class body whose first parameter is ``self`` or ``cls`` without ``@staticmethod``.
+
+    A kernel's parameters are all launch arguments and a kernel is no descriptor, so nothing would
+    pass the instance (the launch was SP0701, a missing argument). A function of a class body with
+    another first parameter is a static function of the class, as with ``@staticmethod``. ``node``
+    is None when the source cannot be read: the code object tells the parameters, without spans."""
+    decorators = {d.id: d for d in node.decorators if isinstance(d, A.Name)} if node is not None else {}
+    static = static or "staticmethod" in decorators
+    if bound is None and "classmethod" in decorators:
+        bound = "classmethod"
+    code = getattr(f, "__code__", None)
+    if code is None:  # not a Python function (its source could not be read either: SP0241)
+        return
+    first = code.co_varnames[0] if code.co_argcount else None
+    qualname = getattr(f, "__qualname__", f.__name__)
+    path = qualname.rsplit("<locals>.", 1)[-1]  # the classes around the function, then its name
+    if bound is None:
+        if static or "." not in path or first not in _SELF_NAMES:
+            return
+        bound = "method"
+    takes = {"method": f"`{first}`", "classmethod": "the class", "bound method": "the instance it is bound to"}[bound]
+    named = first is not None and (first in _SELF_NAMES or bound == "bound method")
+    fix = f"define `{f.__name__}` at module level, or make it a @staticmethod (above or below @sparsile.jit)"
+    if named:
+        fix += f" without `{first}`, and pass what it reads from `{first}` as arguments"
+    span = UNKNOWN_SPAN
+    if node is not None:
+        if named and node.params:
+            span = node.params[0].span
+        elif "classmethod" in decorators:
+            span = decorators["classmethod"].span
+        else:
+            span = node.name_span
+    raise CompileError([Diagnostic("SP0249", f"`{path}` is a {bound}: a kernel cannot take {takes}, since every "
+                                             "parameter of a kernel is a launch argument", span, help=fix)])

@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "SP0240": "cannot read a .spk file",
     "SP0241": "cannot read a function's source",
     "SP0242": "bad kernel option value",
+    "SP0249": "kernel defined as a method",
     "SP0250": "register tile on a non-power-of-two number of warps",
     "SP0251": "`sparsile check` found no kernel",
     "SP0252": "a descriptor, buffer or barrier where a value belongs",

@@ -35,7 +35,7 @@ from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
-from .sparsify import own_behaviour
+from .sparsify import TiedTensors, own_behaviour
 
 WEIGHTS = "model.safetensors"
 _PARTS = ("compressed", "bitmask", "shape")
@@ -43,8 +43,9 @@ _PARTS = ("compressed", "bitmask", "shape")
 
 @dataclass
 class LoadReport:
-    """What :func:`load_sparse24_checkpoint` did: the layers it built, and the plain tensors the
-    model lacks (``unexpected``) or the checkpoint lacks (``missing``)."""
+    """What :func:`load_sparse24_checkpoint` did: the names it put its layers under (a module
+    registered under several names: each), and the plain tensors the model lacks (``unexpected``)
+    or the checkpoint lacks (``missing``)."""
 
     sparse: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -132,20 +133,115 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
                                         device=_device_of(module), **options)
 
 
+def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Whether two of the checkpoint's tensors are the same bits (both absent included)."""
+    if a is None or b is None:
+        return a is b
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _layer_tensors(tensors: dict[str, np.ndarray], name: str, prefix: str) -> list[np.ndarray | None]:
+    """The checkpoint's tensors of sparse layer ``name`` (None for those it lacks)."""
+    keys = [f"{prefix}.{p}" for p in _PARTS] + [f"{name}.bias", f"{name}.weight_scale"]
+    return [tensors.get(k) for k in keys]
+
+
+def _untie_help(tied: TiedTensors, module: nn.Module, name: str, what: str, config: dict[str, Any]) -> str:
+    head = module is tied.head
+    if head and config.get("tie_word_embeddings") is False:
+        text = ("the checkpoint's config.json has tie_word_embeddings = false: build the model from it, or untie the "
+                "model before loading: ")
+    else:
+        text = "if the checkpoint's model is untied, untie the model before loading: "
+    if head:
+        text += ("set model.config.tie_word_embeddings = False (so that tie_weights() does not tie them again) "
+                 "and ")
+    own = f"model.{name}.{what} = nn.Parameter(model.{name}.{what}.detach().clone())"
+    return text + f"give {name} its own {what}, {own}"
+
+
+def _targets(model: nn.Module, groups: dict[str, str], tensors: dict[str, np.ndarray],
+             config: dict[str, Any]) -> dict[str, nn.Module]:
+    """The model's module for each sparse layer of the checkpoint, every check made before the first
+    is replaced (SP0914): a module of that name and shape without behaviour of its own, whose weight
+    and bias are tied to no other module's tensor (a SparseLinear in its place would untie them), and
+    the same layer in the checkpoint under every name of a module registered under several."""
+    tied = TiedTensors(model)
+    targets: dict[str, nn.Module] = {}
+    first: dict[int, str] = {}
+    for name, prefix in groups.items():
+        module = _target_module(model, name, checked_shape(tensors[f"{prefix}.shape"], name))
+        tie = tied.tie(module)
+        if tie is not None:
+            what, shown = tie
+            raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} of the model cannot be replaced by the "
+                                   f"checkpoint's: its {what} is tied to {shown}, and a SparseLinear in its place "
+                                   "would untie them without a word",
+                                   help=_untie_help(tied, module, name, what, config))
+        other = first.setdefault(id(module), name)
+        if other != name and not all(_same_array(a, b) for a, b in zip(
+                _layer_tensors(tensors, other, groups[other]), _layer_tensors(tensors, name, prefix), strict=True)):
+            raise IntegrationError(SP_CHECKPOINT_MODULE, f"layers {other} and {name} are one module of the model, "
+                                   "but the checkpoint holds different layers for them",
+                                   help="load into a model where they are two modules, or write the layer once")
+        targets[name] = module
+    return targets
+
+
+def _tied_keys(model: nn.Module, plain: set[str], replaced: tuple[str, ...], tensors: dict[str, np.ndarray],
+               config: dict[str, Any]) -> list[list[str]]:
+    """The state-dict keys of the model that name one tensor (tied parameters, a module under
+    several names), outside the layers to be replaced, in groups of two or more. SP0914 when the
+    checkpoint holds different values for two keys of a group: loading would keep one of them."""
+    by_id: dict[int, list[str]] = {}
+    for key, t in model.state_dict(keep_vars=True).items():
+        if not key.startswith(replaced):
+            by_id.setdefault(id(t), []).append(key)
+    groups = [keys for keys in by_id.values() if len(keys) > 1]
+    for keys in groups:
+        present = sorted(k for k in keys if k in plain)
+        differ = next((k for k in present[1:] if not _same_array(tensors[present[0]], tensors[k])), None)
+        if differ is not None:
+            build = ("build it from the checkpoint's config (tie_word_embeddings = false), or "
+                     if config.get("tie_word_embeddings") is False else "")
+            raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint holds different values for {present[0]} "
+                                   f"and {differ}, which are one tensor of the model (tied)",
+                                   help=f"load into a model where they are two tensors: {build}give one of them a "
+                                        "copy of its own before loading")
+    return groups
+
+
+def _retie(model: nn.Module, keys: list[str], source: str) -> None:
+    """Make every key of ``keys`` name the tensor ``source`` names (load_state_dict(assign=True)
+    gives each key a tensor of its own)."""
+    owner, _, attr = source.rpartition(".")
+    tensor = getattr(model.get_submodule(owner), attr)
+    for key in keys:
+        owner, _, attr = key.rpartition(".")
+        module = model.get_submodule(owner)
+        if getattr(module, attr) is not tensor:
+            setattr(module, attr, tensor)
+
+
 def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
     ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
     name by a ``SparseLinear`` (its metadata encoded
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
-    on that module's device (the CPU for the meta device); the other tensors load with
-    ``load_state_dict`` (assigned, for a model built on the meta device). ``strict``: raise
-    SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks one of the model's.
-    A layer to replace that has hooks or its own forward (:func:`~.sparsify.own_behaviour`) is SP0914
-    too: the new layer would run none of them."""
+    on that module's device (the CPU for the meta device), under every name of that module; the
+    other tensors load with ``load_state_dict`` (assigned, for a model built on the meta device).
+    ``strict``: raise SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks
+    one of the model's. A layer to replace that has hooks or its own forward
+    (:func:`~.sparsify.own_behaviour`), or whose weight or bias is tied to another module's tensor
+    (:class:`~.sparsify.TiedTensors`: the new layer would untie them), is SP0914 too, before any
+    layer is replaced. Tied tensors stay tied: a key of the model whose tensor the checkpoint loads
+    under another key is not missing, and two keys of one tensor with different values in the
+    checkpoint are SP0914."""
     checked_model(model, "load_sparse24_checkpoint")
     checked_flag(strict, "strict", "load_sparse24_checkpoint")
     path = _checked_path(path, "load_sparse24_checkpoint")
-    read_config(path)
+    config = read_config(path)
     tensors: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
     for shard in shards(path):
@@ -156,22 +252,32 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
                                        "file from the folder, or rewrite the shards")
             tensors[key], origin[key] = tensor, shard.name
     groups = _layer_groups(set(tensors))
-    report = LoadReport()
+    paths: dict[int, list[str]] = {}  # a module registered under several names: replaced under each
+    for fqn, module in model.named_modules(remove_duplicate=False):
+        paths.setdefault(id(module), []).append(fqn)
+    targets = _targets(model, groups, tensors, config)
+    replaced = list(dict.fromkeys(fqn for module in targets.values() for fqn in paths[id(module)]))
+    replaced_keys = tuple(f"{fqn}." for fqn in replaced)
     used: set[str] = set()
-    bias_missing, bias_unexpected = [], []  # a bias of the model's linear the checkpoint lacks, or the reverse
     for name, prefix in groups.items():
-        shape = checked_shape(tensors[f"{prefix}.shape"], name)
-        module = _target_module(model, name, shape)
+        used |= {f"{prefix}.{p}" for p in _PARTS} | {f"{name}.bias"}
+    ties = _tied_keys(model, set(tensors) - used, replaced_keys, tensors, config)
+    report = LoadReport(sparse=replaced)
+    bias_missing, bias_unexpected = [], []  # a bias of the model's linear the checkpoint lacks, or the reverse
+    layers: dict[int, SparseLinear] = {}
+    for name, prefix in groups.items():
+        module = targets[name]
         has_bias = getattr(module, "bias", None) is not None
         if has_bias != (f"{name}.bias" in tensors):
             (bias_missing if has_bias else bias_unexpected).append(f"{name}.bias")
-        layer = _sparse_layer(tensors, name, prefix, module)
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, layer)
-        used |= {f"{prefix}.{p}" for p in _PARTS} | {f"{name}.bias"}
+        layer = layers.get(id(module))
+        if layer is None:
+            layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module)
+            for fqn in paths[id(module)]:
+                parent, _, child = fqn.rpartition(".")
+                setattr(model.get_submodule(parent), child, layer)
         if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
             used.add(f"{name}.weight_scale")
-        report.sparse.append(name)
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
     on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
     try:
@@ -182,8 +288,14 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
         details = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: {details}",
                                help="load into a model built from the checkpoint's config") from None
-    layer_keys = tuple(f"{name}." for name in groups)
-    report.missing = bias_missing + [k for k in result.missing_keys if not k.startswith(layer_keys)]
+    loaded_by_tie: set[str] = set()
+    for keys in ties:
+        present = [k for k in keys if k in plain]
+        if present:
+            _retie(model, keys, present[0])
+            loaded_by_tie.update(keys)
+    report.missing = bias_missing + [k for k in result.missing_keys
+                                     if not k.startswith(replaced_keys) and k not in loaded_by_tie]
     report.unexpected = bias_unexpected + list(result.unexpected_keys)
     if strict and (report.missing or report.unexpected):
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: missing "
@@ -203,7 +315,8 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
     path = _checked_path(path, "save_sparse24_checkpoint")
     path.mkdir(parents=True, exist_ok=True)
-    layers = {name: m for name, m in model.named_modules() if isinstance(m, SparseLinear)}
+    # (every name of a layer registered under several, as its state dict names it)
+    layers = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, SparseLinear)}
     tensors: dict[str, np.ndarray] = {}
     for key, value in model.state_dict().items():
         owner = key.rpartition(".")[0]

@@ -155,20 +155,27 @@ class TiedTensors:
                 names.append(name)
         return names
 
-    def reason(self, module: nn.Linear) -> str | None:
-        """Why ``module`` stays dense because its weight (or bias) is tied to another module's tensor, or None."""
+    def tie(self, module: nn.Module) -> tuple[str, str] | None:
+        """("weight" or "bias", the names of the other modules' tensors it is tied to, shown) for the
+        first of ``module``'s weight and bias that is tied, or None."""
         for what in ("weight", "bias"):
             t = getattr(module, what, None)
             others = self.others(module, t) if isinstance(t, torch.Tensor) else []
-            if not others:
-                continue
-            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-            config = ("set model.config.tie_word_embeddings = False, so that tie_weights() does not tie them "
-                      "again, and " if module is self.head else "")
-            return (f"its {what} is tied to {shown}: a SparseLinear in its place would hold a pruned copy of its "
-                    f"own, untying them without a word (to sparsify it, untie them first: {config}give it a copy "
-                    f"of its own, module.{what} = nn.Parameter(module.{what}.detach().clone()))")
+            if others:
+                return what, ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         return None
+
+    def reason(self, module: nn.Linear) -> str | None:
+        """Why ``module`` stays dense because its weight (or bias) is tied to another module's tensor, or None."""
+        tie = self.tie(module)
+        if tie is None:
+            return None
+        what, shown = tie
+        config = ("set model.config.tie_word_embeddings = False, so that tie_weights() does not tie them "
+                  "again, and " if module is self.head else "")
+        return (f"its {what} is tied to {shown}: a SparseLinear in its place would hold a pruned copy of its "
+                f"own, untying them without a word (to sparsify it, untie them first: {config}give it a copy "
+                f"of its own, module.{what} = nn.Parameter(module.{what}.detach().clone()))")
 
 
 def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) -> None:

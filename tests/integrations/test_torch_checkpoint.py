@@ -4,6 +4,7 @@ not the masks), sharded files, and the SP0912-SP0914 diagnostics."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import ml_dtypes
@@ -12,7 +13,7 @@ import pytest
 
 from sparsile.integrations import safetensors as st
 from sparsile.integrations.errors import IntegrationError
-from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear, tiny_llama
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -334,3 +335,172 @@ def test_a_layer_with_hooks_is_not_replaced_without_them(tmp_path, sparse):
         "SP0914", "layer proj of the model cannot be replaced by the checkpoint's: it has forward hooks, which a "
                   "SparseLinear in its place would not run (remove them, then register them on the SparseLinear)")
     assert fresh.proj is layer
+
+
+# ------------------------------------------------------------------------------------------------
+# tied weights: the loader keeps the ties the model declares, or refuses to load (SP0914)
+
+IDS = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+
+
+def _logits(model):
+    with torch.no_grad():
+        return model(input_ids=IDS).logits
+
+
+def _untied_sparse_llama(path):
+    """A checkpoint of an untied Llama whose lm_head is sparse too (as sparsify_ leaves it), and the
+    model it was written from."""
+    model = tiny_llama(tie_word_embeddings=False)
+    assert spt.sparsify_(model, interpret=True, min_features=16).swapped[-1] == "lm_head"
+    spt.save_sparse24_checkpoint(model, path)
+    return model
+
+
+HEAD_FIX = ("the checkpoint's config.json has tie_word_embeddings = false: build the model from it, or untie the "
+            "model before loading: set model.config.tie_word_embeddings = False (so that tie_weights() does not tie "
+            "them again) and give lm_head its own weight, "
+            "model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())")
+
+
+def test_a_compressed_layer_tied_to_the_embeddings_is_refused(tmp_path):
+    """A checkpoint with lm_head compressed loaded into a model whose lm_head.weight IS
+    embed_tokens.weight (tie_word_embeddings): lm_head became a SparseLinear of the checkpoint's
+    pruned head while the embeddings took the checkpoint's dense ones, the tie the model declares
+    broken without a word (and a later tie_weights() attached a weight the SparseLinear ignores).
+    SP0914 names both tensors and the fix, before any layer of the model is replaced."""
+    _untied_sparse_llama(tmp_path)
+    tied = tiny_llama(tie_word_embeddings=True, seed=1)
+    err = _error(spt.load_sparse24_checkpoint, tied, tmp_path)
+    assert (err.code, err.message) == (
+        "SP0914", "layer lm_head of the model cannot be replaced by the checkpoint's: its weight is tied to "
+                  "model.embed_tokens.weight, and a SparseLinear in its place would untie them without a word")
+    assert err.help == HEAD_FIX
+    assert type(tied.lm_head) is torch.nn.Linear and tied.lm_head.weight is tied.model.embed_tokens.weight
+    assert not any(isinstance(m, spt.SparseLinear) for m in tied.modules())  # nothing replaced
+
+
+def test_the_model_untied_as_the_help_says_loads_the_checkpoint(tmp_path):
+    saved = _untied_sparse_llama(tmp_path)
+    model = tiny_llama(tie_word_embeddings=True, seed=1)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    report = spt.load_sparse24_checkpoint(model, tmp_path)
+    assert "lm_head" in report.sparse and (report.missing, report.unexpected) == ([], [])
+    model.tie_weights()
+    assert isinstance(model.lm_head, spt.SparseLinear) and "weight" not in model.lm_head._parameters
+    assert torch.equal(model.model.embed_tokens.weight, saved.model.embed_tokens.weight)
+    assert torch.equal(_logits(model), _logits(saved))
+
+
+@pytest.mark.parametrize("how", ["same", "view"])
+def test_a_compressed_linear_sharing_its_weight_with_another_linear_is_refused(tmp_path, how):
+    """The same rule for two linears of any model sharing one weight (the same parameter, or one over
+    the same memory): the help has no config to change."""
+    model = torch.nn.Module()
+    model.a, model.b = linear(32, 64, seed=1), linear(32, 64, seed=2)
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    fresh = torch.nn.Module()
+    fresh.a, fresh.b = linear(32, 64, seed=3), linear(32, 64, seed=4)
+    fresh.b.weight = fresh.a.weight if how == "same" else torch.nn.Parameter(fresh.a.weight.data)
+    err = _error(spt.load_sparse24_checkpoint, fresh, tmp_path)
+    assert (err.code, err.message) == (
+        "SP0914", "layer a of the model cannot be replaced by the checkpoint's: its weight is tied to b.weight, and "
+                  "a SparseLinear in its place would untie them without a word")
+    assert err.help == ("if the checkpoint's model is untied, untie the model before loading: give a its own weight, "
+                        "model.a.weight = nn.Parameter(model.a.weight.detach().clone())")
+    assert type(fresh.a) is torch.nn.Linear and type(fresh.b) is torch.nn.Linear
+
+
+def _tied_dense_head_llama(path):
+    """A checkpoint of a tied Llama whose projections are sparse and lm_head dense (sparsify_ skips
+    it): lm_head.weight and model.embed_tokens.weight are both in the file, equal."""
+    model = tiny_llama(tie_word_embeddings=True)
+    assert list(spt.sparsify_(model, interpret=True, min_features=16).skipped) == ["lm_head"]
+    spt.save_sparse24_checkpoint(model, path)
+    return model
+
+
+@pytest.mark.parametrize("head_in_file", [True, False])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_tied_model_keeps_its_tie(tmp_path, device, head_in_file):
+    """A tied model and a tied checkpoint: on the meta device load_state_dict(assign=True) gave
+    lm_head and the embeddings a tensor each (the tie broken without a word); a checkpoint that holds
+    the tied tensor once (as transformers writes it: no lm_head.weight) was SP0914 "missing
+    ['lm_head.weight']", though loading the embeddings loads it (and on the meta device lm_head was
+    left without values). The tie is kept, and a key the tie loads is not missing."""
+    saved = _tied_dense_head_llama(tmp_path)
+    if not head_in_file:
+        tensors = st.load_file(tmp_path / "model.safetensors")
+        st.save_file({k: v for k, v in tensors.items() if k != "lm_head.weight"}, tmp_path / "model.safetensors")
+    with torch.device(device):
+        model = tiny_llama(tie_word_embeddings=True, seed=1)
+    report = spt.load_sparse24_checkpoint(model, tmp_path)
+    assert (report.missing, report.unexpected) == ([], [])
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert not any(t.is_meta for t in model.state_dict().values())
+    assert torch.equal(model.lm_head.weight, saved.lm_head.weight)
+    if device == "meta":  # the rotary inv_freq is a non-persistent buffer: in no checkpoint, made by from_pretrained
+        model.model.rotary_emb = copy.deepcopy(saved.model.rotary_emb)
+    assert torch.equal(_logits(model), _logits(saved))
+
+
+def test_different_values_for_one_tied_tensor_are_refused(tmp_path):
+    """An untied checkpoint (lm_head dense, not the embeddings) loaded into a tied model: both were
+    copied into the one tensor, the file's later key winning without a word. SP0914 names them."""
+    model = tiny_llama(tie_word_embeddings=False)
+    spt.sparsify_(model, lambda m, fqn: fqn != "lm_head", interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    tied = tiny_llama(tie_word_embeddings=True, seed=1)
+    before = tied.lm_head.weight.detach().clone()
+    err = _error(spt.load_sparse24_checkpoint, tied, tmp_path)
+    assert (err.code, err.message) == (
+        "SP0914", "the checkpoint holds different values for lm_head.weight and model.embed_tokens.weight, which are "
+                  "one tensor of the model (tied)")
+    assert err.help == ("load into a model where they are two tensors: build it from the checkpoint's config "
+                        "(tie_word_embeddings = false), or give one of them a copy of its own before loading")
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight and torch.equal(tied.lm_head.weight, before)
+
+
+def _aliased(seed: int):
+    model = torch.nn.Module()
+    model.a = linear(32, 64, seed=seed)
+    model.b = model.a  # one module under two names (no tie: swapped under both, as sparsify_ does)
+    return model
+
+
+def test_a_module_under_two_names_is_replaced_under_both(tmp_path):
+    """A layer registered under two names: only the checkpoint's name was replaced, the other kept
+    the dense layer (and the round trip of such a sparsified model was SP0914: the writer named it
+    once and wrote its buffers under the other name as plain tensors)."""
+    model = _aliased(1)
+    assert spt.sparsify_(model, interpret=True, min_features=16).swapped == ["a", "b"]
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    names = set(st.load_file(tmp_path / "model.safetensors"))
+    assert {"a.weight.compressed", "b.weight.compressed"} <= names and "b.values" not in names
+    fresh = _aliased(2)
+    report = spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert (report.sparse, report.missing, report.unexpected) == (["a", "b"], [], [])
+    assert fresh.a is fresh.b and isinstance(fresh.a, spt.SparseLinear)
+    assert torch.equal(fresh.a.to_dense(), model.a.to_dense())
+
+    single = torch.nn.Module()  # a checkpoint naming it once
+    single.a = model.a
+    spt.save_sparse24_checkpoint(single, tmp_path)
+    fresh = _aliased(2)
+    report = spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert (report.sparse, report.missing, report.unexpected) == (["a", "b"], [], [])
+    assert fresh.a is fresh.b and torch.equal(fresh.b.to_dense(), model.a.to_dense())
+
+
+def test_different_layers_for_one_module_are_refused(tmp_path):
+    model = torch.nn.Module()
+    model.a, model.b = linear(32, 64, seed=1), linear(32, 64, seed=2)
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    fresh = _aliased(3)
+    err = _error(spt.load_sparse24_checkpoint, fresh, tmp_path)
+    assert (err.code, err.message) == (
+        "SP0914", "layers a and b are one module of the model, but the checkpoint holds different layers for them")
+    assert type(fresh.a) is torch.nn.Linear and fresh.a is fresh.b

@@ -149,6 +149,21 @@ def test_torch_md_gqa_and_checkpoint_examples(tmp_path: Path, monkeypatch: pytes
     assert torch.equal(logits(fresh), logits(model))
 
 
+def test_torch_md_untie_before_loading_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/torch.md, "Tied weights": the way to load a checkpoint with lm_head compressed into a
+    model built tied (SP0914 otherwise)."""
+    saved = tiny_llama(tie_word_embeddings=False)
+    spt.sparsify_(saved, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(saved, tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    model = tiny_llama(tie_word_embeddings=True, seed=1)
+    run(block_with("docs/torch.md", "model.config.tie_word_embeddings = False     #"), "docs/torch.md",
+        model=model, nn=torch.nn)
+    assert isinstance(model.lm_head, spt.SparseLinear)
+    assert torch.equal(model.model.embed_tokens.weight, saved.model.embed_tokens.weight)
+    assert torch.equal(logits(model), logits(saved))
+
+
 # ------------------------------------------------------------------------------------------------
 # docs/training.md
 
