@@ -273,11 +273,12 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
         layer = layers.get(id(module))
         if layer is None:
             layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module)
-            for fqn in paths[id(module)]:
-                parent, _, child = fqn.rpartition(".")
-                setattr(model.get_submodule(parent), child, layer)
         if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
             used.add(f"{name}.weight_scale")
+    for module_id, layer in layers.items():  # every layer built (SP0913 leaves the model as it was), then swapped
+        for fqn in paths[module_id]:
+            parent, _, child = fqn.rpartition(".")
+            setattr(model.get_submodule(parent), child, layer)
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
     on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
     try:

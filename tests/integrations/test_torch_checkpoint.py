@@ -504,3 +504,21 @@ def test_different_layers_for_one_module_are_refused(tmp_path):
     assert (err.code, err.message) == (
         "SP0914", "layers a and b are one module of the model, but the checkpoint holds different layers for them")
     assert type(fresh.a) is torch.nn.Linear and fresh.a is fresh.b
+
+
+def test_a_bad_layer_leaves_the_model_as_it_was(tmp_path):
+    """Every sparse layer is built before any is swapped in: a checkpoint whose later layer is bad
+    (SP0913) left the layers before it replaced, a half-loaded model the caller could not tell from
+    the one it passed."""
+    model = _Net()
+    spt.sparsify_(model, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    assert sorted(k for k in tensors if k.endswith(".compressed")) == ["head.weight.compressed",
+                                                                       "proj.weight.compressed"]
+    st.save_file({**tensors, "proj.bias": np.ones(7, np.float32)}, tmp_path / "model.safetensors")
+    fresh = _Net()
+    head, proj = fresh.head, fresh.proj
+    err = _error(spt.load_sparse24_checkpoint, fresh, tmp_path)
+    assert (err.code, err.message) == ("SP0913", "layer proj: bias has 7 elements for 32 output channels")
+    assert fresh.head is head and fresh.proj is proj
