@@ -149,6 +149,13 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a38)  # the thirty-eighth session's merges: torch.func grad / vjp / jacrev / vmap(grad) through the layer (CUDA),
+     # the eager forward_ad refusal, nested jax.vmap and vmap(grad) on the CUDA kernels, @jit kernels as
+     # staticmethods; the torch autograd, training, linear and JAX GPU files and the autotune GPU tests
+    run 400 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_training_gpu.py tests/gpu/test_jax_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_autotune_gpu.py
+    ;;
 c37)  # the thirty-seventh session's last merges, not run on a GPU: a bias made an nn.Parameter on a CUDA layer
      # (launch records, gradient), the backward's weight through the op sparsile::dense_weight (decompress_gpu
      # inside a custom op), the layer under torch.func transforms, tied-weight skips; every torch GPU test file,
