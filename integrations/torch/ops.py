@@ -45,6 +45,7 @@ from ._kernels import (
 from .autograd import register as register_autograd
 from .layer_args import checked_activation, checked_out_dtype
 from .record_cache import RecordCache
+from .vmap_rules import register_vmap_rules
 from .weight import NAME_OF, WEIGHT_DTYPES
 
 OP_RECORDS_PER_WEIGHT = 256
@@ -202,5 +203,6 @@ def _quantize_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 register_autograd(_LIBRARY)  # x's gradient through the frozen weight (autograd.py)
+register_vmap_rules(_LIBRARY)  # torch.func.vmap: a batch of x is more tokens, one launch (vmap_rules.py)
 
 __all__ = ["WEIGHT_DTYPES", "check_arguments", "quantize_per_token_e4m3", "sparse_linear"]

@@ -199,6 +199,8 @@ class RecordCache:
             stream = self.stream_of(x.get_device())()
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
+        if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as
+            scale_x = scale_x.clone()                        # torch.func.vmap's per-sample calls of the op pass)
         if self.unfilled and not capturing():  # records planned in a capture: filled before any eager call
             self._fill()
         records = self.records

@@ -104,7 +104,10 @@ def test_torch_func_grad_vjp_jacrev_and_vmap_on_the_gpu(weight, x_dtype, activat
     assert_close(xe.grad, ref, x_dtype)
 
     got = torch.func.grad(loss)(x, g)
-    assert got.dtype == x_dtype and torch.equal(got, xe.grad)  # (the same backward, the same dy)
+    # (the same backward, the same dy, but not always the same bits: at T = 200 with silu the H100 gave
+    # another float32 rounding than the eager backward's, a38; both are checked against float64)
+    assert got.dtype == x_dtype
+    assert_close(got, ref, x_dtype)
     y, vjp_fn = torch.func.vjp(layer, x)
     check_against_float64(layer, x, y)
     (got,) = vjp_fn(g.to(y.dtype))

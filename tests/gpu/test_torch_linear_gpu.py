@@ -243,6 +243,26 @@ def test_op_on_cuda_equals_the_module():
     assert torch.equal(y, layer(x))
 
 
+@pytest.mark.parametrize("tokens", [1, 3, 16])
+def test_op_with_a_scale_x_at_an_odd_offset(tokens):
+    """A per-token scale_x that is a slice at a 4-byte offset (what torch.func.vmap's per-sample calls
+    of the op pass: a38, SP0704 from the launcher inside torch's batching fallback) and an x at an odd
+    offset: the same bits as the aligned call."""
+    layer = _layer(dtype="e4m3")
+    x = torch.randn(tokens, 512, device="cuda").to(torch.bfloat16)
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    want = torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, scale_x=sx,
+                                            scale_w=layer.scale_w, out_dtype=torch.bfloat16)
+    check_against_float64(layer, x, want)
+    odd_sx = torch.empty(tokens + 1, device="cuda")
+    odd_sx[1:] = sx
+    odd_xq = torch.empty(tokens * 512 + 1, device="cuda", dtype=xq.dtype)
+    odd_xq[1:] = xq.reshape(-1)
+    got = torch.ops.sparsile.sparse_linear(odd_xq[1:].view(tokens, 512), layer.values, layer.meta, layer.bias,
+                                           scale_x=odd_sx[1:], scale_w=layer.scale_w, out_dtype=torch.bfloat16)
+    assert odd_sx[1:].data_ptr() % 16 and torch.equal(got, want)
+
+
 def test_reduce_overhead_at_several_token_counts_within_the_record_capacity(monkeypatch):
     """Six token counts per weight, every size warmed up before any is recorded (the order CUDA graph
     trees see when a loop cycles through sizes), with the op's per-weight capacity lowered to six:

@@ -1,0 +1,69 @@
+"""``torch.func.vmap`` rules of the custom ops ``sparsile::sparse_linear`` and
+``sparsile::quantize_per_token_e4m3`` (docs/torch.md, "Gradients").
+
+Without a rule torch runs a vmapped op once per batch member (its "batching fallback", with a
+performance warning), handing each call slices of the batched tensors: one kernel launch per member,
+and per-token scales at 4-byte offsets. Both ops take x of any shape (..., K) and treat every
+leading index as a token, so a batch of x (and of its per-token scale_x) is more tokens: the rule
+moves the batch dimension to the front and makes one call. A batched weight (values, meta, bias,
+scale_w: one weight per member, e.g. an ensemble through ``torch.func.functional_call``) cannot
+be one launch, since a kernel multiplies by one weight: the rule calls the op once per member,
+as torch's fallback would, without its warning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _tokens_first(t: torch.Tensor, dim: int | None, batch: int) -> torch.Tensor:
+    """``t`` with its batch dimension ``dim`` moved to the front, or broadcast to ``batch`` there
+    (``dim`` None: the same tensor for every member)."""
+    return t.movedim(dim, 0) if dim is not None else t.unsqueeze(0).expand(batch, *t.shape)
+
+
+def _per_token_scale(scale_x: torch.Tensor, dim: int | None, lead: tuple[int, ...]) -> torch.Tensor:
+    """scale_x for the folded x of leading shape ``lead`` = (batch, *tokens of a member): one scale
+    per token. A member's scale_x is per tensor (one element) or per token (its tokens' count)."""
+    batch = lead[0]
+    s = _tokens_first(scale_x, dim, batch).reshape(batch, -1)
+    if s.shape[1] == 1:  # per tensor within each member: the member's scale for each of its tokens
+        s = s.expand(batch, max(1, int(torch.Size(lead[1:]).numel())))
+    return s.reshape(lead)
+
+
+def _sparse_linear_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor, values: torch.Tensor,
+                        meta: torch.Tensor, bias: torch.Tensor | None = None, scale_x: torch.Tensor | None = None,
+                        scale_w: torch.Tensor | None = None, *, activation: str | None = None,
+                        out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
+    op = torch.ops.sparsile.sparse_linear
+    batch = info.batch_size
+    x_dim, v_dim, m_dim, b_dim, sx_dim, sw_dim = (tuple(in_dims) + (None,) * 6)[:6]
+    if v_dim is None and m_dim is None and b_dim is None and sw_dim is None:  # one weight: one launch
+        xb = _tokens_first(x, x_dim, batch)
+        sx = None if scale_x is None else _per_token_scale(scale_x, sx_dim, tuple(xb.shape[:-1]))
+        return op(xb, values, meta, bias, sx, scale_w, activation=activation, out_dtype=out_dtype), 0
+
+    def member(t: torch.Tensor | None, dim: int | None, i: int) -> torch.Tensor | None:
+        return t if t is None or dim is None else t.select(dim, i)
+
+    ys = [op(member(x, x_dim, i), member(values, v_dim, i), member(meta, m_dim, i), member(bias, b_dim, i),
+             member(scale_x, sx_dim, i), member(scale_w, sw_dim, i), activation=activation, out_dtype=out_dtype)
+          for i in range(batch)]
+    return torch.stack(ys), 0
+
+
+def _quantize_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor
+                   ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[int, int]]:
+    # per token: every leading index of x is a token, the batch's included (x is batched: vmap calls
+    # the rule only then)
+    xq, scale = torch.ops.sparsile.quantize_per_token_e4m3(x.movedim(in_dims[0], 0))
+    return (xq, scale), (0, 0)
+
+
+def register_vmap_rules(lib: torch.library.Library) -> None:
+    """Register both rules on ``lib`` (the ``sparsile`` library of ops.py)."""
+    torch.library.register_vmap("sparsile::sparse_linear", _sparse_linear_vmap, lib=lib)
+    torch.library.register_vmap("sparsile::quantize_per_token_e4m3", _quantize_vmap, lib=lib)
