@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -144,12 +144,12 @@ class Autotuner:
                                   help=f"e.g. {what}=[\"n\"]" + ("; key=[] tunes once per argument dtypes"
                                                                  if what == "key" else ""))
         self.key = list(key)
-        self.prune_configs_by = dict(prune_configs_by or {})
+        self.prune_configs_by = _checked_prune(kernel.name, prune_configs_by)
         self.warmup, self.rep = warmup, rep
         self.restore_value = None if restore_value is None else list(restore_value)
         self.reset_to_zero = list(reset_to_zero)
         self.table = load_table(defaults)
-        self.interpret_config = Config.of(interpret_config) if interpret_config is not None else self.configs[0]
+        self.interpret_config = self._given(interpret_config) if interpret_config is not None else self.configs[0]
         self.benchmarker = benchmarker
         self.cache: dict[str, TuneRecord] = {}  # by "GPU name|cache key"
         self.stderr: TextIO | None = None
@@ -172,6 +172,11 @@ class Autotuner:
                 if n not in params:
                     raise LaunchError(SP_BAD_NAME, f"autotune {what}= names `{n}`, which is no parameter of "
                                                    f"`{self.kernel.name}`", help=f"parameters: {listed}")
+                annotation = params[n].annotation
+                if what != "key" and (annotation is T.CONSTEXPR or isinstance(annotation, T.ScalarType)):
+                    raise LaunchError(SP_BAD_NAME, f"autotune {what}= names `{n}`, which is a scalar parameter of "
+                                                   f"`{self.kernel.name}`, not an array",
+                                      help=f"{what}= names the arrays tuning must put back (or zero)")
         table = [(f"the defaults= entry `{k}`", Config.of(v)) for k, v in self.table.items()]
         for where, c in [*(("the autotune config", c) for c in self.configs),
                          ("the interpret_config", self.interpret_config), *table]:
@@ -213,9 +218,15 @@ class Autotuner:
     def interpret(self) -> GridIndexer:
         """``tuned.interpret[grid](*args)``: ``interpret_config`` (default: the first config) in the
         numpy interpreter; nothing is timed or cached."""
+        config = self.interpret_config
+
         def run(grid: Any) -> Callable[..., None]:
-            return lambda *args, **kwargs: self.kernel.interpret[grid](
-                *args, **self._user_kwargs(kwargs, self.interpret_config), **self.interpret_config.all_kwargs())
+            def call(*args: Any, **kwargs: Any) -> None:
+                kwargs = self._user_kwargs(kwargs, config)
+                if config.pre_hook is not None:
+                    config.pre_hook(self._bound(args, kwargs, config))
+                self.kernel.interpret[grid](*args, **kwargs, **config.all_kwargs())
+            return call
         return GridIndexer(run)
 
     # ------------------------------------------------------------------ choosing
@@ -226,6 +237,14 @@ class Autotuner:
                                                  "not pass it to the call",
                               help="drop it from the call, or from the configs")
         return kwargs
+
+    def _given(self, value: Any, among: Sequence[Config] | None = None) -> Config:
+        """``value`` (a Config, or a dict: the table's choice, a pruner's) as a Config; a dict equal
+        to one of ``among`` (default: the configs) is that config, so that its pre_hook runs."""
+        config = Config.of(value)
+        if isinstance(value, Config):
+            return config
+        return next((c for c in (self.configs if among is None else among) if c == config), config)
 
     def _bound(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config | None = None
                ) -> dict[str, Any]:
@@ -252,14 +271,16 @@ class Autotuner:
         for c in self.configs:
             self._user_kwargs(kwargs, c)
         bound = self._bound(args, kwargs)
-        key = key_string(self.key + self.call_constexprs, bound)
+        names = {p.name for p in self.params}
+        options = {k: v for k, v in kwargs.items() if k in KERNEL_OPTIONS and k not in names}
+        key = key_string(self.key + self.call_constexprs, bound, options)
         gpu = self._gpu_name()
         record = self.cache.get(f"{gpu}|{key}")
         if record is not None:
             return record.config
         if not _enabled():
             shipped = table_choice(self.table, gpu, key)
-            record = TuneRecord(Config.of(shipped), "table") if shipped else TuneRecord(self.configs[0], "first")
+            record = TuneRecord(self._given(shipped), "table") if shipped else TuneRecord(self.configs[0], "first")
         else:
             record = self._stored(gpu, key) or self._tune(grid, args, kwargs, bound, stream, gpu, key)
         self.cache[f"{gpu}|{key}"] = record
@@ -274,7 +295,8 @@ class Autotuner:
         if entry is None or not isinstance(entry.get("config"), dict):
             return None
         config = Config.of(entry["config"])
-        if config not in self._candidates(gpu, key):
+        config = next((c for c in self._candidates(gpu, key) if c == config), None)  # the given one: its pre_hook
+        if config is None:
             return None
         timings, skipped = entry.get("timings"), entry.get("skipped")  # for the summary only: dropped when malformed
         timings = {k: float(v) for k, v in timings.items() if isinstance(v, int | float)} \
@@ -292,7 +314,12 @@ class Autotuner:
     def _pruned(self, configs: list[Config], bound: dict[str, Any]) -> list[Config]:
         prune = self.prune_configs_by
         if "early_config_prune" in prune:
-            configs = list(prune["early_config_prune"](configs, bound))
+            kept = prune["early_config_prune"](configs, bound)
+            if isinstance(kept, str | Mapping | Config) or not isinstance(kept, Iterable):
+                raise LaunchError(SP_BAD_CONFIG, f"early_config_prune of `{self.name}` must return a list of configs, "
+                                                 f"found {kept!r}", help="return the configs to keep (a sublist of "
+                                                                         "those it is given)")
+            configs = [self._given(c, configs) for c in kept]
         if "perf_model" in prune:
             model = prune["perf_model"]
             top = prune.get("top_k", len(configs))
@@ -307,6 +334,11 @@ class Autotuner:
     def _tune(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any], stream: Any,
               gpu: str, key: str) -> TuneRecord:
         configs = self._pruned(self._candidates(gpu, key), bound)  # a pruning mistake first, GPU or not
+        for n in self.reset_to_zero:
+            if not hasattr(bound[n], "shape"):
+                raise LaunchError(SP_BAD_NAME, f"autotune reset_to_zero= names `{n}`, which is {bound[n]!r} in this "
+                                               "call, not an array", help="reset_to_zero= names arrays tuning zeroes "
+                                                                          "before each timed launch")
         bench = self.benchmarker or _default_benchmarker(self.name)
         started = time.perf_counter()
         timings: dict[str, float] = {}
@@ -418,6 +450,33 @@ class Autotuner:
             for name, why in r.skipped.items():
                 lines.append(f"      skipped     {name}: {why}")
         return "\n".join(lines)
+
+
+_PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
+
+
+def _checked_prune(kernel: str, prune: Any) -> dict[str, Any]:
+    """``prune_configs_by`` as a dict, checked when the kernel is decorated: a misspelt key was
+    ignored (nothing pruned, no word), a bad value failed inside the first tuning."""
+    if prune is None:
+        return {}
+    what = "autotune prune_configs_by="
+    example = 'e.g. prune_configs_by={"early_config_prune": lambda configs, args: configs[:2]}'
+    if not isinstance(prune, Mapping):
+        raise LaunchError(SP_BAD_CONFIG, f"{what} takes a dict ({', '.join(_PRUNE_KEYS)}), found {prune!r}",
+                          help=example)
+    for name, value in prune.items():
+        if name not in _PRUNE_KEYS:
+            raise LaunchError(SP_BAD_CONFIG, f"{what} takes early_config_prune, perf_model and top_k, found "
+                                             f"`{name}`", help=example)
+        if name != "top_k" and not callable(value):
+            raise LaunchError(SP_BAD_CONFIG, f"{what} {name} must be a function, found {value!r}", help=example)
+        whole = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        if name == "top_k" and not (whole or (isinstance(value, float) and 0 < value <= 1)):
+            raise LaunchError(SP_BAD_CONFIG, f"{what} top_k must be a positive int or a fraction in (0, 1], found "
+                              f"{value!r}", help="top_k: how many configs (or which fraction of them) perf_model's "
+                                                 "lowest estimates keep")
+    return dict(prune)
 
 
 def _reason(error: CompileError | LaunchError) -> str:

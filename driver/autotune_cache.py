@@ -8,22 +8,34 @@ config list lives under ``$SPARSILE_CACHE_DIR/autotune/``::
      "entries": {"NVIDIA H200|n=4096; dtypes: x=float32 y=float32": {"config": {...}, "ms": 0.01}}}
 
 It is written to a temporary file in the same directory and ``os.replace``-d over the old one,
-so a reader sees the old file or the new one, never half of one. A file that does not parse, has
-another format or another compiler version is ignored with a warning (SP0774) and rewritten at the
-next store; a directory that cannot be written is reported once (SP0775) and tuning goes on in
-memory.
+so a reader sees the old file or the new one, never half of one. Writers (processes, threads) take
+the file's advisory lock (:func:`locked`) around reading the file again, merging their entry and
+replacing it, so that two tuning at once each keep the other's entries. A lock not had within
+``LOCK_TIMEOUT`` seconds skips the write with a warning (SP0775): the choice stays in memory. A
+file that does not parse, has another format or another compiler version is ignored with a
+warning (SP0774) and rewritten at the next store; a directory that cannot be written is reported
+once (SP0775) and tuning goes on in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import tempfile
+import threading
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): the exclusive-create lock below
+    fcntl = None  # type: ignore[assignment]
 
 from ..frontend.diagnostics import LaunchError
 
@@ -32,6 +44,16 @@ TABLE_FORMAT = "sparsile-autotune-table/1"
 SP_BAD_TABLE = "SP0773"
 SP_STALE_FILE = "SP0774"
 SP_UNWRITABLE = "SP0775"
+
+LOCK_TIMEOUT = 10.0
+"""Seconds a writer waits for another's lock on a cache file or table before it skips its write
+(a lock is held for one read and one write of the file: milliseconds)."""
+LOCK_KIND = "flock" if fcntl is not None else "exclusive"
+"""How files are locked: ``flock`` (POSIX ``fcntl.flock`` on ``.<name>.flock``, released by the
+system when its process ends; removed at release) or ``exclusive`` (the portable fallback, also
+where a file system refuses ``flock``: ``.<name>.lock`` made with ``O_CREAT | O_EXCL`` and removed
+at release; one left by a process that was killed holding it makes the writes of that file time
+out until it is deleted). The tests run both."""
 
 
 class AutotuneWarning(UserWarning):
@@ -49,11 +71,21 @@ def describe(value: Any) -> str:
     """How one argument enters a cache key: an array by its shape and dtype, a scalar (a numpy
     scalar or 0-d array too: ``np.int64(4096)`` is ``4096``, its dtype is among the key's dtypes)
     and anything else by repr."""
-    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == () and hasattr(value, "item"):
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return repr(value)
+    shape = array_shape(value)
+    if shape == () and hasattr(value, "item"):
         return repr(value.item())
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return f"{tuple(int(s) for s in value.shape)}:{dtype_name(value.dtype)}"
-    return repr(value)
+    return f"{shape}:{dtype_name(value.dtype)}"
+
+
+def array_shape(value: Any) -> tuple[int, ...]:
+    """An array's shape; a ``DeviceBuffer`` made without one has a single dimension: its elements
+    (bytes where it has no dtype either)."""
+    if value.shape is None:
+        typed = getattr(value, "_typed_shape", None)
+        return tuple(typed()) if callable(typed) else (int(getattr(value, "nbytes", 0)),)
+    return tuple(int(s) for s in value.shape)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -62,15 +94,19 @@ def dtype_name(dtype: Any) -> str:
     return str(name if isinstance(name, str) else dtype).removeprefix("torch.")
 
 
-def key_string(key: Sequence[str], bound: Mapping[str, Any]) -> str:
+def key_string(key: Sequence[str], bound: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
     """The cache key of one call: ``key``'s argument values, then the dtypes of every array
-    argument (``n=4096; dtypes: x=float32 out=float32``)."""
+    argument, then the kernel options the call gives, if any (``n=4096; dtypes: x=float32
+    out=float32; options: num_stages=2``)."""
     parts = [f"{name}={describe(bound[name])}" for name in key]
     dtypes = [f"{name}={dtype_name(v.dtype)}" for name, v in bound.items()
               if hasattr(v, "dtype") and hasattr(v, "shape")]
     text = ", ".join(parts)
     if dtypes:
         text += ("; " if text else "") + "dtypes: " + " ".join(dtypes)
+    if options:
+        given = " ".join(f"{k}={describe(v)}" for k, v in sorted(options.items()))
+        text += ("; " if text else "") + "options: " + given
     return text
 
 
@@ -124,14 +160,21 @@ class TuningFile:
         return {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
 
     def store(self, entry: str, record: dict[str, Any]) -> None:
-        """Add ``entry`` (merged with what the file holds now) and replace the file atomically."""
+        """Add ``entry`` to what the file holds now (read again under its lock, :func:`locked`) and
+        replace the file atomically; a warning (SP0775) and no write when the lock is not had
+        within ``LOCK_TIMEOUT`` seconds or the directory cannot be written."""
         if self.path is None:
             return
-        entries = self.read(quiet=True)
-        entries[entry] = record
-        data = {"format": FORMAT, "compiler": compiler_version(), "kernel": self.kernel, "entries": entries}
+
+        def merged() -> dict[str, Any]:
+            entries = self.read(quiet=True)
+            entries[entry] = record
+            return {"format": FORMAT, "compiler": compiler_version(), "kernel": self.kernel, "entries": entries}
         try:
-            write_json_atomic(self.path, data)
+            update_json_atomic(self.path, merged)
+        except LockTimeout as e:
+            self._warn(SP_UNWRITABLE, f"cannot lock the autotuning cache `{self.path}` {e.strerror}; this tuned "
+                                      "choice is kept in memory only")
         except OSError as e:
             if not self._reported:
                 self._reported = True
@@ -153,6 +196,180 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class LockTimeout(OSError):
+    """The lock of a file was not had in time (``strerror`` says how long and who holds it)."""
+
+
+_thread_locks: dict[str, threading.Lock] = {}
+_registry = threading.Lock()
+_stuck: set[str] = set()
+"""Files (by path) whose lock timed out in this process: the next writer tries once, without waiting
+again (a program tuning many keys is not held up LOCK_TIMEOUT seconds per key), until one has it."""
+
+
+def _forget_thread_locks() -> None:
+    """In a forked child: the locks of this process's other threads are not held there."""
+    global _registry
+    _registry = threading.Lock()
+    _thread_locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_thread_locks)
+
+
+def lock_path(path: Path, kind: str | None = None) -> Path:
+    """The file the writers of ``path`` lock: ``.<name>.flock`` beside it for the ``flock`` kind,
+    ``.<name>.lock`` for the ``exclusive`` one (default: ``LOCK_KIND``'s)."""
+    return path.with_name(f".{path.name}.{'flock' if (kind or LOCK_KIND) == 'flock' else 'lock'}")
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout: float | None = None) -> Iterator[None]:
+    """Hold the advisory lock of ``path`` (its writers', not its readers': a reader sees the old
+    file or the new one anyway) for the ``with`` block: a lock per path among this process's
+    threads, then one among processes on :func:`lock_path` (``LOCK_KIND``; the exclusive kind
+    where the file system refuses ``flock``). Waits at most ``timeout`` seconds (default
+    ``LOCK_TIMEOUT``), then raises :class:`LockTimeout`; an OSError when the lock file cannot be
+    made (a directory that cannot be written). ``path``'s directory is made if needed."""
+    name = os.path.normcase(os.path.abspath(path))
+    wait = LOCK_TIMEOUT if timeout is None else timeout
+    if name in _stuck:
+        wait = 0.0
+    deadline = time.monotonic() + wait
+    with _registry:
+        inner = _thread_locks.setdefault(name, threading.Lock())
+    if not inner.acquire(timeout=max(0.0, wait)):
+        _stuck.add(name)
+        raise LockTimeout(errno.ETIMEDOUT, f"within {wait:g} s (another thread of this process holds it)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kind = LOCK_KIND
+        if kind == "flock":
+            try:
+                release = _take_flock(lock_path(path, kind), deadline)
+            except _FlockUnsupported:
+                kind = "exclusive"
+        if kind != "flock":
+            release = _take_exclusive(lock_path(path, kind), deadline)
+        if release is None:
+            _stuck.add(name)
+            lock = lock_path(path, kind)
+            hint = "" if kind == "flock" else ("; if no program is tuning, delete it: one stopped while it held the "
+                                               "lock left it")
+            raise LockTimeout(errno.ETIMEDOUT, f"within {wait:g} s (another process holds `{lock}`{hint})")
+        _stuck.discard(name)
+        try:
+            yield
+        finally:
+            release()
+    finally:
+        inner.release()
+
+
+def _pause(tries: int) -> float:
+    return min(0.05, 0.001 * 2 ** min(tries, 6))
+
+
+class _FlockUnsupported(Exception):
+    """The file system refuses ``flock`` (some network file systems): the exclusive kind instead."""
+
+
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP), errno.ENOSYS}
+
+
+def _take_flock(lock: Path, deadline: float) -> Callable[[], None] | None:
+    """``flock`` the file ``lock`` (made if missing); the release, which removes the file before it
+    unlocks it, or None at the deadline. A waiter that then has the lock of a removed file sees
+    that ``lock`` is another file (or none) and takes the new one instead."""
+    assert fcntl is not None
+    tries = 0
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except (BlockingIOError, PermissionError):  # held (EWOULDBLOCK; EACCES on some systems)
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        return None
+                    time.sleep(_pause(tries))
+                    tries += 1
+                except OSError as e:
+                    if e.errno not in _NO_FLOCK:
+                        raise
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock)
+                    raise _FlockUnsupported from e
+            mine = os.fstat(fd)
+            try:
+                now = os.stat(lock)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            def release(fd: int = fd) -> None:
+                with contextlib.suppress(OSError):
+                    os.unlink(lock)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return release
+        os.close(fd)  # the lock of a file its holder removed as it let go: take the file there now
+        if time.monotonic() >= deadline:
+            return None
+
+
+def _take_exclusive(lock: Path, deadline: float) -> Callable[[], None] | None:
+    """Make the file ``lock`` with ``O_CREAT | O_EXCL`` (one maker wins, on every platform and
+    file system); the release, which removes it, or None at the deadline."""
+    tries = 0
+    while True:
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            pass
+        except PermissionError:  # Windows: a lock file being removed; elsewhere a directory not writable
+            if os.name != "nt" or not lock.parent.is_dir():
+                raise
+        else:
+            os.close(fd)
+            return lambda: lock.unlink(missing_ok=True)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(_pause(tries))
+        tries += 1
+
+
+def update_json_atomic(path: Path, update: Callable[[], Any], timeout: float | None = None) -> Any:
+    """Under ``path``'s lock (:func:`locked`): ``data = update()`` (which reads the file again and
+    merges into it), then :func:`write_json_atomic`; returns ``data``. LockTimeout (an OSError) when
+    the lock is not had in time, OSError when the directory is not writable."""
+    with locked(path, timeout):
+        data = update()
+        write_json_atomic(path, data)
+    return data
+
+
+def write_table(path: Path, merge: Callable[[], Any], own: Any) -> Path:
+    """Write a tuning table: ``merge()`` (``own``, this run's table, merged with the file as it is
+    then) to ``path`` under its lock. When the lock is not had within ``LOCK_TIMEOUT`` seconds,
+    ``own`` goes beside it to ``<stem>.<pid><suffix>`` with a warning (SP0775), so that a long run
+    keeps its results; returns the path written."""
+    try:
+        update_json_atomic(path, merge)
+        return path
+    except LockTimeout as e:
+        aside = path.with_name(f"{path.stem}.{os.getpid()}{path.suffix}")
+        write_json_atomic(aside, own)
+        warnings.warn(f"warning[{SP_UNWRITABLE}]: cannot lock the tuning table `{path}` {e.strerror}; this run's "
+                      f"table was written to `{aside}` instead", AutotuneWarning, stacklevel=3)
+        return aside
 
 
 def tuning_path(kernel: str, identity: str) -> Path | None:

@@ -407,13 +407,14 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     """Tune each (token tile, dtype, shape) with :func:`tune_decode_plan` (T the largest of
     ``tokens`` in the tile; tiles in the order of ``tokens``); return the table ``{"format", "gpu",
     "sms", "compiler", "seconds", "left_out", "entries"}`` and write it to ``out`` if given
-    (atomically, keeping the entries a decode table already there holds for other problems).
+    (atomically, keeping the entries a decode table already there holds for other problems, read
+    again under the file's lock at each write: sweeps writing one file at once keep each other's).
     ``max_seconds``: no new problem is started after that long (``left_out`` names them).
     ``benchmarker``: :func:`~.graph_timing.graph_bench` (default), or None for ``do_bench`` of the
     plain launches. ``problem`` / ``device`` (name, SMs): default :func:`gpu_problem` on the current
     GPU (the CPU tests pass interpreter plans and a fake timer)."""
     from ...backend.runtime.bench import do_bench
-    from ...driver.autotune_cache import compiler_version, write_json_atomic
+    from ...driver.autotune_cache import compiler_version, write_table
 
     parsed, tiles, dts = check_sweep_inputs(shapes, tokens, dtypes)
     start = time.perf_counter()
@@ -425,7 +426,12 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     make = problem or gpu_problem()
     entries: dict[str, Any] = {}
     left: list[str] = []
-    kept = _decode_entries(Path(out)) if out is not None else {}
+
+    def write(table: dict[str, Any]) -> None:
+        """``table`` merged with the file's entries, read again under its lock (another sweep may
+        have written the file since this one started)."""
+        path = Path(out)
+        write_table(path, lambda: merged(table, _decode_entries(path)), table)
 
     def result() -> dict[str, Any]:
         return {"format": TABLE_FORMAT, "gpu": device[0], "sms": device[1], "compiler": compiler_version(),
@@ -440,10 +446,10 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
                 entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], benchmarker or do_bench,
                                                 warmup=warmup, rep=rep, say=say)
                 if out is not None:  # after each problem: a sweep cut short keeps what it found
-                    write_json_atomic(Path(out), merged(result(), kept))
+                    write(result())
     table = result()
     if out is not None:
-        write_json_atomic(Path(out), merged(table, kept))
+        write(table)
     return table
 
 

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from ...driver.autotune import printing_requested
-from ...driver.autotune_cache import compiler_version, write_json_atomic
+from ...driver.autotune_cache import compiler_version, write_table
 from ...frontend.diagnostics import CompileError, InternalError, LaunchError
 from .arrays import deliver_result, empty_array
 from .gemm import (
@@ -464,12 +464,14 @@ def progress_printer(stderr: TextIO | None, progress: bool | None) -> tuple[Text
 
 def finished_table(entries: dict[str, Any], out: str | os.PathLike[str] | None) -> dict[str, Any]:
     """The table of ``entries`` for the current GPU and compiler, merged into the file ``out`` when
-    given (:func:`merged_table`, written atomically)."""
+    given (:func:`merged_table` of the file as it is under its lock, written atomically: two runs
+    writing one file keep each other's entries; driver/autotune_cache.py ``write_table``)."""
     from ...backend.runtime.bench import device_name
 
     table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
     if out is not None:
-        write_json_atomic(Path(out), merged_table(Path(out), table))
+        path = Path(out)
+        write_table(path, lambda: merged_table(path, table), table)
     return table
 
 

@@ -437,3 +437,117 @@ def test_jit_above_autotune_says_to_swap_them() -> None:
             sp.jit(wrapped)
         assert (e.value.code, e.value.message) == ("SP0241", f"@sparsile.jit wraps a Python function; `axpy` is {what}")
         assert "put @sparsile.autotune(...) above @sparsile.jit" in str(e.value)
+
+
+def _zeroing_config(block: int, ran: list[int]) -> sp.Config:
+    """A config whose pre_hook zeroes `out` (the accumulator of the kernel) and records the call."""
+    def zero_out(args: dict[str, Any]) -> None:
+        ran.append(block)
+        args["out"][...] = 0
+    return sp.Config({"BLOCK": block}, pre_hook=zero_out)
+
+
+@pytest.mark.parametrize("how", ["disk", "table", "interpret"])
+def test_the_pre_hook_runs_however_the_config_was_chosen(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                         how: str) -> None:
+    """A winner read from the disk cache, or the defaults= table's choice with SPARSILE_AUTOTUNE=0,
+    or the interpreter's config, is the config given, pre_hook and all: before, the first two were
+    rebuilt from their JSON without it and `.interpret` never called it, so `out` kept its old
+    values and every result was off by them (no error)."""
+    x, out = _data()
+    ran: list[int] = []
+    configs = [{"BLOCK": 64}, _zeroing_config(128, ran)]
+    if how == "disk":
+        _tuned(FakeBench({64: 2.0, 128: 1.0}), configs=configs).choose(_grid, (x, out, N, 0.5), {})
+        bench = FakeBench({})
+        tuner = _tuned(bench, configs=configs)
+        assert tuner.choose(_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128})
+        assert bench.calls == [] and next(iter(tuner.cache.values())).how == "disk"
+    elif how == "table":
+        monkeypatch.setenv("SPARSILE_AUTOTUNE", "0")
+        tuner = _tuned(FakeBench({}), configs=configs, defaults={"*": {"BLOCK": 128}})
+    else:
+        tuner = _tuned(FakeBench({}), configs=configs, interpret_config={"BLOCK": 128})
+    ran.clear()
+    acc = np.full(N, 7.0, np.float32)
+    (tuner.interpret if how == "interpret" else tuner)[_grid](x, acc, N, 0.5)
+    assert ran == [128]
+    np.testing.assert_allclose(acc, 0.5 * x.astype(np.float64), rtol=1e-6)
+
+
+def test_kernel_options_the_call_gives_are_part_of_the_key() -> None:
+    """`num_stages=` or `target=` given by the call (the configs leave them out) change the compiled
+    kernel as a constexpr does: each value tunes for itself. Before, a winner tuned for one was
+    launched for the other untimed (a config that compiles for one target may not for another)."""
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0})
+    tuner = _tuned(bench)
+    x, out = _data()
+    tuner.choose(_grid, (x, out, N, 0.5), {})
+    tuner.choose(_grid, (x, out, N, 0.5), {"num_stages": 2})
+    tuner.choose(_grid, (x, out, N, 0.5), {"num_stages": 2})
+    tuner.choose(_grid, (x, out, N, 0.5), {"num_stages": 4})
+    assert len(bench.calls) == 9
+    assert sorted(tuner.cache) == ["Fake GPU|n=300; dtypes: x=float32 out=float32",
+                                   "Fake GPU|n=300; dtypes: x=float32 out=float32; options: num_stages=2",
+                                   "Fake GPU|n=300; dtypes: x=float32 out=float32; options: num_stages=4"]
+
+
+def test_early_config_prune_may_return_dicts_and_keeps_pre_hooks() -> None:
+    """early_config_prune's configs are taken as `configs=` takes them (dicts too: an AttributeError
+    from inside before); one equal to a given config is that config, pre_hook and all."""
+    ran: list[int] = []
+    x, _ = _data()
+    tuner = _tuned(FakeBench({64: 2.0, 128: 1.0}), configs=[{"BLOCK": 64}, _zeroing_config(128, ran)],
+                   prune_configs_by={"early_config_prune": lambda cs, args: [{"BLOCK": 64}, {"BLOCK": 128}]})
+    acc = np.full(N, 7.0, np.float32)
+    tuner[_grid](x, acc, N, 0.5)
+    assert ran == [128]
+    np.testing.assert_allclose(acc, 0.5 * x.astype(np.float64), rtol=1e-6)
+
+
+def test_a_typed_device_buffer_without_a_shape_keys_by_its_size() -> None:
+    """`DeviceBuffer(nbytes, dtype="f32")` has no shape (one dimension implied): as a key argument
+    it keyed by... a TypeError from inside (`tuple(None)`). It keys by its length now."""
+    from sparsile.backend.runtime.memory import DeviceBuffer
+
+    def buffer(nbytes: int, dtype: str | None) -> DeviceBuffer:
+        b = DeviceBuffer.__new__(DeviceBuffer)  # no allocation: only what a key reads
+        b.nbytes, b.dtype, b.shape = nbytes, dtype, None
+        return b
+    assert autotune_cache.key_string(["x"], {"x": buffer(4096, "f32")}) == "x=(1024,):f32; dtypes: x=f32"
+    assert autotune_cache.key_string(["x"], {"x": buffer(4096, None)}) == "x=(4096,):None; dtypes: x=None"
+
+
+@pytest.mark.parametrize("make, code, message", [
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], prune_configs_by={"early_prune": lambda cs, a: cs})(k),
+     "SP0770", "autotune prune_configs_by= takes early_config_prune, perf_model and top_k, found `early_prune`"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], prune_configs_by={"perf_model": 3})(k),
+     "SP0770", "autotune prune_configs_by= perf_model must be a function, found 3"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], prune_configs_by={"top_k": "2"})(k),
+     "SP0770", "autotune prune_configs_by= top_k must be a positive int or a fraction in (0, 1], found '2'"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], prune_configs_by=lambda cs, a: cs)(k),
+     "SP0770", "autotune prune_configs_by= takes a dict (early_config_prune, perf_model, top_k), found <function"),
+    (lambda k: sp.autotune([{"BLOCK": 64}], key=["n"], reset_to_zero=["n"])(k),
+     "SP0771", "autotune reset_to_zero= names `n`, which is a scalar parameter of `axpy`, not an array"),
+])
+def test_bad_arguments_found_by_the_review(make: Any, code: str, message: str) -> None:
+    """Each was accepted and then ignored (a misspelt key of prune_configs_by), or failed inside at
+    the first call (a TypeError zeroing an int)."""
+    with pytest.raises(sp.LaunchError) as e:
+        make(_axpy_kernel())
+    assert e.value.code == code
+    assert str(e.value).split("\n")[0].startswith(f"error[{code}]: {message}")
+
+
+def test_bad_prunes_and_resets_at_the_call() -> None:
+    """early_config_prune returning None, and reset_to_zero naming an unannotated parameter given a
+    scalar, were TypeErrors from inside the tuner."""
+    x, out = _data()
+    tuner = _tuned(FakeBench({}), prune_configs_by={"early_config_prune": lambda cs, args: None})
+    with pytest.raises(sp.LaunchError, match=r"error\[SP0770\]: early_config_prune of `axpy` must return a list of "
+                                             r"configs, found None"):
+        tuner.choose(_grid, (x, out, N, 0.5), {})
+    tuner = _tuned(FakeBench({64: 1.0, 128: 2.0, 256: 3.0}, run=True), reset_to_zero=["a"])
+    with pytest.raises(sp.LaunchError, match=r"error\[SP0771\]: autotune reset_to_zero= names `a`, which is 0.5 in "
+                                             r"this call, not an array"):
+        tuner.choose(_grid, (x, out, N, 0.5), {})

@@ -323,6 +323,26 @@ def test_sweep_writes_a_table_in_token_order_and_merges(tmp_path):
     assert list(dt.load_decode_table(gemm)) == [dt.table_key(*H200, "bf16", N_OUT, K, 8)]
 
 
+def test_a_sweep_keeps_what_another_wrote_to_its_table_meanwhile(tmp_path, monkeypatch):
+    """A sweep merges the file's entries at each write, read again under the file's lock: a sweep
+    that wrote to the same table while this one ran keeps its entries (before, the file was read
+    once, when the sweep started, and its next write dropped the other sweep's entries)."""
+    monkeypatch.setattr(dt, "tune_decode_plan", lambda plan, sms, bench, **kw: entry(2, 2))
+    out = tmp_path / "decode.json"
+    h100 = ("NVIDIA H100 80GB HBM3", 132)
+    made: list[int] = []
+
+    def plans(dtype, n_out, k, t):
+        made.append(t)
+        if len(made) == 2:  # between this sweep's two problems, another sweep runs to the end
+            dt.tune_sparse_decode([f"{N_OUT}x{K}"], [16], out=out, problem=lambda *a: None, device=h100)
+        return None
+    got = dt.tune_sparse_decode([f"{N_OUT}x{K}"], [16, 8], out=out, problem=plans, device=H200)
+    assert made == [16, 8]
+    assert set(dt.load_decode_table(out)) == {*got["entries"], dt.table_key(*h100, "bf16", N_OUT, K, 16)}
+    assert [p.name for p in tmp_path.iterdir()] == ["decode.json"]
+
+
 def test_timed_calls_rotate_over_weight_copies(weight):
     """The weight and its copies take 3 x L2 (at most 8 in all); each timed call runs the next copy,
     a graph holds whole rounds."""
