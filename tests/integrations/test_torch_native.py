@@ -205,18 +205,20 @@ def test_eager_one_launch_calls_launch_natively(fake):
     assert native.counts() == {"launched": 2, "declined": 0, "launch_failures": 0}
 
 
-def test_the_scale_is_source_2_and_a_misaligned_one_takes_the_prepared_launch(fake):
+def test_the_scale_is_source_2_and_a_misaligned_one_is_copied(fake):
+    """scale_x is the native launch's source 2; one at an offset the kernel's 16-byte loads refuse (a
+    per-token slice: torch.func.vmap's per-member calls of the op) is copied first and launched
+    natively. (It went to the prepared launch as it was, whose launcher refused it on the GPU with
+    SP0704, a38.)"""
     cache, w = RecordCache(), _weight()
     x, scale = torch.randn(4, 32), torch.ones(8)
     cache.run((4,), x, w, scale[:4], torch.float32, stream=3)
     assert fake.log[0][1:] == ((0, 1, 2), (True, True, False))
     assert fake.launches[-1][5][2] == q(scale.data_ptr())
-    y = cache.run((4,), x, w, scale[1:5], torch.float32, stream=3)  # 4 bytes off: the slot wants 16
-    assert fake.log[-1] == ("prepared", (x.data_ptr(), y.data_ptr(), scale.data_ptr() + 4), 3)
-    (record,) = cache.records.values()
-    assert record.native is not None and native.counts()["declined"] == 1  # still on for the next call
-    cache.run((4,), x, w, scale[:4], torch.float32, stream=3)
-    assert native.counts()["launched"] == 2
+    cache.run((4,), x, w, scale[1:5], torch.float32, stream=3)  # 4 bytes off: the slot wants 16
+    copied = int.from_bytes(fake.launches[-1][5][2], "little")
+    assert copied != scale.data_ptr() + 4 and copied % 16 == 0
+    assert native.counts()["declined"] == 0 and native.counts()["launched"] == 2
 
 
 def test_a_failed_native_launch_falls_back_and_disables_the_record(fake):
