@@ -19,6 +19,10 @@ For y = act(pre), pre = (x @ Wᵀ) * scale_x * scale_w + bias (W = decompress(va
 * ``d bias = Σ_tokens d pre``;
 * e4m3: x is quantized per token in the forward; its gradient is the straight-through one (the
   quantization is taken as the identity, as fp8 training recipes do), so ``dx = d pre @ (W * scale_w)``.
+  Traced (torch.compile, torch.export, make_fx), an e4m3 layer whose x requires grad runs the op
+  ``sparsile::sparse_linear_e4m3`` (the quantizer and ``sparse_linear`` in one, on the 16-bit x),
+  whose formula is this one (:func:`input_grads`): the compiled gradient is the eager one. (The
+  two ops apart would give the fp8 x a gradient in fp8: SP0922.)
 
 Gradients of values, meta, scale_w and scale_x are refused when asked for (SP0922), never left
 silently at zero: the weight is frozen; ``sparsify_(model, trainable=True)`` trains it.
@@ -182,10 +186,10 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     needs = tuple(ctx.needs_input_grad) + (False,) * 6
     if x.dtype == torch.float8_e4m3fn and (needs[0] or needs[4]):  # (x and scale_x from the quantizer)
         raise IntegrationError(SP_FROZEN_WEIGHT, "sparse_linear has no gradient for an fp8 x (it would be fp8 too, "
-                               "3 mantissa bits): the eager e4m3 SparseLinear passes a 16-bit x's gradient straight "
-                               "through its quantizer, a traced one (torch.compile) does not yet",
-                               help="run this backward eagerly, or use a 16-bit (bf16 / f16) layer where x needs a "
-                                    "gradient under torch.compile")
+                               "3 mantissa bits): an e4m3 SparseLinear, eager or traced, passes its 16-bit x's "
+                               "gradient straight through the quantizer",
+                               help="call torch.ops.sparsile.sparse_linear_e4m3(x, values, meta, bias, scale_w) on "
+                                    "the 16-bit x instead of quantize_per_token_e4m3 then sparse_linear")
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_x"), (5, "scale_w")):
         if needs[index]:
             raise frozen(what)
@@ -197,6 +201,35 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 
     dx, db = input_grads(dy, x, values, meta, bias, scale_w, activation, pre, needs[0], needs[3])
     return dx, None, None, db, None, None
+
+
+# ------------------------------------------------------------------------------------------------
+# the op: torch.ops.sparsile.sparse_linear_e4m3 (x quantized inside, its gradient straight through)
+
+
+def _setup_context_e4m3(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
+    x, values, meta, bias, scale_w = inputs
+    ctx.activation = keyword_only_inputs.get("activation")
+    ctx.save_for_backward(x, values, meta, bias, scale_w)
+
+
+def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """The straight-through gradient of ``sparse_linear_e4m3``: :func:`input_grads` with the
+    un-quantized x (dx in its dtype) and the pre-activations of the quantized one, as
+    :class:`LayerWithInputGrad`'s backward computes an eager e4m3 layer's (a traced layer whose x
+    requires grad runs this op: torch.compile's gradient is the eager one)."""
+    x, values, meta, bias, scale_w = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    for index, what in ((1, "values"), (2, "meta"), (4, "scale_w")):
+        if needs[index]:
+            raise frozen(what)
+
+    def pre() -> torch.Tensor:
+        return torch.ops.sparsile.sparse_linear_e4m3(x.detach(), values, meta, bias, scale_w,
+                                                     out_dtype=torch.float32).reshape(-1, values.shape[0])
+
+    dx, db = input_grads(dy, x, values, meta, bias, scale_w, ctx.activation, pre, needs[0], needs[3])
+    return dx, None, None, db, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,12 +334,15 @@ def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:
 
 
 def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> tuple[torch.Tensor | None]:
-    raise frozen("x through quantize_per_token_e4m3 (an fp8 x): an eager SparseLinear passes x's gradient "
-                 "straight through its quantizer, a traced one does not")
+    raise frozen("x through quantize_per_token_e4m3 (an fp8 x): SparseLinear passes x's gradient straight "
+                 "through its quantizer by the op sparse_linear_e4m3, which takes the 16-bit x")
 
 
 def register(library: Any) -> None:
-    """Give ``sparsile::sparse_linear`` (defined in ``library``) its autograd formula, and the fp8
-    quantizer one that refuses to be differentiated (its fp8 output has no useful gradient)."""
+    """Give ``sparsile::sparse_linear`` and ``sparsile::sparse_linear_e4m3`` (defined in ``library``)
+    their autograd formulas, and the fp8 quantizer one that refuses to be differentiated (its fp8
+    output has no useful gradient)."""
     torch.library.register_autograd("sparsile::sparse_linear", _backward, setup_context=_setup_context, lib=library)
+    torch.library.register_autograd("sparsile::sparse_linear_e4m3", _backward_e4m3, setup_context=_setup_context_e4m3,
+                                    lib=library)
     torch.library.register_autograd("sparsile::quantize_per_token_e4m3", _no_quantizer_grad)

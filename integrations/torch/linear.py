@@ -399,7 +399,10 @@ class SparseLinear(nn.Module):
         :class:`~.autograd.TransformedLayerWithInputGrad` (the op's autograd formula has no torch.func
         support: torch's RuntimeError), whether or not x looks like it needs a gradient: inside
         ``grad(vmap(f))`` x is a BatchedTensor that does not require grad over a GradTrackingTensor
-        that does, and a ``jvp``'s dual x requires none (the op would drop its tangent)."""
+        that does, and a ``jvp``'s dual x requires none (the op would drop its tangent). An e4m3
+        layer whose x requires grad (grad mode on) runs ``sparse_linear_e4m3``, the quantizer and the
+        kernel as one op on the 16-bit x, for x's straight-through gradient in its dtype (autograd.py);
+        otherwise ``quantize_per_token_e4m3`` then ``sparse_linear``, as before."""
         if weight is None:
             if not pre and func_transformed():
                 return TransformedLayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
@@ -409,6 +412,11 @@ class SparseLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
         if self.weight_dtype == "e4m3":
+            if not pre and x.requires_grad and torch.is_grad_enabled():  # x's straight-through gradient: the
+                # quantizer and the kernel as one op on the 16-bit x (autograd.py; apart, x's would be fp8)
+                y = torch.ops.sparsile.sparse_linear_e4m3(x2, values, meta, bias, scale_w,
+                                                          activation=self.activation, out_dtype=out_dtype)
+                return y.reshape(*x.shape[:-1], self.out_features)
             x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
         else:
             x2 = x2.to(values.dtype)

@@ -1,4 +1,5 @@
-"""The custom ops ``torch.ops.sparsile.sparse_linear`` and ``torch.ops.sparsile.quantize_per_token_e4m3``.
+"""The custom ops ``torch.ops.sparsile.sparse_linear``, ``torch.ops.sparsile.quantize_per_token_e4m3`` and
+``torch.ops.sparsile.sparse_linear_e4m3``.
 
 Registered through ``torch.library`` with a fake (meta) implementation each, so
 ``torch.compile(..., fullgraph=True)`` and ``torch.export`` see one opaque node per layer. The
@@ -21,6 +22,13 @@ multiply, as the unfused MLP (:func:`._kernels.glu_unfused`; docs/torch.md, "Fus
 activation (SwiGLU, GeGLU)"). On CUDA the metadata is
 checked for shape only (its nibbles are trusted, as ``sparse_matmul`` trusts device words); on the
 CPU the interpreter checks them on every call.
+
+``sparse_linear_e4m3(x, values, meta, bias, scale_w, *, activation=None, out_dtype=None)``: the two
+ops above in one, ``quantize_per_token_e4m3(x)`` then ``sparse_linear`` on the fp8 x with its
+scale (the same numbers), taking the 16-bit or float32 x so that x has a gradient: the
+straight-through one (the quantizer taken as the identity), in x's dtype, as an eager e4m3
+``SparseLinear`` gives it (autograd.py). A traced e4m3 ``SparseLinear`` whose x requires grad calls
+it; otherwise the two ops (an fp8 x's gradient would be fp8: SP0922).
 """
 
 from __future__ import annotations
@@ -202,7 +210,46 @@ def _quantize_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty(x.shape, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
+SPARSE_LINEAR_E4M3_SCHEMA = ("sparse_linear_e4m3(Tensor x, Tensor values, Tensor meta, Tensor? bias, Tensor scale_w, "
+                             "*, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
+_LIBRARY.define(SPARSE_LINEAR_E4M3_SCHEMA)
+
+
+def _check_e4m3_values(values: torch.Tensor) -> None:
+    if not isinstance(values, torch.Tensor) or values.dtype != torch.float8_e4m3fn:
+        got = f"{values.dtype} {tuple(values.shape)}" if isinstance(values, torch.Tensor) else type(values).__name__
+        raise IntegrationError(SP_OP_ARGUMENTS, f"sparsile.sparse_linear_e4m3: values must be float8_e4m3fn, got {got}",
+                               help="pass an e4m3 SparseLinear's values (for bf16 / f16 weights: sparse_linear)")
+
+
+def sparse_linear_e4m3(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+                       scale_w: torch.Tensor, *, activation: str | None = None,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``sparse_linear(x_q, values, meta, bias, scale_x, scale_w)`` for ``(x_q, scale_x) =
+    quantize_per_token_e4m3(x)``: the same two ops, the same numbers, as one op that takes the
+    16-bit (or float32) x, so that its autograd formula (autograd.py) gives x its straight-through
+    gradient in x's dtype. An e4m3 ``SparseLinear`` traced with an x that requires grad calls it
+    (its eager call computes that gradient through ``LayerWithInputGrad``); the fp8 x of the two
+    ops has no gradient (SP0922)."""
+    _check_e4m3_values(values)
+    xq, scale_x = quantize_per_token_e4m3(x)
+    return sparse_linear(xq, values, meta, bias, scale_x, scale_w, activation=activation, out_dtype=out_dtype)
+
+
+_LIBRARY.impl("sparse_linear_e4m3", sparse_linear_e4m3, "CPU")
+_LIBRARY.impl("sparse_linear_e4m3", sparse_linear_e4m3, "CUDA")
+
+
+@torch.library.register_fake("sparsile::sparse_linear_e4m3", lib=_LIBRARY)
+def _sparse_linear_e4m3_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+                             scale_w: torch.Tensor, *, activation: str | None = None,
+                             out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    _check_e4m3_values(values)
+    xq, scale_x = _quantize_fake(x)
+    return _sparse_linear_fake(xq, values, meta, bias, scale_x, scale_w, activation=activation, out_dtype=out_dtype)
+
+
 register_autograd(_LIBRARY)  # x's gradient through the frozen weight (autograd.py)
 register_vmap_rules(_LIBRARY)  # torch.func.vmap: a batch of x is more tokens, one launch (vmap_rules.py)
 
-__all__ = ["WEIGHT_DTYPES", "check_arguments", "quantize_per_token_e4m3", "sparse_linear"]
+__all__ = ["WEIGHT_DTYPES", "check_arguments", "quantize_per_token_e4m3", "sparse_linear", "sparse_linear_e4m3"]

@@ -149,3 +149,65 @@ def test_torch_func_grad_of_a_bias_parameter_on_the_gpu():
     grads = torch.func.grad(loss, argnums=(0, 1))({"bias": layer.bias.detach().clone()}, x)
     assert torch.equal(grads[1], xe.grad)
     assert torch.allclose(grads[0]["bias"].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 100])
+@pytest.mark.parametrize(("activation", "has_bias"), [(None, True), (None, False), ("silu", True),
+                                                      ("gelu_tanh", False)])
+def test_a_compiled_e4m3_layer_gives_x_the_straight_through_gradient_on_the_gpu(activation, has_bias, tokens):
+    """torch.compile(fullgraph=True) with Inductor of an e4m3 layer on CUDA whose N-D x requires grad
+    (the op sparse_linear_e4m3; before: SP0922 at compile time): y against float64, x's gradient in x's
+    dtype, and both it and the eager gradient within the rounding of the float64 straight-through
+    gradient (Inductor compiles the backward's elementwise ops itself, so not always the eager bits).
+    CPU twin: test_a_compiled_e4m3_layer_gives_x_the_eager_straight_through_gradient."""
+    from sparsile.tests.integrations.test_torch_autograd import _straight_through_bound
+    from sparsile.tests.integrations.torch_helpers import check_against_float64
+
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, bias=has_bias, seed=13, device="cuda"), "e4m3",
+                                        activation=activation)
+    gen = torch.Generator(device="cuda").manual_seed(14)
+    x = torch.randn(2, tokens, 1024, device="cuda", generator=gen).to(torch.bfloat16)
+    g = torch.randn(2, tokens, 512, device="cuda", generator=gen).to(torch.bfloat16)
+    xe = x.clone().requires_grad_()
+    layer(xe).backward(g)
+    torch._dynamo.reset()
+    xc = x.clone().requires_grad_()
+    y = torch.compile(layer, fullgraph=True)(xc)
+    check_against_float64(layer, x, y.detach())
+    y.backward(g)
+    torch.cuda.synchronize()
+    assert xc.grad is not None and xc.grad.dtype == torch.bfloat16 and xc.grad.shape == x.shape
+    with torch.no_grad():
+        pre = layer._forward_op(x, pre=True)
+    ref = reference_dx(layer, pre, g, activation)
+    bound = _straight_through_bound(layer, pre, g, torch.bfloat16)
+    for got in (xe.grad, xc.grad):
+        err = (got.reshape(ref.shape).double() - ref).abs()
+        assert (err <= bound).all(), (err / bound).max().item()
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("tokens", [4, 100])
+def test_a_compiled_e4m3_glu_mlp_gives_x_the_straight_through_gradient_on_the_gpu(tokens):
+    """torch.compile(fullgraph=True) with Inductor of an e4m3 Llama-style MLP fused with SwiGLU in
+    traces (fuse_projections_(traced=True, glu=True): the gated sparse_linear_e4m3, then down_proj's)
+    whose N-D x requires grad: the compiled and the eager x gradients against the float64 straight-
+    through gradient (in the kernel's epilogue at 4 tokens, the fallback at 100). CPU twin:
+    test_a_compiled_e4m3_mlp_gives_x_the_eager_gradient."""
+    from sparsile.tests.gpu.test_torch_glu_gpu import HIDDEN, cuda_block, x_of
+    from sparsile.tests.integrations.test_torch_autograd import check_glu_mlp_dx
+
+    block, _ = cuda_block("e4m3", traced=True)
+    x = x_of(tokens, seed=15).reshape(2, tokens // 2, HIDDEN)
+    g = torch.randn(x.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(16))
+    g = g.to(torch.bfloat16)
+    xe = x.clone().requires_grad_()
+    block.mlp(xe).backward(g)
+    torch._dynamo.reset()
+    xc = x.clone().requires_grad_()
+    torch.compile(block.mlp, fullgraph=True)(xc).backward(g)
+    torch.cuda.synchronize()
+    assert xc.grad.dtype == torch.bfloat16
+    for got in (xe.grad, xc.grad):
+        check_glu_mlp_dx(block.mlp, x, g, got)
+    torch._dynamo.reset()

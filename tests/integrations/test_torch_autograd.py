@@ -140,11 +140,55 @@ def test_the_op_refuses_gradients_of_values_and_of_an_fp8_x():
     y = torch.ops.sparsile.sparse_linear(xq, fp8.values, fp8.meta, None, scale, fp8.scale_w)
     with pytest.raises(IntegrationError) as info:
         y.float().sum().backward()
-    assert info.value.code == "SP0922"
-    assert info.value.message.startswith("sparse_linear has no gradient for an fp8 x (it would be fp8 too, 3 mantissa "
-                                         "bits): the eager e4m3 SparseLinear passes a 16-bit x's gradient straight")
-    assert info.value.help.startswith("run this backward eagerly")  # (it said "give SparseLinear a 16-bit x",
-    # which a user of a compiled e4m3 layer had done)
+    assert (info.value.code, info.value.message) == (
+        "SP0922", "sparse_linear has no gradient for an fp8 x (it would be fp8 too, 3 mantissa bits): an e4m3 "
+                  "SparseLinear, eager or traced, passes its 16-bit x's gradient straight through the quantizer")
+    assert info.value.help == ("call torch.ops.sparsile.sparse_linear_e4m3(x, values, meta, bias, scale_w) on the "
+                               "16-bit x instead of quantize_per_token_e4m3 then sparse_linear")
+    # (it said "run this backward eagerly": a traced e4m3 SparseLinear refused x's gradient until it ran
+    # sparse_linear_e4m3)
+
+
+@pytest.mark.parametrize("activation", [None, "silu", "swiglu"])
+def test_the_e4m3_op_gives_x_the_layer_s_straight_through_gradient(activation):
+    """torch.ops.sparsile.sparse_linear_e4m3 on a 16-bit x (what a traced e4m3 layer whose x requires
+    grad runs): y is quantize_per_token_e4m3 then sparse_linear's, bit for bit; x's gradient (in x's
+    dtype) and a trainable bias's are the eager layer's (LayerWithInputGrad), bit for bit; a scale_w
+    that requires grad is SP0922."""
+    rows = 64 if activation == "swiglu" else 48
+    layer = spt.SparseLinear.from_dense(linear(rows, 64, seed=39), "e4m3",
+                                        activation=None if activation == "swiglu" else activation)
+    if activation == "swiglu":  # (the gated layer of a fused MLP: its [gate; up] rows with the gated activation)
+        from sparsile.integrations.torch.glu import GatedLinear
+
+        layer = GatedLinear.over(layer, "swiglu")
+    gen = torch.Generator().manual_seed(40)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.float16)
+    bias = torch.nn.Parameter(layer.bias.detach().clone())
+    layer.bias = bias
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    apart = torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, bias.detach(), sx, layer.scale_w,
+                                             activation=activation, out_dtype=torch.float16)
+    xo = x.clone().requires_grad_()
+    y = torch.ops.sparsile.sparse_linear_e4m3(xo, layer.values, layer.meta, bias, layer.scale_w,
+                                              activation=activation, out_dtype=torch.float16)
+    assert torch.equal(y, apart)
+    g = torch.randn(y.shape, generator=gen).to(y.dtype)
+    y.backward(g)
+    op_bias_grad, bias.grad = bias.grad, None
+    xe = x.clone().requires_grad_()
+    eager = layer(xe)
+    assert torch.equal(eager, y)
+    eager.backward(g)
+    assert xo.grad.dtype == torch.float16 and torch.equal(xo.grad, xe.grad)
+    assert torch.equal(op_bias_grad, bias.grad)
+    scale_w = layer.scale_w.detach().clone().requires_grad_()  # (fp8 values cannot require grad)
+    y = torch.ops.sparsile.sparse_linear_e4m3(x.clone().requires_grad_(), layer.values, layer.meta, None, scale_w,
+                                              activation=activation)
+    with pytest.raises(IntegrationError) as info:
+        y.float().sum().backward()
+    assert (info.value.code, info.value.message) == (
+        "SP0922", "sparse_linear has no gradient for scale_w: the sparse weight is frozen (an inference layer)")
 
 
 def test_a_llama_s_input_gradient_equals_the_dense_model_s():
@@ -250,13 +294,12 @@ def test_a_bias_made_a_parameter_is_the_layer_s_trainable_bias(weight, activatio
     assert bias.grad is not None and bias.grad.dtype == torch.float32
     assert torch.allclose(bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
     bias.grad = None
-    xg = x.clone().requires_grad_(weight != "e4m3")  # (the op's fp8 x has no gradient: SP0922)
+    xg = x.clone().requires_grad_()  # (e4m3: sparse_linear_e4m3, x's gradient straight through; it was SP0922)
     layer._forward_op(xg).backward(g)  # the custom op, what torch.compile traces
     assert torch.allclose(bias.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
-    if weight != "e4m3":
-        with torch.no_grad():
-            pre = layer._forward_op(x, pre=True)
-        assert_close(xg.grad.reshape(6, 64), reference_dx(layer, pre, g, activation), torch.bfloat16)
+    with torch.no_grad():
+        pre = layer._forward_op(x, pre=True)
+    assert_close(xg.grad.reshape(6, 64), reference_dx(layer, pre, g, activation), torch.bfloat16)
     with torch.no_grad():  # an optimizer's step writes the parameter in place: the next call reads it
         bias.add_(1.0)
         check_against_float64(layer, x, layer(x))
@@ -570,3 +613,169 @@ def test_eager_forward_mode_ad_is_refused_not_dropped(weight, requires_grad):
             layer(dual)
     assert info.value.code == "SP0922" and "forward-mode" in info.value.message
     assert torch.equal(plain, want) and torch.equal(layer(x), want)
+
+
+# ------------------------------------------------------------------------------------------------
+# torch.compile of e4m3 layers: x's straight-through gradient (the op sparsile::sparse_linear_e4m3)
+
+
+def _straight_through_bound(layer, pre: torch.Tensor, g: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
+    """|dx - float64 dx| elementwise, from float64: dx rounded once to x's dtype (half an ulp of the
+    float64 dx), and the float32 products and sum of d pre * scale_w @ W (rows terms: the float32
+    GEMM's accumulation bound, on |d pre| @ |W|), d pre itself computed in float32 (the same)."""
+    from sparsile.tests.integrations.torch_helpers import EPS as OUT_EPS
+
+    p = pre.detach().double().requires_grad_()
+    (d_pre,) = torch.autograd.grad(ACTS[layer.activation](p), p, g.double().reshape(p.shape[0], -1))
+    ref = d_pre @ layer.to_dense().double()
+    absprod = d_pre.abs() @ layer.to_dense().double().abs()
+    return OUT_EPS[x_dtype] * ref.abs() + (layer.out_features + 3) * 2.0 ** -24 * absprod + 1e-30
+
+
+@pytest.mark.parametrize(("activation", "has_bias", "x_dtype", "backend"), [
+    (None, True, torch.bfloat16, "aot_eager"), (None, False, torch.bfloat16, "aot_eager"),
+    ("silu", True, torch.bfloat16, "aot_eager"), ("gelu_tanh", False, torch.float16, "aot_eager"),
+    ("relu", True, torch.float32, "aot_eager"), ("silu", False, torch.bfloat16, "eager")])
+def test_a_compiled_e4m3_layer_gives_x_the_eager_straight_through_gradient(activation, has_bias, x_dtype, backend):
+    """torch.compile(fullgraph=True) of an e4m3 layer whose (N-D) x requires grad: y is the eager
+    layer's, bit for bit, and x's gradient the eager straight-through one (the quantizer taken as the
+    identity), bit for bit, in x's dtype, within the rounding of the float64 straight-through gradient
+    (at the pre-activations the kernel computes). Before, the traced path (quantize_per_token_e4m3,
+    then sparse_linear on the fp8 x) refused it: SP0922 while AOTAutograd traced the backward."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, bias=has_bias, seed=41), "e4m3", activation=activation)
+    gen = torch.Generator().manual_seed(42)
+    x = torch.randn(2, 3, 64, generator=gen).to(x_dtype)
+    g = torch.randn(2, 3, 48, generator=gen).to(x_dtype)
+    xe = x.clone().requires_grad_()
+    eager = layer(xe)
+    eager.backward(g)
+    torch._dynamo.reset()
+    xc = x.clone().requires_grad_()
+    y = torch.compile(layer, backend=backend, fullgraph=True)(xc)
+    assert y.requires_grad and y.dtype == x_dtype and torch.equal(y, eager)
+    y.backward(g)
+    assert xc.grad is not None and xc.grad.dtype == x_dtype and xc.grad.shape == x.shape
+    assert torch.equal(xc.grad, xe.grad)
+    with torch.no_grad():
+        pre = layer._forward_op(x, pre=True)
+    ref = reference_dx(layer, pre, g, activation)
+    bound = _straight_through_bound(layer, pre, g, x_dtype)
+    err = (xc.grad.reshape(6, 64).double() - ref).abs()
+    assert (err <= bound).all(), (err / bound).max().item()
+    assert ref.abs().min() > 0  # (random non-zero inputs: no column of dx vanishes)
+    assert layer.values.grad is None and (layer.bias is None or layer.bias.grad is None)
+
+
+class _UpstreamThenE4m3(torch.nn.Module):
+    """A trainable nn.Linear feeding a frozen e4m3 SparseLinear with a trainable bias and an activation."""
+
+    def __init__(self, activation):
+        super().__init__()
+        self.pre = linear(64, 64, seed=43)
+        self.sparse = spt.SparseLinear.from_dense(linear(48, 64, seed=44), "e4m3", activation=activation)
+        self.sparse.bias = torch.nn.Parameter(self.sparse.bias.clone())
+
+    def forward(self, x):
+        return self.sparse(self.pre(x))
+
+
+@pytest.mark.parametrize("activation", [None, "gelu_tanh"])
+def test_a_compiled_training_step_through_an_e4m3_layer_gives_the_eager_gradients(activation):
+    """A compiled (fullgraph) model whose e4m3 layer's x comes from a trainable nn.Linear: the
+    gradients of the model's input, the linear's weight and bias and the sparse layer's bias are the
+    eager ones, bit for bit (before: SP0922 at compile time)."""
+    model = _UpstreamThenE4m3(activation)
+    gen = torch.Generator().manual_seed(45)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(2, 3, 48, generator=gen).to(torch.bfloat16)
+
+    def grads(module):
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        module(x).backward(g)
+        return [x.grad, model.pre.weight.grad, model.pre.bias.grad, model.sparse.bias.grad]
+
+    eager = grads(model)
+    torch._dynamo.reset()
+    compiled = grads(torch.compile(model, backend="aot_eager", fullgraph=True))
+    for want, got in zip(eager, compiled):
+        assert got is not None and got.dtype == want.dtype and torch.equal(got, want)
+
+
+def _e4m3_block(fuse: str | None):
+    """A Llama-style MLP (gate_proj, up_proj, down_proj, SiLU) of e4m3 SparseLinear layers, fused as
+    ``fuse`` says: None (not fused), "traced" (fuse_projections_(traced=True, glu=False): one fused op
+    per group in a trace), "glu" (glu=True, traced=False: each member's own op in a trace) or
+    "glu_traced" (the fused gated op with SwiGLU in a trace)."""
+    from sparsile.tests.integrations.test_torch_glu import LlamaLikeMLP, sparse_block
+
+    block = sparse_block(LlamaLikeMLP(seed=46), dtype="e4m3")
+    if fuse is not None:
+        report = spt.fuse_projections_(block, glu=fuse != "traced", traced=fuse != "glu")
+        assert report.fused == ["mlp.gate_proj+up_proj"] and bool(report.glu) == (fuse != "traced")
+    return block
+
+
+@pytest.mark.parametrize("fuse", [None, "traced", "glu", "glu_traced"])
+def test_a_compiled_e4m3_mlp_gives_x_the_eager_gradient(fuse):
+    """torch.compile(fullgraph=True) of an e4m3 gated MLP, unfused, fused in traces, and with the gated
+    activation (SwiGLU) fused, in traces or not: x's gradient equals the eager one of the model whose
+    ops the trace runs, bit for bit (the fused layer's eagerly where the trace holds the fused op; the
+    unfused model's where each member runs its own). With the gated activation fused in the trace, it
+    is also the float64 straight-through gradient within the roundings (d h to bf16, x's gradient to
+    bf16, the float32 GEMMs)."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    block = _e4m3_block(fuse)
+    same_ops = block if fuse in ("traced", "glu_traced") else _e4m3_block(None)  # (eagerly, the ops the trace runs)
+    gen = torch.Generator().manual_seed(47)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    g = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    xe = x.clone().requires_grad_()
+    eager = same_ops.mlp(xe)
+    eager.backward(g)
+    torch._dynamo.reset()
+    ops = []
+
+    def recording_aot_eager(gm, example_inputs):
+        ops.extend((str(n.target).removesuffix(".default"), n.kwargs.get("activation")) for n in gm.graph.nodes
+                   if n.op == "call_function" and "sparsile" in str(n.target))
+        return lookup_backend("aot_eager")(gm, example_inputs)
+
+    xc = x.clone().requires_grad_()
+    y = torch.compile(block.mlp, backend=recording_aot_eager, fullgraph=True)(xc)
+    gate_up = [("sparsile.sparse_linear_e4m3", "swiglu" if fuse == "glu_traced" else None)]
+    gate_up = gate_up if fuse in ("traced", "glu_traced") else 2 * gate_up  # (one fused op, or each member's)
+    assert ops == [*gate_up, ("sparsile.sparse_linear_e4m3", None)]  # (then down_proj's)
+    assert torch.equal(y, eager)
+    y.backward(g)
+    assert xc.grad.dtype == torch.bfloat16 and torch.equal(xc.grad, xe.grad)
+    if fuse == "glu_traced":
+        check_glu_mlp_dx(block.mlp, x, g, xc.grad)
+
+
+def check_glu_mlp_dx(mlp, x: torch.Tensor, g: torch.Tensor, dx: torch.Tensor) -> None:
+    """dx, x's gradient of sum(mlp(x) * g) for a Llama-style MLP of e4m3 layers whose gate and up run as
+    one fused layer with SwiGLU (fuse_projections_(glu=True)), against the float64 straight-through
+    gradient at the [gate; up] pre-activations the kernel computes (float32): d h = g @ W_down, then
+    d pre = swiglu'(pre) d h, dx = d pre @ W_[gate; up]; within the roundings: d h's float32 GEMM and
+    its rounding to bf16 (y of the gated layer is bf16) carried through swiglu', dx's float32 GEMM and
+    d pre's float32 evaluation, dx's rounding to bf16."""
+    from sparsile.integrations.torch.fuse import fused_group_of
+
+    fused = fused_group_of(mlp.gate_proj).fused
+    with torch.no_grad():
+        pre = fused._forward_op(x, pre=True)  # [gate; up] pre-activations (T, 2F) in float32
+    wd, w = mlp.down_proj.to_dense().double(), fused.to_dense().double()
+    dy = g.double().reshape(-1, g.shape[-1])
+    dh = dy @ wd  # down_proj's x gradient (no activation), then h = act(gate) * up's
+    dh_err = (wd.shape[0] + 3) * 2.0 ** -24 * (dy.abs() @ wd.abs()) + EPS[torch.bfloat16] * dh.abs()
+    p = pre.double().requires_grad_()
+    (d_pre,) = torch.autograd.grad(ACTS["swiglu"](p), p, dh, retain_graph=True)
+    (d_pre_err,) = torch.autograd.grad(ACTS["swiglu"](p), p, dh_err)  # (each d pre reads one d h)
+    ref = d_pre @ w
+    absprod = d_pre.abs() @ w.abs()
+    bound = (EPS[torch.bfloat16] * ref.abs() + d_pre_err.abs() @ w.abs()
+             + (w.shape[0] + 8) * 2.0 ** -24 * absprod)  # (the float32 GEMM, d pre in float32)
+    err = (dx.reshape(ref.shape).double() - ref).abs()
+    assert (err <= bound).all(), (err / bound).max().item()

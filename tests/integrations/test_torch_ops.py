@@ -20,6 +20,9 @@ def test_schema():
                       "ScalarType? out_dtype=None) -> Tensor")
     quant = str(torch.ops.sparsile.quantize_per_token_e4m3.default._schema)
     assert quant == "sparsile::quantize_per_token_e4m3(Tensor x) -> (Tensor, Tensor)"
+    e4m3 = str(torch.ops.sparsile.sparse_linear_e4m3.default._schema)
+    assert e4m3 == ("sparsile::sparse_linear_e4m3(Tensor x, Tensor values, Tensor meta, Tensor? bias, Tensor scale_w, "
+                    "*, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
 
 
 def _args(layer, x):
@@ -37,6 +40,35 @@ def test_opcheck_bf16_and_e4m3():
     torch.library.opcheck(torch.ops.sparsile.sparse_linear.default, (xq, fp8.values, fp8.meta, fp8.bias),
                           {"scale_x": sx, "scale_w": fp8.scale_w, "out_dtype": torch.float32}, test_utils=fp8_utils)
     torch.library.opcheck(torch.ops.sparsile.quantize_per_token_e4m3.default, (x,), test_utils=fp8_utils)
+    for xg in (x, x.clone().requires_grad_()):  # (with grad: the autograd formula, traced by AOTAutograd)
+        torch.library.opcheck(torch.ops.sparsile.sparse_linear_e4m3.default,
+                              (xg, fp8.values, fp8.meta, fp8.bias, fp8.scale_w), {"activation": "silu"},
+                              test_utils=fp8_utils)
+
+
+def test_the_e4m3_op_is_the_quantizer_then_sparse_linear_and_checks_its_values():
+    """sparse_linear_e4m3(x, ...) = sparse_linear(*quantize_per_token_e4m3(x), ...) bit for bit (N-D x,
+    out_dtype, fakes' shapes); values of another type are SP0906, not sparse_linear's dtype mismatch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fp8 = spt.SparseLinear.from_dense(linear(32, 64, seed=2), "e4m3")
+    x = torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(x)
+    for out in (None, torch.float32):
+        want = torch.ops.sparsile.sparse_linear(xq, fp8.values, fp8.meta, fp8.bias, sx, fp8.scale_w, out_dtype=out)
+        got = torch.ops.sparsile.sparse_linear_e4m3(x, fp8.values, fp8.meta, fp8.bias, fp8.scale_w, out_dtype=out)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        y = torch.ops.sparsile.sparse_linear_e4m3(torch.empty(4, 1, 64, dtype=torch.float16), fp8.values, fp8.meta,
+                                                  None, fp8.scale_w)
+        assert (y.shape, y.dtype) == ((4, 1, 32), torch.bfloat16)  # (as sparse_linear of an fp8 x)
+    bf16 = spt.SparseLinear.from_dense(linear(32, 64, seed=2))
+    for fake in (False, True):
+        with pytest.raises(IntegrationError) as info:
+            with FakeTensorMode(allow_non_fake_inputs=True) if fake else torch.no_grad():
+                torch.ops.sparsile.sparse_linear_e4m3(x, bf16.values, bf16.meta, None, fp8.scale_w)
+        assert (info.value.code, info.value.message) == (
+            "SP0906", "sparsile.sparse_linear_e4m3: values must be float8_e4m3fn, got torch.bfloat16 (32, 32)")
 
 
 def test_op_matches_the_module_and_float64():
