@@ -31,7 +31,17 @@ from ..errors import (
     IntegrationError,
 )
 from ..safetensors import load_file, save_file
-from ..sparse24 import CONFIG, FORMAT, bitmask_layout, checked_shape, dense_from_bitmask, read_config, shards
+from ..sparse24 import (
+    CONFIG,
+    FORMAT,
+    INDEX,
+    bitmask_layout,
+    checked_shape,
+    dense_from_bitmask,
+    read_config,
+    shards,
+)
+from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
@@ -224,6 +234,57 @@ def _retie(model: nn.Module, keys: list[str], source: str) -> None:
             setattr(module, attr, tensor)
 
 
+def _plain_load(model: nn.Module, swapped: dict[str, nn.Module], plain: dict[str, torch.Tensor]) -> tuple[
+        list[str], list[str], list[str]]:
+    """What ``model.load_state_dict(plain, strict=False)`` will meet once the layers of ``swapped``
+    (name -> new layer) replace the model's, found before anything changes (torch's rules, in its
+    order): (the tensors it would refuse, in torch's words: another shape; the model's keys plain
+    lacks (missing); plain's keys no module takes (unexpected)). The checks of the model's own
+    sparse layers (``_check_state_dict``: SP0902, SP0814, SP0918) raise here."""
+    refused: list[str] = []
+    missing: list[str] = []
+    unexpected: list[str] = []
+
+    def visit(module: nn.Module, prefix: str, keys: list[str]) -> None:
+        local = {prefix + name for name in own_tensors(module)}
+        sub = {k: plain[k] for k in keys}
+        check = getattr(module, "_check_state_dict", None)
+        if check is not None and sub:
+            check(sub, prefix)
+        refused.extend(refused_tensors(module, sub, prefix))
+        missing.extend(k for k in local if k not in sub)
+        extra = prefix + "_extra_state"
+        takes_extra = getattr(type(module), "set_extra_state", nn.Module.set_extra_state) \
+            is not nn.Module.set_extra_state
+        if takes_extra and extra not in sub:
+            missing.append(extra)
+        for key in keys:
+            head, dot, _ = key[len(prefix):].partition(".")
+            if key == extra:
+                if not takes_extra:
+                    unexpected.append(key)
+            elif (head not in module._modules) if dot else (key not in local):
+                unexpected.append(key)
+        for name, child in module._modules.items():
+            if child is not None:
+                path = prefix + name
+                inner = f"{path}."
+                visit(swapped.get(path, child), inner, [k for k in keys if k.startswith(inner)])
+
+    visit(model, "", list(plain))
+    return refused, missing, unexpected
+
+
+def _tensors_back(model: nn.Module, before: dict[str, torch.Tensor]) -> None:
+    """Give every key of ``before`` (a ``state_dict(keep_vars=True)``) its tensor again, where a load
+    with ``assign`` (a model on the meta device) or ``_retie`` put another there."""
+    for key, tensor in before.items():
+        owner, _, attr = key.rpartition(".")
+        module = model.get_submodule(owner)
+        if (module._parameters.get(attr) if attr in module._parameters else module._buffers.get(attr)) is not tensor:
+            setattr(module, attr, tensor)
+
+
 def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
     ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
@@ -237,7 +298,9 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     (:class:`~.sparsify.TiedTensors`: the new layer would untie them), is SP0914 too, before any
     layer is replaced. Tied tensors stay tied: a key of the model whose tensor the checkpoint loads
     under another key is not missing, and two keys of one tensor with different values in the
-    checkpoint are SP0914."""
+    checkpoint are SP0914. All or nothing: every layer is built and the other tensors checked (a
+    shape, ``strict``'s keys: SP0914) before anything changes; a failure inside torch's load puts the
+    model's modules back (docs/torch.md, "When a call raises")."""
     checked_model(model, "load_sparse24_checkpoint")
     checked_flag(strict, "strict", "load_sparse24_checkpoint")
     path = _checked_path(path, "load_sparse24_checkpoint")
@@ -275,34 +338,71 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
             layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module)
         if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
             used.add(f"{name}.weight_scale")
-    for module_id, layer in layers.items():  # every layer built (SP0913 leaves the model as it was), then swapped
-        for fqn in paths[module_id]:
-            parent, _, child = fqn.rpartition(".")
-            setattr(model.get_submodule(parent), child, layer)
+    # every layer built (SP0913 leaves the model as it was), and the other tensors checked against the model
+    # as it will be (a size mismatch, strict's missing or unexpected keys), before anything changes
+    swaps = [(fqn, layer) for module_id, layer in layers.items() for fqn in paths[module_id]]
     plain = {key: host_to_torch(np.asarray(t)) for key, t in tensors.items() if key not in used}
-    on_meta = any(t.is_meta for t in model.state_dict().values())  # a model built on the meta device
+    refused, missing, unexpected = _plain_load(model, dict(swaps), plain)
+    if refused:
+        _differ("; ".join(refused))
+    loaded_by_tie = {k for keys in ties if any(k in plain for k in keys) for k in keys}
+    report.missing = bias_missing + [k for k in missing if not k.startswith(replaced_keys) and k not in loaded_by_tie]
+    report.unexpected = bias_unexpected + unexpected
+    if strict:
+        _check_keys(report)
+    before = model.state_dict(keep_vars=True)  # (the tensors themselves: a load on the meta device assigns)
+    undo = swap_modules(model, swaps)
     try:
-        result = model.load_state_dict(plain, strict=False, assign=on_meta)
-    except RuntimeError as exc:  # torch's "Error(s) in loading state_dict": a size mismatch, a tensor not copied
-        if not str(exc).startswith("Error(s) in loading state_dict"):
-            raise
-        details = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
-        raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: {details}",
-                               help="load into a model built from the checkpoint's config") from None
-    loaded_by_tie: set[str] = set()
-    for keys in ties:
-        present = [k for k in keys if k in plain]
-        if present:
-            _retie(model, keys, present[0])
-            loaded_by_tie.update(keys)
-    report.missing = bias_missing + [k for k in result.missing_keys
-                                     if not k.startswith(replaced_keys) and k not in loaded_by_tie]
-    report.unexpected = bias_unexpected + list(result.unexpected_keys)
-    if strict and (report.missing or report.unexpected):
+        # a model built on the meta device (its tensors outside the layers just replaced)
+        on_meta = any(t.is_meta for k, t in before.items() if not k.startswith(replaced_keys))
+        try:
+            result = model.load_state_dict(plain, strict=False, assign=on_meta)
+        except RuntimeError as exc:  # torch's "Error(s) in loading state_dict": a tensor not copied
+            if not str(exc).startswith("Error(s) in loading state_dict"):
+                raise
+            _differ("; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip()))
+        for keys in ties:
+            present = [k for k in keys if k in plain]
+            if present:
+                _retie(model, keys, present[0])
+        report.missing = bias_missing + [k for k in result.missing_keys
+                                         if not k.startswith(replaced_keys) and k not in loaded_by_tie]
+        report.unexpected = bias_unexpected + list(result.unexpected_keys)
+        if strict:
+            _check_keys(report)
+    except BaseException:  # (a failure inside torch's load: the model's own modules and tensors back; tensors
+        restore_modules(undo)  # it had copied in place keep the checkpoint's values)
+        _tensors_back(model, before)
+        raise
+    return report
+
+
+def _differ(details: str) -> None:
+    raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: {details}",
+                           help="load into a model built from the checkpoint's config") from None
+
+
+def _check_keys(report: LoadReport) -> None:
+    """SP0914 for strict loading when the checkpoint and the model do not have the same tensors."""
+    if report.missing or report.unexpected:
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint and the model differ: missing "
                                f"{report.missing[:5]}, unexpected {report.unexpected[:5]}",
                                help="load into a model of the checkpoint's architecture, or pass strict=False")
-    return report
+
+
+def _check_no_other_weights(path: Path) -> None:
+    """SP0912 when folder ``path`` already holds weights the loader would read instead of, or with, the
+    new ``model.safetensors``: a shard index (its shards are read, the new file ignored: the old
+    checkpoint loaded without a word) or another .safetensors file. Checked before anything is written."""
+    if not path.is_dir():
+        return
+    other = sorted(f.name for f in path.iterdir() if f.name == INDEX or (f.suffix == ".safetensors"
+                                                                        and f.name != WEIGHTS))
+    if other:
+        raise IntegrationError(SP_CHECKPOINT_CONFIG, f"{path} already holds {other[0]}"
+                               + (f" (and {len(other) - 1} more)" if len(other) > 1 else "")
+                               + f", which load_sparse24_checkpoint would read instead of or with the new {WEIGHTS}",
+                               help="save into an empty folder, or remove the old checkpoint's weights first")
 
 
 def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict[str, Any] | None = None) -> Path:
@@ -315,6 +415,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
     path = _checked_path(path, "save_sparse24_checkpoint")
+    _check_no_other_weights(path)
     path.mkdir(parents=True, exist_ok=True)
     # (every name of a layer registered under several, as its state dict names it)
     layers = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, SparseLinear)}

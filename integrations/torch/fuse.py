@@ -33,9 +33,10 @@ SwiGLU or GeGLU in the kernel's epilogue (glu.py; docs/torch.md, "Fusing the gat
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,6 +311,10 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
             return f"{name} is already fused"
         if m.values.device.type == "meta":
             return f"{name} is on the meta device (no weights yet)"
+        other = next((what for what in _BUFFER_NAMES[1:] if getattr(m, what) is not None
+                      and getattr(m, what).device != m.values.device), None)
+        if other is not None:  # (a model loaded or moved in part: the concatenation would raise midway)
+            return f"{name} has its {other} on {getattr(m, other).device} but its values on {m.values.device}"
         if not all(t is None or t.is_contiguous() for t in (m.values, m.meta, m.bias, m.scale_w)):
             return f"{name} has non-contiguous buffers"
         trained = [what for what in _BUFFER_NAMES if getattr(m, what) is not None and getattr(m, what).requires_grad]
@@ -344,6 +349,13 @@ def mark_static(fused: SparseLinear) -> None:
             torch._dynamo.mark_static_address(getattr(fused, name))
 
 
+def fused_buffers(members: Sequence[SparseLinear]) -> dict[str, torch.Tensor]:
+    """The row-concatenation of ``members``' buffers (values, meta, bias, scale_w where they have them)."""
+    with torch.no_grad():
+        return {name: torch.cat([getattr(m, name) for m in members]) for name in _BUFFER_NAMES
+                if getattr(members[0], name) is not None}
+
+
 def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> ProjectionGroup:
     """Fuse ``members`` (checked by :func:`mismatch`): the fused layer, the members' buffers made
     views of its buffers, the members attached."""
@@ -351,10 +363,10 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
     n = sum(m.out_features for m in members)
     fused = SparseLinear(first.in_features, n, first.bias is not None, dtype=first.weight_dtype,
                          out_dtype=first.out_dtype, device="meta")
+    buffers = fused_buffers(members)  # (the one step that allocates: before any member changes)
     with torch.no_grad():
-        for name in _BUFFER_NAMES:
-            if getattr(first, name) is not None:
-                setattr(fused, name, torch.cat([getattr(m, name) for m in members]))
+        for name, whole in buffers.items():
+            setattr(fused, name, whole)
         start = 0
         for m in members:
             end = start + m.out_features
@@ -393,12 +405,31 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     SwiGLU or GeGLU in the fused kernel's epilogue (``report.glu``: group -> "swiglu" or "geglu";
     ``report.no_glu`` says why not elsewhere; docs/torch.md, "Fusing the gated activation (SwiGLU,
     GeGLU)"). ``glu=False`` keeps (or makes again) the MLP's own forward (``report.glu_removed``).
+
+    A call that raises midway (a device out of memory at a group's concatenation) is undone: the
+    groups it fused released (their members keep their weights, as views of the fused copy), the
+    gated forwards it installed removed, the kept groups as they were (docs/torch.md, "When a call
+    raises").
     """
     checked_model(model, "fuse_projections_")
     groups = checked_groups(groups)
     checked_flag(glu, "glu", "fuse_projections_")
     checked_flag(traced, "traced", "fuse_projections_")
     report = FuseReport(glu_asked=glu)
+    undo: list[Callable[[], None]] = []  # what this call did, undone (last first) if it raises
+    try:
+        _fuse_groups(model, groups, traced, glu, report, undo)
+    except BaseException:
+        for step in reversed(undo):
+            step()
+        raise
+    LOG.info("%s", report)
+    return report
+
+
+def _fuse_groups(model: nn.Module, groups: tuple[tuple[str, ...], ...], traced: bool, glu: bool, report: FuseReport,
+                 undo: list[Callable[[], None]]) -> None:
+    """:func:`fuse_projections_`'s work, each edit of the model with its undo step in ``undo``."""
     for fqn, parent in list(model.named_modules()):
         children = parent._modules  # named_children() would hide a module registered under two names
         for group in groups:
@@ -415,27 +446,39 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
                 if traced and not same.traced:  # and fused in traces too if asked now
                     mark_static(same.fused)
                     same.traced = True
+                    undo.append(functools.partial(setattr, same, "traced", False))
                 report.kept.append(key)
-                _fuse_glu(parent, same, group, glu, key, report)
+                _fuse_glu(parent, same, group, glu, key, report, undo)
                 continue
             reason = mismatch(named)
             if reason is not None:
                 report.skipped[key] = reason
                 continue
             fused = fuse_group([m for _, m in named], traced)
+            # (undone by release: the members run unfused again, their weights in views of the fused copy; their
+            # own tensors were freed as it was made, so that fusing costs the memory of one group at a time)
+            undo.append(fused.release)
             report.fused.append(key)
-            _fuse_glu(parent, fused, group, glu, key, report)
-    LOG.info("%s", report)
-    return report
+            _fuse_glu(parent, fused, group, glu, key, report, undo)
+
+
+def _glu_back(group: ProjectionGroup, held: Any, installed: bool) -> None:
+    """Undo step: ``group``'s gated forward as it was (``held``, installed on its MLP or not)."""
+    if group.glu is not held and group.glu is not None:
+        group.glu.uninstall()
+    group.glu = held
+    if held is not None and installed and not held.installed():
+        held.parent.__dict__["forward"] = held.forward
 
 
 def _fuse_glu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ...], wanted: bool, key: str,
-              report: FuseReport) -> None:
+              report: FuseReport, undo: list[Callable[[], None]]) -> None:
     """The gated activation fused into ``parent``'s forward (glu.py) where ``wanted`` and ``names``
     are the gated MLP's gate_proj and up_proj, noted in ``report``; ``wanted`` False: the parent's
     own forward."""
     if names != MLP_NAMES:
         return
+    undo.append(functools.partial(_glu_back, group, group.glu, group.glu is not None and group.glu.installed()))
     if not wanted:
         if group.glu is not None and group.glu.installed():
             report.glu_removed.append(key)

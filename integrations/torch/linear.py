@@ -45,6 +45,7 @@ from ._kernels import (
     quantize_per_token,
     run_interpreted,
 )
+from .atomic import restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import LayerWithInputGrad, TransformedLayerWithInputGrad, func_transformed, needs_autograd
 from .last_call import LastCall
 from .layer_args import (
@@ -449,8 +450,11 @@ class SparseLinear(nn.Module):
             moved = fn(t)
             return moved if moved.dtype == t.dtype else t.to(device=moved.device)
 
-        result = super()._apply(keep_dtype, recurse)
-        self._invalidate()
+        try:
+            with restoring_tensors(self):  # (one that raises midway, a device out of memory: the layer as it was)
+                result = super()._apply(keep_dtype, recurse)
+        finally:
+            self._invalidate()
         fused = self.__dict__.get("_fused")
         if fused is not None:  # checked now, not at a later (maybe traced) run: a moved member ends the
             fused[0].settle()  # group and frees the fused copy; a dtype cast keeps the views and fusion
@@ -495,7 +499,9 @@ class SparseLinear(nn.Module):
                                 "them to other numbers (e4m3 values mean values * scale_w)",
                                 help="load it into a SparseLinear of the weight type it was saved from (dtype=)")
 
-    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+    def _check_state_dict(self, state_dict: Any, prefix: str) -> bool:
+        """The checks of a state dict about to be loaded (SP0902, SP0814, the metadata's SP08xx),
+        nothing copied; whether its ``meta`` was checked (of the buffer's shape)."""
         self._check_loaded_weight(state_dict, prefix)
         incoming = state_dict.get(prefix + "meta")
         # checked before the copy, so that refused words never reach the buffer (on CUDA they are
@@ -507,10 +513,33 @@ class SparseLinear(nn.Module):
         if 2 * self.values.shape[1] != self.in_features and (incoming is None or checked):
             same = isinstance(values, torch.Tensor) and values.shape == self.values.shape
             self._check_padding(values if same else self.values, incoming if checked else self.meta)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if incoming is not None and not checked:
+        return checked
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
+        checked = self._check_state_dict(state_dict, prefix)
+        # all of the layer's tensors or none: torch copies those that fit and reports the others (a values of
+        # another shape left the new meta with the old values, a weight of neither state dict)
+        if withhold_refused(self, state_dict, prefix, local_metadata, missing_keys, unexpected_keys, error_msgs):
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if prefix + "meta" in state_dict and not checked:
             self.check_metadata()
         self._invalidate()
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict``, all or nothing: with ``strict``, missing or unexpected keys
+        are refused before anything is copied (torch copies first: a state dict without ``meta``
+        left the new values with the old metadata); a tensor torch would not copy (another shape)
+        leaves the layer's others uncopied too. ``strict=False`` loads what the state dict holds
+        (values alone included: a load in parts, as transformers' loader makes)."""
+        if strict:
+            refused = strict_key_errors(self, state_dict)
+            if refused is not None:
+                self._check_state_dict(state_dict, "")  # (its own diagnostic first, as when loaded)
+                raise RuntimeError(refused)
+        return super().load_state_dict(state_dict, strict, assign)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "activation":  # checked here as in __init__, not at the next call (SP0904, SP0905)

@@ -18,13 +18,15 @@ import torch
 from torch import nn
 
 from ...stdlib.kernels.gemm_choice import KERNELS
-from ..errors import SP_SPARSIFY_ARGUMENTS, IntegrationError
+from ..errors import SP_SPARSIFY_ARGUMENTS, SP_TRAIN_LAYER, IntegrationError
+from .atomic import restore_modules, swap_modules
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
 from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
 from .linear import SparseLinear
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4
+TRAIN_E4M3 = "sparse training computes in bf16 or f16, not e4m3"
 
 
 @dataclass
@@ -58,6 +60,8 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
         name = weight_dtype_name(dtype, weight.dtype)
     except IntegrationError as exc:
         return exc.message
+    if trainable and name == "e4m3":  # (a float8 linear with dtype=None; dtype="e4m3" is SP0916 before)
+        return (f"{TRAIN_E4M3} (the weight is {weight.dtype}: pass dtype='bf16' or 'f16')")
     if k % GROUP:
         return f"in_features = {k} is not a multiple of the 2:4 group ({GROUP})"
     align = KERNELS[name].k_align
@@ -71,6 +75,8 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
         return f"too small to gain from 2:4 ({n} x {k}; min_features = {min_features})"
     if weight.device.type == "meta":
         return "the weight is on the meta device (no values to prune)"
+    if module.bias is not None and module.bias.device.type == "meta":
+        return "the bias is on the meta device (no values)"
     if weight.device.type == "cpu" and not interpret:
         return "on the CPU: the kernel runs on CUDA GPUs (pass interpret=True to run it in the slow interpreter)"
     if weight.device.type not in ("cpu", "cuda"):
@@ -178,9 +184,9 @@ class TiedTensors:
                 f"of its own, module.{what} = nn.Parameter(module.{what}.detach().clone()))")
 
 
-def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) -> None:
+def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any, trainable: bool) -> None:
     """SP0907 for arguments of the wrong kind; SP0903 for a ``dtype`` no layer could take (rather
-    than every linear skipped for it)."""
+    than every linear skipped for it), SP0916 for e4m3 with ``trainable``."""
     checked_model(model, "sparsify_")
     if filter_fn is not None and not callable(filter_fn):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"filter_fn must be None or a function (module, fqn) -> bool, "
@@ -189,8 +195,21 @@ def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any) 
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"min_features must be a non-negative integer, got "
                                f"{min_features!r}", help="layers with fewer in or out features stay dense "
                                "(default 128)")
-    if dtype is not None:
-        weight_dtype_name(dtype)
+    if dtype is not None and weight_dtype_name(dtype) == "e4m3" and trainable is True:
+        raise IntegrationError(SP_TRAIN_LAYER, TRAIN_E4M3, help="train with dtype='bf16', then convert: "
+                               "layer.to_sparse_linear() keeps bf16")
+
+
+def _accepts(filter_fn: Callable[[nn.Module, str], Any], module: nn.Module, fqn: str) -> bool:
+    """``filter_fn(module, fqn)`` as a bool (its truth value, as torchao takes it); SP0907 for a
+    result that has none (an array or a tensor of several elements)."""
+    kept = filter_fn(module, fqn)
+    try:
+        return bool(kept)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"filter_fn returned a {type(kept).__name__} for {fqn!r}, "
+                               f"which is neither true nor false: {exc}",
+                               help="return True to swap the module, False to keep it dense") from None
 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
@@ -209,7 +228,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     whose call does more than the linear (its class's own forward, a forward replaced on the instance,
     forward or backward hooks: :func:`own_behaviour`); a linear whose weight (or bias) is tied to another
     module's tensor (the same tensor or memory, as transformers ties lm_head to the input embeddings:
-    :class:`TiedTensors`; a pruned copy would untie them). Modules the filter rejects are not reported.
+    :class:`TiedTensors`; a pruned copy would untie them); a bias on the meta device; a float8 weight
+    with ``trainable=True``. Modules the filter rejects are not reported.
     ``trainable=True`` swaps in trainable :class:`~.training.SemiSparseLinear` layers instead
     (docs/training.md; e4m3 is refused, SP0916).
 
@@ -219,8 +239,12 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``glu`` (default: True where ``fuse`` is set) runs the gated activation (SwiGLU, GeGLU) in the
     fused gate/up kernel of Llama- and Gemma-style MLPs (``fuse_projections_(glu=True)``);
     ``glu=False`` keeps the MLPs' own activation and product.
+
+    All or nothing: every ``filter_fn`` call (a result with no truth value is SP0907), skip reason
+    and sparse layer comes before the first swap, and a fusion that raises puts the model's linears
+    back (docs/torch.md, "When a call raises").
     """
-    _check_arguments(model, filter_fn, dtype, min_features)
+    _check_arguments(model, filter_fn, dtype, min_features, trainable)
     checked_flag(interpret, "interpret", "sparsify_")
     checked_flag(trainable, "trainable", "sparsify_")
     fusing = not (fuse is False or fuse is None)
@@ -238,7 +262,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     for fqn, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):
             continue
-        if filter_fn is not None and not filter_fn(module, fqn):
+        if filter_fn is not None and not _accepts(filter_fn, module, fqn):
             continue
         reason = tied.reason(module) or skip_reason(module, dtype, interpret, min_features, trainable)
         if reason is None and not fqn:
@@ -250,13 +274,17 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     paths: dict[int, list[str]] = {}  # a module registered under several names (tied): every name swapped
     for fqn, module in model.named_modules(remove_duplicate=False):
         paths.setdefault(id(module), []).append(fqn)
-    for _, module in chosen:  # (one at a time: a dense layer's memory goes as its sparse one comes)
-        sparse = SparseLinear.from_dense(module, dtype, trainable=trainable)
-        for fqn in paths[id(module)]:
-            parent_name, _, child = fqn.rpartition(".")
-            setattr(model.get_submodule(parent_name), child, sparse)
-            report.swapped.append(fqn)
+    # every layer built before the first swap (a build that raises leaves the model as it was; the dense
+    # layers stay alive until the call returns either way: peak memory is the dense model and its sparse layers)
+    built = [(module, SparseLinear.from_dense(module, dtype, trainable=trainable)) for _, module in chosen]
+    swaps = [(fqn, sparse) for module, sparse in built for fqn in paths[id(module)]]
+    undo = swap_modules(model, swaps)
+    report.swapped = [fqn for fqn, _ in swaps]
     if groups is not None:
-        report.fusion = fuse_projections_(model, groups, traced=traced, glu=glu)
+        try:
+            report.fusion = fuse_projections_(model, groups, traced=traced, glu=glu)
+        except BaseException:  # (fuse_projections_ undid its own edits): the model's linears back
+            restore_modules(undo)
+            raise
     LOG.info("%s", report)
     return report

@@ -36,6 +36,7 @@ from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadat
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
+from .atomic import restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import refuse_second_derivative
 from .layer_args import check_input, checked_features, dense_weight, weight_dtype_name
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
@@ -347,16 +348,43 @@ class SemiSparseLinear(nn.Module):
             moved = fn(t)
             return t.to(device=moved.device) if id(t) in kept and moved.dtype != t.dtype else moved
 
-        result = super()._apply(keep_dtype, recurse)
-        self.__dict__["_fresh"] = None
-        return result
+        try:
+            with restoring_tensors(self):  # (one that raises midway, a device out of memory: the layer as it was)
+                return super()._apply(keep_dtype, recurse)
+        finally:
+            self.__dict__["_fresh"] = None
 
-    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if prefix + "mask" in state_dict:
+    def _check_state_dict(self, state_dict: Any, prefix: str) -> bool:
+        """SP0918 for a mask of the state dict (of the buffer's shape) that keeps more than 2 of 4,
+        before anything is copied (it was checked after the copy: the layer kept the bad mask);
+        whether it was checked."""
+        mask = state_dict.get(prefix + "mask")
+        checked = isinstance(mask, torch.Tensor) and mask.shape == self.mask.shape
+        if checked:
+            check_mask(mask.detach().to(torch.bool), (self.out_features, self.in_features))  # (copy_ casts so)
+        return checked
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
+        checked = self._check_state_dict(state_dict, prefix)
+        if withhold_refused(self, state_dict, prefix, local_metadata, missing_keys, unexpected_keys, error_msgs):
+            return  # (all of the layer's tensors or none: SparseLinear._load_from_state_dict)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if prefix + "mask" in state_dict and not checked:  # (a mask of another shape is refused above)
             check_mask(self.mask, (self.out_features, self.in_features))
         if self.weight.device.type != "meta":
             self.refresh()  # the compressions follow the loaded master weight and mask
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict``, all or nothing as ``SparseLinear.load_state_dict``: with
+        ``strict``, missing or unexpected keys are refused before anything is copied."""
+        if strict:
+            refused = strict_key_errors(self, state_dict)
+            if refused is not None:
+                self._check_state_dict(state_dict, "")
+                raise RuntimeError(refused)
+        return super().load_state_dict(state_dict, strict, assign)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -381,11 +409,20 @@ def _layers_of(model: Any) -> list[SemiSparseLinear]:
 
 
 def recompress_(model: nn.Module, *, interpret: bool = False) -> int:
-    """:meth:`SemiSparseLinear.refresh` of every trainable layer of ``model``; the number of layers."""
+    """:meth:`SemiSparseLinear.refresh` of every trainable layer of ``model``; the number of layers.
+    Every layer's mask is checked (SP0918) before any is recompressed."""
     layers = _layers_of(model)
+    _refresh_all(layers, interpret)
+    return len(layers)
+
+
+def _refresh_all(layers: list[SemiSparseLinear], interpret: bool) -> None:
+    """Each layer's :meth:`~SemiSparseLinear.refresh`, every mask checked first (SP0918): a bad mask in
+    one layer left the layers before it recompressed, those after it not."""
+    for layer in layers:
+        layer._check_mask_once()
     for layer in layers:
         layer.refresh(interpret=interpret)
-    return len(layers)
 
 
 def reprune_(model: nn.Module, *, interpret: bool = False) -> float:
@@ -425,8 +462,7 @@ class SparseTrainer:
             changed = sum(layer.reprune(interpret=self.interpret) * layer.mask.numel() for layer in self.layers)
             self.changed.append(changed / sum(layer.mask.numel() for layer in self.layers))
         else:
-            for layer in self.layers:
-                layer.refresh(interpret=self.interpret)
+            _refresh_all(self.layers, self.interpret)
 
     def remove(self) -> None:
         """Stop following the optimizer's steps."""
