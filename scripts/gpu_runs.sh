@@ -149,6 +149,15 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+b38)  # after the thirty-eighth session's merges: vmap rules, the misaligned scale_x copy, the e4m3 op for a
+     # compiled x gradient, all-or-nothing model edits (sparsify_, fuse_projections_, loads), autotune cache
+     # locks; every torch and JAX GPU file, the autotune GPU tests; then the model (224 swapped, speed as before)
+    run 300 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_training_gpu.py tests/gpu/test_jax_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_autotune_gpu.py
+    run 150 python benchmarks/bench_llama.py --layers 32 --modes graph --check-tokens 0 \
+        --models dense sparsile-fused --json "$out/llama-38b.json"
+    ;;
 a38)  # the thirty-eighth session's merges: torch.func grad / vjp / jacrev / vmap(grad) through the layer (CUDA),
      # the eager forward_ad refusal, nested jax.vmap and vmap(grad) on the CUDA kernels, @jit kernels as
      # staticmethods; the torch autograd, training, linear and JAX GPU files and the autotune GPU tests
