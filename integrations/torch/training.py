@@ -38,7 +38,7 @@ from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETU
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .atomic import restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import refuse_second_derivative
-from .layer_args import check_input, checked_features, dense_weight, weight_dtype_name
+from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
 from .record_cache import RecordCache
 
@@ -238,9 +238,13 @@ class SemiSparseLinear(nn.Module):
         dtype and device), the mask the transposable 2:4 mask of largest magnitude. ``dtype``:
         "bf16" or "f16" (None: the linear's own dtype; a float32 linear needs one, SP0903)."""
         weight = dense_weight(linear, SP_TRAIN_LAYER)
-        layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
-                    dtype=weight_dtype_name(dtype, weight.dtype), mask_grad=mask_grad, device=weight.device,
-                    param_dtype=weight.dtype)
+        name = weight_dtype_name(dtype, weight.dtype)
+        big = beyond_f16(weight, name)
+        if big:  # (as SparseLinear.from_dense: the compressions would hold inf)
+            raise IntegrationError(SP_TRAIN_LAYER, f"{big} weights lie beyond ±{F16_MAX:g}, the largest finite "
+                                   "float16: as f16 they would be inf", help="train with dtype='bf16'")
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, dtype=name,
+                    mask_grad=mask_grad, device=weight.device, param_dtype=weight.dtype)
         with torch.no_grad():
             layer.weight.copy_(weight)
             if linear.bias is not None:

@@ -222,6 +222,19 @@ def _raises(code: str, message: str, fn, *args, **kwargs) -> IntegrationError:
     return info.value
 
 
+def test_sp0916_f16_training_of_weights_beyond_the_f16_range():
+    """A trainable f16 layer of a bf16 / f32 linear with weights beyond ±65504: its compressions would
+    hold inf (SparseLinear.from_dense refuses the same, SP0902); bf16 takes them."""
+    dense = linear(32, 32, torch.bfloat16)
+    with torch.no_grad():
+        dense.weight[3, 5] = 1e5
+        dense.weight[7, 1] = -7e4
+    _raises("SP0916", "2 weights lie beyond ±65504, the largest finite float16: as f16 they would be inf",
+            spt.SemiSparseLinear.from_dense, dense, "f16")
+    layer = spt.SemiSparseLinear.from_dense(dense, "bf16")
+    assert torch.isfinite(layer.values.float()).all()
+
+
 def test_sp0916_layers_that_cannot_be_trained():
     dense = linear(32, 32, torch.bfloat16)
     _raises("SP0916", "sparse training computes in bf16 or f16, not e4m3",
