@@ -341,8 +341,13 @@ def test_a_compiled_training_step_gives_the_eager_gradients(activation):
     the backward AOTAutograd traces decompresses the weight through the op ``sparsile::dense_weight``
     (fake: its shape). Before, it read the FunctionalTensor's memory on the host: SP0804 at compile
     time. The gradients are the eager ones, bit for bit (the same kernel and float32 GEMM)."""
-    model = _UpstreamThenSparse(activation)
-    gen = torch.Generator().manual_seed(17)
+    assert_compiled_gradients_equal_eager(_UpstreamThenSparse(activation), seed=17)
+
+
+def assert_compiled_gradients_equal_eager(model: torch.nn.Module, seed: int) -> None:
+    """The gradients of x (2, 3, 64), of ``model.pre``'s weight and bias and of ``model.sparse``'s bias
+    for dy (2, 3, 48): torch.compile(model, aot_eager, fullgraph) gives the eager ones, bit for bit."""
+    gen = torch.Generator().manual_seed(seed)
     x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16).requires_grad_()
     g = torch.randn(2, 3, 48, generator=gen).to(torch.bfloat16)
 
@@ -353,9 +358,10 @@ def test_a_compiled_training_step_gives_the_eager_gradients(activation):
         return [x.grad, model.pre.weight.grad, model.pre.bias.grad, model.sparse.bias.grad]
 
     eager = grads(model)
+    torch._dynamo.reset()
     compiled = grads(torch.compile(model, backend="aot_eager", fullgraph=True))
     for want, got in zip(eager, compiled):
-        assert got is not None and torch.equal(got, want)
+        assert got is not None and got.dtype == want.dtype and torch.equal(got, want)
 
 
 def test_a_bias_parameter_round_trips_through_the_state_dict():
@@ -684,22 +690,7 @@ def test_a_compiled_training_step_through_an_e4m3_layer_gives_the_eager_gradient
     """A compiled (fullgraph) model whose e4m3 layer's x comes from a trainable nn.Linear: the
     gradients of the model's input, the linear's weight and bias and the sparse layer's bias are the
     eager ones, bit for bit (before: SP0922 at compile time)."""
-    model = _UpstreamThenE4m3(activation)
-    gen = torch.Generator().manual_seed(45)
-    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16).requires_grad_()
-    g = torch.randn(2, 3, 48, generator=gen).to(torch.bfloat16)
-
-    def grads(module):
-        model.zero_grad(set_to_none=True)
-        x.grad = None
-        module(x).backward(g)
-        return [x.grad, model.pre.weight.grad, model.pre.bias.grad, model.sparse.bias.grad]
-
-    eager = grads(model)
-    torch._dynamo.reset()
-    compiled = grads(torch.compile(model, backend="aot_eager", fullgraph=True))
-    for want, got in zip(eager, compiled):
-        assert got is not None and got.dtype == want.dtype and torch.equal(got, want)
+    assert_compiled_gradients_equal_eager(_UpstreamThenE4m3(activation), seed=45)
 
 
 def _e4m3_block(fuse: str | None):
