@@ -126,7 +126,7 @@ class GpuLaunch:
             stream = fast_launch.torch_current_stream(launcher.device.ordinal)
         launcher(grid, values, stream=stream)
         for host, dev in staged:  # tensors read through TMA were copied to the device as a whole
-            _copy_back(host, dev)
+            _copy_back(host, dev, stream)  # on the launch's stream: after the kernel, whatever the stream
         if ACTIVE.get() is not None:
             record_launch(self, args, kwargs, given)
 
@@ -267,11 +267,33 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
     return launcher
 
 
+def _host_memory(value: Any) -> Any:
+    """A numpy view of the host memory of ``value`` when it is a numpy array, a CPU torch tensor or
+    another DLPack array on the CPU (a dense one: the launcher refuses others), else None."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value
+    device = getattr(value, "__dlpack_device__", None)  # (torch, cupy, JAX; a DeviceBuffer: CUDA)
+    try:
+        if device is None or int(device()[0]) != 1:  # kDLCPU
+            return None
+    except Exception:  # an object that cannot say: not host memory the launcher copies
+        return None
+    from ..backend.runtime.arguments import HOST, describe_array
+
+    try:
+        info = describe_array(value)
+    except LaunchError:
+        return None
+    return info.host if info is not None and info.device == HOST else None
+
+
 def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[Any, Any]]:
     """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
     and its tensor maps: copy it once here (and back afterwards if the kernel writes it). Another
-    argument that is the same host array gets the same copy; one that overlaps it only in part,
-    with a write, is LaunchError SP0750 (``arguments.shared_host_copy``)."""
+    argument of the same host memory (a numpy array, a CPU torch tensor) gets the same copy; one
+    that overlaps it only in part, with a write, is LaunchError SP0750 (``arguments.shared_host_copy``)."""
     import numpy as np
 
     from ..backend.runtime import DeviceBuffer
@@ -283,8 +305,9 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[A
         return []
     staged: list[tuple[str, np.ndarray, bool]] = []
     devices: list[Any] = []
-    for name in hosts + [n for n, v in bound.items() if n not in names and isinstance(v, np.ndarray)]:
-        v, writes = bound[name], name in launcher.written
+    others = [(n, _host_memory(v)) for n, v in bound.items() if n not in names]
+    for name, v in [(n, bound[n]) for n in hosts] + [(n, h) for n, h in others if h is not None]:
+        writes = name in launcher.written
         same = shared_host_copy(staged, name, v, writes)
         if same is not None:
             first, host, written = staged[same]
@@ -297,9 +320,11 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[A
     return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
 
 
-def _copy_back(host: Any, dev: Any) -> None:
-    """Copy a staged device buffer back into its host array (a strided one through a dense copy)."""
+def _copy_back(host: Any, dev: Any, stream: Any = None) -> None:
+    """Copy a staged device buffer back into its host array (a strided one through a dense copy) on
+    ``stream``, the launch's (then synchronized): the legacy default stream would not wait for a
+    kernel on a non-blocking stream."""
     if host.flags.c_contiguous:
-        dev.copy_to_host(host)
+        dev.copy_to_host(host, stream=stream)
     else:
-        host[...] = dev.copy_to_host().reshape(host.shape)
+        host[...] = dev.copy_to_host(stream=stream).reshape(host.shape)

@@ -1,8 +1,10 @@
 """Host views of kernel arguments for the interpreter.
 
 numpy arrays are used in place (a contiguous array is viewed flat; a strided one is copied and
-written back). Other array objects (torch, cupy, jax) are converted to host arrays and written back
-after the run when they are writable.
+written back). torch CPU tensors are used in place (bfloat16 and float8 ones through a copy);
+other torch tensors and cupy arrays are converted to host arrays and written back after the run
+when the kernel writes them. Any other array object (a JAX array) is read through a read-only
+host copy: nothing could write it back, so a kernel writing it is refused (SP0719).
 """
 
 from __future__ import annotations
@@ -54,8 +56,31 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
             obj.set(arr)
 
         return arr, back_cp
-    arr = np.array(obj)
+    arr = np.array(obj)  # (a JAX array: immutable) read-only, so that a kernel writing it is SP0719
+    arr.setflags(write=False)
     return arr, None
+
+
+def _is_foreign(obj: Any) -> bool:
+    """Whether to_host reads ``obj`` through a copy it cannot write back (neither numpy, torch nor cupy)."""
+    obj = getattr(obj, "sparsile_array", lambda: obj)()
+    return not isinstance(obj, np.ndarray) and type(obj).__module__.split(".")[0] not in ("torch", "cupy")
+
+
+def _memory_key(obj: Any) -> Any:
+    """Which conversion of :func:`to_host` an argument shares: one per torch or cupy view of the same
+    memory (``t`` and ``t[:]`` are two objects, one view: one copy, written back once, as the GPU
+    shares the memory), else one per object."""
+    obj = getattr(obj, "sparsile_array", lambda: obj)()
+    mod = type(obj).__module__.split(".")[0]
+    try:
+        if mod == "torch":
+            return ("torch", obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), obj.dtype, str(obj.device))
+        if mod == "cupy":
+            return ("cupy", obj.data.ptr, tuple(obj.shape), tuple(obj.strides), str(obj.dtype), obj.device.id)
+    except (AttributeError, RuntimeError, TypeError):  # (a sparse torch tensor has no data pointer)
+        pass
+    return ("object", id(obj))
 
 
 def _torch_special_to_numpy(t: Any) -> np.ndarray:
@@ -221,7 +246,7 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
     """
     params: dict[str, Any] = {}
     written = stored_params(func)
-    hosts: dict[int, tuple[np.ndarray, Callable[[], None] | None]] = {}
+    hosts: dict[Any, tuple[np.ndarray, Callable[[], None] | None]] = {}
     args: list[_HostArg] = []
     for p in func.runtime_params:
         value = bound[p.name]
@@ -230,10 +255,17 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
             assert isinstance(t, T.ScalarType)
             params[p.name] = np.array(value, dtype=T.numpy_dtype(t))
             continue
-        if id(value) not in hosts:  # the same object converted once
-            hosts[id(value)] = to_host(value)
-        arr, back = hosts[id(value)]
+        key = _memory_key(value)
+        if key not in hosts:  # the same object, or the same torch / cupy view, converted once
+            hosts[key] = to_host(value)
+        arr, back = hosts[key]
         if not arr.flags.writeable and p.name in written:
+            if _is_foreign(value):
+                raise LaunchError("SP0719", f"argument `{p.name}` is a read-only {type(value).__name__} (the "
+                                  "interpreter reads it through a host copy it cannot write back), but the kernel "
+                                  "writes through it", help="pass a numpy array or a torch tensor (e.g. "
+                                  "`np.array(x)`), or call the kernel through sparsile.jax.call, whose outputs JAX "
+                                  "allocates")
             raise LaunchError("SP0719", f"argument `{p.name}` is a read-only array, but the kernel writes "
                               "through it", help="pass a writable copy (e.g. `x.copy()`)")
         args.append(_HostArg(p.name, value, arr, back, T.numpy_dtype(t.elem if t.elem != T.tf32 else T.f32),

@@ -246,24 +246,23 @@ def overlaps(out: Any, *reads: Any) -> bool:
 
 def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool,
                  reads: tuple[Any, ...] = ()) -> Any:
-    """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable; ``help`` names the rule)
-    when the launch can write it in place, else a new array like :func:`empty_array`: also where out
-    shares device memory with ``home`` (b or x) or one of ``reads`` (the other operands)."""
+    """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable, no two elements sharing
+    memory; ``help`` names the rule) when the launch can write it in place, else a new array like
+    :func:`empty_array`: also where out shares memory with ``home`` (b or x) or one of ``reads``
+    (the other operands), so that C is the product of the operands as they were passed."""
     if out is not None:
         have_shape = tuple(getattr(out, "shape", ()))
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
         if have_shape != shape or have != dtype:
             raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
-        # (after the checks: copy_ would convert or broadcast; numpy: the interpreter runs in place too)
-        if (not interpret or array_kind(out) == "numpy") and overlaps(out, home, *reads):
-            return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
         kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:
             raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
-        if any(n > 1 and st == 0 for n, st in zip(have_shape, _strides(out))):
-            # (numpy's copy into such a view keeps the last row or column for all of them, silently)
-            raise bad_input(f"out has a zero stride (strides {tuple(_strides(out))}): its rows or columns share memory",
-                            help="pass an array with one element per result, or leave out unset for a new one")
+        check_distinct_elements(out, have_shape)
+        # (after the checks, which hold for any out: copy_ would convert or broadcast; numpy: the
+        # interpreter runs in place too)
+        if (not interpret or kind == "numpy") and overlaps(out, home, *reads):
+            return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
         if kind == "torch" and not interpret and out.is_contiguous():
             return out
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
@@ -272,9 +271,63 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
 
 
 def _strides(array: Any) -> tuple[int, ...]:
-    """Strides of a numpy, cupy (bytes) or torch (elements) array; only zero matters to callers."""
+    """Strides of a numpy, cupy (bytes) or torch (elements) array."""
     stride = getattr(array, "stride", None)  # (torch: a method; numpy and cupy: the strides attribute)
     return tuple(stride() if callable(stride) else array.strides)
+
+
+EXACT_OVERLAP_CHECK = 1 << 22
+"""Elements up to which :func:`self_overlapping` compares every element's address when the strides
+alone do not show the elements apart; a larger such array is taken as overlapping."""
+
+
+def self_overlapping(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether two elements of an array of ``shape`` and ``byte_strides`` (any sign) share a byte.
+    Any array made by slicing, transposing or reversing a dense one passes the first test (each
+    stride, smallest first, reaches past everything the smaller ones span); others (``as_strided``)
+    are decided element by element up to :data:`EXACT_OVERLAP_CHECK` elements, beyond which they
+    count as overlapping."""
+    if any(n == 0 for n in shape):
+        return False
+    dims = sorted((abs(int(st)), int(n)) for n, st in zip(shape, byte_strides, strict=True) if n > 1)
+    reach = itemsize
+    for stride, n in dims:
+        if stride < reach:
+            break
+        reach += stride * (n - 1)
+    else:
+        return False
+    if np.prod([n for _, n in dims], dtype=np.float64) > EXACT_OVERLAP_CHECK:
+        return True
+    offsets = np.zeros(1, np.int64)
+    for stride, n in dims:
+        offsets = (offsets[:, None] + np.arange(n, dtype=np.int64)[None, :] * stride).reshape(-1)
+    offsets.sort()
+    return bool((np.diff(offsets) < itemsize).any())
+
+
+def check_distinct_elements(out: Any, shape: tuple[int, ...]) -> None:
+    """SP0804 where elements of ``out`` (numpy, torch, cupy) share memory: a zero stride, or rows or
+    columns of a strided view that overlap. A copy of C into such an out keeps one of the results
+    written to each shared address (numpy, torch's ``copy_`` and cupy alike), silently; a kernel
+    writing it in place races."""
+    kind = array_kind(out)
+    if kind not in ("numpy", "torch", "torch-cpu", "cupy"):
+        return
+    if out.is_contiguous() if kind in ("torch", "torch-cpu") else out.flags["C_CONTIGUOUS"]:
+        return  # (the common case: dense, so every element is distinct)
+    strides = _strides(out)
+    if any(n > 1 and st == 0 for n, st in zip(shape, strides)):
+        # (numpy's copy into such a view keeps the last row or column for all of them, silently)
+        raise bad_input(f"out has a zero stride (strides {tuple(strides)}): its rows or columns share memory",
+                        help="pass an array with one element per result, or leave out unset for a new one")
+    itemsize = out.element_size() if kind in ("torch", "torch-cpu") else out.itemsize
+    byte_strides = tuple(st * itemsize for st in strides) if kind in ("torch", "torch-cpu") else strides
+    if self_overlapping(shape, byte_strides, itemsize):
+        raise bad_input(f"out's elements overlap in memory (shape {tuple(shape)}, byte strides {tuple(byte_strides)}): "
+                        "C has one result per element, and a copy into out would keep only one of those written "
+                        "to each shared address",
+                        help="pass an array whose elements are distinct (a new array, or a slice of one)")
 
 
 def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:

@@ -201,8 +201,9 @@ class SparseLinearPlan:
             xk = pad_columns(xh, self.k)
         else:
             xk = pad_columns(cast_operand(xh, self.choice), self.k_padded)
+        reads = (self.values, self.meta, self.bias, self.scale_w, self.scale_x if scale_x is None else scale_x)
         y = linear_output(out, self.t, self.out_features, self.out_dtype, x, self.interpret, self.feature_major,
-                          (self.values, self.meta, self.bias, self.scale_w, scale_x))
+                          reads)  # every array the launches read: the scale_x kept when none is given too
         changes: dict[str, Any] = {"x": xk, "out": y}
         if scale_x is not None:
             sx, mode = bias_or_scale(scale_x, "scale_x", self.t, x, self.interpret, ("float32",))

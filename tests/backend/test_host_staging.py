@@ -7,7 +7,7 @@ buffer); the gpu-marked tests launch a kernel."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -42,7 +42,9 @@ def test_partial_overlap_with_a_write_is_sp0750() -> None:
 
 
 class _FakeDevice:
-    """Stands in for runtime.DeviceBuffer: a host copy."""
+    """Stands in for runtime.DeviceBuffer: a host copy (``streams``: the stream of each copy back)."""
+
+    streams: ClassVar[list[Any]] = []
 
     def __init__(self, data: np.ndarray):
         self.data = data.copy()
@@ -51,7 +53,8 @@ class _FakeDevice:
     def from_numpy(cls, array: np.ndarray) -> _FakeDevice:
         return cls(np.ascontiguousarray(array))
 
-    def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
+    def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
+        _FakeDevice.streams.append(stream)
         if out is None:
             return self.data.copy()
         out[...] = self.data
@@ -92,6 +95,54 @@ def test_tma_staging_copies_a_strided_array_back(monkeypatch: pytest.MonkeyPatch
     launch._copy_back(host, dev)
     np.testing.assert_array_equal(base[::2], np.full(16, 7, np.float32))
     np.testing.assert_array_equal(base[1::2], np.zeros(16, np.float32))
+
+
+def test_tma_staging_shares_the_copy_with_a_torch_cpu_tensor_of_the_same_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only numpy arrays were compared with the host arrays staged for TMA: a CPU torch tensor of
+    the same memory passed for a pointer was staged by the launcher on its own, so the writes
+    through it were overwritten by the TMA copy's copy-back (last wins)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
+    x = np.arange(16, dtype=np.float32)
+    bound: dict[str, Any] = {"a": x, "out": torch.from_numpy(x), "n": 16}
+    back = launch._stage_tma_host_arrays(_launcher(["a"], {"a", "out"}), bound)
+    assert bound["out"] is bound["a"] and isinstance(bound["a"], _FakeDevice)
+    assert len(back) == 1 and back[0][0] is x
+    with pytest.raises(LaunchError) as info:
+        launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), {"a": x[:8], "out": torch.from_numpy(x)[4:12]})
+    assert info.value.code == "SP0750"
+
+
+def test_host_copies_of_tma_arrays_come_back_on_the_launch_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch is asynchronous when every host array was staged for TMA; their copy back ran on
+    the legacy default stream, which does not wait for a kernel on a non-blocking stream (torch's
+    side streams, a ``stream=`` handle): it could copy the results back before the kernel wrote
+    them. It now runs on the launch's stream."""
+    monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
+    monkeypatch.setattr(launch, "user_values", lambda spec, bound: bound)
+    monkeypatch.setattr(_FakeDevice, "streams", [])
+    x = np.zeros(16, np.float32)
+    fake = _FakeLauncher(["a"], {"a"})
+    gpu = launch.GpuLaunch(SimpleNamespace(), (1,))
+    monkeypatch.setattr(gpu, "_launcher", lambda args, kwargs: (fake, {"a": x}, {}))
+    gpu(x, stream=0x1234)
+    assert fake.streams == [0x1234] and _FakeDevice.streams == [0x1234]
+    np.testing.assert_array_equal(x, np.full(16, 5, np.float32))
+
+
+class _FakeLauncher:
+    """A stand-in runtime Launcher whose kernel writes 5 into the staged `a` (``streams``: the
+    stream of each launch)."""
+
+    def __init__(self, tma: list[str], written: set[str]):
+        vars(self).update(vars(_launcher(tma, written)))
+        self.spec_has_tensormaps = True
+        self.streams: list[Any] = []
+
+    def __call__(self, grid: Any, values: dict[str, Any], stream: Any = None) -> None:
+        self.streams.append(stream)
+        values["a"].data[:] = 5
 
 
 SOURCE = """

@@ -124,3 +124,42 @@ def inc(x: ptr[bf16], out: ptr[bf16], n: i32, BLOCK: constexpr = 16):
     with pytest.raises(LaunchError) as info:
         sp.loads(src, "inc.spk").kernels["inc"].interpret[(1,)](base[:16], base[8:24], 16)
     assert info.value.code == "SP0750"
+
+
+def test_a_jax_array_written_by_the_kernel_is_sp0719() -> None:
+    """A JAX array (immutable) was converted to a writable numpy copy that nothing read back: the
+    kernel's writes vanished and the call returned as if it had worked. The GPU launcher refuses a
+    read-only array where the kernel writes (SP0719); the interpreter now does too."""
+    jnp = pytest.importorskip("jax.numpy")
+    x = np.arange(32, dtype=np.float32)
+    out = jnp.zeros(32, jnp.float32)
+    with pytest.raises(LaunchError) as info:
+        module().kernels["add"].interpret[(1,)](x, x, out, 32)
+    assert info.value.code == "SP0719"
+    assert str(info.value).splitlines() == [
+        "error[SP0719]: argument `out` is a read-only ArrayImpl (the interpreter reads it through a host copy "
+        "it cannot write back), but the kernel writes through it",
+        " = help: pass a numpy array or a torch tensor (e.g. `np.array(x)`), or call the kernel through "
+        "sparsile.jax.call, whose outputs JAX allocates"]
+    assert not np.asarray(out).any()
+    result = np.zeros(32, np.float32)  # read through a JAX array: fine
+    module().kernels["add"].interpret[(1,)](jnp.asarray(x), x, result, 32)
+    np.testing.assert_array_equal(result, 2 * x)
+
+
+def test_identical_views_of_a_converted_torch_tensor_share_one_copy() -> None:
+    """bfloat16 torch tensors are copied for the interpreter; two tensor objects that are the same
+    view (``t`` and ``t[:]``) got a copy each and were refused as an overlap (SP0750), where the
+    same object, or numpy's ``a`` and ``a[:]``, share one copy, as the GPU shares the memory."""
+    torch = pytest.importorskip("torch")
+    src = """
+@kernel
+def twice(a: ptr[bf16], b: ptr[bf16], n: i32, BLOCK: constexpr = 16):
+    offs = arange(0, BLOCK)
+    m = offs < n
+    store(a + offs, load(a + offs, mask=m) + 1.0, mask=m)
+    store(b + offs, load(b + offs, mask=m) * 2.0, mask=m)
+"""
+    t = torch.arange(16, dtype=torch.bfloat16)
+    sp.loads(src, "twice.spk").kernels["twice"].interpret[(1,)](t, t[:], 16)
+    assert torch.equal(t, (torch.arange(16, dtype=torch.bfloat16) + 1) * 2)

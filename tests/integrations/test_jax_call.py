@@ -139,6 +139,24 @@ def test_input_output_aliases(interpret: bool) -> None:
     assert "output_operand_alias" in text
 
 
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_a_donated_aliased_input_becomes_the_output(interpret: bool) -> None:
+    """Donation (``jax.jit(donate_argnums=...)``) makes the aliased input's buffer the output's: it is
+    taken, not refused, and the kernel reads the input's values from it. The same array passed for
+    a second, unaliased parameter keeps its values (XLA copies the donated one for the alias)."""
+    x, y = _inputs()
+    s = jax.ShapeDtypeStruct((N,), jnp.float32)
+    f = jax.jit(lambda a, b: call(scale_add, (3,), a, b, out_shapes=s, n=N, alpha=2.0,
+                                  input_output_aliases={1: 0}, interpret=interpret), donate_argnums=(1,))
+    donated = jnp.asarray(y)
+    _within_f32_rounding(np.asarray(f(jnp.asarray(x), donated)), 2.0 * x.astype(np.float64) + y,
+                         2.0 * np.abs(x.astype(np.float64)) + np.abs(y))
+    assert donated.is_deleted()  # its buffer is the output's
+    g = jax.jit(lambda a: call(scale_add, (3,), a, a, out_shapes=s, n=N, alpha=2.0, input_output_aliases={1: 0},
+                               interpret=interpret), donate_argnums=(0,))
+    _within_f32_rounding(np.asarray(g(jnp.asarray(x))), 3.0 * x.astype(np.float64), 3.0 * np.abs(x.astype(np.float64)))
+
+
 def test_kernel_may_write_an_aliased_input() -> None:
     x, _ = _inputs(64)
     out = call(writes_x, (1,), x, out_shapes=jax.ShapeDtypeStruct((64,), jnp.float32), n=64,
