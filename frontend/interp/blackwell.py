@@ -173,13 +173,14 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
     en = bool(args[op.operand_index("enable")])
     ta = op.operand("a").type
     ea = ta.elem
+    stored = None
     if op.attrs["sparse"]:
         from ...stdlib.sparsity import SparsityError
-        from ..ops.metadata_words import decompress_tile
+        from ..ops.metadata_words import sparse_tile
 
         meta = np.asarray(args[op.operand_index("a_meta")])[:, :op.attrs["k"] // WORD_K[META_BITS[ea.name]]]
         try:
-            a = decompress_tile(a, meta, ea)
+            a, stored = sparse_tile(a, meta, ea)
         except SparsityError as e:
             raise InterpreterError(BAD_OPERAND_DATA, f"invalid sparse metadata in TMEM: {e.message}", op.span,
                                    ctx.program_id, help=e.help) from None
@@ -190,7 +191,7 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
         a, bm = tf32_truncate(a), tf32_truncate(bm)
     eacc = op.operand("d").type.elem
     base = acc if en else np.zeros(acc.shape, acc.dtype)
-    acc[...] = mma_reference(a, bm, base, eacc)
+    acc[...] = mma_reference(a, bm, base, eacc, stored)
 
 
 def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,

@@ -16,11 +16,14 @@ i8 / u8 (mix)       i32                         2:4
 ``sparse_dot`` takes the *compressed* A values, shape ``(M, K/2)``, and the metadata words of the
 same rows, shape ``(M, K/32)`` u32 (``(M, K/16)`` for tf32): the word matrix ``W`` of
 ``docs/sparse-metadata.md`` (its "sm90" arrangement, whose rows are permuted per 16-row group for
-16-bit and tf32 operands). Its meaning is ``dot(decompress(a_values, a_meta), b, acc)``.
+16-bit and tf32 operands). Its meaning is ``dot(decompress(a_values, a_meta), b, acc)``, except
+that b's elements at positions the metadata does not name are never multiplied (the sparse tensor
+cores select b's elements by the metadata): a NaN or inf there does not reach the result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -136,13 +139,23 @@ def _f(x: np.ndarray) -> np.ndarray:
         else x.astype(np.int64)
 
 
-def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarType) -> np.ndarray:
+def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarType,
+                  stored: Callable[[], np.ndarray] | None = None) -> np.ndarray:
     """acc + a @ b: integer exactly (wrapping to i32); float products exact in f64, rounded once
-    to the accumulator type (the GPU's per-instruction order differs only in rounding)."""
+    to the accumulator type (the GPU's per-instruction order differs only in rounding). A sparse
+    MMA passes ``stored``, which gives the (M, K) positions its metadata names: b's elements
+    elsewhere are never multiplied, so a NaN or inf there does not reach the result (a dense
+    product would give 0 * inf = NaN; docs/sparse-metadata.md, "Special values")."""
     if acc_t.is_int:
         r = c.astype(np.int64) + _f(a).astype(np.int64) @ _f(b).astype(np.int64)
         return ((r + 2**31) % 2**32 - 2**31).astype(np.int32)
-    r = c.astype(np.float64) + _f(a) @ _f(b)
+    fa, fb = _f(a), _f(b)
+    if stored is None or np.isfinite(fb).all():
+        r = c.astype(np.float64) + fa @ fb
+    else:
+        from ...stdlib.sparsity.reference import stored_product
+
+        r = c.astype(np.float64) + stored_product(fa, stored(), fb)
     return r.astype(np.float32).astype(acc_t.numpy_dtype)
 
 
@@ -161,13 +174,13 @@ def _i_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     from ...stdlib.sparsity import SparsityError
     from ..interp.values import BAD_OPERAND_DATA, InterpreterError
-    from .metadata_words import decompress_tile
+    from .metadata_words import sparse_tile
 
     vals, meta, b, c = args
     ea = T.element_type(op.operand("a").type)
     assert isinstance(ea, T.ScalarType)
     try:
-        dense = decompress_tile(vals, meta, ea)
+        dense, stored = sparse_tile(vals, meta, ea)
     except SparsityError as e:
         raise InterpreterError(BAD_OPERAND_DATA, f"invalid sparse metadata: {e.message}", op.span, ctx.program_id,
                                help=e.help) from None
@@ -175,4 +188,4 @@ def _i_sparse_dot(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         from ..interp.numerics import cast_array
 
         dense, b = cast_array(dense, T.f32, T.tf32), cast_array(b, T.f32, T.tf32)
-    return [mma_reference(dense, b, c, T.element_type(op.result.type))]  # type: ignore[arg-type]
+    return [mma_reference(dense, b, c, T.element_type(op.result.type), stored)]  # type: ignore[arg-type]

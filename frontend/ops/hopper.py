@@ -155,19 +155,20 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     ta = op.operand("a").type
     ea = ta.elem if isinstance(ta, T.SmemType) else T.element_type(ta)  # A in shared memory or registers
     bm = np.asarray(b) if op.attrs["b_kmajor"] is False else np.asarray(b).T
+    stored = None
     if op.attrs["sparse"]:
         from ...stdlib.sparsity import SparsityError
         from ..interp.values import BAD_OPERAND_DATA, InterpreterError
-        from .metadata_words import decompress_tile
+        from .metadata_words import sparse_tile
 
         try:
-            a = decompress_tile(np.asarray(a), np.asarray(args[op.operand_index("a_meta")]), ea)
+            a, stored = sparse_tile(np.asarray(a), np.asarray(args[op.operand_index("a_meta")]), ea)
         except SparsityError as e:
             raise InterpreterError(BAD_OPERAND_DATA, f"invalid sparse metadata: {e.message}", op.span,
                                    ctx.program_id, help=e.help) from None
     if ea in (T.f32, T.tf32):  # the tensor cores drop the low 13 bits of f32 data (measured, docs/hopper.md)
         a, bm = tf32_truncate(a), tf32_truncate(bm)
-    return [mma_reference(np.asarray(a), bm, acc, T.element_type(op.result.type))]  # type: ignore[arg-type]
+    return [mma_reference(np.asarray(a), bm, acc, T.element_type(op.result.type), stored)]  # type: ignore[arg-type]
 
 
 @wgmma_wait_op.interpreter

@@ -7,6 +7,8 @@ plain. Decoding is the toolkit's, so the interpreter and the host tools can neve
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..ir import types as T
@@ -20,7 +22,16 @@ def toolkit_dtype(t: T.ScalarType) -> str:
 
 
 def decompress_tile(values: np.ndarray, meta: np.ndarray, elem: T.ScalarType) -> np.ndarray:
-    """The dense (M, K) A tile from compressed values (M, K/2) and metadata words.
+    """The dense (M, K) A tile from compressed values (M, K/2) and metadata words (:func:`sparse_tile`)."""
+    return sparse_tile(values, meta, elem)[0]
+
+
+def sparse_tile(values: np.ndarray, meta: np.ndarray,
+                elem: T.ScalarType) -> tuple[np.ndarray, Callable[[], np.ndarray]]:
+    """(the dense (M, K) A tile from compressed values (M, K/2) and metadata words, a function that
+    gives the (M, K) bool mask of the positions the metadata names): the MMA multiplies B's elements
+    at those positions only (the sparse tensor cores select them by the metadata; ``mma_reference``'s
+    ``stored``, which asks for the mask only where B holds a NaN or an inf).
 
     A tile read past the end of the metadata (out-of-bounds rows or K groups read as zero words)
     has undefined nibbles 0x0 where its values are zero too: such a chunk contributes zero whatever
@@ -33,11 +44,17 @@ def decompress_tile(values: np.ndarray, meta: np.ndarray, elem: T.ScalarType) ->
     zero_words = words == 0
     if zero_words.any():
         words[zero_words] = 0x44444444
-    dense = decompress(np.ascontiguousarray(values), words, "sm90", toolkit_dtype(elem), m=m, k=2 * kh)
+    values = np.ascontiguousarray(values)
+    dense = decompress(values, words, "sm90", toolkit_dtype(elem), m=m, k=2 * kh)
     dense = np.asarray(dense).astype(values.dtype)
     if zero_words.any():
         _check_zero_words_cover_zero_values(values, zero_words, elem)
-    return dense
+
+    def stored() -> np.ndarray:
+        ones = np.ones(values.shape, values.dtype)
+        return np.asarray(decompress(ones, words, "sm90", toolkit_dtype(elem), m=m, k=2 * kh)) != 0
+
+    return dense, stored
 
 
 def _check_zero_words_cover_zero_values(values: np.ndarray, zero_words: np.ndarray, elem: T.ScalarType) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import torch
 import torch.nn.modules.module as _mm
@@ -28,6 +29,7 @@ from ...stdlib.sparsity import (
     encode_metadata,
     metadata_shape,
     operand_type,
+    prune_mask_2_4,
     validate_metadata,
 )
 from ...stdlib.sparsity.errors import SP_VALUES_MISMATCH
@@ -68,20 +70,43 @@ _BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
 LOG = logging.getLogger("sparsile.torch")
 
 
-def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(2:4 e4m3 weight (N, K rounded up to 4), float32 scales (N,)): the two largest |w| of every
-    four along K kept (in float32, where the weight lives), then one scale per output channel that
-    maps the channel's largest kept |w| to 448."""
-    w = weight.float()
+PRUNE_ROWS = 1024
+"""Rows of a weight pruned at once for e4m3 (a float32 weight takes the toolkit's float64 path)."""
+
+
+def _prune_quantize_e4m3(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(2:4 e4m3 host weight (N, K rounded up to 4), float32 scales (N,)): the two largest |w| of
+    every four along K kept by the toolkit's rule in the weight's own precision (``prune_mask_2_4``:
+    ties to the lower index and NaN above every number, as the bf16 / f16 layers and the GPU
+    toolkit; torch.topk chose among ties), then one scale per output channel mapping the channel's
+    largest kept |w| to 448 (docs/torch.md, "Special values"):
+
+    * 1 for a zero channel (zero values);
+    * at least the smallest normal float32, so that a channel of tiny weights (amax / 448 below
+      it: 0 or a subnormal, which the epilogue's multiply may flush) keeps a usable scale (a scale
+      of 0 divided its zeros into NaN, and the build failed with SP0803);
+    * amax skips NaN: a NaN weight stays NaN in the values (the channel's outputs are NaN, as a
+      dense layer's), the channel's other weights are scaled as without it;
+    * an infinite weight makes the scale inf, its value ±448 and the channel's finite weights ±0,
+      so the channel's outputs are ±inf with the dense layer's sign (NaN where x is 0 there, or
+      infinities cancel) rather than NaN (inf / inf).
+
+    Values are saturated to ±448 before the cast (a rounding of amax / 448 could leave 448.0001, and
+    a cast beyond 464 is NaN)."""
+    w = as_host_array(weight.detach(), "weight")
     n, k = w.shape
-    if k % 4:
-        w = torch.nn.functional.pad(w, (0, 4 - k % 4))
-    groups = w.reshape(n, -1, 4)
-    keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, groups.abs().topk(2, dim=2).indices, True)
-    pruned = torch.where(keep, groups, 0.0).reshape(n, -1)  # (not groups * keep: NaN * 0 and inf * 0 are NaN)
-    amax = pruned.abs().amax(dim=1)
-    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    return (pruned / scale[:, None]).to(torch.float8_e4m3fn), scale
+    keep = np.concatenate([prune_mask_2_4(w[r:r + PRUNE_ROWS]) for r in range(0, n, PRUNE_ROWS)]) if n else \
+        np.zeros((0, k), bool)
+    kp = -(-k // 4) * 4
+    pruned = np.zeros((n, kp), np.float32)
+    pruned[:, :k] = np.where(keep, w.astype(np.float32), np.float32(0))
+    amax = np.fmax.reduce(np.abs(pruned), axis=1, initial=0)  # (NaN skipped)
+    scale = np.where(amax > 0, np.maximum(amax / np.float32(E4M3_MAX), np.finfo(np.float32).tiny),
+                     np.float32(1)).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        q = pruned / scale[:, None]
+    q = np.where(np.isnan(q), pruned, q)  # NaN stays NaN; inf / inf back to ±inf, saturated below
+    return np.clip(q, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn), scale
 
 
 def tensors_of(d: dict[str, Any]) -> dict[str, Any]:
@@ -185,9 +210,8 @@ class SparseLinear(nn.Module):
                                    "float32), or 'e4m3' (scaled per output channel)")
         scale = None
         if name == "e4m3":
-            quantized, scale_t = _prune_quantize_e4m3(weight.detach())
-            values, indices = compress(as_host_array(quantized, "weight"), "e4m3")
-            scale = as_host_array(scale_t, "scale_w")
+            quantized, scale = _prune_quantize_e4m3(weight)
+            values, indices = compress(quantized, "e4m3")
         elif prunes_on_gpu(weight, operand_type(name)):  # a CUDA weight of the layer's type: pruned there
             return cls._from_gpu(linear, name, activation=activation, out_dtype=out_dtype)
         else:  # pruned in the weight's own type (cast first when it differs), as prune_and_compress does

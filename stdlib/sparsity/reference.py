@@ -12,6 +12,39 @@ from .formats import decompress
 from .hostarray import as_host_array, require_numeric
 
 
+def stored_positions(values: Any, meta: Any, fmt: str | None = None, dtype: str | OperandType | None = None, *,
+                     m: int | None = None, k: int | None = None) -> np.ndarray:
+    """(m, k) bool: the positions of A that ``meta`` names, i.e. the elements the sparse MMA
+    multiplies (the kept ones, and the explicit zeros of chunks with fewer nonzeros, docs/sparse-
+    metadata.md §2). Arguments as for :func:`~.formats.decompress`."""
+    host = as_host_array(values, "values")
+    return np.asarray(decompress(np.ones(host.shape, host.dtype), meta, fmt, dtype, m=m, k=k)) != 0
+
+
+def stored_product(a: np.ndarray, stored: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float64 over the positions ``stored`` names only: a (M, K) with zeros where not
+    stored, stored (M, K) bool, b (K, N) or (K,). A sparse MMA never multiplies an element of b by a
+    position of A its metadata does not name (the sparse tensor cores select b's elements by the
+    metadata), so a NaN or inf of b there does not reach the result, as in a sparse product
+    (scipy.sparse, cuSPARSELt); a dense ``a @ b`` would give NaN (0 * inf). With b finite the two
+    are the same product."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    vector = b64.ndim == 1
+    if vector:
+        b64 = b64[:, None]
+    special = ~np.isfinite(b64).all(axis=1)  # the rows of b (K positions) with a NaN or an inf
+    if not special.any():
+        out = a64 @ b64
+    else:
+        plain = ~special
+        out = a64[:, plain] @ b64[plain]
+        rows = np.nonzero(special)[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            terms = np.where(stored[:, rows, None], a64[:, rows, None] * b64[None, rows, :], 0.0)
+            out = out + terms.sum(axis=1)
+    return out[:, 0] if vector else out
+
+
 def sparse_matmul_reference(values: Any, meta: Any, b: Any, fmt: str | None = None,
                             dtype: str | OperandType | None = None, *, m: int | None = None,
                             k: int | None = None) -> np.ndarray:
@@ -19,7 +52,9 @@ def sparse_matmul_reference(values: Any, meta: Any, b: Any, fmt: str | None = No
 
     Every element is converted exactly to float64 (f16, bf16, fp8, e2m1 and int8 are exact in
     float64; tf32 operands are taken as the float32 values given, without rounding them to tf32).
-    ``b`` must be (k, N); a 1-D ``b`` of length k gives a length-m vector.
+    ``b`` must be (k, N); a 1-D ``b`` of length k gives a length-m vector. The sum runs over the
+    positions the metadata names (:func:`stored_product`): a NaN or inf of b where A stores nothing
+    does not reach the result, as on the sparse tensor cores.
     """
     dense = decompress(values, meta, fmt, dtype, m=m, k=k)
     rhs = as_host_array(b, "b")
@@ -28,4 +63,7 @@ def sparse_matmul_reference(values: Any, meta: Any, b: Any, fmt: str | None = No
         raise SparsityError(SP_OPERAND_MISMATCH,
                             f"b must have {dense.shape[1]} rows (the K of the sparse operand), got shape {rhs.shape}",
                             help="pass B as a (K, N) matrix with the logical, unpadded K")
-    return dense.astype(np.float64) @ rhs.astype(np.float64)
+    rhs64 = rhs.astype(np.float64)
+    if np.isfinite(rhs64).all():
+        return dense.astype(np.float64) @ rhs64
+    return stored_product(dense, stored_positions(values, meta, fmt, dtype, m=m, k=k), rhs64)
