@@ -342,3 +342,17 @@ def test_the_gpu_skips_unstored_positions_as_the_interpreter_does(kernel: str) -
     y = sparse_linear(cuda_copy(np.asarray(weight.values)), weight.meta, xq, scale_x=sx, scale_w=cuda_copy(sw),
                       out_dtype="float32", kernel=kernel).cpu().numpy()
     assert_same_specials(y, e4m3_reference(weight, stored, want_q, want_sx, sw), rtol=2e-3)
+
+
+@pytest.mark.parametrize("kernel", ["gemm", "decode"])
+def test_the_interpreter_computes_special_values_without_numpy_warnings(kernel: str) -> None:
+    """NaN and inf operands (and their products) are values the GPU computes without a word: the
+    interpreter's MMA gave numpy's RuntimeWarning ("invalid value encountered in matmul") from its
+    internals."""
+    weight, _, x = bf16_problem(64, 6, 128, seed=7)
+    values = weight.values.copy()
+    values[0, 0], values[1, 3], values[2, 7] = np.nan, np.inf, -np.inf  # in A too: the dense product's path
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        y = sparse_linear(values, weight.meta, x, out_dtype="float32", interpret=True, kernel=kernel)
+    assert np.isnan(y).any() and np.isfinite(y).any()
