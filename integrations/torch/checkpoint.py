@@ -228,10 +228,15 @@ def _retie(model: nn.Module, keys: list[str], source: str) -> None:
     owner, _, attr = source.rpartition(".")
     tensor = getattr(model.get_submodule(owner), attr)
     for key in keys:
-        owner, _, attr = key.rpartition(".")
-        module = model.get_submodule(owner)
-        if getattr(module, attr) is not tensor:
-            setattr(module, attr, tensor)
+        _put_tensor(model, key, tensor)
+
+
+def _put_tensor(model: nn.Module, key: str, tensor: torch.Tensor) -> None:
+    """Register ``tensor`` under state-dict key ``key`` of ``model``, unless that key already names it."""
+    owner, _, attr = key.rpartition(".")
+    module = model.get_submodule(owner)
+    if (module._parameters.get(attr) if attr in module._parameters else module._buffers.get(attr)) is not tensor:
+        setattr(module, attr, tensor)
 
 
 def _plain_load(model: nn.Module, swapped: dict[str, nn.Module], plain: dict[str, torch.Tensor]) -> tuple[
@@ -279,10 +284,7 @@ def _tensors_back(model: nn.Module, before: dict[str, torch.Tensor]) -> None:
     """Give every key of ``before`` (a ``state_dict(keep_vars=True)``) its tensor again, where a load
     with ``assign`` (a model on the meta device) or ``_retie`` put another there."""
     for key, tensor in before.items():
-        owner, _, attr = key.rpartition(".")
-        module = model.get_submodule(owner)
-        if (module._parameters.get(attr) if attr in module._parameters else module._buffers.get(attr)) is not tensor:
-            setattr(module, attr, tensor)
+        _put_tensor(model, key, tensor)
 
 
 def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
