@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...backend.runtime.arrays import byte_range
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, SP_TRAIN_LAYER, IntegrationError
 from .atomic import restore_modules, swap_modules
@@ -116,9 +117,9 @@ def _span(t: torch.Tensor) -> tuple[Any, int, int] | None:
     try:
         if t.is_meta or t.numel() == 0:
             return None
-        start = t.data_ptr()
-        extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-        return (t.device, t.untyped_storage().data_ptr()), start, start + extent * t.element_size()
+        item = t.element_size()
+        first, end = byte_range(t.data_ptr(), t.shape, [stride * item for stride in t.stride()], item)
+        return (t.device, t.untyped_storage().data_ptr()), first, end
     except (RuntimeError, NotImplementedError, TypeError):
         return None
 
