@@ -13,6 +13,7 @@ as torch's fallback would, without its warning.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ def _per_token_scale(scale_x: torch.Tensor, dim: int | None, lead: tuple[int, ..
     batch = lead[0]
     s = _tokens_first(scale_x, dim, batch).reshape(batch, -1)
     if s.shape[1] == 1:  # per tensor within each member: the member's scale for each of its tokens
-        s = s.expand(batch, max(1, int(torch.Size(lead[1:]).numel())))
+        s = s.expand(batch, max(1, math.prod(lead[1:])))
     return s.reshape(lead)
 
 
