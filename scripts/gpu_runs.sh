@@ -153,8 +153,8 @@ c38)  # the thirty-eighth session's last merges, not run on a GPU: the quantizer
      # (scaled(), quantize.spk) and relu keeps NaN; the sparse tensor cores skip x at pruned positions (the
      # interpreter's new rule: test_special_values.py's gpu test); the launcher's host TMA copies shared with a
      # CPU torch tensor and copied back on the launch's stream; out= overlap checks. Then the e4m3 rows the
-     # quantizer change could move (kernel time: bench_sparse_gemm e4m3, bench_linear e4m3 T <= 16), then the
-     # whole GPU suite
+     # quantizer change could move (kernel time: bench_sparse_gemm e4m3, bench_linear e4m3 T <= 16); the whole
+     # GPU suite is its own call (tests-all: the steps together pass one call's 600 s)
     run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfE tests/stdlib/test_special_values.py \
         tests/integrations/test_torch_special_values.py tests/backend/test_host_staging.py \
         tests/stdlib/test_out_aliasing.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_autograd_gpu.py
@@ -162,7 +162,6 @@ c38)  # the thirty-eighth session's last merges, not run on a GPU: the quantizer
         --json "$out/linear-e4m3-38.json"
     run 120 python benchmarks/bench_sparse_gemm.py --case e4m3:8192x8192x8192 --case e4m3:28672x16x4096 \
         --json "$out/gemm-e4m3-38.json"
-    run 520 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests
     ;;
 b38)  # after the thirty-eighth session's merges: vmap rules, the misaligned scale_x copy, the e4m3 op for a
      # compiled x gradient, all-or-nothing model edits (sparsify_, fuse_projections_, loads), autotune cache
