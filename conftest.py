@@ -111,3 +111,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """``SPARSILE_FAILURES_LOG=path``: each failing test's id and error appended to ``path`` as it
+    fails, so that a run stopped at a time limit (pytest then loses its summary) still names its
+    failures (scripts/gpu_runs.sh sets it)."""
+    path = os.environ.get("SPARSILE_FAILURES_LOG")
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # (an xdist worker's reports reach the controller's hook too: written there once)
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(f"FAILED {report.nodeid} ({report.when})\n{report.longreprtext[-3000:]}\n\n")

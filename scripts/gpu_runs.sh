@@ -135,6 +135,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPARSILE_CACHE_DIR="${SPARSILE_CACHE_DIR:-/tmp/sparsile-gpu-cache}"
 export SPARSILE_COMMIT="${SPARSILE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 log="$out/$part.log"
+# every failing test named as it fails (conftest.py): a step stopped at its limit loses pytest's summary
+export SPARSILE_FAILURES_LOG="$out/$part.failures"
 run() {  # run STEP_SECONDS command...: one step, its output appended to the part's log
     local limit="$1"; shift
     echo "=== $* (limit ${limit} s)" | tee -a "$log"

@@ -54,14 +54,24 @@ def stored_product(dense: np.ndarray, stored: np.ndarray, x: np.ndarray) -> np.n
         return np.stack([np.where(stored, d * row, 0.0).sum(axis=1) for row in xs])
 
 
-def assert_same_specials(y: np.ndarray, ref: np.ndarray, rtol: float, atol: float = 1e-3) -> None:
-    """NaN, +inf and -inf at the same places; the finite values within ``rtol`` and ``atol``."""
+def assert_same_specials(y: np.ndarray, ref: np.ndarray, rtol: float, atol: float = 1e-3,
+                         abs_sum: np.ndarray | None = None, sum_rtol: float = 0.0) -> None:
+    """NaN, +inf and -inf at the same places; the finite values within ``rtol`` and ``atol``, plus
+    ``sum_rtol`` times ``abs_sum`` (the sum of the products' magnitudes, which bounds the rounding
+    error of a dot product whose terms cancel) where it is given."""
     y, ref = np.asarray(y).astype(np.float64), np.asarray(ref).astype(np.float64)
     np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
     np.testing.assert_array_equal(np.isposinf(y), np.isposinf(ref))
     np.testing.assert_array_equal(np.isneginf(y), np.isneginf(ref))
     finite = np.isfinite(ref)
-    np.testing.assert_allclose(y[finite], ref[finite], rtol=rtol, atol=atol)
+    if abs_sum is None:
+        np.testing.assert_allclose(y[finite], ref[finite], rtol=rtol, atol=atol)
+        return
+    error, allowed = np.abs(y - ref)[finite], (atol + rtol * np.abs(ref) + sum_rtol * abs_sum)[finite]
+    worst = int(np.argmax(error / allowed))
+    assert (error <= allowed).all(), (
+        f"{int((error > allowed).sum())} of {error.size} finite values off; worst {y[finite][worst]} against "
+        f"{ref[finite][worst]} (allowed {allowed[worst]:.3g})")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,11 +210,15 @@ def e4m3_problem(n_out: int, t: int, k: int, seed: int):
     return weight, stored, x.astype(ml_dtypes.bfloat16)
 
 
-def e4m3_reference(weight, stored, xq, sx, sw) -> np.ndarray:
-    """float64 y = (x_q @ values^T over the stored positions) * scale_x * scale_w."""
-    acc = stored_product(weight.dense().astype(np.float64), stored, xq.astype(np.float64))
+def e4m3_reference(weight, stored, xq, sx, sw, magnitudes: bool = False) -> np.ndarray:
+    """float64 y = (x_q @ values^T over the stored positions) * scale_x * scale_w; with
+    ``magnitudes``, the same sum of the products' magnitudes (the scale of its rounding error)."""
+    dense, xq, sx = weight.dense().astype(np.float64), xq.astype(np.float64), sx.astype(np.float64)
+    if magnitudes:
+        dense, xq, sx = np.abs(dense), np.abs(xq), np.abs(sx)
+    acc = stored_product(dense, stored, xq)
     with np.errstate(invalid="ignore"):
-        return acc * sx.astype(np.float64)[:, None] * sw.astype(np.float64)[None, :]
+        return acc * sx[:, None] * sw.astype(np.float64)[None, :]
 
 
 @pytest.mark.parametrize("path", ["tiled", "decode two launches", "decode one launch"])
@@ -341,7 +355,12 @@ def test_the_gpu_skips_unstored_positions_as_the_interpreter_does(kernel: str) -
     np.testing.assert_array_equal(bits(xq.cpu().view(torch.uint8).numpy()), bits(want_q))
     y = sparse_linear(cuda_copy(np.asarray(weight.values)), weight.meta, xq, scale_x=sx, scale_w=cuda_copy(sw),
                       out_dtype="float32", kernel=kernel).cpu().numpy()
-    assert_same_specials(y, e4m3_reference(weight, stored, want_q, want_sx, sw), rtol=2e-3)
+    # Hopper's e4m3 MMA adds into an accumulator of about 14 mantissa bits (docs/hopper.md): where the
+    # products cancel (an H100, thirty-ninth session: 0.4250 for 0.4282, the magnitudes summing to 138) the error
+    # follows the magnitudes' sum, 8 K steps x 2^-14 of it at most, not y
+    assert_same_specials(y, e4m3_reference(weight, stored, want_q, want_sx, sw), rtol=2e-3,
+                         abs_sum=e4m3_reference(weight, stored, want_q, want_sx, sw, magnitudes=True),
+                         sum_rtol=8 * 2.0**-14)
 
 
 @pytest.mark.parametrize("kernel", ["gemm", "decode"])
