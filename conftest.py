@@ -13,6 +13,9 @@ in a temporary folder; ``ci`` (selected when the
 environment variable ``CI`` is set, as ``.ci/run`` does) is derandomized: the same examples every
 run. ``HYPOTHESIS_PROFILE=dev|ci`` picks one explicitly.
 
+JAX in the test processes allocates GPU memory as it needs it (``XLA_PYTHON_CLIENT_PREALLOCATE``),
+not 75 % of the card at once: GPU test workers share the device.
+
 Global random generators (numpy's legacy ``np.random.*``, torch's default generator when torch is
 loaded) are seeded before every test, so a test that draws from them without its own seed still
 sees the same numbers on every run, in any order and in any worker.
@@ -40,6 +43,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 
 
 ROOT = Path(__file__).resolve().parent
+
+# JAX takes 75 % of the GPU's memory at its first GPU array unless told otherwise. GPU tests run in
+# several workers at once (scripts/gpu_runs.sh: -n 16), and on an 80 GB card the JAX worker's 61 GB
+# left the torch workers out of memory (thirty-ninth session, H100): JAX allocates as it needs here.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def _alias_the_checkout_root() -> None:
