@@ -6,6 +6,7 @@
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
 #   bash scripts/gpu_runs.sh tma-store        # the TMA-store epilogue kernels: GPU tests, then timed (gemm_variants)
+#   bash scripts/gpu_runs.sh tests-torch      # the torch and JAX GPU test files; tests-rest: every other GPU test
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
 #   bash scripts/gpu_runs.sh tune-prefill     # tune the tiled kernel for T >= 256 (h200.json), layer at T 64-1024
@@ -1119,8 +1120,16 @@ pingpong)  # the ping-pong schedule of the sparse GEMM (measured 0.78x the defau
         --case f16:8192x8192x8192 --pingpong-config 64x256x64x5 --pingpong-config 128x128x128x4 \
         --pingpong-config 128x128x64x8 --json "$out/pingpong-8192.json"
     ;;
-tests-all)
+tests-all)  # the whole GPU suite (~990 tests): 520 s did not finish it on an H100 (thirty-ninth session); the two
+            # halves below fit one call each
     run 520 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests
+    ;;
+tests-torch)  # the torch and JAX GPU files (~390 tests; about 150 s at -n 8)
+    run 400 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py
+    ;;
+tests-rest)  # every other GPU test (~600 tests)
+    run 540 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests \
+        --deselect tests/gpu/test_jax_gpu.py $(for f in tests/gpu/test_torch_*.py; do echo --deselect "$f"; done)
     ;;
 tests-launch)
     run 300 python -m pytest -q -x -m gpu tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py \
