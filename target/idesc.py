@@ -297,7 +297,7 @@ def pack_idesc(d: InstrDesc) -> int:
     if not d.block_scaled:
         return pack_fields([*common, (d.selector, 0, 2), (int(d.saturate), 3, 1), (D_TYPE_CODES[d.d_dtype], 4, 2),
                       (d.m >> 4, 24, 5), (MAX_SHIFT_CODES[d.max_shift], 30, 2)])
-    return pack_fields([*common, (d.selector, 0, 2), (d.b_scale_id, 4, 2),
+    return pack_fields([*common, (d.b_scale_id, 4, 2),
                   (SCALE_TYPE_CODES[d.scale_dtype or "ue8m0"], 23, 1), (d.m >> 7, 27, 2),
                   (d.a_scale_id, 29, 2), (int(d.k96), 31, 1)])
 
@@ -307,7 +307,8 @@ def encode_idesc(d: InstrDesc) -> int:
 
     Bit layout (§1.3): 0-1 selector, 2 sparse, 3 saturate, 4-5 D type, 7-9 A type, 10-12 B type,
     13/14 negate A/B, 15/16 A/B major, 17-22 N>>3, 24-28 M>>4, 30-31 max shift. Block-scaled:
-    4-5 B scale id, 23 scale type, 27-28 M>>7, 29-30 A scale id, 31 K=96.
+    0-1 reserved (no selector), 4-5 B scale id, 23 scale type, 27-28 M>>7, 29-30 A scale id, 31
+    K=96 (4-bit kinds only).
     """
     raise_if_problems(idesc_problems(d), "tcgen05 instruction descriptor")
     return pack_idesc(d)
@@ -316,15 +317,17 @@ def encode_idesc(d: InstrDesc) -> int:
 def decode_idesc(word: int, kind: str, *, cta_group: int = 1, block_size: int | None = None) -> InstrDesc:
     """The fields of the 32-bit descriptor ``word`` for an MMA of ``kind`` (the word alone does
     not say the kind: e4m3 and f16 share codes). Raises ``ValueError`` on undefined codes or
-    reserved bits."""
+    reserved bits (PTX ISA "Instruction descriptor" tables; the block-scaled ones reserve bits
+    0-1, which carry the sparsity selector only in the plain-kind table, and bit 31 for
+    ``mxf8f6f4``, whose K = 96 flag exists only for the 4-bit kinds)."""
     if kind not in KINDS:
         raise ValueError(f"unknown tcgen05 MMA kind {kind!r}")
     if not 0 <= word < (1 << 32):
         raise ValueError(f"instruction descriptor {word:#x} does not fit 32 bits")
     codes = TYPE_CODES[kind]
     blocky = kind in BLOCK_SCALED_KINDS
-    if blocky:  # bits 3, 6, 24-26 (and 12 for the 4-bit kinds) are reserved
-        reserved = (1 << 3) | (1 << 6) | (0x7 << 24) | ((1 << 12) if kind in ("mxf4", "mxf4nvf4") else 0)
+    if blocky:  # bits 0-1 (no selector), 3, 6, 24-26; 12 for the 4-bit kinds, 31 for mxf8f6f4
+        reserved = 0b11 | (1 << 3) | (1 << 6) | (0x7 << 24) | ((1 << 12) if kind in ("mxf4", "mxf4nvf4") else (1 << 31))
     else:  # bits 6, 23, 29 are reserved
         reserved = (1 << 6) | (1 << 23) | (1 << 29)
     if word & reserved:
