@@ -11,6 +11,10 @@ as it was when they raise (a diagnostic the user can fix and retry), never half 
   unexpected keys before it copies anything (torch copies first, then raises).
 * :func:`restoring_tensors`: a layer's ``_apply`` (``.to``, ``.cuda``, ``.half``) that raises midway
   (a device out of memory) puts back the tensors it had converted.
+* :func:`copy_all`: new tensor values computed whole (every trainable layer's mask and compressions
+  of W and Wᵀ, for ``reprune_`` and ``SemiSparseLinear.refresh``) before the first is copied in place
+  (a device out of memory at the third layer left the first two re-pruned), the destinations the same
+  tensor objects at the same addresses (launch records and CUDA graphs hold them).
 """
 
 from __future__ import annotations
@@ -139,3 +143,18 @@ def restoring_tensors(module: nn.Module) -> Iterator[None]:
                 if p.grad is not grad:
                     p.grad = grad
         raise
+
+
+def copy_all(writes: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """``destination.copy_(source)`` for each pair of ``writes``, every pair checked first (the same
+    shape: ``copy_`` would broadcast or refuse another) so that none raises after some were copied.
+    The destinations keep their objects and addresses. The caller computes every source before
+    (the step that allocates, and can run out of memory), so that a failure writes nothing."""
+    writes = list(writes)
+    for destination, source in writes:
+        if destination.shape != source.shape:
+            raise ValueError(f"copy_all: a {tuple(source.shape)} tensor for a {tuple(destination.shape)} one "
+                             "(nothing copied)")
+    with torch.no_grad():
+        for destination, source in writes:
+            destination.copy_(source)

@@ -36,7 +36,7 @@ from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadat
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
-from .atomic import restoring_tensors, strict_key_errors, withhold_refused
+from .atomic import copy_all, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import refuse_second_derivative
 from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
@@ -267,13 +267,34 @@ class SemiSparseLinear(nn.Module):
         memory traffic in the compute dtype, docs/training.md); on the CPU: the host toolkit, or
         the same GPU kernels in the interpreter with ``interpret=True``. A mask changed since it was
         last checked (assigned or edited in place) is checked first (SP0918): compressing a mask that
-        keeps more than 2 of 4 would prune W and Wᵀ differently, forward and dX unlike the mask."""
+        keeps more than 2 of 4 would prune W and Wᵀ differently, forward and dX unlike the mask.
+        Both compressions are computed before either is copied in: one that raises (a device out of
+        memory at Wᵀ's) leaves all four buffers as they were, and the layer stale (its next eager
+        call compresses it again); it left W's new with Wᵀ's old, forward and dX of two weights."""
         self._check_mask_once()
-        masked = torch.where(self.mask, self.weight.detach(), 0).to(self.values.dtype)
-        for name, matrix in (("values", masked), ("values_t", masked.t().contiguous())):
-            values, words = _compressed(matrix, self.weight_dtype, interpret)
-            getattr(self, name).copy_(values)
-            getattr(self, name.replace("values", "meta")).copy_(words)
+        copy_all(self._writes(self._compressions(self.mask, interpret)))
+        self._written(stacklevel=4)
+
+    def _compressions(self, mask: torch.Tensor, interpret: bool) -> tuple[torch.Tensor, ...]:
+        """(values, meta, values_t, meta_t) of ``weight * mask`` (W's and Wᵀ's), new tensors: nothing
+        of the layer is written."""
+        masked = torch.where(mask, self.weight.detach(), 0).to(self.values.dtype)
+        values, words = _compressed(masked, self.weight_dtype, interpret)
+        values_t, words_t = _compressed(masked.t().contiguous(), self.weight_dtype, interpret)
+        return values, words, values_t, words_t
+
+    def _writes(self, compressions: tuple[torch.Tensor, ...],
+                mask: torch.Tensor | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(buffer, its new value) for :func:`~.atomic.copy_all`: the compressions, and ``mask``."""
+        writes = [(getattr(self, name), new) for name, new in zip(_COMPRESSED, compressions, strict=True)]
+        return writes if mask is None else [(self.mask, mask), *writes]
+
+    def _written(self, repruned: bool = False, stacklevel: int = 2) -> None:
+        """After its buffers were copied in: the layer marked fresh (and its mask checked: a
+        re-prune's is transposable by construction), the launch records of its weight brought up to
+        the write, a warning for those that cannot be (``stacklevel``: the user's frame)."""
+        if repruned:
+            self.__dict__["_mask_checked"] = self._mask_key()
         self.__dict__["_fresh"] = self._state_key()
         from .ops import RECORDS as op_records  # the dX launches go through the custom op
 
@@ -283,7 +304,7 @@ class SemiSparseLinear(nn.Module):
             warnings.warn(f"sparsile.torch: SemiSparseLinear({self.in_features}, {self.out_features}).refresh: "
                           f"{stale} launch record(s) captured in a CUDA graph read copies of this layer's weight "
                           "that could not be refreshed in place: replays of that graph keep the weight from "
-                          "before it. Capture the graph again after each optimizer step", stacklevel=2)
+                          "before it. Capture the graph again after each optimizer step", stacklevel=stacklevel)
 
     def _mask_key(self) -> tuple[int, ...]:
         return (self.mask._version, self.mask.data_ptr(), self.mask.device.index or 0)
@@ -294,16 +315,11 @@ class SemiSparseLinear(nn.Module):
             check_mask(self.mask, (self.out_features, self.in_features))
             self.__dict__["_mask_checked"] = self._mask_key()
 
-    @torch.no_grad()
     def reprune(self, *, interpret: bool = False) -> float:
-        """Recompute the mask from the master weight's magnitude (:func:`transposable_mask`), then
-        :meth:`refresh`. Returns the share of mask entries that changed."""
-        mask = transposable_mask(self.weight, interpret=interpret)
-        changed = float((mask != self.mask).float().mean())
-        self.mask.copy_(mask)
-        self.__dict__["_mask_checked"] = self._mask_key()  # transposable by construction
-        self.refresh(interpret=interpret)
-        return changed
+        """Recompute the mask from the master weight's magnitude (:func:`transposable_mask`) and the
+        compressions of W and Wᵀ under it, then copy all five in (all or nothing: one that raises
+        leaves the layer as it was). Returns the share of mask entries that changed."""
+        return _reprune_all([self], interpret)
 
     # -------------------------------------------------------------------------------------------
     # running
@@ -430,10 +446,28 @@ def _refresh_all(layers: list[SemiSparseLinear], interpret: bool) -> None:
 
 
 def reprune_(model: nn.Module, *, interpret: bool = False) -> float:
-    """:meth:`SemiSparseLinear.reprune` of every trainable layer; the share of mask entries (over
-    all layers) that changed."""
-    layers = _layers_of(model)
-    changed = sum(layer.reprune(interpret=interpret) * layer.mask.numel() for layer in layers)
+    """:meth:`SemiSparseLinear.reprune` of every trainable layer, all or nothing; the share of mask
+    entries (over all layers) that changed."""
+    return _reprune_all(_layers_of(model), interpret)
+
+
+@torch.no_grad()
+def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
+    """Every layer's new transposable mask and its compressions of W and Wᵀ, computed before any is
+    copied in (:func:`~.atomic.copy_all`): one that raises (a device out of memory) leaves every
+    layer's mask and compressions as they were, the same tensors at the same addresses (each layer
+    copied its own in, so a failure at the third left the first two re-pruned). They are held at
+    once meanwhile: about 3¼ bytes per weight element of all the layers (a bool mask, W's and Wᵀ's
+    values in 16 bits at half density, their metadata). The share of mask entries that changed."""
+    new = []
+    for layer in layers:
+        mask = transposable_mask(layer.weight, interpret=interpret)
+        new.append((mask, layer._compressions(mask, interpret)))
+    changed = sum(int((mask != layer.mask).sum()) for layer, (mask, _) in zip(layers, new, strict=True))
+    copy_all(write for layer, (mask, compressions) in zip(layers, new, strict=True)
+             for write in layer._writes(compressions, mask))
+    for layer in layers:
+        layer._written(repruned=True, stacklevel=5)
     return changed / sum(layer.mask.numel() for layer in layers)
 
 
@@ -463,8 +497,7 @@ class SparseTrainer:
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1
         if self.reprune_every and self.steps % self.reprune_every == 0:
-            changed = sum(layer.reprune(interpret=self.interpret) * layer.mask.numel() for layer in self.layers)
-            self.changed.append(changed / sum(layer.mask.numel() for layer in self.layers))
+            self.changed.append(_reprune_all(self.layers, self.interpret))  # (all or nothing, as reprune_)
         else:
             _refresh_all(self.layers, self.interpret)
 

@@ -1,7 +1,8 @@
 """All or nothing: a sparsile call that edits a user's model and raises leaves it as it was (the same
 module objects at every name, the same tensor objects holding the same values, the same output bit
 for bit), never half changed: sparsify_, fuse_projections_, load_state_dict of sparse layers, their
-.to() / .cuda() / .half(), load_sparse24_checkpoint, recompress_. Each test names what used to be left."""
+.to() / .cuda() / .half(), load_sparse24_checkpoint, recompress_, reprune_ and SparseTrainer's re-prune,
+SemiSparseLinear.refresh. Each test names what used to be left."""
 
 from __future__ import annotations
 
@@ -501,6 +502,109 @@ def test_recompress_checks_every_mask_before_it_recompresses_any():
         spt.recompress_(model)
     assert info.value.code == "SP0918"
     assert all(torch.equal(layer.values, v) for layer, v in zip(model, values, strict=True))
+
+
+def _trainable(layers=3):
+    """``layers`` trainable layers whose master weights were changed since their masks were made (so that a
+    re-prune changes every mask), recompressed (their compressions up to date)."""
+    model = torch.nn.Sequential(*[spt.SemiSparseLinear.from_dense(linear(64, 64, dtype=torch.float32, seed=s), "bf16")
+                                  for s in range(1, layers + 1)])
+    with torch.no_grad():
+        for i, layer in enumerate(model):
+            layer.weight.copy_(torch.randn(64, 64, generator=torch.Generator().manual_seed(40 + i)))
+    spt.recompress_(model)
+    return model
+
+
+_TRAINED = ("mask", "values", "meta", "values_t", "meta_t")
+
+
+def _compressions(model):
+    """Each trainable layer's mask and compressions: (tensor object, address, a copy of its values)."""
+    return [(layer, name, getattr(layer, name), getattr(layer, name).data_ptr(), getattr(layer, name).clone())
+            for layer in model.modules() if isinstance(layer, spt.SemiSparseLinear) for name in _TRAINED]
+
+
+def _assert_same_compressions(saved):
+    for layer, name, t, address, values in saved:
+        assert getattr(layer, name) is t and t.data_ptr() == address, f"{name}: another tensor"
+        assert torch.equal(t, values), f"{name}: other values"
+
+
+def test_copy_all_checks_every_pair_before_it_copies_any():
+    from sparsile.integrations.torch.atomic import copy_all
+
+    a, b = torch.zeros(4), torch.zeros(2, 2)
+    with pytest.raises(ValueError, match=r"copy_all: a \(4,\) tensor for a \(2, 2\) one \(nothing copied\)"):
+        copy_all([(a, torch.ones(4)), (b, torch.ones(4))])
+    assert not a.any() and not b.any()
+    copy_all([(a, torch.ones(4)), (b, torch.ones(2, 2))])
+    assert a.all() and b.all()
+
+
+@pytest.mark.parametrize(("where", "n"), [("transposable_mask", 3), ("_compressed", 5), ("_compressed", 6)])
+def test_reprune_failing_at_a_layer_leaves_every_layer_as_it_was(monkeypatch, where, n):
+    """reprune_ re-pruned the layers one at a time, each copying its new mask in, then its compressions of
+    W, then of Wᵀ: the device out of memory at the third layer's mask (or its compression of W, or of
+    Wᵀ) left the first two re-pruned, the third with its new mask (and new values of W with the old of
+    Wᵀ), the others as they were. Every mask and compression is computed before any is copied in."""
+    model = _trainable()
+    snap = Snapshot(model, _x(dtype=torch.float32))
+    from sparsile.integrations.torch import training
+
+    monkeypatch.setattr(training, where, _failing_on(n)(getattr(training, where)))
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        spt.reprune_(model)
+    snap.assert_unchanged()
+    monkeypatch.undo()
+    assert spt.reprune_(model) > 0.1  # (the masks do change: the weights are not those they were made from)
+
+
+def test_the_trainer_s_reprune_failing_at_a_layer_leaves_every_layer_as_it_was(monkeypatch):
+    """SparseTrainer's re-prune (its own loop of layer.reprune) had the same half-done failure."""
+    model = _trainable()
+    trainer = spt.SparseTrainer(model, torch.optim.SGD(model.parameters(), lr=0.0), reprune_every=1)
+    saved = _compressions(model)
+    from sparsile.integrations.torch import training
+
+    monkeypatch.setattr(training, "_compressed", _failing_on(5)(training._compressed))
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        trainer.optimizer.step()
+    _assert_same_compressions(saved)
+    assert trainer.changed == []
+    monkeypatch.undo()
+    trainer.optimizer.step()
+    assert trainer.changed and trainer.changed[0] > 0.1
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_refresh_failing_at_the_transpose_leaves_both_compressions_as_they_were(monkeypatch, n):
+    """refresh copied W's new compression in, then compressed Wᵀ: the device out of memory there left
+    values and meta new, values_t and meta_t old (forward and dX of two weights). Both are computed
+    before either is copied; the layer stays stale, so its next call compresses it again."""
+    model = _trainable(1)
+    layer = model[0]
+    with torch.no_grad():
+        layer.weight.mul_(-3)
+    saved = _compressions(model)
+    from sparsile.integrations.torch import training
+
+    compressed = training._compressed
+    monkeypatch.setattr(training, "_compressed", _failing_on(n)(compressed))
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        layer.refresh()
+    _assert_same_compressions(saved)
+    monkeypatch.setattr(training, "_compressed", _failing_on(n)(compressed))  # (and a re-prune: its mask too)
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        layer.reprune()
+    _assert_same_compressions(saved)
+    monkeypatch.undo()
+    with torch.no_grad():
+        layer(_x(dtype=torch.float32))  # (compressed again by itself: the failed refresh did not mark it fresh)
+    now = [layer.values.clone(), layer.values_t.clone()]
+    assert not torch.equal(now[0], saved[1][4])
+    layer.refresh()
+    assert torch.equal(layer.values, now[0]) and torch.equal(layer.values_t, now[1])
 
 
 # ------------------------------------------------------------------------------------------------
