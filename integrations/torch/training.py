@@ -453,22 +453,50 @@ def reprune_(model: nn.Module, *, interpret: bool = False) -> float:
 
 @torch.no_grad()
 def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
-    """Every layer's new transposable mask and its compressions of W and Wᵀ, computed before any is
-    copied in (:func:`~.atomic.copy_all`): one that raises (a device out of memory) leaves every
-    layer's mask and compressions as they were, the same tensors at the same addresses (each layer
-    copied its own in, so a failure at the third left the first two re-pruned). They are held at
-    once meanwhile: about 3¼ bytes per weight element of all the layers (a bool mask, W's and Wᵀ's
-    values in 16 bits at half density, their metadata). The share of mask entries that changed."""
-    new = []
-    for layer in layers:
-        mask = transposable_mask(layer.weight, interpret=interpret)
-        new.append((mask, layer._compressions(mask, interpret)))
-    changed = sum(int((mask != layer.mask).sum()) for layer, (mask, _) in zip(layers, new, strict=True))
-    copy_all(write for layer, (mask, compressions) in zip(layers, new, strict=True)
-             for write in layer._writes(compressions, mask))
-    for layer in layers:
-        layer._written(repruned=True, stacklevel=5)
+    """Re-prune every layer, all or nothing; the share of mask entries that changed.
+
+    Each layer's new transposable mask and its compressions of W and Wᵀ are computed, then copied
+    in (:meth:`SemiSparseLinear._writes`), one layer at a time. The old mask of each layer copied in
+    is kept bit-packed (1/8 byte per weight element). If a later layer raises (a device out of
+    memory), the layers done so far get their old masks back and are compressed again. The
+    compression is a function of the weight and the mask, so every layer's mask, values, meta,
+    values_t and meta_t end as they were, the same tensors at the same addresses. Before this, each
+    layer re-pruned itself: a failure at the third layer left the first two re-pruned. Holding
+    every layer's new compressions until the end would cost about 3¼ bytes per weight element of
+    the model at once; this costs one layer's compressions and the packed masks."""
+    done: list[tuple[SemiSparseLinear, torch.Tensor]] = []
+    changed = 0
+    try:
+        for layer in layers:
+            mask = transposable_mask(layer.weight, interpret=interpret)
+            compressions = layer._compressions(mask, interpret)
+            old = _packed_bits(layer.mask)
+            changed += int((mask != layer.mask).sum())
+            copy_all(layer._writes(compressions, mask))
+            done.append((layer, old))
+            layer._written(repruned=True, stacklevel=5)
+    except BaseException:
+        for layer, old in reversed(done):
+            layer.mask.copy_(_unpacked_bits(old, layer.mask.shape))
+            copy_all(layer._writes(layer._compressions(layer.mask, interpret)))
+            layer._written(repruned=True, stacklevel=5)
+        raise
     return changed / sum(layer.mask.numel() for layer in layers)
+
+
+def _packed_bits(mask: torch.Tensor) -> torch.Tensor:
+    """A bool tensor as uint8 bytes, 8 elements each (bit i of byte j: element 8j + i)."""
+    flat = mask.reshape(-1)
+    flat = torch.nn.functional.pad(flat.to(torch.uint8), (0, -flat.numel() % 8)).view(-1, 8)
+    weights = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8, device=mask.device)
+    return (flat * weights).sum(dim=1, dtype=torch.uint8)
+
+
+def _unpacked_bits(packed: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The inverse of :func:`_packed_bits`."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = (packed[:, None] >> shifts) & 1
+    return bits.reshape(-1)[:shape.numel()].bool().reshape(shape)
 
 
 class SparseTrainer:

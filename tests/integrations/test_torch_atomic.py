@@ -628,3 +628,15 @@ def test_saving_over_another_checkpoint_s_shards_is_refused(tmp_path, old):
     (tmp_path / old).unlink()
     spt.save_sparse24_checkpoint(model, tmp_path)
     spt.save_sparse24_checkpoint(model, tmp_path)  # (its own model.safetensors is overwritten)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (8,), (3, 5), (16, 24), (2, 3, 11)])
+def test_a_re_prune_s_packed_masks_unpack_to_the_same_bits(shape):
+    """The old masks a re-prune keeps for its rollback (bit-packed) come back bit for bit, also
+    where the element count is no multiple of 8."""
+    from sparsile.integrations.torch.training import _packed_bits, _unpacked_bits
+
+    mask = torch.rand(shape, generator=torch.Generator().manual_seed(len(shape))) < 0.5
+    packed = _packed_bits(mask)
+    assert packed.dtype == torch.uint8 and packed.numel() == -(-mask.numel() // 8)
+    assert torch.equal(_unpacked_bits(packed, mask.shape), mask)
