@@ -76,10 +76,12 @@ def check_i32_elements(shape: tuple[int, ...], what: str, help: str) -> None:
 
 def check_split_workspace(split: int, rows: int, cols: int, instead: str) -> None:
     """:func:`check_i32_elements` of a split-K plan's (split, rows, cols) partial sums (none for one
-    split), with the largest split that fits; ``instead``: the other way out, for the help."""
+    split), with the largest split that fits; ``instead``: the other way out, for the help. An
+    empty result (no rows or no columns) fits any split (and the help's division has no zero)."""
     if split > 1:
+        fits = max(1, MAX_I32_ELEMENTS // max(1, rows * cols))
         check_i32_elements((split, rows, cols), "the split-K workspace", help=f"pass a smaller split_k (at most "
-                           f"{max(1, MAX_I32_ELEMENTS // (rows * cols))} for a {rows} x {cols} result), or {instead}")
+                           f"{fits} for a {rows} x {cols} result), or {instead}")
 
 
 def check_split_k(split_k: Any) -> None:
@@ -129,13 +131,17 @@ def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
 
 
 def pad_columns(x: Any, cols: int) -> Any:
-    """``x`` (rows, k) C-contiguous, zero-extended to ``cols`` columns (zero bits are +0 for every type)."""
+    """``x`` (rows, k) C-contiguous, zero-extended to ``cols`` columns (zero bits are +0 for every type).
+    Where no column is added, the strides are made those of a packed (rows, cols) array: numpy and
+    torch count a single row of any row stride as contiguous (``x[1:2]`` of a wider array, a torch
+    ``hidden[:, -1, :]``), and a tensor map built from that stride fails where it is not a multiple
+    of 16 bytes (:func:`packed_row`)."""
     rows, have = x.shape
     if array_kind(x) == "torch":
         import torch
 
         if have == cols:
-            return x.contiguous()
+            return packed_row(x.contiguous())
         ints = getattr(torch, _INT_OF_SIZE[x.element_size()])
         padded = torch.zeros((rows, cols), dtype=ints, device=x.device)
         padded[:, :have] = x.view(ints)
@@ -144,7 +150,7 @@ def pad_columns(x: Any, cols: int) -> Any:
     if array_kind(x) == "cupy":
         import cupy as xp
     if have == cols:
-        return xp.ascontiguousarray(x)
+        return xp.ascontiguousarray(x).reshape(-1).reshape(rows, cols)  # (a view: packed strides)
     padded = xp.zeros((rows, cols), dtype=x.dtype)
     padded[:, :have] = x
     return padded
