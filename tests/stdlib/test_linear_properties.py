@@ -44,6 +44,8 @@ TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.
          "float8_e4m3fn": torch.float8_e4m3fn}
 HALF_ULP = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}
 SMALLEST = {"float16": 2.0 ** -25, "bfloat16": 2.0 ** -134, "float32": 2.0 ** -150}
+OVERFLOW = {"float16": 65520.0, "bfloat16": 2.0 ** 128 * (1 - 2.0 ** -9), "float32": 2.0 ** 128 * (1 - 2.0 ** -25)}
+"""Magnitudes from which y's type rounds to ±inf (an f16 y of an e4m3 weight without scale_w can get there)."""
 E4M3_MAX = 448.0
 SLOPE = 1.13  # max |silu'|, |gelu_tanh'|
 SETTINGS = settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -163,7 +165,10 @@ def assert_matches(y: Any, dense: np.ndarray, xk: np.ndarray, sx: np.ndarray | N
     got = host64(y)
     assert got.shape == ref.shape, (got.shape, ref.shape)
     assert not np.isnan(got).any(), "unwritten (NaN) outputs"
-    diff = np.abs(got - ref)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got - ref)
+    overflows = np.isinf(got) & (np.sign(got) == np.sign(ref)) & (np.abs(ref) + bound >= OVERFLOW[out_dtype])
+    diff[overflows] = 0.0
     worst = np.unravel_index(np.argmax(diff - bound), diff.shape) if diff.size else None
     assert (diff <= bound).all(), (f"{int((diff > bound).sum())} of {diff.size} off; worst at {worst}: "
                                    f"{got[worst]} against {ref[worst]} (bound {bound[worst]:.3g})")
@@ -341,3 +346,165 @@ def test_one_row_of_a_wider_array_is_a_legal_x(kind: str, api: str, kernel: str 
     else:
         y = host64(sparse_matmul(weight.values, weight.meta, x, interpret=True)).T
     np.testing.assert_allclose(y, ref, rtol=2 ** -7, atol=1e-3 * np.abs(ref).max())
+
+
+# ------------------------------------------------------------------------------------------------
+# sparse_matmul: C (M, N) = W @ b.T, also through the call cache's replays (its interpreter switch on)
+
+
+@st.composite
+def matmul_call(draw: st.DrawFn) -> dict[str, Any]:
+    dtype = draw(st.sampled_from(("f16", "bf16", "e4m3")))
+    kind = draw(st.sampled_from(("numpy", "torch")))
+    b_dtype = draw(st.sampled_from((np.dtype(HOST[dtype]).name,) * 2 + ("float16", "float32")))
+    layouts = LAYOUTS if kind == "numpy" else tuple(lay for lay in LAYOUTS if lay != "reversed")
+    return dict(dtype=dtype, kind=kind, m=draw(st.integers(1, 130)), n=draw(st.one_of(st.integers(0, 40),
+                st.sampled_from((1, 64, 65)))), k=draw(st.one_of(st.integers(1, 200), st.sampled_from((64, 128, 256)))),
+                b_dtype=b_dtype, layout=draw(st.sampled_from(layouts)),
+                out_dtype=draw(st.sampled_from((None, "bfloat16", "float32"))),
+                out=draw(st.sampled_from((None, "contiguous", "strided"))),
+                kernel=draw(st.sampled_from((None, "gemm", "decode"))), split=draw(st.sampled_from((None, 1, 2, 3))),
+                cached=draw(st.booleans()), seed=draw(st.integers(0, 2 ** 16)))
+
+
+def run_matmul_case(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparsile.stdlib.kernels import call_cache
+
+    monkeypatch.setattr(call_cache, "INTERPRET", case["cached"])
+    rng = np.random.default_rng(case["seed"])
+    dtype, kind, m, n, k = case["dtype"], case["kind"], case["m"], case["n"], case["k"]
+    w = rng.standard_normal((m, k)).astype(np.float32) * np.float32(2 / np.sqrt(k))
+    weight = prune_and_compress(torch.from_numpy(w) if kind == "torch" else w, dtype)
+    dense = weight.dense().astype(np.float64)
+    c_dtype = case["out_dtype"] or "float16"
+    for _call in range(2 if case["cached"] else 1):  # (a second call of the same key replays the first)
+        b32 = rng.standard_normal((n, k)).astype(np.float32) * (8 if dtype == "e4m3" else 1)
+        if case["layout"] == "broadcast" and n:
+            b32 = np.broadcast_to(b32[:1], b32.shape).copy()
+        b_host = b32.astype(NP[case["b_dtype"]])
+        b = laid_out(b_host, case["layout"]) if kind == "numpy" else torch_laid_out(b_host, case["layout"])
+        out = None
+        if case["out"] is not None:
+            if kind == "numpy":
+                buf = np.full((m, n + 3), np.nan, NP[c_dtype])
+                out = buf[:, :n] if case["out"] == "strided" else np.ascontiguousarray(buf[:, :n])
+            else:
+                buf = torch.full((m, n + 3), float("nan"), dtype=TORCH[c_dtype])
+                out = buf[:, :n] if case["out"] == "strided" else buf[:, :n].contiguous()
+        with np.errstate(over="ignore"):
+            c = sparse_matmul(weight.values, weight.meta, b, out=out, out_dtype=case["out_dtype"], interpret=True,
+                              split_k=case["split"], kernel=case["kernel"])
+        if out is not None:
+            assert c is out
+        assert str(c.dtype).removeprefix("torch.") == c_dtype and tuple(c.shape) == (m, n)
+        bk = b_host.astype(HOST[dtype]).astype(np.float64)
+        assert_matches(host64(c).T, dense, bk, None, None, None, "none", c_dtype, dtype == "e4m3")
+
+
+@SETTINGS
+@given(case=matmul_call())
+def test_sparse_matmul_matches_float64(case: dict[str, Any]) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        run_matmul_case(case, mp)
+
+
+# ------------------------------------------------------------------------------------------------
+# illegal arguments: a sparsile diagnostic, never an internal exception
+
+
+MUTATIONS = ("x_k", "x_1d", "x_3d", "x_complex", "x_list", "bias_shape", "bias_int", "scale_x_shape", "scale_w_shape",
+             "out_shape", "out_dtype_of_out", "out_read_only", "out_overlapping", "split_0", "split_65", "split_bool",
+             "split_float", "kernel", "activation", "out_dtype", "e4m3_x_for_16_bit_with_scale", "gated_rows",
+             "meta_words", "values_shape")
+
+
+def mutated(case: dict[str, Any], a: dict[str, Any], mutation: str) -> dict[str, Any]:
+    """sparse_linear's keyword arguments for ``case`` with one thing made illegal."""
+    t, m, k = case["t"], case["m"], case["k"]
+    kind = case["kind"]
+    x = a["x"]
+
+    def arr(v: np.ndarray) -> Any:
+        return torch.from_numpy(v) if kind == "torch" else v
+
+    kw = dict(values=a["weight"].values, meta=a["weight"].meta, x=x, bias=a["bias"], activation=case["act"],
+              scale_x=a["scale_x"], scale_w=a["scale_w"], out_dtype=case["out_dtype"], out=a["out"],
+              split_k=case["split"], kernel=case["kernel"])
+    y_shape = (t, m // 2 if case["act"] in GATED_ACTIVATIONS else m)
+    if mutation == "x_k":
+        kw["x"] = arr(np.zeros((t, k + 4), np.float16))
+    elif mutation == "x_1d":
+        kw["x"] = arr(np.zeros(k, np.float16))
+    elif mutation == "x_3d":
+        kw["x"] = arr(np.zeros((1, t, k), np.float16))
+    elif mutation == "x_complex":
+        kw["x"] = arr(np.zeros((t, k), np.complex64))
+    elif mutation == "x_list":
+        kw["x"] = [[0.0] * k] * t
+    elif mutation == "bias_shape":
+        kw["bias"] = arr(np.zeros(m + 1, np.float32))
+    elif mutation == "bias_int":
+        kw["bias"] = arr(np.zeros(m, np.int32))
+    elif mutation == "scale_x_shape":
+        kw["scale_x"] = arr(np.ones(t + 2, np.float32))
+    elif mutation == "scale_w_shape":
+        kw["scale_w"] = arr(np.ones((m, 2), np.float32))
+    elif mutation == "out_shape":
+        kw["out"] = arr(np.zeros((y_shape[0] + 1, y_shape[1]), np.float32))
+        kw["out_dtype"] = "float32"
+    elif mutation == "out_dtype_of_out":
+        kw["out"] = arr(np.zeros(y_shape, np.float64))
+    elif mutation == "out_read_only":
+        if kind == "torch":
+            return mutated(case, a, "out_shape")
+        kw["out"] = np.zeros(y_shape, np.float32)
+        kw["out"].flags.writeable = False
+        kw["out_dtype"] = "float32"
+    elif mutation == "out_overlapping":  # rows sharing memory (stride 0)
+        if t < 2 or y_shape[1] == 0:
+            return mutated(case, a, "out_shape")
+        kw["out"] = (np.zeros((1, y_shape[1]), np.float32) if kind == "numpy" else torch.zeros((1, y_shape[1])))
+        kw["out"] = np.broadcast_to(kw["out"], y_shape) if kind == "numpy" else kw["out"].expand(y_shape)
+        kw["out_dtype"] = "float32"
+    elif mutation == "split_0":
+        kw["split_k"] = 0
+    elif mutation == "split_65":
+        kw["split_k"] = 65
+    elif mutation == "split_bool":
+        kw["split_k"] = True
+    elif mutation == "split_float":
+        kw["split_k"] = 2.0
+    elif mutation == "kernel":
+        kw["kernel"] = "tiled"
+    elif mutation == "activation":
+        kw["activation"] = "gelu"
+    elif mutation == "out_dtype":
+        kw["out_dtype"] = "int8"
+    elif mutation == "e4m3_x_for_16_bit_with_scale":
+        if case["dtype"] != "e4m3":
+            return mutated(case, a, "x_k")
+        kw["x"] = arr(np.zeros((t, k), np.float16))
+        kw["scale_x"] = 1.0
+    elif mutation == "gated_rows":  # a gated activation over rows that do not split into 16-row halves
+        if m % 32 == 0 or not t:
+            return mutated(case, a, "activation")
+        kw["activation"] = "swiglu"
+        kw["out"] = None
+    elif mutation == "meta_words":  # raw words of the wrong shape
+        kw["meta"] = np.zeros((3, 5), np.uint32)
+    elif mutation == "values_shape":  # values of the dense weight's shape, not the compressed one
+        kw["values"] = arr(np.zeros((m, k + 8), np.float16))
+    return kw
+
+
+@SETTINGS
+@given(case=linear_call(), mutation=st.sampled_from(MUTATIONS))
+def test_illegal_arguments_raise_a_sparsile_diagnostic(case: dict[str, Any], mutation: str) -> None:
+    a = build(case)
+    kw = mutated(case, a, mutation)
+    try:
+        sparse_linear(kw.pop("values"), kw.pop("meta"), kw.pop("x"), interpret=True, **kw)
+    except SparsileError as e:
+        assert e.code.startswith("SP"), e
+        return
+    pytest.fail(f"{mutation}: no diagnostic")
