@@ -67,7 +67,7 @@ def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> Compressed
     the cast. e4m3 has no infinity: weights beyond ±448 are saturated to ±448 with a
     ``SaturationWarning`` (a plain cast would make them NaN).
     """
-    choice = resolve_kernel_choice(weight, None, dtype)
+    choice = resolve_kernel_choice(weight, None, dtype, compressed=False)
     op = operand_type(choice.operand)
     if check_format(fmt) != "logical" and prunes_on_gpu(weight, op):
         if len(weight.shape) != 2:

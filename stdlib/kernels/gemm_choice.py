@@ -76,12 +76,15 @@ NARROW_OPERANDS = ("f16", "bf16", "e4m3", "s8")
 
 
 def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,
-                          family: str = "Hopper", takes_dtype: bool = True) -> Any:
+                          family: str = "Hopper", takes_dtype: bool = True, compressed: bool = True) -> Any:
     """The kernel of ``kernels`` for ``dtype``, or for the operand type of the metadata / values.
     Values of a narrow operand type (f16, bf16, e4m3, s8) with a MetadataBuffer tagged for another
     are refused rather than cast: f16 values read as bf16 would lose bits silently (float32 values
-    take the tag's type, as the weight they came from was compressed for it). ``takes_dtype``: the
-    caller has a ``dtype=`` (sparse_linear has not), which the help names."""
+    take the tag's type, as the weight they came from was compressed for it). Compressed values of
+    an integer type for a floating-point kernel are refused too: they are the bits of a compressed
+    weight viewed as integers far more often than numbers (an int16 view of f16 values became inf).
+    ``takes_dtype``: the caller has a ``dtype=`` (sparse_linear has not), which the help names;
+    ``compressed``: ``values`` is a compressed weight (not a dense one about to be compressed)."""
     if dtype is not None:
         name = operand_type(dtype).name
     else:
@@ -96,7 +99,25 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
     if name not in kernels:
         raise bad_input(f"there is no {family} sparse GEMM kernel for {name} operands",
                         help=f"use one of {', '.join(kernels)}")
+    if compressed and name != "s8" and _integer_elements(values):
+        raise bad_input(f"the compressed values are integers ({values.dtype}) for {name} operands",
+                        help=f"pass the values as {name} numbers; integers holding their bits are read as "
+                             f"{name} by a view (numpy: values.view(...), torch: values.view(torch dtype)); "
+                             "integer numbers: cast them first (astype / .to)")
     return kernels[name]
+
+
+def _integer_elements(x: Any) -> bool:
+    """Whether an array's elements are integers (numpy, cupy or torch; bool is not)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    if array_kind(x) in ("torch", "torch-cpu"):
+        return not dtype.is_floating_point and not dtype.is_complex and str(dtype) != "torch.bool"
+    try:
+        return np.issubdtype(np.dtype(dtype), np.integer)
+    except TypeError:
+        return False
 
 
 def _tag_mismatch(own: str, tag: str, takes_dtype: bool) -> Exception:

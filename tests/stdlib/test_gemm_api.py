@@ -315,6 +315,29 @@ def test_values_of_another_narrow_type_than_the_buffers_tag_are_refused():
     assert_close(c32, ref, absprod, 64, "bf16")
 
 
+@pytest.mark.parametrize("int_type", ["int16", "uint16", "int32", "int64"])
+def test_integer_values_for_a_floating_point_kernel_are_refused(int_type: str):
+    """The int16 bits of f16 values (``values.view(np.int16)``) were cast by number: y of inf and
+    garbage, no error. Compressed values of an integer type are refused for a floating-point kernel
+    (SP0804, naming the view), with or without dtype=, in sparse_matmul and sparse_linear (int8
+    values are the s8 kernel's: refused by the buffer's tag, as before)."""
+    from sparsile.stdlib.kernels import sparse_linear
+
+    weight, b = problem("f16", 40, 24, 64, seed=8)
+    ints = np.asarray(weight.values).view(np.int16).astype(int_type)
+    for call in (lambda: sparse_matmul(ints, weight.meta, b, interpret=True),
+                 lambda: sparse_matmul(ints, weight.meta, b, interpret=True, dtype="f16"),
+                 lambda: sparse_linear(ints, weight.meta, b, interpret=True)):
+        with pytest.raises(SparsityError) as e:
+            call()
+        head, help_line = str(e.value).split("\n")[:2]
+        assert head == f"error[SP0804]: the compressed values are integers ({int_type}) for f16 operands"
+        assert "values.view(...)" in help_line
+    c = sparse_matmul(ints.astype(np.int16).view(np.float16), weight.meta, b, interpret=True)  # the view
+    ref, absprod = reference(weight, b)
+    assert_close(c, ref, absprod, 64, "f16")
+
+
 def test_bad_arguments_are_refused_before_any_work():
     # strings used to escape as ValueError from astype, num_sms="a" as TypeError, and a read-only
     # out failed inside the interpreter's store as an internal compiler error
