@@ -33,21 +33,28 @@ d bias would miss their dependence on x, dy and the bias: they are refused inste
 the second backward reaches them), never silently wrong.
 
 torch.func (``grad``, ``vjp``, ``jacrev``, ``vmap`` of them): a layer's call goes through
-:class:`TransformedLayerWithInputGrad` (the custom op's ``register_autograd`` formula is an
-``autograd.Function`` without ``setup_context``, which torch.func refuses), whose backward is the
-eager one; the activation's derivative by ``torch.func.vjp`` there (torch.func refuses
-``requires_grad_`` inside its transforms). Forward mode (``jvp``, ``jacfwd``) is refused (SP0922).
+:class:`TransformedLayerWithInputGrad`, whose backward is the eager one; the activation's
+derivative by ``torch.func.vjp`` there (torch.func refuses ``requires_grad_`` inside its
+transforms). The ops called directly have Autograd kernels of their own (:func:`_autograd_kernel`,
+:class:`OpWithInputGrad`: a node per transform level, as torch's own operators), so they work under
+the transforms too; before, their formula was ``torch.library.register_autograd``'s, an
+``autograd.Function`` without ``setup_context``, which torch.func refuses (torch's RuntimeError at
+the call). Forward mode (``jvp``, ``jacfwd``, a dual x of ``torch.autograd.forward_ad``) is refused
+(SP0922), the ops' included (before, they returned y without a tangent).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
+from torch._functorch.utils import enable_single_level_autograd_function
+from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
 from .weight import NAME_OF, host_dense
@@ -309,9 +316,9 @@ class TransformedLayerWithInputGrad(LayerWithInputGrad):
 def func_transformed() -> bool:
     """torch.func's transforms are on (grad, vjp, jacrev, vmap, ...) and nothing traces the call
     (torch.compile first: dynamo evaluates it to True; a dispatch mode, torch.jit.trace): then a
-    layer's call goes through :class:`TransformedLayerWithInputGrad` (the custom op's
-    ``register_autograd`` formula is an ``autograd.Function`` without ``setup_context``, which
-    torch.func refuses)."""
+    layer's call goes through :class:`TransformedLayerWithInputGrad` (written before the ops had
+    Autograd kernels that torch.func supports, :class:`OpWithInputGrad`; it runs the eager layer's
+    backward)."""
     return (not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active()
             and torch._C._len_torch_dispatch_stack() == 0 and torch._C._get_tracing_state() is None)
 
@@ -338,11 +345,133 @@ def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> t
                  "through its quantizer by the op sparse_linear_e4m3, which takes the 16-bit x")
 
 
+class OpWithInputGrad(torch.autograd.function._SingleLevelFunction):
+    """The autograd formula of ``sparsile::sparse_linear`` (:func:`_backward`) as the op's Autograd
+    kernel applies it (:func:`_autograd_kernel`): a node on x's autograd graph at the level where
+    the kernel runs, the forward the kernel below autograd (``redispatch``, the last input). That
+    is how torch's own operators work under torch.func's grad transforms (``grad``, ``vjp``,
+    ``jacrev``): the kernel runs once per transform level, on that level's GradTrackingTensors,
+    and the redispatch unwraps them for the level below; a vmap level runs the op's vmap rule
+    (vmap_rules.py) before autograd. A ``_SingleLevelFunction``, the base of ``autograd.Function``
+    without its torch.func routing (which would send the call to the transforms above, already
+    handled, and fails inside a kernel: "could not find kernel for HigherOrderOperator
+    custom_function_call at dispatch key AutogradCPU"). ``torch.library.register_autograd`` applies
+    an ``autograd.Function`` without ``setup_context``, which torch.func refuses: before, the op
+    called directly under ``torch.func.grad`` stopped at torch's RuntimeError."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+                scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, activation: str | None,
+                out_dtype: torch.dtype | None, redispatch: Any) -> torch.Tensor:
+        return redispatch(x, values, meta, bias, scale_x, scale_w)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        *tensors, activation, _, _ = inputs
+        _setup_context(ctx, tuple(tensors), {"activation": activation}, output)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return (*_backward(ctx, dy), None, None, None)
+
+    jvp = LayerWithInputGrad.jvp  # forward mode: SP0922
+
+
+class E4m3OpWithInputGrad(torch.autograd.function._SingleLevelFunction):
+    """:class:`OpWithInputGrad` of ``sparsile::sparse_linear_e4m3`` (x's straight-through gradient,
+    :func:`_backward_e4m3`)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
+                scale_w: torch.Tensor, activation: str | None, out_dtype: torch.dtype | None,
+                redispatch: Any) -> torch.Tensor:
+        return redispatch(x, values, meta, bias, scale_w)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        *tensors, activation, _, _ = inputs
+        _setup_context_e4m3(ctx, tuple(tensors), {"activation": activation}, output)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return (*_backward_e4m3(ctx, dy), None, None, None)
+
+    jvp = LayerWithInputGrad.jvp
+
+
+def _has_tangent(args: tuple[Any, ...]) -> bool:
+    """A tensor in ``args`` carries a forward-mode tangent (``torch.autograd.forward_ad``, or
+    ``torch.func.jvp``'s dual tensors), forward-mode AD being on."""
+    return _fwad._current_level >= 0 and torch._C._is_fwd_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and _fwad.unpack_dual(a).tangent is not None for a in args)
+
+
+def _autograd_kernel(name: str, function: Any, positional: int, keywords: tuple[str, ...] = ()) -> Any:
+    """The Autograd kernel of ``sparsile::<name>``: through ``function`` where grad mode is on and a
+    tensor argument requires grad (a GradTrackingTensor of torch.func's too), or one carries a
+    forward-mode tangent (whose ``jvp`` refuses it, SP0922: before, the op returned y without a
+    tangent, the directional derivative silently dropped); else straight to the kernel below
+    autograd, as ``torch.library.register_autograd``'s kernel does. ``function.apply`` takes the
+    schema's ``positional`` arguments (the dispatcher may leave trailing defaults out: None), the
+    values of its keyword-only ``keywords``, then the redispatch."""
+    op = getattr(torch.ops.sparsile, name).default
+
+    def below(keyset: Any, tensors: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & torch._C._after_autograd_keyset, *tensors, **kwargs)
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        grad_mode = torch.is_grad_enabled()
+        if not ((grad_mode and torch._C._any_requires_grad(*args)) or _has_tangent(args)):
+            return below(keyset, args, kwargs)
+        fwd_mode = torch._C._is_fwd_grad_enabled()
+
+        def redispatch(*tensors: Any) -> Any:
+            # in the grad and forward-grad modes of the call, which apply turns off for the forward: a
+            # torch.func transform below this one (grad of grad, jacfwd of jacrev) records the op only
+            # with them on, as torch's single-level functions do (torch._functorch.autograd_function);
+            # on this level the autograd keys stay excluded
+            with torch.set_grad_enabled(grad_mode), _set_fwd_grad_enabled(fwd_mode):
+                return below(keyset, tensors, kwargs)
+
+        with enable_single_level_autograd_function():  # (allowed under torch.func's transforms)
+            return function.apply(*args, *(None,) * (positional - len(args)), *(kwargs.get(k) for k in keywords),
+                                  redispatch)
+
+    return kernel
+
+
+class _QuantizerGradRefused(torch.autograd.function._SingleLevelFunction):
+    """``sparsile::quantize_per_token_e4m3``'s formula: its gradient is refused (SP0922) when a
+    backward reaches it, under torch.func's transforms too (before, ``torch.func.grad`` stopped at
+    torch's RuntimeError at the call)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, redispatch: Any) -> Any:
+        return redispatch(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        return _no_quantizer_grad(ctx, d_xq, d_scale), None
+
+    jvp = LayerWithInputGrad.jvp
+
+
 def register(library: Any) -> None:
     """Give ``sparsile::sparse_linear`` and ``sparsile::sparse_linear_e4m3`` (defined in ``library``)
-    their autograd formulas, and the fp8 quantizer one that refuses to be differentiated (its fp8
-    output has no useful gradient)."""
-    torch.library.register_autograd("sparsile::sparse_linear", _backward, setup_context=_setup_context, lib=library)
-    torch.library.register_autograd("sparsile::sparse_linear_e4m3", _backward_e4m3, setup_context=_setup_context_e4m3,
-                                    lib=library)
-    torch.library.register_autograd("sparsile::quantize_per_token_e4m3", _no_quantizer_grad)
+    their autograd formulas, as Autograd kernels that torch.func supports (:class:`OpWithInputGrad`),
+    and the fp8 quantizer one that refuses to be differentiated (its fp8 output has no useful
+    gradient)."""
+    keywords = ("activation", "out_dtype")
+    library.impl("sparse_linear", _autograd_kernel("sparse_linear", OpWithInputGrad, 6, keywords), "Autograd",
+                 with_keyset=True)
+    library.impl("sparse_linear_e4m3", _autograd_kernel("sparse_linear_e4m3", E4m3OpWithInputGrad, 5, keywords),
+                 "Autograd", with_keyset=True)
+    with warnings.catch_warnings():  # (torch.library.custom_op registered one: torch warns that it is replaced)
+        warnings.filterwarnings("ignore", "Warning only once for all operators", UserWarning)
+        library.impl("quantize_per_token_e4m3", _autograd_kernel("quantize_per_token_e4m3", _QuantizerGradRefused, 1),
+                     "Autograd", with_keyset=True)

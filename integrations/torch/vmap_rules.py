@@ -1,9 +1,9 @@
-"""``torch.func.vmap`` rules of the custom ops ``sparsile::sparse_linear`` and
-``sparsile::quantize_per_token_e4m3`` (docs/torch.md, "Gradients").
+"""``torch.func.vmap`` rules of the custom ops ``sparsile::sparse_linear``,
+``sparsile::sparse_linear_e4m3`` and ``sparsile::quantize_per_token_e4m3`` (docs/torch.md, "Gradients").
 
 Without a rule torch runs a vmapped op once per batch member (its "batching fallback", with a
 performance warning), handing each call slices of the batched tensors: one kernel launch per member,
-and per-token scales at 4-byte offsets. Both ops take x of any shape (..., K) and treat every
+and per-token scales at 4-byte offsets. The ops take x of any shape (..., K) and treat every
 leading index as a token, so a batch of x (and of its per-token scale_x) is more tokens: the rule
 moves the batch dimension to the front and makes one call. A batched weight (values, meta, bias,
 scale_w: one weight per member, e.g. an ensemble through ``torch.func.functional_call``) cannot
@@ -56,6 +56,27 @@ def _sparse_linear_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Ten
     return torch.stack(ys), 0
 
 
+def _sparse_linear_e4m3_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor, values: torch.Tensor,
+                             meta: torch.Tensor, bias: torch.Tensor | None, scale_w: torch.Tensor, *,
+                             activation: str | None = None, out_dtype: torch.dtype | None = None
+                             ) -> tuple[torch.Tensor, int]:
+    """``sparse_linear_e4m3``'s: its quantizer is per token, so a batch of x is more tokens too (the
+    same numbers, one call); a batched weight runs one call per member."""
+    op = torch.ops.sparsile.sparse_linear_e4m3
+    batch = info.batch_size
+    x_dim, v_dim, m_dim, b_dim, sw_dim = in_dims
+    if v_dim is None and m_dim is None and b_dim is None and sw_dim is None:
+        return op(_tokens_first(x, x_dim, batch), values, meta, bias, scale_w, activation=activation,
+                  out_dtype=out_dtype), 0
+
+    def member(t: torch.Tensor | None, dim: int | None, i: int) -> torch.Tensor | None:
+        return t if t is None or dim is None else t.select(dim, i)
+
+    ys = [op(member(x, x_dim, i), member(values, v_dim, i), member(meta, m_dim, i), member(bias, b_dim, i),
+             member(scale_w, sw_dim, i), activation=activation, out_dtype=out_dtype) for i in range(batch)]
+    return torch.stack(ys), 0
+
+
 def _quantize_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor
                    ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[int, int]]:
     # per token: every leading index of x is a token, the batch's included (x is batched: vmap calls
@@ -65,6 +86,7 @@ def _quantize_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor
 
 
 def register_vmap_rules(lib: torch.library.Library) -> None:
-    """Register both rules on ``lib`` (the ``sparsile`` library of ops.py)."""
+    """Register the three rules on ``lib`` (the ``sparsile`` library of ops.py)."""
     torch.library.register_vmap("sparsile::sparse_linear", _sparse_linear_vmap, lib=lib)
+    torch.library.register_vmap("sparsile::sparse_linear_e4m3", _sparse_linear_e4m3_vmap, lib=lib)
     torch.library.register_vmap("sparsile::quantize_per_token_e4m3", _quantize_vmap, lib=lib)

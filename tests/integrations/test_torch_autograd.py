@@ -601,6 +601,135 @@ def test_torch_func_grad_of_a_llama_s_input(fuse):
     assert error <= 1.25 * bf16_error, (error, bf16_error)
 
 
+# ------------------------------------------------------------------------------------------------
+# torch.func on the ops called directly (torch.ops.sparsile.sparse_linear, sparse_linear_e4m3)
+
+
+def _op_case(weight, activation, has_bias, seed):
+    """A layer (its values, meta, scale_w fed to the op by hand), the op's callable y = op(x, bias), a
+    random x (2, 3, K) and a random cotangent g of y's shape. Gated: the 2F = 32 rows [gate; up], y F."""
+    layer = spt.SparseLinear.from_dense(linear(32, 32, bias=has_bias, seed=seed), weight)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(2, 3, 32, generator=gen).to(torch.float16 if weight == "f16" else torch.bfloat16)
+    rows = 16 if activation in ("swiglu", "geglu") else 32
+    g = torch.randn(2, 3, rows, generator=gen).to(torch.bfloat16).float()
+
+    def op(t, bias=layer.bias, **kw):
+        if weight == "e4m3":
+            return torch.ops.sparsile.sparse_linear_e4m3(t, layer.values, layer.meta, bias, layer.scale_w,
+                                                         activation=activation, **kw)
+        return torch.ops.sparsile.sparse_linear(t, layer.values, layer.meta, bias, activation=activation, **kw)
+
+    return layer, op, x, g
+
+
+def _autograd_grads(op, x, bias, g):
+    """(x's gradient, the bias's) of sum(op(x, bias) * g) by torch.autograd (backward())."""
+    xe = x.clone().requires_grad_()
+    b = None if bias is None else bias.detach().clone().requires_grad_()
+    op(xe, b).float().mul(g).sum().backward()
+    return xe.grad, None if b is None else b.grad
+
+
+@pytest.mark.parametrize(("weight", "activation", "has_bias"), [
+    ("bf16", None, True), ("bf16", "relu", False), ("f16", "silu", True), ("bf16", "gelu_tanh", True),
+    ("bf16", "swiglu", True), ("e4m3", "geglu", True), ("e4m3", None, False)])
+def test_torch_func_on_the_op_called_directly(weight, activation, has_bias):
+    """torch.func.grad, vjp, jacrev and vmap(grad) of torch.ops.sparsile.sparse_linear (sparse_linear_e4m3
+    for e4m3: x's straight-through gradient) called directly: x's gradient, and a bias's, are the ones
+    torch.autograd gives the op (bit for bit), which are the float64 ones within x's rounding. Before,
+    each stopped at torch's RuntimeError ("In order to use an autograd.Function with functorch transforms
+    ... it must override the setup_context staticmethod": the op's register_autograd formula)."""
+    layer, op, x, g = _op_case(weight, activation, has_bias, seed=41)
+    dx, db = _autograd_grads(op, x, layer.bias, g)
+    with torch.no_grad():  # the pre-activations the op computes (of the quantized x for e4m3), float32
+        xk, sx = torch.ops.sparsile.quantize_per_token_e4m3(x) if weight == "e4m3" else (x, None)
+        pre = torch.ops.sparsile.sparse_linear(xk, layer.values, layer.meta, layer.bias, sx, layer.scale_w,
+                                               out_dtype=torch.float32)
+    assert_close(dx.reshape(6, 32), reference_dx(layer, pre.reshape(6, -1), g, activation), x.dtype)
+
+    got = torch.func.grad(lambda t: op(t).float().mul(g).sum())(x)
+    assert got.dtype == x.dtype and torch.equal(got, dx)
+    y, vjp_fn = torch.func.vjp(op, x)
+    with torch.no_grad():
+        assert torch.equal(y, op(x))
+    (got,) = vjp_fn(g.to(y.dtype))
+    assert torch.equal(got, dx)
+    jac = torch.func.jacrev(lambda t: op(t).float())(x[0, :2])  # (2, rows, 2, 32)
+    for i in range(2):
+        for n in (0, 7, g.shape[-1] - 1):
+            one_hot = torch.zeros(2, g.shape[-1])
+            one_hot[i, n] = 1
+            assert torch.equal(jac[i, n], _autograd_grads(op, x[0, :2], layer.bias, one_hot)[0])
+    got = torch.func.vmap(torch.func.grad(lambda t, w: op(t).float().mul(w).sum()))(x, g)
+    for b in range(x.shape[0]):
+        assert torch.equal(got[b], _autograd_grads(op, x[b], layer.bias, g[b])[0])
+    if has_bias:
+        grads = torch.func.grad(lambda t, b: op(t, b).float().mul(g).sum(), argnums=(0, 1))(x, layer.bias)
+        # (the bias's, float32, within an ulp or so: under torch.func the activation's derivative is
+        # torch.func.vjp's, whose float32 rounding can differ from torch.autograd's by an ulp)
+        assert torch.equal(grads[0], dx)
+        assert torch.allclose(grads[1], db, rtol=0, atol=2.0 ** -20 * db.abs().max().item())
+
+
+def test_torch_func_on_the_op_refuses_what_autograd_refuses():
+    """Called directly under torch.func: values' gradient is SP0922 (not zero); grad of grad is exact
+    without an activation and SP0922 with one; forward mode (torch.func.jvp, and a dual x of
+    torch.autograd.forward_ad) is SP0922, as for the layer; so is a gradient through the fp8 quantizer
+    (quantize_per_token_e4m3). Before, torch.func.grad stopped at torch's RuntimeError (the quantizer's
+    too), and forward mode returned y with a zero tangent (jvp) or none (forward_ad): the
+    directional derivative silently dropped."""
+    import torch.autograd.forward_ad as fwad
+
+    layer, op, x, _ = _op_case("bf16", None, True, seed=43)
+    x = x[0]
+    with pytest.raises(IntegrationError) as info:
+        torch.func.grad(lambda v: torch.ops.sparsile.sparse_linear(x, v, layer.meta).float().sum())(
+            layer.values.detach().clone())
+    assert (info.value.code, info.value.message) == (
+        "SP0922", "sparse_linear has no gradient for values: the sparse weight is frozen (an inference layer)")
+
+    def gg(t, activation):
+        inner = torch.func.grad(lambda s: torch.ops.sparsile.sparse_linear(
+            s, layer.values, layer.meta, layer.bias, activation=activation).float().pow(2).sum())
+        return inner(t).float().pow(2).sum()
+
+    xr = x.double().requires_grad_()
+    w = layer.to_dense().double()
+    (gr,) = torch.autograd.grad((xr @ w.T + layer.bias.double()).pow(2).sum(), xr, create_graph=True)
+    (want,) = torch.autograd.grad(gr.pow(2).sum(), xr)
+    assert_close(torch.func.grad(gg)(x, None), want, torch.bfloat16)
+    with pytest.raises(IntegrationError) as info:
+        torch.func.grad(gg)(x, "silu")
+    assert info.value.code == "SP0922"
+    assert "sparse_linear has no second derivative with activation 'silu'" in info.value.message
+
+    fp8 = spt.SparseLinear.from_dense(linear(32, 32, seed=44), "e4m3")
+
+    def quantized_then_op(t):
+        xq, sx = torch.ops.sparsile.quantize_per_token_e4m3(t)
+        return torch.ops.sparsile.sparse_linear(xq, fp8.values, fp8.meta, None, sx, fp8.scale_w).float().sum()
+
+    with pytest.raises(IntegrationError) as info:  # (the quantizer and the op apart: an fp8 x's gradient)
+        torch.func.grad(quantized_then_op)(x)
+    assert info.value.code == "SP0922" and "sparse_linear has no gradient for an fp8 x" in info.value.message
+    with pytest.raises(IntegrationError) as info:
+        torch.func.grad(lambda t: torch.ops.sparsile.quantize_per_token_e4m3(t)[1].sum())(x)
+    assert (info.value.code, info.value.message) == (
+        "SP0922", "sparse_linear has no gradient for x through quantize_per_token_e4m3 (an fp8 x): SparseLinear "
+                  "passes x's gradient straight through its quantizer by the op sparse_linear_e4m3, which takes the "
+                  "16-bit x: the sparse weight is frozen (an inference layer)")
+
+    with pytest.raises(IntegrationError) as info:
+        torch.func.jvp(op, (x,), (torch.ones_like(x),))
+    assert info.value.code == "SP0922" and "forward-mode" in info.value.message
+    with fwad.dual_level():
+        assert torch.equal(op(x), layer(x))  # a plain x inside the level: the plain call
+        with pytest.raises(IntegrationError) as info:
+            op(fwad.make_dual(x, torch.ones_like(x)))
+    assert info.value.code == "SP0922" and "forward-mode" in info.value.message
+
+
 @pytest.mark.parametrize("requires_grad", [False, True])
 @pytest.mark.parametrize("weight", ["bf16", "e4m3"])
 def test_eager_forward_mode_ad_is_refused_not_dropped(weight, requires_grad):

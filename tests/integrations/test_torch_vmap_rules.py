@@ -107,3 +107,44 @@ def test_per_sample_gradients_through_a_layer_without_the_fallback(launches):
     assert launches == [6, 6]  # the forward, the backward's pre-activations: each for every member at once
     for i in range(3):
         assert torch.equal(per_sample[i], torch.func.grad(loss)(x[i], g[i]))
+
+
+@pytest.mark.parametrize("batched_bias", [False, True])
+def test_the_e4m3_op_s_batch_of_x_is_one_call(batched_bias, launches):
+    """sparse_linear_e4m3 (the quantizer and sparse_linear on a 16-bit x): a batch of x is more tokens,
+    one call, bit for bit the members' calls (the quantizer is per token); a batched bias runs per
+    member. Before, torch's batching fallback ran it per member with its performance warning."""
+    layer = spt.SparseLinear.from_dense(linear(16, 32, seed=11), "e4m3", activation="relu")
+    op = torch.ops.sparsile.sparse_linear_e4m3
+    x = _x(3, 5, 32, seed=12)
+    biases = torch.randn(3, 16, generator=torch.Generator().manual_seed(13)) if batched_bias else None
+
+    def f(t, b=layer.bias):
+        return op(t, layer.values, layer.meta, b, layer.scale_w, activation="relu")
+
+    y = _vmapped(f, x, biases) if batched_bias else _vmapped(f, x)
+    assert launches == ([5, 5, 5] if batched_bias else [15])
+    assert torch.equal(y, torch.stack([f(x[i], *([biases[i]] if batched_bias else [])) for i in range(3)]))
+
+
+@pytest.mark.parametrize("e4m3", [False, True])
+def test_per_sample_gradients_through_the_op_called_directly(e4m3, launches):
+    """vmap(grad) of the op called directly (its Autograd kernel, autograd.OpWithInputGrad, under the
+    grad transform; the vmap rule below it): no warning, one call for every member (the forward,
+    the backward's pre-activations), each member's gradient that of its own call."""
+    layer = spt.SparseLinear.from_dense(linear(16, 32, seed=14), "e4m3" if e4m3 else "bf16", activation="silu")
+    x = _x(3, 2, 32, seed=15)
+    g = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(16))
+
+    def loss(t, w):
+        if e4m3:
+            y = torch.ops.sparsile.sparse_linear_e4m3(t, layer.values, layer.meta, layer.bias, layer.scale_w,
+                                                      activation="silu")
+        else:
+            y = torch.ops.sparsile.sparse_linear(t, layer.values, layer.meta, layer.bias, activation="silu")
+        return y.float().mul(w).sum()
+
+    per_sample = _vmapped(torch.func.grad(loss), x, g)
+    assert launches == [6, 6]
+    for i in range(3):
+        assert torch.equal(per_sample[i], torch.func.grad(loss)(x[i], g[i]))
