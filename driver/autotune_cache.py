@@ -11,7 +11,9 @@ It is written to a temporary file in the same directory and ``os.replace``-d ove
 so a reader sees the old file or the new one, never half of one. Writers (processes, threads) take
 the file's advisory lock (:func:`locked`) around reading the file again, merging their entry and
 replacing it, so that two tuning at once each keep the other's entries. A lock not had within
-``LOCK_TIMEOUT`` seconds skips the write with a warning (SP0775): the choice stays in memory. A
+``LOCK_TIMEOUT`` seconds skips the write with a warning (SP0775) naming the lock file (and for the
+exclusive kind its holder): the choice stays in memory; an exclusive lock file whose holder is gone
+is broken (:func:`_take_exclusive`). A
 file that does not parse, has another format or another compiler version is ignored with a
 warning (SP0774) and rewritten at the next store; a directory that cannot be written is reported
 once (SP0775) and tuning goes on in memory.
@@ -20,10 +22,12 @@ once (SP0775) and tuning goes on in memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import json
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -51,9 +55,14 @@ LOCK_TIMEOUT = 10.0
 LOCK_KIND = "flock" if fcntl is not None else "exclusive"
 """How files are locked: ``flock`` (POSIX ``fcntl.flock`` on ``.<name>.flock``, released by the
 system when its process ends; removed at release) or ``exclusive`` (the portable fallback, also
-where a file system refuses ``flock``: ``.<name>.lock`` made with ``O_CREAT | O_EXCL`` and removed
-at release; one left by a process that was killed holding it makes the writes of that file time
-out until it is deleted). The tests run both."""
+where a file system refuses ``flock``: ``.<name>.lock`` made with ``O_CREAT | O_EXCL``, holding
+its holder's record (host, PID namespace, pid) and removed at release; one left by a process that
+was killed holding it is broken by the next writer on that host that sees the pid gone,
+:func:`_lock_state`). The tests run both."""
+STALE_LOCK_AGE = 30.0
+"""Seconds after which an exclusive lock file without a readable holder record (its holder stopped
+between making it and writing the record, microseconds; or an older sparsile's empty lock file) is
+taken as left behind and broken. Measured by the file's mtime against this host's clock."""
 
 
 class AutotuneWarning(UserWarning):
@@ -252,14 +261,13 @@ def locked(path: Path, timeout: float | None = None) -> Iterator[None]:
                 release = _take_flock(lock_path(path, kind), deadline)
             except _FlockUnsupported:
                 kind = "exclusive"
+        holder = ""
         if kind != "flock":
-            release = _take_exclusive(lock_path(path, kind), deadline)
+            release, holder = _take_exclusive(lock_path(path, kind), deadline)
         if release is None:
             _stuck.add(name)
-            lock = lock_path(path, kind)
-            hint = "" if kind == "flock" else ("; if no program is tuning, delete it: one stopped while it held the "
-                                               "lock left it")
-            raise LockTimeout(errno.ETIMEDOUT, f"within {wait:g} s (another process holds `{lock}`{hint})")
+            raise LockTimeout(errno.ETIMEDOUT, f"within {wait:g} s (another process holds `{lock_path(path, kind)}`"
+                                               f"{holder})")
         _stuck.discard(name)
         try:
             yield
@@ -325,23 +333,141 @@ def _take_flock(lock: Path, deadline: float) -> Callable[[], None] | None:
             return None
 
 
-def _take_exclusive(lock: Path, deadline: float) -> Callable[[], None] | None:
+def _pid_namespace() -> str:
+    """This process's PID namespace (Linux: ``pid:[4026531836]``; "" elsewhere): two containers
+    that share a hostname and a cache directory see other pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _holder_record() -> bytes:
+    """What an exclusive lock file holds: its holder's host, PID namespace and pid, and a token
+    (two records are never equal, so a lock is known by its record)."""
+    return json.dumps({"host": socket.gethostname(), "pidns": _pid_namespace(), "pid": os.getpid(),
+                       "token": os.urandom(8).hex()}).encode()
+
+
+@dataclasses.dataclass(frozen=True)
+class _LockState:
+    """An exclusive lock file as a waiter found it: ``identity`` (device, inode, mtime and record:
+    which lock it is), ``stale`` (its holder is known to be gone) and ``holder`` (for the timeout's
+    message)."""
+
+    identity: str
+    stale: bool
+    holder: str
+
+
+def _alive(pid: int) -> bool:
+    """A process of this PID namespace has ``pid`` (one of another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
+
+
+def _lock_state(lock: Path) -> _LockState | None:
+    """What the exclusive lock file ``lock`` says of its holder, None where it cannot be opened
+    (released meanwhile). Stale: a holder on this host (same hostname and PID namespace) whose pid
+    no process has, on POSIX (``os.kill(pid, 0)``; Windows' would signal it); or no readable record
+    and an mtime older than STALE_LOCK_AGE. A holder on another host, or of another PID namespace,
+    is never taken as gone: the timeout's message names it."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:  # gone (released meanwhile); Windows: being removed
+        return None
+    try:
+        seen = os.fstat(fd)
+        text = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    identity = hashlib.sha256(f"{seen.st_dev}:{seen.st_ino}:{seen.st_mtime_ns}:".encode() + text).hexdigest()[:16]
+    try:
+        record = json.loads(text)
+        host, pidns, pid = record["host"], record.get("pidns", ""), record["pid"]
+        ok = isinstance(host, str) and isinstance(pidns, str) and type(pid) is int and pid > 0
+    except (ValueError, TypeError, KeyError):
+        ok = False
+    if not ok:
+        return _LockState(identity, time.time() - seen.st_mtime > STALE_LOCK_AGE,
+                          f": a lock file without its holder's record, taken as left behind once it is "
+                          f"{STALE_LOCK_AGE:g} s old; if no program is tuning, delete it")
+    if host != socket.gethostname():
+        return _LockState(identity, False, f": pid {pid} on host `{host}`; if no program is tuning there, delete "
+                                           "it: one stopped while it held the lock left it")
+    if pidns != _pid_namespace():
+        return _LockState(identity, False, f": pid {pid} on host `{host}` (another PID namespace: {pidns}); if "
+                                           "no program is tuning there, delete it: one stopped while it held the "
+                                           "lock left it")
+    if os.name == "posix" and pid != os.getpid() and not _alive(pid):
+        return _LockState(identity, True, f": pid {pid} on this host, which has ended")
+    return _LockState(identity, False, f": pid {pid} on this host `{host}`, running; if it is not tuning, delete "
+                                       "the lock file")
+
+
+def _break_stale(lock: Path, stale: _LockState) -> bool:
+    """Remove the lock file ``lock`` if it is still the stale lock ``stale`` (True where this
+    waiter removed it). Under a marker made with ``O_EXCL`` whose name is the stale lock's identity,
+    so one waiter breaks it: another that found the same stale lock makes the marker after it (or
+    fails to while it is held), sees that ``lock`` is no longer that lock (released, or taken again
+    since: a new record) and leaves it. The marker is removed after; one left by a waiter that
+    stopped while breaking is removed once STALE_LOCK_AGE old, so the stale lock is broken later."""
+    marker = lock.with_name(f"{lock.name}.break-{stale.identity}")
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        with contextlib.suppress(OSError):
+            if time.time() - marker.stat().st_mtime > STALE_LOCK_AGE:
+                marker.unlink()
+        return False
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        now = _lock_state(lock)
+        if now is None or now.identity != stale.identity:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            marker.unlink()
+
+
+def _take_exclusive(lock: Path, deadline: float) -> tuple[Callable[[], None] | None, str]:
     """Make the file ``lock`` with ``O_CREAT | O_EXCL`` (one maker wins, on every platform and
-    file system); the release, which removes it, or None at the deadline."""
+    file system) and write this process's record to it; (the release, which removes it, "") or, at
+    the deadline, (None, what the lock file says of its holder, for the timeout's message). A
+    lock whose holder is gone (:func:`_lock_state`) is broken (:func:`_break_stale`) and the lock
+    taken again at once."""
     tries = 0
+    holder = ""
     while True:
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
-            pass
+            state = _lock_state(lock)
+            if state is not None:
+                if state.stale and _break_stale(lock, state):
+                    continue
+                holder = state.holder
         except PermissionError:  # Windows: a lock file being removed; elsewhere a directory not writable
             if os.name != "nt" or not lock.parent.is_dir():
                 raise
         else:
-            os.close(fd)
-            return lambda: lock.unlink(missing_ok=True)
+            try:
+                os.write(fd, _holder_record())
+            finally:
+                os.close(fd)
+            return (lambda: lock.unlink(missing_ok=True)), ""
         if time.monotonic() >= deadline:
-            return None
+            return None, holder
         time.sleep(_pause(tries))
         tries += 1
 

@@ -14,6 +14,9 @@ import errno
 import importlib.util
 import json
 import multiprocessing
+import os
+import re
+import socket
 import threading
 import time
 import warnings
@@ -151,8 +154,8 @@ def test_a_lock_held_elsewhere_times_out_with_a_warning(tmp_path: Path, monkeypa
 @pytest.mark.skipif("flock" not in KINDS, reason="no fcntl.flock here")
 def test_where_flock_is_refused_the_exclusive_lock_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file system that refuses flock (ENOLCK: NFS without its lock daemon) gets the exclusive
-    lock file: stores still write, and one held elsewhere (here a lock file left by a process that
-    was killed holding it) times out with a warning that names it."""
+    lock file: stores still write, and one held elsewhere (here a fresh lock file without its
+    holder's record, respected until STALE_LOCK_AGE old) times out with a warning that names it."""
     def refuse(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, "No locks available")
     monkeypatch.setattr(autotune_cache.fcntl, "flock", refuse)
@@ -166,8 +169,8 @@ def test_where_flock_is_refused_the_exclusive_lock_is_taken(tmp_path: Path, monk
     assert [p.name for p in tmp_path.iterdir()] == ["race.json"]
     left = tmp_path / ".race.json.lock"
     left.write_text("")
-    with pytest.warns(AutotuneWarning, match=r"SP0775.*within 0\.3 s \(another process holds `.*\.race\.json\.lock`; "
-                                             r"if no program is tuning, delete it"):
+    with pytest.warns(AutotuneWarning, match=r"SP0775.*within 0\.3 s \(another process holds `.*\.race\.json\.lock`: "
+                                             r"a lock file without .*; if no program is tuning, delete it"):
         cache.store("GPU|b", {"config": {"BLOCK": 32}})
     left.unlink()
     cache.store("GPU|c", {"config": {"BLOCK": 64}})
@@ -266,3 +269,187 @@ def test_a_table_whose_lock_is_held_goes_beside_it(tmp_path: Path, monkeypatch: 
         worker.join(cache_race.WAIT)
     assert out.read_text() == before
     assert json.loads(aside.read_text()) == table
+
+
+# ------------------------------------------------------------------------------------------------
+# the exclusive lock left behind: its holder (host, pid) recorded, a dead holder's lock broken
+
+
+posix_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="holders are told alive by os.kill(pid, 0) on POSIX")
+
+
+def _exclusive(monkeypatch: pytest.MonkeyPatch, timeout: float) -> None:
+    monkeypatch.setattr(autotune_cache, "LOCK_KIND", "exclusive", raising=False)
+    monkeypatch.setattr(autotune_cache, "LOCK_TIMEOUT", timeout, raising=False)
+
+
+def _left_by_killed_process(path: Path) -> tuple[Path, int]:
+    """The exclusive lock of ``path`` as a process killed while it held it (SIGKILL: no release)
+    leaves it; returns the lock file and the dead holder's pid."""
+    _release, worker = _held(path, "exclusive", "process")
+    worker.kill()
+    worker.join(cache_race.WAIT)
+    assert worker.exitcode is not None
+    lock = autotune_cache.lock_path(path, "exclusive")
+    assert lock.exists()
+    return lock, worker.pid
+
+
+def _record(lock: Path, **changes: Any) -> dict[str, Any]:
+    """The holder record a lock file holds (JSON: host, pid, ...), with ``changes``, written back."""
+    record = json.loads(lock.read_text())
+    record.update(changes)
+    lock.write_text(json.dumps(record))
+    return record
+
+
+def _stores_quietly(path: Path, entry: str) -> float:
+    """Store ``entry`` with every warning an error; the seconds it took."""
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TuningFile(path, "race").store(entry, {"config": {"BLOCK": 16}})
+    return time.monotonic() - started
+
+
+@posix_only
+def test_a_lock_left_by_a_killed_process_is_broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process killed while it held the exclusive lock leaves the lock file, which names it (this
+    host, its pid); the next store sees that no such process runs here, breaks the lock and writes,
+    without waiting or a warning, and leaves no file behind. Before, the file was empty and every
+    store of that path timed out (SP0775) until someone deleted it."""
+    _exclusive(monkeypatch, 5.0)
+    path = tmp_path / "race.json"
+    lock, pid = _left_by_killed_process(path)
+    record = json.loads(lock.read_text())
+    assert record["pid"] == pid and record["host"] == socket.gethostname()
+    assert _stores_quietly(path, "GPU|a") < 1.0
+    assert set(_entries(path)) == {"GPU|a"}
+    assert [p.name for p in tmp_path.iterdir()] == ["race.json"]
+
+
+@posix_only
+def test_a_running_holder_s_lock_is_respected_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock whose holder runs on this host is not broken: a process holding it, or a lock file that
+    names this very process. The store times out (SP0775) with a warning naming the lock file and
+    its holder."""
+    _exclusive(monkeypatch, 0.5)
+    path = tmp_path / "race.json"
+    host = re.escape(socket.gethostname())
+    release, worker = _held(path, "exclusive", "process")
+    try:
+        with pytest.warns(AutotuneWarning, match=rf"SP0775.*cannot lock the autotuning cache `.*race\.json` within "
+                                                 rf"0\.5 s \(another process holds `.*\.race\.json\.lock`: pid "
+                                                 rf"{worker.pid} on this host `{host}`, running; if it is not "
+                                                 rf"tuning, delete the lock file\)"):
+            TuningFile(path, "race").store("GPU|a", {"config": {}})
+    finally:
+        release.set()
+        worker.join(cache_race.WAIT)
+    lock, _ = _left_by_killed_process(path)
+    _record(lock, pid=os.getpid())  # this process: alive
+    monkeypatch.setattr(autotune_cache, "_stuck", set(), raising=False)
+    with pytest.warns(AutotuneWarning, match=rf"SP0775.*holds `.*\.race\.json\.lock`: pid {os.getpid()} on this "
+                                             rf"host `{host}`, running"):
+        TuningFile(path, "race").store("GPU|b", {"config": {}})
+    assert lock.exists() and json.loads(lock.read_text())["pid"] == os.getpid()
+    lock.unlink()
+    _stores_quietly(path, "GPU|c")
+    assert set(_entries(path)) == {"GPU|c"}
+
+
+@posix_only
+def test_a_lock_from_another_host_is_respected_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock file naming a holder on another host (a cache directory on a network file system):
+    whether that process runs cannot be told from here, so the lock is respected even where the pid
+    is not alive here; the warning names the lock file, the host and the pid, to delete it by hand.
+    So is a lock of another PID namespace of this host (a container sharing its hostname)."""
+    _exclusive(monkeypatch, 0.3)
+    path = tmp_path / "race.json"
+    lock, pid = _left_by_killed_process(path)
+    _record(lock, host="elsewhere.example")
+    with pytest.warns(AutotuneWarning, match=rf"SP0775.*within 0\.3 s \(another process holds "
+                                             rf"`{re.escape(str(lock))}`: pid {pid} on host `elsewhere\.example`; "
+                                             r"if no program is tuning there, delete it: one stopped while it "
+                                             r"held the lock left it\)"):
+        TuningFile(path, "race").store("GPU|a", {"config": {}})
+    record = _record(lock, host=socket.gethostname(), pidns="pid:[1]")
+    monkeypatch.setattr(autotune_cache, "_stuck", set(), raising=False)
+    if autotune_cache._pid_namespace() != "pid:[1]":
+        with pytest.warns(AutotuneWarning, match=rf"SP0775.*pid {pid} on host `{re.escape(record['host'])}` "
+                                                 r"\(another PID namespace: pid:\[1\]\)"):
+            TuningFile(path, "race").store("GPU|b", {"config": {}})
+    assert lock.exists() and not path.exists()
+
+
+@pytest.mark.parametrize("text", ["", "{not json", '{"pid": "x"}'])
+def test_an_empty_or_garbled_lock_is_broken_only_once_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         text: str) -> None:
+    """A lock file without a readable holder (its holder stopped between making it and writing its
+    record, or an older sparsile's empty lock file): the holder's record follows the file's creation
+    within microseconds, so a recent one is respected (the warning says what it is), and one older
+    than STALE_LOCK_AGE (by its mtime) is taken as left behind and broken."""
+    _exclusive(monkeypatch, 0.3)
+    path = tmp_path / "race.json"
+    lock = autotune_cache.lock_path(path, "exclusive")
+    lock.write_text(text)
+    with pytest.warns(AutotuneWarning, match=rf"SP0775.*within 0\.3 s \(another process holds `.*\.race\.json\.lock`: "
+                                             rf"a lock file without its holder's record, taken as left behind once "
+                                             rf"it is {autotune_cache.STALE_LOCK_AGE:g} s old; if no program is "
+                                             r"tuning, delete it\)"):
+        TuningFile(path, "race").store("GPU|a", {"config": {}})
+    old = time.time() - autotune_cache.STALE_LOCK_AGE - 5
+    os.utime(lock, (old, old))
+    _stores_quietly(path, "GPU|b")
+    assert set(_entries(path)) == {"GPU|b"}
+    assert [p.name for p in tmp_path.iterdir()] == ["race.json"]
+
+
+@posix_only
+def test_a_stale_lock_is_broken_once_not_a_live_one_taken_since(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two waiters that both saw the same dead holder's lock: the first breaks it (and may take the
+    lock at once); the second, breaking late, must not remove the live lock taken since. Breaking is
+    done under a marker file named after the stale lock's identity (device, inode, mtime, record),
+    made with O_EXCL, and the lock is removed only if it is still that one."""
+    _exclusive(monkeypatch, 1.0)
+    path = tmp_path / "race.json"
+    lock, _ = _left_by_killed_process(path)
+    first, second = autotune_cache._lock_state(lock), autotune_cache._lock_state(lock)
+    assert first is not None and first.stale and second == first
+    assert autotune_cache._break_stale(lock, first)
+    assert not lock.exists()
+    with autotune_cache.locked(path):  # the first waiter takes the lock; the second breaks late
+        live = lock.read_text()
+        assert not autotune_cache._break_stale(lock, second)
+        assert lock.read_text() == live
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@posix_only
+def test_processes_racing_to_break_a_stale_lock_lose_no_entries(tmp_path: Path) -> None:
+    """A dead holder's lock left on the file that 3 processes of 2 threads each then store to, reads
+    forced to interleave: all six first writers find the stale lock at once and race to break it; if
+    two could break it and both hold the lock, entries would be lost. Every entry is in the file."""
+    path = tmp_path / "race.json"
+    ctx = _processes()
+    _release, worker = _held(path, "exclusive", "process")
+    worker.kill()
+    worker.join(cache_race.WAIT)
+    assert autotune_cache.lock_path(path, "exclusive").exists()
+    procs, threads, rounds = 3, 2, 3
+    start, reads = ctx.Barrier(procs * threads), ctx.Barrier(procs * threads)
+    writers = [f"p{i}" for i in range(procs)]
+    workers = [ctx.Process(target=cache_race.process_writer,
+                           args=(str(path), w, threads, rounds, start, reads, 0.3, "exclusive")) for w in writers]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(cache_race.WAIT * 2)
+    codes = [p.exitcode for p in workers]
+    for p in workers:
+        if p.exitcode is None:
+            p.kill()
+    assert codes == [0] * procs
+    assert set(_entries(path)) == _expected(writers, threads, rounds)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
