@@ -1,0 +1,481 @@
+"""``tcgen05.ld`` / ``tcgen05.st`` thread mappings checked against the PTX ISA, end to end.
+
+The reference below, :func:`isa_cell`, is written from the PTX ISA, chapter "Tensor Memory"
+(tcgen05 family), section "Data Movement Shape", subsection "Memory Layout" ("Matrix fragments
+for shape .32x32b / .16x64b / .16x128b / .16x256b / .16x32bx2", Figures 183-187), plus the
+register-count table of the ``tcgen05.ld`` description (Table 49) and the "Tensor Memory access
+restrictions" paragraph (warp ``w`` of a warpgroup reaches lanes ``32(w%4)..32(w%4)+31``). It is
+not taken from ``docs/hardware.md`` or from the project's ``TCGEN05_SHAPES`` table. The ISA states
+the thread-to-cell assignment only in figures; NVIDIA's CUTLASS copy traits
+(``SM100_TMEM_LOAD_{32dp32b,16dp64b,16dp128b,16dp256b,16dp32b}1x``, thread/value -> bit layouts)
+and TVM's transcription of the same figures were read to confirm the transcription (docs/blackwell.md
+§10.1).
+
+What is compared with it, over every thread and every register:
+
+1. ``layout.tmem_layouts.tcgen05_atom`` (the per-instruction model), every shape and ``.num``;
+2. ``layout.tmem_access.tmem_register_layout`` + ``tmem_access_plan`` (what code generation
+   consumes), simulated as loads and as stores for several TMEM layouts;
+3. the LLVM IR that ``backend/lower/blackwell.load_tile`` / ``store_tile`` emit: a small evaluator
+   runs the straight-line IR of every thread, executing each ``llvm.nvvm.tcgen05.ld/st`` call with
+   :func:`isa_cell` against a simulated TMEM, and the loaded registers / stored cells are compared
+   with the register and TMEM layouts. The PTX is then assembled with ptxas (sm_100a) when present.
+
+The CPU interpreter does not model threads for TMEM (``frontend/interp/blackwell.py`` copies the
+whole region), so it cannot share a wrong thread mapping with the code generator; these tests are
+what check the mapping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+
+from sparsile.backend.lower import blackwell as bw
+from sparsile.backend.lower.codegen import CodeGen, DTile
+from sparsile.backend.lower.llvm_text import FunctionBuilder, const
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.ir.core import Block, Function, Region
+from sparsile.frontend.layout.library import tmem_accumulator, tmem_sparse_metadata
+from sparsile.frontend.layout.tmem_access import tmem_access_plan, tmem_register_layout
+from sparsile.frontend.layout.tmem_layouts import TCGEN05_MAX_NUM, tcgen05_atom
+from sparsile.frontend.ops.blackwell_operands import tmem_chunk_layout, tmem_view_layout
+from sparsile.target.targets import get_target
+
+SHAPES = ("32x32b", "16x64b", "16x128b", "16x256b", "16x32bx2")
+
+
+# ---------------------------------------------------------------------------------------------
+# the reference, from the PTX ISA
+# ---------------------------------------------------------------------------------------------
+
+#: PTX ISA, ``tcgen05.ld`` description, Table 49 ("registers per thread"): ``regs = k * .num`` and
+#: the ``.num`` range of each shape (at most 128 registers).
+ISA_REGS_PER_NUM = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
+ISA_MAX_NUM = {"32x32b": 128, "16x64b": 128, "16x128b": 64, "16x256b": 32, "16x32bx2": 128}
+#: lanes x bits of one repetition ("Data Movement Shape": shape = lanes x bits per lane)
+ISA_FOOTPRINT = {"32x32b": (32, 1), "16x64b": (16, 2), "16x128b": (16, 4), "16x256b": (16, 8),
+                 "16x32bx2": (16, 1)}
+
+
+def isa_cell(shape: str, t: int, r: int, half_split: int | None = None) -> tuple[int, int]:
+    """(lane, column) relative to ``taddr`` of register ``r`` of thread ``t`` (0..31) of one
+    ``tcgen05.{ld,st}.<shape>.x<num>``; one column is 32 bits.
+
+    PTX ISA "Matrix fragments for shape ..." (Figures 183-187). Repetition ``k`` of ``.num``
+    covers the next ``bits/32`` columns of the same lanes; registers count up repetition by
+    repetition. In the notation of the ISA's mma fragments, ``group = t >> 2`` and
+    ``quad = t % 4``:
+
+    - ``.32x32b`` (Fig. 183): 32 lanes, thread t owns lane t; its registers are the lane's
+      consecutive 32-bit columns.
+    - ``.16x64b`` (Fig. 184): 16 lanes x 2 columns, one cell per thread: lanes 0-7 belong to the
+      even threads and lanes 8-15 to the odd ones; a group of four threads covers lane ``group``
+      and lane ``group + 8``, the first two threads column 0, the next two column 1.
+    - ``.16x128b`` (Fig. 185): 16 lanes x 4 columns, two registers: the first at lane ``group``,
+      the second at lane ``group + 8``, both in column ``quad``.
+    - ``.16x256b`` (Fig. 186): 16 lanes x 8 columns, four registers, arranged like the m16n8
+      accumulator fragment of mma: registers 0-1 at lane ``group``, 2-3 at ``group + 8``,
+      columns ``2*quad`` and ``2*quad + 1``.
+    - ``.16x32bx2`` (Fig. 187): two 16-lane x 32-bit accesses: threads 0-15 own lanes 0-15 at
+      ``taddr``, threads 16-31 the same lanes ``immHalfSplitoff`` columns further.
+    """
+    group, quad = t >> 2, t % 4
+    per = ISA_REGS_PER_NUM[shape]
+    rep, j = divmod(r, per)
+    width = ISA_FOOTPRINT[shape][1]
+    if shape == "32x32b":
+        lane, col = t, 0
+    elif shape == "16x64b":
+        lane = group + (8 if t % 2 else 0)
+        col = 1 if quad >= 2 else 0
+    elif shape == "16x128b":
+        lane, col = group + 8 * j, quad
+    elif shape == "16x256b":
+        lane, col = group + 8 * (j >> 1), 2 * quad + (j & 1)
+    elif shape == "16x32bx2":
+        assert half_split is not None
+        lane, col = t % 16, (half_split if t >= 16 else 0)
+    else:
+        raise AssertionError(shape)
+    return lane, col + width * rep
+
+
+def test_isa_reference_covers_each_shape_footprint_exactly_once():
+    """Every cell of ``lanes x (bits*num)`` is one (thread, register) pair, and the register count
+    is Table 49's (a check of the transcription against the ISA's prose)."""
+    for shape in SHAPES:
+        lanes, width = ISA_FOOTPRINT[shape]
+        for num in (1, 2, 8):
+            regs = ISA_REGS_PER_NUM[shape] * num
+            split = num if shape == "16x32bx2" else None
+            seen = {isa_cell(shape, t, r, split) for t in range(32) for r in range(regs)}
+            cols = 2 * num if shape == "16x32bx2" else width * num
+            assert len(seen) == 32 * regs == lanes * cols, shape
+            assert seen == set(itertools.product(range(lanes), range(cols))), shape
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. the atom model
+# ---------------------------------------------------------------------------------------------
+
+def _nums(shape: str) -> list[int]:
+    return [1 << i for i in range(ISA_MAX_NUM[shape].bit_length())]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_atom_layout_is_the_isa_mapping(shape, num_warps):
+    assert TCGEN05_MAX_NUM[shape] == ISA_MAX_NUM[shape]
+    for num in _nums(shape):
+        splits = [num, 2 * num, 64] if shape == "16x32bx2" else [None]
+        for split in splits:
+            if split is not None and split < num:
+                continue
+            atom = tcgen05_atom(shape, num, num_warps=num_warps, half_split=split)
+            regs = ISA_REGS_PER_NUM[shape] * num
+            assert atom.in_size("reg") == regs, (shape, num)
+            for w, t, r in itertools.product(range(num_warps), range(32), range(regs)):
+                lane, col = isa_cell(shape, t, r, split)
+                assert atom.apply(reg=r, lane=t, warp=w) == {"lane": 32 * (w % 4) + lane, "col": col}, \
+                    (shape, num, split, w, t, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. register layouts and access plans, simulated with the ISA reference
+# ---------------------------------------------------------------------------------------------
+
+def simulate(plan, num_warps, fill):
+    """Run ``plan``'s instructions on every thread with :func:`isa_cell`: yields
+    (warp, thread, instruction, slot, TMEM lane, TMEM column). Checks the ISA's lane-quarter
+    restriction on the way."""
+    for w, t in itertools.product(range(num_warps), range(32)):
+        lane0, col0 = plan.warp_bases[w]
+        for i, ins in enumerate(plan.instructions):
+            base_lane = lane0 + ins.lane_offset
+            # the instruction's lanes must all lie in warp w's quarter
+            lanes = ISA_FOOTPRINT[plan.shape][0]
+            assert 32 * (w % 4) <= base_lane and base_lane + lanes <= 32 * (w % 4) + 32, (w, base_lane)
+            for s in range(plan.regs_per_instruction):
+                dl, dc = isa_cell(plan.shape, t, s, plan.half_split)
+                fill(w, t, i, s, base_lane + dl, col0 + ins.col_offset + dc)
+
+
+def check_plan(tmem_layout, regs, num_warps=4, lane_offset=0):
+    """Load and store through the plan; each register element must meet its own TMEM cell."""
+    plan = tmem_access_plan(tmem_layout, regs, num_warps, lane_offset=lane_offset)
+    assert plan.ok, plan.reason
+    inv = tmem_layout.invert()
+    n_sub = regs.in_size("sub")
+    ebits = 32 // tmem_layout.in_size("sub")
+    word_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+    writers: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+
+    def fill(w, t, i, s, lane, col):
+        word_at[(w, t, i, s)] = (lane, col)
+        assert (lane, col) not in writers, f"two threads store TMEM cell {(lane, col)}"
+        writers[(lane, col)] = (w, t, i, s)
+
+    simulate(plan, num_warps, fill)
+    for w, t, r in itertools.product(range(num_warps), range(32), range(regs.in_size("reg"))):
+        for s in range(max(1, n_sub)):
+            src = plan.sources[r][s]
+            point = {"reg": r, "lane": t, "warp": w}
+            if "sub" in regs.in_names:
+                point["sub"] = s
+            want = inv.apply(**regs.apply(**point))
+            lane, col = word_at[(w, t, src.instruction, src.slot)]
+            assert (lane - lane_offset, col) == (want["lane"], want["col"]), (w, t, r, s)
+            assert src.bit_offset == ebits * want.get("sub", 0) and src.bits == ebits
+    return plan
+
+
+PLAN_CASES = [
+    ("acc m128 n64", tmem_accumulator(128, 64), SHAPES),
+    ("acc m128 n256", tmem_accumulator(128, 256), SHAPES),
+    ("acc m64 (half datapath)", tmem_accumulator(64, 32), ("16x64b", "16x128b", "16x256b", "16x32bx2")),
+    ("A f16 packed", tmem_accumulator(128, 64, packing=2), SHAPES),
+    ("meta f16", tmem_sparse_metadata(128, 256, "f16"), SHAPES),
+    ("meta e4m3", tmem_sparse_metadata(128, 256, "e4m3"), SHAPES),
+]
+
+
+@pytest.mark.parametrize("name, tmem_layout, shapes", PLAN_CASES, ids=[c[0] for c in PLAN_CASES])
+@pytest.mark.parametrize("unpack", [False, True])
+def test_register_layout_and_plan_follow_the_isa(name, tmem_layout, shapes, unpack):
+    for shape in shapes:
+        try:
+            regs = tmem_register_layout(tmem_layout, shape, unpack=unpack)
+        except Exception as e:  # pragma: no cover - reported below
+            raise AssertionError(f"{name}: {shape}: {e}") from e
+        plan = check_plan(tmem_layout, regs)
+        assert plan.shape == shape
+
+
+def test_plans_with_eight_warps_and_a_lane_offset():
+    acc = tmem_accumulator(128, 64)
+    for shape in SHAPES:
+        check_plan(acc, tmem_register_layout(acc, shape, num_warps=8), num_warps=8)
+    half = tmem_accumulator(64, 32)  # the "lane alignment 16" variant: rows in lanes 16..31 of each quarter
+    for shape in ("16x64b", "16x128b", "16x256b", "16x32bx2"):
+        check_plan(half, tmem_register_layout(half, shape), lane_offset=16)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. the emitted LLVM IR, evaluated thread by thread
+# ---------------------------------------------------------------------------------------------
+
+_ASSIGN = re.compile(r"^\s*(%[\w.]+) = (.*)$")
+_ARG = re.compile(r"(?:<\d+ x i32>|\{[^}]*\}|[\w() ]+?)\s+(%[\w.]+|-?\d+|poison|false|true)")
+
+
+class IREval:
+    """Evaluates the straight-line LLVM IR that load_tile/store_tile emit for one thread.
+
+    Values are Python ints (bit patterns; floats are kept as their bits), vectors are lists.
+    ``tcgen05.ld/st`` calls are executed with :func:`isa_cell` on ``tmem`` ({(lane, col): word})."""
+
+    def __init__(self, lines: list[str], tid: int, tmem: dict[tuple[int, int], int], writes: dict):
+        self.env: dict[str, object] = {}
+        self.tid, self.tmem, self.writes = tid, tmem, writes
+        for line in lines:
+            self.step(line.strip())
+
+    def val(self, tok: str) -> object:
+        tok = tok.strip()
+        if tok.startswith("%"):
+            return self.env[tok]
+        if tok in ("poison", "undef"):
+            return None
+        if tok in ("false", "true"):
+            return int(tok == "true")
+        return int(tok)
+
+    def args(self, text: str) -> list[object]:
+        return [self.val(m.group(1)) for m in _ARG.finditer(text)]
+
+    def access(self, name: str, addr: int, split: int | None):
+        m = re.match(r"llvm\.nvvm\.tcgen05\.(ld|st)\.(\w+)\.x(\d+)$", name)
+        assert m, name
+        shape, num = m.group(2), int(m.group(3))
+        lane0, col0 = addr >> 16, addr & 0xFFFF
+        warp = self.tid // 32
+        assert lane0 // 32 == warp % 4, f"warp {warp} addresses TMEM lane {lane0} (outside its quarter)"
+        cells = [isa_cell(shape, self.tid % 32, r, split) for r in range(ISA_REGS_PER_NUM[shape] * num)]
+        return [(lane0 + dl, col0 + dc) for dl, dc in cells]
+
+    def step(self, line: str) -> None:
+        if not line or line.endswith(":"):
+            return
+        m = _ASSIGN.match(line)
+        dst, rhs = (m.group(1), m.group(2)) if m else (None, line)
+        if rhs.startswith("call") and "sreg.tid.x" in rhs:
+            self.env[dst] = self.tid
+            return
+        call = re.match(r"call .*?@(llvm\.nvvm\.tcgen05\.(?:ld|st)\.[\w.]+)\((.*)\)", rhs)
+        if call:
+            name, args = call.group(1), self.args(call.group(2))
+            split = args[1] if "16x32bx2" in name else None
+            cells = self.access(name, args[0], split)
+            if ".ld." in name:
+                assert args[-1] == 0, "tcgen05.ld emitted with .pack::16b"
+                words = [self.tmem[c] for c in cells]
+                self.env[dst] = words if len(words) > 1 else words[0]
+            else:
+                assert args[-1] == 0, "tcgen05.st emitted with .unpack::16b"
+                data = args[-2] if isinstance(args[-2], list) else [args[-2]]
+                for c, v in zip(cells, data, strict=True):
+                    self.writes.setdefault(c, []).append(v)
+            return
+        if rhs.startswith("call") and "tcgen05.wait" in rhs:
+            if dst is not None:  # the tied asm: returns its inputs
+                self.env[dst] = self.args(rhs[rhs.rindex("(") + 1:])
+            return
+        if rhs.startswith("call"):
+            return
+        op, rest = rhs.split(" ", 1)
+        if op in ("add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "udiv"):
+            rest = re.sub(r"^(nuw |nsw |exact )*", "", rest)
+            a, b = (self.val(x) for x in rest.split(" ", 1)[1].split(","))
+            f = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+                 "and": lambda x, y: x & y, "or": lambda x, y: x | y, "xor": lambda x, y: x ^ y,
+                 "shl": lambda x, y: x << y, "lshr": lambda x, y: x >> y, "udiv": lambda x, y: x // y}[op]
+            self.env[dst] = f(a, b) & 0xFFFFFFFF
+        elif op == "inttoptr" or op == "bitcast" or op == "zext":
+            self.env[dst] = self.val(rest.split(" ")[1])
+        elif op == "trunc":
+            src, ty = rest.split(" ")[1], rest.split(" to ")[1]
+            self.env[dst] = self.val(src) & ((1 << int(ty[1:])) - 1)
+        elif op == "extractelement":
+            vec, idx = re.match(r"<[^>]*> (%[\w.]+), i32 (\d+)", rest).groups()
+            self.env[dst] = self.val(vec)[int(idx)]
+        elif op == "extractvalue":
+            agg, idx = re.match(r"\{[^}]*\} (%[\w.]+), (\d+)", rest).groups()
+            self.env[dst] = self.val(agg)[int(idx)]
+        elif op == "insertelement":
+            n, vec, v, idx = re.match(r"<(\d+) x i32> (\S+), i32 (\S+), i32 (\d+)", rest).groups()
+            old = self.val(vec)
+            new = list(old) if old is not None else [None] * int(n)
+            new[int(idx)] = self.val(v)
+            self.env[dst] = new
+        else:
+            raise AssertionError(f"the evaluator does not know: {line}")
+
+
+def _body(cg: CodeGen) -> list[str]:
+    text = cg.fb.render()
+    return [ln for ln in text.splitlines()[1:] if ln.strip() not in ("}", "ret void")]
+
+
+def _codegen(num_warps: int) -> CodeGen:
+    cg = CodeGen(Function("k", [], Region(Block()), {"num_warps": num_warps}), get_target("sm_100a"), num_warps)
+    cg._load_lowerings()
+    cg.fb = FunctionBuilder("k", [], "ptx_kernel")
+    return cg
+
+
+REGIONS = [
+    ("f32 acc 128x64", T.TmemType(T.f32, (128, 64), "acc", 0), T.f32, False),
+    ("f32 acc 256x32", T.TmemType(T.f32, (256, 32), "acc", 0), T.f32, False),
+    ("f16 acc 128x32", T.TmemType(T.f16, (128, 32), "acc", 0), T.f16, False),
+    ("f16 A packed 128x64", T.TmemType(T.f16, (128, 64), "a", 0), T.f16, False),
+    ("meta words 128x4", T.TmemType(T.u32, (128, 4), "meta", 16), T.u32, False),
+    ("meta chunks f16 128x4", T.TmemType(T.u32, (128, 4), "meta", 16), T.u8, True),
+    ("meta chunks e4m3 128x4", T.TmemType(T.u32, (128, 4), "meta", 8), T.u8, True),
+]
+
+
+def _cases():
+    for name, t, elem, chunks in REGIONS:
+        for shape in SHAPES:
+            for nw in (4, 8):
+                yield pytest.param(t, elem, chunks, shape, nw, id=f"{name}-{shape}-w{nw}")
+
+
+def _ref_layouts(t, chunks, shape, nw):
+    tl = tmem_chunk_layout(t) if chunks else tmem_view_layout(t)
+    try:
+        regs = tmem_register_layout(tl, shape, nw, unpack=True)
+    except Exception:
+        return tl, None
+    return tl, regs
+
+
+def _element(tl, regs, elem, tmem_words, w, t, r):
+    where = tl.invert().apply(**regs.apply(reg=r, lane=t, warp=w))
+    sub_bits = 32 // tl.in_size("sub")
+    word = tmem_words[(where["lane"], where["col"])]
+    field = (word >> (sub_bits * where.get("sub", 0))) & ((1 << sub_bits) - 1)
+    return field & ((1 << min(elem.bits, sub_bits)) - 1)
+
+
+@pytest.mark.parametrize("t, elem, chunks, shape, nw", list(_cases()))
+def test_emitted_loads_and_stores_follow_the_isa(t, elem, chunks, shape, nw):
+    tl, regs = _ref_layouts(t, chunks, shape, nw)
+    if regs is None or tmem_access_plan(tl, regs, nw).ok is False:
+        pytest.skip(f"{shape} cannot access this region with {nw} warps")
+    rng = np.random.default_rng(11)
+    lanes, cols = 128, tl.in_size("col")
+    image = {(lane, c): int(rng.integers(0, 2**32)) for lane in range(lanes) for c in range(cols)}
+    n_regs = regs.in_size("reg")
+
+    # ---- load: registers of every thread
+    cg = _codegen(nw)
+    ref = bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0)
+    tile = bw.load_tile(cg, ref, regs, elem, None, chunks)
+    assert tile.layout == regs, f"{shape}: load_tile converted instead of loading with {shape}"
+    lines = _body(cg)
+    for tid in range(32 * nw):
+        ev = IREval(lines, tid, image, {})
+        w, lane = divmod(tid, 32)
+        for r in range(n_regs):
+            got = ev.val(tile.regs[r].ref) & ((1 << elem.bits) - 1)
+            assert got == _element(tl, regs, elem, image, w, lane, r), (shape, w, lane, r)
+
+    if chunks:
+        return  # metadata chunks are only loaded
+    # ---- store: element (thread, reg) gets a value made of its own coordinates
+    cg = _codegen(nw)
+    fb = cg.fb
+    vals = []
+    ity = f"i{elem.bits}"
+    for r in range(n_regs):
+        v = fb.binop("add", fb.binop("mul", cg.tid, const(n_regs, "i32")), const(r, "i32"))
+        if elem.bits < 32:
+            v = fb.cast("trunc", fb.binop("and", v, const((1 << elem.bits) - 1, "i32")), ity)
+        if elem.is_float:
+            v = fb.cast("bitcast", v, {32: "float", 16: "half"}[elem.bits])
+        vals.append(v)
+    bw.store_tile(cg, bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0), DTile(regs, vals, elem), None)
+    lines = _body(cg)
+    writes: dict[tuple[int, int], list[int]] = {}
+    for tid in range(32 * nw):
+        IREval(lines, tid, {}, writes)
+    assert set(writes) == set(image), f"{shape}: the stores do not cover the region exactly"
+    # a cell is stored once, or by several warps when the register layout replicates elements
+    # over warps (a zero warp basis: more warps than the shape can spread over the columns)
+    copies = 1 << sum(1 for b in range(regs.in_bits("warp")) if not any(regs.basis("warp", b).values()))
+    assert all(len(v) == copies for v in writes.values()), (shape, copies)
+    views = [{c: v[k] for c, v in writes.items()} for k in range(copies)]
+    for tid in range(32 * nw):
+        w, lane = divmod(tid, 32)
+        for r in range(n_regs):
+            expect = (tid * n_regs + r) & ((1 << elem.bits) - 1)
+            got = {_element(tl, regs, elem, view, w, lane, r) for view in views}
+            assert expect in got, (shape, w, lane, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the PTX: every shape assembles, no .pack/.unpack, the half-split immediate in columns
+# ---------------------------------------------------------------------------------------------
+
+def test_emitted_ptx_of_every_shape_assembles():
+    from sparsile.backend.toolchain.linker import assemble_with_ptxas, ptxas_available
+    from sparsile.backend.toolchain.llvm_to_ptx import llvm_ir_to_ptx
+
+    target = get_target("sm_100a")
+    cg = _codegen(4)
+    t = T.TmemType(T.f32, (128, 64), "acc", 0)
+    tl = tmem_view_layout(t)
+    for shape in SHAPES:
+        regs = tmem_register_layout(tl, shape, 4, unpack=True)
+        ref = bw.TmemRef(const(0, "i32"), t, 64, 0)
+        tile = bw.load_tile(cg, ref, regs, T.f32, None)
+        bw.store_tile(cg, ref, tile, None)
+    cg.fb.terminate("ret void")
+    cg.mod.functions.append(cg.fb.render())
+    cg.mod.attributes["0"] = 'nounwind "nvvm.reqntid"="128"'
+    ptx = llvm_ir_to_ptx(cg.mod.render(), target)
+    found = sorted(set(re.findall(r"tcgen05\.(?:ld|st)\.sync\.aligned\.[\w:.]+", ptx)))
+    assert found == sorted(f"tcgen05.{op}.sync.aligned.{s}.x{n}.b32" for op in ("ld", "st")
+                           for s, n in (("32x32b", 32), ("16x64b", 32), ("16x128b", 16), ("16x256b", 8),
+                                        ("16x32bx2", 32)))
+    assert "pack::16b" not in ptx
+    # 16x32bx2.x32 over 64 columns: threads 16-31 read 32 columns further (the immediate, in columns)
+    assert re.search(r"tcgen05\.ld\.sync\.aligned\.16x32bx2\.x32\.b32 \{[^}]*\}, \[%r\d+\], 32;", ptx)
+    assert re.search(r"tcgen05\.st\.sync\.aligned\.16x32bx2\.x32\.b32 \[%r\d+\], 32, \{", ptx)
+    if ptxas_available():
+        assemble_with_ptxas(ptx, target)
+
+
+def test_plan_refuses_a_warp_outside_its_lane_quarter():
+    """The access restriction as a legality diagnostic: a register layout that gives warp 1 the
+    rows of lanes 0..31 has no plan (SP0404 names the rule), whatever the shape."""
+    from sparsile.frontend.diagnostics import CompileError
+    from sparsile.frontend.layout.layouts import LinearLayout
+
+    acc = tmem_accumulator(128, 32)
+    for shape in SHAPES:
+        regs = tmem_register_layout(acc, shape)
+        w = regs.in_names.index("warp")
+        bases = list(regs.bases)
+        bases[w] = tuple(reversed(bases[w]))  # warp bit 0 <-> warp bit 1: warp 1 -> lanes 64..95
+        swapped = LinearLayout(regs.in_dims, regs.out_dims, tuple(bases))
+        plan = tmem_access_plan(acc, swapped)
+        assert not plan.ok and "32*(w%4)" in plan.reason, shape
+        with pytest.raises(CompileError) as info:
+            plan.require()
+        assert info.value.codes == ["SP0404"]
