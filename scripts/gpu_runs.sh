@@ -6,6 +6,7 @@
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
 #   bash scripts/gpu_runs.sh tma-store        # the TMA-store epilogue kernels: GPU tests, then timed (gemm_variants)
+#   bash scripts/gpu_runs.sh a39              # the thirty-ninth session's merges (torch.func on the ops, re-prune rollback), then tests-rest
 #   bash scripts/gpu_runs.sh tests-torch      # the torch and JAX GPU test files; tests-rest: every other GPU test
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
 #   bash scripts/gpu_runs.sh host-64          # the host time of an eager call at T = 64, step by step
@@ -152,6 +153,15 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a39)  # the thirty-ninth session's merges, not run on a GPU (the H100 ran out of device time first): the ops called
+     # directly under torch.func (their own Autograd kernels; the GPU twin test), re-prune's rollback and refresh
+     # computing both compressions first (training), one-row x of a wider tensor (packed strides), then the
+     # other torch / JAX GPU files and the special-values tests after the accumulator bound
+    run 420 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_native_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_jax_gpu.py tests/stdlib/test_special_values.py \
+        tests/gpu/test_autotune_gpu.py
+    ;;
 c38)  # the thirty-eighth session's last merges, not run on a GPU: the quantizer and the decode kernel keep NaN
      # (scaled(), quantize.spk) and relu keeps NaN; the sparse tensor cores skip x at pruned positions (the
      # interpreter's new rule: test_special_values.py's gpu test); the launcher's host TMA copies shared with a

@@ -128,6 +128,48 @@ def test_torch_func_grad_vjp_jacrev_and_vmap_on_the_gpu(weight, x_dtype, activat
     assert_close(torch.stack([jac[i, n] for i, n in rows]), torch.stack(want), x_dtype)
 
 
+@pytest.mark.parametrize("tokens", [1, 16, 200])
+@pytest.mark.parametrize(("weight", "activation"), [("bf16", None), ("bf16", "silu"), ("f16", "swiglu"),
+                                                    ("e4m3", None), ("e4m3", "relu")])
+def test_torch_func_on_the_op_called_directly_on_the_gpu(weight, activation, tokens):
+    """(Not yet run on a GPU: written in the thirty-ninth session, without one.) torch.func.grad, vjp
+    and vmap(grad) of torch.ops.sparsile.sparse_linear (sparse_linear_e4m3 for e4m3: x's
+    straight-through gradient) called directly on CUDA tensors, through the op's own Autograd kernel:
+    x's gradient against float64 at the pre-activations the op computes. CPU twin:
+    test_torch_func_on_the_op_called_directly (bit-equal to torch.autograd there; here float64 only,
+    as the layer's GPU test)."""
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, seed=12, device="cuda"), weight)
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    x_dtype = torch.float16 if weight == "f16" else torch.bfloat16
+    x = torch.randn(2, tokens, 1024, device="cuda", generator=gen).to(x_dtype)
+    rows = 256 if activation in ("swiglu", "geglu") else 512
+    g = torch.randn(2, tokens, rows, device="cuda", generator=gen).to(torch.bfloat16).float()
+
+    def op(t):
+        if weight == "e4m3":
+            return torch.ops.sparsile.sparse_linear_e4m3(t, layer.values, layer.meta, layer.bias, layer.scale_w,
+                                                         activation=activation)
+        return torch.ops.sparsile.sparse_linear(t, layer.values, layer.meta, layer.bias, activation=activation)
+
+    def reference(t, w):
+        with torch.no_grad():
+            xk, sx = torch.ops.sparsile.quantize_per_token_e4m3(t) if weight == "e4m3" else (t, None)
+            pre = torch.ops.sparsile.sparse_linear(xk, layer.values, layer.meta, layer.bias, sx, layer.scale_w,
+                                                   out_dtype=torch.float32)
+        return reference_dx(layer, pre.reshape(-1, 512), w, activation).reshape(t.shape)
+
+    ref = reference(x, g)
+    got = torch.func.grad(lambda t: op(t).float().mul(g).sum())(x)
+    assert got.dtype == x_dtype
+    assert_close(got, ref, x_dtype)
+    y, vjp_fn = torch.func.vjp(op, x)
+    (got,) = vjp_fn(g.to(y.dtype))
+    assert_close(got, ref, x_dtype)
+    per_sample = torch.func.vmap(torch.func.grad(lambda t, w: op(t).float().mul(w).sum()))(x, g)
+    for b in range(2):
+        assert_close(per_sample[b], reference(x[b], g[b]), x_dtype)
+
+
 def test_torch_func_grad_of_a_bias_parameter_on_the_gpu():
     """torch.func.grad of x and of a bias given through torch.func.functional_call on CUDA: the eager
     gradients (a bias made an nn.Parameter, trained through backward())."""
