@@ -49,12 +49,22 @@ from .cli_tune import tune_command
 
 __all__ = ["EXIT_DIAGNOSTICS", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 EMIT_KINDS = ("ir", "llvm", "ptx", "cubin")
+EPILOG = """\
+examples (from a checkout; `sparsile COMMAND -h` for a command's options):
+  sparsile demo                                  the 2:4 sparse GEMM end to end (GPU if present, else the interpreter)
+  sparsile check examples/vector_add.spk         diagnostics of a .spk file
+  sparsile compile examples/vector_add.spk --kernel vector_add --target sm_90a --emit ptx
+  sparsile layout --list                         the layout constructors
+
+exit status: 0 success, 1 the source has errors (diagnostics on stderr), 2 a usage error,
+3 a feature this machine lacks (e.g. `tune` without a GPU). Docs: README.md and docs/ of the checkout."""
 
 
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = argparse.ArgumentParser(prog="sparsile", description="sparsile kernel language tools")
+    p = argparse.ArgumentParser(prog="sparsile", description="sparsile kernel language tools",
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"sparsile {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -74,7 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                    help='types of unannotated parameters and constexpr values, e.g. "n=i32,BLOCK=1024" '
                         "(annotated parameters and defaulted constexprs need none)")
     k.add_argument("--emit", choices=EMIT_KINDS, default="ir", help="what to produce (default: ir)")
-    k.add_argument("--target", default=None, type=_target_name, help="GPU target, e.g. sm_90a or sm_100a")
+    k.add_argument("--target", default=None, type=_target_name,
+                   help="GPU target of --emit llvm, ptx and cubin, e.g. sm_90a or sm_100a (default: the kernel's "
+                        "own target= option, else sm_90a; no GPU needed)")
     k.add_argument("-o", "--output", default=None,
                    help="write here instead of stdout (a cubin goes to stdout only when it is not a terminal)")
     k.add_argument("--dump-after", action="append", default=[], metavar="STAGE",
@@ -97,12 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("shapes", nargs="+", help="MxNxK shapes (M out features, N tokens, K in features), or files "
                                              "with one shape per line")
     t.add_argument("--dtype", action="append", choices=("f16", "bf16", "e4m3", "s8", "tf32"),
-                   help="operand types to tune (repeatable; default bf16 and f16)")
+                   help="operand types to tune (repeatable; default bf16 and f16, with --linear: bf16)")
     t.add_argument("-o", "--output", default=None, help="write the table here (e.g. stdlib/kernels/tuned/h200.json)")
     t.add_argument("--warmup", type=functools.partial(_count, least=0), default=10,
-                   help="launches before timing each config")
+                   help="launches before timing each config (default 10)")
     t.add_argument("--rep", type=functools.partial(_count, least=1), default=50,
-                   help="timed launches per config (the median is kept)")
+                   help="timed launches per config, the median kept (default 50)")
     t.add_argument("--linear", action="store_true",
                    help="tune the torch layer's kernel (sparse_linear, T > 64) instead of sparse_matmul; its "
                         "entries (linear-<dtype>) go to the same table")
@@ -214,10 +226,14 @@ def _ops(args: Any, out: TextIO, err: TextIO) -> int:
 
 
 def _read_module(path: str) -> Any:
+    import os
+
     import sparsile
 
     from .driver.imports import utf8_source
 
+    if os.path.isdir(path):
+        raise _Usage(f"`{path}` is a folder: give .spk files, e.g. `sparsile check {path.rstrip('/')}/*.spk`")
     try:
         with open(path, "rb") as f:
             text = utf8_source(f.read())  # a UTF-8 byte-order mark is allowed, as sparsile.load allows it

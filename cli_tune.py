@@ -70,7 +70,10 @@ def tune_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.output is not None:
         _check_table_path(args.output)
     if not runtime.has_gpu():
-        print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available", file=err)
+        print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n"
+              " = help: run it on the GPU the table is for; without a table of their GPU, sparse_matmul and the "
+              "torch layer use the shipped tables (stdlib/kernels/tuned/) or the heuristic (docs/autotune.md)",
+              file=err)
         return EXIT_UNAVAILABLE
     if args.linear:
         from .stdlib.kernels.linear_tuning import tune_sparse_linear

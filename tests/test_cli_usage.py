@@ -185,3 +185,46 @@ def test_a_reader_that_stops_early_gets_no_traceback(argv) -> None:
     proc.stderr.close()
     assert proc.wait(timeout=120) == EXIT_OK, err
     assert err == ""
+
+
+# ------------------------------------------------------------------------------------------------
+# The help and the messages a new user meets first, on a machine without a GPU (user audit).
+
+
+def test_top_level_help_points_at_examples_and_exit_statuses(capsys) -> None:
+    assert run("--help")[0] == EXIT_OK
+    text = capsys.readouterr().out
+    assert "sparsile check examples/vector_add.spk" in text and "sparsile demo" in text
+    assert "exit status" in text and "README.md" in text
+
+
+def test_demo_help_has_no_docstring_markup(capsys) -> None:
+    assert run("demo", "--help")[0] == EXIT_OK
+    text = capsys.readouterr().out
+    assert "``" not in text
+    assert "interpreter" in text and "exit status 0" in text.lower()
+
+
+def test_tune_and_compile_help_state_their_defaults(capsys) -> None:
+    assert run("tune", "--help")[0] == EXIT_OK
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default 10" in text and "default 50" in text  # --warmup, --rep
+    assert "with --linear: bf16" in text                   # the torch layer's kernel tunes bf16 only
+    assert run("compile", "--help")[0] == EXIT_OK
+    assert "else sm_90a" in " ".join(capsys.readouterr().out.split())
+
+
+def test_tune_without_a_gpu_says_what_to_do_instead(monkeypatch) -> None:
+    from sparsile.backend import runtime
+
+    monkeypatch.setattr(runtime, "has_gpu", lambda: False)
+    code, _, err = run("tune", "4096x512x4096")
+    assert code == 3
+    assert err.startswith("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n")
+    assert "help:" in err and "stdlib/kernels/tuned/" in err
+
+
+def test_check_of_a_folder_names_the_files_to_give(tmp_path) -> None:
+    code, _, err = run("check", str(tmp_path))
+    assert code == EXIT_USAGE
+    assert err == f"error: `{tmp_path}` is a folder: give .spk files, e.g. `sparsile check {tmp_path}/*.spk`\n"
