@@ -71,8 +71,9 @@ def tune_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _check_table_path(args.output)
     if not runtime.has_gpu():
         print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n"
-              " = help: run it on the GPU the table is for; without a table of their GPU, sparse_matmul and the "
-              "torch layer use the shipped tables (stdlib/kernels/tuned/) or the heuristic (docs/autotune.md)",
+              " = help: run it on a machine with the GPU the table is for; nothing needs a table to run: "
+              "shapes no table lists use the planner's heuristics, and stdlib/kernels/tuned/ ships the H200's "
+              "(docs/autotune.md)",
               file=err)
         return EXIT_UNAVAILABLE
     if args.linear:
