@@ -76,3 +76,15 @@ def test_the_documented_sparse_linear_signature_is_the_code_s() -> None:
             parts.append("*")
         parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
     assert " ".join(shown.group(1).split()) == ", ".join(parts)
+
+
+def test_the_quick_start_runs_on_the_cpu(tmp_path: Path) -> None:
+    """The "Quick start" block runs as it is, as a script (``@sp.jit`` reads its source from the
+    file); its own asserts check y against float64 and the call's output."""
+    import runpy
+
+    (block,) = [b for b in blocks("python") if "jax.grad(lambda x: layer(x)" in b]
+    script = tmp_path / "quick_start.py"
+    script.write_text(block)
+    env = runpy.run_path(str(script))
+    assert env["dx"].shape == (8, 512) and env["y"].shape == (8, 256)
