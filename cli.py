@@ -210,10 +210,22 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], out: TextIO, err: Tex
         return EXIT_USAGE
     except CompileError as e:
         print(e.render(), file=err)
+        _python_note(getattr(args, "file", None), err)
         return EXIT_DIAGNOSTICS
     except LaunchError as e:  # the command line's signature does not fit the kernel
         print(str(e), file=err)
         return EXIT_USAGE
+
+
+def _python_note(files: str | list[str] | None, err: TextIO) -> None:
+    """After the diagnostics of a ``.py`` file: ``check`` and ``compile`` read ``.spk`` source, and
+    a Python module's ``@sparsile.jit`` kernels are compiled from Python (its ``main`` was reported
+    as kernel code: SP0113 for ``try`` and f-strings)."""
+    for file in [files] if isinstance(files, str) else files or []:
+        if file.endswith(".py"):
+            print(f"note: `{file}` was read as .spk source, the whole file as kernel code; the @sparsile.jit "
+                  "kernels of a Python module compile from Python: `kernel.compile(signature, target=...)`, or "
+                  "a call `kernel[grid](...)` / `kernel.interpret[grid](...)` (README.md)", file=err)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -298,6 +310,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             code = EXIT_USAGE
         except CompileError as e:
             print(e.render(), file=err)
+            _python_note(file, err)
             code = EXIT_DIAGNOSTICS
         except LaunchError as e:
             print(str(e), file=err)
@@ -334,6 +347,7 @@ def _check_file(file: str, args: argparse.Namespace, out: TextIO, err: TextIO) -
     notes = [r.describe() for r in results if r.describe()]
     if diagnostics:
         print(CompileError(diagnostics).render(), file=err)
+        _python_note(file, err)
         for n in notes:
             print(f"note: {n}", file=err)
         return EXIT_DIAGNOSTICS

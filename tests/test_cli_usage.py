@@ -228,3 +228,17 @@ def test_check_of_a_folder_names_the_files_to_give(tmp_path) -> None:
     code, _, err = run("check", str(tmp_path))
     assert code == EXIT_USAGE
     assert err == f"error: `{tmp_path}` is a folder: give .spk files, e.g. `sparsile check {tmp_path}/*.spk`\n"
+
+
+@pytest.mark.parametrize("command", ["check", "compile"])
+def test_a_python_module_given_as_spk_gets_a_note(tmp_path, command) -> None:
+    # `sparsile check examples/vector_add.py` reported its main()'s f-string as kernel code, and nothing more
+    module = tmp_path / "kernels.py"
+    module.write_text('import sparsile as sp\n\n\ndef main():\n    print(f"{1}")\n')
+    argv = [command, str(module)] + (["--kernel", "k"] if command == "compile" else [])
+    code, _, err = run(*argv)
+    assert code == EXIT_DIAGNOSTICS and "SP0113" in err
+    assert f"note: `{module}` was read as .spk source" in err and "kernel.compile(signature" in err
+    (tmp_path / "k.spk").write_text(ADD)
+    both = run("check", str(tmp_path / "k.spk"), str(module))[2]  # one note, for the .py file only
+    assert both.count("note: `") == 1 and f"note: `{module}`" in both
