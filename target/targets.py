@@ -229,8 +229,10 @@ def get_target(name: str | Target, span: Span = UNKNOWN_SPAN) -> Target:
     key = _normalize(name)
     if key in TARGETS:
         return TARGETS[key]
-    close = difflib.get_close_matches(key, TARGETS, n=1, cutoff=0.6)
-    help_line = f"did you mean `{close[0]}`? " if close else ""
+    # compared without the `sm_` every key shares (with it, `foo` came close to `sm_121f`)
+    close = difflib.get_close_matches(key.removeprefix("sm_"), [t.removeprefix("sm_") for t in TARGETS],
+                                      n=1, cutoff=0.6)
+    help_line = f"did you mean `sm_{close[0]}`? " if close else ""
     help_line += f"known targets: {', '.join(TARGETS)}"
     notes: tuple[str, ...] = ()
     if key in ("sm_101a", "sm_101f", "sm_101"):

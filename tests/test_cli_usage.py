@@ -51,7 +51,9 @@ def compile_args(path: Path, *more: str) -> list[str]:
 
 @pytest.mark.parametrize(("target", "message"), [
     ("", "argument --target: the target name is empty (e.g. --target sm_90a)"),
-    ("sm_75", "argument --target: unknown target `sm_75`; did you mean `sm_87`? known targets: sm_80,"),
+    ("sm_75", "argument --target: unknown target `sm_75`; known targets: sm_80,"),
+    ("foo", "argument --target: unknown target `foo`; known targets: sm_80,"),  # (it suggested sm_121f)
+    ("sm_90b", "argument --target: unknown target `sm_90b`; did you mean `sm_90"),
     ("  ", "argument --target: the target name is empty"),
 ])
 def test_bad_targets_are_usage_errors(tmp_path, capsys, target, message) -> None:

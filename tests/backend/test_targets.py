@@ -175,6 +175,14 @@ def test_unknown_target_suggests_closest():
     assert "k.spk:1:10" in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["foo", "bar", "x"])
+def test_a_name_unlike_every_target_gets_no_suggestion(name):
+    """Every normalized name starts with `sm_`: compared with it, `foo` came close to `sm_121f`."""
+    with pytest.raises(CompileError) as info:
+        T.get_target(name)
+    assert "did you mean" not in info.value.diagnostics[0].help
+
+
 def test_unknown_target_without_close_match_and_renamed_sm101a():
     with pytest.raises(CompileError) as info:
         T.get_target("volta")
