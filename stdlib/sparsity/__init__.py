@@ -15,7 +15,7 @@ The GPU versions (bit-identical) are in ``sparsile.stdlib.kernels.sparsity_gpu``
 """
 
 from .buffer import MetadataBuffer
-from .compress import SaturationWarning, cast_to_operand, compress, index_shape
+from .compress import OverflowWarning, SaturationWarning, cast_to_operand, compress, index_shape
 from .dtypes import OPERAND_TYPES, PATTERN_1_2, PATTERN_2_4, PATTERN_4_8_PAIRS, OperandType, Pattern, operand_type
 from .errors import ALL_CODES, SparsityError
 from .formats import decode_metadata, decompress, encode_metadata, metadata_shape, pad_sizes
@@ -46,6 +46,7 @@ __all__ = [
     "PATTERN_4_8_PAIRS",
     "MetadataBuffer",
     "OperandType",
+    "OverflowWarning",
     "Pattern",
     "SaturationWarning",
     "SparsityError",

@@ -76,6 +76,20 @@ class SaturationWarning(UserWarning):
     """Values beyond the largest finite value of an operand type were saturated by a cast."""
 
 
+class OverflowWarning(UserWarning):
+    """Finite values beyond the range of an operand type became ±inf in a cast (f16, bf16, e5m2)."""
+
+
+def warn_overflowed(count: int, op: OperandType, what: str) -> None:
+    """The :class:`OverflowWarning` of ``count`` finite values of ``what`` that became ±inf as ``op``."""
+    import warnings
+
+    top = float(np.finfo(np.dtype(op.host_dtype)).max)
+    warnings.warn(f"{count} values of {what} lie beyond ±{top:g}, the largest finite {op.name} value: they "
+                  f"became ±inf (scale the weight into the {op.name} range, or compress it for a wider type)",
+                  OverflowWarning, stacklevel=_caller_level())
+
+
 def warn_saturated(count: int, what: str) -> None:
     """The :class:`SaturationWarning` of ``count`` values of ``what`` saturated to ±448 (e4m3)."""
     import warnings
@@ -96,9 +110,9 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
     """``array`` cast to the host dtype of ``op``, rounding once to nearest even. e4m3 has no
     infinity: a cast would turn |x| >= 464 into NaN, so values beyond ±448 (infinities included)
     are saturated to ±448 instead, with a :class:`SaturationWarning` saying how many (NaN stays
-    NaN). Other types round as ml_dtypes / numpy do (e5m2 overflows to ±inf; integer types truncate),
-    but values an integer type cannot hold (NaN, ±inf, beyond its range: numpy would wrap them) are
-    SP0804."""
+    NaN). Other types round as ml_dtypes / numpy do (finite values beyond an f16, bf16 or e5m2 range
+    become ±inf, with an :class:`OverflowWarning` saying how many; integer types truncate), but values
+    an integer type cannot hold (NaN, ±inf, beyond its range: numpy would wrap them) are SP0804."""
     if op.name == "e4m3":
         wide = array.astype(np.float64)
         over = np.abs(wide) > 448.0
@@ -114,7 +128,14 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
         bad = ~((whole >= info.min) & (whole <= info.max))
         if bad.any():
             raise out_of_range(int(bad.sum()), op, what)
-    return array.astype(op.host_dtype)
+        return array.astype(op.host_dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # numpy's RuntimeWarning: ours counts them
+        cast = array.astype(op.host_dtype)
+    if array.dtype.kind == "f" and array.dtype.itemsize > np.dtype(op.host_dtype).itemsize:
+        overflowed = np.isfinite(array) & ~np.isfinite(cast.astype(np.float32))
+        if overflowed.any():
+            warn_overflowed(int(overflowed.sum()), op, what)
+    return cast
 
 
 def _pad_k(array: np.ndarray, group: int) -> np.ndarray:

@@ -51,15 +51,35 @@ def test_e4m3_values_beyond_448_saturate_with_a_warning() -> None:
     assert values.astype(np.float64).tolist() == [[448.0, 0.0]]
 
 
-def test_no_warning_within_range_and_e5m2_overflows_to_inf() -> None:
+def test_no_warning_within_range_and_e5m2_overflows_to_inf_with_a_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         values, _ = S.compress(np.array([[448.0, 0, -447.0, 0]], np.float32), "e4m3")
         assert values.astype(np.float64).tolist() == [[448.0, -448.0]]  # -447 rounds to the grid
+    with pytest.warns(S.OverflowWarning, match="1 values of w lie beyond ±57344, the largest finite e5m2 value"):
         assert S.cast_to_operand(np.array([1e6]), S.operand_type("e5m2")).astype(np.float64)[0] == np.inf
     with pytest.warns(S.SaturationWarning):
         cast = S.cast_to_operand(np.array([1e6, -np.inf]), S.operand_type("e4m3"))
     assert cast.dtype == ml_dtypes.float8_e4m3fn and cast.astype(np.float64).tolist() == [448.0, -448.0]
+
+
+@pytest.mark.parametrize(("dtype", "top"), [("f16", "65504"), ("bf16", "3.38953e+38"), ("tf32", "3.40282e+38")])
+def test_finite_values_beyond_the_range_become_inf_with_our_warning_not_numpy_s(dtype: str, top: str) -> None:
+    """A float64 weight beyond the f16 (bf16, tf32) range became ±inf with numpy's bare RuntimeWarning
+    ("overflow encountered in cast", pointing into compress.py): now an OverflowWarning counts them
+    and names the range; ±inf and NaN given are no overflow, and values within range warn nothing."""
+    w = np.array([[1e300, 0.0, -1e300, 0.0], [np.inf, 0.0, np.nan, 1.0]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cast = S.cast_to_operand(w, S.operand_type(dtype))
+    assert [type(c.message) for c in caught] == [S.OverflowWarning]
+    assert str(caught[0].message).startswith(f"2 values of w lie beyond ±{top}, the largest finite {dtype} value: "
+                                             "they became ±inf")
+    assert caught[0].filename == __file__  # (the user's line)
+    assert cast.astype(np.float64)[0].tolist() == [np.inf, 0.0, -np.inf, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        S.cast_to_operand(np.array([65504.0, -1.0]), S.operand_type(dtype))
 
 
 def test_sparse_matmul_saturates_an_e4m3_b_beyond_448() -> None:
