@@ -38,13 +38,27 @@ class SparsifyReport:
     skipped: dict[str, str] = field(default_factory=dict)
     fusion: FuseReport | None = None  # with fuse=: what fuse_projections_ did
     layer: str = "SparseLinear"  # the class swapped in: "SemiSparseLinear" with trainable=True
+    unfiltered: int = 0  # the nn.Linear modules filter_fn turned down
+    already_sparse: int = 0  # the SparseLinear modules the model held already
 
     def __str__(self) -> str:
         lines = [f"sparsify_: {len(self.swapped)} linear layers swapped for {self.layer}, {len(self.skipped)} skipped"]
         lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
+        if not self.swapped and not self.skipped:
+            lines.append("  " + self._why_nothing())
         if self.fusion is not None:
             lines.append(str(self.fusion))
         return "\n".join(lines)
+
+    def _why_nothing(self) -> str:
+        """Why a call swapped and skipped nothing (a model of other layer types, a filter that
+        refused every linear, a model sparsified already)."""
+        if self.unfiltered:
+            return f"filter_fn turned down all {self.unfiltered} nn.Linear modules"
+        if self.already_sparse:
+            return f"the model's {self.already_sparse} linear layers are sparse already"
+        return ("the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear only (projections of "
+                "another class, such as transformers' GPT-2 Conv1D, are not swapped)")
 
 
 def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int,
@@ -257,13 +271,19 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "
                                "but fuse is not set", help="pass fuse=True with glu=True")
     groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
+    from .training import SemiSparseLinear  # (training.py builds on this module's imports)
+
     report = SparsifyReport(layer="SemiSparseLinear" if trainable else "SparseLinear")
     chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
     tied = TiedTensors(model)
     for fqn, module in list(model.named_modules()):
-        if not isinstance(module, nn.Linear) or isinstance(module, SparseLinear):
+        if isinstance(module, (SparseLinear, SemiSparseLinear)):
+            report.already_sparse += 1
+            continue
+        if not isinstance(module, nn.Linear):
             continue
         if filter_fn is not None and not _accepts(filter_fn, module, fqn):
+            report.unfiltered += 1
             continue
         reason = tied.reason(module) or skip_reason(module, dtype, interpret, min_features, trainable)
         if reason is None and not fqn:
