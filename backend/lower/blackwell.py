@@ -306,24 +306,45 @@ def _check_partition(cg: CodeGen, op: Operation) -> None:
                  "(list it first in warp_specialize)")])
 
 
-def _plan(t: T.TmemType, layout: LinearLayout, nw: int, direction: str, chunks: bool) -> TmemAccessPlan:
+def _plan(t: T.TmemType, layout: LinearLayout, nw: int, direction: str, chunks: bool,
+          lane_offset: int = 0) -> TmemAccessPlan:
     tl = tmem_chunk_layout(t) if chunks else tmem_view_layout(t)
-    return tmem_access_plan(tl, layout, nw, direction=direction)
+    return tmem_access_plan(tl, layout, nw, direction=direction, lane_offset=lane_offset)
 
 
 def _warp_address(cg: CodeGen, ref: TmemRef, plan: TmemAccessPlan) -> LLValue:
-    """The TMEM address of this warp's part: lane quarter (and further warps' columns) from the
-    plan's warp bases, one bit of the partition-relative warp index at a time."""
+    """The TMEM address of this warp's part (PTX ISA "Tensor Memory Addressing": lane in bits
+    16-31, column in bits 0-15): warp 0's base from the plan (the lane offset), then the image of
+    each set bit of the partition-relative warp index (its lane quarter, or the columns of
+    further warpgroups).
+
+    The warp map is linear over GF(2): the images combine by XOR. When no two images share an
+    address bit (every layout code generation chooses) XOR is a sum and they are added one at a
+    time; otherwise their XOR is added. Every warp's address is checked against the plan."""
     fb = cg.fb
-    addr = ref.addr
-    nbits = (len(plan.warp_bases) - 1).bit_length()
-    for b in range(nbits):
-        lane, col = plan.warp_bases[1 << b]
-        delta = (lane << 16) + col
+    bases = [(lane << 16) + col for lane, col in plan.warp_bases]
+    base0 = bases[0]
+    nbits = (len(bases) - 1).bit_length()
+    deltas = [bases[1 << b] - base0 for b in range(nbits)]
+    for w, want in enumerate(bases):
+        got = 0
+        for b, d in enumerate(deltas):
+            got ^= d if w >> b & 1 else 0
+        if base0 + got != want:
+            raise InternalError(f"the TMEM access plan's warp bases are not affine in the warp index: warp {w} "
+                                f"has base {plan.warp_bases[w]}")
+    disjoint = all(not deltas[i] & deltas[j] for i in range(nbits) for j in range(i + 1, nbits))
+    addr = fb.binop("add", ref.addr, const(base0, "i32")) if base0 else ref.addr
+    off: LLValue | None = None
+    for b, delta in enumerate(deltas):
         if delta:
             bit = fb.binop("and", fb.binop("lshr", cg.warp_id(), const(b, "i32")), const(1, "i32"))
-            addr = fb.binop("add", addr, fb.binop("mul", bit, const(delta, "i32")))
-    return addr
+            term = fb.binop("mul", bit, const(delta, "i32"))
+            if disjoint:
+                addr = fb.binop("add", addr, term)
+            else:
+                off = term if off is None else fb.binop("xor", off, term)
+    return addr if off is None else fb.binop("add", addr, off)
 
 
 def _access_name(plan: TmemAccessPlan, op: str) -> tuple[str, str]:
@@ -370,17 +391,18 @@ def _from_element(cg: CodeGen, v: LLValue, elem: T.ScalarType) -> LLValue:
 
 
 def load_tile(cg: CodeGen, ref: TmemRef, want: LinearLayout, elem: T.ScalarType, span: Any,
-              chunks: bool = False) -> DTile:
+              chunks: bool = False, *, lane_offset: int = 0) -> DTile:
     """``tcgen05.ld`` of a TMEM view into a tile of layout ``want`` (through the region's own
-    ``32x32b`` layout and a conversion when no atom produces ``want`` directly)."""
+    ``32x32b`` layout and a conversion when no atom produces ``want`` directly). ``lane_offset``
+    (0 or 16) reads the view 16 lanes into each warp's quarter (``tmem_access_plan``)."""
     nw = cg.num_warps
-    plan = _plan(ref.type, want, nw, "load", chunks)
+    plan = _plan(ref.type, want, nw, "load", chunks, lane_offset)
     layout = want
     if not plan.ok:  # load in the region's own layout, then convert
         layout = register_layout(ref.type, nw, chunks)
         if layout is None:
             raise CompileError([Diagnostic("SP0550", f"no tcgen05.ld atom can read {ref.type}", span)])
-        plan = _plan(ref.type, layout, nw, "load", chunks).require(span)
+        plan = _plan(ref.type, layout, nw, "load", chunks, lane_offset).require(span)
     fb = cg.fb
     waddr = _warp_address(cg, ref, plan)
     name, vec = _access_name(plan, "ld")
@@ -429,11 +451,15 @@ def lower_tmem_load_chunks(cg: CodeGen, op: Operation) -> None:
     _emit_load(cg, op, chunks=True)
 
 
-def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any) -> None:
+def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any, *, lane_offset: int = 0) -> None:
     """``tcgen05.st`` of a tile into a TMEM view (converted to the region's ``32x32b`` layout when
-    no atom takes its layout), then ``tcgen05.wait::st``."""
+    no atom takes its layout), then ``tcgen05.wait::st``. ``lane_offset`` as for :func:`load_tile`.
+
+    When the tile's layout replicates over warps, only the warps of the plan's ``predicate`` store
+    (a warp-uniform branch around the ``.sync.aligned`` stores, PTX ISA "tcgen05.st"), so every
+    TMEM cell has one writer."""
     nw = cg.num_warps
-    plan = _plan(ref.type, x.layout, nw, "store", False)
+    plan = _plan(ref.type, x.layout, nw, "store", False, lane_offset)
     if not plan.ok:
         from .reduce import convert_tile
 
@@ -441,7 +467,7 @@ def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any) -> None:
         if layout is None:
             raise CompileError([Diagnostic("SP0550", f"no tcgen05.st atom can write {ref.type}", span)])
         x = convert_tile(cg, x, layout, tuple(ref.type.shape))
-        plan = _plan(ref.type, layout, nw, "store", False).require(span)
+        plan = _plan(ref.type, layout, nw, "store", False, lane_offset).require(span)
     fb = cg.fb
     elem = x.elem
     assert isinstance(elem, T.ScalarType)
@@ -458,6 +484,13 @@ def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any) -> None:
         words[i] = v if words[i] is None else fb.binop("or", words[i], v)  # type: ignore[arg-type]
     waddr = _warp_address(cg, ref, plan)
     name, vec = _access_name(plan, "st")
+    done = None
+    if plan.predicate:  # replicated over warps: the warps whose replicated bits are 0 store
+        mask = sum(1 << b for _, b in plan.predicate)
+        masked = fb.binop("and", cg.warp_id(), const(mask, "i32"))
+        then, done = fb.new_block("tmem_st"), fb.new_block("tmem_st_done")
+        fb.cond_br(fb.icmp("eq", masked, const(0, "i32")), then, done)
+        fb.set_block(then)
     for k, ins in enumerate(plan.instructions):
         data = [w if w is not None else const(0, "i32") for w in words[k * n:(k + 1) * n]]
         if n == 1:
@@ -470,6 +503,9 @@ def store_tile(cg: CodeGen, ref: TmemRef, x: DTile, span: Any) -> None:
         if plan.half_split is not None:
             args.append(const(plan.half_split, "i64"))
         intrinsic(cg, "void", name, [*args, packed, const(0, "i1")])
+    if done is not None:
+        fb.br(done)
+        fb.set_block(done)
     intrinsic(cg, "void", "llvm.nvvm.tcgen05.wait.st", [])
 
 

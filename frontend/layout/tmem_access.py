@@ -63,10 +63,17 @@ class TmemAccessPlan:
     """How to move a TMEM layout to (``load``) or from (``store``) a register layout.
 
     ``warp_bases[w]`` is the (lane, column) base of warp ``w`` (lane base ``32·(w%4)`` plus the
-    lane offset: warp ``w`` may only touch lanes ``32(w%4)..+31``, docs/hardware.md §2).
+    lane offset: warp ``w`` may only touch lanes ``32(w%4)..+31``, docs/hardware.md §2).  It is
+    affine in ``w``: ``warp_bases[0]`` (the lane offset) plus the XOR of the per-bit images
+    ``warp_bases[1 << b] - warp_bases[0]`` over the set bits ``b`` of ``w``.
     ``sources[r][s]`` locates element (``reg`` r, ``sub`` s) of the register layout; an element
     that is a sub-field of a 32-bit word is extracted (load) or inserted (store) with shifts:
     the per-thread unpacking.
+    ``predicate`` (stores only) names the (``warp``, bit) pairs that must be 0 for a warp to
+    issue the stores: a register layout that replicates over warps (a warp bit with no TMEM
+    image) holds every element in several warps, and only one copy is written, so that each
+    TMEM cell has one writer (PTX ISA "tcgen05.st": the instruction is ``.sync.aligned``, so
+    the predicate is uniform over a warp and whole warps skip).
     """
 
     ok: bool
@@ -81,6 +88,7 @@ class TmemAccessPlan:
     warp_bases: tuple[tuple[int, int], ...] = ()
     sources: tuple[tuple[RegisterSource, ...], ...] = ()
     element_bits: int = 32
+    predicate: tuple[tuple[str, int], ...] = ()
 
     @property
     def ptx(self) -> str:
@@ -122,6 +130,14 @@ def tmem_access_plan(tmem_layout: LinearLayout, reg_layout: LinearLayout, num_wa
     ``max_regs_per_instruction``), then instruction offsets (lane + 16 for 16-lane shapes, higher
     columns).  Sub-word positions become shifts (the per-thread unpacking of packed 16-bit values
     or metadata nibbles).
+
+    ``lane_offset`` moves every access that many lanes into each warp's quarter: 16 addresses the
+    "lane alignment 16" variant of the half-datapath layouts (PTX ISA "Data Path Layout
+    Organization", layouts C and F at a base 16 lanes higher).  Only a 16-lane shape whose
+    instructions all stay in the upper half of the quarter can take it (PTX ISA "Tensor Memory"
+    access restrictions: warp ``w`` reaches lanes ``32(w%4)..+31``); otherwise the plan fails.
+    A store plan whose register layout replicates over warps carries a ``predicate``: only the
+    warps whose replicated bits are 0 store.
     """
     def fail(reason: str, help: str | None = None) -> TmemAccessPlan:
         return TmemAccessPlan(False, reason, help or "convert the register layout first: "
@@ -233,6 +249,16 @@ def tmem_access_plan(tmem_layout: LinearLayout, reg_layout: LinearLayout, num_wa
         lane, col = _w_split(v)
         instructions.append(TmemInstruction(lane, col))
     instr_index = GF2Span(instr_basis)
+    # --- the lane offset: every instruction stays in the warp's lane quarter -----------------
+    footprint = 32 if shape == "32x32b" else 16
+    for ins in instructions:
+        start = lane_offset + ins.lane_offset
+        if start not in range(0, 33 - footprint, 16):
+            return fail(f"lane_offset {lane_offset} puts a {shape} access at lanes {start}..{start + footprint - 1} "
+                        "of the warp's lane quarter; warp w may only touch lanes 32*(w%4)..+31, and a 16-lane "
+                        "shape starts at lane 0 or 16 of its quarter",
+                        "use lane_offset 16 only with a 16-lane shape (16x64b, 16x128b, 16x256b, 16x32bx2) "
+                        "over a layout that fills at most 16 lanes of each quarter; otherwise lane_offset 0")
     # --- where every register element comes from ----------------------------------------------
     slot_of_bit = {}
     for j, v in enumerate(inside):
@@ -267,9 +293,11 @@ def tmem_access_plan(tmem_layout: LinearLayout, reg_layout: LinearLayout, num_wa
             v ^= warps[b][0]
         lane, col = _w_split(v)
         warp_bases.append((lane + lane_offset, col))
+    # a warp bit with no TMEM image only copies the data: one copy stores (each cell one writer)
+    predicate = tuple((WARP, b) for b, (ww, _, _) in enumerate(warps) if not ww) if direction == "store" else ()
     return TmemAccessPlan(True, None, None, direction, shape, num, half_split,
                           tcgen05_regs_per_num(shape) * num, tuple(instructions), tuple(warp_bases),
-                          tuple(sources), ebits)
+                          tuple(sources), ebits, predicate)
 
 
 def _match_shape(lane_w: Sequence[int]) -> tuple[str | None, int | None]:

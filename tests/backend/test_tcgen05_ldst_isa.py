@@ -164,10 +164,20 @@ def simulate(plan, num_warps, fill):
                 fill(w, t, i, s, base_lane + dl, col0 + ins.col_offset + dc)
 
 
+def storing_warps(plan, num_warps):
+    """The warps that issue a store plan's instructions: those whose ``predicate`` bits are 0."""
+    mask = sum(1 << b for dim, b in plan.predicate if dim == "warp")
+    return [w for w in range(num_warps) if not w & mask]
+
+
 def check_plan(tmem_layout, regs, num_warps=4, lane_offset=0):
-    """Load and store through the plan; each register element must meet its own TMEM cell."""
+    """Load and store through the plan; each register element must meet its own TMEM cell, and
+    every cell the stores reach has exactly one writer."""
     plan = tmem_access_plan(tmem_layout, regs, num_warps, lane_offset=lane_offset)
     assert plan.ok, plan.reason
+    store = tmem_access_plan(tmem_layout, regs, num_warps, direction="store", lane_offset=lane_offset)
+    assert store.ok and store.instructions == plan.instructions and store.warp_bases == plan.warp_bases
+    writer_warps = set(storing_warps(store, num_warps))
     inv = tmem_layout.invert()
     n_sub = regs.in_size("sub")
     ebits = 32 // tmem_layout.in_size("sub")
@@ -176,10 +186,12 @@ def check_plan(tmem_layout, regs, num_warps=4, lane_offset=0):
 
     def fill(w, t, i, s, lane, col):
         word_at[(w, t, i, s)] = (lane, col)
-        assert (lane, col) not in writers, f"two threads store TMEM cell {(lane, col)}"
-        writers[(lane, col)] = (w, t, i, s)
+        if w in writer_warps:
+            assert (lane, col) not in writers, f"two threads store TMEM cell {(lane, col)}"
+            writers[(lane, col)] = (w, t, i, s)
 
     simulate(plan, num_warps, fill)
+    assert set(writers) == set(word_at.values()), "a cell that is loaded is not stored"
     for w, t, r in itertools.product(range(num_warps), range(32), range(regs.in_size("reg"))):
         for s in range(max(1, n_sub)):
             src = plan.sources[r][s]
@@ -222,6 +234,44 @@ def test_plans_with_eight_warps_and_a_lane_offset():
     half = tmem_accumulator(64, 32)  # the "lane alignment 16" variant: rows in lanes 16..31 of each quarter
     for shape in ("16x64b", "16x128b", "16x256b", "16x32bx2"):
         check_plan(half, tmem_register_layout(half, shape), lane_offset=16)
+        check_plan(half, tmem_register_layout(half, shape, num_warps=8), num_warps=8, lane_offset=16)
+
+
+def test_eight_warps_on_a_narrow_region_store_once():
+    """A 4-column metadata region read by 16x128b leaves warpgroup 2 no columns of its own: the
+    register layout replicates over warp bit 2. Loads give both warpgroups the data; the store
+    plan's predicate lets only warpgroup 1 write, so each cell has one writer."""
+    meta = tmem_view_layout(T.TmemType(T.u32, (128, 4), "meta", 16))
+    regs = tmem_register_layout(meta, "16x128b", num_warps=8)
+    assert not any(regs.basis("warp", 2).values())
+    load = tmem_access_plan(meta, regs, 8)
+    store = tmem_access_plan(meta, regs, 8, direction="store")
+    assert load.predicate == () and store.predicate == (("warp", 2),)
+    assert storing_warps(store, 8) == [0, 1, 2, 3]
+    check_plan(meta, regs, num_warps=8)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_lane_offset_that_leaves_the_quarter_is_refused(shape):
+    """lane_offset 16 is the upper half of each quarter: a layout that fills all 32 lanes of a
+    quarter (every 128-lane accumulator) or a 32x32b access cannot take it, and neither can an
+    offset other than 0 or 16 (SP0404, with the rule in the reason and a help line)."""
+    from sparsile.frontend.diagnostics import CompileError
+
+    full = tmem_accumulator(128, 32)
+    half = tmem_accumulator(64, 32)
+    cases = [(full, tmem_register_layout(full, shape), 16)]
+    if shape != "32x32b":
+        cases.append((half, tmem_register_layout(half, shape), 8))
+    for layout, regs, offset in cases:
+        plan = tmem_access_plan(layout, regs, lane_offset=offset)
+        assert not plan.ok, (shape, offset)
+        assert f"lane_offset {offset} puts a {shape} access at lanes" in plan.reason
+        assert "32*(w%4)..+31" in plan.reason and "lane 0 or 16" in plan.reason
+        assert plan.help.startswith("use lane_offset 16 only with a 16-lane shape")
+        with pytest.raises(CompileError) as info:
+            plan.require()
+        assert info.value.codes == ["SP0404"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +283,8 @@ _ARG = re.compile(r"(?:<\d+ x i32>|\{[^}]*\}|[\w() ]+?)\s+(%[\w.]+|-?\d+|poison|
 
 
 class IREval:
-    """Evaluates the straight-line LLVM IR that load_tile/store_tile emit for one thread.
+    """Evaluates the LLVM IR that load_tile/store_tile emit for one thread: straight-line code
+    and branches without phis (the warp-uniform branch around replicated stores).
 
     Values are Python ints (bit patterns; floats are kept as their bits), vectors are lists.
     ``tcgen05.ld/st`` calls are executed with :func:`isa_cell` on ``tmem`` ({(lane, col): word})."""
@@ -241,8 +292,17 @@ class IREval:
     def __init__(self, lines: list[str], tid: int, tmem: dict[tuple[int, int], int], writes: dict):
         self.env: dict[str, object] = {}
         self.tid, self.tmem, self.writes = tid, tmem, writes
-        for line in lines:
-            self.step(line.strip())
+        labels = {ln.strip()[:-1]: i for i, ln in enumerate(lines) if ln.strip().endswith(":")}
+        pc = 0
+        while pc < len(lines):
+            line = lines[pc].strip()
+            pc += 1
+            if m := re.match(r"br label %([\w.]+)$", line):
+                pc = labels[m.group(1)]
+            elif m := re.match(r"br i1 (\S+), label %([\w.]+), label %([\w.]+)$", line):
+                pc = labels[m.group(2) if self.val(m.group(1)) else m.group(3)]
+            else:
+                self.step(line)
 
     def val(self, tok: str) -> object:
         tok = tok.strip()
@@ -265,7 +325,9 @@ class IREval:
         warp = self.tid // 32
         assert lane0 // 32 == warp % 4, f"warp {warp} addresses TMEM lane {lane0} (outside its quarter)"
         cells = [isa_cell(shape, self.tid % 32, r, split) for r in range(ISA_REGS_PER_NUM[shape] * num)]
-        return [(lane0 + dl, col0 + dc) for dl, dc in cells]
+        cells = [(lane0 + dl, col0 + dc) for dl, dc in cells]
+        assert all(lane // 32 == warp % 4 for lane, _ in cells), f"warp {warp} leaves its lane quarter"
+        return cells
 
     def step(self, line: str) -> None:
         if not line or line.endswith(":"):
@@ -297,7 +359,11 @@ class IREval:
         if rhs.startswith("call"):
             return
         op, rest = rhs.split(" ", 1)
-        if op in ("add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "udiv"):
+        if op == "icmp":
+            pred, _ty, operands = rest.split(" ", 2)
+            a, b = (self.val(x) for x in operands.split(","))
+            self.env[dst] = int({"eq": a == b, "ne": a != b}[pred])
+        elif op in ("add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "udiv"):
             rest = re.sub(r"^(nuw |nsw |exact )*", "", rest)
             a, b = (self.val(x) for x in rest.split(" ", 1)[1].split(","))
             f = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
@@ -364,19 +430,25 @@ def _ref_layouts(t, chunks, shape, nw):
     return tl, regs
 
 
-def _element(tl, regs, elem, tmem_words, w, t, r):
+def _cell(tl, regs, w, t, r, lane_offset=0):
+    """TMEM (lane, col, sub) of element (warp w, thread t, register r): the layouts' answer,
+    ``lane_offset`` lanes further."""
     where = tl.invert().apply(**regs.apply(reg=r, lane=t, warp=w))
+    return where["lane"] + lane_offset, where["col"], where.get("sub", 0)
+
+
+def _element(tl, regs, elem, tmem_words, w, t, r, lane_offset=0):
+    lane, col, sub = _cell(tl, regs, w, t, r, lane_offset)
     sub_bits = 32 // tl.in_size("sub")
-    word = tmem_words[(where["lane"], where["col"])]
-    field = (word >> (sub_bits * where.get("sub", 0))) & ((1 << sub_bits) - 1)
+    field = (tmem_words[(lane, col)] >> (sub_bits * sub)) & ((1 << sub_bits) - 1)
     return field & ((1 << min(elem.bits, sub_bits)) - 1)
 
 
-@pytest.mark.parametrize("t, elem, chunks, shape, nw", list(_cases()))
-def test_emitted_loads_and_stores_follow_the_isa(t, elem, chunks, shape, nw):
-    tl, regs = _ref_layouts(t, chunks, shape, nw)
-    if regs is None or tmem_access_plan(tl, regs, nw).ok is False:
-        pytest.skip(f"{shape} cannot access this region with {nw} warps")
+def check_emitted(t, tl, regs, elem, chunks, nw, lane_offset=0):
+    """Emit ``load_tile`` and ``store_tile`` of ``regs`` and run them thread by thread against
+    the ISA reference: every thread loads its own elements, and every element's cell is stored
+    exactly once (by the copy in the warp whose replicated warp bits are 0)."""
+    shape = tmem_access_plan(tl, regs, nw, lane_offset=lane_offset).shape
     rng = np.random.default_rng(11)
     lanes, cols = 128, tl.in_size("col")
     image = {(lane, c): int(rng.integers(0, 2**32)) for lane in range(lanes) for c in range(cols)}
@@ -385,7 +457,7 @@ def test_emitted_loads_and_stores_follow_the_isa(t, elem, chunks, shape, nw):
     # ---- load: registers of every thread
     cg = _codegen(nw)
     ref = bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0)
-    tile = bw.load_tile(cg, ref, regs, elem, None, chunks)
+    tile = bw.load_tile(cg, ref, regs, elem, None, chunks, lane_offset=lane_offset)
     assert tile.layout == regs, f"{shape}: load_tile converted instead of loading with {shape}"
     lines = _body(cg)
     for tid in range(32 * nw):
@@ -393,7 +465,7 @@ def test_emitted_loads_and_stores_follow_the_isa(t, elem, chunks, shape, nw):
         w, lane = divmod(tid, 32)
         for r in range(n_regs):
             got = ev.val(tile.regs[r].ref) & ((1 << elem.bits) - 1)
-            assert got == _element(tl, regs, elem, image, w, lane, r), (shape, w, lane, r)
+            assert got == _element(tl, regs, elem, image, w, lane, r, lane_offset), (shape, w, lane, r)
 
     if chunks:
         return  # metadata chunks are only loaded
@@ -409,23 +481,67 @@ def test_emitted_loads_and_stores_follow_the_isa(t, elem, chunks, shape, nw):
         if elem.is_float:
             v = fb.cast("bitcast", v, {32: "float", 16: "half"}[elem.bits])
         vals.append(v)
-    bw.store_tile(cg, bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0), DTile(regs, vals, elem), None)
+    bw.store_tile(cg, bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0), DTile(regs, vals, elem), None,
+                  lane_offset=lane_offset)
     lines = _body(cg)
     writes: dict[tuple[int, int], list[int]] = {}
     for tid in range(32 * nw):
         IREval(lines, tid, {}, writes)
-    assert set(writes) == set(image), f"{shape}: the stores do not cover the region exactly"
-    # a cell is stored once, or by several warps when the register layout replicates elements
-    # over warps (a zero warp basis: more warps than the shape can spread over the columns)
-    copies = 1 << sum(1 for b in range(regs.in_bits("warp")) if not any(regs.basis("warp", b).values()))
-    assert all(len(v) == copies for v in writes.values()), (shape, copies)
-    views = [{c: v[k] for c, v in writes.items()} for k in range(copies)]
+    cells = {_cell(tl, regs, w, t_, r, lane_offset)[:2]
+             for w, t_, r in itertools.product(range(nw), range(32), range(n_regs))}
+    assert set(writes) == cells, f"{shape}: the stores do not cover the region exactly"
+    assert all(len(v) == 1 for v in writes.values()), f"{shape}: a TMEM cell has several writers"
+    stored = {c: v[0] for c, v in writes.items()}
+    # warps that differ only in replicated warp bits (a zero warp basis) hold the same elements;
+    # the copy of the warp with those bits 0 is the one written
+    replicated = sum(1 << b for b in range(regs.in_bits("warp")) if not any(regs.basis("warp", b).values()))
     for tid in range(32 * nw):
         w, lane = divmod(tid, 32)
+        writer = 32 * (w & ~replicated) + lane
         for r in range(n_regs):
-            expect = (tid * n_regs + r) & ((1 << elem.bits) - 1)
-            got = {_element(tl, regs, elem, view, w, lane, r) for view in views}
-            assert expect in got, (shape, w, lane, r)
+            expect = (writer * n_regs + r) & ((1 << elem.bits) - 1)
+            assert _element(tl, regs, elem, stored, w, lane, r, lane_offset) == expect, (shape, w, lane, r)
+
+
+@pytest.mark.parametrize("t, elem, chunks, shape, nw", list(_cases()))
+def test_emitted_loads_and_stores_follow_the_isa(t, elem, chunks, shape, nw):
+    tl, regs = _ref_layouts(t, chunks, shape, nw)
+    if regs is None or tmem_access_plan(tl, regs, nw).ok is False:
+        pytest.skip(f"{shape} cannot access this region with {nw} warps")
+    check_emitted(t, tl, regs, elem, chunks, nw)
+
+
+@pytest.mark.parametrize("shape", ("16x64b", "16x128b", "16x256b", "16x32bx2"))
+@pytest.mark.parametrize("nw", [4, 8])
+def test_emitted_accesses_with_a_lane_offset_follow_the_isa(monkeypatch, shape, nw):
+    """The M = 64 half-datapath accumulator at "lane alignment 16" (PTX ISA "Data Path Layout
+    Organization", layout F 16 lanes higher): rows in lanes 16..31 of each quarter. Warp 0's
+    base is lane 16, not 0, so the per-bit warp images alone would address warp 0 at lane 0 and
+    warp 3 at lane 128 (outside TMEM)."""
+    half = tmem_accumulator(64, 32)
+    monkeypatch.setattr(bw, "tmem_view_layout", lambda t: half)  # the region's image in TMEM
+    regs = tmem_register_layout(half, shape, nw, unpack=True)
+    assert tmem_access_plan(half, regs, nw, lane_offset=16).warp_bases[0] == (16, 0)
+    check_emitted(T.TmemType(T.f32, (128, 32), "acc", 0), half, regs, T.f32, False, nw, lane_offset=16)
+
+
+def test_emitted_accesses_with_overlapping_warp_images(monkeypatch):
+    """A register layout whose warp images share an address bit (warp bit 0: lane +32 and column
+    +4; warp bit 2: column +4) is a valid plan: the images combine by XOR (warp 5 at lanes
+    32..63, column 0), which a sum of per-bit images gets wrong (column 8, outside the region)."""
+    from sparsile.frontend.layout.layouts import LinearLayout
+
+    t = T.TmemType(T.f32, (128, 8), "acc", 0)
+    tl = tmem_view_layout(t)
+    regs = tmem_register_layout(tl, "32x32b", 8, unpack=True)
+    w = regs.in_names.index("warp")
+    bases = list(regs.bases)
+    assert bases[w] == ((32, 0), (64, 0), (0, 4))  # (row, column): TMEM lane, column of the view
+    bases[w] = ((32, 4), (64, 0), (0, 4))
+    regs = LinearLayout(regs.in_dims, regs.out_dims, tuple(bases))
+    plan = tmem_access_plan(tl, regs, 8)
+    assert plan.ok and plan.warp_bases[5] == (32, 0), plan.reason or plan.warp_bases
+    check_emitted(t, tl, regs, T.f32, False, 8)
 
 
 # ---------------------------------------------------------------------------------------------
