@@ -106,7 +106,7 @@ def linear_jvp(forward: Any, pre_forward: Any, activation: str | None, primals: 
         for scale, per_token in ((scale_w, False), (scale_x, True)):
             if scale is not None:
                 s = jnp.asarray(scale, jnp.float32).reshape(-1)
-                t_pre = t_pre * (s[:, None] if per_token and s.size > 1 else s)
+                t_pre = t_pre * (s[:, None] if per_token and s.size != 1 else s)  # (T = 0: s is (0,))
     if _given(t_bias):
         t_pre = t_pre + t_bias.astype(jnp.float32)
     if activation is not None:
