@@ -354,6 +354,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
                                help=f"pass `{name}` as a Python number: scalars and constexprs are static "
                                     "(part of the compiled program); pass data as a pointer parameter")
         if array:
+            if isinstance(value, np.ndarray):  # the buffer JAX makes of it: 32-bit for float64 / int64 without x64
+                value = jax.numpy.asarray(value)
             sources.append((name, "in", len(operands)))
             operands.append(value)
             stand[name] = _Stand(np.shape(value), np.dtype(value.dtype))

@@ -503,3 +503,43 @@ def test_grad_with_per_token_scale_x_and_no_tokens() -> None:
     one = np.full((1, 64), 0.5, np.float32)  # and T = 1 (a per-token scale of one element) still scales
     dx = jax.grad(lambda x: jnp.sum(layer(x, scale_x=np.array([3.0], np.float32)).astype(jnp.float32)))(one)
     np.testing.assert_allclose(np.asarray(dx), 3 * layer.dense().astype(np.float32).sum(axis=0, keepdims=True))
+
+
+def test_call_specializes_numpy_arrays_as_jax_holds_them() -> None:
+    """A numpy float64 / int64 array given to ``call`` outside a jit trace (or closed over inside
+    one) reaches the kernel as the 32-bit buffer JAX makes of it without jax_enable_x64, but the
+    kernel was specialized (and on a GPU compiled) for the 64-bit type: an annotated ptr[f32]
+    refused it (SP0703) where the same array as a jit argument ran, and an unannotated pointer was
+    compiled to read 8-byte elements of a 4-byte buffer (read past its end on the GPU; on the CPU
+    the interpreter re-specialized at run time: an SP0936 run-time error instead of the trace-time
+    diagnostic)."""
+    import sparsile as sp
+    from sparsile.integrations.jax import call, ffi
+
+    if jax.config.jax_enable_x64:
+        pytest.skip("64-bit arrays stay 64-bit with jax_enable_x64")
+
+    @sp.jit
+    def scaled(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], BLOCK: sp.constexpr = 8):
+        offs = sp.arange(0, BLOCK)
+        sp.store(out + offs, sp.load(x + offs) * 3.0)
+
+    @sp.jit
+    def copy(x, out, BLOCK: sp.constexpr = 8):
+        offs = sp.arange(0, BLOCK)
+        sp.store(out + offs, sp.load(x + offs))
+
+    x = np.arange(8, dtype=np.float64) + 0.5
+    out = jax.ShapeDtypeStruct((8,), jnp.float32)
+    eager = call(scaled, (1,), x, out_shapes=out)
+    jitted = jax.jit(lambda x: call(scaled, (1,), x, out_shapes=out))(x)
+    np.testing.assert_array_equal(np.asarray(eager), 3 * x.astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
+    plans = []
+    add_plan = ffi.add_plan
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ffi, "add_plan", lambda plan, *rest: plans.append(plan) or add_plan(plan, *rest))
+        for a in (x, np.arange(8, dtype=np.int64)):
+            y = call(copy, (1,), a, out_shapes=jax.ShapeDtypeStruct((8,), jnp.asarray(a).dtype))
+            np.testing.assert_array_equal(np.asarray(y), a)
+    assert [str(p.bindings["x"].type) for p in plans] == ["ptr[f32]", "ptr[i32]"]
