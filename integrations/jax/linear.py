@@ -274,7 +274,12 @@ class SparseLinear:
 
     ``values``, ``meta``, ``bias`` and ``scale_w`` are pytree leaves (so the layer can be a field
     of an Equinox module, a Flax variable, or an argument of ``jax.jit``); ``activation``,
-    ``out_dtype`` and ``interpret`` are static.
+    ``out_dtype``, ``interpret`` and ``in_features`` are static.
+
+    ``in_features``: the weight's own K (:meth:`from_dense` records it). The values of a K that is no
+    multiple of the kernel's K step are zero-padded, so from them alone an x a few features short of
+    K passes as the padded weight's (the missing features read as zeros: a wrong y, no error); with
+    ``in_features`` set, a call checks x's width against it (SP0938). None: the values' padded K.
     """
 
     values: Any
@@ -284,6 +289,7 @@ class SparseLinear:
     activation: str | None = dataclasses.field(default=None, metadata={"static": True})
     out_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
     interpret: bool = dataclasses.field(default=False, metadata={"static": True})
+    in_features: int | None = dataclasses.field(default=None, metadata={"static": True})
 
     @classmethod
     def from_dense(cls, weight: Any, dtype: str = "bf16", bias: Any = None, **options: Any) -> SparseLinear:
@@ -296,15 +302,23 @@ class SparseLinear:
             raise _bad(f"SparseLinear.from_dense has no {dtype!r} weights",
                        "use f16 or bf16; e4m3 weights need a per-channel scale: build SparseLinear(values, meta, "
                        "scale_w=...) from your own quantization")
-        values, meta = prune_and_compress(np.asarray(weight), dtype)
+        weight = np.asarray(weight)
+        values, meta = prune_and_compress(weight, dtype)
+        options.setdefault("in_features", int(weight.shape[-1]) if weight.ndim == 2 else None)
         return cls(jnp.asarray(values), jnp.asarray(meta.data.view(np.uint32)),
                    None if bias is None else jnp.asarray(bias), **options)
 
     def dense(self) -> np.ndarray:
-        """The pruned (N_out, K) weight on the host, in the values' dtype (for checks)."""
+        """The pruned (N_out, K) weight on the host, in the values' dtype (for checks); K is
+        ``in_features`` where it is set (the padding's zero columns left out)."""
         op = LINEAR_OPERANDS[np.dtype(self.values.dtype).name]
-        return decompress(np.asarray(self.values), np.asarray(self.meta).view(np.uint32), "sm90", op)
+        dense = decompress(np.asarray(self.values), np.asarray(self.meta).view(np.uint32), "sm90", op)
+        return dense if self.in_features is None else dense[:, :self.in_features]
 
     def __call__(self, x: Any, scale_x: Any = None) -> Any:
+        k = np.shape(x)[-1] if np.ndim(x) >= 1 else None
+        if self.in_features is not None and k is not None and k != self.in_features:
+            raise _bad(f"x has K = {k} features but the layer takes in_features = {self.in_features}",
+                       "x is (..., in_features)")
         return sparse_linear(x, self.values, self.meta, self.bias, activation=self.activation, scale_x=scale_x,
                              scale_w=self.scale_w, out_dtype=self.out_dtype, interpret=self.interpret)

@@ -328,3 +328,19 @@ def test_bad_options_and_operand_types_are_diagnostics() -> None:
                 f"{what} must be a real number or array, got str")
     _raises("SP0938", lambda: sparse_linear(x, v, m, np.ones(32, np.complex64)),
             "bias must be a real number or array, got complex64 array")
+
+
+@pytest.mark.parametrize(("k", "x_k"), [(500, 490), (512, 500), (40, 36)])
+def test_the_layer_checks_x_against_its_own_in_features(k: int, x_k: int) -> None:
+    """A layer from_dense of K = 500 took an x of 490 features (the values' width check lets x be up to
+    one K step narrower, as padded values need): y from a weight whose last columns met zeros, no
+    error. SparseLinear records in_features (static) and checks x against it; dense() is (N, K)."""
+    layer = _layer(32, k, "bf16")
+    assert layer.in_features == k and layer.dense().shape == (32, k)
+    with pytest.raises(JaxCallError) as info:
+        layer(_x((2, x_k)))
+    assert str(info.value).splitlines()[0].startswith(f"error[SP0938]: x has K = {x_k} features but the layer "
+                                                      f"takes in_features = {k} (at test_jax_linear.py:")
+    with pytest.raises(JaxCallError):
+        jax.jit(layer)(_x((2, x_k)))
+    _check(layer, _x((2, k)), jax.jit(layer)(_x((2, k))), "bf16")
