@@ -29,6 +29,7 @@ what check the mapping.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 
 import numpy as np
@@ -415,9 +416,13 @@ REGIONS = [
 
 
 def _cases():
-    for name, t, elem, chunks in REGIONS:
-        for shape in SHAPES:
-            for nw in (4, 8):
+    """Every region with every shape, at 4 or 8 warps in turn (each region and each shape meets both
+    counts; each case runs all threads in Python, about 2.5 s): half the cross product, so the CPU
+    suite stays fast. ``SPARSILE_FULL_ISA_SWEEP=1`` runs every region x shape x warp count."""
+    full = os.environ.get("SPARSILE_FULL_ISA_SWEEP") == "1"
+    for i, (name, t, elem, chunks) in enumerate(REGIONS):
+        for j, shape in enumerate(SHAPES):
+            for nw in (4, 8) if full else ((4, 8)[(i + j) % 2],):
                 yield pytest.param(t, elem, chunks, shape, nw, id=f"{name}-{shape}-w{nw}")
 
 
