@@ -435,10 +435,21 @@ def _ref_layouts(t, chunks, shape, nw):
     return tl, regs
 
 
+_INVERSES: dict[int, tuple] = {}
+
+
+def _inverse(tl):
+    """``tl.invert()``, once per layout object (it was inverted for every element: most of a case's time)."""
+    key = id(tl)
+    if key not in _INVERSES or _INVERSES[key][0] is not tl:
+        _INVERSES[key] = (tl, tl.invert())
+    return _INVERSES[key][1]
+
+
 def _cell(tl, regs, w, t, r, lane_offset=0):
     """TMEM (lane, col, sub) of element (warp w, thread t, register r): the layouts' answer,
     ``lane_offset`` lanes further."""
-    where = tl.invert().apply(**regs.apply(reg=r, lane=t, warp=w))
+    where = _inverse(tl).apply(**regs.apply(reg=r, lane=t, warp=w))
     return where["lane"] + lane_offset, where["col"], where.get("sub", 0)
 
 
