@@ -82,8 +82,14 @@ def test_processes_and_threads_storing_different_keys_lose_none(tmp_path: Path, 
     writers: every one of the 36 entries is in the file (before the lock, about one a round was)."""
     ctx = _processes()
     procs, threads, rounds = 3, 2, 6
+    _race_and_check(ctx, tmp_path / "race.json", procs, threads, rounds, kind)
+
+
+def _race_and_check(ctx, path: Path, procs: int, threads: int, rounds: int, kind: str | None) -> None:
+    """``procs`` processes of ``threads`` writer threads each store ``rounds`` keys of their own to
+    ``path``, reads forced to interleave; every entry is in the file and no lock or temporary file
+    is left."""
     start, reads = ctx.Barrier(procs * threads), ctx.Barrier(procs * threads)
-    path = tmp_path / "race.json"
     writers = [f"p{i}" for i in range(procs)]
     workers = [ctx.Process(target=cache_race.process_writer,
                            args=(str(path), w, threads, rounds, start, reads, 0.3, kind)) for w in writers]
@@ -438,18 +444,4 @@ def test_processes_racing_to_break_a_stale_lock_lose_no_entries(tmp_path: Path) 
     worker.join(cache_race.WAIT)
     assert autotune_cache.lock_path(path, "exclusive").exists()
     procs, threads, rounds = 3, 2, 3
-    start, reads = ctx.Barrier(procs * threads), ctx.Barrier(procs * threads)
-    writers = [f"p{i}" for i in range(procs)]
-    workers = [ctx.Process(target=cache_race.process_writer,
-                           args=(str(path), w, threads, rounds, start, reads, 0.3, "exclusive")) for w in writers]
-    for p in workers:
-        p.start()
-    for p in workers:
-        p.join(cache_race.WAIT * 2)
-    codes = [p.exitcode for p in workers]
-    for p in workers:
-        if p.exitcode is None:
-            p.kill()
-    assert codes == [0] * procs
-    assert set(_entries(path)) == _expected(writers, threads, rounds)
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    _race_and_check(ctx, path, procs, threads, rounds, "exclusive")
