@@ -460,26 +460,36 @@ def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
     is kept bit-packed (1/8 byte per weight element). If a later layer raises (a device out of
     memory), the layers done so far get their old masks back and are compressed again. The
     compression is a function of the weight and the mask, so every layer's mask, values, meta,
-    values_t and meta_t end as they were, the same tensors at the same addresses. Before this, each
+    values_t and meta_t end as they were, the same tensors at the same addresses, where the
+    compressions were up to date with the weight (after an optimizer step, the trainer's re-prune:
+    those a refresh gives). Before this, each
     layer re-pruned itself: a failure at the third layer left the first two re-pruned. Holding
     every layer's new compressions until the end would cost about 3¼ bytes per weight element of
     the model at once; this costs one layer's compressions and the packed masks."""
-    done: list[tuple[SemiSparseLinear, torch.Tensor]] = []
+    done: list[tuple[SemiSparseLinear, torch.Tensor, bool]] = []
     changed = 0
     try:
         for layer in layers:
             mask = transposable_mask(layer.weight, interpret=interpret)
             compressions = layer._compressions(mask, interpret)
+            checked = layer.__dict__.get("_mask_checked") == layer._mask_key()
             old = _packed_bits(layer.mask)
             changed += int((mask != layer.mask).sum())
+            # in the rollback before its copy: one interrupted between two copies (a KeyboardInterrupt)
+            # is given its old mask back too (it was left with its new one, re-pruned alone)
+            done.append((layer, old, checked))
             copy_all(layer._writes(compressions, mask))
-            done.append((layer, old))
             layer._written(repruned=True, stacklevel=5)
     except BaseException:
-        for layer, old in reversed(done):
+        for layer, old, checked in reversed(done):
             layer.mask.copy_(_unpacked_bits(old, layer.mask.shape))
             copy_all(layer._writes(layer._compressions(layer.mask, interpret)))
-            layer._written(repruned=True, stacklevel=5)
+            layer._written(stacklevel=5)
+            # an old mask not checked (SP0918) stays so, and the layer stale: its next eager call
+            # checks it (marked checked, a mask edited to keep 3 of 4 was compressed and used)
+            layer.__dict__["_mask_checked"] = layer._mask_key() if checked else None
+            if not checked:
+                layer.__dict__["_fresh"] = None
         raise
     return changed / sum(layer.mask.numel() for layer in layers)
 

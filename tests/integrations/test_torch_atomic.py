@@ -640,3 +640,48 @@ def test_a_re_prune_s_packed_masks_unpack_to_the_same_bits(shape):
     packed = _packed_bits(mask)
     assert packed.dtype == torch.uint8 and packed.numel() == -(-mask.numel() // 8)
     assert torch.equal(_unpacked_bits(packed, mask.shape), mask)
+
+
+def test_reprune_interrupted_inside_a_layer_s_copy_leaves_every_layer_as_it_was(monkeypatch):
+    """A failure inside the copy of a layer's new mask and compressions (a KeyboardInterrupt between two
+    copies) left that layer with its new mask, outside the rollback (only the layers copied whole were
+    given their old masks back): its next call compressed it under the new mask, re-pruned alone."""
+    model = _trainable()
+    snap = Snapshot(model, _x(dtype=torch.float32))
+    from sparsile.integrations.torch import training
+
+    copy_all, calls = training.copy_all, [0]
+
+    def interrupted(writes):
+        calls[0] += 1
+        writes = list(writes)
+        if calls[0] == 2:
+            copy_all(writes[:1])  # the mask copied in, then the interrupt
+            raise KeyboardInterrupt
+        copy_all(writes)
+
+    monkeypatch.setattr(training, "copy_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        spt.reprune_(model)
+    monkeypatch.undo()
+    snap.assert_unchanged()
+
+
+def test_reprune_rolled_back_keeps_an_unchecked_mask_unchecked(monkeypatch):
+    """The rollback gave a layer its old mask back marked as checked (as a re-prune's own mask is): a
+    mask edited in place to keep 3 of 4, then a re-prune failing at a later layer, and the bad mask was
+    compressed and used without SP0918."""
+    model = _trainable(2)
+    layer = model[0]
+    with torch.no_grad():
+        row = layer.mask[0]
+        row[:4] = True  # keeps 4 of 4: SP0918 at the next refresh
+    from sparsile.integrations.torch import training
+
+    monkeypatch.setattr(training, "transposable_mask", _failing_on(2)(training.transposable_mask))
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        spt.reprune_(model)
+    monkeypatch.undo()
+    assert layer.mask[0, :4].all()
+    with pytest.raises(IntegrationError, match="SP0918"):
+        layer(_x(dtype=torch.float32))
