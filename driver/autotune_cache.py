@@ -462,9 +462,14 @@ def _take_exclusive(lock: Path, deadline: float) -> tuple[Callable[[], None] | N
                 raise
         else:
             try:
-                os.write(fd, _holder_record())
-            finally:
-                os.close(fd)
+                try:
+                    os.write(fd, _holder_record())
+                finally:
+                    os.close(fd)
+            except BaseException:  # (a full disk, an interrupt: the empty lock file stayed STALE_LOCK_AGE)
+                with contextlib.suppress(OSError):
+                    lock.unlink()
+                raise
             return (lambda: lock.unlink(missing_ok=True)), ""
         if time.monotonic() >= deadline:
             return None, holder

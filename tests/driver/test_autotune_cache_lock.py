@@ -445,3 +445,26 @@ def test_processes_racing_to_break_a_stale_lock_lose_no_entries(tmp_path: Path) 
     assert autotune_cache.lock_path(path, "exclusive").exists()
     procs, threads, rounds = 3, 2, 3
     _race_and_check(ctx, path, procs, threads, rounds, "exclusive")
+
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
+def test_an_exclusive_lock_whose_record_cannot_be_written_is_not_left_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    """The lock file made, its holder's record not written (a full disk, an interrupt): the empty file
+    stayed, and every writer of that file (of this process at once: it was marked stuck) timed out
+    until it was STALE_LOCK_AGE old. It is removed as the error goes up."""
+    _exclusive(monkeypatch, 0.5)
+    path = tmp_path / "full.json"
+
+    def write(fd: int, data: bytes) -> int:
+        raise error
+
+    monkeypatch.setattr(autotune_cache.os, "write", write)
+    with pytest.raises(type(error)), autotune_cache.locked(path):
+        pass
+    monkeypatch.undo()
+    _exclusive(monkeypatch, 0.5)
+    assert [p.name for p in tmp_path.iterdir()] == []
+    with autotune_cache.locked(path):
+        pass
