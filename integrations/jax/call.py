@@ -21,6 +21,7 @@ Differentiation and ``jax.vmap`` of the primitive raise SP0934 / SP0935. docs/ja
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -355,7 +356,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
                                     "(part of the compiled program); pass data as a pointer parameter")
         if array:
             if isinstance(value, np.ndarray):  # the buffer JAX makes of it: 32-bit for float64 / int64 without x64
-                value = jax.numpy.asarray(value)
+                with contextlib.suppress(TypeError):  # (a type JAX holds no buffer of: SP0708 below)
+                    value = jax.numpy.asarray(value)
             sources.append((name, "in", len(operands)))
             operands.append(value)
             stand[name] = _Stand(np.shape(value), np.dtype(value.dtype))

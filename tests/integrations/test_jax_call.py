@@ -294,3 +294,20 @@ def test_a_changed_captured_global_is_another_plan() -> None:
     np.testing.assert_array_equal(first, x + np.float32(1.0))
     np.testing.assert_array_equal(second, x + np.float32(3.0))
     assert len(set(ffi._plans) - before) == 2
+
+
+@pytest.mark.parametrize("dtype", [np.longdouble, object, "U3"])
+def test_a_numpy_array_of_a_type_jax_has_no_buffer_for_is_a_diagnostic(dtype) -> None:
+    """numpy arrays are handed to JAX as the buffer it makes of them (float64 as float32 without x64);
+    one of a type JAX holds no buffer of (long double, objects, strings) stopped at JAX's TypeError
+    ("Error interpreting argument to stage as a JAX value") instead of sparsile's diagnostic."""
+
+    @sp.jit
+    def copy(x, out, BLOCK: sp.constexpr = 8):
+        offs = sp.arange(0, BLOCK)
+        sp.store(out + offs, sp.load(x + offs))
+
+    a = np.arange(8).astype(dtype)
+    with pytest.raises(Exception, match=r"error\[SP07\d\d\]") as info:
+        call(copy, (1,), a, out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32))
+    assert not isinstance(info.value, TypeError)
