@@ -131,10 +131,13 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
         return array.astype(op.host_dtype)
     with np.errstate(over="ignore", invalid="ignore"):  # numpy's RuntimeWarning: ours counts them
         cast = array.astype(op.host_dtype)
-    if array.dtype.kind == "f" and array.dtype.itemsize > np.dtype(op.host_dtype).itemsize:
-        overflowed = np.isfinite(array) & ~np.isfinite(cast.astype(np.float32))
-        if overflowed.any():
-            warn_overflowed(int(overflowed.sum()), op, what)
+    # any input type: a float wider than op, one as wide with more range (bf16 -> f16), an ml_dtypes
+    # type (kind "V"), integers (int32 -> f16); one pass over the cast, the input read where it is inf
+    inf = np.isinf(cast)
+    if inf.any():
+        overflowed = int(np.isfinite(array[inf]).sum())
+        if overflowed:
+            warn_overflowed(overflowed, op, what)
     return cast
 
 

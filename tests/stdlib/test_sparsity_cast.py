@@ -118,3 +118,17 @@ def test_an_s8_cast_of_a_value_beyond_its_range_is_refused(bad) -> None:
     assert info.value.code == "SP0804" and info.value.message.startswith("1 values of b are not finite")
     within = np.array([[127.0, 0, -128.0, 0]])
     assert S.compress(within, "s8")[0].tolist() == [[127, -128]]
+
+
+@pytest.mark.parametrize(("values", "op"), [
+    (np.array([1e5, 1.0], ml_dtypes.bfloat16), "f16"),  # bf16 -> f16: the same size, a narrower range
+    (np.array([1e5, 1.0], ml_dtypes.bfloat16), "e5m2"),  # an ml_dtypes type (dtype kind "V")
+    (np.array([100000, 1], np.int32), "f16"),  # integers
+    (np.array([100000, 1], np.int64), "e5m2")])
+def test_every_finite_value_that_became_inf_is_counted(values, op):
+    """The OverflowWarning counted only float inputs (kind "f") wider than the operand type, and numpy's
+    own RuntimeWarning was silenced for every cast: bf16 -> f16 and int32 -> f16 (which numpy warned of)
+    and bf16 / int64 -> e5m2 became ±inf without a word."""
+    with pytest.warns(S.OverflowWarning, match=r"^1 values of w lie beyond"):
+        cast = S.cast_to_operand(values, S.operand_type(op))
+    assert np.isinf(cast.astype(np.float32)).tolist() == [True, False]
