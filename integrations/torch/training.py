@@ -462,7 +462,8 @@ def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
     compression is a function of the weight and the mask, so every layer's mask, values, meta,
     values_t and meta_t end as they were, the same tensors at the same addresses, where the
     compressions were up to date with the weight (after an optimizer step, the trainer's re-prune:
-    those a refresh gives). Before this, each
+    those a refresh gives). If the rollback's own compression of a layer fails, that layer keeps its
+    old mask and is left stale: its next eager call compresses it. Before this, each
     layer re-pruned itself: a failure at the third layer left the first two re-pruned. Holding
     every layer's new compressions until the end would cost about 3¼ bytes per weight element of
     the model at once; this costs one layer's compressions and the packed masks."""
@@ -481,10 +482,17 @@ def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
             copy_all(layer._writes(compressions, mask))
             layer._written(repruned=True, stacklevel=5)
     except BaseException:
-        for layer, old, checked in reversed(done):
+        # every old mask back first (a copy each, no memory): a rollback that fails itself at a
+        # layer's compression (out of memory again) still leaves no layer with its new mask
+        for layer, old, _ in reversed(done):
             layer.mask.copy_(_unpacked_bits(old, layer.mask.shape))
-            copy_all(layer._writes(layer._compressions(layer.mask, interpret)))
-            layer._written(stacklevel=5)
+            layer.__dict__["_fresh"] = None  # stale until compressed again: its next eager call does it
+        for layer, _, checked in reversed(done):
+            try:
+                copy_all(layer._writes(layer._compressions(layer.mask, interpret)))
+                layer._written(stacklevel=5)
+            except Exception:  # left stale (its mask is the old one): the original error goes up
+                layer.__dict__["_fresh"] = None
             # an old mask not checked (SP0918) stays so, and the layer stale: its next eager call
             # checks it (marked checked, a mask edited to keep 3 of 4 was compressed and used)
             layer.__dict__["_mask_checked"] = layer._mask_key() if checked else None

@@ -685,3 +685,35 @@ def test_reprune_rolled_back_keeps_an_unchecked_mask_unchecked(monkeypatch):
     assert layer.mask[0, :4].all()
     with pytest.raises(IntegrationError, match="SP0918"):
         layer(_x(dtype=torch.float32))
+
+
+def test_a_rollback_that_fails_itself_leaves_no_layer_with_its_new_mask(monkeypatch):
+    """The device out of memory at the third layer's re-prune and again at the rollback's compression
+    of the second: the rollback put back one mask and compression at a time, so the first layer kept
+    its new mask. Every old mask goes back first; a layer whose compression then fails is left stale
+    (its next eager call compresses it), and the original error goes up."""
+    from sparsile.integrations.torch import training
+
+    model = _trainable()
+    masks = [layer.mask.clone() for layer in training.trainable_layers(model)]
+
+    calls = [0]
+    real = training._compressed
+
+    def compressed(*args, **kwargs):  # layers 1, 2: 2 calls each; layer 3's first: the error;
+        calls[0] += 1                 # the rollback's first (layer 2's W): the error again
+        if calls[0] in (5, 6):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (simulated, call {calls[0]})")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "_compressed", compressed)
+    with pytest.raises(torch.OutOfMemoryError, match="call 5"):
+        spt.reprune_(model)
+    monkeypatch.undo()
+    for layer, mask in zip(training.trainable_layers(model), masks, strict=True):
+        assert torch.equal(layer.mask, mask)
+    x = _x(dtype=torch.float32)
+    y = model(x)  # the stale layer compresses itself again: the same output as a fresh model's
+    for layer in training.trainable_layers(model):
+        layer.refresh()
+    assert torch.equal(model(x), y)
