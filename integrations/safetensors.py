@@ -37,6 +37,7 @@ DTYPES: dict[str, np.dtype] = {
 
 _NAMES = {dt: name for name, dt in DTYPES.items()}
 MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
+MAX_DIMS = 64  # numpy's limit on an array's dimensions (numpy >= 2)
 
 
 def _file_error(path: Path, message: str, help: str = "rewrite the file with a safetensors writer") -> IntegrationError:
@@ -64,18 +65,23 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
         if len(head) < 8:
             raise _file_error(path, f"{size} bytes is too short for a safetensors file (8-byte header length)")
         (n,) = struct.unpack("<Q", head)
-        if n > min(MAX_HEADER, size - 8):
+        if n > size - 8:
             raise _file_error(path, f"header length {n} exceeds the file ({size} bytes)")
+        if n > MAX_HEADER:
+            raise _file_error(path, f"header length {n} exceeds the limit of {MAX_HEADER} bytes")
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:  # (json keeps the last value of a name: another tensor without a word)
+        raise _file_error(path, f"the header names {exc.args[0]!r} twice") from None
+    except ValueError as exc:  # (not UTF-8, not JSON, an integer of more than 4300 digits)
         raise _file_error(path, f"the header is not JSON: {exc}") from exc
     except RecursionError:  # (arrays nested thousands deep)
         raise _file_error(path, "the header is not JSON: nested too deeply") from None
     if not isinstance(header, dict):
         raise _file_error(path, "the header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # ([] or "" is no map: not taken for an empty one)
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise _file_error(path, "__metadata__ must map names to strings")
     data_size = size - 8 - n
@@ -83,6 +89,20 @@ def read_header(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, 
         _check_entry(path, name, info, data_size)
     _check_tiling(path, header, data_size)
     return header, metadata, 8 + n
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; _DuplicateKey for a name given twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
@@ -94,6 +114,8 @@ def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
     shape, offsets = info["shape"], info["data_offsets"]
     if not (isinstance(shape, list) and all(_is_int(s) and s >= 0 for s in shape)):
         raise _file_error(path, f"tensor {name!r} has shape {shape!r}, not a list of sizes")
+    if len(shape) > MAX_DIMS:
+        raise _file_error(path, f"tensor {name!r} has {len(shape)} dimensions, more than numpy's {MAX_DIMS}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
             and 0 <= offsets[0] <= offsets[1] <= data_size):
         raise _file_error(path, f"tensor {name!r} has data_offsets {offsets!r} outside the {data_size} data bytes")
@@ -101,6 +123,10 @@ def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
     if offsets[1] - offsets[0] != want:
         raise _file_error(path, f"tensor {name!r} of shape {shape} {info['dtype']} needs {want} bytes, its offsets "
                           f"hold {offsets[1] - offsets[0]}")
+    # numpy's limit on an array's bytes (zero sizes left out: the bytes above are 0, numpy still refuses
+    # np.empty((0, 2**40, 2**40)) as "array is too big")
+    if math.prod(s for s in shape if s) * DTYPES[info["dtype"]].itemsize > np.iinfo(np.intp).max:
+        raise _file_error(path, f"tensor {name!r} has shape {shape}, larger than numpy can hold")
 
 
 def _is_int(value: Any) -> bool:
@@ -143,6 +169,13 @@ def save_file(tensors: Mapping[str, Any], path: str | Path, metadata: Mapping[st
     """Write ``tensors`` (name -> numpy array, or anything numpy.asarray accepts) to ``path``
     (through a ``.partial`` file renamed at the end, so that overwriting a file whose tensors are
     still mapped by :func:`load_file` is safe)."""
+    for name in tensors:  # (json.dumps writes 1 and "1" as one name; "__metadata__" is the metadata's key)
+        if not isinstance(name, str):
+            raise IntegrationError(SP_SAFETENSORS_FILE, f"tensor names must be strings, got {type(name).__name__} "
+                                   f"{name!r}", help="name every tensor by a str")
+        if name == "__metadata__":
+            raise IntegrationError(SP_SAFETENSORS_FILE, "cannot write a tensor named '__metadata__' (the header's "
+                                   "metadata key)", help="rename the tensor")
     arrays = {name: np.asarray(t) for name, t in tensors.items()}
     arrays = {name: a if a.flags.c_contiguous else a.copy(order="C") for name, a in arrays.items()}  # 0-d stays 0-d
     header: dict[str, Any] = {}
