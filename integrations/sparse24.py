@@ -53,7 +53,13 @@ def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str) -> np.nda
     if bits.dtype != np.uint8 or bits.shape != want:
         raise _layer_error(name, f"bitmask must be uint8 of shape {want}, got {bits.dtype} {bits.shape}",
                            help="pack the mask with numpy.packbits(mask, axis=1, bitorder='little')")
-    mask = np.unpackbits(bits, axis=1, count=cols, bitorder="little").astype(bool)
+    mask = np.unpackbits(bits, axis=1, bitorder="little").astype(bool)
+    if mask[:, cols:].any():  # (packbits leaves them zero: the mask was packed for a wider weight)
+        row = int(np.argwhere(mask[:, cols:])[0][0])
+        raise _layer_error(name, f"the bitmask keeps elements beyond column {cols} (row {row}); the .shape "
+                           f"[{rows}, {cols}] is narrower than the weight it was packed from",
+                           help="write .shape as the weight's [out_features, in_features]")
+    mask = mask[:, :cols]
     groups = -(-cols // GROUP)
     padded = np.zeros((rows, groups * GROUP), dtype=bool)
     padded[:, :cols] = mask
@@ -79,6 +85,11 @@ def dense_from_bitmask(compressed: Any, bitmask: Any, shape: Any, name: str = "?
     if kept != values.size:
         raise _layer_error(name, f"the bitmask keeps {kept} elements but compressed holds {values.size}",
                            help="write exactly one compressed value per set bit of the bitmask")
+    per_row = mask.sum(axis=1)
+    if (per_row != values.shape[1]).any():  # (the flattened scatter would move values across rows)
+        row = int(np.argwhere(per_row != values.shape[1])[0][0])
+        raise _layer_error(name, f"the bitmask keeps {int(per_row[row])} elements of row {row} but compressed holds "
+                           f"{values.shape[1]} per row", help="write each row's kept values in its row of compressed")
     dense = np.zeros((rows, cols), dtype=values.dtype)
     dense[mask] = values.reshape(-1)
     return dense
