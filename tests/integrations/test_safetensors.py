@@ -133,3 +133,24 @@ def test_a_dtype_that_is_not_a_name_is_sp0911(tmp_path, dtype):
         st.load_file(tmp_path / "x.safetensors")
     assert (info.value.code, info.value.message) == (
         "SP0911", f"x.safetensors: tensor 't' has dtype {json.loads(dtype)!r}, which this reader does not know")
+
+
+def test_a_bool_tensor_of_bytes_other_than_0_and_1_is_refused(tmp_path):
+    """A BOOL tensor's bytes were viewed as numpy bools unchecked: a byte of 2 became a bool that is
+    neither True nor False bit for bit (``~x`` of it is True). It is SP0910; 0 and 1 load."""
+    path = tmp_path / "b.safetensors"
+    st.save_file({"ok": np.array([True, False, True]), "mask": np.zeros(4, np.uint8)}, path)
+    assert st.load_file(path)["ok"].tolist() == [True, False, True]
+    raw = bytearray(path.read_bytes())
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    header["mask"]["dtype"] = "BOOL"
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    body = raw[8 + struct.unpack("<Q", raw[:8])[0]:]
+    body[header["mask"]["data_offsets"][0] + 1] = 2
+    path.write_bytes(struct.pack("<Q", len(text)) + text + body)
+    with pytest.raises(IntegrationError) as info:
+        st.load_file(path)
+    assert info.value.code == "SP0910"
+    assert "BOOL tensor 'mask' holds bytes other than 0 and 1" in info.value.message
+    assert st.load_file(path, {"ok"})["ok"].tolist() == [True, False, True]
