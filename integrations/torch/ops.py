@@ -38,6 +38,12 @@ import math
 
 import torch
 
+try:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+except ImportError:  # torch < 2.8: no unbacked-friendly guards (a plain bool, as before)
+    def guard_or_false(condition: object) -> bool:
+        return bool(condition)
+
 from ...stdlib.kernels.linear_args import is_gated
 from ...stdlib.sparsity import metadata_shape
 from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
@@ -115,7 +121,10 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
         raise _bad(f"scale_w has {scale_w.numel()} elements; it is per tensor (1) or per output channel ({n})",
                    help="pass SparseLinear.scale_w")
     tokens = math.prod(x.shape[:-1])
-    if scale_x is not None and scale_x.numel() not in (1, tokens):
+    # (guard_or_false: with an unbacked T (mark_unbacked; a scale_x of (u0,) for x's u0 tokens) ``numel == 1``
+    # cannot be decided while tracing, and ``in (1, tokens)`` raised torch's data-dependent guard error; refused
+    # here only where known to be wrong, and by the real op on every call)
+    if scale_x is not None and guard_or_false(scale_x.numel() != 1) and guard_or_false(scale_x.numel() != tokens):
         raise _bad(f"scale_x has {scale_x.numel()} elements; it is per tensor (1) or per token ({tokens})",
                    help="pass the scale quantize_per_token_e4m3 returned")
     for what, t in (("values", values), ("meta", meta), ("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
