@@ -6,6 +6,8 @@ gradient with a dynamic T. On the CPU the op runs in the interpreter: small laye
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
@@ -124,13 +126,17 @@ def test_unbacked_scale_x_still_refused_when_known_wrong():
 
 @pytest.mark.parametrize("dtype", [None, "e4m3"])
 def test_export_with_a_token_dim_runs_at_every_t(dtype):
-    """torch.export with Dim("T"): one program for T = 0, 1, 2, ... (N-D: a Dim per leading dimension)."""
+    """torch.export with Dim("T"): one program for T = 0, 1, 2, ..., also saved and loaded (N-D: a Dim per
+    leading dimension)."""
     from torch.export import Dim
 
     layer = _layer(dtype, activation="silu")
     model = torch.nn.Sequential(layer)  # (a SparseLinear as the root: see the xfail below)
     program = torch.export.export(model, (_x(4, 128),), dynamic_shapes={"input": {0: Dim("T")}})
-    run = program.module()
+    saved = io.BytesIO()
+    torch.export.save(program, saved)
+    saved.seek(0)
+    run = torch.export.load(saved).module()  # (and through torch.export.save / load)
     for i, t in enumerate([0, 1, 2, 17, 40]):
         x = _x(t, 128, seed=i)
         check_against_float64(layer, x, run(x))
