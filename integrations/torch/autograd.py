@@ -345,58 +345,47 @@ def _no_quantizer_grad(ctx: Any, d_xq: torch.Tensor, d_scale: torch.Tensor) -> t
                  "through its quantizer by the op sparse_linear_e4m3, which takes the 16-bit x")
 
 
-class OpWithInputGrad(torch.autograd.function._SingleLevelFunction):
-    """The autograd formula of ``sparsile::sparse_linear`` (:func:`_backward`) as the op's Autograd
-    kernel applies it (:func:`_autograd_kernel`): a node on x's autograd graph at the level where
-    the kernel runs, the forward the kernel below autograd (``redispatch``, the last input). That
-    is how torch's own operators work under torch.func's grad transforms (``grad``, ``vjp``,
-    ``jacrev``): the kernel runs once per transform level, on that level's GradTrackingTensors,
-    and the redispatch unwraps them for the level below; a vmap level runs the op's vmap rule
-    (vmap_rules.py) before autograd. A ``_SingleLevelFunction``, the base of ``autograd.Function``
-    without its torch.func routing (which would send the call to the transforms above, already
-    handled, and fails inside a kernel: "could not find kernel for HigherOrderOperator
-    custom_function_call at dispatch key AutogradCPU"). ``torch.library.register_autograd`` applies
-    an ``autograd.Function`` without ``setup_context``, which torch.func refuses: before, the op
-    called directly under ``torch.func.grad`` stopped at torch's RuntimeError."""
+def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
+    """The autograd formula of a sparse linear op, from its own ``setup_context`` and ``backward``
+    (:func:`_setup_context` / :func:`_backward`, or their e4m3 twins); ``apply`` takes the op's
+    tensors, ``activation``, ``out_dtype``, then the redispatch.
 
-    @staticmethod
-    def forward(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
-                scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, activation: str | None,
-                out_dtype: torch.dtype | None, redispatch: Any) -> torch.Tensor:
-        return redispatch(x, values, meta, bias, scale_x, scale_w)
+    The formula as the op's Autograd kernel applies it (:func:`_autograd_kernel`): a node on x's autograd
+    graph at the level where the kernel runs, the forward the kernel below autograd (``redispatch``, the
+    last input). That is how torch's own operators work under torch.func's grad transforms (``grad``,
+    ``vjp``, ``jacrev``): the kernel runs once per transform level, on that level's GradTrackingTensors, and
+    the redispatch unwraps them for the level below; a vmap level runs the op's vmap rule (vmap_rules.py)
+    before autograd. A ``_SingleLevelFunction``, the base of ``autograd.Function`` without its torch.func
+    routing (which would send the call to the transforms above, already handled, and fails inside a kernel:
+    "could not find kernel for HigherOrderOperator custom_function_call at dispatch key AutogradCPU").
+    ``torch.library.register_autograd`` applies an ``autograd.Function`` without ``setup_context``, which
+    torch.func refuses: before, the op called directly under ``torch.func.grad`` stopped at torch's
+    RuntimeError."""
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        *tensors, activation, _, _ = inputs
-        _setup_context(ctx, tuple(tensors), {"activation": activation}, output)
+    class Formula(torch.autograd.function._SingleLevelFunction):
+        @staticmethod
+        def forward(*args: Any) -> torch.Tensor:
+            *tensors, _activation, _out_dtype, redispatch = args
+            return redispatch(*tensors)
 
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return (*_backward(ctx, dy), None, None, None)
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            *tensors, activation, _, _ = inputs
+            setup_context(ctx, tuple(tensors), {"activation": activation}, output)
 
-    jvp = LayerWithInputGrad.jvp  # forward mode: SP0922
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+            return (*backward(ctx, dy), None, None, None)
+
+        jvp = LayerWithInputGrad.jvp  # forward mode: SP0922
+
+    return Formula
 
 
-class E4m3OpWithInputGrad(torch.autograd.function._SingleLevelFunction):
-    """:class:`OpWithInputGrad` of ``sparsile::sparse_linear_e4m3`` (x's straight-through gradient,
-    :func:`_backward_e4m3`)."""
-
-    @staticmethod
-    def forward(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
-                scale_w: torch.Tensor, activation: str | None, out_dtype: torch.dtype | None,
-                redispatch: Any) -> torch.Tensor:
-        return redispatch(x, values, meta, bias, scale_w)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        *tensors, activation, _, _ = inputs
-        _setup_context_e4m3(ctx, tuple(tensors), {"activation": activation}, output)
-
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return (*_backward_e4m3(ctx, dy), None, None, None)
-
-    jvp = LayerWithInputGrad.jvp
+OpWithInputGrad = _op_with_input_grad(_setup_context, _backward)
+"""The Autograd formula of ``sparsile::sparse_linear`` (:func:`_backward`; :func:`_op_with_input_grad`)."""
+E4m3OpWithInputGrad = _op_with_input_grad(_setup_context_e4m3, _backward_e4m3)
+"""OpWithInputGrad of ``sparsile::sparse_linear_e4m3`` (x's straight-through gradient, :func:`_backward_e4m3`)."""
 
 
 def _has_tangent(args: tuple[Any, ...]) -> bool:
