@@ -24,6 +24,7 @@ from .atomic import restore_modules, swap_modules
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
 from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
 from .linear import SparseLinear
+from .training import SemiSparseLinear
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4
@@ -271,8 +272,6 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "sparsify_: glu=True applies to fused gate/up projections, "
                                "but fuse is not set", help="pass fuse=True with glu=True")
     groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
-    from .training import SemiSparseLinear  # (training.py builds on this module's imports)
-
     report = SparsifyReport(layer="SemiSparseLinear" if trainable else "SparseLinear")
     chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
     tied = TiedTensors(model)
