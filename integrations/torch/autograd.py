@@ -46,7 +46,6 @@ the call). Forward mode (``jvp``, ``jacfwd``, a dual x of ``torch.autograd.forwa
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -460,7 +459,5 @@ def register(library: Any) -> None:
                  with_keyset=True)
     library.impl("sparse_linear_e4m3", _autograd_kernel("sparse_linear_e4m3", E4m3OpWithInputGrad, 5, keywords),
                  "Autograd", with_keyset=True)
-    with warnings.catch_warnings():  # (torch.library.custom_op registered one: torch warns that it is replaced)
-        warnings.filterwarnings("ignore", "Warning only once for all operators", UserWarning)
-        library.impl("quantize_per_token_e4m3", _autograd_kernel("quantize_per_token_e4m3", _QuantizerGradRefused, 1),
-                     "Autograd", with_keyset=True)
+    library.impl("quantize_per_token_e4m3", _autograd_kernel("quantize_per_token_e4m3", _QuantizerGradRefused, 1),
+                 "Autograd", with_keyset=True)

@@ -196,9 +196,16 @@ def _sparse_linear_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tenso
     return x.new_empty((*x.shape[:-1], Weight(values, meta, bias, scale_w, activation).out_features), dtype=out)
 
 
-@torch.library.custom_op("sparsile::quantize_per_token_e4m3", mutates_args=())
+QUANTIZE_SCHEMA = "quantize_per_token_e4m3(Tensor x) -> (Tensor, Tensor)"
+"""Defined with ``torch.library.Library`` as ``sparse_linear`` is, not ``torch.library.custom_op``: the
+decorator registers a Python Autograd kernel of its own, and torch before 2.13 refuses the one
+autograd.py registers over it (RuntimeError at import: every op was unusable on torch 2.11)."""
+_LIBRARY.define(QUANTIZE_SCHEMA)
+
+
 def quantize_per_token_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_q float8_e4m3fn of x's shape, scale_x float32 of x.shape[:-1]) with x ≈ x_q * scale_x."""
+    """(x_q float8_e4m3fn of x's shape, scale_x float32 of x.shape[:-1]) with x ≈ x_q * scale_x: the
+    CPU and CUDA implementation of ``torch.ops.sparsile.quantize_per_token_e4m3``."""
     _check_quantize_input(x)
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
     xq, scale = quantize_per_token(x2)
@@ -211,7 +218,11 @@ def _check_quantize_input(x: torch.Tensor) -> None:
                                f"float32 x, got {x.dtype} {tuple(x.shape)}", help="cast x first")
 
 
-@quantize_per_token_e4m3.register_fake
+_LIBRARY.impl("quantize_per_token_e4m3", quantize_per_token_e4m3, "CPU")
+_LIBRARY.impl("quantize_per_token_e4m3", quantize_per_token_e4m3, "CUDA")
+
+
+@torch.library.register_fake("sparsile::quantize_per_token_e4m3", lib=_LIBRARY)
 def _quantize_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _check_quantize_input(x)
     # contiguous as the real op's (not empty_like: that keeps a transposed x's strides, which the real

@@ -25,6 +25,19 @@ def test_schema():
                     "*, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
 
 
+def test_no_op_is_a_custom_op_whose_autograd_kernel_autograd_py_replaces():
+    """autograd.py registers each op's Autograd kernel with ``Library.impl``. Over the one that
+    ``torch.library.custom_op`` registers, torch before 2.13 raises at import (quantize_per_token_e4m3
+    was a custom_op: ``import sparsile.torch`` failed on torch 2.11, found on the H100): each op that
+    autograd.py gives a kernel is defined with ``Library.define`` instead (the training ops are
+    custom_ops with ``register_autograd``: no second kernel)."""
+    from torch._library.custom_ops import OPDEFS
+
+    for name in ("sparse_linear", "sparse_linear_e4m3", "quantize_per_token_e4m3"):
+        assert f"sparsile::{name}" not in OPDEFS
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"sparsile::{name}", "Autograd")
+
+
 def _args(layer, x):
     return (x.to(layer.values.dtype), layer.values, layer.meta, layer.bias)
 
