@@ -6,6 +6,7 @@
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
 #   bash scripts/gpu_runs.sh tma-store        # the TMA-store epilogue kernels: GPU tests, then timed (gemm_variants)
+#   bash scripts/gpu_runs.sh h100-40          # the H200's tuned tables on an H100 against its heuristics (8B bf16 rows, 8192^3)
 #   bash scripts/gpu_runs.sh a39              # the thirty-ninth session's merges (torch.func on the ops, re-prune rollback), then tests-rest
 #   bash scripts/gpu_runs.sh tests-torch      # the torch and JAX GPU test files; tests-rest: every other GPU test
 #   bash scripts/gpu_runs.sh check            # tests-all, then the layer with and without the shipped table
@@ -153,6 +154,29 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+h100-40)  # does the H200's tuned table help an H100 (132 SMs too, less HBM bandwidth) over the heuristics? The 8B grid
+     # rows (bf16) and 8192^3 without a table, then with h200.json / decode-h200.json copied under the H100's names
+     # (this machine's checkout only; nothing is committed)
+    gemm_rows() {  # gemm_rows TAG
+        run 200 python benchmarks/bench_sparse_gemm.py --grid llama3 --shapes 8B --dtypes bf16 --tokens 1 16 256 1024 \
+            --json "$out/grid-$1.json"
+        run 60 python benchmarks/bench_sparse_gemm.py --case bf16:8192x8192x8192 --json "$out/big-$1.json"
+    }
+    gemm_rows heuristic
+    slug=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | sed 's/^nvidia //; s/ /-/g')
+    cp stdlib/kernels/tuned/h200.json "stdlib/kernels/tuned/$slug.json"
+    python - "$slug" <<'PY'
+import json, sys
+from sparsile.backend import runtime
+dev = runtime.current_device()
+t = json.load(open("stdlib/kernels/tuned/decode-h200.json"))
+t["gpu"], t["sms"] = dev.name, dev.sm_count
+t["entries"] = {k.replace("NVIDIA H200/132", f"{dev.name}/{dev.sm_count}"): v for k, v in t["entries"].items()}
+json.dump(t, open(f"stdlib/kernels/tuned/decode-{sys.argv[1]}.json", "w"), indent=1)
+print("tables copied for", dev.name, dev.sm_count)
+PY
+    gemm_rows h200-table
+    ;;
 a39)  # the thirty-ninth session's merges, not run on a GPU (the H100 ran out of device time first): the ops called
      # directly under torch.func (their own Autograd kernels; the GPU twin test), re-prune's rollback and refresh
      # computing both compressions first (training), one-row x of a wider tensor (packed strides), then the
