@@ -218,27 +218,54 @@ def find(index: TableIndex, dtype: str, m: int, n: int, k: int, nearby: bool = F
     return None if nearby and en >= n and en >= 2 * n else config
 
 
-def shipped_table(gpu: str) -> Path | None:
-    """``tuned/<gpu>.json`` for a GPU name (``NVIDIA H200`` -> ``h200.json``) if it ships."""
+@dataclass(frozen=True)
+class TableGpu:
+    """The GPU a shipped table was tuned on: its name, architecture (``sm_90``) and SM count."""
+
+    name: str
+    arch: str
+    sms: int
+
+
+SHIPPED_TABLE_GPUS: dict[str, TableGpu] = {"h200.json": TableGpu("NVIDIA H200", "sm_90", 132)}
+"""Where each shipped table was tuned. A GPU with no table of its own borrows the one tuned on a GPU
+of the same architecture and SM count (tile shapes, stages and CTA pairs are choices about the SMs;
+the borrower differs in memory bandwidth): on an H100 (sm_90, 132 SMs) the H200's table ran the
+Llama-3 8B rows with T >= 256 and 8192³ 1.00-1.47x faster than the planned heuristics, which were
+slower than cuBLAS dense on 6144 x 256 x 4096 (benchmarks/RESULTS.md, fortieth session)."""
+
+
+def shipped_table(gpu: str, arch: str | None = None, sms: int | None = None) -> Path | None:
+    """``tuned/<gpu>.json`` for a GPU name (``NVIDIA H200`` -> ``h200.json``) if it ships; else,
+    given the GPU's ``arch`` and ``sms``, the shipped table of a GPU with the same two
+    (:data:`SHIPPED_TABLE_GPUS`); else None."""
     slug = gpu.lower().removeprefix("nvidia ").replace(" ", "-")
     path = TUNED_DIR / f"{slug}.json"
-    return path if path.is_file() else None
+    if path.is_file():
+        return path
+    borrowed = (TUNED_DIR / file for file, origin in SHIPPED_TABLE_GPUS.items()
+                if (origin.arch, origin.sms) == (arch, sms))
+    return next((path for path in borrowed if path.is_file()), None)
 
 
 @functools.cache
-def _shipped_index(gpu: str) -> TableIndex:
-    path = shipped_table(gpu)
+def _shipped_index(gpu: str, arch: str | None = None, sms: int | None = None) -> TableIndex:
+    path = shipped_table(gpu, arch, sms)
     return index_table(load_gemm_table(path)) if path is not None else {}
 
 
 def shipped_config(dtype: str, m: int, n: int, k: int, nearby: bool = False) -> GemmConfig | None:
     """The shipped table's config (:func:`find`, ``nearby`` as there) for an (M, N, K) problem on the
-    current GPU, or None: no table ships for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
+    current GPU (its own table, else one borrowed: :func:`shipped_table`), or None: no table ships
+    for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
     if os.environ.get(TUNED_TABLE_ENV, "1") == "0":
         return None
-    from ...backend.runtime.bench import device_name
+    from ...backend import runtime
 
-    return find(_shipped_index(device_name()), dtype, m, n, k, nearby)
+    if not runtime.has_gpu():
+        return find(_shipped_index("cpu"), dtype, m, n, k, nearby)
+    device = runtime.current_device()
+    return find(_shipped_index(device.name, device.arch, device.sm_count), dtype, m, n, k, nearby)
 
 
 def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = None, interpret: bool = False,

@@ -110,7 +110,7 @@ def test_the_linear_kernel_tunes_and_its_entry_is_planned(tmp_path, monkeypatch)
     assert entry["default_us"] is not None and entry["us"] <= entry["default_us"]
     config = GemmConfig.from_json(entry["config"])
     index = index_table(load_gemm_table(path))
-    monkeypatch.setattr(tuning, "_shipped_index", lambda gpu: index)
+    monkeypatch.setattr(tuning, "_shipped_index", lambda *gpu: index)
     weight, x = problem("bf16", m, t, k, seed=5)
     out = torch.full((t, m), float("nan"), device="cuda", dtype=torch.bfloat16)
     plan = linear.plan_sparse_linear(cuda_copy(np.asarray(weight.values)), weight.meta, cuda_copy(x), out=out)

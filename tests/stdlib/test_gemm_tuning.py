@@ -379,3 +379,34 @@ def test_tuning_skips_shapes_sparse_matmul_runs_on_the_decode_kernel(monkeypatch
     assert not runs_the_decode_kernel("s8", 6144, 16, 4096) and not runs_the_decode_kernel("tf32", 64, 16, 64)
     monkeypatch.setenv("SPARSILE_DECODE_KERNEL", "0")
     assert not runs_the_decode_kernel("bf16", 6144, 64, 4096)
+
+
+def _device(name: str, cc: tuple[int, int], sms: int) -> Any:
+    from sparsile.backend.runtime.devices import DeviceInfo
+
+    return DeviceInfo(0, name, cc, sms, 49152, 232448, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 16,
+                      50 * 2**20)
+
+
+@pytest.mark.parametrize("name, cc, sms, borrowed", [
+    ("NVIDIA H200", (9, 0), 132, True),  # its own table
+    ("NVIDIA H100 80GB HBM3", (9, 0), 132, True),  # the H200's: same architecture and SM count
+    ("NVIDIA H100 PCIe", (9, 0), 114, False),  # other SM count: the heuristics
+    ("NVIDIA B200", (10, 0), 132, False),  # other architecture
+])
+def test_a_gpu_without_a_table_borrows_one_of_the_same_architecture_and_sm_count(
+        monkeypatch: pytest.MonkeyPatch, name: str, cc: tuple[int, int], sms: int, borrowed: bool) -> None:
+    """On an H100 the heuristics ran 6144 x 256 x 4096 at 0.79x cuBLAS dense, the H200's table at
+    1.16x (benchmarks/RESULTS.md, fortieth session): sparse_matmul and the layer take that table's
+    entries on a GPU with none of its own and the H200's architecture and SM count."""
+    from sparsile.backend import runtime
+    from sparsile.stdlib.kernels import tuning
+
+    monkeypatch.delenv(tuning.TUNED_TABLE_ENV, raising=False)
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "current_device", lambda *a: _device(name, cc, sms))
+    want = tuning.find(tuning.index_table(tuning.load_gemm_table(tuning.TUNED_DIR / "h200.json")), "bf16", 6144, 256,
+                       4096, True)
+    assert want is not None
+    assert tuning.shipped_config("bf16", 6144, 256, 4096, nearby=True) == (want if borrowed else None)
+    assert (tuning.shipped_table(name, f"sm_{cc[0]}{cc[1]}", sms) == tuning.TUNED_DIR / "h200.json") == borrowed

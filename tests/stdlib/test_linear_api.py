@@ -563,7 +563,7 @@ def test_the_tables_lookup_and_its_switch(monkeypatch: pytest.MonkeyPatch) -> No
 
     index = {("linear-bf16", 6144, 4096): [(256, GemmConfig(128)), (1024, GemmConfig(256, 5))],
              ("bf16", 4096, 4096): [(256, GemmConfig(64))]}  # sparse_matmul's entries: not the layer's
-    monkeypatch.setattr(tuning, "_shipped_index", lambda gpu: index)
+    monkeypatch.setattr(tuning, "_shipped_index", lambda *gpu: index)
     assert linear.tuned_config("bf16", 6144, 200, 4096, False) == GemmConfig(128)
     assert linear.tuned_config("bf16", 6144, 100, 4096, False) is None  # the 256 entry is not nearby
     assert linear.tuned_config("bf16", 6144, 129, 4096, False) == GemmConfig(128)
