@@ -1175,10 +1175,6 @@ tests-kernels)
         tests/gpu/test_sparse_gemm_tile.py tests/gpu/test_wgmma_register_a.py tests/gpu/test_autotune_gpu.py \
         tests/stdlib tests/frontend tests/backend
     ;;
-tests-torch)
-    run 560 python -m pytest -q -m gpu tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_training_gpu.py \
-        tests/gpu/test_jax_gpu.py tests/integrations tests/test_demo.py
-    ;;
 bench-layer)
     run 120 python benchmarks/bench_launch.py
     run 420 python benchmarks/bench_linear.py --dtypes bf16 --quick --max-seconds 300 --json "$out/linear_bf16.json"
