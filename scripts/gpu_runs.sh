@@ -6,6 +6,7 @@
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
 #   bash scripts/gpu_runs.sh tma-store        # the TMA-store epilogue kernels: GPU tests, then timed (gemm_variants)
+#   bash scripts/gpu_runs.sh b40              # the fortieth session's merges: torch / JAX / tuning GPU tests, the layer with the borrowed table
 #   bash scripts/gpu_runs.sh h100-40          # the H200's tuned tables on an H100 against its heuristics (8B bf16 rows, 8192^3)
 #   bash scripts/gpu_runs.sh a39              # the thirty-ninth session's merges (torch.func on the ops, re-prune rollback), then tests-rest
 #   bash scripts/gpu_runs.sh tests-torch      # the torch and JAX GPU test files; tests-rest: every other GPU test
@@ -154,6 +155,15 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+b40)  # after the fortieth session's merges: every torch GPU file and JAX on this machine's torch, the tuning and
+     # autotune GPU tests, then the layer at T = 256 / 1024 (8B, bf16) without a table and with the borrowed one
+    run 300 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+        tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
+        tests/frontend tests/stdlib/test_special_values.py
+    SPARSILE_TUNED_TABLE=0 run 100 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 \
+        --json "$out/linear-heuristic.json"
+    run 100 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 --json "$out/linear-borrowed.json"
+    ;;
 h100-40)  # does the H200's tuned table help an H100 (132 SMs too, less HBM bandwidth) over the heuristics? The 8B grid
      # rows (bf16) and 8192^3 without a table, then with h200.json / decode-h200.json copied under the H100's names
      # (this machine's checkout only; nothing is committed)
