@@ -33,8 +33,9 @@ def float_to_int(a: np.ndarray, ddt: np.dtype) -> np.ndarray:
     lo, hi = float(info.min), float(info.max) + 1.0  # both powers of two (or 0): exact in float64
     inside = (x >= lo) & (x < hi)
     out = np.where(inside, x, 0).astype(ddt)
-    out = np.where(x >= hi, info.max, out)
-    out = np.where(x < lo, info.min, out)
+    # the bounds as ``ddt`` values, not Python ints: numpy 1.x promoted a 0-d u64 with the int 0 to f64
+    out = np.where(x >= hi, np.array(info.max, ddt), out)
+    out = np.where(x < lo, np.array(info.min, ddt), out)
     return np.asarray(out, ddt)
 
 
@@ -90,7 +91,8 @@ def tf32_round(a: Any) -> np.ndarray:
     """f32 values rounded to tf32 (10 mantissa bits) to nearest, ties away from zero: what
     ``x.to(tf32)`` computes on the GPU (``cvt.rna.tf32.f32``, PTX ISA 9.7.9.21). NaN stays NaN."""
     x = np.asarray(a, np.float32)
-    bits = (x.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000
+    # u64 constants: numpy 1.x made a 0-d u64 plus a Python int a float64 (and `&` then failed)
+    bits = (x.view(np.uint32).astype(np.uint64) + np.uint64(0x1000)) & np.uint64(0xFFFFE000)
     return np.where(np.isnan(x), x, bits.astype(np.uint32).view(np.float32))
 
 

@@ -117,12 +117,19 @@ def _i_broadcast(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return [map_tile(args[0], lambda a: np.broadcast_to(a, shape).copy())]
 
 
+def _typed(v: int, like: np.ndarray) -> np.ndarray:
+    """The integer ``v`` as a 0-d array of ``like``'s dtype. Interpreter scalars are 0-d arrays, and
+    numpy 1.x promoted a 0-d u64 with a Python int to f64 (``np.where(c, 0, u64_scalar)`` lost the low
+    bits); with both operands of one dtype, numpy 1.x and 2.x agree."""
+    return np.array(v, like.dtype)
+
+
 def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        bs = np.where(b == 0, 1, b)
+        bs = np.where(b == 0, _typed(1, b), b)
         q = np.floor_divide(a, bs)
         fix = (np.remainder(a, bs) != 0) & ((a < 0) != (bs < 0))
-        return np.where(b == 0, 0, q + fix.astype(q.dtype)).astype(a.dtype)
+        return np.where(b == 0, _typed(0, q), q + fix.astype(q.dtype)).astype(a.dtype)
 
 
 def _check_no_overflow(ctx: Any, op: Operation, a: np.ndarray, b: np.ndarray, elem: T.ScalarType) -> None:
@@ -161,14 +168,15 @@ def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         if kind == "floordiv":
             return [_c_div(a, b)]
         if kind == "mod":  # 0 for a zero divisor, as `//` (and the GPU's select)
-            return [np.where(b == 0, 0, a - b * _c_div(a, b)).astype(dt)]
+            return [np.where(b == 0, _typed(0, a), a - b * _c_div(a, b)).astype(dt)]
         if kind in ("shl", "shr"):
             bits = elem.bits
             sh = b.astype(np.int64)
             big = (sh < 0) | (sh >= bits)
             shs = np.where(big, 0, sh).astype(a.dtype)
             r = np.left_shift(a, shs) if kind == "shl" else np.right_shift(a, shs)
-            fill = (np.where(a < 0, -1, 0) if elem.is_signed and kind == "shr" else 0)
+            fill = (np.where(a < 0, _typed(-1, a), _typed(0, a)) if elem.is_signed and kind == "shr"
+                    else _typed(0, a))
             return [np.where(big, fill, r).astype(dt)]
         if kind == "div":
             raise AssertionError("integer `/` is lowered to f32 by sema")
@@ -200,7 +208,8 @@ def _i_unary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    one = np.float32(1)  # not 1.0: numpy 1.x computed a 0-d f32 with a Python float in f64
+    return one / (one + np.exp(-x))
 
 
 @math_op.interpreter
@@ -213,7 +222,7 @@ def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
             return [np.abs(a).astype(dt)]
         x = a.astype(np.float32)
         table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-                 "rsqrt": lambda v: 1.0 / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
+                 "rsqrt": lambda v: np.float32(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
                  "ceil": np.ceil, "sigmoid": _sigmoid}
         return [round_float(np.asarray(table[fn](x)).astype(np.float32), T.element_type(op.result.type))]
 
