@@ -1,8 +1,9 @@
 """Interpreter scalars are 0-d numpy arrays, tiles are n-d arrays: numpy 1.x promoted the two
 differently (value-based casting, replaced by NEP 50 in numpy 2), so an op on a scalar could give
-another result than the same op on a tile, on one numpy and not the other. Each test here has an
-exact answer (Python ints, or the tile path) that holds under both rules; pyproject's numpy floor
-(1.26) is in range, so these must pass there too (docs/language.md §Promotion and arithmetic)."""
+another result than the same op on a tile. Each test here has an exact answer (Python ints, or the
+tile path) that holds under both rules: the interpreter gives operands of one dtype to numpy, and
+does not rely on either rule (these tests failed on numpy 1.26 before it did; pyproject now asks
+numpy 2.0, see docs/language.md §Promotion and arithmetic for the semantics)."""
 
 from __future__ import annotations
 
