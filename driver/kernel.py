@@ -21,7 +21,7 @@ from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
 from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
 from ..frontend.sema.core import Sema
-from ..frontend.sema.specialize import ParamInfo, bind_arguments, specialize_memo
+from ..frontend.sema.specialize import ParamInfo, bind_arguments, none_pointer, specialize_memo
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
@@ -309,7 +309,7 @@ class Kernel:
                 v = p.default
             else:
                 v = p.annotation
-            if p.annotation is T.CONSTEXPR:
+            if p.annotation is T.CONSTEXPR or none_pointer(p, v):
                 bindings[p.name] = Const(v)
                 key.append((p.name, "c", repr(v)))
             else:

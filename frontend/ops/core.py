@@ -470,6 +470,17 @@ def cdiv(em: Emitter, a: Arg, b: Arg) -> Any:
     return em.op1("arith.binary", [s, y], x.type, op="floordiv")
 
 
+def _host_cdiv(a: int, b: int) -> int:
+    """``sparsile.cdiv(a, b)`` called from Python (a grid function's ``cdiv(n, meta["BLOCK"])``, as
+    ``triton.cdiv``): the ceiling of ``a / b`` for integers."""
+    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) for v in (a, b)):
+        raise TypeError(f"cdiv needs integers, found {a!r}, {b!r}")
+    return -(-int(a) // int(b))
+
+
+cdiv.host = _host_cdiv
+
+
 @builtin("static_assert")
 def static_assert(em: Emitter, cond: Arg, msg: Arg | None = None) -> None:
     """Fail compilation with ``msg`` unless the constant ``cond`` is true."""

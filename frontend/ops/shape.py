@@ -72,9 +72,10 @@ def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 
 def _reduce(kind: str) -> None:
-    def impl(em: Emitter, x: Arg, axis: Arg | None = None) -> Value:
+    def impl(em: Emitter, x: Arg, axis: Arg | None = None, keep_dims: Arg | None = None) -> Value:
         v = em.tile_or_scalar(x)
         shape = T.shape_of(v.type)
+        keep = keep_dims is not None and em.constexpr(keep_dims, "keep_dims", (bool, int))
         elem = T.element_type(v.type)
         if not shape:
             em.error("SP0317", f"`{kind}` reduces a tile, found a scalar", x.span)
@@ -86,6 +87,7 @@ def _reduce(kind: str) -> None:
             v = em.cast(v, out)
         if axis is None or (isinstance(axis.value, Const) and axis.value.value is None):
             axes = list(range(len(shape)))
+            kept = tuple(1 for _ in shape)
             if kind in ("argmax", "argmin") and len(shape) > 1:  # the index into the flattened tile
                 v = em.op1("reshape", [v], T.TileType(elem, (int(np.prod(shape)),)))
                 axes = [0]
@@ -97,23 +99,28 @@ def _reduce(kind: str) -> None:
             if not -len(shape) <= ax < len(shape):
                 em.error("SP0318", f"axis {ax} is out of range for a tile of rank {len(shape)}", axis.span)
             axes = [ax % len(shape)]
+            kept = tuple(1 if i == axes[0] else d for i, d in enumerate(shape))
         for ax in sorted(axes, reverse=True):
             cur = T.shape_of(v.type)
             rest = cur[:ax] + cur[ax + 1:]
             v = em.op1("reduce", [v], T.with_shape(out if kind != "argmax" and kind != "argmin" else T.i32, rest),
                        axis=ax, kind=kind)
+        if keep and shape:  # Triton's keep_dims=True (numpy's keepdims): the reduced axes stay, of size 1
+            if not T.shape_of(v.type):
+                return em.broadcast_to(v, kept)
+            return em.op1("reshape", [v], T.TileType(T.element_type(v.type), kept))
         return v
 
     impl.__doc__ = {
         "sum": "The sum of a tile along ``axis`` (all axes when None). Integers narrower than 32 bits sum in i32; "
                "8- and 16-bit floats accumulate in f32 and round once.",
         "max": "The maximum of a tile along ``axis`` (all axes when None). For the elementwise maximum of two "
-               "values use ``maximum``.",
+               "tiles use ``maximum``; ``max(a, b)`` of numbers (no tile) is Python's.",
         "min": "The minimum of a tile along ``axis`` (all axes when None). For the elementwise minimum of two "
-               "values use ``minimum``.",
+               "tiles use ``minimum``; ``min(a, b)`` of numbers (no tile) is Python's.",
         "argmax": "The i32 index of the first maximum along ``axis``.",
         "argmin": "The i32 index of the first minimum along ``axis``.",
-    }[kind]
+    }[kind] + " ``keep_dims=True`` keeps the reduced axes, of size 1."
     if kind not in ("max", "min"):
         builtin(kind, method_of=(T.TileType,))(impl)
         return
@@ -122,16 +129,32 @@ def _reduce(kind: str) -> None:
     # along axis 0 instead was a silent wrong result
     builtin(kind, method_of=(T.TileType,), method_only=True)(impl)
 
-    def function(em: Emitter, x: Arg, *_values: Arg, axis: Arg | None = None) -> Value:
+    def function(em: Emitter, x: Arg, *_values: Arg, axis: Arg | None = None, keep_dims: Arg | None = None) -> Value:
+        if _values and axis is None and all(_is_scalar(em, a) for a in (x, *_values)):
+            # Python's min / max of run-time scalars (Triton tutorial 03's
+            # ``min(num_pid_m - first_pid_m, GROUP_SIZE_M)``): no tile, so no axis to mean
+            v = em.tile_or_scalar(x)
+            for other in _values:
+                a, b = em.binary_operands(Arg(v, x.span), other)
+                v = em.op1("arith.binary", [a, b], a.type, op=kind)
+            return v
         if _values:
             em.error("SP0321", f"`{kind}` takes one tile (and its axis by keyword): `{kind}(a, b)` is not the "
                      f"elementwise {kind}imum here", _values[0].span,
                      help=f"for the elementwise {kind}imum write `{kind}imum(a, b)`; to reduce along an axis write "
                           f"`{kind}(x, axis=...)`")
-        return impl(em, x, axis)
+        return impl(em, x, axis, keep_dims)
 
     function.__doc__ = impl.__doc__
     builtin(kind)(function)
+
+
+def _is_scalar(em: Emitter, a: Arg) -> bool:
+    """Whether ``a`` is a number (a constant or a run-time scalar), not a tile."""
+    v = em.unwrap(a)
+    if isinstance(v, Const):
+        return isinstance(v.value, int | float) and not isinstance(v.value, bool)
+    return isinstance(v, Value) and isinstance(v.type, T.ScalarType)
 
 
 for _kind in ("sum", "max", "min", "argmax", "argmin"):

@@ -28,6 +28,8 @@ from .scope import ReturnSignal, Scope, assigned_names
 from .values import POISON, Arg, Const, PoisonError, Unbound
 
 MAX_UNROLL = 4096
+RANGE_HINTS = ("num_stages", "loop_unroll_factor")
+"""Keywords of Triton's ``tl.range`` that ``range`` accepts (compile-time integers) and ignores."""
 _MISSING = object()
 
 
@@ -233,8 +235,8 @@ class ControlFlowMixin:
         if fname not in ("range", "static_range"):
             raise self.error("SP0218", f"a kernel `for` loop iterates over `range` or `static_range`, found `{fname}`",
                              it.span, help="write `for i in range(start, stop, step):`")
-        if it.keywords:
-            raise self.error("SP0219", f"`{fname}` takes no keyword arguments", it.keywords[0].span)
+        for kw in it.keywords:
+            self._range_hint(fname, kw)
         if not 1 <= len(it.args) <= 3:
             raise self.error("SP0219", f"`{fname}` takes 1 to 3 arguments, found {len(it.args)}", it.span)
         if not isinstance(s.target, A.Name):
@@ -249,6 +251,24 @@ class ControlFlowMixin:
             self.static_for(s, bounds, spans)
         else:
             self.runtime_for(s, bounds, spans)
+
+    def _range_hint(self, fname: str, kw: Any) -> None:
+        """Check one keyword of ``range(...)``: Triton's ``tl.range`` hints ``num_stages=`` and
+        ``loop_unroll_factor=`` are accepted as compile-time integers and ignored (sparsile does not
+        pipeline or unroll run-time loops by itself; docs/language.md, "Control flow"); any other
+        keyword is SP0219."""
+        if fname == "range" and kw.name in RANGE_HINTS:
+            v = self.expr(kw.value)
+            if not (isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool)
+                    and v.value >= 0):
+                raise self.error("SP0201", f"`{kw.name}` of `range` must be a compile-time integer >= 0, found "
+                                 f"{describe(v)}", kw.value.span)
+            return
+        hints = " and ".join(f"`{h}=`" for h in RANGE_HINTS)
+        raise self.error("SP0219", f"`{fname}` takes no keyword argument `{kw.name}`", kw.span,
+                         help=f"pass `{fname}(start, stop, step)` positionally" + (
+                             f"; of Triton's loop hints, `range` accepts {hints} (and ignores them)"
+                             if fname == "range" else ""))
 
     def static_for(self, s: A.For, bounds: list[Any], spans: list[Span]) -> None:
         vals = []

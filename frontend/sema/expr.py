@@ -314,6 +314,10 @@ class ExprMixin:
             raise CompileError([Diagnostic("SP0331", f"`{op}` works on compile-time values only, found {describe(x)}",
                                            span)])
 
+        if op in ("is", "is not") and _none_test(a, b):
+            # `bias_ptr is not None` on a run-time value: never None (None arguments are compile-time
+            # constants, docs/language.md, "Specialization and launching"), as in Triton
+            return Const(op == "is not")
         x, y = val(a), val(b)
         if op in ("is", "is not"):
             same = x is y or ((x is None) == (y is None) and (x is None or x == y))
@@ -554,3 +558,11 @@ def _jit_function_helper(func: Any) -> HelperFunction | None:
         if callable(as_helper):
             return as_helper()
     return None
+
+
+def _none_test(a: Any, b: Any) -> bool:
+    """Whether ``a is b`` compares a run-time value (a scalar, pointer, tile or tensor) with None."""
+    def is_none(x: Any) -> bool:
+        return isinstance(x, Const) and x.value is None
+
+    return (isinstance(a, Value) and is_none(b)) or (isinstance(b, Value) and is_none(a))

@@ -229,7 +229,7 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
     key: list[Any] = []
     for p in params:
         v = bound[p.name]
-        if p.annotation is T.CONSTEXPR:
+        if p.annotation is T.CONSTEXPR or none_pointer(p, v):
             c = _constexpr_value(p, v)
             bindings[p.name] = Const(c)
             key.append((p.name, "c", _hashable(c)))
@@ -238,6 +238,13 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
             bindings[p.name] = s
             key.append((p.name, "v", s.key()))
     return bindings, tuple(key)
+
+
+def none_pointer(p: ParamInfo, v: Any) -> bool:
+    """Whether ``v`` is None given for a parameter without annotation or of a pointer type: then,
+    as in Triton, it is the compile-time constant None (an optional pointer: ``bias=None`` and
+    ``if bias is not None:`` in the kernel; docs/language.md, "Specialization and launching")."""
+    return v is None and (p.annotation is None or isinstance(p.annotation, T.PointerType))
 
 
 def _constexpr_value(p: ParamInfo, v: Any) -> Any:

@@ -69,6 +69,9 @@ class Builtin:
     impl: Callable[..., Any]
     doc: str = ""
     signature: inspect.Signature = field(init=False)
+    host: Callable[..., Any] | None = None
+    """What a call from plain Python computes, for the few builtins that mean the same there
+    (``cdiv`` in a grid function, as ``triton.cdiv``); None: such a call raises."""
 
     def __post_init__(self) -> None:
         sig = inspect.signature(self.impl)
@@ -81,6 +84,8 @@ class Builtin:
         return f"<builtin {self.name}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.host is not None:
+            return self.host(*args, **kwargs)
         raise RuntimeError(f"`sparsile.{self.name}` can only be called inside a kernel "
                            "(a function decorated with @sparsile.jit or defined in a .spk file)")
 

@@ -75,7 +75,7 @@ CASES: list[tuple[str, str, dict, str, int, int, str]] = [
     ("for_over_tuple", kernel("for i in (1, 2):\n    pass"), {}, "SP0218", 3, 14, "`range(...)` or `static_range"),
     ("for_over_call", kernel("for i in zip(n):\n    pass"), {}, "SP0218", 3, 14, "found `zip`"),
     ("range_keyword", kernel("for i in range(n, step=2):\n    pass"), {}, "SP0219", 3, 23,
-     "takes no keyword arguments"),
+     "takes no keyword argument `step`"),
     ("range_arity", kernel("for i in range(1, 2, 3, 4):\n    pass"), {}, "SP0219", 3, 14, "takes 1 to 3 arguments"),
     ("loop_target_tuple", kernel("for i, j in range(n):\n    pass"), {}, "SP0220", 3, 9, "a single name"),
     ("static_step_zero", kernel("for i in static_range(0, 4, 0):\n    pass"), {}, "SP0221", 3, 33,
