@@ -209,6 +209,12 @@ def permute(em: Emitter, x: Arg, dims: Arg | None = None) -> Value:
     return em.op1("permute", [v], T.TileType(T.element_type(v.type), tuple(shape[i] for i in perm)), perm=perm)
 
 
+@builtin("T", prop_of=(T.TileType,))
+def transpose_prop(em: Emitter, x: Arg) -> Value:
+    """The tile with its dimensions reversed, as ``trans(x)``."""
+    return permute.impl(em, x)
+
+
 @builtin("shape", prop_of=(T.TileType, T.ScalarType))
 def shape_prop(em: Emitter, x: Arg) -> Any:
     """The compile-time shape of a tile (a tuple)."""

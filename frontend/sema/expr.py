@@ -26,6 +26,7 @@ from .consts import (
     try_fold_builtin,
 )
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
+from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
 from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
 
@@ -119,7 +120,7 @@ class ExprMixin:
             return Const(PyBuiltin(node.id))
         candidates = set(self.scope.all_names()) | set(_known_globals())  # type: ignore[attr-defined]
         close = difflib.get_close_matches(node.id, sorted(candidates), n=1)
-        help_ = f"did you mean `{close[0]}`?" if close else None
+        help_ = name_help(node.id) or (f"did you mean `{close[0]}`?" if close else None)
         if node.id in ("range", "static_range"):
             help_ = f"`{node.id}` can only be used as the iterable of a `for` loop"
         elif node.id == "print":  # (the close match was `pin`)
@@ -400,8 +401,15 @@ class ExprMixin:
             bound = b.signature.bind(*args, **kwargs)
         except TypeError as e:
             msg = str(e).replace("'", "`")
-            raise CompileError([Diagnostic("SP0321", f"wrong arguments to `{b.name}`: {msg}", node.span,
-                                           help=f"signature: {signature_text(b)}")]) from None
+            span, help_ = node.span, f"signature: {signature_text(b)}"
+            unknown = next((k for k in node.keywords if k.name is not None and k.name in kwargs
+                            and k.name not in b.signature.parameters), None)
+            if unknown is not None and not any(p.kind is p.VAR_KEYWORD for p in b.signature.parameters.values()):
+                # point at the keyword, and name the sparsile spelling of a Triton keyword
+                assert unknown.name is not None
+                span, help_ = unknown.span, keyword_help(b.name, unknown.name) or help_
+            raise CompileError([Diagnostic("SP0321", f"wrong arguments to `{b.name}`: {msg}", span,
+                                           help=help_)]) from None
         em = self.emitter()
         em.span = node.span
         try:
@@ -426,7 +434,8 @@ class ExprMixin:
                 return base.members[node.attr]
             close = difflib.get_close_matches(node.attr, sorted(base.members), n=1)
             raise CompileError([Diagnostic("SP0204", f"`{base.name}` has no member `{node.attr}`", node.attr_span,
-                                           help=f"did you mean `{close[0]}`?" if close else None)])
+                                           help=name_help(node.attr) or (f"did you mean `{close[0]}`?" if close
+                                                                         else None))])
         if isinstance(base, Value):
             found = lookup_method(base.type, node.attr)
             if found is None:

@@ -182,7 +182,7 @@ CASES: list[tuple[str, str, dict, str, int, int, str]] = [
      "static assertion failed: B too small"),
     ("assert_constant_false", kernel('assert 1 > 2, "nope"'), {}, "SP0320", 3, 12, "static assertion failed: nope"),
     ("builtin_missing_argument", kernel("x = arange(0)"), {}, "SP0321", 3, 9, "wrong arguments to `arange`"),
-    ("builtin_unknown_keyword", kernel("x = arange(0, 16, step=2)"), {}, "SP0321", 3, 9, "wrong arguments to `arange`"),
+    ("builtin_unknown_keyword", kernel("x = arange(0, 16, step=2)"), {}, "SP0321", 3, 23, "wrong arguments to `arange`"),
     ("helper_too_many", FULL + HELPER_F + "@kernel\ndef k(out: ptr[f32]):\n    y = f(1, 2, 3)\n", {}, "SP0321", 7, 9,
      "takes 2 positional arguments but 3 were given"),
     ("helper_missing", FULL + HELPER_F + "@kernel\ndef k(out: ptr[f32]):\n    y = f()\n", {}, "SP0321", 7, 9,

@@ -231,3 +231,59 @@ def test_range_refuses_other_keywords_with_the_fix() -> None:
     d = one_error(info)
     line, col = where("num_stages=n")
     assert d.code == "SP0201" and (d.span.file_line, d.span.file_col) == (line, col + len("num_stages="))
+
+
+# ------------------------------------------------------------------ x.T
+@sp.jit
+def transpose_t(x, out, N: sp.constexpr):
+    offs = sp.arange(0, N)[:, None] * N + sp.arange(0, N)[None, :]
+    sp.store(out + offs, sp.load(x + offs).T)
+
+
+def test_tile_T_is_the_transpose() -> None:
+    x = RNG.standard_normal((8, 8)).astype(np.float32)
+    out = np.zeros_like(x)
+    transpose_t.interpret[(1,)](x, out, N=8)
+    assert np.array_equal(out, x.T)
+
+
+# ------------------------------------------------------------------ Triton spellings: the help names sparsile's
+def spk_error(line: str) -> sp.Diagnostic:
+    """The one diagnostic of a .spk kernel whose last line is ``line`` (``t`` is a 16x16 f32 tile)."""
+    src = ("import sparsile as sp\n\n\n@kernel\ndef k(p: ptr[f32], o: ptr[f32]):\n"
+           "    r = arange(0, 16)\n    t = load(p + r[:, None] * 16 + r[None, :])\n"
+           f"    {line}\n")
+    kernel = sp.loads(src, "case.spk").kernels["k"]
+    with pytest.raises(sp.CompileError) as info:
+        kernel.ir(np.zeros(256, np.float32), np.zeros(16, np.float32))
+    (d,) = info.value.diagnostics
+    assert d.span.file_line == 8
+    return d
+
+
+@pytest.mark.parametrize(("line", "needle", "code", "message", "help_part"), [
+    ("store(o + r, sp.cast(t, f16))", "cast", "SP0204", "`sparsile` has no member `cast`", "`x.to(dtype)`"),
+    ("store(o + sp.multiple_of(r, 16), t)", "multiple_of", "SP0204", "`sparsile` has no member `multiple_of`",
+     "use the value as it is"),
+    ("store(o + r, sp.math.exp(t))", "math", "SP0204", "`sparsile` has no member `math`", "`sp.exp(x)`"),
+    ("store(o + r, tanh(t))", "tanh", "SP0202", "unknown name `tanh`", "`2 * sigmoid(2 * x) - 1`"),
+    ("store(o + r, sp.zeros_like(t))", "zeros_like", "SP0204", "`sparsile` has no member `zeros_like`",
+     "`zeros(x.shape, x.dtype)`"),
+    ("debug_barrier()", "debug_barrier", "SP0202", "unknown name `debug_barrier`", "`barrier()`"),
+    ("store(o + r, load(p + r, eviction_policy=\"evict_last\"))", "eviction_policy", "SP0321",
+     "wrong arguments to `load`: got an unexpected keyword argument `eviction_policy`", "drop `eviction_policy=`"),
+    ("store(o + r, sum(dot(t, t, allow_tf32=False), axis=1))", "allow_tf32", "SP0321",
+     "wrong arguments to `dot`: got an unexpected keyword argument `allow_tf32`", "rounds them to tf32"),
+    ("store(o + r, sum(dot(t, t, out_dtype=f16), axis=1))", "out_dtype", "SP0321",
+     "wrong arguments to `dot`: got an unexpected keyword argument `out_dtype`", "give `acc` of that type"),
+    ("store(o + r, t.to(i32, bitcast=True))", "bitcast", "SP0321",
+     "wrong arguments to `to`: got an unexpected keyword argument `bitcast`", "reinterpreting bits"),
+    ("store(o + r, zeros((16,), f32, order=1))", "order", "SP0321",
+     "wrong arguments to `zeros`: got an unexpected keyword argument `order`", "signature: zeros(shape, dtype)"),
+])
+def test_triton_spellings_get_the_sparsile_spelling(line: str, needle: str, code: str, message: str,
+                                                    help_part: str) -> None:
+    d = spk_error(line)
+    assert (d.code, d.message) == (code, message)
+    assert d.span.file_col == 5 + line.index(needle)
+    assert help_part in (d.help or ""), d.help

@@ -1,0 +1,84 @@
+"""Help lines for Triton spellings that sparsile writes another way (docs/language.md, "Coming from
+Triton"): an unknown name or member (``tl.cast``, ``tl.math.exp``, ``tl.multiple_of``) and an
+unknown keyword of a builtin (``load(..., eviction_policy=...)``, ``dot(..., allow_tf32=...)``) get
+the sparsile spelling instead of a "did you mean" guess."""
+
+from __future__ import annotations
+
+_NO_HINTS = ("not needed: sparsile works out the divisibility and contiguity of offsets itself "
+             "(and specializes integer arguments on divisibility by 16, as Triton does); use the value as it is")
+_MATH = ("the math functions are top-level builtins: `exp`, `exp2`, `log`, `log2`, `sqrt`, `rsqrt`, `sin`, `cos`, "
+         "`floor`, `ceil`, `abs`, `sigmoid` (`sp.exp(x)`)")
+_BLOCK_PTR = ("declare the parameter as `tensor[T, rank]` and read or write boxes with `t.load_tile(offsets, "
+              "shape)` / `t.store_tile(offsets, tile)` (zero outside the tensor); offsets are plain integers")
+_SCAN = "scans are not in the language; a reduction is `sum`, `max`, `min`, `argmax` or `argmin` along an axis"
+
+NAMES: dict[str, str] = {
+    "cast": "convert with `x.to(dtype)`",
+    "zeros_like": "write `zeros(x.shape, x.dtype)`",
+    "full_like": "write `full(x.shape, value, x.dtype)`",
+    "multiple_of": _NO_HINTS,
+    "max_contiguous": _NO_HINTS,
+    "max_constancy": _NO_HINTS,
+    "assume": _NO_HINTS,
+    "debug_barrier": "write `barrier()`",
+    "device_print": ("kernels do not print at run time: store the values to an output array; "
+                     "`static_print(...)` prints constants at compile time"),
+    "device_assert": "write `assert cond, \"message\"` (checked at run time by the interpreter)",
+    "math": _MATH,
+    "libdevice": _MATH,
+    "tanh": "write `2 * sigmoid(2 * x) - 1`",
+    "erf": "there is no `erf`; GELU's tanh form is `x * sigmoid(1.5957691 * (x + 0.044715 * x * x * x))`",
+    "fma": "write `a * b + c`",
+    "clamp": "write `minimum(maximum(x, lo), hi)`",
+    "fdiv": "write `x / y`",
+    "div_rn": "write `x / y`",
+    "sqrt_rn": "write `sqrt(x)` (exact)",
+    "view": "write `reshape(x, shape)`",
+    "ravel": "write `reshape(x, (n,))` with `n` the number of elements",
+    "make_block_ptr": _BLOCK_PTR,
+    "make_tensor_descriptor": _BLOCK_PTR,
+    "advance": _BLOCK_PTR,
+    "cumsum": _SCAN,
+    "cumprod": _SCAN,
+    "associative_scan": _SCAN,
+    "reduce": "use `sum`, `max`, `min`, `argmax` or `argmin` along an axis (custom combine functions are not "
+              "in the language)",
+    "xor_sum": "use `sum`, `max`, `min`, `argmax` or `argmin` along an axis (an xor reduction is not in the language)",
+    "rand": "there are no random numbers in a kernel: pass them in an array",
+    "randn": "there are no random numbers in a kernel: pass them in an array",
+    "swizzle2d": "compute the grouped program order with integer arithmetic (Triton tutorial 03's `GROUP_SIZE_M` "
+                 "code works as written)",
+}
+"""Triton's ``tl.NAME`` (or a bare ``NAME``) -> the help line naming sparsile's spelling."""
+
+_DROP_HINT = "sparsile's `{b}` takes no cache or eviction hints: drop `{k}=`"
+_TF32 = ("`dot` of f32 operands rounds them to tf32 (Triton's default, `input_precision=\"tf32\"`); "
+         "drop `{k}=`; for IEEE f32 products write `sum(a[:, :, None] * b[None, :, :], axis=1)`")
+
+KEYWORDS: dict[tuple[str, str], str] = {
+    **{(b, k): _DROP_HINT for b in ("load", "store") for k in ("eviction_policy", "cache_modifier", "volatile")},
+    ("load", "boundary_check"): _BLOCK_PTR,
+    ("load", "padding_option"): _BLOCK_PTR,
+    ("store", "boundary_check"): _BLOCK_PTR,
+    ("dot", "allow_tf32"): _TF32,
+    ("dot", "input_precision"): _TF32,
+    ("dot", "out_dtype"): "give `acc` of that type (`zeros((M, N), f16)`) or convert the result with `.to(dtype)`",
+    ("dot", "max_num_imprecise_acc"): "drop `{k}=`: the accumulator keeps full precision",
+    ("to", "bitcast"): "`x.to(dtype)` converts values; reinterpreting bits is not in the language",
+    ("to", "fp_downcast_rounding"): "drop `{k}=`: conversions round to nearest even (docs/language.md, rule 8)",
+    ("max", "return_indices"): "use `argmax(x, axis=...)` for the index",
+    ("min", "return_indices"): "use `argmin(x, axis=...)` for the index",
+}
+"""(builtin, keyword) -> the help line for a Triton keyword that sparsile's builtin does not take."""
+
+
+def name_help(name: str) -> str | None:
+    """The help line for Triton's ``NAME`` that sparsile does not have, or None."""
+    return NAMES.get(name)
+
+
+def keyword_help(builtin: str, keyword: str) -> str | None:
+    """The help line for Triton's keyword ``keyword`` of ``builtin``, or None."""
+    text = KEYWORDS.get((builtin, keyword))
+    return None if text is None else text.format(b=builtin, k=keyword)
