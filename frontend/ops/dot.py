@@ -110,7 +110,8 @@ def dot(em: Emitter, a: Arg, b: Arg, acc: Arg | None = None) -> Value:
 
 @builtin("sparse_dot")
 def sparse_dot(em: Emitter, a_values: Arg, a_meta: Arg, b: Arg, acc: Arg | None = None) -> Value:
-    """``acc + decompress(a_values, a_meta) @ b`` with 2:4 (1:2 for tf32) sparse A."""
+    """``acc + decompress(a_values, a_meta) @ b`` with 2:4 (1:2 for tf32) sparse A; ``a_meta`` holds "sm90"
+    metadata words, whose rows past M matter up to ``cdiv(M, 16) * 16`` (mask them with that, not M)."""
     va, vm, vb = em.value(a_values), em.value(a_meta), em.value(b)
     vacc = None if acc is None or (isinstance(acc.value, Const) and acc.value.value is None) else em.value(acc)
     sa = T.shape_of(va.type)
