@@ -287,3 +287,31 @@ def test_triton_spellings_get_the_sparsile_spelling(line: str, needle: str, code
     assert (d.code, d.message) == (code, message)
     assert d.span.file_col == 5 + line.index(needle)
     assert help_part in (d.help or ""), d.help
+
+
+# ------------------------------------------------------------------ the lifted idioms compile for the GPU
+@sp.jit
+def keep_dims_broadcast(x, out, R: sp.constexpr, C: sp.constexpr):
+    offs = sp.arange(0, R)[:, None] * C + sp.arange(0, C)[None, :]
+    t = sp.load(x + offs)
+    m = sp.max(t, axis=1, keep_dims=True)
+    s = sp.sum(t - m, axis=1, keep_dims=True)
+    sp.store(out + offs, (t - m) / s + t.min(axis=0, keep_dims=True) + sp.sum(t, keep_dims=True))
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a", "sm_80"])
+def test_lifted_idioms_compile_to_ptx(target: str) -> None:
+    f32 = sp.ptr[sp.f32]
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    out = np.zeros_like(x)
+    keep_dims_broadcast.interpret[(1,)](x, out, R=8, C=16)
+    x64 = x.astype(np.float64)
+    m = x64.max(1, keepdims=True)
+    ref = (x64 - m) / (x64 - m).sum(1, keepdims=True) + x64.min(0, keepdims=True) + x64.sum()
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+    kernels = [(keep_dims_broadcast, {"x": f32, "out": f32, "R": 8, "C": 16}),
+               (transpose_t, {"x": f32, "out": f32, "N": 16}),
+               (grouped_pid, {"out": sp.ptr[sp.i32], "M": sp.i32, "N": sp.i32, "BM": 32, "BN": 64, "GROUP_M": 4}),
+               (staged_sum, {"x": f32, "out": f32, "n": sp.i32, "BLOCK": 64, "STAGES": 3})]
+    for kernel, signature in kernels:
+        assert ".entry" in kernel.compile(signature, target=target, stop_after="ptx").ptx
