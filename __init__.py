@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 from .driver.autotune import Autotuner, Config, autotune
+from .driver.host import next_power_of_2
 from .driver.kernel import Kernel
 from .driver.module import KernelModule, jit, load, loads
 from .frontend.diagnostics import CompileError, Diagnostic, InternalError, LaunchError, SparsileError
@@ -53,8 +54,13 @@ def tune(shapes: Any, **kwargs: Any) -> Any:
 
     return tune_sparse_matmul(shapes, **kwargs)
 
+_NOT_HERE = {"heuristics": "compute the value in Python and pass it as a constexpr argument "
+                           "(`kernel[grid](..., EVEN_N=n % BLOCK == 0)`), or use `sparsile.autotune`"}
+"""Host-side Triton names sparsile does not have -> what to do instead (docs/language.md, "Coming from Triton")."""
+
 __all__ = ["Autotuner", "CompileError", "Config", "Diagnostic", "InternalError", "InterpreterError", "Kernel",
-           "KernelModule", "LaunchError", "SparsileError", "autotune", "jit", "kernel", "load", "loads", "tune"]
+           "KernelModule", "LaunchError", "SparsileError", "autotune", "jit", "kernel", "load", "loads",
+           "next_power_of_2", "tune"]
 _API = frozenset(__all__)
 # Language names that would shadow Python builtins under `from sparsile import *` stay attributes only.
 _NOT_STARRED = frozenset({"max", "min", "sum", "abs", "bool", "load"})
@@ -92,7 +98,8 @@ def __getattr__(name: str) -> Any:
             raise AttributeError(str(exc)) from exc
     member = _ROOT.members.get(name)
     if member is None:
-        raise AttributeError(f"module 'sparsile' has no attribute {name!r}")
+        hint = f": {_NOT_HERE[name]}" if name in _NOT_HERE else ""
+        raise AttributeError(f"module 'sparsile' has no attribute {name!r}{hint}")
     return _language_value(member)
 
 

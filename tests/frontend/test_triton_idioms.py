@@ -315,3 +315,18 @@ def test_lifted_idioms_compile_to_ptx(target: str) -> None:
                (staged_sum, {"x": f32, "out": f32, "n": sp.i32, "BLOCK": 64, "STAGES": 3})]
     for kernel, signature in kernels:
         assert ".entry" in kernel.compile(signature, target=target, stop_after="ptx").ptx
+
+
+# ------------------------------------------------------------------ host helpers: next_power_of_2, heuristics
+def test_next_power_of_2_on_the_host() -> None:
+    # triton.next_power_of_2(n_cols): the block size of tutorial 02's softmax
+    assert [sp.next_power_of_2(n) for n in (0, 1, 2, 3, 181, 256, 257, 2**40 + 1)] == [1, 1, 2, 4, 256, 256, 512, 2**41]
+    with pytest.raises(TypeError, match="an integer"):
+        sp.next_power_of_2(3.5)
+
+
+def test_heuristics_names_the_sparsile_way() -> None:
+    with pytest.raises(AttributeError, match="constexpr argument") as info:
+        sp.heuristics  # noqa: B018
+    assert "has no attribute 'heuristics'" in str(info.value)
+    assert not hasattr(sp, "heuristics")
