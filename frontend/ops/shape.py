@@ -75,7 +75,8 @@ def _reduce(kind: str) -> None:
     def impl(em: Emitter, x: Arg, axis: Arg | None = None, keep_dims: Arg | None = None) -> Value:
         v = em.tile_or_scalar(x)
         shape = T.shape_of(v.type)
-        keep = keep_dims is not None and em.constexpr(keep_dims, "keep_dims", (bool, int))
+        keep = keep_dims is not None and not (isinstance(keep_dims.value, Const) and keep_dims.value.value is None) \
+            and em.constexpr(keep_dims, "keep_dims", (bool, int))
         elem = T.element_type(v.type)
         if not shape:
             em.error("SP0317", f"`{kind}` reduces a tile, found a scalar", x.span)
@@ -115,9 +116,9 @@ def _reduce(kind: str) -> None:
         "sum": "The sum of a tile along ``axis`` (all axes when None). Integers narrower than 32 bits sum in i32; "
                "8- and 16-bit floats accumulate in f32 and round once.",
         "max": "The maximum of a tile along ``axis`` (all axes when None). For the elementwise maximum of two "
-               "tiles use ``maximum``; ``max(a, b)`` of numbers (no tile) is Python's.",
+               "tiles use ``maximum``; ``max(a, b)`` of numbers (no tile) is ``maximum(a, b)``.",
         "min": "The minimum of a tile along ``axis`` (all axes when None). For the elementwise minimum of two "
-               "tiles use ``minimum``; ``min(a, b)`` of numbers (no tile) is Python's.",
+               "tiles use ``minimum``; ``min(a, b)`` of numbers (no tile) is ``minimum(a, b)``.",
         "argmax": "The i32 index of the first maximum along ``axis``.",
         "argmin": "The i32 index of the first minimum along ``axis``.",
     }[kind] + " ``keep_dims=True`` keeps the reduced axes, of size 1."

@@ -111,7 +111,7 @@ def normalize_rows(x, out, R: sp.constexpr, C: sp.constexpr):
     lo = t.min(axis=0, keep_dims=True)
     i = sp.argmax(t, axis=1, keep_dims=True)
     sp.static_assert(m.shape == (R, 1) and s.shape == (R, 1) and lo.shape == (1, C) and i.shape == (R, 1))
-    sp.static_assert(sp.sum(t, keep_dims=True).shape == (1, 1))
+    sp.static_assert(sp.sum(t, keep_dims=True).shape == (1, 1) and sp.sum(t, 0, keep_dims=None).shape == (C,))
     sp.store(out + offs, (t - m) / s + lo + i)
 
 
