@@ -222,8 +222,8 @@ def shape_prop(em: Emitter, x: Arg) -> Any:
     return tuple(Const(d) for d in T.shape_of(em.tile_or_scalar(x).type))
 
 
-@builtin("dtype", prop_of=(T.TileType, T.ScalarType))
+@builtin("dtype", prop_of=(T.TileType, T.ScalarType, T.PointerType))
 def dtype_prop(em: Emitter, x: Arg) -> Const:
-    """The element type of a tile or scalar."""
+    """The element type of a tile or scalar (of a pointer: the type it points to)."""
     e = T.element_type(em.tile_or_scalar(x).type)
     return Const(e.elem if isinstance(e, T.PointerType) else e)

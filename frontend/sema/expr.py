@@ -462,6 +462,8 @@ class ExprMixin:
             return Const(getattr(v, node.attr))
         if isinstance(v, T.ScalarType | T.Type) and node.attr == "primitive_bitwidth":
             return Const(v.bits)  # type: ignore[union-attr]
+        if isinstance(v, T.ScalarType) and node.attr == "element_ty":
+            return base  # Triton's `out_ptr.dtype.element_ty`: a pointer's `dtype` is already its element type
         # Python module objects and other constants reached from @jit globals
         if not isinstance(v, int | float | bool | str | T.Type | TypeCtor) and v is not None:
             from .captures import note_attribute

@@ -330,3 +330,22 @@ def test_heuristics_names_the_sparsile_way() -> None:
         sp.heuristics  # noqa: B018
     assert "has no attribute 'heuristics'" in str(info.value)
     assert not hasattr(sp, "heuristics")
+
+
+# ------------------------------------------------------------------ out_ptr.dtype.element_ty
+@sp.jit
+def store_as_pointee(x, out_ptr, BLOCK: sp.constexpr):
+    offs = sp.arange(0, BLOCK)
+    acc = sp.load(x + offs) * 3.0
+    sp.static_assert(out_ptr.dtype == sp.f16 and out_ptr.dtype.element_ty == sp.f16)
+    sp.static_assert((out_ptr + offs).dtype == sp.f16)
+    sp.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty))
+
+
+def test_pointer_dtype_element_ty() -> None:
+    x = RNG.standard_normal(16).astype(np.float32)
+    out = np.zeros(16, np.float16)
+    store_as_pointee.interpret[(1,)](x, out, BLOCK=16)
+    assert np.array_equal(out, (x.astype(np.float64) * 3).astype(np.float32).astype(np.float16))
+    store_as_pointee.compile({"x": sp.ptr[sp.f32], "out_ptr": sp.ptr[sp.f16], "BLOCK": 16}, target="sm_90a",
+                             stop_after="ptx")
