@@ -134,8 +134,12 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
     x = cg.tile(op.operand("x"))
     axis, kind = op.attrs["axis"], op.attrs["kind"]
     if kind not in ("sum", "max", "min"):
+        ext = kind[3:]  # "max" / "min"
         raise CompileError([Diagnostic("SP0622", f"`{kind}` cannot be compiled for the GPU yet", op.span,
-                                       help="use max/min with a comparison, or run in the interpreter")])
+                                       help=f"the first {ext}imum's index with `{ext}` and `min`: `m = {ext}(x, "
+                                            f"axis=A, keep_dims=True)`, then `min(where(x == m, i, n), axis=A)` "
+                                            f"with `i` the `arange(0, n)` along axis A (NaN aside); or run in "
+                                            "the interpreter")])
     elem = x.elem
     assert isinstance(elem, T.ScalarType)
     acc_t = _acc_type(kind, elem)

@@ -349,3 +349,34 @@ def test_pointer_dtype_element_ty() -> None:
     assert np.array_equal(out, (x.astype(np.float64) * 3).astype(np.float32).astype(np.float16))
     store_as_pointee.compile({"x": sp.ptr[sp.f32], "out_ptr": sp.ptr[sp.f16], "BLOCK": 16}, target="sm_90a",
                              stop_after="ptx")
+
+
+# ------------------------------------------------------------------ argmax on the GPU: the help's spelling works
+@sp.jit
+def row_argmax(x, out, R: sp.constexpr, C: sp.constexpr):
+    t = sp.load(x + sp.arange(0, R)[:, None] * C + sp.arange(0, C)[None, :])
+    sp.store(out + sp.arange(0, R), sp.argmax(t, axis=1))
+
+
+@sp.jit
+def row_argmax_spelled(x, out, R: sp.constexpr, C: sp.constexpr):
+    t = sp.load(x + sp.arange(0, R)[:, None] * C + sp.arange(0, C)[None, :])
+    m = sp.max(t, axis=1, keep_dims=True)
+    sp.store(out + sp.arange(0, R), sp.min(sp.where(t == m, sp.arange(0, C)[None, :], C), axis=1))
+
+
+def test_argmax_for_the_gpu_names_a_spelling_that_compiles() -> None:
+    f32 = sp.ptr[sp.f32]
+    signature = {"x": f32, "out": sp.ptr[sp.i32], "R": 8, "C": 16}
+    with pytest.raises(sp.CompileError) as info:
+        row_argmax.compile(signature, target="sm_90a", stop_after="ptx")
+    d = one_error(info)
+    assert d.code == "SP0622" and d.message == "`argmax` cannot be compiled for the GPU yet"
+    line, col = where("sp.argmax(t, axis=1))")
+    assert (d.span.file_line, d.span.file_col) == (line, col)
+    assert "`m = max(x, axis=A, keep_dims=True)`, then `min(where(x == m, i, n), axis=A)`" in (d.help or "")
+    x = RNG.integers(0, 5, (8, 16)).astype(np.float32)  # ties: the first maximum
+    out = np.full(8, -1, np.int32)
+    row_argmax_spelled.interpret[(1,)](x, out, R=8, C=16)
+    assert np.array_equal(out, x.argmax(1))
+    assert ".entry" in row_argmax_spelled.compile(signature, target="sm_90a", stop_after="ptx").ptx
