@@ -47,6 +47,10 @@ NAMES: dict[str, str] = {
     "xor_sum": "use `sum`, `max`, `min`, `argmax` or `argmin` along an axis (an xor reduction is not in the language)",
     "rand": "there are no random numbers in a kernel: pass them in an array",
     "randn": "there are no random numbers in a kernel: pass them in an array",
+    "pointer_type": ("a pointer cannot be made from an integer loaded from memory: pass each array as an argument, "
+                     "or one array holding every group with integer offsets into it"),
+    "int_to_ptr": ("a pointer cannot be made from an integer: pass each array as an argument, or one array holding "
+                   "every group with integer offsets into it"),
     "swizzle2d": "compute the grouped program order with integer arithmetic (Triton tutorial 03's `GROUP_SIZE_M` "
                  "code works as written)",
 }

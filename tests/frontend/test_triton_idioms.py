@@ -270,6 +270,8 @@ def spk_error(line: str) -> sp.Diagnostic:
     ("store(o + r, sp.zeros_like(t))", "zeros_like", "SP0204", "`sparsile` has no member `zeros_like`",
      "`zeros(x.shape, x.dtype)`"),
     ("debug_barrier()", "debug_barrier", "SP0202", "unknown name `debug_barrier`", "`barrier()`"),
+    ("store(o + r, sp.load(p).to(sp.pointer_type(f32)))", "pointer_type", "SP0204",
+     "`sparsile` has no member `pointer_type`", "integer offsets"),
     ("store(o + r, load(p + r, eviction_policy=\"evict_last\"))", "eviction_policy", "SP0321",
      "wrong arguments to `load`: got an unexpected keyword argument `eviction_policy`", "drop `eviction_policy=`"),
     ("store(o + r, sum(dot(t, t, allow_tf32=False), axis=1))", "allow_tf32", "SP0321",
