@@ -251,6 +251,15 @@ def load(path: str | os.PathLike[str]) -> KernelModule:
 load.__sparsile_builtin__ = "load"  # type: ignore[attr-defined]
 
 
+TRITON_JIT_OPTIONS = {
+    "do_not_specialize": "integers are specialized on divisibility by 16 as in Triton; "
+                         "`kernel[grid].prepare(..., vary=(\"n\",))` drops that for a prepared launch",
+    "debug": "the interpreter (`kernel.interpret[grid]`) checks every access and `assert`",
+    "noinline": "helpers are always inlined",
+}
+"""Options of ``@triton.jit`` that ``@sparsile.jit`` does not take -> what to do instead."""
+
+
 # ------------------------------------------------------------------------------------------------
 def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     """Decorate a Python function as a kernel: ``@sparsile.jit`` or ``@sparsile.jit(num_warps=8)``.
@@ -261,7 +270,8 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     """
     for k in options:
         if k not in KERNEL_OPTIONS:
-            raise TypeError(f"unknown kernel option `{k}`; options: {', '.join(KERNEL_OPTIONS)}")
+            hint = f" ({TRITON_JIT_OPTIONS[k]})" if k in TRITON_JIT_OPTIONS else ""
+            raise TypeError(f"unknown kernel option `{k}`; options: {', '.join(KERNEL_OPTIONS)}{hint}")
 
     def wrap(f: Callable[..., Any]) -> Kernel:
         from ..frontend.syntax.parser import parse_function_source

@@ -382,3 +382,12 @@ def test_argmax_for_the_gpu_names_a_spelling_that_compiles() -> None:
     row_argmax_spelled.interpret[(1,)](x, out, R=8, C=16)
     assert np.array_equal(out, x.argmax(1))
     assert ".entry" in row_argmax_spelled.compile(signature, target="sm_90a", stop_after="ptx").ptx
+
+
+def test_triton_jit_options_say_what_to_do_instead() -> None:
+    with pytest.raises(TypeError, match="unknown kernel option `do_not_specialize`") as info:
+        sp.jit(do_not_specialize=["n"])
+    assert "prepare(..., vary=" in str(info.value)
+    with pytest.raises(TypeError, match="unknown kernel option `bogus`; options: num_warps") as info:
+        sp.jit(bogus=1)
+    assert "(" not in str(info.value).split("options:")[1]
