@@ -131,7 +131,7 @@ def _reduce(kind: str) -> None:
     builtin(kind, method_of=(T.TileType,), method_only=True)(impl)
 
     def function(em: Emitter, x: Arg, *_values: Arg, axis: Arg | None = None, keep_dims: Arg | None = None) -> Value:
-        if _values and axis is None and all(_is_scalar(em, a) for a in (x, *_values)):
+        if _values and axis is None and keep_dims is None and all(_is_scalar(em, a) for a in (x, *_values)):
             # Python's min / max of run-time scalars (Triton tutorial 03's
             # ``min(num_pid_m - first_pid_m, GROUP_SIZE_M)``): no tile, so no axis to mean
             v = em.tile_or_scalar(x)
