@@ -352,6 +352,7 @@ CODES: dict[str, str] = {
     "SP0934": "differentiation of a sparsile call",
     "SP0935": "jax.vmap that cannot be batched",
     "SP0936": "the kernel call failed while XLA ran it",
+    "SP0937": "JAX older than sparsile.jax supports",
     "SP0938": "sparse_linear inputs that do not fit together",
     "SP0944": "bad projection groups",
 }

@@ -12,18 +12,21 @@ docs/jax.md describes the API, the FFI mechanism and what is not supported.
 
 from __future__ import annotations
 
+from .requires import JAX_MIN_TEXT, check_jax_version
+
 try:
-    import jax as _jax  # noqa: F401
+    import jax as _jax
 except ModuleNotFoundError as _exc:
     if _exc.name != "jax":
         raise
     _error = ModuleNotFoundError("error[SP0930]: sparsile.jax needs JAX, which is not installed\n"
-                                 " = help: pip install 'sparsile[jax]' (or install jax>=0.4.36)", name="jax")
+                                 f" = help: pip install 'sparsile[jax]' (or install jax>={JAX_MIN_TEXT})", name="jax")
     _error.code, _error.message = "SP0930", "sparsile.jax needs JAX, which is not installed"  # type: ignore[attr-defined]
     raise _error from _exc
+check_jax_version(getattr(_jax, "__version__", ""))  # SP0937 for a jax older than the tested floor
 
-from .call import call, sparsile_call_p
-from .errors import JaxCallError
-from .linear import SparseLinear, sparse_linear
+from .call import call, sparsile_call_p  # noqa: E402 (after the checks above)
+from .errors import JaxCallError  # noqa: E402
+from .linear import SparseLinear, sparse_linear  # noqa: E402
 
 __all__ = ["JaxCallError", "SparseLinear", "call", "sparse_linear", "sparsile_call_p"]

@@ -30,6 +30,8 @@ SP_JAX_NO_VMAP = "SP0935"
 ``sparse_linear`` (values, meta, scale_w: its rule batches x, scale_x and the bias only)."""
 SP_JAX_RUNTIME = "SP0936"
 """The FFI handler failed while XLA ran the program (no CUDA stream, a launch error)."""
+SP_JAX_TOO_OLD = "SP0937"
+"""``sparsile.jax`` was imported with a JAX older than the oldest one it supports (requires.py)."""
 SP_JAX_LINEAR_INPUT = "SP0938"
 """``sparse_linear`` inputs that do not fit together: x, values, meta or bias of the wrong rank,
 shape or element type."""
