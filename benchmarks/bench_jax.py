@@ -165,10 +165,11 @@ def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, Any]:
         y.block_until_ready()
     files = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
     kernels = launched_kernels()
-    if not files:
+    reader = getattr(jax.profiler, "ProfileData", None)  # absent from older jax (0.5.3 and before)
+    if not files or reader is None:  # -1: not measured
         return {"dtoh": -1, "htod": -1, "sparsile_kernels": -1, "ffi_calls": -1, "kernels": kernels,
                 "sparse_names": []}
-    data = jax.profiler.ProfileData.from_file(files[-1])
+    data = reader.from_file(files[-1])
     names = [event.name for plane in data.planes for line in plane.lines for event in line.events]
     return {**classify_events(names, kernels), "kernels": kernels, "sparse_names": sparse_names(names)}
 
