@@ -305,7 +305,11 @@ def test_float64_x_gives_float32_y() -> None:
     the kernels' widest output."""
     layer = _layer()
     x = _rand((3, K), 16).astype(np.float64)
-    with jax.enable_x64(True):
+    if hasattr(jax, "enable_x64"):
+        enable_x64 = jax.enable_x64
+    else:  # jax 0.5.3 and before (docs/jax.md, "Install") have only the experimental one
+        from jax.experimental import enable_x64
+    with enable_x64(True):
         y = jax.jit(layer)(x)
         dx = jax.grad(lambda x: jnp.sum(layer(x)))(x)
     assert y.dtype == jnp.float32 and dx.dtype == jnp.float64
