@@ -165,7 +165,7 @@ def profile_check(t: int, k: int, n: int, directory: str) -> dict[str, Any]:
         y.block_until_ready()
     files = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
     kernels = launched_kernels()
-    reader = getattr(jax.profiler, "ProfileData", None)  # absent from older jax (0.5.3 and before)
+    reader = getattr(jax.profiler, "ProfileData", None)  # absent up to jax 0.5.3, None in 0.6.2
     if not files or reader is None:  # -1: not measured
         return {"dtoh": -1, "htod": -1, "sparsile_kernels": -1, "ffi_calls": -1, "kernels": kernels,
                 "sparse_names": []}
