@@ -155,14 +155,17 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
-b40)  # after the fortieth session's merges: every torch GPU file and JAX on this machine's torch, the tuning and
-     # autotune GPU tests, then the layer at T = 256 / 1024 (8B, bf16) without a table and with the borrowed one
-    run 300 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+b40)  # after the fortieth session's merges, in what the last 420 s of device time allow: every torch GPU file and
+     # JAX on this machine's torch / jax, the tuning, autotune and Triton-port GPU tests; the JAX CPU tests on this
+     # machine's jax; then the layer at T = 256 / 1024 (8B, bf16) without a table and with the borrowed one
+    run 200 python -m pytest -q -m gpu -n 14 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
         tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
-        tests/frontend tests/stdlib/test_special_values.py
-    SPARSILE_TUNED_TABLE=0 run 100 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 \
-        --json "$out/linear-heuristic.json"
-    run 100 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 --json "$out/linear-borrowed.json"
+        tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py ${B40_EXTRA:-}
+    JAX_PLATFORMS=cpu run 60 python -m pytest -q -n 14 -p no:cacheprovider tests/integrations -k jax
+    SPARSILE_TUNED_TABLE=0 run 70 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 \
+        --max-seconds 45 --json "$out/linear-heuristic.json"
+    run 70 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 --max-seconds 45 \
+        --json "$out/linear-borrowed.json"
     ;;
 h100-40)  # does the H200's tuned table help an H100 (132 SMs too, less HBM bandwidth) over the heuristics? The 8B grid
      # rows (bf16) and 8192^3 without a table, then with h200.json / decode-h200.json copied under the H100's names
