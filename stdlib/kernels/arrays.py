@@ -108,16 +108,18 @@ def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
     """``x`` in the operand's element type (a no-op when it already is); a numpy array through
     ``cast_to_operand`` (e4m3 saturates at ±448 with a warning); a torch tensor by the same rules
     (:mod:`.operand_cast`: integer types refuse values they cannot hold, where torch wraps 300 to 44;
-    float64 rounds once), except that e4m3 is torch's own cast, which saturates alike without the
-    count (a count would synchronize the device)."""
+    float64 rounds once), except that e4m3 saturates without the count (a count would synchronize
+    the device): :func:`~.operand_cast.to_e4m3_saturating`."""
     if array_kind(x) == "torch":
         import torch
 
-        want = getattr(torch, choice.torch_dtype)
-        if x.dtype == want or choice.operand == "e4m3":
-            return x if x.dtype == want else x.to(want)
-        from .operand_cast import cast_input
+        from .operand_cast import cast_input, to_e4m3_saturating
 
+        want = getattr(torch, choice.torch_dtype)
+        if x.dtype == want:
+            return x
+        if choice.operand == "e4m3":
+            return to_e4m3_saturating(x, want)
         return cast_input(x, operand_type(choice.operand), want, "torch", what)
     host = operand_type(choice.operand).host_dtype
     if x.dtype == host:

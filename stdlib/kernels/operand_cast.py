@@ -16,6 +16,7 @@ itself, so a weight on the CPU and the same weight on a GPU are cast to the same
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,31 @@ from ..sparsity.dtypes import OperandType
 from .arrays import array_kind, bad_input
 
 E4M3_MAX = 448.0
+
+
+@cache
+def torch_e4m3_cast_saturates() -> bool:
+    """Whether torch's own cast to float8_e4m3fn saturates (|x| > 448, infinities included, becomes
+    ±448; NaN stays NaN): torch 2.13 does; torch 2.11 and 2.12 make such values NaN (e4m3fn has no
+    infinity). Probed once, on the CPU: torch converts with the same host-and-device function there
+    and on the GPU."""
+    import torch
+
+    probe = torch.tensor([1e4, -float("inf")]).to(torch.float8_e4m3fn).float()
+    return probe.tolist() == [E4M3_MAX, -E4M3_MAX]
+
+
+def to_e4m3_saturating(x: Any, want: Any) -> Any:
+    """Torch tensor ``x`` cast to e4m3 (``want``) with |x| > 448 saturated to ±448 and NaN kept,
+    without a count (that would synchronize the device): torch's own cast where it saturates
+    (:func:`torch_e4m3_cast_saturates`), else a clamp first (in float32 for the types clamp cannot
+    hold ±448 in or does not take: int8 / uint8 would wrap it, float8 has no clamp)."""
+    import torch
+
+    if torch_e4m3_cast_saturates():
+        return x.to(want)
+    wide = x if x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else x.to(torch.float32)
+    return torch.clamp(wide, -E4M3_MAX, E4M3_MAX).to(want)
 
 
 def _round_to_odd_f32(x: Any) -> Any:

@@ -4,11 +4,13 @@ array and is copied into out. torch CPU tensors stand in for CUDA ones (``array_
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from sparsile.stdlib.kernels import arrays, call_cache  # noqa: E402
+from sparsile.stdlib.kernels import arrays, call_cache, operand_cast  # noqa: E402
 
 
 @pytest.fixture
@@ -121,8 +123,6 @@ def test_a_torch_operand_is_cast_by_the_host_rules(as_cuda):
     """sparse_matmul's b (and values) given as torch tensors of another type: an integer operand
     type refuses what it cannot hold (torch's own cast wrapped 300 to 44), float64 rounds once to
     bf16 (torch rounded through float32), e4m3 saturates as the host does."""
-    from types import SimpleNamespace
-
     from sparsile.stdlib.sparsity import SparsityError
 
     s8 = SimpleNamespace(operand="s8", torch_dtype="int8")
@@ -136,3 +136,24 @@ def test_a_torch_operand_is_cast_by_the_host_rules(as_cuda):
     e4m3 = SimpleNamespace(operand="e4m3", torch_dtype="float8_e4m3fn")
     big = torch.tensor([[500.0, float("inf"), -1e6, 3.0]])
     assert arrays.cast_operand(big, e4m3).float().tolist() == [[448.0, 448.0, -448.0, 3.0]]
+
+
+@pytest.mark.parametrize(("dtype", "values", "saturated"), [
+    ("float32", [500.0, float("inf"), -1e6, 3.0], [448.0, 448.0, -448.0, 3.0]),
+    ("bfloat16", [512.0, -float("inf"), 3.0], [448.0, -448.0, 3.0]),
+    ("float16", [float("inf"), 60000.0, -0.5], [448.0, 448.0, -0.5]),
+    ("float64", [1e300, -449.0, 3.0], [448.0, -448.0, 3.0]),
+    ("int8", [-128, 120, 3], [-128.0, 120.0, 3.0]),    # (a clamp in int8 would wrap -448 to 64)
+    ("int16", [1000, -1000, 3], [448.0, -448.0, 3.0]),
+    ("float8_e5m2", [57344.0, -float("inf"), 3.0], [448.0, -448.0, 3.0]),  # (float8 has no clamp)
+])
+def test_e4m3_saturates_where_torchs_cast_makes_nan(as_cuda, monkeypatch, dtype, values, saturated):
+    """torch 2.11 and 2.12 cast |x| > 448 to NaN in float8_e4m3fn (2.13 saturates): where the probe
+    finds that cast, cast_operand clamps first, for every input type, and NaN stays NaN."""
+    monkeypatch.setattr(operand_cast, "torch_e4m3_cast_saturates", lambda: False)
+    e4m3 = SimpleNamespace(operand="e4m3", torch_dtype="float8_e4m3fn")
+    x = torch.tensor([values], dtype=torch.float64).to(getattr(torch, dtype))
+    assert arrays.cast_operand(x, e4m3).float().tolist() == [saturated]
+    if x.dtype.is_floating_point:
+        nan = torch.tensor([[float("nan")]], dtype=x.dtype)
+        assert torch.isnan(arrays.cast_operand(nan, e4m3).float()).all()
