@@ -126,9 +126,11 @@ class _AliasLoader:
         except ModuleNotFoundError as exc:
             if exc.name != "torch":
                 raise
+            from .integrations.torch_version import TORCH_REQUIREMENT
+
             error = ModuleNotFoundError(
                 "error[SP0900]: sparsile.torch needs PyTorch, which is not installed\n"
-                " = help: pip install 'sparsile[torch]' (or install torch>=2.4)", name="torch")
+                f" = help: pip install 'sparsile[torch]' (or install {TORCH_REQUIREMENT})", name="torch")
             error.code, error.message = "SP0900", "sparsile.torch needs PyTorch, which is not installed"
             raise error from exc
         sys.modules[module.__name__] = real  # the import system returns what sys.modules holds

@@ -332,6 +332,7 @@ CODES: dict[str, str] = {
     "SP0905": "output dtype the kernel does not store",
     "SP0906": "sparse_linear op arguments that do not fit together",
     "SP0907": "model or option of the wrong kind",
+    "SP0908": "PyTorch older than the supported floor",
     "SP0910": "unreadable safetensors file",
     "SP0911": "safetensors dtype not supported",
     "SP0912": "not a sparse-24-bitmask checkpoint",

@@ -27,6 +27,9 @@ SP_SPARSIFY_ARGUMENTS = "SP0907"
 ``load_sparse24_checkpoint``), or options of the wrong kind: ``sparsify_``'s ``filter_fn`` that is not callable
 or ``min_features`` that is not a non-negative integer, ``save_sparse24_checkpoint``'s ``config`` that is not a
 dict, a checkpoint path that is not a str or ``os.PathLike``."""
+SP_TORCH_VERSION = "SP0908"
+"""``sparsile.torch`` was imported with a PyTorch older than the oldest supported release
+(``integrations/torch_version.py``)."""
 SP_SAFETENSORS_FILE = "SP0910"
 """A safetensors file that cannot be read: truncated, a bad header, offsets outside the data."""
 SP_SAFETENSORS_DTYPE = "SP0911"

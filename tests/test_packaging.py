@@ -150,6 +150,13 @@ def test_wheel_holds_modules_and_data_and_works_alone(tmp_path):
     assert run.stdout.split() == ["sparse_gemm_bf16", "1"]
 
 
+def test_the_torch_extra_requires_the_integrations_floor():
+    """pyproject's ``torch`` extra and the SP0908 check (integrations/torch_version.py) name one floor."""
+    from sparsile.integrations.torch_version import TORCH_REQUIREMENT
+
+    assert PYPROJECT["project"]["optional-dependencies"]["torch"] == [TORCH_REQUIREMENT]
+
+
 def test_version_attribute_matches_pyproject():
     """The compile cache keys on ``sparsile.__version__`` (driver/cache.py compiler_version)."""
     import sparsile

@@ -18,14 +18,20 @@ docs/torch.md describes the API, the conventions and what is fused; docs/trainin
 
 from __future__ import annotations
 
-from . import ops
-from .activation import sparse24_activation_linear, sparse24_mask
-from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint
-from .decode_attention import use_gqa_decode_attention
-from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_
-from .linear import WEIGHT_DTYPES, SparseLinear
-from .sparsify import SparsifyReport, sparsify_
-from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask
+import torch as _torch
+
+from ..torch_version import require_torch_release
+
+require_torch_release(_torch.__version__)  # SP0908 before a module below fails inside an older torch
+
+from . import ops  # noqa: E402
+from .activation import sparse24_activation_linear, sparse24_mask  # noqa: E402
+from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint  # noqa: E402
+from .decode_attention import use_gqa_decode_attention  # noqa: E402
+from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_  # noqa: E402
+from .linear import WEIGHT_DTYPES, SparseLinear  # noqa: E402
+from .sparsify import SparsifyReport, sparsify_  # noqa: E402
+from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask  # noqa: E402
 
 __all__ = ["DEFAULT_GROUPS", "WEIGHT_DTYPES", "FuseReport", "LoadReport", "SemiSparseLinear", "SparseLinear",
            "SparseTrainer", "SparsifyReport", "fuse_projections_", "load_sparse24_checkpoint", "ops", "recompress_",

@@ -32,8 +32,9 @@ E4M3_MAX = 448.0
 def torch_e4m3_cast_saturates() -> bool:
     """Whether torch's own cast to float8_e4m3fn saturates (|x| > 448, infinities included, becomes
     ±448; NaN stays NaN): torch 2.13 does; torch 2.11 and 2.12 make such values NaN (e4m3fn has no
-    infinity). Probed once, on the CPU: torch converts with the same host-and-device function there
-    and on the GPU."""
+    infinity). Probed once, on the CPU: torch's scalar conversion (c10's ``Float8_e4m3fn(float)``)
+    is one host-and-device function, and where a GPU cast saturated on its own the clamp of
+    :func:`to_e4m3_saturating` would only be a redundant elementwise pass."""
     import torch
 
     probe = torch.tensor([1e4, -float("inf")]).to(torch.float8_e4m3fn).float()

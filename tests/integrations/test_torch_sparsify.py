@@ -116,6 +116,38 @@ def test_missing_torch_is_sp0900():
                                        "[[1.0, 2.0]]"], run.stderr
 
 
+@pytest.mark.parametrize("version", ["2.9.1+cu128", "2.4.0a0+git1234", "1.13.1"])
+def test_an_older_torch_is_sp0908(version):
+    """A torch older than the floor (integrations/torch_version.py) gives SP0908 on import, not a
+    traceback from inside torch; the version string is patched (the older torch is not installed)."""
+    run = _python(f"""
+        import torch
+        torch.__version__ = {version!r}
+        try:
+            import sparsile.torch
+        except Exception as e:
+            print(type(e).__name__, e.code, "|", e.message, "|", e.help)
+    """)
+    assert run.stdout.splitlines() == [f"IntegrationError SP0908 | sparsile.torch needs PyTorch 2.10 or later, found "
+                                       f"{version} | pip install 'torch>=2.10' (docs/torch.md lists the versions "
+                                       "checked)"], run.stderr
+
+
+@pytest.mark.parametrize(("version", "refused"), [("2.10.0a0+git1234", False), ("2.10.0", False), ("3.0.0", False),
+                                                  ("2.11.0+cu130", False), ("2.9.9", True), ("", False)])
+def test_only_a_release_before_the_floor_is_refused(version, refused):
+    """Only a release before the floor is refused: a pre-release of the floor itself (an NGC build,
+    2.10.0a0) is that release; a version string without numbers is not refused."""
+    from sparsile.integrations.torch_version import require_torch_release
+
+    if refused:
+        with pytest.raises(IntegrationError) as err:
+            require_torch_release(version)
+        assert err.value.code == "SP0908" and err.value.message.startswith("sparsile.torch needs PyTorch 2.10 ")
+    else:
+        require_torch_release(version)
+
+
 @pytest.mark.parametrize(("call", "code", "message"), [
     (lambda m: spt.sparsify_("model"), "SP0907", "sparsify_ takes an nn.Module, got str"),
     (lambda m: spt.sparsify_(m, filter_fn=3), "SP0907",

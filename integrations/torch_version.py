@@ -1,0 +1,34 @@
+"""The oldest PyTorch that ``sparsile.torch`` supports, and the SP0908 check of the installed one.
+
+Kept out of the :mod:`.torch` package (and free of torch imports) so that ``sparsile``'s SP0900 help
+can name the floor without importing either. The floor is the oldest release the torch CPU tests
+were run on and passed (docs/torch.md, Install); older releases lack private APIs the integration
+uses, so importing the integration there fails inside torch, which SP0908 replaces with a message.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import SP_TORCH_VERSION, IntegrationError
+
+TORCH_FLOOR = (2, 10)
+"""(major, minor) of the oldest supported torch release; pyproject's ``torch`` extra says the same."""
+
+TORCH_REQUIREMENT = f"torch>={TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
+
+
+def torch_release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a torch version string ("2.11.0+cu130", "2.10.0a0+git1234", "2.9.0.dev20250101");
+    None where it has none (a build that names no version: not refused)."""
+    match = re.match(r"\s*(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def require_torch_release(version: str) -> None:
+    """SP0908 where ``version`` (``torch.__version__``) is older than :data:`TORCH_FLOOR`."""
+    release = torch_release(version)
+    if release is not None and release < TORCH_FLOOR:
+        floor = f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
+        raise IntegrationError(SP_TORCH_VERSION, f"sparsile.torch needs PyTorch {floor} or later, found {version}",
+                               help=f"pip install '{TORCH_REQUIREMENT}' (docs/torch.md lists the versions checked)")
