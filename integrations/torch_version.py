@@ -2,8 +2,9 @@
 
 Kept out of the :mod:`.torch` package (and free of torch imports) so that ``sparsile``'s SP0900 help
 can name the floor without importing either. The floor is the oldest release the torch CPU tests
-were run on and passed (docs/torch.md, Install); older releases lack private APIs the integration
-uses, so importing the integration there fails inside torch, which SP0908 replaces with a message.
+were run on and passed (docs/torch.md, Supported PyTorch): the integration uses parts of torch that
+change between releases, and on an older one it would fail somewhere inside torch, or give results
+nobody checked, where SP0908 says what to install.
 """
 
 from __future__ import annotations
