@@ -157,3 +157,17 @@ def test_e4m3_saturates_where_torchs_cast_makes_nan(as_cuda, monkeypatch, dtype,
     if x.dtype.is_floating_point:
         nan = torch.tensor([[float("nan")]], dtype=x.dtype)
         assert torch.isnan(arrays.cast_operand(nan, e4m3).float()).all()
+
+
+def test_the_e4m3_cast_clamps_only_where_torchs_own_cast_does_not_saturate(monkeypatch):
+    """The probe answers for the torch that runs (2.13's cast saturates 500 to 448, 2.11's makes it
+    NaN), and the cast takes the path that answer picks: torch's own cast alone, or a clamp first."""
+    big = torch.tensor([[500.0, -float("inf"), 3.0]])
+    saturates = operand_cast.torch_e4m3_cast_saturates()
+    assert saturates is (big.to(torch.float8_e4m3fn).float()[0, 0].item() == 448.0)
+    clamps = []
+    real_clamp = torch.clamp
+    monkeypatch.setattr(torch, "clamp", lambda *a, **k: clamps.append(a[0].dtype) or real_clamp(*a, **k))
+    got = operand_cast.to_e4m3_saturating(big, torch.float8_e4m3fn)
+    assert got.dtype == torch.float8_e4m3fn and got.float().tolist() == [[448.0, -448.0, 3.0]]
+    assert clamps == ([] if saturates else [torch.float32])
