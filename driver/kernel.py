@@ -407,7 +407,9 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
     """A grid given as an int, a tuple or list of up to 3 ints, or a callable of the constexpr
-    arguments returning one (LaunchError SP0710 otherwise)."""
+    arguments returning one (LaunchError SP0710 otherwise). A dimension may be 0: such a grid has
+    no programs, and its launch runs nothing once the arguments are checked (docs/language.md,
+    "Specialization and launching"); a negative one is SP0710."""
     if callable(grid):
         grid = grid(meta)
     if _is_int(grid):
@@ -421,9 +423,10 @@ def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
         raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad!r} in {tuple(grid)!r}",
                           help="compute grid sizes with integer arithmetic, e.g. `(n + BLOCK - 1) // BLOCK`")
     dims = tuple(int(g) for g in grid)
-    if any(d <= 0 for d in dims):
-        raise LaunchError("SP0710", f"every grid dimension must be positive, found {dims}",
-                          help="a grid of zero launches nothing; skip the call instead")
+    if any(d < 0 for d in dims):
+        raise LaunchError("SP0710", f"a grid dimension cannot be negative, found {dims}",
+                          help="compute grid sizes that are 0 or more, e.g. `sp.cdiv(n, BLOCK)` with n >= 0 "
+                               "(a grid with a 0 dimension launches nothing)")
     for axis, (d, most) in enumerate(zip(dims, GRID_LIMITS, strict=False)):
         if d > most:
             raise LaunchError("SP0710", f"grid {dims} has {d} programs along {'xyz'[axis]}; CUDA allows at most "

@@ -67,6 +67,7 @@ from .launch_config import (
     check_grid_fits_cluster,
     check_pdl,
     check_shared_memory,
+    is_empty_grid,
     normalize_block,
     normalize_grid,
     stream_handle,
@@ -100,6 +101,6 @@ __all__ = [
     "check_grid_fits_cluster", "check_pdl", "check_shared_memory", "constexpr_equal", "derived_value",
     "describe_array", "dlpack",
     "dtype_from_numpy", "dtype_from_torch", "dtype_info", "encode_scalar", "host_view", "is_c_contiguous",
-    "is_derived", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid", "numpy_dtype",
+    "is_derived", "is_empty_grid", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid", "numpy_dtype",
     "register_array_type", "scalar_writer", "shared_host_copy", "stream_handle", "torch_device_pointer",
 ]

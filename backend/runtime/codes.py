@@ -12,7 +12,8 @@ SP0706  host memory where device memory is required
 SP0707  array on another device (or a non-CUDA device)
 SP0708  argument of an unsupported kind (not an array / not a number)
 SP0709  scalar out of range for its type, or violating a specialization (divisibility)
-SP0710  grid: zero, negative, non-integer or beyond the device limits
+SP0710  grid: negative, non-integer, not 1 to 3 dimensions, or beyond the device limits (0 is an
+        empty launch, no error)
 SP0711  block: more threads than the device or the compiled kernel allows
 SP0712  shared memory beyond the device's opt-in limit
 SP0713  cluster dimensions invalid for the device or the grid

@@ -34,17 +34,27 @@ def _dims(value: Any, what: str, code: str) -> tuple[int, int, int]:
 
 
 def normalize_grid(grid: Any, limits: DeviceInfo) -> tuple[int, int, int]:
-    """``grid`` as ``(x, y, z)``, checked against the device's maximum grid dimensions."""
+    """``grid`` as ``(x, y, z)``, checked against the device's maximum grid dimensions. A dimension
+    may be 0 (an empty grid: see :func:`is_empty_grid`); a negative one is SP0710."""
     dims = _dims(grid, "grid", GRID)
     for axis, (n, most) in enumerate(zip(dims, limits.max_grid_dims)):
-        if n < 1:
-            raise LaunchError(GRID, f"grid {dims} has {n} blocks along {'xyz'[axis]}; every dimension "
-                              "must be at least 1", "launch nothing instead of a zero-sized grid")
+        if n < 0:
+            raise LaunchError(GRID, f"grid {dims} has {n} blocks along {'xyz'[axis]}; a grid dimension cannot "
+                              "be negative", "compute grid sizes that are 0 or more (a grid with a 0 dimension "
+                              "launches nothing)")
         if n > most:
             raise LaunchError(GRID, f"grid {dims} exceeds the device limit along {'xyz'[axis]} "
                               f"({n} > {most} on {limits.name})",
                               "use a persistent kernel or move work to another grid dimension")
     return dims
+
+
+def is_empty_grid(dims: tuple[int, int, int]) -> bool:
+    """Whether the normalized grid ``dims`` has no blocks (a 0 dimension). Its launch checks every
+    argument as any launch does and then launches nothing: CUDA refuses a 0 grid dimension
+    (``CUDA_ERROR_INVALID_VALUE``), so no launch path passes one to the driver (docs/language.md,
+    "Specialization and launching")."""
+    return dims[0] == 0 or dims[1] == 0 or dims[2] == 0
 
 
 def normalize_block(block: Any, limits: DeviceInfo, kernel_max_threads: int | None = None

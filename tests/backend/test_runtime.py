@@ -371,7 +371,7 @@ def test_grid_errors_and_callable_grids(monkeypatch):
     gpu = EmulatedGpu(monkeypatch)
     launcher = make_launcher(gpu, VADD, [8, 8, 8, 4])
     args = (0x10, 0x20, 0x30, 1000)
-    for grid in (None, 0, (1, 0), (2**31, 1, 1), (1, 70000)):
+    for grid in (None, -1, (1, -1), (2**31, 1, 1), (1, 70000), (0, 70000), (1.0,), (1, 1, 1, 1)):
         with pytest.raises(LaunchError) as exc:
             launcher(grid, args)
         assert exc.value.code == A.GRID

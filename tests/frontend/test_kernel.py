@@ -105,6 +105,10 @@ def test_launch_options_are_checked() -> None:
     ((2**31,), f"grid (2147483648,) has 2147483648 programs along x; CUDA allows at most {GRID_LIMITS[0]}"),
     ((1, 65536), f"grid (1, 65536) has 65536 programs along y; CUDA allows at most {GRID_LIMITS[1]}"),
     (lambda meta: "x", "the grid must be an int or a tuple of up to 3 ints, found 'x'"),
+    ((-1,), "a grid dimension cannot be negative, found (-1,)"),
+    ((4, 0, -2), "a grid dimension cannot be negative, found (4, 0, -2)"),
+    ((), "the grid must have 1 to 3 dimensions, found 0"),
+    ((1, 1, 1, 1), "the grid must have 1 to 3 dimensions, found 4"),
 ])
 def test_bad_grids_are_sp0710(grid: object, message: str) -> None:
     with pytest.raises(LaunchError) as info:
@@ -117,6 +121,9 @@ def test_good_grids() -> None:
     assert normalize_grid([2, np.int32(4)], {}) == (2, 4, 1)
     assert normalize_grid(lambda meta: (meta["B"], 2, 2), {"B": 5}) == (5, 2, 2)
     assert normalize_grid((GRID_LIMITS[0], 1, 65535), {}) == (GRID_LIMITS[0], 1, 65535)
+    assert normalize_grid(0, {}) == (0, 1, 1)  # an empty grid: launched, it runs nothing
+    assert normalize_grid((4, 0), {}) == (4, 0, 1)
+    assert normalize_grid(lambda meta: (sp.cdiv(0, meta["B"]), 2, 2), {"B": 5}) == (0, 2, 2)
 
 
 def test_a_huge_interpreter_grid_is_refused_before_running() -> None:
