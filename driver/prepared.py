@@ -28,6 +28,10 @@ else torch's current stream when an argument is a torch CUDA tensor, else the le
 ``prepare(..., per_call=("x", "out"))`` makes the named parameters, in that order, the per-call
 arguments instead of the leading positional ones; everything else is fixed, checked once.
 
+A grid with a 0 dimension (``prepare`` time or ``grid=`` per call) is an empty launch: every
+argument is checked as above and nothing is launched (docs/language.md, "Specialization and
+launching"); :meth:`PreparedLaunch.native_record` makes no record of it.
+
 ``prepare(..., vary=("n",))`` drops the specialization's 16-divisibility (integers) or 16-byte
 alignment (arrays) assumption for the named run-time arguments (SP0734 for other names). A prepared
 ``@jit`` kernel whose captured Python values changed refuses to launch (SP0735): prepare it again.
@@ -56,6 +60,7 @@ from ..backend.runtime.arguments import (
     constexpr_equal,
     describe_array,
     encode_scalar,
+    is_empty_grid,
     is_torch_type,
     normalize_grid,
     scalar_writer,
@@ -342,6 +347,8 @@ class PreparedLaunch:
         try:
             for write, value in zip(self._writers, args):
                 write(value, call)
+            if not (dims[0] and dims[1] and dims[2]):  # an empty grid: the arguments checked, nothing to run
+                return
             if call.waits:
                 for producer in call.waits:
                     self._runtime.stream_wait(self._module._state, handle, producer)
@@ -377,11 +384,14 @@ class PreparedLaunch:
         address from its source ``sources[i]``, rewrites its pointer slot and re-encodes its tensor
         maps for a new address. Shapes and strides stay as packed: an argument whose
         ``fixed_layout[i]`` is False (the caller does not guarantee them) may reach the kernel only
-        as a pointer. None when that does not hold, or the call needs stream waits or keep-alives."""
+        as a pointer. None when that does not hold, the call needs stream waits or keep-alives, or
+        the prepared grid is empty (a 0 dimension: nothing to launch)."""
         from ..backend.runtime import cudalib
         from ..backend.runtime import native_launch as nl
 
         if not len(args) == len(sources) == len(fixed_layout) == self.nargs:
+            return None
+        if is_empty_grid(self._dims):  # nothing to launch: the prepared launch checks the arguments, launches nothing
             return None
         with self._lock:
             call = self._call

@@ -8,8 +8,9 @@ programmatic dependent one, ``pdl=True``: docs/language.md, "Programmatic depend
 straight from libcuda through ctypes (``cudalib.py``: cuda.bindings' argument conversion costs
 microseconds per call), else through cuda.bindings. Host arrays are copied in and out around the
 launch (``staging.py``), which then synchronizes; device arrays are used in place and the launch
-stays asynchronous. ``driver/prepared.py`` builds on it the prepared launches of
-``kernel[grid].prepare``.
+stays asynchronous. A grid with a 0 dimension converts and checks every argument as any launch
+does, then launches nothing (CUDA refuses a 0 grid dimension; docs/language.md, "Specialization and
+launching"). ``driver/prepared.py`` builds on it the prepared launches of ``kernel[grid].prepare``.
 """
 
 from __future__ import annotations
@@ -401,6 +402,8 @@ class Launcher:
                 convert(value, call)
             for write in self._derived:
                 write(call)
+            if not (dims[0] and dims[1] and dims[2]):  # an empty grid: every argument checked, nothing to run
+                return  # (CUDA refuses a 0 grid dimension; staged host arrays are freed, not copied back)
             if call.staged or getattr(devices.tls, "context", None) is not self._context_key:
                 self._module.activate(force=True)
             if call.waits:

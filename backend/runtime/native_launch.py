@@ -21,6 +21,9 @@ The core expects, in the function it is pasted into: ``%rec`` (the record), ``%s
 state: ``G_*`` words), ``%sg_stream`` (where the stream is stored), ``%cfg`` (64 bytes for a
 ``CUlaunchConfig``), ``@buffer_data(ptr %frame, i64 %src)`` (a source's address, -1: none), and
 blocks ``%slow`` (not launched), ``%done`` and ``%failed`` (``%err``: the launch's CUresult).
+A record whose grid has a 0 dimension goes to ``%slow``: CUDA refuses a 0 grid dimension, and the
+Python launch it falls back to checks the arguments and launches nothing (records of empty grids
+are not made: ``PreparedLaunch.native_record``, integrations/jax/native.py; this is the backstop).
 """
 
 from __future__ import annotations
@@ -169,6 +172,13 @@ launch:
   %gy = load i32, ptr %gy_p
   %gz_p = getelementptr i64, ptr %rec, i64 4
   %gz = load i32, ptr %gz_p
+  %gx0 = icmp eq i32 %gx, 0
+  %gy0 = icmp eq i32 %gy, 0
+  %gz0 = icmp eq i32 %gz, 0
+  %gxy0 = or i1 %gx0, %gy0
+  %grid_empty = or i1 %gxy0, %gz0
+  br i1 %grid_empty, label %slow, label %grid_ok
+grid_ok:
   %bx_p = getelementptr i64, ptr %rec, i64 5
   %bx = load i32, ptr %bx_p
   %by_p = getelementptr i64, ptr %rec, i64 6

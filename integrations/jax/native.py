@@ -227,6 +227,9 @@ def arm(plan_id: int, plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuf
                              f"runs on devices {old[R_ORDINAL]} and {ordinal} (a record launches on one)")
         h.publish(plan_id, None)
         return False
+    if 0 in plan.grid:  # an empty grid: the Python handler checks the buffers and launches nothing
+        DISABLED[plan_id] = "the grid is empty (a 0 dimension): nothing to launch"
+        return False
     try:
         words = _build_record(plan, ins, outs, ordinal)
     except Exception as exc:  # the plan keeps working on the slow path; the reason is kept for bench_jax

@@ -218,7 +218,7 @@ def test_prepared_launch_checks_constexprs_stream_and_grid(gpu):
         launch_(x, y, out, 32, 256, stream=-1)
     assert exc.value.code == "SP0717"
     with pytest.raises(LaunchError) as exc:
-        launch_(x, y, out, 32, 256, grid=(0,))
+        launch_(x, y, out, 32, 256, grid=(-1,))
     assert exc.value.code == "SP0710"
 
 
@@ -351,9 +351,9 @@ def test_tensor_map_cache_is_an_lru():
         TensorMapCache(0)
 
 
-def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True, per_call=(0, 1)):
-    """A prepared launch of a hand-made spec: tensor ``a`` (pointer, shape, stride, tensor map),
-    ``k``; ``per_call``: the per-call parameters (indices of a, k)."""
+def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True, per_call=(0, 1), grid=(1,)):
+    """A prepared launch of a hand-made spec on ``grid``: tensor ``a`` (pointer, shape, stride,
+    tensor map), ``k``; ``per_call``: the per-call parameters (indices of a, k)."""
     def fake_make(spec, ptr, owner=None, device=None, validated=False):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, bytes([len(encoded)]) * 128)
@@ -376,7 +376,7 @@ def tma_launch(monkeypatch, encoded, box=(64, 64), cache_size=8, aligned16=True,
     a = FakeCudaTensor(0x7A00_0000_0000, (256, 512), dtype=torch.float16)
     monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: 0)
-    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, list(per_call), (1,))
+    made = PreparedLaunch(kernel, launcher, {"a": a, "k": 3, "BK": 64}, bindings, list(per_call), grid)
     return made, recorder, a
 
 

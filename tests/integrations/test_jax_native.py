@@ -202,6 +202,23 @@ def test_slow_path_cases(setup: Any, case: str) -> None:
     assert h.counts() == {"fast": 0, "slow": 1, "launch_failures": 0}
 
 
+@pytest.mark.parametrize("grid", [(0, 2, 1), (3, 0, 1), (3, 2, 0)])
+def test_a_record_with_an_empty_grid_takes_the_slow_path(grid: tuple) -> None:
+    """CUDA refuses a 0 grid dimension: such a record never reaches cuLaunchKernel (arm makes none:
+    test_arm_makes_no_record_of_an_empty_grid; this is the backstop in the launch core)."""
+    from sparsile.backend.runtime.native_launch import R_GX, R_GZ
+
+    fakes = Fakes()
+    h = native.NativeHandler(*fakes.addresses()[3:], *fakes.addresses()[:3])
+    words = _record()
+    words[R_GX:R_GZ + 1] = grid
+    h.publish(PLAN, words)
+    frame = Frame(fakes.api, PLAN)
+    assert c.CFUNCTYPE(c.c_void_p, c.c_void_p)(h.address)(c.addressof(frame.frame)) == 0x5105
+    assert fakes.launches == [] and fakes.slow == [c.addressof(frame.frame)]
+    assert h.counts() == {"fast": 0, "slow": 1, "launch_failures": 0}
+
+
 def test_failing_launch_goes_to_the_slow_path_and_marks_the_record() -> None:
     fakes = Fakes(launch_result=700)
     h = native.NativeHandler(*fakes.addresses()[3:], *fakes.addresses()[:3])
@@ -383,6 +400,23 @@ def test_arm_publishes_the_launcher_packing_once_and_failures_disable_the_plan()
         native.uninstall()
 
 
+def test_arm_makes_no_record_of_an_empty_grid() -> None:
+    """A plan of an empty grid stays on the Python handler, whose launcher checks the buffers and
+    launches nothing."""
+    fakes = Fakes(sizes=(8, 4, 8))
+    native.install(fakes.addresses()[3], fakes.addresses()[:3])
+    try:
+        plan, plan_id = FakePlan(), 0x77_0000_0002
+        plan.grid = (5, 0, 1)
+        ins, outs = [ffi.XlaBuffer(0x1000, "float32", (4,)), ffi.XlaBuffer(0x2000, "float32", (4,))], \
+            [ffi.XlaBuffer(0x3000, "float32", (4,))]
+        assert not native.arm(plan_id, plan, ins, outs, 0)
+        assert native.DISABLED.pop(plan_id) == "the grid is empty (a 0 dimension): nothing to launch"
+        assert native.handler().record(plan_id) is None and plan._launcher.snapshots == []
+    finally:
+        native.uninstall()
+
+
 @pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
 def test_arm_of_a_pdl_launcher_launches_with_its_attributes(cluster: tuple) -> None:
     """A plan whose launcher is a programmatic dependent launch (``pdl=True``) records the launch
@@ -505,12 +539,15 @@ def test_concurrent_calls_each_launch_their_own_pointers(setup: Any) -> None:
     assert h.counts() == {"fast": 200, "slow": 0, "launch_failures": 0}
 
 
-JAX_HANDLER_IR_SHA256 = "652a6913ef17023b8c0cfca69195d57a6d65a836ea5b6b79776a9522562352b6"
+JAX_HANDLER_IR_SHA256 = "fc64e97dbf10c718b3af5f14dc601f051cec775f45a219a97863e7a177ccb45f"
 """The handler's IR with its placeholders filled in as NativeHandler fills them (state at a fixed
 address): the shared launch core (backend/runtime/native_launch.py) must not change it by accident.
 The one deliberate change since the version verified on the H200: ``R_ATTRS`` is the address of a
 launch-attribute block (a count, then the attributes: cluster, programmatic dependent launch), whose
-count and attribute array the core passes to ``cuLaunchKernelEx`` (it passed one attribute before)."""
+count and attribute array the core passes to ``cuLaunchKernelEx`` (it passed one attribute before);
+and a record whose grid has a 0 dimension takes the slow path instead of a launch (CUDA refuses a 0
+grid dimension: test_a_record_with_an_empty_grid_takes_the_slow_path; on the GPU,
+tests/gpu/test_empty_grid_gpu.py)."""
 
 
 @pytest.mark.skipif(c.sizeof(c.c_void_p) != 8, reason="the struct offsets of a 64-bit host")
