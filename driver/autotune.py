@@ -31,7 +31,7 @@ from ..frontend.diagnostics import CompileError, LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
 from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
-from .kernel import KERNEL_OPTIONS, SP_BAD_OPTION, SP_CLUSTER_SHAPE, GridIndexer, Kernel, option_problem
+from .kernel import KERNEL_OPTIONS, SP_BAD_OPTION, SP_CLUSTER_SHAPE, GridIndexer, Kernel, normalize_grid, option_problem
 
 ENV_AUTOTUNE = "SPARSILE_AUTOTUNE"
 ENV_PRINT = "SPARSILE_AUTOTUNE_PRINT"
@@ -282,13 +282,30 @@ class Autotuner:
             shipped = table_choice(self.table, gpu, key)
             record = TuneRecord(self._given(shipped), "table") if shipped else TuneRecord(self.configs[0], "first")
         else:
-            record = self._stored(gpu, key) or self._tune(grid, args, kwargs, bound, stream, gpu, key)
+            record = self._stored(gpu, key)
+            if record is None and self._empty_grid(grid, args, kwargs):
+                return self.configs[0]  # an empty batch: nothing runs, so nothing to time or store
+            record = record or self._tune(grid, args, kwargs, bound, stream, gpu, key)
         self.cache[f"{gpu}|{key}"] = record
         if printing_requested():
             print(f"sparsile autotune: `{self.name}` [{key}] on {gpu}: {record.config} ({record.how}"
                   + (f", {len(record.timings)} timed, {len(record.skipped)} skipped in {record.seconds:.2f} s"
                      if record.how == "tuned" else "") + ")", file=self._err())
         return record.config
+
+    def _empty_grid(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether ``grid`` has a 0 dimension under every config (an empty batch): its launch runs
+        nothing, so the call is not tuned; it launches with the first config, which checks the
+        arguments and compiles (docs/autotune.md). False when a grid cannot be evaluated here: the
+        tuning launches report it."""
+        for config in self.configs:
+            try:
+                dims = normalize_grid(grid, {**self._bound(args, kwargs, config), **config.all_kwargs()})
+            except Exception:  # a grid function of other arguments, a bad grid: left to the launches
+                return False
+            if 0 not in dims:
+                return False
+        return True
 
     def _stored(self, gpu: str, key: str) -> TuneRecord | None:
         entry = self.file.read().get(f"{gpu}|{key}")

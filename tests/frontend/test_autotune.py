@@ -551,3 +551,27 @@ def test_bad_prunes_and_resets_at_the_call() -> None:
     with pytest.raises(sp.LaunchError, match=r"error\[SP0771\]: autotune reset_to_zero= names `a`, which is 0.5 in "
                                              r"this call, not an array"):
         tuner.choose(_grid, (x, out, N, 0.5), {})
+
+
+def _empty_grid(meta: dict[str, Any]) -> tuple[int]:
+    return (sp.cdiv(0, meta["BLOCK"]),)
+
+
+def test_an_empty_grid_is_not_tuned_and_launches_nothing(tmp_path: Any) -> None:
+    """An empty batch (a grid with a 0 dimension under every config) has nothing to time: the call
+    launches with the first config (arguments checked, nothing run), and nothing is cached, so the
+    next non-empty call of the same key tunes."""
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0}, run=True)
+    tuner = _tuned(bench)
+    x, out = _data()
+    before = out.copy()
+    tuner[_empty_grid](x, out, N, 0.5)
+    tuner[(0, 4)](x, out, N, 0.5)
+    assert bench.calls == [] and tuner.cache == {} and _files(tmp_path) == []
+    np.testing.assert_array_equal(out, before)
+    with pytest.raises(sp.LaunchError) as info:
+        tuner[_empty_grid](x, out, 2**40, 0.5)  # still checked: n is an i32
+    assert info.value.code == "SP0709"
+    tuner[_grid](x, out, N, 0.5)
+    assert bench.calls == [64, 128, 256]
+    np.testing.assert_allclose(out, before.astype(np.float64) + 0.5 * x.astype(np.float64), rtol=1e-6)
