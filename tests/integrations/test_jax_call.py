@@ -213,6 +213,30 @@ def test_writing_an_input_is_refused_at_trace_time() -> None:
             "input_output_aliases {0: 0}: the input is (64,) float32 but the output is (32,) float32")
 
 
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+@pytest.mark.parametrize("grid", [(0,), (0, 1), lambda meta: (sp.cdiv(0, meta["BLOCK"]),)])
+def test_an_empty_grid_runs_no_program(interpret: bool, grid: object) -> None:
+    """An empty batch (a grid with a 0 dimension) runs nothing: the output is as the call made it
+    before the kernel would run (poisoned on the CPU paths); the next call is an ordinary one."""
+    x, y = _inputs()
+    out = call(scale_add, grid, x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=0, alpha=1.5,
+               interpret=interpret)
+    assert np.isnan(np.asarray(out)).all()
+    got = np.asarray(_scale_add(x, y, interpret))
+    _within_f32_rounding(got, 1.5 * x.astype(np.float64) + y, 1.5 * np.abs(x.astype(np.float64)) + y)
+
+
+def test_an_empty_grid_still_checks_the_arguments_at_trace_time() -> None:
+    x, y = _inputs()
+    with pytest.raises(sp.LaunchError) as info:
+        call(scale_add, (0,), x.astype(np.float16), y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=0,
+             alpha=1.0)
+    assert "error[SP0703]: argument `x` expects a pointer to f32, found an array of f16" in str(info.value)
+    with pytest.raises(sp.LaunchError) as info:
+        call(scale_add, (0,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=0)
+    assert "error[SP0701]: `scale_add` is missing the argument `alpha`" in str(info.value)
+
+
 def test_kernel_type_errors_surface_at_trace_time() -> None:
     x, y = _inputs()
     with pytest.raises(sp.LaunchError) as info:
@@ -220,8 +244,8 @@ def test_kernel_type_errors_surface_at_trace_time() -> None:
              alpha=1.0)
     assert "error[SP0703]: argument `x` expects a pointer to f32, found an array of f16" in str(info.value)
     with pytest.raises(sp.LaunchError) as grid:
-        call(scale_add, (0,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0)
-    assert "error[SP0710]" in str(grid.value)
+        call(scale_add, (-1,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0)
+    assert "error[SP0710]: a grid dimension cannot be negative, found (-1,)" in str(grid.value)
     with pytest.raises(sp.LaunchError) as unknown:
         call(scale_add, (3,), x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0, nope=1)
     assert "error[SP0702]: `scale_add` has no parameter named `nope`" in str(unknown.value)
