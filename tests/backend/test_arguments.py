@@ -415,10 +415,14 @@ def test_grid_normalization():
     assert A.normalize_grid((4, 3), H200) == (4, 3, 1)
     assert A.normalize_grid([2, 2, 2], H200) == (2, 2, 2)
     assert A.normalize_grid(np.int64(7), H200) == (7, 1, 1)
+    assert A.normalize_grid(0, H200) == (0, 1, 1)  # empty grids: launched, they run nothing
+    assert A.normalize_grid((4, 0), H200) == (4, 0, 1) and A.is_empty_grid((4, 0, 1))
+    assert not A.is_empty_grid((4, 1, 1))
 
 
 @pytest.mark.parametrize("grid,text", [
-    (0, "must be at least 1"), ((4, 0), "must be at least 1"), (-1, "must be at least 1"),
+    (-1, "a grid dimension cannot be negative"), ((4, -2), "-2 blocks along y; a grid dimension cannot be negative"),
+    ((0, 65536), "exceeds the device limit along y"),
     ((1, 65536), "exceeds the device limit along y"), (2**31, "exceeds the device limit along x"),
     ((1, 2, 3, 4), "tuple of 1 to 3"), (2.0, "must be an int"), ((1, 1.5), "non-integer"),
     (True, "must be an int"),
