@@ -21,6 +21,7 @@ from ...frontend.layout.tile import register_coords
 from .codegen import CodeGen, DTile, lowering
 from .deferred import Deferred, raw_regs, value_of
 from .llvm_text import LLValue, const, llvm_type
+from .special_math import erf_f32, tanh_f32
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -332,6 +333,10 @@ def math_value(cg: CodeGen, fn: str, t: T.ScalarType, x: LLValue) -> LLValue:
         # so the input is never subnormal; the result is within 1 ulp, flushed to 0 below 2^-126
         # (x < -87.3, where the exact sigmoid is below 1.2e-38) and 0 where e is infinite.
         r = cg.intrinsic("float", "llvm.nvvm.rcp.approx.ftz.f", [fb.binop("fadd", const(1.0, "float"), e)])
+    elif fn == "tanh":
+        r = tanh_f32(cg, f)
+    elif fn == "erf":
+        r = erf_f32(cg, f)
     else:
         raise CompileError([Diagnostic("SP0621", f"math function `{fn}` cannot be compiled")])
     assert r is not None

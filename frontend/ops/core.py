@@ -17,6 +17,7 @@ Semantics shared by the interpreter and every backend (``docs/language.md`` §Pr
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,8 @@ BINARY_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor",
 PY_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "&": "and",
              "|": "or", "^": "xor", "<<": "shl", ">>": "shr", "**": "pow"}
 PY_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
-MATH_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "floor", "ceil", "sigmoid")
+MATH_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "floor", "ceil", "sigmoid", "tanh",
+              "erf")
 
 
 def numpy_dtype_of(t: T.Type) -> np.dtype:
@@ -212,6 +214,16 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return one / (one + np.exp(-x))
 
 
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def _in_f64(fn: Any) -> Any:
+    """``fn`` (of float64 arrays) on f32 values, rounded to f32: the correctly rounded result but
+    for float64's own error, far below an f32 ulp (the GPU's kernels are within a few ulp of it,
+    docs/language.md rule 10)."""
+    return lambda v: np.asarray(fn(v.astype(np.float64)), np.float64).astype(np.float32)
+
+
 @math_op.interpreter
 def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     (a,) = args
@@ -223,7 +235,7 @@ def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         x = a.astype(np.float32)
         table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
                  "rsqrt": lambda v: np.float32(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
-                 "ceil": np.ceil, "sigmoid": _sigmoid}
+                 "ceil": np.ceil, "sigmoid": _sigmoid, "tanh": _in_f64(np.tanh), "erf": _in_f64(_erf64)}
         return [round_float(np.asarray(table[fn](x)).astype(np.float32), T.element_type(op.result.type))]
 
 
@@ -394,7 +406,9 @@ def emit_unary(em: Emitter, pyop: str, a: Arg) -> Value:
 _MATH_DOCS = {"exp": "``e**x``", "exp2": "``2**x``", "log": "natural logarithm", "log2": "base-2 logarithm",
               "sqrt": "square root", "rsqrt": "``1 / sqrt(x)``", "abs": "absolute value", "sin": "sine (radians)",
               "cos": "cosine (radians)", "floor": "rounding down to an integer value",
-              "ceil": "rounding up to an integer value", "sigmoid": "``1 / (1 + exp(-x))``"}
+              "ceil": "rounding up to an integer value", "sigmoid": "``1 / (1 + exp(-x))``",
+              "tanh": "hyperbolic tangent",
+              "erf": "error function (exact GELU is ``0.5 * x * (1 + erf(x / sqrt(2)))``)"}
 
 
 def _math(name: str) -> None:

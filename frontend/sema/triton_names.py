@@ -8,7 +8,7 @@ from __future__ import annotations
 _NO_HINTS = ("not needed: sparsile works out the divisibility and contiguity of offsets itself "
              "(and specializes integer arguments on divisibility by 16, as Triton does); use the value as it is")
 _MATH = ("the math functions are top-level builtins: `exp`, `exp2`, `log`, `log2`, `sqrt`, `rsqrt`, `sin`, `cos`, "
-         "`floor`, `ceil`, `abs`, `sigmoid` (`sp.exp(x)`)")
+         "`floor`, `ceil`, `abs`, `sigmoid`, `tanh`, `erf` (`sp.exp(x)`)")
 _BLOCK_PTR = ("declare the parameter as `tensor[T, rank]` and read or write boxes with `t.load_tile(offsets, "
               "shape)` / `t.store_tile(offsets, tile)` (zero outside the tensor); offsets are plain integers")
 _SCAN = "scans are not in the language; a reduction is `sum`, `max`, `min`, `argmax` or `argmin` along an axis"
@@ -27,8 +27,6 @@ NAMES: dict[str, str] = {
     "device_assert": "write `assert cond, \"message\"` (checked at run time by the interpreter)",
     "math": _MATH,
     "libdevice": _MATH,
-    "tanh": "write `2 * sigmoid(2 * x) - 1`",
-    "erf": "there is no `erf`; GELU's tanh form is `x * sigmoid(1.5957691 * (x + 0.044715 * x * x * x))`",
     "fma": "write `a * b + c`",
     "clamp": "write `minimum(maximum(x, lo), hi)`",
     "fdiv": "write `x / y`",

@@ -162,6 +162,8 @@ CASES: list[tuple[str, str, dict, str, int, int, str]] = [
     ("pointer_plus_float", kernel("p = out + 1.5"), {}, "SP0310", 3, 15, "pointer offset must be an integer"),
     ("int_minus_pointer", kernel("p = 3 - out"), {}, "SP0310", 3, 9, "`-` is not defined on pointers"),
     ("math_on_pointer", kernel("x = exp(out)"), {}, "SP0311", 3, 13, "needs a numeric operand"),
+    ("tanh_on_pointer", kernel("x = tanh(out + 1)"), {}, "SP0311", 3, 14, "`tanh` needs a numeric operand, found"),
+    ("erf_on_pointer", kernel("x = 2.0 * erf(out)"), {}, "SP0311", 3, 19, "`erf` needs a numeric operand, found"),
     ("mask_not_bool", kernel("x = load(out + arange(0, 16), mask=arange(0, 16))"), {}, "SP0312", 3, 40,
      "a mask must be bool"),
     ("where_condition", kernel("x = where(arange(0, 16), 1.0, 2.0)"), {}, "SP0312", 3, 15,

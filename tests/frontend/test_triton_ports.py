@@ -6,6 +6,7 @@ under the ``gpu`` marker. Two of them are also written as a .spk file (``triton_
 
 from __future__ import annotations
 
+import math
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -274,7 +275,7 @@ def case_scale2d(launch: Callable[[Any], Any]) -> None:
     assert np.array_equal(out, (x64 * 1.5).astype(np.float32))
 
 
-# ------------------------------------------------------------------ 8. silu / gelu (tanh form), f16 in and out
+# ------------------------------------------------------------------ 8. silu / gelu (tanh form, exact), f16 in and out
 @sp.jit
 def act_kernel(x_ptr, out_ptr, n, ACT: sp.constexpr, BLOCK: sp.constexpr):
     offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
@@ -282,8 +283,12 @@ def act_kernel(x_ptr, out_ptr, n, ACT: sp.constexpr, BLOCK: sp.constexpr):
     x = sp.load(x_ptr + offs, mask=mask).to(sp.float32)
     if ACT == "silu":
         y = x * sp.sigmoid(x)
-    else:  # gelu, tanh approximation: tanh(u) = 2 sigmoid(2u) - 1
+    elif ACT == "gelu":  # tanh approximation, through tanh(u) = 2 sigmoid(2u) - 1
         y = 0.5 * x * (1.0 + (2.0 * sp.sigmoid(2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)) - 1.0))
+    elif ACT == "gelu_tanh":  # the same, as Triton's fused epilogues write it
+        y = 0.5 * x * (1.0 + sp.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    else:  # exact (erf) GELU
+        y = 0.5 * x * (1.0 + sp.erf(x * 0.7071067811865476))
     sp.store(out_ptr + offs, y.to(sp.float16), mask=mask)
 
 
@@ -292,11 +297,14 @@ def case_activation(launch: Callable[[Any], Any]) -> None:
     x = rand(n, np.float16, scale=3.0)
     x64 = x.astype(np.float64)
     refs = {"silu": x64 / (1 + np.exp(-x64)),
-            "gelu": 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))}
+            "gelu": 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3))),
+            "gelu_erf": 0.5 * x64 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x64.tolist()]))}
+    refs["gelu_tanh"] = refs["gelu"]
     for act, ref in refs.items():
         out = nan_like(x)
         launch(act_kernel)[(sp.cdiv(n, 256),)](x, out, n, ACT=act, BLOCK=256)
-        # one f16 rounding (2**-11) over an f32 evaluation; gelu's 1 + (2 s - 1) cancels near 0
+        # one f16 rounding (2**-11) over an f32 evaluation; gelu's 1 + (2 s - 1) cancels near 0, and
+        # 1 + tanh, 1 + erf (within 3 ulp of f32, docs/language.md rule 10) for x < 0
         assert np.all(np.abs(out - ref) <= 2**-11 * np.abs(ref) + 2**-20 * np.abs(x64) + 2**-24), act
 
 
