@@ -8,7 +8,6 @@ test_empty_grid_launch.py, tests/frontend/test_empty_grid.py, tests/integrations
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,25 +15,13 @@ import pytest
 import sparsile as sp
 from sparsile.backend import runtime
 from sparsile.frontend.diagnostics import LaunchError
+from sparsile.tests.backend.test_prepared_gpu import N, torch_inputs, vadd
 
 pytestmark = pytest.mark.gpu
 
-VECTOR_ADD = Path(__file__).resolve().parents[2] / "examples" / "vector_add.spk"
-N = 5000
 BLOCK = 256
 GRID = (sp.cdiv(N, BLOCK),)
 EMPTY = [(0,), (0, 1), (4, 0), (1, 1, 0), lambda meta: (sp.cdiv(0, meta["BLOCK"]),)]
-
-
-def vadd():
-    return sp.load(VECTOR_ADD).kernels["vector_add"]
-
-
-def torch_inputs(torch, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(N, generator=g) + 0.5).cuda()
-    y = (torch.rand(N, generator=g) - 1.5).cuda()
-    return x, y, torch.full((N,), float("nan"), device="cuda")
 
 
 def check_sum(torch, x, y, out):
