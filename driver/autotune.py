@@ -299,13 +299,19 @@ class Autotuner:
         arguments and compiles (docs/autotune.md). False when a grid cannot be evaluated here: the
         tuning launches report it."""
         for config in self.configs:
-            try:
-                dims = normalize_grid(grid, {**self._bound(args, kwargs, config), **config.all_kwargs()})
-            except Exception:  # a grid function of other arguments, a bad grid: left to the launches
-                return False
-            if 0 not in dims:
+            dims = self._grid_dims(grid, args, kwargs, config)
+            if dims is None or 0 not in dims:
                 return False
         return True
+
+    def _grid_dims(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config
+                   ) -> tuple[int, int, int] | None:
+        """``grid`` under ``config``, or None when it cannot be evaluated here (a grid function of
+        other arguments, a bad grid: left to the launches to report)."""
+        try:
+            return normalize_grid(grid, {**self._bound(args, kwargs, config), **config.all_kwargs()})
+        except Exception:
+            return None
 
     def _stored(self, gpu: str, key: str) -> TuneRecord | None:
         entry = self.file.read().get(f"{gpu}|{key}")
@@ -372,6 +378,12 @@ class Autotuner:
                 try:
                     self._compile(grid, args, call_kwargs)
                 except CompileError as e:
+                    skipped[str(config)] = _reason(e)
+                    errors.append(e)
+                    continue
+                dims = self._grid_dims(grid, args, kwargs, config)
+                if dims is not None and 0 in dims:  # would run nothing and time fastest
+                    e = LaunchError("SP0710", f"grid {dims} has a 0 dimension: it launches nothing, so it is not timed")
                     skipped[str(config)] = _reason(e)
                     errors.append(e)
                     continue

@@ -575,3 +575,22 @@ def test_an_empty_grid_is_not_tuned_and_launches_nothing(tmp_path: Any) -> None:
     tuner[_grid](x, out, N, 0.5)
     assert bench.calls == [64, 128, 256]
     np.testing.assert_allclose(out, before.astype(np.float64) + 0.5 * x.astype(np.float64), rtol=1e-6)
+
+
+def test_a_config_whose_grid_is_empty_is_skipped_not_timed() -> None:
+    """A config whose grid has a 0 dimension while another's does not (here BLOCK 64's, as a grid of
+    ``n // BLOCK`` programs would for a large block) launches nothing: timed, it would be the
+    fastest and be kept, and every later call would silently compute nothing. It is skipped with
+    the reason, as when such a grid was SP0710; the call tunes the others."""
+    def grid(meta: dict[str, Any]) -> tuple[int, ...]:
+        return (0,) if meta["BLOCK"] == 64 else _grid(meta)
+
+    bench = FakeBench({64: 0.001, 128: 2.0, 256: 3.0}, run=True)
+    tuner = _tuned(bench)
+    x, out = _data()
+    expected = out.astype(np.float64) + 0.5 * x.astype(np.float64)
+    tuner[grid](x, out, N, 0.5)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert bench.calls == [128, 256]
+    assert tuner.choose(grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
+    assert "skipped     BLOCK: 64: SP0710: grid (0, 1, 1) has a 0 dimension: it launches nothing" in tuner.summary()
