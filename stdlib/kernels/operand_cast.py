@@ -45,13 +45,16 @@ def to_e4m3_saturating(x: Any, want: Any) -> Any:
     """Torch tensor ``x`` cast to e4m3 (``want``) with |x| > 448 saturated to ±448 and NaN kept,
     without a count (that would synchronize the device): torch's own cast where it saturates
     (:func:`torch_e4m3_cast_saturates`), else a clamp first (in float32 for the types clamp cannot
-    hold ±448 in or does not take: int8 / uint8 would wrap it, float8 has no clamp)."""
+    hold ±448 in or does not take: int8 / uint8 would wrap it, float8 has no clamp). float64 rounds
+    once, as the host does (torch's own float64 cast rounds through float32: module doc)."""
     import torch
 
-    if torch_e4m3_cast_saturates():
-        return x.to(want)
-    wide = x if x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else x.to(torch.float32)
-    return torch.clamp(wide, -E4M3_MAX, E4M3_MAX).to(want)
+    if not torch_e4m3_cast_saturates():
+        wide = x if x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else x.to(torch.float32)
+        x = torch.clamp(wide, -E4M3_MAX, E4M3_MAX)
+    if x.dtype == torch.float64:
+        x = _round_to_odd_f32(x)
+    return x.to(want)
 
 
 def _round_to_odd_f32(x: Any) -> Any:

@@ -171,3 +171,22 @@ def test_the_e4m3_cast_clamps_only_where_torchs_own_cast_does_not_saturate(monke
     got = operand_cast.to_e4m3_saturating(big, torch.float8_e4m3fn)
     assert got.dtype == torch.float8_e4m3fn and got.float().tolist() == [[448.0, -448.0, 3.0]]
     assert clamps == ([] if saturates else [torch.float32])
+
+
+@pytest.mark.parametrize("saturates", [True, False])
+def test_a_float64_torch_operand_rounds_once_to_e4m3_as_numpy_does(as_cuda, monkeypatch, saturates):
+    """float64 -> e4m3 rounds once, as the host (ml_dtypes) and the other operand types do:
+    torch's own float64 cast rounds through float32, so 1.0625 + 2**-40 (just above the midpoint of
+    1.0 and 1.125) became the midpoint, then 1.0 (ties to even), where the host gives 1.125. On
+    either path of the cast (torch's saturating one, or the clamp first)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    monkeypatch.setattr(operand_cast, "torch_e4m3_cast_saturates", lambda: saturates)
+    e4m3 = SimpleNamespace(operand="e4m3", torch_dtype="float8_e4m3fn")
+    values = [1.0625 + 2**-40, -(1.0625 + 2**-40), 1.0625 - 2**-40, 449.0, float("inf"), 3.0]
+    host = np.array(values).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    host[3:5] = 448.0  # (the host saturates with a warning; ml_dtypes' cast alone makes these NaN)
+    got = arrays.cast_operand(torch.tensor([values], dtype=torch.float64), e4m3).float()
+    assert got.tolist() == [host.tolist()]
+    assert torch.isnan(arrays.cast_operand(torch.tensor([[float("nan")]], dtype=torch.float64), e4m3).float()).all()
