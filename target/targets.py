@@ -56,6 +56,7 @@ class Feature(enum.Enum):
     TCGEN05_SCALE_D = "`tcgen05.mma` with scale-input-d"
     TCGEN05_SHIFT = "`tcgen05.shift`"
     TCGEN05_LD_RED = "`tcgen05.ld.red`"
+    FP8_CVT = "fp8 conversions (`cvt` with .e4m3x2 / .e5m2x2)"
 
     @property
     def description(self) -> str:
@@ -175,6 +176,8 @@ def _make(name: str, resources: SMResources) -> Target:
         features = features | {Feature.SETMAXNREG}
     if name == "sm_90a":
         features = features | {Feature.WGMMA}
+    if sm >= 89:  # PTX ISA, "cvt": .e4m3x2 / .e5m2x2 require sm_89 (docs/ampere.md)
+        features = features | {Feature.FP8_CVT}
     features = features | _TCGEN05_BY_VARIANT.get(name, frozenset())
     if not features & {Feature.TCGEN05}:
         resources = dataclasses.replace(resources, tmem_columns=0, tmem_lanes=0)

@@ -306,6 +306,8 @@ def math_value(cg: CodeGen, fn: str, t: T.ScalarType, x: LLValue) -> LLValue:
         if not t.is_signed:  # llvm.abs reads its operand as signed: 0xFFFFFFFF would give 1
             return x
         return cg.intrinsic(x.type, f"llvm.abs.{x.type}", [x, const(0, "i1")])  # type: ignore[return-value]
+    if x.type == "double":
+        return _math_f64(cg, fn, x)
     f = to_f32(cg, x)
     if fn in ("exp", "exp2"):
         arg = fb.binop("fmul", f, const(LOG2E, "float")) if fn == "exp" else f
@@ -343,6 +345,21 @@ def math_value(cg: CodeGen, fn: str, t: T.ScalarType, x: LLValue) -> LLValue:
     return from_f32(cg, r, x.type)
 
 
+def _math_f64(cg: CodeGen, fn: str, x: LLValue) -> LLValue:
+    """The math builtins sema lets take f64 (``frontend/ops/core.py`` ``F64_MATH``), each IEEE-exact
+    in f64: ``sqrt.rn.f64``, ``rsqrt`` as ``div.rn.f64(1, sqrt.rn.f64)`` (two roundings, as the
+    interpreter), ``cvt.rmi`` / ``cvt.rpi`` for ``floor`` / ``ceil``."""
+    if fn in ("sqrt", "rsqrt"):
+        r = cg.intrinsic("double", "llvm.sqrt.f64", [x])
+        assert r is not None
+        return cg.fb.binop("fdiv", const(1.0, "double"), r) if fn == "rsqrt" else r
+    if fn in ("floor", "ceil"):
+        r = cg.intrinsic("double", f"llvm.{fn}.f64", [x])
+        assert r is not None
+        return r
+    raise InternalError(f"math function `{fn}` of f64 reached the lowering (sema refuses it: SP0347)")
+
+
 @lowering("math")
 def lower_math(cg: CodeGen, op: Operation) -> None:
     t = elem_of(op.results[0])
@@ -376,6 +393,8 @@ def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) ->
     if src == dst or (src.name in ("f32", "tf32") and dst.name in ("f32", "tf32") and dst.name == "f32"):
         return x
     if dst.is_bool:
+        if src.name in _F8:  # i8 bits: nonzero unless +-0 (NaN is true, as `une`); no cvt, so any target
+            return fb.icmp("ne", fb.binop("and", x, const(0x7F, "i8")), const(0, "i8"))
         if src.is_float:
             return fb.fcmp("une", x, const(0.0, sty))
         return fb.icmp("ne", x, const(0, sty))

@@ -81,6 +81,9 @@ SP_TMEM_LANES = "SP0550"
 """A TMEM access outside the lanes the accessing warp may touch (warp w%4: lanes 32(w%4)..+31):
 ``tcgen05.ld``/``st`` need a partition of whole warpgroups starting at a warpgroup boundary (the
 code of the same check in ``backend/lower_blackwell``, which now only guards)."""
+SP_FP8_CONVERSION = "SP0577"
+"""Arithmetic, math, comparisons, reductions or conversions of e4m3 / e5m2 values on a target below
+sm_89: each needs ``cvt`` with .e4m3x2 / .e5m2x2, which ptxas accepts only from sm_89 on."""
 SP_THREADS = "SP0580"
 """More threads per CTA than the target allows (1024)."""
 SP_REGISTERS = "SP0581"
@@ -191,7 +194,7 @@ def rules_for(target: Any) -> TargetRules:
 
 def load_rule_modules() -> None:
     """Import the rule modules, which register their rules into the OpDefs."""
-    from . import cluster, grid_dependency, layout, memory, meta, mma, tmem, wgmma_inflight  # noqa: F401
+    from . import cluster, fp8, grid_dependency, layout, memory, meta, mma, tmem, wgmma_inflight  # noqa: F401
 
 
 # ------------------------------------------------------------------------------------------------

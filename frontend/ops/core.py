@@ -47,17 +47,18 @@ splat = define_op("splat", operands=("x",), verify=TYPED_BY_SEMA, layout=NO_LAYO
                   doc="A tile whose elements all equal a scalar.")
 broadcast = define_op("broadcast", operands=("x",), verify=TYPED_BY_SEMA, layout=BROADCAST, legality=NO_LEGALITY,
                       doc="Repeat size-1 dimensions of a tile to a larger shape.")
+# arith.binary, arith.cmp, math, arith.cast and reduce: legality in frontend/legality/fp8.py
 binary = define_op("arith.binary", operands=("lhs", "rhs"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
-                   legality=NO_LEGALITY, doc="Elementwise binary arithmetic.")
+                   doc="Elementwise binary arithmetic.")
 compare = define_op("arith.cmp", operands=("lhs", "rhs"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
-                    legality=NO_LEGALITY, doc="Elementwise comparison giving bool.")
+                    doc="Elementwise comparison giving bool.")
 unary = define_op("arith.unary", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
                   doc="Elementwise negation, logical not, bitwise not.")
-math_op = define_op("math", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+math_op = define_op("math", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
                     doc="Elementwise math function (exp, log, sqrt, ...).")
 select = define_op("arith.select", operands=("cond", "x", "y"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
                    legality=NO_LEGALITY, doc="Elementwise choice: where(cond, x, y).")
-cast_op = define_op("arith.cast", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE, legality=NO_LEGALITY,
+cast_op = define_op("arith.cast", operands=("x",), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
                     doc="Elementwise conversion to another scalar type.")
 addptr = define_op("addptr", operands=("ptr", "offset"), verify=TYPED_BY_SEMA, layout=ELEMENTWISE,
                    legality=NO_LEGALITY, doc="Pointer plus element offset.")
@@ -71,6 +72,10 @@ PY_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "
 PY_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 MATH_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "floor", "ceil", "sigmoid", "tanh",
               "erf")
+F64_MATH = ("sqrt", "rsqrt", "abs", "floor", "ceil")
+"""The math builtins that take f64 (docs/language.md, rule 10): computed in f64 with IEEE-exact
+instructions (``sqrt.rn.f64``, ``div.rn.f64``, ``cvt.rmi``/``cvt.rpi``, ``abs``). PTX has no f64
+``ex2``/``lg2``/``sin``/``cos``, so the others refuse f64 (SP0347) rather than compute in f32."""
 
 
 def numpy_dtype_of(t: T.Type) -> np.dtype:
@@ -232,11 +237,14 @@ def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     with np.errstate(all="ignore"):
         if fn == "abs":
             return [np.abs(a).astype(dt)]
-        x = a.astype(np.float32)
+        x = a.astype(np.float64 if dt == np.float64 else np.float32)  # only F64_MATH take f64
         table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-                 "rsqrt": lambda v: np.float32(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
+                 "rsqrt": lambda v: v.dtype.type(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
                  "ceil": np.ceil, "sigmoid": _sigmoid, "tanh": _in_f64(np.tanh), "erf": _in_f64(_erf64)}
-        return [round_float(np.asarray(table[fn](x)).astype(np.float32), T.element_type(op.result.type))]
+        r = np.asarray(table[fn](x))
+        if dt == np.float64:  # sqrt, 1 / sqrt (two IEEE roundings, as the GPU's sqrt.rn + div.rn), floor, ceil
+            return [r.astype(np.float64)]
+        return [round_float(r.astype(np.float32), T.element_type(op.result.type))]
 
 
 @select.interpreter
@@ -419,12 +427,18 @@ def _math(name: str) -> None:
             em.error("SP0311", f"`{name}` needs a numeric operand, found {v.type}", x.span)
         if name != "abs" and elem.is_int:
             v = em.cast(v, T.f32)
+        if elem == T.f64 and name not in F64_MATH:
+            em.error("SP0347", f"`{name}` of f64 is not supported: the GPU computes it only with f32 approximations "
+                     "(PTX has no f64 ex2, lg2, sin or cos)", x.span,
+                     help=f"compute in f32: `{name}(x.to(f32))` (and `.to(f64)` the result if needed); "
+                          f"{', '.join(F64_MATH)} take f64")
         return em.op1("math", [v], v.type, fn=name)
 
     what = _MATH_DOCS[name]
+    f64 = "f64 computes in f64" if name in F64_MATH else "f64 is an error (SP0347: convert to f32 first)"
     impl.__doc__ = (f"Elementwise {what}; keeps the type of ``x``." if name == "abs" else
                     f"Elementwise {what}. Integer inputs are converted to f32 first; 16-bit floats compute in f32 "
-                    "and round once.")
+                    f"and round once; {f64}.")
     builtin(name, also=(), method_of=())(impl)
 
 

@@ -31,7 +31,7 @@ reshape_op = define_op("reshape", operands=("x",), verify=TYPED_BY_SEMA, layout=
                        doc="The same elements in row-major order under another shape.")
 permute_op = define_op("permute", operands=("x",), verify=TYPED_BY_SEMA, layout=PERMUTE, legality=NO_LEGALITY,
                        doc="Permute the dimensions of a tile.")
-reduce_op = define_op("reduce", operands=("x",), verify=TYPED_BY_SEMA, layout=REDUCE, legality=NO_LEGALITY,
+reduce_op = define_op("reduce", operands=("x",), verify=TYPED_BY_SEMA, layout=REDUCE,
                       doc="Reduction of a tile along one axis.")
 
 

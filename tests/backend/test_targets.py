@@ -42,6 +42,7 @@ PTX_PROBES: dict[Feature, str] = {
                                "[%r1], %rd1, %rd2, [%r2], %r3, [%r4], [%r5], 1;",
     Feature.TCGEN05_SCALE_D: "tcgen05.mma.sp.cta_group::1.kind::f16 [%r1], %rd1, %rd2, [%r2], %r3, 1, 3;",
     Feature.TCGEN05_SHIFT: "tcgen05.shift.cta_group::1.down [%r1];",
+    Feature.FP8_CVT: ".reg .b16 %h<4>;\ncvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;\ncvt.rn.f16x2.e5m2x2 %r1, %h2;",
     Feature.TCGEN05_LD_RED: "tcgen05.ld.red.sync.aligned.32x32b.x2.min.f32 {%f1,%f2}, %f3, [%r1];",
 }
 
