@@ -361,6 +361,11 @@ def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
     if kind == "pow" and elem.is_int:
         em.error("SP0309", "`**` on run-time integers is not supported", em.span,
                  help="multiply explicitly, or use a float type")
+    if kind == "pow" and elem == T.f64:  # `**` is ex2(y * lg2(x)) in f32 (rule 6), as the builtins without F64_MATH
+        em.error("SP0347", "`**` of f64 is not supported: the GPU computes it only with f32 approximations "
+                 "(PTX has no f64 ex2, lg2, sin or cos)", em.span,
+                 help="compute in f32: `x.to(f32) ** y.to(f32)` (and `.to(f64)` the result if needed), or "
+                      "multiply explicitly for a whole power")
     return em.op1("arith.binary", [x, y], x.type, op=kind)
 
 

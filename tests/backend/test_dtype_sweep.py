@@ -1,15 +1,16 @@
-"""Every math builtin and every conversion, on every element type, for sm_80, sm_90a and sm_100a
-(and sm_89 for fp8): what the type rules and the legality pass accept compiles to PTX that ptxas assembles
-(where ptxas is installed), and what they refuse is refused with its documented code at the op's
-line. A dtype/target combination that reaches the LLVM or ptxas step and fails there (as f64 ``exp``
-and fp8 conversions for sm_80 once did) is a failure here, not a user's internal error.
+"""Every math builtin, the float arithmetic that is not one instruction (`/`, `//`, `%`, `**`) and
+every conversion, on every element type, for sm_80, sm_90a and sm_100a (and sm_89 for fp8): what
+the type rules and the legality pass accept compiles to PTX that ptxas assembles (where ptxas is
+installed), and what they refuse is refused with its documented code at the op's line. A
+dtype/target combination that reaches the LLVM or ptxas step and fails there (as f64 ``exp`` and
+fp8 conversions for sm_80 once did) is a failure here, not a user's internal error.
 
 The refusals the sweep expects (anything else must compile):
 
-* SP0347: a math builtin other than ``frontend/ops/core.py`` ``F64_MATH`` on f64 (docs/language.md,
-  rule 10);
-* SP0577: a math builtin on fp8, or a conversion to or from fp8 (but fp8 to bool), for a target without
-  ``Feature.FP8_CVT`` (below sm_89; docs/ampere.md).
+* SP0347: a math builtin other than ``frontend/ops/core.py`` ``F64_MATH``, or ``**``, on f64
+  (docs/language.md, rules 6 and 10);
+* SP0577: a math builtin or arithmetic on fp8, or a conversion to or from fp8 (but fp8 to bool),
+  for a target without ``Feature.FP8_CVT`` (below sm_89; docs/ampere.md).
 """
 
 from __future__ import annotations
@@ -36,16 +37,19 @@ Case = tuple[str, str]  # (expression of `x`, the element type of its result)
 
 def _cases(t: str) -> list[Case]:
     math = [(f"{fn}(x)", t if fn == "abs" or t not in INTS else "f32") for fn in MATH_FUNCS]
-    return math + [(f"x.to({u})", u) for u in DTYPES]
+    arith = [] if t == "bool" else [("x / x", "f32" if t in INTS else t), ("x // x", t), ("x % x", t)]
+    if t not in INTS:
+        arith.append(("x ** x", t))  # `**` on run-time integers is SP0309
+    return math + arith + [(f"x.to({u})", u) for u in DTYPES]
 
 
 def _expected(t: str, expr: str, target: str) -> str | None:
     """The code the case must be refused with on ``target``, None where it must compile."""
     fn = expr.split("(")[0]
-    if t == "f64" and fn in MATH_FUNCS and fn not in F64_MATH:
+    if t == "f64" and ((fn in MATH_FUNCS and fn not in F64_MATH) or expr == "x ** x"):
         return "SP0347"
     dst = expr[5:-1] if expr.startswith("x.to(") else t
-    converts = (dst != t and dst != "bool") or fn in MATH_FUNCS  # fp8 -> bool tests the bits
+    converts = (dst != t and dst != "bool") or not expr.startswith("x.to(")  # fp8 -> bool tests the bits
     if converts and _no_fp8_cvt(target) and (t in FP8 or dst in FP8):
         return "SP0577"
     return None
@@ -66,7 +70,8 @@ FIRST_LINE = 5
 
 
 def test_the_sweep_covers_every_math_builtin_and_type() -> None:
-    assert len(_cases("f32")) == len(MATH_FUNCS) + len(DTYPES) == 30
+    assert len(_cases("f32")) == len(MATH_FUNCS) + 4 + len(DTYPES) == 34
+    assert len(_cases("i32")) == 33 and len(_cases("bool")) == 30
 
 
 @pytest.mark.parametrize(("t", "target"), COMPILED)

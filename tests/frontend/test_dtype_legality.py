@@ -72,6 +72,20 @@ def k(Y: ptr[f64], s: f64):
     assert (d.code, d.span.line, d.span.col) == ("SP0347", 4, 18)
 
 
+def test_pow_of_f64_is_sp0347_in_both_paths() -> None:
+    """`**` on floats is ex2(y * lg2(x)) in f32 (docs/language.md, rule 6): on f64 it was the same
+    internal error as `exp`, and an f32 result in the interpreter."""
+    src = F64_SRC.replace("{fn}(x)", "x ** x")
+    (d,) = _diags(src)
+    assert (d.code, d.span.line, d.span.col) == ("SP0347", 6, 18)
+    assert d.message.startswith("`**` of f64 is not supported")
+    assert "x.to(f32) ** y.to(f32)" in d.help
+    kern = sp.loads(src, "case.spk").kernels["k"]
+    with pytest.raises(CompileError) as info:
+        kern.interpret[(1,)](np.ones(16), np.zeros(16))
+    assert [d.code for d in info.value.diagnostics] == ["SP0347"]
+
+
 def _f64_values() -> np.ndarray:
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.uniform(0.0, 1e6, 12), [2.0, 0.1, 2.0**25 + 0.5, 1e-300]])
