@@ -15,8 +15,8 @@ per-token or per-member scale_x batched with it, or an unbatched one), ``jax.lax
 ``jax.lax.fori_loop`` bodies, donated x; ``jax.grad`` / ``jax.vjp`` of x (and the bias) against
 float64 ``(dy * act'(pre) * scales) @ W_pruned``, under jit and vmap.
 
-The reference and its bound are test_linear_properties.assert_matches (x as the kernel multiplies
-it: as jax holds it, then cast to the weight's type). Illegal inputs must raise a sparsile
+The reference and its bound are tests/support/linear_reference.assert_matches (x as the kernel
+multiplies it: as jax holds it, then cast to the weight's type). Illegal inputs must raise a sparsile
 diagnostic (SPxxxx) while tracing, never an internal exception and never numbers."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from sparsile.frontend.diagnostics import SparsileError
 from sparsile.stdlib.kernels import prune_and_compress
 from sparsile.tests.integrations.test_jax_grad import _dact
-from sparsile.tests.stdlib.test_linear_properties import HALF_ULP, HOST, SMALLEST, as_vector, assert_matches
+from sparsile.tests.support.linear_reference import HALF_ULP, HOST, SMALLEST, as_vector, assert_matches
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")

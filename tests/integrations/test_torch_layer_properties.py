@@ -10,7 +10,7 @@ with or without requires_grad (the autograd path).
 
 The reference is float64 from the layer's own pruned dense weight (``to_dense()``) and x as the
 kernel multiplies it: cast to the weight's type, or for e4m3 quantized per token as docs/torch.md
-says (test_linear_properties.quantize_e4m3_model); the bound is that module's."""
+says (tests/support/linear_reference.quantize_e4m3_model); the bound is that module's."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparsile.tests.stdlib.test_linear_properties import assert_matches, quantize_e4m3_model
+from sparsile.tests.support.linear_reference import assert_matches, quantize_e4m3_model
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")

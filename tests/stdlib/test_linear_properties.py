@@ -10,12 +10,10 @@ type), the activation (gated ones where the decode kernel runs), out_dtype, ``ou
 poisoned with NaN, contiguous or a strided view), the kernel ("gemm", "decode", the default) and
 split_k.
 
-The reference is float64 from the pruned dense weight (``CompressedWeight.dense()``) and x as the
-kernel multiplies it: cast to the weight's type, or quantized per token the way
-``quantize_per_token_e4m3`` documents (scale = max(amax / 448, 1 / (448 * 512)) in f32, x * (1 /
-scale) clamped to ±448 and rounded to e4m3). The bound is that of test_linear_api.assert_linear_close:
-f32 accumulation (K · 2^-23 · Σ|w||x|, plus Hopper's 14-bit fp8 accumulator for e4m3), the f32
-epilogue's few roundings, the activation's slope, half an ulp of y's type.
+The reference and its bound are tests/support/linear_reference.py's (float64 from the pruned dense
+weight and x as the kernel multiplies it: cast to the weight's type, or quantized per token as
+``quantize_per_token_e4m3`` documents; f32 accumulation, the epilogue's roundings, the activation's
+slope, half an ulp of y's type).
 
 Illegal combinations must raise a sparsile diagnostic (a SparsileError with an SPxxxx code), never
 an internal TypeError / IndexError / AssertionError."""
@@ -32,22 +30,21 @@ from hypothesis import strategies as st
 
 from sparsile.frontend.diagnostics import SparsileError
 from sparsile.stdlib.kernels import prune_and_compress, sparse_linear, sparse_matmul
-from sparsile.stdlib.kernels.linear import reference_activation
 from sparsile.stdlib.kernels.linear_args import GATED_ACTIVATIONS
+from sparsile.tests.support.linear_reference import (
+    HALF_ULP,
+    HOST,
+    NP,
+    as_vector,
+    assert_matches,
+    host64,
+    quantize_e4m3_model,
+)
 
 torch = pytest.importorskip("torch")
 
-HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
-NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
-      "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
          "float8_e4m3fn": torch.float8_e4m3fn}
-HALF_ULP = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}
-SMALLEST = {"float16": 2.0 ** -25, "bfloat16": 2.0 ** -134, "float32": 2.0 ** -150}
-OVERFLOW = {"float16": 65520.0, "bfloat16": 2.0 ** 128 * (1 - 2.0 ** -9), "float32": 2.0 ** 128 * (1 - 2.0 ** -25)}
-"""Magnitudes from which y's type rounds to ±inf (an f16 y of an e4m3 weight without scale_w can get there)."""
-E4M3_MAX = 448.0
-SLOPE = 1.13  # max |silu'|, |gelu_tanh'|
 SETTINGS = settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -98,12 +95,6 @@ def torch_laid_out(a: np.ndarray, layout: str) -> Any:
     return base
 
 
-def host64(a: Any) -> np.ndarray:
-    if isinstance(a, torch.Tensor):
-        return a.detach().to(torch.float64).numpy()
-    return np.asarray(a).astype(np.float64)
-
-
 def host_bits(a: Any) -> np.ndarray:
     """The host values of a numpy array or torch CPU tensor, in the numpy dtype."""
     if isinstance(a, torch.Tensor):
@@ -111,67 +102,6 @@ def host_bits(a: Any) -> np.ndarray:
         ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[a.element_size()]
         return a.contiguous().view(ints).numpy().view(NP[name])
     return np.asarray(a)
-
-
-# ------------------------------------------------------------------------------------------------
-# the float64 reference
-
-
-def quantize_e4m3_model(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(x_q as float64, scale (T,) float64) as quantize_per_token_e4m3 documents, in f32."""
-    x32 = x.astype(np.float32)
-    amax = np.abs(x32).max(axis=1) if x32.shape[1] else np.zeros(x32.shape[0], np.float32)
-    scale = np.maximum(amax / np.float32(E4M3_MAX), np.float32(1 / (E4M3_MAX * 512))).astype(np.float32)
-    inv = (np.float32(1) / scale).astype(np.float32)
-    q = np.clip(x32 * inv[:, None], -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
-    return q.astype(np.float64), scale.astype(np.float64)
-
-
-def as_vector(v: Any, n: int) -> np.ndarray | None:
-    if v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return np.full(n, float(v))
-    h = host64(v).reshape(-1)
-    return np.broadcast_to(h, (n,)) if h.size == 1 else h
-
-
-def assert_matches(y: Any, dense: np.ndarray, xk: np.ndarray, sx: np.ndarray | None, sw: np.ndarray | None,
-                   bias: np.ndarray | None, act: str, out_dtype: str, e4m3: bool) -> None:
-    """y (T, F) against float64 from the operands the kernel multiplies, within the bound of the
-    module docstring."""
-    t, k = xk.shape
-    m = dense.shape[0]
-    scale = np.ones((t, m))
-    if sw is not None:
-        scale = scale * sw[None, :]
-    if sx is not None:
-        scale = scale * sx[:, None]
-    pre = (xk @ dense.T) * scale + (0 if bias is None else bias[None, :])
-    mags = (np.abs(xk) @ np.abs(dense).T) * np.abs(scale)
-    acc = max(k, 1) * 2.0 ** -23 * mags + 2.0 ** -20 * (np.abs(pre) + 1.0)
-    if e4m3:
-        acc = acc + (k // 64 + 1) * 2.0 ** -13 * mags
-    if act in GATED_ACTIVATIONS:
-        f = m // 2
-        g, u, eg, eu = pre[:, :f], pre[:, f:], acc[:, :f], acc[:, f:]
-        gate = reference_activation(g, GATED_ACTIVATIONS[act])
-        ref = gate * u
-        err = SLOPE * eg * np.abs(u) + np.abs(gate) * eu + SLOPE * eg * eu + 2.0 ** -20 * np.abs(ref)
-    else:
-        ref = reference_activation(pre, act)
-        err = SLOPE * acc
-    bound = err + HALF_ULP[out_dtype] * (np.abs(ref) + err) + SMALLEST[out_dtype]
-    got = host64(y)
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    assert not np.isnan(got).any(), "unwritten (NaN) outputs"
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(got - ref)
-    overflows = np.isinf(got) & (np.sign(got) == np.sign(ref)) & (np.abs(ref) + bound >= OVERFLOW[out_dtype])
-    diff[overflows] = 0.0
-    worst = np.unravel_index(np.argmax(diff - bound), diff.shape) if diff.size else None
-    assert (diff <= bound).all(), (f"{int((diff > bound).sum())} of {diff.size} off; worst at {worst}: "
-                                   f"{got[worst]} against {ref[worst]} (bound {bound[worst]:.3g})")
 
 
 # ------------------------------------------------------------------------------------------------
