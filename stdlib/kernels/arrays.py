@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
 
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
+DLPACK_CUDA = 2
+"""DLPack's ``kDLCUDA`` device type (backend/runtime/dlpack.py ``DEVICE_CUDA``)."""
 
 
 _KIND_OF_TYPE: dict[type, str] = {}
@@ -216,6 +218,20 @@ def device_span(x: Any) -> tuple[int, int] | None:
     else:
         return None
     return None if span[0] == span[1] else span
+
+
+def device_ordinal(x: Any) -> int | None:
+    """The CUDA device an array lives on (a torch CUDA tensor, a CuPy or JAX array: DLPack's
+    ``__dlpack_device__``), or None for host memory, managed memory and non-arrays: a launch runs
+    on the current device (``runtime.current_device()``) and stages host arrays there."""
+    query = getattr(type(x), "__dlpack_device__", None)
+    if query is None:
+        return None
+    try:
+        kind, ordinal = query(x)
+    except Exception:  # an array that cannot say (a torch tensor of a backend without DLPack)
+        return None
+    return int(ordinal) if int(kind) == DLPACK_CUDA else None
 
 
 def host_span(x: Any) -> tuple[int, int] | None:

@@ -40,6 +40,7 @@ from .arrays import (
     check_split_k,
     check_split_workspace,
     deliver_result,
+    device_ordinal,
     empty_array,
     pad_columns,
     plain_int,
@@ -178,7 +179,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         return SparseLinearPlanSm100(choice, *common, choice.block_n(t), 1, workspace, 0, interpret, target=tgt,
                                      k_launch=k_launch, num_sms=num_sms or planned_sm_count(interpret, tgt))
     tuned = None if num_sms is not None or split_k is not None or not k_padded else \
-        tuned_config(choice.operand, m, t, k, interpret)
+        tuned_config(choice.operand, m, t, k, interpret, device_ordinal(x))
     bn = choice.block_n(t) if tuned is None else tuned.bn
     sms = num_sms or planned_sm_count(interpret)
     if tuned is not None:
@@ -200,10 +201,11 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     return SparseLinearPlan(choice, *common, bn, split, workspace, pair, interpret, feature_major=_feature_major)
 
 
-def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool) -> Any:
+def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool, ordinal: int | None = None) -> Any:
     """The shipped tuned table's choice for this kernel (``linear-<dtype>`` entries of
     stdlib/kernels/tuned/<gpu>.json, written by ``sparsile tune --linear``; docs/autotune.md) at
-    (M = out features, N = T tokens, K) on the current GPU, or None: in the interpreter, no table
+    (M = out features, N = T tokens, K) on CUDA device ``ordinal`` (x's,
+    :func:`~.arrays.device_ordinal`; default the current GPU), or None: in the interpreter, no table
     for this GPU, no entry of this dtype, M and K, or SPARSILE_TUNED_TABLE=0. The lookup is
     ``sparse_matmul``'s (``tuning.find``: the entry with the smallest N at least T, else the
     largest), taken only when that N is below 2T (``nearby``: a config tuned at T = 256 is not
@@ -215,7 +217,7 @@ def tuned_config(operand: str, m: int, t: int, k: int, interpret: bool) -> Any:
     from .linear_tuning import LINEAR_PREFIX
     from .tuning import shipped_config
 
-    return shipped_config(LINEAR_PREFIX + operand, m, t, k, nearby=True)
+    return shipped_config(LINEAR_PREFIX + operand, m, t, k, nearby=True, ordinal=ordinal)
 
 
 def _zero_workspace(home: Any, t: int, m: int, k: int, interpret: bool) -> Any:

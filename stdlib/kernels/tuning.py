@@ -28,7 +28,7 @@ import numpy as np
 from ...driver.autotune import printing_requested
 from ...driver.autotune_cache import compiler_version, write_table
 from ...frontend.diagnostics import CompileError, InternalError, LaunchError
-from .arrays import deliver_result, empty_array
+from .arrays import deliver_result, device_ordinal, empty_array
 from .gemm import (
     BM,
     H200_SMS,
@@ -254,37 +254,40 @@ def _shipped_index(gpu: str, arch: str | None = None, sms: int | None = None) ->
     return index_table(load_gemm_table(path)) if path is not None else {}
 
 
-def shipped_config(dtype: str, m: int, n: int, k: int, nearby: bool = False) -> GemmConfig | None:
-    """The shipped table's config (:func:`find`, ``nearby`` as there) for an (M, N, K) problem on the
-    current GPU (its own table, else one borrowed: :func:`shipped_table`), or None: no table ships
-    for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
+def shipped_config(dtype: str, m: int, n: int, k: int, nearby: bool = False, ordinal: int | None = None
+                   ) -> GemmConfig | None:
+    """The shipped table's config (:func:`find`, ``nearby`` as there) for an (M, N, K) problem on
+    CUDA device ``ordinal`` (default: the current one; a plan's is the device its arrays live on,
+    :func:`~.arrays.device_ordinal`): the GPU's own table, else one borrowed (:func:`shipped_table`);
+    or None: no table ships for it, no entry fits, or SPARSILE_TUNED_TABLE=0."""
     if os.environ.get(TUNED_TABLE_ENV, "1") == "0":
         return None
     from ...backend import runtime
 
     if not runtime.has_gpu():
         return find(_shipped_index("cpu"), dtype, m, n, k, nearby)
-    device = runtime.current_device()
+    device = runtime.current_device(ordinal)
     return find(_shipped_index(device.name, device.arch, device.sm_count), dtype, m, n, k, nearby)
 
 
 def run_with_table(plan: SparseMatmul, *, persistent: bool = True, table: Any = None, interpret: bool = False,
                    sms: int | None = None) -> bool:
-    """Launch ``plan`` with ``table``'s choice for its shape (default: the shipped table of the
-    current GPU, read once) and return True; False, launching nothing, when the table has no entry
-    for it (:func:`find` with ``nearby``: none tuned at an N of twice this one or more) or only a
-    CTA-pair one and ``persistent`` is False. ``sparse_matmul`` calls this."""
+    """Launch ``plan`` with ``table``'s choice for its shape (default: the shipped table of the GPU
+    its arrays live on, read once) and return True; False, launching nothing, when the table has no
+    entry for it (:func:`find` with ``nearby``: none tuned at an N of twice this one or more) or only
+    a CTA-pair one and ``persistent`` is False. ``sparse_matmul`` calls this."""
     from ...backend import runtime
 
+    ordinal = device_ordinal(plan.b)
     # nearby: a config tuned at N = 256 is no choice for N = 64 (on the H200 it took 22 µs where the
     # planned split-K default takes 11 µs, 6144 x 64 x 4096 bf16: benchmarks/RESULTS.md, twentieth session)
     if table is None:
-        config = shipped_config(plan.choice.operand, plan.m, plan.n, plan.k, nearby=True)
+        config = shipped_config(plan.choice.operand, plan.m, plan.n, plan.k, nearby=True, ordinal=ordinal)
     else:
         config = find(index_table(load_gemm_table(table)), plan.choice.operand, plan.m, plan.n, plan.k, nearby=True)
     if config is None or (config.pair and not persistent):
         return False
-    sms = sms or (H200_SMS if interpret else runtime.current_device().sm_count)
+    sms = sms or (H200_SMS if interpret else runtime.current_device(ordinal).sm_count)
     launch(with_config(plan, config, sms, interpret), config, interpret)
     return True
 

@@ -5,6 +5,7 @@ tests/gpu/test_autotune_gpu.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from typing import Any
@@ -410,3 +411,56 @@ def test_a_gpu_without_a_table_borrows_one_of_the_same_architecture_and_sm_count
     assert want is not None
     assert tuning.shipped_config("bf16", 6144, 256, 4096, nearby=True) == (want if borrowed else None)
     assert (tuning.shipped_table(name, f"sm_{cc[0]}{cc[1]}", sms) == tuning.TUNED_DIR / "h200.json") == borrowed
+
+
+class _OnDevice:
+    """An array's stand-in that lives on CUDA device ``ordinal`` (as DLPack's device query says)."""
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.ordinal)  # kDLCUDA
+
+
+def _two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose device 0 (the current one) is a B200, no table of its own or borrowed, and
+    device 1 an H200."""
+    from sparsile.backend import runtime
+    from sparsile.stdlib.kernels import tuning
+
+    gpus = {0: _device("NVIDIA B200", (10, 0), 148), 1: _device("NVIDIA H200", (9, 0), 132)}
+    monkeypatch.delenv(tuning.TUNED_TABLE_ENV, raising=False)
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: gpus[0 if ordinal is None else ordinal])
+
+
+def _h200_entry(dtype: str, m: int, n: int, k: int) -> GemmConfig:
+    from sparsile.stdlib.kernels import tuning
+
+    want = tuning.find(tuning.index_table(tuning.load_gemm_table(tuning.TUNED_DIR / "h200.json")), dtype, m, n, k, True)
+    assert want is not None
+    return want
+
+
+def test_the_table_is_that_of_the_device_the_arrays_live_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host of two different GPUs, a plan for device 1's arrays takes device 1's table (not the
+    current device's), and its SM count."""
+    from sparsile.stdlib.kernels import linear, tuning
+    from sparsile.stdlib.kernels.arrays import device_ordinal
+
+    _two_gpus(monkeypatch)
+    assert tuning.shipped_config("bf16", 4096, 256, 4096, nearby=True) is None  # device 0: no table
+    want = _h200_entry("bf16", 4096, 256, 4096)
+    assert tuning.shipped_config("bf16", 4096, 256, 4096, nearby=True, ordinal=1) == want
+    assert linear.tuned_config("bf16", 4096, 256, 4096, False, 1) == _h200_entry("linear-bf16", 4096, 256, 4096)
+    assert linear.tuned_config("bf16", 4096, 256, 4096, False, None) is None
+    assert (device_ordinal(_OnDevice(1)), device_ordinal(np.zeros(2)), device_ordinal([1.0])) == (1, None, None)
+
+    weight, b = problem("bf16", 4096, 256, 4096, seed=1)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, interpret=True, kernel="gemm")
+    chosen: list[tuple[GemmConfig, int]] = []
+    monkeypatch.setattr(tuning, "with_config", lambda p, config, sms, interpret: chosen.append((config, sms)) or p)
+    monkeypatch.setattr(tuning, "launch", lambda *a: None)
+    assert tuning.run_with_table(dataclasses.replace(plan, b=_OnDevice(1)))
+    assert chosen == [(want, 132)]

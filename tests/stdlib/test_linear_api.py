@@ -516,15 +516,15 @@ def test_a_tuned_tables_choice_plans_and_computes(monkeypatch: pytest.MonkeyPatc
 
     asked: list[tuple] = []
 
-    def table(operand, m, t, k, interpret):
-        asked.append((operand, m, t, k))
+    def table(operand, m, t, k, interpret, ordinal=None):
+        asked.append((operand, m, t, k, ordinal))
         return GemmConfig(32, 3, split, False, 8)
 
     monkeypatch.setattr(linear, "tuned_config", table)
     weight, x = problem("bf16", 150, 40, 192, seed=4)
     want, epi = epilogue_case("bf16", 150, 40, None, "f32", "relu", None, None)
     plan = plan_sparse_linear(weight.values, weight.meta, x, interpret=True, **epi)
-    assert asked == [("bf16", 150, 40, 192)]
+    assert asked == [("bf16", 150, 40, 192, None)]  # a numpy x: the current device
     assert (plan.bn, plan.split_k, plan.stages, plan.group_m, plan.pair) == (32, split, 3, 8, 0)
     main = plan.launches()[0]
     assert {k: main[3][k] for k in ("BN", "STAGES", "GROUP_M")} == {"BN": 32, "STAGES": 3, "GROUP_M": 8}
