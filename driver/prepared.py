@@ -59,6 +59,7 @@ from ..backend.runtime.arguments import (
     check_grid_fits_cluster,
     constexpr_equal,
     describe_array,
+    describe_value,
     encode_scalar,
     is_empty_grid,
     is_torch_type,
@@ -458,8 +459,8 @@ def _source_of(p: Any) -> str:
 def _constexpr_check(name: str, prepared: Any) -> Callable[[Any, _Call], None]:
     def check(v: Any, call: _Call) -> None:
         if v is not prepared and not constexpr_equal(v, prepared):
-            raise LaunchError(CONSTEXPR, f"argument `{name}` = {v!r}, but the launch was prepared for {name} = "
-                              f"{prepared!r}", "prepare another launch for this value")
+            raise LaunchError(CONSTEXPR, f"argument `{name}` = {describe_value(v)}, but the launch was prepared "
+                              f"for {name} = {describe_value(prepared)}", "prepare another launch for this value")
 
     return check
 

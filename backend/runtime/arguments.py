@@ -88,7 +88,7 @@ from .params import (
     is_derived,
     layout_slots,
 )
-from .scalars import check_divisible, encode_scalar, scalar_writer
+from .scalars import check_divisible, describe_value, encode_scalar, scalar_writer
 from .staging import shared_host_copy
 
 __all__ = [
@@ -99,7 +99,7 @@ __all__ = [
     "ConstexprParam", "DTypeInfo", "DerivedParam", "ParamBuffer", "ParamSpec", "PointerParam", "ScalarParam",
     "SlotLayout", "array_dtype_matches", "check_array_argument", "check_cluster", "check_divisible",
     "check_grid_fits_cluster", "check_pdl", "check_shared_memory", "constexpr_equal", "derived_value",
-    "describe_array", "dlpack",
+    "describe_array", "describe_value", "dlpack",
     "dtype_from_numpy", "dtype_from_torch", "dtype_info", "encode_scalar", "host_view", "is_c_contiguous",
     "is_derived", "is_empty_grid", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid", "numpy_dtype",
     "register_array_type", "scalar_writer", "shared_host_copy", "stream_handle", "torch_device_pointer",

@@ -65,7 +65,7 @@ from .params import (
     is_derived,
     layout_slots,
 )
-from .scalars import encode_scalar, scalar_writer
+from .scalars import describe_value, encode_scalar, scalar_writer
 from .staging import Call, finish_host_copies, stage_host_array
 from .tensormap import (
     TENSOR_MAP_BYTES,
@@ -337,9 +337,9 @@ class Launcher:
             if expected is None or value is MISSING:
                 return
             if not constexpr_equal(value, expected):
-                raise LaunchError(CONSTEXPR, f"argument `{p.name}` = {value!r}, but the kernel was compiled "
-                                  f"for {p.name} = {expected!r}", "recompile for this value (or pass "
-                                  f"{expected!r})")
+                raise LaunchError(CONSTEXPR, f"argument `{p.name}` = {describe_value(value)}, but the kernel was "
+                                  f"compiled for {p.name} = {describe_value(expected)}",
+                                  f"recompile for this value (or pass {expected!r})")
 
         return convert
 

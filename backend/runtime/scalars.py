@@ -147,11 +147,30 @@ def scalar_writer(p: Any, offset: int, view: Any) -> Callable[[Any, Any], None]:
     return convert_other
 
 
+_ARRAY_SOURCES = {"numpy": "numpy array", "torch": "torch tensor", "cupy": "CuPy array", "jax": "JAX array",
+                  "jaxlib": "JAX array"}
+
+
 def describe_value(value: Any) -> str:
+    """A launch argument as the diagnostics show it (SP0708, SP0709, SP0718): an array by its
+    element type, kind and shape (``a float32 numpy array of shape (2, 3)``, as SP0703 and SP0720
+    name arrays), an object whose repr is only its type and address by its type (``a `Foo`
+    object``), anything else by its type and repr, cut at 40 characters (``float 2.5``)."""
+    cls = type(value)
+    if not isinstance(value, np.generic) and hasattr(value, "shape") and hasattr(value, "dtype"):
+        source = _ARRAY_SOURCES.get(cls.__module__.split(".")[0], f"`{cls.__name__}` array")
+        try:
+            shape = tuple(int(d) for d in value.shape)
+        except (TypeError, ValueError):
+            shape = None
+        dtype = str(value.dtype).removeprefix("torch.")
+        return f"a {dtype} {source}" + ("" if shape is None else f" of shape {shape}")
+    if cls.__repr__ is object.__repr__:
+        return f"a `{cls.__name__}` object"
     text = repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
-    return f"{type(value).__name__} {text}"
+    return f"{cls.__name__} {text}"
 
 
 def check_divisible(name: str, value: int, divisor: int) -> None:

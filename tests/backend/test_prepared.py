@@ -213,13 +213,31 @@ def test_prepared_launch_checks_constexprs_stream_and_grid(gpu):
     launch_(x, y, out, 32, 256)
     with pytest.raises(LaunchError) as exc:
         launch_(x, y, out, 32, 128)
-    assert exc.value.code == "SP0718" and "the launch was prepared for BLOCK = 256" in str(exc.value)
+    assert exc.value.code == "SP0718" and "the launch was prepared for BLOCK = int 256" in str(exc.value)
     with pytest.raises(LaunchError) as exc:
         launch_(x, y, out, 32, 256, stream=-1)
     assert exc.value.code == "SP0717"
     with pytest.raises(LaunchError) as exc:
         launch_(x, y, out, 32, 256, grid=(-1,))
     assert exc.value.code == "SP0710"
+
+
+class _Opaque:
+    """A constexpr-like value whose repr is only its type and address."""
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (_Opaque(), "a `_Opaque` object"),
+    (np.zeros((2, 3), np.float32), "a float32 numpy array of shape (2, 3)"),
+    (128, "int 128"),
+])
+def test_sp0718_describes_the_value_not_its_address(gpu, value, shown):
+    x, y, out = arrays()
+    launch_ = vadd()[(4,)].prepare(x, y, out, 1024, 256)  # BLOCK positional: checked per call
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, y, out, 32, value)
+    assert exc.value.code == "SP0718" and " at 0x" not in str(exc.value)
+    assert exc.value.message == f"argument `BLOCK` = {shown}, but the launch was prepared for BLOCK = int 256"
 
 
 def test_prepared_launch_vary_drops_the_divisibility_assumption(gpu):
