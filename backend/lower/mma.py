@@ -235,7 +235,8 @@ def _refuse_fp8_below_sm89(cg: CodeGen, op: Operation, a_elem: Any, b_elem: Any)
         raise CompileError([Diagnostic(
             "SP0620", f"`{op.name}` of {kind} operands cannot be compiled for {cg.target.name}: fp8 tensor-core "
             "instructions and fp8 conversions need sm_89 or later", op.span,
-            help="compile for sm_89, sm_90 or later, or convert the operands with `.to(f16)` first")])
+            help="compile for sm_89, sm_90a or later; for sm_80, give the kernel f16 or bf16 operands (fp8 data "
+                 "converted on the host: converting fp8 in the kernel needs sm_89 too, SP0577)")])
 
 
 def emit_mma_dot(cg: CodeGen, op: Operation, sparse: bool) -> bool:

@@ -114,6 +114,8 @@ def test_fp8_below_sm89_is_a_diagnostic():
         compiled("e4m3", True, "sm_80")
     d = info.value.diagnostics[0]
     assert d.code == "SP0620" and "sm_89" in d.message
+    # not `.to(f16)` in the kernel: that conversion is refused on sm_80 too (SP0577)
+    assert ".to(" not in d.help and "on the host" in d.help
 
 
 def test_shapes_that_do_not_split_fall_back_to_the_portable_path():
