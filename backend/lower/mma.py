@@ -230,7 +230,7 @@ def _refuse_fp8_below_sm89(cg: CodeGen, op: Operation, a_elem: Any, b_elem: Any)
     ``cvt`` from fp8 exists there (ptxas: "requires .target sm_89 or higher"), so say so here
     instead of letting nvJitLink reject the PTX."""
     names = {getattr(a_elem, "name", ""), getattr(b_elem, "name", "")}
-    if names & set(_FP8) and (cg.target.major, cg.target.minor) < (8, 9):
+    if names & set(_FP8) and not cg.target.has(Feature.FP8_CVT):
         kind = "/".join(sorted(names & set(_FP8)))
         raise CompileError([Diagnostic(
             "SP0620", f"`{op.name}` of {kind} operands cannot be compiled for {cg.target.name}: fp8 tensor-core "
