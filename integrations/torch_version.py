@@ -9,9 +9,8 @@ nobody checked, where SP0908 says what to install.
 
 from __future__ import annotations
 
-import re
-
 from .errors import SP_TORCH_VERSION, IntegrationError
+from .versions import release
 
 TORCH_FLOOR = (2, 10)
 """(major, minor) of the oldest supported torch release; pyproject's ``torch`` extra says the same."""
@@ -19,17 +18,10 @@ TORCH_FLOOR = (2, 10)
 TORCH_REQUIREMENT = f"torch>={TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
 
 
-def torch_release(version: str) -> tuple[int, int] | None:
-    """(major, minor) of a torch version string ("2.11.0+cu130", "2.10.0a0+git1234", "2.9.0.dev20250101");
-    None where it has none (a build that names no version: not refused)."""
-    match = re.match(r"\s*(\d+)\.(\d+)", version)
-    return (int(match[1]), int(match[2])) if match else None
-
-
 def require_torch_release(version: str) -> None:
     """SP0908 where ``version`` (``torch.__version__``) is older than :data:`TORCH_FLOOR`."""
-    release = torch_release(version)
-    if release is not None and release < TORCH_FLOOR:
+    found = release(version)  # (2, 10, 0) is not below (2, 10): a pre-release of the floor is that release
+    if found is not None and found < TORCH_FLOOR:
         floor = f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
         raise IntegrationError(SP_TORCH_VERSION, f"sparsile.torch needs PyTorch {floor} or later, found {version}",
                                help=f"pip install '{TORCH_REQUIREMENT}' (docs/torch.md lists the versions checked)")

@@ -9,20 +9,12 @@ module imports nothing from JAX: it is given the version string.
 
 from __future__ import annotations
 
-import re
-
+from ..versions import release
 from .errors import SP_JAX_TOO_OLD
 
 JAX_MIN = (0, 4, 36)
 """The oldest jax release the CPU tests passed on."""
 JAX_MIN_TEXT = ".".join(map(str, JAX_MIN))
-
-
-def release(version: str) -> tuple[int, ...] | None:
-    """The release numbers at the start of a version string ("0.5.0.dev20250101" -> (0, 5, 0)), or
-    None when it does not start with a number."""
-    m = re.match(r"\d+(?:\.\d+)*", version.strip())
-    return tuple(int(p) for p in m.group(0).split(".")) if m else None
 
 
 class JaxVersionError(ImportError):
