@@ -34,7 +34,14 @@ from hypothesis import strategies as st
 from sparsile.frontend.diagnostics import SparsileError
 from sparsile.stdlib.kernels import prune_and_compress
 from sparsile.tests.integrations.test_jax_grad import _dact
-from sparsile.tests.support.linear_reference import HALF_ULP, HOST, SMALLEST, as_vector, assert_matches
+from sparsile.tests.support.linear_reference import (
+    BAD_SPLIT_K,
+    HALF_ULP,
+    HOST,
+    SMALLEST,
+    as_vector,
+    assert_matches,
+)
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -428,14 +435,8 @@ def illegal(case: dict[str, Any], a: dict[str, Any], mutation: str) -> Any:
         values = jax.lax.bitcast_convert_type(values, jnp.int16) if not e4m3 else values.astype(jnp.int8)
     elif mutation == "values_dense_shape":
         values = jnp.zeros((m, k + 64), values.dtype)
-    elif mutation == "split_0":
-        kw["split_k"] = 0
-    elif mutation == "split_65":
-        kw["split_k"] = 65
-    elif mutation == "split_bool":
-        kw["split_k"] = True
-    elif mutation == "split_float":
-        kw["split_k"] = 2.0
+    elif mutation in BAD_SPLIT_K:
+        kw["split_k"] = BAD_SPLIT_K[mutation]
     elif mutation == "split_traced":
         return lambda: jax.jit(lambda x, s: sparse_linear(x, values, meta, split_k=s)).lower(x, 2)
     elif mutation == "interpret_str":

@@ -32,6 +32,7 @@ from sparsile.frontend.diagnostics import SparsileError
 from sparsile.stdlib.kernels import prune_and_compress, sparse_linear, sparse_matmul
 from sparsile.stdlib.kernels.linear_args import GATED_ACTIVATIONS
 from sparsile.tests.support.linear_reference import (
+    BAD_SPLIT_K,
     HALF_ULP,
     HOST,
     NP,
@@ -396,14 +397,8 @@ def mutated(case: dict[str, Any], a: dict[str, Any], mutation: str) -> dict[str,
         kw["out"] = (np.zeros((1, y_shape[1]), np.float32) if kind == "numpy" else torch.zeros((1, y_shape[1])))
         kw["out"] = np.broadcast_to(kw["out"], y_shape) if kind == "numpy" else kw["out"].expand(y_shape)
         kw["out_dtype"] = "float32"
-    elif mutation == "split_0":
-        kw["split_k"] = 0
-    elif mutation == "split_65":
-        kw["split_k"] = 65
-    elif mutation == "split_bool":
-        kw["split_k"] = True
-    elif mutation == "split_float":
-        kw["split_k"] = 2.0
+    elif mutation in BAD_SPLIT_K:
+        kw["split_k"] = BAD_SPLIT_K[mutation]
     elif mutation == "kernel":
         kw["kernel"] = "tiled"
     elif mutation == "activation":

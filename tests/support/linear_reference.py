@@ -27,6 +27,8 @@ SMALLEST = {"float16": 2.0 ** -25, "bfloat16": 2.0 ** -134, "float32": 2.0 ** -1
 OVERFLOW = {"float16": 65520.0, "bfloat16": 2.0 ** 128 * (1 - 2.0 ** -9), "float32": 2.0 ** 128 * (1 - 2.0 ** -25)}
 """Magnitudes from which y's type rounds to ±inf (an f16 y of an e4m3 weight without scale_w can get there)."""
 E4M3_MAX = 448.0
+BAD_SPLIT_K = {"split_0": 0, "split_65": 65, "split_bool": True, "split_float": 2.0}
+"""The bad-argument property tests' ``split_k`` mutations (kernels and JAX): each is refused."""
 SLOPE = 1.13  # max |silu'|, |gelu_tanh'|
 
 
