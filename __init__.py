@@ -92,8 +92,8 @@ def __getattr__(name: str) -> Any:
     if name in _ALIASES:
         try:
             return importlib.import_module(f"sparsile.{name}")
-        except ImportError as exc:  # SP0900, SP0930, SP0937: hasattr(sparsile, "torch") is then False
-            if getattr(exc, "code", None) not in ("SP0900", "SP0930", "SP0937"):
+        except ImportError as exc:  # SP0900, SP0908, SP0930, SP0937: hasattr(sparsile, "torch") is then False
+            if getattr(exc, "code", None) not in ("SP0900", "SP0908", "SP0930", "SP0937"):
                 raise
             raise AttributeError(str(exc)) from exc
     member = _ROOT.members.get(name)

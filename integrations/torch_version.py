@@ -18,10 +18,16 @@ TORCH_FLOOR = (2, 10)
 TORCH_REQUIREMENT = f"torch>={TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
 
 
+class TorchVersionError(IntegrationError, ImportError):
+    """SP0908: ``import sparsile.torch`` with a torch older than :data:`TORCH_FLOOR`. An ImportError
+    as SP0900 (no torch) and SP0937 (jax too old) are, so that ``hasattr(sparsile, "torch")`` is
+    False and code that tries the import and falls back keeps working."""
+
+
 def require_torch_release(version: str) -> None:
     """SP0908 where ``version`` (``torch.__version__``) is older than :data:`TORCH_FLOOR`."""
     found = release(version)  # (2, 10, 0) is not below (2, 10): a pre-release of the floor is that release
     if found is not None and found < TORCH_FLOOR:
         floor = f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
-        raise IntegrationError(SP_TORCH_VERSION, f"sparsile.torch needs PyTorch {floor} or later, found {version}",
+        raise TorchVersionError(SP_TORCH_VERSION, f"sparsile.torch needs PyTorch {floor} or later, found {version}",
                                help=f"pip install '{TORCH_REQUIREMENT}' (docs/torch.md lists the versions checked)")
