@@ -92,8 +92,28 @@ def _cast_torch(x: Any, op: OperandType, want: Any, what: str) -> Any:
             warn_saturated(over, what)
             x = torch.clamp(wide, -E4M3_MAX, E4M3_MAX)  # NaN stays NaN
     if want != torch.float32 and x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        x = _round_to_odd_f32(x.to(torch.float64))  # float64 and integers: round once (module doc)
+        x = _round_to_odd_f32(_to_f64_odd(x))  # float64 and integers: round once (module doc)
     return x.to(want)
+
+
+def _to_f64_odd(x: Any) -> Any:
+    """Torch tensor ``x`` (float64 or integers) as float64, rounded to odd where inexact: an int64
+    beyond 2**53 is the exact sum of its high and low 32-bit parts (each exact in float64), whose
+    rounding error (TwoSum) sets the sticky last bit. A plain cast rounded it to nearest, which
+    could land on a midpoint of the narrower type (2**60 + 2**52 + 1 became 2**60 in bf16, where
+    ml_dtypes gives 2**60 + 2**53)."""
+    import torch
+
+    if x.dtype != torch.int64:
+        return x.to(torch.float64)  # float64 itself, and integers of up to 32 bits: exact
+    hi = torch.bitwise_left_shift(torch.bitwise_right_shift(x, 32), 32)
+    h, lo = hi.to(torch.float64), (x - hi).to(torch.float64)  # x - hi in [0, 2**32): both exact
+    s = h + lo
+    b = s - h
+    err = (h - (s - b)) + (lo - b)  # s + err == x exactly
+    even = (s.view(torch.int64) & 1) == 0
+    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, -float("inf")))
+    return torch.where((err != 0) & even, torch.nextafter(s, toward), s)
 
 
 def cast_input(x: Any, op: OperandType, want: Any, kind: str | None = None, what: str = "w") -> Any:

@@ -4,6 +4,7 @@ array and is copied into out. torch CPU tensors stand in for CUDA ones (``array_
 
 from __future__ import annotations
 
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -190,3 +191,20 @@ def test_a_float64_torch_operand_rounds_once_to_e4m3_as_numpy_does(as_cuda, monk
     got = arrays.cast_operand(torch.tensor([values], dtype=torch.float64), e4m3).float()
     assert got.tolist() == [host.tolist()]
     assert torch.isnan(arrays.cast_operand(torch.tensor([[float("nan")]], dtype=torch.float64), e4m3).float()).all()
+
+
+def test_an_int64_torch_operand_rounds_once_to_bf16_as_the_host_does(as_cuda):
+    """int64 -> bf16 rounds once, as the host (ml_dtypes) does: an int64 beyond 2**53 is not exact
+    in float64, and its rounding there could land on a bf16 midpoint (2**60 + 2**52 + 1 became the
+    midpoint 2**60 + 2**52, then 2**60 by ties to even, where the host gives 2**60 + 2**53)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    values = [2**60 + 2**52 + 1, -(2**60 + 2**52 + 1), 2**60 + 2**52, 2**63 - 1, -(2**63), 2**54 + 3, 5, -7, 0]
+    for dtype, operand, torch_dtype in ((ml_dtypes.bfloat16, "bf16", "bfloat16"), (np.float16, "f16", "float16")):
+        choice = SimpleNamespace(operand=operand, torch_dtype=torch_dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # f16: the huge values overflow to inf (OverflowWarning)
+            host = np.array(values, np.int64).astype(dtype).astype(np.float64)
+            got = arrays.cast_operand(torch.tensor([values], dtype=torch.int64), choice).double()
+        assert got.tolist() == [host.tolist()], operand
