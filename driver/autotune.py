@@ -284,7 +284,7 @@ class Autotuner:
         else:
             record = self._stored(gpu, key)
             if record is None and self._empty_grid(grid, args, kwargs):
-                return self.configs[0]  # an empty batch: nothing runs, so nothing to time or store
+                return self._for_empty_batch(grid, args, kwargs, bound, gpu, key)  # nothing to time or store
             record = record or self._tune(grid, args, kwargs, bound, stream, gpu, key)
         self.cache[f"{gpu}|{key}"] = record
         if printing_requested():
@@ -295,7 +295,7 @@ class Autotuner:
 
     def _empty_grid(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether ``grid`` has a 0 dimension under every config (an empty batch): its launch runs
-        nothing, so the call is not tuned; it launches with the first config, which checks the
+        nothing, so the call is not tuned; it launches with the config of :meth:`_for_empty_batch`, which checks the
         arguments and compiles (docs/autotune.md). False when a grid cannot be evaluated here: the
         tuning launches report it."""
         for config in self.configs:
@@ -303,6 +303,21 @@ class Autotuner:
             if dims is None or 0 not in dims:
                 return False
         return True
+
+    def _for_empty_batch(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any],
+                         gpu: str, key: str) -> Config:
+        """The config an empty batch launches with (docs/autotune.md): the first of the configs
+        tuning would try (pruned as there) that compiles, as tuning skips those that do not; the
+        first compile error where none does. Nothing is timed or cached."""
+        errors: list[CompileError] = []
+        for config in self._pruned(self._candidates(gpu, key), bound):
+            try:
+                self._compile(grid, args, {**self._user_kwargs(kwargs, config), **config.all_kwargs()})
+            except CompileError as e:
+                errors.append(e)
+                continue
+            return config
+        raise errors[0]
 
     def _grid_dims(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config
                    ) -> tuple[int, int, int] | None:

@@ -594,3 +594,21 @@ def test_a_config_whose_grid_is_empty_is_skipped_not_timed() -> None:
     assert bench.calls == [128, 256]
     assert tuner.choose(grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
     assert "skipped     BLOCK: 64: SP0710: grid (0, 1, 1) has a 0 dimension: it launches nothing" in tuner.summary()
+
+
+def test_an_empty_batch_launches_with_a_config_tuning_would_keep() -> None:
+    """An empty batch launches with the first config that compiles and survives the pruning, as
+    tuning would choose among: the first config alone (here BLOCK 48, SP0301, which tuning skips)
+    made an empty batch a CompileError where a non-empty call of the same kernel works."""
+    bench = FakeBench({48: 0.5, 64: 3.0, 128: 1.0}, run=True)
+    tuner = _tuned(bench, [{"BLOCK": 48}, {"BLOCK": 64}, {"BLOCK": 128}])
+    x, out = _data()
+    before = out.copy()
+    assert tuner.choose(_empty_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 64})
+    tuner[_empty_grid](x, out, N, 0.5)
+    assert bench.calls == [] and tuner.cache == {}
+    np.testing.assert_array_equal(out, before)
+    pruned = _tuned(bench, prune_configs_by={"early_config_prune": lambda configs, named: configs[1:]})
+    assert pruned.choose(_empty_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
+    tuner[_grid](x, out, N, 0.5)  # a non-empty call tunes among the same configs
+    assert bench.calls == [64, 128] and "skipped     BLOCK: 48: SP0301" in tuner.summary()
