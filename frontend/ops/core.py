@@ -409,7 +409,9 @@ def emit_unary(em: Emitter, pyop: str, a: Arg) -> Value:
             em.error("SP0309", f"`~` needs an integer operand, found {elem}", a.span)
         return em.op1("arith.unary", [v], v.type, op="not" if elem.is_bool else "invert")
     # not
-    if not elem.is_bool:
+    if getattr(elem, "name", "") in ("e4m3", "e5m2"):  # `.to(bool)`'s bit test (no `cvt`: SP0577 below sm_89)
+        v = em.cast(v, T.bool_)
+    elif not elem.is_bool:
         zero = em.value(Arg(Const(0), a.span), like=v.type)
         shape = T.shape_of(v.type)
         v = em.op1("arith.cmp", [v, em.broadcast_to(zero, shape)], T.with_shape(T.bool_, shape), pred="ne")

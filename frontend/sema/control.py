@@ -118,6 +118,8 @@ class ControlFlowMixin:
             raise self.error("SP0214", f"{what} condition must be a scalar bool or number, found {t}", span)
         if t.is_bool:
             return cond
+        if t.name in ("e4m3", "e5m2"):  # `.to(bool)`'s bit test: no fp8 -> f32 `cvt` (SP0577 below sm_89)
+            return em.cast(cond, T.bool_)
         return em.op1("arith.cmp", [cond, em.constant(0, t)], T.bool_, pred="ne")
 
     def _run_branch(self, stmts: list[A.Stmt], block: Block) -> tuple[dict[str, Any], ReturnSignal | None]:

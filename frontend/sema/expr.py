@@ -279,6 +279,8 @@ class ExprMixin:
             return val
         if isinstance(e, T.PointerType):
             raise CompileError([Diagnostic("SP0312", "a pointer is not a condition", span)])
+        if getattr(e, "name", "") in ("e4m3", "e5m2"):  # `.to(bool)`'s bit test, as scalar_condition
+            return em.cast(val, T.bool_)
         zero = em.broadcast_to(em.constant(0, e), T.shape_of(val.type))
         return em.op1("arith.cmp", [val, zero], T.with_shape(T.bool_, T.shape_of(val.type)), pred="ne")
 

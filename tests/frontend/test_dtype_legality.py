@@ -224,3 +224,32 @@ def test_fp8_to_bool_in_the_interpreter_is_the_same_bit_test(t: str) -> None:
     kern = sp.loads(FP8_BOOL_SRC.format(t=t), "case.spk").kernels["k"]
     kern.interpret[(1,)](bits.view(sp.e4m3.numpy_dtype if t == "e4m3" else sp.e5m2.numpy_dtype), y)
     np.testing.assert_array_equal(y, ((bits & 0x7F) != 0).astype(np.int32))
+
+
+FP8_TRUTH_SRC = """
+@kernel
+def k(X: ptr[{t}], Y: ptr[i32]):
+    for j in static_range(0, 8):
+        x = load(X + j)
+        r = 0
+        if x:
+            r = 1
+        store(Y + j, r + 2 * (not x).to(i32))
+"""
+
+
+@pytest.mark.parametrize("t", ["e4m3", "e5m2"])
+def test_fp8_truthiness_is_the_bit_test_on_every_target(t: str) -> None:
+    """`if x:` and `not x` of an fp8 value test it as `.to(bool)` does (nonzero bits but the sign's:
+    NaN true, -0 false), so they compile for sm_80 as `.to(bool)` does; they compared it with 0 in
+    f32 (a `cvt`), SP0577 at sm_80, although the language lets `.to(bool)` through."""
+    src = FP8_TRUTH_SRC.format(t=t)
+    for target in ("sm_80", "sm_90a"):
+        ptx = compile_src(src, target, cache=False).ptx
+        assert "cvt.rn.f16x2.e" not in ptx
+    bits = np.array([0x00, 0x80, 0x7F, 0xFF, 0x01, 0x81, 0x38, 0x7E], np.uint8)
+    y = np.full(8, -1, np.int32)
+    kern = sp.loads(src, "case.spk").kernels["k"]
+    kern.interpret[(1,)](bits.view(sp.e4m3.numpy_dtype if t == "e4m3" else sp.e5m2.numpy_dtype), y)
+    truth = (bits & 0x7F) != 0
+    np.testing.assert_array_equal(y, truth + 2 * ~truth)
