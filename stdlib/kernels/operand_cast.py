@@ -98,16 +98,20 @@ def _cast_torch(x: Any, op: OperandType, want: Any, what: str) -> Any:
 
 def _to_f64_odd(x: Any) -> Any:
     """Torch tensor ``x`` (float64 or integers) as float64, rounded to odd where inexact: an int64
-    beyond 2**53 is the exact sum of its high and low 32-bit parts (each exact in float64), whose
+    or uint64 beyond 2**53 is the exact sum of its high and low 32-bit parts (each exact in float64), whose
     rounding error (TwoSum) sets the sticky last bit. A plain cast rounded it to nearest, which
     could land on a midpoint of the narrower type (2**60 + 2**52 + 1 became 2**60 in bf16, where
     ml_dtypes gives 2**60 + 2**53)."""
     import torch
 
-    if x.dtype != torch.int64:
+    if x.dtype not in (torch.int64, torch.uint64):
         return x.to(torch.float64)  # float64 itself, and integers of up to 32 bits: exact
-    hi = torch.bitwise_left_shift(torch.bitwise_right_shift(x, 32), 32)
-    h, lo = hi.to(torch.float64), (x - hi).to(torch.float64)  # x - hi in [0, 2**32): both exact
+    bits = x.view(torch.int64)
+    high = torch.bitwise_right_shift(bits, 32)  # the high word, signed (int64) ...
+    if x.dtype == torch.uint64:
+        high = torch.bitwise_and(high, 0xFFFFFFFF)  # ... or unsigned (uint64: 2**63 and above)
+    h = high.to(torch.float64) * 2.0**32  # both words exact in float64
+    lo = torch.bitwise_and(bits, 0xFFFFFFFF).to(torch.float64)
     s = h + lo
     b = s - h
     err = (h - (s - b)) + (lo - b)  # s + err == x exactly

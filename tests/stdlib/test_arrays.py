@@ -193,6 +193,19 @@ def test_a_float64_torch_operand_rounds_once_to_e4m3_as_numpy_does(as_cuda, monk
     assert torch.isnan(arrays.cast_operand(torch.tensor([[float("nan")]], dtype=torch.float64), e4m3).float()).all()
 
 
+def test_a_uint64_torch_operand_rounds_once_to_bf16_as_the_host_does(as_cuda):
+    """uint64 -> bf16 rounds once too, values of 2**63 and above among them (its high word is
+    unsigned: an int64 view would read them as negative)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    values = [2**60 + 2**52 + 1, 2**63 + 2**55 + 1, 2**64 - 1, 2**63, 2**54 + 3, 5, 0]
+    choice = SimpleNamespace(operand="bf16", torch_dtype="bfloat16")
+    host = np.array(values, np.uint64).astype(ml_dtypes.bfloat16).astype(np.float64)
+    got = arrays.cast_operand(torch.tensor([values], dtype=torch.uint64), choice).double()
+    assert got.tolist() == [host.tolist()]
+
+
 def test_an_int64_torch_operand_rounds_once_to_bf16_as_the_host_does(as_cuda):
     """int64 -> bf16 rounds once, as the host (ml_dtypes) does: an int64 beyond 2**53 is not exact
     in float64, and its rounding there could land on a bf16 midpoint (2**60 + 2**52 + 1 became the
