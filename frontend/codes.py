@@ -238,7 +238,6 @@ CODES: dict[str, str] = {
     "SP0613": "SPARSILE_PTXAS is no ptxas",
     "SP0620": "op without a lowering",
     "SP0621": "elementwise op not compilable",
-    "SP0622": "reduction not compilable",
     "SP0623": "reduction layout mixes axes",
     "SP0701": "wrong number of arguments",
     "SP0702": "unknown or repeated keyword",

@@ -2,8 +2,12 @@
 
 ``reduce`` along an axis: registers of one thread that differ only along the axis combine first;
 then lanes whose layout basis moves only along the axis combine with butterfly shuffles
-(``shfl.sync.bfly``); then warps combine through shared memory. The result layout is the input
-layout with the axis dropped (inference guarantees it), so no data moves afterwards.
+(``shfl.sync.bfly``: lane ``l`` reads lane ``l ^ 2^b``; PTX ISA, "Data Movement and Conversion
+Instructions: shfl.sync"); then warps combine through shared memory. The result layout is the
+input layout with the axis dropped (inference guarantees it), so no data moves afterwards. What
+is combined is the reduction's :class:`~.reduce_fold.Fold`: one accumulator for ``sum`` / ``max``
+/ ``min``, a (value, index) pair for ``argmax`` / ``argmin`` (backend/lower/reduce_fold.py); each
+part travels through the shuffles and shared memory on its own.
 
 ``convert_layout``: a register permutation when both layouts give every thread the same elements,
 otherwise a round trip through shared memory (each thread writes what it holds, every thread reads
@@ -28,18 +32,8 @@ from ...frontend.layout.tile import (
     thread_bases,
 )
 from .codegen import CodeGen, DTile, lowering
-from .elementwise import binary_value, cast_value
 from .llvm_text import LLValue, const, llvm_type
-
-
-def _acc_type(kind: str, elem: T.ScalarType) -> T.ScalarType:
-    if kind == "sum" and elem.is_float and elem.bits < 32:
-        return T.f32
-    return elem
-
-
-def _combine(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue) -> LLValue:
-    return binary_value(cg, {"sum": "add", "max": "max", "min": "min"}[kind], t, a, b)
+from .reduce_fold import Parts, fold_for
 
 
 def shuffle_xor(cg: CodeGen, v: LLValue, lane_mask: int) -> LLValue:
@@ -133,38 +127,29 @@ def thread_combines(layout: LinearLayout, axis: int) -> list[tuple[tuple[int, ..
 def lower_reduce(cg: CodeGen, op: Operation) -> None:
     x = cg.tile(op.operand("x"))
     axis, kind = op.attrs["axis"], op.attrs["kind"]
-    if kind not in ("sum", "max", "min"):
-        ext = kind[3:]  # "max" / "min"
-        raise CompileError([Diagnostic("SP0622", f"`{kind}` cannot be compiled for the GPU yet", op.span,
-                                       help=f"the first {ext}imum's index with `{ext}` and `min`: `m = {ext}(x, "
-                                            f"axis=A, keep_dims=True)`, then `min(where(x == m, i, n), axis=A)` "
-                                            f"with `i` the `arange(0, n)` along axis A (NaN aside); or run in "
-                                            "the interpreter")])
-    elem = x.elem
-    assert isinstance(elem, T.ScalarType)
-    acc_t = _acc_type(kind, elem)
     res_elem = T.element_type(op.result.type)
     assert isinstance(res_elem, T.ScalarType)
     layout = x.layout
-    fb = cg.fb
-    # 1. within the thread
-    groups: dict[tuple[int, ...], LLValue] = {}
-    order: list[tuple[int, ...]] = []
-    for key, r in thread_combines(layout, axis):
-        v = cast_value(cg, elem, acc_t, x.regs[r]) if acc_t != elem else x.regs[r]
-        if key in groups:
-            groups[key] = _combine(cg, kind, acc_t, groups[key], v)
-        else:
-            groups[key] = v
-            order.append(key)
-    if kind == "sum" and not counts_each_element_once(layout, axis):
+    fold = fold_for(cg, kind, x, axis, res_elem)
+    if fold.once and not counts_each_element_once(layout, axis):
         raise CompileError([Diagnostic("SP0623", "this reduction's layout holds one element of the reduced axis in "
                                        "two threads; a sum would count it twice", op.span,
                                        help="let inference choose the layout of the reduced tile")])
+    fb = cg.fb
+    # 1. within the thread
+    groups: dict[tuple[int, ...], Parts] = {}
+    order: list[tuple[int, ...]] = []
+    for key, r in thread_combines(layout, axis):
+        v = fold.start(r)
+        if key in groups:
+            groups[key] = fold.combine(groups[key], v)
+        else:
+            groups[key] = v
+            order.append(key)
     # 2. across lanes
     for b in _axis_bits(layout, LANE, axis, op):
         for k in order:
-            groups[k] = _combine(cg, kind, acc_t, groups[k], shuffle_xor(cg, groups[k], 1 << b))
+            groups[k] = fold.combine(groups[k], tuple(shuffle_xor(cg, p, 1 << b) for p in groups[k]))
     # 3. across warps, through shared memory
     warp_axis_bits = _axis_bits(layout, WARP, axis, op)
     out_layout: LinearLayout = op.result.layout if isinstance(op.result.type, T.TileType) else None  # type: ignore[assignment]
@@ -174,9 +159,8 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
         for s in out_shape:
             numel *= s
         g_count = 1 << len(warp_axis_bits)
-        aty = llvm_type(acc_t)
-        eb = max(1, acc_t.bits // 8)
-        base = cg.smem_alloc(g_count * numel * eb, 16)
+        parts = [(llvm_type(t), max(1, t.bits // 8)) for t in fold.types]
+        bases = [cg.smem_alloc(g_count * numel * eb, 16) for _, eb in parts]
         warp = cg.warp_id()
         g: LLValue = const(0, "i32")
         for i, b in enumerate(warp_axis_bits):
@@ -189,24 +173,27 @@ def lower_reduce(cg: CodeGen, op: Operation) -> None:
                 key_lin.setdefault(off, linear_index(cg, coords[r], out_shape))
         else:
             key_lin[()] = const(0, "i32")
+
+        def slot(idx: LLValue, p: int) -> LLValue:
+            eb = parts[p][1]
+            return cg.smem_ptr(fb.binop("add", fb.binop("mul", idx, const(eb, "i32")), const(bases[p], "i32")))
+
         cg.barrier()
         for k in order:
-            lin = key_lin[k]
-            idx = fb.binop("add", fb.binop("mul", g, const(numel, "i32")), lin)
-            ptr = cg.smem_ptr(fb.binop("add", fb.binop("mul", idx, const(eb, "i32")), const(base, "i32")))
-            fb.emit(f"store {aty} {groups[k].ref}, ptr addrspace(3) {ptr.ref}, align {eb}")
+            idx = fb.binop("add", fb.binop("mul", g, const(numel, "i32")), key_lin[k])
+            for p, (aty, eb) in enumerate(parts):
+                fb.emit(f"store {aty} {groups[k][p].ref}, ptr addrspace(3) {slot(idx, p).ref}, align {eb}")
         cg.barrier()
         for k in order:
-            lin = key_lin[k]
-            total: LLValue | None = None
+            total: Parts | None = None
             for gi in range(g_count):
-                ptr = cg.smem_ptr(fb.binop("add", fb.binop("mul", fb.binop("add", lin, const(gi * numel, "i32")),
-                                                             const(eb, "i32")), const(base, "i32")))
-                v = fb.value(f"load {aty}, ptr addrspace(3) {ptr.ref}, align {eb}", aty, "red")
-                total = v if total is None else _combine(cg, kind, acc_t, total, v)
+                idx = fb.binop("add", key_lin[k], const(gi * numel, "i32"))
+                v = tuple(fb.value(f"load {aty}, ptr addrspace(3) {slot(idx, p).ref}, align {eb}", aty, "red")
+                          for p, (aty, eb) in enumerate(parts))
+                total = v if total is None else fold.combine(total, v)
             assert total is not None
             groups[k] = total
-    final = {k: (cast_value(cg, acc_t, res_elem, v) if acc_t != res_elem else v) for k, v in groups.items()}
+    final = {k: fold.finish(v) for k, v in groups.items()}
     if out_layout is None:
         cg.set(op.result, final[()])
         return

@@ -312,7 +312,10 @@ def _reduce_scratch(op: Operation) -> int:
     if not bits:
         return 0
     out_shape = T.shape_of(op.result.type)
-    return (1 << bits) * _numel(out_shape) * _storage_bytes(T.element_type(op.result.type))
+    per = _storage_bytes(T.element_type(op.result.type))
+    if op.attrs["kind"] in ("argmax", "argmin"):  # the value (at least 32 bits) and the i32 index
+        per = max(4, _storage_bytes(T.element_type(op.operand("x").type))) + 4
+    return (1 << bits) * _numel(out_shape) * per
 
 
 def _mma_staging(op: Operation) -> int:

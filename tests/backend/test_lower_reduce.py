@@ -9,6 +9,11 @@ registers, and the thread fold summed each copy (the GPU metadata encoder produc
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,38 +28,43 @@ def point(layout: LinearLayout, **inputs: int) -> tuple[int, ...]:
     return tuple(layout.apply(**{k: v for k, v in inputs.items() if k in layout.in_names}).values())
 
 
-def _emulate_sum(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.ndarray
-                 ) -> dict[tuple[int, int], dict[tuple[int, ...], int]]:
-    """Each thread's (lane, warp) result per output key, as the lowering computes it."""
+def _emulate(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.ndarray,
+             combine: Callable[[Any, Any], Any] = operator.add) -> dict[tuple[int, int], dict[tuple[int, ...], Any]]:
+    """Each thread's (lane, warp) result per output key, as the lowering computes it: an element
+    starts as ``(value, index along the axis)`` for argmax (``combine`` given), as its value for a sum."""
     lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
+    arg = combine is not operator.add
 
-    def element(c: tuple[int, ...]) -> int:
-        return int(x[c]) if all(v < s for v, s in zip(c, shape, strict=True)) else 0
+    def element(c: tuple[int, ...]) -> Any:
+        v = int(x[c]) if all(v < s for v, s in zip(c, shape, strict=True)) else 0
+        return (v, c[axis]) if arg else v
 
     partial = {}
     for lane in range(1 << len(lanes)):
         for warp in range(1 << len(warps)):
-            groups: dict[tuple[int, ...], int] = {}
+            groups: dict[tuple[int, ...], Any] = {}
             for key, r in thread_combines(layout, axis):
-                groups[key] = groups.get(key, 0) + element(point(layout, reg=r, lane=lane, warp=warp))
+                e = element(point(layout, reg=r, lane=lane, warp=warp))
+                groups[key] = combine(groups[key], e) if key in groups else e
             partial[(lane, warp)] = groups
     for b, basis in enumerate(lanes):  # butterflies, one lane bit at a time
         if _pure(basis, axis) == "axis":
-            partial = {(lane, warp): {k: v + partial[(lane ^ (1 << b), warp)][k] for k, v in g.items()}
+            partial = {(lane, warp): {k: combine(v, partial[(lane ^ (1 << b), warp)][k]) for k, v in g.items()}
                        for (lane, warp), g in partial.items()}
     axis_warp_bits = [b for b, basis in enumerate(warps) if _pure(basis, axis) == "axis"]
     if axis_warp_bits:
         combos = [sum(1 << axis_warp_bits[i] for i in range(len(axis_warp_bits)) if m >> i & 1)
                   for m in range(1 << len(axis_warp_bits))]
-        partial = {(lane, warp): {k: sum(partial[(lane, (warp & ~sum(1 << b for b in axis_warp_bits)) | c)][k]
-                                         for c in combos) for k in g}
+        clear = ~sum(1 << b for b in axis_warp_bits)
+        partial = {(lane, warp): {k: functools.reduce(combine, [partial[(lane, (warp & clear) | c)][k] for c in combos])
+                                  for k in g}
                    for (lane, warp), g in partial.items()}
     return partial
 
 
-def _expected(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.ndarray, lane: int, warp: int,
-              key: tuple[int, ...]) -> int:
-    """The true sum of the line the thread's output ``key`` names (its other coordinates)."""
+def _line(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.ndarray, lane: int, warp: int,
+          key: tuple[int, ...]) -> np.ndarray | None:
+    """The reduced line the thread's output ``key`` names (its other coordinates); None outside the tile."""
     lanes, warps = thread_bases(layout, LANE), thread_bases(layout, WARP)
     t = [0] * len(shape)
     for bits, bases in ((lane, lanes), (warp, warps)):
@@ -66,8 +76,20 @@ def _expected(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.nda
     for i, d in enumerate(other):
         coord[d] = t[d] ^ key[i]
     if any(coord[d] >= shape[d] for d in other):
-        return 0
-    return int(sum(int(x[tuple([*coord[:axis], i, *coord[axis + 1:]])]) for i in range(shape[axis])))
+        return None
+    return np.array([int(x[tuple([*coord[:axis], i, *coord[axis + 1:]])]) for i in range(shape[axis])])
+
+
+def _expected(layout: LinearLayout, shape: tuple[int, ...], axis: int, x: np.ndarray, lane: int, warp: int,
+              key: tuple[int, ...]) -> int:
+    """The true sum of the line the thread's output ``key`` names."""
+    line = _line(layout, shape, axis, x, lane, warp, key)
+    return 0 if line is None else int(line.sum())
+
+
+def _first_max(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    """argmax's combine on (value, index) pairs: the larger value, the smaller index on a tie."""
+    return b if (b[0], -b[1]) > (a[0], -a[1]) else a
 
 
 @st.composite
@@ -104,10 +126,27 @@ def test_an_accepted_layout_sums_each_element_once(case: tuple[LinearLayout, tup
         assert len(set(moved)) < len(moved) or set(moved) & set(regs)
         return
     x = np.random.default_rng(seed).integers(1, 1000, size=shape)
-    got = _emulate_sum(layout, shape, axis, x)
+    got = _emulate(layout, shape, axis, x)
     for (lane, warp), groups in got.items():
         for key, value in groups.items():
             assert value == _expected(layout, shape, axis, x, lane, warp, key), (layout, axis, lane, warp, key)
+
+
+@given(layouts(), st.integers(0, 1), st.integers(0, 2**31 - 1))
+def test_an_accepted_layout_gives_the_first_maximums_index(case: tuple[LinearLayout, tuple[int, ...]], axis: int,
+                                                            seed: int) -> None:
+    """argmax / argmin fold (value, index) pairs through the same stages; their combine is
+    idempotent, so a layout that repeats an element (refused for a sum) is fine too: every element
+    of the line must be seen at least once, and no other."""
+    layout, shape = case
+    if any(_pure(b, axis) == "mixed" for n in (LANE, WARP) for b in thread_bases(layout, n)):
+        return  # refused by the lowering (SP0623)
+    x = np.random.default_rng(seed).integers(0, 4, size=shape)  # many ties
+    for (lane, warp), groups in _emulate(layout, shape, axis, x, _first_max).items():
+        for key, (value, index) in groups.items():
+            line = _line(layout, shape, axis, x, lane, warp, key)
+            if line is not None:
+                assert (value, index) == (line.max(), int(np.argmax(line))), (layout, axis, lane, warp, key)
 
 
 def test_a_broadcast_register_basis_is_folded_once() -> None:

@@ -317,6 +317,26 @@ def test_scratch_of_conversions_and_reductions_is_a_lower_bound() -> None:
                                                              "cross-warp reduction"}
 
 
+@pytest.mark.parametrize(("t", "per"), [("f32", 8), ("f16", 8), ("f64", 12)])
+def test_scratch_of_an_argmax_across_warps_counts_the_value_and_the_index(t: str, per: int) -> None:
+    """The cross-warp stage of argmax stores the value (compared in at least 32 bits) and the i32
+    index of each warp's partial result: 8 warps, one output element."""
+    src = kernel("""
+        i = argmax(load(X + arange(0, 2048)), 0)
+        store(Y, i)
+    """, f"X: ptr[{t}], Y: ptr[i32]", warps=8)
+    from sparsile.driver.compiler import compile_function
+    from sparsile.driver.kernel import KERNEL_OPTIONS
+
+    k = sp.loads(src, "case.spk").kernels["k"]
+    bindings, _ = k.signature_bindings({p.name: p.annotation for p in k.params})
+    opts = {**KERNEL_OPTIONS, **k.options}
+    func = k.fresh_ir(bindings, opts)
+    ck = compile_function(func, get_target("sm_90a"), num_warps=int(opts["num_warps"]), stop_after="llvm")
+    assert [(what, n) for _, n, what in smem_footprint(func)] == [("cross-warp reduction", 8 * per)]
+    assert smem_estimate(func) == ck.smem_bytes
+
+
 def test_threads_per_cta() -> None:
     src = "@kernel(num_warps=40)\ndef k(C: ptr[f32]):\n    pass\n"
     d, _ = first_error(src)
