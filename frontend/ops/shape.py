@@ -6,7 +6,8 @@ Reductions: ``sum`` of integers narrower than 32 bits gives ``i32``; of 8/16-bit
 accumulates in ``f32`` and rounds once at the end. ``max``/``min`` of floats skip NaN (a NaN
 results only where every element is NaN), as ``maximum``/``minimum`` and the GPU.
 ``argmax``/``argmin`` give the i32 index of the first extreme element (of the flattened tile when
-no axis is given).
+no axis is given): numpy's, so a NaN counts as the most extreme (the first NaN wins) and -0.0 equals
+0.0; the GPU lowering computes the same (backend/lower/reduce_fold.py).
 """
 
 from __future__ import annotations
