@@ -30,8 +30,13 @@ def _assembles(ptx: str, target: str) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+# every case for sm_90a; every third (each element type, tile shape and broadcast row among them;
+# 7 of the 8 axis x warps pairs) for sm_80 and sm_100a, which share the lowering: the whole product
+# took 76 s of CI's time
+TARGET_CASES = [(c, "sm_90a") for c in CASES] + [(c, t) for t in ("sm_80", "sm_100a") for c in CASES[::3]]
+
+
+@pytest.mark.parametrize(("case", "target"), TARGET_CASES, ids=lambda v: v if isinstance(v, str) else v.id)
 def test_argmax_compiles_and_assembles(case: Case, target: str) -> None:
     ck = _compile(case, target)
     assert ".entry" in ck.ptx  # type: ignore[attr-defined]
