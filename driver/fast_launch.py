@@ -6,7 +6,11 @@ the bound arguments onto the launcher's parameters. All of that depends only on 
 *fingerprints* (``frontend.sema.specialize.fingerprint``: an array's type, dtype, rank and alignment;
 an integer's sign, bit length and divisibility, only its divisibility when the parameter is
 annotated with an integer type, whose range the launcher checks; a constexpr's type and value), the number of
-positional arguments, the keyword names, the device and the kernel's options. So after one full
+positional arguments, the keyword names, the device and the kernel's options. The device is the one
+the arrays live on (driver/array_devices.py): the key holds the current device and the device of the
+first CUDA tensor (a DeviceBuffer's fingerprint holds its own), one ``get_device()`` per call; a call
+whose other arrays are on another GPU fails the launcher's device check and takes the full path,
+which refuses it (SP0707, naming both devices). So after one full
 call, :func:`remember` files a :class:`FastEntry` under that key; later calls with the same key
 build the launcher's argument list with one ``itemgetter`` and launch. The launcher still checks
 every argument (device, dtype, contiguity, ranges) exactly as before. When the first call's
@@ -60,9 +64,12 @@ class FastLaunches:
         """The fingerprint of a call, or None when some argument has none."""
         prints: list[Any] = [self._devices.default_ordinal, len(args)]
         tensors = self.tensor_types
+        gpu = -1  # the device of the first CUDA tensor (the launch's: driver/array_devices.py), -1: none
         for value, constexpr, annotated_int in zip(args, self.flags, self.ints):
             cls = type(value)
             if cls in tensors and not constexpr:  # fingerprint of a torch tensor, inlined
+                if gpu < 0:
+                    gpu = value.get_device()
                 prints.append((cls, value.dtype, value.ndim, value.data_ptr() % 16 == 0))
                 continue
             if annotated_int and cls is int:  # its range is the launcher's check: only 16-divisibility
@@ -75,7 +82,10 @@ class FastLaunches:
                     return None
             elif is_torch_type(cls):
                 tensors.add(cls)
+                if gpu < 0 and not constexpr:
+                    gpu = value.get_device()
             prints.append(fp)
+        prints.append(gpu)
         for name, value in kwargs.items():  # options (num_warps=...) count as constexprs
             fp = fingerprint(value, self.constexpr.get(name, True))
             if fp is None:
@@ -85,9 +95,9 @@ class FastLaunches:
 
 
 def _buffer_fingerprint(value: Any) -> Any:
-    """A DeviceBuffer's fingerprint (it has no ``data_ptr``)."""
+    """A DeviceBuffer's fingerprint (it has no ``data_ptr``), its device included."""
     if type(value).__name__ == "DeviceBuffer" and hasattr(value, "ptr"):
-        return (type(value), value.dtype, value.ndim, value.ptr % 16 == 0)
+        return (type(value), value.dtype, value.ndim, value.ptr % 16 == 0, value.device)
     return None
 
 

@@ -1,4 +1,5 @@
-"""``kernel[grid](*args)``: specialize, compile (cached), and launch on the current GPU.
+"""``kernel[grid](*args)``: specialize, compile (cached), and launch on the GPU its arrays live on
+(the current device for host arrays only: driver/array_devices.py).
 
 The compiled kernel's parameter list (:class:`~sparsile.backend.lower.codegen.KernelParam`) becomes the
 runtime's :class:`~sparsile.backend.runtime.arguments.ParamSpec`: pointers and scalars pass through, a
@@ -14,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from ..backend.lower.codegen import KernelParam, llvm_name
-from ..backend.runtime.arguments import is_torch_type
+from ..backend.runtime.arguments import ARG_DEVICE, is_torch_type
 from ..frontend.diagnostics import LaunchError
 from ..frontend.interp.host_arrays import stored_params
 from ..frontend.ir import types as T
 from ..frontend.sema.values import Const
 from ..target.targets import get_target, target_for_capability
 from . import fast_launch
+from .array_devices import launch_device
 from .kernel import KERNEL_OPTIONS
 from .recording import ACTIVE, record_launch
 
@@ -108,10 +110,15 @@ class GpuLaunch:
             # the common path: arguments of a kind seen before, and the Python values the kernel
             # captured (a @jit kernel's globals: frontend/sema/captures.py) unchanged
             if entry is not None and entry.captures_valid(self.kernel):
-                entry.launch(self.grid, args, stream)
-                if ACTIVE.get() is not None:
-                    record_launch(self, args, kwargs, stream)
-                return
+                try:
+                    entry.launch(self.grid, args, stream)
+                except LaunchError as exc:  # arrays on two GPUs: the full path names both (SP0707)
+                    if exc.code != ARG_DEVICE:
+                        raise
+                else:
+                    if ACTIVE.get() is not None:
+                        record_launch(self, args, kwargs, stream)
+                    return
         launcher, bound, bindings = self._launcher(args, kwargs)
         meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
         grid = self.grid(meta) if callable(self.grid) else self.grid
@@ -162,16 +169,17 @@ class GpuLaunch:
     def _launcher(self, args: tuple[Any, ...], kwargs: dict[str, Any], vary: tuple[str, ...] = ()
                   ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         """(launcher, bound arguments, sema bindings) of a call: the launcher is built (compiled)
-        once per specialization and device. ``vary``: run-time parameters specialized without the
-        divisibility/alignment assumption."""
+        once per specialization and device, the device being the one the call's GPU arrays live on
+        (the current device where there are none; SP0707 for arrays on two GPUs). ``vary``:
+        run-time parameters specialized without the divisibility/alignment assumption."""
         from ..backend import runtime
 
         if not runtime.has_gpu():
             raise LaunchError("SP0731", f"kernel `{self.kernel.name}` cannot run: no NVIDIA GPU is available",
                               help=f"run it on the CPU with `{self.kernel.name}.interpret[grid](...)`, or compile "
                                    "ahead of time with `kernel.compile(...)`")
-        dev = runtime.current_device()
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
+        dev = runtime.current_device(launch_device(bound, bindings))  # (its context made current)
         if vary:
             bindings, key = _without_divisibility(bindings, key, vary)
         # the specialization key already holds the options (a target among them), so the key and the
@@ -186,7 +194,7 @@ class GpuLaunch:
                    **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
         target = target_for_capability(*dev.compute_capability) if not options.get("target") else \
             _target(options["target"])
-        return _build_launcher(self.kernel, bindings, key, target, options)
+        return _build_launcher(self.kernel, bindings, key, target, options, dev.ordinal)
 
 
 def _vary_names(kernel: Any, vary: Any) -> tuple[str, ...]:
@@ -250,14 +258,17 @@ def _target(name: str) -> Any:
     return get_target(name)
 
 
-def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: Any, options: dict[str, Any]) -> Any:
+def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: Any, options: dict[str, Any],
+                    ordinal: int | None = None) -> Any:
+    """The launcher of one specialization, its module loaded on device ``ordinal`` (default: the
+    current one)."""
     from ..backend import runtime
     from .compiler import compile_cached
 
     ck = compile_cached(kernel, bindings, key, target, options)
     stores = stored_params(kernel.ir_for(bindings, key, options))
     spec = param_spec(kernel, bindings, ck.params, stores)
-    module = runtime.load_module(ck.cubin)
+    module = runtime.load_module(ck.cubin, ordinal)
     fn = module.function(llvm_name(ck.name))
     launcher = runtime.Launcher(fn, spec, num_warps=ck.num_warps, dynamic_shared=ck.smem_bytes, cluster=ck.cluster,
                                 pdl=ck.pdl)
@@ -315,7 +326,7 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[A
             bound[name] = devices[same]
         elif name in hosts:
             staged.append((name, v, writes))
-            devices.append(DeviceBuffer.from_numpy(np.ascontiguousarray(v)))
+            devices.append(DeviceBuffer.from_numpy(np.ascontiguousarray(v), device=launcher.device.ordinal))
             bound[name] = devices[-1]
     return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
 

@@ -259,8 +259,9 @@ def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int,
                           "device", "move it to the CUDA device the kernel runs on")
     if info.device >= 0 and info.device != device:
         raise LaunchError(ARG_DEVICE, f"argument `{name}` is on cuda:{info.device} but the kernel runs on "
-                          f"cuda:{device}", f"move it to cuda:{device} (or load the kernel on "
-                          f"cuda:{info.device})")
+                          f"cuda:{device}", f"move it to cuda:{device}: a launcher or prepared launch runs on the "
+                          f"device it was built for (kernel[grid](...) runs on its arrays' device; prepare "
+                          f"another launch, or load the kernel, on cuda:{info.device})")
     if contiguous and not info.contiguous:
         raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is not contiguous (shape {info.shape}, "
                           f"strides {info.strides} elements)", "pass a contiguous copy (x.contiguous())")

@@ -114,7 +114,7 @@ def gpu(monkeypatch):
     recorder = Recorder()
     built = []
 
-    def build(kernel, bindings, key, target, options):
+    def build(kernel, bindings, key, target, options, ordinal=None):
         ck = compile_cached(kernel, bindings, key, target, options)
         stores = stored_params(kernel.ir_for(bindings, key, options))
         spec = launch.param_spec(kernel, bindings, ck.params, stores)

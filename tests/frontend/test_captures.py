@@ -274,7 +274,7 @@ def test_a_launch_rebuilds_its_launcher_when_a_capture_changes(monkeypatch) -> N
 
     built: list[FakeLauncher] = []
 
-    def build(kernel, bindings, key, target, options):
+    def build(kernel, bindings, key, target, options, ordinal=None):
         launcher = FakeLauncher(THIS.SCALE)
         launcher.captures = kernel.captures_for(bindings, key, options)
         built.append(launcher)
@@ -282,7 +282,7 @@ def test_a_launch_rebuilds_its_launcher_when_a_capture_changes(monkeypatch) -> N
 
     device = types.SimpleNamespace(ordinal=0, compute_capability=(9, 0))
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
-    monkeypatch.setattr(runtime, "current_device", lambda: device)
+    monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: device)
     monkeypatch.setattr(launch, "_build_launcher", build)
     monkeypatch.setattr(scaled, "_launchers", {}, raising=False)
     x, out = inputs()
