@@ -78,6 +78,7 @@ from .decode_config import (  # noqa: F401 (re-exported: callers import the deco
 from .gemm import kernel_module
 from .linear_args import is_gated
 from .linear_plan import SparseLinearPlan
+from .plan_device import plans_on_arrays
 
 SP_DECODE = "SP0860"
 """A kernel choice sparse_linear does not have, or a call the decode kernel cannot take."""
@@ -314,6 +315,7 @@ class SparseDecodePlan:
         return dataclasses.replace(self, base=base, x=xk)
 
 
+@plans_on_arrays
 def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = None, num_sms: int | None = None,
                        interpret: bool = False, tiled: bool = False, stages: int | None = None,
                        reduce: str | None = None, table: Any = None, pdl: bool = False, bm: int | None = None,

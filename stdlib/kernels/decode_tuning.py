@@ -173,14 +173,16 @@ def active_table(device: str) -> Path | None:
 
 
 def current_device(interpret: bool) -> tuple[str, int] | None:
-    """(name, SM count) of the GPU a plan is for; None in the interpreter (no table applies)."""
+    """(name, SM count) of the GPU a plan is for (the arrays' device, else the current one:
+    :func:`~.plan_device.plan_gpu`); None in the interpreter (no table applies)."""
     if interpret:
         return None
     from ...backend import runtime
+    from .plan_device import plan_gpu
 
     if not runtime.has_gpu():
         return None
-    dev = runtime.current_device()
+    dev = plan_gpu()
     return dev.name, dev.sm_count
 
 

@@ -57,6 +57,7 @@ from .gemm_choice import (
     resolve_kernel_choice,
 )
 from .gemm_operands import checked_operands, kernel_words
+from .plan_device import plan_gpu, plans_on_arrays
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90.spk"
 META_TMA_FILE = Path(__file__).resolve().parent / "sparse_gemm_sm90_mt.spk"
@@ -234,6 +235,7 @@ def plan_target(target: str | None, interpret: bool) -> str:
     return target
 
 
+@plans_on_arrays
 def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,
                        interpret: bool = False, target: str | None = None, persistent: bool = True,
                        num_sms: int | None = None, split_k: int | None = None, out_dtype: Any = None,
@@ -357,12 +359,13 @@ def pair_grid(m: int, n: int, bn: int, sms: int) -> int:
 
 
 def gpu_sm_count(interpret: bool) -> int:
-    """The current GPU's SM count (H200's 132 without a GPU or in the interpreter)."""
+    """The SM count of the GPU being planned for (:func:`~.plan_device.plan_gpu`: the arrays'
+    device, else the current one; H200's 132 without a GPU or in the interpreter)."""
     if interpret:
         return H200_SMS
     from ...backend import runtime
 
-    return runtime.current_device().sm_count if runtime.has_gpu() else H200_SMS
+    return plan_gpu().sm_count if runtime.has_gpu() else H200_SMS
 
 
 def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str | None = None,

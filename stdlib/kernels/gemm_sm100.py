@@ -86,21 +86,25 @@ def kernel_module(persistent: bool = True) -> Any:
 
 
 def device_target() -> str | None:
-    """The Blackwell target of the current GPU, or None (no GPU, or not a Blackwell one)."""
+    """The Blackwell target of the GPU being planned for (the arrays' device, else the current one:
+    :func:`~.plan_device.plan_gpu`), or None (no GPU, or not a Blackwell one)."""
     from ...backend import runtime
+    from .plan_device import plan_gpu
 
     if not runtime.has_gpu():
         return None
-    return TARGET_OF_CAPABILITY.get(tuple(runtime.current_device().compute_capability))  # type: ignore[arg-type]
+    return TARGET_OF_CAPABILITY.get(tuple(plan_gpu().compute_capability))  # type: ignore[arg-type]
 
 
 def device_sm_count(interpret: bool) -> int:
-    """The SM count of the current GPU (``DEFAULT_SM_COUNT`` in the interpreter or without one)."""
+    """The SM count of the GPU being planned for (:func:`~.plan_device.plan_gpu`; ``DEFAULT_SM_COUNT``
+    in the interpreter or without one)."""
     if not interpret:
         from ...backend import runtime
+        from .plan_device import plan_gpu
 
         if runtime.has_gpu():
-            return int(runtime.current_device().sm_count)
+            return int(plan_gpu().sm_count)
     return DEFAULT_SM_COUNT
 
 

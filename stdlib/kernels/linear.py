@@ -72,6 +72,7 @@ from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spelling
     linear_out_dtype,
 )
 from .linear_plan import SparseLinearPlan, linear_output
+from .plan_device import plans_on_arrays
 from .quantize_e4m3 import (  # noqa: F401 (re-exported: callers import the quantizer from here)
     E4M3_MAX,
     prepare_quantize_per_token_e4m3,
@@ -84,6 +85,7 @@ LINEAR_KERNELS: dict[str, KernelChoice] = {name: KERNELS[name] for name in ("f16
 """Operand types with a ``sparse_linear_<t>`` kernel."""
 
 
+@plans_on_arrays
 def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, activation: str | None = None,
                        scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, out: Any = None,
                        interpret: bool = False, target: str | None = None, num_sms: int | None = None,
