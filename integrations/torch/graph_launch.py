@@ -33,6 +33,7 @@ import threading
 import weakref
 from typing import Any
 
+from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH
 from ...backend.runtime.release import defer, drain
 
 ENV = "SPARSILE_TORCH_GRAPH_REPLAY"
@@ -44,6 +45,7 @@ _SEEN_PAIRS = 8  # address pairs counted at a time (the count restarts beyond)
 MAX_CAPTURES = 8
 _CAPTURE_THREAD_LOCAL = 1  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 _STREAM_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
+_RETRY = frozenset(int(e) for e in RETRY_AFTER_CONTEXT_SWITCH)  # another device's context was current
 
 DRIVER: Any = None
 """The driver entry points (:class:`Driver`; tests set a fake before the first last call)."""
@@ -141,7 +143,11 @@ class GraphReplays:
         graph_exec = self.graphs.get(pair)
         if graph_exec is None:
             return False
-        if self._driver.cuGraphLaunch(graph_exec, stream) == 0:
+        status = self._driver.cuGraphLaunch(graph_exec, stream)
+        if status in _RETRY:  # a layer on another GPU made its context current: this graph's device's, again
+            self.native._context_current(True)
+            status = self._driver.cuGraphLaunch(graph_exec, stream)
+        if status == 0:
             self.replayed += 1
             return True
         self.attempts = MAX_CAPTURES  # no more captures, and no more replays: a new empty table (the
@@ -166,6 +172,7 @@ class GraphReplays:
         x, y = pair
         native = self.native
         drain()  # graphs of collected replays: destroyed here, in an eager call that captures itself next
+        native._context_current(True)  # the capture stream is created in the record's device's context
 
         def capture(stream: int) -> int:
             return native.launch(x, y, 0, stream)[0]  # (a nonzero status: not all captured, discarded)

@@ -160,6 +160,32 @@ def test_a_failed_graph_launch_launches_natively_and_turns_the_replays_off(fake,
     assert last.replays.replayed == 0 and graphs.captures == 1 and not last.replays.graphs
 
 
+def test_a_graph_of_another_gpu_is_captured_and_replayed_in_its_own_context(fake, graphs, ys, monkeypatch):
+    """Layers on two GPUs: the context current when a layer's graph is captured or replayed may be the
+    other GPU's (the layer before ran there). The capture makes the record's context current first
+    (its stream is created in the current context); a replay refused for the wrong context
+    (CUDA_ERROR_INVALID_CONTEXT) is retried in the record's context, not turned off."""
+    from cuda.bindings import driver as cuda
+
+    w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)
+    _cache, last = _last(x, w)
+    native = last.replays.native
+    made: list[bool] = []
+    real = native._context_current
+    native._context_current = lambda force=False: made.append(force) or real(force)
+    real_capture = graphs.capture
+    monkeypatch.setattr(graphs, "capture", lambda launch: made.append("capture") or real_capture(launch))
+    ys.extend([y] * 4)
+    last(x), last(x)  # the second call is captured
+    assert made[made.index("capture") - 1] is True  # the record's context forced current before the capture
+    refused = [int(cuda.CUresult.CUDA_ERROR_INVALID_CONTEXT)]
+    real_launch = graphs.cuGraphLaunch
+    monkeypatch.setattr(graphs, "cuGraphLaunch", lambda h, s: refused.pop() if refused else real_launch(h, s))
+    made.clear()
+    assert last(x) is y and fake.launches[-1][0] == "graph" and last.replays.replayed == 1
+    assert made == [True] and last.replays.graphs  # retried in its context; the replays stay on
+
+
 def test_a_native_launch_that_fails_in_the_capture_is_not_kept(fake, graphs, ys):
     """A capture whose native launch does not launch (a status) keeps no graph."""
     w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)

@@ -50,7 +50,7 @@ def test_leading_dimensions_give_y_of_x_s_shape(fake):
     assert fake.launches[-1][5][:2] == [q(x.data_ptr()), q(y.data_ptr())]
 
 
-@pytest.mark.parametrize("change", ["shape", "dtype", "stream", "written", "capturing", "unfilled", "strided",
+@pytest.mark.parametrize("change", ["shape", "dtype", "device", "stream", "written", "capturing", "unfilled", "strided",
                                     "misaligned", "failed", "cleared", "another call"])
 def test_anything_that_changed_takes_the_full_path(fake, monkeypatch, change):
     """Each change sends the call back (None) before anything is launched or allocated."""
@@ -61,6 +61,8 @@ def test_anything_that_changed_takes_the_full_path(fake, monkeypatch, change):
         x = torch.randn(5, 32)
     elif change == "dtype":
         x = x.double()
+    elif change == "device":  # the last call's x was on cuda:1 (a model spread over GPUs): its record is that device's
+        last.device = 1
     elif change == "stream":
         stream[0] = 6
     elif change == "written":
