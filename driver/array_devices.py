@@ -66,6 +66,19 @@ def launch_device(bound: Mapping[str, Any], bindings: Mapping[str, Any] | None =
     return None if found is None else found[1]
 
 
+_COUNT: list[int] = []  # the number of visible GPUs, once asked
+
+
+def several_gpus() -> bool:
+    """Whether more than one GPU is visible (asked once: devices do not come and go in a process).
+    Paths whose per-call cost matters ask this before looking for their arrays' device."""
+    if not _COUNT:
+        from ..backend import runtime
+
+        _COUNT.append(runtime.device_count())
+    return _COUNT[0] > 1
+
+
 def mixed_devices(first: str, first_device: int, other: str, other_device: int) -> LaunchError:
     """SP0707 for a launch whose arguments ``first`` and ``other`` live on two GPUs."""
     return LaunchError(ARG_DEVICE, f"argument `{other}` is on cuda:{other_device} but argument `{first}` is on "

@@ -20,6 +20,7 @@ cached in memory and on disk per GPU name, key and compiler version (driver/auto
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -30,6 +31,7 @@ from typing import Any, TextIO
 from ..frontend.diagnostics import CompileError, LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
+from .array_devices import launch_device, several_gpus
 from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
 from .kernel import KERNEL_OPTIONS, SP_BAD_OPTION, SP_CLUSTER_SHAPE, GridIndexer, Kernel, normalize_grid, option_problem
 
@@ -274,7 +276,9 @@ class Autotuner:
         names = {p.name for p in self.params}
         options = {k: v for k, v in kwargs.items() if k in KERNEL_OPTIONS and k not in names}
         key = key_string(self.key + self.call_constexprs, bound, options)
-        gpu = self._gpu_name()
+        # the GPU the call's arrays live on (None: the current one), asked only on a host of several
+        ordinal = launch_device(bound) if several_gpus() else None
+        gpu = self._gpu_name() if ordinal is None else self._gpu_name(ordinal)
         record = self.cache.get(f"{gpu}|{key}")
         if record is not None:
             return record.config
@@ -284,8 +288,8 @@ class Autotuner:
         else:
             record = self._stored(gpu, key)
             if record is None and self._empty_grid(grid, args, kwargs):
-                return self._for_empty_batch(grid, args, kwargs, bound, gpu, key)  # nothing to time or store
-            record = record or self._tune(grid, args, kwargs, bound, stream, gpu, key)
+                return self._for_empty_batch(grid, args, kwargs, bound, gpu, key, ordinal)  # nothing to time or store
+            record = record or self._tune(grid, args, kwargs, bound, stream, gpu, key, ordinal)
         self.cache[f"{gpu}|{key}"] = record
         if printing_requested():
             print(f"sparsile autotune: `{self.name}` [{key}] on {gpu}: {record.config} ({record.how}"
@@ -305,14 +309,14 @@ class Autotuner:
         return True
 
     def _for_empty_batch(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any],
-                         gpu: str, key: str) -> Config:
+                         gpu: str, key: str, ordinal: int | None = None) -> Config:
         """The config an empty batch launches with (docs/autotune.md): the first of the configs
         tuning would try (pruned as there) that compiles, as tuning skips those that do not; the
         first compile error where none does. Nothing is timed or cached."""
         errors: list[CompileError] = []
         for config in self._pruned(self._candidates(gpu, key), bound):
             try:
-                self._compile(grid, args, {**self._user_kwargs(kwargs, config), **config.all_kwargs()})
+                self._compile(grid, args, {**self._user_kwargs(kwargs, config), **config.all_kwargs()}, ordinal)
             except CompileError as e:
                 errors.append(e)
                 continue
@@ -370,14 +374,14 @@ class Autotuner:
 
     # ------------------------------------------------------------------ tuning
     def _tune(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any], stream: Any,
-              gpu: str, key: str) -> TuneRecord:
+              gpu: str, key: str, ordinal: int | None = None) -> TuneRecord:
         configs = self._pruned(self._candidates(gpu, key), bound)  # a pruning mistake first, GPU or not
         for n in self.reset_to_zero:
             if not hasattr(bound[n], "shape"):
                 raise LaunchError(SP_BAD_NAME, f"autotune reset_to_zero= names `{n}`, which is {bound[n]!r} in this "
                                                "call, not an array", help="reset_to_zero= names arrays tuning zeroes "
                                                                           "before each timed launch")
-        bench = self.benchmarker or _default_benchmarker(self.name)
+        bench = self.benchmarker or _default_benchmarker(self.name, ordinal)
         started = time.perf_counter()
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
@@ -391,7 +395,7 @@ class Autotuner:
                           file=self._err(), flush=True)
                 call_kwargs = {**self._user_kwargs(kwargs, config), **config.all_kwargs()}
                 try:
-                    self._compile(grid, args, call_kwargs)
+                    self._compile(grid, args, call_kwargs, ordinal)
                 except CompileError as e:
                     skipped[str(config)] = _reason(e)
                     errors.append(e)
@@ -456,22 +460,25 @@ class Autotuner:
             if hasattr(bound[n], "shape"):
                 saved[n] = _snapshot(bound[n])
 
-    def _compile(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
-        """Compile one config for the current GPU (for sm_90a where there is none, so that the CPU
-        tests reach the same compile errors); CompileError when it cannot be."""
+    def _compile(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], ordinal: int | None = None
+                 ) -> None:
+        """Compile one config for the GPU of the call's arrays, ``ordinal`` (default the current GPU;
+        sm_90a where there is none, so that the CPU tests reach the same compile errors);
+        CompileError when it cannot be."""
         from ..backend import runtime
         from ..target.targets import target_for_capability
         from .launch import GpuLaunch
 
-        target = target_for_capability(*runtime.current_device().compute_capability).name \
+        target = target_for_capability(*runtime.current_device(ordinal).compute_capability).name \
             if runtime.has_gpu() else "sm_90a"
         GpuLaunch(self.kernel, grid).compile_for(call_kwargs.get("target") or target, *args, **call_kwargs)
 
     # ------------------------------------------------------------------ reporting
-    def _gpu_name(self) -> str:
+    def _gpu_name(self, ordinal: int | None = None) -> str:
+        """The name of GPU ``ordinal`` (default: the current one), what tuning records are keyed by."""
         from ..backend.runtime.bench import device_name
 
-        return device_name()
+        return device_name(ordinal)
 
     def _err(self) -> TextIO:
         return self.stderr or sys.stderr
@@ -530,8 +537,9 @@ def _reason(error: CompileError | LaunchError) -> str:
     return f"{d.code}: {d.message}" if d is not None else str(error)
 
 
-def _default_benchmarker(kernel: str) -> Callable[..., float]:
-    """The GPU timer; LaunchError SP0731 where there is no GPU (as the kernel's own launch)."""
+def _default_benchmarker(kernel: str, ordinal: int | None = None) -> Callable[..., float]:
+    """The GPU timer (on device ``ordinal``, the tuned call's: default the current one); LaunchError
+    SP0731 where there is no GPU (as the kernel's own launch)."""
     from ..backend import runtime
     from ..backend.runtime.bench import do_bench
 
@@ -539,7 +547,7 @@ def _default_benchmarker(kernel: str) -> Callable[..., float]:
         raise LaunchError("SP0731", f"kernel `{kernel}` cannot be tuned: no NVIDIA GPU is available",
                           help=f"run it on the CPU with `{kernel}.interpret[grid](...)` (the first config, or "
                                "interpret_config=)")
-    return do_bench
+    return do_bench if ordinal is None else functools.partial(do_bench, device=ordinal)
 
 
 def _zero(x: Any) -> None:

@@ -16,16 +16,18 @@ Benchmarker = Callable[..., float]
 """``benchmarker(fn, *, warmup, rep, stream) -> milliseconds`` (the median time of one ``fn()``)."""
 
 
-def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream: Any = None) -> float:
+def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream: Any = None,
+             device: int | None = None) -> float:
     """The median GPU time of ``fn()`` in milliseconds, from CUDA events on ``stream`` (a stream
     handle or stream object as ``kernel[grid](..., stream=)`` takes; None: the legacy default
-    stream). ``fn`` must queue its work on that stream."""
+    stream of ``device``, default the current device: the one ``fn`` launches on). ``fn`` must queue
+    its work on that stream."""
     from cuda.bindings import driver
 
     from .. import runtime
     from .launch_config import stream_handle
 
-    runtime.current_device()  # the context is current on this thread
+    runtime.current_device(device)  # the context is current on this thread
     handle = stream_handle(stream)
     for _ in range(max(0, warmup)):
         fn()
@@ -47,8 +49,9 @@ def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream:
     return float(times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2)
 
 
-def device_name() -> str:
-    """The current GPU's name (``NVIDIA H200``), or ``"cpu"`` where there is none."""
+def device_name(ordinal: int | None = None) -> str:
+    """The name of GPU ``ordinal`` (default the current one; ``NVIDIA H200``), or ``"cpu"`` where
+    there is none."""
     from .. import runtime
 
-    return runtime.current_device().name if runtime.has_gpu() else "cpu"
+    return runtime.current_device(ordinal).name if runtime.has_gpu() else "cpu"

@@ -612,3 +612,29 @@ def test_an_empty_batch_launches_with_a_config_tuning_would_keep() -> None:
     assert pruned.choose(_empty_grid, (x, out, N, 0.5), {}) == sp.Config({"BLOCK": 128}, num_warps=4)
     tuner[_grid](x, out, N, 0.5)  # a non-empty call tunes among the same configs
     assert bench.calls == [64, 128] and "skipped     BLOCK: 48: SP0301" in tuner.summary()
+
+
+class _OnGpu1(np.ndarray):
+    """A float32 array that says it lives on cuda:1 (DLPack's device query)."""
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 1)
+
+
+def test_a_call_on_another_gpu_is_tuned_for_that_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host of two GPUs a call whose arrays live on cuda:1 is keyed by, compiled for and timed
+    on cuda:1, not the current device (driver/array_devices.py)."""
+    from sparsile.backend import runtime
+    from sparsile.driver import array_devices, autotune
+
+    monkeypatch.setattr(array_devices, "_COUNT", [2])
+    monkeypatch.setattr(Autotuner, "_gpu_name", lambda self, ordinal=None: {None: "GPU zero", 1: "GPU one"}[ordinal])
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0})
+    tuner = _tuned(bench)
+    x, out = _data()
+    tuner.choose(_grid, (x, out, N, 0.5), {})
+    tuner.choose(_grid, (x.view(_OnGpu1), out.view(_OnGpu1), N, 0.5), {})
+    assert sorted(k.split("|")[0] for k in tuner.cache) == ["GPU one", "GPU zero"]
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    timer = autotune._default_benchmarker("axpy", 1)
+    assert timer.keywords == {"device": 1}
