@@ -7,10 +7,11 @@ the bound arguments onto the launcher's parameters. All of that depends only on 
 an integer's sign, bit length and divisibility, only its divisibility when the parameter is
 annotated with an integer type, whose range the launcher checks; a constexpr's type and value), the number of
 positional arguments, the keyword names, the device and the kernel's options. The device is the one
-the arrays live on (driver/array_devices.py): the key holds the current device and the device of the
-first CUDA tensor (a DeviceBuffer's fingerprint holds its own), one ``get_device()`` per call; a call
-whose other arrays are on another GPU fails the launcher's device check and takes the full path,
-which refuses it (SP0707, naming both devices). So after one full
+the arrays live on (driver/array_devices.py): on a host of several GPUs the key also holds the
+device of the first CUDA tensor (``get_device()``; a DeviceBuffer's fingerprint holds its own), on a
+host of one GPU the key is computed as before, with the current device only. A call whose other
+arrays are on another GPU fails the launcher's device check and takes the full path, which refuses
+it (SP0707, naming both devices). So after one full
 call, :func:`remember` files a :class:`FastEntry` under that key; later calls with the same key
 build the launcher's argument list with one ``itemgetter`` and launch. The launcher still checks
 every argument (device, dtype, contiguity, ranges) exactly as before. When the first call's
@@ -33,6 +34,7 @@ from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import fingerprint
 from ..frontend.sema.values import Const
+from .array_devices import several_gpus
 from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
 
 MAX_ENTRIES = 256
@@ -55,6 +57,8 @@ class FastLaunches:
         from ..backend.runtime import devices
 
         self._devices = devices
+        if several_gpus():  # (on a host of one GPU every CUDA array is on the current device)
+            self.key = self._key_with_device  # type: ignore[method-assign]
 
     def valid_for(self, kernel: Any) -> bool:
         """Whether these entries were made for ``kernel``'s current options and parameters."""
@@ -64,12 +68,9 @@ class FastLaunches:
         """The fingerprint of a call, or None when some argument has none."""
         prints: list[Any] = [self._devices.default_ordinal, len(args)]
         tensors = self.tensor_types
-        gpu = -1  # the device of the first CUDA tensor (the launch's: driver/array_devices.py), -1: none
         for value, constexpr, annotated_int in zip(args, self.flags, self.ints):
             cls = type(value)
             if cls in tensors and not constexpr:  # fingerprint of a torch tensor, inlined
-                if gpu < 0:
-                    gpu = value.get_device()
                 prints.append((cls, value.dtype, value.ndim, value.data_ptr() % 16 == 0))
                 continue
             if annotated_int and cls is int:  # its range is the launcher's check: only 16-divisibility
@@ -82,16 +83,27 @@ class FastLaunches:
                     return None
             elif is_torch_type(cls):
                 tensors.add(cls)
-                if gpu < 0 and not constexpr:
-                    gpu = value.get_device()
             prints.append(fp)
-        prints.append(gpu)
         for name, value in kwargs.items():  # options (num_warps=...) count as constexprs
             fp = fingerprint(value, self.constexpr.get(name, True))
             if fp is None:
                 return None
             prints.append((name, fp))
         return tuple(prints)
+
+    def _key_with_device(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """:meth:`key` on a host of several GPUs: with the device of the first CUDA tensor, the
+        device the launch runs on (driver/array_devices.py)."""
+        key = FastLaunches.key(self, args, kwargs)
+        if key is None:
+            return None
+        tensors = self.tensor_types
+        for value, constexpr in zip(args, self.flags):
+            if type(value) in tensors and not constexpr:
+                device = value.get_device()
+                if device >= 0:
+                    return (*key, device)
+        return key
 
 
 def _buffer_fingerprint(value: Any) -> Any:

@@ -18,7 +18,7 @@ from sparsile.backend import runtime
 from sparsile.backend.runtime import arrays as array_args
 from sparsile.backend.runtime import devices
 from sparsile.backend.runtime import launcher as launcher_module
-from sparsile.driver import fast_launch, launch, prepared
+from sparsile.driver import array_devices, fast_launch, launch, prepared
 from sparsile.frontend.diagnostics import LaunchError
 from sparsile.tests.backend.test_prepared import ATTRS, H200, OK, FakeCudaTensor, vadd
 
@@ -75,6 +75,7 @@ def gpus(monkeypatch: pytest.MonkeyPatch) -> TwoGpus:
         return 0x7D00_0000_0000 + 0x10000 * len(host.staged)
 
     monkeypatch.setattr(devices, "_has_gpu", True)
+    monkeypatch.setattr(array_devices, "_COUNT", [2])
     monkeypatch.setattr(devices, "default_ordinal", 0)
     monkeypatch.setattr(devices.tls, "context", None, raising=False)
     monkeypatch.setattr(runtime, "current_device", current_device)
