@@ -48,10 +48,12 @@ def plans_on_arrays(fn: F) -> F:
     of values (:data:`PLAN_ORDINAL` set while it runs)."""
 
     @functools.wraps(fn)
-    def planner(values: Any, meta: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+    def planner(*args: Any, **kwargs: Any) -> Any:
+        x = args[2] if len(args) > 2 else kwargs.get("x", kwargs.get("b"))
+        values = args[0] if args else kwargs.get("values")
         token = PLAN_ORDINAL.set(arrays_ordinal(x, values))
         try:
-            return fn(values, meta, x, *args, **kwargs)
+            return fn(*args, **kwargs)
         finally:
             PLAN_ORDINAL.reset(token)
 

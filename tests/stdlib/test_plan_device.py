@@ -58,3 +58,8 @@ def test_what_planning_reads_of_the_gpu(two_gpus: None, monkeypatch: pytest.Monk
     values = object()
     _living_on(monkeypatch, values, 1)  # x on the host, values on device 1
     assert probe(values, None, x)[3] == 1
+    assert probe(values=values, meta=None, x=x)[3] == 1  # by keyword too
+    weight, b = problem("bf16", 256, 128, 256, seed=1)
+    _living_on(monkeypatch, b, 1)
+    plan = plan_sparse_matmul(values=weight.values, meta=weight.meta, b=b, kernel="gemm")
+    assert type(plan).__name__ == "SparseMatmul"  # b by keyword: planned for its device, the H200
