@@ -50,7 +50,7 @@ class _FakeDevice:
         self.data = data.copy()
 
     @classmethod
-    def from_numpy(cls, array: np.ndarray) -> _FakeDevice:
+    def from_numpy(cls, array: np.ndarray, device: int | None = None) -> _FakeDevice:
         return cls(np.ascontiguousarray(array))
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
@@ -63,7 +63,7 @@ class _FakeDevice:
 
 def _launcher(tma: list[str], written: set[str]) -> Any:
     params = [SimpleNamespace(name=f"{n}.tmap0", kind="tensormap") for n in tma]
-    return SimpleNamespace(spec=SimpleNamespace(params=params), written=written)
+    return SimpleNamespace(spec=SimpleNamespace(params=params), written=written, device=SimpleNamespace(ordinal=0))
 
 
 def test_tma_staging_shares_the_copy_with_a_pointer_argument(monkeypatch: pytest.MonkeyPatch) -> None:
