@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.runtime.arguments import ARG_DEVICE, is_torch_type
 from ..frontend.diagnostics import LaunchError
 from ..frontend.sema.values import Const
 
@@ -29,6 +28,8 @@ def array_device(value: Any) -> int | None:
     cls = type(value)
     if cls in _PLAIN:
         return None
+    from ..backend.runtime.arguments import is_torch_type  # (the CUDA runtime: not at `import sparsile`)
+
     try:
         if is_torch_type(cls):
             return value.get_device() if value.is_cuda else None
@@ -81,6 +82,8 @@ def several_gpus() -> bool:
 
 def mixed_devices(first: str, first_device: int, other: str, other_device: int) -> LaunchError:
     """SP0707 for a launch whose arguments ``first`` and ``other`` live on two GPUs."""
+    from ..backend.runtime.arguments import ARG_DEVICE
+
     return LaunchError(ARG_DEVICE, f"argument `{other}` is on cuda:{other_device} but argument `{first}` is on "
                        f"cuda:{first_device}: a launch runs on the one GPU its arrays live on",
                        f"move them to one device, e.g. `{other}` to cuda:{first_device} "
