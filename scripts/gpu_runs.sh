@@ -162,7 +162,7 @@ b40)  # after the fortieth session's merges, in what the last 420 s of device ti
         tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
         tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py tests/gpu/test_empty_grid_gpu.py \
         tests/gpu/test_pdl_gpu.py tests/gpu/test_special_math_gpu.py tests/gpu/test_dtype_math_gpu.py \
-        tests/gpu/test_argmax_gpu.py
+        tests/gpu/test_argmax_gpu.py tests/gpu/test_multi_gpu.py
     JAX_PLATFORMS=cpu run 60 python -m pytest -q -n 14 -p no:cacheprovider tests/integrations -k jax
     SPARSILE_TUNED_TABLE=0 run 70 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 --tokens 256 1024 \
         --max-seconds 45 --json "$out/linear-heuristic.json"
