@@ -87,7 +87,7 @@ def _cases() -> list[Case]:
                 for nw in (1, 4, 8):
                     kind = "argmax" if (nw + axis) % 2 else "argmin"
                     out.append(Case(dtype, shape, axis, nw, kind, keep_dims=nw == 4))
-    for dtype in ("i8", "u16", "i16", "u32", "f64", "i64", "bool"):  # the other widths, fewer layouts
+    for dtype in ("i8", "u16", "i16", "u32", "f64", "i64", "u64", "bool"):  # the other widths, fewer layouts
         for kind in ("argmax", "argmin"):
             out.append(Case(dtype, (32, 64), 1, 4, kind))
             out.append(Case(dtype, (4, 1024), 0, 8, kind))
