@@ -179,7 +179,7 @@ class GpuLaunch:
                               help=f"run it on the CPU with `{self.kernel.name}.interpret[grid](...)`, or compile "
                                    "ahead of time with `kernel.compile(...)`")
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
-        dev = runtime.current_device(launch_device(bound, bindings))  # (its context made current)
+        dev = runtime.current_device(launch_device(bound, bindings))  # (no context made current: the launcher does)
         if vary:
             bindings, key = _without_divisibility(bindings, key, vary)
         # the specialization key already holds the options (a target among them), so the key and the

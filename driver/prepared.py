@@ -345,20 +345,22 @@ class PreparedLaunch:
         self._lock.acquire()
         call = self._call
         call.stream = handle
+        restore = None  # the thread's context, when the launch made another current (restored after it)
         try:
             for write, value in zip(self._writers, args):
                 write(value, call)
             if not (dims[0] and dims[1] and dims[2]):  # an empty grid: the arguments checked, nothing to run
                 return
-            if call.waits:
+            if getattr(self._tls, "context", None) is not self._context_key:
+                restore = self._module.activate(force=True)
+            if call.waits:  # (the event and the consumer stream: in the kernel's context)
                 for producer in call.waits:
                     self._runtime.stream_wait(self._module._state, handle, producer)
-            if getattr(self._tls, "context", None) is not self._context_key:
-                self._module.activate(force=True)
             err = self._launch_once(dims, handle)
             if err != self._runtime.SUCCESS:
                 if err in self._runtime.RETRY_AFTER_CONTEXT_SWITCH:  # torch/CuPy switched contexts
-                    self._module.activate(force=True)
+                    again = self._module.activate(force=True)
+                    restore = again if restore is None else restore
                     err = self._launch_once(dims, handle)
                 if err != self._runtime.SUCCESS:
                     raise self._runtime.CudaError("cuLaunchKernelEx" if self._config is not None
@@ -366,6 +368,8 @@ class PreparedLaunch:
         finally:
             call.waits = call.keep = None
             self._lock.release()
+            if restore is not None:  # (another GPU's launch: the thread's own context again, as torch's guard)
+                self._runtime.devices.leave(restore)
 
     def _launch_once(self, dims: tuple[int, int, int], handle: int) -> Any:
         config = self._config
@@ -426,12 +430,15 @@ class PreparedLaunch:
                                 self._buffer.layout.offsets, pointers, tmaps, self.device.ordinal)
         return nl.NativeRecord(words, (self, block), self.make_context_current)
 
-    def make_context_current(self, force: bool = False) -> None:
+    def make_context_current(self, force: bool = False) -> Any:
         """Make the context this launch's kernel is loaded in current on the calling thread, if
         another is (what :meth:`run` does before it launches); ``force``: also when this thread's
-        cache says it is (torch or CuPy may have switched contexts behind it)."""
+        cache says it is (torch or CuPy may have switched contexts behind it). Returns the context
+        to restore once the launches are done (``devices.leave``), None when there is none (the
+        common case: no driver call)."""
         if force or getattr(self._tls, "context", None) is not self._context_key:
-            self._module.activate(force=True)
+            return self._module.activate(force=True)
+        return None
 
     def param_bytes(self, index: int) -> bytes:
         """The current bytes of kernel parameter ``index`` (tests, debugging)."""

@@ -27,24 +27,26 @@ def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream:
     from .. import runtime
     from .launch_config import stream_handle
 
-    runtime.current_device(device)  # the context is current on this thread
-    handle = stream_handle(stream)
-    for _ in range(max(0, warmup)):
-        fn()
-    count = max(1, rep)
-    starts = [runtime.check("cuEventCreate", driver.cuEventCreate(0)) for _ in range(count)]
-    ends = [runtime.check("cuEventCreate", driver.cuEventCreate(0)) for _ in range(count)]
-    try:
-        for start, end in zip(starts, ends, strict=True):
-            runtime.check("cuEventRecord", driver.cuEventRecord(start, handle))
+    # the device's context current while it runs (fn's launches then switch nothing), the thread's
+    # own after it
+    with runtime.devices.context_of(runtime.devices.device_state(device)):
+        handle = stream_handle(stream)
+        for _ in range(max(0, warmup)):
             fn()
-            runtime.check("cuEventRecord", driver.cuEventRecord(end, handle))
-        runtime.check("cuEventSynchronize", driver.cuEventSynchronize(ends[-1]))
-        times = sorted(runtime.check("cuEventElapsedTime", driver.cuEventElapsedTime(s, e))
-                       for s, e in zip(starts, ends, strict=True))
-    finally:
-        for event in starts + ends:
-            driver.cuEventDestroy(event)
+        count = max(1, rep)
+        starts = [runtime.check("cuEventCreate", driver.cuEventCreate(0)) for _ in range(count)]
+        ends = [runtime.check("cuEventCreate", driver.cuEventCreate(0)) for _ in range(count)]
+        try:
+            for start, end in zip(starts, ends, strict=True):
+                runtime.check("cuEventRecord", driver.cuEventRecord(start, handle))
+                fn()
+                runtime.check("cuEventRecord", driver.cuEventRecord(end, handle))
+            runtime.check("cuEventSynchronize", driver.cuEventSynchronize(ends[-1]))
+            times = sorted(runtime.check("cuEventElapsedTime", driver.cuEventElapsedTime(s, e))
+                           for s, e in zip(starts, ends, strict=True))
+        finally:
+            for event in starts + ends:
+                driver.cuEventDestroy(event)
     middle = len(times) // 2
     return float(times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2)
 

@@ -8,15 +8,21 @@ the call and the driver's own error string. Nothing here touches the driver at i
 module imports (and its pure parts are tested) on machines without a GPU.
 
 Contexts: each device's *primary* context is retained (the one the CUDA runtime, torch and CuPy
-use too) and made current on the calling thread when needed. :data:`tls` remembers per thread the
-context made current last (the launchers read it to skip ``cuCtxSetCurrent``);
-:data:`default_ordinal` is the device chosen by :func:`use_device`.
+use too). An operation on a device makes its context current on the calling thread for its own
+duration only (:func:`enter` ... :func:`leave`, or :func:`context_of`) and then restores the
+context the thread had, as a torch op's device guard does: the CUDA runtime (torch among its users)
+reads the thread's current context as its current device (docs/language.md, "Specialization and
+launching"). :data:`tls` remembers per thread the context current as far as sparsile knows (the
+launchers read it to skip every driver call when their context is already current, the one-GPU
+common case); :data:`default_ordinal` is the device chosen by :func:`use_device`, whose context
+stays current (an explicit choice, like ``torch.cuda.set_device``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,8 +111,12 @@ class DeviceState:
 
 _lock = threading.RLock()
 tls = threading.local()
-"""Per thread: ``context``, the context this module made current last."""
+"""Per thread: ``context``, the context current on the thread as far as sparsile knows: the one it
+made current or restored last (a retained primary context is always the very object of its
+:class:`DeviceState`, so launchers compare it by identity); None: unknown or none."""
 _devices: dict[int, DeviceState] = {}
+_contexts: dict[int, Any] = {}
+"""The retained primary contexts by handle address (what :func:`leave` caches for a restored one)."""
 _initialized = False
 default_ordinal = 0
 """The device later calls use by default (set by :func:`use_device`)."""
@@ -193,32 +203,87 @@ def device_state(ordinal: int | None = None) -> DeviceState:
         dev = check("cuDeviceGet", driver.cuDeviceGet(ordinal))
         ctx = check("cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(dev))
         state = DeviceState(_query_device(ordinal, dev), dev, ctx)
+        _contexts[int(ctx)] = ctx
         _devices[ordinal] = state
         return state
 
 
 def make_current(state: DeviceState, force: bool = False) -> None:
-    """Make the device's primary context current on this thread (cached per thread)."""
+    """Make the device's primary context current on this thread and leave it current (what
+    :func:`use_device` does; operations use :func:`enter` / :func:`leave`, which restore)."""
     if force or getattr(tls, "context", None) is not state.context:
         check("cuCtxSetCurrent", driver.cuCtxSetCurrent(state.context))
         tls.context = state.context
 
 
+def enter(state: DeviceState) -> Any:
+    """Make the device's primary context current on this thread for one operation: None when it
+    already is as far as the per-thread cache knows (no driver call: the one-GPU common path),
+    else :func:`switch`. Pass the result to :func:`leave` when the operation ends (also when it
+    fails)."""
+    if getattr(tls, "context", None) is state.context:
+        return None
+    return switch(state)
+
+
+def switch(state: DeviceState) -> Any:
+    """Make the device's primary context current on this thread whatever the per-thread cache
+    says (``cuCtxGetCurrent`` first: torch or CuPy may have switched contexts behind it). Returns
+    what :func:`leave` must restore: None when the context was current already, or when no context
+    was and ``state`` is sparsile's current device (:func:`use_device`; its context then stays
+    current, as the CUDA runtime would make it), else the context the thread had (a null one when
+    it had none)."""
+    context = state.context
+    previous = check("cuCtxGetCurrent", driver.cuCtxGetCurrent())
+    had = int(previous)
+    if had == int(context):
+        tls.context = context
+        return None
+    tls.context = None  # unknown until the switch succeeded
+    check("cuCtxSetCurrent", driver.cuCtxSetCurrent(context))
+    tls.context = context
+    if not had and state.info.ordinal == default_ordinal:
+        return None
+    return previous
+
+
+def leave(previous: Any) -> None:
+    """Restore the context :func:`enter` / :func:`switch` returned (nothing for None), and the
+    per-thread cache with it."""
+    if previous is None:
+        return
+    tls.context = None
+    check("cuCtxSetCurrent", driver.cuCtxSetCurrent(previous))
+    had = int(previous)
+    tls.context = _contexts.get(had, previous) if had else None
+
+
+@contextmanager
+def context_of(state: DeviceState) -> Iterator[None]:
+    """``with context_of(state):`` the device's context current inside, the thread's own after."""
+    previous = enter(state)
+    try:
+        yield
+    finally:
+        leave(previous)
+
+
 def current_device(ordinal: int | None = None) -> DeviceInfo:
     """The :class:`DeviceInfo` of device ``ordinal`` (default: the one chosen by
-    :func:`use_device`, initially 0), initializing the driver and making its primary context
-    current on this thread. Cached."""
-    state = device_state(ordinal)
-    make_current(state)
-    return state.info
+    :func:`use_device`, initially 0), initializing the driver and retaining the device's primary
+    context the first time. Cached; the thread's current context is left as it is."""
+    return device_state(ordinal).info
 
 
 def use_device(ordinal: int) -> DeviceInfo:
-    """Choose the device later calls use by default."""
+    """Choose the device later calls use by default (host arrays' launches among them) and make
+    its primary context current on this thread, where it stays, as ``torch.cuda.set_device`` /
+    ``cudaSetDevice`` do."""
     global default_ordinal
-    info = current_device(ordinal)
+    state = device_state(ordinal)
+    switch(state)  # (its result: the context stays current, nothing to restore)
     default_ordinal = ordinal
-    return info
+    return state.info
 
 
 def synchronize(ordinal: int | None = None) -> None:
@@ -226,8 +291,8 @@ def synchronize(ordinal: int | None = None) -> None:
     collection left behind (release.py)."""
     from .release import drain
 
-    make_current(device_state(ordinal))
-    check("cuCtxSynchronize", driver.cuCtxSynchronize())
+    with context_of(device_state(ordinal)):
+        check("cuCtxSynchronize", driver.cuCtxSynchronize())
     drain()
 
 

@@ -393,6 +393,7 @@ class Launcher:
         call = self._scratch
         call.stream = handle
         launched = False
+        restore = None  # the thread's context, when the launch made another current (devices.enter)
         try:
             if type(grid) is self._last_grid_type and grid == self._last_grid:
                 dims = self._last_dims
@@ -405,7 +406,7 @@ class Launcher:
             if not (dims[0] and dims[1] and dims[2]):  # an empty grid: every argument checked, nothing to run
                 return  # (CUDA refuses a 0 grid dimension; staged host arrays are freed, not copied back)
             if call.staged or getattr(devices.tls, "context", None) is not self._context_key:
-                self._module.activate(force=True)
+                restore = self._module.activate(force=True)
             if call.waits:
                 for producer in call.waits:
                     stream_wait(self._module._state, handle, producer)
@@ -413,9 +414,9 @@ class Launcher:
                 err = self._launch_kernel(self._handle, dims[0], dims[1], dims[2], self._bx, self._by,
                                           self._bz, self.dynamic_shared, handle, self._params_address, 0)[0]
                 if err != SUCCESS:
-                    self._launch_failed(err, dims, handle)
+                    restore = self._launch_failed(err, dims, handle, restore)
             else:
-                self._launch_ex(dims, handle)
+                restore = self._launch_ex(dims, handle, restore)
             launched = True
         finally:
             try:
@@ -424,25 +425,29 @@ class Launcher:
             finally:
                 call.staged = call.waits = call.keep = None
                 self._release()
+                if restore is not None:  # (another GPU's launch: the thread's own context again, as torch's guard)
+                    devices.leave(restore)
 
     def launch(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         """``launcher.launch(grid, x, y, n=...)``: the same as ``launcher(grid, args, kwargs)``."""
         self(grid, args, kwargs, stream=stream)
 
-    def _launch_ex(self, dims: tuple[int, int, int], stream: int) -> None:
+    def _launch_ex(self, dims: tuple[int, int, int], stream: int, restore: Any) -> Any:
         config = self._config
         config.gridDimX, config.gridDimY, config.gridDimZ = dims
         config.hStream = stream
         err = self._launch_kernel_ex(config, self._handle, self._params_address, 0)[0]
         if err != SUCCESS:
-            self._launch_failed(err, dims, stream)
+            return self._launch_failed(err, dims, stream, restore)
+        return restore
 
-    def _launch_failed(self, err: Any, dims: tuple[int, int, int], stream: int) -> None:
+    def _launch_failed(self, err: Any, dims: tuple[int, int, int], stream: int, restore: Any) -> Any:
         """Retry once when another context was made current behind our back (torch/CuPy on
-        another device), else raise."""
+        another device), else raise. Returns the context to restore after the launch (``restore``,
+        or the one the retry switched from)."""
         name = "cuLaunchKernelEx" if self._config is not None else "cuLaunchKernel"
         if err in RETRY_AFTER_CONTEXT_SWITCH:
-            self._module.activate(force=True)
+            again = self._module.activate(force=True)
             if self._config is None:
                 err = self._launch_kernel(self._handle, dims[0], dims[1], dims[2], self._bx, self._by, self._bz,
                                           self.dynamic_shared, stream, self._params_address, 0)[0]
@@ -450,7 +455,9 @@ class Launcher:
                 config = self._config
                 err = self._launch_kernel_ex(config, self._handle, self._params_address, 0)[0]
             if err == SUCCESS:
-                return
+                return again if restore is None else restore
+            if restore is None:  # (the caller restores its own ``restore``, not the one of this retry)
+                devices.leave(again)
         raise CudaError(name, err)
 
     def snapshot(self, args: Sequence[Any]) -> tuple[bytes, tuple[int, ...]] | None:

@@ -15,7 +15,7 @@ from ...frontend.diagnostics import LaunchError
 from . import dlpack
 from .arrays import ArrayInfo, register_array_type
 from .codes import ARG_SHAPE
-from .devices import check, device_state, in_context, make_current
+from .devices import check, context_of, device_state, in_context
 from .dtypes import DTYPES, dtype_from_numpy, numpy_dtype
 from .launch_config import stream_handle
 from .release import defer, drain
@@ -40,14 +40,14 @@ class DeviceBuffer:
     def __init__(self, nbytes: int, *, dtype: str | None = None, shape: Sequence[int] | None = None,
                  device: int | None = None):
         state = device_state(device)
-        make_current(state, force=True)
         self.nbytes = int(nbytes)
         self.dtype = dtype
         self.shape = tuple(int(s) for s in shape) if shape is not None else None
         self.device = state.info.ordinal
         self._state = state
         drain()  # memory of collected buffers first: cuMemAlloc is no more legal in a capture than cuMemFree
-        self.ptr = int(check("cuMemAlloc", driver.cuMemAlloc(max(self.nbytes, 1))))
+        with context_of(state):  # (the thread's own context restored after, as torch.empty(device=) does)
+            self.ptr = int(check("cuMemAlloc", driver.cuMemAlloc(max(self.nbytes, 1))))
         self._finalizer = weakref.finalize(self, _collected, self.ptr, state.context)
 
     @classmethod
@@ -69,10 +69,10 @@ class DeviceBuffer:
         if array.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, f"cannot copy {array.nbytes} bytes into a {self.nbytes}-byte buffer")
         handle = stream_handle(stream)
-        make_current(self._state)
-        check("cuMemcpyHtoDAsync",
-              driver.cuMemcpyHtoDAsync(self.ptr, array.ctypes.data, array.nbytes, handle))
-        check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+        with context_of(self._state):
+            check("cuMemcpyHtoDAsync",
+                  driver.cuMemcpyHtoDAsync(self.ptr, array.ctypes.data, array.nbytes, handle))
+            check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
         """Copy to ``out`` (or a new array of the buffer's dtype and shape) and synchronize."""
@@ -83,18 +83,18 @@ class DeviceBuffer:
             raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
                               f"{self.nbytes} bytes")
         handle = stream_handle(stream)
-        make_current(self._state)
-        check("cuMemcpyDtoHAsync", driver.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, handle))
-        check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+        with context_of(self._state):
+            check("cuMemcpyDtoHAsync", driver.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, handle))
+            check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
         return out
 
     to_numpy = copy_to_host
 
     def fill_byte(self, value: int) -> None:
         """Set every byte to ``value`` (poisoning outputs in tests) and synchronize."""
-        make_current(self._state)
-        check("cuMemsetD8", driver.cuMemsetD8(self.ptr, value & 0xFF, max(self.nbytes, 1)))
-        check("cuCtxSynchronize", driver.cuCtxSynchronize())
+        with context_of(self._state):
+            check("cuMemsetD8", driver.cuMemsetD8(self.ptr, value & 0xFF, max(self.nbytes, 1)))
+            check("cuCtxSynchronize", driver.cuCtxSynchronize())
 
     def free(self) -> None:
         """Free the memory now (the buffer must not be used afterwards)."""

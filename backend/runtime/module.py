@@ -6,6 +6,7 @@ memory when a launch needs it."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from cuda.bindings import driver
 
 from ...frontend.diagnostics import LaunchError
 from .codes import KERNEL_NOT_FOUND
-from .devices import CudaError, DeviceInfo, DeviceState, check, device_state, in_context, make_current
+from .devices import CudaError, DeviceInfo, DeviceState, check, context_of, device_state, enter, in_context, switch
 from .release import defer
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
@@ -46,15 +47,18 @@ class Module:
         self._functions: dict[str, KernelFunction] = {}
         self._finalizer = weakref.finalize(self, _collected, handle, state.context)
 
-    def activate(self, force: bool = False) -> None:
-        make_current(self._state, force)
+    def activate(self, force: bool = False) -> Any:
+        """Make the module's context current on this thread for one operation (``force``: also
+        when the per-thread cache says it is); returns what ``devices.leave`` restores after it
+        (None: nothing, the common case)."""
+        return switch(self._state) if force else enter(self._state)
 
     def function(self, name: str) -> KernelFunction:
         """The kernel ``name`` (cached)."""
         fn = self._functions.get(name)
         if fn is None:
-            self.activate()
-            out = driver.cuModuleGetFunction(self.handle, name.encode())
+            with context_of(self._state):
+                out = driver.cuModuleGetFunction(self.handle, name.encode())
             if out[0] == driver.CUresult.CUDA_ERROR_NOT_FOUND:
                 known = self.kernel_names()
                 raise LaunchError(KERNEL_NOT_FOUND, f"the module has no kernel named `{name}`",
@@ -99,8 +103,8 @@ def load_module(image: bytes | str, device: int | None = None) -> Module:
     if _looks_like_text(image) and not image.endswith(b"\0"):
         image += b"\0"
     state = device_state(device)
-    make_current(state)
-    out = driver.cuModuleLoadData(image)
+    with context_of(state):
+        out = driver.cuModuleLoadData(image)
     if out[0] == driver.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU:
         raise CudaError("cuModuleLoadData", out[0], f"the binary was built for another architecture than "
                         f"{state.info.arch} ({state.info.name}); compile for this GPU")
@@ -121,24 +125,28 @@ class KernelFunction:
     def attributes(self) -> FunctionAttributes:
         if self._attributes is None:
             A = driver.CUfunction_attribute
-            self.module.activate()
 
             def get(name: str) -> int:
                 return int(check(f"cuFuncGetAttribute({name})",
                                  driver.cuFuncGetAttribute(getattr(A, name), self.handle)))
 
-            self._attributes = FunctionAttributes(
-                max_threads_per_block=get("CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
-                static_shared_bytes=get("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
-                max_dynamic_shared_bytes=get("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"),
-                num_regs=get("CU_FUNC_ATTRIBUTE_NUM_REGS"),
-                local_bytes=get("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
-                const_bytes=get("CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES"),
-                ptx_version=get("CU_FUNC_ATTRIBUTE_PTX_VERSION"),
-                binary_version=get("CU_FUNC_ATTRIBUTE_BINARY_VERSION"),
-                required_cluster=tuple(get(f"CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{a}")
-                                       for a in ("WIDTH", "HEIGHT", "DEPTH")))
+            with context_of(self.module._state):
+                self._attributes = self._read_attributes(get)
         return self._attributes
+
+    @staticmethod
+    def _read_attributes(get: Callable[[str], int]) -> FunctionAttributes:
+        return FunctionAttributes(
+            max_threads_per_block=get("CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+            static_shared_bytes=get("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
+            max_dynamic_shared_bytes=get("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"),
+            num_regs=get("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+            local_bytes=get("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+            const_bytes=get("CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES"),
+            ptx_version=get("CU_FUNC_ATTRIBUTE_PTX_VERSION"),
+            binary_version=get("CU_FUNC_ATTRIBUTE_BINARY_VERSION"),
+            required_cluster=tuple(get(f"CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{a}")
+                                   for a in ("WIDTH", "HEIGHT", "DEPTH")))
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:
         """Opt in to ``nbytes`` of dynamic shared memory (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_
@@ -147,7 +155,7 @@ class KernelFunction:
         default = DEFAULT_SHARED_LIMIT - self.attributes.static_shared_bytes
         if nbytes <= max(self._dynamic_shared_set, default):
             return
-        self.module.activate()
-        check("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", driver.cuFuncSetAttribute(
-            self.handle, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
+        with context_of(self.module._state):
+            check("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", driver.cuFuncSetAttribute(
+                self.handle, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
         self._dynamic_shared_set = nbytes

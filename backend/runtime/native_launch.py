@@ -453,8 +453,9 @@ class NativeRecord:
     and so its launcher and module; its launch-attribute block): keep it alive with the record;
     ``context_current(force=False)``, called before a native launch, makes the context the
     kernel is loaded in current on the calling thread (a prepared launch does the same before it
-    launches); ``force``: also when the thread's cache says it is current."""
+    launches); ``force``: also when the thread's cache says it is current. It returns the context
+    the caller restores (``devices.leave``) once its launches are done, None when it switched none."""
 
     words: list[int]
     keep: tuple[Any, ...]
-    context_current: Callable[..., None]
+    context_current: Callable[..., Any]

@@ -370,16 +370,17 @@ def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, dev
 
     from cuda.bindings import driver
 
-    from . import check, cudalib, current_device
+    from . import check, cudalib
+    from .devices import context_of, device_state
 
     if not validated:
         spec.validate(device_ptr)
-    current_device(device)
-    raw = cudalib.raw("cuTensorMapEncodeTiled")
-    if raw is not None:
-        return TensorMap(spec, device_ptr, _encode_raw(raw, spec, device_ptr), owner)
-    tmap = check("cuTensorMapEncodeTiled",
-                 driver.cuTensorMapEncodeTiled(*driver_call_arguments(spec, device_ptr)))
+    with context_of(device_state(device)):  # (the thread's own context restored after)
+        raw = cudalib.raw("cuTensorMapEncodeTiled")
+        if raw is not None:
+            return TensorMap(spec, device_ptr, _encode_raw(raw, spec, device_ptr), owner)
+        tmap = check("cuTensorMapEncodeTiled",
+                     driver.cuTensorMapEncodeTiled(*driver_call_arguments(spec, device_ptr)))
     return TensorMap(spec, device_ptr, ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES), owner)
 
 

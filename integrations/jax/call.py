@@ -90,14 +90,10 @@ class CallPlan:
                 from ...target.targets import target_for_capability
 
                 options = {**KERNEL_OPTIONS, **self.kernel.options, **self.launch_options}
-                previous = runtime.current_device().ordinal
-                dev = runtime.use_device(ordinal)  # the module is loaded on the device XLA runs on
-                try:
-                    target = launch._target(options["target"]) if options.get("target") else \
-                        target_for_capability(*dev.compute_capability)
-                    built = launch._build_launcher(self.kernel, self.bindings, self.key, target, options)
-                finally:
-                    runtime.use_device(previous)
+                dev = runtime.current_device(ordinal)  # the module is loaded on the device XLA runs on
+                target = launch._target(options["target"]) if options.get("target") else \
+                    target_for_capability(*dev.compute_capability)
+                built = launch._build_launcher(self.kernel, self.bindings, self.key, target, options, ordinal)
                 built.jax_needs_info = needs_info(built.spec)
                 self._launchers[ordinal] = built
         return self._launchers[ordinal]

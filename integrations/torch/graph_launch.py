@@ -33,7 +33,7 @@ import threading
 import weakref
 from typing import Any
 
-from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH
+from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH, leave
 from ...backend.runtime.release import defer, drain
 
 ENV = "SPARSILE_TORCH_GRAPH_REPLAY"
@@ -143,10 +143,16 @@ class GraphReplays:
         graph_exec = self.graphs.get(pair)
         if graph_exec is None:
             return False
-        status = self._driver.cuGraphLaunch(graph_exec, stream)
-        if status in _RETRY:  # a layer on another GPU made its context current: this graph's device's, again
-            self.native._context_current(True)
+        restore = self.native._context_current()  # (None on one GPU: no driver call)
+        try:
             status = self._driver.cuGraphLaunch(graph_exec, stream)
+            if status in _RETRY:  # torch switched contexts behind sparsile's cache: this graph's device's, again
+                again = self.native._context_current(True)
+                restore = again if restore is None else restore
+                status = self._driver.cuGraphLaunch(graph_exec, stream)
+        finally:
+            if restore is not None:  # the thread's own context again, as a torch op's device guard
+                leave(restore)
         if status == 0:
             self.replayed += 1
             return True
@@ -172,12 +178,16 @@ class GraphReplays:
         x, y = pair
         native = self.native
         drain()  # graphs of collected replays: destroyed here, in an eager call that captures itself next
-        native._context_current(True)  # the capture stream is created in the record's device's context
+        restore = native._context_current(True)  # the capture stream is created in the record's device's context
 
         def capture(stream: int) -> int:
             return native.launch(x, y, 0, stream)[0]  # (a nonzero status: not all captured, discarded)
 
-        status, graph_exec = self._driver.capture(capture)
+        try:
+            status, graph_exec = self._driver.capture(capture)
+        finally:
+            if restore is not None:  # the thread's own context again
+                leave(restore)
         if status or not graph_exec:
             self.attempts = MAX_CAPTURES  # this record does not capture: no more attempts
             return

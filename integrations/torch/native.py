@@ -119,22 +119,36 @@ class NativeLaunch:
         """Launch with these addresses on ``stream`` (an int handle), each launch in order. A launch
         failing because another context was current (torch switched devices behind sparsile's
         per-thread cache) is retried once with the kernel's context made current, as a prepared
-        launch does."""
-        self._context_current()
-        if len(self._addresses) == 1:  # (most records: no loop, no enumerate, one status tuple)
-            status = self._run(self._addresses[0], x, y, scale_x, stream)
-            if status > 0 and status in _RETRY:
-                self._context_current(True)
+        launch does. A launch on another GPU than the thread's current context's restores that
+        context afterwards, as a torch op's device guard does (none on one GPU: no driver call)."""
+        restore = self._context_current()
+        try:
+            if len(self._addresses) == 1:  # (most records: no loop, no enumerate, one status tuple)
                 status = self._run(self._addresses[0], x, y, scale_x, stream)
-            return (status, 0) if status else _ALL_OF_ONE
-        for done, address in enumerate(self._addresses):
-            status = self._run(address, x, y, scale_x, stream)
-            if status > 0 and status in _RETRY:
-                self._context_current(True)
+                if status > 0 and status in _RETRY:
+                    again = self._context_current(True)
+                    restore = again if restore is None else restore
+                    status = self._run(self._addresses[0], x, y, scale_x, stream)
+                return (status, 0) if status else _ALL_OF_ONE
+            for done, address in enumerate(self._addresses):
                 status = self._run(address, x, y, scale_x, stream)
-            if status:
-                return status, done
-        return 0, len(self._addresses)
+                if status > 0 and status in _RETRY:
+                    again = self._context_current(True)
+                    restore = again if restore is None else restore
+                    status = self._run(address, x, y, scale_x, stream)
+                if status:
+                    return status, done
+            return 0, len(self._addresses)
+        finally:
+            if restore is not None:
+                leave_context(restore)
+
+
+def leave_context(restore: Any) -> None:
+    """Restore the thread's context a launch switched from (backend/runtime/devices.py)."""
+    from ...backend.runtime.devices import leave
+
+    leave(restore)
 
 
 def native_launch(launches: list[Any] | None, x: Any, y: Any, scale_x: Any) -> NativeLaunch | None:

@@ -55,6 +55,13 @@ counts = {"launched": 0, "declined": 0}
 launches made those and the rest)."""
 
 
+def _leave(restore: Any) -> None:
+    """Restore the thread's context a launch switched from (backend/runtime/devices.py)."""
+    from ...backend.runtime.devices import leave
+
+    leave(restore)
+
+
 def launcher() -> Any:
     """The record launcher (JIT-compiled once per process), or None where it cannot be built here."""
     global _launcher
@@ -133,20 +140,27 @@ class NativePlan:
             return 0
         run = _launcher.launch
         at_b, at_c, at_w = b.data_ptr(), c.data_ptr(), 0 if w is None else w.data_ptr()
-        for done, native in enumerate(natives):
-            native.record.context_current()
-            ob, oc, ow = native.offsets
-            # (no workspace: address 0, which the launcher declines for a launch that reads one)
-            addresses = (at_b + ob, at_c + oc, at_w and at_w + ow)
-            status = run(native.address, *addresses, native.stream())
-            if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
-                native.record.context_current(True)
+        restore = None  # the thread's context, when a launch made another current (None on one GPU)
+        try:
+            for done, native in enumerate(natives):
+                switched = native.record.context_current()
+                restore = switched if restore is None else restore
+                ob, oc, ow = native.offsets
+                # (no workspace: address 0, which the launcher declines for a launch that reads one)
+                addresses = (at_b + ob, at_c + oc, at_w and at_w + ow)
                 status = run(native.address, *addresses, native.stream())
-            if status:
-                self._failed(key, status)
-                if done:
-                    mark_unreplayable("a prepared launch")
-                return done
+                if status > 0 and status in _RETRY:  # another context was current (torch switched devices)
+                    switched = native.record.context_current(True)
+                    restore = switched if restore is None else restore
+                    status = run(native.address, *addresses, native.stream())
+                if status:
+                    self._failed(key, status)
+                    if done:
+                        mark_unreplayable("a prepared launch")
+                    return done
+        finally:
+            if restore is not None:  # another GPU's launches: the thread's own context again
+                _leave(restore)
         mark_unreplayable("a prepared launch")  # (a replay inside a recording: as the prepared launches)
         counts["launched"] += 1
         return len(natives)

@@ -28,7 +28,8 @@ def plan_ordinal() -> int | None:
 
 
 def plan_gpu() -> Any:
-    """The ``DeviceInfo`` of the GPU the plan being made is for (its context made current)."""
+    """The ``DeviceInfo`` of the GPU the plan being made is for (read only: the thread's current
+    context is left as it is)."""
     from ...backend import runtime
 
     return runtime.current_device(PLAN_ORDINAL.get())

@@ -55,12 +55,14 @@ class FakeDriver:
         self.launches: list[tuple] = []
         self.param_sizes: list[int] = []
         self.set_attributes: list[tuple] = []
+        self.current = 0  # the thread's current context (none)
         fakes = {
             "cuInit": lambda flags: (OK,),
             "cuDeviceGetCount": lambda: (OK, 1),
             "cuDeviceGet": lambda ordinal: (OK, driver.CUdevice(ordinal)),
             "cuDevicePrimaryCtxRetain": lambda dev: (OK, driver.CUcontext(0xC0)),
-            "cuCtxSetCurrent": lambda ctx: (OK,),
+            "cuCtxSetCurrent": self.set_current,
+            "cuCtxGetCurrent": lambda: (OK, driver.CUcontext(self.current)),
             "cuCtxPushCurrent": lambda ctx: (OK,),
             "cuCtxPopCurrent": lambda: (OK, driver.CUcontext(0xC0)),
             "cuCtxSynchronize": lambda: (OK,),
@@ -116,6 +118,10 @@ class FakeDriver:
             return fake(*args)
 
         return call
+
+    def set_current(self, ctx):
+        self.current = int(ctx)
+        return (OK,)
 
     def get_function(self, mod, name):
         if name == b"nope":

@@ -175,3 +175,50 @@ def test_sparse_matmul_on_cuda1(current_is_cuda0, n):
         assert c is out and c.device == torch.device("cuda:1") and not c.isnan().any()
         err = (c.double() - ref).abs()
         assert (err <= 2.0 ** -10 * ref.abs() + 1e-3 * k ** 0.5).all(), f"max error {err.max().item()}"
+
+
+def _on_cuda0_after(launch) -> None:
+    """``launch()`` (work on cuda:1) leaves torch's current device at cuda:0, as a torch op would:
+    torch.cuda.current_device(), device="cuda" and the current stream still mean cuda:0, and
+    torch.cuda.synchronize() waits for cuda:0's work (about a second of it, queued just before)."""
+    torch.cuda.synchronize(0)
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of cuda:0 cycles on its current stream
+    done = torch.cuda.Event()
+    done.record()
+    launch()
+    assert torch.cuda.current_device() == 0
+    assert torch.empty(1, device="cuda").device == torch.device("cuda:0")
+    assert torch.cuda.current_stream().device == torch.device("cuda:0")
+    torch.cuda.synchronize()  # cuda:0's: the sleep is over after it
+    assert done.query(), "torch.cuda.synchronize() did not wait for cuda:0 after a launch on cuda:1"
+    torch.cuda.synchronize(1)
+
+
+@two_gpus
+def test_a_launch_on_cuda1_leaves_torchs_current_device_alone(current_is_cuda0):
+    """A kernel[grid] launch (full path, fast path, prepared), SparseLinear calls (the record, the
+    eager fast path, graph replays) and sparse_matmul calls (planned, replayed) on cuda:1, with
+    cuda:0 torch's current device: cuda:0 stays current after each (backend/runtime/devices.py
+    restores the thread's context, as a torch op's device guard does)."""
+    from sparsile.stdlib.kernels import prune_and_compress, sparse_matmul
+
+    k = sp.load(VECTOR_ADD).kernels["vector_add"]
+    n = 4096
+    x1, y1, out1 = (torch.ones(n, device="cuda:1") for _ in range(3))
+    prepared = k[(n // 256,)].prepare(x1, y1, out1, n, BLOCK=256)
+    for _ in range(2):  # the full path, then the fast path
+        _on_cuda0_after(lambda: k[(n // 256,)](x1, y1, out1, n, BLOCK=256))
+    _on_cuda0_after(lambda: prepared(x1, y1, out1, n))
+    assert torch.equal(out1, torch.full((n,), 2.0, device="cuda:1"))
+    _, layer = _two_gpu_model()
+    x = torch.randn(16, 512, device="cuda:1").to(torch.bfloat16)
+    for _ in range(5):
+        _on_cuda0_after(lambda: layer(x))
+    w = torch.randn(256, 512, device="cuda:1")
+    groups = w.view(256, 128, 4)
+    keep = groups.abs().topk(2, dim=-1).indices
+    w = (groups * torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True)).view(256, 512)
+    values, meta = prune_and_compress(w.to(torch.bfloat16), "bf16")
+    b = torch.randn(16, 512, device="cuda:1").to(torch.bfloat16)
+    for _ in range(3):
+        _on_cuda0_after(lambda: sparse_matmul(values, meta, b))

@@ -183,7 +183,7 @@ def test_a_graph_of_another_gpu_is_captured_and_replayed_in_its_own_context(fake
     monkeypatch.setattr(graphs, "cuGraphLaunch", lambda h, s: refused.pop() if refused else real_launch(h, s))
     made.clear()
     assert last(x) is y and fake.launches[-1][0] == "graph" and last.replays.replayed == 1
-    assert made == [True] and last.replays.graphs  # retried in its context; the replays stay on
+    assert made == [False, True] and last.replays.graphs  # checked, then retried in its context; the replays stay on
 
 
 def test_a_native_launch_that_fails_in_the_capture_is_not_kept(fake, graphs, ys):
