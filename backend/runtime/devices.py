@@ -9,7 +9,7 @@ module imports (and its pure parts are tested) on machines without a GPU.
 
 Contexts: each device's *primary* context is retained (the one the CUDA runtime, torch and CuPy
 use too). An operation on a device makes its context current on the calling thread for its own
-duration only (:func:`enter` ... :func:`leave`, or :func:`context_of`) and then restores the
+duration only (:func:`enter` or :func:`switch` ... :func:`leave`, or :func:`context_of`) and then restores the
 context the thread had, as a torch op's device guard does: the CUDA runtime (torch among its users)
 reads the thread's current context as its current device (docs/language.md, "Specialization and
 launching"). :data:`tls` remembers per thread the context current as far as sparsile knows (the
@@ -208,14 +208,6 @@ def device_state(ordinal: int | None = None) -> DeviceState:
         return state
 
 
-def make_current(state: DeviceState, force: bool = False) -> None:
-    """Make the device's primary context current on this thread and leave it current (what
-    :func:`use_device` does; operations use :func:`enter` / :func:`leave`, which restore)."""
-    if force or getattr(tls, "context", None) is not state.context:
-        check("cuCtxSetCurrent", driver.cuCtxSetCurrent(state.context))
-        tls.context = state.context
-
-
 def enter(state: DeviceState) -> Any:
     """Make the device's primary context current on this thread for one operation: None when it
     already is as far as the per-thread cache knows (no driver call: the one-GPU common path),
@@ -260,8 +252,12 @@ def leave(previous: Any) -> None:
 
 @contextmanager
 def context_of(state: DeviceState) -> Iterator[None]:
-    """``with context_of(state):`` the device's context current inside, the thread's own after."""
-    previous = enter(state)
+    """``with context_of(state):`` the device's context current inside, the thread's own after.
+    For the operations off the launch path (allocations, copies, module loads, tensor-map
+    encodes, synchronizations): it asks the driver which context is current (:func:`switch`)
+    rather than trusting the per-thread cache, which torch may have made stale (a launch instead
+    trusts it and retries once when the driver refuses it)."""
+    previous = switch(state)
     try:
         yield
     finally:

@@ -10,7 +10,9 @@ on two real GPUs: tests/gpu/test_multi_gpu.py."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import threading
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +21,7 @@ from cuda.bindings import driver
 
 from sparsile.backend import runtime
 from sparsile.backend.runtime import arrays as array_args
-from sparsile.backend.runtime import devices
+from sparsile.backend.runtime import devices, release
 from sparsile.backend.runtime import launcher as launcher_module
 from sparsile.driver import array_devices, fast_launch, prepared
 from sparsile.tests.backend.test_launch_devices import GPUS, STREAM, on
@@ -77,7 +79,7 @@ class Module:
 
 
 @pytest.fixture
-def host(monkeypatch: pytest.MonkeyPatch) -> Host:
+def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[Host]:
     h = Host()
     states = {d: devices.DeviceState(GPUS[d], driver.CUdevice(d), driver.CUcontext(ctx(d))) for d in GPUS}
     monkeypatch.setattr(devices, "_devices", states)
@@ -95,7 +97,9 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Host:
     monkeypatch.setattr(fast_launch, "torch_current_stream", lambda ordinal: STREAM + ordinal)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: STREAM + ordinal)
     monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
-    return h
+    yield h
+    gc.collect()
+    release.drain()  # what the test's objects left for the next safe point (graphs to destroy), with the fakes
 
 
 def restored(host: Host) -> bool:
@@ -150,6 +154,11 @@ def test_driver_work_on_another_device_restores_the_context(host: Host, monkeypa
     module = runtime.module.load_module(b"\x7fELF", 1)
     module._finalizer.detach()
     assert restored(host) and seen == [ctx(1)] * 4
+    host.current = ctx(1)  # torch.cuda.set_device(1) behind sparsile's cache (which says device 0's)
+    runtime.DeviceBuffer(64, device=0)._finalizer.detach()
+    runtime.synchronize(0)
+    assert seen[4:] == [ctx(0)] * 2 and host.current == ctx(1)  # asked the driver: done in device 0's
+    assert devices.tls.context is devices._devices[1].context
 
 
 # -- launches -------------------------------------------------------------------------------------
