@@ -90,7 +90,9 @@ class CallPlan:
                 from ...target.targets import target_for_capability
 
                 options = {**KERNEL_OPTIONS, **self.kernel.options, **self.launch_options}
-                dev = runtime.current_device(ordinal)  # the module is loaded on the device XLA runs on
+                # the module is loaded on the device XLA runs on; sparsile's current device (process-wide:
+                # other threads' launches of host arrays read it) is left alone
+                dev = runtime.current_device(ordinal)
                 target = launch._target(options["target"]) if options.get("target") else \
                     target_for_capability(*dev.compute_capability)
                 built = launch._build_launcher(self.kernel, self.bindings, self.key, target, options, ordinal)
