@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("jax")
 
-from sparsile.backend import runtime  # noqa: E402
-from sparsile.backend.runtime import devices  # noqa: E402
-from sparsile.driver import launch  # noqa: E402
-from sparsile.integrations.jax.call import CallPlan  # noqa: E402
-from sparsile.tests.backend.test_prepared import H200  # noqa: E402
+from sparsile.backend import runtime
+from sparsile.backend.runtime import devices
+from sparsile.driver import launch
+from sparsile.integrations.jax.call import CallPlan
+from sparsile.tests.backend.test_prepared import H200
 
 GPUS = {0: H200, 1: dataclasses.replace(H200, ordinal=1)}
 
