@@ -11,6 +11,7 @@ arguments.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,14 @@ def array_kind(x: Any) -> str:
     if kind == "torch?":
         return "torch" if getattr(x, "is_cuda", False) is True else "torch-cpu"
     return kind
+
+
+def cupy_device(x: Any) -> contextlib.AbstractContextManager[Any]:
+    """A cupy array's device as cupy's current one for a block, for what is made or computed for it:
+    cupy creates and computes on its current device, not its arrays' (and, without peer access,
+    refuses an array of another), while a launch runs where its arrays live (docs/language.md,
+    "Specialization and launching"). Nothing for other arrays."""
+    return x.device if array_kind(x) == "cupy" else contextlib.nullcontext()
 
 
 def plain_int(v: Any) -> Any:
@@ -131,7 +140,8 @@ def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
                         help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
     if isinstance(x, np.ndarray):
         return cast_to_operand(x, operand_type(choice.operand), what)
-    return x.astype(host)
+    with cupy_device(x):
+        return x.astype(host)
 
 
 def pad_columns(x: Any, cols: int) -> Any:
@@ -153,10 +163,11 @@ def pad_columns(x: Any, cols: int) -> Any:
     xp = np
     if array_kind(x) == "cupy":
         import cupy as xp
-    if have == cols:
-        return xp.ascontiguousarray(x).reshape(-1).reshape(rows, cols)  # (a view: packed strides)
-    padded = xp.zeros((rows, cols), dtype=x.dtype)
-    padded[:, :have] = x
+    with cupy_device(x):
+        if have == cols:
+            return xp.ascontiguousarray(x).reshape(-1).reshape(rows, cols)  # (a view: packed strides)
+        padded = xp.zeros((rows, cols), dtype=x.dtype)
+        padded[:, :have] = x
     return padded
 
 
@@ -173,7 +184,8 @@ def as_u32_words(meta: Any) -> Any:
     if array_kind(meta) == "cupy":
         import cupy
 
-        return cupy.ascontiguousarray(meta).view(cupy.uint32)
+        with meta.device:  # (a copy of strided words: on their device)
+            return cupy.ascontiguousarray(meta).view(cupy.uint32)
     return np.ascontiguousarray(meta).view(np.uint32)
 
 
@@ -376,8 +388,14 @@ def empty_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) 
 def zeros_array(home: Any, shape: tuple[int, ...], dtype: str, interpret: bool) -> Any:
     """:func:`empty_array`, zero-filled (noted as zero-filled scratch: a replay allocates it zeroed)."""
     array = empty_array(home, shape, dtype, interpret)
-    array[...] = 0
+    fill(array, 0)
     return note_scratch(array, zero=True)
+
+
+def fill(array: Any, value: Any) -> None:
+    """``array[...] = value``, for a cupy array on its own device (:func:`cupy_device`)."""
+    with cupy_device(array):
+        array[...] = value
 
 
 def deliver_result(result: Any, out: Any, b: Any) -> Any:
@@ -390,7 +408,8 @@ def deliver_result(result: Any, out: Any, b: Any) -> Any:
             elif array_kind(out) == "cupy":
                 import cupy
 
-                out[...] = cupy.asarray(result)
+                with out.device:  # (cupy copies on its current device)
+                    out[...] = cupy.asarray(result)
             else:
                 out[...] = as_host_array(result, "C")
         return out

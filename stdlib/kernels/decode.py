@@ -52,7 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_kind, bad_input, check_split_workspace, empty_array, pad_columns, plain_int, zeros_array
+from .arrays import (
+    array_kind,
+    bad_input,
+    check_split_workspace,
+    cupy_device,
+    empty_array,
+    pad_columns,
+    plain_int,
+    zeros_array,
+)
 from .decode_config import (  # noqa: F401 (re-exported: callers import the decode plan's sizes from here)
     BM256_MIN_TILE,
     DECODE_BM,
@@ -149,8 +158,9 @@ def padded_to(x: Any, rows: int, cols: int, fill: int = 0) -> Any:
     else:
         import numpy as xp
     ints = xp.dtype(f"u{x.dtype.itemsize}")
-    out = xp.full((rows, cols), fill, dtype=ints)
-    out[:have_r, :have_c] = x.view(ints)
+    with cupy_device(x):
+        out = xp.full((rows, cols), fill, dtype=ints)
+        out[:have_r, :have_c] = x.view(ints)
     return out.view(x.dtype)
 
 
@@ -176,7 +186,8 @@ def tile_for_decode(x: Any, bm: int, cols: int) -> Any:
     xp = np
     if array_kind(x) == "cupy":
         import cupy as xp
-    return xp.ascontiguousarray(x.reshape(slabs, bm, steps, cols).transpose(0, 2, 1, 3)).reshape(-1, cols)
+    with cupy_device(x):
+        return xp.ascontiguousarray(x.reshape(slabs, bm, steps, cols).transpose(0, 2, 1, 3)).reshape(-1, cols)
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,7 +46,7 @@ from ..sparsity.errors import (
 from ..sparsity.hostarray import checked_flag, checked_size, require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
-from .arrays import array_kind, bad_input
+from .arrays import array_kind, bad_input, cupy_device
 from .operand_cast import cast_input
 
 KERNEL_FILE = Path(__file__).resolve().parent / "sparsity_24.spk"
@@ -171,12 +171,13 @@ def _as_operand(x: Any, op: OperandType, group: int | None = None) -> Any:
             x = F.pad(x.view(ints), (0, padded - k)).view(want)
         return x.contiguous()
     xp = _xp(x)
-    x = cast_input(x, op, None, array_kind(x))
-    if padded != k:
-        grown = xp.zeros((rows, padded), dtype=x.dtype)
-        grown[:, :k] = x
-        x = grown
-    return xp.ascontiguousarray(x)
+    with cupy_device(x):  # (cupy casts and allocates on its current device: x's here)
+        x = cast_input(x, op, None, array_kind(x))
+        if padded != k:
+            grown = xp.zeros((rows, padded), dtype=x.dtype)
+            grown[:, :k] = x
+            x = grown
+        return xp.ascontiguousarray(x)
 
 
 def _xp(x: Any) -> Any:
@@ -211,7 +212,8 @@ def _empty(like: Any, shape: tuple[int, ...], nbytes: int) -> Any:
         import torch
 
         return torch.empty(shape, dtype=getattr(torch, _UINT[nbytes]), device=like.device)
-    return _xp(like).empty(shape, dtype=_UINT[nbytes])
+    with cupy_device(like):
+        return _xp(like).empty(shape, dtype=_UINT[nbytes])
 
 
 def _counts(like: Any, n: int) -> Any:
@@ -220,7 +222,8 @@ def _counts(like: Any, n: int) -> Any:
         import torch
 
         return torch.empty((n,), dtype=torch.int32, device=like.device)
-    return _xp(like).empty((n,), dtype=np.int32)
+    with cupy_device(like):
+        return _xp(like).empty((n,), dtype=np.int32)
 
 
 def _host_words(data: Any) -> np.ndarray:
@@ -238,7 +241,8 @@ def _total(counts: Any) -> int:
     """The sum of a small per-program count array (one device synchronisation)."""
     if array_kind(counts) == "numpy":
         return int(counts.sum())
-    return int(counts.sum().item())
+    with cupy_device(counts):
+        return int(counts.sum().item())
 
 
 def _launch(name: str, grid: tuple[int, ...], interpret: bool, *args: Any, **constexprs: Any) -> None:
@@ -403,7 +407,8 @@ def validate_metadata_gpu(meta: Any, fmt: str | None = None, dtype: str | Operan
     if _dtype_name(data) not in ("uint32", "int32"):
         raise SparsityError(SP_META_ELEMENT_TYPE, f"{fmt} metadata must be uint32 words, found {_dtype_name(data)}",
                             help="pass the array produced by compress_gpu() or encode_metadata() (or its .data)")
-    words = _view_uint(data.contiguous() if array_kind(data) == "torch" else _xp(data).ascontiguousarray(data), 4)
+    with cupy_device(data):
+        words = _view_uint(data.contiguous() if array_kind(data) == "torch" else _xp(data).ascontiguousarray(data), 4)
     n = int(np.prod(expected))
     bad = _counts(words, max(1, -(-n // FLAT_BLOCK)))
     if n:
@@ -435,7 +440,8 @@ def decompress_gpu(values: Any, meta: Any, fmt: str | None = None, dtype: str | 
         raise SparsityError(SP_VALUES_MISMATCH, f"values must be a ({m}, {kc * op.group // 2}) {op.name} array "
                             f"for this metadata, got {tuple(placed.shape)} {_dtype_name(placed)}",
                             help="pass the values returned by compress_gpu() together with its metadata")
-    vals = placed.contiguous() if array_kind(placed) == "torch" else _xp(placed).ascontiguousarray(placed)
+    with cupy_device(placed):
+        vals = placed.contiguous() if array_kind(placed) == "torch" else _xp(placed).ascontiguousarray(placed)
     dense = _empty(vals, (m, kc), chunk_bytes)
     grid, mp, kw = _grid(checked.fmt, op, m, k)
     if m and kc:
