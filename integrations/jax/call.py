@@ -218,14 +218,29 @@ def _ffi_rule(platform: str) -> Callable[..., Any]:
         if interpret:
             return _callback_rule(ctx, *operands, plan=plan, out_avals=out_avals, aliases=aliases)
         ffi.register(platform)
-        if platform == "cuda":  # compile and load now, on this device: the first execution only launches
-            from ...backend import runtime
-
-            _PLANS[plan].launcher(runtime.current_device().ordinal)
+        if platform == "cuda":  # compile and load now, where XLA will run it: the first execution only launches
+            for ordinal in _lowered_ordinals(ctx):
+                _PLANS[plan].launcher(ordinal)
         lowering = ffi.jax_ffi().ffi_lowering(ffi.TARGET, operand_output_aliases=dict(aliases) or None)
         return lowering(ctx, *operands, **{ffi.PLAN_ATTRIBUTE: np.int64(plan)})
 
     return rule
+
+
+def _lowered_ordinals(ctx: Any) -> list[int]:
+    """The CUDA ordinals of this process's devices that XLA lowers the computation for (its device
+    assignment, each once), or sparsile's current device where XLA does not say: a launcher is
+    loaded on each, and on no other GPU (a jit on cuda:1 loads nothing on cuda:0)."""
+    assignment = getattr(getattr(ctx.module_context, "axis_context", None), "device_assignment", None)
+    if assignment:
+        here = jax.process_index()
+        ordinals = [getattr(d, "local_hardware_id", None) for d in assignment
+                    if getattr(d, "process_index", here) == here]
+        if ordinals and all(isinstance(o, int) for o in ordinals):
+            return list(dict.fromkeys(ordinals))
+    from ...backend import runtime
+
+    return [runtime.current_device().ordinal]
 
 
 def _callback_rule(ctx: Any, *operands: Any, plan: int, out_avals: tuple[Any, ...],

@@ -7,6 +7,7 @@ arrays, or a ``sparse_matmul`` call keyed by it, during the build would follow i
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from types import SimpleNamespace
 
 import pytest
@@ -45,3 +46,31 @@ def test_a_launcher_for_xlas_device_leaves_the_current_device_alone(monkeypatch:
     built = plan.launcher(1)
     assert seen == [(1, 0)]  # loaded on XLA's device 1; sparsile's current device stayed 0 throughout
     assert plan.launcher(1) is built and devices.default_ordinal == 0
+
+
+class _XlaDevice:
+    def __init__(self, ordinal: int, process_index: int = 0):
+        self.local_hardware_id, self.process_index = ordinal, process_index
+
+
+@pytest.mark.parametrize("assignment, built", [
+    ((_XlaDevice(1),), [1]),  # jit on cuda:1: its module loaded there, none on sparsile's current device 0
+    ((_XlaDevice(1), _XlaDevice(0)), [1, 0]),  # a computation over two GPUs: each one's, once
+    ((_XlaDevice(1), _XlaDevice(0, process_index=1)), [1]),  # another process's device: not this one's
+    (None, [0]),  # XLA does not say: the current device, as before
+])
+def test_the_lowering_loads_the_kernel_on_the_devices_xla_lowers_for(monkeypatch: pytest.MonkeyPatch, assignment,
+                                                                     built) -> None:
+
+    jax_call = importlib.import_module("sparsile.integrations.jax.call")  # (the package exports `call`, a function)
+    monkeypatch.setattr(devices, "default_ordinal", 0)
+    monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: GPUS[0 if ordinal is None else ordinal])
+    monkeypatch.setattr(jax_call.ffi, "register", lambda platform: None)
+    lowered = SimpleNamespace(ffi_lowering=lambda *a, **k: lambda ctx, *operands, **attrs: "lowered")
+    monkeypatch.setattr(jax_call.ffi, "jax_ffi", lambda: lowered)
+    loads: list[int] = []
+    plan_id = 10**9 + 7
+    monkeypatch.setitem(jax_call._PLANS, plan_id, SimpleNamespace(launcher=loads.append))
+    ctx = SimpleNamespace(module_context=SimpleNamespace(axis_context=SimpleNamespace(device_assignment=assignment)))
+    assert jax_call._ffi_rule("cuda")(ctx, plan=plan_id, out_avals=(), interpret=False, aliases=()) == "lowered"
+    assert loads == built
