@@ -117,7 +117,8 @@ def placed_array(x: Any, what: str, interpret: bool) -> Any:
 
 def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
     """``x`` in the operand's element type (a no-op when it already is); a numpy array through
-    ``cast_to_operand`` (e4m3 saturates at ±448 with a warning); a torch tensor by the same rules
+    ``cast_to_operand`` (e4m3 saturates at ±448 with a warning); a cupy array through
+    :func:`~.operand_cast.cast_input`, on its device; a torch tensor by the same rules
     (:mod:`.operand_cast`: integer types refuse values they cannot hold, where torch wraps 300 to 44;
     float64 rounds once), except that e4m3 saturates without the count (a count would synchronize
     the device): :func:`~.operand_cast.to_e4m3_saturating`."""
@@ -140,8 +141,10 @@ def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
                         help="pass torch tensors or numpy arrays (ml_dtypes) for bf16 and e4m3")
     if isinstance(x, np.ndarray):
         return cast_to_operand(x, operand_type(choice.operand), what)
-    with cupy_device(x):
-        return x.astype(host)
+    from .operand_cast import cast_input
+
+    with cupy_device(x):  # (cupy: the host's rules too, SP0804 where an integer type cannot hold a value)
+        return cast_input(x, operand_type(choice.operand), None, array_kind(x), what)
 
 
 def pad_columns(x: Any, cols: int) -> Any:

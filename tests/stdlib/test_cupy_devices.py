@@ -93,3 +93,18 @@ def test_the_gpu_sparsity_toolkit_works_where_the_cupy_weight_lives(cupy, launch
     assert names == ["prune_compress", "prune_dense", "validate", "decompress", "validate", "prune_transposable"]
     assert all(devs and set(devs) == {1} for _, devs in launches), launches
     assert fake_cupy.CURRENT == [0]
+
+
+def test_a_cupy_operand_cast_to_an_integer_type_refuses_what_it_cannot_hold(cupy) -> None:
+    """cast_operand casts a cupy b by the host's rules, as numpy and torch operands (sparse-metadata.md:
+    s8 refuses values beyond its range, SP0804); a plain ``astype`` wrapped 300 to 44 silently."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    b = fake_cupy.on(1, np.array([[1.0, 300.0, -2.5, 7.9]], np.float32))
+    with pytest.raises(SparsityError) as exc:
+        arrays.cast_operand(b, gemm_choice.KERNELS["s8"], "b")
+    assert exc.value.code == "SP0804" and "b" in str(exc.value)
+    fits = arrays.cast_operand(fake_cupy.on(1, np.array([[1.0, -128.0, -2.5, 7.9]], np.float32)),
+                               gemm_choice.KERNELS["s8"], "b")
+    assert _device(fits) == 1 and fits._a.tolist() == [[1, -128, -2, 7]]  # truncated, as the host
+    assert fake_cupy.CURRENT == [0]

@@ -106,6 +106,9 @@ class ndarray:
     def item(self) -> Any:
         return self._a.item()
 
+    def __int__(self) -> int:  # (a 0-d array, as cupy's: read back to the host)
+        return int(self._a)
+
     def get(self) -> np.ndarray:
         return self._a.copy()
 
