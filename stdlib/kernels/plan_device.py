@@ -46,13 +46,15 @@ def arrays_ordinal(*arrays: Any) -> int | None:
 
 def plans_on_arrays(fn: F) -> F:
     """Decorate a planner ``fn(values, meta, x_or_b, ...)``: it plans for the device of x or b, else
-    of values (:data:`PLAN_ORDINAL` set while it runs)."""
+    of values, else of any other array argument (``out``, ``bias``, a scale: where the launch,
+    which follows its arrays, runs when the operands are host arrays) (:data:`PLAN_ORDINAL` set while
+    it runs)."""
 
     @functools.wraps(fn)
     def planner(*args: Any, **kwargs: Any) -> Any:
         x = args[2] if len(args) > 2 else kwargs.get("x", kwargs.get("b"))
         values = args[0] if args else kwargs.get("values")
-        token = PLAN_ORDINAL.set(arrays_ordinal(x, values))
+        token = PLAN_ORDINAL.set(arrays_ordinal(x, values, *args, *kwargs.values()))
         try:
             return fn(*args, **kwargs)
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from sparsile.backend import runtime
@@ -63,3 +64,18 @@ def test_what_planning_reads_of_the_gpu(two_gpus: None, monkeypatch: pytest.Monk
     _living_on(monkeypatch, b, 1)
     plan = plan_sparse_matmul(values=weight.values, meta=weight.meta, b=b, kernel="gemm")
     assert type(plan).__name__ == "SparseMatmul"  # b by keyword: planned for its device, the H200
+
+
+def test_a_plan_whose_only_gpu_array_is_out_is_for_outs_device(two_gpus: None, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """Host operands and out on device 1: the launch (writing out in place) runs on out's device, so
+    the plan is for it too. It was for the current device (the B200's sm_100a plan), as only x / b
+    and values were looked at."""
+    weight, b = problem("f16", 256, 128, 256, seed=1)
+    out = np.empty((256, 128), np.float16)
+    _living_on(monkeypatch, out, 1)
+    plan = plan_sparse_matmul(weight.values, weight.meta, b, out=out, kernel="gemm")
+    assert type(plan).__name__ == "SparseMatmul"  # the H200's Hopper plan
+    bias = np.zeros(256, np.float32)
+    _living_on(monkeypatch, bias, 1)
+    assert type(plan_sparse_linear(weight.values, weight.meta, b, bias=bias)).__name__ == "SparseLinearPlan"
