@@ -155,6 +155,10 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+multi41)  # on a machine of two GPUs (nvidia-h100-x2 / nvidia-h200-x2): launches follow their arrays' device and restore
+     # the thread's context (torch's current device); cupy arrays on cuda:1 (skips without cupy)
+    run 300 python -m pytest -q -m gpu -n 4 --timeout 150 -rfEs tests/gpu/test_multi_gpu.py tests/gpu/test_multi_gpu_cupy.py
+    ;;
 a41)  # the forty-first session's one call (device time short): b40's test files, argmax, the launch paths that now
      # follow their arrays' device (one GPU: the common path), host staging, prepared launches; then the JAX CPU tests
     run 360 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
