@@ -161,7 +161,7 @@ multi41)  # on a machine of two GPUs (nvidia-h100-x2 / nvidia-h200-x2): launches
     ;;
 a41)  # the forty-first session's one call (device time short): b40's test files, argmax, the launch paths that now
      # follow their arrays' device (one GPU: the common path), host staging, prepared launches; then the JAX CPU tests
-    run 360 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+    run 300 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
         tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
         tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py tests/gpu/test_empty_grid_gpu.py \
         tests/gpu/test_pdl_gpu.py tests/gpu/test_special_math_gpu.py tests/gpu/test_dtype_math_gpu.py \
