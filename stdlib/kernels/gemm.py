@@ -47,6 +47,7 @@ from .arrays import (
     check_split_workspace,
     deliver_result,
     empty_array,
+    fill,
     output_array,
     pad_columns,
     plain_int,
@@ -447,14 +448,14 @@ def _planned_call(values: Any, meta: Any, b: Any, out: Any, interpret: bool, dty
         return deliver_result(plan.out, out, b), plan.out
     if isinstance(plan, SparseMatmul):
         if plan.k_padded == 0:  # an empty K: C = 0 (a zero-sized TMA box cannot be encoded)
-            plan.out[...] = 0
+            fill(plan.out, 0)
             return deliver_result(plan.out, out, b), None
         if (interpret or split_k is not None or num_sms is not None or plan.out_dtype != plan.choice.out_dtype
                 or plan.pingpong_ctas or not _run_tuned(plan, persistent)):  # the table: the default kernel, own C
             plan.run(interpret)
         return deliver_result(plan.out, out, b), plan.out
     if plan.k_launch == 0:
-        plan.out[...] = 0
+        fill(plan.out, 0)
     else:
         plan.run(interpret)
     return deliver_result(plan.result(), out, b), None

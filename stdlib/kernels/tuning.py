@@ -28,7 +28,7 @@ import numpy as np
 from ...driver.autotune import printing_requested
 from ...driver.autotune_cache import compiler_version, write_table
 from ...frontend.diagnostics import CompileError, InternalError, LaunchError
-from .arrays import deliver_result, device_ordinal, empty_array
+from .arrays import deliver_result, device_ordinal, empty_array, fill
 from .gemm import (
     BM,
     H200_SMS,
@@ -298,7 +298,7 @@ def sparse_matmul_tuned(values: Any, meta: Any, b: Any, *, table: Any = None, ou
     shipped table of the current GPU), or the planned default where the table has none."""
     plan = plan_sparse_matmul(values, meta, b, out=out, dtype=dtype, target="sm_90a", kernel="gemm")
     if plan.k_padded == 0:
-        plan.out[...] = 0
+        fill(plan.out, 0)
     elif not run_with_table(plan, table=table):
         plan.run()
     return deliver_result(plan.out, out, b)

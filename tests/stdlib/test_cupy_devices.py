@@ -108,3 +108,13 @@ def test_a_cupy_operand_cast_to_an_integer_type_refuses_what_it_cannot_hold(cupy
                                gemm_choice.KERNELS["s8"], "b")
     assert _device(fits) == 1 and fits._a.tolist() == [[1, -128, -2, 7]]  # truncated, as the host
     assert fake_cupy.CURRENT == [0]
+
+
+def test_fill_writes_a_cupy_array_on_its_own_device(cupy) -> None:
+    """An empty K's C = 0 (sparse_matmul, sparse_matmul_tuned) is written with arrays.fill: a plain
+    ``out[...] = 0`` on a cupy out of another device than cupy's current one is refused."""
+    out = fake_cupy.on(1, np.full((2, 3), 7, np.float16))
+    with pytest.raises(fake_cupy.PeerAccessError):
+        out[...] = 0
+    arrays.fill(out, 0)
+    assert not out._a.any() and fake_cupy.CURRENT == [0]
