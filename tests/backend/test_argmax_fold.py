@@ -23,6 +23,7 @@ from sparsile.backend.lower.codegen import DTile
 from sparsile.backend.lower.llvm_text import FunctionBuilder, LLValue, ModuleBuilder, llvm_type
 from sparsile.backend.lower.reduce_fold import compare_type, fold_for
 from sparsile.frontend.ir import types as T
+from sparsile.tests.support.warp_sim import host_engine
 
 TYPES = ["f32", "f16", "bf16", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"]
 
@@ -54,19 +55,7 @@ def _to_bits(fb: FunctionBuilder, v: LLValue) -> LLValue:
 
 
 def _compile_for_host(text: str) -> Any:
-    """An MCJIT engine for ``text`` with the host CPU's features (f16 conversions inline, where
-    the plain target would call a runtime helper MCJIT cannot resolve)."""
-    import llvmlite.binding as llvm
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    module = llvm.parse_assembly(text)
-    module.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
-    return engine
+    return host_engine(text, opt=2)
 
 
 @functools.cache

@@ -250,7 +250,10 @@ def host_module(llvm_text: str, smem_bytes: int) -> str:
     return text
 
 
-def _engine(text: str) -> Any:
+def host_engine(text: str, opt: int = 0) -> Any:
+    """An MCJIT engine for the LLVM IR ``text`` with the host CPU's features (f16 conversions
+    inline, where the plain target would call a runtime helper MCJIT cannot resolve) and the
+    simulator's intrinsics resolvable."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
@@ -260,7 +263,7 @@ def _engine(text: str) -> Any:
     module = llvm.parse_assembly(text)
     module.verify()
     machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=0)
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=opt)
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
     return engine
@@ -314,7 +317,7 @@ def run_cta(llvm_text: str, smem_bytes: int, num_warps: int, args: Sequence[np.n
     n_params = len(params)
     assert n_params == len(args), (params, len(args))
     assert all(p.startswith("ptr") for p in params), params
-    engine = _engine(host)
+    engine = host_engine(host)
     smem_addr = engine.get_global_value_address("sparsile_smem")
     assert smem_addr, "no shared memory buffer"
     smem = (ctypes.c_uint8 * (smem_bytes + GUARD)).from_address(smem_addr)
