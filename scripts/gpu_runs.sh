@@ -159,6 +159,11 @@ multi41)  # on a machine of two GPUs (nvidia-h100-x2 / nvidia-h200-x2): launches
      # the thread's context (torch's current device); cupy arrays on cuda:1 (skips without cupy)
     run 300 python -m pytest -q -m gpu -n 4 --timeout 150 -rfEs tests/gpu/test_multi_gpu.py tests/gpu/test_multi_gpu_cupy.py
     ;;
+a41c)  # a41b cut to 110 s: argmax against the interpreter, the torch native records / graph replays under the context
+      # restore, the one-GPU common path
+    run 110 python -m pytest -q -m gpu -n 16 --timeout 80 -rfE tests/gpu/test_argmax_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_multi_gpu.py
+    ;;
 a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under context restore (native records, graph
       # replays, prepared launches, the one-GPU common path) and argmax against the interpreter
     run 200 python -m pytest -q -m gpu -n 16 --timeout 100 -rfE tests/gpu/test_torch_native_gpu.py \
