@@ -8,8 +8,9 @@ an integer's sign, bit length and divisibility, only its divisibility when the p
 annotated with an integer type, whose range the launcher checks; a constexpr's type and value), the number of
 positional arguments, the keyword names, the device and the kernel's options. The device is the one
 the arrays live on (driver/array_devices.py): on a host of several GPUs the key also holds the
-device of the first CUDA tensor (``get_device()``; a DeviceBuffer's fingerprint holds its own), on a
-host of one GPU the key is computed as before, with the current device only. A call whose other
+device of the first array on a GPU (a CUDA tensor's ``get_device()``, another array's
+``array_device``: a non-torch array with ``data_ptr`` among them; a DeviceBuffer's fingerprint holds
+its own), on a host of one GPU the key is computed as before, with the current device only. A call whose other
 arrays are on another GPU fails the launcher's device check and takes the full path, which refuses
 it (SP0707, naming both devices). So after one full
 call, :func:`remember` files a :class:`FastEntry` under that key; later calls with the same key
@@ -34,7 +35,7 @@ from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import fingerprint
 from ..frontend.sema.values import Const
-from .array_devices import several_gpus
+from .array_devices import array_device, several_gpus
 from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
 
 MAX_ENTRIES = 256
@@ -92,17 +93,25 @@ class FastLaunches:
         return tuple(prints)
 
     def _key_with_device(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-        """:meth:`key` on a host of several GPUs: with the device of the first CUDA tensor, the
-        device the launch runs on (driver/array_devices.py)."""
+        """:meth:`key` on a host of several GPUs: with the device of the first run-time argument
+        on a GPU, the device the launch runs on (driver/array_devices.py): a CUDA tensor's
+        ``get_device()``, another array's :func:`~.array_devices.array_device` (a non-torch array
+        with ``data_ptr``: its fingerprint holds no device)."""
         key = FastLaunches.key(self, args, kwargs)
         if key is None:
             return None
         tensors = self.tensor_types
         for value, constexpr in zip(args, self.flags):
-            if type(value) in tensors and not constexpr:
+            if constexpr:
+                continue
+            if type(value) in tensors:
                 device = value.get_device()
                 if device >= 0:
                     return (*key, device)
+                continue
+            device = array_device(value)
+            if device is not None:
+                return (*key, device)
         return key
 
 

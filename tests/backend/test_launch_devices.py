@@ -225,3 +225,59 @@ def test_array_devices() -> None:
     with pytest.raises(LaunchError) as exc:
         launch_device({"x": Dl(2, 1), "w": Dl(2, 0)})
     assert exc.value.code == "SP0707" and "`w` is on cuda:0 but argument `x` is on cuda:1" in str(exc.value)
+
+
+class DataPtrArray:
+    """A CUDA array of another library that is no torch tensor but has ``data_ptr()`` (as paddle's
+    tensors do), read through ``__cuda_array_interface__``: its device is its pointer's, asked from
+    the driver (``runtime.pointer_device``, faked by :func:`owners`)."""
+
+    def __init__(self, ptr: int, n: int):
+        self._ptr, self.dtype, self.ndim, self.shape = ptr, np.dtype(np.float32), 1, (n,)
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": "<f4", "data": (self._ptr, False), "version": 3, "strides": None}
+
+
+def owners(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Fake ``pointer_device``: cuda:1 owns the addresses from 0x7F01_0000_0000 on (see
+    :func:`on_data_ptr`), cuda:0 those below; returns the list of pointers asked about."""
+    asked: list[int] = []
+
+    def pointer_device(ptr: int) -> int:
+        asked.append(ptr)
+        return 1 if ptr >= 0x7F01_0000_0000 else 0
+
+    monkeypatch.setattr(runtime, "pointer_device", pointer_device)
+    monkeypatch.setattr(launcher_module, "pointer_device", pointer_device)
+    return asked
+
+
+def on_data_ptr(device: int) -> tuple[DataPtrArray, ...]:
+    return tuple(DataPtrArray(0x7F00_0000_0000 + device * 0x1_0000_0000 + i * 0x10000, 1024) for i in range(3))
+
+
+def test_data_ptr_arrays_on_two_gpus_each_keep_their_fast_entry(gpus: TwoGpus, monkeypatch) -> None:
+    """Alternating calls with non-torch ``data_ptr`` arrays on cuda:0 and cuda:1: each call runs on
+    its arrays' device (the prepared launch and the launcher check every array's device, so an
+    entry of the other device is never launched with them) and, the key holding the device, stays
+    on the fast path (without the device in the key both devices shared one entry: every call
+    missed it, took the full path and replaced it)."""
+    owners(monkeypatch)
+    k = vadd()
+    k[(4,)](*on_data_ptr(0), 1024, BLOCK=256)
+    k[(4,)](*on_data_ptr(1), 1024, BLOCK=256)
+    assert gpus.loads == [0, 1] and [f for f, _ in gpus.launches] == [0x500, 0x501]
+    binds: list[object] = []
+    real_bind = k.bind
+    monkeypatch.setattr(k, "bind", lambda *a: binds.append(a) or real_bind(*a))
+    for device in (0, 1, 0, 1):
+        k[(4,)](*on_data_ptr(device), 1024, BLOCK=256)
+        assert gpus.launches[-1] == (0x500 + device, 0)  # that device's kernel, on the legacy stream
+    assert not binds and gpus.loads == [0, 1]
+    fast = k.__dict__["_fast_launches"]
+    assert fast.key((*on_data_ptr(0), 1024), {"BLOCK": 256}) != fast.key((*on_data_ptr(1), 1024), {"BLOCK": 256})
