@@ -123,7 +123,7 @@ class GpuLaunch:
         meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
         grid = self.grid(meta) if callable(self.grid) else self.grid
         if launcher.spec_has_tensormaps and any(isinstance(v, np.ndarray) for v in bound.values()):
-            staged = _stage_tma_host_arrays(launcher, bound)
+            staged = _stage_tma_host_arrays(launcher, bound, _is_empty(grid))
         else:
             staged = []
             fast_launch.remember(self.kernel, args, kwargs, launcher, bound, bindings, grid)
@@ -300,15 +300,26 @@ def _host_memory(value: Any) -> Any:
     return info.host if info is not None and info.device == HOST else None
 
 
-def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[Any, Any]]:
+def _is_empty(grid: Any) -> bool:
+    """Whether a resolved grid has a 0 dimension (an int or a sequence of them; the launcher checks
+    the grid itself: SP0710)."""
+    dims = (grid,) if type(grid) is int else grid
+    return isinstance(dims, tuple | list) and any(type(d) is int and d == 0 for d in dims)
+
+
+def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = False) -> list[tuple[Any, Any]]:
     """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
     and its tensor maps: copy it once here (and back afterwards if the kernel writes it). Another
     argument of the same host memory (a numpy array, a CPU torch tensor) gets the same copy; one
-    that overlaps it only in part, with a write, is LaunchError SP0750 (``arguments.shared_host_copy``)."""
+    that overlaps it only in part, with a write, is LaunchError SP0750 (``arguments.shared_host_copy``).
+    ``empty``: the grid has a 0 dimension, nothing runs: the same checks, but each copy is an
+    :class:`~sparsile.backend.runtime.staging.Unstaged` stand-in (nothing allocated or copied, and
+    nothing to copy back)."""
     import numpy as np
 
     from ..backend.runtime import DeviceBuffer
     from ..backend.runtime.arguments import shared_host_copy
+    from ..backend.runtime.staging import Unstaged
 
     names = sorted({p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"})
     hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
@@ -326,8 +337,11 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any]) -> list[tuple[A
             bound[name] = devices[same]
         elif name in hosts:
             staged.append((name, v, writes))
-            devices.append(DeviceBuffer.from_numpy(np.ascontiguousarray(v), device=launcher.device.ordinal))
+            devices.append(Unstaged(v) if empty else
+                           DeviceBuffer.from_numpy(np.ascontiguousarray(v), device=launcher.device.ordinal))
             bound[name] = devices[-1]
+    if empty:
+        return []
     return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
 
 

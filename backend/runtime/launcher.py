@@ -10,7 +10,9 @@ microseconds per call), else through cuda.bindings. Host arrays are copied in an
 launch (``staging.py``), which then synchronizes; device arrays are used in place and the launch
 stays asynchronous. A grid with a 0 dimension converts and checks every argument as any launch
 does, then launches nothing (CUDA refuses a 0 grid dimension; docs/language.md, "Specialization and
-launching"). ``driver/prepared.py`` builds on it the prepared launches of ``kernel[grid].prepare``.
+launching"): its host arrays are checked as staged ones are, but not copied (no allocation, copy or
+synchronize), and the tensor maps of host arrays are validated, not encoded. ``driver/prepared.py``
+builds on it the prepared launches of ``kernel[grid].prepare``.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from .params import (
     layout_slots,
 )
 from .scalars import describe_value, encode_scalar, scalar_writer
-from .staging import Call, finish_host_copies, stage_host_array
+from .staging import Call, check_host_array, finish_host_copies, is_unstaged, stage_host_array
 from .tensormap import (
     TENSOR_MAP_BYTES,
     TENSOR_MAP_CACHE_SIZE,
@@ -243,6 +245,8 @@ class Launcher:
 
     def _device_pointer(self, name: str, info: ArrayInfo, writes: bool, call: Call) -> int:
         if info.device == HOST:
+            if call.hosts is not None:  # an empty grid: checked, not staged
+                return check_host_array(name, info, writes, call)
             return stage_host_array(name, info, writes, call, self.device.ordinal)
         if info.stream is not None and not same_stream(info.stream, call.stream):
             call.waits = [*(call.waits or ()), info.stream]
@@ -317,13 +321,16 @@ class Launcher:
             ptr = self._device_pointer(p.name, info, not p.readonly, call)
             if ptr != info.ptr:
                 info = info._replace(ptr=ptr, device=ordinal)
+            if info_slot is not None:
+                call.infos[info_slot] = info
+            if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map
+                p.spec_for(info).validate()  # (would be: a fresh allocation is aligned for any map)
+                return
             key = (info.ptr, info.shape, info.strides, encodes)
             data = cache.get(key)
             if data is None:
                 data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
             view[offset:end] = data
-            if info_slot is not None:
-                call.infos[info_slot] = info
 
         return convert
 
@@ -350,6 +357,9 @@ class Launcher:
 
         def write(call: Call) -> None:
             info = call.infos[info_slot]
+            if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map
+                p.spec_for(info).validate()
+                return
             key = (info.ptr, info.shape, info.strides)
             data = cache.get(key)
             if data is None:
@@ -399,12 +409,15 @@ class Launcher:
                 dims = self._last_dims
             else:
                 dims = self._grid(grid, values)
+            empty = not (dims[0] and dims[1] and dims[2])
+            if empty:  # host arrays checked as for a launch that runs, not staged (staging.check_host_array)
+                call.hosts = []
             for convert, value in zip(self._converters, values):
                 convert(value, call)
             for write in self._derived:
                 write(call)
-            if not (dims[0] and dims[1] and dims[2]):  # an empty grid: every argument checked, nothing to run
-                return  # (CUDA refuses a 0 grid dimension; staged host arrays are freed, not copied back)
+            if empty:  # every argument checked, nothing to run (CUDA refuses a 0 grid dimension)
+                return
             if call.staged or getattr(devices.tls, "context", None) is not self._context_key:
                 restore = self._module.activate(force=True)
             if call.waits:
@@ -423,7 +436,7 @@ class Launcher:
                 if call.staged:
                     finish_host_copies(call, launched)
             finally:
-                call.staged = call.waits = call.keep = None
+                call.staged = call.waits = call.keep = call.hosts = None
                 self._release()
                 if restore is not None:  # (another GPU's launch: the thread's own context again, as torch's guard)
                     devices.leave(restore)

@@ -2,7 +2,11 @@
 before the launch and, when the kernel writes it, back after it; the launch then synchronizes.
 :func:`shared_host_copy` decides which host arguments share one copy (the same memory passed
 twice) and refuses a partial overlap with a write (SP0750). :class:`Call` is a launcher's
-per-launch scratch that records the copies."""
+per-launch scratch that records the copies.
+
+A launch of an empty grid (a 0 dimension) runs nothing: its host arrays get every check of a staged
+one (:func:`check_host_array`: the same SP0750) but no buffer, copy or synchronize, and host
+outputs are left as they were (docs/language.md, "Specialization and launching")."""
 
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ import numpy as np
 from cuda.bindings import driver
 
 from ...frontend.diagnostics import LaunchError
-from .arrays import ArrayInfo, byte_range
+from . import dlpack
+from .arrays import ANY_DEVICE, ArrayInfo, byte_range, register_array_type
 from .codes import ARG_OVERLAP
 from .devices import check
+from .dtypes import dtype_from_numpy
 from .memory import DeviceBuffer
 
 
@@ -24,11 +30,14 @@ class Call:
     producer streams to wait on, objects to keep alive until the launch is queued, and array
     infos for derived parameters."""
 
-    __slots__ = ("infos", "keep", "staged", "stream", "waits")
+    __slots__ = ("hosts", "infos", "keep", "staged", "stream", "waits")
 
     def __init__(self, stream: int, n_infos: int):
         self.stream = stream
         self.staged: list[tuple[DeviceBuffer, np.ndarray, bool, str]] | None = None  # (copy, host, written, name)
+        self.hosts: list[tuple[str, np.ndarray, bool]] | None = None
+        """A launch of an empty grid: ``[]``, then the host arrays checked (not staged), (name,
+        host, written) each; None for a launch that runs."""
         self.waits: list[int] | None = None
         self.keep: list[Any] | None = None
         self.infos: list[ArrayInfo | None] | None = [None] * n_infos if n_infos else None
@@ -52,6 +61,49 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
         check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data, host.nbytes,
                                                              call.stream))
     return buf.ptr
+
+
+def check_host_array(name: str, info: ArrayInfo, writes: bool, call: Call) -> int:
+    """:func:`stage_host_array` for a launch of an empty grid (``call.hosts`` is a list): the same
+    checks (SP0750), no buffer and no copy; returns the host address (never launched)."""
+    hosts = call.hosts
+    assert hosts is not None
+    same = shared_host_copy(hosts, name, info.host, writes)
+    if same is None:
+        hosts.append((name, info.host, writes))
+    elif writes:
+        first, host, _ = hosts[same]
+        hosts[same] = (first, host, True)
+    return info.ptr
+
+
+class Unstaged:
+    """The device copy of a host array that a launch of an empty grid does not make: what
+    ``kernel[grid](...)`` passes the launcher in place of a host array read through TMA, which it
+    copies to the device as a whole (driver/launch.py). Described as that copy would be (dense,
+    writable, of the host array's dtype and shape, on the launcher's device) at address 0: its
+    tensor maps are validated, never encoded (:func:`is_unstaged`)."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+
+def _describe_unstaged(value: Unstaged, stream: int) -> ArrayInfo:
+    host = value.host
+    dtype = dtype_from_numpy(host.dtype)
+    return ArrayInfo(0, dtype, dtype or "untyped", host.shape, dlpack.compact_strides(host.shape), True, ANY_DEVICE,
+                     "cuda", False, "DeviceBuffer", None, host)
+
+
+def is_unstaged(info: ArrayInfo) -> bool:
+    """Whether ``info`` describes a host array a launch of an empty grid did not stage: host memory
+    itself or an :class:`Unstaged` copy (whose info keeps its host array with a device)."""
+    return info.host is not None
+
+
+register_array_type(Unstaged, _describe_unstaged)
 
 
 def finish_host_copies(call: Call, launched: bool) -> None:

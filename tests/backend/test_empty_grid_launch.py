@@ -51,17 +51,95 @@ def test_launcher_callable_grid_of_an_empty_batch(monkeypatch):
     assert gpu.launches == []
 
 
-def test_launcher_empty_grid_leaves_host_outputs_alone_and_frees_the_copies(monkeypatch):
+class Staging:
+    """What an emulated GPU saw of host-array staging: allocations, copies each way, syncs, frees."""
+
+    def __init__(self, gpu: EmulatedGpu, monkeypatch):
+        self.gpu, self.htod, self.dtoh = gpu, [], []
+        monkeypatch.setattr(driver, "cuMemcpyHtoDAsync", lambda *a: self.htod.append(a) or gpu.htod(*a))
+        monkeypatch.setattr(driver, "cuMemcpyDtoHAsync", lambda *a: self.dtoh.append(a) or gpu.dtoh(*a))
+
+    def counts(self) -> tuple[int, int, int, int, int]:
+        """(allocations, host-to-device copies, device-to-host copies, syncs, frees)."""
+        return len(self.gpu.memory), len(self.htod), len(self.dtoh), self.gpu.syncs, len(self.gpu.freed)
+
+
+def test_launcher_empty_grid_stages_no_host_array(monkeypatch):
     gpu = EmulatedGpu(monkeypatch)
     gpu.kernel = vadd_kernel(gpu)
+    staging = Staging(gpu, monkeypatch)
     launcher = make_launcher(gpu, VADD, [8, 8, 8, 4])
     x, y = np.ones(64, np.float32), np.full(64, 2, np.float32)
     out = np.full(64, np.nan, np.float32)
-    launcher((0,), (x, y, out, 64))
+    for grid in EMPTY:
+        launcher(grid, (x, y, out, 64))
+        launcher(grid, (x, y, x, 64))  # (the same host array twice: one copy, had it been staged)
     assert gpu.launches == [] and np.isnan(out).all()
-    assert len(gpu.freed) == 3 and gpu.syncs == 1  # staged, never copied back, freed
-    launcher((1,), (x, y, out, 64))
+    assert staging.counts() == (0, 0, 0, 0, 0)  # nothing allocated, copied, synchronized or freed
+    launcher((1,), (x, y, out, 64))  # a launch that runs stages as before
     np.testing.assert_array_equal(out, x + y)
+    assert staging.counts() == (3, 3, 1, 1, 3)
+
+
+def _bad_host_arguments():
+    shared = np.zeros(128, np.float32)
+    strided = np.zeros(128, np.float32)[::2]
+    return [
+        ((shared[:64], np.zeros(64, np.float32), shared[32:96], 64), A.ARG_OVERLAP),  # written in part
+        ((strided, np.zeros(64, np.float32), np.zeros(64, np.float32), 64), A.ARG_CONTIGUOUS),
+        ((np.zeros(64, np.float16), np.zeros(64, np.float32), np.zeros(64, np.float32), 64), A.ARG_DTYPE),
+    ]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_launcher_empty_grid_checks_host_arrays_as_a_launch_that_runs(monkeypatch, case):
+    gpu = EmulatedGpu(monkeypatch)
+    staging = Staging(gpu, monkeypatch)
+    launcher = make_launcher(gpu, VADD, [8, 8, 8, 4])
+    args, code = _bad_host_arguments()[case]
+    with pytest.raises(LaunchError) as empty:
+        launcher((0,), args)
+    assert empty.value.code == code and staging.counts() == (0, 0, 0, 0, 0)
+    with pytest.raises(LaunchError) as runs:
+        launcher((1,), args)
+    assert (str(empty.value), empty.value.help) == (str(runs.value), runs.value.help)
+
+
+def _tma_spec():
+    from sparsile.backend.runtime.tensormap import Swizzle, TensorMapParam
+
+    return A.ParamSpec((A.PointerParam("a", "f16", aligned16=True, readonly=True),
+                        A.DerivedParam("a.tensor_dim0", "a", "shape", 0),
+                        TensorMapParam("a.tmap0", "f16", (64, 64), swizzle=Swizzle.B128, readonly=True),
+                        A.ScalarParam("k", "i32")), kernel_name="tma")
+
+
+def test_launcher_empty_grid_encodes_no_tensor_map_of_a_host_array(monkeypatch):
+    from sparsile.backend.runtime import launcher as launcher_module
+    from sparsile.backend.runtime.tensormap import TensorMap
+
+    gpu = EmulatedGpu(monkeypatch)
+    staging = Staging(gpu, monkeypatch)
+    encoded = []
+    monkeypatch.setattr(launcher_module, "make_tensor_map",
+                        lambda spec, ptr, device=None: spec.validate(ptr) or encoded.append(ptr)
+                        or TensorMap(spec, ptr, b"\1" * 128))  # (validated as the real one validates)
+    launcher = make_launcher(gpu, _tma_spec(), [8, 4, 128, 4])
+    a = np.zeros((256, 512), np.float16)
+    launcher((0,), (a, a, 3))
+    assert encoded == [] and staging.counts() == (0, 0, 0, 0, 0) and gpu.launches == []
+    narrow = np.zeros((256, 4), np.float16)  # rows of 8 bytes: no tensor map takes them
+    messages = []
+    for grid in ((0,), (1,)):  # the same diagnostic, empty grid or not
+        with pytest.raises(LaunchError) as exc:
+            launcher(grid, (narrow, narrow, 3))
+        assert exc.value.code == A.TENSOR_MAP
+        messages.append(str(exc.value))
+    assert messages[0] == messages[1] and encoded == []
+    before = staging.counts()
+    launcher((1,), (a, a, 3))  # one copy for the pointer and the map
+    after = staging.counts()
+    assert len(encoded) == 1 and (after[0] - before[0], after[1] - before[1]) == (1, 1) and len(gpu.launches) == 1
 
 
 @pytest.mark.parametrize(("args", "kwargs", "code"), [
@@ -230,3 +308,76 @@ def test_a_record_with_a_zero_grid_dimension_is_not_launched_natively(monkeypatc
     assert _replay(launcher, words, a.data_ptr()) == -1
     assert fake.launches == [] and launcher.counts() == {"launched": 0, "declined": 1, "launch_failures": 0}
     assert _replay(launcher, record.words, a.data_ptr()) == 0 and len(fake.launches) == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# host arrays of kernel[grid](...) and its fast path: nothing staged for an empty grid
+
+
+def test_kernel_launch_of_an_empty_grid_stages_no_host_array(gpu, monkeypatch):
+    emulated = EmulatedGpu(monkeypatch)
+    emulated.kernel = vadd_kernel(emulated)
+    gpu.built.clear()
+    staging = Staging(emulated, monkeypatch)
+    k = vadd()
+    x, y = np.ones(1024, np.float32), np.full(1024, 2, np.float32)
+    out = np.full(1024, np.nan, np.float32)
+    k[(0,)](x, y, out, 0, BLOCK=256)  # the full path
+    assert len(k._fast_launches.entries) == 1
+    k[(0,)](x, y, out, 0, BLOCK=256)  # the fast path (its entry holds the launcher: host arrays)
+    k[lambda meta: (sp.cdiv(0, meta["BLOCK"]),)](x, y, out, 0, BLOCK=256)
+    assert gpu.launches == [] and np.isnan(out).all() and staging.counts() == (0, 0, 0, 0, 0)
+    with pytest.raises(LaunchError) as exc:  # its checks: as before
+        k[(0,)](x, y, np.zeros(1024, np.float16), 0, BLOCK=256)
+    assert exc.value.code == A.ARG_DTYPE and staging.counts() == (0, 0, 0, 0, 0)
+    with pytest.raises(LaunchError) as exc:  # a prepared launch refuses host arrays, empty grid or not
+        k[(0,)].prepare(x, y, out, 1024, BLOCK=256)
+    assert exc.value.code == "SP0733" and staging.counts() == (0, 0, 0, 0, 0)
+    k[(4,)](x, y, out, 1024, BLOCK=256)  # a launch that runs: staged, launched, copied back
+    assert staging.counts() == (3, 3, 1, 1, 3) and len(gpu.launches) == 1
+
+
+def test_tma_host_arrays_of_an_empty_grid_are_not_staged(monkeypatch):
+    """``kernel[grid](...)`` copies a host array read through TMA to the device itself
+    (driver/launch.py); for an empty grid it checks the same (SP0750) and passes an ``Unstaged``
+    stand-in, which the launcher checks as that copy, without encoding its tensor map."""
+    from types import SimpleNamespace
+
+    from sparsile.backend import runtime
+    from sparsile.backend.runtime import launcher as launcher_module
+    from sparsile.backend.runtime.staging import Unstaged
+    from sparsile.backend.runtime.tensormap import TensorMap
+    from sparsile.driver import launch
+
+    made = []
+
+    class Buffer:
+        @classmethod
+        def from_numpy(cls, array, device=None, stream=None):
+            made.append(device)
+            return cls()
+
+    monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
+    spec = SimpleNamespace(params=[SimpleNamespace(kind="tensormap", name="a.tmap0")])
+    fake = SimpleNamespace(spec=spec, written={"a", "c"}, device=SimpleNamespace(ordinal=0))
+    a = np.zeros((256, 512), np.float16)[:, ::2]  # strided: its device copy is dense
+    bound = {"a": a, "b": a, "k": 3}
+    assert launch._stage_tma_host_arrays(fake, bound, empty=True) == []
+    assert made == [] and type(bound["a"]) is Unstaged and bound["b"] is bound["a"] and bound["a"].host is a
+    shared = np.zeros((128, 64), np.float16)
+    for empty in (True, False):  # a partial overlap with a write: the same SP0750
+        with pytest.raises(LaunchError) as exc:
+            launch._stage_tma_host_arrays(fake, {"a": shared[:64], "c": shared[32:]}, empty=empty)
+        assert exc.value.code == A.ARG_OVERLAP
+    assert made == [0]
+    gpu = EmulatedGpu(monkeypatch)
+    staging = Staging(gpu, monkeypatch)
+    encoded = []
+    monkeypatch.setattr(launcher_module, "make_tensor_map",
+                        lambda spec, ptr, device=None: encoded.append(ptr) or TensorMap(spec, ptr, b"\1" * 128))
+    launcher = make_launcher(gpu, _tma_spec(), [8, 4, 128, 4])
+    launcher((0,), (bound["a"], bound["a"], 3))  # (a host array itself would be refused: not contiguous)
+    assert encoded == [] and gpu.launches == [] and staging.counts() == (0, 0, 0, 0, 0)
+    with pytest.raises(LaunchError) as exc:  # checked as its copy: a dtype the parameter does not take
+        launcher((0,), (Unstaged(np.zeros((64, 64), np.float32)),) * 2 + (3,))
+    assert exc.value.code == A.ARG_DTYPE and "DeviceBuffer" in str(exc.value)
