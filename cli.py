@@ -8,6 +8,7 @@
     sparsile demo [--dtype f16|bf16|e4m3] [--size M N K] [--cpu]     (sparsile demo -h)
     sparsile layout "CONSTRUCTOR(args...)" | --list
     sparsile tune SHAPES... [--dtype bf16 --dtype f16] [-o TABLE.json] [--warmup N] [--rep N] [--linear]
+                  [--device N]
     sparsile --version                   (``python -m sparsile ...`` works the same)
 
 ``compile`` writes text artefacts to stdout unless ``-o`` is given; a cubin (binary) goes to
@@ -118,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--linear", action="store_true",
                    help="tune the torch layer's kernel (sparse_linear, T > 64) instead of sparse_matmul; its "
                         "entries (linear-<dtype>) go to the same table")
+    t.add_argument("--device", type=functools.partial(_count, least=0), default=None,
+                   help="the GPU to tune on and name the table after (default: sparsile's current one, cuda:0)")
     t.add_argument("--inflight", action="store_true",
                    help="also time every operand type's configs with one MMA group in flight (INFLIGHT=1; "
                         "by default only e4m3's, docs/autotune.md)")

@@ -76,15 +76,21 @@ def tune_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               "(docs/autotune.md)",
               file=err)
         return EXIT_UNAVAILABLE
+    device = getattr(args, "device", None)  # --device N, else sparsile's current device (stdlib/kernels/tune_device.py)
+    if device is not None:
+        from .stdlib.kernels.tune_device import tuning_ordinal
+
+        tuning_ordinal(device)  # SP0716 for a GPU that is not there, before the first shape is timed
     if args.linear:
         from .stdlib.kernels.linear_tuning import tune_sparse_linear
 
         table = tune_sparse_linear(shapes, dtypes=args.dtype or ("bf16",), warmup=args.warmup, rep=args.rep,
-                                   out=args.output, stderr=err, progress=True)
+                                   out=args.output, stderr=err, progress=True, device=device)
     else:
         space = functools.partial(config_space, inflight=True) if args.inflight else config_space
         table = tune_sparse_matmul(shapes, dtypes=args.dtype or ("bf16", "f16"), warmup=args.warmup,
-                                   rep=args.rep, out=args.output, stderr=err, progress=True, space=space)
+                                   rep=args.rep, out=args.output, stderr=err, progress=True, space=space,
+                                   device=device)
     for name, entry in table["entries"].items():
         print(f"{name}: {entry['config']} {entry['us']} us (default {entry['default_us']} us)", file=out)
     return EXIT_OK

@@ -151,13 +151,19 @@ TORCH_TYPES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn"}
 
 
 def operand_device() -> str | None:
-    """"cuda" when torch and a CUDA device are there (operands, references and comparisons on the
-    GPU), else None (numpy on the host)."""
+    """``cuda:N`` when torch and a CUDA device are there (operands, references and comparisons on
+    the GPU), else None (numpy on the host). N is sparsile's current device (``use_device``), whose
+    SM count and tuned table the sweep reads (:func:`_sms`), whatever torch's current device
+    (stdlib/kernels/tune_device.py)."""
     try:
         import torch
     except ImportError:
         return None
-    return "cuda" if torch.cuda.is_available() else None
+    if not torch.cuda.is_available():
+        return None
+    from sparsile.backend import runtime
+
+    return f"cuda:{runtime.devices.default_ordinal}"
 
 
 def padded_k(dtype: str, k: int) -> int:

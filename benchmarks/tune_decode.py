@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="time the plain launches (default: replays of a CUDA graph of ten calls)")
     ap.add_argument("-o", "--out", help="write (merge into) this JSON table")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per problem while tuning")
+    ap.add_argument("--device", type=int, default=None,
+                    help="the GPU to tune on (default: sparsile's current one, cuda:0 unless use_device chose another)")
     args = ap.parse_args(argv)
     from sparsile.backend import runtime
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 3
         table = tune_sparse_decode(args.shapes, args.tokens, dtypes=args.dtype, warmup=args.warmup, rep=args.rep,
-                                   max_seconds=args.max_seconds, out=args.out,
+                                   max_seconds=args.max_seconds, out=args.out, device=args.device,
                                    **({"benchmarker": None} if args.no_graph else {}),
                                    say=(lambda text: print(text, file=sys.stderr, flush=True)) if args.verbose
                                    else (lambda text: None))

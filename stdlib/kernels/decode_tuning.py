@@ -12,6 +12,7 @@ dtype, N_out, K and token tile (docs/autotune.md, "The decode table").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -379,23 +380,26 @@ Problem = Callable[[str, int, int, int], SparseDecodePlan]
 """``problem(dtype, n_out, k, t)``: the heuristic plan of a random problem (what is tuned)."""
 
 
-def gpu_problem() -> Problem:
-    """Random problems on the current GPU: each weight pruned and compressed there once
-    (``compress_gpu``), a new x per token count; planned without a table."""
+def gpu_problem(ordinal: int | None = None) -> Problem:
+    """Random problems on GPU ``ordinal`` (default sparsile's current device): each weight pruned
+    and compressed there once (``compress_gpu``), a new x per token count; planned without a table
+    (for that GPU: the arrays' device)."""
     import torch
 
     from .decode import plan_sparse_decode
     from .gemm_choice import KERNELS
     from .sparsity_gpu import compress_gpu
+    from .tune_device import tuning_ordinal
 
+    cuda = f"cuda:{tuning_ordinal(ordinal)}"
     weights: dict[tuple[str, int, int], tuple[Any, Any]] = {}
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=cuda).manual_seed(0)
 
     def problem(dtype: str, n_out: int, k: int, t: int) -> SparseDecodePlan:
         if (dtype, n_out, k) not in weights:
-            values, meta = compress_gpu(torch.randn(n_out, k, device="cuda", generator=gen), dtype, "sm90")
+            values, meta = compress_gpu(torch.randn(n_out, k, device=cuda, generator=gen), dtype, "sm90")
             weights[dtype, n_out, k] = (values, meta.data)
-        x = torch.randn(t, k, device="cuda", generator=gen).to(getattr(torch, KERNELS[dtype].torch_dtype))
+        x = torch.randn(t, k, device=cuda, generator=gen).to(getattr(torch, KERNELS[dtype].torch_dtype))
         return plan_sparse_decode(*weights[dtype, n_out, k], x, table=False)
     return problem
 
@@ -405,7 +409,7 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
                        max_seconds: float | None = None, out: str | os.PathLike[str] | None = None,
                        benchmarker: Callable[..., float] | None = graph_bench,
                        say: Callable[[str], None] = lambda text: None, problem: Problem | None = None,
-                       device: tuple[str, int] | None = None) -> dict[str, Any]:
+                       device: int | tuple[str, int] | None = None) -> dict[str, Any]:
     """Tune each (token tile, dtype, shape) with :func:`tune_decode_plan` (T the largest of
     ``tokens`` in the tile; tiles in the order of ``tokens``); return the table ``{"format", "gpu",
     "sms", "compiler", "seconds", "left_out", "entries"}`` and write it to ``out`` if given
@@ -413,18 +417,27 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     again under the file's lock at each write: sweeps writing one file at once keep each other's).
     ``max_seconds``: no new problem is started after that long (``left_out`` names them).
     ``benchmarker``: :func:`~.graph_timing.graph_bench` (default), or None for ``do_bench`` of the
-    plain launches. ``problem`` / ``device`` (name, SMs): default :func:`gpu_problem` on the current
-    GPU (the CPU tests pass interpreter plans and a fake timer)."""
+    plain launches. ``device``: the GPU's ordinal (default sparsile's current device, whatever
+    torch's): the problems are made, timed and keyed there (:mod:`.tune_device`); or, with
+    ``problem``, the (name, SMs) the entries are keyed by (the CPU tests pass interpreter plans and
+    a fake timer)."""
     from ...backend.runtime.bench import do_bench
     from ...driver.autotune_cache import compiler_version, write_table
 
     parsed, tiles, dts = check_sweep_inputs(shapes, tokens, dtypes)
     start = time.perf_counter()
-    if device is None:
+    on_gpu: Any = contextlib.nullcontext()
+    timer: Callable[..., float] = do_bench
+    if not isinstance(device, tuple):
         from ...backend import runtime
+        from .tune_device import torch_on, tuning_ordinal
 
-        dev = runtime.current_device()
+        ordinal = tuning_ordinal(device)
+        dev = runtime.current_device(ordinal)
         device = (dev.name, dev.sm_count)
+        timer = functools.partial(do_bench, device=ordinal)
+        if problem is None:
+            problem, on_gpu = gpu_problem(ordinal), torch_on(ordinal)
     make = problem or gpu_problem()
     entries: dict[str, Any] = {}
     left: list[str] = []
@@ -438,17 +451,18 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     def result() -> dict[str, Any]:
         return {"format": TABLE_FORMAT, "gpu": device[0], "sms": device[1], "compiler": compiler_version(),
                 "seconds": round(time.perf_counter() - start, 1), "left_out": left, "entries": entries}
-    for bn, t in tiles.items():
-        for dtype in dts:
-            for n_out, k in parsed:
-                key = table_key(*device, dtype, n_out, k, bn)
-                if max_seconds is not None and time.perf_counter() - start > max_seconds:
-                    left.append(key)
-                    continue
-                entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], benchmarker or do_bench,
-                                                warmup=warmup, rep=rep, say=say)
-                if out is not None:  # after each problem: a sweep cut short keeps what it found
-                    write(result())
+    with on_gpu:
+        for bn, t in tiles.items():
+            for dtype in dts:
+                for n_out, k in parsed:
+                    key = table_key(*device, dtype, n_out, k, bn)
+                    if max_seconds is not None and time.perf_counter() - start > max_seconds:
+                        left.append(key)
+                        continue
+                    entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], benchmarker or timer,
+                                                    warmup=warmup, rep=rep, say=say)
+                    if out is not None:  # after each problem: a sweep cut short keeps what it found
+                        write(result())
     table = result()
     if out is not None:
         write(table)

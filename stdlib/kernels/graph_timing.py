@@ -24,13 +24,16 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
     the graph-mode decode step runs them, with no host time between the launches of a call (a
     split-K reduction launch is not charged the host's launch cost, as it would be when the host
     cannot keep ahead of ~10 µs kernels). ``stream`` is ignored (the graph runs on a side stream of
-    torch's; where capturing fails, the launches themselves are timed there)."""
+    torch's current device, timed with events of that device, whatever sparsile's current device: a
+    tuner makes its device torch's current one, stdlib/kernels/tune_device.py; where capturing
+    fails, the launches themselves are timed there)."""
     import torch
 
     from ...backend.runtime.bench import do_bench
 
     calls = int(getattr(run, "calls", GRAPH_CALLS))
     side = torch.cuda.Stream()
+    device = side.device.index  # torch's current device: the events are recorded on its stream, in its context
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         run(stream=side)  # compiled and loaded before the capture
@@ -45,9 +48,9 @@ def graph_bench(run: Callable[..., Any], *, warmup: int, rep: int, stream: Any =
                 graph.capture_end()
         except (RuntimeError, SparsileError):  # no capture here: time the launches themselves
             torch.cuda.synchronize()
-            return do_bench(functools.partial(run, stream=side), warmup=warmup, rep=rep, stream=side)
+            return do_bench(functools.partial(run, stream=side), warmup=warmup, rep=rep, stream=side, device=device)
         try:
-            return do_bench(graph.replay, warmup=max(1, warmup // calls), rep=rep, stream=side) / calls
+            return do_bench(graph.replay, warmup=max(1, warmup // calls), rep=rep, stream=side, device=device) / calls
         finally:
             side.synchronize()
             del graph

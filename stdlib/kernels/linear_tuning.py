@@ -80,14 +80,16 @@ LINEAR_TARGET = TuneTarget(default_linear_config, with_linear_config,
 def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16",),
                        warmup: int = 10, rep: int = 50, out: str | os.PathLike[str] | None = None,
                        benchmarker: Callable[..., float] | None = None, stderr: TextIO | None = None,
-                       progress: bool | None = None) -> dict[str, Any]:
+                       progress: bool | None = None, device: int | None = None) -> dict[str, Any]:
     """Tune the layer's tiled kernel for every (M, N = T, K) shape (a tuple or ``"MxNxK"``) with
-    T > 64 and dtype on the current GPU (random weights pruned and compressed on the GPU, random x;
+    T > 64 and dtype on one GPU (random weights pruned and compressed on the GPU, random x;
     no epilogue); return the
     table ``{"format", "gpu", "compiler", "entries": {"linear-bf16 MxNxK": entry}}`` and merge it into
     ``out`` if given (the entries the file holds for other shapes of the same GPU, the sparse GEMM's
     included, are kept). Shapes with T <= 64 run the decode kernel, whose table is
-    ``decode-<gpu>.json``: they are skipped (said on ``stderr``)."""
+    ``decode-<gpu>.json``: they are skipped (said on ``stderr``). ``device``: the GPU's ordinal
+    (default sparsile's current device, whatever torch's): the operands are made, the configs timed
+    and the table named there (:mod:`.tune_device`)."""
     parsed = [parse_shape(shape) for shape in shapes]  # "MxNxK" or (M, N, K); SP0778 otherwise
     dtypes = list(dtypes)
     for d in dtypes:
@@ -98,26 +100,29 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     from ...backend import runtime
     from .graph_timing import graph_bench
     from .sparsity_gpu import compress_gpu
+    from .tune_device import torch_on, tuning_ordinal
 
+    ordinal = tuning_ordinal(device)
     err, say = progress_printer(stderr, progress)
-    sms = runtime.current_device().sm_count
+    sms = runtime.current_device(ordinal).sm_count
     entries: dict[str, Any] = {}
-    for dtype in dtypes:
-        for m, t, k in parsed:
-            if t <= DECODE_MAX_T:  # said whether or not progress is printed: the table will lack it
-                print(f"sparsile tune --linear: {m}x{t}x{k} skipped (T <= {DECODE_MAX_T} runs the decode kernel, "
-                      f"tuned by benchmarks/tune_decode.py)", file=err, flush=True)
-                continue
-            gen = torch.Generator(device="cuda").manual_seed(m * 31 + t * 7 + k)
-            values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen), dtype, "sm90")
-            x = torch.randn(t, k, device="cuda", generator=gen)
-            x = x.to(torch.bfloat16 if dtype != "f16" else torch.float16)
-            if dtype == "e4m3":
-                x = (x.float().clamp(-448, 448)).to(torch.float8_e4m3fn)
-            # num_sms: the planned heuristics for this GPU, not a table's choice (the default to beat)
-            base = plan_sparse_linear(values, meta.data, x, kernel="gemm", num_sms=sms,
-                                      out_dtype="bfloat16" if dtype == "e4m3" else None)
-            entries[table_key(LINEAR_PREFIX + dtype, m, t, k)] = tune_plan(
-                base, sms, benchmarker or graph_bench, warmup=warmup, rep=rep, space=layer_space, say=say,
-                target=LINEAR_TARGET)
-    return finished_table(entries, out)
+    with torch_on(ordinal) as cuda:
+        for dtype in dtypes:
+            for m, t, k in parsed:
+                if t <= DECODE_MAX_T:  # said whether or not progress is printed: the table will lack it
+                    print(f"sparsile tune --linear: {m}x{t}x{k} skipped (T <= {DECODE_MAX_T} runs the decode "
+                          f"kernel, tuned by benchmarks/tune_decode.py)", file=err, flush=True)
+                    continue
+                gen = torch.Generator(device=cuda).manual_seed(m * 31 + t * 7 + k)
+                values, meta = compress_gpu(torch.randn(m, k, device=cuda, generator=gen), dtype, "sm90")
+                x = torch.randn(t, k, device=cuda, generator=gen)
+                x = x.to(torch.bfloat16 if dtype != "f16" else torch.float16)
+                if dtype == "e4m3":
+                    x = (x.float().clamp(-448, 448)).to(torch.float8_e4m3fn)
+                # num_sms: the planned heuristics for this GPU, not a table's choice (the default to beat)
+                base = plan_sparse_linear(values, meta.data, x, kernel="gemm", num_sms=sms,
+                                          out_dtype="bfloat16" if dtype == "e4m3" else None)
+                entries[table_key(LINEAR_PREFIX + dtype, m, t, k)] = tune_plan(
+                    base, sms, benchmarker or graph_bench, warmup=warmup, rep=rep, space=layer_space, say=say,
+                    target=LINEAR_TARGET)
+    return finished_table(entries, out, ordinal)

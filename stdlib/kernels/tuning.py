@@ -439,44 +439,49 @@ def runs_the_decode_kernel(dtype: str, m: int, n: int, k: int) -> bool:
 def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16", "f16"), warmup: int = 10,
                        rep: int = 50, out: str | os.PathLike[str] | None = None,
                        benchmarker: Callable[..., float] | None = None, stderr: TextIO | None = None,
-                       progress: bool | None = None, space: Callable[..., list[GemmConfig]] = config_space
-                       ) -> dict[str, Any]:
-    """Tune every shape and dtype on the current GPU with :func:`tune_plan` (random operands, pruned
+                       progress: bool | None = None, space: Callable[..., list[GemmConfig]] = config_space,
+                       device: int | None = None) -> dict[str, Any]:
+    """Tune every shape and dtype on one GPU with :func:`tune_plan` (random operands, pruned
     and compressed on the GPU by ``compress_gpu``); return the table ``{"format", "gpu", "compiler",
     "entries": {"bf16 MxNxK": entry}}`` and write it to ``out`` if given (atomically, keeping the
     entries the file holds for other shapes of the same GPU). A progress line and one line per shape
     go to ``stderr`` when ``progress`` (default: when it is a terminal or SPARSILE_AUTOTUNE_PRINT=1).
     Shapes that sparse_matmul runs on the decode kernel (:func:`runs_the_decode_kernel`) are skipped.
+    ``device``: the GPU's ordinal (default sparsile's current device, whatever torch's): the operands
+    are made, the configs timed and the table named there (:mod:`.tune_device`).
     """
     import torch
 
     from ...backend import runtime
     from .graph_timing import graph_bench
     from .sparsity_gpu import compress_gpu
+    from .tune_device import torch_on, tuning_ordinal
 
     parsed = [parse_shape(s) for s in shapes]
     dtypes = list(dtypes)
     for d in dtypes:
         if d not in KERNELS:
             raise LaunchError(SP_BAD_SHAPE, f"no sparse GEMM kernel for dtype {d!r}", help=f"one of {sorted(KERNELS)}")
+    ordinal = tuning_ordinal(device)
     _, say = progress_printer(stderr, progress)
-    sms = runtime.current_device().sm_count
+    sms = runtime.current_device(ordinal).sm_count
     entries: dict[str, Any] = {}
-    for dtype in dtypes:
-        tdt = getattr(torch, KERNELS[dtype].torch_dtype)
-        for m, n, k in parsed:
-            if runs_the_decode_kernel(dtype, m, n, k):
-                say(f"{table_key(dtype, m, n, k)}: skipped: sparse_matmul runs the decode kernel at N <= 64 "
-                    "(tune it with benchmarks/tune_decode.py)")
-                continue
-            gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-            spread = 20.0 if dtype == "s8" else 1.0  # s8: integers beyond 0 and +-1
-            values, meta = compress_gpu(torch.randn(m, k, device="cuda", generator=gen) * spread, dtype, "sm90")
-            b = (torch.randn(n, k, device="cuda", generator=gen) * spread).to(tdt)
-            base = plan_sparse_matmul(values, meta.data, b, target="sm_90a", kernel="gemm")
-            entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or graph_bench, warmup=warmup,
-                                                           rep=rep, space=space, say=say)
-    return finished_table(entries, out)
+    with torch_on(ordinal) as cuda:
+        for dtype in dtypes:
+            tdt = getattr(torch, KERNELS[dtype].torch_dtype)
+            for m, n, k in parsed:
+                if runs_the_decode_kernel(dtype, m, n, k):
+                    say(f"{table_key(dtype, m, n, k)}: skipped: sparse_matmul runs the decode kernel at N <= 64 "
+                        "(tune it with benchmarks/tune_decode.py)")
+                    continue
+                gen = torch.Generator(device=cuda).manual_seed(m * 31 + n * 7 + k)
+                spread = 20.0 if dtype == "s8" else 1.0  # s8: integers beyond 0 and +-1
+                values, meta = compress_gpu(torch.randn(m, k, device=cuda, generator=gen) * spread, dtype, "sm90")
+                b = (torch.randn(n, k, device=cuda, generator=gen) * spread).to(tdt)
+                base = plan_sparse_matmul(values, meta.data, b, target="sm_90a", kernel="gemm")
+                entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or graph_bench, warmup=warmup,
+                                                               rep=rep, space=space, say=say)
+    return finished_table(entries, out, ordinal)
 
 
 def progress_printer(stderr: TextIO | None, progress: bool | None) -> tuple[TextIO, Callable[..., None]]:
@@ -492,13 +497,15 @@ def progress_printer(stderr: TextIO | None, progress: bool | None) -> tuple[Text
     return err, say
 
 
-def finished_table(entries: dict[str, Any], out: str | os.PathLike[str] | None) -> dict[str, Any]:
-    """The table of ``entries`` for the current GPU and compiler, merged into the file ``out`` when
-    given (:func:`merged_table` of the file as it is under its lock, written atomically: two runs
-    writing one file keep each other's entries; driver/autotune_cache.py ``write_table``)."""
+def finished_table(entries: dict[str, Any], out: str | os.PathLike[str] | None, ordinal: int | None = None
+                   ) -> dict[str, Any]:
+    """The table of ``entries`` for GPU ``ordinal`` (the one tuned on; default the current one) and
+    the compiler, merged into the file ``out`` when given (:func:`merged_table` of the file as it is
+    under its lock, written atomically: two runs writing one file keep each other's entries;
+    driver/autotune_cache.py ``write_table``)."""
     from ...backend.runtime.bench import device_name
 
-    table = {"format": TABLE_FORMAT, "gpu": device_name(), "compiler": compiler_version(), "entries": entries}
+    table = {"format": TABLE_FORMAT, "gpu": device_name(ordinal), "compiler": compiler_version(), "entries": entries}
     if out is not None:
         path = Path(out)
         write_table(path, lambda: merged_table(path, table), table)

@@ -222,3 +222,24 @@ def test_a_launch_on_cuda1_leaves_torchs_current_device_alone(current_is_cuda0):
     b = torch.randn(16, 512, device="cuda:1").to(torch.bfloat16)
     for _ in range(3):
         _on_cuda0_after(lambda: sparse_matmul(values, meta, b))
+
+
+@two_gpus
+def test_tuning_works_on_one_device(current_is_cuda0):
+    """``sparsile tune`` on cuda:1 (stdlib/kernels/tune_device.py): after ``use_device(1)`` with torch's
+    current device left at 0, and with ``device=1`` while both are 0: the table is cuda:1's, and
+    torch's current device is 0 again after the run."""
+    from sparsile.backend import runtime
+    from sparsile.stdlib.kernels.tuning import tune_sparse_matmul
+
+    name = runtime.current_device(1).name
+    table = tune_sparse_matmul(["256x128x256"], dtypes=("bf16",), warmup=1, rep=2, device=1)
+    assert table["gpu"] == name and set(table["entries"]) == {"bf16 256x128x256"}
+    assert torch.cuda.current_device() == 0
+    runtime.use_device(1)
+    try:
+        table = tune_sparse_matmul(["256x128x256"], dtypes=("bf16",), warmup=1, rep=2)
+    finally:
+        runtime.use_device(0)
+    assert table["gpu"] == name and table["entries"]["bf16 256x128x256"]["us"] > 0
+    assert torch.cuda.current_device() == 0

@@ -1,0 +1,48 @@
+"""The one GPU a tuner works on (``sparsile tune``, :func:`~.tuning.tune_sparse_matmul`,
+:func:`~.linear_tuning.tune_sparse_linear`, :func:`~.decode_tuning.tune_sparse_decode`).
+
+A tuner allocates its operands, times its launches and keys its table with one device: the one its
+``device=`` argument (``sparsile tune --device N``) names, else sparsile's current device
+(``runtime.use_device``, cuda:0 by default), whatever torch's or CuPy's current device. Its launches
+follow their arrays' device (docs/language.md, "Specialization and launching"), so operands made on
+that device run there; torch's current device is that device too while the tuner runs (its
+streams and CUDA graphs), and the table's GPU name and SM count are that device's (docs/autotune.md).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ...backend.runtime.codes import NO_GPU
+from ...frontend.diagnostics import LaunchError
+
+
+def tuning_ordinal(device: Any = None) -> int:
+    """The ordinal of the GPU to tune on: ``device`` when given, else sparsile's current device.
+    SP0716 for one that is no visible device (or no device ordinal at all)."""
+    from ...backend import runtime
+
+    if device is None:
+        return runtime.devices.default_ordinal
+    try:
+        if isinstance(device, bool):
+            raise TypeError
+        ordinal = operator.index(device)
+    except TypeError:
+        raise LaunchError(NO_GPU, f"device={device!r} is no CUDA device ordinal",
+                          help="give the GPU's index, e.g. device=1 (sparsile tune --device 1)") from None
+    runtime.current_device(ordinal)  # SP0716 naming how many GPUs are visible, for one that is not
+    return ordinal
+
+
+@contextmanager
+def torch_on(ordinal: int) -> Iterator[str]:
+    """torch's current device is ``ordinal`` inside (its streams, generators and graphs); yields the
+    device string (``cuda:1``) to allocate the operands with."""
+    import torch
+
+    with torch.cuda.device(ordinal):
+        yield f"cuda:{ordinal}"
