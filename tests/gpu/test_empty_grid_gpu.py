@@ -52,24 +52,21 @@ def test_kernel_launch_of_an_empty_grid_launches_nothing(grid):
     assert len(k._launchers) == 1  # the empty launch's compile served the real one
 
 
-def test_host_arrays_of_an_empty_grid_are_left_alone():
+def test_host_arrays_of_an_empty_grid_are_left_alone(monkeypatch):
+    from sparsile.backend.runtime import staging
+
     rng = np.random.default_rng(2)
     x, y = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
     out = np.full(N, np.nan, np.float32)
     k = vadd()
-    from sparsile.backend.runtime import staging
-
     staged = []
-    real_stage = staging.DeviceBuffer
-    try:  # nothing staged (stage_host_array's DeviceBuffer), full path and fast path
-        staging.DeviceBuffer = lambda *a, **kw: staged.append(a) or real_stage(*a, **kw)
-        k[(0,)](x, y, out, N, BLOCK=BLOCK)
-        k[(0,)](x, y, out, N, BLOCK=BLOCK)
-        assert np.isnan(out).all() and staged == []
-        k[GRID](x, y, out, N, BLOCK=BLOCK)
-        assert len(staged) == 3
-    finally:
-        staging.DeviceBuffer = real_stage
+    real_stage = staging.DeviceBuffer  # what stage_host_array allocates: nothing for an empty grid
+    monkeypatch.setattr(staging, "DeviceBuffer", lambda *a, **kw: staged.append(a) or real_stage(*a, **kw))
+    k[(0,)](x, y, out, N, BLOCK=BLOCK)  # the full path
+    k[(0,)](x, y, out, N, BLOCK=BLOCK)  # the fast path
+    assert np.isnan(out).all() and staged == []
+    k[GRID](x, y, out, N, BLOCK=BLOCK)
+    assert len(staged) == 3
     np.testing.assert_array_equal(out, x + y)
 
 
