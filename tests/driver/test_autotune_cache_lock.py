@@ -216,7 +216,7 @@ def _fake_table_writer(monkeypatch: pytest.MonkeyPatch) -> Any:
     from sparsile.backend.runtime import bench
     from sparsile.stdlib.kernels import tuning
 
-    monkeypatch.setattr(bench, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(bench, "device_name", lambda ordinal=None: "NVIDIA H200")
     return tuning
 
 
