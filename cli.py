@@ -61,13 +61,24 @@ exit status: 0 success, 1 the source has errors (diagnostics on stderr), 2 a usa
 3 a feature this machine lacks (e.g. `tune` without a GPU). Docs: README.md and docs/ of the checkout."""
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: arguments it does not know are its usage error, with its own usage line
+    (argparse leaves them to the top-level parser, whose usage names no option of the command)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
     p = argparse.ArgumentParser(prog="sparsile", description="sparsile kernel language tools",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"sparsile {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     sub.required = True
 
     c = sub.add_parser("check", help="report the diagnostics of .spk files")

@@ -244,3 +244,21 @@ def test_a_python_module_given_as_spk_gets_a_note(tmp_path, command) -> None:
     (tmp_path / "k.spk").write_text(ADD)
     both = run("check", str(tmp_path / "k.spk"), str(module))[2]  # one note, for the .py file only
     assert both.count("note: `") == 1 and f"note: `{module}`" in both
+
+
+@pytest.mark.parametrize(("argv", "usage"), [
+    (["ops", "--bogus"], "usage: sparsile ops "),
+    (["ops", "extra"], "usage: sparsile ops "),
+    (["check", "--bogus", "a.spk"], "usage: sparsile check "),
+    (["compile", "a.spk", "--kernel", "k", "--emmit", "ptx"], "usage: sparsile compile "),
+    (["tune", "--bogus", "1x2x3"], "usage: sparsile tune "),
+    (["layout", "--lst"], "usage: sparsile layout "),
+])
+def test_an_unknown_option_of_a_command_shows_that_commands_usage(capsys, argv, usage) -> None:
+    # argparse left a subcommand's unrecognized arguments to the top-level parser, which printed
+    # `usage: sparsile [-h] [--version] COMMAND ...`: nothing about the command's own options
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert f"sparsile {argv[0]}: error: unrecognized arguments: {argv[-2] if argv[0] == 'compile' else argv[1]}" \
+        in err, err
