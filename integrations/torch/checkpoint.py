@@ -78,10 +78,18 @@ def _layer_groups(names: set[str]) -> dict[str, str]:
 
 
 def _checked_path(path: Any, caller: str) -> Path:
+    """``path`` as a Path; SP0912 where it is a file (the checkpoint's model.safetensors or config.json
+    given instead of its folder), before anything is read or written."""
     if not isinstance(path, str | os.PathLike):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"{caller}: path must be a folder (str or os.PathLike), got "
                                f"{type(path).__name__}", help="pass the checkpoint's folder")
-    return Path(path)
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        help = (f"pass the folder that holds config.json and the .safetensors files ({path.parent})"
+                if caller.startswith("load") else
+                f"pass the folder to write {CONFIG} and {WEIGHTS} into (created if missing)")
+        raise IntegrationError(SP_CHECKPOINT_CONFIG, f"{path} is a file; a checkpoint is a folder", help=help)
+    return path
 
 
 def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Module:
@@ -418,7 +426,11 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
     path = _checked_path(path, "save_sparse24_checkpoint")
     _check_no_other_weights(path)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # (a file where a folder of the path should be, no permission)
+        raise IntegrationError(SP_CHECKPOINT_CONFIG, f"cannot create {path}: {exc.strerror or exc}",
+                               help="pass a folder that can be created, or an existing one") from None
     # (every name of a layer registered under several, as its state dict names it)
     layers = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, SparseLinear)}
     tensors: dict[str, np.ndarray] = {}

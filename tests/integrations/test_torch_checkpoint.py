@@ -249,6 +249,24 @@ def test_load_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
                                                  "os.PathLike), got int")
 
 
+def test_a_file_given_for_the_folder_is_sp0912(tmp_path):
+    """The checkpoint's file given instead of its folder: loading said ".../model.safetensors/config.json
+    cannot be read as JSON: [Errno 20] Not a directory" with the help "repair or rewrite config.json",
+    and saving over a file was a FileExistsError from mkdir."""
+    _fixture(tmp_path, np.ones((16, 32), np.float16))
+    weights = tmp_path / "model.safetensors"
+    err = _error(spt.load_sparse24_checkpoint, _One(), weights)
+    assert (err.code, err.message) == ("SP0912", f"{weights} is a file; a checkpoint is a folder")
+    assert err.help == f"pass the folder that holds config.json and the .safetensors files ({tmp_path})"
+    before = weights.read_bytes()
+    err = _error(spt.save_sparse24_checkpoint, _One(), weights)
+    assert (err.code, err.message) == ("SP0912", f"{weights} is a file; a checkpoint is a folder")
+    assert err.help == "pass the folder to write config.json and model.safetensors into (created if missing)"
+    assert weights.read_bytes() == before
+    err = _error(spt.save_sparse24_checkpoint, _One(), weights / "ckpt")  # a folder under a file
+    assert (err.code, err.message[:len(f"cannot create {weights / 'ckpt'}: ")]) == (
+        "SP0912", f"cannot create {weights / 'ckpt'}: ")
+
 def test_a_plain_tensor_of_another_shape_is_sp0914(tmp_path):
     """A tensor of the checkpoint outside the sparse layers whose shape differs from the model's was
     torch's RuntimeError from load_state_dict."""
