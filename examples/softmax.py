@@ -8,6 +8,7 @@ interpreter otherwise, and checks the result against a float64 reference.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -61,8 +62,22 @@ def reference(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def positive(text: str) -> int:
+    """An argparse type: a size of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    n_rows, n_cols = (int(argv[0]), int(argv[1])) if argv and len(argv) >= 2 else (123, 781)
+    parser = argparse.ArgumentParser(prog="softmax.py", description="Softmax of each row of a random "
+                                     "ROWS x COLS float32 matrix, checked against float64 (default 123 x 781).")
+    parser.add_argument("rows", metavar="ROWS", type=positive, nargs="?")
+    parser.add_argument("cols", metavar="COLS", type=positive, nargs="?")
+    args = parser.parse_args(argv)
+    if args.rows is not None and args.cols is None:
+        parser.error("give both ROWS and COLS, or neither")
+    n_rows, n_cols = (args.rows, args.cols) if args.rows is not None else (123, 781)
     x = (np.random.default_rng(1).standard_normal((n_rows, n_cols)) * 3).astype(np.float32)
     gpu = has_gpu()
     out = softmax(x, gpu=gpu)

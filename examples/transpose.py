@@ -7,6 +7,7 @@ interpreter otherwise, and checks the result against ``x.T``.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -43,8 +44,22 @@ def transpose(x: np.ndarray, bm: int = 32, bn: int = 32, *, gpu: bool | None = N
     return out
 
 
+def positive(text: str) -> int:
+    """An argparse type: a size of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    m, n = (int(argv[0]), int(argv[1])) if argv and len(argv) >= 2 else (200, 77)
+    parser = argparse.ArgumentParser(prog="transpose.py", description="Transpose a random M x N float32 "
+                                     "matrix and check it against x.T (default 200 x 77).")
+    parser.add_argument("m", metavar="M", type=positive, nargs="?")
+    parser.add_argument("n", metavar="N", type=positive, nargs="?")
+    args = parser.parse_args(argv)
+    if args.m is not None and args.n is None:
+        parser.error("give both M and N, or neither")
+    m, n = (args.m, args.n) if args.m is not None else (200, 77)
     x = np.random.default_rng(2).standard_normal((m, n)).astype(np.float32)
     gpu = has_gpu()
     out = transpose(x, gpu=gpu)

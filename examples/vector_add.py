@@ -1,13 +1,14 @@
 """Vector addition written as a ``@sparsile.jit`` Python function (the same kernel as
 ``vector_add.spk``).
 
-Run it: ``python examples/vector_add.py``. On a machine with an NVIDIA GPU it launches the kernel
+Run it: ``python examples/vector_add.py [N]``. On a machine with an NVIDIA GPU it launches the kernel
 with ``kernel[grid](...)``; elsewhere it runs the same IR in the numpy interpreter
 (``kernel.interpret[grid](...)``). Either way it checks the result against numpy.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -46,8 +47,19 @@ def vector_add(x: np.ndarray, y: np.ndarray, block: int = DEFAULT_BLOCK, *, gpu:
     return out
 
 
+def positive(text: str) -> int:
+    """An argparse type: a size of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    n = int(argv[0]) if argv else 98_765  # not a multiple of the block: the mask matters
+    parser = argparse.ArgumentParser(prog="vector_add.py", description="Add two random float32 vectors of N "
+                                     "elements and check the sum against numpy.")
+    # the default is not a multiple of the block: the mask matters
+    parser.add_argument("n", metavar="N", type=positive, nargs="?", default=98_765, help="default 98765")
+    n = parser.parse_args(argv).n
     rng = np.random.default_rng(0)
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)

@@ -106,3 +106,20 @@ def test_spk_and_py_twins_build_the_same_ir() -> None:
     py = example_module("vector_add").vector_add_kernel.ir(x, y, out, 100, BLOCK=64)
     strip = lambda text: text.split("\n", 1)[1]  # noqa: E731  (the header names the kernel)
     assert strip(print_function(spk)) == strip(print_function(py))
+
+
+@pytest.mark.parametrize(("name", "argv", "message"), [
+    ("vector_add", ["abc"], "argument N: expected a positive integer, got 'abc'"),  # was int()'s traceback
+    ("vector_add", ["0"], "argument N: expected a positive integer, got '0'"),
+    ("softmax", ["0", "5"], "argument ROWS: expected a positive integer, got '0'"),  # numpy's traceback
+    ("softmax", ["40"], "give both ROWS and COLS, or neither"),  # the 40 was ignored without a word
+    ("softmax", ["4", "x"], "argument COLS: expected a positive integer, got 'x'"),
+    ("transpose", ["7"], "give both M and N, or neither"),
+    ("transpose", ["3", "4", "5"], "unrecognized arguments: 5"),
+])
+def test_example_main_refuses_bad_sizes(name: str, argv: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        example_module(name).main(argv)
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err and not captured.out
