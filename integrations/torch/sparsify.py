@@ -74,8 +74,8 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     weight = module.weight
     try:
         name = weight_dtype_name(dtype, weight.dtype)
-    except IntegrationError as exc:
-        return exc.message
+    except IntegrationError as exc:  # (a float32 linear with dtype=None: a dtype converts it)
+        return f"{exc.message} (pass dtype='bf16', 'f16' or 'e4m3': the weight is converted)"
     if trainable and name == "e4m3":  # (a float8 linear with dtype=None; dtype="e4m3" is SP0916 before)
         return (f"{TRAIN_E4M3} (the weight is {weight.dtype}: pass dtype='bf16' or 'f16')")
     if k % GROUP:

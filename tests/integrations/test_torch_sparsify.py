@@ -43,7 +43,8 @@ def test_swap_and_skip_report(caplog):
         "odd": "in_features = 30 is not a multiple of the 2:4 group (4)",
         "narrow": "in_features = 40 is not a multiple of 16 (bf16): the kernel would copy and pad x on every call",
         "tiny": "too small to gain from 2:4 (8 x 16; min_features = 16)",
-        "f32": "the linear's weight dtype torch.float32 has no 2:4 sparse linear kernel",
+        "f32": "the linear's weight dtype torch.float32 has no 2:4 sparse linear kernel (pass dtype='bf16', "
+               "'f16' or 'e4m3': the weight is converted)",
     }
     assert "sparsify_: 4 linear layers swapped for SparseLinear, 4 skipped" in caplog.text
     assert str(report).splitlines()[1] == "  skipped odd: in_features = 30 is not a multiple of the 2:4 group (4)"
@@ -426,3 +427,14 @@ def test_a_call_that_swaps_and_skips_nothing_says_why():
         "  the model's 1 linear layers are sparse already"]
     assert str(spt.sparsify_(torch.nn.Sequential(linear(64, 64, seed=4)), interpret=True, min_features=16)
                ).splitlines()[1:] == []
+
+
+def test_a_float32_model_s_skip_reason_names_the_dtype_that_swaps_it():
+    # nn.Linear is float32 by default: every layer of such a model was skipped with "has no 2:4 sparse
+    # linear kernel" alone, not saying that sparsify_(model, dtype="bf16") swaps them
+    model = torch.nn.Sequential(linear(64, 64, dtype=torch.float32, seed=1), torch.nn.ReLU(),
+                                linear(64, 64, dtype=torch.float32, seed=2))
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == [] and "pass dtype='bf16', 'f16' or 'e4m3'" in report.skipped["0"]
+    report = spt.sparsify_(model, dtype="bf16", interpret=True, min_features=16)  # as the reason says
+    assert report.swapped == ["0", "2"] and report.skipped == {}
