@@ -70,7 +70,7 @@ def tune_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.output is not None:
         _check_table_path(args.output)
     if not runtime.has_gpu():
-        print("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n"
+        print("error[SP0731]: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n"
               " = help: run it on a machine with the GPU the table is for; nothing needs a table to run: "
               "shapes no table lists use the planner's heuristics, and stdlib/kernels/tuned/ ships the H200's "
               "(docs/autotune.md)",

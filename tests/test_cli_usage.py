@@ -222,7 +222,8 @@ def test_tune_without_a_gpu_says_what_to_do_instead(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "has_gpu", lambda: False)
     code, _, err = run("tune", "4096x512x4096")
     assert code == 3
-    assert err.startswith("error: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n")
+    # with its code, as `@autotune` without a GPU and every other diagnostic of the command (it had none)
+    assert err.startswith("error[SP0731]: sparsile tune times kernels on the GPU: no NVIDIA GPU is available\n")
     assert "help:" in err and "stdlib/kernels/tuned/" in err
 
 
