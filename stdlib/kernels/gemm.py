@@ -54,6 +54,7 @@ from .arrays import (
 )
 from .gemm_choice import (
     KernelChoice,
+    check_operand_order,
     checked_out_dtype,
     resolve_kernel_choice,
 )
@@ -251,6 +252,7 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     from .decode import check_kernel_choice
     from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
 
+    check_operand_order(values, meta, b, "sparse_matmul", "b")
     split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
     checked_flag(persistent, "persistent")

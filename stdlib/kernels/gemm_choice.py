@@ -18,6 +18,7 @@ import numpy as np
 
 from ..sparsity import MetadataBuffer
 from ..sparsity.dtypes import operand_type
+from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
 from .arrays import array_kind, bad_input
 
 
@@ -73,6 +74,35 @@ def operand_of(x: Any) -> str | None:
 
 NARROW_OPERANDS = ("f16", "bf16", "e4m3", "s8")
 """Operand types whose values are never cast to a MetadataBuffer's other tag (:func:`resolve_kernel_choice`)."""
+
+
+def check_operand_order(values: Any, meta: Any, b: Any, call: str, b_name: str) -> None:
+    """SP0804 where the arguments of ``call(values, meta, b)`` (sparse_matmul, sparse_linear) are in
+    another order: the metadata as values or as b, or numbers as the metadata (docs/sparse-metadata.md:
+    a MetadataBuffer or its integer words). Otherwise each was refused by a later check that named
+    the wrong cause (a K that differs, an operand type with no kernel)."""
+    def refuse(message: str, code: str = SP_BAD_INPUT) -> None:
+        raise bad_input(f"{call}: {message}", help=f"pass {call}(weight.values, weight.meta, {b_name}): "
+                                                   "prune_and_compress's values and meta, then the activations",
+                        code=code)
+
+    for name, arg in (("values", values), (b_name, b)):
+        if isinstance(arg, MetadataBuffer):
+            refuse(f"{name} is a MetadataBuffer (the weight's metadata)")
+    kind = str(getattr(meta, "dtype", "")).removeprefix("torch.")
+    if not isinstance(meta, MetadataBuffer):
+        if "float" in kind:
+            refuse(f"meta holds {kind} numbers: the metadata is a MetadataBuffer or its integer words",
+                   SP_META_ELEMENT_TYPE)
+        return
+    if meta.dtype not in KERNELS:
+        return
+    group = 2 if meta.dtype == "tf32" else 4  # (1:2 for tf32, else 2:4: half of each group kept)
+    shape = (meta.m, -(-meta.k // group) * (group // 2))  # the compressed values this buffer was encoded for
+    given = [tuple(int(d) for d in getattr(arg, "shape", ())) for arg in (values, b)]
+    if given[0] != shape and given[1] == shape:
+        refuse(f"{b_name} has the shape of the compressed values this metadata is for, {shape}, and values "
+               f"{given[0]}: values and {b_name} are swapped")
 
 
 def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: dict[str, Any] = KERNELS,

@@ -50,7 +50,7 @@ from .gemm import choose_split_k, pair_ctas, plan_target
 from .gemm import (
     gpu_sm_count as _hopper_sm_count,
 )
-from .gemm_choice import KERNELS, KernelChoice, resolve_kernel_choice
+from .gemm_choice import KERNELS, KernelChoice, check_operand_order, resolve_kernel_choice
 from .gemm_operands import checked_operands, kernel_words
 from .linear_args import (  # noqa: F401 (re-exported: the SP codes and spellings callers import from here)
     ACTIVATIONS,
@@ -108,6 +108,7 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
     ``meta_format="sm90"``: ``meta`` is a raw array of "sm90" words whatever the target (on
     Blackwell it is re-encoded as "tcgen05" words; a raw array is otherwise read in the target's
     format)."""
+    check_operand_order(values, meta, x, "sparse_linear", "x")
     split_k, num_sms = plain_int(split_k), plain_int(num_sms)  # numpy integers are integers
     tgt = plan_target(target, interpret)
     if num_sms is not None and not (isinstance(num_sms, int) and not isinstance(num_sms, bool) and num_sms >= 1):
