@@ -33,7 +33,16 @@ from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
 from .array_devices import launch_device, several_gpus
 from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
-from .kernel import KERNEL_OPTIONS, SP_BAD_OPTION, SP_CLUSTER_SHAPE, GridIndexer, Kernel, normalize_grid, option_problem
+from .kernel import (
+    KERNEL_OPTIONS,
+    SP_BAD_OPTION,
+    SP_CLUSTER_SHAPE,
+    GridIndexer,
+    Kernel,
+    no_grid,
+    normalize_grid,
+    option_problem,
+)
 
 ENV_AUTOTUNE = "SPARSILE_AUTOTUNE"
 ENV_PRINT = "SPARSILE_AUTOTUNE_PRINT"
@@ -229,7 +238,10 @@ class Autotuner:
                     config.pre_hook(self._bound(args, kwargs, config))
                 self.kernel.interpret[grid](*args, **kwargs, **config.all_kwargs())
             return call
-        return GridIndexer(run)
+        return GridIndexer(run, f"{self.kernel.name}.interpret")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise no_grid(self.kernel.name)
 
     # ------------------------------------------------------------------ choosing
     def _user_kwargs(self, kwargs: dict[str, Any], config: Config) -> dict[str, Any]:

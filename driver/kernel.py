@@ -334,7 +334,7 @@ class Kernel:
     @property
     def interpret(self) -> GridIndexer:
         """``kernel.interpret[grid](*args)`` runs the kernel on the CPU with numpy."""
-        return GridIndexer(lambda grid: _InterpretLaunch(self, grid))
+        return GridIndexer(lambda grid: _InterpretLaunch(self, grid), f"{self.name}.interpret")
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         global _GpuLaunch
@@ -360,8 +360,7 @@ class Kernel:
         return HelperFunction(self.node, self.globals, self.name, self.imports)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"kernel `{self.name}` must be launched with a grid: `{self.name}[grid](...)`, "
-                           f"or run on the CPU with `{self.name}.interpret[grid](...)`")
+        raise no_grid(self.name)
 
 
 register_function_type(Kernel, "kernel")
@@ -379,12 +378,35 @@ def _signature_example(p: ParamInfo) -> str:
     return f"{p.name}=64" if p.annotation is T.CONSTEXPR else f"{p.name}=ptr[f32]"
 
 
+class GridMissing(LaunchError, RuntimeError):
+    """SP0710: a kernel called without its grid (``k(...)``, ``k.interpret(...)``); a RuntimeError
+    too, as ``k(...)`` raised before it had a code."""
+
+
+GRID_HELP = ("index the kernel with its grid first: the number of programs along x (y, z), e.g. "
+             "(sp.cdiv(n, BLOCK),) (docs/language.md, \"Specialization and launching\")")
+
+
+def no_grid(name: str) -> GridMissing:
+    """The error of kernel ``name`` called without a grid."""
+    return GridMissing("SP0710", f"kernel `{name}` must be launched with a grid: `{name}[grid](...)`, or run on "
+                                 f"the CPU with `{name}.interpret[grid](...)`", help=GRID_HELP)
+
+
 class GridIndexer:
-    def __init__(self, make: Callable[[Any], Any]):
+    """``launcher[grid]``: the launch of ``make(grid)``; ``name`` is the launcher as the user spells
+    it (``k.interpret``), for the error of a call without the grid."""
+
+    def __init__(self, make: Callable[[Any], Any], name: str = "kernel.interpret"):
         self._make = make
+        self._name = name
 
     def __getitem__(self, grid: Any) -> Any:
         return self._make(grid)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise GridMissing("SP0710", f"`{self._name}` runs the kernel for a grid: `{self._name}[grid](...)`",
+                          help=GRID_HELP)
 
 
 def cluster_option(value: Any) -> tuple[int, ...]:
