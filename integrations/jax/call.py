@@ -323,6 +323,26 @@ def _is_traced(v: Any) -> bool:
     return isinstance(v, jax.Array | jax.core.Tracer)
 
 
+def _check_kernel(kernel: Any) -> None:
+    """SP0932 for a ``kernel`` that is no sparsile kernel (a function without ``@sparsile.jit``, an
+    autotuned kernel): it failed later with an AttributeError of a missing ``params``."""
+    if isinstance(kernel, Kernel):
+        return
+    from ...driver.autotune import Autotuner
+
+    if isinstance(kernel, Autotuner):
+        what = f"an autotuned kernel (`{kernel.kernel.name}`)"
+        help = (f"sparsile.jax does not tune: pass `{kernel.kernel.name}.kernel` with one config's constexprs "
+                "(constexprs={...}) and options (num_warps=...)")
+    else:
+        name = getattr(kernel, "__name__", None)
+        what = f"the function `{name}`" if callable(kernel) and name else f"a {type(kernel).__name__}"
+        help = "decorate the function with @sparsile.jit (its parameters annotated), or load a .spk file with " \
+               "sparsile.load(path) and pass module.<kernel>"
+    raise JaxCallError(SP_JAX_ARGUMENT, f"call takes a sparsile kernel (@sparsile.jit, or one of a .spk module), "
+                       f"got {what}", help=help)
+
+
 def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Mapping[str, Any] | None = None,
          input_output_aliases: Mapping[int, int] | None = None, interpret: bool = False, **kwargs: Any) -> Any:
     """Call ``kernel`` on ``grid`` as one JAX operation (usable inside ``jax.jit``).
@@ -340,6 +360,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     (``num_warps=``...) may be given as keywords. ``interpret=True`` runs the kernel in the
     interpreter through a host callback on any backend.
     """
+    _check_kernel(kernel)
     out_keys, structs, form = _out_names(kernel, len(args), out_shapes)
     names = [p.name for p in kernel.params]
     positional = [n for n in names if n not in out_keys][:len(args)] if form == "mapping" else names[:len(args)]

@@ -335,3 +335,22 @@ def test_a_numpy_array_of_a_type_jax_has_no_buffer_for_is_a_diagnostic(dtype) ->
     with pytest.raises(Exception, match=r"error\[SP07\d\d\]") as info:
         call(copy, (1,), a, out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32))
     assert not isinstance(info.value, TypeError)
+
+
+def _plain_scale_add(x, y, out, n, alpha):  # (not decorated: what a call forgetting @sparsile.jit passes)
+    pass
+
+
+@pytest.mark.parametrize(("kernel", "what"), [
+    (_plain_scale_add, "the function `_plain_scale_add`"),
+    (sp.autotune(configs=[sp.Config({"BLOCK": 64})], key=["n"])(scale_add), "an autotuned kernel (`scale_add`)"),
+    ("scale_add", "a str"),
+])
+def test_a_kernel_argument_that_is_no_kernel_is_sp0932(kernel: object, what: str) -> None:
+    # a function without @sparsile.jit was AttributeError: 'function' object has no attribute 'params'
+    x = jnp.ones(8, jnp.float32)
+    with pytest.raises(JaxCallError) as info:
+        call(kernel, (1,), x, x, n=8, alpha=1.0, out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32))
+    assert info.value.code == "SP0932"
+    assert info.value.message.startswith(f"call takes a sparsile kernel (@sparsile.jit, or one of a .spk module), "
+                                         f"got {what}")
