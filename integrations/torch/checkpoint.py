@@ -425,14 +425,19 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
     path = _checked_path(path, "save_sparse24_checkpoint")
+    # (every name of a layer registered under several, as its state dict names it)
+    layers = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, SparseLinear)}
+    if not layers:
+        raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "save_sparse24_checkpoint: the model has no SparseLinear layer "
+                               "(nothing to write as sparse-24-bitmask)",
+                               help="sparsify_(model, dtype=...) first, or save a dense model with "
+                                    "safetensors.torch.save_model")
     _check_no_other_weights(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # (a file where a folder of the path should be, no permission)
         raise IntegrationError(SP_CHECKPOINT_CONFIG, f"cannot create {path}: {exc.strerror or exc}",
                                help="pass a folder that can be created, or an existing one") from None
-    # (every name of a layer registered under several, as its state dict names it)
-    layers = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, SparseLinear)}
     tensors: dict[str, np.ndarray] = {}
     for key, value in model.state_dict().items():
         owner = key.rpartition(".")[0]

@@ -234,6 +234,17 @@ def test_save_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
     assert (err.code, err.message) == ("SP0907", "config must be a dict (config.json's contents), got list")
 
 
+def test_saving_a_model_without_sparse_layers_is_sp0907_and_writes_nothing(tmp_path):
+    """A model never sparsified (its linears still nn.Linear) was written as a "sparse-24-bitmask"
+    checkpoint whose targets were empty, without a word: its loader then had nothing to load."""
+    folder = tmp_path / "ckpt"
+    err = _error(spt.save_sparse24_checkpoint, _One(), folder)
+    assert (err.code, err.message) == ("SP0907", "save_sparse24_checkpoint: the model has no SparseLinear layer "
+                                                 "(nothing to write as sparse-24-bitmask)")
+    assert "sparsify_" in err.help
+    assert not folder.exists()
+
+
 def test_load_arguments_of_the_wrong_kind_are_sp0907(tmp_path):
     """A model that is not a module was SP0914 "no module of the model" (get_submodule's
     AttributeError caught as a missing layer), or an AttributeError from state_dict() for a
@@ -263,9 +274,12 @@ def test_a_file_given_for_the_folder_is_sp0912(tmp_path):
     assert (err.code, err.message) == ("SP0912", f"{weights} is a file; a checkpoint is a folder")
     assert err.help == "pass the folder to write config.json and model.safetensors into (created if missing)"
     assert weights.read_bytes() == before
-    err = _error(spt.save_sparse24_checkpoint, _One(), weights / "ckpt")  # a folder under a file
+    sparse = _One()
+    spt.sparsify_(sparse, interpret=True, min_features=16)
+    err = _error(spt.save_sparse24_checkpoint, sparse, weights / "ckpt")  # a folder under a file
     assert (err.code, err.message[:len(f"cannot create {weights / 'ckpt'}: ")]) == (
         "SP0912", f"cannot create {weights / 'ckpt'}: ")
+
 
 def test_a_plain_tensor_of_another_shape_is_sp0914(tmp_path):
     """A tensor of the checkpoint outside the sparse layers whose shape differs from the model's was
