@@ -199,7 +199,9 @@ def device_state(ordinal: int | None = None) -> DeviceState:
             return _devices[ordinal]
         count = _init_driver()
         if not 0 <= ordinal < count:
-            raise LaunchError(NO_GPU, f"there is no CUDA device {ordinal} ({count} visible)")
+            raise LaunchError(NO_GPU, f"there is no CUDA device {ordinal} ({count} visible)",
+                              f"use a device index from 0 to {count - 1} (nvidia-smi, CUDA_VISIBLE_DEVICES)"
+                              if count else "check CUDA_VISIBLE_DEVICES and nvidia-smi")
         dev = check("cuDeviceGet", driver.cuDeviceGet(ordinal))
         ctx = check("cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(dev))
         state = DeviceState(_query_device(ordinal, dev), dev, ctx)

@@ -14,6 +14,7 @@ import io
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sparsile.backend import runtime
@@ -207,3 +208,21 @@ def test_sweep_tuned_draws_its_operands_on_sparsiles_current_device(monkeypatch:
     assert sweep.operand_device() == "cuda:1"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert sweep.operand_device() is None
+
+
+@pytest.mark.parametrize("bad", [5, -1, np.int64(2)])
+def test_a_device_that_is_not_there_says_which_are(monkeypatch: pytest.MonkeyPatch, bad: Any) -> None:
+    """The real range check (``devices.device_state``, on a host of 2 GPUs): SP0716 with a help line
+    naming the indices there are, for ``device=`` and ``sparsile tune --device``."""
+    from sparsile.stdlib.kernels.tune_device import tuning_ordinal
+
+    monkeypatch.setattr(devices, "_init_driver", lambda: 2)
+    monkeypatch.setattr(devices, "_devices", {})
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    with pytest.raises(LaunchError) as exc:
+        tuning_ordinal(bad)
+    assert exc.value.code == "SP0716" and f"there is no CUDA device {int(bad)} (2 visible)" in str(exc.value)
+    assert exc.value.help is not None and "0 to 1" in exc.value.help
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["tune", "256x128x256", "--device", "2"], stdout=out, stderr=err) == 2
+    assert "SP0716" in err.getvalue() and "help: " in err.getvalue() and "0 to 1" in err.getvalue()
