@@ -9,6 +9,7 @@ from the array itself (derived parameters), and constexpr parameters are checked
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -301,10 +302,11 @@ def _host_memory(value: Any) -> Any:
 
 
 def _is_empty(grid: Any) -> bool:
-    """Whether a resolved grid has a 0 dimension (an int or a sequence of them; the launcher checks
-    the grid itself: SP0710)."""
-    dims = (grid,) if type(grid) is int else grid
-    return isinstance(dims, tuple | list) and any(type(d) is int and d == 0 for d in dims)
+    """Whether a resolved grid has a 0 dimension (an integer, numpy's included, or a sequence of
+    them, as the launcher takes; it checks the grid itself: SP0710)."""
+    dims = (grid,) if isinstance(grid, numbers.Integral) else grid
+    return isinstance(dims, tuple | list) and any(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d == 0 for d in dims)
 
 
 def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = False) -> list[tuple[Any, Any]]:

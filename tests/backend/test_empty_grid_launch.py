@@ -19,6 +19,7 @@ from sparsile.backend.runtime import Launcher
 from sparsile.backend.runtime import arguments as A
 from sparsile.backend.runtime import native_launch as nl
 from sparsile.frontend.diagnostics import LaunchError
+from sparsile.frontend.sema.values import Const
 from sparsile.tests.backend.test_prepared import FakeCudaTensor, arrays, tma_launch, vadd
 from sparsile.tests.backend.test_prepared import gpu as gpu  # (the fake device, a fixture)
 from sparsile.tests.backend.test_runtime import VADD, EmulatedGpu, FakeDLPack, FakeFunction, make_launcher, vadd_kernel
@@ -381,3 +382,47 @@ def test_tma_host_arrays_of_an_empty_grid_are_not_staged(monkeypatch):
     with pytest.raises(LaunchError) as exc:  # checked as its copy: a dtype the parameter does not take
         launcher((0,), (Unstaged(np.zeros((64, 64), np.float32)),) * 2 + (3,))
     assert exc.value.code == A.ARG_DTYPE and "DeviceBuffer" in str(exc.value)
+
+
+@pytest.mark.parametrize("grid", [np.int64(0), (np.int64(0),), (4, np.int32(0)), [np.uint8(0), 2],
+                                  lambda meta: (np.int64(0), meta["BK"])])
+def test_tma_host_arrays_of_an_empty_grid_of_numpy_integers_are_not_staged(monkeypatch, grid):
+    """A grid's dimensions may be numpy integers (the launcher takes any integer: ``np.prod(shape)
+    // BM``); one of 0 is an empty grid there too: ``kernel[grid](...)`` stages no TMA host array
+    (no device copy, nothing copied back)."""
+    from types import SimpleNamespace
+
+    from sparsile.backend import runtime
+    from sparsile.backend.runtime.staging import Unstaged
+    from sparsile.driver import launch
+
+    made = []
+
+    class Buffer:
+        @classmethod
+        def from_numpy(cls, array, device=None, stream=None):
+            made.append(device)
+            return cls()
+
+        def copy_to_host(self, host, stream=None):
+            made.append("copied back")
+
+    class FakeLauncher:
+        spec = SimpleNamespace(params=[SimpleNamespace(kind="tensormap", name="a.tmap0")])
+        spec_has_tensormaps, written, device = True, {"a"}, SimpleNamespace(ordinal=0)
+
+        def __init__(self) -> None:
+            self.calls: list = []
+
+        def __call__(self, grid, values, stream=None):
+            self.calls.append((grid, values))
+
+    fake = FakeLauncher()
+    a = np.zeros((256, 512), np.float16)
+    monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
+    monkeypatch.setattr(launch, "user_values", lambda spec, bound: list(bound.values()))
+    monkeypatch.setattr(launch.GpuLaunch, "_launcher", lambda self, args, kwargs: (
+        fake, {"a": args[0], "k": args[1]}, {"BK": Const(64)}))
+    launch.GpuLaunch(SimpleNamespace(name="tma"), grid)(a, 3)
+    ((_, (copy, k)),) = fake.calls
+    assert made == [] and type(copy) is Unstaged and copy.host is a and k == 3
