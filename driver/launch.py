@@ -313,7 +313,8 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
     """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
     and its tensor maps: copy it once here (and back afterwards if the kernel writes it). Another
     argument of the same host memory (a numpy array, a CPU torch tensor) gets the same copy; one
-    that overlaps it only in part, with a write, is LaunchError SP0750 (``arguments.shared_host_copy``).
+    that overlaps it only in part, with a write, is LaunchError SP0750 (``arguments.shared_host_copy``),
+    and one the kernel writes that is read-only SP0719 (its copy would be writable).
     ``empty``: the grid has a 0 dimension, nothing runs: the same checks, but each copy is an
     :class:`~sparsile.backend.runtime.staging.Unstaged` stand-in (nothing allocated or copied, and
     nothing to copy back)."""
@@ -330,7 +331,11 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
     staged: list[tuple[str, np.ndarray, bool]] = []
     devices: list[Any] = []
     others = [(n, _host_memory(v)) for n, v in bound.items() if n not in names]
-    for name, v in [(n, bound[n]) for n in hosts] + [(n, h) for n, h in others if h is not None]:
+    arrays = [(n, bound[n]) for n in hosts] + [(n, h) for n, h in others if h is not None]
+    for name, v in arrays:  # (the launcher sees the copy, which is writable: SP0719 here, before any copy)
+        if name in launcher.written and not v.flags.writeable:
+            raise _read_only(name, bound[name])
+    for name, v in arrays:
         writes = name in launcher.written
         same = shared_host_copy(staged, name, v, writes)
         if same is not None:
@@ -345,6 +350,17 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
     if empty:
         return []
     return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
+
+
+def _read_only(name: str, value: Any) -> LaunchError:
+    """SP0719 for a read-only host array the kernel writes, as the launcher words it
+    (``arrays.check_array_argument``)."""
+    from ..backend.runtime.arguments import READ_ONLY, describe_array
+
+    info = describe_array(value)
+    source = info.source if info is not None else type(value).__name__
+    return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {source}, but the kernel writes through it",
+                       "pass a writable copy")
 
 
 def _copy_back(host: Any, dev: Any, stream: Any = None) -> None:

@@ -426,3 +426,43 @@ def test_tma_host_arrays_of_an_empty_grid_of_numpy_integers_are_not_staged(monke
     launch.GpuLaunch(SimpleNamespace(name="tma"), grid)(a, 3)
     ((_, (copy, k)),) = fake.calls
     assert made == [] and type(copy) is Unstaged and copy.host is a and k == 3
+
+
+def test_a_read_only_host_array_written_through_tma_is_refused_before_staging(monkeypatch):
+    """A host array the kernel writes must be writable (SP0719, the launcher's check): one read
+    through TMA reaches the launcher as its device copy (or, for an empty grid, an ``Unstaged``
+    stand-in), which is writable, so ``kernel[grid](...)`` checks the host array itself before
+    staging it, empty grid or not. (It was copied, the kernel ran, and copying back into it failed:
+    SP0720 for a dense one, numpy's ValueError for a strided one; an empty grid accepted it.)"""
+    from types import SimpleNamespace
+
+    from sparsile.backend import runtime
+    from sparsile.driver import launch
+
+    made = []
+
+    class Buffer:
+        @classmethod
+        def from_numpy(cls, array, device=None, stream=None):
+            made.append(device)
+            return cls()
+
+    monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
+    spec = SimpleNamespace(params=[SimpleNamespace(kind="tensormap", name="a.tmap0")])
+    writes_a = SimpleNamespace(spec=spec, written={"a"}, device=SimpleNamespace(ordinal=0))
+    writes_c = SimpleNamespace(spec=spec, written={"c"}, device=SimpleNamespace(ordinal=0))
+    frozen = np.zeros((128, 64), np.float16)
+    frozen.flags.writeable = False
+    shared = np.zeros((128, 64), np.float16)
+    alias = shared.view()
+    alias.flags.writeable = False
+    for launcher, bound, name in ((writes_a, {"a": frozen, "k": 3}, "a"), (writes_a, {"a": frozen[:, ::2]}, "a"),
+                                  (writes_c, {"a": shared, "c": alias}, "c")):
+        for empty in (True, False):
+            with pytest.raises(LaunchError) as exc:
+                launch._stage_tma_host_arrays(launcher, dict(bound), empty=empty)
+            assert exc.value.code == A.READ_ONLY and f"argument `{name}` is a read-only numpy array" in str(exc.value)
+            assert exc.value.help == "pass a writable copy"
+    assert made == []
+    read_only_read = {"a": frozen, "c": np.zeros(4, np.float32)}  # read through TMA, not written: staged
+    assert launch._stage_tma_host_arrays(writes_c, read_only_read) == [] and made == [0]
