@@ -170,6 +170,17 @@ a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under c
         tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py
     ;;
+a42)  # a41 plus the forty-second session's GPU-facing changes: the README quick starts (test_demo), sparse_matmul's
+     # argument-order check on the GPU planning path, empty grids of numpy-integer dimensions, read-only TMA host arrays
+    run 330 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+        tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
+        tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py tests/gpu/test_empty_grid_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_special_math_gpu.py tests/gpu/test_dtype_math_gpu.py \
+        tests/gpu/test_argmax_gpu.py tests/gpu/test_multi_gpu.py tests/backend/test_prepared_gpu.py \
+        tests/backend/test_runtime_gpu.py tests/backend/test_host_staging.py tests/gpu/test_core_gpu.py \
+        tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py
+    JAX_PLATFORMS=cpu run 45 python -m pytest -q -n 14 -p no:cacheprovider tests/integrations -k jax
+    ;;
 a41)  # the forty-first session's one call (device time short): b40's test files, argmax, the launch paths that now
      # follow their arrays' device (one GPU: the common path), host staging, prepared launches; then the JAX CPU tests
     run 300 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
