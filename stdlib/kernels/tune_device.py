@@ -25,6 +25,7 @@ def tuning_ordinal(device: Any = None) -> int:
     SP0716 for one that is no visible device (or no device ordinal at all)."""
     from ...backend import runtime
 
+    device = _cuda_index(device)
     if device is None:
         return runtime.devices.default_ordinal
     try:
@@ -33,9 +34,22 @@ def tuning_ordinal(device: Any = None) -> int:
         ordinal = operator.index(device)
     except TypeError:
         raise LaunchError(NO_GPU, f"device={device!r} is no CUDA device ordinal",
-                          help="give the GPU's index, e.g. device=1 (sparsile tune --device 1)") from None
+                          help="give the GPU's index, e.g. device=1, torch.device(\"cuda\", 1) or \"cuda:1\" "
+                                "(sparsile tune --device 1)") from None
     runtime.current_device(ordinal)  # SP0716 naming how many GPUs are visible, for one that is not
     return ordinal
+
+
+def _cuda_index(device: Any) -> Any:
+    """torch's spellings of a GPU: ``torch.device("cuda", 1)`` and ``"cuda:1"`` give 1, ``"cuda"``
+    (no index) None (sparsile's current device); anything else is returned as given."""
+    kind, index = getattr(device, "type", None), getattr(device, "index", None)
+    if isinstance(device, str):
+        kind, _, text = device.partition(":")
+        index = int(text) if text.isdigit() else (None if not text else device)
+    if kind != "cuda" or isinstance(index, str):
+        return device
+    return index
 
 
 @contextmanager

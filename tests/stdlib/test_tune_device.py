@@ -182,6 +182,26 @@ def test_a_device_that_is_not_there(host: TorchSeen, monkeypatch: pytest.MonkeyP
     assert host.made == []
 
 
+@pytest.mark.parametrize("spelling", ["torch.device", "str"])
+def test_a_torch_device_or_its_string_names_the_gpu(host: TorchSeen, monkeypatch: pytest.MonkeyPatch,
+                                                     spelling: str) -> None:
+    """torch users write devices as torch.device("cuda", 0) or "cuda:0"; both were SP0716 "is no
+    CUDA device ordinal". "cuda" alone is sparsile's current device; another type stays SP0716."""
+    import torch
+
+    tuned = _timed(monkeypatch, tuning, "plan_sparse_matmul")
+    for given, ordinal in (("cuda:0", 0), ("cuda", 1)):
+        host.made.clear()
+        device = torch.device(given) if spelling == "torch.device" else given
+        table = tuning.tune_sparse_matmul(["256x128x256"], dtypes=("bf16",), device=device)
+        assert host.made[0][1:] == (f"cuda:{ordinal}", ordinal) and table["gpu"] == GPUS[ordinal].name
+    assert len(tuned) == 2
+    bad = torch.device("cpu") if spelling == "torch.device" else "cpu"
+    with pytest.raises(LaunchError) as exc:
+        tuning.tune_sparse_matmul(["256x128x256"], dtypes=("bf16",), device=bad)
+    assert exc.value.code == "SP0716" and "is no CUDA device" in str(exc.value)
+
+
 def test_cli_tune_device(host: TorchSeen, monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[Any] = []
     monkeypatch.setattr(tuning, "tune_sparse_matmul",
