@@ -119,8 +119,8 @@ def wgmma_accumulator(n: int, *, packed: bool = False, warpgroups: int = 1) -> L
     ``warpgroups > 1`` warp bit 2+ stacks further 64-row blocks (M = 64·warpgroups).
     """
     n_pad = next_power_of_two(n)
-    if n_pad < 8:
-        raise LayoutError("SP0401", f"wgmma accumulator: N must be at least 8, found {n}")
+    if n % 8:  # PTX ISA "Matrix shape" of wgmma.mma_async: N = 8, 16, ..., 256 (docs/hardware.md §4.2)
+        raise LayoutError("SP0401", f"wgmma accumulator: N must be a multiple of 8 (wgmma's m64nNk shapes), found {n}")
     log2_exact(warpgroups, "warpgroups")
     elem = [{"n": 1}, {"m": 8}, *unit_bases("n", 3, log2_exact(n_pad // 8))]
     rows: dict[str, list[dict[str, int]]] = {}

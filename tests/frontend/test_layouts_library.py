@@ -457,6 +457,15 @@ def test_swizzle_names():
         swizzle_name(96)
 
 
+@pytest.mark.parametrize("n", [63, 12, 4])
+def test_a_wgmma_n_that_is_no_multiple_of_8_is_sp0401(n) -> None:
+    # wgmma_accumulator(63) drew the layout of 64 (`sparsile layout "wgmma_accumulator(63)"`): no wgmma has N = 63
+    with pytest.raises(LayoutError) as info:
+        wgmma_accumulator(n)
+    assert (info.value.code, info.value.message) == (
+        "SP0401", f"wgmma accumulator: N must be a multiple of 8 (wgmma's m64nNk shapes), found {n}")
+
+
 @pytest.mark.parametrize("n", [64.5, 64.0, "64", True])
 def test_an_extent_must_be_an_integer(n) -> None:
     # wgmma_accumulator(64.5) used to build the layout of 64 (and "64" failed with a TypeError of `<`)
