@@ -253,21 +253,23 @@ class CompileCache:
 
     # -- lookup ------------------------------------------------------------------------------
 
-    def get(self, key: str) -> CacheEntry | None:
-        """The entry for ``key`` from memory, else from disk (then kept in memory), else ``None``."""
+    def get(self, key: str, *, count: bool = True) -> CacheEntry | None:
+        """The entry for ``key`` from memory, else from disk (then kept in memory), else ``None``.
+        ``count=False``: a second look (after waiting for another thread's compile), left out of
+        :attr:`stats`."""
         if self.memory_enabled:
             with self._lock:
                 entry = self._memory.get(key)
                 if entry is not None:
                     self._memory.move_to_end(key)
-                    self.stats.memory_hits += 1
+                    self.stats.memory_hits += count
                     return entry
         entry = self._read_disk(key)
         with self._lock:
             if entry is None:
-                self.stats.misses += 1
+                self.stats.misses += count
                 return None
-            self.stats.disk_hits += 1
+            self.stats.disk_hits += count
             self._remember(entry)
         return entry
 

@@ -25,10 +25,13 @@ closure values and inlined helpers: frontend/sema/captures.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,6 +210,53 @@ LLVM_BLOB = "llvm.z"
 """The cache entry's blob of zlib-compressed LLVM IR."""
 
 
+_COMPILING_LOCK = threading.Lock()
+_compiling: dict[str, list[Any]] = {}
+"""Cache keys being compiled now: key -> [the lock its compiling thread holds, threads using it]."""
+
+
+@contextlib.contextmanager
+def _compiling_once(ckey: str) -> Iterator[None]:
+    """Held while this thread compiles ``ckey``: a second thread compiling the same key waits for the
+    first (and then finds its entry in the cache) instead of compiling it again."""
+    with _COMPILING_LOCK:
+        slot = _compiling.setdefault(ckey, [threading.Lock(), 0])
+        slot[1] += 1
+    try:
+        with slot[0]:
+            yield
+    finally:
+        with _COMPILING_LOCK:
+            slot[1] -= 1
+            if not slot[1]:
+                del _compiling[ckey]
+
+
+def _from_cache(cache: Any, ckey: str, stop_after: str, count: bool = True) -> tuple[CompiledKernel | None, Any]:
+    """(the cached kernel when its entry reaches ``stop_after``, the entry or None)."""
+    entry = cache.get(ckey, count=count)
+    if entry is None:
+        return None, None
+    try:
+        ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
+        if LLVM_BLOB in entry.blobs:
+            ck.llvm = zlib.decompress(entry.blobs[LLVM_BLOB]).decode()
+    except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError, zlib.error):
+        cache.discard(ckey)  # a checksum-valid entry with unusable metadata: rebuild it
+        return None, None
+    if _has_stage(ck, stop_after):
+        return ck, entry
+    return None, (ck if ck.llvm else None)
+
+
+def cache_key(kernel: Any, bindings: dict[str, Any], key: tuple, target: Target, options: dict[str, Any]) -> str:
+    """The compile cache's key of one specialization (:func:`compile_cached`)."""
+    captures = kernel.captures_for(bindings, key, options)
+    return make_key(target=target.name, source=kernel.source_key, kernel_name=kernel.name,
+                    specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())),
+                    captures=captures.disk_key())
+
+
 def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Target, options: dict[str, Any],
                    *, stop_after: str = "cubin", keep_llvm: bool = False) -> CompiledKernel:
     """Compile (or fetch from the compile cache) one specialization of a kernel for ``target``, down
@@ -215,30 +265,34 @@ def compile_cached(kernel: Any, bindings: dict[str, Any], key: tuple, target: Ta
     options, the target and, for a ``@jit`` kernel, every Python value it captured
     (frontend/sema/captures.py), so that a changed global never reuses a stale cubin. The entry keeps
     the IR, PTX and cubin; the LLVM IR (often 20 times the PTX) only with ``keep_llvm`` (ahead of
-    time compiles, which return it), compressed."""
+    time compiles, which return it), compressed. Thread-safe: two threads compiling one key at once
+    compile it once (:func:`_compiling_once`); different keys compile in parallel."""
 
     num_warps = int(options.get("num_warps") or 4)
-    captures = kernel.captures_for(bindings, key, options)
-    ckey = make_key(target=target.name, source=kernel.source_key, kernel_name=kernel.name,
-                    specialization=repr(key), options=repr(sorted((k, repr(v)) for k, v in options.items())),
-                    captures=captures.disk_key())
+    ckey = cache_key(kernel, bindings, key, target, options)
     cache = default_cache()
-    entry = None if requested_stages() & FRESH_STAGES else cache.get(ckey)  # a dump needs a fresh compile
-    if entry is not None:
-        try:
-            ck = CompiledKernel.from_cache(entry.metadata, entry.blobs)
-            if LLVM_BLOB in entry.blobs:
-                ck.llvm = zlib.decompress(entry.blobs[LLVM_BLOB]).decode()
-        except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError, zlib.error):
-            cache.discard(ckey)  # a checksum-valid entry with unusable metadata: rebuild it
-            entry = None
-        else:
-            if _has_stage(ck, stop_after):
-                return ck
-            if not ck.llvm:
-                entry = None
-    if entry is None:
-        ck = compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps, stop_after="llvm")
+    fresh = bool(requested_stages() & FRESH_STAGES)  # a dump needs a fresh compile
+    partial = None
+    if not fresh:
+        done, partial = _from_cache(cache, ckey, stop_after)
+        if done is not None:
+            return done
+    with _compiling_once(ckey):
+        if not fresh:  # another thread may have compiled it meanwhile (a second look: not a second miss)
+            done, partial = _from_cache(cache, ckey, stop_after, count=False)
+            if done is not None:
+                return done
+        return _compile_and_store(kernel, bindings, target, options, num_warps, stop_after, keep_llvm, cache, ckey,
+                                  partial)
+
+
+def _compile_and_store(kernel: Any, bindings: dict[str, Any], target: Target, options: dict[str, Any],
+                       num_warps: int, stop_after: str, keep_llvm: bool, cache: Any, ckey: str,
+                       partial: CompiledKernel | None) -> CompiledKernel:
+    """Compile (carrying on ``partial``, a cached entry that stops at an earlier stage, where given)
+    and store the entry under ``ckey``."""
+    ck = partial if partial is not None else \
+        compile_function(kernel.fresh_ir(bindings, options), target, num_warps=num_warps, stop_after="llvm")
     ck = finish_stages(ck, target, stop_after)
     blobs = {name: getattr(ck, name).encode() for name in ("ir", "ptx") if getattr(ck, name)}
     if ck.cubin:

@@ -1,0 +1,171 @@
+"""Compiling many kernel specializations at once, in worker processes (``sparsile.torch.warm_up``).
+
+Threads overlap little: llvmlite serializes every call into LLVM behind one process-wide lock
+(``llvmlite.binding.ffi.lib``), and LLVM's O3 pipeline and NVPTX emission are most of a compile
+(benchmarks/RESULTS.md, "First calls"); only the Python passes and nvJitLink run beside it. Worker
+processes each have their own LLVM: :func:`compile_specializations` starts ``jobs`` of them
+(``python -c``, importing only the compiler, not torch), hands each specialization of a ``.spk``
+kernel to the next free one, and each writes its result into the shared disk cache
+(``SPARSILE_CACHE_DIR``, driver/cache.py); the parent then reads every entry back through
+:func:`~.compiler.compile_cached` (a disk hit, kept in memory), so a launch finds it. Without a
+disk cache, for ``@jit`` kernels or with ``jobs=1`` the specializations compile here, in threads.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from ..target.targets import get_target
+from .cache import default_cache
+from .compiler import cache_key, compile_cached
+from .kernel import KERNEL_OPTIONS
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """One compile: the kernel, its sema bindings and specialization key (``kernel.bind``) and the
+    compile options, as :meth:`~.launch.GpuLaunch.compile_for` passes them to ``compile_cached``."""
+
+    kernel: Any
+    bindings: dict[str, Any]
+    key: tuple
+    options: dict[str, Any]
+
+    @classmethod
+    def of_launch(cls, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Specialization:
+        """What ``kernel[grid].compile_for(target, *args, **kwargs)`` compiles."""
+        _, bindings, key = kernel.bind(args, dict(kwargs))
+        options = {**KERNEL_OPTIONS, **kernel.options,
+                   **{k: kwargs[k] for k in kwargs if k in KERNEL_OPTIONS and k not in bindings}}
+        return cls(kernel, bindings, key, options)
+
+    def compile(self, target: str) -> Any:
+        return compile_cached(self.kernel, self.bindings, self.key, get_target(target), self.options)
+
+    def cached(self, target: str) -> bool:
+        """Whether the compile cache (memory or disk) holds this specialization's kernel for ``target``."""
+        ckey = cache_key(self.kernel, self.bindings, self.key, get_target(target), self.options)
+        return default_cache().get(ckey, count=False) is not None
+
+    def portable(self) -> tuple[str, str, str, dict[str, Any], tuple, dict[str, Any]] | None:
+        """(source text, source name, kernel name, bindings, key, options) for a worker process, or
+        None for a kernel a worker cannot load again from its text (a ``@jit`` function)."""
+        kernel = self.kernel
+        if not getattr(kernel, "is_closed", False) or (kernel.imports and not os.path.isfile(kernel.source.name)):
+            return None  # (a worker reads the imports of a file's module from its folder)
+        try:
+            job = (kernel.source.text, kernel.source.name, kernel.name, self.bindings, self.key, self.options)
+            pickle.dumps(job)
+        except Exception:
+            return None
+        return job
+
+
+def compile_specializations(specs: list[Specialization], target: str, jobs: int = 1) -> list[float]:
+    """Compile each of ``specs`` for ``target`` through the compile cache, ``jobs`` at a time
+    (worker processes where it can: see the module's docstring); the seconds each took, in order
+    (where a worker compiled it: the worker's time)."""
+    jobs = max(1, min(jobs, len(specs)))
+    portable = [spec.portable() for spec in specs]
+    cache = default_cache()
+    if jobs == 1 or not cache.disk_enabled or not all(portable):
+        return _in_threads(specs, target, jobs)
+    taken = _in_workers(portable, target, jobs, str(cache.directory))  # type: ignore[arg-type]
+    for spec in specs:  # read back from the disk cache (a worker's failure: compiled here, and raised here)
+        spec.compile(target)
+    return taken
+
+
+def _in_threads(specs: list[Specialization], target: str, jobs: int) -> list[float]:
+    def one(spec: Specialization) -> float:
+        start = time.perf_counter()
+        spec.compile(target)
+        return time.perf_counter() - start
+
+    if jobs == 1:
+        return [one(spec) for spec in specs]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sparsile-compile") as pool:
+        return list(pool.map(one, specs))
+
+
+_PACKAGE = __name__.rsplit(".", 2)[0]  # "sparsile"
+_WORKER = f"from {_PACKAGE}.driver.compile_pool import worker_main; worker_main()"
+
+
+def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> list[float]:
+    """Compile ``portable`` jobs in ``jobs`` worker processes sharing the disk cache ``cache_dir``."""
+    env = {**os.environ, "SPARSILE_CACHE_DIR": cache_dir,
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+    taken = [0.0] * len(portable)
+    queue = list(range(len(portable)))
+    lock = threading.Lock()
+
+    def feed(proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        while True:
+            with lock:
+                if not queue:
+                    break
+                i = queue.pop(0)
+            _send(proc.stdin, (target, *portable[i]))
+            reply = _receive(proc.stdout)
+            if reply is None:  # the worker died: what is left compiles in the parent
+                break
+            taken[i] = reply
+        proc.stdin.close()
+
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env) for _ in range(jobs)]
+    threads = [threading.Thread(target=feed, args=(proc,), daemon=True) for proc in procs]
+    for thread in threads:
+        thread.start()
+    for thread, proc in zip(threads, procs, strict=True):
+        thread.join()
+        proc.wait()
+    return taken
+
+
+def _send(stream: BinaryIO, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> Any:
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (n,) = struct.unpack("<Q", head)
+    return pickle.loads(stream.read(n))
+
+
+def worker_main() -> None:
+    """A worker process: compile each job read from stdin into the disk cache; reply with the
+    seconds it took (a failed compile replies too: the parent compiles it again and reports it)."""
+    from .module import loads
+
+    modules: dict[tuple[str, str], Any] = {}
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        job = _receive(stdin)
+        if job is None:
+            return
+        target, text, name, kernel_name, bindings, key, options = job
+        start = time.perf_counter()
+        try:
+            module = modules.get((name, text))
+            if module is None:
+                module = modules[(name, text)] = loads(text, name, path=name if os.path.isfile(name) else None)
+            compile_cached(module.kernels[kernel_name], bindings, key, get_target(target), options)
+        except Exception:  # (the parent compiles it again, and raises there)
+            pass
+        _send(stdout, time.perf_counter() - start)

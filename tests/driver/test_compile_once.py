@@ -1,0 +1,111 @@
+"""Compiling from several threads and in worker processes (driver/compiler.py's ``compile_cached``,
+driver/compile_pool.py): one key compiled by two threads at once is compiled once, and
+specializations compiled by worker processes are read back from the disk cache as hits, with the
+PTX the parent would have compiled itself."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.driver import cache as cache_mod
+from sparsile.driver import compile_pool, compiler
+from sparsile.driver.compile_pool import Specialization, compile_specializations
+from sparsile.target.targets import get_target
+
+VECTOR_ADD = Path(sp.__file__).resolve().parent / "examples" / "vector_add.spk"
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> cache_mod.CompileCache:
+    """An empty default compile cache in ``tmp_path`` (and the usual one afterwards)."""
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    yield cache_mod.default_cache()
+    cache_mod.reset_default_cache()
+
+
+@pytest.fixture
+def compiles(monkeypatch) -> list[str]:
+    """The kernels compile_function compiled (a spy that takes its time, so that two threads
+    asking for one kernel are both inside compile_cached before either has stored it)."""
+    seen: list[str] = []
+    real = compiler.compile_function
+
+    def spy(func, *args, **kwargs):
+        seen.append(func.name)
+        time.sleep(0.3)
+        return real(func, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_function", spy)
+    return seen
+
+
+def _arrays(n: int = 64) -> tuple[np.ndarray, ...]:
+    return tuple(np.zeros(n, np.float32) for _ in range(3))
+
+
+def test_two_threads_compiling_one_key_compile_it_once(fresh_cache, compiles) -> None:
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    barrier = threading.Barrier(2)
+    results: list = [None, None]
+
+    def compile_it(i: int) -> None:
+        barrier.wait()
+        results[i] = kernel[(1,)].compile_for("sm_90a", x, y, out, 64, BLOCK=64)
+
+    threads = [threading.Thread(target=compile_it, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert compiles == ["vector_add"]  # the second thread waited for the first one's entry
+    assert results[0].ptx == results[1].ptx and results[0].cubin == results[1].cubin
+    assert fresh_cache.stats.misses == 2 and fresh_cache.stats.disk_writes == 1
+
+
+def test_threads_compiling_different_keys_compile_each(fresh_cache, compiles) -> None:
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128, 256)]
+    compile_pool._in_threads(specs, "sm_90a", 3)
+    assert sorted(compiles) == ["vector_add"] * 3
+    assert fresh_cache.stats.disk_writes == 3
+
+
+def test_worker_processes_fill_the_disk_cache(fresh_cache, compiles) -> None:
+    """Two worker processes compile three specializations; the parent reads each back from the disk
+    cache (no compile of its own) and gets the PTX it compiles itself without the cache."""
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128, 256)]
+    assert all(spec.portable() is not None for spec in specs)
+    taken = compile_specializations(specs, "sm_90a", jobs=2)
+    assert len(taken) == 3 and all(t > 0 for t in taken)
+    assert compiles == []  # every one compiled by a worker
+    assert fresh_cache.stats.disk_hits == 3 and fresh_cache.stats.misses == 0
+    assert all(spec.cached("sm_90a") for spec in specs)
+    for spec in specs:
+        own = compiler.compile_function(kernel.fresh_ir(spec.bindings, spec.options), get_target("sm_90a"),
+                                        stop_after="ptx")
+        assert spec.compile("sm_90a").ptx == own.ptx
+
+
+def test_without_a_disk_cache_the_parent_compiles(monkeypatch, compiles) -> None:
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, "off")
+    cache_mod.reset_default_cache()
+    try:
+        assert not cache_mod.default_cache().disk_enabled
+        kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+        x, y, out = _arrays()
+        specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+        compile_specializations(specs, "sm_90a", jobs=2)
+        assert sorted(compiles) == ["vector_add"] * 2  # in threads of this process
+    finally:
+        cache_mod.reset_default_cache()
