@@ -182,9 +182,51 @@ def _immarg_positions(fn: llvm.ValueRef) -> list[int]:
     return [i for i, arg in enumerate(fn.arguments) if b"immarg" in set(arg.attributes)]
 
 
-def nvvm_intrinsic_calls(module: llvm.ModuleRef) -> list[IntrinsicCall]:
+_I1 = {"true": 1, "false": 0}
+
+
+def _immargs_in_text(text: str, by_immargs: dict[str, list[int]]) -> dict[tuple[str, tuple[int, ...]], None] | None:
+    """The (intrinsic, immediates) of every call site of the ``by_immargs`` intrinsics in the IR
+    ``text`` the module was parsed from, read from the text (immediate arguments are literal
+    constants there: ``i1 false``, ``i32 0``); None where a call site does not read as expected
+    (the caller then walks the module's instructions)."""
+    found: dict[tuple[str, tuple[int, ...]], None] = {}
+    for name, positions in by_immargs.items():
+        callee = f"@{name}("
+        at = text.find(callee)
+        while at >= 0:
+            line = text[text.rfind("\n", 0, at) + 1:at]
+            start = end = at + len(callee)
+            at = text.find(callee, end)
+            if not re.search(r"\bcall\b", line):  # (its declaration)
+                continue
+            depth = 1
+            while depth and end < len(text):
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                end += 1
+            args, depth, cur = [], 0, ""
+            for ch in text[start:end - 1]:
+                if ch == "," and depth == 0:
+                    args.append(cur)
+                    cur = ""
+                    continue
+                depth += {"(": 1, ")": -1}.get(ch, 0)
+                cur += ch
+            args.append(cur)
+            try:
+                tokens = [args[i].split()[-1] for i in positions]
+                values = tuple(_I1[t] if t in _I1 else int(t) for t in tokens)
+            except (IndexError, ValueError):
+                return None
+            found[(name, values)] = None
+    return found
+
+
+def nvvm_intrinsic_calls(module: llvm.ModuleRef, text: str | None = None) -> list[IntrinsicCall]:
     """Every distinct ``llvm.nvvm.*`` intrinsic declared by ``module``. For those whose needs
-    depend on immediates, one entry per distinct immediate tuple found at call sites.
+    depend on immediates, one entry per distinct immediate tuple found at call sites: read from
+    ``text``, the IR the module was parsed from, where given (walking every instruction through
+    llvmlite took a tenth of a large kernel's compile), else from the module's instructions.
     Raises :class:`InternalError` for an ``llvm.nvvm.*`` name LLVM does not know (it would be
     emitted as a call to an undefined function)."""
     found: dict[tuple[str, tuple[int, ...]], None] = {}
@@ -198,7 +240,10 @@ def nvvm_intrinsic_calls(module: llvm.ModuleRef) -> list[IntrinsicCall]:
             by_immargs[fn.name] = _immarg_positions(fn)
         else:
             found[(fn.name, ())] = None
-    if by_immargs:
+    from_text = _immargs_in_text(text, by_immargs) if by_immargs and text is not None else None
+    if from_text is not None:
+        found.update(from_text)
+    elif by_immargs:
         for fn in module.functions:
             if fn.is_declaration:
                 continue
@@ -214,12 +259,12 @@ def nvvm_intrinsic_calls(module: llvm.ModuleRef) -> list[IntrinsicCall]:
     return [IntrinsicCall(name, imm) for name, imm in found]
 
 
-def gate_module(module: llvm.ModuleRef, target: Target) -> None:
+def gate_module(module: llvm.ModuleRef, target: Target, text: str | None = None) -> None:
     """Raise one :class:`CompileError` listing every intrinsic of ``module`` that ``target``
-    cannot run (``SP0603``)."""
+    cannot run (``SP0603``); ``text``: the IR ``module`` was parsed from (:func:`nvvm_intrinsic_calls`)."""
     diags: list[Diagnostic] = []
     seen: set[str] = set()
-    for call in nvvm_intrinsic_calls(module):
+    for call in nvvm_intrinsic_calls(module, text):
         diag = intrinsic_problem(target, call.name, call.immargs)
         if diag is not None and diag.message not in seen:
             seen.add(diag.message)
@@ -271,7 +316,7 @@ def llvm_ir_to_ptx(llvm_ir: str, target: Target, opt_level: int = 3) -> str:
         raise InternalError(f"opt_level must be 0..3, got {opt_level!r}")
     with _LLVM_LOCK:
         module = parse_module(llvm_ir)
-        gate_module(module, target)
+        gate_module(module, target, llvm_ir)
         tm = _target_machine(target.llvm_cpu, target.llvm_features, opt_level)
         if not module.triple:
             module.triple = NVPTX_TRIPLE

@@ -363,3 +363,42 @@ def test_tcgen05_positive_path_sm100a(tmp_path):
         proc = subprocess.run(["ptxas", "-arch=sm_100a", str(src), "-o", str(tmp_path / "k.cubin")],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
+
+
+def _stdlib_kernel_llvm() -> dict[str, str]:
+    """The LLVM IR of stdlib kernels whose TMA loads (``cp.async.bulk.tensor.g2s``) take immediates:
+    the sparse GEMM (mt), the decode kernel, and a tcgen05 one (Blackwell)."""
+    import numpy as np
+
+    from sparsile.driver.compile_pool import Specialization
+    from sparsile.driver.compiler import compile_function
+    from sparsile.stdlib.kernels import plan_sparse_linear
+    from sparsile.tests.stdlib.test_gemm_api import problem
+
+    weight, b = problem("bf16", 256, 128, 256, seed=1)
+    out = {}
+    for name, x, target in (("tiled", b, "sm_90a"), ("decode", b[:4], "sm_90a"), ("sm100", b, "sm_100a")):
+        plan = plan_sparse_linear(weight.values, weight.meta, np.ascontiguousarray(x), target=target)
+        kernel, _, args, cx = plan.launches()[0]
+        spec = Specialization.of_launch(kernel, args, cx)
+        func = kernel.fresh_ir(spec.bindings, spec.options)
+        out[name] = compile_function(func, get_target(target), num_warps=int(spec.options.get("num_warps") or 4),
+                                     stop_after="llvm").llvm
+    return out
+
+
+def test_immediates_read_from_the_text_are_those_of_the_instructions():
+    """The gate reads the immediate arguments of call sites from the IR text (the instruction walk
+    took a tenth of a large kernel's compile); both ways give the same intrinsic list, for the
+    matrix's modules and for real kernels, and a text that does not read as expected falls back to
+    the walk."""
+    modules = {case: ir for case, (ir, _) in CASES.items()} | _stdlib_kernel_llvm()
+    with_immargs = 0
+    for case, ir in modules.items():
+        module = L.parse_module(ir)
+        walked = L.nvvm_intrinsic_calls(module)
+        assert L.nvvm_intrinsic_calls(module, ir) == walked, case
+        with_immargs += any(call.immargs for call in walked)
+    assert with_immargs >= 4
+    by_immargs = {"llvm.nvvm.tcgen05.mma.sp.shared": [5]}
+    assert L._immargs_in_text("call void @llvm.nvvm.tcgen05.mma.sp.shared(i32 %a, i32 %b)", by_immargs) is None
