@@ -347,6 +347,7 @@ CODES: dict[str, str] = {
     "SP0920": "a capture of a padded layer whose weight was written",
     "SP0921": "transformers without AttentionInterface",
     "SP0922": "a gradient of a frozen sparse weight",
+    "SP0923": "bad warm_up arguments",
     "SP0930": "JAX is not installed",
     "SP0931": "bad out_shapes",
     "SP0932": "an argument the call cannot pass",

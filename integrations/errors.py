@@ -62,6 +62,10 @@ SP_TRANSFORMERS = "SP0921"
 SP_FROZEN_WEIGHT = "SP0922"
 """A gradient asked of a frozen sparse layer's weight (values, meta, scale_w, an fp8 x): ``SparseLinear``
 and ``torch.ops.sparsile.sparse_linear`` give x's gradient only (and a trainable bias's)."""
+SP_WARM_UP = "SP0923"
+"""``sparsile.torch.warm_up`` arguments of the wrong kind: a model that is not an ``nn.Module``, token counts
+that are not positive integers, ``jobs`` that is not a positive integer, an x dtype with no kernel, an unknown
+target."""
 SP_FUSE_GROUPS = "SP0944"
 """``fuse_projections_(groups=...)`` that is not a sequence of tuples of two or more distinct child names."""
 

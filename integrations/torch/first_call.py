@@ -1,0 +1,233 @@
+"""``warm_up(model)``: compile the kernels a sparsified model's first eager calls need, ahead of
+them and in parallel (docs/torch.md, "Compiling ahead of the first call").
+
+An eager call of a :class:`~.linear.SparseLinear` on CUDA builds a launch record per token count T
+(``_kernels.LaunchRecord``): it plans the call (``plan_sparse_linear``) and prepares each launch,
+which compiles every kernel specialization the plan names on first use (about 1 s each for the
+sparse GEMM: benchmarks/RESULTS.md), one after another. :func:`first_call_launches` lists the
+launches those records plan for a weight and T (the same planner calls with the same arguments:
+the main plan, the one-launch eager variants, the e4m3 quantizer), :func:`warm_up` compiles their
+distinct specializations in threads: LLVM (through llvmlite) and nvJitLink (ctypes) release the
+GIL while they work, so compiles overlap on several cores. The compiled kernels land in the
+compile cache (memory and ``SPARSILE_CACHE_DIR``); the first call then finds them there. Nothing
+is launched; without a GPU the kernels are compiled for ``target`` (default sm_90a).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...driver.compile_pool import Specialization, compile_specializations
+from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
+from ...stdlib.kernels.linear_args import is_gated
+from ..errors import SP_WARM_UP, IntegrationError
+from ._kernels import (
+    EAGER_REDUCE_MAX_T,
+    OUT_DTYPES,
+    RECORD_QUANTIZE_MAX_T,
+    SM90_WORDS,
+    glu_in_kernel,
+    kernel_api,
+    quantizes_in_kernel,
+)
+from .linear import SparseLinear
+from .weight import Weight
+
+Launch = tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]
+
+
+@dataclass
+class WarmUpReport:
+    """What :func:`warm_up` did: the distinct kernel specializations its layers' first calls need
+    (``kernels``: kernel name and constexprs, in the order found), how many it compiled and how many
+    the compile cache already held, and the seconds it took."""
+
+    kernels: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    compiled: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    target: str = ""
+    layers: int = 0
+
+    def __str__(self) -> str:
+        return (f"warm_up: {len(self.kernels)} kernel specializations for {self.layers} layers on {self.target} "
+                f"({self.compiled} compiled, {self.cached} already cached) in {self.seconds:.2f} s")
+
+
+def _warm_error(message: str, help: str) -> IntegrationError:
+    return IntegrationError(SP_WARM_UP, message, help=help)
+
+
+def _check_tokens(tokens: Any) -> tuple[int, ...]:
+    items = (tokens,) if isinstance(tokens, int) else tokens
+    try:
+        out = tuple(items)
+    except TypeError:
+        out = None
+    if not out or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in out):
+        raise _warm_error(f"tokens must be a positive integer or a non-empty sequence of them, got {tokens!r}",
+                          "the token counts (rows of x) the first calls will have, e.g. tokens=(1, 16, 512)")
+    return tuple(dict.fromkeys(out))
+
+
+def _check_jobs(jobs: Any) -> int:
+    if jobs is None:
+        return os.cpu_count() or 1
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise _warm_error(f"jobs must be a positive integer or None, got {jobs!r}",
+                          "the threads that compile at once; None: one per CPU core")
+    return jobs
+
+
+def warmed_layers(model: nn.Module) -> list[SparseLinear]:
+    """The layers whose eager calls build launch records: every :class:`SparseLinear` of ``model``
+    (``model`` itself included) that runs its own kernel, the fused layers of the projection groups
+    (``fuse_projections_``) in place of their members, and the gated layer of a fused MLP."""
+    from .training import SemiSparseLinear
+
+    found: dict[int, SparseLinear] = {}
+    for module in model.modules():
+        forward = module.__dict__.get("forward")
+        gated = getattr(getattr(forward, "__self__", None), "layers", None)
+        if gated is not None and hasattr(forward.__self__, "linear"):  # a fused MLP's GatedForward
+            for layer in gated():
+                found.setdefault(id(layer), layer)
+        if not isinstance(module, SparseLinear) or isinstance(module, SemiSparseLinear):
+            continue
+        fused = module.__dict__.get("_fused")
+        if fused is not None and fused[0].fused is not None:
+            for layer in fused[0].layers():
+                found.setdefault(id(layer), layer)
+            continue
+        found.setdefault(id(module), module)
+    return list(found.values())
+
+
+def _plan_launches(api: Any, w: Weight, x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None,
+                   out_dtype: torch.dtype, activation: str | None, **options: Any) -> tuple[Any, list[Launch]]:
+    plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=activation, scale_x=scale_x,
+                                  scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], out=y, **SM90_WORDS, **options)
+    return plan, plan.launches()
+
+
+def _shares(plan: Any) -> int:
+    config = getattr(plan, "config", None)
+    return int(getattr(config, "split_k", None) or getattr(plan, "split_k", 1) or 1)
+
+
+def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
+    """The launches (kernel, grid, args, constexprs) whose kernels an eager CUDA call of ``layer`` on
+    ``tokens`` rows of x in ``x_dtype`` compiles: those of the plans its launch record makes
+    (``_kernels.LaunchRecord``, through the same ``kernel_api().plan_sparse_linear`` calls), the
+    quantizer of an e4m3 layer included. The arrays are the layer's own weight and empty x and y on
+    its device: on the CPU the plans are those of a GPU-less host (no tuned table unless a GPU is
+    visible), for target sm_90a."""
+    api = kernel_api()
+    w = layer._bound()
+    activation = w.activation
+    device = w.values.device
+    if is_gated(activation) and not glu_in_kernel(tokens, device):  # the pre-activations, gated by torch
+        activation = None
+    t, k = tokens, layer.in_features
+    out_dtype = layer.out_dtype or x_dtype
+    rows = int(w.values.shape[0])
+    y = torch.empty((t, w.out_features if activation == w.activation else rows), dtype=out_dtype, device=device)
+    reduce_eagerly = t <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
+    launches: list[Launch] = []
+    if w.scale_w is None:  # 16-bit weights: x cast to the weight's type
+        x = torch.empty((t, k), dtype=w.values.dtype, device=device)
+        plan, main = _plan_launches(api, w, x, y, None, out_dtype, activation)
+        launches += main
+        if len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
+            _, one = _plan_launches(api, w, x, y, None, out_dtype, activation, reduce="kernel")
+            launches += one if len(one) == 1 else []
+        return launches
+    from ...stdlib.kernels.quantize_e4m3 import quantize_module, quantize_options
+
+    x16 = torch.empty((t, k), dtype=x_dtype, device=device)
+    xq = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=device)
+    sx = torch.empty((t,), dtype=torch.float32, device=device)
+    launches.append((quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k), quantize_options(k)))
+    plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation)
+    launches += main
+    if t > RECORD_QUANTIZE_MAX_T:  # quantized into fresh buffers per call, then the record of the fp8 x
+        return launches
+    one_launch = None
+    if quantizes_in_kernel(t, rows, k):  # one launch of the decode kernel quantizing x itself
+        try:
+            qplan, one = _plan_launches(api, w, x16, y, None, out_dtype, activation,
+                                        **({"reduce": "kernel"} if reduce_eagerly else {}))
+        except ValueError:  # (SparsityError: not planned for this T or target; the record keeps two launches)
+            qplan, one = None, []
+        if getattr(qplan, "quantizes_x", False) and len(one) == 1 and _shares(qplan) <= _shares(plan):
+            one_launch = one
+    if one_launch is None and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
+        _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel")
+        one_launch = one if len(one) == 1 else None
+    return launches + (one_launch or [])
+
+
+def distinct_specializations(launches: Iterable[Launch]) -> list[tuple[Launch, Specialization]]:
+    """Each launch of ``launches`` that compiles a specialization no earlier one compiles (same
+    kernel, same specialization key), with that specialization."""
+    seen: set[tuple[int, tuple]] = set()
+    out = []
+    for launch in launches:
+        kernel, _, args, constexprs = launch
+        spec = Specialization.of_launch(kernel, args, constexprs)
+        if (id(kernel), spec.key) not in seen:
+            seen.add((id(kernel), spec.key))
+            out.append((launch, spec))
+    return out
+
+
+def _device_target(layers: list[SparseLinear]) -> str:
+    from ...backend import runtime
+    from ...target.targets import target_for_capability
+
+    cuda = next((layer.values.device for layer in layers if layer.values.is_cuda), None)
+    if cuda is None or not runtime.has_gpu():
+        return "sm_90a"
+    return target_for_capability(*torch.cuda.get_device_capability(cuda)).name
+
+
+def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = None, *,
+            x_dtype: torch.dtype = torch.bfloat16, target: str | None = None) -> WarmUpReport:
+    """Compile, ahead of the first calls and ``jobs`` at a time (None: one thread per CPU core), the
+    kernels that ``model``'s sparse layers' first eager calls on ``tokens`` rows of x (each count
+    of ``tokens``; x in ``x_dtype``) would compile; nothing is launched. ``target``: the GPU
+    architecture to compile for (default the layers' GPU's, else sm_90a). Returns a
+    :class:`WarmUpReport`; SP0923 for bad arguments."""
+    if not isinstance(model, nn.Module):
+        raise _warm_error(f"warm_up needs an nn.Module, got {type(model).__name__}",
+                          "pass the model sparsify_ converted")
+    counts = _check_tokens(tokens)
+    workers = _check_jobs(jobs)
+    if x_dtype not in OUT_DTYPES:
+        raise _warm_error(f"x_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {x_dtype!r}",
+                          "the dtype of the activations the model's layers receive")
+    layers = warmed_layers(model)
+    if target is not None:
+        from ...target.targets import get_target
+
+        try:
+            get_target(target)
+        except Exception:
+            raise _warm_error(f"unknown target {target!r}", "e.g. target=\"sm_90a\" (Hopper) or leave it "
+                              "unset for the layers' GPU") from None
+    tgt = target or _device_target(layers)
+    start = time.perf_counter()
+    found = distinct_specializations(launch for layer in layers for t in counts
+                                     for launch in first_call_launches(layer, t, x_dtype))
+    specs = [spec for _, spec in found]
+    todo = [spec for spec in specs if not spec.cached(tgt)]
+    compile_specializations(todo, tgt, workers)
+    return WarmUpReport([(launch[0].name, dict(launch[3])) for launch, _ in found], len(todo),
+                        len(specs) - len(todo), time.perf_counter() - start, tgt, len(layers))

@@ -1,0 +1,139 @@
+"""``sparsile.torch.warm_up`` (integrations/torch/first_call.py): it compiles what a layer's first
+eager CUDA call compiles, so that call compiles nothing. Without a GPU the first call is faked as
+the launch record tests do: the planners see an H200 (its tuned tables apply), and a prepared
+launch only compiles its kernel (``GpuLaunch.prepare`` replaced), so a real ``LaunchRecord``
+(integrations/torch/_kernels.py) plans and "prepares" its launches on CPU tensors while the compile
+cache counts what it had to compile."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsile.integrations.errors import IntegrationError
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+from sparsile.backend import runtime  # noqa: E402
+from sparsile.driver import cache as cache_mod  # noqa: E402
+from sparsile.driver import compiler  # noqa: E402
+from sparsile.driver.launch import GpuLaunch  # noqa: E402
+from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.integrations.torch import first_call as wu  # noqa: E402
+from sparsile.tests.stdlib.test_gemm_tuning import _device  # noqa: E402
+
+H200 = _device("NVIDIA H200", (9, 0), 132)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> cache_mod.CompileCache:
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    yield cache_mod.default_cache()
+    cache_mod.reset_default_cache()
+
+
+@pytest.fixture
+def faked_first_call(monkeypatch) -> list[str]:
+    """Planners that see an H200, and prepared launches that only compile their kernel for sm_90a;
+    returns the kernels compile_function compiled."""
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: H200)
+    monkeypatch.setattr(kernels, "native_launch", lambda *args, **kwargs: None)
+
+    class Prepared:
+        def run(self, args, stream=None):  # never called: nothing is launched
+            raise AssertionError("launched")
+
+    def prepare(self, *args, **kwargs):
+        kwargs.pop("per_call", None)
+        self.compile_for("sm_90a", *args, **kwargs)
+        return Prepared()
+
+    monkeypatch.setattr(GpuLaunch, "prepare", prepare)
+    compiled: list[str] = []
+    real = compiler.compile_function
+
+    def spy(func, *args, **kwargs):
+        compiled.append(func.name)
+        return real(func, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_function", spy)
+    return compiled
+
+
+def _first_call(layer, tokens: int) -> None:
+    """What an eager CUDA call of ``layer`` builds before it launches: its launch record (e4m3: the
+    record that quantizes x itself, as ``SparseLinear._forward_eager`` asks for up to 64 tokens)."""
+    w = layer._bound()
+    x = torch.zeros((tokens, layer.in_features), dtype=torch.bfloat16)
+    kernels.LaunchRecord(x, w, None, torch.bfloat16, quantize=w.scale_w is not None)
+
+
+def _model(dtype: str) -> torch.nn.Module:
+    return torch.nn.Sequential(spt.SparseLinear(256, 128, bias=False, dtype=dtype),
+                               spt.SparseLinear(128, 256, bias=True, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype, tokens", [("bf16", 1), ("e4m3", 16)])
+def test_the_first_call_after_warm_up_compiles_nothing(fresh_cache, faked_first_call, dtype, tokens) -> None:
+    model = _model(dtype)
+    report = wu.warm_up(model, tokens=(tokens,), jobs=1)
+    assert report.target == "sm_90a" and report.layers == 2 and report.cached == 0
+    assert report.compiled == len(report.kernels) == len(faked_first_call) > 0
+    assert "warm_up:" in str(report)
+    faked_first_call.clear()
+    for layer in model:
+        _first_call(layer, tokens)
+    assert faked_first_call == []  # every kernel the records prepared was in the cache
+    again = wu.warm_up(model, tokens=(tokens,), jobs=1)
+    assert again.compiled == 0 and again.cached == len(report.kernels)
+
+
+def test_without_warm_up_the_first_call_compiles(fresh_cache, faked_first_call) -> None:
+    """The control of the test above: the same first call on a cold cache compiles its kernels."""
+    model = _model("bf16")
+    _first_call(model[0], 1)
+    assert faked_first_call
+    expected = {name for name, _ in wu.warm_up(model[:1], tokens=(1,), jobs=1).kernels}
+    assert set(faked_first_call) == expected
+
+
+def test_warm_up_in_worker_processes(fresh_cache, faked_first_call) -> None:
+    """jobs=2: worker processes compile into the disk cache, and the first call finds it there."""
+    model = _model("bf16")
+    report = wu.warm_up(model, tokens=(1,), jobs=2)
+    assert report.compiled == len(report.kernels) > 0
+    assert faked_first_call == []  # compiled in the workers
+    cache_mod.default_cache().clear_memory()
+    for layer in model:
+        _first_call(layer, 1)
+    assert faked_first_call == []
+
+
+def test_fused_projections_warm_the_fused_layer(fresh_cache, faked_first_call) -> None:
+    block = torch.nn.Module()
+    block.q_proj, block.k_proj, block.v_proj = (spt.SparseLinear(256, 128, bias=False) for _ in range(3))
+    spt.fuse_projections_(block)
+    layers = wu.warmed_layers(block)
+    assert len(layers) == 1 and layers[0].out_features == 384  # the group's fused layer, not its members
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": object()}, "warm_up needs an nn.Module, got object"),
+    ({"tokens": 0}, "tokens must be a positive integer or a non-empty sequence of them, got 0"),
+    ({"tokens": ()}, "tokens must be a positive integer or a non-empty sequence of them, got ()"),
+    ({"tokens": (1, -2)}, "got (1, -2)"),
+    ({"tokens": (True,)}, "got (True,)"),
+    ({"tokens": "16"}, "got '16'"),
+    ({"jobs": 0}, "jobs must be a positive integer or None, got 0"),
+    ({"jobs": 1.5}, "jobs must be a positive integer or None, got 1.5"),
+    ({"x_dtype": torch.int8}, "x_dtype must be torch.bfloat16, torch.float16 or torch.float32, got torch.int8"),
+    ({"target": "sm_12"}, "unknown target 'sm_12'"),
+])
+def test_bad_arguments_are_sp0923(kwargs, message) -> None:
+    args = {"model": _model("bf16"), **kwargs}
+    with pytest.raises(IntegrationError) as err:
+        spt.warm_up(args.pop("model"), **args)
+    assert err.value.code == "SP0923" and message in err.value.message
+    assert err.value.help
