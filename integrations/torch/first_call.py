@@ -82,7 +82,7 @@ def _check_jobs(jobs: Any) -> int:
         return os.cpu_count() or 1
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise _warm_error(f"jobs must be a positive integer or None, got {jobs!r}",
-                          "the threads that compile at once; None: one per CPU core")
+                          "the worker processes that compile at once; None: one per CPU core")
     return jobs
 
 
@@ -112,6 +112,7 @@ def warmed_layers(model: nn.Module) -> list[SparseLinear]:
 
 def _plan_launches(api: Any, w: Weight, x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None,
                    out_dtype: torch.dtype, activation: str | None, **options: Any) -> tuple[Any, list[Launch]]:
+    options = {k: v for k, v in options.items() if v is not None}  # (target None: the planner's own)
     plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=activation, scale_x=scale_x,
                                   scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], out=y, **SM90_WORDS, **options)
     return plan, plan.launches()
@@ -122,19 +123,20 @@ def _shares(plan: Any) -> int:
     return int(getattr(config, "split_k", None) or getattr(plan, "split_k", 1) or 1)
 
 
-def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
+def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype = torch.bfloat16,
+                        target: str | None = None) -> list[Launch]:
     """The launches (kernel, grid, args, constexprs) whose kernels an eager CUDA call of ``layer`` on
     ``tokens`` rows of x in ``x_dtype`` compiles: those of the plans its launch record makes
     (``_kernels.LaunchRecord``, through the same ``kernel_api().plan_sparse_linear`` calls), the
     quantizer of an e4m3 layer included. The arrays are the layer's own weight and empty x and y on
     its device: on the CPU the plans are those of a GPU-less host (no tuned table unless a GPU is
-    visible), for target sm_90a."""
+    visible), for ``target`` (default the planner's: the GPU's, else sm_90a)."""
     api = kernel_api()
     w = layer._bound()
     activation = w.activation
     device = w.values.device
-    if is_gated(activation) and not glu_in_kernel(tokens, device):  # the pre-activations, gated by torch
-        activation = None
+    if is_gated(activation) and (target not in (None, "sm_90a") or not glu_in_kernel(tokens, device)):
+        activation = None  # the pre-activations, gated by torch
     t, k = tokens, layer.in_features
     out_dtype = layer.out_dtype or x_dtype
     rows = int(w.values.shape[0])
@@ -142,34 +144,34 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
     reduce_eagerly = t <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
     launches: list[Launch] = []
     if w.scale_w is None:  # 16-bit weights: x cast to the weight's type
-        x = torch.empty((t, k), dtype=w.values.dtype, device=device)
-        plan, main = _plan_launches(api, w, x, y, None, out_dtype, activation)
+        x = torch.zeros((t, k), dtype=w.values.dtype, device=device)  # (zeros: a plan may read x, to cast it)
+        plan, main = _plan_launches(api, w, x, y, None, out_dtype, activation, target=target)
         launches += main
         if len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
-            _, one = _plan_launches(api, w, x, y, None, out_dtype, activation, reduce="kernel")
+            _, one = _plan_launches(api, w, x, y, None, out_dtype, activation, reduce="kernel", target=target)
             launches += one if len(one) == 1 else []
         return launches
     from ...stdlib.kernels.quantize_e4m3 import quantize_module, quantize_options
 
-    x16 = torch.empty((t, k), dtype=x_dtype, device=device)
-    xq = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=device)
-    sx = torch.empty((t,), dtype=torch.float32, device=device)
+    x16 = torch.zeros((t, k), dtype=x_dtype, device=device)
+    xq = torch.zeros((t, k), dtype=torch.float8_e4m3fn, device=device)
+    sx = torch.ones((t,), dtype=torch.float32, device=device)
     launches.append((quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k), quantize_options(k)))
-    plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation)
+    plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation, target=target)
     launches += main
     if t > RECORD_QUANTIZE_MAX_T:  # quantized into fresh buffers per call, then the record of the fp8 x
         return launches
     one_launch = None
     if quantizes_in_kernel(t, rows, k):  # one launch of the decode kernel quantizing x itself
         try:
-            qplan, one = _plan_launches(api, w, x16, y, None, out_dtype, activation,
+            qplan, one = _plan_launches(api, w, x16, y, None, out_dtype, activation, target=target,
                                         **({"reduce": "kernel"} if reduce_eagerly else {}))
         except ValueError:  # (SparsityError: not planned for this T or target; the record keeps two launches)
             qplan, one = None, []
         if getattr(qplan, "quantizes_x", False) and len(one) == 1 and _shares(qplan) <= _shares(plan):
             one_launch = one
     if one_launch is None and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
-        _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel")
+        _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", target=target)
         one_launch = one if len(one) == 1 else None
     return launches + (one_launch or [])
 
@@ -200,10 +202,11 @@ def _device_target(layers: list[SparseLinear]) -> str:
 
 def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = None, *,
             x_dtype: torch.dtype = torch.bfloat16, target: str | None = None) -> WarmUpReport:
-    """Compile, ahead of the first calls and ``jobs`` at a time (None: one thread per CPU core), the
+    """Compile, ahead of the first calls and ``jobs`` at a time (None: one worker process per CPU
+    core; driver/compile_pool.py), the
     kernels that ``model``'s sparse layers' first eager calls on ``tokens`` rows of x (each count
     of ``tokens``; x in ``x_dtype``) would compile; nothing is launched. ``target``: the GPU
-    architecture to compile for (default the layers' GPU's, else sm_90a). Returns a
+    architecture to plan and compile for (default the layers' GPU's, else sm_90a). Returns a
     :class:`WarmUpReport`; SP0923 for bad arguments."""
     if not isinstance(model, nn.Module):
         raise _warm_error(f"warm_up needs an nn.Module, got {type(model).__name__}",
@@ -225,7 +228,7 @@ def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = Non
     tgt = target or _device_target(layers)
     start = time.perf_counter()
     found = distinct_specializations(launch for layer in layers for t in counts
-                                     for launch in first_call_launches(layer, t, x_dtype))
+                                     for launch in first_call_launches(layer, t, x_dtype, target))
     specs = [spec for _, spec in found]
     todo = [spec for spec in specs if not spec.cached(tgt)]
     compile_specializations(todo, tgt, workers)

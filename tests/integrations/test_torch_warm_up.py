@@ -137,3 +137,14 @@ def test_bad_arguments_are_sp0923(kwargs, message) -> None:
         spt.warm_up(args.pop("model"), **args)
     assert err.value.code == "SP0923" and message in err.value.message
     assert err.value.help
+
+
+def test_a_target_plans_for_that_target() -> None:
+    """warm_up(target="sm_100a") on a host without a GPU plans the Blackwell kernels (no decode kernel,
+    no gated epilogue there), not Hopper's compiled for another architecture."""
+    layer = spt.SparseLinear(256, 128, bias=False)
+    for tokens in (1, 100):
+        hopper = wu.first_call_launches(layer, tokens)
+        blackwell = wu.first_call_launches(layer, tokens, target="sm_100a")
+        assert all("sm90" in launch[0].source.name for launch in hopper)
+        assert blackwell and all("sm100" in launch[0].source.name for launch in blackwell)
