@@ -35,10 +35,11 @@ from ._kernels import (
     SM90_WORDS,
     glu_in_kernel,
     kernel_api,
+    pdl_wanted,
     quantizes_in_kernel,
 )
 from .linear import SparseLinear
-from .weight import Weight
+from .weight import Weight, tracked_tensors
 
 Launch = tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]
 
@@ -112,7 +113,7 @@ def warmed_layers(model: nn.Module) -> list[SparseLinear]:
 
 def _plan_launches(api: Any, w: Weight, x: torch.Tensor, y: torch.Tensor, scale_x: torch.Tensor | None,
                    out_dtype: torch.dtype, activation: str | None, **options: Any) -> tuple[Any, list[Launch]]:
-    options = {k: v for k, v in options.items() if v is not None}  # (target None: the planner's own)
+    options = {k: v for k, v in options.items() if v is not None}  # (None: the planner's default)
     plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=activation, scale_x=scale_x,
                                   scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], out=y, **SM90_WORDS, **options)
     return plan, plan.launches()
@@ -142,13 +143,17 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
     rows = int(w.values.shape[0])
     y = torch.empty((t, w.out_features if activation == w.activation else rows), dtype=out_dtype, device=device)
     reduce_eagerly = t <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
+    # SPARSILE_PDL=1: a layer's records plan with PDL (the GEMM) and TRIGGER (the quantizer) on sm_90+
+    pdl = (getattr(layer.__dict__.get("_records"), "pdl", False) and pdl_wanted(device)
+           and tracked_tensors(w) is not None)
+    planning = {"target": target, "pdl": True if pdl else None}  # (None: not passed)
     launches: list[Launch] = []
     if w.scale_w is None:  # 16-bit weights: x cast to the weight's type
         x = torch.zeros((t, k), dtype=w.values.dtype, device=device)  # (zeros: a plan may read x, to cast it)
-        plan, main = _plan_launches(api, w, x, y, None, out_dtype, activation, target=target)
+        plan, main = _plan_launches(api, w, x, y, None, out_dtype, activation, **planning)
         launches += main
         if len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
-            _, one = _plan_launches(api, w, x, y, None, out_dtype, activation, reduce="kernel", target=target)
+            _, one = _plan_launches(api, w, x, y, None, out_dtype, activation, reduce="kernel", **planning)
             launches += one if len(one) == 1 else []
         return launches
     from ...stdlib.kernels.quantize_e4m3 import quantize_module, quantize_options
@@ -156,22 +161,24 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
     x16 = torch.zeros((t, k), dtype=x_dtype, device=device)
     xq = torch.zeros((t, k), dtype=torch.float8_e4m3fn, device=device)
     sx = torch.ones((t,), dtype=torch.float32, device=device)
-    launches.append((quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k), quantize_options(k)))
-    plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation, target=target)
+    trigger = {"TRIGGER": 1} if pdl and t <= RECORD_QUANTIZE_MAX_T else {}  # (the record's own quantizer)
+    launches.append((quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k),
+                     {**quantize_options(k), **trigger}))
+    plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation, **planning)
     launches += main
     if t > RECORD_QUANTIZE_MAX_T:  # quantized into fresh buffers per call, then the record of the fp8 x
         return launches
     one_launch = None
     if quantizes_in_kernel(t, rows, k):  # one launch of the decode kernel quantizing x itself
         try:
-            qplan, one = _plan_launches(api, w, x16, y, None, out_dtype, activation, target=target,
+            qplan, one = _plan_launches(api, w, x16, y, None, out_dtype, activation, **planning,
                                         **({"reduce": "kernel"} if reduce_eagerly else {}))
         except ValueError:  # (SparsityError: not planned for this T or target; the record keeps two launches)
             qplan, one = None, []
         if getattr(qplan, "quantizes_x", False) and len(one) == 1 and _shares(qplan) <= _shares(plan):
             one_launch = one
     if one_launch is None and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
-        _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", target=target)
+        _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", **planning)
         one_launch = one if len(one) == 1 else None
     return launches + (one_launch or [])
 

@@ -62,12 +62,13 @@ def faked_first_call(monkeypatch) -> list[str]:
     return compiled
 
 
-def _first_call(layer, tokens: int) -> None:
+def _first_call(layer, tokens: int, pdl: bool = False) -> None:
     """What an eager CUDA call of ``layer`` builds before it launches: its launch record (e4m3: the
-    record that quantizes x itself, as ``SparseLinear._forward_eager`` asks for up to 64 tokens)."""
+    record that quantizes x itself, as ``SparseLinear._forward_eager`` asks for up to 64 tokens;
+    ``pdl``: as its RecordCache asks with SPARSILE_PDL=1 on a Hopper GPU)."""
     w = layer._bound()
     x = torch.zeros((tokens, layer.in_features), dtype=torch.bfloat16)
-    kernels.LaunchRecord(x, w, None, torch.bfloat16, quantize=w.scale_w is not None)
+    kernels.LaunchRecord(x, w, None, torch.bfloat16, quantize=w.scale_w is not None, pdl=pdl)
 
 
 def _model(dtype: str) -> torch.nn.Module:
@@ -75,8 +76,13 @@ def _model(dtype: str) -> torch.nn.Module:
                                spt.SparseLinear(128, 256, bias=True, dtype=dtype))
 
 
-@pytest.mark.parametrize("dtype, tokens", [("bf16", 1), ("e4m3", 16)])
-def test_the_first_call_after_warm_up_compiles_nothing(fresh_cache, faked_first_call, dtype, tokens) -> None:
+@pytest.mark.parametrize("dtype, tokens, pdl", [("bf16", 1, False), ("e4m3", 16, False), ("bf16", 1, True),
+                                               ("e4m3", 1, True)])
+def test_the_first_call_after_warm_up_compiles_nothing(fresh_cache, faked_first_call, monkeypatch, dtype, tokens,
+                                                       pdl) -> None:
+    if pdl:  # SPARSILE_PDL=1 on a Hopper GPU: the records plan with PDL, their quantizer with TRIGGER
+        monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     model = _model(dtype)
     report = wu.warm_up(model, tokens=(tokens,), jobs=1)
     assert report.target == "sm_90a" and report.layers == 2 and report.cached == 0
@@ -84,7 +90,7 @@ def test_the_first_call_after_warm_up_compiles_nothing(fresh_cache, faked_first_
     assert "warm_up:" in str(report)
     faked_first_call.clear()
     for layer in model:
-        _first_call(layer, tokens)
+        _first_call(layer, tokens, pdl)
     assert faked_first_call == []  # every kernel the records prepared was in the cache
     again = wu.warm_up(model, tokens=(tokens,), jobs=1)
     assert again.compiled == 0 and again.cached == len(report.kernels)
