@@ -209,3 +209,25 @@ def test_training_md_activation_sparsity_example() -> None:
     ref = kept @ down.weight.double().T + down.bias.double()
     magnitude = kept.abs() @ down.weight.double().abs().T + down.bias.double().abs()
     assert ((y.double() - ref).abs() <= 2**-8 * magnitude + 1e-6).all()  # one bf16 rounding of the f32 result
+
+
+def test_torch_md_warm_up_example(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up example on a tiny Llama (one token: each specialization compiles for sm_90a here),
+    its first call then in the interpreter."""
+    from sparsile.driver import cache as cache_mod
+
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    try:
+        block = block_with("docs/torch.md", "report = spt.warm_up(model, tokens=(1, 16, 512))")
+        block = adapted(block, ('spt.sparsify_(model, dtype="e4m3")',
+                                'spt.sparsify_(model, dtype="e4m3", interpret=True, min_features=16)'),
+                        ("tokens=(1, 16, 512)", "tokens=(1,)"), ("y = model(x)", "y = model(IDS)"))
+        env = run(block, "docs/torch.md", model=tiny_llama(), IDS=IDS)
+        report = env["report"]
+        assert report.compiled == len(report.kernels) > 0 and report.cached == 0 and report.target == "sm_90a"
+        assert capsys.readouterr().out.strip() == str(report)
+        assert env["y"].logits.shape == (1, 5, 61)
+    finally:
+        cache_mod.reset_default_cache()
