@@ -111,17 +111,24 @@ def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> 
 
     def feed(proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None
-        while True:
-            with lock:
-                if not queue:
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        break
+                    i = queue.pop(0)
+                _send(proc.stdin, (target, *portable[i]))
+                reply = _receive(proc.stdout)
+                if reply is None:  # the worker died: the parent compiles what it did not
                     break
-                i = queue.pop(0)
-            _send(proc.stdin, (target, *portable[i]))
-            reply = _receive(proc.stdout)
-            if reply is None:  # the worker died: what is left compiles in the parent
-                break
-            taken[i] = reply
-        proc.stdin.close()
+                taken[i] = reply
+        except (OSError, EOFError, pickle.UnpicklingError):  # (likewise)
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
 
     procs = [subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env) for _ in range(jobs)]

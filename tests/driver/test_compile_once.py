@@ -109,3 +109,21 @@ def test_without_a_disk_cache_the_parent_compiles(monkeypatch, compiles) -> None
         assert sorted(compiles) == ["vector_add"] * 2  # in threads of this process
     finally:
         cache_mod.reset_default_cache()
+
+
+def test_a_worker_that_dies_leaves_its_compiles_to_the_parent(fresh_cache, compiles, monkeypatch) -> None:
+    """Workers that exit at once (a crash in LLVM, a broken installation): the parent compiles every
+    specialization itself, and no feeding thread dies with an exception."""
+    failures: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda info: failures.append(info.exc_type))
+    monkeypatch.setattr(compile_pool, "_WORKER", "import sys; sys.exit(3)")
+
+    def send(stream, obj):  # the pipe of a worker that is gone (whether the write fails is a race)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(compile_pool, "_send", send)
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128, 256)]
+    compile_specializations(specs, "sm_90a", jobs=2)
+    assert sorted(compiles) == ["vector_add"] * 3 and failures == []
