@@ -105,8 +105,12 @@ def describe(constexprs: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    cache_dir = tempfile.mkdtemp(prefix="sparsile-first-call-")
-    os.environ["SPARSILE_CACHE_DIR"] = cache_dir  # cold: nothing compiled yet
+    with tempfile.TemporaryDirectory(prefix="sparsile-first-call-") as cache_dir:
+        os.environ["SPARSILE_CACHE_DIR"] = cache_dir  # cold: nothing compiled yet
+        return run(args, cache_dir)
+
+
+def run(args: argparse.Namespace, cache_dir: str) -> int:
     from sparsile.driver.cache import reset_default_cache
 
     reset_default_cache()
