@@ -178,8 +178,15 @@ a42)  # a41 plus the forty-second session's GPU-facing changes: the README quick
         tests/gpu/test_pdl_gpu.py tests/gpu/test_special_math_gpu.py tests/gpu/test_dtype_math_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_multi_gpu.py tests/backend/test_prepared_gpu.py \
         tests/backend/test_runtime_gpu.py tests/backend/test_host_staging.py tests/gpu/test_core_gpu.py \
-        tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py
+        tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py tests/gpu/test_torch_warm_up_gpu.py
     JAX_PLATFORMS=cpu run 45 python -m pytest -q -n 14 -p no:cacheprovider tests/integrations -k jax
+    ;;
+first42)  # the compile time of a sparsified Llama-3-8B's first calls on the GPU host's 16 cores (CPU work: serial,
+          # 16 worker processes, 16 threads), then warm_up's GPU test
+    run 120 python benchmarks/bench_first_call.py
+    run 60 python benchmarks/bench_first_call.py --jobs 16
+    run 60 python benchmarks/bench_first_call.py --jobs 16 --threads
+    run 90 python -m pytest -q -m gpu -n 4 --timeout 80 -rfE tests/gpu/test_torch_warm_up_gpu.py
     ;;
 a41)  # the forty-first session's one call (device time short): b40's test files, argmax, the launch paths that now
      # follow their arrays' device (one GPU: the common path), host staging, prepared launches; then the JAX CPU tests
