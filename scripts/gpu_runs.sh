@@ -170,6 +170,13 @@ a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under c
         tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py
     ;;
+a42b)  # a42 cut to ~200 s: the launch paths the context restore and the empty-grid changes touched (native records,
+      # graph replays, prepared launches, host staging), argmax, warm_up, the README torch quick starts
+    run 200 python -m pytest -q -m gpu -n 16 --timeout 100 -rfE tests/gpu/test_torch_native_gpu.py \
+        tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
+        tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py tests/backend/test_host_staging.py \
+        tests/gpu/test_torch_warm_up_gpu.py tests/test_demo.py tests/gpu/test_torch_linear_gpu.py
+    ;;
 a42)  # a41 plus the forty-second session's GPU-facing changes: the README quick starts (test_demo), sparse_matmul's
      # argument-order check on the GPU planning path, empty grids of numpy-integer dimensions, read-only TMA host arrays
     run 330 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
