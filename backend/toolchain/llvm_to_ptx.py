@@ -183,36 +183,65 @@ def _immarg_positions(fn: llvm.ValueRef) -> list[int]:
 
 
 _I1 = {"true": 1, "false": 0}
+# What may stand before the callee of a call site on its line: a result, a tail marker, ``call``,
+# then flags, calling convention, return attributes and type (no global, comment or string).
+_CALL_PREFIX = re.compile(r'\s*(?:%[-\w$.]+\s*=\s*)?(?:(?:tail|musttail|notail)\s+)?call\b[^;@"]*')
+_DECLARE_PREFIX = re.compile(r"\s*declare\b[^;@\"]*")
+_QUOTED_GLOBAL = re.compile(r'@"((?:[^"\\]|\\.)*)"')
+_OPEN, _CLOSE = "([{<", ")]}>"
 
 
-def _immargs_in_text(text: str, by_immargs: dict[str, list[int]]) -> dict[tuple[str, tuple[int, ...]], None] | None:
+def _call_arguments(text: str, start: int) -> list[str] | None:
+    """The top-level arguments of the call whose ``(`` is at ``start`` (commas inside ``()``,
+    ``[]``, ``{}``, ``<>`` and strings do not separate them), or None where it does not close."""
+    args, depth, cur, quoted = [], 0, [], False
+    for i in range(start + 1, len(text)):
+        ch = text[i]
+        if quoted:
+            quoted = ch != '"'
+        elif ch == '"':
+            quoted = True
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            if depth == 0:
+                if ch != ")":
+                    return None
+                args.append("".join(cur))
+                return args
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    return None
+
+
+def _immargs_in_text(text: str, by_immargs: dict[str, list[int]],
+                     arity: dict[str, int] | None = None) -> dict[tuple[str, tuple[int, ...]], None] | None:
     """The (intrinsic, immediates) of every call site of the ``by_immargs`` intrinsics in the IR
     ``text`` the module was parsed from, read from the text (immediate arguments are literal
-    constants there: ``i1 false``, ``i32 0``); None where a call site does not read as expected
-    (the caller then walks the module's instructions)."""
+    constants there: ``i1 false``, ``i32 0``); None where any mention of one of them does not read
+    as its declaration or as a one-line ``call ... @name(args)`` with ``arity[name]`` arguments
+    (a quoted callee, a comment, a callee on the line after ``call``: the caller then walks the
+    module's instructions). A call site missed here would reach LLVM ungated."""
+    for match in _QUOTED_GLOBAL.finditer(text):  # @"llvm\2Envvm...": left to the walk
+        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), match.group(1))
+        if name in by_immargs:
+            return None
     found: dict[tuple[str, tuple[int, ...]], None] = {}
     for name, positions in by_immargs.items():
-        callee = f"@{name}("
-        at = text.find(callee)
-        while at >= 0:
-            line = text[text.rfind("\n", 0, at) + 1:at]
-            start = end = at + len(callee)
-            at = text.find(callee, end)
-            if not re.search(r"\bcall\b", line):  # (its declaration)
+        for match in re.finditer(rf"@{re.escape(name)}(?![-\w$.])", text):
+            line = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+            if _DECLARE_PREFIX.fullmatch(line):
                 continue
-            depth = 1
-            while depth and end < len(text):
-                depth += {"(": 1, ")": -1}.get(text[end], 0)
-                end += 1
-            args, depth, cur = [], 0, ""
-            for ch in text[start:end - 1]:
-                if ch == "," and depth == 0:
-                    args.append(cur)
-                    cur = ""
-                    continue
-                depth += {"(": 1, ")": -1}.get(ch, 0)
-                cur += ch
-            args.append(cur)
+            paren = re.compile(r"\s*\(").match(text, match.end())
+            if not _CALL_PREFIX.fullmatch(line) or paren is None:
+                return None
+            args = _call_arguments(text, paren.end() - 1)
+            if args is None or (arity is not None and len(args) != arity.get(name)):
+                return None
             try:
                 tokens = [args[i].split()[-1] for i in positions]
                 values = tuple(_I1[t] if t in _I1 else int(t) for t in tokens)
@@ -231,6 +260,7 @@ def nvvm_intrinsic_calls(module: llvm.ModuleRef, text: str | None = None) -> lis
     emitted as a call to an undefined function)."""
     found: dict[tuple[str, tuple[int, ...]], None] = {}
     by_immargs: dict[str, list[int]] = {}
+    arity: dict[str, int] = {}
     for fn in module.functions:
         if not fn.is_declaration or not fn.name.startswith(_NVVM):
             continue
@@ -238,9 +268,10 @@ def nvvm_intrinsic_calls(module: llvm.ModuleRef, text: str | None = None) -> lis
             raise InternalError(f"the generated LLVM IR calls `{fn.name}`, which LLVM 22 does not know")
         if _needs_immargs(fn.name):
             by_immargs[fn.name] = _immarg_positions(fn)
+            arity[fn.name] = len(list(fn.arguments))
         else:
             found[(fn.name, ())] = None
-    from_text = _immargs_in_text(text, by_immargs) if by_immargs and text is not None else None
+    from_text = _immargs_in_text(text, by_immargs, arity) if by_immargs and text is not None else None
     if from_text is not None:
         found.update(from_text)
     elif by_immargs:
