@@ -155,13 +155,23 @@ def _receive(stream: BinaryIO) -> Any:
     return pickle.loads(stream.read(n))
 
 
+def _reply_stream() -> BinaryIO:
+    """The worker's replies: its standard output as it started, which then becomes a copy of its
+    standard error, so that what a compile prints (``static_print``, a library writing to file
+    descriptor 1) cannot be read by the parent as a reply."""
+    sys.stdout.flush()
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    return replies
+
+
 def worker_main() -> None:
     """A worker process: compile each job read from stdin into the disk cache; reply with the
     seconds it took (a failed compile replies too: the parent compiles it again and reports it)."""
     from .module import loads
 
     modules: dict[tuple[str, str], Any] = {}
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin, stdout = sys.stdin.buffer, _reply_stream()
     while True:
         job = _receive(stdin)
         if job is None:

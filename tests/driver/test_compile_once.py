@@ -127,3 +127,35 @@ def test_a_worker_that_dies_leaves_its_compiles_to_the_parent(fresh_cache, compi
     specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128, 256)]
     compile_specializations(specs, "sm_90a", jobs=2)
     assert sorted(compiles) == ["vector_add"] * 3 and failures == []
+
+
+PRINTING_ADD = '''
+@kernel
+def printing_add(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr = 64):
+    static_print(BLOCK)
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    mask = offs < n
+    store(out + offs, load(x + offs, mask=mask) + load(y + offs, mask=mask), mask=mask)
+'''
+
+
+def test_a_kernel_that_prints_while_compiling_does_not_break_the_workers(fresh_cache, compiles, tmp_path,
+                                                                         monkeypatch) -> None:
+    """``static_print`` writes to a worker's standard output, which must not be the pipe of its
+    replies: the parent read "64\\n" and the reply's first bytes as a reply's length and waited for
+    ever (a longer text: a MemoryError that killed the feeding thread)."""
+    failures: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda info: failures.append(info.exc_type))
+    source = tmp_path / "printing_add.spk"
+    source.write_text(PRINTING_ADD)
+    kernel = sp.load(source).kernels["printing_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+    assert all(spec.portable() is not None for spec in specs)
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(compile_specializations(specs, "sm_90a", jobs=2)),
+                              daemon=True)
+    thread.start()
+    thread.join(120)
+    assert done, "compile_specializations hung"
+    assert compiles == [] and fresh_cache.stats.disk_hits == 2 and failures == []  # the workers compiled both
