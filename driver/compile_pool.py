@@ -118,12 +118,13 @@ def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> 
                         break
                     i = queue.pop(0)
                 _send(proc.stdin, (target, *portable[i]))
-                reply = _receive(proc.stdout)
-                if reply is None:  # the worker died: the parent compiles what it did not
+                reply = _receive(proc.stdout, most=_REPLY_MOST)
+                if not isinstance(reply, float):  # the worker died: the parent compiles what it did not
+                    proc.kill()  # (or it wrote what is not a reply: it is not waited for)
                     break
                 taken[i] = reply
-        except (OSError, EOFError, pickle.UnpicklingError):  # (likewise)
-            pass
+        except Exception:  # (likewise: a broken pipe, a reply that is not one)
+            proc.kill()
         finally:
             try:
                 proc.stdin.close()
@@ -147,11 +148,19 @@ def _send(stream: BinaryIO, obj: Any) -> None:
     stream.flush()
 
 
-def _receive(stream: BinaryIO) -> Any:
+_REPLY_MOST = 1 << 12
+"""The most bytes a worker's reply (a pickled float) may take: a longer one is not a reply."""
+
+
+def _receive(stream: BinaryIO, most: int | None = None) -> Any:
+    """The next object sent by :func:`_send`; None at the end of ``stream`` or, with ``most``, where
+    the length read says more than ``most`` bytes (not a reply: reading on would wait for ever)."""
     head = stream.read(8)
     if len(head) < 8:
         return None
     (n,) = struct.unpack("<Q", head)
+    if most is not None and n > most:
+        return None
     return pickle.loads(stream.read(n))
 
 

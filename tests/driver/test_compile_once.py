@@ -129,6 +129,16 @@ def test_a_worker_that_dies_leaves_its_compiles_to_the_parent(fresh_cache, compi
     assert sorted(compiles) == ["vector_add"] * 3 and failures == []
 
 
+def _compiles_within(specs: list[Specialization], seconds: float) -> bool:
+    """Whether ``compile_specializations(specs, "sm_90a", jobs=2)`` returns within ``seconds``."""
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(compile_specializations(specs, "sm_90a", jobs=2)),
+                              daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return bool(done)
+
+
 PRINTING_ADD = '''
 @kernel
 def printing_add(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr = 64):
@@ -152,10 +162,21 @@ def test_a_kernel_that_prints_while_compiling_does_not_break_the_workers(fresh_c
     x, y, out = _arrays()
     specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
     assert all(spec.portable() is not None for spec in specs)
-    done: list = []
-    thread = threading.Thread(target=lambda: done.append(compile_specializations(specs, "sm_90a", jobs=2)),
-                              daemon=True)
-    thread.start()
-    thread.join(120)
-    assert done, "compile_specializations hung"
+    assert _compiles_within(specs, 120), "compile_specializations hung"
     assert compiles == [] and fresh_cache.stats.disk_hits == 2 and failures == []  # the workers compiled both
+
+
+def test_a_worker_that_replies_garbage_leaves_its_compiles_to_the_parent(fresh_cache, compiles, monkeypatch) -> None:
+    """A reply that is not one (a worker writing to its reply pipe what it should not): the parent
+    neither waits for ever for the length the garbage names nor loses a thread to an exception."""
+    failures: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda info: failures.append(info.exc_type))
+    for garbage in (b"\xff" * 8, b"64\n\x15\x00\x00\x00\x00"):
+        worker = f"import sys; sys.stdin.buffer.read(8); sys.stdout.buffer.write({garbage!r}); sys.stdout.flush()"
+        monkeypatch.setattr(compile_pool, "_WORKER", worker + "; sys.stdin.buffer.read()")
+        kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+        x, y, out = _arrays()
+        specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+        assert _compiles_within(specs, 60), f"compile_specializations hung on {garbage!r}"
+        cache_mod.reset_default_cache()
+    assert sorted(compiles) == ["vector_add"] * 2 and failures == []
