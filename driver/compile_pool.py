@@ -103,8 +103,11 @@ _WORKER = f"from {_PACKAGE}.driver.compile_pool import worker_main; worker_main(
 
 def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> list[float]:
     """Compile ``portable`` jobs in ``jobs`` worker processes sharing the disk cache ``cache_dir``."""
-    env = {**os.environ, "SPARSILE_CACHE_DIR": cache_dir,
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+    env = {**os.environ, "SPARSILE_CACHE_DIR": cache_dir}
+    # the parent's sys.path, as it is now (a checkout added at run time): ``python -c`` would put the
+    # working folder first, where another ``sparsile`` folder may stand
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    code = f"import sys; sys.path[:] = {paths!r}\n{_WORKER}"
     taken = [0.0] * len(portable)
     queue = list(range(len(portable)))
     lock = threading.Lock()
@@ -131,7 +134,7 @@ def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> 
             except OSError:
                 pass
 
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env) for _ in range(jobs)]
     threads = [threading.Thread(target=feed, args=(proc,), daemon=True) for proc in procs]
     for thread in threads:

@@ -180,3 +180,19 @@ def test_a_worker_that_replies_garbage_leaves_its_compiles_to_the_parent(fresh_c
         assert _compiles_within(specs, 60), f"compile_specializations hung on {garbage!r}"
         cache_mod.reset_default_cache()
     assert sorted(compiles) == ["vector_add"] * 2 and failures == []
+
+
+def test_workers_import_the_parents_sparsile_not_one_in_the_working_folder(fresh_cache, compiles, tmp_path,
+                                                                              monkeypatch) -> None:
+    """``python -c`` puts the working folder first on a worker's sys.path: a ``sparsile`` folder
+    there (another checkout, a stub) was imported instead of the parent's package, so every worker
+    failed (or wrote entries under another compiler version) and the parent compiled everything."""
+    other = tmp_path / "cwd" / "sparsile"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise ImportError('not the parent sparsile')\n")
+    monkeypatch.chdir(other.parent)
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+    compile_specializations(specs, "sm_90a", jobs=2)
+    assert compiles == [] and fresh_cache.stats.disk_hits == 2  # compiled by the workers
