@@ -142,6 +142,7 @@ def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> 
     for thread, proc in zip(threads, procs, strict=True):
         thread.join()
         proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
     return taken
 
 

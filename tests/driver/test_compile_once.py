@@ -196,3 +196,19 @@ def test_workers_import_the_parents_sparsile_not_one_in_the_working_folder(fresh
     specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
     compile_specializations(specs, "sm_90a", jobs=2)
     assert compiles == [] and fresh_cache.stats.disk_hits == 2  # compiled by the workers
+
+
+def test_the_workers_pipes_are_closed(fresh_cache, compiles) -> None:
+    """Each worker's reply pipe is closed once it is done (it was left to the garbage collector:
+    a ResourceWarning per worker)."""
+    import gc
+    import warnings
+
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        compile_specializations(specs, "sm_90a", jobs=2)
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
