@@ -7,10 +7,10 @@ which compiles every kernel specialization the plan names on first use (about 1 
 sparse GEMM: benchmarks/RESULTS.md), one after another. :func:`first_call_launches` lists the
 launches those records plan for a weight and T (the same planner calls with the same arguments:
 the main plan, the one-launch eager variants, the e4m3 quantizer), :func:`warm_up` compiles their
-distinct specializations in threads: LLVM (through llvmlite) and nvJitLink (ctypes) release the
-GIL while they work, so compiles overlap on several cores. The compiled kernels land in the
-compile cache (memory and ``SPARSILE_CACHE_DIR``); the first call then finds them there. Nothing
-is launched; without a GPU the kernels are compiled for ``target`` (default sm_90a).
+distinct specializations in worker processes (driver/compile_pool.py: llvmlite serializes every
+LLVM call of a process behind one lock, so threads would overlap little). The compiled kernels
+land in the compile cache (memory and ``SPARSILE_CACHE_DIR``); the first call then finds them
+there. No kernel is launched; without a GPU the kernels are compiled for ``target`` (default sm_90a).
 """
 
 from __future__ import annotations
