@@ -12,9 +12,10 @@ spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import first_call as wu  # noqa: E402
-from sparsile.tests.integrations.test_torch_warm_up import faked_first_call, fresh_cache  # noqa: E402, F401
+from sparsile.tests.integrations import test_torch_warm_up as faked  # noqa: E402
 
-OUT = {torch.bfloat16, torch.float16, torch.float32}
+fresh_cache = faked.fresh_cache  # (the fixtures of test_torch_warm_up.py: the same faked first call)
+faked_first_call = faked.faked_first_call
 
 
 def _eager_call(layer, tokens: int, x_dtype: torch.dtype) -> None:
