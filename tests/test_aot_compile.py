@@ -14,6 +14,7 @@ from sparsile.cli import EXIT_OK, EXIT_USAGE, main
 from sparsile.driver import cache as cache_mod
 from sparsile.driver import compiler
 from sparsile.frontend.diagnostics import LaunchError
+from sparsile.tests.support import cache_fixture
 
 ROOT = Path(sp.__file__).resolve().parent
 VECTOR_ADD = ROOT / "examples" / "vector_add.spk"
@@ -26,13 +27,7 @@ def k(x, y: ptr[f32], n: i32, BLOCK: constexpr, R: constexpr = 2):
 """
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> cache_mod.CompileCache:
-    """An empty default compile cache in ``tmp_path`` (and the usual one afterwards)."""
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield cache_mod.default_cache()
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.fixture

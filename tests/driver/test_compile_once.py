@@ -17,17 +17,12 @@ from sparsile.driver import cache as cache_mod
 from sparsile.driver import compile_pool, compiler
 from sparsile.driver.compile_pool import Specialization, compile_specializations
 from sparsile.target.targets import get_target
+from sparsile.tests.support import cache_fixture
 
 VECTOR_ADD = Path(sp.__file__).resolve().parent / "examples" / "vector_add.spk"
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> cache_mod.CompileCache:
-    """An empty default compile cache in ``tmp_path`` (and the usual one afterwards)."""
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield cache_mod.default_cache()
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.fixture

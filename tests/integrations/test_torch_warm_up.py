@@ -21,16 +21,12 @@ from sparsile.driver.launch import GpuLaunch  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import first_call as wu  # noqa: E402
 from sparsile.tests.stdlib.test_gemm_tuning import _device  # noqa: E402
+from sparsile.tests.support import cache_fixture  # noqa: E402
 
 H200 = _device("NVIDIA H200", (9, 0), 132)
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> cache_mod.CompileCache:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield cache_mod.default_cache()
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.fixture
