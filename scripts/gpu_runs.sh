@@ -170,6 +170,11 @@ a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under c
         tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py
     ;;
+a42c)  # a42b cut to ~130 s: argmax, the native records / graph replays, warm_up, empty grids, the one-GPU common path
+    run 130 python -m pytest -q -m gpu -n 16 --timeout 80 -rfE tests/gpu/test_argmax_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_multi_gpu.py tests/gpu/test_torch_warm_up_gpu.py \
+        tests/gpu/test_empty_grid_gpu.py
+    ;;
 a42b)  # a42 cut to ~200 s: the launch paths the context restore and the empty-grid changes touched (native records,
       # graph replays, prepared launches, host staging), argmax, warm_up, the README torch quick starts
     run 200 python -m pytest -q -m gpu -n 16 --timeout 100 -rfE tests/gpu/test_torch_native_gpu.py \
