@@ -33,15 +33,7 @@ fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: test
 @pytest.fixture
 def compiles(monkeypatch) -> list[str]:
     """The kernels compile_function compiled (a spy: cache hits do not appear)."""
-    seen: list[str] = []
-    real = compiler.compile_function
-
-    def spy(func, *args, **kwargs):
-        seen.append(func.name)
-        return real(func, *args, **kwargs)
-
-    monkeypatch.setattr(compiler, "compile_function", spy)
-    return seen
+    return cache_fixture.spy_compiles(monkeypatch)
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:

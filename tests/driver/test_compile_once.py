@@ -6,7 +6,6 @@ PTX the parent would have compiled itself."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +28,7 @@ fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: test
 def compiles(monkeypatch) -> list[str]:
     """The kernels compile_function compiled (a spy that takes its time, so that two threads
     asking for one kernel are both inside compile_cached before either has stored it)."""
-    seen: list[str] = []
-    real = compiler.compile_function
-
-    def spy(func, *args, **kwargs):
-        seen.append(func.name)
-        time.sleep(0.3)
-        return real(func, *args, **kwargs)
-
-    monkeypatch.setattr(compiler, "compile_function", spy)
-    return seen
+    return cache_fixture.spy_compiles(monkeypatch, delay=0.3)
 
 
 def _arrays(n: int = 64) -> tuple[np.ndarray, ...]:

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.driver import cache as cache_mod  # noqa: E402
-from sparsile.driver import compiler  # noqa: E402
+from sparsile.tests.support import cache_fixture  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
@@ -30,14 +30,7 @@ def _model(dtype: str) -> torch.nn.Module:
 def test_the_first_calls_after_warm_up_compile_nothing(tmp_path, monkeypatch, dtype, cache_dir) -> None:
     monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache") if cache_dir == "disk" else "off")
     cache_mod.reset_default_cache()
-    compiled: list[str] = []
-    real = compiler.compile_function
-
-    def spy(func, *args, **kwargs):
-        compiled.append(func.name)
-        return real(func, *args, **kwargs)
-
-    monkeypatch.setattr(compiler, "compile_function", spy)
+    compiled = cache_fixture.spy_compiles(monkeypatch)
     try:
         model = _model(dtype)
         report = spt.warm_up(model, tokens=(1, 16, 300), jobs=2)

@@ -16,7 +16,6 @@ spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.backend import runtime  # noqa: E402
 from sparsile.driver import cache as cache_mod  # noqa: E402
-from sparsile.driver import compiler  # noqa: E402
 from sparsile.driver.launch import GpuLaunch  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import first_call as wu  # noqa: E402
@@ -47,15 +46,7 @@ def faked_first_call(monkeypatch) -> list[str]:
         return Prepared()
 
     monkeypatch.setattr(GpuLaunch, "prepare", prepare)
-    compiled: list[str] = []
-    real = compiler.compile_function
-
-    def spy(func, *args, **kwargs):
-        compiled.append(func.name)
-        return real(func, *args, **kwargs)
-
-    monkeypatch.setattr(compiler, "compile_function", spy)
-    return compiled
+    return cache_fixture.spy_compiles(monkeypatch)
 
 
 def _first_call(layer, tokens: int, pdl: bool = False) -> None:

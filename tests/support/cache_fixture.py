@@ -1,13 +1,15 @@
-"""The pytest fixture of an empty default compile cache, for the test modules that count compiles
-(bind it in a module as ``fresh_cache = cache_fixture.fresh_cache``)."""
+"""Counting compiles in tests: the pytest fixture of an empty default compile cache (bind it in a
+module as ``fresh_cache = cache_fixture.fresh_cache``) and a spy on ``compile_function``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from sparsile.driver import cache as cache_mod
+from sparsile.driver import compiler
 
 
 @pytest.fixture
@@ -17,3 +19,20 @@ def fresh_cache(tmp_path, monkeypatch) -> Iterator[cache_mod.CompileCache]:
     cache_mod.reset_default_cache()
     yield cache_mod.default_cache()
     cache_mod.reset_default_cache()
+
+
+def spy_compiles(monkeypatch, delay: float = 0.0) -> list[str]:
+    """The names of the kernels ``compile_function`` compiles from now on (cache hits do not appear);
+    ``delay``: seconds each compile waits first (two threads asking for one kernel then both reach
+    ``compile_cached`` before either has stored it)."""
+    seen: list[str] = []
+    real = compiler.compile_function
+
+    def spy(func, *args, **kwargs):
+        seen.append(func.name)
+        if delay:
+            time.sleep(delay)
+        return real(func, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_function", spy)
+    return seen
