@@ -232,8 +232,10 @@ def _compiling_once(ckey: str) -> Iterator[None]:
                 del _compiling[ckey]
 
 
-def _from_cache(cache: Any, ckey: str, stop_after: str, count: bool = True) -> tuple[CompiledKernel | None, Any]:
-    """(the cached kernel when its entry reaches ``stop_after``, the entry or None)."""
+def _from_cache(cache: Any, ckey: str, stop_after: str,
+                count: bool = True) -> tuple[CompiledKernel | None, CompiledKernel | None]:
+    """(the cached kernel where it reaches ``stop_after``, else None; a cached kernel that stops at an
+    earlier stage with its LLVM IR, to carry on from, else None)."""
     entry = cache.get(ckey, count=count)
     if entry is None:
         return None, None
@@ -245,7 +247,7 @@ def _from_cache(cache: Any, ckey: str, stop_after: str, count: bool = True) -> t
         cache.discard(ckey)  # a checksum-valid entry with unusable metadata: rebuild it
         return None, None
     if _has_stage(ck, stop_after):
-        return ck, entry
+        return ck, None
     return None, (ck if ck.llvm else None)
 
 

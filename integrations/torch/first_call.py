@@ -33,6 +33,7 @@ from ._kernels import (
     OUT_DTYPES,
     RECORD_QUANTIZE_MAX_T,
     SM90_WORDS,
+    _shares,
     glu_in_kernel,
     kernel_api,
     pdl_wanted,
@@ -117,11 +118,6 @@ def _plan_launches(api: Any, w: Weight, x: torch.Tensor, y: torch.Tensor, scale_
     plan = api.plan_sparse_linear(w.values, w.meta, x, bias=w.bias, activation=activation, scale_x=scale_x,
                                   scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], out=y, **SM90_WORDS, **options)
     return plan, plan.launches()
-
-
-def _shares(plan: Any) -> int:
-    config = getattr(plan, "config", None)
-    return int(getattr(config, "split_k", None) or getattr(plan, "split_k", 1) or 1)
 
 
 def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype = torch.bfloat16,
