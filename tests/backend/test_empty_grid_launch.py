@@ -338,19 +338,12 @@ def test_kernel_launch_of_an_empty_grid_stages_no_host_array(gpu, monkeypatch):
     assert staging.counts() == (3, 3, 1, 1, 3) and len(gpu.launches) == 1
 
 
-def test_tma_host_arrays_of_an_empty_grid_are_not_staged(monkeypatch):
-    """``kernel[grid](...)`` copies a host array read through TMA to the device itself
-    (driver/launch.py); for an empty grid it checks the same (SP0750) and passes an ``Unstaged``
-    stand-in, which the launcher checks as that copy, without encoding its tensor map."""
-    from types import SimpleNamespace
-
+def _count_staging(monkeypatch) -> list:
+    """Replace ``runtime.DeviceBuffer`` by a stand-in that records the device of each host array it
+    stages and each copy back ("copied back"); the record, in order."""
     from sparsile.backend import runtime
-    from sparsile.backend.runtime import launcher as launcher_module
-    from sparsile.backend.runtime.staging import Unstaged
-    from sparsile.backend.runtime.tensormap import TensorMap
-    from sparsile.driver import launch
 
-    made = []
+    made: list = []
 
     class Buffer:
         @classmethod
@@ -358,7 +351,26 @@ def test_tma_host_arrays_of_an_empty_grid_are_not_staged(monkeypatch):
             made.append(device)
             return cls()
 
+        def copy_to_host(self, host, stream=None):
+            made.append("copied back")
+
     monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
+    return made
+
+
+def test_tma_host_arrays_of_an_empty_grid_are_not_staged(monkeypatch):
+    """``kernel[grid](...)`` copies a host array read through TMA to the device itself
+    (driver/launch.py); for an empty grid it checks the same (SP0750) and passes an ``Unstaged``
+    stand-in, which the launcher checks as that copy, without encoding its tensor map."""
+    from types import SimpleNamespace
+
+    from sparsile.backend.runtime import launcher as launcher_module
+    from sparsile.backend.runtime.staging import Unstaged
+    from sparsile.backend.runtime.tensormap import TensorMap
+    from sparsile.driver import launch
+
+    made = _count_staging(monkeypatch)
+
     spec = SimpleNamespace(params=[SimpleNamespace(kind="tensormap", name="a.tmap0")])
     fake = SimpleNamespace(spec=spec, written={"a", "c"}, device=SimpleNamespace(ordinal=0))
     a = np.zeros((256, 512), np.float16)[:, ::2]  # strided: its device copy is dense
@@ -392,20 +404,10 @@ def test_tma_host_arrays_of_an_empty_grid_of_numpy_integers_are_not_staged(monke
     (no device copy, nothing copied back)."""
     from types import SimpleNamespace
 
-    from sparsile.backend import runtime
     from sparsile.backend.runtime.staging import Unstaged
     from sparsile.driver import launch
 
-    made = []
-
-    class Buffer:
-        @classmethod
-        def from_numpy(cls, array, device=None, stream=None):
-            made.append(device)
-            return cls()
-
-        def copy_to_host(self, host, stream=None):
-            made.append("copied back")
+    made = _count_staging(monkeypatch)
 
     class FakeLauncher:
         spec = SimpleNamespace(params=[SimpleNamespace(kind="tensormap", name="a.tmap0")])
@@ -419,7 +421,6 @@ def test_tma_host_arrays_of_an_empty_grid_of_numpy_integers_are_not_staged(monke
 
     fake = FakeLauncher()
     a = np.zeros((256, 512), np.float16)
-    monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
     monkeypatch.setattr(launch, "user_values", lambda spec, bound: list(bound.values()))
     monkeypatch.setattr(launch.GpuLaunch, "_launcher", lambda self, args, kwargs: (
         fake, {"a": args[0], "k": args[1]}, {"BK": Const(64)}))
@@ -436,18 +437,10 @@ def test_a_read_only_host_array_written_through_tma_is_refused_before_staging(mo
     SP0720 for a dense one, numpy's ValueError for a strided one; an empty grid accepted it.)"""
     from types import SimpleNamespace
 
-    from sparsile.backend import runtime
     from sparsile.driver import launch
 
-    made = []
+    made = _count_staging(monkeypatch)
 
-    class Buffer:
-        @classmethod
-        def from_numpy(cls, array, device=None, stream=None):
-            made.append(device)
-            return cls()
-
-    monkeypatch.setattr(runtime, "DeviceBuffer", Buffer)
     spec = SimpleNamespace(params=[SimpleNamespace(kind="tensormap", name="a.tmap0")])
     writes_a = SimpleNamespace(spec=spec, written={"a"}, device=SimpleNamespace(ordinal=0))
     writes_c = SimpleNamespace(spec=spec, written={"c"}, device=SimpleNamespace(ordinal=0))
