@@ -366,7 +366,7 @@ class LaunchRecord:
         except SparsityError:
             return None
         one = plan.launches()
-        if not getattr(plan, "quantizes_x", False) or len(one) != 1 or _shares(plan) > _shares(self.plan):
+        if not getattr(plan, "quantizes_x", False) or len(one) != 1 or k_shares(plan) > k_shares(self.plan):
             return None  # (more K shares: the resident x did not fit at the two-launch plan's split)
         prepared = self._prepare(one, x, y, None)
         return None if prepared is None else (plan, one, prepared)
@@ -501,7 +501,7 @@ class LaunchRecord:
         return y
 
 
-def _shares(plan: Any) -> int:
+def k_shares(plan: Any) -> int:
     """The K split of a plan: a decode plan's ``config.split_k``, a tiled plan's ``split_k``, else 1."""
     split = getattr(getattr(plan, "config", None), "split_k", None) or getattr(plan, "split_k", None)
     return int(split or 1)

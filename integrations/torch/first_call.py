@@ -33,8 +33,8 @@ from ._kernels import (
     OUT_DTYPES,
     RECORD_QUANTIZE_MAX_T,
     SM90_WORDS,
-    _shares,
     glu_in_kernel,
+    k_shares,
     kernel_api,
     pdl_wanted,
     quantizes_in_kernel,
@@ -171,7 +171,7 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
                                         **({"reduce": "kernel"} if reduce_eagerly else {}))
         except ValueError:  # (SparsityError: not planned for this T or target; the record keeps two launches)
             qplan, one = None, []
-        if getattr(qplan, "quantizes_x", False) and len(one) == 1 and _shares(qplan) <= _shares(plan):
+        if getattr(qplan, "quantizes_x", False) and len(one) == 1 and k_shares(qplan) <= k_shares(plan):
             one_launch = one
     if one_launch is None and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
         _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", **planning)

@@ -149,7 +149,7 @@ def test_e4m3_eager_call_keeps_two_launches_where_the_resident_x_needs_more_k_sh
     assert kernels.quantizes_in_kernel(1, 8192, 28672)
     y = _poisoned_call(layer, x)
     (record,) = _records(layer)
-    assert kernels._shares(record.plan) == 1, "the premise: the H200 decode table's entry (one K share)"
+    assert kernels.k_shares(record.plan) == 1, "the premise: the H200 decode table's entry (one K share)"
     assert record.eager is None and len(record.prepared) == 2
     check_against_float64(layer, x, y)
 
