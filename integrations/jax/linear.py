@@ -77,8 +77,7 @@ def _check(x: Any, values: Any, meta: Any, bias: Any) -> tuple[str, int, int, in
     k = int(np.shape(x)[-1])
     if k == 0:
         raise _bad("x has no features (K = 0)", "a linear layer needs at least one input feature")
-    group = operand_type(op).group
-    if not k <= 2 * half_k < k + max(group, L.LINEAR_KERNELS[op].k_align):
+    if not _fits(k, op, half_k):
         raise _bad(f"x has K = {k} features but values cover K = {2 * half_k} (shape {tuple(values.shape)})",
                    "x is (..., in_features) and values (out_features, in_features / 2)")
     want = metadata_shape("sm90", operand_type(op), m, 2 * half_k)
@@ -88,6 +87,58 @@ def _check(x: Any, values: Any, meta: Any, bias: Any) -> tuple[str, int, int, in
     if bias is not None and tuple(np.shape(bias)) != (m,):
         raise _bad(f"bias must have shape ({m},), got {tuple(np.shape(bias))}", "one bias value per output feature")
     return op, m, k, 2 * half_k
+
+
+def _fits(k: int, op: str, half_k: int) -> bool:
+    """Whether values of ``half_k`` columns (K = 2 * half_k) can be a weight of K = ``k``: the same K,
+    or ``k`` zero-padded to less than one K step more (as compressed values of such a K are)."""
+    return k <= 2 * half_k < k + max(operand_type(op).group, L.LINEAR_KERNELS[op].k_align)
+
+
+def _in_features(value: Any) -> int | None:
+    """``in_features`` as an int (None stays None): SP0932 for a traced value (it is static), SP0938
+    for anything but a positive integer (numpy's too; not a bool, a float or a string)."""
+    value = _static(value, "in_features")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _bad(f"in_features must be a positive integer, got {value!r}",
+                   "in_features is the weight's own K, the width of x: (..., in_features)")
+    return value
+
+
+def _untagged(meta: Any, values: Any, in_features: int | None) -> tuple[Any, int | None]:
+    """(``meta``'s words, in_features): a :class:`MetadataBuffer` (what ``prune_and_compress``
+    returns) is checked against "sm90", the values' operand width and rows (the toolkit's
+    ``validate_metadata``: SP0810, SP0809, SP0812), and its K is the weight's in_features (SP0938
+    if ``in_features`` says otherwise); anything else is returned as it is."""
+    from ...stdlib.sparsity.buffer import MetadataBuffer
+    from ...stdlib.sparsity.validate import validate_metadata
+
+    if not isinstance(meta, MetadataBuffer):
+        return meta, in_features
+    op = LINEAR_OPERANDS.get(np.dtype(values.dtype).name) if hasattr(values, "dtype") else None
+    rows = int(np.shape(values)[0]) if np.ndim(values) == 2 else None
+    checked = validate_metadata(meta, "sm90", op, m=rows)
+    if in_features is not None and in_features != checked.k:
+        raise _bad(f"in_features = {in_features} was given, but the metadata was encoded for K = {checked.k}",
+                   "pass the in_features of the weight the metadata came with, or leave it out")
+    return jnp.asarray(np.asarray(checked.data).view(np.uint32)), checked.k
+
+
+def _check_in_features(x: Any, values: Any, in_features: int | None) -> None:
+    """SP0938 unless x's width is ``in_features`` (where given) and the values can hold a weight of
+    that K: the values' padded K alone lets an x up to one K step short through (docs/jax.md)."""
+    if in_features is None:
+        return
+    op = LINEAR_OPERANDS.get(np.dtype(values.dtype).name) if hasattr(values, "dtype") else None
+    if op is not None and np.ndim(values) == 2 and not _fits(in_features, op, int(np.shape(values)[1])):
+        raise _bad(f"in_features = {in_features} does not fit values of shape {tuple(np.shape(values))}, which "
+                   f"hold a weight of K = {2 * int(np.shape(values)[1])}",
+                   "values are (out_features, in_features / 2), in_features rounded up to the K step")
+    if np.ndim(x) >= 1 and int(np.shape(x)[-1]) != in_features:
+        raise _bad(f"x has K = {int(np.shape(x)[-1])} features but the weight has in_features = {in_features}",
+                   "x is (..., in_features)")
 
 
 def _check_real(v: Any, what: str) -> None:
@@ -178,12 +229,15 @@ def _linear(x: Any, values: Any, meta: Any, bias: Any, scale_x: Any, scale_w: An
 
 def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activation: str | None = None,
                   scale_x: Any = None, scale_w: Any = None, out_dtype: Any = None, interpret: bool = False,
-                  split_k: int | None = None) -> Any:
+                  split_k: int | None = None, in_features: int | None = None) -> Any:
     """``y = act(x @ W_pruned.T * scale_w * scale_x + bias)`` with the fused 2:4 sparse linear
     kernels, usable inside ``jax.jit``.
 
     x: (..., K) floating point (e4m3 for e4m3 weights); values: (N_out, K/2) f16, bf16 or e4m3 (x
-    is cast to it); meta: its sm90 metadata words, uint32 or int32; bias: (N_out,) or None;
+    is cast to it); meta: its sm90 metadata words, uint32 or int32, or the tagged
+    ``MetadataBuffer`` of ``prune_and_compress`` (checked against the values; its K is the
+    weight's in_features); in_features: the weight's own K, checked against x's width (the values'
+    zero-padded K alone cannot tell a short x from padding); bias: (N_out,) or None;
     activation: None, "relu", "silu", "gelu_tanh"; scale_w: a number or (N_out,); scale_x: a number
     or one per token (x's leading shape); out_dtype: y's type (default x's dtype for f16/bf16/f32 x,
     f32 for f64 x, bfloat16 for e4m3 x). Returns (..., N_out). ``interpret=True`` runs the kernels in the CPU
@@ -195,6 +249,8 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     split_k = _static(split_k, "split_k")
     interpret = checked_flag(_static(interpret, "interpret"), "interpret")
     check_split_k(split_k)  # (SP0804, as the torch layer: 0, -1, True or "2" failed deep in the launch plan)
+    meta, in_features = _untagged(meta, values, _in_features(in_features))
+    _check_in_features(x, values, in_features)
     for what, operand in (("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
         _check_real(operand, what)
     pre_forward = None
@@ -280,6 +336,8 @@ class SparseLinear:
     multiple of the kernel's K step are zero-padded, so from them alone an x a few features short of
     K passes as the padded weight's (the missing features read as zeros: a wrong y, no error); with
     ``in_features`` set, a call checks x's width against it (SP0938). None: the values' padded K.
+    ``meta`` may be given as the tagged ``MetadataBuffer`` of ``prune_and_compress``: it is checked
+    against the values, the layer holds its words, and its K is ``in_features``.
     """
 
     values: Any
@@ -308,6 +366,12 @@ class SparseLinear:
         return cls(jnp.asarray(values), jnp.asarray(meta.data.view(np.uint32)),
                    None if bias is None else jnp.asarray(bias), **options)
 
+    def __post_init__(self) -> None:
+        # (also run when jax rebuilds the pytree: only the static in_features and a MetadataBuffer are touched)
+        meta, in_features = _untagged(self.meta, self.values, _in_features(self.in_features))
+        object.__setattr__(self, "meta", meta)
+        object.__setattr__(self, "in_features", in_features)
+
     def dense(self) -> np.ndarray:
         """The pruned (N_out, K) weight on the host, in the values' dtype (for checks); K is
         ``in_features`` where it is set (the padding's zero columns left out)."""
@@ -321,4 +385,5 @@ class SparseLinear:
             raise _bad(f"x has K = {k} features but the layer takes in_features = {self.in_features}",
                        "x is (..., in_features)")
         return sparse_linear(x, self.values, self.meta, self.bias, activation=self.activation, scale_x=scale_x,
-                             scale_w=self.scale_w, out_dtype=self.out_dtype, interpret=self.interpret)
+                             scale_w=self.scale_w, out_dtype=self.out_dtype, interpret=self.interpret,
+                             in_features=self.in_features)

@@ -344,3 +344,104 @@ def test_the_layer_checks_x_against_its_own_in_features(k: int, x_k: int) -> Non
     with pytest.raises(JaxCallError):
         jax.jit(layer)(_x((2, x_k)))
     _check(layer, _x((2, k)), jax.jit(layer)(_x((2, k))), "bf16")
+
+
+def _tagged(n_out: int, k: int, dtype: str = "bf16", fmt: str = "sm90", seed: int = 5):
+    """(dense weight, values as a jax array, the MetadataBuffer prune_and_compress returns)."""
+    from sparsile.stdlib.kernels import prune_and_compress
+
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(0.25, 1.0, (n_out, k)) * rng.choice([-1, 1], (n_out, k))
+    values, meta = prune_and_compress(w, dtype, fmt)
+    return w, jnp.asarray(values), meta
+
+
+def test_the_metadata_buffer_of_prune_and_compress_is_a_meta_argument() -> None:
+    """``prune_and_compress`` returns (values, MetadataBuffer): passed as it is, ``meta`` was jax's
+    TypeError ("Error interpreting argument to custom_jvp_call as a JAX value"). The buffer's tag is
+    checked (format, operand width, rows) and its K is the weight's true in_features, so an x a few
+    features short of K (the padded values cannot tell) is SP0938 instead of a silent wrong y."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    _, values, meta = _tagged(32, 500)
+    layer = SparseLinear(values, jnp.asarray(np.asarray(meta)), in_features=500)
+    x = _x((3, 500))
+    want = np.asarray(jax.jit(layer)(x))
+    _check(layer, x, jnp.asarray(want), "bf16")
+    got = jax.jit(lambda x: sparse_linear(x, values, meta))(x)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda x: sparse_linear(x, values, meta))(x[:, None])[:, 0]),
+                                  want)
+    dx = jax.grad(lambda x: sparse_linear(x, values, meta).sum())(x)
+    np.testing.assert_allclose(np.asarray(dx), np.broadcast_to(layer.dense().astype(np.float32).sum(0), x.shape),
+                               rtol=1e-6)
+    short = _x((3, 490))
+    for fn in (lambda: sparse_linear(short, values, meta),
+               lambda: jax.jit(lambda x: sparse_linear(x, values, meta))(short),
+               lambda: jax.vmap(lambda x: sparse_linear(x, values, meta))(short[:, None])):
+        with pytest.raises(JaxCallError) as info:
+            fn()
+        assert info.value.code == "SP0938"
+        assert info.value.message.startswith("x has K = 490 features but the weight has in_features = 500")
+    _raises("SP0938", lambda: sparse_linear(x, values, meta, in_features=496),
+            "in_features = 496 was given, but the metadata was encoded for K = 500")
+    # the tag against the kernel: another format, another operand width, another weight's rows
+    _, _, tcgen05 = _tagged(32, 500, fmt="tcgen05")
+    _, _, e4m3 = _tagged(32, 500, "e4m3")
+    _, _, taller = _tagged(64, 500)
+    for meta_, code in ((tcgen05, "SP0810"), (e4m3, "SP0809"), (taller, "SP0812")):
+        with pytest.raises(SparsityError) as info:
+            sparse_linear(x, values, meta_)
+        assert info.value.code == code, info.value
+
+
+def test_a_layer_takes_the_metadata_buffer_and_its_in_features() -> None:
+    """SparseLinear(values, MetadataBuffer) holds the words as a jax array (a pytree leaf: jax.jit of
+    the layer failed on the buffer) and takes in_features from the tag."""
+    _, values, meta = _tagged(32, 500)
+    layer = SparseLinear(values, meta, bias=jnp.ones(32))
+    assert layer.in_features == 500 and layer.meta.dtype == jnp.uint32
+    assert layer.dense().shape == (32, 500)
+    x = _x((2, 500))
+    _check(layer, x, jax.jit(lambda layer, x: layer(x))(layer, x), "bf16")
+    with pytest.raises(JaxCallError) as info:
+        jax.jit(layer)(_x((2, 490)))
+    assert info.value.code == "SP0938"
+    _raises("SP0938", lambda: SparseLinear(values, meta, in_features=512),
+            "in_features = 512 was given, but the metadata was encoded for K = 500")
+
+
+def test_the_functional_form_takes_in_features() -> None:
+    """``sparse_linear(..., in_features=K)`` refuses an x of another width (the functional form had
+    no way to: a short x read zeros from the padding), checks K against the values, and is static."""
+    layer = _layer(32, 500, "bf16")
+    v, m = layer.values, layer.meta
+    x = _x((2, 500))
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda x: sparse_linear(x, v, m, layer.bias, in_features=500))(x)),
+                                  np.asarray(jax.jit(layer)(x)))
+    assert sparse_linear(_x((2, 490)), v, m).shape == (2, 32)  # (without it: the values' padded K, as documented)
+    for fn in (lambda x: sparse_linear(x, v, m, in_features=500),
+               jax.jit(lambda x: sparse_linear(x, v, m, in_features=500)),
+               jax.vmap(lambda x: sparse_linear(x, v, m, in_features=500))):
+        _raises("SP0938", lambda fn=fn: fn(_x((2, 490))), "x has K = 490 features but the weight has in_features = 500")
+    _raises("SP0938", lambda: sparse_linear(_x((2, 100)), v, m, in_features=100),
+            "in_features = 100 does not fit values of shape (32, 250), which hold a weight of K = 500")
+    for bad in ("500", True, 0, -4, 500.0):
+        _raises("SP0938", lambda bad=bad: sparse_linear(x, v, m, in_features=bad),
+                f"in_features must be a positive integer, got {bad!r}")
+    _raises("SP0932", lambda: jax.jit(lambda k: sparse_linear(x, v, m, in_features=k))(500),
+            "in_features of sparse_linear is static, but got a traced value")
+    assert sparse_linear(x, v, m, in_features=np.int64(500)).shape == (2, 32)
+
+
+def test_the_layer_checks_its_own_in_features() -> None:
+    """A hand-built layer's in_features is checked when it is made: a string compared unequal to
+    every width (a call said "x has K = 64 features but the layer takes in_features = 64"), a traced
+    one was jax's TracerBoolConversionError."""
+    layer = _layer(32, 64, "f16")
+    v, m = layer.values, layer.meta
+    _raises("SP0938", lambda: SparseLinear(v, m, in_features="64"), "in_features must be a positive integer, got '64'")
+    _raises("SP0932", lambda: jax.jit(lambda k: SparseLinear(v, m, in_features=k)(_x((2, 64))))(64),
+            "in_features of sparse_linear is static, but got a traced value")
+    assert SparseLinear(v, m, in_features=np.int32(64)).in_features == 64
+    assert type(SparseLinear(v, m, in_features=np.int32(64)).in_features) is int
