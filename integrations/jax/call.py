@@ -37,6 +37,7 @@ from ...frontend.interp.host_arrays import stored_params
 from ...frontend.ir import types as T
 from ...frontend.legality.meta import check_metadata_argument
 from ...frontend.sema.values import Const
+from ...stdlib.sparsity.hostarray import checked_flag
 from . import ffi
 from .errors import (
     SP_JAX_ARGUMENT,
@@ -297,6 +298,10 @@ def _is_struct(s: Any) -> bool:
 def _out_names(kernel: Kernel, n_args: int, out_shapes: Any) -> tuple[list[str], list[Any], str]:
     """(parameter names of the outputs, their structs, "single" / "sequence" / "mapping")."""
     names = [p.name for p in kernel.params]
+    if not (isinstance(out_shapes, Mapping | Sequence) or _is_struct(out_shapes)) or isinstance(out_shapes, str):
+        raise JaxCallError(SP_JAX_OUT_SHAPES, "out_shapes must be a jax.ShapeDtypeStruct, a sequence of them or a "
+                           f"mapping {{parameter name: struct}}, got {type(out_shapes).__name__}",
+                           help="describe each output as jax.ShapeDtypeStruct(shape, dtype)")
     if isinstance(out_shapes, Mapping):
         unknown = [k for k in out_shapes if k not in names]
         if unknown:
@@ -321,6 +326,38 @@ def _out_names(kernel: Kernel, n_args: int, out_shapes: Any) -> tuple[list[str],
 
 def _is_traced(v: Any) -> bool:
     return isinstance(v, jax.Array | jax.core.Tracer)
+
+
+def _check_options(constexprs: Any, input_output_aliases: Any, interpret: Any) -> bool:
+    """SP0932 / SP0933 for ``constexprs`` or ``input_output_aliases`` that are no mapping (Python's
+    TypeError or AttributeError from inside the call), SP0932 for a traced ``interpret`` (jax's
+    TracerBoolConversionError), SP0804 for one that is no bool ("no" turned the interpreter on);
+    returns ``interpret`` as a bool."""
+    if constexprs is not None and not isinstance(constexprs, Mapping):
+        raise JaxCallError(SP_JAX_ARGUMENT, f"constexprs must be a mapping {{parameter name: value}}, got "
+                           f"{type(constexprs).__name__}",
+                           help="pass constexprs={'BLOCK': 128}, or the values as keywords")
+    if input_output_aliases is not None and not isinstance(input_output_aliases, Mapping):
+        raise JaxCallError(SP_JAX_WRITES_INPUT, "input_output_aliases must be a mapping {input index: output index}, "
+                           f"got {type(input_output_aliases).__name__}", help="pass input_output_aliases={0: 0}")
+    if isinstance(interpret, jax.core.Tracer):
+        raise JaxCallError(SP_JAX_ARGUMENT, "interpret of call is static, but got a traced value",
+                           help="pass interpret as a Python bool; a jitted function that takes it as an argument must "
+                                "mark it static: jax.jit(f, static_argnames=('interpret',))")
+    return checked_flag(interpret, "interpret")
+
+
+def _not_an_array(name: str, value: Any) -> JaxCallError:
+    """SP0932 for an array-like argument that is neither a jax nor a numpy array (a
+    ``jax.ShapeDtypeStruct``, another library's tensor): it would be passed as a static value, and
+    fail only when XLA runs the program (or reach the GPU launcher as it is)."""
+    if isinstance(value, jax.ShapeDtypeStruct):
+        return JaxCallError(SP_JAX_ARGUMENT, f"`{name}` got a jax.ShapeDtypeStruct, which describes an array but "
+                            "holds no data", help="pass the input as a jax or numpy array; a ShapeDtypeStruct "
+                                                  "declares an output, in out_shapes")
+    kind = f"{type(value).__module__}.{type(value).__name__}"
+    return JaxCallError(SP_JAX_ARGUMENT, f"`{name}` got a {kind}, which is neither a jax nor a numpy array",
+                        help="convert it first: jax.numpy.asarray(value)")
 
 
 def _check_kernel(kernel: Any) -> None:
@@ -361,6 +398,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     interpreter through a host callback on any backend.
     """
     _check_kernel(kernel)
+    interpret = _check_options(constexprs, input_output_aliases, interpret)
     out_keys, structs, form = _out_names(kernel, len(args), out_shapes)
     names = [p.name for p in kernel.params]
     positional = [n for n in names if n not in out_keys][:len(args)] if form == "mapping" else names[:len(args)]
@@ -395,6 +433,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
             sources.append((name, "in", len(operands)))
             operands.append(value)
             stand[name] = _Stand(np.shape(value), np.dtype(value.dtype))
+        elif _is_struct(value) and not isinstance(value, np.generic):
+            raise _not_an_array(name, value)
         elif isinstance(value, Sequence | Mapping) and not isinstance(value, str | tuple):
             raise JaxCallError(SP_JAX_ARGUMENT, f"`{name}` got a {type(value).__name__}; a sparsile kernel takes "
                                "arrays and numbers", help="pass a jax.Array, a numpy array or a Python number")

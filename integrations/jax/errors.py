@@ -19,8 +19,9 @@ SP_JAX_OUT_SHAPES = "SP0931"
 """``out_shapes`` that are not shape/dtype structs, name no parameter, or disagree with the kernel."""
 SP_JAX_ARGUMENT = "SP0932"
 """A kernel argument of a kind the call cannot pass: a traced value for a scalar or constexpr
-parameter (they are static), or something that is neither an array nor a number; a traced
-``split_k`` or ``interpret`` of ``sparse_linear`` (static options)."""
+parameter (they are static), or something that is neither an array nor a number (a
+``jax.ShapeDtypeStruct`` for an input); a traced ``split_k``, ``interpret`` or ``in_features`` of
+``sparse_linear`` or ``interpret`` of ``call`` (static options); ``constexprs`` that is no mapping."""
 SP_JAX_WRITES_INPUT = "SP0933"
 """The kernel writes a parameter that is an input, not an output, or ``input_output_aliases`` is bad."""
 SP_JAX_NO_AUTODIFF = "SP0934"

@@ -354,3 +354,47 @@ def test_a_kernel_argument_that_is_no_kernel_is_sp0932(kernel: object, what: str
     assert info.value.code == "SP0932"
     assert info.value.message.startswith(f"call takes a sparsile kernel (@sparsile.jit, or one of a .spk module), "
                                          f"got {what}")
+
+
+def test_the_call_s_own_arguments_of_the_wrong_kind_are_diagnostics() -> None:
+    """call's own keywords of the wrong kind were Python's or jax's errors from inside call:
+    out_shapes=None a TypeError ('NoneType' object is not iterable), input_output_aliases as pairs an
+    AttributeError, constexprs as a list a TypeError, a traced interpret jax's
+    TracerBoolConversionError; interpret="no" turned the interpreter on (as sparse_linear's did)."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    x, y = _inputs()
+    s = jax.ShapeDtypeStruct((N,), jnp.float32)
+    _raises("SP0931", lambda: call(scale_add, (3,), x, y, out_shapes=None, n=N, alpha=1.0),
+            "out_shapes must be a jax.ShapeDtypeStruct, a sequence of them or a mapping {parameter name: struct}, "
+            "got NoneType")
+    _raises("SP0933", lambda: call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=1.0, input_output_aliases=[(0, 0)]),
+            "input_output_aliases must be a mapping {input index: output index}, got list")
+    _raises("SP0932", lambda: call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=1.0, constexprs=[("BLOCK", 128)]),
+            "constexprs must be a mapping {parameter name: value}, got list")
+    _raises("SP0932", lambda: jax.jit(lambda a, i: call(scale_add, (3,), a, y, out_shapes=s, n=N, alpha=1.0,
+                                                        interpret=i))(x, True),
+            "interpret of call is static, but got a traced value")
+    with pytest.raises(SparsityError) as info:
+        call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=1.0, interpret="no")
+    assert (info.value.code, info.value.message) == ("SP0804", "interpret must be True or False, got 'no'")
+    np.testing.assert_array_equal(np.asarray(call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=1.5,
+                                                  interpret=np.bool_(True))),
+                                  np.asarray(_scale_add(x, y)))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_a_shape_struct_given_as_an_input_is_refused_while_tracing(jit: bool) -> None:
+    """A jax.ShapeDtypeStruct passed for an input parameter (for out_shapes' sake) was taken as a
+    static value: the call traced, and XLA's run failed in the interpreter with a Python traceback
+    inside SP0936 (float() argument must be ... not 'ShapeDtypeStruct'); on a GPU the launcher got it
+    for a pointer. It is SP0932 while tracing, as any array-like that is neither a jax nor a numpy array."""
+    _, y = _inputs()
+    s = jax.ShapeDtypeStruct((N,), jnp.float32)
+
+    def run() -> jax.Array:
+        return call(scale_add, (3,), s, y, out_shapes=s, n=N, alpha=1.0)
+
+    err = _raises("SP0932", jax.jit(run) if jit else run,
+                  "`x` got a jax.ShapeDtypeStruct, which describes an array but holds no data")
+    assert "out_shapes" in err.help
