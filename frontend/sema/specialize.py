@@ -101,7 +101,8 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
     if isinstance(ann, T.PointerType) or (ann is None and is_array_like(value)):
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:
-            what = type(value).__name__
+            what = f"an array of {value.dtype}, which has no sparsile element type" if is_array_like(value) \
+                else type(value).__name__
             raise LaunchError("SP0708", f"argument `{p.name}` expects an array (pointer), found {what}",
                               help="pass a numpy array or a device tensor")
         if isinstance(ann, T.PointerType) and elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):

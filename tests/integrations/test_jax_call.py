@@ -398,3 +398,22 @@ def test_a_shape_struct_given_as_an_input_is_refused_while_tracing(jit: bool) ->
     err = _raises("SP0932", jax.jit(run) if jit else run,
                   "`x` got a jax.ShapeDtypeStruct, which describes an array but holds no data")
     assert "out_shapes" in err.help
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "int4"])
+def test_an_array_of_a_type_sparsile_has_no_element_type_for_names_the_type(dtype: str) -> None:
+    """A jax array of an element type sparsile has no type for (complex64, int4) was SP0708 "found
+    _Stand": the name of call's internal stand-in, not what was passed."""
+
+    @sp.jit
+    def copy(x, out, BLOCK: sp.constexpr = 8):
+        offs = sp.arange(0, BLOCK)
+        sp.store(out + offs, sp.load(x + offs))
+
+    from sparsile.frontend.diagnostics import LaunchError
+
+    a = jnp.zeros(8, dtype)
+    with pytest.raises(LaunchError) as info:
+        jax.jit(lambda a: call(copy, (1,), a, out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32)))(a)
+    assert str(info.value).splitlines()[0] == (f"error[SP0708]: argument `x` expects an array (pointer), found an "
+                                               f"array of {dtype}, which has no sparsile element type")
