@@ -154,11 +154,18 @@ def _spec(t: torch.Tensor | None) -> tuple[torch.Size, torch.dtype, torch.device
     return None if t is None else (t.shape, t.dtype, t.device)
 
 
+def passes_through(launches: list[Any], *tensors: torch.Tensor | None) -> bool:
+    """Whether the plan's ``launches`` take each of ``tensors`` (None: not looked for) as it is, not
+    a copy the plan made (padded, cast, a host copy): where a record can prepare its launches with
+    x and y per call (:meth:`LaunchRecord._prepare`) and read its own quantized x and scales."""
+    args = [a for _, _, launch_args, _ in launches for a in launch_args]
+    return all(any(same_memory(a, t) for a in args) for t in tensors if t is not None)
+
+
 def _reads_the_quantized_x(launches: list[Any], xq: torch.Tensor, sx: torch.Tensor) -> bool:
     """Whether the plan's launches read the record's own quantized x and scales (not a padded copy
     of x made when the plan was built, which the record's quantizer would never write)."""
-    args = [a for _, _, launch_args, _ in launches for a in launch_args]
-    return any(same_memory(a, xq) for a in args) and any(same_memory(a, sx) for a in args)
+    return passes_through(launches, xq, sx)
 
 
 SM90_WORDS = {"meta_format": "sm90"}
@@ -438,20 +445,19 @@ class LaunchRecord:
         x or scale_x None: fixed in the launches (a quantizing record's own buffers).
         Every other argument (the weight, its metadata, bias, scales, sizes) is fixed when the
         launch is prepared (``per_call=``), so a call checks and writes only its own tensors."""
-        prepared, seen = [], set()
+        prepared = []
         for kernel, grid, args, constexprs in launches:
             launcher = kernel[grid]
             if not hasattr(launcher, "prepare"):
                 return None
             slots = [(i, which) for i, a in enumerate(args) for which, t in enumerate((x, y, scale_x))
                      if t is not None and same_memory(a, t)]
-            seen |= {which for _, which in slots}
             names = [p.name for p in kernel.params]
             fixed = {names[i]: a for i, a in enumerate(args)}  # the weight, bias, scales, sizes: checked once
             per_call = tuple(names[i] for i, _ in slots)
             launch = launcher.prepare(**fixed, **constexprs, per_call=per_call)
             prepared.append((launch.run, _picker(tuple(which for _, which in slots))))
-        return prepared if {i for i, t in enumerate((x, y, scale_x)) if t is not None} <= seen else None
+        return prepared if passes_through(launches, x, y, scale_x) else None
 
     def after_native(self, status: int, done: int, call: tuple[Any, ...], stream: int) -> None:
         """The native launch of an eager call (x, y, scale_x) = ``call`` returned ``status`` (nonzero)

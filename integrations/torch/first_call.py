@@ -15,6 +15,7 @@ there. No kernel is launched; without a GPU the kernels are compiled for ``targe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from ...driver.compile_pool import Specialization, compile_specializations
+from ...stdlib.kernels.arrays import host_tensors_as_device
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
 from ...stdlib.kernels.linear_args import is_gated
 from ..errors import SP_WARM_UP, IntegrationError
@@ -36,6 +38,7 @@ from ._kernels import (
     glu_in_kernel,
     k_shares,
     kernel_api,
+    passes_through,
     pdl_wanted,
     quantizes_in_kernel,
 )
@@ -125,9 +128,19 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
     """The launches (kernel, grid, args, constexprs) whose kernels an eager CUDA call of ``layer`` on
     ``tokens`` rows of x in ``x_dtype`` compiles: those of the plans its launch record makes
     (``_kernels.LaunchRecord``, through the same ``kernel_api().plan_sparse_linear`` calls), the
-    quantizer of an e4m3 layer included. The arrays are the layer's own weight and empty x and y on
-    its device: on the CPU the plans are those of a GPU-less host (no tuned table unless a GPU is
-    visible), for ``target`` (default the planner's: the GPU's, else sm_90a)."""
+    quantizer of an e4m3 layer included; the one-launch eager variants only where the record makes
+    them (its main plan takes x and y as they are: not for a plan that pads x). The arrays are the
+    layer's own weight and empty x and y on its device; on the CPU they are planned as a GPU's
+    tensors (``arrays.host_tensors_as_device``), but the plans are those of a GPU-less host (no
+    tuned table unless a GPU is visible), for ``target`` (default the planner's: the GPU's, else
+    sm_90a)."""
+    on_host = layer._bound().values.device.type != "cuda"
+    with host_tensors_as_device() if on_host else contextlib.nullcontext():
+        return _record_launches(layer, tokens, x_dtype, target)
+
+
+def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, target: str | None) -> list[Launch]:
+    """:func:`first_call_launches`, planned (the same choices as ``LaunchRecord._plan``)."""
     api = kernel_api()
     w = layer._bound()
     activation = w.activation
@@ -148,7 +161,8 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
         x = torch.zeros((t, k), dtype=w.values.dtype, device=device)  # (zeros: a plan may read x, to cast it)
         plan, main = _plan_launches(api, w, x, y, None, out_dtype, activation, **planning)
         launches += main
-        if len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
+        # the record's eager variant, where its launches are prepared (x and y taken as they are)
+        if passes_through(main, x, y) and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
             _, one = _plan_launches(api, w, x, y, None, out_dtype, activation, reduce="kernel", **planning)
             launches += one if len(one) == 1 else []
         return launches
@@ -158,13 +172,14 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
     xq = torch.zeros((t, k), dtype=torch.float8_e4m3fn, device=device)
     sx = torch.ones((t,), dtype=torch.float32, device=device)
     trigger = {"TRIGGER": 1} if pdl and t <= RECORD_QUANTIZE_MAX_T else {}  # (the record's own quantizer)
-    launches.append((quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k),
-                     {**quantize_options(k), **trigger}))
+    quantizer = (quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k), quantize_options(k))
+    launches.append((*quantizer[:3], {**quantizer[3], **trigger}))
     plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation, **planning)
     launches += main
     if t > RECORD_QUANTIZE_MAX_T:  # quantized into fresh buffers per call, then the record of the fp8 x
         return launches
-    one_launch = None
+    if not passes_through(main, xq, y, sx):  # a padded plan: calls quantize x per call (quantize_per_token)
+        return launches + ([quantizer] if trigger else [])  # (its quantizer has no TRIGGER)
     if quantizes_in_kernel(t, rows, k):  # one launch of the decode kernel quantizing x itself
         try:
             qplan, one = _plan_launches(api, w, x16, y, None, out_dtype, activation, **planning,
@@ -172,11 +187,13 @@ def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype =
         except ValueError:  # (SparsityError: not planned for this T or target; the record keeps two launches)
             qplan, one = None, []
         if getattr(qplan, "quantizes_x", False) and len(one) == 1 and k_shares(qplan) <= k_shares(plan):
-            one_launch = one
-    if one_launch is None and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
+            launches += one  # (compiled when the record prepares it, even where it then reads a copy of x)
+            if passes_through(one, x16, y):
+                return launches
+    if len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
         _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", **planning)
-        one_launch = one if len(one) == 1 else None
-    return launches + (one_launch or [])
+        launches += one if len(one) == 1 else []
+    return launches
 
 
 def distinct_specializations(launches: Iterable[Launch]) -> list[tuple[Launch, Specialization]]:

@@ -12,7 +12,9 @@ arguments.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import numbers
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +37,25 @@ DLPACK_CUDA = 2
 _KIND_OF_TYPE: dict[type, str] = {}
 """:func:`array_kind` by type ("torch?" for torch's: their device decides), filled as types are met."""
 
+HOST_TENSORS_AS_DEVICE: contextvars.ContextVar[bool] = contextvars.ContextVar("sparsile_host_tensors_as_device",
+                                                                             default=False)
+"""True inside :func:`host_tensors_as_device`."""
+
+
+@contextlib.contextmanager
+def host_tensors_as_device() -> Iterator[None]:
+    """Within it, :func:`array_kind` takes a torch tensor of any device for a CUDA one ("torch"): a
+    plan made on host tensors then holds them as a GPU plan holds its device tensors (used in
+    place, no host copies of x or the output), so it names the launches, and the kernel
+    specializations, that a plan made on the GPU names. For planning only (``sparsile.torch.warm_up``
+    plans a GPU's first calls on the CPU: integrations/torch/first_call.py): nothing may be launched
+    inside."""
+    token = HOST_TENSORS_AS_DEVICE.set(True)
+    try:
+        yield
+    finally:
+        HOST_TENSORS_AS_DEVICE.reset(token)
+
 
 def array_kind(x: Any) -> str:
     """"numpy", "torch" (a CUDA tensor), "torch-cpu" (any other device), "cupy" or "other"."""
@@ -45,7 +66,7 @@ def array_kind(x: Any) -> str:
                 else "cupy" if package == "cupy" else "other")
         _KIND_OF_TYPE[type(x)] = kind
     if kind == "torch?":
-        return "torch" if getattr(x, "is_cuda", False) is True else "torch-cpu"
+        return "torch" if getattr(x, "is_cuda", False) is True or HOST_TENSORS_AS_DEVICE.get() else "torch-cpu"
     return kind
 
 

@@ -19,6 +19,7 @@ from sparsile.driver import cache as cache_mod  # noqa: E402
 from sparsile.driver.launch import GpuLaunch  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import first_call as wu  # noqa: E402
+from sparsile.stdlib.kernels import arrays  # noqa: E402
 from sparsile.tests.stdlib.test_gemm_tuning import _device  # noqa: E402
 from sparsile.tests.support import cache_fixture  # noqa: E402
 
@@ -31,7 +32,8 @@ fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: test
 @pytest.fixture
 def faked_first_call(monkeypatch) -> list[str]:
     """Planners that see an H200, and prepared launches that only compile their kernel for sm_90a;
-    returns the kernels compile_function compiled."""
+    returns the kernels compile_function compiled. (The records are built on CPU tensors taken for
+    the H200's own: :func:`as_on_the_gpu`.)"""
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
     monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: H200)
     monkeypatch.setattr(kernels, "native_launch", lambda *args, **kwargs: None)
@@ -49,13 +51,21 @@ def faked_first_call(monkeypatch) -> list[str]:
     return cache_fixture.spy_compiles(monkeypatch)
 
 
+def as_on_the_gpu():
+    """Around a faked first call: its plans take the CPU tensors for the GPU's own, in place (no host
+    copies of x and y), so that the record prepares its launches, and its one-launch eager variants,
+    as on the GPU (``arrays.host_tensors_as_device``; warm_up plans a CPU layer so too)."""
+    return arrays.host_tensors_as_device()
+
+
 def _first_call(layer, tokens: int, pdl: bool = False) -> None:
     """What an eager CUDA call of ``layer`` builds before it launches: its launch record (e4m3: the
     record that quantizes x itself, as ``SparseLinear._forward_eager`` asks for up to 64 tokens;
     ``pdl``: as its RecordCache asks with SPARSILE_PDL=1 on a Hopper GPU)."""
     w = layer._bound()
     x = torch.zeros((tokens, layer.in_features), dtype=torch.bfloat16)
-    kernels.LaunchRecord(x, w, None, torch.bfloat16, quantize=w.scale_w is not None, pdl=pdl)
+    with as_on_the_gpu():
+        kernels.LaunchRecord(x, w, None, torch.bfloat16, quantize=w.scale_w is not None, pdl=pdl)
 
 
 def _model(dtype: str) -> torch.nn.Module:

@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
+from sparsile.driver import compiler  # noqa: E402
+from sparsile.driver.compiler import cache_key  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import first_call as wu  # noqa: E402
 from sparsile.tests.integrations import test_torch_warm_up as faked  # noqa: E402
@@ -18,21 +20,29 @@ fresh_cache = faked.fresh_cache  # (the fixtures of test_torch_warm_up.py: the s
 faked_first_call = faked.faked_first_call
 
 
-def _eager_call(layer, tokens: int, x_dtype: torch.dtype) -> None:
-    """What ``SparseLinear._forward_eager`` builds for a CUDA x of ``tokens`` rows in ``x_dtype``."""
+def _eager_call(layer, tokens: int, x_dtype: torch.dtype, pdl: bool = False) -> None:
+    """What ``SparseLinear._forward_eager`` builds for a CUDA x of ``tokens`` rows in ``x_dtype``
+    (``pdl``: as its RecordCache asks with SPARSILE_PDL=1 on a Hopper GPU), planned as on the GPU."""
+    with faked.as_on_the_gpu():
+        _eager_record(layer, tokens, x_dtype, pdl)
+
+
+def _eager_record(layer, tokens: int, x_dtype: torch.dtype, pdl: bool) -> None:
     w = layer._bound()
     out_dtype = layer.out_dtype or x_dtype
     x = torch.zeros((tokens, layer.in_features), dtype=x_dtype)
+    xq = torch.zeros((tokens, layer.in_features), dtype=torch.float8_e4m3fn)
+    sx = torch.ones((tokens,), dtype=torch.float32)
     if w.scale_w is not None:
         if tokens <= kernels.RECORD_QUANTIZE_MAX_T:
-            kernels.LaunchRecord(x, w, None, out_dtype, quantize=True)
+            record = kernels.LaunchRecord(x, w, None, out_dtype, quantize=True, pdl=pdl)
+            if record.prepared is None:  # a padded plan: the call quantizes x through quantize_per_token
+                kernels.kernel_api().prepare_quantize(x, xq, sx)
             return
-        xq = torch.zeros((tokens, layer.in_features), dtype=torch.float8_e4m3fn)
-        sx = torch.ones((tokens,), dtype=torch.float32)
         kernels.kernel_api().prepare_quantize(x, xq, sx)  # quantize_per_token's prepared launch
-        kernels.LaunchRecord(xq, w, sx, out_dtype)
+        kernels.LaunchRecord(xq, w, sx, out_dtype, pdl=pdl)
         return
-    kernels.LaunchRecord(x.to(w.values.dtype), w, None, out_dtype)
+    kernels.LaunchRecord(x.to(w.values.dtype), w, None, out_dtype, pdl=pdl)
 
 
 @pytest.mark.parametrize("dtype, tokens, x_dtype, shape, activation", [
@@ -76,3 +86,51 @@ def test_a_fused_gated_mlp(fresh_cache, faked_first_call, dtype, tokens) -> None
             layer = layer.__dict__["_pre"]
         _eager_call(layer, tokens, torch.bfloat16)
     assert faked_first_call == []
+
+
+@pytest.fixture
+def compiled_keys(faked_first_call, monkeypatch) -> list[str]:
+    """The faked first call of test_torch_warm_up.py, with compile_cached recording the cache key
+    of each specialization it is asked for (for sm_90a) instead of compiling it."""
+    keys: list[str] = []
+
+    def record(kernel, bindings, key, target, options):
+        keys.append(cache_key(kernel, bindings, key, target, options))
+
+    monkeypatch.setattr(compiler, "compile_cached", record)
+    return keys
+
+
+def _warm_up_keys(layer, tokens: int, x_dtype: torch.dtype) -> set[str]:
+    """The cache keys of the specializations warm_up compiles for ``layer`` at ``tokens`` (sm_90a)."""
+    from sparsile.target.targets import get_target
+
+    return {cache_key(spec.kernel, spec.bindings, spec.key, get_target("sm_90a"), spec.options)
+            for _, spec in wu.distinct_specializations(wu.first_call_launches(layer, tokens, x_dtype))}
+
+
+# (out, in): split-K decode (4096 x 4096, 1024 x 4096), a padded x (1024 x 1000; e4m3: 96 x 64), small
+REPRESENTATIVE_SHAPES = [(4096, 4096), (1024, 4096), (1024, 1000), (96, 64), (256, 128)]
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_warm_up_compiles_what_the_first_calls_compile_and_nothing_else(compiled_keys, monkeypatch, dtype,
+                                                                       pdl) -> None:
+    """The two sets are equal, specialization by specialization (cache keys), for layers of the
+    shapes of REPRESENTATIVE_SHAPES at T = 1, 4, 16, 64 and 100. warm_up planned the one-launch eager
+    variants (split-K reduced in the kernel, the e4m3 decode kernel that quantizes x) where the
+    record makes none (a plan that pads x: its launches are not prepared), and it left out the
+    quantizer without TRIGGER that such a record's calls run with SPARSILE_PDL=1."""
+    if pdl:
+        monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    torch.manual_seed(0)
+    for out_features, in_features in REPRESENTATIVE_SHAPES:
+        layer = spt.SparseLinear(in_features, out_features, bias=True, dtype=dtype)
+        for tokens in (1, 4, 16, 64, 100):
+            compiled_keys.clear()
+            _eager_call(layer, tokens, torch.bfloat16, pdl)
+            assert compiled_keys, (out_features, in_features, tokens)
+            assert set(compiled_keys) == _warm_up_keys(layer, tokens, torch.bfloat16), \
+                (out_features, in_features, tokens)
