@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -70,39 +71,68 @@ class Specialization:
         return job
 
 
-def compile_specializations(specs: list[Specialization], target: str, jobs: int = 1) -> list[float]:
-    """Compile each of ``specs`` for ``target`` through the compile cache, ``jobs`` at a time
-    (worker processes where it can: see the module's docstring); the seconds each took, in order
-    (where a worker compiled it: the worker's time)."""
+class CompileTimeout(TimeoutError):
+    """Worker processes that did not reply within ``timeout`` seconds of being handed a
+    specialization (``hung``, with the target of each): each was killed; every other
+    specialization was compiled (in the cache) before this was raised."""
+
+    def __init__(self, hung: list[tuple[Specialization, str]], timeout: float):
+        self.hung, self.timeout = hung, timeout
+        names = ", ".join(f"`{spec.kernel.name}` for {target}" for spec, target in hung)
+        super().__init__(f"no reply within {timeout:g} s compiling {names}")
+
+
+WORKER_START_MOST_S = 120.0
+"""The most seconds a worker process may take to start (import the compiler) and say so, where a
+``timeout`` is given and is shorter: a start is not a compile."""
+
+
+def compile_specializations(specs: list[Specialization], target: str | Sequence[str], jobs: int = 1,
+                            timeout: float | None = None) -> list[float]:
+    """Compile each of ``specs`` for ``target`` (one name, or one per spec) through the compile
+    cache, ``jobs`` at a time (worker processes where it can: see the module's docstring); the
+    seconds each took, in order (where a worker compiled it: the worker's time). ``timeout``: the
+    most seconds a worker may take over one specialization; one that takes longer is killed and,
+    once every other specialization is compiled, :class:`CompileTimeout` names what it was
+    compiling (None: no limit; a compile in this process, in threads, is never cut short)."""
+    targets = [target] * len(specs) if isinstance(target, str) else list(target)
     jobs = max(1, min(jobs, len(specs)))
     portable = [spec.portable() for spec in specs]
     cache = default_cache()
     if jobs == 1 or not cache.disk_enabled or not all(portable):
-        return _in_threads(specs, target, jobs)
-    taken = _in_workers(portable, target, jobs, str(cache.directory))  # type: ignore[arg-type]
-    for spec in specs:  # read back from the disk cache (a worker's failure: compiled here, and raised here)
-        spec.compile(target)
+        return _in_threads(specs, targets, jobs)
+    taken, hung = _in_workers(portable, targets, jobs, str(cache.directory), timeout)  # type: ignore[arg-type]
+    for i, spec in enumerate(specs):  # read back from the disk cache (a worker's failure: compiled here, and
+        if i not in hung:  # raised here; not what hung in a worker: it would hang here)
+            spec.compile(targets[i])
+    if hung:
+        raise CompileTimeout([(specs[i], targets[i]) for i in sorted(hung)], timeout)  # type: ignore[arg-type]
     return taken
 
 
-def _in_threads(specs: list[Specialization], target: str, jobs: int) -> list[float]:
-    def one(spec: Specialization) -> float:
+def _in_threads(specs: list[Specialization], target: str | Sequence[str], jobs: int) -> list[float]:
+    targets = [target] * len(specs) if isinstance(target, str) else list(target)
+
+    def one(spec: Specialization, target: str) -> float:
         start = time.perf_counter()
         spec.compile(target)
         return time.perf_counter() - start
 
     if jobs == 1:
-        return [one(spec) for spec in specs]
+        return [one(spec, target) for spec, target in zip(specs, targets, strict=True)]
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sparsile-compile") as pool:
-        return list(pool.map(one, specs))
+        return list(pool.map(one, specs, targets))
 
 
 _PACKAGE = __name__.rsplit(".", 2)[0]  # "sparsile"
 _WORKER = f"from {_PACKAGE}.driver.compile_pool import worker_main; worker_main()"
 
 
-def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> list[float]:
-    """Compile ``portable`` jobs in ``jobs`` worker processes sharing the disk cache ``cache_dir``."""
+def _in_workers(portable: list[Any], targets: list[str], jobs: int, cache_dir: str,
+                timeout: float | None = None) -> tuple[list[float], set[int]]:
+    """Compile ``portable`` jobs (for ``targets``) in ``jobs`` worker processes sharing the disk cache
+    ``cache_dir``; (the seconds each took, the indices of those whose worker did not reply within
+    ``timeout`` seconds and was killed)."""
     env = {**os.environ, "SPARSILE_CACHE_DIR": cache_dir}
     # the parent's sys.path, as it is now (a checkout added at run time): ``python -c`` would put the
     # working folder first, where another ``sparsile`` folder may stand
@@ -110,22 +140,48 @@ def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> 
     code = f"import sys; sys.path[:] = {paths!r}\n{_WORKER}"
     taken = [0.0] * len(portable)
     queue = list(range(len(portable)))
+    hung: set[int] = set()
     lock = threading.Lock()
+
+    def reply(proc: subprocess.Popen[bytes], seconds: float | None, job: int | None) -> Any:
+        """The worker's next reply, or None where it sent none within ``seconds`` (it is killed then,
+        and ``job`` counted as hung)."""
+        def kill() -> None:
+            with lock:
+                if job is not None:
+                    hung.add(job)
+            proc.kill()  # (its reply pipe closes: the read below ends)
+
+        timer = None if seconds is None else threading.Timer(seconds, kill)
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            return _receive(proc.stdout, most=_REPLY_MOST)  # type: ignore[arg-type]
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def feed(proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None
+        started = False
         try:
             while True:
                 with lock:
                     if not queue:
                         break
                     i = queue.pop(0)
-                _send(proc.stdin, (target, *portable[i]))
-                reply = _receive(proc.stdout, most=_REPLY_MOST)
-                if not isinstance(reply, float):  # the worker died: the parent compiles what it did not
-                    proc.kill()  # (or it wrote what is not a reply: it is not waited for)
+                _send(proc.stdin, (targets[i], *portable[i]))
+                if not started:  # (its start, apart from its first compile: see WORKER_START_MOST_S)
+                    started = isinstance(reply(proc, timeout and max(timeout, WORKER_START_MOST_S), None), float)
+                answer = reply(proc, timeout, i) if started else None
+                with lock:
+                    if i in hung and isinstance(answer, float):  # (the reply came as the timer fired)
+                        hung.discard(i)
+                if not isinstance(answer, float) or i in hung:  # the worker died: the parent compiles what it
+                    proc.kill()  # did not (or it wrote what is not a reply: it is not waited for)
                     break
-                taken[i] = reply
+                taken[i] = answer
         except Exception:  # (likewise: a broken pipe, a reply that is not one)
             proc.kill()
         finally:
@@ -143,7 +199,7 @@ def _in_workers(portable: list[Any], target: str, jobs: int, cache_dir: str) -> 
         thread.join()
         proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
-    return taken
+    return taken, hung
 
 
 def _send(stream: BinaryIO, obj: Any) -> None:
@@ -185,6 +241,7 @@ def worker_main() -> None:
 
     modules: dict[tuple[str, str], Any] = {}
     stdin, stdout = sys.stdin.buffer, _reply_stream()
+    _send(stdout, 0.0)  # started (the parent then times each compile apart from the start)
     while True:
         job = _receive(stdin)
         if job is None:

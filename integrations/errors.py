@@ -66,6 +66,9 @@ SP_WARM_UP = "SP0923"
 """``sparsile.torch.warm_up`` arguments of the wrong kind: a model that is not an ``nn.Module``, token counts
 that are not positive integers, ``jobs`` that is not a positive integer, an x dtype with no kernel, an unknown
 target."""
+SP_WARM_UP_TIMEOUT = "SP0924"
+"""A ``sparsile.torch.warm_up`` worker process that did not finish compiling a kernel within ``timeout``
+seconds: it was killed; the message names the kernel, its constexprs and target."""
 SP_FUSE_GROUPS = "SP0944"
 """``fuse_projections_(groups=...)`` that is not a sequence of tuples of two or more distinct child names."""
 

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...driver.compile_pool import Specialization, compile_specializations
+from ...driver.compile_pool import CompileTimeout, Specialization, compile_specializations
 from ...stdlib.kernels.arrays import host_tensors_as_device
 from ...stdlib.kernels.decode import DECODE_REDUCE_ENV
 from ...stdlib.kernels.linear_args import is_gated
-from ..errors import SP_WARM_UP, IntegrationError
+from ..errors import SP_WARM_UP, SP_WARM_UP_TIMEOUT, IntegrationError
 from ._kernels import (
     EAGER_REDUCE_MAX_T,
     OUT_DTYPES,
@@ -52,7 +52,8 @@ Launch = tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]
 class WarmUpReport:
     """What :func:`warm_up` did: the distinct kernel specializations its layers' first calls need
     (``kernels``: kernel name and constexprs, in the order found), how many it compiled and how many
-    the compile cache already held, and the seconds it took."""
+    the compile cache already held, the seconds it took, and the targets it compiled for (``target``:
+    one name, or several joined by ", " where the layers' GPUs differ)."""
 
     kernels: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     compiled: int = 0
@@ -210,29 +211,50 @@ def distinct_specializations(launches: Iterable[Launch]) -> list[tuple[Launch, S
     return out
 
 
-def _device_target(layers: list[SparseLinear]) -> str:
+def layer_target(layer: SparseLinear) -> str:
+    """The target a layer's first calls compile for: that of the GPU its weight lives on (the
+    current one for a layer on the CPU, as its plans are: stdlib/kernels/plan_device.py), sm_90a
+    without a GPU."""
     from ...backend import runtime
+    from ...stdlib.kernels.plan_device import arrays_ordinal
     from ...target.targets import target_for_capability
 
-    cuda = next((layer.values.device for layer in layers if layer.values.is_cuda), None)
-    if cuda is None or not runtime.has_gpu():
+    if not runtime.has_gpu():
         return "sm_90a"
-    return target_for_capability(*torch.cuda.get_device_capability(cuda)).name
+    return target_for_capability(*runtime.current_device(arrays_ordinal(layer._bound().values)).compute_capability).name
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
+        raise _warm_error(f"timeout must be a positive number of seconds or None, got {timeout!r}",
+                          "the most seconds one kernel's compile may take in a worker process; None: no limit")
+    return float(timeout)
+
+
+WARM_UP_TIMEOUT_S = 300.0
+"""``warm_up``'s default ``timeout``: the most seconds a worker process may take over one kernel
+specialization (one takes about 1 s: benchmarks/RESULTS.md, "First calls")."""
 
 
 def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = None, *,
-            x_dtype: torch.dtype = torch.bfloat16, target: str | None = None) -> WarmUpReport:
+            x_dtype: torch.dtype = torch.bfloat16, target: str | None = None,
+            timeout: float | None = WARM_UP_TIMEOUT_S) -> WarmUpReport:
     """Compile, ahead of the first calls and ``jobs`` at a time (None: one worker process per CPU
     core; driver/compile_pool.py), the
     kernels that ``model``'s sparse layers' first eager calls on ``tokens`` rows of x (each count
     of ``tokens``; x in ``x_dtype``) would compile; nothing is launched. ``target``: the GPU
-    architecture to plan and compile for (default the layers' GPU's, else sm_90a). Returns a
+    architecture to plan and compile for (default each layer's GPU's, else sm_90a). ``timeout``:
+    the most seconds a worker process may take over one kernel (None: no limit); one that takes
+    longer is killed, and once the others are compiled SP0924 names the kernel. Returns a
     :class:`WarmUpReport`; SP0923 for bad arguments."""
     if not isinstance(model, nn.Module):
         raise _warm_error(f"warm_up needs an nn.Module, got {type(model).__name__}",
                           "pass the model sparsify_ converted")
     counts = _check_tokens(tokens)
     workers = _check_jobs(jobs)
+    limit = _check_timeout(timeout)
     if x_dtype not in OUT_DTYPES:
         raise _warm_error(f"x_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {x_dtype!r}",
                           "the dtype of the activations the model's layers receive")
@@ -245,12 +267,29 @@ def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = Non
         except Exception:
             raise _warm_error(f"unknown target {target!r}", "e.g. target=\"sm_90a\" (Hopper) or leave it "
                               "unset for the layers' GPU") from None
-    tgt = target or _device_target(layers)
     start = time.perf_counter()
-    found = distinct_specializations(launch for layer in layers for t in counts
-                                     for launch in first_call_launches(layer, t, x_dtype, target))
-    specs = [spec for _, spec in found]
-    todo = [spec for spec in specs if not spec.cached(tgt)]
-    compile_specializations(todo, tgt, workers)
-    return WarmUpReport([(launch[0].name, dict(launch[3])) for launch, _ in found], len(todo),
-                        len(specs) - len(todo), time.perf_counter() - start, tgt, len(layers))
+    by_target: dict[str, list[Launch]] = {}  # each layer's launches, compiled for its own GPU's target
+    for layer in layers:
+        by_target.setdefault(target or layer_target(layer), []).extend(
+            launch for t in counts for launch in first_call_launches(layer, t, x_dtype, target))
+    found = [(launch, spec, tgt) for tgt, launches in by_target.items()
+             for launch, spec in distinct_specializations(launches)]
+    todo = [(spec, tgt) for _, spec, tgt in found if not spec.cached(tgt)]
+    report = WarmUpReport([(launch[0].name, dict(launch[3])) for launch, _, _ in found], len(todo),
+                          len(found) - len(todo), 0.0, ", ".join(by_target) or target or "sm_90a", len(layers))
+    try:
+        compile_specializations([spec for spec, _ in todo], [tgt for _, tgt in todo], workers, limit)
+    except CompileTimeout as e:
+        names = "; ".join(f"{spec.kernel.name} {_constexprs(spec)} for {tgt}" for spec, tgt in e.hung)
+        raise IntegrationError(
+            SP_WARM_UP_TIMEOUT, f"warm_up: no compile of {names} finished within timeout={e.timeout:g} s "
+            f"(its worker process was killed; the other {len(todo) - len(e.hung)} compiled)",
+            help="its first call compiles it then; pass a larger timeout= (None: no limit) if the compile is "
+                 "only slow, else report the kernel and these constexprs") from None
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _constexprs(spec: Specialization) -> dict[str, Any]:
+    """The constexpr values a specialization binds (``BLOCK=...``), for a diagnostic."""
+    return {name: b.value for name, b in spec.bindings.items() if hasattr(b, "value")}

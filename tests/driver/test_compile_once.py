@@ -197,3 +197,44 @@ def test_the_workers_pipes_are_closed(fresh_cache, compiles) -> None:
         compile_specializations(specs, "sm_90a", jobs=2)
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+HANGING_WORKER = '''
+from sparsile.driver import compile_pool
+real = compile_pool.compile_cached
+def hang_on_block_128(kernel, bindings, key, target, options):
+    if getattr(bindings.get("BLOCK"), "value", None) == 128:
+        import time
+        time.sleep(3600)
+    return real(kernel, bindings, key, target, options)
+compile_pool.compile_cached = hang_on_block_128
+compile_pool.worker_main()
+'''
+
+
+def test_a_worker_that_hangs_is_killed_and_named(fresh_cache, compiles, monkeypatch) -> None:
+    """A worker that never replies (here: one compile that sleeps for an hour) is killed after
+    ``timeout`` seconds of that compile; the other workers' compiles are kept (read back from the disk
+    cache), the hung one is not compiled again here (it would hang here too), and CompileTimeout
+    names it. Before: the parent waited for the reply for ever."""
+    monkeypatch.setattr(compile_pool, "_WORKER", HANGING_WORKER)
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128, 256)]
+    raised: list = []
+
+    def run() -> None:
+        try:
+            compile_specializations(specs, "sm_90a", jobs=2, timeout=1.0)
+        except compile_pool.CompileTimeout as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(90)
+    assert not thread.is_alive(), "compile_specializations hung"
+    assert len(raised) == 1 and [spec for spec, _ in raised[0].hung] == [specs[1]]
+    assert raised[0].hung[0][1] == "sm_90a" and raised[0].timeout == 1.0
+    assert "`vector_add` for sm_90a" in str(raised[0])
+    assert compiles == []  # the others compiled by the workers, the hung one by none
+    assert specs[0].cached("sm_90a") and specs[2].cached("sm_90a") and not specs[1].cached("sm_90a")

@@ -133,6 +133,11 @@ def test_fused_projections_warm_the_fused_layer(fresh_cache, faked_first_call) -
     ({"jobs": 1.5}, "jobs must be a positive integer or None, got 1.5"),
     ({"x_dtype": torch.int8}, "x_dtype must be torch.bfloat16, torch.float16 or torch.float32, got torch.int8"),
     ({"target": "sm_12"}, "unknown target 'sm_12'"),
+    ({"timeout": 0}, "timeout must be a positive number of seconds or None, got 0"),
+    ({"timeout": -1.0}, "got -1.0"),
+    ({"timeout": float("inf")}, "got inf"),
+    ({"timeout": "60"}, "got '60'"),
+    ({"timeout": True}, "got True"),
 ])
 def test_bad_arguments_are_sp0923(kwargs, message) -> None:
     args = {"model": _model("bf16"), **kwargs}
@@ -151,3 +156,75 @@ def test_a_target_plans_for_that_target() -> None:
         blackwell = wu.first_call_launches(layer, tokens, target="sm_100a")
         assert all("sm90" in launch[0].source.name for launch in hopper)
         assert blackwell and all("sm100" in launch[0].source.name for launch in blackwell)
+
+
+HUNG_WORKER = ("from sparsile.driver import compile_pool; import time\n"
+               "replies = compile_pool._reply_stream()\n"
+               "compile_pool._send(replies, 0.0)  # started\n"
+               "time.sleep(3600)  # and never replies")
+
+
+def test_a_hung_worker_is_sp0924_naming_its_kernel(fresh_cache, faked_first_call, monkeypatch) -> None:
+    """Workers that start and then never reply: each is killed ``timeout`` seconds after it was handed
+    a kernel, the kernels no worker compiled are compiled here, and SP0924 names the hung ones. Before,
+    warm_up waited for the reply for ever."""
+    from sparsile.driver import compile_pool
+
+    monkeypatch.setattr(compile_pool, "_WORKER", HUNG_WORKER)
+    model = _model("e4m3")[:1]
+    names = [name for name, _ in wu.warm_up(model, tokens=(1,), jobs=1).kernels]
+    assert len(names) >= 3  # the quantizer and the GEMMs: the two workers get one each, this process the rest
+    cache_mod.reset_default_cache()  # (the same folder: empty it)
+    for entry in cache_mod.default_cache().directory.rglob("*"):
+        if entry.is_file():
+            entry.unlink()
+    faked_first_call.clear()
+    done: list = []
+
+    def warm() -> None:
+        with pytest.raises(IntegrationError) as err:
+            wu.warm_up(model, tokens=(1,), jobs=2, timeout=0.5)
+        done.append(err.value)
+
+    import threading
+
+    thread = threading.Thread(target=warm, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert done, "warm_up hung"
+    err = done[0]
+    assert err.code == "SP0924" and "within timeout=0.5 s" in err.message and err.help
+    assert f"the other {len(names) - 2} compiled" in err.message
+    hung = [name for name in dict.fromkeys(names) if f"{name} {{" in err.message]
+    assert len(hung) == 2 and set(faked_first_call) == set(names) - set(hung)  # the rest compiled here
+    for layer in model:
+        for launch, spec in wu.distinct_specializations(wu.first_call_launches(layer, 1)):
+            assert spec.cached("sm_90a") == (launch[0].name not in hung)
+
+
+def test_each_layer_compiles_for_the_gpu_its_weight_lives_on(monkeypatch) -> None:
+    """A model split over two GPUs of different architectures (device 0 a B200, device 1 an H200,
+    faked as tests/stdlib/test_plan_device.py fakes them): each layer's kernels are planned and
+    compiled for its own GPU. Before, every layer was compiled for the first CUDA layer's target
+    (here, the layers being CPU tensors: sm_90a), the B200's Blackwell kernels among them."""
+    from sparsile.stdlib.kernels import plan_device
+    from sparsile.tests.stdlib.test_plan_device import GPUS
+
+    model = _model("bf16")
+    ordinal = {id(model[0].values): 1, id(model[1].values): 0}  # layer 0 on the H200, layer 1 on the B200
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "current_device", lambda o=None: GPUS[0 if o is None else o])
+    monkeypatch.setattr(plan_device, "device_ordinal", lambda a: ordinal.get(id(a)))
+    compiled: list[tuple[str, str]] = []
+
+    def compile_specializations(specs, targets, jobs, timeout=None):
+        targets = [targets] * len(specs) if isinstance(targets, str) else targets
+        compiled.extend((spec.kernel.source.name, target) for spec, target in zip(specs, targets, strict=True))
+
+    monkeypatch.setattr(wu, "compile_specializations", compile_specializations)
+    report = wu.warm_up(model, tokens=(1, 100), jobs=1)
+    assert report.target == "sm_90a, sm_100a" and report.compiled == len(compiled) > 0
+    assert {target for _, target in compiled} == {"sm_90a", "sm_100a"}
+    for source, target in compiled:
+        assert ("sm100" in source) == (target == "sm_100a"), (source, target)
+    assert [wu.layer_target(layer) for layer in model] == ["sm_90a", "sm_100a"]
