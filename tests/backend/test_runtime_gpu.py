@@ -601,7 +601,9 @@ def test_measure_launch_overhead():
     print(result)
     for value in (result.driver_us, result.launcher_int_us, result.launcher_buffer_us):
         assert math.isfinite(value) and 0 < value < 1000
-    assert result.launcher_int_us >= result.driver_us * 0.5
+    # (no ratio to driver_us: that is cuLaunchKernel through cuda-python's binding, while the launcher
+    # launches natively, so on a slow host it is well below the "driver" figure: 6.3 against 18.2 us on
+    # an H100 host)
 
 
 def _raises(code, fn):
@@ -626,7 +628,8 @@ def test_every_bad_launch_is_a_clear_error():
     _raises(A.ARG_COUNT, lambda: launcher(2, good[:4]))
     _raises(A.ARG_COUNT, lambda: launcher(2, (*good, 1)))
     _raises(A.ARG_KEYWORD, lambda: launcher(2, good, {"beta": 1}))
-    _raises(A.GRID, lambda: launcher(0, good))
+    _raises(A.GRID, lambda: launcher(-1, good))
+    launcher(0, good)  # an empty grid is no error: it launches nothing (docs/language.md)
     _raises(A.GRID, lambda: launcher((1, 70000), good))
     _raises(A.BLOCK, lambda: axpy_launcher(num_warps=33))
     _raises(A.SHARED_MEMORY, lambda: axpy_launcher(dynamic_shared=300 * 1024))

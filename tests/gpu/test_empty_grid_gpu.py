@@ -70,15 +70,25 @@ def test_host_arrays_of_an_empty_grid_are_left_alone(monkeypatch):
     np.testing.assert_array_equal(out, x + y)
 
 
+PDL_VADD = """
+@kernel(pdl=True)
+def vector_add_pdl(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr = 1024):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    mask = offs < n
+    pdl.wait()  # x and y may be an earlier kernel's output (SP0590 without it)
+    store(out + offs, load(x + offs, mask=mask) + load(y + offs, mask=mask), mask=mask)
+"""
+
+
 def test_pdl_launch_of_an_empty_grid_makes_no_launch_ex_call():
     torch = pytest.importorskip("torch")
     if runtime.current_device().compute_capability < (9, 0):
         pytest.skip("pdl=True needs compute capability 9.0")
-    k = vadd()
+    k = sp.loads(PDL_VADD, "pdl_vadd.spk").kernels["vector_add_pdl"]
     x, y, out = torch_inputs(torch, 3)
-    k[(0,)](x, y, out, N, BLOCK=BLOCK, pdl=True)
+    k[(0,)](x, y, out, N, BLOCK=BLOCK)
     assert still_poisoned(torch, out)
-    k[GRID](x, y, out, N, BLOCK=BLOCK, pdl=True)
+    k[GRID](x, y, out, N, BLOCK=BLOCK)
     check_sum(torch, x, y, out)
 
 
@@ -114,8 +124,8 @@ def test_empty_launches_under_cuda_graph_capture():
     torch = pytest.importorskip("torch")
     k = vadd()
     x, y, out = torch_inputs(torch, 5)
-    empty = k[(0,)].prepare(x, y, out, N, BLOCK=BLOCK)
-    full = k[GRID].prepare(x, y, out, N, BLOCK=BLOCK)
+    empty = k[(0,)].prepare(x, y, out, N, BLOCK=BLOCK, per_call=("x", "y", "out"))
+    full = k[GRID].prepare(x, y, out, N, BLOCK=BLOCK, per_call=("x", "y", "out"))
     empty(x, y, out)
     full(x, y, out)  # warm-up outside the capture
     torch.cuda.synchronize()
