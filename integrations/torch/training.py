@@ -25,6 +25,7 @@ itself when the weight or mask changed since the last compression (``Tensor._ver
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,46 @@ from .record_cache import RecordCache
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
+_LAYERS: weakref.WeakSet[SemiSparseLinear] = weakref.WeakSet()
+"""Every live :class:`SemiSparseLinear`, for the optimizer step hooks (:func:`_follow_optimizer_steps`)."""
+_STEPPING: weakref.WeakKeyDictionary[Any, list[tuple[SemiSparseLinear, Any]]] = weakref.WeakKeyDictionary()
+"""An optimizer in its step -> (layer whose weight it steps, the layer's ``_fresh`` before the step)."""
+_STEP_HOOKS: list[Any] = []
+
+
+def _follow_optimizer_steps(layer: SemiSparseLinear) -> None:
+    """Have every optimizer step mark ``layer`` stale where it steps its weight (docs/training.md,
+    "Master weight and re-compression"): torch's fused optimizers (``fused=True``) write the
+    parameters without bumping their version counters, so the forward's own check (``_version``)
+    missed their steps and computed with the compressions of the weight from before (0.8 off in
+    tests/integrations/test_torch_training.py). Global step hooks of ``torch.optim``, registered
+    once, for any optimizer."""
+    _LAYERS.add(layer)
+    if not _STEP_HOOKS:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        _STEP_HOOKS.append(register_optimizer_step_pre_hook(_before_step))
+        _STEP_HOOKS.append(register_optimizer_step_post_hook(_after_step))
+
+
+def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """Note, for each live layer whose master weight ``optimizer`` steps, its freshness mark."""
+    if not _LAYERS:
+        return
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    layers = [(layer, layer.__dict__.get("_fresh")) for layer in list(_LAYERS)
+              if id(layer._parameters.get("weight")) in stepped]
+    if layers:
+        _STEPPING[optimizer] = layers
+
+
+def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """Mark stale each layer :func:`_before_step` noted that no refresh reached during the step (a
+    :class:`SparseTrainer`'s hook, which runs before this global one, refreshed its layers: not
+    compressed twice): its next eager call compresses the weight the step left."""
+    for layer, fresh in _STEPPING.pop(optimizer, ()):
+        if layer.__dict__.get("_fresh") is fresh:
+            layer.__dict__["_fresh"] = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -230,6 +271,11 @@ class SemiSparseLinear(nn.Module):
                                  torch.full(words, EMPTY_META_WORD, dtype=torch.int32, device=device))
         self.__dict__["_fresh"] = None
         self.__dict__["_mask_checked"] = None
+        _follow_optimizer_steps(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        _follow_optimizer_steps(self)  # (a copy: copy.deepcopy, pickle)
 
     @classmethod
     def from_dense(cls, linear: nn.Module, dtype: Any = None, *, mask_grad: bool = True,

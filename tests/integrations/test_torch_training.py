@@ -126,6 +126,35 @@ def test_forward_refreshes_a_stale_compression_by_itself():
     within(layer(x), xk @ w.T + layer.bias.double(), xk.abs() @ w.abs().T, 32, torch.float32)
 
 
+@pytest.mark.parametrize("how", ["alone", "trainer", "deepcopy"])
+@pytest.mark.parametrize("opt", ["adamw", "sgd", "adagrad"])
+def test_a_fused_optimizer_step_is_seen_without_a_version_bump(opt, how):
+    """torch's fused optimizers (``fused=True``: HF Trainer's default ``adamw_torch_fused``) write the
+    parameters without bumping their version counters, so the forward's safety net did not see the
+    step: the next forward computed with the compressions of the weight before it (0.8 off here).
+    With a SparseTrainer the step is compressed once (its hook), not again at the next call."""
+    import copy
+
+    layer = spt.SemiSparseLinear.from_dense(linear(32, 32, torch.float32, seed=11), "bf16")
+    if how == "deepcopy":
+        layer = copy.deepcopy(layer)
+    make = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad}[opt]
+    optimizer = make(layer.parameters(), lr=0.05, fused=True)
+    trainer = spt.SparseTrainer(layer, optimizer) if how == "trainer" else None
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(12))
+    xk = bf16(x)
+    for _ in range(2):
+        version = layer.weight._version
+        before = layer.weight.detach().clone()
+        _sgd_step(layer, x, optimizer)
+        assert layer.weight._version == version and not torch.equal(layer.weight.detach(), before)  # (the premise)
+        assert (layer.__dict__["_fresh"] is not None) == (trainer is not None)  # (the trainer's refresh stands)
+        w = masked_weight(layer)
+        within(layer(x), xk @ w.T + layer.bias.double(), xk.abs() @ w.abs().T, 32, torch.float32)
+    if trainer is not None:
+        trainer.remove()
+
+
 def test_reprune_every_n_steps_recomputes_the_transposable_mask():
     layer = spt.SemiSparseLinear.from_dense(linear(32, 32, torch.float32, seed=13), "bf16", mask_grad=False)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.0)  # the steps change nothing; we move the weight
