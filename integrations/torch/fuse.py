@@ -96,6 +96,15 @@ def _version(x: torch.Tensor) -> int:
     return -1 if x.is_inference() else x._version
 
 
+def _run_stamp(fused: SparseLinear) -> tuple[Any, ...]:
+    """What a fused run's outputs depend on besides x, compared before a sibling is served from it:
+    grad mode (a run under ``torch.no_grad()`` is off the autograd graph) and the version counters of
+    the fused buffers (a member's buffers are views of them and share their counters: a write to a
+    member's weight, bias or scales between sibling calls; inference tensors keep none)."""
+    return (torch.is_grad_enabled(), *(-1 if t is None or t.is_inference() else t._version
+                                       for t in (fused.values, fused.meta, fused.bias, fused.scale_w)))
+
+
 class ProjectionGroup:
     """The fused layer of one group of sibling :class:`.SparseLinear` layers and the run it last
     made. Each member holds ``(group, index)`` in its ``__dict__["_fused"]``; its ``forward`` (when
@@ -113,7 +122,8 @@ class ProjectionGroup:
         self.full = (1 << len(self.members)) - 1
         self.expect = self._expected()
         self.params = tuple(m._parameters for m in self.members)  # (where a buffer made an nn.Parameter goes)
-        self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served]
+        self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served,
+        # the run's _run_stamp]
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
         self.partial = 0  # fused runs in a row that ended with members unserved
@@ -202,9 +212,10 @@ class ProjectionGroup:
         """Member ``index``'s output for x: its columns of the fused run that the previous sibling
         started with this same x, or of a new fused run."""
         p = self.pending
-        if p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x):
-            return self._serve(p, index)
         fused = self.fused  # read once: another thread may release the group
+        if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x)
+                and fused is not None and p[4] == _run_stamp(fused)):
+            return self._serve(p, index)
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
                      "grad; running them unfused (call fuse_projections_ again to fuse them)")
@@ -219,10 +230,10 @@ class ProjectionGroup:
                      "(cross-attention?); running them unfused")
             self.release()
             return self.members[index].forward(x)
-        version = _version(x)
+        version, stamp = _version(x), _run_stamp(fused)
         parts = fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
         self.runs += 1
-        return self._start(x, version, parts, index)
+        return self._start(x, version, parts, index, stamp)
 
     def run_traced(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """:meth:`run` while torch.compile traces the model (``traced=True``): the fused
@@ -263,10 +274,12 @@ class ProjectionGroup:
             p[3] = served
         return p[2][index]
 
-    def _start(self, x: torch.Tensor, version: int, parts: Sequence[torch.Tensor], index: int) -> torch.Tensor:
-        """Member ``index``'s columns of a new fused run, kept for the siblings still owed theirs."""
+    def _start(self, x: torch.Tensor, version: int, parts: Sequence[torch.Tensor], index: int,
+               stamp: tuple[Any, ...] = ()) -> torch.Tensor:
+        """Member ``index``'s columns of a new fused run, kept for the siblings still owed theirs
+        (``stamp``: the run's :func:`_run_stamp`, eager runs only)."""
         if self.full != 1 << index:
-            self.pending = [x, version, parts, 1 << index]
+            self.pending = [x, version, parts, 1 << index, stamp]
         return parts[index]
 
     def __getstate__(self) -> dict[str, Any]:

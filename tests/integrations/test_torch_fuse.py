@@ -367,6 +367,48 @@ def test_same_object_and_version_are_served_else_recomputed():
     assert err.value.code == "SP0901"
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+@pytest.mark.parametrize("buffer", ["values", "bias", "scale_w"])
+def test_a_weight_written_between_sibling_calls_is_recomputed(dtype, buffer):
+    """A member's weight written in place after a sibling started the fused run (its bias, values or
+    scales: views of the fused buffers, one version counter) is not served from that run, which
+    computed with the weight from before: the member's columns were the old weight's (the bias
+    off by 100 here, without a word)."""
+    if buffer == "scale_w" and dtype != "e4m3":
+        pytest.skip("16-bit weights have no scale_w")
+    block = Siblings(dtype=dtype)
+    assert spt.fuse_projections_(block).fused == ["q_proj+k_proj+v_proj"]
+    x = torch.randn(5, 64).to(torch.bfloat16)
+    check_against_float64(block.q_proj, x, block.q_proj(x))
+    with torch.no_grad():
+        written = getattr(block.k_proj, buffer)
+        if buffer == "values":
+            written.copy_(written.flip(0))  # (other rows' values under these metadata: another weight)
+        else:
+            written.mul_(2).add_(100)
+    check_against_float64(block.k_proj, x, block.k_proj(x))
+    check_against_float64(block.v_proj, x, block.v_proj(x))  # (served from the new run)
+    check_against_float64(block.q_proj, x, block.q_proj(x))
+
+
+def test_a_sibling_called_with_grad_after_a_run_without_gets_its_gradient():
+    """A run started under ``torch.no_grad()`` holds outputs outside the autograd graph: a sibling
+    called next with the same x (requiring grad) and grad mode on gets an output of its own, on the
+    graph (it was served the no-grad columns: x's gradient silently lacked its part)."""
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    assert spt.fuse_projections_(block).fused == ["q_proj+k_proj+v_proj"]
+    x = torch.randn(3, 64).requires_grad_()
+    with torch.no_grad():
+        block.q_proj(x)
+    k = block.k_proj(x)
+    assert k.requires_grad
+    k.float().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    plain.k_proj(x2).float().sum().backward()
+    assert torch.equal(x.grad, x2.grad)
+
+
 def _bias_grads(block, x):
     """The members' bias gradients (and x's) of a loss over q, k and v."""
     ys = [getattr(block, name)(x) for name in ("q_proj", "k_proj", "v_proj")]
