@@ -232,8 +232,8 @@ class SparseLinear(nn.Module):
                     activation=activation, out_dtype=out_dtype, device="meta")
         layer.values = values
         layer.meta = meta.data.view(torch.int32)
-        if linear.bias is not None:
-            layer.bias = linear.bias.detach().float().reshape(-1)
+        if linear.bias is not None:  # (a copy: .float() of a float32 bias is that tensor, the linear's)
+            layer.bias = linear.bias.detach().float().reshape(-1).clone()
         return layer
 
     @classmethod
@@ -259,11 +259,14 @@ class SparseLinear(nn.Module):
         meta = encode_metadata(indices, "sm90", op_name, k=in_features)
         layer.values = host_to_torch(values, device)
         layer.meta = host_to_torch(meta.data.view(np.int32), device)
+        # copies (copy=True): as_tensor and .to() return a float32 tensor, or wrap a float32 array, as it is, and
+        # the layer's bias was then the caller's (a float32 linear's, from_dense: training or re-initializing
+        # the dense linear afterwards changed the sparse layer's outputs)
         if bias is not None:
-            layer.bias = torch.as_tensor(bias, dtype=torch.float32).reshape(-1).to(device)
+            layer.bias = torch.as_tensor(bias, dtype=torch.float32).reshape(-1).to(device, copy=True)
         if op_name == "e4m3":
             scale = np.ones(values.shape[0], np.float32) if scale_w is None else scale_w
-            layer.scale_w = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).to(device)
+            layer.scale_w = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).to(device, copy=True)
         return layer  # encode_metadata checked the indices: its words are valid by construction
 
     def check_metadata(self, words: torch.Tensor | None = None) -> None:

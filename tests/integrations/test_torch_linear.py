@@ -95,6 +95,30 @@ def test_e4m3_weights_have_per_channel_scales():
             <= 2.0 ** -4 * dense.weight.float().abs() + 1e-6).all()
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "e4m3"])
+def test_the_layer_owns_its_bias_and_scales(dtype):
+    """A float32 linear's bias was the layer's bias buffer itself (``.float()`` of a float32 tensor
+    is that tensor; ``torch.as_tensor`` copies nothing): training or re-initializing the dense
+    linear after ``from_dense`` (a sparse snapshot for evaluation) changed the sparse layer's outputs
+    without a word. ``from_compressed`` kept the caller's bias and scale_w arrays too."""
+    dense = linear(32, 64, dtype=torch.float32)
+    layer = spt.SparseLinear.from_dense(dense, dtype)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(7))
+    y = layer(x)
+    check_against_float64(layer, x, y)
+    with torch.no_grad():
+        dense.bias.add_(100.0)  # the dense model trains on
+    assert torch.equal(layer(x), y)
+    values, indices = compress(dense.weight.detach().numpy(), "e4m3" if dtype == "e4m3" else dtype, prune=True)
+    bias, scale = torch.rand(32) + 0.5, np.full(32, 0.01, np.float32)
+    built = spt.SparseLinear.from_compressed(values, indices, 64, bias=bias, scale_w=scale if dtype == "e4m3" else None)
+    y = built(x)
+    check_against_float64(built, x, y)
+    bias.add_(100.0)
+    scale *= 4
+    assert torch.equal(built(x), y)
+
+
 def test_state_dict_round_trip_and_to():
     layer = spt.SparseLinear.from_dense(linear(32, 64), "e4m3", activation="silu")
     state = layer.state_dict()
