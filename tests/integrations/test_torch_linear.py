@@ -302,6 +302,28 @@ def test_a_state_dict_of_more_input_features_is_refused(dtype, k):
     assert torch.equal(y, narrow(x))
 
 
+@pytest.mark.parametrize(("dtype", "values_dtype"), [("bf16", torch.float32), ("f16", torch.bfloat16),
+                                                    ("bf16", torch.float64)])
+def test_assigned_values_of_another_float_type_keep_the_layer_s_type(dtype, values_dtype):
+    """``load_state_dict(assign=True)`` of values in another float type (which a copy casts) assigned
+    them as they were: float32 values left a bf16 layer without a kernel (SP0804 for "tf32" operands
+    at the next call, a KeyError from ``to_dense``), bf16 values made an f16 layer compute in bf16.
+    They are converted to the layer's type as the copy does, so both loads give the same layer; the
+    bias and scales keep float32 too."""
+    saved = spt.SparseLinear.from_dense(linear(32, 64, seed=5), dtype)
+    state = {name: t.to(values_dtype) if name in ("values", "bias") else t for name, t in saved.state_dict().items()}
+    copied, assigned = spt.SparseLinear(64, 32, dtype=dtype), spt.SparseLinear(64, 32, dtype=dtype)
+    copied.load_state_dict(state)
+    assigned.load_state_dict(state, assign=True)
+    for name in ("values", "bias"):
+        assert getattr(assigned, name).dtype == getattr(copied, name).dtype == getattr(saved, name).dtype
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(6))
+    y = assigned(x)
+    check_against_float64(assigned, x, y)
+    assert torch.equal(y, copied(x))
+    assert torch.equal(assigned.to_dense(), copied.to_dense())
+
+
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_dense_state_dict_is_refused(strict):
     """The state dict of the dense model (a linear's ``weight`` and ``bias``) loaded into the
