@@ -393,7 +393,7 @@ class Autotuner:
                 raise LaunchError(SP_BAD_NAME, f"autotune reset_to_zero= names `{n}`, which is {bound[n]!r} in this "
                                                "call, not an array", help="reset_to_zero= names arrays tuning zeroes "
                                                                           "before each timed launch")
-        bench = self.benchmarker or _default_benchmarker(self.name, ordinal)
+        bench = self._timer(ordinal)
         started = time.perf_counter()
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
@@ -438,6 +438,21 @@ class Autotuner:
         self.file.store(f"{gpu}|{key}", {"config": best.to_json(), "ms": timings[str(best)], "timings": timings,
                                           "skipped": skipped})
         return record
+
+    def _timer(self, ordinal: int | None) -> Callable[..., float]:
+        """What tuning on GPU ``ordinal`` (the call's arrays'; None: sparsile's current device) times
+        with: the GPU timer, or ``benchmarker=`` run with that GPU as sparsile's and torch's current
+        device (backend/runtime/bench.py ``on_device``): its contract names no device, so it times
+        with the current one's events (docs/autotune.md). Given as is without a GPU (the CPU tests)."""
+        from ..backend import runtime
+        from ..backend.runtime import devices
+        from ..backend.runtime.bench import on_device
+
+        if self.benchmarker is None:
+            return _default_benchmarker(self.name, ordinal)
+        if not runtime.has_gpu():
+            return self.benchmarker
+        return on_device(self.benchmarker, devices.default_ordinal if ordinal is None else ordinal)
 
     def _runner(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], config: Config,
                 stream: Any) -> Callable[[], None]:

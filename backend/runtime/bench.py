@@ -51,6 +51,33 @@ def do_bench(fn: Callable[[], None], *, warmup: int = 10, rep: int = 50, stream:
     return float(times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2)
 
 
+def on_device(benchmarker: Benchmarker, ordinal: int) -> Benchmarker:
+    """``benchmarker`` run with GPU ``ordinal`` as the current device: sparsile's
+    (:func:`~.devices.using_device`) and torch's when torch is loaded with CUDA
+    (``torch.cuda.device``), both restored after each call. A benchmarker's contract
+    (docs/autotune.md) names no device: it times ``fn`` with the current device's events (``do_bench``
+    without ``device=``, ``torch.cuda.Event``), so a tuner of another GPU's launches makes that GPU
+    current while it runs."""
+    from . import devices
+
+    def timed(fn: Callable[[], None], **kwargs: Any) -> float:
+        with devices.using_device(ordinal), _torch_device(ordinal):
+            return benchmarker(fn, **kwargs)
+    timed.__wrapped__ = benchmarker  # type: ignore[attr-defined]
+    return timed
+
+
+def _torch_device(ordinal: int) -> Any:
+    """torch's ``torch.cuda.device(ordinal)`` where torch is loaded and has CUDA, else nothing to do."""
+    import contextlib
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return contextlib.nullcontext()
+    return torch.cuda.device(ordinal)
+
+
 def device_name(ordinal: int | None = None) -> str:
     """The name of GPU ``ordinal`` (default the current one; ``NVIDIA H200``), or ``"cpu"`` where
     there is none."""

@@ -284,6 +284,26 @@ def use_device(ordinal: int) -> DeviceInfo:
     return state.info
 
 
+@contextmanager
+def using_device(ordinal: int) -> Iterator[DeviceInfo]:
+    """``with using_device(n):`` device ``n`` is sparsile's current device inside (as after
+    :func:`use_device`: :data:`default_ordinal`, its context current on this thread), the previous
+    choice and the thread's context after. For code that reads the current device rather than
+    taking one, as a tuner's ``benchmarker=`` does (bench.py's :func:`~.bench.on_device`).
+    :data:`default_ordinal` is the process's, like :func:`use_device`'s choice: other threads see
+    ``n`` as current while it lasts too."""
+    global default_ordinal
+    state = device_state(ordinal)
+    before = default_ordinal
+    previous = switch(state)
+    default_ordinal = ordinal
+    try:
+        yield state.info
+    finally:
+        default_ordinal = before
+        leave(previous)
+
+
 def synchronize(ordinal: int | None = None) -> None:
     """Wait for all work on the device (``cuCtxSynchronize``), then release what garbage
     collection left behind (release.py)."""

@@ -416,8 +416,9 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     (atomically, keeping the entries a decode table already there holds for other problems, read
     again under the file's lock at each write: sweeps writing one file at once keep each other's).
     ``max_seconds``: no new problem is started after that long (``left_out`` names them).
-    ``benchmarker``: :func:`~.graph_timing.graph_bench` (default), or None for ``do_bench`` of the
-    plain launches. ``device``: the GPU's ordinal (default sparsile's current device, whatever
+    ``benchmarker``: :func:`~.graph_timing.graph_bench` (default), None for ``do_bench`` of the
+    plain launches, or one of the caller's, run with the tuned GPU as the current device
+    (:func:`~.tune_device.timer`). ``device``: the GPU's ordinal (default sparsile's current device, whatever
     torch's): the problems are made, timed and keyed there (:mod:`.tune_device`); or, with
     ``problem``, the (name, SMs) the entries are keyed by (the CPU tests pass interpreter plans and
     a fake timer)."""
@@ -427,15 +428,17 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
     parsed, tiles, dts = check_sweep_inputs(shapes, tokens, dtypes)
     start = time.perf_counter()
     on_gpu: Any = contextlib.nullcontext()
-    timer: Callable[..., float] = do_bench
+    bench: Callable[..., float] = benchmarker or do_bench
     if not isinstance(device, tuple):
         from ...backend import runtime
-        from .tune_device import torch_on, tuning_ordinal
+        from .tune_device import timer, torch_on, tuning_ordinal
 
         ordinal = tuning_ordinal(device)
         dev = runtime.current_device(ordinal)
         device = (dev.name, dev.sm_count)
-        timer = functools.partial(do_bench, device=ordinal)
+        # a caller's benchmarker sees the tuned GPU as current (graph_bench finds it itself)
+        bench = graph_bench if benchmarker is graph_bench else \
+            timer(benchmarker, ordinal, functools.partial(do_bench, device=ordinal))
         if problem is None:
             problem, on_gpu = gpu_problem(ordinal), torch_on(ordinal)
     make = problem or gpu_problem()
@@ -459,7 +462,7 @@ def tune_sparse_decode(shapes: Iterable[Any], tokens: Iterable[int] = (16, 1, 4,
                     if max_seconds is not None and time.perf_counter() - start > max_seconds:
                         left.append(key)
                         continue
-                    entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], benchmarker or timer,
+                    entries[key] = tune_decode_plan(make(dtype, n_out, k, t), device[1], bench,
                                                     warmup=warmup, rep=rep, say=say)
                     if out is not None:  # after each problem: a sweep cut short keeps what it found
                         write(result())

@@ -100,12 +100,13 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     from ...backend import runtime
     from .graph_timing import graph_bench
     from .sparsity_gpu import compress_gpu
-    from .tune_device import torch_on, tuning_ordinal
+    from .tune_device import timer, torch_on, tuning_ordinal
 
     ordinal = tuning_ordinal(device)
     err, say = progress_printer(stderr, progress)
     sms = runtime.current_device(ordinal).sm_count
     entries: dict[str, Any] = {}
+    bench = timer(benchmarker, ordinal, graph_bench)
     with torch_on(ordinal) as cuda:
         for dtype in dtypes:
             for m, t, k in parsed:
@@ -123,6 +124,6 @@ def tune_sparse_linear(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
                 base = plan_sparse_linear(values, meta.data, x, kernel="gemm", num_sms=sms,
                                           out_dtype="bfloat16" if dtype == "e4m3" else None)
                 entries[table_key(LINEAR_PREFIX + dtype, m, t, k)] = tune_plan(
-                    base, sms, benchmarker or graph_bench, warmup=warmup, rep=rep, space=layer_space, say=say,
+                    base, sms, bench, warmup=warmup, rep=rep, space=layer_space, say=say,
                     target=LINEAR_TARGET)
     return finished_table(entries, out, ordinal)

@@ -7,6 +7,8 @@ A tuner allocates its operands, times its launches and keys its table with one d
 follow their arrays' device (docs/language.md, "Specialization and launching"), so operands made on
 that device run there; torch's current device is that device too while the tuner runs (its
 streams and CUDA graphs), and the table's GPU name and SM count are that device's (docs/autotune.md).
+A ``benchmarker=`` given to a tuner sees that device as sparsile's and torch's current device while
+it runs (:func:`timer`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ...backend.runtime.bench import Benchmarker, on_device
 from ...backend.runtime.codes import NO_GPU
 from ...frontend.diagnostics import LaunchError
 
@@ -60,3 +63,12 @@ def torch_on(ordinal: int) -> Iterator[str]:
 
     with torch.cuda.device(ordinal):
         yield f"cuda:{ordinal}"
+
+
+def timer(benchmarker: Benchmarker | None, ordinal: int, default: Benchmarker) -> Benchmarker:
+    """What a tuner of GPU ``ordinal`` times with: ``default`` (its own timer, which finds the device
+    itself), or the caller's ``benchmarker`` run with ``ordinal`` as sparsile's and torch's current
+    device (backend/runtime/bench.py ``on_device``): a benchmarker's contract names no device, so it
+    times with the current one's events (docs/autotune.md), which were sparsile's current device
+    (``use_device``), not the tuned one."""
+    return default if benchmarker is None else on_device(benchmarker, ordinal)

@@ -455,7 +455,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     from ...backend import runtime
     from .graph_timing import graph_bench
     from .sparsity_gpu import compress_gpu
-    from .tune_device import torch_on, tuning_ordinal
+    from .tune_device import timer, torch_on, tuning_ordinal
 
     parsed = [parse_shape(s) for s in shapes]
     dtypes = list(dtypes)
@@ -466,6 +466,7 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
     _, say = progress_printer(stderr, progress)
     sms = runtime.current_device(ordinal).sm_count
     entries: dict[str, Any] = {}
+    bench = timer(benchmarker, ordinal, graph_bench)
     with torch_on(ordinal) as cuda:
         for dtype in dtypes:
             tdt = getattr(torch, KERNELS[dtype].torch_dtype)
@@ -479,8 +480,8 @@ def tune_sparse_matmul(shapes: Iterable[Any], *, dtypes: Iterable[str] = ("bf16"
                 values, meta = compress_gpu(torch.randn(m, k, device=cuda, generator=gen) * spread, dtype, "sm90")
                 b = (torch.randn(n, k, device=cuda, generator=gen) * spread).to(tdt)
                 base = plan_sparse_matmul(values, meta.data, b, target="sm_90a", kernel="gemm")
-                entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, benchmarker or graph_bench, warmup=warmup,
-                                                               rep=rep, space=space, say=say)
+                entries[table_key(dtype, m, n, k)] = tune_plan(base, sms, bench, warmup=warmup, rep=rep,
+                                                               space=space, say=say)
     return finished_table(entries, out, ordinal)
 
 

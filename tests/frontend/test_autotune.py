@@ -638,3 +638,64 @@ def test_a_call_on_another_gpu_is_tuned_for_that_gpu(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
     timer = autotune._default_benchmarker("axpy", 1)
     assert timer.keywords == {"device": 1}
+
+
+@pytest.mark.parametrize("on_gpu1", [True, False])
+def test_a_custom_benchmarker_sees_the_tuned_gpu_as_current(monkeypatch: pytest.MonkeyPatch, on_gpu1: bool) -> None:
+    """A ``benchmarker=`` times with the current device's events (``do_bench`` without ``device=``,
+    ``torch.cuda.Event``): on a host of two GPUs, while it times a call whose arrays live on cuda:1
+    (sparsile's and torch's current device 0), both current devices are 1, restored after; for host
+    arrays (launched on sparsile's current device, 1 after ``use_device(1)``) torch's is made 1 too.
+    It timed device 0's events around launches on device 1."""
+    import contextlib
+    import sys
+    from types import SimpleNamespace
+
+    from sparsile.backend import runtime
+    from sparsile.backend.runtime import devices
+    from sparsile.driver import array_devices
+    from sparsile.tests.stdlib.test_gemm_tuning import _device
+
+    sparsile_current = 0 if on_gpu1 else 1
+    state = {"torch": 0, "context": f"ctx{sparsile_current}"}
+
+    @contextlib.contextmanager
+    def torch_device(ordinal: int) -> Any:
+        before, state["torch"] = state["torch"], ordinal
+        try:
+            yield
+        finally:
+            state["torch"] = before
+
+    def switch(device: Any) -> Any:
+        previous, state["context"] = state["context"], device.context
+        return previous
+
+    def leave(previous: Any) -> None:
+        if previous is not None:
+            state["context"] = previous
+
+    gpu = _device("Fake GPU", (9, 0), 132)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True,
+                                                                                    device=torch_device)))
+    monkeypatch.setattr(array_devices, "_COUNT", [2])
+    monkeypatch.setattr(Autotuner, "_gpu_name", lambda self, ordinal=None: "Fake GPU")
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: gpu)
+    monkeypatch.setattr(devices, "default_ordinal", sparsile_current)
+    monkeypatch.setattr(devices, "device_state", lambda ordinal=None: devices.DeviceState(gpu, None, f"ctx{ordinal}"))
+    monkeypatch.setattr(devices, "switch", switch)
+    monkeypatch.setattr(devices, "leave", leave)
+    seen: list[tuple[int, int, str]] = []
+
+    def bench(fn: Any, *, warmup: int, rep: int, stream: Any) -> float:
+        seen.append((devices.default_ordinal, state["torch"], state["context"]))
+        return float(fn.config.kwargs["BLOCK"])
+
+    tuner = _tuned(bench)  # type: ignore[arg-type]
+    x, out = _data()
+    args = (x.view(_OnGpu1), out.view(_OnGpu1), N, 0.5) if on_gpu1 else (x, out, N, 0.5)
+    assert tuner.choose(_grid, args, {}) == sp.Config({"BLOCK": 64})
+    assert seen == [(1, 1, "ctx1")] * 3
+    restored = (sparsile_current, 0, f"ctx{sparsile_current}")
+    assert (devices.default_ordinal, state["torch"], state["context"]) == restored

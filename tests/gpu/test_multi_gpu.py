@@ -243,3 +243,24 @@ def test_tuning_works_on_one_device(current_is_cuda0):
         runtime.use_device(0)
     assert table["gpu"] == name and table["entries"]["bf16 256x128x256"]["us"] > 0
     assert torch.cuda.current_device() == 0
+
+
+@two_gpus
+def test_a_custom_benchmarker_times_the_tuned_device(current_is_cuda0):
+    """A ``benchmarker=`` given with ``device=1`` while sparsile's and torch's current device is 0
+    runs with cuda:1 current for both (stdlib/kernels/tune_device.py ``timer``): ``do_bench``
+    without ``device=`` then records its events on cuda:1, where the configs launch; both are 0
+    again after."""
+    from sparsile.backend import runtime
+    from sparsile.backend.runtime.bench import do_bench
+    from sparsile.stdlib.kernels.tuning import tune_sparse_matmul
+
+    seen: list[tuple[int, int]] = []
+
+    def bench(fn, *, warmup, rep, stream):
+        seen.append((runtime.devices.default_ordinal, torch.cuda.current_device()))
+        return do_bench(fn, warmup=warmup, rep=rep, stream=stream)
+
+    table = tune_sparse_matmul(["256x128x256"], dtypes=("bf16",), warmup=1, rep=2, device=1, benchmarker=bench)
+    assert seen and set(seen) == {(1, 1)} and table["entries"]["bf16 256x128x256"]["us"] > 0
+    assert (runtime.devices.default_ordinal, torch.cuda.current_device()) == (0, 0)

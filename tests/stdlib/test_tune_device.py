@@ -246,3 +246,56 @@ def test_a_device_that_is_not_there_says_which_are(monkeypatch: pytest.MonkeyPat
     out, err = io.StringIO(), io.StringIO()
     assert main(["tune", "256x128x256", "--device", "2"], stdout=out, stderr=err) == 2
     assert "SP0716" in err.getvalue() and "help: " in err.getvalue() and "0 to 1" in err.getvalue()
+
+
+class FakeContexts:
+    """sparsile's device contexts on the faked host: ``device_state`` of each GPU, and the context
+    current on the thread as ``switch`` / ``leave`` leave it (no driver)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.current: Any = "ctx1"  # use_device(1) left device 1's context current
+        monkeypatch.setattr(devices, "device_state", lambda ordinal=None: devices.DeviceState(
+            GPUS[devices.default_ordinal if ordinal is None else ordinal], None, f"ctx{ordinal}"))
+        monkeypatch.setattr(devices, "switch", self.switch)
+        monkeypatch.setattr(devices, "leave", self.leave)
+
+    def switch(self, state: Any) -> Any:
+        previous, self.current = self.current, state.context
+        return previous
+
+    def leave(self, previous: Any) -> None:
+        if previous is not None:
+            self.current = previous
+
+
+@pytest.mark.parametrize("tuner", ["matmul", "linear", "decode"])
+@pytest.mark.parametrize("device, ordinal", [(None, 1), (0, 0)])
+def test_a_custom_benchmarker_sees_the_tuned_device_as_current(host: TorchSeen, monkeypatch: pytest.MonkeyPatch,
+                                                               tuner: str, device: Any, ordinal: int) -> None:
+    """A benchmarker given to a tuner times with the current device's events (``do_bench`` without
+    ``device=``, ``torch.cuda.Event``): while it runs, sparsile's current device (and its context)
+    and torch's are the tuned GPU, restored after. It timed sparsile's current device (1 here)
+    with ``device=0``: events of one GPU around launches on another."""
+    contexts = FakeContexts(monkeypatch)
+    seen: list[tuple[int, int, int, Any]] = []
+
+    def custom(fn: Any, *, warmup: int, rep: int, stream: Any) -> float:
+        fn()
+        seen.append((devices.default_ordinal, runtime.current_device().ordinal, host.current, contexts.current))
+        return 1.0
+
+    def timed(base: Any, sms: int, bench_: Any, **kw: Any) -> dict[str, Any]:
+        bench_(lambda stream=None: None, warmup=1, rep=1, stream=None)
+        return {"config": {}, "us": 1.0, "default_us": 1.0}
+    if tuner == "decode":
+        monkeypatch.setattr(decode, "plan_sparse_decode", lambda *a, **kw: SimpleNamespace())
+        monkeypatch.setattr(decode_tuning, "tune_decode_plan", timed)
+        decode_tuning.tune_sparse_decode(["256x256"], [16], device=device, benchmarker=custom)
+    else:
+        module, planner = (tuning, "plan_sparse_matmul") if tuner == "matmul" else (linear_tuning, "plan_sparse_linear")
+        monkeypatch.setattr(module, planner, lambda *a, **kw: SimpleNamespace())
+        monkeypatch.setattr(module, "tune_plan", timed)
+        run = tuning.tune_sparse_matmul if tuner == "matmul" else linear_tuning.tune_sparse_linear
+        run(["256x128x256"], dtypes=("bf16",), device=device, benchmarker=custom)
+    assert seen == [(ordinal, ordinal, ordinal, f"ctx{ordinal}")]
+    assert (devices.default_ordinal, host.current, contexts.current) == (1, 0, "ctx1")  # restored
