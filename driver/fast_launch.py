@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backend.runtime.arguments import MISSING, is_torch_type
+from ..backend.runtime.launch_config import normalize_grid
 from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import fingerprint
@@ -144,6 +145,8 @@ class FastEntry:
     def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
         if callable(grid):
             grid = grid(self.meta)
+        if grid is None:  # (the prepared launch's None is its own grid, the first call's): SP0710
+            normalize_grid(grid, self.launcher.device)
         if self.prepared is not None:
             try:
                 self.prepared.run(args, stream, grid)  # count and captures: checked by the caller

@@ -67,6 +67,7 @@ from ..backend.runtime.arguments import (
     scalar_writer,
     stream_handle,
 )
+from ..backend.runtime.launch_config import INTS
 from ..backend.runtime.tensormap import TENSOR_MAP_BYTES, TensorMapCache, TensorMapParam, encoding_key, layout_spec
 from ..frontend.diagnostics import LaunchError
 from .recording import mark_unreplayable
@@ -337,7 +338,8 @@ class PreparedLaunch:
             handle = stream_handle(stream)
         if grid is None:
             dims = self._dims
-        elif type(grid) is type(self._last_grid) and grid == self._last_grid:
+        elif type(grid) is type(self._last_grid) and (type(grid) is int or INTS.issuperset(map(type, grid))) \
+                and grid == self._last_grid:  # Python ints only: (4.0,) == (4,) (launch_config.INTS)
             dims = self._last_dims
         else:
             dims = self._checked_grid(grid)

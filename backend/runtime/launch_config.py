@@ -33,6 +33,13 @@ def _dims(value: Any, what: str, code: str) -> tuple[int, int, int]:
     return dims[0], dims[1], dims[2]
 
 
+INTS = frozenset((int,))
+"""``INTS.issuperset(map(type, grid))``: whether every dimension of a sequence grid is a Python int.
+A launch path that remembers the last grid it checked takes a new one for it only then (and when
+equal): ``(4.0,)``, a numpy float or array, a torch scalar tensor compare equal to ``(4,)`` but are
+SP0710 (and an array of several elements cannot be compared at all)."""
+
+
 def normalize_grid(grid: Any, limits: DeviceInfo) -> tuple[int, int, int]:
     """``grid`` as ``(x, y, z)``, checked against the device's maximum grid dimensions. A dimension
     may be 0 (an empty grid: see :func:`is_empty_grid`); a negative one is SP0710."""

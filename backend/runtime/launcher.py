@@ -48,6 +48,7 @@ from .devices import (
 )
 from .dtypes import DTYPES
 from .launch_config import (
+    INTS,
     check_cluster,
     check_grid_fits_cluster,
     check_pdl,
@@ -386,7 +387,8 @@ class Launcher:
     def _grid(self, grid: Any, values: Sequence[Any]) -> tuple[int, int, int]:
         if callable(grid):
             grid = grid(dict(zip(self._binder.names, values)))
-        cacheable = type(grid) is int or type(grid) is tuple
+        # a grid of Python ints only (launch_config.INTS: a float or an array can equal one)
+        cacheable = type(grid) is int or (type(grid) is tuple and INTS.issuperset(map(type, grid)))
         if cacheable and type(grid) is self._last_grid_type and grid == self._last_grid:
             return self._last_dims
         dims = normalize_grid(grid, self.device)
@@ -405,7 +407,8 @@ class Launcher:
         launched = False
         restore = None  # the thread's context, when the launch made another current (devices.enter)
         try:
-            if type(grid) is self._last_grid_type and grid == self._last_grid:
+            if type(grid) is self._last_grid_type and (type(grid) is int or INTS.issuperset(map(type, grid))) \
+                    and grid == self._last_grid:
                 dims = self._last_dims
             else:
                 dims = self._grid(grid, values)
