@@ -85,6 +85,11 @@ def encode_scalar(dtype: str, value: Any, name: str = "value") -> bytes:
 
 
 def _to_int(value: Any, name: str, dtype: str) -> int:
+    if isinstance(value, bool | np.bool_):  # numpy's has no __index__; Python's is not taken for a number
+        if dtype == "bool":
+            return int(value)
+        raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got {describe_value(value)}",
+                          "pass an int (int(flag) for 0 / 1), or annotate the parameter `bool`")
     if isinstance(value, (float, complex, np.floating)):
         raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got "
                           f"{type(value).__name__} {value!r}", "pass an int (round it explicitly)")

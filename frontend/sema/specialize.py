@@ -112,8 +112,12 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
         return ArgSpec.of(t, _aligned(value, host_copies_aligned))
     if isinstance(ann, T.ScalarType) or ann is None:
         if isinstance(value, bool | np.bool_):
-            t = ann or T.bool_
-            return ArgSpec.of(t, False)
+            if ann is not None and not ann.is_bool:  # (the launcher refuses it too: runtime/scalars.py)
+                raise LaunchError("SP0708", f"argument `{p.name}` expects "
+                                  f"{'an integer' if ann.is_int else 'a number'} ({ann}), got bool {value!r}",
+                                  help="pass an int or a float (int(flag) for 0 / 1), or annotate the parameter "
+                                       "`bool`")
+            return ArgSpec.of(T.bool_, False)
         if isinstance(value, int | np.integer):
             v = int(value)
             t = ann or (T.i32 if T.fits(v, T.i32) else T.i64)
