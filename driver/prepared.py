@@ -68,7 +68,14 @@ from ..backend.runtime.arguments import (
     stream_handle,
 )
 from ..backend.runtime.launch_config import INTS
-from ..backend.runtime.tensormap import TENSOR_MAP_BYTES, TensorMapCache, TensorMapParam, encoding_key, layout_spec
+from ..backend.runtime.tensormap import (
+    TENSOR_MAP_BYTES,
+    TensorMapCache,
+    TensorMapParam,
+    encoding_key,
+    layout_spec,
+    map_of,
+)
 from ..frontend.diagnostics import LaunchError
 from .recording import mark_unreplayable
 
@@ -141,11 +148,11 @@ class _MapSlot:
             layout = self.layout
             if layout is None or layout[0] != shape or layout[1] != strides:
                 spec = layout_spec(self.param, shape, strides)
-                spec.validate(what=f"the tensor map of argument `{self.param.name.split('.tmap')[0]}`")
+                spec.validate(what=map_of(self.param.name))
                 layout = self.layout = (shape, strides, spec)
             spec = layout[2]
             if ptr % 32:  # below the strictest base alignment: the full check names the rule broken
-                spec.validate(ptr, what=f"the tensor map of argument `{self.param.name.split('.tmap')[0]}`")
+                spec.validate(ptr, what=map_of(self.param.name))
             data = SHARED_MAPS.put(full, runtime.make_tensor_map(spec, ptr, device=self.ordinal, validated=True).data)
         self.view[self.offset:self.end] = data
         self.last = here

@@ -79,6 +79,7 @@ from .tensormap import (
     TensorMapSpec,
     encoding_key,
     make_tensor_map,
+    map_of,
 )
 
 _U64 = struct.Struct("<Q")
@@ -114,6 +115,14 @@ def _check_prebuilt_map(p: TensorMapParam, spec: TensorMapSpec) -> None:
 
 def _shown(v: Any) -> Any:
     return v.name if hasattr(v, "name") else v
+
+
+def _encoded(p: TensorMapParam, info: Any, ordinal: int, what: str) -> bytes:
+    """The bytes of ``p``'s tensor map of the array ``info``, validated first: SP0714 naming the
+    argument (``what``, :func:`~.tensormap.map_of`)."""
+    spec = p.spec_for(info)
+    spec.validate(info.ptr, what=what)
+    return make_tensor_map(spec, info.ptr, device=ordinal, validated=True).data
 
 
 class _NoGrid:
@@ -305,6 +314,7 @@ class Launcher:
         view, ordinal, cache = self._buffer.view, self.device.ordinal, self._tensor_maps
         end = offset + TENSOR_MAP_BYTES
         encodes = encoding_key(p)  # the cache is shared by this launcher's maps: the box, swizzle... key it too
+        what = map_of(p.name)
 
         def convert(value: Any, call: Call) -> None:
             if isinstance(value, TensorMap):
@@ -325,12 +335,12 @@ class Launcher:
             if info_slot is not None:
                 call.infos[info_slot] = info
             if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map
-                p.spec_for(info).validate()  # (would be: a fresh allocation is aligned for any map)
+                p.spec_for(info).validate(what=what)  # (would be: a fresh allocation is aligned for any map)
                 return
             key = (info.ptr, info.shape, info.strides, encodes)
             data = cache.get(key)
             if data is None:
-                data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
+                data = cache.put(key, _encoded(p, info, ordinal, what))
             view[offset:end] = data
 
         return convert
@@ -356,15 +366,17 @@ class Launcher:
         view, ordinal, end = self._buffer.view, self.device.ordinal, offset + TENSOR_MAP_BYTES
         cache = TensorMapCache(TENSOR_MAP_CACHE_SIZE)
 
+        what = map_of(p.name)
+
         def write(call: Call) -> None:
             info = call.infos[info_slot]
             if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map
-                p.spec_for(info).validate()
+                p.spec_for(info).validate(what=what)
                 return
             key = (info.ptr, info.shape, info.strides)
             data = cache.get(key)
             if data is None:
-                data = cache.put(key, make_tensor_map(p.spec_for(info), info.ptr, device=ordinal).data)
+                data = cache.put(key, _encoded(p, info, ordinal, what))
             view[offset:end] = data
 
         return write

@@ -362,6 +362,13 @@ def driver_call_arguments(spec: TensorMapSpec, device_ptr: int) -> tuple[Any, ..
             driver.CUtensorMapL2promotion(a["l2Promotion"]), driver.CUtensorMapFloatOOBfill(a["oobFill"]))
 
 
+def map_of(param_name: str) -> str:
+    """How a diagnostic names the tensor map of launcher parameter ``param_name`` (``X.tmap0``, a map of
+    ``tensor[...]`` argument ``X``): "the tensor map of argument `X`" (:meth:`TensorMapSpec.validate`'s
+    ``what``)."""
+    return f"the tensor map of argument `{param_name.split('.tmap')[0]}`"
+
+
 def make_tensor_map(spec: TensorMapSpec, device_ptr: int, owner: Any = None, device: int | None = None,
                     validated: bool = False) -> TensorMap:
     """Like :func:`encode_tensor_map`, returning a :class:`TensorMap` value. ``validated``: the

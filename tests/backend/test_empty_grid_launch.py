@@ -123,8 +123,8 @@ def test_launcher_empty_grid_encodes_no_tensor_map_of_a_host_array(monkeypatch):
     staging = Staging(gpu, monkeypatch)
     encoded = []
     monkeypatch.setattr(launcher_module, "make_tensor_map",
-                        lambda spec, ptr, device=None: spec.validate(ptr) or encoded.append(ptr)
-                        or TensorMap(spec, ptr, b"\1" * 128))  # (validated as the real one validates)
+                        lambda spec, ptr, device=None, validated=False: (None if validated else spec.validate(ptr))
+                        or encoded.append(ptr) or TensorMap(spec, ptr, b"\1" * 128))  # (validated as the real one)
     launcher = make_launcher(gpu, _tma_spec(), [8, 4, 128, 4])
     a = np.zeros((256, 512), np.float16)
     launcher((0,), (a, a, 3))
@@ -387,7 +387,8 @@ def test_tma_host_arrays_of_an_empty_grid_are_not_staged(monkeypatch):
     staging = Staging(gpu, monkeypatch)
     encoded = []
     monkeypatch.setattr(launcher_module, "make_tensor_map",
-                        lambda spec, ptr, device=None: encoded.append(ptr) or TensorMap(spec, ptr, b"\1" * 128))
+                        lambda spec, ptr, device=None, validated=False: encoded.append(ptr)
+                        or TensorMap(spec, ptr, b"\1" * 128))
     launcher = make_launcher(gpu, _tma_spec(), [8, 4, 128, 4])
     launcher((0,), (bound["a"], bound["a"], 3))  # (a host array itself would be refused: not contiguous)
     assert encoded == [] and gpu.launches == [] and staging.counts() == (0, 0, 0, 0, 0)

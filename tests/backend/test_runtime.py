@@ -245,7 +245,7 @@ def test_tensor_map_parameters(monkeypatch):
     gpu = EmulatedGpu(monkeypatch)
     encoded = []
 
-    def fake_make(spec, ptr, owner=None, device=None):
+    def fake_make(spec, ptr, owner=None, device=None, validated=False):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, bytes([len(encoded)]) * 128)
 
@@ -551,7 +551,7 @@ def test_tensor_maps_derived_from_array_arguments(monkeypatch):
     gpu = EmulatedGpu(monkeypatch)
     encoded = []
 
-    def fake_make(spec, ptr, owner=None, device=None):
+    def fake_make(spec, ptr, owner=None, device=None, validated=False):
         encoded.append((spec, ptr))
         return TensorMap(spec, ptr, ptr.to_bytes(8, "little") * 16)
 
