@@ -83,22 +83,23 @@ def kernel_words(meta: Any, values: Any, op: OperandType, m: int, k_values: int,
 
 
 def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType, interpret: bool,
-                     cast_b: bool = True) -> tuple[Any, Any, int, int, int, int]:
+                     cast_b: bool = True, b_name: str = "b") -> tuple[Any, Any, int, int, int, int]:
     """``values`` and ``b`` placed for the launch and cast to the operand type (``cast_b`` False:
-    b keeps its own type), with their shapes checked: (values, b, M, N, K of b, K the values cover)."""
+    b keeps its own type), with their shapes checked: (values, b, M, N, K of b, K the values cover).
+    ``b_name``: what the caller calls b in its diagnostics (sparse_linear's ``x``)."""
     values = cast_operand(placed_array(values, "values", interpret), choice, "values")
-    b = placed_array(b, "b", interpret)
+    b = placed_array(b, b_name, interpret)
     if cast_b:
-        b = cast_operand(b, choice, "b")
-    for what, x in (("values", values), ("b", b)):
+        b = cast_operand(b, choice, b_name)
+    for what, x in (("values", values), (b_name, b)):
         if len(x.shape) != 2:
             raise bad_input(f"{what} must be a 2-D array, got shape {tuple(x.shape)}",
-                            help="values is (M, K/2) from compress(); b is (N, K)")
+                            help=f"values is (M, K/2) from compress(); {b_name} is (N, K)")
     m, half_k = (int(s) for s in values.shape)
     n, k = (int(s) for s in b.shape)
     k_values = 2 * half_k
     if not k <= k_values < k + op.group:  # compress() pads K to a whole chunk of G, never more
-        raise bad_input(f"values cover K = {k_values} (shape {tuple(values.shape)}) but b has K = {k} (shape "
+        raise bad_input(f"values cover K = {k_values} (shape {tuple(values.shape)}) but {b_name} has K = {k} (shape "
                         f"{tuple(b.shape)})", code=SP_OPERAND_MISMATCH,
-                        help="b is stored N x K: pass it with the K of the weight (transposed?)")
+                        help=f"{b_name} is stored N x K: pass it with the K of the weight (transposed?)")
     return values, b, m, n, k, k_values

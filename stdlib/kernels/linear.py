@@ -152,7 +152,8 @@ def plan_sparse_linear(values: Any, meta: Any, x: Any, *, bias: Any = None, acti
         # an x of another type than e4m3 for e4m3 weights is not cast: it is refused, or (16-bit x,
         # _quantized_in_kernel) quantized by the decode kernel
         keep = choice.operand == "e4m3" and x_dtype not in E4M3_X_DTYPES
-        values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret, cast_b=not keep)
+        values, xc, m, t, k, k_values = checked_operands(values, x, choice, op, interpret,
+                                                         cast_b=not keep, b_name="x")
         words = kernel_words(meta, values, op, m, k_values, k, interpret)
         k_padded = k_launch = -(-k_values // choice.k_align) * choice.k_align
         values = pad_columns(values, k_padded // 2)

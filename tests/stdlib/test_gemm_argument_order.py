@@ -60,3 +60,14 @@ def test_swapped_values_and_b_are_told_apart_for_every_operand_type_and_k(dtype,
         sparse_matmul(x, weight.meta, weight.values, interpret=True)
     y = sparse_matmul(weight.values, weight.meta, x, interpret=True)  # the right order is not refused
     assert y.shape == (96, 8)
+
+
+@pytest.mark.parametrize("call", [sparse_matmul, sparse_linear])
+def test_a_k_that_does_not_match_the_weight_names_the_activations_argument(call) -> None:
+    """sparse_linear's activations are ``x``: its SP0815 said "b has K" (sparse_matmul's name)."""
+    b = "b" if call is sparse_matmul else "x"
+    with pytest.raises(SparsityError) as info:
+        call(V, M, X[:, :32], interpret=True)
+    assert info.value.code == "SP0815"
+    assert info.value.message == f"values cover K = 64 (shape (128, 32)) but {b} has K = 32 (shape (8, 32))"
+    assert info.value.help.startswith(f"{b} is stored ")
