@@ -37,6 +37,7 @@ from ..frontend.ir import types as T
 from ..frontend.sema.specialize import fingerprint
 from ..frontend.sema.values import Const
 from .array_devices import array_device, several_gpus
+from .kernel import constexpr_values, grid_meta
 from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
 
 MAX_ENTRIES = 256
@@ -129,12 +130,14 @@ class FastEntry:
     where each of its arguments comes from in ``args + pad``; the constexpr values (for a callable
     grid) and whether the stream defaults to torch's current one."""
 
-    __slots__ = ("getter", "launcher", "meta", "pad", "prepared", "single", "torch_stream")
+    __slots__ = ("constexprs", "getter", "launcher", "meta", "names", "pad", "prepared", "single", "torch_stream")
 
     def __init__(self, launcher: Any, getter: Callable[[tuple[Any, ...]], Any], single: bool, pad: tuple[Any, ...],
-                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None):
+                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None, names: tuple[str, ...] = (),
+                 constexprs: dict[str, Any] | None = None):
         self.launcher, self.getter, self.single, self.pad = launcher, getter, single, pad
-        self.meta, self.torch_stream, self.prepared = meta, torch_stream, prepared
+        self.meta, self.torch_stream, self.prepared, self.names = meta, torch_stream, prepared, names
+        self.constexprs = constexprs or {}
 
     def captures_valid(self, kernel: Any) -> bool:
         """Whether what the kernel's parameters and this launcher's IR read from Python is unchanged
@@ -143,8 +146,8 @@ class FastEntry:
         return (not params or params.still_valid()) and (not captures or captures.still_valid())
 
     def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
-        if callable(grid):
-            grid = grid(self.meta)
+        if callable(grid):  # the call's arguments (its positional ones: the others are in meta), constexpr values
+            grid = grid({**self.meta, **dict(zip(self.names, args)), **self.constexprs})
         if grid is None:  # (the prepared launch's None is its own grid, the first call's): SP0710
             normalize_grid(grid, self.launcher.device)
         if self.prepared is not None:
@@ -188,7 +191,7 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     sources = [index[p.name.split(".tmap")[0] if p.kind == "tensormap" else p.name] for p in launcher.spec.user_params]
     if not sources:
         return
-    meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+    meta = grid_meta(bound, bindings)  # (a later call's positional arguments replace this one's)
     torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
     try:  # device arrays only (host arrays raise SP0733): the prepared launch's faster packing
         prepared = PreparedLaunch(kernel, launcher, bound, bindings, list(range(len(args))), grid)
@@ -197,4 +200,5 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     if len(fast.entries) >= MAX_ENTRIES:
         fast.entries.clear()
     fast.entries[key] = FastEntry(launcher, operator.itemgetter(*sources), len(sources) == 1,
-                                  tuple(pad) if max(sources) >= len(args) else (), meta, torch_stream, prepared)
+                                  tuple(pad) if max(sources) >= len(args) else (), meta, torch_stream, prepared,
+                                  tuple(names), constexpr_values(bindings))

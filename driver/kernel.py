@@ -427,6 +427,17 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 3.0 and later; CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")."""
 
 
+def constexpr_values(bindings: dict[str, Any]) -> dict[str, Any]:
+    """The values of a call's constexpr arguments, by name."""
+    return {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+
+
+def grid_meta(bound: dict[str, Any], bindings: dict[str, Any]) -> dict[str, Any]:
+    """What a grid function is given, on every launch path: every argument of the call by name,
+    constexprs as their values (docs/language.md, "Specialization and launching")."""
+    return {**bound, **constexpr_values(bindings)}
+
+
 def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
     """A grid given as an int, a tuple or list of up to 3 ints, or a callable of the constexpr
     arguments returning one (LaunchError SP0710 otherwise). A dimension may be 0: such a grid has
@@ -480,8 +491,7 @@ class _InterpretLaunch:
 
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         func = self.kernel.ir_for(bindings, key)
-        meta = {**bound, **{k: v.value for k, v in bindings.items() if isinstance(v, Const)}}
-        grid = normalize_grid(self.grid, meta)
+        grid = normalize_grid(self.grid, grid_meta(bound, bindings))
         params, writeback = interpreter_params(func, bound)
         Interpreter(func, max_ops).run(grid, params)
         for fn in writeback:

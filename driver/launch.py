@@ -24,7 +24,7 @@ from ..frontend.sema.values import Const
 from ..target.targets import get_target, target_for_capability
 from . import fast_launch
 from .array_devices import launch_device
-from .kernel import KERNEL_OPTIONS
+from .kernel import KERNEL_OPTIONS, grid_meta
 from .recording import ACTIVE, record_launch
 
 
@@ -121,8 +121,7 @@ class GpuLaunch:
                         record_launch(self, args, kwargs, stream)
                     return
         launcher, bound, bindings = self._launcher(args, kwargs)
-        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
-        grid = self.grid(meta) if callable(self.grid) else self.grid
+        grid = self.grid(grid_meta(bound, bindings)) if callable(self.grid) else self.grid
         if launcher.spec_has_tensormaps and any(isinstance(v, np.ndarray) for v in bound.values()):
             staged = _stage_tma_host_arrays(launcher, bound, _is_empty(grid))
         else:
@@ -162,8 +161,7 @@ class GpuLaunch:
         if "per_call" in kwargs and "per_call" not in names:
             per_call = kwargs.pop("per_call")
         launcher, bound, bindings = self._launcher(args, kwargs, _vary_names(self.kernel, vary))
-        meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
-        grid = self.grid(meta) if callable(self.grid) else self.grid
+        grid = self.grid(grid_meta(bound, bindings)) if callable(self.grid) else self.grid
         order = list(range(len(args))) if per_call is None else _per_call_indices(self.kernel, per_call)
         return PreparedLaunch(self.kernel, launcher, bound, bindings, order, grid)
 
