@@ -170,6 +170,16 @@ a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under c
         tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py
     ;;
+a43)  # after the forty-third session's merges: a42's GPU files again (the three test fixes of its first run, the grid
+     # function's arguments, bools for numbers, tensor-map names, the tuned GPU current for a custom benchmarker,
+     # warm_up's per-GPU targets and timeout, fused optimizers / fuse_projections_ staleness)
+    run 330 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+        tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
+        tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py tests/gpu/test_empty_grid_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_argmax_gpu.py tests/gpu/test_multi_gpu.py \
+        tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/backend/test_host_staging.py \
+        tests/gpu/test_core_gpu.py tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py
+    ;;
 a42c)  # a42b cut to ~130 s: argmax, the native records / graph replays, warm_up, empty grids, the one-GPU common path
     run 130 python -m pytest -q -m gpu -n 16 --timeout 80 -rfE tests/gpu/test_argmax_gpu.py \
         tests/gpu/test_torch_native_gpu.py tests/gpu/test_multi_gpu.py tests/gpu/test_torch_warm_up_gpu.py \
