@@ -2,7 +2,8 @@
 torch layer's planner (``sparsile.torch``'s launch records: :func:`first_call_launches` of
 integrations/torch/first_call.py) and ``sparse_matmul``'s planner pick for the model's layer shapes
 (stdlib/kernels/tuned/llama3-shapes.txt: QKV fused and unfused, O, gate_up fused (with and without
-the fused SwiGLU) and unfused, down) in bf16 and e4m3 at T = 1, 16 and 512 tokens, planned as on
+the fused SwiGLU) and unfused, down) in bf16 and e4m3 at T = 1, 16 and 512 tokens (``--calls``: of
+the layer's eager calls, its calls traced by torch.compile, or both, as warm_up's ``calls``), planned as on
 an H200 (a faked device: the planners read its name and SM count, so the shipped H200 tables
 apply, as the tests of the tables do), then compiled cold for sm_90a (an empty SPARSILE_CACHE_DIR)
 in this process, or ``--jobs`` at a time (worker processes, as ``sparsile.torch.warm_up``; ``--threads``:
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", default="1,16,512", help="token counts T, comma-separated")
     parser.add_argument("--dtypes", default="bf16,e4m3", help="weight types, comma-separated")
     parser.add_argument("--layers", default=",".join(LAYERS), help="layers, comma-separated, of: " + ", ".join(LAYERS))
+    parser.add_argument("--calls", default="eager", choices=("eager", "traced", "both"),
+                        help="the layer's eager calls, its calls under torch.compile, or both (warm_up's calls=)")
     parser.add_argument("--no-matmul", action="store_true", help="only the torch layer's plans, not sparse_matmul's")
     parser.add_argument("--threads", action="store_true",
                         help="compile in --jobs threads of this process instead of worker processes")
@@ -66,10 +69,10 @@ def fake_h200() -> None:
     runtime.current_device = lambda ordinal=None: h200
 
 
-def layer_launches(name: str, dtype: str, t: int) -> list:
+def layer_launches(name: str, dtype: str, t: int, calls: str = "eager") -> list:
     import torch
 
-    from sparsile.integrations.torch.first_call import first_call_launches
+    from sparsile.integrations.torch.first_call import WARM_UP_CALLS, first_call_launches
     from sparsile.integrations.torch.glu import GatedLinear
     from sparsile.integrations.torch.linear import SparseLinear
 
@@ -77,7 +80,8 @@ def layer_launches(name: str, dtype: str, t: int) -> list:
     layer = SparseLinear(k, n, bias=False, dtype=dtype)
     if gated:
         layer = GatedLinear.over(layer, gated)
-    return first_call_launches(layer, t, torch.bfloat16)
+    return [launch for traced in WARM_UP_CALLS[calls]
+            for launch in first_call_launches(layer, t, torch.bfloat16, traced=traced)]
 
 
 def matmul_launches(name: str, dtype: str, t: int) -> list:
@@ -124,7 +128,8 @@ def run(args: argparse.Namespace, cache_dir: str) -> int:
     for dtype in args.dtypes.split(","):
         for name in args.layers.split(","):
             for t in tokens:
-                found += [(f"layer {dtype} {name} T={t}", launch) for launch in layer_launches(name, dtype, t)]
+                found += [(f"layer {dtype} {name} T={t}", launch)
+                          for launch in layer_launches(name, dtype, t, args.calls)]
                 if not args.no_matmul:
                     found += [(f"matmul {dtype} {name} T={t}", launch) for launch in matmul_launches(name, dtype, t)]
     planned = time.perf_counter() - start

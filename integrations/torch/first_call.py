@@ -1,5 +1,5 @@
-"""``warm_up(model)``: compile the kernels a sparsified model's first eager calls need, ahead of
-them and in parallel (docs/torch.md, "Compiling ahead of the first call").
+"""``warm_up(model)``: compile the kernels a sparsified model's first calls need, eager and traced
+by torch.compile, ahead of them and in parallel (docs/torch.md, "Compiling ahead of the first call").
 
 An eager call of a :class:`~.linear.SparseLinear` on CUDA builds a launch record per token count T
 (``_kernels.LaunchRecord``): it plans the call (``plan_sparse_linear``) and prepares each launch,
@@ -11,6 +11,9 @@ distinct specializations in worker processes (driver/compile_pool.py: llvmlite s
 LLVM call of a process behind one lock, so threads would overlap little). The compiled kernels
 land in the compile cache (memory and ``SPARSILE_CACHE_DIR``); the first call then finds them
 there. No kernel is launched; without a GPU the kernels are compiled for ``target`` (default sm_90a).
+A call traced by torch.compile runs the custom op instead (``ops.run_record``), whose records plan
+otherwise (no PDL; an e4m3 x quantized apart, then a record of the fp8 x): ``traced=True`` lists
+those.
 """
 
 from __future__ import annotations
@@ -92,24 +95,26 @@ def _check_jobs(jobs: Any) -> int:
     return jobs
 
 
-def warmed_layers(model: nn.Module) -> list[SparseLinear]:
+def warmed_layers(model: nn.Module, traced: bool = False) -> list[SparseLinear]:
     """The layers whose eager calls build launch records: every :class:`SparseLinear` of ``model``
     (``model`` itself included) that runs its own kernel, the fused layers of the projection groups
-    (``fuse_projections_``) in place of their members, and the gated layer of a fused MLP."""
+    (``fuse_projections_``) in place of their members, and the gated layer of a fused MLP.
+    ``traced``: those whose calls traced by torch.compile build records of the custom op instead: a
+    group's fused layer (and its MLP's gated layer) only where the group fuses in traces
+    (``fuse_projections_(traced=True)``), else its members, each its own op."""
     from .training import SemiSparseLinear
 
     found: dict[int, SparseLinear] = {}
     for module in model.modules():
-        forward = module.__dict__.get("forward")
-        gated = getattr(getattr(forward, "__self__", None), "layers", None)
-        if gated is not None and hasattr(forward.__self__, "linear"):  # a fused MLP's GatedForward
-            for layer in gated():
+        glu = getattr(module.__dict__.get("forward"), "__self__", None)
+        if hasattr(glu, "layers") and hasattr(glu, "linear"):  # a fused MLP's GatedForward
+            for layer in glu.layers() if not traced else (glu.linear,) if glu.group.traced else ():
                 found.setdefault(id(layer), layer)
         if not isinstance(module, SparseLinear) or isinstance(module, SemiSparseLinear):
             continue
         fused = module.__dict__.get("_fused")
-        if fused is not None and fused[0].fused is not None:
-            for layer in fused[0].layers():
+        if fused is not None and fused[0].fused is not None and (fused[0].traced or not traced):
+            for layer in fused[0].layers()[:1] if traced else fused[0].layers():
                 found.setdefault(id(layer), layer)
             continue
         found.setdefault(id(module), module)
@@ -125,22 +130,36 @@ def _plan_launches(api: Any, w: Weight, x: torch.Tensor, y: torch.Tensor, scale_
 
 
 def first_call_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype = torch.bfloat16,
-                        target: str | None = None) -> list[Launch]:
+                        target: str | None = None, *, traced: bool = False) -> list[Launch]:
     """The launches (kernel, grid, args, constexprs) whose kernels an eager CUDA call of ``layer`` on
     ``tokens`` rows of x in ``x_dtype`` compiles: those of the plans its launch record makes
     (``_kernels.LaunchRecord``, through the same ``kernel_api().plan_sparse_linear`` calls), the
     quantizer of an e4m3 layer included; the one-launch eager variants only where the record makes
-    them (its main plan takes x and y as they are: not for a plan that pads x). The arrays are the
-    layer's own weight and empty x and y on its device; on the CPU they are planned as a GPU's
-    tensors (``arrays.host_tensors_as_device``), but the plans are those of a GPU-less host (no
-    tuned table unless a GPU is visible), for ``target`` (default the planner's: the GPU's, else
-    sm_90a)."""
+    them (its main plan takes x and y as they are: not for a plan that pads x). ``traced``: those of
+    a call traced by torch.compile (or captured into a CUDA graph after torch's warm-up) instead,
+    through the custom op (``ops.run_record``: a record of the op's cache, which plans without PDL;
+    an e4m3 x quantized by ``quantize_per_token`` first, then a record of the fp8 x and its scales,
+    as an eager call of more than RECORD_QUANTIZE_MAX_T tokens). The arrays are the layer's own
+    weight and empty x and y on its device; on the CPU they are planned as a GPU's tensors
+    (``arrays.host_tensors_as_device``), but the plans are those of a GPU-less host (no tuned table
+    unless a GPU is visible), for ``target`` (default the planner's: the GPU's, else sm_90a)."""
     on_host = layer._bound().values.device.type != "cuda"
     with host_tensors_as_device() if on_host else contextlib.nullcontext():
-        return _record_launches(layer, tokens, x_dtype, target)
+        return _record_launches(layer, tokens, x_dtype, target, traced)
 
 
-def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, target: str | None) -> list[Launch]:
+def _record_pdl(layer: SparseLinear, w: Weight, traced: bool) -> bool:
+    """Whether the record of a call plans with PDL: ``RecordCache.run``'s choice, for the layer's own
+    cache (SPARSILE_PDL=1: constant weights) or, traced, the custom op's (``ops.RECORDS``)."""
+    from .ops import RECORDS  # (ops imports linear, which this module imports first)
+
+    cache = RECORDS if traced else layer.__dict__.get("_records")
+    return (getattr(cache, "pdl", False) and pdl_wanted(w.values.device)
+            and tracked_tensors(w) is not None)
+
+
+def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, target: str | None,
+                     traced: bool = False) -> list[Launch]:
     """:func:`first_call_launches`, planned (the same choices as ``LaunchRecord._plan``)."""
     api = kernel_api()
     w = layer._bound()
@@ -154,8 +173,7 @@ def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, tar
     y = torch.empty((t, w.out_features if activation == w.activation else rows), dtype=out_dtype, device=device)
     reduce_eagerly = t <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
     # SPARSILE_PDL=1: a layer's records plan with PDL (the GEMM) and TRIGGER (the quantizer) on sm_90+
-    pdl = (getattr(layer.__dict__.get("_records"), "pdl", False) and pdl_wanted(device)
-           and tracked_tensors(w) is not None)
+    pdl = _record_pdl(layer, w, traced)
     planning = {"target": target, "pdl": True if pdl else None}  # (None: not passed)
     launches: list[Launch] = []
     if w.scale_w is None:  # 16-bit weights: x cast to the weight's type
@@ -172,12 +190,16 @@ def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, tar
     x16 = torch.zeros((t, k), dtype=x_dtype, device=device)
     xq = torch.zeros((t, k), dtype=torch.float8_e4m3fn, device=device)
     sx = torch.ones((t,), dtype=torch.float32, device=device)
-    trigger = {"TRIGGER": 1} if pdl and t <= RECORD_QUANTIZE_MAX_T else {}  # (the record's own quantizer)
+    quantizing = t <= RECORD_QUANTIZE_MAX_T and not traced  # the record quantizes x (else quantize_per_token)
+    trigger = {"TRIGGER": 1} if pdl and quantizing else {}  # (the record's own quantizer)
     quantizer = (quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k), quantize_options(k))
     launches.append((*quantizer[:3], {**quantizer[3], **trigger}))
     plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation, **planning)
     launches += main
-    if t > RECORD_QUANTIZE_MAX_T:  # quantized into fresh buffers per call, then the record of the fp8 x
+    if not quantizing:  # quantized into fresh buffers per call, then the record of the fp8 x and its scales
+        if passes_through(main, xq, y, sx) and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
+            _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", **planning)
+            launches += one if len(one) == 1 else []  # (traced: split-K reduced in the kernel up to 16 tokens)
         return launches
     if not passes_through(main, xq, y, sx):  # a padded plan: calls quantize x per call (quantize_per_token)
         return launches + ([quantizer] if trigger else [])  # (its quantizer has no TRIGGER)
@@ -233,6 +255,22 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+WARM_UP_CALLS = {"eager": (False,), "traced": (True,), "both": (False, True)}
+"""``warm_up``'s ``calls``: whose first calls it compiles for, as the ``traced`` flags of
+:func:`first_call_launches`: eager calls, calls traced by torch.compile (the custom op's records,
+CUDA graphs included), or both (the default: for Llama-3-8B's shapes of
+benchmarks/bench_first_call.py, 67 specializations against the eager calls' 64)."""
+
+
+def _check_calls(calls: Any) -> tuple[bool, ...]:
+    modes = WARM_UP_CALLS.get(calls) if isinstance(calls, str) else None
+    if modes is None:
+        raise _warm_error(f"calls must be 'eager', 'traced' or 'both', got {calls!r}",
+                          "'eager': the model's eager calls; 'traced': its calls under torch.compile; "
+                          "'both' (the default): either")
+    return modes
+
+
 WARM_UP_TIMEOUT_S = 300.0
 """``warm_up``'s default ``timeout``: the most seconds a worker process may take over one kernel
 specialization (one takes about 1 s: benchmarks/RESULTS.md, "First calls")."""
@@ -240,11 +278,13 @@ specialization (one takes about 1 s: benchmarks/RESULTS.md, "First calls")."""
 
 def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = None, *,
             x_dtype: torch.dtype = torch.bfloat16, target: str | None = None,
-            timeout: float | None = WARM_UP_TIMEOUT_S) -> WarmUpReport:
+            timeout: float | None = WARM_UP_TIMEOUT_S, calls: str = "both") -> WarmUpReport:
     """Compile, ahead of the first calls and ``jobs`` at a time (None: one worker process per CPU
     core; driver/compile_pool.py), the
-    kernels that ``model``'s sparse layers' first eager calls on ``tokens`` rows of x (each count
-    of ``tokens``; x in ``x_dtype``) would compile; nothing is launched. ``target``: the GPU
+    kernels that ``model``'s sparse layers' first calls on ``tokens`` rows of x (each count
+    of ``tokens``; x in ``x_dtype``) would compile; nothing is launched. ``calls``: "eager" (the
+    layers' own launch records), "traced" (the custom op's, under torch.compile and its CUDA
+    graphs) or "both" (:data:`WARM_UP_CALLS`). ``target``: the GPU
     architecture to plan and compile for (default each layer's GPU's, else sm_90a). ``timeout``:
     the most seconds a worker process may take over one kernel (None: no limit); one that takes
     longer is killed, and once the others are compiled SP0924 names the kernel. Returns a
@@ -255,10 +295,11 @@ def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = Non
     counts = _check_tokens(tokens)
     workers = _check_jobs(jobs)
     limit = _check_timeout(timeout)
+    modes = _check_calls(calls)
     if x_dtype not in OUT_DTYPES:
         raise _warm_error(f"x_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {x_dtype!r}",
                           "the dtype of the activations the model's layers receive")
-    layers = warmed_layers(model)
+    layers = {traced: warmed_layers(model, traced) for traced in modes}
     if target is not None:
         from ...target.targets import get_target
 
@@ -269,14 +310,16 @@ def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = Non
                               "unset for the layers' GPU") from None
     start = time.perf_counter()
     by_target: dict[str, list[Launch]] = {}  # each layer's launches, compiled for its own GPU's target
-    for layer in layers:
-        by_target.setdefault(target or layer_target(layer), []).extend(
-            launch for t in counts for launch in first_call_launches(layer, t, x_dtype, target))
+    for traced, warmed in layers.items():
+        for layer in warmed:
+            by_target.setdefault(target or layer_target(layer), []).extend(
+                launch for t in counts for launch in first_call_launches(layer, t, x_dtype, target, traced=traced))
     found = [(launch, spec, tgt) for tgt, launches in by_target.items()
              for launch, spec in distinct_specializations(launches)]
     todo = [(spec, tgt) for _, spec, tgt in found if not spec.cached(tgt)]
     report = WarmUpReport([(launch[0].name, dict(launch[3])) for launch, _, _ in found], len(todo),
-                          len(found) - len(todo), 0.0, ", ".join(by_target) or target or "sm_90a", len(layers))
+                          len(found) - len(todo), 0.0, ", ".join(by_target) or target or "sm_90a",
+                          len({id(layer) for warmed in layers.values() for layer in warmed}))
     try:
         compile_specializations([spec for spec, _ in todo], [tgt for _, tgt in todo], workers, limit)
     except CompileTimeout as e:

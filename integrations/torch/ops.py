@@ -159,11 +159,21 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     if scale_x is not None:  # 1-D and contiguous as the kernel reads it (a 0-d scale, a strided column)
         scale_x = scale_x.reshape(-1).contiguous()
     if x2.device.type == "cuda":
-        y = RECORDS.run(record_key(x2, values, meta, bias, scale_x, scale_w, out, activation), x2, w, scale_x,
-                         out, off_pool=True)
+        y = run_record(x2, w, scale_x, out)
     else:
         y = run_interpreted(x2, w, scale_x, out)
     return y.reshape(*x.shape[:-1], n)
+
+
+def run_record(x2: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out: torch.dtype,
+               stream: int | None = None) -> torch.Tensor:
+    """y of a CUDA call of the op on its checked arguments (2-D contiguous x2, the weight ``w``, a
+    1-D scale_x or None, the output dtype ``out``), through its launch record in :data:`RECORDS`
+    (built on a miss, outside any CUDA-graph memory pool), on ``stream`` (default torch's current
+    one). A torch.compile'd (or CUDA-graphed) model's first call at a new T builds that record, which
+    compiles its kernels; ``sparsile.torch.warm_up`` lists them (integrations/torch/first_call.py)."""
+    key = record_key(x2, w.values, w.meta, w.bias, scale_x, w.scale_w, out, w.activation)
+    return RECORDS.run(key, x2, w, scale_x, out, stream=stream, off_pool=True)
 
 
 def record_key(x2: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,

@@ -28,16 +28,25 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             x = x.clone()
         xq = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
         scale = torch.empty((t,), dtype=torch.float32, device=x.device)
-        key = (t, k, x.dtype, x.get_device())
-        launch = _QUANTIZERS.get(key)
-        if launch is None:
-            launch = _kernels.kernel_api().prepare_quantize(x, xq, scale)
-            with _QUANTIZERS_LOCK:
-                _QUANTIZERS[key] = launch
-                while len(_QUANTIZERS) > QUANTIZERS_KEPT:
-                    _QUANTIZERS.popitem(last=False)
-        launch.run((x, xq, scale), _kernels.stream_getter(key[3])())
+        prepared_quantizer(x, xq, scale).run((x, xq, scale), _kernels.stream_getter(x.get_device())())
         return xq, scale
     xq, scale = _kernels.kernel_api().quantize(x, interpret=x.device.type == "cpu")
     xq = _kernels.as_torch(xq, x.device, torch.float8_e4m3fn)
     return xq, _kernels.as_torch(scale, x.device, torch.float32).reshape(-1)
+
+
+def prepared_quantizer(x: torch.Tensor, xq: torch.Tensor, scale: torch.Tensor) -> Any:
+    """The prepared quantizer launch of :func:`quantize_per_token` for 2-D x (and its outputs ``xq``
+    and ``scale``): the one kept for x's (T, K, dtype, device), else prepared now (which compiles
+    its kernel on first use) and kept. ``sparsile.torch.warm_up`` lists the same specialization
+    (integrations/torch/first_call.py)."""
+    t, k = (int(s) for s in x.shape)
+    key = (t, k, x.dtype, x.get_device())
+    launch = _QUANTIZERS.get(key)
+    if launch is None:
+        launch = _kernels.kernel_api().prepare_quantize(x, xq, scale)
+        with _QUANTIZERS_LOCK:
+            _QUANTIZERS[key] = launch
+            while len(_QUANTIZERS) > QUANTIZERS_KEPT:
+                _QUANTIZERS.popitem(last=False)
+    return launch

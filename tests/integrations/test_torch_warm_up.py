@@ -138,6 +138,8 @@ def test_fused_projections_warm_the_fused_layer(fresh_cache, faked_first_call) -
     ({"timeout": float("inf")}, "got inf"),
     ({"timeout": "60"}, "got '60'"),
     ({"timeout": True}, "got True"),
+    ({"calls": "compiled"}, "calls must be 'eager', 'traced' or 'both', got 'compiled'"),
+    ({"calls": None}, "got None"),
 ])
 def test_bad_arguments_are_sp0923(kwargs, message) -> None:
     args = {"model": _model("bf16"), **kwargs}

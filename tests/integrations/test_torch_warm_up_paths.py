@@ -14,6 +14,7 @@ from sparsile.driver import compiler  # noqa: E402
 from sparsile.driver.compiler import cache_key  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import first_call as wu  # noqa: E402
+from sparsile.integrations.torch import ops, quantize, record_cache  # noqa: E402
 from sparsile.tests.integrations import test_torch_warm_up as faked  # noqa: E402
 
 fresh_cache = faked.fresh_cache  # (the fixtures of test_torch_warm_up.py: the same faked first call)
@@ -134,3 +135,130 @@ def test_warm_up_compiles_what_the_first_calls_compile_and_nothing_else(compiled
             assert compiled_keys, (out_features, in_features, tokens)
             assert set(compiled_keys) == _warm_up_keys(layer, tokens, torch.bfloat16), \
                 (out_features, in_features, tokens)
+
+
+@pytest.fixture
+def ops_as_on_the_gpu(monkeypatch) -> None:
+    """The custom ops' CPU branches taken for their CUDA ones: ``sparse_linear`` runs its launch
+    record (``ops.run_record``, in a fresh ``ops.RECORDS``) instead of the interpreter,
+    ``quantize_per_token_e4m3`` its prepared quantizer (``quantize.prepared_quantizer``); a record
+    is built, planned as on the GPU (under :func:`_traced_call`), and never launched (its call
+    returns an empty y)."""
+    monkeypatch.setattr(ops, "RECORDS", record_cache.RecordCache(ops.OP_RECORDS_PER_WEIGHT, pdl=ops.RECORDS.pdl))
+    monkeypatch.setattr(ops, "run_interpreted",
+                        lambda x2, w, scale_x, out: ops.run_record(x2, w, scale_x, out, stream=0))
+
+    def quantizer(x2):
+        xq = torch.empty(x2.shape, dtype=torch.float8_e4m3fn)
+        scale = torch.empty(x2.shape[:1], dtype=torch.float32)
+        quantize.prepared_quantizer(x2, xq, scale)
+        return xq, scale
+
+    monkeypatch.setattr(ops, "quantize_per_token", quantizer)
+    monkeypatch.setattr(quantize, "_QUANTIZERS", type(quantize._QUANTIZERS)())  # (emptied by _traced_call)
+    monkeypatch.setattr(kernels.LaunchRecord, "__call__",
+                        lambda self, x, scale_x, stream: torch.empty(self.shape, dtype=self.out_dtype))
+
+
+@pytest.fixture
+def traced_first_call(compiled_keys, ops_as_on_the_gpu) -> list[str]:
+    """``compiled_keys`` of traced calls (:func:`ops_as_on_the_gpu`)."""
+    return compiled_keys
+
+
+def _traced_call(layer, tokens: int, x_dtype: torch.dtype) -> None:
+    """What a call of ``layer`` traced by torch.compile builds on a CUDA x of ``tokens`` rows in
+    ``x_dtype`` (under the fixture above): the layer's custom ops (``_forward_op``, what its traced
+    forward calls), planned as on the GPU."""
+    x = torch.zeros((tokens, layer.in_features), dtype=x_dtype)
+    quantize._QUANTIZERS.clear()  # (a quantizer prepared for an earlier layer of the same K: not compiled again)
+    with faked.as_on_the_gpu():
+        y = layer._forward_op(x)
+    assert y.shape == (tokens, layer.out_features)
+
+
+def _traced_warm_up_keys(layer, tokens: int, x_dtype: torch.dtype) -> set[str]:
+    """The cache keys of what warm_up compiles for the traced calls of ``layer`` at ``tokens``."""
+    from sparsile.target.targets import get_target
+
+    launches = wu.first_call_launches(layer, tokens, x_dtype, traced=True)
+    return {cache_key(spec.kernel, spec.bindings, spec.key, get_target("sm_90a"), spec.options)
+            for _, spec in wu.distinct_specializations(launches)}
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_warm_up_compiles_what_the_first_traced_calls_compile_and_nothing_else(traced_first_call, monkeypatch,
+                                                                              dtype, pdl) -> None:
+    """The traced calls' records (the custom op's, in ``ops.RECORDS``: no PDL, an e4m3 x quantized
+    by ``quantize_per_token`` then a record of the fp8 x and its scales) against
+    ``first_call_launches(..., traced=True)``, cache key by cache key, at the shapes and T of the
+    eager test above. (Listed as the eager calls' records, a traced e4m3 call of few tokens through a
+    split-K decode plan needs the in-kernel-reduced decode kernel of the fp8 x, which those lack.)"""
+    if pdl:  # SPARSILE_PDL=1 on a Hopper GPU: the eager records plan with PDL; the op's records do not
+        monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
+        monkeypatch.setattr(record_cache, "pdl_wanted", lambda device: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    torch.manual_seed(0)
+    for out_features, in_features in REPRESENTATIVE_SHAPES:
+        layer = spt.SparseLinear(in_features, out_features, bias=True, dtype=dtype)
+        for tokens in (1, 4, 16, 64, 100):
+            traced_first_call.clear()
+            _traced_call(layer, tokens, torch.bfloat16)
+            assert traced_first_call, (out_features, in_features, tokens)
+            assert set(traced_first_call) == _traced_warm_up_keys(layer, tokens, torch.bfloat16), \
+                (out_features, in_features, tokens)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_a_traced_gated_layer(traced_first_call, dtype) -> None:
+    """The op with a gated activation: in the kernel where ``glu_in_kernel``, else the
+    pre-activations of the same weight (activation None) gated by torch."""
+    from sparsile.integrations.torch.glu import GatedLinear
+
+    torch.manual_seed(0)
+    layer = GatedLinear.over(spt.SparseLinear(256, 512, bias=True, dtype=dtype), "swiglu")
+    for tokens in (1, 16, 100):
+        traced_first_call.clear()
+        _traced_call(layer, tokens, torch.bfloat16)
+        assert traced_first_call and set(traced_first_call) == _traced_warm_up_keys(layer, tokens, torch.bfloat16)
+
+
+@pytest.mark.parametrize("calls, compiles", [("both", []), ("eager", ["sparse_decode_reduce_e4m3"])])
+def test_a_traced_call_after_warm_up_compiles_nothing(fresh_cache, faked_first_call, ops_as_on_the_gpu, calls,
+                                                      compiles) -> None:
+    """warm_up's default (calls="both") compiles what a traced e4m3 decode call of a split-K weight
+    needs; the eager calls' list alone (calls="eager", warm_up's only list before) lacks its decode
+    kernel of the fp8 x with the partial sums added in the kernel, compiled then by the first call."""
+    layer = spt.SparseLinear(4096, 1024, bias=False, dtype="e4m3")
+    report = wu.warm_up(layer, tokens=(1,), jobs=1, calls=calls)
+    assert report.compiled == len(faked_first_call) > 0 and report.layers == 1
+    faked_first_call.clear()
+    _traced_call(layer, 1, torch.bfloat16)
+    assert faked_first_call == compiles
+
+
+def test_traced_calls_run_the_members_of_a_group_not_fused_in_traces() -> None:
+    """``fuse_projections_`` without ``traced=True``: a trace runs each member's op (the eager calls
+    the fused layer's record); with it, the fused layer's, and a fused MLP's gated layer."""
+    from sparsile.integrations.torch.glu import GatedLinear
+    from sparsile.tests.integrations.test_torch_glu import LlamaLikeMLP
+
+    for traced in (False, True):
+        block = torch.nn.Module()
+        block.q_proj, block.k_proj, block.v_proj = (spt.SparseLinear(256, 128, bias=False) for _ in range(3))
+        block.mlp = LlamaLikeMLP(hidden=256, f=128)
+        spt.sparsify_(block.mlp, interpret=True, min_features=16)
+        members = [block.q_proj, block.k_proj, block.v_proj]
+        spt.fuse_projections_(block, glu=True, traced=traced)
+        eager = wu.warmed_layers(block)
+        assert not any(m in eager for m in members) and sum(isinstance(m, GatedLinear) for m in eager) == 1
+        layers = wu.warmed_layers(block, traced=True)
+        mlp = block.mlp
+        if traced:
+            assert not any(m in layers for m in members)
+            assert [m for m in layers if isinstance(m, GatedLinear)] == [mlp.forward.__self__.linear]
+            assert mlp.gate_proj not in layers and mlp.down_proj in layers
+        else:
+            assert all(m in layers for m in members) and len(layers) == 6  # q, k, v, gate, up, down
+            assert not any(isinstance(m, GatedLinear) for m in layers)
