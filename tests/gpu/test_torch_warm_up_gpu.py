@@ -50,3 +50,39 @@ def test_the_first_calls_after_warm_up_compile_nothing(tmp_path, monkeypatch, dt
                 assert torch.equal(cold(x), y)
     finally:
         cache_mod.reset_default_cache()
+
+
+@pytest.mark.parametrize("calls", ["both", "eager"])
+def test_the_first_compiled_calls_after_warm_up(tmp_path, monkeypatch, calls) -> None:
+    """torch.compile'd calls of an e4m3 split-K weight (k/v of Llama-3-8B, 1024 x 4096) at T = 1 and
+    16: after warm_up's default (calls="both") they compile nothing; after the eager calls' list
+    alone they compile exactly the specializations of the traced records that list lacks
+    (``first_call_launches(traced=True)`` against the eager one: on the H200, the decode kernel of
+    the fp8 x with split-K reduced in the kernel)."""
+    from sparsile.integrations.torch import first_call as wu
+
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    compiled = cache_fixture.spy_compiles(monkeypatch)
+    try:
+        model = torch.nn.Sequential(linear(1024, 4096, seed=1, device="cuda"))
+        spt.sparsify_(model.to(torch.bfloat16), dtype="e4m3")
+        layer, tokens = model[0], (1, 16)
+
+        def specs(traced: bool) -> dict:
+            launches = [launch for t in tokens for launch in wu.first_call_launches(layer, t, traced=traced)]
+            return {(id(spec.kernel), spec.key): spec.kernel.name for _, spec in wu.distinct_specializations(launches)}
+
+        traced, eager = specs(True), specs(False)
+        missing = sorted(name for key, name in traced.items() if key not in eager) if calls == "eager" else []
+        spt.warm_up(model, tokens=tokens, jobs=2, calls=calls)
+        compiled.clear()
+        fast = torch.compile(model, backend="eager", fullgraph=True)
+        with torch.no_grad():
+            for t in tokens:
+                y = fast(torch.randn(t, 4096, device="cuda").to(torch.bfloat16))
+                assert y.shape == (t, 1024) and bool(torch.isfinite(y).all())
+        torch.cuda.synchronize()
+        assert sorted(compiled) == missing
+    finally:
+        cache_mod.reset_default_cache()
