@@ -162,8 +162,8 @@ def load_file(path: str | Path, names: set[str] | None = None) -> dict[str, np.n
         begin, end = info["data_offsets"]
         raw = data[start + begin:start + end]
         if info["dtype"] == "BOOL" and (np.asarray(raw) > 1).any():  # numpy would hold bools of 2..255
-            raise IntegrationError(SP_SAFETENSORS_FILE, f"{path}: BOOL tensor {name!r} holds bytes other than 0 "
-                                   "and 1", help="the file is damaged, or was written with another element type")
+            raise _file_error(path, f"BOOL tensor {name!r} holds bytes other than 0 and 1",
+                              "the file is damaged, or was written with another element type")
         out[name] = np.asarray(raw).view(DTYPES[info["dtype"]]).reshape(tuple(info["shape"]))
     return out
 

@@ -154,6 +154,8 @@ def _expected(entries: list[tuple[str, dict]], data: bytes, duplicated: bool) ->
         begin, end = offsets
         if not begin <= end <= len(data) or end - begin != math.prod(shape) * SIZES[dtype]:
             return None
+        if dtype == "BOOL" and any(b > 1 for b in data[begin:end]):  # a bool of 2..255: refused (SP0910)
+            return None
         out[name] = (dtype, tuple(shape), data[begin:end])
         spans.append((begin, end))
     position = 0
