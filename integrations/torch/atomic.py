@@ -9,6 +9,8 @@ as it was when they raise (a diagnostic the user can fix and retry), never half 
   neither state dict).
 * :func:`strict_key_errors`: a layer's own ``load_state_dict(strict=True)`` refuses missing or
   unexpected keys before it copies anything (torch copies first, then raises).
+* :func:`in_own_types`: ``load_state_dict(assign=True)`` gives a layer's typed tensors (compressed
+  values, metadata, scales, masks) the types a copy gives them, not the state dict's.
 * :func:`restoring_tensors`: a layer's ``_apply`` (``.to``, ``.cuda``, ``.half``) that raises midway
   (a device out of memory) puts back the tensors it had converted.
 * :func:`copy_all`: new tensor values computed whole (every trainable layer's mask and compressions
@@ -118,6 +120,23 @@ def strict_key_errors(module: nn.Module, state_dict: Any) -> str | None:
     for name, sub in module.named_modules():
         msgs += refused_tensors(sub, state_dict, f"{name}." if name else "")
     return "Error(s) in loading state_dict for {}:\n\t{}".format(type(module).__name__, "\n\t".join(msgs))
+
+
+def in_own_types(module: nn.Module, state_dict: Any, prefix: str, names: Iterable[str]) -> Any:
+    """``state_dict`` with the tensors of ``module``'s own ``names`` converted to the types of the
+    tensors they replace, for ``load_state_dict(assign=True)``: torch assigns the state dict's
+    tensors as they are where a copy (``copy_``) casts them, and a sparse layer's compressed values,
+    metadata words, scales and masks have one type each, which its kernels and checks take (float32
+    values left a bf16 layer without a kernel, SP0804; int64 metadata words were SP0806 at the next
+    call). ``.to`` casts as ``copy_`` does, so an assigned load gives the layer a copied one gives.
+    The caller has refused what a copy would not carry over (fp8 values into a 16-bit layer)."""
+    own = own_tensors(module)
+    convert = {}
+    for name in names:
+        incoming, current = state_dict.get(prefix + name), own.get(name)
+        if isinstance(incoming, torch.Tensor) and current is not None and incoming.dtype != current.dtype:
+            convert[prefix + name] = incoming.to(current.dtype)
+    return {**state_dict, **convert} if convert else state_dict
 
 
 @contextmanager

@@ -47,7 +47,7 @@ from ._kernels import (
     quantize_per_token,
     run_interpreted,
 )
-from .atomic import restoring_tensors, strict_key_errors, withhold_refused
+from .atomic import in_own_types, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import LayerWithInputGrad, TransformedLayerWithInputGrad, func_transformed, needs_autograd
 from .last_call import LastCall
 from .layer_args import (
@@ -545,8 +545,8 @@ class SparseLinear(nn.Module):
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
                               missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
         checked = self._check_state_dict(state_dict, prefix)
-        if local_metadata.get("assign_to_params_buffers"):
-            state_dict = self._in_own_types(state_dict, prefix)
+        if local_metadata.get("assign_to_params_buffers"):  # (assign=True: the types a copy gives them)
+            state_dict = in_own_types(self, state_dict, prefix, _BUFFERS)
         # all of the layer's tensors or none: torch copies those that fit and reports the others (a values of
         # another shape left the new meta with the old values, a weight of neither state dict)
         if withhold_refused(self, state_dict, prefix, local_metadata, missing_keys, unexpected_keys, error_msgs):
@@ -556,21 +556,6 @@ class SparseLinear(nn.Module):
         if prefix + "meta" in state_dict and not checked:
             self.check_metadata()
         self._invalidate()
-
-    def _in_own_types(self, state_dict: Any, prefix: str) -> Any:
-        """``state_dict`` with this layer's values, bias and scale_w converted to the types of the
-        tensors they replace, for ``load_state_dict(assign=True)``, which assigns them as they are
-        where a copy casts them (``_check_loaded_weight`` admits 16-bit or wider float values into a
-        16-bit layer): float32 values left a bf16 layer without a kernel (SP0804 at its next call),
-        bf16 values made an f16 layer compute in bf16."""
-        own = tensors_of(self.__dict__)
-        convert = {}
-        for name in ("values", "bias", "scale_w"):
-            incoming, current = state_dict.get(prefix + name), own.get(name)
-            if isinstance(incoming, torch.Tensor) and current is not None and incoming.dtype != current.dtype \
-                    and incoming.is_floating_point():
-                convert[prefix + name] = incoming.to(current.dtype)
-        return {**state_dict, **convert} if convert else state_dict
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict``, all or nothing: with ``strict``, missing or unexpected keys

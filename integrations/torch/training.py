@@ -37,7 +37,7 @@ from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadat
 from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
-from .atomic import copy_all, restoring_tensors, strict_key_errors, withhold_refused
+from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import refuse_second_derivative
 from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
@@ -433,6 +433,9 @@ class SemiSparseLinear(nn.Module):
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
                               missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
         checked = self._check_state_dict(state_dict, prefix)
+        if local_metadata.get("assign_to_params_buffers"):  # (assign=True: the compressions and the mask take
+            # the layer's types, as a copy gives them; the master weight and bias keep the state dict's)
+            state_dict = in_own_types(self, state_dict, prefix, (*_COMPRESSED, "mask"))
         if withhold_refused(self, state_dict, prefix, local_metadata, missing_keys, unexpected_keys, error_msgs):
             return  # (all of the layer's tensors or none: SparseLinear._load_from_state_dict)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,

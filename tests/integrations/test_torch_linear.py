@@ -324,6 +324,22 @@ def test_assigned_values_of_another_float_type_keep_the_layer_s_type(dtype, valu
     assert torch.equal(assigned.to_dense(), copied.to_dense())
 
 
+def test_assigned_metadata_of_another_integer_type_keeps_int32():
+    """``load_state_dict(assign=True)`` of int64 metadata words (checked as int32, as a copy casts
+    them) assigned them as they were: the next call was SP0806 ("must be uint32 words, found
+    int64"). They take the buffer's int32, as the copy gives them."""
+    saved = spt.SparseLinear.from_dense(linear(32, 64, seed=7), "bf16")
+    state = {name: t.long() if name == "meta" else t for name, t in saved.state_dict().items()}
+    copied, assigned = spt.SparseLinear(64, 32), spt.SparseLinear(64, 32)
+    copied.load_state_dict(state)
+    assigned.load_state_dict(state, assign=True)
+    assert assigned.meta.dtype == copied.meta.dtype == torch.int32
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(8))
+    y = assigned(x)
+    check_against_float64(assigned, x, y)
+    assert torch.equal(y, copied(x))
+
+
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_dense_state_dict_is_refused(strict):
     """The state dict of the dense model (a linear's ``weight`` and ``bias``) loaded into the

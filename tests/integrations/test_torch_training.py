@@ -230,6 +230,42 @@ def test_state_dict_round_trip_and_inference_conversion():
     assert layer.mask.dtype == torch.bool and layer.meta.dtype == torch.int32
 
 
+@pytest.mark.parametrize(("name", "dtype"), [("values", torch.float32), ("values_t", torch.float32),
+                                           ("values", torch.float16), ("values_t", torch.float64),
+                                           ("meta", torch.int64), ("meta_t", torch.int64), ("mask", torch.uint8)])
+def test_assigned_compressions_of_another_type_keep_the_layer_s_types(name, dtype):
+    """``load_state_dict(assign=True)`` assigned the state dict's tensors as they were, where a copy
+    casts them: float32 values (or values_t) left the bf16 compressions float32 (the refresh then
+    raised ValueError from copy_all, the layer half loaded), f16 values made a bf16 layer compute in
+    f16, int64 metadata was SP0806 at the next call, a uint8 mask SP0918 after it was assigned (the
+    check before the load casts it to bool, as a copy does). The compressions and the mask take the
+    layer's types, as SparseLinear's buffers do, so both loads give the same layer; the master weight
+    and bias keep the state dict's (torch's assign; any float type, as ``.to(dtype)`` gives them)."""
+    saved = spt.SemiSparseLinear.from_dense(linear(32, 48, torch.float32, seed=23), "bf16")
+    state = {key: t.to(dtype) if key == name else t for key, t in saved.state_dict().items()}
+    state["weight"], state["bias"] = state["weight"].double(), state["bias"].double()
+    copied, assigned = spt.SemiSparseLinear(48, 32), spt.SemiSparseLinear(48, 32)
+    copied.load_state_dict(state)
+    assigned.load_state_dict(state, assign=True)
+    for key in ("values", "meta", "values_t", "meta_t", "mask"):
+        assert getattr(assigned, key).dtype == getattr(copied, key).dtype == getattr(saved, key).dtype
+        assert torch.equal(getattr(assigned, key), getattr(saved, key))
+    assert assigned.weight.dtype == assigned.bias.dtype == torch.float64 and copied.weight.dtype == torch.float32
+    x = torch.randn(3, 48, generator=torch.Generator().manual_seed(24))
+    ys = []
+    for layer in (assigned, copied):
+        xg = x.clone().requires_grad_()
+        y = layer(xg)
+        y.backward(torch.ones_like(y))
+        xk, w = bf16(x), masked_weight(layer)
+        within(y, xk @ w.T + layer.bias.double(), xk.abs() @ w.abs().T, 48, torch.float32)
+        within(xg.grad, torch.ones(3, 32, dtype=torch.float64) @ w, torch.ones(3, 32, dtype=torch.float64) @ w.abs(),
+               32, torch.bfloat16)
+        ys.append((y.detach(), xg.grad))
+    assert torch.equal(ys[0][1], ys[1][1])  # dX: the same compressed Wᵀ
+    assert torch.equal(assigned.to_sparse_linear().to_dense(), copied.to_sparse_linear().to_dense())
+
+
 def test_sparsify_trainable_swaps_semi_sparse_layers():
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16),
                                 torch.nn.Linear(16, 24))
