@@ -13,7 +13,35 @@ import torch
 
 from ..errors import SP_STALE_CAPTURE, IntegrationError
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
+from .optimizer_steps import AfterStep, bump_unless_written, watch_optimizer_steps
 from .weight import Weight, same_binding, storage_key, weight_versions
+
+_STEP_WATCHED: weakref.WeakSet[LaunchRecord] = weakref.WeakSet()
+"""The live records whose weight a fused optimizer step could leave them behind (:func:`_stepped`)."""
+
+
+def _watch_steps(record: LaunchRecord) -> None:
+    """Have optimizer steps reach ``record`` where it reads copies of its weight's tensors (converted,
+    padded) or launches with PDL (it waits for the weight's writes): both are done on a write its
+    version counters show, and a fused optimizer's step shows none (optimizer_steps.py)."""
+    if record.tracked is not None and (record.copies_weight or record.pdl):
+        _STEP_WATCHED.add(record)
+        watch_optimizer_steps(_stepped)
+
+
+def _stepped(params: list[torch.Tensor]) -> AfterStep | None:
+    """The watcher of optimizer steps for the launch records: each parameter with a gradient in the
+    memory of a tensor a live record watches (:func:`_watch_steps`) gets its version counter bumped
+    after the step where the step did not bump it (a fused optimizer's), as a write through torch does:
+    the record's next call, or its layer's last call, sees the write and refreshes its copies (before,
+    a bias made a parameter and read through a converted copy kept the value from before the step)."""
+    if not _STEP_WATCHED:
+        return None
+    watched = set()
+    for record in tuple(_STEP_WATCHED):  # (a snapshot: records die meanwhile)
+        copied = record.copied or (True,) * len(record.tracked)
+        watched.update(storage_key(t) for t, c in zip(record.tracked, copied, strict=True) if c or record.pdl)
+    return bump_unless_written([p for p in params if p.grad is not None and storage_key(p) in watched])
 
 
 class RecordCache:
@@ -226,6 +254,7 @@ class RecordCache:
             record.key = stored = (*key, stream) if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record
+            _watch_steps(record)
             if record.unfilled:
                 self.unfilled[id(record)] = record
             self._trim(w.values)

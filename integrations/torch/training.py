@@ -41,15 +41,13 @@ from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors
 from .autograd import refuse_second_derivative
 from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
+from .optimizer_steps import AfterStep, watch_optimizer_steps
 from .record_cache import RecordCache
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
 _LAYERS: weakref.WeakSet[SemiSparseLinear] = weakref.WeakSet()
 """Every live :class:`SemiSparseLinear`, for the optimizer step hooks (:func:`_follow_optimizer_steps`)."""
-_STEPPING: weakref.WeakKeyDictionary[Any, list[tuple[SemiSparseLinear, Any]]] = weakref.WeakKeyDictionary()
-"""An optimizer in its step -> (layer whose weight it steps, the layer's ``_fresh`` before the step)."""
-_STEP_HOOKS: list[Any] = []
 
 
 def _follow_optimizer_steps(layer: SemiSparseLinear) -> None:
@@ -57,34 +55,31 @@ def _follow_optimizer_steps(layer: SemiSparseLinear) -> None:
     "Master weight and re-compression"): torch's fused optimizers (``fused=True``) write the
     parameters without bumping their version counters, so the forward's own check (``_version``)
     missed their steps and computed with the compressions of the weight from before (0.8 off in
-    tests/integrations/test_torch_training.py). Global step hooks of ``torch.optim``, registered
-    once, for any optimizer."""
+    tests/integrations/test_torch_training.py). Global step hooks of ``torch.optim``
+    (optimizer_steps.py), for any optimizer."""
     _LAYERS.add(layer)
-    if not _STEP_HOOKS:
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
-        _STEP_HOOKS.append(register_optimizer_step_pre_hook(_before_step))
-        _STEP_HOOKS.append(register_optimizer_step_post_hook(_after_step))
+    watch_optimizer_steps(_stepped_layers)
 
 
-def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    """Note, for each live layer whose master weight ``optimizer`` steps, its freshness mark."""
+def _stepped_layers(params: list[torch.Tensor]) -> AfterStep | None:
+    """Before a step of ``params``: the live layers whose master weight it steps, with their freshness
+    marks; after it, each that no refresh reached during the step is marked stale (a
+    :class:`SparseTrainer`'s hook, which runs before the global one, refreshed its layers: not
+    compressed twice), so that its next eager call compresses the weight the step left."""
     if not _LAYERS:
-        return
-    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        return None
+    stepped = {id(p) for p in params}
     layers = [(layer, layer.__dict__.get("_fresh")) for layer in list(_LAYERS)
               if id(layer._parameters.get("weight")) in stepped]
-    if layers:
-        _STEPPING[optimizer] = layers
+    if not layers:
+        return None
 
+    def after() -> None:
+        for layer, fresh in layers:
+            if layer.__dict__.get("_fresh") is fresh:
+                layer.__dict__["_fresh"] = None
 
-def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    """Mark stale each layer :func:`_before_step` noted that no refresh reached during the step (a
-    :class:`SparseTrainer`'s hook, which runs before this global one, refreshed its layers: not
-    compressed twice): its next eager call compresses the weight the step left."""
-    for layer, fresh in _STEPPING.pop(optimizer, ()):
-        if layer.__dict__.get("_fresh") is fresh:
-            layer.__dict__["_fresh"] = None
+    return after
 
 
 # ------------------------------------------------------------------------------------------------

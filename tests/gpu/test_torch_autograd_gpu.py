@@ -79,6 +79,35 @@ def test_a_bias_made_a_parameter_on_the_gpu(weight, tokens):
         check_against_float64(layer, x, layer(x))
 
 
+@pytest.mark.parametrize("tokens", [1, 200])
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float64])
+def test_a_bias_parameter_trained_by_a_fused_optimizer_on_the_gpu(bias_dtype, tokens):
+    """A bias made an ``nn.Parameter`` in a type the plan converts (bf16 under a float32 x and output,
+    float64), trained by fused AdamW (``fused=True``: no version counter bumped): the launch record read
+    its converted copy from before the step. Every call after a step computes with the stepped bias,
+    through the full eager path and the last call's. CPU twin of the bookkeeping (the step hooks):
+    tests/integrations/test_torch_record_weight.py, test_a_fused_optimizer_step_of_a_converted_bias_..."""
+    from sparsile.tests.integrations.torch_helpers import check_against_float64
+
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, seed=11, device="cuda"), "bf16")
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    bias = torch.nn.Parameter((torch.rand(512, device="cuda", generator=gen) + 0.5).to(bias_dtype))
+    layer.bias = bias
+    x = torch.randn(tokens, 1024, device="cuda", generator=gen)
+    optimizer = torch.optim.AdamW([bias], lr=0.5, fused=True)
+    for _ in range(3):
+        with torch.no_grad():
+            for _ in range(2):  # the full path (a record built or refreshed), then the last call's
+                check_against_float64(layer, x, layer(x))
+        layer(x).square().mean().backward()
+        before = bias.detach().clone()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert not torch.equal(bias.detach(), before)
+    with torch.no_grad():
+        check_against_float64(layer, x, layer(x))
+
+
 @pytest.mark.parametrize("tokens", [1, 16, 200])
 @pytest.mark.parametrize(("weight", "x_dtype", "activation"), [
     ("bf16", torch.bfloat16, None), ("bf16", torch.bfloat16, "silu"), ("f16", torch.float16, "gelu_tanh"),

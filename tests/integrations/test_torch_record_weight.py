@@ -234,6 +234,45 @@ def test_a_write_to_a_bias_the_plan_converted_refreshes_the_copy(fake):
     assert next(iter(cache.records.values())) is unwatched
 
 
+@pytest.mark.parametrize("opt", ["sgd", "adamw", "adagrad"])
+def test_a_fused_optimizer_step_of_a_converted_bias_refreshes_the_copy(fake, opt):
+    """torch's fused optimizers (``fused=True``, transformers' default ``adamw_torch_fused``) write the
+    parameters in one kernel without bumping their version counters: a record reading a converted
+    copy of a bias made a parameter (a float64 or bf16 bias, which the plan converts to float32) kept
+    the copy from before the step, and the next call (the last call's path too: it compares the same
+    counters) computed with the old bias, without a word. Global step hooks bump the counter of a
+    stepped parameter whose memory a live record reads through a copy, where the step did not: the
+    next call refreshes the copy in place. A parameter read in place, or one the step skipped (no
+    gradient), keeps its counter."""
+    make = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW, "adagrad": torch.optim.Adagrad}[opt]
+    fake.reads_weight = True
+    fake.copies_bias = True
+    bias, skipped = torch.nn.Parameter(torch.rand(8)), torch.nn.Parameter(torch.rand(8))
+    cache, w = RecordCache(), _weight(bias)
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    (operands,) = record.operands
+    copy = operands[2]
+    assert record.copies_weight and torch.equal(copy, bias.detach().double())
+    fake.copies_bias = False  # (another bias read in place)
+    in_place = torch.nn.Parameter(torch.rand(8))
+    other, w_other = RecordCache(), _weight(in_place)
+    other.run((4,), x, w_other, None, torch.float32, stream=11)
+    assert not next(iter(other.records.values())).copies_weight
+    fake.copies_bias = True  # (the first record's plan, planned again by its refresh)
+    optimizer = make([bias, skipped, in_place], lr=0.5, fused=True)
+    for _ in range(2):
+        bias.grad, in_place.grad = torch.rand(8) + 0.5, torch.rand(8) + 0.5
+        before, versions = bias.detach().clone(), (bias._version, skipped._version, in_place._version)
+        optimizer.step()
+        assert not torch.equal(bias.detach(), before)  # (the step wrote it)
+        assert (bias._version > versions[0], skipped._version, in_place._version) == (True, *versions[1:])
+        cache.run((4,), x, w, None, torch.float32, stream=11)
+        assert list(cache.records.values()) == [record] and record.versions[2] == bias._version
+        assert torch.equal(copy, bias.detach().double()) and copy.data_ptr() == operands[2].data_ptr()
+
+
 def test_sync_refreshes_captured_copies_before_any_call(fake):
     """``RecordCache.sync`` (load_state_dict, SemiSparseLinear.refresh) refreshes the copies of every
     record of the weight's memory (retired ones, records of a view's base) at once, so that a graph
