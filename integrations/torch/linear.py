@@ -295,23 +295,39 @@ class SparseLinear(nn.Module):
         if fused is not None:
             fused[0].invalidate()
 
-    def _bound(self) -> Weight:
+    def _tensors(self) -> dict[str, Any]:
+        """values, meta, bias and scale_w by name as ``getattr`` finds them (:func:`tensors_of`), and
+        those a ``torch.nn.utils.parametrize`` parametrization computes (on each access: a new tensor
+        each call, unless under ``parametrize.cached()``): torch moves a parametrized tensor out of the
+        buffers and parameters, and the eager call read ``_buffers["bias"]``, a KeyError."""
+        d = self.__dict__
+        b = tensors_of(d)
+        parametrized = d["_modules"].get("parametrizations")
+        if parametrized is not None:
+            b = {**b, **{name: getattr(self, name) for name in _BUFFERS if name in parametrized}}
+        return b
+
+    def _bound(self, tensors: dict[str, Any] | None = None) -> Weight:
+        """The layer's :class:`Weight` (bound once, until the layer's tensors change): ``tensors``
+        (:meth:`_tensors`, this call's) where given, else the layer's attributes."""
         weight = self.__dict__["_weight"]
         if weight is None:
-            weight = Weight(self.values, self.meta, self.bias, self.scale_w, self.activation)
+            t = tensors if tensors is not None else self._tensors()
+            weight = Weight(t["values"], t["meta"], t["bias"], t["scale_w"], self.activation)
             self.__dict__["_bound_ptrs"] = tuple(0 if t is None else t.data_ptr()
                                                  for t in (weight.values, weight.meta, weight.bias, weight.scale_w))
             self.__dict__["_weight"] = weight
         return weight
 
-    def _rebound(self) -> None:
+    def _rebound(self, quiet: bool = False) -> None:
         """A buffer was replaced without ``setattr`` (``layer._buffers["values"] = t``, as accelerate's
         ``set_module_tensor_to_device`` does) or given other memory (``layer.values.data = t``), neither
         of which torch reports: the eager call found it (an identity and an address check per call,
         docs/torch.md "A weight written in place"), and the records built for the old tensors go, as
-        after an assignment."""
-        LOG.info("SparseLinear: a buffer was replaced or moved to other memory without setattr; rebuilding "
-                 "its launch records")
+        after an assignment. ``quiet``: a parametrized tensor (computed again on each call), not logged."""
+        if not quiet:
+            LOG.info("SparseLinear: a buffer was replaced or moved to other memory without setattr; rebuilding "
+                     "its launch records")
         self._invalidate()
 
     def _checked_input(self, x: Any) -> torch.dtype:
@@ -363,10 +379,10 @@ class SparseLinear(nn.Module):
         if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
             return fused[0].run(fused[1], x)
         b = d["_buffers"]
-        if d["_parameters"]:  # (inline: no call on the usual path) a tensor made an nn.Parameter
-            b = tensors_of(d)
+        if d["_parameters"] or d["_modules"]:  # (inline: no call on the usual path) a tensor made an
+            b = self._tensors()                # nn.Parameter, or parametrized
         if needs_autograd(x, b):  # x's (and a trainable bias's) gradient through the frozen weight
-            return LayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
+            return LayerWithInputGrad.apply(x, b["bias"], self, b["values"], b["meta"], b["scale_w"])
         w = d["_weight"]
         if w is not None:  # still this layer's tensors, at the addresses its records were built for?
             ptrs = d["_bound_ptrs"]
@@ -374,13 +390,13 @@ class SparseLinear(nn.Module):
                     or b["scale_w"] is not w.scale_w or w.values.data_ptr() != ptrs[0]
                     or w.meta.data_ptr() != ptrs[1] or (ptrs[2] and w.bias.data_ptr() != ptrs[2])
                     or (ptrs[3] and w.scale_w.data_ptr() != ptrs[3])):
-                self._rebound()
+                self._rebound(quiet=b is not d["_buffers"] and "parametrizations" in d["_modules"])
         last = d["_last"]
         if last is not None:  # the same kind of call as the last one: its record launched directly
             y = last(x)
             if y is not None:
                 return y
-        w = d["_weight"] or self._bound()
+        w = d["_weight"] or self._bound(b)
         shape = x.shape
         if not (shape and shape[-1] == self.in_features and x.dtype in OUT_DTYPES and x.device == w.values.device):
             self._checked_input(x)  # raises the diagnostic

@@ -305,6 +305,50 @@ def test_a_bias_made_a_parameter_is_the_layer_s_trainable_bias(weight, activatio
         check_against_float64(layer, x, layer(x))
 
 
+class _Affine(torch.nn.Module):
+    """A parametrization: 3 t + 1."""
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return t * 3 + 1
+
+
+@pytest.mark.parametrize("called_before", [False, True])
+def test_a_parametrized_bias_is_the_layer_s_bias(called_before):
+    """``torch.nn.utils.parametrize.register_parametrization(layer, "bias", p)``: torch moves the bias
+    out of the layer's buffers (into ``layer.parametrizations.bias.original``) and computes it on each
+    access, and the eager call read ``_buffers["bias"]``: a KeyError at the first call with grad mode
+    on, at the second without. The call computes with the parametrized bias (a new tensor each call,
+    so the layer rebinds each call), follows in-place writes of the original and passes the bias's
+    gradient through the parametrization to the original."""
+    from torch.nn.utils import parametrize
+
+    from sparsile.tests.integrations.torch_helpers import check_against_float64
+
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=15))
+    gen = torch.Generator().manual_seed(16)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    if called_before:
+        with torch.no_grad():
+            layer(x)
+    layer.bias = torch.nn.Parameter(torch.rand(48, generator=gen) - 0.5)
+    parametrize.register_parametrization(layer, "bias", _Affine())
+    original = layer.parametrizations.bias.original
+    with torch.no_grad():
+        for step in range(3):  # each call computes the bias again: a write to the original is seen
+            original.add_(0.25 * step)
+            check_against_float64(layer, x, layer(x))
+            assert torch.equal(layer.bias, original * 3 + 1)
+    y = layer(x)
+    check_against_float64(layer, x, y.detach())
+    g = torch.randn(y.shape, generator=gen).to(y.dtype)
+    y.backward(g)
+    want = 3 * g.double().reshape(-1, 48).sum(0)
+    assert torch.allclose(original.grad.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    with parametrize.cached():
+        with torch.no_grad():
+            check_against_float64(layer, x, layer(x))
+
+
 def test_a_bias_parameter_trains_through_torch_compile():
     """torch.compile of a layer whose bias is an nn.Parameter: the op gets the parameter, and its gradient."""
     layer = spt.SparseLinear.from_dense(linear(48, 64, seed=9))
