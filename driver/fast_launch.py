@@ -34,7 +34,7 @@ from ..backend.runtime.arguments import MISSING, is_torch_type
 from ..backend.runtime.launch_config import normalize_grid
 from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
-from ..frontend.sema.specialize import fingerprint
+from ..frontend.sema.specialize import fingerprint, grid_lookup_error
 from ..frontend.sema.values import Const
 from .array_devices import array_device, several_gpus
 from .kernel import constexpr_values, grid_meta
@@ -147,7 +147,14 @@ class FastEntry:
 
     def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
         if callable(grid):  # the call's arguments (its positional ones: the others are in meta), constexpr values
-            grid = grid({**self.meta, **dict(zip(self.names, args)), **self.constexprs})
+            meta = {**self.meta, **dict(zip(self.names, args)), **self.constexprs}
+            try:
+                grid = grid(meta)
+            except KeyError as exc:  # (a name the call lacks: SP0710; the user's own error else)
+                error = grid_lookup_error(exc, meta, self.launcher.spec.kernel_name)
+                if error is None:
+                    raise
+                raise error from exc
         if grid is None:  # (the prepared launch's None is its own grid, the first call's): SP0710
             normalize_grid(grid, self.launcher.device)
         if self.prepared is not None:

@@ -21,7 +21,7 @@ from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
 from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
 from ..frontend.sema.core import Sema
-from ..frontend.sema.specialize import ParamInfo, bind_arguments, none_pointer, specialize_memo
+from ..frontend.sema.specialize import ParamInfo, bind_arguments, call_grid, none_pointer, specialize_memo
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
@@ -438,13 +438,14 @@ def grid_meta(bound: dict[str, Any], bindings: dict[str, Any]) -> dict[str, Any]
     return {**bound, **constexpr_values(bindings)}
 
 
-def normalize_grid(grid: Any, meta: dict[str, Any]) -> tuple[int, int, int]:
-    """A grid given as an int, a tuple or list of up to 3 ints, or a callable of the constexpr
-    arguments returning one (LaunchError SP0710 otherwise). A dimension may be 0: such a grid has
-    no programs, and its launch runs nothing once the arguments are checked (docs/language.md,
-    "Specialization and launching"); a negative one is SP0710."""
+def normalize_grid(grid: Any, meta: dict[str, Any], kernel_name: str = "kernel") -> tuple[int, int, int]:
+    """A grid given as an int, a tuple or list of up to 3 ints, or a callable of ``meta`` (the
+    call's arguments: :func:`grid_meta`) returning one (LaunchError SP0710 otherwise, and for a
+    grid function looking up a name ``meta`` lacks: ``specialize.call_grid``). A dimension may be 0:
+    such a grid has no programs, and its launch runs nothing once the arguments are checked
+    (docs/language.md, "Specialization and launching"); a negative one is SP0710."""
     if callable(grid):
-        grid = grid(meta)
+        grid = call_grid(grid, meta, kernel_name)
     if _is_int(grid):
         grid = (grid,)
     if not isinstance(grid, tuple | list):
@@ -491,7 +492,7 @@ class _InterpretLaunch:
 
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         func = self.kernel.ir_for(bindings, key)
-        grid = normalize_grid(self.grid, grid_meta(bound, bindings))
+        grid = normalize_grid(self.grid, grid_meta(bound, bindings), self.kernel.name)
         params, writeback = interpreter_params(func, bound)
         Interpreter(func, max_ops).run(grid, params)
         for fn in writeback:

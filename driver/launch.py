@@ -20,6 +20,7 @@ from ..backend.runtime.arguments import ARG_DEVICE, is_torch_type
 from ..frontend.diagnostics import LaunchError
 from ..frontend.interp.host_arrays import stored_params
 from ..frontend.ir import types as T
+from ..frontend.sema.specialize import call_grid
 from ..frontend.sema.values import Const
 from ..target.targets import get_target, target_for_capability
 from . import fast_launch
@@ -121,7 +122,8 @@ class GpuLaunch:
                         record_launch(self, args, kwargs, stream)
                     return
         launcher, bound, bindings = self._launcher(args, kwargs)
-        grid = self.grid(grid_meta(bound, bindings)) if callable(self.grid) else self.grid
+        grid = call_grid(self.grid, grid_meta(bound, bindings), self.kernel.name) if callable(self.grid) \
+            else self.grid
         if launcher.spec_has_tensormaps and any(isinstance(v, np.ndarray) for v in bound.values()):
             staged = _stage_tma_host_arrays(launcher, bound, _is_empty(grid))
         else:
@@ -161,7 +163,8 @@ class GpuLaunch:
         if "per_call" in kwargs and "per_call" not in names:
             per_call = kwargs.pop("per_call")
         launcher, bound, bindings = self._launcher(args, kwargs, _vary_names(self.kernel, vary))
-        grid = self.grid(grid_meta(bound, bindings)) if callable(self.grid) else self.grid
+        grid = call_grid(self.grid, grid_meta(bound, bindings), self.kernel.name) if callable(self.grid) \
+            else self.grid
         order = list(range(len(args))) if per_call is None else _per_call_indices(self.kernel, per_call)
         return PreparedLaunch(self.kernel, launcher, bound, bindings, order, grid)
 

@@ -7,7 +7,9 @@ tensor element type and rank, scalar type), and — as Triton does — whether e
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +167,35 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
                 raise LaunchError("SP0701", f"`{kernel_name}` is missing the argument `{p.name}`")
             bound[p.name] = p.default
     return bound
+
+
+def grid_lookup_error(exc: KeyError, meta: Mapping[str, Any], kernel_name: str) -> LaunchError | None:
+    """LaunchError SP0710 for a grid function ``grid(meta)`` that raised ``exc``, a KeyError for a
+    name ``meta`` does not have (``meta["N"]`` where the argument is ``n``): it names the key and
+    lists what the function is given. None for any other KeyError (one for a name ``meta`` has
+    came from the user's own lookups: theirs to read). The caller raises it ``from exc``, so the
+    user's line stays in the traceback; a ``try`` around the call costs nothing when nothing raises."""
+    key = exc.args[0] if len(exc.args) == 1 else None
+    if not isinstance(key, str) or key in meta:
+        return None
+    names = [str(n) for n in meta]
+    given = f"the grid function is given {', '.join(f'`{n}`' for n in names)}" if names else \
+        "the grid function is given no arguments"
+    lowered = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(key.lower(), list(lowered), n=1)
+    return LaunchError("SP0710", f"the grid function of `{kernel_name}` looks up `{key}`, which is not an argument "
+                       "of the call", help=f"{given}; did you mean `{lowered[close[0]]}`?" if close else given)
+
+
+def call_grid(grid: Callable[[dict[str, Any]], Any], meta: dict[str, Any], kernel_name: str) -> Any:
+    """``grid(meta)``, a KeyError for a name ``meta`` lacks raised as :func:`grid_lookup_error`."""
+    try:
+        return grid(meta)
+    except KeyError as exc:
+        error = grid_lookup_error(exc, meta, kernel_name)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def fingerprint(value: Any, constexpr: bool) -> Any:

@@ -461,7 +461,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
                            help=f"declare `{name}` as an output (out_shapes), or alias the input to an output "
                                 "with input_output_aliases={input index: output index}")
     meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
-    dims = normalize_grid(grid, meta)
+    dims = normalize_grid(grid, meta, kernel.name)
     plan = CallPlan(kernel, bindings, key, launch_options, dims, sources, [np.dtype(s.dtype) for s in structs],
                     aliases)
     number = ffi.add_plan(plan, _describe(plan, structs))

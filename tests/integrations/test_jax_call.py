@@ -417,3 +417,15 @@ def test_an_array_of_a_type_sparsile_has_no_element_type_for_names_the_type(dtyp
         jax.jit(lambda a: call(copy, (1,), a, out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32)))(a)
     assert str(info.value).splitlines()[0] == (f"error[SP0708]: argument `x` expects an array (pointer), found an "
                                                f"array of {dtype}, which has no sparsile element type")
+
+
+def test_a_grid_function_looking_up_a_missing_name_is_sp0710() -> None:
+    x, y = _inputs()
+    with pytest.raises(sp.LaunchError) as info:
+        call(scale_add, lambda meta: (sp.cdiv(N, meta["BLOCK_SIZE"]),), x, y,
+             out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0)
+    assert info.value.code == "SP0710"
+    assert info.value.message == ("the grid function of `scale_add` looks up `BLOCK_SIZE`, which is not an argument "
+                                  "of the call")
+    assert info.value.help == "the grid function is given `BLOCK`; did you mean `BLOCK`?"
+    assert isinstance(info.value.__cause__, KeyError)
