@@ -92,7 +92,12 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
     if isinstance(ann, T.TensorType):
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:
-            raise LaunchError("SP0708", f"argument `{p.name}` expects a tensor, found {type(value).__name__}")
+            if is_array_like(value):
+                raise LaunchError("SP0708", f"argument `{p.name}` expects a tensor, found an array of {value.dtype}, "
+                                  "which has no sparsile element type",
+                                  help=f"convert the array to {ann.elem} before the call")
+            raise LaunchError("SP0708", f"argument `{p.name}` expects a tensor, found {type(value).__name__}",
+                              help="pass a numpy array or a device tensor")
         if value.ndim != ann.rank:
             raise LaunchError("SP0720", f"argument `{p.name}` expects a tensor of rank {ann.rank}, found "
                               f"shape {tuple(value.shape)}")

@@ -123,3 +123,31 @@ def test_tuple_elements_of_equal_value_but_other_type_are_other_specializations(
         assert np.array_equal(out.astype(np.float64), expected), s
     keys = {divide.bind((out, s), {})[2] for s, _ in cases}
     assert len(keys) == 3
+
+
+TENSOR = """
+@kernel
+def k(t: tensor[f32, 1], n: i32):
+    pass
+"""
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_a_tensor_of_a_type_sparsile_has_no_element_type_for_names_the_type(dtype: str) -> None:
+    """The tensor branch of SP0708 said "found ndarray" for an array of such a type (the pointer
+    branch names the element type)."""
+    k = sp.loads(TENSOR, "tensor.spk").kernels["k"]
+    with pytest.raises(LaunchError) as info:
+        k.interpret[(1,)](np.zeros(4, dtype), 4)
+    assert info.value.code == "SP0708"
+    assert info.value.message == (f"argument `t` expects a tensor, found an array of {dtype}, which has no sparsile "
+                                  "element type")
+    assert info.value.help == "convert the array to f32 before the call"
+
+
+def test_a_tensor_parameter_given_no_array_names_what_it_got() -> None:
+    k = sp.loads(TENSOR, "tensor.spk").kernels["k"]
+    with pytest.raises(LaunchError) as info:
+        k.interpret[(1,)]("not an array", 4)
+    assert info.value.code == "SP0708" and info.value.message == "argument `t` expects a tensor, found str"
+    assert info.value.help == "pass a numpy array or a device tensor"

@@ -429,3 +429,16 @@ def test_a_grid_function_looking_up_a_missing_name_is_sp0710() -> None:
                                   "of the call")
     assert info.value.help == "the grid function is given `BLOCK`; did you mean `BLOCK`?"
     assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_tensor_of_a_type_sparsile_has_no_element_type_for_names_the_type() -> None:
+    """The tensor branch of SP0708 said "found _Stand" (call's internal stand-in) for such an array."""
+
+    @sp.jit
+    def copy_t(t: sp.tensor[sp.f32, 1], out, BLOCK: sp.constexpr = 8):
+        sp.store(out + sp.arange(0, BLOCK), t.load_tile((0,), (BLOCK,)))
+
+    with pytest.raises(sp.LaunchError) as info:
+        call(copy_t, (1,), jnp.zeros(8, "complex64"), out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32))
+    assert str(info.value).splitlines()[0] == ("error[SP0708]: argument `t` expects a tensor, found an array of "
+                                               "complex64, which has no sparsile element type")
