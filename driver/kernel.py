@@ -21,7 +21,14 @@ from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
 from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
 from ..frontend.sema.core import Sema
-from ..frontend.sema.specialize import ParamInfo, bind_arguments, call_grid, none_pointer, specialize_memo
+from ..frontend.sema.specialize import (
+    ParamInfo,
+    bind_arguments,
+    call_grid,
+    constant_notes,
+    none_pointer,
+    specialize_memo,
+)
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
@@ -269,7 +276,8 @@ class Kernel:
         if merged.get("pdl"):  # only programmatic dependent launches carry it (read by pdl.wait()'s check)
             attrs["pdl"] = True
         dump("specialize", self.name, lambda: "\n".join(f"{name} = {value!r}" for name, value in bindings.items()))
-        func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs)
+        notes = constant_notes(self.params, bindings)
+        func = Sema(self.globals, self.source.name).kernel(self.node, bindings, attrs, notes)
         dump("sema", self.name, lambda: print_function(func))
         return func
 

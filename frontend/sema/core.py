@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,11 +95,18 @@ class Sema(ExprMixin, ControlFlowMixin):
         self.in_trial = False
         self.statements = 0
         self.too_deep: set[int] = set()  # helpers whose recursion was reported
+        self.constant_params: dict[int, tuple[str, Const]] = {}  # id of a parameter's Const -> (name, it)
+        self.constant_uses: dict[Span, str] = {}  # span of a name whose value is that Const -> the parameter
+        self.constant_notes: Mapping[str, str] = {}
 
     # ------------------------------------------------------------------------------ entry point
-    def kernel(self, node: A.FunctionDef, bindings: dict[str, Any], attrs: dict[str, Any] | None = None) -> Function:
+    def kernel(self, node: A.FunctionDef, bindings: dict[str, Any], attrs: dict[str, Any] | None = None,
+               notes: Mapping[str, str] | None = None) -> Function:
         """The IR of kernel ``node`` with its parameters bound: a :class:`Const` for each
-        constexpr parameter and an :class:`ArgSpec` for each run-time one."""
+        constexpr parameter (and pointer given None) and an :class:`ArgSpec` for each run-time one.
+        ``notes``: what a diagnostic at a use of such a Const parameter's value says of it, by
+        parameter name (``specialize.constant_notes``: the value it was given)."""
+        self.constant_notes = notes or {}
         body = Region(Block())
         self.builder = Builder(body.block)
         params: list[Param] = []
@@ -109,6 +116,8 @@ class Sema(ExprMixin, ControlFlowMixin):
             if isinstance(b, Const):
                 params.append(Param(p.name, None, None, b.value, p.span))
                 self.scope.names[p.name] = b
+                if p.name in self.constant_notes:
+                    self.constant_params[id(b)] = (p.name, b)
             elif isinstance(b, ArgSpec):
                 v = body.block.add_arg(b.type, p.name)
                 params.append(Param(p.name, b.type, v, None, p.span, b.divisible_16))
@@ -130,8 +139,31 @@ class Sema(ExprMixin, ControlFlowMixin):
             self.bag.error("SP0207", "a kernel cannot return a value", ret.span,
                            help="store results through a pointer or tensor parameter")
         self._dedupe()
+        self._note_constant_parameters()
         self.bag.raise_if_errors()
         return func
+
+    def note_constant_use(self, span: Span, value: Const) -> None:
+        """Remember that the name at ``span`` has the value of a Const parameter (read by
+        :meth:`_note_constant_parameters`); the parameter's own object only, not a value equal
+        to it (a local that shadows it)."""
+        found = self.constant_params.get(id(value))
+        if found is not None and found[1] is value:
+            self.constant_uses[span] = found[0]
+
+    def _note_constant_parameters(self) -> None:
+        """Add to each diagnostic that points at a use of a Const parameter the note saying what
+        the parameter was given: at the use itself (the diagnostic's span or a label's) or inside
+        the one line the diagnostic points at (``(BLOCK,)``, ``BLOCK * 2``)."""
+        if not self.constant_uses:
+            return
+        for i, d in enumerate(self.bag.items):
+            spans = (d.span, *(label.span for label in d.labels))
+            names = dict.fromkeys([*(self.constant_uses[s] for s in spans if s in self.constant_uses),
+                                   *(name for use, name in self.constant_uses.items() if _within(use, d.span))])
+            added = tuple(n for n in (self.constant_notes[name] for name in names) if n not in d.notes)
+            if added:
+                self.bag.items[i] = dataclasses.replace(d, notes=(*d.notes, *added))
 
     def _dedupe(self) -> None:
         seen: set[tuple[str, str, Span]] = set()
@@ -440,6 +472,12 @@ class Sema(ExprMixin, ControlFlowMixin):
         except (CompileError, PoisonError):
             return None
         return v.value if isinstance(v, Const) else None
+
+
+def _within(inner: Span, outer: Span) -> bool:
+    """Whether ``inner`` lies in ``outer``, a span of one line."""
+    return (outer.line == outer.end_line == inner.line == inner.end_line and inner.source is outer.source
+            and outer.col <= inner.col and inner.end_col <= outer.end_col)
 
 
 def _target_text(t: A.Expr) -> str:

@@ -106,9 +106,13 @@ class ExprMixin:
     # ------------------------------------------------------------------------------ names
     def name(self, node: A.Name) -> Any:
         try:
-            return _check_bound(node, self.lookup_local(node.id))  # type: ignore[attr-defined]
+            v = self.lookup_local(node.id)  # type: ignore[attr-defined]
         except KeyError:
             pass
+        else:
+            if type(v) is Const and self.constant_params:  # type: ignore[attr-defined]
+                self.note_constant_use(node.span, v)  # type: ignore[attr-defined]
+            return _check_bound(node, v)
         try:
             return _check_bound(node, self.resolve_global(node.id))  # type: ignore[attr-defined]
         except KeyError:

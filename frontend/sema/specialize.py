@@ -281,6 +281,26 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
     return bindings, tuple(key)
 
 
+def constant_notes(params: list[ParamInfo], bindings: Mapping[str, Any]) -> dict[str, str]:
+    """For each parameter bound to a compile-time constant (a constexpr, a pointer given None), the
+    note a diagnostic at a use of its value gets (``Sema.kernel``'s ``notes``): what it was given,
+    which a kernel failing deep inside (``arange(0, BLOCK)`` with ``BLOCK=256.0``) does not say."""
+    notes: dict[str, str] = {}
+    for p in params:
+        b = bindings.get(p.name)
+        if not isinstance(b, Const):
+            continue
+        if p.annotation is T.CONSTEXPR:
+            v = b.value
+            given = "None" if v is None else str(v) if isinstance(v, T.Type) else f"{v!r} ({type(v).__name__})"
+            notes[p.name] = f"`{p.name}` is a constexpr parameter, given {given}"
+        else:
+            notes[p.name] = (f"`{p.name}` was given None, so it is the compile-time constant None here (an optional "
+                             f"pointer is used under `if {p.name} is not None:`; docs/language.md, \"Specialization "
+                             "and launching\")")
+    return notes
+
+
 def none_pointer(p: ParamInfo, v: Any) -> bool:
     """Whether ``v`` is None given for a parameter without annotation or of a pointer type: then,
     as in Triton, it is the compile-time constant None (an optional pointer: ``bias=None`` and

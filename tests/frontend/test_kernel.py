@@ -187,7 +187,7 @@ def test_fresh_ir_gives_sema_pdl_only_when_true(monkeypatch: pytest.MonkeyPatch)
     class Stop(Exception):
         pass
 
-    def record(self: object, node: object, bindings: object, attrs: dict | None = None) -> None:
+    def record(self: object, node: object, bindings: object, attrs: dict | None = None, notes: object = None) -> None:
         seen.append(dict(attrs or {}))
         raise Stop
 
