@@ -33,6 +33,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ...driver.kernel import KERNEL_OPTIONS, Kernel, normalize_grid
+from ...frontend.diagnostics import LaunchError
 from ...frontend.interp.host_arrays import stored_params
 from ...frontend.ir import types as T
 from ...frontend.legality.meta import check_metadata_argument
@@ -380,6 +381,28 @@ def _check_kernel(kernel: Any) -> None:
                        f"got {what}", help=help)
 
 
+_NARROWED = {T.f64: np.dtype(np.float32), T.i64: np.dtype(np.int32), T.u64: np.dtype(np.uint32)}
+"""The dtype JAX without x64 holds an array of each 64-bit element type as."""
+X64_HELP = ("JAX holds 64-bit arrays as 32-bit ones unless x64 is enabled: jax.config.update(\"jax_enable_x64\", "
+            "True) before creating the arrays (docs/jax.md)")
+
+
+def _x64_help(exc: LaunchError, kernel: Kernel, stand: Mapping[str, Any]) -> LaunchError | None:
+    """SP0703 ``exc`` with :data:`X64_HELP` added when it is about an array parameter of a 64-bit
+    element type given the 32-bit array JAX makes of a 64-bit one while x64 is off (a numpy f64
+    array arrives as f32); None otherwise."""
+    if exc.code != "SP0703" or jax.config.jax_enable_x64:
+        return None
+    for p in kernel.params:
+        ann = p.annotation
+        elem = ann.elem if isinstance(ann, T.PointerType | T.TensorType) else None
+        given = stand.get(p.name)
+        if elem in _NARROWED and isinstance(given, _Stand) and given.dtype == _NARROWED[elem] and \
+                exc.message.startswith(f"argument `{p.name}` "):
+            return LaunchError(exc.code, exc.message, help=f"{exc.help}; {X64_HELP}" if exc.help else X64_HELP)
+    return None
+
+
 def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Mapping[str, Any] | None = None,
          input_output_aliases: Mapping[int, int] | None = None, interpret: bool = False, **kwargs: Any) -> Any:
     """Call ``kernel`` on ``grid`` as one JAX operation (usable inside ``jax.jit``).
@@ -447,7 +470,13 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     aliases = _aliases(input_output_aliases, operands, structs)
 
     launch_options = {k: v for k, v in stand.items() if k in KERNEL_OPTIONS and k not in params}
-    bound, bindings, key = kernel.bind((), dict(stand))
+    try:
+        bound, bindings, key = kernel.bind((), dict(stand))
+    except LaunchError as exc:
+        wider = _x64_help(exc, kernel, stand)
+        if wider is None:
+            raise
+        raise wider from None
     for p in kernel.params:  # defaults (scalars, constexprs) the call left out are passed as bound
         if p.name not in given and p.name not in out_keys:
             sources.append((p.name, "value", bound[p.name]))

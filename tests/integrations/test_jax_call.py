@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -442,3 +443,76 @@ def test_a_tensor_of_a_type_sparsile_has_no_element_type_for_names_the_type() ->
         call(copy_t, (1,), jnp.zeros(8, "complex64"), out_shapes=jax.ShapeDtypeStruct((8,), jnp.float32))
     assert str(info.value).splitlines()[0] == ("error[SP0708]: argument `t` expects a tensor, found an array of "
                                                "complex64, which has no sparsile element type")
+
+
+@sp.jit
+def copy_wide(x: sp.ptr[sp.f64], out: sp.ptr[sp.f64], ix: sp.ptr[sp.i64], iout: sp.ptr[sp.i64],
+              BLOCK: sp.constexpr = 8):
+    offs = sp.arange(0, BLOCK)
+    sp.store(out + offs, sp.load(x + offs) * 3.0)
+    sp.store(iout + offs, sp.load(ix + offs) * 3)
+
+
+def _wide_call(x: object, ix: object) -> object:
+    return call(copy_wide, (1,), x, out_shapes={"out": jax.ShapeDtypeStruct((8,), jnp.float64),
+                                                "iout": jax.ShapeDtypeStruct((8,), jnp.int64)}, ix=ix)
+
+
+def _enable_x64():  # (jax.enable_x64 since 0.7; jax.experimental.enable_x64 before)
+    enable = getattr(jax, "enable_x64", None)
+    if enable is not None:
+        return enable(True)
+    from jax.experimental import enable_x64
+
+    return enable_x64()
+
+
+X64_HELP = ("JAX holds 64-bit arrays as 32-bit ones unless x64 is enabled: jax.config.update(\"jax_enable_x64\", "
+            "True) before creating the arrays (docs/jax.md)")
+
+
+@pytest.mark.parametrize("make", [np.asarray, jnp.asarray], ids=["numpy", "jax"])
+def test_a_64_bit_array_without_x64_says_to_enable_it(make) -> None:
+    """Without x64, JAX makes a numpy f64 array f32 (and i64 i32): the kernel's f64 parameter then
+    reported SP0703 "found an array of f32" without saying why."""
+    assert not jax.config.jax_enable_x64
+    x, ix = np.linspace(-1.0, 1.0, 8), np.arange(-4, 4, dtype=np.int64)
+    with warnings.catch_warnings():  # (jnp.asarray warns that it truncates, once)
+        warnings.simplefilter("ignore")
+        arrays = make(x), make(ix)
+    with pytest.raises(sp.LaunchError) as info:
+        _wide_call(*arrays)
+    assert info.value.code == "SP0703"
+    assert info.value.message == "argument `x` expects a pointer to f64, found an array of f32"
+    assert info.value.help == f"convert the array to f64 before the call; {X64_HELP}"
+    with pytest.raises(sp.LaunchError) as info:  # an f32 array itself: converting it needs x64 as well
+        _wide_call(jnp.ones(8, jnp.float32), ix)
+    assert info.value.message == "argument `x` expects a pointer to f64, found an array of f32"
+    assert info.value.help == f"convert the array to f64 before the call; {X64_HELP}"
+
+
+def test_an_integer_64_bit_array_without_x64_says_to_enable_it() -> None:
+    with _enable_x64():
+        x = jnp.asarray(np.linspace(-1.0, 1.0, 8))
+    with pytest.raises(sp.LaunchError) as info:
+        _wide_call(x, np.arange(-4, 4, dtype=np.int64))
+    assert info.value.message == "argument `ix` expects a pointer to i64, found an array of i32"
+    assert info.value.help == f"convert the array to i64 before the call; {X64_HELP}"
+
+
+def test_a_32_bit_array_for_a_32_bit_mismatch_gets_no_x64_help() -> None:
+    with pytest.raises(sp.LaunchError) as info:
+        call(scale_add, (1,), np.zeros(N, np.int32), np.zeros(N, np.float32),
+             out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.0)
+    assert info.value.message == "argument `x` expects a pointer to f32, found an array of i32"
+    assert info.value.help == "convert the array to f32 before the call"
+
+
+def test_with_x64_a_64_bit_kernel_runs() -> None:
+    x, ix = np.linspace(-1.0, 1.0, 8), np.arange(-4, 4, dtype=np.int64) * 2**40
+    with _enable_x64():
+        got = _wide_call(x, ix)
+        out, iout = np.asarray(got["out"]), np.asarray(got["iout"])
+    assert out.dtype == np.float64 and iout.dtype == np.int64
+    np.testing.assert_array_equal(out, x * 3.0)  # exact in f64: x * 3.0 is one rounding, as numpy's
+    np.testing.assert_array_equal(iout, ix * 3)
