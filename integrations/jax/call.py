@@ -32,7 +32,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ...driver.kernel import KERNEL_OPTIONS, Kernel, normalize_grid
+from ...driver.kernel import KERNEL_OPTIONS, Kernel, grid_meta, normalize_grid
 from ...frontend.diagnostics import LaunchError
 from ...frontend.interp.host_arrays import stored_params
 from ...frontend.ir import types as T
@@ -489,8 +489,9 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         raise JaxCallError(SP_JAX_WRITES_INPUT, f"`{kernel.name}` writes `{name}`, which is an input of this call",
                            help=f"declare `{name}` as an output (out_shapes), or alias the input to an output "
                                 "with input_output_aliases={input index: output index}")
-    meta = {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
-    dims = normalize_grid(grid, meta, kernel.name)
+    # every argument, as on the other launch paths (docs/language.md): scalars and constexprs by value,
+    # arrays as their trace-time stand-ins (shape, dtype)
+    dims = normalize_grid(grid, grid_meta(bound, bindings), kernel.name)
     plan = CallPlan(kernel, bindings, key, launch_options, dims, sources, [np.dtype(s.dtype) for s in structs],
                     aliases)
     number = ffi.add_plan(plan, _describe(plan, structs))

@@ -428,8 +428,27 @@ def test_a_grid_function_looking_up_a_missing_name_is_sp0710() -> None:
     assert info.value.code == "SP0710"
     assert info.value.message == ("the grid function of `scale_add` looks up `BLOCK_SIZE`, which is not an argument "
                                   "of the call")
-    assert info.value.help == "the grid function is given `BLOCK`; did you mean `BLOCK`?"
+    assert info.value.help.startswith("the grid function is given ")
+    assert "`n`" in info.value.help and "`alpha`" in info.value.help and info.value.help.endswith(
+        "did you mean `BLOCK`?")
     assert isinstance(info.value.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_a_grid_function_is_given_every_argument(interpret: bool) -> None:
+    """As on the other launch paths (docs/language.md): scalars by value, arrays with their shape; it
+    was given the constexprs only (meta["n"] was SP0710 here)."""
+    x, y = _inputs()
+    seen = {}
+
+    def grid(meta):
+        seen.update(meta)
+        return (sp.cdiv(meta["n"], meta["BLOCK"]),)
+
+    got = np.asarray(call(scale_add, grid, x, y, out_shapes=jax.ShapeDtypeStruct((N,), jnp.float32), n=N, alpha=1.5,
+                          interpret=interpret), np.float64)
+    assert seen["n"] == N and seen["alpha"] == 1.5 and seen["BLOCK"] == 128 and tuple(seen["x"].shape) == (N,)
+    _within_f32_rounding(got, 1.5 * x.astype(np.float64) + y, 1.5 * np.abs(x.astype(np.float64)) + y)
 
 
 def test_a_tensor_of_a_type_sparsile_has_no_element_type_for_names_the_type() -> None:
