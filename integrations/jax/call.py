@@ -37,7 +37,6 @@ from ...frontend.diagnostics import LaunchError
 from ...frontend.interp.host_arrays import stored_params
 from ...frontend.ir import types as T
 from ...frontend.legality.meta import check_metadata_argument
-from ...frontend.sema.values import Const
 from ...stdlib.sparsity.hostarray import checked_flag
 from . import ffi
 from .errors import (
