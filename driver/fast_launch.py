@@ -37,7 +37,7 @@ from ..frontend.ir import types as T
 from ..frontend.sema.specialize import fingerprint, grid_lookup_error
 from ..frontend.sema.values import Const
 from .array_devices import array_device, several_gpus
-from .kernel import constexpr_values, grid_meta
+from .kernel import grid_meta
 from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
 
 MAX_ENTRIES = 256
@@ -128,16 +128,19 @@ class FastEntry:
     """What a call with a known fingerprint needs: a prepared launch (when the arguments were
     device arrays: it packs them straight into its own parameter buffer), else the launcher with
     where each of its arguments comes from in ``args + pad``; the constexpr values (for a callable
-    grid) and whether the stream defaults to torch's current one."""
+    grid) and whether the stream defaults to torch's current one.
 
-    __slots__ = ("constexprs", "getter", "launcher", "meta", "names", "pad", "prepared", "single", "torch_stream")
+    ``meta``: what a grid function is given besides this call's positional arguments (``names``:
+    the kernel's parameters, in order): the constexpr values and the run-time arguments left at
+    their defaults, never the arguments of the call that filed the entry (the entry would keep
+    its arrays alive for as long as the kernel)."""
+
+    __slots__ = ("getter", "launcher", "meta", "names", "pad", "prepared", "single", "torch_stream")
 
     def __init__(self, launcher: Any, getter: Callable[[tuple[Any, ...]], Any], single: bool, pad: tuple[Any, ...],
-                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None, names: tuple[str, ...] = (),
-                 constexprs: dict[str, Any] | None = None):
+                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None, names: tuple[str, ...] = ()):
         self.launcher, self.getter, self.single, self.pad = launcher, getter, single, pad
         self.meta, self.torch_stream, self.prepared, self.names = meta, torch_stream, prepared, names
-        self.constexprs = constexprs or {}
 
     def captures_valid(self, kernel: Any) -> bool:
         """Whether what the kernel's parameters and this launcher's IR read from Python is unchanged
@@ -147,11 +150,12 @@ class FastEntry:
 
     def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
         if callable(grid):  # the call's arguments (its positional ones: the others are in meta), constexpr values
-            meta = {**self.meta, **dict(zip(self.names, args)), **self.constexprs}
+            call_meta = dict(zip(self.names, args))
+            call_meta.update(self.meta)
             try:
-                grid = grid(meta)
+                grid = grid(call_meta)
             except KeyError as exc:  # (a name the call lacks: SP0710; the user's own error else)
-                error = grid_lookup_error(exc, meta, self.launcher.spec.kernel_name)
+                error = grid_lookup_error(exc, call_meta, self.launcher.spec.kernel_name)
                 if error is None:
                     raise
                 raise error from exc
@@ -198,7 +202,9 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     sources = [index[p.name.split(".tmap")[0] if p.kind == "tensormap" else p.name] for p in launcher.spec.user_params]
     if not sources:
         return
-    meta = grid_meta(bound, bindings)  # (a later call's positional arguments replace this one's)
+    positional = set(names[:len(args)])  # (a later call's own: FastEntry.launch; constexprs: their values)
+    meta = {k: v for k, v in grid_meta(bound, bindings).items()
+            if k not in positional or isinstance(bindings.get(k), Const)}
     torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
     try:  # device arrays only (host arrays raise SP0733): the prepared launch's faster packing
         prepared = PreparedLaunch(kernel, launcher, bound, bindings, list(range(len(args))), grid)
@@ -208,4 +214,4 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
         fast.entries.clear()
     fast.entries[key] = FastEntry(launcher, operator.itemgetter(*sources), len(sources) == 1,
                                   tuple(pad) if max(sources) >= len(args) else (), meta, torch_stream, prepared,
-                                  tuple(names), constexpr_values(bindings))
+                                  tuple(names))

@@ -6,9 +6,13 @@ a KeyError. On the fake device of test_prepared.py."""
 
 from __future__ import annotations
 
+import gc
+import struct
+import weakref
 from typing import Any
 
 import numpy as np
+import pytest
 
 import sparsile as sp
 from sparsile.tests.backend.test_prepared import arrays, vadd
@@ -36,3 +40,21 @@ def test_the_interpreter_gives_the_same_arguments() -> None:
     out = np.full(1000, np.nan, np.float32)
     vadd().interpret[grid](x, y, out, 1000, BLOCK=256)
     np.testing.assert_array_equal(out, x + y)
+
+
+@pytest.mark.parametrize("launch_grid", [grid, (4,)], ids=["grid function", "tuple"])
+def test_the_fast_path_keeps_no_array_of_the_call_that_filed_it(gpu: Any, launch_grid: Any) -> None:
+    """The fast entry gives a grid function this call's arguments; it kept the call that filed it
+    as well (its arrays: the first x, y and out of every fingerprint alive, GPU memory held for as
+    long as the kernel)."""
+    k = vadd()
+    x, y, out = arrays()
+    k[launch_grid](x, y, out, 1024, BLOCK=256)  # the full path: files the fast entry
+    assert k.__dict__["_fast_launches"].entries
+    held = [weakref.ref(a) for a in (x, y, out)]
+    del x, y, out
+    gc.collect()
+    assert [r() for r in held] == [None] * 3
+    x, y, out = arrays(base=0x7E00_0000_0000)
+    k[launch_grid](x, y, out, 1024, BLOCK=256)  # the fast path, this call's arrays
+    assert gpu.launches[-1]["params"][0] == struct.pack("<Q", x.data_ptr())
