@@ -67,7 +67,7 @@ from ..backend.runtime.arguments import (
     scalar_writer,
     stream_handle,
 )
-from ..backend.runtime.launch_config import INTS
+from ..backend.runtime.launch_config import INTS, rememberable_grid
 from ..backend.runtime.tensormap import (
     TENSOR_MAP_BYTES,
     TensorMapCache,
@@ -158,6 +158,10 @@ class _MapSlot:
         self.last = here
 
 
+class _NoGrid:
+    """What a prepared launch remembers as its last grid where it remembers none (no grid is this class)."""
+
+
 class PreparedLaunch:
     """One specialization of a kernel, bound to a grid, launched with fresh arguments per call.
     Built by ``kernel[grid].prepare(...)`` (:meth:`sparsile.driver.launch.GpuLaunch.prepare`)."""
@@ -182,7 +186,8 @@ class PreparedLaunch:
         self._fixed: list[Any] = []  # run-time arguments given by keyword: written once, kept alive
         self._captures = getattr(launcher, "captures", None) or None  # what the compiled IR read from Python
         self._dims = self._last_dims = self._checked_grid(grid)
-        self._last_grid: Any = grid
+        # (only an int or a tuple of ints is remembered: launch_config.rememberable_grid; _NoGrid is no grid)
+        self._last_grid: Any = grid if rememberable_grid(grid) else _NoGrid
         self._handle = launcher._handle
         self._launch = launcher._launch_kernel
         self._launch_ex = launcher._launch_kernel_ex
@@ -345,12 +350,13 @@ class PreparedLaunch:
             handle = stream_handle(stream)
         if grid is None:
             dims = self._dims
-        elif type(grid) is type(self._last_grid) and (type(grid) is int or INTS.issuperset(map(type, grid))) \
-                and grid == self._last_grid:  # Python ints only: (4.0,) == (4,) (launch_config.INTS)
-            dims = self._last_dims
+        elif grid is self._last_grid or (type(grid) is type(self._last_grid) and (
+                type(grid) is int or INTS.issuperset(map(type, grid))) and grid == self._last_grid):
+            dims = self._last_dims  # Python ints only: (4.0,) == (4,) (launch_config.INTS)
         else:
             dims = self._checked_grid(grid)
-            self._last_grid, self._last_dims = grid, dims
+            if rememberable_grid(grid):
+                self._last_grid, self._last_dims = grid, dims
         self._lock.acquire()
         call = self._call
         call.stream = handle

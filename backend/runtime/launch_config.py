@@ -37,7 +37,16 @@ INTS = frozenset((int,))
 """``INTS.issuperset(map(type, grid))``: whether every dimension of a sequence grid is a Python int.
 A launch path that remembers the last grid it checked takes a new one for it only then (and when
 equal): ``(4.0,)``, a numpy float or array, a torch scalar tensor compare equal to ``(4,)`` but are
-SP0710 (and an array of several elements cannot be compared at all)."""
+SP0710 (and an array of several elements cannot be compared at all). Only such grids are
+remembered (:func:`rememberable_grid`), so the very grid remembered (``grid is last``, a hoisted
+or constant tuple: the common case, no check at all) is the one checked."""
+
+
+def rememberable_grid(grid: Any) -> bool:
+    """Whether a launch path may remember ``grid`` as the last one it checked: a Python int or a
+    tuple of them (immutable: a list changed in place after a launch is still the same object, and
+    equal to itself)."""
+    return type(grid) is int or (type(grid) is tuple and INTS.issuperset(map(type, grid)))
 
 
 def normalize_grid(grid: Any, limits: DeviceInfo) -> tuple[int, int, int]:

@@ -56,6 +56,7 @@ from .launch_config import (
     check_shared_memory,
     normalize_block,
     normalize_grid,
+    rememberable_grid,
     stream_handle,
 )
 from .module import KernelFunction
@@ -174,7 +175,7 @@ class Launcher:
         self._build_buffer()
         self._raw_ex = raw_ex is not None
         self._config = self.new_config()
-        self._last_grid: Any = None
+        self._last_grid: Any = _NoGrid  # (no grid is this class: see _grid)
         self._last_grid_type: type = _NoGrid
         self._last_dims: tuple[int, int, int] = (1, 1, 1)
         self._n_user = len(self._binder.names)
@@ -408,7 +409,7 @@ class Launcher:
                     raise
                 raise error from exc
         # a grid of Python ints only (launch_config.INTS: a float or an array can equal one)
-        cacheable = type(grid) is int or (type(grid) is tuple and INTS.issuperset(map(type, grid)))
+        cacheable = rememberable_grid(grid)
         if cacheable and type(grid) is self._last_grid_type and grid == self._last_grid:
             return self._last_dims
         dims = normalize_grid(grid, self.device)
@@ -427,8 +428,8 @@ class Launcher:
         launched = False
         restore = None  # the thread's context, when the launch made another current (devices.enter)
         try:
-            if type(grid) is self._last_grid_type and (type(grid) is int or INTS.issuperset(map(type, grid))) \
-                    and grid == self._last_grid:
+            if grid is self._last_grid or (type(grid) is self._last_grid_type and (
+                    type(grid) is int or INTS.issuperset(map(type, grid))) and grid == self._last_grid):
                 dims = self._last_dims
             else:
                 dims = self._grid(grid, values)

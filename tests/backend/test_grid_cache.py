@@ -85,3 +85,25 @@ def test_a_prepared_launch_checks_its_grid(gpu: Any, name: str) -> None:
     launch(x, y, out, 1024, grid=(np.int64(4),))
     launch(x, y, out, 1024)  # None: the prepared grid (driver/prepared.py)
     assert [r["grid"] for r in gpu.launches] == [(4, 1, 1)] * 2
+
+
+def test_a_list_grid_changed_in_place_is_read_again(gpu: Any) -> None:
+    """A list is no grid to remember (the launcher remembers ints and tuples of ints only): the
+    prepared launch and the fast path remembered the list itself, so a list changed in place after a
+    launch compared equal to itself and launched the old dimensions (4 blocks for 8: half the
+    output never written), or a negative one."""
+    dims = [4]
+    k = vadd()
+    x, y, out = arrays(n=2048)
+    launch = k[dims]
+    launch(x, y, out, 1024, BLOCK=256)  # the full path: files the fast entry
+    dims[0] = 8
+    launch(x, y, out, 2048, BLOCK=256)  # the fast path
+    dims[0] = -1
+    _refused(lambda: launch(x, y, out, 2048, BLOCK=256))
+    per_call = [2]
+    prepared = vadd()[(4,)].prepare(x, y, out, 1024, BLOCK=256)
+    prepared(x, y, out, 512, grid=per_call)
+    per_call[0] = 3
+    prepared(x, y, out, 768, grid=per_call)
+    assert [r["grid"] for r in gpu.launches] == [(4, 1, 1), (8, 1, 1), (2, 1, 1), (3, 1, 1)]
