@@ -291,17 +291,25 @@ def using_device(ordinal: int) -> Iterator[DeviceInfo]:
     choice and the thread's context after. For code that reads the current device rather than
     taking one, as a tuner's ``benchmarker=`` does (bench.py's :func:`~.bench.on_device`).
     :data:`default_ordinal` is the process's, like :func:`use_device`'s choice: other threads see
-    ``n`` as current while it lasts too."""
+    ``n`` as current while it lasts too, and another thread's ``using_device`` waits for it to end
+    (two blocks that overlapped restored each other's choice out of order: the first saw the
+    second's device as current, the second the first's previous one, and the process was left on
+    the first's device). A block inside one of the same thread nests."""
     global default_ordinal
-    state = device_state(ordinal)
-    before = default_ordinal
-    previous = switch(state)
-    default_ordinal = ordinal
-    try:
-        yield state.info
-    finally:
-        default_ordinal = before
-        leave(previous)
+    with _using_lock:
+        state = device_state(ordinal)
+        before = default_ordinal
+        previous = switch(state)
+        default_ordinal = ordinal
+        try:
+            yield state.info
+        finally:
+            default_ordinal = before
+            leave(previous)
+
+
+_using_lock = threading.RLock()
+"""Held by :func:`using_device` for its block (one thread's block at a time; nested ones of the same thread)."""
 
 
 def synchronize(ordinal: int | None = None) -> None:
