@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...frontend.diagnostics import LaunchError
-from .codes import ARG_KIND, ARG_RANGE
+from .codes import ARG_DTYPE, ARG_KIND, ARG_RANGE
 from .dtypes import DTYPES, DTypeInfo, dtype_info
 
 
@@ -90,8 +90,8 @@ def _to_int(value: Any, name: str, dtype: str) -> int:
             return int(value)
         raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got {describe_value(value)}",
                           "pass an int (int(flag) for 0 / 1), or annotate the parameter `bool`")
-    if isinstance(value, (float, complex, np.floating)):
-        raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got "
+    if isinstance(value, (float, complex, np.floating)):  # SP0703, as when the call is specialized (sema)
+        raise LaunchError(ARG_DTYPE, f"argument `{name}` expects an integer ({dtype}), got "
                           f"{type(value).__name__} {value!r}", "pass an int (round it explicitly)")
     try:
         return operator.index(value)

@@ -85,7 +85,7 @@ def test_integer_scalars_accept_numpy_ints_and_reject_floats():
     assert A.encode_scalar("i32", np.int64(-7)) == struct.pack("<i", -7)
     with pytest.raises(LaunchError) as exc:
         A.encode_scalar("i32", 3.5, "n")
-    assert code_of(exc) == A.ARG_KIND and "expects an integer (i32)" in str(exc.value)
+    assert code_of(exc) == A.ARG_DTYPE and "expects an integer (i32)" in str(exc.value)  # as kernel[grid] says
     with pytest.raises(LaunchError) as exc:
         A.encode_scalar("i64", "12", "n")
     assert code_of(exc) == A.ARG_KIND

@@ -191,7 +191,7 @@ def test_prepared_launch_matches_kernel_grid_call(gpu):
      "argument `x` is not contiguous"),
     (lambda a: (*a, 1000), "SP0709", "argument `n` = 1000 is not a multiple of 16"),
     (lambda a: (*a, 2**31), "SP0709", "argument `n` = 2147483648 does not fit in i32"),
-    (lambda a: (*a, 1.5), "SP0708", "argument `n` expects an integer (i32), got float 1.5"),
+    (lambda a: (*a, 1.5), "SP0703", "argument `n` expects an integer (i32), got float 1.5"),
     (lambda a: (*a,), "SP0732", "this prepared launch of `vector_add` takes 4 arguments, got 3"),
     (lambda a: (np.zeros(1024, np.float32), *a[1:], 1024), "SP0733",
      "argument `x` is a numpy array in host memory, but a prepared launch uses device memory in place only"),
