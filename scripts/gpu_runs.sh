@@ -170,6 +170,13 @@ a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under c
         tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py
     ;;
+a43b)  # a43 cut to ~120 s: the GPU tests this session fixed or added (empty grids, launch overhead, bad launches,
+      # warm_up eager + traced, a fused optimizer's bias step, autotune's benchmarker device, PDL) and the launch paths
+    run 120 python -m pytest -q -m gpu -n 16 --timeout 80 -rfE tests/gpu/test_empty_grid_gpu.py \
+        tests/backend/test_runtime_gpu.py tests/backend/test_prepared_gpu.py tests/gpu/test_torch_warm_up_gpu.py \
+        tests/gpu/test_torch_autograd_gpu.py tests/gpu/test_autotune_gpu.py tests/gpu/test_pdl_gpu.py \
+        tests/gpu/test_torch_native_gpu.py
+    ;;
 a43)  # after the forty-third session's merges: a42's GPU files again (the three test fixes of its first run, the grid
      # function's arguments, bools for numbers, tensor-map names, the tuned GPU current for a custom benchmarker,
      # warm_up's per-GPU targets and timeout, fused optimizers / fuse_projections_ staleness)
