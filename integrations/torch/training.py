@@ -50,6 +50,33 @@ _LAYERS: weakref.WeakSet[SemiSparseLinear] = weakref.WeakSet()
 """Every live :class:`SemiSparseLinear`, for the optimizer step hooks (:func:`_follow_optimizer_steps`)."""
 
 
+class _Same:
+    """One tensor object, for the freshness keys of :class:`SemiSparseLinear` (a weak reference: the
+    tensor is not kept alive): equal to another ``_Same`` of the same object while it lives. A weight
+    or mask under ``torch.nn.utils.parametrize`` is a new tensor on each access, at version 0 and
+    possibly at the address of the one before, so versions and addresses matched and the forward
+    kept compressions of an older weight (docs/training.md, "Master weight and re-compression");
+    it is never the tensor compressed, except under ``parametrize.cached()`` (one tensor a block)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, t: torch.Tensor | None = None):
+        self.ref = weakref.ref(t) if t is not None else _no_tensor
+
+    def __eq__(self, other: object) -> bool:
+        t = self.ref()
+        return t is not None and isinstance(other, _Same) and t is other.ref()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Same, ())  # a copy (pickle, deepcopy) names no tensor: equal to none, the copy stale
+
+
+def _no_tensor() -> None:
+    return None
+
+
 def _follow_optimizer_steps(layer: SemiSparseLinear) -> None:
     """Have every optimizer step mark ``layer`` stale where it steps its weight (docs/training.md,
     "Master weight and re-compression"): torch's fused optimizers (``fused=True``) write the
@@ -296,9 +323,11 @@ class SemiSparseLinear(nn.Module):
     # -------------------------------------------------------------------------------------------
     # keeping the compressions in step with the master weight
 
-    def _state_key(self) -> tuple[int, ...]:
+    def _state_key(self) -> tuple[Any, ...]:
+        """What the compressions were made from: the weight's and mask's versions, addresses and
+        objects (:class:`_Same`: a parametrized one is a new object on each access)."""
         w, m = self.weight, self.mask
-        return (w._version, m._version, w.data_ptr(), m.data_ptr(), w.device.index or 0)
+        return (w._version, m._version, w.data_ptr(), m.data_ptr(), w.device.index or 0, _Same(w), _Same(m))
 
     @torch.no_grad()
     def refresh(self, *, interpret: bool = False) -> None:
@@ -312,8 +341,9 @@ class SemiSparseLinear(nn.Module):
         Both compressions are computed before either is copied in: one that raises (a device out of
         memory at Wᵀ's) leaves all four buffers as they were, and the layer stale (its next eager
         call compresses it again); it left W's new with Wᵀ's old, forward and dX of two weights."""
-        self._check_mask_once()
-        copy_all(self._writes(self._compressions(self.mask, interpret)))
+        mask = self.mask  # (read once: a parametrized mask is computed again on each access)
+        self._check_mask_once(mask)
+        copy_all(self._writes(self._compressions(mask, interpret)))
         self._written(stacklevel=4)
 
     def _compressions(self, mask: torch.Tensor, interpret: bool) -> tuple[torch.Tensor, ...]:
@@ -347,14 +377,17 @@ class SemiSparseLinear(nn.Module):
                           "that could not be refreshed in place: replays of that graph keep the weight from "
                           "before it. Capture the graph again after each optimizer step", stacklevel=stacklevel)
 
-    def _mask_key(self) -> tuple[int, ...]:
-        return (self.mask._version, self.mask.data_ptr(), self.mask.device.index or 0)
+    def _mask_key(self, mask: Any = None) -> tuple[Any, ...]:
+        m = self.mask if mask is None else mask
+        return (m._version, m.data_ptr(), m.device.index or 0, _Same(m))
 
-    def _check_mask_once(self) -> None:
-        """:func:`check_mask` of the mask unless it is the one last checked (same memory, version)."""
-        if not isinstance(self.mask, torch.Tensor) or self.__dict__.get("_mask_checked") != self._mask_key():
-            check_mask(self.mask, (self.out_features, self.in_features))
-            self.__dict__["_mask_checked"] = self._mask_key()
+    def _check_mask_once(self, mask: Any = None) -> None:
+        """:func:`check_mask` of ``mask`` (None: the layer's) unless it is the one last checked (same
+        tensor, memory and version; a parametrized mask is a new tensor on each access)."""
+        m = self.mask if mask is None else mask
+        if not isinstance(m, torch.Tensor) or self.__dict__.get("_mask_checked") != self._mask_key(m):
+            check_mask(m, (self.out_features, self.in_features))
+            self.__dict__["_mask_checked"] = self._mask_key(m)
 
     def reprune(self, *, interpret: bool = False) -> float:
         """Recompute the mask from the master weight's magnitude (:func:`transposable_mask`) and the
