@@ -98,24 +98,28 @@ def _check_jobs(jobs: Any) -> int:
 def warmed_layers(model: nn.Module, traced: bool = False) -> list[SparseLinear]:
     """The layers whose eager calls build launch records: every :class:`SparseLinear` of ``model``
     (``model`` itself included) that runs its own kernel, the fused layers of the projection groups
-    (``fuse_projections_``) in place of their members, and the gated layer of a fused MLP.
-    ``traced``: those whose calls traced by torch.compile build records of the custom op instead: a
-    group's fused layer (and its MLP's gated layer) only where the group fuses in traces
-    (``fuse_projections_(traced=True)``), else its members, each its own op."""
+    (``fuse_projections_``) in place of their members, and for a fused MLP (``glu=True``) its gated
+    layer alone: the gated forward replaces the calls of its group's fused layer, and the gated
+    layer's own launches are those of its twin's pre-activations where the kernel does not apply
+    the activation (:func:`first_call_launches`), so neither is listed (they held kernels no first
+    call compiles). ``traced``: those whose calls traced by torch.compile build records of the
+    custom op instead: a group's fused layer (a fused MLP's gated layer instead) only where the
+    group fuses in traces (``fuse_projections_(traced=True)``), else its members, each its own op."""
     from .training import SemiSparseLinear
 
     found: dict[int, SparseLinear] = {}
     for module in model.modules():
         glu = getattr(module.__dict__.get("forward"), "__self__", None)
         if hasattr(glu, "layers") and hasattr(glu, "linear"):  # a fused MLP's GatedForward
-            for layer in glu.layers() if not traced else (glu.linear,) if glu.group.traced else ():
-                found.setdefault(id(layer), layer)
+            if not traced or glu.group.traced:
+                found.setdefault(id(glu.linear), glu.linear)
         if not isinstance(module, SparseLinear) or isinstance(module, SemiSparseLinear):
             continue
         fused = module.__dict__.get("_fused")
         if fused is not None and fused[0].fused is not None and (fused[0].traced or not traced):
-            for layer in fused[0].layers()[:1] if traced else fused[0].layers():
-                found.setdefault(id(layer), layer)
+            gated = fused[0].glu is not None and fused[0].glu.installed()  # (its calls: the gated layer's)
+            if not gated:
+                found.setdefault(id(fused[0].fused), fused[0].fused)
             continue
         found.setdefault(id(module), module)
     return list(found.values())

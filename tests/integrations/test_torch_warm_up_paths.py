@@ -69,7 +69,8 @@ def test_the_first_call_finds_what_warm_up_compiled(fresh_cache, faked_first_cal
 @pytest.mark.parametrize("dtype, tokens", [("bf16", 1), ("bf16", 100), ("e4m3", 4), ("e4m3", 100)])
 def test_a_fused_gated_mlp(fresh_cache, faked_first_call, dtype, tokens) -> None:
     """The gated layer of ``fuse_projections_(glu=True)``: the activation in the kernel where
-    ``glu_in_kernel``, else its twin's pre-activations; the group's fused layer; and down_proj."""
+    ``glu_in_kernel``, else its twin's pre-activations; and down_proj (the group's fused layer, whose
+    calls the gated forward replaces, is not listed)."""
     from sparsile.integrations.torch.glu import GatedLinear
     from sparsile.tests.integrations.test_torch_glu import LlamaLikeMLP
 
@@ -78,7 +79,7 @@ def test_a_fused_gated_mlp(fresh_cache, faked_first_call, dtype, tokens) -> None
     spt.sparsify_(block, dtype=dtype, interpret=True, min_features=16)
     spt.fuse_projections_(block, glu=True)
     layers = wu.warmed_layers(block)
-    assert sum(isinstance(layer, GatedLinear) for layer in layers) == 1 and len(layers) == 4
+    assert sum(isinstance(layer, GatedLinear) for layer in layers) == 1 and len(layers) == 2
     report = wu.warm_up(block, tokens=(tokens,), jobs=1)
     assert report.compiled == len(faked_first_call) > 0
     faked_first_call.clear()
@@ -253,12 +254,76 @@ def test_traced_calls_run_the_members_of_a_group_not_fused_in_traces() -> None:
         spt.fuse_projections_(block, glu=True, traced=traced)
         eager = wu.warmed_layers(block)
         assert not any(m in eager for m in members) and sum(isinstance(m, GatedLinear) for m in eager) == 1
+        assert len(eager) == 3  # q, k and v's fused layer, the gated layer, down_proj
         layers = wu.warmed_layers(block, traced=True)
         mlp = block.mlp
         if traced:
             assert not any(m in layers for m in members)
             assert [m for m in layers if isinstance(m, GatedLinear)] == [mlp.forward.__self__.linear]
-            assert mlp.gate_proj not in layers and mlp.down_proj in layers
+            assert mlp.gate_proj not in layers and mlp.down_proj in layers and len(layers) == 3
         else:
             assert all(m in layers for m in members) and len(layers) == 6  # q, k, v, gate, up, down
             assert not any(isinstance(m, GatedLinear) for m in layers)
+
+
+def _gated_mlp(dtype: str, traced: bool = False) -> torch.nn.Module:
+    """A block whose Llama-style MLP runs fused with its gated activation (``fuse_projections_(glu=True)``);
+    its down_proj stays dense (a sparse one's kernels, the specializations of the shapes' of the
+    fused layer, would hide those the list holds for the fused layer)."""
+    from sparsile.tests.integrations.test_torch_glu import LlamaLikeMLP
+
+    torch.manual_seed(0)
+    block = torch.nn.Module()
+    block.mlp = LlamaLikeMLP(hidden=256, f=128)
+    spt.sparsify_(block, lambda module, name: not name.endswith("down_proj"), dtype=dtype, interpret=True,
+                  min_features=16)
+    assert not isinstance(block.mlp.down_proj, spt.SparseLinear)
+    spt.fuse_projections_(block, glu=True, traced=traced)
+    return block
+
+
+def _gated_mlp_eager_call(mlp, tokens: int, pdl: bool) -> None:
+    """What the first eager call of a fused gated MLP builds (``GatedForward.forward``): the gated
+    layer's record where ``glu_in_kernel``, else its twin's (the pre-activations)."""
+    gated = mlp.forward.__self__.linear
+    if not kernels.glu_in_kernel(tokens, torch.device("cpu")):
+        gated = gated.__dict__["_pre"]
+    _eager_call(gated, tokens, torch.bfloat16, pdl)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_warm_up_of_a_fused_gated_mlp_compiles_what_its_first_calls_compile_and_nothing_else(
+        compiled_keys, monkeypatch, dtype, pdl) -> None:
+    """The eager test above for a fused gated MLP, warm_up's list from :func:`wu.warmed_layers`: it
+    held the group's plain fused layer and the gated layer's twin too, whose pre-activation kernels
+    no call of 1 to 64 tokens runs (the gated layer applies the activation in the kernel there)."""
+    if pdl:
+        monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    block = _gated_mlp(dtype)
+    layers = wu.warmed_layers(block)
+    for tokens in (1, 4, 16, 64, 100):
+        compiled_keys.clear()
+        _gated_mlp_eager_call(block.mlp, tokens, pdl)
+        warmed = set().union(*(_warm_up_keys(layer, tokens, torch.bfloat16) for layer in layers))
+        assert compiled_keys and set(compiled_keys) == warmed, tokens
+
+
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_warm_up_of_a_traced_fused_gated_mlp_compiles_what_its_first_calls_compile(traced_first_call, dtype,
+                                                                                   traced) -> None:
+    """The traced calls of a fused gated MLP: the gated layer's op where the group fuses in traces
+    (``traced=True``; the list held the group's fused layer too, which no trace runs), else each
+    member's op."""
+    block = _gated_mlp(dtype, traced)
+    mlp = block.mlp
+    calls = (mlp.forward.__self__.linear,) if traced else (mlp.gate_proj, mlp.up_proj)
+    layers = wu.warmed_layers(block, traced=True)
+    for tokens in (1, 16, 100):
+        traced_first_call.clear()
+        for layer in calls:
+            _traced_call(layer, tokens, torch.bfloat16)
+        warmed = set().union(*(_traced_warm_up_keys(layer, tokens, torch.bfloat16) for layer in layers))
+        assert traced_first_call and set(traced_first_call) == warmed, tokens
