@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from ...stdlib.kernels.sparsity_gpu import compress_gpu, prune_transposable_gpu
 from ...stdlib.sparsity import as_host_array, compress, encode_metadata, metadata_shape, operand_type
@@ -528,6 +529,22 @@ def reprune_(model: nn.Module, *, interpret: bool = False) -> float:
     return _reprune_all(_layers_of(model), interpret)
 
 
+def _refuse_parametrized_masks(layers: list[SemiSparseLinear]) -> None:
+    """SP0917 for a layer whose mask is under ``torch.nn.utils.parametrize``: the mask read is computed
+    anew on each access, so a re-prune copied its new mask into a tensor thrown away after, and the
+    layer kept its old mask without a word (docs/training.md, "Re-pruning")."""
+    for layer in layers:
+        if parametrize.is_parametrized(layer, "mask"):
+            raise IntegrationError(
+                SP_TRAIN_SETUP, f"SemiSparseLinear({layer.in_features}, {layer.out_features}) cannot be re-pruned: "
+                "its mask is parametrized (torch.nn.utils.parametrize), a tensor computed on each access, so "
+                "the new mask would be written into a copy and lost",
+                help="remove the parametrization first (torch.nn.utils.parametrize.remove_parametrizations("
+                     "layer, 'mask')), or re-prune the parametrization's original yourself "
+                     "(layer.parametrizations.mask.original.copy_(transposable_mask(layer.weight))) and "
+                     "keep the trainer's masks fixed (reprune_every=None)")
+
+
 @torch.no_grad()
 def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
     """Re-prune every layer, all or nothing; the share of mask entries that changed.
@@ -544,6 +561,7 @@ def _reprune_all(layers: list[SemiSparseLinear], interpret: bool) -> float:
     layer re-pruned itself: a failure at the third layer left the first two re-pruned. Holding
     every layer's new compressions until the end would cost about 3¼ bytes per weight element of
     the model at once; this costs one layer's compressions and the packed masks."""
+    _refuse_parametrized_masks(layers)  # (every layer before any is re-pruned)
     done: list[tuple[SemiSparseLinear, torch.Tensor, bool]] = []
     changed = 0
     try:
@@ -610,6 +628,8 @@ class SparseTrainer:
                                           or reprune_every < 1):
             raise IntegrationError(SP_TRAIN_SETUP, f"reprune_every must be a positive integer or None, got "
                                    f"{reprune_every!r}", help="e.g. reprune_every=100; None keeps the masks fixed")
+        if reprune_every is not None:
+            _refuse_parametrized_masks(self.layers)  # (also at each re-prune: one parametrized since)
         self.model, self.optimizer = model, optimizer
         self.reprune_every, self.interpret = reprune_every, interpret
         self.steps = 0

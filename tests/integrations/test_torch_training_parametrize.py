@@ -99,3 +99,50 @@ def test_a_parametrized_mask_is_compressed_and_checked_again_on_each_call():
     with pytest.raises(IntegrationError) as err:
         layer(x)
     assert err.value.code == "SP0918"
+
+
+def _parametrized_mask_layer() -> spt.SemiSparseLinear:
+    """A layer whose mask is parametrized (identity of the buffer): the mask read is computed anew on
+    each access, so nothing written into it reaches the original."""
+    layer = _layer()
+    parametrize.register_parametrization(layer, "mask", InOneTensor(layer.mask, lambda m: m))
+    return layer
+
+
+@pytest.mark.parametrize("how", ["layer", "model", "trainer"])
+def test_a_reprune_of_a_parametrized_mask_is_refused(how):
+    """A re-prune wrote the new mask into a computed tensor thrown away after: the layer kept its old
+    mask, without a word. It is refused (SP0917) before any layer is re-pruned."""
+    first, layer = _layer(), _parametrized_mask_layer()
+    gen = torch.Generator().manual_seed(25)
+    with torch.no_grad():  # weights whose transposable mask differs from the current ones
+        for m in (first, layer):
+            m.weight.copy_(torch.randn(32, 32, generator=gen))
+    before = [first.mask.clone(), layer.parametrizations.mask.original.clone()]
+    model = torch.nn.Sequential(first, layer)
+    with pytest.raises(IntegrationError) as err:
+        if how == "layer":
+            layer.reprune()
+        elif how == "model":
+            spt.reprune_(model)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            trainer = spt.SparseTrainer(model, opt, reprune_every=1)
+            model(torch.randn(2, 32, generator=gen)).sum().backward()
+            opt.step()
+            trainer.remove()
+    assert err.value.code == "SP0917"
+    assert "parametriz" in str(err.value) and "original" in str(err.value)
+    assert torch.equal(first.mask, before[0])  # (the layer before it not re-pruned)
+    assert torch.equal(layer.parametrizations.mask.original, before[1])
+
+
+def test_a_parametrized_weight_still_reprunes():
+    """Only the mask is written by a re-prune: a parametrized weight is read, its value now."""
+    layer = _layer()
+    gen = torch.Generator().manual_seed(26)
+    new = torch.randn(32, 32, generator=gen)
+    parametrize.register_parametrization(layer, "weight", InOneTensor(layer.weight, lambda w: new))
+    assert layer.reprune() > 0
+    assert torch.equal(layer.mask, spt.transposable_mask(new))
+    _check(layer, torch.randn(3, 32, generator=gen))
