@@ -89,13 +89,14 @@ WORKER_START_MOST_S = 120.0
 
 def compile_specializations(specs: list[Specialization], target: str | Sequence[str], jobs: int = 1,
                             timeout: float | None = None) -> list[float]:
-    """Compile each of ``specs`` for ``target`` (one name, or one per spec) through the compile
+    """Compile each of ``specs`` for ``target`` (one name, or one per spec: a sequence of another
+    length is a ValueError, before anything is compiled) through the compile
     cache, ``jobs`` at a time (worker processes where it can: see the module's docstring); the
     seconds each took, in order (where a worker compiled it: the worker's time). ``timeout``: the
     most seconds a worker may take over one specialization; one that takes longer is killed and,
     once every other specialization is compiled, :class:`CompileTimeout` names what it was
     compiling (None: no limit; a compile in this process, in threads, is never cut short)."""
-    targets = [target] * len(specs) if isinstance(target, str) else list(target)
+    targets = _targets(specs, target)
     jobs = max(1, min(jobs, len(specs)))
     portable = [spec.portable() for spec in specs]
     cache = default_cache()
@@ -110,8 +111,20 @@ def compile_specializations(specs: list[Specialization], target: str | Sequence[
     return taken
 
 
+def _targets(specs: list[Specialization], target: str | Sequence[str]) -> list[str]:
+    """One target per spec: ``target`` repeated (one name) or as given; ValueError for a sequence of
+    another length than ``specs`` (some specializations were compiled for no target, or none was)."""
+    if isinstance(target, str):
+        return [target] * len(specs)
+    targets = list(target)
+    if len(targets) != len(specs):
+        raise ValueError(f"compile_specializations: {len(specs)} specializations but {len(targets)} targets: give "
+                         "one target name for all, or one per specialization")
+    return targets
+
+
 def _in_threads(specs: list[Specialization], target: str | Sequence[str], jobs: int) -> list[float]:
-    targets = [target] * len(specs) if isinstance(target, str) else list(target)
+    targets = _targets(specs, target)
 
     def one(spec: Specialization, target: str) -> float:
         start = time.perf_counter()

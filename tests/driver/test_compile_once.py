@@ -82,6 +82,21 @@ def test_worker_processes_fill_the_disk_cache(fresh_cache, compiles) -> None:
         assert spec.compile("sm_90a").ptx == own.ptx
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("targets", [["sm_90a"], ["sm_90a", "sm_90a", "sm_100a"], []])
+def test_a_target_list_of_another_length_than_the_specs_is_refused(fresh_cache, compiles, jobs, targets) -> None:
+    """One target per specialization, or one name for all: a list of another length compiled some
+    specializations for no target (threads), or raised zip's message (one job), before anything was said."""
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+    with pytest.raises(ValueError, match=rf"2 specializations but {len(targets)} target"):
+        compile_specializations(specs, targets, jobs=jobs)
+    with pytest.raises(ValueError, match=rf"2 specializations but {len(targets)} target"):
+        compile_pool._in_threads(specs, targets, jobs)
+    assert compiles == [] and fresh_cache.stats.disk_writes == 0  # (refused before any compile)
+
+
 def test_without_a_disk_cache_the_parent_compiles(monkeypatch, compiles) -> None:
     monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, "off")
     cache_mod.reset_default_cache()
