@@ -337,8 +337,9 @@ class Autotuner:
 
     def _grid_dims(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config
                    ) -> tuple[int, int, int] | None:
-        """``grid`` under ``config``, or None when it cannot be evaluated here (a grid function of
-        other arguments, a bad grid: left to the launches to report)."""
+        """``grid`` under ``config``, or None when it cannot be evaluated here (a grid function that
+        looks up a name the call does not have, a bad grid: left to the launches to report). A grid
+        function is given every argument of the call and ``config``'s constexprs, as a launch gives it."""
         try:
             return normalize_grid(grid, {**self._bound(args, kwargs, config), **config.all_kwargs()})
         except Exception:

@@ -415,7 +415,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     buffers start undefined: the kernel must write every element. ``input_output_aliases`` maps an
     array argument's index (among the array arguments) to an output index whose buffer it becomes
     (the output then starts with the input's values, and the kernel may write through either
-    parameter). ``grid``: 1 to 3 ints or a callable of the constexprs. Kernel options
+    parameter). ``grid``: 1 to 3 ints or a callable of a dict of every argument of the call by name (run-time
+    ones and constexprs: docs/language.md, "Specialization and launching"). Kernel options
     (``num_warps=``...) may be given as keywords. ``interpret=True`` runs the kernel in the
     interpreter through a host callback on any backend.
     """

@@ -577,6 +577,30 @@ def test_an_empty_grid_is_not_tuned_and_launches_nothing(tmp_path: Any) -> None:
     np.testing.assert_allclose(out, before.astype(np.float64) + 0.5 * x.astype(np.float64), rtol=1e-6)
 
 
+def test_a_grid_function_is_given_every_argument_not_the_constexprs_only() -> None:
+    """As on every launch path (docs/language.md, docs/autotune.md): the call's run-time arguments by
+    name (arrays too) and the config's constexprs. The tuner's own reading of the grid sees them too:
+    an empty batch (n = 0, no programs under any config) is not tuned."""
+    seen: list[dict[str, Any]] = []
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        seen.append(dict(meta))
+        return (sp.cdiv(meta["n"], meta["BLOCK"]),)
+
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0}, run=True)
+    tuner = _tuned(bench)
+    x, out = _data()
+    before = out.copy()
+    tuner[grid](x, out, 0, 0.5)  # n = 0: every config's grid is empty
+    assert bench.calls == [] and tuner.cache == {}
+    np.testing.assert_array_equal(out, before)
+    tuner[grid](x, out, N, 0.5)
+    assert bench.calls == [64, 128, 256]
+    np.testing.assert_allclose(out, before.astype(np.float64) + 0.5 * x.astype(np.float64), rtol=1e-6)
+    assert {m["BLOCK"] for m in seen} == {64, 128, 256} and {m["n"] for m in seen} == {0, N}
+    assert all(m["a"] == 0.5 and m["x"] is x and m["out"] is out for m in seen)
+
+
 def test_a_config_whose_grid_is_empty_is_skipped_not_timed() -> None:
     """A config whose grid has a 0 dimension while another's does not (here BLOCK 64's, as a grid of
     ``n // BLOCK`` programs would for a large block) launches nothing: timed, it would be the
