@@ -356,7 +356,7 @@ def test_construction_checks():
     ((FakeDLPack(0x10, (4, 4), "f32", strides=(1, 4)),) * 3 + (4,), None, {}, A.ARG_CONTIGUOUS),
     ((FakeDLPack(0x10, (4,), "f32"),) * 3 + (4,), None, {"stream": -3}, A.STREAM),
     (("x", "y", "z", 4), None, {}, A.ARG_KIND),
-    ((FakeDLPack(0x10, (4,), "f32"),) * 3 + (4.0,), None, {}, A.ARG_KIND),
+    ((FakeDLPack(0x10, (4,), "f32"),) * 3 + (4.0,), None, {}, A.ARG_DTYPE),
 ])
 def test_launch_errors(monkeypatch, args, kwargs, launch_kw, code):
     gpu = EmulatedGpu(monkeypatch)
