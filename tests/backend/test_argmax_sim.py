@@ -13,6 +13,7 @@ ml_dtypes here) and the hardware's scheduling are tests/gpu/test_argmax_gpu.py's
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -24,13 +25,30 @@ from sparsile.tests.support.argmax_patterns import PATTERNS, Pattern
 
 
 def _llvm(kernel: object, consts: dict[str, int], num_warps: int) -> tuple[str, int]:
+    """The kernel's LLVM IR for sm_90a (uncached: the compile itself is part of what runs here) and
+    its shared memory bytes."""
     ck = kernel.compile(consts, target="sm_90a", stop_after="llvm", num_warps=num_warps,  # type: ignore[attr-defined]
                         cache=False)
     return ck.llvm, ck.smem_bytes
 
 
+@functools.cache
+def _case_llvm(case: Case) -> tuple[str, int]:
+    """:func:`_llvm` of a case, compiled once for its as-generated and its O3 test (the text is a
+    string: neither test can change what the other runs)."""
+    return _llvm(case.kernel(), case.consts(), case.num_warps)
+
+
+@functools.cache
+def _pattern_llvm(name: str) -> tuple[str, int]:
+    """:func:`_llvm` of the pattern of PATTERNS named ``name`` (names are unique: they are the test
+    ids), compiled once for its as-generated and its O3 test."""
+    (pattern,) = [p for p in PATTERNS if p.name == name]
+    return _llvm(pattern.kernel(), pattern.consts, pattern.num_warps)
+
+
 def _run_case(case: Case, seed: int, o3: bool, edit: object = None) -> tuple[np.ndarray, np.ndarray]:
-    text, smem = _llvm(case.kernel(), case.consts(), case.num_warps)
+    text, smem = _case_llvm(case)
     if o3:
         text = warp_sim.nvptx_optimized(text)
     if callable(edit):
@@ -58,8 +76,7 @@ def test_argmax_kernel_on_the_simulator_is_the_interpreters(case: Case, o3: bool
 @pytest.mark.parametrize("o3", [False, True], ids=["as-generated", "o3"])
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
 def test_argmax_pattern_on_the_simulator_is_the_interpreters(pattern: Pattern, o3: bool) -> None:
-    k = pattern.kernel()
-    text, smem = _llvm(k, pattern.consts, pattern.num_warps)
+    text, smem = _pattern_llvm(pattern.name)
     x = pattern.inputs(1)
     got = np.full(pattern.out, -1, np.int32)
     warp_sim.run_cta(warp_sim.nvptx_optimized(text) if o3 else text, smem, pattern.num_warps, [x, got])
