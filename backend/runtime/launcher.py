@@ -26,7 +26,7 @@ from typing import Any
 from cuda.bindings import driver
 
 from ...frontend.diagnostics import LaunchError
-from ...frontend.sema.specialize import grid_lookup_error
+from ...frontend.sema.specialize import call_grid
 from . import cudalib, devices
 from .arrays import (
     HOST,
@@ -401,13 +401,7 @@ class Launcher:
     def _grid(self, grid: Any, values: Sequence[Any]) -> tuple[int, int, int]:
         if callable(grid):
             meta = dict(zip(self._binder.names, values))
-            try:
-                grid = grid(meta)
-            except KeyError as exc:  # (a name the launch lacks: SP0710; the user's own error else)
-                error = grid_lookup_error(exc, meta, self.spec.kernel_name)
-                if error is None:
-                    raise
-                raise error from exc
+            grid = call_grid(grid, meta, self.spec.kernel_name)  # (a name the call lacks: SP0710)
         # a grid of Python ints only (launch_config.INTS: a float or an array can equal one)
         cacheable = rememberable_grid(grid)
         if cacheable and type(grid) is self._last_grid_type and grid == self._last_grid:
