@@ -220,8 +220,11 @@ def linear_rows(values: Any, meta: Any, x: Any, calls: int, repeats: int) -> lis
             launch(*args)
 
     check_same(plan.run, prepared, plan.out, "sparse_linear")
-    t, features = plan.t, plan.m
-    case = f"sparse_linear bf16 T={t} {features}x{plan.k}" + (f" split_k={plan.split_k}" if plan.split_k > 1 else "")
+    base = getattr(plan, "base", plan)  # a decode plan (T <= 64) wraps the checked SparseLinearPlan
+    split_k = plan.config.split_k if hasattr(plan, "config") else plan.split_k
+    kernel_name = plan.launches()[0][0].name
+    case = f"sparse_linear bf16 T={base.t} {base.m}x{base.k} {kernel_name}" + \
+        (f" split_k={split_k}" if split_k > 1 else "")
     return [(case, how, *timed(fn, calls, repeats)) for how, fn in (("plan.run()", plan.run),
                                                                          ("prepare()d launches", prepared))]
 

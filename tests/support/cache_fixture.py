@@ -4,7 +4,8 @@ module as ``fresh_cache = cache_fixture.fresh_cache``) and a spy on ``compile_fu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 
@@ -36,3 +37,12 @@ def spy_compiles(monkeypatch, delay: float = 0.0) -> list[str]:
 
     monkeypatch.setattr(compiler, "compile_function", spy)
     return seen
+
+
+def forget_launchers(monkeypatch, kernels: Iterable[Any]) -> None:
+    """Make ``kernels`` find no launcher built by an earlier test of this process (a kernel keeps its
+    loaded specializations in ``_launchers`` and its fast-path entries in ``_fast_launches``, which
+    no compile-cache reset reaches): each starts with none, and its own are back afterwards."""
+    for kernel in {id(k): k for k in kernels}.values():
+        monkeypatch.setitem(kernel.__dict__, "_launchers", {})
+        monkeypatch.delitem(kernel.__dict__, "_fast_launches", raising=False)
