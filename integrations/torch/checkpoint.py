@@ -147,7 +147,9 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     # a SparseLinear of the model keeps its fused activation and output type (not weights: not in the file)
     options = {"activation": module.activation, "out_dtype": module.out_dtype} if isinstance(module, SparseLinear) \
         else {}
-    return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale,
+    # (a weight_scale next to 16-bit values is no scale of the layer: left to load_state_dict, unexpected)
+    fp8 = compressed.dtype == ml_dtypes.float8_e4m3fn
+    return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale if fp8 else None,
                                         device=_device_of(module), **options)
 
 

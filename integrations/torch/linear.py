@@ -241,7 +241,8 @@ class SparseLinear(nn.Module):
                         bias: Any = None, scale_w: Any = None, activation: str | None = None,
                         out_dtype: torch.dtype | None = None, device: Any = None) -> SparseLinear:
         """A layer from the sparsity toolkit's host ``values`` (N, K/2) and logical ``indices``
-        (N, K/4, 2) (``compress``), a bias (N,) and, for e4m3 values, the weight scales (N,)."""
+        (N, K/4, 2) (``compress``), a bias (N,) and, for e4m3 values, the weight scales (N,) (SP0902 for
+        scales with 16-bit values: such a layer holds none)."""
         op_name = operand_type(str(values.dtype)).name
         n = int(values.shape[0])
         want = (int(indices.shape[0]), 2 * int(indices.shape[1])) if np.ndim(indices) == 3 else None
@@ -254,6 +255,11 @@ class SparseLinear(nn.Module):
             if vector is not None and int(np.prod(np.shape(vector))) != n:
                 raise IntegrationError(SP_CANNOT_SPARSIFY, f"{what} has {int(np.prod(np.shape(vector)))} elements "
                                        f"for {n} output features", help=f"pass one {what} value per output feature")
+        if scale_w is not None and op_name != "e4m3":  # (16-bit layers hold no scale_w: it was dropped silently)
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"scale_w is given for {op_name} values, but only e4m3 weights "
+                                   "take a per-output-channel scale (the layer would drop it)",
+                                   help="multiply the scales into the weight before compressing it "
+                                        "(W * scale_w[:, None]), or compress it as e4m3")
         layer = cls(in_features, int(values.shape[0]), bias is not None, dtype=op_name, activation=activation,
                     out_dtype=out_dtype, device="meta")
         meta = encode_metadata(indices, "sm90", op_name, k=in_features)

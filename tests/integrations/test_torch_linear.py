@@ -119,6 +119,20 @@ def test_the_layer_owns_its_bias_and_scales(dtype):
     assert torch.equal(built(x), y)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_a_scale_w_for_16_bit_values_is_sp0902(dtype):
+    """``from_compressed`` takes ``scale_w`` for e4m3 values only: given with 16-bit values it was
+    dropped without a word (the layer's outputs lacked the per-channel factor, W != values * scale_w)."""
+    rng = np.random.default_rng(3)
+    values, indices = compress(rng.standard_normal((16, 32)).astype(np.float32), dtype, prune=True)
+    scale = rng.uniform(0.5, 2.0, 16).astype(np.float32)
+    err = _error(spt.SparseLinear.from_compressed, values, indices, 32, scale_w=scale)
+    assert (err.code, err.message) == ("SP0902", f"scale_w is given for {dtype} values, but only e4m3 weights take a "
+                                                 "per-output-channel scale (the layer would drop it)")
+    assert err.help == ("multiply the scales into the weight before compressing it (W * scale_w[:, None]), or "
+                        "compress it as e4m3")
+
+
 def test_state_dict_round_trip_and_to():
     layer = spt.SparseLinear.from_dense(linear(32, 64), "e4m3", activation="silu")
     state = layer.state_dict()
