@@ -425,6 +425,8 @@ def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) ->
         sat = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.{dty}.{_sfx(sty)}"
         return cg.intrinsic(dty, sat, [x])  # type: ignore[return-value]
     if src.is_int and dst.is_float:
+        if dst.name == "bf16" and src.bits >= 32 and cg.target.sm < 90:
+            return _wide_int_to_bf16(cg, src, x)
         op = "uitofp" if (src.is_bool or not src.is_signed) else "sitofp"
         return fb.cast(op, x, dty)
     # int -> int
@@ -433,6 +435,27 @@ def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) ->
     if dst.bits < src.bits:
         return fb.cast("trunc", x, dty)
     return x
+
+
+def _wide_int_to_bf16(cg: CodeGen, src: T.ScalarType, x: LLValue) -> LLValue:
+    """A 32- or 64-bit integer rounded once to bf16 on targets below sm_90, which have no
+    ``cvt.rn.bf16.{s,u}{32,64}`` (PTX ISA 9.1, §9.7.9.21 "Data Movement and Conversion Instructions:
+    cvt": bf16 from an integer needs sm_90), so LLVM converts to f32 and then to bf16: two
+    roundings, and ``2**24 + 2**16 + 1`` became ``2**24`` instead of ``2**24 + 2**17`` (the
+    interpreter, and sm_90's one instruction, round once: docs/language.md rule 8). Here the
+    integer is converted to f32 toward zero (``cvt.rz``), the last bit is set where that dropped
+    bits (rounding to odd: f32's 24 bits keep the sticky information for bf16's 8), and
+    ``cvt.rn.bf16.f32`` then rounds once, correctly."""
+    fb = cg.fb
+    ity = llvm_type(src)
+    sfx = f"{'s' if src.is_signed else 'u'}{src.bits}"
+    truncated = cg.asm("float", f"cvt.rz.f32.{sfx} $0, $1;", f"=f,{'l' if src.bits == 64 else 'r'}", [x],
+                       side_effect=False)
+    assert truncated is not None
+    back = fb.cast("fptosi" if src.is_signed else "fptoui", truncated, ity)  # exact: |truncated| <= |x|
+    inexact = fb.cast("zext", fb.icmp("ne", back, x), "i32")
+    bits = fb.binop("or", fb.cast("bitcast", truncated, "i32"), inexact)
+    return fb.cast("fptrunc", fb.cast("bitcast", bits, "float"), "bfloat")
 
 
 @lowering("arith.cast")

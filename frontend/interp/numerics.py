@@ -8,6 +8,11 @@ numpy's own function computes something else (``docs/language.md`` §Promotion a
   negative base, and ``0 ** 0`` is NaN;
 * float ``//`` is ``floor`` of the quotient rounded to the operands' type;
 * float -> integer conversion saturates at every width (64-bit included) and maps NaN to 0;
+* float ``maximum`` / ``minimum`` and the ``max`` / ``min`` reductions skip NaN and order
+  ``+0.0 > -0.0`` (:func:`gpu_max`, :func:`gpu_min`, :func:`gpu_reduce_max_min`), as PTX ``max`` /
+  ``min`` do, where numpy's ``fmax`` / ``fmin`` return either zero;
+* the flushes to zero of the instructions that flush (``rcp.approx.ftz`` in ``sigmoid``, an
+  ``atom.add.f32`` on global memory): :func:`flush_f32_subnormals`;
 * the conversions of every type (:func:`cast_array`), tf32 rounding as ``cvt.rna`` and as a tensor
   core reads unrounded f32 (:func:`tf32_round`, :func:`tf32_truncate`), and the rounding of every
   float result to its type (:func:`round_float`).
@@ -137,3 +142,60 @@ def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarra
             x = np.clip(x, -top, top)
         return x.astype(ddt)
     return a.astype(ddt)
+
+
+def gpu_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise maximum of two float arrays as PTX ``max.f32`` / ``max.f16`` / ``max.bf16`` /
+    ``max.f64`` compute it (PTX ISA 9.1, §9.7.3.12 "Floating Point Instructions: max" and §9.7.4
+    "Half Precision Floating Point Instructions: max"): a NaN operand gives the other operand (NaN
+    only when both are), and "if values of both inputs are 0.0, then +0.0 > -0.0", so
+    ``maximum(-0.0, 0.0)`` is ``+0.0`` in either order. numpy's ``fmax`` returns one of the two
+    zeros depending on the order and the array's dtype (a ReLU ``maximum(x, 0.0)`` kept ``-0.0``)."""
+    with np.errstate(all="ignore"):
+        r = np.fmax(a, b)
+        both_zero = (a == 0) & (b == 0)
+        neg = np.signbit(a) & np.signbit(b)  # -0.0 only when both are -0.0
+        return np.where(both_zero, np.where(neg, _zero(r, True), _zero(r, False)), r)
+
+
+def gpu_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise minimum as PTX ``min`` computes it (PTX ISA 9.1, §9.7.3.11 "Floating Point
+    Instructions: min", §9.7.4 for 16-bit floats): NaN skipped, and ``-0.0 < +0.0``, so
+    ``minimum(0.0, -0.0)`` is ``-0.0`` in either order (see :func:`gpu_max`)."""
+    with np.errstate(all="ignore"):
+        r = np.fmin(a, b)
+        both_zero = (a == 0) & (b == 0)
+        neg = np.signbit(a) | np.signbit(b)  # -0.0 when either is -0.0
+        return np.where(both_zero, np.where(neg, _zero(r, True), _zero(r, False)), r)
+
+
+def gpu_reduce_max_min(a: np.ndarray, axis: int, kind: str) -> np.ndarray:
+    """The ``max`` / ``min`` reduction of float array ``a`` along ``axis`` as the GPU's tree of
+    ``max`` / ``min`` instructions computes it, in any order (:func:`gpu_max`): NaN skipped, and a
+    zero result is ``+0.0`` for ``max`` when any element is ``+0.0`` (else ``-0.0``), ``-0.0`` for
+    ``min`` when any element is ``-0.0``."""
+    with np.errstate(all="ignore"):
+        r = np.asarray((np.fmax if kind == "max" else np.fmin).reduce(a, axis=axis))
+        zero = a == 0
+        if kind == "max":
+            neg = ~np.any(zero & ~np.signbit(a), axis=axis)
+        else:
+            neg = np.any(zero & np.signbit(a), axis=axis)
+        return np.where(r == 0, np.where(neg, _zero(r, True), _zero(r, False)), r)
+
+
+def _zero(like: np.ndarray, negative: bool) -> np.ndarray:
+    """``-0.0`` or ``+0.0`` as a 0-d array of ``like``'s dtype."""
+    return np.array(-0.0 if negative else 0.0).astype(like.dtype)
+
+
+F32_MIN_NORMAL = np.float32(2.0**-126)
+
+
+def flush_f32_subnormals(x: np.ndarray) -> np.ndarray:
+    """f32 values with the subnormal ones replaced by a zero of their sign: what an instruction
+    with ``.ftz`` does to its inputs and result (PTX ISA 9.1, §9.7.3 "Floating Point Instructions",
+    "Subnormal numbers"), and ``atom.add.f32`` on global memory always (§9.7.13.5 "Parallel
+    Synchronization and Communication Instructions: atom")."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)

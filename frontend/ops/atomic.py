@@ -12,6 +12,10 @@ Semantics shared by the interpreter and the GPU:
 * the interpreter runs programs one after another and, within one op, applies the elements in
   row-major order: several elements of one tile naming the same address see each other's results
   in that order (the GPU applies them in some order; each returns the value before its own update);
+* an f32 ``atomic_add`` flushes subnormal operands and sums to a zero of their sign, as
+  ``atom.global.add.f32`` does (PTX ISA 9.1, §9.7.13.5 "atom": on global memory it "flushes subnormal
+  inputs and results to sign-preserving zero"); the old value returned is memory's, unflushed;
+  f16 (``atom.add.noftz``) and f64 keep subnormals;
 * ``sem`` ("relaxed", "acquire", "release", "acq_rel"; default "acq_rel" as in Triton) and
   ``scope`` ("cta", "gpu", "sys"; default "gpu") are PTX's ``atom.<sem>.<scope>`` qualifiers; the
   interpreter is sequential, so they do not change its results.
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..interp.numerics import flush_f32_subnormals
 from ..interp.values import PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
@@ -70,6 +75,9 @@ def _combine(kind: str, old: np.ndarray, val: np.ndarray, cmp: np.ndarray | None
     dt = old.dtype
     with np.errstate(all="ignore"):
         if kind == "add":
+            if dt == np.float32:  # atom.global.add.f32 flushes subnormal inputs and result (PTX ISA §9.7.13.5)
+                total = flush_f32_subnormals(old).astype(np.float64) + flush_f32_subnormals(val).astype(np.float64)
+                return np.asarray(flush_f32_subnormals(total.astype(np.float32)))
             if np.issubdtype(dt, np.floating):
                 return np.asarray(old.astype(np.float64) + val.astype(np.float64)).astype(dt)
             return np.asarray(old + val).astype(dt)  # wraps around, as the hardware

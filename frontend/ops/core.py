@@ -22,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from ..interp.numerics import cast_array, gpu_fmod, gpu_pow, round_float
+from ..interp.numerics import (
+    cast_array,
+    flush_f32_subnormals,
+    gpu_fmod,
+    gpu_max,
+    gpu_min,
+    gpu_pow,
+    round_float,
+)
 from ..interp.values import INT_OVERFLOW, UNSUPPORTED, InterpreterError, PtrVal
 from ..ir import types as T
 from ..ir.core import Operation, Value
@@ -165,8 +173,9 @@ def _i_binary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
                 return [round_float(gpu_fmod(a, b, elem.bits), elem)]
             wa, wb = a.astype(np.float64), b.astype(np.float64)
             # single rounding of the exact f64 result matches IEEE add/sub/mul/div of every width
-            r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.fmax,
-                 "min": np.fmin, "floordiv": np.divide}[kind](wa, wb)
+            # max / min: NaN skipped and +0.0 > -0.0, as PTX max / min (numerics.gpu_max)
+            r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": gpu_max,
+                 "min": gpu_min, "floordiv": np.divide}[kind](wa, wb)
             if kind == "floordiv":  # floor of the quotient rounded to the type, as the GPU's div.rn + floor
                 r = np.floor(round_float(r, elem))
             return [round_float(r, elem)]
@@ -215,8 +224,11 @@ def _i_unary(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-x))`` in f32, a result below 2**-126 flushed to +0.0: the GPU's last step is
+    ``rcp.approx.ftz.f32`` (backend/lower/elementwise.py; PTX ISA 9.1, §9.7.3.13 "Floating Point
+    Instructions: rcp"), which flushes a subnormal result to zero (x below about -87.34)."""
     one = np.float32(1)  # not 1.0: numpy 1.x computed a 0-d f32 with a Python float in f64
-    return one / (one + np.exp(-x))
+    return flush_f32_subnormals(one / (one + np.exp(-x)))
 
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)

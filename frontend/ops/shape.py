@@ -4,7 +4,8 @@ with its typing rule and interpreter semantics, next to the builtin(s) that crea
 
 Reductions: ``sum`` of integers narrower than 32 bits gives ``i32``; of 8/16-bit floats it
 accumulates in ``f32`` and rounds once at the end. ``max``/``min`` of floats skip NaN (a NaN
-results only where every element is NaN), as ``maximum``/``minimum`` and the GPU.
+results only where every element is NaN) and order ``+0.0 > -0.0``, as ``maximum``/``minimum`` and
+the GPU's ``max`` / ``min`` instructions.
 ``argmax``/``argmin`` give the i32 index of the first extreme element (of the flattened tile when
 no axis is given): numpy's, so a NaN counts as the most extreme (the first NaN wins) and -0.0 equals
 0.0; the GPU lowering computes the same (backend/lower/reduce_fold.py).
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..interp.numerics import cast_array
+from ..interp.numerics import cast_array, gpu_reduce_max_min
 from ..ir import types as T
 from ..ir.core import Operation, Value
 from ..layout.rules import EXPAND_DIMS, PERMUTE, REDUCE, RESHAPE
@@ -64,10 +65,9 @@ def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
         return [cast_array(total, T.f32, elem) if elem.is_float and elem.bits < 32 else total.astype(dt)]
     if kind in ("argmax", "argmin"):
         return [np.asarray((np.argmax if kind == "argmax" else np.argmin)(a, axis=axis)).astype(np.int32)]
-    if elem.is_float:  # NaN is skipped unless every element is NaN, as `maximum` (the GPU's max.f32)
-        fn = np.fmax.reduce if kind == "max" else np.fmin.reduce
-        with np.errstate(all="ignore"):
-            return [np.asarray(fn(a.astype(np.float32) if elem.bits < 16 else a, axis=axis)).astype(dt)]
+    if elem.is_float:  # NaN skipped unless every element is NaN, +0.0 > -0.0: as `maximum` (the GPU's max.f32)
+        wide = a.astype(np.float32) if elem.bits < 16 else a
+        return [np.asarray(gpu_reduce_max_min(wide, axis, kind)).astype(dt)]
     fn = np.max if kind == "max" else np.min
     return [np.asarray(fn(a, axis=axis)).astype(dt)]
 

@@ -1,0 +1,180 @@
+"""The interpreter computes what the PTX the backend emits computes, where they once parted ways
+(docs/language.md §Promotion and arithmetic, rules 8 to 10, and §Atomics): the sign of a zero from
+``maximum`` / ``minimum`` and the ``max`` / ``min`` reductions, the flush to zero of ``sigmoid``
+and of an f32 ``atomic_add``, and integer -> bf16 conversions rounding once on every target. Each
+case checks the interpreter against values computed independently, and the PTX for the instruction
+whose semantics it models. The GPU runs the same kernels in
+tests/gpu/test_interpreter_hw_agreement_gpu.py."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from sparsile.backend.toolchain.linker import assemble_with_ptxas, ptxas_available
+from sparsile.target.targets import get_target
+from sparsile.tests.support import compile_src
+from sparsile.tests.support.hw_agreement_cases import (
+    ATOMIC_NEW,
+    ATOMIC_P,
+    ATOMIC_SRC,
+    INT_BF16_SRC,
+    MINMAX_SRC,
+    SIGMOID_SRC,
+    SIGMOID_X,
+    atomic_inputs,
+    int_bf16_inputs,
+    kernel,
+    minmax_expected,
+    minmax_inputs,
+    round_to_bf16,
+    sigmoid_exact,
+)
+
+
+def _bits_equal(got: np.ndarray, want: list[float]) -> None:
+    """Equal values and equal signs (of zeros too)."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.array(want, np.float64)
+    assert g.tolist() == w.tolist() and np.signbit(g).tolist() == np.signbit(w).tolist(), (g, w)
+
+
+# -- maximum / minimum and the max / min reductions ----------------------------------------------------
+@pytest.mark.parametrize("t", ["f32", "f64", "f16", "bf16", "e4m3"])
+def test_maximum_and_minimum_order_positive_zero_above_negative_zero(t: str) -> None:
+    """PTX ``max`` / ``min`` (PTX ISA 9.1, §9.7.3.11 / §9.7.3.12, §9.7.4 for 16-bit floats) order
+    +0.0 > -0.0 and skip NaN; numpy's fmax / fmin returned whichever zero came first (a ReLU
+    ``maximum(x, 0.0)`` of -0.0 gave -0.0, the GPU +0.0), and the reductions likewise."""
+    a, b, mx, mn, relu, rmx, rmn = minmax_inputs(t)
+    kernel(MINMAX_SRC.format(t=t)).interpret[(1,)](a, b, mx, mn, relu, rmx, rmn)
+    want = minmax_expected()
+    for got, key in ((mx, "max"), (mn, "min"), (relu, "relu"), (rmx, "rmax"), (rmn, "rmin")):
+        _bits_equal(got, want[key])
+
+
+def test_maximum_lowers_to_ptx_max_without_nan_propagation() -> None:
+    """The instructions whose zero and NaN rules the interpreter models: ``max.f32`` / ``min.f32``
+    (not ``max.NaN``), for the elementwise ops and the reductions alike."""
+    text = compile_src(MINMAX_SRC.format(t="f32"), stop_after="ptx", cache=False).ptx
+    assert re.search(r"\bmax\.f32\b", text) and re.search(r"\bmin\.f32\b", text)
+    assert ".NaN" not in text
+
+
+# -- sigmoid -----------------------------------------------------------------------------------------
+def test_sigmoid_flushes_results_below_the_smallest_normal_f32_to_zero() -> None:
+    """``sigmoid`` ends with ``rcp.approx.ftz.f32``: where the exact value is below 2**-126 the GPU
+    gives +0.0 (docs/language.md rule 10), for f32 and for bf16 (whose subnormals are f32's) alike;
+    the interpreter gave the subnormal. Above the threshold both give the (normal) value."""
+    x = np.array(SIGMOID_X, np.float32)
+    y, yb = np.full(8, 7.0, np.float32), np.full(8, 7.0, ml_dtypes.bfloat16)
+    kernel(SIGMOID_SRC).interpret[(1,)](x, y, yb)
+    for i, xi in enumerate(SIGMOID_X):
+        exact = sigmoid_exact(xi)
+        xb = float(np.float32(xi).astype(ml_dtypes.bfloat16))
+        exact_b = sigmoid_exact(xb)
+        if exact < 2.0**-126:
+            assert y[i] == 0.0 and not np.signbit(y[i]), (xi, y[i])
+        else:
+            assert abs(float(y[i]) - exact) <= 2e-6 * exact, (xi, y[i], exact)
+        if exact_b < 2.0**-126:
+            assert float(yb[i]) == 0.0, (xb, yb[i])
+        else:
+            assert abs(float(yb[i]) - exact_b) <= 2.0**-8 * exact_b, (xb, yb[i], exact_b)
+    assert (y[:4] == 0).all()  # the four inputs below -87.34 do flush
+    text = compile_src(SIGMOID_SRC, stop_after="ptx", cache=False).ptx
+    assert "rcp.approx.ftz.f32" in text
+
+
+# -- atomic_add on f32 ------------------------------------------------------------------------------
+def test_f32_atomic_add_flushes_subnormal_inputs_and_results() -> None:
+    """``atom.global.add.f32`` flushes subnormal inputs and results to a zero of their sign (PTX
+    ISA 9.1, §9.7.13.5 "atom"; the CUDA programming guide: "atomic single-precision floating-point
+    adds on global memory always operate in flush-to-zero mode"); the interpreter added them. The
+    old values it returns are memory's bits before the update, unflushed."""
+    p, v, old = atomic_inputs()
+    kernel(ATOMIC_SRC).interpret[(1,)](p, v, old)
+    _bits_equal(p, ATOMIC_NEW)
+    assert old.view(np.uint32).tolist() == np.array(ATOMIC_P, np.float32).view(np.uint32).tolist()
+    text = compile_src(ATOMIC_SRC, stop_after="ptx", cache=False).ptx
+    assert "atom.acq_rel.gpu.global.add.f32" in text  # global memory: the flushing form
+
+
+def test_f64_and_f16_atomic_add_keep_subnormals() -> None:
+    """``atom.add.f64`` and ``atom.add.noftz.f16`` keep subnormals: only f32 flushes."""
+    src = """
+@kernel
+def k(P: ptr[{t}], V: ptr[{t}]):
+    i = arange(0, 2)
+    atomic_add(P + i, load(V + i))
+"""
+    for t, dt, tiny in (("f64", np.float64, 1e-310), ("f16", np.float16, 2.0**-20)):
+        p, v = np.array([tiny, 0.0], dt), np.array([tiny, tiny], dt)
+        kernel(src.format(t=t)).interpret[(1,)](p, v)
+        assert p.tolist() == [2 * tiny, tiny]
+
+
+# -- integer -> bf16 ------------------------------------------------------------------------------
+@pytest.mark.parametrize("s", ["i32", "u32", "i64", "u64"])
+def test_integer_to_bf16_rounds_once_in_the_interpreter(s: str) -> None:
+    """The interpreter rounds each integer once to bf16 (docs/language.md rule 8), as an exact
+    rational rounding does; these inputs give another value when rounded through f32 first."""
+    x = int_bf16_inputs(s)
+    y = np.full(8, 7.0, np.float32).astype(ml_dtypes.bfloat16)
+    kernel(INT_BF16_SRC.format(s=s)).interpret[(1,)](x, y)
+    assert y.astype(np.float64).tolist() == [round_to_bf16(int(v)) for v in x]
+    via_f32 = x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert (via_f32 != y.astype(np.float64)).sum() >= 2  # the inputs do tell one rounding from two
+
+
+@pytest.mark.parametrize("s", ["i32", "u32", "i64", "u64"])
+@pytest.mark.parametrize("target", ["sm_80", "sm_86", "sm_89"])
+def test_integer_to_bf16_rounds_once_below_sm90(s: str, target: str) -> None:
+    """Below sm_90 PTX has no ``cvt.rn.bf16.s32`` (or .u32/.s64/.u64), and LLVM converted to f32
+    and then to bf16: two roundings (2**24 + 2**16 + 1 became 2**24, not 2**24 + 2**17). The
+    lowering converts toward zero to f32, sets the last bit where that was inexact (round to
+    odd: 24 bits carry the sticky information for 8) and then rounds once to bf16."""
+    sfx = {"i32": "s32", "u32": "u32", "i64": "s64", "u64": "u64"}[s]
+    text = compile_src(INT_BF16_SRC.format(s=s), stop_after="ptx", cache=False, target=target).ptx
+    assert f"cvt.rn.f32.{sfx}" not in text
+    assert f"cvt.rz.f32.{sfx}" in text and "cvt.rn.bf16.f32" in text
+    if ptxas_available():
+        proc = assemble_with_ptxas(text, get_target(target))
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("s", ["i32", "i64"])
+def test_integer_to_bf16_is_one_instruction_from_sm90(s: str) -> None:
+    """sm_90 has the direct conversion (one rounding): the lowering keeps it."""
+    sfx = {"i32": "s32", "i64": "s64"}[s]
+    text = compile_src(INT_BF16_SRC.format(s=s), stop_after="ptx", cache=False, target="sm_90a").ptx
+    assert f"cvt.rn.bf16.{sfx}" in text and "cvt.rz" not in text
+
+
+def _model_wide_int_to_bf16(v: int) -> float:
+    """The instruction sequence the lowering emits below sm_90, step by step with exact integers:
+    ``cvt.rz.f32`` (keep the 24 leading bits), ``cvt.rzi`` back and ``setp.ne`` (inexact?), ``or``
+    of that into the last bit, ``cvt.rn.bf16.f32`` (round the 24-bit value to 8 bits, ties even)."""
+    m = abs(v)
+    e = max(m.bit_length() - 24, 0)
+    q = m >> e  # cvt.rz.f32: the truncated 24-bit significand
+    if q << e != m:  # back != x: set the sticky (odd) bit
+        q |= 1
+    return round_to_bf16(q << e if v >= 0 else -(q << e))
+
+
+def test_the_round_to_odd_sequence_rounds_once() -> None:
+    """The sequence of test_integer_to_bf16_rounds_once_below_sm90, modelled exactly, gives the
+    once-rounded bf16 of every integer tried (random 32- and 64-bit ones and near-ties); the plain
+    f32 -> bf16 path (cvt.rn.f32 first) does not."""
+    rng = np.random.default_rng(5)
+    vals = [int(v) for v in rng.integers(-2**63, 2**63 - 1, 4000, dtype=np.int64)]
+    vals += [int(v) >> int(s) for v, s in zip(rng.integers(-2**63, 2**63 - 1, 4000, dtype=np.int64),
+                                                rng.integers(0, 40, 4000), strict=True)]
+    vals += [2**k + 2**(k - 8) + d for k in range(9, 64) for d in (-1, 0, 1)]
+    vals += [int(v) for s in ("i32", "u32", "i64", "u64") for v in int_bf16_inputs(s)]
+    assert all(_model_wide_int_to_bf16(v) == round_to_bf16(v) for v in vals)
+    twice = [round_to_bf16(int(np.float32(v))) for v in vals[-32:]]  # through f32 first
+    assert twice != [round_to_bf16(v) for v in vals[-32:]]

@@ -1,0 +1,79 @@
+"""The GPU and the interpreter agree bit for bit where they once parted ways (the kernels of
+tests/support/hw_agreement_cases.py; the CPU side is tests/frontend/test_interpreter_hw_agreement.py):
+the sign of zeros from ``maximum`` / ``minimum`` / ``max`` / ``min`` (PTX orders +0.0 > -0.0), the
+flush to zero of ``sigmoid`` and of an f32 ``atomic_add``, and integer -> bf16 rounding once."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from sparsile.tests.support.hw_agreement_cases import (
+    ATOMIC_NEW,
+    ATOMIC_SRC,
+    INT_BF16_SRC,
+    MINMAX_SRC,
+    SIGMOID_SRC,
+    SIGMOID_X,
+    atomic_inputs,
+    int_bf16_inputs,
+    kernel,
+    minmax_expected,
+    minmax_inputs,
+    round_to_bf16,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> None:
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    assert a.view(u).tolist() == b.view(u).tolist(), (a, b)
+
+
+@pytest.mark.parametrize("t", ["f32", "f64", "f16", "bf16", "e4m3"])
+def test_signed_zeros_of_max_and_min_match_the_interpreter(t: str) -> None:
+    gpu, ref = minmax_inputs(t), minmax_inputs(t)
+    k = kernel(MINMAX_SRC.format(t=t))
+    k[(1,)](*gpu)
+    k.interpret[(1,)](*ref)
+    for g, r in zip(gpu[2:], ref[2:], strict=True):
+        _same_bits(g, r)
+    want = minmax_expected()
+    got = gpu[2].astype(np.float64)
+    assert np.signbit(got).tolist() == np.signbit(np.array(want["max"])).tolist()
+
+
+def test_sigmoid_flush_matches_the_interpreter() -> None:
+    x = np.array(SIGMOID_X, np.float32)
+    k = kernel(SIGMOID_SRC)
+    y_gpu, yb_gpu = np.full(8, 7.0, np.float32), np.full(8, 7.0, ml_dtypes.bfloat16)
+    y_ref, yb_ref = y_gpu.copy(), yb_gpu.copy()
+    k[(1,)](x, y_gpu, yb_gpu)
+    k.interpret[(1,)](x, y_ref, yb_ref)
+    assert (y_gpu[:4] == 0).all() and (y_ref[:4] == 0).all()  # flushed in both
+    np.testing.assert_allclose(y_gpu[4:], y_ref[4:], rtol=2e-6)  # rcp/ex2.approx: a few ulp
+    np.testing.assert_allclose(yb_gpu.astype(np.float32), yb_ref.astype(np.float32), rtol=2.0**-7)
+
+
+def test_f32_atomic_add_flush_matches_the_interpreter() -> None:
+    k = kernel(ATOMIC_SRC)
+    gpu, ref = atomic_inputs(), atomic_inputs()
+    k[(1,)](*gpu)
+    k.interpret[(1,)](*ref)
+    _same_bits(gpu[0], ref[0])  # memory after the add
+    _same_bits(gpu[2], ref[2])  # the old values
+    assert gpu[0].astype(np.float64).tolist() == ATOMIC_NEW
+
+
+@pytest.mark.parametrize("s", ["i32", "u32", "i64", "u64"])
+def test_integer_to_bf16_matches_the_interpreter(s: str) -> None:
+    x = int_bf16_inputs(s)
+    k = kernel(INT_BF16_SRC.format(s=s))
+    gpu = np.full(8, 7.0, np.float32).astype(ml_dtypes.bfloat16)
+    ref = gpu.copy()
+    k[(1,)](x, gpu)
+    k.interpret[(1,)](x, ref)
+    _same_bits(gpu, ref)
+    assert gpu.astype(np.float64).tolist() == [round_to_bf16(int(v)) for v in x]
