@@ -199,3 +199,52 @@ def flush_f32_subnormals(x: np.ndarray) -> np.ndarray:
     Synchronization and Communication Instructions: atom")."""
     x = np.asarray(x, np.float32)
     return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+_SIGNIFICAND_AND_MAX_EXPONENT = {"f64": (53, 1023), "f32": (24, 127), "tf32": (24, 127), "bf16": (8, 127),
+                                 "f16": (11, 15)}
+
+
+def int_to_float(n: int, elem: T.ScalarType) -> float:
+    """The Python integer ``n`` (any size) as a value of the float type ``elem``, rounded once to
+    nearest even, overflowing to infinity: what converting an integer to ``elem`` gives
+    (docs/language.md rule 8; PTX ``cvt.rn``). Going through ``float(n)`` first rounded twice above
+    2**53 (``2**62 + 2**38 + 1`` became ``2**62`` in f32, not ``2**62 + 2**39``). 8-bit floats go
+    through f32 (rounded once) and saturate, as a conversion to them does; tf32 is held as f32."""
+    if elem.bits < 16:
+        return float(cast_array(np.array(int_to_float(n, T.f32), np.float64), T.f64, elem)[()])
+    p, emax = _SIGNIFICAND_AND_MAX_EXPONENT[elem.name]
+    m = abs(int(n))
+    shift = m.bit_length() - p
+    if shift > 0:
+        q, rem = m >> shift, m & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        if rem > half or (rem == half and q & 1):
+            q += 1
+        m = q << shift
+    if m >= 1 << (emax + 1):
+        return -np.inf if n < 0 else np.inf
+    return -float(m) if n < 0 else float(m)
+
+
+def float_to_type(x: float, elem: T.ScalarType) -> float:
+    """The Python float ``x`` converted to the float type ``elem`` as a run-time conversion from
+    f64 does (rounded once to nearest even; through f32 and saturating for 8-bit floats), as a
+    Python float."""
+    return float(cast_array(np.array(x, np.float64), T.f64, elem)[()])
+
+
+def int_to_int(n: int, elem: T.ScalarType) -> int:
+    """The Python integer ``n`` converted to the integer type ``elem`` as a run-time conversion
+    does: wrapped to its width (two's complement; LLVM ``trunc``, PTX ``cvt`` without ``.sat``)."""
+    if elem.is_bool:
+        return int(n != 0)
+    m = int(n) & ((1 << elem.bits) - 1)
+    return m - (1 << elem.bits) if elem.is_signed and m >> (elem.bits - 1) else m
+
+
+def finite_float_to_int(x: float, elem: T.ScalarType) -> int:
+    """The finite float ``x`` converted to the integer type ``elem`` as at run time: truncated toward
+    zero and saturated (PTX ``cvt.rzi.sat``, docs/language.md rule 8)."""
+    info = np.iinfo(elem.numpy_dtype)
+    return max(int(info.min), min(int(info.max), int(x)))

@@ -4,9 +4,11 @@ and sema values. Every failure is a diagnostic (SP0303, SP0331), never a Python 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..diagnostics import CompileError, Diagnostic
+from ..interp.numerics import finite_float_to_int, float_to_type, int_to_float, int_to_int
 from ..ir import types as T
 from ..ir.core import Value
 from ..spans import Span
@@ -72,11 +74,22 @@ def as_sv(x: Any) -> Any:
 
 
 def convert_const(v: Any, t: T.ScalarType) -> Any:
+    """``t(v)`` of a constant: the value the run-time conversion to ``t`` gives (docs/language.md
+    rule 8): an integer wraps to an integer type's width and rounds once to a float type; a float
+    truncates toward zero and saturates to an integer type, and rounds to nearest even to a float
+    type (through f32, saturating, to an 8-bit float). An infinite or NaN value has no integer
+    value at compile time (OverflowError / ValueError, reported as SP0303)."""
     if t.is_bool:
         return bool(v)
     if t.is_int:
-        return int(v)
-    return float(v)
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                int(v)  # raises OverflowError (inf) or ValueError (NaN)
+            return finite_float_to_int(v, t)
+        return int_to_int(int(v), t)
+    if isinstance(v, float):
+        return float_to_type(v, t)
+    return int_to_float(int(v), t)
 
 
 def try_fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:
@@ -94,12 +107,39 @@ def _fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:
     vals = [a.value for a in args]
     if not vals or not all(isinstance(v, Const) and isinstance(v.value, int | float) for v in vals):
         if len(vals) == 1 and isinstance(vals[0], tuple) and all(isinstance(x, Const) for x in vals[0]):
-            import builtins as py
-
-            return Const(getattr(py, name)(x.value for x in vals[0]))
+            return Const(_py_builtin(name, [x.value for x in vals[0]], spread=False))
         return None
-    import builtins as py
-
     if name == "sum":
         return None
-    return Const(getattr(py, name)(*(v.value for v in vals)))
+    return Const(_py_builtin(name, [v.value for v in vals], spread=True))
+
+
+def _py_builtin(name: str, vals: list[Any], spread: bool) -> Any:
+    """Python's ``max`` / ``min`` / ``abs`` / ``sum`` of constants, but ``max`` and ``min`` of numbers
+    with a float among them as the language's (docs/language.md rule 9, PTX ``max`` / ``min``):
+    NaN is skipped (NaN only when every value is) and ``+0.0 > -0.0`` in either order. Python's
+    ``max(-0.0, 0.0)`` is ``-0.0`` and ``max(nan, 1.0)`` is NaN. ``spread``: the values are the
+    call's arguments (``max(a, b)``), else the items of its one tuple argument (``max(t)``)."""
+    import builtins as py
+
+    if name in ("max", "min") and vals and all(isinstance(v, int | float) for v in vals) \
+            and any(isinstance(v, float) for v in vals) and (len(vals) > 1 or not spread):
+        return fold_max_min(name, vals)
+    return getattr(py, name)(*vals) if spread else getattr(py, name)(vals)
+
+
+def fold_max_min(name: str, vals: list[int | float]) -> int | float:
+    """``max`` / ``min`` of compile-time numbers as ``maximum`` / ``minimum`` compute them at run
+    time (see :func:`_py_builtin`); of equal values the first is kept, as Python's."""
+    numbers = [v for v in vals if not (isinstance(v, float) and math.isnan(v))]
+    if not numbers:
+        return vals[0]
+    best = numbers[0]
+    for v in numbers[1:]:
+        if v == best == 0:  # +0.0 > -0.0
+            neg_v, neg_best = math.copysign(1.0, v) < 0, math.copysign(1.0, best) < 0
+            if neg_v != neg_best and neg_v == (name == "min"):
+                best = v
+        elif (v > best) if name == "max" else (v < best):
+            best = v
+    return best

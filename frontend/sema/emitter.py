@@ -11,7 +11,10 @@ import math
 import types
 from typing import Any, NoReturn
 
+import numpy as np
+
 from ..diagnostics import CompileError, Diagnostic
+from ..interp.numerics import gpu_fmod, int_to_float
 from ..ir import types as T
 from ..ir.core import Builder, Operation, Value
 from ..spans import Span
@@ -60,8 +63,9 @@ class Emitter:
     def constant(self, value: Any, type: T.Type) -> Value:
         elem = T.element_type(type)
         if isinstance(elem, T.ScalarType):
-            if elem.is_float:
-                value = float(value)
+            if elem.is_float:  # an integer rounds once to the type (rule 8), not through float64 first
+                exact_int = isinstance(value, int) and not isinstance(value, bool)
+                value = int_to_float(value, elem) if exact_int else float(value)
             elif elem.is_bool:
                 value = bool(value)
             else:
@@ -131,6 +135,8 @@ class Emitter:
         v = self.unwrap(arg)
         if isinstance(v, Value):
             return v
+        if isinstance(v, Const) and v.dtype is not None:  # a typed constant: a value of its type, not weak
+            return self.constant(v.value, v.dtype)
         if isinstance(v, Const) and isinstance(v.value, bool | int | float) and v.value is not None:
             if isinstance(like, T.ScalarType | T.PointerType | T.TileType):
                 elem = T.element_type(like)
@@ -268,10 +274,14 @@ def _fold(op: str, a: Any, b: Any) -> Any:
             raise ZeroDivisionError
         return c_floordiv(a, b) if op == "//" else c_mod(a, b)
     if op == "%" and isinstance(a, float | int) and isinstance(b, float | int):
-        return math.fmod(a, b)
+        if b == 0:
+            raise ZeroDivisionError
+        # as the run-time f64 `%` (rule 6): fma(-trunc(x / y), y, x) with the quotient rounded, not
+        # the exact fmod (they differ where x / y rounds: 1e300 % 3.0)
+        return float(gpu_fmod(np.array(float(a)), np.array(float(b)), 64)[()])
     if op == "//" and isinstance(a, float | int) and isinstance(b, float | int):
         q = a / b  # floor(x / y) as at run time, not Python's `//` (7.0 // 0.1 is 69.0 there, 70.0 here)
-        return float(math.floor(q)) if math.isfinite(q) else q
+        return math.copysign(0.0, q) if q == 0 else float(math.floor(q)) if math.isfinite(q) else q  # -0.0 kept
     import operator
 
     table = {
@@ -280,7 +290,10 @@ def _fold(op: str, a: Any, b: Any) -> Any:
         "^": operator.xor, "%": operator.mod, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne,
     }
-    return table[op](a, b)
+    r = table[op](a, b)
+    if isinstance(r, complex):  # Python's (-2.0) ** 0.5: no value of any scalar type
+        raise ValueError
+    return r
 
 
 def _describe(v: Any) -> str:

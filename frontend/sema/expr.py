@@ -28,6 +28,7 @@ from .consts import (
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
+from .typed_fold import TYPED_FOLDABLE, any_typed, fold_typed, fold_typed_builtin, is_typed
 from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
 
 # Python builtins a kernel may call on compile-time values.
@@ -135,7 +136,7 @@ class ExprMixin:
     def binop(self, op: str, a: Any, b: Any, a_span: Span, b_span: Span, span: Span) -> Any:
         if a is POISON or b is POISON:
             raise PoisonError()
-        if isinstance(a, Const) and isinstance(b, Const):
+        if isinstance(a, Const) and isinstance(b, Const) and not (is_typed(a) or is_typed(b)):
             return self._fold(op, a.value, b.value, span)
         if isinstance(a, tuple) or isinstance(b, tuple):
             return self._tuple_binop(op, a, b, span)
@@ -144,6 +145,8 @@ class ExprMixin:
                 raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
             if isinstance(v, Const) and not isinstance(v.value, bool | int | float):
                 raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
+        if isinstance(a, Const) and isinstance(b, Const):  # one is typed: fold as the run-time op
+            return fold_typed(lambda em, xs: emit_binary(em, op, *xs), [Arg(a, a_span), Arg(b, b_span)], span)
         em = self.emitter()
         em.span = span
         return emit_binary(em, op, Arg(a, a_span), Arg(b, b_span))
@@ -187,6 +190,8 @@ class ExprMixin:
 
     def unaryop(self, node: A.UnaryOp) -> Any:
         v = self.expr(node.operand)
+        if is_typed(v):
+            return fold_typed(lambda em, xs: emit_unary(em, node.op, xs[0]), [Arg(v, node.operand.span)], node.span)
         if isinstance(v, Const):
             try:
                 return Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert, "not": lambda a: not a}[node.op](
@@ -370,6 +375,9 @@ class ExprMixin:
         if isinstance(func, BoundMethod):
             return self.call_builtin(func.builtin, [func.self_arg, *args], kwargs, node)
         if isinstance(func, Builtin):
+            if func.name in TYPED_FOLDABLE and not kwargs and args and any_typed(args) \
+                    and all(isinstance(a.value, Const) for a in args):
+                return fold_typed_builtin(func.name, args, node.span)
             folded = try_fold_builtin(func.name, args, kwargs)
             if folded is not None:
                 return folded
@@ -387,7 +395,7 @@ class ExprMixin:
             v = args[0].value
             if isinstance(v, Const) and isinstance(v.value, int | float | bool):
                 try:
-                    return Const(convert_const(v.value, func.value))
+                    return Const(convert_const(v.value, func.value), func.value)
                 except (OverflowError, ValueError):
                     raise CompileError([Diagnostic("SP0303", f"{v.value!r} has no value in {func.value}",
                                                    args[0].span)]) from None
@@ -464,6 +472,8 @@ class ExprMixin:
 
     def _const_attribute(self, base: Const, node: A.Attribute) -> Any:
         v = base.value
+        if base.dtype is not None and node.attr == "dtype":  # `f16(0.5).dtype`, as a value's
+            return Const(base.dtype)
         if isinstance(v, T.ScalarType) and node.attr in ("bits", "is_float", "is_int", "is_signed", "name"):
             return Const(getattr(v, node.attr))
         if isinstance(v, T.ScalarType | T.Type) and node.attr == "primitive_bitwidth":

@@ -22,12 +22,15 @@ from ..spans import Span
 
 @dataclass(frozen=True)
 class Const:
-    """A compile-time constant."""
+    """A compile-time constant. ``dtype`` is None for an untyped one (a literal, a constexpr, their
+    Python arithmetic: weakly typed, docs/language.md rule 1) and the scalar type of a typed number
+    (``f16(0.1)`` and what folding it gives, sema/typed_fold.py), which behaves as a value of that type."""
 
     value: Any
+    dtype: Any = None
 
     def __repr__(self) -> str:
-        return f"Const({self.value!r})"
+        return f"Const({self.value!r})" if self.dtype is None else f"Const({self.value!r}, {self.dtype})"
 
 
 class _Poison:
