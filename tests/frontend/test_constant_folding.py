@@ -30,8 +30,11 @@ from sparsile.tests.support.fold_cases import (
     literal,
     padded,
     poisoned,
+    ptx_stored_bytes,
     runtime_kernel,
     size,
+    tile_cases,
+    tile_kernel,
     untyped_defined,
     untyped_kernel,
 )
@@ -200,3 +203,28 @@ def test_folded_untyped_constants_equal_f64_and_i64_run_time_results(t: str) -> 
         k = len(g.cases)
         bad = [(g.cases[j], got[j], w[j]) for j in range(k) if bits_of(got[j:j + 1]) != bits_of(w[j:j + 1])]
         assert not bad, (g.op, t, bad[:5])
+
+
+# -- where only the GPU lowering folds: LLVM's constants equal the interpreter's results ----------------
+@pytest.mark.parametrize("t", ["f32", "f16", "bf16", "i8", "u32"])
+def test_llvm_folds_ops_on_constant_tiles_to_what_the_interpreter_computes(t: str) -> None:
+    """Sema does not fold ops on ``full`` tiles; LLVM does, in the GPU lowering (llvm.maxnum of -0.0
+    and 0.0, fdiv, the float ``%`` sequence, guarded shifts and divisions...). The immediates the PTX
+    stores must be the interpreter's results, bit for bit; ``**`` (``lg2.approx`` / ``ex2.approx``) is not
+    folded, so it is not compared. Every other op must have been folded and compared."""
+    cases = tile_cases(t)
+    src = tile_kernel(t, cases)
+    stored = ptx_stored_bytes(compile_src(src, stop_after="ptx", cache=False).ptx)
+    out = poisoned(len(cases), t, 7)
+    run(src, out)
+    width = out.dtype.itemsize
+    raw = out.view(np.uint8)
+    compared: set[str] = set()
+    for k, (op, a, b) in enumerate(cases):
+        at = range(k * width, (k + 1) * width)
+        if not all(i in stored for i in at):
+            continue
+        got = np.array([stored[i] for i in at], np.uint8).view(out.dtype)
+        assert bits_of(got) == bits_of(raw[k * width:(k + 1) * width].view(out.dtype)), (op, a, b, got, out[k])
+        compared.add(op)
+    assert compared == {op for op, _, _ in cases} - {"**"}, sorted({op for op, _, _ in cases} - compared)

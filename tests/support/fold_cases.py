@@ -9,6 +9,7 @@ operation on the same values loaded from memory; the two outputs must agree bit 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -210,3 +211,41 @@ def untyped_kernel(g: Group) -> str:
     """One store per case of ``g.op`` on untyped literals (``1e17 % 3.0``), folded by sema."""
     lines = [f"    store(O + {k}, {folded(g.op, *(literal(v) for v in case))})" for k, case in enumerate(g.cases)]
     return f"@kernel\ndef k(O: ptr[{g.out}]):\n" + "\n".join(lines) + "\n"
+
+
+def tile_cases(t: str) -> list[tuple[str, int | float, int | float]]:
+    """(op, a, b) for the LLVM folding check: the ops whose result has type ``t`` on six edge values
+    (zeros of both signs, one, NaN, the largest value, the smallest subnormal; for integers 0, 1,
+    the extremes and shift amounts at and past the width)."""
+    vals = values(t)
+    vals = [vals[i] for i in (0, 1, 2, 4, 5, 6)] if is_float(t) else vals[:7]
+    ops = [op for op in (*ARITH, *BITS) if legal(op, t) and result_type(op, t) == t]
+    return [(op, a, b) for op in ops for a in vals for b in vals if defined(op, t, a, b)]
+
+
+def tile_kernel(t: str, cases: list[tuple[str, int | float, int | float]]) -> str:
+    """Case ``k`` computed on two ``full((1,), c, t)`` tiles and stored to ``O[k]``: sema leaves the
+    ops to run time and the GPU lowering's LLVM folds them to constants."""
+    lines = [f"    store(O + arange({k}, {k + 1}), "
+             f"{at_run_time(op, f'full((1,), {literal(a)}, {t})', f'full((1,), {literal(b)}, {t})')})"
+             for k, (op, a, b) in enumerate(cases)]
+    return f"@kernel\ndef k(O: ptr[{t}]):\n" + "\n".join(lines) + "\n"
+
+
+_ST = re.compile(r"st\.global(?:\.v(\d))?\.b(\d+)\s+\[%rd\d+(?:\+(\d+))?\],\s*\{?([^}; ]+(?:,\s*[^}; ]+)*)\}?;")
+
+
+def ptx_stored_bytes(ptx: str) -> dict[int, int]:
+    """The bytes that the PTX's stores write as immediates (byte offset -> value), from
+    ``st.global[.vN].bB [%rdK+off], {imm, ...}``; elements stored from registers are left out."""
+    out: dict[int, int] = {}
+    for m in _ST.finditer(ptx):
+        width = int(m.group(2)) // 8
+        base = int(m.group(3) or 0)
+        for i, item in enumerate(x.strip() for x in m.group(4).split(",")):
+            if not re.fullmatch(r"-?\d+", item):
+                continue
+            v = int(item) & ((1 << (8 * width)) - 1)
+            for b in range(width):
+                out[base + i * width + b] = (v >> (8 * b)) & 0xFF
+    return out
