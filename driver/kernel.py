@@ -26,6 +26,7 @@ from ..frontend.sema.specialize import (
     bind_arguments,
     call_grid,
     constant_notes,
+    constexpr_value,
     none_pointer,
     specialize_memo,
 )
@@ -318,6 +319,7 @@ class Kernel:
             else:
                 v = p.annotation
             if p.annotation is T.CONSTEXPR or none_pointer(p, v):
+                v = constexpr_value(p, v)  # as a launch's (np.True_ a bool, a list a tuple; SP0723)
                 bindings[p.name] = Const(v)
                 key.append((p.name, "c", repr(v)))
             else:

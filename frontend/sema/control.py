@@ -23,6 +23,7 @@ from ..ir import types as T
 from ..ir.core import Block, Builder, Value
 from ..spans import Span
 from ..syntax import ast as A
+from .constant_kinds import check_number_use, wrong_constant_help
 from .emitter import Emitter, describe
 from .scope import ReturnSignal, Scope, assigned_names
 from .values import POISON, Arg, Const, PoisonError, Unbound
@@ -275,9 +276,11 @@ class ControlFlowMixin:
     def static_for(self, s: A.For, bounds: list[Any], spans: list[Span]) -> None:
         vals = []
         for b, sp in zip(bounds, spans, strict=True):
+            check_number_use(self, b, "a bound of `static_range`", sp)
             if not (isinstance(b, Const) and isinstance(b.value, int) and not isinstance(b.value, bool)):
                 raise self.error("SP0201", f"the bounds of `static_range` must be compile-time integers, found "
-                                 f"{describe(b)}", sp, help="use `range(...)` for a loop with run-time bounds")
+                                 f"{describe(b)}", sp, help=wrong_constant_help(b.value, "integer")
+                                 if isinstance(b, Const) else "use `range(...)` for a loop with run-time bounds")
             vals.append(b.value)
         if vals[2] == 0:
             raise self.error("SP0221", "the step of a loop cannot be zero", spans[2])
@@ -301,6 +304,7 @@ class ControlFlowMixin:
             raise self.error("SP0221", "the step of a loop cannot be zero", spans[2])
         ivals = []
         for b, sp in zip(bounds, spans, strict=True):
+            check_number_use(self, b, "a bound of `range`", sp)
             if isinstance(b, Const) and not isinstance(b.value, int):
                 raise self.error("SP0224", f"loop bounds must be integers, found {describe(b)}", sp)
             v = em.tile_or_scalar(Arg(b, sp), like=T.i32, what="a loop bound")

@@ -18,6 +18,7 @@ from ..interp.numerics import gpu_fmod, int_to_float
 from ..ir import types as T
 from ..ir.core import Builder, Operation, Value
 from ..spans import Span
+from .constant_kinds import check_number_use, wrong_constant_help
 from .values import POISON, Arg, Const, PoisonError
 
 MAX_TILE_ELEMENTS = 1 << 20
@@ -86,12 +87,19 @@ class Emitter:
     def constexpr(self, arg: Arg, what: str, kinds: tuple[type, ...] = (int,)) -> Any:
         """The Python value of a compile-time-constant argument, or an SP0201 diagnostic."""
         v = self.unwrap(arg)
+        kind_names = " or ".join(k.__name__ for k in kinds)
         if isinstance(v, Const) and isinstance(v.value, kinds):
+            if isinstance(v.value, bool) and bool not in kinds:  # an int subclass, yet no number (SP0723)
+                check_number_use(self.sema, v, what, arg.span)
+                self.error("SP0201", f"{what} must be a compile-time constant {kind_names}, found the bool {v.value!r}",
+                           arg.span, help=wrong_constant_help(v.value, kind_names))
             return v.value
         if isinstance(v, tuple) and tuple in kinds:
             return tuple(self.constexpr(Arg(x, arg.span), what, tuple(k for k in kinds if k is not tuple) or (int,))
                          for x in v)
-        kind_names = " or ".join(k.__name__ for k in kinds)
+        if isinstance(v, Const):  # a constant of another type: say so (the help below is for run-time values)
+            self.error("SP0201", f"{what} must be a compile-time constant {kind_names}, found `{_describe(v)}`",
+                       arg.span, help=wrong_constant_help(v.value, kind_names))
         found = "a run-time value" if isinstance(v, Value) else f"`{_describe(v)}`"
         self.error("SP0201", f"{what} must be a compile-time constant {kind_names}, found {found}", arg.span,
                    help="pass a literal, a `constexpr` parameter, or an expression of them")
@@ -99,11 +107,15 @@ class Emitter:
     def shape_arg(self, arg: Arg, what: str = "shape") -> tuple[int, ...]:
         v = self.unwrap(arg)
         if isinstance(v, Const) and isinstance(v.value, int):
+            check_number_use(self.sema, v, f"the {what}", arg.span)
             dims = (v.value,)
         elif isinstance(v, Const) and isinstance(v.value, tuple):
             dims = tuple(v.value)
         elif isinstance(v, tuple):
             dims = tuple(self.constexpr(Arg(x, arg.span), f"each dimension of the {what}") for x in v)
+        elif isinstance(v, Const):
+            self.error("SP0201", f"the {what} must be a compile-time tuple of integers, found {_describe(v)}",
+                       arg.span, help=wrong_constant_help(v.value, "tuple of integers"))
         else:
             self.error("SP0201", f"the {what} must be a compile-time tuple of integers, found {_describe(v)}",
                        arg.span, help="write the shape as a tuple of constants, e.g. `(BLOCK_M, BLOCK_N)`")

@@ -16,6 +16,7 @@ from ..ops.opdefs import op_def
 from ..spans import Span
 from ..syntax import ast as A
 from .builtins import lookup_global, lookup_method, method_names, signature_text
+from .constant_kinds import NUMERIC_UNARY, check_number_use, check_operands
 from .consts import (
     NOT_CONSTANT,
     PY_FOLDABLE,
@@ -136,6 +137,7 @@ class ExprMixin:
     def binop(self, op: str, a: Any, b: Any, a_span: Span, b_span: Span, span: Span) -> Any:
         if a is POISON or b is POISON:
             raise PoisonError()
+        check_operands(self, op, ((a, a_span), (b, b_span)))  # `BLOCK * 2` with BLOCK=True: SP0723
         if isinstance(a, Const) and isinstance(b, Const) and not (is_typed(a) or is_typed(b)):
             return self._fold(op, a.value, b.value, span)
         if isinstance(a, tuple) or isinstance(b, tuple):
@@ -190,6 +192,8 @@ class ExprMixin:
 
     def unaryop(self, node: A.UnaryOp) -> Any:
         v = self.expr(node.operand)
+        if node.op in NUMERIC_UNARY:
+            check_number_use(self, v, f"the operand of unary `{node.op}`", node.operand.span)
         if is_typed(v):
             return fold_typed(lambda em, xs: emit_unary(em, node.op, xs[0]), [Arg(v, node.operand.span)], node.span)
         if isinstance(v, Const):

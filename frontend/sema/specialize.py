@@ -271,7 +271,7 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
     for p in params:
         v = bound[p.name]
         if p.annotation is T.CONSTEXPR or none_pointer(p, v):
-            c = _constexpr_value(p, v)
+            c = constexpr_value(p, v)
             bindings[p.name] = Const(c)
             key.append((p.name, "c", _hashable(c)))
         else:
@@ -308,14 +308,22 @@ def none_pointer(p: ParamInfo, v: Any) -> bool:
     return v is None and (p.annotation is None or isinstance(p.annotation, T.PointerType))
 
 
-def _constexpr_value(p: ParamInfo, v: Any) -> Any:
+def constexpr_value(p: ParamInfo, v: Any, depth: int = 0) -> Any:
+    """The compile-time value of constexpr argument ``v``: numpy scalars as Python's (``np.True_`` a
+    bool), a list as a tuple and each element of a tuple or list likewise (``[[1, 2]]`` is
+    ``((1, 2),)``: a hashable key), a dtype as its element type; LaunchError SP0723 otherwise."""
+    if isinstance(v, np.bool_):  # a flag, as Python's bool (np.dtype(np.True_) made it the type bool)
+        return bool(v)
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating):
         return float(v)
-    if isinstance(v, list):
-        return tuple(v)
-    if isinstance(v, bool | int | float | str | tuple | T.Type) or v is None:
+    if isinstance(v, list | tuple):
+        if depth >= _MAX_CONSTEXPR_DEPTH:
+            raise LaunchError("SP0723", f"constexpr argument `{p.name}` nests tuples or lists more than "
+                              f"{_MAX_CONSTEXPR_DEPTH} deep")
+        return tuple(constexpr_value(p, x, depth + 1) for x in v)
+    if isinstance(v, bool | int | float | str | T.Type) or v is None:
         return v
     dt = dtype_of(v) if hasattr(v, "dtype") and not hasattr(v, "shape") else None
     if dt is not None:
@@ -324,10 +332,17 @@ def _constexpr_value(p: ParamInfo, v: Any) -> Any:
         t = T.from_numpy_dtype(np.dtype(v))
         if t is not None:
             return t
-    except TypeError:
+    except (TypeError, ValueError):
         pass
     raise LaunchError("SP0723", f"constexpr argument `{p.name}` must be a number, bool, string, tuple or dtype, "
-                      f"found {type(v).__name__}")
+                      f"found {type(v).__name__}{' inside a tuple or list' if depth else ''}",
+                      help="pass Python numbers, bools, strings, dtypes and tuples of them (a run-time value, "
+                           "an array among them, goes to a parameter that is not constexpr)")
+
+
+_MAX_CONSTEXPR_DEPTH = 32
+"""The deepest nesting of tuples a constexpr argument may have (deeper ones would only exhaust
+Python's recursion in hashing and sema)."""
 
 
 def _hashable(v: Any) -> Any:
