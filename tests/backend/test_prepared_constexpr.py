@@ -32,10 +32,20 @@ def shift_by_pair(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, V: sp.const
     sp.store(out + offs, sp.load(x + offs, mask=mask) + (offs - 7) // V[0] + V[1], mask=mask)
 
 
+@sp.jit
+def shift_if(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, V: sp.constexpr, BLOCK: sp.constexpr = 256):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    v = sp.load(x + offs, mask=mask)
+    if V:  # a flag: takes True and 1 alike (a bool used as a number, `// V`, is SP0723)
+        v = v + 1.0
+    sp.store(out + offs, v, mask=mask)
+
+
 @pytest.fixture(autouse=True)
 def fresh_launchers():
     """Each test builds its launchers on its own fake device."""
-    for k in (shift, shift_by_pair):
+    for k in (shift, shift_by_pair, shift_if):
         k.__dict__.pop("_launchers", None)
         k.__dict__.pop("_fast_launches", None)
 
@@ -46,13 +56,14 @@ def fresh_launchers():
 def test_a_prepared_launch_refuses_an_equal_constexpr_of_another_kind(gpu, prepared_for, other):  # noqa: F811
     gpu.sizes = [8, 8, 4]  # x, out, n
     x, _, out = arrays()
-    launch_ = shift[(4,)].prepare(x, out, 1024, prepared_for)  # V positional: checked per call
+    kernel = shift_if if isinstance(prepared_for, bool) or isinstance(other, bool) else shift
+    launch_ = kernel[(4,)].prepare(x, out, 1024, prepared_for)  # V positional: checked per call
     launch_(x, out, 1024, prepared_for)
     with pytest.raises(LaunchError) as exc:
         launch_(x, out, 1024, other)
     assert exc.value.code == "SP0718"
     assert f"the launch was prepared for V = {describe_value(prepared_for)}" in str(exc.value)
-    shift[(4,)](x, out, 1024, other)  # kernel[grid] compiles the other specialization
+    kernel[(4,)](x, out, 1024, other)  # kernel[grid] compiles the other specialization
     assert len(gpu.built) == 2
 
 
