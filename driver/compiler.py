@@ -329,10 +329,16 @@ def compile_kernel(kernel: Any, signature: dict[str, Any] | str | None, *, targe
         raise LaunchError("SP0724", f"stop_after must be one of {', '.join(STAGES)}, found {stop_after!r}")
     bindings, sig_key = kernel.signature_bindings(signature or {})
     opts = {**KERNEL_OPTIONS, **kernel.options, **options}
-    tgt = get_target(target or opts.get("target") or "sm_90a")
+    tgt = get_target(_first_given(target, opts.get("target"), "sm_90a"))
     if not cache or stop_after == "ir":
         return compile_function(kernel.fresh_ir(bindings, opts), tgt, num_warps=int(opts.get("num_warps") or 4),
                                 stop_after=stop_after)
     check_options(options)
     key = ("aot", *sig_key, kernel._options_key(options))
     return compile_cached(kernel, bindings, key, tgt, opts, stop_after=stop_after, keep_llvm=True)
+
+
+def _first_given(*values: Any) -> Any:
+    """The first of ``values`` that is not None (``target=`` may be any object: an array given for it
+    is SP0601 from ``get_target``, not numpy's "truth value of an array is ambiguous")."""
+    return next(v for v in values if v is not None)

@@ -454,6 +454,9 @@ def normalize_grid(grid: Any, meta: dict[str, Any], kernel_name: str = "kernel")
     grid function looking up a name ``meta`` lacks: ``specialize.call_grid``). A dimension may be 0:
     such a grid has no programs, and its launch runs nothing once the arguments are checked
     (docs/language.md, "Specialization and launching"); a negative one is SP0710."""
+    if isinstance(grid, type):  # callable, yet no grid function (`np.int32` called with the arguments' dict)
+        raise LaunchError("SP0710", f"the grid must be an int, a tuple of up to 3 ints or a function of the call's "
+                          f"arguments, found the class {grid.__name__}")
     if callable(grid):
         grid = call_grid(grid, meta, kernel_name)
     if _is_int(grid):
@@ -462,9 +465,9 @@ def normalize_grid(grid: Any, meta: dict[str, Any], kernel_name: str = "kernel")
         raise LaunchError("SP0710", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}")
     if not 1 <= len(grid) <= 3:
         raise LaunchError("SP0710", f"the grid must have 1 to 3 dimensions, found {len(grid)}")
-    bad = next((g for g in grid if not _is_int(g)), None)
-    if bad is not None:
-        raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad!r} in {tuple(grid)!r}",
+    bad = [g for g in grid if not _is_int(g)]  # (a list: None is a dimension too, `(None,)`)
+    if bad:
+        raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad[0]!r} in {tuple(grid)!r}",
                           help="compute grid sizes with integer arithmetic, e.g. `(n + BLOCK - 1) // BLOCK`")
     dims = tuple(int(g) for g in grid)
     if any(d < 0 for d in dims):

@@ -104,7 +104,10 @@ def _to_float(value: Any, name: str, dtype: str) -> float:
     if type(value) is float:
         return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int past the f64 range (2**1100): SP0709, not Python's OverflowError
+            raise _overflow(name, value, dtype) from None
     raise LaunchError(ARG_KIND, f"argument `{name}` expects a number ({dtype}), got {describe_value(value)}")
 
 
