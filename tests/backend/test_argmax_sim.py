@@ -19,9 +19,12 @@ import re
 import numpy as np
 import pytest
 
-from sparsile.tests.support import warp_sim
+from sparsile.tests.support import warp_fibers, warp_sim
 from sparsile.tests.support.argmax_cases import CASES, FP8_CASES, Case, inputs, reference
 from sparsile.tests.support.argmax_patterns import PATTERNS, Pattern
+
+pytestmark = pytest.mark.skipif(not warp_fibers.SUPPORTED, reason="the warp simulator runs on Linux/glibc, "
+                                                                 "x86_64 or aarch64")
 
 
 def _llvm(kernel: object, consts: dict[str, int], num_warps: int) -> tuple[str, int]:

@@ -5,19 +5,23 @@ barriers of ``warp_specialize`` partitions), and fp8 values widened by ``cvt.rn.
 
 The NVPTX module (backend/lower/codegen.py) is rewritten for the host: address spaces dropped,
 the dynamic shared memory ``@sparsile_smem`` defined as a buffer of the size code generation
-reserved plus a poisoned guard, and the NVVM intrinsics and inline PTX above replaced by Python
-callbacks. Each of
-the ``32 * num_warps`` threads is an OS thread calling the JIT-compiled kernel (ctypes releases the
-GIL while it runs): ``tid.x`` is the thread's index; a shuffle publishes the lane's value, waits
-for the warp, reads lane ``l ^ mask`` and waits again (PTX ISA, "shfl.sync": every lane of the
-full mask takes part); ``bar.sync 0`` waits for the CTA. Shared memory starts filled with a poison
-byte, so a read of a slot nobody wrote gives garbage rather than a plausible zero.
+reserved plus a poisoned guard, and the NVVM intrinsics and inline PTX above replaced by calls
+into the simulator's runtime. Each of the ``32 * num_warps`` threads runs the JIT-compiled kernel as a fiber of its
+own (tests/support/warp_fibers.py), all on the calling OS thread; a callback hands a request to
+the scheduler here, which answers it or, where the thread must wait, runs other threads until it
+may go on. ``tid.x`` is the thread's index; a shuffle waits for every lane of the warp, then each
+reads lane ``l ^ mask`` (PTX ISA, "shfl.sync": every lane of the full mask takes part);
+``bar.sync 0`` waits for the CTA, ``bar.sync id, count`` for ``count`` threads. When no thread can
+run and some still wait, the launch deadlocked (lanes that shuffle different numbers of times,
+threads at different barriers): an error, found at once; the waiting threads then run on, every
+barrier and shuffle returning at once (a shuffle reads 0). Shared memory starts filled with a
+poison byte, so a read of a slot nobody wrote gives garbage rather than a plausible zero.
 
-Host threads are not scheduled as a GPU's warps are, so a missing barrier need not show in the
-results; every shared-memory access therefore also reports (thread, barrier epoch, bytes) and the
-run fails on a race: a byte that one thread writes and another reads in the same epoch (between
-the same two barriers), or two threads write with different values, or a byte read that no thread
-ever wrote.
+The simulator does not schedule threads as a GPU does its warps, so a missing barrier need not
+show in the results; every shared-memory access is therefore also logged (thread, barrier epoch,
+bytes) and the run fails on a race (tests/support/warp_races.py, at the end of the launch): a byte
+that one thread writes and another reads in the same epoch (between the same two barriers), or two
+threads write with different values, or a byte read that no thread ever wrote.
 
 Used by tests/backend/test_argmax_sim.py to check the three stages of backend/lower/reduce.py
 together against the interpreter without a GPU.
@@ -27,169 +31,18 @@ from __future__ import annotations
 
 import ctypes
 import re
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from . import warp_fibers
+from .warp_cta import CTA
+
 GUARD = 256
 POISON = 0xA5
-_TIMEOUT_S = 60.0
+_CALLBACK = re.compile(r"^declare [^@]*@sparsile_sim_\w+\(.*$", re.M)  # the renamed intrinsics' declarations
 
-_SHFL = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
-_TID = ctypes.CFUNCTYPE(ctypes.c_int32)
-_BAR = ctypes.CFUNCTYPE(None)
-
-
-class _CTA:
-    """The state the callbacks share while one launch runs."""
-
-    def __init__(self, num_warps: int) -> None:
-        self.num_warps = num_warps
-        self.tls = threading.local()
-        self.cta = threading.Barrier(32 * num_warps, timeout=_TIMEOUT_S)
-        self.warps = [threading.Barrier(32, timeout=_TIMEOUT_S) for _ in range(num_warps)]
-        self.slots = [[0] * 32 for _ in range(num_warps)]
-        self.errors: list[str] = []
-        self.named: dict[int, threading.Barrier] = {}
-        self.epoch = [(0, 0)] * (32 * num_warps)  # (barrier id, how many passed) per thread
-        self.written: dict[int, tuple[tuple[int, int], int, int]] = {}  # byte -> (epoch, thread, value)
-        self.read: dict[int, tuple[tuple[int, int], set[int]]] = {}  # byte -> (epoch, threads)
-        self.base = 0
-
-
-_current: list[_CTA] = []
-_lock = threading.Lock()
-_lock_named = threading.Lock()
-
-
-def _tid() -> int:
-    return int(_current[0].tls.tid)
-
-
-def _shfl(mask: int, value: int, lane_mask: int, clamp: int) -> int:
-    cta = _current[0]
-    tid = cta.tls.tid
-    w, lane = divmod(tid, 32)
-    if (mask & 0xFFFFFFFF) != 0xFFFFFFFF or clamp != 31:
-        cta.errors.append(f"thread {tid}: shfl.sync.bfly with mask {mask:#x} clamp {clamp} is not modelled")
-    try:
-        cta.slots[w][lane] = value
-        cta.warps[w].wait()
-        got = cta.slots[w][lane ^ lane_mask]
-        cta.warps[w].wait()
-    except threading.BrokenBarrierError:
-        cta.errors.append(f"thread {tid}: a warp's shuffle barrier broke (lanes shuffled different times)")
-        return 0
-    return got
-
-
-def _bar() -> None:
-    cta = _current[0]
-    try:
-        cta.cta.wait()
-    except threading.BrokenBarrierError:
-        cta.errors.append(f"thread {cta.tls.tid}: bar.sync broke (threads reached different barriers)")
-    _passed(cta, 0)
-
-
-def _passed(cta: _CTA, bar: int) -> None:
-    tid = cta.tls.tid
-    ep = cta.epoch[tid]
-    cta.epoch[tid] = (bar, ep[1] + 1)
-
-
-def _bar_all(bar: int) -> None:
-    if bar == 0:
-        _bar()
-    else:
-        _named_bar(bar, 32 * _current[0].num_warps)
-
-
-def _named_bar(bar: int, count: int) -> None:
-    """``bar.sync bar, count`` (a warp_specialize partition's barrier): ``count`` threads wait."""
-    cta = _current[0]
-    with _lock_named:
-        b = cta.named.setdefault(bar, threading.Barrier(count, timeout=_TIMEOUT_S))
-    try:
-        if b.parties != count:
-            raise threading.BrokenBarrierError
-        b.wait()
-    except threading.BrokenBarrierError:
-        cta.errors.append(f"thread {cta.tls.tid}: bar.sync {bar}, {count} broke")
-    _passed(cta, bar)
-
-
-def _conflict(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether accesses of two threads in epochs ``a`` and ``b`` may race: the same epoch of one
-    barrier, or epochs of different barriers (nothing orders them)."""
-    return a == b or a[0] != b[0]
-
-
-def _is_nan(data: bytes) -> bool:
-    dt = {2: np.float16, 4: np.float32, 8: np.float64}.get(len(data))
-    return dt is not None and bool(np.isnan(np.frombuffer(data, dt)[0]))
-
-
-def _access(ptr: int, size: int, is_store: int) -> None:
-    cta = _current[0]
-    tid = cta.tls.tid
-    ep = cta.epoch[tid]
-    off = ptr - cta.base
-    data = ctypes.string_at(ptr, size) if is_store else b""
-    if is_store == 2 and _is_nan(data):  # the GPU's NaNs are canonical; the host's keep payload and sign
-        data = bytes(size)
-    for i in range(size):
-        byte = off + i
-        w = cta.written.get(byte)
-        if is_store:
-            r = cta.read.get(byte)
-            if r is not None and _conflict(r[0], ep) and r[1] - {tid}:
-                cta.errors.append(f"race: thread {tid} writes smem byte {byte} read by {sorted(r[1])[:4]} "
-                                  f"in epoch {ep}")
-            if w is not None and _conflict(w[0], ep) and w[1] != tid and w[2] != data[i]:
-                cta.errors.append(f"race: threads {w[1]} and {tid} write different values to smem byte {byte} "
-                                  f"in epoch {ep} ({w[2]:#x}, {data[i]:#x})")
-            cta.written[byte] = (ep, tid, data[i])
-        else:
-            if w is None:
-                cta.errors.append(f"thread {tid} reads smem byte {byte}, which no thread wrote")
-            elif _conflict(w[0], ep) and w[1] != tid:
-                cta.errors.append(f"race: thread {tid} reads smem byte {byte} written by {w[1]} in epoch {ep}")
-            r = cta.read.get(byte)
-            if r is None or r[0] != ep:
-                cta.read[byte] = (ep, {tid})
-            else:
-                r[1].add(tid)
-
-
-_ACCESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
-_NAMED = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int32)
-_BAR_ALL = ctypes.CFUNCTYPE(None, ctypes.c_int32)
-_CVT = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_uint16)
-
-
-def _cvt_fp8x2(name: str) -> Any:
-    """``cvt.rn.f16x2.<name>x2 d, a``: the two fp8 values of ``a`` as f16 (exact), the high byte's
-    in the high half (PTX ISA, "cvt"); ml_dtypes gives the values, as it does to the interpreter."""
-    import sparsile as sp
-
-    dt = getattr(sp, name).numpy_dtype
-
-    def cvt(a: int) -> int:
-        pair = np.array([a & 0xFF, a >> 8], np.uint8).view(dt).astype(np.float16).view(np.uint16)
-        return int(pair[0]) | int(pair[1]) << 16
-
-    return _CVT(cvt)
-
-
-_CALLBACKS = (_TID(_tid), _SHFL(_shfl), _BAR(_bar), _ACCESS(_access), _NAMED(_named_bar), _BAR_ALL(_bar_all),
-              _cvt_fp8x2("e4m3"), _cvt_fp8x2("e5m2"))
-_SYMBOLS = {"sparsile_sim_tid": _CALLBACKS[0], "sparsile_sim_shfl": _CALLBACKS[1], "sparsile_sim_bar": _CALLBACKS[2],
-            "sparsile_sim_smem": _CALLBACKS[3], "sparsile_sim_named_bar": _CALLBACKS[4],
-            "sparsile_sim_bar_all": _CALLBACKS[5], "sparsile_sim_cvt_e4m3": _CALLBACKS[6],
-            "sparsile_sim_cvt_e5m2": _CALLBACKS[7]}
 _CVT_ASM = re.compile(r'call i32 asm "cvt\.rn\.f16x2\.(e4m3|e5m2)x2 \$0, \$1;", "=r,h"\(i16 ')
 _NAMED_ASM = re.compile(r'call void asm sideeffect "bar\.sync (\d+), (\d+);", ""\(\)')
 _INTRINSICS = {"llvm.nvvm.read.ptx.sreg.tid.x": "sparsile_sim_tid", "llvm.nvvm.shfl.sync.bfly.i32": "sparsile_sim_shfl",
@@ -210,11 +63,14 @@ def _nbytes(ty: str) -> int:
 
 
 def _instrument(text: str) -> str:
-    """Each shared-memory load and store reported to :func:`_access` (after a store, before a load;
+    """Each shared-memory load and store reported to the simulator (warp_cta.CTA) (after a store, before a load;
     ``2`` marks a float store, whose NaNs all count as one value)."""
     accesses = re.findall(r"^\s*(?:store |%[\w.]+ = load ).*ptr addrspace\(3\)", text, re.M)
     if len(accesses) != len(_STORE.findall(text)) + len(_LOAD.findall(text)):
         raise NotImplementedError("a shared-memory access the warp simulator cannot instrument")
+    if any(_nbytes(m.group(2)) > 16 for m in _STORE.finditer(text)) or \
+            any(_nbytes(m.group(3)) > 16 for m in _LOAD.finditer(text)):
+        raise NotImplementedError("a shared-memory access of more than 16 bytes (the simulator logs at most 16)")
     def store(m: re.Match[str]) -> str:
         kind = 2 if m.group(2) in _FLOATS else 1
         return (f"{m.group(0)}\n{m.group(1)}call void @sparsile_sim_smem(ptr addrspace(3) {m.group(4)}, "
@@ -223,7 +79,9 @@ def _instrument(text: str) -> str:
     text = _STORE.sub(store, text)
     text = _LOAD.sub(lambda m: f"{m.group(1)}call void @sparsile_sim_smem(ptr addrspace(3) {m.group(4)}, "
                                f"i32 {_nbytes(m.group(3))}, i32 0)\n{m.group(0)}", text)
-    return text + "\ndeclare void @sparsile_sim_smem(ptr, i32, i32)\n"
+    return text
+
+
 def host_module(llvm_text: str, smem_bytes: int) -> str:
     """The NVPTX module ``llvm_text`` rewritten for the host (see the module docstring)."""
     text = re.sub(r"^target (triple|datalayout) = .*$", "", llvm_text, flags=re.M)
@@ -234,8 +92,6 @@ def host_module(llvm_text: str, smem_bytes: int) -> str:
     text = _CVT_ASM.sub(r"call i32 @sparsile_sim_cvt_\1(i16 ", text)
     if " asm " in text:
         raise NotImplementedError("the warp simulator does not model inline PTX (but named bar.sync)")
-    text += ("\ndeclare void @sparsile_sim_named_bar(i32, i32)\ndeclare i32 @sparsile_sim_cvt_e4m3(i16)\n"
-             "declare i32 @sparsile_sim_cvt_e5m2(i16)\n")
     for name, repl in _INTRINSICS.items():
         text = text.replace(f"@{name}(", f"@{repl}(")
     text = _instrument(text)
@@ -247,19 +103,20 @@ def host_module(llvm_text: str, smem_bytes: int) -> str:
                       f"@sparsile_smem = global [{size} x i8] zeroinitializer", text)
     if not n:  # the optimizer dropped it (unused): define it all the same, for the guard check
         text += f"\n@sparsile_smem = global [{size} x i8] zeroinitializer, align 1024\n"
-    return text
+    name, params = _signature(text)
+    memcpy = "declare void @llvm.memcpy.p0.p0.i64(" not in text
+    return _CALLBACK.sub("", text) + warp_fibers.runtime_ir(name, len(params), declare_memcpy=memcpy)
 
 
 def host_engine(text: str, opt: int = 0) -> Any:
     """An MCJIT engine for the LLVM IR ``text`` with the host CPU's features (f16 conversions
-    inline, where the plain target would call a runtime helper MCJIT cannot resolve) and the
-    simulator's intrinsics resolvable."""
+    inline, where the plain target would call a runtime helper MCJIT cannot resolve) and glibc's
+    context functions, which the simulator's fibers switch with, resolvable."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    for name, fn in _SYMBOLS.items():
-        llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+    warp_fibers.register_symbols()
     module = llvm.parse_assembly(text)
     module.verify()
     machine = llvm.Target.from_default_triple().create_target_machine(
@@ -310,10 +167,12 @@ def _signature(text: str) -> tuple[str, list[str]]:
 
 def run_cta(llvm_text: str, smem_bytes: int, num_warps: int, args: Sequence[np.ndarray]) -> None:
     """Run kernel ``llvm_text`` (its only function; every parameter a pointer, passed ``args``)
-    for one CTA of ``num_warps`` warps. Raises AssertionError if a thread failed, a barrier
-    deadlocked, or shared memory past ``smem_bytes`` was written."""
+    for one CTA of ``num_warps`` warps. Raises AssertionError on a race, a deadlock, a shuffle
+    or barrier not modelled, or shared memory written past ``smem_bytes``."""
+    if not warp_fibers.SUPPORTED:
+        raise NotImplementedError("the warp simulator's fibers need Linux with glibc on x86_64 or aarch64")
     host = host_module(llvm_text, smem_bytes)
-    name, params = _signature(host)
+    _, params = _signature(host)
     n_params = len(params)
     assert n_params == len(args), (params, len(args))
     assert all(p.startswith("ptr") for p in params), params
@@ -322,28 +181,10 @@ def run_cta(llvm_text: str, smem_bytes: int, num_warps: int, args: Sequence[np.n
     assert smem_addr, "no shared memory buffer"
     smem = (ctypes.c_uint8 * (smem_bytes + GUARD)).from_address(smem_addr)
     ctypes.memset(smem_addr, POISON, smem_bytes + GUARD)
-    fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_params))(engine.get_function_address(name))
-    ptrs = [a.ctypes.data for a in args]
-    with _lock:
-        cta = _CTA(num_warps)
-        cta.base = smem_addr
-        _current[:] = [cta]
-
-        def worker(tid: int) -> None:
-            cta.tls.tid = tid
-            try:
-                fn(*ptrs)
-            except Exception as e:  # pragma: no cover - reported below
-                cta.errors.append(f"thread {tid}: {e!r}")
-
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(32 * num_warps)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        _current.clear()
+    with warp_fibers.Fibers(engine, 32 * num_warps, [a.ctypes.data for a in args]) as fibers:
+        cta = CTA(num_warps, smem_addr, fibers)
+        cta.run()
     assert not cta.errors, cta.errors[:4]
-    assert not cta.cta.broken and not any(b.broken for b in cta.warps), "a barrier broke (deadlock or error)"
     guard = bytes(smem[smem_bytes:])
     assert guard == bytes([POISON]) * GUARD, "shared memory written past what code generation reserved"
     del engine
