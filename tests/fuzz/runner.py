@@ -31,8 +31,10 @@ def _classify(e: BaseException) -> tuple[str, str]:
 
 def run_check(text: str, name: str = "mutant.spk", home: str | os.PathLike[str] | None = None) -> tuple[str, str]:
     """``sparsile check`` on ``text`` (through the command line's own code, in this process).
-    ``home``: the folder of the file mutated, whose other .spk files are put beside the mutant so
-    that its relative imports (``from .sparse_gemm_sm90 import ...``) resolve."""
+    ``home``: the folder of the file mutated, whose other .spk files are linked beside the mutant so
+    that its relative imports (``from .sparse_gemm_sm90 import ...``) resolve. Linked, not copied:
+    an imported module is cached by its real path and text, so an unchanged sibling is parsed once
+    for all mutants rather than once each."""
     import shutil
 
     from sparsile import cli
@@ -40,7 +42,10 @@ def run_check(text: str, name: str = "mutant.spk", home: str | os.PathLike[str] 
     with tempfile.TemporaryDirectory() as d:
         for sibling in ([] if home is None else sorted(Path(home).glob("*.spk"))):
             if sibling.name != name:
-                shutil.copy(sibling, d)
+                try:
+                    os.symlink(sibling.resolve(), os.path.join(d, sibling.name))
+                except OSError:  # no symbolic links here: a copy (parsed again for every mutant)
+                    shutil.copy(sibling, d)
         path = os.path.join(d, name)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
