@@ -97,8 +97,14 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[Host]:
     monkeypatch.setattr(fast_launch, "torch_current_stream", lambda ordinal: STREAM + ordinal)
     monkeypatch.setattr(prepared, "torch_stream_getter", lambda ordinal: lambda: STREAM + ordinal)
     monkeypatch.setitem(array_args._extractors, FakeCudaTensor, array_args._describe_torch)
-    yield h
-    gc.collect()
+    # what exists now is not the test's: the collection below scans only what the test made (a full
+    # one took 3 to 5 s a test in an xdist worker that had run many files before this one)
+    gc.freeze()
+    try:
+        yield h
+        gc.collect()
+    finally:
+        gc.unfreeze()
     release.drain()  # what the test's objects left for the next safe point (graphs to destroy), with the fakes
 
 
