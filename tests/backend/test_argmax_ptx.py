@@ -8,6 +8,8 @@ they were SP0622. Whether the GPU computes the interpreter's indices is tests/gp
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,11 @@ from sparsile.tests.support.argmax_cases import CASES, FP8_CASES, Case, inputs, 
 TARGETS = ("sm_80", "sm_90a", "sm_100a")
 
 
+@functools.cache
 def _compile(case: Case, target: str) -> object:
+    """The case's kernel compiled for ``target`` (uncached by sparsile: the compile is what runs
+    here), once per module: the register / lane / warp test reads the sm_90a cases' IR that the
+    assembly test compiled."""
     return case.kernel().compile(case.consts(), target=target, stop_after="ptx", num_warps=case.num_warps,
                                  cache=False)
 
