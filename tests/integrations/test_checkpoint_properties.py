@@ -200,11 +200,11 @@ def raw_files(draw: st.DrawFn) -> tuple[bytes, bytes, list, bool]:
         elif kind == "shape":
             info["shape"] = draw(st.lists(dims, max_size=4))
         elif kind == "many_dims":
-            info["shape"] = [1] * draw(st.integers(60, 70)) + info["shape"]
+            info["shape"] = [1] * draw(st.integers(60, 70)) + info.get("shape", [])  # (an earlier drop_key)
         elif kind == "offsets":
             info["data_offsets"] = [draw(st.integers(0, len(data) + 2)), draw(st.integers(0, len(data) + 2))]
         elif kind == "drop_key":
-            info.pop(draw(st.sampled_from(["dtype", "shape", "data_offsets"])))
+            info.pop(draw(st.sampled_from(["dtype", "shape", "data_offsets"])), None)  # (dropped before: no-op)
         entries[i] = (name, info)
         if kind == "duplicate":
             entries.append((name, draw(st.sampled_from([info, entries[-1][1]]))))
