@@ -170,6 +170,18 @@ a41b)  # a41 cut to what the last ~250 s allow: the launch paths changed under c
         tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/gpu/test_multi_gpu.py \
         tests/gpu/test_argmax_gpu.py tests/gpu/test_empty_grid_gpu.py
     ;;
+a44)  # after the forty-fourth session's merges: a43's files (constexpr kinds SP0723 on every launch path, the launch
+     # fuzz's grid / scalar fixes, typed constants) and the interpreter-hardware agreement cases (signed zeros of
+     # max / min, sigmoid and f32 atomic flushes, integer -> bf16), the dtype / special-math / atomics GPU files
+    run 400 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+        tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
+        tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py tests/gpu/test_empty_grid_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_argmax_gpu.py tests/gpu/test_multi_gpu.py \
+        tests/backend/test_prepared_gpu.py tests/backend/test_runtime_gpu.py tests/backend/test_host_staging.py \
+        tests/gpu/test_core_gpu.py tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py \
+        tests/gpu/test_interpreter_hw_agreement_gpu.py tests/gpu/test_dtype_math_gpu.py \
+        tests/gpu/test_special_math_gpu.py tests/gpu/test_atomics_gpu.py
+    ;;
 a43b)  # a43 cut to ~120 s: the GPU tests this session fixed or added (empty grids, launch overhead, bad launches,
       # warm_up eager + traced, a fused optimizer's bias step, autotune's benchmarker device, PDL) and the launch paths
     run 120 python -m pytest -q -m gpu -n 16 --timeout 80 -rfE tests/gpu/test_empty_grid_gpu.py \
