@@ -77,7 +77,8 @@ def convert_const(v: Any, t: T.ScalarType) -> Any:
     """``t(v)`` of a constant: the value the run-time conversion to ``t`` gives (docs/language.md
     rule 8): an integer wraps to an integer type's width and rounds once to a float type; a float
     truncates toward zero and saturates to an integer type, and rounds to nearest even to a float
-    type (through f32, saturating, to an 8-bit float). An infinite or NaN value has no integer
+    type (through f32, saturating, to an 8-bit float; through f32, then to nearest with ties away
+    from zero, to tf32). An infinite or NaN value has no integer
     value at compile time (OverflowError / ValueError, reported as SP0303)."""
     if t.is_bool:
         return bool(v)
@@ -89,6 +90,8 @@ def convert_const(v: Any, t: T.ScalarType) -> Any:
         return int_to_int(int(v), t)
     if isinstance(v, float):
         return float_to_type(v, t)
+    if t.name == "tf32":  # to f32, then cvt.rna.tf32.f32, as at run time (int_to_float keeps f32's bits)
+        return float_to_type(int_to_float(int(v), T.f32), t)
     return int_to_float(int(v), t)
 
 

@@ -64,11 +64,27 @@ def _is_number_leaf(v: Any) -> bool:
 
 
 def _same_const(a: Any, b: Any) -> bool:
-    if isinstance(a, Const) and isinstance(b, Const):
-        return type(a.value) is type(b.value) and a.value == b.value
+    if isinstance(a, Const) and isinstance(b, Const):  # (`u8(1)` is not `i32(1)`, nor the literal 1)
+        return type(a.value) is type(b.value) and a.value == b.value and a.dtype == b.dtype
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(_same_const(x, y) for x, y in zip(a, b, strict=True))
     return False
+
+
+def _type_of(v: Any) -> T.Type | None:
+    """The type of a run-time value or of a typed constant (a value of its type, ``u8(0)``); None
+    for anything else (an untyped constant takes the type of what it meets)."""
+    if isinstance(v, Value):
+        return v.type
+    if isinstance(v, Const) and v.dtype is not None:
+        return v.dtype  # type: ignore[no-any-return]
+    return None
+
+
+def _carried_type(v: Any) -> T.Type:
+    """The type a compile-time number before a run-time loop starts from: a typed constant's own
+    (``acc = u8(0)`` is a u8 accumulator), an untyped one's literal type."""
+    return _type_of(v) or T.literal_type(v.value)
 
 
 class ControlFlowMixin:
@@ -210,7 +226,7 @@ class ControlFlowMixin:
     def _unify(self, av: Any, bv: Any, a_block: Block, b_block: Block, span: Span) -> tuple[Value, Value]:
         """Materialize one merged value in each branch. A constant takes the other branch's type
         (cast and broadcast); two run-time values must already agree."""
-        like = av.type if isinstance(av, Value) else bv.type if isinstance(bv, Value) else None
+        like = _type_of(av) or _type_of(bv)
         a = self._in_block(a_block).value(Arg(av, span), like=like)
         b = self._in_block(b_block).value(Arg(bv, span), like=like)
         if a.type != b.type:
@@ -371,8 +387,9 @@ class ControlFlowMixin:
                        ) -> tuple[list[str], list[Value], list[T.Type]]:
         """The names a loop really carries, their initial values and their types.
 
-        A name holding a compile-time number before the loop is given a placeholder of its literal
-        type in a trial run of the body (thrown away); it takes the type the body gives it. A name
+        A name holding a compile-time number before the loop is given a placeholder of its type (a
+        typed constant's, else its literal type: :func:`_carried_type`) in a trial run of the body
+        (thrown away); it takes the type the body gives it. A name
         the body reassigns to the same constant stays a constant and is not carried."""
         em = self.emitter()
         em.span = s.span
@@ -386,7 +403,7 @@ class ControlFlowMixin:
             for n in carried:
                 cur = self.scope.lookup(n)
                 if isinstance(cur, Const) and isinstance(cur.value, bool | int | float):
-                    bound[n] = scratch.add_arg(T.literal_type(cur.value), n)
+                    bound[n] = scratch.add_arg(_carried_type(cur), n)
             if iv_name is not None and iv_type is not None:
                 bound[iv_name] = scratch.add_arg(iv_type, iv_name)
             errors_before = len(self.bag.items)
@@ -411,7 +428,7 @@ class ControlFlowMixin:
                 raise self.error("SP0225", f"`{n}` is {describe(cur)} before the loop and is reassigned in it; only "
                                  "numbers and tiles can change from one iteration of a run-time loop to the next",
                                  s.span, help="use `static_range` to unroll the loop, or keep the name constant")
-            t = new.type if isinstance(new, Value) else T.literal_type(cur.value)
+            t = new.type if isinstance(new, Value) else _carried_type(cur)
             v = em.value(Arg(cur, s.span), like=t)
             if v.type != t and isinstance(t, T.ScalarType | T.TileType):
                 v = em.broadcast_to(em.cast(v, T.element_type(t)), T.shape_of(t))  # type: ignore[arg-type]

@@ -217,6 +217,13 @@ class Emitter:
         being promoted to ``i32`` (promotion rule 5). Pointers are accepted only with ``pointers``
         (a choice between two pointers of one type), never mixed with numbers."""
         va, vb = self.unwrap(a), self.unwrap(b)
+        # a typed constant is a value of its type: a literal next to it takes that type (rule 1)
+        if isinstance(va, Const) and va.dtype is not None:
+            va = self.value(a)
+            a = Arg(va, a.span)
+        if isinstance(vb, Const) and vb.dtype is not None:
+            vb = self.value(b)
+            b = Arg(vb, b.span)
         if isinstance(va, Const) and isinstance(vb, Value):
             vb_ = self.tile_or_scalar(b)
             va_ = self.tile_or_scalar(a, like=vb.type)

@@ -1,0 +1,151 @@
+"""A typed constant (``T(c)``, docs/language.md §Compile-time values) is a value of type ``T`` in
+every context, not only in the operators that fold it (tests/frontend/test_constant_folding.py):
+
+- next to an untyped literal in a builtin that is not folded (``maximum``, ``where``), a conditional
+  expression or the two branches of an ``if``, the literal takes ``T`` (rule 1), as next to a
+  run-time value of ``T``;
+- carried through a run-time loop it keeps ``T`` (``acc = u8(0)`` then ``acc = acc + x_u8`` wraps
+  at 256, as with a run-time ``u8`` accumulator);
+- ``tf32(c)`` of an integer rounds to tf32 as the run-time conversion (``cvt.rna.tf32.f32``).
+
+Each case is compared with the same code on run-time values loaded from memory (random inputs,
+outputs poisoned)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparsile.tests.support.hw_agreement_cases import kernel
+
+
+def run(src: str, *arrays: np.ndarray) -> None:
+    kernel(src).interpret[(1,)](*arrays)
+
+
+# -- a typed constant next to a literal -------------------------------------------------------------------
+MIXED = """
+@kernel
+def k(C: ptr[i32], Z: ptr[u8], O: ptr[i32]):
+    c = load(C) > 0
+    z = {z}
+    store(O, maximum(z, 0) + {w})
+    store(O + 1, where(c, z, 0) + {w})
+    store(O + 2, (z if c else 0) + {w})
+    if c:
+        y = z
+    else:
+        y = 0
+    store(O + 3, y + {w})
+    store(O + 4, minimum(0, z) - {w})
+"""
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_literal_next_to_a_typed_constant_takes_its_type(seed: int) -> None:
+    """``maximum(u8(200), 0) + u8(100)`` is 44 (u8 wraps), as ``maximum(z, 0) + u8(100)`` for a run-time
+    ``u8`` z: the literal 0 takes u8. It was 300: the typed constant and the literal both became
+    weak literals (i32) in ``maximum``, ``where``, ``... if c else ...`` and an ``if``'s branches."""
+    rng = np.random.default_rng(seed)
+    z, w = (int(v) for v in rng.integers(129, 256, 2))
+    zs = np.array([z], np.uint8)
+    for c in (1, 0):
+        cs = np.array([c], np.int32)
+        folded, loaded = np.full(5, 7, np.int32), np.full(5, 5, np.int32)
+        run(MIXED.format(z=f"u8({z})", w=f"u8({w})"), cs, zs, folded)
+        run(MIXED.format(z="load(Z)", w=f"u8({w})"), cs, zs, loaded)
+        zc = z if c else 0
+        want = [(z + w) % 256, (zc + w) % 256, (zc + w) % 256, (zc + w) % 256, (0 - w) % 256]
+        assert loaded.tolist() == want
+        assert folded.tolist() == want, (c, z, w)
+
+
+def test_a_float_literal_next_to_a_typed_f16_constant_is_f16() -> None:
+    src = ("@kernel\ndef k(O: ptr[f32]):\n    static_assert(maximum(f16(0.1), 0.5).dtype == f16)\n"
+           "    static_assert(minimum(2, bf16(0.5)).dtype == bf16)\n    store(O, maximum(f16(0.1), 0.3))\n")
+    o = np.full(1, 7.0, np.float32)
+    run(src, o)
+    assert o[0] == np.float32(np.float16(0.3))
+
+
+# -- a typed constant carried through a run-time loop ---------------------------------------------------------
+LOOP_U8 = """
+@kernel
+def k(X: ptr[u8], Z: ptr[u8], O: ptr[i32], n: i32):
+    acc = {init}
+    for i in range(n):
+        acc = acc + load(X + i)
+    static_assert(acc.dtype == u8)
+    store(O, acc)
+    m = {init}
+    j = 0
+    while j < n:
+        m = m * load(X + j)
+        j = j + 1
+    static_assert(m.dtype == u8)
+    store(O + 1, m)
+"""
+
+LOOP_F16 = """
+@kernel
+def k(X: ptr[f16], Z: ptr[f16], O: ptr[f32], n: i32):
+    acc = {init}
+    for i in range(n):
+        acc = acc + load(X + i)
+    static_assert(acc.dtype == f16)
+    store(O, acc)
+"""
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_typed_constant_keeps_its_type_through_a_run_time_loop(seed: int) -> None:
+    """``acc = u8(z)`` then ``acc = acc + x_u8`` in a loop: a u8 accumulator (wraps at 256), as
+    ``acc = load(Z)``. It was carried as i32 (the placeholder of the loop's trial run took the
+    literal type of the constant's value): the sum did not wrap. Likewise ``f16(z)`` was carried as
+    f32 (the sum was not rounded to f16 at each step)."""
+    rng = np.random.default_rng(seed)
+    n = 9
+    x = rng.integers(1, 256, n).astype(np.uint8)
+    z = int(rng.integers(1, 256))
+    zs = np.array([z], np.uint8)
+    folded, loaded = np.full(2, 7, np.int32), np.full(2, 5, np.int32)
+    run(LOOP_U8.format(init=f"u8({z})"), x, zs, folded, n)
+    run(LOOP_U8.format(init="load(Z)"), x, zs, loaded, n)
+    want = [(z + int(x.sum())) % 256, int(np.prod([z, *x.tolist()], dtype=object)) % 256]
+    assert loaded.tolist() == want
+    assert folded.tolist() == want
+
+    xf = (rng.standard_normal(n) * 100).astype(np.float16)
+    zf = np.float16(rng.standard_normal() * 1000)
+    acc = np.float64(zf)
+    for v in xf:  # float64 sum of two f16 values is exact: rounded once to f16 per step
+        acc = np.float64(np.float16(acc + np.float64(v)))
+    fo, lo = np.full(1, 7.0, np.float32), np.full(1, 5.0, np.float32)
+    run(LOOP_F16.format(init=f"f16({float(zf)!r})"), xf, np.array([zf]), fo, n)
+    run(LOOP_F16.format(init="load(Z)"), xf, np.array([zf]), lo, n)
+    assert lo[0] == np.float32(acc)
+    assert fo[0] == np.float32(acc)
+
+
+# -- tf32(c) of an integer ----------------------------------------------------------------------------------
+def _tf32_rna(v: float) -> float:
+    """``v`` (an f32 value) rounded to tf32's 11 significant bits, ties away from zero (cvt.rna)."""
+    bits = int(np.array([v], np.float32).view(np.uint32)[0])
+    bits = ((bits + 0x1000) & 0xFFFFE000) & 0xFFFFFFFF
+    return float(np.array([bits], np.uint32).view(np.float32)[0])
+
+
+def test_tf32_of_an_integer_constant_rounds_as_the_run_time_conversion() -> None:
+    """``tf32(2049)`` is 2050.0, as ``x.to(tf32)`` of an i64 2049 at run time (to f32, then
+    ``cvt.rna.tf32.f32``); the constant was 2049.0 (rounded to f32 only)."""
+    rng = np.random.default_rng(7)
+    vals = [2049, -2049, 4097, 2**62 + 2**51, *(int(v) for v in rng.integers(-2**40, 2**40, 5))]
+    n = len(vals)
+    src = ("@kernel\ndef k(X: ptr[i64], G: ptr[f32], W: ptr[f32]):\n"
+           + "".join(f"    store(G + {j}, tf32({v}))\n" for j, v in enumerate(vals))
+           + "".join(f"    store(W + {j}, load(X + {j}).to(tf32))\n" for j in range(n)))
+    got, want = np.full(n, 7.0, np.float32), np.full(n, 5.0, np.float32)
+    run(src, np.array(vals, np.int64), got, want)
+    ref = [_tf32_rna(float(np.float32(v))) for v in vals]
+    assert want.tolist() == ref
+    assert got.tolist() == ref
