@@ -331,7 +331,7 @@ def full(em: Emitter, shape: Arg, value: Arg, dtype: Arg) -> Value:
     dims = em.shape_arg(shape)
     dt = em.dtype_arg(dtype)
     v = em.unwrap(value)
-    if isinstance(v, Const):
+    if isinstance(v, Const) and v.dtype is None:  # a typed constant converts as a value of its type (below)
         if not isinstance(v.value, bool | int | float):
             em.error("SP0304", f"the fill value must be a number, found {describe(v)}", value.span)
         em.span = value.span  # a value that does not fit in `dtype` is reported at the value

@@ -428,7 +428,7 @@ class ControlFlowMixin:
                 raise self.error("SP0225", f"`{n}` is {describe(cur)} before the loop and is reassigned in it; only "
                                  "numbers and tiles can change from one iteration of a run-time loop to the next",
                                  s.span, help="use `static_range` to unroll the loop, or keep the name constant")
-            t = new.type if isinstance(new, Value) else _carried_type(cur)
+            t = _type_of(new) or _carried_type(cur)  # what the body gives it: a value, a typed constant
             v = em.value(Arg(cur, s.span), like=t)
             if v.type != t and isinstance(t, T.ScalarType | T.TileType):
                 v = em.broadcast_to(em.cast(v, T.element_type(t)), T.shape_of(t))  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ every context, not only in the operators that fold it (tests/frontend/test_const
   expression or the two branches of an ``if``, the literal takes ``T`` (rule 1), as next to a
   run-time value of ``T``;
 - carried through a run-time loop it keeps ``T`` (``acc = u8(0)`` then ``acc = acc + x_u8`` wraps
-  at 256, as with a run-time ``u8`` accumulator);
+  at 256, as with a run-time ``u8`` accumulator), and a loop that assigns one carries ``T``;
+- ``full(shape, c, D)`` converts it to ``D`` as at run time (wraps, saturates), not as a literal
+  that must fit;
 - ``tf32(c)`` of an integer rounds to tf32 as the run-time conversion (``cvt.rna.tf32.f32``).
 
 Each case is compared with the same code on run-time values loaded from memory (random inputs,
@@ -127,6 +129,23 @@ def test_a_typed_constant_keeps_its_type_through_a_run_time_loop(seed: int) -> N
     assert fo[0] == np.float32(acc)
 
 
+def test_a_loop_that_assigns_a_typed_constant_carries_its_type() -> None:
+    """``x = 0.0`` then ``x = f16(0.1)`` in a run-time loop: x is carried as f16, as when the loop
+    assigns a run-time f16 value (``x = load(X).to(f16)``). It was SP0226 ("enters the loop as f32
+    and leaves an iteration as f16"): the carried type came from the literal before the loop."""
+    rng = np.random.default_rng(11)
+    v = float(rng.uniform(-10, 10))
+    src = ("@kernel\ndef k(X: ptr[f32], O: ptr[f32], n: i32):\n    x = 0.0\n    for i in range(n):\n"
+           "        x = {body}\n    static_assert(x.dtype == f16)\n    store(O, x)\n")
+    xs = np.array([v], np.float32)
+    folded, loaded = np.full(1, 7.0, np.float32), np.full(1, 5.0, np.float32)
+    run(src.format(body=f"f16({v!r})"), xs, folded, 3)
+    run(src.format(body="load(X).to(f16)"), xs, loaded, 3)
+    want = np.float32(np.float16(np.float32(v)))
+    assert loaded[0] == want
+    assert folded[0] == np.float32(np.float16(v))
+
+
 # -- tf32(c) of an integer ----------------------------------------------------------------------------------
 def _tf32_rna(v: float) -> float:
     """``v`` (an f32 value) rounded to tf32's 11 significant bits, ties away from zero (cvt.rna)."""
@@ -149,3 +168,21 @@ def test_tf32_of_an_integer_constant_rounds_as_the_run_time_conversion() -> None
     ref = [_tf32_rna(float(np.float32(v))) for v in vals]
     assert want.tolist() == ref
     assert got.tolist() == ref
+
+
+# -- full() of a typed constant ---------------------------------------------------------------------------
+def test_full_converts_a_typed_constant_as_at_run_time() -> None:
+    """``full(shape, u8(255), i8)`` is -1 and ``full(shape, f32(3e9), i32)`` 2147483647: the value is
+    converted to the tile's type (rule 8), as ``full`` of a run-time ``u8`` / ``f32`` value. Both were
+    SP0303 (the typed constant was checked as an untyped literal, which must fit)."""
+    rng = np.random.default_rng(5)
+    u, f = int(rng.integers(128, 256)), float(np.float32(rng.uniform(3e9, 4e9)))
+    body = "    i = arange(0, 4)\n    store(O + i, full((4,), {u}, i8))\n    store(O + 4 + i, full((4,), {f}, i32))\n"
+    src = "@kernel\ndef k(U: ptr[u8], F: ptr[f32], O: ptr[i32]):\n" + body
+    us, fs = np.array([u], np.uint8), np.array([f], np.float32)
+    folded, loaded = np.full(8, 7, np.int32), np.full(8, 5, np.int32)
+    run(src.format(u=f"u8({u})", f=f"f32({f!r})"), us, fs, folded)
+    run(src.format(u="load(U)", f="load(F)"), us, fs, loaded)
+    want = [u - 256] * 4 + [2**31 - 1] * 4
+    assert loaded.tolist() == want
+    assert folded.tolist() == want
