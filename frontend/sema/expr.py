@@ -42,6 +42,15 @@ def _invert(a: Any) -> Any:
     return not a if isinstance(a, (bool, np.bool_)) else ~a
 
 
+def _binds(b: Builtin, args: list[Arg]) -> bool:
+    """Whether builtin ``b`` takes ``args`` (else its call reports them, SP0321)."""
+    try:
+        b.signature.bind(*args)
+    except TypeError:
+        return False
+    return True
+
+
 class ExprMixin:
     # provided by Sema
     builder: Any
@@ -380,7 +389,7 @@ class ExprMixin:
             return self.call_builtin(func.builtin, [func.self_arg, *args], kwargs, node)
         if isinstance(func, Builtin):
             if func.name in TYPED_FOLDABLE and not kwargs and args and any_typed(args) \
-                    and all(isinstance(a.value, Const) for a in args):
+                    and all(isinstance(a.value, Const) for a in args) and _binds(func, args):
                 return fold_typed_builtin(func.name, args, node.span)
             folded = try_fold_builtin(func.name, args, kwargs)
             if folded is not None:

@@ -186,3 +186,17 @@ def test_full_converts_a_typed_constant_as_at_run_time() -> None:
     want = [u - 256] * 4 + [2**31 - 1] * 4
     assert loaded.tolist() == want
     assert folded.tolist() == want
+
+
+def test_abs_of_a_typed_constant_with_two_arguments_is_sp0331() -> None:
+    """``abs(f16(-2.0), 1)`` raised Python's TypeError from inside the fold (the builtin's ``impl``
+    was called without binding its arguments); it is the diagnostic ``abs(-2.0, 1)`` gets."""
+    from sparsile.frontend.diagnostics import CompileError
+    from sparsile.tests.support import compile_src
+
+    with pytest.raises(CompileError) as e:
+        compile_src("@kernel\ndef k(O: ptr[f32]):\n    store(O, abs(f16(-2.0), 1))\n", stop_after="ir", cache=False)
+    (d,) = e.value.diagnostics
+    assert (d.code, d.message) == ("SP0331", "`abs` failed on compile-time values: abs() takes exactly one "
+                                             "argument (2 given)")
+    assert (d.span.line, d.span.col) == (3, 18)
