@@ -29,7 +29,15 @@ from .consts import (
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
-from .typed_fold import TYPED_FOLDABLE, any_typed, fold_typed, fold_typed_builtin, is_typed
+from .typed_fold import (
+    TYPED_FOLDABLE,
+    any_typed,
+    fold_integer_power,
+    fold_typed,
+    fold_typed_builtin,
+    is_integer_power,
+    is_typed,
+)
 from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
 
 # Python builtins a kernel may call on compile-time values.
@@ -156,6 +164,8 @@ class ExprMixin:
                 raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
             if isinstance(v, Const) and not isinstance(v.value, bool | int | float):
                 raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
+        if isinstance(a, Const) and isinstance(b, Const) and op == "**" and is_integer_power(a, b):
+            return fold_integer_power(Arg(a, a_span), Arg(b, b_span), span)  # (no run-time integer `**`)
         if isinstance(a, Const) and isinstance(b, Const):  # one is typed: fold as the run-time op
             return fold_typed(lambda em, xs: emit_binary(em, op, *xs), [Arg(a, a_span), Arg(b, b_span)], span)
         em = self.emitter()

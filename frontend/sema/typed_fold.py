@@ -22,9 +22,11 @@ import numpy as np
 
 from ..diagnostics import CompileError, Diagnostic
 from ..interp.interpreter import ProgramContext
+from ..interp.numerics import int_to_int
 from ..interp.values import InterpreterError
 from ..ir import types as T
 from ..ir.core import Block, Builder, Value
+from ..ops.core import emit_binary
 from ..ops.opdefs import op_def
 from ..spans import Span
 from .builtins import lookup_global
@@ -95,3 +97,25 @@ def fold_typed_builtin(name: str, args: list[Arg], span: Span) -> Any:
         return acc.value
     b = lookup_global(name)
     return fold_typed(lambda em, xs: b.impl(em, *xs), args, span)
+
+
+def is_integer_power(a: Const, b: Const) -> bool:
+    """Whether ``a ** b`` of two constants, one typed, is a power of integers (no float among them):
+    :func:`fold_integer_power` folds it, where the run-time ``**`` of integers is SP0309."""
+    def integral(c: Const) -> bool:
+        return isinstance(c.value, int) and (c.dtype is None or not c.dtype.is_float)
+    return integral(a) and integral(b)
+
+
+def fold_integer_power(a: Arg, b: Arg, span: Span) -> Const:
+    """``a ** b`` of integer constants, one typed: Python's exact power (docs/language.md: ``**``
+    between constants is Python's), wrapped to the type ``a * b`` would have at run time, as that
+    type's arithmetic wraps (``u8(3) ** 5`` is 243, ``i8(2) ** 7`` is -128). A negative exponent has
+    no integer value: SP0329."""
+    exponent = b.value.value
+    if exponent < 0:
+        raise CompileError([Diagnostic("SP0329", f"`**` of integer constants with the negative exponent {exponent}",
+                                       b.span, help="convert the base to a float type for a fractional result")])
+    dtype = fold_typed(lambda em, xs: emit_binary(em, "*", *xs), [a, b], span).dtype
+    assert dtype is not None
+    return Const(int_to_int(pow(a.value.value, exponent, 1 << dtype.bits), dtype), dtype)

@@ -200,3 +200,41 @@ def test_abs_of_a_typed_constant_with_two_arguments_is_sp0331() -> None:
     assert (d.code, d.message) == ("SP0331", "`abs` failed on compile-time values: abs() takes exactly one "
                                              "argument (2 given)")
     assert (d.span.line, d.span.col) == (3, 18)
+
+
+# -- ** of integer constants ------------------------------------------------------------------------------
+POWER = """
+@kernel
+def k(O: ptr[{t}]):
+    store(O, {expr})
+"""
+
+
+@pytest.mark.parametrize(("t", "expr", "want"), [
+    ("i32", "i32(2) ** 3", 8),
+    ("u8", "u8(3) ** 5", 243),
+    ("i8", "i8(2) ** 7", -128),  # 128 wraps in i8, as i8 multiplication does
+    ("u8", "u8(2) ** 8", 0),
+    ("i32", "2 ** i32(30)", 2**30),
+    ("i64", "i64(3) ** 1000000000000000000", pow(3, 10**18, 2**64) - 2**64 if pow(3, 10**18, 2**64) >= 2**63
+     else pow(3, 10**18, 2**64)),
+])
+def test_a_power_of_integer_constants_folds_and_wraps_to_its_type(t: str, expr: str, want: int) -> None:
+    """``i32(2) ** 3`` is 8: ``**`` between constants is Python's (docs/language.md), wrapped to the type
+    the product would have. It was SP0309 ("`**` on run-time integers"), the typed fold running the
+    run-time op, which integers do not have."""
+    out = np.full(1, 7, {"i32": np.int32, "u8": np.uint8, "i8": np.int8, "i64": np.int64}[t])
+    run(POWER.format(t=t, expr=expr), out)
+    assert int(out[0]) == want
+
+
+def test_a_negative_exponent_of_integer_constants_is_sp0329() -> None:
+    from sparsile.frontend.diagnostics import CompileError
+
+    src = POWER.format(t="f32", expr="f32(i32(2) ** -1)")
+    with pytest.raises(CompileError) as e:
+        run(src, np.zeros(1, np.float32))
+    (d,) = e.value.diagnostics
+    assert d.code == "SP0329" and "negative exponent -1" in d.message and "float type" in d.help
+    line = src.splitlines()[d.span.line - 1]
+    assert line[d.span.col - 1:].startswith("-1")
