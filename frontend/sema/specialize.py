@@ -228,8 +228,9 @@ def fingerprint(value: Any, constexpr: bool) -> Any:
     """What the specialization of one argument depends on, computed cheaply, or None when only
     :func:`specialize` itself can tell (unusual objects). A constexpr: its type and value. A
     run-time argument: an array's type, dtype, rank and 16-byte alignment; an integer's sign,
-    bit length (so every range check sees the same answer) and 16-divisibility; a float's or
-    bool's type."""
+    two's-complement bit length (that of ``~value`` for a negative one, so every range check sees
+    the same answer: -2**31 fits i32, -2**31 - 16 of the same ``bit_length()`` does not) and
+    16-divisibility; a float's or bool's type."""
     kind = type(value)
     if constexpr:
         try:
@@ -238,7 +239,8 @@ def fingerprint(value: Any, constexpr: bool) -> Any:
             return None
         return _exact(value)
     if kind is int:
-        return (int, value < 0, value.bit_length(), value % 16 == 0)
+        negative = value < 0
+        return (int, negative, (~value if negative else value).bit_length(), value % 16 == 0)
     if kind is float or kind is bool:
         return (kind,)
     if kind is np.ndarray:

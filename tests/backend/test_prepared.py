@@ -637,3 +637,16 @@ def test_calls_stay_on_cuda_bindings_unless_raw_driver_is_1(monkeypatch, value):
     monkeypatch.setattr(cudalib, "_library", None)
     assert cudalib.library() is None
     assert cudalib.raw("cuLaunchKernel") is None
+
+
+def test_an_untyped_integer_past_i32_after_one_at_the_edge_is_an_i64_launch(gpu):
+    """-2**31 fits i32 and -2**31 - 16 does not, with the same bit_length(), sign and divisibility:
+    the fast entry of the first made the second an i32 launch the launcher refused (SP0709)."""
+    k = sp.loads("@kernel\ndef k(out: ptr[i64], n):\n    store(out, n.to(i64))\n").k
+    gpu.sizes = [8, 8]
+    out = FakeCudaTensor(0x7F00_0000_0000, (1,), dtype=torch.int64)
+    k[(1,)](out, -2**31)
+    k[(1,)](out, -2**31 - 16)
+    expected = [struct.pack("<i", -2**31), struct.pack("<q", -2**31 - 16)]  # (8 bytes read of each)
+    assert [r["params"][1][:len(e)] for r, e in zip(gpu.launches, expected, strict=True)] == expected
+    assert len(gpu.built) == 2

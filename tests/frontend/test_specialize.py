@@ -60,6 +60,37 @@ def test_an_integer_out_of_range_is_refused_after_one_in_range(kernel):
     assert err.value.code == "SP0709"
 
 
+@pytest.mark.parametrize(("first", "then"), [(-2**31, -2**31 - 16), (-2**63, -2**63 - 16), (-2**31 - 16, -2**31),
+                                           (2**31 - 16, 2**31 - 32), (-2**7, -2**7 - 16)])
+@pytest.mark.parametrize("position", [1, 3])  # n: i32, untyped (i32 or i64 by range)
+def test_integers_at_the_edge_of_a_range_are_specialized_as_fresh(kernel, first, then, position):
+    """-2**31 fits i32 and -2**31 - 16 does not, yet both have bit length 32, the same sign and are
+    multiples of 16: the memo gave the second the first's specialization (an untyped one i32, not
+    i64; an `i32` one no SP0709, and the interpreter then failed in numpy)."""
+    x = np.zeros(64, np.float32)
+    args = [x, 16, 1.0, 1]
+    for value in (first, then):
+        args[position] = value
+        try:
+            expected = fresh(kernel, *args, BLOCK=64)
+        except LaunchError as e:
+            with pytest.raises(LaunchError) as err:
+                kernel.bind(tuple(args), {"BLOCK": 64})
+            assert (err.value.code, str(err.value)) == (e.code, str(e))
+        else:
+            _, bindings, key = kernel.bind(tuple(args), {"BLOCK": 64})
+            assert (bindings, key[:-1]) == expected
+
+
+def test_an_untyped_integer_past_i32_runs_after_one_at_the_edge() -> None:
+    """The interpreter launch of the case above: -2**31 - 16 is an i64, whatever came before."""
+    k = sp.loads("@kernel\ndef k(out: ptr[i64], n):\n    store(out, n.to(i64) * 2)\n").k
+    for n in (-2**31, -2**31 - 16):
+        out = np.full(1, 7, np.int64)  # poisoned
+        k.interpret[(1,)](out, n)
+        assert out[0] == 2 * n
+
+
 def test_a_wrong_dtype_is_refused_after_a_right_one(kernel):
     kernel.bind((np.zeros(64, np.float32), 5, 1.0, 1), {"BLOCK": 64})
     with pytest.raises(LaunchError) as err:
