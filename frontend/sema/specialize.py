@@ -155,11 +155,17 @@ def check_float_fits(name: str, value: Any, t: T.ScalarType) -> None:
     """LaunchError SP0709 for a finite number ``value`` given to scalar parameter ``name`` of float
     type ``t`` that rounds to infinity there (``a: f32`` given ``1e39`` or ``2**200``), as the GPU
     launcher refuses it (backend/runtime/scalars.py); the interpreter made it inf. Infinities and
-    NaN are values of every float type."""
+    NaN are values of every float type. An integer is rounded to f64 first, as the launcher converts
+    it (``2**128 - 2**103 - 1`` rounds onto the f32 midpoint, so overflows f32); one past the f64
+    range overflows every type."""
     limit = FLOAT_OVERFLOW.get(t.name) if t.is_float else None
     if limit is None or (isinstance(value, float | np.floating) and not math.isfinite(value)):
         return
-    if abs(int(value) if isinstance(value, int | np.integer) else float(value)) >= limit:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if abs(number) >= limit:  # (a float compares exactly with the integer limit)
         raise LaunchError("SP0709", f"argument `{name}` = {value!r} overflows {t}",
                           help="pass a smaller value, or use a wider scalar type in the kernel")
 

@@ -273,10 +273,14 @@ def test_a_grid_of_none_or_a_class_is_sp0710() -> None:
 
 
 @pytest.mark.parametrize(("value", "name", "t"), [(1e39, "a", "f32"), (2**200, "a", "f32"), (-2**1100, "a", "f32"),
-                                                  (70000.0, "h", "f16"), (3.4e38, "b", "bf16")])
+                                                  (70000.0, "h", "f16"), (3.4e38, "b", "bf16"),
+                                                  (2**128 - 2**103 - 1, "a", "f32"),
+                                                  (-2**128 + 2**119 + 1, "b", "bf16")])
 def test_a_float_scalar_that_overflows_its_type_is_sp0709_in_the_interpreter(value: Any, name: str, t: str) -> None:
     """As the GPU launcher (backend/runtime/scalars.py): the interpreter made it inf (a RuntimeWarning), and
-    an int past the f64 range raised Python's OverflowError on both paths."""
+    an int past the f64 range raised Python's OverflowError on both paths. An int just below half an ulp
+    past the largest finite value overflows too: it rounds to f64 first (onto that midpoint), as the
+    launcher converts it."""
     from sparsile.backend.runtime import arguments as A
     from sparsile.frontend.ir import types as T
 
