@@ -28,6 +28,7 @@ what check the mapping.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -45,6 +46,7 @@ from sparsile.frontend.layout.tmem_access import tmem_access_plan, tmem_register
 from sparsile.frontend.layout.tmem_layouts import TCGEN05_MAX_NUM, tcgen05_atom
 from sparsile.frontend.ops.blackwell_operands import tmem_chunk_layout, tmem_view_layout
 from sparsile.target.targets import get_target
+from sparsile.tests.backend.simt_ir import SimtIR, apply_all
 
 SHAPES = ("32x32b", "16x64b", "16x128b", "16x256b", "16x32bx2")
 
@@ -119,6 +121,28 @@ def test_isa_reference_covers_each_shape_footprint_exactly_once():
             assert seen == set(itertools.product(range(lanes), range(cols))), shape
 
 
+@functools.cache
+def isa_table(shape: str, regs: int, half_split: int | None = None) -> np.ndarray:
+    """:func:`isa_cell` of threads 0..31 and registers 0..regs-1, tabulated: a read-only int64 array
+    of shape (32, regs, 2) holding (lane, column). The tests index it for all threads at once."""
+    table = np.array([[isa_cell(shape, t, r, half_split) for r in range(regs)] for t in range(32)],
+                     dtype=np.int64).reshape(32, regs, 2)
+    table.setflags(write=False)
+    return table
+
+
+def grid(*sizes: int) -> tuple[np.ndarray, ...]:
+    """Index arrays over ``range(sizes[0]) x range(sizes[1]) x ...``, broadcastable together."""
+    return np.ix_(*(np.arange(n) for n in sizes))
+
+
+def first_mismatch(got: np.ndarray, want: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first element where ``got`` and ``want`` (broadcast) differ, or None."""
+    got, want = np.broadcast_arrays(got, want)
+    bad = np.argwhere(got != want)
+    return tuple(int(i) for i in bad[0]) if len(bad) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # 1. the atom model
 # ---------------------------------------------------------------------------------------------
@@ -139,30 +163,35 @@ def test_atom_layout_is_the_isa_mapping(shape, num_warps):
             atom = tcgen05_atom(shape, num, num_warps=num_warps, half_split=split)
             regs = ISA_REGS_PER_NUM[shape] * num
             assert atom.in_size("reg") == regs, (shape, num)
-            for w, t, r in itertools.product(range(num_warps), range(32), range(regs)):
-                lane, col = isa_cell(shape, t, r, split)
-                assert atom.apply(reg=r, lane=t, warp=w) == {"lane": 32 * (w % 4) + lane, "col": col}, \
-                    (shape, num, split, w, t, r)
+            assert sorted(atom.out_names) == ["col", "lane"], (shape, num, atom.out_names)
+            w, t, r = grid(num_warps, 32, regs)
+            got = apply_all(atom, reg=r, lane=t, warp=w)
+            isa = isa_table(shape, regs, split)
+            for dim, want in (("lane", 32 * (w % 4) + isa[t, r, 0]), ("col", isa[t, r, 1])):
+                bad = first_mismatch(got[dim], want)
+                assert bad is None, (shape, num, split, dim, "(w, t, r) =", bad)
 
 
 # ---------------------------------------------------------------------------------------------
 # 2. register layouts and access plans, simulated with the ISA reference
 # ---------------------------------------------------------------------------------------------
 
-def simulate(plan, num_warps, fill):
-    """Run ``plan``'s instructions on every thread with :func:`isa_cell`: yields
-    (warp, thread, instruction, slot, TMEM lane, TMEM column). Checks the ISA's lane-quarter
-    restriction on the way."""
-    for w, t in itertools.product(range(num_warps), range(32)):
+def simulate(plan, num_warps) -> np.ndarray:
+    """Run ``plan``'s instructions on every thread with :func:`isa_cell`: an int64 array of shape
+    (warp, thread, instruction, slot, 2) holding the TMEM (lane, column) each slot reaches. Checks
+    the ISA's lane-quarter restriction on the way."""
+    cells = isa_table(plan.shape, plan.regs_per_instruction, plan.half_split)  # (thread, slot, 2)
+    out = np.empty((num_warps, 32, len(plan.instructions), plan.regs_per_instruction, 2), dtype=np.int64)
+    for w in range(num_warps):
         lane0, col0 = plan.warp_bases[w]
         for i, ins in enumerate(plan.instructions):
             base_lane = lane0 + ins.lane_offset
             # the instruction's lanes must all lie in warp w's quarter
             lanes = ISA_FOOTPRINT[plan.shape][0]
             assert 32 * (w % 4) <= base_lane and base_lane + lanes <= 32 * (w % 4) + 32, (w, base_lane)
-            for s in range(plan.regs_per_instruction):
-                dl, dc = isa_cell(plan.shape, t, s, plan.half_split)
-                fill(w, t, i, s, base_lane + dl, col0 + ins.col_offset + dc)
+            out[w, :, i, :, 0] = base_lane + cells[:, :, 0]
+            out[w, :, i, :, 1] = col0 + ins.col_offset + cells[:, :, 1]
+    return out
 
 
 def storing_warps(plan, num_warps):
@@ -178,31 +207,28 @@ def check_plan(tmem_layout, regs, num_warps=4, lane_offset=0):
     assert plan.ok, plan.reason
     store = tmem_access_plan(tmem_layout, regs, num_warps, direction="store", lane_offset=lane_offset)
     assert store.ok and store.instructions == plan.instructions and store.warp_bases == plan.warp_bases
-    writer_warps = set(storing_warps(store, num_warps))
-    inv = tmem_layout.invert()
+    word_at = simulate(plan, num_warps)
     n_sub = regs.in_size("sub")
     ebits = 32 // tmem_layout.in_size("sub")
-    word_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
-    writers: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-
-    def fill(w, t, i, s, lane, col):
-        word_at[(w, t, i, s)] = (lane, col)
-        if w in writer_warps:
-            assert (lane, col) not in writers, f"two threads store TMEM cell {(lane, col)}"
-            writers[(lane, col)] = (w, t, i, s)
-
-    simulate(plan, num_warps, fill)
-    assert set(writers) == set(word_at.values()), "a cell that is loaded is not stored"
-    for w, t, r in itertools.product(range(num_warps), range(32), range(regs.in_size("reg"))):
-        for s in range(max(1, n_sub)):
-            src = plan.sources[r][s]
-            point = {"reg": r, "lane": t, "warp": w}
-            if "sub" in regs.in_names:
-                point["sub"] = s
-            want = inv.apply(**regs.apply(**point))
-            lane, col = word_at[(w, t, src.instruction, src.slot)]
-            assert (lane - lane_offset, col) == (want["lane"], want["col"]), (w, t, r, s)
-            assert src.bit_offset == ebits * want.get("sub", 0) and src.bits == ebits
+    stored = word_at[storing_warps(store, num_warps)].reshape(-1, 2)
+    cells, writers = np.unique(stored, axis=0, return_counts=True)
+    assert (writers == 1).all(), f"two threads store TMEM cell {tuple(cells[np.argmax(writers > 1)])}"
+    assert np.array_equal(cells, np.unique(word_at.reshape(-1, 2), axis=0)), "a cell that is loaded is not stored"
+    inv = tmem_layout.invert()
+    w, t, r = grid(num_warps, 32, regs.in_size("reg"))
+    for s in range(max(1, n_sub)):
+        srcs = [plan.sources[i][s] for i in range(regs.in_size("reg"))]
+        instruction, slot, bit_offset, bits = (np.array([getattr(src, f) for src in srcs])[r]
+                                               for f in ("instruction", "slot", "bit_offset", "bits"))
+        point = {"reg": r, "lane": t, "warp": w}
+        if "sub" in regs.in_names:
+            point["sub"] = s
+        want = apply_all(inv, **apply_all(regs, **point))
+        got = word_at[w, t, instruction, slot]
+        for dim, k in (("lane", 0), ("col", 1)):
+            bad = first_mismatch(got[..., k] - (lane_offset if k == 0 else 0), want[dim])
+            assert bad is None, (dim, "(w, t, r) =", bad, s)
+        assert (bit_offset == ebits * want.get("sub", 0)).all() and (bits == ebits).all()
     return plan
 
 
@@ -279,117 +305,22 @@ def test_lane_offset_that_leaves_the_quarter_is_refused(shape):
 # 3. the emitted LLVM IR, evaluated thread by thread
 # ---------------------------------------------------------------------------------------------
 
-_ASSIGN = re.compile(r"^\s*(%[\w.]+) = (.*)$")
-_ARG = re.compile(r"(?:<\d+ x i32>|\{[^}]*\}|[\w() ]+?)\s+(%[\w.]+|-?\d+|poison|false|true)")
-
-
-class IREval:
-    """Evaluates the LLVM IR that load_tile/store_tile emit for one thread: straight-line code
-    and branches without phis (the warp-uniform branch around replicated stores).
-
-    Values are Python ints (bit patterns; floats are kept as their bits), vectors are lists.
-    ``tcgen05.ld/st`` calls are executed with :func:`isa_cell` on ``tmem`` ({(lane, col): word})."""
-
-    def __init__(self, lines: list[str], tid: int, tmem: dict[tuple[int, int], int], writes: dict):
-        self.env: dict[str, object] = {}
-        self.tid, self.tmem, self.writes = tid, tmem, writes
-        labels = {ln.strip()[:-1]: i for i, ln in enumerate(lines) if ln.strip().endswith(":")}
-        pc = 0
-        while pc < len(lines):
-            line = lines[pc].strip()
-            pc += 1
-            if m := re.match(r"br label %([\w.]+)$", line):
-                pc = labels[m.group(1)]
-            elif m := re.match(r"br i1 (\S+), label %([\w.]+), label %([\w.]+)$", line):
-                pc = labels[m.group(2) if self.val(m.group(1)) else m.group(3)]
-            else:
-                self.step(line)
-
-    def val(self, tok: str) -> object:
-        tok = tok.strip()
-        if tok.startswith("%"):
-            return self.env[tok]
-        if tok in ("poison", "undef"):
-            return None
-        if tok in ("false", "true"):
-            return int(tok == "true")
-        return int(tok)
-
-    def args(self, text: str) -> list[object]:
-        return [self.val(m.group(1)) for m in _ARG.finditer(text)]
-
-    def access(self, name: str, addr: int, split: int | None):
-        m = re.match(r"llvm\.nvvm\.tcgen05\.(ld|st)\.(\w+)\.x(\d+)$", name)
-        assert m, name
-        shape, num = m.group(2), int(m.group(3))
-        lane0, col0 = addr >> 16, addr & 0xFFFF
-        warp = self.tid // 32
-        assert lane0 // 32 == warp % 4, f"warp {warp} addresses TMEM lane {lane0} (outside its quarter)"
-        cells = [isa_cell(shape, self.tid % 32, r, split) for r in range(ISA_REGS_PER_NUM[shape] * num)]
-        cells = [(lane0 + dl, col0 + dc) for dl, dc in cells]
-        assert all(lane // 32 == warp % 4 for lane, _ in cells), f"warp {warp} leaves its lane quarter"
-        return cells
-
-    def step(self, line: str) -> None:
-        if not line or line.endswith(":"):
-            return
-        m = _ASSIGN.match(line)
-        dst, rhs = (m.group(1), m.group(2)) if m else (None, line)
-        if rhs.startswith("call") and "sreg.tid.x" in rhs:
-            self.env[dst] = self.tid
-            return
-        call = re.match(r"call .*?@(llvm\.nvvm\.tcgen05\.(?:ld|st)\.[\w.]+)\((.*)\)", rhs)
-        if call:
-            name, args = call.group(1), self.args(call.group(2))
-            split = args[1] if "16x32bx2" in name else None
-            cells = self.access(name, args[0], split)
-            if ".ld." in name:
-                assert args[-1] == 0, "tcgen05.ld emitted with .pack::16b"
-                words = [self.tmem[c] for c in cells]
-                self.env[dst] = words if len(words) > 1 else words[0]
-            else:
-                assert args[-1] == 0, "tcgen05.st emitted with .unpack::16b"
-                data = args[-2] if isinstance(args[-2], list) else [args[-2]]
-                for c, v in zip(cells, data, strict=True):
-                    self.writes.setdefault(c, []).append(v)
-            return
-        if rhs.startswith("call") and "tcgen05.wait" in rhs:
-            if dst is not None:  # the tied asm: returns its inputs
-                self.env[dst] = self.args(rhs[rhs.rindex("(") + 1:])
-            return
-        if rhs.startswith("call"):
-            return
-        op, rest = rhs.split(" ", 1)
-        if op == "icmp":
-            pred, _ty, operands = rest.split(" ", 2)
-            a, b = (self.val(x) for x in operands.split(","))
-            self.env[dst] = int({"eq": a == b, "ne": a != b}[pred])
-        elif op in ("add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "udiv"):
-            rest = re.sub(r"^(nuw |nsw |exact )*", "", rest)
-            a, b = (self.val(x) for x in rest.split(" ", 1)[1].split(","))
-            f = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-                 "and": lambda x, y: x & y, "or": lambda x, y: x | y, "xor": lambda x, y: x ^ y,
-                 "shl": lambda x, y: x << y, "lshr": lambda x, y: x >> y, "udiv": lambda x, y: x // y}[op]
-            self.env[dst] = f(a, b) & 0xFFFFFFFF
-        elif op == "inttoptr" or op == "bitcast" or op == "zext":
-            self.env[dst] = self.val(rest.split(" ")[1])
-        elif op == "trunc":
-            src, ty = rest.split(" ")[1], rest.split(" to ")[1]
-            self.env[dst] = self.val(src) & ((1 << int(ty[1:])) - 1)
-        elif op == "extractelement":
-            vec, idx = re.match(r"<[^>]*> (%[\w.]+), i32 (\d+)", rest).groups()
-            self.env[dst] = self.val(vec)[int(idx)]
-        elif op == "extractvalue":
-            agg, idx = re.match(r"\{[^}]*\} (%[\w.]+), (\d+)", rest).groups()
-            self.env[dst] = self.val(agg)[int(idx)]
-        elif op == "insertelement":
-            n, vec, v, idx = re.match(r"<(\d+) x i32> (\S+), i32 (\S+), i32 (\d+)", rest).groups()
-            old = self.val(vec)
-            new = list(old) if old is not None else [None] * int(n)
-            new[int(idx)] = self.val(v)
-            self.env[dst] = new
-        else:
-            raise AssertionError(f"the evaluator does not know: {line}")
+def isa_access(name: str, tids: np.ndarray, addr: np.ndarray, split: int | None):
+    """The TMEM cells of the ``tcgen05.ld/st`` intrinsic ``name`` at ``addr`` (lane << 16 | column)
+    for the threads ``tids``, from :func:`isa_cell`: (lanes, columns), arrays of shape (thread,
+    register). Checks that each warp stays in its lane quarter."""
+    m = re.match(r"llvm\.nvvm\.tcgen05\.(ld|st)\.(\w+)\.x(\d+)$", name)
+    assert m, name
+    shape, num = m.group(2), int(m.group(3))
+    lane0, col0 = addr >> 16, addr & 0xFFFF
+    warp = tids // 32
+    bad = lane0 // 32 != warp % 4
+    assert not bad.any(), f"warp {warp[bad][0]} addresses TMEM lane {lane0[bad][0]} (outside its quarter)"
+    cells = isa_table(shape, ISA_REGS_PER_NUM[shape] * num, split)[tids % 32]
+    lanes, cols = lane0[:, None] + cells[..., 0], col0[:, None] + cells[..., 1]
+    bad = lanes // 32 != (warp % 4)[:, None]
+    assert not bad.any(), f"warp {warp[bad.any(axis=1)][0]} leaves its lane quarter"
+    return lanes, cols
 
 
 def _body(cg: CodeGen) -> list[str]:
@@ -446,42 +377,48 @@ def _inverse(tl):
     return _INVERSES[key][1]
 
 
-def _cell(tl, regs, w, t, r, lane_offset=0):
-    """TMEM (lane, col, sub) of element (warp w, thread t, register r): the layouts' answer,
-    ``lane_offset`` lanes further."""
-    where = _inverse(tl).apply(**regs.apply(reg=r, lane=t, warp=w))
-    return where["lane"] + lane_offset, where["col"], where.get("sub", 0)
+def _cells(tl, regs, nw, lane_offset=0):
+    """TMEM (lane, col, sub) of every element (warp, thread, register): the layouts' answer,
+    ``lane_offset`` lanes further; int64 arrays of shape (nw, 32, registers)."""
+    w, t, r = grid(nw, 32, regs.in_size("reg"))
+    where = apply_all(_inverse(tl), **apply_all(regs, reg=r, lane=t, warp=w))
+    return where["lane"] + lane_offset, where["col"], where.get("sub", np.zeros_like(where["lane"]))
 
 
-def _element(tl, regs, elem, tmem_words, w, t, r, lane_offset=0):
-    lane, col, sub = _cell(tl, regs, w, t, r, lane_offset)
+def _elements(tl, elem, tmem_words, cells):
+    """The element each of ``cells`` holds in ``tmem_words`` ([lane, col] -> 32-bit word)."""
+    lane, col, sub = cells
     sub_bits = 32 // tl.in_size("sub")
-    field = (tmem_words[(lane, col)] >> (sub_bits * sub)) & ((1 << sub_bits) - 1)
+    field = (tmem_words[lane, col] >> (sub_bits * sub)) & ((1 << sub_bits) - 1)
     return field & ((1 << min(elem.bits, sub_bits)) - 1)
 
 
+def _wlr(shape, bad):
+    """A mismatch at (thread, register) as the (shape, warp, lane, register) of an assertion message."""
+    return None if bad is None else (shape, bad[0] // 32, bad[0] % 32, bad[1])
+
+
 def check_emitted(t, tl, regs, elem, chunks, nw, lane_offset=0):
-    """Emit ``load_tile`` and ``store_tile`` of ``regs`` and run them thread by thread against
+    """Emit ``load_tile`` and ``store_tile`` of ``regs`` and run them on all threads against
     the ISA reference: every thread loads its own elements, and every element's cell is stored
     exactly once (by the copy in the warp whose replicated warp bits are 0)."""
     shape = tmem_access_plan(tl, regs, nw, lane_offset=lane_offset).shape
     rng = np.random.default_rng(11)
     lanes, cols = 128, tl.in_size("col")
-    image = {(lane, c): int(rng.integers(0, 2**32)) for lane in range(lanes) for c in range(cols)}
+    image = rng.integers(0, 2**32, size=(lanes, cols), dtype=np.int64)
     n_regs = regs.in_size("reg")
+    tids = np.arange(32 * nw)
+    cells = tuple(c.reshape(32 * nw, n_regs) for c in _cells(tl, regs, nw, lane_offset))  # [tid, reg]
 
     # ---- load: registers of every thread
     cg = _codegen(nw)
     ref = bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0)
     tile = bw.load_tile(cg, ref, regs, elem, None, chunks, lane_offset=lane_offset)
     assert tile.layout == regs, f"{shape}: load_tile converted instead of loading with {shape}"
-    lines = _body(cg)
-    for tid in range(32 * nw):
-        ev = IREval(lines, tid, image, {})
-        w, lane = divmod(tid, 32)
-        for r in range(n_regs):
-            got = ev.val(tile.regs[r].ref) & ((1 << elem.bits) - 1)
-            assert got == _element(tl, regs, elem, image, w, lane, r, lane_offset), (shape, w, lane, r)
+    ev = SimtIR(_body(cg), tids, isa_access, tmem=image)
+    got = np.stack([ev.gather(tile.regs[r].ref, 32 * nw) for r in range(n_regs)], axis=1).astype(np.int64)
+    bad = first_mismatch(got & ((1 << elem.bits) - 1), _elements(tl, elem, image, cells))
+    assert bad is None, _wlr(shape, bad)
 
     if chunks:
         return  # metadata chunks are only loaded
@@ -499,24 +436,22 @@ def check_emitted(t, tl, regs, elem, chunks, nw, lane_offset=0):
         vals.append(v)
     bw.store_tile(cg, bw.TmemRef(const(0, "i32"), t, t.shape[-1], 0), DTile(regs, vals, elem), None,
                   lane_offset=lane_offset)
-    lines = _body(cg)
-    writes: dict[tuple[int, int], list[int]] = {}
-    for tid in range(32 * nw):
-        IREval(lines, tid, {}, writes)
-    cells = {_cell(tl, regs, w, t_, r, lane_offset)[:2]
-             for w, t_, r in itertools.product(range(nw), range(32), range(n_regs))}
-    assert set(writes) == cells, f"{shape}: the stores do not cover the region exactly"
-    assert all(len(v) == 1 for v in writes.values()), f"{shape}: a TMEM cell has several writers"
-    stored = {c: v[0] for c, v in writes.items()}
+    writes: list = []
+    SimtIR(_body(cg), tids, isa_access, writes=writes)
+    w_lane, w_col, w_val = (np.concatenate([wr[k] for wr in writes]).astype(np.int64) for k in (1, 2, 3))
+    written, count = np.unique(np.stack([w_lane, w_col], axis=1), axis=0, return_counts=True)
+    expected = np.unique(np.stack([cells[0].ravel(), cells[1].ravel()], axis=1), axis=0)
+    assert np.array_equal(written, expected), f"{shape}: the stores do not cover the region exactly"
+    assert (count == 1).all(), f"{shape}: a TMEM cell has several writers"
+    stored = np.zeros((int(written[:, 0].max()) + 1, int(written[:, 1].max()) + 1), dtype=np.int64)
+    stored[w_lane, w_col] = w_val
     # warps that differ only in replicated warp bits (a zero warp basis) hold the same elements;
     # the copy of the warp with those bits 0 is the one written
     replicated = sum(1 << b for b in range(regs.in_bits("warp")) if not any(regs.basis("warp", b).values()))
-    for tid in range(32 * nw):
-        w, lane = divmod(tid, 32)
-        writer = 32 * (w & ~replicated) + lane
-        for r in range(n_regs):
-            expect = (writer * n_regs + r) & ((1 << elem.bits) - 1)
-            assert _element(tl, regs, elem, stored, w, lane, r, lane_offset) == expect, (shape, w, lane, r)
+    writer = 32 * ((tids // 32) & ~replicated) + tids % 32
+    expect = (writer[:, None] * n_regs + np.arange(n_regs)) & ((1 << elem.bits) - 1)
+    bad = first_mismatch(_elements(tl, elem, stored, cells), expect)
+    assert bad is None, _wlr(shape, bad)
 
 
 @pytest.mark.parametrize("t, elem, chunks, shape, nw", list(_cases()))
