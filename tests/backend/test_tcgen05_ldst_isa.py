@@ -17,9 +17,10 @@ What is compared with it, over every thread and every register:
 2. ``layout.tmem_access.tmem_register_layout`` + ``tmem_access_plan`` (what code generation
    consumes), simulated as loads and as stores for several TMEM layouts;
 3. the LLVM IR that ``backend/lower/blackwell.load_tile`` / ``store_tile`` emit: a small evaluator
-   runs the straight-line IR of every thread, executing each ``llvm.nvvm.tcgen05.ld/st`` call with
-   :func:`isa_cell` against a simulated TMEM, and the loaded registers / stored cells are compared
-   with the register and TMEM layouts. The PTX is then assembled with ptxas (sm_100a) when present.
+   (``tests/backend/simt_ir.py``) runs the straight-line IR of all threads at once, executing each
+   ``llvm.nvvm.tcgen05.ld/st`` call with :func:`isa_cell` against a simulated TMEM, and the loaded
+   registers / stored cells are compared with the register and TMEM layouts. The PTX is then
+   assembled with ptxas (sm_100a) when present.
 
 The CPU interpreter does not model threads for TMEM (``frontend/interp/blackwell.py`` copies the
 whole region), so it cannot share a wrong thread mapping with the code generator; these tests are
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import re
 
 import numpy as np
@@ -347,13 +347,11 @@ REGIONS = [
 
 
 def _cases():
-    """Every region with every shape, at 4 or 8 warps in turn (each region and each shape meets both
-    counts; each case runs all threads in Python, about 2.5 s): half the cross product, so the CPU
-    suite stays fast. ``SPARSILE_FULL_ISA_SWEEP=1`` runs every region x shape x warp count."""
-    full = os.environ.get("SPARSILE_FULL_ISA_SWEEP") == "1"
-    for i, (name, t, elem, chunks) in enumerate(REGIONS):
-        for j, shape in enumerate(SHAPES):
-            for nw in (4, 8) if full else ((4, 8)[(i + j) % 2],):
+    """Every region with every shape at 4 and at 8 warps (all threads of a case run at once, in
+    numpy: the whole cross product takes about a second)."""
+    for name, t, elem, chunks in REGIONS:
+        for shape in SHAPES:
+            for nw in (4, 8):
                 yield pytest.param(t, elem, chunks, shape, nw, id=f"{name}-{shape}-w{nw}")
 
 
