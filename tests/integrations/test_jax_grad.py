@@ -33,6 +33,27 @@ def test_dense_weight_is_the_host_decompress(dtype: str, n: int, k: int) -> None
     np.testing.assert_array_equal(np.asarray(dense_weight(layer.values, signed, k)), got)
 
 
+def test_dense_weight_is_one_computation_eagerly() -> None:
+    """Called eagerly (as an un-jitted ``jax.grad`` through sparse_linear calls it), the decoder is
+    one XLA compilation per new shape, not one per jnp operation (a dozen, ~0.4 s per shape on the
+    CPU: most of an eager gradient's time). Counted with jax.monitoring's backend-compile events."""
+    compiles: list[str] = []
+
+    def listen(event: str, _secs: float, **_kw: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    layer = _layer(48, 88, "f16", seed=5)  # a shape no other test decodes
+    values, meta = jnp.asarray(layer.values), jnp.asarray(layer.meta)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        got = dense_weight(values, meta, 88)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    np.testing.assert_array_equal(np.asarray(got), layer.dense().astype(np.float32)[:, :88])
+    assert len(compiles) == 1, f"{len(compiles)} XLA compilations for one eager decode"
+
+
 def test_row_deinterleave_is_the_host_layouts() -> None:
     words = np.random.default_rng(3).integers(0, 2**32, (48, 6), dtype=np.uint32)
     np.testing.assert_array_equal(np.asarray(_deinterleave_rows(jnp.asarray(words))),
