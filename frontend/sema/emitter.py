@@ -298,6 +298,8 @@ def _fold(op: str, a: Any, b: Any) -> Any:
         # as the run-time f64 `%` (rule 6): fma(-trunc(x / y), y, x) with the quotient rounded, not
         # the exact fmod (they differ where x / y rounds: 1e300 % 3.0)
         return float(gpu_fmod(np.array(float(a)), np.array(float(b)), 64)[()])
+    if op == "/" and isinstance(a, int) and isinstance(b, int):
+        return int_true_division(a, b)
     if op == "//" and isinstance(a, float | int) and isinstance(b, float | int):
         q = a / b  # floor(x / y) as at run time, not Python's `//` (7.0 // 0.1 is 69.0 there, 70.0 here)
         return math.copysign(0.0, q) if q == 0 else float(math.floor(q)) if math.isfinite(q) else q  # -0.0 kept
@@ -313,6 +315,19 @@ def _fold(op: str, a: Any, b: Any) -> Any:
     if isinstance(r, complex):  # Python's (-2.0) ** 0.5: no value of any scalar type
         raise ValueError
     return r
+
+
+def int_true_division(a: int, b: int) -> float:
+    """``a / b`` of integer constants (bools included) as at run time (docs/language.md rule 6): both
+    convert to ``f32``, each rounded once (an integer beyond ``f32``'s range becomes infinite, as
+    the conversion gives), and the quotient is the ``f32`` division's, rounded to ``f32``. Python's
+    true division, exact then rounded to float64, gave ``(2**24 + 1) / 1 == 16777217.0`` where the
+    run-time division gives ``16777216.0``. A zero divisor raises ZeroDivisionError (SP0330)."""
+    if b == 0:
+        raise ZeroDivisionError
+    x, y = np.float32(int_to_float(a, T.f32)), np.float32(int_to_float(b, T.f32))
+    with np.errstate(all="ignore"):  # inf / inf is NaN, as at run time
+        return float(x / y)
 
 
 def _describe(v: Any) -> str:

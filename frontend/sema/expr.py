@@ -396,8 +396,14 @@ class ExprMixin:
                 raise CompileError([Diagnostic("SP0323", f"keyword argument `{k.name}` repeated", k.span)])
             kwargs[k.name] = Arg(self.expr(k.value), k.value.span)
         if isinstance(func, BoundMethod):
+            target = _typed_to_target(func, args, kwargs)
+            if target is not None:  # `u8(200).to(f32)`: converts as `f32(u8(200))`
+                return _convert_constant(func.self_arg, target, node.span)
             return self.call_builtin(func.builtin, [func.self_arg, *args], kwargs, node)
         if isinstance(func, Builtin):
+            items = _typed_tuple_items(func, args, kwargs)
+            if items is not None:  # `max((u8(1), u8(2)))` as `max(u8(1), u8(2))`
+                return items[0].value if len(items) == 1 else fold_typed_builtin(func.name, items, node.span)
             if func.name in TYPED_FOLDABLE and not kwargs and args and any_typed(args) \
                     and all(isinstance(a.value, Const) for a in args) and _binds(func, args):
                 return fold_typed_builtin(func.name, args, node.span)
@@ -417,11 +423,7 @@ class ExprMixin:
             em.span = node.span
             v = args[0].value
             if isinstance(v, Const) and isinstance(v.value, int | float | bool):
-                try:
-                    return Const(convert_const(v.value, func.value), func.value)
-                except (OverflowError, ValueError):
-                    raise CompileError([Diagnostic("SP0303", f"{v.value!r} has no value in {func.value}",
-                                                   args[0].span)]) from None
+                return _convert_constant(args[0], func.value, node.span)
             return em.cast(em.tile_or_scalar(args[0]), func.value)
         jit_helper = _jit_function_helper(func)
         if jit_helper is not None:
@@ -497,6 +499,10 @@ class ExprMixin:
         v = base.value
         if base.dtype is not None and node.attr == "dtype":  # `f16(0.5).dtype`, as a value's
             return Const(base.dtype)
+        if base.dtype is not None and node.attr == "to":  # `u8(200).to(f32)`, as a value's (folded in `call`)
+            found = lookup_method(base.dtype, "to")
+            assert found is not None
+            return BoundMethod(found[1], Arg(base, node.value.span))
         if isinstance(v, T.ScalarType) and node.attr in ("bits", "is_float", "is_int", "is_signed", "name"):
             return Const(getattr(v, node.attr))
         if isinstance(v, T.ScalarType | T.Type) and node.attr == "primitive_bitwidth":
@@ -586,6 +592,41 @@ class ExprMixin:
 
 
 _NO_ATTR = object()
+
+
+def _convert_constant(c: Arg, t: T.ScalarType, span: Span) -> Const:
+    """``t(c)`` of a constant number (``c.to(t)`` of a typed one): the run-time conversion's value
+    (consts.convert_const) as a constant of type ``t``; an infinite or NaN float has no integer value
+    (SP0303)."""
+    v = c.value.value
+    try:
+        return Const(convert_const(v, t), t)
+    except (OverflowError, ValueError):
+        raise CompileError([Diagnostic("SP0303", f"{v!r} has no value in {t}", c.span)]) from None
+
+
+def _typed_to_target(func: BoundMethod, args: list[Arg], kwargs: dict[str, Arg]) -> T.ScalarType | None:
+    """The scalar type ``D`` of ``c.to(D)`` (or ``c.to(dtype=D)``) where ``c`` is a typed constant,
+    else None (the call goes to the ``to`` builtin, which reports wrong arguments)."""
+    if func.builtin.name != "to" or not is_typed(func.self_arg.value):
+        return None
+    given = [*args, *kwargs.values()]
+    if len(given) != 1 or (kwargs and "dtype" not in kwargs):
+        return None
+    d = given[0].value
+    return d.value if isinstance(d, Const) and isinstance(d.value, T.ScalarType) else None
+
+
+def _typed_tuple_items(func: Builtin, args: list[Arg], kwargs: dict[str, Arg]) -> list[Arg] | None:
+    """The items of ``max(t)`` / ``min(t)`` whose one argument is a nonempty tuple of constant
+    numbers, one of them typed: they fold as ``max(*t)``. Else None."""
+    if func.name not in ("max", "min") or kwargs or len(args) != 1 or not isinstance(args[0].value, tuple):
+        return None
+    items = [Arg(x, args[0].span) for x in args[0].value]
+    numbers = all(isinstance(a.value, Const) and isinstance(a.value.value, int | float) for a in items)
+    if not items or not numbers or not any_typed(items):
+        return None
+    return items
 def _check_bound(node: A.Name, v: Any) -> Any:
     """``v``, unless the name has no value on this path (SP0237)."""
     if isinstance(v, Unbound):

@@ -185,10 +185,12 @@ def test_folded_typed_constants_equal_the_run_time_results_bit_for_bit(t: str) -
 @pytest.mark.parametrize("t", ["f64", "i64"])
 def test_folded_untyped_constants_equal_f64_and_i64_run_time_results(t: str) -> None:
     """Untyped constants fold as Python's exact integers and float64 with the run-time rules (C
-    division, rule 6's float ``//`` and ``%``, rule 9's ``max`` / ``min``): equal to the same op on
-    ``f64`` / ``i64`` values wherever the fold has a value (see ``untyped_defined``). Before, ``0.0 // -1.0``
-    folded to ``+0.0`` (``math.floor`` dropped the sign; ``floor`` at run time keeps it) and ``-0.0 % 1.0`` to
-    ``-0.0`` (C's fmod; the run-time ``fma(-trunc(x / y), y, x)`` gives ``+0.0``)."""
+    division, rule 6's integer ``/`` in f32 and float ``//`` and ``%``, rule 9's ``max`` / ``min``):
+    equal to the same op on ``f64`` / ``i64`` values wherever the fold has a value (see
+    ``untyped_defined``). Before, ``0.0 // -1.0`` folded to ``+0.0`` (``math.floor`` dropped the sign;
+    ``floor`` at run time keeps it), ``-0.0 % 1.0`` to ``-0.0`` (C's fmod; the run-time
+    ``fma(-trunc(x / y), y, x)`` gives ``+0.0``), and integer ``/`` was Python's true division, not the
+    f32 one (``(2**24 + 1) / 1`` was 16777217.0, 16777216.0 at run time)."""
     gs = [Group(g.op, t, [c for c in g.cases if untyped_defined(g.op, t, c)]) for g in groups(t)]
     gs = [g for g in gs if g.cases]
     n = size(gs)

@@ -238,3 +238,65 @@ def test_a_negative_exponent_of_integer_constants_is_sp0329() -> None:
     assert d.code == "SP0329" and "negative exponent -1" in d.message and "float type" in d.help
     line = src.splitlines()[d.span.line - 1]
     assert line[d.span.col - 1:].startswith("-1")
+
+
+# -- `.to(D)` of a typed constant, and `max` / `min` of one tuple -------------------------------------------
+TO = """
+@kernel
+def k(Z: ptr[{t}], O: ptr[f32], P: ptr[i8], Q: ptr[i32]):
+    z = {z}
+    store(O, z.to(f32) + 0.25)
+    store(P, z.to(i8))
+    store(Q, (z.to(f16) * 0.5).to(i32))
+"""
+
+
+@pytest.mark.parametrize("t,lo,hi", [("u8", 129, 256), ("f32", -300.0, 300.0), ("i16", -30000, 30000)])
+def test_to_of_a_typed_constant_is_the_run_time_conversion(t: str, lo: float, hi: float) -> None:
+    """``u8(200).to(f32)`` is 200.0 and ``.to(i8)`` wraps (-56), as ``.to`` on a run-time ``u8``: the
+    typed constant converts as ``D(c)`` does. It was SP0204 "has no attribute `to`"."""
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        if t == "f32":
+            v: float = float(np.float32(rng.uniform(lo, hi)))
+        else:
+            v = int(rng.integers(lo, hi))
+        zs = np.array([v], getattr(np, {"u8": "uint8", "f32": "float32", "i16": "int16"}[t]))
+        outs = [[np.full(1, p, np.float32), np.full(1, p, np.int8), np.full(1, p, np.int32)] for p in (7, 5)]
+        run(TO.format(t=t, z=f"{t}({v!r})"), zs, *outs[0])
+        run(TO.format(t=t, z="load(Z)"), zs, *outs[1])
+        for a, b in zip(*outs, strict=True):
+            assert a.tobytes() == b.tobytes(), (t, v, a, b)
+
+
+MAX_TUPLE = """
+@kernel
+def k(O: ptr[i32]):
+    store(O, {f}((u8({a}), u8({b}))) + {c})
+    store(O + 1, {f}(u8({a}), u8({b})) + {c})
+"""
+
+
+@pytest.mark.parametrize("f", ["max", "min"])
+def test_max_min_of_a_tuple_of_typed_constants_is_typed(f: str) -> None:
+    """``max((u8(a), u8(b))) + c`` wraps at 256 as ``max(u8(a), u8(b)) + c`` does: the tuple
+    form folds as the varargs form, to a ``u8`` constant. It was an untyped constant (a + c > 255
+    stored unwrapped)."""
+    rng = np.random.default_rng(5)
+    a, b, c = (int(v) for v in rng.integers(129, 256, 3))  # a + c and b + c exceed 255
+    out = np.full(2, 7, np.int32)
+    run(MAX_TUPLE.format(f=f, a=a, b=b, c=c), out)
+    want = ({"max": max, "min": min}[f](a, b) + c) % 256
+    assert out.tolist() == [want, want]
+
+
+def test_to_of_an_infinite_typed_constant_to_an_integer_type_is_sp0303() -> None:
+    """``f32(1e39).to(i32)`` has no value, as ``i32(f32(1e39))``: SP0303 at the constant."""
+    from sparsile.frontend.diagnostics import CompileError
+
+    src = "@kernel\ndef k(O: ptr[i32]):\n    store(O, f32(1e39).to(i32))\n"
+    with pytest.raises(CompileError) as e:
+        run(src, np.full(1, 7, np.int32))
+    d = e.value.diagnostics[0]
+    assert (d.code, d.message) == ("SP0303", "inf has no value in i32")
+    assert (d.span.line, d.span.col, d.span.end_col) == (3, 14, 23)

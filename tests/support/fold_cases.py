@@ -187,9 +187,9 @@ def poisoned(n: int, t: str, value: int) -> np.ndarray:
 def untyped_defined(op: str, t: str, case: tuple[int | float, ...]) -> bool:
     """Whether sema folds ``op`` on untyped constants (Python ints, float64) to a value of ``t``
     (``f64`` or ``i64``): not a division by zero (SP0330), a negative shift (SP0329) or an integer
-    result beyond ``i64`` (SP0303: untyped integers do not wrap); ``**`` is Python's (rule 6) and
-    integer ``/`` is Python's true division, not the run-time f32 one, so neither is compared."""
-    if op in ("**", "/") and t == "i64":
+    result beyond ``i64`` (SP0303: untyped integers do not wrap); ``**`` is Python's (rule 6), so it
+    is not compared. Integer ``/`` is compared: it converts both operands to ``f32`` (rule 6)."""
+    if op == "**" and t == "i64":
         return False
     if len(case) == 2 and op in ("/", "//", "%") and case[1] == 0:
         return False
