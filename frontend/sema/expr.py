@@ -627,6 +627,8 @@ def _typed_tuple_items(func: Builtin, args: list[Arg], kwargs: dict[str, Arg]) -
     if not items or not numbers or not any_typed(items):
         return None
     return items
+
+
 def _check_bound(node: A.Name, v: Any) -> Any:
     """``v``, unless the name has no value on this path (SP0237)."""
     if isinstance(v, Unbound):
