@@ -254,29 +254,9 @@ def finite_float_to_int(x: float, elem: T.ScalarType) -> int:
 
 def int_to_bf16(a: np.ndarray) -> np.ndarray:
     """A 32- or 64-bit integer array rounded once to bf16 (to nearest even), as ``cvt.rn.bf16.s32``
-    and its kin round (PTX ISA 9.1, §9.7.9.21 "cvt"; docs/language.md rule 8). numpy / ml_dtypes
-    convert through f32 and round twice: ``2**24 + 2**16 + 1`` became ``2**24`` (the tie f32 lands on
-    goes to even) instead of ``2**24 + 2**17``. Done exactly on the magnitudes as uint64."""
+    and its kin round (PTX ISA 9.1, §9.7.9.21 "cvt"; docs/language.md rule 8): :func:`int_to_float`
+    per element. numpy / ml_dtypes may convert through f32 and round twice (the GPU host's did):
+    ``2**24 + 2**16 + 1`` became ``2**24`` (the tie f32 lands on goes to even), not ``2**24 + 2**17``."""
     a = np.asarray(a)
-    if a.dtype.kind == "i":
-        bits = a.astype(np.int64).view(np.uint64)
-        neg = a < 0
-        mag = np.where(neg, ~bits + np.uint64(1), bits)  # |a| (2**63 for the most negative i64)
-    else:
-        neg = np.zeros(a.shape, bool)
-        mag = a.astype(np.uint64)
-    length = np.zeros(a.shape, np.uint64)  # bit length of each magnitude
-    v = mag.copy()
-    for step in (32, 16, 8, 4, 2, 1):
-        big = v >= np.uint64(1 << step)
-        length += np.where(big, np.uint64(step), np.uint64(0))
-        v = np.where(big, v >> np.uint64(step), v)
-    length += (v > 0).astype(np.uint64)
-    shift = np.where(length > 8, length - np.uint64(8), np.uint64(0))  # bf16 keeps 8 significant bits
-    q = mag >> shift
-    rem = mag & ((np.uint64(1) << shift) - np.uint64(1))
-    half = np.where(shift > 0, np.uint64(1) << (np.maximum(shift, np.uint64(1)) - np.uint64(1)), np.uint64(0))
-    up = (shift > 0) & ((rem > half) | ((rem == half) & (q & np.uint64(1)).astype(bool)))
-    q = q + up.astype(np.uint64)
-    value = np.ldexp(q.astype(np.float64), shift.astype(np.int64))  # exact: q has at most 9 bits
-    return np.where(neg, -value, value).astype(ml_dtypes.bfloat16)
+    values = [int_to_float(int(v), T.bf16) for v in a.ravel().tolist()]
+    return np.array(values, np.float64).reshape(a.shape).astype(ml_dtypes.bfloat16)  # exact: bf16 values
