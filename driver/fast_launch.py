@@ -21,7 +21,9 @@ which packs later arguments straight into its own parameter buffer (a host array
 CPU tensor where a CUDA one was, falls back to the launcher, which copies it).
 
 Calls with a run-time argument given by keyword, an argument without a cheap fingerprint (a
-``MetadataBuffer``, unusual objects), or host arrays read through TMA take the full path.
+``MetadataBuffer``, unusual objects), host arrays read through TMA, or torch tensors none of which
+is on a GPU (a CPU tensor's fingerprint is a CUDA tensor's, and an entry fixes whether calls launch on
+torch's current stream) take the full path.
 """
 
 from __future__ import annotations
@@ -186,6 +188,12 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     names = [p.name for p in kernel.params]
     if any(name in kwargs and not isinstance(bindings.get(name), Const) for name in names):
         return  # a run-time argument by keyword: the full path
+    torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
+    if not torch_stream and any(is_torch_type(type(v)) for v in bound.values()):
+        # torch tensors, none on a GPU: the stream would be fixed at the legacy default one for every
+        # later call of this fingerprint, which a CUDA tensor shares with a CPU one on a host of one GPU
+        # (its launch belongs on torch's current stream); the launcher copies these anyway: the full path
+        return
     key = fast.key(args, kwargs)
     if key is None:
         return
@@ -205,7 +213,6 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     positional = set(names[:len(args)])  # (a later call's own: FastEntry.launch; constexprs: their values)
     meta = {k: v for k, v in grid_meta(bound, bindings).items()
             if k not in positional or isinstance(bindings.get(k), Const)}
-    torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
     try:  # device arrays only (host arrays raise SP0733): the prepared launch's faster packing
         prepared = PreparedLaunch(kernel, launcher, bound, bindings, list(range(len(args))), grid)
     except LaunchError:

@@ -1,0 +1,70 @@
+"""Stale fast entries of ``kernel[grid](...)`` (driver/fast_launch.py): two calls whose arguments have
+the same fingerprint but differ in something the first call's entry decided for all later calls.
+Fake device of tests/backend/test_prepared.py (kernels compile for sm_90a, launches are recorded)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from sparsile.backend.runtime import arrays as array_args
+from sparsile.backend.runtime import launcher as launcher_module
+from sparsile.tests.backend.test_prepared import TORCH_STREAM, FakeCudaTensor, gpu, vadd  # noqa: F401
+
+STAGED = 0x6000_0000_0000
+"""Where the fake staging puts a host array's device copy."""
+
+
+class FakeTensor(FakeCudaTensor):
+    """One class for torch tensors on the CPU and on the GPU, as ``torch.Tensor`` is: ``on_cpu`` gives
+    a CPU tensor over real host memory (``host``), which the launcher copies to the device."""
+
+    def __init__(self, ptr, shape, on_cpu=False, host=None):
+        super().__init__(ptr, shape)
+        self.is_cuda = not on_cpu
+        self.device = SimpleNamespace(type="cpu" if on_cpu else "cuda")
+        self.host = host
+
+    def get_device(self):
+        return -1 if not self.is_cuda else self._device
+
+
+def _fake_staging(name, info, writes, call, device):
+    """The launcher's host copy, without a GPU: a made-up device address (nothing to copy back)."""
+    return STAGED
+
+
+@pytest.fixture
+def torch_like(gpu, monkeypatch):  # noqa: F811
+    monkeypatch.setitem(array_args._extractors, FakeTensor, array_args._describe_torch)
+    monkeypatch.setattr(launcher_module, "stage_host_array", _fake_staging)
+    return gpu
+
+
+def _cpu(n=1024):
+    host = np.random.default_rng(0).random(n, dtype=np.float32) + 0.5
+    return FakeTensor(host.ctypes.data, (n,), on_cpu=True, host=host)
+
+
+def test_cuda_tensors_after_a_call_of_cpu_tensors_launch_on_torchs_stream(torch_like):
+    """CPU and CUDA torch tensors have one class, dtype, rank and alignment: one fingerprint on a host of
+    one GPU. A first call of CPU tensors (copied by the launcher, on the legacy default stream: no CUDA
+    tensor names a torch stream) filed a fast entry that launched every later call of that fingerprint
+    on the legacy default stream, CUDA tensors too: not ordered after torch's current (non-blocking)
+    stream, whose work produces x and consumes out. The full path launches those on torch's stream."""
+    k = vadd()
+    x, y, out = _cpu(), _cpu(), _cpu()
+    k[(4,)](x, y, out, 1024, BLOCK=256)
+    assert torch_like.launches[-1]["stream"] == 0  # host arrays only: the legacy default stream
+    cx, cy, cout = (FakeTensor(0x7F00_0000_0000 + i * 0x10000, (1024,)) for i in range(3))
+    for _ in range(2):
+        k[(4,)](cx, cy, cout, 1024, BLOCK=256)
+        assert torch_like.launches[-1]["stream"] == TORCH_STREAM
+        assert torch_like.launches[-1]["params"][0] == cx.data_ptr().to_bytes(8, "little")
+    k[(4,)](x, y, out, 1024, BLOCK=256)  # CPU tensors again: copied, the copy launched
+    assert torch_like.launches[-1]["params"][0] == STAGED.to_bytes(8, "little")
+    assert len(torch_like.built) == 1 and len(torch_like.launches) == 4
