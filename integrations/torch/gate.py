@@ -50,6 +50,13 @@ _CLASS_MEMBERS = (FunctionType, staticmethod, classmethod, property)
 code, not values (a class-level ``beta = 1.0`` is state that could change)."""
 
 
+def act_attributes(act: nn.Module) -> tuple[str, ...]:
+    """The names of ``act``'s instance attributes beyond nn.Module's own (and transformers'
+    initialization marker): what :func:`gate_activation` vouched for (``nn.GELU.approximate``, the
+    function a ``GELUTanh`` holds), and what a fused gated forward checks is unchanged per call."""
+    return tuple(name for name in vars(act) if name not in _MODULE_KEYS)
+
+
 def _constant(value: Any) -> bool:
     return isinstance(value, _CONSTANTS) or (type(value) is tuple and all(_constant(v) for v in value))
 
@@ -181,8 +188,9 @@ def gate_activation(act: Any) -> str | None:
     ``__call__``, a module with forward hooks, an nn.SiLU or nn.GELU subclass with its own forward,
     a Swish with a ``beta`` (a parameter, an instance or class attribute, a default argument), one
     that raises on the probe, a function that is not a module. What is checked is the module as it
-    is when fused: an attribute reassigned afterwards (``nn.GELU.approximate`` included), or a
-    global rebound, is not checked again, as a class forward monkeypatched afterwards is not."""
+    is when fused; its instance attributes (:func:`act_attributes`: ``nn.GELU.approximate``
+    included) are compared with those it had at each call of the fused forward (glu.py), but a
+    global rebound is not checked again, as a class forward monkeypatched afterwards is not."""
     try:
         return _gate_of(act)
     except Exception:  # inspecting or probing it raised (a recursion, a module never initialized, a meta

@@ -31,7 +31,7 @@ from torch import nn
 
 from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
 from .autograd import LayerWithInputGrad, needs_autograd
-from .gate import gate_activation
+from .gate import act_attributes, gate_activation
 from .linear import SparseLinear, tensors_of, tracing
 
 if TYPE_CHECKING:
@@ -174,6 +174,22 @@ class GatedForward:
         self.parent, self.group = parent, group
         self.act = parent._modules["act_fn"]
         self.linear = GatedLinear.over(group.fused, activation)
+        # the act's own attributes as gate_activation saw them (act_unchanged): a reassigned one
+        # (nn.GELU.approximate = "none") may compute another function than the kernel's
+        d = self.act.__dict__
+        self._act_names = act_attributes(self.act)
+        self._act_values = tuple(map(d.get, self._act_names))
+        self._act_size = len(d)
+
+    def act_unchanged(self) -> bool:
+        """act_fn holds the attributes it held when this forward was made (the same objects, or equal
+        strings and numbers), none added or removed: a dict size, a lookup per attribute (one or two)
+        and a tuple compare per call."""
+        d = self.act.__dict__
+        try:
+            return len(d) == self._act_size and tuple(map(d.get, self._act_names)) == self._act_values
+        except Exception:  # (an attribute whose == has no truth value: changed)
+            return False
 
     @property
     def activation(self) -> str:
@@ -194,7 +210,7 @@ class GatedForward:
         gate, up = self.group.members
         act = self.act
         return (modules.get("gate_proj") is gate and modules.get("up_proj") is up and modules.get("act_fn") is act
-                and not _hooked(gate, up, act))
+                and not _hooked(gate, up, act) and self.act_unchanged())
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not isinstance(x, torch.Tensor):
@@ -236,7 +252,7 @@ def install_glu(parent: nn.Module, group: ProjectionGroup) -> str | None:
         return reason
     held = group.glu
     if held is not None and held.installed() and held.activation == activation \
-            and held.act is parent._modules["act_fn"]:
+            and held.act is parent._modules["act_fn"] and held.act_unchanged():
         return None
     uninstall_glu(group)
     glu = GatedForward(parent, group, activation)

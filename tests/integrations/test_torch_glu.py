@@ -1072,3 +1072,55 @@ def test_a_bad_x_of_a_gated_mlp_names_the_user_s_layer(tokens):
         block.mlp(torch.ones(tokens, HIDDEN, dtype=torch.int32))
     assert (info.value.code, info.value.message) == ("SP0901", "x has dtype torch.int32; SparseLinear takes "
                                                                "bfloat16, float16 or float32 x")
+
+
+def _exact_and_tanh_geglu(fused, x):
+    """(exact-GELU geglu, tanh-GELU geglu, the bound of a float32 evaluation of the first) of the fused
+    [gate; up] layer on x (rounded to the weight's bf16 first, as the layer does), in float64: each
+    pre-activation's float32 accumulation (K terms) carried through GELU (|gelu'| <= 1.13) and the
+    product, and the float32 roundings of GELU and the product."""
+    import math
+
+    xd = x.to(torch.bfloat16).double()
+    w, b = fused.to_dense().double(), fused.bias.double()
+    pre = xd @ w.T + b
+    err = (w.shape[1] + 2) * 2.0 ** -24 * (xd.abs() @ w.abs().T + b.abs())
+    g, u, eg, eu = pre[:, :F], pre[:, F:], err[:, :F], err[:, F:]
+    exact_g = 0.5 * g * (1 + torch.erf(g / math.sqrt(2)))
+    tanh_g = 0.5 * g * (1 + torch.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g ** 3)))
+    bound = 1.13 * eg * (u.abs() + eu) + exact_g.abs() * eu + 2 * 2.0 ** -24 * (exact_g * u).abs() \
+        + 2.0 ** -24 * exact_g.abs() * u.abs()
+    return exact_g * u, tanh_g * u, bound
+
+
+@pytest.mark.parametrize("change", ["approximate", "partial"])
+def test_an_act_fn_attribute_reassigned_after_fusing_is_computed(change, kernel_calls):
+    """nn.GELU(approximate="tanh") made "none" after fuse_projections_(glu=True) (or a GELUTanh-style
+    act's function replaced by exact GELU): the MLP computes exact GELU, as the unfused one does.
+    The fused forward kept the tanh approximation gate_activation saw at fusing (up to 6e-3 off here),
+    a silent wrong result; it now compares act_fn's attributes per call and runs the class forward
+    when one changed."""
+    act = torch.nn.GELU(approximate="tanh") if change == "approximate" else PartialGELU()
+    block = sparse_block(LlamaLikeMLP(act=act))
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "geglu"}
+    # float32, pre-activations of a few units: where exact and tanh GELU differ most, far above the roundings
+    x = 0.05 * torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(5))
+    kernel_calls.clear()
+    down_inputs(block.mlp, x)
+    assert kernel_calls[0] == ("geglu", "f32")  # fused into the kernel
+    if change == "approximate":
+        block.mlp.act_fn.approximate = "none"
+    else:
+        block.mlp.act_fn.act = functools.partial(torch.nn.functional.gelu, approximate="none")
+    kernel_calls.clear()
+    _, h = down_inputs(block.mlp, x)
+    exact, tanh, bound = _exact_and_tanh_geglu(fused_gate_up(block.mlp), x)
+    assert ((exact - tanh).abs() > 4 * bound).any()  # the bound tells the two apart
+    assert ((h.double() - exact).abs() <= bound).all(), ((h.double() - exact).abs() / bound).max().item()
+    assert kernel_calls[0] == (None, "f32")  # gate and up as siblings, then act_fn: exact GELU
+    if change == "approximate":  # back to the tanh form: fused again once fuse_projections_ runs
+        block.mlp.act_fn.approximate = "tanh"
+        assert spt.fuse_projections_(block, glu=True).glu == {KEY: "geglu"}
+        kernel_calls.clear()
+        down_inputs(block.mlp, x)
+        assert kernel_calls[0] == ("geglu", "f32")
