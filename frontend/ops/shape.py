@@ -60,7 +60,8 @@ def _i_reduce(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     elem = T.element_type(op.result.type)
     if kind == "sum":
         acc = a.astype(np.float32) if elem.is_float and elem.bits < 32 else a.astype(dt)
-        total = np.asarray(np.sum(acc, axis=axis, dtype=acc.dtype))
+        with np.errstate(all="ignore"):  # inf + -inf is NaN, as on the GPU; not numpy's warning
+            total = np.asarray(np.sum(acc, axis=axis, dtype=acc.dtype))
         # the f32 total rounds as a cast does (8-bit floats saturate, as the GPU's cvt.rn.satfinite)
         return [cast_array(total, T.f32, elem) if elem.is_float and elem.bits < 32 else total.astype(dt)]
     if kind in ("argmax", "argmin"):
