@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
 #   bash scripts/gpu_runs.sh tma-store        # the TMA-store epilogue kernels: GPU tests, then timed (gemm_variants)
@@ -155,6 +156,11 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+progfuzz45)  # the differential program fuzzer: 300 generated kernels (loops, ifs, masks, reductions, transposes,
+            # atomics, dots) compiled in 16 worker processes, run on the GPU with poisoned outputs and compared
+            # with the interpreter; every mismatch is listed with its seed and source in one failure message
+    run 240 python -m pytest -q -m gpu --timeout 200 -rfE tests/gpu/test_program_fuzz_gpu.py
+    ;;
 multi41)  # on a machine of two GPUs (nvidia-h100-x2 / nvidia-h200-x2): launches follow their arrays' device and restore
      # the thread's context (torch's current device); cupy arrays on cuda:1 (skips without cupy)
     run 300 python -m pytest -q -m gpu -n 4 --timeout 150 -rfEs tests/gpu/test_multi_gpu.py tests/gpu/test_multi_gpu_cupy.py
