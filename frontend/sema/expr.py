@@ -503,6 +503,10 @@ class ExprMixin:
             found = lookup_method(base.dtype, "to")
             assert found is not None
             return BoundMethod(found[1], Arg(base, node.value.span))
+        if node.attr == "to" and isinstance(v, int | float):  # `i.to(i64)` of a static_range `i`: as `to(i, i64)`
+            found = lookup_method(T.i32, "to")
+            assert found is not None
+            return BoundMethod(found[1], Arg(base, node.value.span))
         if isinstance(v, T.ScalarType) and node.attr in ("bits", "is_float", "is_int", "is_signed", "name"):
             return Const(getattr(v, node.attr))
         if isinstance(v, T.ScalarType | T.Type) and node.attr == "primitive_bitwidth":

@@ -300,3 +300,32 @@ def test_to_of_an_infinite_typed_constant_to_an_integer_type_is_sp0303() -> None
     d = e.value.diagnostics[0]
     assert (d.code, d.message) == ("SP0303", "inf has no value in i32")
     assert (d.span.line, d.span.col, d.span.end_col) == (3, 14, 23)
+
+
+UNTYPED_TO = """
+@kernel
+def k(X: ptr[i32], O: ptr[i64], F: ptr[f16], B: ptr[f32]):
+    x = load(X + arange(0, 8))
+    for i in static_range(3):
+        store(O + i * 8 + arange(0, 8), x.to(i64) * {a} + {i_to})
+    c = {c}
+    store(F + arange(0, 8), x.to(f16) + {c_to})
+    store(B + arange(0, 8), x.to(f32) + {b_to})
+"""
+
+
+def test_to_of_an_untyped_constant_is_the_function_form() -> None:
+    """``i.to(i64)`` of a ``static_range`` variable (an untyped constant) computes ``to(i, i64)``;
+    so do ``c.to(f16)`` of a float constant and ``(1 > 0).to(f32)`` of a constant comparison. It was
+    SP0204 "0 has no attribute `to`" (found by the program fuzzer, seed 174)."""
+    rng = np.random.default_rng(6)
+    xs = rng.integers(-2**20, 2**20, 8).astype(np.int32)
+    a = int(rng.integers(2**31, 2**40))
+    c = float(np.float32(rng.uniform(-100, 100)))
+    outs = [[np.full(24, p, np.int64), np.full(8, p, np.float16), np.full(8, p, np.float32)] for p in (7, 5)]
+    run(UNTYPED_TO.format(a=a, c=c, i_to="i.to(i64)", c_to="c.to(f16)", b_to="(1 > 0).to(f32)"), xs, *outs[0])
+    run(UNTYPED_TO.format(a=a, c=c, i_to="to(i, i64)", c_to="to(c, f16)", b_to="to(1 > 0, f32)"), xs, *outs[1])
+    for got, want in zip(*outs, strict=True):
+        assert got.tobytes() == want.tobytes()
+    want_o = np.concatenate([xs.astype(np.int64) * a + i for i in range(3)])
+    assert outs[0][0].tolist() == want_o.tolist()
