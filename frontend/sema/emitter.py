@@ -317,6 +317,23 @@ def _fold(op: str, a: Any, b: Any) -> Any:
     return r
 
 
+INTEGER_CONSTANT_RANGE = (-(2**63), 2**64 - 1)
+"""The integers some integer type holds (``i64``'s minimum to ``u64``'s maximum)."""
+
+
+def check_integer_constant(value: Any, span: Span, use: str) -> None:
+    """SP0303 for an untyped integer constant that no integer type holds (beyond ``i64``'s and ``u64``'s
+    range) where ``use`` (integer ``/``, a conversion to an integer type) takes it as the run-time
+    integer it cannot be: ``(2**200) / 3`` divided inf by 3 in f32, ``2**130 / 2**129`` gave NaN,
+    ``u8(2**200)`` wrapped to 0. Exact Python integers stay legal elsewhere (``2**200 // 2**190``)."""
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and not INTEGER_CONSTANT_RANGE[0] <= value <= INTEGER_CONSTANT_RANGE[1]:
+        lo, hi = INTEGER_CONSTANT_RANGE
+        raise CompileError([Diagnostic(
+            "SP0303", f"{use} of the integer constant {value}, which no integer type holds", span, help=f"integers at run time lie in [{lo}, {hi}] (i64 and u64); write a float constant "
+                       "(e.g. `2.0 ** 200`) for float arithmetic")])
+
+
 def int_true_division(a: int, b: int) -> float:
     """``a / b`` of integer constants (bools included) as at run time (docs/language.md rule 6): both
     convert to ``f32``, each rounded once (an integer beyond ``f32``'s range becomes infinite, as

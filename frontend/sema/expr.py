@@ -4,6 +4,7 @@ inlined helpers), attributes and subscripts."""
 from __future__ import annotations
 
 import difflib
+import sys
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from .consts import (
     python_constant,
     try_fold_builtin,
 )
-from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, describe, fold_binary
+from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
 from .typed_fold import (
@@ -156,6 +157,9 @@ class ExprMixin:
             raise PoisonError()
         check_operands(self, op, ((a, a_span), (b, b_span)))  # `BLOCK * 2` with BLOCK=True: SP0723
         if isinstance(a, Const) and isinstance(b, Const) and not (is_typed(a) or is_typed(b)):
+            if op == "/" and isinstance(a.value, int) and isinstance(b.value, int):  # rule 6: as run-time integers
+                for c, sp in ((a, a_span), (b, b_span)):
+                    check_integer_constant(c.value, sp, "integer `/`")
             return self._fold(op, a.value, b.value, span)
         if isinstance(a, tuple) or isinstance(b, tuple):
             return self._tuple_binop(op, a, b, span)
@@ -206,7 +210,13 @@ class ExprMixin:
         except ConstantTooLarge:
             raise CompileError([Diagnostic("SP0346", f"the constant expression is too large (more than "
                                            f"{MAX_CONSTANT_BITS} bits or elements)", span)]) from None
-        except (TypeError, ValueError, OverflowError):
+        except OverflowError:
+            big = next((v for v in (x, y) if isinstance(v, int) and abs(v) > sys.float_info.max), None)
+            if big is not None:  # `2**2000 // 3.0`: the integer has no f64 value
+                raise CompileError([Diagnostic("SP0303", f"`{op}` with a float converts the integer constant {big} "
+                                               "to f64, whose range it exceeds", span)]) from None
+            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {x!r} and {y!r}", span)]) from None
+        except (TypeError, ValueError):
             raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {x!r} and {y!r}", span)]) from None
 
     def unaryop(self, node: A.UnaryOp) -> Any:
@@ -603,6 +613,8 @@ def _convert_constant(c: Arg, t: T.ScalarType, span: Span) -> Const:
     (consts.convert_const) as a constant of type ``t``; an infinite or NaN float has no integer value
     (SP0303)."""
     v = c.value.value
+    if t.is_int and not t.is_bool:
+        check_integer_constant(v, c.span, f"a conversion to {t}")
     try:
         return Const(convert_const(v, t), t)
     except (OverflowError, ValueError):

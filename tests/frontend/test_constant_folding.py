@@ -230,3 +230,59 @@ def test_llvm_folds_ops_on_constant_tiles_to_what_the_interpreter_computes(t: st
         assert bits_of(got) == bits_of(raw[k * width:(k + 1) * width].view(out.dtype)), (op, a, b, got, out[k])
         compared.add(op)
     assert compared == {op for op, _, _ in cases} - {"**"}, sorted({op for op, _, _ in cases} - compared)
+
+
+# -- integer constants no integer type holds (rule 6's `/`, rule 8's conversion to an integer type) -------
+def _sp0303(body: str) -> tuple[str, str, tuple[int, int]]:
+    """The one diagnostic of a kernel storing ``body``: code, message and (line, column) of its span."""
+    with pytest.raises(CompileError) as e:
+        run(f"@kernel\ndef k(X: ptr[f32], O: ptr[f32]):\n    store(O, {body})\n",
+            np.ones(1, np.float32), np.full(1, 7.0, np.float32))
+    (d,) = e.value.diagnostics
+    return d.code, d.message, (d.span.line, d.span.col)
+
+
+@pytest.mark.parametrize(("body", "big", "col"), [
+    ("(2**200) / 3", 2**200, 15), ("load(X) * (2**130 / 2**129)", 2**130, 25), ("3 / -2**64", -2**64, 18),
+    ("2**64 / 1", 2**64, 14),
+])
+def test_integer_division_of_a_constant_no_integer_type_holds_is_sp0303(body: str, big: int, col: int) -> None:
+    """``/`` of integer constants divides them in f32 as run-time integers (rule 6); ``(2**200) / 3``
+    folded to inf and ``2**130 / 2**129`` to inf / inf = NaN, silently. No integer type holds such a
+    constant: SP0303 at the constant."""
+    code, msg, at = _sp0303(body)
+    assert (code, at) == ("SP0303", (3, col))
+    assert msg == f"integer `/` of the integer constant {big}, which no integer type holds"
+
+
+def test_integer_division_at_the_ends_of_the_integer_range_still_folds() -> None:
+    out = _f32_out("    store(O, (2**64 - 1) / 3)\n    store(O + 1, (-2**63) / 2)\n", 2)
+    assert out.tolist() == [float(np.float32(2.0**64) / np.float32(3)), -(2.0**62)]
+
+
+@pytest.mark.parametrize(("body", "t", "big", "col"), [
+    ("u8(2**200)", "u8", 2**200, 17), ("i64(2**64) + 1", "i64", 2**64, 18), ("u64(-2**63 - 1)", "u64", -2**63 - 1, 18),
+    ("i32(2**200 // 3)", "i32", 2**200 // 3, 18), ("i8(2**70 % (2**69 + 1))", "i8", 2**70 % (2**69 + 1), 17),
+])
+def test_a_conversion_to_an_integer_type_of_a_constant_no_integer_type_holds_is_sp0303(
+        body: str, t: str, big: int, col: int) -> None:
+    """``u8(2**200)`` wrapped to 0 as if 2**200 were a run-time integer; `//`, `%` and `**` results
+    beyond i64 / u64 are the same case."""
+    code, msg, at = _sp0303(body)
+    assert (code, at) == ("SP0303", (3, col))
+    assert msg == f"a conversion to {t} of the integer constant {big}, which no integer type holds"
+
+
+@pytest.mark.parametrize(("body", "big", "t"), [("i32(1) + 2**64 // 2", 2**63, "i32"),
+                                              ("load(X).to(i64) + 2**65 % (2**64 + 1)", 2**64 - 1, "i64")])
+def test_results_beyond_the_integer_range_meeting_an_integer_value_are_sp0303(body: str, big: int, t: str) -> None:
+    """``//``, ``%``, ``**`` of untyped constants stay exact; a result that does not fit the integer
+    type it meets is SP0303 (one that meets a float rounds once to it, as ``load(X) + 2**1100``)."""
+    code, msg, _ = _sp0303(body)
+    assert (code, msg) == ("SP0303", f"the literal {big} does not fit in {t}")
+
+
+def test_an_integer_beyond_f64_with_a_float_constant_is_sp0303_not_undefined() -> None:
+    code, msg, at = _sp0303("2**2000 // 3.0")
+    assert (code, at) == ("SP0303", (3, 14))
+    assert msg == f"`//` with a float converts the integer constant {2**2000} to f64, whose range it exceeds"
