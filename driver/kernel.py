@@ -26,6 +26,7 @@ from ..frontend.sema.specialize import (
     bind_arguments,
     call_grid,
     constant_notes,
+    constexpr_binding,
     constexpr_value,
     none_pointer,
     specialize_memo,
@@ -320,7 +321,7 @@ class Kernel:
                 v = p.annotation
             if p.annotation is T.CONSTEXPR or none_pointer(p, v):
                 v = constexpr_value(p, v)  # as a launch's (np.True_ a bool, a list a tuple; SP0723)
-                bindings[p.name] = Const(v)
+                bindings[p.name] = constexpr_binding(v)
                 key.append((p.name, "c", repr(v)))
             else:
                 if isinstance(v, ArgSpec):
@@ -514,8 +515,9 @@ class _InterpretLaunch:
 
 
 def _python_value(v: Any) -> Any:
+    """A parameter default's value: a typed constant (``u8(250)``) stays the constant of its type."""
     if isinstance(v, Const):
-        return v.value
+        return v if v.dtype is not None else v.value
     if isinstance(v, tuple):
         return tuple(_python_value(x) for x in v)
     return v

@@ -69,6 +69,24 @@ class ScalarType(Type):
     def __str__(self) -> str:
         return self.name
 
+    def __call__(self, value: bool | int | float) -> TypedConstant:
+        """``u8(250)`` evaluated by Python (a @jit kernel's constexpr default, a constexpr argument, a
+        module constant a @jit kernel reads): the typed constant, which sema converts as the same
+        ``u8(250)`` in a kernel (docs/language.md rule 8)."""
+        return TypedConstant(value, self)
+
+
+@dataclass(frozen=True)
+class TypedConstant:
+    """``dtype(value)`` written in Python: the typed constant a kernel sees (its value converted to
+    ``dtype`` by sema, frontend/sema/consts.py, ``typed_constant``)."""
+
+    value: bool | int | float
+    dtype: ScalarType
+
+    def __repr__(self) -> str:
+        return f"{self.dtype}({self.value!r})"
+
 
 bool_ = ScalarType("bool", "bool", 1)
 i8 = ScalarType("i8", "int", 8)

@@ -12,7 +12,7 @@ from ..interp.numerics import finite_float_to_int, float_to_type, int_to_float, 
 from ..ir import types as T
 from ..ir.core import Value
 from ..spans import Span
-from .emitter import describe
+from .emitter import INTEGER_CONSTANT_RANGE, describe
 from .values import POISON, Arg, Const
 
 PY_FOLDABLE = frozenset({"len", "int", "float", "bool", "abs", "min", "max", "tuple", "str", "isinstance"})
@@ -93,6 +93,23 @@ def convert_const(v: Any, t: T.ScalarType) -> Any:
     if t.name == "tf32":  # to f32, then cvt.rna.tf32.f32, as at run time (int_to_float keeps f32's bits)
         return float_to_type(int_to_float(int(v), T.f32), t)
     return int_to_float(int(v), t)
+
+
+def typed_constant(c: T.TypedConstant) -> Const:
+    """The typed constant of ``dtype(value)`` written in Python (``u8(250)`` as a @jit kernel's
+    constexpr argument or module constant): what ``u8(250)`` is in a kernel. Raises ValueError when
+    it has none (a value that is no number, an infinite or NaN float or an integer that no integer
+    type holds converted to an integer type)."""
+    v, t = c.value, c.dtype
+    if not isinstance(v, bool | int | float):
+        raise ValueError(f"{t}(...) converts a number, found {type(v).__name__}")
+    if t.is_int and not t.is_bool and isinstance(v, int) and not isinstance(v, bool) \
+            and not INTEGER_CONSTANT_RANGE[0] <= v <= INTEGER_CONSTANT_RANGE[1]:
+        raise ValueError(f"no integer type holds {v}")
+    try:
+        return Const(convert_const(v, t), t)
+    except (OverflowError, ValueError):
+        raise ValueError(f"{v!r} has no value in {t}") from None
 
 
 def try_fold_builtin(name: str, args: list[Arg], kwargs: dict[str, Arg]) -> Any:

@@ -330,8 +330,9 @@ def check_integer_constant(value: Any, span: Span, use: str) -> None:
             and not INTEGER_CONSTANT_RANGE[0] <= value <= INTEGER_CONSTANT_RANGE[1]:
         lo, hi = INTEGER_CONSTANT_RANGE
         raise CompileError([Diagnostic(
-            "SP0303", f"{use} of the integer constant {value}, which no integer type holds", span, help=f"integers at run time lie in [{lo}, {hi}] (i64 and u64); write a float constant "
-                       "(e.g. `2.0 ** 200`) for float arithmetic")])
+            "SP0303", f"{use} of the integer constant {value}, which no integer type holds", span,
+            help=f"integers at run time lie in [{lo}, {hi}] (i64 and u64); write a float constant "
+                 "(e.g. `2.0 ** 200`) for float arithmetic")])
 
 
 def int_true_division(a: int, b: int) -> float:

@@ -509,6 +509,8 @@ class ExprMixin:
         v = base.value
         if base.dtype is not None and node.attr == "dtype":  # `f16(0.5).dtype`, as a value's
             return Const(base.dtype)
+        if base.dtype is not None and node.attr == "shape":  # `f16(0.5).shape`: a scalar's, `()`
+            return ()
         if base.dtype is not None and node.attr == "to":  # `u8(200).to(f32)`, as a value's (folded in `call`)
             found = lookup_method(base.dtype, "to")
             assert found is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..ir import types as T
 from .builtins import ROOT
+from .consts import typed_constant
 from .values import Builtin, Const, HelperFunction, Namespace
 
 
@@ -28,6 +29,11 @@ def wrap_python_value(obj: Any) -> Any:
         return Const(obj)
     if isinstance(obj, T.Type):
         return Const(obj)
+    if isinstance(obj, T.TypedConstant):  # `C = sp.u8(250)` in the module: what `u8(250)` is in the kernel
+        try:
+            return typed_constant(obj)
+        except ValueError:
+            return Const(obj)  # no value: any use of it reports what it is
     if isinstance(obj, tuple | list):
         return tuple(wrap_python_value(x) for x in obj)
     try:

@@ -18,6 +18,7 @@ import numpy as np
 from ..diagnostics import CompileError, Diagnostic, LaunchError
 from ..ir import types as T
 from ..spans import SourceFile
+from .consts import typed_constant
 from .core import ArgSpec
 from .values import Const
 
@@ -301,7 +302,7 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
         v = bound[p.name]
         if p.annotation is T.CONSTEXPR or none_pointer(p, v):
             c = constexpr_value(p, v)
-            bindings[p.name] = Const(c)
+            bindings[p.name] = constexpr_binding(c)
             key.append((p.name, "c", _hashable(c)))
         else:
             s = arg_spec(p, v, host_copies_aligned=host_copies_aligned)
@@ -354,6 +355,13 @@ def constexpr_value(p: ParamInfo, v: Any, depth: int = 0) -> Any:
         return tuple(constexpr_value(p, x, depth + 1) for x in v)
     if isinstance(v, bool | int | float | str | T.Type) or v is None:
         return v
+    if isinstance(v, Const) and v.dtype is not None:  # a typed default of a .spk kernel (`C: constexpr = u8(250)`)
+        return v
+    if isinstance(v, T.TypedConstant):  # `u8(250)` written in Python
+        try:
+            return typed_constant(v)
+        except ValueError as e:
+            raise LaunchError("SP0723", f"constexpr argument `{p.name}` = {v!r}: {e}") from None
     dt = dtype_of(v) if hasattr(v, "dtype") and not hasattr(v, "shape") else None
     if dt is not None:
         return dt
@@ -367,6 +375,20 @@ def constexpr_value(p: ParamInfo, v: Any, depth: int = 0) -> Any:
                       f"found {type(v).__name__}{' inside a tuple or list' if depth else ''}",
                       help="pass Python numbers, bools, strings, dtypes and tuples of them (a run-time value, "
                            "an array among them, goes to a parameter that is not constexpr)")
+
+
+def constexpr_binding(c: Any) -> Any:
+    """Sema's value of the constexpr value ``c`` (:func:`constexpr_value`): a constant; a typed
+    constant stays one, also inside a tuple (which sema holds as a tuple of constants)."""
+    if isinstance(c, Const):
+        return c
+    if isinstance(c, tuple) and _holds_typed(c):
+        return tuple(constexpr_binding(x) for x in c)
+    return Const(c)
+
+
+def _holds_typed(c: tuple) -> bool:
+    return any(isinstance(x, Const) or (isinstance(x, tuple) and _holds_typed(x)) for x in c)
 
 
 _MAX_CONSTEXPR_DEPTH = 32
