@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...frontend.diagnostics import LaunchError
+from ...frontend.ir.scalar_range import check_float_fits, float_overflow_error
 from .codes import ARG_DTYPE, ARG_KIND, ARG_RANGE
 from .dtypes import DTYPES, DTypeInfo, dtype_info
 
@@ -64,18 +65,13 @@ def encode_scalar(dtype: str, value: Any, name: str = "value") -> bytes:
     info = dtype_info(dtype)
     if info.category == "float":
         number = _to_float(value, name, dtype)
-        if dtype == "bf16":
-            bits = _bf16_bits(number)
-            if bits & 0x7FFF == 0x7F80 and math.isfinite(number):
-                raise _overflow(name, value, dtype)
-            return struct.pack("<H", bits)
         if dtype in ("e4m3", "e5m2"):
             raise LaunchError(ARG_KIND, f"argument `{name}`: 8-bit float scalars ({dtype}) cannot be "
                               "kernel parameters", "pass the value as f16 or f32 and convert in the kernel")
-        try:
-            return struct.pack(info.struct_format, number)
-        except OverflowError:
-            raise _overflow(name, value, dtype) from None
+        check_float_fits(name, value, dtype)  # the rule sema's launch check applies (frontend/ir/scalar_range.py)
+        if dtype == "bf16":
+            return struct.pack("<H", _bf16_bits(number))
+        return struct.pack(info.struct_format, number)
     number = _to_int(value, name, dtype)
     low, high = _int_range(info)
     if not low <= number <= high:
@@ -107,13 +103,8 @@ def _to_float(value: Any, name: str, dtype: str) -> float:
         try:
             return float(value)
         except OverflowError:  # an int past the f64 range (2**1100): SP0709, not Python's OverflowError
-            raise _overflow(name, value, dtype) from None
+            raise float_overflow_error(name, value, dtype) from None
     raise LaunchError(ARG_KIND, f"argument `{name}` expects a number ({dtype}), got {describe_value(value)}")
-
-
-def _overflow(name: str, value: Any, dtype: str) -> LaunchError:
-    return LaunchError(ARG_RANGE, f"argument `{name}` = {value!r} overflows {dtype}",
-                       "pass a smaller value, or use a wider scalar type in the kernel")
 
 
 def scalar_writer(p: Any, offset: int, view: Any) -> Callable[[Any, Any], None]:

@@ -17,7 +17,7 @@ import numpy as np
 from ..diagnostics import LaunchError
 from ..ir import types as T
 from ..ir.core import Function, Operation
-from ..sema.specialize import check_float_fits
+from ..ir.scalar_range import check_float_fits
 from .values import Buffer, PtrVal, TensorVal
 
 
@@ -255,7 +255,7 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
         if not isinstance(t, T.PointerType | T.TensorType):
             assert isinstance(t, T.ScalarType)
             if t.is_float and not isinstance(value, bool | np.bool_):
-                check_float_fits(p.name, value, t)  # (specialized once per int bit length: check each call)
+                check_float_fits(p.name, value, t.name)  # (specialized once per int bit length: check each call)
             params[p.name] = np.array(value, dtype=T.numpy_dtype(t))
             continue
         key = _memory_key(value)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..diagnostics import CompileError, Diagnostic, LaunchError
 from ..ir import types as T
+from ..ir.scalar_range import check_float_fits
 from ..spans import SourceFile
 from .consts import typed_constant
 from .core import ArgSpec
@@ -133,42 +134,17 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
                 raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {t}")
             if t.is_int and not T.fits(v, t):
                 raise LaunchError("SP0709", f"argument `{p.name}` = {v} does not fit in {t}")
-            check_float_fits(p.name, v, t)
+            check_float_fits(p.name, v, t.name)
             return ArgSpec.of(t, t.is_int and v % 16 == 0)
         if isinstance(value, float | np.floating):
             t = ann or T.f32
             if not isinstance(t, T.ScalarType) or not t.is_float:
                 raise LaunchError("SP0703", f"argument `{p.name}` expects {t}, found the float {value}")
-            check_float_fits(p.name, value, t)
+            check_float_fits(p.name, value, t.name)
             return ArgSpec.of(t, False)
         raise LaunchError("SP0708", f"argument `{p.name}` expects a scalar{'' if ann is None else ' ' + str(ann)}, "
                           f"found {type(value).__name__}")
     raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {ann}")
-
-
-FLOAT_OVERFLOW = {"f16": 2**16 - 2**4, "bf16": 2**128 - 2**119, "f32": 2**128 - 2**103, "tf32": 2**128 - 2**103,
-                  "f64": 2**1024 - 2**970}
-"""Per float type, the least magnitude that rounds (to nearest, ties to even) to infinity: half an
-ulp above its largest finite value. Exact integers, so that a Python int or float compares exactly."""
-
-
-def check_float_fits(name: str, value: Any, t: T.ScalarType) -> None:
-    """LaunchError SP0709 for a finite number ``value`` given to scalar parameter ``name`` of float
-    type ``t`` that rounds to infinity there (``a: f32`` given ``1e39`` or ``2**200``), as the GPU
-    launcher refuses it (backend/runtime/scalars.py); the interpreter made it inf. Infinities and
-    NaN are values of every float type. An integer is rounded to f64 first, as the launcher converts
-    it (``2**128 - 2**103 - 1`` rounds onto the f32 midpoint, so overflows f32); one past the f64
-    range overflows every type."""
-    limit = FLOAT_OVERFLOW.get(t.name) if t.is_float else None
-    if limit is None or (isinstance(value, float | np.floating) and not math.isfinite(value)):
-        return
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if abs(number) >= limit:  # (a float compares exactly with the integer limit)
-        raise LaunchError("SP0709", f"argument `{name}` = {value!r} overflows {t}",
-                          help="pass a smaller value, or use a wider scalar type in the kernel")
 
 
 def _aligned(value: Any, host_copies_aligned: bool) -> bool:
