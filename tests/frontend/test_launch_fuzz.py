@@ -121,21 +121,32 @@ def _transposed() -> np.ndarray:
     return np.zeros((4, 4), np.float32).T
 
 
-FIXED_BAD: list[Any] = [
-    "a", "", None, 1.5, -0.0, float("nan"), float("inf"), -float("inf"), [[1.0]], [1, [2, [3]]], [], (), ((),),
-    np.float32(2.0), np.float16(1.0), np.int8(-3), np.uint64(2**64 - 1), np.int64(-2**63), np.bool_(True),
-    np.array(3), np.array(3.0), np.array([1, 2]), -4, -1, 0, 2**31, 2**63, 2**64, -2**63 - 1, 2**200, 2**1100,
-    -2**1100, 1e39, -3.5e38, True, False,
-    _strided(), _transposed(), np.zeros(16, np.float64), np.zeros(16, np.int32), np.zeros(16, np.complex64),
-    np.zeros(16, object), np.zeros(16, "U1"), np.zeros(16, "M8[s]"), np.zeros((2, 8), np.float32),
-    np.zeros(0, np.float32), np.zeros((4, 4), np.float32), object(), {"a": 1}, {1, 2}, b"x", bytearray(b"xy"),
-    complex(1, 2), slice(1), Ellipsis, sp.f16, sp.ptr[sp.f32], sp.i32, np.float32, "f32", "ptr[f32]", lambda m: 1,
-]
+def fixed_bad() -> list[Any]:
+    """The fixed wrong values, built anew on every call: a launch that succeeds writes into an array
+    among them, so each example (hypothesis's or one run of a parametrized case) takes fresh ones
+    and none depends on what an earlier one left (about 60 small objects: microseconds)."""
+    return [
+        "a", "", None, 1.5, -0.0, float("nan"), float("inf"), -float("inf"), [[1.0]], [1, [2, [3]]], [], (), ((),),
+        np.float32(2.0), np.float16(1.0), np.int8(-3), np.uint64(2**64 - 1), np.int64(-2**63), np.bool_(True),
+        np.array(3), np.array(3.0), np.array([1, 2]), -4, -1, 0, 2**31, 2**63, 2**64, -2**63 - 1, 2**200, 2**1100,
+        -2**1100, 1e39, -3.5e38, True, False,
+        _strided(), _transposed(), np.zeros(16, np.float64), np.zeros(16, np.int32), np.zeros(16, np.complex64),
+        np.zeros(16, object), np.zeros(16, "U1"), np.zeros(16, "M8[s]"), np.zeros((2, 8), np.float32),
+        np.zeros(0, np.float32), np.zeros((4, 4), np.float32), object(), {"a": 1}, {1, 2}, b"x", bytearray(b"xy"),
+        complex(1, 2), slice(1), Ellipsis, sp.f16, sp.ptr[sp.f32], sp.i32, np.float32, "f32", "ptr[f32]",
+        lambda m: 1,
+    ]
+
+
+FIXED_COUNT = len(fixed_bad())
+FIXED_IDS = [type(v).__name__ for v in fixed_bad()]
+FIXED = st.integers(0, FIXED_COUNT - 1).map(lambda i: fixed_bad()[i])
+"""One fixed wrong value, fresh for each example."""
 
 leaves = st.one_of(st.integers(-3, 20), st.floats(allow_nan=True), st.booleans(), st.none(), st.text(max_size=3))
 nested = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner), max_leaves=8)
 BAD = st.one_of(
-    st.sampled_from(FIXED_BAD),
+    FIXED,
     st.integers(min_value=-2**80, max_value=2**80),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=5),
@@ -206,12 +217,37 @@ def test_wrong_arguments_end_in_a_sparsile_error(text: str, path: str, position:
     _must_be_sparsile_error(lambda: _run(text, path, position, bad))
 
 
-@pytest.mark.parametrize("bad", FIXED_BAD, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("index", range(FIXED_COUNT), ids=FIXED_IDS)
 @pytest.mark.parametrize("path", PATHS)
-def test_every_fixed_wrong_value_on_every_path(path: str, bad: Any) -> None:
+def test_every_fixed_wrong_value_on_every_path(path: str, index: int) -> None:
     for position in range(6):
         for text in SOURCES:
-            _must_be_sparsile_error(lambda text=text, position=position: _run(text, path, position, bad))
+            _must_be_sparsile_error(lambda text=text, position=position: _run(text, path, position,
+                                                                              fixed_bad()[index]))
+
+
+def test_each_example_gets_fresh_fixed_values() -> None:
+    """No array (or other mutable value) reaches two examples: the shared module-level list did, and a
+    launch that succeeded wrote into it before the next example read it. The values are the same each
+    time (strides of the strided and transposed arrays included)."""
+    drawn: list[Any] = []
+
+    @settings(max_examples=100, database=None, derandomize=True)
+    @given(bad=FIXED, position=st.integers(0, 5))  # (as the fuzz: one value, with other arguments)
+    def draw(bad: Any, position: int) -> None:
+        drawn.append(bad)
+
+    draw()
+    arrays = [v for v in drawn if isinstance(v, np.ndarray)]
+    kinds = [(a.dtype, a.shape, a.strides) for a in arrays]
+    assert len(set(kinds)) < len(kinds)  # the same fixed array was drawn more than once ...
+    mutable = [v for v in drawn if isinstance(v, np.ndarray | list | dict | set | bytearray)]
+    assert len({id(v) for v in mutable}) == len(mutable)  # ... each time a new object (all alive: no id reused)
+    first, again = fixed_bad(), fixed_bad()
+    for a, b in zip(first, again, strict=True):
+        if isinstance(a, np.ndarray):
+            assert a is not b and a.strides == b.strides and a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("text", MALFORMED)
