@@ -8,7 +8,8 @@ processes each have their own LLVM: :func:`compile_specializations` starts ``job
 kernel to the next free one, and each writes its result into the shared disk cache
 (``SPARSILE_CACHE_DIR``, driver/cache.py); the parent then reads every entry back through
 :func:`~.compiler.compile_cached` (a disk hit, kept in memory), so a launch finds it. Without a
-disk cache, for ``@jit`` kernels or with ``jobs=1`` the specializations compile here, in threads.
+disk cache, for ``@jit`` kernels or with ``jobs=1`` the specializations compile here, in threads
+(with a ``timeout``: each in a thread of its own, left behind and named once it runs past it).
 """
 
 from __future__ import annotations
@@ -95,13 +96,21 @@ def compile_specializations(specs: list[Specialization], target: str | Sequence[
     seconds each took, in order (where a worker compiled it: the worker's time). ``timeout``: the
     most seconds a worker may take over one specialization; one that takes longer is killed and,
     once every other specialization is compiled, :class:`CompileTimeout` names what it was
-    compiling (None: no limit; a compile in this process, in threads, is never cut short)."""
+    compiling (None: no limit). A compile in this process (``jobs=1``, no disk cache, a ``@jit``
+    kernel) cannot be killed: with a ``timeout`` each runs in a thread of its own, one at a time,
+    and one still running after ``timeout`` seconds is left behind (it may yet finish, into the
+    cache) and named by :class:`CompileTimeout` as a worker's is (:func:`_in_threads_timed`)."""
     targets = _targets(specs, target)
     jobs = max(1, min(jobs, len(specs)))
     portable = [spec.portable() for spec in specs]
     cache = default_cache()
     if jobs == 1 or not cache.disk_enabled or not all(portable):
-        return _in_threads(specs, targets, jobs)
+        if timeout is None:
+            return _in_threads(specs, targets, jobs)
+        taken, hung = _in_threads_timed(specs, targets, timeout)
+        if hung:
+            raise CompileTimeout([(specs[i], targets[i]) for i in sorted(hung)], timeout)
+        return taken
     taken, hung = _in_workers(portable, targets, jobs, str(cache.directory), timeout)  # type: ignore[arg-type]
     for i, spec in enumerate(specs):  # read back from the disk cache (a worker's failure: compiled here, and
         if i not in hung:  # raised here; not what hung in a worker: it would hang here)
@@ -135,6 +144,38 @@ def _in_threads(specs: list[Specialization], target: str | Sequence[str], jobs: 
         return [one(spec, target) for spec, target in zip(specs, targets, strict=True)]
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sparsile-compile") as pool:
         return list(pool.map(one, specs, targets))
+
+
+def _in_threads_timed(specs: list[Specialization], targets: list[str], timeout: float) -> tuple[list[float], set[int]]:
+    """Compile ``specs`` here, one at a time, each in a daemon thread awaited at most ``timeout``
+    seconds: (the seconds each took, the indices of those still running then). A thread cannot be
+    stopped: one left behind runs on (a daemon: it does not keep the process alive) and, holding
+    LLVM's lock, may make the next compiles wait; each of them has its own ``timeout``. A compile
+    that raises raises here, as :func:`_in_threads`'s."""
+    taken: list[float] = []
+    hung: set[int] = set()
+    for i, (spec, target) in enumerate(zip(specs, targets, strict=True)):
+        outcome: list[BaseException | None] = []
+
+        def one(spec: Specialization = spec, target: str = target, outcome: list = outcome) -> None:
+            try:
+                spec.compile(target)
+                outcome.append(None)
+            except BaseException as e:  # re-raised in the caller's thread
+                outcome.append(e)
+
+        start = time.perf_counter()
+        thread = threading.Thread(target=one, name="sparsile-compile", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            hung.add(i)
+            taken.append(timeout)
+            continue
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
+        taken.append(time.perf_counter() - start)
+    return taken, hung
 
 
 _PACKAGE = __name__.rsplit(".", 2)[0]  # "sparsile"

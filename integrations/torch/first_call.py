@@ -290,8 +290,9 @@ def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = Non
     layers' own launch records), "traced" (the custom op's, under torch.compile and its CUDA
     graphs) or "both" (:data:`WARM_UP_CALLS`). ``target``: the GPU
     architecture to plan and compile for (default each layer's GPU's, else sm_90a). ``timeout``:
-    the most seconds a worker process may take over one kernel (None: no limit); one that takes
-    longer is killed, and once the others are compiled SP0924 names the kernel. Returns a
+    the most seconds one kernel's compile may take (None: no limit); a worker process that takes
+    longer is killed, a compile in this process (``jobs=1``, ``@jit`` kernels, no disk cache) is
+    left running in its thread, and once the others are compiled SP0924 names the kernel. Returns a
     :class:`WarmUpReport`; SP0923 for bad arguments."""
     if not isinstance(model, nn.Module):
         raise _warm_error(f"warm_up needs an nn.Module, got {type(model).__name__}",

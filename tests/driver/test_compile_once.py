@@ -253,3 +253,43 @@ def test_a_worker_that_hangs_is_killed_and_named(fresh_cache, compiles, monkeypa
     assert "`vector_add` for sm_90a" in str(raised[0])
     assert compiles == []  # the others compiled by the workers, the hung one by none
     assert specs[0].cached("sm_90a") and specs[2].cached("sm_90a") and not specs[1].cached("sm_90a")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_compile_in_this_process_that_runs_past_the_timeout_is_named(fresh_cache, compiles, monkeypatch,
+                                                                         jobs: int) -> None:
+    """``jobs=1`` (and, with jobs=2, a kernel no worker can load: here a non-portable one) compiles in
+    this process, where ``timeout`` was ignored: a hung compile hung the caller. Each now runs in a
+    thread of its own; the one still running after ``timeout`` seconds is left behind and
+    CompileTimeout names it, the others compiled."""
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128, 256)]
+    release = threading.Event()
+    real = Specialization.compile
+
+    def compile_or_hang(self: Specialization, target: str) -> object:
+        if ("BLOCK", "c", ("int", 128)) in self.key:
+            release.wait(60)  # "hangs" until the test ends
+        return real(self, target)
+
+    monkeypatch.setattr(Specialization, "compile", compile_or_hang)
+    monkeypatch.setattr(Specialization, "portable", lambda self: None)  # (jobs=2: compiled here, in threads)
+    raised: list = []
+
+    def run() -> None:
+        try:
+            compile_specializations(specs, "sm_90a", jobs=jobs, timeout=1.0)
+        except compile_pool.CompileTimeout as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    try:
+        assert not thread.is_alive(), "compile_specializations ignored the timeout"
+        assert len(raised) == 1 and [spec for spec, _ in raised[0].hung] == [specs[1]]
+        assert raised[0].timeout == 1.0 and "`vector_add` for sm_90a" in str(raised[0])
+        assert specs[0].cached("sm_90a") and specs[2].cached("sm_90a") and not specs[1].cached("sm_90a")
+    finally:
+        release.set()
