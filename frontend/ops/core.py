@@ -75,6 +75,8 @@ convert_layout = define_op("convert_layout", operands=("x",),
                            legality=NO_LEGALITY, doc="The same tile in another layout (inserted by inference).")
 
 BINARY_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor", "shl", "shr", "max", "min", "pow"}
+UNARY_OPS = ("neg", "not", "invert")
+"""The kinds of ``arith.unary``: ``-x``, ``not x`` (and ``~`` of a bool), ``~x`` of an integer."""
 PY_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "&": "and",
              "|": "or", "^": "xor", "<<": "shl", ">>": "shr", "**": "pow"}
 PY_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
@@ -247,8 +249,9 @@ def _i_math(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     fn = op.attrs["fn"]
     dt = numpy_dtype_of(op.result.type)
     with np.errstate(all="ignore"):
-        if fn == "abs":
-            return [np.abs(a).astype(dt)]
+        if fn == "abs":  # an 8-bit float's |x| rounded as a cast to it, as every op on one: +-inf saturates
+            elem = T.element_type(op.result.type)
+            return [round_float(np.abs(a), elem) if elem.is_float else np.abs(a).astype(dt)]
         x = a.astype(np.float64 if dt == np.float64 else np.float32)  # only F64_MATH take f64
         table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
                  "rsqrt": lambda v: v.dtype.type(1) / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
