@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from .dtypes import OperandType, operand_type
 from .layouts import pad_sizes
+
+_OWNED: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+"""The read-only word arrays this module made (by ``id``): a buffer built over one of them (another
+tag of a buffer's words, ``dataclasses.replace``) shares it without a copy, as nobody can write it."""
+
+
+def _frozen(words: np.ndarray) -> np.ndarray:
+    """A read-only view of ``words`` (an array nobody else holds), ``words`` and the arrays it views
+    made read-only too so that numpy refuses to make the view writable again; the view is remembered
+    as one this module made."""
+    chain: list[np.ndarray] = [words]
+    while isinstance(chain[-1].base, np.ndarray):
+        chain.append(chain[-1].base)
+    for array in reversed(chain):  # the owner first: a view's flag follows its base's
+        array.flags.writeable = False
+    view = words.view()
+    _OWNED[id(view)] = view
+    return view
+
+
+def adopt_words(data: np.ndarray, fmt: str, dtype: str, m: int, k: int) -> MetadataBuffer:
+    """A :class:`MetadataBuffer` over ``data`` without copying it: for an encoder handing over words it
+    has just made and keeps no other reference to (a caller's array must go through the
+    constructor, which copies it)."""
+    return MetadataBuffer(_frozen(data) if isinstance(data, np.ndarray) else data, fmt, dtype, m, k)
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,10 +47,13 @@ class MetadataBuffer:
     another operand width, the mistake an untagged array cannot reveal. ``np.asarray(buffer)``
     gives ``data``.
 
-    The buffer is immutable, ``data`` included: it is held as a read-only view, because launchers
-    validate the words once per buffer and keep one device copy of them (``gemm_operands``), so an
-    edit in place would reach neither check nor GPU. To change metadata, encode a new buffer (or
-    ``MetadataBuffer(buffer.data.copy(), ...)`` after editing the copy).
+    The buffer is immutable, ``data`` included, and owns its words: launchers validate the words
+    once per buffer and keep one device copy of them (``gemm_operands``), so an edit would reach
+    neither check nor GPU. A hand-built ``MetadataBuffer(words, ...)`` therefore copies ``words``
+    (the caller's array stays the caller's: editing it later changes nothing here) and holds a
+    read-only view of the copy, which numpy refuses to make writable again. The encoders hand over
+    words they made without a copy (:func:`adopt_words`). To change metadata, edit a copy
+    (``np.asarray(buffer, copy=True)``) and tag it anew.
     """
 
     data: np.ndarray
@@ -34,10 +63,9 @@ class MetadataBuffer:
     k: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.data, np.ndarray) and self.data.flags.writeable:
-            frozen = self.data.view()
-            frozen.flags.writeable = False
-            object.__setattr__(self, "data", frozen)
+        data = self.data
+        if isinstance(data, np.ndarray) and _OWNED.get(id(data)) is not data:
+            object.__setattr__(self, "data", _frozen(np.array(data, copy=True, order="K")))
 
     @property
     def operand(self) -> OperandType:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .buffer import MetadataBuffer
+from .buffer import MetadataBuffer, adopt_words
 from .compress import checked_indices, decompress_nibbles, nibbles_to_indices, pack_checked_indices
 from .dtypes import OperandType, operand_type
 from .errors import SP_MISSING_SIZE, SparsityError
@@ -54,11 +54,9 @@ def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int 
                             f"k = {k} does not match indices with {chunks} groups of {op.group} "
                             f"(k must lie in [{max(0, (chunks - 1) * op.group + 1)}, {chunks * op.group}])",
                             help="pass the operand's logical K, or leave k unset")
-    if fmt == "logical":
-        data = array.copy() if array is indices else array
-    else:
-        data = words_from_packed(pack_checked_indices(array, op), fmt, op, k)
-    return MetadataBuffer(data, fmt, op.name, m, k)
+    if fmt == "logical":  # (the checked indices may be the caller's array, or a view of it: the constructor copies)
+        return MetadataBuffer(array, fmt, op.name, m, k)
+    return adopt_words(words_from_packed(pack_checked_indices(array, op), fmt, op, k), fmt, op.name, m, k)
 
 
 def _nibble_grid(buffer: MetadataBuffer) -> np.ndarray:

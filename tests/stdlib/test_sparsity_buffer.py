@@ -13,27 +13,53 @@ def _weight(m: int = 16, k: int = 64, seed: int = 3) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((m, k)).astype(np.float16)
 
 
-def test_encoded_words_cannot_be_edited_in_place() -> None:
-    _, indices = compress(_weight(), "f16", prune=True)
-    meta = encode_metadata(indices, "sm90", "f16", k=64)
+@pytest.mark.parametrize("fmt", ["sm90", "tcgen05", "logical"])
+def test_encoded_words_cannot_be_edited_in_place(fmt: str) -> None:
+    _, indices = compress(_weight(128, 256), "f16", prune=True)
+    meta = encode_metadata(indices, fmt, "f16", k=256)
     before = meta.data.copy()
     with pytest.raises(ValueError, match="read-only"):
         meta.data[0, 0] = 0xFFFFFFFF
     with pytest.raises(ValueError, match="read-only"):
         np.asarray(meta)[...] = 0
+    with pytest.raises(ValueError):
+        meta.data.flags.writeable = True  # nor can the words be made writable again
     assert np.array_equal(meta.data, before)
-    validate_metadata(meta, "sm90", "f16", m=16)
+    validate_metadata(meta, fmt, "f16", m=128)
 
 
-def test_a_hand_built_buffer_freezes_a_view_not_the_callers_array() -> None:
-    _, indices = compress(_weight(), "f16", prune=True)
+def test_a_hand_built_buffer_owns_a_copy_of_the_callers_words() -> None:
+    """MetadataBuffer(words, ...) copies ``words``: the caller's array stays writable and the caller's,
+    and an edit of it after the buffer was built (and used) changes neither the buffer nor what a
+    launch computes with it. It used to hold a read-only view of the caller's array: an edit after
+    the first call reached the words while launchers kept their nibble check and device copy."""
+    w = _weight()
+    values, indices = compress(w, "f16", prune=True)
     mine = encode_metadata(indices, "sm90", "f16", k=64).data.copy()
     meta = MetadataBuffer(mine, "sm90", "f16", 16, 64)
     assert mine.flags.writeable and not meta.data.flags.writeable
-    assert np.shares_memory(mine, meta.data)  # no copy of the words
-    copy = np.asarray(meta, copy=True)
-    copy[...] = 0  # a copy is the caller's to edit
-    assert np.array_equal(meta.data, mine)
+    assert not np.shares_memory(mine, meta.data)
+    with pytest.raises(ValueError):
+        meta.data.flags.writeable = True  # the copy cannot be made writable again
+    b = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float16)
+    first = sparse_matmul(values, meta, b, interpret=True)
+    words = meta.data.copy()
+    swapped = (3 - indices[:, :, ::-1]).astype(np.uint8)  # other valid metadata: another result
+    mine[...] = encode_metadata(swapped, "sm90", "f16", k=64).data
+    assert not np.array_equal(mine, words)
+    assert np.array_equal(meta.data, words)
+    second = sparse_matmul(values, meta, b, interpret=True)
+    assert np.array_equal(first, second)
+    assert np.array_equal(decode_metadata(meta), indices)
+
+
+def test_another_tag_of_a_buffers_words_shares_them() -> None:
+    """A buffer built over words a buffer made (read-only, nobody can write them) shares them: no copy."""
+    _, indices = compress(_weight(), "f16", prune=True)
+    meta = encode_metadata(indices, "sm90", "f16", k=64)
+    again = MetadataBuffer(meta.data, "sm90", "f16", 16, 64)
+    assert again.data is meta.data
+    assert MetadataBuffer(meta.data.view(), "sm90", "f16", 16, 64).data.base is not meta.data.base
 
 
 def test_editing_a_copy_and_tagging_it_anew_is_what_the_next_call_uses() -> None:
