@@ -33,8 +33,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ...driver.kernel import KERNEL_OPTIONS, Kernel, grid_meta, normalize_grid
+from ...driver.prepared import PREPARED_STALE
 from ...frontend.diagnostics import LaunchError
-from ...frontend.interp.host_arrays import stored_params
+from ...frontend.interp.host_arrays import interpreter_params, stored_params
+from ...frontend.interp.interpreter import Interpreter
 from ...frontend.ir import types as T
 from ...frontend.legality.meta import check_metadata_argument
 from ...stdlib.sparsity.hostarray import checked_flag
@@ -65,7 +67,13 @@ class CallPlan:
     """One traced call: the specialized kernel, where each parameter's value comes from, the grid.
 
     ``sources[i]`` is ``("in", k)`` (operand k), ``("out", k)`` (result k) or ``("value", v)``
-    (a static scalar or constexpr). Launchers are built per device ordinal on first use."""
+    (a static scalar or constexpr). Launchers are built per device ordinal on first use.
+
+    ``func`` and ``captures``: the kernel's IR at trace time and the Python values it captured then.
+    A traced program keeps running with those values, on every path (as ``jax.jit`` keeps the
+    Python values a traced function read): the CPU handler and ``interpret=True`` run ``func``, and
+    a GPU launcher is built only while the captured values are still the traced ones (SP0735 else:
+    the native fast path launches without Python, so it could not follow a later change)."""
 
     kernel: Kernel
     bindings: dict[str, Any]
@@ -75,6 +83,8 @@ class CallPlan:
     sources: list[tuple[str, str, Any]]
     out_dtypes: list[np.dtype]
     aliases: dict[int, int]  # input index -> output index sharing its buffer
+    func: Any = None  # the IR at trace time
+    captures: Any = None  # what it captured from Python (a CaptureSet)
     _launchers: dict[int, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -86,6 +96,7 @@ class CallPlan:
             return found
         with self._lock:
             if ordinal not in self._launchers:
+                self.check_captures()
                 from ...backend import runtime
                 from ...driver import launch
                 from ...target.targets import target_for_capability
@@ -100,6 +111,17 @@ class CallPlan:
                 built.jax_needs_info = needs_info(built.spec)
                 self._launchers[ordinal] = built
         return self._launchers[ordinal]
+
+    def check_captures(self) -> None:
+        """SP0735 when a Python value the kernel captured has changed since the call was traced: a
+        launcher compiled now would run the new value while the traced program (and its CPU path)
+        runs the old one."""
+        if self.captures is not None and not self.captures.still_valid():
+            raise LaunchError(PREPARED_STALE, f"a Python value kernel `{self.kernel.name}` captured (a global, a "
+                              "closure value or a helper) changed after this sparsile.jax.call was traced; the "
+                              "traced program runs with the values it was traced with",
+                              help="trace the program again (a new jax.jit, or jax.clear_caches()): the new "
+                                   "trace compiles for the new value")
 
     def run_cuda(self, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer], stream: int, ordinal: int) -> None:
         """Launch on XLA's ``stream`` with XLA's device buffers (called by the FFI handler)."""
@@ -131,7 +153,13 @@ class CallPlan:
         bound = {}
         for name, kind, where in self.sources:
             bound[name] = where if kind == "value" else (ins if kind == "in" else outs)[where]
-        self.kernel.interpret[self.grid](**bound, **self.launch_options)
+        if self.func is None:  # (a plan made without its trace-time IR)
+            self.kernel.interpret[self.grid](**bound, **self.launch_options)
+            return
+        params, writeback = interpreter_params(self.func, bound)  # the IR traced: not today's globals
+        Interpreter(self.func).run(self.grid, params)
+        for fn in writeback:
+            fn()
 
     def run_host(self, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]) -> None:
         """The CPU FFI handler: the interpreter on views of XLA's own host buffers (no copy)."""
@@ -481,6 +509,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         if p.name not in given and p.name not in out_keys:
             sources.append((p.name, "value", bound[p.name]))
     func = kernel.ir_for(bindings, key)
+    captures = kernel.captures_for(bindings, key)  # (cached with func: the values it was built with)
     written = stored_params(func)
     inputs = {name for name, kind, where in sources if kind == "in" and where not in aliases}
     overwritten = sorted(written & inputs)
@@ -493,7 +522,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     # arrays as their trace-time stand-ins (shape, dtype)
     dims = normalize_grid(grid, grid_meta(bound, bindings), kernel.name)
     plan = CallPlan(kernel, bindings, key, launch_options, dims, sources, [np.dtype(s.dtype) for s in structs],
-                    aliases)
+                    aliases, func, captures)
     number = ffi.add_plan(plan, _describe(plan, structs))
     out_avals = tuple(jax.core.ShapedArray(tuple(s.shape), np.dtype(s.dtype)) for s in structs)
     arrays = [jax.numpy.asarray(a) for a in operands]
@@ -513,7 +542,8 @@ def _describe(plan: CallPlan, structs: list[Any]) -> str:
     values, options, outputs and aliases."""
     sources = [(n, k, w if k != "value" else repr(w)) for n, k, w in plan.sources]
     outs = [(tuple(s.shape), str(np.dtype(s.dtype))) for s in structs]
-    captures = plan.kernel.captures_for(plan.bindings, plan.key).disk_key()
+    captures = (plan.captures if plan.captures is not None else
+                plan.kernel.captures_for(plan.bindings, plan.key)).disk_key()
     return repr((plan.kernel.source_key, plan.kernel.name, plan.key, captures, plan.grid, sources,
                  sorted(plan.launch_options.items()), sorted(plan.aliases.items()), outs))
 

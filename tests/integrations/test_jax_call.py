@@ -3,6 +3,7 @@ host-callback path (interpret=True), and the trace-time checks (shapes, dtypes, 
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import warnings
@@ -319,6 +320,68 @@ def test_a_changed_captured_global_is_another_plan() -> None:
     np.testing.assert_array_equal(first, x + np.float32(1.0))
     np.testing.assert_array_equal(second, x + np.float32(3.0))
     assert len(set(ffi._plans) - before) == 2
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_a_traced_program_runs_with_the_globals_it_was_traced_with(interpret: bool) -> None:
+    """A jitted program is not traced again when a global a @jit kernel captured changes; its GPU
+    launcher (built at lowering, launched by the native handler without Python) keeps the traced
+    value, so the CPU handler and the interpret=True callback must too (they re-ran the interpreter
+    with the new value: one traced program computed two things). A new trace sees the new value."""
+    global SHIFT
+    x = np.linspace(-1.0, 1.0, 50, dtype=np.float32)
+    shape = jax.ShapeDtypeStruct((50,), jnp.float32)
+
+    def f(a: jax.Array) -> jax.Array:
+        return call(add_shift, (1,), a, out_shapes=shape, n=50, interpret=interpret)
+
+    jitted = jax.jit(f)
+    try:
+        first = np.asarray(jitted(jnp.asarray(x)))
+        SHIFT = 3.0
+        again = np.asarray(jitted(jnp.asarray(x)))
+        retraced = np.asarray(jax.jit(lambda a: f(a))(jnp.asarray(x)))  # (jax.jit(f) shares f's trace cache)
+    finally:
+        SHIFT = 1.0
+    np.testing.assert_array_equal(first, x + np.float32(1.0))
+    np.testing.assert_array_equal(again, x + np.float32(1.0))
+    np.testing.assert_array_equal(retraced, x + np.float32(3.0))
+
+
+def test_a_launcher_is_not_built_for_a_plan_whose_globals_changed() -> None:
+    """The GPU side of the rule above, without a GPU: a plan's launcher (built at lowering, and for each
+    further device the handler meets) is refused once a captured global differs from the traced value
+    (SP0735: compiling now would launch the new value under the old trace), and built again once the
+    value is back."""
+    global SHIFT
+    from sparsile.driver import launch
+    from sparsile.frontend.diagnostics import LaunchError
+    from sparsile.integrations.jax import ffi
+
+    shape = jax.ShapeDtypeStruct((40,), jnp.float32)  # (a plan of its own: no other test calls it this way)
+    before = set(ffi._plans)
+    call(add_shift, (1,), jnp.asarray(np.ones(40, np.float32)), out_shapes=shape, n=40)
+    (number,) = set(ffi._plans) - before
+    plan = ffi._plans[number]
+    built: list[object] = []
+    with pytest.MonkeyPatch.context() as mp:
+        from sparsile.backend import runtime
+
+        mp.setattr(launch, "_build_launcher", lambda *a, **k: built.append(a) or type("L", (), {"spec": None})())
+        mp.setattr(runtime, "current_device", lambda ordinal=None: type("D", (), {"compute_capability": (9, 0)})())
+        mp.setattr(importlib.import_module("sparsile.integrations.jax.call"), "needs_info", lambda spec: set())
+        try:
+            SHIFT = 2.0
+            with pytest.raises(LaunchError) as info:
+                plan.launcher(5)
+        finally:
+            SHIFT = 1.0
+        assert info.value.code == "SP0735"
+        assert "changed after this sparsile.jax.call was traced" in info.value.message
+        assert "trace the program again" in info.value.help
+        assert not built
+        plan.launcher(5)
+        assert len(built) == 1
 
 
 @pytest.mark.parametrize("dtype", [np.longdouble, object, "U3"])
