@@ -293,7 +293,7 @@ class PreparedLaunch:
 
             def torch_array(v: Any, call: _Call) -> None:
                 if (type(v) is cls and v.dtype is tdt and v.get_device() == ordinal
-                        and (rank is None or v.dim() == rank)):
+                        and (rank is None or v.dim() == rank) and not v.is_neg()):  # (a neg view: SP0751)
                     ptr = v.data_ptr()
                     if not ptr & mask and (not contiguous or v.is_contiguous()):
                         if simple:

@@ -273,6 +273,7 @@ CODES: dict[str, str] = {
     "SP0735": "a prepared launch of a changed `@jit` kernel",
     "SP0740": "ahead-of-time signature incomplete",
     "SP0750": "overlapping arguments written through a copy",
+    "SP0751": "a torch tensor with its negative bit set",
     "SP0770": "bad autotune config",
     "SP0771": "autotune names no parameter",
     "SP0772": "autotune config sets a non-constexpr",

@@ -23,7 +23,16 @@ import numpy as np
 
 from ...frontend.diagnostics import LaunchError
 from . import dlpack
-from .codes import ARG_ALIGNMENT, ARG_CONTIGUOUS, ARG_DEVICE, ARG_DTYPE, ARG_HOST_MEMORY, ARG_KIND, READ_ONLY
+from .codes import (
+    ARG_ALIGNMENT,
+    ARG_CONTIGUOUS,
+    ARG_DEVICE,
+    ARG_DTYPE,
+    ARG_HOST_MEMORY,
+    ARG_KIND,
+    ARG_NEGATED,
+    READ_ONLY,
+)
 from .dtypes import (
     ARRAY_DTYPE_ALIASES,
     DTYPES,
@@ -48,7 +57,9 @@ class ArrayInfo(NamedTuple):
     """What the launcher needs to know about an array argument (a NamedTuple: cheap to build on
     every launch). ``strides`` are in elements; ``host`` is a numpy view of host memory (the
     source/target of the copies) or None for device memory; ``stream`` is the producer stream a
-    ``__cuda_array_interface__`` asks us to order after; ``keepalive`` holds a DLPack capsule."""
+    ``__cuda_array_interface__`` asks us to order after; ``keepalive`` holds a DLPack capsule;
+    ``negated``: a torch tensor whose negative or conjugate bit is set (its memory holds the values
+    before a lazy negation / conjugation, which reading it by pointer would miss: refused, SP0751)."""
 
     ptr: int
     dtype: str | None
@@ -63,6 +74,7 @@ class ArrayInfo(NamedTuple):
     stream: int | None = None
     host: np.ndarray | None = None
     keepalive: Any = None
+    negated: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -112,6 +124,12 @@ def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
 
 
 def _describe_torch(t: Any, stream: int) -> ArrayInfo:
+    if t.is_neg() or t.is_conj():
+        return _describe_torch_plain(t, stream)._replace(negated=True)
+    return _describe_torch_plain(t, stream)
+
+
+def _describe_torch_plain(t: Any, stream: int) -> ArrayInfo:
     dtype, label = torch_dtype_info(t.dtype)
     if t.is_cuda:
         index = t.get_device()
@@ -135,9 +153,11 @@ def is_torch_type(cls: type) -> bool:
 def torch_device_pointer(t: Any, device: int, dtype: str, contiguous: bool) -> int | None:
     """The launcher's fast path for a torch tensor: its data pointer when it is a CUDA tensor on
     ``device`` of language dtype ``dtype`` (and dense when ``contiguous``), else None (the
-    caller then takes the general path, which also produces the error message)."""
+    caller then takes the general path, which also produces the error message). A tensor with its
+    negative bit set takes the general path (SP0751); a conjugate bit needs a complex dtype, which
+    fails the dtype test."""
     if t.is_cuda and t.get_device() == device and torch_dtype_info(t.dtype)[0] == dtype and (
-            not contiguous or t.is_contiguous()):
+            not contiguous or t.is_contiguous()) and not t.is_neg():
         return t.data_ptr()
     return None
 
@@ -240,6 +260,12 @@ def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int,
         expected = dtype_info(ARRAY_DTYPE_ALIASES.get(dtype, dtype)).numpy_name
         raise LaunchError(ARG_DTYPE, f"argument `{name}` expects a pointer to {dtype}, got a "
                           f"{info.dtype_label} {info.source}", f"convert it to {expected} first")
+    if info.negated:
+        raise LaunchError(ARG_NEGATED, f"argument `{name}` is a torch tensor with its negative (or conjugate) bit "
+                          "set, a lazy view (e.g. torch._neg_view(t), z.conj().imag) whose memory holds the values "
+                          "before the negation; a kernel reads the memory by pointer and would miss it",
+                          f"pass `{name}.resolve_neg()` (a copy with the negation applied; resolve_conj() for a "
+                          "conjugate bit)")
     if info.readonly and writes:
         raise LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source}, but the kernel "
                           "writes through it", "pass a writable copy")

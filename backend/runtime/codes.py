@@ -31,6 +31,7 @@ SP0724  malformed ahead-of-time signature (``name=type`` / ``name=value`` items)
 SP0726  ``pdl=True`` (programmatic dependent launch) on a device below compute capability 9.0
 SP0750  host arrays that overlap without being the same memory, one of them written (copies would
         hide the writes from each other)
+SP0751  a torch tensor with its negative (or conjugate) bit set, read by pointer
 ======  ===================================================================
 """
 
@@ -59,3 +60,4 @@ ARG_SHAPE = "SP0720"
 KERNEL_NOT_FOUND = "SP0721"
 PDL = "SP0726"
 ARG_OVERLAP = "SP0750"
+ARG_NEGATED = "SP0751"

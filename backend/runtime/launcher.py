@@ -296,7 +296,8 @@ class Launcher:
             info = describe_array(value, call.stream)
             if (info is not None and info.device == ordinal and info.dtype == array_dtype
                     and not info.ptr & alignment_mask and (info.contiguous or not need_contiguous)
-                    and not (info.readonly and writes) and info.stream is None and info.keepalive is None):
+                    and not (info.readonly and writes) and info.stream is None and info.keepalive is None
+                    and not info.negated):
                 pack(view, offset, info.ptr)  # the common case: a matching array on this device
             else:
                 info = self._array_info(name, value, call, f"an array (pointer to {dtype})", info)

@@ -1,7 +1,9 @@
 """Host views of kernel arguments for the interpreter.
 
 numpy arrays are used in place (a contiguous array is viewed flat; a strided one is copied and
-written back). torch CPU tensors are used in place (bfloat16 and float8 ones through a copy);
+written back). torch CPU tensors are used in place (bfloat16 and float8 ones, and a lazy negation
+such as ``torch._neg_view(t)``, through a copy with the negation applied: the GPU launch refuses
+the latter, SP0751);
 other torch tensors and cupy arrays are converted to host arrays and written back after the run
 when the kernel writes them. Any other array object (a JAX array) is read through a read-only
 host copy: nothing could write it back, so a kernel writing it is refused (SP0719).
@@ -31,6 +33,8 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
         import torch
 
         t = obj
+        if t.is_neg() or t.is_conj():  # a lazy negation: its memory holds the values before it
+            return _resolved_copy(t)
         if t.device.type == "cpu":
             if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
                 arr = _torch_special_to_numpy(t)
@@ -62,6 +66,23 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
     return arr, None
 
 
+def _resolved_copy(t: Any) -> tuple[np.ndarray, Callable[[], None]]:
+    """A host copy of a torch tensor with its negative (or conjugate) bit set, the negation applied (the
+    interpreter reads arrays it cannot use in place through a copy), and the write-back into the view
+    (torch negates what is copied into it, so the view reads what the kernel wrote)."""
+    import torch
+
+    host = t.detach().resolve_neg().resolve_conj().cpu()
+    special = host.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+    arr = _torch_special_to_numpy(host) if special else host.numpy().copy()
+
+    def back() -> None:
+        with torch.no_grad():
+            t.copy_(_numpy_to_torch_special(arr, t.dtype) if special else torch.from_numpy(arr))
+
+    return arr, back
+
+
 def _is_foreign(obj: Any) -> bool:
     """Whether to_host reads ``obj`` through a copy it cannot write back (neither numpy, torch nor cupy)."""
     obj = getattr(obj, "sparsile_array", lambda: obj)()
@@ -76,7 +97,8 @@ def _memory_key(obj: Any) -> Any:
     mod = type(obj).__module__.split(".")[0]
     try:
         if mod == "torch":
-            return ("torch", obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), obj.dtype, str(obj.device))
+            return ("torch", obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), obj.dtype, str(obj.device),
+                    obj.is_neg())  # (a neg view and its base: one memory, two values)
         if mod == "cupy":
             return ("cupy", obj.data.ptr, tuple(obj.shape), tuple(obj.strides), str(obj.dtype), obj.device.id)
     except (AttributeError, RuntimeError, TypeError):  # (a sparse torch tensor has no data pointer)

@@ -314,6 +314,12 @@ def test_describe_fake_torch_tensors(monkeypatch):
         def is_contiguous(self):
             return A.is_c_contiguous(self.shape, self._strides)
 
+        def is_neg(self):
+            return False
+
+        def is_conj(self):
+            return False
+
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(Tensor=Tensor))
     cuda = A.describe_array(Tensor(0x5000, (4, 4), "torch.bfloat16", Device("cuda", 2)))
     assert (cuda.dtype, cuda.device, cuda.contiguous, cuda.dtype_label) == ("bf16", 2, True, "bfloat16")

@@ -68,3 +68,62 @@ def test_cuda_tensors_after_a_call_of_cpu_tensors_launch_on_torchs_stream(torch_
     k[(4,)](x, y, out, 1024, BLOCK=256)  # CPU tensors again: copied, the copy launched
     assert torch_like.launches[-1]["params"][0] == STAGED.to_bytes(8, "little")
     assert len(torch_like.built) == 1 and len(torch_like.launches) == 4
+
+
+def _negated(t):
+    """``torch._neg_view(t)`` of a fake CUDA tensor: the same memory, its negative bit set."""
+    view = FakeTensor(t.data_ptr(), tuple(t.shape))
+    view.negated = True
+    return view
+
+
+def test_a_neg_view_after_a_call_of_its_fingerprint_is_refused_not_read_without_its_negation(torch_like):
+    """A torch tensor with its negative bit set (``torch._neg_view(t)``, ``z.conj().imag``) has a plain
+    tensor's class, dtype, rank and alignment: the fingerprint of the call before it. Its memory holds
+    the values before the negation, which a launch reads by pointer: the fast entry (and the full
+    path) launched it as if it were ``t``, a silent wrong result. It is refused (SP0751), as a view the
+    launcher cannot read in place, on every path; the plain tensors still take the fast entry."""
+    from sparsile.frontend.diagnostics import LaunchError
+
+    k = vadd()
+    x, y, out = (FakeTensor(0x7F00_0000_0000 + i * 0x10000, (1024,)) for i in range(3))
+    k[(4,)](x, y, out, 1024, BLOCK=256)
+    k[(4,)](x, y, out, 1024, BLOCK=256)  # the fast entry
+    launches = len(torch_like.launches)
+    for call in (lambda: k[(4,)](_negated(x), y, out, 1024, BLOCK=256),  # the fast entry's fingerprint
+                 lambda: k[(4,)](x, y, _negated(out), 1024, BLOCK=256),
+                 lambda: k[(4,)](_negated(x), y, out, 1000, BLOCK=256),  # another fingerprint: the full path
+                 lambda: k[(4,)].prepare(x, y, out, 1024, BLOCK=256)(_negated(x), y, out, 1024),
+                 lambda: k[(4,)](_cpu(), _negated(_cpu()), _cpu(), 1024, BLOCK=256)):  # a host copy's source
+        with pytest.raises(LaunchError) as info:
+            call()
+        assert info.value.code == "SP0751"
+        assert info.value.message.startswith(("argument `x` is a torch tensor with its negative",
+                                              "argument `y` is a torch tensor with its negative",
+                                              "argument `out` is a torch tensor with its negative"))
+        assert ".resolve_neg()" in info.value.help
+    assert len(torch_like.launches) == launches
+    k[(4,)](x, y, out, 1024, BLOCK=256)
+    assert torch_like.launches[-1]["params"][0] == x.data_ptr().to_bytes(8, "little")
+
+
+def test_the_interpreter_reads_and_writes_a_neg_view_with_its_negation():
+    """The interpreter reads a neg view through a copy with the negation applied (as it reads other
+    arrays it cannot use in place) and writes the result back through the view; a plain call first
+    (its conversions keyed by memory: a neg view shares its base's) changes nothing."""
+    import torch
+
+    k = vadd()
+    rng = np.random.default_rng(5)
+    base = torch.from_numpy(rng.uniform(0.5, 2.0, 300).astype(np.float32) * rng.choice([-1, 1], 300).astype(np.float32))
+    y = torch.from_numpy(rng.uniform(0.5, 2.0, 300).astype(np.float32))
+    out = torch.full((300,), float("nan"))
+    k.interpret[(2,)](base, y, out, 300, BLOCK=256)
+    np.testing.assert_allclose(out.numpy(), base.numpy().astype(np.float64) + y.numpy(), rtol=2**-23)
+    k.interpret[(2,)](torch._neg_view(base), y, out, 300, BLOCK=256)
+    np.testing.assert_allclose(out.numpy(), -base.numpy().astype(np.float64) + y.numpy(), rtol=2**-23)
+    k.interpret[(2,)](base, torch._neg_view(base), out, 300, BLOCK=256)  # one memory, two values
+    np.testing.assert_array_equal(out.numpy(), np.zeros(300, np.float32))
+    store = torch.full((300,), float("nan"))
+    k.interpret[(2,)](base, y, torch._neg_view(store), 300, BLOCK=256)
+    np.testing.assert_allclose(store.numpy(), -(base.numpy().astype(np.float64) + y.numpy()), rtol=2**-23)

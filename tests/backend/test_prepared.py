@@ -81,6 +81,14 @@ class FakeCudaTensor:
     def is_contiguous(self):
         return A.is_c_contiguous(tuple(self.shape), self._strides)
 
+    negated = False  # torch's negative bit (torch._neg_view): the memory holds the values before the negation
+
+    def is_neg(self):
+        return self.negated
+
+    def is_conj(self):
+        return False
+
 
 class Recorder:
     """The fake driver's launch: records grid, block, stream and the parameter bytes."""

@@ -514,6 +514,12 @@ class FakeTorchTensor:
     def is_contiguous(self):
         return A.is_c_contiguous(self.shape, self._strides)
 
+    def is_neg(self):
+        return False
+
+    def is_conj(self):
+        return False
+
 
 def test_torch_tensors_take_the_fast_path_and_fall_back_for_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(Tensor=FakeTorchTensor))
