@@ -67,6 +67,8 @@ def as_host_array(x: Any, what: str = "input") -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "__dlpack__"):
+        if getattr(x, "is_neg", None) is not None and (x.is_neg() or x.is_conj()):
+            x = x.resolve_neg().resolve_conj()  # torch exports a lazy negation's memory without the negation
         array = _from_dlpack(x)
         if array is None and hasattr(x, "cpu"):
             try:

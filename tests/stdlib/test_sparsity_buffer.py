@@ -74,3 +74,16 @@ def test_editing_a_copy_and_tagging_it_anew_is_what_the_next_call_uses() -> None
     assert np.array_equal(decode_metadata(swapped_meta), swapped)
     second = sparse_matmul(values, swapped_meta, b, interpret=True)
     assert not np.allclose(first, second)
+
+
+def test_a_torch_neg_view_is_read_with_its_negation() -> None:
+    """torch's DLPack export of a neg view (``torch._neg_view(w)``, ``z.conj().imag``) is its memory,
+    the values before the negation: host inputs of the toolkit (compress, metadata) read it resolved."""
+    torch = pytest.importorskip("torch")
+    from sparsile.stdlib.sparsity import as_host_array
+
+    w = torch.from_numpy(_weight().astype(np.float32))
+    np.testing.assert_array_equal(as_host_array(torch._neg_view(w)), -w.numpy())
+    values, _ = compress(torch._neg_view(w.half()), "f16", prune=True)
+    plain, _ = compress(-w.half().numpy(), "f16", prune=True)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(plain))
