@@ -188,7 +188,11 @@ def binary_value(cg: CodeGen, kind: str, t: T.ScalarType, a: LLValue, b: LLValue
         if kind in ("shl", "shr"):
             bits = t.bits
             big = fb.icmp("uge", b, const(bits, ty))
-            safe = fb.select(big, const(0, ty), b)
+            # 64-bit: the amount masked, not selected. LLVM's NVPTX backend turns select(b >= 64, 0, a << b)
+            # into PTX's clamping shl.b64 with the amount truncated to 32 bits (an amount of 2**32 shifted
+            # by 0); with `b & 63` it cannot (docs/language.md rule 6: an amount >= the width gives 0 / the
+            # sign). Narrower amounts are never truncated, and keep the one clamping shift.
+            safe = fb.binop("and", b, const(bits - 1, ty)) if bits == 64 else fb.select(big, const(0, ty), b)
             r = fb.binop("shl" if kind == "shl" else ("ashr" if signed else "lshr"), a, safe)
             if kind == "shr" and signed:
                 fill = fb.binop("ashr", a, const(bits - 1, ty))

@@ -135,6 +135,8 @@ def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarra
         return tf32_round(a)
     if dst.name == "bf16" and src.is_int and not src.is_bool and src.bits >= 32:
         return int_to_bf16(a)
+    if dst.name == "bf16" and src.name == "f64":
+        return f64_to_bf16(a)
     if dst.is_float and dst.bits < 16:
         # as the GPU: through f32, then cvt.rn.satfinite (out-of-range values and infinities
         # clamp to the largest finite value, NaN stays NaN), where a plain cast would give NaN/inf
@@ -260,3 +262,22 @@ def int_to_bf16(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     values = [int_to_float(int(v), T.bf16) for v in a.ravel().tolist()]
     return np.array(values, np.float64).reshape(a.shape).astype(ml_dtypes.bfloat16)  # exact: bf16 values
+
+
+def f64_to_bf16(a: np.ndarray) -> np.ndarray:
+    """An f64 array rounded once to bf16 (to nearest even; ``cvt.rn.bf16.f64``, PTX ISA 9.1 §9.7.9.21
+    "cvt"; docs/language.md rule 8). ml_dtypes may convert through f32 and round twice (the GPU host's
+    did: ``2**24 + 2**16 + 1`` became ``2**24``, not ``2**24 + 2**17``). Here the f32 step rounds to
+    odd (toward zero, the last bit set when inexact), which keeps the one bf16 rounding exact: f32
+    has 16 more significand bits than bf16 and the same exponent range."""
+    x = np.asarray(a, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(np.float32)
+        finite = np.isfinite(x)
+        back = y.astype(np.float64)
+        bits = y.view(np.uint32).copy()
+        away = finite & (np.abs(back) > np.abs(x))  # RNE went away from zero (to inf, too): one step back
+        bits -= away.astype(np.uint32)
+        inexact = finite & (bits.view(np.float32).astype(np.float64) != x)
+        bits |= inexact.astype(np.uint32)
+    return bits.view(np.float32).astype(ml_dtypes.bfloat16)

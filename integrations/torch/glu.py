@@ -185,6 +185,11 @@ class GatedForward:
         """act_fn holds the attributes it held when this forward was made (the same objects, or equal
         strings and numbers), none added or removed: a dict size, a lookup per attribute (one or two)
         and a tuple compare per call."""
+        if torch.compiler.is_compiling():
+            # traced: Dynamo (torch 2.11) cannot trace len() of a module's __dict__; it guards the
+            # attributes read here, so a later change recompiles (an added one goes unseen there)
+            act = self.act
+            return tuple(getattr(act, name, None) for name in self._act_names) == self._act_values
         d = self.act.__dict__
         try:
             return len(d) == self._act_size and tuple(map(d.get, self._act_names)) == self._act_values

@@ -304,7 +304,8 @@ def _pairs(op: str, kind: str, t: str, rng: np.random.Generator) -> tuple[list, 
     if shift:
         w = INT_BITS[t]
         lo, hi = int_range(t)
-        bs = [b for b in (0, 1, 2, w // 2, w - 2, w - 1, w, w + 1, 2 * w, 255, -1, -2, -w, lo, hi) if lo <= b <= hi]
+        bs = [b for b in (0, 1, 2, w // 2, w - 2, w - 1, w, w + 1, 2 * w, 255, -1, -2, -w, lo, hi,
+                                2**32, 2**32 + 1, 2**40 + 3) if lo <= b <= hi]
         bs = list(dict.fromkeys(bs))
     pairs = [(x, y) for x in e for y in bs]
     if kind in ("floordiv", "mod") and t in INT_BITS and t[0] == "i":  # MIN // -1: SP0790 (its own test)

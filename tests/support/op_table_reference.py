@@ -268,10 +268,13 @@ RSQRT_REL = 2.0**-22.9
 """``rsqrt.approx.f32``: maximum relative error 2**-22.9 over the whole range (PTX ISA 9.1,
 §9.7.3.17 "Floating Point Instructions: rsqrt")."""
 SIN_ABS = 2.0**-20.5
-SIN_RANGE = 100 * math.pi
-"""``sin.approx.f32`` / ``cos.approx.f32``: maximum absolute error 2**-20.5 for |x| up to 100 pi
-(PTX ISA 9.1, §9.7.3.18-19 "Floating Point Instructions: sin / cos"); beyond it the ISA states no
-bound, so only the range [-1, 1] is checked there."""
+SIN_TURN_REL = 1.5 * 2.0**-23
+"""``sin.approx.f32`` / ``cos.approx.f32``: the sine unit's own absolute error, 2**-20.5 (PTX ISA 9.1,
+§9.7.3.18-19 "Floating Point Instructions: sin / cos"), on an argument already reduced to turns:
+ptxas multiplies x by fl(1 / (2 pi)) rounding toward zero (one ulp, 2**-23 relative, plus the
+constant's 2**-24) before the unit (SASS ``FMUL.RZ`` then ``MUFU.SIN``; there is no exact range
+reduction), which moves the result by up to |x| * 1.5 * 2**-23. The first H100 run of this table
+showed it (6.9e-6 off at x = 100, where the unit's bound alone is 7e-7)."""
 RCP_REL = 2.0**-23
 """``rcp.approx.ftz.f32``: 1 ulp over the whole range (PTX ISA 9.1, §9.7.3.13 "rcp")."""
 TANH_ULP, ERF_ULP = 3.0, 2.0
@@ -333,7 +336,7 @@ def approx_bound(fn: str, x: float, value: float) -> float:
     if fn == "rsqrt":
         return RSQRT_REL * a + half
     if fn in ("sin", "cos"):
-        return SIN_ABS + half if abs(x) <= SIN_RANGE else 2.0
+        return SIN_ABS + abs(x) * SIN_TURN_REL + half
     if fn == "sigmoid":  # exp's argument and ex2, 1 + e rounded, rcp: relative; flushed to 0 below 2**-126
         return (abs(x) * 2.0**-23 * 1.01 + EX2_REL + 2.0**-24 + RCP_REL) * a + 2.0**-125
     if fn == "tanh":
