@@ -9,7 +9,8 @@ time on the H200 (benchmarks/RESULTS.md, sixteenth session). A layer keeps what 
 record's native launch directly, after the checks that can change between calls: whether the
 record is still the last one its cache ran (a cleared cache, another call through it), torch's
 current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture), an
-in-place write to the weight (its version counters), and x contiguous and 16-byte aligned. Anything
+in-place write to the weight (its version counters), and x contiguous, 16-byte aligned and no lazy
+negation (``torch._neg_view(x)``, ``z.conj().imag``: its memory holds the values before it). Anything
 else returns None, and the caller takes the full path, which handles it and leaves a new
 :class:`LastCall`. Both paths launch the same record with the same arguments: the same bits. Calls
 at x and y addresses seen before are replayed as one CUDA-graph launch (graph_launch.py).
@@ -81,7 +82,7 @@ class LastCall:
         if tracked is not None and tuple(map(_version, tracked)) != record.versions:
             return None  # the weight was written: the full path refreshes or replaces the record
         xp = x.data_ptr()
-        if xp % 16 or not x.is_contiguous():
+        if xp % 16 or not x.is_contiguous() or x.is_neg():  # (a neg view: its memory holds x before the negation)
             return None
         # (y_like is a broadcast: not dense, so empty_like gives it contiguous strides)
         y = torch.empty_like(self.y_like)

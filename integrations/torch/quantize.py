@@ -21,8 +21,11 @@ _QUANTIZERS_LOCK = threading.Lock()
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_q e4m3 (T, K), scale_x float32 (T,)) of a 2-D x, through the kernel API's quantizer. On
     the GPU through a launch prepared once per (T, K, x dtype, device): the generic launch's
-    argument binding and checks cost about 100 µs of host time per eager e4m3 call on the H200."""
+    argument binding and checks cost about 100 µs of host time per eager e4m3 call on the H200. A
+    neg view (``torch._neg_view(x)``) is quantized as the values it shows, through a resolved copy."""
     t, k = (int(s) for s in x.shape)
+    if x.is_neg():  # a lazy negation (torch._neg_view): a launch reads its memory, the values before it
+        x = x.resolve_neg()
     if x.is_cuda and t and k:
         if x.data_ptr() % 16:  # the kernel was specialized for 16-byte aligned rows
             x = x.clone()

@@ -225,6 +225,8 @@ class RecordCache:
         pins that memory, so no other weight can take its addresses while the record lives."""
         if stream is None:
             stream = self.stream_of(x.get_device())()
+        if x.is_neg():  # a lazy negation (torch._neg_view, z.conj().imag): the launches read its memory, which
+            x = x.resolve_neg()  # holds the values before it; a copy with the negation applied
         if x.data_ptr() % 16:  # a view at an odd offset: the kernel reads x through TMA, from 16-byte aligned rows
             x = x.clone()
         if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as

@@ -51,7 +51,7 @@ def test_leading_dimensions_give_y_of_x_s_shape(fake):
 
 
 @pytest.mark.parametrize("change", ["shape", "dtype", "device", "stream", "written", "capturing", "unfilled", "strided",
-                                    "misaligned", "failed", "cleared", "another call"])
+                                    "misaligned", "failed", "cleared", "another call", "negated"])
 def test_anything_that_changed_takes_the_full_path(fake, monkeypatch, change):
     """Each change sends the call back (None) before anything is launched or allocated."""
     stream, w = [5], _weight()
@@ -77,6 +77,8 @@ def test_anything_that_changed_takes_the_full_path(fake, monkeypatch, change):
         x = torch.randn(4 * 32 + 1)[1:].view(4, 32)
     elif change == "failed":  # a failed native launch: the record keeps to its prepared launches
         last.record.native = None
+    elif change == "negated":  # a lazy negation (torch._neg_view, z.conj().imag): its memory holds x, not -x
+        x = torch._neg_view(x)
     elif change == "cleared":  # (a layer's buffers replaced, moved or loaded; tests switching the native launch)
         cache.clear()
     elif change == "another call":  # through the cache, another token count: the layer's LastCall is replaced
@@ -84,6 +86,23 @@ def test_anything_that_changed_takes_the_full_path(fake, monkeypatch, change):
     launched = len(fake.launches)
     assert last(x) is None
     assert len(fake.launches) == launched
+
+
+def test_a_negated_x_is_launched_with_its_negation_applied(fake, monkeypatch):
+    """The full path (``RecordCache.run``) of a torch neg view x (``torch._neg_view(x)``, ``z.conj().imag``)
+    launches a copy with the negation applied: the launches read x by address, and the view's memory
+    holds the values before the negation (a silent wrong result: y of x instead of -x)."""
+    stream, w = [5], _weight()
+    cache, _ = _last(stream, torch.randn(4, 32), w)
+    seen = []
+    call = kernels.LaunchRecord.__call__
+    monkeypatch.setattr(kernels.LaunchRecord, "__call__",
+                        lambda self, x, *a: seen.append(x.clone()) or call(self, x, *a))
+    base = torch.randn(4, 32)
+    x = torch._neg_view(base)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert fake.launches[-1][5][0] != q(base.data_ptr())
+    assert not seen[0].is_neg() and torch.equal(seen[0], -base)
 
 
 def test_the_default_stream_is_not_asked_about_a_capture(fake, monkeypatch):
