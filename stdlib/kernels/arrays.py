@@ -125,10 +125,11 @@ def check_split_k(split_k: Any) -> None:
 
 def placed_array(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when it is a GPU array the launch can use in place (a torch row of any stride
-    as a packed row, :func:`packed_row`), else a host numpy array."""
+    as a packed row, :func:`packed_row`; a torch neg view, ``torch._neg_view(x)``, as a copy with the
+    negation applied: a launch reads memory, which holds the values before it), else a host numpy array."""
     kind = "numpy" if interpret else array_kind(x)
     if kind == "torch":
-        return packed_row(x)
+        return packed_row(x.resolve_neg() if x.is_neg() else x)
     if kind == "cupy":
         return x
     host = as_host_array(x, what)
@@ -204,7 +205,7 @@ def as_u32_words(meta: Any) -> Any:
     if array_kind(meta) == "torch":
         import torch
 
-        return meta.contiguous().view(torch.uint32)
+        return meta.resolve_neg().contiguous().view(torch.uint32)  # (torch refuses to view a neg view as uint32)
     if array_kind(meta) == "cupy":
         import cupy
 
@@ -323,8 +324,8 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
         # interpreter runs in place too)
         if (not interpret or kind == "numpy") and overlaps(out, home, *reads):
             return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
-        if kind == "torch" and not interpret and out.is_contiguous():
-            return out
+        if kind == "torch" and not interpret and out.is_contiguous() and not out.is_neg():
+            return out  # (a neg view: C through a copy, which torch's copy_ writes through the negation)
         if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
             return out
     return empty_array(home, shape, dtype, interpret)

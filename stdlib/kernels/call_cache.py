@@ -118,8 +118,8 @@ def _array_signature(x: Any, interpret: bool) -> tuple[Any, ...] | None:
     class; None for arrays the cache does not take (host arrays outside the interpreter)."""
     kind = array_kind(x)
     if kind == "torch" and not interpret:
-        if x.layout is not _torch_strided():  # a sparse or other layout: planning says what it needs
-            return None
+        if x.layout is not _torch_strided() or x.is_neg():  # a sparse or other layout: planning says what it
+            return None  # needs; a neg view (torch._neg_view): planning reads a copy with the negation applied
         return ("t", x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 15)
     if kind == "cupy" and not interpret:
         return ("c", x.shape, x.strides, x.dtype, x.device.id, x.data.ptr & 15)
