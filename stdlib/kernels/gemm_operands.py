@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..sparsity import MetadataBuffer, validate_metadata
+from ..sparsity import MetadataBuffer
 from ..sparsity.dtypes import OperandType
 from ..sparsity.errors import SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
 from ..sparsity.formats import metadata_shape
+from ..sparsity.validate import checked_metadata
 from .arrays import array_kind, as_u32_words, bad_input, cast_operand, copy_like, placed_array
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, 
     nibbles) and checking that its K fits values (``k_values``) and b (``k_b``)."""
     seen = _validated.setdefault(meta, set())
     if (op.name, m) not in seen:
-        validate_metadata(meta, fmt, op.name, m=m)
+        checked_metadata(meta, fmt, op.name, m=m)
         seen.add((op.name, m))
     if not meta.k <= k_values < meta.k + op.group:
         raise bad_input(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values}",
@@ -60,8 +61,8 @@ def _raw_metadata(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -
                         code=SP_META_SHAPE, help='encode it with encode_metadata(indices, "sm90", dtype)')
     if isinstance(meta, np.ndarray):
         k = next(k for k, s in fits.items() if s == shape)
-        validate_metadata(np.ascontiguousarray(meta).view(np.uint32) if meta.dtype == np.int32 else meta,
-                          "sm90", op.name, m, k)
+        checked_metadata(np.ascontiguousarray(meta).view(np.uint32) if meta.dtype == np.int32 else meta,
+                         "sm90", op.name, m, k)  # (every call: no buffer, whose constructor copies the words)
     return meta
 
 

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..sparsity import MetadataBuffer, decode_metadata, encode_metadata, validate_metadata
+from ..sparsity import MetadataBuffer, decode_metadata, encode_metadata
 from ..sparsity.dtypes import OperandType, operand_type
 from ..sparsity.errors import SP_META_SHAPE
 from ..sparsity.formats import metadata_shape
+from ..sparsity.validate import checked_metadata
 from .arrays import array_kind, as_u32_words, bad_input, pad_columns, placed_array
 from .gemm import matmul_output
 from .gemm_choice import KernelChoice
@@ -152,7 +153,7 @@ def _raw(meta: Any, op: OperandType, m: int, k_values: int, k_b: int) -> tuple[A
                         f"got {shape}", code=SP_META_SHAPE,
                         help='encode it with encode_metadata(indices, "tcgen05", dtype)')
     if array_kind(meta) == "numpy":
-        validate_metadata(as_u32_words(meta).reshape(fits[k]), "tcgen05", op.name, m, k)
+        checked_metadata(as_u32_words(meta).reshape(fits[k]), "tcgen05", op.name, m, k)  # (no buffer: no copy)
     return meta, fits[k][0] * KERNELS_SM100[op.name].atom_k
 
 

@@ -19,7 +19,7 @@ from .hostarray import as_host_array, checked_size
 from .layouts import check_format, check_supported, nibbles_from_words, words_from_packed
 from .layouts import metadata_shape as _metadata_shape
 from .layouts import pad_sizes as _pad_sizes
-from .validate import validate_metadata
+from .validate import checked_metadata
 
 
 def pad_sizes(fmt: str, dtype: str | OperandType, m: int, k: int) -> tuple[int, int]:
@@ -59,26 +59,24 @@ def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int 
     return adopt_words(words_from_packed(pack_checked_indices(array, op), fmt, op, k), fmt, op.name, m, k)
 
 
-def _nibble_grid(buffer: MetadataBuffer) -> np.ndarray:
-    """The (m, ceil(k/G)) nibbles of a validated buffer, padding cut off."""
-    op = buffer.operand
-    chunks = -(-buffer.k // op.group)
-    if buffer.fmt == "logical":
-        data = buffer.data
+def _nibble_grid(data: np.ndarray, fmt: str, op: OperandType, m: int, k: int) -> np.ndarray:
+    """The (m, ceil(k/G)) nibbles of checked metadata words (:func:`checked_metadata`), padding cut off."""
+    chunks = -(-k // op.group)
+    if fmt == "logical":
         if op.width_class == "tf32":
             return (np.uint8(4) + np.uint8(10) * data[:, :, 0]).astype(np.uint8)
         return data[:, :, 0] | (data[:, :, 1] << np.uint8(2))
-    return nibbles_from_words(buffer.data, buffer.fmt, op)[:buffer.m, :chunks]
+    return nibbles_from_words(data, fmt, op)[:m, :chunks]
 
 
 def decode_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandType | None = None, *,
                     m: int | None = None, k: int | None = None, allow_unordered: bool = False) -> np.ndarray:
     """Logical indices (m, ceil(k/G), S) uint8 of a metadata buffer, after
     :func:`validate_metadata` (same arguments); padding is dropped."""
-    buffer = validate_metadata(meta, fmt, dtype, m, k, allow_unordered=allow_unordered)
-    if buffer.fmt == "logical":
-        return buffer.data.copy()
-    return nibbles_to_indices(_nibble_grid(buffer), buffer.operand)
+    checked = checked_metadata(meta, fmt, dtype, m, k, allow_unordered=allow_unordered)  # (no buffer: no copy)
+    if checked[1] == "logical":
+        return checked[0].copy()
+    return nibbles_to_indices(_nibble_grid(*checked), checked[2])
 
 
 def decompress(values: Any, meta: Any, fmt: str | None = None, dtype: str | OperandType | None = None, *,
@@ -93,6 +91,6 @@ def decompress(values: Any, meta: Any, fmt: str | None = None, dtype: str | Oper
         if len(shape) == 2:
             m = shape[0] if m is None else m
             k = 2 * shape[1] if k is None else k
-    buffer = validate_metadata(meta, fmt, dtype, m, k, allow_unordered=allow_unordered)
-    dense = decompress_nibbles(values, _nibble_grid(buffer), buffer.operand)
-    return dense[:, :buffer.k]
+    checked = checked_metadata(meta, fmt, dtype, m, k, allow_unordered=allow_unordered)  # (no buffer: no copy)
+    dense = decompress_nibbles(values, _nibble_grid(*checked), checked[2])
+    return dense[:, :checked[4]]

@@ -241,6 +241,18 @@ def validate_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandTyp
     where given) or a raw array (then ``fmt`` and ``dtype`` are required, and ``m`` and ``k`` too
     except for "logical", where they default to the array's). Raises :class:`SparsityError`.
     """
+    data, fmt, op, m, k = checked_metadata(meta, fmt, dtype, m, k, allow_unordered=allow_unordered)
+    if isinstance(meta, MetadataBuffer) and meta.data is data:
+        return meta
+    return MetadataBuffer(data, fmt, op.name, m, k)
+
+
+def checked_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandType | None = None,
+                     m: int | None = None, k: int | None = None, *,
+                     allow_unordered: bool = False) -> tuple[np.ndarray, str, OperandType, int, int]:
+    """:func:`validate_metadata`'s checks without the buffer it returns (whose constructor copies
+    a raw array's words): (the checked host words, format, operand type, m, k). For a launch that
+    checks raw host words on every call (``sparse_matmul`` with raw words, the interpreter)."""
     allow_unordered = checked_flag(allow_unordered, "allow_unordered")  # ("no" would loosen the check)
     if isinstance(meta, MetadataBuffer):
         checked_size(meta.m, "MetadataBuffer.m")  # a tag built by hand: its sizes and words checked
@@ -271,6 +283,4 @@ def validate_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandTyp
         data = np.ascontiguousarray(data, dtype=np.uint8)
     elif not _words_valid(data, accepted_nibbles(op, fmt, allow_unordered)):
         _check_nibbles(nibbles_from_words(data, fmt, op), fmt, op, m, k, allow_unordered)
-    if isinstance(meta, MetadataBuffer) and meta.data is data:
-        return meta
-    return MetadataBuffer(data, fmt, op.name, m, k)
+    return data, fmt, op, m, k

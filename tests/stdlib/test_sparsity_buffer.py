@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from sparsile.stdlib.kernels import sparse_matmul
-from sparsile.stdlib.sparsity import MetadataBuffer, compress, decode_metadata, encode_metadata, validate_metadata
+from sparsile.stdlib.sparsity import (
+    MetadataBuffer,
+    SparsityError,
+    compress,
+    decode_metadata,
+    encode_metadata,
+    validate_metadata,
+)
 
 
 def _weight(m: int = 16, k: int = 64, seed: int = 3) -> np.ndarray:
@@ -87,3 +94,31 @@ def test_a_torch_neg_view_is_read_with_its_negation() -> None:
     values, _ = compress(torch._neg_view(w.half()), "f16", prune=True)
     plain, _ = compress(-w.half().numpy(), "f16", prune=True)
     np.testing.assert_array_equal(np.asarray(values), np.asarray(plain))
+
+
+def test_checking_raw_words_copies_none_of_them(monkeypatch) -> None:
+    """A launch of raw words (sparse_matmul's every call with them, the interpreter's wgmma decompressing a
+    tile's words) checks them without building a MetadataBuffer, whose constructor copies the words: a copy
+    per call, and per interpreted MMA, that nobody kept."""
+    from sparsile.stdlib.kernels import prune_and_compress
+    from sparsile.stdlib.sparsity import buffer, decompress
+
+    rng = np.random.default_rng(4)
+    dense = rng.standard_normal((128, 64)).astype(np.float32)
+    values, meta = prune_and_compress(dense, "f16")
+    words = np.array(meta.data)  # raw words, the caller's
+    b = rng.standard_normal((16, 64)).astype(np.float16)
+    want = sparse_matmul(values, meta, b, interpret=True)
+    made = []
+    post_init = buffer.MetadataBuffer.__post_init__
+    monkeypatch.setattr(buffer.MetadataBuffer, "__post_init__", lambda self: made.append(self) or post_init(self))
+    got = sparse_matmul(values, words, b, interpret=True)
+    assert np.array_equal(got, want)
+    d = decompress(values, words, "sm90", "f16")
+    assert np.array_equal(d, decompress(values, meta))
+    assert np.array_equal(decode_metadata(words, "sm90", "f16", m=128, k=64), decode_metadata(meta))
+    assert made == []
+    bad = words.copy()
+    bad[0, 0] = 0xFFFFFFFF
+    with pytest.raises(SparsityError, match=r"SP0807.*undefined metadata nibble 0xF at row 0, group 0"):
+        decompress(values, bad, "sm90", "f16")  # (still checked)
