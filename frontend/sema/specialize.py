@@ -244,6 +244,8 @@ def _exact(value: Any) -> Any:
     kind = type(value)
     if kind is tuple or kind is list:
         return (kind, *map(_exact, value))
+    if kind is T.TypedConstant:  # `f32(-0.0)` equals `f32(0.0)` as a dataclass
+        return (kind, str(value.dtype), _exact(value.value))
     if isinstance(value, float | np.floating) and value == 0:
         return (kind, value, math.copysign(1.0, value))
     return (kind, value)
@@ -377,6 +379,8 @@ def _hashable(v: Any) -> Any:
         return ("type", str(v))
     if isinstance(v, tuple):
         return tuple(_hashable(x) for x in v)
+    if isinstance(v, Const):  # a typed constant: `Const(-0.0, f32)` equals `Const(0.0, f32)` as a dataclass
+        return ("Const", str(v.dtype), _hashable(v.value))
     if isinstance(v, float | np.floating) and v == 0 and math.copysign(1.0, v) < 0:
         return (type(v).__name__, v, "negative zero")  # equal to 0.0, yet x * -0.0 is not x * 0.0
     return (type(v).__name__, v)

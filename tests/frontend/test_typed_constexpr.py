@@ -106,3 +106,23 @@ def test_a_typed_default_is_bound_as_the_constant_of_its_type() -> None:
     (c,) = [p for p in _kernels()[0].params if p.name == "C"]
     assert (c.annotation, c.default.value, c.default.dtype) == (constexpr, 250, u8)
     assert i32 is sp.i32
+
+
+@sp.jit
+def _scale(X, O, C: constexpr):
+    sp.store(O + sp.arange(0, 4), sp.load(X + sp.arange(0, 4)) * C)
+
+
+@pytest.mark.parametrize("order", [(0.0, -0.0), (-0.0, 0.0)])
+def test_typed_constexpr_arguments_of_either_zero_compile_apart(order: tuple[float, float]) -> None:
+    """``sp.f32(0.0)`` and ``sp.f32(-0.0)`` are equal TypedConstants (and equal typed Consts), yet
+    ``x * C`` differs: the launch fingerprint and the specialization key tell them apart (the second
+    launch reused the first one's kernel: ``x * f32(-0.0)`` gave +0.0)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.5, 4.0, 4).astype(np.float32)
+    for z in order:
+        out = np.full(4, np.nan, np.float32)
+        _scale.interpret[(1,)](x, out, C=sp.f32(z))
+        want = x.astype(np.float64) * z
+        assert [np.copysign(1.0, v) for v in out] == [np.copysign(1.0, v) for v in want], (z, out)
+        assert out.tolist() == want.tolist()
