@@ -118,6 +118,9 @@ class Sema(ExprMixin, ControlFlowMixin):
                 self.scope.names[p.name] = b
                 if p.name in self.constant_notes:
                     self.constant_params[id(b)] = (p.name, b)
+            elif isinstance(b, tuple):  # a constexpr tuple holding typed constants (`(u8(250), 3)`)
+                params.append(Param(p.name, None, None, _tuple_values(b), p.span))
+                self.scope.names[p.name] = b
             elif isinstance(b, ArgSpec):
                 v = body.block.add_arg(b.type, p.name)
                 params.append(Param(p.name, b.type, v, None, p.span, b.divisible_16))
@@ -486,3 +489,8 @@ def _target_text(t: A.Expr) -> str:
 
 def _helper_signature(node: A.FunctionDef) -> str:
     return f"{node.name}({', '.join(p.name for p in node.params)})"
+
+
+def _tuple_values(t: tuple) -> tuple:
+    """The Python values of a constexpr tuple of constants (a parameter's ``constant``, as printed)."""
+    return tuple(_tuple_values(x) if isinstance(x, tuple) else x.value if isinstance(x, Const) else x for x in t)

@@ -126,3 +126,31 @@ def test_typed_constexpr_arguments_of_either_zero_compile_apart(order: tuple[flo
         want = x.astype(np.float64) * z
         assert [np.copysign(1.0, v) for v in out] == [np.copysign(1.0, v) for v in want], (z, out)
         assert out.tolist() == want.tolist()
+
+
+SPK_TUPLE = """
+@kernel
+def k(X: ptr[u8], O: ptr[i32], C: constexpr = (u8(250), 3)):
+    store(O, C[0] + C[0] + C[1])
+    store(O + 1, load(X) + C[0])
+"""
+
+
+@sp.jit
+def _jit_tuple(X, O, C: constexpr):
+    sp.store(O, C[0] + C[0] + C[1])
+    sp.store(O + 1, sp.load(X) + C[0])
+
+
+@pytest.mark.parametrize("how", ["spk default", "spk argument", "jit argument"])
+def test_a_tuple_holding_a_typed_constant_binds_as_a_constexpr(how: str) -> None:
+    """A constexpr tuple with a typed element (a ``.spk`` default ``(u8(250), 3)``, or
+    ``(sp.u8(250), 3)`` given at launch) binds as the tuple of its constants: it was an
+    InternalError "parameter 'C' of k has no binding". ``C[0] + C[0]`` wraps as u8."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(1, 200, 1).astype(np.uint8)
+    out = np.full(2, -7, np.int32)
+    kernel = _jit_tuple if how == "jit argument" else sp.loads(SPK_TUPLE, "tuple.spk").kernels["k"]
+    kwargs = {} if how == "spk default" else {"C": (u8(250), 3)}
+    kernel.interpret[(1,)](x, out, **kwargs)
+    assert out.tolist() == [(250 + 250) % 256 + 3, (int(x[0]) + 250) % 256]
