@@ -406,11 +406,14 @@ class ExprMixin:
                 raise CompileError([Diagnostic("SP0323", f"keyword argument `{k.name}` repeated", k.span)])
             kwargs[k.name] = Arg(self.expr(k.value), k.value.span)
         if isinstance(func, BoundMethod):
-            target = _typed_to_target(func, args, kwargs)
-            if target is not None:  # `u8(200).to(f32)`: converts as `f32(u8(200))`
-                return _convert_constant(func.self_arg, target, node.span)
+            target = _constant_to_target(func.builtin, [func.self_arg, *args], kwargs)
+            if target is not None:  # `u8(200).to(f32)`, `(0.1).to(f64)`: converts as `f32(u8(200))`, `f64(0.1)`
+                return _convert_constant(target[0], target[1], node.span)
             return self.call_builtin(func.builtin, [func.self_arg, *args], kwargs, node)
         if isinstance(func, Builtin):
+            target = _constant_to_target(func, args, kwargs)
+            if target is not None:  # `to(0.1, f64)`: as `f64(0.1)`
+                return _convert_constant(target[0], target[1], node.span)
             items = _typed_tuple_items(func, args, kwargs)
             if items is not None:  # `max((u8(1), u8(2)))` as `max(u8(1), u8(2))`
                 return items[0].value if len(items) == 1 else fold_typed_builtin(func.name, items, node.span)
@@ -623,16 +626,22 @@ def _convert_constant(c: Arg, t: T.ScalarType, span: Span) -> Const:
         raise CompileError([Diagnostic("SP0303", f"{v!r} has no value in {t}", c.span)]) from None
 
 
-def _typed_to_target(func: BoundMethod, args: list[Arg], kwargs: dict[str, Arg]) -> T.ScalarType | None:
-    """The scalar type ``D`` of ``c.to(D)`` (or ``c.to(dtype=D)``) where ``c`` is a typed constant,
-    else None (the call goes to the ``to`` builtin, which reports wrong arguments)."""
-    if func.builtin.name != "to" or not is_typed(func.self_arg.value):
+def _constant_to_target(func: Builtin, args: list[Arg], kwargs: dict[str, Arg]) -> tuple[Arg, T.ScalarType] | None:
+    """``(c, D)`` of ``c.to(D)`` or ``to(c, D)`` (``dtype=D`` too) where ``c`` is a constant number,
+    typed or not, and ``D`` a scalar type: it converts as ``D(c)`` does, once, from the constant's
+    exact value. Else None (the call goes to the ``to`` builtin, which reports wrong arguments)."""
+    if func.name != "to" or len(args) + len(kwargs) != 2 or not set(kwargs) <= {"x", "dtype"}:
         return None
-    given = [*args, *kwargs.values()]
-    if len(given) != 1 or (kwargs and "dtype" not in kwargs):
+    given = dict(zip(("x", "dtype"), args, strict=False))
+    if set(given) & set(kwargs):
         return None
-    d = given[0].value
-    return d.value if isinstance(d, Const) and isinstance(d.value, T.ScalarType) else None
+    given.update(kwargs)
+    c, d = given["x"], given["dtype"].value
+    if not (isinstance(c.value, Const) and isinstance(c.value.value, bool | int | float)):
+        return None
+    t = d.value if isinstance(d, Const) else None
+    t = T.scalar_type(t) if isinstance(t, str) else t  # `to(c, "f64")`, as the builtin takes it
+    return (c, t) if isinstance(t, T.ScalarType) else None
 
 
 def _typed_tuple_items(func: Builtin, args: list[Arg], kwargs: dict[str, Arg]) -> list[Arg] | None:

@@ -329,3 +329,36 @@ def test_to_of_an_untyped_constant_is_the_function_form() -> None:
         assert got.tobytes() == want.tobytes()
     want_o = np.concatenate([xs.astype(np.int64) * a + i for i in range(3)])
     assert outs[0][0].tolist() == want_o.tolist()
+
+
+TO_OF_A_CONSTANT = """
+@kernel
+def k(O64: ptr[f64], O16: ptr[f16], OU: ptr[u64]):
+    c = {c}
+    store(O64, {to64})
+    store(O16, {to16})
+    store(OU, {tou})
+"""
+
+
+@pytest.mark.parametrize("form", ["method", "function"])
+def test_to_of_an_untyped_constant_converts_as_the_type_constructor(form: str) -> None:
+    """``c.to(D)`` and ``to(c, D)`` of an untyped constant convert it as ``D(c)`` does, once, from its
+    exact value (docs/language.md: untyped constants are Python's exact values): they made ``c`` an
+    ``f32`` (or ``i64``) value first, so ``(0.1).to(f64)`` was 0.10000000149011612, ``1e300`` became
+    inf, ``c.to(f16)`` rounded twice, and ``(2**63).to(u64)`` was SP0303 "does not fit in i64"."""
+    rng = np.random.default_rng(45)
+    # an f64 just above the midpoint of two f16 neighbours, by less than f32 resolves: f32 rounds it to
+    # the midpoint, which then rounds to even (down) in f16; rounded once it goes up
+    base = float(rng.integers(1024, 2048))  # f16 spacing 1.0 here, f32 spacing 2**-13
+    c = base + 0.5 + 2.0**-20
+    u = int(rng.integers(2**63, 2**64, dtype=np.uint64))
+    big = float(rng.uniform(1e300, 1e301))
+    if form == "method":
+        body = TO_OF_A_CONSTANT.format(c=repr(c), to64=f"({big!r}).to(f64)", to16="c.to(f16)", tou=f"({u}).to(u64)")
+    else:
+        body = TO_OF_A_CONSTANT.format(c=repr(c), to64=f"to({big!r}, f64)", to16="to(c, f16)", tou=f"to({u}, u64)")
+    o64, o16, ou = np.full(1, np.nan), np.full(1, np.nan, np.float16), np.zeros(1, np.uint64)
+    run(body, o64, o16, ou)
+    assert (float(o64[0]), float(o16[0]), int(ou[0])) == (big, base + 1.0, u)
+    assert float(np.float16(np.float32(c))) == base  # the double rounding the test tells apart
