@@ -14,6 +14,7 @@ disk cache, for ``@jit`` kernels or with ``jobs=1`` the specializations compile 
 
 from __future__ import annotations
 
+import contextvars
 import os
 import pickle
 import struct
@@ -164,8 +165,9 @@ def _in_threads_timed(specs: list[Specialization], targets: list[str], timeout: 
             except BaseException as e:  # re-raised in the caller's thread
                 outcome.append(e)
 
-        start = time.perf_counter()
-        thread = threading.Thread(target=one, name="sparsile-compile", daemon=True)
+        start = time.perf_counter()  # in the caller's context (a `dumping(...)` block), as a compile here would be
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(one,), name="sparsile-compile",
+                                  daemon=True)
         thread.start()
         thread.join(timeout)
         if thread.is_alive():

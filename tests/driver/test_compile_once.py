@@ -293,3 +293,22 @@ def test_a_compile_in_this_process_that_runs_past_the_timeout_is_named(fresh_cac
         assert specs[0].cached("sm_90a") and specs[2].cached("sm_90a") and not specs[1].cached("sm_90a")
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_a_compile_in_this_process_sees_the_callers_dump_context(fresh_cache, timeout: float | None) -> None:
+    """``with sparsile dumping(...)`` (a context variable) around ``compile_specializations(jobs=1)``
+    dumps each compile with or without a ``timeout``: the timeout's thread ran the compile without the
+    caller's context (no dump, and a cached entry instead of the fresh compile a dump needs)."""
+    import io
+
+    from sparsile.frontend.dump import dumping
+
+    kernel = sp.load(VECTOR_ADD).kernels["vector_add"]
+    x, y, out = _arrays()
+    specs = [Specialization.of_launch(kernel, (x, y, out, 64), {"BLOCK": block}) for block in (64, 128)]
+    compile_specializations(specs[:1], "sm_90a", jobs=1)  # cached: only a fresh compile dumps it
+    stream = io.StringIO()
+    with dumping(["ptx"], stream):
+        compile_specializations(specs, "sm_90a", jobs=1, timeout=timeout)
+    assert stream.getvalue().count("// ---- after ptx: ") == 2, stream.getvalue()[:300]
