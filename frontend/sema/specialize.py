@@ -434,7 +434,7 @@ def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
             raise LaunchError("SP0724", f"`{name}` appears twice in the signature")
         try:
             node = parse_expression(rhs.replace("\n", " "), "<signature>")
-            value = Sema(resolve or no_globals).evaluate(node, f"the value of `{name}`")
+            value = _signature_value(Sema(resolve or no_globals).evaluate(node), f"the value of `{name}`", node.span)
         except CompileError as e:
             errors.extend(_retarget(d, source, offset) for d in e.diagnostics)
             continue
@@ -442,6 +442,18 @@ def parse_signature(text: str, resolve: Any = None) -> dict[str, Any]:
     if errors:
         raise CompileError(errors)
     return out
+
+
+def _signature_value(v: Any, what: str, span: Any) -> Any:
+    """A signature item's sema value as :meth:`Kernel.signature_bindings` takes it: an untyped
+    constant's Python value, a typed constant (``u8(250)``) as its Const, which binds as that typed
+    constant (as a parameter default or a launch's ``sp.u8(250)`` does), a tuple item by item. Else
+    SP0201."""
+    if isinstance(v, Const):
+        return v if v.dtype is not None else v.value
+    if isinstance(v, tuple) and all(isinstance(x, Const | tuple) for x in v):
+        return tuple(_signature_value(x, what, span) for x in v)
+    raise CompileError([Diagnostic("SP0201", f"{what} must be a compile-time constant", span)])
 
 
 def _retarget(d: Any, source: Any, offset: int) -> Any:

@@ -154,3 +154,14 @@ def test_a_tuple_holding_a_typed_constant_binds_as_a_constexpr(how: str) -> None
     kwargs = {} if how == "spk default" else {"C": (u8(250), 3)}
     kernel.interpret[(1,)](x, out, **kwargs)
     assert out.tolist() == [(250 + 250) % 256 + 3, (int(x[0]) + 250) % 256]
+
+
+@pytest.mark.parametrize("frontend", ["spk", "jit"])
+@pytest.mark.parametrize(("given", "c"), [("C=u8(200)", 200), ("C=(u8(250), 1)[0]", 250), ("C=u8(456)", 200)])
+def test_a_typed_constant_in_an_ahead_of_time_signature_stays_typed(frontend: str, given: str, c: int) -> None:
+    """``--signature "C=u8(200)"`` (Kernel.compile with a signature text) binds the typed constant, as
+    the launch argument ``C=sp.u8(200)`` and the default ``C: constexpr = u8(200)`` do: the signature's
+    value lost its type (``C + C`` compiled as 400, not u8's 144)."""
+    kern = _kernels()[frontend == "jit"]
+    ll = kern.compile(f"X=ptr[u8], O=ptr[i32], {given}", target="sm_90a", stop_after="llvm", cache=False).llvm
+    assert f"i8 {2 * c % 256}" in ll and str(2 * c) not in ll, ll[-800:]
