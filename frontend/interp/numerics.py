@@ -117,15 +117,22 @@ def round_float(r: Any, elem: T.ScalarType) -> np.ndarray:
     r = np.asarray(r)
     if elem.bits < 16:
         return cast_array(r, T.f32, elem)
-    if elem.bits == 32:  # tf32 values are held, and computed on, as f32 (as on the GPU)
-        r = r.astype(np.float32)
-    return r.astype(elem.numpy_dtype)
+    with np.errstate(over="ignore"):  # beyond the type's range: an infinity, as on the GPU
+        if elem.bits == 32:  # tf32 values are held, and computed on, as f32 (as on the GPU)
+            r = r.astype(np.float32)
+        return r.astype(elem.numpy_dtype)
 
 
 def cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarray:
     """Elementwise conversion with GPU semantics: float->int truncates toward zero and saturates
     (PTX ``cvt.rzi.sat``, 64-bit integers included), NaN -> 0; int->float and float->float round
-    to nearest even; to an 8-bit float saturates (from integers too)."""
+    to nearest even; to an 8-bit float saturates (from integers too). A value beyond the range of a
+    float type becomes an infinity, as on the GPU, without numpy's overflow warning."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _cast_array(a, src, dst)
+
+
+def _cast_array(a: np.ndarray, src: T.ScalarType, dst: T.ScalarType) -> np.ndarray:
     ddt = dst.numpy_dtype
     if dst.is_bool:
         return a != 0

@@ -43,7 +43,7 @@ def run(program: Program, launch: Launch, seed: int) -> dict[str, np.ndarray]:
     args = program.inputs(seed)
     kernel = kernel_of(program)
     launch(kernel, program.grid, ordered(kernel, args))
-    names = list(program.outputs) + (["HIST"] if program.hist_dtype else [])
+    names = list(program.outputs) + (["HIST"] if program.hist_dtype else []) + list(program.atomic_bufs)
     return {n: np.asarray(args[n]) for n in names}
 
 
@@ -70,9 +70,13 @@ def mismatches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tols: di
 
 
 def check_against_reference(program: Program, seed: int) -> list[str]:
-    """The interpreter's outputs against the numpy reference evaluator."""
-    want, tols = program.reference(program.inputs(seed))
-    return mismatches(run(program, interpret, seed), want, tols)
+    """The interpreter's outputs against the numpy reference evaluator, for each value of the
+    program's ``constexpr`` ``K`` (one kernel specialized twice)."""
+    out = []
+    for variant in program.variants():
+        want, tols = variant.reference(variant.inputs(seed))
+        out += [f"K={variant.consts['K']}: {d}" for d in mismatches(run(variant, interpret, seed), want, tols)]
+    return out
 
 
 def differential(seeds: list[int], launch: Launch, *, prepare: Callable[[list[Program]], None] | None = None
@@ -81,7 +85,7 @@ def differential(seeds: list[int], launch: Launch, *, prepare: Callable[[list[Pr
     twice their bound: both are within it of the exact value); a report per failing program, with
     its seed and source, so one run triages every mismatch. ``prepare`` sees every program first
     (the GPU test compiles them in parallel there)."""
-    programs = [generate(seed) for seed in seeds]
+    programs = [v for seed in seeds for v in generate(seed).variants()]
     if prepare is not None:
         prepare(programs)
     reports = []
@@ -94,5 +98,6 @@ def differential(seeds: list[int], launch: Launch, *, prepare: Callable[[list[Pr
         except Exception as e:  # a compile or launch error is a finding too
             diffs = [f"{type(e).__name__}: {e}"]
         if diffs:
-            reports.append(f"--- seed {program.seed}:\n" + "\n".join(diffs) + "\n" + program.source)
+            reports.append(f"--- seed {program.seed}, K={program.consts['K']}:\n" + "\n".join(diffs) + "\n"
+                           + program.source)
     return reports

@@ -16,12 +16,24 @@ integer ``atomic_add`` into a shared histogram, and outputs whose float summatio
 defined (a float ``sum``, a ``dot`` of f16 / bf16 tiles), which are compared with the bound
 ``n * 2**-23 * sum |x|`` (:attr:`Program.tolerance`) instead of bit for bit.
 
+The widened generator (a second pass) adds every scalar type (i8 / i16 / u8 / u16 / u64 / f64 and
+the 8-bit floats e4m3 / e5m2, which compute in f32 and saturate as ``cvt.rn.satfinite``), integer
+``//`` / ``%`` (C's, by zero 0; never ``MIN // -1``) and float ``//`` / ``%`` (rule 6, through
+tests/support/op_table_reference.py), the exact math functions ``abs`` / ``floor`` / ``ceil`` /
+``sqrt`` anywhere, the approximate ones (``exp``, ``log``, ``sin``, ``tanh``, ...) as outputs within
+the PTX ISA's bounds, helper functions (nested ``def`` and module-level, a keyword argument), an
+integer ``constexpr`` ``K`` used as a literal, a divisor and a ``static_range`` count, with each
+program launched for two values of it (:meth:`Program.variants`), atomics whose old values are used
+(``atomic_add`` / ``max`` / ``min`` / ``xchg`` / ``cas`` on a buffer of their own, in loops too),
+scalar arguments of -0.0, and grids with more programs than the data (whole programs masked off).
+
 ``generate(seed)`` gives a :class:`Program`; ``program.source`` is its text, ``program.inputs(seed)``
 its arguments (outputs poisoned), ``program.reference(args)`` the outputs numpy computes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -30,11 +42,18 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-NP: dict[str, Any] = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "f16": np.float16,
-                      "bf16": ml_dtypes.bfloat16, "f32": np.float32, "bool": np.bool_}
-INTS = ("i32", "u32", "i64")
-FLOATS = ("f16", "bf16", "f32")
-BITS = {"i32": 32, "u32": 32, "i64": 64, "f16": 16, "bf16": 16, "f32": 32, "bool": 1}
+from .op_table_reference import approx_bound, ideal, ref_float_binary, ref_int_binary
+
+NP: dict[str, Any] = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8,
+                      "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "f16": np.float16,
+                      "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64,
+                      "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "bool": np.bool_}
+INTS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+FLOATS = ("f16", "bf16", "f32", "f64", "e4m3", "e5m2")
+FP8 = ("e4m3", "e5m2")
+BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64, "f16": 16,
+        "bf16": 16, "f32": 32, "f64": 64, "e4m3": 8, "e5m2": 8, "bool": 1}
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 POISON = 77
 U_BOUND = 2.0**-23
 """Twice the unit roundoff of f32: the per-term bound of an f32 sum in any order."""
@@ -45,7 +64,7 @@ def promote(a: str, b: str) -> str:
     if a == b:
         return a
     if a in FLOATS and b in FLOATS:
-        if {a, b} == {"f16", "bf16"}:
+        if {a, b} == {"f16", "bf16"} or (a in FP8 and b in FP8):
             return "f32"
         return a if BITS[a] > BITS[b] else b
     if a in FLOATS or b in FLOATS:
@@ -97,6 +116,26 @@ def convert(x: np.ndarray, frm: str, to: str) -> np.ndarray:
         return _convert(np.asarray(x), frm, to)
 
 
+def to_fp8(x: np.ndarray, to: str) -> np.ndarray:
+    """Floats (any numpy float type) to an 8-bit float as ``cvt.rn.satfinite`` after a rounding to
+    f32: finite values beyond the largest saturate to it, infinities too, NaN stays NaN."""
+    with np.errstate(all="ignore"):
+        f = _f64(np.asarray(x).astype(np.float32))
+        top = FP8_MAX[to]
+        f = np.where(np.isnan(f), f, np.clip(f, -top, top))
+        return np.asarray(f.astype(np.float32).astype(NP[to]))
+
+
+def round_float(x: np.ndarray, t: str) -> np.ndarray:
+    """The exact result ``x`` (held in f64, where an op's result on ``t`` rounds innocuously) of an
+    operation on float type ``t``, as the operation gives it: rounded once to ``t``, and for the
+    8-bit floats, which compute in f32, rounded as a conversion to them (saturating)."""
+    if t in FP8:
+        return to_fp8(x, t)
+    with np.errstate(all="ignore"):
+        return np.asarray(_f64(x).astype(NP[t]))
+
+
 def _convert(x: np.ndarray, frm: str, to: str) -> np.ndarray:
     if frm == to:
         return x
@@ -105,10 +144,36 @@ def _convert(x: np.ndarray, frm: str, to: str) -> np.ndarray:
     if frm == "bool":
         return np.asarray(x.astype(NP[to]))
     if to in FLOATS:
-        return np.asarray(_int_to_float(x, to) if frm in INTS else _f64(x).astype(NP[to]))
+        if frm in INTS:
+            if to == "f64":  # Python's int -> float rounds to nearest even, once
+                return np.vectorize(lambda v: float(int(v)), otypes=[np.float64])(x) if x.size else x.astype(np.float64)
+            if to in FP8:
+                return to_fp8(_int_to_float(x, "f32"), to)
+            return np.asarray(_int_to_float(x, to))
+        return round_float(_f64(x), to) if frm != "f64" or to in FP8 else np.asarray(x.astype(NP[to]))
     if frm in FLOATS:
         return _float_to_int(x, to)
     return np.asarray(x.astype(NP[to]))  # integer to integer: wraps
+
+
+def sum_type(t: str) -> str:
+    """The type of an integer ``sum``: integers narrower than 32 bits sum in i32."""
+    return t if BITS[t] >= 32 else "i32"
+
+
+def int_divmod(x: np.ndarray, y: np.ndarray, t: str, op: str) -> np.ndarray:
+    """Integer ``//`` / ``%`` (rule 6: C's, toward zero; by zero 0) through exact Python integers."""
+    kind = "floordiv" if op == "//" else "mod"
+    x, y = np.broadcast_arrays(np.asarray(x), np.asarray(y))
+    out = [ref_int_binary(kind, t, int(a), int(b)) for a, b in zip(x.reshape(-1), y.reshape(-1), strict=True)]
+    return np.asarray(np.array(out, dtype=object).astype(NP[t]).reshape(x.shape))
+
+
+def float_mod(x: np.ndarray, y: np.ndarray, t: str) -> np.ndarray:
+    """Float ``%`` (rule 6: ``x - trunc(x / y) * y`` with one fma, in f32 for narrow types)."""
+    x, y = np.broadcast_arrays(_f64(x), _f64(y))
+    out = [ref_float_binary("mod", t, float(a), float(b)) for a, b in zip(x.reshape(-1), y.reshape(-1), strict=True)]
+    return np.asarray(np.array(out, np.float64).astype(NP[t]).reshape(x.shape))
 
 
 def fmax(a: np.ndarray, b: np.ndarray, is_max: bool) -> np.ndarray:
@@ -156,15 +221,17 @@ class Var(Node):
 class Lit(Node):
     """A literal right operand: it takes the type of the other operand (rule 1)."""
 
-    value: float | int = 0
+    value: float | int | str = 0
+    """A number, or the name of an integer ``constexpr`` parameter (weakly typed as a literal)."""
 
     def src(self) -> str:
-        return repr(self.value)
+        return self.value if isinstance(self.value, str) else repr(self.value)
 
     def ev(self, env: dict[str, np.ndarray]) -> np.ndarray:
-        if isinstance(self.value, float):
-            return np.asarray(np.float64(self.value).astype(NP[self.dtype]))
-        return convert(np.asarray(self.value, np.int64), "i64", self.dtype)
+        v = int(env[self.value]) if isinstance(self.value, str) else self.value
+        if isinstance(v, float):
+            return np.asarray(np.float64(v).astype(NP[self.dtype]))
+        return convert(np.asarray(v, np.int64), "i64", self.dtype)
 
 
 ARITH = ("+", "-", "*")
@@ -191,10 +258,16 @@ class Bin(Node):
                     x, y = _f64(x), _f64(y)
                 return np.asarray(eval(f"x {self.op} y", {"x": x, "y": y}))
             if t in FLOATS:
+                if self.op == "//":  # floor of the quotient rounded to the type (rule 6)
+                    return round_float(np.floor(_f64(round_float(_f64(x) / _f64(y), t))), t)
+                if self.op == "%":
+                    return float_mod(x, y, t)
                 r = eval(f"x {self.op} y", {"x": _f64(x), "y": _f64(y)})
-                return np.asarray(np.asarray(r).astype(NP[t]))
+                return round_float(r, t)
             if self.op in BITOPS:
                 return np.asarray(eval(f"x {self.op} y", {"x": x, "y": y}))
+            if self.op in ("//", "%"):
+                return int_divmod(x, y, t, self.op)
             u = np.dtype(f"u{BITS[t] // 8}")
             r = eval(f"x {self.op} y", {"x": np.asarray(x).astype(u), "y": np.asarray(y).astype(u)})
             return np.asarray(np.asarray(r).astype(u).astype(NP[t]))
@@ -278,8 +351,43 @@ class MinMax(Node):
     def ev(self, env: dict[str, np.ndarray]) -> np.ndarray:
         x, y = self.a.ev(env), self.b.ev(env)
         if self.dtype in FLOATS:
-            return fmax(x, y, self.is_max).astype(NP[self.dtype])
+            return round_float(_f64(fmax(x, y, self.is_max)), self.dtype)
         return np.asarray((np.maximum if self.is_max else np.minimum)(x, y))
+
+
+EXACT_MATH = ("abs", "floor", "ceil", "sqrt")
+"""Math functions whose result is exact (correctly rounded) on every path (rule 10)."""
+
+
+def math_type(fn: str, t: str) -> str:
+    """The result type of ``fn(x)`` for ``x`` of type ``t``: integers become f32 (``abs`` keeps them)."""
+    return t if fn == "abs" or t in FLOATS else "f32"
+
+
+@dataclass
+class Unary(Node):
+    """``abs`` / ``floor`` / ``ceil`` / ``sqrt``: 16- and 8-bit floats compute in f32 and round once
+    (8-bit floats saturate as a conversion: ``abs`` of an e5m2 infinity is 57344), integers convert
+    to f32 first (``abs`` of an integer keeps it, wrapping at the minimum), f64 computes in f64."""
+
+    fn: str = "abs"
+    a: Node | None = None
+
+    def src(self) -> str:
+        return f"{self.fn}({self.a.src()})"
+
+    def ev(self, env: dict[str, np.ndarray]) -> np.ndarray:
+        x = self.a.ev(env)
+        if self.fn == "abs" and self.a.dtype in INTS:
+            if self.a.dtype.startswith("u"):
+                return np.asarray(x)
+            u = np.dtype(f"u{BITS[self.a.dtype] // 8}")
+            xu = np.asarray(x).astype(u)
+            return np.asarray(np.where(x < 0, u.type(0) - xu, xu).astype(NP[self.a.dtype]))
+        xf = _f64(convert(x, self.a.dtype, self.dtype))
+        with np.errstate(all="ignore"):
+            r = {"abs": np.abs, "floor": np.floor, "ceil": np.ceil, "sqrt": np.sqrt}[self.fn](xf)
+        return round_float(r, self.dtype)
 
 
 def _reduce_minmax(x: np.ndarray, axis: int | None, is_max: bool, dtype: str) -> np.ndarray:
@@ -291,7 +399,7 @@ def _reduce_minmax(x: np.ndarray, axis: int | None, is_max: bool, dtype: str) ->
     acc = parts[0]
     for p in parts[1:]:
         acc = fmax(acc, p, is_max)
-    return np.asarray(acc).astype(NP[dtype])
+    return round_float(_f64(acc), dtype)
 
 
 @dataclass
@@ -317,8 +425,9 @@ class Reduce(Node):
         x = self.a.ev(env)
         t = self.a.dtype
         if self.fn == "sum":
-            u = np.dtype(f"u{BITS[t] // 8}")
-            r = np.sum(x.astype(u), axis=self.axis).astype(NP[t])
+            acc = sum_type(t)
+            u = np.dtype(f"u{BITS[acc] // 8}")
+            r = np.sum(x.astype(NP[acc]).astype(u), axis=self.axis).astype(NP[acc])
         elif self.fn in ("max", "min"):
             r = _reduce_minmax(x, self.axis, self.fn == "max", t)
         else:
@@ -401,7 +510,7 @@ class For(Stmt):
     var: str
     trip: str  # a scalar argument's name, or a constant count for static_range
     body: list[Stmt]
-    static: int | None = None
+    static: int | str | None = None
     start: int = 0
     step: int = 1
 
@@ -418,7 +527,8 @@ class For(Stmt):
         return out
 
     def run(self, env: dict[str, Any], prog: Program) -> None:
-        n = self.static if self.static is not None else int(env[self.trip])
+        static = int(env[self.static]) if isinstance(self.static, str) else self.static
+        n = static if static is not None else int(env[self.trip])
         for k in range(n):
             env[self.var] = np.asarray(k if self.static is not None else self.start + k * self.step, np.int32)
             for s in self.body:
@@ -517,6 +627,68 @@ class Atomic(Stmt):
 
 HIST_BINS = 16
 
+ATOMIC_TYPES = {"add": ("i32", "u32", "i64", "u64", "f16", "f32", "f64"), "max": ("i32", "u32", "i64", "u64"),
+                "min": ("i32", "u32", "i64", "u64"), "xchg": ("i32", "u32", "i64", "u64", "f32", "f64"),
+                "cas": ("i32", "u32", "i64", "u64")}
+"""The element types of each atomic (docs/language.md, Atomics); ``cas`` only on integers here, since
+a float ``cas`` compares bits and a computed NaN's payload is not defined."""
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    """f32 subnormals to zeros of their sign (``atom.global.add.f32``)."""
+    return np.where(np.abs(x) < 2.0**-126, np.copysign(0.0, x), x)
+
+
+@dataclass
+class AtomicRMW(Stmt):
+    """``name = atomic_<fn>(BUF + offs, [cmp,] value, mask=m [& extra])`` on a buffer of its own that
+    no other program and no other atomic touches: each element's old value (0 where masked) is the
+    buffer's value before this statement, so it is defined even in a loop."""
+
+    name: str
+    fn: str
+    buf: str
+    value: Node
+    cmp: Node | None = None
+    extra: Node | None = None
+    dtype: str = "i32"
+    sem: str | None = None
+
+    def lines(self, ind: str) -> list[str]:
+        mask = "m" if self.extra is None else f"m & {self.extra.src()}"
+        cmp = "" if self.cmp is None else f"{self.cmp.src()}, "
+        sem = "" if self.sem is None else f", sem=\"{self.sem}\""
+        return [f"{ind}{self.name} = atomic_{self.fn}({self.buf} + offs, {cmp}{self.value.src()}, mask={mask}{sem})"]
+
+    def run(self, env: dict[str, Any], prog: Program) -> None:
+        t = self.dtype
+        val = np.broadcast_to(convert(self.value.ev(env), self.value.dtype, t), prog.shape)
+        m = env["m"] if self.extra is None else env["m"] & np.asarray(self.extra.ev(env))
+        m = np.broadcast_to(m, prog.shape)
+        buf = env["@" + self.buf]
+        idx = env["offs"][m]
+        old = buf[idx].copy()
+        v = val[m]
+        with np.errstate(all="ignore"):
+            if self.fn == "add":
+                if t in FLOATS:
+                    a, b = _f64(old), _f64(v)
+                    new = round_float(_flush(_flush(a) + _flush(b)) if t == "f32" else a + b, t)
+                else:
+                    u = np.dtype(f"u{BITS[t] // 8}")
+                    new = (old.astype(u) + v.astype(u)).astype(NP[t])
+            elif self.fn in ("max", "min"):
+                new = (np.maximum if self.fn == "max" else np.minimum)(old, v)
+            elif self.fn == "xchg":
+                new = v
+            else:
+                c = np.broadcast_to(convert(self.cmp.ev(env), self.cmp.dtype, t), prog.shape)[m]
+                new = np.where(old == c, v, old)
+        buf[idx] = new
+        res = np.zeros(prog.shape, NP[t])
+        res[m] = old
+        env[self.name] = res
+
 
 @dataclass
 class OutSpec:
@@ -543,6 +715,14 @@ class Program:
     body: list[Stmt]
     hist_dtype: str | None = None
     consts: dict[str, int] = field(default_factory=dict)
+    helpers: list[Helper] = field(default_factory=list)
+    atomic_bufs: dict[str, str] = field(default_factory=dict)
+    k_values: tuple[int, ...] = (1,)
+
+    def variants(self) -> list[Program]:
+        """The program with each value of its ``constexpr`` ``K``: one kernel, specialized and
+        launched once per value."""
+        return [dataclasses.replace(self, consts={**self.consts, "K": k}) for k in self.k_values]
 
     # -- text ---------------------------------------------------------------------------------
     @property
@@ -551,14 +731,22 @@ class Program:
         ps += [f"{o}: ptr[{s.dtype}]" for o, s in self.outputs.items()]
         if self.hist_dtype:
             ps.append(f"HIST: ptr[{self.hist_dtype}]")
+        ps += [f"{b}: ptr[{t}]" for b, t in self.atomic_bufs.items()]
         ps += [f"{n}: {t}" for n, t in self.scalars.items()]
         ps += [f"{n}: constexpr" for n in self.consts]
         return ps
 
     @property
     def source(self) -> str:
-        lines = [f"# program_gen seed {self.seed}", "@kernel", f"def k({', '.join(self.params)}):"]
+        lines = [f"# program_gen seed {self.seed}"]
+        for h in self.helpers:
+            if not h.nested:
+                lines += [*h.definition(""), ""]
+        lines += ["@kernel", f"def k({', '.join(self.params)}):"]
         ind = "    "
+        for h in self.helpers:
+            if h.nested:
+                lines += h.definition(ind)
         if len(self.shape) == 1:
             lines += [f"{ind}offs = program_id(0) * B + arange(0, B)", f"{ind}m = offs < n"]
         else:
@@ -589,6 +777,8 @@ class Program:
             args[o] = np.full(size, POISON, np.float64).astype(NP[spec.dtype])
         if self.hist_dtype:
             args["HIST"] = random_values(rng, self.hist_dtype, HIST_BINS)
+        for b, t in self.atomic_bufs.items():
+            args[b] = random_values(rng, t, size)
         for n, t in self.scalars.items():
             args[n] = self.scalar_value(n, t, rng)
         args.update(self.consts)
@@ -604,9 +794,9 @@ class Program:
         if name.startswith("trip"):
             return int(rng.integers(0, 4))
         if t in FLOATS:
-            return float(rng.choice([-2.5, -1.0, 0.0, 0.75, 3.0]))
-        if t == "u32":
-            return int(rng.integers(0, 2**32))
+            return float(rng.choice([-2.5, -1.0, 0.0, -0.0, 0.75, 3.0]))
+        if t.startswith("u"):
+            return int(rng.integers(0, 2 ** BITS[t], dtype=np.uint64))
         return int(rng.integers(-50, 50))
 
     # -- the reference --------------------------------------------------------------------------
@@ -620,11 +810,14 @@ class Program:
         outs = {o: np.array(args[o], copy=True) for o in self.outputs}
         tols = {o: np.zeros(self.sizes(), np.float64) for o in self.outputs}
         hist = np.array(args["HIST"], copy=True) if self.hist_dtype else None
+        bufs = {b: np.array(args[b], copy=True) for b in self.atomic_bufs}
         for pid in np.ndindex(*self.grid):
             env: dict[str, Any] = {n: np.asarray(args[n], NP[t]) for n, t in self.scalars.items()}
             env.update({"@" + o: outs[o] for o in outs})
             env.update({"@tol:" + o: tols[o] for o in outs})
             env["@HIST"] = hist
+            env.update({"@" + b: a for b, a in bufs.items()})
+            env.update({k: np.asarray(v) for k, v in self.consts.items()})
             env["pid0"] = np.asarray(pid[0], np.int32)
             env["pid1"] = np.asarray(pid[1] if len(pid) > 1 else 0, np.int32)
             if len(self.shape) == 1:
@@ -650,6 +843,9 @@ class Program:
         if hist is not None:
             outs["HIST"] = hist
             tols["HIST"] = np.zeros(HIST_BINS)
+        for b, a in bufs.items():
+            outs[b] = a
+            tols[b] = np.zeros(a.size)
         return outs, tols
 
 
@@ -658,7 +854,7 @@ def random_values(rng: np.random.Generator, t: str, size: int) -> np.ndarray:
     with some zeros of both signs, infinities and NaNs among them (never all zeros)."""
     if t in INTS:
         info = np.iinfo(NP[t])
-        small = rng.integers(-40 if t != "u32" else 0, 40, size)
+        small = rng.integers(-40 if t[0] == "i" else 0, 40, size).astype(NP[t])
         big = rng.integers(info.min, info.max, size, dtype=NP[t], endpoint=True)
         return np.where(rng.random(size) < 0.6, small, big).astype(NP[t])
     x = np.where(rng.random(size) < 0.5, rng.integers(-24, 24, size) / 4.0,
@@ -667,7 +863,7 @@ def random_values(rng: np.random.Generator, t: str, size: int) -> np.ndarray:
     x = np.where(special < 0.02, -0.0, x)
     x = np.where((special >= 0.02) & (special < 0.03), np.inf * np.sign(rng.random(size) - 0.5), x)
     x = np.where((special >= 0.03) & (special < 0.04), np.nan, x)
-    return x.astype(NP[t])
+    return round_float(x, t)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -697,11 +893,16 @@ class Gen:
             self.grid = (rnd.randint(1, 3),)
             self.extent = (max(1, self.grid[0] * b - rnd.randint(0, b - 1)),)
             self.stride = 1
+        if rnd.random() < 0.12:  # more programs than the data needs: the last ones see only false masks
+            self.grid = (rnd.randint(2, 4), *self.grid[1:])
+            self.extent = tuple(rnd.randint(1, n) for n in self.shape[:len(self.extent)])
+            if two_d:
+                self.extent = (self.extent[0], min(self.extent[1], self.stride))
         self.scalars: dict[str, str] = {"n": "i32"} if not two_d else {"nr": "i32", "nc": "i32", "stride": "i32"}
-        self.scalars.update({"s0": "i32", "s1": rnd.choice(["u32", "i64", "f32", "i32"]), "trip0": "i32",
-                             "trip1": "i32"})
+        s1 = rnd.choice(["u32", "i64", "f32", "i32", "i8", "u16", "u64", "f64"])
+        self.scalars.update({"s0": "i32", "s1": s1, "trip0": "i32", "trip1": "i32"})
         n_in = rnd.randint(1, 3)
-        self.inputs_dt = [rnd.choice(INTS + FLOATS) for _ in range(n_in)]
+        self.inputs_dt = [self.any_type() for _ in range(n_in)]
         self.others: list[float | int | None] = []
         for t in self.inputs_dt:
             if rnd.random() < 0.3:
@@ -709,7 +910,7 @@ class Gen:
             elif t in FLOATS:
                 self.others.append(rnd.choice([1.5, -2.0, 0.25, -0.0]))
             else:
-                self.others.append(rnd.choice([7, 1, 3]) if t == "u32" else rnd.choice([-3, 7, 1]))
+                self.others.append(rnd.choice([7, 1, 3]) if t.startswith("u") else rnd.choice([-3, 7, 1]))
         self.vars: list[Var] = [Var(t, self.shape, f"x{i}") for i, t in enumerate(self.inputs_dt)]
         self.vars += [Var(t, (), n) for n, t in self.scalars.items() if n.startswith("s")]
         self.vars.append(Var("i32", (), "pid"))
@@ -721,6 +922,12 @@ class Gen:
         self.counter = 0
         self.hist_dtype: str | None = None
         self.consts = {"R": self.shape[0], "C": self.shape[1]} if two_d else {"B": self.shape[0]}
+        self.k_values = tuple(rnd.sample([1, 2, 3, 5], 2))
+        self.consts["K"] = self.k_values[0]
+        self.helpers: list[Helper] = []
+        self.atomic_bufs: dict[str, str] = {}
+        self.in_helper = False
+        self.helper_module = False
 
     # -- expressions ----------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -736,11 +943,46 @@ class Gen:
         return v
 
     def lit(self, t: str) -> Lit:
+        """A literal that fits ``t`` (rule 1), or the constexpr ``K`` (1 to 5, weakly typed)."""
+        if self.r.random() < 0.1 and not (self.in_helper and self.helper_module):
+            return Lit(t, (), value="K")
         if t in FLOATS:
             return Lit(t, (), value=self.r.choice([0.5, -1.25, 3.0, 2.0, -0.0, 1.0]))
-        if t == "u32":
-            return Lit(t, (), value=self.r.choice([0, 1, 3, 255, 4096]))
-        return Lit(t, (), value=self.r.choice([-1, 0, 1, 3, 255, -4096]))
+        values = {"i8": [-1, 0, 1, 3, 127, -128], "u8": [0, 1, 3, 255], "u16": [0, 1, 3, 255, 4096],
+                  "u32": [0, 1, 3, 255, 4096], "u64": [0, 1, 3, 255, 4096]}
+        return Lit(t, (), value=self.r.choice(values.get(t, [-1, 0, 1, 3, 255, -4096])))
+
+    def divisor(self, t: str, depth: int) -> Node:
+        """A right operand of integer ``//`` / ``%``: never -1 (``MIN // -1`` is undefined, SP0790 in
+        the interpreter), zero allowed (gives 0)."""
+        r = self.r
+        if r.random() < 0.4:
+            signed = [-5, -3] if t[0] == "i" else []
+            ks = [] if self.in_helper and self.helper_module else ["K"]
+            return Lit(t, (), value=r.choice([2, 3, 7, 16, *ks, *signed]))
+        b = self.expr(t, depth - 1)
+        if t[0] == "i":
+            b = Bin(t, b.shape, op="&", a=b, b=Lit(t, (), value=127))
+        return b
+
+    def helper(self, t: str, depth: int, tile: bool) -> Node:
+        """A call of a new helper function whose body is an expression of its two parameters."""
+        r = self.r
+        name = self.fresh("h")
+        nested = r.random() < 0.5
+        t2 = self.any_type()
+        p0, p1 = Var(r.choice([t, self.any_type()]), self.shape, "a"), Var(t2, r.choice([(), self.shape]), "b")
+        saved = self.vars, self.index_vars, self.in_helper, self.helper_module
+        self.vars, self.index_vars, self.in_helper, self.helper_module = [p0, p1], [], True, not nested
+        body = self.main(self.expr(t, depth - 1, True))
+        self.vars, self.index_vars, self.in_helper, self.helper_module = saved
+        a0 = self.main(self.expr(p0.dtype, depth - 1, True))
+        a1 = self.expr(t2, depth - 1, True) if p1.shape else self.expr(t2, depth - 1)
+        a1 = self.main(a1) if p1.shape else (a1 if not a1.shape else Reduce(t2, (), fn="max", a=self.main(a1)))
+        h = Helper(t, self.shape, name=name, params=[p0, p1], body=body, args=[a0, a1], nested=nested,
+                   keyword=r.random() < 0.3)
+        self.helpers.append(h)
+        return h
 
     def expr(self, t: str, depth: int, tile: bool = False) -> Node:
         """An expression of element type ``t`` (a tile when ``tile``)."""
@@ -757,17 +999,17 @@ class Gen:
                     self.expr(ct, depth - 1, tile), self.lit(ct), ct))
             return self.cmp(a, b, ct)
         if k < 0.35:
-            op = r.choice(ARITH + (("/",) if t in FLOATS else BITOPS))
+            op = r.choice(ARITH + (("/", "//", "%") if t in FLOATS else (*BITOPS, "//", "%")))
             a = self.expr(t, depth - 1, tile)
+            if op in ("//", "%") and t in INTS:
+                b = self.divisor(t, depth)
+                return Bin(t, _bshape(a, b), op=op, a=a, b=b)
             if r.random() < 0.3:
                 return Bin(t, a.shape, op=op, a=a, b=self.lit(t))
-            if r.random() < 0.25 and t != "f16" and t != "bf16":
-                # mixed types that promote to t
-                other = {"i32": "i32", "u32": "i32", "i64": r.choice(["i32", "u32"]),
-                         "f32": r.choice(["f16", "bf16", "i32"])}[t]
+            if r.random() < 0.25:  # mixed types that promote to t
+                other = r.choice([x for x in INTS + FLOATS if x != t and promote(t, x) == t] or [t])
                 b = self.expr(other, depth - 1)
-                if promote(a.dtype, b.dtype) == t:
-                    return Bin(t, _bshape(a, b), op=op, a=a, b=b)
+                return Bin(t, _bshape(a, b), op=op, a=a, b=b)
             b = self.expr(t, depth - 1)
             return Bin(t, _bshape(a, b), op=op, a=a, b=b)
         if k < 0.45:
@@ -792,8 +1034,17 @@ class Gen:
         if k < 0.83:
             a, b = self.expr(t, depth - 1, tile), self.expr(t, depth - 1)
             return MinMax(t, _bshape(a, b), is_max=r.random() < 0.5, a=a, b=b)
-        if k < 0.93:
+        if k < 0.88:
             return self.reduction(t, depth)
+        if k < 0.93:
+            if r.random() < 0.3 and not self.in_helper:
+                return self.helper(t, depth, tile)
+            fn = r.choice(EXACT_MATH if t in FLOATS else ("abs",))
+            src = t if t in FLOATS or fn == "abs" else r.choice(INTS)
+            if fn != "abs" and t == "f32" and r.random() < 0.3:
+                src = r.choice(INTS)  # integers convert to f32 first
+            a = self.expr(src, depth - 1, tile)
+            return Unary(math_type(fn, src), a.shape, fn=fn, a=a)
         if len(self.shape) == 2:
             a = self.expr(t, depth - 1, True)
             a = self.main(a)
@@ -821,7 +1072,7 @@ class Gen:
         shape: tuple[int, ...] = ()
         if axis is not None and len(self.shape) == 2:
             shape = (1, self.shape[1]) if axis == 0 else (self.shape[0], 1)
-        res_t = "i32" if fn in ("argmax", "argmin") else src
+        res_t = "i32" if fn in ("argmax", "argmin") else (sum_type(src) if fn == "sum" else src)
         node = Reduce(res_t, shape, fn=fn, a=a, axis=axis, keep=r.random() < 0.3, style=r.randint(0, 1))
         if res_t != t:
             return Cast(t, shape, a=node)
@@ -829,7 +1080,8 @@ class Gen:
 
     # -- statements -----------------------------------------------------------------------------
     def any_type(self) -> str:
-        return self.r.choice(INTS + FLOATS)
+        """A type, the 32-bit and 16-bit float ones twice as likely as the others."""
+        return self.r.choice(INTS + FLOATS + ("i32", "u32", "i64", "f16", "bf16", "f32"))
 
     def block(self, depth: int, n: int) -> list[Stmt]:
         out: list[Stmt] = []
@@ -846,6 +1098,8 @@ class Gen:
             node = self.expr(t, 3)
             self.vars.append(Var(t, node.shape, name))
             return [Assign(name, node)]
+        if k < 0.5 and self.r.random() < 0.5:
+            return self.atomic_rmw()
         if k < 0.6:
             return self.loop(depth)
         if k < 0.8:
@@ -879,7 +1133,7 @@ class Gen:
         r = self.r
         acc, t, init = self.carried()
         out: list[Stmt] = [Assign(acc, init)]
-        var = self.fresh("i")
+        var = self.fresh("it")
         self.vars.append(Var("i32", (), var))
         body: list[Stmt] = [Assign(acc, self.update(acc, t, init.shape))]
         if depth > 1 and r.random() < 0.4:
@@ -891,7 +1145,7 @@ class Gen:
         if use_while:
             loop: Stmt = While(var, trip, body)
         elif r.random() < 0.3:
-            loop = For(var, trip, body, static=r.randint(0, 3))
+            loop = For(var, trip, body, static=r.choice([0, 1, 2, 3, "K"]))
         else:
             loop = For(var, trip, body, start=r.choice([0, 0, 2, -3]), step=r.choice([1, 1, 2, 3]))
         self.vars.append(Var(t, init.shape, acc))
@@ -923,6 +1177,8 @@ class Gen:
             return self.dot_output(name)
         if k < 0.25:
             return self.sum_output(name, extra)
+        if k < 0.35:
+            return self.math_output(name, extra)
         t = r.choice(INTS + FLOATS)
         e = self.expr(t, 4, True)
         self.outputs[name] = OutSpec(r.choice([t, t, self.any_type()]))
@@ -933,7 +1189,7 @@ class Gen:
 
     def sum_output(self, name: str, extra: Node | None) -> Stmt:
         """A float sum (order not defined): stored broadcast back, checked within its error bound."""
-        t = self.r.choice(FLOATS)
+        t = self.r.choice((*FLOATS, "f16", "bf16", "f32"))
         a = self.main(self.expr(t, 2, True))
         axis = self.r.choice([None, 0, 1] if len(self.shape) == 2 else [None])
         node = FloatSum("f32", (), a=a, axis=axis)
@@ -941,6 +1197,36 @@ class Gen:
             node.shape = (1, self.shape[1]) if axis == 0 else (self.shape[0], 1)
         self.outputs[name] = OutSpec("f32", tol_of=node.bound)
         return Store(name, node, extra)
+
+    def math_output(self, name: str, extra: Node | None) -> Stmt:
+        """An approximate math function of an f32 tile (clamped where :data:`APPROX_CLAMP` says)."""
+        fn = self.r.choice(["exp", "exp2", "log", "log2", "rsqrt", "sin", "cos", "sigmoid", "tanh", "erf"])
+        a = self.main(self.expr("f32", 2, True))
+        if fn in APPROX_CLAMP:
+            lim = APPROX_CLAMP[fn]
+            a = MinMax("f32", a.shape, is_max=False, a=MinMax("f32", a.shape, is_max=True, a=a,
+                                                                b=Lit("f32", (), value=-lim)),
+                       b=Lit("f32", (), value=lim))
+        node = MathOut("f32", self.shape, fn=fn, a=a)
+        self.outputs[name] = OutSpec("f32", tol_of=node.bound)
+        return Store(name, node, extra)
+
+    def atomic_rmw(self) -> list[Stmt]:
+        """An atomic on a buffer of its own whose old values become a variable."""
+        r = self.r
+        fn = r.choice(list(ATOMIC_TYPES))
+        t = r.choice(ATOMIC_TYPES[fn])
+        buf = f"AT{len(self.atomic_bufs)}"
+        self.atomic_bufs[buf] = t
+        value = self.expr(r.choice([t, t, self.any_type()]), 2, r.random() < 0.7)
+        cmp = None
+        if fn == "cas":
+            cmp = Var(t, self.shape, "x0") if self.inputs_dt[0] == t and r.random() < 0.5 else self.expr(t, 1)
+        extra = self.expr("bool", 1, True) if r.random() < 0.4 else None
+        name = self.fresh("old")
+        stmt = AtomicRMW(name, fn, buf, value, cmp, extra, dtype=t, sem=r.choice([None, "relaxed", "acq_rel"]))
+        self.vars.append(Var(t, self.shape, name))
+        return [stmt]
 
     def dot_output(self, name: str) -> Stmt:
         t = self.r.choice(["f16", "bf16"])
@@ -966,7 +1252,8 @@ class Gen:
         for _ in range(r.randint(1, 3)):
             body.append(self.output())
         return Program(self.seed, self.shape, self.grid, self.extent, self.stride, self.inputs_dt, self.others,
-                       self.scalars, self.outputs, body, self.hist_dtype, self.consts)
+                       self.scalars, self.outputs, body, self.hist_dtype, self.consts, self.helpers,
+                       self.atomic_bufs, self.k_values)
 
 
 @dataclass
@@ -982,8 +1269,9 @@ class PidNode(Node):
         return np.asarray(int(env["pid0"]) * 3 + int(env["pid1"]) if self.grid2 else int(env["pid0"]), np.int32)
 
 
-REL = {"f16": 2.0**-11, "bf16": 2.0**-8, "f32": 2.0**-24}
-"""The relative rounding error of a result rounded to the type (half an ulp)."""
+REL = {"f16": 2.0**-11, "bf16": 2.0**-8, "f32": 2.0**-24, "f64": 2.0**-24, "e4m3": 2.0**-4, "e5m2": 2.0**-3}
+"""The relative rounding error of a result rounded to the type (half an ulp); for f64 that of the
+final ``.to(f32)`` (the f64 rounding is far below it)."""
 
 
 @dataclass
@@ -1009,7 +1297,7 @@ class FloatSum(Node):
             return (np.sum(x, axis=self.axis, keepdims=keep), np.sum(np.abs(x), axis=self.axis, keepdims=keep), n)
 
     def ev(self, env: dict[str, np.ndarray]) -> np.ndarray:
-        return np.asarray(self._sums(env)[0].astype(NP[self.a.dtype]).astype(np.float32))
+        return np.asarray(round_float(self._sums(env)[0], self.a.dtype).astype(np.float32))
 
     def bound(self, env: dict[str, np.ndarray]) -> np.ndarray:
         s, a, n = self._sums(env)
@@ -1038,13 +1326,74 @@ class Dot(Node):
         return a.shape[1] * U_BOUND * (np.abs(a) @ np.abs(b)) + np.abs(exact) * 2.0**-24
 
 
+APPROX_CLAMP = {"exp": 60.0, "exp2": 60.0, "sigmoid": 60.0, "tanh": 60.0, "erf": 60.0, "sin": 300.0, "cos": 300.0}
+"""Arguments of these are clamped to +-the value (NaN to the low end), inside ``sin.approx``'s
+stated range and far from f32 overflow; ``log``, ``log2`` and ``rsqrt`` take any f32."""
+
+
+@dataclass
+class MathOut(Node):
+    """An approximate math function (rule 10) of an f32 tile, stored as f32 and compared within the
+    bound the PTX ISA's stated errors give (tests/support/op_table_reference.py): the reference is the
+    exact value rounded to f32, which the interpreter (correctly rounded) and the GPU are both within."""
+
+    fn: str = "exp"
+    a: Node | None = None
+
+    def src(self) -> str:
+        return f"{self.fn}({self.a.src()})"
+
+    def _ideal(self, env: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        x = _f64(self.a.ev(env))
+        fn = self.fn
+        return x, np.vectorize(lambda v: ideal(fn, float(v)), otypes=[np.float64])(x)
+
+    def ev(self, env: dict[str, np.ndarray]) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(self._ideal(env)[1].astype(np.float32))
+
+    def bound(self, env: dict[str, np.ndarray]) -> np.ndarray:
+        x, v = self._ideal(env)
+        fn = self.fn
+        return np.vectorize(lambda a, b: approx_bound(fn, float(a), float(b)), otypes=[np.float64])(x, v)
+
+
+@dataclass
+class Helper(Node):
+    """A call of a helper function (a nested ``def`` in the kernel, or an undecorated function of the
+    module) whose body is an expression of its parameters; inlined at the call."""
+
+    name: str = "h"
+    params: list[Var] = field(default_factory=list)
+    body: Node | None = None
+    args: list[Node] = field(default_factory=list)
+    nested: bool = True
+    keyword: bool = False
+
+    def src(self) -> str:
+        args = [a.src() for a in self.args]
+        if self.keyword:
+            args[-1] = f"{self.params[-1].name}={args[-1]}"
+        return f"{self.name}({', '.join(args)})"
+
+    def definition(self, ind: str) -> list[str]:
+        return [f"{ind}def {self.name}({', '.join(p.name for p in self.params)}):",
+                f"{ind}    return {self.body.src()}"]
+
+    def ev(self, env: dict[str, np.ndarray]) -> np.ndarray:
+        inner = {p.name: a.ev(env) for p, a in zip(self.params, self.args, strict=True)}
+        if "K" in env:
+            inner["K"] = env["K"]
+        return self.body.ev(inner)
+
+
 def _bshape(a: Node, b: Node) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(a.shape, b.shape))
 
 
 def _bound_in(name: str, body: list[Stmt]) -> bool:
     for s in body:
-        if isinstance(s, Assign) and s.name == name:
+        if isinstance(s, Assign | AtomicRMW) and s.name == name:
             return True
         if isinstance(s, For | While) and _bound_in(name, s.body):
             return True
