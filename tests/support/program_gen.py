@@ -995,8 +995,8 @@ class Gen:
             a = self.expr(ct, depth - 1, tile)
             b = self.lit(ct) if r.random() < 0.4 else self.expr(ct, depth - 1)
             if r.random() < 0.2:
-                return Bin("bool", _bshape(a, b), op=r.choice(("&", "|")), a=self.cmp(a, b, ct), b=self.cmp(
-                    self.expr(ct, depth - 1, tile), self.lit(ct), ct))
+                c1, c2 = self.cmp(a, b, ct), self.cmp(self.expr(ct, depth - 1, tile), self.lit(ct), ct)
+                return Bin("bool", _bshape(c1, c2), op=r.choice(("&", "|")), a=c1, b=c2)
             return self.cmp(a, b, ct)
         if k < 0.35:
             op = r.choice(ARITH + (("/", "//", "%") if t in FLOATS else (*BITOPS, "//", "%")))
