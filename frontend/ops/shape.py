@@ -103,11 +103,16 @@ def _reduce(kind: str) -> None:
                 em.error("SP0318", f"axis {ax} is out of range for a tile of rank {len(shape)}", axis.span)
             axes = [ax % len(shape)]
             kept = tuple(1 if i == axes[0] else d for i, d in enumerate(shape))
+        narrow_sum = kind == "sum" and elem.is_float and elem.bits < 32 and len(axes) > 1
+        if narrow_sum:  # one f32 accumulation over every axis, rounded once (not once per axis)
+            v, out = em.cast(v, T.f32), T.f32
         for ax in sorted(axes, reverse=True):
             cur = T.shape_of(v.type)
             rest = cur[:ax] + cur[ax + 1:]
             v = em.op1("reduce", [v], T.with_shape(out if kind != "argmax" and kind != "argmin" else T.i32, rest),
                        axis=ax, kind=kind)
+        if narrow_sum:
+            v = em.cast(v, elem)
         if keep and shape:  # Triton's keep_dims=True (numpy's keepdims): the reduced axes stay, of size 1
             if not T.shape_of(v.type):
                 return em.broadcast_to(v, kept)
