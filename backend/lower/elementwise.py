@@ -422,6 +422,8 @@ def cast_value(cg: CodeGen, src: T.ScalarType, dst: T.ScalarType, x: LLValue) ->
         assert r is not None
         return fb.cast("bitcast", r, "float")
     if src.is_float and dst.is_float:
+        if dst.name == "bf16" and src.name == "f64" and cg.target.sm < 90:
+            return _f64_to_bf16_below_sm90(cg, x)
         if src.bits == dst.bits and src.name != dst.name:  # f16 <-> bf16 through f32
             return cast_value(cg, T.f32, dst, cast_value(cg, src, T.f32, x))
         return fb.cast("fpext" if dst.bits > src.bits else "fptrunc", x, dty)
@@ -458,6 +460,22 @@ def _wide_int_to_bf16(cg: CodeGen, src: T.ScalarType, x: LLValue) -> LLValue:
     assert truncated is not None
     back = fb.cast("fptosi" if src.is_signed else "fptoui", truncated, ity)  # exact: |truncated| <= |x|
     inexact = fb.cast("zext", fb.icmp("ne", back, x), "i32")
+    bits = fb.binop("or", fb.cast("bitcast", truncated, "i32"), inexact)
+    return fb.cast("fptrunc", fb.cast("bitcast", bits, "float"), "bfloat")
+
+
+def _f64_to_bf16_below_sm90(cg: CodeGen, x: LLValue) -> LLValue:
+    """An f64 rounded once to bf16 on targets below sm_90, which have no ``cvt.rn.bf16.f64`` (PTX ISA
+    9.1, §9.7.9.21 "cvt": sm_90), so LLVM rounded to f32 and then to bf16: twice (``2**24 + 2**16 + 1``
+    gave ``2**24``, not ``2**24 + 2**17``). As :func:`_wide_int_to_bf16`: to f32 toward zero
+    (``cvt.rz``; beyond f32's range its largest finite value, which still rounds to bf16's infinity),
+    the last bit set where that was inexact (round to odd: f32 keeps 16 more bits than bf16 at every
+    exponent, subnormals included), then ``cvt.rn.bf16.f32`` rounds once. NaN stays NaN."""
+    fb = cg.fb
+    truncated = cg.asm("float", "cvt.rz.f32.f64 $0, $1;", "=f,d", [x], side_effect=False)
+    assert truncated is not None
+    back = fb.cast("fpext", truncated, "double")  # exact
+    inexact = fb.cast("zext", fb.fcmp("une", back, x), "i32")
     bits = fb.binop("or", fb.cast("bitcast", truncated, "i32"), inexact)
     return fb.cast("fptrunc", fb.cast("bitcast", bits, "float"), "bfloat")
 

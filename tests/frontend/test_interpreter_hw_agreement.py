@@ -217,3 +217,62 @@ def test_f64_to_bf16_rounds_once_in_the_interpreter() -> None:
         got = got.astype(np.float64)
         same = (got == want) & (np.signbit(got) == np.signbit(want)) | (np.isnan(got) & np.isnan(want))
         assert same.all(), list(zip(xs[~same][:5], got[~same][:5], want[~same][:5], strict=True))
+
+
+F64_BF16_SRC = INT_BF16_SRC.format(s="f64")
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_86", "sm_89"])
+def test_f64_to_bf16_rounds_once_below_sm90(target: str) -> None:
+    """Below sm_90 PTX has no ``cvt.rn.bf16.f64`` (PTX ISA 9.1, §9.7.9.21 "cvt": bf16 from f64 needs
+    sm_90), and LLVM's ``fptrunc double to bfloat`` became ``cvt.rn.f32.f64`` then ``cvt.rn.bf16.f32``:
+    two roundings (``2**24 + 2**16 + 1`` gave ``2**24``, where the interpreter, sm_90's one
+    instruction and docs/language.md rule 8 give ``2**24 + 2**17``). The lowering rounds to f32
+    toward zero, sets the last bit where that was inexact (round to odd) and rounds once to bf16."""
+    text = compile_src(F64_BF16_SRC, stop_after="ptx", cache=False, target=target).ptx
+    assert "cvt.rn.f32.f64" not in text
+    assert "cvt.rz.f32.f64" in text and "cvt.rn.bf16.f32" in text
+    if ptxas_available():
+        proc = assemble_with_ptxas(text, get_target(target))
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_f64_to_bf16_is_one_instruction_from_sm90(target: str) -> None:
+    text = compile_src(F64_BF16_SRC, stop_after="ptx", cache=False, target=target).ptx
+    assert "cvt.rn.bf16.f64" in text and "cvt.rz" not in text
+
+
+def _model_f64_to_bf16_below_sm90(x: float) -> float:
+    """The sequence the lowering emits below sm_90, in exact arithmetic where it is exact:
+    ``cvt.rz.f32.f64`` (toward zero; beyond f32's range the largest finite f32, infinities and NaN
+    kept), ``cvt.f64.f32`` back and ``setp.neu`` (inexact or NaN?), ``or`` of that into the last bit,
+    then ``cvt.rn.bf16.f32`` (:func:`_bf16_exact` of the f32 value, exact in f64)."""
+    if not np.isfinite(x):
+        return x
+    with np.errstate(over="ignore"):
+        y = np.float32(x)  # to nearest; one step toward zero where that went away from zero
+    if abs(float(y)) > abs(x):
+        y = np.nextafter(y, np.float32(0.0), dtype=np.float32)
+    bits = np.array(y, np.float32).view(np.uint32)
+    if float(y) != x:
+        bits = bits | np.uint32(1)
+    return _bf16_exact(float(bits.view(np.float32)))
+
+
+def test_the_f64_round_to_odd_sequence_rounds_once() -> None:
+    """The sequence of test_f64_to_bf16_rounds_once_below_sm90, modelled step by step, gives the
+    once-rounded bf16 of every f64 tried (ties, their neighbours, overflow, subnormals, random
+    magnitudes); rounding to nearest f32 first does not."""
+    rng = np.random.default_rng(12)
+    ties = [2.0**24 + 2**16 + 1, 1.0 + 2**-8 + 2**-40, 3.3961e38, 3.3962e38, 3.5e38, 1e39, 2.0**-133,
+            2.0**-134, 2.0**-134 * (1 + 2**-30), 2.0**-126 * (1 - 2**-9), 1e-45, 2.0**-150, 2.0**-149 * 1.5]
+    ties += [2.0**k * (1 + 2**-8 + 2**-30) for k in range(-140, 128, 7)]
+    xs = ties + [-t for t in ties] + [float(v) for v in rng.standard_normal(3000) * 10.0 ** rng.integers(-45, 39, 3000)]
+    xs += [0.0, -0.0, np.inf, -np.inf]
+    assert all(_model_f64_to_bf16_below_sm90(x) == _bf16_exact(x) for x in xs)
+    assert all(np.signbit(_model_f64_to_bf16_below_sm90(x)) == np.signbit(_bf16_exact(x)) for x in xs)
+    assert np.isnan(_model_f64_to_bf16_below_sm90(np.nan))
+    with np.errstate(over="ignore"):
+        twice = [_bf16_exact(float(np.float32(x))) for x in ties]
+    assert twice != [_bf16_exact(x) for x in ties]

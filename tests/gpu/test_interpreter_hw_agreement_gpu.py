@@ -82,3 +82,17 @@ def test_integer_to_bf16_matches_the_interpreter(s: str) -> None:
     k.interpret[(1,)](x, ref)
     _same_bits(gpu, ref)
     assert gpu.astype(np.float64).tolist() == [round_to_bf16(int(v)) for v in x]
+
+
+def test_f64_to_bf16_matches_the_interpreter() -> None:
+    """f64 -> bf16 rounds once on the GPU (``cvt.rn.bf16.f64``, or the round-to-odd sequence below
+    sm_90) and in the interpreter: values just above a bf16 tie that rounding through f32 moves onto it."""
+    x = np.array([2.0**24 + 2**16 + 1, 1.0 + 2**-8 + 2**-40, -(2.0**100) * (1 + 2**-8 + 2**-35), 3.3961e38,
+                  2.0**-134 * (1 + 2**-30), 1e39, -1.5, 2.0**-140 * (1 + 2**-8 + 2**-31)], np.float64)
+    k = kernel(INT_BF16_SRC.format(s="f64"))
+    gpu = np.full(8, 7.0, np.float32).astype(ml_dtypes.bfloat16)
+    ref = gpu.copy()
+    k[(1,)](x, gpu)
+    k.interpret[(1,)](x, ref)
+    _same_bits(gpu, ref)
+    assert gpu.astype(np.float64)[0] == 2.0**24 + 2**17
