@@ -92,7 +92,7 @@ def _int_to_float(x: np.ndarray, to: str) -> np.ndarray:
             bits = np.array(f, np.float64).view(np.uint64) | np.uint64(1)
             f = float(bits.view(np.float64))
         out[idx] = f
-    return out.astype(NP[to])
+    return to_bf16(out) if to == "bf16" else out.astype(NP[to])  # round to odd, then once to bf16
 
 
 def _float_to_int(x: np.ndarray, to: str) -> np.ndarray:
@@ -132,8 +132,28 @@ def round_float(x: np.ndarray, t: str) -> np.ndarray:
     8-bit floats, which compute in f32, rounded as a conversion to them (saturating)."""
     if t in FP8:
         return to_fp8(x, t)
+    if t == "bf16":
+        return to_bf16(x)
     with np.errstate(all="ignore"):
         return np.asarray(_f64(x).astype(NP[t]))
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """f64 values rounded once to bf16, to nearest even, from their bits: to f32 rounding to odd
+    (toward zero, the last bit set where inexact; f32 keeps 16 more bits than bf16 at every exponent),
+    then the f32 bits to bf16's by integer rounding. ml_dtypes is not asked to round: one GPU host's
+    rounded f64 -> bf16 through f32 to nearest, twice."""
+    with np.errstate(all="ignore"):
+        f = _f64(x)
+        y = f.astype(np.float32)
+        over = np.isfinite(f) & (np.abs(y.astype(np.float64)) > np.abs(f))  # went away from zero
+        bits = y.view(np.uint32) - over.astype(np.uint32)
+        inexact = np.isfinite(f) & (bits.view(np.float32).astype(np.float64) != f)
+        bits = (bits | inexact.astype(np.uint32)).astype(np.uint64)
+        rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)
+        nan = (bits >> np.uint64(16) & np.uint64(0x8000)) | np.uint64(0x7FC0)
+        out = np.where(np.isnan(f), nan, rounded).astype(np.uint16)
+    return np.asarray(out.view(NP["bf16"]).reshape(np.shape(x)))
 
 
 def _convert(x: np.ndarray, frm: str, to: str) -> np.ndarray:
@@ -150,7 +170,7 @@ def _convert(x: np.ndarray, frm: str, to: str) -> np.ndarray:
             if to in FP8:
                 return to_fp8(_int_to_float(x, "f32"), to)
             return np.asarray(_int_to_float(x, to))
-        return round_float(_f64(x), to) if frm != "f64" or to in FP8 else np.asarray(x.astype(NP[to]))
+        return round_float(_f64(x), to)
     if frm in FLOATS:
         return _float_to_int(x, to)
     return np.asarray(x.astype(NP[to]))  # integer to integer: wraps
