@@ -4,6 +4,7 @@
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
 #   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
+#   bash scripts/gpu_runs.sh progfuzz45s      # 120 random sparse-core programs (tests/support/program_gen_sparse.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh opdiff45         # the op table: every elementwise op and conversion of every type on edge values, GPU vs interpreter
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
@@ -161,6 +162,11 @@ progfuzz45)  # the differential program fuzzer: 300 generated kernels (loops, if
             # atomics, dots) compiled in 16 worker processes, run on the GPU with poisoned outputs and compared
             # with the interpreter; every mismatch is listed with its seed and source in one failure message
     run 240 python -m pytest -q -m gpu --timeout 200 -rfE tests/gpu/test_program_fuzz_gpu.py
+    ;;
+progfuzz45s)  # the sparse-core program fuzzer: 120 generated kernels (sparse_dot K loops of f16/bf16/fp8/8-bit
+             # integer operands, masked and tensor-tile operands, epilogues; 3-D tensor tiles at ragged edges)
+             # compiled in 16 worker processes, run on the GPU and compared with the interpreter in one report
+    run 150 python -m pytest -q -m gpu --timeout 140 -rfE tests/gpu/test_program_fuzz_sparse_gpu.py
     ;;
 opdiff45)  # the op table (tests/support/op_table_cases.py): every elementwise op of the registry and every conversion
           # between two scalar types, one kernel per (op, type) on edge and random values, the GPU against the

@@ -11,36 +11,17 @@ import os
 
 import pytest
 
-from sparsile.tests.support.program_check import differential, gpu, interpret, kernel_of
-from sparsile.tests.support.program_gen import Program
+from sparsile.tests.support.program_check import compile_programs, differential, gpu, interpret
 
 pytestmark = pytest.mark.gpu
 
 N_PROGRAMS = int(os.environ.get("SPARSILE_PROGFUZZ_N", "300"))
 
 
-def _compile_all(programs: list[Program], target: str | None = None) -> None:
-    """Every program compiled for ``target`` (this GPU's) in worker processes, into the compile cache."""
-    from sparsile.driver.compile_pool import Specialization, compile_specializations
-
-    if target is None:
-        from sparsile.backend import runtime
-        from sparsile.target.targets import target_for_capability
-
-        target = target_for_capability(*runtime.current_device().compute_capability).name
-    specs = []
-    for p in programs:
-        kernel = kernel_of(p)
-        args = p.inputs(p.seed)
-        names = [q.name for q in kernel.params if q.name not in p.consts]
-        specs.append(Specialization.of_launch(kernel, tuple(args[n] for n in names), dict(p.consts)))
-    compile_specializations(specs, target, jobs=min(16, os.cpu_count() or 1), timeout=120)
-
-
 def test_random_programs_match_the_interpreter_on_the_gpu() -> None:
     on_cpu = os.environ.get("SPARSILE_PROGFUZZ_INTERPRET") == "1"
     reports = differential(list(range(N_PROGRAMS)), interpret if on_cpu else gpu,
-                           prepare=None if on_cpu else _compile_all)
+                           prepare=None if on_cpu else compile_programs)
     head = f"{len(reports)} of {N_PROGRAMS} programs differ from the interpreter:\n\n"
     assert not reports, head + "\n\n".join(reports)
 

@@ -44,7 +44,7 @@ def run(program: Program, launch: Launch, seed: int) -> dict[str, np.ndarray]:
     kernel = kernel_of(program)
     launch(kernel, program.grid, ordered(kernel, args))
     names = list(program.outputs) + (["HIST"] if program.hist_dtype else []) + list(program.atomic_bufs)
-    return {n: np.asarray(args[n]) for n in names}
+    return {n: np.asarray(args[n]).reshape(-1) for n in names}
 
 
 def mismatches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tols: dict[str, np.ndarray],
@@ -75,17 +75,39 @@ def check_against_reference(program: Program, seed: int) -> list[str]:
     out = []
     for variant in program.variants():
         want, tols = variant.reference(variant.inputs(seed))
-        out += [f"K={variant.consts['K']}: {d}" for d in mismatches(run(variant, interpret, seed), want, tols)]
+        out += [f"K={variant.consts.get('K')}: {d}" for d in mismatches(run(variant, interpret, seed), want, tols)]
     return out
 
 
-def differential(seeds: list[int], launch: Launch, *, prepare: Callable[[list[Program]], None] | None = None
-                 ) -> list[str]:
+def compile_programs(programs: list[Any], target: str | None = None) -> None:
+    """Every program compiled for ``target`` (default: this GPU's) in worker processes, into the
+    compile cache (``differential``'s ``prepare`` on the GPU)."""
+    import os
+
+    from sparsile.driver.compile_pool import Specialization, compile_specializations
+
+    if target is None:
+        from sparsile.backend import runtime
+        from sparsile.target.targets import target_for_capability
+
+        target = target_for_capability(*runtime.current_device().compute_capability).name
+    specs = []
+    for p in programs:
+        kernel = kernel_of(p)
+        args = p.inputs(p.seed)
+        names = [q.name for q in kernel.params if q.name not in p.consts]
+        specs.append(Specialization.of_launch(kernel, tuple(args[n] for n in names), dict(p.consts)))
+    compile_specializations(specs, target, jobs=min(16, os.cpu_count() or 1), timeout=120)
+
+
+def differential(seeds: list[int], launch: Launch, *, prepare: Callable[[list[Program]], None] | None = None,
+                 gen: Callable[[int], Any] = generate) -> list[str]:
     """Each seed's program run by ``launch`` against the interpreter (order-dependent sums within
     twice their bound: both are within it of the exact value); a report per failing program, with
     its seed and source, so one run triages every mismatch. ``prepare`` sees every program first
-    (the GPU test compiles them in parallel there)."""
-    programs = [v for seed in seeds for v in generate(seed).variants()]
+    (the GPU test compiles them in parallel there). ``gen`` builds a seed's program (program_gen's
+    :func:`generate`, or program_gen_sparse's :func:`generate_sparse`)."""
+    programs = [v for seed in seeds for v in gen(seed).variants()]
     if prepare is not None:
         prepare(programs)
     reports = []
@@ -98,6 +120,6 @@ def differential(seeds: list[int], launch: Launch, *, prepare: Callable[[list[Pr
         except Exception as e:  # a compile or launch error is a finding too
             diffs = [f"{type(e).__name__}: {e}"]
         if diffs:
-            reports.append(f"--- seed {program.seed}, K={program.consts['K']}:\n" + "\n".join(diffs) + "\n"
+            reports.append(f"--- seed {program.seed}, K={program.consts.get('K')}:\n" + "\n".join(diffs) + "\n"
                            + program.source)
     return reports
