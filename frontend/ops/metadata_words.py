@@ -41,6 +41,12 @@ def sparse_tile(values: np.ndarray, meta: np.ndarray,
 
     m, kh = values.shape
     words = np.ascontiguousarray(meta).astype(np.uint32).copy()
+    if elem.bits == 8 and words.shape[1] % 2:
+        # an 8-bit tile of K = 32 (one word a row, as sema asks): the toolkit's format pads K to the
+        # instruction's 64, so decode it with a padding word (0x4 chunks) over zero values
+        dense, stored = sparse_tile(np.concatenate([values, np.zeros((m, 16), values.dtype)], axis=1),
+                                    np.concatenate([words, np.full((m, 1), 0x44444444, np.uint32)], axis=1), elem)
+        return dense[:, :2 * kh], lambda: stored()[:, :2 * kh]
     zero_words = words == 0
     if zero_words.any():
         words[zero_words] = 0x44444444

@@ -95,3 +95,31 @@ def test_a_wrong_element_is_reported() -> None:
             else:
                 flat[i] = -np.sign(w[i] or 1.0) * (abs(w[i]) + 4 * tols[name][i] + 1000)
             assert mismatches(bad, want, tols), (seed, name)
+
+
+K32_I8 = """
+@kernel
+def k(A: ptr[i8], E: ptr[u32], B: ptr[i8], C: ptr[i32]):
+    r = arange(0, 16)
+    a = load(A + r[:, None] * 16 + arange(0, 16)[None, :])
+    e = load(E + r[:, None] * 2 + arange(0, 1)[None, :])
+    b = load(B + arange(0, 32)[:, None] * 8 + arange(0, 8)[None, :])
+    store(C + r[:, None] * 8 + arange(0, 8)[None, :], sparse_dot(a, e, b))
+"""
+
+
+def test_an_8_bit_sparse_dot_of_k_32_runs_in_the_interpreter() -> None:
+    """Found by the sparse program fuzzer (seed 71, minimized): sema takes an 8-bit sparse_dot with a
+    K = 32 tile and its (M, 1) metadata words, and it compiles, but the interpreter refused that
+    tile (SP0786: the toolkit's 8-bit format pads K to 64, two words a row)."""
+    import sparsile as sp
+
+    rng = np.random.default_rng(0)
+    w = rng.integers(-100, 101, (16, 32)).astype(np.int8)
+    values, indices = compress(w, "s8", prune=True)
+    meta = np.asarray(encode_metadata(indices, "sm90", "s8").data)  # (16, 2): K padded to 64
+    b = rng.integers(-128, 128, (32, 8)).astype(np.int8)
+    c = np.full((16, 8), 77, np.int32)
+    sp.loads(K32_I8, "case.spk").kernels["k"].interpret[(1,)](values, meta, b, c)
+    dense = decode_sm90(values, meta[:, :1], eight_bit=True)
+    assert np.array_equal(c, dense @ b.astype(np.int64))

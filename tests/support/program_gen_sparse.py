@@ -36,25 +36,26 @@ import numpy as np
 
 from .program_gen import NP, POISON, REL, U_BOUND, Bin, Lit, MinMax, Node, OutSpec, Var, Where, convert, fmax
 
-PAIRS = {"f16": ("f16",), "bf16": ("bf16",), "e4m3": ("e4m3", "e5m2"), "e5m2": ("e4m3", "e5m2"),
+PAIRS = {"f16": ("f16",), "bf16": ("bf16",), "f32": ("f32",), "e4m3": ("e4m3", "e5m2"), "e5m2": ("e4m3", "e5m2"),
          "i8": ("i8", "u8"), "u8": ("i8", "u8")}
 """A's element type -> the B types a sparse_dot may pair it with (src/frontend/ops/dot.py)."""
-TOOLKIT = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "i8": "s8", "u8": "u8"}
+TOOLKIT = {"f16": "f16", "bf16": "bf16", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2", "i8": "s8", "u8": "u8"}
 VALID_WORDS = (0x44444444, 0xEEEEEEEE, 0xD98C4E94, 0x4E8DC94D)
 """Metadata words of defined nibbles only, as ``other=`` of a masked metadata load."""
 UNDEFINED_NIBBLES = (0x0, 0x5, 0xA, 0xF)
 
 
-def decode_sm90(values: np.ndarray, words: np.ndarray, eight_bit: bool) -> np.ndarray:
+def decode_sm90(values: np.ndarray, words: np.ndarray, eight_bit: bool, tf32: bool = False) -> np.ndarray:
     """The dense (m, 2 * kh) float64 / int64 tile of compressed ``values`` (m, kh) and their "sm90"
     metadata ``words`` (m, kh / 16), decoded from docs/sparse-metadata.md §4 alone: 8-bit rows are
     plain (word [r, c // 8], nibble c % 8 of chunk c); 16-bit word row ``L = 16 (r // 16) + 8 h +
     r % 8`` holds half h (chunks 4h..4h+3 of each 8) of row r in its low 16 bits and of row r + 8 in
-    its high ones. Nibble bits [1:0] place the first kept value and [3:2] the second. A chunk with an
+    its high ones. Nibble bits [1:0] place the first kept value and [3:2] the second; a tf32 chunk
+    (``tf32``) is two elements, one kept, the nibble 0x4 naming element 0 and 0xE element 1. A chunk with an
     undefined nibble (one index twice, the zero words outside a tensor) must have zero values; it
     contributes nothing."""
     m, kh = values.shape
-    chunks = kh // 2
+    chunks = kh if tf32 else kh // 2
     r = np.arange(m)[:, None]
     c = np.arange(chunks)[None, :]
     w = np.asarray(words).astype(np.uint64)
@@ -67,12 +68,19 @@ def decode_sm90(values: np.ndarray, words: np.ndarray, eight_bit: bool) -> np.nd
         nib = (w[row, np.broadcast_to(c // 8, (m, chunks))] >> shift.astype(np.uint64)) & 0xF
     nib = nib.astype(np.int64)
     v = values.astype(np.int64) if values.dtype.kind in "iu" else values.astype(np.float64)
+    rr = np.broadcast_to(r, (m, chunks))
+    if tf32:
+        bad = ~np.isin(nib, (0x4, 0xE))
+        if np.any(bad & (v != 0)):
+            raise AssertionError("generator bug: an undefined tf32 metadata nibble over a nonzero value")
+        dense = np.zeros((m, 2 * chunks), v.dtype)
+        dense[rr, 2 * c + (nib == 0xE)] = np.where(bad, 0, v)
+        return dense
     v0, v1 = v[:, 0::2], v[:, 1::2]
     bad = np.isin(nib, UNDEFINED_NIBBLES)
     if np.any(bad & ((v0 != 0) | (v1 != 0))):
         raise AssertionError("generator bug: an undefined metadata nibble over nonzero values")
     dense = np.zeros((m, 4 * chunks), v.dtype)
-    rr = np.broadcast_to(r, (m, chunks))
     i0, i1 = np.where(bad, 0, nib & 3), np.where(bad, 1, nib >> 2)
     dense[rr, 4 * c + i0] = np.where(bad, 0, v0)
     dense[rr, 4 * c + i1] = np.where(bad, 0, v1)
@@ -141,24 +149,27 @@ class SparseProgram:
 
 
 def _gen_sparse(rnd: random.Random, seed: int) -> SparseProgram:
-    at = rnd.choice(("f16", "f16", "bf16", "bf16", "e4m3", "e5m2", "i8", "u8"))
+    at = rnd.choice(("f16", "f16", "bf16", "bf16", "f32", "e4m3", "e5m2", "i8", "u8"))
     bt = rnd.choice(PAIRS[at])
     eight = at in ("e4m3", "e5m2", "i8", "u8")
-    acc = "i32" if at in ("i8", "u8") else "f32"
+    acc = "i32" if at in ("i8", "u8") else ("f16" if at in ("f16", "e4m3", "e5m2") and rnd.random() < 0.2 else "f32")
     bm, bn = rnd.choice((16, 32, 64)), rnd.choice((8, 16, 32))
-    bk = rnd.choice((64, 128) if eight else (32, 64))
+    bk = rnd.choice((32, 64, 128) if eight else (16, 32) if at == "f32" else (32, 64))
     m, n, k = rnd.randint(1, 2 * bm + 5), rnd.randint(1, 2 * bn + 3), 4 * rnd.randint(1, (2 * bk + 8) // 4)
-    acc_types = {"i32": ("i32", "i32", "i16", "i8")}.get(acc, ("f32", "f32", "f16", "bf16", "e4m3"))
-    o = {"at": at, "bt": bt, "eight": eight, "acc": acc, "BM": bm, "BN": bn, "BK": bk, "M": m, "N": n, "K": k,
+    acc_types = {"i32": ("i32", "i32", "i16", "i8"), "f16": ("f16", "f32")}.get(
+        acc, ("f32", "f32", "f16", "bf16", "e4m3"))
+    o = {"at": at, "bt": bt, "eight": eight, "acc": acc, "warps": rnd.choice((1, 2, 4, 4, 8)),
+         "per_word": 16 if at == "f32" else 32, "BM": bm, "BN": bn, "BK": bk, "M": m, "N": n, "K": k,
          "a_acc": rnd.choice(("ptr", "ptr", "tensor")), "e_acc": rnd.choice(("ptr", "ptr", "tensor")),
          "b_acc": rnd.choice(("ptr", "ptr", "tensor")), "c_acc": rnd.choice(("ptr", "tensor")),
          "b_trans": rnd.random() < 0.4, "loop": rnd.choice(("cdiv", "step", "while")),
          "split": rnd.random() < 0.3, "a_pad": rnd.choice((0, 0, 3)), "mp_expr": rnd.random() < 0.5,
-         "b_other": rnd.choice((0, 0, 1.5, -2)) if acc == "f32" else rnd.choice((0, 3, -1)),
-         "e_other": rnd.choice(VALID_WORDS), "bias": rnd.random() < 0.6,
-         "act": rnd.choice(("none", "relu", "leaky", "clamp") if acc == "f32" else ("none", "relu", "shift")),
+         "b_other": rnd.choice((0, 0, 1.5, -2)) if acc != "i32" else rnd.choice((0, 3, -1)),
+         "e_other": rnd.choice(VALID_WORDS if at != "f32" else (0x44444444, 0xEEEEEEEE, 0x4E4EE4E4)),
+         "bias": rnd.random() < 0.6,
+         "act": rnd.choice(("none", "relu", "leaky", "clamp") if acc != "i32" else ("none", "relu", "shift")),
          "out": rnd.choice(acc_types), "extra_zeros": rnd.random() < 0.5}
-    a_other = rnd.choice((0, 0, 1.5, -3)) if acc == "f32" else rnd.choice((0, 2, -5))
+    a_other = rnd.choice((0, 0, 1.5, -3)) if acc != "i32" else rnd.choice((0, 2, -5))
     if at == "u8":
         a_other = abs(a_other)
     o["a_other"] = 0 if o["e_acc"] == "tensor" else a_other  # zero words (tensor fill) only over zero values
@@ -189,10 +200,11 @@ def _sparse_source(p: SparseProgram) -> str:
     params += ["M: i32", "N: i32", "KD: i32", "KH: i32", "KW: i32", "MP: i32", "LDA: i32",
                "BM: constexpr", "BN: constexpr", "BK: constexpr"]
     ind = "    "
-    lines = [f"# program_gen_sparse seed {p.seed}", "@kernel(num_warps=4)", f"def k({', '.join(params)}):",
+    lines = [f"# program_gen_sparse seed {p.seed}", f"@kernel(num_warps={o['warps']})", f"def k({', '.join(params)}):",
              f"{ind}m0 = program_id(0) * BM", f"{ind}n0 = program_id(1) * BN",
              f"{ind}rm = m0 + arange(0, BM)", f"{ind}rn = n0 + arange(0, BN)"]
     mp = "cdiv(M, 16) * 16" if o["mp_expr"] else "MP"
+    W = o["per_word"]  # K elements per metadata word, as the kernel text writes it
     zero = "0" if o["acc"] == "i32" else "0.0"
     accs = ("acc0", "acc1") if o["split"] else ("acc",)
     lines += [f"{ind}{a} = zeros((BM, BN), {o['acc']})" for a in accs]
@@ -205,14 +217,14 @@ def _sparse_source(p: SparseProgram) -> str:
     body = ind * 2
     if o["loop"] == "step":
         lines.append(f"{body}kt = k0 // BK")
-    lines += [f"{body}ka = kt * (BK // 2) + arange(0, BK // 2)", f"{body}ke = kt * (BK // 32) + arange(0, BK // 32)",
+    lines += [f"{body}ka = kt * (BK // 2) + arange(0, BK // 2)", f"{body}ke = kt * (BK // {W}) + arange(0, BK // {W})",
               f"{body}kb = kt * BK + arange(0, BK)"]
     a_other = o["a_other"]
     lines.append(f"{body}a = " + _operand_load(
         "A", o["a_acc"], "(m0, kt * (BK // 2)), (BM, BK // 2)", "A + rm[:, None] * LDA + ka[None, :]",
         "(rm[:, None] < M) & (ka[None, :] < KH)", a_other))
     lines.append(f"{body}e = " + _operand_load(
-        "E", o["e_acc"], "(m0, kt * (BK // 32)), (BM, BK // 32)", "E + rm[:, None] * KW + ke[None, :]",
+        "E", o["e_acc"], f"(m0, kt * (BK // {W})), (BM, BK // {W})", "E + rm[:, None] * KW + ke[None, :]",
         f"(rm[:, None] < {mp}) & (ke[None, :] < KW)", _Hex(o["e_other"])))
     if o["b_trans"]:
         b = _operand_load("Bm", o["b_acc"], "(n0, kt * BK), (BN, BK)", "Bm + rn[:, None] * KD + kb[None, :]",
@@ -300,10 +312,10 @@ def _sparse_reference(p: SparseProgram, args: dict[str, Any]) -> tuple[dict[str,
             b_other = 0 if o["b_acc"] == "tensor" else o["b_other"]
             a = _tile(vals, m0, kt * bk // 2, bm, bk // 2, convert(np.asarray(a_other), "f64" if not is_int
                                                                     else "i64", o["at"]))
-            e = _tile(meta, m0, kt * bk // 32, bm, bk // 32, e_other, rmax=mp)
+            e = _tile(meta, m0, kt * bk // o["per_word"], bm, bk // o["per_word"], e_other, rmax=mp)
             bo = convert(np.asarray(b_other), "i64" if is_int else "f64", o["bt"])
             bt = (_tile(b, n0, kt * bk, bn, bk, bo).T if o["b_trans"] else _tile(b, kt * bk, n0, bk, bn, bo))
-            da = decode_sm90(a, e, o["eight"])
+            da = decode_sm90(a, e, o["eight"], tf32=o["at"] == "f32")
             db = bt.astype(np.int64) if is_int else bt.astype(np.float64)
             acc += da @ db
             mag += np.abs(da.astype(np.float64)) @ np.abs(db.astype(np.float64))
@@ -318,14 +330,16 @@ def _sparse_reference(p: SparseProgram, args: dict[str, Any]) -> tuple[dict[str,
             y = {"relu": np.maximum(y, 0), "shift": y >> 3, "none": y}[o["act"]]
             val, err = convert(y.astype(np.int32), "i32", o["out"]), np.zeros_like(mag)
         else:
-            bound = ktot * U_BOUND * mag
+            bound = ktot * (2.0**-10 if o["acc"] == "f16" else U_BOUND) * mag
+            if o["at"] == "f32":  # operands rounded to tf32 (the interpreter) or truncated (the H200)
+                bound += 2.0**-9 * mag
             if o["at"] in ("e4m3", "e5m2"):
                 bound += (ktot // 32 + 1) * 2.0**-13 * mag  # Hopper's fp8 accumulator: about 14 bits
             if o["split"]:  # acc0 + acc1 rounds once more
-                bound += U_BOUND * (np.abs(acc) + bound)
+                bound += 2 * REL[o["acc"]] * (np.abs(acc) + bound)
             y = acc + bias[None, :]
-            if o["bias"]:  # the f32 add rounds
-                bound += U_BOUND * (np.abs(y) + bound)
+            if o["bias"]:  # the add rounds to the accumulator type
+                bound += 2 * REL[o["acc"]] * (np.abs(y) + bound)
             y = {"relu": np.maximum(y, 0.0), "leaky": np.where(y > 0, y, y * 0.125),
                  "clamp": np.clip(y, -300.0, 300.0), "none": y}[o["act"]]
             val = convert(y, "f64", o["out"])
@@ -379,6 +393,8 @@ def _gen_tiles(rnd: random.Random, seed: int) -> SparseProgram:
     red = rnd.choice(("max", "min", "sum")) if t[0] in "iu" else rnd.choice(("max", "min"))
     o = {"t": t, "u": u, "box": box, "ext": ext, "shift": shift, "dy": dy, "red": red}
     expr = _tile_expr(rnd, t, box, 3)
+    if isinstance(expr, Lit):  # (a tile, not a scalar)
+        expr = Bin(t, box, "+", Var(t, box, "x"), expr)
     rt = ("i32" if t in ("i16", "u8") else t) if red == "sum" else t
     o["rt"] = rt
     outs = {"O": OutSpec(t), "R": OutSpec(rt)}
