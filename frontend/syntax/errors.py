@@ -343,6 +343,9 @@ class SyntaxErrorMapper:
         header = self._header_problem(ctx, accepts, found, span)
         if header is not None:
             return header
+        if self._bare_import_list_ends_in_comma(ctx):
+            return Diagnostic("SP0110", "trailing comma not allowed without surrounding parentheses", span,
+                              help="put the imported names in parentheses, or remove the trailing `,`")
 
         words = self.describe_expected(accepts)
         message = f"expected {self.join_words(words)}, found {found}" if words else f"unexpected {found}"
@@ -353,6 +356,14 @@ class SyntaxErrorMapper:
         elif token.type == "_NEWLINE" and words and words[0] == "an expression":
             help_text = None
         return Diagnostic(code, message, span, help=help_text)
+
+    @staticmethod
+    def _bare_import_list_ends_in_comma(ctx: ParseContext) -> bool:
+        """``from m import a, b,`` at the end of its line (CPython's own message for it; a ``;``
+        after the ``,`` is plain invalid syntax there too)."""
+        return (ctx.token.type in ("_NEWLINE", "$END") and ctx.previous is not None
+                and ctx.previous.type == "COMMA" and ctx.line_head is not None
+                and ctx.line_head.type == "FROM" and not ctx.open_brackets)
 
     def _expected_block(self, ctx: ParseContext, span: Span) -> Diagnostic:
         header = ctx.last_header

@@ -151,6 +151,17 @@ CASES = [
     ("import_nothing", 'import\n', "SP0110", 'expected a name, found end of line', 1, 7),
     ("from_import_nothing", 'from a import\n',
      "SP0110", 'expected a name, `(` or `*`, found end of line', 1, 14),
+    # CPython accepts a trailing `,` in an import list only inside parentheses (found by test_parser_fuzz)
+    ("from_import_trailing_comma", 'from a import b, c as d,\n',
+     "SP0110", 'trailing comma not allowed without surrounding parentheses', 1, 25),
+    ("from_import_trailing_comma_next_line", 'from a import b,\nx = 1\n',
+     "SP0110", 'trailing comma not allowed without surrounding parentheses', 1, 17),
+    ("from_import_trailing_comma_eof", 'from a import b,',
+     "SP0110", 'trailing comma not allowed without surrounding parentheses', 1, 17),
+    ("from_import_trailing_comma_semicolon", 'from a import b,; x = 1\n',
+     "SP0110", 'expected a name, found `;`', 1, 17),
+    ("from_import_double_comma", 'from a import (b,,)\n', "SP0110", 'expected a name or `)`, found `,`', 1, 18),
+    ("import_trailing_comma", 'import a,\n', "SP0110", 'expected a name, found end of line', 1, 10),
     ("semicolon_empty", 'x = 1;; y = 2\n',
      "SP0110", 'expected a statement or end of line, found `;`', 1, 7),
     ("keyword_name_def", 'def (x):\n    pass\n', "SP0110", 'expected a name, found `(`', 1, 5),
@@ -171,6 +182,7 @@ HELP_EXPECTED = {
     "missing_block": "indent the body of the block (write `pass` for an empty one)",
     "raise_stmt": 'use `assert condition, "message"` to check a condition',
     "bang": "use `not` for logical negation and `!=` for inequality",
+    "from_import_trailing_comma": "put the imported names in parentheses, or remove the trailing `,`",
     "for_else": "put the `else` body after the loop (note that it then also runs after a `break`)",
 }
 

@@ -192,6 +192,16 @@ def test_module_records_imports_and_docstring():
     assert imp_from.module == "..x.y" and imp_from.names == [("p", None), ("q", "r")]
 
 
+@pytest.mark.parametrize("source", ["from a import (p, q as r,)\n", "from a import (\n    p,\n    q as r,\n)\n",
+                                    "from a import (p, q as r)\n", "from a import p, q as r\n"])
+def test_import_lists_match_cpython(source: str):
+    """A parenthesized import list may end with a `,`; the tree and spans are CPython's."""
+    (ours,) = parse_module(source).body
+    (theirs,) = cpython_module(source, "<k>").body
+    assert ours.names == [("p", None), ("q", "r")]
+    assert dump(ours, spans=True) == dump(theirs, spans=True)
+
+
 def test_empty_and_comment_only_sources():
     assert parse_module("").body == []
     assert parse_module("# nothing\n\n   \n# here").body == []

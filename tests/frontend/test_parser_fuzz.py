@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sparsile.frontend.diagnostics import CompileError
@@ -141,6 +141,10 @@ def test_function_sources_raise_only_compile_errors(body: str, indent: str, firs
 
 @FUZZ
 @given(mutated_programs())
+# Mutants that random draws found and the derandomized CI profile never draws (one `delete` of the
+# right token of the right seed is too rare for 150 fixed examples): they stay here as explicit cases.
+@example("from sparsile.lang import ptr, f32, i32 as I32, \n")  # bare import list ending in `,`
+@example("from sparsile.lang import (ptr, f32, i32 as I32, )\n")
 def test_accepted_mutants_are_valid_python_with_the_same_tree_and_spans(source: str):
     """The kernel language is a subset of Python: whatever the kernel parser accepts, CPython must
     accept too, and CPython's tree must be the same, spans included."""
