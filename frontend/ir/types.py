@@ -352,14 +352,35 @@ class Promotion:
 
 
 def literal_type(value: object) -> ScalarType:
-    """The type a Python literal gets when it must become a value on its own."""
+    """The type a Python literal gets when it must become a value on its own: ``i32`` for an integer
+    that fits, else ``i64``, else ``u64`` (``2**63`` to ``2**64 - 1``; an integer beyond both is
+    reported against the nearer one: ``u64`` above, ``i64`` below)."""
     if isinstance(value, bool):
         return bool_
     if isinstance(value, int):
-        return i32 if -(2**31) <= value < 2**31 else i64
+        if -(2**31) <= value < 2**31:
+            return i32
+        return u64 if value >= 2**63 else i64
     if isinstance(value, float):
         return f32
     raise TypeError(value)
+
+
+def literals_type(values: tuple[object, ...]) -> ScalarType | None:
+    """The one type that several untyped literals take together where nothing else gives a type
+    (``where(c, 2**63, 1)``, the two branches of a run-time ``if``): ``f32`` when one is a float,
+    ``bool`` when all are bools, else the first of ``i32``, ``i64`` and ``u64`` that holds every one
+    (a bool counts as 0 or 1), so that each literal alone would get a type no wider (:func:`literal_type`).
+    None when no integer type holds them all (``2**63`` with ``-1``)."""
+    if any(isinstance(v, float) for v in values):
+        return f32
+    if all(isinstance(v, bool) for v in values):
+        return bool_
+    ints = [int(v) for v in values]  # type: ignore[call-overload]
+    for t in (i32, i64, u64):
+        if all(fits(v, t) for v in ints):
+            return t
+    return None
 
 
 def fits(value: int, t: ScalarType) -> bool:

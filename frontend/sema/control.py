@@ -26,7 +26,7 @@ from ..syntax import ast as A
 from .constant_kinds import check_number_use, wrong_constant_help
 from .emitter import Emitter, describe
 from .scope import ReturnSignal, Scope, assigned_names
-from .values import POISON, Arg, Const, PoisonError, Unbound
+from .values import POISON, Arg, Const, PoisonError, Unbound, is_untyped_number
 
 MAX_UNROLL = 4096
 RANGE_HINTS = ("num_stages", "loop_unroll_factor")
@@ -227,6 +227,8 @@ class ControlFlowMixin:
         """Materialize one merged value in each branch. A constant takes the other branch's type
         (cast and broadcast); two run-time values must already agree."""
         like = _type_of(av) or _type_of(bv)
+        if like is None and is_untyped_number(av) and is_untyped_number(bv):  # `x = 2**63` / `x = 1`
+            like = self._in_block(a_block).literals_type(Arg(av, span), Arg(bv, span), span)
         a = self._in_block(a_block).value(Arg(av, span), like=like)
         b = self._in_block(b_block).value(Arg(bv, span), like=like)
         if a.type != b.type:

@@ -19,7 +19,7 @@ from ..ir import types as T
 from ..ir.core import Builder, Operation, Value
 from ..spans import Span
 from .constant_kinds import check_number_use, wrong_constant_help
-from .values import POISON, Arg, Const, PoisonError
+from .values import POISON, Arg, Const, PoisonError, is_untyped_number
 
 MAX_TILE_ELEMENTS = 1 << 20
 """The most elements one tile may have (as Triton's ``TRITON_MAX_TENSOR_NUMEL``)."""
@@ -157,8 +157,7 @@ class Emitter:
                     if t.is_int and not t.is_bool and not T.fits(int(v.value), t):
                         self.error("SP0303", f"the literal {v.value} does not fit in {t}", arg.span)
                     return self.constant(v.value, t)
-            if isinstance(v.value, int) and not isinstance(v.value, bool) and not T.fits(v.value, T.i64):
-                self.error("SP0303", f"the literal {v.value} does not fit in i64", arg.span)
+            self._check_lone_literal(v.value, arg.span)
             return self.constant(v.value, T.literal_type(v.value))
         self.error("SP0304", f"expected a value as {what}, found {_describe(v)}", arg.span)
 
@@ -210,6 +209,36 @@ class Emitter:
                        help="load the value it points at with `load(...)`")
         return self.op1("arith.cast", [v], T.with_shape(elem, T.shape_of(v.type)), to=elem.name)
 
+    def literal_pair(self, a: Arg, b: Arg, span: Span | None = None) -> tuple[Value, Value]:
+        """Two untyped number constants materialized in the one type they take together
+        (:func:`~sparsile.frontend.ir.types.literals_type`: ``2**63`` and ``1`` are both ``u64``, as
+        ``2**63 + 1`` folds to a constant that is), or SP0303 where no integer type holds both."""
+        t = self.literals_type(a, b, span)
+        return self.constant(self.unwrap(a).value, t), self.constant(self.unwrap(b).value, t)
+
+    def literals_type(self, a: Arg, b: Arg, span: Span | None = None) -> T.ScalarType:
+        """The type two untyped number constants take together, or SP0303 (one that no integer type
+        holds, or two that no one integer type holds)."""
+        x, y = self.unwrap(a).value, self.unwrap(b).value
+        self._check_lone_literal(x, a.span)
+        self._check_lone_literal(y, b.span)
+        t = T.literals_type((x, y))
+        if t is None:
+            self.error("SP0303", f"no integer type holds both {x} and {y}", span or self.span,
+                       help="two integer literals take the first of i32, i64 and u64 that holds both: "
+                            "convert one of them to the type you mean (`i64(...)`, `u64(...)`)")
+        return t
+
+    def _check_lone_literal(self, value: Any, span: Span) -> None:
+        """SP0303 for an integer literal that no integer type holds (its :func:`literal_type` is the
+        nearer of i64 and u64)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            t = T.literal_type(value)
+            if not T.fits(value, t):
+                lo, hi = INTEGER_CONSTANT_RANGE
+                self.error("SP0303", f"the literal {value} does not fit in {t}", span,
+                           help=f"integers at run time lie in [{lo}, {hi}] (i64 and u64)")
+
     def binary_operands(self, a: Arg, b: Arg, span: Span | None = None, *,
                         keep_bool: bool = False, pointers: bool = False) -> tuple[Value, Value]:
         """Materialize, promote and broadcast two operands of an elementwise op. With
@@ -224,7 +253,9 @@ class Emitter:
         if isinstance(vb, Const) and vb.dtype is not None:
             vb = self.value(b)
             b = Arg(vb, b.span)
-        if isinstance(va, Const) and isinstance(vb, Value):
+        if is_untyped_number(va) and is_untyped_number(vb):  # `where(c, 2**63, 1)`: one type for both
+            va_, vb_ = self.literal_pair(a, b, span)
+        elif isinstance(va, Const) and isinstance(vb, Value):
             vb_ = self.tile_or_scalar(b)
             va_ = self.tile_or_scalar(a, like=vb.type)
         elif isinstance(vb, Const) and isinstance(va, Value):

@@ -33,6 +33,11 @@ class Const:
         return f"Const({self.value!r})" if self.dtype is None else f"Const({self.value!r}, {self.dtype})"
 
 
+def is_untyped_number(v: Any) -> bool:
+    """A literal or untyped compile-time number (``1``, ``2.5``, ``True``; not ``u8(1)``)."""
+    return isinstance(v, Const) and v.dtype is None and isinstance(v.value, bool | int | float)
+
+
 class _Poison:
     def __repr__(self) -> str:
         return "POISON"
