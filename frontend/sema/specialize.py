@@ -8,7 +8,7 @@ tensor element type and rank, scalar type), and — as Triton does — whether e
 from __future__ import annotations
 
 import difflib
-import math
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -237,17 +237,27 @@ def fingerprint(value: Any, constexpr: bool) -> Any:
     return None
 
 
+def float_bits(value: float | np.floating) -> bytes:
+    """The bits that key a float constant: a Python float's as an f64 (``struct``), a numpy
+    float's in its own type. ``0.0 == -0.0`` yet ``x * V`` differs, and ``NaN != NaN`` (keyed by
+    value a NaN constexpr matched no earlier launch: every launch ran sema again and the caches
+    grew); by bits ``-0.0`` is not ``0.0`` and every NaN of one payload is one key."""
+    if isinstance(value, np.floating):
+        return value.tobytes()
+    return struct.pack("<d", value)
+
+
 def _exact(value: Any) -> Any:
-    """A constexpr's value with the type of each element and the sign of a zero: ``(2,)``,
+    """A constexpr's value with the type of each element and the bits of a float: ``(2,)``,
     ``(2.0,)`` and ``(True,)`` are equal tuples, and ``0.0 == -0.0``, but each compiles to other
-    code (``-7 // S[0]``, ``x * V``)."""
+    code (``-7 // S[0]``, ``x * V``); a NaN equals no NaN, but is one specialization."""
     kind = type(value)
     if kind is tuple or kind is list:
         return (kind, *map(_exact, value))
     if kind is T.TypedConstant:  # `f32(-0.0)` equals `f32(0.0)` as a dataclass
         return (kind, str(value.dtype), _exact(value.value))
-    if isinstance(value, float | np.floating) and value == 0:
-        return (kind, value, math.copysign(1.0, value))
+    if isinstance(value, float | np.floating):
+        return (kind, float_bits(value))
     return (kind, value)
 
 
@@ -381,8 +391,8 @@ def _hashable(v: Any) -> Any:
         return tuple(_hashable(x) for x in v)
     if isinstance(v, Const):  # a typed constant: `Const(-0.0, f32)` equals `Const(0.0, f32)` as a dataclass
         return ("Const", str(v.dtype), _hashable(v.value))
-    if isinstance(v, float | np.floating) and v == 0 and math.copysign(1.0, v) < 0:
-        return (type(v).__name__, v, "negative zero")  # equal to 0.0, yet x * -0.0 is not x * 0.0
+    if isinstance(v, float | np.floating):  # -0.0 is not 0.0 (x * -0.0), a NaN is one key (float_bits)
+        return (type(v).__name__, float_bits(v).hex())
     return (type(v).__name__, v)
 
 

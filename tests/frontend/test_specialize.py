@@ -3,6 +3,8 @@ specialization gives, and every check still runs for an argument that would fail
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,57 @@ def test_a_tensor_parameter_given_no_array_names_what_it_got() -> None:
         k.interpret[(1,)]("not an array", 4)
     assert info.value.code == "SP0708" and info.value.message == "argument `t` expects a tensor, found str"
     assert info.value.help == "pass a numpy array or a device tensor"
+
+
+NAN_FILL = """
+@kernel
+def fill(x: ptr[f32], out: ptr[f32], K: constexpr, BLOCK: constexpr = 64):
+    i = arange(0, BLOCK)
+    v = load(x + i)
+    store(out + i, where(v > 0, v * 2.0, K))
+"""
+
+
+def _nan(payload: int = 0) -> float:
+    """A fresh float NaN object (``float('nan')`` is a new object each time) with ``payload``."""
+    return struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0000 | payload))[0]
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_nan_constexpr_specializes_once(monkeypatch, typed: bool) -> None:
+    """NaN != NaN: keyed by value, a NaN constexpr matched neither the memo nor the IR cache, so every
+    launch ran specialize and sema again and both caches grew with each launch. Floats are keyed by
+    their bits: 1000 launches compile once, and each gives the right result."""
+    import sparsile.frontend.sema.specialize as spec
+
+    kernel = sp.loads(NAN_FILL).fill
+    calls = []
+    real = spec.specialize
+    monkeypatch.setattr(spec, "specialize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(7)
+    for launch in range(1000):
+        x = rng.uniform(-1.0, 1.0, 64).astype(np.float32)
+        out = np.full(64, 12345.0, np.float32)  # poisoned
+        k = sp.f32(float("nan")) if typed else float("nan")
+        kernel.interpret[(1,)](x, out, k)
+        if launch % 97 == 0:
+            x64 = x.astype(np.float64)
+            assert np.array_equal(out.astype(np.float64), np.where(x64 > 0, x64 * 2.0, np.nan), equal_nan=True)
+    assert len(calls) == 1
+    assert len(kernel._spec_memo) == 1 and len(kernel._ir_cache) == 1
+
+
+def test_float_constexprs_are_keyed_by_their_bits() -> None:
+    """Every NaN of one payload is one specialization, a NaN of another payload or sign another, and
+    ``-0.0`` is not ``0.0``."""
+    kernel = sp.loads(NAN_FILL).fill
+    x = np.zeros(64, np.float32)
+
+    def key(v):
+        return kernel.bind((x, x, v), {})[2]
+
+    assert key(_nan()) == key(_nan()) == key(float("nan"))
+    assert key(np.float32("nan")) == key(_nan())  # a numpy scalar constexpr is taken as Python's float
+    assert len({key(_nan()), key(_nan(1)), key(-_nan()), key(0.0), key(-0.0)}) == 5
+    assert key(sp.f32(_nan())) == key(sp.f32(_nan()))
+    assert key((1.0, _nan())) == key((1.0, _nan()))
