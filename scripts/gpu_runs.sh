@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh progfuzz45s      # 120 random sparse-core programs (tests/support/program_gen_sparse.py) on the GPU against the interpreter
+#   bash scripts/gpu_runs.sh wgmma8           # (not run yet) mixed 8-bit sparse_dot on wgmma (e4m3 x e5m2, i8 x u8; BM 64, BN 8/16, BK 64/128), then 40 sparse fuzz programs
 #   bash scripts/gpu_runs.sh opdiff45         # the op table: every elementwise op and conversion of every type on edge values, GPU vs interpreter
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
@@ -167,6 +168,12 @@ progfuzz45s)  # the sparse-core program fuzzer: 120 generated kernels (sparse_do
              # integer operands, masked and tensor-tile operands, epilogues; 3-D tensor tiles at ragged edges)
              # compiled in 16 worker processes, run on the GPU and compared with the interpreter in one report
     run 150 python -m pytest -q -m gpu --timeout 140 -rfE tests/gpu/test_program_fuzz_sparse_gpu.py
+    ;;
+wgmma8)  # the wgmma instruction named A's type for B (e4m3 x e5m2, i8 x u8 read B in A's format: sparse fuzzer
+        # seeds 27 and 31 wrong on an H100): every 8-bit (A, B) pair at BM 64, BN 8 / 16, BK 64 / 128 against
+        # float64, then the first 40 sparse fuzz programs (seeds 27 and 31 among them) against the interpreter
+    run 40 python -m pytest -q -m gpu --timeout 30 -rfE tests/gpu/test_sparse_dot_8bit_gpu.py
+    run 80 env SPARSILE_PROGFUZZ_N=40 python -m pytest -q -m gpu --timeout 70 -rfE tests/gpu/test_program_fuzz_sparse_gpu.py
     ;;
 opdiff45)  # the op table (tests/support/op_table_cases.py): every elementwise op of the registry and every conversion
           # between two scalar types, one kernel per (op, type) on edge and random values, the GPU against the

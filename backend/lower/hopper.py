@@ -151,13 +151,15 @@ def _desc(cg: CodeGen, ref: SmemRef, row: int, col: int) -> LLValue:
     return fb.binop("or", lo64, const(hi << 32, "i64"))
 
 
-def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int, a_regs: bool = False
-                ) -> tuple[str, str]:
+def instr_text(sparse: bool, ea: str, eb: str, eacc: str, n: int, k: int, nregs: int, a_regs: bool = False
+               ) -> tuple[str, str]:
     """The wgmma asm template and its operand constraints (acc out, A descriptor or the four b32
-    A registers, B descriptor, [meta], scale, acc in tied). The register-A form has no A
-    transpose immediate (PTX ISA 9.7.15.5.2; docs/hardware.md §4.1)."""
+    A registers, B descriptor, [meta], scale, acc in tied). ``ea`` and ``eb`` are the element
+    types of A and B: the 8-bit kinds may mix (``.e4m3.e5m2``, ``.s8.u8``), so the instruction
+    names both. The register-A form has no A transpose immediate (PTX ISA 9.7.15.5.2;
+    docs/hardware.md §4.1)."""
     dt = {"f32": "f32", "f16": "f16", "i32": "s32"}[eacc]
-    ta = PTX_TYPE[ea]
+    ta, tb = PTX_TYPE[ea], PTX_TYPE[eb]
     shape = f"m64n{n}k{k}"
     sp = ".sp" if sparse else ""
     regs = "{" + ", ".join(f"${i}" for i in range(nregs)) + "}"
@@ -180,7 +182,7 @@ def _instr_text(sparse: bool, ea: str, eacc: str, n: int, k: int, nregs: int, a_
         tail = ", 1, 1, 0" if a_regs else ", 1, 1, 0, 0"
     else:
         tail = ", 1, 1"
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, {scale}, 0; wgmma.mma_async{sp}.sync.aligned.{shape}.{dt}.{ta}.{ta} "
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, {scale}, 0; wgmma.mma_async{sp}.sync.aligned.{shape}.{dt}.{ta}.{tb} "
             f"{regs}, {a}, {b}{meta}, p{tail}; }}")
     con = "f" if dt in ("f32",) else "r"
     a_con = ",r,r,r,r" if a_regs else ",l"
@@ -240,6 +242,7 @@ def emit_wgmma(cg: CodeGen, a_ref: SmemRef | DTile, b_ref: SmemRef, acc: DTile, 
     a_elem = a_ref.elem
     assert isinstance(a_elem, T.ScalarType)
     ea = a_elem.name
+    eb = b_ref.elem.name  # B's own type: e4m3 x e5m2 and i8 x u8 mix (PTX ISA 9.7.15.5.2)
     eacc = acc_elem.name
     if eacc == "f16":
         raise InternalError("an f16 wgmma accumulator reached the lowering (legality SP0570 decides this)", op.span)
@@ -282,7 +285,8 @@ def emit_wgmma(cg: CodeGen, a_ref: SmemRef | DTile, b_ref: SmemRef, acc: DTile, 
                 b_desc = _desc(cg, b_ref, j * n_split, ks * instr_k)
                 base = r * (n // 2) + j * nregs_instr
                 chunk = regs[base:base + nregs_instr]
-                text, cons = _instr_text(sparse, ea, eacc, n_split, instr_k, nregs_instr, a_packed is not None)
+                text, cons = instr_text(sparse, ea, eb, eacc, n_split, instr_k, nregs_instr,
+                                        a_packed is not None)
                 args = [*a_args, b_desc]
                 if meta is not None:
                     per = k // 32 if ea not in ("tf32", "f32") else k // 16
