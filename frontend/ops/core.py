@@ -483,12 +483,12 @@ _minmax("minimum")
 
 @builtin("where")
 def where(em: Emitter, cond: Arg, x: Arg, y: Arg) -> Value:
-    """Elementwise ``x`` where ``cond`` is true, else ``y``."""
+    """Elementwise ``x`` where ``cond`` is true, else ``y`` (of two bools, a bool: a mask)."""
     c = em.tile_or_scalar(cond)
     if T.element_type(c.type) != T.bool_:
         em.error("SP0312", f"the condition of `where` must be bool, found {c.type}", cond.span,
                  help="compare explicitly, e.g. `x != 0`")
-    a, b = em.binary_operands(x, y, pointers=True)
+    a, b = em.binary_operands(x, y, keep_bool=True, pointers=True)
     shape = em.broadcast_shapes(T.shape_of(c.type), T.shape_of(a.type))
     c, a, b = em.broadcast_to(c, shape), em.broadcast_to(a, shape), em.broadcast_to(b, shape)
     return em.op1("arith.select", [c, a, b], a.type)

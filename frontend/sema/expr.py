@@ -385,7 +385,8 @@ class ExprMixin:
         em = self.emitter()
         em.span = node.span
         cond = self._as_bool(c, node.test.span)
-        x, y = em.binary_operands(Arg(a, node.body.span), Arg(b, node.orelse.span), node.span, pointers=True)
+        x, y = em.binary_operands(Arg(a, node.body.span), Arg(b, node.orelse.span), node.span, keep_bool=True,
+                                  pointers=True)
         shape = em.broadcast_shapes(T.shape_of(cond.type), T.shape_of(x.type), node.span)
         cond, x, y = em.broadcast_to(cond, shape), em.broadcast_to(x, shape), em.broadcast_to(y, shape)
         return em.op1("arith.select", [cond, x, y], x.type)
