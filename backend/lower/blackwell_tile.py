@@ -16,7 +16,9 @@ A tile MMA whose operands are register tiles runs as one synchronous ``tcgen05.m
 
 Eligible: M = 128, a kernel of whole warpgroups, the op outside ``warp_specialize``, a legal
 instruction descriptor for N <= 256, K a multiple of the instruction K, and rows wide enough for a
-swizzle atom holding one instruction's K. Anything else takes the portable lowering. There is no
+swizzle atom holding one instruction's K, an f32 or i32 accumulator (an f16 one would be rounded
+to f16 after every instruction; the tile-level op rounds its f32 sum once, ``ops.dot.mma_reference``).
+Anything else takes the portable lowering. There is no
 pipelining (each op waits for its MMAs): the explicit level is the way to a fast kernel.
 """
 
@@ -55,6 +57,8 @@ def eligible(op: Operation, num_warps: int) -> int | None:
     if not all(isinstance(e, T.ScalarType) for e in (ea, eb, eacc)):
         return None
     if ea.name not in MMA_KIND or MMA_KIND.get(eb.name) != MMA_KIND[ea.name] or eacc.name not in D_DTYPE:
+        return None
+    if eacc == T.f16:  # D would be rounded to f16 per instruction; the tile op's is rounded once (f32 sum)
         return None
     m, ka = T.shape_of(a.type)
     k, n = T.shape_of(b.type)

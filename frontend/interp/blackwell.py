@@ -191,7 +191,7 @@ def _mma_one(ctx: Any, op: Operation, args: list[Any]) -> None:
         a, bm = tf32_truncate(a), tf32_truncate(bm)
     eacc = op.operand("d").type.elem
     base = acc if en else np.zeros(acc.shape, acc.dtype)
-    acc[...] = mma_reference(a, bm, base, eacc, stored)
+    acc[...] = mma_reference(a, bm, base, eacc, stored, instr_k(ea, op.attrs["sparse"]))  # D rounded per instruction
 
 
 def _scaled_operands(ctx: Any, op: Operation, args: list[Any], a: np.ndarray,

@@ -141,24 +141,45 @@ def _f(x: np.ndarray) -> np.ndarray:
 
 
 def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarType,
-                  stored: Callable[[], np.ndarray] | None = None) -> np.ndarray:
-    """acc + a @ b: integer exactly (wrapping to i32); float products exact in f64, rounded once
-    to the accumulator type (the GPU's per-instruction order differs only in rounding). A sparse
-    MMA passes ``stored``, which gives the (M, K) positions its metadata names: b's elements
+                  stored: Callable[[], np.ndarray] | None = None, instr_k: int | None = None) -> np.ndarray:
+    """acc + a @ b: integer exactly (wrapping to i32); float products exact in f64.
+
+    Without ``instr_k`` (the tile-level ``dot`` / ``sparse_dot``): the sum is rounded to f32, then to
+    the accumulator type. Every lowering of those ops carries an f16 accumulator as f32 through its
+    MMAs (``mma.sync`` with an f32 D, wgmma and the portable path in f32, the tcgen05 tile path never
+    takes an f16 one) and converts once at the end (``cvt.rn.f16.f32``), so partial sums beyond
+    f16's range stay finite (the GPU's per-instruction f32 order differs from f64 only in rounding).
+
+    With ``instr_k`` (an instruction-level ``tcgen05.mma`` / ``hopper.wgmma``, whose D is the f16
+    accumulator itself): an f16 accumulator is rounded to f16 after every ``instr_k`` columns of K,
+    as the tensor core writes D once per instruction (PTX ISA 9.7.15.5 / 9.7.16.10: ``D = A*B + D``
+    per instruction, the precision inside one instruction unspecified); each instruction's sum is
+    modelled exact and rounded once, so a partial sum past 65504 is inf as on the GPU.
+
+    A sparse MMA passes ``stored``, which gives the (M, K) positions its metadata names: b's elements
     elsewhere are never multiplied, so a NaN or inf there does not reach the result (a dense
     product would give 0 * inf = NaN; docs/sparse-metadata.md, "Special values")."""
     if acc_t.is_int:
         r = c.astype(np.int64) + _f(a).astype(np.int64) @ _f(b).astype(np.int64)
         return ((r + 2**31) % 2**32 - 2**31).astype(np.int32)
     fa, fb = _f(a), _f(b)
-    with np.errstate(all="ignore"):  # (NaN / inf operands, overflow to inf: the GPU's results, no warning)
-        if stored is None or np.isfinite(fb).all():
-            r = c.astype(np.float64) + fa @ fb
-        else:
-            from ...stdlib.sparsity.reference import stored_product
+    mask = None if stored is None or np.isfinite(fb).all() else stored()
 
-            r = c.astype(np.float64) + stored_product(fa, stored(), fb)
-        return r.astype(np.float32).astype(acc_t.numpy_dtype)
+    def product(lo: int, hi: int) -> np.ndarray:
+        if mask is None:
+            return fa[:, lo:hi] @ fb[lo:hi]
+        from ...stdlib.sparsity.reference import stored_product
+
+        return stored_product(fa[:, lo:hi], mask[:, lo:hi], fb[lo:hi])
+
+    k = fa.shape[1]
+    with np.errstate(all="ignore"):  # (NaN / inf operands, overflow to inf: the GPU's results, no warning)
+        if instr_k is None or acc_t != T.f16:
+            return (c.astype(np.float64) + product(0, k)).astype(np.float32).astype(acc_t.numpy_dtype)
+        r = c.astype(acc_t.numpy_dtype)
+        for lo in range(0, max(k, 1), instr_k):
+            r = (r.astype(np.float64) + product(lo, min(lo + instr_k, k))).astype(acc_t.numpy_dtype)
+        return r
 
 
 @dot_op.interpreter

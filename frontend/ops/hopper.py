@@ -168,7 +168,10 @@ def _i_wgmma(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
                                    ctx.program_id, help=e.help) from None
     if ea in (T.f32, T.tf32):  # the tensor cores drop the low 13 bits of f32 data (measured, docs/hopper.md)
         a, bm = tf32_truncate(a), tf32_truncate(bm)
-    return [mma_reference(np.asarray(a), bm, acc, T.element_type(op.result.type), stored)]  # type: ignore[arg-type]
+    from .blackwell_operands import instr_k  # (wgmma's instruction K is tcgen05's: 16 / 8 / 32, twice that sparse)
+
+    return [mma_reference(np.asarray(a), bm, acc, T.element_type(op.result.type), stored,  # type: ignore[arg-type]
+                          instr_k(ea, op.attrs["sparse"]))]
 
 
 @wgmma_wait_op.interpreter

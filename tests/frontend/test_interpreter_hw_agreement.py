@@ -21,17 +21,20 @@ from sparsile.tests.support.hw_agreement_cases import (
     ATOMIC_NEW,
     ATOMIC_P,
     ATOMIC_SRC,
+    DOT_SRC,
     INT_BF16_SRC,
     MINMAX_SRC,
     SIGMOID_SRC,
     SIGMOID_X,
     atomic_inputs,
+    f16_overflow_inputs,
     int_bf16_inputs,
     kernel,
     minmax_expected,
     minmax_inputs,
     round_to_bf16,
     sigmoid_exact,
+    tf32_inputs,
 )
 
 
@@ -276,3 +279,26 @@ def test_the_f64_round_to_odd_sequence_rounds_once() -> None:
     with np.errstate(over="ignore"):
         twice = [_bf16_exact(float(np.float32(x))) for x in ties]
     assert twice != [_bf16_exact(x) for x in ties]
+
+
+# -- dot: f16 accumulators and tf32 operands -------------------------------------------------------
+def test_f16_accumulator_of_a_tile_dot_is_rounded_once() -> None:
+    """Every lowering of the tile ``dot`` carries an f16 accumulator as f32 and rounds once at the end
+    (``mma.sync`` with an f32 D or f32 FMAs, then ``cvt.rn.f16.f32``): partial sums past 65504 stay finite."""
+    a, b, c = f16_overflow_inputs()
+    kernel(DOT_SRC.format(t="f16", acc="f16")).interpret[(1,)](a, b, c)
+    assert (c == 8.0).all(), c
+    text = compile_src(DOT_SRC.format(t="f16", acc="f16"), stop_after="ptx", cache=False, target="sm_80").ptx
+    assert ".f16.f16.f16.f16" not in text and "cvt.rn.f16.f32" in text  # no MMA with an f16 D
+
+
+def test_f32_operands_of_a_tile_dot_are_rounded_to_tf32_to_nearest() -> None:
+    """The tile ``dot`` rounds f32 operands with ``cvt.rna.tf32.f32`` before the MMA (every target's
+    lowering), so ``1 + 3 * 2**-12`` is read as ``1 + 2**-10``, not truncated to 1."""
+    a, b, c = tf32_inputs()
+    kernel(DOT_SRC.format(t="f32", acc="f32")).interpret[(1,)](a, b, c)
+    assert np.diag(c).tolist() == [1 + 2.0**-10] * 16
+    assert (c[~np.eye(16, dtype=bool)] == 0).all()
+    for target in ("sm_80", "sm_90a"):
+        text = compile_src(DOT_SRC.format(t="f32", acc="f32"), stop_after="ptx", cache=False, target=target).ptx
+        assert "cvt.rna.tf32.f32" in text, target

@@ -12,6 +12,8 @@ import pytest
 from sparsile.driver.module import loads
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.interp.values import InterpreterError
+from sparsile.frontend.ir import types as T
+from sparsile.frontend.ops.blackwell_operands import instr_k
 from sparsile.stdlib import sparsity as S
 
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
@@ -205,8 +207,21 @@ def test_sparse_mma_matches_reference(a, b, acc, k):
         assert (err == 0).all()
     elif a == "tf32":  # products of tf32-rounded operands (10 mantissa bits)
         assert (err <= 2.0 ** -9 * np.abs(ref).max()).all()
+    elif acc == "f16":  # D rounded to f16 after each instruction: 2**-10 of every partial sum's magnitude
+        assert (err <= 2.0 ** -10 * _partial_sums(a, b, k).sum(axis=0) + 1e-3).all(), err.max()
     else:
-        assert (err <= (2.0 ** -10 if acc == "f16" else 2.0 ** -20) * np.abs(ref) + 1e-3).all(), err.max()
+        assert (err <= 2.0 ** -20 * np.abs(ref) + 1e-3).all(), err.max()
+
+
+def _partial_sums(a: str, b: str, k: int, m: int = 128, n: int = 64, seed: int = 0) -> np.ndarray:
+    """|exact partial sums| of the pruned A @ B^T of :func:`operands` after each sparse instruction's K,
+    shape (instructions, m, n): where an f16 D is rounded."""
+    rng = np.random.default_rng(seed)
+    dense = rng.standard_normal((m, k)).astype(np.float32).astype(HOST[a])
+    bm = rng.standard_normal((n, k)).astype(np.float32).astype(HOST[b]).astype(np.float64)
+    w = np.asarray(S.prune(dense, TOOLKIT.get(a, a))).astype(np.float64)
+    step = instr_k(T.scalar_type(a), True)
+    return np.abs(np.cumsum([w[:, i:i + step] @ bm[:, i:i + step].T for i in range(0, k, step)], axis=0))
 
 
 @pytest.mark.parametrize("a,acc", [("f16", "f32"), ("e4m3", "f32")])
@@ -294,3 +309,19 @@ def test_the_example_of_docs_blackwell_runs_and_compiles():
     assert np.abs(c - ref).max() <= 1e-3
     ck = mod.one_tile[(1,)].compile_for("sm_100a", vals, meta, b, c)
     assert ck.ptx.count("tcgen05.mma.sp.cta_group::1.kind::f16") == 4
+
+
+def test_f16_accumulator_is_rounded_after_every_instruction():
+    """A tcgen05.mma with an f16 D writes D once per instruction (K = 16 for dense f16): a partial sum
+    of 16 x 8192 = 131072 is inf in f16 after the first instruction, and inf + finite stays inf, though
+    the exact total (8) is small. The interpreter summed all of K in f64 and rounded once (8.0)."""
+    m, n, k = 128, 32, 64
+    src = mma_source("f16", "f16", "f16", m, n, k, sparse=False)
+    a = np.ones((m, k), np.float16)
+    b = np.full((n, k), 0.25, np.float16)
+    b[:, :16], b[:, 16:32] = 8192.0, -8192.0
+    b[1::2, :16], b[1::2, 16:32] = 1.0, -1.0  # odd columns: partial sums stay finite
+    c = np.full((m, n), np.nan, np.float16)
+    loads(src).k.interpret[(1,)](a, b, c)
+    assert np.isposinf(c[:, 0::2]).all()
+    assert (c[:, 1::2] == 8.0).all()

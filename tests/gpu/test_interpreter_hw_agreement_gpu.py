@@ -12,16 +12,19 @@ import pytest
 from sparsile.tests.support.hw_agreement_cases import (
     ATOMIC_NEW,
     ATOMIC_SRC,
+    DOT_SRC,
     INT_BF16_SRC,
     MINMAX_SRC,
     SIGMOID_SRC,
     SIGMOID_X,
     atomic_inputs,
+    f16_overflow_inputs,
     int_bf16_inputs,
     kernel,
     minmax_expected,
     minmax_inputs,
     round_to_bf16,
+    tf32_inputs,
 )
 
 pytestmark = pytest.mark.gpu
@@ -96,3 +99,26 @@ def test_f64_to_bf16_matches_the_interpreter() -> None:
     k.interpret[(1,)](x, ref)
     _same_bits(gpu, ref)
     assert gpu.astype(np.float64)[0] == 2.0**24 + 2**17
+
+
+def test_f16_accumulator_of_a_tile_dot_matches_the_interpreter() -> None:
+    """f16 partial sums past 65504 (131072 after K = 16): the tile dot carries the accumulator in f32
+    and rounds once, on the GPU and in the interpreter (8.0 everywhere, no inf)."""
+    k = kernel(DOT_SRC.format(t="f16", acc="f16"))
+    a, b, gpu = f16_overflow_inputs()
+    ref = gpu.copy()
+    k[(1,)](a, b, gpu)
+    k.interpret[(1,)](a, b, ref)
+    _same_bits(gpu, ref)
+    assert (gpu == 8.0).all()
+
+
+def test_tf32_rounding_of_a_tile_dot_matches_the_interpreter() -> None:
+    """f32 operands whose low 13 bits make cvt.rna (1 + 2**-10) and truncation (1) differ."""
+    k = kernel(DOT_SRC.format(t="f32", acc="f32"))
+    a, b, gpu = tf32_inputs()
+    ref = gpu.copy()
+    k[(1,)](a, b, gpu)
+    k.interpret[(1,)](a, b, ref)
+    _same_bits(gpu, ref)
+    assert np.diag(gpu).tolist() == [1 + 2.0**-10] * 16

@@ -136,3 +136,45 @@ def round_to_bf16(v: int) -> float:
 def kernel(src: str) -> sp.Kernel:
     """The kernel ``k`` of ``src``."""
     return sp.loads(src, "case.spk").kernels["k"]
+
+
+DOT_SRC = """
+@kernel
+def k(A: ptr[{t}], B: ptr[{t}], C: ptr[{acc}]):
+    r = arange(0, 16)
+    kk = arange(0, 64)
+    c = arange(0, 16)
+    a = load(A + r[:, None] * 64 + kk[None, :])
+    b = load(B + kk[:, None] * 16 + c[None, :])
+    acc = zeros((16, 16), {acc})
+    store(C + r[:, None] * 16 + c[None, :], dot(a, b, acc))
+"""
+"""A 16 x 64 x 16 tile ``dot``: with f16 operands and an f16 accumulator (f16 partial sums past
+65504), and with f32 operands (rounded to tf32 by ``cvt.rna``)."""
+
+
+def f16_overflow_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A, B, C poisoned) whose K-partial sums leave f16's range while the totals are small: the
+    first 16 K columns of even output columns add 16 x 8192 = 131072 (inf in f16), the next 16
+    take it back, the rest add 32 x 0.25. The tile ``dot`` carries the accumulator in f32 and rounds
+    once: 8.0 there (odd columns: partial sums of +-16, total 8.0 too)."""
+    a = np.ones((16, 64), np.float16)
+    b = np.full((64, 16), 0.25, np.float16)
+    b[:16, 0::2], b[16:32, 0::2] = 8192.0, -8192.0
+    b[:16, 1::2], b[16:32, 1::2] = 1.0, -1.0
+    return a, b, np.full((16, 16), np.nan, np.float16)
+
+
+TF32_X = 1 + 3 * 2.0**-12
+"""An f32 value whose low 13 bits make ``cvt.rna`` (1 + 2**-10) and truncation (1) differ."""
+
+
+def tf32_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A, B, C poisoned): A has one ``TF32_X`` per row (column = row), the rest 0; B is the identity
+    padded to 64 rows scaled by ``TF32_X``'s row: C[i, i] = rna(TF32_X) = 1 + 2**-10 (truncation would
+    give 1), off the diagonal 0."""
+    a = np.zeros((16, 64), np.float32)
+    a[np.arange(16), np.arange(16)] = TF32_X
+    b = np.zeros((64, 16), np.float32)
+    b[np.arange(16), np.arange(16)] = 1.0
+    return a, b, np.full((16, 16), np.nan, np.float32)

@@ -94,7 +94,7 @@ def result_type(op: str, kind: str, t: str) -> tuple[str | None, str | None]:
     if op == "arith.cmp":
         return "bool", None
     if op == "arith.select":
-        return ("i32" if t == "bool" else t), None  # `where` promotes as the binary ops: bools to i32
+        return t, None  # `where` of two bools is a bool (rule 5), else the operands' type
     if op == "arith.unary":
         if kind == "not":
             return "bool", None
