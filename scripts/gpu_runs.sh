@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a45              # the forty-fifth session's last merges: a44's files, the new GPU files, both fuzzers
 #   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh progfuzz45s      # 120 random sparse-core programs (tests/support/program_gen_sparse.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh wgmma8           # (not run yet) mixed 8-bit sparse_dot on wgmma (e4m3 x e5m2, i8 x u8; BM 64, BN 8/16, BK 64/128), then 40 sparse fuzz programs
@@ -159,6 +160,21 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a45)  # the forty-fifth session's last merges on a GPU (its own runs stopped at 0b33022 with the device budget spent):
+     # a44's files, then this session's new GPU files (op table, both program fuzzers, neg views, mixed 8-bit
+     # sparse_dot), then every other GPU test (tests-rest) in what is left of the call
+    run 300 python -m pytest -q -m gpu -n 16 --timeout 120 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py \
+        tests/gpu/test_autotune_gpu.py tests/stdlib/test_gemm_tuning.py tests/stdlib/test_linear_api.py \
+        tests/frontend/test_triton_ports.py tests/frontend/test_triton_idioms.py tests/gpu/test_empty_grid_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_argmax_gpu.py tests/backend/test_prepared_gpu.py \
+        tests/backend/test_runtime_gpu.py tests/backend/test_host_staging.py tests/gpu/test_core_gpu.py \
+        tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py \
+        tests/gpu/test_interpreter_hw_agreement_gpu.py tests/gpu/test_dtype_math_gpu.py \
+        tests/gpu/test_special_math_gpu.py tests/gpu/test_atomics_gpu.py tests/gpu/test_op_table_gpu.py \
+        tests/gpu/test_sparse_dot_8bit_gpu.py
+    run 120 python -m pytest -q -m gpu --timeout 100 -rfE tests/gpu/test_program_fuzz_gpu.py \
+        tests/gpu/test_program_fuzz_sparse_gpu.py
+    ;;
 progfuzz45)  # the differential program fuzzer: 300 generated kernels (loops, ifs, masks, reductions, transposes,
             # atomics, dots) compiled in 16 worker processes, run on the GPU with poisoned outputs and compared
             # with the interpreter; every mismatch is listed with its seed and source in one failure message
