@@ -6,7 +6,7 @@
 #   bash scripts/gpu_runs.sh a45              # the forty-fifth session's last merges: a44's files, the new GPU files, both fuzzers
 #   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh progfuzz45s      # 120 random sparse-core programs (tests/support/program_gen_sparse.py) on the GPU against the interpreter
-#   bash scripts/gpu_runs.sh wgmma8           # (not run yet) mixed 8-bit sparse_dot on wgmma (e4m3 x e5m2, i8 x u8; BM 64, BN 8/16, BK 64/128), then 40 sparse fuzz programs
+#   bash scripts/gpu_runs.sh wgmma8           # (its steps passed at fb7c8aa, H100) mixed 8-bit sparse_dot on wgmma (e4m3 x e5m2, i8 x u8; BM 64, BN 8/16, BK 64/128), then 40 sparse fuzz programs
 #   bash scripts/gpu_runs.sh opdiff45         # the op table: every elementwise op and conversion of every type on edge values, GPU vs interpreter
 #   bash scripts/gpu_runs.sh tune-linear      # the torch layer's own table entries, then the layer with and without them
 #   bash scripts/gpu_runs.sh e4m3-eager       # the quantizing e4m3 record: GPU tests, host time, layer at T <= 16
