@@ -213,3 +213,10 @@ def test_a_full_sum_of_a_2d_narrow_float_tile_rounds_once(t: str) -> None:
         want = np.clip(want, -448.0, 448.0)
     want = want.astype(dt)
     assert out.astype(np.float64).tolist() == [float(want[0])] * 2, (out, total)
+
+
+def test_a_divisor_of_loop_counters_only_is_never_a_constant_zero() -> None:
+    """Found by the sweep of seeds 20000-23999 (scripts/fuzz_diff.py): seed 23824 divided by
+    ``it2 & 127`` inside ``static_range``, where ``it2`` is a constant, so the first iteration's
+    ``it2 // 0`` is SP0330 as docs/language.md says (a generator bug, not the compiler's)."""
+    _check(23824)
