@@ -491,6 +491,7 @@ class _InterpretLaunch:
         self.grid = grid
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        from ..frontend.interp.fpenv import default_fp_environment
         from ..frontend.interp.host_arrays import interpreter_params
         from ..frontend.interp.interpreter import Interpreter
         from .recording import record_launch
@@ -507,10 +508,11 @@ class _InterpretLaunch:
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         func = self.kernel.ir_for(bindings, key)
         grid = normalize_grid(self.grid, grid_meta(bound, bindings), self.kernel.name)
-        params, writeback = interpreter_params(func, bound)
-        Interpreter(func, max_ops).run(grid, params)
-        for fn in writeback:
-            fn()
+        with default_fp_environment():  # subnormals kept, whatever the caller set (interp/fpenv.py)
+            params, writeback = interpreter_params(func, bound)
+            Interpreter(func, max_ops).run(grid, params)
+            for fn in writeback:
+                fn()
         record_launch(self, args, given)
 
 

@@ -35,6 +35,7 @@ from jax.interpreters import ad, batching, mlir
 from ...driver.kernel import KERNEL_OPTIONS, Kernel, grid_meta, normalize_grid
 from ...driver.prepared import PREPARED_STALE
 from ...frontend.diagnostics import LaunchError
+from ...frontend.interp.fpenv import default_fp_environment
 from ...frontend.interp.host_arrays import interpreter_params, stored_params
 from ...frontend.interp.interpreter import Interpreter
 from ...frontend.ir import types as T
@@ -146,7 +147,13 @@ class CallPlan:
 
     # -- the interpreter -------------------------------------------------------------------------
     def interpret(self, ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        """Run the kernel in the numpy interpreter on host arrays (outputs written in place)."""
+        """Run the kernel in the numpy interpreter on host arrays (outputs written in place), in the
+        default floating-point environment: XLA's CPU threads flush subnormals to zero, the language
+        keeps them (frontend/interp/fpenv.py)."""
+        with default_fp_environment():
+            self._interpret(ins, outs)
+
+    def _interpret(self, ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
         for k, out in enumerate(outs):
             if k not in self.aliases.values():
                 _poison(out)
