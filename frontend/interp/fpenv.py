@@ -15,7 +15,6 @@ glibc or musl on Linux (``FE_DFL_ENV`` is then no ``(fenv_t *) -1``) it leaves t
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,10 +30,15 @@ def _libm() -> Any:
     """The C math library's ``fegetenv`` / ``fesetenv``, or None where they cannot be used."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        get, set_ = lib.fegetenv, lib.fesetenv
-    except (OSError, AttributeError):
+    lib = None
+    for name in (None, "libm.so.6"):  # the process's own symbols (Python links libm), then glibc's libm by name
+        try:  # (not ctypes.util.find_library: it runs ldconfig, ~0.1 s at import)
+            lib = ctypes.CDLL(name)
+            get, set_ = lib.fegetenv, lib.fesetenv
+            break
+        except (OSError, AttributeError):
+            lib = None
+    if lib is None:
         return None
     get.argtypes, set_.argtypes = [ctypes.c_void_p], [ctypes.c_void_p]
     get.restype = set_.restype = ctypes.c_int
