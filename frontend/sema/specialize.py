@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..diagnostics import CompileError, Diagnostic, LaunchError
@@ -154,6 +155,11 @@ def _aligned(value: Any, host_copies_aligned: bool) -> bool:
     return ptr is not None and ptr % 16 == 0
 
 
+_ML_FLOAT_SCALARS = frozenset(getattr(ml_dtypes, n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2"))
+"""ml_dtypes' scalar types (``ml_dtypes.bfloat16(1.5)``): numpy scalars that are no ``np.floating``, taken as the
+Python float they hold (exact), as an ``np.float16`` is."""
+
+
 def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> dict[str, Any]:
     """Match positional and keyword arguments to parameters (defaults filled in)."""
@@ -161,7 +167,7 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
         raise LaunchError("SP0701", f"`{kernel_name}` takes {len(params)} arguments but {len(args)} were given")
     bound: dict[str, Any] = {}
     for p, a in zip(params, args, strict=False):
-        bound[p.name] = a
+        bound[p.name] = float(a) if type(a) in _ML_FLOAT_SCALARS else a
     names = {p.name for p in params}
     for k, v in kwargs.items():
         if k not in names:
@@ -169,7 +175,7 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
                               help=f"parameters: {', '.join(p.name for p in params)}")
         if k in bound:
             raise LaunchError("SP0702", f"`{kernel_name}` got two values for `{k}`")
-        bound[k] = v
+        bound[k] = float(v) if type(v) in _ML_FLOAT_SCALARS else v
     for p in params:
         if p.name not in bound:
             if not p.has_default:

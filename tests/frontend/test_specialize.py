@@ -238,3 +238,31 @@ def test_float_constexprs_are_keyed_by_their_bits() -> None:
     assert len({key(_nan()), key(_nan(1)), key(-_nan()), key(0.0), key(-0.0)}) == 5
     assert key(sp.f32(_nan())) == key(sp.f32(_nan()))
     assert key((1.0, _nan())) == key((1.0, _nan()))
+
+
+def test_ml_dtypes_scalars_are_the_floats_they_hold() -> None:
+    """``ml_dtypes.bfloat16(1.5)`` for a bf16 scalar (and an e4m3 / e5m2 scalar for an f32 one) was
+    SP0708 "expects a scalar bf16, found bfloat16" (they are numpy scalars but no ``np.floating``);
+    an ``np.float16`` was taken. They bind as the Python float they hold, positionally or by name
+    (found by the launch-path fuzz's hand probes)."""
+    import ml_dtypes
+
+    @sp.jit
+    def scale(X: sp.ptr[sp.f32], O: sp.ptr[sp.f32], s: sp.bf16, t: sp.f32):
+        o = sp.arange(0, 8)
+        sp.store(O + o, sp.load(X + o) * s.to(sp.f32) + t)
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(8).astype(np.float32)
+    for s, t in [(ml_dtypes.bfloat16(1.5), ml_dtypes.float8_e4m3fn(-2.5)),
+                 (ml_dtypes.bfloat16(-0.375), ml_dtypes.float8_e5m2(24.0))]:
+        want = np.full(8, np.nan, np.float32)
+        scale.interpret[(1,)](x, want, float(s), float(t))
+        for by_name in (False, True):
+            got = np.full(8, np.nan, np.float32)
+            if by_name:
+                scale.interpret[(1,)](x, got, s=s, t=t)
+            else:
+                scale.interpret[(1,)](x, got, s, t)
+            assert got.tobytes() == want.tobytes()
+        assert np.allclose(want, x * np.float32(float(s)) + np.float32(float(t)), rtol=0, atol=1e-6)
