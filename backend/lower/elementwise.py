@@ -459,9 +459,7 @@ def _wide_int_to_bf16(cg: CodeGen, src: T.ScalarType, x: LLValue) -> LLValue:
                        side_effect=False)
     assert truncated is not None
     back = fb.cast("fptosi" if src.is_signed else "fptoui", truncated, ity)  # exact: |truncated| <= |x|
-    inexact = fb.cast("zext", fb.icmp("ne", back, x), "i32")
-    bits = fb.binop("or", fb.cast("bitcast", truncated, "i32"), inexact)
-    return fb.cast("fptrunc", fb.cast("bitcast", bits, "float"), "bfloat")
+    return _odd_to_bf16(cg, truncated, fb.icmp("ne", back, x))
 
 
 def _f64_to_bf16_below_sm90(cg: CodeGen, x: LLValue) -> LLValue:
@@ -475,8 +473,14 @@ def _f64_to_bf16_below_sm90(cg: CodeGen, x: LLValue) -> LLValue:
     truncated = cg.asm("float", "cvt.rz.f32.f64 $0, $1;", "=f,d", [x], side_effect=False)
     assert truncated is not None
     back = fb.cast("fpext", truncated, "double")  # exact
-    inexact = fb.cast("zext", fb.fcmp("une", back, x), "i32")
-    bits = fb.binop("or", fb.cast("bitcast", truncated, "i32"), inexact)
+    return _odd_to_bf16(cg, truncated, fb.fcmp("une", back, x))
+
+
+def _odd_to_bf16(cg: CodeGen, truncated: LLValue, inexact: LLValue) -> LLValue:
+    """The f32 ``truncated`` (rounded toward zero) with its last bit set where ``inexact`` (an i1):
+    rounded to odd, then ``cvt.rn.bf16.f32``, one correct rounding to bf16."""
+    fb = cg.fb
+    bits = fb.binop("or", fb.cast("bitcast", truncated, "i32"), fb.cast("zext", inexact, "i32"))
     return fb.cast("fptrunc", fb.cast("bitcast", bits, "float"), "bfloat")
 
 
