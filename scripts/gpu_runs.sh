@@ -171,7 +171,7 @@ a45)  # the forty-fifth session's last merges on a GPU (its own runs stopped at 
         tests/frontend/test_captures.py tests/stdlib/test_gemm_api.py tests/test_demo.py \
         tests/gpu/test_interpreter_hw_agreement_gpu.py tests/gpu/test_dtype_math_gpu.py \
         tests/gpu/test_special_math_gpu.py tests/gpu/test_atomics_gpu.py tests/gpu/test_op_table_gpu.py \
-        tests/gpu/test_sparse_dot_8bit_gpu.py
+        tests/gpu/test_sparse_dot_8bit_gpu.py tests/gpu/test_op_table_sm80_gpu.py tests/gpu/test_mma_sp_gpu.py
     run 120 python -m pytest -q -m gpu --timeout 100 -rfE tests/gpu/test_program_fuzz_gpu.py \
         tests/gpu/test_program_fuzz_sparse_gpu.py
     ;;

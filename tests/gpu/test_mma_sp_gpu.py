@@ -11,40 +11,14 @@ at the lowering, not at the test."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-
 import numpy as np
 import pytest
 
 import sparsile as sp
 from sparsile.stdlib import sparsity as S
 from sparsile.tests.support import KERNELS
+from sparsile.tests.support.foreign_arch import ptx_when_foreign_arch
 from sparsile.tests.support.mma_harness import TOOLKIT, make_kernel, mma_hooks, operands, padded_meta
-
-
-@contextlib.contextmanager
-def ptx_when_foreign_arch(target: str):
-    """Launch the PTX instead of the cubin when the GPU's major architecture differs from
-    ``target``'s (the driver JIT-compiles PTX of an older target for the GPU at hand)."""
-    from sparsile.backend import runtime
-    from sparsile.driver import compiler
-    from sparsile.target.targets import get_target
-
-    if get_target(target).major == runtime.current_device().compute_capability[0]:
-        yield
-        return
-    real = compiler.compile_cached
-
-    def as_ptx(*args, **kwargs):
-        ck = real(*args, **kwargs)
-        return dataclasses.replace(ck, cubin=ck.ptx.encode())
-
-    compiler.compile_cached = as_ptx
-    try:
-        yield
-    finally:
-        compiler.compile_cached = real
 
 
 def run(dtype: str, sparse: bool, m: int, n: int, k: int, seed: int = 0, interpret: bool = False,
