@@ -16,10 +16,16 @@ A tile MMA whose operands are register tiles runs as one synchronous ``tcgen05.m
 
 Eligible: M = 128, a kernel of whole warpgroups, the op outside ``warp_specialize``, a legal
 instruction descriptor for N <= 256, K a multiple of the instruction K, and rows wide enough for a
-swizzle atom holding one instruction's K, an f32 or i32 accumulator (an f16 one would be rounded
-to f16 after every instruction; the tile-level op rounds its f32 sum once, ``ops.dot.mma_reference``).
-Anything else takes the portable lowering. There is no
+swizzle atom holding one instruction's K. Anything else takes the portable lowering. There is no
 pipelining (each op waits for its MMAs): the explicit level is the way to a fast kernel.
+
+**An f16 accumulator runs with an f32 D** (:func:`d_elem`): the tile-level op rounds its f32 sum
+once (``ops.dot.mma_reference``), while a ``tcgen05.mma`` with an f16 D would round D to f16 after
+every instruction (a partial sum past 65504 would be inf). The accumulator tile is widened to f32 in
+registers (exact), stored with ``tcgen05.st``, the MMAs run with the descriptor's D type f32, and
+the f32 sum comes back with ``tcgen05.ld`` and is rounded once (``cvt.rn.f16.f32``), as on
+``mma.sync`` / wgmma / the portable path. It takes the same TMEM columns (an accumulator has one
+32-bit column per element whatever its type) and the same ``32x32b`` register layout.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from ...frontend.layout.layouts import LinearLayout
 from ...frontend.ops.blackwell_operands import D_DTYPE, META_BITS, MMA_KIND, PTX_DTYPE, WORD_K, instr_k
 from ...target.targets import Feature
 from .asynchronous import kmajor_swizzle, stage_kmajor
-from .codegen import CodeGen, lowering
-from .llvm_text import const
+from .codegen import CodeGen, DTile, lowering
+from .llvm_text import const, llvm_type
 
 M_TILE = 128
 
@@ -43,6 +49,12 @@ def _parts(op: Operation) -> tuple[Any, Any, Any, Any | None]:
     """(A, B, accumulator, metadata) values of a dot / sparse_dot."""
     meta = op.operand("a_meta") if op.name == "sparse_dot" else None
     return op.operand("a"), op.operand("b"), op.operand("acc"), meta
+
+
+def d_elem(acc: T.ScalarType) -> T.ScalarType:
+    """The element type of D in TMEM for a tile MMA with accumulator ``acc``: f32 for f16 (rounded
+    once at the end, see the module docstring), else the accumulator's own."""
+    return T.f32 if acc == T.f16 else acc
 
 
 def eligible(op: Operation, num_warps: int) -> int | None:
@@ -58,13 +70,12 @@ def eligible(op: Operation, num_warps: int) -> int | None:
         return None
     if ea.name not in MMA_KIND or MMA_KIND.get(eb.name) != MMA_KIND[ea.name] or eacc.name not in D_DTYPE:
         return None
-    if eacc == T.f16:  # D would be rounded to f16 per instruction; the tile op's is rounded once (f32 sum)
-        return None
+    ed = d_elem(eacc)
     m, ka = T.shape_of(a.type)
     k, n = T.shape_of(b.type)
     if m != M_TILE or n > 256 or k % instr_k(ea, sparse):
         return None
-    desc = InstrDesc(MMA_KIND[ea.name], PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[eacc.name], M_TILE, n,
+    desc = InstrDesc(MMA_KIND[ea.name], PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[ed.name], M_TILE, n,
                      sparse=sparse)
     if idesc_problems(desc):
         return None
@@ -109,7 +120,7 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
     _, b, acc, meta = _parts(op)
     n = T.shape_of(b.type)[1]
     eacc = T.element_type(op.result.type)
-    lay = register_layout(T.TmemType(eacc, (M_TILE, n), "acc"), num_warps)  # type: ignore[arg-type]
+    lay = register_layout(T.TmemType(d_elem(eacc), (M_TILE, n), "acc"), num_warps)  # type: ignore[arg-type]
     out = {} if lay is None else {id(op.result): lay, id(acc): lay}
     if meta is not None:
         ea = T.element_type(op.operand("a").type)
@@ -134,7 +145,8 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     eacc = T.element_type(op.result.type)
     m, ka = T.shape_of(a_v.type)
     k, n = T.shape_of(b_v.type)
-    acc_t = T.TmemType(eacc, (M_TILE, n), "acc")  # type: ignore[arg-type]
+    ed = d_elem(eacc)  # type: ignore[arg-type]
+    acc_t = T.TmemType(ed, (M_TILE, n), "acc")
     want = bw.register_layout(acc_t, cg.num_warps)
     if want is None or acc.layout != want or op.result.layout != want:
         return False
@@ -151,7 +163,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     cg.intrinsic("void", "llvm.nvvm.fence.proxy.async.shared_cta", [])
     base = fb.binop("add", cg.state.tmem_base, const(op.attrs["tc_col"], "i32"))
     acc_ref = bw.TmemRef(base, acc_t, n)
-    bw.store_tile(cg, acc_ref, acc, op.span)
+    bw.store_tile(cg, acc_ref, _convert(cg, acc, ed), op.span)
     meta_ref = None
     if sparse:
         assert meta_v is not None
@@ -169,7 +181,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
     cg.barrier()
     bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
-    plan = mma_plan(ea, T.element_type(b_v.type), eacc, M_TILE, n, k, sparse, n,  # type: ignore[arg-type]
+    plan = mma_plan(ea, T.element_type(b_v.type), ed, M_TILE, n, k, sparse, n,  # type: ignore[arg-type]
                     meta_ref.tile_stride if meta_ref else 0)
     name = f"llvm.nvvm.tcgen05.mma{'.sp' if sparse else ''}.shared"
     imm = [const(KIND_CODE[MMA_KIND[ea.name]], "i32"), const(1, "i32"), const(0, "i32")]  # type: ignore[union-attr]
@@ -193,11 +205,20 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     fb.cond_br(ok, done, loop)
     fb.set_block(done)
     bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
-    result = bw.load_tile(cg, acc_ref, want, eacc, op.span)  # type: ignore[arg-type]
+    result = _convert(cg, bw.load_tile(cg, acc_ref, want, ed, op.span), eacc)  # type: ignore[arg-type]
     cg.barrier()  # every thread is past the wait: the barrier may be invalidated (and re-initialized)
     emit_in_leader(cg, lambda: cg.intrinsic("void", "llvm.nvvm.mbarrier.inval.shared", [cg.smem_ptr(bar)]))
     cg.set(op.result, result)
     return True
+
+
+def _convert(cg: CodeGen, x: DTile, elem: T.ScalarType) -> DTile:
+    """``x`` with its elements widened (f16 -> f32, exact) or rounded (f32 -> f16, ``cvt.rn``) to
+    ``elem``, in the same layout; ``x`` itself when it has that type."""
+    if x.elem == elem:
+        return x
+    op = "fpext" if elem.bits > x.elem.bits else "fptrunc"  # type: ignore[union-attr]
+    return DTile(x.layout, [cg.fb.cast(op, r, llvm_type(elem)) for r in x.regs], elem)
 
 
 def _has_tcgen05(cg: CodeGen) -> bool:

@@ -146,9 +146,11 @@ def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, acc_t: T.ScalarTy
 
     Without ``instr_k`` (the tile-level ``dot`` / ``sparse_dot``): the sum is rounded to f32, then to
     the accumulator type. Every lowering of those ops carries an f16 accumulator as f32 through its
-    MMAs (``mma.sync`` with an f32 D, wgmma and the portable path in f32, the tcgen05 tile path never
-    takes an f16 one) and converts once at the end (``cvt.rn.f16.f32``), so partial sums beyond
-    f16's range stay finite (the GPU's per-instruction f32 order differs from f64 only in rounding).
+    MMAs (``mma.sync`` with an f32 D, wgmma and the portable path in f32, the tcgen05 tile path with
+    an f32 D in tensor memory) and converts once at the end (``cvt.rn.f16.f32``), so partial sums
+    beyond f16's range stay finite. The GPU's f32 sum (its per-instruction order and internal
+    precision) may differ from the correctly rounded f32 of the exact sum in its last bits, which
+    moves the f16 result by one f16 ulp where that f32 value lies next to an f16 rounding boundary.
 
     With ``instr_k`` (an instruction-level ``tcgen05.mma`` / ``hopper.wgmma``, whose D is the f16
     accumulator itself): an f16 accumulator is rounded to f16 after every ``instr_k`` columns of K,
