@@ -24,7 +24,13 @@ from ...frontend.layout.gf2 import LayoutError
 from ...frontend.layout.layouts import LinearLayout
 from ...frontend.layout.tile import normalize
 from ...frontend.layout.tmem_access import TmemAccessPlan, tmem_access_plan, tmem_register_layout
-from ...frontend.ops.blackwell_operands import tmem_chunk_layout, tmem_packing, tmem_tile_columns, tmem_view_layout
+from ...frontend.ops.blackwell_operands import (
+    TMEM_LANES,
+    tmem_chunk_layout,
+    tmem_packing,
+    tmem_tile_columns,
+    tmem_view_layout,
+)
 from ...target.hooks import PreparedState, TargetHooks
 from ...target.smem_desc import SmemDesc, encode_tcgen05_smem_desc
 from ...target.targets import Feature, require
@@ -52,12 +58,15 @@ class TmemRef:
 # ================================================================================================
 def register_layout(t: T.TmemType, num_warps: int, chunks: bool = False) -> LinearLayout | None:
     """The register layout ``tcgen05.ld.32x32b`` gives a 2-D TMEM view (warp w%4 its lane quarter,
-    further warpgroups the upper columns), or None when the partition cannot access TMEM."""
+    further warpgroups the upper columns), or None when the partition cannot access TMEM. A 64-row
+    view (the M = 64 accumulator, 16 lanes per quarter) takes ``16x32bx2`` instead: thread t < 16
+    row t of its warp's 16, the left half of the columns, thread t + 16 the same row's right half."""
     if num_warps % 4 or len(t.shape) != 2 or any(not T.is_power_of_two(x) for x in t.shape):
         return None
+    shape = "16x32bx2" if t.shape[0] == TMEM_LANES // 2 else "32x32b"
     try:
         tl = tmem_chunk_layout(t) if chunks else tmem_view_layout(t)
-        return normalize(tmem_register_layout(tl, "32x32b", num_warps, unpack=True), num_warps)
+        return normalize(tmem_register_layout(tl, shape, num_warps, unpack=True), num_warps)
     except (LayoutError, ValueError):
         return None
 

@@ -77,7 +77,8 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
 
     ``cta_group=2``: ``m`` is this CTA's 128 rows of the pair's M = 256 and ``n`` the whole N (each
     CTA's B holds N/2 rows, read at the same offsets in both): one instruction per K step, its
-    descriptor M = 256.
+    descriptor M = 256. ``m = 64`` (the dense tile-level ``dot``, ``cta_group=1``): one M tile,
+    descriptor M = 64.
 
     ``block_scale`` (kind::mxf8f6f4 ``.block_scale``, ``frontend/ops/tmem_scales.py``): K step ``ks``
     uses scale block ``ks``: scale-factor ids ``ks % 4`` for A and B in the descriptor, and the
@@ -94,12 +95,12 @@ def mma_plan(a_elem: T.ScalarType, b_elem: T.ScalarType, acc_elem: T.ScalarType,
     for ks in range(k // step):
         sel = ks % pair if sparse else 0
         meta_in_tile = (ks // pair) * 2 if sparse else None
-        for mt in range(m // 128):
+        for mt in range(max(1, m // 128)):
             for n0, nsz in split_n(n):
                 scales = dict(scale_dtype="ue8m0", a_scale_id=scale_id(ks), b_scale_id=scale_id(ks),
                               block_size=32) if block_scale else {}
                 d = InstrDesc(kind, PTX_DTYPE[a_elem.name], PTX_DTYPE[b_elem.name], D_DTYPE[acc_elem.name],
-                              128 * cta_group, nsz, sparse=sparse, selector=sel, cta_group=cta_group,
+                              min(m, 128) * cta_group, nsz, sparse=sparse, selector=sel, cta_group=cta_group,
                               **scales)  # type: ignore[arg-type]
                 out.append(MmaInstr(ks, mt, n0, nsz, 128 * mt, ks * a_step, n0, ks * step, mt * acc_tile_stride + n0,
                                     None if meta_in_tile is None else mt * meta_tile_stride + meta_in_tile, sel,

@@ -6,7 +6,8 @@ A tile MMA whose operands are register tiles runs as one synchronous ``tcgen05.m
    4-column atoms) after the kernel's own ``tmem.alloc`` regions, shared by every eligible op (they
    run one after the other);
 2. the anchor hook gives its accumulator and result the ``32x32b`` register layout of that TMEM
-   region (and the metadata words theirs), so that they move to and from TMEM without conversion;
+   region (``16x32bx2`` for a 64-row one; the metadata words theirs), so that they move to and from
+   TMEM without conversion;
 3. the lowering stages A and B into K-major swizzled shared memory, stores the accumulator (and the
    metadata words: a TMEM cell of a 128-row tile is exactly the "sm90" word of that row,
    docs/sparse-metadata.md §5) with ``tcgen05.st``, and after ``fence::before_thread_sync``,
@@ -14,7 +15,8 @@ A tile MMA whose operands are register tiles runs as one synchronous ``tcgen05.m
    :func:`~.blackwell_mma.mma_plan` and ``tcgen05.commit`` to an mbarrier of its own; every
    thread waits for it, and the accumulator comes back with ``tcgen05.ld``.
 
-Eligible: M = 128, a kernel of whole warpgroups, the op outside ``warp_specialize``, a legal
+Eligible: M = 128 (a dense op also M = 64: one M = 64 MMA per K step, D in Layout F, the first 16
+lanes of each quarter), a kernel of whole warpgroups, the op outside ``warp_specialize``, a legal
 instruction descriptor for N <= 256, K a multiple of the instruction K, and rows wide enough for a
 swizzle atom holding one instruction's K. Anything else takes the portable lowering. There is no
 pipelining (each op waits for its MMAs): the explicit level is the way to a fast kernel.
@@ -43,6 +45,9 @@ from .codegen import CodeGen, DTile, lowering
 from .llvm_text import const, llvm_type
 
 M_TILE = 128
+DENSE_M = (64, 128)
+"""Tile rows a dense op may have: one ``cta_group::1`` MMA of M = 128 (Layout D) or M = 64 (Layout F,
+16 lanes of each quarter); a sparse one has 128 (the M = 64 metadata layout is unknown)."""
 
 
 def _parts(op: Operation) -> tuple[Any, Any, Any, Any | None]:
@@ -57,9 +62,17 @@ def d_elem(acc: T.ScalarType) -> T.ScalarType:
     return T.f32 if acc == T.f16 else acc
 
 
+def acc_region(op: Operation) -> T.TmemType:
+    """The TMEM region of a tile MMA's D: (M, N) of :func:`d_elem`."""
+    m = T.shape_of(op.operand("a").type)[0]
+    n = T.shape_of(op.operand("b").type)[1]
+    return T.TmemType(d_elem(T.element_type(op.result.type)), (m, n), "acc")  # type: ignore[arg-type]
+
+
 def eligible(op: Operation, num_warps: int) -> int | None:
     """The TMEM columns a tile MMA needs on the tcgen05 path, or None when it does not qualify."""
     from ...target.idesc import InstrDesc, idesc_problems
+    from .blackwell import register_layout
 
     if op.name not in ("dot", "sparse_dot") or num_warps % 4:
         return None
@@ -73,11 +86,11 @@ def eligible(op: Operation, num_warps: int) -> int | None:
     ed = d_elem(eacc)
     m, ka = T.shape_of(a.type)
     k, n = T.shape_of(b.type)
-    if m != M_TILE or n > 256 or k % instr_k(ea, sparse):
+    if m not in ((M_TILE,) if sparse else DENSE_M) or n > 256 or k % instr_k(ea, sparse):
         return None
-    desc = InstrDesc(MMA_KIND[ea.name], PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[ed.name], M_TILE, n,
+    desc = InstrDesc(MMA_KIND[ea.name], PTX_DTYPE[ea.name], PTX_DTYPE[eb.name], D_DTYPE[ed.name], m, n,
                      sparse=sparse)
-    if idesc_problems(desc):
+    if idesc_problems(desc) or register_layout(acc_region(op), num_warps) is None:
         return None
     step = instr_k(ea, sparse)
     a_bytes = ka * max(1, ea.bits // 8)
@@ -117,10 +130,8 @@ def anchor(op: Operation, num_warps: int) -> dict[int, LinearLayout]:
 
     if "tc_col" not in op.attrs:
         return {}
-    _, b, acc, meta = _parts(op)
-    n = T.shape_of(b.type)[1]
-    eacc = T.element_type(op.result.type)
-    lay = register_layout(T.TmemType(d_elem(eacc), (M_TILE, n), "acc"), num_warps)  # type: ignore[arg-type]
+    _, _, acc, meta = _parts(op)
+    lay = register_layout(acc_region(op), num_warps)
     out = {} if lay is None else {id(op.result): lay, id(acc): lay}
     if meta is not None:
         ea = T.element_type(op.operand("a").type)
@@ -145,8 +156,8 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     eacc = T.element_type(op.result.type)
     m, ka = T.shape_of(a_v.type)
     k, n = T.shape_of(b_v.type)
-    ed = d_elem(eacc)  # type: ignore[arg-type]
-    acc_t = T.TmemType(ed, (M_TILE, n), "acc")
+    acc_t = acc_region(op)
+    ed = acc_t.elem
     want = bw.register_layout(acc_t, cg.num_warps)
     if want is None or acc.layout != want or op.result.layout != want:
         return False
@@ -181,7 +192,7 @@ def _tile_mma(cg: CodeGen, op: Operation) -> bool:
     bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.before.thread.sync", [])
     cg.barrier()
     bw.intrinsic(cg, "void", "llvm.nvvm.tcgen05.fence.after.thread.sync", [])
-    plan = mma_plan(ea, T.element_type(b_v.type), ed, M_TILE, n, k, sparse, n,  # type: ignore[arg-type]
+    plan = mma_plan(ea, T.element_type(b_v.type), ed, m, n, k, sparse, n,  # type: ignore[arg-type]
                     meta_ref.tile_stride if meta_ref else 0)
     name = f"llvm.nvvm.tcgen05.mma{'.sp' if sparse else ''}.shared"
     imm = [const(KIND_CODE[MMA_KIND[ea.name]], "i32"), const(1, "i32"), const(0, "i32")]  # type: ignore[union-attr]

@@ -66,9 +66,18 @@ def tmem_alloc_columns(t: T.TmemType) -> int:
 def tmem_view_layout(t: T.TmemType) -> LinearLayout:
     """Where each element of a 2-D view lives: ``lane`` = row % 128, ``col`` = (row // 128) * tile
     columns + col // packing, ``sub`` = col % packing (PTX ISA 9.7.16.10.5 Layout D for M = 128;
-    16-bit packing as JAX ``tmem_default_layout(2)``). Both dims must be powers of two."""
+    16-bit packing as JAX ``tmem_default_layout(2)``). Both dims must be powers of two.
+
+    A 64-row accumulator (only the tile-level dense ``dot`` makes one: ``tmem.alloc`` takes 128 or
+    256 rows) is the M = 64 ``cta_group::1`` D, Layout F (``layout.tmem_layouts.tmem_accumulator``):
+    row r in lane ``32·(r/16) + r%16``, lanes 16..31 of each quarter unused."""
     rows, cols = t.shape
     p = tmem_packing(t)
+    if rows == TMEM_LANES // 2 and t.kind == "acc":
+        from ..layout.tmem_layouts import tmem_accumulator
+
+        f = tmem_accumulator(rows, cols)
+        return LinearLayout(f.in_dims, (("dim0", rows), ("dim1", cols), f.out_dims[2]), f.bases)
     tile_cols = cols // p
     bases: dict[str, list[tuple[int, int]]] = {
         "lane": [(1 << i, 0) for i in range(7)],

@@ -339,11 +339,32 @@ REGIONS = [
     ("f32 acc 128x64", T.TmemType(T.f32, (128, 64), "acc", 0), T.f32, False),
     ("f32 acc 256x32", T.TmemType(T.f32, (256, 32), "acc", 0), T.f32, False),
     ("f16 acc 128x32", T.TmemType(T.f16, (128, 32), "acc", 0), T.f16, False),
+    ("f32 acc 64x32 (M = 64, Layout F)", T.TmemType(T.f32, (64, 32), "acc", 0), T.f32, False),
     ("f16 A packed 128x64", T.TmemType(T.f16, (128, 64), "a", 0), T.f16, False),
     ("meta words 128x4", T.TmemType(T.u32, (128, 4), "meta", 16), T.u32, False),
     ("meta chunks f16 128x4", T.TmemType(T.u32, (128, 4), "meta", 16), T.u8, True),
     ("meta chunks e4m3 128x4", T.TmemType(T.u32, (128, 4), "meta", 8), T.u8, True),
 ]
+
+
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_a_64_row_accumulator_view_is_layout_f(n):
+    """The M = 64 ``cta_group::1`` D (PTX ISA "Data Path Layout Organization", Layout F), written out:
+    row r in lane 32·(r // 16) + r % 16, column c in column c; lanes 16..31 of each quarter hold
+    nothing. The register layout is ``16x32bx2``: thread t row t % 16 of its warp's 16 rows, threads
+    16..31 the columns from N/2 on (the ISA table, ``isa_cell``)."""
+    t = T.TmemType(T.f32, (64, n), "acc", 0)
+    tl = tmem_view_layout(t)
+    r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
+    where = apply_all(_inverse(tl), dim0=r, dim1=c)
+    assert (where["lane"] == 32 * (r // 16) + r % 16).all() and (where["col"] == c).all()
+    regs = bw.register_layout(t, 4)
+    plan = tmem_access_plan(tl, regs, 4)
+    assert plan.ok and plan.shape == "16x32bx2" and plan.half_split == n // 2
+    w, th, reg = grid(4, 32, regs.in_size("reg"))
+    got = apply_all(regs, reg=reg, lane=th, warp=w)
+    cells = isa_table("16x32bx2", regs.in_size("reg"), n // 2)[th, reg]
+    assert (got["dim0"] == 16 * w + cells[..., 0]).all() and (got["dim1"] == cells[..., 1]).all()
 
 
 def _cases():
