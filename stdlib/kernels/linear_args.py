@@ -99,7 +99,9 @@ def bias_or_scale(v: Any, what: str, size: int, home: Any, interpret: bool, dtyp
         if not v.is_floating_point():
             raise linear_error(SP_LINEAR_VECTOR, f"{what} must be floating point, got {v.dtype}",
                                f"pass {what} as {' or '.join(dtypes)}")
-        v = v.reshape(-1).to(home.device)
+        # (a neg view, torch._neg_view(v): its memory holds the values before the negation, which the
+        # kernel reads by address; resolve_neg() is a copy with it applied, v itself otherwise)
+        v = v.resolve_neg().reshape(-1).to(home.device)
         if str(v.dtype).removeprefix("torch.") not in dtypes:
             v = v.to(getattr(torch, dtypes[0]))
         return v.contiguous(), mode
@@ -116,7 +118,7 @@ def bias_or_scale(v: Any, what: str, size: int, home: Any, interpret: bool, dtyp
 
             return copy_like(host, home), mode
         return host, mode
-    return v.reshape(-1), mode
+    return host.reshape(-1), mode  # (placed_array's: a torch neg view resolved)
 
 
 def check_e4m3_x(x_dtype: str, scale_x: Any, quantized_in_kernel: bool) -> None:

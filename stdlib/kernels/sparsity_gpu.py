@@ -115,11 +115,15 @@ class GpuCompressed(NamedTuple):
 
 def _placed(x: Any, what: str, interpret: bool) -> Any:
     """``x`` itself when the launch uses it in place (a torch CUDA tensor or cupy array on a GPU
-    launch, a numpy array), else a host numpy array. (``interpret`` is checked here and in
-    :func:`_require_gpu`, whichever an entry calls first: "no" would have run the interpreter.)"""
+    launch, a numpy array), else a host numpy array; a torch neg view (``torch._neg_view(x)``) as a
+    copy with the negation applied (a launch reads memory, which holds the values before it). (``interpret``
+    is checked here and in :func:`_require_gpu`, whichever an entry calls first: "no" would have run
+    the interpreter.)"""
     checked_flag(interpret, "interpret")
     kind = array_kind(x)
-    if not interpret and kind in ("torch", "cupy"):
+    if not interpret and kind == "torch":
+        return x.resolve_neg()
+    if not interpret and kind == "cupy":
         return x
     if kind == "numpy":
         require_numeric(x, what)
