@@ -58,6 +58,7 @@ from ._kernels import (
 )
 from .autograd import register as register_autograd
 from .layer_args import checked_activation, checked_out_dtype
+from .neg_weights import register as register_neg_weights
 from .record_cache import RecordCache
 from .vmap_rules import register_vmap_rules
 from .weight import NAME_OF, WEIGHT_DTYPES
@@ -281,5 +282,6 @@ def _sparse_linear_e4m3_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.
 
 register_autograd(_LIBRARY)  # x's gradient through the frozen weight (autograd.py)
 register_vmap_rules(_LIBRARY)  # torch.func.vmap: a batch of x is more tokens, one launch (vmap_rules.py)
+register_neg_weights(_LIBRARY)  # a neg-view weight resolved once per memory, not per call (neg_weights.py)
 
 __all__ = ["WEIGHT_DTYPES", "check_arguments", "quantize_per_token_e4m3", "sparse_linear", "sparse_linear_e4m3"]

@@ -31,3 +31,33 @@ def test_the_quantizer_reads_a_neg_view_with_its_negation(monkeypatch):
     assert not seen[0].is_neg() and torch.equal(seen[0], -base)
     want_q, want_scale = quantize.quantize_per_token(-base)
     assert torch.equal(scale, want_scale) and torch.equal(xq.float(), want_q.float())
+
+
+def test_the_op_computes_with_a_neg_view_weight_as_it_shows_after_writes_too():
+    """torch.ops.sparsile.sparse_linear given neg views of the weight's tensors (values, meta, bias)
+    computes with the values they show (in the interpreter, against float64), also after an in-place
+    write of their memory (the op keeps one resolved copy per memory, integrations/torch/neg_weights.py,
+    brought up to such a write), and drops that copy with the memory."""
+    import gc
+
+    import sparsile.torch as spt
+    from sparsile.integrations.torch import neg_weights
+    from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=4), dtype="bf16")
+    memory = {name: getattr(layer, name).detach().neg() for name in ("values", "meta", "bias")}
+    shown = {name: torch._neg_view(t) for name, t in memory.items()}
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    before = len(neg_weights._RESOLVED)
+    check_against_float64(layer, x, torch.ops.sparsile.sparse_linear(x, shown["values"], shown["meta"], shown["bias"]))
+    assert len(neg_weights._RESOLVED) == before + 3
+    with torch.no_grad():
+        memory["values"].mul_(-2.0)  # shows -2 values
+        layer.values.mul_(-2.0)
+        memory["bias"].add_(1.0)  # shows bias - 1
+        layer.bias.sub_(1.0)
+    check_against_float64(layer, x, torch.ops.sparsile.sparse_linear(x, shown["values"], shown["meta"], shown["bias"]))
+    assert len(neg_weights._RESOLVED) == before + 3
+    del memory, shown
+    gc.collect()
+    assert len(neg_weights._RESOLVED) == before

@@ -110,3 +110,54 @@ def test_the_ops_get_the_layer_s_own_weight_tensors(compiled: bool, monkeypatch)
         model(x).sum().backward()
     assert [where for where, _ in seen] == ["forward", "backward"] * 2
     assert all(v is (layer.values if where == "forward" else layer.values_t) for where, v in seen)
+
+
+def _bf16_weight() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(11)
+    values = torch.randn(N, K // 2, generator=gen).to(torch.bfloat16)
+    meta = torch.zeros(ops._sm90_meta_shape("bf16", N, K), dtype=torch.int32)
+    return values, meta, torch.randn(N, generator=gen)
+
+
+def test_a_neg_view_weight_given_to_the_op_keeps_its_launch_record(fake, monkeypatch) -> None:
+    """torch's dispatcher hands an op's kernel a neg-view argument (``torch._neg_view(t)``) as a new
+    resolved copy each call (its Negative fallback), so the op's record, keyed on the weight's
+    memory and owned by the values tensor it was given, was planned again on every call. The op
+    resolves a weight's neg view once per memory (integrations/torch/neg_weights.py), refreshing that copy in place
+    after an in-place write of the memory: one record, brought up to the write as for any weight;
+    a fresh view of the same memory each call (``z.conj().imag`` style) shares it."""
+    planned = _counting_plans(monkeypatch)
+    cache = RecordCache()
+    monkeypatch.setattr(ops, "RECORDS", cache)
+    monkeypatch.setattr(ops, "run_interpreted", lambda x2, w, sx, out: ops.run_record(x2, w, sx, out, stream=11))
+    values, meta, bias = _bf16_weight()
+    x = torch.randn(T, K).to(torch.bfloat16)
+    shown_values, shown_bias = torch._neg_view(values), torch._neg_view(bias)
+    for _ in range(3):
+        torch.ops.sparsile.sparse_linear(x, shown_values, meta, shown_bias)
+    assert len(planned) == 1 and len(cache) == 1
+    (record,) = cache.records.values()
+    assert torch.equal(planned[0], -values) and torch.equal(record.weight.bias, -bias)
+    values.add_(1.0)  # a write of the memory the views show: the record's copies follow it
+    torch.ops.sparsile.sparse_linear(x, torch._neg_view(values), meta, torch._neg_view(bias))
+    assert list(cache.records.values()) == [record] and len(planned) == 2
+    assert torch.equal(_copy_of_values(record), -values) and torch.equal(record.weight.values, -values)
+
+
+def _counting_plans(monkeypatch) -> list:
+    from types import SimpleNamespace
+
+    planned = []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def counting(*args, **kwargs):
+        planned.append(args[0].clone())
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
+    return planned
+
+
+def _copy_of_values(record) -> torch.Tensor:
+    (operands,) = record.operands
+    return operands[0]
