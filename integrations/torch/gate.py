@@ -42,8 +42,12 @@ HALF_RTOL, HALF_ATOL = 2.0 ** -5, 2.0 ** -8
 probe: a few roundings of a formula evaluated op by op in bfloat16 (transformers' Python GELU
 formulas lose up to 7 f16 roundings near x = -2.75 by cancellation)."""
 
-_MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized"}
-"""The instance attributes every nn.Module has, and transformers' weight-initialization marker."""
+COMPILED_CALL = "_compiled_call_impl"
+"""The instance attribute ``nn.Module.compile()`` sets: ``torch.compile`` of the module's own
+``_call_impl``, which ``module(x)`` then runs (:func:`compiled_own_call`)."""
+_MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized", COMPILED_CALL}
+"""The instance attributes every nn.Module has (or adds itself: its compiled call, checked by
+:func:`compiled_own_call`), and transformers' weight-initialization marker."""
 _CONSTANTS = (int, float, complex, str, bytes, bool, type(None))
 _CLASS_MEMBERS = (FunctionType, staticmethod, classmethod, property)
 """What the act's own classes (those between it and nn.Module) may define besides dunder names:
@@ -55,6 +59,19 @@ def act_attributes(act: nn.Module) -> tuple[str, ...]:
     initialization marker): what :func:`gate_activation` vouched for (``nn.GELU.approximate``, the
     function a ``GELUTanh`` holds), and what a fused gated forward checks is unchanged per call."""
     return tuple(name for name in vars(act) if name not in _MODULE_KEYS)
+
+
+def compiled_own_call(act: nn.Module, value: Any) -> bool:
+    """``value``, ``act``'s ``_compiled_call_impl``, is None (not compiled) or what ``act.compile()``
+    stores there: ``torch.compile`` of act's own ``nn.Module._call_impl`` (Dynamo's wrapper keeps the
+    callable it compiles as ``_torchdynamo_orig_callable``; with ``disable=True`` the bound method
+    itself). ``act(x)`` then runs its class's forward through Dynamo and the backend, which is
+    trusted, as torch.compile is, to compute what that forward computes. Anything else stored there
+    (another function compiled, another module's call) is not vouched for."""
+    if value is None:
+        return True
+    orig = getattr(value, "_torchdynamo_orig_callable", None) if isinstance(value, FunctionType) else value
+    return isinstance(orig, MethodType) and orig.__self__ is act and orig.__func__ is nn.Module._call_impl
 
 
 def _constant(value: Any) -> bool:
@@ -187,10 +204,12 @@ def gate_activation(act: Any) -> str | None:
     Never: a module whose ``forward`` is replaced on the instance, a class with its own
     ``__call__``, a module with forward hooks, an nn.SiLU or nn.GELU subclass with its own forward,
     a Swish with a ``beta`` (a parameter, an instance or class attribute, a default argument), one
-    that raises on the probe, a function that is not a module. What is checked is the module as it
-    is when fused; its instance attributes (:func:`act_attributes`: ``nn.GELU.approximate``
-    included) are compared with those it had at each call of the fused forward (glu.py), but a
-    global rebound is not checked again, as a class forward monkeypatched afterwards is not."""
+    that raises on the probe, a function that is not a module, a compiled call on the instance that
+    is not the module's own. A module compiled by ``act.compile()`` is taken as the module it
+    compiles (:func:`compiled_own_call`). What is checked is the module as it is when fused; its
+    instance attributes (:func:`act_attributes`: ``nn.GELU.approximate`` included) are compared with
+    those it had at each call of the fused forward (glu.py), but a global rebound is not checked
+    again, as a class forward monkeypatched afterwards is not."""
     try:
         return _gate_of(act)
     except Exception:  # inspecting or probing it raised (a recursion, a module never initialized, a meta
@@ -198,12 +217,13 @@ def gate_activation(act: Any) -> str | None:
 
 
 def _calls_its_class_forward(act: nn.Module) -> bool:
-    """``act(x)`` runs ``type(act).forward`` through nn.Module's own call path: no forward, call
-    implementation or compiled call on the instance, nn.Module's ``__call__``, ``_call_impl`` and
-    attribute lookup on the class, no metaclass, no forward hooks."""
+    """``act(x)`` runs ``type(act).forward`` through nn.Module's own call path: no forward or call
+    implementation on the instance, no compiled call but its own (``act.compile()``:
+    :func:`compiled_own_call`), nn.Module's ``__call__``, ``_call_impl`` and attribute lookup on the
+    class, no metaclass, no forward hooks."""
     own = vars(act)
     if act._forward_hooks or act._forward_pre_hooks or "forward" in own or "_call_impl" in own or \
-            own.get("_compiled_call_impl") is not None:
+            not compiled_own_call(act, own.get(COMPILED_CALL)):
         return False
     cls = type(act)
     return type(cls) is type and cls.__call__ is nn.Module.__call__ and cls._call_impl is nn.Module._call_impl and \
@@ -223,14 +243,16 @@ def _gate_of(act: Any) -> str | None:
     seen: set[int] = set()
     if not all(_plain_callable(value, act, seen) for name, value in vars(act).items() if name not in _MODULE_KEYS):
         return None
+    # (its own call without a compiled one: act.compile()'s runs the same, but would compile for the probe)
+    run = act._call_impl
     with torch.no_grad():
-        got = act(_PROBE.clone())
+        got = run(_PROBE.clone())
         gate = next((g for g, want in _GATE_REFERENCES.items()
                      if _matches(got, want, torch.float32, PROBE_RTOL, PROBE_ATOL)), None)
         if gate is None:
             return None
         for dtype, probe in _HALF_PROBES.items():
             want = torch.from_numpy(reference_activation(probe.double().numpy(), gate))
-            if not _matches(act(probe.clone().t()), want.t(), dtype, HALF_RTOL, HALF_ATOL):
+            if not _matches(run(probe.clone().t()), want.t(), dtype, HALF_RTOL, HALF_ATOL):
                 return None
     return gate

@@ -31,7 +31,7 @@ from torch import nn
 
 from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
 from .autograd import LayerWithInputGrad, needs_autograd
-from .gate import act_attributes, gate_activation
+from .gate import COMPILED_CALL, act_attributes, compiled_own_call, gate_activation
 from .linear import SparseLinear, tensors_of, tracing
 
 if TYPE_CHECKING:
@@ -179,20 +179,30 @@ class GatedForward:
         d = self.act.__dict__
         self._act_names = act_attributes(self.act)
         self._act_values = tuple(map(d.get, self._act_names))
-        self._act_size = len(d)
+        # its compiled call (act.compile(), before or after fusing: gate.compiled_own_call), not counted
+        self._act_size = len(d) - (COMPILED_CALL in d)
+        self._compiled = d.get(COMPILED_CALL)  # the one vouched for (None: not compiled)
 
     def act_unchanged(self) -> bool:
         """act_fn holds the attributes it held when this forward was made (the same objects, or equal
-        strings and numbers), none added or removed: a dict size, a lookup per attribute (one or two)
-        and a tuple compare per call."""
+        strings and numbers), none added or removed, and no compiled call but its own
+        (``act_fn.compile()``, before or after fusing, runs the same forward): a dict size, a lookup per
+        attribute (one or two), one for the compiled call, and a tuple compare per call."""
         if torch.compiler.is_compiling():
             # traced: Dynamo (torch 2.11) cannot trace len() of a module's __dict__; it guards the
-            # attributes read here, so a later change recompiles (an added one goes unseen there)
+            # attributes read here, so a later change recompiles (an added one goes unseen there; the
+            # traced forward runs the op, not act_fn, whatever its compiled call)
             act = self.act
             return tuple(getattr(act, name, None) for name in self._act_names) == self._act_values
         d = self.act.__dict__
+        compiled = d.get(COMPILED_CALL)
+        if compiled is not self._compiled:  # compiled (again) since: vouched for once per new one
+            if not compiled_own_call(self.act, compiled):
+                return False
+            self._compiled = compiled
         try:
-            return len(d) == self._act_size and tuple(map(d.get, self._act_names)) == self._act_values
+            return len(d) - (COMPILED_CALL in d) == self._act_size and \
+                tuple(map(d.get, self._act_names)) == self._act_values
         except Exception:  # (an attribute whose == has no truth value: changed)
             return False
 

@@ -1124,3 +1124,57 @@ def test_an_act_fn_attribute_reassigned_after_fusing_is_computed(change, kernel_
         kernel_calls.clear()
         down_inputs(block.mlp, x)
         assert kernel_calls[0] == ("geglu", "f32")
+
+
+def compiled(act, fn=None):
+    """``act`` after ``act.compile(backend="eager")`` (nn.Module.compile: torch.compile of its own
+    ``_call_impl`` stored as the instance's ``_compiled_call_impl``), or with ``fn`` compiled there
+    instead (not its own call)."""
+    if fn is None:
+        act.compile(backend="eager")
+    else:
+        act._compiled_call_impl = torch.compile(fn, backend="eager")
+    return act
+
+
+@pytest.mark.parametrize(("act", "gate"), [
+    (compiled(torch.nn.SiLU()), "silu"), (compiled(torch.nn.GELU(approximate="tanh")), "gelu_tanh"),
+    (compiled(SiLUByHand()), "silu"), (compiled(PartialGELU()), "gelu_tanh"), (compiled(torch.nn.GELU()), None),
+    (compiled(torch.nn.SiLU(), torch.nn.functional.relu), None),
+    (compiled(torch.nn.SiLU(), torch.nn.SiLU()._call_impl), None),  # another module's call
+])
+def test_gate_activation_of_a_compiled_act(act, gate):
+    """act_fn.compile() runs the module's own forward through Dynamo: the same function, still fused;
+    anything else stored as its compiled call is not vouched for."""
+    assert gate_activation(act) == gate
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_act_fn_compiled_before_or_after_fusing_stays_fused(activation, when, kernel_calls):
+    """act_fn.compile() (nn.Module.compile: ``_compiled_call_impl`` added to its __dict__) before
+    fuse_projections_(glu=True) kept the gated activation out of the kernel (the report's no_glu),
+    and after it made the fused forward's per-call check of act_fn fail, so every call ran the
+    unfused forward: both correct and slower. The compiled module's own call is vouched for; a
+    reassigned attribute is still seen after it (exact GELU then computed, unfused)."""
+    block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
+    if when == "before":
+        compiled(block.mlp.act_fn)
+    report = spt.fuse_projections_(block, glu=True)
+    assert report.glu == {KEY: activation} and report.no_glu == {}
+    if when == "after":
+        compiled(block.mlp.act_fn)
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    kernel_calls.clear()
+    _, h = down_inputs(block.mlp, x)
+    assert kernel_calls[0] == (activation, "bf16")  # fused into the kernel
+    check_glu(fused_gate_up(block.mlp), x, h, activation)
+    if activation == "geglu":
+        block.mlp.act_fn.approximate = "none"
+        kernel_calls.clear()
+        down_inputs(block.mlp, x)
+        assert kernel_calls[0] == (None, "bf16")  # gate and up as siblings, then the (compiled) exact GELU
+    block.mlp.act_fn._compiled_call_impl = torch.compile(torch.nn.functional.relu, backend="eager")
+    kernel_calls.clear()
+    down_inputs(block.mlp, x)
+    assert kernel_calls[0] == (None, "bf16")  # not its own call: the class's forward runs it
