@@ -663,3 +663,106 @@ def test_a_model_that_is_not_a_module_is_sp0907():
     with pytest.raises(IntegrationError) as info:
         spt.fuse_projections_("model")
     assert (info.value.code, info.value.message) == ("SP0907", "fuse_projections_ takes an nn.Module, got str")
+
+
+class TrainedAround(torch.nn.Module):
+    """Trainable dense float32 layers before and after a fused group of frozen sparse bf16 layers: q/k/v
+    siblings, or a Llama-style MLP's gate and up (its gated activation fused, glu.py)."""
+
+    def __init__(self, block: str):
+        super().__init__()
+        self.block = block
+        self.pre = linear(64, 64, torch.float32, seed=7)
+        if block == "qkv":
+            self.att = Siblings()
+        else:
+            from sparsile.tests.integrations.test_torch_glu import LlamaLikeMLP
+
+            self.mlp = LlamaLikeMLP()
+            with torch.no_grad():  # (outputs of order 1)
+                for layer in self.mlp.children():
+                    if isinstance(layer, torch.nn.Linear):
+                        layer.weight.mul_(0.125)
+            spt.sparsify_(self.mlp, interpret=True, min_features=16)
+        self.head = linear(8, 16 if block == "qkv" else 64, torch.float32, seed=8)
+        with torch.no_grad():  # (outputs of order 1: the steps stay finite)
+            self.pre.weight.mul_(2 ** -3)
+            self.head.weight.mul_(2 ** -6 if block == "qkv" else 2 ** -3)
+
+    def forward(self, x):
+        h = self.pre(x)
+        if self.block == "qkv":
+            return self.head(self.att.q_proj(h)[..., :16] + self.att.k_proj(h) - self.att.v_proj(h))
+        return self.head(self.mlp(h))
+
+    @property
+    def trainable_member(self) -> str:
+        return "att.k_proj" if self.block == "qkv" else "mlp.up_proj"
+
+    @property
+    def group(self) -> str:
+        return "att.q_proj+k_proj+v_proj" if self.block == "qkv" else "mlp.gate_proj+up_proj"
+
+
+def _steps(model, optimizer, seed: int, steps: int = 2) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(4, 64, generator=gen)
+        loss = (model(x) - torch.randn(4, 8, generator=gen)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def _uses_the_optimizer_s_tensors(model, optimizer, names: dict[int, str]) -> bool:
+    """The model computes with the tensors the optimizer steps: a copy of it given the optimizer's
+    tensors (by the names they had when given to it) computes the same, bit for bit (the copy runs
+    as the model does: fused, gated, or not)."""
+    twin = copy.deepcopy(model)
+    slots = dict(twin.named_parameters()) | dict(twin.named_buffers())
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                slots[names[id(p)]].copy_(p)
+        x = torch.randn(3, 64, generator=torch.Generator().manual_seed(9))
+        y = model(x)
+        assert torch.isfinite(y).all()  # (the steps stayed finite: the comparison means something)
+        return torch.equal(y, twin(x))
+
+
+@pytest.mark.parametrize("block", ["qkv", "mlp"])
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw_foreach"])
+def test_an_optimizer_made_before_fusing_steps_the_weights_the_model_uses(kind, block):
+    """fuse_projections_ makes each member's buffers views of a fused copy; an optimizer created
+    before it holds what it held, and it holds no member tensor: a member whose buffer is an
+    nn.Parameter or requires grad is not fused (and one made so later releases the group). So
+    training after fusing (x's gradient through the fused run, or the gated MLP's), after the group
+    is released (the members keep views of the fused copy), and with a member's bias made trainable
+    after fusing, steps the tensors the model computes with."""
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=1e-3),
+            "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2),
+            "adamw_foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True)}[kind]
+    model = TrainedAround(block)
+    names = {id(p): name for name, p in model.named_parameters()}
+    optimizer = make(model.parameters())
+    report = spt.fuse_projections_(model)
+    assert report.fused == [model.group] and report.glu == ({} if block == "qkv" else {model.group: "swiglu"})
+    member = model.get_submodule(model.trainable_member)
+    group = fused_group_of(member)
+    for phase in ("fused", "released", "trainable bias"):
+        if phase == "released":
+            group.release()
+        if phase == "trainable bias":
+            assert spt.fuse_projections_(model).fused == [model.group]
+            group = fused_group_of(member)
+            bias = member.bias.requires_grad_()  # (a view of the fused copy: the group is released)
+            optimizer.add_param_group({"params": [bias]})
+            names[id(bias)] = model.trainable_member + ".bias"
+        before = {name: t.detach().clone() for name, t in model.state_dict().items()}
+        _steps(model, optimizer, seed=len(phase))
+        after = model.state_dict()
+        changed = {name for name, t in before.items() if not torch.equal(t, after[name])}
+        trained = {"pre.weight", "pre.bias", "head.weight", "head.bias"}
+        assert changed == (trained | {names[id(bias)]} if phase == "trainable bias" else trained), phase
+        assert (group.fused is not None) == (phase == "fused")
+        assert _uses_the_optimizer_s_tensors(model, optimizer, names), phase
