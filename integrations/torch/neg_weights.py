@@ -12,8 +12,9 @@ would, the weight's neg views through :func:`resolved_weight`, which keeps one r
 memory while the tensor owning that memory (the view's base) lives, and copies an in-place write of
 that memory (its version counter, which its views share) into the copy in place: the copy's own
 counter moves, and the records that read it refresh as after any write of a weight (docs/torch.md,
-"A weight written in place"). Inference tensors (no version counter) and tensor subclasses (fake
-tensors while tracing) are resolved per call, as by the fallback.
+"A weight written in place"). Inference tensors (no version counter), tensor subclasses (fake
+tensors while tracing), meta tensors and tensors without storage are resolved per call, as by the
+fallback.
 """
 
 from __future__ import annotations
@@ -60,11 +61,14 @@ def resolved_weight(t: Any) -> Any:
     up to an in-place write of it (copied in place)."""
     if not isinstance(t, torch.Tensor) or not t.is_neg():
         return t
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_inference():
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_inference() or t.device.type == "meta":
+        return t.resolve_neg()
+    try:
+        key = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+        version = t._version
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a functional wrapper): per call
         return t.resolve_neg()
     base = t._base if t._base is not None else t
-    key = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
-    version = t._version
     entry = _RESOLVED.get(key)
     if entry is None or entry.owner() is not base:
         with torch.no_grad():
