@@ -67,10 +67,17 @@ def compiled_own_call(act: nn.Module, value: Any) -> bool:
     callable it compiles as ``_torchdynamo_orig_callable``; with ``disable=True`` the bound method
     itself). ``act(x)`` then runs its class's forward through Dynamo and the backend, which is
     trusted, as torch.compile is, to compute what that forward computes. Anything else stored there
-    (another function compiled, another module's call) is not vouched for."""
+    (another function compiled, another module's call) is not vouched for, nor a wrapper of the
+    compiled call: ``functools.wraps`` copies ``_torchdynamo_orig_callable`` onto it, but its
+    ``__wrapped__`` is the compiled function, where Dynamo's own wrapper (a ``functools.wraps`` of
+    the callable it compiles) has the bound method itself."""
     if value is None:
         return True
-    orig = getattr(value, "_torchdynamo_orig_callable", None) if isinstance(value, FunctionType) else value
+    orig = value
+    if isinstance(value, FunctionType):
+        orig = getattr(value, "_torchdynamo_orig_callable", None)
+        if getattr(value, "__wrapped__", None) is not orig:
+            return False
     return isinstance(orig, MethodType) and orig.__self__ is act and orig.__func__ is nn.Module._call_impl
 
 

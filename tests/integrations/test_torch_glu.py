@@ -1178,3 +1178,34 @@ def test_an_act_fn_compiled_before_or_after_fusing_stays_fused(activation, when,
     kernel_calls.clear()
     down_inputs(block.mlp, x)
     assert kernel_calls[0] == (None, "bf16")  # not its own call: the class's forward runs it
+
+
+def _wrapping(fn, factor: float):
+    """A function wrapped with functools.wraps (as timing or logging decorators do), which copies
+    ``fn.__dict__``, Dynamo's ``_torchdynamo_orig_callable`` included, but computes ``factor * fn``."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) * factor
+    return wrapper
+
+
+def test_a_wrapper_of_the_compiled_call_that_computes_something_else_is_not_vouched_for(kernel_calls):
+    """compiled_own_call took any function carrying ``_torchdynamo_orig_callable`` = act's own
+    ``_call_impl``; functools.wraps copies that attribute onto a wrapper of the compiled call, so a
+    wrapper that doubles the activation was taken as act_fn itself and the kernel's SiLU replaced it
+    (half the right answer). Dynamo's own wrapper is a functools.wraps of that bound method: its
+    ``__wrapped__`` is the callable it compiles, a wrapper's is the compiled function."""
+    act = compiled(torch.nn.SiLU())
+    act._compiled_call_impl = _wrapping(act._compiled_call_impl, 2.0)
+    assert gate_activation(act) is None
+    block = sparse_block(LlamaLikeMLP(act=act_module("swiglu")))
+    report = spt.fuse_projections_(block, glu=True)
+    assert report.glu == {KEY: "swiglu"}
+    act = block.mlp.act_fn
+    compiled(act)
+    act._compiled_call_impl = _wrapping(act._compiled_call_impl, 2.0)
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    kernel_calls.clear()
+    _, h = down_inputs(block.mlp, x)
+    assert kernel_calls[0] == (None, "bf16")  # the MLP's own forward: act_fn's call, doubled
+    check_glu(fused_gate_up(block.mlp), x, h / 2, "swiglu", unfused=True)  # (halving is exact in bf16)
