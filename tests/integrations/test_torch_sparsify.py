@@ -117,23 +117,45 @@ def test_missing_torch_is_sp0900():
                                        "[[1.0, 2.0]]"], run.stderr
 
 
-@pytest.mark.parametrize("version", ["2.9.1+cu128", "2.4.0a0+git1234", "1.13.1"])
-def test_an_older_torch_is_sp0908(version):
-    """A torch older than the floor (integrations/torch_version.py) gives SP0908 on import, not a
-    traceback from inside torch; the version string is patched (the older torch is not installed)."""
+OLDER_TORCHES = ("2.9.1+cu128", "2.4.0a0+git1234", "1.13.1")
+
+
+@pytest.fixture(scope="module")
+def older_torch_imports() -> dict[str, list[str]]:
+    """What ``import sparsile.torch`` prints under each of OLDER_TORCHES, all in one subprocess (each
+    start imports torch: seconds of CI's CPU time apiece): the version string is patched before each
+    attempt; the first attempt is a fresh process's, the next ones follow a refused import, which
+    leaves no ``sparsile.torch`` behind to find (``hasattr`` is printed after each)."""
     run = _python(f"""
         import torch
-        torch.__version__ = {version!r}
-        try:
-            import sparsile.torch
-        except ImportError as e:  # an ImportError, as SP0900's and SP0937's
-            print(type(e).__name__, e.code, "|", e.message, "|", e.help)
-        import sparsile
-        print(hasattr(sparsile, "torch"))  # False, as without torch; it raised SP0908 before
+        for version in {OLDER_TORCHES!r}:
+            torch.__version__ = version
+            print("==", version)
+            try:
+                import sparsile.torch
+            except ImportError as e:  # an ImportError, as SP0900's and SP0937's
+                print(type(e).__name__, e.code, "|", e.message, "|", e.help)
+            import sparsile
+            print(hasattr(sparsile, "torch"))  # False, as without torch; it raised SP0908 before
     """)
-    assert run.stdout.splitlines() == [f"TorchVersionError SP0908 | sparsile.torch needs PyTorch 2.10 or later, found "
-                                       f"{version} | pip install 'torch>=2.10' (docs/torch.md lists the versions "
-                                       "checked)", "False"], run.stderr
+    assert run.returncode == 0, run.stderr
+    out: dict[str, list[str]] = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("== "):
+            version = line[3:]
+            out[version] = []
+        else:
+            out[version].append(line)
+    return out
+
+
+@pytest.mark.parametrize("version", OLDER_TORCHES)
+def test_an_older_torch_is_sp0908(version, older_torch_imports):
+    """A torch older than the floor (integrations/torch_version.py) gives SP0908 on import, not a
+    traceback from inside torch; the version string is patched (the older torch is not installed)."""
+    assert older_torch_imports[version] == [f"TorchVersionError SP0908 | sparsile.torch needs PyTorch 2.10 or later, "
+                                            f"found {version} | pip install 'torch>=2.10' (docs/torch.md lists the "
+                                            "versions checked)", "False"], older_torch_imports
 
 
 @pytest.mark.parametrize(("version", "refused"), [("2.10.0a0+git1234", False), ("2.10.0", False), ("3.0.0", False),
