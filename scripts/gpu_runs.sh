@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a46              # the forty-sixth session's torch merges (neg-view weights, act_fn.compile()), torch GPU files, their CPU tests under torch 2.11
 #   bash scripts/gpu_runs.sh a45              # the forty-fifth session's last merges: a44's files, the new GPU files, both fuzzers
 #   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
 #   bash scripts/gpu_runs.sh progfuzz45s      # 120 random sparse-core programs (tests/support/program_gen_sparse.py) on the GPU against the interpreter
@@ -160,6 +161,20 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a46)  # the forty-sixth session's merges on a GPU: the torch layer (neg-view weights resolved once per memory at the
+     # ops' Negative key, bias / scales of neg views, act_fn.compile() in the fused gated MLP), every torch GPU file,
+     # the neg-operand stdlib tests, the sparsity toolkit on the GPU, the interpreter-hardware agreement
+    run 420 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests/gpu/test_torch_*.py tests/stdlib/test_torch_neg_operands.py \
+        tests/integrations/test_torch_neg_views.py tests/integrations/test_torch_glu.py tests/integrations/test_torch_op_record_key.py \
+        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_sparsity_gpu_kernels.py tests/stdlib/test_linear_api.py \
+        tests/stdlib/test_decode_api.py tests/gpu/test_interpreter_hw_agreement_gpu.py tests/gpu/test_core_gpu.py \
+        tests/gpu/test_tile_f16_acc_sm100.py tests/test_demo.py
+    # the same torch files' CPU tests under the GPU machine's torch (2.11 there, 2.13 in CI): neg_weights.py registers
+    # kernels at torch's Negative dispatch key through torch internals
+    run 150 python -m pytest -q -m "not gpu" -n 16 --timeout 120 -rfE tests/integrations/test_torch_neg_views.py \
+        tests/integrations/test_torch_glu.py tests/integrations/test_torch_op_record_key.py tests/stdlib/test_torch_neg_operands.py \
+        tests/integrations/test_torch_fuse.py tests/integrations/test_torch_ops.py
+    ;;
 a45)  # the forty-fifth session's last merges on a GPU (its own runs stopped at 0b33022 with the device budget spent):
      # a44's files, then this session's new GPU files (op table, both program fuzzers, neg views, mixed 8-bit
      # sparse_dot), then every other GPU test (tests-rest) in what is left of the call
