@@ -152,6 +152,8 @@ def global_access(cg: CodeGen, is_load: bool, ptr: LLValue, mask: LLValue | None
             words = [raw] if nwords == 1 else [fb.extract_element(raw, i, f"i{8 * word}") for i in range(nwords)]
         else:
             zero = const(0, f"i{8 * word}")
+            if elem.is_bool and others is not None:  # i1 values travel as bytes, as stored ones do
+                others = [fb.cast("zext", v, "i8") if v.type == "i1" else v for v in others]
             other_words = pack_words(cg, others, eb, word) if others is not None else [zero] * nwords
             if word == 1:
                 other_words = [fb.cast("zext", w, "i16") for w in other_words]
