@@ -1,0 +1,220 @@
+"""Sweep mutants of generated programs through compilation to PTX for every target (tests/fuzz/).
+
+    python scripts/fuzz_mutants.py --gen plain --seeds 0:2000 [--jobs 2] [--programs 300]
+                                   [--targets 3 | --targets all] [--no-interpret]
+                                   [--timeout 60] [--mem-gb 6]
+    python scripts/fuzz_mutants.py --replay plain:17:1017          # source, steps, full traceback
+
+Mutant ``GEN:P:S`` is mutation seed ``S`` of program seed ``P`` of the generator ``GEN``
+(``tests/fuzz/gen_mutate.py``'s ``make_mutant``: one to three mutations: a type, a tile shape or
+constexpr, an axis, operands swapped, a statement dropped or duplicated, an expression replaced,
+kernel options, a mask, a pointer, a stored value, the targets). ``--seeds A:B`` sweeps mutation
+seeds A to B - 1, of program seeds ``S % --programs``. Each mutant is compiled to PTX (not through
+the compile cache) for three targets drawn from the whole target table (``--targets all``: every
+target), then, if it compiled for one, run in the interpreter on a grid of at most 2 x 2 programs
+(``--no-interpret``: not). Mutants run in worker subprocesses under ``RLIMIT_AS`` (``--mem-gb``)
+and a per-stage ``--timeout``; a worker is replaced after a crash or a timeout. Outcomes
+(tests/fuzz/gen_runner.py): ``ok``, ``diagnostic`` (well-formed: catalog code, message, span inside
+the source), and the bugs ``malformed``, ``internal``, ``exception``, ``crash`` (the worker died: an
+LLVM abort, a segfault, the memory limit; its stderr tail is printed) and ``timeout``, each printed
+with the mutant's id. The exit status is 1 if there was a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+if PACKAGE_PARENT not in sys.path:  # the checkout is the package `sparsile`
+    sys.path.insert(0, PACKAGE_PARENT)
+
+
+def _mutant(spec: str, n_targets: int) -> Any:
+    from sparsile.tests.fuzz.gen_mutate import ALL_TARGETS, make_mutant
+
+    gen, seed, mseed = spec.split(":")
+    m = make_mutant(gen, int(seed), int(mseed), n_targets=min(n_targets, len(ALL_TARGETS)))
+    if n_targets >= len(ALL_TARGETS):
+        m.targets = ALL_TARGETS
+    return m
+
+
+def _worker(n_targets: int) -> None:
+    """Read ``{"spec", "stage"}`` lines on stdin, answer ``{"outcome", "detail", "compiled"}``."""
+    import warnings
+
+    from sparsile.tests.fuzz.gen_runner import EXCEPTION, compile_mutant, interpret_mutant
+
+    warnings.simplefilter("error")  # a stray numpy warning is a finding, as in the test suite
+    sys.setrecursionlimit(4000)
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            m = _mutant(job["spec"], n_targets)
+            if job["stage"] == "compile":
+                outcome, detail, compiled = compile_mutant(m)
+            else:
+                (outcome, detail), compiled = interpret_mutant(m), []
+        except Exception as e:  # the mutator itself: reported, not fatal
+            outcome, detail, compiled = EXCEPTION, "mutator: " + "".join(traceback.format_exception(e))[-1500:], []
+        print(json.dumps({"outcome": outcome, "detail": detail, "compiled": compiled}), flush=True)
+
+
+class Worker:
+    """A worker subprocess under the memory limit; :meth:`run` returns a job's result."""
+
+    def __init__(self, n_targets: int, mem_gb: float) -> None:
+        self.argv = [sys.executable, __file__, "--worker", "--targets", str(n_targets)]
+        self.mem = int(mem_gb * 2**30)
+        self.proc: subprocess.Popen[str] | None = None
+
+    def _limit(self) -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (self.mem, self.mem))
+
+    def run(self, job: dict[str, str], timeout: float) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=self._limit)
+            os.set_blocking(self.proc.stderr.fileno(), False)  # type: ignore[union-attr]
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return self._died()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        self._drain()
+        if line:
+            return json.loads(line)
+        if not ready:
+            self.close()
+            return {"outcome": "timeout", "detail": f"no answer in {timeout:.0f} s", "compiled": []}
+        return self._died()
+
+    def _drain(self) -> str:
+        """The worker's stderr so far (read without blocking, so that a full pipe never stalls it)."""
+        assert self.proc is not None and self.proc.stderr is not None
+        try:
+            return self.proc.stderr.read() or ""
+        except (OSError, TypeError):
+            return ""
+
+    def _died(self) -> dict[str, Any]:
+        assert self.proc is not None
+        status = self.proc.wait()
+        err = self._drain()[-1500:].strip()
+        self.proc = None
+        why = f"signal {signal.Signals(-status).name}" if status < 0 else f"exit status {status}"
+        return {"outcome": "crash", "detail": f"the worker died ({why}): {err}", "compiled": []}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_gb: float, interpret: bool,
+          log: Any = sys.stdout) -> dict[str, collections.Counter]:
+    """Run every mutant on ``n_workers`` workers; print a line per bug and progress every 200."""
+    counts = {"compile": collections.Counter(), "interpret": collections.Counter()}
+    lock = threading.Lock()
+    queue = list(reversed(specs))
+    start = time.time()
+    bugs = ("malformed", "internal", "exception", "crash", "timeout")
+
+    def report(spec: str, stage: str, res: dict[str, Any]) -> None:
+        with lock:
+            counts[stage][res["outcome"]] += 1
+            if res["outcome"] in bugs:
+                print(f"BUG {res['outcome']} [{stage}] --replay {spec}\n{res['detail']}", file=log, flush=True)
+
+    def loop() -> None:
+        w = Worker(n_targets, mem_gb)
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    spec = queue.pop()
+                    done = len(specs) - len(queue)
+                res = w.run({"spec": spec, "stage": "compile"}, timeout)
+                report(spec, "compile", res)
+                if interpret and res["compiled"]:
+                    report(spec, "interpret", w.run({"spec": spec, "stage": "interpret"}, timeout))
+                if done % 200 == 0:
+                    with lock:
+                        print(f"# {done}/{len(specs)} in {time.time() - start:.0f} s: "
+                              f"{ {k: dict(v) for k, v in counts.items()} }", file=log, flush=True)
+        finally:
+            w.close()
+
+    threads = [threading.Thread(target=loop) for _ in range(n_workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts
+
+
+def replay(spec: str, n_targets: int, interpret: bool) -> int:
+    """Print the mutant and run it here, with full tracebacks."""
+    from sparsile.tests.fuzz.gen_runner import BUGS, compile_mutant, interpret_mutant
+
+    m = _mutant(spec, n_targets)
+    print(f"# {m.name}: {'; '.join(m.steps)}\n# consts {m.consts}, targets {', '.join(m.targets)}\n{m.source}")
+    outcome, detail, compiled = compile_mutant(m)
+    print(f"compile: {outcome}\n{detail}")
+    bad = outcome in BUGS
+    if interpret and compiled:
+        outcome, detail = interpret_mutant(m)
+        print(f"interpret: {outcome}\n{detail}")
+        bad = bad or outcome in BUGS
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gen", choices=("plain", "sparse", "both"), default="both", help="which program generator")
+    p.add_argument("--seeds", default="0:200", help="A:B, the mutation seeds A to B - 1")
+    p.add_argument("--programs", type=int, default=500, help="program seeds: mutation seed modulo this")
+    p.add_argument("--targets", default="3", help="targets per mutant, drawn from the table, or `all`")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per stage before it counts as a timeout")
+    p.add_argument("--mem-gb", type=float, default=6.0, help="RLIMIT_AS of a worker, GiB")
+    p.add_argument("--no-interpret", action="store_true", help="compile only")
+    p.add_argument("--replay", help="GEN:PROGRAM_SEED:MUTATION_SEED: run this one mutant here")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    n_targets = 10**6 if args.targets == "all" else int(args.targets)
+    if args.worker:
+        _worker(n_targets)
+        return 0
+    if args.replay:
+        return replay(args.replay, n_targets, not args.no_interpret)
+    a, b = (int(x) for x in args.seeds.split(":"))
+    gens = ("plain", "sparse") if args.gen == "both" else (args.gen,)
+    specs = [f"{gens[s % len(gens)]}:{s % args.programs}:{s}" for s in range(a, b)]
+    counts = sweep(specs, args.jobs, n_targets, args.timeout, args.mem_gb, not args.no_interpret)
+    print(json.dumps({"seeds": args.seeds, **{k: dict(v) for k, v in counts.items()}}), flush=True)
+    bugs = {"malformed", "internal", "exception", "crash", "timeout"}
+    return 1 if any(set(c) & bugs for c in counts.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
