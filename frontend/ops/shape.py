@@ -196,24 +196,31 @@ def broadcast_to(em: Emitter, x: Arg, shape: Arg) -> Value:
 
 @builtin("reshape", method_of=(T.TileType,))
 def reshape(em: Emitter, x: Arg, shape: Arg) -> Value:
-    """The same elements, in row-major order, under ``shape``."""
+    """The same elements, in row-major order, under ``shape`` (``()`` only for a scalar)."""
     v = em.tile_or_scalar(x)
     dims = em.shape_arg(shape)
     t = v.type
     n = t.numel if isinstance(t, T.TileType) else 1
     if int(np.prod(dims)) != n:
         em.error("SP0319", f"cannot reshape {T.shape_of(t)} ({n} elements) to {dims}", shape.span)
+    if not dims:  # a tile type has at least one dimension: `()` is a scalar
+        if isinstance(t, T.TileType):
+            em.error("SP0319", f"cannot reshape {t.shape} ({n} elements) to (): a tile keeps at least one dimension",
+                     shape.span, help="to take the one element of a tile as a scalar, reduce it: `max(x, axis=0)`")
+        return v
     return em.op1("reshape", [v], T.TileType(T.element_type(t), dims))
 
 
 @builtin("permute", method_of=(T.TileType,), also=("trans",))
 def permute(em: Emitter, x: Arg, dims: Arg | None = None) -> Value:
-    """Permute dimensions (``trans(x)`` reverses them)."""
+    """Permute dimensions (``trans(x)`` reverses them; a scalar is returned as it is)."""
     v = em.tile_or_scalar(x)
     shape = T.shape_of(v.type)
     perm = tuple(reversed(range(len(shape)))) if dims is None else em.int_tuple(dims, "the permutation")
     if sorted(perm) != list(range(len(shape))):
         em.error("SP0319", f"{perm} is not a permutation of the {len(shape)} dimensions", em.span)
+    if not shape:  # a scalar: nothing to permute
+        return v
     return em.op1("permute", [v], T.TileType(T.element_type(v.type), tuple(shape[i] for i in perm)), perm=perm)
 
 
