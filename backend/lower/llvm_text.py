@@ -48,7 +48,8 @@ def float_literal(value: float, ty: str) -> str:
     if ty == "half":
         import numpy as np
 
-        return f"0xH{int(np.array(value, np.float16).view(np.uint16)):04X}"
+        with np.errstate(over="ignore"):  # overflowing to infinity, as for float
+            return f"0xH{int(np.array(value, np.float16).view(np.uint16)):04X}"
     if ty == "bfloat":
         import ml_dtypes
         import numpy as np

@@ -103,7 +103,8 @@ def _i_constant(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     e = T.element_type(t)
     if isinstance(e, T.ScalarType) and e.is_float and e.bits < 16:  # encoded as a cast to it
         return [cast_array(np.full(T.shape_of(t), op.attrs["value"], np.float64), T.f64, e)]
-    return [np.full(T.shape_of(t), op.attrs["value"], dtype=numpy_dtype_of(t))]
+    with np.errstate(over="ignore"):  # a float beyond the type's range is its infinity, as compiled
+        return [np.full(T.shape_of(t), op.attrs["value"], dtype=numpy_dtype_of(t))]
 
 
 @program_id_op.interpreter
