@@ -12,7 +12,8 @@ kernel options, a mask, a pointer, a stored value, the targets). ``--seeds A:B``
 seeds A to B - 1, of program seeds ``S % --programs``. Each mutant is compiled to PTX (not through
 the compile cache) for three targets drawn from the whole target table (``--targets all``: every
 target), then, if it compiled for one, run in the interpreter on a grid of at most 2 x 2 programs
-(``--no-interpret``: not). Mutants run in worker subprocesses under ``RLIMIT_AS`` (``--mem-gb``)
+(``--no-interpret``: not; past ``--interpret-timeout`` it counts as ``slow``, not a bug: a mutation
+may make a loop endless). Mutants run in worker subprocesses under ``RLIMIT_AS`` (``--mem-gb``)
 and a per-stage ``--timeout``; a worker is replaced after a crash or a timeout. Outcomes
 (tests/fuzz/gen_runner.py): ``ok``, ``diagnostic`` (well-formed: catalog code, message, span inside
 the source), and the bugs ``malformed``, ``internal``, ``exception``, ``crash`` (the worker died: an
@@ -53,7 +54,7 @@ def _mutant(spec: str, n_targets: int) -> Any:
 
 
 def _worker(n_targets: int) -> None:
-    """Read ``{"spec", "stage"}`` lines on stdin, answer ``{"outcome", "detail", "compiled"}``."""
+    """Read ``{"spec", "stage"[, "targets"]}`` lines on stdin, answer ``{"outcome", "detail", "compiled"}``."""
     import warnings
 
     from sparsile.tests.fuzz.gen_runner import EXCEPTION, compile_mutant, interpret_mutant
@@ -64,6 +65,8 @@ def _worker(n_targets: int) -> None:
         job = json.loads(line)
         try:
             m = _mutant(job["spec"], n_targets)
+            if job.get("targets"):  # the caller's targets instead of the mutant's
+                m.targets = tuple(job["targets"])
             if job["stage"] == "compile":
                 outcome, detail, compiled = compile_mutant(m)
             else:
@@ -130,8 +133,10 @@ class Worker:
 
 
 def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_gb: float, interpret: bool,
-          log: Any = sys.stdout) -> dict[str, collections.Counter]:
-    """Run every mutant on ``n_workers`` workers; print a line per bug and progress every 200."""
+          interpret_timeout: float = 20.0, log: Any = sys.stdout) -> dict[str, collections.Counter]:
+    """Run every mutant on ``n_workers`` workers; print a line per bug and progress every 200. An
+    interpreter run past ``interpret_timeout`` counts as ``slow``, not as a bug: a mutation may
+    make a loop endless (a dropped ``i = i + 1``), which the GPU would not finish either."""
     counts = {"compile": collections.Counter(), "interpret": collections.Counter()}
     lock = threading.Lock()
     queue = list(reversed(specs))
@@ -156,7 +161,12 @@ def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_
                 res = w.run({"spec": spec, "stage": "compile"}, timeout)
                 report(spec, "compile", res)
                 if interpret and res["compiled"]:
-                    report(spec, "interpret", w.run({"spec": spec, "stage": "interpret"}, timeout))
+                    got = w.run({"spec": spec, "stage": "interpret"}, interpret_timeout)
+                    if got["outcome"] == "timeout":  # a mutant may loop for ever, as it would on the GPU
+                        got["outcome"] = "slow"
+                        with lock:
+                            print(f"NOTE slow [interpret] --replay {spec}: {got['detail']}", file=log, flush=True)
+                    report(spec, "interpret", got)
                 if done % 200 == 0:
                     with lock:
                         print(f"# {done}/{len(specs)} in {time.time() - start:.0f} s: "
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", default="3", help="targets per mutant, drawn from the table, or `all`")
     p.add_argument("--jobs", type=int, default=2, help="worker processes")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per stage before it counts as a timeout")
+    p.add_argument("--interpret-timeout", type=float, default=20.0,
+                   help="seconds for an interpreter run; past it the mutant counts as `slow` (it may loop for ever)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="RLIMIT_AS of a worker, GiB")
     p.add_argument("--no-interpret", action="store_true", help="compile only")
     p.add_argument("--replay", help="GEN:PROGRAM_SEED:MUTATION_SEED: run this one mutant here")
@@ -210,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     a, b = (int(x) for x in args.seeds.split(":"))
     gens = ("plain", "sparse") if args.gen == "both" else (args.gen,)
     specs = [f"{gens[s % len(gens)]}:{s % args.programs}:{s}" for s in range(a, b)]
-    counts = sweep(specs, args.jobs, n_targets, args.timeout, args.mem_gb, not args.no_interpret)
+    counts = sweep(specs, args.jobs, n_targets, args.timeout, args.mem_gb, not args.no_interpret,
+                   args.interpret_timeout)
     print(json.dumps({"seeds": args.seeds, **{k: dict(v) for k, v in counts.items()}}), flush=True)
     bugs = {"malformed", "internal", "exception", "crash", "timeout"}
     return 1 if any(set(c) & bugs for c in counts.values()) else 0

@@ -282,7 +282,7 @@ def m_pointer(s: _State) -> str:
     if uses and s.rng.random() < 0.6:
         n: ast.Name = s.rng.choice(uses)  # type: ignore[assignment]
         old, n.id = n.id, s.rng.choice(ptrs).arg
-        return f"pointer {old} -> {n.id} on line {n.lineno}"
+        return f"pointer {old} -> {n.id} on line {getattr(n, 'lineno', '?')}"
     p = s.rng.choice(ptrs)
     p.annotation = _expr(s.rng.choice([f"ptr[{s.rng.choice(DTYPES)}]", "i32", "f32", "tensor[f16, 2]",
                                        "ptr[ptr[f32]]", "constexpr"]))
@@ -328,7 +328,7 @@ def make_mutant(gen: str, seed: int, mseed: int, n_targets: int = 3) -> Mutant:
             kind = rng.choices(kinds, [WEIGHTS[k] for k in kinds])[0]
             what = MUTATIONS[kind](state)
             if what:
-                steps.append(what)
+                steps.append(f"{kind}: {what}")
                 break
     source = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
     return Mutant(gen, seed, mseed, source, state.consts, tuple(targets), tuple(program.grid), steps)
