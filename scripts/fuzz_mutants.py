@@ -2,7 +2,7 @@
 
     python scripts/fuzz_mutants.py --gen plain --seeds 0:2000 [--jobs 2] [--programs 300]
                                    [--targets 3 | --targets all] [--no-interpret]
-                                   [--timeout 60] [--mem-gb 6]
+                                   [--timeout 20] [--mem-gb 6]
     python scripts/fuzz_mutants.py --replay plain:17:1017          # source, steps, full traceback
 
 Mutant ``GEN:P:S`` is mutation seed ``S`` of program seed ``P`` of the generator ``GEN``
@@ -14,7 +14,7 @@ the compile cache) for three targets drawn from the whole target table (``--targ
 target), then, if it compiled for one, run in the interpreter on a grid of at most 2 x 2 programs
 (``--no-interpret``: not; past ``--interpret-timeout`` it counts as ``slow``, not a bug: a mutation
 may make a loop endless). Mutants run in worker subprocesses under ``RLIMIT_AS`` (``--mem-gb``)
-and a per-stage ``--timeout``; a worker is replaced after a crash or a timeout. Outcomes
+and ``--timeout`` seconds per target compiled; a worker is replaced after a crash or a timeout. Outcomes
 (tests/fuzz/gen_runner.py): ``ok``, ``diagnostic`` (well-formed: catalog code, message, span inside
 the source), and the bugs ``malformed``, ``internal``, ``exception``, ``crash`` (the worker died: an
 LLVM abort, a segfault, the memory limit; its stderr tail is printed) and ``timeout``, each printed
@@ -38,6 +38,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+N_TARGETS = 21
+"""The size of the target table (tests/fuzz/test_gen_mutants_quick.py checks it)."""
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 if PACKAGE_PARENT not in sys.path:  # the checkout is the package `sparsile`
     sys.path.insert(0, PACKAGE_PARENT)
@@ -134,7 +136,8 @@ class Worker:
 
 def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_gb: float, interpret: bool,
           interpret_timeout: float = 20.0, log: Any = sys.stdout) -> dict[str, collections.Counter]:
-    """Run every mutant on ``n_workers`` workers; print a line per bug and progress every 200. An
+    """Run every mutant on ``n_workers`` workers; print a line per bug and progress every 200. The
+    compile stage may take ``timeout`` seconds per target. An
     interpreter run past ``interpret_timeout`` counts as ``slow``, not as a bug: a mutation may
     make a loop endless (a dropped ``i = i + 1``), which the GPU would not finish either."""
     counts = {"compile": collections.Counter(), "interpret": collections.Counter()}
@@ -158,7 +161,7 @@ def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_
                         return
                     spec = queue.pop()
                     done = len(specs) - len(queue)
-                res = w.run({"spec": spec, "stage": "compile"}, timeout)
+                res = w.run({"spec": spec, "stage": "compile"}, timeout * min(n_targets, N_TARGETS))
                 report(spec, "compile", res)
                 if interpret and res["compiled"]:
                     got = w.run({"spec": spec, "stage": "interpret"}, interpret_timeout)
@@ -205,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--programs", type=int, default=500, help="program seeds: mutation seed modulo this")
     p.add_argument("--targets", default="3", help="targets per mutant, drawn from the table, or `all`")
     p.add_argument("--jobs", type=int, default=2, help="worker processes")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per stage before it counts as a timeout")
+    p.add_argument("--timeout", type=float, default=20.0,
+                   help="seconds per target compiled before the mutant counts as a timeout")
     p.add_argument("--interpret-timeout", type=float, default=20.0,
                    help="seconds for an interpreter run; past it the mutant counts as `slow` (it may loop for ever)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="RLIMIT_AS of a worker, GiB")

@@ -82,6 +82,7 @@ def test_mutants_are_reproducible_and_the_target_list_is_the_table() -> None:
     assert (a.source, a.consts, a.targets, a.steps) == (b.source, b.consts, b.targets, b.steps)
     assert mutant("plain:3:18").source != a.source or mutant("plain:3:18").consts != a.consts
     assert list(ALL_TARGETS) == list(TARGETS)
+    assert load_script("scripts/fuzz_mutants.py", "fuzz_mutants_script").N_TARGETS == len(TARGETS)
 
 
 SOURCE = "@kernel\ndef k(O: ptr[f32]):\n    store(O, 1.0)\n"
