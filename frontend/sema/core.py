@@ -26,7 +26,7 @@ from ..syntax import ast as A
 from .control import ControlFlowMixin
 from .expr import ExprMixin
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
-from .values import POISON, Arg, Const, HelperFunction, PoisonError
+from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError
 
 __all__ = ["MAX_INLINE_DEPTH", "ArgSpec", "Frame", "ReturnSignal", "Scope", "Sema", "assigned_names"]
 
@@ -79,6 +79,14 @@ class Frame:
     depth: int = 0
     scope: Scope | None = None
     returns: list[ReturnSignal] = field(default_factory=list)
+    local_names: frozenset[str] = frozenset()
+    """The function's parameters and every name its body assigns: its own names from its first
+    statement on, as in Python (before the assignment they have no value; the module's are not read)."""
+
+
+def function_locals(node: A.FunctionDef) -> frozenset[str]:
+    """The names local to ``node``: its parameters and the names its body binds."""
+    return frozenset([*(p.name for p in node.params), *assigned_names(node.body)])
 
 
 class Sema(ExprMixin, ControlFlowMixin):
@@ -131,7 +139,7 @@ class Sema(ExprMixin, ControlFlowMixin):
                 raise InternalError(f"parameter {p.name!r} of {node.name} has no binding", p.span)
         func = Function(node.name, params, body, dict(attrs or {}), node.span)
         self.kernel_attrs = func.attrs  # read by builtins that depend on kernel options (cluster shape)
-        self.frames = [Frame(node.name, self.globals_resolver, True)]
+        self.frames = [Frame(node.name, self.globals_resolver, True, local_names=function_locals(node))]
         try:
             ret = self.block(node.body)
         except SemaAborted as e:
@@ -308,6 +316,8 @@ class Sema(ExprMixin, ControlFlowMixin):
             try:
                 return live.lookup(name)
             except KeyError:
+                if name in frame.local_names:  # assigned later in the defining function
+                    return AssignedLater(frame.name)
                 return outer(name)
 
         return resolve
@@ -415,7 +425,8 @@ class Sema(ExprMixin, ControlFlowMixin):
         saved_scope, saved_caller_scope = self.scope, caller.scope if caller else None
         if caller is not None:
             caller.scope = self.scope
-        self.frames.append(Frame(node.name, helper.globals, False, len(self.frames)))
+        self.frames.append(Frame(node.name, helper.globals, False, len(self.frames),
+                                 local_names=function_locals(node)))
         first_new = len(self.bag.items)
         try:
             self.scope = Scope()

@@ -39,7 +39,18 @@ from .typed_fold import (
     is_integer_power,
     is_typed,
 )
-from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, Unbound
+from .values import (
+    POISON,
+    Arg,
+    AssignedLater,
+    BoundMethod,
+    Builtin,
+    Const,
+    HelperFunction,
+    Namespace,
+    PoisonError,
+    Unbound,
+)
 
 # Python builtins a kernel may call on compile-time values.
 
@@ -133,10 +144,17 @@ class ExprMixin:
             if type(v) is Const and self.constant_params:  # type: ignore[attr-defined]
                 self.note_constant_use(node.span, v)  # type: ignore[attr-defined]
             return _check_bound(node, v)
+        frames = self.frames  # type: ignore[attr-defined]
+        if frames and node.id in frames[-1].local_names:
+            raise _assigned_later(node, frames[-1].name)
         try:
-            return _check_bound(node, self.resolve_global(node.id))  # type: ignore[attr-defined]
+            v = self.resolve_global(node.id)  # type: ignore[attr-defined]
         except KeyError:
             pass
+        else:
+            if isinstance(v, AssignedLater):
+                raise _assigned_later(node, v.function)
+            return _check_bound(node, v)
         b = lookup_global(node.id)
         if b is not None:
             return b
@@ -655,6 +673,14 @@ def _typed_tuple_items(func: Builtin, args: list[Arg], kwargs: dict[str, Arg]) -
     if not items or not numbers or not any_typed(items):
         return None
     return items
+
+
+def _assigned_later(node: A.Name, function: str) -> CompileError:
+    """SP0202 for a name read before the function it is local to assigns it."""
+    return CompileError([Diagnostic(
+        "SP0202", f"`{node.id}` is used before `{function}` assigns it", node.span,
+        help=f"a name assigned anywhere in a function is local to it, as in Python: `{node.id}` of the module is not "
+             "read there; assign it before this use, or rename the local")])
 
 
 def _check_bound(node: A.Name, v: Any) -> Any:

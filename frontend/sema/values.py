@@ -61,6 +61,14 @@ class Unbound:
 
 
 @dataclass(frozen=True)
+class AssignedLater:
+    """What a nested helper's closure gives for a name of the function it is defined in that the
+    function has not assigned yet (Python's unbound free variable): SP0202 at the use."""
+
+    function: str
+
+
+@dataclass(frozen=True)
 class Arg:
     """An argument of a builtin call: its sema value and the span of its expression."""
 

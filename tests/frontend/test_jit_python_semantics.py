@@ -195,3 +195,72 @@ def test_print_points_to_static_print() -> None:
     assert (d.code, d.message) == ("SP0202", "unknown name `print`")
     assert d.help == "kernels do not print at run time; `static_print(...)` prints constants at compile time"
     assert (d.span.file_line, d.span.file_col) == where("print(out)")
+
+
+# ------------------------------------------------------------------------ a local read before its assignment
+scale = 5.0   # module globals named as locals of the kernels below
+offset = 100.0
+BLOCK = 64
+
+
+@sp.jit
+def local_before_assignment(x, out):
+    y = sp.load(x) * scale  # noqa: F823 - the point: Python says UnboundLocalError
+    scale = 2.0
+    sp.store(out, y + scale)
+
+
+@sp.jit
+def local_assigned_in_a_folded_branch(out, FLAG: sp.constexpr):
+    if FLAG:
+        BLOCK = 16
+    sp.store(out + sp.arange(0, 4), BLOCK)
+
+
+@sp.jit
+def closure_before_assignment(x, out):
+    def shifted(v):
+        return v + offset
+
+    y = shifted(sp.load(x))
+    offset = 1.0
+    sp.store(out, y + offset)
+
+
+LOCAL_BEFORE_ASSIGNMENT_SPK = """
+scale = 5.0
+
+
+@kernel
+def k(x: ptr[f32], out: ptr[f32]):
+    y = load(x) * scale
+    scale = 2.0
+    store(out, y + scale)
+"""
+
+
+def test_a_name_the_kernel_assigns_is_its_own_before_the_assignment_too() -> None:
+    """A name assigned anywhere in a function is local to it (Python: UnboundLocalError before the
+    assignment). Sema read the module's value of the same name until the assignment, silently (the
+    module global 5.0 here: out was 12.0); a nested helper read it through its closure the same way.
+    Found by the differential test of the two frontends (tests/frontend/test_program_fuzz_jit.py),
+    whose @jit renderings define module globals named as the program's locals."""
+    x, out = np.ones(1, np.float32), np.full(4, 77, np.float32)
+    cases = [(local_before_assignment, (x, out), {}, "scale", "y = sp.load(x) * scale"),
+             (local_assigned_in_a_folded_branch, (out,), {"FLAG": False}, "BLOCK", "BLOCK)"),
+             (closure_before_assignment, (x, out), {}, "offset", "v + offset")]
+    for kern, args, kwargs, name, needle in cases:
+        with pytest.raises(sp.CompileError) as info:
+            kern.interpret[(1,)](*args, **kwargs)
+        d = info.value.diagnostics[0]
+        assert (d.code, d.message) == ("SP0202", f"`{name}` is used before `{kern.name}` assigns it"), kern.name
+        assert d.help == (f"a name assigned anywhere in a function is local to it, as in Python: `{name}` of the "
+                          f"module is not read there; assign it before this use, or rename the local")
+        line, col = where(needle)
+        assert (d.span.file_line, d.span.file_col) == (line, col + needle.index(name)), kern.name
+    local_assigned_in_a_folded_branch.interpret[(1,)](out, FLAG=True)  # assigned on this path: 16
+    assert out.tolist() == [16.0] * 4
+    with pytest.raises(sp.CompileError) as info:  # a .spk module constant likewise
+        sp.loads(LOCAL_BEFORE_ASSIGNMENT_SPK, "case.spk").k.interpret[(1,)](x, out)
+    d = info.value.diagnostics[0]
+    assert (d.code, d.message, d.span.line, d.span.col) == ("SP0202", "`scale` is used before `k` assigns it", 7, 19)
