@@ -146,3 +146,22 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
 
 def _weight(bias=None):
     return kernels.Weight(torch.zeros(8, 16), torch.zeros(8, 1, dtype=torch.int32), bias, None, None)
+
+
+def counting_plans(monkeypatch) -> list:
+    """The values each plan the records ask for was given (a clone), in order."""
+    planned = []
+    plan = kernels.kernel_api().plan_sparse_linear
+
+    def counting(*args, **kwargs):
+        planned.append(args[0].clone())
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
+    return planned
+
+
+def copy_of_values(record) -> torch.Tensor:
+    """The stand-in plan's padded copy of the values that ``record``'s launches read."""
+    (operands,) = record.operands
+    return operands[0]

@@ -19,6 +19,7 @@ pytest.importorskip("llvmlite")
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import ops  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
+from sparsile.tests.integrations.record_fakes import copy_of_values, counting_plans  # noqa: E402
 from sparsile.tests.integrations.test_torch_native import fake as fake  # noqa: E402 (a fixture)
 
 N, K, T = 16, 64, 4
@@ -126,7 +127,7 @@ def test_a_neg_view_weight_given_to_the_op_keeps_its_launch_record(fake, monkeyp
     resolves a weight's neg view once per memory (integrations/torch/neg_weights.py), refreshing that copy in place
     after an in-place write of the memory: one record, brought up to the write as for any weight;
     a fresh view of the same memory each call (``z.conj().imag`` style) shares it."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache = RecordCache()
     monkeypatch.setattr(ops, "RECORDS", cache)
     monkeypatch.setattr(ops, "run_interpreted", lambda x2, w, sx, out: ops.run_record(x2, w, sx, out, stream=11))
@@ -141,23 +142,6 @@ def test_a_neg_view_weight_given_to_the_op_keeps_its_launch_record(fake, monkeyp
     values.add_(1.0)  # a write of the memory the views show: the record's copies follow it
     torch.ops.sparsile.sparse_linear(x, torch._neg_view(values), meta, torch._neg_view(bias))
     assert list(cache.records.values()) == [record] and len(planned) == 2
-    assert torch.equal(_copy_of_values(record), -values) and torch.equal(record.weight.values, -values)
+    assert torch.equal(copy_of_values(record), -values) and torch.equal(record.weight.values, -values)
 
 
-def _counting_plans(monkeypatch) -> list:
-    from types import SimpleNamespace
-
-    planned = []
-    plan = kernels.kernel_api().plan_sparse_linear
-
-    def counting(*args, **kwargs):
-        planned.append(args[0].clone())
-        return plan(*args, **kwargs)
-
-    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
-    return planned
-
-
-def _copy_of_values(record) -> torch.Tensor:
-    (operands,) = record.operands
-    return operands[0]

@@ -20,7 +20,7 @@ from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import record_cache  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
-from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
+from sparsile.tests.integrations.record_fakes import _weight, copy_of_values, counting_plans  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 
 
@@ -38,7 +38,6 @@ def _pdl_wanted_and_logged(monkeypatch) -> tuple[list[bool], list]:
     monkeypatch.setattr(record_cache, "pdl_wanted", lambda device: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     return asked, synced
-
 
 
 def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypatch):
@@ -93,25 +92,6 @@ def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatc
     assert asked == [False, True] and len(synced) == 1
 
 
-def _counting_plans(monkeypatch) -> list:
-    """The values each plan the records ask for was given (a clone), in order."""
-    planned = []
-    plan = kernels.kernel_api().plan_sparse_linear
-
-    def counting(*args, **kwargs):
-        planned.append(args[0].clone())
-        return plan(*args, **kwargs)
-
-    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=counting))
-    return planned
-
-
-def _copy_of_values(record) -> torch.Tensor:
-    """The stand-in plan's padded copy of the values that ``record``'s launches read."""
-    (operands,) = record.operands
-    return operands[0]
-
-
 def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake, monkeypatch):
     """A plan that pads or re-encodes the weight reads copies made when the record was built: after
     an in-place write of values or meta the next call plans again from the weight as it is now and
@@ -120,13 +100,13 @@ def test_a_record_reading_copies_of_the_weight_refreshes_them_after_a_write(fake
     (the graph would replay the old copies), the write stays unnoted and the first call after the
     capture refreshes. Records reading the weight
     in place are kept as they are, unplanned."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
-    copy = _copy_of_values(record)
+    copy = copy_of_values(record)
     address = copy.data_ptr()
     assert record.copies_weight and record.versions == (1, 0) and len(planned) == 1
     cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -164,7 +144,7 @@ def test_a_record_whose_plan_lists_no_operands_is_replaced_after_a_write(fake, m
     replaced by one planned from the weight as it is now; a replaced record a CUDA graph captured
     is kept (retired) while its weight lives."""
     fake.lists_operands = False
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -290,8 +270,8 @@ def test_sync_refreshes_captured_copies_before_any_call(fake):
     w.values.copy_(torch.randn(8, 16))
     other.values.add_(2.0)
     assert cache.sync(w.values[2:4]) == 0  # a view of the weight's memory (a fused group's member)
-    assert torch.equal(_copy_of_values(mine), w.values) and mine.versions == (1, 0)
-    assert not torch.equal(_copy_of_values(theirs), other.values)
+    assert torch.equal(copy_of_values(mine), w.values) and mine.versions == (1, 0)
+    assert not torch.equal(copy_of_values(theirs), other.values)
     fake.lists_operands = False
     cache2, w2 = RecordCache(), _weight()
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
@@ -416,7 +396,7 @@ def test_a_retired_record_is_revived_instead_of_joined_by_a_new_one(fake):
     w2.values.add_(1.0)
     cache2.run((4,), x, w2, None, torch.float32, stream=11)
     assert list(cache2.records.values()) == [copying] and cache2.retired == {}
-    assert torch.equal(_copy_of_values(copying), w2.values)
+    assert torch.equal(copy_of_values(copying), w2.values)
 
 
 def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
@@ -429,7 +409,7 @@ def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
     with torch.inference_mode():
         cache.run((4,), x, w, None, torch.float32, stream=11)
     (record,) = cache.records.values()
-    copy = _copy_of_values(record)
+    copy = copy_of_values(record)
     assert copy.is_inference() and record.tracked is not None
     w.values.add_(1.0)
     cache.run((4,), x, w, None, torch.float32, stream=11)
@@ -457,9 +437,9 @@ def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypat
     assert marked == []  # refreshed on the stream the record was built on
     current[0] = 0
     w.values.add_(1.0)
-    assert cache.sync(w.values) == 0 and torch.equal(_copy_of_values(record), w.values)
+    assert cache.sync(w.values) == 0 and torch.equal(copy_of_values(record), w.values)
     ((tensors, stream),) = marked
-    assert stream == 0 and len(tensors) == 1 and tensors[0] is _copy_of_values(record)
+    assert stream == 0 and len(tensors) == 1 and tensors[0] is copy_of_values(record)
 
 
 def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
@@ -470,7 +450,7 @@ def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
     wasted on each load_state_dict)."""
     import sparsile.torch as spt
 
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     layer = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
     other = spt.SparseLinear.from_dense(torch.nn.Linear(64, 16), dtype="bf16")
     cache = layer.__dict__["_records"]
@@ -481,7 +461,7 @@ def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
     assert len(planned) == 3
     layer.load_state_dict(other.state_dict())
     assert len(planned) == 4 and list(cache.retired.values()) == [captured] and len(cache) == 0
-    assert torch.equal(_copy_of_values(captured), layer.values) and torch.equal(layer.values, other.values)
+    assert torch.equal(copy_of_values(captured), layer.values) and torch.equal(layer.values, other.values)
 
 
 def test_the_eager_one_launch_variant_has_its_copies_refreshed_too(fake):
@@ -522,7 +502,7 @@ def test_a_members_load_state_dict_syncs_its_fused_groups_records(fake):
     record.captured = True
     fused_block.k_proj.load_state_dict(other.k_proj.state_dict())
     assert torch.equal(fused.values[16:], other.k_proj.values)
-    assert torch.equal(_copy_of_values(record), fused.values) and record.versions == _versions_now(record)
+    assert torch.equal(copy_of_values(record), fused.values) and record.versions == _versions_now(record)
 
 
 def _versions_now(record) -> tuple[int, ...]:
@@ -552,7 +532,7 @@ def test_a_refresh_plans_one_token_of_the_same_kernel(fake, monkeypatch, tokens,
     cache.run((tokens,), x, w, scale_x, torch.float32, stream=11)
     (record,) = cache.records.values()
     assert asked == [((tokens, 32), None, (tokens,)), ((1, 32), kernel, (1,))]
-    assert torch.equal(_copy_of_values(record), w.values)
+    assert torch.equal(copy_of_values(record), w.values)
 
 
 def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fake, monkeypatch):
@@ -560,7 +540,7 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     kernels, which run only at the graph's first replay: the first call outside the capture fills
     them first (a refresh: the bytes the replay writes), once. A record reading the weight in place
     needs nothing; one whose plan lists no operands is replaced."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
@@ -568,13 +548,13 @@ def test_a_record_planned_in_a_capture_fills_its_copies_before_an_eager_call(fak
     cache.run((4,), x, w, None, torch.float32, stream=11)  # planned (and captured) in the capture
     (record,) = cache.records.values()
     assert record.unfilled and record.captured and len(planned) == 1
-    _copy_of_values(record).fill_(float("nan"))  # what an unreplayed capture leaves there
+    copy_of_values(record).fill_(float("nan"))  # what an unreplayed capture leaves there
     cache.run((4,), x, w, None, torch.float32, stream=11)  # still capturing: nothing done
     assert record.unfilled and len(planned) == 1
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert list(cache.records.values()) == [record] and not record.unfilled and len(planned) == 2
-    assert torch.equal(_copy_of_values(record), w.values)
+    assert torch.equal(copy_of_values(record), w.values)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert len(planned) == 2  # once
     outside = RecordCache()
@@ -623,7 +603,7 @@ def test_a_write_to_a_tensor_read_in_place_neither_refreshes_nor_stops_a_capture
     copy, and inside a capture no SP0920 (before, a bias-only write stopped the capture of a padded
     layer: a bias-tuning step, a steering vector added to the bias). A write to the values after it
     still stops a capture."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     fake.reads_weight = fake.pads_values = True  # the stand-in plan: values copied ("padded"), meta and bias read
     cache, w = RecordCache(), _weight(torch.zeros(8))
     x = torch.randn(4, 32)
@@ -667,7 +647,7 @@ def test_an_eager_call_brings_the_captured_records_of_other_streams_up_to_a_writ
     assert warm.key == (4, 11) and graphs.key == (4, 12) and graphs.captured and not graphs.unfilled
     w.values.copy_(torch.randn(8, 16))
     cache.run((4,), x, w, None, torch.float32, stream=11)  # the warm-up before the next capture
-    assert torch.equal(_copy_of_values(warm), w.values) and torch.equal(_copy_of_values(graphs), w.values)
+    assert torch.equal(copy_of_values(warm), w.values) and torch.equal(copy_of_values(graphs), w.values)
     assert graphs.versions == warm.versions == (1, 0)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
     cache.run((4,), x, w, None, torch.float32, stream=12)  # no SP0920
@@ -681,7 +661,7 @@ def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch
     graph's replay writes; one with arrival counters to zero is replaced (retired for its graph) and
     not revived after the cache is cleared."""
     _per_stream(fake)
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
@@ -689,10 +669,10 @@ def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch
     cache.run((4,), x, w, None, torch.float32, stream=12)  # captured first, no warm-up
     (graphs,) = cache.records.values()
     assert graphs.unfilled and list(cache.unfilled.values()) == [graphs]
-    _copy_of_values(graphs).fill_(float("nan"))  # what an unreplayed capture leaves there
+    copy_of_values(graphs).fill_(float("nan"))  # what an unreplayed capture leaves there
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     cache.run((4,), x, w, None, torch.float32, stream=11)  # a call of another record
-    assert not graphs.unfilled and cache.unfilled == {} and torch.equal(_copy_of_values(graphs), w.values)
+    assert not graphs.unfilled and cache.unfilled == {} and torch.equal(copy_of_values(graphs), w.values)
     assert len(planned) == 3  # the capture's plan, its fill, the side stream's record
     plan_of = kernels.kernel_api().plan_sparse_linear
 
@@ -722,7 +702,7 @@ def test_a_second_capture_before_any_eager_call_plans_its_own_record(fake, monke
     its graph may be replayed first, so it plans its own record and the first is retired for the
     first graph. Calls within one capture share their record; the eager call after fills the new
     record only (the retired one belongs to its graph, whose replay fills it)."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     w.values.copy_(torch.randn(8, 16))
     x = torch.randn(4, 32)
@@ -736,18 +716,18 @@ def test_a_second_capture_before_any_eager_call_plans_its_own_record(fake, monke
     (second,) = cache.records.values()
     assert second is not first and second.unfilled and second.capture == 2 and len(planned) == 2
     assert list(cache.retired.values()) == [first] and list(cache.unfilled.values()) == [second]
-    _copy_of_values(second).fill_(float("nan"))  # what an unreplayed capture leaves there
+    copy_of_values(second).fill_(float("nan"))  # what an unreplayed capture leaves there
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     cache.run((4,), x, w, None, torch.float32, stream=12)
     assert list(cache.records.values()) == [second] and not second.unfilled
-    assert torch.equal(_copy_of_values(second), w.values) and first.unfilled  # (first: its graph fills it)
+    assert torch.equal(copy_of_values(second), w.values) and first.unfilled  # (first: its graph fills it)
 
 
 def test_a_write_between_two_captures_gives_the_second_its_own_record_not_sp0920(fake, monkeypatch):
     """A weight written in place after a capture that planned a record, before another capture with
     no eager call between: the second capture plans its own record from the weight as it is (the
     first capture's record, which its graph fills, is retired), rather than stopping with SP0920."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
@@ -764,7 +744,7 @@ def test_a_write_between_two_captures_gives_the_second_its_own_record_not_sp0920
 def test_an_unknown_capture_id_is_never_taken_for_the_same_capture(fake, monkeypatch):
     """Where the capture id cannot be read (None), a record planned in a capture is not reused by a
     later capture call: each plans its own (the safe side: an extra plan, never unfilled copies)."""
-    planned = _counting_plans(monkeypatch)
+    planned = counting_plans(monkeypatch)
     cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     fake.capture_id = None
@@ -798,4 +778,4 @@ def test_a_call_of_a_record_reading_in_place_refreshes_a_captured_one_reading_co
     assert copying.copies_weight and not in_place.copies_weight
     w.values.add_(1.0)
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=11)
-    assert torch.equal(_copy_of_values(copying), w.values) and copying.versions == in_place.versions == (1, 0)
+    assert torch.equal(copy_of_values(copying), w.values) and copying.versions == in_place.versions == (1, 0)
