@@ -425,10 +425,12 @@ class Sema(ExprMixin, ControlFlowMixin):
         saved_scope, saved_caller_scope = self.scope, caller.scope if caller else None
         if caller is not None:
             caller.scope = self.scope
-        self.frames.append(Frame(node.name, helper.globals, False, len(self.frames),
-                                 local_names=function_locals(node)))
+        frame = Frame(node.name, helper.globals, False, len(self.frames))
+        self.frames.append(frame)
         first_new = len(self.bag.items)
         try:
+            # Defaults and annotations are read where the `def` is, as in Python (the module, or
+            # the function it is nested in): none of the helper's own names is bound yet.
             self.scope = Scope()
             for p in node.params:
                 if p.name not in bound:
@@ -441,7 +443,8 @@ class Sema(ExprMixin, ControlFlowMixin):
                     if ann is T.CONSTEXPR and not isinstance(bound[p.name], Const | tuple):
                         raise self.error("SP0201", f"`{p.name}` of `{node.name}` is constexpr but received "
                                          f"{self.describe(bound[p.name])}", span)
-                self.scope.names[p.name] = bound[p.name]
+            self.scope.names.update((p.name, bound[p.name]) for p in node.params)
+            frame.local_names = function_locals(node)
             ret = self.block(node.body)
         finally:
             self.scope = saved_scope

@@ -264,3 +264,63 @@ def test_a_name_the_kernel_assigns_is_its_own_before_the_assignment_too() -> Non
         sp.loads(LOCAL_BEFORE_ASSIGNMENT_SPK, "case.spk").k.interpret[(1,)](x, out)
     d = info.value.diagnostics[0]
     assert (d.code, d.message, d.span.line, d.span.col) == ("SP0202", "`scale` is used before `k` assigns it", 7, 19)
+
+
+# ------------------------------------------------ a helper's defaults are read where it is defined
+@sp.jit
+def scaled_by_block(v, BLOCK: sp.constexpr = BLOCK):
+    return v * BLOCK
+
+
+@sp.jit
+def doubled_block(v, n: sp.constexpr = BLOCK):
+    BLOCK = n * 2  # (the default above is the module's BLOCK)
+    return v * BLOCK
+
+
+@sp.jit
+def defaults_of_helpers(x, out):
+    def by_scale(v, scale=scale):
+        return v * scale
+
+    def shifted(v, offset, by=offset):  # `by` is the module's offset, not the argument
+        return v + offset + by
+
+    v = sp.load(x + sp.arange(0, 4))
+    i = sp.arange(0, 4)
+    sp.store(out + i, scaled_by_block(v))
+    sp.store(out + 4 + i, doubled_block(v))
+    sp.store(out + 8 + i, by_scale(v))
+    sp.store(out + 12 + i, shifted(v, 1.0))
+
+
+DEFAULTS_OF_HELPERS_SPK = """
+BLOCK = 64
+
+
+def scaled(v, BLOCK: constexpr = BLOCK):
+    return v * BLOCK
+
+
+@kernel
+def k(x: ptr[f32], out: ptr[f32]):
+    i = arange(0, 4)
+    store(out + i, scaled(load(x + i)))
+"""
+
+
+def test_a_helpers_defaults_are_read_where_it_is_defined() -> None:
+    """Python evaluates a parameter's default where the ``def`` is (the module, or the function it
+    is nested in): ``def f(v, BLOCK: constexpr = BLOCK)`` is the module's BLOCK. Sema evaluated
+    defaults inside the helper, where its own names (its parameters and what its body assigns) are
+    local from the first statement: SP0202 'used before `f` assigns it' (since 9c49aa5), and an
+    earlier parameter's argument for a default naming it (`by=offset` read the argument)."""
+    x = np.random.default_rng(46).standard_normal(4).astype(np.float32)
+    out = np.full(16, np.nan, np.float32)
+    defaults_of_helpers.interpret[(1,)](x, out)
+    v = x.astype(np.float64)
+    want = np.concatenate([v * BLOCK, v * BLOCK * 2, v * scale, v + 1.0 + offset])
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    out = np.full(4, np.nan, np.float32)
+    sp.loads(DEFAULTS_OF_HELPERS_SPK, "case.spk").k.interpret[(1,)](x, out)
+    np.testing.assert_allclose(out, v * 64, rtol=1e-6)
