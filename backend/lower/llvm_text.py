@@ -50,11 +50,12 @@ def float_literal(value: float, ty: str) -> str:
 
         with np.errstate(over="ignore"):  # overflowing to infinity, as for float
             return f"0xH{int(np.array(value, np.float16).view(np.uint16)):04X}"
-    if ty == "bfloat":
-        import ml_dtypes
+    if ty == "bfloat":  # rounded once, as cvt.rn.bf16.f64 (ml_dtypes may round through f32)
         import numpy as np
 
-        return f"0xR{int(np.array(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
+        from ...frontend.interp.numerics import f64_to_bf16
+
+        return f"0xR{int(f64_to_bf16(np.array(value, np.float64)).view(np.uint16)):04X}"
     raise ValueError(ty)
 
 

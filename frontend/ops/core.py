@@ -101,7 +101,9 @@ def numpy_dtype_of(t: T.Type) -> np.dtype:
 def _i_constant(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     t = op.result.type
     e = T.element_type(t)
-    if isinstance(e, T.ScalarType) and e.is_float and e.bits < 16:  # encoded as a cast to it
+    if isinstance(e, T.ScalarType) and e.is_float and (e.bits < 16 or e.name == "bf16"):
+        # 8-bit floats: encoded as a cast to it; bf16: rounded once (numpy fills a bf16 array from a
+        # Python float through f32, twice), as the LLVM literal (llvm_text.float_literal)
         return [cast_array(np.full(T.shape_of(t), op.attrs["value"], np.float64), T.f64, e)]
     with np.errstate(over="ignore"):  # a float beyond the type's range is its infinity, as compiled
         return [np.full(T.shape_of(t), op.attrs["value"], dtype=numpy_dtype_of(t))]
