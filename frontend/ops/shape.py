@@ -37,6 +37,11 @@ reduce_op = define_op("reduce", operands=("x",), verify=TYPED_BY_SEMA, layout=RE
                       doc="Reduction of a tile along one axis.")
 
 
+def _count_in_words(n: int) -> str:
+    """``n`` elements, in words ("1 element", "16 elements")."""
+    return f"{n} element{'' if n == 1 else 's'}"
+
+
 @expand_dims_op.interpreter
 def _i_expand_dims(ctx: Any, op: Operation, args: list[Any]) -> list[Any]:
     return [map_tile(args[0], lambda a: np.expand_dims(a, op.attrs["axis"]))]
@@ -202,10 +207,11 @@ def reshape(em: Emitter, x: Arg, shape: Arg) -> Value:
     t = v.type
     n = t.numel if isinstance(t, T.TileType) else 1
     if int(np.prod(dims)) != n:
-        em.error("SP0319", f"cannot reshape {T.shape_of(t)} ({n} elements) to {dims}", shape.span)
+        em.error("SP0319", f"cannot reshape {T.shape_of(t)} ({_count_in_words(n)}) to {dims}", shape.span)
     if not dims:  # a tile type has at least one dimension: `()` is a scalar
         if isinstance(t, T.TileType):
-            em.error("SP0319", f"cannot reshape {t.shape} ({n} elements) to (): a tile keeps at least one dimension",
+            em.error("SP0319",
+                     f"cannot reshape {t.shape} ({_count_in_words(n)}) to (): a tile keeps at least one dimension",
                      shape.span, help="to take the one element of a tile as a scalar, reduce it: `max(x, axis=0)`")
         return v
     return em.op1("reshape", [v], T.TileType(T.element_type(t), dims))

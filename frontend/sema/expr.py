@@ -679,8 +679,9 @@ def _assigned_later(node: A.Name, function: str) -> CompileError:
     """SP0202 for a name read before the function it is local to assigns it."""
     return CompileError([Diagnostic(
         "SP0202", f"`{node.id}` is used before `{function}` assigns it", node.span,
-        help=f"a name assigned anywhere in a function is local to it, as in Python: `{node.id}` of the module is not "
-             "read there; assign it before this use, or rename the local")])
+        help=f"a name assigned anywhere in a function is local to it, as in Python: no `{node.id}` from outside "
+             f"`{function}` (a module value, an enclosing function's) is read there; assign it before this use (before "
+             "the loop, for a loop body), or rename the local")])
 
 
 def _check_bound(node: A.Name, v: Any) -> Any:

@@ -254,8 +254,9 @@ def test_a_name_the_kernel_assigns_is_its_own_before_the_assignment_too() -> Non
             kern.interpret[(1,)](*args, **kwargs)
         d = info.value.diagnostics[0]
         assert (d.code, d.message) == ("SP0202", f"`{name}` is used before `{kern.name}` assigns it"), kern.name
-        assert d.help == (f"a name assigned anywhere in a function is local to it, as in Python: `{name}` of the "
-                          f"module is not read there; assign it before this use, or rename the local")
+        assert d.help == (f"a name assigned anywhere in a function is local to it, as in Python: no `{name}` from "
+                          f"outside `{kern.name}` (a module value, an enclosing function's) is read there; assign it "
+                          "before this use (before the loop, for a loop body), or rename the local")
         line, col = where(needle)
         assert (d.span.file_line, d.span.file_col) == (line, col + needle.index(name)), kern.name
     local_assigned_in_a_folded_branch.interpret[(1,)](out, FLAG=True)  # assigned on this path: 16

@@ -40,7 +40,7 @@ def test_reshaping_a_tile_to_no_dimensions_is_sp0319_at_the_shape() -> None:
         compile_src(src, "sm_90a")
     err = e.value
     assert err.code == "SP0319"
-    assert err.message == "cannot reshape (1,) (1 elements) to (): a tile keeps at least one dimension"
+    assert err.message == "cannot reshape (1,) (1 element) to (): a tile keeps at least one dimension"
     assert err.span.line == 4 and src.split("\n")[3][err.span.col - 1:err.span.end_col - 1] == "()"
     assert err.help is not None and "max(x, axis=0)" in err.help
 
