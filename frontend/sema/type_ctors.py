@@ -30,15 +30,43 @@ class TypeCtor:
             return T.TensorType(params[0], params[1])
         return f"`{self.name}` takes no parameters"
 
-    def __getitem__(self, params: object) -> T.Type:
-        """``ptr[f32]`` evaluated by Python itself (annotations of @jit functions)."""
-        t = self.apply(params if isinstance(params, tuple) else (params,))
-        if isinstance(t, str):
-            raise TypeError(t)
-        return t
+    def __getitem__(self, params: object) -> T.Type | InvalidAnnotation:
+        """``ptr[f32]`` evaluated by Python itself (annotations of @jit functions, when the function is
+        defined; the compiler reads them again from the source). NumPy / ml_dtypes types stand for
+        their scalar types (``ptr[np.uint32]``), as elsewhere in a @jit kernel. Invalid parameters give
+        an :class:`InvalidAnnotation`, not an exception: defining the function must not fail, and the
+        compiler reports the annotation at its span (a diagnostic with a code)."""
+        items = params if isinstance(params, tuple) else (params,)
+        t = self.apply(tuple(_numpy_scalar(p) for p in items))
+        return InvalidAnnotation(t) if isinstance(t, str) else t
 
     def __str__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True)
+class InvalidAnnotation:
+    """What Python's own evaluation of an invalid ``ptr[...]`` / ``tensor[...]`` gives (its message)."""
+
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _numpy_scalar(p: object) -> object:
+    """``p``, or the scalar type a NumPy dtype or scalar type (``np.uint32``, ``ml_dtypes.bfloat16``)
+    stands for."""
+    if isinstance(p, T.Type | int | str) or p is None:
+        return p
+    try:
+        import numpy as np
+
+        if isinstance(p, np.dtype) or (isinstance(p, type) and issubclass(p, np.generic)):
+            return T.from_numpy_dtype(np.dtype(p)) or p
+    except (TypeError, ValueError):
+        pass
+    return p
 
 
 ROOT.members["ptr"] = Const(TypeCtor("ptr"))

@@ -241,3 +241,53 @@ def test_functions_without_source_are_a_diagnostic() -> None:
         sp.jit(fn)
     d = info.value.diagnostics[0]
     assert d.code == "SP0241" and "cannot read the source" in d.message and "sparsile.loads" in (d.help or "")
+
+
+ANNOTATED_WITH_NUMPY = '''
+import ml_dtypes
+import numpy as np
+import sparsile as sp
+
+
+@sp.jit
+def widen(x: sp.ptr[np.uint32], out: sp.ptr[ml_dtypes.bfloat16], t: sp.tensor[np.float16, 2]):
+    i = sp.arange(0, 16)
+    sp.store(out + i, sp.load(x + i).to(sp.bf16))
+
+
+@sp.jit
+def bad(x: sp.ptr[3]):
+    pass
+
+
+EVALUATED = (sp.ptr[np.uint32], sp.tensor[np.float16, 2], sp.ptr[ml_dtypes.bfloat16], sp.ptr[3])
+'''
+
+
+def test_annotations_python_evaluates_take_numpy_types_and_defer_errors(tmp_path) -> None:
+    """Without ``from __future__ import annotations`` Python evaluates ``sp.ptr[...]`` when the
+    function is defined: NumPy / ml_dtypes types stand for their scalar types there too (was a
+    TypeError at ``def``), and an invalid parameter is reported by the compiler at its span (SP0302)
+    instead of failing the definition."""
+    path = tmp_path / "annotated_with_numpy.py"
+    path.write_text(ANNOTATED_WITH_NUMPY)
+    spec = importlib.util.spec_from_file_location("annotated_with_numpy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # defining the functions must not raise
+    ptr_u32, tensor_f16, ptr_bf16, invalid = mod.EVALUATED
+    assert (ptr_u32, tensor_f16, ptr_bf16) == (T.PointerType(T.u32), T.TensorType(T.f16, 2), T.PointerType(T.bf16))
+    assert str(invalid) == "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"
+    rng = np.random.default_rng(3)
+    x = rng.integers(1, 2**20, 16, dtype=np.uint32)
+    import ml_dtypes
+
+    out = np.full(16, np.nan, ml_dtypes.bfloat16)
+    t = np.ones((2, 2), np.float16)
+    mod.widen.interpret[(1,)](x, out, t)
+    assert (out.astype(np.float64) == x.astype(ml_dtypes.bfloat16).astype(np.float64)).all()
+    with pytest.raises(sparsile.CompileError) as info:
+        mod.bad.interpret[(1,)](x)
+    d = info.value.diagnostics[0]
+    assert (d.code, d.message) == ("SP0302", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`")
+    assert d.span.file_line == 14 and ANNOTATED_WITH_NUMPY.split("\n")[13][d.span.file_col - 1:][:9] == "sp.ptr[3]"
+    assert d.span.end_col - d.span.col == len("sp.ptr[3]")
