@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from sparsile.driver.compiler import compile_kernel
 from sparsile.frontend.diagnostics import CompileError
 from sparsile.frontend.ir import types as T
 from sparsile.frontend.legality.meta import MetaPointerType, MetaTensorType, check_metadata_argument, width_class
+from sparsile.frontend.sema.type_ctors import InvalidAnnotation
 from sparsile.stdlib import sparsity as S
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
@@ -28,9 +30,11 @@ def test_the_type_constructor() -> None:
     assert str(ctor[sp.e4m3, "sm90"]) == "meta[e4m3, 'sm90']"
     tt = ctor[sp.bf16, 2]
     assert isinstance(tt, MetaTensorType) and isinstance(tt, T.TensorType) and (tt.elem, tt.rank) == (T.u32, 2)
+    assert ctor[np.float16] == t and ctor[ml_dtypes.bfloat16, 2] == tt  # NumPy / ml_dtypes types, as in @jit
     for bad in ((sp.f64,), (sp.f16, "csr"), (sp.f16, 9), ("f16",), (sp.f16, 2, "sm90", 1)):
-        with pytest.raises(TypeError):
-            ctor[bad]
+        # Python evaluating a @jit annotation must not fail the definition: the compiler reports it (SP0302)
+        got = ctor[bad]
+        assert isinstance(got, InvalidAnnotation) and got.message == ctor.apply(bad), bad
 
 
 def test_bad_annotation_is_a_diagnostic_at_the_annotation() -> None:
