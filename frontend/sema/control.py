@@ -256,6 +256,10 @@ class ControlFlowMixin:
         if fname not in ("range", "static_range"):
             raise self.error("SP0218", f"a kernel `for` loop iterates over `range` or `static_range`, found `{fname}`",
                              it.span, help="write `for i in range(start, stop, step):`")
+        if isinstance(it.func, A.Name) and self.frames and fname in self.frames[-1].local_names:
+            raise self.error("SP0218", f"`{fname}` is a local name of `{self.frames[-1].name}` (assigned in it), "
+                             "not the builtin a kernel `for` loop iterates over", it.func.span,
+                             help=f"rename the local, or keep the name `{fname}` for the loop")
         for kw in it.keywords:
             self._range_hint(fname, kw)
         if not 1 <= len(it.args) <= 3:
