@@ -14,6 +14,7 @@ import pytest
 
 import sparsile as sp
 from sparsile.stdlib import sparsity as S
+from sparsile.tests.support.foreign_arch import blackwell as blackwell  # a fixture
 from sparsile.tests.support.mma_harness import operands
 
 KERNELS = Path(__file__).resolve().parents[2] / "stdlib" / "kernels"
@@ -103,15 +104,6 @@ def test_dense_interpreter_matches_reference(dense, dtype):
 # ------------------------------------------------------------------------------------------------
 # On a Blackwell GPU (never run: no such GPU was available)
 # ------------------------------------------------------------------------------------------------
-@pytest.fixture
-def blackwell():
-    from sparsile.backend import runtime
-
-    major = runtime.current_device().compute_capability[0]
-    if major not in (10, 11):
-        pytest.skip(f"needs a Blackwell GPU (sm_100/103/110), this one is sm_{major}x")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,m,n,k", [("f16", 128, 128, 128), ("f16", 1000, 1000, 1024), ("bf16", 1000, 600, 768),
                                          ("tf32", 500, 300, 512), ("e4m3", 1000, 600, 1024), ("f16", 4096, 4096, 4096)])

@@ -20,6 +20,7 @@ import pytest
 import sparsile as sp
 from sparsile.frontend.interp.values import InterpreterError
 from sparsile.stdlib import sparsity as S
+from sparsile.tests.support.foreign_arch import blackwell as blackwell  # a fixture
 
 KERNEL = Path(__file__).resolve().parents[2] / "stdlib" / "kernels" / "sparse_gemm_sm100_persistent.spk"
 HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
@@ -161,16 +162,6 @@ def test_a_broken_protocol_is_reported_as_a_deadlock_or_a_race(old, new, faults)
 # ------------------------------------------------------------------------------------------------
 # On a Blackwell GPU (never run: no such GPU was available)
 # ------------------------------------------------------------------------------------------------
-@pytest.fixture
-def blackwell():
-    from sparsile.backend import runtime
-
-    major = runtime.current_device().compute_capability[0]
-    if major not in (10, 11):
-        pytest.skip(f"needs a Blackwell GPU (sm_100/103/110), this one is sm_{major}x")
-    return runtime.current_device()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,m,n,k", [("f16", 128, 128, 128), ("f16", 1000, 1000, 1024), ("bf16", 1000, 600, 768),
                                          ("tf32", 500, 300, 512), ("e4m3", 1000, 600, 1024), ("i8", 1000, 700, 1024),

@@ -13,6 +13,7 @@ import pytest
 from sparsile.driver.module import loads
 from sparsile.stdlib import sparsity as S
 from sparsile.tests.backend.test_blackwell_tile import SPARSE_F16_ACC
+from sparsile.tests.support.foreign_arch import blackwell as blackwell  # a fixture
 
 BM, BN, BK = 128, 64, 64
 
@@ -72,15 +73,6 @@ def test_interpreter_matches_the_float64_reference(kernel):
     c = run(kernel, w, b, interpret=True)
     assert not np.isnan(c).any()
     np.testing.assert_array_equal(c, reference(w, b))
-
-
-@pytest.fixture
-def blackwell():
-    from sparsile.backend import runtime
-
-    major = runtime.current_device().compute_capability[0]
-    if major not in (10, 11):
-        pytest.skip(f"needs a Blackwell GPU (sm_100/103/110), this one is sm_{major}x")
 
 
 @pytest.mark.gpu

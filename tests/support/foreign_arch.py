@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 
 @contextlib.contextmanager
@@ -33,3 +36,15 @@ def ptx_when_foreign_arch(target: str) -> Iterator[None]:
         yield
     finally:
         compiler.compile_cached = real
+
+
+@pytest.fixture
+def blackwell() -> Any:
+    """The current device where it is a Blackwell GPU (sm_100 / 103 / 110); the test is skipped
+    on any other (tcgen05 code runs nowhere else, not even through its PTX)."""
+    from sparsile.backend import runtime
+
+    major = runtime.current_device().compute_capability[0]
+    if major not in (10, 11):
+        pytest.skip(f"needs a Blackwell GPU (sm_100/103/110), this one is sm_{major}x")
+    return runtime.current_device()
