@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a47              # the fuzzers' fixes of the forty-sixth session on the GPU (bool loads, constants, scalar shapes, helper defaults), the neg-view weight cache, the decode API
 #   bash scripts/gpu_runs.sh a46              # the forty-sixth session's torch merges (neg-view weights, act_fn.compile()), torch GPU files, their CPU tests under torch 2.11
 #   bash scripts/gpu_runs.sh a45              # the forty-fifth session's last merges: a44's files, the new GPU files, both fuzzers
 #   bash scripts/gpu_runs.sh progfuzz45       # 300 random programs (tests/support/program_gen.py) on the GPU against the interpreter
@@ -161,6 +162,16 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+a47)  # what the forty-sixth session fixed and did not run on a GPU: the program fuzzers' fixes (a masked ptr[bool] load
+     # with other=, f16 / bf16 constants rounded once, trans / reshape of scalars, a helper's constexpr default, NumPy
+     # annotations) against the interpreter; review46's neg-view weight cache fixes (storage swap, inference mode,
+     # CUDA-graph capture) and the fused gated MLP; then a46's decode-API step, whose summary a46 never printed
+    run 200 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests/gpu/test_fuzz_fixes_gpu.py \
+        tests/integrations/test_torch_neg_views.py tests/integrations/test_torch_glu.py \
+        tests/integrations/test_torch_op_record_key.py tests/stdlib/test_torch_neg_operands.py \
+        tests/gpu/test_interpreter_hw_agreement_gpu.py tests/frontend/test_captures.py
+    run 300 python -m pytest -q -m gpu -n 16 --timeout 200 -rfE tests/stdlib/test_decode_api.py
+    ;;
 a46)  # the forty-sixth session's merges on a GPU: the torch layer (neg-view weights resolved once per memory at the
      # ops' Negative key, bias / scales of neg views, act_fn.compile() in the fused gated MLP), every torch GPU file,
      # the neg-operand stdlib tests, the sparsity toolkit on the GPU, the interpreter-hardware agreement
