@@ -18,8 +18,6 @@ import argparse
 import collections
 import json
 import os
-import select
-import subprocess
 import sys
 import threading
 import time
@@ -30,60 +28,44 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 if PACKAGE_PARENT not in sys.path:  # the checkout is the package `sparsile`
     sys.path.insert(0, PACKAGE_PARENT)
 
+from sparsile.tests.support.fuzz_pool import ANSWER, TIMEOUT, PoolWorker, Reply, run_pool, serve  # noqa: E402
+
 
 def _worker() -> None:
     """Read ``{"file", "seed", "mode"}`` lines on stdin, answer ``{"outcome", "detail", "what"}``."""
     from sparsile.tests.fuzz.mutate import mutant
     from sparsile.tests.fuzz.runner import run_check, run_compile, targets_for
 
-    sys.setrecursionlimit(4000)
-    for line in sys.stdin:
-        job = json.loads(line)
+    def one(job: dict[str, Any]) -> dict[str, str]:
         path = Path(job["file"])
         text, what = mutant(path, job["seed"])
         if job["mode"] == "check":
             outcome, detail = run_check(text, path.name, path.parent)
         else:
             outcome, detail = run_compile(text, targets_for(path.name), path.name, pick=job["seed"], home=path.parent)
-        print(json.dumps({"outcome": outcome, "detail": detail, "what": what}), flush=True)
+        return {"outcome": outcome, "detail": detail, "what": what}
+
+    serve(one)
 
 
-class Worker:
+def outcome_of(reply: Reply, timeout: float) -> dict[str, Any]:
+    """The job's result: the worker's answer, or a hang or a crash."""
+    if reply.kind == ANSWER:
+        return reply.answer
+    if reply.kind == TIMEOUT:
+        return {"outcome": "hang", "detail": f"no answer in {timeout:.0f} s", "what": ""}
+    detail = "the worker died before the job" if reply.before_job else f"worker exit status {reply.status}"
+    return {"outcome": "crash", "detail": detail, "what": ""}
+
+
+class Worker(PoolWorker):
     """One worker subprocess; :meth:`run` returns the job's result, or a hang / crash outcome."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen[str] | None = None
-
-    def _start(self) -> subprocess.Popen[str]:
-        env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        return subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        super().__init__([sys.executable, __file__, "--worker"])
 
     def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = self._start()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            self.proc = None
-            return {"outcome": "crash", "detail": "the worker died before the job", "what": ""}
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if line:
-            return json.loads(line)
-        status = self.proc.poll()
-        self.close()
-        if status is None:
-            return {"outcome": "hang", "detail": f"no answer in {timeout:.0f} s", "what": ""}
-        return {"outcome": "crash", "detail": f"worker exit status {status}", "what": ""}
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        return outcome_of(self.ask(job, timeout), timeout)
 
 
 def jobs(n_check: int, n_compile: int, seed: int) -> list[dict[str, Any]]:
@@ -106,36 +88,22 @@ def run(all_jobs: list[dict[str, Any]], n_workers: int, timeout: float, log: Any
     """Run ``all_jobs`` on ``n_workers`` workers; returns the outcome counts per mode."""
     counts: dict[str, collections.Counter] = {"check": collections.Counter(), "compile": collections.Counter()}
     lock = threading.Lock()
-    queue = list(reversed(all_jobs))
     start = time.time()
 
-    def loop() -> None:
-        w = Worker()
-        try:
-            while True:
-                with lock:
-                    if not queue:
-                        return
-                    job = queue.pop()
-                res = w.run(job, timeout)
-                with lock:
-                    counts[job["mode"]][res["outcome"]] += 1
-                    done = sum(sum(c.values()) for c in counts.values())
-                    if res["outcome"] not in ("ok", "diagnostic"):
-                        name = Path(job["file"]).name
-                        print(f"== {res['outcome']}: --replay {name}:{job['seed']}:{job['mode']} ({res['what']})\n"
-                              f"{res['detail']}", file=log, flush=True)
-                    if done % 500 == 0:
-                        print(f"{done}/{len(all_jobs)} in {time.time() - start:.0f} s: "
-                              f"{ {m: dict(c) for m, c in counts.items()} }", file=log, flush=True)
-        finally:
-            w.close()
+    def task(w: Worker, job: dict[str, Any], _taken: int) -> None:
+        res = w.run(job, timeout)
+        with lock:
+            counts[job["mode"]][res["outcome"]] += 1
+            done = sum(sum(c.values()) for c in counts.values())
+            if res["outcome"] not in ("ok", "diagnostic"):
+                name = Path(job["file"]).name
+                print(f"== {res['outcome']}: --replay {name}:{job['seed']}:{job['mode']} ({res['what']})\n"
+                      f"{res['detail']}", file=log, flush=True)
+            if done % 500 == 0:
+                print(f"{done}/{len(all_jobs)} in {time.time() - start:.0f} s: "
+                      f"{ {m: dict(c) for m, c in counts.items()} }", file=log, flush=True)
 
-    threads = [threading.Thread(target=loop) for _ in range(n_workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_pool(all_jobs, n_workers, Worker, task)
     return counts
 
 

@@ -29,10 +29,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import resource
-import select
-import subprocess
 import sys
 import time
 import traceback
@@ -42,6 +38,8 @@ from typing import Any
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 if PACKAGE_PARENT not in sys.path:  # the checkout is the package `sparsile`
     sys.path.insert(0, PACKAGE_PARENT)
+
+from sparsile.tests.support.fuzz_pool import ANSWER, TIMEOUT, PoolWorker, Reply, run_pool, serve  # noqa: E402
 
 CLASSES = ("compile-exception", "diagnostic", "interpret-exception", "generator-exception", "llvm-abort",
            "timeout", "mismatch")
@@ -100,75 +98,49 @@ def _worker(gen: str, targets: tuple[str, ...]) -> None:
     import warnings
 
     warnings.simplefilter("error")  # as the test suite runs: a stray numpy warning is a finding
-    sys.setrecursionlimit(4000)
-    for line in sys.stdin:
-        print(json.dumps(check_seed(gen, int(line), targets)), flush=True)
+    serve(lambda seed: check_seed(gen, int(seed), targets))
 
 
-class Worker:
+def outcome_of(reply: Reply, timeout: float) -> dict[str, str]:
+    """A seed's result: the worker's answer, a timeout, or ``llvm-abort`` with the exit status and
+    the last 300 characters of the worker's stderr, on one line."""
+    if reply.kind == ANSWER:
+        return reply.answer
+    if reply.kind == TIMEOUT:
+        return {"class": "timeout", "detail": f"no answer in {timeout:.0f} s"}
+    err = reply.stderr[-300:].strip().replace("\n", " | ")
+    return {"class": "llvm-abort", "detail": f"worker exit status {reply.status}: {err}"}
+
+
+class Worker(PoolWorker):
     """A worker subprocess under the memory limit; :meth:`run` returns a seed's result."""
 
     def __init__(self, gen: str, targets: tuple[str, ...], mem_gb: float) -> None:
-        self.argv = [sys.executable, __file__, "--worker", "--gen", gen, "--targets", ",".join(targets)]
-        self.mem = int(mem_gb * 2**30)
-        self.proc: subprocess.Popen[str] | None = None
-
-    def _limit(self) -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (self.mem, self.mem))
+        super().__init__([sys.executable, __file__, "--worker", "--gen", gen, "--targets", ",".join(targets)],
+                         mem_gb)
 
     def run(self, seed: int, timeout: float) -> dict[str, str]:
-        if self.proc is None or self.proc.poll() is not None:
-            env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=self._limit)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(f"{seed}\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            return self._died()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if line:
-            return json.loads(line)
-        if not ready:  # (readable without a line: the worker closed its output, it died)
-            self.close()
-            return {"class": "timeout", "detail": f"no answer in {timeout:.0f} s"}
-        return self._died()
-
-    def _died(self) -> dict[str, str]:
-        assert self.proc is not None and self.proc.stderr is not None
-        status = self.proc.wait()
-        err = self.proc.stderr.read()[-300:].strip().replace("\n", " | ")
-        self.proc = None
-        return {"class": "llvm-abort", "detail": f"worker exit status {status}: {err}"}
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        return outcome_of(self.ask(seed, timeout), timeout)
 
 
 def sweep(gen: str, seeds: range, targets: tuple[str, ...], timeout: float, mem_gb: float, fresh: bool,
           log: Any = sys.stdout) -> collections.Counter:
     """Run every seed; print a line per failure and a progress line every 200 seeds."""
     counts: collections.Counter = collections.Counter()
-    w = Worker(gen, targets, mem_gb)
     start = time.time()
-    try:
-        for i, seed in enumerate(seeds, 1):
-            res = w.run(seed, timeout)
-            if fresh:
-                w.close()
-            counts[res["class"]] += 1
-            if res["class"] != "ok":
-                print(f"FAIL {gen} seed {seed} [{res['class']}] {res['detail']}", file=log, flush=True)
-            if i % 200 == 0:
-                print(f"# {gen} {i}/{len(seeds)} seeds in {time.time() - start:.0f} s: {dict(counts)}",
-                      file=log, flush=True)
-    finally:
-        w.close()
+
+    def task(w: Worker, seed: int, i: int) -> None:
+        res = w.run(seed, timeout)
+        if fresh:
+            w.close()
+        counts[res["class"]] += 1
+        if res["class"] != "ok":
+            print(f"FAIL {gen} seed {seed} [{res['class']}] {res['detail']}", file=log, flush=True)
+        if i % 200 == 0:
+            print(f"# {gen} {i}/{len(seeds)} seeds in {time.time() - start:.0f} s: {dict(counts)}",
+                  file=log, flush=True)
+
+    run_pool(seeds, 1, lambda: Worker(gen, targets, mem_gb), task)
     return counts
 
 

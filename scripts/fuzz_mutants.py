@@ -26,11 +26,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import resource
-import select
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -43,6 +38,8 @@ N_TARGETS = 21
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 if PACKAGE_PARENT not in sys.path:  # the checkout is the package `sparsile`
     sys.path.insert(0, PACKAGE_PARENT)
+
+from sparsile.tests.support.fuzz_pool import ANSWER, TIMEOUT, PoolWorker, Reply, run_pool, serve  # noqa: E402
 
 
 def _mutant(spec: str, n_targets: int) -> Any:
@@ -62,9 +59,8 @@ def _worker(n_targets: int) -> None:
     from sparsile.tests.fuzz.gen_runner import EXCEPTION, compile_mutant, interpret_mutant
 
     warnings.simplefilter("error")  # a stray numpy warning is a finding, as in the test suite
-    sys.setrecursionlimit(4000)
-    for line in sys.stdin:
-        job = json.loads(line)
+
+    def one(job: dict[str, Any]) -> dict[str, Any]:
         try:
             m = _mutant(job["spec"], n_targets)
             if job.get("targets"):  # the caller's targets instead of the mutant's
@@ -75,63 +71,30 @@ def _worker(n_targets: int) -> None:
                 (outcome, detail), compiled = interpret_mutant(m), []
         except Exception as e:  # the mutator itself: reported, not fatal
             outcome, detail, compiled = EXCEPTION, "mutator: " + "".join(traceback.format_exception(e))[-1500:], []
-        print(json.dumps({"outcome": outcome, "detail": detail, "compiled": compiled}), flush=True)
+        return {"outcome": outcome, "detail": detail, "compiled": compiled}
+
+    serve(one)
 
 
-class Worker:
+def outcome_of(reply: Reply, timeout: float) -> dict[str, Any]:
+    """A job's result: the worker's answer, a timeout, or a crash with how the worker ended and
+    the last 1500 characters of its stderr."""
+    if reply.kind == ANSWER:
+        return reply.answer
+    if reply.kind == TIMEOUT:
+        return {"outcome": "timeout", "detail": f"no answer in {timeout:.0f} s", "compiled": []}
+    err = reply.stderr[-1500:].strip()
+    return {"outcome": "crash", "detail": f"the worker died ({reply.why()}): {err}", "compiled": []}
+
+
+class Worker(PoolWorker):
     """A worker subprocess under the memory limit; :meth:`run` returns a job's result."""
 
     def __init__(self, n_targets: int, mem_gb: float) -> None:
-        self.argv = [sys.executable, __file__, "--worker", "--targets", str(n_targets)]
-        self.mem = int(mem_gb * 2**30)
-        self.proc: subprocess.Popen[str] | None = None
+        super().__init__([sys.executable, __file__, "--worker", "--targets", str(n_targets)], mem_gb)
 
-    def _limit(self) -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (self.mem, self.mem))
-
-    def run(self, job: dict[str, str], timeout: float) -> dict[str, Any]:
-        if self.proc is None or self.proc.poll() is not None:
-            env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=self._limit)
-            os.set_blocking(self.proc.stderr.fileno(), False)  # type: ignore[union-attr]
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            return self._died()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        self._drain()
-        if line:
-            return json.loads(line)
-        if not ready:
-            self.close()
-            return {"outcome": "timeout", "detail": f"no answer in {timeout:.0f} s", "compiled": []}
-        return self._died()
-
-    def _drain(self) -> str:
-        """The worker's stderr so far (read without blocking, so that a full pipe never stalls it)."""
-        assert self.proc is not None and self.proc.stderr is not None
-        try:
-            return self.proc.stderr.read() or ""
-        except (OSError, TypeError):
-            return ""
-
-    def _died(self) -> dict[str, Any]:
-        assert self.proc is not None
-        status = self.proc.wait()
-        err = self._drain()[-1500:].strip()
-        self.proc = None
-        why = f"signal {signal.Signals(-status).name}" if status < 0 else f"exit status {status}"
-        return {"outcome": "crash", "detail": f"the worker died ({why}): {err}", "compiled": []}
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+    def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return outcome_of(self.ask(job, timeout), timeout)
 
 
 def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_gb: float, interpret: bool,
@@ -142,7 +105,6 @@ def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_
     make a loop endless (a dropped ``i = i + 1``), which the GPU would not finish either."""
     counts = {"compile": collections.Counter(), "interpret": collections.Counter()}
     lock = threading.Lock()
-    queue = list(reversed(specs))
     start = time.time()
     bugs = ("malformed", "internal", "exception", "crash", "timeout")
 
@@ -152,36 +114,22 @@ def sweep(specs: list[str], n_workers: int, n_targets: int, timeout: float, mem_
             if res["outcome"] in bugs:
                 print(f"BUG {res['outcome']} [{stage}] --replay {spec}\n{res['detail']}", file=log, flush=True)
 
-    def loop() -> None:
-        w = Worker(n_targets, mem_gb)
-        try:
-            while True:
+    def task(w: Worker, spec: str, done: int) -> None:
+        res = w.run({"spec": spec, "stage": "compile"}, timeout * min(n_targets, N_TARGETS))
+        report(spec, "compile", res)
+        if interpret and res["compiled"]:
+            got = w.run({"spec": spec, "stage": "interpret"}, interpret_timeout)
+            if got["outcome"] == "timeout":  # a mutant may loop for ever, as it would on the GPU
+                got["outcome"] = "slow"
                 with lock:
-                    if not queue:
-                        return
-                    spec = queue.pop()
-                    done = len(specs) - len(queue)
-                res = w.run({"spec": spec, "stage": "compile"}, timeout * min(n_targets, N_TARGETS))
-                report(spec, "compile", res)
-                if interpret and res["compiled"]:
-                    got = w.run({"spec": spec, "stage": "interpret"}, interpret_timeout)
-                    if got["outcome"] == "timeout":  # a mutant may loop for ever, as it would on the GPU
-                        got["outcome"] = "slow"
-                        with lock:
-                            print(f"NOTE slow [interpret] --replay {spec}: {got['detail']}", file=log, flush=True)
-                    report(spec, "interpret", got)
-                if done % 200 == 0:
-                    with lock:
-                        print(f"# {done}/{len(specs)} in {time.time() - start:.0f} s: "
-                              f"{ {k: dict(v) for k, v in counts.items()} }", file=log, flush=True)
-        finally:
-            w.close()
+                    print(f"NOTE slow [interpret] --replay {spec}: {got['detail']}", file=log, flush=True)
+            report(spec, "interpret", got)
+        if done % 200 == 0:
+            with lock:
+                print(f"# {done}/{len(specs)} in {time.time() - start:.0f} s: "
+                      f"{ {k: dict(v) for k, v in counts.items()} }", file=log, flush=True)
 
-    threads = [threading.Thread(target=loop) for _ in range(n_workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_pool(specs, n_workers, lambda: Worker(n_targets, mem_gb), task)
     return counts
 
 
