@@ -20,7 +20,7 @@ import pytest
 import sparsile as sp
 from sparsile.tests.support.program_gen import generate
 from sparsile.tests.support.program_gen_sparse import generate_sparse
-from sparsile.tests.support.program_jit import load_jit
+from sparsile.tests.support.program_jit import load_jit, render
 from sparsile.tests.support.program_jit_check import (
     compare_compiles,
     compare_mutant,
@@ -33,6 +33,8 @@ PLAIN_SEEDS = (3, 11, 37, 44, 215)
 SPARSE_SEEDS = (0, 1, 58)
 MUTANT_SEEDS = (40, 83, 174, 413, 425, 552, 892, 1158)
 """Mutants that gave different codes before the fixes and renderer corrections they found."""
+SPARSE_MUTANT_SEEDS = (1225,)
+"""Sparse mutants likewise (1225: a parameter annotated `kernel`, the .spk decorator's name)."""
 
 
 @pytest.mark.parametrize("seed", PLAIN_SEEDS)
@@ -63,6 +65,33 @@ def test_a_mutant_gets_the_same_diagnostics_from_both_frontends(seed: int, tmp_p
     diffs, jit_text = compare_mutant(text, dict(program.variants()[0].consts), seed, tmp_path)
     assert jit_text, "the mutant was not compared"
     assert not diffs, f"seed {seed}:\n" + "\n".join(diffs) + "\n" + text + "\n" + jit_text
+
+
+@pytest.mark.parametrize("seed", SPARSE_MUTANT_SEEDS)
+def test_a_sparse_mutant_gets_the_same_diagnostics_from_both_frontends(seed: int, tmp_path) -> None:
+    program = generate_sparse(seed)
+    text = mutant_text(program.source, seed)
+    ast.parse(text)
+    diffs, jit_text = compare_mutant(text, dict(program.variants()[0].consts), seed, tmp_path)
+    assert jit_text, "the mutant was not compared"
+    assert not diffs, f"seed {seed}:\n" + "\n".join(diffs) + "\n" + text + "\n" + jit_text
+
+
+def test_only_language_names_are_spelled_as_sparsile_attributes() -> None:
+    """A free name that is sparsile's Python API rather than a name of the kernel language (the
+    decorator `kernel`, `CompileError`) is what an unknown name is in a .spk kernel: it stays a bare,
+    undefined name in the @jit rendering (as `sp.kernel` it was another diagnostic, SP0204)."""
+    source = ("@kernel\ndef k(X: ptr[f32], M: kernel, n: i32):\n"
+              "    e = CompileError\n    store(X + arange(0, 16), zeros((16,), f32), mask=arange(0, 16) < n)\n")
+    for seed in range(20):
+        tree = ast.parse(render(source, {}, seed, respell=False).text)
+        kern = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "k")
+        inside = [n for part in (kern.args, *kern.body) for n in ast.walk(part)]  # not the decorator
+        attrs = {a.attr for a in inside if isinstance(a, ast.Attribute)}
+        assert "kernel" not in attrs and "CompileError" not in attrs, ast.unparse(kern)
+        assert {"kernel", "CompileError"} <= {n.id for n in inside if isinstance(n, ast.Name)}
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not {"kernel", "CompileError"} & imported
 
 
 def test_a_different_kernel_is_reported(tmp_path) -> None:

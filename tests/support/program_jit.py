@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 import sparsile as sp
+from sparsile.frontend.sema.builtins import ROOT
 
 from .program_gen import Lit
 
@@ -49,6 +50,13 @@ NUMPY_NAMES = {"bool": "np.bool_", "i8": "np.int8", "i16": "np.int16", "i32": "n
 """The NumPy-side dtype of each scalar type that has one (a captured value inside a kernel)."""
 NOT_IMPORTABLE = frozenset({"range", "static_range"})
 """Language names that are no attributes of the Python module (sema knows them by their spelling)."""
+
+
+def is_language_name(name: str) -> bool:
+    """Whether ``name`` is a name of the kernel language (``sp.name`` in a ``@jit`` kernel), not
+    only an attribute of the Python module: ``kernel``, ``jit`` or ``CompileError`` are sparsile's
+    Python API, and unknown names in a ``.spk`` kernel (a mutant may use the decorator's name)."""
+    return name in NOT_IMPORTABLE or name in ROOT.members
 
 _counter = itertools.count()
 LIT_MARK = "__typed_literal__"
@@ -152,11 +160,10 @@ class _Renderer:
             pick = self.r.random()
             if pick < 0.2:
                 imported[name] = name
-                self.imports.add(f"from sparsile import {name}")
             elif pick < 0.4:
-                alias = f"L_{name}"
-                imported[name] = alias
-                self.imports.add(f"from sparsile import {name} as {alias}")
+                imported[name] = f"L_{name}"
+            if name in imported and is_language_name(name):  # not sparsile's Python API (`kernel`)
+                self.imports.add(f"from sparsile import {name}" + (f" as {imported[name]}" if pick >= 0.2 else ""))
         self.choices.append(f"imported={imported}")
         annotations = {id(n) for f in ast.walk(self.tree) if isinstance(f, ast.FunctionDef)
                        for a in f.args.args if a.annotation is not None for n in ast.walk(a.annotation)}
@@ -183,7 +190,7 @@ class _Renderer:
             options += ["alias"] if len(SPELLINGS[n]) > 1 else []
             options += ["numpy"] if n in NUMPY_NAMES and not in_annotation else []
         how = self.r.choice(options)
-        if how == "bare":
+        if how == "bare" or not is_language_name(n):  # Python API (`kernel`): as unknown as in the .spk
             return ast.Name(n, ast.Load())
         if how == "numpy":
             mod, attr = NUMPY_NAMES[n].split(".")
