@@ -21,6 +21,7 @@ from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
 from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
 from ..frontend.sema.core import Sema
+from ..frontend.sema.emitter import describe
 from ..frontend.sema.specialize import (
     ParamInfo,
     bind_arguments,
@@ -196,7 +197,8 @@ class Kernel:
                     continue
                 if not isinstance(v, T.Type):
                     errors.append(Diagnostic("SP0302", f"the annotation of `{p.name}` must be a type such as "
-                                             f"`i32`, `ptr[f16]`, `tensor[f16, 2]` or `constexpr`, found {v!r}",
+                                             "`i32`, `ptr[f16]`, `tensor[f16, 2]` or `constexpr`, found "
+                                             f"{describe(Const(v))}",
                                              p.annotation.span))
                     continue
                 ann = v

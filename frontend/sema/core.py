@@ -348,7 +348,8 @@ class Sema(ExprMixin, ControlFlowMixin):
     def ann_assign(self, s: A.AnnAssign) -> None:
         ann = self.const_expr(s.annotation, "a type annotation")
         if not isinstance(ann, T.Type):
-            raise self.error("SP0302", f"an annotation must be a type such as `i32` or `constexpr`, found {ann!r}",
+            raise self.error("SP0302", f"an annotation must be a type such as `i32` or `constexpr`, found "
+                             f"{self.describe(Const(ann))}",
                              s.annotation.span)
         if s.value is None:
             return

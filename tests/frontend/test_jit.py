@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
@@ -291,3 +292,71 @@ def test_annotations_python_evaluates_take_numpy_types_and_defer_errors(tmp_path
     assert (d.code, d.message) == ("SP0302", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`")
     assert d.span.file_line == 14 and ANNOTATED_WITH_NUMPY.split("\n")[13][d.span.file_col - 1:][:9] == "sp.ptr[3]"
     assert d.span.end_col - d.span.col == len("sp.ptr[3]")
+
+
+PYTHON_API_IN_KERNELS = '''
+import sparsile as sp
+from sparsile import jit
+
+
+@sp.jit
+def annotated(X: sp.ptr[sp.f32], M: jit):
+    sp.store(X, 1.0)
+
+
+@sp.jit
+def reads_the_decorator(X: sp.ptr[sp.f32]):
+    y = sp.kernel
+    sp.store(X, 1.0)
+
+
+@sp.jit
+def reads_an_error_class(X: sp.ptr[sp.f32]):
+    y = sp.CompileError
+    sp.store(X, 1.0)
+
+
+@sp.jit
+def annotates_a_local(X: sp.ptr[sp.f32]):
+    y: jit = 1.0
+    sp.store(X, y)
+'''
+
+
+def _diagnostic_of(kern: Any, x: np.ndarray) -> Any:
+    with pytest.raises(sparsile.CompileError) as info:
+        kern.interpret[(1,)](x)
+    return info.value.diagnostics[0]
+
+
+def test_python_api_objects_in_a_kernel_are_named_as_such(tmp_path) -> None:
+    """``sparsile``'s Python API in a kernel: an annotation that is a Python function is SP0302
+    naming the function (was its repr, ``<function jit at 0x...>``), and ``sp.kernel`` /
+    ``sp.CompileError`` are SP0204 saying they are not names of the kernel language (was
+    "`sparsile` has no member `kernel`", which the module has)."""
+    path = tmp_path / "python_api_in_kernels.py"
+    path.write_text(PYTHON_API_IN_KERNELS)
+    spec = importlib.util.spec_from_file_location("python_api_in_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = np.full(1, np.nan, np.float32)
+    lines = PYTHON_API_IN_KERNELS.split("\n")
+    d = _diagnostic_of(mod.annotated, x)
+    assert (d.code, d.message) == ("SP0302", "the annotation of `M` must be a type such as `i32`, `ptr[f16]`, "
+                                   "`tensor[f16, 2]` or `constexpr`, found the Python function `jit`")
+    assert lines[d.span.file_line - 1][d.span.file_col - 1:].startswith("jit)")
+    d = _diagnostic_of(mod.reads_the_decorator, x)
+    assert (d.code, d.message) == ("SP0204", "`sparsile.kernel` is sparsile's Python API, not a name of the "
+                                   "kernel language")
+    assert d.help == "`sparsile.kernel` is the decorator that makes a kernel; it has no meaning inside one"
+    assert lines[d.span.file_line - 1][d.span.file_col - 1:].startswith("kernel")
+    d = _diagnostic_of(mod.reads_an_error_class, x)
+    assert (d.code, d.message) == ("SP0204", "`sparsile.CompileError` is sparsile's Python API, not a name of the "
+                                   "kernel language")
+    assert d.help == ("inside a kernel, `sparsile.` names the language's builtins, types and constants "
+                      "(docs/language.md)")
+    d = _diagnostic_of(mod.annotates_a_local, x)
+    assert (d.code, d.message) == ("SP0302", "an annotation must be a type such as `i32` or `constexpr`, found "
+                                   "the Python function `jit`")
+    assert lines[d.span.file_line - 1][d.span.file_col - 1:].startswith("jit = 1.0")
+    assert np.isnan(x).all()
