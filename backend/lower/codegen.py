@@ -24,6 +24,7 @@ from ...frontend.layout.tile import LANE, WARP, register_coords, thread_bases
 from ...frontend.ops.opdefs import OPS, Lowering, attach
 from ...target.hooks import PreparedState
 from ...target.targets import Target
+from .address_form import disjoint_dims
 from .codegen_state import CodegenState
 from .deferred import DEFERRABLE_OPS, NEUTRAL_OPS, Pending, is_deferred
 from .llvm_text import FunctionBuilder, LLValue, ModuleBuilder, const, llvm_type
@@ -391,7 +392,7 @@ class CodeGen:
         """For each register, its logical coordinates as i32 values (``base ^ offset``)."""
         base = self.thread_base(layout)
         offsets = register_coords(layout)
-        disjoint = self._disjoint(layout)
+        disjoint = disjoint_dims(layout)
         out = []
         for off in offsets:
             row = []
@@ -403,20 +404,6 @@ class CodeGen:
                     row.append(self.fb.value(f"{op} i32 {base[d].ref}, {o}", "i32", "c"))
             out.append(row)
         return out
-
-    @staticmethod
-    def _disjoint(layout: LinearLayout) -> list[bool]:
-        rank = len(layout.out_dims)
-        reg_bits = [0] * rank
-        thr_bits = [0] * rank
-        for off in register_coords(layout):
-            for d in range(rank):
-                reg_bits[d] |= off[d]
-        for name in (LANE, WARP):
-            for basis in thread_bases(layout, name):
-                for d in range(rank):
-                    thr_bits[d] |= basis[d]
-        return [(reg_bits[d] & thr_bits[d]) == 0 for d in range(rank)]
 
     # ------------------------------------------------------------------------------ shared memory
     def smem_alloc(self, nbytes: int, align: int = 16) -> int:

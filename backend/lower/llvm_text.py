@@ -161,8 +161,9 @@ class FunctionBuilder:
             return None
         return self.value(f"call {ret} @{fn}({arglist}){a}", ret)
 
-    def gep(self, elem_ty: str, ptr: LLValue, index: LLValue) -> LLValue:
-        return self.value(f"getelementptr inbounds {elem_ty}, {ptr.type} {ptr.ref}, {index.type} {index.ref}", ptr.type)
+    def gep(self, elem_ty: str, ptr: LLValue, index: LLValue, flags: str = "inbounds") -> LLValue:
+        kw = f"getelementptr {flags}" if flags else "getelementptr"
+        return self.value(f"{kw} {elem_ty}, {ptr.type} {ptr.ref}, {index.type} {index.ref}", ptr.type)
 
     def phi(self, ty: str, incoming: list[tuple[LLValue, str]], hint: str = "phi") -> LLValue:
         parts = ", ".join(f"[ {v.ref}, %{lbl} ]" for v, lbl in incoming)

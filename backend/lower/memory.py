@@ -15,6 +15,7 @@ from ...frontend.ir import types as T
 from ...frontend.ir.axis_info import AxisAnalysis
 from ...frontend.ir.core import Operation, Value
 from ...frontend.layout.tile import distinct_registers, register_coords, replicated_thread_bits
+from .address_form import AddressPlan, address_plan
 from .codegen import CodeGen, DTile, lowering
 from .deferred import Deferred
 from .lane_exchange import exchange_plan, store_exchanged
@@ -43,7 +44,40 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
             off = cg.fb.cast("sext", off, "i64")
         return cg.fb.gep(ety, v[0], off)
 
-    map_values(cg, op, fn)
+    plan = _address_plan(cg, op)
+    if plan is None:
+        map_values(cg, op, fn)
+        return
+    # constant offsets from one base address per (pointer, base offset): address_form.py
+    ptr, offs = cg.get(op.operand("ptr")), cg.tile(op.operand("offset"))
+    bases: dict[tuple[str, str], LLValue] = {}
+    memo: dict[tuple[str, str], LLValue] = {}
+    regs = []
+    for r, (q, k) in enumerate(plan):
+        p = ptr.regs[r] if isinstance(ptr, DTile) else ptr
+        key = (p.ref, offs.regs[r].ref)
+        if key not in memo:
+            bkey = (p.ref, offs.regs[q].ref)
+            if bkey not in bases:
+                off = offs.regs[q]
+                if off.type != "i64":
+                    off = cg.fb.cast("sext", off, "i64")
+                bases[bkey] = cg.fb.gep(ety, p, off, flags="inbounds")
+            memo[key] = bases[bkey] if k == 0 else cg.fb.gep(ety, bases[bkey], const(k, "i64"), flags="")
+        regs.append(memo[key])
+    cg.set(op.result, DTile(op.result.layout, regs, elem))
+
+
+def _address_plan(cg: CodeGen, op: Operation) -> AddressPlan | None:
+    """The constant-offset form of an ``addptr``'s registers where axis analysis proves it (None:
+    one extended offset per register, as for a scalar, a deferred operand or unproven offsets)."""
+    off_v = op.operand("offset")
+    elem = T.element_type(off_v.type)
+    if cg.defers(op) or not isinstance(off_v.type, T.TileType) or not isinstance(elem, T.ScalarType):
+        return None
+    if not elem.is_int or elem.bits not in (32, 64) or not isinstance(cg.get(off_v), DTile):
+        return None
+    return address_plan(off_v.layout, _axis(cg).get(off_v), elem.bits)
 
 
 def axis_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> int:
