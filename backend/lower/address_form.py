@@ -6,8 +6,8 @@ one: its time grows with the square of the elements per thread (3 s of code gene
 elements per thread of a masked ``program_id(0) * B + arange(0, B)`` tile). Where axis analysis
 proves that register r's offset is register q's plus a compile-time constant k *without wrapping*,
 the address is written ``gep (gep p, sext(offs_q)), k`` instead: one extension and one variable
-address per base, constant offsets from it, and the pass runs in linear time (same PTX for the
-shipped kernels).
+address per base, constant offsets from it, and the pass runs in linear time (the shipped kernels'
+PTX: the same or fewer instructions, no spills).
 
 The proof: ``contiguity[d] = C`` and ``divisibility[d] = D`` of the offsets (``axis_info.py``) say
 that along dim d, in aligned blocks of ``L`` elements (L the largest power of two <= min(C, D)), the
@@ -19,6 +19,15 @@ shares no bit with the lane and warp parts (the thread's coordinate is then ``th
 not an XOR that mixes them). Where any of this is not proven (offsets that may wrap, such as an
 unaligned ``arange(3, 3 + B)`` added to an arbitrary value), each register keeps its own extended
 offset, exactly as before.
+
+The base address keeps ``inbounds`` (the straight-line strength reduction relates the bases of
+successive tiles through it; without it the sparse GEMM's metadata loads cost a 64-bit multiply
+more per K step, seen in a build without 16-byte-aligned arguments) and the constant offsets from
+it carry no flag. Where the pointer is one value (``x + offs``, x a scalar), the base is register
+q's own address, with the ``inbounds`` it always had; the address of register r is then poison
+where register q's is, i.e. where ``x + offs_q`` (masked off, say) lies outside the allocation while
+``x + offs_r`` lies inside: LLVM cannot know the bounds of a kernel parameter's allocation, so it
+cannot act on that.
 """
 
 from __future__ import annotations
