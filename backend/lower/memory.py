@@ -75,9 +75,12 @@ def _address_plan(cg: CodeGen, op: Operation) -> AddressPlan | None:
     elem = T.element_type(off_v.type)
     if cg.defers(op) or not isinstance(off_v.type, T.TileType) or not isinstance(elem, T.ScalarType):
         return None
-    if not elem.is_int or elem.bits not in (32, 64) or not isinstance(cg.get(off_v), DTile):
+    offs, ptr = cg.get(off_v), cg.get(op.operand("ptr"))
+    if not elem.is_int or elem.bits not in (32, 64) or not isinstance(offs, DTile):
         return None
-    return address_plan(off_v.layout, _axis(cg).get(off_v), elem.bits)
+    if offs.layout != op.result.layout or (isinstance(ptr, DTile) and ptr.layout != op.result.layout):
+        return None  # (map_values reports it: the plan's registers would not be the tiles')
+    return address_plan(offs.layout, _axis(cg).get(off_v), elem.bits)
 
 
 def axis_width(cg: CodeGen, ptr: Value, mask: Value | None, elem_bytes: int) -> int:

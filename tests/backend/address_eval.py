@@ -21,6 +21,10 @@ _SIZES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64"
 _U64 = np.uint64
 
 
+class UnknownInstruction(AssertionError):
+    """An instruction the evaluator does not evaluate (a load from shared memory, a call)."""
+
+
 @dataclass(frozen=True)
 class Access:
     """One access instruction: ``addr`` and ``pred`` per thread, ``nbytes`` accessed from ``addr``."""
@@ -63,8 +67,18 @@ class _Eval:
                 return self.tids.copy()
             if "sreg.ctaid.x" in rhs:
                 return np.full(self.n, self.ctaid, _U64)
-            raise AssertionError(f"the evaluator does not know: {rhs}")
+            mm = re.match(r"call i(\d+) @llvm\.([su])(max|min)\.i\d+\((.*)\)", rhs)
+            if mm:
+                bits = int(mm.group(1))
+                a, b = (self.val(x.split()[-1], bits) & _mask(bits) for x in mm.group(4).split(","))
+                if mm.group(2) == "s":
+                    a, b = _signed(a, bits), _signed(b, bits)
+                pick = np.maximum if mm.group(3) == "max" else np.minimum
+                return pick(a, b).astype(_U64) & _mask(bits)
+            raise UnknownInstruction(f"the evaluator does not know: {rhs}")
         op, rest = rhs.split(" ", 1)
+        if op == "select":
+            return self._select(rest)
         rest = re.sub(r"^((nuw|nsw|exact|disjoint|inbounds|nusw) )*", "", rest)
         if op == "getelementptr":
             ety, ptr, idx = (s.strip() for s in rest.split(",", 2))
@@ -88,13 +102,31 @@ class _Eval:
                    "gt": np.greater, "ge": np.greater_equal}[pred.lstrip("su") if pred[0] in "su" else pred]
             return cmp(a, b).astype(_U64)
         ty, operands = rest.split(" ", 1)
-        bits = 1 if ty == "i1" else int(ty[1:])
+        if not re.fullmatch(r"i\d+", ty):
+            raise UnknownInstruction(f"the evaluator does not know: {rhs}")
+        bits = int(ty[1:])
         a, b = (self.val(x, bits) & _mask(bits) for x in operands.split(","))
         if op in ("add", "sub", "mul", "and", "or", "xor", "shl", "lshr"):
             fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and,
                   "or": np.bitwise_or, "xor": np.bitwise_xor, "shl": np.left_shift, "lshr": np.right_shift}[op]
             return fn(a, b) & _mask(bits)
-        raise AssertionError(f"the evaluator does not know: {rhs}")
+        if op in ("ashr", "sdiv", "srem"):
+            x, y = _signed(a, bits), _signed(b, bits)
+            if op == "ashr":
+                return (x >> y).astype(_U64) & _mask(bits)
+            y = np.where(y == 0, 1, y)
+            q = np.abs(x) // np.abs(y) * np.sign(x) * np.sign(y)  # C division: towards zero
+            return (q if op == "sdiv" else x - q * y).astype(_U64) & _mask(bits)
+        if op in ("udiv", "urem"):
+            return (a // b if op == "udiv" else a % b) & _mask(bits)
+        raise UnknownInstruction(f"the evaluator does not know: {rhs}")
+
+    def _select(self, rest: str) -> np.ndarray:
+        cond, a, b = (s.strip() for s in rest.split(","))
+        ty = a.split()[0]
+        bits = 64 if ty.startswith("ptr") else 1 if ty == "i1" else int(ty[1:])
+        pick = self.val(cond.split()[-1]) != 0
+        return np.where(pick, self.val(a.split()[-1], bits), self.val(b.split()[-1], bits))
 
 
 def global_accesses(llvm: str, num_threads: int, ctaid: int, params: dict[str, int]) -> list[Access]:
@@ -122,6 +154,14 @@ def global_accesses(llvm: str, num_threads: int, ctaid: int, params: dict[str, i
             nbytes = int(vec.group(1)) * int(vec.group(2)) // 8 if vec else int(ty.split()[0][1:]) // 8
             out.append(Access(kind == "store", ev.val(ptr), np.ones(num_threads, bool), nbytes))
     return out
+
+
+def register_values(llvm: str, refs: list[str], num_threads: int, ctaid: int,
+                    params: dict[str, int]) -> dict[str, np.ndarray]:
+    """The value of each SSA value (or constant) in ``refs`` for threads 0..num_threads-1 of program
+    ``ctaid`` (entry-block straight-line code), as unsigned 64-bit patterns."""
+    ev = _Eval(llvm, np.arange(num_threads), ctaid, params)
+    return {r: ev.val(r) for r in refs}
 
 
 def element_addresses(accesses: list[Access], store: bool, elem_bytes: int) -> list[int]:
