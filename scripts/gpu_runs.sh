@@ -3,6 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh ab47             # (not run yet) the constant-offset address form (2ce3920) on the GPU: both program fuzzers,
+#                                            # then sparse_matmul's kernels A/B against the tree before it (gpu-out/base: see the part)
 #   bash scripts/gpu_runs.sh a47              # the fuzzers' fixes of the forty-sixth session on the GPU (bool loads, constants, scalar shapes, helper defaults), the neg-view weight cache, the decode API
 #   bash scripts/gpu_runs.sh a46              # the forty-sixth session's torch merges (neg-view weights, act_fn.compile()), torch GPU files, their CPU tests under torch 2.11
 #   bash scripts/gpu_runs.sh a45              # the forty-fifth session's last merges: a44's files, the new GPU files, both fuzzers
@@ -162,6 +164,23 @@ run() {  # run STEP_SECONDS command...: one step, its output appended to the par
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$log"
 
 case "$part" in
+ab47)  # the constant-offset address form (backend/lower/address_form.py, 2ce3920..13420bc): the decode and layer
+      # kernels' PTX is unchanged (57 builds compared on the CPU), but sparse_matmul's _mt / split-K kernels changed
+      # (14 fewer or.b32; ptxas registers 166 -> 158 for the _mt tile kernels, 160 -> 166 split-K _mt, 94 -> 99
+      # e4m3 split-K; no spills). First both program fuzzers on the new code, then each case timed by the tree
+      # before it and by this one, twice, alternating. Before the call, on the CPU:
+      #   mkdir -p gpu-out/base && git archive 8dfb544 | tar -x -C gpu-out/base && rm -rf gpu-out/base/tests
+      # and carry gpu-out (with .whl and .commit).
+    run 200 python -m pytest -q -m gpu --timeout 190 -rfE tests/gpu/test_program_fuzz_gpu.py tests/gpu/test_program_fuzz_sparse_gpu.py
+    mkdir -p /tmp/pkgb && ln -sfn "$PWD/gpu-out/base" /tmp/pkgb/sparsile
+    for c in bf16:8192x8192x8192 f16:10240x512x8192 bf16:1024x2048x512 e4m3:4096x128x4096 f16:4096x4096x4096; do
+        for tree in base new base new; do
+            if [ "$tree" = base ]; then pp=/tmp/site:/tmp/pkgb; bench=gpu-out/base/benchmarks; else pp=/tmp/site:/tmp/pkg; bench=benchmarks; fi
+            echo "### $tree $c" | tee -a "$log"
+            run 60 env PYTHONPATH=$pp SPARSILE_NO_DISK_CACHE=1 python $bench/bench_sparse_gemm.py --case "$c" --iters 20 --case-timeout 55
+        done
+    done
+    ;;
 a47)  # what the forty-sixth session fixed and did not run on a GPU: the program fuzzers' fixes (a masked ptr[bool] load
      # with other=, f16 / bf16 constants rounded once, trans / reshape of scalars, a helper's constexpr default, NumPy
      # annotations) against the interpreter; review46's neg-view weight cache fixes (storage swap, inference mode,
