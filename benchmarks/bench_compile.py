@@ -51,6 +51,10 @@ class Case:
 CASES = [
     Case("vector_add", "examples/vector_add.spk", "vector_add",
          "x=ptr[f32], y=ptr[f32], out=ptr[f32], n=i32, BLOCK=1024"),
+    # 128 and 512 elements per thread (4 warps) of a masked program-id tile (benchmarks/downcast.spk), whose
+    # compile time grew with the square of the elements per thread before the constant-offset address form
+    Case("downcast_16k", "benchmarks/downcast.spk", "downcast", "x=ptr[f32], out=ptr[f16], n=i32, BLOCK=16384"),
+    Case("downcast_64k", "benchmarks/downcast.spk", "downcast", "x=ptr[f32], out=ptr[f16], n=i32, BLOCK=65536"),
     Case("softmax", "examples/softmax.spk", "softmax",
          "x=ptr[f32], out=ptr[f32], n_rows=i32, n_cols=i32, stride=i32, BLOCK=1024, ROWS=4"),
     Case("transpose", "examples/transpose.spk", "transpose",
