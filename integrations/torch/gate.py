@@ -19,6 +19,7 @@ from torch import nn
 
 from ...stdlib.kernels.linear import reference_activation
 from ._kernels import GATED_ACTIVATIONS
+from .compiled_act import compiled_module_of
 
 _WIDE = (8.0, 10.0, 16.0, 32.0, 100.0, 1e3, 1e4)
 _PROBE = torch.cat([torch.linspace(-6.0, 6.0, 49, dtype=torch.float32),
@@ -45,9 +46,19 @@ formulas lose up to 7 f16 roundings near x = -2.75 by cancellation)."""
 COMPILED_CALL = "_compiled_call_impl"
 """The instance attribute ``nn.Module.compile()`` sets: ``torch.compile`` of the module's own
 ``_call_impl``, which ``module(x)`` then runs (:func:`compiled_own_call`)."""
-_MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized", COMPILED_CALL}
+TORCH_COMPILE_MARK = "_is_torch_compile"
+"""The marker torch 2.13's ``OptimizeContext.__call__`` sets on what ``torch.compile`` returns; on an
+OptimizedModule its ``__setattr__`` forwards it to the module it wraps, so ``torch.compile(act)``
+leaves it (True) in ``act.__dict__``. Dynamo reads it (of a compiled function) to trace nested
+compiles; it does not change what the module computes."""
+UNCOUNTED_KEYS = (COMPILED_CALL, TORCH_COMPILE_MARK)
+"""The instance attributes an act may gain after fusing and still compute what it did: its own
+compiled call (``act.compile()``, checked by :func:`compiled_own_call`) and torch.compile's marker
+(``torch.compile(act)``)."""
+_MODULE_KEYS = frozenset(vars(nn.Module())) | {"_is_hf_initialized", *UNCOUNTED_KEYS}
 """The instance attributes every nn.Module has (or adds itself: its compiled call, checked by
-:func:`compiled_own_call`), and transformers' weight-initialization marker."""
+:func:`compiled_own_call`, and torch.compile's marker), and transformers' weight-initialization
+marker."""
 _CONSTANTS = (int, float, complex, str, bytes, bool, type(None))
 _CLASS_MEMBERS = (FunctionType, staticmethod, classmethod, property)
 """What the act's own classes (those between it and nn.Module) may define besides dunder names:
@@ -213,10 +224,13 @@ def gate_activation(act: Any) -> str | None:
     a Swish with a ``beta`` (a parameter, an instance or class attribute, a default argument), one
     that raises on the probe, a function that is not a module, a compiled call on the instance that
     is not the module's own. A module compiled by ``act.compile()`` is taken as the module it
-    compiles (:func:`compiled_own_call`). What is checked is the module as it is when fused; its
-    instance attributes (:func:`act_attributes`: ``nn.GELU.approximate`` included) are compared with
-    those it had at each call of the fused forward (glu.py), but a global rebound is not checked
-    again, as a class forward monkeypatched afterwards is not."""
+    compiles (:func:`compiled_own_call`), and so is what ``torch.compile(act)`` makes, Dynamo's
+    ``OptimizedModule`` wrapping it, where it is exactly that (compiled_act.compiled_module_of:
+    its forward Dynamo's compiled call of the module it wraps, nothing added, no hooks). What is
+    checked is the module as it is when fused; its instance attributes (:func:`act_attributes`:
+    ``nn.GELU.approximate`` included; a wrapper's and the wrapped module's) are compared with those
+    it had at each call of the fused forward (glu.py, act_state.py), but a global rebound is not
+    checked again, as a class forward monkeypatched afterwards is not."""
     try:
         return _gate_of(act)
     except Exception:  # inspecting or probing it raised (a recursion, a module never initialized, a meta
@@ -238,6 +252,11 @@ def _calls_its_class_forward(act: nn.Module) -> bool:
 
 
 def _gate_of(act: Any) -> str | None:
+    wrapped, why_not = compiled_module_of(act)
+    if why_not is not None:
+        return None
+    if wrapped is not None:  # torch.compile(module): that module's own call through Dynamo
+        act = wrapped
     if not isinstance(act, nn.Module) or not _calls_its_class_forward(act):
         return None
     forward = type(act).forward

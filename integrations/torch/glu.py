@@ -30,8 +30,10 @@ import torch.nn.modules.module as _mm
 from torch import nn
 
 from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfused
+from .act_state import act_modules, act_states
 from .autograd import LayerWithInputGrad, needs_autograd
-from .gate import COMPILED_CALL, act_attributes, compiled_own_call, gate_activation
+from .compiled_act import compiled_module_of
+from .gate import gate_activation
 from .linear import SparseLinear, tensors_of, tracing
 
 if TYPE_CHECKING:
@@ -77,6 +79,20 @@ def _describe(act: nn.Module) -> str:
         else type(act).__name__
 
 
+def _why_not_a_gate(act: nn.Module) -> str:
+    """Why ``act``, which gate_activation refused, is not fused: exact GELU, not a torch.compile
+    wrapper as torch.compile makes it, or neither SiLU nor tanh GELU (of the module a wrapper wraps)."""
+    wrapped, why_not = compiled_module_of(act)
+    if why_not is not None:
+        return f"its act_fn ({type(act).__name__}) is not what torch.compile(module) makes: {why_not}"
+    module = act if wrapped is None else wrapped
+    name = _describe(module) if wrapped is None else f"torch.compile of {_describe(module)}"
+    if isinstance(module, nn.GELU) and type(module).forward is nn.GELU.forward and \
+            vars(module).get("approximate") != "tanh":
+        return f"its act_fn ({name}) is exact GELU, not the tanh approximation the kernel applies"
+    return f"its act_fn ({name}) is neither SiLU nor GELU with the tanh approximation"
+
+
 def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str | None]:
     """(the gated activation, "swiglu" or "geglu", fused into ``parent`` whose gate_proj and up_proj
     ``group`` fused; None) or (None, why not)."""
@@ -90,10 +106,7 @@ def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str |
         return None, "the module has no act_fn module"
     gate_act = gate_activation(act)
     if gate_act is None:
-        if isinstance(act, nn.GELU) and type(act).forward is nn.GELU.forward and vars(act).get("approximate") != "tanh":
-            return None, (f"its act_fn ({_describe(act)}) is exact GELU, not the tanh approximation the "
-                          "kernel applies")
-        return None, f"its act_fn ({_describe(act)}) is neither SiLU nor GELU with the tanh approximation"
+        return None, _why_not_a_gate(act)
     own = parent.__dict__.get("forward")
     if own is not None and not isinstance(getattr(own, "__self__", None), GatedForward):
         return None, "its forward is replaced on the instance"
@@ -166,7 +179,8 @@ class GatedForward:
     y = the gated ``activation`` ("swiglu", "geglu") of the fused layer (:class:`GatedLinear`).
     Its :meth:`forward` is installed as ``parent.__dict__["forward"]``; it runs the class's own
     forward (gate_proj and up_proj as fused siblings) where the fused one would not compute the
-    same: other arguments, hooks on gate_proj / up_proj / act_fn, a replaced child, a group given
+    same: other arguments, hooks on gate_proj / up_proj / act_fn (or the module a torch.compile
+    wrapper act_fn wraps), a replaced child, an act_fn changed (:mod:`.act_state`), a group given
     up (then uninstalled). Traced: the custom op with the gated activation where the group fuses in
     traces (``traced=True``), else the class's forward."""
 
@@ -175,36 +189,22 @@ class GatedForward:
         self.act = parent._modules["act_fn"]
         self.linear = GatedLinear.over(group.fused, activation)
         # the act's own attributes as gate_activation saw them (act_unchanged): a reassigned one
-        # (nn.GELU.approximate = "none") may compute another function than the kernel's
-        d = self.act.__dict__
-        self._act_names = act_attributes(self.act)
-        self._act_values = tuple(map(d.get, self._act_names))
-        # its compiled call (act.compile(), before or after fusing: gate.compiled_own_call), not counted
-        self._act_size = len(d) - (COMPILED_CALL in d)
-        self._compiled = d.get(COMPILED_CALL)  # the one vouched for (None: not compiled)
+        # (nn.GELU.approximate = "none") may compute another function than the kernel's; a
+        # torch.compile wrapper's and the module's it wraps
+        self._act_states = act_states(self.act)
+        self._act_modules = act_modules(self._act_states)
+        self._compiled_act = len(self._act_states) > 1  # act_fn is torch.compile(module) (compiled_act)
 
     def act_unchanged(self) -> bool:
-        """act_fn holds the attributes it held when this forward was made (the same objects, or equal
-        strings and numbers), none added or removed, and no compiled call but its own
-        (``act_fn.compile()``, before or after fusing, runs the same forward): a dict size, a lookup per
-        attribute (one or two), one for the compiled call, and a tuple compare per call."""
-        if torch.compiler.is_compiling():
-            # traced: Dynamo (torch 2.11) cannot trace len() of a module's __dict__; it guards the
-            # attributes read here, so a later change recompiles (an added one goes unseen there; the
-            # traced forward runs the op, not act_fn, whatever its compiled call)
-            act = self.act
-            return tuple(getattr(act, name, None) for name in self._act_names) == self._act_values
-        d = self.act.__dict__
-        compiled = d.get(COMPILED_CALL)
-        if compiled is not self._compiled:  # compiled (again) since: vouched for once per new one
-            if not compiled_own_call(self.act, compiled):
+        """act_fn (and the module it wraps, where it is what torch.compile makes) holds the attributes
+        it held when this forward was made (the same objects, or equal strings and numbers), none
+        added or removed, and no compiled call but its own (``act_fn.compile()``, before or after
+        fusing, runs the same forward): :meth:`.act_state.ActState.unchanged` of each (a loop, not
+        a generator, for the tracers)."""
+        for state in self._act_states:
+            if not state.unchanged():
                 return False
-            self._compiled = compiled
-        try:
-            return len(d) - (COMPILED_CALL in d) == self._act_size and \
-                tuple(map(d.get, self._act_names)) == self._act_values
-        except Exception:  # (an attribute whose == has no truth value: changed)
-            return False
+        return True
 
     @property
     def activation(self) -> str:
@@ -225,7 +225,7 @@ class GatedForward:
         gate, up = self.group.members
         act = self.act
         return (modules.get("gate_proj") is gate and modules.get("up_proj") is up and modules.get("act_fn") is act
-                and not _hooked(gate, up, act) and self.act_unchanged())
+                and not _hooked(gate, up, *self._act_modules) and self.act_unchanged())
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not isinstance(x, torch.Tensor):
@@ -242,6 +242,12 @@ class GatedForward:
 
     def _traced(self, x: torch.Tensor) -> Any:
         group = self.group
+        if self._compiled_act and torch.compiler.is_compiling():
+            # Dynamo traces a torch.compile wrapper as the module it wraps (VariableBuilder.wrap_module)
+            # and, reaching act_fn here through two sources (the parent's child, this forward's), fails
+            # an internal assertion (torch 2.13: "already tracked for mutation"): the class forward,
+            # which calls act_fn once (gate and up as the group's traced siblings)
+            return self.own_forward(x)
         if not group.traced or not group.traced_intact() or not self._children_hold():
             return self.own_forward(x)
         return self.parent._modules["down_proj"](self.linear._forward_op(x))
