@@ -20,6 +20,15 @@ which trace_rules skips) or ``ctx(module.__call__)``. ``ctx(fn)`` is ``compile_w
 over ``fn`` and the context (``self``) that runs ``fn`` with Dynamo's frame callback set. Calling
 the wrapper runs nn.Module's call on it (its hooks) and then that forward; nothing else it holds is
 read. ``torch.compile(module, disable=True)`` returns the module itself.
+
+The backend is trusted only where it is one of torch's own that compute what the graph they are
+given computes (:data:`TRUSTED_BACKENDS`, as ``torch.compile`` passes them: its
+``_TorchCompileInductorWrapper``, or its ``_TorchCompileWrapper`` of the function torch's registry
+holds under that name), found at the end of the wrapper's ``callback`` chain
+(``_torchdynamo_orig_backend``, ``_torchdynamo_orig_callable`` in older versions): a backend
+callable of the user's (or a backend registered by name, or one of torch's testing backends that
+change the graph) may compute anything, which the fused kernel would not; refused
+(:func:`untrusted_backend`). Whatever is not of the expected structure is refused, never raised.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import sys
 from types import CodeType, FunctionType, MethodType, ModuleType
 from typing import Any
 
+import torch
 from torch import nn
 
 DYNAMO_MODULE = "torch._dynamo.eval_frame"
@@ -39,6 +49,14 @@ WRAPPER_KEYS = frozenset({"dynamo_ctx", "forward", "_torchdynamo_orig_callable",
 """The instance attributes, beyond nn.Module's own, that torch.compile gives an OptimizedModule (in
 one torch version or another: a subset is expected). ``_forward`` (a lazy module's) is not among them."""
 _MODULE_KEYS = frozenset(vars(nn.Module()))
+TRUSTED_BACKENDS = ("inductor", "eager", "aot_eager", "aot_eager_decomp_partition", "cudagraphs")
+"""The torch.compile backends trusted to compute what the graph Dynamo gives them computes (any mode,
+options or ``dynamic``): Inductor, and torch's own that run the graph as it is (after AOTAutograd's
+decompositions, or replayed as a CUDA graph). Not torch's testing or debugging backends
+(``relu_accuracy_error_TESTING_ONLY`` changes the graph), nor third-party ones."""
+REGISTRY_MODULE = "torch._dynamo.backends.registry"
+_CHAIN_LIMIT = 16
+"""How many wrappers deep the backend may be in a compiled call's callback (three in torch 2.13)."""
 
 
 def _nested_code(code: CodeType, name: str) -> CodeType | None:
@@ -82,12 +100,68 @@ def _calls(fn: Any, module: nn.Module, inline: CodeType | None) -> bool:
         _cell(fn, "fn") is module
 
 
+def _torch_compile_backend(callback: Any) -> Any:
+    """The backend object torch.compile made (``_TorchCompileInductorWrapper`` or
+    ``_TorchCompileWrapper``) at the end of ``callback``'s chain of Dynamo's wrappers, or None."""
+    wrappers = tuple(t for t in (getattr(torch, "_TorchCompileInductorWrapper", None),
+                                 getattr(torch, "_TorchCompileWrapper", None)) if isinstance(t, type))
+    fn = callback
+    for _ in range(_CHAIN_LIMIT):
+        if type(fn) in wrappers:
+            return fn
+        if not str(getattr(type(fn), "__module__", "")).startswith("torch._dynamo."):
+            return None  # (a link of the user's)
+        inner = getattr(fn, "_torchdynamo_orig_backend", None)
+        fn = getattr(fn, "_torchdynamo_orig_callable", None) if inner is None else inner
+    return None
+
+
+def untrusted_backend(callback: Any) -> str | None:
+    """None where ``callback``, the one a Dynamo compiled call (``compile_wrapper``) sets, runs one of
+    :data:`TRUSTED_BACKENDS` as torch.compile passes it; else the backend's name, as far as known
+    (refused: it may compute something else than the graph it is given)."""
+    try:
+        backend = _torch_compile_backend(callback)
+        if backend is None:
+            return "not torch.compile's"
+        if type(backend) is getattr(torch, "_TorchCompileInductorWrapper", None):
+            return None
+        name = getattr(backend, "compiler_name", None)
+        registry = sys.modules.get(REGISTRY_MODULE)
+        if isinstance(name, str) and name in TRUSTED_BACKENDS and registry is not None and \
+                backend.compiler_fn is registry.lookup_backend(name):
+            return None
+        return name if isinstance(name, str) else "unnamed"
+    except Exception:  # (another torch version's structure: refused)
+        return "not recognized"
+
+
+def untrusted_compiled_call(fn: Any) -> str | None:
+    """None where ``fn`` (a Dynamo ``compile_wrapper``: ``act.compile()``'s compiled call) runs a
+    trusted backend (:func:`untrusted_backend` of its ``callback``); else why not."""
+    try:
+        return untrusted_backend(_cell(fn, "callback")) if isinstance(fn, FunctionType) else "not a function"
+    except Exception:  # (no such closure variable: another structure)
+        return "not recognized"
+
+
 def compiled_module_of(act: Any) -> tuple[nn.Module | None, str | None]:
+    """(the module ``act`` wraps, None) where ``act`` is exactly what ``torch.compile(module)`` makes,
+    with a trusted backend, else (None, why not), or (None, None) where ``act`` is no OptimizedModule
+    (:func:`_compiled_module_of`); never raises (a structure it cannot inspect: refused)."""
+    try:
+        return _compiled_module_of(act)
+    except Exception as error:  # (another torch version's structure)
+        return None, f"it could not be inspected ({type(error).__name__})"
+
+
+def _compiled_module_of(act: Any) -> tuple[nn.Module | None, str | None]:
     """(the module ``act`` wraps, None) where ``act`` is exactly what ``torch.compile(module)`` makes:
     an ``OptimizedModule`` (not a subclass) holding no instance attribute beyond nn.Module's own and
     :data:`WRAPPER_KEYS`, no parameter, buffer or child but ``_orig_mod``, no forward hooks, an
     ``OptimizeContext``, and as its instance ``forward`` Dynamo's ``compile_wrapper`` made by that
-    context, whose callable is ``_orig_mod``'s own ``__call__`` or ``wrap_inline(_orig_mod)``.
+    context, whose callable is ``_orig_mod``'s own ``__call__`` or ``wrap_inline(_orig_mod)`` and
+    whose backend is trusted (:func:`untrusted_backend`).
     (None, why not) for another OptimizedModule; (None, None) for anything else. What the module
     it wraps computes is not checked here (gate.gate_activation)."""
     eval_frame = sys.modules.get(DYNAMO_MODULE)
@@ -116,6 +190,9 @@ def compiled_module_of(act: Any) -> tuple[nn.Module | None, str | None]:
             return None, "its forward is not Dynamo's compiled call of the module it wraps"
         if not _calls(_cell(forward, "fn"), inner, inline):
             return None, "its forward compiles another module's call than the one it wraps"
+        backend = untrusted_backend(_cell(forward, "callback"))
+        if backend is not None:
+            return None, f"its compile backend ({backend}) is not one of {', '.join(TRUSTED_BACKENDS)}"
     except LookupError:
         return None, "its forward is not Dynamo's compiled call of the module it wraps"
     return inner, None

@@ -19,7 +19,7 @@ from torch import nn
 
 from ...stdlib.kernels.linear import reference_activation
 from ._kernels import GATED_ACTIVATIONS
-from .compiled_act import compiled_module_of
+from .compiled_act import compiled_module_of, untrusted_compiled_call
 
 _WIDE = (8.0, 10.0, 16.0, 32.0, 100.0, 1e3, 1e4)
 _PROBE = torch.cat([torch.linspace(-6.0, 6.0, 49, dtype=torch.float32),
@@ -81,13 +81,15 @@ def compiled_own_call(act: nn.Module, value: Any) -> bool:
     (another function compiled, another module's call) is not vouched for, nor a wrapper of the
     compiled call: ``functools.wraps`` copies ``_torchdynamo_orig_callable`` onto it, but its
     ``__wrapped__`` is the compiled function, where Dynamo's own wrapper (a ``functools.wraps`` of
-    the callable it compiles) has the bound method itself."""
+    the callable it compiles) has the bound method itself. Its backend must be one torch.compile
+    passes of torch's own (compiled_act.untrusted_backend): a backend callable of the user's may
+    compute anything."""
     if value is None:
         return True
     orig = value
     if isinstance(value, FunctionType):
         orig = getattr(value, "_torchdynamo_orig_callable", None)
-        if getattr(value, "__wrapped__", None) is not orig:
+        if getattr(value, "__wrapped__", None) is not orig or untrusted_compiled_call(value) is not None:
             return False
     return isinstance(orig, MethodType) and orig.__self__ is act and orig.__func__ is nn.Module._call_impl
 

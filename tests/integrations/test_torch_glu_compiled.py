@@ -288,3 +288,100 @@ def test_torch_compile_of_a_model_whose_act_fn_is_compiled(activation):
     assert ops == [("sparsile.sparse_linear", None)] * 2  # [gate; up] as one op, then down_proj
     with torch.no_grad():
         assert torch.equal(got, type(block.mlp).forward(block.mlp, x))
+
+
+# ------------------------------------------------------------------------------------------------
+# the compile backend: torch's own trusted, a user's not
+
+
+def doubling(gm, example_inputs):
+    """A backend of the user's that changes what the graph computes (twice its outputs)."""
+    def run(*args):
+        out = gm(*args)
+        return [2 * o for o in out] if isinstance(out, (list, tuple)) else 2 * out
+    return run
+
+
+def eager(gm, example_inputs):
+    """A backend of the user's named as torch's eager one, that changes what the graph computes."""
+    return doubling(gm, example_inputs)
+
+
+def _optimized_by_hand(act):
+    return OptimizedModule(act, torch._dynamo.optimize(doubling))
+
+
+def _own_compiled_by(backend):
+    module = torch.nn.SiLU()
+    module.compile(backend=backend)
+    return module
+
+
+def _inner_compiled_by(backend):
+    wrapper = opt(torch.nn.SiLU())
+    wrapper._orig_mod.compile(backend=backend)
+    return wrapper
+
+
+def _testing_backend(act):
+    return torch.compile(act, backend="relu_accuracy_error_TESTING_ONLY")
+
+
+@pytest.mark.parametrize(("make", "gate"), [
+    (lambda: torch.compile(torch.nn.SiLU()), "silu"),  # (Inductor: nothing compiled until called)
+    (lambda: torch.compile(torch.nn.SiLU(), mode="reduce-overhead"), "silu"),
+    (lambda: torch.compile(torch.nn.SiLU(), dynamic=True, options={"max_autotune": True}), "silu"),
+    (lambda: torch.compile(torch.nn.SiLU(), backend="aot_eager"), "silu"),
+    (lambda: torch.compile(torch.nn.SiLU(), backend="eager", fullgraph=True), "silu"),
+    (lambda: OptimizedModule(torch.nn.SiLU(), opt(torch.nn.Identity()).dynamo_ctx), "silu"),  # (torch.compile's)
+    (lambda: _own_compiled_by("aot_eager"), "silu"), (lambda: _inner_compiled_by("eager"), "silu"),
+    (lambda: torch.compile(torch.nn.SiLU(), backend=doubling), None),
+    (lambda: torch.compile(torch.nn.SiLU(), backend=eager), None),  # (named eager, not torch's)
+    (lambda: _testing_backend(torch.nn.SiLU()), None),  # (torch's, but changes the graph)
+    (lambda: _optimized_by_hand(torch.nn.SiLU()), None),
+    (lambda: _own_compiled_by(doubling), None), (lambda: _inner_compiled_by(doubling), None),
+])
+def test_only_torch_s_own_backends_are_trusted(make, gate):
+    """torch.compile(act) or act.compile() with a backend of torch's own that computes what its graph
+    computes (Inductor in any mode, eager, aot_eager) is taken as act; a backend callable of the user's
+    may compute anything (was: taken, and the fused kernel's silu replaced what act_fn computes)."""
+    assert gate_activation(make()) == gate
+
+
+def test_a_user_backend_is_refused_with_a_reason():
+    assert compiled_module_of(torch.compile(torch.nn.SiLU(), backend=doubling)) == (
+        None, "its compile backend (doubling) is not one of inductor, eager, aot_eager, aot_eager_decomp_partition, "
+              "cudagraphs")
+    assert compiled_module_of(_optimized_by_hand(torch.nn.SiLU()))[1] == (
+        "its compile backend (not torch.compile's) is not one of inductor, eager, aot_eager, "
+        "aot_eager_decomp_partition, cudagraphs")
+
+
+def test_an_mlp_whose_act_fn_a_user_backend_compiles_is_not_fused(kernel_calls):
+    """The MLP computes what its act_fn computes under that backend (twice silu here): not fused, its
+    own forward (was: fused, the kernel's silu, 920 away from the MLP's own output)."""
+    block = sparse_block(LlamaLikeMLP(act=torch.nn.SiLU()))
+    block.mlp.act_fn = torch.compile(block.mlp.act_fn, backend=doubling)
+    report = spt.fuse_projections_(block, glu=True)
+    assert report.glu == {} and report.no_glu == {KEY: (
+        f"its act_fn (OptimizedModule) {NOT_TORCH_COMPILES}: its compile backend (doubling) is not one of "
+        "inductor, eager, aot_eager, aot_eager_decomp_partition, cudagraphs")}
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    kernel_calls.clear()
+    with torch.no_grad():
+        y = block.mlp(x)
+        want = type(block.mlp).forward(block.mlp, x)
+    assert kernel_calls[0] == (None, "bf16") and torch.equal(y, want)
+
+
+def test_the_wrapped_module_compiled_by_a_user_backend_after_fusing_runs_the_mlp_s_forward(kernel_calls):
+    block = sparse_block(LlamaLikeMLP(act=torch.nn.SiLU()))
+    block.mlp.act_fn = opt(block.mlp.act_fn)
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}
+    block.mlp.act_fn._orig_mod.compile(backend=doubling)
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(11)).to(torch.bfloat16)
+    kernel_calls.clear()
+    with torch.no_grad():
+        y = block.mlp(x)
+        want = type(block.mlp).forward(block.mlp, x)
+    assert kernel_calls[0] == (None, "bf16") and torch.equal(y, want)
