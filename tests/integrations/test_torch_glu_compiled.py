@@ -385,3 +385,84 @@ def test_the_wrapped_module_compiled_by_a_user_backend_after_fusing_runs_the_mlp
         y = block.mlp(x)
         want = type(block.mlp).forward(block.mlp, x)
     assert kernel_calls[0] == (None, "bf16") and torch.equal(y, want)
+
+
+# ------------------------------------------------------------------------------------------------
+# another torch version's structure (torch 2.11 on the GPU machine): refused, never raised
+
+
+def _set_cell(fn, name, value):
+    fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents = value
+
+
+class OldLink:
+    """A link of Dynamo's callback chain as older torch versions name it (``_torchdynamo_orig_callable``)."""
+
+    __module__ = "torch._dynamo.convert_frame"
+
+    def __init__(self, inner):
+        self._torchdynamo_orig_callable = inner
+
+
+class RaisingLink:
+    """A link of Dynamo's callback chain whose attributes raise."""
+
+    __module__ = "torch._dynamo.convert_frame"
+
+    def __getattr__(self, name):
+        raise RuntimeError(name)
+
+
+def _innermost(wrapper):
+    return torch._dynamo.eval_frame.innermost_backend(wrapper.dynamo_ctx.callback)
+
+
+def test_a_callback_chain_named_as_in_older_torch_is_followed():
+    wrapper = opt(torch.nn.SiLU())
+    _set_cell(wrapper.forward, "callback", OldLink(OldLink(_innermost(wrapper))))
+    assert gate_activation(wrapper) == "silu"
+
+
+def test_a_callback_chain_that_raises_is_refused():
+    wrapper = opt(torch.nn.SiLU())
+    _set_cell(wrapper.forward, "callback", RaisingLink())
+    assert compiled_module_of(wrapper)[1] == (
+        "its compile backend (not recognized) is not one of inductor, eager, aot_eager, aot_eager_decomp_partition, "
+        "cudagraphs")
+    assert gate_activation(wrapper) is None
+
+
+class FakeContext:
+    """A torch version whose ``_TorchDynamoContext.__call__`` makes a ``compile_wrapper`` without a
+    ``callback`` closure variable (the backend it runs not to be found)."""
+
+    def __call__(self, fn):
+        def compile_wrapper(*args, **kwargs):
+            return self, fn(*args, **kwargs)
+        return compile_wrapper
+
+
+def test_a_compile_wrapper_without_a_callback_is_refused(monkeypatch):
+    """Where the backend cannot be found, the wrapper is refused (was: taken, its backend unchecked)."""
+    from sparsile.integrations.torch import compiled_act
+    eval_frame = torch._dynamo.eval_frame
+    wrapper = opt(torch.nn.SiLU())
+    monkeypatch.setattr(eval_frame, "_TorchDynamoContext", FakeContext)
+    compiled_act._dynamo_codes.cache_clear()
+    try:
+        wrapper.__dict__["forward"] = FakeContext.__call__(wrapper.dynamo_ctx, wrapper._orig_mod.__call__)
+        assert compiled_module_of(wrapper) == (None, "its forward is not Dynamo's compiled call of the module it wraps")
+        assert gate_activation(wrapper) is None
+    finally:
+        monkeypatch.undo()
+        compiled_act._dynamo_codes.cache_clear()
+
+
+def test_an_optimized_module_type_not_a_class_is_refused_not_raised(monkeypatch):
+    """``isinstance`` of an OptimizedModule that is not a class (another torch's structure) raised
+    TypeError out of fuse_projections_; now the MLP is fused without the gated activation."""
+    block = sparse_block(LlamaLikeMLP(act=opt(torch.nn.SiLU())))
+    monkeypatch.setattr(torch._dynamo.eval_frame, "OptimizedModule", lambda *args: None)
+    report = spt.fuse_projections_(block, glu=True)
+    assert report.fused == [KEY] and report.glu == {} and report.no_glu == {
+        KEY: f"its act_fn (OptimizedModule) {NOT_TORCH_COMPILES}: it could not be inspected (TypeError)"}
