@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -93,6 +94,25 @@ def test_a_worker_that_floods_its_stderr_still_answers_and_the_flood_is_not_the_
     got = worker.ask(FLOOD, timeout=30)
     assert got.kind == ANSWER and got.answer["echo"] == FLOOD, got
     died = worker.ask(EXIT, timeout=30)
+    assert died.kind == DIED and died.stderr.strip() == "leaving now", died.stderr[:200]
+
+
+def test_the_flood_is_not_the_next_crash_s_stderr_however_late_the_reader_drains_it(
+        worker: PoolWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer may arrive while the reader thread is still draining the flood written before it
+    (a loaded machine: CI saw it once): what the reader reads late is still before the answer."""
+    read = fuzz_pool.os.read
+
+    def slow_read(fd: int, n: int) -> bytes:
+        if threading.current_thread().name == fuzz_pool.READER_NAME:
+            time.sleep(0.05)
+            return read(fd, min(n, 4096))
+        return read(fd, n)
+
+    monkeypatch.setattr(fuzz_pool.os, "read", slow_read)
+    got = worker.ask(FLOOD, timeout=60)
+    assert got.kind == ANSWER and got.answer["echo"] == FLOOD, got
+    died = worker.ask(EXIT, timeout=60)
     assert died.kind == DIED and died.stderr.strip() == "leaving now", died.stderr[:200]
 
 

@@ -8,7 +8,9 @@ side). :meth:`PoolWorker.ask` returns a :class:`Reply`: the answer, or that no a
 the timeout (the worker is killed), or that the worker died (an abort in LLVM, a segfault, the
 memory limit), with its exit status and the tail of what it wrote to stderr since its last answer.
 The next job starts a new worker. Stderr is read all the time by a thread, so that a worker that
-writes much there never stalls on a full pipe.
+writes much there never stalls on a full pipe; "since its last answer" is exact: :func:`serve`
+writes ``ANSWER_MARK`` to stderr before each answer, and the reader forgets what came before it
+(clearing the tail when the answer arrives would race with the reader still draining the pipe).
 
 :func:`run_pool` hands a list of items to ``n`` threads, each with its own worker. What a job is and
 how a reply is classified stay with each script.
@@ -36,6 +38,10 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 ANSWER, TIMEOUT, DIED = "answer", "timeout", "died"
 STDERR_KEPT = 1 << 16
 """Bytes of a worker's stderr kept (the last ones, since its last answer)."""
+READER_NAME = "fuzz-pool-stderr"
+"""The name of the threads reading the workers' stderr."""
+ANSWER_MARK = b"\x1esparsile-fuzz-pool: answer\x1e\n"
+"""Written by :func:`serve` to stderr before each answer: what the worker wrote before it is forgotten."""
 
 T = TypeVar("T")
 W = TypeVar("W", bound="PoolWorker")
@@ -72,7 +78,7 @@ class _StderrTail:
         self.fd = fd
         self.data = bytearray()
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread = threading.Thread(target=self._read, name=READER_NAME, daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
@@ -85,12 +91,10 @@ class _StderrTail:
                 return
             with self.lock:
                 self.data += chunk
+                mark = self.data.rfind(ANSWER_MARK)
+                if mark >= 0:
+                    del self.data[:mark + len(ANSWER_MARK)]
                 del self.data[:-STDERR_KEPT]
-
-    def clear(self) -> None:
-        """Forget what was read so far."""
-        with self.lock:
-            self.data.clear()
 
     def text(self, wait: float = 0.0) -> str:
         """What was read since the last :meth:`clear`, after waiting up to ``wait`` seconds for the
@@ -136,7 +140,6 @@ class PoolWorker:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
         if line:
-            self.tail.clear()
             return Reply(ANSWER, answer=json.loads(line))
         if not ready:
             self.close()
@@ -174,10 +177,15 @@ class PoolWorker:
 
 
 def serve(handle: Callable[[Any], Any], recursion_limit: int = 4000) -> None:
-    """The worker's side: answer each JSON line of stdin with ``handle(job)`` as a JSON line."""
+    """The worker's side: answer each JSON line of stdin with ``handle(job)`` as a JSON line (after
+    ``ANSWER_MARK`` on stderr: what the job wrote there is not the next job's)."""
     sys.setrecursionlimit(recursion_limit)
     for line in sys.stdin:
-        print(json.dumps(handle(json.loads(line))), flush=True)
+        answer = json.dumps(handle(json.loads(line)))
+        sys.stderr.flush()
+        sys.stderr.buffer.write(ANSWER_MARK)
+        sys.stderr.buffer.flush()
+        print(answer, flush=True)
 
 
 class _Queue(Generic[T]):
