@@ -4,7 +4,8 @@ offsets define.
 
 :func:`global_accesses` evaluates, on demand, only what the accesses' pointers and predicates read
 (integer arithmetic of 32 and 64 bits, wrapping as LLVM does, ``sext``/``zext``/``trunc``,
-``getelementptr`` and ``icmp``), from ``ctaid.x``, ``tid.x`` and the kernel parameters' values.
+``getelementptr`` and ``icmp``), from ``ctaid.x`` / ``.y`` / ``.z``, ``tid.x`` and the kernel
+parameters' values.
 Accesses are the predicated ``ld.global``/``st.global`` inline asm of masked loads and stores and the
 plain ``load``/``store`` of unmasked ones.
 """
@@ -19,6 +20,8 @@ import numpy as np
 _DEF = re.compile(r"^\s*(%[\w.]+) = (.*)$")
 _SIZES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
 _U64 = np.uint64
+_INT_OPS = frozenset(("add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "ashr", "sdiv", "srem", "udiv",
+                      "urem"))
 
 
 class UnknownInstruction(AssertionError):
@@ -45,12 +48,13 @@ def _signed(x: np.ndarray, bits: int) -> np.ndarray:
 
 
 class _Eval:
-    def __init__(self, text: str, tids: np.ndarray, ctaid: int, params: dict[str, int]):
+    def __init__(self, text: str, tids: np.ndarray, ctaid: int | tuple[int, ...], params: dict[str, int]):
         self.defs = {m.group(1): m.group(2) for line in text.splitlines() if (m := _DEF.match(line))}
         self.n = len(tids)
         self.env: dict[str, np.ndarray] = {f"%p_{k}": np.full(self.n, v & 0xFFFFFFFFFFFFFFFF, _U64)
                                            for k, v in params.items()}
-        self.tids, self.ctaid = tids.astype(_U64), ctaid
+        self.tids = tids.astype(_U64)
+        self.ctaid = (ctaid, 0, 0) if isinstance(ctaid, int) else (*ctaid, 0, 0)[:3]
 
     def val(self, tok: str, bits: int = 64) -> np.ndarray:
         tok = tok.strip()
@@ -65,8 +69,9 @@ class _Eval:
         if rhs.startswith("call"):
             if "sreg.tid.x" in rhs:
                 return self.tids.copy()
-            if "sreg.ctaid.x" in rhs:
-                return np.full(self.n, self.ctaid, _U64)
+            ctaid = re.search(r"sreg\.ctaid\.([xyz])\(", rhs)
+            if ctaid:
+                return np.full(self.n, self.ctaid["xyz".index(ctaid.group(1))], _U64)
             mm = re.match(r"call i(\d+) @llvm\.([su])(max|min)\.i\d+\((.*)\)", rhs)
             if mm:
                 bits = int(mm.group(1))
@@ -85,6 +90,8 @@ class _Eval:
             p = self.val(ptr.split()[-1])
             i = self.val(idx.split()[-1])
             return p + i * _U64(_SIZES[ety])
+        if op in ("inttoptr", "ptrtoint"):  # (addresses are 64-bit integers here)
+            return self.val(rest.split()[1])
         if op in ("sext", "zext", "trunc"):
             src_ty, src, _to, dst_ty = rest.split()
             sb, db = int(src_ty[1:]), int(dst_ty[1:])
@@ -102,7 +109,7 @@ class _Eval:
                    "gt": np.greater, "ge": np.greater_equal}[pred.lstrip("su") if pred[0] in "su" else pred]
             return cmp(a, b).astype(_U64)
         ty, operands = rest.split(" ", 1)
-        if not re.fullmatch(r"i\d+", ty):
+        if op not in _INT_OPS or not re.fullmatch(r"i\d+", ty):  # (a phi, a float op)
             raise UnknownInstruction(f"the evaluator does not know: {rhs}")
         bits = int(ty[1:])
         a, b = (self.val(x, bits) & _mask(bits) for x in operands.split(","))
@@ -156,11 +163,15 @@ def global_accesses(llvm: str, num_threads: int, ctaid: int, params: dict[str, i
     return out
 
 
-def register_values(llvm: str, refs: list[str], num_threads: int, ctaid: int,
-                    params: dict[str, int]) -> dict[str, np.ndarray]:
+def register_values(llvm: str, refs: list[str], num_threads: int, ctaid: int | tuple[int, ...],
+                    params: dict[str, int], known: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """The value of each SSA value (or constant) in ``refs`` for threads 0..num_threads-1 of program
-    ``ctaid`` (entry-block straight-line code), as unsigned 64-bit patterns."""
+    ``ctaid`` (its x index, or its (x, y, z) indices; straight-line code: values defined through a
+    loop's ``phi`` raise :class:`UnknownInstruction` unless given in ``known``: the value of SSA
+    values by name, the same for every thread), as unsigned 64-bit patterns."""
     ev = _Eval(llvm, np.arange(num_threads), ctaid, params)
+    for ref, v in (known or {}).items():
+        ev.env[ref] = np.full(num_threads, v & 0xFFFFFFFFFFFFFFFF, _U64)
     return {r: ev.val(r) for r in refs}
 
 

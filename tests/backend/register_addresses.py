@@ -8,7 +8,9 @@ register (a permutation), and checks the pointer tiles of a chain ``(x + a) + b`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,24 +20,36 @@ from sparsile.backend.lower.codegen import DTile, generate_llvm
 from sparsile.backend.lower.llvm_text import LLValue
 from sparsile.driver.compiler import run_passes
 from sparsile.frontend.interp.host_arrays import interpreter_params
-from sparsile.frontend.interp.interpreter import Interpreter
+from sparsile.frontend.interp.interpreter import Interpreter, ProgramContext
+from sparsile.frontend.interp.values import OUT_OF_BOUNDS, InterpreterError, PtrVal
 from sparsile.frontend.ir import types as T
+from sparsile.frontend.ir.core import Block, Operation
 from sparsile.frontend.layout.layouts import LinearLayout
 from sparsile.frontend.layout.tile import LANE, WARP, register_coords, thread_bases
 from sparsile.target.targets import get_target
 from sparsile.tests.backend.address_eval import UnknownInstruction, register_values
 
+RUNS = 3
+"""The runs of a pointer tile inside a loop that are checked: the first RUNS - 1 trips and the last."""
 BASE = 1 << 40
 """The address of the first pointer parameter; the others follow, 2**36 bytes apart."""
 
 
 @dataclass
 class Checked:
-    """What :func:`check_register_addresses` saw: the LLVM IR and how many pointer tiles it checked."""
+    """What :func:`check_register_addresses` saw: the LLVM IR, how many pointer tiles it checked, how
+    many it skipped (the evaluator cannot follow their offsets: a loop's ``phi``, a load; counted by
+    instruction in ``reasons``), how many the interpreter did not reach (a branch not taken, a loop
+    of no trips, a run stopped by ``errors``), the interpreter's errors (where tolerated) and its
+    out-of-bounds accesses that were wrapped into their buffers (``wrapped``)."""
 
     llvm: str
     tiles: int
     skipped: int
+    unreached: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    wrapped: list[str] = field(default_factory=list)
 
 
 def _thread_coords(layout: LinearLayout, num_threads: int) -> np.ndarray:
@@ -53,29 +67,93 @@ def _thread_coords(layout: LinearLayout, num_threads: int) -> np.ndarray:
 class _Recorder(Interpreter):
     """The interpreter, keeping each program's pointer tiles (by the addptr result's id)."""
 
-    def __init__(self, *a: Any, **k: Any):
+    def __init__(self, *a: Any, lenient: bool = False, **k: Any):
         super().__init__(*a, **k)
-        self.seen: dict[tuple[int, int], Any] = {}
+        self.seen: dict[tuple[tuple[int, ...], int], list[tuple[Any, dict[int, int]]]] = {}
+        self.loop_args: dict[int, list[Any]] = {}
+        self.lenient = lenient
+        self.wrapped: list[str] = []
 
     def _op(self, op: Any, env: dict[int, Any], ctx: Any) -> None:
-        super()._op(op, env, ctx)
+        try:
+            super()._op(op, env, ctx)
+        except InterpreterError as e:
+            ptr = env.get(id(op.operands[0])) if op.operands else None
+            if not (self.lenient and e.code == OUT_OF_BOUNDS and isinstance(ptr, PtrVal)):
+                raise
+            # an access outside its buffer (of offsets made to wrap): wrapped into it, so that the
+            # program goes on to its later pointer tiles (what it loads is then not the GPU's)
+            self.wrapped.append(f"program {tuple(ctx.program_id)}: {str(e).splitlines()[0]}")
+            size = max(1, ptr.buf.data.size)
+            env[id(op.operands[0])] = PtrVal(ptr.buf, np.where((ptr.off < 0) | (ptr.off >= size),
+                                                               ptr.off % size, ptr.off))
+            try:
+                super()._op(op, env, ctx)
+            finally:
+                env[id(op.operands[0])] = ptr
         if op.name == "addptr":
-            self.seen[(ctx.program_id[0], id(op.results[0]))] = env[id(op.results[0])]
+            runs = self.seen.setdefault((tuple(ctx.program_id), id(op.results[0])), [])
+            scalars = {id(a): int(env[id(a)]) for a in self.loop_args.get(id(op), ())}
+            run = (env[id(op.results[0])], scalars)
+            runs[min(len(runs), RUNS - 1):] = [run]  # the first RUNS - 1 runs (loop trips) and the last
+
+    def run_programs(self, pids: Sequence[tuple[int, int, int]], grid: tuple[int, int, int],
+                     params: dict[str, Any], errors: list[str] | None) -> None:
+        """Run the programs ``pids`` of ``grid`` (any ids, in this order); an interpreter error
+        stops that program and is appended to ``errors`` where given, else raised."""
+        for pid in pids:
+            ctx = ProgramContext(pid, grid, {})
+            ctx.warps = int(self.func.attrs.get("num_warps", 4))  # type: ignore[attr-defined]
+            env: dict[int, Any] = {id(p.value): params[p.name] for p in self.func.runtime_params}
+            try:
+                self.exec_block(self.func.body.block, env, ctx)
+            except InterpreterError as e:
+                if errors is None:
+                    raise
+                errors.append(f"program {pid}: {str(e).splitlines()[0]}")
 
 
-def check_register_addresses(src: str, args: tuple, kwargs: dict[str, Any], num_warps: int = 4,
-                             programs: int = 2, target: str = "sm_90a", name: str = "k") -> Checked:
-    """Compile kernel ``name`` of ``src`` for ``args``/``kwargs`` (specialized as a launch would be),
-    run the interpreter over ``programs`` programs, and assert that every register of every pointer
-    tile of the entry block is, for every thread, the interpreter's address at its coordinates."""
+def _ops(block: Block, nested: bool, outer: tuple[Any, ...] = ()) -> Iterator[tuple[Operation, tuple[Any, ...]]]:
+    """The ops of ``block`` and where ``nested`` those of the blocks of their regions, in order, each
+    with the integer scalar arguments of the blocks around it (loop counters and carried scalars)."""
+    for op in block.ops:
+        yield op, outer
+        if nested:
+            for region in op.regions:
+                args = tuple(a for a in region.block.args if isinstance(a.type, T.ScalarType) and a.type.is_int)
+                yield from _ops(region.block, nested, outer + args)
+
+
+def check_register_addresses(src: str, args: tuple, kwargs: dict[str, Any], num_warps: int | None = None,
+                             programs: int = 2, target: str = "sm_90a", name: str = "k", *,
+                             pids: Sequence[tuple[int, int, int]] | None = None,
+                             grid: tuple[int, int, int] | None = None, nested: bool = False,
+                             tolerate: bool = False, max_ops: int | None = None) -> Checked:
+    """Compile kernel ``name`` of ``src`` for ``args``/``kwargs`` (specialized as a launch would be;
+    ``num_warps``: the kernel's own where None, else 4), run the interpreter over programs
+    0..``programs``-1 (or the program ids ``pids`` of ``grid``), and assert that every register of
+    every pointer tile of the entry block (and where ``nested`` of the blocks inside loops and
+    branches) is, for every thread, the interpreter's address at its coordinates. ``tolerate``:
+    an out-of-bounds access (of arguments made to wrap) is wrapped into its buffer and counted, any
+    other interpreter error stops only its program, and the tiles it did not reach are counted;
+    ``max_ops`` bounds the interpreter's run."""
     kern = sp.loads(src, "case.spk").kernels[name]
     bound, bindings, _ = kern.bind(args, dict(kwargs))
+    if num_warps is None:
+        num_warps = int(kern.options.get("num_warps") or 4)
     func = kern.fresh_ir(bindings, {"num_warps": num_warps})
     tgt = get_target(target)
     llvm, cg = generate_llvm(func, tgt, num_warps, run_passes(func, tgt, num_warps))
     params, _ = interpreter_params(func, bound)
-    rec = _Recorder(func)
-    rec.run((programs, 1, 1), params)
+    if pids is None:
+        pids = [(p, 0, 0) for p in range(programs)]
+    if grid is None:
+        grid = tuple(max(p[d] for p in pids) + 1 for d in range(3))  # type: ignore[assignment]
+    rec = _Recorder(func, max_ops=max_ops, lenient=tolerate)
+    rec.loop_args = {id(op): list(args) for op, args in _ops(func.body.block, nested) if args}
+    out = Checked(llvm, 0, 0)
+    rec.run_programs(pids, grid, params, out.errors if tolerate else None)  # type: ignore[arg-type]
+    out.wrapped = rec.wrapped
     ll_params: dict[str, int] = {}
     base_of: dict[int, int] = {}
     for i, p in enumerate(func.runtime_params):
@@ -85,32 +163,51 @@ def check_register_addresses(src: str, args: tuple, kwargs: dict[str, Any], num_
         elif isinstance(p.type, T.ScalarType) and p.type.is_int:
             ll_params[p.name] = int(v)
     nthreads = 32 * num_warps
-    tiles = skipped = 0
-    for op in func.body.block.ops:
+    for op, outer in _ops(func.body.block, nested):
         if op.name != "addptr" or not isinstance(op.result.type, T.TileType):
             continue
         tile = cg.vals.get(id(op.result))
         if not isinstance(tile, DTile) or not all(isinstance(r, LLValue) for r in tile.regs):
             continue
-        esize = T.element_type(op.result.type).elem.bytes
-        coords = _thread_coords(tile.layout, nthreads)
-        regc = register_coords(tile.layout)
+        refs = {id(a): v.ref for a in outer if isinstance(v := cg.vals.get(id(a)), LLValue)}
         try:
-            register_values(llvm, [r.ref for r in tile.regs], nthreads, 0, ll_params)
-        except UnknownInstruction:  # (an offset through shared memory, say: not evaluated)
-            skipped += 1
+            register_values(llvm, [r.ref for r in tile.regs], nthreads, 0, ll_params, dict.fromkeys(refs.values(), 0))
+        except UnknownInstruction as e:  # (an offset through shared memory or a loop's phi: not evaluated)
+            out.skipped += 1
+            out.reasons[str(e).split(": ", 1)[-1].split(" ")[0]] += 1
             continue
-        tiles += 1
-        for pid in range(programs):
-            ptr = rec.seen[(pid, id(op.result))]
-            base = base_of[id(ptr.buf)]
-            got = register_values(llvm, [r.ref for r in tile.regs], nthreads, pid, ll_params)
-            for r, reg in enumerate(tile.regs):
-                at = tuple((coords ^ np.array(regc[r], np.int64)).T)
-                want = np.uint64(base) + np.uint64(esize) * ptr.off[at].astype(np.uint64)  # (mod 2**64)
-                bad = np.nonzero(got[reg.ref] != want)[0]
-                assert not len(bad), (
-                    f"program {pid}, register {r} ({reg.ref}), threads {bad[:4]}: IR addresses "
-                    f"{[hex(int(x)) for x in got[reg.ref][bad[:4]]]}, interpreter "
-                    f"{[hex(int(x)) for x in want[bad[:4]]]}")
-    return Checked(llvm, tiles, skipped)
+        ran = [pid for pid in pids if (tuple(pid), id(op.result)) in rec.seen]
+        if not ran:
+            out.unreached += 1
+            continue
+        out.tiles += 1
+        _compare(op, tile, llvm, ll_params, base_of, ran, rec, nthreads, refs)
+    return out
+
+
+def _compare(op: Operation, tile: DTile, llvm: str, ll_params: dict[str, int], base_of: dict[int, int],
+             pids: Sequence[tuple[int, int, int]], rec: _Recorder, nthreads: int, refs: dict[int, str]) -> None:
+    """Assert that each register of ``tile`` (the LLVM values of ``op``'s pointer tile) is, for every
+    thread of each program of ``pids`` and each recorded run (loop trip: the loops' scalars, named
+    by ``refs``, set to that trip's), the interpreter's pointer at that register's coordinates."""
+    esize = T.element_type(op.result.type).elem.bytes
+    coords = _thread_coords(tile.layout, nthreads)
+    regc = register_coords(tile.layout)
+    for pid in pids:
+        for ptr, scalars in rec.seen[(tuple(pid), id(op.result))]:
+            _compare_run(tile, llvm, ll_params, base_of[id(ptr.buf)], esize, coords, regc, pid, ptr,
+                         {refs[a]: v for a, v in scalars.items() if a in refs}, nthreads)
+
+
+def _compare_run(tile: DTile, llvm: str, ll_params: dict[str, int], base: int, esize: int, coords: np.ndarray,
+                 regc: list[tuple[int, ...]], pid: tuple[int, int, int], ptr: Any, known: dict[str, int],
+                 nthreads: int) -> None:
+    got = register_values(llvm, [r.ref for r in tile.regs], nthreads, pid, ll_params, known)
+    for r, reg in enumerate(tile.regs):
+        at = tuple((coords ^ np.array(regc[r], np.int64)).T)
+        want = np.uint64(base) + np.uint64(esize) * ptr.off[at].astype(np.uint64)  # (mod 2**64)
+        bad = np.nonzero(got[reg.ref] != want)[0]
+        assert not len(bad), (
+            f"program {pid} {known or ''}, register {r} ({reg.ref}), threads {bad[:4]}: IR addresses "
+            f"{[hex(int(x)) for x in got[reg.ref][bad[:4]]]}, interpreter "
+            f"{[hex(int(x)) for x in want[bad[:4]]]}")
