@@ -56,8 +56,9 @@ def _thread_coords(layout: LinearLayout, num_threads: int) -> np.ndarray:
     """(num_threads, rank): each thread's base coordinates (XOR of its lane and warp bases)."""
     rank = len(layout.out_dims)
     out = np.zeros((num_threads, rank), np.int64)
+    lane, warp = thread_bases(layout, LANE), thread_bases(layout, WARP)  # once, not per thread
     for t in range(num_threads):
-        for src, bases in ((t % 32, thread_bases(layout, LANE)), (t // 32, thread_bases(layout, WARP))):
+        for src, bases in ((t % 32, lane), (t // 32, warp)):
             for b, basis in enumerate(bases):
                 if src >> b & 1:
                     out[t] ^= np.array(basis, np.int64)
