@@ -187,6 +187,14 @@ def test_torch_compile_of_act_fn_refused_with_a_reason(act, reason):
     assert "forward" not in block.mlp.__dict__
 
 
+def unfused_call(block, seed, kernel_calls):
+    """The MLP's output on 3 random tokens and its own class forward's, the kernel calls recorded."""
+    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    kernel_calls.clear()
+    with torch.no_grad():
+        return block.mlp(x), type(block.mlp).forward(block.mlp, x)
+
+
 def _set_approximate(act):
     act.approximate = "none"  # (OptimizedModule sets it on the module it wraps)
 
@@ -366,11 +374,7 @@ def test_an_mlp_whose_act_fn_a_user_backend_compiles_is_not_fused(kernel_calls):
     assert report.glu == {} and report.no_glu == {KEY: (
         f"its act_fn (OptimizedModule) {NOT_TORCH_COMPILES}: its compile backend (doubling) is not one of "
         "inductor, eager, aot_eager, aot_eager_decomp_partition, cudagraphs")}
-    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
-    kernel_calls.clear()
-    with torch.no_grad():
-        y = block.mlp(x)
-        want = type(block.mlp).forward(block.mlp, x)
+    y, want = unfused_call(block, 10, kernel_calls)
     assert kernel_calls[0] == (None, "bf16") and torch.equal(y, want)
 
 
@@ -379,11 +383,7 @@ def test_the_wrapped_module_compiled_by_a_user_backend_after_fusing_runs_the_mlp
     block.mlp.act_fn = opt(block.mlp.act_fn)
     assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}
     block.mlp.act_fn._orig_mod.compile(backend=doubling)
-    x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(11)).to(torch.bfloat16)
-    kernel_calls.clear()
-    with torch.no_grad():
-        y = block.mlp(x)
-        want = type(block.mlp).forward(block.mlp, x)
+    y, want = unfused_call(block, 11, kernel_calls)
     assert kernel_calls[0] == (None, "bf16") and torch.equal(y, want)
 
 
