@@ -117,9 +117,12 @@ def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str |
 
 
 def _hooked(*modules: nn.Module) -> bool:
-    """Any forward hook, global or on one of ``modules``: the fused forward would skip it."""
-    return bool(_mm._global_forward_hooks or _mm._global_forward_pre_hooks
-                or any(m._forward_hooks or m._forward_pre_hooks for m in modules))
+    """Any forward or backward hook, global or on one of ``modules``: the fused forward would skip it
+    (a backward hook on act_fn that changes its grad_input, say, would leave the gradients wrong)."""
+    return bool(_mm._global_forward_hooks or _mm._global_forward_pre_hooks or _mm._global_backward_hooks
+                or _mm._global_backward_pre_hooks
+                or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                       for m in modules))
 
 
 class GatedLinear(SparseLinear):

@@ -755,6 +755,31 @@ def test_a_gate_bias_made_a_parameter_releases_the_gated_mlp(bias):
     assert want is not None and torch.equal(block.mlp.gate_proj.bias.grad, want)
 
 
+@pytest.mark.parametrize("child", ["act_fn", "gate_proj", "up_proj"])
+def test_a_backward_hook_on_gate_up_or_act_runs_the_class_forward(child):
+    """A full backward hook registered after fusing (here one that doubles its grad_input): the fused
+    forward never calls the child, so the hook did not run and x's gradient was the unhooked one. The
+    MLP's own forward runs instead, hook and all, as on the unfused model."""
+    block = sparse_block()
+    reference = copy.deepcopy(block)
+    assert spt.fuse_projections_(block, glu=True).glu == {KEY: "swiglu"}
+    spt.fuse_projections_(reference, glu=False)
+    seen = []
+
+    def double(module, grad_input, grad_output):
+        seen.append(module)
+        return tuple(None if g is None else 2 * g for g in grad_input)
+
+    grads = []
+    for b in (block, reference):
+        getattr(b.mlp, child).register_full_backward_hook(double)
+        x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16).requires_grad_()
+        b.mlp(x).float().pow(2).sum().backward()
+        grads.append(x.grad)
+    assert len(seen) == 2
+    assert torch.equal(grads[0], grads[1])
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_hooks_on_gate_up_or_act_run_the_class_forward(activation):
     block = sparse_block(LlamaLikeMLP(act=act_module(activation)))
