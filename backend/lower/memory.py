@@ -58,11 +58,8 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
         key = (p.ref, offs.regs[r].ref)
         if key not in memo:
             bkey = (p.ref, offs.regs[q].ref)
-            if bkey not in bases:
-                off = offs.regs[q]
-                if off.type != "i64":
-                    off = cg.fb.cast("sext", off, "i64")
-                bases[bkey] = cg.fb.gep(ety, p, off, flags="inbounds")
+            if bkey not in bases:  # register q's own address, as map_values gives it
+                bases[bkey] = fn([p, offs.regs[q]])
             memo[key] = bases[bkey] if k == 0 else cg.fb.gep(ety, bases[bkey], const(k, "i64"), flags="")
         regs.append(memo[key])
     cg.set(op.result, DTile(op.result.layout, regs, elem))
