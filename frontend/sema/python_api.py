@@ -19,7 +19,7 @@ def python_api_member(base: Namespace, attr: str, span: Span) -> Diagnostic | No
     Python module's public API names (``sparsile.__all__``) that the language does not have."""
     if base is not ROOT or attr in base.members:
         return None
-    module = sys.modules.get("sparsile")
+    module = sys.modules.get(__name__.partition(".")[0])  # the package (sparsile), whatever path it came by
     if attr not in getattr(module, "__all__", ()):
         return None
     if attr in DECORATORS:

@@ -57,19 +57,11 @@ def test_the_same_ptx_for_both_targets(tmp_path) -> None:
     assert not diffs, "\n".join(diffs) + "\n" + jp.text
 
 
-@pytest.mark.parametrize("seed", MUTANT_SEEDS)
-def test_a_mutant_gets_the_same_diagnostics_from_both_frontends(seed: int, tmp_path) -> None:
-    program = generate(seed)
-    text = mutant_text(program.source, seed)
-    ast.parse(text)
-    diffs, jit_text = compare_mutant(text, dict(program.variants()[0].consts), seed, tmp_path)
-    assert jit_text, "the mutant was not compared"
-    assert not diffs, f"seed {seed}:\n" + "\n".join(diffs) + "\n" + text + "\n" + jit_text
-
-
-@pytest.mark.parametrize("seed", SPARSE_MUTANT_SEEDS)
-def test_a_sparse_mutant_gets_the_same_diagnostics_from_both_frontends(seed: int, tmp_path) -> None:
-    program = generate_sparse(seed)
+@pytest.mark.parametrize(("make", "seed"), [(generate, s) for s in MUTANT_SEEDS]
+                         + [(generate_sparse, s) for s in SPARSE_MUTANT_SEEDS],
+                         ids=[f"plain-{s}" for s in MUTANT_SEEDS] + [f"sparse-{s}" for s in SPARSE_MUTANT_SEEDS])
+def test_a_mutant_gets_the_same_diagnostics_from_both_frontends(make, seed: int, tmp_path) -> None:
+    program = make(seed)
     text = mutant_text(program.source, seed)
     ast.parse(text)
     diffs, jit_text = compare_mutant(text, dict(program.variants()[0].consts), seed, tmp_path)
