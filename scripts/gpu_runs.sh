@@ -167,19 +167,20 @@ case "$part" in
 ab47)  # the constant-offset address form (backend/lower/address_form.py, 2ce3920..13420bc): the decode and layer
       # kernels' PTX is unchanged (57 builds compared on the CPU), but sparse_matmul's _mt / split-K kernels changed
       # (14 fewer or.b32; ptxas registers 166 -> 158 for the _mt tile kernels, 160 -> 166 split-K _mt, 94 -> 99
-      # e4m3 split-K; no spills). First both program fuzzers on the new code, then each case timed by the tree
-      # before it and by this one, twice, alternating. Before the call, on the CPU:
+      # e4m3 split-K; no spills). Five cases timed by the tree before it and by this one, alternating twice, then
+      # both program fuzzers on the new code. Before the call, on the CPU:
       #   mkdir -p gpu-out/base && git archive 8dfb544 | tar -x -C gpu-out/base && rm -rf gpu-out/base/tests
       # and carry gpu-out (with .whl and .commit).
-    run 200 python -m pytest -q -m gpu --timeout 190 -rfE tests/gpu/test_program_fuzz_gpu.py tests/gpu/test_program_fuzz_sparse_gpu.py
     mkdir -p /tmp/pkgb && ln -sfn "$PWD/gpu-out/base" /tmp/pkgb/sparsile
-    for c in bf16:8192x8192x8192 f16:10240x512x8192 bf16:1024x2048x512 e4m3:4096x128x4096 f16:4096x4096x4096; do
-        for tree in base new base new; do
-            if [ "$tree" = base ]; then pp=/tmp/site:/tmp/pkgb; bench=gpu-out/base/benchmarks; else pp=/tmp/site:/tmp/pkg; bench=benchmarks; fi
-            echo "### $tree $c" | tee -a "$log"
-            run 60 env PYTHONPATH=$pp SPARSILE_NO_DISK_CACHE=1 python $bench/bench_sparse_gemm.py --case "$c" --iters 20 --case-timeout 55
-        done
+    cases="--case bf16:8192x8192x8192 --case f16:10240x512x8192 --case bf16:1024x2048x512 --case e4m3:4096x128x4096 --case f16:4096x4096x4096"
+    for tree in base new base new; do
+        if [ "$tree" = base ]; then pp=/tmp/site:/tmp/pkgb; bench=gpu-out/base/benchmarks; else pp=/tmp/site:/tmp/pkg; bench=benchmarks; fi
+        echo "### $tree" | tee -a "$log"
+        env PYTHONPATH=$pp python -c "import sparsile; print('sparsile from', sparsile.__file__)" 2>&1 | tee -a "$log"
+        # shellcheck disable=SC2086
+        run 130 env PYTHONPATH=$pp SPARSILE_NO_DISK_CACHE=1 python $bench/bench_sparse_gemm.py $cases --iters 20 --case-timeout 55
     done
+    run 200 python -m pytest -q -m gpu --timeout 190 -rfE tests/gpu/test_program_fuzz_gpu.py tests/gpu/test_program_fuzz_sparse_gpu.py
     ;;
 a47)  # what the forty-sixth session fixed and did not run on a GPU: the program fuzzers' fixes (a masked ptr[bool] load
      # with other=, f16 / bf16 constants rounded once, trans / reshape of scalars, a helper's constexpr default, NumPy
