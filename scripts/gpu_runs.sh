@@ -478,6 +478,12 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+c48)  # issue 12's T <= 16 rows with the eager blocks timed in three passes over the table (--passes 3: a slow
+      # stretch of the shared host took every block of a row in c33's runs, dense's included; the first pass's
+      # targets are printed too)
+    run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --passes 3 --json "$out/linear-passes-48.json"
+    ;;
 c33)  # the layer's T <= 16 rows (issue 12's eager target, last measured in d30); the model compiled at batch 16
     run 150 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --json "$out/linear-diag-33.json"
