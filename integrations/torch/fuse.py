@@ -96,13 +96,23 @@ def _version(x: torch.Tensor) -> int:
     return -1 if x.is_inference() else x._version
 
 
-def _run_stamp(fused: SparseLinear) -> tuple[Any, ...]:
-    """What a fused run's outputs depend on besides x, compared before a sibling is served from it:
-    grad mode (a run under ``torch.no_grad()`` is off the autograd graph) and the version counters of
-    the fused buffers (a member's buffers are views of them and share their counters: a write to a
-    member's weight, bias or scales between sibling calls; inference tensors keep none)."""
-    return (torch.is_grad_enabled(), *(-1 if t is None or t.is_inference() else t._version
-                                       for t in (fused.values, fused.meta, fused.bias, fused.scale_w)))
+def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
+    """What a fused run's outputs depend on besides x's identity and version, compared before a
+    sibling is served from it: grad mode (a run under ``torch.no_grad()`` is off the autograd graph),
+    whether x requires grad (a leaf x made to require it between sibling calls, by a forward pre-hook
+    say, changes neither: a sibling was served columns off the graph, x's gradient lacked its part;
+    or, made not to, columns on it) and the version counters of the fused buffers (a member's buffers
+    are views of them and share their counters: a write to a member's weight, bias or scales between
+    sibling calls; inference tensors keep none)."""
+    b = fused._buffers  # (the fused layer's own: not fused.values, nn.Module.__getattr__ cost 0.7 us a name,
+    # and no generator: the stamp is taken once per member call, 5.3 us before, 0.7 us now on a slow host)
+    return (torch.is_grad_enabled(), x.requires_grad, _counter(b["values"]), _counter(b["meta"]),
+            _counter(b["bias"]), _counter(b["scale_w"]))
+
+
+def _counter(t: torch.Tensor | None) -> int:
+    """A fused buffer's version counter (-1 for none, or an inference tensor, which keeps none)."""
+    return -1 if t is None or t.is_inference() else t._version
 
 
 class ProjectionGroup:
@@ -119,6 +129,7 @@ class ProjectionGroup:
             starts.append(starts[-1] + m.out_features)
         self.rows = tuple(itertools.pairwise(starts))
         self.sizes = tuple(m.out_features for m in self.members)
+        self.cuts = tuple(a for a, _ in self.rows[1:])  # where each member's columns after the first start
         self.full = (1 << len(self.members)) - 1
         self.expect = self._expected()
         self.params = tuple(m._parameters for m in self.members)  # (where a buffer made an nn.Parameter goes)
@@ -214,7 +225,7 @@ class ProjectionGroup:
         p = self.pending
         fused = self.fused  # read once: another thread may release the group
         if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x)
-                and fused is not None and p[4] == _run_stamp(fused)):
+                and fused is not None and p[4] == _run_stamp(fused, x)):
             return self._serve(p, index)
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
@@ -230,8 +241,8 @@ class ProjectionGroup:
                      "(cross-attention?); running them unfused")
             self.release()
             return self.members[index].forward(x)
-        version, stamp = _version(x), _run_stamp(fused)
-        parts = fused.forward(x).split_with_sizes(self.sizes, -1)  # one call for every member's view
+        version, stamp = _version(x), _run_stamp(fused, x)
+        parts = self._columns(fused.forward(x), stamp[0])
         self.runs += 1
         return self._start(x, version, parts, index, stamp)
 
@@ -246,7 +257,7 @@ class ProjectionGroup:
         fused = self.fused
         if fused is None or not self.traced_intact():
             return self.members[index]._forward_op(x)
-        return self._start(x, -1, fused._forward_op(x).split_with_sizes(self.sizes, -1), index)
+        return self._start(x, -1, self._columns(fused._forward_op(x), True), index)
 
     def _parameter_made(self) -> bool:
         """A member's values, meta, bias or scale_w was made an ``nn.Parameter`` since it was fused
@@ -263,6 +274,19 @@ class ProjectionGroup:
         return self.checked and not self._parameter_made() and all(
             buffers.get(name) is view and (view is None or not view.requires_grad)
             for buffers, name, view, _ in self.expect)
+
+    def _columns(self, y: torch.Tensor, grad_mode: bool) -> Sequence[torch.Tensor]:
+        """The members' column views of the fused output y. With grad mode on (and in traces), one
+        slice each (``tensor_split``): a member's output may then be written in place, as an unfused
+        member's may (a forward hook editing it, ``q.view(...).mul_(s)``); ``split_with_sizes``' views
+        are the outputs of one multi-output view op, which autograd refuses to write in place (a
+        RuntimeError the unfused model did not raise, also where only the written operand requires
+        grad). Otherwise ``split_with_sizes`` (one call for every member's view, about 1 us less on a
+        slow host: the decode loop under ``torch.no_grad()`` / ``inference_mode``; there torch allows
+        in-place writes to either view)."""
+        if grad_mode:
+            return y.tensor_split(self.cuts, -1)
+        return y.split_with_sizes(self.sizes, -1)
 
     def _serve(self, p: list[Any], index: int) -> torch.Tensor:
         """Member ``index``'s columns of the pending run ``p`` (matched by the caller), marked
@@ -281,6 +305,11 @@ class ProjectionGroup:
         if self.full != 1 << index:
             self.pending = [x, version, parts, 1 << index, stamp]
         return parts[index]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "cuts" not in state:  # (a group pickled before the members' columns were sliced)
+            self.cuts = tuple(a for a, _ in self.rows[1:])
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
