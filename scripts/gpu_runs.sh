@@ -478,6 +478,13 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a48)  # hooks48's fused projections (members sliced by tensor_split under grad mode, x.requires_grad in the run's
+      # stamp) on CUDA, then c48
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py -k "fuse or fused or glu"
+    run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --passes 3 --json "$out/linear-passes-48.json"
+    ;;
 c48)  # issue 12's T <= 16 rows with the eager blocks timed in three passes over the table (--passes 3: a slow
       # stretch of the shared host took every block of a row in c33's runs, dense's included; the first pass's
       # targets are printed too)
