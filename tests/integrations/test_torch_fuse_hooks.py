@@ -349,3 +349,26 @@ def test_functional_call_with_a_member_s_buffer_substituted(name):
         i = MEMBERS.index(member)
         assert not torch.equal(got[i], plain.member(member)(x))  # (the substitute was used)
         assert all(torch.equal(a, b) for a, b in zip(block(x), plain(x)))
+
+
+def test_a_parametrized_fused_bias_is_no_key_error():
+    """The run's stamp reads the fused layer's tensors as getattr finds them: a parametrization on its bias
+    (torch moves the name out of ``_buffers``) gave a KeyError from the stamp on the second member's call."""
+    from torch.nn.utils import parametrize
+
+    block = Block()
+    for i, name in enumerate(MEMBERS):
+        block.member(name).bias = torch.randn(SIZES[name], generator=torch.Generator().manual_seed(i))
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block, glu=False)
+    fused = fused_group_of(block.attn.q_proj).fused
+
+    class Same(torch.nn.Module):
+        def forward(self, b):
+            return b
+
+    parametrize.register_parametrization(fused, "bias", Same())
+    x = x_of()
+    with torch.no_grad():
+        for got, want in zip(block(x), plain(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
