@@ -8,6 +8,7 @@ thread. Conversions that do move data are planned by :mod:`conversion` and emitt
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from .gf2 import GF2Span
@@ -138,17 +139,21 @@ def reshape_layout(layout: LinearLayout, shape: Sequence[int]) -> LinearLayout:
 def register_coords(layout: LinearLayout) -> list[tuple[int, ...]]:
     """For each register index, the XOR of its register bases (the coordinate offset it adds to
     the thread's base coordinate)."""
+    return list(_register_coords(layout))
+
+
+@functools.lru_cache(maxsize=64)
+def _register_coords(layout: LinearLayout) -> tuple[tuple[int, ...], ...]:
+    """:func:`register_coords`, once per layout (code generation asks for the same layouts' many
+    times) and in time linear in the registers: register r's offset is that of r without its
+    lowest set bit, XOR that bit's basis."""
     rbits = layout.in_bits(REG) if REG in layout.in_names else 0
     bases = [tuple(layout.basis(REG, b).values()) for b in range(rbits)]
-    rank = len(layout.out_dims)
-    out = []
-    for r in range(1 << rbits):
-        c = [0] * rank
-        for b in range(rbits):
-            if r >> b & 1:
-                c = [x ^ y for x, y in zip(c, bases[b], strict=True)]
-        out.append(tuple(c))
-    return out
+    out: list[tuple[int, ...]] = [tuple(0 for _ in layout.out_dims)]
+    for r in range(1, 1 << rbits):
+        low = (r & -r).bit_length() - 1
+        out.append(tuple(x ^ y for x, y in zip(out[r & (r - 1)], bases[low], strict=True)))
+    return tuple(out)
 
 
 def distinct_registers(layout: LinearLayout) -> list[int]:

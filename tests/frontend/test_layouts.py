@@ -18,6 +18,7 @@ from sparsile.frontend.layout.layouts import (
     next_power_of_two,
     padded_shape,
 )
+from sparsile.frontend.layout.tile import register_coords
 
 SETTINGS = settings(max_examples=60, deadline=None)
 NAMES = ["a", "b", "c"]
@@ -303,3 +304,16 @@ def test_gf2_span_solves_exactly_the_span(columns, target):
                 assert i in span.pivots
         assert v == target
     assert 2 ** span.rank == len(reachable)
+
+
+@SETTINGS
+@given(layouts(in_dims=[("reg", 16), ("lane", 4)]))
+def test_register_coords_follow_the_definition(layout):
+    """register_coords (built incrementally, once per layout) is the XOR of each register's bases;
+    the caller's list is its own (changing it changes nothing for the next caller)."""
+    expect = [tuple(xor_apply(layout, {"reg": r}).values()) for r in range(16)]
+    got = register_coords(layout)
+    assert got == expect
+    got[0] = (-1,)
+    got.append((7,))
+    assert register_coords(layout) == expect
