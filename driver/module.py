@@ -20,6 +20,7 @@ from ..frontend.sema.builtins import NAMESPACES, ROOT
 from ..frontend.sema.captures import PythonGlobals
 from ..frontend.sema.core import Sema
 from ..frontend.sema.jit_globals import wrap_python_value
+from ..frontend.sema.python_api import python_import_module, python_import_name
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
@@ -104,6 +105,9 @@ class KernelModule:
             for mod, alias in stmt.names:
                 ns = _namespace_for(mod)
                 if ns is None:
+                    python = python_import_module(mod, stmt.span)
+                    if python is not None:
+                        raise CompileError([python])
                     raise CompileError([Diagnostic("SP0232", f"unknown module `{mod}` (kernels can import `sparsile` "
                                                    "and its namespaces)", stmt.span)])
                 self._env[alias or mod.split(".")[0]] = ns if alias else _namespace_for(mod.split(".")[0])
@@ -115,12 +119,18 @@ class KernelModule:
         elif isinstance(stmt, A.ImportFrom):
             ns = _namespace_for(stmt.module)
             if ns is None:
+                python = python_import_module(stmt.module, stmt.span)
+                if python is not None:
+                    raise CompileError([python])
                 raise CompileError([Diagnostic("SP0232", f"unknown module `{stmt.module}`", stmt.span)])
             for name, alias in stmt.names:
                 if name == "*":
                     self._env.update({k: v for k, v in ns.members.items()})
                     continue
                 if name not in ns.members:
+                    python = python_import_name(stmt.module, name, stmt.span)
+                    if python is not None:
+                        raise CompileError([python])
                     raise CompileError([Diagnostic("SP0233", f"`{stmt.module}` has no member `{name}`", stmt.span)])
                 self._env[alias or name] = ns.members[name]
         elif isinstance(stmt, A.ExprStmt) and isinstance(stmt.value, A.Constant):

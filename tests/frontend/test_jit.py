@@ -346,13 +346,13 @@ def test_python_api_objects_in_a_kernel_are_named_as_such(tmp_path) -> None:
                                    "`tensor[f16, 2]` or `constexpr`, found the Python function `jit`")
     assert lines[d.span.file_line - 1][d.span.file_col - 1:].startswith("jit)")
     d = _diagnostic_of(mod.reads_the_decorator, x)
-    assert (d.code, d.message) == ("SP0204", "`sparsile.kernel` is sparsile's Python API, not a name of the "
-                                   "kernel language")
+    assert (d.code, d.message) == ("SP0204", "`sparsile.kernel` is a decorator of sparsile's Python API, not a "
+                                   "name of the kernel language")
     assert d.help == "`sparsile.kernel` is the decorator that makes a kernel; it has no meaning inside one"
     assert lines[d.span.file_line - 1][d.span.file_col - 1:].startswith("kernel")
     d = _diagnostic_of(mod.reads_an_error_class, x)
-    assert (d.code, d.message) == ("SP0204", "`sparsile.CompileError` is sparsile's Python API, not a name of the "
-                                   "kernel language")
+    assert (d.code, d.message) == ("SP0204", "`sparsile.CompileError` is a class of sparsile's Python API, not a "
+                                   "name of the kernel language")
     assert d.help == ("inside a kernel, `sparsile.` names the language's builtins, types and constants "
                       "(docs/language.md)")
     d = _diagnostic_of(mod.annotates_a_local, x)
