@@ -19,7 +19,8 @@ from ..ir import types as T
 from ..ir.core import Builder, Operation, Value
 from ..spans import Span
 from .constant_kinds import check_number_use, wrong_constant_help
-from .values import POISON, Arg, Const, PoisonError, is_untyped_number
+from .type_ctors import TypeCtor
+from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, is_untyped_number
 
 MAX_TILE_ELEMENTS = 1 << 20
 """The most elements one tile may have (as Triton's ``TRITON_MAX_TENSOR_NUMEL``)."""
@@ -391,12 +392,26 @@ def _describe(v: Any) -> str:
             return f"the Python function `{getattr(x, '__qualname__', x.__name__)}`"
         if isinstance(x, bool | int | float | str | None) or x is None:
             return repr(x)
+        if isinstance(x, TypeCtor):
+            return f"the type constructor `{x.name}`"
+        if isinstance(x, type):  # not its repr, `<class 'module.C'>`
+            return f"the Python class `{x.__qualname__}`"
+        if type(x).__repr__ is object.__repr__:  # not `<module.C object at 0x7f...>`, an address
+            return f"a Python `{type(x).__qualname__}` object"
         text = repr(x)
         return text if len(text) <= 60 else f"a Python `{type(x).__name__}` object"
     if isinstance(v, Value):
         return f"a run-time value of type {v.type}"
     if isinstance(v, tuple):
         return "a tuple"
+    if isinstance(v, Builtin):
+        return f"the builtin `{v.name}`"
+    if isinstance(v, BoundMethod):  # not the dataclass's repr, with the receiver's span
+        return f"the method `{v.builtin.name.rpartition('.')[2]}` of {_describe(v.self_arg.value)}"
+    if isinstance(v, Namespace):
+        return f"the namespace `{v.name}`"
+    if isinstance(v, HelperFunction):
+        return f"the helper function `{v.name or v.node.name}`"
     return getattr(v, "__repr__", lambda: str(v))()
 
 

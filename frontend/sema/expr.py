@@ -558,8 +558,12 @@ class ExprMixin:
 
             try:
                 attr = getattr(v, node.attr)
-            except Exception:  # any failure reading a Python attribute means "no such attribute"
+            except AttributeError:  # as for Python's hasattr: no such attribute
                 attr = _NO_ATTR
+            except Exception as e:  # the attribute is there, but reading it failed (a property that raises)
+                raise CompileError([Diagnostic(
+                    "SP0204", f"reading `{node.attr}` of {describe(base)} raised {type(e).__name__}: {e}",
+                    node.attr_span, help="a kernel reads a Python object's attributes when it is compiled")]) from None
             if attr is not _NO_ATTR:
                 note_attribute(v, node.attr, attr)
                 return wrap_python_value(attr)

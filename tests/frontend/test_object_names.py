@@ -1,0 +1,88 @@
+"""What a diagnostic calls a compile-time object a kernel reads: a phrase, never a Python repr
+(``<m.C object at 0x7f...>``, an address that changes from run to run; ``<class 'm.C'>``;
+``TypeCtor(name='ptr')``; a ``BoundMethod(...)`` dataclass with spans), and an attribute whose
+reading raises is not "no such attribute" (Python's ``hasattr`` says the same only for
+AttributeError). Code, message and the span of the attribute, for @jit and .spk kernels."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+
+PRELUDE = '''import sparsile as sp
+
+
+class Box:
+    width = 4
+
+    @property
+    def broken(self):
+        raise RuntimeError("no width yet")
+
+
+BOX = Box()
+'''
+
+_counter = itertools.count()
+
+
+def _jit_diagnostic(expr: str, attr: str, folder: Path) -> Any:
+    name = f"object_names_{next(_counter)}"
+    text = PRELUDE + f"\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    y = {expr}\n    sp.store(X, 1.0)\n"
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.full(1, np.nan, np.float32)
+    with pytest.raises(sp.CompileError) as info:
+        module.k.interpret[(1,)](x)
+    assert np.isnan(x).all()
+    d = info.value.diagnostics[0]
+    line = text.split("\n")[d.span.file_line - 1]
+    assert line[d.span.file_col - 1:].startswith(attr), (line, d.span)
+    return d
+
+
+JIT_CASES = [
+    ("BOX.broken", "broken",
+     "reading `broken` of a Python `Box` object raised RuntimeError: no width yet"),
+    ("BOX.height", "height", "a Python `Box` object has no attribute `height`"),
+    ("Box.height", "height", "the Python class `Box` has no attribute `height`"),
+    ("sp.ptr.height", "height", "the type constructor `ptr` has no attribute `height`"),
+    ("sp.load.height", "height", "the builtin `load` has no attribute `height`"),
+    ("sp.arange(0, 16).sum.height", "height",
+     "the method `sum` of a run-time value of type tile<16xi32> has no attribute `height`"),
+]
+
+
+@pytest.mark.parametrize(("expr", "attr", "message"), JIT_CASES, ids=[c[0] for c in JIT_CASES])
+def test_a_jit_kernel_names_python_objects_by_a_phrase(expr: str, attr: str, message: str, tmp_path) -> None:
+    d = _jit_diagnostic(expr, attr, tmp_path)
+    assert (d.code, d.message) == ("SP0204", message)
+    if expr == "BOX.broken":
+        assert d.help == "a kernel reads a Python object's attributes when it is compiled"
+
+
+SPK_CASES = [
+    ("ptr.height", "the type constructor `ptr` has no attribute `height`"),
+    ("load.height", "the builtin `load` has no attribute `height`"),
+    ("arange(0, 16).sum.height", "the method `sum` of a run-time value of type tile<16xi32> has no attribute `height`"),
+]
+
+
+@pytest.mark.parametrize(("expr", "message"), SPK_CASES, ids=[c[0] for c in SPK_CASES])
+def test_a_spk_kernel_names_language_objects_by_a_phrase(expr: str, message: str) -> None:
+    text = f"@kernel\ndef k(X: ptr[f32]):\n    y = {expr}\n    store(X, 1.0)\n"
+    with pytest.raises(sp.CompileError) as info:
+        sp.loads(text, "names.spk").kernels["k"].interpret[(1,)](np.full(1, np.nan, np.float32))
+    d = info.value.diagnostics[0]
+    assert (d.code, d.message) == ("SP0204", message)
+    assert text.split("\n")[d.span.file_line - 1][d.span.file_col - 1:].startswith("height")
