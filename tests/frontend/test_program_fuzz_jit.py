@@ -33,8 +33,9 @@ PLAIN_SEEDS = (3, 11, 37, 44, 215)
 SPARSE_SEEDS = (0, 1, 58)
 MUTANT_SEEDS = (40, 83, 174, 413, 425, 552, 892, 1158)
 """Mutants that gave different codes before the fixes and renderer corrections they found."""
-SPARSE_MUTANT_SEEDS = (1225,)
-"""Sparse mutants likewise (1225: a parameter annotated `kernel`, the .spk decorator's name)."""
+SPARSE_MUTANT_SEEDS = (1225, 1580, 1620)
+"""Sparse mutants likewise (1225: a parameter annotated `kernel`, the .spk decorator's name; 1580,
+1620: an annotation naming another parameter, `M: BK`, read a renderer's decoy global `BK`)."""
 
 
 @pytest.mark.parametrize("seed", PLAIN_SEEDS)
@@ -84,6 +85,23 @@ def test_only_language_names_are_spelled_as_sparsile_attributes() -> None:
         assert {"kernel", "CompileError"} <= {n.id for n in inside if isinstance(n, ast.Name)}
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         assert not {"kernel", "CompileError"} & imported
+
+
+def test_no_decoy_global_is_named_as_a_name_the_signature_reads() -> None:
+    """The renderer's decoys (module globals named as the kernel's parameters and locals, which the
+    kernel must not read) are never named as a name that the kernel's annotations or defaults read:
+    those are evaluated in the module, where the decoy would be found (`M: BK` read `BK = (3, 5)`
+    and gave SP0302 where the .spk text, which has no `BK` there, gives SP0202)."""
+    source = ("@kernel\ndef k(X: ptr[f32], M: BK, n: i32, s: ptr[n], BK: constexpr, R: constexpr = BK):\n"
+              "    t = arange(0, 16)\n    store(X + t, zeros((16,), f32), mask=t < n)\n")
+    decoyed = set()
+    for seed in range(60):
+        tree = ast.parse(render(source, {"BK": 16}, seed, respell=False).text)
+        module_names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                        if isinstance(t, ast.Name)}
+        assert not {"BK", "n"} & module_names, seed
+        decoyed |= module_names & {"X", "t", "s", "R"}
+    assert decoyed, "no decoy was drawn: the check above tested nothing"
 
 
 def test_a_different_kernel_is_reported(tmp_path) -> None:

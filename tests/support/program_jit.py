@@ -416,9 +416,21 @@ class _Renderer:
             {"module": mine, "other": other, "closure": closure}[where].append(f)
         return mine, other, closure
 
+    def signature_reads(self) -> set[str]:
+        """The names the kernel's annotations, defaults and decorators read (in the module's scope)."""
+        a = self.kernel.args
+        parts = [*(x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.annotation is not None),
+                 *a.defaults, *(d for d in a.kw_defaults if d is not None), *self.kernel.decorator_list]
+        if self.kernel.returns is not None:
+            parts.append(self.kernel.returns)
+        return {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
+
     def decoys(self) -> list[str]:
         """Module globals named as the kernel's parameters and locals (a function's own names shadow
         its module's, as in Python), but not as names a module-level helper reads from its module,
+        nor as names the kernel's signature or decorators read (annotations and defaults are
+        evaluated in the module, where a decoy is found, as a .spk module's constant would be: a
+        mutant's ``M: BK`` read the decoy ``BK = (3, 5)``, which the .spk text does not have),
         nor as language names (a module global shadows those, a mutant may use one as a local)."""
         kernel_names = {a.arg for a in self.kernel.args.args} | {
             n.id for n in ast.walk(self.kernel) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -427,6 +439,7 @@ class _Renderer:
             if isinstance(f, ast.FunctionDef) and f is not self.kernel:
                 read_by_helpers |= {n.id for n in ast.walk(f) if isinstance(n, ast.Name)}
         skip = {"k", *(f.name for f in ast.walk(self.tree) if isinstance(f, ast.FunctionDef))}
+        skip |= self.signature_reads()
         skip |= {n for n in kernel_names if n in NOT_IMPORTABLE or hasattr(sp, n)}  # a global would shadow it
         out = []
         for name in sorted(kernel_names - read_by_helpers - skip - self.introduced):
