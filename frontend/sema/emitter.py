@@ -392,6 +392,8 @@ def _describe(v: Any) -> str:
             return f"the Python function `{getattr(x, '__qualname__', x.__name__)}`"
         if isinstance(x, bool | int | float | str | None) or x is None:
             return repr(x)
+        if isinstance(x, np.ufunc):  # not `<ufunc 'sqrt'>`
+            return f"the NumPy function `{x.__name__}`"
         if isinstance(x, TypeCtor):
             return f"the type constructor `{x.name}`"
         if isinstance(x, type):  # not its repr, `<class 'module.C'>`

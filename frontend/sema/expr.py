@@ -17,6 +17,7 @@ from ..ops.opdefs import op_def
 from ..spans import Span
 from ..syntax import ast as A
 from .builtins import lookup_global, lookup_method, method_names, signature_text
+from .call_help import not_callable_help
 from .constant_kinds import NUMERIC_UNARY, check_number_use, check_operands
 from .consts import (
     NOT_CONSTANT,
@@ -462,9 +463,7 @@ class ExprMixin:
         if jit_helper is not None:
             return self.inline_call(jit_helper, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
                                     node.span)
-        help_ = None
-        if isinstance(func, Const) and callable(func.value) and not isinstance(func.value, type):
-            help_ = "a Python function called from a kernel must be decorated with `@sparsile.jit` (it is inlined)"
+        help_ = not_callable_help(func.value) if isinstance(func, Const) else None
         raise CompileError([Diagnostic("SP0332", f"{describe(func)} is not callable in a kernel", node.func.span,
                                        help=help_)])
 

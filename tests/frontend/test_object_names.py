@@ -16,7 +16,11 @@ import pytest
 
 import sparsile as sp
 
-PRELUDE = '''import sparsile as sp
+PRELUDE = '''import math
+
+import numpy as np
+
+import sparsile as sp
 
 
 class Box:
@@ -28,6 +32,11 @@ class Box:
 
 
 BOX = Box()
+HALF = lambda x: x / 2  # noqa: E731
+
+
+def twice(x):
+    return 2 * x
 '''
 
 _counter = itertools.count()
@@ -86,3 +95,26 @@ def test_a_spk_kernel_names_language_objects_by_a_phrase(expr: str, message: str
     d = info.value.diagnostics[0]
     assert (d.code, d.message) == ("SP0204", message)
     assert text.split("\n")[d.span.file_line - 1][d.span.file_col - 1:].startswith("height")
+
+
+_DECORATE = "a Python function called from a kernel must be decorated with `@sparsile.jit` (it is inlined)"
+CALL_CASES = [
+    ("np.sqrt(2.0)", "the NumPy function `sqrt` is not callable in a kernel",
+     "use the language's `sqrt` (`sparsile.sqrt`): a numpy function does not run in a kernel"),
+    ("math.exp(2.0)", "the Python function `exp` is not callable in a kernel",
+     "use the language's `exp` (`sparsile.exp`): a math function does not run in a kernel"),
+    ("np.hypot(2.0, 1.0)", "the NumPy function `hypot` is not callable in a kernel",
+     "a numpy function does not run in a kernel; only the language's builtins and `@sparsile.jit` functions "
+     "can be called"),
+    ("HALF(2.0)", "the Python function `<lambda>` is not callable in a kernel",
+     "a lambda cannot be inlined: define the function with `def` and decorate it with `@sparsile.jit`"),
+    ("twice(2.0)", "the Python function `twice` is not callable in a kernel", _DECORATE),
+]
+
+
+@pytest.mark.parametrize(("expr", "message", "help_"), CALL_CASES, ids=[c[0] for c in CALL_CASES])
+def test_calling_a_python_function_says_what_to_do_instead(expr: str, message: str, help_: str, tmp_path) -> None:
+    """NumPy's and math's functions cannot be decorated with @sparsile.jit (the help said to); where
+    the language has the function, the help names it."""
+    d = _jit_diagnostic(expr, expr.partition("(")[0], tmp_path)
+    assert (d.code, d.message, d.help) == ("SP0332", message, help_)
