@@ -133,6 +133,7 @@ class ProjectionGroup:
         self.cuts = tuple(a for a, _ in self.rows[1:])  # where each member's columns after the first start
         self.full = (1 << len(self.members)) - 1
         self.expect = self._expected()
+        self.held = self._held()
         self.params = tuple(m._parameters for m in self.members)  # (where a buffer made an nn.Parameter goes)
         self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served,
         # the run's _run_stamp]
@@ -217,6 +218,7 @@ class ProjectionGroup:
             for layer in self.layers():  # as a member's own records, the fused layers' are rebuilt after a change
                 layer._invalidate()
             self.expect = self._expected()  # (a copy's views are at addresses of its own)
+            self.held = self._held()
             self.checked = True
         return True
 
@@ -226,7 +228,7 @@ class ProjectionGroup:
         p = self.pending
         fused = self.fused  # read once: another thread may release the group
         if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x)
-                and fused is not None and p[4] == _run_stamp(fused, x)):
+                and fused is not None and p[4] == _run_stamp(fused, x) and self._holds(index)):
             return self._serve(p, index)
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
@@ -259,6 +261,29 @@ class ProjectionGroup:
         if fused is None or not self.traced_intact():
             return self.members[index]._forward_op(x)
         return self._start(x, -1, self._columns(fused._forward_op(x), True), index)
+
+    def _held(self) -> tuple[tuple[dict, tuple[tuple[str, torch.Tensor | None], ...]], ...]:
+        """Per member, (its buffer dict, (name, the view it must hold) for each buffer): :attr:`expect`
+        by member, for :meth:`_holds`."""
+        n = len(_BUFFER_NAMES)
+        return tuple((self.expect[i * n][0], tuple((name, view) for _, name, view, _ in self.expect[i * n:i * n + n]))
+                     for i in range(len(self.members)))
+
+    def _holds(self, index: int) -> bool:
+        """Member ``index`` still holds its views, none requiring grad nor made a parameter: what
+        :meth:`intact` checks of it, checked again before it is served a sibling's run (in between, a
+        forward pre-hook may have made its bias trainable, or ``torch.func.functional_call`` on the
+        member alone put a substitute in its ``_buffers``: served, it got columns off the graph, or
+        made with the tensor it no longer holds, without a word). Else the caller's :meth:`intact`
+        releases the group, and the member runs unfused. (About 0.3 us a served call on a slow host.)"""
+        params = self.params[index]
+        if params and not params.keys().isdisjoint(_BUFFER_NAMES):
+            return False
+        buffers, views = self.held[index]
+        for name, view in views:
+            if buffers.get(name) is not view or (view is not None and view.requires_grad):
+                return False
+        return True
 
     def _parameter_made(self) -> bool:
         """A member's values, meta, bias or scale_w was made an ``nn.Parameter`` since it was fused
@@ -311,6 +336,8 @@ class ProjectionGroup:
         self.__dict__.update(state)
         if "cuts" not in state:  # (a group pickled before the members' columns were sliced)
             self.cuts = tuple(a for a, _ in self.rows[1:])
+        if "held" not in state:  # (or before a served member's views were checked)
+            self.held = self._held()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

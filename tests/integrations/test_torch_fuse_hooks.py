@@ -372,3 +372,52 @@ def test_a_parametrized_fused_bias_is_no_key_error():
     with torch.no_grad():
         for got, want in zip(block(x), plain(x), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["bias", "values"])
+def test_functional_call_on_a_member_between_sibling_calls(name):
+    """``functional_call`` on one member, between its siblings' calls with the same x (a custom
+    forward substituting that member's tensor): the member is not served the sibling's fused run,
+    made with the tensor it holds no longer (its old columns, without a word), but computes with the
+    substitute, as unfused; the group runs unfused from then on."""
+    block, plain = pair()
+    x = x_of()
+    results = []
+    for b in (block, plain):
+        new = b.attn.k_proj.get_buffer(name)
+        new = new * 2 + 1 if name == "bias" else new.flip(0).clone()
+        with torch.no_grad():
+            q = b.attn.q_proj(x)
+            k = torch.func.functional_call(b.attn.k_proj, {name: new}, (x,))
+            v = b.attn.v_proj(x)
+        results.append((q, k, v))
+    for got, want in zip(*results, strict=True):
+        assert torch.equal(got, want)
+    assert not torch.equal(results[0][1], plain.attn.k_proj(x))  # (the substitute was used)
+    assert fused_group_of(block.attn.k_proj) is None
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(block(x), plain(x)))
+
+
+def test_a_member_s_bias_made_trainable_between_sibling_calls():
+    """A forward pre-hook makes a served member's bias require grad (a bias to train, set up on the
+    first call): the member was served the sibling's run, made with a bias needing no gradient (its
+    output off the graph, the bias's gradient silently None); now the group runs unfused, as a
+    group with a trainable bias does, and the bias's gradient is the unfused one (the sum of the
+    output's gradient over the rows)."""
+    block, plain = pair()
+    x = x_of()
+    grads = upstream()
+    got = []
+    for b in (block, plain):
+        m = b.member("k_proj")
+        m.register_forward_pre_hook(lambda mod, args: (mod.bias.requires_grad_(True), None)[1])
+        ys = b(x)
+        assert ys[1].requires_grad
+        loss_of(ys, grads).backward()
+        got.append(([y.detach() for y in ys], m.bias.grad))
+    (ys, g), (want, want_g) = got
+    assert all(torch.equal(a, b) for a, b in zip(ys, want))
+    assert g is not None and torch.equal(g, want_g)
+    torch.testing.assert_close(g.double(), grads["k_proj"].double().sum(0), rtol=2 ** -8, atol=0)
+    assert fused_group_of(block.member("k_proj")) is None
