@@ -492,15 +492,18 @@ def retime_passes(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         if r["t"] <= SMALL_T and "sl_best" in r and "dense_best" in r:
             todo.setdefault((r["dtype"], f"{r['model']} {r['layer']}"), []).append(r)
     shapes = {s.name: s for s in args.shape_list}
-    for _ in range(args.passes - 1):
+    for p in range(2, args.passes + 1):
         for (dtype, name), group in todo.items():
             with torch.no_grad():
                 c = Contenders(shapes[name], dtype, (), {}, args.fp8_dense_quantize, "warm")
             if c.sparse is None:
                 continue
             for r in group:
-                with torch.inference_mode():
-                    retime_eager(c, shapes[name], r["t"], r, args.blocks)
+                try:  # (as in the first pass, a contender's exception is a note: the row keeps the passes it has)
+                    with torch.inference_mode():
+                        retime_eager(c, shapes[name], r["t"], r, args.blocks)
+                except Exception as e:
+                    r["errors"][f"pass {p}"] = first_line(e)
             del c
             torch.cuda.empty_cache()
 

@@ -979,3 +979,38 @@ def test_profile_llama_step_arguments_names_and_missing_gpu(capsys):
         return  # this machine can run it: nothing to say
     assert pls.main(["--layers", "1"]) == 2
     assert "profile_llama_step needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_linear_a_failing_later_pass_keeps_the_first(monkeypatch, tmp_path, capsys):
+    """--passes 2 where the second pass's SparseLinear call raises (a device out of memory, say): as in the
+    first pass, where a contender's exception is a note in the row, the row keeps its first-pass times and
+    gets a note, and the targets and the JSON are still written (the exception ended the run: the first
+    pass's whole table lost from the JSON)."""
+    pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    built = []
+
+    class StandIn:  # fine in the first layer built, raising in the second pass's
+        def __init__(self, linear):
+            self.weight, self.fail = linear.weight.detach().clone(), bool(built)
+            built.append(self)
+
+        def __call__(self, x):
+            if self.fail:
+                raise RuntimeError("CUDA out of memory (stand-in)")
+            return F.linear(x, self.weight)
+
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
+    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
+    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 0.0)[1])
+    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: StandIn(linear))
+    out = tmp_path / "linear.json"
+    assert bl.main(["--tokens", "1", "--blocks", "1", "--dtypes", "bf16", "--variants", "eager",
+                    "--passes", "2", "--json", str(out)]) == 0
+    assert len(built) == 2
+    r = json.loads(out.read_text())["rows"][0]
+    assert "sl_best_passes" not in r and "dense_best_passes" not in r and r["sl_best"] > 0
+    assert r["errors"]["pass 2"] == "RuntimeError: CUDA out of memory (stand-in)"
+    assert "targets:" in capsys.readouterr().out
