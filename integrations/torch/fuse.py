@@ -99,16 +99,18 @@ def _version(x: torch.Tensor) -> int:
 def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
     """What a fused run's outputs depend on besides x's identity and version, compared before a
     sibling is served from it: grad mode (a run under ``torch.no_grad()`` is off the autograd graph),
-    whether x requires grad (a leaf x made to require it between sibling calls, by a forward pre-hook
-    say, changes neither: a sibling was served columns off the graph, x's gradient lacked its part;
-    or, made not to, columns on it) and the version counters of the fused buffers (a member's buffers
-    are views of them and share their counters: a write to a member's weight, bias or scales between
-    sibling calls; inference tensors keep none)."""
+    inference mode (a run under ``torch.inference_mode()`` made inference tensors, which a sibling
+    called outside it could not write in place, as its unfused output can be), whether x requires
+    grad (a leaf x made to require it between sibling calls, by a forward pre-hook say, changes
+    neither: a sibling was served columns off the graph, x's gradient lacked its part; or, made not
+    to, columns on it) and the version counters of the fused buffers (a member's buffers are views of
+    them and share their counters: a write to a member's weight, bias or scales between sibling
+    calls; inference tensors keep none)."""
     b = tensors_of(fused.__dict__)  # (not fused.values: nn.Module.__getattr__ cost 0.7 us a name, and no
     # generator: the stamp is taken once per member call, 5.3 us before, 0.7 us now on a slow host; .get: a
     # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
-    return (torch.is_grad_enabled(), x.requires_grad, _counter(b.get("values")), _counter(b.get("meta")),
-            _counter(b.get("bias")), _counter(b.get("scale_w")))
+    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
+            _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")))
 
 
 def _counter(t: torch.Tensor | None) -> int:

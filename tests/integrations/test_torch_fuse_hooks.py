@@ -421,3 +421,23 @@ def test_a_member_s_bias_made_trainable_between_sibling_calls():
     assert g is not None and torch.equal(g, want_g)
     torch.testing.assert_close(g.double(), grads["k_proj"].double().sum(0), rtol=2 ** -8, atol=0)
     assert fused_group_of(block.member("k_proj")) is None
+
+
+def test_inference_mode_left_between_sibling_calls():
+    """q_proj under ``inference_mode``, k_proj and v_proj after it under plain ``no_grad`` on the same
+    (inference) x: k's output is a normal tensor, written in place as unfused (served from q's run, it was
+    an inference tensor: "Inplace update to inference tensor outside InferenceMode")."""
+    block, plain = pair()
+    with torch.inference_mode():
+        x = x_of()
+    outs = []
+    for model in (block, plain):
+        with torch.inference_mode():
+            q = model.attn.q_proj(x)
+        with torch.no_grad():
+            k, v = model.attn.k_proj(x), model.attn.v_proj(x)
+            assert not k.is_inference() and not v.is_inference()
+            k.mul_(2)
+        outs.append((q, k, v))
+    for got, want in zip(*outs, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
