@@ -478,6 +478,10 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a48b)  # a48's GPU tests alone (what the last ~180 s of device time allow)
+    run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py -k "fuse or fused or glu"
+    ;;
 a48)  # hooks48's fused projections (members sliced by tensor_split under grad mode, x.requires_grad in the run's
       # stamp) on CUDA, then c48
     run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE tests/gpu/test_torch_linear_gpu.py \
