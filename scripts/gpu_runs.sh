@@ -135,6 +135,7 @@
 #   bash scripts/gpu_runs.sh bench-gemm-8B    # sparse GEMM grid vs default and tuned cuSPARSELt and cuBLAS (+ bench-gemm-70B)
 #   bash scripts/gpu_runs.sh tune             # write stdlib/kernels/tuned/h200.json (Llama-3 8B shapes)
 #   bash scripts/gpu_runs.sh tune-decode      # write stdlib/kernels/tuned/decode-h200.json (decode kernel, Llama-3 8B)
+#   bash scripts/gpu_runs.sh tune-decode-h100 # (on an H100) its own decode table, then the layer's T <= 16 rows with it
 #
 # Each part writes its log (and JSON where a benchmark has one) under $OUT (default ./gpu-out).
 # A part stops at its first failing step only for tests-launch: nothing after it can be trusted
@@ -1415,6 +1416,18 @@ tune)
     run 560 python -m sparsile tune /tmp/llama3-8b-shapes.txt --dtype bf16 --dtype f16 --warmup 3 --rep 10 \
         -o stdlib/kernels/tuned/h200.json
     cp stdlib/kernels/tuned/h200.json "$out/" 2>/dev/null
+    ;;
+tune-decode-h100)  # (not run yet) the decode table for the H100, where none ships (decode-h200.json's entries name the
+                  # H200: on an H100 the decode kernel takes its heuristics, and c48's graph rows 8B o bf16 T = 4 / 16
+                  # were 1.38x / 1.32x dense against >= 1.5x on the H200). Llama-3-8B shapes first (the misses), then
+                  # the layer's T <= 16 rows again with the new table. Copy the table out of $OUT into
+                  # stdlib/kernels/tuned/ afterwards (its name follows the GPU's: decode-h100-80gb-hbm3.json).
+    table=stdlib/kernels/tuned/decode-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | sed 's/^nvidia //; s/ /-/g').json
+    run 300 python benchmarks/tune_decode.py --shapes 4096x4096 6144x4096 28672x4096 4096x14336 --tokens 16 4 1 \
+        --dtype bf16 e4m3 --max-seconds 280 -v -o "$table"
+    cp "$table" "$out/" 2>/dev/null
+    run 200 python benchmarks/bench_linear.py --shapes 8B --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph \
+        --passes 2 --json "$out/linear-h100-table.json"
     ;;
 tune-decode)  # the decode kernel's table (split-K, STAGES, reduction) for the Llama-3-8B shapes, ~2 minutes
     run 200 python benchmarks/tune_decode.py --max-seconds 150 -v -o stdlib/kernels/tuned/decode-h200.json
