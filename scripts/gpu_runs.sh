@@ -191,7 +191,7 @@ a47)  # what the forty-sixth session fixed and did not run on a GPU: the program
         tests/integrations/test_torch_neg_views.py tests/integrations/test_torch_glu.py \
         tests/integrations/test_torch_op_record_key.py tests/stdlib/test_torch_neg_operands.py \
         tests/gpu/test_interpreter_hw_agreement_gpu.py tests/frontend/test_captures.py
-    run 450 python -m pytest -q -m gpu -n 16 --timeout 400 -rfE tests/stdlib/test_decode_api.py
+    run 450 python -m pytest -q -m gpu -n 16 --timeout 400 -rfE --durations=0 --junitxml="$out/decode-api.xml" tests/stdlib/test_decode_api.py
     ;;
 a46)  # the forty-sixth session's merges on a GPU: the torch layer (neg-view weights resolved once per memory at the
      # ops' Negative key, bias / scales of neg views, act_fn.compile() in the fused gated MLP), every torch GPU file,
