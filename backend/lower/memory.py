@@ -20,6 +20,7 @@ from .codegen import CodeGen, DTile, lowering
 from .deferred import Deferred
 from .lane_exchange import exchange_plan, store_exchanged
 from .llvm_text import LLValue, const, llvm_type
+from .tile_address import tile_addresses
 
 _WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8: ("b64", "l", "i64")}
 
@@ -306,36 +307,13 @@ def lower_store(cg: CodeGen, op: Operation) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Tensors (generic path: per-element addresses; the Hopper/Blackwell lowering uses TMA instead)
+# Tensors (generic path: per-element addresses, tile_address.py; the Hopper/Blackwell lowering uses TMA instead)
 # ------------------------------------------------------------------------------------------------
 @lowering("tensor.dim", "tensor.stride")
 def lower_tensor_query(cg: CodeGen, op: Operation) -> None:
     t = cg.get(op.operand("tensor"))
     d = op.attrs["dim"]
     cg.set(op.result, t.shape[d] if op.name == "tensor.dim" else t.strides[d])
-
-
-def _tile_addresses(cg: CodeGen, t: object, offsets: list[LLValue], layout: object, rank: int
-                    ) -> tuple[list[LLValue], list[LLValue]]:
-    """Per register: the element pointer and the in-bounds predicate of a tensor tile."""
-    fb = cg.fb
-    coords = cg.coords(layout)  # type: ignore[arg-type]
-    ptrs, preds = [], []
-    elem = t.elem  # type: ignore[attr-defined]
-    ety = llvm_type(elem)
-    for c in coords:
-        lin: LLValue = const(0, "i64")
-        ok: LLValue | None = None
-        for d in range(rank):
-            idx = fb.binop("add", c[d], offsets[d])
-            inside = fb.icmp("ult", idx, t.shape[d])  # type: ignore[attr-defined]
-            ok = inside if ok is None else fb.binop("and", ok, inside)
-            term = fb.binop("mul", fb.cast("sext", idx, "i64"), fb.cast("sext", t.strides[d], "i64"))  # type: ignore[attr-defined]
-            lin = fb.binop("add", lin, term)
-        ptrs.append(fb.gep(ety, t.ptr, lin))  # type: ignore[attr-defined]
-        assert ok is not None
-        preds.append(ok)
-    return ptrs, preds
 
 
 @lowering("tensor.load_tile")
@@ -345,7 +323,7 @@ def lower_load_tile(cg: CodeGen, op: Operation) -> None:
     res = op.result
     elem = T.element_type(res.type)
     assert isinstance(elem, T.ScalarType)
-    ptrs, preds = _tile_addresses(cg, t, offs, res.layout, len(offs))
+    ptrs, preds = tile_addresses(cg, t, offs, res.layout)
     regs = [global_access(cg, True, p, m, None, None, elem, 1)[0] for p, m in zip(ptrs, preds, strict=True)]
     cg.set(res, DTile(res.layout, regs, elem))
 
@@ -358,7 +336,7 @@ def lower_store_tile(cg: CodeGen, op: Operation) -> None:
     val = cg.tile(val_v)
     elem = T.element_type(val_v.type)
     assert isinstance(elem, T.ScalarType)
-    ptrs, preds = _tile_addresses(cg, t, offs, val.layout, len(offs))
+    ptrs, preds = tile_addresses(cg, t, offs, val.layout)
     seen: set[str] = set()
     for p, m, v in zip(ptrs, preds, val.regs, strict=True):
         if p.ref in seen:

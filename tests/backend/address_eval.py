@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _DEF = re.compile(r"^\s*(%[\w.]+) = (.*)$")
-_SIZES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
+_SIZES = {"i1": 1, "i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
 _U64 = np.uint64
 _INT_OPS = frozenset(("add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "ashr", "sdiv", "srem", "udiv",
                       "urem"))
@@ -67,6 +67,9 @@ class _Eval:
 
     def _define(self, rhs: str) -> np.ndarray:
         if rhs.startswith("call"):
+            add = re.match(r'call i64 asm "add\.s64 \$0, \$1, \$2;", "=l,l,l"\(i64 ([^,\s]+), i64 ([^,\s)]+)\)$', rhs)
+            if add:  # the 64-bit add of a generic tensor tile's addresses (backend/lower/tile_address.py)
+                return (self.val(add.group(1)) + self.val(add.group(2))) & _mask(64)
             if "sreg.tid.x" in rhs:
                 return self.tids.copy()
             ctaid = re.search(r"sreg\.ctaid\.([xyz])\(", rhs)
@@ -91,7 +94,7 @@ class _Eval:
             i = self.val(idx.split()[-1])
             return p + i * _U64(_SIZES[ety])
         if op in ("inttoptr", "ptrtoint"):  # (addresses are 64-bit integers here)
-            return self.val(rest.split()[1])
+            return self.val(rest.split(" to ")[0].split()[-1])
         if op in ("sext", "zext", "trunc"):
             src_ty, src, _to, dst_ty = rest.split()
             sb, db = int(src_ty[1:]), int(dst_ty[1:])
