@@ -55,6 +55,10 @@ CASES = [
     # compile time grew with the square of the elements per thread before the constant-offset address form
     Case("downcast_16k", "benchmarks/downcast.spk", "downcast", "x=ptr[f32], out=ptr[f16], n=i32, BLOCK=16384"),
     Case("downcast_64k", "benchmarks/downcast.spk", "downcast", "x=ptr[f32], out=ptr[f16], n=i32, BLOCK=65536"),
+    # a 1 x 4096 x 16 box of a 3-D tensor through load_tile / store_tile on the generic path (512 elements per
+    # thread): per-element addresses with run-time strides, quadratic in LLVM before the linear box form
+    Case("load_tile3d_64k", "benchmarks/load_tile3d.spk", "load_tile3d",
+         "X=tensor[bf16, 3], O=tensor[bf16, 3], BZ=1, BR=4096, BC=16"),
     Case("softmax", "examples/softmax.spk", "softmax",
          "x=ptr[f32], out=ptr[f32], n_rows=i32, n_cols=i32, stride=i32, BLOCK=1024, ROWS=4"),
     Case("transpose", "examples/transpose.spk", "transpose",

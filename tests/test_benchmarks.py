@@ -99,10 +99,10 @@ def test_compile_arguments_and_cases():
     args = bc.parse_args([])
     assert args.target == "sm_90a" and args.reps == 5 and args.case is None
     names = [c.name for c in bc.selected_cases(None, "sm_90a")]
-    assert names == ["vector_add", "downcast_16k", "downcast_64k", "softmax", "transpose", "sparse_gemm_f16",
-                     "dense_gemm_f16"]
+    assert names == ["vector_add", "downcast_16k", "downcast_64k", "load_tile3d_64k", "softmax", "transpose",
+                     "sparse_gemm_f16", "dense_gemm_f16"]
     assert [c.name for c in bc.selected_cases(None, "sm_80")] == ["vector_add", "downcast_16k", "downcast_64k",
-                                                                   "softmax", "transpose"]
+                                                                   "load_tile3d_64k", "softmax", "transpose"]
     assert [c.name for c in bc.selected_cases(["softmax"], "sm_100a")] == ["softmax"]
     for bad in (["--reps", "0"], ["--case", "nope"]):
         with pytest.raises(SystemExit):

@@ -1,7 +1,10 @@
 """Differential fuzzing of emitted addresses over generated programs: every register of every
-pointer tile (``addptr``) of a random kernel of tests/support/program_gen.py or
-program_gen_sparse.py, for every thread of a few programs, as the emitted LLVM IR computes it
-(register_addresses.py), against the interpreter's pointer at that register's coordinates.
+pointer tile (``addptr``) and of every ``load_tile`` / ``store_tile`` box of a random kernel of
+tests/support/program_gen.py or program_gen_sparse.py, for every thread of a few programs, as the
+emitted LLVM IR computes it (register_addresses.py), against the interpreter's pointer at that
+register's coordinates (for a box: its in-bounds predicate for every lane, and its address where in
+bounds). ``--linear-above N`` gives boxes of more than N registers a thread the linear address form
+(backend/lower/tile_address.py; 0: every box it applies to, as the generated boxes are small).
 
 Each program is checked for each target under a few *scenarios* of run-time values:
 
@@ -21,7 +24,8 @@ not taken, loops of no trips) are counted as unreached, not checked. Pointer til
 whose offsets the evaluator cannot follow (a loop's ``phi``, a loaded value) are counted as skipped,
 by instruction.
 
-``python -m sparsile.tests.backend.address_fuzz --gen plain --seeds 0:200 [--targets sm_90a,sm_80]``
+``python -m sparsile.tests.backend.address_fuzz --gen sparse --seeds 0:200 [--targets sm_90a,sm_80]
+[--linear-above 0]``
 prints the counts and each mismatch (exit status 1 where any).
 """
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sparsile as sp
+from sparsile.backend.lower import tile_address
 from sparsile.tests.backend.register_addresses import check_register_addresses
 
 W = 1 << 31
@@ -54,6 +59,8 @@ class Tally:
     compiles: int = 0
     refused: int = 0
     tiles: int = 0
+    boxes: int = 0
+    linear: int = 0
     skipped: int = 0
     unreached: int = 0
     faults: int = 0
@@ -65,7 +72,8 @@ class Tally:
         """One line of the counts."""
         why = ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items()))
         return (f"{self.programs} programs, {self.compiles} compiles ({self.refused} refused by a target), "
-                f"{self.tiles} pointer tiles checked, {self.skipped} skipped ({why or 'none'}), "
+                f"{self.tiles} tiles checked ({self.boxes} load_tile / store_tile boxes, {self.linear} compiles with "
+                f"linear box addresses), {self.skipped} skipped ({why or 'none'}), "
                 f"{self.unreached} unreached, {self.wrapped} out-of-bounds accesses wrapped, {self.faults} interpreter "
                 f"faults, {len(self.failures)} mismatches")
 
@@ -117,9 +125,19 @@ def scenarios(program: Any, seed: int) -> list[tuple[str, dict[str, Any], list[t
     return out
 
 
-def check_program(gen: str, seed: int, tally: Tally, targets: tuple[str, ...] = TARGETS) -> None:
+def check_program(gen: str, seed: int, tally: Tally, targets: tuple[str, ...] = TARGETS,
+                  linear_above: int | None = None) -> None:
     """Check generated program ``seed`` of ``gen`` (``plain`` / ``sparse``) under each scenario for
-    each target, adding to ``tally``."""
+    each target, adding to ``tally``; ``linear_above``: the box size above which the linear address
+    form is used (None: the compiler's own, ``tile_address.LINEAR_ABOVE``)."""
+    if linear_above is not None:
+        own = tile_address.LINEAR_ABOVE
+        tile_address.LINEAR_ABOVE = linear_above
+        try:
+            check_program(gen, seed, tally, targets)
+        finally:
+            tile_address.LINEAR_ABOVE = own
+        return
     program = _program(gen, seed)
     tally.programs += 1
     for target in targets:
@@ -140,6 +158,8 @@ def check_program(gen: str, seed: int, tally: Tally, targets: tuple[str, ...] = 
                 continue
             tally.compiles += 1
             tally.tiles += c.tiles
+            tally.boxes += c.boxes
+            tally.linear += 'asm "add.s64' in c.llvm
             tally.skipped += c.skipped
             tally.unreached += c.unreached
             tally.faults += len(c.errors)
@@ -147,12 +167,13 @@ def check_program(gen: str, seed: int, tally: Tally, targets: tuple[str, ...] = 
             tally.reasons.update(c.reasons)
 
 
-def sweep(gen: str, seeds: range, targets: tuple[str, ...] = TARGETS, verbose: bool = False) -> Tally:
+def sweep(gen: str, seeds: range, targets: tuple[str, ...] = TARGETS, verbose: bool = False,
+          linear_above: int | None = None) -> Tally:
     """Check every program of ``seeds``; the counts and the mismatches."""
     tally = Tally()
     for seed in seeds:
         before = len(tally.failures)
-        check_program(gen, seed, tally, targets)
+        check_program(gen, seed, tally, targets, linear_above)
         if verbose:
             print(f"{gen} seed {seed}: " + ("ok" if len(tally.failures) == before else tally.failures[-1]),
                   flush=True)
@@ -168,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0:50", help="start:stop")
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per seed")
+    ap.add_argument("--linear-above", type=int, default=None,
+                    help="linear box addresses above this many registers a thread (default: the compiler's)")
     args = ap.parse_args(argv)
     start, stop = (int(x) for x in args.seeds.split(":"))
-    tally = sweep(args.gen, range(start, stop), tuple(args.targets.split(",")), args.verbose)
+    tally = sweep(args.gen, range(start, stop), tuple(args.targets.split(",")), args.verbose, args.linear_above)
     print("\n".join(tally.failures))
     print(f"{args.gen} {args.seeds} {args.targets}: {tally.line()}")
     return 1 if tally.failures else 0

@@ -79,6 +79,7 @@ class _State:
 
     def __init__(self, tree: ast.Module, consts: dict[str, Any], targets: list[str], rng: random.Random):
         self.tree, self.consts, self.targets, self.rng = tree, consts, targets, rng
+        self.sized: list[tuple[dict[str, Any], str] | ast.Constant] = []  # what m_constexpr / m_literal set
         self.kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list)
 
     def nodes(self, pred: Callable[[ast.AST], bool]) -> list[ast.AST]:
@@ -126,6 +127,7 @@ def m_constexpr(s: _State) -> str:
         return ""
     k = s.rng.choice(sorted(s.consts))
     old, s.consts[k] = s.consts[k], s.rng.choice(ODD_SIZES)
+    s.sized.append((s.consts, k))
     return f"constexpr {k} = {old} -> {s.consts[k]}"
 
 
@@ -137,6 +139,7 @@ def m_literal(s: _State) -> str:
         return ""
     n = s.rng.choice(nums)
     old, n.value = n.value, s.rng.choice(ODD_SIZES)  # type: ignore[attr-defined]
+    s.sized.append(n)  # type: ignore[arg-type]
     return f"literal {old!r} -> {n.value!r} on line {n.lineno}"  # type: ignore[attr-defined]
 
 
@@ -331,4 +334,40 @@ def make_mutant(gen: str, seed: int, mseed: int, n_targets: int = 3) -> Mutant:
                 steps.append(f"{kind}: {what}")
                 break
     source = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
-    return Mutant(gen, seed, mseed, source, state.consts, tuple(targets), tuple(program.grid), steps)
+    m = Mutant(gen, seed, mseed, source, state.consts, tuple(targets), tuple(program.grid), steps)
+    return _capped(m, state, tree)
+
+
+TILE_CAP = 2**17
+"""The most elements a mutant's tile may have (docs/testing.md): larger tiles, legal up to SP0344's 2**20,
+take minutes in LLVM and ptxas, time the sweeps out and find nothing that smaller ones do not."""
+MAX_TILE = 2**20
+"""SP0344's limit: tiles larger than it are refused at once, a diagnostic the mutants keep exercising."""
+
+
+def _capped(m: Mutant, state: _State, tree: ast.Module) -> Mutant:
+    """``m``, or where a constexpr or literal it set to 4096 or more makes a tile of more than
+    :data:`TILE_CAP` elements (and at most :data:`MAX_TILE`), ``m`` with those values halved until
+    its tiles fit (a ``cap`` step says so). Other mutants are returned as they were drawn."""
+    def value(s: tuple[dict[str, Any], str] | ast.Constant) -> Any:
+        return s[0][s[1]] if isinstance(s, tuple) else s.value
+
+    big = [s for s in state.sized if type(value(s)) is int and value(s) >= 4096]
+    if not big:
+        return m
+    from .gen_runner import largest_tile
+
+    before = largest_tile(m)
+    n = before
+    while n is not None and TILE_CAP < n <= MAX_TILE and any(value(s) > 1 for s in big):
+        for s in big:
+            if isinstance(s, tuple):
+                s[0][s[1]] //= 2
+            else:
+                s.value //= 2
+        source = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+        m = Mutant(m.gen, m.seed, m.mseed, source, state.consts, m.targets, m.grid, m.steps)
+        n = largest_tile(m)
+    if n != before:
+        m.steps = [*m.steps, f"cap: halved to {[value(s) for s in big]} (largest tile {before} -> {n} elements)"]
+    return m

@@ -11,6 +11,7 @@ the memory limit) and ``timeout`` are decided by the process running this one
 
 from __future__ import annotations
 
+import math
 import traceback
 from typing import Any
 
@@ -77,6 +78,21 @@ def load(m: Mutant) -> Any:
     import sparsile as sp
 
     return sp.loads(m.source, FILE).kernels["k"]
+
+
+def largest_tile(m: Mutant) -> int | None:
+    """The elements of the mutant's largest tile, from its typed IR (sema only: no target, no
+    passes); None where it does not reach the IR (a diagnostic, SP0344 among them)."""
+    from sparsile.frontend.ir import types as T
+
+    try:
+        kernel = load(m)
+        bindings, _ = kernel.signature_bindings(_signature(kernel, m.consts))
+        func = kernel.fresh_ir(bindings, {"num_warps": int(kernel.options.get("num_warps") or 4)})
+    except (Exception, RecursionError):
+        return None
+    return max((math.prod(T.shape_of(r.type)) for op in func.walk() for r in op.results
+                if isinstance(r.type, T.TileType)), default=0)
 
 
 def compile_mutant(m: Mutant, targets: tuple[str, ...] | None = None) -> tuple[str, str, list[str]]:
