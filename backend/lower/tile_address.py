@@ -9,8 +9,8 @@ every d, and its address is ``ptr + sum_d sext(idx_d) * sext(stride_d)`` (64-bit
 The exact form (:func:`exact_tile_addresses`) computes all of that per register: per element and
 dim an i32 add, an extension, a 64-bit multiply and add. LLVM's NVPTX straight-line strength
 reduction relates each of those addresses to earlier ones, and its time grows faster than the
-elements per thread (a 1 x 8192 x 16 bf16 box, 1024 elements per thread on 4 warps: about 10 s of
-code generation, most of it in that pass; a 1 x 65536 x 16 one: about 300 s).
+elements per thread (a 1 x 8192 x 16 bf16 box for sm_100, 1024 elements per thread on 4 warps: 3.9 s
+of LLVM, 77 % of it in that pass; a 1 x 65536 x 16 one: about 300 s. The linear form: 0.85 s and 12 s).
 
 The linear form (:func:`linear_tile_addresses`), used where every dim's register part shares no bit
 with its lane and warp parts (``disjoint_dims``: then ``c_d = thread_d + reg_d`` as integers):
@@ -29,7 +29,7 @@ with its lane and warp parts (``disjoint_dims``: then ``c_d = thread_d + reg_d``
   operand is a candidate of the straight-line strength reduction, which for each candidate scans
   the earlier ones that share its stride or base and stops early only on a compile-time delta: run-time
   strides give none, so the scan is quadratic whatever the arrangement (a chain of
-  ``getelementptr``s took longer than the exact form). ptxas sees the same one ``add.s64`` per element.
+  ``getelementptr``s took six times as long as the exact form). The PTX has one ``add.s64`` per element.
 
 Why the address is the exact one wherever the predicate holds. Fix a lane and a register, and a dim
 d with register offset ``k`` (``0 <= k < 2**20``: a box has at most 2**20 elements, SP0344, and
