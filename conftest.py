@@ -69,9 +69,13 @@ _alias_the_checkout_root()
 
 
 @pytest.fixture(autouse=True)
-def _seeded_global_generators() -> None:
-    """The same global random numbers for every test on every run (see the module docstring)."""
+def _seeded_global_generators(request: pytest.FixtureRequest) -> None:
+    """The same global random numbers for every test on every run (see the module docstring), and a
+    test module's own ``RNG`` (a NumPy Generator at module level) seeded anew for each test by the
+    test's name: drawn from one generator in turn, a test's values depended on which tests ran
+    before it in that process (the selection, the xdist split), so one could fail alone."""
     import sys
+    import zlib
 
     import numpy as np
 
@@ -79,6 +83,9 @@ def _seeded_global_generators() -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(20261201)
+    module = getattr(request, "module", None)
+    if isinstance(getattr(module, "RNG", None), np.random.Generator):
+        module.RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,6 @@ on sizes that are not multiples of the block (so that masks matter)."""
 
 from __future__ import annotations
 
-import zlib
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -15,14 +13,6 @@ from sparsile.frontend.interp.values import InterpreterError
 
 RNG = np.random.default_rng(1234)
 
-
-@pytest.fixture(autouse=True)
-def _rng_per_test(request: pytest.FixtureRequest) -> None:
-    """Each test draws from its own generator, seeded by its name: the values a test gets do not depend
-    on which tests ran before it in the process (a shared generator's did: the whole-tile sum below
-    failed its tolerance when run alone)."""
-    global RNG
-    RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 SIZES = (1, 100, 1000, 1025)
 
 
