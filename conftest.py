@@ -18,7 +18,9 @@ not 75 % of the card at once: GPU test workers share the device.
 
 Global random generators (numpy's legacy ``np.random.*``, torch's default generator when torch is
 loaded) are seeded before every test, so a test that draws from them without its own seed still
-sees the same numbers on every run, in any order and in any worker.
+sees the same numbers on every run, in any order and in any worker; a test module's own ``RNG``
+(a module-level NumPy Generator) is seeded anew for each test by the test's name, so what a test
+draws does not depend on which tests of its file ran before it (``-k`` selections, single tests).
 """
 
 from __future__ import annotations
