@@ -348,7 +348,8 @@ MAX_TILE = 2**20
 def _capped(m: Mutant, state: _State, tree: ast.Module) -> Mutant:
     """``m``, or where a constexpr or literal it set to 4096 or more makes a tile of more than
     :data:`TILE_CAP` elements (and at most :data:`MAX_TILE`), ``m`` with those values halved until
-    its tiles fit (a ``cap`` step says so). Other mutants are returned as they were drawn."""
+    its tiles fit (a ``cap`` step says so). Other mutants, those whose largest tile halving them does
+    not shrink among them, are returned as they were drawn."""
     def value(s: tuple[dict[str, Any], str] | ast.Constant) -> Any:
         return s[0][s[1]] if isinstance(s, tuple) else s.value
 
@@ -357,17 +358,24 @@ def _capped(m: Mutant, state: _State, tree: ast.Module) -> Mutant:
         return m
     from .gen_runner import largest_tile
 
+    def put(s: tuple[dict[str, Any], str] | ast.Constant, v: Any) -> None:
+        if isinstance(s, tuple):
+            s[0][s[1]] = v
+        else:
+            s.value = v
+
     before = largest_tile(m)
+    drawn, values = m, [value(s) for s in big]
     n = before
     while n is not None and TILE_CAP < n <= MAX_TILE and any(value(s) > 1 for s in big):
         for s in big:
-            if isinstance(s, tuple):
-                s[0][s[1]] //= 2
-            else:
-                s.value //= 2
+            put(s, value(s) // 2)
         source = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
         m = Mutant(m.gen, m.seed, m.mseed, source, state.consts, m.targets, m.grid, m.steps)
         n = largest_tile(m)
-    if n != before:
-        m.steps = [*m.steps, f"cap: halved to {[value(s) for s in big]} (largest tile {before} -> {n} elements)"]
+    if n == before:  # halving them did not shrink the tile (they size none): the mutant as drawn
+        for s, v in zip(big, values, strict=True):
+            put(s, v)
+        return drawn
+    m.steps = [*m.steps, f"cap: halved to {[value(s) for s in big]} (largest tile {before} -> {n} elements)"]
     return m

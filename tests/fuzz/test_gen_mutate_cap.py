@@ -4,6 +4,8 @@ other mutant is exactly what it was drawn as."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from sparsile.tests.fuzz import gen_mutate
@@ -36,3 +38,28 @@ def test_other_mutants_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
             assert size is not None and cap < size <= gen_mutate.MAX_TILE, d.name
             assert c.steps[:-1] == d.steps and c.steps[-1].startswith("cap:")
     assert changed >= 2  # (plain:283:2283 and sparse:156:2656 among them)
+
+
+TILE_NOT_DRAWN = '''
+@kernel(num_warps=4)
+def k(x: ptr[f32], out: ptr[f32], n: i32, S: constexpr, BLOCK: constexpr):
+    offs = arange(0, BLOCK)
+    v = load(x + offs, mask=offs < n, other=0.0)
+    store(out + offs, v * S, mask=offs < n)
+'''
+"""A program whose tile (2**18 elements) is over the cap before any mutation: a large value the
+mutator draws (``S``, ``other=``) does not size it."""
+
+
+@pytest.mark.parametrize("mseed", [13, 70, 105])
+def test_a_drawn_value_that_sizes_no_tile_is_kept(monkeypatch: pytest.MonkeyPatch, mseed: int) -> None:
+    """Halving the drawn values does not shrink the tile: the mutant is returned as drawn (it had
+    its ``S = 65536`` or ``other=1048576`` halved to 1, its source or constexprs changed with no
+    ``cap`` step, the step text still naming the drawn value)."""
+    program = types.SimpleNamespace(source=TILE_NOT_DRAWN, consts={"S": 3, "BLOCK": 2**18}, grid=(1, 1, 1))
+    monkeypatch.setattr(gen_mutate, "generate", lambda gen, seed: program)
+    capped = gen_mutate.make_mutant("plain", 0, mseed)
+    monkeypatch.setattr(gen_mutate, "TILE_CAP", gen_mutate.MAX_TILE)
+    drawn = gen_mutate.make_mutant("plain", 0, mseed)
+    assert largest_tile(drawn) == 2**18 and any(v in " ".join(drawn.steps) for v in ("65536", "1048576", "4096"))
+    assert (capped.source, capped.consts, capped.steps) == (drawn.source, drawn.consts, drawn.steps)
