@@ -7,6 +7,7 @@ compile-time arithmetic also lives here, so that folding and run-time semantics 
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from typing import Any, NoReturn
@@ -20,7 +21,18 @@ from ..ir.core import Builder, Operation, Value
 from ..spans import Span
 from .constant_kinds import check_number_use, wrong_constant_help
 from .type_ctors import TypeCtor
-from .values import POISON, Arg, BoundMethod, Builtin, Const, HelperFunction, Namespace, PoisonError, is_untyped_number
+from .values import (
+    POISON,
+    Arg,
+    BoundMethod,
+    Builtin,
+    Const,
+    HelperFunction,
+    Namespace,
+    PoisonError,
+    is_untyped_number,
+    kernel_object_name,
+)
 
 MAX_TILE_ELEMENTS = 1 << 20
 """The most elements one tile may have (as Triton's ``TRITON_MAX_TENSOR_NUMEL``)."""
@@ -398,10 +410,17 @@ def _describe(v: Any) -> str:
             return f"the type constructor `{x.name}`"
         if isinstance(x, type):  # not its repr, `<class 'module.C'>`
             return f"the Python class `{x.__qualname__}`"
+        if isinstance(x, functools.partial):  # not its repr, `functools.partial(<function f at 0x7f...>, 1)`
+            return f"a `functools.partial` of {_describe(Const(x.func))}"
+        kernel = kernel_object_name(x)
+        if kernel is not None:  # not `<sparsile kernel k>`
+            return f"the kernel `{kernel}`"
         if type(x).__repr__ is object.__repr__:  # not `<module.C object at 0x7f...>`, an address
             return f"a Python `{type(x).__qualname__}` object"
         text = repr(x)
-        return text if len(text) <= 60 else f"a Python `{type(x).__name__}` object"
+        if len(text) > 60 or " at 0x" in text:  # long, or holding an address that changes from run to run
+            return f"a Python `{type(x).__name__}` object"
+        return text
     if isinstance(v, Value):
         return f"a run-time value of type {v.type}"
     if isinstance(v, tuple):

@@ -235,9 +235,11 @@ class ExprMixin:
             if big is not None:  # `2**2000 // 3.0`: the integer has no f64 value
                 raise CompileError([Diagnostic("SP0303", f"`{op}` with a float converts the integer constant {big} "
                                                "to f64, whose range it exceeds", span)]) from None
-            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {x!r} and {y!r}", span)]) from None
+            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(Const(x))} and "
+                                           f"{describe(Const(y))}", span)]) from None
         except (TypeError, ValueError):
-            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {x!r} and {y!r}", span)]) from None
+            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(Const(x))} and "
+                                           f"{describe(Const(y))}", span)]) from None
 
     def unaryop(self, node: A.UnaryOp) -> Any:
         v = self.expr(node.operand)

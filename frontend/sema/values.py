@@ -33,6 +33,17 @@ class Const:
         return f"Const({self.value!r})" if self.dtype is None else f"Const({self.value!r}, {self.dtype})"
 
 
+def kernel_object_name(x: Any) -> str | None:
+    """The name of a sparsile kernel object (the driver's ``Kernel``, which a kernel inlines when it
+    calls it: it has ``as_helper`` and a ``name``), told by its shape since the frontend does not
+    import the driver; None for any other object (and for one whose attributes raise)."""
+    try:
+        name = getattr(x, "name", None)
+        return name if isinstance(name, str) and callable(getattr(x, "as_helper", None)) else None
+    except Exception:  # a property or __getattr__ that raises: not a kernel
+        return None
+
+
 def is_untyped_number(v: Any) -> bool:
     """A literal or untyped compile-time number (``1``, ``2.5``, ``True``; not ``u8(1)``)."""
     return isinstance(v, Const) and v.dtype is None and isinstance(v.value, bool | int | float)

@@ -16,7 +16,9 @@ import pytest
 
 import sparsile as sp
 
-PRELUDE = '''import math
+PRELUDE = '''import dataclasses
+import functools
+import math
 
 import numpy as np
 
@@ -37,6 +39,25 @@ HALF = lambda x: x / 2  # noqa: E731
 
 def twice(x):
     return 2 * x
+
+
+@dataclasses.dataclass
+class Pair:
+    a: int = 1
+    b: int = 2
+
+
+PAIR = Pair(3, 4)
+
+
+@sp.jit
+def hj(X: sp.ptr[sp.f32]):
+    sp.store(X, 1.0)
+
+
+ONE = functools.partial(twice, 1)
+LAUNCH = functools.partial(hj)
+HALVE = functools.partial(HALF)
 '''
 
 _counter = itertools.count()
@@ -118,3 +139,55 @@ def test_calling_a_python_function_says_what_to_do_instead(expr: str, message: s
     the language has the function, the help names it."""
     d = _jit_diagnostic(expr, expr.partition("(")[0], tmp_path)
     assert (d.code, d.message, d.help) == ("SP0332", message, help_)
+
+
+_OBJECT = ("a kernel cannot create Python objects: create the object outside the kernel (a global object's "
+           "attributes read in a kernel are compile-time constants) or pass the values as arguments")
+CLASS_CASES = [
+    ("Box()", "the Python class `Box` is not callable in a kernel", _OBJECT),
+    ("Pair(1, 2)", "the Python class `Pair` is not callable in a kernel", _OBJECT),
+    ("np.ndarray(3)", "the Python class `ndarray` is not callable in a kernel",
+     "a numpy class cannot be instantiated in a kernel; only the language's builtins and `@sparsile.jit` "
+     "functions can be called"),
+    ("ONE(2.0)", "a `functools.partial` of the Python function `twice` is not callable in a kernel",
+     "a `functools.partial` is not inlined: decorate `twice` with `@sparsile.jit` and call it with all its "
+     "arguments"),
+    ("LAUNCH(X)", "a `functools.partial` of the kernel `hj` is not callable in a kernel",
+     "a `functools.partial` is not inlined: call `hj` itself with all its arguments"),
+    ("HALVE(2.0)", "a `functools.partial` of the Python function `<lambda>` is not callable in a kernel",
+     "a `functools.partial` is not inlined: call the function itself with all its arguments"),
+]
+
+
+@pytest.mark.parametrize(("expr", "message", "help_"), CLASS_CASES, ids=[c[0] for c in CLASS_CASES])
+def test_calling_a_class_or_a_partial_says_what_it_is_and_what_to_do(expr: str, message: str, help_: str,
+                                                                     tmp_path) -> None:
+    """A class called in a kernel had no help line; a `functools.partial` was named by its repr (with
+    `<sparsile kernel hj>` or a function's address)."""
+    d = _jit_diagnostic(expr, expr.partition("(")[0], tmp_path)
+    assert (d.code, d.message, d.help) == ("SP0332", message, help_)
+
+
+def test_a_global_objects_attribute_is_a_constant_as_the_class_help_says(tmp_path) -> None:
+    """What the help of calling a class advises works: a global object's attribute in a kernel."""
+    name = f"object_names_{next(_counter)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(PRELUDE + "\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    sp.store(X, PAIR.a * 1.5 + PAIR.b)\n")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.full(1, np.nan, np.float32)
+    module.k.interpret[(1,)](x)
+    assert x[0] == np.float32(3 * 1.5 + 4)
+
+
+@pytest.mark.parametrize(("expr", "named"), [
+    ("ONE + 1", "a `functools.partial` of the Python function `twice`"),
+    ("LAUNCH + 1", "a `functools.partial` of the kernel `hj`"),
+    ("hj + 1", "the kernel `hj`"),
+])
+def test_a_partial_or_a_kernel_in_another_error_is_named_in_words(expr: str, named: str, tmp_path) -> None:
+    """Not only SP0332: a diagnostic that names a partial or a kernel (here SP0329) says what it is
+    (was `functools.partial(<function twice at 0x7f...>, 1)`, `<sparsile kernel hj>`)."""
+    d = _jit_diagnostic(expr, expr.partition(" ")[0], tmp_path)
+    assert (d.code, d.message) == ("SP0329", f"`+` is not defined between {named} and 1")
