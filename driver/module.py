@@ -20,6 +20,7 @@ from ..frontend.sema.builtins import NAMESPACES, ROOT
 from ..frontend.sema.captures import PythonGlobals
 from ..frontend.sema.core import Sema
 from ..frontend.sema.jit_globals import wrap_python_value
+from ..frontend.sema.member_help import import_help
 from ..frontend.sema.python_api import python_import_module, python_import_name
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
@@ -131,7 +132,8 @@ class KernelModule:
                     python = python_import_name(stmt.module, name, stmt.span)
                     if python is not None:
                         raise CompileError([python])
-                    raise CompileError([Diagnostic("SP0233", f"`{stmt.module}` has no member `{name}`", stmt.span)])
+                    raise CompileError([Diagnostic("SP0233", f"`{stmt.module}` has no member `{name}`", stmt.span,
+                                                   help=import_help(stmt.module, name))])
                 self._env[alias or name] = ns.members[name]
         elif isinstance(stmt, A.ExprStmt) and isinstance(stmt.value, A.Constant):
             pass  # docstring

@@ -29,7 +29,7 @@ from .consts import (
     try_fold_builtin,
 )
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
-from .python_api import python_api_member
+from .member_help import missing_member
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
 from .typed_fold import (
@@ -505,13 +505,7 @@ class ExprMixin:
         if isinstance(base, Namespace):
             if node.attr in base.members:
                 return base.members[node.attr]
-            api = python_api_member(base, node.attr, node.attr_span)
-            if api is not None:
-                raise CompileError([api])
-            close = difflib.get_close_matches(node.attr, sorted(base.members), n=1)
-            raise CompileError([Diagnostic("SP0204", f"`{base.name}` has no member `{node.attr}`", node.attr_span,
-                                           help=name_help(node.attr) or (f"did you mean `{close[0]}`?" if close
-                                                                         else None))])
+            raise CompileError([missing_member(base, node.attr, node.attr_span)])
         if isinstance(base, Value):
             found = lookup_method(base.type, node.attr)
             if found is None:

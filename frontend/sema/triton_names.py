@@ -11,6 +11,10 @@ _MATH = ("the math functions are top-level builtins: `exp`, `exp2`, `log`, `log2
          "`floor`, `ceil`, `abs`, `sigmoid`, `tanh`, `erf` (`sp.exp(x)`)")
 _BLOCK_PTR = ("declare the parameter as `tensor[T, rank]` and read or write boxes with `t.load_tile(offsets, "
               "shape)` / `t.store_tile(offsets, tile)` (zero outside the tensor); offsets are plain integers")
+_ATOMICS = ("the language's atomics are `atomic_add`, `atomic_max`, `atomic_min`, `atomic_xchg` and `atomic_cas`; "
+            "bitwise atomics are not in the language")
+_FP8 = ("sparsile's 8-bit floats are `e4m3` (Triton's `float8e4nv`) and `e5m2` (Triton's `float8e5`); "
+        "this fp8 variant is not in the language")
 _SCAN = "scans are not in the language; a reduction is `sum`, `max`, `min`, `argmax` or `argmin` along an axis"
 
 NAMES: dict[str, str] = {
@@ -27,6 +31,7 @@ NAMES: dict[str, str] = {
     "device_assert": "write `assert cond, \"message\"` (checked at run time by the interpreter)",
     "math": _MATH,
     "libdevice": _MATH,
+    "extra": _MATH,  # tl.extra.cuda.libdevice
     "fma": "write `a * b + c`",
     "clamp": "write `minimum(maximum(x, lo), hi)`",
     "fdiv": "write `x / y`",
@@ -36,7 +41,20 @@ NAMES: dict[str, str] = {
     "ravel": "write `reshape(x, (n,))` with `n` the number of elements",
     "make_block_ptr": _BLOCK_PTR,
     "make_tensor_descriptor": _BLOCK_PTR,
+    "tensor_descriptor": _BLOCK_PTR,
+    "load_tensor_descriptor": _BLOCK_PTR,
+    "store_tensor_descriptor": _BLOCK_PTR,
     "advance": _BLOCK_PTR,
+    "broadcast": ("operands of an operator broadcast by themselves; for one shape write `broadcast_to(x, shape)` "
+                  "for each"),
+    "softmax": ("write it out: `e = exp(x - max(x, axis=a, keep_dims=True))`, then `e / sum(e, axis=a, "
+                "keep_dims=True)`"),
+    "atomic_and": _ATOMICS,
+    "atomic_or": _ATOMICS,
+    "atomic_xor": _ATOMICS,
+    "float8e4b15": _FP8,
+    "float8e4b8": _FP8,
+    "float8e5b16": _FP8,
     "cumsum": _SCAN,
     "cumprod": _SCAN,
     "associative_scan": _SCAN,
