@@ -3,7 +3,7 @@ which depends on what was called. A function of the user's own module can be dec
 ``@sparsile.jit`` (it is then inlined); NumPy's, ``math``'s or another library's function cannot be
 (it is not the user's source), and where the language has a builtin of that name the help names it.
 A class cannot be instantiated (a kernel has no objects); a ``functools.partial`` is not inlined (its
-function, called with all its arguments, is)."""
+function, called with all its arguments, is); an autotuned kernel is not either (the kernel it tunes is)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .builtins import ROOT
-from .values import Builtin, kernel_object_name
+from .values import Builtin, autotuned_kernel_name, kernel_object_name
 
 LIBRARIES = frozenset({"numpy", "math", "cmath", "builtins", "torch", "jax", "jaxlib", "triton", "scipy",
                        "ml_dtypes", "operator"})
@@ -66,6 +66,10 @@ def not_callable_help(fn: Any) -> str | None:
         return None
     if isinstance(fn, functools.partial):
         return _partial_help(fn)
+    tuned = autotuned_kernel_name(fn)
+    if tuned is not None:
+        return (f"an autotuned kernel picks its config when it is launched from Python; to inline its body call "
+                f"`{tuned}.kernel(...)` with one config's constexprs as arguments")
     name = getattr(fn, "__name__", None)
     library = _library_of(fn)
     if library is not None:

@@ -30,6 +30,7 @@ from .values import (
     HelperFunction,
     Namespace,
     PoisonError,
+    autotuned_kernel_name,
     is_untyped_number,
     kernel_object_name,
 )
@@ -415,6 +416,9 @@ def _describe(v: Any) -> str:
         kernel = kernel_object_name(x)
         if kernel is not None:  # not `<sparsile kernel k>`
             return f"the kernel `{kernel}`"
+        tuned = autotuned_kernel_name(x)
+        if tuned is not None:  # not `<sparsile autotuned kernel k: 2 configs, key [...]>`
+            return f"the autotuned kernel `{tuned}`"
         if type(x).__repr__ is object.__repr__:  # not `<module.C object at 0x7f...>`, an address
             return f"a Python `{type(x).__qualname__}` object"
         text = repr(x)

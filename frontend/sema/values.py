@@ -44,6 +44,17 @@ def kernel_object_name(x: Any) -> str | None:
         return None
 
 
+def autotuned_kernel_name(x: Any) -> str | None:
+    """The name of an autotuned kernel (the driver's ``Autotuner``: ``configs`` and the ``kernel``
+    it tunes), told by its shape as :func:`kernel_object_name`; None for any other object."""
+    try:
+        if not hasattr(x, "configs"):
+            return None
+        return kernel_object_name(getattr(x, "kernel", None))
+    except Exception:  # a property or __getattr__ that raises: not an autotuned kernel
+        return None
+
+
 def is_untyped_number(v: Any) -> bool:
     """A literal or untyped compile-time number (``1``, ``2.5``, ``True``; not ``u8(1)``)."""
     return isinstance(v, Const) and v.dtype is None and isinstance(v.value, bool | int | float)

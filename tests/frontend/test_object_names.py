@@ -55,6 +55,12 @@ def hj(X: sp.ptr[sp.f32]):
     sp.store(X, 1.0)
 
 
+@sp.autotune(configs=[sp.Config({"B": 1}), sp.Config({"B": 2})], key=[])
+@sp.jit
+def tuned(X: sp.ptr[sp.f32], B: sp.constexpr):
+    sp.store(X, 2.0 * B)
+
+
 ONE = functools.partial(twice, 1)
 LAUNCH = functools.partial(hj)
 HALVE = functools.partial(HALF)
@@ -156,6 +162,9 @@ CLASS_CASES = [
      "a `functools.partial` is not inlined: call `hj` itself with all its arguments"),
     ("HALVE(2.0)", "a `functools.partial` of the Python function `<lambda>` is not callable in a kernel",
      "a `functools.partial` is not inlined: call the function itself with all its arguments"),
+    ("tuned(X, 2)", "the autotuned kernel `tuned` is not callable in a kernel",
+     "an autotuned kernel picks its config when it is launched from Python; to inline its body call "
+     "`tuned.kernel(...)` with one config's constexprs as arguments"),
 ]
 
 
@@ -181,10 +190,24 @@ def test_a_global_objects_attribute_is_a_constant_as_the_class_help_says(tmp_pat
     assert x[0] == np.float32(3 * 1.5 + 4)
 
 
+def test_the_autotuned_kernel_help_works(tmp_path) -> None:
+    """What the help of calling an autotuned kernel advises inlines its kernel."""
+    name = f"object_names_{next(_counter)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(PRELUDE + "\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    tuned.kernel(X, 3)\n")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.full(1, np.nan, np.float32)
+    module.k.interpret[(1,)](x)
+    assert x[0] == 6.0
+
+
 @pytest.mark.parametrize(("expr", "named"), [
     ("ONE + 1", "a `functools.partial` of the Python function `twice`"),
     ("LAUNCH + 1", "a `functools.partial` of the kernel `hj`"),
     ("hj + 1", "the kernel `hj`"),
+    ("tuned + 1", "the autotuned kernel `tuned`"),
 ])
 def test_a_partial_or_a_kernel_in_another_error_is_named_in_words(expr: str, named: str, tmp_path) -> None:
     """Not only SP0332: a diagnostic that names a partial or a kernel (here SP0329) says what it is
