@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -388,6 +389,16 @@ def test_llama_report_lines():
     assert "failed: RuntimeError: boom" in bll.format_run(runs[3])
 
 
+def linear_on_cpu(monkeypatch, make: Any, kernel_us: float = 0.0) -> None:
+    """bench_linear on the CPU on one tiny shape: no GPU check, the profiler's kernel time replaced by
+    ``kernel_us``, and SparseLinear by ``make(linear)``."""
+    monkeypatch.setattr(bl, "DEVICE", "cpu")
+    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
+    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
+    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), kernel_us)[1])
+    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: make(linear))
+
+
 def test_linear_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
     """The whole benchmark on the CPU on one tiny shape, with the GPU-only timers (profiler, CUDA
     graph) replaced by constants and SparseLinear by a dense stand-in: every column, note, target
@@ -402,12 +413,8 @@ def test_linear_main_runs_end_to_end_on_cpu(monkeypatch, tmp_path, capsys):
         def __call__(self, x):
             return F.linear(x, self.weight)
 
-    monkeypatch.setattr(bl, "DEVICE", "cpu")
-    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
-    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
-    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 5.0)[1])
+    linear_on_cpu(monkeypatch, StandIn, kernel_us=5.0)
     monkeypatch.setattr(bl, "graph_time", lambda fn, reps, blocks: (fn(), 4.0)[1])
-    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: StandIn(linear))
     out = tmp_path / "linear.json"
     assert bl.main(["--tokens", "1", "32", "--blocks", "1", "--variants", "eager", "graph", "cslt",
                     "--json", str(out)]) == 0
@@ -441,11 +448,7 @@ def test_linear_host_diag_on_cpu(monkeypatch, capsys):
     import torch
 
     weight = torch.randn(64, 128, dtype=torch.bfloat16)
-    monkeypatch.setattr(bl, "DEVICE", "cpu")
-    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
-    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
-    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 0.0)[1])
-    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: slow_stand_in)
+    linear_on_cpu(monkeypatch, lambda linear: slow_stand_in)
     monkeypatch.setattr(bl, "MAX_OVERHEAD_US", -1.0)  # every T <= 16 row misses, however fast the host
     assert bl.main(["--tokens", "1", "32", "--blocks", "1", "--dtypes", "bf16", "--variants", "eager",
                     "--host-diag"]) == 0
@@ -480,11 +483,7 @@ def test_linear_passes_keep_each_pass_and_take_the_fastest(monkeypatch, tmp_path
                 time.sleep(0.002)
             return F.linear(x, self.weight)
 
-    monkeypatch.setattr(bl, "DEVICE", "cpu")
-    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
-    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
-    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 0.0)[1])
-    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: StandIn(linear))
+    linear_on_cpu(monkeypatch, StandIn)
     monkeypatch.setattr(bl, "MAX_OVERHEAD_US", 1000.0)  # the slow pass misses it, a CPU F.linear meets it
     out = tmp_path / "linear.json"
     assert bl.main(["--tokens", "1", "32", "--blocks", "1", "--dtypes", "bf16", "--variants", "eager",
@@ -1001,11 +1000,7 @@ def test_linear_a_failing_later_pass_keeps_the_first(monkeypatch, tmp_path, caps
                 raise RuntimeError("CUDA out of memory (stand-in)")
             return F.linear(x, self.weight)
 
-    monkeypatch.setattr(bl, "DEVICE", "cpu")
-    monkeypatch.setattr(bl, "SHAPES", (bl.Shape("tiny", "o", 64, 128),))
-    monkeypatch.setattr(bl, "requirements_missing", lambda: None)
-    monkeypatch.setattr(bl, "kernel_time", lambda fn, calls=10: (fn(), 0.0)[1])
-    monkeypatch.setattr(bl, "make_sparse_linear", lambda linear, dtype: StandIn(linear))
+    linear_on_cpu(monkeypatch, StandIn)
     out = tmp_path / "linear.json"
     assert bl.main(["--tokens", "1", "--blocks", "1", "--dtypes", "bf16", "--variants", "eager",
                     "--passes", "2", "--json", str(out)]) == 0

@@ -6,8 +6,6 @@ AttributeError). Code, message and the span of the attribute, for @jit and .spk 
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import numpy as np
 import pytest
 
 import sparsile as sp
+from sparsile.tests.support.jit_source import first_compile_error, import_source, run_one_f32
 
 PRELUDE = '''import dataclasses
 import functools
@@ -66,22 +65,9 @@ LAUNCH = functools.partial(hj)
 HALVE = functools.partial(HALF)
 '''
 
-_counter = itertools.count()
-
-
 def _jit_diagnostic(expr: str, attr: str, folder: Path) -> Any:
-    name = f"object_names_{next(_counter)}"
     text = PRELUDE + f"\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    y = {expr}\n    sp.store(X, 1.0)\n"
-    path = folder / f"{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    x = np.full(1, np.nan, np.float32)
-    with pytest.raises(sp.CompileError) as info:
-        module.k.interpret[(1,)](x)
-    assert np.isnan(x).all()
-    d = info.value.diagnostics[0]
+    d = first_compile_error(import_source(text, folder, "object_names"))
     line = text.split("\n")[d.span.file_line - 1]
     assert line[d.span.file_col - 1:].startswith(attr), (line, d.span)
     return d
@@ -179,28 +165,14 @@ def test_calling_a_class_or_a_partial_says_what_it_is_and_what_to_do(expr: str, 
 
 def test_a_global_objects_attribute_is_a_constant_as_the_class_help_says(tmp_path) -> None:
     """What the help of calling a class advises works: a global object's attribute in a kernel."""
-    name = f"object_names_{next(_counter)}"
-    path = tmp_path / f"{name}.py"
-    path.write_text(PRELUDE + "\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    sp.store(X, PAIR.a * 1.5 + PAIR.b)\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    x = np.full(1, np.nan, np.float32)
-    module.k.interpret[(1,)](x)
-    assert x[0] == np.float32(3 * 1.5 + 4)
+    text = PRELUDE + "\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    sp.store(X, PAIR.a * 1.5 + PAIR.b)\n"
+    assert run_one_f32(import_source(text, tmp_path, "object_names"))[0] == np.float32(3 * 1.5 + 4)
 
 
 def test_the_autotuned_kernel_help_works(tmp_path) -> None:
     """What the help of calling an autotuned kernel advises inlines its kernel."""
-    name = f"object_names_{next(_counter)}"
-    path = tmp_path / f"{name}.py"
-    path.write_text(PRELUDE + "\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    tuned.kernel(X, 3)\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    x = np.full(1, np.nan, np.float32)
-    module.k.interpret[(1,)](x)
-    assert x[0] == 6.0
+    text = PRELUDE + "\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    tuned.kernel(X, 3)\n"
+    assert run_one_f32(import_source(text, tmp_path, "object_names"))[0] == 6.0
 
 
 @pytest.mark.parametrize(("expr", "named"), [

@@ -6,8 +6,6 @@ and for ``from sparsile import NAME`` / ``import sparsile.NAME`` lines of a ``.s
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import os
 import subprocess
 import sys
@@ -20,6 +18,7 @@ import pytest
 import sparsile as sp
 from sparsile.frontend.sema.member_help import INTERPRET
 from sparsile.frontend.sema.python_api import GENERAL_HELP, python_member_kind
+from sparsile.tests.support.jit_source import first_compile_error, import_source
 
 _SUB = "is a Python submodule of sparsile, not a name of the kernel language"
 _ATTR = "is an attribute of the Python module `sparsile`, not a name of the kernel language"
@@ -55,22 +54,9 @@ def _spk_diagnostic(attr: str) -> tuple[Any, str]:
     return info.value.diagnostics[0], text
 
 
-_counter = itertools.count()
-
-
 def _jit_diagnostic(attr: str, folder: Path) -> tuple[Any, str]:
-    name = f"python_api_names_{next(_counter)}"
     text = f"import sparsile as sp\n\n\n@sp.jit\ndef k(X: sp.ptr[sp.f32]):\n    y = sp.{attr}\n    sp.store(X, 1.0)\n"
-    path = folder / f"{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    x = np.full(1, np.nan, np.float32)
-    with pytest.raises(sp.CompileError) as info:
-        module.k.interpret[(1,)](x)
-    assert np.isnan(x).all()
-    return info.value.diagnostics[0], text
+    return first_compile_error(import_source(text, folder, "python_api_names")), text
 
 
 @pytest.mark.parametrize("frontend", ["spk", "jit"])

@@ -89,6 +89,19 @@ def check_x_grad(block: Block, got: torch.Tensor, grads: dict[str, torch.Tensor]
     assert (err <= bound / 8).mean(dtype=torch.float64) > 0.5  # (the bound is loose; most are far inside it)
 
 
+def both_with_grad(block: Block, plain: Block, handles: list, x: torch.Tensor,
+                   grads: dict[str, torch.Tensor]) -> tuple:
+    """:func:`run_with_grad` of the fused block and of its unfused twin on x and the upstream
+    gradients, the hook ``handles`` removed afterwards: (got, got_grad, want, want_grad)."""
+    try:
+        got, got_grad = run_with_grad(block, x, grads)
+        want, want_grad = run_with_grad(plain, x, grads)
+    finally:
+        for h in handles:
+            h.remove()
+    return got, got_grad, want, want_grad
+
+
 def run_with_grad(block: Block, x: torch.Tensor, grads: dict[str, torch.Tensor]):
     """(the outputs, x's gradient) of a loss over the five outputs."""
     x = x.clone().requires_grad_()
@@ -130,14 +143,8 @@ def test_an_output_written_in_place_keeps_its_gradient(how, member):
     if how == "global_hook":
         hooked.append(torch.nn.modules.module.register_module_forward_hook(
             lambda m, args, out: _double_in_place(m, args, out) if any(m is t for t in targets) else None))
-    grads = upstream()
-    x = x_of()
-    try:
-        got, got_grad = run_with_grad(block, x, grads)
-        want, want_grad = run_with_grad(plain, x, grads)
-    finally:
-        for h in hooked:
-            h.remove()
+    x, grads = x_of(), upstream()
+    got, got_grad, want, want_grad = both_with_grad(block, plain, hooked, x, grads)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     for name, y in zip(MEMBERS, got):
         check_against_float64(block.member(name), x, y / 2 if name == member else y)  # (/ 2: exact)
@@ -305,14 +312,8 @@ def test_the_members_hooks_run_as_unfused(kind, when):
     assert spt.fuse_projections_(block, glu=False).fused == GROUPS
     if when == "after":
         handles += [_register(kind, m, seen, targets) for m in hooked]
-    grads = upstream()
-    x = x_of()
-    try:
-        got, got_grad = run_with_grad(block, x, grads)
-        want, want_grad = run_with_grad(plain, x, grads)
-    finally:
-        for h in handles:
-            h.remove()
+    x, grads = x_of(), upstream()
+    got, got_grad, want, want_grad = both_with_grad(block, plain, handles, x, grads)
     assert sorted(map(id, seen)) == sorted(map(id, targets))
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     base = kind.removeprefix("global_")
