@@ -1,7 +1,9 @@
 """The help line of SP0332 (a Python object called in a kernel): what the user can do instead,
 which depends on what was called. A function of the user's own module can be decorated with
 ``@sparsile.jit`` (it is then inlined); NumPy's, ``math``'s or another library's function cannot be
-(it is not the user's source), and where the language has a builtin of that name the help names it.
+(it is not the user's source), and where the language has a builtin of that name the help names it
+with its signature (``np.zeros(4)`` is ``zeros(shape, dtype)`` here) and says where it means something
+else (``math.floor`` gives a Python int, the language's ``floor`` a float).
 A class cannot be instantiated (a kernel has no objects); a ``functools.partial`` is not inlined (its
 function, called with all its arguments, is); an autotuned kernel is not either (the kernel it tunes is)."""
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .builtins import ROOT
+from .builtins import ROOT, signature_text
 from .values import Builtin, autotuned_kernel_name, kernel_object_name
 
 LIBRARIES = frozenset({"numpy", "math", "cmath", "builtins", "torch", "jax", "jaxlib", "triton", "scipy",
@@ -27,16 +29,59 @@ OBJECT = ("a kernel cannot create Python objects: create the object outside the 
 
 PARTIAL = "a `functools.partial` is not inlined: "
 
+ALIASES = {"absolute": "abs", "amax": "max", "amin": "min"}
+"""A library function's ``__name__`` -> the language builtin of the same meaning (``np.abs`` is
+``np.absolute``)."""
+
+TO_INT = ("of a float tile `x.to(i32)` truncates toward zero (docs/language.md rule 8); of a compile-time "
+          "constant `int(x)` does")
+
+DIFFERENT = {
+    "floor": "`{lib}.floor` returns an int; the language's `floor(x)` (`sparsile.floor`) returns a float of x's "
+             "type: `floor(x).to(i32)` is the integer",
+    "ceil": "`{lib}.ceil` returns an int; the language's `ceil(x)` (`sparsile.ceil`) returns a float of x's "
+            "type: `ceil(x).to(i32)` is the integer",
+}
+"""Functions whose language builtin of the same name returns something else (only math's: NumPy's
+``floor`` returns a float too)."""
+
+NO_BUILTIN = {
+    "trunc": "the language has no `trunc`: " + TO_INT,
+    "fabs": "use the language's `abs(x)` (`sparsile.abs`)",
+    "pow": "write `x ** y`",
+    "power": "write `x ** y`",
+}
+"""Library functions the language spells another way."""
+
 
 def _library_of(fn: Any) -> str | None:
+    """The top-level package of a library's function or class (``_operator``, the C module behind
+    ``operator``, is ``operator``), or None for the user's own."""
     module = getattr(fn, "__module__", None)
     if isinstance(fn, np.ufunc):
         return "numpy"
-    if isinstance(module, str) and module.partition(".")[0] in LIBRARIES:
-        return module.partition(".")[0]
+    top = module.partition(".")[0].lstrip("_") if isinstance(module, str) else None
+    if top in LIBRARIES:
+        return top
     if isinstance(fn, types.BuiltinFunctionType):  # a C function of some extension module
-        return module if isinstance(module, str) else "builtins"
+        return top or "builtins"
     return None
+
+
+def _library_function_help(library: str, name: Any) -> str:
+    """The help for calling ``library``'s function ``name`` in a kernel."""
+    if library == "operator":
+        return "write the operator itself (`a + b`, `a[i]`): an `operator` function does not run in a kernel"
+    if name in DIFFERENT and library == "math":
+        return DIFFERENT[name].format(lib=library)
+    if name in NO_BUILTIN:
+        return NO_BUILTIN[name]
+    builtin = ROOT.members.get(ALIASES.get(name, name)) if isinstance(name, str) else None
+    if isinstance(builtin, Builtin):
+        return (f"use the language's `{signature_text(builtin)}` (`sparsile.{builtin.name}`): a {library} function "
+                "does not run in a kernel")
+    return (f"a {library} function does not run in a kernel; only the language's builtins and "
+            "`@sparsile.jit` functions can be called")
 
 
 def _partial_help(fn: functools.partial) -> str:
@@ -73,10 +118,7 @@ def not_callable_help(fn: Any) -> str | None:
     name = getattr(fn, "__name__", None)
     library = _library_of(fn)
     if library is not None:
-        if isinstance(name, str) and isinstance(ROOT.members.get(name), Builtin):
-            return f"use the language's `{name}` (`sparsile.{name}`): a {library} function does not run in a kernel"
-        return (f"a {library} function does not run in a kernel; only the language's builtins and "
-                "`@sparsile.jit` functions can be called")
+        return _library_function_help(library, name)
     if name == "<lambda>":
         return "a lambda cannot be inlined: define the function with `def` and decorate it with `@sparsile.jit`"
     if isinstance(fn, types.FunctionType | types.MethodType):

@@ -31,6 +31,13 @@ def python_constant(v: Any) -> Any:
     return NOT_CONSTANT
 
 
+def _python_value(x: Any) -> Any:
+    """What a constant is to a Python builtin: ``int`` in ``isinstance(B, int)`` is Python's ``int``."""
+    import builtins as py
+
+    return getattr(py, x.name) if isinstance(x, PyBuiltin) else x
+
+
 class PyBuiltin:
     """A Python builtin applied to compile-time values (``len``, ``min``, ``int``, ...)."""
 
@@ -42,11 +49,11 @@ class PyBuiltin:
         for a in args:
             v = a.value
             if isinstance(v, Const):
-                vals.append(v.value)
+                vals.append(_python_value(v.value))
             elif isinstance(v, tuple) and self.name in ("len", "tuple"):
                 vals.append(v)
             elif isinstance(v, tuple) and all(isinstance(x, Const) for x in v):
-                vals.append(tuple(x.value for x in v))
+                vals.append(tuple(_python_value(x.value) for x in v))
             else:
                 raise CompileError([Diagnostic("SP0331", f"`{self.name}` works on compile-time values only, found "
                                                f"{describe(v)}", a.span)])

@@ -393,6 +393,17 @@ def int_true_division(a: int, b: int) -> float:
         return float(x / y)
 
 
+def _is_numpy_function(x: Any) -> bool:
+    """Whether ``x`` is one of NumPy's functions (a ufunc, a dispatcher such as ``np.max``, a C
+    function such as ``np.zeros``), told by its module and name; not a class such as ``np.ndarray``."""
+    try:
+        module, name = getattr(x, "__module__", None), getattr(x, "__name__", None)
+    except Exception:  # an object whose attributes raise: not NumPy's
+        return False
+    return (not isinstance(x, type) and callable(x) and isinstance(name, str) and isinstance(module, str)
+            and module.partition(".")[0] == "numpy")
+
+
 def _describe(v: Any) -> str:
     """A short phrase naming a sema value in a diagnostic."""
     if isinstance(v, Const):
@@ -401,6 +412,8 @@ def _describe(v: Any) -> str:
             return f"the type {x}"
         if isinstance(x, types.ModuleType):
             return f"the module `{x.__name__}`"
+        if _is_numpy_function(x):  # `np.max` is an `_ArrayFunctionDispatcher`, `np.sqrt` a ufunc
+            return f"the NumPy function `{x.__name__}`"
         if isinstance(x, types.FunctionType | types.BuiltinFunctionType | types.MethodType):
             return f"the Python function `{getattr(x, '__qualname__', x.__name__)}`"
         if isinstance(x, bool | int | float | str | None) or x is None:

@@ -30,6 +30,7 @@ from .consts import (
 )
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
 from .member_help import missing_member
+from .python_builtins import builtin_help
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
 from .typed_fold import (
@@ -164,11 +165,9 @@ class ExprMixin:
             return Const(PyBuiltin(node.id))
         candidates = set(self.scope.all_names()) | set(_known_globals())  # type: ignore[attr-defined]
         close = difflib.get_close_matches(node.id, sorted(candidates), n=1)
-        help_ = name_help(node.id) or (f"did you mean `{close[0]}`?" if close else None)
+        help_ = name_help(node.id) or builtin_help(node.id) or (f"did you mean `{close[0]}`?" if close else None)
         if node.id in ("range", "static_range"):
             help_ = f"`{node.id}` can only be used as the iterable of a `for` loop"
-        elif node.id == "print":  # (the close match was `pin`)
-            help_ = "kernels do not print at run time; `static_print(...)` prints constants at compile time"
         raise CompileError([Diagnostic("SP0202", f"unknown name `{node.id}`", node.span, help=help_)])
 
     # ------------------------------------------------------------------------------ operators

@@ -113,9 +113,9 @@ def test_a_spk_kernel_names_language_objects_by_a_phrase(expr: str, message: str
 _DECORATE = "a Python function called from a kernel must be decorated with `@sparsile.jit` (it is inlined)"
 CALL_CASES = [
     ("np.sqrt(2.0)", "the NumPy function `sqrt` is not callable in a kernel",
-     "use the language's `sqrt` (`sparsile.sqrt`): a numpy function does not run in a kernel"),
+     "use the language's `sqrt(x)` (`sparsile.sqrt`): a numpy function does not run in a kernel"),
     ("math.exp(2.0)", "the Python function `exp` is not callable in a kernel",
-     "use the language's `exp` (`sparsile.exp`): a math function does not run in a kernel"),
+     "use the language's `exp(x)` (`sparsile.exp`): a math function does not run in a kernel"),
     ("np.hypot(2.0, 1.0)", "the NumPy function `hypot` is not callable in a kernel",
      "a numpy function does not run in a kernel; only the language's builtins and `@sparsile.jit` functions "
      "can be called"),
