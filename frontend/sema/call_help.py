@@ -27,6 +27,11 @@ DECORATE = "a Python function called from a kernel must be decorated with `@spar
 OBJECT = ("a kernel cannot create Python objects: create the object outside the kernel (a global object's "
           "attributes read in a kernel are compile-time constants) or pass the values as arguments")
 
+METHOD = ("a method cannot be inlined, since a kernel cannot take `self` or `cls`: make `{name}` a `@staticmethod` "
+          "decorated with `@sparsile.jit` (or a function at module level), and pass what it reads from `self` as "
+          "arguments")
+"""(Decorating the method itself is SP0249, so the function's help would be no advice here.)"""
+
 PARTIAL = "a `functools.partial` is not inlined: "
 
 ALIASES = {"absolute": "abs", "amax": "max", "amin": "min"}
@@ -52,6 +57,22 @@ NO_BUILTIN = {
     "power": "write `x ** y`",
 }
 """Library functions the language spells another way."""
+
+
+def python_method(fn: Any) -> types.FunctionType | None:
+    """The function of ``fn`` if it is a method: bound to an object or a class (``OBJ.m``, a
+    classmethod's ``C.c``), or a function defined in a class body whose first parameter is ``self``
+    or ``cls`` (``C.m`` read from the class); else None (a module function, a staticmethod's function,
+    a nested function)."""
+    if isinstance(fn, types.MethodType):
+        inner = fn.__func__
+        return inner if isinstance(inner, types.FunctionType) else None
+    if not isinstance(fn, types.FunctionType):
+        return None
+    owner = fn.__qualname__.split(".")[:-1]
+    code = fn.__code__
+    first = code.co_varnames[0] if code.co_argcount else None
+    return fn if owner and owner[-1] != "<locals>" and first in ("self", "cls") else None
 
 
 def _library_of(fn: Any) -> str | None:
@@ -121,6 +142,9 @@ def not_callable_help(fn: Any) -> str | None:
         return _library_function_help(library, name)
     if name == "<lambda>":
         return "a lambda cannot be inlined: define the function with `def` and decorate it with `@sparsile.jit`"
+    method = python_method(fn)
+    if method is not None:
+        return METHOD.format(name=method.__name__)
     if isinstance(fn, types.FunctionType | types.MethodType):
         return DECORATE
     return "only the language's builtins and `@sparsile.jit` functions can be called in a kernel"

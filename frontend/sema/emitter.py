@@ -19,6 +19,7 @@ from ..interp.numerics import gpu_fmod, int_to_float
 from ..ir import types as T
 from ..ir.core import Builder, Operation, Value
 from ..spans import Span
+from .call_help import python_method
 from .constant_kinds import check_number_use, wrong_constant_help
 from .type_ctors import TypeCtor
 from .values import (
@@ -414,6 +415,9 @@ def _describe(v: Any) -> str:
             return f"the module `{x.__name__}`"
         if _is_numpy_function(x):  # `np.max` is an `_ArrayFunctionDispatcher`, `np.sqrt` a ufunc
             return f"the NumPy function `{x.__name__}`"
+        method = python_method(x)
+        if method is not None:
+            return f"the Python method `{method.__qualname__}`"
         if isinstance(x, types.FunctionType | types.BuiltinFunctionType | types.MethodType):
             return f"the Python function `{getattr(x, '__qualname__', x.__name__)}`"
         if isinstance(x, bool | int | float | str | None) or x is None:
