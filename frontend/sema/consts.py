@@ -38,6 +38,12 @@ def _python_value(x: Any) -> Any:
     return getattr(py, x.name) if isinstance(x, PyBuiltin) else x
 
 
+def _class_value(x: Any) -> Any:
+    """isinstance's class: ``bool`` in a kernel is the language's bool type, which there means Python's
+    ``bool`` (``isinstance(B, bool)`` on a constant)."""
+    return bool if isinstance(x, T.ScalarType) and x == T.bool_ else _python_value(x)
+
+
 class PyBuiltin:
     """A Python builtin applied to compile-time values (``len``, ``min``, ``int``, ...)."""
 
@@ -46,14 +52,15 @@ class PyBuiltin:
 
     def call(self, args: list[Arg], kwargs: dict[str, Arg], span: Span) -> Any:
         vals = []
-        for a in args:
+        for i, a in enumerate(args):
             v = a.value
+            value = _class_value if self.name == "isinstance" and i == 1 else _python_value
             if isinstance(v, Const):
-                vals.append(_python_value(v.value))
+                vals.append(value(v.value))
             elif isinstance(v, tuple) and self.name in ("len", "tuple"):
                 vals.append(v)
             elif isinstance(v, tuple) and all(isinstance(x, Const) for x in v):
-                vals.append(tuple(_python_value(x.value) for x in v))
+                vals.append(tuple(value(x.value) for x in v))
             else:
                 raise CompileError([Diagnostic("SP0331", f"`{self.name}` works on compile-time values only, found "
                                                f"{describe(v)}", a.span)])

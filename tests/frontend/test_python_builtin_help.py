@@ -148,3 +148,18 @@ def test_isinstance_of_a_python_type_folds(tmp_path) -> None:
             "    sp.store(X, 3.0 if isinstance(2.5, float) else 0.0)\n")
     module, _ = _jit(body, tmp_path)
     assert run_one_f32(module)[0] == 3.0
+
+
+def test_isinstance_of_bool_folds(tmp_path) -> None:
+    """`bool` in a kernel is the language's bool type; as isinstance's class it is Python's bool (it was
+    SP0331 "arg 2 must be a type"), alone and in a tuple, in @jit and .spk kernels."""
+    body = ("    sp.static_assert(isinstance(True, bool))\n    sp.static_assert(not isinstance(2, bool))\n"
+            "    sp.static_assert(isinstance(False, (str, bool)))\n"
+            "    sp.store(X, 3.0 if isinstance(B, bool) else 0.0)\n")
+    module, _ = _jit(body.replace("B, bool", "True, bool"), tmp_path)
+    assert run_one_f32(module)[0] == 3.0
+    text = ("@kernel\ndef k(X: ptr[f32], B: constexpr):\n    static_assert(isinstance(B, bool))\n"
+            "    static_assert(not isinstance(1, bool))\n    store(X, 3.0)\n")
+    x = np.full(1, np.nan, np.float32)
+    sp.loads(text, "isinstance_bool.spk").kernels["k"].interpret[(1,)](x, B=True)
+    assert x[0] == 3.0
