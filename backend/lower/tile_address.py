@@ -75,10 +75,6 @@ LINEAR_ABOVE = 128
 is cheap (0.2 s of code generation at 128 elements per thread) and the shipped kernels' tiles (128 x
 128 at most over 4 warps) keep their PTX byte for byte."""
 
-ELEMENT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
-"""The bytes between consecutive elements of each LLVM element type in global memory (its alloc size)."""
-
-
 def linear_form_applies(layout: LinearLayout) -> bool:
     """Whether :func:`linear_tile_addresses` gives ``layout``'s registers their exact addresses
     (every dim's register part disjoint from its thread part; register offsets below 2**20,
@@ -92,7 +88,7 @@ def tile_addresses(cg: CodeGen, t: TensorArg, offsets: list[LLValue], layout: Li
                    ) -> tuple[list[LLValue], list[LLValue]]:
     """Per register of ``layout``: the element pointer and the in-bounds predicate of the box of
     ``t`` at ``offsets`` (the linear form where it applies, else the exact one)."""
-    if llvm_type(t.elem) in ELEMENT_BYTES and linear_form_applies(layout):
+    if linear_form_applies(layout):
         return linear_tile_addresses(cg, t, offsets, layout)
     return exact_tile_addresses(cg, t, offsets, layout)
 
@@ -149,7 +145,7 @@ def linear_tile_addresses(cg: CodeGen, t: TensorArg, offsets: list[LLValue], lay
     # register r's address: that of r without its lowest set bit plus a step shared by all the
     # registers that differ from theirs by the same coordinates, added in inline asm (opaque to LLVM's
     # straight-line strength reduction, which would compare every address with every earlier one)
-    eb = ELEMENT_BYTES[ety]
+    eb = t.elem.bytes  # the bytes between consecutive elements in global memory (a bool takes one)
     steps: dict[tuple[int, ...], LLValue] = {}
     addrs = [fb.cast("ptrtoint", base, "i64")]
     ptrs = [base]
