@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .builtins import ROOT, signature_text
+from .python_builtins import POWER
 from .values import Builtin, autotuned_kernel_name, kernel_object_name
 
 LIBRARIES = frozenset({"numpy", "math", "cmath", "builtins", "torch", "jax", "jaxlib", "triton", "scipy",
@@ -53,8 +54,8 @@ DIFFERENT = {
 NO_BUILTIN = {
     "trunc": "the language has no `trunc`: " + TO_INT,
     "fabs": "use the language's `abs(x)` (`sparsile.abs`)",
-    "pow": "write `x ** y`",
-    "power": "write `x ** y`",
+    "pow": POWER,
+    "power": POWER,
 }
 """Library functions the language spells another way."""
 
@@ -75,7 +76,7 @@ def python_method(fn: Any) -> types.FunctionType | None:
     return fn if owner and owner[-1] != "<locals>" and first in ("self", "cls") else None
 
 
-def _library_of(fn: Any) -> str | None:
+def library_of(fn: Any) -> str | None:
     """The top-level package of a library's function or class (``_operator``, the C module behind
     ``operator``, is ``operator``), or None for the user's own."""
     module = getattr(fn, "__module__", None)
@@ -110,13 +111,13 @@ def _partial_help(fn: functools.partial) -> str:
     kernel = kernel_object_name(inner)
     if kernel is not None:
         return PARTIAL + f"call `{kernel}` itself with all its arguments"
-    if isinstance(inner, types.FunctionType) and inner.__name__ != "<lambda>" and _library_of(inner) is None:
+    if isinstance(inner, types.FunctionType) and inner.__name__ != "<lambda>" and library_of(inner) is None:
         return PARTIAL + f"decorate `{inner.__name__}` with `@sparsile.jit` and call it with all its arguments"
     return PARTIAL + "call the function itself with all its arguments"
 
 
 def _class_help(cls: type) -> str:
-    library = _library_of(cls)
+    library = library_of(cls)
     if library is None:
         return OBJECT
     what = "a Python builtin class" if library == "builtins" else f"a {library} class"
@@ -137,7 +138,7 @@ def not_callable_help(fn: Any) -> str | None:
         return (f"an autotuned kernel picks its config when it is launched from Python; to inline its body call "
                 f"`{tuned}.kernel(...)` with one config's constexprs as arguments")
     name = getattr(fn, "__name__", None)
-    library = _library_of(fn)
+    library = library_of(fn)
     if library is not None:
         return _library_function_help(library, name)
     if name == "<lambda>":

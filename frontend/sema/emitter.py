@@ -19,7 +19,7 @@ from ..interp.numerics import gpu_fmod, int_to_float
 from ..ir import types as T
 from ..ir.core import Builder, Operation, Value
 from ..spans import Span
-from .call_help import python_method
+from .call_help import library_of, python_method
 from .constant_kinds import check_number_use, wrong_constant_help
 from .type_ctors import TypeCtor
 from .values import (
@@ -396,13 +396,13 @@ def int_true_division(a: int, b: int) -> float:
 
 def _is_numpy_function(x: Any) -> bool:
     """Whether ``x`` is one of NumPy's functions (a ufunc, a dispatcher such as ``np.max``, a C
-    function such as ``np.zeros``), told by its module and name; not a class such as ``np.ndarray``."""
+    function such as ``np.zeros``), told by its library (call_help.library_of) and a name; not a
+    class such as ``np.ndarray``."""
     try:
-        module, name = getattr(x, "__module__", None), getattr(x, "__name__", None)
+        return (not isinstance(x, type) and callable(x) and library_of(x) == "numpy"
+                and isinstance(getattr(x, "__name__", None), str))
     except Exception:  # an object whose attributes raise: not NumPy's
         return False
-    return (not isinstance(x, type) and callable(x) and isinstance(name, str) and isinstance(module, str)
-            and module.partition(".")[0] == "numpy")
 
 
 def _describe(v: Any) -> str:
@@ -422,8 +422,6 @@ def _describe(v: Any) -> str:
             return f"the Python function `{getattr(x, '__qualname__', x.__name__)}`"
         if isinstance(x, bool | int | float | str | None) or x is None:
             return repr(x)
-        if isinstance(x, np.ufunc):  # not `<ufunc 'sqrt'>`
-            return f"the NumPy function `{x.__name__}`"
         if isinstance(x, TypeCtor):
             return f"the type constructor `{x.name}`"
         if isinstance(x, type):  # not its repr, `<class 'module.C'>`

@@ -29,7 +29,7 @@ from .consts import (
     try_fold_builtin,
 )
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
-from .member_help import missing_member
+from .member_help import for_loop_help, missing_member
 from .python_builtins import builtin_help
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor
@@ -165,9 +165,8 @@ class ExprMixin:
             return Const(PyBuiltin(node.id))
         candidates = set(self.scope.all_names()) | set(_known_globals())  # type: ignore[attr-defined]
         close = difflib.get_close_matches(node.id, sorted(candidates), n=1)
-        help_ = name_help(node.id) or builtin_help(node.id) or (f"did you mean `{close[0]}`?" if close else None)
-        if node.id in ("range", "static_range"):
-            help_ = f"`{node.id}` can only be used as the iterable of a `for` loop"
+        help_ = (for_loop_help(node.id) or name_help(node.id) or builtin_help(node.id)
+                 or (f"did you mean `{close[0]}`?" if close else None))
         raise CompileError([Diagnostic("SP0202", f"unknown name `{node.id}`", node.span, help=help_)])
 
     # ------------------------------------------------------------------------------ operators
@@ -234,11 +233,9 @@ class ExprMixin:
             if big is not None:  # `2**2000 // 3.0`: the integer has no f64 value
                 raise CompileError([Diagnostic("SP0303", f"`{op}` with a float converts the integer constant {big} "
                                                "to f64, whose range it exceeds", span)]) from None
-            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(Const(x))} and "
-                                           f"{describe(Const(y))}", span)]) from None
+            raise _undefined(op, x, y, span) from None
         except (TypeError, ValueError):
-            raise CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(Const(x))} and "
-                                           f"{describe(Const(y))}", span)]) from None
+            raise _undefined(op, x, y, span) from None
 
     def unaryop(self, node: A.UnaryOp) -> Any:
         v = self.expr(node.operand)
@@ -684,6 +681,12 @@ def _assigned_later(node: A.Name, function: str) -> CompileError:
         help=f"a name assigned anywhere in a function is local to it, as in Python: no `{node.id}` from outside "
              f"`{function}` (a module value, an enclosing function's) is read there; assign it before this use (before "
              "the loop, for a loop body), or rename the local")])
+
+
+def _undefined(op: str, x: Any, y: Any, span: Span) -> CompileError:
+    """SP0329: the binary operator ``op`` has no meaning between the constants x and y."""
+    return CompileError([Diagnostic("SP0329", f"`{op}` is not defined between {describe(Const(x))} and "
+                                    f"{describe(Const(y))}", span)])
 
 
 def _check_bound(node: A.Name, v: Any) -> Any:

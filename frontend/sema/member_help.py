@@ -27,6 +27,11 @@ INTERPRET = ("to run a kernel in the CPU interpreter, launch it from Python as `
 
 FOR_ONLY = frozenset({"range", "static_range"})
 
+
+def for_loop_help(name: str) -> str | None:
+    """The help for ``range`` / ``static_range`` used anywhere but as a ``for`` loop's iterable."""
+    return f"`{name}` can only be used as the iterable of a `for` loop" if name in FOR_ONLY else None
+
 ROOT_HELP: dict[str, str] = {"interpret": INTERPRET}
 """Names users reach for as ``sparsile.NAME`` that neither the language nor the package has, with
 what they are looking for."""
@@ -49,7 +54,7 @@ def member_help(base: Namespace, attr: str) -> str | None:
     if base is ROOT and attr in ROOT_HELP:
         return ROOT_HELP[attr]
     if base is ROOT and attr in FOR_ONLY:
-        return f"`{attr}` can only be used as the iterable of a `for` loop"
+        return for_loop_help(attr)
     return name_help(attr)
 
 

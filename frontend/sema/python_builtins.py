@@ -22,6 +22,8 @@ ATTRIBUTES = ("a kernel reads an attribute by writing it (`obj.name`, a compile-
 EXCEPTION = ("a kernel cannot raise exceptions: check with `assert cond, \"message\"` (at run time, by the "
              "interpreter) or `static_assert(cond, \"message\")` at compile time")
 
+POWER = "write `x ** y`"
+
 NAMES: dict[str, str] = {
     "print": "kernels do not print at run time; `static_print(...)` prints constants at compile time",
     "dict": CONTAINER,
@@ -39,7 +41,7 @@ NAMES: dict[str, str] = {
     "slice": "a kernel has no slice objects: write the subscript (`t[1:3]` of a tuple, `x[:, None]` of a tile)",
     "round": ("the language has no `round`: `floor(x)` / `ceil(x)` round a float down / up; `x.to(i32)` "
               "truncates toward zero"),
-    "pow": "write `x ** y`",
+    "pow": POWER,
     "divmod": "write `a // b` and `a % b` (on integers they round toward zero, as C: docs/language.md rule 6)",
     "all": "combine conditions with `and`; a tile of bools `m` is all true where `min(m.to(i32)) == 1`",
     "any": "combine conditions with `or`; a tile of bools `m` has a true element where `max(m.to(i32)) == 1`",
