@@ -381,16 +381,22 @@ def measure(label: str, fn: Callable[[], Any], row: dict[str, Any], errors: dict
         errors[label] = first_line(e)
 
 
-def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) -> dict[str, Any]:
+def row_input(c: Contenders, shape: Shape, t: int) -> Any:
+    """The row's activations x (T, K): the same in every pass (seeded by T)."""
     import torch
+
+    gen = torch.Generator(device=DEVICE).manual_seed(t)
+    return torch.randn(t, shape.k, device=DEVICE, generator=gen).to(activation_dtype(c.dtype))
+
+
+def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) -> dict[str, Any]:
 
     errors = dict(c.errors)
     row: dict[str, Any] = {"model": shape.model, "layer": shape.layer, "n": shape.n, "k": shape.k, "t": t,
                            "dtype": c.dtype, "errors": errors, "from_dense_s": c.build_s}
     if args.host_diag:
         row["probe"] = host_probe_us()
-    gen = torch.Generator(device=DEVICE).manual_seed(t)
-    x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(activation_dtype(c.dtype))
+    x = row_input(c, shape, t)
     ref = x.double() @ c.w.double().T
     dense = eager = None
     try:
@@ -465,10 +471,8 @@ def retime_eager(c: Contenders, shape: Shape, t: int, row: dict[str, Any], block
     """One more pass (``--passes``) of the interleaved eager blocks of dense and SparseLinear on the row's
     input: each label's fastest block of every pass goes to ``row[label + '_best_passes']``, its fastest
     of all to ``row[label + '_best']``; overheads and speedups follow."""
-    import torch
 
-    gen = torch.Generator(device=DEVICE).manual_seed(t)  # bench_case's input
-    x = torch.randn(t, shape.k, device=DEVICE, generator=gen).to(activation_dtype(c.dtype))
+    x = row_input(c, shape, t)
     dense = c.dense(x)
 
     def eager() -> Any:
