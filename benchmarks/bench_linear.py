@@ -390,7 +390,6 @@ def row_input(c: Contenders, shape: Shape, t: int) -> Any:
 
 
 def bench_case(c: Contenders, shape: Shape, t: int, args: argparse.Namespace) -> dict[str, Any]:
-
     errors = dict(c.errors)
     row: dict[str, Any] = {"model": shape.model, "layer": shape.layer, "n": shape.n, "k": shape.k, "t": t,
                            "dtype": c.dtype, "errors": errors, "from_dense_s": c.build_s}
@@ -471,7 +470,6 @@ def retime_eager(c: Contenders, shape: Shape, t: int, row: dict[str, Any], block
     """One more pass (``--passes``) of the interleaved eager blocks of dense and SparseLinear on the row's
     input: each label's fastest block of every pass goes to ``row[label + '_best_passes']``, its fastest
     of all to ``row[label + '_best']``; overheads and speedups follow."""
-
     x = row_input(c, shape, t)
     dense = c.dense(x)
 
