@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -9,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparsile.stdlib.sparsity import (
+    PATTERN_1_2,
     PATTERN_2_4,
+    PATTERN_4_8_PAIRS,
     SparsityError,
     prune,
     prune_1_2,
@@ -20,7 +24,9 @@ from sparsile.stdlib.sparsity import (
     prune_mask_2_4,
     prune_mask_4_8_pairs,
 )
-from sparsile.stdlib.sparsity.prune import keep_mask_reference, prune_rows
+from sparsile.stdlib.sparsity.prune import keep_mask_reference, keep_mask_total_order, prune_rows, unit_keys
+
+prune_module = importlib.import_module("sparsile.stdlib.sparsity.prune")
 
 HOST = {
     "f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
@@ -221,3 +227,42 @@ def test_own_precision_prune_matches_the_operand_kernel(picks: list[int]):
     want = prune_mask_2_4(w16)
     for wide in (np.float32, np.float64):
         np.testing.assert_array_equal(prune_mask_2_4(w16.astype(wide)), want)
+
+
+_SPECIAL_FLOATS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, 1e-40, 3.4e38]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint16]),
+       st.sampled_from([PATTERN_2_4, PATTERN_1_2, PATTERN_4_8_PAIRS]),
+       st.integers(1, 6), st.integers(1, 5), st.integers(0, 2**31), st.sampled_from([1, 2]))
+def test_comparison_path_in_blocks_equals_the_rule_on_the_whole_array(dtype, pattern, rows, groups, seed, workers):
+    """Host dtypes without a bit-parallel kernel are pruned block by block (whole groups, float32
+    from its own magnitude bits, each pair of units compared once): the same mask as
+    ``keep_mask_reference`` over the whole array's ``unit_keys``, with blocks of a few groups
+    across row ends, specials and ties included."""
+    rng = np.random.default_rng(seed)
+    k = groups * pattern.group
+    if np.dtype(dtype).kind == "f":
+        w = np.where(rng.random((rows, k)) < 0.3, rng.choice(_SPECIAL_FLOATS, (rows, k)),
+                     rng.integers(-3, 4, (rows, k)) * rng.choice([1.0, 0.5], (rows, k))).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        w = rng.choice([info.min, info.max, 0, 1, 2, 3, -1 if info.min < 0 else 5], (rows, k)).astype(dtype)
+    keys = unit_keys(w, pattern.unit).reshape(rows, groups, pattern.units)
+    want = np.repeat(keep_mask_reference(keys, pattern.keep), pattern.unit, axis=-1).reshape(rows, k)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prune_module, "REFERENCE_BLOCK_GROUPS", 3)
+        mask = prune_rows(w, pattern, True, workers=workers)
+        pruned = prune_rows(w, pattern, False, workers=workers)
+    np.testing.assert_array_equal(mask, want)
+    np.testing.assert_array_equal(pruned.view(f"u{w.itemsize}"),
+                                  np.where(want, w, np.zeros((), dtype)).view(f"u{w.itemsize}"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=2, max_size=8), st.integers(1, 3))
+def test_keep_mask_total_order_is_the_reference_rule(keys: list[int], keep: int):
+    """Each pair compared once gives the documented rule's mask (ties keep the lower index)."""
+    array = np.array([keys, keys[::-1]], dtype=np.int64)[None]
+    np.testing.assert_array_equal(keep_mask_total_order(array, keep), keep_mask_reference(array, keep))
