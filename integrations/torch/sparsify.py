@@ -103,6 +103,29 @@ def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: in
     return None
 
 
+# Parents that read some of their linears' weights themselves instead of calling them, and which.
+WEIGHT_READERS: tuple[tuple[type, tuple[str, ...], str], ...] = (
+    (nn.TransformerEncoderLayer, ("linear1", "linear2"), "its eval-mode fast path"),
+)
+
+
+def read_by_parent(model: nn.Module) -> dict[int, str]:
+    """Why each linear (by ``id``) whose parent reads its weight itself must stay dense: in eval mode
+    ``nn.TransformerEncoderLayer`` (and ``nn.TransformerEncoder`` through its first layer) passes
+    ``linear1.weight`` and ``linear2.weight`` to its fast path, where a SparseLinear (no ``weight``)
+    is an AttributeError from torch and a SemiSparseLinear's dense master weight gives other numbers."""
+    reasons: dict[int, str] = {}
+    for parent in model.modules():
+        for cls, names, where in WEIGHT_READERS:
+            if isinstance(parent, cls):
+                for name in names:
+                    child = getattr(parent, name, None)
+                    if isinstance(child, nn.Linear):
+                        reasons[id(child)] = (f"nn.{cls.__name__} reads this linear's weight itself ({where}), "
+                                              "not through its forward")
+    return reasons
+
+
 def own_behaviour(module: nn.Module, base: type = nn.Linear) -> str | None:
     """Why calling ``module`` may compute something other than ``base``'s forward (``nn.Linear``'s
     ``x @ W.T + b``), or something a new module would not do (None where it computes just that): its
@@ -240,12 +263,14 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     ``min_features`` on either side; a weight dtype without a kernel (float32 with dtype=None);
     weights on the CPU unless ``interpret=True`` (the interpreter is exact but slow), or on
     another device; the root module itself (it cannot be replaced in place); the ``out_proj`` of an
-    ``nn.MultiheadAttention`` (a ``NonDynamicallyQuantizableLinear``: its parent reads the weight); a linear
-    whose call does more than the linear (its class's own forward, a forward replaced on the instance,
-    forward or backward hooks: :func:`own_behaviour`); a linear whose weight (or bias) is tied to another
-    module's tensor (the same tensor or memory, as transformers ties lm_head to the input embeddings:
-    :class:`TiedTensors`; a pruned copy would untie them); a bias on the meta device; a float8 weight
-    with ``trainable=True``. Modules the filter rejects are not reported.
+    ``nn.MultiheadAttention`` (a ``NonDynamicallyQuantizableLinear``: its parent reads the weight),
+    and ``linear1`` / ``linear2`` of an ``nn.TransformerEncoderLayer`` (read by its fast path:
+    :func:`read_by_parent`); a linear whose call does more than the linear (its class's own
+    forward, a forward replaced on the instance, forward or backward hooks: :func:`own_behaviour`);
+    a linear whose weight (or bias) is tied to another module's tensor (the same tensor or memory,
+    as transformers ties lm_head to the input embeddings: :class:`TiedTensors`; a pruned copy would
+    untie them); a bias on the meta device; a float8 weight with ``trainable=True``. Modules the
+    filter rejects are not reported.
     ``trainable=True`` swaps in trainable :class:`~.training.SemiSparseLinear` layers instead
     (docs/training.md; e4m3 is refused, SP0916).
 
@@ -275,6 +300,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     report = SparsifyReport(layer="SemiSparseLinear" if trainable else "SparseLinear")
     chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
     tied = TiedTensors(model)
+    read = read_by_parent(model)
     for fqn, module in list(model.named_modules()):
         if isinstance(module, (SparseLinear, SemiSparseLinear)):
             report.already_sparse += 1
@@ -284,7 +310,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         if filter_fn is not None and not _accepts(filter_fn, module, fqn):
             report.unfiltered += 1
             continue
-        reason = tied.reason(module) or skip_reason(module, dtype, interpret, min_features, trainable)
+        reason = (read.get(id(module)) or tied.reason(module)
+                  or skip_reason(module, dtype, interpret, min_features, trainable))
         if reason is None and not fqn:
             reason = "the root module cannot be replaced in place: use SparseLinear.from_dense(model)"
         if reason is not None:

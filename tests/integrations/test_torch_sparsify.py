@@ -233,6 +233,36 @@ def test_multihead_attention_s_out_proj_stays_dense():
     check_against_float64(model.proj, hidden, y)
 
 
+@pytest.mark.parametrize("trainable", [False, True])
+def test_transformer_encoder_layer_s_linears_stay_dense(trainable):
+    """nn.TransformerEncoderLayer (and nn.TransformerEncoder) read linear1.weight and linear2.weight
+    themselves in eval mode, for the fast path's checks and its fused kernel: after sparsify_ the
+    model's every eval forward was an AttributeError from torch ('SparseLinear' object has no
+    attribute 'weight'), and with trainable=True the fast path computed with the dense master
+    weights: the report said sparse, eval ran dense (training, sparse: other numbers). Both linears
+    are skipped with their reason; the model's other linears are not."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                                linear(64, 64, seed=1)).to(torch.bfloat16).eval()
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    with torch.no_grad():
+        before = model[0](x)
+    report = spt.sparsify_(model, interpret=True, min_features=16, trainable=trainable)
+    why = ("nn.TransformerEncoderLayer reads this linear's weight itself (its eval-mode fast path), "
+           "not through its forward")
+    assert report.swapped == ["1"]
+    assert {name: reason for name, reason in report.skipped.items() if "linear" in name} == {
+        f"0.layers.{i}.linear{j}": why for i in (0, 1) for j in (1, 2)}
+    assert all(type(m) is torch.nn.Linear for name, m in model.named_modules() if name.endswith(("linear1", "linear2")))
+    with torch.no_grad():
+        hidden = model[0](x)
+        y = model(x)
+    assert torch.equal(hidden, before)  # the dense encoder's numbers
+    if not trainable:
+        check_against_float64(model[1], hidden, y)
+
+
 def test_a_failing_filter_fn_leaves_the_model_unchanged():
     """Every filter_fn call (and skip reason) comes before the first swap: an exception there leaves
     no half-sparsified model behind."""
