@@ -32,6 +32,7 @@ KERNEL_DIR = Path(__file__).resolve().parent / "stdlib" / "kernels"
 BLACKWELL_FILE = KERNEL_DIR / "sparse_gemm_sm100_persistent.spk"  # what sparse_matmul runs on sm_100a
 INTERPRETER_SIZE = (200, 130, 192)  # ragged in M and N: masking is exercised
 DTYPES = ("f16", "bf16", "e4m3")
+DEFAULT_SIZE = (2048, 2048, 2048)  # the GPU run's problem unless --size gives one
 MAX_SIZE = 32768  # the GPU run's operands are made on the host first (M x K and N x K float64 normals: 8 GiB)
 
 
@@ -201,8 +202,9 @@ DESCRIPTION = ("The 2:4 sparse GEMM end to end: prune and compress a random weig
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sparsile demo", description=DESCRIPTION)
     ap.add_argument("--dtype", choices=DTYPES, default="f16", help="operand type (default f16)")
-    ap.add_argument("--size", nargs=3, type=_positive_int, metavar=("M", "N", "K"), default=(2048, 2048, 2048),
-                    help=f"problem size of the GPU run, each up to {MAX_SIZE} (default 2048 2048 2048)")
+    ap.add_argument("--size", nargs=3, type=_positive_int, metavar=("M", "N", "K"), default=None,
+                    help=f"problem size of the GPU run, each up to {MAX_SIZE} (default "
+                         f"{' '.join(map(str, DEFAULT_SIZE))}; without a GPU run, not used)")
     ap.add_argument("--cpu", action="store_true", help="do not use a GPU even if there is one")
     if argv and argv[0] == "--":  # `sparsile demo -- --dtype e4m3` hands the separator through
         argv = argv[1:]
@@ -231,11 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     report(step_compile_hopper(args.dtype, small_problem))
     for s in step_compile_blackwell(args.dtype):
         report(s)
+    size = tuple(args.size or DEFAULT_SIZE)
+    if gpu is None and args.size is not None:  # say so, rather than let the interpreter's size pass for it
+        report(Step("GPU run", "skipped", f"{'x'.join(map(str, size))}: not run "
+                    f"({'--cpu' if args.cpu else 'no GPU found'}); --size sets the GPU run's problem only"))
     if gpu is not None:
         try:
-            step, problem = step_compress(args.dtype, tuple(args.size))
+            step, problem = step_compress(args.dtype, size)
         except (MemoryError, ValueError) as e:  # too large for this host: report it, do not crash
-            step, problem = Step("prune + compress", "FAILED", f"{'x'.join(map(str, args.size))}: "
+            step, problem = Step("prune + compress", "FAILED", f"{'x'.join(map(str, size))}: "
                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'out of memory'}"), None
         report(step)
         if problem is not None:

@@ -47,6 +47,22 @@ def test_demo_other_dtypes(capsys, dtype):
     assert f"sparse_gemm_{dtype}" in out and f"200x130x192 {dtype}" in out
 
 
+@pytest.mark.parametrize("cpu", [False, True])
+def test_size_without_a_gpu_run_says_it_was_not_used(capsys, monkeypatch, cpu):
+    """--size sets the GPU run's problem: with no GPU run (none found, or --cpu) it was ignored
+    without a word, and the user saw the interpreter's 200x130x192 as if their size had run."""
+    monkeypatch.setattr(demo, "gpu_name", lambda: None)
+    assert demo.main(["--size", "100", "64", "96", *(["--cpu"] if cpu else [])]) == 0
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.lstrip().startswith("[") and "GPU run" in x]
+    why = "--cpu" if cpu else "no GPU found"
+    assert " ".join(line.split()) == (f"[skipped] GPU run 100x64x96: not run ({why}); "
+                                      "--size sets the GPU run's problem only")
+    assert "result: OK (4 ok, 1 skipped, 0 failed)" in out
+    assert demo.main(["--cpu"]) == 0
+    assert "--size" not in capsys.readouterr().out  # no --size: the report the README shows
+
+
 def test_a_failed_check_fails_the_demo(capsys, monkeypatch):
     monkeypatch.setattr(demo, "check", lambda *a, **k: (False, "max |C - ref| 9.9 (forced)"))
     assert demo.main(["--cpu"]) == 1
