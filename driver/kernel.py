@@ -330,6 +330,12 @@ class Kernel:
                     spec = v
                 elif isinstance(v, T.Type):
                     spec = ArgSpec(v, isinstance(v, T.PointerType | T.TensorType))
+                elif isinstance(v, str):  # the CLI's spelling, in a dict: say which form goes where
+                    raise LaunchError("SP0724", f"the signature gives `{p.name}` = {v!r}, a text; in a dict, a "
+                                      "run-time parameter needs a type object such as sp.ptr[sp.f32] or sp.i32",
+                                      help=f"write {{{p.name!r}: sp.{v.strip().replace('[', '[sp.')}}}, or give "
+                                           f"the whole signature as one text: {self.name}.compile("
+                                           f"\"{_as_text(signature)}\")")
                 else:
                     raise LaunchError("SP0724", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
                                       "needs a type such as `ptr[f32]` or `i32`")
@@ -385,6 +391,11 @@ def missing_signature_message(kernel: str, missing: list[ParamInfo]) -> str:
              for p in missing]
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return f"the signature of `{kernel}` must give {listed}"
+
+
+def _as_text(signature: dict[str, Any]) -> str:
+    """A dict signature in the text form ``compile`` also takes (``"x=ptr[f32], BLOCK=32"``)."""
+    return ", ".join(f"{name}={value}" for name, value in signature.items())
 
 
 def _signature_example(p: ParamInfo) -> str:

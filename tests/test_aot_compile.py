@@ -70,6 +70,25 @@ def test_a_missing_signature_names_every_missing_parameter() -> None:
     assert "k" in ck.ir
 
 
+def test_a_type_given_as_text_in_a_dict_says_how_to_give_it() -> None:
+    """{"x": "ptr[f32]"} was told that a run-time parameter "needs a type such as `ptr[f32]`": the text
+    it had just given. The message says a type object is wanted, and the help shows both forms."""
+    k = sp.loads(PARTLY_ANNOTATED, "case.spk").kernels["k"]
+    with pytest.raises(LaunchError) as e:
+        k.compile({"x": "ptr[f32]", "BLOCK": 32}, stop_after="ir")
+    assert e.value.code == "SP0724"
+    assert e.value.message == ("the signature gives `x` = 'ptr[f32]', a text; in a dict, a run-time parameter "
+                               "needs a type object such as sp.ptr[sp.f32] or sp.i32")
+    assert e.value.help == ("write {'x': sp.ptr[sp.f32]}, or give the whole signature as one text: "
+                            "k.compile(\"x=ptr[f32], BLOCK=32\")")
+    assert k.compile({"x": sp.ptr[sp.f32], "BLOCK": 32}, stop_after="ir").ir == k.compile(
+        "x=ptr[f32], BLOCK=32", stop_after="ir").ir  # the two forms the help shows
+    with pytest.raises(LaunchError) as e:
+        k.compile({"x": 3.5, "BLOCK": 32}, stop_after="ir")  # not a text: the message as before
+    assert e.value.message == ("the signature gives `x` = 3.5; a run-time parameter needs a type such as "
+                               "`ptr[f32]` or `i32`")
+
+
 def test_cli_missing_signature_is_a_usage_error(tmp_path) -> None:
     path = tmp_path / "case.spk"
     path.write_text(PARTLY_ANNOTATED)
