@@ -100,3 +100,47 @@ def test_the_checks_see_a_bad_reference(name: str, tmp_path: Path) -> None:
     assert cited == [("note.py:2", "1.4"), ("note.py:2", "3"), ("note.py:2", "0"), ("note.py:2", "0 item 6"),
                      ("note.py:3", "1.9"), ("note.py:3", "0"), ("note.py:3", "0 item 11")]
     assert bad_citations(cited) == ["note.py:3: §1.9", "note.py:3: §0 item 11"]
+
+
+# The repository's top-level folders, as docs cite them: `backend/lower/blackwell_mma.py`, or a
+# module's function `backend/lower/blackwell_mma.mma_plan`.
+FOLDERS = ("backend", "benchmarks", "docs", "driver", "examples", "frontend", "grammar", "integrations", "scripts",
+           "stdlib", "target", "tests", ".ci")
+CITED_PATH = re.compile(r"`((?:" + "|".join(re.escape(f) for f in FOLDERS) + r")/[\w./-]*\w)`")
+
+
+def cites(path: str, root: Path = ROOT) -> bool:
+    """Whether ``path`` names a file or folder under ``root``, or ``module.name`` a module there
+    that defines ``name`` (a def, a class or an assignment at the start of a line)."""
+    if (root / path).exists():
+        return True
+    module, _, name = path.rpartition(".")
+    source = root / f"{module}.py" if (root / f"{module}.py").is_file() else root / module / "__init__.py"
+    return bool(module and name) and source.is_file() and re.search(
+        rf"^\s*(?:def|class) {re.escape(name)}\b|^{re.escape(name)}\s*[:=]", source.read_text(), re.M) is not None
+
+
+def missing_citations(pages: list[Path], root: Path = ROOT) -> list[str]:
+    """``page:line: path`` of every path in backticks on ``pages`` that names nothing under ``root``."""
+    return [f"{page.name}:{n}: {m.group(1)}" for page in pages
+            for n, line in enumerate(page.read_text().splitlines(), 1)
+            for m in CITED_PATH.finditer(line) if not cites(m.group(1).rstrip("."), root)]
+
+
+def test_docs_cite_files_and_functions_that_exist() -> None:
+    """docs/blackwell.md named `backend/descriptors.encode_idesc` and `frontend/ops_blackwell...`,
+    modules moved long before (to target/idesc.py and frontend/ops/blackwell_operands.py)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert sum(len(CITED_PATH.findall(p.read_text())) for p in pages) > 50  # the docs cite paths throughout
+    missing = missing_citations(pages)
+    assert not missing, "no such file, or no such name in the module:\n" + "\n".join(missing)
+
+
+def test_the_path_check_sees_a_bad_citation(tmp_path: Path) -> None:
+    (tmp_path / "backend").mkdir()
+    (tmp_path / "backend" / "mod.py").write_text("def real():\n    pass\n\n\nLIMIT = 3\n")
+    page = tmp_path / "page.md"
+    page.write_text("`backend/mod.py`, `backend/mod.real`, `backend/mod.LIMIT`, `backend/`\n"
+                    "`backend/gone.py`, `backend/mod.fake`, `backend/gone.real`\n")
+    assert missing_citations([page], tmp_path) == ["page.md:2: backend/gone.py", "page.md:2: backend/mod.fake",
+                                                   "page.md:2: backend/gone.real"]
