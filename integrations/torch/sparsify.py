@@ -43,7 +43,8 @@ class SparsifyReport:
     already_sparse: int = 0  # the SparseLinear modules the model held already
 
     def __str__(self) -> str:
-        lines = [f"sparsify_: {len(self.swapped)} linear layers swapped for {self.layer}, {len(self.skipped)} skipped"]
+        lines = [f"sparsify_: {_count(len(self.swapped), 'linear layer')} swapped for {self.layer}, "
+                 f"{len(self.skipped)} skipped"]
         lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
         if not self.swapped and not self.skipped:
             lines.append("  " + self._why_nothing())
@@ -55,11 +56,18 @@ class SparsifyReport:
         """Why a call swapped and skipped nothing (a model of other layer types, a filter that
         refused every linear, a model sparsified already)."""
         if self.unfiltered:
-            return f"filter_fn turned down all {self.unfiltered} nn.Linear modules"
+            return (f"filter_fn turned down all {self.unfiltered} nn.Linear modules" if self.unfiltered > 1 else
+                    "filter_fn turned down the 1 nn.Linear module")
         if self.already_sparse:
-            return f"the model's {self.already_sparse} linear layers are sparse already"
+            return (f"the model's {self.already_sparse} linear layers are sparse already" if self.already_sparse > 1
+                    else "the model's 1 linear layer is sparse already")
         return ("the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear only (projections of "
                 "another class, such as transformers' GPT-2 Conv1D, are not swapped)")
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 ("1 linear layer", "2 linear layers")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int,

@@ -305,7 +305,7 @@ def test_the_report_names_the_trainable_layers_it_swapped_in():
     assert isinstance(model[0], spt.SemiSparseLinear) and isinstance(model[2], spt.SemiSparseLinear)
     assert str(report) == "sparsify_: 2 linear layers swapped for SemiSparseLinear, 0 skipped"
     assert str(spt.sparsify_(torch.nn.Sequential(linear(32, 32)), interpret=True, min_features=16)) == (
-        "sparsify_: 1 linear layers swapped for SparseLinear, 0 skipped")
+        "sparsify_: 1 linear layer swapped for SparseLinear, 0 skipped")  # (it said "1 linear layers")
 
 
 class _HalvedLinear(torch.nn.Linear):
@@ -470,13 +470,17 @@ def test_a_call_that_swaps_and_skips_nothing_says_why():
     model = torch.nn.Sequential(linear(64, 64, seed=1), torch.nn.ReLU(), linear(64, 64, seed=2))
     refused = spt.sparsify_(model, interpret=True, min_features=16, filter_fn=lambda module, fqn: False)
     assert str(refused).splitlines()[1:] == ["  filter_fn turned down all 2 nn.Linear modules"]
+    one = torch.nn.Sequential(linear(64, 64, seed=4))
+    none = spt.sparsify_(one, interpret=True, min_features=16, filter_fn=lambda module, fqn: False)
+    assert str(none).splitlines() == ["sparsify_: 0 linear layers swapped for SparseLinear, 0 skipped",
+                                      "  filter_fn turned down the 1 nn.Linear module"]
     assert len(spt.sparsify_(model, interpret=True, min_features=16).swapped) == 2
     again = spt.sparsify_(model, interpret=True, min_features=16)
     assert str(again).splitlines()[1:] == ["  the model's 2 linear layers are sparse already"]
     trainable = torch.nn.Sequential(linear(64, 64, seed=3))
     spt.sparsify_(trainable, interpret=True, min_features=16, trainable=True)
     assert str(spt.sparsify_(trainable, interpret=True, min_features=16)).splitlines()[1:] == [
-        "  the model's 1 linear layers are sparse already"]
+        "  the model's 1 linear layer is sparse already"]
     assert str(spt.sparsify_(torch.nn.Sequential(linear(64, 64, seed=4)), interpret=True, min_features=16)
                ).splitlines()[1:] == []
 
