@@ -27,10 +27,10 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Sparsify a Llama model with sparsile and time its generation.")
-    ap.add_argument("--layers", type=int, default=4, help="decoder layers (Llama-3-8B has 32)")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--prompt", type=int, default=128, help="prompt length in tokens")
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4, help="decoder layers, Llama-3-8B has 32 (default 4)")
+    ap.add_argument("--batch", type=int, default=1, help="sequences generated together (default 1)")
+    ap.add_argument("--prompt", type=int, default=128, help="prompt length in tokens (default 128)")
+    ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence, timed (default 64)")
     ap.add_argument("--no-glu", action="store_true",
                     help="keep the MLP's own SiLU and product instead of the gated activation (SwiGLU) in the fused "
                          "gate/up kernel (docs/torch.md, 'Fusing the gated activation (SwiGLU, GeGLU)')")

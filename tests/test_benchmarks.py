@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -324,6 +325,18 @@ def test_llama_arguments():
 
 def load_example(name: str):
     return importlib.import_module(f"sparsile.examples.{name}")
+
+
+def test_llama_example_help_explains_every_option(capsys):
+    """`python examples/llama_sparse.py -h` listed --batch and --new-tokens without a word, and no
+    option's default (the docstring's [--layers 4] [--batch 1] [--new-tokens 64])."""
+    ex = load_example("llama_sparse")
+    with pytest.raises(SystemExit):
+        ex.parse_args(["-h"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--layers", 4), ("--batch", 1), ("--prompt", 128), ("--new-tokens", 64)):
+        helped = re.search(rf"{option} {option.lstrip('-').replace('-', '_').upper()} (.*?) --", text)
+        assert helped is not None and f"(default {default})" in helped.group(1), option
 
 
 @pytest.mark.parametrize("attention", bll.ATTENTIONS)
