@@ -37,12 +37,15 @@ def _layer_error(name: str, message: str, help: str) -> IntegrationError:
 
 
 def checked_shape(shape: Any, name: str) -> tuple[int, int]:
-    """The (out, in) of a ``.shape`` tensor: two non-negative integers."""
+    """The (out, in) of a ``.shape`` tensor: two non-negative integers, (2,) as this module writes
+    it, or (2, 1) as compressed-tensors writes it (``torch.tensor(shape).reshape(-1, 1)``; its reader
+    flattens it), or (1, 2)."""
     array = np.asarray(shape)
-    if array.shape != (2,) or array.dtype.kind not in "iu" or (array < 0).any():
+    if array.shape not in ((2,), (2, 1), (1, 2)) or array.dtype.kind not in "iu" or (array < 0).any():
         raise _layer_error(name, f"shape must hold two non-negative integers [out, in], got {array.tolist()!r}",
                            help="write .shape as an int64 tensor [out_features, in_features]")
-    return int(array[0]), int(array[1])
+    out, cols = array.reshape(-1)
+    return int(out), int(cols)
 
 
 def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str) -> np.ndarray:
@@ -128,6 +131,27 @@ def sparsity_config(config: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(holder, dict) and isinstance(holder.get("sparsity_config"), dict):
             return holder["sparsity_config"]
     return None
+
+
+def declared_weight_types(config: dict[str, Any]) -> set[str]:
+    """The weight types (``"int"``, ``"float"``) that a config.json's quantization scheme declares:
+    ``config_groups[*].weights.type``, where compressed-tensors keeps them (under quantization_config
+    or compression_config, next to the sparsity_config or in a quantization_config of its own).
+    An int-quantized weight and an fp8 one written as int8 bits are both int8 arrays; this tells them
+    apart."""
+    holders = [config]
+    for key in ("quantization_config", "compression_config"):
+        inner = config.get(key)
+        if isinstance(inner, dict):
+            holders += [inner, inner.get("quantization_config")]
+    types = set()
+    for holder in holders:
+        groups = holder.get("config_groups") if isinstance(holder, dict) else None
+        for group in groups.values() if isinstance(groups, dict) else ():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict) and isinstance(weights.get("type"), str):
+                types.add(weights["type"])
+    return types
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

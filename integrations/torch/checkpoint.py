@@ -37,6 +37,7 @@ from ..sparse24 import (
     INDEX,
     bitmask_layout,
     checked_shape,
+    declared_weight_types,
     dense_from_bitmask,
     read_config,
     shards,
@@ -119,10 +120,16 @@ def _device_of(module: nn.Module) -> torch.device:
     return torch.device("cpu") if tensor.device.type == "meta" else tensor.device
 
 
-def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module) -> SparseLinear:
+def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module,
+                  config: dict[str, Any]) -> SparseLinear:
     compressed = tensors[f"{prefix}.compressed"]
     scale = tensors.get(f"{name}.weight_scale")
     if compressed.dtype == np.int8:
+        if "int" in declared_weight_types(config):  # (compressed-tensors' int-quantized weights: int8 numbers)
+            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: the compressed values are int8 and "
+                                   "config.json declares int weights (type 'int' in config_groups): int8-quantized "
+                                   "weights have no 2:4 kernel here (read as fp8 bits they would be other numbers)",
+                                   help="load a checkpoint of bf16, f16 or fp8 (type 'float') weights")
         if scale is None:
             raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: int8 compressed values without "
                                    f"{name}.weight_scale (int8 weights have no kernel here)",
@@ -347,7 +354,7 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
             (bias_missing if has_bias else bias_unexpected).append(f"{name}.bias")
         layer = layers.get(id(module))
         if layer is None:
-            layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module)
+            layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module, config)
         if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
             used.add(f"{name}.weight_scale")
     # every layer built (SP0913 leaves the model as it was), and the other tensors checked against the model

@@ -55,6 +55,17 @@ def test_an_empty_weight_decompresses_to_an_empty_array(rows, cols):
     assert dense.shape == (rows, cols) and dense.dtype == np.float16
 
 
+@pytest.mark.parametrize("layout", [(2,), (2, 1), (1, 2)])
+def test_a_shape_of_two_sizes_in_any_of_the_written_layouts_is_read(layout):
+    """compressed-tensors writes .shape as (2, 1) (``torch.tensor(shape).reshape(-1, 1)``); (2,) alone
+    was read, and every checkpoint that library wrote was SP0913."""
+    w = np.array([[0, 3, 0, -1, 5, 0, 0, 2], [1, 0, 0, 4, 0, 6, 7, 0]], dtype=np.float16)
+    mask = w != 0
+    bits = np.packbits(mask, axis=1, bitorder="little")
+    dense = dense_from_bitmask(w[mask].reshape(2, 4), bits, np.array([2, 8], np.int64).reshape(layout))
+    assert np.array_equal(dense, w)
+
+
 def _error(fn, *args) -> IntegrationError:
     with pytest.raises(IntegrationError) as info:
         fn(*args)

@@ -554,3 +554,79 @@ def test_a_bad_layer_leaves_the_model_as_it_was(tmp_path):
     err = _error(spt.load_sparse24_checkpoint, fresh, tmp_path)
     assert (err.code, err.message) == ("SP0913", "layer proj: bias has 7 elements for 32 output channels")
     assert fresh.head is head and fresh.proj is proj
+
+
+def _compressed_tensors_layer(dense: np.ndarray) -> dict[str, np.ndarray]:
+    """One layer as compressed-tensors' ``Sparse24BitMaskTensor.dict`` writes it: names without
+    ``.weight``, ``.shape`` (2, 1) int64 (``torch.tensor(shape).reshape(-1, 1)``), a top-2 mask per group,
+    compressed in the weight's own dtype (fp8 as F8_E4M3)."""
+    rows, cols = dense.shape
+    order = np.argsort(-np.abs(dense.astype(np.float32).reshape(rows, -1, 4)), axis=2, kind="stable")[:, :, :2]
+    mask = np.zeros((rows, cols // 4, 4), bool)
+    np.put_along_axis(mask, order, True, axis=2)
+    mask = mask.reshape(rows, cols)
+    return {"proj.compressed": dense[mask].reshape(rows, cols // 2),
+            "proj.bitmask": np.packbits(mask, axis=1, bitorder="little"),
+            "proj.shape": np.array([rows, cols], np.int64).reshape(-1, 1)}
+
+
+def _write(tmp_path, tensors: dict[str, np.ndarray], config: dict) -> None:
+    st.save_file(tensors, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_a_checkpoint_laid_out_as_compressed_tensors_writes_it_loads(tmp_path, fp8):
+    """compressed-tensors writes ``.shape`` as a (2, 1) tensor; the reader took only (2,) and refused
+    every checkpoint that library wrote (SP0913, "shape must hold two non-negative integers")."""
+    rng = np.random.default_rng(7)
+    pruned = rng.standard_normal((16, 32)) * 0.5
+    pruned.reshape(16, 8, 4)[:, :, 1::2] = 0  # 2:4 by construction: the mask keeps what is stored
+    dtype = ml_dtypes.float8_e4m3fn if fp8 else np.float16
+    stored = pruned.astype(dtype)
+    tensors = {**_compressed_tensors_layer(stored), "proj.bias": np.linspace(-1, 1, 16).astype(ml_dtypes.bfloat16)}
+    scale = np.linspace(0.5, 2, 16).astype(np.float32)
+    quant: dict = {"quant_method": "compressed-tensors",
+                   "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}
+    if fp8:
+        tensors["proj.weight_scale"] = scale.reshape(-1, 1).astype(ml_dtypes.bfloat16)
+        quant["config_groups"] = {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}}
+    _write(tmp_path, tensors, {"quantization_config": quant})
+    model = _One(dtype=torch.bfloat16)
+    report = spt.load_sparse24_checkpoint(model, tmp_path)
+    assert (report.sparse, report.missing, report.unexpected) == (["proj"], [], [])
+    w = torch.from_numpy(stored.astype(np.float64))
+    if fp8:
+        w = w * torch.from_numpy(scale.astype(ml_dtypes.bfloat16).astype(np.float64))[:, None]
+    layer = model.proj
+    assert layer.weight_dtype == ("e4m3" if fp8 else "f16") and torch.equal(layer.to_dense().double(), w)
+    x = torch.randn(5, 32).to(torch.bfloat16)
+    y = layer(x)
+    check_against_float64(layer, x, y)
+    if not fp8:  # (the float64 product of the file's own weight, as an independent reference)
+        ref = x.double() @ w.T + torch.from_numpy(tensors["proj.bias"].astype(np.float64))
+        assert torch.allclose(y.double(), ref, rtol=2 ** -7, atol=1e-2)
+
+
+@pytest.mark.parametrize("holder", ["quantization_config", "compression_config"])
+def test_int8_quantized_weights_are_not_read_as_fp8_bits(tmp_path, holder):
+    """compressed-tensors stores an int-quantized (W8A8 int8) weight as int8 values with a
+    weight_scale, and fp8 weights as F8_E4M3; the loader read every int8 ``compressed`` with a scale
+    as fp8 bit patterns: an int8 checkpoint loaded as other numbers without a word."""
+    rng = np.random.default_rng(8)
+    q = rng.integers(-127, 128, (16, 32)).astype(np.int8)
+    q.reshape(16, 8, 4)[:, :, ::2] = 0
+    tensors = {**_compressed_tensors_layer(q), "proj.bias": np.zeros(16, np.float32),
+               "proj.weight_scale": np.full((16, 1), 0.01, np.float32)}
+    quant = {"config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}},
+             "format": "int-quantized"}
+    config = {holder: {**quant, "sparsity_config": {"format": "sparse-24-bitmask"}}}
+    _write(tmp_path, tensors, config)
+    model = _One(dtype=torch.bfloat16)
+    err = _error(spt.load_sparse24_checkpoint, model, tmp_path)
+    assert (err.code, err.message) == (
+        "SP0913", "layer proj: the compressed values are int8 and config.json declares int weights (type 'int' "
+                  "in config_groups): int8-quantized weights have no 2:4 kernel here (read as fp8 bits they "
+                  "would be other numbers)")
+    assert "bf16, f16 or fp8" in err.help
+    assert type(model.proj) is torch.nn.Linear
