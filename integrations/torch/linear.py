@@ -547,6 +547,12 @@ class SparseLinear(nn.Module):
                                 f"layer's weight is {self.weight_dtype} ({self.values.dtype}): a copy would cast "
                                 "them to other numbers (e4m3 values mean values * scale_w)",
                                 help="load it into a SparseLinear of the weight type it was saved from (dtype=)")
+        big = 0 if values.is_meta else beyond_f16(values, self.weight_dtype)
+        if big:  # (as from_dense refuses them: the cast makes them inf, the outputs of their rows inf or NaN)
+            raise SparsityError(SP_VALUES_MISMATCH, f"the state dict's {prefix}values are {values.dtype}, {big} of "
+                                f"them beyond ±{F16_MAX:g}: as this layer's {self.weight_dtype} ({self.values.dtype}) "
+                                "they would be inf", help="load it into a SparseLinear of dtype='bf16' (the range of "
+                                "float32), or of the weight type it was saved from")
 
     def _check_state_dict(self, state_dict: Any, prefix: str) -> bool:
         """The checks of a state dict about to be loaded (SP0902, SP0814, the metadata's SP08xx),

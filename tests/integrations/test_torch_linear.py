@@ -354,6 +354,41 @@ def test_assigned_metadata_of_another_integer_type_keeps_int32():
     assert torch.equal(y, copied(x))
 
 
+@pytest.mark.parametrize("assign", [False, True])
+@pytest.mark.parametrize("values_dtype", [torch.bfloat16, torch.float32])
+def test_loaded_values_beyond_the_f16_range_are_refused(assign, values_dtype):
+    """A state dict whose values lie beyond ±65504 loaded into an f16 layer: the cast made them inf
+    (outputs inf or NaN for every input) without a word, where ``from_dense(..., "f16")`` refuses the
+    same weights (SP0902). Refused before anything is copied; values within range still load."""
+    lin = linear(16, 64, seed=12)
+    with torch.no_grad():
+        lin.weight[3, 4:8] = torch.tensor([1e6, 0.0, 0.0, 0.5])
+        lin.weight[7, 8:12] = torch.tensor([0.0, -7e4, 0.25, 0.0])
+    saved = spt.SparseLinear.from_dense(lin, "bf16")
+    state = {name: t.to(values_dtype) if name == "values" else t for name, t in saved.state_dict().items()}
+    layer = spt.SparseLinear(64, 16, dtype="f16")
+    before = {name: t.clone() for name, t in layer.state_dict().items()}
+    with pytest.raises(ValueError) as info:
+        layer.load_state_dict(state, assign=assign)
+    assert (info.value.code, info.value.message) == (
+        "SP0814", f"the state dict's values are {values_dtype}, 2 of them beyond ±65504: as this layer's f16 "
+                  "(torch.float16) they would be inf")
+    assert "dtype='bf16'" in info.value.help
+    assert all(torch.equal(t, before[name]) for name, t in layer.state_dict().items())
+    model = torch.nn.Sequential(layer)  # (through a model's load_state_dict too)
+    with pytest.raises(ValueError):
+        model.load_state_dict({f"0.{k}": v for k, v in state.items()}, assign=assign)
+    assert all(torch.equal(t, before[name]) for name, t in layer.state_dict().items())
+    with torch.no_grad():
+        lin.weight[3, 4] = lin.weight[7, 9] = 6e4
+    fits = spt.SparseLinear.from_dense(lin, "bf16")
+    layer.load_state_dict({n: t.to(values_dtype) if n == "values" else t for n, t in fits.state_dict().items()},
+                          assign=assign)
+    assert layer.values.dtype == torch.float16 and torch.isfinite(layer.values.float()).all()
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(13)).to(torch.bfloat16)
+    check_against_float64(layer, x, layer(x))
+
+
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_dense_state_dict_is_refused(strict):
     """The state dict of the dense model (a linear's ``weight`` and ``bias``) loaded into the
