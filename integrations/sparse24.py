@@ -2,11 +2,11 @@
 
 A weight W (out, in) is stored as three tensors (compressed-tensors' ``Sparse24BitMaskTensor``):
 
-* ``compressed`` (out, in/2): the kept elements of each row in order, in the weight's dtype (an fp8
-  weight as its int8 bit pattern);
+* ``compressed`` (out, in/2): the kept elements of each row in order, in the weight's dtype (fp8 as
+  F8_E4M3; files sparsile wrote before hold its int8 bit pattern);
 * ``bitmask`` uint8 (out, ceil(in/8)): which elements were kept, ``numpy.packbits(mask, axis=1,
   bitorder="little")`` of the boolean (out, in) mask;
-* ``shape`` int64 [out, in].
+* ``shape`` int64 [out, in], stored (2, 1) (``torch.tensor(shape).reshape(-1, 1)``).
 
 Decompression scatters the flattened ``compressed`` into the positions of the mask in row-major
 order (the format's own rule), so a reader needs neither exactly two bits per group nor nonzero kept

@@ -3,10 +3,12 @@
 A checkpoint is a folder: ``config.json`` whose ``sparsity_config`` (at the top level, or under
 ``quantization_config`` / ``compression_config``) has ``format = "sparse-24-bitmask"``, and
 safetensors files (``model.safetensors``, or the shards named by ``model.safetensors.index.json``).
-Each sparse layer ``<name>`` has ``<name>.weight.compressed``, ``.weight.bitmask`` and
-``.weight.shape`` (:mod:`sparsile.integrations.sparse24`; ``<name>.compressed`` etc. are read too),
-its ``<name>.bias`` and, for fp8 weights (``compressed`` stored as int8 bits), ``<name>.weight_scale``
-(out, 1). Every other tensor is a plain parameter or buffer of the model. docs/torch.md has an example.
+Each sparse layer ``<name>`` has ``<name>.compressed``, ``.bitmask`` and ``.shape`` (2, 1), as
+compressed-tensors writes them (:mod:`sparsile.integrations.sparse24`; ``<name>.weight.compressed``
+etc. and a ``.shape`` of (2,), which sparsile wrote before, are read too), its ``<name>.bias`` and,
+for fp8 weights (``compressed`` F8_E4M3, or int8 bits as sparsile wrote them before),
+``<name>.weight_scale`` (out, 1). Every other tensor is a plain parameter or buffer of the model.
+docs/torch.md has an example.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
         compressed = compressed.view(ml_dtypes.float8_e4m3fn)
     if compressed.dtype.name not in ("bfloat16", "float16", "float8_e4m3fn"):
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: compressed values of {compressed.dtype} have no "
-                               "2:4 kernel", help="store bf16, f16 or fp8 (e4m3, as int8 bits) weights")
+                               "2:4 kernel", help="store bf16, f16 or fp8 (e4m3: F8_E4M3) weights")
     dense = dense_from_bitmask(compressed, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name)
     values, indices = compress(dense, str(dense.dtype))
     bias = tensors.get(f"{name}.bias")
@@ -426,7 +428,8 @@ def _check_no_other_weights(path: Path) -> None:
 
 def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict[str, Any] | None = None) -> Path:
     """Write ``model`` to folder ``path`` as a sparse-24-bitmask checkpoint: its ``SparseLinear``
-    layers compressed (bias in float32; fp8 values as int8 bits with ``weight_scale`` (out, 1)),
+    layers compressed as compressed-tensors writes them (``<name>.compressed``, ``.bitmask``,
+    ``.shape`` (2, 1); bias in float32; fp8 values as F8_E4M3 with ``weight_scale`` (out, 1)),
     every other tensor of its state dict as is, and config.json (``config``, else the model's
     ``config.to_dict()`` when it has one, plus the sparsity_config). Returns the folder."""
     checked_model(model, "save_sparse24_checkpoint")
@@ -454,16 +457,18 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
             tensors[key] = np.ascontiguousarray(as_host_array(value.detach(), key))
     fp8 = False
     for name, layer in layers.items():
-        prefix = f"{name}.weight" if name else "weight"
+        # as compressed-tensors' Sparse24BitMaskTensor.dict names and shapes them (its reader, and vLLM's, take
+        # nothing else): <name>.compressed (fp8 as F8_E4M3), .bitmask, .shape (2, 1) int64
+        prefix = name or "weight"
         words = np.ascontiguousarray(as_host_array(layer.meta.detach(), "meta")).view(np.uint32)
         indices = decode_metadata(words, "sm90", layer.weight_dtype, m=layer.out_features, k=layer.in_features)
         values = as_host_array(layer.values.detach(), "values")
         compressed, bitmask, shape = bitmask_layout(values, indices, layer.in_features, name)
         if layer.weight_dtype == "e4m3":
             fp8 = True
-            compressed = compressed.view(np.int8)
             tensors[f"{name}.weight_scale"] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
-        tensors.update({f"{prefix}.compressed": compressed, f"{prefix}.bitmask": bitmask, f"{prefix}.shape": shape})
+        tensors.update({f"{prefix}.compressed": compressed, f"{prefix}.bitmask": bitmask,
+                        f"{prefix}.shape": shape.reshape(-1, 1)})
         if layer.bias is not None:
             tensors[f"{name}.bias"] = as_host_array(layer.bias.detach(), "bias")
     save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})

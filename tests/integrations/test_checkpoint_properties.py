@@ -452,18 +452,16 @@ def test_the_writer_s_file_is_the_independent_layout(tmp_path, weight, bias):
     spt.save_sparse24_checkpoint(model, out)
     tensors = sft.load_file(out / "model.safetensors")
     rows, cols = dense.shape
-    assert tensors["proj.weight.shape"].tolist() == [rows, cols]
-    bits = tensors["proj.weight.bitmask"]
+    assert tensors["proj.shape"].tolist() == [[rows], [cols]]  # (2, 1), as compressed-tensors writes it
+    bits = tensors["proj.bitmask"]
     assert bits.dtype == np.uint8 and bits.shape == (rows, -(-cols // 8))
     kept = unpack_bits(bits, -(-cols // 8) * 8)
     assert not kept[:, cols:].any()
     kept = kept[:, :cols]
     assert (kept.reshape(rows, -1, 4).sum(axis=2) <= 2).all()
     assert kept[dense.astype(np.float32) != 0].all()
-    compressed = tensors["proj.weight.compressed"]
-    if dense.dtype == ml_dtypes.float8_e4m3fn:
-        assert compressed.dtype == np.int8
-        compressed = compressed.view(ml_dtypes.float8_e4m3fn)
+    compressed = tensors["proj.compressed"]
+    assert compressed.dtype == dense.dtype  # (fp8 as F8_E4M3: int8 bits were read there as int8 numbers)
     values = np.asarray(compressed).astype(np.float32)
     assert values.shape == (rows, kept.sum() // rows)
     dense_back = np.zeros((rows, cols), np.float32)

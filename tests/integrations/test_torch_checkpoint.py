@@ -42,9 +42,9 @@ def test_round_trip(tmp_path, dtype, weights):
     sparsity = config["quantization_config"]["sparsity_config"]
     assert (sparsity["format"], sparsity["sparsity_structure"]) == ("sparse-24-bitmask", "2:4")
     tensors = st.load_file(tmp_path / "model.safetensors")
-    assert tensors["proj.weight.compressed"].shape == (32, 32) and tensors["proj.weight.bitmask"].shape == (32, 8)
-    assert tensors["proj.weight.shape"].tolist() == [32, 64] and tensors["proj.weight.shape"].dtype == np.int64
-    assert tensors["proj.weight.compressed"].dtype == (np.int8 if dtype else np.dtype(str(weights)[6:]))
+    assert tensors["proj.compressed"].shape == (32, 32) and tensors["proj.bitmask"].shape == (32, 8)
+    assert tensors["proj.shape"].tolist() == [[32], [64]] and tensors["proj.shape"].dtype == np.int64
+    assert tensors["proj.compressed"].dtype == (ml_dtypes.float8_e4m3fn if dtype else np.dtype(str(weights)[6:]))
     fresh = _Net(weights)
     report = spt.load_sparse24_checkpoint(fresh, tmp_path)
     assert (report.sparse, report.missing, report.unexpected) == (["head", "proj"], [], [])
@@ -510,7 +510,7 @@ def test_a_module_under_two_names_is_replaced_under_both(tmp_path):
     assert spt.sparsify_(model, interpret=True, min_features=16).swapped == ["a", "b"]
     spt.save_sparse24_checkpoint(model, tmp_path)
     names = set(st.load_file(tmp_path / "model.safetensors"))
-    assert {"a.weight.compressed", "b.weight.compressed"} <= names and "b.values" not in names
+    assert {"a.compressed", "b.compressed"} <= names and "b.values" not in names
     fresh = _aliased(2)
     report = spt.load_sparse24_checkpoint(fresh, tmp_path)
     assert (report.sparse, report.missing, report.unexpected) == (["a", "b"], [], [])
@@ -546,8 +546,7 @@ def test_a_bad_layer_leaves_the_model_as_it_was(tmp_path):
     spt.sparsify_(model, interpret=True, min_features=16)
     spt.save_sparse24_checkpoint(model, tmp_path)
     tensors = st.load_file(tmp_path / "model.safetensors")
-    assert sorted(k for k in tensors if k.endswith(".compressed")) == ["head.weight.compressed",
-                                                                       "proj.weight.compressed"]
+    assert sorted(k for k in tensors if k.endswith(".compressed")) == ["head.compressed", "proj.compressed"]
     st.save_file({**tensors, "proj.bias": np.ones(7, np.float32)}, tmp_path / "model.safetensors")
     fresh = _Net()
     head, proj = fresh.head, fresh.proj
@@ -630,3 +629,36 @@ def test_int8_quantized_weights_are_not_read_as_fp8_bits(tmp_path, holder):
                   "would be other numbers)")
     assert "bf16, f16 or fp8" in err.help
     assert type(model.proj) is torch.nn.Linear
+
+
+@pytest.mark.parametrize(("dtype", "weights"), [(None, torch.bfloat16), ("e4m3", torch.bfloat16)])
+def test_the_writer_s_layout_is_compressed_tensors(tmp_path, dtype, weights):
+    """The file holds each layer as compressed-tensors' ``Sparse24BitMaskTensor.dict`` writes it, so
+    that its reader (and vLLM's, whose ``shape`` parameter is (2, 1) int64 and whose fp8 ``compressed``
+    is float8_e4m3fn) takes it: ``<name>.compressed`` / ``.bitmask`` / ``.shape`` (the reader nests
+    every key ending in ``.compressed`` under the rest: ``proj.weight.compressed`` was a layer
+    ``proj.weight``, decompressed to ``proj.weight.weight``), ``.shape`` (2, 1), fp8 values as F8_E4M3
+    (int8 bits were taken as int8 numbers: decompressed to other values). Read back here as the
+    library does, times the scale: the layer's own weight."""
+    model = _Net(weights)
+    spt.sparsify_(model, dtype=dtype, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    for name in ("proj", "head"):
+        layer = getattr(model, name)
+        assert f"{name}.weight.compressed" not in tensors
+        shape = tensors[f"{name}.shape"]
+        assert shape.shape == (2, 1) and shape.dtype == np.int64
+        rows, cols = (int(s) for s in shape.reshape(-1))
+        compressed = tensors[f"{name}.compressed"]
+        assert compressed.dtype == (ml_dtypes.float8_e4m3fn if dtype else ml_dtypes.bfloat16)
+        mask = np.unpackbits(tensors[f"{name}.bitmask"], axis=-1, count=cols, bitorder="little").astype(bool)
+        dense = np.zeros((rows, cols), np.float32)
+        dense[mask] = compressed.astype(np.float32).reshape(-1)  # (sparse24_bitmask_decompress)
+        if dtype:  # (to_dense's product, in float32)
+            dense *= tensors[f"{name}.weight_scale"].astype(np.float32)
+        assert np.array_equal(dense, layer.to_dense().numpy())
+    fresh = _Net(weights)
+    spt.load_sparse24_checkpoint(fresh, tmp_path)
+    x = torch.randn(3, 64).to(weights)
+    assert torch.equal(fresh(x), model(x))
