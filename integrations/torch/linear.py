@@ -406,6 +406,8 @@ class SparseLinear(nn.Module):
         shape = x.shape
         if not (shape and shape[-1] == self.in_features and x.dtype in OUT_DTYPES and x.device == w.values.device):
             self._checked_input(x)  # raises the diagnostic
+        if x.is_meta:  # (a layer moved to the meta device: y's shape and type, from the ops' fake, as nn.Linear)
+            return self._forward_op(x)
         out_dtype = self.out_dtype or x.dtype
         two_d = len(shape) == 2
         x2 = x if two_d else x.reshape(-1, self.in_features)

@@ -474,3 +474,25 @@ def test_weights_beyond_the_f16_range_are_refused_as_f16():
         lin.weight[3, 5] = lin.weight[7, 9] = 6e4
     layer = spt.SparseLinear.from_dense(lin, "f16")
     assert torch.isfinite(layer.values.float()).all() and layer.values.float().abs().max() == lin.weight.float().max()
+
+
+@pytest.mark.parametrize(("dtype", "out_dtype"), [("bf16", None), ("e4m3", torch.float32), ("f16", None)])
+def test_a_layer_moved_to_the_meta_device_runs_on_meta_inputs(dtype, out_dtype):
+    """``layer.to("meta")`` (shape inference, an empty model before its weights load): a call with a
+    meta x gave SP0804 ("cannot read values of type Tensor on the host"), where ``nn.Linear`` gives
+    a meta y. It now gives y's shape and type (the ops' fake); ``to_empty`` and a state dict then
+    give the layer back, computing as before."""
+    saved = spt.SparseLinear.from_dense(linear(24, 64, seed=14), dtype, out_dtype=out_dtype)
+    layer = copy.deepcopy(saved).to("meta")
+    x = torch.randn(2, 3, 64, device="meta", dtype=torch.bfloat16)
+    y = layer(x)
+    assert (y.device.type, y.shape, y.dtype) == ("meta", (2, 3, 24), out_dtype or torch.bfloat16)
+    assert layer(x[:0]).shape == (0, 3, 24)
+    err = _error(layer, torch.ones(2, 64, dtype=torch.bfloat16))  # (x on another device: still SP0901)
+    assert err.code == "SP0901"
+    layer.to_empty(device="cpu")
+    layer.load_state_dict(saved.state_dict())
+    x = torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(15)).to(torch.bfloat16)
+    y = layer(x)
+    check_against_float64(layer, x, y, out_dtype)
+    assert torch.equal(y, saved(x))
