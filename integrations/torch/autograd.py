@@ -250,7 +250,9 @@ class LayerWithInputGrad(torch.autograd.Function):
     not), and the backward refuses their gradient (SP0922) instead of leaving it out. The backward
     computes with the tensors the call was given (``ctx.weight``, not saved: a saved-tensor hook,
     CPU offload or checkpointing, would copy the whole weight per call), not the layer's attributes
-    at backward time (``torch.func.functional_call`` swaps them back when the forward returns)."""
+    at backward time (``torch.func.functional_call`` swaps them back when the forward returns), and
+    differentiates the activation the forward applied (``ctx.activation``: the layer's, set anew
+    between forward and backward, gave x the gradient of another function)."""
 
     @staticmethod
     def forward(x: torch.Tensor, bias: torch.Tensor | None, layer: Any, values: torch.Tensor, meta: torch.Tensor,
@@ -260,7 +262,7 @@ class LayerWithInputGrad(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         x, bias, layer, values, meta, scale_w = inputs
-        ctx.layer = layer
+        ctx.layer, ctx.activation = layer, layer.activation
         ctx.weight = values, meta, scale_w
         ctx.save_for_backward(x, bias)
 
@@ -278,7 +280,7 @@ class LayerWithInputGrad(torch.autograd.Function):
             with torch.no_grad():
                 return layer._forward_op(x.detach(), pre=True, weight=(values, meta, bias, scale_w))
 
-        dx, db = input_grads(dy, x, values, meta, bias, scale_w, layer.activation, pre, needs[0], needs[1])
+        dx, db = input_grads(dy, x, values, meta, bias, scale_w, ctx.activation, pre, needs[0], needs[1])
         return dx, db, None, None, None, None
 
     @staticmethod
@@ -308,7 +310,7 @@ class TransformedLayerWithInputGrad(LayerWithInputGrad):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         x, bias, layer, values, meta, scale_w = inputs
-        ctx.layer = layer
+        ctx.layer, ctx.activation = layer, layer.activation
         ctx.save_for_backward(x, bias, values, meta, scale_w)  # (vmap keeps a batched tensor's dimension)
 
 

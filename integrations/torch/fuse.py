@@ -105,12 +105,15 @@ def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
     neither: a sibling was served columns off the graph, x's gradient lacked its part; or, made not
     to, columns on it) and the version counters of the fused buffers (a member's buffers are views of
     them and share their counters: a write to a member's weight, bias or scales between sibling
-    calls; inference tensors keep none)."""
+    calls; inference tensors keep none), and x's memory (address, shape, strides: ``x.data = t`` gives
+    the same object other memory without a version bump; a sibling was served the run of x's old
+    memory, outputs of another input and even of another shape)."""
     b = tensors_of(fused.__dict__)  # (not fused.values: nn.Module.__getattr__ cost 0.7 us a name, and no
     # generator: the stamp is taken once per member call, 5.3 us before, 0.7 us now on a slow host; .get: a
     # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
     return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
-            _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")))
+            _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")),
+            x.data_ptr(), x.shape, x.stride())
 
 
 def _counter(t: torch.Tensor | None) -> int:
@@ -264,11 +267,12 @@ class ProjectionGroup:
             return self.members[index]._forward_op(x)
         return self._start(x, -1, self._columns(fused._forward_op(x), True), index)
 
-    def _held(self) -> tuple[tuple[dict, tuple[tuple[str, torch.Tensor | None], ...]], ...]:
-        """Per member, (its buffer dict, (name, the view it must hold) for each buffer): :attr:`expect`
-        by member, for :meth:`_holds`."""
+    def _held(self) -> tuple[tuple[dict, tuple[tuple[str, torch.Tensor | None, int], ...]], ...]:
+        """Per member, (its buffer dict, (name, the view it must hold, that view's address) for each
+        buffer): :attr:`expect` by member, for :meth:`_holds`."""
         n = len(_BUFFER_NAMES)
-        return tuple((self.expect[i * n][0], tuple((name, view) for _, name, view, _ in self.expect[i * n:i * n + n]))
+        return tuple((self.expect[i * n][0], tuple((name, view, ptr) for _, name, view, ptr in
+                                                   self.expect[i * n:i * n + n]))
                      for i in range(len(self.members)))
 
     def _holds(self, index: int) -> bool:
@@ -276,14 +280,16 @@ class ProjectionGroup:
         :meth:`intact` checks of it, checked again before it is served a sibling's run (in between, a
         forward pre-hook may have made its bias trainable, or ``torch.func.functional_call`` on the
         member alone put a substitute in its ``_buffers``: served, it got columns off the graph, or
-        made with the tensor it no longer holds, without a word). Else the caller's :meth:`intact`
-        releases the group, and the member runs unfused. (About 0.3 us a served call on a slow host.)"""
+        made with the tensor it no longer holds, without a word), each view still at its address
+        (``member.bias.data = t`` keeps the object and gives it other memory: served, the member got
+        the columns of its old bias). Else the caller's :meth:`intact` releases the group, and the
+        member runs unfused. (About 0.4 us a served call on a slow host.)"""
         params = self.params[index]
         if params and not params.keys().isdisjoint(_BUFFER_NAMES):
             return False
         buffers, views = self.held[index]
-        for name, view in views:
-            if buffers.get(name) is not view or (view is not None and view.requires_grad):
+        for name, view, ptr in views:
+            if buffers.get(name) is not view or (view is not None and (view.requires_grad or view.data_ptr() != ptr)):
                 return False
         return True
 
@@ -338,8 +344,7 @@ class ProjectionGroup:
         self.__dict__.update(state)
         if "cuts" not in state:  # (a group pickled before the members' columns were sliced)
             self.cuts = tuple(a for a, _ in self.rows[1:])
-        if "held" not in state:  # (or before a served member's views were checked)
-            self.held = self._held()
+        self.held = self._held()  # (a group pickled before a served member's views were checked, or their addresses)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
