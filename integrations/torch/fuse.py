@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
+from ._kernels import capturing, stream_getter
 from .glu import MLP_NAMES, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear, tensors_of
@@ -105,15 +106,17 @@ def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
     neither: a sibling was served columns off the graph, x's gradient lacked its part; or, made not
     to, columns on it) and the version counters of the fused buffers (a member's buffers are views of
     them and share their counters: a write to a member's weight, bias or scales between sibling
-    calls; inference tensors keep none), and x's memory (address, shape, strides: ``x.data = t`` gives
+    calls; inference tensors keep none), x's memory (address, shape, strides: ``x.data = t`` gives
     the same object other memory without a version bump; a sibling was served the run of x's old
-    memory, outputs of another input and even of another shape)."""
+    memory, outputs of another input and even of another shape), and, for CUDA x, whether a CUDA
+    graph is being captured and torch's current stream (a sibling called inside a capture, or on
+    another stream, was served columns whose launch is not in its graph, or runs on the other stream)."""
     b = tensors_of(fused.__dict__)  # (not fused.values: nn.Module.__getattr__ cost 0.7 us a name, and no
     # generator: the stamp is taken once per member call, 5.3 us before, 0.7 us now on a slow host; .get: a
     # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
     return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
             _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")),
-            x.data_ptr(), x.shape, x.stride())
+            x.data_ptr(), x.shape, x.stride(), capturing(), stream_getter(x.get_device())() if x.is_cuda else None)
 
 
 def _counter(t: torch.Tensor | None) -> int:

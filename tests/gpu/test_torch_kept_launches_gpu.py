@@ -152,16 +152,26 @@ def test_a_layer_changed_after_its_warm_calls_computes_with_the_change(shape, ch
         assert not torch.equal(ys[-1].to(before.dtype), before)
 
 
-def test_a_fused_member_given_other_memory_between_sibling_calls_runs_with_it():
-    """The CPU test's case on the GPU: ``k_proj.bias.data = t`` after q_proj started the fused run."""
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            for i, (name, n) in enumerate((("q_proj", 256), ("k_proj", 128), ("v_proj", 128))):
-                setattr(self, name, spt.SparseLinear.from_dense(linear(n, K, seed=10 + i, device="cuda")))
+class Block(torch.nn.Module):
+    """q_proj, k_proj and v_proj (256, 128 and 128 outputs over K inputs) on the GPU."""
+
+    def __init__(self):
+        super().__init__()
+        for i, (name, n) in enumerate((("q_proj", 256), ("k_proj", 128), ("v_proj", 128))):
+            setattr(self, name, spt.SparseLinear.from_dense(linear(n, K, seed=10 + i, device="cuda")))
+
+
+def _fused_block():
+    from sparsile.integrations.torch.fuse import fused_group_of
 
     block = Block()
     assert spt.fuse_projections_(block).fused
+    return block, fused_group_of(block.q_proj)
+
+
+def test_a_fused_member_given_other_memory_between_sibling_calls_runs_with_it():
+    """The CPU test's case on the GPU: ``k_proj.bias.data = t`` after q_proj started the fused run."""
+    block, _ = _fused_block()
     x = _x((4, K), 7)
     for _ in range(3):
         for name in ("q_proj", "k_proj", "v_proj"):
@@ -169,3 +179,40 @@ def test_a_fused_member_given_other_memory_between_sibling_calls_runs_with_it():
     block.q_proj(x)
     block.k_proj.bias.data = block.k_proj.bias.detach() * 2 + 100
     check_against_float64(block.k_proj, x, poisoned(block.k_proj, x))
+
+
+def test_a_sibling_captured_after_an_eager_run_replays_its_own_launch():
+    """q_proj(x) eagerly, then k_proj(x) captured into a CUDA graph: the graph holds k_proj's launch (served
+    the eager run, it held none, and each replay handed back the eager numbers)."""
+    block, group = _fused_block()
+    x = _x((4, K), 8)
+    for _ in range(2):  # warm-up (kernels compiled, records planned), each member served
+        [getattr(block, name)(x) for name in ("q_proj", "k_proj", "v_proj")]
+    torch.cuda.synchronize()
+    block.q_proj(x)
+    assert group.pending is not None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        k = block.k_proj(x)
+    x.copy_(_x((4, K), 9))
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    check_against_float64(block.k_proj, x, k)
+
+
+def test_a_sibling_called_on_another_stream_runs_there():
+    """q_proj(x) on torch's current stream, k_proj(x) on a side stream: k_proj starts a run of its own
+    there (served, its columns came from a kernel on the other stream, which the side stream did not
+    wait for)."""
+    block, group = _fused_block()
+    x = _x((4, K), 10)
+    check_against_float64(block.q_proj, x, poisoned(block.q_proj, x))
+    runs = group.runs
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        k = block.k_proj(x)
+    torch.cuda.current_stream().wait_stream(side)
+    assert group.runs == runs + 1
+    check_against_float64(block.k_proj, x, k)

@@ -107,3 +107,20 @@ def test_the_backward_differentiates_the_activation_the_forward_applied(forward,
     (ref,) = torch.autograd.grad(ACTS[forward](pre.reshape(8, 16)).mul(g.double().reshape(8, 16)).sum(), xr)
     err = (x.grad.double() - ref).abs().max().item()
     assert err <= 0.05 * ref.abs().max().item(), (err, ref.abs().max().item())
+
+
+def test_a_sibling_called_inside_a_cuda_graph_capture_is_not_served_a_run_from_outside_it(monkeypatch):
+    """A run started outside a capture, a sibling called inside one (a warm-up that left siblings owed,
+    then ``torch.cuda.graph``): served, the graph would hold no launch for its columns, and each replay
+    would hand back the warm-up's numbers. The capture is faked (``_kernels._IS_CAPTURING``): the
+    sibling must start a run of its own. (The same for a sibling called on another CUDA stream, whose
+    columns were computed on the first one: tests/gpu/test_torch_kept_launches_gpu.py.)"""
+    from sparsile.integrations.torch import _kernels as kernels
+
+    block, group = _fused()
+    x = _x(4, 8)
+    block.q_proj(x)
+    assert group.pending is not None and group.runs == 1
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    check_against_float64(block.k_proj, x, block.k_proj(x))
+    assert group.runs == 2
