@@ -5,7 +5,8 @@ unchanged (review49b, on the CPU: the kernel in the interpreter):
   it: a sibling called with the same x object whose memory was swapped by ``x.data = t`` (no version
   bump), or a member whose buffer was given other memory by ``member.bias.data = t`` (the layer's own
   check of "A buffer replaced behind the layer's back", docs/torch.md), was served the columns of the
-  run made before the swap: another input's outputs (of another shape), or the old bias's;
+  run made before the swap: another input's outputs (of another shape), or the old bias's; and a
+  sibling called inside a CUDA-graph capture was served a run from before it (no launch in its graph);
 * the activation a layer's backward differentiates (autograd.py): the one the forward applied, not
   the layer's attribute at backward time (set in between, the gradient was that of another function).
 
