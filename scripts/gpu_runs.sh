@@ -479,6 +479,14 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a49)  # review49b's kept-launch GPU tests (x / layer changes after a graph replays; fused members across .data,
+     # capture and side streams) with the fused and autograd GPU tests, then issue 12's T <= 16 rows as c48
+    run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a49.xml" \
+        tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py -k "kept or fuse or fused or glu or grad"
+    run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --passes 3 --json "$out/linear-passes-49.json"
+    ;;
 a48b)  # a48's GPU tests alone (what the last ~180 s of device time allow)
     run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE tests/gpu/test_torch_linear_gpu.py \
         tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py -k "fuse or fused or glu"
