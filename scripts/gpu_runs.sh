@@ -479,6 +479,16 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+h100-49)  # on an H100: a49's GPU tests, then the H100's own decode table (tune-decode-h100's first step); copy the
+         # table out of $OUT into stdlib/kernels/tuned/ and run bench_linear's 8B rows with it in the next call
+    run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a49.xml" \
+        tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py -k "kept or fuse or fused or glu or grad"
+    table=stdlib/kernels/tuned/decode-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | sed 's/^nvidia //; s/ /-/g').json
+    run 300 python benchmarks/tune_decode.py --shapes 4096x4096 6144x4096 28672x4096 4096x14336 --tokens 16 4 1 \
+        --dtype bf16 e4m3 --max-seconds 280 -v -o "$table"
+    cp "$table" "$out/" 2>/dev/null
+    ;;
 a49)  # review49b's kept-launch GPU tests (x / layer changes after a graph replays; fused members across .data,
      # capture and side streams) with the fused and autograd GPU tests, then issue 12's T <= 16 rows as c48
     run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a49.xml" \
