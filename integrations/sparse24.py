@@ -107,7 +107,8 @@ def bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name: str = 
     if k % GROUP:
         raise IntegrationError(SP_CHECKPOINT_WRITE,
                                f"layer {name}: in_features = {k} is not a multiple of {GROUP}; sparse-24-bitmask "
-                               "stores whole groups of 4", help="keep this layer dense in the checkpoint")
+                               "stores whole groups of 4",
+                               help="write this layer's weight dense (a plain .weight), not as sparse-24-bitmask")
     mask = np.zeros((rows, k // GROUP, GROUP), dtype=bool)
     row_ix = np.arange(rows)[:, None]
     group_ix = np.arange(k // GROUP)[None, :]

@@ -17,8 +17,9 @@ For y = act(pre), pre = (x @ Wᵀ) * scale_x * scale_w + bias (W = decompress(va
   ``decompress_gpu``; on the CPU by the host's ``decompress``), a dense GEMM: correct, not fast
   (training a sparse weight: ``SemiSparseLinear``, docs/training.md);
 * ``d bias = Σ_tokens d pre``;
-* e4m3: x is quantized per token in the forward; its gradient is the straight-through one (the
-  quantization is taken as the identity, as fp8 training recipes do), so ``dx = d pre @ (W * scale_w)``.
+* e4m3: x is quantized per token in the forward (or with the layer's static ``input_scale``); its
+  gradient is the straight-through one (the quantization is taken as the identity, as fp8 training
+  recipes do; a static scale's saturation at ±448 too), so ``dx = d pre @ (W * scale_w)``.
   Traced (torch.compile, torch.export, make_fx), an e4m3 layer whose x requires grad runs the op
   ``sparsile::sparse_linear_e4m3`` (the quantizer and ``sparse_linear`` in one, on the 16-bit x),
   whose formula is this one (:func:`input_grads`): the compiled gradient is the eager one. (The
@@ -214,9 +215,9 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 
 
 def _setup_context_e4m3(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
-    x, values, meta, bias, scale_w = inputs
+    x, values, meta, bias, scale_w, scale_x = [*inputs, None][:6]
     ctx.activation = keyword_only_inputs.get("activation")
-    ctx.save_for_backward(x, values, meta, bias, scale_w)
+    ctx.save_for_backward(x, values, meta, bias, scale_w, scale_x)
 
 
 def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -224,18 +225,18 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
     un-quantized x (dx in its dtype) and the pre-activations of the quantized one, as
     :class:`LayerWithInputGrad`'s backward computes an eager e4m3 layer's (a traced layer whose x
     requires grad runs this op: torch.compile's gradient is the eager one)."""
-    x, values, meta, bias, scale_w = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    for index, what in ((1, "values"), (2, "meta"), (4, "scale_w")):
+    x, values, meta, bias, scale_w, scale_x = ctx.saved_tensors
+    needs = (*ctx.needs_input_grad, False)
+    for index, what in ((1, "values"), (2, "meta"), (4, "scale_w"), (5, "scale_x (a static input scale)")):
         if needs[index]:
             raise frozen(what)
 
     def pre() -> torch.Tensor:
-        return torch.ops.sparsile.sparse_linear_e4m3(x.detach(), values, meta, bias, scale_w,
+        return torch.ops.sparsile.sparse_linear_e4m3(x.detach(), values, meta, bias, scale_w, scale_x,
                                                      out_dtype=torch.float32).reshape(-1, values.shape[0])
 
     dx, db = input_grads(dy, x, values, meta, bias, scale_w, ctx.activation, pre, needs[0], needs[3])
-    return dx, None, None, db, None
+    return dx, None, None, db, None, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -459,7 +460,7 @@ def register(library: Any) -> None:
     keywords = ("activation", "out_dtype")
     library.impl("sparse_linear", _autograd_kernel("sparse_linear", OpWithInputGrad, 6, keywords), "Autograd",
                  with_keyset=True)
-    library.impl("sparse_linear_e4m3", _autograd_kernel("sparse_linear_e4m3", E4m3OpWithInputGrad, 5, keywords),
+    library.impl("sparse_linear_e4m3", _autograd_kernel("sparse_linear_e4m3", E4m3OpWithInputGrad, 6, keywords),
                  "Autograd", with_keyset=True)
     library.impl("quantize_per_token_e4m3", _autograd_kernel("quantize_per_token_e4m3", _QuantizerGradRefused, 1),
                  "Autograd", with_keyset=True)

@@ -29,6 +29,7 @@ from ..errors import (
     SP_CHECKPOINT_CONFIG,
     SP_CHECKPOINT_LAYER,
     SP_CHECKPOINT_MODULE,
+    SP_CHECKPOINT_WRITE,
     SP_SPARSIFY_ARGUMENTS,
     IntegrationError,
 )
@@ -122,9 +123,56 @@ def _device_of(module: nn.Module) -> torch.device:
     return torch.device("cpu") if tensor.device.type == "meta" else tensor.device
 
 
+def _layer_dtype(module: nn.Module) -> np.dtype:
+    """The 16-bit type wider (F32, F64) compressed values are converted to: the model's module's
+    weight type where it is bf16 or f16 (a SparseLinear's values), else bf16 (sparsile's default),
+    as compressed-tensors' decompressor leaves the stored type and loading copies it into the
+    model's parameter (nn.Linear's load_state_dict: a cast, rounded to nearest even)."""
+    weight = module.values if isinstance(module, SparseLinear) else module.weight
+    return np.dtype(np.float16) if weight.dtype == torch.float16 else np.dtype(ml_dtypes.bfloat16)
+
+
+def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarray:
+    """F32 / F64 ``compressed`` values in the layer's 16-bit type (:func:`_layer_dtype`); SP0913 where
+    f16 would make finite values inf."""
+    want = _layer_dtype(module)
+    with np.errstate(over="ignore"):
+        narrowed = compressed.astype(want)
+    big = int((np.isinf(narrowed) & np.isfinite(compressed)).sum())
+    if big:
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: the compressed values are {compressed.dtype}, "
+                               f"{big} of them beyond ±65504: as the model's f16 they would be inf",
+                               help="build the model in bf16 (torch_dtype=torch.bfloat16): wider values are "
+                                    "converted to the model's dtype, and bf16 keeps float32's range")
+    return narrowed
+
+
+def _input_scale(tensors: dict[str, np.ndarray], name: str) -> np.ndarray | None:
+    """The static per-tensor activation scale ``<name>.input_scale`` of an fp8 layer (compressed-tensors'
+    ``input_activations: {dynamic: false, strategy: tensor}``), as one float32, or None; SP0913 for
+    one of several elements, or not a positive finite number."""
+    scale = tensors.get(f"{name}.input_scale")
+    if scale is None:
+        return None
+    scale = np.asarray(scale).astype(np.float32).reshape(-1)
+    if scale.size != 1:
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: input_scale has {scale.size} elements; a static "
+                               "input scale is per tensor (one element)",
+                               help="sparsile reads input activations of strategy 'tensor' (one scale) or dynamic "
+                                    f"per-token ones (no {name}.input_scale)")
+    if not (np.isfinite(scale[0]) and scale[0] > 0):
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: input_scale is {float(scale[0])!r}; a static "
+                               "input scale is a positive finite number",
+                               help=f"write {name}.input_scale as x's calibrated amax / 448, or leave it out to "
+                                    "quantize x per token")
+    return scale
+
+
 def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module,
                   config: dict[str, Any]) -> SparseLinear:
     compressed = tensors[f"{prefix}.compressed"]
+    if compressed.dtype in (np.float32, np.float64):  # (as compressed-tensors' loading: cast to the model's type)
+        compressed = _narrowed(compressed, name, module)
     scale = tensors.get(f"{name}.weight_scale")
     if compressed.dtype == np.int8:
         if "int" in declared_weight_types(config):  # (compressed-tensors' int-quantized weights: int8 numbers)
@@ -158,7 +206,9 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
         else {}
     # (a weight_scale next to 16-bit values is no scale of the layer: left to load_state_dict, unexpected)
     fp8 = compressed.dtype == ml_dtypes.float8_e4m3fn
+    # (an input_scale next to 16-bit values, too, is left to load_state_dict: unexpected)
     return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale if fp8 else None,
+                                        input_scale=_input_scale(tensors, name) if fp8 else None,
                                         device=_device_of(module), **options)
 
 
@@ -172,7 +222,7 @@ def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
 
 def _layer_tensors(tensors: dict[str, np.ndarray], name: str, prefix: str) -> list[np.ndarray | None]:
     """The checkpoint's tensors of sparse layer ``name`` (None for those it lacks)."""
-    keys = [f"{prefix}.{p}" for p in _PARTS] + [f"{name}.bias", f"{name}.weight_scale"]
+    keys = [f"{prefix}.{p}" for p in _PARTS] + [f"{name}.bias", f"{name}.weight_scale", f"{name}.input_scale"]
     return [tensors.get(k) for k in keys]
 
 
@@ -359,6 +409,8 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
             layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module, config)
         if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
             used.add(f"{name}.weight_scale")
+        if layer.input_scale is not None:
+            used.add(f"{name}.input_scale")
     # every layer built (SP0913 leaves the model as it was), and the other tensors checked against the model
     # as it will be (a size mismatch, strict's missing or unexpected keys), before anything changes
     swaps = [(fqn, layer) for module_id, layer in layers.items() for fqn in paths[module_id]]
@@ -429,9 +481,13 @@ def _check_no_other_weights(path: Path) -> None:
 def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict[str, Any] | None = None) -> Path:
     """Write ``model`` to folder ``path`` as a sparse-24-bitmask checkpoint: its ``SparseLinear``
     layers compressed as compressed-tensors writes them (``<name>.compressed``, ``.bitmask``,
-    ``.shape`` (2, 1); bias in float32; fp8 values as F8_E4M3 with ``weight_scale`` (out, 1)),
-    every other tensor of its state dict as is, and config.json (``config``, else the model's
-    ``config.to_dict()`` when it has one, plus the sparsity_config). Returns the folder."""
+    ``.shape`` (2, 1); bias in float32; fp8 values as F8_E4M3 with ``weight_scale`` (out, 1), and
+    ``input_scale`` (1,) where the layer has a static one), every other tensor of its state dict as
+    is (an ``nn.Linear``: a dense ``.weight``), and config.json (``config``, else the model's
+    ``config.to_dict()`` when it has one, plus the sparsity_config and, for fp8 layers, the
+    quantization scheme: per-channel weights, inputs per token or static per tensor, the model's other
+    linear layers in its ``ignore``). A SparseLinear whose in_features is not a multiple of 4 cannot be
+    written sparse (SP0915): ``layer.to_linear()`` in its place writes it dense. Returns the folder."""
     checked_model(model, "save_sparse24_checkpoint")
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
@@ -444,6 +500,13 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                "(nothing to write as sparse-24-bitmask)",
                                help="sparsify_(model, dtype=...) first, or save a dense model with "
                                     "safetensors.torch.save_model")
+    narrow = next((name for name, m in layers.items() if m.in_features % 4), None)
+    if narrow is not None:  # (before anything is written)
+        raise IntegrationError(SP_CHECKPOINT_WRITE, f"layer {narrow}: in_features = {layers[narrow].in_features} is "
+                               "not a multiple of 4; sparse-24-bitmask stores whole groups of 4",
+                               help=f"write it dense: put an nn.Linear in its place before saving (model.{narrow} = "
+                                    f"model.{narrow}.to_linear(); save_sparse24_checkpoint writes an nn.Linear as a "
+                                    f"plain {narrow}.weight)")
     _check_no_other_weights(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -455,7 +518,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         owner = key.rpartition(".")[0]
         if owner not in layers:
             tensors[key] = np.ascontiguousarray(as_host_array(value.detach(), key))
-    fp8 = False
+    fp8, static = False, set()
     for name, layer in layers.items():
         # as compressed-tensors' Sparse24BitMaskTensor.dict names and shapes them (its reader, and vLLM's, take
         # nothing else): <name>.compressed (fp8 as F8_E4M3), .bitmask, .shape (2, 1) int64
@@ -467,6 +530,9 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         if layer.weight_dtype == "e4m3":
             fp8 = True
             tensors[f"{name}.weight_scale"] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
+            if layer.input_scale is not None:  # (compressed-tensors' static per-tensor input scale, (1,))
+                static.add(name)
+                tensors[f"{name}.input_scale"] = as_host_array(layer.input_scale.detach(), "input_scale").reshape(1)
         tensors.update({f"{prefix}.compressed": compressed, f"{prefix}.bitmask": bitmask,
                         f"{prefix}.shape": shape.reshape(-1, 1)})
         if layer.bias is not None:
@@ -479,10 +545,28 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         "format": FORMAT, "sparsity_structure": "2:4", "targets": sorted(layers), "ignore": [],
         "registry_requires_subclass": False}})
     if fp8:
-        quant["config_groups"] = {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False},
-            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
-                                  "dynamic": True}}}
+        quant.update(_quantization_scheme(model, layers, static))
     base["quantization_config"] = quant
     (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
     return path
+
+
+def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], static: set[str]) -> dict[str, Any]:
+    """config_groups and ignore of an fp8 checkpoint (compressed-tensors' scheme, as vLLM reads it):
+    e4m3 weights per channel; inputs per token (dynamic), or per tensor with the layer's static
+    ``input_scale`` (one group of each where both occur, each naming its layers); every other linear
+    layer of the model (an nn.Linear written dense, a 16-bit SparseLinear) ignored, so that a reader
+    does not take it for fp8."""
+    fp8 = sorted(name for name, m in layers.items() if m.weight_dtype == "e4m3")
+    weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}
+    modes = {"token": [n for n in fp8 if n not in static], "tensor": [n for n in fp8 if n in static]}
+    groups = {}
+    for strategy, names in modes.items():
+        if names:
+            inputs = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True,
+                      "dynamic": strategy == "token"}
+            targets = ["Linear"] if len(names) == len(fp8) else names
+            groups[f"group_{len(groups)}"] = {"targets": targets, "weights": weights, "input_activations": inputs}
+    ignore = sorted(name for name, m in model.named_modules(remove_duplicate=False)
+                    if name and (isinstance(m, nn.Linear) or (isinstance(m, SparseLinear) and name not in fp8)))
+    return {"config_groups": groups, "ignore": ignore}

@@ -60,6 +60,9 @@ ROW_ALIGN = 16
 """Each member's out_features must be a multiple of this: the sm90 metadata encodes blocks of 16 rows
 on their own, so a member's words are a row slice of the fused words (docs/sparse-metadata.md §4)."""
 _BUFFER_NAMES = ("values", "meta", "bias", "scale_w")
+_WATCHED_NAMES = (*_BUFFER_NAMES, "input_scale")
+"""The buffers a member must still hold as fused (a static ``input_scale`` given since: none, so that
+the member runs unfused, never served a sibling's run quantized per token)."""
 
 
 @dataclass
@@ -190,7 +193,7 @@ class ProjectionGroup:
         every member and buffer: what each fused run checks (``layer._buffers[name] = t`` and
         ``layer.values.data = t`` bypass ``SparseLinear.__setattr__``, so nothing else reports them)."""
         return tuple((m._buffers, name, view, 0 if view is None else view.data_ptr())
-                     for m in self.members for name in _BUFFER_NAMES for view in (m._buffers.get(name),))
+                     for m in self.members for name in _WATCHED_NAMES for view in (m._buffers.get(name),))
 
     def intact(self) -> bool:
         """Each member still holds the views this group made, at their addresses, and (after an
@@ -273,7 +276,7 @@ class ProjectionGroup:
     def _held(self) -> tuple[tuple[dict, tuple[tuple[str, torch.Tensor | None, int], ...]], ...]:
         """Per member, (its buffer dict, (name, the view it must hold, that view's address) for each
         buffer): :attr:`expect` by member, for :meth:`_holds`."""
-        n = len(_BUFFER_NAMES)
+        n = len(_WATCHED_NAMES)
         return tuple((self.expect[i * n][0], tuple((name, view, ptr) for _, name, view, ptr in
                                                    self.expect[i * n:i * n + n]))
                      for i in range(len(self.members)))
@@ -288,7 +291,7 @@ class ProjectionGroup:
         the columns of its old bias). Else the caller's :meth:`intact` releases the group, and the
         member runs unfused. (About 0.4 us a served call on a slow host.)"""
         params = self.params[index]
-        if params and not params.keys().isdisjoint(_BUFFER_NAMES):
+        if params and not params.keys().isdisjoint(_WATCHED_NAMES):
             return False
         buffers, views = self.held[index]
         for name, view, ptr in views:
@@ -301,7 +304,7 @@ class ProjectionGroup:
         (``m.bias = nn.Parameter(b)``: torch moves the name out of ``_buffers``, so a member fused without
         a bias would still look intact, and its new bias be dropped)."""
         for params in self.params:
-            if params and not params.keys().isdisjoint(_BUFFER_NAMES):
+            if params and not params.keys().isdisjoint(_WATCHED_NAMES):
                 return True
         return False
 
@@ -384,6 +387,9 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
             return f"{name} is a {type(m).__name__}, not a SparseLinear"
         if m.activation is not None:
             return f"{name} fuses activation {m.activation!r}"
+        if m._buffers.get("input_scale") is not None:
+            return (f"{name} has a static input scale (input_scale; the fused layer quantizes x per token, or with "
+                    "one scale for all its rows)")
         if m.out_features % ROW_ALIGN:
             return (f"{name} has out_features = {m.out_features}, not a multiple of {ROW_ALIGN} (its metadata rows "
                     "would not be a slice of the fused layer's)")

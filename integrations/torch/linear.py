@@ -4,9 +4,11 @@
 f32; ``out_dtype=`` overrides). The weight is stored compressed: ``values`` (N, K/2), the "sm90"
 metadata words ``meta`` (int32) of docs/sparse-metadata.md, ``bias`` (N,) float32 and, for e4m3
 weights, the per-output-channel ``scale_w`` (N,) float32 (W = values * scale_w; x is quantized per
-token on each call). All four are registered buffers: ``state_dict()``, ``load_state_dict()`` and
-``.to(device)`` work; the metadata is encoded when built and validated when loaded, never per call
-(moving the module keeps it valid). Dtype conversions (``.half()``, ``.float()``, ``.to(dtype)``) leave the compressed
+token on each call, or, where the layer holds a static per-tensor ``input_scale`` (1,) float32, with
+that scale: x / input_scale saturated to ±448, as vLLM's ``static_scaled_fp8_quant``). All are
+registered buffers: ``state_dict()``, ``load_state_dict()`` and ``.to(device)`` work; the metadata
+is encoded when built and validated when loaded, never per call (moving the module keeps it valid).
+Dtype conversions (``.half()``, ``.float()``, ``.to(dtype)``) leave the compressed
 weight's type as it is: the output follows x. docs/torch.md has the conventions.
 """
 
@@ -61,12 +63,13 @@ from .layer_args import (
     host_to_torch,
     weight_dtype_name,
 )
+from .quantize import checked_input_scale, quantize_static, static_inverse
 from .record_cache import RecordCache
 from .weight import WEIGHT_DTYPES, host_dense
 
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 EMPTY_META_WORD = 0x44444444  # every nibble "indices 0, 1": a valid pattern (with zero values, a zero weight)
-_BUFFERS = frozenset({"values", "meta", "bias", "scale_w"})
+_BUFFERS = frozenset({"values", "meta", "bias", "scale_w", "input_scale"})
 LOG = logging.getLogger("sparsile.torch")
 
 
@@ -156,11 +159,15 @@ class SparseLinear(nn.Module):
     meta: torch.Tensor
     bias: torch.Tensor | None
     scale_w: torch.Tensor | None
+    input_scale: torch.Tensor | None
     _own_forward: bool = True  # forward is SparseLinear.forward (see __call__ and __init_subclass__)
     _activations: tuple[str | None, ...] = ACTIVATIONS  # what checked_activation admits for this class
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
-                 activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None):
+                 activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None,
+                 input_scale: bool = False):
+        """``input_scale=True`` (e4m3 only): the layer holds a static per-tensor activation scale, the
+        buffer ``input_scale`` (1,) float32 (1 until loaded), and quantizes x with it instead of per token."""
         super().__init__()
         in_features, out_features = checked_features(in_features, out_features, "SparseLinear", SP_CANNOT_SPARSIFY)
         self.in_features, self.out_features = in_features, out_features
@@ -176,6 +183,10 @@ class SparseLinear(nn.Module):
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
         self.register_buffer("scale_w", torch.ones(out_features, device=device)
                              if self.weight_dtype == "e4m3" else None)
+        if input_scale and self.weight_dtype != "e4m3":
+            raise IntegrationError(SP_CANNOT_SPARSIFY, f"input_scale=True for a {self.weight_dtype} layer: only e4m3 "
+                                   "layers quantize x", help="pass dtype='e4m3', or leave input_scale out")
+        self.register_buffer("input_scale", torch.ones(1, device=device) if input_scale else None)
         self.__dict__["_records"] = RecordCache(pdl=True)  # constant weights: decode launches with PDL
         self.__dict__["_weight"] = None
         self.__dict__["_last"] = None  # the last eager call's LastCall (last_call.py)
@@ -239,10 +250,12 @@ class SparseLinear(nn.Module):
     @classmethod
     def from_compressed(cls, values: np.ndarray, indices: np.ndarray, in_features: int, *,
                         bias: Any = None, scale_w: Any = None, activation: str | None = None,
-                        out_dtype: torch.dtype | None = None, device: Any = None) -> SparseLinear:
+                        out_dtype: torch.dtype | None = None, device: Any = None,
+                        input_scale: Any = None) -> SparseLinear:
         """A layer from the sparsity toolkit's host ``values`` (N, K/2) and logical ``indices``
         (N, K/4, 2) (``compress``), a bias (N,) and, for e4m3 values, the weight scales (N,) (SP0902 for
-        scales with 16-bit values: such a layer holds none)."""
+        scales with 16-bit values: such a layer holds none) and a static per-tensor activation scale
+        ``input_scale`` (one positive finite number; None: x quantized per token)."""
         op_name = operand_type(str(values.dtype)).name
         n = int(values.shape[0])
         want = (int(indices.shape[0]), 2 * int(indices.shape[1])) if np.ndim(indices) == 3 else None
@@ -260,8 +273,10 @@ class SparseLinear(nn.Module):
                                    "take a per-output-channel scale (the layer would drop it)",
                                    help="multiply the scales into the weight before compressing it "
                                         "(W * scale_w[:, None]), or compress it as e4m3")
+        if input_scale is not None:
+            input_scale = checked_input_scale(input_scale, op_name)
         layer = cls(in_features, int(values.shape[0]), bias is not None, dtype=op_name, activation=activation,
-                    out_dtype=out_dtype, device="meta")
+                    out_dtype=out_dtype, device="meta", input_scale=input_scale is not None)
         meta = encode_metadata(indices, "sm90", op_name, k=in_features)
         layer.values = host_to_torch(values, device)
         layer.meta = host_to_torch(meta.data.view(np.int32), device)
@@ -273,6 +288,8 @@ class SparseLinear(nn.Module):
         if op_name == "e4m3":
             scale = np.ones(values.shape[0], np.float32) if scale_w is None else scale_w
             layer.scale_w = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).to(device, copy=True)
+        if input_scale is not None:
+            layer.input_scale = input_scale.to(device, copy=True)
         return layer  # encode_metadata checked the indices: its words are valid by construction
 
     def check_metadata(self, words: torch.Tensor | None = None) -> None:
@@ -414,8 +431,10 @@ class SparseLinear(nn.Module):
         tokens = x2.shape[0]
         if tokens == 0:
             return x.new_empty((*shape[:-1], self.out_features), dtype=out_dtype)
-        scale_x = None
-        if w.scale_w is not None:  # e4m3 weights: x quantized per token
+        scale_x = static = None
+        if w.scale_w is not None and (static := b.get("input_scale")) is not None:  # a static per-tensor scale
+            x2, scale_x = quantize_static(x2, static, static_inverse(d, static)), static
+        elif w.scale_w is not None:  # e4m3 weights: x quantized per token
             x2 = x2.contiguous()
             if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T:  # by the record's first launch: one native call
                 records = self.__dict__["_records"]
@@ -429,7 +448,8 @@ class SparseLinear(nn.Module):
         x2 = x2.contiguous()
         if x2.is_cuda:
             records = self.__dict__["_records"]
-            key = (tokens, x2.dtype, x2.get_device(), out_dtype)
+            key = (tokens, x2.dtype, x2.get_device(), out_dtype) if static is None else \
+                (tokens, x2.dtype, x2.get_device(), out_dtype, "static")
             y = records.run(key, x2, w, scale_x, out_dtype)
             if scale_x is None:
                 self._remember(records, key, x, x2)
@@ -454,7 +474,9 @@ class SparseLinear(nn.Module):
         that does, and a ``jvp``'s dual x requires none (the op would drop its tangent). An e4m3
         layer whose x requires grad (grad mode on) runs ``sparse_linear_e4m3``, the quantizer and the
         kernel as one op on the 16-bit x, for x's straight-through gradient in its dtype (autograd.py);
-        otherwise ``quantize_per_token_e4m3`` then ``sparse_linear``, as before."""
+        otherwise ``quantize_per_token_e4m3`` then ``sparse_linear``, as before. A layer with a static
+        ``input_scale`` passes it to ``sparse_linear_e4m3`` (which then quantizes with it), or quantizes
+        x with torch's operations (:func:`~.quantize.quantize_static`) before ``sparse_linear``."""
         if weight is None:
             if not pre and func_transformed():
                 return TransformedLayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
@@ -464,12 +486,16 @@ class SparseLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
         if self.weight_dtype == "e4m3":
+            static = self.input_scale
             if not pre and x.requires_grad and torch.is_grad_enabled():  # x's straight-through gradient: the
                 # quantizer and the kernel as one op on the 16-bit x (autograd.py; apart, x's would be fp8)
-                y = torch.ops.sparsile.sparse_linear_e4m3(x2, values, meta, bias, scale_w,
+                y = torch.ops.sparsile.sparse_linear_e4m3(x2, values, meta, bias, scale_w, static,
                                                           activation=self.activation, out_dtype=out_dtype)
                 return y.reshape(*x.shape[:-1], self.out_features)
-            x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
+            if static is not None:
+                x2, scale_x = quantize_static(x2, static), static
+            else:
+                x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
         else:
             x2 = x2.to(values.dtype)
         y = torch.ops.sparsile.sparse_linear(x2, values, meta, bias, activation=None if pre else self.activation,
@@ -489,10 +515,24 @@ class SparseLinear(nn.Module):
             dense = dense * as_host_array(self.scale_w.detach().float(), "scale_w").reshape(-1, 1)
         return torch.from_numpy(np.ascontiguousarray(dense)).to(self.values.device)
 
+    def to_linear(self, dtype: torch.dtype | None = None) -> nn.Linear:
+        """An ``nn.Linear`` with this layer's pruned weight (:meth:`to_dense`, times ``scale_w``) and
+        bias, in ``dtype`` (default: the values' dtype, bf16 for e4m3), on the layer's device: the layer
+        kept dense (``save_sparse24_checkpoint`` writes an ``nn.Linear`` as a plain ``.weight``; an
+        in_features that is not a multiple of 4 cannot be written sparse). Without a fused activation,
+        out_dtype or static input scale (the dense layer computes none of them): apply those after it."""
+        dtype = dtype or (torch.bfloat16 if self.weight_dtype == "e4m3" else self.values.dtype)
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        linear.weight = nn.Parameter(self.to_dense().to(dtype))
+        if self.bias is not None:
+            linear.bias = nn.Parameter(self.bias.detach().to(dtype, copy=True))
+        return linear
+
     def extra_repr(self) -> str:
         out = f", out_dtype={self.out_dtype}" if self.out_dtype is not None else ""
+        static = ", input_scale=static" if self.__dict__["_buffers"].get("input_scale") is not None else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"dtype={self.weight_dtype}, sparsity=2:4, activation={self.activation}{out}")
+                f"dtype={self.weight_dtype}, sparsity=2:4, activation={self.activation}{out}{static}")
 
     def _apply(self, fn: Any, recurse: bool = True) -> SparseLinear:
         """Device moves apply; dtype conversions do not change the stored weight (its kernel and
@@ -601,6 +641,8 @@ class SparseLinear(nn.Module):
         return super().load_state_dict(state_dict, strict, assign)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "input_scale" and value is not None:  # (SP0902: a 16-bit layer, or not one float32 element)
+            checked_input_scale(value, self.__dict__.get("weight_dtype"), tensor=True)
         if name == "activation":  # checked here as in __init__, not at the next call (SP0904, SP0905)
             checked_activation(value, self._activations)
         elif name == "out_dtype":
@@ -612,9 +654,11 @@ class SparseLinear(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("_last", None)  # (pickled before the last call existed)
+        self.__dict__["_buffers"].setdefault("input_scale", None)  # (pickled before static input scales)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
         state = dict(state)
         state["_records"], state["_weight"], state["_last"] = RecordCache(pdl=True), None, None
+        state.pop("_static_inverse", None)
         return state

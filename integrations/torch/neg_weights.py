@@ -56,7 +56,7 @@ _RESOLVED: dict[tuple, _Resolved] = {}
 
 WEIGHT_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "sparse_linear": ("x", "values", "meta", "bias", "scale_x", "scale_w"),
-    "sparse_linear_e4m3": ("x", "values", "meta", "bias", "scale_w"),
+    "sparse_linear_e4m3": ("x", "values", "meta", "bias", "scale_w", "scale_x"),
 }
 """The tensor arguments of each op in schema order (positional ones may also come by name)."""
 WEIGHT_NAMES = frozenset({"values", "meta", "bias", "scale_w"})

@@ -23,9 +23,10 @@ activation (SwiGLU, GeGLU)"). On CUDA the metadata is
 checked for shape only (its nibbles are trusted, as ``sparse_matmul`` trusts device words); on the
 CPU the interpreter checks them on every call.
 
-``sparse_linear_e4m3(x, values, meta, bias, scale_w, *, activation=None, out_dtype=None)``: the two
-ops above in one, ``quantize_per_token_e4m3(x)`` then ``sparse_linear`` on the fp8 x with its
-scale (the same numbers), taking the 16-bit or float32 x so that x has a gradient: the
+``sparse_linear_e4m3(x, values, meta, bias, scale_w, scale_x=None, *, activation=None, out_dtype=None)``:
+the two ops above in one, ``quantize_per_token_e4m3(x)`` then ``sparse_linear`` on the fp8 x with its
+scale (the same numbers; with a static per-tensor ``scale_x``, x / scale_x saturated to ±448 instead),
+taking the 16-bit or float32 x so that x has a gradient: the
 straight-through one (the quantizer taken as the identity), in x's dtype, as an eager e4m3
 ``SparseLinear`` gives it (autograd.py). A traced e4m3 ``SparseLinear`` whose x requires grad calls
 it; otherwise the two ops (an fp8 x's gradient would be fp8: SP0922).
@@ -59,6 +60,7 @@ from ._kernels import (
 from .autograd import register as register_autograd
 from .layer_args import checked_activation, checked_out_dtype
 from .neg_weights import register as register_neg_weights
+from .quantize import quantize_static
 from .record_cache import RecordCache
 from .vmap_rules import register_vmap_rules
 from .weight import NAME_OF, WEIGHT_DTYPES
@@ -242,7 +244,7 @@ def _quantize_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 SPARSE_LINEAR_E4M3_SCHEMA = ("sparse_linear_e4m3(Tensor x, Tensor values, Tensor meta, Tensor? bias, Tensor scale_w, "
-                             "*, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
+                             "Tensor? scale_x=None, *, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
 _LIBRARY.define(SPARSE_LINEAR_E4M3_SCHEMA)
 
 
@@ -254,17 +256,31 @@ def _check_e4m3_values(values: torch.Tensor) -> None:
 
 
 def sparse_linear_e4m3(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
-                       scale_w: torch.Tensor, *, activation: str | None = None,
+                       scale_w: torch.Tensor, scale_x: torch.Tensor | None = None, *, activation: str | None = None,
                        out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``sparse_linear(x_q, values, meta, bias, scale_x, scale_w)`` for ``(x_q, scale_x) =
     quantize_per_token_e4m3(x)``: the same two ops, the same numbers, as one op that takes the
     16-bit (or float32) x, so that its autograd formula (autograd.py) gives x its straight-through
     gradient in x's dtype. An e4m3 ``SparseLinear`` traced with an x that requires grad calls it
     (its eager call computes that gradient through ``LayerWithInputGrad``); the fp8 x of the two
-    ops has no gradient (SP0922)."""
+    ops has no gradient (SP0922). ``scale_x``: a static per-tensor scale (1,) float32 (a layer's
+    ``input_scale``): x is quantized with it instead (``quantize.quantize_static``: x / scale_x
+    saturated to ±448)."""
     _check_e4m3_values(values)
+    if scale_x is not None:
+        _check_static_scale(scale_x)
+        _check_quantize_input(x)
+        return sparse_linear(quantize_static(x, scale_x), values, meta, bias, scale_x, scale_w, activation=activation,
+                             out_dtype=out_dtype)
     xq, scale_x = quantize_per_token_e4m3(x)
     return sparse_linear(xq, values, meta, bias, scale_x, scale_w, activation=activation, out_dtype=out_dtype)
+
+
+def _check_static_scale(scale_x: torch.Tensor) -> None:
+    if scale_x.dtype != torch.float32 or scale_x.numel() != 1:
+        raise IntegrationError(SP_OP_ARGUMENTS, f"sparsile.sparse_linear_e4m3: scale_x is a static per-tensor scale, "
+                               f"one float32 element, got {scale_x.dtype} {tuple(scale_x.shape)}",
+                               help="pass a SparseLinear's input_scale, or leave scale_x out (x quantized per token)")
 
 
 _LIBRARY.impl("sparse_linear_e4m3", sparse_linear_e4m3, "CPU")
@@ -273,9 +289,14 @@ _LIBRARY.impl("sparse_linear_e4m3", sparse_linear_e4m3, "CUDA")
 
 @torch.library.register_fake("sparsile::sparse_linear_e4m3", lib=_LIBRARY)
 def _sparse_linear_e4m3_fake(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,
-                             scale_w: torch.Tensor, *, activation: str | None = None,
-                             out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                             scale_w: torch.Tensor, scale_x: torch.Tensor | None = None, *,
+                             activation: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     _check_e4m3_values(values)
+    if scale_x is not None:
+        _check_static_scale(scale_x)
+        _check_quantize_input(x)
+        return _sparse_linear_fake(x.new_empty(x.shape, dtype=torch.float8_e4m3fn), values, meta, bias, scale_x,
+                                   scale_w, activation=activation, out_dtype=out_dtype)
     xq, scale_x = _quantize_fake(x)
     return _sparse_linear_fake(xq, values, meta, bias, scale_x, scale_w, activation=activation, out_dtype=out_dtype)
 

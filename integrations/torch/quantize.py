@@ -1,6 +1,7 @@
-"""Per-token e4m3 quantization of activations for ``sparsile.torch`` (the calls a launch record
-does not quantize itself: large T, padded plans, the torch.compile path): the kernel API's
-quantizer, through launches prepared once per shape."""
+"""e4m3 quantization of activations for ``sparsile.torch``: per token (the calls a launch record
+does not quantize itself: large T, padded plans, the torch.compile path), the kernel API's
+quantizer, through launches prepared once per shape; and with a layer's static per-tensor
+``input_scale`` (:func:`quantize_static`, torch's own operations)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..errors import SP_CANNOT_SPARSIFY, IntegrationError
 from . import _kernels  # kernel_api, stream_getter, as_torch: looked up per call (tests stand in for them)
+
+E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 
 QUANTIZERS_KEPT = 256
 """Prepared quantizer launches kept (by T, K, x dtype, device; least recently built dropped first)."""
@@ -53,3 +58,64 @@ def prepared_quantizer(x: torch.Tensor, xq: torch.Tensor, scale: torch.Tensor) -
             while len(_QUANTIZERS) > QUANTIZERS_KEPT:
                 _QUANTIZERS.popitem(last=False)
     return launch
+
+
+def quantize_static(x: torch.Tensor, scale: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:
+    """x (T, K) as e4m3 with a static per-tensor ``scale`` (1,) float32, as vLLM's
+    ``static_scaled_fp8_quant`` computes it: x in float32 times the float32 reciprocal of the scale
+    (``inverse``, computed here when not given), saturated to ±448, rounded to nearest even. (Not x /
+    scale: a 16-bit x times a scale's reciprocal often lands exactly on a midpoint of two e4m3 values,
+    and the float32 rounding decides the side; the exact quotient can lie on the other.) A NaN stays
+    NaN (``clamp`` keeps it; vLLM's fminf / fmaxf make it 448), ±inf becomes ±448. No host read of
+    the scale (it stays on x's device); under torch.compile the operations fuse into one kernel."""
+    if inverse is None:
+        inverse = torch.reciprocal(scale)
+    return torch.mul(x, inverse).clamp_(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def static_inverse(d: dict[str, Any], scale: torch.Tensor) -> torch.Tensor:
+    """The float32 reciprocal of a layer's static ``scale`` (``d``: the layer's ``__dict__``), computed on
+    its device once and kept while the scale is the same tensor, at the same address and version (a
+    write to it in place, ``load_state_dict`` included, computes it again); not kept from inside a
+    CUDA-graph capture (its memory would be the graph's)."""
+    kept = d.get("_static_inverse")
+    version = -1 if scale.is_inference() else scale._version
+    if kept is not None and kept[0] is scale and kept[1] == version and kept[2] == scale.data_ptr():
+        return kept[3]
+    inverse = torch.reciprocal(scale.detach())
+    if not (scale.is_cuda and _kernels.capturing()):
+        d["_static_inverse"] = (scale, version, scale.data_ptr(), inverse)
+    return inverse
+
+
+def _bad_scale(message: str, help: str) -> IntegrationError:
+    return IntegrationError(SP_CANNOT_SPARSIFY, f"input_scale: {message}", help=help)
+
+
+def checked_input_scale(value: Any, weight_dtype: str | None, tensor: bool = False) -> torch.Tensor:
+    """A layer's static per-tensor activation scale as a (1,) float32 tensor (SP0902 otherwise): only
+    for an e4m3 layer; one positive finite number. ``tensor`` (``layer.input_scale = t``): ``t`` itself,
+    which must already be a (1,) float32 tensor (a buffer is stored as given); its value is checked
+    where it is on the CPU (on a GPU that would read it back, a synchronization)."""
+    if weight_dtype != "e4m3":
+        raise _bad_scale(f"a static input scale is given to a {weight_dtype} layer, but only e4m3 layers quantize x",
+                         help="leave input_scale unset for bf16 / f16 layers (x is cast, not scaled)")
+    if tensor:
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or tuple(value.shape) != (1,):
+            got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise _bad_scale(f"must be a float32 tensor of shape (1,), got {got}",
+                             help="assign torch.tensor([scale], dtype=torch.float32) on the layer's device")
+        host = value.detach().numpy() if value.device.type == "cpu" else None
+    else:
+        try:
+            host = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise _bad_scale(f"cannot be read as a number ({exc})", help="pass one positive float") from None
+        if host.size != 1:
+            raise _bad_scale(f"has {host.size} elements; a static input scale is per tensor (one element)",
+                             help="pass one positive float")
+        value = torch.from_numpy(host.reshape(1).copy())
+    if host is not None and not (np.isfinite(host).all() and (host > 0).all()):
+        raise _bad_scale(f"{float(host.reshape(-1)[0])!r} is not a positive finite number",
+                         help="pass the scale that maps x's range to ±448 (amax / 448)")
+    return value

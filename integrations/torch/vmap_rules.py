@@ -57,23 +57,26 @@ def _sparse_linear_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Ten
 
 
 def _sparse_linear_e4m3_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor, values: torch.Tensor,
-                             meta: torch.Tensor, bias: torch.Tensor | None, scale_w: torch.Tensor, *,
-                             activation: str | None = None, out_dtype: torch.dtype | None = None
-                             ) -> tuple[torch.Tensor, int]:
-    """``sparse_linear_e4m3``'s: its quantizer is per token, so a batch of x is more tokens too (the
-    same numbers, one call); a batched weight runs one call per member."""
+                             meta: torch.Tensor, bias: torch.Tensor | None, scale_w: torch.Tensor,
+                             scale_x: torch.Tensor | None = None, *, activation: str | None = None,
+                             out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
+    """``sparse_linear_e4m3``'s: its quantizer is per token (or elementwise, with a static per-tensor
+    ``scale_x``), so a batch of x is more tokens too (the same numbers, one call); a batched weight
+    or scale runs one call per member."""
     op = torch.ops.sparsile.sparse_linear_e4m3
     batch = info.batch_size
-    x_dim, v_dim, m_dim, b_dim, sw_dim = in_dims
-    if v_dim is None and m_dim is None and b_dim is None and sw_dim is None:
-        return op(_tokens_first(x, x_dim, batch), values, meta, bias, scale_w, activation=activation,
+    x_dim, v_dim, m_dim, b_dim, sw_dim, *rest = in_dims
+    sx_dim = rest[0] if rest else None
+    if v_dim is None and m_dim is None and b_dim is None and sw_dim is None and sx_dim is None:
+        return op(_tokens_first(x, x_dim, batch), values, meta, bias, scale_w, scale_x, activation=activation,
                   out_dtype=out_dtype), 0
 
     def member(t: torch.Tensor | None, dim: int | None, i: int) -> torch.Tensor | None:
         return t if t is None or dim is None else t.select(dim, i)
 
     ys = [op(member(x, x_dim, i), member(values, v_dim, i), member(meta, m_dim, i), member(bias, b_dim, i),
-             member(scale_w, sw_dim, i), activation=activation, out_dtype=out_dtype) for i in range(batch)]
+             member(scale_w, sw_dim, i), member(scale_x, sx_dim, i), activation=activation, out_dtype=out_dtype)
+          for i in range(batch)]
     return torch.stack(ys), 0
 
 

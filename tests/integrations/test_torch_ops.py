@@ -22,7 +22,7 @@ def test_schema():
     assert quant == "sparsile::quantize_per_token_e4m3(Tensor x) -> (Tensor, Tensor)"
     e4m3 = str(torch.ops.sparsile.sparse_linear_e4m3.default._schema)
     assert e4m3 == ("sparsile::sparse_linear_e4m3(Tensor x, Tensor values, Tensor meta, Tensor? bias, Tensor scale_w, "
-                    "*, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
+                    "Tensor? scale_x=None, *, str? activation=None, ScalarType? out_dtype=None) -> Tensor")
 
 
 def test_no_op_is_a_custom_op_whose_autograd_kernel_autograd_py_replaces():

@@ -1,0 +1,83 @@
+"""An e4m3 SparseLinear with a static per-tensor input scale on the GPU: eager calls of decode and
+prefill sizes against vLLM's numbers in float64, a CUDA graph capture and replay, torch.compile, the
+scale loaded in place (the kept reciprocal follows it), and no host read of the scale per call."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsile.tests.integrations.test_torch_checkpoint_static import check_static
+from sparsile.tests.integrations.torch_helpers import linear, warm_up_on_a_side_stream
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+
+
+def _layer(n: int = 256, k: int = 512, scale: float = 0.02):
+    layer = spt.SparseLinear.from_dense(linear(n, k, seed=3, device="cuda"), "e4m3")
+    layer.input_scale = torch.tensor([scale], device="cuda")
+    return layer
+
+
+def _parts(layer):
+    wq = (layer.to_dense().double() / layer.scale_w.double()[:, None]).cpu().numpy()
+    return wq, layer.scale_w.double().cpu().numpy(), layer.bias.double().cpu().numpy(), float(layer.input_scale.item())
+
+
+def _x(tokens: int, k: int = 512) -> torch.Tensor:
+    x = torch.randn(tokens, k, device="cuda") * 3
+    x[0, :2] = torch.tensor([40.0, -50.0])  # beyond 448 * 0.02: saturated
+    return x.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64, 65, 300])
+def test_eager_calls_compute_vllm_s_numbers(tokens):
+    layer = _layer()
+    x = _x(tokens)
+    y = layer(x)
+    y2 = layer(x)  # (the second call: kept records and the kept reciprocal)
+    torch.cuda.synchronize()
+    assert torch.equal(y, y2)
+    check_static(y.cpu(), x.cpu(), *_parts(layer))
+
+
+def test_a_cuda_graph_replays_the_static_quantizer():
+    layer = _layer()
+    x = _x(8)
+    warm_up_on_a_side_stream(lambda: layer(x), times=2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x)
+    x.copy_(_x(8))
+    graph.replay()
+    torch.cuda.synchronize()
+    check_static(y.cpu(), x.cpu(), *_parts(layer))
+
+
+def test_torch_compile_and_a_scale_loaded_in_place():
+    layer = _layer()
+    x = _x(16)
+    compiled = torch.compile(layer, fullgraph=True)
+    assert torch.allclose(compiled(x).float(), layer(x).float(), rtol=2 ** -7, atol=1e-2)
+    layer.load_state_dict({**layer.state_dict(), "input_scale": torch.tensor([0.05], device="cuda")})
+    y = layer(x)
+    check_static(y.cpu(), x.cpu(), *_parts(layer))
+    with torch.no_grad():
+        layer.input_scale.fill_(0.03)  # in place, without load_state_dict: the version counter tells
+    check_static(layer(x).cpu(), x.cpu(), *_parts(layer))
+
+
+def test_no_host_read_of_the_scale_per_call():
+    layer = _layer()
+    x = _x(4)
+    layer(x)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a synchronizing call (a .item(), a host copy) raises
+    try:
+        for _ in range(3):
+            layer(x)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
