@@ -479,6 +479,19 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a49b)  # the kept-launch file after its padded-shape fix, ckpt49's static input scales, and the torch layer's GPU
+      # files whole (the checkpoint, sparsify_, fusion and autograd changes of this session); on an H200 also
+      # issue 12's T <= 16 rows (c48's command)
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a49b.xml" \
+        tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_input_scale_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_neg_views_gpu.py \
+        tests/gpu/test_torch_training_gpu.py
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-49.json"
+    fi
+    ;;
 h100-49)  # on an H100: a49's GPU tests, then the H100's own decode table (tune-decode-h100's first step); copy the
          # table out of $OUT into stdlib/kernels/tuned/ and run bench_linear's 8B rows with it in the next call
     run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a49.xml" \
