@@ -46,7 +46,9 @@ plain tensor of another shape than the model's, or (strict) tensors only one sid
 SP_CHECKPOINT_WRITE = "SP0915"
 """A layer the ``sparse-24-bitmask`` format cannot hold (in_features not a multiple of 4)."""
 SP_TRAIN_LAYER = "SP0916"
-"""A trainable sparse layer that cannot be built: e4m3 weights, a fused activation or out_dtype."""
+"""A trainable sparse layer that cannot be built (e4m3 weights, a fused activation or out_dtype) or cannot compute a
+call: a second derivative through x's gradient, forward-mode AD, torch.func's grad transforms, a weight or mask
+batched by vmap without its compressions (docs/training.md)."""
 SP_TRAIN_SETUP = "SP0917"
 """``SparseTrainer`` / ``recompress_`` / ``reprune_`` arguments: no trainable sparse layer, a bad ``reprune_every``,
 a re-prune of a layer whose mask is parametrized (``torch.nn.utils.parametrize``)."""

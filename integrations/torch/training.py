@@ -41,9 +41,10 @@ from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import refuse_second_derivative
 from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
-from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear, tracing
+from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear
 from .optimizer_steps import AfterStep, watch_optimizer_steps
 from .record_cache import RecordCache
+from .train_transforms import check_transformed_call, traced
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
@@ -401,10 +402,14 @@ class SemiSparseLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.in_features, self.values.device, "SemiSparseLinear")
-        if not tracing(x) and self.__dict__["_fresh"] != self._state_key():
+        weight, mask = self.weight, self.mask  # (read once: parametrized ones are computed on each access)
+        check_transformed_call(x, weight, mask, self.bias, self.values)
+        # the safety net everywhere but under a tracer (train_transforms.traced): an nn.Parameter x,
+        # torch.vmap and a FlopCounterMode skipped it, and computed with a weight from before a step
+        if not traced(x, weight, mask) and self.__dict__["_fresh"] != self._state_key():
             self.refresh()
         x2 = x.reshape(-1, self.in_features).to(self.values.dtype)
-        y = torch.ops.sparsile.sparse_linear_train(x2, self.weight, self.mask, self.values, self.meta,
+        y = torch.ops.sparsile.sparse_linear_train(x2, weight, mask, self.values, self.meta,
                                                    self.values_t, self.meta_t, self.bias, out_dtype=x.dtype,
                                                    mask_grad=self.mask_grad)
         return y.reshape(*x.shape[:-1], self.out_features)

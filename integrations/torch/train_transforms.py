@@ -1,0 +1,93 @@
+"""How a ``SemiSparseLinear`` call stands to torch's tracers and to torch.func's transforms
+(docs/training.md, "Transforms and tracers").
+
+The layer's forward compresses its master weight again when it changed (the eager safety net of
+docs/training.md): everywhere but under a *tracer* (torch.compile, torch.export, make_fx, a fake
+tensor mode, torch.jit.trace), whose graph would hold the compression's host work. Before, the
+forward took for a tracer anything that was not a plain ``torch.Tensor`` x, any dispatch mode and
+any torch.func transform: an ``nn.Parameter`` x (a trained soft prompt), ``torch.vmap`` and a
+``FlopCounterMode`` computed with the compressions of the weight from before an optimizer step.
+
+Some calls the layer cannot compute, and refuses (SP0916) instead of computing another function:
+forward-mode AD (a dual tensor of ``torch.autograd.forward_ad``; ``torch.func.jvp``, ``jacfwd``),
+which gave no tangent or a zero one; torch.func's grad transforms (``grad``, ``vjp``, ``jacrev``),
+which stopped at torch's RuntimeError; and a weight or mask batched by ``torch.vmap``
+(``torch.func.functional_call`` of stacked parameters) without compressions batched with it, which
+the kernel ignored for the layer's own compressions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwad
+from torch._C._functorch import TransformType, get_unwrapped, is_functorch_wrapped_tensor, maybe_get_level
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+from torch._subclasses.fake_tensor import is_fake
+
+from ..errors import SP_TRAIN_LAYER, IntegrationError
+
+_TRACING_MODES = tuple(torch._C._TorchDispatchModeKey.__members__.values())
+"""The dispatch modes that trace (fake, proxy, functional): torch.compile's, torch.export's, make_fx's."""
+
+
+def transforms_of(t: Any) -> set[Any]:
+    """The torch.func transforms (``TransformType``) whose wrappers ``t`` is wrapped in (none for a
+    plain tensor, or with no transform on)."""
+    levels = set()
+    while isinstance(t, torch.Tensor) and is_functorch_wrapped_tensor(t):
+        levels.add(maybe_get_level(t))
+        t = get_unwrapped(t)
+    if not levels:
+        return set()
+    return {i.key() for i in retrieve_all_functorch_interpreters() if i.level() in levels}
+
+
+def traced(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
+    """The call is traced (torch.compile, torch.export, make_fx, a fake tensor mode, torch.jit.trace),
+    or one of x and ``tensors`` (the weight and mask a refresh reads) is fake or wrapped by a
+    torch.func transform: the forward's re-compression must not run."""
+    if (torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None
+            or (torch._C._len_torch_dispatch_stack() > 0
+                and any(torch._C._get_dispatch_mode(key) is not None for key in _TRACING_MODES))):
+        return True
+    if type(x) is not torch.Tensor and is_fake(x):
+        return True
+    return any(is_fake(t) or is_functorch_wrapped_tensor(t) for t in tensors)
+
+
+def _forward_mode_error() -> IntegrationError:
+    return IntegrationError(SP_TRAIN_LAYER, "a trainable sparse layer has no forward-mode derivative (torch.func.jvp, "
+                            "jacfwd, hessian; torch.autograd.forward_ad's dual tensors): its kernel has no tangent "
+                            "formula", help="use reverse mode: backward() or torch.autograd.grad")
+
+
+def check_transformed_call(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None,
+                           values: torch.Tensor) -> None:
+    """SP0916 for a call the layer cannot compute: forward mode (x, weight or bias dual), a torch.func
+    grad transform over x, weight, mask or bias, a weight or mask batched by vmap whose compressions
+    (``values``) are not. Nothing to do (two flags read) without forward AD or a transform on."""
+    tensors = (x, weight, bias)
+    if fwad._current_level >= 0 and torch._C._is_fwd_grad_enabled() and any(
+            t is not None and fwad.unpack_dual(t).tangent is not None for t in tensors):
+        raise _forward_mode_error()
+    if not torch._C._are_functorch_transforms_active():
+        return
+    kinds = {name: transforms_of(t) for name, t in (("x", x), ("weight", weight), ("mask", mask), ("bias", bias))}
+    if any(TransformType.Jvp in k for k in kinds.values()):
+        raise _forward_mode_error()
+    if any(TransformType.Grad in k for k in kinds.values()):
+        raise IntegrationError(SP_TRAIN_LAYER, "torch.func's grad transforms (grad, vjp, jacrev) do not differentiate "
+                               "a SemiSparseLinear: its backward is registered for torch.autograd only",
+                               help="take gradients with backward() or torch.autograd.grad (torch.vmap of the "
+                                    "forward runs)")
+    batched = TransformType.Vmap in transforms_of(values)
+    for name in ("weight", "mask"):
+        if TransformType.Vmap in kinds[name] and not batched:
+            raise IntegrationError(SP_TRAIN_LAYER, f"a SemiSparseLinear cannot compute this call: its {name} is "
+                                   "batched by torch.vmap, but its compressions are not (values, meta, values_t, "
+                                   "meta_t: the kernel multiplies by those, made from the layer's own weight and mask)",
+                                   help="stack the layers' buffers with their parameters (torch.func."
+                                        "stack_module_state) and pass both to functional_call, after "
+                                        "spt.recompress_ of each layer")
