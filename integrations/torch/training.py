@@ -454,6 +454,17 @@ class SemiSparseLinear(nn.Module):
         finally:
             self.__dict__["_fresh"] = None
 
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        """The state dict holds the compressions of the master weight it holds: a stale layer (an
+        optimizer step without a :class:`SparseTrainer`, before the next eager call) is compressed
+        first (its state dict held the compressions from before the step next to the stepped
+        weight), except under a tracer and for a weight on the meta device (no values)."""
+        weight, mask = self.weight, self.mask
+        if (weight.device.type != "meta" and not traced(weight, weight, mask)
+                and self.__dict__.get("_fresh") != self._state_key()):
+            self.refresh()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
     def _check_state_dict(self, state_dict: Any, prefix: str) -> bool:
         """SP0918 for a mask of the state dict (of the buffer's shape) that keeps more than 2 of 4,
         before anything is copied (it was checked after the copy: the layer kept the bad mask);

@@ -127,3 +127,26 @@ def test_vmap_over_weights_without_their_compressions_is_sp0916():
     masks = {"mask": buffers["mask"]}
     _raises("its mask is batched by torch.vmap", torch.vmap(
         lambda b, v: torch.func.functional_call(base, b, (v,)), in_dims=(0, None)), masks, x)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_state_dict_after_a_step_holds_the_stepped_weight_s_compressions(fused):
+    """A step without a SparseTrainer leaves the compressions stale until the next eager call; a
+    state dict taken then (a checkpoint after optimizer.step()) held the compressions of the weight
+    from before the step next to the stepped master weight: an inference SparseLinear loaded from its
+    values and meta computed with the old weight."""
+    layer, x = _layer(), _x()
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.05, fused=fused)
+    (layer(x) ** 2).mean().backward()
+    optimizer.step()
+    state = layer.state_dict()
+    frozen = spt.SparseLinear(64, 32, dtype="bf16")
+    frozen.load_state_dict({k: state[k] for k in ("values", "meta", "bias")})
+    with torch.no_grad():
+        _check(frozen(x), layer, x)
+    fresh = copy.deepcopy(layer)
+    fresh.refresh()
+    for name in ("values", "meta", "values_t", "meta_t"):
+        assert torch.equal(state[name].view(torch.int16) if name.startswith("values") else state[name],
+                           getattr(fresh, name).view(torch.int16) if name.startswith("values")
+                           else getattr(fresh, name)), name
