@@ -35,6 +35,7 @@ from ..frontend.sema.specialize import (
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
+from .param_roles import param_roles
 
 _GpuLaunch: Any = None
 """``driver.launch.GpuLaunch``, once a kernel was first indexed with a grid."""
@@ -309,9 +310,7 @@ class Kernel:
                    (p.annotation is None or p.annotation is T.CONSTEXPR)]
         if missing:
             raise LaunchError(SP_SIGNATURE_MISSING, missing_signature_message(self.name, missing),
-                              help="give them with --signature (Kernel.compile: signature=), e.g. "
-                                   f"\"{', '.join(_signature_example(p) for p in missing)}\"; "
-                                   "annotated run-time parameters and defaulted constexprs need nothing")
+                              help=missing_signature_help(self.node, self.params, missing))
         bindings: dict[str, Any] = {}
         key: list[Any] = []
         for p in self.params:
@@ -398,8 +397,25 @@ def _as_text(signature: dict[str, Any]) -> str:
     return ", ".join(f"{name}={value}" for name, value in signature.items())
 
 
-def _signature_example(p: ParamInfo) -> str:
-    return f"{p.name}=64" if p.annotation is T.CONSTEXPR else f"{p.name}=ptr[f32]"
+def missing_signature_help(fn: A.FunctionDef, params: list[ParamInfo], missing: list[ParamInfo]) -> str:
+    """SP0740's help: an example signature for the ``missing`` parameters of kernel ``fn`` that fits
+    how its body uses each (driver/param_roles.py): a pointer ``x=ptr[f32]`` (the element type of
+    the annotated pointers when they agree), a scalar ``n=i32``, a constexpr ``BLOCK=64``; one the
+    body does not show is written as a pointer, and the help says so and gives the scalar form."""
+    runtime = [p.name for p in missing if p.annotation is not T.CONSTEXPR]
+    maybe = [p.name for p in params if p.annotation is None or isinstance(p.annotation, T.PointerType)]
+    roles = param_roles(fn, runtime, maybe)
+    elems = {str(p.annotation.elem) for p in params if isinstance(p.annotation, T.PointerType)}
+    elem = elems.pop() if len(elems) == 1 else "f32"
+    example = ", ".join(f"{p.name}=64" if p.annotation is T.CONSTEXPR else
+                        f"{p.name}=i32" if roles[p.name] == "scalar" else f"{p.name}=ptr[{elem}]" for p in missing)
+    unknown = [n for n in runtime if roles[n] is None]
+    text = f"give them with --signature (Kernel.compile: signature=), e.g. \"{example}\""
+    if unknown:
+        names = ", ".join(f"`{n}`" for n in unknown)
+        text += (f" ({names}: the kernel does not show whether {'it is' if len(unknown) == 1 else 'each is'} a "
+                 f"pointer or a scalar; a scalar is written {unknown[0]}=i32 or {unknown[0]}=f32)")
+    return text + "; annotated run-time parameters and defaulted constexprs need nothing"
 
 
 class GridMissing(LaunchError, RuntimeError):

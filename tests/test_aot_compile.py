@@ -70,6 +70,73 @@ def test_a_missing_signature_names_every_missing_parameter() -> None:
     assert "k" in ck.ir
 
 
+SCALAR_N = """\
+@kernel
+def k(x: ptr[f32], n, BLOCK: constexpr):
+    offs = arange(0, BLOCK)
+    store(x + offs, 1.0, mask=offs < n)
+"""
+
+POINTER_THROUGH_A_NAME = """\
+@kernel
+def k(x, out: ptr[f16], step, BLOCK: constexpr = 32):
+    offs = program_id(0) * step + arange(0, BLOCK)
+    p = x + offs
+    store(out + offs, load(p))
+"""
+
+UNUSED = """\
+@kernel
+def k(x, BLOCK: constexpr):
+    pass
+"""
+
+MISSING_HELP_TAIL = "; annotated run-time parameters and defaulted constexprs need nothing"
+
+
+def missing_help(source: str) -> str:
+    k = sp.loads(source, "case.spk").kernels["k"]
+    with pytest.raises(LaunchError) as e:
+        k.compile(stop_after="ir")
+    assert e.value.code == "SP0740"
+    return e.value.help
+
+
+def test_the_missing_signature_example_fits_each_parameter() -> None:
+    """SP0740's example wrote `n=ptr[f32]` for every run-time parameter: a scalar `n` (compared with
+    the offsets) is `n=i32`, a pointer reached through a local name takes the annotated pointers'
+    element type, a constexpr a value; the example compiles."""
+    assert missing_help(SCALAR_N) == ('give them with --signature (Kernel.compile: signature=), e.g. '
+                                      '"n=i32, BLOCK=64"' + MISSING_HELP_TAIL)
+    assert missing_help(POINTER_THROUGH_A_NAME) == ('give them with --signature (Kernel.compile: signature=), '
+                                                    'e.g. "x=ptr[f16], step=i32"' + MISSING_HELP_TAIL)
+    for source, example in ((SCALAR_N, "n=i32, BLOCK=64"), (POINTER_THROUGH_A_NAME, "x=ptr[f16], step=i32")):
+        assert "k" in sp.loads(source, "case.spk").kernels["k"].compile(example, stop_after="ir").ir
+
+
+def test_the_missing_signature_example_says_when_the_kernel_does_not_tell() -> None:
+    assert missing_help(UNUSED) == ('give them with --signature (Kernel.compile: signature=), e.g. '
+                                    '"x=ptr[f32], BLOCK=64" (`x`: the kernel does not show whether it is a '
+                                    'pointer or a scalar; a scalar is written x=i32 or x=f32)' + MISSING_HELP_TAIL)
+
+
+@sp.jit
+def triton_style_add(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: sp.constexpr):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n_elements
+    sp.store(out_ptr + offs, sp.load(x_ptr + offs, mask=mask) + sp.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def test_the_missing_signature_example_of_a_jit_kernel() -> None:
+    with pytest.raises(LaunchError) as e:
+        triton_style_add.compile(stop_after="ir")
+    assert e.value.code == "SP0740"
+    example = "x_ptr=ptr[f32], y_ptr=ptr[f32], out_ptr=ptr[f32], n_elements=i32, BLOCK=64"
+    assert e.value.help == (f'give them with --signature (Kernel.compile: signature=), e.g. "{example}"'
+                            + MISSING_HELP_TAIL)
+    assert "triton_style_add" in triton_style_add.compile(example, stop_after="ir").ir
+
+
 def test_a_type_given_as_text_in_a_dict_says_how_to_give_it() -> None:
     """{"x": "ptr[f32]"} was told that a run-time parameter "needs a type such as `ptr[f32]`": the text
     it had just given. The message says a type object is wanted, and the help shows both forms."""
