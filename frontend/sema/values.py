@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spans import Span
+from .host_calls import builtin_on_host
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,7 @@ class Builtin:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.host is not None:
             return self.host(*args, **kwargs)
-        raise RuntimeError(f"`sparsile.{self.name}` can only be called inside a kernel "
-                           "(a function decorated with @sparsile.jit or defined in a .spk file)")
+        raise builtin_on_host(self.name)  # SP0253, a RuntimeError too
 
 
 @dataclass

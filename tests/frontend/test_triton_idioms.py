@@ -55,6 +55,30 @@ def test_other_builtins_still_refuse_a_host_call() -> None:
         sp.program_id(0)
 
 
+KERNEL_ONLY = "can only be called inside a kernel (a function decorated with @sparsile.jit or defined in a .spk file)"
+
+
+def test_a_host_call_of_a_builtin_has_a_code_and_names_the_numpy_function() -> None:
+    """`sp.arange(0, 4)` outside a kernel raised a plain RuntimeError: now SP0253 (still a
+    RuntimeError), whose help names numpy's function, or how to run the kernel for builtins that
+    only mean something inside one."""
+    with pytest.raises(sp.SparsileError) as e:
+        sp.arange(0, 4)
+    assert isinstance(e.value, RuntimeError)
+    assert (e.value.code, e.value.message) == ("SP0253", f"`sparsile.arange` {KERNEL_ONLY}")
+    assert e.value.help == "on the host, use numpy instead: np.arange"
+    with pytest.raises(sp.SparsileError) as e:
+        sp.dot(np.ones((2, 2)), np.ones((2, 2)))
+    assert e.value.help == "on the host, use numpy instead: np.matmul (a @ b)"
+    with pytest.raises(sp.SparsileError) as e:
+        sp.tma.load(None, (0, 0), None, None)
+    assert (e.value.code, e.value.message) == ("SP0253", f"`sparsile.tma.load` {KERNEL_ONLY}")
+    assert e.value.help == ("`tma.load` has no meaning outside a kernel (it works on the program's own tiles, "
+                            "memory or hardware); launch the kernel that calls it, `kernel[grid](...)`, or run it "
+                            "on the CPU with `kernel.interpret[grid](...)`; on the host, compute on whole arrays "
+                            "with numpy")
+
+
 # ------------------------------------------------------------------ min / max of two scalars
 @sp.jit
 def grouped_pid(out, M, N, BM: sp.constexpr, BN: sp.constexpr, GROUP_M: sp.constexpr):
