@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 from typing import TextIO
 
 from .cli_common import EXIT_OK, EXIT_UNAVAILABLE
 from .cli_common import Usage as _Usage
+
+FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9_]*$")
+"""A file name's suffix (``.txt``, ``.shapes``): an argument with one is a file of shapes, not a shape."""
 
 
 def _tune_shapes(items: list[str]) -> list[str]:
@@ -27,7 +31,7 @@ def _tune_shapes(items: list[str]) -> list[str]:
             shapes += [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
         elif os.path.isdir(item):
             raise _Usage(f"`{item}` is a folder: give shapes (MxNxK) or files of shapes")
-        elif os.sep in item:
+        elif os.sep in item or "/" in item or FILE_SUFFIX.search(item):  # a path (a folder or a suffix, `.txt`)
             raise _Usage(f"cannot read `{item}`: no such file (and it is no MxNxK shape)")
         else:
             shapes.append(item)

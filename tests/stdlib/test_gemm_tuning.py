@@ -206,6 +206,11 @@ def test_shapes_beyond_i32_are_refused() -> None:
     (["tune", "{empty}"], "error: no shapes to tune: `{empty}` holds none (one MxNxK shape a line)"),
     (["tune", "{tmp}"], "error: `{tmp}` is a folder: give shapes (MxNxK) or files of shapes"),
     (["tune", "{tmp}/nope.txt"], "error: cannot read `{tmp}/nope.txt`: no such file (and it is no MxNxK shape)"),
+    # a name with a suffix was reported as a malformed shape (SP0778), not as a missing file
+    (["tune", "nope.txt"], "error: cannot read `nope.txt`: no such file (and it is no MxNxK shape)"),
+    (["tune", "8192x512x8192", "shapes.list"], "error: cannot read `shapes.list`: no such file"),
+    (["tune", "1.5x2x3"], "error[SP0778]: a shape to tune must be M x N x K (three positive integers), found "
+                          "'1.5x2x3'"),  # (a decimal point is no suffix)
     (["tune", "64x64x64", "--rep", "0"], "sparsile tune: error: argument --rep: expected at least 1, got 0"),
     (["tune", "64x64x64", "--warmup", "-1"], "sparsile tune: error: argument --warmup: expected at least 0, got -1"),
     (["tune", "64x64x64", "-o", "{tmp}"], "error: cannot write `{tmp}`: it is a folder (give the table's file name)"),
@@ -219,6 +224,7 @@ def test_cli_tune_refuses_bad_input_before_timing(tmp_path: Any, monkeypatch: py
     from sparsile.backend import runtime
     from sparsile.stdlib.kernels import tuning
 
+    monkeypatch.chdir(tmp_path)  # (relative names: none of them is there)
     (tmp_path / "empty.txt").write_text("# nothing yet\n\n")
     names = {"tmp": str(tmp_path), "empty": str(tmp_path / "empty.txt")}
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
