@@ -220,7 +220,7 @@ def _run(parser: argparse.ArgumentParser, argv: list[str], out: TextIO, err: Tex
     try:
         return commands[args.command](args, out, err)
     except _Usage as e:
-        print(f"error: {e}", file=err)
+        print(e.render(), file=err)
         return EXIT_USAGE
     except CompileError as e:
         print(e.render(), file=err)
@@ -251,7 +251,12 @@ def _ops(args: Any, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _read_module(path: str) -> Any:
+KERNEL_SUFFIXES = (".spk", ".py")
+"""The suffixes ``check`` and ``compile`` read (a .py file as .spk source, with a note after its
+diagnostics: _python_note); a name without a suffix (``/dev/stdin``) is read too."""
+
+
+def _read_module(path: str, command: str) -> Any:
     import os
 
     import sparsile
@@ -260,6 +265,13 @@ def _read_module(path: str) -> Any:
 
     if os.path.isdir(path):
         raise _Usage(f"`{path}` is a folder: give .spk files, e.g. `sparsile check {path.rstrip('/')}/*.spk`")
+    suffix = os.path.splitext(path)[1]
+    if suffix and suffix.lower() not in KERNEL_SUFFIXES:  # README.md gave nine parse errors of its prose
+        raise _Usage(f"`{path}` is not a .spk file: `sparsile {command}` reads kernel source (.spk files), not "
+                     f"{suffix} files", code="SP0240",
+                     help="give the .spk files that hold the kernels (examples/vector_add.spk is one); the "
+                          "@sparsile.jit kernels of a Python module compile from Python: "
+                          "`kernel.compile(signature, target=...)` (README.md)")
     try:
         with open(path, "rb") as f:
             text = utf8_source(f.read())  # a UTF-8 byte-order mark is allowed, as sparsile.load allows it
@@ -320,7 +332,7 @@ def _check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         try:
             code = _check_file(file, args, out, err)
         except _Usage as e:
-            print(f"error: {e}", file=err)
+            print(e.render(), file=err)
             code = EXIT_USAGE
         except CompileError as e:
             print(e.render(), file=err)
@@ -340,7 +352,7 @@ def _check_file(file: str, args: argparse.Namespace, out: TextIO, err: TextIO) -
     from .frontend.diagnostics import CompileError, Diagnostic
     from .frontend.sema.check_kernels import CHECKED, FAILED, check_kernel, no_kernel_warning
 
-    module = _read_module(file)
+    module = _read_module(file, "check")
     kernels = _select(module, args.kernel)
     signature = _signature(args.signature, module)
     _check_signature_names(signature, kernels)
@@ -398,7 +410,7 @@ def _compile(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _compile_now(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    module = _read_module(args.file)
+    module = _read_module(args.file, "compile")
     kernel = _select(module, args.kernel)[args.kernel]
     signature = _signature(args.signature, module)
     if args.emit == "ir":

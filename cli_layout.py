@@ -59,7 +59,7 @@ def layout_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise _Usage('give a layout constructor call, e.g. `sparsile layout "wgmma_accumulator(64)"`, or --list')
     name, call_args, call_kwargs = _literal_call(args.expr)
     if name not in constructors:
-        raise _Usage(f"unknown layout constructor `{name}` (see `sparsile layout --list`)")
+        raise unknown_constructor(name, _layout_builders(constructors, LinearLayout))
     _check_layout_arguments(name, [*call_args, *call_kwargs.values()])
     try:
         _check_layout_types(constructors[name], call_args, call_kwargs)
@@ -69,9 +69,29 @@ def layout_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"error: {args.expr.strip()}: {e}\n  the constructor is {signature}", file=err)
         return EXIT_DIAGNOSTICS
     if not isinstance(layout, LinearLayout):
-        raise _Usage(f"`{name}` does not build a layout")
+        raise unknown_constructor(name, _layout_builders(constructors, LinearLayout), builds_none=True)
     print(layout_pictures.layout_picture(layout, title=args.expr, max_rows=args.max_rows), file=out)
     return EXIT_OK
+
+
+def _layout_builders(constructors: dict[str, Any], layout_type: type) -> list[str]:
+    """The names of the library's functions that return a layout (not a swizzle name or an address)."""
+    return sorted(n for n, f in constructors.items()
+                  if inspect.signature(f).return_annotation in ("LinearLayout", layout_type))
+
+
+def unknown_constructor(name: str, known: list[str], builds_none: bool = False) -> _Usage:
+    """SP0423 for ``sparsile layout NAME(...)`` of a name that builds no layout (unknown, or a
+    library function of another kind: ``builds_none``): the help lists the layout constructors (and
+    the nearest one, for a misspelling)."""
+    import difflib
+
+    near = difflib.get_close_matches(name, known, n=1)
+    guess = f"did you mean `{near[0]}`? " if near and not builds_none else ""
+    what = "does not build a layout" if builds_none else "is not a layout constructor"
+    return _Usage(f"`{name}` {what}", code="SP0423",
+                  help=f"{guess}the layout constructors: {', '.join(known)} (`sparsile layout --list` shows "
+                       "their arguments)")
 
 
 def _literal_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:

@@ -263,3 +263,47 @@ def test_an_unknown_option_of_a_command_shows_that_commands_usage(capsys, argv, 
     assert err.startswith(usage), err
     assert f"sparsile {argv[0]}: error: unrecognized arguments: {argv[-2] if argv[0] == 'compile' else argv[1]}" \
         in err, err
+
+
+# ------------------------------------------------------------------------------------ files of another kind
+SP0240_HELP = (" = help: give the .spk files that hold the kernels (examples/vector_add.spk is one); the @sparsile.jit "
+               "kernels of a Python module compile from Python: `kernel.compile(signature, target=...)` (README.md)\n")
+
+
+@pytest.mark.parametrize("command", ["check", "compile"])
+def test_a_file_that_is_no_kernel_source_is_refused_before_it_is_parsed(tmp_path, command) -> None:
+    # `sparsile check README.md` parsed the Markdown as .spk source: nine diagnostics of its prose
+    notes = tmp_path / "NOTES.md"
+    notes.write_text("# Notes\n\nSome prose, `code` and a list:\n\n- one\n")
+    argv = [command, str(notes)] + (["--kernel", "k"] if command == "compile" else [])
+    code, out, err = run(*argv)
+    assert code == EXIT_USAGE and out == ""
+    assert err == (f"error[SP0240]: `{notes}` is not a .spk file: `sparsile {command}` reads kernel source (.spk "
+                   "files), not .md files\n" + SP0240_HELP)
+
+
+def test_check_of_spk_files_beside_a_refused_one_goes_on(tmp_path) -> None:
+    (tmp_path / "add.spk").write_text(ADD)
+    (tmp_path / "no_suffix").write_text(ADD)  # a name without a suffix is read as .spk source (/dev/stdin)
+    code, out, err = run("check", str(tmp_path / "add.spk"), str(tmp_path / "README.md"), str(tmp_path / "no_suffix"))
+    assert code == EXIT_USAGE
+    assert out == (f"{tmp_path / 'add.spk'}: ok (1 kernel checked: add)\n"
+                   f"{tmp_path / 'no_suffix'}: ok (1 kernel checked: add)\n")
+    assert err.startswith(f"error[SP0240]: `{tmp_path / 'README.md'}` is not a .spk file") and err.count("error") == 1
+
+
+LAYOUT_CONSTRUCTORS = ("blocked, layout_from_bases, mma_sp_fragment, smem_core_matrices, smem_from_address_map, "
+                       "smem_from_strides, smem_tile, tcgen05_atom, tmem_accumulator, tmem_sparse_metadata, "
+                       "wgmma_a_fragment, wgmma_accumulator, wgmma_sparse_metadata")
+
+
+@pytest.mark.parametrize(("expr", "message", "guess"), [
+    ("bogus(3)", "`bogus` is not a layout constructor", ""),
+    ("blockd(3)", "`blockd` is not a layout constructor", "did you mean `blocked`? "),
+    ("swizzle_name(128)", "`swizzle_name` does not build a layout", ""),  # a library function of another kind
+])
+def test_a_name_that_builds_no_layout_has_a_code_and_lists_the_constructors(expr, message, guess) -> None:
+    code, out, err = run("layout", expr)
+    assert code == EXIT_USAGE and out == ""
+    assert err == (f"error[SP0423]: {message}\n = help: {guess}the layout constructors: {LAYOUT_CONSTRUCTORS} "
+                   "(`sparsile layout --list` shows their arguments)\n")
