@@ -588,7 +588,7 @@ def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
     assert fused_group_of(layer.self_attn.q_proj).runs > 0 and fused_group_of(layer.mlp.up_proj) is not None
     forward = layer.mlp.__dict__["forward"].__self__  # the MLP runs SwiGLU fused
     assert type(forward).__name__ == "GatedForward" and forward.activation == "swiglu"
-    assert "gated activation fused into 1 MLPs (swiglu)" in text
+    assert "gated activation fused into 1 MLP (swiglu)" in text
     assert "sparsile-fused >= 1.3x dense tokens/s, batch 2, eager" in text
 
 

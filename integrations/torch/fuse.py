@@ -48,6 +48,7 @@ from ._kernels import capturing, stream_getter
 from .glu import MLP_NAMES, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear, tensors_of
+from .wording import counted
 
 LOG = logging.getLogger("sparsile.torch")
 DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -85,11 +86,11 @@ class FuseReport:
             kinds = sorted(set(self.glu.values()))
             named = kinds[0] if len(kinds) == 1 else ", ".join(
                 f"{sum(a == kind for a in self.glu.values())} {kind}" for kind in kinds)
-            glu = f"; gated activation fused into {len(self.glu)} MLPs" + (f" ({named})" if kinds else "")
+            glu = f"; gated activation fused into {counted(len(self.glu), 'MLP')}" + (f" ({named})" if kinds else "")
         if self.glu_removed:
-            glu += f"; gated activation removed from {len(self.glu_removed)} MLPs (glu=False)"
-        lines = [f"fuse_projections_: {len(self.fused)} projection groups fused, {len(self.kept)} already fused, "
-                 f"{len(self.skipped)} skipped{glu}"]
+            glu += f"; gated activation removed from {counted(len(self.glu_removed), 'MLP')} (glu=False)"
+        lines = [f"fuse_projections_: {counted(len(self.fused), 'projection group')} fused, {len(self.kept)} already "
+                 f"fused, {len(self.skipped)} skipped{glu}"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         lines += [f"  no gated activation for {name}: {why}" for name, why in self.no_glu.items()]
         return "\n".join(lines)

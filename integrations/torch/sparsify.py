@@ -25,6 +25,7 @@ from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse
 from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
 from .linear import SparseLinear
 from .training import SemiSparseLinear
+from .wording import counted
 
 LOG = logging.getLogger("sparsile.torch")
 GROUP = 4
@@ -43,7 +44,7 @@ class SparsifyReport:
     already_sparse: int = 0  # the SparseLinear modules the model held already
 
     def __str__(self) -> str:
-        lines = [f"sparsify_: {_count(len(self.swapped), 'linear layer')} swapped for {self.layer}, "
+        lines = [f"sparsify_: {counted(len(self.swapped), 'linear layer')} swapped for {self.layer}, "
                  f"{len(self.skipped)} skipped"]
         lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
         if not self.swapped and not self.skipped:
@@ -63,11 +64,6 @@ class SparsifyReport:
                     else "the model's 1 linear layer is sparse already")
         return ("the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear only (projections of "
                 "another class, such as transformers' GPT-2 Conv1D, are not swapped)")
-
-
-def _count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1 ("1 linear layer", "2 linear layers")."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int,

@@ -110,7 +110,7 @@ def test_torch_md_glu_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"{{'{MLP}': 'swiglu'}} {{}}"
     # the report's text names the activation as the doc shows it ("gated activation fused into 32 MLPs (swiglu)")
     assert "`gated activation fused into 32 MLPs (swiglu)`" in (ROOT / "docs" / "torch.md").read_text()
-    assert "gated activation fused into 1 MLPs (swiglu)" in str(env["fusion"])
+    assert "gated activation fused into 1 MLP (swiglu)" in str(env["fusion"])  # (one MLP: singular)
     assert "forward" not in vars(model.model.layers[0].mlp)  # glu=False: the MLP's own forward again
     assert torch.equal(logits(model), unfused)
 

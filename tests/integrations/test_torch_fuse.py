@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.errors import IntegrationError  # noqa: E402
-from sparsile.integrations.torch.fuse import ProjectionGroup, fused_group_of  # noqa: E402
+from sparsile.integrations.torch.fuse import FuseReport, ProjectionGroup, fused_group_of  # noqa: E402
 from sparsile.stdlib.sparsity import compress, encode_metadata  # noqa: E402
 
 BUFFERS = ("values", "meta", "bias", "scale_w")
@@ -766,3 +766,16 @@ def test_an_optimizer_made_before_fusing_steps_the_weights_the_model_uses(kind, 
         assert changed == (trained | {names[id(bias)]} if phase == "trainable bias" else trained), phase
         assert (group.fused is not None) == (phase == "fused")
         assert _uses_the_optimizer_s_tensors(model, optimizer, names), phase
+
+
+def test_the_report_counts_one_group_and_one_mlp_in_the_singular() -> None:
+    """The report said "1 projection groups fused" and "fused into 1 MLPs"; it counts as
+    SparsifyReport does ("1 linear layer swapped")."""
+    one = FuseReport(fused=["mlp.gate_proj+up_proj"], glu={"mlp.gate_proj+up_proj": "swiglu"}, glu_asked=True,
+                     glu_removed=["other"])
+    assert str(one) == ("fuse_projections_: 1 projection group fused, 0 already fused, 0 skipped; gated activation "
+                        "fused into 1 MLP (swiglu); gated activation removed from 1 MLP (glu=False)")
+    two = FuseReport(fused=["a.gate_proj+up_proj", "b.gate_proj+up_proj"], glu_asked=True,
+                     glu={"a.gate_proj+up_proj": "swiglu", "b.gate_proj+up_proj": "geglu"}, glu_removed=["c", "d"])
+    assert str(two) == ("fuse_projections_: 2 projection groups fused, 0 already fused, 0 skipped; gated activation "
+                        "fused into 2 MLPs (1 geglu, 1 swiglu); gated activation removed from 2 MLPs (glu=False)")

@@ -294,8 +294,8 @@ def test_fused_mlp_against_float64(tokens, dtype, activation, kernel_calls):
     before = {k: v.clone() for k, v in block.state_dict().items()}
     report = spt.fuse_projections_(block, glu=True)
     assert report.fused == [KEY] and report.glu == {KEY: activation} and report.no_glu == {}
-    assert str(report) == "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; gated " \
-                          f"activation fused into 1 MLPs ({activation})"
+    assert str(report) == "fuse_projections_: 1 projection group fused, 0 already fused, 0 skipped; gated " \
+                          f"activation fused into 1 MLP ({activation})"
     forward = block.mlp.__dict__["forward"].__self__
     assert isinstance(forward, GatedForward) and forward.activation == activation
     after = block.state_dict()  # unchanged: the gated layers are not registered
@@ -631,7 +631,7 @@ def test_other_mlps_keep_their_forward(mlp, reason):
     report = spt.fuse_projections_(block, glu=True)
     assert report.fused == [KEY] and report.glu == {} and report.no_glu == {KEY: reason}
     assert str(report).splitlines() == [
-        "fuse_projections_: 1 projection groups fused, 0 already fused, 0 skipped; gated activation fused into 0 MLPs",
+        "fuse_projections_: 1 projection group fused, 0 already fused, 0 skipped; gated activation fused into 0 MLPs",
         f"  no gated activation for {KEY}: {reason}"]
     assert "forward" not in block.mlp.__dict__
     x = torch.randn(4, HIDDEN).to(torch.bfloat16)
@@ -1058,7 +1058,7 @@ def test_glu_flag_is_checked_and_its_removal_reported():
     report = spt.fuse_projections_(block, traced=True, glu=False)  # the MLP's own forward again
     assert report.glu_removed == [KEY] and "forward" not in block.mlp.__dict__
     assert str(report) == ("fuse_projections_: 0 projection groups fused, 1 already fused, 0 skipped; "
-                           "gated activation removed from 1 MLPs (glu=False)")
+                           "gated activation removed from 1 MLP (glu=False)")
     assert spt.fuse_projections_(block, glu=False).glu_removed == []  # nothing left to remove
     assert spt.fuse_projections_(block).glu == {KEY: "swiglu"}  # glu=True, the default: fused again
     fresh = sparse_block()  # sparsify_'s default: the gated activation wherever gate/up are fused
