@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS, is_gated
-from ...stdlib.sparsity import operand_type
+from ...stdlib.sparsity.dtypes import spelling_hint
 from ..errors import (
     SP_ACTIVATION_FN,
     SP_BAD_TENSOR,
@@ -35,17 +35,28 @@ def beyond_f16(weight: torch.Tensor, name: str) -> int:
     return int((weight.detach().abs() > F16_MAX).sum())
 
 
+WEIGHT_DTYPE_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "e4m3": "e4m3",
+                      "float8_e4m3fn": "e4m3"}
+"""The names of a weight type that SparseLinear, SemiSparseLinear and sparsify_ take (any case), as
+:func:`~sparsile.stdlib.kernels.compress_weight.prune_and_compress` and the sparsity toolkit take them;
+the torch dtypes (torch.bfloat16, torch.float16, torch.float8_e4m3fn) too."""
+WEIGHT_DTYPE_HELP = ("pass dtype='bf16', 'f16' or 'e4m3' (fp8 weights with per-channel scales); 'bfloat16', "
+                     "'float16', 'float8_e4m3fn' and torch.bfloat16, torch.float16, torch.float8_e4m3fn work too")
+
+
 def weight_dtype_name(dtype: Any, default: torch.dtype | None = None) -> str:
-    """The operand name ("bf16", "f16", "e4m3") of ``dtype`` (a name or a torch dtype; None: ``default``)."""
+    """The operand name ("bf16", "f16", "e4m3") of ``dtype`` (a name of :data:`WEIGHT_DTYPE_NAMES` or a
+    torch dtype; None: ``default``); SP0903 for any other, with the name meant for a near one ('fp16')."""
     given = default if dtype is None else dtype
     if isinstance(given, torch.dtype) and given in NAME_OF:
         return NAME_OF[given]
-    if isinstance(given, str) and given.strip().lower() in ("bf16", "bfloat16", "f16", "float16", "e4m3",
-                                                             "float8_e4m3fn"):
-        return operand_type(given).name
+    if isinstance(given, str) and given.strip().lower() in WEIGHT_DTYPE_NAMES:
+        return WEIGHT_DTYPE_NAMES[given.strip().lower()]
+    hint = spelling_hint(given)
+    if hint is not None:  # 'fp16' has a kernel under another name: "has no kernel" would mislead
+        raise IntegrationError(SP_WEIGHT_DTYPE, f"unknown weight dtype {given!r}", help=f"{hint}; {WEIGHT_DTYPE_HELP}")
     what = "the linear's weight dtype" if dtype is None else "dtype"
-    raise IntegrationError(SP_WEIGHT_DTYPE, f"{what} {given} has no 2:4 sparse linear kernel",
-                           help="pass dtype='bf16', 'f16' or 'e4m3' (fp8 weights with per-channel scales)")
+    raise IntegrationError(SP_WEIGHT_DTYPE, f"{what} {given} has no 2:4 sparse linear kernel", help=WEIGHT_DTYPE_HELP)
 
 
 def checked_activation(activation: Any, allowed: tuple[str | None, ...] = ACTIVATIONS) -> str | None:

@@ -53,10 +53,12 @@ def _compress_on_gpu(weight: Any, op: OperandType, fmt: str) -> CompressedWeight
     return CompressedWeight(values, meta)
 
 
-def prune_and_compress(weight: Any, dtype: str, fmt: str = "sm90") -> CompressedWeight:
+def prune_and_compress(weight: Any, dtype: Any, fmt: str = "sm90") -> CompressedWeight:
     """Magnitude-prune ``weight`` (M, K) to the pattern of operand type ``dtype`` (2:4; 1:2 for tf32),
     cast, compress, and encode ``fmt`` metadata ("sm90"; "tcgen05" saves the one-time re-encoding
-    for Blackwell): ``(values, meta)`` ready for :func:`~.gemm.sparse_matmul`.
+    for Blackwell): ``(values, meta)`` ready for :func:`~.gemm.sparse_matmul`. ``dtype`` is an
+    operand name ("bf16", "f16", "e4m3", ...; "bfloat16", "float16", "float8_e4m3fn" too) or a torch
+    or numpy dtype (torch.bfloat16), as SparseLinear and sparsify_ take it (SP0801 for another).
 
     ``values`` lives where ``weight`` does (a torch tensor on its device, a cupy array, else numpy);
     ``meta`` is a tagged host MetadataBuffer, validated and copied to the device once, on first use.

@@ -139,20 +139,49 @@ WIDTH_CLASSES = ("16-bit", "tf32", "8-bit", "4-bit")
 _BY_HOST_DTYPE = {op.host_dtype: op for op in reversed(OPERAND_TYPES.values())}
 
 
-def operand_type(dtype: str | OperandType) -> OperandType:
+SPELLING_HINTS = {"fp16": "f16", "half": "f16", "bfloat": "bf16", "fp32": "f32", "fp8": "e4m3", "float8": "e4m3",
+                  "e4m3fn": "e4m3", "fp4": "e2m1"}
+"""Names sparsile does not take, with the one meant most often. "fp8" is refused rather than taken
+as e4m3 (weights' fp8 in vLLM and torchao; e5m2 is fp8 too): the help suggests 'e4m3'."""
+
+
+def spelling_hint(name: object) -> str | None:
+    """``did you mean 'f16'?`` for a name of :data:`SPELLING_HINTS` (any case), else None."""
+    meant = SPELLING_HINTS.get(name.strip().lower()) if isinstance(name, str) else None
+    if meant is None:
+        return None
+    other = " (fp8 is e4m3 or e5m2; weights' fp8 is e4m3, float8_e4m3fn)" if meant == "e4m3" else ""
+    return f"did you mean {meant!r}?{other}"
+
+
+def dtype_object_name(dtype: object) -> str | None:
+    """The name of a torch or numpy dtype object ("float16", "bfloat16", "float8_e4m3fn"), else None."""
+    kind = type(dtype)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        return str(dtype).removeprefix("torch.")
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        return np.dtype(dtype).name
+    return None
+
+
+def operand_type(dtype: str | OperandType | object) -> OperandType:
     """The :class:`OperandType` named ``dtype`` ("f16", "bf16", "tf32" or "f32", "e4m3", "e5m2",
-    "s8", "u8", "e2m1"); raises SP0801 for anything else."""
+    "s8", "u8", "e2m1", or a name of :data:`ALIASES`), or of a torch / numpy dtype object of such a
+    name (torch.float16, np.float16, torch.float8_e4m3fn); raises SP0801 for anything else."""
     if isinstance(dtype, OperandType):
         return dtype
-    if isinstance(dtype, str):
-        key = dtype.strip().lower()
+    name = dtype if isinstance(dtype, str) else dtype_object_name(dtype)
+    if name is not None:
+        key = name.strip().lower()
         key = ALIASES.get(key, key)
         if key in OPERAND_TYPES:
             return OPERAND_TYPES[key]
+    hint = spelling_hint(dtype)
     raise SparsityError(
         SP_UNKNOWN_DTYPE,
         f"unknown sparse operand dtype {dtype!r}",
-        help="use one of " + ", ".join(repr(n) for n in OPERAND_TYPES) + " ('f32' is an alias of 'tf32')",
+        help=(f"{hint}; " if hint else "") + "use one of " + ", ".join(repr(n) for n in OPERAND_TYPES)
+        + " ('f32' is an alias of 'tf32'; the numpy and torch names such as 'float16' work too)",
     )
 
 
