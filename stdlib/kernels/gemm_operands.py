@@ -21,7 +21,9 @@ from .arrays import array_kind, as_u32_words, bad_input, cast_operand, copy_like
 if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
 
-_validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, int]]] = weakref.WeakKeyDictionary()
+_validated: weakref.WeakKeyDictionary[MetadataBuffer, set[tuple[str, str, int]]] = weakref.WeakKeyDictionary()
+"""The (format, operand type, m) each buffer was validated as: the format too, since a "tcgen05" buffer
+validated by a Blackwell plan must still be refused where "sm90" words are expected."""
 device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakref.WeakKeyDictionary()
 """A tagged buffer's uint32 "sm90" words on each device (key: the device's ``str``), copied once by
 :func:`kernel_words`, or kept by :func:`~.compress_weight.prune_and_compress` from the GPU toolkit."""
@@ -29,12 +31,12 @@ device_copies: weakref.WeakKeyDictionary[MetadataBuffer, dict[str, Any]] = weakr
 
 def validated_metadata(meta: MetadataBuffer, fmt: str, op: OperandType, m: int, k_values: int,
                        k_b: int) -> MetadataBuffer:
-    """``meta`` after validating it once per (operand type, m) as ``fmt`` (format, width class, m,
-    nibbles) and checking that its K fits values (``k_values``) and b (``k_b``)."""
+    """``meta`` after validating it once per (format, operand type, m) as ``fmt`` (format, width
+    class, m, nibbles) and checking that its K fits values (``k_values``) and b (``k_b``)."""
     seen = _validated.setdefault(meta, set())
-    if (op.name, m) not in seen:
+    if (fmt, op.name, m) not in seen:
         checked_metadata(meta, fmt, op.name, m=m)
-        seen.add((op.name, m))
+        seen.add((fmt, op.name, m))
     if not meta.k <= k_values < meta.k + op.group:
         raise bad_input(f"the metadata was encoded for k = {meta.k}, but values cover K = {k_values}",
                         code=SP_MISSING_SIZE, help="encode the metadata of the operand whose values are passed")
