@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import OperandType, operand_type
+from .errors import SparsityError
+from .hostarray import as_host_array
 from .layouts import pad_sizes
 
 _OWNED: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
@@ -27,6 +29,13 @@ def _frozen(words: np.ndarray) -> np.ndarray:
     view = words.view()
     _OWNED[id(view)] = view
     return view
+
+
+def _is_array_object(x: object) -> bool:
+    """An array of a library other than numpy (torch, cupy, JAX...): a DLPack, CUDA-array or numpy
+    array-protocol producer. Lists and other objects are left to validation."""
+    return any(hasattr(x, name) for name in ("__dlpack__", "__cuda_array_interface__", "__array_interface__",
+                                             "__array__"))
 
 
 def adopt_words(data: np.ndarray, fmt: str, dtype: str, m: int, k: int) -> MetadataBuffer:
@@ -51,9 +60,10 @@ class MetadataBuffer:
     once per buffer and keep one device copy of them (``gemm_operands``), so an edit would reach
     neither check nor GPU. A hand-built ``MetadataBuffer(words, ...)`` therefore copies ``words``
     (the caller's array stays the caller's: editing it later changes nothing here) and holds a
-    read-only view of the copy, which numpy refuses to make writable again. The encoders hand over
-    words they made without a copy (:func:`adopt_words`). To change metadata, edit a copy
-    (``np.asarray(buffer, copy=True)``) and tag it anew.
+    read-only view of the copy, which numpy refuses to make writable again; words of another array
+    type (a torch tensor, a CUDA one too, a cupy or JAX array) are copied to the host the same way.
+    The encoders hand over words they made without a copy (:func:`adopt_words`). To change
+    metadata, edit a copy (``np.asarray(buffer, copy=True)``) and tag it anew.
     """
 
     data: np.ndarray
@@ -64,6 +74,11 @@ class MetadataBuffer:
 
     def __post_init__(self) -> None:
         data = self.data
+        if not isinstance(data, np.ndarray) and _is_array_object(data):
+            try:  # (a torch tensor's words stayed the caller's: an edit after a call met stale copies)
+                data = as_host_array(data, "metadata")
+            except SparsityError:  # kept as given: validation says what it is (as for a list or None)
+                return
         if isinstance(data, np.ndarray) and _OWNED.get(id(data)) is not data:
             object.__setattr__(self, "data", _frozen(np.array(data, copy=True, order="K")))
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sparsile.stdlib.kernels import prune_and_compress, sparse_matmul
-from sparsile.stdlib.sparsity import SparsityError, decompress
+from sparsile.stdlib.sparsity import MetadataBuffer, SparsityError, decompress
 
 
 def _operands(m: int, n: int, k: int, seed: int, fmt: str = "sm90"):
@@ -58,3 +58,26 @@ def test_a_tcgen05_buffer_checked_on_blackwell_is_still_refused_on_sm90(n: int) 
     out = _poisoned(m, n)
     sparse_matmul(weight.values, weight.meta, b, interpret=True, target="sm_90a", out=out)
     _assert_close(out, ref, k)
+
+
+@pytest.mark.parametrize("target", ["sm_100a", "sm_90a"])
+def test_a_buffer_over_a_torch_tensor_owns_its_words(target: str) -> None:
+    """MetadataBuffer(tensor, ...) copies the words as it does a numpy array's: it used to keep the
+    caller's tensor, so an edit of it after a Blackwell call left that call's "tcgen05" re-encoding
+    (cached per buffer) stale: the next call computed with the old words and the new values."""
+    torch = pytest.importorskip("torch")
+    m, n, k = 128, 80, 128
+    first, b = _operands(m, n, k, seed=1)
+    second, _ = _operands(m, n, k, seed=2)
+    mine = torch.from_numpy(np.array(first.meta.data))
+    meta = MetadataBuffer(mine, "sm90", "f16", m, k)
+    assert isinstance(meta.data, np.ndarray) and not meta.data.flags.writeable
+    assert not np.shares_memory(meta.data, mine.numpy())
+    out = _poisoned(m, n)
+    sparse_matmul(first.values, meta, b, interpret=True, target=target, out=out)
+    _assert_close(out, _reference(first.values, first.meta, b), k)
+    mine.copy_(torch.from_numpy(np.array(second.meta.data)))  # the caller's tensor: another weight's words
+    assert np.array_equal(meta.data, first.meta.data)
+    out = _poisoned(m, n)
+    sparse_matmul(second.values, meta, b, interpret=True, target=target, out=out)
+    _assert_close(out, _reference(second.values, first.meta, b), k)  # the buffer's words, as they were
