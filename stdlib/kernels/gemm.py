@@ -248,7 +248,13 @@ def plan_sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype
     :class:`~.gemm_sm100.SparseMatmulSm100` for Blackwell. ``schedule``: see :mod:`.gemm_schedule`
     (SP0865). The plan's C is ``out`` where the kernel can write it in place; else (a
     non-contiguous out, or one sharing device memory with b or the weight) a new array, which
-    :func:`sparse_matmul` copies into out after the launch and ``plan.run()`` returns as it is."""
+    :func:`sparse_matmul` copies into out after the launch and ``plan.run()`` returns as it is.
+
+    The plan holds the operands it launches with: the caller's arrays where the kernel reads them
+    in place, else copies made now (cast to the operand type, K zero-padded to 16-byte rows). A
+    ``run()`` after an operand was edited in place therefore sees the edit only where the plan
+    holds the caller's array (an aligned K of the operand type: it reads the new values; a padded
+    or cast copy: the old ones): plan again for new operand values."""
     from .decode import check_kernel_choice
     from .gemm_schedule import checked_schedule, pingpong_block_n, pingpong_ctas
 

@@ -189,7 +189,10 @@ class SparseLinearPlan:
     def rebind(self, x: Any, out: Any = None, *, scale_x: Any = None) -> SparseLinearPlan:
         """This plan for a new ``x`` (and ``out``, ``scale_x``) of the same shape and dtype: the
         weight, its metadata, bias and scale_w are not looked at again. ``out`` None: a new array;
-        ``scale_x`` None keeps the plan's. The split-K workspace is shared with this plan."""
+        ``scale_x`` None keeps the plan's. The split-K workspace is shared with this plan. This,
+        not ``run()`` again, is how new activations reach a plan: ``x`` is cast and padded here
+        where the kernel needs it, so a plan holding such a copy never sees an edit of the x it was
+        made with (nor does one of the weight's padded or converted copies: plan again)."""
         shape = tuple(int(s) for s in getattr(x, "shape", ()))
         dtype = str(getattr(x, "dtype", "")).removeprefix("torch.")
         if shape != self.x_shape or dtype != self.x_dtype:
