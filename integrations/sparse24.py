@@ -19,6 +19,7 @@ and file list; errors are SP0912, SP0913, SP0915 (docs/diagnostics.md).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,54 @@ def declared_weight_types(config: dict[str, Any]) -> set[str]:
             if isinstance(weights, dict) and isinstance(weights.get("type"), str):
                 types.add(weights["type"])
     return types
+
+
+def _scheme_holders(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where compressed-tensors keeps a quantization scheme (``config_groups`` and ``ignore``) in a
+    config.json: the top level, quantization_config / compression_config, or a quantization_config
+    inside the latter."""
+    holders = [config]
+    for key in ("quantization_config", "compression_config"):
+        inner = config.get(key)
+        if isinstance(inner, dict):
+            holders += [inner, inner.get("quantization_config")]
+    return [h for h in holders if isinstance(h, dict) and isinstance(h.get("config_groups"), dict)]
+
+
+def _target_rank(target: Any, name: str, kind: str) -> int:
+    """How specifically a compressed-tensors ``target`` names the module ``name`` of class ``kind``: 3
+    the module's name, 2 a ``re:`` pattern matching it (``re.match``, as compressed-tensors), 1 its
+    class name, 0 no match."""
+    if not isinstance(target, str):
+        return 0
+    if target == name:
+        return 3
+    if target.startswith("re:"):
+        try:
+            return 2 if re.match(target[3:], name) else 0
+        except re.error:
+            return 0
+    return 1 if target == kind else 0
+
+
+def static_input_group(config: dict[str, Any], name: str, kind: str = "Linear") -> str | None:
+    """The name of the config group declaring static input activations (``input_activations:
+    {dynamic: false}``) for the linear module ``name`` (class ``kind``), or None: the group whose
+    targets name it most specifically (its name, then a ``re:`` pattern, then its class), unless the
+    scheme's ``ignore`` lists it."""
+    best: tuple[int, str, Any] | None = None
+    for holder in _scheme_holders(config):
+        ignore = holder.get("ignore") if isinstance(holder.get("ignore"), list) else []
+        if any(_target_rank(t, name, kind) for t in ignore):
+            continue
+        for group_name, group in holder["config_groups"].items():
+            targets = group.get("targets") if isinstance(group, dict) else None
+            rank = max((_target_rank(t, name, kind) for t in targets), default=0) if isinstance(targets, list) else 0
+            if rank and (best is None or rank > best[0]):
+                best = (rank, group_name, group.get("input_activations"))
+    if best is None or not isinstance(best[2], dict) or best[2].get("dynamic", True) is not False:
+        return None
+    return str(best[1])
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

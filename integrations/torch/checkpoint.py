@@ -44,6 +44,7 @@ from ..sparse24 import (
     dense_from_bitmask,
     read_config,
     shards,
+    static_input_group,
 )
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
 from .fuse import checked_flag
@@ -147,12 +148,21 @@ def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarra
     return narrowed
 
 
-def _input_scale(tensors: dict[str, np.ndarray], name: str) -> np.ndarray | None:
+def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any]) -> np.ndarray | None:
     """The static per-tensor activation scale ``<name>.input_scale`` of an fp8 layer (compressed-tensors'
     ``input_activations: {dynamic: false, strategy: tensor}``), as one float32, or None; SP0913 for
-    one of several elements, or not a positive finite number."""
+    one of several elements, or not a positive finite number, and for none where config.json declares
+    the layer's input activations static (x would be quantized per token instead, unseen)."""
     scale = tensors.get(f"{name}.input_scale")
     if scale is None:
+        group = static_input_group(config, name)
+        if group is not None:
+            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: config.json declares static input "
+                                   f"activations for it (config group {group!r}: input_activations dynamic false), "
+                                   f"but the checkpoint has no {name}.input_scale; x would be quantized per token "
+                                   "instead of with the calibrated scale",
+                                   help=f"write {name}.input_scale (x's calibrated amax / 448, one float32), or "
+                                        f"declare dynamic: true for {name}'s input_activations (per-token scales)")
         return None
     scale = np.asarray(scale).astype(np.float32).reshape(-1)
     if scale.size != 1:
@@ -208,7 +218,7 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     fp8 = compressed.dtype == ml_dtypes.float8_e4m3fn
     # (an input_scale next to 16-bit values, too, is left to load_state_dict: unexpected)
     return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale if fp8 else None,
-                                        input_scale=_input_scale(tensors, name) if fp8 else None,
+                                        input_scale=_input_scale(tensors, name, config) if fp8 else None,
                                         device=_device_of(module), **options)
 
 

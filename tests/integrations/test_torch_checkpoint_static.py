@@ -168,6 +168,55 @@ def test_an_input_scale_of_several_elements_is_sp0913(tmp_path):
     assert "strategy 'tensor'" in err.help
 
 
+def _drop_input_scale(tmp_path, config: dict | None = None) -> None:
+    """The static checkpoint without proj.input_scale (and with ``config`` where given)."""
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    del tensors["proj.input_scale"]
+    st.save_file(tensors, tmp_path / "model.safetensors")
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+
+
+def test_static_input_activations_without_an_input_scale_are_sp0913(tmp_path):
+    """config.json declares static input activations (dynamic: false) for a layer the checkpoint has no
+    input_scale for: SP0913 (it was loaded quantizing x per token, unseen), the model left as it was."""
+    _static_checkpoint(tmp_path)
+    _drop_input_scale(tmp_path)
+    model = _One()
+    err = _error(spt.load_sparse24_checkpoint, model, tmp_path)
+    assert err.code == "SP0913"
+    assert err.message == ("layer proj: config.json declares static input activations for it (config group "
+                           "'group_0': input_activations dynamic false), but the checkpoint has no proj.input_scale; "
+                           "x would be quantized per token instead of with the calibrated scale")
+    assert err.help == ("write proj.input_scale (x's calibrated amax / 448, one float32), or declare dynamic: true "
+                        "for proj's input_activations (per-token scales)")
+    assert type(model.proj) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("how", ["dynamic", "ignored", "named dynamic", "other layer"])
+def test_layers_not_declared_static_load_per_token_without_an_input_scale(tmp_path, how):
+    """A layer the config does not declare static (dynamic: true, in ``ignore``, named by a more specific
+    dynamic group than the static ``Linear`` one, or a static group naming another layer) loads without
+    an input_scale: x quantized per token."""
+    _static_checkpoint(tmp_path)
+    config = _static_config()
+    quant = config["quantization_config"]
+    group = quant["config_groups"]["group_0"]
+    if how == "dynamic":
+        group["input_activations"] = {**group["input_activations"], "strategy": "token", "dynamic": True}
+    elif how == "ignored":
+        quant["ignore"] = ["re:.*proj$"]
+    elif how == "named dynamic":
+        quant["config_groups"]["group_1"] = {**group, "targets": ["proj"],
+                                             "input_activations": {"strategy": "token", "dynamic": True}}
+    else:
+        group["targets"] = ["re:.*o_proj"]
+    _drop_input_scale(tmp_path, config)
+    model = _One()
+    spt.load_sparse24_checkpoint(model, tmp_path)
+    assert model.proj.weight_dtype == "e4m3" and model.proj.input_scale is None
+
+
 # ------------------------------------------------------------------------------------------------
 # F32 compressed values
 
