@@ -37,7 +37,7 @@ from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS
 from ...stdlib.sparsity.errors import SparsityError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
-from .quantize import quantize_per_token
+from .quantize import quantize_per_token, quantize_with_scale
 from .weight import Weight, same_bytes, same_memory, storage_key, tracked_tensors, weight_versions
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -89,7 +89,8 @@ def kernel_api() -> SimpleNamespace:
 
     return SimpleNamespace(sparse_linear=linear.sparse_linear, plan_sparse_linear=linear.plan_sparse_linear,
                            quantize=linear.quantize_per_token_e4m3,
-                           prepare_quantize=linear.prepare_quantize_per_token_e4m3)
+                           prepare_quantize=linear.prepare_quantize_per_token_e4m3,
+                           prepare_quantize_static=linear.prepare_quantize_static_e4m3)
 
 
 @functools.cache
@@ -223,12 +224,18 @@ class LaunchRecord:
     native call for both kernels; the record is per stream, as one with a split-K workspace). Where
     :func:`quantizes_in_kernel` an eager call is instead one launch of the decode
     kernel that quantizes x itself (``eager``; the copy and scales are then left untouched), and
-    only a capture runs the quantizer and the GEMM."""
+    only a capture runs the quantizer and the GEMM. ``static`` (with ``quantize``): a layer's static
+    per-tensor input scale (1,) float32, fixed in the record (it pins its memory): the first launch
+    quantizes x with it (the static quantizer, which reads the scale's memory on each launch: a write
+    in place is taken by the next call and by CUDA graph replays) and the GEMM reads it as its
+    per-tensor scale_x; never the one-launch kernel (it quantizes per token)."""
 
     def __init__(self, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-                 off_pool: bool = False, stream: int | None = None, quantize: bool = False, pdl: bool = False):
+                 off_pool: bool = False, stream: int | None = None, quantize: bool = False, pdl: bool = False,
+                 static: torch.Tensor | None = None):
         api = kernel_api()
         self.quantize = quantize
+        self.static = None if static is None else static.detach()
         # the weight as aliases: the record pins the memory its launches read, not the caller's tensor
         # objects, whose weak reference tells when the layer is gone (RecordCache drops the record then)
         w = Weight(*(None if t is None else t.detach() for t in (w.values, w.meta, w.bias, w.scale_w)), w.activation)
@@ -275,10 +282,14 @@ class LaunchRecord:
         if self.quantize:  # x quantized by the record's first launch into buffers it owns
             t, k = (int(s) for s in x.shape)
             self.xq = gemm_x = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
-            self.sx = scale_x = torch.empty((t,), dtype=torch.float32, device=x.device)
-            per_call_x = None  # the GEMM's x and scale are fixed: the quantizer's outputs
+            per_call_x = None  # the GEMM's x and scale are fixed: the quantizer's outputs (or the static scale)
             trigger = {"trigger": True} if self.pdl else {}  # the quantizer lets the PDL GEMM start at once
-            quantize = api.prepare_quantize(x, self.xq, self.sx, per_call=("X",), **trigger)
+            if self.static is not None:
+                self.sx = scale_x = self.static
+                quantize = api.prepare_quantize_static(x, self.xq, self.static, per_call=("X",), **trigger)
+            else:
+                self.sx = scale_x = torch.empty((t,), dtype=torch.float32, device=x.device)
+                quantize = api.prepare_quantize(x, self.xq, self.sx, per_call=("X",), **trigger)
             quantizer = [(quantize.run, _picker((0,)))]
         self.plan = api.plan_sparse_linear(w.values, w.meta, gemm_x, bias=w.bias, activation=w.activation,
                                            scale_x=scale_x, scale_w=w.scale_w,
@@ -313,7 +324,8 @@ class LaunchRecord:
         # split-K partial sums added in the kernel by eager calls (EAGER_REDUCE_MAX_T)
         reduce_eagerly = self.shape[0] <= EAGER_REDUCE_MAX_T and os.environ.get(DECODE_REDUCE_ENV) is None
         if self.prepared is not None and not capturing():
-            if self.quantize and quantizes_in_kernel(self.shape[0], int(w.values.shape[0]), int(x.shape[1])):
+            if self.quantize and self.static is None and quantizes_in_kernel(self.shape[0], int(w.values.shape[0]),
+                                                                             int(x.shape[1])):
                 one_launch = self._quantizing_eager(api, x, y, w, out_dtype, reduce_eagerly)  # x quantized in it
             if one_launch is None and len(launches) > 1 and reduce_eagerly and hasattr(self.plan, "reduces_in_kernel"):
                 # a decode plan (the tiled kernels always reduce in a second launch): split-K reduced in the kernel
@@ -497,7 +509,8 @@ class LaunchRecord:
                 run(which(call), stream)
             return y
         if self.quantize:  # no prepared launches (a padded plan): quantize, then the plan on the copy
-            xq, scale_x = quantize_per_token(x)
+            xq, scale_x = quantize_per_token(x) if self.static is None else \
+                (quantize_with_scale(x, self.static), self.static)
             self.plan.rebind(xq, y, scale_x=scale_x).run(stream=stream)
             return y
         if first is not None and first[0] is x:  # the call the plan was built for

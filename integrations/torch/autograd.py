@@ -327,10 +327,12 @@ def func_transformed() -> bool:
 
 def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:
     """A call must go through :class:`LayerWithInputGrad`: grad mode is on and x or one of the
-    layer's ``buffers`` (values, meta, bias, scale_w by name, ``linear.tensors_of``: buffers or
-    parameters) requires grad. (Before, only x was looked at: a trainable bias fed an x without
-    grad, the first layer's, silently got no gradient, and a values tensor made to require grad no
-    SP0922.) Or x is a dual tensor of ``torch.autograd.forward_ad`` (grad mode or not): its ``jvp``
+    layer's ``buffers`` (values, meta, bias, scale_w, a static input_scale by name,
+    ``linear.tensors_of``: buffers or parameters) requires grad (an input_scale that does takes the
+    custom op instead, whose backward refuses its gradient: SparseLinear._forward_eager). (Before,
+    only x was looked at: a trainable bias fed an x without grad, the first layer's, silently got no
+    gradient, and a values tensor made to require grad no SP0922.) Or x is a dual tensor of
+    ``torch.autograd.forward_ad`` (grad mode or not): its ``jvp``
     refuses forward mode (SP0922); a direct launch would return y without a tangent, the directional
     derivative silently dropped."""
     # (unrolled, no generator: on every eager call with grad mode on, 0.65 µs against 1.6 µs for any();
@@ -338,7 +340,8 @@ def needs_autograd(x: torch.Tensor, buffers: dict[str, Any]) -> bool:
     return (torch.is_grad_enabled() and (
         x.requires_grad or buffers["values"].requires_grad
         or ((t := buffers["bias"]) is not None and t.requires_grad)
-        or ((t := buffers["scale_w"]) is not None and t.requires_grad))) or (
+        or ((t := buffers["scale_w"]) is not None and t.requires_grad)
+        or ((t := buffers.get("input_scale")) is not None and t.requires_grad))) or (
         _fwad._current_level >= 0 and _fwad.unpack_dual(x).tangent is not None)
 
 

@@ -193,9 +193,13 @@ def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, tar
 
     x16 = torch.zeros((t, k), dtype=x_dtype, device=device)
     xq = torch.zeros((t, k), dtype=torch.float8_e4m3fn, device=device)
-    sx = torch.ones((t,), dtype=torch.float32, device=device)
+    static = layer.input_scale
     quantizing = t <= RECORD_QUANTIZE_MAX_T and not traced  # the record quantizes x (else quantize_per_token)
     trigger = {"TRIGGER": 1} if pdl and quantizing else {}  # (the record's own quantizer)
+    if static is not None:  # a static input scale: its quantizer (eager; traced, torch's operations), the GEMM
+        return launches + _static_launches(api, w, static.detach(), x16, xq, y, out_dtype, activation, planning,
+                                           {} if traced else trigger, quantizing, reduce_eagerly, traced)
+    sx = torch.ones((t,), dtype=torch.float32, device=device)
     quantizer = (quantize_module().quantize_e4m3_per_token, (t,), (x16, xq, sx, k, k, k), quantize_options(k))
     launches.append((*quantizer[:3], {**quantizer[3], **trigger}))
     plan, main = _plan_launches(api, w, xq, y, sx, out_dtype, activation, **planning)
@@ -220,6 +224,31 @@ def _record_launches(layer: SparseLinear, tokens: int, x_dtype: torch.dtype, tar
     if len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
         _, one = _plan_launches(api, w, xq, y, sx, out_dtype, activation, reduce="kernel", **planning)
         launches += one if len(one) == 1 else []
+    return launches
+
+
+def _static_launches(api: Any, w: Weight, static: torch.Tensor, x16: torch.Tensor, xq: torch.Tensor, y: torch.Tensor,
+                     out_dtype: torch.dtype, activation: str | None, planning: dict[str, Any], trigger: dict[str, int],
+                     quantizing: bool, reduce_eagerly: bool, traced: bool) -> list[Launch]:
+    """:func:`first_call_launches` of an e4m3 layer with a static input scale: an eager call's static
+    quantizer (``quantize_e4m3_static``: the record's first launch up to RECORD_QUANTIZE_MAX_T tokens,
+    with TRIGGER under PDL, else ``quantize_with_scale``'s), then the GEMM of the e4m3 x with the
+    per-tensor scale, and its one-launch split-K variant where the record makes it; traced, the GEMM
+    alone (x quantized by torch's operations, which inductor compiles)."""
+    from ...stdlib.kernels.quantize_e4m3 import quantize_module, static_options
+
+    t, k = (int(s) for s in x16.shape)
+    launches: list[Launch] = []
+    if not traced:
+        launches.append((quantize_module().quantize_e4m3_static, (t,), (x16, xq, static, k, k, k),
+                         {**static_options(k), **trigger}))
+    plan, main = _plan_launches(api, w, xq, y, static, out_dtype, activation, **planning)
+    launches += main
+    if passes_through(main, xq, y, static) and len(main) > 1 and reduce_eagerly and hasattr(plan, "reduces_in_kernel"):
+        _, one = _plan_launches(api, w, xq, y, static, out_dtype, activation, reduce="kernel", **planning)
+        launches += one if len(one) == 1 else []
+    if quantizing and trigger and not passes_through(main, xq, y, static):  # a padded plan: quantize_with_scale's
+        launches.append((quantize_module().quantize_e4m3_static, (t,), (x16, xq, static, k, k, k), static_options(k)))
     return launches
 
 

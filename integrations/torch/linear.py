@@ -63,7 +63,7 @@ from .layer_args import (
     host_to_torch,
     weight_dtype_name,
 )
-from .quantize import checked_input_scale, quantize_static, static_inverse
+from .quantize import checked_input_scale, quantize_static, quantize_with_scale, static_inverse
 from .record_cache import RecordCache
 from .weight import WEIGHT_DTYPES, host_dense
 
@@ -337,8 +337,9 @@ class SparseLinear(nn.Module):
         if weight is None:
             t = tensors if tensors is not None else self._tensors()
             weight = Weight(t["values"], t["meta"], t["bias"], t["scale_w"], self.activation)
-            self.__dict__["_bound_ptrs"] = tuple(0 if t is None else t.data_ptr()
-                                                 for t in (weight.values, weight.meta, weight.bias, weight.scale_w))
+            static = self.__dict__["_bound_static"] = t.get("input_scale")
+            self.__dict__["_bound_ptrs"] = tuple(0 if t is None else t.data_ptr() for t in (
+                weight.values, weight.meta, weight.bias, weight.scale_w, static))
             self.__dict__["_weight"] = weight
         return weight
 
@@ -405,6 +406,8 @@ class SparseLinear(nn.Module):
         if d["_parameters"] or d["_modules"]:  # (inline: no call on the usual path) a tensor made an
             b = self._tensors()                # nn.Parameter, or parametrized
         if needs_autograd(x, b):  # x's (and a trainable bias's) gradient through the frozen weight
+            if (static := b.get("input_scale")) is not None and static.requires_grad:
+                return self._forward_op(x)  # (sparse_linear_e4m3, whose backward refuses the scale's gradient)
             return LayerWithInputGrad.apply(x, b["bias"], self, b["values"], b["meta"], b["scale_w"])
         w = d["_weight"]
         if w is not None:  # still this layer's tensors, at the addresses its records were built for?
@@ -412,7 +415,9 @@ class SparseLinear(nn.Module):
             if (b["values"] is not w.values or b["meta"] is not w.meta or b["bias"] is not w.bias
                     or b["scale_w"] is not w.scale_w or w.values.data_ptr() != ptrs[0]
                     or w.meta.data_ptr() != ptrs[1] or (ptrs[2] and w.bias.data_ptr() != ptrs[2])
-                    or (ptrs[3] and w.scale_w.data_ptr() != ptrs[3])):
+                    or (ptrs[3] and w.scale_w.data_ptr() != ptrs[3])
+                    or (static := b.get("input_scale")) is not d["_bound_static"]  # (the static scale's records
+                    or (ptrs[4] and static.data_ptr() != ptrs[4])):                # hold its memory)
                 self._rebound(quiet=b is not d["_buffers"] and "parametrizations" in d["_modules"])
         last = d["_last"]
         if last is not None:  # the same kind of call as the last one: its record launched directly
@@ -433,7 +438,15 @@ class SparseLinear(nn.Module):
             return x.new_empty((*shape[:-1], self.out_features), dtype=out_dtype)
         scale_x = static = None
         if w.scale_w is not None and (static := b.get("input_scale")) is not None:  # a static per-tensor scale
-            x2, scale_x = quantize_static(x2, static, static_inverse(d, static)), static
+            if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T and not static.data_ptr() % 16:
+                # by the record's first launch, the static quantizer reading the scale's memory: one native call
+                x2 = x2.contiguous()
+                records = d["_records"]
+                key = (tokens, x2.dtype, x2.get_device(), out_dtype, "quantize-static", static.data_ptr())
+                y = records.run(key, x2, w, None, out_dtype, quantize=True, static=static)
+                self._remember(records, key, x, x2)
+                return y if two_d else y.view(*shape[:-1], self.out_features)
+            x2, scale_x = quantize_with_scale(x2, static, None if x2.is_cuda else static_inverse(d, static)), static
         elif w.scale_w is not None:  # e4m3 weights: x quantized per token
             x2 = x2.contiguous()
             if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T:  # by the record's first launch: one native call
@@ -477,8 +490,10 @@ class SparseLinear(nn.Module):
         otherwise ``quantize_per_token_e4m3`` then ``sparse_linear``, as before. A layer with a static
         ``input_scale`` passes it to ``sparse_linear_e4m3`` (which then quantizes with it), or quantizes
         x with torch's operations (:func:`~.quantize.quantize_static`) before ``sparse_linear``."""
+        static = self.input_scale if self.weight_dtype == "e4m3" else None
+        static_grad = static is not None and static.requires_grad and torch.is_grad_enabled()
         if weight is None:
-            if not pre and func_transformed():
+            if not pre and func_transformed() and not static_grad:
                 return TransformedLayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
             weight = self.values, self.meta, self.bias, self.scale_w
         values, meta, bias, scale_w = weight
@@ -486,9 +501,9 @@ class SparseLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
         if self.weight_dtype == "e4m3":
-            static = self.input_scale
-            if not pre and x.requires_grad and torch.is_grad_enabled():  # x's straight-through gradient: the
-                # quantizer and the kernel as one op on the 16-bit x (autograd.py; apart, x's would be fp8)
+            if not pre and ((x.requires_grad and torch.is_grad_enabled()) or static_grad):  # x's straight-through
+                # gradient: the quantizer and the kernel as one op on the 16-bit x (autograd.py; apart, x's would be
+                # fp8); a static scale that requires grad: its gradient refused there (SP0922), as x's is kept
                 y = torch.ops.sparsile.sparse_linear_e4m3(x2, values, meta, bias, scale_w, static,
                                                           activation=self.activation, out_dtype=out_dtype)
                 return y.reshape(*x.shape[:-1], self.out_features)

@@ -60,7 +60,7 @@ from ._kernels import (
 from .autograd import register as register_autograd
 from .layer_args import checked_activation, checked_out_dtype
 from .neg_weights import register as register_neg_weights
-from .quantize import quantize_static
+from .quantize import quantize_with_scale
 from .record_cache import RecordCache
 from .vmap_rules import register_vmap_rules
 from .weight import NAME_OF, WEIGHT_DTYPES
@@ -270,8 +270,9 @@ def sparse_linear_e4m3(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor
     if scale_x is not None:
         _check_static_scale(scale_x)
         _check_quantize_input(x)
-        return sparse_linear(quantize_static(x, scale_x), values, meta, bias, scale_x, scale_w, activation=activation,
-                             out_dtype=out_dtype)
+        x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+        return sparse_linear(quantize_with_scale(x2, scale_x).reshape(x.shape), values, meta, bias, scale_x, scale_w,
+                             activation=activation, out_dtype=out_dtype)
     xq, scale_x = quantize_per_token_e4m3(x)
     return sparse_linear(xq, values, meta, bias, scale_x, scale_w, activation=activation, out_dtype=out_dtype)
 

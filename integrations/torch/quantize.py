@@ -1,7 +1,8 @@
 """e4m3 quantization of activations for ``sparsile.torch``: per token (the calls a launch record
 does not quantize itself: large T, padded plans, the torch.compile path), the kernel API's
 quantizer, through launches prepared once per shape; and with a layer's static per-tensor
-``input_scale`` (:func:`quantize_static`, torch's own operations)."""
+``input_scale``: torch's own operations (:func:`quantize_static`: on the CPU and in traces) or, on
+CUDA, the kernel API's static quantizer, the same bits in one launch (:func:`quantize_with_scale`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 
 QUANTIZERS_KEPT = 256
 """Prepared quantizer launches kept (by T, K, x dtype, device; least recently built dropped first)."""
-_QUANTIZERS: OrderedDict[tuple[int, int, torch.dtype, int], Any] = OrderedDict()
+_QUANTIZERS: OrderedDict[tuple, Any] = OrderedDict()
 _QUANTIZERS_LOCK = threading.Lock()
 
 
@@ -58,6 +59,33 @@ def prepared_quantizer(x: torch.Tensor, xq: torch.Tensor, scale: torch.Tensor) -
             while len(_QUANTIZERS) > QUANTIZERS_KEPT:
                 _QUANTIZERS.popitem(last=False)
     return launch
+
+
+def quantize_with_scale(x: torch.Tensor, scale: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`quantize_static` of a 2-D x with the static ``scale`` (1,) float32, the same bits: on CUDA
+    one launch of the kernel API's static quantizer (prepared once per (T, K, x dtype, device); it
+    reads the scale's memory itself, so a CUDA graph replays with the scale's value then), into a
+    fresh x_q; elsewhere torch's operations (``inverse``: the scale's kept reciprocal, or None)."""
+    t, k = (int(s) for s in x.shape)
+    if not (x.is_cuda and t and k):
+        return quantize_static(x, scale, inverse)
+    if x.is_neg():
+        x = x.resolve_neg()
+    if x.data_ptr() % 16 or not x.is_contiguous():  # (the kernel was specialized for 16-byte aligned rows)
+        x = x.contiguous() if not x.is_contiguous() else x.clone()
+    if scale.data_ptr() % 16:
+        scale = scale.clone()  # (stream-ordered: the value at this point of the stream, in a capture too)
+    xq = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
+    key = (t, k, x.dtype, x.get_device(), "static")
+    launch = _QUANTIZERS.get(key)
+    if launch is None:
+        launch = _kernels.kernel_api().prepare_quantize_static(x, xq, scale, per_call=("X", "XQ", "S"))
+        with _QUANTIZERS_LOCK:
+            _QUANTIZERS[key] = launch
+            while len(_QUANTIZERS) > QUANTIZERS_KEPT:
+                _QUANTIZERS.popitem(last=False)
+    launch.run((x, xq, scale), _kernels.stream_getter(x.get_device())())
+    return xq
 
 
 def quantize_static(x: torch.Tensor, scale: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:

@@ -216,11 +216,13 @@ class RecordCache:
         return getter
 
     def run(self, key: tuple, x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype,
-            stream: int | None = None, off_pool: bool = False, quantize: bool = False) -> torch.Tensor:
+            stream: int | None = None, off_pool: bool = False, quantize: bool = False,
+            static: torch.Tensor | None = None) -> torch.Tensor:
         """y for 2-D CUDA x on ``stream`` (default: torch's current stream on x's device), through
         the record of ``key`` (built on a miss; ``off_pool``: outside any CUDA-graph memory pool,
         for the custom op that torch.compile's CUDA graph trees call; ``quantize``: x is the 16-bit
-        input of e4m3 weights, quantized per token by the record, see :class:`LaunchRecord`).
+        input of e4m3 weights, quantized per token by the record, see :class:`LaunchRecord`; with
+        ``static``, a layer's static input scale, quantized with it instead: the key names its memory).
         ``key`` must name the weight's memory (its data pointers) and whether it quantizes: a record
         pins that memory, so no other weight can take its addresses while the record lives."""
         if stream is None:
@@ -252,7 +254,7 @@ class RecordCache:
                 record = self._weight_written(found, record, versions)
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                  self.pdl and pdl_wanted(x.device))
+                                  self.pdl and pdl_wanted(x.device), static)
             record.key = stored = (*key, stream) if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record

@@ -76,9 +76,11 @@ from .plan_device import plans_on_arrays
 from .quantize_e4m3 import (  # noqa: F401 (re-exported: callers import the quantizer from here)
     E4M3_MAX,
     prepare_quantize_per_token_e4m3,
+    prepare_quantize_static_e4m3,
     quantize_block,
     quantize_module,
     quantize_per_token_e4m3,
+    quantize_static_e4m3,
 )
 
 LINEAR_KERNELS: dict[str, KernelChoice] = {name: KERNELS[name] for name in ("f16", "bf16", "e4m3")}

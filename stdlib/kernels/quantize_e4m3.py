@@ -1,5 +1,6 @@
-"""The per-token e4m3 quantizer of x for fp8 sparse linear layers (``quantize.spk``): the function,
-and its launch prepared once for the torch layer's eager calls (docs/torch.md)."""
+"""The e4m3 quantizers of x for fp8 sparse linear layers (``quantize.spk``): per token, and with a
+static per-tensor scale read from device memory; the functions, and their launches prepared once
+for the torch layer's eager calls (docs/torch.md)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,51 @@ def quantize_per_token_e4m3(x: Any, *, interpret: bool = False) -> tuple[Any, An
 
         return copy_like(xq, x), copy_like(scale, x)
     return xq, scale
+
+
+STATIC_BLOCK_MAX = 4096
+"""The static quantizer's most elements per step of a row (its rows are read once, in steps)."""
+
+
+def static_options(k: int) -> dict[str, int]:
+    """Constexprs and launch options of the static quantizer for rows of ``k`` elements: BLOCK the
+    power of two from 16 up to k (at most :data:`STATIC_BLOCK_MAX`), num_warps as the per-token one's."""
+    block = min(quantize_block(min(k, STATIC_BLOCK_MAX)), STATIC_BLOCK_MAX)
+    return {"BLOCK": block, "num_warps": min(16, max(4, block // 1024))}
+
+
+def prepare_quantize_static_e4m3(x: Any, xq: Any, scale: Any, per_call: tuple[str, ...] = ("X", "XQ"),
+                                 trigger: bool = False) -> Any:
+    """The launch of :func:`quantize_static_e4m3`'s kernel for GPU arrays x (T, K) contiguous, xq (T, K)
+    e4m3 and the static scale (1,) f32, prepared once: each call passes its arrays named in
+    ``per_call`` (default x and xq; the scale's memory is fixed and read by the kernel on each launch,
+    so a write to it in place, or a CUDA graph's replay, takes its value then). ``trigger``: as
+    :func:`prepare_quantize_per_token_e4m3`'s."""
+    t, k = (int(s) for s in x.shape)
+    kernel = quantize_module().quantize_e4m3_static
+    return kernel[(t,)].prepare(x, xq, scale, k, k, k, **static_options(k), per_call=per_call,
+                                **({"TRIGGER": 1} if trigger else {}))
+
+
+def quantize_static_e4m3(x: Any, scale: Any, *, interpret: bool = False) -> Any:
+    """x_q (T, K) e4m3 of x (T, K) with the static per-tensor ``scale`` (1,) f32: clamp(x * (1 / scale),
+    ±448) rounded to nearest even, NaN kept (the ``quantize_e4m3_static`` kernel; bit for bit torch's
+    ``(x * torch.reciprocal(scale)).clamp(-448, 448).to(torch.float8_e4m3fn)``). Arrays come back where
+    x lives (numpy / torch)."""
+    xh = placed_array(x, "x", interpret)
+    sh = placed_array(scale, "scale", interpret)
+    if len(xh.shape) != 2 or tuple(sh.shape) != (1,):
+        raise bad_input(f"x must be a 2-D (T, K) array and scale a (1,) array, got shapes {tuple(xh.shape)} and "
+                        f"{tuple(sh.shape)}", help="reshape x to (tokens, features); pass one scale")
+    xh = xh.contiguous() if array_kind(xh) == "torch" else np.ascontiguousarray(xh)
+    t, k = (int(s) for s in xh.shape)
+    home, on_host = (xh if array_kind(xh) != "numpy" else x), interpret or array_kind(xh) == "numpy"
+    xq = empty_array(home, (t, k), "float8_e4m3fn", on_host)
+    if t and k:
+        kernel = quantize_module().quantize_e4m3_static
+        (kernel.interpret[(t,)] if interpret else kernel[(t,)])(xh, xq, sh, k, k, k, **static_options(k))
+    if array_kind(xq) == "numpy" and array_kind(x) in ("torch", "torch-cpu"):
+        from .arrays import copy_like
+
+        return copy_like(xq, x)
+    return xq

@@ -1,6 +1,9 @@
 """An e4m3 SparseLinear with a static per-tensor input scale on the GPU: eager calls of decode and
 prefill sizes against vLLM's numbers in float64, a CUDA graph capture and replay, torch.compile, the
-scale loaded in place (the kept reciprocal follows it), and no host read of the scale per call."""
+scale loaded in place (the kept reciprocal follows it), and no host read of the scale per call; the
+static quantizer kernel (the record's first launch up to 64 tokens, quantize_with_scale's beyond)
+bit for bit against torch's operations, the last-call fast path, a scale written in place between
+graph replays and one replaced without setattr."""
 
 from __future__ import annotations
 
@@ -81,3 +84,55 @@ def test_no_host_read_of_the_scale_per_call():
             layer(x)
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64, 65, 300])
+def test_the_static_quantizer_gives_the_bits_of_torch_s_operations(tokens):
+    """layer(x) (the static quantizer kernel, then the GEMM) against torch's quantize_static then the
+    custom op sparse_linear with the same scale: the same bits; the quantizer alone too."""
+    from sparsile.integrations.torch.quantize import quantize_static, quantize_with_scale
+
+    layer = _layer()
+    x = _x(tokens)
+    x[-1, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0], dtype=torch.bfloat16)
+    s = layer.input_scale
+    xq = quantize_static(x, s)
+    assert torch.equal(quantize_with_scale(x, s).view(torch.uint8), xq.view(torch.uint8))
+    want = torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, s, layer.scale_w)
+    for _ in range(2):  # (the second: the last call's fast path up to 64 tokens)
+        y = layer(x)
+        assert torch.equal(y.view(torch.int16), want.view(torch.int16))
+    assert (layer.__dict__["_last"] is not None) == (tokens <= 64)
+
+
+def test_a_scale_written_in_place_between_replays_and_on_the_fast_path():
+    layer = _layer()
+    x = _x(8)
+    warm_up_on_a_side_stream(lambda: layer(x), times=2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x)
+    for value in (0.05, 0.011):
+        with torch.no_grad():
+            layer.input_scale.fill_(value)  # the quantizer reads the scale's memory at each replay
+        graph.replay()
+        torch.cuda.synchronize()
+        check_static(y.cpu(), x.cpu(), *_parts(layer))
+        check_static(layer(x).cpu(), x.cpu(), *_parts(layer))  # eager: the last call's fast path
+    assert layer.__dict__["_last"] is not None
+
+
+@pytest.mark.parametrize("how", ["buffers", "data"])
+def test_a_scale_replaced_without_setattr_is_taken(how):
+    """layer._buffers["input_scale"] = t (as accelerate does) or layer.input_scale.data = t: the next call
+    quantizes with t (the records and the last call of the old tensor's memory are dropped)."""
+    layer = _layer()
+    x = _x(4)
+    layer(x)
+    layer(x)
+    new = torch.tensor([0.07], device="cuda")
+    if how == "buffers":
+        layer._buffers["input_scale"] = new
+    else:
+        layer.input_scale.data = new
+    check_static(layer(x).cpu(), x.cpu(), *_parts(layer))

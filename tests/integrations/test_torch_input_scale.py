@@ -190,3 +190,53 @@ def test_input_scale_diagnostics():
                  torch.ones(5))
     assert (err.code, err.message) == ("SP0906", "sparsile.sparse_linear_e4m3: scale_x is a static per-tensor scale, "
                                                  "one float32 element, got torch.float32 (5,)")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("scale", [S_X, 1.7, 1e-40, 3e38])
+def test_the_static_quantizer_kernel_gives_torch_s_bits(dtype, scale):
+    """The kernel the CUDA path quantizes x with (quantize.spk's quantize_e4m3_static, here in the
+    interpreter) against the torch operations of quantize_static, bit for bit: rows longer than one
+    step (K = 5000, BLOCK 4096), saturation, NaN, ±inf, ±0, a subnormal scale (1 / s = inf: 0 * inf is
+    NaN in both) and a huge one (x * (1 / s) subnormal, rounded to e4m3's zero or smallest values)."""
+    from sparsile.integrations.torch.quantize import quantize_static
+    from sparsile.stdlib.kernels.quantize_e4m3 import quantize_static_e4m3
+
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(3, 5000, generator=gen) * 4).to(dtype)
+    x[0, :7] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e4, -9.0]).to(dtype)
+    x[2, -3:] = torch.tensor([2 ** -12, -(2 ** -13), 1e-30]).to(dtype)
+    s = torch.tensor([scale], dtype=torch.float32)
+    got = quantize_static_e4m3(x, s, interpret=True)
+    want = quantize_static(x, s)
+    assert got.dtype == torch.float8_e4m3fn and got.shape == x.shape
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("path", ["eager", "eager x grad", "op", "compiled"])
+def test_a_static_scale_that_requires_grad_has_its_gradient_refused(path):
+    """input_scale made an nn.Parameter: every path computes the same y, and a backward reaching the
+    scale is SP0922 (before, the eager call dropped its gradient: y had no grad_fn, or x's alone)."""
+    layer = _layer()
+    want = layer(_x(3))
+    layer.input_scale = torch.nn.Parameter(layer.input_scale.clone())
+    x = _x(3).requires_grad_(path == "eager x grad")
+    if path == "op":
+        y = layer._forward_op(x)
+    elif path == "compiled":  # (AOTAutograd traces the backward at compile time: SP0922 then, in torch's wrapper)
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
+            torch.compile(layer, backend="aot_eager", fullgraph=True)(x)
+        inner = info.value.inner_exception
+        assert isinstance(inner, IntegrationError) and inner.code == "SP0922"
+        assert "scale_x (a static input scale)" in inner.message
+        return
+    else:
+        y = layer(x)
+    assert torch.equal(y.detach(), want) and y.requires_grad
+    err = _error(y.float().sum().backward)
+    assert err.code == "SP0922"
+    assert err.message == ("sparse_linear has no gradient for scale_x (a static input scale): the sparse weight is "
+                           "frozen (an inference layer)")
+    assert layer.input_scale.grad is None
+    with torch.no_grad():  # (no gradient asked: the eager launch as before)
+        assert not layer(x).requires_grad

@@ -573,3 +573,36 @@ def test_a_quantizing_record_whose_plan_pads_x_quantizes_and_rebinds_each_call(f
     (record,) = cache.records.values()
     assert record.prepared is None and record.native is None and fake.launches == []
     assert rebound == [(torch.float8_e4m3fn, (4, 32), y.data_ptr(), (4,))] and fake.log[-1] == ("run", 3)
+
+
+def test_a_static_quantizing_record_reads_the_scale_s_memory(fake, monkeypatch):
+    """e4m3 weights with a static input scale, eager: the record's first launch is the static quantizer
+    with x per call and the record's e4m3 copy and the layer's scale fixed (its memory, read by the
+    kernel on each launch: no copy, no host read), the GEMM reads that copy with the scale itself as
+    its per-tensor scale_x; one native call makes both launches (none takes a scale per call), and
+    the one-launch kernel that quantizes x per token is never planned."""
+    planned, quantizers, statics = [], [], []
+    api = _quantizing_api(fake, planned, quantizers)
+
+    def prepare_quantize_static(x, xq, scale, per_call):
+        statics.append((x.data_ptr(), xq.data_ptr(), scale.data_ptr(), per_call))
+        return _Prepared(fake.log, per_call)
+
+    def plan_sparse_linear(values, meta, x, *, out, scale_x=None, **kwargs):
+        planned.append((x.dtype, None if scale_x is None else scale_x.data_ptr()))
+        return _Plan(fake.log, x, out, scale_x, 1)
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
+        plan_sparse_linear=plan_sparse_linear, prepare_quantize=api.prepare_quantize,
+        prepare_quantize_static=prepare_quantize_static))
+    cache, w, static = RecordCache(), _weight(), torch.tensor([0.25])
+    x = torch.randn(4, 32)
+    key = (4, "quantize-static", static.data_ptr())
+    y = cache.run(key, x, w, None, torch.float32, stream=7, quantize=True, static=static)
+    ((stored, record),) = cache.records.items()
+    assert stored == (*key, 7) and record.static.data_ptr() == static.data_ptr() and record.sx is record.static
+    assert statics == [(x.data_ptr(), record.xq.data_ptr(), static.data_ptr(), ("X",))] and quantizers == []
+    assert planned == [(torch.float8_e4m3fn, static.data_ptr())] and record.eager is None
+    assert [e for e in fake.log if e[0] == "record"] == [("record", (0,), (True,)), ("record", (1,), (True,))]
+    assert [p[0] for *_, p in fake.launches[0::2]] == [q(x.data_ptr())]
+    assert [p[1] for *_, p in fake.launches[1::2]] == [q(y.data_ptr())]

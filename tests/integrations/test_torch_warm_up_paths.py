@@ -327,3 +327,40 @@ def test_warm_up_of_a_traced_fused_gated_mlp_compiles_what_its_first_calls_compi
             _traced_call(layer, tokens, torch.bfloat16)
         warmed = set().union(*(_traced_warm_up_keys(layer, tokens, torch.bfloat16) for layer in layers))
         assert traced_first_call and set(traced_first_call) == warmed, tokens
+
+
+def _static_eager_record(layer, tokens: int, x_dtype: torch.dtype, pdl: bool) -> None:
+    """What ``SparseLinear._forward_eager`` builds for a CUDA x of a layer with a static input scale:
+    up to RECORD_QUANTIZE_MAX_T tokens a record whose first launch is the static quantizer (the
+    prepared one of ``quantize_with_scale`` where the plan pads x), beyond that ``quantize_with_scale``'s
+    prepared quantizer, then a record of the fp8 x and the per-tensor scale."""
+    w, s = layer._bound(), layer.input_scale
+    out_dtype = layer.out_dtype or x_dtype
+    x = torch.zeros((tokens, layer.in_features), dtype=x_dtype)
+    xq = torch.zeros((tokens, layer.in_features), dtype=torch.float8_e4m3fn)
+    with faked.as_on_the_gpu():
+        if tokens <= kernels.RECORD_QUANTIZE_MAX_T:
+            record = kernels.LaunchRecord(x, w, None, out_dtype, quantize=True, pdl=pdl, static=s)
+            if record.prepared is None:
+                kernels.kernel_api().prepare_quantize_static(x, xq, s, per_call=("X", "XQ", "S"))
+            return
+        kernels.kernel_api().prepare_quantize_static(x, xq, s, per_call=("X", "XQ", "S"))
+        kernels.LaunchRecord(xq, w, s, out_dtype, pdl=pdl)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_warm_up_compiles_a_static_input_scale_s_first_calls(compiled_keys, monkeypatch, pdl) -> None:
+    """An e4m3 layer with a static input scale: its eager calls' static quantizer (TRIGGER under PDL
+    where the record launches it) and the GEMM of a per-tensor scale, not the per-token quantizer and
+    GEMM of a layer without one (warm_up listed those: the first calls compiled)."""
+    if pdl:
+        monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    for out_features, in_features in REPRESENTATIVE_SHAPES:
+        layer = spt.SparseLinear(in_features, out_features, bias=True, dtype="e4m3", input_scale=True)
+        for tokens in (1, 4, 16, 64, 100):
+            compiled_keys.clear()
+            _static_eager_record(layer, tokens, torch.bfloat16, pdl)
+            assert compiled_keys, (out_features, in_features, tokens)
+            assert set(compiled_keys) == _warm_up_keys(layer, tokens, torch.bfloat16), \
+                (out_features, in_features, tokens)
