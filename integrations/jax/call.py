@@ -530,7 +530,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     dims = normalize_grid(grid, grid_meta(bound, bindings), kernel.name)
     plan = CallPlan(kernel, bindings, key, launch_options, dims, sources, [np.dtype(s.dtype) for s in structs],
                     aliases, func, captures)
-    number = ffi.add_plan(plan, _describe(plan, structs))
+    number = ffi.add_plan(plan, _describe(plan, operands, structs))
     out_avals = tuple(jax.core.ShapedArray(tuple(s.shape), np.dtype(s.dtype)) for s in structs)
     arrays = [jax.numpy.asarray(a) for a in operands]
     results = sparsile_call_p.bind(*arrays, plan=number, out_avals=out_avals, interpret=bool(interpret),
@@ -542,16 +542,20 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     return tuple(results)
 
 
-def _describe(plan: CallPlan, structs: list[Any]) -> str:
+def _describe(plan: CallPlan, operands: list[Any], structs: list[Any]) -> str:
     """The content of a plan as text (its number is a hash of it): the kernel's source and name, the
     specialization, the Python values a ``@jit`` kernel captured (a changed global is another plan:
     the registry keeps the first plan of a number, ffi.add_plan), grid, argument sources and static
-    values, options, outputs and aliases."""
+    values, the operands' shapes and dtypes, options, outputs and aliases. The shapes count although
+    the specialization leaves them out: the native CUDA path arms one record per number, holding the
+    tensor maps (and derived shapes) of the buffers it first ran with, and re-encodes only moved
+    addresses (native.py), so an operand of another shape must be another plan."""
     sources = [(n, k, w if k != "value" else repr(w)) for n, k, w in plan.sources]
+    ins = [(tuple(int(d) for d in np.shape(a)), str(np.dtype(a.dtype))) for a in operands]
     outs = [(tuple(s.shape), str(np.dtype(s.dtype))) for s in structs]
     captures = (plan.captures if plan.captures is not None else
                 plan.kernel.captures_for(plan.bindings, plan.key)).disk_key()
-    return repr((plan.kernel.source_key, plan.kernel.name, plan.key, captures, plan.grid, sources,
+    return repr((plan.kernel.source_key, plan.kernel.name, plan.key, captures, plan.grid, sources, ins,
                  sorted(plan.launch_options.items()), sorted(plan.aliases.items()), outs))
 
 

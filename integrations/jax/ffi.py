@@ -316,7 +316,9 @@ def _handle(address: int, platform: str) -> int | None:
         if frame.stage != _STAGE_EXECUTE:
             return None
         plan_id = _plan_id(frame.attrs)
-        plan = _plans[plan_id]
+        plan = _plans.get(plan_id)
+        if plan is None:
+            raise _untraced(plan_id)
         ins, outs = _buffers(frame.args), _buffers(frame.rets)
         if platform == "cuda":
             ordinal = api.ordinal(frame.ctx)
@@ -331,6 +333,19 @@ def _handle(address: int, platform: str) -> int | None:
     except BaseException as exc:  # nothing may unwind through XLA's C frames
         text = str(exc) if getattr(exc, "code", None) else "".join(traceback.format_exception(exc))
         return api.error(f"error[SP0936]: a sparsile kernel call failed while XLA ran it\n{text}")
+
+
+def _untraced(plan_id: int) -> Exception:
+    """SP0936 for an executable naming a plan this process has not traced: one compiled elsewhere
+    (``jax.export``, a serialized executable) runs only after its program is traced here, which
+    registers its plans under the same numbers (the numbers hash the plans' content)."""
+    from .errors import SP_JAX_RUNTIME, JaxCallError
+
+    return JaxCallError(SP_JAX_RUNTIME, f"the program names sparsile plan {plan_id}, which this process has not "
+                        "traced (an executable compiled in another process: jax.export, a serialized executable)",
+                        help="trace the same program in this process first (call the jitted function once, or "
+                             "jax.jit(f).lower(*args)): its sparsile calls get the same plan numbers",
+                        located=False)
 
 
 _registered: dict[str, Any] = {}
