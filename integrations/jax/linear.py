@@ -71,7 +71,7 @@ def _check(x: Any, values: Any, meta: Any, bias: Any) -> tuple[str, int, int, in
     if op == "e4m3" and x_dtype != "float8_e4m3fn":
         raise _bad(f"e4m3 weights need e4m3 activations, got x of {x_dtype}",
                    "quantize x per token to e4m3 and pass the scale as scale_x")
-    if np.dtype(x.dtype).kind != "f" and x_dtype not in LINEAR_OPERANDS:
+    if not jnp.issubdtype(x.dtype, jnp.floating):  # (not numpy's kind: ml_dtypes gives e5m2 "f", the others "V")
         raise _bad(f"x must be floating point, got {x_dtype}", "cast x to bfloat16, float16 or float32")
     m, half_k = (int(s) for s in values.shape)
     k = int(np.shape(x)[-1])
@@ -240,9 +240,10 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     zero-padded K alone cannot tell a short x from padding); bias: (N_out,) or None;
     activation: None, "relu", "silu", "gelu_tanh"; scale_w: a number or (N_out,); scale_x: a number
     or one per token (x's leading shape); out_dtype: y's type (default x's dtype for f16/bf16/f32 x,
-    f32 for f64 x, bfloat16 for e4m3 x). Returns (..., N_out). ``interpret=True`` runs the kernels in the CPU
-    interpreter through a host callback (on the CPU backend the FFI handler runs the interpreter
-    anyway). ``split_k`` overrides the split-K choice; it and the other options are static.
+    f32 for f64 x, bfloat16 for e4m3 and the other narrow float x). Returns (..., N_out).
+    ``interpret=True`` runs the kernels in the CPU interpreter through a host callback (on the CPU
+    backend the FFI handler runs the interpreter anyway). ``split_k`` overrides the split-K choice;
+    it and the other options are static.
     ``jax.vmap`` (nested or not, any axes) over x and scale_x folds the batch into the tokens; over
     the bias it runs one call per member; over the weight it is SP0935.
     """
