@@ -190,6 +190,26 @@ def test_native_fast_path_serves_jitted_elementwise_calls(native_path, no_host_s
     assert after["launch_failures"] == before["launch_failures"]
 
 
+def test_native_records_of_a_tensor_input_of_another_shape_are_their_own(native_path, no_host_staging: None) -> None:
+    """Programs calling one TMA kernel with the same grid and output but an input of another shape:
+    each gets its own plan number, so its own native record, whose tensor map has its own buffer's
+    dimensions. (They shared one number, and the armed record re-encoded the next program's buffer
+    with the first one's dimensions: zeros for rows past 8 after an (8, 16) input, reads past the
+    end of an (8, 16) buffer after a (40, 16) one.) Not yet run on a GPU (written on the CPU, where
+    tests/integrations/test_jax_plan_identity.py checks the numbers)."""
+    from sparsile.tests.integrations.test_jax_plan_identity import tile_sums, tile_sums_kernel
+
+    kernel = tile_sums_kernel()
+    rng = np.random.default_rng(8)
+    out = jax.ShapeDtypeStruct((16,), jnp.float32)
+    for rows in (8, 40, 8, 40):
+        f = jax.jit(lambda a: call(kernel, (1,), a, out_shapes=out))
+        for _ in range(3):  # the first call arms the plan's record, the others run natively
+            a = rng.uniform(0.5, 1.5, (rows, 16)).astype(np.float32)
+            got = np.asarray(f(jnp.asarray(a)), np.float64)
+            assert np.abs(got - tile_sums(a)).max() <= 16 * 2.0**-23 * 16 * 1.5, (rows, got)
+
+
 @pytest.mark.parametrize(("n_out", "k", "tokens"), [(1024, 4096, 16), (512, 1024, 256), (8192, 1024, 8192)])
 def test_native_fast_path_serves_jitted_sparse_linear(native_path, n_out: int, k: int, tokens: int,
                                                       no_host_staging: None) -> None:

@@ -30,7 +30,7 @@ tensor map's bounds are A's shape), so the result depends on A's shape, which no
 operand itself tells the call."""
 
 
-def _kernel() -> object:
+def tile_sums_kernel() -> sp.Kernel:
     return sp.loads(TILE_SUMS, "tile_row_sums.spk").tile_row_sums
 
 
@@ -38,7 +38,7 @@ def _plans_named(text: str) -> list[int]:
     return [int(n) for n in re.findall(r"sparsile_plan = (-?\d+)", text)]
 
 
-def _tile_sums(a: np.ndarray) -> np.ndarray:
+def tile_sums(a: np.ndarray) -> np.ndarray:
     """float64: the 16 row sums of a's first 16 x 16 tile, zeros past a's rows."""
     out = np.zeros(16)
     rows = min(16, a.shape[0])
@@ -53,7 +53,7 @@ def test_operands_of_other_shapes_are_other_plans() -> None:
     for the first program's buffer: the second program's calls re-encoded its own buffer with the
     first one's dimensions (rows 8..15 of a (40, 16) A read as zeros after an (8, 16) A, or reads past
     the end of an (8, 16) A after a (40, 16) one). Both still compute their own sums here."""
-    kernel = _kernel()
+    kernel = tile_sums_kernel()
     rng = np.random.default_rng(7)
     out = jax.ShapeDtypeStruct((16,), jnp.float32)
     numbers = []
@@ -62,9 +62,8 @@ def test_operands_of_other_shapes_are_other_plans() -> None:
         f = jax.jit(lambda a: call(kernel, (1,), a, out_shapes=out))
         (number,) = _plans_named(f.lower(a).as_text())
         numbers.append(number)
-        y = np.full(16, np.nan, np.float32)
-        y[...] = np.asarray(f(a))
-        assert np.abs(y - _tile_sums(a)).max() <= 16 * 2.0**-23 * 16 * 1.5
+        y = np.asarray(f(a))  # (the interpreter fills the output with NaN first)
+        assert np.abs(y - tile_sums(a)).max() <= 16 * 2.0**-23 * 16 * 1.5
     assert numbers[0] != numbers[1]
     again = jax.jit(lambda a: call(kernel, (1,), a, out_shapes=out))
     assert _plans_named(again.lower(np.zeros((8, 16), np.float32)).as_text()) == numbers[:1]  # same shape: same plan
@@ -90,7 +89,7 @@ def test_an_executable_naming_a_plan_this_process_never_traced_is_sp0936() -> No
     number; where this process never traced them, the handler found no plan and XLA reported
     Python's ``KeyError`` with its traceback. Now it is SP0936 saying so, and tracing the same
     program here (same content, same number) makes the executable run."""
-    kernel = _kernel()
+    kernel = tile_sums_kernel()
     a = np.random.default_rng(3).uniform(0.5, 1.5, (16, 16)).astype(np.float32)
     out = jax.ShapeDtypeStruct((16,), jnp.float32)
     lowered = jax.jit(lambda a: call(kernel, (1,), a, out_shapes=out)).lower(a)
@@ -110,6 +109,6 @@ def test_an_executable_naming_a_plan_this_process_never_traced_is_sp0936() -> No
         jax.jit(lambda a: call(kernel, (1,), a, out_shapes=out)).lower(a)  # traced here: registered again
         assert number in ffi._plans
         y = np.asarray(compiled(a))
-        assert np.abs(y - _tile_sums(a)).max() <= 16 * 2.0**-23 * 16 * 1.5
+        assert np.abs(y - tile_sums(a)).max() <= 16 * 2.0**-23 * 16 * 1.5
     finally:
         ffi._plans.setdefault(number, plan)
