@@ -141,6 +141,8 @@ class AxisAnalysis:
             self._set(res, AxisInfo(cont, div, const))
         elif name == "arith.cmp":
             self._compare(op)
+        elif name == "arith.cast" and _widens_exactly(op.operand("x").type, res.type):
+            self._set(res, self.get(op.operand("x")))  # the same values: their runs and factors too
         elif name in ("arith.cast", "arith.select", "arith.unary", "math", "load"):
             # constancy survives elementwise maps of constant runs
             srcs = [self.get(v) for v in op.operands if _rank(v) == len(shape)]
@@ -192,6 +194,17 @@ class AxisAnalysis:
                 c = max(c, gcd(run, b.constancy[d]))
             const.append(c)
         self._set(res, AxisInfo((1,) * rank, (1,) * rank, tuple(const)))
+
+
+def _widens_exactly(src: T.Type, dst: T.Type) -> bool:
+    """Whether a cast from ``src`` to ``dst`` keeps every value (an integer widened: a signed one to a
+    wider signed type, an unsigned one to a wider type of either kind), so that the result has the
+    source's contiguity, divisibility and constancy (``i.to(i64)`` of an offset: 64-bit addressing
+    that still vectorizes)."""
+    a, b = T.element_type(src), T.element_type(dst)
+    if not (isinstance(a, T.ScalarType) and isinstance(b, T.ScalarType)) or b.bits <= a.bits:
+        return False
+    return (a.kind == "int" and b.kind == "int") or (a.kind == "uint" and b.kind in ("int", "uint"))
 
 
 def _at_runs(c: int, d: int, run: int) -> int:

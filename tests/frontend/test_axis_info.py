@@ -116,3 +116,31 @@ def k(Y, n: i32):
 '''
     _, mask = _store_ptr_and_mask(src, (np.zeros(256, np.float32), 16))
     assert mask.constancy == (constant,)
+
+
+WIDENED = '''
+@kernel
+def k(X, Y, ld: i32, BLOCK: constexpr = 64):
+    row = program_id(0).to(i64) * ld
+    offs = arange(0, BLOCK)
+    store(Y + row + offs.to(i64), load(X + row + offs.{cast}))
+'''
+
+
+@pytest.mark.parametrize(("cast", "kept"), [("to(i64)", True), ("to(u64)", False), ("to(i16)", False)])
+def test_an_integer_widened_keeps_its_runs_and_factors(cast: str, kept: bool) -> None:
+    """``program_id(0).to(i64) * ld`` (64-bit row offsets, as the quantizers of quantize.spk take) is a
+    multiple of ld's 16, and ``arange(...).to(i64)`` the same contiguous run: a widening cast keeps
+    the values, so rows of 16-byte aligned x stay 16-byte vectors (the cast made every claim unknown,
+    and the 64-bit quantizers fell back to one element per access). A cast that may change values
+    (signed to unsigned, narrowing) claims nothing."""
+    kernel = loads(WIDENED.replace("{cast}", cast)).k
+    x = np.zeros((4, 64), np.float32)
+    _, bindings, key = kernel.bind((x, x.copy(), 64), {})
+    func = kernel.ir_for(bindings, key)
+    analysis = AxisAnalysis(func)
+    load, store = (next(op for op in func.walk() if op.name == name) for name in ("load", "store"))
+    stored = analysis.get(store.operand("ptr"))
+    assert (stored.contiguity, stored.divisibility) == ((64,), (16,))
+    loaded = analysis.get(load.operand("ptr"))
+    assert (loaded.contiguity, loaded.divisibility) == (((64,), (16,)) if kept else ((1,), (4,)))
