@@ -136,3 +136,27 @@ def test_a_scale_replaced_without_setattr_is_taken(how):
     else:
         layer.input_scale.data = new
     check_static(layer(x).cpu(), x.cpu(), *_parts(layer))
+
+
+@pytest.mark.parametrize("per_token", [False, True])
+def test_a_prefill_of_more_than_2_31_elements_quantizes_its_last_rows(per_token):
+    """NOT YET RUN ON A GPU. x of 37500 x 57344 (2.15e9 elements, past 2^31): quantize_with_scale's static
+    quantizer, and quantize_per_token's, address row t at t * K in 64 bits (an i32 product wrapped, and
+    the last rows were written below their start); their last rows against torch's operations (static)
+    and the per-token formula in float64 (about 15 GiB of GPU memory in all)."""
+    from sparsile.integrations.torch.quantize import quantize_per_token, quantize_static, quantize_with_scale
+
+    t, k = 37500, 57344
+    x = torch.empty((t, k), dtype=torch.bfloat16, device="cuda").normal_(0, 3)
+    tail = x[-4:]
+    if per_token:
+        xq, s = quantize_per_token(x)
+        amax = tail.double().abs().amax(dim=1)
+        want_s = torch.clamp(amax / 448, min=1 / (448 * 512)).float()
+        assert torch.equal(s[-4:], want_s)
+        want = (tail.float() * torch.reciprocal(want_s)[:, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+    else:
+        scale = torch.tensor([0.02], device="cuda")
+        xq = quantize_with_scale(x, scale)
+        want = quantize_static(tail, scale)
+    assert torch.equal(xq[-4:].view(torch.uint8), want.view(torch.uint8))

@@ -193,12 +193,13 @@ def test_input_scale_diagnostics():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("scale", [S_X, 1.7, 1e-40, 3e38])
+@pytest.mark.parametrize("scale", [S_X, 1.7, 1e-40, 4e-39, 3e38])
 def test_the_static_quantizer_kernel_gives_torch_s_bits(dtype, scale):
     """The kernel the CUDA path quantizes x with (quantize.spk's quantize_e4m3_static, here in the
     interpreter) against the torch operations of quantize_static, bit for bit: rows longer than one
     step (K = 5000, BLOCK 4096), saturation, NaN, ±inf, ±0, a subnormal scale (1 / s = inf: 0 * inf is
-    NaN in both) and a huge one (x * (1 / s) subnormal, rounded to e4m3's zero or smallest values)."""
+    NaN in both), a subnormal one whose reciprocal is finite (4e-39: a flush to zero would
+    make it inf) with subnormal x, and a huge one (x * (1 / s) subnormal, rounded to e4m3's zero or smallest values)."""
     from sparsile.integrations.torch.quantize import quantize_static
     from sparsile.stdlib.kernels.quantize_e4m3 import quantize_static_e4m3
 
@@ -206,6 +207,7 @@ def test_the_static_quantizer_kernel_gives_torch_s_bits(dtype, scale):
     x = (torch.randn(3, 5000, generator=gen) * 4).to(dtype)
     x[0, :7] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e4, -9.0]).to(dtype)
     x[2, -3:] = torch.tensor([2 ** -12, -(2 ** -13), 1e-30]).to(dtype)
+    x[1, -3:] = torch.tensor([1e-40, -3e-39, float("-nan")]).to(dtype)  # (f32 and bf16 subnormals; 0 in f16)
     s = torch.tensor([scale], dtype=torch.float32)
     got = quantize_static_e4m3(x, s, interpret=True)
     want = quantize_static(x, s)
@@ -240,3 +242,33 @@ def test_a_static_scale_that_requires_grad_has_its_gradient_refused(path):
     assert layer.input_scale.grad is None
     with torch.no_grad():  # (no gradient asked: the eager launch as before)
         assert not layer(x).requires_grad
+
+
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("tokens", [1, 64, 65])
+def test_every_path_of_a_static_scale_gives_the_same_bits(x_dtype, tokens):
+    """The paths an e4m3 layer with a static scale takes for one x, on the CPU: the eager call (torch's
+    operations with the kept reciprocal), the custom op (traces), and what a CUDA call launches, in the
+    interpreter: the static quantizer kernel (a record's first launch up to 64 tokens, quantize_with_scale's
+    beyond), with the scale aligned and at an odd address (the fallback of a misaligned scale reads a
+    copy), then the GEMM of the e4m3 x with the scale as its per-tensor scale_x. The same bits, all within
+    float64's numbers; subnormal x (f32, f16) and saturated elements included."""
+    from sparsile.stdlib.kernels.quantize_e4m3 import quantize_static_e4m3
+
+    layer = _layer(n=16, k=32)
+    x = _x(11, (tokens, 32)).to(x_dtype)
+    x[-1, 4:7] = torch.tensor([1e-40 if x_dtype == torch.float32 else 1e-7, -300.0, -0.0]).to(x_dtype)
+    s = layer.input_scale
+    eager = layer(x)
+    check_static(eager, x, *_parts(layer))
+    op = layer._forward_op(x)
+    odd = torch.zeros(3, dtype=torch.float32)
+    odd[1] = s[0]
+    ys = [op]
+    for scale in (s, odd[1:2]):  # (odd[1:2]: 4 bytes past a 64-byte aligned block)
+        xq = quantize_static_e4m3(x, scale, interpret=True)
+        ys.append(torch.ops.sparsile.sparse_linear(xq, layer.values, layer.meta, layer.bias, scale, layer.scale_w,
+                                                   out_dtype=eager.dtype))
+    bits = torch.int32 if eager.dtype == torch.float32 else torch.int16
+    for y in ys:
+        assert y.dtype == eager.dtype and torch.equal(y.view(bits), eager.view(bits))
