@@ -168,40 +168,70 @@ def _scheme_holders(config: dict[str, Any]) -> list[dict[str, Any]]:
     return [h for h in holders if isinstance(h, dict) and isinstance(h.get("config_groups"), dict)]
 
 
-def _target_rank(target: Any, name: str, kind: str) -> int:
-    """How specifically a compressed-tensors ``target`` names the module ``name`` of class ``kind``: 3
-    the module's name, 2 a ``re:`` pattern matching it (``re.match``, as compressed-tensors), 1 its
-    class name, 0 no match."""
+# the class names nn.Linear's MRO holds (compressed-tensors matches a class target against each)
+LINEAR_CLASSES = ("Linear", "Module")
+
+
+def _names_module(target: Any, name: str) -> bool:
+    """Whether a compressed-tensors ``target`` names the module ``name``: the name itself, or a
+    ``re:`` pattern that ``re.match`` finds at its start (not ``fullmatch`` or ``search``); a pattern
+    that does not compile names nothing."""
     if not isinstance(target, str):
-        return 0
-    if target == name:
-        return 3
+        return False
     if target.startswith("re:"):
         try:
-            return 2 if re.match(target[3:], name) else 0
+            return re.match(target[3:], name) is not None
         except re.error:
-            return 0
-    return 1 if target == kind else 0
+            return False
+    return target == name
 
 
-def static_input_group(config: dict[str, Any], name: str, kind: str = "Linear") -> str | None:
-    """The name of the config group declaring static input activations (``input_activations:
-    {dynamic: false}``) for the linear module ``name`` (class ``kind``), or None: the group whose
-    targets name it most specifically (its name, then a ``re:`` pattern, then its class), unless the
-    scheme's ``ignore`` lists it."""
-    best: tuple[int, str, Any] | None = None
+def _matches(target: Any, name: str, classes: tuple[str, ...]) -> bool:
+    """Whether ``target`` names the module ``name`` or one of its classes ``classes``."""
+    return _names_module(target, name) or (isinstance(target, str) and target in classes)
+
+
+def scheme_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES
+                 ) -> tuple[str, dict[str, Any]] | None:
+    """(name, scheme) of the config group that compressed-tensors applies to the module ``name`` (of
+    the classes ``classes``: nn.Linear's by default), or None where no group targets it or the
+    scheme's ``ignore`` names it (a name, a ``re:`` pattern or a class). As compressed-tensors: each
+    target belongs to the last group listing it; the targets are ordered those without ``re:`` first,
+    each kind by its string; the first that names the module (its name, a ``re:`` pattern) wins, else
+    the first that is one of its classes."""
     for holder in _scheme_holders(config):
         ignore = holder.get("ignore") if isinstance(holder.get("ignore"), list) else []
-        if any(_target_rank(t, name, kind) for t in ignore):
+        if any(_matches(t, name, classes) for t in ignore):
             continue
+        owner: dict[str, str] = {}  # target -> the last group that lists it
         for group_name, group in holder["config_groups"].items():
             targets = group.get("targets") if isinstance(group, dict) else None
-            rank = max((_target_rank(t, name, kind) for t in targets), default=0) if isinstance(targets, list) else 0
-            if rank and (best is None or rank > best[0]):
-                best = (rank, group_name, group.get("input_activations"))
-    if best is None or not isinstance(best[2], dict) or best[2].get("dynamic", True) is not False:
+            for target in targets if isinstance(targets, list) else ():
+                if isinstance(target, str):
+                    owner[target] = group_name
+        ordered = sorted(owner, key=lambda t: ("re:" in t, t))
+        found = next((t for t in ordered if _names_module(t, name)), None)
+        if found is None:
+            found = next((t for t in ordered if t in classes), None)
+        if found is not None:
+            return owner[found], holder["config_groups"][owner[found]]
+    return None
+
+
+def static_input_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES
+                       ) -> tuple[str, bool] | None:
+    """(group name, whether it says ``dynamic``) where the config group compressed-tensors applies to
+    the linear module ``name`` (:func:`scheme_group`) declares static input activations, else None.
+    Static is ``input_activations`` with ``dynamic: false`` or none at all (compressed-tensors'
+    default is false)."""
+    found = scheme_group(config, name, classes)
+    if found is None:
         return None
-    return str(best[1])
+    group_name, group = found
+    inputs = group.get("input_activations")
+    if not isinstance(inputs, dict) or inputs.get("dynamic", False) is not False:
+        return None
+    return str(group_name), "dynamic" in inputs
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from .linear import SparseLinear
 from .sparsify import TiedTensors, own_behaviour
 
 WEIGHTS = "model.safetensors"
+FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
 _PARTS = ("compressed", "bitmask", "shape")
 
 
@@ -155,10 +156,12 @@ def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, An
     the layer's input activations static (x would be quantized per token instead, unseen)."""
     scale = tensors.get(f"{name}.input_scale")
     if scale is None:
-        group = static_input_group(config, name)
-        if group is not None:
+        static = static_input_group(config, name)
+        if static is not None:
+            group, said = static
+            how = "dynamic false" if said else "without dynamic, which compressed-tensors takes as false"
             raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: config.json declares static input "
-                                   f"activations for it (config group {group!r}: input_activations dynamic false), "
+                                   f"activations for it (config group {group!r}: input_activations {how}), "
                                    f"but the checkpoint has no {name}.input_scale; x would be quantized per token "
                                    "instead of with the calibrated scale",
                                    help=f"write {name}.input_scale (x's calibrated amax / 448, one float32), or "
@@ -566,7 +569,8 @@ def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], stat
     e4m3 weights per channel; inputs per token (dynamic), or per tensor with the layer's static
     ``input_scale`` (one group of each where both occur, each naming its layers); every other linear
     layer of the model (an nn.Linear written dense, a 16-bit SparseLinear) ignored, so that a reader
-    does not take it for fp8."""
+    does not take it for fp8; the format ``float-quantized`` (at the top and in each group) and the status
+    ``compressed``, as compressed-tensors writes fp8 W8A8."""
     fp8 = sorted(name for name, m in layers.items() if m.weight_dtype == "e4m3")
     weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}
     modes = {"token": [n for n in fp8 if n not in static], "tensor": [n for n in fp8 if n in static]}
@@ -576,7 +580,10 @@ def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], stat
             inputs = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True,
                       "dynamic": strategy == "token"}
             targets = ["Linear"] if len(names) == len(fp8) else names
-            groups[f"group_{len(groups)}"] = {"targets": targets, "weights": weights, "input_activations": inputs}
+            groups[f"group_{len(groups)}"] = {"targets": targets, "weights": weights, "input_activations": inputs,
+                                              "format": FLOAT_QUANTIZED}
     ignore = sorted(name for name, m in model.named_modules(remove_duplicate=False)
                     if name and (isinstance(m, nn.Linear) or (isinstance(m, SparseLinear) and name not in fp8)))
-    return {"config_groups": groups, "ignore": ignore}
+    # (without a format, compressed-tensors' QuantizationConfig reads "fakequant", which names no compressor:
+    # its ModelCompressor, which vLLM's 2:4 scheme builds from this config, raised KeyError)
+    return {"config_groups": groups, "ignore": ignore, "format": FLOAT_QUANTIZED, "quantization_status": "compressed"}
