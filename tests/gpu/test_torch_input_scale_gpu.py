@@ -47,13 +47,19 @@ def test_eager_calls_compute_vllm_s_numbers(tokens):
     check_static(y.cpu(), x.cpu(), *_parts(layer))
 
 
-def test_a_cuda_graph_replays_the_static_quantizer():
-    layer = _layer()
-    x = _x(8)
+def _captured(layer, x):
+    """(graph, y): ``layer(x)`` captured in a CUDA graph after two warm calls on a side stream."""
     warm_up_on_a_side_stream(lambda: layer(x), times=2)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         y = layer(x)
+    return graph, y
+
+
+def test_a_cuda_graph_replays_the_static_quantizer():
+    layer = _layer()
+    x = _x(8)
+    graph, y = _captured(layer, x)
     x.copy_(_x(8))
     graph.replay()
     torch.cuda.synchronize()
@@ -108,10 +114,7 @@ def test_the_static_quantizer_gives_the_bits_of_torch_s_operations(tokens):
 def test_a_scale_written_in_place_between_replays_and_on_the_fast_path():
     layer = _layer()
     x = _x(8)
-    warm_up_on_a_side_stream(lambda: layer(x), times=2)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = layer(x)
+    graph, y = _captured(layer, x)
     for value in (0.05, 0.011):
         with torch.no_grad():
             layer.input_scale.fill_(value)  # the quantizer reads the scale's memory at each replay

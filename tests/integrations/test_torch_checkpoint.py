@@ -13,6 +13,7 @@ import pytest
 
 from sparsile.integrations import safetensors as st
 from sparsile.integrations.errors import IntegrationError
+from sparsile.tests.integrations.checkpoint_fixtures import compressed_tensors_layer
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear, tiny_llama
 
 torch = pytest.importorskip("torch")
@@ -555,20 +556,6 @@ def test_a_bad_layer_leaves_the_model_as_it_was(tmp_path):
     assert fresh.head is head and fresh.proj is proj
 
 
-def _compressed_tensors_layer(dense: np.ndarray) -> dict[str, np.ndarray]:
-    """One layer as compressed-tensors' ``Sparse24BitMaskTensor.dict`` writes it: names without
-    ``.weight``, ``.shape`` (2, 1) int64 (``torch.tensor(shape).reshape(-1, 1)``), a top-2 mask per group,
-    compressed in the weight's own dtype (fp8 as F8_E4M3)."""
-    rows, cols = dense.shape
-    order = np.argsort(-np.abs(dense.astype(np.float32).reshape(rows, -1, 4)), axis=2, kind="stable")[:, :, :2]
-    mask = np.zeros((rows, cols // 4, 4), bool)
-    np.put_along_axis(mask, order, True, axis=2)
-    mask = mask.reshape(rows, cols)
-    return {"proj.compressed": dense[mask].reshape(rows, cols // 2),
-            "proj.bitmask": np.packbits(mask, axis=1, bitorder="little"),
-            "proj.shape": np.array([rows, cols], np.int64).reshape(-1, 1)}
-
-
 def _write(tmp_path, tensors: dict[str, np.ndarray], config: dict) -> None:
     st.save_file(tensors, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -583,7 +570,7 @@ def test_a_checkpoint_laid_out_as_compressed_tensors_writes_it_loads(tmp_path, f
     pruned.reshape(16, 8, 4)[:, :, 1::2] = 0  # 2:4 by construction: the mask keeps what is stored
     dtype = ml_dtypes.float8_e4m3fn if fp8 else np.float16
     stored = pruned.astype(dtype)
-    tensors = {**_compressed_tensors_layer(stored), "proj.bias": np.linspace(-1, 1, 16).astype(ml_dtypes.bfloat16)}
+    tensors = {**compressed_tensors_layer(stored), "proj.bias": np.linspace(-1, 1, 16).astype(ml_dtypes.bfloat16)}
     scale = np.linspace(0.5, 2, 16).astype(np.float32)
     quant: dict = {"quant_method": "compressed-tensors",
                    "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}
@@ -615,7 +602,7 @@ def test_int8_quantized_weights_are_not_read_as_fp8_bits(tmp_path, holder):
     rng = np.random.default_rng(8)
     q = rng.integers(-127, 128, (16, 32)).astype(np.int8)
     q.reshape(16, 8, 4)[:, :, ::2] = 0
-    tensors = {**_compressed_tensors_layer(q), "proj.bias": np.zeros(16, np.float32),
+    tensors = {**compressed_tensors_layer(q), "proj.bias": np.zeros(16, np.float32),
                "proj.weight_scale": np.full((16, 1), 0.01, np.float32)}
     quant = {"config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}},
              "format": "int-quantized"}

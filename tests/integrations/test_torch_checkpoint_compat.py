@@ -24,6 +24,7 @@ import pytest
 from sparsile.integrations import safetensors as st
 from sparsile.integrations.errors import IntegrationError
 from sparsile.integrations.sparse24 import scheme_group, static_input_group
+from sparsile.tests.integrations.checkpoint_fixtures import compressed_tensors_layer
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -50,20 +51,6 @@ def _error(fn, *args, **kwargs) -> IntegrationError:
     return info.value
 
 
-def _ct_layer(wq: np.ndarray) -> dict[str, np.ndarray]:
-    """``proj`` as compressed-tensors' Sparse24BitMaskTensor.dict writes an fp8 weight: ``compressed``
-    F8_E4M3 (out, in/2), the top-2 mask per group of 4 packed little-endian, ``shape`` (2, 1) int64."""
-    rows, cols = wq.shape
-    mags = np.abs(wq.astype(np.float32)).reshape(rows, -1, 4)
-    order = np.argsort(-mags, axis=2, kind="stable")[:, :, :2]
-    mask = np.zeros((rows, cols // 4, 4), bool)
-    np.put_along_axis(mask, order, True, axis=2)
-    mask = mask.reshape(rows, cols)
-    return {"proj.compressed": wq[mask].reshape(rows, cols // 2),
-            "proj.bitmask": np.packbits(mask, axis=1, bitorder="little"),
-            "proj.shape": np.array([rows, cols], np.int64).reshape(-1, 1)}
-
-
 def _ct_checkpoint(tmp_path, groups: dict, *, input_scale: bool = True, ignore: list | None = None):
     """An fp8 layer ``proj`` 16 x 32 as compressed-tensors writes a bf16 model's: scales in the model's
     dtype (its initialize: ``scale_dtype = observed_dtype``), weight_scale (out, 1), input_scale (1,),
@@ -75,7 +62,7 @@ def _ct_checkpoint(tmp_path, groups: dict, *, input_scale: bool = True, ignore: 
     s_w = np.linspace(0.5, 2, 16).astype(ml_dtypes.bfloat16)
     bias = np.linspace(-1, 1, 16).astype(ml_dtypes.bfloat16)
     s_x = np.array([0.02], ml_dtypes.bfloat16)
-    tensors = {**_ct_layer(wq), "proj.bias": bias, "proj.weight_scale": s_w.reshape(-1, 1)}
+    tensors = {**compressed_tensors_layer(wq), "proj.bias": bias, "proj.weight_scale": s_w.reshape(-1, 1)}
     if input_scale:
         tensors["proj.input_scale"] = s_x
     st.save_file(tensors, tmp_path / "model.safetensors")

@@ -13,6 +13,7 @@ import pytest
 
 from sparsile.integrations import safetensors as st
 from sparsile.integrations.errors import IntegrationError
+from sparsile.tests.integrations.checkpoint_fixtures import compressed_tensors_layer
 from sparsile.tests.integrations.torch_helpers import linear
 
 torch = pytest.importorskip("torch")
@@ -36,18 +37,6 @@ class _One(torch.nn.Module):
         return self.proj(x)
 
 
-def _layer_tensors(dense: np.ndarray) -> dict[str, np.ndarray]:
-    """One layer as compressed-tensors' ``Sparse24BitMaskTensor.dict`` writes it (top-2 mask per group)."""
-    rows, cols = dense.shape
-    order = np.argsort(-np.abs(dense.astype(np.float32).reshape(rows, -1, 4)), axis=2, kind="stable")[:, :, :2]
-    mask = np.zeros((rows, cols // 4, 4), bool)
-    np.put_along_axis(mask, order, True, axis=2)
-    mask = mask.reshape(rows, cols)
-    return {"proj.compressed": dense[mask].reshape(rows, cols // 2),
-            "proj.bitmask": np.packbits(mask, axis=1, bitorder="little"),
-            "proj.shape": np.array([rows, cols], np.int64).reshape(-1, 1)}
-
-
 def _static_config() -> dict:
     group = {"targets": ["Linear"],
              "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False, "symmetric": True},
@@ -67,7 +56,7 @@ def _static_checkpoint(tmp_path, input_scale: float = 0.02, scale_shape=(1,)):
     s_w = np.linspace(0.5, 2, 16).astype(np.float32)
     bias = np.linspace(-1, 1, 16).astype(np.float32)
     s_x = np.full(scale_shape, input_scale, np.float32)
-    tensors = {**_layer_tensors(wq), "proj.bias": bias, "proj.weight_scale": s_w.reshape(-1, 1),
+    tensors = {**compressed_tensors_layer(wq), "proj.bias": bias, "proj.weight_scale": s_w.reshape(-1, 1),
                "proj.input_scale": s_x}
     st.save_file(tensors, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps(_static_config()))
@@ -225,7 +214,7 @@ def _f32_checkpoint(tmp_path, scale: float = 1.0) -> np.ndarray:
     rng = np.random.default_rng(12)
     w = (rng.standard_normal((16, 32)) * scale).astype(np.float32)
     w.reshape(16, 8, 4)[:, :, ::2] = 0
-    st.save_file({**_layer_tensors(w), "proj.bias": np.linspace(-1, 1, 16).astype(np.float32)},
+    st.save_file({**compressed_tensors_layer(w), "proj.bias": np.linspace(-1, 1, 16).astype(np.float32)},
                  tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {
         "quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask"}}}))
