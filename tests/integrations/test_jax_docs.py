@@ -88,3 +88,34 @@ def test_the_quick_start_runs_on_the_cpu(tmp_path: Path) -> None:
     script.write_text(block)
     env = runpy.run_path(str(script))
     assert env["dx"].shape == (8, 512) and env["y"].shape == (8, 256)
+
+
+def test_the_gradient_idiom_for_a_whole_layer_runs() -> None:
+    """The "Differentiation" section: ``jax.grad`` over a whole ``SparseLinear`` is JAX's own
+    TypeError about the uint32 ``meta`` leaf (raised before any sparsile code runs; with
+    ``allow_int=True`` it is SP0934), and the documented idiom (the bias and x as the arguments,
+    put back with ``dataclasses.replace``) gives d bias and dx equal to float64 references."""
+    import numpy as np
+
+    spj = pytest.importorskip("sparsile.jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(7)
+    layer = spj.SparseLinear.from_dense(rng.standard_normal((48, 96)), "bf16", bias=rng.standard_normal(48))
+    x = jnp.asarray(rng.uniform(-1, 1, (5, 96)), jnp.float32)
+    dy = jnp.asarray(rng.uniform(-1, 1, (5, 48)), jnp.float32)
+    with pytest.raises(TypeError, match="but got uint32"):
+        jax.grad(lambda layer: jnp.sum(layer(x) * dy))(layer)
+    with pytest.raises(spj.JaxCallError) as info:
+        jax.grad(lambda layer: jnp.sum(layer(x) * dy), allow_int=True)(layer)
+    assert info.value.code == "SP0934"
+    assert info.value.message.startswith("sparse_linear's weight is frozen: values has no gradient")
+
+    (block,) = [b for b in blocks("python") if "dataclasses.replace(layer, bias=bias)" in b]
+    env: dict = {"__name__": "jax_doc", "jax": jax, "jnp": jnp, "layer": layer, "x": x, "dy": dy}
+    exec(compile(block, str(DOC), "exec"), env)
+    d_bias, dx = env["d_bias"], env["dx"]
+    assert d_bias.shape == (48,) and dx.shape == x.shape and dx.dtype == x.dtype
+    w, g = layer.dense().astype(np.float64), np.asarray(dy, np.float64)
+    eps = 2.0**-24
+    assert (np.abs(np.asarray(d_bias, np.float64) - g.sum(axis=0)) <= 5 * eps * np.abs(g).sum(axis=0)).all()
+    assert (np.abs(np.asarray(dx, np.float64) - g @ w) <= 48 * eps * (np.abs(g) @ np.abs(w))).all()
