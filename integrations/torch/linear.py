@@ -36,6 +36,7 @@ from ...stdlib.sparsity import (
 )
 from ...stdlib.sparsity.errors import SP_VALUES_MISMATCH
 from ..errors import (
+    SP_BAD_TENSOR,
     SP_CANNOT_SPARSIFY,
     SP_TRAIN_LAYER,
     IntegrationError,
@@ -337,11 +338,23 @@ class SparseLinear(nn.Module):
         if weight is None:
             t = tensors if tensors is not None else self._tensors()
             weight = Weight(t["values"], t["meta"], t["bias"], t["scale_w"], self.activation)
-            static = self.__dict__["_bound_static"] = t.get("input_scale")
+            static = t.get("input_scale")
+            if static is not None and static.device != weight.values.device:  # (checked once per binding)
+                self._wrong_scale_device(static.device, weight.values.device)
+            self.__dict__["_bound_static"] = static
             self.__dict__["_bound_ptrs"] = tuple(0 if t is None else t.data_ptr() for t in (
                 weight.values, weight.meta, weight.bias, weight.scale_w, static))
             self.__dict__["_weight"] = weight
         return weight
+
+    @staticmethod
+    def _wrong_scale_device(scale: torch.device, weight: torch.device) -> None:
+        """SP0901 (as for an x on another device): the static ``input_scale`` is not on the weight's
+        device (put in without ``setattr`` or ``.to()``, ``layer._buffers["input_scale"] = t``); the
+        quantizer would read it there (on the CPU: torch's own device error; on a GPU: a host address)."""
+        raise IntegrationError(SP_BAD_TENSOR, f"input_scale is on {scale} but the layer's weight is on {weight}",
+                               help="move the module (.to(device)) or assign the scale on the weight's device: "
+                                    "layer.input_scale = scale.to(layer.values.device)")
 
     def _rebound(self, quiet: bool = False) -> None:
         """A buffer was replaced without ``setattr`` (``layer._buffers["values"] = t``, as accelerate's

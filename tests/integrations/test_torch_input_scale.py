@@ -192,6 +192,33 @@ def test_input_scale_diagnostics():
                                                  "one float32 element, got torch.float32 (5,)")
 
 
+@pytest.mark.parametrize("how", ["buffers after a call", "buffers before a call", "setattr"])
+def test_a_static_scale_on_another_device_is_sp0901(how):
+    """A static scale that is not on the weight's device (put into ``_buffers`` by hand, or assigned)
+    is SP0901 when the layer binds its tensors (as an x on another device is), not torch's device
+    error from inside the quantizer; the scale put back on the weight's device, the layer computes."""
+    layer, x = _layer(), _x()
+    if how == "buffers after a call":
+        layer(x)
+    elsewhere = torch.tensor([S_X], device="meta")
+    if how == "setattr":
+        layer.input_scale = elsewhere
+    else:
+        layer._buffers["input_scale"] = elsewhere
+    for _ in range(2):  # (not bound: the next call is refused again)
+        err = _error(layer, x)
+        assert (err.code, err.message) == ("SP0901", "input_scale is on meta but the layer's weight is on cpu")
+        assert err.help == ("move the module (.to(device)) or assign the scale on the weight's device: "
+                            "layer.input_scale = scale.to(layer.values.device)")
+    layer._buffers["input_scale"] = torch.tensor([S_X])
+    check_static(layer(x), x, *_parts(layer))
+    on_meta = _layer().to("meta")  # the other way round: a meta layer (meta x: y's shape) with a CPU scale
+    assert on_meta(x.to("meta")).shape == (5, 16)
+    on_meta._buffers["input_scale"] = torch.tensor([S_X])
+    err = _error(on_meta, x.to("meta"))
+    assert (err.code, err.message) == ("SP0901", "input_scale is on cpu but the layer's weight is on meta")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("scale", [S_X, 1.7, 1e-40, 4e-39, 3e38])
 def test_the_static_quantizer_kernel_gives_torch_s_bits(dtype, scale):
