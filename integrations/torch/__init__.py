@@ -34,8 +34,10 @@ from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_  # noqa: E402
 from .linear import WEIGHT_DTYPES, SparseLinear  # noqa: E402
 from .sparsify import SparsifyReport, sparsify_  # noqa: E402
 from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask  # noqa: E402
+from .vllm_shapes import VLLMShapeWarning  # noqa: E402
 
 __all__ = ["DEFAULT_GROUPS", "WEIGHT_DTYPES", "FuseReport", "LoadReport", "SemiSparseLinear", "SparseLinear",
-           "SparseTrainer", "SparsifyReport", "WarmUpReport", "fuse_projections_", "load_sparse24_checkpoint", "ops",
-           "recompress_", "reprune_", "save_sparse24_checkpoint", "sparse24_activation_linear", "sparse24_mask",
-           "sparsify_", "transposable_mask", "use_gqa_decode_attention", "warm_up"]
+           "SparseTrainer", "SparsifyReport", "VLLMShapeWarning", "WarmUpReport", "fuse_projections_",
+           "load_sparse24_checkpoint", "ops", "recompress_", "reprune_", "save_sparse24_checkpoint",
+           "sparse24_activation_linear", "sparse24_mask", "sparsify_", "transposable_mask",
+           "use_gqa_decode_attention", "warm_up"]

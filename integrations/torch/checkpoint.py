@@ -51,6 +51,7 @@ from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
 from .sparsify import TiedTensors, own_behaviour
+from .vllm_shapes import warn_vllm_shapes
 
 WEIGHTS = "model.safetensors"
 FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
@@ -500,7 +501,9 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     ``config.to_dict()`` when it has one, plus the sparsity_config and, for fp8 layers, the
     quantization scheme: per-channel weights, inputs per token or static per tensor, the model's other
     linear layers in its ``ignore``). A SparseLinear whose in_features is not a multiple of 4 cannot be
-    written sparse (SP0915): ``layer.to_linear()`` in its place writes it dense. Returns the folder."""
+    written sparse (SP0915): ``layer.to_linear()`` in its place writes it dense. Layers whose in_features
+    or out_features is no multiple of 8 are written, with one ``VLLMShapeWarning`` naming them (vLLM's
+    2:4 scheme cannot load them; vllm_shapes.py). Returns the folder."""
     checked_model(model, "save_sparse24_checkpoint")
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
@@ -521,6 +524,9 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                     f"model.{narrow}.to_linear(); save_sparse24_checkpoint writes an nn.Linear as a "
                                     f"plain {narrow}.weight)")
     _check_no_other_weights(path)
+    # (written all the same: compressed-tensors and this package read them; before anything is written, so that
+    # an "error" warnings filter refuses the save)
+    warn_vllm_shapes(layers)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # (a file where a folder of the path should be, no permission)

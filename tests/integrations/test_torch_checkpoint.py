@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -649,3 +650,50 @@ def test_the_writer_s_layout_is_compressed_tensors(tmp_path, dtype, weights):
     spt.load_sparse24_checkpoint(fresh, tmp_path)
     x = torch.randn(3, 64).to(weights)
     assert torch.equal(fresh(x), model(x))
+
+
+def _vllm_warnings(model, path) -> list:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spt.save_sparse24_checkpoint(model, path)
+    return [w for w in caught if issubclass(w.category, spt.VLLMShapeWarning)]
+
+
+def test_layers_vllm_cannot_load_are_written_with_one_warning(tmp_path):
+    """vLLM's CompressedTensors24 sizes the bitmask (out, in // 8): layers whose in_features or
+    out_features is no multiple of 8 are written (compressed-tensors and the loader read them) with
+    one VLLMShapeWarning per save naming each of them, at the caller's line; layers of multiples of 8
+    give none."""
+    model = _sparse(linear(16, 36, seed=1), linear(24, 16, seed=2), linear(20, 24, seed=3))
+    (caught,) = _vllm_warnings(model, tmp_path)
+    assert str(caught.message) == (
+        "save_sparse24_checkpoint: vLLM cannot load 2 layers of this checkpoint: 0 (36 in, 16 out), 2 (24 in, 20 out). "
+        "Its 2:4 scheme (CompressedTensors24) sizes the bitmask (out_features, in_features // 8) and needs "
+        "in_features and out_features to be multiples of 8; the checkpoint is written, and compressed-tensors and "
+        "load_sparse24_checkpoint read it as it is. For vLLM, write those layers dense (layer.to_linear() in their "
+        "place; q/k/v and gate/up parts all together)")
+    assert caught.filename == __file__  # (the user's call of save_sparse24_checkpoint, not the package's)
+    fresh = torch.nn.Sequential(linear(16, 36), linear(24, 16), linear(20, 24))
+    assert spt.load_sparse24_checkpoint(fresh, tmp_path).sparse == ["0", "1", "2"]
+    x = torch.randn(3, 36).to(torch.bfloat16)
+    assert torch.equal(fresh(x), model(x))
+    assert _vllm_warnings(_round_multiples(), tmp_path / "eights") == []
+    many = _sparse(*[linear(12, 12, seed=i) for i in range(10)])
+    (caught,) = _vllm_warnings(many, tmp_path / "many")
+    assert str(caught.message).startswith("save_sparse24_checkpoint: vLLM cannot load 10 layers of this checkpoint: "
+                                          "0 (12 in, 12 out), 1 (12 in, 12 out), ")
+    assert "7 (12 in, 12 out), and 2 more. Its 2:4 scheme" in str(caught.message)
+    with warnings.catch_warnings():  # as an error: raised before anything is written
+        warnings.simplefilter("error", spt.VLLMShapeWarning)
+        with pytest.raises(spt.VLLMShapeWarning):
+            spt.save_sparse24_checkpoint(model, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+
+
+def _sparse(*linears, dtype: str = "bf16"):
+    """A Sequential of SparseLinear layers made from ``linears`` (any shape the layer takes)."""
+    return torch.nn.Sequential(*[spt.SparseLinear.from_dense(m, dtype) for m in linears])
+
+
+def _round_multiples():
+    return _sparse(linear(24, 40, seed=4), linear(8, 24, seed=5), dtype="e4m3")

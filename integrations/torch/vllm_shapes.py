@@ -1,0 +1,49 @@
+"""The layer shapes vLLM's 2:4 scheme loads, checked when a sparse-24-bitmask checkpoint is written.
+
+vLLM's ``CompressedTensors24`` sizes a layer's ``bitmask`` (out_features, in_features // 8) and its
+``compressed`` (out_features, in_features // 2): a layer whose in_features or out_features is no
+multiple of 8 does not load there, though the file is what compressed-tensors writes and reads (its
+bitmask holds ceil(in_features / 8) bytes a row; docs/torch.md, "What vLLM and compressed-tensors
+take"). ``save_sparse24_checkpoint`` writes such layers and warns (:class:`VLLMShapeWarning`), once
+per save, naming them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+VLLM_MULTIPLE = 8
+"""in_features and out_features of a layer vLLM's 2:4 scheme loads are multiples of this."""
+
+SHOWN = 8
+"""How many of the layers the warning names (then how many more there are)."""
+
+
+class VLLMShapeWarning(UserWarning):
+    """A sparse-24-bitmask checkpoint was written with layers whose in_features or out_features is no
+    multiple of 8: compressed-tensors and ``load_sparse24_checkpoint`` read them, vLLM does not."""
+
+
+def vllm_misfits(layers: Mapping[str, Any]) -> list[str]:
+    """``"name (in_features x out_features)"`` for each layer of ``layers`` (name -> a layer with
+    ``in_features`` and ``out_features``) that vLLM's 2:4 scheme cannot load, in the given order."""
+    return [f"{name or '(the model)'} ({m.in_features} in, {m.out_features} out)" for name, m in layers.items()
+            if m.in_features % VLLM_MULTIPLE or m.out_features % VLLM_MULTIPLE]
+
+
+def warn_vllm_shapes(layers: Mapping[str, Any], stacklevel: int = 3) -> None:
+    """One :class:`VLLMShapeWarning` naming the layers of ``layers`` that vLLM cannot load, if any
+    (``stacklevel``: the user's call of the writer, for a direct caller of this function's caller)."""
+    misfits = vllm_misfits(layers)
+    if not misfits:
+        return
+    more = f", and {len(misfits) - SHOWN} more" if len(misfits) > SHOWN else ""
+    warnings.warn(
+        f"save_sparse24_checkpoint: vLLM cannot load {len(misfits)} layer{'s' if len(misfits) != 1 else ''} of this "
+        f"checkpoint: {', '.join(misfits[:SHOWN])}{more}. Its 2:4 scheme (CompressedTensors24) sizes the bitmask "
+        f"(out_features, in_features // 8) and needs in_features and out_features to be multiples of 8; the "
+        "checkpoint is written, and compressed-tensors and load_sparse24_checkpoint read it as it is. For vLLM, "
+        "write those layers dense (layer.to_linear() in their place; q/k/v and gate/up parts all together)",
+        VLLMShapeWarning, stacklevel=stacklevel)
