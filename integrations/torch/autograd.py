@@ -53,6 +53,7 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
+from torch._C._functorch import is_functorch_wrapped_tensor
 from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
@@ -120,14 +121,17 @@ class _RefusedSecondDerivative(torch.autograd.Function):
 
 
 def refuse_second_derivative(grad: torch.Tensor | None, anchors: tuple[Any, ...],
-                             error: IntegrationError) -> torch.Tensor | None:
+                             error: IntegrationError, *, wrapped_live: bool = False) -> torch.Tensor | None:
     """``grad`` itself, or, when a backward runs with ``create_graph=True`` (grad mode on) and
     ``grad`` or one of ``anchors`` (the tensors it truly depends on) requires grad, ``grad`` on a
     node whose backward raises ``error``: a second derivative through it is an error, never a
-    gradient that silently misses terms."""
+    gradient that silently misses terms. ``wrapped_live``: an anchor wrapped by a torch.func
+    transform counts as requiring grad (an outer level's GradTrackingTensor reads
+    ``requires_grad`` False inside an inner level's backward, yet the outer level differentiates it)."""
     if grad is None or not torch.is_grad_enabled():
         return grad
-    live = [a for a in anchors if isinstance(a, torch.Tensor) and a.requires_grad]
+    live = [a for a in anchors if isinstance(a, torch.Tensor)
+            and (a.requires_grad or (wrapped_live and is_functorch_wrapped_tensor(a)))]
     if not live and not grad.requires_grad:
         return grad
     return _RefusedSecondDerivative.apply(error, grad, *live)

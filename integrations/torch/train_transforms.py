@@ -10,20 +10,23 @@ any torch.func transform: an ``nn.Parameter`` x (a trained soft prompt), ``torch
 
 Some calls the layer cannot compute, and refuses (SP0916) instead of computing another function:
 forward-mode AD (a dual tensor of ``torch.autograd.forward_ad``; ``torch.func.jvp``, ``jacfwd``),
-which gave no tangent or a zero one; torch.func's grad transforms (``grad``, ``vjp``, ``jacrev``),
-which stopped at torch's RuntimeError; and a weight or mask batched by ``torch.vmap``
+which gave no tangent or a zero one; and a weight or mask batched by ``torch.vmap``
 (``torch.func.functional_call`` of stacked parameters) without compressions batched with it, which
-the kernel ignored for the layer's own compressions.
+the kernel ignored for the layer's own compressions. torch.func's grad transforms (``grad``,
+``vjp``, ``jacrev``) run (training.TransformedTrainCall); a weight they wrap is compressed from the
+plain tensor under the wrappers (:func:`grad_unwrapped`, :func:`outside_transforms`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwad
 from torch._C._functorch import TransformType, get_unwrapped, is_functorch_wrapped_tensor, maybe_get_level
-from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters, temporarily_clear_interpreter_stack
 from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import SP_TRAIN_LAYER, IntegrationError
@@ -44,6 +47,47 @@ def transforms_of(t: Any) -> set[Any]:
     return {i.key() for i in retrieve_all_functorch_interpreters() if i.level() in levels}
 
 
+def grad_unwrapped(t: torch.Tensor) -> torch.Tensor | None:
+    """``t`` without the wrappers of torch.func's grad transforms (``grad``, ``vjp``, ``jacrev``:
+    GradTrackingTensors), the plain tensor whose values they carry; ``t`` itself when nothing wraps
+    it; None where another transform wraps it (a BatchedTensor of vmap: one value per member)."""
+    if (torch.compiler.is_compiling() or not torch._C._are_functorch_transforms_active()
+            or not is_functorch_wrapped_tensor(t)):  # (dynamo: is_compiling is True, the rest not traced)
+        return t
+    kinds = {i.level(): i.key() for i in retrieve_all_functorch_interpreters()}
+    while is_functorch_wrapped_tensor(t):
+        if kinds.get(maybe_get_level(t)) != TransformType.Grad:
+            return None
+        t = get_unwrapped(t)
+    return t
+
+
+def grad_tracked(t: torch.Tensor) -> bool:
+    """``t`` requires grad at some level: torch.autograd's, or a torch.func grad transform's whose
+    GradTrackingTensor wraps it. Seen from inside an inner level (its backward, under a ``jacrev``
+    of a ``grad``), ``t`` is that level's wrapper, ``requires_grad`` False, around the outer level's,
+    which requires grad: the outer level differentiates through it."""
+    while True:
+        if t.requires_grad:
+            return True
+        if not is_functorch_wrapped_tensor(t):
+            return False
+        t = get_unwrapped(t)
+
+
+@contextlib.contextmanager
+def outside_transforms() -> Iterator[None]:
+    """Run the block with torch.func's transforms set aside (their interpreter stack emptied, then
+    restored): under them every operation's result is wrapped at the innermost level, a tensor
+    without storage that the host compression cannot read. For host work on plain tensors only
+    (:func:`grad_unwrapped`'s)."""
+    if not torch._C._are_functorch_transforms_active():
+        yield
+        return
+    with temporarily_clear_interpreter_stack():
+        yield
+
+
 def traced(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """The call is traced (torch.compile, torch.export, make_fx, a fake tensor mode, torch.jit.trace),
     or one of x and ``tensors`` (the weight and mask a refresh reads) is fake or wrapped by a
@@ -57,7 +101,7 @@ def traced(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return any(is_fake(t) or is_functorch_wrapped_tensor(t) for t in tensors)
 
 
-def _forward_mode_error() -> IntegrationError:
+def forward_mode_error() -> IntegrationError:
     return IntegrationError(SP_TRAIN_LAYER, "a trainable sparse layer has no forward-mode derivative (torch.func.jvp, "
                             "jacfwd, hessian; torch.autograd.forward_ad's dual tensors): its kernel has no tangent "
                             "formula", help="use reverse mode: backward() or torch.autograd.grad")
@@ -65,23 +109,18 @@ def _forward_mode_error() -> IntegrationError:
 
 def check_transformed_call(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None,
                            values: torch.Tensor) -> None:
-    """SP0916 for a call the layer cannot compute: forward mode (x, weight or bias dual), a torch.func
-    grad transform over x, weight, mask or bias, a weight or mask batched by vmap whose compressions
-    (``values``) are not. Nothing to do (two flags read) without forward AD or a transform on."""
+    """SP0916 for a call the layer cannot compute: forward mode (x, weight or bias dual), a weight or
+    mask batched by vmap whose compressions (``values``) are not. Nothing to do (two flags read)
+    without forward AD or a transform on."""
     tensors = (x, weight, bias)
     if fwad._current_level >= 0 and torch._C._is_fwd_grad_enabled() and any(
             t is not None and fwad.unpack_dual(t).tangent is not None for t in tensors):
-        raise _forward_mode_error()
+        raise forward_mode_error()
     if not torch._C._are_functorch_transforms_active():
         return
     kinds = {name: transforms_of(t) for name, t in (("x", x), ("weight", weight), ("mask", mask), ("bias", bias))}
     if any(TransformType.Jvp in k for k in kinds.values()):
-        raise _forward_mode_error()
-    if any(TransformType.Grad in k for k in kinds.values()):
-        raise IntegrationError(SP_TRAIN_LAYER, "torch.func's grad transforms (grad, vjp, jacrev) do not differentiate "
-                               "a SemiSparseLinear: its backward is registered for torch.autograd only",
-                               help="take gradients with backward() or torch.autograd.grad (torch.vmap of the "
-                                    "forward runs)")
+        raise forward_mode_error()
     batched = TransformType.Vmap in transforms_of(values)
     for name in ("weight", "mask"):
         if TransformType.Vmap in kinds[name] and not batched:

@@ -39,12 +39,19 @@ from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors, withhold_refused
-from .autograd import refuse_second_derivative
+from .autograd import func_transformed, refuse_second_derivative
 from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear
 from .optimizer_steps import AfterStep, watch_optimizer_steps
 from .record_cache import RecordCache
-from .train_transforms import check_transformed_call, traced
+from .train_transforms import (
+    check_transformed_call,
+    forward_mode_error,
+    grad_tracked,
+    grad_unwrapped,
+    outside_transforms,
+    traced,
+)
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
@@ -177,10 +184,14 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     x, mask, values_t, meta_t = ctx.saved_tensors
     dyk = dy.to(x.dtype)
     dx = dw = db = None
+    # the weight as the call was given it (TransformedTrainCall): under nested torch.func transforms
+    # (jacrev of grad) an outer level may track it where this one does not (needs_input_grad[1] False)
+    anchor = getattr(ctx, "weight_anchor", None)
+    weight_tracked = ctx.needs_input_grad[1] or (anchor is not None and grad_tracked(anchor))
     if ctx.needs_input_grad[0]:
         dx = torch.ops.sparsile.sparse_linear(dyk, values_t, meta_t, out_dtype=x.dtype)
-        if ctx.needs_input_grad[1] and torch.is_grad_enabled():  # create_graph=True: dX's graph lacks W
-            dx = refuse_second_derivative(dx, (x, dy), IntegrationError(
+        if weight_tracked and torch.is_grad_enabled():  # create_graph=True: dX's graph lacks W
+            dx = refuse_second_derivative(dx, (x, dy, anchor), wrapped_live=True, error=IntegrationError(
                 SP_TRAIN_LAYER, "a trainable sparse layer has no second derivative through x's gradient: dX is "
                 "computed from the compressed weight, so its dependence on the master weight would be missing",
                 help="differentiate twice through a dense layer with the same masked weight (layer.to_dense()), "
@@ -196,6 +207,40 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 
 
 torch.library.register_autograd("sparsile::sparse_linear_train", _backward, setup_context=_setup_context)
+
+
+class TransformedTrainCall(torch.autograd.Function):
+    """``sparse_linear_train`` under torch.func's transforms (``grad``, ``vjp``, ``jacrev``, ``vmap``
+    of them; docs/training.md, "Transforms and tracers"): the op's autograd formula, registered by
+    ``torch.library.register_autograd``, is an ``autograd.Function`` without ``setup_context``, which
+    torch.func refuses. The same formula (:func:`_setup_context`, :func:`_backward`: the numbers of
+    ``backward()``) in a Function that torch.func takes, as the frozen layer's
+    ``TransformedLayerWithInputGrad``. The arguments are the op's, in its order, then ``out_dtype``
+    and ``mask_grad``. ``generate_vmap_rule``: vmap runs the forward (the op, looped over a batched
+    weight by torch's fallback) and the backward (``sparse_linear``'s vmap rule, torch's matmul)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
+                meta: torch.Tensor, values_t: torch.Tensor, meta_t: torch.Tensor, bias: torch.Tensor | None,
+                out_dtype: torch.dtype, mask_grad: bool) -> torch.Tensor:
+        return torch.ops.sparsile.sparse_linear_train(x, weight, mask, values, meta, values_t, meta_t, bias,
+                                                      out_dtype=out_dtype, mask_grad=mask_grad)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        *tensors, _out_dtype, mask_grad = inputs
+        _setup_context(ctx, tuple(tensors), {"mask_grad": mask_grad}, output)
+        ctx.weight_anchor = tensors[1]  # (x's gradient refuses a second derivative in W, at any level: _backward)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return (*_backward(ctx, dy), None, None)
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        raise forward_mode_error()  # (check_transformed_call refuses forward mode before the call)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,10 +370,15 @@ class SemiSparseLinear(nn.Module):
     # -------------------------------------------------------------------------------------------
     # keeping the compressions in step with the master weight
 
-    def _state_key(self) -> tuple[Any, ...]:
-        """What the compressions were made from: the weight's and mask's versions, addresses and
-        objects (:class:`_Same`: a parametrized one is a new object on each access)."""
-        w, m = self.weight, self.mask
+    def _compression_buffers(self) -> tuple[torch.Tensor, ...]:
+        """values, meta, values_t, meta_t."""
+        return tuple(getattr(self, name) for name in _COMPRESSED)
+
+    def _state_key(self, weight: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> tuple[Any, ...]:
+        """What the compressions were made from: the weight's and mask's (None: the layer's) versions,
+        addresses and objects (:class:`_Same`: a parametrized one is a new object on each access)."""
+        w = self.weight if weight is None else weight
+        m = self.mask if mask is None else mask
         return (w._version, m._version, w.data_ptr(), m.data_ptr(), w.device.index or 0, _Same(w), _Same(m))
 
     @torch.no_grad()
@@ -344,14 +394,23 @@ class SemiSparseLinear(nn.Module):
         memory at Wᵀ's) leaves all four buffers as they were, and the layer stale (its next eager
         call compresses it again); it left W's new with Wᵀ's old, forward and dX of two weights."""
         mask = self.mask  # (read once: a parametrized mask is computed again on each access)
-        self._check_mask_once(mask)
-        copy_all(self._writes(self._compressions(mask, interpret)))
-        self._written(stacklevel=4)
+        self._refresh_from(self.weight, mask, interpret, stacklevel=5)
 
-    def _compressions(self, mask: torch.Tensor, interpret: bool) -> tuple[torch.Tensor, ...]:
-        """(values, meta, values_t, meta_t) of ``weight * mask`` (W's and Wᵀ's), new tensors: nothing
-        of the layer is written."""
-        masked = torch.where(mask, self.weight.detach(), 0).to(self.values.dtype)
+    def _refresh_from(self, weight: torch.Tensor, mask: torch.Tensor, interpret: bool = False,
+                      stacklevel: int = 4) -> None:
+        """:meth:`refresh` with ``weight`` and ``mask`` for the layer's (the plain tensors under a
+        torch.func grad transform's wrappers, :func:`~.train_transforms.grad_unwrapped`), the layer
+        marked fresh for them."""
+        with torch.no_grad():
+            self._check_mask_once(mask)
+            copy_all(self._writes(self._compressions(mask, interpret, weight)))
+            self._written(stacklevel=stacklevel, key=self._state_key(weight, mask))
+
+    def _compressions(self, mask: torch.Tensor, interpret: bool,
+                      weight: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """(values, meta, values_t, meta_t) of ``weight * mask`` (W's and Wᵀ's; None: the layer's
+        weight), new tensors: nothing of the layer is written."""
+        masked = torch.where(mask, (self.weight if weight is None else weight).detach(), 0).to(self.values.dtype)
         values, words = _compressed(masked, self.weight_dtype, interpret)
         values_t, words_t = _compressed(masked.t().contiguous(), self.weight_dtype, interpret)
         return values, words, values_t, words_t
@@ -362,13 +421,14 @@ class SemiSparseLinear(nn.Module):
         writes = [(getattr(self, name), new) for name, new in zip(_COMPRESSED, compressions, strict=True)]
         return writes if mask is None else [(self.mask, mask), *writes]
 
-    def _written(self, repruned: bool = False, stacklevel: int = 2) -> None:
-        """After its buffers were copied in: the layer marked fresh (and its mask checked: a
-        re-prune's is transposable by construction), the launch records of its weight brought up to
-        the write, a warning for those that cannot be (``stacklevel``: the user's frame)."""
+    def _written(self, repruned: bool = False, stacklevel: int = 2, key: tuple[Any, ...] | None = None) -> None:
+        """After its buffers were copied in: the layer marked fresh (``key``, the state key of what
+        was compressed; None: the layer's weight and mask) and its mask checked (a re-prune's is
+        transposable by construction), the launch records of its weight brought up to the write, a
+        warning for those that cannot be (``stacklevel``: the user's frame)."""
         if repruned:
             self.__dict__["_mask_checked"] = self._mask_key()
-        self.__dict__["_fresh"] = self._state_key()
+        self.__dict__["_fresh"] = self._state_key() if key is None else key
         from .ops import RECORDS as op_records  # the dX launches go through the custom op
 
         # the records' padded copies follow now, also those CUDA graphs replay (RecordCache.sync)
@@ -405,13 +465,27 @@ class SemiSparseLinear(nn.Module):
         weight, mask = self.weight, self.mask  # (read once: parametrized ones are computed on each access)
         check_transformed_call(x, weight, mask, self.bias, self.values)
         # the safety net everywhere but under a tracer (train_transforms.traced): an nn.Parameter x,
-        # torch.vmap and a FlopCounterMode skipped it, and computed with a weight from before a step
-        if not traced(x, weight, mask) and self.__dict__["_fresh"] != self._state_key():
-            self.refresh()
+        # torch.vmap and a FlopCounterMode skipped it, and computed with a weight from before a step.
+        # Under torch.func's grad transforms (functional_call of parameters) the plain tensors they
+        # wrap: a weight passed in was ignored for the layer's last compressions
+        # (not into compressions a transform wraps: buffers passed in, the caller's, as under vmap)
+        plain_w, plain_m = grad_unwrapped(weight), grad_unwrapped(mask)
+        if (plain_w is not None and plain_m is not None
+                and not traced(x, plain_w, plain_m, *self._compression_buffers())
+                and self.__dict__["_fresh"] != self._state_key(plain_w, plain_m)):
+            if plain_w is weight and plain_m is mask:
+                self.refresh()
+            else:
+                with outside_transforms():
+                    self._refresh_from(plain_w, plain_m)
         x2 = x.reshape(-1, self.in_features).to(self.values.dtype)
-        y = torch.ops.sparsile.sparse_linear_train(x2, weight, mask, self.values, self.meta,
-                                                   self.values_t, self.meta_t, self.bias, out_dtype=x.dtype,
-                                                   mask_grad=self.mask_grad)
+        if func_transformed():  # (the op's own formula is refused by torch.func: TransformedTrainCall)
+            y = TransformedTrainCall.apply(x2, weight, mask, self.values, self.meta, self.values_t, self.meta_t,
+                                           self.bias, x.dtype, self.mask_grad)
+        else:
+            y = torch.ops.sparsile.sparse_linear_train(x2, weight, mask, self.values, self.meta,
+                                                       self.values_t, self.meta_t, self.bias, out_dtype=x.dtype,
+                                                       mask_grad=self.mask_grad)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     # -------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A SemiSparseLinear called outside plain eager autograd (CPU, interpreter): an x that is a tensor
 subclass (a trained soft prompt, an ``nn.Parameter``), ``torch.vmap``, a ``TorchDispatchMode`` that
-does not trace (FlopCounterMode), forward-mode AD and torch.func's grad transforms.
+does not trace (FlopCounterMode) and forward-mode AD (torch.func's grad transforms:
+test_torch_training_func.py).
 
 Each is compared to float64 of the masked weight, or refused (SP0916): before, the forward's
 re-compression safety net was skipped in the first three (the layer computed with the compressions
@@ -92,18 +93,6 @@ def test_forward_mode_ad_is_sp0916_not_a_dropped_tangent():
     _raises("forward-mode derivative", torch.func.jacfwd(layer), x[:1])
     with fwad.dual_level():  # forward mode on, nothing dual in this call: it runs
         _check(layer(x), layer, x)
-
-
-def test_torch_func_grad_transforms_are_sp0916():
-    """torch.func.grad / vjp / jacrev stopped at torch's RuntimeError ("must override the setup_context
-    staticmethod"); backward() and torch.autograd.grad are the supported ways."""
-    layer, x = _layer(), _x()
-    err = _raises("torch.func's grad transforms (grad, vjp, jacrev) do not differentiate a SemiSparseLinear",
-                  torch.func.grad(lambda v: layer(v).sum()), x)
-    assert "backward()" in err.help
-    _raises("grad transforms", torch.func.jacrev(layer), x[:1])
-    params = {k: v.detach() for k, v in layer.named_parameters()}
-    _raises("grad transforms", torch.func.grad(lambda p: torch.func.functional_call(layer, p, (x,)).sum()), params)
 
 
 def test_vmap_over_weights_without_their_compressions_is_sp0916():
