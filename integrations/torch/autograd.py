@@ -31,7 +31,10 @@ silently at zero: the weight is frozen; ``sparsify_(model, trainable=True)`` tra
 Second derivatives (``create_graph=True``, then a backward through x's gradient): exact without an
 activation (dx is linear in dy). With one, d pre is taken from detached pre-activations, so dx and
 d bias would miss their dependence on x, dy and the bias: they are refused instead (SP0922, when
-the second backward reaches them), never silently wrong.
+the second backward reaches them), never silently wrong; across nested torch.func levels too (an
+outer level's variable, which reads ``requires_grad`` False in an inner level's backward, counts:
+``refuse_second_derivative(..., wrapped_live=True)``; before, a jacrev in the bias of a grad in x
+gave a zero block).
 
 torch.func (``grad``, ``vjp``, ``jacrev``, ``vmap`` of them): a layer's call goes through
 :class:`TransformedLayerWithInputGrad`, whose backward is the eager one; the activation's
@@ -178,7 +181,10 @@ def input_grads(dy: torch.Tensor, x: torch.Tensor, values: torch.Tensor, meta: t
                                  f"{activation!r}: x's gradient is computed from detached pre-activations",
                                  help="differentiate twice through a layer without a fused activation (apply "
                                       "it after the layer), or through the dense weight")
-        dx, db = (refuse_second_derivative(g, (x, dy, bias), error) for g in (dx, db))
+        # (wrapped_live: under nested torch.func levels the outer level's variable, a bias or the x and
+        # dy it feeds, reads requires_grad False in the inner level's backward: left out, jacrev of
+        # grad across them gave a zero block)
+        dx, db = (refuse_second_derivative(g, (x, dy, bias), error, wrapped_live=True) for g in (dx, db))
     return dx, db
 
 

@@ -616,6 +616,68 @@ def test_torch_func_second_derivatives(activation):
     assert info.value.code == "SP0922" and "forward-mode" in info.value.message
 
 
+def _mixed_nestings(loss):
+    """Second derivatives of ``loss(x, b)`` that cross the two variables over nested levels: a
+    torch.func transform over one inside a transform (or torch.autograd.grad) over the other."""
+    grad, jacrev = torch.func.grad, torch.func.jacrev
+
+    def autograd_outer(x, b):  # torch.func.grad in x inside a plain backward in b
+        b = b.clone().requires_grad_()
+        (got,) = torch.autograd.grad(grad(loss, 0)(x, b).float().pow(2).sum(), b)
+        return got
+
+    return {
+        "jacrev_b(grad_x)": lambda x, b: jacrev(lambda c: grad(loss, 0)(x, c).float())(b),
+        "jacrev_x(grad_b)": lambda x, b: jacrev(lambda t: grad(loss, 1)(t, b).float())(x),
+        "grad_b(sq grad_x)": lambda x, b: grad(lambda c: grad(loss, 0)(x, c).float().pow(2).sum())(b),
+        "vjp_b(grad_x)": lambda x, b: torch.func.vjp(lambda c: grad(loss, 0)(x, c).float(), b)[1](
+            torch.linspace(-1, 1, x.numel()).reshape(x.shape))[0],
+        "autograd_b(func grad_x)": autograd_outer,
+    }
+
+
+@pytest.mark.parametrize("nesting", ["jacrev_b(grad_x)", "jacrev_x(grad_b)", "grad_b(sq grad_x)", "vjp_b(grad_x)",
+                                     "autograd_b(func grad_x)"])
+@pytest.mark.parametrize(("path", "activation"), [("layer", "silu"), ("layer", "gelu_tanh"), ("op", "silu"),
+                                                   ("op", "gelu_tanh"), ("layer", None), ("op", None)])
+def test_mixed_second_derivatives_across_nested_levels(path, activation, nesting):
+    """A second derivative in the bias through x's gradient (or in x through the bias's) across nested
+    torch.func levels, with a loss linear in y (so dy does not depend on the outer variable): with an
+    activation, x's and the bias's gradients come from detached pre-activations, and the inner level's
+    backward saw the outer variable (a GradTrackingTensor of the outer level, or a plain tensor that
+    requires grad under torch.func.grad) as requiring no grad, so no refusal was attached: a zero
+    block, or torch's 'appears to not have been used in the graph'; it is SP0922 now. Without an
+    activation (gradients linear in dy) the mixed derivatives are exact: float64 of the dense layer by
+    torch's own autograd, with a loss quadratic in y (nonzero)."""
+    layer, x, _ = _func_case("bf16", activation if path == "layer" else None, True, seed=31)
+    x = x[0]
+    bias = (torch.rand(16, generator=torch.Generator().manual_seed(32)) + 0.5).float()
+    g = torch.randn(3, 16, generator=torch.Generator().manual_seed(33)).to(torch.bfloat16).float()
+    w = layer.to_dense().double()
+
+    def sparse(t, b):
+        if path == "layer":
+            return torch.func.functional_call(layer, {"bias": b}, (t,)).float()
+        return torch.ops.sparsile.sparse_linear(t, layer.values, layer.meta, b, activation=activation).float()
+
+    def dense(t, b):
+        return ACTS[activation](t.double() @ w.T + b.double())
+
+    if activation is None:
+        want = _mixed_nestings(lambda t, b: dense(t, b).pow(2).sum())[nesting](x.double(), bias.double())
+        got = _mixed_nestings(lambda t, b: sparse(t, b).pow(2).sum())[nesting](x, bias)
+        assert want.abs().max() > 0 and got.shape == want.shape
+        assert torch.allclose(got.double(), want, rtol=3e-2, atol=3e-2 * want.abs().max().item())
+        return
+    want = _mixed_nestings(lambda t, b: dense(t, b).mul(g).sum())[nesting](x.double(), bias.double())
+    assert want.abs().max() > 1e-3  # the true mixed derivative is no zero: silu'' and gelu'' are not
+    with pytest.raises(IntegrationError) as info:
+        _mixed_nestings(lambda t, b: sparse(t, b).mul(g).sum())[nesting](x, bias)
+    assert info.value.code == "SP0922"
+    assert f"sparse_linear has no second derivative with activation {activation!r}" in info.value.message
+    assert "differentiate twice through a layer without a fused activation" in info.value.help
+
+
 @pytest.mark.parametrize("fuse", [None, "glu", "glu_traced"])
 def test_torch_func_grad_of_a_llama_s_input(fuse):
     """torch.func.grad of a transformers Llama's loss with respect to its input embeddings, through its
