@@ -137,3 +137,17 @@ def check_input(x: Any, in_features: int, device: torch.device, layer: str) -> N
     if x.device != device:
         raise IntegrationError(SP_BAD_TENSOR, f"x is on {x.device} but the layer's weight is on {device}",
                                help="move the module or x to the same device")
+
+
+def check_devices(values: torch.Tensor, tensors: tuple[tuple[str, torch.Tensor | None], ...]) -> None:
+    """SP0901 unless each named tensor of ``tensors`` (None: absent) is on the device of the layer's
+    ``values`` (one put in without ``setattr`` or ``.to()``: ``layer._buffers["bias"] = t``,
+    ``layer.bias.data = t``, a ``load_state_dict(assign=True)`` of part of the layer from another
+    device; a launch would read it there: on the CPU SP0804, the interpreter cannot read it on the
+    host; on a GPU, host memory)."""
+    where = values.device
+    for name, t in tensors:
+        if t is not None and t.device != where:
+            raise IntegrationError(SP_BAD_TENSOR, f"{name} is on {t.device} but the layer's values are on {where}",
+                                   help=f"move the module (.to(device)) or assign {name} on the values' device: "
+                                        f"layer.{name} = {name}.to(layer.values.device)")

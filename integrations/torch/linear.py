@@ -56,6 +56,7 @@ from .last_call import LastCall
 from .layer_args import (
     F16_MAX,
     beyond_f16,
+    check_devices,
     check_input,
     checked_activation,
     checked_features,
@@ -339,7 +340,9 @@ class SparseLinear(nn.Module):
             t = tensors if tensors is not None else self._tensors()
             weight = Weight(t["values"], t["meta"], t["bias"], t["scale_w"], self.activation)
             static = t.get("input_scale")
-            if static is not None and static.device != weight.values.device:  # (checked once per binding)
+            # (checked once per binding, not on the per-call path)
+            check_devices(weight.values, (("meta", weight.meta), ("bias", weight.bias), ("scale_w", weight.scale_w)))
+            if static is not None and static.device != weight.values.device:
                 self._wrong_scale_device(static.device, weight.values.device)
             self.__dict__["_bound_static"] = static
             self.__dict__["_bound_ptrs"] = tuple(0 if t is None else t.data_ptr() for t in (

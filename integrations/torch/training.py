@@ -40,7 +40,15 @@ from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETU
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import func_transformed, refuse_second_derivative
-from .layer_args import F16_MAX, beyond_f16, check_input, checked_features, dense_weight, weight_dtype_name
+from .layer_args import (
+    F16_MAX,
+    beyond_f16,
+    check_devices,
+    check_input,
+    checked_features,
+    dense_weight,
+    weight_dtype_name,
+)
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear
 from .optimizer_steps import AfterStep, watch_optimizer_steps
 from .record_cache import RecordCache
@@ -461,8 +469,12 @@ class SemiSparseLinear(nn.Module):
     # running
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.in_features, self.values.device, "SemiSparseLinear")
+        values = self.values
+        check_input(x, self.in_features, values.device, "SemiSparseLinear")
         weight, mask = self.weight, self.mask  # (read once: parametrized ones are computed on each access)
+        # (no binding to check once: the op takes the tensors on each call; a few device comparisons)
+        check_devices(values, (("weight", weight), ("mask", mask), ("meta", self.meta), ("values_t", self.values_t),
+                               ("meta_t", self.meta_t), ("bias", self.bias)))
         check_transformed_call(x, weight, mask, self.bias, self.values)
         # the safety net everywhere but under a tracer (train_transforms.traced): an nn.Parameter x,
         # torch.vmap and a FlopCounterMode skipped it, and computed with a weight from before a step.
