@@ -25,6 +25,7 @@ from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse
 from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
 from .linear import SparseLinear
 from .training import SemiSparseLinear
+from .unswapped import not_linear_projections
 from .wording import counted
 
 LOG = logging.getLogger("sparsile.torch")
@@ -42,12 +43,16 @@ class SparsifyReport:
     layer: str = "SparseLinear"  # the class swapped in: "SemiSparseLinear" with trainable=True
     unfiltered: int = 0  # the nn.Linear modules filter_fn turned down
     already_sparse: int = 0  # the SparseLinear modules the model held already
+    # projections that are no nn.Linear (GPT-2's Conv1D, stacked MoE expert weights): name -> what they are;
+    # listed when filter_fn is None (a filter sees nn.Linear modules only)
+    not_linear: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [f"sparsify_: {counted(len(self.swapped), 'linear layer')} swapped for {self.layer}, "
                  f"{len(self.skipped)} skipped"]
         lines += [f"  skipped {name or '<root>'}: {why}" for name, why in self.skipped.items()]
-        if not self.swapped and not self.skipped:
+        lines += [f"  not an nn.Linear, kept dense {name or '<root>'}: {why}" for name, why in self.not_linear.items()]
+        if not self.swapped and not self.skipped and not self.not_linear:
             lines.append("  " + self._why_nothing())
         if self.fusion is not None:
             lines.append(str(self.fusion))
@@ -274,7 +279,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     a linear whose weight (or bias) is tied to another module's tensor (the same tensor or memory,
     as transformers ties lm_head to the input embeddings: :class:`TiedTensors`; a pruned copy would
     untie them); a bias on the meta device; a float8 weight with ``trainable=True``. Modules the
-    filter rejects are not reported.
+    filter rejects are not reported. Without a ``filter_fn``, projections that are no ``nn.Linear``
+    (transformers' ``Conv1D``, stacked MoE expert weights) are listed in ``report.not_linear``.
     ``trainable=True`` swaps in trainable :class:`~.training.SemiSparseLinear` layers instead
     (docs/training.md; e4m3 is refused, SP0916).
 
@@ -302,6 +308,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
                                "but fuse is not set", help="pass fuse=True with glu=True")
     groups = None if not fusing else DEFAULT_GROUPS if fuse is True else checked_groups(fuse)
     report = SparsifyReport(layer="SemiSparseLinear" if trainable else "SparseLinear")
+    if filter_fn is None:  # (a filter sees nn.Linear modules only: it chose which layers matter)
+        report.not_linear = not_linear_projections(model)
     chosen = []  # every filter_fn call and skip reason first: an exception there leaves the model as it was
     tied = TiedTensors(model)
     read = read_by_parent(model)

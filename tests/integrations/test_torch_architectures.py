@@ -1,0 +1,228 @@
+"""sparsify_(fuse=True) on tiny random transformers models of the architectures users try after Llama
+(CPU, the interpreter, 2 layers, hidden 64): what is swapped, what is skipped or left out and why,
+which groups fuse (q/k/v with biases, gate/up, the gated activation only where it is the kernel's
+exactly), and the logits against the same model with the pruned weights dense, in float64 (as close
+to it as that bf16 dense model is: the tolerance of the Llama tests in test_torch_sparsify.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from sparsile.tests.integrations.torch_helpers import dense_twin
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+spt = pytest.importorskip("sparsile.torch")
+
+from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
+
+SMALL = dict(vocab_size=61, hidden_size=64, num_hidden_layers=2, bos_token_id=None, eos_token_id=None,
+             pad_token_id=None)
+HEADS = dict(intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+PROMPT = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+LAYERS = range(2)
+
+
+def build(config, model_class, attention: str = "sdpa"):
+    """``model_class(config)`` with random weights (seed 0) in bf16, eval mode."""
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    return model_class(config).to(torch.bfloat16).eval()
+
+
+def sparsified(model, **kwargs):
+    """(the model sparsified in place with fuse=True, glu=True; the report; a dense copy from before)."""
+    before = copy.deepcopy(model)
+    report = spt.sparsify_(model, interpret=True, min_features=16, fuse=True, **kwargs)
+    return report, before
+
+
+def check_logits(model, before, report) -> None:
+    """The sparsified model's logits are within 1.25x the bf16 dense model's error of the float64 model
+    with the same pruned weights (each swapped linear replaced by a dense one of its pruned weight)."""
+    twin = copy.deepcopy(before)
+    for name in report.swapped:
+        parent, _, child = name.rpartition(".")
+        setattr(twin.get_submodule(parent), child, dense_twin(model.get_submodule(name)))
+    with torch.no_grad():
+        got = model(input_ids=PROMPT).logits.double()
+        exact = copy.deepcopy(twin).double()(input_ids=PROMPT).logits
+        bf16 = twin(input_ids=PROMPT).logits.double()
+    assert torch.isfinite(got).all() and exact.abs().max() > 0.1
+    bf16_error = ((bf16 - exact).norm() / exact.norm()).item()
+    assert 0 < ((got - exact).norm() / exact.norm()).item() <= 1.25 * bf16_error
+
+
+def names(pattern: str) -> list[str]:
+    return [pattern.format(i=i) for i in LAYERS]
+
+
+ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+QKV = "model.layers.{i}.self_attn.q_proj+k_proj+v_proj"
+GATE_UP = "model.layers.{i}.mlp.gate_proj+up_proj"
+
+
+def llama_like(report, head: bool = True) -> None:
+    assert report.swapped == [f"model.layers.{i}.{p}" for i in LAYERS for p in ATTENTION + MLP] + ["lm_head"] * head
+    assert report.fusion.fused == [g.format(i=i) for i in LAYERS for g in (QKV, GATE_UP)]
+    assert not report.fusion.skipped and not report.fusion.no_glu
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_qwen2_and_mistral(arch):
+    """Qwen2 (q, k, v with biases, o without) and Mistral: every linear swapped, q/k/v fused (with the
+    biases' rows), gate/up fused with SwiGLU in the kernel."""
+    config_class, model_class = {"qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+                                 "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM)}[arch]
+    model = build(config_class(**SMALL, **HEADS), model_class)
+    report, before = sparsified(model)
+    llama_like(report)
+    assert report.skipped == {} and report.not_linear == {}
+    assert report.fusion.glu == dict.fromkeys(names(GATE_UP), "swiglu")
+    fused = fused_group_of(model.model.layers[0].self_attn.q_proj).fused
+    assert (fused.bias is not None) == (arch == "qwen2")
+    if arch == "qwen2":  # the fused bias is the three biases' rows
+        attn = before.model.layers[0].self_attn
+        assert torch.equal(fused.bias, torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]).float())
+    check_logits(model, before, report)
+
+
+def test_phi3_fused_projections_are_not_split_again():
+    """Phi-3's qkv_proj and gate_up_proj are single linears: swapped, and no group fuses (nothing to
+    split twice, no gated activation: its MLP chunks gate_up_proj's output itself)."""
+    model = build(transformers.Phi3Config(**SMALL, **HEADS), transformers.Phi3ForCausalLM)
+    report, before = sparsified(model)
+    assert report.swapped == [f"model.layers.{i}.{p}" for i in LAYERS for p in
+                              ("self_attn.o_proj", "self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.down_proj")
+                              ] + ["lm_head"]
+    assert report.skipped == {} and report.not_linear == {}
+    assert report.fusion.fused == [] and report.fusion.glu == {} and not report.fusion.skipped
+    assert all(fused_group_of(m) is None for m in model.modules() if isinstance(m, spt.SparseLinear))
+    assert "forward" not in vars(model.model.layers[0].mlp)
+    check_logits(model, before, report)
+
+
+TIED = "its weight is tied to {}"
+
+
+@pytest.mark.parametrize(("arch", "act", "glu"), [("gemma", "gelu_pytorch_tanh", "geglu"),
+                                                  ("gemma", "gelu_new", "geglu"),
+                                                  ("gemma2", "gelu", None),
+                                                  ("gemma2", "gelu_pytorch_tanh", "geglu")])
+def test_gemma_geglu_only_with_the_tanh_gelu(arch, act, glu):
+    """Gemma / Gemma2 (tied head: dense with the reason): GeGLU in the kernel with the tanh GELU
+    (torch's, or transformers' gelu_new formula); an exact-GELU MLP is fused as a group but keeps its
+    own activation (the kernel's tanh form differs by up to 5e-4), with the reason. (Gemma's config turns
+    hidden_act="gelu" into the tanh form itself; Gemma2's hidden_activation="gelu" is exact GELU.)"""
+    config_class, model_class, attention = {
+        "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM, "sdpa"),
+        "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM, "eager")}[arch]
+    model = build(config_class(**SMALL, **HEADS, head_dim=16, hidden_act=act, hidden_activation=act), model_class,
+                  attention)  # (Gemma reads hidden_act, Gemma2 hidden_activation)
+    exact_gelu = type(model.model.layers[0].mlp.act_fn).__name__ == "GELUActivation"
+    assert exact_gelu == (act == "gelu")
+    report, before = sparsified(model)
+    assert report.swapped == [f"model.layers.{i}.{p}" for i in LAYERS for p in ATTENTION + MLP]
+    assert list(report.skipped) == ["lm_head"] and report.skipped["lm_head"].startswith(
+        TIED.format("model.embed_tokens.weight"))
+    assert report.fusion.fused == [g.format(i=i) for i in LAYERS for g in (QKV, GATE_UP)]
+    if glu is None:
+        assert report.fusion.glu == {} and list(report.fusion.no_glu) == names(GATE_UP)
+        assert set(report.fusion.no_glu.values()) == {
+            "its act_fn (GELUActivation) is neither SiLU nor GELU with the tanh approximation"}
+    else:
+        assert report.fusion.glu == dict.fromkeys(names(GATE_UP), glu) and not report.fusion.no_glu
+    check_logits(model, before, report)
+
+
+def test_gpt_neox_fused_qkv_and_opt_biased_qkv():
+    """GPT-NeoX (one query_key_value linear, exact-GELU MLP without a gate): every linear swapped,
+    nothing fused; OPT (q/k/v with biases, ReLU MLP, tied head): q/k/v fused."""
+    neox = build(transformers.GPTNeoXConfig(**SMALL, intermediate_size=128, num_attention_heads=4,
+                                            max_position_embeddings=64), transformers.GPTNeoXForCausalLM)
+    report, before = sparsified(neox)
+    assert len(report.swapped) == 9 and report.skipped == {} and report.not_linear == {}
+    assert report.fusion.fused == [] and report.fusion.glu == {}
+    check_logits(neox, before, report)
+    opt = build(transformers.OPTConfig(**SMALL, ffn_dim=128, num_attention_heads=4, word_embed_proj_dim=64,
+                                       max_position_embeddings=64), transformers.OPTForCausalLM)
+    report, before = sparsified(opt)
+    assert len(report.swapped) == 12 and list(report.skipped) == ["lm_head"] and report.not_linear == {}
+    assert report.fusion.fused == [f"model.decoder.layers.{i}.self_attn.q_proj+k_proj+v_proj" for i in LAYERS]
+    check_logits(opt, before, report)
+
+
+def test_gpt2_conv1d_projections_are_reported():
+    """GPT-2's projections are transformers Conv1D modules (weight stored (in, out)), not nn.Linear:
+    they stay dense, and the report lists each with why (before, it said "0 swapped, 1 skipped",
+    the tied head, and nothing of the model's eight projections)."""
+    config = transformers.GPT2Config(vocab_size=61, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                                     bos_token_id=None, eos_token_id=None)
+    model = build(config, transformers.GPT2LMHeadModel)
+    report, before = sparsified(model)
+    assert report.swapped == [] and list(report.skipped) == ["lm_head"]
+    projections = [f"transformer.h.{i}.{p}" for i in LAYERS for p in ("attn.c_attn", "attn.c_proj",
+                                                                        "mlp.c_fc", "mlp.c_proj")]
+    assert list(report.not_linear) == projections
+    assert report.not_linear["transformer.h.0.attn.c_attn"] == (
+        "transformers' Conv1D (64 in, 192 out; its weight stored (in, out)) is not an nn.Linear: sparsify_ "
+        "swaps nn.Linear only (it stays dense)")
+    text = str(report)
+    assert "not an nn.Linear, kept dense transformer.h.0.mlp.c_fc: transformers' Conv1D (64 in, 256 out" in text
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=PROMPT).logits, before(input_ids=PROMPT).logits)
+
+
+def test_falcon_linears_with_their_own_forward_are_skipped():
+    """Falcon's FalconLinear defines its own forward (the bias added after the product's rounding):
+    each is skipped with that reason, the tied head too; the model computes what it did."""
+    config = transformers.FalconConfig(**SMALL, num_attention_heads=4)
+    model = build(config, transformers.FalconForCausalLM)
+    report, before = sparsified(model)
+    assert report.swapped == [] and len(report.skipped) == 9
+    own = [why for name, why in report.skipped.items() if name != "lm_head"]
+    assert len(own) == 8 and all(why.startswith("FalconLinear defines its own forward") for why in own)
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=PROMPT).logits, before(input_ids=PROMPT).logits)
+
+
+def test_mixtral_and_qwen2_moe_experts_are_reported():
+    """Mixtral and Qwen2-MoE hold their experts as stacked 3-D weights (transformers 5), not nn.Linear:
+    listed as kept dense; attention swapped and q/k/v fused; Qwen2-MoE's shared expert (a Llama MLP) gets
+    SwiGLU in the kernel, its 1 x 64 shared_expert_gate is too small. The routers are no linears."""
+    mixtral = build(transformers.MixtralConfig(**SMALL, **HEADS, num_local_experts=4, num_experts_per_tok=2,
+                                               experts_implementation="eager"), transformers.MixtralForCausalLM)
+    report, before = sparsified(mixtral)
+    assert report.swapped == [f"model.layers.{i}.{p}" for i in LAYERS for p in ATTENTION] + ["lm_head"]
+    assert report.skipped == {} and report.fusion.fused == names(QKV)
+    assert list(report.not_linear) == names("model.layers.{i}.mlp.experts")
+    assert report.not_linear["model.layers.0.mlp.experts"] == (
+        "MixtralExperts holds its projections as stacked 3-D weights (gate_up_proj 4 x 256 x 64, down_proj "
+        "4 x 64 x 128: one matrix per expert), not nn.Linear modules: sparsify_ swaps nn.Linear only (they "
+        "stay dense)")
+    check_logits(mixtral, before, report)
+    qwen = build(transformers.Qwen2MoeConfig(**SMALL, **HEADS, moe_intermediate_size=64, num_experts=4,
+                                             num_experts_per_tok=2, shared_expert_intermediate_size=128,
+                                             experts_implementation="eager"), transformers.Qwen2MoeForCausalLM)
+    report, before = sparsified(qwen)
+    shared = ("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj")
+    assert report.swapped == [f"model.layers.{i}.{p}" for i in LAYERS for p in ATTENTION + shared] + ["lm_head"]
+    assert report.skipped == dict.fromkeys(names("model.layers.{i}.mlp.shared_expert_gate"),
+                                           "too small to gain from 2:4 (1 x 64; min_features = 16)")
+    assert report.fusion.glu == dict.fromkeys(names("model.layers.{i}.mlp.shared_expert.gate_proj+up_proj"),
+                                              "swiglu")
+    assert list(report.not_linear) == names("model.layers.{i}.mlp.experts")
+    check_logits(qwen, before, report)
+
+
+def test_a_filter_leaves_other_projections_unlisted():
+    """With a filter_fn (which sees nn.Linear modules only) the report lists no other projections:
+    the filter chose which layers matter."""
+    config = transformers.GPT2Config(vocab_size=61, n_embd=64, n_layer=1, n_head=4, n_positions=64,
+                                     bos_token_id=None, eos_token_id=None)
+    model = build(config, transformers.GPT2LMHeadModel)
+    report = spt.sparsify_(model, lambda m, fqn: True, interpret=True, min_features=16)
+    assert report.not_linear == {} and list(report.skipped) == ["lm_head"]
