@@ -135,27 +135,6 @@ def sparsity_config(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def declared_weight_types(config: dict[str, Any]) -> set[str]:
-    """The weight types (``"int"``, ``"float"``) that a config.json's quantization scheme declares:
-    ``config_groups[*].weights.type``, where compressed-tensors keeps them (under quantization_config
-    or compression_config, next to the sparsity_config or in a quantization_config of its own).
-    An int-quantized weight and an fp8 one written as int8 bits are both int8 arrays; this tells them
-    apart."""
-    holders = [config]
-    for key in ("quantization_config", "compression_config"):
-        inner = config.get(key)
-        if isinstance(inner, dict):
-            holders += [inner, inner.get("quantization_config")]
-    types = set()
-    for holder in holders:
-        groups = holder.get("config_groups") if isinstance(holder, dict) else None
-        for group in groups.values() if isinstance(groups, dict) else ():
-            weights = group.get("weights") if isinstance(group, dict) else None
-            if isinstance(weights, dict) and isinstance(weights.get("type"), str):
-                types.add(weights["type"])
-    return types
-
-
 def _scheme_holders(config: dict[str, Any]) -> list[dict[str, Any]]:
     """Where compressed-tensors keeps a quantization scheme (``config_groups`` and ``ignore``) in a
     config.json: the top level, quantization_config / compression_config, or a quantization_config
@@ -166,6 +145,21 @@ def _scheme_holders(config: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(inner, dict):
             holders += [inner, inner.get("quantization_config")]
     return [h for h in holders if isinstance(h, dict) and isinstance(h.get("config_groups"), dict)]
+
+
+def declared_weight_types(config: dict[str, Any]) -> set[str]:
+    """The weight types (``"int"``, ``"float"``) that a config.json's quantization scheme declares:
+    ``config_groups[*].weights.type``, where compressed-tensors keeps them (under quantization_config
+    or compression_config, next to the sparsity_config or in a quantization_config of its own).
+    An int-quantized weight and an fp8 one written as int8 bits are both int8 arrays; this tells them
+    apart."""
+    types = set()
+    for holder in _scheme_holders(config):
+        for group in holder["config_groups"].values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict) and isinstance(weights.get("type"), str):
+                types.add(weights["type"])
+    return types
 
 
 # the class names nn.Linear's MRO holds (compressed-tensors matches a class target against each)
