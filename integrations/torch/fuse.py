@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
-from ._kernels import capturing, stream_getter
+from ._kernels import capturing
 from .glu import MLP_NAMES, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear, tensors_of
@@ -120,7 +120,8 @@ def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
     # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
     return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
             _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")),
-            x.data_ptr(), x.shape, x.stride(), capturing(), stream_getter(x.get_device())() if x.is_cuda else None)
+            x.data_ptr(), x.shape, x.stride(), capturing(),
+            fused.__dict__["_records"].stream_of(x.get_device())() if x.is_cuda else None)  # (its cached getter)
 
 
 def _counter(t: torch.Tensor | None) -> int:

@@ -453,25 +453,21 @@ class SparseLinear(nn.Module):
         if tokens == 0:
             return x.new_empty((*shape[:-1], self.out_features), dtype=out_dtype)
         scale_x = static = None
-        if w.scale_w is not None and (static := b.get("input_scale")) is not None:  # a static per-tensor scale
-            if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T and not static.data_ptr() % 16:
-                # by the record's first launch, the static quantizer reading the scale's memory: one native call
-                x2 = x2.contiguous()
+        if w.scale_w is not None:  # e4m3 weights: x quantized per token, or with a static per-tensor scale
+            static = b.get("input_scale")
+            x2 = x2.contiguous()
+            if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T and (static is None or not static.data_ptr() % 16):
+                # by the record's first launch (the quantizer; a static one reads the scale's memory): one native call
                 records = d["_records"]
-                key = (tokens, x2.dtype, x2.get_device(), out_dtype, "quantize-static", static.data_ptr())
+                key = (tokens, x2.dtype, x2.get_device(), out_dtype, "quantize") if static is None else \
+                    (tokens, x2.dtype, x2.get_device(), out_dtype, "quantize-static", static.data_ptr())
                 y = records.run(key, x2, w, None, out_dtype, quantize=True, static=static)
                 self._remember(records, key, x, x2)
                 return y if two_d else y.view(*shape[:-1], self.out_features)
-            x2, scale_x = quantize_with_scale(x2, static, None if x2.is_cuda else static_inverse(d, static)), static
-        elif w.scale_w is not None:  # e4m3 weights: x quantized per token
-            x2 = x2.contiguous()
-            if x2.is_cuda and tokens <= RECORD_QUANTIZE_MAX_T:  # by the record's first launch: one native call
-                records = self.__dict__["_records"]
-                key = (tokens, x2.dtype, x2.get_device(), out_dtype, "quantize")
-                y = records.run(key, x2, w, None, out_dtype, quantize=True)
-                self._remember(records, key, x, x2)
-                return y if two_d else y.view(*shape[:-1], self.out_features)
-            x2, scale_x = quantize_per_token(x2)
+            if static is None:
+                x2, scale_x = quantize_per_token(x2)
+            else:
+                x2, scale_x = quantize_with_scale(x2, static, None if x2.is_cuda else static_inverse(d, static)), static
         elif x2.dtype != w.values.dtype:
             x2 = x2.to(w.values.dtype)
         x2 = x2.contiguous()

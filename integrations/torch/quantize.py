@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,16 @@ def prepared_quantizer(x: torch.Tensor, xq: torch.Tensor, scale: torch.Tensor) -
     its kernel on first use) and kept. ``sparsile.torch.warm_up`` lists the same specialization
     (integrations/torch/first_call.py)."""
     t, k = (int(s) for s in x.shape)
-    key = (t, k, x.dtype, x.get_device())
+    return _kept_quantizer((t, k, x.dtype, x.get_device()),
+                           lambda: _kernels.kernel_api().prepare_quantize(x, xq, scale))
+
+
+def _kept_quantizer(key: tuple, prepare: Callable[[], Any]) -> Any:
+    """The prepared quantizer launch kept under ``key``, else ``prepare()``'s, kept (the oldest of more
+    than ``QUANTIZERS_KEPT`` dropped)."""
     launch = _QUANTIZERS.get(key)
     if launch is None:
-        launch = _kernels.kernel_api().prepare_quantize(x, xq, scale)
+        launch = prepare()
         with _QUANTIZERS_LOCK:
             _QUANTIZERS[key] = launch
             while len(_QUANTIZERS) > QUANTIZERS_KEPT:
@@ -71,19 +78,15 @@ def quantize_with_scale(x: torch.Tensor, scale: torch.Tensor, inverse: torch.Ten
         return quantize_static(x, scale, inverse)
     if x.is_neg():
         x = x.resolve_neg()
-    if x.data_ptr() % 16 or not x.is_contiguous():  # (the kernel was specialized for 16-byte aligned rows)
-        x = x.contiguous() if not x.is_contiguous() else x.clone()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    elif x.data_ptr() % 16:  # (the kernel was specialized for 16-byte aligned rows)
+        x = x.clone()
     if scale.data_ptr() % 16:
         scale = scale.clone()  # (stream-ordered: the value at this point of the stream, in a capture too)
     xq = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
-    key = (t, k, x.dtype, x.get_device(), "static")
-    launch = _QUANTIZERS.get(key)
-    if launch is None:
-        launch = _kernels.kernel_api().prepare_quantize_static(x, xq, scale, per_call=("X", "XQ", "S"))
-        with _QUANTIZERS_LOCK:
-            _QUANTIZERS[key] = launch
-            while len(_QUANTIZERS) > QUANTIZERS_KEPT:
-                _QUANTIZERS.popitem(last=False)
+    launch = _kept_quantizer((t, k, x.dtype, x.get_device(), "static"), lambda: _kernels.kernel_api()
+                             .prepare_quantize_static(x, xq, scale, per_call=("X", "XQ", "S")))
     launch.run((x, xq, scale), _kernels.stream_getter(x.get_device())())
     return xq
 
