@@ -483,7 +483,7 @@ a49c)  # static49b's static fp8 input-scale records (a new quantizer kernel, the
       # apicache49's metadata-buffer GPU tests, the layer's launch paths; then issue 12's T <= 16 rows (c48's command)
     run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a49c.xml" \
         tests/gpu/test_torch_input_scale_gpu.py tests/gpu/test_api_caches_gpu.py tests/gpu/test_torch_native_gpu.py \
-        tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py
+        tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py tests/gpu/test_torch_kept_launches_gpu.py
     run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --passes 3 --json "$out/linear-passes-49c.json"
     ;;
