@@ -33,6 +33,7 @@ from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfu
 from .act_state import act_modules, act_states
 from .autograd import LayerWithInputGrad, needs_autograd
 from .compiled_act import compiled_module_of
+from .forms import code_key
 from .gate import gate_activation
 from .linear import SparseLinear, tensors_of, tracing
 
@@ -60,18 +61,13 @@ REFERENCE_FORWARDS = (_llama_mlp_forward, _plain_mlp_forward)
 """The MLP forwards the gated activation is fused into: a parent class's forward must have one's bytecode."""
 
 
-def _code_key(code: CodeType) -> tuple[Any, ...]:
-    """What two forwards must share to compute the same thing: bytecode, names, constants, variables."""
-    return (code.co_code, code.co_names, code.co_consts, code.co_varnames, code.co_argcount, code.co_freevars)
-
-
-_REFERENCE_KEYS = tuple(_code_key(f.__code__) for f in REFERENCE_FORWARDS)
+_REFERENCE_KEYS = tuple(code_key(f.__code__) for f in REFERENCE_FORWARDS)
 
 
 def is_gated_mlp_forward(forward: Any) -> bool:
     """``forward`` is a plain function with the bytecode of one of :data:`REFERENCE_FORWARDS`."""
     code = getattr(forward, "__code__", None)
-    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and _code_key(code) in _REFERENCE_KEYS
+    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and code_key(code) in _REFERENCE_KEYS
 
 
 def _describe(act: nn.Module) -> str:

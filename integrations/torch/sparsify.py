@@ -21,6 +21,8 @@ from ...backend.runtime.arrays import byte_range
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, SP_TRAIN_LAYER, IntegrationError
 from .atomic import restore_modules, swap_modules
+from .conv1d import conv1d_class, conv1d_reason, is_conv1d, linear_of
+from .forms import is_plain_linear_forward
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
 from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
 from .linear import SparseLinear
@@ -41,10 +43,10 @@ class SparsifyReport:
     skipped: dict[str, str] = field(default_factory=dict)
     fusion: FuseReport | None = None  # with fuse=: what fuse_projections_ did
     layer: str = "SparseLinear"  # the class swapped in: "SemiSparseLinear" with trainable=True
-    unfiltered: int = 0  # the nn.Linear modules filter_fn turned down
+    unfiltered: int = 0  # the nn.Linear and transformers Conv1D modules filter_fn turned down
     already_sparse: int = 0  # the SparseLinear modules the model held already
-    # projections that are no nn.Linear (GPT-2's Conv1D, stacked MoE expert weights): name -> what they are;
-    # listed when filter_fn is None (a filter sees nn.Linear modules only)
+    # projections that are no nn.Linear (stacked MoE expert weights): name -> what they are and what the user
+    # can do; listed when filter_fn is None (a filter sees nn.Linear and transformers Conv1D modules only)
     not_linear: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
@@ -62,13 +64,13 @@ class SparsifyReport:
         """Why a call swapped and skipped nothing (a model of other layer types, a filter that
         refused every linear, a model sparsified already)."""
         if self.unfiltered:
-            return (f"filter_fn turned down all {self.unfiltered} nn.Linear modules" if self.unfiltered > 1 else
-                    "filter_fn turned down the 1 nn.Linear module")
+            return (f"filter_fn turned down all {self.unfiltered} linear modules" if self.unfiltered > 1 else
+                    "filter_fn turned down the 1 linear module")
         if self.already_sparse:
             return (f"the model's {self.already_sparse} linear layers are sparse already" if self.already_sparse > 1
                     else "the model's 1 linear layer is sparse already")
-        return ("the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear only (projections of "
-                "another class, such as transformers' GPT-2 Conv1D, are not swapped)")
+        return ("the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear and transformers' Conv1D "
+                "only (projections of another class are not swapped)")
 
 
 def skip_reason(module: nn.Linear, dtype: Any, interpret: bool, min_features: int,
@@ -140,9 +142,12 @@ def own_behaviour(module: nn.Module, base: type = nn.Linear) -> str | None:
     ``x @ W.T + b``), or something a new module would not do (None where it computes just that): its
     class's own ``forward`` or ``__call__``, a ``forward`` replaced on the instance, forward or
     backward hooks registered on it. A new ``SparseLinear`` computes the linear alone and holds none
-    of them, so swapping it in would change the model's output without a word."""
+    of them, so swapping it in would change the model's output without a word. An ``nn.Linear``
+    subclass whose forward is the plain linear in other words (Falcon's ``FalconLinear``:
+    :func:`~.forms.is_plain_linear_forward`) computes just that."""
     cls = type(module)
-    if cls.forward is not base.forward or cls.__call__ is not base.__call__:
+    plain = base is nn.Linear and cls.__call__ is base.__call__ and is_plain_linear_forward(cls.forward)
+    if not plain and (cls.forward is not base.forward or cls.__call__ is not base.__call__):
         which = "forward" if cls.forward is not base.forward else "__call__"
         return (f"{cls.__name__} defines its own {which}: a SparseLinear would compute the plain linear "
                 "x @ W.T + b instead")
@@ -232,6 +237,17 @@ class TiedTensors:
                 f"of its own, module.{what} = nn.Parameter(module.{what}.detach().clone()))")
 
 
+def conv1d_skip_reason(module: nn.Module, dtype: Any, interpret: bool, min_features: int,
+                       trainable: bool = False) -> str | None:
+    """Why the transformers ``Conv1D`` ``module`` should stay dense (its class's own forward or
+    hooks, a bias it cannot run without, or what :func:`skip_reason` says of the linear it equals),
+    or None."""
+    own = own_behaviour(module, conv1d_class())
+    if own is not None:
+        return own.replace("x @ W.T + b", "x @ W + b")  # (its weight is stored (in, out))
+    return conv1d_reason(module) or skip_reason(linear_of(module), dtype, interpret, min_features, trainable)
+
+
 def _check_arguments(model: Any, filter_fn: Any, dtype: Any, min_features: Any, trainable: bool) -> None:
     """SP0907 for arguments of the wrong kind; SP0903 for a ``dtype`` no layer could take (rather
     than every linear skipped for it), SP0916 for e4m3 with ``trainable``."""
@@ -266,6 +282,9 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     """Replace, in place, each ``nn.Linear`` of ``model`` that ``filter_fn(module, fqn)`` accepts
     (default: all) and the kernel fits by ``SparseLinear.from_dense(linear, dtype)`` (magnitude
     pruning to 2:4). ``dtype``: "bf16", "f16", "e4m3" or None (each linear's own dtype).
+    transformers' ``Conv1D`` (GPT-2: ``x @ W + b``, W stored (in, out)) counts as the linear of
+    weight ``W.T`` (conv1d.py: pruned along its inputs, its bias kept; ``filter_fn`` sees it too),
+    and Falcon's ``FalconLinear`` as an ``nn.Linear`` (its forward is the plain linear: forms.py).
 
     Skipped, with the reason in the report: a K (in_features) that is not a multiple of 4, or of
     the kernel's TMA row alignment (16 for bf16/f16, 32 for e4m3); a layer smaller than
@@ -280,7 +299,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
     as transformers ties lm_head to the input embeddings: :class:`TiedTensors`; a pruned copy would
     untie them); a bias on the meta device; a float8 weight with ``trainable=True``. Modules the
     filter rejects are not reported. Without a ``filter_fn``, projections that are no ``nn.Linear``
-    (transformers' ``Conv1D``, stacked MoE expert weights) are listed in ``report.not_linear``.
+    (stacked MoE expert weights) are listed in ``report.not_linear`` (unswapped.py).
     ``trainable=True`` swaps in trainable :class:`~.training.SemiSparseLinear` layers instead
     (docs/training.md; e4m3 is refused, SP0916).
 
@@ -317,13 +336,15 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         if isinstance(module, (SparseLinear, SemiSparseLinear)):
             report.already_sparse += 1
             continue
-        if not isinstance(module, nn.Linear):
+        conv = not isinstance(module, nn.Linear) and is_conv1d(module)
+        if not isinstance(module, nn.Linear) and not conv:
             continue
         if filter_fn is not None and not _accepts(filter_fn, module, fqn):
             report.unfiltered += 1
             continue
+        check = conv1d_skip_reason if conv else skip_reason
         reason = (read.get(id(module)) or tied.reason(module)
-                  or skip_reason(module, dtype, interpret, min_features, trainable))
+                  or check(module, dtype, interpret, min_features, trainable))
         if reason is None and not fqn:
             reason = "the root module cannot be replaced in place: use SparseLinear.from_dense(model)"
         if reason is not None:
@@ -335,7 +356,8 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         paths.setdefault(id(module), []).append(fqn)
     # every layer built before the first swap (a build that raises leaves the model as it was; the dense
     # layers stay alive until the call returns either way: peak memory is the dense model and its sparse layers)
-    built = [(module, SparseLinear.from_dense(module, dtype, trainable=trainable)) for _, module in chosen]
+    built = [(module, SparseLinear.from_dense(linear_of(module, contiguous=True) if is_conv1d(module) else module,
+                                              dtype, trainable=trainable)) for _, module in chosen]
     swaps = [(fqn, sparse) for module, sparse in built for fqn in paths[id(module)]]
     undo = swap_modules(model, swaps)
     report.swapped = [fqn for fqn, _ in swaps]

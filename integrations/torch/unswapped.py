@@ -1,13 +1,16 @@
-"""Projections that ``sparsify_`` does not swap because they are no ``nn.Linear``: transformers'
-``Conv1D`` (GPT-2's attention and MLP) and stacked expert weights (transformers 5's MoE ``*Experts``
-modules: one 3-D parameter per projection, a matrix per expert). Listed in the report with what they
-are, so that a model whose projections are of such a kind does not come back as "0 swapped" and
-nothing more."""
+"""Projections that ``sparsify_`` does not swap because they are no ``nn.Linear``: stacked expert
+weights (transformers 5's MoE ``*Experts`` modules: one 3-D parameter per projection, a matrix per
+expert), and a module named ``Conv1D`` from transformers that is not ``pytorch_utils.Conv1D`` (that
+one is swapped: conv1d.py). Listed in the report with what they are and what the user can do, so
+that a model whose projections are of such a kind does not come back as "0 swapped" and nothing
+more."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from .conv1d import is_conv1d
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
@@ -32,18 +35,20 @@ def _stacked_weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
 def not_linear_reason(module: nn.Module) -> str | None:
     """Why ``module``, a projection of a kind ``sparsify_`` does not swap, stays dense; None for any
     other module."""
-    if isinstance(module, nn.Linear):
+    if isinstance(module, nn.Linear) or is_conv1d(module):  # (a Conv1D is swapped, or skipped with a reason)
         return None
     if _is_transformers_conv1d(module):
         k, n = module.weight.shape
-        return (f"transformers' Conv1D ({k} in, {n} out; its weight stored (in, out)) is not an nn.Linear: "
-                "sparsify_ swaps nn.Linear only (it stays dense)")
+        return (f"{type(module).__module__}.Conv1D ({k} in, {n} out; its weight stored (in, out)) is not "
+                "transformers.pytorch_utils.Conv1D, the class sparsify_ swaps (it stays dense)")
     stacked = _stacked_weights(module)
     if stacked:
         shapes = ", ".join(f"{name} {' x '.join(str(d) for d in p.shape)}" for name, p in stacked)
         return (f"{type(module).__name__} holds its projections as stacked {stacked[0][1].dim()}-D weights "
-                f"({shapes}: one matrix per expert), not nn.Linear modules: sparsify_ swaps nn.Linear only "
-                "(they stay dense)")
+                f"({shapes}: one matrix per expert), not nn.Linear modules, and sparsile has no grouped (per-expert) "
+                "kernel: they stay dense, the linears around them are swapped (to sparsify the experts, replace "
+                "the module by one holding an nn.Linear per expert and projection, weight = the expert's matrix, "
+                "with the same routing, then call sparsify_ again)")
     return None
 
 

@@ -155,38 +155,116 @@ def test_gpt_neox_fused_qkv_and_opt_biased_qkv():
     check_logits(opt, before, report)
 
 
-def test_gpt2_conv1d_projections_are_reported():
-    """GPT-2's projections are transformers Conv1D modules (weight stored (in, out)), not nn.Linear:
-    they stay dense, and the report lists each with why (before, it said "0 swapped, 1 skipped",
-    the tied head, and nothing of the model's eight projections)."""
-    config = transformers.GPT2Config(vocab_size=61, n_embd=64, n_layer=2, n_head=4, n_positions=64,
-                                     bos_token_id=None, eos_token_id=None)
-    model = build(config, transformers.GPT2LMHeadModel)
-    report, before = sparsified(model)
-    assert report.swapped == [] and list(report.skipped) == ["lm_head"]
-    projections = [f"transformer.h.{i}.{p}" for i in LAYERS for p in ("attn.c_attn", "attn.c_proj",
-                                                                        "mlp.c_fc", "mlp.c_proj")]
-    assert list(report.not_linear) == projections
-    assert report.not_linear["transformer.h.0.attn.c_attn"] == (
-        "transformers' Conv1D (64 in, 192 out; its weight stored (in, out)) is not an nn.Linear: sparsify_ "
-        "swaps nn.Linear only (it stays dense)")
-    text = str(report)
-    assert "not an nn.Linear, kept dense transformer.h.0.mlp.c_fc: transformers' Conv1D (64 in, 256 out" in text
-    with torch.no_grad():
-        assert torch.equal(model(input_ids=PROMPT).logits, before(input_ids=PROMPT).logits)
+GPT2 = dict(vocab_size=61, n_embd=64, n_layer=2, n_head=4, n_positions=64, bos_token_id=None, eos_token_id=None)
+GPT2_PROJECTIONS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 
-def test_falcon_linears_with_their_own_forward_are_skipped():
-    """Falcon's FalconLinear defines its own forward (the bias added after the product's rounding):
-    each is skipped with that reason, the tied head too; the model computes what it did."""
-    config = transformers.FalconConfig(**SMALL, num_attention_heads=4)
-    model = build(config, transformers.FalconForCausalLM)
+def assert_pruned_along_inputs(pruned, conv_weight) -> None:
+    """``pruned`` (out, in) is the Conv1D weight (in, out) transposed and pruned 2:4 along the inputs:
+    of each four consecutive inputs of an output, at most two kept, unchanged, none smaller in magnitude
+    than one dropped."""
+    weight_t = conv_weight.detach().t().float()
+    n, k = weight_t.shape
+    groups, kept = weight_t.reshape(n, k // 4, 4), pruned.reshape(n, k // 4, 4) != 0
+    assert (kept.sum(-1) <= 2).all() and torch.equal(pruned, torch.where(kept, groups, 0).reshape(n, k))
+    smallest_kept = groups.abs().masked_fill(~kept, float("inf")).amin(-1)
+    assert (groups.abs().masked_fill(kept, -1).amax(-1) <= smallest_kept).all()
+
+
+def test_gpt2_conv1d_projections_are_swapped():
+    """GPT-2's projections are transformers Conv1D modules (y = x @ W + b, W stored (in, out)): each is
+    swapped for the SparseLinear of W.T (pruned 2:4 along the input dimension, its bias kept); the tied
+    head stays dense. Before, they stayed dense, listed in report.not_linear with no way forward. The
+    state_dict then holds each projection's values / meta / bias in the (out, in) orientation."""
+    model = build(transformers.GPT2Config(**GPT2), transformers.GPT2LMHeadModel)
     report, before = sparsified(model)
-    assert report.swapped == [] and len(report.skipped) == 9
-    own = [why for name, why in report.skipped.items() if name != "lm_head"]
-    assert len(own) == 8 and all(why.startswith("FalconLinear defines its own forward") for why in own)
+    projections = [f"transformer.h.{i}.{p}" for i in LAYERS for p in GPT2_PROJECTIONS]
+    assert report.swapped == projections and list(report.skipped) == ["lm_head"] and report.not_linear == {}
+    assert report.fusion.fused == [] and not report.fusion.skipped
+    c_attn = model.transformer.h[0].attn.c_attn
+    assert type(c_attn) is spt.SparseLinear and (c_attn.in_features, c_attn.out_features) == (64, 192)
+    dense = before.transformer.h[0].attn.c_attn
+    assert torch.equal(c_attn.bias, dense.bias.float())
+    assert_pruned_along_inputs(c_attn.to_dense(), dense.weight)
+    keys = {k: tuple(v.shape) for k, v in model.state_dict().items() if k.startswith("transformer.h.0.attn.c_attn")}
+    assert keys == {"transformer.h.0.attn.c_attn.values": (192, 32), "transformer.h.0.attn.c_attn.meta": (192, 2),
+                    "transformer.h.0.attn.c_attn.bias": (192,)}
+    check_logits(model, before, report)
+
+
+def test_conv1d_alone_against_float64():
+    """One Conv1D swapped (the root's child) computes x @ prune(W.T).T + b against float64, on random
+    inputs; with trainable=True the SemiSparseLinear's master weight is W.T (out, in)."""
+    from transformers.pytorch_utils import Conv1D
+
+    torch.manual_seed(3)
+    holder = torch.nn.Sequential(Conv1D(48, 64)).to(torch.bfloat16)
+    torch.nn.init.normal_(holder[0].bias)
+    weight, bias = holder[0].weight.detach().clone(), holder[0].bias.detach().clone()
+    report = spt.sparsify_(holder, interpret=True, min_features=16)
+    assert report.swapped == ["0"] and type(holder[0]) is spt.SparseLinear
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    w = holder[0].to_dense().double()
+    assert_pruned_along_inputs(w.float(), weight)
+    exact = x.double() @ w.T + bias.double()
     with torch.no_grad():
-        assert torch.equal(model(input_ids=PROMPT).logits, before(input_ids=PROMPT).logits)
+        got = holder(x).double()
+    assert ((got - exact).norm() / exact.norm()).item() < 1e-2
+    trained = torch.nn.Sequential(Conv1D(48, 64)).to(torch.bfloat16)
+    report = spt.sparsify_(trained, interpret=True, min_features=16, trainable=True)
+    assert report.swapped == ["0"] and type(trained[0]) is spt.SemiSparseLinear
+    assert trained[0].weight.shape == (48, 64)
+
+
+def test_conv1d_with_its_own_behaviour_stays_dense():
+    """A Conv1D with a forward hook, or of a subclass with its own forward, stays dense with the reason
+    (a SparseLinear would compute the plain x @ W + b and run no hook)."""
+    from transformers.pytorch_utils import Conv1D
+
+    class Scaled(Conv1D):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    model = torch.nn.Sequential(Conv1D(32, 32), Scaled(32, 32)).to(torch.bfloat16)
+    model[0].register_forward_hook(lambda module, args, y: y * 2)
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.swapped == [] and report.not_linear == {}
+    assert report.skipped == {
+        "0": "it has forward hooks, which a SparseLinear in its place would not run (remove them, then register them "
+             "on the SparseLinear)",
+        "1": "Scaled defines its own forward: a SparseLinear would compute the plain linear x @ W + b instead"}
+
+
+def test_falcon_linears_are_swapped():
+    """Falcon's FalconLinear (an nn.Linear whose own forward is input @ W.T, then + bias: the plain linear,
+    rounded once more) is swapped as an nn.Linear, without and with biases; the tied head stays dense.
+    Before, each was skipped ("FalconLinear defines its own forward")."""
+    for bias in (False, True):
+        model = build(transformers.FalconConfig(**SMALL, num_attention_heads=4, bias=bias),
+                      transformers.FalconForCausalLM)
+        report, before = sparsified(model)
+        assert report.swapped == [f"transformer.h.{i}.{p}" for i in LAYERS for p in (
+            "self_attention.query_key_value", "self_attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")]
+        assert list(report.skipped) == ["lm_head"] and report.not_linear == {}
+        assert (model.transformer.h[0].mlp.dense_h_to_4h.bias is not None) == bias
+        check_logits(model, before, report)
+
+
+def test_a_linear_subclass_with_another_forward_stays_dense():
+    """Only FalconLinear's forward (by its bytecode) counts as the plain linear: a subclass whose forward
+    adds anything else keeps the reason."""
+
+    class Shifted(torch.nn.Linear):
+        def forward(self, input):
+            hidden_states = input @ self.weight.T
+            if self.bias is None:
+                return hidden_states
+            return hidden_states + self.bias + 1
+
+    model = torch.nn.Sequential(Shifted(32, 32)).to(torch.bfloat16)
+    report = spt.sparsify_(model, interpret=True, min_features=16)
+    assert report.skipped == {"0": "Shifted defines its own forward: a SparseLinear would compute the plain linear "
+                                   "x @ W.T + b instead"}
 
 
 def test_mixtral_and_qwen2_moe_experts_are_reported():
@@ -201,8 +279,11 @@ def test_mixtral_and_qwen2_moe_experts_are_reported():
     assert list(report.not_linear) == names("model.layers.{i}.mlp.experts")
     assert report.not_linear["model.layers.0.mlp.experts"] == (
         "MixtralExperts holds its projections as stacked 3-D weights (gate_up_proj 4 x 256 x 64, down_proj "
-        "4 x 64 x 128: one matrix per expert), not nn.Linear modules: sparsify_ swaps nn.Linear only (they "
-        "stay dense)")
+        "4 x 64 x 128: one matrix per expert), not nn.Linear modules, and sparsile has no grouped (per-expert) "
+        "kernel: they stay dense, the linears around them are swapped (to sparsify the experts, replace the "
+        "module by one holding an nn.Linear per expert and projection, weight = the expert's matrix, with the "
+        "same routing, then call sparsify_ again)")
+    assert "not an nn.Linear, kept dense model.layers.1.mlp.experts: MixtralExperts holds" in str(report)
     check_logits(mixtral, before, report)
     qwen = build(transformers.Qwen2MoeConfig(**SMALL, **HEADS, moe_intermediate_size=64, num_experts=4,
                                              num_experts_per_tok=2, shared_expert_intermediate_size=128,
@@ -218,11 +299,20 @@ def test_mixtral_and_qwen2_moe_experts_are_reported():
     check_logits(qwen, before, report)
 
 
-def test_a_filter_leaves_other_projections_unlisted():
-    """With a filter_fn (which sees nn.Linear modules only) the report lists no other projections:
-    the filter chose which layers matter."""
-    config = transformers.GPT2Config(vocab_size=61, n_embd=64, n_layer=1, n_head=4, n_positions=64,
-                                     bos_token_id=None, eos_token_id=None)
+def test_a_filter_sees_conv1d_and_leaves_other_projections_unlisted():
+    """filter_fn is called with transformers Conv1D modules too (they are swapped like nn.Linear): one that
+    takes nn.Linear modules only keeps GPT-2's projections dense (counted as turned down); with any
+    filter_fn the report lists no other projections (the filter chose which layers matter)."""
+    config = transformers.GPT2Config(**{**GPT2, "n_layer": 1})
     model = build(config, transformers.GPT2LMHeadModel)
+    seen = []
+    report = spt.sparsify_(model, lambda m, fqn: seen.append(fqn) or isinstance(m, torch.nn.Linear), interpret=True,
+                           min_features=16)
+    assert seen == [f"transformer.h.0.{p}" for p in GPT2_PROJECTIONS] + ["lm_head"]
+    assert report.swapped == [] and report.unfiltered == 4 and list(report.skipped) == ["lm_head"]
     report = spt.sparsify_(model, lambda m, fqn: True, interpret=True, min_features=16)
-    assert report.not_linear == {} and list(report.skipped) == ["lm_head"]
+    assert report.swapped == [f"transformer.h.0.{p}" for p in GPT2_PROJECTIONS] and list(report.skipped) == ["lm_head"]
+    mixtral = build(transformers.MixtralConfig(**SMALL, **HEADS, num_local_experts=4, num_experts_per_tok=2,
+                                               experts_implementation="eager"), transformers.MixtralForCausalLM)
+    report = spt.sparsify_(mixtral, lambda m, fqn: "lm_head" not in fqn, interpret=True, min_features=16)
+    assert report.not_linear == {} and report.unfiltered == 1 and len(report.swapped) == 8

@@ -462,18 +462,17 @@ def test_linears_sharing_a_weight_stay_dense(how):
 
 def test_a_call_that_swaps_and_skips_nothing_says_why():
     """'0 linear layers swapped ..., 0 skipped' alone left a user of a model of other layer types
-    (transformers' GPT-2 Conv1D projections) guessing: the report says what it found instead."""
+    (torch's Conv1d, say) guessing: the report says what it found instead."""
     none = spt.sparsify_(torch.nn.Sequential(torch.nn.Conv1d(3, 3, 1)), interpret=True)
-    assert str(none).splitlines()[1] == ("  the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear only "
-                                         "(projections of another class, such as transformers' GPT-2 Conv1D, are "
-                                         "not swapped)")
+    assert str(none).splitlines()[1] == ("  the model has no torch.nn.Linear module: sparsify_ swaps nn.Linear and "
+                                         "transformers' Conv1D only (projections of another class are not swapped)")
     model = torch.nn.Sequential(linear(64, 64, seed=1), torch.nn.ReLU(), linear(64, 64, seed=2))
     refused = spt.sparsify_(model, interpret=True, min_features=16, filter_fn=lambda module, fqn: False)
-    assert str(refused).splitlines()[1:] == ["  filter_fn turned down all 2 nn.Linear modules"]
+    assert str(refused).splitlines()[1:] == ["  filter_fn turned down all 2 linear modules"]
     one = torch.nn.Sequential(linear(64, 64, seed=4))
     none = spt.sparsify_(one, interpret=True, min_features=16, filter_fn=lambda module, fqn: False)
     assert str(none).splitlines() == ["sparsify_: 0 linear layers swapped for SparseLinear, 0 skipped",
-                                      "  filter_fn turned down the 1 nn.Linear module"]
+                                      "  filter_fn turned down the 1 linear module"]
     assert len(spt.sparsify_(model, interpret=True, min_features=16).swapped) == 2
     again = spt.sparsify_(model, interpret=True, min_features=16)
     assert str(again).splitlines()[1:] == ["  the model's 2 linear layers are sparse already"]
