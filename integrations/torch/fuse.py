@@ -45,7 +45,7 @@ from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
 from ._kernels import capturing
-from .glu import MLP_NAMES, install_glu, uninstall_glu
+from .glu import LLAMA, MLP_NAMES, PACKED, ROW_ALIGN, MLPForm, glu_of, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear, tensors_of
 from .wording import counted
@@ -57,9 +57,6 @@ Mistral, Qwen and most transformers decoders name them so)."""
 PARTIAL_RUNS_LIMIT = 8
 """A group is released after this many fused runs in a row that left members unserved (members fed
 different inputs, as in cross-attention: fusing would only multiply the work)."""
-ROW_ALIGN = 16
-"""Each member's out_features must be a multiple of this: the sm90 metadata encodes blocks of 16 rows
-on their own, so a member's words are a row slice of the fused words (docs/sparse-metadata.md §4)."""
 _BUFFER_NAMES = ("values", "meta", "bias", "scale_w")
 _WATCHED_NAMES = (*_BUFFER_NAMES, "input_scale")
 """The buffers a member must still hold as fused (a static ``input_scale`` given since: none, so that
@@ -507,6 +504,8 @@ def fuse_projections_(model: nn.Module, groups: Any = DEFAULT_GROUPS, *, traced:
     undo: list[Callable[[], None]] = []  # what this call did, undone (last first) if it raises
     try:
         _fuse_groups(model, groups, traced, glu, report, undo)
+        if MLP_NAMES in groups:  # (the gate/up group, which Phi-3's MLP holds packed in one gate_up_proj)
+            _fuse_packed(model, traced, glu, report, undo)
     except BaseException:
         for step in reversed(undo):
             step()
@@ -550,6 +549,48 @@ def _fuse_groups(model: nn.Module, groups: tuple[tuple[str, ...], ...], traced: 
             _fuse_glu(parent, fused, group, glu, key, report, undo)
 
 
+def _fuse_packed(model: nn.Module, traced: bool, glu: bool, report: FuseReport,
+                 undo: list[Callable[[], None]]) -> None:
+    """The gated activation of each Phi-3-style MLP (glu.PACKED: a SparseLinear ``gate_up_proj``
+    whose rows are [gate; up], an ``activation_fn``, a ``down_proj``, Phi-3's forward) fused into
+    its forward where ``glu``: its gate_up_proj runs as a group of one member (fuse_group copies its
+    buffers once, the member's become views of them), so that the gated forward of glu.py, its
+    checks and launch records apply as to a fused gate/up pair. ``report.glu`` names it
+    ``parent.gate_up_proj``; ``report.no_glu`` says why not for a SparseLinear gate_up_proj next to
+    a down_proj that does not fit."""
+    for fqn, parent in list(model.named_modules()):
+        member = parent._modules.get("gate_up_proj")
+        if not isinstance(member, SparseLinear) or "down_proj" not in parent._modules:
+            continue
+        key = f"{fqn + '.' if fqn else ''}gate_up_proj"
+        held = fused_group_of(member)
+        if held is not None and not held.intact():
+            held.release()
+            held = None
+        if held is not None and held.members != (member,):
+            continue  # (fused with siblings by a group of the caller's: not Phi-3's packed form)
+        if held is not None:
+            report.kept.append(key)
+            if traced and not held.traced:
+                mark_static(held.fused)
+                held.traced = True
+                undo.append(functools.partial(setattr, held, "traced", False))
+            _fuse_glu(parent, held, MLP_NAMES, glu, key, report, undo, PACKED)
+            continue
+        if not glu:
+            continue
+        _, reason = glu_of(parent, (member,), PACKED)
+        reason = reason or mismatch([("gate_up_proj", member)])
+        if reason is not None:
+            report.no_glu[key] = reason
+            continue
+        group = fuse_group([member], traced)
+        undo.append(group.release)
+        _fuse_glu(parent, group, MLP_NAMES, glu, key, report, undo, PACKED)
+        if group.glu is None:  # (not installed, the reason in report.no_glu: the group of one would serve nothing)
+            group.release()
+
+
 def _glu_back(group: ProjectionGroup, held: Any, installed: bool) -> None:
     """Undo step: ``group``'s gated forward as it was (``held``, installed on its MLP or not)."""
     if group.glu is not held and group.glu is not None:
@@ -560,7 +601,7 @@ def _glu_back(group: ProjectionGroup, held: Any, installed: bool) -> None:
 
 
 def _fuse_glu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ...], wanted: bool, key: str,
-              report: FuseReport, undo: list[Callable[[], None]]) -> None:
+              report: FuseReport, undo: list[Callable[[], None]], form: MLPForm = LLAMA) -> None:
     """The gated activation fused into ``parent``'s forward (glu.py) where ``wanted`` and ``names``
     are the gated MLP's gate_proj and up_proj, noted in ``report``; ``wanted`` False: the parent's
     own forward."""
@@ -572,7 +613,7 @@ def _fuse_glu(parent: nn.Module, group: ProjectionGroup, names: tuple[str, ...],
             report.glu_removed.append(key)
         uninstall_glu(group)
         return
-    reason = install_glu(parent, group)
+    reason = install_glu(parent, group, form)
     if reason is None:
         report.glu[key] = group.glu.activation
     else:

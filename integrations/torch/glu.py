@@ -18,10 +18,17 @@ interpreter: ``_kernels.glu_in_kernel``); elsewhere the fused layer computes the
 in its output type and torch applies ``F.silu`` (or ``F.gelu(approximate="tanh")``) and the
 product, as the unfused MLP does (the same cost; the same bits where its act_fn computes exactly
 that torch function). docs/torch.md, "Fusing the gated activation (SwiGLU, GeGLU)".
+
+A Phi-3 MLP holds gate and up packed in one linear, ``gate_up_proj`` (rows [gate; up], the layout
+of a fused gate/up group), and computes ``gate, up = gate_up_proj(x).chunk(2, dim=-1)``,
+``down_proj(up * activation_fn(gate))``: :data:`PACKED` describes it (:class:`MLPForm`), and
+``fuse_projections_`` runs its gate_up_proj as a group of one member, so that the same forward applies.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import CodeType, FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +50,10 @@ if TYPE_CHECKING:
 MLP_NAMES = ("gate_proj", "up_proj")
 """The projection group whose fusion may take the gated activation, in this order (the fused rows:
 gate's, then up's)."""
+ROW_ALIGN = 16
+"""Each fused member's out_features (and each half of a packed gate_up_proj) must be a multiple of
+this: the sm90 metadata encodes blocks of 16 rows on their own, so a member's words are a row slice
+of the fused words (docs/sparse-metadata.md §4)."""
 GLU_OF_GATE = {gate: glu for glu, gate in GATED_ACTIVATIONS.items()}
 """The gated activation ("swiglu", "geglu") of each gate activation ("silu", "gelu_tanh")."""
 
@@ -57,17 +68,50 @@ def _plain_mlp_forward(self: Any, x: Any) -> Any:
     return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
+def _phi3_mlp_forward(self: Any, hidden_states: Any) -> Any:  # Phi3MLP.forward
+    up_states = self.gate_up_proj(hidden_states)
+
+    gate, up_states = up_states.chunk(2, dim=-1)
+    up_states = up_states * self.activation_fn(gate)
+
+    return self.down_proj(up_states)
+
+
 REFERENCE_FORWARDS = (_llama_mlp_forward, _plain_mlp_forward)
 """The MLP forwards the gated activation is fused into: a parent class's forward must have one's bytecode."""
 
 
-_REFERENCE_KEYS = tuple(code_key(f.__code__) for f in REFERENCE_FORWARDS)
+@dataclass(frozen=True)
+class MLPForm:
+    """A gated MLP's layout: the children a group fuses (``members``: gate_proj and up_proj, or one
+    packed gate_up_proj whose rows are [gate; up]), its activation module's name, its reference
+    forwards (the parent class's forward must have one's bytecode) and how the report writes them."""
+
+    members: tuple[str, ...]
+    act: str
+    forwards: tuple[FunctionType, ...]
+    written: str
+
+    def keys(self) -> tuple[tuple[Any, ...], ...]:
+        return tuple(code_key(f.__code__) for f in self.forwards)
 
 
-def is_gated_mlp_forward(forward: Any) -> bool:
-    """``forward`` is a plain function with the bytecode of one of :data:`REFERENCE_FORWARDS`."""
+LLAMA = MLPForm(MLP_NAMES, "act_fn", REFERENCE_FORWARDS,
+                "down_proj(act_fn(gate_proj(x)) * up_proj(x)) as Llama's MLP writes it")
+PACKED = MLPForm(("gate_up_proj",), "activation_fn", (_phi3_mlp_forward,),
+                 "gate, up = gate_up_proj(x).chunk(2, dim=-1); down_proj(up * activation_fn(gate)) as Phi-3's MLP "
+                 "writes it")
+"""Phi-3's MLP (Phi-3, Phi-3.5-mini, Phi-4-mini): one gate_up_proj linear, then the gated activation."""
+
+
+_REFERENCE_KEYS = {LLAMA: LLAMA.keys(), PACKED: PACKED.keys()}
+
+
+def is_gated_mlp_forward(forward: Any, form: MLPForm = LLAMA) -> bool:
+    """``forward`` is a plain function with the bytecode of one of ``form``'s reference forwards
+    (:data:`REFERENCE_FORWARDS` for Llama's form)."""
     code = getattr(forward, "__code__", None)
-    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and code_key(code) in _REFERENCE_KEYS
+    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and code_key(code) in _REFERENCE_KEYS[form]
 
 
 def _describe(act: nn.Module) -> str:
@@ -75,40 +119,55 @@ def _describe(act: nn.Module) -> str:
         else type(act).__name__
 
 
-def _why_not_a_gate(act: nn.Module) -> str:
+def _why_not_a_gate(act: nn.Module, act_name: str = "act_fn") -> str:
     """Why ``act``, which gate_activation refused, is not fused: exact GELU, not a torch.compile
     wrapper as torch.compile makes it, or neither SiLU nor tanh GELU (of the module a wrapper wraps)."""
     wrapped, why_not = compiled_module_of(act)
     if why_not is not None:
-        return f"its act_fn ({type(act).__name__}) is not what torch.compile(module) makes: {why_not}"
+        return f"its {act_name} ({type(act).__name__}) is not what torch.compile(module) makes: {why_not}"
     module = act if wrapped is None else wrapped
     name = _describe(module) if wrapped is None else f"torch.compile of {_describe(module)}"
     if isinstance(module, nn.GELU) and type(module).forward is nn.GELU.forward and \
             vars(module).get("approximate") != "tanh":
-        return f"its act_fn ({name}) is exact GELU, not the tanh approximation the kernel applies"
-    return f"its act_fn ({name}) is neither SiLU nor GELU with the tanh approximation"
+        return f"its {act_name} ({name}) is exact GELU, not the tanh approximation the kernel applies"
+    return f"its {act_name} ({name}) is neither SiLU nor GELU with the tanh approximation"
 
 
-def glu_of(parent: nn.Module, group: ProjectionGroup) -> tuple[str | None, str | None]:
-    """(the gated activation, "swiglu" or "geglu", fused into ``parent`` whose gate_proj and up_proj
-    ``group`` fused; None) or (None, why not)."""
-    gate, up = group.members
-    if gate.out_features != up.out_features:
-        return None, f"gate_proj has {gate.out_features} out_features but up_proj has {up.out_features}"
+def _rows_reason(members: Sequence[nn.Module]) -> str | None:
+    """Why the gate and up rows of ``members`` (gate_proj and up_proj, or one packed gate_up_proj)
+    are not halves the gated kernel pairs, or None."""
+    if len(members) == 2:
+        gate, up = members
+        if gate.out_features != up.out_features:
+            return f"gate_proj has {gate.out_features} out_features but up_proj has {up.out_features}"
+        return None
+    n = members[0].out_features
+    if n % 2 or (n // 2) % ROW_ALIGN:
+        return (f"gate_up_proj has out_features = {n}: its halves (gate, up) are not multiples of {ROW_ALIGN} rows "
+                "(the metadata's blocks)")
+    return None
+
+
+def glu_of(parent: nn.Module, members: Sequence[nn.Module], form: MLPForm = LLAMA) -> tuple[str | None, str | None]:
+    """(the gated activation, "swiglu" or "geglu", fused into ``parent`` whose gate and up rows
+    ``members`` hold (a fused group's: gate_proj and up_proj, or Phi-3's gate_up_proj); None) or
+    (None, why not)."""
+    rows = _rows_reason(members)
+    if rows is not None:
+        return None, rows
     if "down_proj" not in parent._modules:
         return None, "the module has no down_proj"
-    act = parent._modules.get("act_fn")
+    act = parent._modules.get(form.act)
     if act is None:
-        return None, "the module has no act_fn module"
+        return None, f"the module has no {form.act} module"
     gate_act = gate_activation(act)
     if gate_act is None:
-        return None, _why_not_a_gate(act)
+        return None, _why_not_a_gate(act, form.act)
     own = parent.__dict__.get("forward")
     if own is not None and not isinstance(getattr(own, "__self__", None), GatedForward):
         return None, "its forward is replaced on the instance"
-    if not is_gated_mlp_forward(getattr(type(parent), "forward", None)):
-        return None, (f"{type(parent).__name__}.forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x)) as "
-                      "Llama's MLP writes it")
+    if not is_gated_mlp_forward(getattr(type(parent), "forward", None), form):
+        return None, f"{type(parent).__name__}.forward is not {form.written}"
     return GLU_OF_GATE[gate_act], None
 
 
@@ -183,9 +242,9 @@ class GatedForward:
     up (then uninstalled). Traced: the custom op with the gated activation where the group fuses in
     traces (``traced=True``), else the class's forward."""
 
-    def __init__(self, parent: nn.Module, group: ProjectionGroup, activation: str):
-        self.parent, self.group = parent, group
-        self.act = parent._modules["act_fn"]
+    def __init__(self, parent: nn.Module, group: ProjectionGroup, activation: str, form: MLPForm = LLAMA):
+        self.parent, self.group, self.form = parent, group, form
+        self.act = parent._modules[form.act]
         self.linear = GatedLinear.over(group.fused, activation)
         # the act's own attributes as gate_activation saw them (act_unchanged): a reassigned one
         # (nn.GELU.approximate = "none") may compute another function than the kernel's; a
@@ -218,13 +277,16 @@ class GatedForward:
         return self.linear, self.linear.__dict__["_pre"]
 
     def _children_hold(self) -> bool:
-        """gate_proj, up_proj and act_fn are still the parent's children this forward was made for,
-        without forward hooks."""
+        """gate_proj, up_proj (or gate_up_proj) and act_fn (activation_fn) are still the parent's
+        children this forward was made for, without forward hooks."""
         modules = self.parent._modules
-        gate, up = self.group.members
-        act = self.act
-        return (modules.get("gate_proj") is gate and modules.get("up_proj") is up and modules.get("act_fn") is act
-                and not _hooked(gate, up, *self._act_modules) and self.act_unchanged())
+        members = self.group.members
+        form = self.form
+        for name, member in zip(form.members, members):  # (a loop, not a generator, for the tracers)
+            if modules.get(name) is not member:
+                return False
+        return (modules.get(form.act) is self.act and not _hooked(*members, *self._act_modules)
+                and self.act_unchanged())
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not isinstance(x, torch.Tensor):
@@ -261,21 +323,21 @@ class GatedForward:
             del self.parent.__dict__["forward"]
 
 
-def install_glu(parent: nn.Module, group: ProjectionGroup) -> str | None:
+def install_glu(parent: nn.Module, group: ProjectionGroup, form: MLPForm = LLAMA) -> str | None:
     """Fuse the gated activation of ``parent``'s act_fn into its forward (its gate_proj and up_proj
     fused by ``group``), or say why not (:func:`glu_of`; the forward installed before then
     removed); one installed before for the same act_fn and still in place is kept (with its launch
     records). The activation is ``group.glu.activation``."""
-    activation, reason = glu_of(parent, group)
+    activation, reason = glu_of(parent, group.members, form)
     if reason is not None:
         uninstall_glu(group)
         return reason
     held = group.glu
     if held is not None and held.installed() and held.activation == activation \
-            and held.act is parent._modules["act_fn"] and held.act_unchanged():
+            and held.act is parent._modules[form.act] and held.act_unchanged():
         return None
     uninstall_glu(group)
-    glu = GatedForward(parent, group, activation)
+    glu = GatedForward(parent, group, activation, form)
     parent.__dict__["forward"] = glu.forward
     group.glu = glu
     return None

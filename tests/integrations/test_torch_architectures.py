@@ -91,18 +91,21 @@ def test_qwen2_and_mistral(arch):
     check_logits(model, before, report)
 
 
-def test_phi3_fused_projections_are_not_split_again():
-    """Phi-3's qkv_proj and gate_up_proj are single linears: swapped, and no group fuses (nothing to
-    split twice, no gated activation: its MLP chunks gate_up_proj's output itself)."""
+def test_phi3_packed_gate_up_runs_the_gated_activation():
+    """Phi-3's qkv_proj and gate_up_proj are single linears: swapped, and no group fuses (nothing to split
+    twice); its MLP (gate, up = gate_up_proj(x).chunk(2), down_proj(up * silu(gate))) runs SwiGLU in the
+    gated kernel over gate_up_proj's [gate; up] rows. Before, it kept its own activation and product."""
     model = build(transformers.Phi3Config(**SMALL, **HEADS), transformers.Phi3ForCausalLM)
     report, before = sparsified(model)
     assert report.swapped == [f"model.layers.{i}.{p}" for i in LAYERS for p in
                               ("self_attn.o_proj", "self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.down_proj")
                               ] + ["lm_head"]
     assert report.skipped == {} and report.not_linear == {}
-    assert report.fusion.fused == [] and report.fusion.glu == {} and not report.fusion.skipped
-    assert all(fused_group_of(m) is None for m in model.modules() if isinstance(m, spt.SparseLinear))
-    assert "forward" not in vars(model.model.layers[0].mlp)
+    assert report.fusion.fused == [] and not report.fusion.skipped and not report.fusion.no_glu
+    assert report.fusion.glu == dict.fromkeys(names("model.layers.{i}.mlp.gate_up_proj"), "swiglu")
+    assert fused_group_of(model.model.layers[0].self_attn.qkv_proj) is None
+    assert fused_group_of(model.model.layers[0].mlp.gate_up_proj).members == (model.model.layers[0].mlp.gate_up_proj,)
+    assert "forward" in vars(model.model.layers[0].mlp)
     check_logits(model, before, report)
 
 
