@@ -46,9 +46,9 @@ def not_linear_reason(module: nn.Module) -> str | None:
         shapes = ", ".join(f"{name} {' x '.join(str(d) for d in p.shape)}" for name, p in stacked)
         return (f"{type(module).__name__} holds its projections as stacked {stacked[0][1].dim()}-D weights "
                 f"({shapes}: one matrix per expert), not nn.Linear modules, and sparsile has no grouped (per-expert) "
-                "kernel: they stay dense, the linears around them are swapped (to sparsify the experts, replace "
-                "the module by one holding an nn.Linear per expert and projection, weight = the expert's matrix, "
-                "with the same routing, then call sparsify_ again)")
+                "kernel: they stay dense, the nn.Linear modules around them are treated as usual (to sparsify the "
+                "experts, replace the module by one holding an nn.Linear per expert and projection, weight = the "
+                "expert's matrix, with the same routing, then call sparsify_ again)")
     return None
 
 

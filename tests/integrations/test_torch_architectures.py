@@ -309,9 +309,9 @@ def test_mixtral_and_qwen2_moe_experts_are_reported():
     assert report.not_linear["model.layers.0.mlp.experts"] == (
         "MixtralExperts holds its projections as stacked 3-D weights (gate_up_proj 4 x 256 x 64, down_proj "
         "4 x 64 x 128: one matrix per expert), not nn.Linear modules, and sparsile has no grouped (per-expert) "
-        "kernel: they stay dense, the linears around them are swapped (to sparsify the experts, replace the "
-        "module by one holding an nn.Linear per expert and projection, weight = the expert's matrix, with the "
-        "same routing, then call sparsify_ again)")
+        "kernel: they stay dense, the nn.Linear modules around them are treated as usual (to sparsify the experts, "
+        "replace the module by one holding an nn.Linear per expert and projection, weight = the expert's matrix, "
+        "with the same routing, then call sparsify_ again)")
     assert "not an nn.Linear, kept dense model.layers.1.mlp.experts: MixtralExperts holds" in str(report)
     check_logits(mixtral, before, report)
     qwen = build(transformers.Qwen2MoeConfig(**SMALL, **HEADS, moe_intermediate_size=64, num_experts=4,
