@@ -102,8 +102,8 @@ def test_phi3_mlp_against_float64(tokens, kernel_calls):
             assert torch.equal(y, plain.mlp(x))
 
 
-def test_tiny_phi3_report_and_logits_are_in_test_torch_architectures():
-    """(The whole Phi-3 model through sparsify_(fuse=True): test_torch_architectures.py.) A repeated call
+def test_repeated_calls_keep_the_group_and_glu_false_restores_the_forward():
+    """(The whole Phi-3 model through sparsify_(fuse=True) is in test_torch_architectures.py.) A repeated call
     keeps the group; glu=False gives the MLP its own forward back, reported, and computes the unfused MLP."""
     block = phi3_block()
     plain = copy.deepcopy(block)
