@@ -1,5 +1,6 @@
 """``torch.func.vmap`` rules of the custom ops ``sparsile::sparse_linear``,
-``sparsile::sparse_linear_e4m3`` and ``sparsile::quantize_per_token_e4m3`` (docs/torch.md, "Gradients").
+``sparsile::sparse_linear_e4m3``, ``sparsile::quantize_per_token_e4m3`` (docs/torch.md, "Gradients") and
+the trainable layer's ``sparsile::sparse_linear_train`` (docs/training.md, "Transforms and tracers").
 
 Without a rule torch runs a vmapped op once per batch member (its "batching fallback", with a
 performance warning), handing each call slices of the batched tensors: one kernel launch per member,
@@ -86,6 +87,56 @@ def _quantize_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor
     # the rule only then)
     xq, scale = torch.ops.sparsile.quantize_per_token_e4m3(x.movedim(in_dims[0], 0))
     return (xq, scale), (0, 0)
+
+
+def train_call_vmap(call: Any, batch: int, in_dims: tuple[int | None, ...], tensors: tuple[Any, ...],
+                    out_dtype: torch.dtype | None) -> tuple[torch.Tensor, int]:
+    """The vmap rule of a ``sparse_linear_train`` call ``call(*tensors)``: ``tensors`` the op's (x (T, K)
+    per member, weight, mask, values, meta, values_t, meta_t, bias) and ``in_dims`` their batch
+    dimensions (None: the same tensor for every member), ``batch`` the batch size, ``out_dtype`` the
+    call's (None: x's dtype). Only x batched (a batch of inputs; per-sample gradients, whose weight is
+    every member's): the batch is more tokens, one call on (batch * T, K), since the op's rows are
+    independent tokens (its backward then computes the weight's gradient over every token at once, as
+    for the flat batch). A batched weight, mask, compression or bias (an ensemble through
+    ``torch.func.functional_call``): one call per member (a kernel multiplies by one weight), stacked.
+    Returns (y, 0), y (batch, T, N)."""
+    x, x_dim = tensors[0], in_dims[0]
+    if x_dim is not None and all(d is None for d in in_dims[1:]) and x.dim() == 3:  # (else the op's diagnostic)
+        xb = x.movedim(x_dim, 0)
+        y = call(xb.reshape(batch * xb.shape[1], xb.shape[2]), *tensors[1:])
+        return y.reshape(batch, xb.shape[1], y.shape[-1]), 0
+
+    def member(t: Any, dim: int | None, i: int) -> Any:
+        return t if dim is None else t.select(dim, i)
+
+    ys = [call(*(member(t, d, i) for t, d in zip(tensors, in_dims, strict=True))) for i in range(batch)]
+    if ys:
+        return torch.stack(ys), 0
+    # (no member: y has no rows; a member's T and N from the shapes, as the op's fake gives them)
+    values, v_dim = tensors[3], in_dims[3]
+    tokens = x.shape[1 if x_dim == 0 else 0]
+    n = values.shape[1 if v_dim == 0 else 0]
+    return x.new_empty((0, tokens, n), dtype=out_dtype or x.dtype), 0
+
+
+def _sparse_linear_train_vmap(info: Any, in_dims: tuple[int | None, ...], x: torch.Tensor, weight: torch.Tensor,
+                              mask: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, values_t: torch.Tensor,
+                              meta_t: torch.Tensor, bias: torch.Tensor | None = None, *,
+                              out_dtype: torch.dtype | None = None, mask_grad: bool = True
+                              ) -> tuple[torch.Tensor, int]:
+    """``sparse_linear_train``'s (:func:`train_call_vmap`): before, torch's batching fallback ran the op
+    once per member, with its performance warning, also for a batch of x alone."""
+    def call(*tensors: Any) -> torch.Tensor:
+        return torch.ops.sparsile.sparse_linear_train(*tensors, out_dtype=out_dtype, mask_grad=mask_grad)
+
+    tensors = (x, weight, mask, values, meta, values_t, meta_t, bias)
+    return train_call_vmap(call, info.batch_size, (tuple(in_dims) + (None,) * 8)[:8], tensors, out_dtype)
+
+
+def register_train_vmap_rule() -> None:
+    """Register ``sparsile::sparse_linear_train``'s rule (the op is defined in training.py, by
+    ``torch.library.custom_op``)."""
+    torch.library.register_vmap("sparsile::sparse_linear_train", _sparse_linear_train_vmap)
 
 
 def register_vmap_rules(lib: torch.library.Library) -> None:
