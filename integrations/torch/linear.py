@@ -509,6 +509,11 @@ class SparseLinear(nn.Module):
                 return TransformedLayerWithInputGrad.apply(x, self.bias, self, self.values, self.meta, self.scale_w)
             weight = self.values, self.meta, self.bias, self.scale_w
         values, meta, bias, scale_w = weight
+        # the devices first, as the eager call binds them (Weight: _bound) before it checks x: SP0901 in both (a
+        # traced call reported a bias, meta or scale_w on another device as the op's SP0906, naming x's device)
+        check_devices(values, (("meta", meta), ("bias", bias), ("scale_w", scale_w)))
+        if static is not None and static.device != values.device:
+            self._wrong_scale_device(static.device, values.device)
         out_dtype = self._checked_input(x)
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
