@@ -39,7 +39,7 @@ gave a zero block).
 torch.func (``grad``, ``vjp``, ``jacrev``, ``vmap`` of them): a layer's call goes through
 :class:`TransformedLayerWithInputGrad`, whose backward is the eager one; the activation's
 derivative by ``torch.func.vjp`` there (torch.func refuses ``requires_grad_`` inside its
-transforms). The ops called directly have Autograd kernels of their own (:func:`_autograd_kernel`,
+transforms). The ops called directly have Autograd kernels of their own (:func:`autograd_kernel`,
 :class:`OpWithInputGrad`: a node per transform level, as torch's own operators), so they work under
 the transforms too; before, their formula was ``torch.library.register_autograd``'s, an
 ``autograd.Function`` without ``setup_context``, which torch.func refuses (torch's RuntimeError at
@@ -365,7 +365,7 @@ def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
     (:func:`_setup_context` / :func:`_backward`, or their e4m3 twins); ``apply`` takes the op's
     tensors, ``activation``, ``out_dtype``, then the redispatch.
 
-    The formula as the op's Autograd kernel applies it (:func:`_autograd_kernel`): a node on x's autograd
+    The formula as the op's Autograd kernel applies it (:func:`autograd_kernel`): a node on x's autograd
     graph at the level where the kernel runs, the forward the kernel below autograd (``redispatch``, the
     last input). That is how torch's own operators work under torch.func's grad transforms (``grad``,
     ``vjp``, ``jacrev``): the kernel runs once per transform level, on that level's GradTrackingTensors, and
@@ -410,7 +410,7 @@ def _has_tangent(args: tuple[Any, ...]) -> bool:
         isinstance(a, torch.Tensor) and _fwad.unpack_dual(a).tangent is not None for a in args)
 
 
-def _autograd_kernel(name: str, function: Any, positional: int, keywords: tuple[str, ...] = ()) -> Any:
+def autograd_kernel(name: str, function: Any, positional: int, keywords: tuple[str, ...] = ()) -> Any:
     """The Autograd kernel of ``sparsile::<name>``: through ``function`` where grad mode is on and a
     tensor argument requires grad (a GradTrackingTensor of torch.func's too), or one carries a
     forward-mode tangent (whose ``jvp`` refuses it, SP0922: before, the op returned y without a
@@ -471,9 +471,9 @@ def register(library: Any) -> None:
     and the fp8 quantizer one that refuses to be differentiated (its fp8 output has no useful
     gradient)."""
     keywords = ("activation", "out_dtype")
-    library.impl("sparse_linear", _autograd_kernel("sparse_linear", OpWithInputGrad, 6, keywords), "Autograd",
+    library.impl("sparse_linear", autograd_kernel("sparse_linear", OpWithInputGrad, 6, keywords), "Autograd",
                  with_keyset=True)
-    library.impl("sparse_linear_e4m3", _autograd_kernel("sparse_linear_e4m3", E4m3OpWithInputGrad, 6, keywords),
+    library.impl("sparse_linear_e4m3", autograd_kernel("sparse_linear_e4m3", E4m3OpWithInputGrad, 6, keywords),
                  "Autograd", with_keyset=True)
-    library.impl("quantize_per_token_e4m3", _autograd_kernel("quantize_per_token_e4m3", _QuantizerGradRefused, 1),
+    library.impl("quantize_per_token_e4m3", autograd_kernel("quantize_per_token_e4m3", _QuantizerGradRefused, 1),
                  "Autograd", with_keyset=True)

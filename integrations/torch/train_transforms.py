@@ -13,7 +13,7 @@ forward-mode AD (a dual tensor of ``torch.autograd.forward_ad``; ``torch.func.jv
 which gave no tangent or a zero one; and a weight or mask batched by ``torch.vmap``
 (``torch.func.functional_call`` of stacked parameters) without compressions batched with it, which
 the kernel ignored for the layer's own compressions. torch.func's grad transforms (``grad``,
-``vjp``, ``jacrev``) run (training.TransformedTrainCall); a weight they wrap is compressed from the
+``vjp``, ``jacrev``) run (the op's Autograd kernel, training._TrainFormula); a weight they wrap is compressed from the
 plain tensor under the wrappers (:func:`grad_unwrapped`, :func:`outside_transforms`).
 """
 

@@ -40,7 +40,7 @@ from ...stdlib.sparsity.transposable import transposable_mask_2_4
 from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETUP, IntegrationError
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors, withhold_refused
-from .autograd import func_transformed, refuse_second_derivative
+from .autograd import autograd_kernel, refuse_second_derivative
 from .layer_args import (
     F16_MAX,
     beyond_f16,
@@ -61,7 +61,7 @@ from .train_transforms import (
     outside_transforms,
     traced,
 )
-from .vmap_rules import register_train_vmap_rule, train_call_vmap
+from .vmap_rules import register_train_vmap_rule
 
 _RECORDS = RecordCache()
 _COMPRESSED = ("values", "meta", "values_t", "meta_t")
@@ -161,7 +161,16 @@ def _check_op(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values:
                                "do not describe one layer", help="pass a SemiSparseLinear's own tensors")
 
 
-@torch.library.custom_op("sparsile::sparse_linear_train", mutates_args=())
+_LIBRARY = torch.library.Library("sparsile", "FRAGMENT")
+SPARSE_LINEAR_TRAIN_SCHEMA = (
+    "sparse_linear_train(Tensor x, Tensor weight, Tensor mask, Tensor values, Tensor meta, Tensor values_t, "
+    "Tensor meta_t, Tensor? bias=None, *, ScalarType? out_dtype=None, bool mask_grad=True) -> Tensor")
+"""Defined with ``torch.library.Library``, not ``torch.library.custom_op`` (as it was): its autograd
+formula is an Autograd kernel of its own (:class:`_TrainFormula`, which torch.func takes), and torch
+before 2.13 refuses one registered over the decorator's (ops.py)."""
+_LIBRARY.define(SPARSE_LINEAR_TRAIN_SCHEMA)
+
+
 def sparse_linear_train(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
                         meta: torch.Tensor, values_t: torch.Tensor, meta_t: torch.Tensor,
                         bias: torch.Tensor | None = None, *, out_dtype: torch.dtype | None = None,
@@ -172,7 +181,10 @@ def sparse_linear_train(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tenso
     return _run_kernel(x, values, meta, bias, out_dtype or x.dtype)
 
 
-@sparse_linear_train.register_fake
+_LIBRARY.impl("sparse_linear_train", sparse_linear_train, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("sparsile::sparse_linear_train", lib=_LIBRARY)
 def _sparse_linear_train_fake(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
                               meta: torch.Tensor, values_t: torch.Tensor, meta_t: torch.Tensor,
                               bias: torch.Tensor | None = None, *, out_dtype: torch.dtype | None = None,
@@ -194,7 +206,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     x, mask, values_t, meta_t = ctx.saved_tensors
     dyk = dy.to(x.dtype)
     dx = dw = db = None
-    # the weight as the call was given it (TransformedTrainCall): under nested torch.func transforms
+    # the weight as the call was given it (_TrainFormula.setup_context): under nested torch.func transforms
     # (jacrev of grad) an outer level may track it where this one does not (needs_input_grad[1] False)
     anchor = getattr(ctx, "weight_anchor", None)
     weight_tracked = ctx.needs_input_grad[1] or (anchor is not None and grad_tracked(anchor))
@@ -216,51 +228,40 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     return dx, dw, None, None, None, None, None, db
 
 
-torch.library.register_autograd("sparsile::sparse_linear_train", _backward, setup_context=_setup_context)
-register_train_vmap_rule()  # torch.func.vmap: a batch of x is more tokens, one call (vmap_rules.py)
-
-
-class TransformedTrainCall(torch.autograd.Function):
-    """``sparse_linear_train`` under torch.func's transforms (``grad``, ``vjp``, ``jacrev``, ``vmap``
-    of them; docs/training.md, "Transforms and tracers"): the op's autograd formula, registered by
-    ``torch.library.register_autograd``, is an ``autograd.Function`` without ``setup_context``, which
-    torch.func refuses. The same formula (:func:`_setup_context`, :func:`_backward`: the numbers of
-    ``backward()``) in a Function that torch.func takes, as the frozen layer's
-    ``TransformedLayerWithInputGrad``. The arguments are the op's, in its order, then ``out_dtype``
-    and ``mask_grad``. Its vmap rule (:meth:`vmap`) is the op's: a batch of x alone is one call on
-    every member's tokens, so the backward is that call's (the weight's gradient over every token, the
-    flat batch's bits: torch's generated rule, used before, ran the backward per member and summed
-    one bf16 gradient per member, 0.047 off at 3 members); a batched weight, one call per member."""
+class _TrainFormula(torch.autograd.function._SingleLevelFunction):
+    """The op's autograd formula (:func:`_setup_context`, :func:`_backward`) as its Autograd kernel applies
+    it (autograd.autograd_kernel: a node at each torch.func grad level, as torch's own operators; the
+    forward is the kernel below autograd, the last argument). Before, the formula came from
+    ``torch.library.register_autograd``, an ``autograd.Function`` without ``setup_context``, which
+    torch.func refuses: the op called directly under ``torch.func.grad`` stopped at torch's RuntimeError,
+    and so did a torch.compile'd ``vmap(grad(f))`` of a layer in its parameters. The layer went through
+    ``TransformedTrainCall``, an ``autograd.Function`` with the same formula, under the transforms (not
+    under torch.compile, which saw the op); it calls the op everywhere now."""
 
     @staticmethod
-    def forward(x: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, values: torch.Tensor,
-                meta: torch.Tensor, values_t: torch.Tensor, meta_t: torch.Tensor, bias: torch.Tensor | None,
-                out_dtype: torch.dtype, mask_grad: bool) -> torch.Tensor:
-        return torch.ops.sparsile.sparse_linear_train(x, weight, mask, values, meta, values_t, meta_t, bias,
-                                                      out_dtype=out_dtype, mask_grad=mask_grad)
+    def forward(*args: Any) -> torch.Tensor:
+        *tensors, _out_dtype, _mask_grad, redispatch = args
+        return redispatch(*tensors)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        *tensors, _out_dtype, mask_grad = inputs
-        _setup_context(ctx, tuple(tensors), {"mask_grad": mask_grad}, output)
+        *tensors, _out_dtype, mask_grad, _ = inputs
+        # (the dispatcher leaves a keyword at its default out: None, mask_grad's default is True)
+        _setup_context(ctx, tuple(tensors), {"mask_grad": mask_grad is not False}, output)
         ctx.weight_anchor = tensors[1]  # (x's gradient refuses a second derivative in W, at any level: _backward)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return (*_backward(ctx, dy), None, None)
+        return (*_backward(ctx, dy), None, None, None)
 
     @staticmethod
     def jvp(ctx: Any, *tangents: Any) -> Any:
-        raise forward_mode_error()  # (check_transformed_call refuses forward mode before the call)
+        raise forward_mode_error()
 
-    @staticmethod
-    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[torch.Tensor, int]:
-        *tensors, out_dtype, mask_grad = args
 
-        def call(*member: Any) -> torch.Tensor:
-            return TransformedTrainCall.apply(*member, out_dtype, mask_grad)
-
-        return train_call_vmap(call, info.batch_size, tuple(in_dims[:len(tensors)]), tuple(tensors), out_dtype)
+_LIBRARY.impl("sparse_linear_train", autograd_kernel("sparse_linear_train", _TrainFormula, 8,
+                                                     ("out_dtype", "mask_grad")), "Autograd", with_keyset=True)
+register_train_vmap_rule(_LIBRARY)  # torch.func.vmap: a batch of x is more tokens, one call (vmap_rules.py)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -504,13 +505,9 @@ class SemiSparseLinear(nn.Module):
                     self._refresh_from(plain_w, plain_m)
         # (not -1: ambiguous for x of no elements under vmap, a batch of 0 members)
         x2 = x.reshape(math.prod(x.shape[:-1]), self.in_features).to(self.values.dtype)
-        if func_transformed():  # (the op's own formula is refused by torch.func: TransformedTrainCall)
-            y = TransformedTrainCall.apply(x2, weight, mask, self.values, self.meta, self.values_t, self.meta_t,
-                                           self.bias, x.dtype, self.mask_grad)
-        else:
-            y = torch.ops.sparsile.sparse_linear_train(x2, weight, mask, self.values, self.meta,
-                                                       self.values_t, self.meta_t, self.bias, out_dtype=x.dtype,
-                                                       mask_grad=self.mask_grad)
+        # (under torch.func's transforms too: the op's formula, _TrainFormula, is one they take)
+        y = torch.ops.sparsile.sparse_linear_train(x2, weight, mask, self.values, self.meta, self.values_t,
+                                                   self.meta_t, self.bias, out_dtype=x.dtype, mask_grad=self.mask_grad)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     # -------------------------------------------------------------------------------------------

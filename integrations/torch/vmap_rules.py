@@ -133,10 +133,10 @@ def _sparse_linear_train_vmap(info: Any, in_dims: tuple[int | None, ...], x: tor
     return train_call_vmap(call, info.batch_size, (tuple(in_dims) + (None,) * 8)[:8], tensors, out_dtype)
 
 
-def register_train_vmap_rule() -> None:
-    """Register ``sparsile::sparse_linear_train``'s rule (the op is defined in training.py, by
-    ``torch.library.custom_op``)."""
-    torch.library.register_vmap("sparsile::sparse_linear_train", _sparse_linear_train_vmap)
+def register_train_vmap_rule(lib: torch.library.Library) -> None:
+    """Register ``sparsile::sparse_linear_train``'s rule on ``lib`` (the library of training.py, which
+    defines the op)."""
+    torch.library.register_vmap("sparsile::sparse_linear_train", _sparse_linear_train_vmap, lib=lib)
 
 
 def register_vmap_rules(lib: torch.library.Library) -> None:

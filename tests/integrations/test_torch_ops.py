@@ -29,11 +29,12 @@ def test_no_op_is_a_custom_op_whose_autograd_kernel_autograd_py_replaces():
     """autograd.py registers each op's Autograd kernel with ``Library.impl``. Over the one that
     ``torch.library.custom_op`` registers, torch before 2.13 raises at import (quantize_per_token_e4m3
     was a custom_op: ``import sparsile.torch`` failed on torch 2.11, found on the H100): each op that
-    autograd.py gives a kernel is defined with ``Library.define`` instead (the training ops are
-    custom_ops with ``register_autograd``: no second kernel)."""
+    autograd.py gives a kernel is defined with ``Library.define`` instead, as is training.py's
+    ``sparse_linear_train`` (its Autograd kernel: training._TrainFormula; ``sparse24_linear`` is a
+    custom_op with ``register_autograd``: no second kernel)."""
     from torch._library.custom_ops import OPDEFS
 
-    for name in ("sparse_linear", "sparse_linear_e4m3", "quantize_per_token_e4m3"):
+    for name in ("sparse_linear", "sparse_linear_e4m3", "quantize_per_token_e4m3", "sparse_linear_train"):
         assert f"sparsile::{name}" not in OPDEFS
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"sparsile::{name}", "Autograd")
 

@@ -1,5 +1,6 @@
 """torch.func.vmap of the trainable layer's op ``sparsile::sparse_linear_train`` and of a SemiSparseLinear
-(integrations/torch/vmap_rules.py, training.TransformedTrainCall), on the CPU through the interpreter.
+(integrations/torch/vmap_rules.py), and the op's own formula under torch.func (training._TrainFormula),
+on the CPU through the interpreter.
 
 A batch of x alone is more tokens: one kernel call for the whole batch (before: torch's batching
 fallback, one call per member with its performance warning), and under ``grad(vmap(f))`` or a
@@ -159,8 +160,8 @@ def _flat_backward(layer: spt.SemiSparseLinear, x: torch.Tensor, g: torch.Tensor
 
 def test_grad_of_vmap_and_backward_through_vmap_are_the_flat_batch_s(calls):
     """The weight's gradient through a vmapped layer is that of one call over every token (the flat
-    batch's bits, float64's within one rounding); before, the generated vmap rule summed one bf16
-    gradient per member (0.047 off at 3 members)."""
+    batch's bits, float64's within one rounding); before, TransformedTrainCall's generated vmap rule
+    summed one bf16 gradient per member (0.047 off at 3 members)."""
     layer, x, g = _layer(), _rand(3, 4, K, seed=11), _rand(3, 4, N, seed=12)
     flat = _flat_backward(layer, x, g)
     _check_grads(*flat, layer, x, g)
@@ -215,3 +216,65 @@ def test_a_batch_of_no_members():
     op = torch.ops.sparsile.sparse_linear_train
     y = torch.func.vmap(lambda t: op(t, *_op_args(layer)))(torch.ones(0, 4, K, dtype=torch.bfloat16))
     assert (y.shape, y.dtype) == ((0, 4, N), torch.bfloat16)
+
+
+def test_the_op_called_directly_under_grad_and_per_sample_gradients():
+    """The op's own autograd formula under torch.func (training._TrainFormula, its Autograd kernel):
+    ``grad`` and ``vmap(grad)`` of ``sparse_linear_train`` called directly give backward()'s gradients
+    (x, weight, bias). Before, its formula came from ``torch.library.register_autograd`` and torch.func
+    refused it: torch's RuntimeError ("it must override the setup_context staticmethod")."""
+    layer, x, g = _layer(), _rand(3, 4, K, seed=18).to(torch.bfloat16), _rand(3, 4, N, seed=19)
+    op = torch.ops.sparsile.sparse_linear_train
+    _, mask, values, meta, values_t, meta_t, _ = _op_args(layer)
+    weight, bias = layer.weight.detach(), layer.bias.detach()
+
+    def loss(v, w, b, gv):
+        return (op(v, w, mask, values, meta, values_t, meta_t, b, out_dtype=torch.float32) * gv).sum()
+
+    def autograd_grads(v, gv):  # torch.autograd's backward() of the same call
+        leaves = [t.clone().requires_grad_(True) for t in (v, weight, bias)]
+        return torch.autograd.grad(loss(*leaves, gv), leaves)
+
+    flat = autograd_grads(x.reshape(12, K), g.reshape(12, N))
+    dx, dw, db = torch.func.grad(loss, argnums=(0, 1, 2))(x.reshape(12, K), weight, bias, g.reshape(12, N))
+    for got, want in zip((dx, dw, db), flat, strict=True):
+        assert torch.equal(got, want)
+    _check_grads(dx, dw, db, layer, x, g)
+    dx, dw, db = _quiet(torch.func.vmap(torch.func.grad(loss, argnums=(0, 1, 2)), in_dims=(0, None, None, 0)),
+                        x, weight, bias, g)
+    for i in range(3):
+        one = autograd_grads(x[i], g[i])
+        for got, want in zip((dx[i], dw[i], db[i]), one, strict=True):
+            assert torch.equal(got, want)
+        _check_grads(dx[i], dw[i], db[i], layer, x[i], g[i])
+    for mask_grad in (False, True):  # (given, or left at its default by the dispatcher: masked)
+        kwargs = {"mask_grad": mask_grad} if not mask_grad else {}
+        dw = torch.func.grad(lambda w, kw=kwargs: (op(x[0], w, mask, values, meta, values_t, meta_t, bias, **kw).float()
+                                                   * g[0]).sum())(weight)
+        gk, xk = bf16(g[0]), bf16(x[0])
+        want = gk.T @ xk if not mask_grad else (gk.T @ xk) * mask
+        within(dw, want, gk.abs().T @ xk.abs(), 4, torch.bfloat16)
+        assert bool((dw[~mask] != 0).any()) == (not mask_grad)
+
+
+def test_compiled_per_sample_gradients_of_the_parameters():
+    """torch.compile of ``vmap(grad(loss))`` in the parameters: compiled, the layer called the op itself,
+    whose formula torch.func refused (torch's error at compile time). Each sample's gradient is the
+    eager one's bits. (In x, compiled, dynamo still fails inside the backward: not covered here.)"""
+    layer, x, g = _layer(), _rand(3, 4, K, seed=20), _rand(3, 4, N, seed=21)
+    params = {name: p.detach() for name, p in layer.named_parameters()}
+
+    def loss(p, v, gv):
+        return (torch.func.functional_call(layer, p, (v,)) * gv).sum()
+
+    per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))
+    torch._dynamo.reset()
+    got = torch.compile(per_sample, backend="eager")(params, x, g)
+    want = per_sample(params, x, g)
+    for name in ("weight", "bias"):
+        assert torch.equal(got[name], want[name]), name
+    for i in range(3):
+        one_p = torch.func.grad(loss)(params, x[i], g[i])
+        one = _flat_backward(layer, x[i], g[i])
+        assert torch.equal(got["weight"][i], one_p["weight"]) and torch.equal(got["weight"][i], one[1])
+        _check_grads(one[0], got["weight"][i], got["bias"][i], layer, x[i], g[i])
