@@ -13,6 +13,7 @@ import torch
 
 from ..errors import SP_STALE_CAPTURE, IntegrationError
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
+from .capture_keys import scratch_key
 from .optimizer_steps import AfterStep, bump_unless_written, watch_optimizer_steps
 from .weight import Weight, same_binding, storage_key, weight_versions
 
@@ -165,15 +166,16 @@ class RecordCache:
                 stale += 1
         return stale
 
-    def _revived(self, key: tuple, stream: int, w: Weight) -> tuple[LaunchRecord | None, tuple]:
-        """A retired record of ``key`` and this weight back in use (its graph may still replay it;
-        the version check then decides whether it may serve), so that a retired record is not
-        joined by a new one each time a cache is cleared: (the record or None, where it is stored).
+    def _revived(self, key: tuple, own: tuple, w: Weight) -> tuple[LaunchRecord | None, tuple]:
+        """A retired record of ``key`` (or ``own``: where this call's record with scratch is kept, of
+        its stream or capture) and this weight back in use (its graph may still replay it; the
+        version check then decides whether it may serve), so that a retired record is not joined
+        by a new one each time a cache is cleared: (the record or None, where it is stored).
         Only one bound to the same weight: the same values tensor, the same memory of meta, bias and
         scale_w, the same activation (a layer's key names none of them: a replaced bias or a new
         activation clears the cache, and must not bring back the record of the old one)."""
         for k, r in self.retired.copy().items():
-            if r.key in (key, (*key, stream)) and r.owner() is w.values and not r.unfilled \
+            if r.key in (key, own) and r.owner() is w.values and not r.unfilled \
                     and same_binding(r.weight, w):
                 self.retired.pop(k, None)
                 self.records[r.key] = r
@@ -233,17 +235,20 @@ class RecordCache:
             x = x.clone()
         if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as
             scale_x = scale_x.clone()                        # torch.func.vmap's per-sample calls of the op pass)
-        if self.unfilled and not capturing():  # records planned in a capture: filled before any eager call
+        in_capture = capturing()
+        if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
         records = self.records
         found = key
         record = records.get(key)
+        # a record with scratch (workspace, quantized x) per stream, and inside a capture per capture (capture_keys.py)
+        own = (*key, stream) if not in_capture else scratch_key(key, stream, off_pool, x.get_device())
         if record is None:
-            found = (*key, stream)
+            found = own
             record = records.get(found)
         if record is None and self.retired:
-            record, found = self._revived(key, stream, w)
-        if record is not None and record.unfilled and capturing() and not record.planned_in(capture_id(stream)):
+            record, found = self._revived(key, own, w)
+        if record is not None and record.unfilled and in_capture and not record.planned_in(capture_id(stream)):
             # planned in another capture (or one whose id could not be read), whose replay fills its
             # copies (or zeroes its counters): this graph could be replayed first, so it plans a record
             # of its own, from the weight as it is now; that graph keeps the old one
@@ -255,7 +260,7 @@ class RecordCache:
         if record is None:
             record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
                                   self.pdl and pdl_wanted(x.device), static)
-            record.key = stored = (*key, stream) if record.owns_workspace else key
+            record.key = stored = own if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record
             _watch_steps(record)

@@ -644,14 +644,18 @@ def test_an_eager_call_brings_the_captured_records_of_other_streams_up_to_a_writ
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     cache.run((4,), x, w, None, torch.float32, stream=11)  # (fills the record planned in the capture)
     warm, graphs = cache.records.values()
-    assert warm.key == (4, 11) and graphs.key == (4, 12) and graphs.captured and not graphs.unfilled
+    assert warm.key == (4, 11) and graphs.key == (4, 12, ("capture", 1)) and graphs.captured and not graphs.unfilled
     w.values.copy_(torch.randn(8, 16))
     cache.run((4,), x, w, None, torch.float32, stream=11)  # the warm-up before the next capture
     assert torch.equal(copy_of_values(warm), w.values) and torch.equal(copy_of_values(graphs), w.values)
     assert graphs.versions == warm.versions == (1, 0)
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
-    cache.run((4,), x, w, None, torch.float32, stream=12)  # no SP0920
+    cache.run((4,), x, w, None, torch.float32, stream=12)  # the same capture again: no SP0920
     assert list(cache.records.values()) == [warm, graphs]
+    fake.capture_id = 2  # the next capture: a record of its own (its scratch), planned from the weight as it is
+    cache.run((4,), x, w, None, torch.float32, stream=12)
+    assert list(cache.records.values())[:2] == [warm, graphs] and len(cache.records) == 3
+    assert cache.records[(4, 12, ("capture", 2))].versions == (1, 0)
 
 
 def test_an_eager_call_fills_every_record_planned_in_a_capture(fake, monkeypatch):

@@ -1,0 +1,50 @@
+"""Where a launch record that owns scratch memory is kept for a call (docs/torch.md, "Scratch per
+stream and per CUDA-graph capture").
+
+A record that owns memory its launches write besides y (a split-K workspace and its arrival
+counters; an e4m3 record's quantized copy of x and its per-token scales) serves one stream: eager
+calls on one stream run in order, so they may share it. A CUDA graph bakes those addresses in, and
+two graphs may be replayed at once on two streams (or one graph on a side stream while eager calls
+run): so each capture plans a record of its own, whose scratch is allocated inside the capture (in
+that graph's memory pool), instead of reusing the eager record of its stream or another graph's.
+Not while torch.compile's CUDA graph trees record a graph: they refuse allocations left in their
+pool that are not outputs, share that pool between the graphs of a tree (which replay one at a
+time), and warm up on the stream they capture on, so the warm-up's record is reused there as
+before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+from ._kernels import capture_id
+
+TREES = "torch._inductor.cudagraph_trees"
+_UNKNOWN = itertools.count()  # captures whose id could not be read: a record of their own per call
+
+
+def trees_recording(device: int) -> bool:
+    """Whether torch.compile's CUDA graph trees are recording a graph on CUDA device ``device`` in
+    this thread (their manager's ``in_recording``). False where torch.compile never loaded them; True
+    where their internals cannot be read (the record of the warm-up is then shared, as before)."""
+    trees = sys.modules.get(TREES)
+    if trees is None:
+        return False
+    try:
+        manager = trees.get_manager(device, create_if_none_exists=False)
+        return manager is not None and bool(manager.in_recording)
+    except Exception:  # (torch's internals changed)
+        return True
+
+
+def scratch_key(key: tuple, stream: int, off_pool: bool, device: int) -> tuple:
+    """Where a record that owns scratch is kept for a call of ``key`` on ``stream`` inside a
+    CUDA-graph capture: ``(*key, stream, ("capture", id))`` for the capture's id
+    (``cuStreamGetCaptureInfo``), or under a fresh tag where it cannot be read (a record per call);
+    ``(*key, stream)``, the eager record of the stream, while CUDA graph trees record a graph on
+    ``device`` (``off_pool``: the custom op's call). Outside a capture: ``(*key, stream)``."""
+    if off_pool and trees_recording(device):
+        return (*key, stream)
+    cid = capture_id(stream)
+    return (*key, stream, ("capture", cid) if cid is not None else ("capture", None, next(_UNKNOWN)))
