@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
-from ._kernels import capturing
+from ._kernels import capture_id, capturing
 from .glu import LLAMA, MLP_NAMES, PACKED, ROW_ALIGN, MLPForm, glu_of, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear, tensors_of
@@ -109,16 +109,24 @@ def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
     them and share their counters: a write to a member's weight, bias or scales between sibling
     calls; inference tensors keep none), x's memory (address, shape, strides: ``x.data = t`` gives
     the same object other memory without a version bump; a sibling was served the run of x's old
-    memory, outputs of another input and even of another shape), and, for CUDA x, whether a CUDA
-    graph is being captured and torch's current stream (a sibling called inside a capture, or on
-    another stream, was served columns whose launch is not in its graph, or runs on the other stream)."""
+    memory, outputs of another input and even of another shape), and, for CUDA x, which CUDA graph
+    is being captured, if any (its capture id), and torch's current stream (a sibling called inside a
+    capture, or in another capture than the run's, the same static x fed to two graphs captured one
+    after the other, or on another stream, was served columns whose launch is not in its graph, or
+    runs on the other stream)."""
     b = tensors_of(fused.__dict__)  # (not fused.values: nn.Module.__getattr__ cost 0.7 us a name, and no
     # generator: the stamp is taken once per member call, 5.3 us before, 0.7 us now on a slow host; .get: a
     # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
     return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
             _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")),
-            x.data_ptr(), x.shape, x.stride(), capturing(),
-            fused.__dict__["_records"].stream_of(x.get_device())() if x.is_cuda else None)  # (its cached getter)
+            x.data_ptr(), x.shape, x.stride(), *_stream_and_capture(fused, x))
+
+
+def _stream_and_capture(fused: SparseLinear, x: torch.Tensor) -> tuple[int | None, tuple[int | None] | None]:
+    """(torch's current stream on CUDA x's device, or None; (the id of the CUDA graph it captures,)
+    or None outside a capture) for :func:`_run_stamp`. The id is asked only inside a capture."""
+    stream = fused.__dict__["_records"].stream_of(x.get_device())() if x.is_cuda else None  # (its cached getter)
+    return stream, ((capture_id(stream),) if capturing() else None)
 
 
 def _counter(t: torch.Tensor | None) -> int:

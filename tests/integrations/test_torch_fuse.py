@@ -779,3 +779,28 @@ def test_the_report_counts_one_group_and_one_mlp_in_the_singular() -> None:
                      glu={"a.gate_proj+up_proj": "swiglu", "b.gate_proj+up_proj": "geglu"}, glu_removed=["c", "d"])
     assert str(two) == ("fuse_projections_: 2 projection groups fused, 0 already fused, 0 skipped; gated activation "
                         "fused into 2 MLPs (1 geglu, 1 swiglu); gated activation removed from 2 MLPs (glu=False)")
+
+
+def test_a_sibling_in_another_capture_is_not_served_the_run_of_the_first(monkeypatch):
+    """Two CUDA graphs captured one after the other, q_proj(x) in the first and k_proj(x) in the
+    second with the same x (a static input buffer): the second graph must launch its own fused run.
+    Served from the first capture's run, its replay computed nothing and returned columns of the
+    first graph's output (stale, or another graph's memory). The run stamp names the capture's id;
+    siblings of one capture are still served from its run. (Faked on the CPU: the capture state and
+    id that fuse.py reads.)"""
+    import sparsile.integrations.torch.fuse as fuse
+
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    group = fused_group_of(block.q_proj)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    capture = [1]
+    monkeypatch.setattr(fuse, "capturing", lambda: True)
+    monkeypatch.setattr(fuse, "capture_id", lambda stream: capture[0])
+    assert torch.equal(block.q_proj(x), plain.q_proj(x)) and group.runs == 1
+    capture[0] = 2
+    assert torch.equal(block.k_proj(x), plain.k_proj(x)) and group.runs == 2  # its own run
+    assert torch.equal(block.v_proj(x), plain.v_proj(x)) and group.runs == 2  # served from it
+    monkeypatch.setattr(fuse, "capturing", lambda: False)
+    assert torch.equal(block.q_proj(x), plain.q_proj(x)) and group.runs == 3  # eager: not a capture's run
