@@ -3,7 +3,8 @@
 Two paths, one kernel:
 
 * **CUDA tensors, eager**: a :class:`LaunchRecord` per (tokens T, x dtype, device, output dtype) —
-  and per stream when the plan owns a split-K workspace. It is built once: ``plan_sparse_linear``
+  and per stream (and per CUDA-graph capture: capture_keys.py) when the plan owns a split-K
+  workspace or the record quantizes x into buffers of its own. It is built once: ``plan_sparse_linear``
   with the weight's values, metadata, bias and scales bound, then each launch of the plan prepared
   (``kernel[grid].prepare(...)``). A call only allocates y (``torch.empty_like``) and calls the prepared
   launches with the new x, y (and per-token scale) on torch's current stream (from native code,
@@ -221,7 +222,8 @@ class LaunchRecord:
     launches, with the positions where a call's x, y and per-token scale go. ``quantize`` (e4m3
     weights, eager calls): x is the 16-bit input, and the record's first launch quantizes it per
     token into an e4m3 copy and scales the record owns, which the GEMM reads (so a call is one
-    native call for both kernels; the record is per stream, as one with a split-K workspace). Where
+    native call for both kernels; the record is per stream and per CUDA-graph capture, as one with a
+    split-K workspace: capture_keys.py). Where
     :func:`quantizes_in_kernel` an eager call is instead one launch of the decode
     kernel that quantizes x itself (``eager``; the copy and scales are then left untouched), and
     only a capture runs the quantizer and the GEMM. ``static`` (with ``quantize``): a layer's static

@@ -1,0 +1,139 @@
+"""CUDA graphs of one layer replayed concurrently (integrations/torch/capture_keys.py): two graphs
+captured on one stream after a warm-up there, each with its own static x, replayed at once on two
+streams many times; and one graph replayed on a side stream while eager calls run on the capture
+stream. Each launch record with scratch (an e4m3 layer's quantized copy of x and its per-token
+scales; a split-K workspace) belongs to one capture or one stream: shared, the replays raced on it
+and returned another input's numbers (a silent wrong result). Every output is compared with float64
+(y poisoned with NaN before each replay). The CPU side: tests/integrations/test_torch_capture_scratch.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsile.tests.integrations.test_torch_checkpoint_static import check_static
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.integrations.torch import ops  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+
+T, K = 16, 8192  # decode: the kernel splits K (a workspace); e4m3: the record's quantizer, then the GEMM
+REPLAYS = 100
+
+
+def _layer(kind: str, n: int = 256):
+    dtype = "bf16" if kind == "bf16 op" else "e4m3"
+    layer = spt.SparseLinear.from_dense(linear(n, K, seed=5, device="cuda"), dtype)
+    if kind == "e4m3 static":
+        layer.input_scale = torch.tensor([0.02], device="cuda")
+    return layer
+
+
+def _call(layer, kind: str):
+    """The layer's eager forward, or for "bf16 op" the custom op as torch.compile's graphs call it."""
+    if kind == "bf16 op":
+        return lambda x: torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias)
+    return layer
+
+
+def _x(seed: int) -> torch.Tensor:
+    gen = torch.Generator("cuda").manual_seed(seed)
+    return (torch.randn(T, K, device="cuda", generator=gen) * (seed + 1)).to(torch.bfloat16)
+
+
+def _check(layer, kind: str, x: torch.Tensor, history: torch.Tensor) -> None:
+    """Every output in ``history`` (replays, T, N) against float64 for x (all rows at once)."""
+    rows = history.reshape(-1, history.shape[-1])
+    xs = x.repeat(history.shape[0], 1)
+    if kind == "e4m3 static":
+        wq = (layer.to_dense().double() / layer.scale_w.double()[:, None]).cpu().numpy()
+        check_static(rows.cpu(), xs.cpu(), wq, layer.scale_w.double().cpu().numpy(),
+                     layer.bias.double().cpu().numpy(), float(layer.input_scale.item()))
+    else:
+        check_against_float64(layer, xs, rows)
+
+
+def _capture(call, x: torch.Tensor, stream: torch.cuda.Stream):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        y = call(x)
+    return graph, y
+
+
+def _warm_up(call, x: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """Calls on ``stream`` (the one the graphs are captured on: its eager record is the one a capture
+    reused before the fix), ordered both ways with the current stream."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call(x)
+    torch.cuda.current_stream().wait_stream(stream)
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e4m3 static", "bf16 op"])
+def test_two_graphs_of_one_layer_replayed_at_once_on_two_streams(kind):
+    layer = _layer(kind)
+    call = _call(layer, kind)
+    capture_stream = torch.cuda.Stream()
+    x1, x2 = _x(1), _x(2)
+    _warm_up(call, x1, capture_stream)
+    g1, y1 = _capture(call, x1, capture_stream)
+    g2, y2 = _capture(call, x2, capture_stream)
+    torch.cuda.synchronize()
+    # each capture planned a record of its own (its scratch: the quantized x, the split-K workspace)
+    records = (ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]).records
+    captured = [r for key, r in records.items() if isinstance(key[-1], tuple) and key[-1][0] == "capture"
+                and r.owner() is layer.values]
+    assert len(captured) == 2 and all(r.owns_workspace for r in captured)
+    if kind != "bf16 op":
+        assert captured[0].xq.data_ptr() != captured[1].xq.data_ptr()
+    h1 = torch.empty((REPLAYS, *y1.shape), dtype=y1.dtype, device="cuda")
+    h2 = torch.empty_like(h1)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for s in (s1, s2):
+        s.wait_stream(torch.cuda.current_stream())
+    for i in range(REPLAYS):
+        for s, g, y, h in ((s1, g1, y1, h1), (s2, g2, y2, h2)):
+            with torch.cuda.stream(s):
+                y.fill_(float("nan"))
+                g.replay()
+                h[i].copy_(y)
+    for s in (s1, s2):
+        torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    _check(layer, kind, x1, h1)
+    _check(layer, kind, x2, h2)
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e4m3 static"])
+def test_a_graph_replayed_on_a_side_stream_while_eager_calls_run_on_the_capture_stream(kind, monkeypatch):
+    # eager calls through the record's quantizer and GEMM (not the one launch that quantizes x itself,
+    # which a small layer's eager call takes): the scratch a capture reused before the fix
+    monkeypatch.setattr(kernels, "quantizes_in_kernel", lambda t, n, k: False)
+    layer = _layer(kind)
+    capture_stream = torch.cuda.Stream()
+    x1, x2 = _x(3), _x(4)
+    _warm_up(layer, x2, capture_stream)
+    graph, y1 = _capture(layer, x1, capture_stream)
+    h1 = torch.empty((REPLAYS, *y1.shape), dtype=y1.dtype, device="cuda")
+    h2 = torch.empty_like(h1)
+    side = torch.cuda.Stream()
+    for s in (side, capture_stream):
+        s.wait_stream(torch.cuda.current_stream())
+    for i in range(REPLAYS):
+        with torch.cuda.stream(side):
+            y1.fill_(float("nan"))
+            graph.replay()
+            h1[i].copy_(y1)
+        with torch.cuda.stream(capture_stream):  # the eager record of this stream, its own scratch
+            h2[i].copy_(layer(x2))
+    for s in (side, capture_stream):
+        torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    _check(layer, kind, x1, h1)
+    _check(layer, kind, x2, h2)
