@@ -485,7 +485,10 @@ class LaunchRecord:
         for run, which in launches[done:]:
             run(which(call), stream)
 
-    def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, scale_x: torch.Tensor | None, stream: int,
+                 in_capture: bool | None = None) -> torch.Tensor:
+        """y for x (and a per-call scale_x) on ``stream``; ``in_capture``: :func:`capturing`, where
+        the caller asked it already (None: asked here)."""
         if stream not in self.streams:  # a record without a workspace serves every stream
             self.streams.add(stream)
             used_on(self.kept, stream)
@@ -494,7 +497,8 @@ class LaunchRecord:
             y = first[1]
         else:
             y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
-        in_capture = capturing()
+        if in_capture is None:
+            in_capture = capturing()
         if in_capture:
             self.captured = True  # a graph holds this record's workspace addresses now
         if self.prepared is not None:

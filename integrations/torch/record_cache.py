@@ -268,4 +268,4 @@ class RecordCache:
                 self.unfilled[id(record)] = record
             self._trim(w.values)
         self.last = (record, stream)
-        return record(x, scale_x, stream)
+        return record(x, scale_x, stream, in_capture)
