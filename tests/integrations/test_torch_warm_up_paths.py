@@ -158,7 +158,8 @@ def ops_as_on_the_gpu(monkeypatch) -> None:
     monkeypatch.setattr(ops, "quantize_per_token", quantizer)
     monkeypatch.setattr(quantize, "_QUANTIZERS", type(quantize._QUANTIZERS)())  # (emptied by _traced_call)
     monkeypatch.setattr(kernels.LaunchRecord, "__call__",
-                        lambda self, x, scale_x, stream: torch.empty(self.shape, dtype=self.out_dtype))
+                        lambda self, x, scale_x, stream, in_capture=None:
+                        torch.empty(self.shape, dtype=self.out_dtype))
 
 
 @pytest.fixture
