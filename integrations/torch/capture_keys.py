@@ -24,16 +24,20 @@ TREES = "torch._inductor.cudagraph_trees"
 _UNKNOWN = itertools.count()  # captures whose id could not be read: a record of their own per call
 
 
-def trees_recording(device: int) -> bool:
+def trees_recording(device: int, stream: int) -> bool:
     """Whether torch.compile's CUDA graph trees are recording a graph on CUDA device ``device`` in
-    this thread (their manager's ``in_recording``). False where torch.compile never loaded them; True
-    where their internals cannot be read (the record of the warm-up is then shared, as before)."""
+    this thread, on ``stream`` (their manager's ``in_recording``, and its ``stream``, which they warm
+    up and capture on: a manual capture elsewhere while their state still reads "recording" is not
+    theirs). False where torch.compile never loaded them; True where their internals cannot be read
+    (the record of the warm-up is then shared, as before)."""
     trees = sys.modules.get(TREES)
     if trees is None:
         return False
     try:
         manager = trees.get_manager(device, create_if_none_exists=False)
-        return manager is not None and bool(manager.in_recording)
+        if manager is None or not manager.in_recording:
+            return False
+        return int(manager.stream.cuda_stream) == stream
     except Exception:  # (torch's internals changed)
         return True
 
@@ -44,7 +48,7 @@ def scratch_key(key: tuple, stream: int, off_pool: bool, device: int) -> tuple:
     (``cuStreamGetCaptureInfo``), or under a fresh tag where it cannot be read (a record per call);
     ``(*key, stream)``, the eager record of the stream, while CUDA graph trees record a graph on
     ``device`` (``off_pool``: the custom op's call). Outside a capture: ``(*key, stream)``."""
-    if off_pool and trees_recording(device):
+    if off_pool and trees_recording(device, stream):
         return (*key, stream)
     cid = capture_id(stream)
     return (*key, stream, ("capture", cid) if cid is not None else ("capture", None, next(_UNKNOWN)))

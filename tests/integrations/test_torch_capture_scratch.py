@@ -157,7 +157,7 @@ def test_the_custom_op_under_cuda_graph_trees_reuses_its_warm_up_record(fake, mo
     would leave its scratch in their pool, which they refuse; their graphs share that pool and
     replay one at a time); a manual capture of the op plans its own, as a layer's does."""
     _api(fake, monkeypatch)
-    monkeypatch.setattr(capture_keys, "trees_recording", lambda device: trees)
+    monkeypatch.setattr(capture_keys, "trees_recording", lambda device, stream: trees and stream == 7)
     cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4, "quantize"), x, w, None, torch.float32, stream=7, off_pool=True, quantize=True)
@@ -170,27 +170,32 @@ def test_the_custom_op_under_cuda_graph_trees_reuses_its_warm_up_record(fake, mo
 
 def test_trees_recording_reads_the_tree_manager(monkeypatch):
     """trees_recording asks torch.compile's CUDA graph trees (this thread's manager of the device)
-    whether they record a graph now: not before torch.compile loaded them, nor without a manager;
-    where their internals cannot be read, it answers True (the warm-up's record shared, as before)."""
+    whether they record a graph now, on the stream they capture on: not before torch.compile loaded
+    them, nor without a manager, nor on another stream (a manual capture while their state still
+    reads "recording"); where their internals cannot be read, it answers True (the warm-up's record
+    shared, as before)."""
     import sys
 
     monkeypatch.delitem(sys.modules, capture_keys.TREES, raising=False)
-    assert not capture_keys.trees_recording(0)
+    assert not capture_keys.trees_recording(0, 7)
     import torch._inductor.cudagraph_trees as trees
 
     assert trees.get_manager(0, create_if_none_exists=False) is None  # (no CUDA here: no manager)
-    assert not capture_keys.trees_recording(0)
+    assert not capture_keys.trees_recording(0, 7)
     assert isinstance(trees.CUDAGraphTreeManager.in_recording, property)
-    for recording in (True, False):
-        monkeypatch.setattr(trees, "get_manager", lambda device, create_if_none_exists=True, r=recording:
-                            SimpleNamespace(in_recording=r))
-        assert capture_keys.trees_recording(0) == recording
+    for recording, stream, expected in ((True, 7, True), (True, 8, False), (False, 7, False)):
+        manager = SimpleNamespace(in_recording=recording, stream=SimpleNamespace(cuda_stream=7))
+        monkeypatch.setattr(trees, "get_manager", lambda device, create_if_none_exists=True, m=manager: m)
+        assert capture_keys.trees_recording(0, stream) == expected
 
     def changed(device, create_if_none_exists=True):
         raise TypeError("no such argument")
 
     monkeypatch.setattr(trees, "get_manager", changed)
-    assert capture_keys.trees_recording(0)
+    assert capture_keys.trees_recording(0, 7)
+    monkeypatch.setattr(trees, "get_manager", lambda device, create_if_none_exists=True:
+                        SimpleNamespace(in_recording=True))  # (no stream attribute)
+    assert capture_keys.trees_recording(0, 7)
 
 
 def test_a_cleared_cache_keeps_each_capture_s_record_apart(fake, monkeypatch):
