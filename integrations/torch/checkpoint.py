@@ -38,6 +38,7 @@ from ..sparse24 import (
     CONFIG,
     FORMAT,
     INDEX,
+    LINEAR_CLASSES,
     bitmask_layout,
     checked_shape,
     declared_weight_types,
@@ -150,14 +151,25 @@ def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarra
     return narrowed
 
 
-def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any]) -> np.ndarray | None:
+def module_classes(module: nn.Module) -> tuple[str, ...]:
+    """The class names compressed-tensors matches a class target against for the model's layer
+    ``module``: those of its class's MRO that are modules (a subclass of nn.Linear of the producer's
+    model: its own name, then ``Linear``, ``Module``); a SparseLinear stands where the producer had an
+    nn.Linear (:data:`~sparsile.integrations.sparse24.LINEAR_CLASSES`)."""
+    if isinstance(module, SparseLinear):
+        return LINEAR_CLASSES
+    return tuple(cls.__name__ for cls in type(module).__mro__ if issubclass(cls, nn.Module))
+
+
+def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any],
+                 classes: tuple[str, ...]) -> np.ndarray | None:
     """The static per-tensor activation scale ``<name>.input_scale`` of an fp8 layer (compressed-tensors'
     ``input_activations: {dynamic: false, strategy: tensor}``), as one float32, or None; SP0913 for
     one of several elements, or not a positive finite number, and for none where config.json declares
     the layer's input activations static (x would be quantized per token instead, unseen)."""
     scale = tensors.get(f"{name}.input_scale")
     if scale is None:
-        static = static_input_group(config, name)
+        static = static_input_group(config, name, classes)
         if static is not None:
             group, said = static
             how = "dynamic false" if said else "without dynamic, which compressed-tensors takes as false"
@@ -222,7 +234,8 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     fp8 = compressed.dtype == ml_dtypes.float8_e4m3fn
     # (an input_scale next to 16-bit values, too, is left to load_state_dict: unexpected)
     return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale if fp8 else None,
-                                        input_scale=_input_scale(tensors, name, config) if fp8 else None,
+                                        input_scale=_input_scale(tensors, name, config, module_classes(module))
+                                        if fp8 else None,
                                         device=_device_of(module), **options)
 
 
