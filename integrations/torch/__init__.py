@@ -25,6 +25,7 @@ from ..torch_version import require_torch_release
 
 require_torch_release(_torch.__version__)  # SP0908 before a module below fails inside an older torch
 
+from ..vllm_match import VLLMMatchWarning  # noqa: E402
 from . import ops  # noqa: E402
 from .activation import sparse24_activation_linear, sparse24_mask  # noqa: E402
 from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint  # noqa: E402
@@ -37,7 +38,8 @@ from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, tr
 from .vllm_shapes import VLLMShapeWarning  # noqa: E402
 
 __all__ = ["DEFAULT_GROUPS", "WEIGHT_DTYPES", "FuseReport", "LoadReport", "SemiSparseLinear", "SparseLinear",
-           "SparseTrainer", "SparsifyReport", "VLLMShapeWarning", "WarmUpReport", "fuse_projections_",
+           "SparseTrainer", "SparsifyReport", "VLLMMatchWarning", "VLLMShapeWarning", "WarmUpReport",
+           "fuse_projections_",
            "load_sparse24_checkpoint", "ops", "recompress_", "reprune_", "save_sparse24_checkpoint",
            "sparse24_activation_linear", "sparse24_mask", "sparsify_", "transposable_mask",
            "use_gqa_decode_attention", "warm_up"]

@@ -47,6 +47,7 @@ from ..sparse24 import (
     shards,
     static_input_group,
 )
+from ..vllm_match import warn_vllm_matching
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
@@ -417,6 +418,10 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     for fqn, module in model.named_modules(remove_duplicate=False):
         paths.setdefault(id(module), []).append(fqn)
     targets = _targets(model, groups, tensors, config)
+    # (compressed-tensors' meaning is loaded; where vLLM's matching of the config differs: one warning, before
+    # anything changes, so that an "error" warnings filter refuses the load)
+    warn_vllm_matching(config, {fqn: (module_classes(m), fqn in groups) for fqn, m in model.named_modules(
+        remove_duplicate=False) if fqn and isinstance(m, nn.Linear | SparseLinear)})
     replaced = list(dict.fromkeys(fqn for module in targets.values() for fqn in paths[id(module)]))
     replaced_keys = tuple(f"{fqn}." for fqn in replaced)
     used: set[str] = set()

@@ -23,6 +23,7 @@ spt = pytest.importorskip("sparsile.torch")
 FP8_WEIGHTS = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}
 STATIC = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True, "dynamic": False}
 DYNAMIC = {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True, "dynamic": True}
+S_X = float(ml_dtypes.bfloat16(0.02))  # the input_scale of the fixtures (bf16, as compressed-tensors writes it)
 SPARSE = {"format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": []}
 
 
@@ -80,7 +81,9 @@ def test_a_class_target_names_the_model_modules_own_class(tmp_path):
     loader knew nn.Linear's classes only, found no group and quantized x per token, unseen)."""
     _write(tmp_path, _fp8_layer("proj", np.random.default_rng(1), input_scale=False),
            {"config_groups": {"group_0": _group(["MyLinear"], STATIC)}})
-    err = _error(spt.load_sparse24_checkpoint, _One(MyLinear), tmp_path)
+    with pytest.warns(spt.VLLMMatchWarning, match=r"for 1 layer: proj: vLLM stops \(no target of config_groups "
+                      r"names it\)"):  # ("mylinear" is no part of vLLM's class names)
+        err = _error(spt.load_sparse24_checkpoint, _One(MyLinear), tmp_path)
     assert err.code == "SP0913"
     assert "layer proj: config.json declares static input activations" in err.message
     assert "(config group 'group_0': input_activations dynamic false)" in err.message
@@ -96,3 +99,188 @@ def test_an_ignored_class_of_the_model_module(tmp_path):
         warnings.simplefilter("ignore")  # (vLLM's verdict is another test's)
         assert spt.load_sparse24_checkpoint(model, tmp_path).sparse == ["proj"]
     assert model.proj.input_scale is None
+
+
+# ------------------------------------------------------------------------------------------------
+# where vLLM reads the config otherwise: VLLMMatchWarning
+
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+PREFIX = {**{p: "layers.0.self_attn" for p in ATTN}, **{p: "layers.0.mlp" for p in MLP}}
+
+
+def _name(proj: str) -> str:
+    return f"{PREFIX[proj]}.{proj}"
+
+
+class _Block(torch.nn.Module):
+    """One decoder layer's linears as transformers names them (q/k/v and gate/up unfused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Module()])
+        for part, projs in (("self_attn", ATTN), ("mlp", MLP)):
+            holder = torch.nn.Module()
+            for proj in projs:
+                setattr(holder, proj, torch.nn.Linear(32, 16).to(torch.bfloat16))
+            setattr(self.layers[0], part, holder)
+
+
+def _block_checkpoint(path, quant: dict, *, static: tuple[str, ...] = (), dense: tuple[str, ...] = ()) -> None:
+    """Every linear of :class:`_Block` fp8 and sparse, except those of ``dense`` (a plain bf16 weight);
+    an input_scale for those of ``static``."""
+    rng = np.random.default_rng(7)
+    tensors = {}
+    for proj in ATTN + MLP:
+        name = _name(proj)
+        if proj in dense:
+            tensors[f"{name}.weight"] = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+            tensors[f"{name}.bias"] = np.linspace(-1, 1, 16).astype(ml_dtypes.bfloat16)
+        else:
+            tensors.update(_fp8_layer(name, rng, input_scale=proj in static))
+    _write(path, tensors, quant)
+
+
+def _load_warned(model, path) -> tuple[list[str], object]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = spt.load_sparse24_checkpoint(model, path)
+    told = [str(w.message) for w in caught if issubclass(w.category, spt.VLLMMatchWarning)]
+    assert all(w.filename == __file__ for w in caught if issubclass(w.category, spt.VLLMMatchWarning))
+    return told, report
+
+
+def test_patterns_in_string_order_here_in_the_configs_order_in_vllm(tmp_path):
+    """compressed-tensors orders the ``re:`` targets by their strings ("re:.*down_proj" before
+    "re:.*proj"): down_proj is static, loaded with its input_scale; vLLM takes the first in the
+    config's order ("re:.*proj", per token) and would quantize x per token: one warning naming it."""
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["re:.*proj"], DYNAMIC),
+                                                   "group_1": _group(["re:.*down_proj"], STATIC)}},
+                      static=("down_proj",))
+    model = _Block()
+    (told,), report = _load_warned(model, tmp_path)
+    assert sorted(report.sparse) == sorted(_name(p) for p in ATTN + MLP)
+    down = model.layers[0].mlp.down_proj
+    assert down.input_scale is not None and float(down.input_scale) == S_X
+    assert model.layers[0].mlp.up_proj.input_scale is None
+    assert ("for 1 layer: layers.0.mlp.down_proj: compressed-tensors reads 2:4 sparse, weights float8 per channel, "
+            "inputs float8 per tensor; vLLM reads 2:4 sparse, weights float8 per channel, inputs float8 per token "
+            "dynamic.") in told
+
+
+def test_an_exact_name_before_a_pattern_here_the_first_target_in_vllm(tmp_path):
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["re:.*"], DYNAMIC),
+                                                   "group_1": _group([_name("o_proj")], STATIC)}},
+                      static=("o_proj",))
+    model = _Block()
+    (told,), _ = _load_warned(model, tmp_path)
+    assert float(model.layers[0].self_attn.o_proj.input_scale) == S_X
+    assert "1 layer: layers.0.self_attn.o_proj: compressed-tensors reads 2:4 sparse, weights float8 per " \
+           "channel, inputs float8 per tensor; vLLM reads" in told
+
+
+def test_the_class_module_names_nothing_in_vllm(tmp_path):
+    """``Module`` is a class of every linear for compressed-tensors; vLLM compares targets with its own
+    class name (a substring, case-insensitive), finds no target and stops."""
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["Module"], DYNAMIC)}})
+    (told,), _ = _load_warned(_Block(), tmp_path)
+    assert "4 layers: layers.0.self_attn.qkv_proj: vLLM stops (no target of config_groups names it); " \
+           "layers.0.self_attn.o_proj: vLLM stops" in told
+
+
+def test_fused_members_of_two_groups_take_the_first_members_group_in_vllm(tmp_path):
+    """q_proj static, k_proj and v_proj per token, by exact names: compressed-tensors gives each its
+    group; vLLM's one qkv_proj takes q_proj's for all three."""
+    _block_checkpoint(tmp_path, {"config_groups": {
+        "group_0": _group([_name("q_proj")], STATIC),
+        "group_1": _group([_name(p) for p in ("k_proj", "v_proj", "o_proj")] + ["re:.*mlp.*"], DYNAMIC)}},
+        static=("q_proj",))
+    model = _Block()
+    (told,), _ = _load_warned(model, tmp_path)
+    attn = model.layers[0].self_attn
+    assert float(attn.q_proj.input_scale) == S_X and attn.k_proj.input_scale is None
+    assert ("1 layer: layers.0.self_attn.qkv_proj: compressed-tensors reads layers.0.self_attn.q_proj 2:4 sparse, "
+            "weights float8 per channel, inputs float8 per tensor; layers.0.self_attn.k_proj 2:4 sparse, weights "
+            "float8 per channel, inputs float8 per token dynamic; layers.0.self_attn.v_proj 2:4 sparse, weights "
+            "float8 per channel, inputs float8 per token dynamic; vLLM reads 2:4 sparse, weights float8 per channel, "
+            "inputs float8 per tensor.") in told
+
+
+def test_a_class_target_before_the_fused_members_names_in_vllm(tmp_path):
+    """q/k/v named exactly (static), ``Linear`` for the rest (per token): compressed-tensors takes the
+    names; vLLM matches qkv_proj's class before it looks at its members."""
+    _block_checkpoint(tmp_path, {"config_groups": {
+        "group_0": _group(["Linear"], DYNAMIC),
+        "group_1": _group([_name(p) for p in ("q_proj", "k_proj", "v_proj")], STATIC)}},
+        static=("q_proj", "k_proj", "v_proj"))
+    (told,), _ = _load_warned(_Block(), tmp_path)
+    assert "for 1 layer: layers.0.self_attn.qkv_proj: compressed-tensors reads layers.0.self_attn.q_proj 2:4 " \
+           "sparse, weights float8 per channel, inputs float8 per tensor;" in told
+
+
+def test_ignoring_one_member_of_a_fused_layer_stops_vllm(tmp_path):
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["Linear"], DYNAMIC)},
+                                 "ignore": [_name("gate_proj")]}, dense=("gate_proj",))
+    (told,), _ = _load_warned(_Block(), tmp_path)
+    assert ("for 1 layer: layers.0.mlp.gate_up_proj: vLLM stops (its members layers.0.mlp.gate_proj, "
+            "layers.0.mlp.up_proj are not all in ignore or all out of it).") in told
+
+
+def test_the_sparsity_ignore_list_is_taken_off_the_targets_as_strings_in_vllm(tmp_path):
+    """As llm-compressor writes a model whose down_proj stayed dense: sparsity targets ``Linear``,
+    ignore the layer's name. compressed-tensors reads the dense weight (sparse where the file holds
+    compressed tensors); vLLM takes ``{Linear} - {name}`` = ``{Linear}``, reads the layer as 2:4 and
+    finds no compressed tensors for it."""
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["Linear"], DYNAMIC)},
+                                 "sparsity_config": {**SPARSE, "ignore": [_name("down_proj")]}},
+                      dense=("down_proj",))
+    model = _Block()
+    (told,), report = _load_warned(model, tmp_path)
+    assert _name("down_proj") not in report.sparse and isinstance(model.layers[0].mlp.down_proj, torch.nn.Linear)
+    assert ("for 1 layer: layers.0.mlp.down_proj: compressed-tensors reads dense, weights float8 per channel, "
+            "inputs float8 per token dynamic; vLLM reads 2:4 sparse,") in told
+
+
+def test_a_class_name_in_ignore_is_no_ignore_entry_in_vllm():
+    """compressed-tensors ignores by class too; vLLM by names and patterns only."""
+    from sparsile.integrations.vllm_match import Meaning, ct_meaning, vllm_meaning
+
+    config = {"quantization_config": {"config_groups": {"group_0": _group(["re:.*"], DYNAMIC)},
+                                      "ignore": ["MyLinear"], "sparsity_config": SPARSE}}
+    assert ct_meaning(config, "proj", ("MyLinear", "Linear", "Module"), True) == Meaning(True, None)
+    assert vllm_meaning(config, "proj") == Meaning(True, (("float", 8, "channel", False), ("float", 8, "token", True)))
+
+
+@pytest.mark.parametrize("target", ["layers.0.mlp", "re:layers\\.0\\.mlp$"])
+def test_a_target_naming_a_parent_module_names_none_of_its_linears_in_either(target):
+    """compressed-tensors gives the parent the scheme, not its children; vLLM's names are the linears'."""
+    from sparsile.integrations.vllm_match import Meaning, ct_meaning, vllm_meaning
+
+    config = {"quantization_config": {"config_groups": {"group_0": _group([target], STATIC),
+                                                        "group_1": _group(["Linear"], DYNAMIC)}}}
+    dynamic = Meaning(False, (("float", 8, "channel", False), ("float", 8, "token", True)))
+    assert ct_meaning(config, _name("down_proj"), ("Linear", "Module"), False) == dynamic
+    assert vllm_meaning(config, _name("down_proj")) == dynamic
+
+
+def test_the_warning_comes_before_any_change_so_an_error_filter_refuses_the_load(tmp_path):
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["Module"], DYNAMIC)}})
+    model = _Block()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spt.VLLMMatchWarning)
+        with pytest.raises(spt.VLLMMatchWarning):
+            spt.load_sparse24_checkpoint(model, tmp_path)
+    assert all(type(m) is torch.nn.Linear for n, m in model.named_modules() if n.endswith("proj"))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_the_writers_configs_read_alike_in_both(tmp_path, dtype):
+    """What save_sparse24_checkpoint writes (exact names, ``Linear`` alone, q/k/v and gate/up whole,
+    the other linears ignored) gives no warning."""
+    model = _Block()
+    spt.sparsify_(model, dtype=dtype, interpret=True, min_features=16)
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    told, report = _load_warned(_Block(), tmp_path)
+    assert told == [] and len(report.sparse) == 7
