@@ -228,6 +228,18 @@ def static_input_group(config: dict[str, Any], name: str, classes: tuple[str, ..
     return str(group_name), "dynamic" in inputs
 
 
+def weight_only_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES) -> str | None:
+    """The name of the config group compressed-tensors applies to the linear module ``name``
+    (:func:`scheme_group`) where it quantizes the weights only (``weights`` and no
+    ``input_activations``: W8A16, x left as it is), else None."""
+    found = scheme_group(config, name, classes)
+    if found is None:
+        return None
+    group_name, group = found
+    return str(group_name) if isinstance(group.get("weights"), dict) and group.get("input_activations") is None \
+        else None
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """config.json of checkpoint folder ``path``, checked to declare the sparse-24-bitmask format."""
     path = Path(path)

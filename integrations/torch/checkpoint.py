@@ -46,6 +46,7 @@ from ..sparse24 import (
     read_config,
     shards,
     static_input_group,
+    weight_only_group,
 )
 from ..vllm_match import warn_vllm_matching
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
@@ -195,6 +196,21 @@ def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, An
     return scale
 
 
+def _dequantized(dense: np.ndarray, scale: np.ndarray, name: str, module: nn.Module) -> np.ndarray:
+    """The 16-bit weight W_q * s_w of a weight-only fp8 layer (W8A16), as compressed-tensors'
+    decompression makes it: the product in the scale's type (bf16 or f16: rounded once; float32:
+    float32's product), then the layer's 16-bit type (:func:`_layer_dtype`)."""
+    if scale.size not in (1, dense.shape[0]):
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
+                               f"{dense.shape[0]} output channels", help="one scale per output channel")
+    wide = np.result_type(np.float32, scale.dtype)
+    product = dense.astype(wide) * scale.reshape(-1, 1).astype(wide)
+    if scale.dtype.itemsize == 2:  # (exact in float32: at most 4 + 11 significant bits; one rounding)
+        product = product.astype(scale.dtype).astype(np.float32)
+    want = _layer_dtype(module)
+    return product.astype(want) if product.dtype == want else _narrowed(product, name, module)
+
+
 def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module,
                   config: dict[str, Any]) -> SparseLinear:
     compressed = tensors[f"{prefix}.compressed"]
@@ -216,6 +232,9 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: compressed values of {compressed.dtype} have no "
                                "2:4 kernel", help="store bf16, f16 or fp8 (e4m3: F8_E4M3) weights")
     dense = dense_from_bitmask(compressed, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name)
+    if dense.dtype == ml_dtypes.float8_e4m3fn and scale is not None \
+            and weight_only_group(config, name, module_classes(module)) is not None:
+        dense, scale = _dequantized(dense, np.asarray(scale), name, module), None
     values, indices = compress(dense, str(dense.dtype))
     bias = tensors.get(f"{name}.bias")
     if scale is not None:
@@ -232,7 +251,7 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     options = {"activation": module.activation, "out_dtype": module.out_dtype} if isinstance(module, SparseLinear) \
         else {}
     # (a weight_scale next to 16-bit values is no scale of the layer: left to load_state_dict, unexpected)
-    fp8 = compressed.dtype == ml_dtypes.float8_e4m3fn
+    fp8 = dense.dtype == ml_dtypes.float8_e4m3fn  # (not a weight-only fp8 layer: dequantized above)
     # (an input_scale next to 16-bit values, too, is left to load_state_dict: unexpected)
     return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale if fp8 else None,
                                         input_scale=_input_scale(tensors, name, config, module_classes(module))
@@ -439,7 +458,10 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
         layer = layers.get(id(module))
         if layer is None:
             layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module, config)
-        if layer.scale_w is not None:  # else a weight_scale of 16-bit values is left to load_state_dict: unexpected
+        # (else a weight_scale of 16-bit values is left to load_state_dict: unexpected; a weight-only fp8 layer's
+        # went into its dequantized values)
+        if layer.scale_w is not None or (layer.weight_dtype != "e4m3"
+                                         and tensors[f"{prefix}.compressed"].dtype.itemsize == 1):
             used.add(f"{name}.weight_scale")
         if layer.input_scale is not None:
             used.add(f"{name}.input_scale")

@@ -577,7 +577,11 @@ def test_a_checkpoint_laid_out_as_compressed_tensors_writes_it_loads(tmp_path, f
                    "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}
     if fp8:
         tensors["proj.weight_scale"] = scale.reshape(-1, 1).astype(ml_dtypes.bfloat16)
-        quant["config_groups"] = {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}}
+        # (W8A8: a group without input_activations is weight-only, W8A16, loaded dequantized: test_torch_checkpoint_
+        # matching.py)
+        quant["config_groups"] = {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
+                                              "input_activations": {"num_bits": 8, "type": "float",
+                                                                    "strategy": "token", "dynamic": True}}}
     _write(tmp_path, tensors, {"quantization_config": quant})
     model = _One(dtype=torch.bfloat16)
     report = spt.load_sparse24_checkpoint(model, tmp_path)

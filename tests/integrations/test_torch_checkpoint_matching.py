@@ -284,3 +284,37 @@ def test_the_writers_configs_read_alike_in_both(tmp_path, dtype):
     spt.save_sparse24_checkpoint(model, tmp_path)
     told, report = _load_warned(_Block(), tmp_path)
     assert told == [] and len(report.sparse) == 7
+
+
+# ------------------------------------------------------------------------------------------------
+# a group of fp8 weights without input activations (W8A16)
+
+
+@pytest.mark.parametrize("group", [{"targets": ["Linear"], "weights": FP8_WEIGHTS, "format": "float-quantized"},
+                                   {"targets": ["re:pro"], "weights": FP8_WEIGHTS, "input_activations": None}])
+def test_fp8_weights_without_input_activations_load_dequantized(tmp_path, group):
+    """compressed-tensors decompresses a weight-only fp8 layer to W = W_q * s_w (the product in the
+    scale's type, bf16 here) and leaves x as it is; the loader made it an e4m3 layer that quantizes x
+    per token (other numbers, unseen). It loads as a 16-bit 2:4 layer of that W, compared here with
+    float64."""
+    rng = np.random.default_rng(5)
+    tensors = _fp8_layer("proj", rng, input_scale=False)
+    _write(tmp_path, tensors, {"config_groups": {"group_0": group}})
+    wq = np.zeros((16, 32), ml_dtypes.float8_e4m3fn)
+    mask = np.unpackbits(tensors["proj.bitmask"], axis=1, bitorder="little").astype(bool)[:, :32]
+    wq[mask] = tensors["proj.compressed"].reshape(-1)
+    s_w = tensors["proj.weight_scale"].astype(np.float64)
+    w = (wq.astype(np.float64) * s_w).astype(ml_dtypes.bfloat16)  # (exact in float64, rounded once)
+    model = _One()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spt.VLLMMatchWarning)  # (vLLM's 2:4 kernel takes no weight-only scheme)
+        report = spt.load_sparse24_checkpoint(model, tmp_path)
+    assert (report.sparse, report.missing, report.unexpected) == (["proj"], [], [])
+    layer = model.proj
+    assert layer.weight_dtype == "bf16" and layer.scale_w is None and layer.input_scale is None
+    assert np.array_equal(layer.to_dense().float().numpy(), w.astype(np.float32))
+    x = torch.randn(5, 32, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    y = torch.full((5, 16), float("nan"))
+    y[:] = layer(x).float()
+    ref = x.double().numpy() @ w.astype(np.float64).T + tensors["proj.bias"].astype(np.float64)
+    np.testing.assert_allclose(y.double().numpy(), ref, rtol=2 ** -7, atol=2 ** -7 * np.abs(ref).max())
