@@ -407,14 +407,19 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
     ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
     name by a ``SparseLinear`` (its metadata encoded
-    from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included),
+    from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included; fp8
+    values under a config group of weights only, W8A16, as 16-bit W_q * s_w, as compressed-tensors
+    decompresses them),
     on that module's device (the CPU for the meta device), under every name of that module; the
     other tensors load with ``load_state_dict`` (assigned, for a model built on the meta device).
     ``strict``: raise SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks
     one of the model's. A layer to replace that has hooks or its own forward
     (:func:`~.sparsify.own_behaviour`), or whose weight or bias is tied to another module's tensor
     (:class:`~.sparsify.TiedTensors`: the new layer would untie them), is SP0914 too, before any
-    layer is replaced. Tied tensors stay tied: a key of the model whose tensor the checkpoint loads
+    layer is replaced. The config groups apply as compressed-tensors applies them; where vLLM's
+    matching gives a layer another meaning, one :class:`~sparsile.integrations.vllm_match.VLLMMatchWarning`
+    names them, before anything changes (docs/torch.md, "Which config group applies to a layer").
+    Tied tensors stay tied: a key of the model whose tensor the checkpoint loads
     under another key is not missing, and two keys of one tensor with different values in the
     checkpoint are SP0914. All or nothing: every layer is built and the other tensors checked (a
     shape, ``strict``'s keys: SP0914) before anything changes; a failure inside torch's load puts the

@@ -318,3 +318,17 @@ def test_fp8_weights_without_input_activations_load_dequantized(tmp_path, group)
     y[:] = layer(x).float()
     ref = x.double().numpy() @ w.astype(np.float64).T + tensors["proj.bias"].astype(np.float64)
     np.testing.assert_allclose(y.double().numpy(), ref, rtol=2 ** -7, atol=2 ** -7 * np.abs(ref).max())
+
+
+def test_a_weight_only_layers_scale_of_another_length_is_sp0913(tmp_path):
+    tensors = _fp8_layer("proj", np.random.default_rng(6), input_scale=False)
+    tensors["proj.weight_scale"] = tensors["proj.weight_scale"][:3]
+    _write(tmp_path, tensors, {"config_groups": {"group_0": {"targets": ["Linear"], "weights": FP8_WEIGHTS}}})
+    model = _One()
+    proj = model.proj
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spt.VLLMMatchWarning)
+        err = _error(spt.load_sparse24_checkpoint, model, tmp_path)
+    assert (err.code, err.message, err.help) == ("SP0913", "layer proj: weight_scale has 3 elements for 16 output "
+                                                 "channels", "one scale per output channel")
+    assert model.proj is proj
