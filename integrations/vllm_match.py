@@ -213,17 +213,24 @@ def vllm_differences(config: Mapping[str, Any], layers: Mapping[str, tuple[tuple
 
 
 def warn_vllm_matching(config: Mapping[str, Any], layers: Mapping[str, tuple[tuple[str, ...], bool]],
-                       stacklevel: int = 3) -> None:
+                       stacklevel: int = 3, saving: bool = False) -> None:
     """One :class:`VLLMMatchWarning` naming the layers of ``layers`` (:func:`vllm_differences`) that
-    vLLM reads otherwise than compressed-tensors, if any."""
+    vLLM reads otherwise than compressed-tensors, if any (``saving``: for the writer, else the loader)."""
     told = vllm_differences(config, layers)
     if not told:
         return
     more = f"; and {len(told) - SHOWN} more" if len(told) > SHOWN else ""
+    head = ("save_sparse24_checkpoint: compressed-tensors and load_sparse24_checkpoint read this checkpoint as "
+            "written; vLLM matches the config.json written with it" if saving else
+            "load_sparse24_checkpoint: loaded as compressed-tensors reads it; vLLM matches this config.json's groups")
     warnings.warn(
-        f"load_sparse24_checkpoint: loaded as compressed-tensors reads it; vLLM matches this config.json's groups "
-        f"otherwise for {len(told)} layer{'s' if len(told) != 1 else ''}: {'; '.join(told[:SHOWN])}{more}. vLLM "
+        f"{head} otherwise for {len(told)} layer{'s' if len(told) != 1 else ''}: {'; '.join(told[:SHOWN])}{more}. vLLM "
         "takes the first target in the config's order, class names by substring, q/k/v and gate/up as one layer, "
         "ignore by names and patterns only, and the sparsity_config's ignore as strings taken off its targets "
-        "(docs/torch.md, 'Which config group applies to a layer'); for vLLM, give such layers targets both read "
-        "alike (exact names)", VLLMMatchWarning, stacklevel=stacklevel)
+        f"(docs/torch.md, 'Which config group applies to a layer'); {_FOR_VLLM[saving]}", VLLMMatchWarning,
+        stacklevel=stacklevel)
+
+
+_FOR_VLLM = {False: "for vLLM, give such layers targets both read alike (exact names)",
+             True: "for vLLM, sparsify every layer in one type and give each q/k/v and gate/up one input scheme (all "
+                   "static or all per token)"}

@@ -163,6 +163,13 @@ def module_classes(module: nn.Module) -> tuple[str, ...]:
     return tuple(cls.__name__ for cls in type(module).__mro__ if issubclass(cls, nn.Module))
 
 
+def _linear_layers(model: nn.Module, sparse: set[str]) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """name -> (its classes, whether it is in ``sparse``) of every linear layer (nn.Linear,
+    SparseLinear) of ``model``, under each of its names: what vLLM's matching is checked on."""
+    return {name: (module_classes(m), name in sparse) for name, m in model.named_modules(remove_duplicate=False)
+            if name and isinstance(m, nn.Linear | SparseLinear)}
+
+
 def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any],
                  classes: tuple[str, ...]) -> np.ndarray | None:
     """The static per-tensor activation scale ``<name>.input_scale`` of an fp8 layer (compressed-tensors'
@@ -444,8 +451,7 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     targets = _targets(model, groups, tensors, config)
     # (compressed-tensors' meaning is loaded; where vLLM's matching of the config differs: one warning, before
     # anything changes, so that an "error" warnings filter refuses the load)
-    warn_vllm_matching(config, {fqn: (module_classes(m), fqn in groups) for fqn, m in model.named_modules(
-        remove_duplicate=False) if fqn and isinstance(m, nn.Linear | SparseLinear)})
+    warn_vllm_matching(config, _linear_layers(model, set(groups)))
     replaced = list(dict.fromkeys(fqn for module in targets.values() for fqn in paths[id(module)]))
     replaced_keys = tuple(f"{fqn}." for fqn in replaced)
     used: set[str] = set()
@@ -548,7 +554,9 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     linear layers in its ``ignore``). A SparseLinear whose in_features is not a multiple of 4 cannot be
     written sparse (SP0915): ``layer.to_linear()`` in its place writes it dense. Layers whose in_features
     or out_features is no multiple of 8 are written, with one ``VLLMShapeWarning`` naming them (vLLM's
-    2:4 scheme cannot load them; vllm_shapes.py). Returns the folder."""
+    2:4 scheme cannot load them; vllm_shapes.py), and one ``VLLMMatchWarning`` naming the layers vLLM's
+    matching of the written config reads otherwise than compressed-tensors (vllm_match.py), both before
+    anything is written. Returns the folder."""
     checked_model(model, "save_sparse24_checkpoint")
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
@@ -569,9 +577,20 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                     f"model.{narrow}.to_linear(); save_sparse24_checkpoint writes an nn.Linear as a "
                                     f"plain {narrow}.weight)")
     _check_no_other_weights(path)
+    static = {name for name, m in layers.items() if m.weight_dtype == "e4m3" and m.input_scale is not None}
+    base = dict(config) if config is not None else (model.config.to_dict() if hasattr(getattr(model, "config", None),
+                                                                                       "to_dict") else {})
+    quant = dict(base.get("quantization_config") or {})
+    quant.update({"quant_method": "compressed-tensors", "sparsity_config": {
+        "format": FORMAT, "sparsity_structure": "2:4", "targets": sorted(layers), "ignore": [],
+        "registry_requires_subclass": False}})
+    if any(m.weight_dtype == "e4m3" for m in layers.values()):
+        quant.update(_quantization_scheme(model, layers, static))
+    base["quantization_config"] = quant
     # (written all the same: compressed-tensors and this package read them; before anything is written, so that
     # an "error" warnings filter refuses the save)
     warn_vllm_shapes(layers)
+    warn_vllm_matching(base, _linear_layers(model, set(layers)), saving=True)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # (a file where a folder of the path should be, no permission)
@@ -582,7 +601,6 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         owner = key.rpartition(".")[0]
         if owner not in layers:
             tensors[key] = np.ascontiguousarray(as_host_array(value.detach(), key))
-    fp8, static = False, set()
     for name, layer in layers.items():
         # as compressed-tensors' Sparse24BitMaskTensor.dict names and shapes them (its reader, and vLLM's, take
         # nothing else): <name>.compressed (fp8 as F8_E4M3), .bitmask, .shape (2, 1) int64
@@ -592,25 +610,14 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         values = as_host_array(layer.values.detach(), "values")
         compressed, bitmask, shape = bitmask_layout(values, indices, layer.in_features, name)
         if layer.weight_dtype == "e4m3":
-            fp8 = True
             tensors[f"{name}.weight_scale"] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
-            if layer.input_scale is not None:  # (compressed-tensors' static per-tensor input scale, (1,))
-                static.add(name)
+            if name in static:  # (compressed-tensors' static per-tensor input scale, (1,))
                 tensors[f"{name}.input_scale"] = as_host_array(layer.input_scale.detach(), "input_scale").reshape(1)
         tensors.update({f"{prefix}.compressed": compressed, f"{prefix}.bitmask": bitmask,
                         f"{prefix}.shape": shape.reshape(-1, 1)})
         if layer.bias is not None:
             tensors[f"{name}.bias"] = as_host_array(layer.bias.detach(), "bias")
     save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})
-    base = dict(config) if config is not None else (model.config.to_dict() if hasattr(getattr(model, "config", None),
-                                                                                       "to_dict") else {})
-    quant = dict(base.get("quantization_config") or {})
-    quant.update({"quant_method": "compressed-tensors", "sparsity_config": {
-        "format": FORMAT, "sparsity_structure": "2:4", "targets": sorted(layers), "ignore": [],
-        "registry_requires_subclass": False}})
-    if fp8:
-        quant.update(_quantization_scheme(model, layers, static))
-    base["quantization_config"] = quant
     (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
     return path
 

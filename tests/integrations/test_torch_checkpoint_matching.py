@@ -332,3 +332,26 @@ def test_a_weight_only_layers_scale_of_another_length_is_sp0913(tmp_path):
     assert (err.code, err.message, err.help) == ("SP0913", "layer proj: weight_scale has 3 elements for 16 output "
                                                  "channels", "one scale per output channel")
     assert model.proj is proj
+
+
+def test_the_writer_warns_where_vllm_would_read_its_config_otherwise(tmp_path):
+    """q_proj with a static input scale, k_proj and v_proj per token: the writer names each in its group
+    (compressed-tensors and this loader read them so); vLLM's qkv_proj takes q_proj's static scheme for
+    all three. One warning, before anything is written."""
+    model = _Block()
+    spt.sparsify_(model, dtype="e4m3", interpret=True, min_features=16)
+    model.layers[0].self_attn.q_proj.input_scale = torch.tensor([0.03])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spt.VLLMMatchWarning)
+        with pytest.raises(spt.VLLMMatchWarning, match=r"^save_sparse24_checkpoint: .* otherwise for 1 layer: "
+                           r"layers\.0\.self_attn\.qkv_proj: compressed-tensors reads layers\.0\.self_attn\.q_proj "
+                           r"2:4 sparse, weights float8 per channel, inputs float8 per tensor; .* vLLM reads 2:4 "
+                           r"sparse, weights float8 per channel, inputs float8 per tensor\. .*one input scheme"):
+            spt.save_sparse24_checkpoint(model, tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt").exists()
+    with pytest.warns(spt.VLLMMatchWarning) as caught:
+        spt.save_sparse24_checkpoint(model, tmp_path / "ckpt")
+    assert caught[0].filename == __file__
+    with pytest.warns(spt.VLLMMatchWarning):
+        report = spt.load_sparse24_checkpoint(_Block(), tmp_path / "ckpt")
+    assert len(report.sparse) == 7
