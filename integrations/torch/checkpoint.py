@@ -59,6 +59,9 @@ from .vllm_shapes import warn_vllm_shapes
 WEIGHTS = "model.safetensors"
 FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
 _PARTS = ("compressed", "bitmask", "shape")
+STALE_SCHEME = ("config_groups", "ignore", "format", "quantization_status", "kv_cache_scheme")
+"""The keys of a given config's quantization_config that the writer drops: the scheme of the model the
+config came from, not of the layers written (an fp8 one is written anew)."""
 
 
 @dataclass
@@ -549,7 +552,8 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     ``.shape`` (2, 1); bias in float32; fp8 values as F8_E4M3 with ``weight_scale`` (out, 1), and
     ``input_scale`` (1,) where the layer has a static one), every other tensor of its state dict as
     is (an ``nn.Linear``: a dense ``.weight``), and config.json (``config``, else the model's
-    ``config.to_dict()`` when it has one, plus the sparsity_config and, for fp8 layers, the
+    ``config.to_dict()`` when it has one, its quantization_config's scheme dropped (:data:`STALE_SCHEME`),
+    plus the sparsity_config and, for fp8 layers, the
     quantization scheme: per-channel weights, inputs per token or static per tensor, the model's other
     linear layers in its ``ignore``). A SparseLinear whose in_features is not a multiple of 4 cannot be
     written sparse (SP0915): ``layer.to_linear()`` in its place writes it dense. Layers whose in_features
@@ -580,7 +584,8 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     static = {name for name, m in layers.items() if m.weight_dtype == "e4m3" and m.input_scale is not None}
     base = dict(config) if config is not None else (model.config.to_dict() if hasattr(getattr(model, "config", None),
                                                                                        "to_dict") else {})
-    quant = dict(base.get("quantization_config") or {})
+    # (a scheme the given config declares is another model's: its groups would claim the layers written here)
+    quant = {k: v for k, v in (base.get("quantization_config") or {}).items() if k not in STALE_SCHEME}
     quant.update({"quant_method": "compressed-tensors", "sparsity_config": {
         "format": FORMAT, "sparsity_structure": "2:4", "targets": sorted(layers), "ignore": [],
         "registry_requires_subclass": False}})

@@ -355,3 +355,31 @@ def test_the_writer_warns_where_vllm_would_read_its_config_otherwise(tmp_path):
     with pytest.warns(spt.VLLMMatchWarning):
         report = spt.load_sparse24_checkpoint(_Block(), tmp_path / "ckpt")
     assert len(report.sparse) == 7
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_the_writer_drops_a_stale_quantization_scheme_of_the_config_it_is_given(tmp_path, dtype):
+    """A model built from an fp8 checkpoint's config (its quantization_config: fp8 groups targeting
+    ``Linear``, a kv-cache scheme), sparsified and saved: the written config.json declared those groups
+    for the new layers (a 16-bit layer read as fp8 by compressed-tensors and vLLM; lm_head, a dense
+    nn.Linear here, quantized) next to sparsile's own. It declares only the scheme of what it writes."""
+    stale = {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+             "config_groups": {"group_0": _group(["Linear"], STATIC)}, "ignore": ["lm_head"],
+             "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}
+    model = _Block()
+    spt.sparsify_(model, dtype=dtype, interpret=True, min_features=16)
+    model.lm_head = torch.nn.Linear(32, 16)
+    spt.save_sparse24_checkpoint(model, tmp_path, config={"model_type": "llama", "quantization_config": stale})
+    written = json.loads((tmp_path / "config.json").read_text())
+    quant = written["quantization_config"]
+    assert written["model_type"] == "llama" and "kv_cache_scheme" not in quant
+    if dtype == "bf16":
+        assert set(quant) == {"quant_method", "sparsity_config"}
+    else:
+        (group,) = quant["config_groups"].values()
+        assert group["input_activations"]["dynamic"] is True and quant["ignore"] == ["lm_head"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spt.VLLMMatchWarning)
+        fresh = _Block()
+        fresh.lm_head = torch.nn.Linear(32, 16)
+        assert len(spt.load_sparse24_checkpoint(fresh, tmp_path).sparse) == 7
