@@ -228,6 +228,18 @@ def static_input_group(config: dict[str, Any], name: str, classes: tuple[str, ..
     return str(group_name), "dynamic" in inputs
 
 
+def dynamic_input_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES) -> str | None:
+    """The name of the config group compressed-tensors applies to the linear module ``name``
+    (:func:`scheme_group`) where it declares dynamic input activations (``dynamic`` true, or
+    ``"local"``: x's scales computed at run time, none stored), else None."""
+    found = scheme_group(config, name, classes)
+    if found is None:
+        return None
+    group_name, group = found
+    inputs = group.get("input_activations")
+    return str(group_name) if isinstance(inputs, dict) and inputs.get("dynamic", False) is not False else None
+
+
 def weight_only_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES) -> str | None:
     """The name of the config group compressed-tensors applies to the linear module ``name``
     (:func:`scheme_group`) where it quantizes the weights only (``weights`` and no

@@ -43,6 +43,7 @@ from ..sparse24 import (
     checked_shape,
     declared_weight_types,
     dense_from_bitmask,
+    dynamic_input_group,
     read_config,
     shards,
     static_input_group,
@@ -178,8 +179,13 @@ def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, An
     """The static per-tensor activation scale ``<name>.input_scale`` of an fp8 layer (compressed-tensors'
     ``input_activations: {dynamic: false, strategy: tensor}``), as one float32, or None; SP0913 for
     one of several elements, or not a positive finite number, and for none where config.json declares
-    the layer's input activations static (x would be quantized per token instead, unseen)."""
+    the layer's input activations static (x would be quantized per token instead, unseen). Where the
+    group compressed-tensors applies declares them dynamic, a stored input_scale is none of the layer's
+    (compressed-tensors registers none for a dynamic scheme, nor does vLLM): None, the tensor left to
+    load_state_dict (unexpected)."""
     scale = tensors.get(f"{name}.input_scale")
+    if scale is not None and dynamic_input_group(config, name, classes) is not None:
+        return None
     if scale is None:
         static = static_input_group(config, name, classes)
         if static is not None:

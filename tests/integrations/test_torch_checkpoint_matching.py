@@ -383,3 +383,24 @@ def test_the_writer_drops_a_stale_quantization_scheme_of_the_config_it_is_given(
         fresh = _Block()
         fresh.lm_head = torch.nn.Linear(32, 16)
         assert len(spt.load_sparse24_checkpoint(fresh, tmp_path).sparse) == 7
+
+
+@pytest.mark.parametrize("groups", [
+    {"group_0": _group(["Linear"], DYNAMIC)},
+    # the group compressed-tensors applies is the dynamic one (a name before a pattern)
+    {"group_0": _group(["re:pro"], STATIC), "group_1": _group(["proj"], DYNAMIC)},
+])
+def test_an_input_scale_of_a_layer_its_group_declares_dynamic_is_not_its_scale(tmp_path, groups):
+    """The config's group quantizes x per token: an input_scale in the file is none of the layer's
+    (compressed-tensors registers no input_scale for a dynamic scheme; vLLM creates none). It was
+    loaded as a static scale (x quantized with it, not per token); it is left to load_state_dict:
+    unexpected, SP0914 under strict."""
+    _write(tmp_path, _fp8_layer("proj", np.random.default_rng(8)), {"config_groups": groups})
+    model = _One()
+    err = _error(spt.load_sparse24_checkpoint, model, tmp_path)
+    assert (err.code, err.message) == ("SP0914", "the checkpoint and the model differ: missing [], unexpected "
+                                                 "['proj.input_scale']")
+    assert type(model.proj) is torch.nn.Linear
+    report = spt.load_sparse24_checkpoint(model, tmp_path, strict=False)
+    assert (report.sparse, report.unexpected) == (["proj"], ["proj.input_scale"])
+    assert model.proj.weight_dtype == "e4m3" and model.proj.input_scale is None
