@@ -15,6 +15,7 @@ description to tell the two apart:
 * fused layers: q/k/v are one ``qkv_proj``, gate/up one ``gate_up_proj``; one scheme for all members;
 * ``ignore``: names and patterns only (no class names); a fused layer whose members disagree: vLLM
   stops;
+* ``lm_head`` is an embedding class in vLLM: dense and not quantized there (:data:`NOT_LINEAR`);
 * ``sparsity_config``: its ``targets`` less the strings its ``ignore`` lists (a string difference:
   an ``ignore`` entry that is not itself one of the targets takes nothing away), matched as above;
   a matched layer is sparse where its scheme suits vLLM's 2:4 kernel (not quantized, or 8-bit
@@ -40,6 +41,11 @@ FUSED: dict[str, tuple[str, ...]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj"),
 VLLM_CLASS = "Linear"
 """The part of vLLM's linear class names (RowParallelLinear, QKVParallelLinear, ...) a class target
 is compared with."""
+
+NOT_LINEAR = ("lm_head",)
+"""Layers (last name component) vLLM builds as no linear class (``lm_head``: ParallelLMHead, an
+embedding class): compressed-tensors' linear schemes never reach them, so vLLM reads them dense and not
+quantized, whatever the config says."""
 
 SHOWN = 8
 """How many of the layers the warning names (then how many more there are)."""
@@ -150,6 +156,8 @@ def _cutlass_24(scheme: tuple[Any, Any] | None) -> bool:
 def vllm_meaning(config: Mapping[str, Any], name: str, members: tuple[str, ...] = ()) -> Meaning | str:
     """vLLM's meaning of layer ``name`` (a fused one of the checkpoint's ``members``, or ``()``), or
     why vLLM stops there."""
+    if name.rpartition(".")[2] in NOT_LINEAR:  # no compressed-tensors scheme reaches it in vLLM
+        return Meaning(False, None)
     quant = vllm_view(config)
     ignored = _ignored(name, members, _strings(quant.get("ignore")))
     if ignored is None:

@@ -404,3 +404,20 @@ def test_an_input_scale_of_a_layer_its_group_declares_dynamic_is_not_its_scale(t
     report = spt.load_sparse24_checkpoint(model, tmp_path, strict=False)
     assert (report.sparse, report.unexpected) == (["proj"], ["proj.input_scale"])
     assert model.proj.weight_dtype == "e4m3" and model.proj.input_scale is None
+
+
+def test_lm_head_is_no_linear_in_vllm_so_llm_compressors_ignore_of_it_reads_alike():
+    """llm-compressor's usual 2:4 config: sparsity targets ``Linear``, ignore ``lm_head``. vLLM builds
+    lm_head as an embedding class that no compressed-tensors scheme reaches (dense, not quantized),
+    as compressed-tensors reads it: no warning for the main use case."""
+    from sparsile.integrations.vllm_match import Meaning, vllm_differences, vllm_meaning
+
+    config = {"quantization_config": {"sparsity_config": {**SPARSE, "ignore": ["lm_head"]}}}
+    assert vllm_meaning(config, "lm_head") == Meaning(False, None)
+    assert vllm_meaning(config, "model.lm_head") == Meaning(False, None)
+    layers = {"model.layers.0.mlp.down_proj": (("Linear", "Module"), True), "lm_head": (("Linear", "Module"), False)}
+    assert vllm_differences(config, layers) == []
+    # a quantized or sparse lm_head in the file is read dense and unquantized by vLLM: told
+    sparse_head = {"lm_head": (("Linear", "Module"), True)}
+    assert vllm_differences({"quantization_config": {"sparsity_config": SPARSE}}, sparse_head) == [
+        "lm_head: compressed-tensors reads 2:4 sparse, not quantized; vLLM reads dense, not quantized"]
