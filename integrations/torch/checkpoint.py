@@ -51,6 +51,7 @@ from ..sparse24 import (
 )
 from ..vllm_match import warn_vllm_matching
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
+from .conv1d import is_conv1d
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
@@ -113,9 +114,12 @@ def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Mo
         module = None
     if not isinstance(module, nn.Linear | SparseLinear) or not name:
         what = "no module" if module is None else (type(module).__name__ if name else "the root module")
+        help = ("sparsify the model first (sparsify_(model) puts a SparseLinear in place of each transformers "
+                "Conv1D), then load the checkpoint into it" if module is not None and name and is_conv1d(module)
+                else "build the model from the checkpoint's config (an nn.Linear there), or load into a model of "
+                "the same architecture")
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint's sparse layer {name or '<root>'} is {what} "
-                               "of the model", help="build the model from the checkpoint's config (an nn.Linear "
-                               "there), or load into a model of the same architecture")
+                               "of the model", help=help)
     if (module.out_features, module.in_features) != shape:
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} is {module.out_features} x {module.in_features} "
                                f"in the model but {shape[0]} x {shape[1]} in the checkpoint",

@@ -212,6 +212,7 @@ def test_gpt2_sparse_checkpoint_loads_into_a_sparsified_gpt2(tmp_path):
     with pytest.raises(IntegrationError) as info:
         spt.load_sparse24_checkpoint(dense, tmp_path)
     assert info.value.code == "SP0914" and "transformer.h.0.attn.c_attn is Conv1D of the model" in info.value.message
+    assert info.value.help.startswith("sparsify the model first (sparsify_(model) puts a SparseLinear in place")
     spt.sparsify_(fresh, interpret=True, min_features=16)
     report = spt.load_sparse24_checkpoint(fresh, tmp_path)
     assert sorted(report.sparse) == sorted(f"transformer.h.0.{p}" for p in GPT2_PROJECTIONS)
