@@ -21,6 +21,7 @@ from .deferred import Deferred
 from .lane_exchange import exchange_plan, store_exchanged
 from .llvm_text import LLValue, const, llvm_type
 from .tile_address import tile_addresses
+from .wide_address import wide_address, wide_form_applies
 
 _WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8: ("b64", "l", "i64")}
 
@@ -39,28 +40,35 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     assert isinstance(elem, T.PointerType)
     ety = llvm_type(elem.elem) if elem.elem.bits >= 8 else "i8"
 
-    def fn(v: list[LLValue]) -> LLValue:
+    def gep(v: list[LLValue]) -> LLValue:
         off = v[1]
         if off.type != "i64":
             off = cg.fb.cast("sext", off, "i64")
         return cg.fb.gep(ety, v[0], off)
 
+    def wide(v: list[LLValue]) -> LLValue:
+        return wide_address(cg, v[0], v[1], max(1, elem.elem.bits // 8))
+
+    ptype = llvm_type(elem)
     plan = _address_plan(cg, op)
-    if plan is None:
-        map_values(cg, op, fn)
+    if plan is None:  # (a large tile: one opaque address per register, wide_address.py)
+        registers = len(register_coords(op.result.layout)) if isinstance(op.result.type, T.TileType) else 0
+        map_values(cg, op, wide if wide_form_applies(registers, ptype) else gep)
         return
     # constant offsets from one base address per (pointer, base offset): address_form.py
     ptr, offs = cg.get(op.operand("ptr")), cg.tile(op.operand("offset"))
+    ins = [(ptr.regs[r] if isinstance(ptr, DTile) else ptr, offs.regs[q], offs.regs[r], k)
+           for r, (q, k) in enumerate(plan)]
+    base_fn = wide if wide_form_applies(len({(p.ref, o.ref) for p, o, _, _ in ins}), ptype) else gep
     bases: dict[tuple[str, str], LLValue] = {}
     memo: dict[tuple[str, str], LLValue] = {}
     regs = []
-    for r, (q, k) in enumerate(plan):
-        p = ptr.regs[r] if isinstance(ptr, DTile) else ptr
-        key = (p.ref, offs.regs[r].ref)
+    for p, base_off, off, k in ins:
+        key = (p.ref, off.ref)
         if key not in memo:
-            bkey = (p.ref, offs.regs[q].ref)
+            bkey = (p.ref, base_off.ref)
             if bkey not in bases:  # register q's own address, as map_values gives it
-                bases[bkey] = fn([p, offs.regs[q]])
+                bases[bkey] = base_fn([p, base_off])
             memo[key] = bases[bkey] if k == 0 else cg.fb.gep(ety, bases[bkey], const(k, "i64"), flags="")
         regs.append(memo[key])
     cg.set(op.result, DTile(op.result.layout, regs, elem))

@@ -4,8 +4,8 @@ offsets define.
 
 :func:`global_accesses` evaluates, on demand, only what the accesses' pointers and predicates read
 (integer arithmetic of 32 and 64 bits, wrapping as LLVM does, ``sext``/``zext``/``trunc``,
-``getelementptr`` and ``icmp``), from ``ctaid.x`` / ``.y`` / ``.z``, ``tid.x`` and the kernel
-parameters' values.
+``getelementptr``, ``icmp`` and the inline asm of the backend's opaque address arithmetic), from
+``ctaid.x`` / ``.y`` / ``.z``, ``tid.x`` and the kernel parameters' values.
 Accesses are the predicated ``ld.global``/``st.global`` inline asm of masked loads and stores and the
 plain ``load``/``store`` of unmasked ones.
 """
@@ -70,6 +70,15 @@ class _Eval:
             add = re.match(r'call i64 asm "add\.s64 \$0, \$1, \$2;", "=l,l,l"\(i64 ([^,\s]+), i64 ([^,\s)]+)\)$', rhs)
             if add:  # the 64-bit add of a generic tensor tile's addresses (backend/lower/tile_address.py)
                 return (self.val(add.group(1)) + self.val(add.group(2))) & _mask(64)
+            mad = re.match(r'call i64 asm "mad\.(wide\.s32|lo\.s64) \$0, \$1, (\d+), \$2;", "=l,[rl],l"'
+                           r'\(i(32|64) ([^,\s]+), i64 ([^,\s)]+)\)$', rhs)
+            if mad:  # a large pointer tile's address, p + off * E (backend/lower/wide_address.py)
+                bits = int(mad.group(3))
+                off = _signed(self.val(mad.group(4), bits) & _mask(bits), bits).astype(_U64)
+                return (self.val(mad.group(5)) + off * _U64(int(mad.group(2)))) & _mask(64)
+            mov = re.match(r'call i32 asm "mov\.b32 \$0, \$1;", "=r,r"\(i32 ([^,\s)]+)\)$', rhs)
+            if mov:  # the opaque copy of a large tile's thread coordinate (backend/lower/codegen.py)
+                return self.val(mov.group(1), 32) & _mask(32)
             if "sreg.tid.x" in rhs:
                 return self.tids.copy()
             ctaid = re.search(r"sreg\.ctaid\.([xyz])\(", rhs)

@@ -4,7 +4,9 @@ tests/support/program_gen.py or program_gen_sparse.py, for every thread of a few
 emitted LLVM IR computes it (register_addresses.py), against the interpreter's pointer at that
 register's coordinates (for a box: its in-bounds predicate for every lane, and its address where in
 bounds). ``--linear-above N`` gives boxes of more than N registers a thread the linear address form
-(backend/lower/tile_address.py; 0: every box it applies to, as the generated boxes are small).
+(backend/lower/tile_address.py; 0: every box it applies to, as the generated boxes are small), and
+pointer tiles of more than N the opaque per-register addresses and coordinates
+(backend/lower/wide_address.py).
 
 Each program is checked for each target under a few *scenarios* of run-time values:
 
@@ -61,6 +63,7 @@ class Tally:
     tiles: int = 0
     boxes: int = 0
     linear: int = 0
+    wide: int = 0
     skipped: int = 0
     unreached: int = 0
     faults: int = 0
@@ -73,7 +76,8 @@ class Tally:
         why = ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items()))
         return (f"{self.programs} programs, {self.compiles} compiles ({self.refused} refused by a target), "
                 f"{self.tiles} tiles checked ({self.boxes} load_tile / store_tile boxes, {self.linear} compiles with "
-                f"linear box addresses), {self.skipped} skipped ({why or 'none'}), "
+                f"linear box addresses, {self.wide} with opaque pointer-tile addresses), "
+                f"{self.skipped} skipped ({why or 'none'}), "
                 f"{self.unreached} unreached, {self.wrapped} out-of-bounds accesses wrapped, {self.faults} interpreter "
                 f"faults, {len(self.failures)} mismatches")
 
@@ -160,6 +164,7 @@ def check_program(gen: str, seed: int, tally: Tally, targets: tuple[str, ...] = 
             tally.tiles += c.tiles
             tally.boxes += c.boxes
             tally.linear += 'asm "add.s64' in c.llvm
+            tally.wide += 'asm "mad.' in c.llvm
             tally.skipped += c.skipped
             tally.unreached += c.unreached
             tally.faults += len(c.errors)
