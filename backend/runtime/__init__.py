@@ -20,6 +20,7 @@ lives in a module of its own:
 ``cudalib.py``        libcuda through ctypes for the launch hot path
 ``native_launch.py``  launch records replayed by llvmlite-compiled code (the JAX handler,
                       the torch launch record)
+``graph_objects.py``  knowing when a CUDA graph is destroyed (user objects, a native callback)
 ``dlpack.py``         DLPack capsules in and out
 ``bench.py``          timing kernels for the autotuner
 ====================  =============================================================================

@@ -6,7 +6,8 @@ counters; an e4m3 record's quantized copy of x and its per-token scales) serves 
 calls on one stream run in order, so they may share it. A CUDA graph bakes those addresses in, and
 two graphs may be replayed at once on two streams (or one graph on a side stream while eager calls
 run): so each capture plans a record of its own, whose scratch is allocated inside the capture (in
-that graph's memory pool), instead of reusing the eager record of its stream or another graph's.
+that graph's memory pool), instead of reusing the eager record of its stream or another graph's;
+it is kept as long as that graph (graph_life.py).
 Not while torch.compile's CUDA graph trees record a graph: they refuse allocations left in their
 pool that are not outputs, share that pool between the graphs of a tree (which replay one at a
 time), and warm up on the stream they capture on, so the warm-up's record is reused there as
@@ -52,3 +53,8 @@ def scratch_key(key: tuple, stream: int, off_pool: bool, device: int) -> tuple:
         return (*key, stream)
     cid = capture_id(stream)
     return (*key, stream, ("capture", cid) if cid is not None else ("capture", None, next(_UNKNOWN)))
+
+
+def is_capture_key(key: tuple) -> bool:
+    """Whether a record stored at ``key`` is one capture's own (:func:`scratch_key` inside a capture)."""
+    return bool(key) and isinstance(key[-1], tuple) and key[-1][:1] == ("capture",)

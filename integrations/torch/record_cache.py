@@ -12,8 +12,9 @@ from collections.abc import Callable
 import torch
 
 from ..errors import SP_STALE_CAPTURE, IntegrationError
+from . import graph_life
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
-from .capture_keys import scratch_key
+from .capture_keys import is_capture_key, scratch_key
 from .optimizer_steps import AfterStep, bump_unless_written, watch_optimizer_steps
 from .weight import Weight, same_binding, storage_key, weight_versions
 
@@ -66,6 +67,10 @@ class RecordCache:
         # records planned inside a capture whose copies (counters) that graph's replay fills, by id:
         # filled (or replaced) by the next call outside a capture, whichever record it calls
         self.unfilled: dict[int, LaunchRecord] = {}
+        # ids of the records a capture planned for its graph alone, tied to that graph (graph_life.py):
+        # dropped at the first call outside a capture after the graph is destroyed
+        self.tied: set[int] = set()
+        self.untied = 0  # such records planned here that could not be tied (kept while their weight lives)
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
         # (the record the last call ran, its stream): what a layer's LastCall keeps (last_call.py)
         self.last: tuple[LaunchRecord, int] | None = None
@@ -196,6 +201,45 @@ class RecordCache:
             for k, r in kept.copy().items():
                 if r.owner is owner:
                     kept.pop(k, None)
+                    self.tied.discard(k)
+        if record is not None and record.owner is owner:
+            self.tied.discard(id(record))
+
+    def graphs_released(self) -> None:
+        """Drop the records tied to a CUDA graph that is destroyed now (graph_life.py), in this
+        cache and any other: each graph's records, kept for it alone, that no call will use again
+        (a later capture plans its own; an eager call uses the eager record). A record planned in a
+        capture without scratch that an eager call filled since (``_fill``) is every call's now: it
+        stays. Their tensors go back to torch's allocator: the driver released the graph after its
+        launches were complete, so nothing reads them. Outside a capture only."""
+        for cache, record in graph_life.released_records():
+            cache.release(record)
+
+    def release(self, record: LaunchRecord) -> None:
+        """``record``'s graph is destroyed: drop it (see :meth:`graphs_released`), unless an eager
+        call filled it since (it serves every call now, and other graphs may have captured it)."""
+        self.tied.discard(id(record))
+        key = record.key
+        if not (record.unfilled or is_capture_key(key)):
+            return
+        if self.records.get(key) is record:
+            self.records.pop(key, None)
+        self.retired.pop(id(record), None)
+        self.unfilled.pop(id(record), None)
+        last = self.last
+        if last is not None and last[0] is record:
+            self.last = None
+
+    def _tie(self, record: LaunchRecord, stream: int) -> None:
+        """``record`` was just planned inside the capture on ``stream``: tie it to that graph where it
+        is that graph's alone (stored under the capture's id, or filled by that graph's replay)."""
+        if not (record.unfilled or is_capture_key(record.key)):
+            return
+        if graph_life.tie(self, record, stream):
+            self.tied.add(id(record))
+        elif is_capture_key(record.key):
+            self.untied += 1
+            graph_life.untied(self.untied)
 
     def _trim(self, values: torch.Tensor) -> None:
         """Drop the oldest of ``values``' records beyond ``capacity``, except those a CUDA graph
@@ -236,6 +280,8 @@ class RecordCache:
         if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as
             scale_x = scale_x.clone()                        # torch.func.vmap's per-sample calls of the op pass)
         in_capture = capturing()
+        if self.tied and not in_capture and graph_life.released():  # graphs destroyed: their own records dropped
+            self.graphs_released()
         if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
         records = self.records
@@ -266,6 +312,8 @@ class RecordCache:
             _watch_steps(record)
             if record.unfilled:
                 self.unfilled[id(record)] = record
+            if in_capture:
+                self._tie(record, stream)
             self._trim(w.values)
         self.last = (record, stream)
         return record(x, scale_x, stream, in_capture)

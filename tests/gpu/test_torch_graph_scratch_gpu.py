@@ -4,9 +4,13 @@ streams many times; and one graph replayed on a side stream while eager calls ru
 stream. Each launch record with scratch (an e4m3 layer's quantized copy of x and its per-token
 scales; a split-K workspace) belongs to one capture or one stream: shared, the replays raced on it
 and returned another input's numbers (a silent wrong result). Every output is compared with float64
-(y poisoned with NaN before each replay). The CPU side: tests/integrations/test_torch_capture_scratch.py."""
+(y poisoned with NaN before each replay). The CPU side: tests/integrations/test_torch_capture_scratch.py.
+A capture's own records live as long as its graph (graph_life.py): 50 captures of one layer, each
+graph deleted, keep a bounded number of records and memory (CPU side: test_torch_graph_life.py)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -18,6 +22,8 @@ spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import ops  # noqa: E402
+from sparsile.integrations.torch.capture_keys import is_capture_key  # noqa: E402
+from sparsile.integrations.torch.graph_life import graph_releases  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
@@ -154,3 +160,54 @@ def test_cuda_graph_trees_reuse_the_warm_up_record_of_their_stream():
     mine = [(key, r) for key, r in ops.RECORDS.records.items() if r.owner() is layer.values]
     assert mine and any(r.captured and r.owns_workspace for _, r in mine)
     assert not any(isinstance(key[-1], tuple) and key[-1][0] == "capture" for key, _ in mine)
+
+
+CAPTURES = 50
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "bf16 op"])
+def test_capturing_a_layer_again_and_again_keeps_its_records_and_memory_bounded(kind):
+    """A layer's call captured 50 times on one stream (a warm-up there before each, as torch
+    recommends), each graph replayed with y poisoned, checked against float64, then deleted: each
+    capture plans a record of its own (its quantized x, its split-K workspace), tied to its graph
+    with a driver user object, and dropped at the first eager call after the graph is destroyed (the
+    driver's callback may lag: polled). Before, the cache kept all 50, and their memory."""
+    assert graph_releases() is not None  # the native destroy callback could be built
+    layer = _layer(kind)
+    call = _call(layer, kind)
+    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
+    stream = torch.cuda.Stream()
+    x = _x(21)
+
+    def captured() -> list:
+        """This layer's records planned for one capture (stored or retired)."""
+        return [r for key, r in (*cache.records.items(), *cache.retired.items())
+                if r.owner() is layer.values and (isinstance(key, int) or is_capture_key(key))]
+
+    def settle() -> None:
+        """Until the destroyed graphs' records are dropped: eager calls (and the driver's callbacks)."""
+        for _ in range(500):
+            torch.cuda.synchronize()
+            _warm_up(call, x, stream)
+            if not captured():
+                return
+            time.sleep(0.01)
+
+    memory = []
+    for i in range(CAPTURES):
+        _warm_up(call, x, stream)
+        graph, y = _capture(call, x, stream)
+        assert len(cache.tied) >= 1 and len(captured()) <= 8  # this graph's, and a few whose release lags
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(layer, kind, x, y.clone()[None])
+        del graph, y
+        if i in (4, CAPTURES - 1):
+            settle()
+            assert not captured()
+            memory.append(torch.cuda.memory_allocated())
+    assert memory[1] <= memory[0], memory
+    y = call(x)  # the eager record after it all
+    torch.cuda.synchronize()
+    _check(layer, kind, x, y[None])

@@ -1,0 +1,93 @@
+"""Launch records that live as long as the CUDA graph whose capture planned them (docs/torch.md,
+"Scratch per stream and per CUDA-graph capture").
+
+A record planned inside a capture for that capture alone (one with scratch, stored under the
+capture's id: capture_keys.py; one whose copies of the weight only that graph's replay fills,
+``unfilled``) is used by that graph only. The cache cannot see a graph deleted, so before it kept
+such records while their weight lived: a process capturing the same layer again and again kept one
+per capture, with its buffers (and the graph pool memory they pin). Now each is tied to its graph
+with a driver user object (backend/runtime/graph_objects.py): once the graph and its executables
+are destroyed, their launches complete, the driver's callback marks it, and the cache's next call
+outside a capture drops it (:meth:`~.record_cache.RecordCache.graphs_released`), its tensors going
+back to torch's allocator: nothing can read them any more. Where no user object can be made (no
+llvmlite engine, no driver support, an error, a capture whose graph cannot be read) the record is
+kept as before; past :data:`UNTIED_WARN` such records in a cache, one warning per process.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ...backend.runtime.graph_objects import GraphReleases, graph_releases
+
+UNTIED_WARN = 256
+"""Records planned for one capture each, kept in a cache without a tie to their graph, beyond which
+one warning (per process) says that they accumulate."""
+
+_warned: list[bool] = []
+
+
+def _cuda_capture_graph(stream: int) -> int | None:
+    """The ``CUgraph`` the capture on ``stream`` builds (``cuStreamGetCaptureInfo``), or None."""
+    from cuda.bindings import driver
+
+    err, status, _, graph, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
+    active = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    handle = int(graph) if err == driver.CUresult.CUDA_SUCCESS and status == active else 0
+    return handle or None
+
+
+_CAPTURE_GRAPH: Callable[[int], int | None] = _cuda_capture_graph
+_RELEASES: Callable[[], GraphReleases | None] = graph_releases
+
+
+def capture_graph(stream: int | None) -> int | None:
+    """The graph the capture on ``stream`` builds, or None (not known; never asked of the legacy
+    default stream: an implicit synchronization there invalidates the capture)."""
+    if not stream:
+        return None
+    try:
+        return _CAPTURE_GRAPH(stream)
+    except Exception:
+        return None
+
+
+def tie(cache: Any, record: Any, stream: int | None) -> bool:
+    """Have ``cache`` drop ``record`` (planned in the capture on ``stream`` for that graph alone)
+    once that graph is destroyed: :meth:`~.record_cache.RecordCache.graphs_released`. False where
+    it cannot be tied (the record is kept while its weight lives, as before)."""
+    releases = _RELEASES()
+    graph = capture_graph(stream) if releases is not None else None
+    return graph is not None and releases.watch(graph, (weakref.ref(cache), weakref.ref(record)))
+
+
+def released() -> bool:
+    """Whether a graph a record was tied to was destroyed since the records were last dropped."""
+    releases = _RELEASES()
+    return releases is not None and releases.released()
+
+
+def released_records() -> list[tuple[Any, Any]]:
+    """(cache, record) of each record whose graph was destroyed since the last call, both alive."""
+    releases = _RELEASES()
+    pairs = []
+    for cache_ref, record_ref in releases.collect() if releases is not None else ():
+        cache, record = cache_ref(), record_ref()
+        if cache is not None and record is not None:
+            pairs.append((cache, record))
+    return pairs
+
+
+def untied(count: int) -> None:
+    """A cache now keeps ``count`` records of one capture each that no graph release will drop:
+    past :data:`UNTIED_WARN`, warn once per process."""
+    if count > UNTIED_WARN and not _warned:
+        _warned.append(True)
+        warnings.warn(f"sparsile.torch: {count} launch records planned inside CUDA-graph captures are kept by one "
+                      "cache with no way to tell when their graph is destroyed (no driver user object could be tied to "
+                      "their graph); "
+                      "each keeps its scratch memory while its weight lives. Capturing the same layer again and "
+                      "again grows this: capture once and replay, or recreate the layer", stacklevel=4)

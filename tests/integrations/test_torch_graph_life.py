@@ -1,0 +1,309 @@
+"""Launch records planned inside a CUDA-graph capture for that graph alone live as long as the graph
+(integrations/torch/graph_life.py, backend/runtime/graph_objects.py): tied to it with a driver user
+object whose destroy callback (native code) marks them, and dropped at the cache's next call outside
+a capture. The capture and the driver are faked (the fake fixture's capture id, a fake
+``cuUserObjectCreate`` + ``cuGraphRetainUserObject``); the callback is the real JIT-compiled one,
+called as the driver would, from another thread. On the GPU: tests/gpu/test_torch_graph_life_gpu.py."""
+
+from __future__ import annotations
+
+import ctypes as c
+import gc
+import threading
+import weakref
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("llvmlite")
+
+from sparsile.backend.runtime import graph_objects  # noqa: E402
+from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
+from sparsile.integrations.torch import graph_life  # noqa: E402
+from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
+from sparsile.tests.integrations.record_fakes import _Prepared, _weight  # noqa: E402
+from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
+
+_CALLBACK = c.CFUNCTYPE(None, c.c_void_p)
+
+
+class FakeGraphs:
+    """Graphs as the fake driver keeps them: the cells of the user objects each holds, and the
+    native destroy callback, which :meth:`destroy` calls on a thread of its own (as the driver's)."""
+
+    def __init__(self, state: str = graph_objects.TIED):
+        self.state = state  # what attach reports
+        self.cells: dict[int, list[int]] = {}
+        self.released: list[int] = []  # cells of objects the graph refused (released at once)
+        self.releases = graph_objects.GraphReleases(self.attach)
+
+    def attach(self, graph: int, cell: int, callback: int) -> str:
+        assert callback == self.releases.callback
+        if self.state == graph_objects.TIED:
+            self.cells.setdefault(graph, []).append(cell)
+        elif self.state == graph_objects.RELEASED:
+            self.released.append(cell)
+            _CALLBACK(callback)(cell)
+        return self.state
+
+    def destroy(self, graph: int) -> None:
+        """The graph and its executables destroyed: the driver calls each object's callback."""
+        fn = _CALLBACK(self.releases.callback)
+        worker = threading.Thread(target=lambda: [fn(cell) for cell in self.cells.pop(graph)])
+        worker.start()
+        worker.join()
+
+
+@pytest.fixture
+def graphs(fake, monkeypatch) -> FakeGraphs:
+    """The fake driver's graphs; a capture of id ``i`` builds graph ``1000 + i``."""
+    fakes = FakeGraphs()
+    monkeypatch.setattr(graph_life, "_RELEASES", lambda: fakes.releases)
+    monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: 1000 + fake.capture_id)
+    return fakes
+
+
+def _api(fake, monkeypatch) -> None:
+    """The fake fixture's kernel API with the e4m3 quantizer (its outputs the record's own)."""
+    base = kernels.kernel_api()
+
+    def prepare(x, xq, scale, per_call, **kwargs):
+        return _Prepared(fake.log, per_call, {"x": x, "xq": xq, "scale": scale})
+
+    monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(
+        plan_sparse_linear=base.plan_sparse_linear, prepare_quantize=prepare, prepare_quantize_static=prepare))
+
+
+def _capture(fake, monkeypatch, capture: int | None) -> None:
+    """From now on a capture of id ``capture`` is under way (None: none)."""
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: capture is not None)
+    fake.capture_id = capture
+
+
+KEY = (4, "quantize")
+
+
+def _call(cache: RecordCache, w, x) -> torch.Tensor:
+    return cache.run(KEY, x, w, None, torch.float32, stream=7, quantize=True)
+
+
+def test_a_capture_s_record_is_dropped_at_the_first_eager_call_after_its_graph_is_destroyed(fake, graphs,
+                                                                                              monkeypatch):
+    """A record with scratch (an e4m3 record's quantized x and scales) planned for capture 31 is
+    kept while its graph lives (eager calls, another capture), and after the graph is destroyed
+    until the next call outside a capture, which drops it (nothing else holds it: its tensors are
+    freed); the eager record of the stream and capture 32's record, whose graph lives, stay."""
+    _api(fake, monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    _call(cache, w, x)
+    eager = cache.records[(*KEY, 7)]
+    _capture(fake, monkeypatch, 31)
+    _call(cache, w, x)
+    first = weakref.ref(cache.records[(*KEY, 7, ("capture", 31))])
+    assert first().captured and id(first()) in cache.tied and list(graphs.cells) == [1031]
+    _capture(fake, monkeypatch, None)
+    _call(cache, w, x)  # graph 1031 alive: its record stays
+    assert first() is cache.records[(*KEY, 7, ("capture", 31))]
+    graphs.destroy(1031)
+    assert graph_life.released()
+    _capture(fake, monkeypatch, 32)
+    _call(cache, w, x)  # inside another capture: nothing dropped
+    second = cache.records[(*KEY, 7, ("capture", 32))]
+    assert first() is cache.records[(*KEY, 7, ("capture", 31))] and len(cache.records) == 3
+    _capture(fake, monkeypatch, None)
+    _call(cache, w, x)
+    assert list(cache.records.values()) == [eager, second] and cache.last[0] is eager
+    assert cache.tied == {id(second)} and not graph_life.released() and graphs.releases.pending() == 1
+    gc.collect()
+    assert first() is None  # its quantized x and scales freed with it
+
+
+def test_capturing_a_layer_again_and_again_keeps_a_bounded_number_of_records(fake, graphs, monkeypatch):
+    """50 captures of one layer's call on one stream, each graph destroyed after it (a benchmark, a
+    server capturing again), with an eager call (the warm-up) before each: the cache holds the
+    eager record and the live graph's only (before: one per capture, 51 records)."""
+    _api(fake, monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    for capture in range(100, 150):
+        _capture(fake, monkeypatch, None)
+        _call(cache, w, x)
+        _capture(fake, monkeypatch, capture)
+        _call(cache, w, x)
+        assert len(cache.records) <= 2
+        graphs.destroy(1000 + capture)
+    _capture(fake, monkeypatch, None)
+    _call(cache, w, x)
+    assert list(cache.records) == [(*KEY, 7)] and not cache.tied and graphs.releases.pending() == 0
+
+
+def test_a_split_k_record_of_the_custom_op_s_cache_is_dropped_with_its_graph(fake, graphs, monkeypatch):
+    """A 16-bit record with a split-K workspace (two launches), planned per capture, likewise; the
+    records of a cleared cache (retired, kept for their graph) too."""
+    fake.reads_weight, fake.n_launches = True, 2
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    for capture in (8, 9):
+        _capture(fake, monkeypatch, capture)
+        cache.run((4,), x, w, None, torch.float32, stream=5)
+    _capture(fake, monkeypatch, None)
+    cache.clear()
+    assert len(cache.retired) == 2 and not cache.records
+    graphs.destroy(1008)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert [r.key for r in cache.retired.values()] == [(4, 5, ("capture", 9))]
+    graphs.destroy(1009)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert not cache.retired and list(cache.records) == [(4, 5)]
+
+
+@pytest.mark.parametrize("fill_first", [False, True])
+def test_an_unfilled_record_goes_with_its_graph_unless_an_eager_call_filled_it(fake, graphs, monkeypatch, fill_first):
+    """A record without scratch planned inside a capture (no warm-up) reads copies of the weight that
+    only that graph's replay fills: tied to the graph. Destroyed before any eager call, the record
+    is dropped (not filled) and the eager call plans its own; filled first by an eager call, it
+    serves every call (other graphs may capture it): it stays."""
+    cache, w = RecordCache(), _weight()  # (the fake plan reads a padded copy of the weight)
+    x = torch.randn(4, 32)
+    _capture(fake, monkeypatch, 60)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    (planned,) = cache.records.values()
+    assert planned.unfilled and planned.key == (4,) and id(planned) in cache.tied
+    _capture(fake, monkeypatch, None)
+    if fill_first:
+        cache.run((4,), x, w, None, torch.float32, stream=5)
+        assert not planned.unfilled
+    graphs.destroy(1060)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    (now,) = cache.records.values()
+    assert (now is planned) == fill_first and not now.unfilled and not cache.tied and not cache.unfilled
+
+
+def test_a_graph_destroyed_after_its_weight_is_gone(fake, graphs, monkeypatch):
+    """The weight collected first drops its records (as before) and the cache's tie to them (its
+    calls no longer look at the releases); its graph destroyed later: collecting frees the user
+    object's cell and hands nothing back."""
+    _api(fake, monkeypatch)
+    cache, w, other = RecordCache(), _weight(), _weight()
+    x = torch.randn(4, 32)
+    _capture(fake, monkeypatch, 70)
+    _call(cache, w, x)
+    _capture(fake, monkeypatch, None)
+    _call(cache, other, x)
+    del w
+    gc.collect()
+    assert not cache.tied and len(cache.records) == 1
+    graphs.destroy(1070)
+    assert graph_life.released()
+    cache.run((5,), torch.randn(5, 32), other, None, torch.float32, stream=7, quantize=True)
+    assert len(cache.records) == 2 and graphs.releases.pending() == 1
+    assert graph_life.released_records() == [] and graphs.releases.pending() == 0 and not graph_life.released()
+
+
+@pytest.mark.parametrize("how", ["no releases", "no graph", "attach failed", "graph refused", "attach raised"])
+def test_without_user_objects_records_are_kept_as_before(fake, graphs, monkeypatch, how):
+    """Where no user object can be tied to the graph (no llvmlite engine, the capture's graph not
+    readable, the driver refusing) the capture's record is kept while its weight lives, silently,
+    and the capture goes on; past UNTIED_WARN such records in one cache, one warning per process."""
+    _api(fake, monkeypatch)
+    if how == "no releases":
+        monkeypatch.setattr(graph_life, "_RELEASES", lambda: None)
+    elif how == "no graph":
+        monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: None)
+    elif how == "attach raised":
+        monkeypatch.setattr(graphs, "attach", lambda graph, cell, callback: 1 / 0)
+        graphs.releases = graph_objects.GraphReleases(graphs.attach)
+    else:
+        graphs.state = graph_objects.FAILED if how == "attach failed" else graph_objects.RELEASED
+    monkeypatch.setattr(graph_life, "UNTIED_WARN", 2)
+    monkeypatch.setattr(graph_life, "_warned", [])
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    for capture in (80, 81):
+        _capture(fake, monkeypatch, capture)
+        _call(cache, w, x)
+    _capture(fake, monkeypatch, None)
+    _call(cache, w, x)
+    assert len(cache.records) == 3 and not cache.tied and cache.untied == 2
+    _capture(fake, monkeypatch, 82)
+    untied = r"3 launch records planned inside CUDA-graph captures are kept by one cache .*\(no driver user object"
+    with pytest.warns(UserWarning, match=untied):
+        _call(cache, w, x)
+    _capture(fake, monkeypatch, 83)
+    _call(cache, w, x)  # (once per process: no second warning; pytest's filter makes one an error)
+    _capture(fake, monkeypatch, None)
+    _call(cache, w, x)
+    assert len(cache.records) == 5 and not cache.tied
+    if how == "graph refused":  # each released object's cell: marked by its callback, freed when collected
+        assert len(graphs.released) == 4 and not graphs.cells and graphs.releases.pending() == 4
+        assert graph_life.released() and graph_life.released_records() == []
+    assert graphs.releases.pending() == 0 and not graph_life.released()
+
+
+def test_graph_releases_counts_and_frees_cells():
+    """GraphReleases: released() is one memory read that turns True when a callback ran; collect
+    hands back the payloads of the marked cells once (the others stay pending); an object the graph
+    refused (released at once) hands nothing back."""
+    fakes = FakeGraphs()
+    releases = fakes.releases
+    assert releases.watch(1, "a") and releases.watch(1, "b") and releases.watch(2, "c")
+    assert not releases.released() and releases.collect() == [] and releases.pending() == 3
+    fakes.destroy(1)
+    assert releases.released() and sorted(releases.collect()) == ["a", "b"]
+    assert not releases.released() and releases.pending() == 1 and releases.collect() == []
+    fakes.state = graph_objects.RELEASED
+    assert not releases.watch(3, "d") and releases.released() and releases.collect() == []
+    assert releases.pending() == 1 and not releases.released()
+    fakes.destroy(2)
+    assert releases.collect() == ["c"] and releases.pending() == 0
+
+
+@pytest.mark.parametrize("retained", [True, False])
+def test_driver_attach_moves_the_object_s_reference_to_the_graph(monkeypatch, retained):
+    """driver_attach: cuUserObjectCreate of the cell with the native callback (one reference, no
+    destructor sync), then cuGraphRetainUserObject moving it to the graph; refused, the reference is
+    released (cuUserObjectRelease) and it reports RELEASED; a failed create reports FAILED."""
+    calls = []
+
+    def create(out, ptr, destroy, refcount, flags):
+        calls.append(("create", ptr, destroy, refcount, flags))
+        out._obj.value = 0xAB  # (a byref: its object)
+        return 0
+
+    def retain(graph, obj, count, flags):
+        calls.append(("retain", graph, obj.value, count, flags))
+        return 0 if retained else 1
+
+    monkeypatch.setattr(graph_objects, "_user_objects", lambda: (
+        create, retain, lambda obj, count: calls.append(("release", obj.value, count)) or 0))
+    state = graph_objects.driver_attach(0x51, 0x60, 0x70)
+    assert state == (graph_objects.TIED if retained else graph_objects.RELEASED)
+    assert calls == [("create", 0x60, 0x70, 1, 1), ("retain", 0x51, 0xAB, 1, 1)] + \
+        ([] if retained else [("release", 0xAB, 1)])
+    monkeypatch.setattr(graph_objects, "_user_objects", lambda: (lambda *args: 2, retain, None))
+    assert graph_objects.driver_attach(0x51, 0x60, 0x70) == graph_objects.FAILED
+
+
+def test_the_shared_graph_releases_is_built_once(monkeypatch):
+    """graph_releases() builds the process's GraphReleases once, or answers None for good where it
+    cannot be built."""
+    monkeypatch.setattr(graph_objects, "_shared", [])
+    first = graph_objects.graph_releases()
+    assert first is not None and graph_objects.graph_releases() is first
+    monkeypatch.setattr(graph_objects, "_shared", [])
+    monkeypatch.setattr(graph_objects, "compile_ir", lambda text: 1 / 0)
+    assert graph_objects.graph_releases() is None and graph_objects.graph_releases() is None
+
+
+def test_capture_graph_never_asks_the_legacy_stream_and_swallows_errors(monkeypatch):
+    """The capture's graph is not asked of the legacy default stream (an implicit synchronization
+    there invalidates a capture), and a failed query is None (the record is then kept, untied)."""
+    asked = []
+    monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: asked.append(stream) or 77)
+    assert graph_life.capture_graph(0) is None and graph_life.capture_graph(None) is None and not asked
+    assert graph_life.capture_graph(5) == 77 and asked == [5]
+    monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: 1 / 0)
+    assert graph_life.capture_graph(5) is None
