@@ -21,7 +21,7 @@ as it was when they raise (a diagnostic the user can fix and retry), never half 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,12 +83,13 @@ def refused_tensors(module: nn.Module, state_dict: Any, prefix: str) -> list[str
 
 
 def withhold_refused(module: nn.Module, state_dict: Any, prefix: str, local_metadata: Any, missing_keys: list[str],
-                     unexpected_keys: list[str], error_msgs: list[str]) -> bool:
+                     unexpected_keys: list[str], error_msgs: list[str], also: Sequence[str] = ()) -> bool:
     """For a layer's ``_load_from_state_dict``: when torch would refuse one of its tensors
-    (:func:`refused_tensors`), report them as torch does (``error_msgs``, raised by ``load_state_dict``
-    at its end), copy none of the others, keep torch's missing and unexpected keys, and return True;
-    else False (the caller loads them)."""
-    refused = refused_tensors(module, state_dict, prefix)
+    (:func:`refused_tensors`), or the layer refuses the state dict itself (``also``: its messages),
+    report them as torch does (``error_msgs``, raised by ``load_state_dict`` at its end), copy none
+    of the others, keep torch's missing and unexpected keys, and return True; else False (the
+    caller loads them)."""
+    refused = [*also, *refused_tensors(module, state_dict, prefix)]
     if not refused:
         return False
     error_msgs.extend(refused)

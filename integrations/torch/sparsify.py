@@ -276,6 +276,18 @@ def _accepts(filter_fn: Callable[[nn.Module, str], Any], module: nn.Module, fqn:
                                help="return True to swap the module, False to keep it dense") from None
 
 
+def _built(module: nn.Module, dtype: Any, trainable: bool) -> SparseLinear | SemiSparseLinear:
+    """The sparse layer of the chosen linear or transformers Conv1D ``module`` (that of its weight
+    W.T); a trainable one made from a Conv1D knows it (``transposed_from``: a Conv1D's dense state
+    dict, whose weight is (in, out), is refused rather than loaded transposed)."""
+    if not is_conv1d(module):
+        return SparseLinear.from_dense(module, dtype, trainable=trainable)
+    layer = SparseLinear.from_dense(linear_of(module, contiguous=True), dtype, trainable=trainable)
+    if isinstance(layer, SemiSparseLinear):
+        layer.transposed_from = "transformers Conv1D"
+    return layer
+
+
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,
               interpret: bool = False, min_features: int = 128, trainable: bool = False,
               fuse: Any = False, traced: bool = False, glu: bool | None = None) -> SparsifyReport:
@@ -356,8 +368,7 @@ def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | No
         paths.setdefault(id(module), []).append(fqn)
     # every layer built before the first swap (a build that raises leaves the model as it was; the dense
     # layers stay alive until the call returns either way: peak memory is the dense model and its sparse layers)
-    built = [(module, SparseLinear.from_dense(linear_of(module, contiguous=True) if is_conv1d(module) else module,
-                                              dtype, trainable=trainable)) for _, module in chosen]
+    built = [(module, _built(module, dtype, trainable)) for _, module in chosen]
     swaps = [(fqn, sparse) for module, sparse in built for fqn in paths[id(module)]]
     undo = swap_modules(model, swaps)
     report.swapped = [fqn for fqn, _ in swaps]

@@ -337,6 +337,10 @@ class SemiSparseLinear(nn.Module):
     weight: nn.Parameter
     bias: nn.Parameter | None
     mask: torch.Tensor
+    transposed_from: str | None = None
+    """The class of the layer it was made from where that one stores its weight transposed, (in, out):
+    "transformers Conv1D" (set by ``sparsify_``). A dense weight of shape (in, out) without a mask in a
+    state dict (such a layer's own) is refused: square, it would load transposed unseen."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):
@@ -571,13 +575,33 @@ class SemiSparseLinear(nn.Module):
             check_mask(mask.detach().to(torch.bool), (self.out_features, self.in_features))  # (copy_ casts so)
         return checked
 
+    def _transposed_weight(self, state_dict: Any, prefix: str) -> list[str]:
+        """SP0916's message (in a list) where the layer was made from a layer that stores its weight
+        transposed (:attr:`transposed_from`) and ``state_dict`` holds a dense weight of that layer's
+        shape (in, out) without a mask: that layer's state dict, whose weight a square layer would
+        take transposed without a word (a non-square one: torch's size mismatch too); else []."""
+        given = state_dict.get(prefix + "weight")
+        if (self.transposed_from is None or prefix + "mask" in state_dict or not torch.overrides.is_tensor_like(given)
+                or tuple(given.shape) != (self.in_features, self.out_features)):
+            return []
+        k, n = self.in_features, self.out_features
+        return [str(IntegrationError(
+            SP_TRAIN_LAYER, f"{prefix}weight of shape ({k}, {n}) comes without {prefix}mask: this SemiSparseLinear "
+            f"was made from a {self.transposed_from}, which stores its weight (in, out) = ({k}, {n}), while the "
+            f"layer's master weight is its transpose W.T (out, in) = ({n}, {k}); a {self.transposed_from}'s weight "
+            "would be loaded transposed",
+            help=f"load the layer's own state dict (weight (out, in) with its mask), or transpose the "
+                 f"{self.transposed_from}'s weight (state_dict['{prefix}weight'] = weight.T) and pass the layer's "
+                 f"mask with it (state_dict['{prefix}mask'] = layer.mask)"))]
+
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
                               missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
         checked = self._check_state_dict(state_dict, prefix)
         if local_metadata.get("assign_to_params_buffers"):  # (assign=True: the compressions and the mask take
             # the layer's types, as a copy gives them; the master weight and bias keep the state dict's)
             state_dict = in_own_types(self, state_dict, prefix, (*_COMPRESSED, "mask"))
-        if withhold_refused(self, state_dict, prefix, local_metadata, missing_keys, unexpected_keys, error_msgs):
+        if withhold_refused(self, state_dict, prefix, local_metadata, missing_keys, unexpected_keys, error_msgs,
+                            self._transposed_weight(state_dict, prefix)):
             return  # (all of the layer's tensors or none: SparseLinear._load_from_state_dict)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
