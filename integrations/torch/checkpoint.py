@@ -226,7 +226,16 @@ def _dequantized(dense: np.ndarray, scale: np.ndarray, name: str, module: nn.Mod
     wide = np.result_type(np.float32, scale.dtype)
     product = dense.astype(wide) * scale.reshape(-1, 1).astype(wide)
     if scale.dtype.itemsize == 2:  # (exact in float32: at most 4 + 11 significant bits; one rounding)
-        product = product.astype(scale.dtype).astype(np.float32)
+        with np.errstate(over="ignore"):
+            rounded = product.astype(scale.dtype)
+        big = int((np.isinf(rounded) & np.isfinite(product)).sum())
+        if big:  # (f16 scales: the product beyond f16's range, inf in compressed-tensors' decompression too)
+            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: W_q * weight_scale (its weight-only fp8 "
+                                   f"values dequantized in the scale's {scale.dtype}) is beyond ±65504 for {big} "
+                                   "weights: they would be inf",
+                                   help="store the weight_scale in bfloat16 or float32 (the product is taken in the "
+                                        "scale's type)")
+        product = rounded.astype(np.float32)
     want = _layer_dtype(module)
     return product.astype(want) if product.dtype == want else _narrowed(product, name, module)
 

@@ -334,6 +334,27 @@ def test_a_weight_only_layers_scale_of_another_length_is_sp0913(tmp_path):
     assert model.proj is proj
 
 
+def test_a_weight_only_layer_whose_f16_product_overflows_is_sp0913(tmp_path):
+    """W_q * s_w in the scale's f16 (compressed-tensors' decompression) beyond ±65504 is inf: SP0913, the
+    model left as it was. Before, the layer loaded with inf weights (numpy's overflow warning only)."""
+    tensors = _fp8_layer("proj", np.random.default_rng(6), input_scale=False)
+    tensors["proj.weight_scale"] = np.full((16, 1), 300, np.float16)
+    _write(tmp_path, tensors, {"config_groups": {"group_0": {"targets": ["Linear"], "weights": FP8_WEIGHTS}}})
+    model = _One()
+    proj = model.proj
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spt.VLLMMatchWarning)
+        warnings.simplefilter("error", RuntimeWarning)  # (numpy's overflow warning is no diagnostic)
+        err = _error(spt.load_sparse24_checkpoint, model, tmp_path, strict=False)
+    big = int((np.abs(tensors["proj.compressed"].astype(np.float64)) * 300 > 65504).sum())
+    assert big > 0
+    assert (err.code, err.message, err.help) == (
+        "SP0913", f"layer proj: W_q * weight_scale (its weight-only fp8 values dequantized in the scale's float16) "
+                  f"is beyond ±65504 for {big} weights: they would be inf",
+        "store the weight_scale in bfloat16 or float32 (the product is taken in the scale's type)")
+    assert model.proj is proj
+
+
 def test_the_writer_warns_where_vllm_would_read_its_config_otherwise(tmp_path):
     """q_proj with a static input scale, k_proj and v_proj per token: the writer names each in its group
     (compressed-tensors and this loader read them so); vLLM's qkv_proj takes q_proj's static scheme for
