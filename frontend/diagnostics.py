@@ -22,7 +22,7 @@ SP08xx     sparsity metadata (formats, validation)
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,21 @@ def _unique(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
     return tuple(out)
 
 
+ConstructionHook = Callable[[type, str, str, str | None], None]
+_construction_hook: ConstructionHook | None = None
+
+
+def set_construction_hook(hook: ConstructionHook | None) -> ConstructionHook | None:
+    """Call ``hook(error_type, code, message, help)`` first whenever a :class:`SparsileError` is built
+    (None: no hook). An integration sets it for a tracer that follows the Python of the code it traces
+    and cannot build the error object itself: torch.compile's dynamo reported its own error about our
+    ``Span`` instead of ours (sparsile.torch's ``traced_errors``). The hook returns (the error is then
+    built as usual) or raises what the tracer should see instead. Returns the hook it replaces."""
+    global _construction_hook
+    previous, _construction_hook = _construction_hook, hook
+    return previous
+
+
 class SparsileError(Exception):
     """The base of every user-facing error: a diagnostic ``code`` (frontend/codes.py lists them
     all), a ``message``, the source ``span`` it points at (UNKNOWN_SPAN when it comes from Python
@@ -136,11 +151,14 @@ class SparsileError(Exception):
     ``SparsityError``) and may add a Python base (``ValueError``) without repeating this constructor.
     """
 
-    def __init__(self, code: str, message: str, help: str | None = None, span: Span = UNKNOWN_SPAN):
+    def __init__(self, code: str, message: str, help: str | None = None, span: Span | None = None):
+        hook = _construction_hook
+        if hook is not None:  # (first: a tracer that cannot build this object stops here, see set_construction_hook)
+            hook(type(self), code, message, help)
         self.code = code
         self.message = message
         self.help = help
-        self.span = span
+        self.span = UNKNOWN_SPAN if span is None else span
         super().__init__(self.render())
 
     def render(self) -> str:

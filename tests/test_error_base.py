@@ -8,7 +8,14 @@ import pytest
 import sparsile as sp
 from sparsile.backend.runtime import CudaError
 from sparsile.frontend.codes import CODES
-from sparsile.frontend.diagnostics import CompileError, Diagnostic, LaunchError, Severity, SparsileError
+from sparsile.frontend.diagnostics import (
+    CompileError,
+    Diagnostic,
+    LaunchError,
+    Severity,
+    SparsileError,
+    set_construction_hook,
+)
 from sparsile.frontend.layout.layouts import LayoutError, log2_exact
 from sparsile.frontend.spans import UNKNOWN_SPAN, SourceFile, Span
 from sparsile.stdlib.blockscale import BlockScaleError
@@ -54,3 +61,28 @@ def test_a_compile_error_answers_with_its_first_error():
 def test_the_codes_of_the_error_classes_are_registered():
     assert {"SP0401", "SP0724", "SP0801", "SP0715"} <= set(CODES)
     assert all(code.startswith("SP0") and len(code) == 6 and title for code, title in CODES.items())
+
+
+def test_a_construction_hook_sees_each_error_first_and_may_refuse_it():
+    """``set_construction_hook`` (sparsile.torch's, for torch.compile: integrations/torch/traced_errors.py): the
+    hook gets the error's type, code, message and help before it is built; what it raises is raised instead."""
+    seen = []
+
+    def hook(error_type, code, message, help):
+        seen.append((error_type, code, message, help))
+        if code == "SP0402":
+            raise KeyError("refused")
+
+    previous = set_construction_hook(hook)
+    try:
+        e = LayoutError("SP0401", "size must be a positive power of two", "use 2**n")
+        assert e.span is UNKNOWN_SPAN
+        assert str(e) == "error[SP0401]: size must be a positive power of two\n = help: use 2**n"
+        with pytest.raises(KeyError, match="refused"):
+            SparsityError("SP0402", "another")
+    finally:
+        assert set_construction_hook(previous) is hook
+    assert seen == [(LayoutError, "SP0401", "size must be a positive power of two", "use 2**n"),
+                    (SparsityError, "SP0402", "another", None)]
+    LayoutError("SP0401", "no hook now")
+    assert len(seen) == 2

@@ -5,6 +5,7 @@ each turns a bad argument into its diagnostic (integrations/errors.py, docs/diag
 from __future__ import annotations
 
 import numbers
+import operator
 from typing import Any
 
 import numpy as np
@@ -129,8 +130,11 @@ def check_input(x: Any, in_features: int, device: torch.device, layer: str) -> N
         raise IntegrationError(SP_BAD_TENSOR, f"{layer} takes a torch.Tensor, got {type(x).__name__}",
                                help="pass x of shape (..., in_features)")
     if x.dim() == 0 or x.shape[-1] != in_features:
-        raise IntegrationError(SP_BAD_TENSOR, f"x has shape {tuple(x.shape)}; this layer takes (..., "
-                               f"{in_features})", help="the last dimension of x is the in_features")
+        # (operator.index: a dynamic size under torch.compile left a symbolic message, which dynamo cannot hand
+        # to traced_errors.py as text; index() specializes it, on this failing path only)
+        shape = tuple(operator.index(d) for d in x.shape)
+        raise IntegrationError(SP_BAD_TENSOR, f"x has shape {shape}; this layer takes (..., {in_features})",
+                               help="the last dimension of x is the in_features")
     if x.dtype not in OUT_DTYPES:
         raise IntegrationError(SP_BAD_TENSOR, f"x has dtype {x.dtype}; {layer} takes bfloat16, float16 "
                                "or float32 x", help="cast x first")
