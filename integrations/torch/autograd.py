@@ -61,6 +61,7 @@ from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
+from .refused_grad import refused_like, traced_backward
 from .weight import NAME_OF, host_dense
 
 _ACTIVATIONS: dict[str, Any] = {
@@ -113,9 +114,12 @@ class _RefusedSecondDerivative(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         ctx.error = inputs[0]
+        ctx.like = tuple((t.shape, t.dtype) for t in inputs[1:])  # (what a traced backward's refusals look like)
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
+        if traced_backward(grads[0]):  # AOTAutograd traces it ahead: the refusal in the graph (refused_grad.py)
+            return (None, *refused_like(ctx.error, grads[0], ctx.like))
         raise ctx.error
 
     @staticmethod

@@ -518,9 +518,11 @@ class SparseLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
         if self.weight_dtype == "e4m3":
-            if not pre and ((x.requires_grad and torch.is_grad_enabled()) or static_grad):  # x's straight-through
-                # gradient: the quantizer and the kernel as one op on the 16-bit x (autograd.py; apart, x's would be
-                # fp8); a static scale that requires grad: its gradient refused there (SP0922), as x's is kept
+            grad_x = (x.requires_grad or torch._C._are_functorch_transforms_active()) and torch.is_grad_enabled()
+            if not pre and (grad_x or static_grad):  # x's straight-through gradient: the quantizer and the kernel as
+                # one op on the 16-bit x (autograd.py; apart, x's would be fp8); a static scale that requires grad: its
+                # gradient refused there (SP0922), as x's is kept. (A torch.func transform under torch.compile: dynamo
+                # traces grad's body with an x that does not require grad, and the fp8 x's gradient was SP0922.)
                 y = torch.ops.sparsile.sparse_linear_e4m3(x2, values, meta, bias, scale_w, static,
                                                           activation=self.activation, out_dtype=out_dtype)
                 return y.reshape(*x.shape[:-1], self.out_features)

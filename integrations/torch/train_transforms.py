@@ -116,7 +116,9 @@ def check_transformed_call(x: torch.Tensor, weight: torch.Tensor, mask: torch.Te
     if fwad._current_level >= 0 and torch._C._is_fwd_grad_enabled() and any(
             t is not None and fwad.unpack_dual(t).tangent is not None for t in tensors):
         raise forward_mode_error()
-    if not torch._C._are_functorch_transforms_active():
+    # (dynamo cannot trace the wrappers' introspection, a graph break: under torch.compile the op's vmap rule
+    # refuses a batched weight, vmap_rules.train_call_vmap, and forward mode has no formula there either)
+    if torch.compiler.is_compiling() or not torch._C._are_functorch_transforms_active():
         return
     kinds = {name: transforms_of(t) for name, t in (("x", x), ("weight", weight), ("mask", mask), ("bias", bias))}
     if any(TransformType.Jvp in k for k in kinds.values()):
@@ -124,9 +126,14 @@ def check_transformed_call(x: torch.Tensor, weight: torch.Tensor, mask: torch.Te
     batched = TransformType.Vmap in transforms_of(values)
     for name in ("weight", "mask"):
         if TransformType.Vmap in kinds[name] and not batched:
-            raise IntegrationError(SP_TRAIN_LAYER, f"a SemiSparseLinear cannot compute this call: its {name} is "
-                                   "batched by torch.vmap, but its compressions are not (values, meta, values_t, "
-                                   "meta_t: the kernel multiplies by those, made from the layer's own weight and mask)",
-                                   help="stack the layers' buffers with their parameters (torch.func."
-                                        "stack_module_state) and pass both to functional_call, after "
-                                        "spt.recompress_ of each layer")
+            raise batched_without_compressions(name)
+
+
+def batched_without_compressions(name: str) -> IntegrationError:
+    """SP0916: the layer's ``name`` (weight or mask) is batched by vmap, its compressions are not (the layer's
+    eager check above; under torch.compile, where dynamo cannot look at the wrappers, the op's vmap rule's)."""
+    return IntegrationError(SP_TRAIN_LAYER, f"a SemiSparseLinear cannot compute this call: its {name} is batched by "
+                            "torch.vmap, but its compressions are not (values, meta, values_t, meta_t: the kernel "
+                            "multiplies by those, made from the layer's own weight and mask)",
+                            help="stack the layers' buffers with their parameters (torch.func.stack_module_state) "
+                                 "and pass both to functional_call, after spt.recompress_ of each layer")

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .train_transforms import batched_without_compressions
+
 
 def _tokens_first(t: torch.Tensor, dim: int | None, batch: int) -> torch.Tensor:
     """``t`` with its batch dimension ``dim`` moved to the front, or broadcast to ``batch`` there
@@ -101,6 +103,9 @@ def train_call_vmap(call: Any, batch: int, in_dims: tuple[int | None, ...], tens
     ``torch.func.functional_call``): one call per member (a kernel multiplies by one weight), stacked.
     Returns (y, 0), y (batch, T, N)."""
     x, x_dim = tensors[0], in_dims[0]
+    for name, dim in (("weight", in_dims[1]), ("mask", in_dims[2])):
+        if dim is not None and in_dims[3] is None:  # (the layer's own check, where dynamo traced past it)
+            raise batched_without_compressions(name)
     if x_dim is not None and all(d is None for d in in_dims[1:]) and x.dim() == 3:  # (else the op's diagnostic)
         xb = x.movedim(x_dim, 0)
         y = call(xb.reshape(batch * xb.shape[1], xb.shape[2]), *tensors[1:])

@@ -260,7 +260,7 @@ def test_the_op_called_directly_under_grad_and_per_sample_gradients():
 def test_compiled_per_sample_gradients_of_the_parameters():
     """torch.compile of ``vmap(grad(loss))`` in the parameters: compiled, the layer called the op itself,
     whose formula torch.func refused (torch's error at compile time). Each sample's gradient is the
-    eager one's bits. (In x, compiled, dynamo still fails inside the backward: not covered here.)"""
+    eager one's bits. (In x, compiled: test_torch_compiled_func.py.)"""
     layer, x, g = _layer(), _rand(3, 4, K, seed=20), _rand(3, 4, N, seed=21)
     params = {name: p.detach() for name, p in layer.named_parameters()}
 
