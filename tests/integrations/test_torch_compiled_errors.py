@@ -45,6 +45,19 @@ def _static_on_meta() -> spt.SparseLinear:
     return layer
 
 
+class _Siblings(torch.nn.Module):
+    """q, k and v SparseLinear layers of one x, fused for tracing (fuse_projections_(traced=True): one op per group)."""
+
+    def __init__(self):
+        super().__init__()
+        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            setattr(self, name, spt.SparseLinear.from_dense(linear(16, K, seed=i), "bf16"))
+        assert spt.fuse_projections_(self, traced=True, glu=False).fused == ["q_proj+k_proj+v_proj"]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+
 def _device_help(name: str) -> str:
     return (f"move the module (.to(device)) or assign {name} on the values' device: "
             f"layer.{name} = {name}.to(layer.values.device)")
@@ -78,6 +91,7 @@ CASES = [
     ("e4m3-input_scale", _static_on_meta, lambda: _x(2, K), "input_scale is on meta but the layer's weight is on cpu",
      "move the module (.to(device)) or assign the scale on the weight's device: "
      "layer.input_scale = scale.to(layer.values.device)"),
+    ("fused-features", _Siblings, lambda: _x(2, 60), "x has shape (2, 60); this layer takes (..., 64)", _SHAPE_HELP),
     ("semi-features", _semi, lambda: _x(2, 60), "x has shape (2, 60); this layer takes (..., 64)", _SHAPE_HELP),
     ("semi-dtype", _semi, lambda: _x(2, K, dtype=torch.float64),
      "x has dtype torch.float64; SemiSparseLinear takes bfloat16, float16 or float32 x", _DTYPE_HELP),
@@ -121,7 +135,8 @@ def test_fullgraph_shows_the_code_message_and_help(layer, x, message, help):
     assert (cause.code, cause.message, cause.help) == ("SP0901", message, help)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[6], CASES[10], CASES[15]], ids=lambda c: c[0])
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in ("sparse-features", "sparse-bias", "e4m3-input_scale",
+                                                                 "fused-features", "semi-mask")], ids=lambda c: c[0])
 def test_without_fullgraph_the_error_is_ours(case):
     """The graph break runs the frame eagerly: the user catches the IntegrationError itself (as before)."""
     _, layer, x, message, help = case
