@@ -26,21 +26,23 @@ _UNKNOWN = itertools.count()  # captures whose id could not be read: a record of
 
 
 def trees_recording(device: int, stream: int) -> bool:
-    """Whether torch.compile's CUDA graph trees are recording a graph on CUDA device ``device`` in
-    this thread, on ``stream`` (their manager's ``in_recording``, and its ``stream``, which they warm
-    up and capture on: a manual capture elsewhere while their state still reads "recording" is not
-    theirs). False where torch.compile never loaded them; True where their internals cannot be read
-    (the record of the warm-up is then shared, as before)."""
+    """Whether the capture under way is torch.compile's CUDA graph trees recording a graph: a frame
+    of their module (``torch._inductor.cudagraph_trees``) on this thread's stack (they capture inside
+    ``CUDAGraphNode``'s constructor, ``_record``). Their manager's ``in_recording`` cannot tell: its
+    state turns to "recording" only after that constructor returned, so it read False during the
+    very capture (the H100 run of the fiftieth session: every ``reduce-overhead`` graph failed on a
+    record planned in their pool). False where torch.compile never loaded them. Called only while a
+    capture is under way (``device`` and ``stream``: the call's, kept for callers)."""
     trees = sys.modules.get(TREES)
-    if trees is None:
+    path = getattr(trees, "__file__", None)
+    if not path:
         return False
-    try:
-        manager = trees.get_manager(device, create_if_none_exists=False)
-        if manager is None or not manager.in_recording:
-            return False
-        return int(manager.stream.cuda_stream) == stream
-    except Exception:  # (torch's internals changed)
-        return True
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == path:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def scratch_key(key: tuple, stream: int, off_pool: bool, device: int) -> tuple:

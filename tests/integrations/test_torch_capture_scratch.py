@@ -168,34 +168,26 @@ def test_the_custom_op_under_cuda_graph_trees_reuses_its_warm_up_record(fake, mo
     assert ((4, "quantize", 7, ("capture", 40)) in cache.records) == (not trees)
 
 
-def test_trees_recording_reads_the_tree_manager(monkeypatch):
-    """trees_recording asks torch.compile's CUDA graph trees (this thread's manager of the device)
-    whether they record a graph now, on the stream they capture on: not before torch.compile loaded
-    them, nor without a manager, nor on another stream (a manual capture while their state still
-    reads "recording"); where their internals cannot be read, it answers True (the warm-up's record
-    shared, as before)."""
+def test_trees_recording_reads_the_stack_not_the_managers_state(monkeypatch):
+    """trees_recording finds a frame of torch.compile's CUDA graph trees module on the stack (they
+    capture inside CUDAGraphNode's constructor): not before torch.compile loaded them, not from a
+    manual capture's stack. Their manager's in_recording is not asked: torch sets it only after the
+    node's constructor (and so the capture) returned (the H100 failure: it read False in the capture)."""
     import sys
 
     monkeypatch.delitem(sys.modules, capture_keys.TREES, raising=False)
     assert not capture_keys.trees_recording(0, 7)
     import torch._inductor.cudagraph_trees as trees
 
-    assert trees.get_manager(0, create_if_none_exists=False) is None  # (no CUDA here: no manager)
-    assert not capture_keys.trees_recording(0, 7)
-    assert isinstance(trees.CUDAGraphTreeManager.in_recording, property)
-    for recording, stream, expected in ((True, 7, True), (True, 8, False), (False, 7, False)):
-        manager = SimpleNamespace(in_recording=recording, stream=SimpleNamespace(cuda_stream=7))
-        monkeypatch.setattr(trees, "get_manager", lambda device, create_if_none_exists=True, m=manager: m)
-        assert capture_keys.trees_recording(0, stream) == expected
+    assert not capture_keys.trees_recording(0, 7)  # a manual capture's stack: no frame of theirs
+    namespace = {"recording": capture_keys.trees_recording}
+    exec(compile("def _record():\n    return recording(0, 7)\n", trees.__file__, "exec"), namespace)
+    assert namespace["_record"]()  # called from a frame of their module (as from CUDAGraphNode._record)
+    # (torch's order, which made in_recording useless: the node, and its capture, before the state)
+    import inspect
 
-    def changed(device, create_if_none_exists=True):
-        raise TypeError("no such argument")
-
-    monkeypatch.setattr(trees, "get_manager", changed)
-    assert capture_keys.trees_recording(0, 7)
-    monkeypatch.setattr(trees, "get_manager", lambda device, create_if_none_exists=True:
-                        SimpleNamespace(in_recording=True))  # (no stream attribute)
-    assert capture_keys.trees_recording(0, 7)
+    source = inspect.getsource(trees.CUDAGraphTreeManager.record_function)
+    assert source.index("CUDAGraphNode(") < source.index("self.path_state = ExecutionState.RECORDING")
 
 
 def test_a_cleared_cache_keeps_each_capture_s_record_apart(fake, monkeypatch):
