@@ -11,9 +11,11 @@ A weight W (out, in) is stored as three tensors (compressed-tensors' ``Sparse24B
 Decompression scatters the flattened ``compressed`` into the positions of the mask in row-major
 order (the format's own rule), so a reader needs neither exactly two bits per group nor nonzero kept
 values: a writer that ranks by magnitude keeps two elements of an all-zero group, and -0.0 may be
-kept or dropped. This module converts between that layout and the sparsity toolkit's
-(values, logical indices) of docs/sparse-metadata.md, and reads a checkpoint folder's config.json
-and file list; errors are SP0912, SP0913, SP0915 (docs/diagnostics.md).
+kept or dropped. Nor does it need the 2:4 groups along rows: a transformers Conv1D's weight W is
+stored (in, out), its groups down the columns (:func:`conv1d_bitmask_layout`). This module
+converts between that layout and the sparsity toolkit's (values, logical indices) of
+docs/sparse-metadata.md, and reads a checkpoint folder's config.json and file list; errors are
+SP0912, SP0913, SP0915 (docs/diagnostics.md).
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ def checked_shape(shape: Any, name: str) -> tuple[int, int]:
     return int(out), int(cols)
 
 
-def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str) -> np.ndarray:
-    """The boolean (out, in) mask of a packed ``bitmask``, with at most two elements kept per group."""
+def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str, columns: bool = False) -> np.ndarray:
+    """The boolean (rows, cols) mask of a packed ``bitmask``, with at most two elements kept per group
+    of four along each row, or with ``columns`` down each column (a transformers Conv1D's weight
+    (in, out): :func:`conv1d_bitmask_layout`)."""
     rows, cols = shape
     bits = np.asarray(bitmask)
     want = (rows, -(-cols // 8))
@@ -64,33 +68,47 @@ def mask_from_bitmask(bitmask: Any, shape: tuple[int, int], name: str) -> np.nda
                            f"[{rows}, {cols}] is narrower than the weight it was packed from",
                            help="write .shape as the weight's [out_features, in_features]")
     mask = mask[:, :cols]
-    groups = -(-cols // GROUP)
-    padded = np.zeros((rows, groups * GROUP), dtype=bool)
-    padded[:, :cols] = mask
-    counts = padded.reshape(rows, groups, GROUP).sum(axis=2)  # (not -1: ambiguous for 0 rows)
-    if (counts > 2).any():
-        row, group = (int(i) for i in np.argwhere(counts > 2)[0])
-        raise _layer_error(name, f"the bitmask keeps {int(counts[row, group])} elements of row {row}, group {group} "
-                           f"(columns {GROUP * group}..{GROUP * group + 3}); 2:4 keeps at most 2",
-                           help="the checkpoint is not 2:4 sparse; prune it to 2:4 before loading")
+    _check_groups(mask.T if columns else mask, name, columns)
     return mask
 
 
-def dense_from_bitmask(compressed: Any, bitmask: Any, shape: Any, name: str = "?") -> np.ndarray:
-    """The dense (out, in) weight in ``compressed``'s dtype: the compressed values scattered, in
-    row-major order, into the positions the bitmask keeps (zeros elsewhere)."""
+def _check_groups(mask: np.ndarray, name: str, columns: bool) -> None:
+    """SP0913 where a line of ``mask`` (a row, or with ``columns`` a column given as a row of the
+    transposed mask) keeps more than two elements of a group of four."""
+    lines, length = mask.shape
+    groups = -(-length // GROUP)
+    padded = np.zeros((lines, groups * GROUP), dtype=bool)
+    padded[:, :length] = mask
+    counts = padded.reshape(lines, groups, GROUP).sum(axis=2)  # (not -1: ambiguous for 0 lines)
+    if (counts > 2).any():
+        line, group = (int(i) for i in np.argwhere(counts > 2)[0])
+        what, across = ("column", "rows") if columns else ("row", "columns")
+        help = ("the checkpoint is not 2:4 sparse along this transformers Conv1D layer's inputs (its weight is "
+                "stored (in, out): groups of four rows down each column); prune it to 2:4 before loading"
+                if columns else "the checkpoint is not 2:4 sparse; prune it to 2:4 before loading")
+        raise _layer_error(name, f"the bitmask keeps {int(counts[line, group])} elements of {what} {line}, group "
+                           f"{group} ({across} {GROUP * group}..{GROUP * group + 3}); 2:4 keeps at most 2", help=help)
+
+
+def dense_from_bitmask(compressed: Any, bitmask: Any, shape: Any, name: str = "?", columns: bool = False
+                       ) -> np.ndarray:
+    """The dense weight of the stored shape in ``compressed``'s dtype: the compressed values scattered,
+    in row-major order, into the positions the bitmask keeps (zeros elsewhere). ``columns``: the weight
+    of a transformers Conv1D, (in, out), whose 2:4 groups run down its columns, so that a row of
+    ``compressed`` need not hold one row's values (only their total is checked)."""
     rows, cols = checked_shape(shape, name)
-    mask = mask_from_bitmask(bitmask, (rows, cols), name)
+    mask = mask_from_bitmask(bitmask, (rows, cols), name, columns)
     values = np.asarray(compressed)
     if values.ndim != 2 or values.shape[0] != rows:
         raise _layer_error(name, f"compressed must be 2-D with {rows} rows, got shape {values.shape}",
-                           help="write compressed as (out_features, in_features / 2)")
+                           help="write compressed as (out_features, in_features / 2)" if not columns else
+                           "write compressed as (in_features, out_features / 2), the kept values in row-major order")
     kept = int(mask.sum())
     if kept != values.size:
         raise _layer_error(name, f"the bitmask keeps {kept} elements but compressed holds {values.size}",
                            help="write exactly one compressed value per set bit of the bitmask")
     per_row = mask.sum(axis=1)
-    if (per_row != values.shape[1]).any():  # (the flattened scatter would move values across rows)
+    if not columns and (per_row != values.shape[1]).any():  # (the flattened scatter would move values across rows)
         row = int(np.argwhere(per_row != values.shape[1])[0][0])
         raise _layer_error(name, f"the bitmask keeps {int(per_row[row])} elements of row {row} but compressed holds "
                            f"{values.shape[1]} per row", help="write each row's kept values in its row of compressed")
@@ -117,6 +135,35 @@ def bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name: str = 
         mask[row_ix, group_ix, indices[:, :, slot]] = True
     bitmask = np.packbits(mask.reshape(rows, k), axis=1, bitorder="little")
     return np.ascontiguousarray(values[:, :k // 2]), bitmask, np.array([rows, k], dtype=np.int64)
+
+
+def conv1d_bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name: str = "?"
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compressed, bitmask, shape) of a transformers Conv1D's weight W (in, out) = (k, n), in its own
+    layout, given the toolkit's ``values`` (n, k/2) and logical ``indices`` (n, k/4, 2) of W.T (the
+    layer's): the format of W itself, whose 2:4 groups run down its columns (four consecutive inputs
+    of an output). ``compressed`` (k, n/2) holds W's kept elements in row-major order; a row of it is
+    not a row of W (their counts vary), which the format's decompression (the flattened values
+    scattered in row-major order) does not need. ``bitmask`` (k, ceil(n/8)), ``shape`` [k, n]."""
+    n = values.shape[0]
+    if k % GROUP or n % 2:
+        what = f"in_features = {k} is not a multiple of {GROUP}" if k % GROUP else f"out_features = {n} is odd"
+        raise IntegrationError(SP_CHECKPOINT_WRITE,
+                               f"layer {name}: {what}; a transformers Conv1D's sparse layer is stored (in, out) with "
+                               "whole groups of 4 down its columns and compressed values (in, out / 2)",
+                               help="write this layer's weight dense (a plain .weight), not as sparse-24-bitmask")
+    mask = np.zeros((n, k), dtype=bool)
+    dense = np.zeros((n, k), dtype=values.dtype)
+    row_ix = np.arange(n)[:, None]
+    starts = GROUP * np.arange(k // GROUP)[None, :]
+    for slot in range(indices.shape[2]):  # (slot s of group g is values[:, 2g + s]: idx0 < idx1)
+        where = starts + indices[:, :, slot]
+        mask[row_ix, where] = True
+        dense[row_ix, where] = values[:, slot:k // 2:indices.shape[2]]
+    mask_w = np.ascontiguousarray(mask.T)
+    compressed = dense.T[mask_w].reshape(k, n // 2)
+    bitmask = np.packbits(mask_w, axis=1, bitorder="little")
+    return compressed, bitmask, np.array([k, n], dtype=np.int64)
 
 
 # ------------------------------------------------------------------------------------------------

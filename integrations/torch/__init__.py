@@ -35,13 +35,13 @@ from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_  # noqa: E402
 from .linear import WEIGHT_DTYPES, SparseLinear  # noqa: E402
 from .sparsify import SparsifyReport, sparsify_  # noqa: E402
 from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask  # noqa: E402
-from .vllm_shapes import VLLMShapeWarning  # noqa: E402
+from .vllm_shapes import VLLMLayoutWarning, VLLMShapeWarning  # noqa: E402
 
 traced_errors.install()  # sparsile's errors, not dynamo's, under torch.compile(fullgraph=True)
 
 __all__ = ["DEFAULT_GROUPS", "WEIGHT_DTYPES", "FuseReport", "LoadReport", "SemiSparseLinear", "SparseLinear",
-           "SparseTrainer", "SparsifyReport", "VLLMMatchWarning", "VLLMShapeWarning", "WarmUpReport",
-           "fuse_projections_",
+           "SparseTrainer", "SparsifyReport", "VLLMLayoutWarning", "VLLMMatchWarning", "VLLMShapeWarning",
+           "WarmUpReport", "fuse_projections_",
            "load_sparse24_checkpoint", "ops", "recompress_", "reprune_", "save_sparse24_checkpoint",
            "sparse24_activation_linear", "sparse24_mask", "sparsify_", "transposable_mask",
            "use_gqa_decode_attention", "warm_up"]

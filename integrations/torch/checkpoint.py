@@ -8,7 +8,8 @@ compressed-tensors writes them (:mod:`sparsile.integrations.sparse24`; ``<name>.
 etc. and a ``.shape`` of (2,), which sparsile wrote before, are read too), its ``<name>.bias`` and,
 for fp8 weights (``compressed`` F8_E4M3, or int8 bits as sparsile wrote them before),
 ``<name>.weight_scale`` (out, 1). Every other tensor is a plain parameter or buffer of the model.
-docs/torch.md has an example.
+A layer made from a transformers Conv1D (GPT-2) is stored in its layout, (in, out)
+(conv1d_checkpoint.py). docs/torch.md has an example.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..sparse24 import (
     LINEAR_CLASSES,
     bitmask_layout,
     checked_shape,
+    conv1d_bitmask_layout,
     declared_weight_types,
     dense_from_bitmask,
     dynamic_input_group,
@@ -51,12 +53,13 @@ from ..sparse24 import (
 )
 from ..vllm_match import warn_vllm_matching
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
-from .conv1d import is_conv1d
+from .conv1d import CONV1D_ORIGIN
+from .conv1d_checkpoint import check_conv1d_writes, checked_conv1d_target, conv1d_layout
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
 from .sparsify import TiedTensors, own_behaviour
-from .vllm_shapes import warn_vllm_shapes
+from .vllm_shapes import warn_vllm_layout, warn_vllm_shapes
 
 WEIGHTS = "model.safetensors"
 FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
@@ -112,12 +115,12 @@ def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Mo
         module = model.get_submodule(name) if name else model
     except AttributeError:
         module = None
+    if name and module is not None and conv1d_layout(module):  # (stored (in, out): conv1d_checkpoint.py)
+        return checked_conv1d_target(module, name, shape)
     if not isinstance(module, nn.Linear | SparseLinear) or not name:
         what = "no module" if module is None else (type(module).__name__ if name else "the root module")
-        help = ("sparsify the model first (sparsify_(model) puts a SparseLinear in place of each transformers "
-                "Conv1D), then load the checkpoint into it" if module is not None and name and is_conv1d(module)
-                else "build the model from the checkpoint's config (an nn.Linear there), or load into a model of "
-                "the same architecture")
+        help = ("build the model from the checkpoint's config (an nn.Linear there), or load into a model of the "
+                "same architecture")
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint's sparse layer {name or '<root>'} is {what} "
                                "of the model", help=help)
     if (module.out_features, module.in_features) != shape:
@@ -243,6 +246,12 @@ def _dequantized(dense: np.ndarray, scale: np.ndarray, name: str, module: nn.Mod
 def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module,
                   config: dict[str, Any]) -> SparseLinear:
     compressed = tensors[f"{prefix}.compressed"]
+    columns = conv1d_layout(module)  # (a transformers Conv1D's weight W (in, out): its groups down the columns)
+    if columns and np.asarray(compressed).dtype.itemsize == 1:
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: 8-bit compressed values for a layer stored in a "
+                               "transformers Conv1D's layout (in, out): a per-channel weight_scale of that weight "
+                               "scales its inputs, which the fp8 kernel's scale (per output) cannot",
+                               help="load a checkpoint of bf16 or f16 weights for a Conv1D layer")
     if compressed.dtype in (np.float32, np.float64):  # (as compressed-tensors' loading: cast to the model's type)
         compressed = _narrowed(compressed, name, module)
     scale = tensors.get(f"{name}.weight_scale")
@@ -260,7 +269,9 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     if compressed.dtype.name not in ("bfloat16", "float16", "float8_e4m3fn"):
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: compressed values of {compressed.dtype} have no "
                                "2:4 kernel", help="store bf16, f16 or fp8 (e4m3: F8_E4M3) weights")
-    dense = dense_from_bitmask(compressed, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name)
+    dense = dense_from_bitmask(compressed, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name, columns)
+    if columns:  # (the layer's weight is W.T (out, in), compressed along K)
+        dense = np.ascontiguousarray(dense.T)
     if dense.dtype == ml_dtypes.float8_e4m3fn and scale is not None \
             and weight_only_group(config, name, module_classes(module)) is not None:
         dense, scale = _dequantized(dense, np.asarray(scale), name, module), None
@@ -282,10 +293,14 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     # (a weight_scale next to 16-bit values is no scale of the layer: left to load_state_dict, unexpected)
     fp8 = dense.dtype == ml_dtypes.float8_e4m3fn  # (not a weight-only fp8 layer: dequantized above)
     # (an input_scale next to 16-bit values, too, is left to load_state_dict: unexpected)
-    return SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t, scale_w=scale if fp8 else None,
-                                        input_scale=_input_scale(tensors, name, config, module_classes(module))
-                                        if fp8 else None,
-                                        device=_device_of(module), **options)
+    layer = SparseLinear.from_compressed(values, indices, dense.shape[1], bias=bias_t,
+                                         scale_w=scale if fp8 else None,
+                                         input_scale=_input_scale(tensors, name, config, module_classes(module))
+                                         if fp8 else None,
+                                         device=_device_of(module), **options)
+    if columns:  # (written again in the Conv1D's layout)
+        layer.transposed_from = getattr(module, "transposed_from", None) or CONV1D_ORIGIN
+    return layer
 
 
 def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -435,7 +450,8 @@ def _tensors_back(model: nn.Module, before: dict[str, torch.Tensor]) -> None:
 def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
     ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
-    name by a ``SparseLinear`` (its metadata encoded
+    name (or a transformers ``Conv1D``, or a SparseLinear made from one: the layer stored (in, out),
+    conv1d_checkpoint.py) by a ``SparseLinear`` (its metadata encoded
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included; fp8
     values under a config group of weights only, W8A16, as 16-bit W_q * s_w, as compressed-tensors
     decompresses them),
@@ -579,7 +595,10 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     or out_features is no multiple of 8 are written, with one ``VLLMShapeWarning`` naming them (vLLM's
     2:4 scheme cannot load them; vllm_shapes.py), and one ``VLLMMatchWarning`` naming the layers vLLM's
     matching of the written config reads otherwise than compressed-tensors (vllm_match.py), both before
-    anything is written. Returns the folder."""
+    anything is written. A SparseLinear made from a transformers Conv1D (``transposed_from``) is
+    written in GPT-2's layout: the tensors of its weight W (in, out) (conv1d_checkpoint.py), which
+    transformers reads; one ``VLLMLayoutWarning`` names such layers (vLLM reads them (out, in)); an
+    e4m3 one, or one of odd out_features, is SP0915. Returns the folder."""
     checked_model(model, "save_sparse24_checkpoint")
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
@@ -599,6 +618,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                help=f"write it dense: put an nn.Linear in its place before saving (model.{narrow} = "
                                     f"model.{narrow}.to_linear(); save_sparse24_checkpoint writes an nn.Linear as a "
                                     f"plain {narrow}.weight)")
+    conv1d = check_conv1d_writes(layers)  # (SP0915 for a Conv1D-origin layer of e4m3 or an odd out_features)
     _check_no_other_weights(path)
     static = {name for name, m in layers.items() if m.weight_dtype == "e4m3" and m.input_scale is not None}
     base = dict(config) if config is not None else (model.config.to_dict() if hasattr(getattr(model, "config", None),
@@ -614,6 +634,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     # (written all the same: compressed-tensors and this package read them; before anything is written, so that
     # an "error" warnings filter refuses the save)
     warn_vllm_shapes(layers)
+    warn_vllm_layout(conv1d, [n for n in conv1d if layers[n].in_features == layers[n].out_features])
     warn_vllm_matching(base, _linear_layers(model, set(layers)), saving=True)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -632,7 +653,9 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         words = np.ascontiguousarray(as_host_array(layer.meta.detach(), "meta")).view(np.uint32)
         indices = decode_metadata(words, "sm90", layer.weight_dtype, m=layer.out_features, k=layer.in_features)
         values = as_host_array(layer.values.detach(), "values")
-        compressed, bitmask, shape = bitmask_layout(values, indices, layer.in_features, name)
+        # (a layer made from a transformers Conv1D: its weight W (in, out) in GPT-2's layout, conv1d_checkpoint.py)
+        layout = bitmask_layout if layer.transposed_from is None else conv1d_bitmask_layout
+        compressed, bitmask, shape = layout(values, indices, layer.in_features, name)
         if layer.weight_dtype == "e4m3":
             tensors[f"{name}.weight_scale"] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
             if name in static:  # (compressed-tensors' static per-tensor input scale, (1,))

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 CONV1D_MODULE = "transformers.pytorch_utils"
+CONV1D_ORIGIN = "transformers Conv1D"
+"""The ``transposed_from`` of a SparseLinear or SemiSparseLinear that ``sparsify_`` made from a Conv1D."""
 
 
 def conv1d_class() -> type | None:

@@ -162,6 +162,7 @@ class SparseLinear(nn.Module):
     bias: torch.Tensor | None
     scale_w: torch.Tensor | None
     input_scale: torch.Tensor | None
+    transposed_from: str | None = None  # "transformers Conv1D" where sparsify_ made it from one (checkpoint layout)
     _own_forward: bool = True  # forward is SparseLinear.forward (see __call__ and __init_subclass__)
     _activations: tuple[str | None, ...] = ACTIVATIONS  # what checked_activation admits for this class
 

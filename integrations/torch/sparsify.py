@@ -21,7 +21,7 @@ from ...backend.runtime.arrays import byte_range
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, SP_TRAIN_LAYER, IntegrationError
 from .atomic import restore_modules, swap_modules
-from .conv1d import conv1d_class, conv1d_reason, is_conv1d, linear_of
+from .conv1d import CONV1D_ORIGIN, conv1d_class, conv1d_reason, is_conv1d, linear_of
 from .forms import is_plain_linear_forward
 from .fuse import DEFAULT_GROUPS, FuseReport, checked_flag, checked_groups, fuse_projections_
 from .layer_args import F16_MAX, beyond_f16, checked_model, weight_dtype_name
@@ -278,13 +278,13 @@ def _accepts(filter_fn: Callable[[nn.Module, str], Any], module: nn.Module, fqn:
 
 def _built(module: nn.Module, dtype: Any, trainable: bool) -> SparseLinear | SemiSparseLinear:
     """The sparse layer of the chosen linear or transformers Conv1D ``module`` (that of its weight
-    W.T); a trainable one made from a Conv1D knows it (``transposed_from``: a Conv1D's dense state
-    dict, whose weight is (in, out), is refused rather than loaded transposed)."""
+    W.T); one made from a Conv1D knows it (``transposed_from``): a trainable one refuses a Conv1D's
+    dense state dict, whose weight is (in, out), rather than load it transposed, and
+    ``save_sparse24_checkpoint`` writes either in the Conv1D's layout (in, out)."""
     if not is_conv1d(module):
         return SparseLinear.from_dense(module, dtype, trainable=trainable)
     layer = SparseLinear.from_dense(linear_of(module, contiguous=True), dtype, trainable=trainable)
-    if isinstance(layer, SemiSparseLinear):
-        layer.transposed_from = "transformers Conv1D"
+    layer.transposed_from = CONV1D_ORIGIN
     return layer
 
 

@@ -524,13 +524,16 @@ class SemiSparseLinear(nn.Module):
 
     def to_sparse_linear(self) -> SparseLinear:
         """An inference :class:`SparseLinear` with copies of the current compression (refreshed
-        first if stale): for deployment and ``save_sparse24_checkpoint``."""
+        first if stale): for deployment and ``save_sparse24_checkpoint``; it keeps
+        :attr:`transposed_from` (a layer made from a transformers Conv1D is written in its layout)."""
         if self.__dict__["_fresh"] != self._state_key():
             self.refresh()
         layer = SparseLinear(self.in_features, self.out_features, self.bias is not None, dtype=self.weight_dtype,
                              device="meta")
         layer.values = self.values.detach().clone()
         layer.meta = self.meta.detach().clone()
+        if self.transposed_from is not None:  # (save_sparse24_checkpoint writes it in that layer's layout)
+            layer.transposed_from = self.transposed_from
         if self.bias is not None:
             layer.bias = self.bias.detach().float().clone()
         return layer

@@ -5,7 +5,8 @@ vLLM's ``CompressedTensors24`` sizes a layer's ``bitmask`` (out_features, in_fea
 multiple of 8 does not load there, though the file is what compressed-tensors writes and reads (its
 bitmask holds ceil(in_features / 8) bytes a row; docs/torch.md, "What vLLM and compressed-tensors
 take"). ``save_sparse24_checkpoint`` writes such layers and warns (:class:`VLLMShapeWarning`), once
-per save, naming them.
+per save, naming them; and warns (:class:`VLLMLayoutWarning`) for layers made from a transformers
+Conv1D, written (in, out) as transformers reads them, which vLLM's GPT-2 reads as (out, in).
 """
 
 from __future__ import annotations
@@ -47,3 +48,28 @@ def warn_vllm_shapes(layers: Mapping[str, Any], stacklevel: int = 3) -> None:
         "checkpoint is written, and compressed-tensors and load_sparse24_checkpoint read it as it is. For vLLM, "
         "write those layers dense (layer.to_linear() in their place; q/k/v and gate/up parts all together)",
         VLLMShapeWarning, stacklevel=stacklevel)
+
+
+class VLLMLayoutWarning(UserWarning):
+    """A sparse-24-bitmask checkpoint was written with layers made from a transformers Conv1D, in
+    GPT-2's layout (in, out), as transformers reads them: vLLM's GPT-2 transposes only the tensors
+    named ``.weight``, so its 2:4 scheme would take their ``.compressed`` and ``.bitmask`` as (out, in)."""
+
+
+def warn_vllm_layout(names: list[str], square: list[str], stacklevel: int = 3) -> None:
+    """One :class:`VLLMLayoutWarning` naming the layers ``names`` made from a transformers Conv1D (and
+    of them the ``square`` ones, which vLLM would load transposed without an error), if any."""
+    if not names:
+        return
+    more = f", and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    shown = ", ".join(names[:SHOWN]) + more
+    silent = (f"; the square ones ({', '.join(square[:SHOWN])}{', ...' if len(square) > SHOWN else ''}) would load "
+              "transposed without an error" if square else "")
+    warnings.warn(
+        f"save_sparse24_checkpoint: vLLM cannot load {len(names)} layer{'s' if len(names) != 1 else ''} made from a "
+        f"transformers Conv1D ({shown}). They are written in GPT-2's layout (in, out), as transformers and "
+        "compressed-tensors read a Conv1D's weight, while vLLM's GPT-2 transposes only tensors named .weight: its "
+        "2:4 scheme (CompressedTensors24) takes .compressed and .bitmask as (out, in), so a layer that is not square "
+        f"fails on shape{silent}. The checkpoint is written; for vLLM, keep these layers dense (sparsify_ with a "
+        "filter_fn)",
+        VLLMLayoutWarning, stacklevel=stacklevel)

@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 spt = pytest.importorskip("sparsile.torch")
 
-from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
 
 SMALL = dict(vocab_size=61, hidden_size=64, num_hidden_layers=2, bos_token_id=None, eos_token_id=None,
@@ -196,10 +195,10 @@ def test_gpt2_conv1d_projections_are_swapped():
     check_logits(model, before, report)
 
 
-def test_gpt2_sparse_checkpoint_loads_into_a_sparsified_gpt2(tmp_path):
-    """A sparsified GPT-2 saved with save_sparse24_checkpoint holds each Conv1D as a sparse linear of
-    shape (out, in) (W.T's); it loads into a GPT-2 sparsified first (the same logits), while a dense
-    GPT-2's Conv1D is no target (SP0914). Before, GPT-2 had no SparseLinear to save (SP0907)."""
+def test_gpt2_sparse_checkpoint_loads_into_a_dense_or_sparsified_gpt2(tmp_path):
+    """A sparsified GPT-2 saved with save_sparse24_checkpoint holds each Conv1D in GPT-2's layout, shape (in, out)
+    (test_torch_conv1d_checkpoint.py); it loads into a dense GPT-2 (its Conv1D modules replaced) and into one
+    sparsified first, to the same logits. Before, the file held (out, in) and a dense GPT-2 was SP0914."""
     config = transformers.GPT2Config(**{**GPT2, "n_layer": 1})
     model = build(config, transformers.GPT2LMHeadModel)
     fresh = build(config, transformers.GPT2LMHeadModel)
@@ -207,19 +206,17 @@ def test_gpt2_sparse_checkpoint_loads_into_a_sparsified_gpt2(tmp_path):
         for p in fresh.parameters():
             p.normal_()
     spt.sparsify_(model, interpret=True, min_features=16)
-    spt.save_sparse24_checkpoint(model, tmp_path)
+    with pytest.warns(spt.VLLMLayoutWarning):
+        spt.save_sparse24_checkpoint(model, tmp_path)
     dense = copy.deepcopy(fresh)
-    with pytest.raises(IntegrationError) as info:
-        spt.load_sparse24_checkpoint(dense, tmp_path)
-    assert info.value.code == "SP0914" and "transformer.h.0.attn.c_attn is Conv1D of the model" in info.value.message
-    assert info.value.help.startswith("sparsify the model first (sparsify_(model) puts a SparseLinear in place")
     spt.sparsify_(fresh, interpret=True, min_features=16)
-    report = spt.load_sparse24_checkpoint(fresh, tmp_path)
-    assert sorted(report.sparse) == sorted(f"transformer.h.0.{p}" for p in GPT2_PROJECTIONS)
-    assert tuple(fresh.transformer.h[0].mlp.c_fc.values.shape) == (256, 32)
     prompt = PROMPT[:, :4]
-    with torch.no_grad():
-        assert torch.equal(fresh(input_ids=prompt).logits, model(input_ids=prompt).logits)
+    for target in (dense, fresh):
+        report = spt.load_sparse24_checkpoint(target, tmp_path)
+        assert sorted(report.sparse) == sorted(f"transformer.h.0.{p}" for p in GPT2_PROJECTIONS)
+        assert tuple(target.transformer.h[0].mlp.c_fc.values.shape) == (256, 32)
+        with torch.no_grad():
+            assert torch.equal(target(input_ids=prompt).logits, model(input_ids=prompt).logits)
 
 
 def test_conv1d_alone_against_float64():
