@@ -39,7 +39,7 @@ def trees_recording(device: int, stream: int) -> bool:
         return False
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_filename == path:
+        if frame.f_globals.get("__name__") == TREES or frame.f_code.co_filename == path:
             return True
         frame = frame.f_back
     return False
