@@ -31,7 +31,13 @@ _warned: list[bool] = []
 
 
 def _cuda_capture_graph(stream: int) -> int | None:
-    """The ``CUgraph`` the capture on ``stream`` builds (``cuStreamGetCaptureInfo``), or None."""
+    """The ``CUgraph`` the capture on ``stream`` builds (``cuStreamGetCaptureInfo``), or None; None
+    too unless torch says its current stream captures (a handle that is no CUstream, as a test's fake
+    stream, would crash the process inside the driver)."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        return None
     from cuda.bindings import driver
 
     err, status, _, graph, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
-from sparsile.integrations.torch import native  # noqa: E402
+from sparsile.integrations.torch import graph_life, native  # noqa: E402
 
 _LAUNCH = c.CFUNCTYPE(c.c_int, c.c_void_p, *[c.c_uint] * 7, c.c_void_p, c.c_void_p, c.c_void_p)
 _LAUNCH_EX = c.CFUNCTYPE(c.c_int, c.POINTER(LaunchConfig), c.c_void_p, c.c_void_p, c.c_void_p)
@@ -140,6 +140,10 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_sparse_linear))
     monkeypatch.setattr(kernels, "_CAPTURE_ID", lambda stream: driver.capture_id)
+    # the fake streams (small ints) are no CUstream: the real cuStreamGetCaptureInfo of one crashes the
+    # process where a GPU driver is loaded (the H100 run of the fiftieth session); tests of graph_life
+    # put their own fake graph here
+    monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: None)
     yield driver
     native.reset()
 

@@ -307,3 +307,21 @@ def test_capture_graph_never_asks_the_legacy_stream_and_swallows_errors(monkeypa
     assert graph_life.capture_graph(5) == 77 and asked == [5]
     monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: 1 / 0)
     assert graph_life.capture_graph(5) is None
+
+
+def test_the_driver_is_asked_for_a_capture_graph_only_while_torch_captures(monkeypatch):
+    """_cuda_capture_graph asks cuStreamGetCaptureInfo only while torch says its current stream
+    captures: a fake stream handle (these tests' small ints) given to the real driver crashed the
+    test process on a GPU machine (the fiftieth session's H100 run of this directory)."""
+    from cuda.bindings import driver
+
+    def refused(*args):
+        raise AssertionError("the driver was asked")
+
+    monkeypatch.setattr(driver, "cuStreamGetCaptureInfo", refused)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert graph_life._cuda_capture_graph(7) is None
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(AssertionError, match="the driver was asked"):
+        graph_life._cuda_capture_graph(7)
