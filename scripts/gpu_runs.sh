@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a50              # (not run yet) the fiftieth session's torch fixes after its H100 run, then issue 12's rows on an H200
 #   bash scripts/gpu_runs.sh ab47             # (not run yet) the constant-offset address form (2ce3920) on the GPU: both program fuzzers,
 #                                            # then sparse_matmul's kernels A/B against the tree before it (gpu-out/base: see the part)
 #   bash scripts/gpu_runs.sh a47              # the fuzzers' fixes of the forty-sixth session on the GPU (bool loads, constants, scalar shapes, helper defaults), the neg-view weight cache, the decode API
@@ -478,6 +479,24 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a50)  # the fiftieth session's fixes after its H100 run (10 failed there: CUDA graph trees told by the stack, GPU tests
+     # moved to the per-capture design, graph-life settling): the torch layer's GPU files, today's CPU torch files
+     # under the device's torch (2.11: one run crashed on fake stream handles, since fixed), then on an H200 issue
+     # 12's T <= 16 rows (c48's command)
+    run 220 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a50.xml" \
+        tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_training_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
+        tests/gpu/test_torch_input_scale_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_api_caches_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py
+    run 150 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_errors.py \
+        tests/integrations/test_torch_compiled_func.py tests/integrations/test_torch_training_vmap.py \
+        tests/integrations/test_torch_graph_life.py tests/integrations/test_torch_capture_scratch.py \
+        tests/integrations/test_torch_traced_devices.py tests/integrations/test_torch_glu_packed.py
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-50.json"
+    fi
     ;;
 a49c)  # static49b's static fp8 input-scale records (a new quantizer kernel, the record path, the fast path),
       # apicache49's metadata-buffer GPU tests, the layer's launch paths; then issue 12's T <= 16 rows (c48's command)
