@@ -213,7 +213,7 @@ def declared_weight_types(config: dict[str, Any]) -> set[str]:
 LINEAR_CLASSES = ("Linear", "Module")
 
 
-def _names_module(target: Any, name: str) -> bool:
+def target_names_module(target: Any, name: str) -> bool:
     """Whether a compressed-tensors ``target`` names the module ``name``: the name itself, or a
     ``re:`` pattern that ``re.match`` finds at its start (not ``fullmatch`` or ``search``); a pattern
     that does not compile names nothing."""
@@ -229,7 +229,7 @@ def _names_module(target: Any, name: str) -> bool:
 
 def _matches(target: Any, name: str, classes: tuple[str, ...]) -> bool:
     """Whether ``target`` names the module ``name`` or one of its classes ``classes``."""
-    return _names_module(target, name) or (isinstance(target, str) and target in classes)
+    return target_names_module(target, name) or (isinstance(target, str) and target in classes)
 
 
 def scheme_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES
@@ -251,7 +251,7 @@ def scheme_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = L
                 if isinstance(target, str):
                     owner[target] = group_name
         ordered = sorted(owner, key=lambda t: ("re:" in t, t))
-        found = next((t for t in ordered if _names_module(t, name)), None)
+        found = next((t for t in ordered if target_names_module(t, name)), None)
         if found is None:
             found = next((t for t in ordered if t in classes), None)
         if found is not None:

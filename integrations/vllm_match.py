@@ -26,13 +26,12 @@ description to tell the two apart:
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .sparse24 import scheme_group
+from .sparse24 import scheme_group, target_names_module
 
 FUSED: dict[str, tuple[str, ...]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj"),
                                      "gate_up_proj": ("gate_proj", "up_proj")}
@@ -102,26 +101,17 @@ def _strings(value: Any) -> list[str]:
     return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
 
 
-def _names(target: str, name: str) -> bool:
-    """vLLM's name test: a ``re:`` pattern found by ``re.match``, else the same string."""
-    if target.startswith("re:"):
-        try:
-            return re.match(target[3:], name) is not None
-        except re.error:
-            return False
-    return target == name
-
-
 def _in_class(target: str) -> bool:
     """vLLM's class test: a pattern matching its class name, else a target contained in it."""
-    return _names(target, VLLM_CLASS) if target.startswith("re:") else target.lower() in VLLM_CLASS.lower()
+    return target_names_module(target, VLLM_CLASS) if target.startswith("re:") else target.lower() in VLLM_CLASS.lower()
 
 
 def _target(name: str, members: tuple[str, ...], targets: list[str]) -> str | None:
     """The target vLLM picks for layer ``name`` (fused of ``members``, or none) among ``targets``."""
-    found = next((t for t in targets if _names(t, name)), None) or next((t for t in targets if _in_class(t)), None)
+    found = (next((t for t in targets if target_names_module(t, name)), None)
+             or next((t for t in targets if _in_class(t)), None))
     if found is None and members:
-        each = [next((t for t in targets if _names(t, m)), None) for m in members]
+        each = [next((t for t in targets if target_names_module(t, m)), None) for m in members]
         found = each[0] if all(each) else None
     return found
 
@@ -138,8 +128,8 @@ def vllm_view(config: Mapping[str, Any]) -> dict[str, Any]:
 def _ignored(name: str, members: tuple[str, ...], ignore: list[str]) -> bool | None:
     """Whether vLLM's ``ignore`` takes layer ``name`` out (None: its fused members disagree, and vLLM stops)."""
     if not members or name in ignore:
-        return any(_names(t, name) for t in ignore)
-    each = {any(_names(t, m) for t in ignore) for m in members}
+        return any(target_names_module(t, name) for t in ignore)
+    each = {any(target_names_module(t, m) for t in ignore) for m in members}
     return each.pop() if len(each) == 1 else None
 
 
