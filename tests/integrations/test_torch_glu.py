@@ -17,7 +17,7 @@ import pickle
 
 import pytest
 
-from sparsile.tests.integrations.torch_helpers import check_glu, linear
+from sparsile.tests.integrations.torch_helpers import check_glu, down_inputs, linear
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -266,19 +266,6 @@ def sparse_block(mlp=None, dtype=None):
     report = spt.sparsify_(block, dtype=dtype, interpret=True, min_features=16)
     assert len(report.swapped) == 3
     return block
-
-
-def down_inputs(mlp, x):
-    """(y, the input of down_proj) of ``mlp(x)``."""
-    seen = []
-    hook = mlp.down_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
-    try:
-        with torch.no_grad():
-            y = mlp(x)
-    finally:
-        hook.remove()
-    assert len(seen) == 1
-    return y, seen[0]
 
 
 def fused_gate_up(mlp):

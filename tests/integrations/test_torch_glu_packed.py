@@ -11,7 +11,7 @@ import copy
 
 import pytest
 
-from sparsile.tests.integrations.torch_helpers import check_glu, linear
+from sparsile.tests.integrations.torch_helpers import check_glu, down_inputs, linear
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -61,19 +61,6 @@ def phi3_block(hidden_act: str = "silu", intermediate: int = F, seed: int = 0) -
     block = Block(Phi3MLP(config).to(torch.bfloat16))
     assert "mlp.gate_up_proj" in spt.sparsify_(block, interpret=True, min_features=16).swapped
     return block
-
-
-def down_inputs(mlp, x):
-    """(y, the input of down_proj) of ``mlp(x)``."""
-    seen = []
-    hook = mlp.down_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
-    try:
-        with torch.no_grad():
-            y = mlp(x)
-    finally:
-        hook.remove()
-    assert len(seen) == 1
-    return y, seen[0]
 
 
 @pytest.mark.parametrize("tokens", [1, 5, 64, 65])

@@ -151,3 +151,16 @@ def check_glu(layer, x: torch.Tensor, y: torch.Tensor, activation: str = "swiglu
     if strict:
         assert bound.max() < 0.05 * ref.abs().max()  # not a vacuous check
         assert ((got - gates[other] * u).abs() > bound).any(), f"y is {other}'s result"
+
+
+def down_inputs(mlp, x):
+    """(y, the input of down_proj) of ``mlp(x)``."""
+    seen = []
+    hook = mlp.down_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    try:
+        with torch.no_grad():
+            y = mlp(x)
+    finally:
+        hook.remove()
+    assert len(seen) == 1
+    return y, seen[0]
