@@ -14,13 +14,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 spt = pytest.importorskip("sparsile.torch")
 
-from transformers.pytorch_utils import Conv1D  # noqa: E402
 
 
 def conv1d_model(seed: int = 0) -> torch.nn.Sequential:
     """One square Conv1D (64 -> 64) in bf16 with random weights and bias."""
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(Conv1D(64, 64)).to(torch.bfloat16)
+    model = torch.nn.Sequential(transformers.pytorch_utils.Conv1D(64, 64)).to(torch.bfloat16)
     torch.nn.init.normal_(model[0].weight)
     torch.nn.init.normal_(model[0].bias)
     return model

@@ -16,8 +16,7 @@ from sparsile.tests.integrations.torch_helpers import check_glu, down_inputs, li
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 spt = pytest.importorskip("sparsile.torch")
-
-from transformers.models.phi3.modeling_phi3 import Phi3MLP  # noqa: E402
+Phi3MLP = pytest.importorskip("transformers.models.phi3.modeling_phi3").Phi3MLP
 
 from sparsile.integrations.torch._kernels import kernel_api  # noqa: E402
 from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
