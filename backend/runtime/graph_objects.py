@@ -130,19 +130,25 @@ class GraphReleases:
         cell = self._libc.calloc(1, 8)
         if not cell:
             return False
-        self._pending[cell] = payload
-        try:
-            state = self._attach(graph, cell, self.callback)
-        except Exception:
-            state = FAILED
-        if state == TIED:
-            return True
-        if state == RELEASED:
-            self._pending[cell] = None  # (its callback runs: the cell is freed when collected)
-        else:
-            del self._pending[cell]
-            self._libc.free(cell)
-        return False
+        # under the lock: a collect on another thread must not see the cell before its payload is
+        # settled (an object the graph refused runs its callback at once: that collect handed its
+        # payload back, dropping a record the graph replays, and freed the cell, which this then
+        # put back as pending, to be read and freed again). The driver calls made meanwhile run no
+        # Python (the callback is native), so nothing here waits for this lock
+        with self._lock:
+            self._pending[cell] = payload
+            try:
+                state = self._attach(graph, cell, self.callback)
+            except Exception:
+                state = FAILED
+            if state == TIED:
+                return True
+            if state == RELEASED:
+                self._pending[cell] = None  # (its callback runs: the cell is freed when collected)
+            else:
+                del self._pending[cell]
+                self._libc.free(cell)
+            return False
 
     def released(self) -> bool:
         """Whether a watched graph was destroyed since the last :meth:`collect` (one memory read)."""

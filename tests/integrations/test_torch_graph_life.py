@@ -3,7 +3,7 @@
 object whose destroy callback (native code) marks them, and dropped at the cache's next call outside
 a capture. The capture and the driver are faked (the fake fixture's capture id, a fake
 ``cuUserObjectCreate`` + ``cuGraphRetainUserObject``); the callback is the real JIT-compiled one,
-called as the driver would, from another thread. On the GPU: tests/gpu/test_torch_graph_life_gpu.py."""
+called as the driver would, from another thread. On the GPU: tests/gpu/test_torch_graph_scratch_gpu.py."""
 
 from __future__ import annotations
 
@@ -325,3 +325,26 @@ def test_the_driver_is_asked_for_a_capture_graph_only_while_torch_captures(monke
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     with pytest.raises(AssertionError, match="the driver was asked"):
         graph_life._cuda_capture_graph(7)
+
+
+def test_a_refused_object_s_payload_is_never_handed_back_to_a_collect_on_another_thread():
+    """An object the graph refused (RELEASED: its callback runs at once) while another thread
+    collects: that collect must not hand its payload back (the graph captured the record but holds
+    no reference to it: dropping the record would free memory the graph replays), and the cell, freed
+    once, must not be left pending (a later collect read the freed cell and freed it again)."""
+    seen: list[list] = []
+    collectors: list[threading.Thread] = []
+
+    def refused_while_another_thread_collects(graph: int, cell: int, callback: int) -> str:
+        _CALLBACK(callback)(cell)  # the object released at once: its callback has run, the cell is marked
+        collector = threading.Thread(target=lambda: seen.append(releases.collect()))
+        collectors.append(collector)
+        collector.start()
+        collector.join(0.5)  # (it may have to wait for watch to return)
+        return graph_objects.RELEASED
+
+    releases = graph_objects.GraphReleases(refused_while_another_thread_collects)
+    assert not releases.watch(5, "record of graph 5")
+    collectors[0].join()
+    assert seen == [[]], seen  # nothing handed back: the record is kept
+    assert releases.collect() == [] and releases.pending() == 0 and not releases.released()
