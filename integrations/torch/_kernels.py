@@ -559,6 +559,11 @@ def capture_id(stream: int | None) -> int | None:
 
 
 def _cuda_capture_id(stream: int | None) -> int | None:
+    """The capture id from ``cuStreamGetCaptureInfo``, asked only while torch says its current
+    stream captures (a handle that is no CUstream, as a CPU test's fake stream under a faked
+    :func:`capturing`, would crash the process inside the driver; graph_life.py does the same)."""
+    if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        return None
     from cuda.bindings import driver
 
     err, status, cid, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream or 0))

@@ -783,3 +783,23 @@ def test_a_call_of_a_record_reading_in_place_refreshes_a_captured_one_reading_co
     w.values.add_(1.0)
     cache.run((4,), torch.randn(4, 32), w, None, torch.float32, stream=11)
     assert torch.equal(copy_of_values(copying), w.values) and copying.versions == in_place.versions == (1, 0)
+
+
+def test_the_driver_is_asked_for_a_capture_id_only_while_torch_captures(monkeypatch):
+    """_cuda_capture_id asks cuStreamGetCaptureInfo only while torch says its current stream
+    captures, as graph_life's query of the capture's graph does: a test that fakes a capture
+    (``_IS_CAPTURING``) with a fake stream handle and no stand-in for the capture id would hand that
+    handle to the real driver, which crashes the process on a GPU machine."""
+    from cuda.bindings import driver
+
+    def refused(*args):
+        raise AssertionError("the driver was asked")
+
+    monkeypatch.setattr(driver, "cuStreamGetCaptureInfo", refused)
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert kernels.capture_id(7) is None
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(AssertionError, match="the driver was asked"):
+        kernels.capture_id(7)
