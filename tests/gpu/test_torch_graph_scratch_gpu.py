@@ -212,3 +212,34 @@ def test_capturing_a_layer_again_and_again_keeps_its_records_and_memory_bounded(
     y = call(x)  # the eager record after it all
     torch.cuda.synchronize()
     _check(layer, kind, x, y[None])
+
+
+def test_the_driver_calls_the_destroy_callback_only_after_the_destroyed_graph_s_replay_is_done():
+    """What graph_life relies on, with the real driver and the native callback: a user object given
+    to a capture's graph (graph_objects.driver_attach) is released only once the graph and its
+    executable are destroyed and the launch in flight is complete. A graph that spins for a while is
+    replayed and deleted at once: while its stream is busy the callback has not run (its records'
+    scratch would be freed under the replay); after the stream is done it runs (polled: the driver's
+    thread may lag), and collect hands the payload back once."""
+    from sparsile.backend.runtime.graph_objects import GraphReleases
+    from sparsile.integrations.torch.graph_life import capture_graph
+
+    releases = GraphReleases()  # (its own: the process's holds the records' payloads)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.graph(graph, stream=stream):
+        torch.cuda._sleep(200_000_000)  # (about 0.1 s on an H100 at 1.98 GHz)
+        handle = capture_graph(stream.cuda_stream)
+        assert handle is not None and releases.watch(handle, "graph")
+    assert releases.pending() == 1 and not releases.released()
+    graph.replay()
+    del graph  # its executable destroyed while the replay runs
+    while not torch.cuda.current_stream().query():  # (none where torch's destructor waited for the replay)
+        assert not releases.released(), "the callback ran while the destroyed graph's replay was in flight"
+    torch.cuda.synchronize()
+    for _ in range(500):
+        if releases.released():
+            break
+        time.sleep(0.01)
+    assert releases.collect() == ["graph"] and releases.pending() == 0 and not releases.released()
