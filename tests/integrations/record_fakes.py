@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
-from sparsile.integrations.torch import graph_life, native  # noqa: E402
+from sparsile.integrations.torch import graph_launch, graph_life, native  # noqa: E402
 
 _LAUNCH = c.CFUNCTYPE(c.c_int, c.c_void_p, *[c.c_uint] * 7, c.c_void_p, c.c_void_p, c.c_void_p)
 _LAUNCH_EX = c.CFUNCTYPE(c.c_int, c.POINTER(LaunchConfig), c.c_void_p, c.c_void_p, c.c_void_p)
@@ -144,6 +144,9 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     # process where a GPU driver is loaded (the H100 run of the fiftieth session); tests of graph_life
     # put their own fake graph here
     monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: None)
+    # likewise no graph replays of a last call (graph_launch.py): the real libcuda would capture the fake
+    # native launch and launch it on a fake stream; tests of them turn them on with a fake graph driver
+    monkeypatch.setenv(graph_launch.ENV, "0")
     yield driver
     native.reset()
 

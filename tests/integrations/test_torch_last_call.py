@@ -151,3 +151,18 @@ def test_the_cache_forgets_its_last_record_with_its_weight(fake):
     del w
     gc.collect()
     assert cache.last is None and not cache.records
+
+
+def test_the_fake_fixture_keeps_graph_replays_off(fake, monkeypatch):
+    """Under the fake fixture a last call makes no graph replays (unless a test turns them on with a
+    fake graph driver, as test_torch_graph_launch.py does): they would capture the fake native
+    launch with the real libcuda and launch that graph on the fake stream handle, which crashes the
+    process inside the driver on a GPU machine whose CUDA context a GPU test made current."""
+    from sparsile.integrations.torch import graph_launch
+
+    monkeypatch.setattr(graph_launch, "DRIVER", object())  # (libcuda loaded, as on a GPU machine)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 16)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    last = LastCall.of(cache, x, lambda: 11)
+    assert last is not None and last.replays is None
