@@ -26,6 +26,7 @@ from ..torch_version import require_torch_release
 require_torch_release(_torch.__version__)  # SP0908 before a module below fails inside an older torch
 
 from ..vllm_match import VLLMMatchWarning  # noqa: E402
+from ..vllm_shapes import VLLMLayoutWarning, VLLMShapeWarning  # noqa: E402
 from . import ops, traced_errors  # noqa: E402
 from .activation import sparse24_activation_linear, sparse24_mask  # noqa: E402
 from .checkpoint import LoadReport, load_sparse24_checkpoint, save_sparse24_checkpoint  # noqa: E402
@@ -35,7 +36,6 @@ from .fuse import DEFAULT_GROUPS, FuseReport, fuse_projections_  # noqa: E402
 from .linear import WEIGHT_DTYPES, SparseLinear  # noqa: E402
 from .sparsify import SparsifyReport, sparsify_  # noqa: E402
 from .training import SemiSparseLinear, SparseTrainer, recompress_, reprune_, transposable_mask  # noqa: E402
-from .vllm_shapes import VLLMLayoutWarning, VLLMShapeWarning  # noqa: E402
 
 traced_errors.install()  # sparsile's errors, not dynamo's, under torch.compile(fullgraph=True)
 

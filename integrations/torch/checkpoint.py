@@ -52,6 +52,7 @@ from ..sparse24 import (
     weight_only_group,
 )
 from ..vllm_match import warn_vllm_matching
+from ..vllm_shapes import dense_in_place, warn_vllm_layout, warn_vllm_shapes
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
 from .conv1d import CONV1D_ORIGIN
 from .conv1d_checkpoint import check_conv1d_writes, checked_conv1d_target, conv1d_layout
@@ -59,7 +60,6 @@ from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
 from .sparsify import TiedTensors, own_behaviour
-from .vllm_shapes import warn_vllm_layout, warn_vllm_shapes
 
 WEIGHTS = "model.safetensors"
 FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
@@ -615,9 +615,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     if narrow is not None:  # (before anything is written)
         raise IntegrationError(SP_CHECKPOINT_WRITE, f"layer {narrow}: in_features = {layers[narrow].in_features} is "
                                "not a multiple of 4; sparse-24-bitmask stores whole groups of 4",
-                               help=f"write it dense: put an nn.Linear in its place before saving (model.{narrow} = "
-                                    f"model.{narrow}.to_linear(); save_sparse24_checkpoint writes an nn.Linear as a "
-                                    f"plain {narrow}.weight)")
+                               help=_dense_help(narrow, layers[narrow]))
     conv1d = check_conv1d_writes(layers)  # (SP0915 for a Conv1D-origin layer of e4m3 or an odd out_features)
     _check_no_other_weights(path)
     static = {name for name, m in layers.items() if m.weight_dtype == "e4m3" and m.input_scale is not None}
@@ -667,6 +665,19 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})
     (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
     return path
+
+
+def _dense_help(name: str, layer: SparseLinear) -> str:
+    """SP0915's help for layer ``name`` of in_features no multiple of 4: a dense layer in its place
+    (an nn.Linear; a transformers Conv1D for a layer made from one, whose weight transformers reads
+    (in, out) under its name)."""
+    if layer.transposed_from is None:
+        return (f"write it dense: put an nn.Linear in its place before saving ({dense_in_place(name, layer)}; "
+                f"save_sparse24_checkpoint writes an nn.Linear as a plain {name}.weight)")
+    return (f"write it dense: put a {layer.transposed_from} back in its place before saving, not an nn.Linear, whose "
+            f"weight (out, in) transformers would read transposed under a Conv1D's name "
+            f"({dense_in_place(name, layer)}); save_sparse24_checkpoint writes it as a plain {name}.weight (in, out), "
+            "as transformers reads a Conv1D's")
 
 
 def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], static: set[str]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ PROJECTIONS = {"attn.c_attn": (64, 192), "attn.c_proj": (64, 64), "mlp.c_fc": (6
 NAMES = [f"transformer.h.0.{p}" for p in PROJECTIONS]
 PROMPT = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
 # (every save here writes Conv1D layers: the warning has its own test, pytest.warns records it all the same)
-pytestmark = pytest.mark.filterwarnings("ignore::sparsile.integrations.torch.vllm_shapes.VLLMLayoutWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparsile.integrations.vllm_shapes.VLLMLayoutWarning")
 
 
 def gpt2(seed: int):
@@ -264,3 +264,89 @@ def test_a_conv1d_target_with_a_hook_is_refused(tmp_path):
     assert info.value.message.startswith("layer transformer.h.0.mlp.c_fc of the model cannot be replaced by the "
                                          "checkpoint's: it has forward hooks, which a SparseLinear in its place")
     assert all(type(fresh.get_submodule(n)).__name__ == "Conv1D" for n in NAMES)
+
+
+def _conv1d_help(name: str, n: int, k: int) -> str:
+    return (f"linear = model.{name}.to_linear(); conv = Conv1D({n}, {k}) (transformers.pytorch_utils; "
+            "Conv1D(out, in)); "
+            f"conv.weight.data = linear.weight.T.contiguous(); conv.bias.data = linear.bias.data; model.{name} = conv")
+
+
+def _put_a_conv1d_back(holder: torch.nn.Module, name: str):
+    """What the help says, done: the Conv1D of the SparseLinear ``holder.<name>``'s weight, in its place."""
+    from transformers.pytorch_utils import Conv1D
+
+    layer = holder.get_submodule(name)
+    linear = layer.to_linear()
+    conv = Conv1D(layer.out_features, layer.in_features)
+    conv.weight.data = linear.weight.T.contiguous()
+    conv.bias.data = linear.bias.data
+    holder.register_module(name, conv)
+    return layer, conv
+
+
+def test_sp0915_for_a_conv1d_layer_says_to_put_a_conv1d_back(tmp_path):
+    """A Conv1D-origin layer whose in_features is no multiple of 4 cannot be written sparse. The help said to put
+    an nn.Linear (layer.to_linear()) in its place: written (out, in) under the Conv1D's name, which transformers
+    reads transposed. It says to put a Conv1D back, of weight to_linear().weight.T; done, the file holds the
+    Conv1D's weight (in, out) and a model of Conv1D layers loads it."""
+    from transformers.pytorch_utils import Conv1D
+
+    from sparsile.integrations.torch.conv1d import CONV1D_ORIGIN, linear_of
+
+    def holder():
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(Conv1D(16, 30), Conv1D(64, 16)).to(torch.bfloat16)
+        with torch.no_grad():
+            for m in model:
+                m.bias.normal_()
+        return model
+
+    model = holder()
+    assert spt.sparsify_(model, interpret=True, min_features=16).swapped == ["1"]
+    first = spt.SparseLinear.from_dense(linear_of(model[0]))  # (as a trainer's or a user's conversion makes it)
+    first.transposed_from = CONV1D_ORIGIN
+    model[0] = first
+    with pytest.raises(IntegrationError) as info:
+        spt.save_sparse24_checkpoint(model, tmp_path / "a")
+    assert info.value.code == "SP0915"
+    assert info.value.message == ("layer 0: in_features = 30 is not a multiple of 4; sparse-24-bitmask stores whole "
+                                  "groups of 4")
+    assert info.value.help == (
+        "write it dense: put a transformers Conv1D back in its place before saving, not an nn.Linear, whose weight "
+        f"(out, in) transformers would read transposed under a Conv1D's name ({_conv1d_help('0', 16, 30)}); "
+        "save_sparse24_checkpoint writes it as a plain 0.weight (in, out), as transformers reads a Conv1D's")
+    sparse, conv = _put_a_conv1d_back(model, "0")
+    assert conv.weight.shape == (30, 16) and torch.equal(conv.weight, sparse.to_dense().to(torch.bfloat16).T)
+    spt.save_sparse24_checkpoint(model, tmp_path / "b")
+    tensors = safetensors_torch.load_file(tmp_path / "b" / "model.safetensors")
+    assert torch.equal(tensors["0.weight"], conv.weight) and "0.compressed" not in tensors
+    fresh = holder()
+    assert spt.load_sparse24_checkpoint(fresh, tmp_path / "b").sparse == ["1"]
+    assert type(fresh[0]) is Conv1D and torch.equal(fresh[0].weight, conv.weight)
+    x = torch.randn(3, 30).to(torch.bfloat16)
+    assert torch.equal(fresh(x), model(x))
+
+
+def test_the_vllm_shape_warning_says_to_put_a_conv1d_back_for_a_conv1d_layer(tmp_path):
+    """The VLLMShapeWarning's way to write a layer dense for vLLM (an nn.Linear in its place) would write a
+    Conv1D-origin layer (out, in) under GPT-2's name; for such layers it says to put a Conv1D back."""
+    from transformers.pytorch_utils import Conv1D
+
+    model = torch.nn.Sequential(Conv1D(12, 64)).to(torch.bfloat16)
+    assert spt.sparsify_(model, interpret=True, min_features=8).swapped == ["0"]
+    with pytest.warns(spt.VLLMShapeWarning) as record:
+        spt.save_sparse24_checkpoint(model, tmp_path)
+    told = [str(w.message) for w in record if w.category is spt.VLLMShapeWarning]
+    assert len(told) == 1 and told[0].startswith("save_sparse24_checkpoint: vLLM cannot load 1 layer of this "
+                                                 "checkpoint: 0 (64 in, 12 out).")
+    assert told[0].endswith(
+        "For vLLM, write those layers dense (layer.to_linear() in their place; q/k/v and gate/up parts all together), "
+        "and those made from a transformers Conv1D (0) as a Conv1D, not an nn.Linear, whose weight (in, out) "
+        "transformers reads under their names (an nn.Linear's (out, in) would be read transposed): "
+        f"{_conv1d_help('0', 12, 64)}")
+    sparse, conv = _put_a_conv1d_back(model, "0")
+    assert conv.weight.shape == (64, 12) and torch.equal(conv.weight, sparse.to_dense().to(torch.bfloat16).T)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    ref = x.double() @ sparse.to_dense().double().T + sparse.bias.double()
+    assert torch.allclose(conv(x).double(), ref, rtol=2e-2, atol=2e-2)

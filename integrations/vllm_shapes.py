@@ -7,6 +7,7 @@ bitmask holds ceil(in_features / 8) bytes a row; docs/torch.md, "What vLLM and c
 take"). ``save_sparse24_checkpoint`` writes such layers and warns (:class:`VLLMShapeWarning`), once
 per save, naming them; and warns (:class:`VLLMLayoutWarning`) for layers made from a transformers
 Conv1D, written (in, out) as transformers reads them, which vLLM's GPT-2 reads as (out, in).
+Pure Python (no torch), so that pytest's configuration can name the warning classes without torch.
 """
 
 from __future__ import annotations
@@ -34,10 +35,39 @@ def vllm_misfits(layers: Mapping[str, Any]) -> list[str]:
             if m.in_features % VLLM_MULTIPLE or m.out_features % VLLM_MULTIPLE]
 
 
+def dense_in_place(name: str, layer: Any) -> str:
+    """The statements that put a dense layer equal to the SparseLinear ``layer`` (``model.<name>``) in
+    its place, which ``save_sparse24_checkpoint`` writes as a plain ``<name>.weight``: its
+    ``to_linear()``; for a layer made from a transformers Conv1D (``transposed_from``), a Conv1D of
+    that weight's transpose, written (in, out) as transformers reads it (an nn.Linear there would write
+    (out, in) under the Conv1D's name, which transformers reads transposed: a square layer without an
+    error)."""
+    at = f"model.{name}"
+    if getattr(layer, "transposed_from", None) is None:
+        return f"{at} = {at}.to_linear()"
+    return (f"linear = {at}.to_linear(); conv = Conv1D({layer.out_features}, {layer.in_features}) "
+            "(transformers.pytorch_utils; Conv1D(out, in)); conv.weight.data = linear.weight.T.contiguous(); "
+            f"conv.bias.data = linear.bias.data; {at} = conv")
+
+
+def _dense_help(layers: Mapping[str, Any], names: list[str]) -> str:
+    """How to write the layers ``names`` of ``layers`` dense: an nn.Linear in each one's place, a
+    transformers Conv1D for those made from one (:func:`dense_in_place`)."""
+    conv = [n for n in names if getattr(layers[n], "transposed_from", None) is not None]
+    text = "write those layers dense (layer.to_linear() in their place; q/k/v and gate/up parts all together)"
+    if not conv:
+        return text
+    shown = ", ".join(n or "(the model)" for n in conv[:SHOWN]) + (", ..." if len(conv) > SHOWN else "")
+    return (f"{text}, and those made from a transformers Conv1D ({shown}) as a Conv1D, not an nn.Linear, whose "
+            "weight (in, out) transformers reads under their names (an nn.Linear's (out, in) would be read "
+            f"transposed): {dense_in_place(conv[0], layers[conv[0]])}")
+
+
 def warn_vllm_shapes(layers: Mapping[str, Any], stacklevel: int = 3) -> None:
     """One :class:`VLLMShapeWarning` naming the layers of ``layers`` that vLLM cannot load, if any
     (``stacklevel``: the user's call of the writer, for a direct caller of this function's caller)."""
     misfits = vllm_misfits(layers)
+    names = [n for n, m in layers.items() if m.in_features % VLLM_MULTIPLE or m.out_features % VLLM_MULTIPLE]
     if not misfits:
         return
     more = f", and {len(misfits) - SHOWN} more" if len(misfits) > SHOWN else ""
@@ -46,7 +76,7 @@ def warn_vllm_shapes(layers: Mapping[str, Any], stacklevel: int = 3) -> None:
         f"checkpoint: {', '.join(misfits[:SHOWN])}{more}. Its 2:4 scheme (CompressedTensors24) sizes the bitmask "
         f"(out_features, in_features // 8) and needs in_features and out_features to be multiples of 8; the "
         "checkpoint is written, and compressed-tensors and load_sparse24_checkpoint read it as it is. For vLLM, "
-        "write those layers dense (layer.to_linear() in their place; q/k/v and gate/up parts all together)",
+        f"{_dense_help(layers, names)}",
         VLLMShapeWarning, stacklevel=stacklevel)
 
 
