@@ -389,7 +389,7 @@ def _write_checkpoint(path, layer: dict[str, np.ndarray], bias: np.ndarray | Non
         tensors["proj.weight_scale"] = scale
     sft.save_file(tensors, path / "model.safetensors")
     (path / "config.json").write_text(json.dumps({"quantization_config": {"sparsity_config": {
-        "format": "sparse-24-bitmask"}}}))
+        "format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": []}}}))
 
 
 def _model(rows: int, cols: int, bias: bool) -> torch.nn.Module:
@@ -438,6 +438,8 @@ def test_a_loaded_layer_matches_float64(tmp_path, weight, bias, tokens, seed):
     np.testing.assert_array_equal(layer.to_dense().float().numpy(), want)
 
 
+# (shapes vLLM cannot load, 4 or 7 outputs, are written with a VLLMShapeWarning: not this test's subject)
+@pytest.mark.filterwarnings("ignore::sparsile.integrations.vllm_shapes.VLLMShapeWarning")
 @SETTINGS
 @given(weight=sparse_weights(), bias=st.booleans())
 def test_the_writer_s_file_is_the_independent_layout(tmp_path, weight, bias):

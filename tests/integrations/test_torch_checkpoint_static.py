@@ -43,7 +43,8 @@ def _static_config() -> dict:
              "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
                                    "symmetric": True}}
     return {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"group_0": group},
-                                    "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}}
+                                    "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4",
+                                                        "targets": ["Linear"], "ignore": []}}}
 
 
 def _static_checkpoint(tmp_path, input_scale: float = 0.02, scale_shape=(1,)):
@@ -182,6 +183,8 @@ def test_static_input_activations_without_an_input_scale_are_sp0913(tmp_path):
     assert type(model.proj) is torch.nn.Linear
 
 
+# (ignored by a pattern, or no group naming it: vLLM reads or refuses the layer otherwise, and warns; not the subject)
+@pytest.mark.filterwarnings("ignore::sparsile.integrations.vllm_match.VLLMMatchWarning")
 @pytest.mark.parametrize("how", ["dynamic", "ignored", "named dynamic", "other layer"])
 def test_layers_not_declared_static_load_per_token_without_an_input_scale(tmp_path, how):
     """A layer the config does not declare static (dynamic: true, in ``ignore``, named by a more specific
@@ -217,7 +220,9 @@ def _f32_checkpoint(tmp_path, scale: float = 1.0) -> np.ndarray:
     st.save_file({**compressed_tensors_layer(w), "proj.bias": np.linspace(-1, 1, 16).astype(np.float32)},
                  tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {
-        "quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask"}}}))
+        "quant_method": "compressed-tensors", "sparsity_config": {"format": "sparse-24-bitmask",
+                                                                  "sparsity_structure": "2:4", "targets": ["Linear"],
+                                                                  "ignore": []}}}))
     return w
 
 
@@ -254,8 +259,8 @@ def test_f32_compressed_values_beyond_f16_are_sp0913(tmp_path):
 class _Mixed(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.a = linear(32, 64, seed=1)
-        self.c = linear(16, 30, seed=3)
+        self.up = linear(32, 64, seed=1)
+        self.down = linear(16, 30, seed=3)
 
 
 @pytest.mark.parametrize("dtype", [None, "e4m3"])
@@ -265,26 +270,26 @@ def test_a_layer_of_k_not_a_multiple_of_4_can_be_kept_dense_as_the_help_says(tmp
     ``to_linear()`` gives it; an fp8 checkpoint's quantization scheme then ignores it (vLLM would
     read it as fp8)."""
     model = _Mixed()
-    model.a = spt.SparseLinear.from_dense(model.a, dtype)
-    model.c = spt.SparseLinear.from_dense(model.c, dtype)
+    model.up = spt.SparseLinear.from_dense(model.up, dtype)
+    model.down = spt.SparseLinear.from_dense(model.down, dtype)
     err = _error(spt.save_sparse24_checkpoint, model, tmp_path)
-    assert (err.code, err.message) == ("SP0915", "layer c: in_features = 30 is not a multiple of 4; "
+    assert (err.code, err.message) == ("SP0915", "layer down: in_features = 30 is not a multiple of 4; "
                                                  "sparse-24-bitmask stores whole groups of 4")
-    assert err.help == ("write it dense: put an nn.Linear in its place before saving (model.c = model.c.to_linear(); "
-                        "save_sparse24_checkpoint writes an nn.Linear as a plain c.weight)")
+    assert err.help == ("write it dense: put an nn.Linear in its place before saving (model.down = "
+                        "model.down.to_linear(); save_sparse24_checkpoint writes an nn.Linear as a plain down.weight)")
     assert not (tmp_path / "model.safetensors").exists()
-    sparse_c = model.c
-    model.c = model.c.to_linear()
-    assert type(model.c) is torch.nn.Linear and model.c.weight.dtype == torch.bfloat16
-    assert torch.equal(model.c.weight, sparse_c.to_dense().to(torch.bfloat16))
-    assert torch.equal(model.c.bias, sparse_c.bias.to(torch.bfloat16))
+    sparse_down = model.down
+    model.down = model.down.to_linear()
+    assert type(model.down) is torch.nn.Linear and model.down.weight.dtype == torch.bfloat16
+    assert torch.equal(model.down.weight, sparse_down.to_dense().to(torch.bfloat16))
+    assert torch.equal(model.down.bias, sparse_down.bias.to(torch.bfloat16))
     spt.save_sparse24_checkpoint(model, tmp_path)
     tensors = st.load_file(tmp_path / "model.safetensors")
-    assert "c.weight" in tensors and "c.compressed" not in tensors
+    assert "down.weight" in tensors and "down.compressed" not in tensors
     quant = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
-    assert quant["sparsity_config"]["targets"] == ["a"]
+    assert quant["sparsity_config"]["targets"] == ["up"]
     if dtype:
-        assert quant["ignore"] == ["c"]
+        assert quant["ignore"] == ["down"]
     fresh = _Mixed()
-    assert spt.load_sparse24_checkpoint(fresh, tmp_path).sparse == ["a"]
-    assert type(fresh.c) is torch.nn.Linear and torch.equal(fresh.c.weight, model.c.weight)
+    assert spt.load_sparse24_checkpoint(fresh, tmp_path).sparse == ["up"]
+    assert type(fresh.down) is torch.nn.Linear and torch.equal(fresh.down.weight, model.down.weight)
