@@ -78,3 +78,13 @@ SP_FUSE_GROUPS = "SP0944"
 
 class IntegrationError(SparsityError):
     """A user-facing error of the integrations: ``code`` (SP09xx), ``message`` and ``help``."""
+
+
+def attribute_path(root: str, name: str) -> str:
+    """Python for the submodule ``name`` (a dotted module name such as ``transformer.h.0.attn``) of the
+    object ``root``, as a help text's statement can use it: numeric parts become indexing
+    (``model.transformer.h[0].attn``: ``model.transformer.h.0`` is no Python); ``name`` empty: ``root``."""
+    path = root
+    for part in name.split(".") if name else ():
+        path += f"[{part}]" if part.isdigit() else f".{part}"
+    return path

@@ -16,6 +16,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import attribute_path
+
 VLLM_MULTIPLE = 8
 """in_features and out_features of a layer vLLM's 2:4 scheme loads are multiples of this."""
 
@@ -42,7 +44,7 @@ def dense_in_place(name: str, layer: Any) -> str:
     that weight's transpose, written (in, out) as transformers reads it (an nn.Linear there would write
     (out, in) under the Conv1D's name, which transformers reads transposed: a square layer without an
     error)."""
-    at = f"model.{name}"
+    at = attribute_path("model", name)
     if getattr(layer, "transposed_from", None) is None:
         return f"{at} = {at}.to_linear()"
     return (f"linear = {at}.to_linear(); conv = Conv1D({layer.out_features}, {layer.in_features}) "

@@ -33,6 +33,7 @@ from ..errors import (
     SP_CHECKPOINT_WRITE,
     SP_SPARSIFY_ARGUMENTS,
     IntegrationError,
+    attribute_path,
 )
 from ..safetensors import load_file, save_file
 from ..sparse24 import (
@@ -327,7 +328,8 @@ def _untie_help(tied: TiedTensors, module: nn.Module, name: str, what: str, conf
     if head:
         text += ("set model.config.tie_word_embeddings = False (so that tie_weights() does not tie them again) "
                  "and ")
-    own = f"model.{name}.{what} = nn.Parameter(model.{name}.{what}.detach().clone())"
+    at = attribute_path("model", name)
+    own = f"{at}.{what} = nn.Parameter({at}.{what}.detach().clone())"
     return text + f"give {name} its own {what}, {own}"
 
 

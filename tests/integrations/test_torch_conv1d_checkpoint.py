@@ -266,10 +266,10 @@ def test_a_conv1d_target_with_a_hook_is_refused(tmp_path):
     assert all(type(fresh.get_submodule(n)).__name__ == "Conv1D" for n in NAMES)
 
 
-def _conv1d_help(name: str, n: int, k: int) -> str:
-    return (f"linear = model.{name}.to_linear(); conv = Conv1D({n}, {k}) (transformers.pytorch_utils; "
+def _conv1d_help(at: str, n: int, k: int) -> str:
+    return (f"linear = {at}.to_linear(); conv = Conv1D({n}, {k}) (transformers.pytorch_utils; "
             "Conv1D(out, in)); "
-            f"conv.weight.data = linear.weight.T.contiguous(); conv.bias.data = linear.bias.data; model.{name} = conv")
+            f"conv.weight.data = linear.weight.T.contiguous(); conv.bias.data = linear.bias.data; {at} = conv")
 
 
 def _put_a_conv1d_back(holder: torch.nn.Module, name: str):
@@ -314,7 +314,7 @@ def test_sp0915_for_a_conv1d_layer_says_to_put_a_conv1d_back(tmp_path):
                                   "groups of 4")
     assert info.value.help == (
         "write it dense: put a transformers Conv1D back in its place before saving, not an nn.Linear, whose weight "
-        f"(out, in) transformers would read transposed under a Conv1D's name ({_conv1d_help('0', 16, 30)}); "
+        f"(out, in) transformers would read transposed under a Conv1D's name ({_conv1d_help('model[0]', 16, 30)}); "
         "save_sparse24_checkpoint writes it as a plain 0.weight (in, out), as transformers reads a Conv1D's")
     sparse, conv = _put_a_conv1d_back(model, "0")
     assert conv.weight.shape == (30, 16) and torch.equal(conv.weight, sparse.to_dense().to(torch.bfloat16).T)
@@ -344,9 +344,24 @@ def test_the_vllm_shape_warning_says_to_put_a_conv1d_back_for_a_conv1d_layer(tmp
         "For vLLM, write those layers dense (layer.to_linear() in their place; q/k/v and gate/up parts all together), "
         "and those made from a transformers Conv1D (0) as a Conv1D, not an nn.Linear, whose weight (in, out) "
         "transformers reads under their names (an nn.Linear's (out, in) would be read transposed): "
-        f"{_conv1d_help('0', 12, 64)}")
+        f"{_conv1d_help('model[0]', 12, 64)}")
     sparse, conv = _put_a_conv1d_back(model, "0")
     assert conv.weight.shape == (64, 12) and torch.equal(conv.weight, sparse.to_dense().to(torch.bfloat16).T)
     x = torch.randn(3, 64).to(torch.bfloat16)
     ref = x.double() @ sparse.to_dense().double().T + sparse.bias.double()
     assert torch.allclose(conv(x).double(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_help_texts_name_a_submodule_in_python_that_runs():
+    """A help's statement names a layer as Python: numeric parts of its module name are indexing
+    (``model.transformer.h[0].attn.c_proj``; ``model.transformer.h.0`` is a syntax error), and the
+    expression reaches that module."""
+    from sparsile.integrations.errors import attribute_path
+
+    model = torch.nn.Module()
+    model.transformer = torch.nn.Module()
+    model.transformer.h = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(4, 4))])
+    path = attribute_path("model", "transformer.h.0.0")
+    assert path == "model.transformer.h[0][0]"
+    assert eval(path, {"model": model}) is model.get_submodule("transformer.h.0.0")
+    assert attribute_path("model", "") == "model"
