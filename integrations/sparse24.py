@@ -128,13 +128,19 @@ def bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name: str = 
                                f"layer {name}: in_features = {k} is not a multiple of {GROUP}; sparse-24-bitmask "
                                "stores whole groups of 4",
                                help="write this layer's weight dense (a plain .weight), not as sparse-24-bitmask")
+    bitmask = np.packbits(_kept_mask(indices, k), axis=1, bitorder="little")
+    return np.ascontiguousarray(values[:, :k // 2]), bitmask, np.array([rows, k], dtype=np.int64)
+
+
+def _kept_mask(indices: np.ndarray, k: int) -> np.ndarray:
+    """The (rows, k) mask of the elements the toolkit's logical ``indices`` (rows, k/4, 2) keep."""
+    rows = indices.shape[0]
     mask = np.zeros((rows, k // GROUP, GROUP), dtype=bool)
     row_ix = np.arange(rows)[:, None]
     group_ix = np.arange(k // GROUP)[None, :]
     for slot in range(indices.shape[2]):
         mask[row_ix, group_ix, indices[:, :, slot]] = True
-    bitmask = np.packbits(mask.reshape(rows, k), axis=1, bitorder="little")
-    return np.ascontiguousarray(values[:, :k // 2]), bitmask, np.array([rows, k], dtype=np.int64)
+    return mask.reshape(rows, k)
 
 
 def conv1d_bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name: str = "?"
@@ -152,14 +158,9 @@ def conv1d_bitmask_layout(values: np.ndarray, indices: np.ndarray, k: int, name:
                                f"layer {name}: {what}; a transformers Conv1D's sparse layer is stored (in, out) with "
                                "whole groups of 4 down its columns and compressed values (in, out / 2)",
                                help="write this layer's weight dense (a plain .weight), not as sparse-24-bitmask")
-    mask = np.zeros((n, k), dtype=bool)
+    mask = _kept_mask(indices, k)
     dense = np.zeros((n, k), dtype=values.dtype)
-    row_ix = np.arange(n)[:, None]
-    starts = GROUP * np.arange(k // GROUP)[None, :]
-    for slot in range(indices.shape[2]):  # (slot s of group g is values[:, 2g + s]: idx0 < idx1)
-        where = starts + indices[:, :, slot]
-        mask[row_ix, where] = True
-        dense[row_ix, where] = values[:, slot:k // 2:indices.shape[2]]
+    dense[mask] = values[:, :k // 2].reshape(-1)  # (row-major: group g's kept pair is values[:, 2g:2g + 2])
     mask_w = np.ascontiguousarray(mask.T)
     compressed = dense.T[mask_w].reshape(k, n // 2)
     bitmask = np.packbits(mask_w, axis=1, bitorder="little")
