@@ -558,17 +558,23 @@ def capture_id(stream: int | None) -> int | None:
     return _CAPTURE_ID(stream) if stream else None
 
 
-def _cuda_capture_id(stream: int | None) -> int | None:
-    """The capture id from ``cuStreamGetCaptureInfo``, asked only while torch says its current
-    stream captures (a handle that is no CUstream, as a CPU test's fake stream under a faked
-    :func:`capturing`, would crash the process inside the driver; graph_life.py does the same)."""
+def cuda_capture_info(stream: int) -> tuple[int, int] | None:
+    """(capture id, ``CUgraph`` handle) of the capture ``stream`` records (``cuStreamGetCaptureInfo``),
+    or None; asked only while torch says its current stream captures (a handle that is no CUstream,
+    as a CPU test's fake stream under a faked :func:`capturing`, would crash the process inside the
+    driver). The capture id for :func:`capture_id`, the graph for graph_life.py."""
     if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return None
     from cuda.bindings import driver
 
-    err, status, cid, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream or 0))
+    err, status, cid, graph, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
     active = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
-    return int(cid) if err == driver.CUresult.CUDA_SUCCESS and status == active else None
+    return (int(cid), int(graph)) if err == driver.CUresult.CUDA_SUCCESS and status == active else None
+
+
+def _cuda_capture_id(stream: int | None) -> int | None:
+    info = cuda_capture_info(stream or 0)
+    return None if info is None else info[0]
 
 
 _CAPTURE_ID: Callable[[int | None], int | None] = _cuda_capture_id

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...backend.runtime.graph_objects import GraphReleases, graph_releases
+from ._kernels import cuda_capture_info
 
 UNTIED_WARN = 256
 """Records planned for one capture each, kept in a cache without a tie to their graph, beyond which
@@ -31,19 +32,9 @@ _warned: list[bool] = []
 
 
 def _cuda_capture_graph(stream: int) -> int | None:
-    """The ``CUgraph`` the capture on ``stream`` builds (``cuStreamGetCaptureInfo``), or None; None
-    too unless torch says its current stream captures (a handle that is no CUstream, as a test's fake
-    stream, would crash the process inside the driver)."""
-    import torch
-
-    if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-        return None
-    from cuda.bindings import driver
-
-    err, status, _, graph, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
-    active = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
-    handle = int(graph) if err == driver.CUresult.CUDA_SUCCESS and status == active else 0
-    return handle or None
+    """The ``CUgraph`` the capture on ``stream`` builds (:func:`~._kernels.cuda_capture_info`), or None."""
+    info = cuda_capture_info(stream)
+    return None if info is None else info[1] or None
 
 
 _CAPTURE_GRAPH: Callable[[int], int | None] = _cuda_capture_graph
