@@ -25,14 +25,14 @@ TREES = "torch._inductor.cudagraph_trees"
 _UNKNOWN = itertools.count()  # captures whose id could not be read: a record of their own per call
 
 
-def trees_recording(device: int, stream: int) -> bool:
+def trees_recording() -> bool:
     """Whether the capture under way is torch.compile's CUDA graph trees recording a graph: a frame
     of their module (``torch._inductor.cudagraph_trees``) on this thread's stack (they capture inside
     ``CUDAGraphNode``'s constructor, ``_record``). Their manager's ``in_recording`` cannot tell: its
     state turns to "recording" only after that constructor returned, so it read False during the
     very capture (the H100 run of the fiftieth session: every ``reduce-overhead`` graph failed on a
     record planned in their pool). False where torch.compile never loaded them. Called only while a
-    capture is under way (``device`` and ``stream``: the call's, kept for callers)."""
+    capture is under way."""
     trees = sys.modules.get(TREES)
     path = getattr(trees, "__file__", None)
     if not path:
@@ -45,13 +45,13 @@ def trees_recording(device: int, stream: int) -> bool:
     return False
 
 
-def scratch_key(key: tuple, stream: int, off_pool: bool, device: int) -> tuple:
+def scratch_key(key: tuple, stream: int, off_pool: bool) -> tuple:
     """Where a record that owns scratch is kept for a call of ``key`` on ``stream`` inside a
     CUDA-graph capture: ``(*key, stream, ("capture", id))`` for the capture's id
     (``cuStreamGetCaptureInfo``), or under a fresh tag where it cannot be read (a record per call);
-    ``(*key, stream)``, the eager record of the stream, while CUDA graph trees record a graph on
-    ``device`` (``off_pool``: the custom op's call). Outside a capture: ``(*key, stream)``."""
-    if off_pool and trees_recording(device, stream):
+    ``(*key, stream)``, the eager record of the stream, while CUDA graph trees record the graph
+    (``off_pool``: the custom op's call). Outside a capture: ``(*key, stream)``."""
+    if off_pool and trees_recording():
         return (*key, stream)
     cid = capture_id(stream)
     return (*key, stream, ("capture", cid) if cid is not None else ("capture", None, next(_UNKNOWN)))

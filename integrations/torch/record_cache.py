@@ -288,7 +288,7 @@ class RecordCache:
         found = key
         record = records.get(key)
         # a record with scratch (workspace, quantized x) per stream, and inside a capture per capture (capture_keys.py)
-        own = (*key, stream) if not in_capture else scratch_key(key, stream, off_pool, x.get_device())
+        own = (*key, stream) if not in_capture else scratch_key(key, stream, off_pool)
         if record is None:
             found = own
             record = records.get(found)

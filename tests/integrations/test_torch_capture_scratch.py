@@ -157,7 +157,7 @@ def test_the_custom_op_under_cuda_graph_trees_reuses_its_warm_up_record(fake, mo
     would leave its scratch in their pool, which they refuse; their graphs share that pool and
     replay one at a time); a manual capture of the op plans its own, as a layer's does."""
     _api(fake, monkeypatch)
-    monkeypatch.setattr(capture_keys, "trees_recording", lambda device, stream: trees and stream == 7)
+    monkeypatch.setattr(capture_keys, "trees_recording", lambda: trees)
     cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
     cache.run((4, "quantize"), x, w, None, torch.float32, stream=7, off_pool=True, quantize=True)
@@ -176,12 +176,12 @@ def test_trees_recording_reads_the_stack_not_the_managers_state(monkeypatch):
     import sys
 
     monkeypatch.delitem(sys.modules, capture_keys.TREES, raising=False)
-    assert not capture_keys.trees_recording(0, 7)
+    assert not capture_keys.trees_recording()
     import torch._inductor.cudagraph_trees as trees
 
-    assert not capture_keys.trees_recording(0, 7)  # a manual capture's stack: no frame of theirs
+    assert not capture_keys.trees_recording()  # a manual capture's stack: no frame of theirs
     namespace = {"recording": capture_keys.trees_recording}
-    exec(compile("def _record():\n    return recording(0, 7)\n", trees.__file__, "exec"), namespace)
+    exec(compile("def _record():\n    return recording()\n", trees.__file__, "exec"), namespace)
     assert namespace["_record"]()  # called from a frame of their module (as from CUDAGraphNode._record)
     # (torch's order, which made in_recording useless: the node, and its capture, before the state)
     import inspect
