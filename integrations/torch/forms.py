@@ -33,7 +33,12 @@ once), so that the subclass can be swapped as an ``nn.Linear``."""
 _PLAIN_KEYS = tuple(code_key(f.__code__) for f in PLAIN_LINEAR_FORWARDS)
 
 
+def has_code_of(forward: Any, keys: Any) -> bool:
+    """``forward`` is a plain function whose :func:`code_key` is one of ``keys``."""
+    code = getattr(forward, "__code__", None)
+    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and code_key(code) in keys
+
+
 def is_plain_linear_forward(forward: Any) -> bool:
     """``forward`` is a plain function with the bytecode of one of :data:`PLAIN_LINEAR_FORWARDS`."""
-    code = getattr(forward, "__code__", None)
-    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and code_key(code) in _PLAIN_KEYS
+    return has_code_of(forward, _PLAIN_KEYS)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import CodeType, FunctionType
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,7 +40,7 @@ from ._kernels import GATED_ACTIVATIONS, OP_ACTIVATIONS, glu_in_kernel, glu_unfu
 from .act_state import act_modules, act_states
 from .autograd import LayerWithInputGrad, needs_autograd
 from .compiled_act import compiled_module_of
-from .forms import code_key
+from .forms import code_key, has_code_of
 from .gate import gate_activation
 from .linear import SparseLinear, tensors_of, tracing
 
@@ -110,8 +110,7 @@ _REFERENCE_KEYS = {LLAMA: LLAMA.keys(), PACKED: PACKED.keys()}
 def is_gated_mlp_forward(forward: Any, form: MLPForm = LLAMA) -> bool:
     """``forward`` is a plain function with the bytecode of one of ``form``'s reference forwards
     (:data:`REFERENCE_FORWARDS` for Llama's form)."""
-    code = getattr(forward, "__code__", None)
-    return isinstance(forward, FunctionType) and isinstance(code, CodeType) and code_key(code) in _REFERENCE_KEYS[form]
+    return has_code_of(forward, _REFERENCE_KEYS[form])
 
 
 def _describe(act: nn.Module) -> str:
