@@ -220,13 +220,18 @@ def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, An
     return scale
 
 
+def _check_scale_size(scale: np.ndarray, rows: int, name: str) -> None:
+    """SP0913 unless ``scale`` (a weight_scale) holds one value, or one per output channel (``rows``)."""
+    if scale.size not in (1, rows):
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
+                               f"{rows} output channels", help="one scale per output channel")
+
+
 def _dequantized(dense: np.ndarray, scale: np.ndarray, name: str, module: nn.Module) -> np.ndarray:
     """The 16-bit weight W_q * s_w of a weight-only fp8 layer (W8A16), as compressed-tensors'
     decompression makes it: the product in the scale's type (bf16 or f16: rounded once; float32:
     float32's product), then the layer's 16-bit type (:func:`_layer_dtype`)."""
-    if scale.size not in (1, dense.shape[0]):
-        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
-                               f"{dense.shape[0]} output channels", help="one scale per output channel")
+    _check_scale_size(scale, dense.shape[0], name)
     wide = np.result_type(np.float32, scale.dtype)
     product = dense.astype(wide) * scale.reshape(-1, 1).astype(wide)
     if scale.dtype.itemsize == 2:  # (exact in float32: at most 4 + 11 significant bits; one rounding)
@@ -280,9 +285,7 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     bias = tensors.get(f"{name}.bias")
     if scale is not None:
         scale = np.asarray(scale).astype(np.float32)
-        if scale.size not in (1, dense.shape[0]):
-            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
-                                   f"{dense.shape[0]} output channels", help="one scale per output channel")
+        _check_scale_size(scale, dense.shape[0], name)
         scale = np.broadcast_to(scale.reshape(-1), (dense.shape[0],)).copy()
     if bias is not None and np.size(bias) != dense.shape[0]:
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: bias has {np.size(bias)} elements for "
