@@ -31,10 +31,9 @@ class VLLMShapeWarning(UserWarning):
 
 
 def vllm_misfits(layers: Mapping[str, Any]) -> list[str]:
-    """``"name (in_features x out_features)"`` for each layer of ``layers`` (name -> a layer with
-    ``in_features`` and ``out_features``) that vLLM's 2:4 scheme cannot load, in the given order."""
-    return [f"{name or '(the model)'} ({m.in_features} in, {m.out_features} out)" for name, m in layers.items()
-            if m.in_features % VLLM_MULTIPLE or m.out_features % VLLM_MULTIPLE]
+    """The names of the layers of ``layers`` (name -> a layer with ``in_features`` and
+    ``out_features``) that vLLM's 2:4 scheme cannot load, in the given order."""
+    return [name for name, m in layers.items() if m.in_features % VLLM_MULTIPLE or m.out_features % VLLM_MULTIPLE]
 
 
 def dense_in_place(name: str, layer: Any) -> str:
@@ -68,10 +67,10 @@ def _dense_help(layers: Mapping[str, Any], names: list[str]) -> str:
 def warn_vllm_shapes(layers: Mapping[str, Any], stacklevel: int = 3) -> None:
     """One :class:`VLLMShapeWarning` naming the layers of ``layers`` that vLLM cannot load, if any
     (``stacklevel``: the user's call of the writer, for a direct caller of this function's caller)."""
-    misfits = vllm_misfits(layers)
-    names = [n for n, m in layers.items() if m.in_features % VLLM_MULTIPLE or m.out_features % VLLM_MULTIPLE]
-    if not misfits:
+    names = vllm_misfits(layers)
+    if not names:
         return
+    misfits = [f"{n or '(the model)'} ({layers[n].in_features} in, {layers[n].out_features} out)" for n in names]
     more = f", and {len(misfits) - SHOWN} more" if len(misfits) > SHOWN else ""
     warnings.warn(
         f"save_sparse24_checkpoint: vLLM cannot load {len(misfits)} layer{'s' if len(misfits) != 1 else ''} of this "
