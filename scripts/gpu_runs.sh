@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a51 / a51b       # a50 split for 600 s calls: on an H200 issue 12's rows first, then the GPU tests; a51b the CPU torch files
 #   bash scripts/gpu_runs.sh a50              # (not run yet) the fiftieth session's torch fixes after its H100 run, then issue 12's rows on an H200
 #   bash scripts/gpu_runs.sh ab47             # (not run yet) the constant-offset address form (2ce3920) on the GPU: both program fuzzers,
 #                                            # then sparse_matmul's kernels A/B against the tree before it (gpu-out/base: see the part)
@@ -479,6 +480,24 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a51)  # a50 reordered for a 600 s call: on an H200 issue 12's T <= 16 rows first (the acceptance; c48's command),
+     # then the torch layer's GPU files (a50's list); a51b runs a50's CPU torch files under the device's torch
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-51.json"
+    fi
+    run 260 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a51.xml" \
+        tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_training_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
+        tests/gpu/test_torch_input_scale_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_api_caches_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py
+    ;;
+a51b)  # a50's second step: this session's CPU torch files under the device's torch (2.11)
+    run 200 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_errors.py \
+        tests/integrations/test_torch_compiled_func.py tests/integrations/test_torch_training_vmap.py \
+        tests/integrations/test_torch_graph_life.py tests/integrations/test_torch_capture_scratch.py \
+        tests/integrations/test_torch_traced_devices.py tests/integrations/test_torch_glu_packed.py
     ;;
 a50)  # the fiftieth session's fixes after its H100 run (10 failed there: CUDA graph trees told by the stack, GPU tests
      # moved to the per-capture design, graph-life settling): the torch layer's GPU files, today's CPU torch files
