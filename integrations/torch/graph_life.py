@@ -67,6 +67,13 @@ def released() -> bool:
     return releases is not None and releases.released()
 
 
+def release_counter() -> Any | None:
+    """The counter the destroy callbacks raise (:attr:`~...backend.runtime.graph_objects.GraphReleases.counter`:
+    its ``value`` is one memory read, no lock), or None where no graph release is watched."""
+    releases = _RELEASES()
+    return None if releases is None else releases.counter
+
+
 def released_records() -> list[tuple[Any, Any]]:
     """(cache, record) of each record whose graph was destroyed since the last call, both alive."""
     releases = _RELEASES()

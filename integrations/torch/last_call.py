@@ -8,10 +8,12 @@ time on the H200 (benchmarks/RESULTS.md, sixteenth session). A layer keeps what 
 (the record and the call's x shape, dtype, device and stream) and a call that matches it launches the
 record's native launch directly, after the checks that can change between calls: whether the
 record is still the last one its cache ran (a cleared cache, another call through it), torch's
-current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture), an
-in-place write to the weight (its version counters), and x contiguous, 16-byte aligned and no lazy
-negation (``torch._neg_view(x)``, ``z.conj().imag``: its memory holds the values before it). Anything
-else returns None, and the caller takes the full path, which handles it and leaves a new
+current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture), a
+CUDA graph destroyed whose own records the cache keeps (graph_life.py: one read of the counter its
+destroy callback raises, only where the cache holds such records), an in-place write to the weight
+(its version counters), and x contiguous, 16-byte aligned and no lazy negation
+(``torch._neg_view(x)``, ``z.conj().imag``: its memory holds the values before it). Anything else
+returns None, and the caller takes the full path, which handles it and leaves a new
 :class:`LastCall`. Both paths launch the same record with the same arguments: the same bits. Calls
 at x and y addresses seen before are replayed as one CUDA-graph launch (graph_launch.py).
 """
@@ -36,7 +38,8 @@ class LastCall:
     y (x.shape[:-1] + (N,), the record's output type) or None: not the same kind of call (see the
     module docstring), nothing launched."""
 
-    __slots__ = ("cache", "device", "dtype", "entry", "record", "replays", "shape", "stream", "stream_of", "y_like")
+    __slots__ = ("cache", "counter", "device", "dtype", "entry", "record", "replays", "seen", "shape", "stream",
+                 "stream_of", "y_like")
 
     def __init__(self, cache: Any, entry: tuple[LaunchRecord, int], x: torch.Tensor, stream_of: Callable[[], int]):
         # valid while ``entry`` is the cache's last call: a cleared cache, a dropped weight and any
@@ -49,6 +52,10 @@ class LastCall:
         record = self.record
         self.y_like = record.y_like if x.dim() == 2 else record.y_like.view(*x.shape[:-1], record.shape[1])
         self.replays = GraphReplays.of(record.native)  # calls repeated at the same addresses: one graph launch
+        # where the cache keeps records tied to CUDA graphs: the counter their destroy callbacks raise and its
+        # value before the full path last collected (RecordCache.releases_seen); a call through the cache
+        # (a capture, which ties records) ends this last call, so a cache without them needs no look
+        self.counter, self.seen = cache.releases_seen if cache.tied else (None, 0)
 
     @classmethod
     def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int], key: tuple | None = None
@@ -65,6 +72,8 @@ class LastCall:
             return None
         if record.native is None or record.unfilled or record.shape[0] != x.numel() // max(1, x.shape[-1]):
             return None
+        if cache.tied and cache.releases_seen is None:  # (tied by another thread's capture since this call looked)
+            return None
         return cls(cache, last, x, stream_of)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
@@ -74,9 +83,10 @@ class LastCall:
         native = record.native  # None after a failed native launch: the full path runs its prepared launches
         cache = self.cache
         stream = self.stream
+        counter = self.counter  # (a graph destroyed since: the full path drops its records)
         # (a capture never records the legacy default stream, handle 0: CUDA refuses to begin one there)
         if native is None or cache.last is not self.entry or cache.unfilled or self.stream_of() != stream \
-                or (stream and capturing()):
+                or (stream and capturing()) or (counter is not None and counter.value != self.seen):
             return None
         tracked = record.tracked
         if tracked is not None and tuple(map(_version, tracked)) != record.versions:

@@ -8,6 +8,7 @@ import functools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -71,6 +72,9 @@ class RecordCache:
         # dropped at the first call outside a capture after the graph is destroyed
         self.tied: set[int] = set()
         self.untied = 0  # such records planned here that could not be tied (kept while their weight lives)
+        # (graph_life.release_counter(), its value) read by the last call outside a capture with tied
+        # records, before it collected: a layer's LastCall compares it (last_call.py); None: not read yet
+        self.releases_seen: tuple[Any, int] | None = None
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
         # (the record the last call ran, its stream): what a layer's LastCall keeps (last_call.py)
         self.last: tuple[LaunchRecord, int] | None = None
@@ -205,6 +209,15 @@ class RecordCache:
         if record is not None and record.owner is owner:
             self.tied.discard(id(record))
 
+    def _collect_released(self) -> None:
+        """Drop the records of destroyed graphs (:meth:`graphs_released`) where any graph was destroyed,
+        after noting the release counter's value (``releases_seen``): a layer's fast path compares it
+        (one memory read), so that a graph destroyed from now on sends its next call here."""
+        counter = graph_life.release_counter()
+        self.releases_seen = (None, 0) if counter is None else (counter, counter.value)
+        if counter is not None and graph_life.released():
+            self.graphs_released()
+
     def graphs_released(self) -> None:
         """Drop the records tied to a CUDA graph that is destroyed now (graph_life.py), in this
         cache and any other: each graph's records, kept for it alone, that no call will use again
@@ -280,8 +293,8 @@ class RecordCache:
         if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as
             scale_x = scale_x.clone()                        # torch.func.vmap's per-sample calls of the op pass)
         in_capture = capturing()
-        if self.tied and not in_capture and graph_life.released():  # graphs destroyed: their own records dropped
-            self.graphs_released()
+        if self.tied and not in_capture:  # graphs destroyed: their own records dropped
+            self._collect_released()
         if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
         records = self.records

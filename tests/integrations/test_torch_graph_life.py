@@ -348,3 +348,61 @@ def test_a_refused_object_s_payload_is_never_handed_back_to_a_collect_on_another
     collectors[0].join()
     assert seen == [[]], seen  # nothing handed back: the record is kept
     assert releases.collect() == [] and releases.pending() == 0 and not releases.released()
+
+
+def test_the_last_call_s_fast_path_sees_a_destroyed_graph_and_the_full_path_drops_its_records(fake, graphs,
+                                                                                               monkeypatch):
+    """A decode loop: a warm-up, one capture (its record tied to graph 1031), then eager calls that
+    take the layer's fast path (LastCall) step after step. Graph 1031 destroyed: the next call goes
+    back to the full path (None from the fast path, nothing launched), which drops the graph's
+    record (before, the fast path kept launching and the record, with its scratch and the graph
+    pool memory it pins, stayed as long as the loop ran); the fast path serves the call after."""
+    from sparsile.integrations.torch.last_call import LastCall
+
+    _api(fake, monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    _call(cache, w, x)
+    _capture(fake, monkeypatch, 31)
+    _call(cache, w, x)
+    captured = weakref.ref(cache.records[(*KEY, 7, ("capture", 31))])
+    _capture(fake, monkeypatch, None)
+    _call(cache, w, x)
+    last = LastCall.of(cache, x, lambda: 7, KEY)
+    assert last is not None and last(x) is not None and id(captured()) in cache.tied  # graph 1031 alive
+    graphs.destroy(1031)
+    launched = len(fake.launches)
+    assert last(x) is None and len(fake.launches) == launched
+    _call(cache, w, x)  # the full path: the destroyed graph's record dropped
+    assert list(cache.records) == [(*KEY, 7)] and not cache.tied and graphs.releases.pending() == 0
+    gc.collect()
+    assert captured() is None
+    last = LastCall.of(cache, x, lambda: 7, KEY)
+    launched = len(fake.launches)
+    assert last is not None and last(x) is not None and len(fake.launches) > launched  # the fast path again
+
+
+def test_a_graph_of_another_cache_destroyed_costs_the_fast_path_one_full_call(fake, graphs, monkeypatch):
+    """The destroy callbacks raise one process-wide counter: another cache's graph destroyed sends a
+    last call with tied records back to the full path once (it collects for every cache: the other
+    cache's record dropped), then the fast path goes on; a last call of a cache with no tied records
+    never looks at the counter."""
+    from sparsile.integrations.torch.last_call import LastCall
+
+    _api(fake, monkeypatch)
+    mine, other, plain, w = RecordCache(), RecordCache(), RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    for capture, cache in ((40, mine), (41, other)):
+        _capture(fake, monkeypatch, capture)
+        _call(cache, w, x)
+    _capture(fake, monkeypatch, None)
+    for cache in (mine, other, plain):
+        _call(cache, w, x)
+    last, untied = LastCall.of(mine, x, lambda: 7, KEY), LastCall.of(plain, x, lambda: 7, KEY)
+    graphs.destroy(1041)
+    assert untied(x) is not None
+    assert last(x) is None
+    _call(mine, w, x)
+    assert not other.tied and list(other.records) == [(*KEY, 7)] and mine.tied
+    last = LastCall.of(mine, x, lambda: 7, KEY)
+    assert last(x) is not None and last(x) is not None
