@@ -6,7 +6,9 @@ scales; a split-K workspace) belongs to one capture or one stream: shared, the r
 and returned another input's numbers (a silent wrong result). Every output is compared with float64
 (y poisoned with NaN before each replay). The CPU side: tests/integrations/test_torch_capture_scratch.py.
 A capture's own records live as long as its graph (graph_life.py): 50 captures of one layer, each
-graph deleted, keep a bounded number of records and memory (CPU side: test_torch_graph_life.py)."""
+graph deleted, keep a bounded number of records and memory, with or without eager calls between
+the captures, and a layer's last-call fast path notices a destroyed graph (CPU side:
+test_torch_graph_life.py)."""
 
 from __future__ import annotations
 
@@ -188,8 +190,8 @@ def test_capturing_a_layer_again_and_again_keeps_its_records_and_memory_bounded(
         """Until the destroyed graphs' records are dropped: eager calls (and the driver's callbacks)."""
         for _ in range(500):
             torch.cuda.synchronize()
-            _warm_up(call, x[:1], stream)  # (two shapes: no call takes the layer's last-call fast path,
-            _warm_up(call, x, stream)      # which does not look for destroyed graphs)
+            _warm_up(call, x[:1], stream)  # (two shapes: no call takes the layer's last-call fast path;
+            _warm_up(call, x, stream)      # the fast path's own look: the tests below)
             if not captured():
                 return
             time.sleep(0.01)
@@ -212,6 +214,73 @@ def test_capturing_a_layer_again_and_again_keeps_its_records_and_memory_bounded(
     y = call(x)  # the eager record after it all
     torch.cuda.synchronize()
     _check(layer, kind, x, y[None])
+
+
+def _captured_of(layer, cache) -> list:
+    """``layer``'s records in ``cache`` planned for one capture (stored or retired)."""
+    return [r for key, r in (*cache.records.items(), *cache.retired.items())
+            if r.owner() is layer.values and (isinstance(key, int) or is_capture_key(key))]
+
+
+def test_the_last_call_fast_path_drops_a_destroyed_graph_s_records():
+    """A decode loop after one capture: eager calls of one shape on one stream take the layer's
+    last-call fast path. The graph deleted, the fast path sees the driver's destroy callback (the
+    counter it bumps) and sends the next call down the full path, which drops the graph's record
+    (polled: the callback may lag); the fast path goes on after, with float64-checked outputs.
+    Before, the fast path never looked, and the record stayed as long as the loop ran."""
+    assert graph_releases() is not None
+    layer = _layer("e4m3")
+    cache = layer.__dict__["_records"]
+    stream = torch.cuda.Stream()
+    x = _x(31)
+    _warm_up(layer, x, stream)
+    graph, y = _capture(layer, x, stream)
+    graph.replay()
+    _warm_up(layer, x, stream)
+    assert layer.__dict__["_last"] is not None and _captured_of(layer, cache) and cache.tied
+    del graph, y
+    torch.cuda.synchronize()
+    for _ in range(500):
+        _warm_up(layer, x, stream)
+        if not _captured_of(layer, cache):
+            break
+        time.sleep(0.01)
+    assert not _captured_of(layer, cache) and not cache.tied
+    last = layer.__dict__["_last"]
+    with torch.cuda.stream(stream):
+        ys = torch.stack([layer(x) for _ in range(3)])
+    torch.cuda.synchronize()
+    assert layer.__dict__["_last"] is last  # the fast path served them
+    _check(layer, "e4m3", x, ys)
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "bf16 op"])
+def test_captures_with_no_eager_call_between_them_keep_records_and_memory_bounded(kind):
+    """One warm-up, then 50 captures on one stream with no eager call between them, each graph
+    replayed (y poisoned, checked against float64) and deleted: each capture drops the records of
+    the graphs destroyed before it (a few may lag behind the driver's callback). Before, only an
+    eager call dropped them: 50 records, with their scratch and the destroyed graphs' pool memory."""
+    assert graph_releases() is not None
+    layer = _layer(kind)
+    call = _call(layer, kind)
+    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
+    stream = torch.cuda.Stream()
+    x = _x(41)
+    _warm_up(call, x, stream)
+    memory = []
+    for i in range(CAPTURES):
+        graph, y = _capture(call, x, stream)
+        assert len(_captured_of(layer, cache)) <= 8  # this graph's, and a few whose release lags
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(layer, kind, x, y.clone()[None])
+        del graph, y
+        torch.cuda.synchronize()
+        time.sleep(0.02)  # (the driver's callback thread)
+        if i in (9, CAPTURES - 1):
+            memory.append(torch.cuda.memory_allocated())
+    assert memory[1] <= memory[0] + 8 * (T * K + 4 * T + (1 << 20)), memory  # at most the lagging records' scratch
 
 
 def test_the_driver_calls_the_destroy_callback_only_after_the_destroyed_graph_s_replay_is_done():

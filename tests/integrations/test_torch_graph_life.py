@@ -92,8 +92,9 @@ def test_a_capture_s_record_is_dropped_at_the_first_eager_call_after_its_graph_i
                                                                                               monkeypatch):
     """A record with scratch (an e4m3 record's quantized x and scales) planned for capture 31 is
     kept while its graph lives (eager calls, another capture), and after the graph is destroyed
-    until the next call outside a capture, which drops it (nothing else holds it: its tensors are
-    freed); the eager record of the stream and capture 32's record, whose graph lives, stay."""
+    until the cache's next call, which drops it (nothing else holds it: its tensors are freed), in
+    another capture too; the eager record of the stream and capture 32's record, whose graph lives,
+    stay."""
     _api(fake, monkeypatch)
     cache, w = RecordCache(), _weight()
     x = torch.randn(4, 32)
@@ -109,9 +110,9 @@ def test_a_capture_s_record_is_dropped_at_the_first_eager_call_after_its_graph_i
     graphs.destroy(1031)
     assert graph_life.released()
     _capture(fake, monkeypatch, 32)
-    _call(cache, w, x)  # inside another capture: nothing dropped
+    _call(cache, w, x)  # inside another capture: graph 1031's record dropped, capture 32's planned
     second = cache.records[(*KEY, 7, ("capture", 32))]
-    assert first() is cache.records[(*KEY, 7, ("capture", 31))] and len(cache.records) == 3
+    assert list(cache.records.values()) == [eager, second]
     _capture(fake, monkeypatch, None)
     _call(cache, w, x)
     assert list(cache.records.values()) == [eager, second] and cache.last[0] is eager
@@ -137,6 +138,24 @@ def test_capturing_a_layer_again_and_again_keeps_a_bounded_number_of_records(fak
     _capture(fake, monkeypatch, None)
     _call(cache, w, x)
     assert list(cache.records) == [(*KEY, 7)] and not cache.tied and graphs.releases.pending() == 0
+
+
+def test_captures_with_no_eager_call_between_them_keep_a_bounded_number_of_records(fake, graphs, monkeypatch):
+    """One warm-up, then 50 captures of the layer's call, each graph destroyed after it, and no
+    eager call in between (a benchmark or a server capturing again after one warm-up): each capture
+    drops the records of the graphs destroyed before it. Before, only a call outside a capture
+    dropped them: the cache kept one record per capture (with its scratch, and the destroyed graph's
+    pool memory it pins) for as long as no eager call came."""
+    _api(fake, monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    _call(cache, w, x)
+    for capture in range(200, 250):
+        _capture(fake, monkeypatch, capture)
+        _call(cache, w, x)
+        assert len(cache.records) <= 2 and len(cache.tied) == 1
+        graphs.destroy(1000 + capture)
+    assert graphs.releases.pending() == 1  # (the last graph's: collected at the next call)
 
 
 def test_a_split_k_record_of_the_custom_op_s_cache_is_dropped_with_its_graph(fake, graphs, monkeypatch):
