@@ -20,9 +20,11 @@ memory) and adds one to a process-wide counter. Python looks at the counter when
 
 Nothing here is ever freed while the driver may still call it: the machine code and the counter
 live until the process ends (their Python owners are given an extra reference), and a cell is
-freed only after its callback has run. Where anything of this is unavailable (no llvmlite engine,
-no driver entry point, an error) :func:`graph_releases` returns None, or :meth:`GraphReleases.watch`
-False, and the caller keeps its memory as it would without it.
+freed only after its callback has run, or where no user object was made for it (a cell whose
+making raised part way stays pending until its callback runs, for good if it never does). Where
+anything of this is unavailable (no llvmlite engine, no driver entry point, an error)
+:func:`graph_releases` returns None, or :meth:`GraphReleases.watch` False, and the caller keeps its
+memory as it would without it.
 """
 
 from __future__ import annotations
@@ -82,13 +84,20 @@ def driver_attach(graph: int, cell: int, callback: int) -> str:
     reference, ``CU_USER_OBJECT_NO_DESTRUCTOR_SYNC``), then ``cuGraphRetainUserObject`` moving that
     reference to the graph; where the graph refuses it, the reference is released
     (``cuUserObjectRelease``: the callback runs, at once or soon)."""
-    create, retain, release = _user_objects()
+    try:
+        create, retain, release = _user_objects()
+    except Exception:  # (no libcuda, no entry point: nothing made, the cell is the caller's to free)
+        return FAILED
     obj = c.c_void_p()
     if create(c.byref(obj), cell, callback, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != 0 or not obj.value:
         return FAILED
-    if retain(graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE) == 0:
+    try:
+        retained = retain(graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE) == 0
+    except Exception:  # (a ctypes error before the call: the reference is still ours)
+        retained = False
+    if retained:
         return TIED
-    release(obj, 1)
+    release(obj, 1)  # (raising here, the object and its cell are kept: GraphReleases.watch)
     return RELEASED
 
 
@@ -139,15 +148,15 @@ class GraphReleases:
             self._pending[cell] = payload
             try:
                 state = self._attach(graph, cell, self.callback)
-            except Exception:
-                state = FAILED
+            except Exception:  # an object may have been made (and even given to the graph) before the
+                state = None   # error: its callback may write to the cell at any later time
             if state == TIED:
                 return True
-            if state == RELEASED:
-                self._pending[cell] = None  # (its callback runs: the cell is freed when collected)
-            else:
+            if state == FAILED:  # nothing made: nothing will write to the cell
                 del self._pending[cell]
                 self._libc.free(cell)
+            else:  # RELEASED (its callback runs, or ran), or not known: freed once its callback has run
+                self._pending[cell] = None  # (at a collect), never otherwise; nothing handed back
             return False
 
     def released(self) -> bool:

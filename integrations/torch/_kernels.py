@@ -252,6 +252,9 @@ class LaunchRecord:
         self.pdl = pdl and self.tracked is not None
         self.owner: Callable[[], Any] = _NO_OWNER  # RecordCache: a weak reference to the caller's values tensor
         self.captured = False  # set once a CUDA graph captured a call: the cache then never drops it
+        # set once the cache dropped it for good, its graph destroyed (RecordCache.release): a clear or a
+        # replacement on another thread that retires it after that takes it back out (record_cache.py)
+        self.released = False
         self.key: tuple = ()  # where a RecordCache stores it
         self.shape = (int(x.shape[0]), w.out_features)  # (T, N): y's shape (N = rows / 2, gated)
         self.out_dtype = out_dtype

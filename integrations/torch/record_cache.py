@@ -47,6 +47,12 @@ def _stepped(params: list[torch.Tensor]) -> AfterStep | None:
     return bump_unless_written([p for p in params if p.grad is not None and storage_key(p) in watched])
 
 
+def _graphs_own(record: LaunchRecord) -> bool:
+    """Whether ``record`` is the capture graph's alone: stored under the capture's id (its scratch),
+    or reading copies of the weight that only that graph's replay fills (``unfilled``)."""
+    return record.unfilled or is_capture_key(record.key)
+
+
 class RecordCache:
     """Launch records by key: at most ``capacity`` per weight (the least recently built of that
     weight dropped first, except records a CUDA graph captured), none for a weight that is gone.
@@ -81,11 +87,22 @@ class RecordCache:
 
     def clear(self) -> None:
         """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
-        self.retired.update({id(r): r for r in tuple(self.records.values()) if r.captured})  # (a weakref
-        # callback may pop entries meanwhile: a snapshot)
+        captured = [r for r in tuple(self.records.values()) if r.captured]  # (a weakref callback may pop
+        self.retired.update({id(r): r for r in captured})                   # entries meanwhile: a snapshot)
         self.records.clear()
         self.last = None
         self.unfilled.clear()  # (an unfilled record is not revived: only its graph reads it)
+        for record in captured:
+            self._unless_released(record)
+
+    def _unless_released(self, record: LaunchRecord) -> None:
+        """Take ``record``, just retired, back out where a collect on another thread released it
+        meanwhile (its graph destroyed: :meth:`release`), which may have run between the caller's
+        look at the record and its retiring; kept, a capture's own record would stay while its
+        weight lives, never revived. (:meth:`release` marks ``released`` before its last pop from
+        ``retired``: whichever order the two threads take, the record does not stay.)"""
+        if record.released:
+            self.retired.pop(id(record), None)
 
     def _weight_written(self, key: tuple, record: LaunchRecord, versions: tuple[int, ...]) -> LaunchRecord | None:
         """The weight of ``record`` (stored at ``key``) was written in place since it was built: a
@@ -127,6 +144,7 @@ class RecordCache:
         self.unfilled.pop(id(record), None)
         if record.captured:
             self.retired[id(record)] = record
+            self._unless_released(record)
 
     def _fill(self) -> None:
         """The records planned inside a capture (``unfilled``), at this cache's first call outside a
@@ -234,23 +252,34 @@ class RecordCache:
 
     def release(self, record: LaunchRecord) -> None:
         """``record``'s graph is destroyed: drop it (see :meth:`graphs_released`), unless an eager
-        call filled it since (it serves every call now, and other graphs may have captured it)."""
+        call filled it since (it serves every call now, and other graphs may have captured it).
+
+        Another thread's calls may run meanwhile (a collect runs on any thread that calls the
+        cache): an eager call there can fill the record after the look below, and a capture then
+        capture it; so it is looked at again once it is out of the cache's dicts, where no later
+        call finds it, and kept (retired, revived by the next call of its key) where it was filled.
+        Marked ``released`` before its last pop from ``retired``: a clear or a replacement retiring
+        it meanwhile takes it back out (:meth:`_unless_released`)."""
         self.tied.discard(id(record))
         key = record.key
-        if not (record.unfilled or is_capture_key(key)):
+        if not _graphs_own(record):
             return
         if self.records.get(key) is record:
             self.records.pop(key, None)
-        self.retired.pop(id(record), None)
         self.unfilled.pop(id(record), None)
         last = self.last
         if last is not None and last[0] is record:
             self.last = None
+        if not _graphs_own(record):  # filled since the look above: a graph captured since may replay it
+            self.retired[id(record)] = record
+            return
+        record.released = True
+        self.retired.pop(id(record), None)
 
     def _tie(self, record: LaunchRecord, stream: int) -> None:
         """``record`` was just planned inside the capture on ``stream``: tie it to that graph where it
         is that graph's alone (stored under the capture's id, or filled by that graph's replay)."""
-        if not (record.unfilled or is_capture_key(record.key)):
+        if not _graphs_own(record):
             return
         if graph_life.tie(self, record, stream):
             self.tied.add(id(record))

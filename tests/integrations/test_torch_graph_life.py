@@ -226,7 +226,9 @@ def test_a_graph_destroyed_after_its_weight_is_gone(fake, graphs, monkeypatch):
 def test_without_user_objects_records_are_kept_as_before(fake, graphs, monkeypatch, how):
     """Where no user object can be tied to the graph (no llvmlite engine, the capture's graph not
     readable, the driver refusing) the capture's record is kept while its weight lives, silently,
-    and the capture goes on; past UNTIED_WARN such records in one cache, one warning per process."""
+    and the capture goes on; past UNTIED_WARN such records in one cache, one warning per process.
+    An attach that raised may have made the object: its cell stays pending (a callback may still
+    write to it), never handed back."""
     _api(fake, monkeypatch)
     if how == "no releases":
         monkeypatch.setattr(graph_life, "_RELEASES", lambda: None)
@@ -259,7 +261,12 @@ def test_without_user_objects_records_are_kept_as_before(fake, graphs, monkeypat
     if how == "graph refused":  # each released object's cell: marked by its callback, freed when collected
         assert len(graphs.released) == 4 and not graphs.cells and graphs.releases.pending() == 4
         assert graph_life.released() and graph_life.released_records() == []
-    assert graphs.releases.pending() == 0 and not graph_life.released()
+    if how == "attach raised":  # an object may have been made: each cell kept until a callback marks it,
+        assert graphs.releases.pending() == 4  # none does here (nothing handed back, nothing freed)
+        assert graph_life.released_records() == [] and graphs.releases.pending() == 4
+    else:
+        assert graphs.releases.pending() == 0
+    assert not graph_life.released()
 
 
 def test_graph_releases_counts_and_frees_cells():
@@ -304,6 +311,30 @@ def test_driver_attach_moves_the_object_s_reference_to_the_graph(monkeypatch, re
         ([] if retained else [("release", 0xAB, 1)])
     monkeypatch.setattr(graph_objects, "_user_objects", lambda: (lambda *args: 2, retain, None))
     assert graph_objects.driver_attach(0x51, 0x60, 0x70) == graph_objects.FAILED
+
+
+def test_driver_attach_reports_what_was_made_when_a_call_raises(monkeypatch):
+    """No entry points (libcuda's lookup raising): FAILED, nothing made (the cell may be freed); the
+    retain raising (a ctypes error before the call) after the create: the object's reference is
+    still ours, released (its callback runs): RELEASED, so the cell is freed only after it ran."""
+    calls = []
+
+    def create(out, ptr, destroy, refcount, flags):
+        out._obj.value = 0xAB
+        return 0
+
+    def retain(graph, obj, count, flags):
+        raise c.ArgumentError("argument 1: wrong type")
+
+    def missing():
+        raise AttributeError("cuGraphRetainUserObject")
+
+    monkeypatch.setattr(graph_objects, "_user_objects", missing)
+    assert graph_objects.driver_attach(0x51, 0x60, 0x70) == graph_objects.FAILED
+    monkeypatch.setattr(graph_objects, "_user_objects", lambda: (
+        create, retain, lambda obj, count: calls.append(("release", obj.value, count)) or 0))
+    assert graph_objects.driver_attach(0x51, 0x60, 0x70) == graph_objects.RELEASED
+    assert calls == [("release", 0xAB, 1)]
 
 
 def test_the_shared_graph_releases_is_built_once(monkeypatch):
@@ -425,3 +456,172 @@ def test_a_graph_of_another_cache_destroyed_costs_the_fast_path_one_full_call(fa
     assert not other.tied and list(other.records) == [(*KEY, 7)] and mine.tied
     last = LastCall.of(mine, x, lambda: 7, KEY)
     assert last(x) is not None and last(x) is not None
+
+
+class _PausedGet(dict):
+    """A cache's ``records`` whose ``get`` on the thread ``paused`` waits (once) for ``resume``,
+    after setting ``reached``: a collect on that thread held inside ``RecordCache.release``, after
+    its look at the record and before it drops it, while the test runs calls on the main thread."""
+
+    def __init__(self, records: dict):
+        super().__init__(records)
+        self.paused: threading.Thread | None = None
+        self.reached, self.resume = threading.Event(), threading.Event()
+
+    def get(self, key, default=None):
+        if threading.current_thread() is self.paused and not self.reached.is_set():
+            self.reached.set()
+            assert self.resume.wait(10)
+        return super().get(key, default)
+
+
+def test_a_record_filled_while_another_thread_releases_it_is_kept_for_the_capture_that_took_it(fake, graphs,
+                                                                                                monkeypatch):
+    """Two threads: a record planned in capture 60 without an eager call (unfilled: tied to graph
+    1060), graph 1060 destroyed. Thread A collects and looks at the record (unfilled: graph 1060's
+    alone); before it drops it, the main thread's eager call fills it (every call's record now) and
+    capture 61 captures it. A must not drop it: graph 1061 replays its memory. It is kept (retired)
+    and the next eager call takes it back. Before, A dropped it: graph 1061 replayed freed memory."""
+    cache, w = RecordCache(), _weight()  # (the fake plan reads a padded copy of the weight)
+    x = torch.randn(4, 32)
+    _capture(fake, monkeypatch, 60)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    (planned,) = cache.records.values()
+    assert planned.unfilled and id(planned) in cache.tied
+    _capture(fake, monkeypatch, None)
+    graphs.destroy(1060)
+    records = cache.records = _PausedGet(cache.records)
+    collector = records.paused = threading.Thread(target=cache.graphs_released)
+    collector.start()
+    assert records.reached.wait(10)  # A looked at the record, and has not dropped it yet
+    cache.run((4,), x, w, None, torch.float32, stream=5)  # the eager call fills it
+    _capture(fake, monkeypatch, 61)
+    cache.run((4,), x, w, None, torch.float32, stream=5)  # capture 61 takes it
+    assert cache.last[0] is planned and not planned.unfilled and planned.captured
+    _capture(fake, monkeypatch, None)
+    records.resume.set()
+    collector.join()
+    assert planned in (*cache.records.values(), *cache.retired.values()), "dropped while graph 1061 replays it"
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert list(cache.records.values()) == [planned] and not cache.retired and not cache.tied
+
+
+class _HookedUpdate(dict):
+    """A cache's ``retired`` whose ``update`` runs ``hook`` first (once): another thread's work
+    between ``RecordCache.clear``'s look at the records and its retiring of them."""
+
+    def __init__(self, hook):
+        super().__init__()
+        self.hook = hook
+
+    def update(self, *args, **kwargs):
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        super().update(*args, **kwargs)
+
+
+def test_a_clear_racing_a_collect_does_not_keep_the_released_record(fake, graphs, monkeypatch):
+    """A cache cleared on the main thread while a collect on another thread releases a destroyed
+    graph's record: clear looked at the records (the graph's among them) before the collect dropped
+    it, and retires what it saw after. The released record must not come back as retired (kept
+    while its weight lives, with its scratch: never revived, a capture's own). Before, it did."""
+    _api(fake, monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    _call(cache, w, x)
+    _capture(fake, monkeypatch, 31)
+    _call(cache, w, x)
+    captured = weakref.ref(cache.records[(*KEY, 7, ("capture", 31))])
+    _capture(fake, monkeypatch, None)
+    graphs.destroy(1031)
+
+    def collect_on_another_thread() -> None:
+        collector = threading.Thread(target=cache.graphs_released)
+        collector.start()
+        collector.join()
+
+    cache.retired = _HookedUpdate(collect_on_another_thread)
+    cache.clear()
+    assert graphs.releases.pending() == 0 and not cache.tied
+    assert [r.key for r in cache.retired.values()] == [], "a released record retired by clear"
+    gc.collect()
+    assert captured() is None
+
+
+def test_a_replacement_racing_a_collect_does_not_keep_the_released_record(fake, graphs, monkeypatch):
+    """A record planned in capture 60 without an eager call (unfilled, tied to graph 1060) found by
+    capture 61, which plans its own and retires it for graph 1060; graph 1060 destroyed and a collect
+    on another thread releasing it after capture 61 looked at it and before it retired it. The released
+    record must not stay retired (never revived: kept while its weight lives). Before, it did."""
+    cache, w = RecordCache(), _weight()  # (the fake plan reads a padded copy of the weight)
+    x = torch.randn(4, 32)
+    _capture(fake, monkeypatch, 60)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    planned = weakref.ref(cache.records[(4,)])
+
+    def destroyed_and_collected_on_another_thread() -> None:
+        graphs.destroy(1060)
+        collector = threading.Thread(target=cache.graphs_released)
+        collector.start()
+        collector.join()
+
+    cache.retired = _HookedSet(destroyed_and_collected_on_another_thread)
+    _capture(fake, monkeypatch, 61)
+    cache.run((4,), x, w, None, torch.float32, stream=5)
+    assert cache.retired.hook is None and graphs.releases.pending() == 1  # (graph 1061's record's)
+    assert not cache.retired, "a released record retired by the replacement"
+    assert [r.capture for r in cache.records.values()] == [61]
+    gc.collect()
+    assert planned() is None
+
+
+class _HookedSet(dict):
+    """A cache's ``retired`` whose first item set runs ``hook`` first: another thread's work between
+    ``RecordCache._replaced``'s look at a record and its retiring of it."""
+
+    def __init__(self, hook):
+        super().__init__()
+        self.hook = hook
+
+    def __setitem__(self, key, value):
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        super().__setitem__(key, value)
+
+
+class _CountedLibc:
+    """libc as GraphReleases uses it, each ``free`` noted."""
+
+    def __init__(self):
+        self.libc, self.freed = graph_objects._libc(), []
+        self.calloc = self.libc.calloc
+
+    def free(self, address: int) -> None:
+        self.freed.append(address)
+        self.libc.free(address)
+
+
+def test_a_cell_whose_user_object_was_made_before_attach_raised_is_freed_only_after_its_callback(monkeypatch):
+    """attach raising after cuUserObjectCreate made the object (an error on the way to the graph):
+    the driver will call the object's callback on the cell, whenever it releases the object. The cell
+    must stay allocated until that callback ran (then the collect frees it, once, and hands nothing
+    back: the record is kept, untied). Before, watch freed the cell at once, and the callback wrote
+    into freed memory."""
+    made: list[int] = []
+
+    def made_then_raised(graph: int, cell: int, callback: int) -> str:
+        made.append(cell)  # (the driver's object holds the cell now)
+        raise RuntimeError("an error after cuUserObjectCreate")
+
+    libc = _CountedLibc()
+    monkeypatch.setattr(graph_objects, "_libc", lambda: libc)
+    releases = graph_objects.GraphReleases(made_then_raised)
+    assert not releases.watch(5, "record of graph 5")
+    assert libc.freed == [] and releases.pending() == 1 and not releases.released(), "the cell freed"
+    worker = threading.Thread(target=_CALLBACK(releases.callback), args=(made[0],))  # the driver, later
+    worker.start()
+    worker.join()
+    assert releases.released() and releases.collect() == [] and libc.freed == made
+    assert releases.pending() == 0 and not releases.released()
