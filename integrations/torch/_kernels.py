@@ -138,9 +138,14 @@ def glu_unfused(z: torch.Tensor, activation: str) -> torch.Tensor:
     return TORCH_GATES[GATED_ACTIVATIONS[activation]](z[..., :f]) * z[..., f:]
 
 
+@torch.compiler.disable
 def run_interpreted(x: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out_dtype: torch.dtype
                     ) -> torch.Tensor:
-    """y (T, N) = epilogue(x @ W.T) with the kernel in sparsile's CPU interpreter."""
+    """y (T, N) = epilogue(x @ W.T) with the kernel in sparsile's CPU interpreter. Never compiled by
+    dynamo (host code it has nothing to trace): a frame that fell back to eager under ``torch.compile``
+    (a graph break) has dynamo compile every frame it calls, and under ``torch.func.jvp`` its fake
+    tensors of the interpreter's wrapped arrays stopped at torch's internal assert (``_fw_primal``)
+    before the layer's SP0922."""
     y = kernel_api().sparse_linear(w.values, w.meta, x, bias=w.bias, activation=w.activation, scale_x=scale_x,
                                    scale_w=w.scale_w, out_dtype=OUT_DTYPES[out_dtype], interpret=True)
     return as_torch(y, x.device, out_dtype)

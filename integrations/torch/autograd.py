@@ -61,7 +61,7 @@ from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
-from .refused_grad import refused_like, traced_backward
+from .refused_grad import Refusal, refused_like, traced_backward
 from .weight import NAME_OF, host_dense
 
 _ACTIVATIONS: dict[str, Any] = {
@@ -108,30 +108,30 @@ class _RefusedSecondDerivative(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(error: IntegrationError, grad: torch.Tensor, *anchors: torch.Tensor) -> torch.Tensor:
+    def forward(refusal: Refusal, grad: torch.Tensor, *anchors: torch.Tensor) -> torch.Tensor:
         return grad.view_as(grad)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.error = inputs[0]
+        ctx.refusal = inputs[0]
         ctx.like = tuple((t.shape, t.dtype) for t in inputs[1:])  # (what a traced backward's refusals look like)
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
         if traced_backward(grads[0]):  # AOTAutograd traces it ahead: the refusal in the graph (refused_grad.py)
-            return (None, *refused_like(ctx.error, grads[0], ctx.like))
-        raise ctx.error
+            return (None, *refused_like(ctx.refusal, grads[0], ctx.like))
+        raise ctx.refusal.error()
 
     @staticmethod
     def jvp(ctx: Any, *tangents: Any) -> Any:
-        raise ctx.error
+        raise ctx.refusal.error()
 
 
 def refuse_second_derivative(grad: torch.Tensor | None, anchors: tuple[Any, ...],
-                             error: IntegrationError, *, wrapped_live: bool = False) -> torch.Tensor | None:
+                             refusal: Refusal, *, wrapped_live: bool = False) -> torch.Tensor | None:
     """``grad`` itself, or, when a backward runs with ``create_graph=True`` (grad mode on) and
     ``grad`` or one of ``anchors`` (the tensors it truly depends on) requires grad, ``grad`` on a
-    node whose backward raises ``error``: a second derivative through it is an error, never a
+    node whose backward raises ``refusal``'s diagnostic: a second derivative through it is an error, never a
     gradient that silently misses terms. ``wrapped_live``: an anchor wrapped by a torch.func
     transform counts as requiring grad (an outer level's GradTrackingTensor reads
     ``requires_grad`` False inside an inner level's backward, yet the outer level differentiates it)."""
@@ -141,7 +141,7 @@ def refuse_second_derivative(grad: torch.Tensor | None, anchors: tuple[Any, ...]
             and (a.requires_grad or (wrapped_live and is_functorch_wrapped_tensor(a)))]
     if not live and not grad.requires_grad:
         return grad
-    return _RefusedSecondDerivative.apply(error, grad, *live)
+    return _RefusedSecondDerivative.apply(refusal, grad, *live)
 
 
 def frozen(what: str) -> IntegrationError:
@@ -181,14 +181,14 @@ def input_grads(dy: torch.Tensor, x: torch.Tensor, values: torch.Tensor, meta: t
     if want_bias and bias is not None:
         db = d_pre.sum(0).to(bias.dtype).reshape(bias.shape)
     if activation is not None and torch.is_grad_enabled():  # d pre from detached pre-activations: no 2nd derivative
-        error = IntegrationError(SP_FROZEN_WEIGHT, f"sparse_linear has no second derivative with activation "
-                                 f"{activation!r}: x's gradient is computed from detached pre-activations",
-                                 help="differentiate twice through a layer without a fused activation (apply "
-                                      "it after the layer), or through the dense weight")
+        refusal = Refusal(SP_FROZEN_WEIGHT, f"sparse_linear has no second derivative with activation "
+                          f"{activation!r}: x's gradient is computed from detached pre-activations",
+                          help="differentiate twice through a layer without a fused activation (apply "
+                               "it after the layer), or through the dense weight")
         # (wrapped_live: under nested torch.func levels the outer level's variable, a bias or the x and
         # dy it feeds, reads requires_grad False in the inner level's backward: left out, jacrev of
         # grad across them gave a zero block)
-        dx, db = (refuse_second_derivative(g, (x, dy, bias), error, wrapped_live=True) for g in (dx, db))
+        dx, db = (refuse_second_derivative(g, (x, dy, bias), refusal, wrapped_live=True) for g in (dx, db))
     return dx, db
 
 

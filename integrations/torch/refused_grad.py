@@ -12,6 +12,7 @@ the graph holds the refusal, which raises the diagnostic when (if) that backward
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,8 +44,24 @@ def traced_backward(grad: torch.Tensor) -> bool:
     return is_fake(grad) or torch._C._len_torch_dispatch_stack() > 0 or torch.compiler.is_compiling()
 
 
-def refused_like(error: IntegrationError, grad: torch.Tensor,
+@dataclass(frozen=True)
+class Refusal:
+    """A diagnostic kept on a gradient's node, to raise if (when) that node is differentiated: its code,
+    message and help, the :class:`IntegrationError` built only by :meth:`error`, when it is raised. (Built
+    where it is kept, in a backward that dynamo runs on fake tensors under a compiled ``torch.func.grad``,
+    the error stopped the trace: traced_errors' hook takes an error built there for one being raised.)"""
+
+    code: str
+    message: str
+    help: str | None = None
+
+    def error(self) -> IntegrationError:
+        """The diagnostic, to raise."""
+        return IntegrationError(self.code, self.message, help=self.help)
+
+
+def refused_like(refusal: Refusal, grad: torch.Tensor,
                  like: tuple[tuple[torch.Size, torch.dtype], ...]) -> tuple[torch.Tensor, ...]:
-    """For each (shape, dtype) of ``like`` a refused gradient raising ``error`` (on ``grad``'s device)."""
-    return tuple(refused_gradient(grad.new_empty(shape, dtype=dtype), error.code, error.message, error.help or "")
-                 for shape, dtype in like)
+    """For each (shape, dtype) of ``like`` a refused gradient raising ``refusal`` (on ``grad``'s device)."""
+    return tuple(refused_gradient(grad.new_empty(shape, dtype=dtype), refusal.code, refusal.message,
+                                  refusal.help or "") for shape, dtype in like)

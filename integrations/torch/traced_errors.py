@@ -14,21 +14,39 @@ itself. Without ``fullgraph`` that is the graph break it was: the frame runs eag
 itself, as before. With ``fullgraph=True`` the user catches dynamo's ``Unsupported``: ``str(e)`` holds the
 code, message and help, ``e.__cause__`` is the ``IntegrationError``. The eager path is not touched (the hook
 runs only when an error is built, and returns at once outside dynamo).
+
+The same where dynamo runs a node of its graph on fake tensors (:func:`in_fake_propagation`): a custom op's
+fake implementation (the op called with arguments that do not fit), its vmap rule (an ensemble's weight
+batched without its compressions), an autograd formula under torch.func (a frozen weight's gradient, forward
+mode). There the error is raised in real Python, outside the code dynamo traces, and dynamo wrapped it in its
+``TorchRuntimeError`` (the error's repr in the text, no ``__cause__``, also without ``fullgraph``). An error
+built there to be kept, not raised (a refusal stored on a gradient's node), would stop the trace: such
+code keeps the strings (``refused_grad.Refusal``) and builds the error when it raises it.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any
 
 import torch
 
 from ...frontend.diagnostics import set_construction_hook
 
+_BUILDING = threading.local()
+"""``active`` while :func:`_built` builds an error: the hook returns (in dynamo's fake propagation,
+:func:`in_fake_propagation`, it would otherwise stop the build it makes)."""
+
 
 @torch.compiler.disable  # (its frames run eagerly: never a compiled copy of the error's __init__, see below)
 def _built(error_type: type, code: str, message: str, help: str | None) -> Any:
-    """The error, built outside dynamo: the hook sees no tracer and returns."""
-    return error_type(code, message, help=help)
+    """The error, built outside dynamo: the hook sees no tracer (or this build) and returns."""
+    _BUILDING.active = True
+    try:
+        return error_type(code, message, help=help)
+    finally:
+        _BUILDING.active = False
 
 
 def _stop_tracing(error_type: type, code: str, message: str, help: str | None) -> None:
@@ -47,10 +65,20 @@ def _stop_tracing(error_type: type, code: str, message: str, help: str | None) -
 _stop_tracing = torch.compiler.assume_constant_result(_stop_tracing)
 
 
+def in_fake_propagation() -> bool:
+    """Dynamo runs a node of the graph it builds on fake tensors (``torch._dynamo.utils.run_node``, which
+    marks the node it runs: ``get_current_node``): a custom op's fake implementation, its vmap rule, an
+    autograd formula of torch.func's transforms run there for real, outside the code dynamo traces
+    (``is_dynamo_compiling`` is False). False where dynamo was never imported (nothing is compiled)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    current = getattr(utils, "get_current_node", None)
+    return current is not None and current() is not None
+
+
 def _on_construction(error_type: type, code: str, message: str, help: str | None) -> None:
     """The construction hook: nothing outside dynamo (``is_dynamo_compiling`` is False in eager code,
-    True where dynamo traces), else :func:`_stop_tracing`."""
-    if torch.compiler.is_dynamo_compiling():
+    True where dynamo traces; :func:`in_fake_propagation` False), else :func:`_stop_tracing`."""
+    if torch.compiler.is_dynamo_compiling() or (in_fake_propagation() and not getattr(_BUILDING, "active", False)):
         _stop_tracing(error_type, code, message, help)
 
 

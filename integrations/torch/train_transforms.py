@@ -101,6 +101,15 @@ def traced(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return any(is_fake(t) or is_functorch_wrapped_tensor(t) for t in tensors)
 
 
+@torch.compiler.assume_constant_result
+def forward_grad_enabled() -> bool:
+    """Forward-mode AD is on (``torch._C._is_fwd_grad_enabled``). Read for real where dynamo traces (a
+    constant of the trace, like ``fwad._current_level``, which it guards on): dynamo cannot put the
+    flag in a graph (its "torch.* op returned non-Tensor", an ``Unsupported`` in place of SP0916 under a
+    compiled ``torch.func.jvp``). Eagerly a plain call (the decorator only marks the function)."""
+    return torch._C._is_fwd_grad_enabled()
+
+
 def forward_mode_error() -> IntegrationError:
     return IntegrationError(SP_TRAIN_LAYER, "a trainable sparse layer has no forward-mode derivative (torch.func.jvp, "
                             "jacfwd, hessian; torch.autograd.forward_ad's dual tensors): its kernel has no tangent "
@@ -113,7 +122,7 @@ def check_transformed_call(x: torch.Tensor, weight: torch.Tensor, mask: torch.Te
     mask batched by vmap whose compressions (``values``) are not. Nothing to do (two flags read)
     without forward AD or a transform on."""
     tensors = (x, weight, bias)
-    if fwad._current_level >= 0 and torch._C._is_fwd_grad_enabled() and any(
+    if fwad._current_level >= 0 and forward_grad_enabled() and any(
             t is not None and fwad.unpack_dual(t).tangent is not None for t in tensors):
         raise forward_mode_error()
     # (dynamo cannot trace the wrappers' introspection, a graph break: under torch.compile the op's vmap rule

@@ -53,6 +53,7 @@ from .layer_args import (
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear
 from .optimizer_steps import AfterStep, watch_optimizer_steps
 from .record_cache import RecordCache
+from .refused_grad import Refusal
 from .train_transforms import (
     check_transformed_call,
     forward_mode_error,
@@ -213,7 +214,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     if ctx.needs_input_grad[0]:
         dx = torch.ops.sparsile.sparse_linear(dyk, values_t, meta_t, out_dtype=x.dtype)
         if weight_tracked and torch.is_grad_enabled():  # create_graph=True: dX's graph lacks W
-            dx = refuse_second_derivative(dx, (x, dy, anchor), wrapped_live=True, error=IntegrationError(
+            dx = refuse_second_derivative(dx, (x, dy, anchor), wrapped_live=True, refusal=Refusal(
                 SP_TRAIN_LAYER, "a trainable sparse layer has no second derivative through x's gradient: dX is "
                 "computed from the compressed weight, so its dependence on the master weight would be missing",
                 help="differentiate twice through a dense layer with the same masked weight (layer.to_dense()), "
