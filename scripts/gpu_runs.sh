@@ -498,7 +498,8 @@ a51b)  # a50's second step: this session's CPU torch files under the device's to
     run 200 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_errors.py \
         tests/integrations/test_torch_compiled_func.py tests/integrations/test_torch_training_vmap.py \
         tests/integrations/test_torch_graph_life.py tests/integrations/test_torch_capture_scratch.py \
-        tests/integrations/test_torch_traced_devices.py tests/integrations/test_torch_glu_packed.py
+        tests/integrations/test_torch_traced_devices.py tests/integrations/test_torch_glu_packed.py \
+        tests/integrations/test_torch_compiled_refusals.py
     ;;
 a50)  # the fiftieth session's fixes after its H100 run (10 failed there: CUDA graph trees told by the stack, GPU tests
      # moved to the per-capture design, graph-life settling): the torch layer's GPU files, today's CPU torch files
