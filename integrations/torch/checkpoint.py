@@ -47,6 +47,7 @@ from ..sparse24 import (
     declared_weight_types,
     dense_from_bitmask,
     dynamic_input_group,
+    mask_from_bitmask,
     read_config,
     shards,
     static_input_group,
@@ -60,7 +61,15 @@ from .conv1d_checkpoint import check_conv1d_writes, checked_conv1d_target, conv1
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .linear import SparseLinear
-from .sparsify import TiedTensors, own_behaviour
+from .sparsify import TiedTensors, class_names, own_behaviour
+from .trainable_checkpoint import (
+    check_trainable_target,
+    checked_trainable,
+    loads_trainable,
+    trainable_layer,
+    written_layers,
+)
+from .training import SemiSparseLinear
 
 WEIGHTS = "model.safetensors"
 FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
@@ -118,7 +127,7 @@ def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Mo
         module = None
     if name and module is not None and conv1d_layout(module):  # (stored (in, out): conv1d_checkpoint.py)
         return checked_conv1d_target(module, name, shape)
-    if not isinstance(module, nn.Linear | SparseLinear) or not name:
+    if not isinstance(module, nn.Linear | SparseLinear | SemiSparseLinear) or not name:
         what = "no module" if module is None else (type(module).__name__ if name else "the root module")
         help = ("build the model from the checkpoint's config (an nn.Linear there), or load into a model of the "
                 "same architecture")
@@ -128,7 +137,8 @@ def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Mo
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} is {module.out_features} x {module.in_features} "
                                f"in the model but {shape[0]} x {shape[1]} in the checkpoint",
                                help="load into a model built from the checkpoint's config")
-    own = own_behaviour(module, SparseLinear if isinstance(module, SparseLinear) else nn.Linear)
+    own = own_behaviour(module, next((c for c in (SparseLinear, SemiSparseLinear) if isinstance(module, c)),
+                                     nn.Linear))
     if own is not None:  # (the new layer replacing it would not run its hooks or its own forward)
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} of the model cannot be replaced by the "
                                f"checkpoint's: {own}", help="load the checkpoint first, then register the hooks "
@@ -143,10 +153,11 @@ def _device_of(module: nn.Module) -> torch.device:
 
 def _layer_dtype(module: nn.Module) -> np.dtype:
     """The 16-bit type wider (F32, F64) compressed values are converted to: the model's module's
-    weight type where it is bf16 or f16 (a SparseLinear's values), else bf16 (sparsile's default),
-    as compressed-tensors' decompressor leaves the stored type and loading copies it into the
-    model's parameter (nn.Linear's load_state_dict: a cast, rounded to nearest even)."""
-    weight = module.values if isinstance(module, SparseLinear) else module.weight
+    weight type where it is bf16 or f16 (a SparseLinear's or SemiSparseLinear's values: its compute
+    type), else bf16 (sparsile's default), as compressed-tensors' decompressor leaves the stored
+    type and loading copies it into the model's parameter (nn.Linear's load_state_dict: a cast,
+    rounded to nearest even)."""
+    weight = module.values if isinstance(module, SparseLinear | SemiSparseLinear) else module.weight
     return np.dtype(np.float16) if weight.dtype == torch.float16 else np.dtype(ml_dtypes.bfloat16)
 
 
@@ -168,18 +179,24 @@ def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarra
 def module_classes(module: nn.Module) -> tuple[str, ...]:
     """The class names compressed-tensors matches a class target against for the model's layer
     ``module``: those of its class's MRO that are modules (a subclass of nn.Linear of the producer's
-    model: its own name, then ``Linear``, ``Module``); a SparseLinear stands where the producer had an
-    nn.Linear (:data:`~sparsile.integrations.sparse24.LINEAR_CLASSES`)."""
-    if isinstance(module, SparseLinear):
-        return LINEAR_CLASSES
-    return tuple(cls.__name__ for cls in type(module).__mro__ if issubclass(cls, nn.Module))
+    model: its own name, then ``Linear``, ``Module``; a transformers ``Conv1D``: ``Conv1D``,
+    ``Module``); a SparseLinear or SemiSparseLinear stands where the producer had the module it
+    replaced: that module's classes (``source_classes``, which ``sparsify_`` and the loader keep),
+    else an nn.Linear's (:data:`~sparsile.integrations.sparse24.LINEAR_CLASSES`). Before, a layer
+    made from a ``FalconLinear`` or a ``Conv1D`` was matched as an nn.Linear: a group targeting
+    ``FalconLinear`` missed it in a sparsified model, and ``Linear`` claimed a sparsified GPT-2's
+    projections, which it does not name in the dense model compressed-tensors reads."""
+    if isinstance(module, SparseLinear | SemiSparseLinear):
+        return module.source_classes or LINEAR_CLASSES
+    return class_names(module)
 
 
 def _linear_layers(model: nn.Module, sparse: set[str]) -> dict[str, tuple[tuple[str, ...], bool]]:
     """name -> (its classes, whether it is in ``sparse``) of every linear layer (nn.Linear,
-    SparseLinear) of ``model``, under each of its names: what vLLM's matching is checked on."""
+    SparseLinear, SemiSparseLinear) of ``model``, under each of its names: what vLLM's matching is
+    checked on."""
     return {name: (module_classes(m), name in sparse) for name, m in model.named_modules(remove_duplicate=False)
-            if name and isinstance(m, nn.Linear | SparseLinear)}
+            if name and isinstance(m, nn.Linear | SparseLinear | SemiSparseLinear)}
 
 
 def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any],
@@ -250,7 +267,11 @@ def _dequantized(dense: np.ndarray, scale: np.ndarray, name: str, module: nn.Mod
 
 
 def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module: nn.Module,
-                  config: dict[str, Any]) -> SparseLinear:
+                  config: dict[str, Any], trainable: bool = False) -> SparseLinear | SemiSparseLinear:
+    """The layer of the checkpoint's ``name`` (tensors under ``prefix``) in place of the model's
+    ``module``: a SparseLinear, or with ``trainable`` a SemiSparseLinear whose mask is the
+    checkpoint's (trainable_checkpoint.py); either keeps the module's classes (``source_classes``)
+    and, for a Conv1D layout, ``transposed_from``."""
     compressed = tensors[f"{prefix}.compressed"]
     columns = conv1d_layout(module)  # (a transformers Conv1D's weight W (in, out): its groups down the columns)
     if columns and np.asarray(compressed).dtype.itemsize == 1:
@@ -281,7 +302,6 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     if dense.dtype == ml_dtypes.float8_e4m3fn and scale is not None \
             and weight_only_group(config, name, module_classes(module)) is not None:
         dense, scale = _dequantized(dense, np.asarray(scale), name, module), None
-    values, indices = compress(dense, str(dense.dtype))
     bias = tensors.get(f"{name}.bias")
     if scale is not None:
         scale = np.asarray(scale).astype(np.float32)
@@ -291,6 +311,25 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: bias has {np.size(bias)} elements for "
                                f"{dense.shape[0]} output channels", help="one bias per output channel")
     bias_t = None if bias is None else torch.from_numpy(np.asarray(bias).astype(np.float32))
+    classes = module_classes(module)
+    if trainable:
+        kept = mask_from_bitmask(tensors[f"{prefix}.bitmask"], checked_shape(tensors[f"{prefix}.shape"], name), name,
+                                 columns)
+        layer = trainable_layer(dense, kept.T if columns else kept, bias_t, module, name, _device_of(module))
+    else:
+        layer = _inference_layer(tensors, name, module, config, dense, scale, bias_t)
+    if columns:  # (written again in the Conv1D's layout)
+        layer.transposed_from = getattr(module, "transposed_from", None) or CONV1D_ORIGIN
+    if classes != LINEAR_CLASSES:  # (a config group's class targets match it as they match the module it replaces)
+        layer.source_classes = classes
+    return layer
+
+
+def _inference_layer(tensors: dict[str, np.ndarray], name: str, module: nn.Module, config: dict[str, Any],
+                     dense: np.ndarray, scale: np.ndarray | None, bias_t: torch.Tensor | None) -> SparseLinear:
+    """The SparseLinear of the checkpoint's layer ``name`` (its weight ``dense``; fp8 with ``scale``)
+    in place of the model's ``module``."""
+    values, indices = compress(dense, str(dense.dtype))
     # a SparseLinear of the model keeps its fused activation and output type (not weights: not in the file)
     options = {"activation": module.activation, "out_dtype": module.out_dtype} if isinstance(module, SparseLinear) \
         else {}
@@ -302,8 +341,6 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
                                          input_scale=_input_scale(tensors, name, config, module_classes(module))
                                          if fp8 else None,
                                          device=_device_of(module), **options)
-    if columns:  # (written again in the Conv1D's layout)
-        layer.transposed_from = getattr(module, "transposed_from", None) or CONV1D_ORIGIN
     return layer
 
 
@@ -452,11 +489,12 @@ def _tensors_back(model: nn.Module, before: dict[str, torch.Tensor]) -> None:
         _put_tensor(model, key, tensor)
 
 
-def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True) -> LoadReport:
+def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool = True,
+                             trainable: bool | None = None) -> LoadReport:
     """Load checkpoint folder ``path`` into ``model``: each sparse layer replaces the model's
-    ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps) of that
-    name (or a transformers ``Conv1D``, or a SparseLinear made from one: the layer stored (in, out),
-    conv1d_checkpoint.py) by a ``SparseLinear`` (its metadata encoded
+    ``nn.Linear`` (or ``SparseLinear``, whose activation and out_dtype the new layer keeps, or
+    ``SemiSparseLinear``) of that name (or a transformers ``Conv1D``, or a sparse layer made from one:
+    the layer stored (in, out), conv1d_checkpoint.py) by a ``SparseLinear`` (its metadata encoded
     from the bitmask; groups with fewer than two nonzeros, all-zero groups and -0.0 included; fp8
     values under a config group of weights only, W8A16, as 16-bit W_q * s_w, as compressed-tensors
     decompresses them),
@@ -473,9 +511,19 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     under another key is not missing, and two keys of one tensor with different values in the
     checkpoint are SP0914. All or nothing: every layer is built and the other tensors checked (a
     shape, ``strict``'s keys: SP0914) before anything changes; a failure inside torch's load puts the
-    model's modules back (docs/torch.md, "When a call raises")."""
+    model's modules back (docs/torch.md, "When a call raises").
+
+    ``trainable``: None (default) makes a layer a trainable
+    :class:`~.training.SemiSparseLinear` where the model's module is one (a model that
+    ``sparsify_(model, trainable=True)`` made), else a SparseLinear; True makes every sparse layer
+    of the checkpoint trainable (to fine-tune it from a dense or inference model), False none. A
+    trainable layer's master weight is the checkpoint's pruned weight and its mask the checkpoint's
+    bitmask (trainable_checkpoint.py: SP0918 where the checkpoint's nonzero weights keep more than 2
+    of 4 along a column, SP0916 for fp8 values); its master type is the model's module's weight type
+    where that holds the values exactly (float32: mixed precision), else the values' type."""
     checked_model(model, "load_sparse24_checkpoint")
     checked_flag(strict, "strict", "load_sparse24_checkpoint")
+    checked_trainable(trainable)
     path = _checked_path(path, "load_sparse24_checkpoint")
     config = read_config(path)
     tensors: dict[str, np.ndarray] = {}
@@ -503,7 +551,7 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     ties = _tied_keys(model, set(tensors) - used, replaced_keys, tensors, config)
     report = LoadReport(sparse=replaced)
     bias_missing, bias_unexpected = [], []  # a bias of the model's linear the checkpoint lacks, or the reverse
-    layers: dict[int, SparseLinear] = {}
+    layers: dict[int, SparseLinear | SemiSparseLinear] = {}
     for name, prefix in groups.items():
         module = targets[name]
         has_bias = getattr(module, "bias", None) is not None
@@ -511,13 +559,16 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
             (bias_missing if has_bias else bias_unexpected).append(f"{name}.bias")
         layer = layers.get(id(module))
         if layer is None:
-            layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module, config)
+            trains = loads_trainable(module, trainable)
+            if trains:
+                check_trainable_target(module, name)
+            layer = layers[id(module)] = _sparse_layer(tensors, name, prefix, module, config, trains)
         # (else a weight_scale of 16-bit values is left to load_state_dict: unexpected; a weight-only fp8 layer's
         # went into its dequantized values)
-        if layer.scale_w is not None or (layer.weight_dtype != "e4m3"
-                                         and tensors[f"{prefix}.compressed"].dtype.itemsize == 1):
+        if getattr(layer, "scale_w", None) is not None or (layer.weight_dtype != "e4m3"
+                                                           and tensors[f"{prefix}.compressed"].dtype.itemsize == 1):
             used.add(f"{name}.weight_scale")
-        if layer.input_scale is not None:
+        if getattr(layer, "input_scale", None) is not None:
             used.add(f"{name}.input_scale")
     # every layer built (SP0913 leaves the model as it was), and the other tensors checked against the model
     # as it will be (a size mismatch, strict's missing or unexpected keys), before anything changes
@@ -610,17 +661,21 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                f"{type(config).__name__}", help="pass model.config.to_dict() or leave it unset")
     path = _checked_path(path, "save_sparse24_checkpoint")
     # (every name of a layer registered under several, as its state dict names it)
-    layers = {name: m for name, m in model.named_modules(remove_duplicate=False) if isinstance(m, SparseLinear)}
-    if not layers:
+    found = {name: m for name, m in model.named_modules(remove_duplicate=False)
+             if isinstance(m, SparseLinear | SemiSparseLinear)}
+    if not found:
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, "save_sparse24_checkpoint: the model has no SparseLinear layer "
                                "(nothing to write as sparse-24-bitmask)",
                                help="sparsify_(model, dtype=...) first, or save a dense model with "
                                     "safetensors.torch.save_model")
-    narrow = next((name for name, m in layers.items() if m.in_features % 4), None)
+    narrow = next((name for name, m in found.items() if m.in_features % 4), None)
     if narrow is not None:  # (before anything is written)
-        raise IntegrationError(SP_CHECKPOINT_WRITE, f"layer {narrow}: in_features = {layers[narrow].in_features} is "
+        raise IntegrationError(SP_CHECKPOINT_WRITE, f"layer {narrow}: in_features = {found[narrow].in_features} is "
                                "not a multiple of 4; sparse-24-bitmask stores whole groups of 4",
-                               help=_dense_help(narrow, layers[narrow]))
+                               help=_dense_help(narrow, found[narrow]))
+    # a trainable layer as its inference form (its pruned weight in its compute type: what vLLM and transformers
+    # read), the tensors a model whose layers were converted with to_sparse_linear() writes
+    layers = written_layers(found)
     conv1d = check_conv1d_writes(layers)  # (SP0915 for a Conv1D-origin layer of e4m3 or an odd out_features)
     _check_no_other_weights(path)
     static = {name for name, m in layers.items() if m.weight_dtype == "e4m3" and m.input_scale is not None}
@@ -672,10 +727,14 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     return path
 
 
-def _dense_help(name: str, layer: SparseLinear) -> str:
+def _dense_help(name: str, layer: SparseLinear | SemiSparseLinear) -> str:
     """SP0915's help for layer ``name`` of in_features no multiple of 4: a dense layer in its place
     (an nn.Linear; a transformers Conv1D for a layer made from one, whose weight transformers reads
-    (in, out) under its name)."""
+    (in, out) under its name); a trainable layer's through its inference form, ``to_sparse_linear()``."""
+    if isinstance(layer, SemiSparseLinear):
+        at = attribute_path("model", name)
+        return _dense_help(name, layer.to_sparse_linear()).replace(f"{at}.to_linear()",
+                                                                   f"{at}.to_sparse_linear().to_linear()")
     if layer.transposed_from is None:
         return (f"write it dense: put an nn.Linear in its place before saving ({dense_in_place(name, layer)}; "
                 f"save_sparse24_checkpoint writes an nn.Linear as a plain {name}.weight)")
@@ -704,7 +763,7 @@ def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], stat
             groups[f"group_{len(groups)}"] = {"targets": targets, "weights": weights, "input_activations": inputs,
                                               "format": FLOAT_QUANTIZED}
     ignore = sorted(name for name, m in model.named_modules(remove_duplicate=False)
-                    if name and (isinstance(m, nn.Linear) or (isinstance(m, SparseLinear) and name not in fp8)))
+                    if name and (isinstance(m, nn.Linear) or (name in layers and name not in fp8)))
     # (without a format, compressed-tensors' QuantizationConfig reads "fakequant", which names no compressor:
     # its ModelCompressor, which vLLM's 2:4 scheme builds from this config, raised KeyError)
     return {"config_groups": groups, "ignore": ignore, "format": FLOAT_QUANTIZED, "quantization_status": "compressed"}

@@ -18,12 +18,14 @@ from ..errors import SP_CHECKPOINT_MODULE, SP_CHECKPOINT_WRITE, IntegrationError
 from .conv1d import CONV1D_ORIGIN, conv1d_class, is_conv1d
 from .linear import SparseLinear
 from .sparsify import own_behaviour
+from .training import SemiSparseLinear
 
 
 def conv1d_layout(module: nn.Module) -> bool:
     """Whether ``module``'s sparse layer is stored in a Conv1D's layout (in, out): a transformers
-    Conv1D, or a SparseLinear made from one (``transposed_from``)."""
-    return is_conv1d(module) or (isinstance(module, SparseLinear) and module.transposed_from is not None)
+    Conv1D, or a SparseLinear or SemiSparseLinear made from one (``transposed_from``)."""
+    return is_conv1d(module) or (isinstance(module, SparseLinear | SemiSparseLinear)
+                                 and module.transposed_from is not None)
 
 
 def checked_conv1d_target(module: nn.Module, name: str, shape: tuple[int, int]) -> nn.Module:
@@ -40,7 +42,8 @@ def checked_conv1d_target(module: nn.Module, name: str, shape: tuple[int, int]) 
                                     "(save_sparse24_checkpoint of a model sparsified with sparsify_); a checkpoint "
                                     "holding it as (out, in) is an nn.Linear's: load it into a model of that "
                                     "architecture, or write it again from the model it came from")
-    own = own_behaviour(module, conv1d_class() if conv else SparseLinear)
+    own = own_behaviour(module, conv1d_class() if conv else type(module) if type(module) in (
+        SparseLinear, SemiSparseLinear) else SparseLinear)
     if own is not None:
         raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} of the model cannot be replaced by the "
                                f"checkpoint's: {own.replace('x @ W.T + b', 'x @ W + b') if conv else own}",

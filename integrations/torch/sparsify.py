@@ -20,6 +20,7 @@ from torch import nn
 from ...backend.runtime.arrays import byte_range
 from ...stdlib.kernels.gemm_choice import KERNELS
 from ..errors import SP_SPARSIFY_ARGUMENTS, SP_TRAIN_LAYER, IntegrationError
+from ..sparse24 import LINEAR_CLASSES
 from .atomic import restore_modules, swap_modules
 from .conv1d import CONV1D_ORIGIN, conv1d_class, conv1d_reason, is_conv1d, linear_of
 from .forms import is_plain_linear_forward
@@ -280,12 +281,24 @@ def _built(module: nn.Module, dtype: Any, trainable: bool) -> SparseLinear | Sem
     """The sparse layer of the chosen linear or transformers Conv1D ``module`` (that of its weight
     W.T); one made from a Conv1D knows it (``transposed_from``): a trainable one refuses a Conv1D's
     dense state dict, whose weight is (in, out), rather than load it transposed, and
-    ``save_sparse24_checkpoint`` writes either in the Conv1D's layout (in, out)."""
+    ``save_sparse24_checkpoint`` writes either in the Conv1D's layout (in, out). One made from a
+    module of other classes than nn.Linear's keeps their names (``source_classes``: a config group
+    targeting ``FalconLinear`` or ``Conv1D`` still matches it, as it matches the dense model's)."""
     if not is_conv1d(module):
-        return SparseLinear.from_dense(module, dtype, trainable=trainable)
-    layer = SparseLinear.from_dense(linear_of(module, contiguous=True), dtype, trainable=trainable)
-    layer.transposed_from = CONV1D_ORIGIN
+        layer = SparseLinear.from_dense(module, dtype, trainable=trainable)
+    else:
+        layer = SparseLinear.from_dense(linear_of(module, contiguous=True), dtype, trainable=trainable)
+        layer.transposed_from = CONV1D_ORIGIN
+    classes = class_names(module)
+    if classes != LINEAR_CLASSES:  # (a FalconLinear, a Conv1D: config groups may target its class by name)
+        layer.source_classes = classes
     return layer
+
+
+def class_names(module: nn.Module) -> tuple[str, ...]:
+    """The names of the module classes of ``module``'s MRO, in order (``FalconLinear``, ``Linear``,
+    ``Module``): what compressed-tensors matches a config group's class targets against."""
+    return tuple(cls.__name__ for cls in type(module).__mro__ if issubclass(cls, nn.Module))
 
 
 def sparsify_(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None, dtype: Any = None, *,

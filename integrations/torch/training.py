@@ -342,6 +342,10 @@ class SemiSparseLinear(nn.Module):
     """The class of the layer it was made from where that one stores its weight transposed, (in, out):
     "transformers Conv1D" (set by ``sparsify_``). A dense weight of shape (in, out) without a mask in a
     state dict (such a layer's own) is refused: square, it would load transposed unseen."""
+    source_classes: tuple[str, ...] | None = None
+    """The class names (MRO) of the module it replaced where they are not ``nn.Linear``'s (a
+    ``FalconLinear``, a transformers ``Conv1D``): what compressed-tensors matches a config group's
+    class targets against (``checkpoint.module_classes``); kept by :meth:`to_sparse_linear`."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):
@@ -526,7 +530,8 @@ class SemiSparseLinear(nn.Module):
     def to_sparse_linear(self) -> SparseLinear:
         """An inference :class:`SparseLinear` with copies of the current compression (refreshed
         first if stale): for deployment and ``save_sparse24_checkpoint``; it keeps
-        :attr:`transposed_from` (a layer made from a transformers Conv1D is written in its layout)."""
+        :attr:`transposed_from` (a layer made from a transformers Conv1D is written in its layout) and
+        :attr:`source_classes`. ``save_sparse24_checkpoint`` writes a SemiSparseLinear so."""
         if self.__dict__["_fresh"] != self._state_key():
             self.refresh()
         layer = SparseLinear(self.in_features, self.out_features, self.bias is not None, dtype=self.weight_dtype,
@@ -535,6 +540,8 @@ class SemiSparseLinear(nn.Module):
         layer.meta = self.meta.detach().clone()
         if self.transposed_from is not None:  # (save_sparse24_checkpoint writes it in that layer's layout)
             layer.transposed_from = self.transposed_from
+        if self.source_classes is not None:  # (the classes a config group's targets are matched against)
+            layer.source_classes = self.source_classes
         if self.bias is not None:
             layer.bias = self.bias.detach().float().clone()
         return layer
