@@ -56,7 +56,7 @@ from ..sparse24 import (
 from ..vllm_match import warn_vllm_matching
 from ..vllm_shapes import dense_in_place, warn_vllm_layout, warn_vllm_shapes
 from .atomic import own_tensors, refused_tensors, restore_modules, swap_modules
-from .conv1d import CONV1D_ORIGIN
+from .conv1d import CONV1D_ORIGIN, is_conv1d
 from .conv1d_checkpoint import check_conv1d_writes, checked_conv1d_target, conv1d_layout
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
@@ -193,10 +193,10 @@ def module_classes(module: nn.Module) -> tuple[str, ...]:
 
 def _linear_layers(model: nn.Module, sparse: set[str]) -> dict[str, tuple[tuple[str, ...], bool]]:
     """name -> (its classes, whether it is in ``sparse``) of every linear layer (nn.Linear,
-    SparseLinear, SemiSparseLinear) of ``model``, under each of its names: what vLLM's matching is
-    checked on."""
+    SparseLinear, SemiSparseLinear, a transformers Conv1D: vLLM builds GPT-2's as its linear classes)
+    of ``model``, under each of its names: what vLLM's matching is checked on."""
     return {name: (module_classes(m), name in sparse) for name, m in model.named_modules(remove_duplicate=False)
-            if name and isinstance(m, nn.Linear | SparseLinear | SemiSparseLinear)}
+            if name and (isinstance(m, nn.Linear | SparseLinear | SemiSparseLinear) or is_conv1d(m))}
 
 
 def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any],
@@ -748,8 +748,9 @@ def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], stat
     """config_groups and ignore of an fp8 checkpoint (compressed-tensors' scheme, as vLLM reads it):
     e4m3 weights per channel; inputs per token (dynamic), or per tensor with the layer's static
     ``input_scale`` (one group of each where both occur, each naming its layers); every other linear
-    layer of the model (an nn.Linear written dense, a 16-bit SparseLinear) ignored, so that a reader
-    does not take it for fp8; the format ``float-quantized`` (at the top and in each group) and the status
+    layer of the model (an nn.Linear written dense, a 16-bit sparse layer, a dense transformers Conv1D,
+    which vLLM builds as a linear class that ``Linear`` matches) ignored, so that a reader does not take
+    it for fp8; the format ``float-quantized`` (at the top and in each group) and the status
     ``compressed``, as compressed-tensors writes fp8 W8A8."""
     fp8 = sorted(name for name, m in layers.items() if m.weight_dtype == "e4m3")
     weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}
@@ -762,8 +763,10 @@ def _quantization_scheme(model: nn.Module, layers: dict[str, SparseLinear], stat
             targets = ["Linear"] if len(names) == len(fp8) else names
             groups[f"group_{len(groups)}"] = {"targets": targets, "weights": weights, "input_activations": inputs,
                                               "format": FLOAT_QUANTIZED}
+    # (a dense transformers Conv1D too: no "Linear" for compressed-tensors, but a linear class in vLLM, which the
+    # target "Linear" would quantize)
     ignore = sorted(name for name, m in model.named_modules(remove_duplicate=False)
-                    if name and (isinstance(m, nn.Linear) or (name in layers and name not in fp8)))
+                    if name and (isinstance(m, nn.Linear) or is_conv1d(m) or (name in layers and name not in fp8)))
     # (without a format, compressed-tensors' QuantizationConfig reads "fakequant", which names no compressor:
     # its ModelCompressor, which vLLM's 2:4 scheme builds from this config, raised KeyError)
     return {"config_groups": groups, "ignore": ignore, "format": FLOAT_QUANTIZED, "quantization_status": "compressed"}

@@ -365,3 +365,35 @@ def test_help_texts_name_a_submodule_in_python_that_runs():
     assert path == "model.transformer.h[0][0]"
     assert eval(path, {"model": model}) is model.get_submodule("transformer.h.0.0")
     assert attribute_path("model", "") == "model"
+
+
+def test_a_trainable_gpt2_is_written_as_its_inference_form_and_loads_back_trainable(tmp_path):
+    """sparsify_(trainable=True) of GPT-2: each SemiSparseLinear made from a Conv1D is written as its
+    to_sparse_linear() (the same bytes, in GPT-2's layout); loaded into a dense GPT-2 with trainable=True,
+    each Conv1D becomes a SemiSparseLinear of the trained mask and weight (bf16 master, the model's type),
+    which knows its origin (written again in that layout; matched as a Conv1D by config class targets)."""
+    model = sparsified(trainable=True)
+    spt.save_sparse24_checkpoint(model, tmp_path / "trained")
+    converted = copy.deepcopy(model)
+    for name in NAMES:
+        parent, _, child = name.rpartition(".")
+        setattr(converted.get_submodule(parent), child, converted.get_submodule(name).to_sparse_linear())
+    spt.save_sparse24_checkpoint(converted, tmp_path / "converted")
+    for file in ("model.safetensors", "config.json"):
+        assert (tmp_path / "trained" / file).read_bytes() == (tmp_path / "converted" / file).read_bytes()
+    tensors = safetensors_torch.load_file(tmp_path / "trained" / "model.safetensors")
+    dense = gpt2(5)
+    report = spt.load_sparse24_checkpoint(dense, tmp_path / "trained", trainable=True)
+    assert (report.missing, report.unexpected) == ([], [])
+    for name, (k, n) in zip(NAMES, PROJECTIONS.values(), strict=True):
+        a, b = model.get_submodule(name), dense.get_submodule(name)
+        assert type(b) is spt.SemiSparseLinear and (b.in_features, b.out_features) == (k, n)
+        assert (b.transposed_from, b.source_classes) == ("transformers Conv1D", ("Conv1D", "Module"))
+        assert b.weight.dtype == torch.bfloat16 and torch.equal(b.mask, a.mask)
+        want = a.to_dense().double()
+        assert torch.equal(b.weight.detach().double(), want)
+        assert np.array_equal(decoded(tensors, name), want.T.numpy())  # (the file: W (in, out))
+    assert torch.equal(logits(dense), logits(model))
+    spt.save_sparse24_checkpoint(dense, tmp_path / "again")  # (written again in GPT-2's layout)
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == \
+        (tmp_path / "trained" / "model.safetensors").read_bytes()
