@@ -22,7 +22,6 @@ import torch
 from torch import nn
 
 from ..errors import (
-    SP_CHECKPOINT_MODULE,
     SP_SPARSIFY_ARGUMENTS,
     SP_TRAIN_LAYER,
     SP_TRAIN_MASK,
@@ -68,12 +67,12 @@ def loads_trainable(module: nn.Module, trainable: bool | None) -> bool:
 
 
 def check_trainable_target(module: nn.Module, name: str) -> None:
-    """SP0914 for a SparseLinear target whose fused activation or output type a SemiSparseLinear
-    (which has neither) would drop."""
+    """SP0916 (as ``SparseLinear.from_dense(..., trainable=True)`` with them) for a SparseLinear
+    target whose fused activation or output type a SemiSparseLinear (which has neither) would drop."""
     if isinstance(module, SparseLinear) and (module.activation is not None or module.out_dtype is not None):
         what = f"activation={module.activation!r}" if module.activation is not None else \
             f"out_dtype={module.out_dtype}"
-        raise IntegrationError(SP_CHECKPOINT_MODULE, f"layer {name} of the model is a SparseLinear with {what}, "
+        raise IntegrationError(SP_TRAIN_LAYER, f"layer {name} of the model is a SparseLinear with {what}, "
                                "which a trainable SemiSparseLinear in its place would not compute",
                                help="load it for inference (trainable=False), or apply the activation / cast after "
                                     "the layer in the model's forward")

@@ -202,6 +202,24 @@ def test_training_md_example() -> None:
         torch.testing.assert_close(deployed(x), layer(x))
 
 
+def test_training_md_checkpoint_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/training.md, "Checkpoints": a trained model written, then loaded trainable into a dense one."""
+    model = MyModel()
+    spt.sparsify_(model, dtype="bf16", trainable=True, interpret=True)
+    with torch.no_grad():
+        model.layer.weight.mul_(1.5)  # (a stale layer, as after an optimizer step: compressed when written)
+    monkeypatch.chdir(tmp_path)
+    env = run(block_with("docs/training.md", 'spt.save_sparse24_checkpoint(model, "ckpt/")'), "docs/training.md",
+              model=model, MyModel=MyModel)
+    layer, trained = env["fresh"].layer, model.layer
+    assert isinstance(layer, spt.SemiSparseLinear) and layer.weight.dtype == torch.float32
+    assert torch.equal(layer.mask, trained.mask)
+    assert torch.equal(layer.weight.detach(), trained.to_dense().bfloat16().float())
+    x = torch.randn(4, 128)
+    with torch.no_grad():
+        assert torch.equal(env["fresh"](x), model(x))
+
+
 def test_training_md_activation_sparsity_example() -> None:
     block = block_with("docs/training.md", "sparse24_activation_linear(x, weight, bias=None)")
     torch.manual_seed(0)

@@ -270,7 +270,7 @@ def test_a_sparse_layer_with_an_activation_does_not_become_trainable(tmp_path):
     spt.sparsify_(model, interpret=True, min_features=16)
     model.proj.activation = "relu"
     err = _error(spt.load_sparse24_checkpoint, model, tmp_path, trainable=True)
-    assert (err.code, err.message) == ("SP0914", "layer proj of the model is a SparseLinear with activation='relu', "
+    assert (err.code, err.message) == ("SP0916", "layer proj of the model is a SparseLinear with activation='relu', "
                                                  "which a trainable SemiSparseLinear in its place would not compute")
     assert "trainable=False" in err.help
     assert type(model.head) is spt.SparseLinear and model.proj.activation == "relu"
