@@ -654,7 +654,9 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     anything is written. A SparseLinear made from a transformers Conv1D (``transposed_from``) is
     written in GPT-2's layout: the tensors of its weight W (in, out) (conv1d_checkpoint.py), which
     transformers reads; one ``VLLMLayoutWarning`` names such layers (vLLM reads them (out, in)); an
-    e4m3 one, or one of odd out_features, is SP0915. Returns the folder."""
+    e4m3 one, or one of odd out_features, is SP0915. A trainable ``SemiSparseLinear`` is written as
+    its ``to_sparse_linear()`` (its pruned weight in its compute type, compressed first where stale:
+    the same bytes as a model converted first; trainable_checkpoint.py). Returns the folder."""
     checked_model(model, "save_sparse24_checkpoint")
     if config is not None and not isinstance(config, dict):
         raise IntegrationError(SP_SPARSIFY_ARGUMENTS, f"config must be a dict (config.json's contents), got "
