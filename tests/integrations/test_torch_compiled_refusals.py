@@ -253,3 +253,22 @@ def test_outside_dynamo_nothing_is_in_fake_propagation():
     assert not in_fake_propagation()
     with torch._subclasses.fake_tensor.FakeTensorMode():  # (a fake mode of one's own is not dynamo's)
         assert not in_fake_propagation()
+
+
+def test_a_compiled_call_rechecks_forward_mode_when_the_flag_changes():
+    """``forward_grad_enabled`` is an ``assume_constant_result`` of the trace: a function compiled with
+    forward AD off inside a dual level must not keep that answer once it is on (dynamo's guard on the
+    flag recompiles; a cached graph would skip SP0916 and return no tangent), and the other way round."""
+    layer = _semi()
+    x, t = _rand(T, K, seed=11), _rand(T, K, seed=12)
+    _reset()
+    f = torch.compile(lambda a: layer(a), backend="eager")
+    with fwad.dual_level():
+        d = fwad.make_dual(x, t)
+        with fwad._set_fwd_grad_enabled(False):
+            assert torch.equal(f(d), layer(x))
+        with pytest.raises(IntegrationError) as info:
+            f(d)
+        assert (info.value.code, info.value.message, info.value.help) == FORWARD_MODE
+        with fwad._set_fwd_grad_enabled(False):
+            assert torch.equal(f(d), layer(x))
