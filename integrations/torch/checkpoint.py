@@ -279,8 +279,9 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
                                "transformers Conv1D's layout (in, out): a per-channel weight_scale of that weight "
                                "scales its inputs, which the fp8 kernel's scale (per output) cannot",
                                help="load a checkpoint of bf16 or f16 weights for a Conv1D layer")
+    wide = None  # (F32 / F64 values: a trainable layer's master weight keeps them where its type holds them)
     if compressed.dtype in (np.float32, np.float64):  # (as compressed-tensors' loading: cast to the model's type)
-        compressed = _narrowed(compressed, name, module)
+        wide, compressed = compressed, _narrowed(compressed, name, module)
     scale = tensors.get(f"{name}.weight_scale")
     if compressed.dtype == np.int8:
         if "int" in declared_weight_types(config):  # (compressed-tensors' int-quantized weights: int8 numbers)
@@ -315,7 +316,10 @@ def _sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module
     if trainable:
         kept = mask_from_bitmask(tensors[f"{prefix}.bitmask"], checked_shape(tensors[f"{prefix}.shape"], name), name,
                                  columns)
-        layer = trainable_layer(dense, kept.T if columns else kept, bias_t, module, name, _device_of(module))
+        if wide is not None:
+            wide = dense_from_bitmask(wide, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name, columns)
+            wide = np.ascontiguousarray(wide.T) if columns else wide
+        layer = trainable_layer(dense, kept.T if columns else kept, bias_t, module, name, _device_of(module), wide)
     else:
         layer = _inference_layer(tensors, name, module, config, dense, scale, bias_t)
     if columns:  # (written again in the Conv1D's layout)

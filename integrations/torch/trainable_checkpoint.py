@@ -126,23 +126,33 @@ def master_dtype(module: nn.Module, values: np.dtype) -> torch.dtype:
     return own if own in EXACT_MASTER or own == ckpt else ckpt
 
 
+def wide_master(param_dtype: torch.dtype, wide: np.dtype) -> bool:
+    """Whether a master weight of ``param_dtype`` holds every value of the checkpoint's ``wide`` type
+    (F32, F64) exactly (float32 holds F32's, float64 both), so that it takes them rather than their
+    rounding to the compute type."""
+    return param_dtype in EXACT_MASTER and torch.finfo(param_dtype).bits >= 8 * wide.itemsize
+
+
 def trainable_layer(dense: np.ndarray, kept: np.ndarray, bias: torch.Tensor | None, module: nn.Module, name: str,
-                    device: torch.device) -> SemiSparseLinear:
+                    device: torch.device, wide: np.ndarray | None = None) -> SemiSparseLinear:
     """A SemiSparseLinear of the checkpoint's dense pruned weight ``dense`` (out, in; bf16 or f16,
     the compute type) with the mask :func:`trainable_mask` of its bitmask ``kept``, ``bias``, in
     place of the model's ``module`` (a SemiSparseLinear's ``mask_grad`` kept; the master type
-    :func:`master_dtype`), compressed. SP0916 for fp8 values (sparse training computes in bf16 or
-    f16)."""
+    :func:`master_dtype`), compressed. ``wide``: the same weight as the checkpoint stores it where
+    that is F32 or F64 (``dense`` its rounding): the master weight where its type holds it
+    (:func:`wide_master`; before, it held the rounding, and training resumed from other weights than
+    the checkpoint's). SP0916 for fp8 values (sparse training computes in bf16 or f16)."""
     if dense.dtype not in (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)):
         raise IntegrationError(SP_TRAIN_LAYER, f"layer {name}: the checkpoint's weights are {dense.dtype}; sparse "
                                "training computes in bf16 or f16", help="load it for inference (trainable=False)")
-    mask = trainable_mask(dense, kept, name)
     rows, cols = dense.shape
     param_dtype = master_dtype(module, dense.dtype)
+    master = wide if wide is not None and wide_master(param_dtype, wide.dtype) else dense
+    mask = trainable_mask(master, kept, name)
     layer = SemiSparseLinear(cols, rows, bias is not None, dtype="bf16" if dense.dtype == ml_dtypes.bfloat16 else "f16",
                              mask_grad=getattr(module, "mask_grad", True), device=device, param_dtype=param_dtype)
-    with torch.no_grad():
-        layer.weight.copy_(torch.from_numpy(np.where(mask, dense, 0).astype(np.float32)).to(param_dtype))
+    with torch.no_grad():  # (float64 holds every value of master exactly; the cast to param_dtype too)
+        layer.weight.copy_(torch.from_numpy(np.where(mask, master, 0).astype(np.float64)).to(param_dtype))
         layer.mask.copy_(torch.from_numpy(mask))
         if bias is not None:
             layer.bias.copy_(bias)

@@ -285,3 +285,39 @@ def test_a_trainable_layer_of_in_features_no_multiple_of_4_is_sp0915(tmp_path):
     assert err.code == "SP0915" and err.message.startswith("layer 0: in_features = 6 is not a multiple of 4")
     assert "model[0] = model[0].to_sparse_linear().to_linear()" in err.help
     assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize(("stored", "model_dtype"), [(np.float32, torch.float32), (np.float32, torch.float64),
+                                                     (np.float64, torch.float64)])
+def test_a_wide_checkpoint_keeps_its_values_in_a_wide_master_weight(tmp_path, stored, model_dtype):
+    """F32 / F64 compressed values loaded trainable into a model whose weights hold them (float32,
+    float64): the master weight is the checkpoint's weight itself; the layer computes in bf16 (its
+    compressions, as the inference layer's). Before, the master weight held the values rounded to
+    bf16 (the compute type) first: training resumed from other weights than the checkpoint's."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((16, 32))
+    rows, cols = np.indices(w.shape)
+    w[(cols - rows) % 4 >= 2] = 0  # (2 of 4 along rows and columns: transposable)
+    w = w.astype(stored)
+    bias = rng.standard_normal(16).astype(np.float32)
+    st.save_file({**compressed_tensors_layer(w), "proj.bias": bias}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"sparsity_config": {
+        "format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": []}}}))
+    model = torch.nn.Sequential()
+    model.proj = torch.nn.Linear(32, 16).to(model_dtype)
+    spt.load_sparse24_checkpoint(model, tmp_path, trainable=True)
+    layer = model.proj
+    assert type(layer) is spt.SemiSparseLinear and layer.weight.dtype == model_dtype and layer.weight_dtype == "bf16"
+    want = torch.from_numpy(w.astype(np.float64))
+    assert torch.equal(layer.weight.detach().double(), want)
+    assert torch.equal(layer.mask, want != 0)
+    inference = torch.nn.Sequential()
+    inference.proj = torch.nn.Linear(32, 16).to(model_dtype)
+    spt.load_sparse24_checkpoint(inference, tmp_path, trainable=False)
+    assert torch.equal(layer.to_dense().to(torch.bfloat16), inference.proj.to_dense().to(torch.bfloat16))
+    x = torch.randn(5, 32, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    y = torch.full((5, 16), float("nan"), dtype=torch.bfloat16)
+    y[:] = layer(x)
+    rounded = want.to(torch.bfloat16).double()  # (the forward's weight: the compute type's)
+    ref = x.double() @ rounded.T + torch.from_numpy(bias.astype(np.float64))
+    within(y, ref, x.double().abs() @ rounded.abs().T, 32, torch.bfloat16)
