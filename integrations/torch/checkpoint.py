@@ -707,8 +707,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
                                help="pass a folder that can be created, or an existing one") from None
     tensors: dict[str, np.ndarray] = {}
     for key, value in model.state_dict().items():
-        owner = key.rpartition(".")[0]
-        if owner not in layers:
+        if not _in_layers(key, layers):
             tensors[key] = np.ascontiguousarray(as_host_array(value.detach(), key))
     for name, layer in layers.items():
         # as compressed-tensors' Sparse24BitMaskTensor.dict names and shapes them (its reader, and vLLM's, take
@@ -731,6 +730,13 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})
     (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
     return path
+
+
+def _in_layers(key: str, layers: dict[str, SparseLinear]) -> bool:
+    """Whether state-dict ``key`` is a tensor of one of ``layers`` (written sparse, by name): its own,
+    or one under it (a parametrized weight's ``<name>.parametrizations.weight.original``, the unpruned
+    master weight of a SemiSparseLinear, which went into the file next to the sparse layer before)."""
+    return "" in layers or any(key.startswith(f"{name}.") for name in layers)
 
 
 def _dense_help(name: str, layer: SparseLinear | SemiSparseLinear) -> str:

@@ -321,3 +321,34 @@ def test_a_wide_checkpoint_keeps_its_values_in_a_wide_master_weight(tmp_path, st
     rounded = want.to(torch.bfloat16).double()  # (the forward's weight: the compute type's)
     ref = x.double() @ rounded.T + torch.from_numpy(bias.astype(np.float64))
     within(y, ref, x.double().abs() @ rounded.abs().T, 32, torch.bfloat16)
+
+
+class _Halved(torch.nn.Module):
+    def forward(self, w):
+        return w * 0.5
+
+
+def test_a_parametrized_trainable_layer_writes_no_master_weight(tmp_path):
+    """A SemiSparseLinear whose weight is parametrized (torch.nn.utils.parametrize) is written as its
+    to_sparse_linear() only. Before, its state dict's ``proj.parametrizations.weight.original`` (the
+    unpruned master weight) went into the file next to the sparse layer, and a strict load of the
+    checkpoint was SP0914 (unexpected key)."""
+    from torch.nn.utils import parametrize
+
+    model = _Net()
+    spt.sparsify_(model, dtype="bf16", trainable=True, interpret=True, min_features=16)
+    parametrize.register_parametrization(model.proj, "weight", _Halved())
+    spt.save_sparse24_checkpoint(model, tmp_path)
+    tensors = st.load_file(tmp_path / "model.safetensors")
+    assert sorted(tensors) == ["head.bitmask", "head.compressed", "head.shape", "proj.bias", "proj.bitmask",
+                               "proj.compressed", "proj.shape"]
+    want = masked_weight(model.proj)  # (the parametrized weight, halved)
+    assert np.array_equal(_decoded(tensors, "proj"), want.numpy())
+    fresh = _Net(seed=6)
+    report = spt.load_sparse24_checkpoint(fresh, tmp_path)
+    assert (report.missing, report.unexpected) == ([], [])
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    y = torch.full((5, 32), float("nan"), dtype=torch.bfloat16)
+    y[:] = fresh.proj(x)
+    ref = x.double() @ want.T + model.proj.bias.detach().double()
+    within(y, ref, x.double().abs() @ want.abs().T, 64, torch.bfloat16)
