@@ -164,7 +164,7 @@ class SparseLinear(nn.Module):
     input_scale: torch.Tensor | None
     transposed_from: str | None = None  # "transformers Conv1D" where sparsify_ made it from one (checkpoint layout)
     # the class names (MRO) of the module sparsify_ or the loader put it in place of, where not nn.Linear's: what
-    # compressed-tensors matches a config group's class targets against (checkpoint.module_classes)
+    # compressed-tensors matches a config group's class targets against (layer_checkpoint.module_classes)
     source_classes: tuple[str, ...] | None = None
     _own_forward: bool = True  # forward is SparseLinear.forward (see __call__ and __init_subclass__)
     _activations: tuple[str | None, ...] = ACTIVATIONS  # what checked_activation admits for this class

@@ -345,7 +345,7 @@ class SemiSparseLinear(nn.Module):
     source_classes: tuple[str, ...] | None = None
     """The class names (MRO) of the module it replaced where they are not ``nn.Linear``'s (a
     ``FalconLinear``, a transformers ``Conv1D``): what compressed-tensors matches a config group's
-    class targets against (``checkpoint.module_classes``); kept by :meth:`to_sparse_linear`."""
+    class targets against (``layer_checkpoint.module_classes``); kept by :meth:`to_sparse_linear`."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):

@@ -7,7 +7,7 @@ dtype string, shape, offsets, duplicated keys, a wrong header length, truncated 
 valid by an independent reading of the format, and then load the bytes the header names, or refused
 with SP0910 / SP0911, never a bare exception or another tensor.
 
-sparse-24-bitmask (integrations/sparse24.py, integrations/torch/checkpoint.py): random 2:4 weights
+sparse-24-bitmask (integrations/sparse24.py, integrations/torch/*checkpoint.py): random 2:4 weights
 (ragged in_features, all-zero groups, groups with one nonzero or fewer kept bits, -0.0, NaN and inf)
 packed by an independent implementation of compressed-tensors' layout written here, loaded into
 SparseLinear layers: to_dense() is the pruned weight exactly and the layer's output matches float64;
