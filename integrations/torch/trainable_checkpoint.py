@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import (
+    SP_CHECKPOINT_LAYER,
     SP_SPARSIFY_ARGUMENTS,
     SP_TRAIN_LAYER,
     SP_TRAIN_MASK,
@@ -30,6 +31,9 @@ from ..errors import (
 )
 from .linear import SparseLinear
 from .training import SemiSparseLinear
+
+FLOAT_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "float32"}
+"""Short names of the master types in messages."""
 
 GROUP = 4
 EXACT_MASTER = (torch.float32, torch.float64)
@@ -133,6 +137,21 @@ def wide_master(param_dtype: torch.dtype, wide: np.dtype) -> bool:
     return param_dtype in EXACT_MASTER and torch.finfo(param_dtype).bits >= 8 * wide.itemsize
 
 
+def _check_bias_range(bias: torch.Tensor | None, param_dtype: torch.dtype, name: str) -> None:
+    """SP0913 where the checkpoint's (float32) ``bias`` has finite values that the master type
+    ``param_dtype`` (the trainable layer's bias type, as nn.Linear's load_state_dict casts) makes inf."""
+    if bias is None:
+        return
+    big = int((torch.isinf(bias.to(param_dtype)) & torch.isfinite(bias)).sum())
+    if big:
+        kind = FLOAT_NAMES.get(param_dtype, param_dtype)
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: its bias has {big} value{'s' if big > 1 else ''} "
+                               f"beyond ±{torch.finfo(param_dtype).max:.0f}: as the {kind} master's bias it "
+                               "would be inf",
+                               help="build the model in bf16 (torch_dtype=torch.bfloat16), or load it for inference "
+                                    "(trainable=False), which keeps the bias in float32")
+
+
 def trainable_layer(dense: np.ndarray, kept: np.ndarray, bias: torch.Tensor | None, module: nn.Module, name: str,
                     device: torch.device, wide: np.ndarray | None = None) -> SemiSparseLinear:
     """A SemiSparseLinear of the checkpoint's dense pruned weight ``dense`` (out, in; bf16 or f16,
@@ -148,6 +167,7 @@ def trainable_layer(dense: np.ndarray, kept: np.ndarray, bias: torch.Tensor | No
     rows, cols = dense.shape
     param_dtype = master_dtype(module, dense.dtype)
     master = wide if wide is not None and wide_master(param_dtype, wide.dtype) else dense
+    _check_bias_range(bias, param_dtype, name)
     mask = trainable_mask(master, kept, name)
     layer = SemiSparseLinear(cols, rows, bias is not None, dtype="bf16" if dense.dtype == ml_dtypes.bfloat16 else "f16",
                              mask_grad=getattr(module, "mask_grad", True), device=device, param_dtype=param_dtype)

@@ -352,3 +352,33 @@ def test_a_parametrized_trainable_layer_writes_no_master_weight(tmp_path):
     y[:] = fresh.proj(x)
     ref = x.double() @ want.T + model.proj.bias.detach().double()
     within(y, ref, x.double().abs() @ want.abs().T, 64, torch.bfloat16)
+
+
+class _F16(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4).to(torch.float16)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def test_a_bias_beyond_f16_into_an_f16_trainable_layer_is_sp0913(tmp_path):
+    """The trainable layer's bias takes its master type (as nn.Linear's load_state_dict casts it); in an
+    f16 model a float32 bias beyond ±65504 would be inf: refused like the weights' (SP0913), the model
+    unchanged. The inference layer keeps the float32 bias and loads."""
+    dense = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float16)
+    tensors = compressed_tensors_layer(dense)
+    tensors["proj.bias"] = np.array([1.0, -2.0, 7.0e4, 0.5], np.float32)
+    st.save_file(tensors, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"sparsity_config": {
+        "format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": []}}}))
+    model = _F16()
+    err = _error(spt.load_sparse24_checkpoint, model, tmp_path, trainable=True)
+    assert (err.code, err.message, err.help) == (
+        "SP0913", "layer proj: its bias has 1 value beyond ±65504: as the f16 master's bias it would be inf",
+        "build the model in bf16 (torch_dtype=torch.bfloat16), or load it for inference (trainable=False), "
+        "which keeps the bias in float32")
+    assert type(model.proj) is torch.nn.Linear
+    spt.load_sparse24_checkpoint(model, tmp_path, trainable=False)
+    assert torch.equal(model.proj.bias.float(), torch.from_numpy(tensors["proj.bias"]))
