@@ -41,7 +41,8 @@ class LastCall:
     __slots__ = ("cache", "counter", "device", "dtype", "entry", "record", "replays", "seen", "shape", "stream",
                  "stream_of", "y_like")
 
-    def __init__(self, cache: Any, entry: tuple[LaunchRecord, int], x: torch.Tensor, stream_of: Callable[[], int]):
+    def __init__(self, cache: Any, entry: tuple[LaunchRecord, int], x: torch.Tensor, stream_of: Callable[[], int],
+                 releases: tuple[Any, int] = (None, 0)):
         # valid while ``entry`` is the cache's last call: a cleared cache, a dropped weight and any
         # call through the cache (another token count, a capture) end it
         self.cache, self.entry, self.stream_of = cache, entry, stream_of
@@ -52,10 +53,11 @@ class LastCall:
         record = self.record
         self.y_like = record.y_like if x.dim() == 2 else record.y_like.view(*x.shape[:-1], record.shape[1])
         self.replays = GraphReplays.of(record.native)  # calls repeated at the same addresses: one graph launch
-        # where the cache keeps records tied to CUDA graphs: the counter their destroy callbacks raise and its
-        # value before the full path last collected (RecordCache.releases_seen); a call through the cache
-        # (a capture, which ties records) ends this last call, so a cache without them needs no look
-        self.counter, self.seen = cache.releases_seen if cache.tied else (None, 0)
+        # ``releases``, where the cache keeps records tied to CUDA graphs: the counter their destroy callbacks
+        # raise and its value before the full path last collected (RecordCache.releases_seen, read once by
+        # :meth:`of`); a call through the cache (a capture, which ties records) ends this last call, so a
+        # cache without them needs no look
+        self.counter, self.seen = releases
 
     @classmethod
     def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int], key: tuple | None = None
@@ -72,9 +74,12 @@ class LastCall:
             return None
         if record.native is None or record.unfilled or record.shape[0] != x.numel() // max(1, x.shape[-1]):
             return None
-        if cache.tied and cache.releases_seen is None:  # (tied by another thread's capture since this call looked)
+        # (each read once: another thread's capture may tie the cache's first record meanwhile, whose
+        # releases_seen is not read yet; that capture made itself the cache's last call, ending this one)
+        releases = cache.releases_seen if cache.tied else (None, 0)
+        if releases is None:  # (tied by another thread's capture since this call looked)
             return None
-        return cls(cache, last, x, stream_of)
+        return cls(cache, last, x, stream_of, releases)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
         if x.shape != self.shape or x.dtype is not self.dtype or x.get_device() != self.device:

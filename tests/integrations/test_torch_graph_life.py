@@ -625,3 +625,39 @@ def test_a_cell_whose_user_object_was_made_before_attach_raised_is_freed_only_af
     worker.join()
     assert releases.released() and releases.collect() == [] and libc.freed == made
     assert releases.pending() == 0 and not releases.released()
+
+
+class _TiedMeanwhile(set):
+    """A cache's ``tied`` that another thread's capture fills while ``LastCall.of`` works: empty at its
+    first look, then (as ``RecordCache._tie`` and ``run`` on that thread do) holding that capture's
+    record, the cache's last call that capture's (``releases_seen`` still unread: a first tie)."""
+
+    def __init__(self, cache: RecordCache, other: tuple):
+        super().__init__()
+        self.cache, self.other, self.looks = cache, other, 0
+
+    def __len__(self) -> int:
+        self.looks += 1
+        n = super().__len__()
+        if self.looks == 1:  # (the thread switch: right after the first look, which saw none)
+            self.add(id(self.other[0]))
+            self.cache.last = self.other
+        return n
+
+
+def test_a_last_call_made_while_another_thread_ties_the_cache_s_first_record(fake, graphs, monkeypatch):
+    """An eager call's LastCall is made while another thread's capture ties the cache's first record
+    (``releases_seen`` not read yet): no exception (before, the LastCall read ``tied`` again and
+    unpacked the unread ``releases_seen``: TypeError out of the layer's call), and the last call
+    made, if any, does not serve (the cache's last call is that capture's now): the full path runs."""
+    from sparsile.integrations.torch.last_call import LastCall
+
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=7)
+    assert cache.last is not None and not cache.tied and cache.releases_seen is None
+    cache.tied = _TiedMeanwhile(cache, (cache.last[0], 9))
+    last = LastCall.of(cache, x, lambda: 7, (4,))
+    assert cache.tied.looks >= 1 and cache.tied
+    launched = len(fake.launches)
+    assert last is None or (last(x) is None and len(fake.launches) == launched)
