@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ...backend.runtime.graph_objects import GraphReleases, graph_releases
 from ._kernels import cuda_capture_info
 
@@ -37,8 +39,29 @@ def _cuda_capture_graph(stream: int) -> int | None:
     return None if info is None else info[1] or None
 
 
+def _torch_allocator_backend() -> str:
+    """torch's CUDA allocator backend ("native", "cudaMallocAsync"); "native" where torch cannot say
+    (a build without CUDA)."""
+    try:
+        return str(torch.cuda.get_allocator_backend())
+    except Exception:
+        return "native"
+
+
 _CAPTURE_GRAPH: Callable[[int], int | None] = _cuda_capture_graph
 _RELEASES: Callable[[], GraphReleases | None] = graph_releases
+_ALLOCATOR_BACKEND: Callable[[], str] = _torch_allocator_backend
+
+
+def frees_in_capture() -> bool:
+    """Whether records of destroyed graphs may be dropped (their tensors freed) while a capture is
+    under way. With torch's native caching allocator a freed block only goes back to its pool (the
+    graph's private pool for a capture's scratch; events it would record wait for the capture's
+    end). With ``cudaMallocAsync`` a tensor allocated in a capture is freed by ``cudaFreeAsync`` on
+    the stream it was allocated on: torch.cuda.graph's capture stream is shared by its graphs, so
+    inside the next capture that free would be captured into the new graph (freeing the memory at
+    each of its replays). There they are dropped at the cache's next call outside a capture."""
+    return _ALLOCATOR_BACKEND() != "cudaMallocAsync"
 
 
 def capture_graph(stream: int | None) -> int | None:

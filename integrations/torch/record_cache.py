@@ -242,9 +242,10 @@ class RecordCache:
         (a later capture plans its own; an eager call uses the eager record). A record planned in a
         capture without scratch that an eager call filled since (``_fill``) is every call's now: it
         stays. Their tensors go back to torch's allocator: the driver released the graph after its
-        launches were complete, so nothing reads them. Inside a capture too (what dropping a record
-        frees is legal there, as when a weakref callback drops one mid-capture: torch's allocator
-        caches the tensors' blocks, sparsile's driver resources are released at a later safe point,
+        launches were complete, so nothing reads them. Inside a capture too, with torch's native
+        allocator (:func:`~.graph_life.frees_in_capture`; what dropping a record frees is legal
+        there, as when a weakref callback drops one mid-capture: torch's allocator caches the
+        tensors' blocks, sparsile's driver resources are released at a later safe point,
         backend/runtime/release.py): none of these records is the capture's (a record planned in a
         capture is tied to that capture's graph, which is not destroyed before the capture ends)."""
         for cache, record in graph_life.released_records():
@@ -326,8 +327,10 @@ class RecordCache:
         if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as
             scale_x = scale_x.clone()                        # torch.func.vmap's per-sample calls of the op pass)
         in_capture = capturing()
-        if self.tied:  # graphs destroyed: their own records dropped (in a capture too: captures with no eager
-            self._collect_released()  # call between them kept one record per capture)
+        # graphs destroyed: their own records dropped (in a capture too, where freeing their tensors is legal:
+        # captures with no eager call between them kept one record per capture)
+        if self.tied and (not in_capture or graph_life.frees_in_capture()):
+            self._collect_released()
         if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
         records = self.records
