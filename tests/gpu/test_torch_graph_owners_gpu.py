@@ -242,3 +242,52 @@ def test_reduce_overhead_then_dynamo_reset_leaves_the_layer_working():
     run_compiled(range(80, 85))
     mine = [r for r in ops.RECORDS.records.values() if r.owner() is layer.values]
     assert mine and len(mine) <= 8, len(mine)
+
+
+_MALLOC_ASYNC_SCRIPT = r"""
+import gc, sys
+import torch
+assert torch.cuda.get_allocator_backend() == "cudaMallocAsync", torch.cuda.get_allocator_backend()
+from sparsile.tests.gpu.test_torch_graph_owners_gpu import e4m3_layer, eager, input_of, replayed, captured_records
+from sparsile.tests.integrations.torch_helpers import check_against_float64
+layer = e4m3_layer()
+cache = layer.__dict__["_records"]
+stream = torch.cuda.Stream()
+x = input_of(52)
+check_against_float64(layer, x, eager(layer, x, stream))
+first = torch.cuda.CUDAGraph()
+with torch.cuda.graph(first):  # (torch.cuda.graph's shared capture stream: the second capture's too)
+    y = layer(x)
+check_against_float64(layer, x, replayed(first.replay, y))
+del first
+gc.collect()
+torch.cuda.synchronize()
+second = torch.cuda.CUDAGraph()
+with torch.cuda.graph(second):  # the first graph's record is not dropped (freed) in here
+    y = layer(x)
+for seed in range(3):  # a free of the first graph's scratch captured into this graph would fail a replay
+    x.copy_(input_of(60 + seed))
+    check_against_float64(layer, x, replayed(second.replay, y))
+print("OK", len(captured_records(layer, cache)))
+"""
+
+
+def test_under_cuda_malloc_async_back_to_back_captures_replay_and_free_nothing_inside_the_second():
+    """torch's cudaMallocAsync allocator (a subprocess: the backend is read at CUDA init). A graph
+    captured, replayed and deleted, then a second capture on torch.cuda.graph's shared capture stream
+    with no eager call between: the second capture must not free the first graph's record (its
+    scratch would be cudaFreeAsync-ed on that stream, captured into the second graph, and freed again
+    at each replay); the second graph replays three times with float64-checked numbers
+    (graph_life.frees_in_capture)."""
+    import os
+    import subprocess
+    import sys
+
+    import sparsile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(sparsile.__file__)))  # (where sparsile imports from)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync", PYTHONPATH=path)
+    done = subprocess.run([sys.executable, "-c", _MALLOC_ASYNC_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
