@@ -8,6 +8,8 @@ lives in a module of its own:
                       their primary contexts, stream ordering, the owner of a pointer
 ``module.py``         :func:`load_module`, :class:`Module`, :class:`KernelFunction`
 ``memory.py``         :class:`DeviceBuffer` (device memory)
+``release.py``        driver releases of collected resources, deferred to a safe point
+``capture_mode.py``   the thread's stream-capture mode around eager allocations and releases
 ``launcher.py``       :class:`Launcher`: parameter packing and the launch
 ``staging.py``        host arrays copied in and out around a launch
 ``overhead.py``       :func:`measure_launch_overhead`

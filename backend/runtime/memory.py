@@ -14,6 +14,7 @@ from cuda.bindings import driver
 from ...frontend.diagnostics import LaunchError
 from . import dlpack
 from .arrays import ArrayInfo, register_array_type
+from .capture_mode import thread_local_capture_mode
 from .codes import ARG_SHAPE
 from .devices import check, context_of, device_state, in_context
 from .dtypes import DTYPES, dtype_from_numpy, numpy_dtype
@@ -45,9 +46,12 @@ class DeviceBuffer:
         self.shape = tuple(int(s) for s in shape) if shape is not None else None
         self.device = state.info.ordinal
         self._state = state
-        drain()  # memory of collected buffers first: cuMemAlloc is no more legal in a capture than cuMemFree
-        with context_of(state):  # (the thread's own context restored after, as torch.empty(device=) does)
-            self.ptr = int(check("cuMemAlloc", driver.cuMemAlloc(max(self.nbytes, 1))))
+        # THREAD_LOCAL capture mode: neither the frees nor cuMemAlloc may invalidate another thread's
+        # global-mode capture (torch.cuda.graph); in a capture of this thread they stay refused (capture_mode.py)
+        with thread_local_capture_mode():
+            drain()  # memory of collected buffers first: cuMemAlloc is no more legal in a capture than cuMemFree
+            with context_of(state):  # (the thread's own context restored after, as torch.empty(device=) does)
+                self.ptr = int(check("cuMemAlloc", driver.cuMemAlloc(max(self.nbytes, 1))))
         self._finalizer = weakref.finalize(self, _collected, self.ptr, state.context)
 
     @classmethod

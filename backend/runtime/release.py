@@ -15,6 +15,11 @@ drained at the next call that is itself illegal during a capture anyway (a ``cuM
 inside a capture must not free anything there. Explicit releases (``DeviceBuffer.free()``,
 ``Module.unload()``, leaving a ``with`` block) still happen at once: the caller chose the moment.
 
+The releases run with the draining thread in ``THREAD_LOCAL`` capture mode (capture_mode.py): a
+drain on one thread while another thread captures a ``torch.cuda.graph`` (global mode) would
+otherwise fail its frees and invalidate that capture. A capture of the draining thread itself still
+forbids them, as before.
+
 The queue is a ``collections.deque`` without a lock: ``append`` and ``popleft`` are atomic under
 the GIL, and a finalizer that runs while :func:`drain` works (a collection inside a release) only
 appends, so it can neither deadlock on a lock its own thread holds nor be lost.
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+
+from .capture_mode import thread_local_capture_mode
 
 _pending: deque[Callable[[], None]] = deque()
 
@@ -43,15 +50,19 @@ def drain() -> int:
     """Run the releases queued when it starts, oldest first; how many ran. A release queued while
     it runs waits for the next drain. Each release ignores its own driver errors
     (``devices.in_context``); any other exception of one is dropped too, so that it cannot keep the
-    others from being freed."""
+    others from being freed. They run in ``THREAD_LOCAL`` capture mode (another thread's global
+    capture is not invalidated by them); nothing queued, no driver call."""
     count = len(_pending)
-    for _ in range(count):
-        try:
-            release = _pending.popleft()
-        except IndexError:  # another thread drained them
-            break
-        try:
-            release()
-        except Exception:
-            pass
+    if not count:
+        return 0
+    with thread_local_capture_mode():
+        for _ in range(count):
+            try:
+                release = _pending.popleft()
+            except IndexError:  # another thread drained them
+                break
+            try:
+                release()
+            except Exception:
+                pass
     return count

@@ -11,7 +11,9 @@ session).
 :class:`GraphReplays` belongs to a layer's :class:`~.last_call.LastCall`. After a call launched
 natively with (x, y) at addresses it saw ``REPEATS`` times among its last calls, it captures
 the record's native launch at those addresses on a private stream (thread-local capture mode: other
-threads are not affected) and instantiates it. A later call with x and y at exactly those addresses
+threads are not affected; the capturing thread itself in thread-local mode meanwhile, so that a user's
+global-mode capture on another thread does not refuse its calls either, backend/runtime/capture_mode.py)
+and instantiates it. A later call with x and y at exactly those addresses
 launches the graph on torch's current stream; any other call launches natively as before. A graph
 is only ever replayed at the addresses it was captured with, never updated, so threads sharing it
 need no lock. At most ``MAX_GRAPHS`` graphs per last call (address pairs), at most ``MAX_CAPTURES``
@@ -33,6 +35,7 @@ import threading
 import weakref
 from typing import Any
 
+from ...backend.runtime.capture_mode import thread_local_capture_mode
 from ...backend.runtime.devices import RETRY_AFTER_CONTEXT_SWITCH, leave
 from ...backend.runtime.release import defer, drain
 
@@ -184,7 +187,12 @@ class GraphReplays:
             return native.launch(x, y, 0, stream)[0]  # (a nonzero status: not all captured, discarded)
 
         try:
-            status, graph_exec = self._driver.capture(capture)
+            # the capture begins in THREAD_LOCAL mode (a user's global capture on another thread is not
+            # affected by it), and this thread's calls around it (stream creation, instantiation, destroys)
+            # run in THREAD_LOCAL mode too: a user's global capture on another thread does not refuse them
+            # (and is not invalidated by them); this capture itself still refuses them inside it
+            with thread_local_capture_mode():
+                status, graph_exec = self._driver.capture(capture)
         finally:
             if restore is not None:  # the thread's own context again
                 leave(restore)

@@ -18,6 +18,8 @@ from sparsile.integrations.torch.last_call import LastCall  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
+from sparsile.tests.support.capture_modes import GLOBAL, THREAD_LOCAL  # noqa: E402
+from sparsile.tests.support.capture_modes import modes as modes  # noqa: E402 (a fixture)
 
 CAPTURE_STREAM = 4242
 
@@ -233,6 +235,38 @@ def test_the_graphs_are_destroyed_after_their_last_call_at_a_safe_point(fake, gr
     ys.extend([y, y])
     last(x), last(x)
     assert len(graphs.destroyed) == 2 and release.pending() == 0
+
+
+def test_a_replays_capture_runs_with_its_thread_in_thread_local_mode(fake, graphs, ys, modes, monkeypatch):
+    """The replay's private capture (begun in THREAD_LOCAL capture mode) and this thread's calls around
+    it (stream creation, instantiation, destroys) run with the thread in THREAD_LOCAL mode: a user's
+    global-mode torch.cuda.graph capture on another thread neither refuses them nor is invalidated by
+    them. The thread's mode is GLOBAL again after."""
+    w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)
+    _cache, last = _last(x, w)
+    ys.extend([y, y])
+    during = []
+    real_capture = graphs.capture
+    monkeypatch.setattr(graphs, "capture", lambda launch: during.append(modes.mode()) or real_capture(launch))
+    last(x), last(x)  # the second call is captured
+    assert graphs.captures == 1 and during == [THREAD_LOCAL]
+    assert modes.mode() == GLOBAL and modes.log[-1][1] == GLOBAL
+
+
+def test_a_failing_replays_capture_restores_the_threads_mode(fake, graphs, ys, modes, monkeypatch):
+    w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)
+    _cache, last = _last(x, w)
+    ys.extend([y, y])
+
+    def broken(launch):
+        assert modes.mode() == THREAD_LOCAL
+        raise RuntimeError("the driver went away")
+
+    monkeypatch.setattr(graphs, "capture", broken)
+    last(x)
+    with pytest.raises(RuntimeError, match="went away"):
+        last(x)
+    assert modes.mode() == GLOBAL and [mode for _, mode in modes.log][-2:] == [THREAD_LOCAL, GLOBAL]
 
 
 class _Lib:

@@ -1,0 +1,149 @@
+"""backend/runtime/capture_mode.py: sparsile's eager driver calls that allocate or release (a
+DeviceBuffer's cuMemAlloc, release.drain's deferred frees) run with the calling thread in
+THREAD_LOCAL capture mode, so that they neither fail nor invalidate another thread's global-mode
+capture (torch.cuda.graph's default); the thread's previous mode is restored after, also when the
+block raises. CPU only: the driver's per-thread mode is the stand-in of tests/support/capture_modes.py.
+On a GPU: tests/gpu/test_runtime_capture_modes_gpu.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from cuda.bindings import driver
+
+from sparsile.backend import runtime
+from sparsile.backend.runtime import capture_mode, memory, release
+from sparsile.tests.backend.test_runtime_driver import FakeDriver
+from sparsile.tests.support.capture_modes import GLOBAL, THREAD_LOCAL
+from sparsile.tests.support.capture_modes import modes as modes  # (a fixture)
+
+RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+@pytest.fixture(autouse=True)
+def empty_queue():
+    release.drain()
+    yield
+    release.drain()
+
+
+def test_drain_runs_the_releases_in_thread_local_mode_and_restores_the_mode(modes):
+    seen = []
+    release.defer(lambda: seen.append(modes.mode()))
+    release.defer(lambda: seen.append(modes.mode()))
+    assert modes.mode() == GLOBAL
+    assert release.drain() == 2
+    assert seen == [THREAD_LOCAL, THREAD_LOCAL]
+    assert modes.mode() == GLOBAL and [mode for _, mode in modes.log] == [THREAD_LOCAL, GLOBAL]
+
+
+def test_an_empty_drain_makes_no_driver_call(modes):
+    assert release.drain() == 0 and modes.log == []
+
+
+def test_the_mode_is_restored_when_a_release_raises_past_drain(modes):
+    def interrupted():
+        raise KeyboardInterrupt  # (not an Exception: drain does not swallow it)
+
+    release.defer(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        release.drain()
+    assert modes.mode() == GLOBAL and [mode for _, mode in modes.log] == [THREAD_LOCAL, GLOBAL]
+
+
+def test_the_previous_mode_is_restored_whatever_it_was(modes):
+    modes.exchange(RELAXED)  # (as torch's allocator sets around a cudaMalloc)
+    with pytest.raises(ValueError):
+        with capture_mode.thread_local_capture_mode():
+            assert modes.mode() == THREAD_LOCAL
+            raise ValueError("the block failed")
+    assert modes.mode() == RELAXED
+
+
+def test_a_refused_exchange_runs_the_block_in_the_mode_as_is(modes):
+    modes.result = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    ran = []
+    with capture_mode.thread_local_capture_mode():
+        ran.append(modes.mode())
+    assert ran == [GLOBAL] and modes.log == []
+
+
+def test_without_a_driver_library_the_block_runs_and_the_driver_is_not_asked_again(monkeypatch):
+    class DynamicLibNotFoundError(Exception):
+        pass
+
+    asked = []
+
+    def missing(mode):
+        asked.append(mode)
+        raise DynamicLibNotFoundError("no libcuda")
+
+    monkeypatch.setattr(driver, "cuThreadExchangeStreamCaptureMode", missing)
+    monkeypatch.setattr(capture_mode, "_available", True)
+    ran = []
+    for _ in range(2):
+        with capture_mode.thread_local_capture_mode():
+            ran.append(1)
+    assert ran == [1, 1] and len(asked) == 1
+
+
+def test_another_threads_drain_does_not_invalidate_a_global_capture(modes):
+    """Thread A captures in global mode; thread B drains a deferred free meanwhile. The fake free
+    invalidates A's capture when B calls it in global mode, as the driver does."""
+    capture = {"by": None, "invalidated": False}
+
+    def free():
+        if capture["by"] not in (None, threading.current_thread().name) and modes.mode() == GLOBAL:
+            capture["invalidated"] = True
+
+    began, drained = threading.Event(), threading.Event()
+
+    def user():  # thread A
+        capture["by"] = threading.current_thread().name
+        began.set()
+        drained.wait(10)
+        capture["by"] = None
+
+    def eager():  # thread B
+        began.wait(10)
+        release.defer(free)
+        release.drain()
+        drained.set()
+
+    threads = [threading.Thread(target=user, name="A"), threading.Thread(target=eager, name="B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not capture["invalidated"]
+    assert modes.log == [("B", THREAD_LOCAL), ("B", GLOBAL)]
+
+
+@pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")
+def test_a_device_buffer_allocates_and_frees_the_collected_in_thread_local_mode(monkeypatch, modes):
+    FakeDriver(monkeypatch)
+    during = []
+    faked_alloc = driver.cuMemAlloc
+    monkeypatch.setattr(driver, "cuMemAlloc", lambda n: during.append(("alloc", modes.mode())) or faked_alloc(n))
+    monkeypatch.setattr(memory, "_free_device_memory", lambda ptr, ctx: during.append(("free", modes.mode())))
+    memory._collected(0x1000, "ctx")  # a collected buffer's pending free
+    buf = memory.DeviceBuffer(64)
+    assert buf.ptr and during == [("free", THREAD_LOCAL), ("alloc", THREAD_LOCAL)]
+    assert modes.mode() == GLOBAL
+
+
+@pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")
+def test_a_failing_allocation_restores_the_mode(monkeypatch, modes):
+    FakeDriver(monkeypatch)
+    seen = []
+
+    def refused(nbytes):
+        seen.append(modes.mode())
+        return (driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY, None)
+
+    monkeypatch.setattr(driver, "cuMemAlloc", refused)
+    with pytest.raises(runtime.CudaError) as exc:
+        memory.DeviceBuffer(64)
+    assert "cuMemAlloc" in str(exc.value)
+    assert seen == [THREAD_LOCAL] and modes.mode() == GLOBAL
