@@ -492,7 +492,7 @@ a51)  # a50 reordered for a 600 s call: on an H200 issue 12's T <= 16 rows first
         tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
         tests/gpu/test_torch_input_scale_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py \
         tests/gpu/test_api_caches_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py \
-        tests/gpu/test_torch_graph_owners_gpu.py
+        tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_runtime_capture_modes_gpu.py
     ;;
 a51b)  # a50's second step: this session's CPU torch files under the device's torch (2.11)
     run 200 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_errors.py \
