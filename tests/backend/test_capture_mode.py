@@ -42,6 +42,23 @@ def test_an_empty_drain_makes_no_driver_call(modes):
     assert release.drain() == 0 and modes.log == []
 
 
+def test_a_drain_inside_a_release_nests_and_restores_the_outer_mode(modes):
+    """A release that drains again (a collection inside a release whose finalizer defers, then a
+    DeviceBuffer): the inner block restores THREAD_LOCAL, the outer one the thread's GLOBAL."""
+    seen = []
+
+    def outer():
+        release.defer(lambda: seen.append(("inner", modes.mode())))
+        assert release.drain() == 1
+        seen.append(("outer after", modes.mode()))
+
+    release.defer(outer)
+    assert release.drain() == 1
+    assert seen == [("inner", THREAD_LOCAL), ("outer after", THREAD_LOCAL)]
+    assert modes.mode() == GLOBAL
+    assert [mode for _, mode in modes.log] == [THREAD_LOCAL, THREAD_LOCAL, THREAD_LOCAL, GLOBAL]
+
+
 def test_the_mode_is_restored_when_a_release_raises_past_drain(modes):
     def interrupted():
         raise KeyboardInterrupt  # (not an Exception: drain does not swallow it)

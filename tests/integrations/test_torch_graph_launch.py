@@ -253,6 +253,22 @@ def test_a_replays_capture_runs_with_its_thread_in_thread_local_mode(fake, graph
     assert modes.mode() == GLOBAL and modes.log[-1][1] == GLOBAL
 
 
+def test_the_steady_state_fast_path_exchanges_no_capture_mode(fake, graphs, ys, modes):
+    """The capture-mode exchange (a driver call each way) is paid once per replay capture, never per
+    call: after the capture, replayed calls and native calls at other addresses make no exchange."""
+    w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)
+    _cache, last = _last(x, w)
+    other_y = torch.empty(4, 8)
+    ys.extend([y, y, y, y, other_y])
+    last(x), last(x)  # the second call is captured: an exchange there and back (and its drain's, if any)
+    assert graphs.captures == 1 and modes.log[-2:] == [("MainThread", THREAD_LOCAL), ("MainThread", GLOBAL)]
+    exchanges = len(modes.log)
+    for _ in range(3):
+        last(x)  # two replays, then a native call at another y address
+    assert last.replays.replayed == 2 and _native(fake.launches[-1])
+    assert len(modes.log) == exchanges and modes.mode() == GLOBAL
+
+
 def test_a_failing_replays_capture_restores_the_threads_mode(fake, graphs, ys, modes, monkeypatch):
     w, x, y = _weight(), torch.randn(4, 32), torch.empty(4, 8)
     _cache, last = _last(x, w)
