@@ -38,24 +38,6 @@ class Access:
     nbytes: int
 
 
-
-ACCESS_KERNEL = """
-@kernel
-def k(x: ptr[{t}], out: ptr[{t}], n: i32, s: i32, B: constexpr):
-    offs = {expr}
-    m = offs < n
-    store(out + offs, load(x + offs, mask=m), mask=m)
-"""
-"""A masked copy through the offsets ``{expr}`` of element type ``{t}`` (the address tests' kernel)."""
-
-OFFSETS_KERNEL = """
-@kernel
-def offsets(o: ptr[i64], s: i32, n: i32, B: constexpr):
-    offs = {expr}
-    store(o + program_id(0) * B + arange(0, B), offs.to(i64))
-"""
-"""The values of the offsets ``{expr}`` stored as i64 (what the GPU computes for them)."""
-
 def _mask(bits: int) -> np.uint64:
     return _U64((1 << bits) - 1) if bits < 64 else _U64(0xFFFFFFFFFFFFFFFF)
 

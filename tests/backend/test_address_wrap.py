@@ -20,11 +20,23 @@ import numpy as np
 import pytest
 
 import sparsile as sp
-from sparsile.tests.backend.address_eval import ACCESS_KERNEL, OFFSETS_KERNEL, element_addresses
+from sparsile.tests.backend.address_eval import element_addresses
 from sparsile.tests.backend.ptx_eval import ptx_accesses
 
-KERNEL = ACCESS_KERNEL
-OFFSETS = OFFSETS_KERNEL
+KERNEL = """
+@kernel
+def k(x: ptr[{t}], out: ptr[{t}], n: i32, s: i32, B: constexpr):
+    offs = {expr}
+    m = offs < n
+    store(out + offs, load(x + offs, mask=m), mask=m)
+"""
+
+OFFSETS = """
+@kernel
+def offsets(o: ptr[i64], s: i32, n: i32, B: constexpr):
+    offs = {expr}
+    store(o + program_id(0) * B + arange(0, B), offs.to(i64))
+"""
 
 X_ADDR, OUT_ADDR = 1 << 40, 1 << 44
 BYTES = {"f32": 4, "f16": 2, "i8": 1}

@@ -27,11 +27,23 @@ import pytest
 import sparsile as sp
 from sparsile.backend.lower import tile_address
 from sparsile.target.targets import get_target
-from sparsile.tests.backend.address_eval import ACCESS_KERNEL, OFFSETS_KERNEL, element_addresses, global_accesses
+from sparsile.tests.backend.address_eval import element_addresses, global_accesses
 from sparsile.tests.backend.address_fuzz import Tally, check_program
 
-ACCESS = ACCESS_KERNEL
-OFFSETS = OFFSETS_KERNEL
+ACCESS = """
+@kernel
+def k(x: ptr[{t}], out: ptr[{t}], n: i32, s: i32, B: constexpr):
+    offs = {expr}
+    m = offs < n
+    store(out + offs, load(x + offs, mask=m), mask=m)
+"""
+
+OFFSETS = """
+@kernel
+def offsets(o: ptr[i64], s: i32, n: i32, B: constexpr):
+    offs = {expr}
+    store(o + program_id(0) * B + arange(0, B), offs.to(i64))
+"""
 
 B = 65536  # 512 registers per thread on 4 warps
 X_ADDR, OUT_ADDR = 1 << 40, 1 << 44
