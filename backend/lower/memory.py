@@ -20,7 +20,7 @@ from .codegen import CodeGen, DTile, lowering
 from .deferred import Deferred
 from .lane_exchange import exchange_plan, store_exchanged
 from .llvm_text import LLValue, const, llvm_type
-from .offset_addend import depends_on_loop_value, may_hold_constant_addend, registers_may_differ_by_constants
+from .offset_addend import may_hold_constant_addend
 from .tile_address import tile_addresses
 from .wide_address import GLOBAL_PTR, wide_address, wide_form_applies, wrapping_form_applies
 
@@ -57,8 +57,7 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     if plan is None:  # (a large tile: one opaque address per register, wide_address.py)
         registers = len(register_coords(op.result.layout)) if isinstance(op.result.type, T.TileType) else 0
         off_type = llvm_type(T.element_type(op.operand("offset").type))
-        related = registers > 0 and (_related(cg, op) or registers_may_differ_by_constants(op.operand("offset")))
-        opaque = addend or wrapping_form_applies(registers, ptype, off_type, related)
+        opaque = addend or wrapping_form_applies(registers, ptype, off_type, registers > 0 and _related(cg, op))
         map_values(cg, op, wide if opaque else gep)
         return
     # constant offsets from one base address per (pointer, base offset): address_form.py
@@ -67,11 +66,8 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
            for r, (q, k) in enumerate(plan)]
     base_offsets = {o.ref for _, o, _, _ in ins}
     opaque = wide_form_applies(len({(p.ref, o.ref) for p, o, _, _ in ins}), ptype) or (
-        addend and not depends_on_loop_value(op.operand("offset"))) or (
         narrow and len(base_offsets) > 1 and ptype == GLOBAL_PTR)
-    # (several base offsets: from block to block the i32 offset may wrap; a constant addend: LLVM
-    # separates it from the base's sext)
-    base_fn = wide if opaque else gep
+    base_fn = wide if opaque else gep  # (several base offsets: from block to block the i32 offset may wrap)
     bases: dict[tuple[str, str], LLValue] = {}
     memo: dict[tuple[str, str], LLValue] = {}
     regs = []

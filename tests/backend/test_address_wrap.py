@@ -137,16 +137,3 @@ def test_an_unrelated_tile_with_a_constant_addend(t: str, expr: str) -> None:
     splat over the tile): LLVM separated the constant from each register's ``sext`` as from a
     scalar's (backend/lower/offset_addend.py)."""
     assert _mismatches(expr, t, 1024, (1 << 31) - 100, WRAP_N) == []
-
-
-@pytest.mark.parametrize("expr, s, b", [
-    ("s + arange(0, B) * 2", (1 << 31) - 600, 1024),           # runs of stride 2: contiguity 1
-    ("s + arange(0, B) * 3", (1 << 31) - 600, 1024),
-    ("arange(0, B) * 2 - s", -(1 << 31) + 600, 1024),
-    ("s * 1024 + arange(0, B) + 2048", (1 << 21) - 1, 1024),  # one proven block, a constant addend
-])
-def test_strided_and_offset_blocks_address_the_wrapped_offsets(expr: str, s: int, b: int) -> None:
-    """Registers whose offsets differ by constants without runs of consecutive values (a strided
-    ``arange(0, B) * 2``), and a single proven block whose base has a constant addend: LLVM related
-    the registers / separated the constant (addressed x + E * the unwrapped sum; review 51)."""
-    assert _mismatches(expr, "f32", b, s, WRAP_N) == []
