@@ -8,9 +8,9 @@ reduction), and those read the IR's ``inbounds`` and ``nsw`` flags. Their result
 :func:`ptx_accesses` executes the PTX's integer arithmetic (``add``/``sub``/``mul``/``mad``, their
 ``.wide`` forms, shifts, bitwise operations, ``cvt`` between integers, ``setp``/``selp`` and the
 predicate logic) from ``%tid.x``, ``%ctaid.x`` and the kernel parameters' values, and records each
-``ld.global`` / ``st.global`` with its address and predicate per thread, following uniform branches
-(a loop runs its iterations). Instructions whose results no access reads are skipped; an access that
-reads a register the evaluator could not compute is an :class:`UnknownInstruction`.
+``ld.global`` / ``st.global`` with its address and predicate per thread. Instructions whose results
+no access reads are skipped; an access that reads a register the evaluator could not compute is an
+:class:`UnknownInstruction`.
 """
 
 from __future__ import annotations
@@ -145,69 +145,35 @@ def _statements(ptx: str) -> list[str]:
     return out
 
 
-def ptx_accesses(ptx: str, num_threads: int, ctaid: int, params: list[int], max_steps: int = 100_000) -> list[Access]:
-    """Every ``ld.global`` / ``st.global`` the kernel (one entry) executes for threads
-    0..num_threads-1 of program ``ctaid`` (x only), in execution order; ``params``: the kernel
-    parameters' values in order (a pointer's address). Branches (``bra``, loops included) must be
-    uniform across the threads; more than ``max_steps`` statements executed is an
-    :class:`UnknownInstruction`."""
+def ptx_accesses(ptx: str, num_threads: int, ctaid: int, params: list[int]) -> list[Access]:
+    """Every ``ld.global`` / ``st.global`` of the kernel (straight-line PTX, one entry) for threads
+    0..num_threads-1 of program ``ctaid`` (x only); ``params``: the kernel parameters' values in
+    order (a pointer's address)."""
     mach = _Machine(num_threads, ctaid, params)
-    stmts = _statements(ptx)
-    labels = {s[:-1]: i for i, s in enumerate(stmts) if s.endswith(":")}
     out = []
-    pc = steps = 0
     with np.errstate(over="ignore"):
-        while pc < len(stmts):
-            stmt = stmts[pc]
-            pc, steps = pc + 1, steps + 1
-            if steps > max_steps:
-                raise UnknownInstruction(f"more than {max_steps} statements executed")
+        for stmt in _statements(ptx):
             m = _INSTR.match(stmt)
             if m is None or stmt.startswith((".", "{", "}")) or stmt.endswith(":"):
                 continue
             guard, op, rest = m.group(1), m.group(2), m.group(3)
-            if op.split(".")[0] == "bra":
-                if _taken(mach, guard, num_threads):
-                    pc = labels[rest.strip()]
-                continue
-            if op == "ret":
-                break
             acc = _ACCESS.match(op)
             if acc:
                 addr = re.search(r"\[(%rd\d+)(?:\+(-?\d+))?\]", rest)
                 if addr is None:
                     raise UnknownInstruction(stmt)
                 a = mach.val(addr.group(1)) + _U64(int(addr.group(2) or 0) & 0xFFFFFFFFFFFFFFFF)
-                pred = np.ones(num_threads, bool) if guard is None else _predicate(mach, guard)
+                pred = np.ones(num_threads, bool)
+                if guard is not None:
+                    p = mach.val(guard.strip().lstrip("@!")) != 0
+                    pred = ~p if guard.startswith("@!") else p
                 nbytes = int(acc.group(2) or 1) * int(acc.group(3)) // 8
                 out.append(Access(acc.group(1) == "st", a, pred, nbytes))
                 continue
             args = [a.strip() for a in rest.split(",")]
             try:
-                if guard is not None:  # (uniform: executed or not; otherwise its result is unknown)
-                    p = _predicate(mach, guard)
-                    if p.any() != p.all():
-                        raise UnknownInstruction(stmt)
-                    if not p[0]:
-                        continue
-                mach.step(None, op, args)
+                mach.step(guard, op, args)
             except UnknownInstruction:
                 if args and args[0].startswith("%"):
                     mach.regs.pop(args[0], None)  # (unknown: an access that reads it fails)
     return out
-
-
-def _predicate(mach: _Machine, guard: str) -> np.ndarray:
-    """Per thread, whether ``@%p`` / ``@!%p`` holds."""
-    p = mach.val(guard.strip().lstrip("@!")) != 0
-    return ~p if guard.startswith("@!") else p
-
-
-def _taken(mach: _Machine, guard: str | None, num_threads: int) -> bool:
-    """Whether a (guarded) ``bra`` branches; the same for every thread, or an UnknownInstruction."""
-    if guard is None:
-        return True
-    p = _predicate(mach, guard)
-    if p.any() != p.all():
-        raise UnknownInstruction(f"a divergent branch ({guard.strip()}, {num_threads} threads)")
-    return bool(p[0])
