@@ -20,7 +20,6 @@ from .codegen import CodeGen, DTile, lowering
 from .deferred import Deferred
 from .lane_exchange import exchange_plan, store_exchanged
 from .llvm_text import LLValue, const, llvm_type
-from .offset_addend import may_hold_constant_addend
 from .tile_address import tile_addresses
 from .wide_address import GLOBAL_PTR, wide_address, wide_form_applies, wrapping_form_applies
 
@@ -52,12 +51,10 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
 
     ptype = llvm_type(elem)
     plan = _address_plan(cg, op)
-    narrow = llvm_type(T.element_type(op.operand("offset").type)) != "i64"
-    addend = narrow and ptype == GLOBAL_PTR and may_hold_constant_addend(op.operand("offset"))
     if plan is None:  # (a large tile: one opaque address per register, wide_address.py)
         registers = len(register_coords(op.result.layout)) if isinstance(op.result.type, T.TileType) else 0
         off_type = llvm_type(T.element_type(op.operand("offset").type))
-        opaque = addend or wrapping_form_applies(registers, ptype, off_type, registers > 0 and _related(cg, op))
+        opaque = wrapping_form_applies(registers, ptype, off_type, registers > 0 and _related(cg, op))
         map_values(cg, op, wide if opaque else gep)
         return
     # constant offsets from one base address per (pointer, base offset): address_form.py
@@ -65,6 +62,7 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     ins = [(ptr.regs[r] if isinstance(ptr, DTile) else ptr, offs.regs[q], offs.regs[r], k)
            for r, (q, k) in enumerate(plan)]
     base_offsets = {o.ref for _, o, _, _ in ins}
+    narrow = llvm_type(T.element_type(op.operand("offset").type)) != "i64"
     opaque = wide_form_applies(len({(p.ref, o.ref) for p, o, _, _ in ins}), ptype) or (
         narrow and len(base_offsets) > 1 and ptype == GLOBAL_PTR)
     base_fn = wide if opaque else gep  # (several base offsets: from block to block the i32 offset may wrap)

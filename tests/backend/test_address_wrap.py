@@ -128,12 +128,3 @@ def test_the_ptx_evaluator_sees_the_strength_reductions_constant_steps() -> None
     acc = ptx_accesses(c.ptx, 128, 0, [X_ADDR, OUT_ADDR, WRAP_N, s])
     want = sorted(X_ADDR + 4 * (s + i) for i in range(1024) if s + i < WRAP_N)
     assert element_addresses(acc, False, 4) == want
-
-
-@pytest.mark.parametrize("t", ["f32", "i8"])
-@pytest.mark.parametrize("expr", ["(s + 128) + arange(0, B) * 0", "arange(0, B) // 256 + (s + 64)"])
-def test_an_unrelated_tile_with_a_constant_addend(t: str, expr: str) -> None:
-    """Offsets without runs of consecutive values but with a constant addend (a scalar's ``s + 128``
-    splat over the tile): LLVM separated the constant from each register's ``sext`` as from a
-    scalar's (backend/lower/offset_addend.py)."""
-    assert _mismatches(expr, t, 1024, (1 << 31) - 100, WRAP_N) == []
