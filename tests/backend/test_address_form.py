@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import sparsile as sp
+from sparsile.backend.lower import memory
 from sparsile.frontend.ir.axis_info import AxisInfo
 from sparsile.frontend.layout.tile import default_blocked
 from sparsile.frontend.sema.core import ArgSpec
@@ -88,6 +89,13 @@ def _check_addresses(llvm: str, expr: str, s: int, n: int, b: int) -> None:
             assert element_addresses(acc, store, 4) == sorted(int(base + 4 * o) for o in want)
 
 
+def _per_register_llvm(monkeypatch: pytest.MonkeyPatch, src: str, sig: dict) -> str:
+    """The IR with the constant-offset form off: every register's address on its own."""
+    with monkeypatch.context() as m:
+        m.setattr(memory, "address_plan", lambda *a: None)
+        return _llvm(src, sig)
+
+
 SIG = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32], "n": sp.i32, "s": sp.i32, "B": 1024}
 
 
@@ -107,7 +115,7 @@ def test_program_id_tile_addresses_match_the_interpreter_when_the_product_wraps(
 
 
 @pytest.mark.parametrize("s", [0, (1 << 31) - 100, (1 << 31) - 1024 - 3, -5])
-def test_offsets_that_may_wrap_keep_one_address_per_register(s: int) -> None:
+def test_offsets_that_may_wrap_keep_one_extension_per_register(monkeypatch: pytest.MonkeyPatch, s: int) -> None:
     """``s + arange(0, B)`` with an arbitrary s wraps past 2**31 - 1 inside the tile for some s: no
     block is proven, each register's address is its own opaque ``mad.wide.s32`` of the i32 offset
     (wide_address.py; a ``getelementptr`` of it LLVM's strength reduction relates to another's,
