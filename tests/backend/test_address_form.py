@@ -117,28 +117,26 @@ def test_program_id_tile_addresses_match_the_interpreter_when_the_product_wraps(
 @pytest.mark.parametrize("s", [0, (1 << 31) - 100, (1 << 31) - 1024 - 3, -5])
 def test_offsets_that_may_wrap_keep_one_extension_per_register(monkeypatch: pytest.MonkeyPatch, s: int) -> None:
     """``s + arange(0, B)`` with an arbitrary s wraps past 2**31 - 1 inside the tile for some s: no
-    block is proven, each register's address is its own opaque ``mad.wide.s32`` of the i32 offset
-    (wide_address.py; a ``getelementptr`` of it LLVM's strength reduction relates to another's,
-    tests/backend/test_address_wrap.py), and its addresses are the interpreter's wrapped offsets."""
+    block is proven, the IR is the per-register form exactly, and its addresses are the
+    interpreter's wrapped offsets."""
     expr = "s + arange(0, B)"
     src = ACCESS.format(expr=expr)
     llvm = _llvm(src, SIG)
     _check_addresses(llvm, expr, s, (1 << 31) - 1, 1024)
-    assert len(re.findall(r"mad\.wide\.s32", llvm)) == 2 * 8
-    assert "getelementptr" not in llvm
+    assert llvm == _per_register_llvm(monkeypatch, src, SIG)
+    assert len(re.findall(r"= sext i32 ", llvm)) == 2 * 8
 
 
 @pytest.mark.parametrize("s", [0, (1 << 31) - 64, -(1 << 31) + 16])
 def test_blocks_of_a_divisible_scalar_wrap_between_blocks_only(s: int) -> None:
     """A scalar known divisible by 16 plus ``arange(0, B)``: blocks of 16 offsets are ``base | i``
     (the wrap of s = 2**31 - 64 falls between blocks), so each 16-element block of a thread's
-    registers has one base, an opaque ``mad.wide.s32`` (the blocks may wrap from one to the next);
-    the addresses stay the interpreter's."""
+    registers has one base; the addresses stay the interpreter's."""
     expr = "s + arange(0, B)"
     sig = dict(SIG, s=ArgSpec(sp.i32, True))
     llvm = _llvm(ACCESS.format(expr=expr), sig)
     _check_addresses(llvm, expr, s, (1 << 31) - 1, 1024)
-    assert 2 < len(re.findall(r"mad\.wide\.s32", llvm)) < 2 * 8
+    assert 2 < len(re.findall(r"= sext i32 ", llvm)) < 2 * 8
 
 
 TILE_2D = """

@@ -92,12 +92,10 @@ def test_a_large_unproven_tile_gives_the_strength_reduction_no_candidate_per_reg
 
 
 def test_a_tile_at_the_threshold_keeps_its_form() -> None:
-    """128 registers per thread (B = 16384): the coordinates stay ``or disjoint`` of the thread's base
-    (no opaque ``mov.b32`` copy); the i32 offsets' addresses are ``mad.wide.s32`` at any size
-    (tests/backend/test_address_wrap.py), one per register and pointer."""
+    """128 registers per thread (B = 16384): the per-register ``getelementptr`` form as before."""
     ir = _llvm(ACCESS.format(t="f32", expr="s + arange(0, B)"), _sig("f32", 16384))
-    assert 'asm "mov.b32' not in ir and "getelementptr" not in ir
-    assert len(re.findall(r'asm "mad\.wide\.s32 \$0, \$1, 4, \$2;"', ir)) == 2 * 128
+    assert "mad.wide" not in ir and 'asm "mov.b32' not in ir
+    assert len(re.findall(r"getelementptr inbounds float, ptr addrspace\(1\) %p_\w+, i64 %", ir)) == 2 * 128
 
 
 def _interpreter_offsets(expr: str, s: int, n: int, programs: int = 2) -> np.ndarray:

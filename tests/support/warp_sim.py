@@ -44,7 +44,6 @@ POISON = 0xA5
 _CALLBACK = re.compile(r"^declare [^@]*@sparsile_sim_\w+\(.*$", re.M)  # the renamed intrinsics' declarations
 
 _CVT_ASM = re.compile(r'call i32 asm "cvt\.rn\.f16x2\.(e4m3|e5m2)x2 \$0, \$1;", "=r,h"\(i16 ')
-_MAD_WIDE_ASM = re.compile(r'call i64 asm "mad\.wide\.s32 \$0, \$1, (\d+), \$2;", "=l,r,l"\(')
 _NAMED_ASM = re.compile(r'call void asm sideeffect "bar\.sync (\d+), (\d+);", ""\(\)')
 _INTRINSICS = {"llvm.nvvm.read.ptx.sreg.tid.x": "sparsile_sim_tid", "llvm.nvvm.shfl.sync.bfly.i32": "sparsile_sim_shfl",
                "llvm.nvvm.barrier0": "sparsile_sim_bar",
@@ -91,10 +90,6 @@ def host_module(llvm_text: str, smem_bytes: int) -> str:
             raise NotImplementedError(f"the warp simulator does not model {name}")
     text = _NAMED_ASM.sub(r"call void @sparsile_sim_named_bar(i32 \1, i32 \2)", text)
     text = _CVT_ASM.sub(r"call i32 @sparsile_sim_cvt_\1(i16 ", text)
-    for e in sorted(set(_MAD_WIDE_ASM.findall(text))):  # wide_address.py's p + sext(off) * E, as IR
-        text += (f"\ndefine internal i64 @sparsile_sim_mad_wide_{e}(i32 %a, i64 %b) {{\n"
-                 f"  %s = sext i32 %a to i64\n  %m = mul i64 %s, {e}\n  %r = add i64 %m, %b\n  ret i64 %r\n}}\n")
-    text = _MAD_WIDE_ASM.sub(r"call i64 @sparsile_sim_mad_wide_\1(", text)
     if " asm " in text:
         raise NotImplementedError("the warp simulator does not model inline PTX (but named bar.sync)")
     for name, repl in _INTRINSICS.items():
