@@ -20,10 +20,7 @@ not an XOR that mixes them). Where any of this is not proven (offsets that may w
 unaligned ``arange(3, 3 + B)`` added to an arbitrary value), each register keeps its own extended
 offset, exactly as before.
 
-Where the tile holds several aligned blocks, the proof says nothing from one block to the next (the
-i32 offsets may wrap between them), so each block's base of narrower-than-64-bit offsets is
-wide_address.py's opaque ``mad.wide`` (lower_addptr); a single block's base address keeps
-``inbounds`` (the straight-line strength reduction relates the bases of
+The base address keeps ``inbounds`` (the straight-line strength reduction relates the bases of
 successive tiles through it; without it the sparse GEMM's metadata loads cost a 64-bit multiply
 more per K step, seen in a build without 16-byte-aligned arguments) and the constant offsets from
 it carry no flag. Where the pointer is one value (``x + offs``, x a scalar), the base is register

@@ -21,7 +21,7 @@ from .deferred import Deferred
 from .lane_exchange import exchange_plan, store_exchanged
 from .llvm_text import LLValue, const, llvm_type
 from .tile_address import tile_addresses
-from .wide_address import GLOBAL_PTR, wide_address, wide_form_applies, wrapping_form_applies
+from .wide_address import wide_address, wide_form_applies
 
 _WORD = {1: ("b8", "c", "i8"), 2: ("b16", "h", "i16"), 4: ("b32", "r", "i32"), 8: ("b64", "l", "i64")}
 
@@ -53,19 +53,13 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     plan = _address_plan(cg, op)
     if plan is None:  # (a large tile: one opaque address per register, wide_address.py)
         registers = len(register_coords(op.result.layout)) if isinstance(op.result.type, T.TileType) else 0
-        off_type = llvm_type(T.element_type(op.operand("offset").type))
-        opaque = wrapping_form_applies(registers, ptype, off_type, registers > 0 and _related(cg, op))
-        map_values(cg, op, wide if opaque else gep)
+        map_values(cg, op, wide if wide_form_applies(registers, ptype) else gep)
         return
     # constant offsets from one base address per (pointer, base offset): address_form.py
     ptr, offs = cg.get(op.operand("ptr")), cg.tile(op.operand("offset"))
     ins = [(ptr.regs[r] if isinstance(ptr, DTile) else ptr, offs.regs[q], offs.regs[r], k)
            for r, (q, k) in enumerate(plan)]
-    base_offsets = {o.ref for _, o, _, _ in ins}
-    narrow = llvm_type(T.element_type(op.operand("offset").type)) != "i64"
-    opaque = wide_form_applies(len({(p.ref, o.ref) for p, o, _, _ in ins}), ptype) or (
-        narrow and len(base_offsets) > 1 and ptype == GLOBAL_PTR)
-    base_fn = wide if opaque else gep  # (several base offsets: from block to block the i32 offset may wrap)
+    base_fn = wide if wide_form_applies(len({(p.ref, o.ref) for p, o, _, _ in ins}), ptype) else gep
     bases: dict[tuple[str, str], LLValue] = {}
     memo: dict[tuple[str, str], LLValue] = {}
     regs = []
@@ -78,13 +72,6 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
             memo[key] = bases[bkey] if k == 0 else cg.fb.gep(ety, bases[bkey], const(k, "i64"), flags="")
         regs.append(memo[key])
     cg.set(op.result, DTile(op.result.layout, regs, elem))
-
-
-def _related(cg: CodeGen, op: Operation) -> bool:
-    """Whether axis analysis sees runs of consecutive values in the offsets of an ``addptr`` (some
-    registers' offsets then differ by compile-time constants, which LLVM relates)."""
-    off_v = op.operand("offset")
-    return isinstance(off_v.type, T.TileType) and max(_axis(cg).get(off_v).contiguity, default=1) > 1
 
 
 def _address_plan(cg: CodeGen, op: Operation) -> AddressPlan | None:

@@ -21,14 +21,6 @@ value for every offset, wrapped ones included (the per-register form's ``inbound
 a non-negative index and rewrite ``sext(a + 128)`` as ``sext(a) + 128``, which differs where the i32
 sum wraps). The PTX keeps one instruction per distinct address, as before.
 
-Narrower-than-64-bit offsets take the same form at any size where their registers differ by
-compile-time constants (:func:`wrapping_form_applies`: an unproven tile with runs of consecutive
-values, and the bases of an :func:`address_form.address_plan` with several aligned blocks): LLVM 22's
-straight-line strength reduction rewrites ``getelementptr p, sext(a + 128)``, ``inbounds`` or not, as
-``p + sext(a) * E + 128 * E``, which is not the language's address where ``a + 128`` wraps
-(tests/backend/test_address_wrap.py executes the PTX). Offsets without such runs (the shipped GEMMs'
-``rows[:, None] * ldc``, a product by a run-time stride) keep their ``getelementptr``.
-
 The offsets themselves were the pass's other quadratic input: a thread's coordinate of register r,
 ``base | k_r``, stays ``or disjoint`` after LLVM's O3 pipeline, which the pass cannot relate to the
 others, so each ``s + (base | k_r)`` scanned every earlier one (2 s of code generation for 1024 of
@@ -62,19 +54,6 @@ def wide_form_applies(registers: int, ptr_type: str) -> bool:
     """Whether a pointer tile of ``registers`` registers per thread, pointers of LLVM type
     ``ptr_type``, gets the opaque per-register addresses (64-bit global pointers only)."""
     return large_tile(registers) and ptr_type == GLOBAL_PTR
-
-
-def wrapping_form_applies(registers: int, ptr_type: str, offset_type: str, related: bool) -> bool:
-    """Whether a pointer tile of ``registers`` registers per thread whose offsets axis analysis does
-    not prove non-wrapping (LLVM type ``offset_type``) gets the opaque per-register addresses: large
-    tiles (code generation time) and, at any size, offsets narrower than 64 bits that ``related``
-    (some registers' offsets differ by compile-time constants): LLVM 22's straight-line strength
-    reduction rewrites such a ``getelementptr p, sext(a + 128)`` (with or without ``inbounds``) as
-    ``getelementptr p, sext(a)`` plus ``128 * E`` bytes, an address that differs from the language's
-    where the i32 sum wraps (tests/backend/test_address_wrap.py)."""
-    if ptr_type != GLOBAL_PTR or not registers:
-        return False
-    return large_tile(registers) or (offset_type != "i64" and related)
 
 
 def wide_address(cg: CodeGen, ptr: LLValue, off: LLValue, elem_bytes: int) -> LLValue:
