@@ -494,6 +494,12 @@ a51)  # a50 reordered for a 600 s call: on an H200 issue 12's T <= 16 rows first
         tests/gpu/test_api_caches_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py \
         tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_runtime_capture_modes_gpu.py
     ;;
+a51c)  # a51's tests cut to what this session changed (the device budget left fits about five minutes): capture records,
+      # capture modes, the layer's graph scratch and launch paths
+    run 280 python -m pytest -q -m gpu -n 8 --timeout 100 -rfE --junitxml="$out/junit-a51c.xml" \
+        tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_runtime_capture_modes_gpu.py \
+        tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py
+    ;;
 a51b)  # a50's second step: this session's CPU torch files under the device's torch (2.11)
     run 200 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_errors.py \
         tests/integrations/test_torch_compiled_func.py tests/integrations/test_torch_training_vmap.py \
