@@ -29,11 +29,9 @@ from ..errors import (
     IntegrationError,
     attribute_path,
 )
+from ._kernels import OUT_DTYPES
 from .linear import SparseLinear
 from .training import SemiSparseLinear
-
-FLOAT_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "float32"}
-"""Short names of the master types in messages."""
 
 GROUP = 4
 EXACT_MASTER = (torch.float32, torch.float64)
@@ -144,7 +142,7 @@ def _check_bias_range(bias: torch.Tensor | None, param_dtype: torch.dtype, name:
         return
     big = int((torch.isinf(bias.to(param_dtype)) & torch.isfinite(bias)).sum())
     if big:
-        kind = FLOAT_NAMES.get(param_dtype, param_dtype)
+        kind = OUT_DTYPES.get(param_dtype, param_dtype)
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: its bias has {big} value{'s' if big > 1 else ''} "
                                f"beyond ±{torch.finfo(param_dtype).max:.0f}: as the {kind} master's bias it "
                                "would be inf",
