@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sparsile.integrations.errors import IntegrationError
-from sparsile.tests.integrations.torch_helpers import linear
+from sparsile.tests.integrations.torch_helpers import FusedSiblings, linear
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -44,18 +44,6 @@ def _static_on_meta() -> spt.SparseLinear:
     layer._buffers["input_scale"] = torch.tensor([0.05], device="meta")
     return layer
 
-
-class _Siblings(torch.nn.Module):
-    """q, k and v SparseLinear layers of one x, fused for tracing (fuse_projections_(traced=True): one op per group)."""
-
-    def __init__(self):
-        super().__init__()
-        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            setattr(self, name, spt.SparseLinear.from_dense(linear(16, K, seed=i), "bf16"))
-        assert spt.fuse_projections_(self, traced=True, glu=False).fused == ["q_proj+k_proj+v_proj"]
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
 
 def _device_help(name: str) -> str:
@@ -91,7 +79,8 @@ CASES = [
     ("e4m3-input_scale", _static_on_meta, lambda: _x(2, K), "input_scale is on meta but the layer's weight is on cpu",
      "move the module (.to(device)) or assign the scale on the weight's device: "
      "layer.input_scale = scale.to(layer.values.device)"),
-    ("fused-features", _Siblings, lambda: _x(2, 60), "x has shape (2, 60); this layer takes (..., 64)", _SHAPE_HELP),
+    ("fused-features", FusedSiblings, lambda: _x(2, 60), "x has shape (2, 60); this layer takes (..., 64)",
+     _SHAPE_HELP),
     ("semi-features", _semi, lambda: _x(2, 60), "x has shape (2, 60); this layer takes (..., 64)", _SHAPE_HELP),
     ("semi-dtype", _semi, lambda: _x(2, K, dtype=torch.float64),
      "x has dtype torch.float64; SemiSparseLinear takes bfloat16, float16 or float32 x", _DTYPE_HELP),

@@ -24,7 +24,7 @@ import copy
 import pytest
 
 from sparsile.integrations.errors import IntegrationError
-from sparsile.tests.integrations.torch_helpers import linear
+from sparsile.tests.integrations.torch_helpers import FusedSiblings, linear
 
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
@@ -62,18 +62,6 @@ def _semi(seed: int = 1) -> spt.SemiSparseLinear:
 def _sparse() -> spt.SparseLinear:
     return spt.SparseLinear.from_dense(linear(N, K, seed=1), "bf16")
 
-
-class _Siblings(torch.nn.Module):
-    """q, k and v SparseLinear layers of one x, fused for tracing (one op per group in a trace)."""
-
-    def __init__(self):
-        super().__init__()
-        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            setattr(self, name, spt.SparseLinear.from_dense(linear(16, K, seed=i), "bf16"))
-        assert spt.fuse_projections_(self, traced=True, glu=False).fused == ["q_proj+k_proj+v_proj"]
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
 
 def _jvp(layer: torch.nn.Module):
@@ -125,9 +113,9 @@ CASES = [
     ("semi-ensemble-weight", lambda: _ensemble("weight"), _batched("weight")),
     ("semi-ensemble-mask", lambda: _ensemble("mask"), _batched("mask")),
     ("sparse-jvp", lambda: _jvp(_sparse()), FROZEN_FORWARD_MODE),
-    ("fused-jvp", lambda: _jvp(_Siblings()), FROZEN_FORWARD_MODE),
+    ("fused-jvp", lambda: _jvp(FusedSiblings()), FROZEN_FORWARD_MODE),
     ("sparse-values-grad", lambda: _values_grad(_sparse(), "values"), FROZEN_VALUES),
-    ("fused-values-grad", lambda: _values_grad(_Siblings(), "q_proj.values"), FROZEN_VALUES),
+    ("fused-values-grad", lambda: _values_grad(FusedSiblings(), "q_proj.values"), FROZEN_VALUES),
 ]
 
 

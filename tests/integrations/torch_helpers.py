@@ -164,3 +164,19 @@ def down_inputs(mlp, x):
         hook.remove()
     assert len(seen) == 1
     return y, seen[0]
+
+
+class FusedSiblings(torch.nn.Module):
+    """q, k and v SparseLinear layers (16 outputs each) of one x of ``k`` features, fused for tracing
+    (``fuse_projections_(traced=True)``: one op per group in a trace)."""
+
+    def __init__(self, k: int = 64):
+        super().__init__()
+        import sparsile.torch as spt
+
+        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            setattr(self, name, spt.SparseLinear.from_dense(linear(16, k, seed=i), "bf16"))
+        assert spt.fuse_projections_(self, traced=True, glu=False).fused == ["q_proj+k_proj+v_proj"]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
