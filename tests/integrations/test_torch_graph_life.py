@@ -88,6 +88,20 @@ def _call(cache: RecordCache, w, x) -> torch.Tensor:
     return cache.run(KEY, x, w, None, torch.float32, stream=7, quantize=True)
 
 
+def _captured_once(fake, monkeypatch) -> tuple[RecordCache, torch.Tensor, torch.Tensor, weakref.ref]:
+    """A cache warmed up by one eager call, then called once in capture 31 (its record tied to graph
+    1031), back outside a capture: (cache, weight, x, a weak reference to the capture's record)."""
+    _api(fake, monkeypatch)
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    _call(cache, w, x)
+    _capture(fake, monkeypatch, 31)
+    _call(cache, w, x)
+    captured = weakref.ref(cache.records[(*KEY, 7, ("capture", 31))])
+    _capture(fake, monkeypatch, None)
+    return cache, w, x, captured
+
+
 def test_a_capture_s_record_is_dropped_at_the_first_eager_call_after_its_graph_is_destroyed(fake, graphs,
                                                                                               monkeypatch):
     """A record with scratch (an e4m3 record's quantized x and scales) planned for capture 31 is
@@ -409,14 +423,7 @@ def test_the_last_call_s_fast_path_sees_a_destroyed_graph_and_the_full_path_drop
     pool memory it pins, stayed as long as the loop ran); the fast path serves the call after."""
     from sparsile.integrations.torch.last_call import LastCall
 
-    _api(fake, monkeypatch)
-    cache, w = RecordCache(), _weight()
-    x = torch.randn(4, 32)
-    _call(cache, w, x)
-    _capture(fake, monkeypatch, 31)
-    _call(cache, w, x)
-    captured = weakref.ref(cache.records[(*KEY, 7, ("capture", 31))])
-    _capture(fake, monkeypatch, None)
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
     _call(cache, w, x)
     last = LastCall.of(cache, x, lambda: 7, KEY)
     assert last is not None and last(x) is not None and id(captured()) in cache.tied  # graph 1031 alive
@@ -526,14 +533,7 @@ def test_a_clear_racing_a_collect_does_not_keep_the_released_record(fake, graphs
     graph's record: clear looked at the records (the graph's among them) before the collect dropped
     it, and retires what it saw after. The released record must not come back as retired (kept
     while its weight lives, with its scratch: never revived, a capture's own). Before, it did."""
-    _api(fake, monkeypatch)
-    cache, w = RecordCache(), _weight()
-    x = torch.randn(4, 32)
-    _call(cache, w, x)
-    _capture(fake, monkeypatch, 31)
-    _call(cache, w, x)
-    captured = weakref.ref(cache.records[(*KEY, 7, ("capture", 31))])
-    _capture(fake, monkeypatch, None)
+    cache, _w, _x, captured = _captured_once(fake, monkeypatch)  # (_w: the weight kept alive)
     graphs.destroy(1031)
 
     def collect_on_another_thread() -> None:
