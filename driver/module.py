@@ -294,6 +294,10 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
         bound = "classmethod" if isinstance(f, classmethod) else "bound method" if inspect.ismethod(f) else None
         if static or bound:
             f = f.__func__
+        # A decorator below @sparsile.jit that wraps the function (functools.wraps sets
+        # __wrapped__) stands for it: the kernel is compiled from the wrapped function's source,
+        # so its file, first line, globals and closure are the ones that source reads.
+        f = _unwrapped(f)
         if isinstance(f, Kernel) or type(f).__name__ == "Autotuner":
             what = "an autotuned kernel" if isinstance(getattr(f, "kernel", None), Kernel) else "a kernel already"
             raise CompileError([Diagnostic("SP0241", f"@sparsile.jit wraps a Python function; `{f.name}` is {what}",
@@ -313,6 +317,15 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
         return Kernel(node, _python_resolver(f), dict(options))
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _unwrapped(f: Any) -> Any:
+    """``f`` without the wrappers of decorators that set ``__wrapped__`` (``functools.wraps``), as
+    :func:`inspect.getsource` reads it; ``f`` itself when the chain is broken (a cycle)."""
+    try:
+        return inspect.unwrap(f)
+    except ValueError:
+        return f
 
 
 def _python_resolver(f: Callable[..., Any]) -> Callable[[str], Any]:
