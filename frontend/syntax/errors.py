@@ -16,7 +16,7 @@ SP0109  bracket never closed
 SP0110  unexpected token (generic: "expected ..., found ...")
 SP0111  expected an expression
 SP0112  expected ``:`` (or ``in``) in a block header
-SP0113  Python syntax that kernels do not support (``lambda``, ``with``, dicts, f-strings, ...)
+SP0113  Python syntax that kernels do not support (``lambda``, ``with``, dicts, f-strings, comprehensions, ...)
 SP0121  nesting too deep
 ======  ==============================================================================
 
@@ -82,6 +82,9 @@ _OPERATOR_TEXTS = frozenset(
 _DISPLAY_ORDER = ("a statement", "an expression", "a name", "`)`", "`]`", "`:`", "an operator", "`,`", "`=`",
                   "end of line")
 _MIN_OPERATORS_GROUPED = 8
+_BEFORE_STARRED = frozenset({"COMMA", "LPAR", "LSQB", "EQUAL", "RETURN", "SEMICOLON", "_NEWLINE", "_INDENT",
+                             "_DEDENT"})
+"""Tokens after which a `*` that the parser refuses begins a starred expression (not a missing operand)."""
 _MAX_EXPECTED_SHOWN = 4
 
 
@@ -402,7 +405,8 @@ class SyntaxErrorMapper:
         return Diagnostic("SP0112", f"expected `:` after {what}, found {found}", span, help=help_text)
 
     def _python_only(self, ctx: ParseContext) -> Diagnostic | None:
-        """Python syntax the kernel language lacks: keywords that lex as names, f-strings, `:=`."""
+        """Python syntax the kernel language lacks: keywords that lex as names, f-strings, `:=`,
+        comprehensions (a `for` inside brackets) and starred expressions."""
         token, previous = ctx.token, ctx.previous
         candidates = [t for t in (ctx.line_head, token, previous) if t is not None and t.type == "NAME"]
         for candidate in candidates:
@@ -420,6 +424,15 @@ class SyntaxErrorMapper:
             if "b" in prefix and set(prefix) <= set("rb"):
                 return Diagnostic("SP0113", "byte strings are not supported in kernels", span,
                                   help="use a plain string")
+        if token.type == "FOR" and ctx.open_brackets:
+            return Diagnostic("SP0113", "comprehensions and generator expressions are not supported in kernels",
+                              self.token_span(token),
+                              help="loop over `static_range(...)` (unrolled at compile time), or write the elements "
+                                   "out in a tuple")
+        if token.type == "STAR" and (previous is None or previous.type in _BEFORE_STARRED):  # `a, *b = t`
+            return Diagnostic("SP0113", "starred expressions (`*x`) are not supported in kernels",
+                              self.token_span(token),
+                              help="index the tuple instead: `a, b = t[0], t[1:]`")
         walrus = None
         if token.type == "EQUAL" and previous is not None and previous.type == "COLON" \
                 and previous.end_pos == token.start_pos:

@@ -4,6 +4,7 @@ same inputs, or is reported with a diagnostic at the user's own source line, wit
 from __future__ import annotations
 
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -73,3 +74,45 @@ def test_a_functools_wraps_decorator_below_jit_reads_the_kernels_own_names(tmp_p
     lines = text.splitlines()
     line = next(n for n, s in enumerate(lines, 1) if "* undefined_name" in s)
     assert (d.span.file_line, d.span.file_col) == (line, lines[line - 1].index("undefined_name") + 1)
+
+
+def decoration_error(tmp_path, body: str) -> tuple[sp.Diagnostic, list[str]]:
+    """The first diagnostic raised when ``@sp.jit`` decorates ``def k(x, out)`` with ``body``
+    (in a real file), and that file's lines."""
+    text = "import sparsile as sp\n\n\n@sp.jit\ndef k(x, out):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    with pytest.raises(sp.CompileError) as info:
+        import_source(text, tmp_path, "decorated")
+    return info.value.diagnostics[0], text.splitlines()
+
+
+def at(lines: list[str], needle: str) -> tuple[int, int]:
+    """The (line, column) of the first ``needle`` in ``lines``, both 1-based."""
+    n = next(n for n, s in enumerate(lines, 1) if needle in s)
+    return n, lines[n - 1].index(needle) + 1
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("i = sp.arange(0, 8)\nt = [j * 2 for j in (1, 2)]\n", "for j"),
+    ("s = sum(j for j in (1, 2))\n", "for j"),
+    ("t = (1, [j for j in (1, 2) if j > 1])\n", "for j"),
+])
+def test_comprehensions_are_reported_as_unsupported_as_the_docs_say(tmp_path, body: str, needle: str) -> None:
+    # was SP0110 "expected `]`, an operator or `,`, found `for`", which does not say why
+    d, lines = decoration_error(tmp_path, body)
+    assert d.code == "SP0113"
+    assert d.message == "comprehensions and generator expressions are not supported in kernels"
+    assert (d.span.file_line, d.span.file_col) == at(lines, needle)
+    assert "static_range" in (d.help or "")
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("a, *b = 1.0, 2.0, 3.0\n", "*b"),
+    ("t = (1, *(2, 3))\n", "*("),
+])
+def test_starred_expressions_are_reported_as_unsupported(tmp_path, body: str, needle: str) -> None:
+    # was SP0111 "expected an expression, ..., found `*`"
+    d, lines = decoration_error(tmp_path, body)
+    assert d.code == "SP0113"
+    assert d.message == "starred expressions (`*x`) are not supported in kernels"
+    assert (d.span.file_line, d.span.file_col) == at(lines, needle)
+    assert "t[1:]" in (d.help or "")
