@@ -34,7 +34,7 @@ import types as pytypes
 from collections.abc import Callable
 from typing import Any
 
-from .values import HelperFunction
+from .values import EmptyClosureCell, HelperFunction
 
 MISSING: Any = object()
 """Where a name was looked up and not found (it then resolved to a builtin)."""
@@ -243,7 +243,7 @@ class PythonGlobals:
                 _note(("closure", id(cell)), lambda: _Read(lambda: _cell_value(cell), ("closure", self.where, name),
                                                            obj))
             if obj is MISSING:
-                raise KeyError(name)
+                return EmptyClosureCell()
             return self._wrap(obj)
         globs = self.globs
         obj = globs.get(name, MISSING)

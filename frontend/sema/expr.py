@@ -49,6 +49,7 @@ from .values import (
     BoundMethod,
     Builtin,
     Const,
+    EmptyClosureCell,
     HelperFunction,
     Namespace,
     PoisonError,
@@ -157,6 +158,11 @@ class ExprMixin:
         else:
             if isinstance(v, AssignedLater):
                 raise _assigned_later(node, v.function)
+            if isinstance(v, EmptyClosureCell):
+                raise CompileError([Diagnostic(
+                    "SP0202", f"`{node.id}` is a variable of an enclosing function that has no value yet", node.span,
+                    help=f"assign `{node.id}` in the enclosing function before the kernel's first launch: a kernel "
+                         "reads its closure when it compiles, as Python reads it when the function runs")])
             return _check_bound(node, v)
         b = lookup_global(node.id)
         if b is not None:

@@ -92,6 +92,13 @@ class AssignedLater:
 
 
 @dataclass(frozen=True)
+class EmptyClosureCell:
+    """What a ``@jit`` function's Python closure gives for a variable of an enclosing function that
+    has no value yet (assigned after the kernel was defined, or deleted; Python's NameError "cannot
+    access free variable"): SP0202 at the use, never the builtin or global of that name."""
+
+
+@dataclass(frozen=True)
 class Arg:
     """An argument of a builtin call: its sema value and the span of its expression."""
 

@@ -116,3 +116,44 @@ def test_starred_expressions_are_reported_as_unsupported(tmp_path, body: str, ne
     assert d.message == "starred expressions (`*x`) are not supported in kernels"
     assert (d.span.file_line, d.span.file_col) == at(lines, needle)
     assert "t[1:]" in (d.help or "")
+
+
+LATE_CLOSURE = '''
+import sparsile as sp
+
+
+def make():
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) * late)
+
+    def assign(value):
+        nonlocal late
+        late = value
+
+    late_name_is_bound_below = k, assign
+    late = None
+    del late
+    return late_name_is_bound_below
+'''
+
+
+def test_a_closure_variable_not_yet_assigned_says_so_and_is_read_once_assigned(tmp_path) -> None:
+    # was "unknown name `late`" with the help "did you mean `float8e5`?"
+    module = import_source(LATE_CLOSURE, tmp_path, "late_closure")
+    k, assign = module.make()
+    x = np.random.default_rng(7).uniform(-2.0, 2.0, 8).astype(np.float32)
+    out = np.full(8, np.nan, np.float32)
+    with pytest.raises(sp.CompileError) as info:
+        k.interpret[(1,)](x, out)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0202"
+    assert d.message == "`late` is a variable of an enclosing function that has no value yet"
+    lines = LATE_CLOSURE.splitlines()
+    assert (d.span.file_line, d.span.file_col) == at(lines, "late)")
+    assert "before the kernel's first launch" in (d.help or "")
+    assert np.isnan(out).all()
+    assign(1.5)   # the cell now holds a value: the next launch reads it
+    k.interpret[(1,)](x, out)
+    np.testing.assert_allclose(out, x.astype(np.float64) * 1.5, rtol=1e-6)
