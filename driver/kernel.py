@@ -32,6 +32,7 @@ from ..frontend.sema.specialize import (
     none_pointer,
     specialize_memo,
 )
+from ..frontend.sema.type_ctors import annotation_help
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
@@ -200,7 +201,7 @@ class Kernel:
                     errors.append(Diagnostic("SP0302", f"the annotation of `{p.name}` must be a type such as "
                                              "`i32`, `ptr[f16]`, `tensor[f16, 2]` or `constexpr`, found "
                                              f"{describe(Const(v))}",
-                                             p.annotation.span))
+                                             p.annotation.span, help=annotation_help(v)))
                     continue
                 ann = v
             default, has_default = None, p.default is not None

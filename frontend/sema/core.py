@@ -26,6 +26,7 @@ from ..syntax import ast as A
 from .control import ControlFlowMixin
 from .expr import ExprMixin
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
+from .type_ctors import annotation_help
 from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError
 
 __all__ = ["MAX_INLINE_DEPTH", "ArgSpec", "Frame", "ReturnSignal", "Scope", "Sema", "assigned_names"]
@@ -350,7 +351,7 @@ class Sema(ExprMixin, ControlFlowMixin):
         if not isinstance(ann, T.Type):
             raise self.error("SP0302", f"an annotation must be a type such as `i32` or `constexpr`, found "
                              f"{self.describe(Const(ann))}",
-                             s.annotation.span)
+                             s.annotation.span, help=annotation_help(ann))
         if s.value is None:
             return
         value = self.expr(s.value)

@@ -71,3 +71,11 @@ def _numpy_scalar(p: object) -> object:
 
 ROOT.members["ptr"] = Const(TypeCtor("ptr"))
 ROOT.members["tensor"] = Const(TypeCtor("tensor"))
+
+
+def annotation_help(value: object) -> str | None:
+    """The help for an annotation that is not a type: a quoted one (``x: "ptr[f32]"``, a forward
+    reference in Python) is read as a string constant, since kernel annotations are code."""
+    if isinstance(value, str):
+        return f"kernel annotations are read as code, not as text: write `{value}` without the quotes"
+    return None

@@ -157,3 +157,40 @@ def test_a_closure_variable_not_yet_assigned_says_so_and_is_read_once_assigned(t
     assign(1.5)   # the cell now holds a value: the next launch reads it
     k.interpret[(1,)](x, out)
     np.testing.assert_allclose(out, x.astype(np.float64) * 1.5, rtol=1e-6)
+
+
+STRING_ANNOTATION = '''
+import sparsile as sp
+
+
+@sp.jit
+def k(x: "sp.ptr[sp.f32]", out):
+    i = sp.arange(0, 8)
+    n: "sp.i32" = 3
+    sp.store(out + i, sp.load(x + i) + n)
+'''
+
+
+def test_a_quoted_annotation_says_to_remove_the_quotes(tmp_path) -> None:
+    module = import_source(STRING_ANNOTATION, tmp_path, "quoted_annotation")
+    x, out = np.ones(8, np.float32), np.full(8, np.nan, np.float32)
+    with pytest.raises(sp.CompileError) as info:
+        module.k.interpret[(1,)](x, out)
+    lines = STRING_ANNOTATION.splitlines()
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0302" and d.message == ("the annotation of `x` must be a type such as `i32`, `ptr[f16]`, "
+                                                "`tensor[f16, 2]` or `constexpr`, found 'sp.ptr[sp.f32]'")
+    assert (d.span.file_line, d.span.file_col) == at(lines, '"sp.ptr')
+    assert d.help == "kernel annotations are read as code, not as text: write `sp.ptr[sp.f32]` without the quotes"
+    # the annotation of a local too (the first error stops the compile: fix `x` and look again)
+    fixed = STRING_ANNOTATION.replace('x: "sp.ptr[sp.f32]"', "x")
+    module = import_source(fixed, tmp_path, "quoted_annotation")
+    with pytest.raises(sp.CompileError) as info:
+        module.k.interpret[(1,)](x, out)
+    lines = fixed.splitlines()
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0302"
+    assert d.message == "an annotation must be a type such as `i32` or `constexpr`, found 'sp.i32'"
+    assert (d.span.file_line, d.span.file_col) == at(lines, '"sp.i32"')
+    assert d.help == "kernel annotations are read as code, not as text: write `sp.i32` without the quotes"
+    assert np.isnan(out).all()
