@@ -22,7 +22,7 @@ Promotion rules (``docs/language.md`` §Types repeats them):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -273,6 +273,11 @@ class ConstexprType(Type):
 
     def __str__(self) -> str:
         return "constexpr"
+
+    def __call__(self, value: Any) -> Any:
+        """Triton's ``BLOCK = tl.constexpr(8)`` for a module constant, written ``sp.constexpr(8)``
+        and evaluated by Python: the value itself (a kernel that reads it folds that constant)."""
+        return value
 
 
 CONSTEXPR = ConstexprType()

@@ -32,7 +32,7 @@ from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer
 from .member_help import for_loop_help, missing_member
 from .python_builtins import builtin_help
 from .triton_names import keyword_help, name_help
-from .type_ctors import TypeCtor
+from .type_ctors import TypeCtor, constexpr_call
 from .typed_fold import (
     TYPED_FOLDABLE,
     any_typed,
@@ -454,6 +454,8 @@ class ExprMixin:
                                     node.span)
         if isinstance(func, Const) and isinstance(func.value, PyBuiltin):
             return func.value.call(args, kwargs, node.span)
+        if isinstance(func, Const) and isinstance(func.value, T.ConstexprType):
+            return constexpr_call(args, kwargs, node.span)
         if isinstance(func, Const) and isinstance(func.value, T.ScalarType):
             if len(args) != 1 or kwargs:
                 raise CompileError([Diagnostic("SP0321", f"`{func.value}(x)` takes one argument", node.span)])

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from ..diagnostics import CompileError, Diagnostic
 from ..ir import types as T
+from ..ir.core import Value
+from ..spans import Span
 from .builtins import ROOT
-from .values import Const
+from .values import Arg, Const
 
 
 @dataclass(frozen=True)
@@ -79,3 +83,22 @@ def annotation_help(value: object) -> str | None:
     if isinstance(value, str):
         return f"kernel annotations are read as code, not as text: write `{value}` without the quotes"
     return None
+
+
+def constexpr_call(args: list[Arg], kwargs: dict[str, Arg], span: Span) -> Any:
+    """``constexpr(x)`` in a kernel (Triton's ``tl.constexpr(x)``): ``x`` itself, which must be
+    known at compile time (SP0201); another number of arguments is SP0321."""
+    if len(args) != 1 or kwargs:
+        raise CompileError([Diagnostic("SP0321", "`constexpr(x)` takes one argument", span)])
+    if _holds_run_time_value(args[0].value):
+        raise CompileError([Diagnostic(
+            "SP0201", "the argument of `constexpr(...)` must be a compile-time constant, found a run-time value",
+            args[0].span, help="`constexpr(...)` marks a value known when the kernel compiles: pass it as a "
+                               "`constexpr` parameter, or drop the `constexpr(...)`")])
+    return args[0].value
+
+
+def _holds_run_time_value(v: object) -> bool:
+    if isinstance(v, tuple):
+        return any(_holds_run_time_value(x) for x in v)
+    return isinstance(v, Value)

@@ -194,3 +194,45 @@ def test_a_quoted_annotation_says_to_remove_the_quotes(tmp_path) -> None:
     assert (d.span.file_line, d.span.file_col) == at(lines, '"sp.i32"')
     assert d.help == "kernel annotations are read as code, not as text: write `sp.i32` without the quotes"
     assert np.isnan(out).all()
+
+
+TRITON_CONSTEXPR_GLOBAL = '''
+import sparsile as sp
+
+BLOCK = sp.constexpr(8)          # Triton's `BLOCK = tl.constexpr(8)`
+SCALE: sp.constexpr = 2.5        # Triton's `SCALE: tl.constexpr = 2.5`
+
+
+@sp.jit
+def k(x, out):
+    i = sp.arange(0, BLOCK)
+    sp.store(out + i, sp.load(x + i) * SCALE + sp.constexpr(BLOCK // 2))
+
+
+@sp.jit
+def bad(x, out, n):
+    i = sp.arange(0, 8)
+    sp.store(out + i, sp.load(x + i) * sp.constexpr(n))
+'''
+
+
+def test_triton_constexpr_globals_and_constexpr_calls(tmp_path) -> None:
+    # `sp.constexpr(8)` was a TypeError from Python ('ConstexprType' object is not callable) when
+    # the module was imported, and SP0332 "the type constexpr is not callable" in a kernel
+    module = import_source(TRITON_CONSTEXPR_GLOBAL, tmp_path, "constexpr_global")
+    assert module.BLOCK == 8
+    x = np.random.default_rng(3).uniform(-2.0, 2.0, 8).astype(np.float32)
+    out = np.full(8, np.nan, np.float32)
+    module.k.interpret[(1,)](x, out)
+    x64 = x.astype(np.float64)
+    bound = 2 * np.finfo(np.float32).eps * (np.abs(x64) * 2.5 + 4)   # two f32 roundings
+    assert np.all(np.abs(out - (x64 * 2.5 + 4)) <= bound)
+
+    out[:] = np.nan
+    with pytest.raises(sp.CompileError) as info:
+        module.bad.interpret[(1,)](x, out, 3)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0201"
+    assert d.message == "the argument of `constexpr(...)` must be a compile-time constant, found a run-time value"
+    assert (d.span.file_line, d.span.file_col) == at(TRITON_CONSTEXPR_GLOBAL.splitlines(), "n))")
+    assert "constexpr" in (d.help or "") and np.isnan(out).all()
