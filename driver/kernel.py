@@ -19,7 +19,15 @@ from ..frontend.ir import types as T
 from ..frontend.ir.core import Function
 from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
-from ..frontend.sema.captures import EMPTY, CaptureSet, PythonGlobals, recording, register_function_type
+from ..frontend.sema.captures import (
+    EMPTY,
+    MISSING,
+    CaptureSet,
+    PythonGlobals,
+    python_default,
+    recording,
+    register_function_type,
+)
 from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
 from ..frontend.sema.specialize import (
@@ -207,8 +215,10 @@ class Kernel:
             default, has_default = None, p.default is not None
             if has_default:
                 assert p.default is not None
+                dv = python_default(self.globals, p.name)  # a nested function's default: Python's value
                 try:
-                    dv = sema.evaluate(p.default)
+                    if dv is MISSING:
+                        dv = sema.evaluate(p.default)
                 except CompileError as e:
                     errors.extend(e.diagnostics)
                     continue

@@ -162,6 +162,8 @@ def _describe(where: tuple[Any, ...]) -> str:
         return f"global `{where[2]}` of module `{where[1]}`"
     if kind == "closure":
         return f"closure variable `{where[2]}` of `{where[1]}`"
+    if kind == "default":
+        return f"the default of parameter `{where[2]}` of `{where[1]}`"
     return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
 
 
@@ -231,6 +233,26 @@ class PythonGlobals:
         self.where = str(f.__qualname__)  # type: ignore[attr-defined]
         self.module = str(self.globs.get("__name__", "?"))
         self._wrap = wrap
+        self._function = f
+        self.nested = "." in self.where
+        """Whether the function is defined in another function or a class body: Python evaluated its
+        parameter defaults there, in a scope no kernel can read again (:meth:`python_default`)."""
+
+    def python_default(self, name: str) -> Any:
+        """The default of parameter ``name`` as Python evaluated it when the ``def`` ran, wrapped
+        (and recorded as a read, which a changed ``__defaults__`` invalidates), for a nested
+        function; MISSING for a module-level one, whose defaults sema evaluates in the module at
+        each compile (docs/language.md, "What a kernel captures"), or when it has none."""
+        if not self.nested:
+            return MISSING
+        f = self._function
+        value = _python_defaults(f).get(name, MISSING)
+        if value is MISSING:
+            return MISSING
+        if getattr(_state, "stack", None):
+            _note(("default", id(f), name), lambda: _Read(lambda: _python_defaults(f).get(name, MISSING),
+                                                          ("default", self.where, name), value))
+        return self._wrap(value)
 
     def __call__(self, name: str) -> Any:
         cell = self.closure.get(name)
@@ -256,6 +278,22 @@ class PythonGlobals:
                 return self._wrap({"True": True, "False": False, "None": None}[name])
             raise KeyError(name)
         return self._wrap(obj)
+
+
+def python_default(resolver: Any, name: str) -> Any:
+    """:meth:`PythonGlobals.python_default` of a ``@jit`` function's resolver; MISSING for any
+    other resolver (a ``.spk`` module's, a helper nested in a kernel)."""
+    return resolver.python_default(name) if isinstance(resolver, PythonGlobals) else MISSING
+
+
+def _python_defaults(f: Any) -> dict[str, Any]:
+    """Parameter name -> the default value Python evaluated, positional and keyword-only."""
+    code = f.__code__
+    positional = code.co_varnames[:code.co_argcount]
+    defaults = f.__defaults__ or ()
+    out = dict(zip(positional[len(positional) - len(defaults):], defaults, strict=True))
+    out.update(f.__kwdefaults__ or {})
+    return out
 
 
 def _cell_value(cell: Any) -> Any:

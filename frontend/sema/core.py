@@ -23,6 +23,7 @@ from ..ir import types as T
 from ..ir.core import Block, Builder, Function, Param, Region, Value
 from ..spans import Span
 from ..syntax import ast as A
+from .captures import MISSING, python_default
 from .control import ControlFlowMixin
 from .expr import ExprMixin
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
@@ -439,7 +440,8 @@ class Sema(ExprMixin, ControlFlowMixin):
                     if p.default is None:
                         raise self.error("SP0321", f"`{node.name}` is missing the argument `{p.name}`", span,
                                          help=f"signature: {_helper_signature(node)}")
-                    bound[p.name] = self.expr(p.default)
+                    default = python_default(helper.globals, p.name)  # a nested @jit function's: Python's
+                    bound[p.name] = self.expr(p.default) if default is MISSING else default
                 if p.annotation is not None:
                     ann = self._annotation_value(p.annotation)
                     if ann is T.CONSTEXPR and not isinstance(bound[p.name], Const | tuple):

@@ -236,3 +236,51 @@ def test_triton_constexpr_globals_and_constexpr_calls(tmp_path) -> None:
     assert d.message == "the argument of `constexpr(...)` must be a compile-time constant, found a run-time value"
     assert (d.span.file_line, d.span.file_col) == at(TRITON_CONSTEXPR_GLOBAL.splitlines(), "n))")
     assert "constexpr" in (d.help or "") and np.isnan(out).all()
+
+
+NESTED_DEFAULTS = '''
+import sparsile as sp
+
+SC = 100.0   # the module's SC: Python's defaults below are the enclosing scope's, never this one
+
+
+def make(sc):
+    SC = sc
+
+    @sp.jit
+    def h(v, f=SC):
+        return v * f
+
+    @sp.jit
+    def k(x, out, g: sp.constexpr = SC):
+        i = sp.arange(0, 8)
+        sp.store(out + i, h(sp.load(x + i)) + g)
+
+    return k
+
+
+class K:
+    SC = 3.0
+
+    @staticmethod
+    @sp.jit
+    def k(x, out, *, g: sp.constexpr = SC * 2):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) + g)
+'''
+
+
+def test_defaults_of_a_nested_or_class_body_function_are_pythons(tmp_path) -> None:
+    # Python evaluates a default where the `def` is: the enclosing function's or class body's
+    # names. They were read from the module instead (SC = 100.0): wrong numbers.
+    module = import_source(NESTED_DEFAULTS, tmp_path, "nested_defaults")
+    x = np.random.default_rng(11).uniform(-2.0, 2.0, 8).astype(np.float32)
+    x64 = x.astype(np.float64)
+    eps = np.finfo(np.float32).eps
+    for sc in (2.0, -1.5):   # a kernel per factory call, each with its own defaults
+        out = np.full(8, np.nan, np.float32)
+        module.make(sc).interpret[(1,)](x, out)
+        assert np.all(np.abs(out - (x64 * sc + sc)) <= 2 * eps * (np.abs(x64 * sc) + abs(sc)))
+    out = np.full(8, np.nan, np.float32)
+    module.K.k.interpret[(1,)](x, out)
+    assert np.all(np.abs(out - (x64 + 6.0)) <= eps * (np.abs(x64) + 6.0))
