@@ -275,6 +275,7 @@ CODES: dict[str, str] = {
     "SP0740": "ahead-of-time signature incomplete",
     "SP0750": "overlapping arguments written through a copy",
     "SP0751": "a torch tensor with its negative bit set",
+    "SP0752": "device-wide synchronize during a CUDA graph capture",
     "SP0770": "bad autotune config",
     "SP0771": "autotune names no parameter",
     "SP0772": "autotune config sets a non-constexpr",

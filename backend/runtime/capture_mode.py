@@ -18,16 +18,42 @@ torch integration's own graph capture of a repeated call) run under :func:`threa
 another thread's ``torch.cuda.graph`` capture is unaffected by them, while a capture of the calling
 thread itself still forbids them exactly as before (relaxed mode would let a free or an allocation
 happen inside the thread's own capture, unseen by the graph).
+
+The synchronizing calls of a :class:`~.memory.DeviceBuffer` (``copy_from_host``, ``copy_to_host``:
+a copy on the caller's stream and ``cuStreamSynchronize`` of that stream; ``fill_byte``: a memset
+and ``cuStreamSynchronize`` of the legacy default stream) run under :func:`thread_local_capture_mode`
+too. The driver's documentation of ``cuThreadExchangeStreamCaptureMode`` makes them "potentially
+unsafe" calls, which only the mode forbids: in ``THREAD_LOCAL`` mode "concurrent capture sequences in
+other threads are ignored", and they touch no stream another thread captures, so they are not calls
+that "necessarily conflict with stream capture" (which every mode refuses, as ``cuEventQuery`` of an
+event recorded in a capture). Two limits stay, whatever the mode: synchronizing (or copying on) a
+stream that another thread is capturing is such a conflict, and the legacy default stream (handle 0)
+implicitly waits for every *blocking* stream of its context, so a capture on a blocking stream
+refuses it (``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``); torch's capture streams are non-blocking.
+
+:func:`~.devices.synchronize` (``cuCtxSynchronize``) is not made thread-local: it waits for every
+stream of the device, a capturing one included, and reports of NVIDIA's behaviour (TensorRT issue
+2888, llama.cpp PR 14033, ROCm's comparison in rocm-systems PR 4508) agree that a device-wide
+synchronize invalidates another thread's capture on that device whatever the modes. There is no
+driver query for "a capture is under way somewhere in the process"; what can be known is whether a
+stream known to have captured before is capturing now. Callers note such streams
+(:func:`note_capture_stream`: the torch integration notes torch's own streams on which it saw a
+capture, which torch never destroys) and :func:`captures_under_way` asks the driver
+(``cuStreamIsCapturing``, legal during a capture) about each: ``synchronize`` refuses with SP0752
+where one is, instead of invalidating it; a capture on a stream nobody noted is not seen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from cuda.bindings import driver
 
 THREAD_LOCAL = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+_CAPTURE_ACTIVE = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+_capture_streams: dict[int, int] = {}
+"""Stream handles known to have captured (:func:`note_capture_stream`) -> their device ordinal."""
 _available = True
 """False once the driver library turned out to be absent (no driver: there is no capture to spare)."""
 
@@ -59,3 +85,44 @@ def thread_local_capture_mode() -> Iterator[None]:
     finally:
         if previous is not None:
             _exchange(previous)
+
+
+def note_capture_stream(stream: int, ordinal: int) -> None:
+    """Remember ``stream`` (a ``CUstream`` handle of device ``ordinal``), on which a capture was
+    seen, for :func:`captures_under_way`. Only a stream that lives as long as the process may be
+    noted (torch's pool and default-capture streams: torch never destroys them): the driver is
+    asked about it later, and a destroyed stream's handle must not be. The legacy stream is not
+    noted (asking it during another capture is an implicit synchronization)."""
+    if stream and stream not in _capture_streams:
+        _capture_streams[stream] = ordinal
+
+
+def _stream_capturing(stream: int) -> bool | None:
+    """Whether a capture on ``stream`` is active (``cuStreamIsCapturing``); None where the driver
+    does not say."""
+    try:
+        err, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
+    except Exception:
+        return None
+    return status == _CAPTURE_ACTIVE if err == driver.CUresult.CUDA_SUCCESS else None
+
+
+_IS_CAPTURING: Callable[[int], bool | None] = _stream_capturing
+
+
+def captures_under_way(ordinal: int | None = None) -> bool:
+    """Whether any stream noted by :func:`note_capture_stream` (of device ``ordinal``; None: of any
+    device) is capturing now. One driver query per noted stream (there are one or two in practice:
+    torch.cuda.graph's capture stream, torch.compile's), nothing where none was noted. A stream the
+    driver gave no answer about is forgotten after (it counts as capturing this once)."""
+    if not _capture_streams:
+        return False
+    busy = False
+    for stream, device in tuple(_capture_streams.items()):  # (a snapshot: other threads note streams)
+        if ordinal is not None and device != ordinal:
+            continue
+        capturing = _IS_CAPTURING(stream)
+        if capturing is None:  # (no answer: taken as capturing, this once)
+            _capture_streams.pop(stream, None)
+        busy = busy or capturing is not False
+    return busy

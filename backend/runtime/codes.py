@@ -32,6 +32,7 @@ SP0726  ``pdl=True`` (programmatic dependent launch) on a device below compute c
 SP0750  host arrays that overlap without being the same memory, one of them written (copies would
         hide the writes from each other)
 SP0751  a torch tensor with its negative (or conjugate) bit set, read by pointer
+SP0752  ``synchronize()`` while a CUDA graph is captured on the device (it would invalidate the capture)
 ======  ===================================================================
 """
 
@@ -61,3 +62,4 @@ KERNEL_NOT_FOUND = "SP0721"
 PDL = "SP0726"
 ARG_OVERLAP = "SP0750"
 ARG_NEGATED = "SP0751"
+CAPTURE_SYNC = "SP0752"

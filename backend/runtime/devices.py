@@ -30,7 +30,7 @@ from cuda.bindings import driver
 
 from ...frontend.diagnostics import LaunchError
 from .arrays import ANY_DEVICE, HOST
-from .codes import DRIVER, NO_GPU
+from .codes import CAPTURE_SYNC, DRIVER, NO_GPU
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
 RETRY_AFTER_CONTEXT_SWITCH = (driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
@@ -314,10 +314,22 @@ _using_lock = threading.RLock()
 
 def synchronize(ordinal: int | None = None) -> None:
     """Wait for all work on the device (``cuCtxSynchronize``), then release what garbage
-    collection left behind (release.py)."""
+    collection left behind (release.py). Refused (SP0752) while a stream of the device known to
+    capture CUDA graphs is capturing (:func:`~.capture_mode.captures_under_way`): a device-wide
+    synchronize would invalidate that capture, in any capture mode (capture_mode.py)."""
+    from .capture_mode import captures_under_way
     from .release import drain
 
-    with context_of(device_state(ordinal)):
+    state = device_state(ordinal)
+    if captures_under_way(state.info.ordinal):
+        raise LaunchError(
+            CAPTURE_SYNC,
+            f"runtime.synchronize() waits for all work on cuda:{state.info.ordinal}, where a CUDA graph is being "
+            "captured (another thread's torch.cuda.graph, or this thread's); a device-wide synchronize now would "
+            "invalidate that capture",
+            help="synchronize the stream you launched on instead (torch.cuda.current_stream().synchronize(), "
+                 "DeviceBuffer.copy_to_host), or call synchronize() after the capture has ended")
+    with context_of(state):
         check("cuCtxSynchronize", driver.cuCtxSynchronize())
     drain()
 

@@ -73,7 +73,9 @@ class DeviceBuffer:
         if array.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, f"cannot copy {array.nbytes} bytes into a {self.nbytes}-byte buffer")
         handle = stream_handle(stream)
-        with context_of(self._state):
+        # THREAD_LOCAL capture mode: the copy and the synchronize of the caller's stream neither fail nor
+        # invalidate another thread's global-mode capture (capture_mode.py); this thread's own capture refuses them
+        with thread_local_capture_mode(), context_of(self._state):
             check("cuMemcpyHtoDAsync",
                   driver.cuMemcpyHtoDAsync(self.ptr, array.ctypes.data, array.nbytes, handle))
             check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
@@ -87,7 +89,7 @@ class DeviceBuffer:
             raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
                               f"{self.nbytes} bytes")
         handle = stream_handle(stream)
-        with context_of(self._state):
+        with thread_local_capture_mode(), context_of(self._state):  # (as copy_from_host)
             check("cuMemcpyDtoHAsync", driver.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, handle))
             check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
         return out
@@ -95,10 +97,13 @@ class DeviceBuffer:
     to_numpy = copy_to_host
 
     def fill_byte(self, value: int) -> None:
-        """Set every byte to ``value`` (poisoning outputs in tests) and synchronize."""
-        with context_of(self._state):
+        """Set every byte to ``value`` (poisoning outputs in tests) and wait for it: the memset runs on
+        the legacy default stream, which is synchronized (not the whole device: that would invalidate
+        another thread's CUDA graph capture in any mode; in THREAD_LOCAL mode this call does not,
+        capture_mode.py)."""
+        with thread_local_capture_mode(), context_of(self._state):
             check("cuMemsetD8", driver.cuMemsetD8(self.ptr, value & 0xFF, max(self.nbytes, 1)))
-            check("cuCtxSynchronize", driver.cuCtxSynchronize())
+            check("cuStreamSynchronize", driver.cuStreamSynchronize(0))
 
     def free(self) -> None:
         """Free the memory now (the buffer must not be used afterwards)."""

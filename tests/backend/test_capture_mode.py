@@ -164,3 +164,97 @@ def test_a_failing_allocation_restores_the_mode(monkeypatch, modes):
         memory.DeviceBuffer(64)
     assert "cuMemAlloc" in str(exc.value)
     assert seen == [THREAD_LOCAL] and modes.mode() == GLOBAL
+
+
+@pytest.fixture
+def noted(monkeypatch) -> set[int]:
+    """Capture streams as backend/runtime/capture_mode.py keeps them, fresh for the test; the returned
+    set holds the streams capturing now (what the fake ``cuStreamIsCapturing`` answers)."""
+    capturing: set[int] = set()
+    monkeypatch.setattr(capture_mode, "_capture_streams", {})
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in capturing)
+    return capturing
+
+
+def _spied(monkeypatch, modes, names: tuple[str, ...]) -> list[tuple[str, object]]:
+    """(driver call, the calling thread's capture mode) for each call of ``names`` (the fake driver's)."""
+    seen: list[tuple[str, object]] = []
+    for name in names:
+        fake = getattr(driver, name)
+        monkeypatch.setattr(driver, name, lambda *a, _n=name, _f=fake: seen.append((_n, modes.mode())) or _f(*a))
+    return seen
+
+
+@pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")
+def test_a_device_buffer_s_copies_and_fill_synchronize_in_thread_local_mode(monkeypatch, modes):
+    """copy_from_host, copy_to_host and fill_byte synchronize (a stream) in THREAD_LOCAL mode: another
+    thread's global-mode capture neither refuses them nor is invalidated by them; the thread's mode is
+    restored after. fill_byte waits for the legacy stream its memset ran on, never the whole device
+    (cuCtxSynchronize invalidates another thread's capture in any mode). Before, all ran in GLOBAL mode
+    and fill_byte called cuCtxSynchronize."""
+    import numpy as np
+
+    FakeDriver(monkeypatch)
+    buf = memory.DeviceBuffer(16, dtype="f32", shape=(4,))
+    seen = _spied(monkeypatch, modes, ("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemsetD8", "cuStreamSynchronize",
+                                       "cuCtxSynchronize"))
+    synced = []
+    sync = driver.cuStreamSynchronize
+    monkeypatch.setattr(driver, "cuStreamSynchronize", lambda s: synced.append(s) or sync(s))
+    data = np.array([1.5, -2.0, 3.25, 7.0], dtype=np.float32)
+    buf.copy_from_host(data, stream=5)
+    assert np.array_equal(buf.copy_to_host(stream=5), data)
+    buf.fill_byte(0xAB)
+    assert seen == [("cuMemcpyHtoDAsync", THREAD_LOCAL), ("cuStreamSynchronize", THREAD_LOCAL),
+                    ("cuMemcpyDtoHAsync", THREAD_LOCAL), ("cuStreamSynchronize", THREAD_LOCAL),
+                    ("cuMemsetD8", THREAD_LOCAL), ("cuStreamSynchronize", THREAD_LOCAL)]
+    assert synced == [5, 5, 0]
+    assert modes.mode() == GLOBAL
+
+
+@pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")
+def test_synchronize_refuses_while_a_noted_stream_of_its_device_captures(monkeypatch, modes, noted):
+    """runtime.synchronize() while a stream noted as a capture stream of its device captures: SP0752 and no
+    cuCtxSynchronize (which would invalidate that capture, in any mode); a noted stream of another device,
+    or one not capturing now, does not stop it. Before, it synchronized the device."""
+    from sparsile.frontend.diagnostics import UNKNOWN_SPAN, LaunchError
+
+    FakeDriver(monkeypatch)
+    synced = _spied(monkeypatch, modes, ("cuCtxSynchronize",))
+    capture_mode.note_capture_stream(0x51, 0)
+    capture_mode.note_capture_stream(0x52, 3)
+    capture_mode.note_capture_stream(0, 0)  # (the legacy stream is never noted: asking it is a synchronization)
+    assert capture_mode._capture_streams == {0x51: 0, 0x52: 3}
+    runtime.synchronize()
+    noted.add(0x52)  # a capture on device 3
+    runtime.synchronize(0)
+    assert len(synced) == 2
+    noted.add(0x51)
+    with pytest.raises(LaunchError) as exc:
+        runtime.synchronize(0)
+    err = exc.value
+    assert err.code == "SP0752" and err.span == UNKNOWN_SPAN  # (a launch error: no source span)
+    assert err.message == ("runtime.synchronize() waits for all work on cuda:0, where a CUDA graph is being "
+                           "captured (another thread's torch.cuda.graph, or this thread's); a device-wide "
+                           "synchronize now would invalidate that capture")
+    assert err.help == ("synchronize the stream you launched on instead (torch.cuda.current_stream().synchronize(), "
+                        "DeviceBuffer.copy_to_host), or call synchronize() after the capture has ended")
+    assert len(synced) == 2  # not called
+    noted.clear()
+    runtime.synchronize(0)
+    assert len(synced) == 3
+
+
+def test_a_stream_the_driver_gives_no_answer_about_counts_as_capturing_once_then_is_forgotten(monkeypatch):
+    asked = []
+    monkeypatch.setattr(capture_mode, "_capture_streams", {})
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: asked.append(stream))  # (None: no answer)
+    capture_mode.note_capture_stream(0x61, 0)
+    assert capture_mode.captures_under_way() and asked == [0x61]
+    assert not capture_mode.captures_under_way() and asked == [0x61]
+
+
+def test_without_noted_streams_the_driver_is_not_asked(monkeypatch):
+    monkeypatch.setattr(capture_mode, "_capture_streams", {})
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: pytest.fail("asked"))
+    assert not capture_mode.captures_under_way()
