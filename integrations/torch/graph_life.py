@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ...backend.runtime.capture_mode import captures_under_way, note_capture_stream
 from ...backend.runtime.graph_objects import GraphReleases, graph_releases
 from ._kernels import cuda_capture_info
 
@@ -48,9 +49,53 @@ def _torch_allocator_backend() -> str:
         return "native"
 
 
+def _torch_native_stream(device: int) -> int | None:
+    """torch's current stream on CUDA device ``device`` as a handle where torch created it (a pool
+    stream, torch.cuda.graph's capture stream: torch never destroys those; their stream ids are odd,
+    c10/cuda/CUDAStream.cpp, "StreamId assignment"), else None (an external stream, whose handle may
+    be destroyed by its owner; the legacy default stream)."""
+    try:
+        current = torch.cuda.current_stream(device)
+    except Exception:  # (no CUDA here)
+        return None
+    return current.cuda_stream if current.stream_id % 2 and current.cuda_stream else None
+
+
 _CAPTURE_GRAPH: Callable[[int], int | None] = _cuda_capture_graph
 _RELEASES: Callable[[], GraphReleases | None] = graph_releases
 _ALLOCATOR_BACKEND: Callable[[], str] = _torch_allocator_backend
+_NATIVE_STREAM: Callable[[int], int | None] = _torch_native_stream
+_seen_streams: set[int] = set()  # the capture streams already noted (one torch call each, then a set look)
+
+
+def saw_capture(device: int) -> None:
+    """A call on CUDA device ``device`` runs inside a capture: note torch's current stream there,
+    where torch owns it, as a capture stream (backend/runtime/capture_mode.py): the records planned
+    in this capture have their tensors allocated on it, a later capture (another thread's) on it is
+    then seen by :func:`may_drop_records`, and ``runtime.synchronize`` refuses while it captures.
+    Called only inside captures (a few µs, never on the eager fast path)."""
+    stream = _NATIVE_STREAM(device)
+    if stream is not None and stream not in _seen_streams:
+        _seen_streams.add(stream)
+        note_capture_stream(stream, device)
+
+
+def may_drop_records(in_capture: bool) -> bool:
+    """Whether the records of destroyed graphs may be dropped (their tensors freed) now, on a thread
+    whose current stream captures (``in_capture``) or not. With torch's native allocator always
+    (:func:`frees_in_capture`). With ``cudaMallocAsync`` only while no capture is under way in the
+    process, as far as sparsile can know (the calling thread's, and the captures on streams it saw
+    capture: :func:`saw_capture`): torch allows one capture at a time there, and while it lasts a
+    freed allocation of an earlier capture is ``cudaFreeAsync``-ed on the stream it was allocated on
+    (torch.cuda.graph's capture stream, shared by its graphs) and that stream joined into the capture
+    at its end. So an eager collect on thread A while thread B captured on that stream put the free
+    into B's graph (each replay freeing the memory again). Now the records wait, tied, for a call
+    after the capture (the collect is asked again at every call meanwhile: a layer's fast path does
+    not serve). A capture on a stream sparsile never saw capture (an external stream, or a first
+    capture with no sparsile call in it yet) is not seen."""
+    if frees_in_capture():
+        return True
+    return not in_capture and not captures_under_way()
 
 
 def frees_in_capture() -> bool:

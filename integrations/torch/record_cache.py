@@ -227,14 +227,23 @@ class RecordCache:
         if record is not None and record.owner is owner:
             self.tied.discard(id(record))
 
-    def _collect_released(self) -> None:
+    def _collect_released(self, in_capture: bool) -> None:
         """Drop the records of destroyed graphs (:meth:`graphs_released`) where any graph was destroyed,
         after noting the release counter's value (``releases_seen``): a layer's fast path compares it
-        (one memory read), so that a graph destroyed from now on sends its next call here."""
+        (one memory read), so that a graph destroyed from now on sends its next call here. Where they
+        may not be dropped now (:func:`~.graph_life.may_drop_records`: a capture under way with torch's
+        ``cudaMallocAsync`` allocator) nothing is dropped and ``releases_seen`` is left unread (None):
+        no fast path is made meanwhile, so each call comes back here until they are dropped."""
         counter = graph_life.release_counter()
-        self.releases_seen = (None, 0) if counter is None else (counter, counter.value)
+        seen = (None, 0) if counter is None else (counter, counter.value)
         if counter is not None and graph_life.released():
+            if not graph_life.may_drop_records(in_capture):
+                self.releases_seen = None
+                return
+            self.releases_seen = seen
             self.graphs_released()
+        else:
+            self.releases_seen = seen
 
     def graphs_released(self) -> None:
         """Drop the records tied to a CUDA graph that is destroyed now (graph_life.py), in this
@@ -327,10 +336,13 @@ class RecordCache:
         if scale_x is not None and scale_x.data_ptr() % 16:  # (the kernel's vector loads: a per-token slice, as
             scale_x = scale_x.clone()                        # torch.func.vmap's per-sample calls of the op pass)
         in_capture = capturing()
+        if in_capture:  # its stream noted (torch's own): a later capture on it is seen by other threads' collects
+            graph_life.saw_capture(x.get_device())
         # graphs destroyed: their own records dropped (in a capture too, where freeing their tensors is legal:
-        # captures with no eager call between them kept one record per capture)
-        if self.tied and (not in_capture or graph_life.frees_in_capture()):
-            self._collect_released()
+        # captures with no eager call between them kept one record per capture; not while any capture is under
+        # way with cudaMallocAsync: graph_life.may_drop_records)
+        if self.tied:
+            self._collect_released(in_capture)
         if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
         records = self.records

@@ -144,6 +144,8 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     # process where a GPU driver is loaded (the H100 run of the fiftieth session); tests of graph_life
     # put their own fake graph here
     monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: None)
+    # nor is a capture's stream noted (graph_life.saw_capture): the backend would ask the driver about it later
+    monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: None)
     # likewise no graph replays of a last call (graph_launch.py): the real libcuda would capture the fake
     # native launch and launch it on a fake stream; tests of them turn them on with a fake graph driver
     monkeypatch.setenv(graph_launch.ENV, "0")

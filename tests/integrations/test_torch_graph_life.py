@@ -689,3 +689,62 @@ def test_under_torch_s_cuda_malloc_async_backend_a_capture_drops_no_record(fake,
     assert (*KEY, 7, ("capture", 31)) not in cache.records and len(cache.tied) == 1 and not graph_life.released()
     gc.collect()
     assert first() is None
+
+
+@pytest.fixture
+def other_captures(monkeypatch) -> set[int]:
+    """The streams another thread captures on now (what ``cuStreamIsCapturing`` answers); the capture
+    streams noted by the calls, fresh for the test; a call in a capture runs on torch's stream 7."""
+    from sparsile.backend.runtime import capture_mode
+
+    streams: set[int] = set()
+    monkeypatch.setattr(capture_mode, "_capture_streams", {})
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in streams)
+    monkeypatch.setattr(graph_life, "_seen_streams", set())
+    monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: 7)
+    return streams
+
+
+@pytest.mark.parametrize("backend", ["cudaMallocAsync", "native"])
+def test_an_eager_collect_waits_for_another_thread_s_capture_under_cuda_malloc_async(fake, graphs, monkeypatch,
+                                                                                      other_captures, backend):
+    """Thread A's eager call after graph 1031 is destroyed, while thread B captures on stream 7 (torch's
+    capture stream, where capture 31 ran and allocated the record's scratch): with ``cudaMallocAsync``
+    the record is not dropped (its tensors' ``cudaFreeAsync`` on stream 7 would land in B's graph), no
+    fast path serves meanwhile, and the first call after B's capture drops it. Before, A dropped it
+    (only A's own stream was looked at). With the native allocator it is dropped at once, as before."""
+    from sparsile.integrations.torch.last_call import LastCall
+
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: backend)
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    graphs.destroy(1031)
+    other_captures.add(7)  # thread B's capture, on the stream capture 31 ran on
+    _call(cache, w, x)
+    if backend == "native":
+        assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied
+        return
+    assert cache.records[(*KEY, 7, ("capture", 31))] is captured() and id(captured()) in cache.tied
+    assert graph_life.released() and cache.releases_seen is None
+    assert LastCall.of(cache, x, lambda: 7, KEY) is None  # (each call collects again meanwhile)
+    _call(cache, w, x)
+    assert captured() is not None and id(captured()) in cache.tied
+    other_captures.clear()  # B's capture ended
+    _call(cache, w, x)
+    assert list(cache.records) == [(*KEY, 7)] and not cache.tied and not graph_life.released()
+    last = LastCall.of(cache, x, lambda: 7, KEY)
+    assert last is not None and last(x) is not None
+    gc.collect()
+    assert captured() is None
+
+
+def test_only_torch_s_own_streams_are_noted_as_capture_streams(fake, graphs, monkeypatch, other_captures):
+    """A capture on a stream torch does not own (an external stream: _NATIVE_STREAM None) notes nothing:
+    its handle may be destroyed by its owner before the driver would be asked about it."""
+    from sparsile.backend.runtime import capture_mode
+
+    monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: None)
+    _captured_once(fake, monkeypatch)
+    assert capture_mode._capture_streams == {}
+    monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: 7)
+    _captured_once(fake, monkeypatch)
+    assert capture_mode._capture_streams == {7: -1}  # (x on the CPU here: device -1)
