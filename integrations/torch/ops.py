@@ -168,13 +168,19 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     return y.reshape(*x.shape[:-1], n)
 
 
+@torch.compiler.disable
 def run_record(x2: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out: torch.dtype,
                stream: int | None = None) -> torch.Tensor:
     """y of a CUDA call of the op on its checked arguments (2-D contiguous x2, the weight ``w``, a
     1-D scale_x or None, the output dtype ``out``), through its launch record in :data:`RECORDS`
     (built on a miss, outside any CUDA-graph memory pool), on ``stream`` (default torch's current
     one). A torch.compile'd (or CUDA-graphed) model's first call at a new T builds that record, which
-    compiles its kernels; ``sparsile.torch.warm_up`` lists them (integrations/torch/first_call.py)."""
+    compiles its kernels; ``sparsile.torch.warm_up`` lists them (integrations/torch/first_call.py).
+    Never compiled by dynamo, as ``_kernels.run_interpreted`` (host code, nothing to trace): where a
+    compiled frame fell back to eager (a graph break, torch.compile without fullgraph) dynamo compiles
+    the frames it calls, the op's Python implementation among them, and under ``torch.func.jvp`` its
+    fake tensors met the record cache's Python (data pointers, version counters) instead of the
+    layer's SP0922."""
     key = record_key(x2, w.values, w.meta, w.bias, scale_x, w.scale_w, out, w.activation)
     return RECORDS.run(key, x2, w, scale_x, out, stream=stream, off_pool=True)
 

@@ -260,3 +260,39 @@ def test_a_compiled_call_rechecks_forward_mode_when_the_flag_changes():
         assert (info.value.code, info.value.message, info.value.help) == FORWARD_MODE
         with fwad._set_fwd_grad_enabled(False):
             assert torch.equal(f(d), layer(x))
+
+
+class _SeenCache:
+    """A stand-in of the custom op's record cache: each run notes whether dynamo is tracing it, and
+    computes y in the interpreter (the CPU x here stands for a CUDA one)."""
+
+    def __init__(self) -> None:
+        self.tracing: list[bool] = []
+
+    def run(self, key, x, w, scale_x, out_dtype, stream=None, off_pool=False):
+        from sparsile.integrations.torch import _kernels
+
+        self.tracing.append(torch.compiler.is_compiling())
+        return _kernels.run_interpreted(x, w, scale_x, out_dtype)
+
+
+def test_the_op_s_record_path_is_never_traced_by_dynamo(monkeypatch):
+    """``ops.run_record`` (the CUDA call of the custom op: the record cache's Python) is opaque to dynamo,
+    as ``_kernels.run_interpreted`` is: a compiled frame that calls it (without fullgraph: the op's
+    implementation called from a graph-broken frame) runs it eagerly, never traces into the cache
+    (where a compiled torch.func.jvp met torch's internal assert on a GPU). CPU: a stand-in cache, and
+    run_record called directly. Before, dynamo traced the cache's run. GPU: test_capture_threads_gpu.py."""
+    from sparsile.integrations.torch import _kernels, ops
+
+    layer = _sparse()
+    w = _kernels.Weight(layer.values, layer.meta, layer.bias, None, None)
+    cache = _SeenCache()
+    monkeypatch.setattr(ops, "RECORDS", cache)
+    x = _rand(T, K, seed=4)
+
+    def call(x2: torch.Tensor) -> torch.Tensor:
+        return ops.run_record(x2, w, None, torch.bfloat16) * 2
+
+    got = torch.compile(call, backend="eager")(x)  # (not fullgraph: the frames it calls are compiled too)
+    assert cache.tracing == [False]
+    torch.testing.assert_close(got, 2 * _kernels.run_interpreted(x, w, None, torch.bfloat16), rtol=0, atol=0)
