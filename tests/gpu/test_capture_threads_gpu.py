@@ -1,0 +1,170 @@
+"""Another thread's CUDA graph capture and sparsile's eager calls (GPU; not run on the CPU machine that
+wrote them). CPU side: tests/backend/test_capture_mode.py, tests/integrations/test_torch_graph_life.py,
+tests/integrations/test_torch_compiled_refusals.py.
+
+* a DeviceBuffer's copy_from_host / copy_to_host / fill_byte on thread B during thread A's global-mode
+  torch.cuda.graph capture leave A's capture valid (they run in THREAD_LOCAL mode);
+* runtime.synchronize() on B while A captures on torch.cuda.graph's capture stream, where a sparsile
+  call ran inside a capture before: SP0752, and A's capture stays valid;
+* under torch's cudaMallocAsync allocator (a subprocess: the backend is chosen before CUDA starts), an
+  eager layer call on B after a capture's graph was destroyed, while A captures on the same shared
+  capture stream, leaves A's capture valid (the destroyed graph's record waits), and the record is
+  dropped by the first call after;
+* a compiled (not fullgraph) torch.func.jvp through a frozen SparseLinear on CUDA gives SP0922, not a
+  torch internal assert from dynamo tracing the op's record path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+
+import sparsile as sp  # noqa: E402
+from sparsile.backend.runtime import DeviceBuffer, synchronize  # noqa: E402
+from sparsile.integrations.errors import IntegrationError  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+WAIT = 60
+
+
+def _holding_capture(xa: torch.Tensor, began: threading.Event, done: threading.Event, result: dict) -> None:
+    """Thread A: capture ``tanh(xa) * 3 + xa`` in global mode, held open until ``done``; then replay."""
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ya = torch.tanh(xa) * 3 + xa
+            began.set()
+            assert done.wait(WAIT), "the other thread did not finish"
+        ya.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        result["ya"] = ya.clone()
+    except BaseException as exc:
+        result["error"] = exc
+        began.set()
+
+
+def _during_capture(work) -> tuple[dict, object]:
+    """Run ``work()`` on this thread while another thread holds a global-mode capture open; check the
+    capture's replay against float64; return (the capture thread's result, work's result)."""
+    gen = torch.Generator("cuda").manual_seed(52)
+    xa = torch.randn(64, 128, device="cuda", generator=gen)
+    torch.tanh(xa) * 3 + xa
+    torch.cuda.synchronize()
+    began, done, result = threading.Event(), threading.Event(), {}
+    user = threading.Thread(target=_holding_capture, args=(xa, began, done, result))
+    user.start()
+    try:
+        assert began.wait(WAIT) and "error" not in result, result.get("error")
+        got = work()
+    finally:
+        done.set()
+        user.join(WAIT)
+    assert "error" not in result, f"the capture failed: {result.get('error')!r}"
+    torch.testing.assert_close(result["ya"].double(), torch.tanh(xa.double()) * 3 + xa.double(), rtol=1e-6, atol=1e-6)
+    return result, got
+
+
+def test_device_buffer_copies_and_fill_on_another_thread_leave_a_global_capture_valid():
+    data = np.random.default_rng(52).standard_normal(1000).astype(np.float32)
+    buf = DeviceBuffer.empty((1000,), "f32")
+    side = torch.cuda.Stream()
+
+    def work():
+        buf.fill_byte(0xFF)  # NaN everywhere
+        assert np.isnan(buf.copy_to_host(stream=side)).all()
+        buf.copy_from_host(data, stream=side)
+        return buf.copy_to_host(stream=side)
+
+    _, got = _during_capture(work)
+    assert np.array_equal(got, data)
+
+
+def test_synchronize_during_a_capture_on_a_seen_stream_is_refused_and_the_capture_stays_valid():
+    layer = spt.SparseLinear.from_dense(linear(256, 512, seed=7, device="cuda"), "bf16")
+    x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
+    layer(x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # a sparsile call in a capture on torch.cuda.graph's capture stream: noted
+        layer(x)
+    del graph
+
+    def work():
+        with pytest.raises(sp.LaunchError) as exc:
+            synchronize()
+        return exc.value
+
+    _, err = _during_capture(work)
+    assert err.code == "SP0752"
+    synchronize()  # after the capture: allowed
+
+
+_MALLOC_ASYNC = textwrap.dedent('''
+    import gc, threading, torch, sparsile.torch as spt
+    from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+    layer = spt.SparseLinear.from_dense(linear(256, 512, seed=9, device="cuda"), "bf16")
+    x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
+    layer(x)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):  # a record with scratch for this graph, allocated on the shared capture stream
+        layer(x)
+    del g
+    gc.collect()
+    torch.cuda.synchronize()
+    xa = torch.randn(64, 128, device="cuda")
+    began, done, result = threading.Event(), threading.Event(), {}
+    def capture():
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):  # the same shared capture stream
+                ya = torch.tanh(xa) * 3 + xa
+                began.set()
+                assert done.wait(60)
+            ya.fill_(float("nan")); graph.replay(); torch.cuda.synchronize()
+            result["ya"] = ya.clone()
+        except BaseException as exc:
+            result["error"] = exc; began.set()
+    t = threading.Thread(target=capture); t.start()
+    assert began.wait(60)
+    y = layer(x)  # eager, on this thread, while the other thread captures
+    done.set(); t.join(60)
+    assert "error" not in result, repr(result.get("error"))
+    torch.testing.assert_close(result["ya"].double(), torch.tanh(xa.double()) * 3 + xa.double(), rtol=1e-6, atol=1e-6)
+    torch.cuda.synchronize()
+    check_against_float64(layer, x, y)
+    y = layer(x)  # after the capture: the destroyed graph's record dropped now
+    torch.cuda.synchronize()
+    check_against_float64(layer, x, y)
+    print("OK")
+''')
+
+
+def test_an_eager_call_under_cuda_malloc_async_leaves_another_thread_s_capture_on_the_shared_stream_valid():
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    done = subprocess.run([sys.executable, "-c", _MALLOC_ASYNC], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-4000:]
+
+
+def test_a_compiled_jvp_through_a_frozen_layer_on_cuda_gives_our_refusal():
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=1, device="cuda"), "bf16")
+    x = torch.randn(5, 64, device="cuda").to(torch.bfloat16)
+    t = torch.randn(5, 64, device="cuda").to(torch.bfloat16)
+    check_against_float64(layer, x, layer(x))
+    with pytest.raises(Exception) as exc:
+        torch.compile(lambda a, b: torch.func.jvp(layer, (a,), (b,)), backend="eager")(x, t)
+    err = exc.value
+    while not isinstance(err, IntegrationError) and err.__cause__ is not None:
+        err = err.__cause__
+    assert isinstance(err, IntegrationError) and err.code == "SP0922", repr(exc.value)
