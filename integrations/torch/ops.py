@@ -162,13 +162,12 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     if scale_x is not None:  # 1-D and contiguous as the kernel reads it (a 0-d scale, a strided column)
         scale_x = scale_x.reshape(-1).contiguous()
     if x2.device.type == "cuda":
-        y = run_record(x2, w, scale_x, out)
+        y = run_cuda(x2, w, scale_x, out)
     else:
         y = run_interpreted(x2, w, scale_x, out)
     return y.reshape(*x.shape[:-1], n)
 
 
-@torch.compiler.disable
 def run_record(x2: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out: torch.dtype,
                stream: int | None = None) -> torch.Tensor:
     """y of a CUDA call of the op on its checked arguments (2-D contiguous x2, the weight ``w``, a
@@ -176,13 +175,26 @@ def run_record(x2: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out: t
     (built on a miss, outside any CUDA-graph memory pool), on ``stream`` (default torch's current
     one). A torch.compile'd (or CUDA-graphed) model's first call at a new T builds that record, which
     compiles its kernels; ``sparsile.torch.warm_up`` lists them (integrations/torch/first_call.py).
-    Never compiled by dynamo, as ``_kernels.run_interpreted`` (host code, nothing to trace): where a
-    compiled frame fell back to eager (a graph break, torch.compile without fullgraph) dynamo compiles
-    the frames it calls, the op's Python implementation among them, and under ``torch.func.jvp`` its
-    fake tensors met the record cache's Python (data pointers, version counters) instead of the
-    layer's SP0922."""
+    Traced calls take :data:`run_record_untraced` instead."""
     key = record_key(x2, w.values, w.meta, w.bias, scale_x, w.scale_w, out, w.activation)
     return RECORDS.run(key, x2, w, scale_x, out, stream=stream, off_pool=True)
+
+
+run_record_untraced = torch.compiler.disable(run_record)
+""":func:`run_record`, never compiled by dynamo (see :func:`run_cuda`)."""
+
+
+def run_cuda(x2: torch.Tensor, w: Weight, scale_x: torch.Tensor | None, out: torch.dtype) -> torch.Tensor:
+    """The op's CUDA call: :func:`run_record`, or :data:`run_record_untraced` where dynamo traces the
+    call. Host code, nothing to trace, as ``_kernels.run_interpreted``: where a compiled frame fell back
+    to eager (a graph break, torch.compile without fullgraph) dynamo compiles the frames it calls, the
+    op's Python implementation among them, and under ``torch.func.jvp`` its fake tensors met the
+    record cache's Python (data pointers, version counters) instead of the layer's SP0922. Only traced
+    calls (``torch.compiler.is_compiling()``) take the disabled wrapper: it costs about 3 us a call,
+    which eager calls do not pay."""
+    if torch.compiler.is_compiling():
+        return run_record_untraced(x2, w, scale_x, out)
+    return run_record(x2, w, scale_x, out)
 
 
 def record_key(x2: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None,

@@ -281,7 +281,8 @@ def test_the_op_s_record_path_is_never_traced_by_dynamo(monkeypatch):
     as ``_kernels.run_interpreted`` is: a compiled frame that calls it (without fullgraph: the op's
     implementation called from a graph-broken frame) runs it eagerly, never traces into the cache
     (where a compiled torch.func.jvp met torch's internal assert on a GPU). CPU: a stand-in cache, and
-    run_record called directly. Before, dynamo traced the cache's run. GPU: test_capture_threads_gpu.py."""
+    run_cuda called directly (the op calls it on CUDA). Before, dynamo traced the cache's run.
+    GPU: test_capture_threads_gpu.py."""
     from sparsile.integrations.torch import _kernels, ops
 
     layer = _sparse()
@@ -291,8 +292,27 @@ def test_the_op_s_record_path_is_never_traced_by_dynamo(monkeypatch):
     x = _rand(T, K, seed=4)
 
     def call(x2: torch.Tensor) -> torch.Tensor:
-        return ops.run_record(x2, w, None, torch.bfloat16) * 2
+        return ops.run_cuda(x2, w, None, torch.bfloat16) * 2
 
     got = torch.compile(call, backend="eager")(x)  # (not fullgraph: the frames it calls are compiled too)
     assert cache.tracing == [False]
     torch.testing.assert_close(got, 2 * _kernels.run_interpreted(x, w, None, torch.bfloat16), rtol=0, atol=0)
+
+
+def test_an_eager_call_of_the_op_skips_the_dynamo_wrapper(monkeypatch):
+    """The disabled wrapper costs microseconds a call: an eager call (no dynamo) runs the record cache
+    directly, and only a traced one takes ``run_record_untraced``."""
+    from sparsile.integrations.torch import _kernels, ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an eager call took the dynamo wrapper")
+
+    layer = _sparse()
+    w = _kernels.Weight(layer.values, layer.meta, layer.bias, None, None)
+    cache = _SeenCache()
+    monkeypatch.setattr(ops, "RECORDS", cache)
+    monkeypatch.setattr(ops, "run_record_untraced", refuse)
+    x = _rand(T, K, seed=5)
+    got = ops.run_cuda(x, w, None, torch.bfloat16)
+    assert cache.tracing == [False]
+    torch.testing.assert_close(got, _kernels.run_interpreted(x, w, None, torch.bfloat16), rtol=0, atol=0)
