@@ -41,7 +41,7 @@ from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
 from .layer_checkpoint import linear_layers, module_classes, sparse_layer
 from .linear import SparseLinear
-from .plain_checkpoint import plain_load, retie, same_array, tensors_back, tied_keys
+from .plain_checkpoint import check_scaled_weights, plain_load, retie, same_array, tensors_back, tied_keys
 from .save_checkpoint import checked_path, save_sparse24_checkpoint
 from .sparsify import TiedTensors, own_behaviour
 from .trainable_checkpoint import check_trainable_target, checked_trainable, loads_trainable
@@ -62,8 +62,10 @@ class LoadReport:
 
 
 def _layer_groups(names: set[str]) -> dict[str, str]:
-    """module name -> tensor prefix, for every prefix with a ``.compressed`` tensor."""
-    groups = {}
+    """module name -> tensor prefix, for every prefix with a ``.compressed`` tensor; SP0913 for a
+    layer under both of its prefixes (``<name>`` and ``<name>.weight``: before, the second was
+    loaded and the first left to load_state_dict, unexpected)."""
+    groups: dict[str, str] = {}
     for name in sorted(names):
         if name.endswith(".compressed"):
             prefix = name[:-len(".compressed")]
@@ -72,7 +74,13 @@ def _layer_groups(names: set[str]) -> dict[str, str]:
                 raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {prefix}: the checkpoint has {prefix}.compressed "
                                        f"but no {', '.join(f'{prefix}.{p}' for p in missing)}",
                                        help="write compressed, bitmask and shape for every sparse layer")
-            groups[prefix.removesuffix(".weight") if prefix.endswith(".weight") else prefix] = prefix
+            layer = prefix.removesuffix(".weight") if prefix.endswith(".weight") else prefix
+            other = groups.setdefault(layer, prefix)
+            if other != prefix:
+                both = " and as ".join(", ".join(f"{p}.{part}" for part in _PARTS) for p in (other, prefix))
+                raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {layer}: the checkpoint holds it twice, as {both}",
+                                       help="write each sparse layer once (compressed-tensors names them "
+                                            "<layer>.compressed)")
     return groups
 
 
@@ -239,6 +247,7 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     refused, missing, unexpected = plain_load(model, dict(swaps), plain)
     if refused:
         _differ("; ".join(refused))
+    check_scaled_weights(tensors, set(plain), unexpected)  # (an 8-bit dense weight whose scale has no place)
     loaded_by_tie = {k for keys in ties if any(k in plain for k in keys) for k in keys}
     report.missing = bias_missing + [k for k in missing if not k.startswith(replaced_keys) and k not in loaded_by_tie]
     report.unexpected = bias_unexpected + unexpected

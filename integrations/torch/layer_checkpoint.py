@@ -56,16 +56,21 @@ def _layer_dtype(module: nn.Module) -> np.dtype:
 
 def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarray:
     """F32 / F64 ``compressed`` values in the layer's 16-bit type (:func:`_layer_dtype`); SP0913 where
-    f16 would make finite values inf."""
+    that type would make finite values inf (f16 beyond ±65504; bf16 beyond its range too, which
+    F64 values and the largest F32 ones exceed: before, refused in f16's words)."""
     want = _layer_dtype(module)
     with np.errstate(over="ignore"):
         narrowed = compressed.astype(want)
     big = int((np.isinf(narrowed) & np.isfinite(compressed)).sum())
     if big:
+        f16 = want == np.float16
+        kind = "f16" if f16 else "bf16"
+        help = ("build the model in bf16 (torch_dtype=torch.bfloat16): wider values are converted to the model's "
+                "dtype, and bf16 keeps float32's range" if f16 else
+                "scale the layer's weights into the bf16 range before writing them")
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: the compressed values are {compressed.dtype}, "
-                               f"{big} of them beyond ±65504: as the model's f16 they would be inf",
-                               help="build the model in bf16 (torch_dtype=torch.bfloat16): wider values are "
-                                    "converted to the model's dtype, and bf16 keeps float32's range")
+                               f"{big} of them beyond ±{float(ml_dtypes.finfo(want).max):g}: as the model's {kind} "
+                               "they would be inf", help=help)
     return narrowed
 
 
@@ -131,10 +136,17 @@ def _input_scale(tensors: dict[str, np.ndarray], name: str, config: dict[str, An
 
 
 def _check_scale_size(scale: np.ndarray, rows: int, name: str) -> None:
-    """SP0913 unless ``scale`` (a weight_scale) holds one value, or one per output channel (``rows``)."""
+    """SP0913 unless ``scale`` (a weight_scale) holds one value, or one per output channel (``rows``)
+    as (rows, 1) or (rows,): a group or block strategy's scales ((rows, in / group), (ceil(rows /
+    b0), ceil(in / b1))) may number ``rows`` too, and were read as one per output channel."""
     if scale.size not in (1, rows):
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has {scale.size} elements for "
                                f"{rows} output channels", help="one scale per output channel")
+    if scale.size > 1 and scale.shape not in ((rows,), (rows, 1)):
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: weight_scale has shape {tuple(scale.shape)}; a "
+                               f"weight scale is per output channel, ({rows}, 1) or ({rows},), or per tensor, one "
+                               "element", help="sparsile reads fp8 weight scales of strategy 'channel' or 'tensor', "
+                                               "not 'group' or 'block'")
 
 
 def _dequantized(dense: np.ndarray, scale: np.ndarray, name: str, module: nn.Module) -> np.ndarray:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..errors import SP_CHECKPOINT_MODULE, IntegrationError
+from ..safetensors import dtype_name
 from .atomic import own_tensors, refused_tensors
 
 
@@ -107,6 +108,31 @@ def plain_load(model: nn.Module, swapped: dict[str, nn.Module], plain: dict[str,
 
     visit(model, "", list(plain))
     return refused, missing, unexpected
+
+
+def check_scaled_weights(tensors: dict[str, np.ndarray], plain: set[str], unexpected: list[str]) -> None:
+    """SP0914 for a plain 8-bit ``<name>.weight`` (fp8, int8: a layer quantized but not sparse, as
+    llm-compressor writes a layer its quantization scheme names and its sparsity does not) whose
+    ``<name>.weight_scale`` the model has no tensor for (``unexpected``, from :func:`plain_load`):
+    load_state_dict would copy the quantized values into the model's weight without their scale.
+    Refused under either ``strict``: before, ``strict=False`` loaded W_q for W_q * s_w, the scale
+    only reported unexpected."""
+    for key in unexpected:
+        if not key.endswith(".weight_scale"):
+            continue
+        weight = key.removesuffix("_scale")
+        stored = tensors.get(weight)
+        if weight not in plain or weight in unexpected or stored is None or np.asarray(stored).dtype.itemsize != 1 \
+                or np.asarray(stored).dtype == np.bool_:
+            continue
+        name = weight.removesuffix(".weight")
+        raise IntegrationError(SP_CHECKPOINT_MODULE, f"the checkpoint's {weight} is {dtype_name(stored.dtype)} with "
+                               f"a {key} (a quantized layer stored dense), and {name} of the model has no "
+                               "weight_scale: loading would copy the quantized values into its weight without "
+                               "their scale",
+                               help=f"sparsile loads quantized weights as sparse layers only: write {name} as a "
+                                    f"sparse layer, or its weight dequantized ({weight} * {key}, in the model's "
+                                    "type) without a weight_scale; strict=False does not skip it")
 
 
 def tensors_back(model: nn.Module, before: dict[str, torch.Tensor]) -> None:
