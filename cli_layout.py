@@ -65,8 +65,13 @@ def layout_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _check_layout_types(constructors[name], call_args, call_kwargs)
         layout = constructors[name](*call_args, **call_kwargs)
     except Exception as e:  # the constructor's own argument checks, or arguments of the wrong kind
+        from .frontend.diagnostics import SparsileError
+
         signature = f"{name}{inspect.signature(constructors[name])}"
-        print(f"error: {args.expr.strip()}: {e}\n  the constructor is {signature}", file=err)
+        if isinstance(e, SparsileError):  # already rendered as `error[SPxxxx]: ...` (with its help)
+            print(f"{e}\n = note: in `{args.expr.strip()}`; the constructor is {signature}", file=err)
+        else:
+            print(f"error: {args.expr.strip()}: {e}\n  the constructor is {signature}", file=err)
         return EXIT_DIAGNOSTICS
     if not isinstance(layout, LinearLayout):
         raise unknown_constructor(name, _layout_builders(constructors, LinearLayout), builds_none=True)

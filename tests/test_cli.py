@@ -189,6 +189,16 @@ def test_layout_arguments_of_the_wrong_type(expr, message) -> None:
     assert err.startswith(f"error: {expr}: {message}\n  the constructor is ")
 
 
+def test_a_constructor_diagnostic_is_rendered_once() -> None:
+    # a constructor's own coded error used to print as "error: EXPR: error[SP0401]: ..." (two prefixes)
+    code, out, err = run("layout", "wgmma_accumulator(63)")
+    assert (code, out) == (EXIT_DIAGNOSTICS, "")
+    first, *rest = err.splitlines()
+    assert first == "error[SP0401]: wgmma accumulator: N must be a multiple of 8 (wgmma's m64nNk shapes), found 63"
+    assert rest[-1].startswith(" = note: in `wgmma_accumulator(63)`; the constructor is wgmma_accumulator(n: 'int'")
+    assert err.count("error") == 1
+
+
 # ------------------------------------------------------------------------------------ entry point
 def test_module_entry_point_exit_codes(files) -> None:
     ok = subprocess.run([sys.executable, "-m", "sparsile.cli", "check", str(files / "good.spk")],
