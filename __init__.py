@@ -130,7 +130,9 @@ class _AliasLoader:
 
             error = ModuleNotFoundError(
                 "error[SP0900]: sparsile.torch needs PyTorch, which is not installed\n"
-                f" = help: pip install 'sparsile[torch]' (or install {TORCH_REQUIREMENT})", name="torch")
+                f" = help: install {TORCH_REQUIREMENT}: `pip install -e '.[torch]'` in the sparsile checkout "
+                "(without a GPU, `pip install torch --index-url https://download.pytorch.org/whl/cpu` first)",
+                name="torch")
             error.code, error.message = "SP0900", "sparsile.torch needs PyTorch, which is not installed"
             raise error from exc
         sys.modules[module.__name__] = real  # the import system returns what sys.modules holds

@@ -20,7 +20,8 @@ except ModuleNotFoundError as _exc:
     if _exc.name != "jax":
         raise
     _error = ModuleNotFoundError("error[SP0930]: sparsile.jax needs JAX, which is not installed\n"
-                                 f" = help: pip install 'sparsile[jax]' (or install jax>={JAX_MIN_TEXT})", name="jax")
+                                 f" = help: install jax>={JAX_MIN_TEXT}: `pip install -e '.[jax]'` in the sparsile "
+                                 f"checkout, or `pip install 'jax>={JAX_MIN_TEXT}'`", name="jax")
     _error.code, _error.message = "SP0930", "sparsile.jax needs JAX, which is not installed"  # type: ignore[attr-defined]
     raise _error from _exc
 check_jax_version(getattr(_jax, "__version__", ""))  # SP0937 for a jax older than the tested floor

@@ -287,8 +287,10 @@ def test_import_sparsile_does_not_import_jax_and_missing_jax_is_sp0930() -> None
                 "assert j.call is sparsile.jax.call; print('ok')")
     assert r.stdout.strip() == "ok", r.stderr
     r = _python("import sys; sys.modules['jax'] = None\nimport sparsile\ntry:\n import sparsile.jax\n"
-                "except ModuleNotFoundError as e:\n print(e.code, e.message)")
-    assert r.stdout.strip() == "SP0930 sparsile.jax needs JAX, which is not installed", r.stderr
+                "except ModuleNotFoundError as e:\n print(e.code, e.message)\n print(str(e).splitlines()[1])")
+    assert r.stdout.splitlines() == ["SP0930 sparsile.jax needs JAX, which is not installed",
+                                     " = help: install jax>=0.4.36: `pip install -e '.[jax]'` in the sparsile "
+                                     "checkout, or `pip install 'jax>=0.4.36'`"], r.stderr
 
 
 SHIFT = 1.0

@@ -110,11 +110,17 @@ def test_missing_torch_is_sp0900():
             import sparsile.torch
         except ModuleNotFoundError as e:
             print(e.code, "|", e.message)
+            print(str(e).splitlines()[1])
         from sparsile.stdlib.kernels import prune_and_compress  # the rest works without torch
         print(prune_and_compress([[1.0, 0, 0, 2]], "f16").values.tolist())
     """)
-    assert run.stdout.splitlines() == ["SP0900 | sparsile.torch needs PyTorch, which is not installed",
-                                       "[[1.0, 2.0]]"], run.stderr
+    # the help installs as README.md does (from the checkout; the CPU build of torch without a GPU), not
+    # `pip install 'sparsile[torch]'`, which asks the package index for a project named sparsile
+    assert run.stdout.splitlines() == [
+        "SP0900 | sparsile.torch needs PyTorch, which is not installed",
+        " = help: install torch>=2.10: `pip install -e '.[torch]'` in the sparsile checkout (without a GPU, "
+        "`pip install torch --index-url https://download.pytorch.org/whl/cpu` first)",
+        "[[1.0, 2.0]]"], run.stderr
 
 
 OLDER_TORCHES = ("2.9.1+cu128", "2.4.0a0+git1234", "1.13.1")
