@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     sub.required = True
 
-    c = sub.add_parser("check", help="report the diagnostics of .spk files")
+    c = sub.add_parser("check", help="report the diagnostics of .spk files",
+                       description="report the diagnostics of .spk files, rustc style, on stderr (no GPU needed); "
+                                   "exit status 0 when clean, 1 with diagnostics, 2 for a usage error")
     c.add_argument("file", nargs="+", help="one or more .spk source files")
     c.add_argument("--kernel", help="check only this kernel (of the one file given)")
     c.add_argument("--signature", default="", help='types and constexpr values, e.g. "x=ptr[f32],BLOCK=128"')
@@ -89,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="exit 1 unless every kernel was fully checked (none only partially, at least one "
                         "kernel in the file)")
 
-    k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature")
+    k = sub.add_parser("compile", help="compile one kernel of a .spk file for a signature",
+                       description="compile one kernel of a .spk file for a signature to IR, LLVM, PTX or a cubin "
+                                   "(no GPU needed); exit status 1 when the source has errors")
     k.add_argument("file", help="a .spk source file")
     k.add_argument("--kernel", required=True, help="the kernel to compile")
     k.add_argument("--signature", default="",
@@ -108,16 +112,25 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run the sparse matmul demo (sparsile demo -h: its options)", add_help=False)
     d.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the demo")
 
-    la = sub.add_parser("layout", help="draw a named layout, e.g. \"wgmma_accumulator(64)\"")
+    la = sub.add_parser("layout", help="draw a named layout, e.g. \"wgmma_accumulator(64)\"",
+                        description="draw a named layout: where each element lives (thread and register, TMEM lane and "
+                                    "column, shared-memory offset), e.g. "
+                                    "sparsile layout \"wgmma_accumulator(64)\"; sparsile layout --list names the "
+                                    "constructors and their arguments")
     la.add_argument("expr", nargs="?", help="a call of a layout constructor with literal arguments")
     la.add_argument("--list", action="store_true", help="list the layout constructors")
     la.add_argument("--max-rows", type=_picture_rows, default=64,
                     help=f"rows of the picture to print (1 to {MAX_PICTURE_ROWS}, default 64)")
 
-    o = sub.add_parser("ops", help="list every IR op with its targets and the parts of its definition")
+    o = sub.add_parser("ops", help="list every IR op with its targets and the parts of its definition",
+                       description="list every IR op with its targets and the parts of its definition "
+                                   "(docs/architecture.md: how to add an op)")
     o.add_argument("-v", "--verbose", action="store_true", help="also show operand names and why a part is none")
 
-    t = sub.add_parser("tune", help="pre-tune the sparse GEMM for a list of shapes and write a table")
+    t = sub.add_parser("tune", help="pre-tune the sparse GEMM for a list of shapes and write a table",
+                       description="time the sparse GEMM's configs for each shape and write the fastest to a "
+                                   "table (docs/autotune.md); needs an NVIDIA GPU (exit status 3 without one); "
+                                   "nothing needs a table to run")
     t.add_argument("shapes", nargs="+", help="MxNxK shapes (M out features, N tokens, K in features), or files "
                                              "with one shape per line")
     t.add_argument("--dtype", action="append", choices=("f16", "bf16", "e4m3", "s8", "tf32"),

@@ -216,6 +216,24 @@ def test_tune_and_compile_help_state_their_defaults(capsys) -> None:
     assert "else sm_90a" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.parametrize(("command", "words"), [
+    ("check", ["report the diagnostics of .spk files", "exit status 0"]),
+    ("compile", ["compile one kernel of a .spk file", "no GPU needed"]),
+    ("layout", ["draw a named layout", "sparsile layout --list"]),
+    ("ops", ["list every IR op"]),
+    ("tune", ["needs an NVIDIA GPU", "exit status 3", "docs/autotune.md"]),
+])
+def test_each_command_help_says_what_it_does(capsys, command: str, words: list[str]) -> None:
+    # `sparsile COMMAND -h` printed only the usage and options: what the command does (and that tune
+    # needs a GPU) was only in `sparsile --help`'s list
+    assert run(command, "--help")[0] == EXIT_OK
+    usage, _, rest = capsys.readouterr().out.partition("\n\n")
+    description = " ".join(rest.split("\n\n")[0].split())
+    assert not description.startswith(("positional arguments", "options")), usage
+    for word in words:
+        assert word in description, description
+
+
 def test_tune_without_a_gpu_says_what_to_do_instead(monkeypatch) -> None:
     from sparsile.backend import runtime
 
