@@ -111,6 +111,13 @@ CASES = [
     ("bytes", "b = b'abc'\n", "SP0113", 'byte strings are not supported in kernels', 1, 5),
     ("walrus", 'if (n := 10) > 5:\n    pass\n',
      "SP0113", 'the `:=` operator is not supported in kernels', 1, 7),
+    # docs/language.md says comprehensions are reported as such (they were a generic SP0110 at `for`)
+    ("list_comprehension", 'v = [i * 2 for i in range(4)]\n',
+     "SP0113", 'comprehensions and generator expressions are not supported in kernels', 1, 12),
+    ("generator_in_call", 'v = sum(i for i in range(4))\n',
+     "SP0113", 'comprehensions and generator expressions are not supported in kernels', 1, 11),
+    ("generator_in_parens", 'v = (i\n     for i in t)\n',
+     "SP0113", 'comprehensions and generator expressions are not supported in kernels', 2, 6),
     ("assign_to_call", 'f() = 1\n', "SP0115", 'cannot assign to a function call', 1, 1),
     ("assign_to_literal", '1 = x\n', "SP0115", 'cannot assign to a literal', 1, 1),
     ("assign_to_expression", 'a + b = c\n', "SP0115", 'cannot assign to an expression', 1, 1),
@@ -184,6 +191,7 @@ HELP_EXPECTED = {
     "bang": "use `not` for logical negation and `!=` for inequality",
     "from_import_trailing_comma": "put the imported names in parentheses, or remove the trailing `,`",
     "for_else": "put the `else` body after the loop (note that it then also runs after a `break`)",
+    "list_comprehension": "loop over `static_range(...)` (unrolled at compile time), or write the elements out in a tuple",
 }
 
 
