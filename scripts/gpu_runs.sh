@@ -481,6 +481,19 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a52)  # a51 plus the fifty-second session's capture-thread scenarios (tests/gpu/test_capture_threads_gpu.py)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-52.json"
+    fi
+    run 280 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a52.xml" \
+        tests/gpu/test_capture_threads_gpu.py tests/gpu/test_torch_graph_owners_gpu.py \
+        tests/gpu/test_runtime_capture_modes_gpu.py tests/gpu/test_torch_graph_scratch_gpu.py \
+        tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_training_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
+        tests/gpu/test_torch_input_scale_gpu.py tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_api_caches_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_jax_gpu.py
+    ;;
 a51)  # a50 reordered for a 600 s call: on an H200 issue 12's T <= 16 rows first (the acceptance; c48's command),
      # then the torch layer's GPU files (a50's list); a51b runs a50's CPU torch files under the device's torch
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
