@@ -40,11 +40,16 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     assert isinstance(elem, T.PointerType)
     ety = llvm_type(elem.elem) if elem.elem.bits >= 8 else "i8"
 
-    def gep(v: list[LLValue]) -> LLValue:
+    def gep(v: list[LLValue], flags: str = "inbounds") -> LLValue:
         off = v[1]
         if off.type != "i64":
             off = cg.fb.cast("sext", off, "i64")
-        return cg.fb.gep(ety, v[0], off)
+        return cg.fb.gep(ety, v[0], off, flags=flags)
+
+    def exact_gep(v: list[LLValue]) -> LLValue:
+        # (no ``inbounds`` on a sign-extended i32 offset: with it, NVPTX code generation separates
+        # the constant of sext(s + 128) as sext(s) + 128, the unwrapped sum; docs/language.md rule 7)
+        return gep(v, "" if v[1].type != "i64" else "inbounds")
 
     def wide(v: list[LLValue]) -> LLValue:
         return wide_address(cg, v[0], v[1], max(1, elem.elem.bits // 8))
@@ -53,7 +58,7 @@ def lower_addptr(cg: CodeGen, op: Operation) -> None:
     plan = _address_plan(cg, op)
     if plan is None:  # (a large tile: one opaque address per register, wide_address.py)
         registers = len(register_coords(op.result.layout)) if isinstance(op.result.type, T.TileType) else 0
-        map_values(cg, op, wide if wide_form_applies(registers, ptype) else gep)
+        map_values(cg, op, wide if wide_form_applies(registers, ptype) else exact_gep)
         return
     # constant offsets from one base address per (pointer, base offset): address_form.py
     ptr, offs = cg.get(op.operand("ptr")), cg.tile(op.operand("offset"))

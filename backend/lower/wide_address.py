@@ -17,9 +17,10 @@ byte for byte), each register's address is instead one inline-asm instruction, o
 
 with ``E`` the element's bytes (1 for sub-byte elements, as the ``getelementptr i8`` of the
 per-register form). That is the ``getelementptr``'s address without ``inbounds``: the same 64-bit
-value for every offset, wrapped ones included (the per-register form's ``inbounds`` lets LLVM assume
-a non-negative index and rewrite ``sext(a + 128)`` as ``sext(a) + 128``, which differs where the i32
-sum wraps). The PTX keeps one instruction per distinct address, as before.
+value for every offset, wrapped ones included (the per-register form's ``getelementptr``, which has
+no ``inbounds`` on an i32 offset, is still related to its neighbours by the strength reduction, which
+rewrites ``sext(a + 128)`` as ``sext(a) + 128``: that differs where the i32 sum wraps, docs/language.md
+rule 7's known limit). The PTX keeps one instruction per distinct address, as before.
 
 The offsets themselves were the pass's other quadratic input: a thread's coordinate of register r,
 ``base | k_r``, stays ``or disjoint`` after LLVM's O3 pipeline, which the pass cannot relate to the
