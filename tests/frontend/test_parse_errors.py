@@ -191,7 +191,8 @@ HELP_EXPECTED = {
     "bang": "use `not` for logical negation and `!=` for inequality",
     "from_import_trailing_comma": "put the imported names in parentheses, or remove the trailing `,`",
     "for_else": "put the `else` body after the loop (note that it then also runs after a `break`)",
-    "list_comprehension": "loop over `static_range(...)` (unrolled at compile time), or write the elements out in a tuple",
+    "list_comprehension": ("loop over `static_range(...)` (unrolled at compile time), or write the elements "
+                           "out in a tuple"),
 }
 
 
