@@ -24,6 +24,8 @@ from ..frontend.sema.captures import (
     MISSING,
     CaptureSet,
     PythonGlobals,
+    annotation_resolver,
+    python_annotation,
     python_default,
     recording,
     register_function_type,
@@ -195,13 +197,16 @@ class Kernel:
 
     def _declared_params(self) -> list[ParamInfo]:
         sema = Sema(self.globals)
+        annotations = Sema(annotation_resolver(self.globals))  # names as Python reads them there
         out = []
         errors: list[Diagnostic] = []
         for p in self.node.params:
             ann: T.Type | None = None
             if p.annotation is not None:
+                v = python_annotation(self.globals, p.name)  # a nested function's annotation: Python's value
                 try:
-                    v = sema.evaluate(p.annotation, f"the annotation of `{p.name}`")
+                    v = (annotations.evaluate(p.annotation, f"the annotation of `{p.name}`") if v is MISSING
+                         else _python_value(v))
                 except CompileError as e:
                     errors.extend(e.diagnostics)
                     continue

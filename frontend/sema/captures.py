@@ -34,6 +34,7 @@ import types as pytypes
 from collections.abc import Callable
 from typing import Any
 
+from .annotation_scope import AnnotationNames, keeps_annotations_as_text
 from .values import EmptyClosureCell, HelperFunction
 
 MISSING: Any = object()
@@ -164,6 +165,8 @@ def _describe(where: tuple[Any, ...]) -> str:
         return f"closure variable `{where[2]}` of `{where[1]}`"
     if kind == "default":
         return f"the default of parameter `{where[2]}` of `{where[1]}`"
+    if kind == "annotation":
+        return f"the annotation of parameter `{where[2]}` of `{where[1]}`"
     return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
 
 
@@ -236,7 +239,7 @@ class PythonGlobals:
         self._function = f
         self.nested = "." in self.where
         """Whether the function is defined in another function or a class body: Python evaluated its
-        parameter defaults there, in a scope no kernel can read again (:meth:`python_default`)."""
+        parameter defaults and annotations there, in a scope no kernel can read again (:meth:`python_default`)."""
 
     def python_default(self, name: str) -> Any:
         """The default of parameter ``name`` as Python evaluated it when the ``def`` ran, wrapped
@@ -253,6 +256,32 @@ class PythonGlobals:
             _note(("default", id(f), name), lambda: _Read(lambda: _python_defaults(f).get(name, MISSING),
                                                           ("default", self.where, name), value))
         return self._wrap(value)
+
+    def python_annotation(self, name: str) -> Any:
+        """The annotation of parameter ``name`` as Python evaluated it when the ``def`` ran,
+        wrapped and recorded as :meth:`python_default` is, for a nested function. MISSING for a
+        module-level function (sema evaluates its annotations in the module), when the parameter
+        has none, and when Python's value is text (``from __future__ import annotations``, or a
+        quoted annotation) or a Python builtin type (``int``, which the language does not take as
+        a type): sema evaluates the source then, in :meth:`annotation_resolver`'s names."""
+        if not self.nested:
+            return MISSING
+        f = self._function
+        value = _python_annotations(f).get(name, MISSING)
+        if value is MISSING or isinstance(value, str) or _builtin_type(value):
+            return MISSING
+        if getattr(_state, "stack", None):
+            _note(("annotation", id(f), name), lambda: _Read(lambda: _python_annotations(f).get(name, MISSING),
+                                                             ("annotation", self.where, name), value))
+        return self._wrap(value)
+
+    def annotation_resolver(self) -> Callable[[str], Any]:
+        """How the names of an annotation's source text resolve: as the body's (this resolver),
+        except in a nested function compiled under ``from __future__ import annotations``, whose
+        annotations may name what only the enclosing scope had (frontend/sema/annotation_scope.py)."""
+        if not (self.nested and keeps_annotations_as_text(self._function)):
+            return self
+        return AnnotationNames(self, self._function, self.closure)
 
     def __call__(self, name: str) -> Any:
         cell = self.closure.get(name)
@@ -284,6 +313,28 @@ def python_default(resolver: Any, name: str) -> Any:
     """:meth:`PythonGlobals.python_default` of a ``@jit`` function's resolver; MISSING for any
     other resolver (a ``.spk`` module's, a helper nested in a kernel)."""
     return resolver.python_default(name) if isinstance(resolver, PythonGlobals) else MISSING
+
+
+def python_annotation(resolver: Any, name: str) -> Any:
+    """:meth:`PythonGlobals.python_annotation` of a ``@jit`` function's resolver; MISSING for any
+    other resolver."""
+    return resolver.python_annotation(name) if isinstance(resolver, PythonGlobals) else MISSING
+
+
+def annotation_resolver(resolver: Any) -> Any:
+    """:meth:`PythonGlobals.annotation_resolver` of a ``@jit`` function's resolver; any other
+    resolver itself."""
+    return resolver.annotation_resolver() if isinstance(resolver, PythonGlobals) else resolver
+
+
+def _python_annotations(f: Any) -> dict[str, Any]:
+    """Parameter name -> the annotation Python evaluated (text under PEP 563)."""
+    annotations = getattr(f, "__annotations__", None)
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _builtin_type(value: Any) -> bool:
+    return isinstance(value, type) and value.__module__ == "builtins"
 
 
 def _python_defaults(f: Any) -> dict[str, Any]:

@@ -23,12 +23,12 @@ from ..ir import types as T
 from ..ir.core import Block, Builder, Function, Param, Region, Value
 from ..spans import Span
 from ..syntax import ast as A
-from .captures import MISSING, python_default
+from .captures import MISSING, annotation_resolver, python_annotation, python_default
 from .control import ControlFlowMixin
 from .expr import ExprMixin
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
 from .type_ctors import annotation_help
-from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError
+from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError, UnreadableAnnotation
 
 __all__ = ["MAX_INLINE_DEPTH", "ArgSpec", "Frame", "ReturnSignal", "Scope", "Sema", "assigned_names"]
 
@@ -435,6 +435,7 @@ class Sema(ExprMixin, ControlFlowMixin):
             # Defaults and annotations are read where the `def` is, as in Python (the module, or
             # the function it is nested in): none of the helper's own names is bound yet.
             self.scope = Scope()
+            frame.globals = annotation_resolver(helper.globals)  # its annotations' names, as Python reads them
             for p in node.params:
                 if p.name not in bound:
                     if p.default is None:
@@ -443,10 +444,12 @@ class Sema(ExprMixin, ControlFlowMixin):
                     default = python_default(helper.globals, p.name)  # a nested @jit function's: Python's
                     bound[p.name] = self.expr(p.default) if default is MISSING else default
                 if p.annotation is not None:
-                    ann = self._annotation_value(p.annotation)
+                    ann = python_annotation(helper.globals, p.name)  # a nested @jit function's: Python's
+                    ann = self._annotation_value(p.annotation) if ann is MISSING else getattr(ann, "value", None)
                     if ann is T.CONSTEXPR and not isinstance(bound[p.name], Const | tuple):
                         raise self.error("SP0201", f"`{p.name}` of `{node.name}` is constexpr but received "
                                          f"{self.describe(bound[p.name])}", span)
+            frame.globals = helper.globals
             self.scope.names.update((p.name, bound[p.name]) for p in node.params)
             frame.local_names = function_locals(node)
             ret = self.block(node.body)
@@ -488,8 +491,12 @@ class Sema(ExprMixin, ControlFlowMixin):
                 self.bag.items[i] = dataclasses.replace(d, notes=(*d.notes, note))
 
     def _annotation_value(self, node: A.Expr) -> Any:
+        """A helper's annotation as a constant (None when it is none: only `constexpr` is read);
+        a name the annotation cannot read (:class:`UnreadableAnnotation`) is reported."""
         try:
             v = self.expr(node)
+        except UnreadableAnnotation:
+            raise
         except (CompileError, PoisonError):
             return None
         return v.value if isinstance(v, Const) else None

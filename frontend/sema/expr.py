@@ -50,10 +50,12 @@ from .values import (
     Builtin,
     Const,
     EmptyClosureCell,
+    EnclosingScopeName,
     HelperFunction,
     Namespace,
     PoisonError,
     Unbound,
+    UnreadableAnnotation,
 )
 
 # Python builtins a kernel may call on compile-time values.
@@ -158,6 +160,8 @@ class ExprMixin:
         else:
             if isinstance(v, AssignedLater):
                 raise _assigned_later(node, v.function)
+            if isinstance(v, EnclosingScopeName):
+                raise UnreadableAnnotation([Diagnostic("SP0202", v.message, node.span, help=v.help)])
             if isinstance(v, EmptyClosureCell):
                 raise CompileError([Diagnostic(
                     "SP0202", f"`{node.id}` is a variable of an enclosing function that has no value yet", node.span,

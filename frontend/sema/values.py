@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..diagnostics import CompileError
 from ..spans import Span
 from .host_calls import builtin_on_host
 
@@ -89,6 +90,22 @@ class AssignedLater:
     function has not assigned yet (Python's unbound free variable): SP0202 at the use."""
 
     function: str
+
+
+@dataclass(frozen=True)
+class EnclosingScopeName:
+    """What a nested ``@jit`` function's annotation gives for a name bound in an enclosing function
+    or class body that the kernel cannot read (``from __future__ import annotations`` kept the
+    annotation as text: frontend/sema/annotation_scope.py): SP0202 at the name, with ``message``
+    and ``help``, never the module's value of that name."""
+
+    message: str
+    help: str
+
+
+class UnreadableAnnotation(CompileError):
+    """The SP0202 of an :class:`EnclosingScopeName`: raised even where a failed annotation is
+    otherwise ignored (a helper's, read only for its ``constexpr``)."""
 
 
 @dataclass(frozen=True)
