@@ -19,6 +19,7 @@ from ..frontend.ir import types as T
 from ..frontend.ir.core import Function
 from ..frontend.ir.printer import print_function
 from ..frontend.legality.meta import check_metadata_argument
+from ..frontend.sema.call_help import in_a_default
 from ..frontend.sema.captures import (
     EMPTY,
     MISSING,
@@ -225,7 +226,7 @@ class Kernel:
                     if dv is MISSING:
                         dv = sema.evaluate(p.default)
                 except CompileError as e:
-                    errors.extend(e.diagnostics)
+                    errors.extend(in_a_default(e.diagnostics, p.name))
                     continue
                 default = _python_value(dv)
             out.append(ParamInfo(p.name, ann, default, has_default))

@@ -179,7 +179,7 @@ class GpuLaunch:
         if not runtime.has_gpu():
             raise LaunchError("SP0731", f"kernel `{self.kernel.name}` cannot run: no NVIDIA GPU is available",
                               help=f"run it on the CPU with `{self.kernel.name}.interpret[grid](...)`, or compile "
-                                   "ahead of time with `kernel.compile(...)`")
+                                   f"it ahead of time (no GPU needed) with `{self.kernel.name}.compile(...)`")
         bound, bindings, key = self.kernel.bind(args, dict(kwargs))
         dev = runtime.current_device(launch_device(bound, bindings))  # (no context made current: the launcher does)
         if vary:

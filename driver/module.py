@@ -10,6 +10,7 @@ compile-time constants when the kernel is specialized.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -303,6 +304,8 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
             raise CompileError([Diagnostic("SP0241", f"@sparsile.jit wraps a Python function; `{f.name}` is {what}",
                                            help="put @sparsile.autotune(...) above @sparsile.jit, and apply "
                                                 "@sparsile.jit once")])
+        if isinstance(f, functools.partial):
+            raise CompileError([_partial_diagnostic(f)])
         try:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"
@@ -317,6 +320,20 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
         return Kernel(node, _python_resolver(f), dict(options))
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _partial_diagnostic(f: functools.partial) -> Diagnostic:
+    """SP0241 for ``sparsile.jit(functools.partial(fn, ...))``: a kernel is compiled from a function's
+    source, and its parameters are all launch arguments; the bound ones are given at the launch."""
+    inner = f.func
+    kernel = isinstance(inner, Kernel)
+    name = inner.name if kernel else getattr(inner, "__name__", type(inner).__name__)
+    bound = [*(repr(a) for a in f.args), *(f"{k}={v!r}" for k, v in f.keywords.items())]
+    call = ", ".join([*bound[:len(f.args)], "...", *bound[len(f.args):]])
+    first = f"launch `{name}` itself" if kernel else f"decorate `{name}` itself with @sparsile.jit and launch it"
+    return Diagnostic("SP0241", f"@sparsile.jit wraps a Python function; a `functools.partial` of `{name}` cannot be "
+                      "jitted", help=f"{first} with the bound arguments (`{name}[grid]({call})`; a `constexpr` "
+                      f"parameter is bound there), or write a kernel that calls `{name}` with them")
 
 
 def _unwrapped(f: Any) -> Any:

@@ -5,16 +5,22 @@ which depends on what was called. A function of the user's own module can be dec
 with its signature (``np.zeros(4)`` is ``zeros(shape, dtype)`` here) and says where it means something
 else (``math.floor`` gives a Python int, the language's ``floor`` a float).
 A class cannot be instantiated (a kernel has no objects); a ``functools.partial`` is not inlined (its
-function, called with all its arguments, is); an autotuned kernel is not either (the kernel it tunes is)."""
+function, called with all its arguments, is); an autotuned kernel is not either (the kernel it tunes is).
+A method of a library object (``os.environ.get``) is called outside the kernel, and so is a call in a
+parameter default (:func:`in_a_default`: the default is kernel code, evaluated when the kernel compiles)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import sys
 import types
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from ..diagnostics import Diagnostic
 from .builtins import ROOT, signature_text
 from .python_builtins import POWER
 from .values import Builtin, autotuned_kernel_name, kernel_object_name
@@ -32,6 +38,14 @@ METHOD = ("a method cannot be inlined, since a kernel cannot take `self` or `cls
           "decorated with `@sparsile.jit` (or a function at module level), and pass what it reads from `self` as "
           "arguments")
 """(Decorating the method itself is SP0249, so the function's help would be no advice here.)"""
+
+LIBRARY_METHOD = ("`{name}` is a method of a {library} object, which does not run in a kernel: call it in Python "
+                  "outside the kernel and pass the result as an argument (a `constexpr` one for a compile-time value)")
+
+DEFAULT = ("a parameter default is evaluated as kernel code when the kernel compiles, where only the language's "
+           "builtins and `@sparsile.jit` functions can be called: compute the value in Python at module level "
+           "(`{constant} = ...`) and make that constant the default, or pass `{param}=` at each launch")
+"""The help of SP0332 in a parameter default (``n: sp.constexpr = int(os.environ.get("N", "8"))``)."""
 
 PARTIAL = "a `functools.partial` is not inlined: "
 
@@ -90,6 +104,20 @@ def library_of(fn: Any) -> str | None:
     return None
 
 
+def _standard_library(fn: Any) -> str | None:
+    """"Python standard library" for a function of one of its modules (``collections.abc``), else None."""
+    module = getattr(fn, "__module__", None)
+    top = module.partition(".")[0] if isinstance(module, str) else None
+    return "Python standard library" if top in sys.stdlib_module_names else None
+
+
+def in_a_default(diagnostics: Iterable[Diagnostic], param: str) -> list[Diagnostic]:
+    """The ``diagnostics`` of evaluating parameter ``param``'s default, a call the language cannot
+    make (SP0332) with the help for a default computed by Python code (:data:`DEFAULT`)."""
+    help_ = DEFAULT.format(constant=f"{param.upper()}_DEFAULT", param=param)
+    return [dataclasses.replace(d, help=help_) if d.code == "SP0332" else d for d in diagnostics]
+
+
 def _library_function_help(library: str, name: Any) -> str:
     """The help for calling ``library``'s function ``name`` in a kernel."""
     if library == "operator":
@@ -145,6 +173,9 @@ def not_callable_help(fn: Any) -> str | None:
         return "a lambda cannot be inlined: define the function with `def` and decorate it with `@sparsile.jit`"
     method = python_method(fn)
     if method is not None:
+        owner = library_of(method) or _standard_library(method)
+        if owner is not None:  # `os.environ.get`: no method of the user's own to make static
+            return LIBRARY_METHOD.format(name=method.__qualname__, library=owner)
         return METHOD.format(name=method.__name__)
     if isinstance(fn, types.FunctionType | types.MethodType):
         return DECORATE

@@ -23,6 +23,7 @@ from ..ir import types as T
 from ..ir.core import Block, Builder, Function, Param, Region, Value
 from ..spans import Span
 from ..syntax import ast as A
+from .call_help import in_a_default
 from .captures import MISSING, annotation_resolver, python_annotation, python_default
 from .control import ControlFlowMixin
 from .expr import ExprMixin
@@ -442,7 +443,7 @@ class Sema(ExprMixin, ControlFlowMixin):
                         raise self.error("SP0321", f"`{node.name}` is missing the argument `{p.name}`", span,
                                          help=f"signature: {_helper_signature(node)}")
                     default = python_default(helper.globals, p.name)  # a nested @jit function's: Python's
-                    bound[p.name] = self.expr(p.default) if default is MISSING else default
+                    bound[p.name] = self._default_value(p) if default is MISSING else default
                 if p.annotation is not None:
                     ann = python_annotation(helper.globals, p.name)  # a nested @jit function's: Python's
                     ann = self._annotation_value(p.annotation) if ann is MISSING else getattr(ann, "value", None)
@@ -489,6 +490,15 @@ class Sema(ExprMixin, ControlFlowMixin):
                 continue
             if note not in d.notes:
                 self.bag.items[i] = dataclasses.replace(d, notes=(*d.notes, note))
+
+    def _default_value(self, p: A.Param) -> Any:
+        """A helper parameter's default, evaluated as kernel code (a call the language cannot make
+        there gets the help for a default computed by Python code)."""
+        assert p.default is not None
+        try:
+            return self.expr(p.default)
+        except CompileError as e:
+            raise CompileError(in_a_default(e.diagnostics, p.name)) from None
 
     def _annotation_value(self, node: A.Expr) -> Any:
         """A helper's annotation as a constant (None when it is none: only `constexpr` is read);

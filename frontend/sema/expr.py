@@ -30,6 +30,7 @@ from .consts import (
 )
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
 from .member_help import for_loop_help, missing_member
+from .operand_help import membership_help, subscript_help
 from .python_builtins import builtin_help
 from .triton_names import keyword_help, name_help
 from .type_ctors import TypeCtor, constexpr_call
@@ -356,12 +357,13 @@ class ExprMixin:
 
     def compare(self, node: A.Compare) -> Any:
         left = self.expr(node.left)
-        left_span = node.left.span
+        left_span, left_node = node.left.span, node.left
         result: Any = None
         for op, comp in zip(node.ops, node.comparators, strict=True):
             right = self.expr(comp)
             if op in ("in", "not in", "is", "is not"):
-                r = self._const_membership(op, left, right, node.span)
+                name = left_node.id if isinstance(left_node, A.Name) else "x"
+                r = self._const_membership(op, left, right, node.span, name)
             else:
                 r = self.binop(op, left, right, left_span, comp.span, node.span)
             if result is None:
@@ -375,17 +377,17 @@ class ExprMixin:
                 y = self._as_bool(r, node.span)
                 x, y = em.binary_operands(Arg(x, node.span), Arg(y, node.span), node.span, keep_bool=True)
                 result = em.op1("arith.binary", [x, y], x.type, op="and")
-            left, left_span = right, comp.span
+            left, left_span, left_node = right, comp.span, comp
         return result
 
-    def _const_membership(self, op: str, a: Any, b: Any, span: Span) -> Const:
+    def _const_membership(self, op: str, a: Any, b: Any, span: Span, left: str = "x") -> Const:
         def val(x: Any) -> Any:
             if isinstance(x, Const):
                 return x.value
             if isinstance(x, tuple):
                 return tuple(val(e) for e in x)
             raise CompileError([Diagnostic("SP0331", f"`{op}` works on compile-time values only, found {describe(x)}",
-                                           span)])
+                                           span, help=membership_help(op, left, b))])
 
         if op in ("is", "is not") and _none_test(a, b):
             # `bias_ptr is not None` on a run-time value: never None (None arguments are compile-time
@@ -609,7 +611,11 @@ class ExprMixin:
                 return found[1].impl(em, Arg(base, node.value.span), Arg(self.expr(node.indices[0]),
                                                                        node.indices[0].span))
             return self._tile_subscript(base, node)
-        raise CompileError([Diagnostic("SP0333", f"{describe(base)} cannot be indexed", node.span)])
+        name = node.value.id if isinstance(node.value, A.Name) else None
+        index = node.indices[0] if len(node.indices) == 1 else None
+        key = repr(index.value) if isinstance(index, A.Constant) else "key"
+        help_ = subscript_help(base.value, name, key) if isinstance(base, Const) else None
+        raise CompileError([Diagnostic("SP0333", f"{describe(base)} cannot be indexed", node.span, help=help_)])
 
     def _tile_subscript(self, v: Value, node: A.Subscript) -> Value:
         em = self.emitter()

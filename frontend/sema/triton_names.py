@@ -67,6 +67,8 @@ NAMES: dict[str, str] = {
                      "or one array holding every group with integer offsets into it"),
     "int_to_ptr": ("a pointer cannot be made from an integer: pass each array as an argument, or one array holding "
                    "every group with integer offsets into it"),
+    "flip": ("the language has no `flip`: reverse the offsets instead, where the tile is loaded or stored "
+             "(`load(p + (N - 1 - arange(0, N)))`)"),
     "swizzle2d": "compute the grouped program order with integer arithmetic (Triton tutorial 03's `GROUP_SIZE_M` "
                  "code works as written)",
 }
@@ -75,6 +77,10 @@ NAMES: dict[str, str] = {
 _DROP_HINT = "sparsile's `{b}` takes no cache or eviction hints: drop `{k}=`"
 _TF32 = ("`dot` of f32 operands rounds them to tf32 (Triton's default, `input_precision=\"tf32\"`); "
          "drop `{k}=`; for IEEE f32 products write `sum(a[:, :, None] * b[None, :, :], axis=1)`")
+
+_KEEP_DIMS = "did you mean `keep_dims`? (sparsile and Triton spell NumPy's `keepdims` `keep_dims=True`)"
+REDUCTIONS = ("sum", "max", "min", "argmax", "argmin")
+"""The builtins that take ``keep_dims=``."""
 
 KEYWORDS: dict[tuple[str, str], str] = {
     **{(b, k): _DROP_HINT for b in ("load", "store") for k in ("eviction_policy", "cache_modifier", "volatile")},
@@ -87,6 +93,7 @@ KEYWORDS: dict[tuple[str, str], str] = {
     ("dot", "max_num_imprecise_acc"): "drop `{k}=`: the accumulator keeps full precision",
     ("to", "bitcast"): "`x.to(dtype)` converts values; reinterpreting bits is not in the language",
     ("to", "fp_downcast_rounding"): "drop `{k}=`: conversions round to nearest even (docs/language.md, rule 8)",
+    **{(b, "keepdims"): _KEEP_DIMS for b in REDUCTIONS},
     ("max", "return_indices"): "use `argmax(x, axis=...)` for the index",
     ("min", "return_indices"): "use `argmin(x, axis=...)` for the index",
 }
