@@ -237,6 +237,7 @@ class PythonGlobals:
         self.module = str(self.globs.get("__name__", "?"))
         self._wrap = wrap
         self._function = f
+        self._annotation_names: AnnotationNames | None = None
         self.nested = "." in self.where
         """Whether the function is defined in another function or a class body: Python evaluated its
         parameter defaults and annotations there, in a scope no kernel can read again (:meth:`python_default`)."""
@@ -281,7 +282,9 @@ class PythonGlobals:
         annotations may name what only the enclosing scope had (frontend/sema/annotation_scope.py)."""
         if not (self.nested and keeps_annotations_as_text(self._function)):
             return self
-        return AnnotationNames(self, self._function, self.closure)
+        if self._annotation_names is None:  # made once: it reads the module's symbol table
+            self._annotation_names = AnnotationNames(self, self._function, self.closure)
+        return self._annotation_names
 
     def __call__(self, name: str) -> Any:
         cell = self.closure.get(name)
