@@ -126,13 +126,12 @@ class _AliasLoader:
         except ModuleNotFoundError as exc:
             if exc.name != "torch":
                 raise
+            from .install_hints import torch_install_hint
             from .integrations.torch_version import TORCH_REQUIREMENT
 
             error = ModuleNotFoundError(
                 "error[SP0900]: sparsile.torch needs PyTorch, which is not installed\n"
-                f" = help: install {TORCH_REQUIREMENT}: `pip install -e '.[torch]'` in the sparsile checkout "
-                "(without a GPU, `pip install torch --index-url https://download.pytorch.org/whl/cpu` first)",
-                name="torch")
+                f" = help: {torch_install_hint(TORCH_REQUIREMENT)}", name="torch")
             error.code, error.message = "SP0900", "sparsile.torch needs PyTorch, which is not installed"
             raise error from exc
         sys.modules[module.__name__] = real  # the import system returns what sys.modules holds

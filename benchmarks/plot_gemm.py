@@ -7,7 +7,7 @@ algorithms) and over cuBLAS, per dtype and overall.
     python benchmarks/plot_gemm.py gemm.json --out plots/
     python benchmarks/plot_gemm.py gemm-8B.json gemm-70B.json --out plots/   # runs split by model
 
-Needs matplotlib (``pip install sparsile[viz]``).
+Needs matplotlib (the ``[viz]`` extra: ``pip install -e '.[viz]'`` in the checkout).
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ def import_pyplot():
     try:
         import matplotlib
     except ImportError:
-        sys.exit("plot_gemm.py needs matplotlib: pip install 'sparsile[viz]' (or pip install matplotlib)")
+        from sparsile.install_hints import install_hint
+        from sparsile.stdlib.viz import MATPLOTLIB_REQUIREMENT
+
+        sys.exit(f"plot_gemm.py needs matplotlib: {install_hint('viz', MATPLOTLIB_REQUIREMENT)}")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -9,6 +9,7 @@ nobody checked, where SP0908 says what to install.
 
 from __future__ import annotations
 
+from ..install_hints import torch_install_hint
 from .errors import SP_TORCH_VERSION, IntegrationError
 from .versions import release
 
@@ -30,4 +31,5 @@ def require_torch_release(version: str) -> None:
     if found is not None and found < TORCH_FLOOR:
         floor = f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}"
         raise TorchVersionError(SP_TORCH_VERSION, f"sparsile.torch needs PyTorch {floor} or later, found {version}",
-                               help=f"pip install '{TORCH_REQUIREMENT}' (docs/torch.md lists the versions checked)")
+                               help=f"{torch_install_hint(TORCH_REQUIREMENT, upgrade=True)}; docs/torch.md lists "
+                                    "the versions checked")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..install_hints import install_hint
 from .sparsity.dtypes import OperandType, operand_type
 from .sparsity.errors import SP_VIZ_BAD_REQUEST, SP_VIZ_UNAVAILABLE, SparsityError
 from .sparsity.layouts import check_format
@@ -26,6 +27,8 @@ from .sparsity.placement import hardware_placement, thread_placement
 
 Cells = Mapping[tuple[int, int], tuple[int, int]]
 
+MATPLOTLIB_REQUIREMENT = "matplotlib>=3.8"
+"""What PNG and SVG pictures need (pyproject's ``viz`` extra)."""
 EMPTY = "."
 """Text for a hardware position that holds nothing (padding, or an unused thread)."""
 
@@ -74,7 +77,7 @@ def _matplotlib() -> Any:
         from matplotlib.patches import Rectangle
     except ImportError as exc:
         raise SparsityError(SP_VIZ_UNAVAILABLE, "drawing PNG or SVG pictures needs matplotlib, which is not installed",
-                            help="pip install matplotlib (or sparsile[viz]); render_placement() gives text "
+                            help=f"{install_hint('viz', MATPLOTLIB_REQUIREMENT)}; render_placement() gives text "
                                  "without it") from exc
     return Figure, Rectangle
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -789,6 +790,15 @@ def test_plot_writes_one_png_per_shape(tmp_path, capsys):
         return [line for line in out.splitlines() if not line.startswith("wrote ")]
 
     assert summary_lines(capsys.readouterr().out) == summary_lines(text)
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(monkeypatch):
+    """As README.md installs: the checkout's viz extra (not the package index)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit) as info:
+        pg.import_pyplot()
+    assert info.value.code == ("plot_gemm.py needs matplotlib: install matplotlib>=3.8: `pip install -e '.[viz]'` "
+                               "in the sparsile checkout, or `pip install 'matplotlib>=3.8'`")
 
 
 def test_plot_bad_json_says_why(tmp_path):

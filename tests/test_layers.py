@@ -29,6 +29,7 @@ NOT_MODULES = {"tests", "benchmarks", "scripts", "docs", "build", "dist", ".venv
 LAYERS: dict[str, int] = {
     "grammar": 0,
     "version": 0,
+    "install_hints": 0,         # the help lines that install an optional extra (imports nothing)
     "frontend.spans": 0,        # source positions and the error base every layer reports through
     "frontend.diagnostics": 0,  # (public path: sparsile.frontend.diagnostics)
     "target": 1,

@@ -10,8 +10,8 @@ So a PTX that contains ``setmaxnreg`` is assembled by a whole-program ptxas when
 and otherwise by nvJitLink with a warning (``SP0612``). The ptxas used is, in order:
 
 * ``SPARSILE_PTXAS=/path/to/ptxas`` (``SPARSILE_PTXAS=0``: none, always nvJitLink);
-* the ptxas of the PyPI wheel ``nvidia-cuda-nvcc`` (``pip install 'sparsile[ptxas]'``), which keeps
-  the install pip-only.
+* the ptxas of the PyPI wheel ``nvidia-cuda-nvcc`` (the ``[ptxas]`` extra: ``pip install -e '.[ptxas]'`` in
+  the checkout), which keeps the install pip-only.
 
 A ptxas on PATH is not picked up by itself: which assembler built a kernel must not depend on what
 happens to be installed. The compile cache keys on :func:`identity`.
@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 from ...frontend.diagnostics import CompileError, Diagnostic
+from ...install_hints import install_hint
 from ...target.targets import Target
 
 ENV_PTXAS = "SPARSILE_PTXAS"
@@ -33,6 +34,8 @@ SP_REGISTER_BUDGETS_DROPPED = "SP0612"
 SP_BAD_PTXAS = "SP0613"
 SETMAXNREG = "setmaxnreg."
 """The PTX instruction whose presence sends a kernel to the whole-program assembler."""
+PTXAS_REQUIREMENT = "nvidia-cuda-nvcc>=13.0"
+"""The wheel whose ptxas is picked up (pyproject's ``ptxas`` extra)."""
 
 
 class RegisterBudgetWarning(UserWarning):
@@ -112,9 +115,11 @@ def warn_budgets_dropped(name: str) -> None:
         f"warning[{SP_REGISTER_BUDGETS_DROPPED}]: {name}: the register budgets of warp_specialize "
         "(partition(..., regs=N), PTX setmaxnreg) are dropped: nvJitLink assembles relocatable code, where "
         "ptxas ignores setmaxnreg; the kernel runs with the budget of its launch instead. "
-        f"help: pip install 'sparsile[ptxas]' (or set {ENV_PTXAS}=/path/to/ptxas) to assemble it whole-program",
+        f"help: {install_hint('ptxas', PTXAS_REQUIREMENT)}, whose ptxas assembles it whole-program (or set "
+        f"{ENV_PTXAS}=/path/to/ptxas)",
         RegisterBudgetWarning, stacklevel=2)
 
 
-__all__ = ["ENV_PTXAS", "SETMAXNREG", "SP_BAD_PTXAS", "SP_REGISTER_BUDGETS_DROPPED", "RegisterBudgetWarning",
-           "assemble", "identity", "needs_whole_program", "warn_budgets_dropped", "whole_program_ptxas"]
+__all__ = ["ENV_PTXAS", "PTXAS_REQUIREMENT", "SETMAXNREG", "SP_BAD_PTXAS", "SP_REGISTER_BUDGETS_DROPPED",
+           "RegisterBudgetWarning", "assemble", "identity", "needs_whole_program", "warn_budgets_dropped",
+           "whole_program_ptxas"]

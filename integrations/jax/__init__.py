@@ -12,6 +12,7 @@ docs/jax.md describes the API, the FFI mechanism and what is not supported.
 
 from __future__ import annotations
 
+from ...install_hints import install_hint
 from .requires import JAX_MIN_TEXT, check_jax_version
 
 try:
@@ -20,8 +21,7 @@ except ModuleNotFoundError as _exc:
     if _exc.name != "jax":
         raise
     _error = ModuleNotFoundError("error[SP0930]: sparsile.jax needs JAX, which is not installed\n"
-                                 f" = help: install jax>={JAX_MIN_TEXT}: `pip install -e '.[jax]'` in the sparsile "
-                                 f"checkout, or `pip install 'jax>={JAX_MIN_TEXT}'`", name="jax")
+                                 f" = help: {install_hint('jax', f'jax>={JAX_MIN_TEXT}')}", name="jax")
     _error.code, _error.message = "SP0930", "sparsile.jax needs JAX, which is not installed"  # type: ignore[attr-defined]
     raise _error from _exc
 check_jax_version(getattr(_jax, "__version__", ""))  # SP0937 for a jax older than the tested floor

@@ -9,6 +9,7 @@ module imports nothing from JAX: it is given the version string.
 
 from __future__ import annotations
 
+from ...install_hints import install_hint
 from ..versions import release
 from .errors import SP_JAX_TOO_OLD
 
@@ -24,7 +25,7 @@ class JaxVersionError(ImportError):
     def __init__(self, version: str):
         self.code = SP_JAX_TOO_OLD
         self.message = f"sparsile.jax needs jax>={JAX_MIN_TEXT}, but jax {version} is installed"
-        self.help = f"pip install -U 'jax>={JAX_MIN_TEXT}' (or pip install -U 'sparsile[jax]')"
+        self.help = install_hint("jax", f"jax>={JAX_MIN_TEXT}", upgrade=True)
         super().__init__(f"error[{self.code}]: {self.message}\n = help: {self.help}", name="jax")
 
 

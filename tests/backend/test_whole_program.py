@@ -51,8 +51,13 @@ def test_budgets_reach_the_ptx() -> None:
 
 def test_without_a_ptxas_nvjitlink_assembles_with_a_warning(monkeypatch, no_wheel) -> None:
     monkeypatch.setenv(W.ENV_PTXAS, "0")
-    with pytest.warns(W.RegisterBudgetWarning, match=r"warning\[SP0612\]: k.ptx: the register budgets"):
+    with pytest.warns(W.RegisterBudgetWarning, match=r"warning\[SP0612\]: k.ptx: the register budgets") as caught:
         linked = K.ptx_to_cubin(_ptx(), _sm90(), name="k.ptx")
+    # the help installs the ptxas extra as README.md installs sparsile: from the checkout
+    assert str(caught[0].message).endswith(
+        " help: install nvidia-cuda-nvcc>=13.0: `pip install -e '.[ptxas]'` in the sparsile checkout, or "
+        "`pip install 'nvidia-cuda-nvcc>=13.0'`, whose ptxas assembles it whole-program (or set "
+        "SPARSILE_PTXAS=/path/to/ptxas)")
     assert K.is_cuda_elf(linked.cubin) and "C7504" in linked.info_log
     monkeypatch.delenv(W.ENV_PTXAS)
     assert W.whole_program_ptxas() is None  # no wheel, and a ptxas on PATH is not taken by itself
@@ -91,7 +96,7 @@ def test_the_cache_key_names_the_assembler(monkeypatch, no_wheel) -> None:
         cache.toolchain_versions.cache_clear()
 
 
-@pytest.mark.skipif(not K.ptxas_available(), reason="no ptxas here (pip install 'sparsile[ptxas]' brings one)")
+@pytest.mark.skipif(not K.ptxas_available(), reason="no ptxas here (pip install -e '.[ptxas]' brings one)")
 def test_a_configured_ptxas_keeps_the_budgets(monkeypatch) -> None:
     monkeypatch.setenv(W.ENV_PTXAS, K.ptxas_path())
     with warnings.catch_warnings():

@@ -46,7 +46,8 @@ def test_older_versions_are_sp0937(version: str) -> None:
     e = info.value
     assert isinstance(e, ImportError) and e.name == "jax"
     assert (e.code, e.message) == ("SP0937", f"sparsile.jax needs jax>=0.4.36, but jax {version} is installed")
-    assert "pip install -U 'jax>=0.4.36'" in e.help
+    assert e.help == ("install jax>=0.4.36: `pip install -e '.[jax]'` in the sparsile checkout, or "
+                      "`pip install -U 'jax>=0.4.36'`")  # as README.md installs: from the checkout
     assert str(e).startswith(f"error[SP0937]: {e.message}\n = help: ")
 
 

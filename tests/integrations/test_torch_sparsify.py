@@ -115,7 +115,7 @@ def test_missing_torch_is_sp0900():
         print(prune_and_compress([[1.0, 0, 0, 2]], "f16").values.tolist())
     """)
     # the help installs as README.md does (from the checkout; the CPU build of torch without a GPU), not
-    # `pip install 'sparsile[torch]'`, which asks the package index for a project named sparsile
+    # `pip install 'sparsile[...]'`, which asks the package index for a project named sparsile
     assert run.stdout.splitlines() == [
         "SP0900 | sparsile.torch needs PyTorch, which is not installed",
         " = help: install torch>=2.10: `pip install -e '.[torch]'` in the sparsile checkout (without a GPU, "
@@ -159,9 +159,12 @@ def older_torch_imports() -> dict[str, list[str]]:
 def test_an_older_torch_is_sp0908(version, older_torch_imports):
     """A torch older than the floor (integrations/torch_version.py) gives SP0908 on import, not a
     traceback from inside torch; the version string is patched (the older torch is not installed)."""
+    # the help installs as README.md does (the checkout's torch extra; torch's CPU build without a GPU)
     assert older_torch_imports[version] == [f"TorchVersionError SP0908 | sparsile.torch needs PyTorch 2.10 or later, "
-                                            f"found {version} | pip install 'torch>=2.10' (docs/torch.md lists the "
-                                            "versions checked)", "False"], older_torch_imports
+                                            f"found {version} | install torch>=2.10: `pip install -e '.[torch]'` in "
+                                            "the sparsile checkout (without a GPU, `pip install -U torch --index-url "
+                                            "https://download.pytorch.org/whl/cpu` first); docs/torch.md lists the "
+                                            "versions checked", "False"], older_torch_imports
 
 
 @pytest.mark.parametrize(("version", "refused"), [("2.10.0a0+git1234", False), ("2.10.0", False), ("3.0.0", False),

@@ -251,7 +251,7 @@ def test_inflight_ptx_keeps_one_group_in_flight(dtype):
     assert metadata_hazards(ptx) == []
 
 
-@pytest.mark.skipif(not K.ptxas_available(), reason="no ptxas here (pip install 'sparsile[ptxas]' brings one)")
+@pytest.mark.skipif(not K.ptxas_available(), reason="no ptxas here (pip install -e '.[ptxas]' brings one)")
 def test_whole_program_ptxas_keeps_the_budgets_without_local_memory(bf16_ptx, monkeypatch):
     monkeypatch.setenv(W.ENV_PTXAS, K.ptxas_path())
     with warnings.catch_warnings():
@@ -325,7 +325,7 @@ def test_linear_kernel_with_gelu_compiles_without_spills(mod, assembler, monkeyp
     import ml_dtypes
 
     if assembler == "whole-program" and not K.ptxas_available():
-        pytest.skip("no ptxas here (pip install 'sparsile[ptxas]' brings one)")
+        pytest.skip("no ptxas here (pip install -e '.[ptxas]' brings one)")
     monkeypatch.setenv(W.ENV_PTXAS, "0" if assembler == "nvjitlink" else K.ptxas_path())
     cache.toolchain_versions.cache_clear()  # the compile cache keys on the assembler, read once per process
     request.addfinalizer(cache.toolchain_versions.cache_clear)
