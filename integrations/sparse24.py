@@ -300,6 +300,23 @@ def weight_only_group(config: dict[str, Any], name: str, classes: tuple[str, ...
         else None
 
 
+def asymmetric_group(config: dict[str, Any], name: str, classes: tuple[str, ...] = LINEAR_CLASSES
+                     ) -> tuple[str, str] | None:
+    """(group name, ``"weights"`` or ``"input_activations"``) where the config group compressed-tensors
+    applies to the linear module ``name`` (:func:`scheme_group`) declares that quantization
+    asymmetric (``symmetric: false``: values ``(q - zero_point) * scale``), else None.
+    compressed-tensors' default is symmetric (true)."""
+    found = scheme_group(config, name, classes)
+    if found is None:
+        return None
+    group_name, group = found
+    for part in ("weights", "input_activations"):
+        args = group.get(part)
+        if isinstance(args, dict) and args.get("symmetric", True) is False:
+            return str(group_name), part
+    return None
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """config.json of checkpoint folder ``path``, checked to declare the sparse-24-bitmask format."""
     path = Path(path)

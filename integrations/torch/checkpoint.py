@@ -39,7 +39,7 @@ from .atomic import restore_modules, swap_modules
 from .conv1d_checkpoint import checked_conv1d_target, conv1d_layout
 from .fuse import checked_flag
 from .layer_args import checked_model, host_to_torch
-from .layer_checkpoint import linear_layers, module_classes, sparse_layer
+from .layer_checkpoint import ZERO_POINTS, linear_layers, module_classes, sparse_layer
 from .linear import SparseLinear
 from .plain_checkpoint import check_scaled_weights, plain_load, retie, same_array, tensors_back, tied_keys
 from .save_checkpoint import checked_path, save_sparse24_checkpoint
@@ -112,7 +112,8 @@ def _target_module(model: nn.Module, name: str, shape: tuple[int, int]) -> nn.Mo
 
 def _layer_tensors(tensors: dict[str, np.ndarray], name: str, prefix: str) -> list[np.ndarray | None]:
     """The checkpoint's tensors of sparse layer ``name`` (None for those it lacks)."""
-    keys = [f"{prefix}.{p}" for p in _PARTS] + [f"{name}.bias", f"{name}.weight_scale", f"{name}.input_scale"]
+    keys = [f"{prefix}.{p}" for p in _PARTS] + [f"{name}.bias", f"{name}.weight_scale", f"{name}.input_scale"] + [
+        f"{name}.{part}" for part in ZERO_POINTS]
     return [tensors.get(k) for k in keys]
 
 
@@ -240,6 +241,8 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
             used.add(f"{name}.weight_scale")
         if getattr(layer, "input_scale", None) is not None:
             used.add(f"{name}.input_scale")
+        if tensors[f"{prefix}.compressed"].dtype.itemsize == 1:  # (all zero: sparse_layer refuses others, SP0913)
+            used |= {f"{name}.{part}" for part in ZERO_POINTS}
     # every layer built (SP0913 leaves the model as it was), and the other tensors checked against the model
     # as it will be (a size mismatch, strict's missing or unexpected keys), before anything changes
     swaps = [(fqn, layer) for module_id, layer in layers.items() for fqn in paths[module_id]]

@@ -23,6 +23,7 @@ from ...stdlib.sparsity import compress
 from ..errors import SP_CHECKPOINT_LAYER, IntegrationError
 from ..sparse24 import (
     LINEAR_CLASSES,
+    asymmetric_group,
     checked_shape,
     declared_weight_types,
     dense_from_bitmask,
@@ -72,6 +73,41 @@ def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarra
                                f"{big} of them beyond ±{float(ml_dtypes.finfo(want).max):g}: as the model's {kind} "
                                "they would be inf", help=help)
     return narrowed
+
+
+ZERO_POINTS = ("weight_zero_point", "input_zero_point")
+"""The tensors of an 8-bit layer's asymmetric quantization (``<name>.weight_zero_point``, ...)."""
+
+_ASYMMETRIC_HELP = ("quantize the layer symmetrically (compressed-tensors' default, symmetric: true; no zero point or "
+                    "an all-zero one), or store its weights dequantized in bf16 / f16; strict=False does not skip it")
+
+
+def _check_symmetric(tensors: dict[str, np.ndarray], name: str, config: dict[str, Any], module: nn.Module) -> None:
+    """SP0913 for an 8-bit layer ``name`` quantized asymmetrically ((q - zero_point) * scale), which
+    the fp8 kernel does not compute (it takes q * scale): a ``weight_zero_point`` or
+    ``input_zero_point`` holding a nonzero value, or a config group that declares ``symmetric: false``
+    for the layer's weights or inputs. All-zero zero points (compressed-tensors registers them for
+    symmetric schemes too) are accepted. Before, the zero point was reported unexpected and, with
+    ``strict=False``, dropped: the layer loaded other numbers than the checkpoint's."""
+    for part in ZERO_POINTS:
+        stored = tensors.get(f"{name}.{part}")
+        if stored is None:
+            continue
+        with np.errstate(invalid="ignore"):
+            nonzero = int((np.asarray(stored).astype(np.float64) != 0).sum())
+        if nonzero:
+            raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: {name}.{part} holds {nonzero} nonzero "
+                                   f"value{'s' if nonzero > 1 else ''}: asymmetric quantization ((q - zero_point) * "
+                                   "scale), which the fp8 kernel does not compute (it would load q * scale)",
+                                   help=_ASYMMETRIC_HELP)
+    found = asymmetric_group(config, name, module_classes(module))
+    if found is not None:
+        group, part = found
+        what = "weights" if part == "weights" else "input activations"
+        raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: config.json declares asymmetric {what} for it "
+                               f"(config group {group!r}: {part} symmetric false, (q - zero_point) * scale), which "
+                               "the fp8 kernel does not compute (it quantizes symmetrically: q * scale)",
+                               help=_ASYMMETRIC_HELP)
 
 
 def module_classes(module: nn.Module) -> tuple[str, ...]:
@@ -202,6 +238,8 @@ def sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module:
     if compressed.dtype.name not in ("bfloat16", "float16", "float8_e4m3fn"):
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: compressed values of {compressed.dtype} have no "
                                "2:4 kernel", help="store bf16, f16 or fp8 (e4m3: F8_E4M3) weights")
+    if compressed.dtype == ml_dtypes.float8_e4m3fn:  # (before the weight-only dequantization: W_q * s_w too)
+        _check_symmetric(tensors, name, config, module)
     dense = dense_from_bitmask(compressed, tensors[f"{prefix}.bitmask"], tensors[f"{prefix}.shape"], name, columns)
     if columns:  # (the layer's weight is W.T (out, in), compressed along K)
         dense = np.ascontiguousarray(dense.T)
