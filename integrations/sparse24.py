@@ -335,29 +335,40 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return config
 
 
+def index_map(path: Path) -> dict[str, str] | None:
+    """The ``weight_map`` (tensor name -> file name) of checkpoint folder ``path``'s shard index, or
+    None where the folder has no index; SP0912 for an index without a readable one, or naming a file
+    outside the folder."""
+    index = path / INDEX
+    if not index.exists():
+        return None
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise _config_error(f"{index} has no readable weight_map ({exc})", help="rewrite the index") from exc
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise _config_error(f"{index} has no readable weight_map (not an object of tensor names to file names)",
+                            help="rewrite the index")
+    root = path.resolve()
+    outside = sorted(name for name in set(weight_map.values()) if not (root / name).resolve().is_relative_to(root))
+    if outside:
+        raise _config_error(f"{index} names {outside[0]!r}, which lies outside the checkpoint folder"
+                            + (f" ({len(outside) - 1} more such)" if len(outside) > 1 else ""),
+                            help="name each shard by its file name in the folder (a checkpoint reads only "
+                            "its own files)")
+    return weight_map
+
+
 def shards(path: Path) -> list[Path]:
     """The safetensors files of checkpoint folder ``path`` (those its index names, else all)."""
-    index = path / INDEX
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise _config_error(f"{index} has no readable weight_map ({exc})", help="rewrite the index") from exc
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise _config_error(f"{index} has no readable weight_map (not an object of tensor names to file names)",
-                                help="rewrite the index")
+    weight_map = index_map(path)
+    if weight_map is not None:
         root = path.resolve()
-        outside = sorted(name for name in set(weight_map.values()) if not (root / name).resolve().is_relative_to(root))
-        if outside:
-            raise _config_error(f"{index} names {outside[0]!r}, which lies outside the checkpoint folder"
-                                + (f" ({len(outside) - 1} more such)" if len(outside) > 1 else ""),
-                                help="name each shard by its file name in the folder (a checkpoint reads only "
-                                "its own files)")
         named = {(root / name).resolve(): path / name for name in sorted(set(weight_map.values()), reverse=True)}
         files = sorted(named.values())  # "a.safetensors" and "./a.safetensors" are one file, read once
         missing = [str(f.relative_to(path)) for f in files if not f.is_file()]
         if missing:
-            raise _config_error(f"{index} names {missing[0]!r}, which is not a file of the folder"
+            raise _config_error(f"{path / INDEX} names {missing[0]!r}, which is not a file of the folder"
                                 + (f" ({len(missing) - 1} more such)" if len(missing) > 1 else ""),
                                 help="copy every shard the index names into the folder, or rewrite the index")
         return files
@@ -365,3 +376,24 @@ def shards(path: Path) -> list[Path]:
     if not files:
         raise _config_error(f"{path} holds no .safetensors file", help="write the weights to model.safetensors")
     return files
+
+
+def check_index(path: Path, held: dict[str, Path]) -> None:
+    """SP0912 where the shard index of checkpoint folder ``path`` is stale: it places a tensor in a
+    file that does not hold it (``held``: tensor name -> the file read that holds it). Before, such a
+    tensor was only missing (``strict=False`` loaded without it: the model kept its own values), or
+    loaded from another file than the index names."""
+    weight_map = index_map(path)
+    if weight_map is None:
+        return
+    root = path.resolve()
+    stale = sorted(key for key, name in weight_map.items()
+                   if key not in held or held[key].resolve() != (root / name).resolve())
+    if not stale:
+        return
+    key = stale[0]
+    more = f" ({len(stale) - 1} more such)" if len(stale) > 1 else ""
+    where = f"; {held[key].name} does" if key in held else "; no file it names does"
+    raise _config_error(f"{path / INDEX} places tensor {key!r} in {weight_map[key]}, which does not hold it{where}"
+                        + more, help="the index and the shards are of different checkpoints: write the checkpoint "
+                        "again, or rewrite the index from the shards' tensors")

@@ -33,7 +33,7 @@ from ..errors import (
     attribute_path,
 )
 from ..safetensors import load_file
-from ..sparse24 import checked_shape, read_config, shards
+from ..sparse24 import check_index, checked_shape, read_config, shards
 from ..vllm_match import warn_vllm_matching
 from .atomic import restore_modules, swap_modules
 from .conv1d_checkpoint import checked_conv1d_target, conv1d_layout
@@ -198,14 +198,15 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     path = checked_path(path, "load_sparse24_checkpoint")
     config = read_config(path)
     tensors: dict[str, np.ndarray] = {}
-    origin: dict[str, str] = {}
+    origin: dict[str, Path] = {}
     for shard in shards(path):
         for key, tensor in load_file(shard).items():
             if key in tensors:  # (not a silent choice of one of the two values)
-                raise IntegrationError(SP_CHECKPOINT_CONFIG, f"tensor {key!r} is in both {origin[key]} and "
+                raise IntegrationError(SP_CHECKPOINT_CONFIG, f"tensor {key!r} is in both {origin[key].name} and "
                                        f"{shard.name}", help="keep one copy of each tensor: remove the stale "
                                        "file from the folder, or rewrite the shards")
-            tensors[key], origin[key] = tensor, shard.name
+            tensors[key], origin[key] = tensor, shard
+    check_index(path, origin)  # (SP0912: the index places a tensor in a file that lacks it)
     groups = _layer_groups(set(tensors))
     paths: dict[int, list[str]] = {}  # a module registered under several names: replaced under each
     for fqn, module in model.named_modules(remove_duplicate=False):
