@@ -42,7 +42,9 @@ WEIGHTS = "model.safetensors"
 FLOAT_QUANTIZED = "float-quantized"  # compressed-tensors' format of fp8 weights and activations
 STALE_SCHEME = ("config_groups", "ignore", "format", "quantization_status", "kv_cache_scheme")
 """The keys of a given config's quantization_config that the writer drops: the scheme of the model the
-config came from, not of the layers written (an fp8 one is written anew)."""
+config came from, not of the layers written (an fp8 one is written anew). Dropped too: the same keys at
+the top level where it holds ``config_groups``, any ``sparsity_config`` or nested ``quantization_config``
+outside the written one, and ``compression_config`` (:func:`_without_schemes`)."""
 
 
 def checked_path(path: Any, caller: str) -> Path:
@@ -81,7 +83,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     ``.shape`` (2, 1); bias in float32; fp8 values as F8_E4M3 with ``weight_scale`` (out, 1), and
     ``input_scale`` (1,) where the layer has a static one), every other tensor of its state dict as
     is (an ``nn.Linear``: a dense ``.weight``), and config.json (``config``, else the model's
-    ``config.to_dict()`` when it has one, its quantization_config's scheme dropped (:data:`STALE_SCHEME`),
+    ``config.to_dict()`` when it has one, every scheme it declares dropped (:data:`STALE_SCHEME`),
     plus the sparsity_config and, for fp8 layers, the
     quantization scheme: per-channel weights, inputs per token or static per tensor, the model's other
     linear layers in its ``ignore``). A SparseLinear whose in_features is not a multiple of 4 cannot be
@@ -122,7 +124,7 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     base = dict(config) if config is not None else (model.config.to_dict() if hasattr(getattr(model, "config", None),
                                                                                        "to_dict") else {})
     # (a scheme the given config declares is another model's: its groups would claim the layers written here)
-    quant = {k: v for k, v in (base.get("quantization_config") or {}).items() if k not in STALE_SCHEME}
+    base, quant = _without_schemes(base)
     quant.update({"quant_method": "compressed-tensors", "sparsity_config": {
         "format": FORMAT, "sparsity_structure": "2:4", "targets": sorted(layers), "ignore": [],
         "registry_requires_subclass": False}})
@@ -164,6 +166,25 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
     save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})
     (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
     return path
+
+
+def _without_schemes(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the given ``config`` without any compression scheme, its quantization_config without one):
+    every place a reader takes a scheme or sparsity_config from (sparse24.py's holders: the top
+    level, ``quantization_config``, ``compression_config`` and a ``quantization_config`` inside
+    either) emptied of them, so that the written config holds one scheme, the one the weights have,
+    under ``quantization_config``. ``compression_config`` (compressed-tensors' older name for that
+    holder: nothing in it describes the weights written) is dropped whole; the top level loses its
+    ``sparsity_config`` and, where it holds ``config_groups``, the :data:`STALE_SCHEME` keys (other
+    top-level keys are the model's own). Before, only quantization_config's scheme was dropped: a
+    stale one at the top level (which the loader reads first) or under compression_config was kept."""
+    base = {k: v for k, v in config.items() if k not in ("compression_config", "sparsity_config")}
+    if isinstance(base.get("config_groups"), dict):
+        base = {k: v for k, v in base.items() if k not in STALE_SCHEME}
+    quant = base.get("quantization_config")
+    quant = {k: v for k, v in quant.items() if k not in (*STALE_SCHEME, "sparsity_config", "quantization_config")} \
+        if isinstance(quant, dict) else {}
+    return base, quant
 
 
 def _in_layers(key: str, layers: dict[str, SparseLinear]) -> bool:
